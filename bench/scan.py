@@ -1,0 +1,248 @@
+"""Throughput and memory of event-file scanning: ``python bench/scan.py [--points N] [--small]``.
+
+Generates two event files with ``RecordWriter`` + ``event_pb2`` (the way TensorBoard's
+``summary_v2`` writers lay records out: TF2 tensor summaries, metadata on each tag's first
+value only):
+
+* a scalar file: ``--points`` scalar points over 8 tags;
+* a heavy file: histograms (30 buckets) and PNG-sized images, plus some scalars.
+
+Each is read by: a raw ``f.read`` loop, ``event_file_stats`` (CRCs verified), and TensorBoard's
+``EventFileLoader`` (pure-Python stub reader when TensorFlow is absent). Peak RSS is measured in
+a fresh child process per reader, at two file sizes, to show that memory does not grow with
+the file.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+SCALAR_TAGS = [
+    "loss",
+    "accuracy",
+    "learning_rate",
+    "grad_norm",
+    "throughput/examples_per_sec",
+    "memory/host_mb",
+    "eval/loss",
+    "eval/accuracy",
+]
+
+
+# --- generation ---------------------------------------------------------------------------
+def _metadata(plugin: str, content: bytes = b""):
+    from tensorboard.compat.proto import summary_pb2
+
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name=plugin, content=content)
+    )
+
+
+class _EventSink:
+    """Writes TF2-style summary events; metadata goes on a tag's first value only."""
+
+    def __init__(self, f):
+        from tb_footprint_plugin.tfrecord import RecordWriter
+        from tensorboard.compat.proto import event_pb2
+
+        self._pb = event_pb2
+        self.writer = RecordWriter(f)
+        self._seen = set()
+        self.wall = 1.7e9
+        self.writer.write(event_pb2.Event(wall_time=self.wall, file_version="brain.Event:2").SerializeToString())
+
+    def value(self, step: int, tag: str, plugin: str, tensor) -> None:
+        from tensorboard.compat.proto import summary_pb2
+
+        v = summary_pb2.Summary.Value(tag=tag, tensor=tensor)
+        if tag not in self._seen:
+            self._seen.add(tag)
+            v.metadata.CopyFrom(_metadata(plugin))
+        self.wall += 0.001
+        ev = self._pb.Event(wall_time=self.wall, step=step, summary=summary_pb2.Summary(value=[v]))
+        self.writer.write(ev.SerializeToString())
+
+
+def _scalar_tensor(x: float):
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    return tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_FLOAT,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        tensor_content=struct.pack("<f", x),
+    )
+
+
+def _histogram_tensor(rng: random.Random, buckets: int = 30):
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    edges = sorted(rng.gauss(0, 1) for _ in range(buckets + 1))
+    rows = [(edges[i], edges[i + 1], float(rng.randint(0, 500))) for i in range(buckets)]
+    dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=buckets), tensor_shape_pb2.TensorShapeProto.Dim(size=3)]
+    return tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_DOUBLE,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims),
+        tensor_content=struct.pack(f"<{3 * buckets}d", *(x for row in rows for x in row)),
+    )
+
+
+def _image_tensor(rng: random.Random, nbytes: int):
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    png = b"\x89PNG\r\n\x1a\n" + rng.randbytes(nbytes)  # incompressible, like real PNG data
+    shape = tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=3)])
+    return tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, tensor_shape=shape, string_val=[b"64", b"64", png])
+
+
+def write_scalar_file(path: str, points: int, seed: int = 0) -> int:
+    """``points`` scalar points round-robin over 8 tags; returns the file size."""
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        sink = _EventSink(f)
+        for i in range(points):
+            sink.value(i // len(SCALAR_TAGS), SCALAR_TAGS[i % len(SCALAR_TAGS)], "scalars", _scalar_tensor(rng.random()))
+    return os.path.getsize(path)
+
+
+def write_heavy_file(path: str, steps: int, seed: int = 0) -> int:
+    """Per step: 4 scalars, 12 histograms; every 10th step 4 images of ~20-60 KB."""
+    rng = random.Random(seed)
+    with open(path, "wb") as f:
+        sink = _EventSink(f)
+        for step in range(steps):
+            for tag in SCALAR_TAGS[:4]:
+                sink.value(step, tag, "scalars", _scalar_tensor(rng.random()))
+            for layer in range(12):
+                sink.value(step, f"layer_{layer}/weights/histogram", "histograms", _histogram_tensor(rng))
+            if step % 10 == 0:
+                for k in range(4):
+                    sink.value(step, f"samples/image_{k}", "images", _image_tensor(rng, rng.randint(20_000, 60_000)))
+    return os.path.getsize(path)
+
+
+# --- readers ------------------------------------------------------------------------------
+def read_raw(path: str) -> int:
+    n = 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            chunk = f.read(4 << 20)
+            if not chunk:
+                return n
+            n += len(chunk)
+
+
+def read_footprint(path: str) -> int:
+    from tb_footprint_plugin.eventfile import event_file_stats
+
+    stats = event_file_stats(path)
+    assert stats.status == "ok" and sum(stats.category_bytes().values()) == stats.size
+    return stats.records
+
+
+def read_tensorboard(path: str) -> int:
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    return sum(1 for _ in EventFileLoader(path).Load())
+
+
+READERS = {"raw read": read_raw, "event_file_stats": read_footprint, "TB EventFileLoader": read_tensorboard}
+
+
+def _child(reader: str, path: str, repeat: int) -> None:
+    """Run one reader in this (fresh) process and print JSON: best seconds, RSS growth."""
+    import numpy  # noqa: F401  (baseline RSS includes the libraries every reader loads)
+    from tensorboard.backend.event_processing import event_file_loader  # noqa: F401
+    from tensorboard.compat.proto import event_pb2  # noqa: F401
+
+    from tb_footprint_plugin import eventfile  # noqa: F401
+
+    fn = READERS[reader]
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(path)
+        best = min(best, time.perf_counter() - t0)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    fn(path) if reader != "TB EventFileLoader" else None
+    traced = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    print(json.dumps({"seconds": best, "rss_growth_kb": peak_rss - base_rss, "traced_peak": traced}))
+
+
+def measure(reader: str, path: str, repeat: int) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--_child", reader, path, str(repeat)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=200_000, help="scalar points (default 200000)")
+    ap.add_argument("--small", action="store_true", help="CI mode: ~20000 points")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per reader (best is kept)")
+    ap.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args._child:
+        _child(args._child[0], args._child[1], int(args._child[2]))
+        return
+    points = 20_000 if args.small else args.points
+    steps = max(10, points // 200)
+    with tempfile.TemporaryDirectory(prefix="tbfp-bench-") as tmp:
+        files = []
+        for label, writer, n in (("scalars", write_scalar_file, points), ("hist+images", write_heavy_file, steps)):
+            for mult in (1, 4):
+                path = os.path.join(tmp, f"events.out.tfevents.{label.replace('+', '_')}.x{mult}")
+                size = writer(path, n * mult)
+                files.append((label, mult, n * mult, path, size))
+        _report(files, args.repeat)
+
+
+def _report(files, repeat: int) -> None:
+    print(f"python {sys.version.split()[0]}, cpus {os.cpu_count()}; best of {repeat} runs; page cache warm\n")
+    header = f"{'file':<12} {'size':>9} {'reader':<20} {'MB/s':>8} {'s':>7} {'RSS+ MiB':>9} {'traced MiB':>10}"
+    print(header)
+    print("-" * len(header))
+    speedups = []
+    for label, mult, n, path, size in files:
+        results = {}
+        for reader in READERS:
+            if reader == "TB EventFileLoader" and mult != 1:
+                continue  # slow; its memory is not the point here
+            r = measure(reader, path, repeat if reader != "TB EventFileLoader" else 1)
+            results[reader] = r
+            mbps = size / r["seconds"] / 1e6
+            traced = f"{r['traced_peak'] / 2**20:10.1f}" if reader != "TB EventFileLoader" else f"{'':>10}"
+            print(
+                f"{label + ' x' + str(mult):<12} {size / 1e6:8.1f}M {reader:<20} {mbps:8.1f} "
+                f"{r['seconds']:7.3f} {r['rss_growth_kb'] / 1024:9.1f} {traced}"
+            )
+        if "TB EventFileLoader" in results:
+            ratio = results["TB EventFileLoader"]["seconds"] / results["event_file_stats"]["seconds"]
+            speedups.append((label, ratio))
+    print()
+    for label, ratio in speedups:
+        print(f"speedup of event_file_stats over TensorBoard's EventFileLoader on {label}: {ratio:.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+// Footprint tab: data and state. Views read `model.state` and subscribe to changes; every
+// request is a relative fetch('./…'), which TensorBoard resolves to /data/plugin/footprint/….
+
+const POLL_IDLE_MS = 30000;   // overview refresh when nothing runs
+const POLL_BUSY_MS = 4000;    // overview refresh while a job runs or the scan is refreshing
+const POLL_JOB_MS = 700;      // job progress
+
+export class ApiError extends Error {
+  constructor(message, code, body) {
+    super(message);
+    this.code = code;
+    this.body = body || {};
+  }
+}
+
+async function fetchJSON(path, init) {
+  let response;
+  try {
+    response = await fetch('./' + path, Object.assign({credentials: 'same-origin'}, init || {}));
+  } catch (e) {
+    throw new ApiError('TensorBoard is not reachable (' + e.message + ')', 0);
+  }
+  let body = null;
+  try {
+    body = await response.json();
+  } catch (e) {
+    body = null;
+  }
+  if (!response.ok) {
+    const msg = (body && body.error) || response.status + ' ' + response.statusText;
+    throw new ApiError(msg, response.status, body);
+  }
+  return body;
+}
+
+function query(params) {
+  const parts = [];
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined || v === null) continue;
+    for (const one of Array.isArray(v) ? v : [v]) {
+      parts.push(encodeURIComponent(k) + '=' + encodeURIComponent(one));
+    }
+  }
+  return parts.length ? '?' + parts.join('&') : '';
+}
+
+/** True when nobody can see the tab: browser tab hidden, or TensorBoard collapsed our iframe. */
+export function isHidden() {
+  return document.visibilityState === 'hidden' || window.innerHeight === 0;
+}
+
+export class Model {
+  constructor() {
+    this.state = {
+      status: null,
+      actions: {enabled: false, reasons: ['loading…']},
+      token: null,
+      tokenHeader: 'X-Footprint-Token',
+      policies: [],
+      policy: null,
+      overview: null,
+      overviewError: null,
+      filter: '',
+      view: 'runs',          // runs | run | check | operations | history
+      selectedRun: null,
+      runDetail: null,
+      runError: null,
+      plans: {},             // run -> dry-run plan shown in the detail page
+      jobs: {},              // id -> job, for jobs started or seen in this tab
+      jobOrder: [],
+      dismissed: {},
+      checkOp: null,
+      check: null,
+      checkError: null,
+      operations: null,
+      history: null,
+      message: null,
+    };
+    this._listeners = new Set();
+    this._timers = {};
+    this._paused = false;
+  }
+
+  subscribe(fn) {
+    this._listeners.add(fn);
+    return () => this._listeners.delete(fn);
+  }
+
+  set(patch) {
+    Object.assign(this.state, patch);
+    for (const fn of this._listeners) {
+      try {
+        fn(this.state);
+      } catch (e) {
+        console.error('footprint view failed', e);
+      }
+    }
+  }
+
+  // --- start-up -------------------------------------------------------------------------
+  async init() {
+    const [status, policies] = await Promise.all([
+      fetchJSON('status'), fetchJSON('policies'),
+    ]);
+    this.set({
+      status,
+      actions: status.actions,
+      tokenHeader: status.token_header || this.state.tokenHeader,
+      policies: policies.policies,
+      policy: policies.default,
+    });
+    for (const job of status.jobs || []) this._track(job);
+    await this.refreshToken().catch(() => {});
+    await this.loadRuns({wait: 60});
+    this._startPolling();
+  }
+
+  async refreshToken() {
+    const t = await fetchJSON('token');
+    this.set({token: t.token, tokenHeader: t.header, actions: t.actions});
+    return t.token;
+  }
+
+  async post(path, body, retried) {
+    if (!this.state.token) await this.refreshToken();
+    const headers = {'Content-Type': 'application/json'};
+    headers[this.state.tokenHeader] = this.state.token || '';
+    try {
+      return await fetchJSON(path, {method: 'POST', headers, body: JSON.stringify(body || {})});
+    } catch (e) {
+      if (!retried && e.code === 403 && /token/i.test(e.message)) {
+        await this.refreshToken();
+        return this.post(path, body, true);
+      }
+      throw e;
+    }
+  }
+
+  // --- reads ----------------------------------------------------------------------------
+  async loadStatus() {
+    const status = await fetchJSON('status');
+    this.set({status, actions: status.actions});
+    for (const job of status.jobs || []) this._track(job);
+  }
+
+  async loadRuns(opts) {
+    try {
+      const overview = await fetchJSON('runs' + query({policy: this.state.policy, wait: opts && opts.wait}));
+      this.set({overview, overviewError: null, actions: overview.actions});
+    } catch (e) {
+      this.set({overviewError: e.message});
+    }
+  }
+
+  async setPolicy(name) {
+    this.set({policy: name, plans: {}});
+    await this.loadRuns();
+    if (this.state.view === 'run' && this.state.selectedRun) await this.loadRun(this.state.selectedRun);
+  }
+
+  setFilter(text) {
+    this.set({filter: text});
+  }
+
+  filteredRuns() {
+    const ov = this.state.overview;
+    if (!ov) return [];
+    const f = this.state.filter.trim().toLowerCase();
+    return f ? ov.runs.filter((r) => r.name.toLowerCase().includes(f)) : ov.runs;
+  }
+
+  async openRun(name) {
+    this.set({view: 'run', selectedRun: name, runDetail: null, runError: null});
+    await this.loadRun(name);
+  }
+
+  async loadRun(name) {
+    try {
+      const detail = await fetchJSON('run' + query({run: name, policy: this.state.policy}));
+      if (this.state.selectedRun === name) this.set({runDetail: detail, runError: null});
+    } catch (e) {
+      if (this.state.selectedRun === name) this.set({runError: e.message});
+    }
+  }
+
+  /** The dry run: what the selected policy would do, with nothing changed. */
+  async dryRun(runs) {
+    const plan = await fetchJSON('plan' + query({policy: this.state.policy, run: runs}));
+    const plans = Object.assign({}, this.state.plans);
+    for (const rp of plan.runs) plans[rp.run] = rp;
+    this.set({plans});
+    return plan;
+  }
+
+  async loadOperations() {
+    try {
+      const ops = await fetchJSON('operations');
+      this.set({operations: ops.operations});
+    } catch (e) {
+      this.set({message: {kind: 'error', text: e.message}});
+    }
+  }
+
+  async loadHistory() {
+    try {
+      const h = await fetchJSON('history');
+      this.set({history: h});
+    } catch (e) {
+      this.set({message: {kind: 'error', text: e.message}});
+    }
+  }
+
+  async openCheck(opId) {
+    this.set({view: 'check', checkOp: opId, check: null, checkError: null});
+    try {
+      const check = await fetchJSON('operation' + query({op: opId}));
+      if (this.state.checkOp === opId) this.set({check});
+    } catch (e) {
+      if (this.state.checkOp === opId) this.set({checkError: e.message});
+    }
+  }
+
+  go(view) {
+    this.set({view});
+    if (view === 'operations') this.loadOperations();
+    if (view === 'history') this.loadHistory();
+    if (view === 'runs') this.loadRuns();
+  }
+
+  // --- jobs -----------------------------------------------------------------------------
+  async reduce(runs) {
+    const res = await this.post('reduce', {runs, policy: this.state.policy});
+    this._track(res.job);
+    this._pollJob(res.job.id);
+    this.loadRuns();
+    return res.job;
+  }
+
+  async restore(opId) {
+    const res = await this.post('restore', {op: opId});
+    this._track(res.job);
+    this._pollJob(res.job.id);
+    return res.job;
+  }
+
+  async purgePreview(opts) {
+    const res = await this.post('purge', Object.assign({confirm: false}, opts || {}));
+    return res.preview;
+  }
+
+  async purge(opts) {
+    const res = await this.post('purge', Object.assign({}, opts || {}, {confirm: true}));
+    this._track(res.job);
+    this._pollJob(res.job.id);
+    return res.job;
+  }
+
+  async cancel(jobId) {
+    const res = await this.post('cancel', {job: jobId});
+    this._track(res.job);
+  }
+
+  async rescan() {
+    await this.post('rescan', {});
+    await this.loadRuns();
+  }
+
+  dismissJob(id) {
+    const dismissed = Object.assign({}, this.state.dismissed);
+    dismissed[id] = true;
+    this.set({dismissed});
+  }
+
+  activeJobFor(run) {
+    for (const id of this.state.jobOrder) {
+      const j = this.state.jobs[id];
+      if (j && (j.state === 'queued' || j.state === 'running') && j.runs.includes(run)) return j;
+    }
+    const busy = this.state.overview && this.state.overview.busy;
+    return busy && busy[run] ? {id: busy[run]} : null;
+  }
+
+  anyActiveJob() {
+    return this.state.jobOrder.some((id) => {
+      const j = this.state.jobs[id];
+      return j && (j.state === 'queued' || j.state === 'running');
+    });
+  }
+
+  _track(job) {
+    const jobs = Object.assign({}, this.state.jobs);
+    const known = jobs[job.id];
+    // /status and /jobs omit results: never replace a full answer by a summary
+    jobs[job.id] = known && known.result && !job.result ? Object.assign({}, job, {result: known.result}) : job;
+    const jobOrder = this.state.jobOrder.includes(job.id) ? this.state.jobOrder : [job.id, ...this.state.jobOrder];
+    this.set({jobs, jobOrder});
+    if ((job.state === 'queued' || job.state === 'running') && !this._timers['job:' + job.id]) {
+      this._pollJob(job.id);
+    }
+  }
+
+  _pollJob(id) {
+    const key = 'job:' + id;
+    clearTimeout(this._timers[key]);
+    const tick = async () => {
+      if (isHidden()) {
+        this._timers[key] = setTimeout(tick, POLL_JOB_MS * 3);
+        return;
+      }
+      try {
+        const res = await fetchJSON('job' + query({id}));
+        const job = res.job;
+        this._track(job);
+        if (job.state === 'queued' || job.state === 'running') {
+          this._timers[key] = setTimeout(tick, POLL_JOB_MS);
+          return;
+        }
+        delete this._timers[key];
+        this._jobFinished(job);
+      } catch (e) {
+        delete this._timers[key];
+        this.set({message: {kind: 'error', text: 'Lost track of job ' + id + ': ' + e.message}});
+      }
+    };
+    this._timers[key] = setTimeout(tick, 200);
+  }
+
+  async _jobFinished(job) {
+    // The scan is refreshed by the server after every job; ask for the fresh one.
+    await this.loadRuns({wait: 0});
+    if (this.state.view === 'run' && this.state.selectedRun) await this.loadRun(this.state.selectedRun);
+    if (this.state.view === 'operations') await this.loadOperations();
+    if (this.state.view === 'history') await this.loadHistory();
+    setTimeout(() => this.loadRuns(), 1500);
+  }
+
+  // --- polling --------------------------------------------------------------------------
+  _startPolling() {
+    const loop = async () => {
+      if (!isHidden()) {
+        await this.loadRuns();
+        if (this.state.status && this.state.status.recovery &&
+            ['pending', 'running'].includes(this.state.status.recovery.state)) {
+          await this.loadStatus().catch(() => {});
+        }
+      }
+      const ov = this.state.overview;
+      const busy = this.anyActiveJob() || (ov && ov.scan && (ov.scan.refreshing || ov.scan.stale));
+      this._timers.poll = setTimeout(loop, busy ? POLL_BUSY_MS : POLL_IDLE_MS);
+    };
+    this._timers.poll = setTimeout(loop, POLL_IDLE_MS);
+    const wake = () => {
+      if (isHidden()) return;
+      clearTimeout(this._timers.poll);
+      this._timers.poll = setTimeout(loop, 0);
+    };
+    document.addEventListener('visibilitychange', wake);
+    window.addEventListener('resize', () => {
+      // TensorBoard collapses a plugin's iframe to height 0 when another tab is chosen.
+      if (this._wasHidden && !isHidden()) wake();
+      this._wasHidden = isHidden();
+    });
+  }
+}

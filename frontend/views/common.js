@@ -1,0 +1,168 @@
+// Small DOM helpers shared by the views. Text always goes in through textContent (run names
+// and paths come from the disk); no HTML strings built from data, no inline event attributes (CSP).
+
+export function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') node.className = v;
+    else if (k === 'text') node.textContent = v;
+    else if (k === 'style' && typeof v === 'object') Object.assign(node.style, v);
+    else if (k.startsWith('on') && typeof v === 'function') node.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(node.dataset, v);
+    else node.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const c of children) {
+    if (c === undefined || c === null || c === false) continue;
+    if (Array.isArray(c)) append(node, c);
+    else node.appendChild(typeof c === 'string' || typeof c === 'number' ? document.createTextNode(String(c)) : c);
+  }
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+export function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === 'text') node.textContent = v;
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children.flat()) if (c) node.appendChild(c);
+  return node;
+}
+
+export function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+  return node;
+}
+
+const UNITS = ['B', 'KB', 'MB', 'GB', 'TB', 'PB'];
+
+/** 1536 -> "1.5 KB" (decimal units, like the CLI). */
+export function bytes(n) {
+  if (n === null || n === undefined || isNaN(n)) return '—';
+  let v = Number(n);
+  const neg = v < 0;
+  v = Math.abs(v);
+  let i = 0;
+  while (v >= 1000 && i < UNITS.length - 1) {
+    v /= 1000;
+    i++;
+  }
+  const s = i === 0 ? String(Math.round(v)) + ' B' : v.toFixed(v < 10 ? 2 : 1) + ' ' + UNITS[i];
+  return neg ? '−' + s : s;
+}
+
+export function share(part, whole) {
+  if (!whole) return '—';
+  const p = (100 * part) / whole;
+  return (p < 0.1 && p > 0 ? '<0.1' : p.toFixed(1)) + '%';
+}
+
+export function ago(ts) {
+  if (!ts) return 'never';
+  const s = Math.max(0, Date.now() / 1000 - ts);
+  if (s < 5) return 'just now';
+  if (s < 90) return Math.round(s) + ' s ago';
+  if (s < 5400) return Math.round(s / 60) + ' min ago';
+  if (s < 129600) return Math.round(s / 3600) + ' h ago';
+  return Math.round(s / 86400) + ' days ago';
+}
+
+export function when(ts) {
+  if (!ts) return '—';
+  const d = new Date(ts * 1000);
+  return d.toLocaleString(undefined, {year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit'});
+}
+
+// One stable colour per category (the legend, the bars and the run detail agree).
+const COLORS = {
+  scalars: '#1976d2',
+  hparams: '#0097a7',
+  text: '#00897b',
+  histograms: '#7b1fa2',
+  images: '#c2185b',
+  audio: '#e64a19',
+  pr_curves: '#6d4c41',
+  graph_def: '#455a64',
+  meta_graph_def: '#546e7a',
+  graph_keras_model: '#78909c',
+  graph_run_metadata: '#90a4ae',
+  graph_run_metadata_graph: '#90a4ae',
+  tagged_run_metadata: '#8e99a4',
+  session_log: '#9e9e9e',
+  file_version: '#bdbdbd',
+  events_other: '#a1887f',
+  events_corrupt: '#d32f2f',
+  events_incomplete: '#ffa000',
+  profile_xplane: '#f57c00',
+  profile_cache: '#ffb74d',
+  profile_secondary: '#ffd180',
+  profile_other: '#ff8a65',
+  profile_empty: '#d7ccc8',
+  torch_trace: '#ef6c00',
+  plugin_assets: '#afb42b',
+  checkpoints: '#388e3c',
+  symlink: '#cfd8dc',
+  other: '#757575',
+  _unchanged: '#b0bec5',
+};
+
+export function color(name) {
+  if (COLORS[name]) return COLORS[name];
+  let h = 0;
+  for (const ch of String(name)) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
+  return 'hsl(' + (h % 360) + ', 45%, 55%)';
+}
+
+export function swatch(name) {
+  return el('span', {class: 'swatch', style: {background: color(name)}, 'aria-hidden': 'true'});
+}
+
+/** A horizontal stacked bar: one segment per category, width proportional to bytes. */
+export function stackedBar(categories, total, scaleTotal, labels) {
+  const outer = el('div', {class: 'stack', role: 'img'});
+  const width = scaleTotal ? Math.max(0.5, (100 * total) / scaleTotal) : 0;
+  const inner = el('div', {class: 'stack-inner', style: {width: width + '%'}});
+  const entries = Object.entries(categories).filter(([, b]) => b > 0).sort((a, b) => b[1] - a[1]);
+  const desc = [];
+  for (const [name, b] of entries) {
+    const label = (labels && labels[name]) || name;
+    const seg = el('span', {class: 'seg', style: {width: (100 * b) / (total || 1) + '%', background: color(name)},
+      title: label + ': ' + bytes(b) + ' (' + share(b, total) + ')'});
+    inner.appendChild(seg);
+    desc.push(label + ' ' + bytes(b));
+  }
+  outer.setAttribute('aria-label', desc.join(', '));
+  outer.appendChild(inner);
+  return outer;
+}
+
+export function button(label, onClick, opts) {
+  const o = opts || {};
+  const b = el('button', {class: 'btn' + (o.kind ? ' btn-' + o.kind : ''), type: 'button', title: o.title,
+    disabled: o.disabled ? true : null, dataset: o.dataset});
+  b.textContent = label;
+  b.addEventListener('click', (ev) => {
+    ev.preventDefault();
+    if (!b.disabled) onClick(ev);
+  });
+  return b;
+}
+
+export function banner(kind, title, lines) {
+  return el('div', {class: 'banner banner-' + kind, role: kind === 'error' ? 'alert' : 'status'},
+    el('strong', {text: title}),
+    (lines || []).map((l) => el('div', {text: l})));
+}
+
+/** "3 files" / "1 file" */
+export function plural(n, one, many) {
+  return n + ' ' + (n === 1 ? one : many || one + 's');
+}

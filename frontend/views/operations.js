@@ -1,0 +1,131 @@
+// Operations (with a restore link on every one whose backup is kept), purge, and the change log.
+
+import {button, bytes, clear, el, when} from './common.js';
+import {purgeFlow, restoreFlow} from './reduce.js';
+
+function outcomeCell(o) {
+  const cls = {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad'}[o.outcome] || 'muted';
+  const text = {verified: 'verified ✓', restored: 'restored ✓', rolled_back: 'rolled back', failed: 'failed'}[o.outcome] || (o.outcome || '—');
+  return el('td', {class: 'outcome ' + cls, title: o.reason || ''}, text, o.recovered ? el('span', {class: 'muted', text: ' (after a crash)'}) : null);
+}
+
+export function operationsTable(model, ops, onError, opts) {
+  const showRun = !opts || opts.run !== false;
+  const st = model.state;
+  const headers = ['When', showRun ? 'Run' : null, 'Operation', 'Policy', 'Outcome', 'Before → after', 'Backup', ''].filter((h) => h !== null);
+  return el('table', {class: 'table operations'},
+    el('thead', {}, el('tr', {}, headers.map((h) => el('th', {text: h})))),
+    el('tbody', {}, ops.map((o) => {
+      const actions = el('td', {class: 'op-actions'});
+      if (o.kind === 'reduce' && o.verified !== null) {
+        const view = el('a', {href: '#', class: 'check-link', text: 'before/after'});
+        view.addEventListener('click', (ev) => {
+          ev.preventDefault();
+          model.openCheck(o.op_id);
+        });
+        actions.appendChild(view);
+      }
+      if (o.restorable) {
+        const lock = !st.actions.enabled ? 'Actions are off: ' + st.actions.reasons.join(' ')
+          : model.activeJobFor(o.run) ? 'A job is running on this run' : null;
+        const r = el('a', {href: '#', class: 'restore-link' + (lock ? ' disabled' : ''), title: lock || 'Put the original bytes back',
+          text: 'restore…', dataset: {op: o.op_id}});
+        r.addEventListener('click', (ev) => {
+          ev.preventDefault();
+          if (!lock) restoreFlow(model, o, onError);
+        });
+        actions.appendChild(r);
+      } else if (o.restore_note) {
+        actions.appendChild(el('span', {class: 'muted', text: o.restore_note}));
+      }
+      let backup = '—';
+      if (o.kind === 'reduce' && o.outcome === 'verified') backup = o.backup_purged ? 'purged' : bytes(o.backup_bytes);
+      return el('tr', {dataset: {op: o.op_id}},
+        el('td', {text: when(o.finished_at || o.started_at)}),
+        showRun ? el('td', {class: 'mono', text: o.run}) : null,
+        el('td', {}, el('span', {class: 'mono small', text: o.op_id}), ' ', el('span', {class: 'muted', text: o.kind + (o.of_op ? ' of ' + o.of_op : '')})),
+        el('td', {text: o.policy || '—'}),
+        outcomeCell(o),
+        el('td', {class: 'num', text: o.kind === 'reduce' ? bytes(o.bytes_before) + ' → ' + bytes(o.bytes_after) : '—'}),
+        el('td', {class: 'num', text: backup}),
+        actions);
+    })));
+}
+
+export class OperationsView {
+  constructor(model, onError) {
+    this.model = model;
+    this.onError = onError;
+    this.el = el('section', {class: 'operations-page'});
+    this._last = {};
+  }
+
+  update(state) {
+    const key = {o: state.operations, a: state.actions, j: state.jobs, ov: state.overview};
+    if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
+    this._last = key;
+    clear(this.el);
+    const ov = state.overview;
+    const lock = !state.actions.enabled ? 'Actions are off: ' + state.actions.reasons.join(' ')
+      : this.model.anyActiveJob() ? 'Wait for the running job to finish' : null;
+    const age = el('select', {class: 'purge-age', 'aria-label': 'Purge backups older than'},
+      [['all', 'all backups'], ['86400', 'older than 1 day'], ['604800', 'older than 7 days'], ['2592000', 'older than 30 days']]
+        .map(([v, t]) => el('option', {value: v, text: t})));
+    const purge = button('Purge…', () => {
+      const opts = age.value === 'all' ? {} : {older_than_s: Number(age.value)};
+      purgeFlow(this.model, opts, this.onError);
+    }, {kind: 'flat', disabled: !!lock, title: lock || 'Delete kept backups to free their space'});
+    purge.classList.add('purge');
+    this.el.append(
+      el('div', {class: 'plan-box purge-box'},
+        el('div', {class: 'plan-head'},
+          el('h3', {text: 'Backups in the vault: ' + (ov ? bytes(ov.vault_bytes) : '…')}),
+          el('span', {class: 'spacer'}), age, purge),
+        el('p', {class: 'muted', text: 'A reduced run can be restored exactly as long as its backup is kept. ' +
+          'Purging deletes backups (a backup another kept operation still needs is never deleted).'})));
+    if (!state.operations) {
+      this.el.appendChild(el('div', {class: 'empty', text: 'Loading operations…'}));
+      return;
+    }
+    if (!state.operations.length) {
+      this.el.appendChild(el('div', {class: 'empty', text: 'No operations yet.'}));
+      return;
+    }
+    this.el.appendChild(operationsTable(this.model, state.operations, this.onError));
+  }
+}
+
+export class HistoryView {
+  constructor(model) {
+    this.model = model;
+    this.el = el('section', {class: 'history-page'});
+    this._last = null;
+  }
+
+  update(state) {
+    if (state.history === this._last) return;
+    this._last = state.history;
+    clear(this.el);
+    const h = state.history;
+    if (!h) {
+      this.el.appendChild(el('div', {class: 'empty', text: 'Loading the change log…'}));
+      return;
+    }
+    if (!h.entries.length) {
+      this.el.appendChild(el('div', {class: 'empty', text: 'Nothing has been changed in this logdir yet.'}));
+      return;
+    }
+    this.el.appendChild(el('table', {class: 'table history'},
+      el('thead', {}, el('tr', {}, ['When', 'What', 'Run', 'Policy', 'Before → after', 'Outcome', 'Who'].map((t) => el('th', {text: t})))),
+      el('tbody', {}, h.entries.map((e) => el('tr', {},
+        el('td', {text: when(e.time)}),
+        el('td', {text: e.kind || '—'}),
+        el('td', {class: 'mono', text: e.run || '—'}),
+        el('td', {text: e.policy || '—'}),
+        el('td', {class: 'num', text: bytes(e.before) + ' → ' + bytes(e.after)}),
+        el('td', {class: e.outcome === 'rolled_back' || e.outcome === 'failed' ? 'bad' : 'ok', title: e.reason || '',
+          text: (e.outcome || '—') + (e.reason && e.outcome !== 'verified' ? ': ' + e.reason : '')}),
+        el('td', {class: 'muted', text: [e.user, e.host].filter(Boolean).join('@')}))))));
+    if (h.total > h.entries.length) this.el.appendChild(el('p', {class: 'muted', text: 'Newest ' + h.entries.length + ' of ' + h.total + ' shown.'}));
+  }
+}

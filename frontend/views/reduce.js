@@ -1,0 +1,151 @@
+// The reduce and restore flows: dry run → confirmation stating the bytes and the changes → job.
+
+import {bytes, el, plural} from './common.js';
+import {confirmDialog} from './dialog.js';
+
+const KIND_WORDS = {
+  delete: ['delete', 'file', 'files'],
+  compress: ['compress', 'file', 'files'],
+  rewrite: ['rewrite', 'event file', 'event files'],
+  remove_dir: ['remove', 'emptied folder', 'emptied folders'],
+};
+
+/** "delete 12 files (profile sessions (xplane) 8.0 MB, xprof caches 1.2 MB)" per kind. */
+export function summarizeActions(actions) {
+  const byKind = new Map();
+  for (const a of actions) {
+    if (!byKind.has(a.kind)) byKind.set(a.kind, {n: 0, cats: new Map()});
+    const k = byKind.get(a.kind);
+    k.n++;
+    const label = a.label || a.category;
+    k.cats.set(label, (k.cats.get(label) || 0) + (a.bytes_before - (a.bytes_after || 0)));
+  }
+  const lines = [];
+  for (const [kind, k] of byKind) {
+    const w = KIND_WORDS[kind] || [kind, 'item', 'items'];
+    const cats = [...k.cats.entries()].filter(([, b]) => b > 0).map(([l, b]) => l + ' ' + bytes(b));
+    lines.push(w[0] + ' ' + plural(k.n, w[1], w[2]) + (cats.length ? ' — ' + cats.join(', ') : ''));
+  }
+  return lines;
+}
+
+function vaultNote(model) {
+  const st = model.state.status || {};
+  return st.backup_dir
+    ? 'Every removed or replaced file is first backed up (sha256-checked) to ' + st.backup_dir +
+      ', so the run can be restored exactly.'
+    : 'Every removed or replaced file is first backed up (sha256-checked) in the logdir\'s vault ' +
+      '(.tb-footprint). The vault shares the disk, so the space is really freed when you purge the backup ' +
+      '(Operations → Purge); until then you can restore the run exactly.';
+}
+
+/**
+ * Dry run, then confirm, then start the job. Returns the job, or null if cancelled / nothing to do.
+ */
+export async function reduceFlow(model, runNames, onError) {
+  let plan;
+  try {
+    plan = await model.dryRun(runNames);
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+  const todo = plan.runs.filter((rp) => !rp.skipped && rp.actions.length);
+  const skipped = plan.runs.filter((rp) => rp.skipped);
+  if (!todo.length) {
+    onError(skipped.length ? 'Nothing to reduce: ' + skipped.map((rp) => rp.run + ' — ' + rp.skipped).join('; ')
+      : 'Nothing to reduce under policy ' + model.state.policy + '.');
+    return null;
+  }
+  const free = todo.reduce((s, rp) => s + rp.removable_bytes, 0);
+  const before = todo.reduce((s, rp) => s + rp.bytes_before, 0);
+  const body = [];
+  body.push(el('p', {class: 'dialog-lead'},
+    'Frees ', el('strong', {class: 'free-bytes', text: bytes(free)}),
+    ' of ' + bytes(before) + ' in ' + plural(todo.length, 'run') + ' under policy ',
+    el('strong', {text: model.state.policy}), '.'));
+  const shown = todo.slice(0, 8);
+  for (const rp of shown) {
+    const block = el('div', {class: 'dialog-run'},
+      el('div', {class: 'dialog-run-title'},
+        el('span', {class: 'mono', text: rp.run}),
+        ' — ' + bytes(rp.bytes_before) + ' → ' + bytes(rp.expected_after_bytes) +
+        (rp.actions.some((a) => a.estimated) ? ' (estimated)' : '')),
+      el('ul', {class: 'changes'}, summarizeActions(rp.actions).map((l) => el('li', {text: l}))));
+    if (todo.length === 1 && rp.fidelity.length) {
+      block.appendChild(el('div', {class: 'dialog-sub', text: 'What the dashboards will show:'}));
+      block.appendChild(el('ul', {class: 'fidelity'}, rp.fidelity.map((l) => el('li', {text: l}))));
+    }
+    body.push(block);
+  }
+  if (todo.length > shown.length) body.push(el('p', {text: '… and ' + plural(todo.length - shown.length, 'more run')}));
+  if (skipped.length) {
+    body.push(el('p', {class: 'muted', text: 'Left alone: ' + skipped.slice(0, 5).map((rp) => rp.run + ' (' + rp.skipped + ')').join('; ') +
+      (skipped.length > 5 ? ' …' : '')}));
+  }
+  body.push(el('p', {class: 'muted', text: vaultNote(model)}));
+  body.push(el('p', {class: 'muted', text: 'Each run is changed only after TensorBoard\'s own readers have checked that ' +
+    'the reduced run shows what the policy promises; on any doubt the run is rolled back to its exact bytes.'}));
+  const ok = await confirmDialog({
+    title: todo.length === 1 ? 'Reduce ' + todo[0].run + '?' : 'Reduce ' + todo.length + ' runs?',
+    body, confirm: 'Reduce and free ' + bytes(free), danger: true,
+  });
+  if (!ok) return null;
+  try {
+    return await model.reduce(todo.map((rp) => rp.run));
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+}
+
+export async function restoreFlow(model, op, onError) {
+  const body = [
+    el('p', {class: 'dialog-lead'}, 'Puts back ', el('strong', {text: plural(op.files, 'file')}),
+      ' (' + bytes(op.backup_bytes) + ') of run ', el('strong', {class: 'mono', text: op.run}),
+      ' byte for byte from the vault, and removes what the reduction created.'),
+    el('p', {text: 'The run goes from ' + bytes(op.bytes_after) + ' back to ' + bytes(op.bytes_before) +
+      '. Operation ' + op.op_id + (op.policy ? ' (policy ' + op.policy + ')' : '') + '.'}),
+    el('p', {class: 'muted', text: 'Every restored file is checked against its sha256 before the restore counts as done.'}),
+  ];
+  const ok = await confirmDialog({title: 'Restore ' + op.run + '?', body, confirm: 'Restore', danger: false});
+  if (!ok) return null;
+  try {
+    return await model.restore(op.op_id);
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+}
+
+export async function purgeFlow(model, opts, onError) {
+  let preview;
+  try {
+    preview = await model.purgePreview(opts);
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+  if (!preview.ops.length) {
+    onError('No backup to purge' + (opts.older_than_s ? ' older than that.' : '.'));
+    return null;
+  }
+  const restoredNote = preview.ops.some((o) => !o.restored)
+    ? 'Runs whose backup is purged can no longer be restored.' : 'All of these runs were already restored.';
+  const body = [
+    el('p', {class: 'dialog-lead'}, 'Deletes the backups of ', el('strong', {text: plural(preview.ops.length, 'operation')}),
+      ' and frees ', el('strong', {class: 'free-bytes', text: bytes(preview.freed_bytes)}), '.'),
+    el('ul', {class: 'changes'}, preview.ops.slice(0, 12).map((o) =>
+      el('li', {text: o.run + ' — ' + o.op_id + ' — ' + bytes(o.bytes) + (o.restored ? ' (restored)' : '')}))),
+    preview.ops.length > 12 ? el('p', {text: '… and ' + (preview.ops.length - 12) + ' more'}) : null,
+    el('p', {class: 'warn-text', text: restoredNote}),
+  ];
+  const ok = await confirmDialog({title: 'Purge backups?', body, confirm: 'Purge ' + bytes(preview.freed_bytes), danger: true});
+  if (!ok) return null;
+  try {
+    return await model.purge(opts);
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+}

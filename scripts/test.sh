@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs into ./.venv, then run the whole suite and the
+# benchmarks at small sizes. This is the README's test command and what CI runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+# The tab's browser tests drive Debian's Chromium (never a browser download).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+export PATH="$PWD/.venv/bin:$PATH"
+.venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
+for b in bench/*.py; do
+  echo "== $b --small"
+  .venv/bin/python "$b" --small
+done

@@ -1,0 +1,78 @@
+"""Packaging for Footprint for TensorBoard.
+
+The tab's ES modules live in the top-level ``frontend/`` folder and ship inside the wheel as
+the ``tb_footprint_plugin.frontend`` package, so the plugin serves them from the installed
+package with no network fetch.
+"""
+import os
+
+from setuptools import setup
+
+here = os.path.dirname(os.path.abspath(__file__))
+version = {}
+with open(os.path.join(here, "tb_footprint_plugin", "version.py")) as f:
+    exec(f.read(), version)
+with open(os.path.join(here, "README.md"), encoding="utf-8") as f:
+    long_description = f.read()
+
+setup(
+    name="tb-footprint-plugin",
+    version=version["__version__"],
+    description="Footprint for TensorBoard: see what fills a TensorBoard logdir and cut it safely",
+    long_description=long_description,
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    packages=[
+        "tb_footprint_plugin",
+        "tb_footprint_plugin.transforms",
+        "tb_footprint_plugin.verify",
+        "tb_footprint_plugin.plugin",
+        "tb_footprint_plugin.frontend",
+    ],
+    package_dir={"tb_footprint_plugin.frontend": "frontend"},
+    package_data={"tb_footprint_plugin.frontend": ["*.js", "*.css", "views/*.js"]},
+    install_requires=[
+        "tensorboard>=2.12",
+        "werkzeug>=2.0",
+        "protobuf>=3.20",
+        "setuptools",
+        # C-accelerated CRC32C: TensorBoard's own is a pure-Python loop (~12 MB/s).
+        "google-crc32c>=1.5",
+        # Progress bars for batch reductions over many runs.
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=7",
+            "playwright>=1.40",
+            "tensorboard-plugin-profile>=2.15",
+        ],
+    },
+    entry_points={
+        "tensorboard_plugins": [
+            "footprint = tb_footprint_plugin.loader:FootprintLoader",
+        ],
+        "console_scripts": [
+            "tb-footprint = tb_footprint_plugin.cli:main",
+        ],
+    },
+    classifiers=[
+        "Development Status :: 4 - Beta",
+        "Environment :: Plugins",
+        "Framework :: TensorBoard",
+        "Intended Audience :: Science/Research",
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Topic :: System :: Archiving",
+    ],
+    project_urls={
+        "Documentation": "https://github.com/tb-footprint/tb-footprint-plugin#readme",
+        "Fail-Safe guide": "https://github.com/tb-footprint/tb-footprint-plugin/blob/main/docs/FAILSAFE.md",
+    },
+)

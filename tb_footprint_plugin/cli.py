@@ -1,0 +1,385 @@
+"""``tb-footprint``: the command line over the same library API the TensorBoard plugin uses."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
+from tb_footprint_plugin.version import __version__
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _print_scan(fp, top: Optional[int], by: str) -> None:
+    total = fp.total_bytes
+    print(f"{fp.logdir}: {human_bytes(total)} in {sum(1 for r in fp.runs)} runs"
+          f" (backups in vault: {human_bytes(fp.vault_bytes)})")
+    if by == "run":
+        runs = fp.runs[:top] if top else fp.runs
+        width = max([len(r.name) for r in runs] + [3])
+        print(f"\n  {'RUN'.ljust(width)}  {'SIZE':>9}  {'SHARE':>6}  {'':20}  BIGGEST CATEGORY")
+        for r in runs:
+            big = r.biggest_category()
+            big_s = ""
+            if big:
+                big_s = f"{cat.label(big)} {share(r.categories[big].bytes, r.total_bytes).strip()}"
+            print(f"  {r.name.ljust(width)}  {human_bytes(r.total_bytes):>9}  {share(r.total_bytes, total)}"
+                  f"  {bar(r.total_bytes, total)}  {big_s}")
+        if top and len(fp.runs) > top:
+            rest = fp.runs[top:]
+            print(f"  … {len(rest)} more runs, {human_bytes(sum(r.total_bytes for r in rest))}")
+    print("\n  CATEGORY                        SIZE   SHARE  FILES  RECORDS")
+    cats = list(fp.categories.values())
+    if top and by == "category":
+        cats = cats[:top]
+    for c in cats:
+        print(f"  {cat.label(c.name)[:28]:28}  {human_bytes(c.bytes):>9}  {share(c.bytes, total)}"
+              f"  {c.files:5d}  {c.records:7d}")
+    for w in fp.warnings + [w for r in fp.runs for w in r.warnings]:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def cmd_scan(args) -> int:
+    from tb_footprint_plugin.scan import scan
+
+    fp = scan(args.logdir, backup_dir=args.backup_dir, use_cache=not args.no_cache)
+    if args.json:
+        json.dump(fp.to_dict(with_files=args.files), sys.stdout, indent=1, ensure_ascii=True)
+        print()
+    else:
+        _print_scan(fp, args.top, args.by)
+    return EXIT_OK
+
+
+def cmd_demo(args) -> int:
+    from tb_footprint_plugin.demo import generate_demo
+
+    summary = generate_demo(args.dir, seed=args.seed, scale=args.scale, overwrite=args.overwrite)
+    print(json.dumps(summary, indent=1) if args.json else f"demo logs written to {args.dir}")
+    return EXIT_OK
+
+
+def _dump(obj) -> None:
+    json.dump(obj, sys.stdout, indent=1, ensure_ascii=True, default=str)
+    print()
+
+
+def _common(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--backup-dir", default=None, help="vault location (default LOGDIR/.tb-footprint)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _filters(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--policy", default="archive",
+                    help="archive (default), lossless, keep-latest[=N], or a JSON/TOML policy file")
+    ap.add_argument("--runs", dest="run_glob", default=None, help="only runs matching this glob")
+    ap.add_argument("--run", dest="runs", action="append", default=None, help="only this run (repeatable)")
+    ap.add_argument("--min-size", type=parse_size, default=0, help="only runs of at least this size (100MB)")
+    ap.add_argument("--older-than", type=parse_duration, default=None,
+                    help="only runs not written for this long (14d, 12h)")
+    ap.add_argument("--quiet-period", type=parse_duration, default=600.0,
+                    help="a run written more recently than this is active and left alone (default 10m)")
+
+
+def _print_plan(p) -> None:
+    print(f"policy {p.policy['name']}: {p.policy['description']}")
+    for rp in p.runs:
+        head = f"\n{rp.run}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}"
+        if rp.skipped:
+            print(f"{head}  [skipped: {rp.skipped}]")
+            continue
+        print(f"{head}  (frees {human_bytes(rp.removable_bytes)})")
+        for line in rp.fidelity:
+            print(f"  ✓ {line}")
+        kinds = {}
+        for a in rp.actions:
+            kinds.setdefault(a.kind, []).append(a)
+        for kind, acts in kinds.items():
+            size = sum(a.bytes_before for a in acts)
+            print(f"  {kind:10} {len(acts):4d} path(s) {human_bytes(size):>9}"
+                  + ("  (after size estimated)" if any(a.estimated for a in acts) else ""))
+    print(f"\ntotal: {human_bytes(p.total_bytes)} → {human_bytes(p.expected_after_bytes)} "
+          f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()})")
+    for n in p.notes:
+        print(f"note: {n}")
+
+
+def cmd_plan(args) -> int:
+    from tb_footprint_plugin import api
+
+    p = api.plan(args.logdir, args.policy, backup_dir=args.backup_dir, runs=args.runs,
+                 run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
+                 quiet_period=args.quiet_period)
+    _dump(p.to_dict()) if args.json else _print_plan(p)
+    return EXIT_OK
+
+
+def cmd_policies(args) -> int:
+    from tb_footprint_plugin.policies import list_policies
+
+    pols = list_policies()
+    if args.json:
+        _dump([p.to_dict() for p in pols])
+        return EXIT_OK
+    for p in pols:
+        print(f"{p.name}\n  {p.description}")
+        for c, a in sorted(p.file_rules.items()):
+            print(f"    {a:8} {cat.label(c)}")
+        if p.compress_torch:
+            print("    compress PyTorch traces (.pt.trace.json → .gz)")
+        if p.keep_latest is not None:
+            print(f"    keep the newest {p.keep_latest} profile session(s) per run")
+    print("\nscalars, hparams and text are never changed by any policy.")
+    return EXIT_OK
+
+
+def _outcome_line(o) -> str:
+    if o.status == "verified":
+        return (f"✓ {o.run}: verified, {human_bytes(o.bytes_before)} → {human_bytes(o.bytes_after)}"
+                f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})")
+    if o.status == "restored":
+        return f"✓ {o.run}: restored ({o.reason}; op {o.op_id})"
+    mark = "·" if o.status in ("skipped", "dry_run") else "✗"
+    return f"{mark} {o.run}: {o.status}" + (f" — {o.reason}" if o.reason else "")
+
+
+def cmd_reduce(args) -> int:
+    from tb_footprint_plugin import api
+
+    bar_ = None
+    progress = None
+    on_outcome = None
+    if not args.json and not args.dry_run:
+        try:
+            from tqdm import tqdm
+
+            bar_ = tqdm(total=0, unit="run", disable=None, file=sys.stderr)
+        except ImportError:  # progress is a nicety
+            bar_ = None
+
+        def on_outcome(o):
+            if bar_ is not None:
+                bar_.update(1)
+                bar_.write(_outcome_line(o))
+            else:
+                print(_outcome_line(o))
+
+    report = api.reduce_logdir(
+        args.logdir, backup_dir=args.backup_dir, policy=args.policy, dry_run=args.dry_run,
+        runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
+        quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
+        ledger=None if args.dry_run else (args.ledger or "default"),
+        verify_backends=tuple(args.verify.split(",")), progress=progress, on_outcome=on_outcome,
+    )
+    if bar_ is not None:
+        bar_.close()
+    if args.json:
+        _dump(report.to_dict())
+    elif args.dry_run:
+        _print_plan(report.plan)
+        print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
+    else:
+        for r in report.recovered:
+            print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}")
+        done = [o for o in report.outcomes if o.status == "verified"]
+        print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back; "
+              f"saved {human_bytes(report.saved_bytes)} in the logdir. Backups are in the vault until "
+              f"`tb-footprint purge`. Ledger: {report.ledger_path}")
+        if done:
+            print("A TensorBoard that is already running keeps showing what it loaded before; "
+                  "restart it to see the reduced runs.")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def cmd_restore(args) -> int:
+    from tb_footprint_plugin import api
+
+    outs = api.restore(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir)
+    if args.json:
+        _dump([o.to_dict() for o in outs])
+    else:
+        for o in outs:
+            print(_outcome_line(o))
+        if not outs:
+            print("nothing to restore")
+    return EXIT_OK if all(o.status == "restored" for o in outs) else EXIT_FAILED
+
+
+def cmd_verify(args) -> int:
+    from tb_footprint_plugin import api
+
+    res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
+                     verify_backends=tuple(args.verify.split(",")))
+    if args.json:
+        _dump(res)
+    else:
+        for r in res:
+            print(f"{'✓' if r['ok'] else '✗'} {r['run']} (op {r['op_id']}): backups "
+                  f"{'intact' if r['backups_ok'] else 'DAMAGED: ' + ', '.join(r['damaged_backups'])}")
+            for c in r["verification"].get("checks", []):
+                print(f"    {'✓' if c['ok'] else '✗'} {c['detail']}")
+        if not res:
+            print("no kept reductions to verify")
+    return EXIT_OK if all(r["ok"] for r in res) else EXIT_FAILED
+
+
+def cmd_purge(args) -> int:
+    from tb_footprint_plugin import api
+
+    rep = api.purge(args.logdir, older_than=args.older_than, run=args.run, yes=args.yes,
+                    backup_dir=args.backup_dir, op=args.op)
+    if args.json:
+        _dump(rep.to_dict())
+        return EXIT_OK
+    for o in rep.ops:
+        print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else ""))
+    verb = "would free" if rep.dry_run else "freed"
+    print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}")
+    if rep.dry_run and rep.ops:
+        print("nothing deleted: add --yes to purge these backups (their runs can no longer be restored)")
+    return EXIT_OK
+
+
+def cmd_status(args) -> int:
+    from tb_footprint_plugin import api
+
+    st = api.status(args.logdir, backup_dir=args.backup_dir)
+    if args.json:
+        _dump(st)
+        return EXIT_OK
+    print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
+    print(f"  unfinished operations: {len(st['unfinished_operations'])}"
+          + (" (recovered on the next reduce/restore/purge)" if st["unfinished_operations"] else ""))
+    kept = [o for o in st["operations"] if o["kind"] == "reduce" and not o["backup_purged"]]
+    print(f"  operations: {len(st['operations'])} ({len(kept)} with kept backups)")
+    if st["ledger"]:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(st["ledger"]["counts"].items()))
+        print(f"  ledger ({st['ledger']['policy']}): {counts}")
+    return EXIT_OK
+
+
+def cmd_history(args) -> int:
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.history import history_csv
+
+    entries = api.history(args.logdir)
+    if args.csv:
+        sys.stdout.write(history_csv(entries))
+    elif args.json:
+        _dump(entries)
+    else:
+        import datetime
+
+        for e in entries:
+            t = datetime.datetime.fromtimestamp(e.get("time", 0)).strftime("%Y-%m-%d %H:%M")
+            print(f"{t}  {e.get('kind', ''):7} {e.get('outcome', ''):11} {e.get('run', '')}  "
+                  f"{human_bytes(e.get('before') or 0)} → {human_bytes(e.get('after') or 0)}  {e.get('op_id', '')}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tb-footprint",
+        description="See what fills a TensorBoard logdir, and cut it safely (backup, verify, restore).",
+    )
+    p.add_argument("--version", action="version", version=f"tb-footprint {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("scan", help="size breakdown by run and category")
+    s.add_argument("logdir")
+    s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
+    s.add_argument("--files", action="store_true", help="with --json: include every file")
+    s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
+    s.add_argument("--by", choices=("run", "category"), default="run")
+    s.add_argument("--backup-dir", default=None)
+    s.add_argument("--no-cache", action="store_true", help="re-read every event file")
+    s.set_defaults(func=cmd_scan)
+
+    s = sub.add_parser("policies", help="list the named policies")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_policies)
+
+    s = sub.add_parser("plan", help="dry run: what a policy would do (writes nothing)")
+    s.add_argument("logdir")
+    _common(s)
+    _filters(s)
+    s.set_defaults(func=cmd_plan)
+
+    s = sub.add_parser("reduce", help="reduce runs: backup, transform, verify, commit or roll back")
+    s.add_argument("logdir")
+    _common(s)
+    _filters(s)
+    s.add_argument("--dry-run", action="store_true", help="only plan")
+    s.add_argument("--jobs", type=int, default=1, help="runs reduced in parallel")
+    s.add_argument("--timeout", type=parse_duration, default=None, help="per-run time limit (rolled back after)")
+    s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
+    s.add_argument("--verify", default="python,rust", help="reader backends to verify with")
+    s.set_defaults(func=cmd_reduce)
+
+    s = sub.add_parser("verify", help="re-check kept reductions against their backups")
+    s.add_argument("logdir")
+    s.add_argument("run", nargs="?")
+    s.add_argument("--op", default=None)
+    s.add_argument("--verify", default="python,rust")
+    _common(s)
+    s.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("restore", help="put back the exact original bytes")
+    s.add_argument("logdir")
+    s.add_argument("run", nargs="?")
+    s.add_argument("--op", default=None)
+    _common(s)
+    s.set_defaults(func=cmd_restore)
+
+    s = sub.add_parser("purge", help="delete backups of verified reductions (lists only, without --yes)")
+    s.add_argument("logdir")
+    s.add_argument("--older-than", type=parse_duration, default=None)
+    s.add_argument("--run", default=None)
+    s.add_argument("--op", default=None)
+    s.add_argument("--yes", action="store_true")
+    _common(s)
+    s.set_defaults(func=cmd_purge)
+
+    s = sub.add_parser("status", help="vault, ledger and unfinished operations")
+    s.add_argument("logdir")
+    _common(s)
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("history", help="the change log")
+    s.add_argument("logdir")
+    s.add_argument("--csv", action="store_true")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_history)
+
+    d = sub.add_parser("demo", help="write deterministic demo logs")
+    d.add_argument("dir")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--scale", type=float, default=1.0)
+    d.add_argument("--overwrite", action="store_true")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    try:
+        return args.func(args)
+    except (OSError, ValueError, RuntimeError) as e:
+        print(f"tb-footprint: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("tb-footprint: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""The deterministic demo logdir: a realistic mix of TF 2 / Keras 3, Keras 2, TF1, PyTorch and JAX
+runs in which profile data is the bulk of the bytes (as in real profiled logdirs).
+
+``python -m tb_footprint_plugin.demo DIR [--seed N] [--scale X] [--overwrite]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from tb_footprint_plugin import categories, synth
+
+MARKER = ".footprint-demo"
+_STAGING = ".footprint-demo-staging"
+_HOST = "demo-host"
+_T0 = 1795990000  # every timestamp below is an offset from this fixed instant
+_FAKE_ROOT = "/srv/footprint-demo"  # paths embedded in files never depend on the target dir
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a run builder gets: where to write, and its deterministic seed, scale and start time."""
+
+    root: str  # the staging logdir
+    rel: str  # the run's path relative to the logdir ("mnist/baseline")
+    seed: int
+    scale: float
+    ts: int
+
+    @property
+    def dir(self) -> str:
+        return os.path.join(self.root, *self.rel.split("/"))
+
+    def session(self, sub: str, dt: int, n_events: int, seed: int, **kw: Any) -> List[str]:
+        """A profile session under ``<run>/<sub>``; embedded paths use a fixed fake root."""
+        run_dir = os.path.join(self.dir, sub) if sub else self.dir
+        return synth.write_profile_session(
+            run_dir, synth.session_name_for(self.ts + dt), _HOST, n_events, seed=seed,
+            repository_path=f"{_FAKE_ROOT}/{self.rel}" + (f"/{sub}" if sub else ""), **kw)
+
+
+Builder = Callable[[_Run], List[str]]
+
+
+# --- helpers ----------------------------------------------------------------------------------
+def _n(base: float, scale: float, minimum: int = 1) -> int:
+    """``base`` scaled, never below ``minimum``."""
+    return max(minimum, int(round(base * scale)))
+
+
+def _finish(w: synth.EventWriter) -> str:
+    """Close a writer and stamp the file with its last wall time (deterministic mtimes)."""
+    w.close()
+    t = int(w.wall_time)
+    os.utime(w.path, (t, t))
+    return w.path
+
+
+def _loss_curve(rng: random.Random, step: int, total: int, start: float = 2.3, floor: float = 0.05) -> float:
+    return floor + (start - floor) * math.exp(-4.0 * step / max(1, total)) + rng.uniform(-0.03, 0.03)
+
+
+# --- Keras 3 (profile inside train/) and Keras 2 (profile at the run root) ---------------------
+def _keras_train(run: str, seed: int, scale: float, ts: int, *, epochs: int = 5, lr: float = 1e-3) -> List[str]:
+    rng = random.Random(seed)
+    layers = ["small_cnn/conv1", "small_cnn/conv2", "small_cnn/fc1", "small_cnn/logits"]
+    steps_per_epoch = _n(120, scale)
+    w = synth.EventWriter(run, timestamp=ts, host=_HOST, pid=25000 + seed % 1000, index=0, tick=0.004)
+    w.graph_summary("keras", 0, synth.keras_model_config(6), "graph_keras_model")
+    total = epochs * steps_per_epoch
+    for epoch in range(epochs):
+        for b in range(steps_per_epoch):
+            step = epoch * steps_per_epoch + b + 1
+            loss = _loss_curve(rng, step, total)
+            w.scalar("batch_loss", step, loss)
+            w.scalar("batch_accuracy", step, max(0.0, min(1.0, 1.0 - loss / 2.5)))
+            if step == 6:  # profile_batch's traced step: the graph + run metadata summary
+                w.graph_summary("batch_6", 6, synth.make_run_metadata(30, seed=seed, with_graph=True)
+                                .SerializeToString(), "graph_run_metadata_graph")
+        w.scalar("epoch_loss", epoch, _loss_curve(rng, (epoch + 1) * steps_per_epoch, total))
+        w.scalar("epoch_accuracy", epoch, min(1.0, 0.5 + 0.1 * epoch))
+        w.scalar("epoch_learning_rate", epoch, lr)
+        for i, layer in enumerate(layers):
+            for part in ("kernel", "bias"):
+                values = [rng.gauss(0, 0.1 / (1 + epoch)) for _ in range(400 if part == "kernel" else 32)]
+                w.histogram(f"{layer}/{part}/histogram", epoch, values)
+                shape = (3, 3) if (part == "kernel" and i == 0) else (32, 16) if part == "kernel" else (1, 16)
+                w.image(f"{layer}/{part}/image", epoch, synth.make_png(*shape, seed=seed + epoch * 10 + i,
+                                                                     channels=1), *shape)
+    return [_finish(w)]
+
+
+def _keras_validation(run: str, seed: int, scale: float, ts: int, *, epochs: int = 5) -> List[str]:
+    rng = random.Random(seed + 7)
+    w = synth.EventWriter(run, timestamp=ts, host=_HOST, pid=25000 + seed % 1000, index=1, tick=0.4)
+    for epoch in range(epochs):
+        loss = _loss_curve(rng, epoch + 1, epochs)
+        it = (epoch + 1) * _n(120, scale)
+        w.scalar("epoch_loss", epoch, loss)
+        w.scalar("epoch_accuracy", epoch, min(1.0, 1.0 - loss / 2.5))
+        w.scalar("evaluation_loss_vs_iterations", it, loss)
+        w.scalar("evaluation_accuracy_vs_iterations", it, min(1.0, 1.0 - loss / 2.5))
+    return [_finish(w)]
+
+
+def _mnist(viewed: bool, lr: float) -> Builder:
+    def build(r: _Run) -> List[str]:
+        out = _keras_train(os.path.join(r.dir, "train"), r.seed, r.scale, r.ts, lr=lr)
+        out += _keras_validation(os.path.join(r.dir, "validation"), r.seed, r.scale, r.ts + 1)
+        # Keras 3: the profile session lives inside train/
+        return out + r.session("train", 3, _n(90_000, r.scale, 500), r.seed, with_caches=viewed)
+    return build
+
+
+def _keras2(r: _Run) -> List[str]:
+    out = _keras_train(os.path.join(r.dir, "train"), r.seed, r.scale * 0.6, r.ts, epochs=3)
+    out += _keras_validation(os.path.join(r.dir, "validation"), r.seed, r.scale * 0.6, r.ts + 1, epochs=3)
+    # Keras 2 profiles into <log_dir>/plugins/profile: the run root has no event file of its own
+    return out + r.session("", 2, _n(90_000, r.scale, 500), r.seed)
+
+
+# --- PyTorch: SummaryWriter + torch.profiler traces -------------------------------------------
+def _resnet_torch(r: _Run) -> List[str]:
+    run, seed, scale, ts = r.dir, r.seed, r.scale, r.ts
+    rng = random.Random(seed)
+    pid = 25684
+    w = synth.EventWriter(run, timestamp=ts, host=_HOST, pid=pid, style="torch", tick=0.003)
+    w.graph_def(synth.make_graph_def(60, seed=seed))  # torch add_graph: GraphDef + RunMetadata
+    w.run_metadata("step1", 0, synth.make_run_metadata(2, seed=seed))
+    steps = _n(300, scale, 10)
+    params = ["conv1.weight", "conv1.bias", "bn1.weight", "conv2.weight", "fc1.weight", "fc2.weight"]
+    for step in range(steps):
+        loss = _loss_curve(rng, step, steps)
+        w.legacy_simple_value("train/loss", step, loss)
+        w.legacy_simple_value("train/accuracy", step, max(0.0, 1.0 - loss / 2.4))
+        w.legacy_simple_value("train/lr", step, 0.05 * 0.8 ** (step // 50))
+        w.legacy_simple_value("perf/step_time_ms", step, rng.uniform(9, 40))
+        if step % 75 == 0:
+            for p in params:
+                w.legacy_histo(f"params/{p}", step, [rng.gauss(0, 0.1) for _ in range(300)])
+                w.legacy_histo(f"grads/{p}", step, [rng.gauss(0, 0.01) for _ in range(300)])
+        if step % 50 == 0:
+            w.legacy_image("inputs", step, synth.make_png(128, 32, seed=seed + step, noise=255), 128, 32)
+        if step % 100 == 0:
+            w.text("notes/text_summary", step, f"step {step}: loss={loss:.4f}")
+    out = [_finish(w)]
+    # add_hparams writes a sub-run named by time.time()
+    hp = synth.EventWriter(os.path.join(run, f"{ts + 3}.7669468"), timestamp=ts + 3, host=_HOST, pid=pid,
+                           index=1, style="torch")
+    hp.hparams({"lr": 0.05, "momentum": 0.9, "batch": 32, "arch": "SmallNet"},
+               {"hparam/accuracy": 0.979, "hparam/final_loss": 0.0123})
+    out.append(_finish(hp))
+    for i in range(3):  # schedule(wait=1, warmup=1, active=3, repeat=3): steps 2-4, 7-9, 12-14
+        ns = (ts + 1) * 10**9 + i * 92_490_000 + 836_083_456
+        name = synth.torch_trace_name(_HOST, pid, ns)
+        path = os.path.join(run, name)
+        synth.write_torch_trace(path, _n(3, scale), seed + i, host=_HOST, pid=pid, first_step=2 + 5 * i,
+                                start_ns=ns - 60_000_000, trace_name=f"{_FAKE_ROOT}/resnet_torch/{name}")
+        os.utime(path, (ns // 10**9, ns // 10**9))
+        out.append(path)
+    return out
+
+
+# --- JAX: no event files at all ---------------------------------------------------------------
+def _jax(r: _Run) -> List[str]:
+    n = _n(60_000, r.scale, 500)
+    out = r.session("", 0, n, r.seed, flavor="jax", trace_json=True)
+    return out + r.session("", 1, n, r.seed + 1, flavor="jax", trace_json=True, perfetto=True)
+
+
+# --- TF 2 tf.summary of every kind + a TF1 FileWriter run --------------------------------------
+def _summary_mix(r: _Run) -> List[str]:
+    run, seed, scale, ts = r.dir, r.seed, r.scale, r.ts
+    rng = random.Random(seed)
+    w = synth.EventWriter(run, timestamp=ts, host=_HOST, pid=25654, tick=0.0005)
+    w.hparams({"learning_rate": 0.003, "optimizer": "adam", "units": 128}, ["loss", "eval/accuracy"],
+              trial_id="summary_mix-0", start_time_secs=ts)
+    w.graph_def(synth.make_graph_def(30, seed=seed))
+    w.graph_summary("step_fn_graph", 0, synth.make_run_metadata(30, seed=seed, with_graph=True)
+                    .SerializeToString(), "graph_run_metadata_graph")
+    w.graph_summary("step_fn_profile", 1, synth.make_run_metadata(30, seed=seed).SerializeToString(),
+                    "graph_run_metadata")
+    steps = _n(1000, scale, 20)
+    tags = ["loss", "accuracy", "learning_rate", "grad_norm", "throughput/examples_per_sec", "memory/host_mb"]
+    for step in range(steps):
+        loss = _loss_curve(rng, step, steps)
+        for tag, v in zip(tags, (loss, 1 - loss / 2.4, 3e-3 * 0.99 ** (step // 10), rng.uniform(0.1, 3),
+                                 rng.uniform(900, 1100), 800 + step * 0.01)):
+            w.scalar(tag, step, v)
+        if step % 50 == 0:
+            w.scalar("eval/loss", step, loss * 1.1)
+            w.scalar("eval/accuracy", step, 1 - loss / 2.2)
+            w.text("notes", step, f"### step {step}\n* loss **{loss:.4f}**")
+        if step % 20 == 0:
+            for t in ("weights/w1", "weights/b1", "weights/w2"):
+                w.histogram(t, step, [rng.gauss(0, 1) for _ in range(200)])
+            w.pr_curve("pr/validation", step, [rng.random() < 0.5 for _ in range(64)],
+                       [rng.random() for _ in range(64)], num_thresholds=21)
+        if step % 100 == 0:
+            w.image("samples/generated", step, [synth.make_png(32, 32, seed=step + k) for k in range(2)], 32, 32)
+        if step % 250 == 0:
+            w.audio("audio/tone", step, synth.make_wav(4000, seed=step, freq=220 + step), label="tone")
+    return [_finish(w)] + r.session("", 1, _n(30_000, scale, 500), seed)
+
+
+def _tf1_legacy(r: _Run) -> List[str]:
+    run, seed, scale, ts = r.dir, r.seed, r.scale, r.ts
+    rng = random.Random(seed)
+    # TF1 FileWriter: no ".v2", metadata only on a tag's first value, SessionLog START, MetaGraphDef
+    w = synth.EventWriter(run, timestamp=ts, host=_HOST, pid=19999, suffix="", metadata="first", tick=0.01)
+    w.session_log_start(0)
+    w.graph_def(synth.make_graph_def(25, seed=seed))
+    w.meta_graph_def(synth.make_meta_graph_def(25, seed=seed))
+    for step in range(_n(400, scale, 10)):
+        w.legacy_simple_value("xent", step, _loss_curve(rng, step, 400))
+        w.scalar("accuracy", step, rng.uniform(0.8, 1.0))
+        if step % 100 == 0:
+            w.legacy_histo("layer1/weights", step, [rng.gauss(0, 0.2) for _ in range(200)])
+            w.legacy_image("input/image", step, synth.make_png(28, 28, seed=step, channels=1), 28, 28, colorspace=1)
+            w.legacy_audio("input/audio", step, synth.make_wav(2000, seed=step))
+            w.run_metadata(f"step{step}", step, synth.make_run_metadata(15, seed=step))
+    w.log_message(400, "finished")
+    return [_finish(w)]
+
+
+#: (run path relative to the logdir, builder, seed, start-time offset) in generation order
+_RUNS: Sequence[tuple] = (
+    ("mnist/baseline", _mnist(viewed=True, lr=1e-3), 11, 0),
+    ("mnist/lr_0.01", _mnist(viewed=False, lr=1e-2), 12, 600),
+    ("keras2_cifar", _keras2, 13, 1200),
+    ("resnet_torch", _resnet_torch, 14, 1800),
+    ("jax_profile", _jax, 15, 2400),
+    ("tf_summary_mix", _summary_mix, 16, 3000),
+    ("tf1_legacy", _tf1_legacy, 17, 3600),
+)
+
+
+# --- safety: never touch what the demo did not write --------------------------------------------
+def _read_marker(target: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(os.path.join(target, MARKER), encoding="utf-8") as fh:
+            data = json.load(fh)
+        return data if isinstance(data, dict) and isinstance(data.get("files"), list) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _inside(target: str, rel: str) -> bool:
+    full = os.path.realpath(os.path.join(target, rel))
+    return full.startswith(os.path.realpath(target) + os.sep) and not os.path.isabs(rel)
+
+
+def _remove_previous(target: str, files: List[str]) -> None:
+    """Remove the files a previous demo recorded, then the directories they leave empty."""
+    dirs = set()
+    for rel in files:
+        if not _inside(target, rel):
+            continue  # a tampered marker must not make us delete outside the demo
+        path = os.path.join(target, rel)
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.remove(path)
+        d = os.path.dirname(rel)
+        while d:
+            dirs.add(d)
+            d = os.path.dirname(d)
+    for d in sorted(dirs, key=lambda p: -p.count(os.sep)):
+        try:
+            os.rmdir(os.path.join(target, d))
+        except OSError:
+            pass  # not empty: someone else's files live there too
+
+
+def _rel_files(root: str) -> List[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for f in sorted(filenames):
+            out.append(os.path.relpath(os.path.join(dirpath, f), root))
+    return out
+
+
+# --- summary ------------------------------------------------------------------------------------
+def _runs_and_sessions(files: Sequence[str]) -> Dict[str, List[str]]:
+    """TensorBoard runs (dirs with summary event files) and profile sessions as xprof names them."""
+    runs, sessions = set(), set()
+    for rel in files:
+        parts = rel.split(os.sep)
+        if categories.is_summary_event_file_name(parts[-1]):
+            runs.add("/".join(parts[:-1]) or ".")
+        for i in range(len(parts) - 3):
+            if parts[i:i + 2] == ["plugins", "profile"]:
+                sessions.add("/".join(parts[:i] + [parts[i + 2]]))
+    return {"runs": sorted(runs), "profile_sessions": sorted(sessions)}
+
+
+def _category(rel: str) -> str:
+    parts = tuple(rel.split(os.sep))
+    name = parts[-1]
+    if categories.is_summary_event_file_name(name):
+        return "event_files"
+    return categories.classify_file(parts[:-1], name)
+
+
+def summarize(target: str, files: Sequence[str]) -> Dict[str, Any]:
+    """Bytes per category (event files lumped together) and the profile share, from lstat."""
+    by_cat: Dict[str, int] = {}
+    for rel in files:
+        size = os.lstat(os.path.join(target, rel)).st_size
+        cat = _category(rel)
+        by_cat[cat] = by_cat.get(cat, 0) + size
+    total = sum(by_cat.values())
+    profile = sum(v for k, v in by_cat.items() if k in categories.PROFILE_CATEGORIES)
+    return {"total_bytes": total, "profile_bytes": profile,
+            "profile_share": profile / total if total else 0.0,
+            "bytes_by_category": dict(sorted(by_cat.items()))}
+
+
+# --- the entry points -----------------------------------------------------------------------------
+def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwrite: bool = False) -> Dict[str, Any]:
+    """Write the demo logdir into ``target_dir`` and return a summary: ``runs`` (TensorBoard runs),
+    ``profile_sessions`` (as xprof names them), ``groups``, ``files``, ``total_bytes``,
+    ``profile_bytes``, ``profile_share`` and ``bytes_by_category`` (event files lumped together).
+
+    Deterministic: the same ``seed`` and ``scale`` give byte-identical files (and mtimes).
+    Refuses a non-empty ``target_dir`` unless ``overwrite``; even then it only replaces the files a
+    previous demo recorded in ``.footprint-demo`` and refuses to overwrite anything else. Files are
+    generated in a staging directory first and moved into place at the end.
+    """
+    if scale <= 0:
+        raise ValueError("scale must be > 0")
+    target = os.path.abspath(target_dir)
+    os.makedirs(target, exist_ok=True)
+    previous = _read_marker(target)
+    existing = [e for e in os.listdir(target) if e != _STAGING]
+    if existing and not overwrite:
+        raise FileExistsError(f"{target} is not empty (pass overwrite=True to replace a previous demo)")
+    staging = os.path.join(target, _STAGING)
+    shutil.rmtree(staging, ignore_errors=True)  # leftovers of an interrupted run are ours
+    try:
+        groups = _build_all(staging, seed, scale)
+        files = _rel_files(staging)
+        owned = set(previous["files"]) if previous else set()
+        clashes = [f for f in files if os.path.lexists(os.path.join(target, f)) and f not in owned]
+        if clashes:
+            raise FileExistsError(f"{len(clashes)} demo file(s) would replace files the demo did not write, "
+                                  f"e.g. {clashes[0]}")
+        if previous:
+            _remove_previous(target, previous["files"])
+        for rel in files:
+            dst = os.path.join(target, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(os.path.join(staging, rel), dst)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    summary = {"target": target, "seed": seed, "scale": scale, "groups": groups, "files": len(files),
+               **_runs_and_sessions(files), **summarize(target, files)}
+    marker = os.path.join(target, MARKER)
+    with open(marker, "w", encoding="utf-8") as fh:
+        json.dump({"generator": "tb_footprint_plugin.demo", "version": 1, "seed": seed, "scale": scale,
+                   "files": files}, fh, indent=1)
+    os.utime(marker, (_T0, _T0))
+    return summary
+
+
+def _build_all(root: str, seed: int, scale: float) -> List[str]:
+    for rel, build, run_seed, dt in _RUNS:
+        build(_Run(root, rel, run_seed + 1000 * seed, scale, _T0 + dt))
+    return [rel for rel, *_ in _RUNS]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tb_footprint_plugin.demo",
+                                     description="Write the deterministic Footprint demo logdir.")
+    parser.add_argument("target_dir")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--overwrite", action="store_true", help="replace a previous demo in target_dir")
+    args = parser.parse_args(argv)
+    try:
+        summary = generate_demo(args.target_dir, seed=args.seed, scale=args.scale, overwrite=args.overwrite)
+    except (FileExistsError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    mb = summary["total_bytes"] / 1e6
+    print(f"wrote {summary['files']} files, {mb:.1f} MB to {summary['target']} "
+          f"(profile data {summary['profile_share']:.0%})")
+    for cat, n in summary["bytes_by_category"].items():
+        print(f"  {categories.label(cat) if cat != 'event_files' else 'event files':<28} {n / 1e6:8.2f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Walk a logdir and attribute every file to a run, by TensorBoard's rules and the ones it misses.
+
+* a run is a directory that directly holds a file whose name contains ``tfevents``
+  (TensorBoard's ``io_wrapper.IsTensorFlowEventsFile``);
+* a directory with ``plugins/profile/`` below it is a run (xprof finds profiles that way even
+  when the directory has no event file: Keras 2 and JAX write it so);
+* a directory holding ``*.pt.trace.json[.gz]`` is a run (the PyTorch profiler);
+* every other file belongs to the nearest run above it, or to ``(unattributed)``.
+
+Sizes come from ``lstat``; symlinks are reported as such and never followed, so neither a
+link out of the logdir nor a link loop can lead the walk astray. Unreadable directories
+become warnings, not errors.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.model import UNATTRIBUTED
+from tb_footprint_plugin.paths import STATE_DIR_NAME, is_within
+
+
+@dataclass
+class FoundFile:
+    """One non-directory entry found by the walk."""
+
+    rel: str  # relative to the logdir, '/'-separated
+    abspath: str
+    size: int
+    mtime: float
+    mtime_ns: int
+    ino: int
+    is_symlink: bool
+    link_target: Optional[str] = None
+    run_rel_parts: Tuple[str, ...] = ()  # directories between the run dir and the file
+
+
+@dataclass
+class FoundRun:
+    """A run directory and the files attributed to it."""
+
+    name: str  # '.' for the logdir itself
+    abspath: Optional[str]
+    files: List[FoundFile] = field(default_factory=list)
+    has_event_files: bool = False
+
+
+@dataclass
+class Discovery:
+    """Result of a walk: runs (including the unattributed bucket) and warnings."""
+
+    runs: Dict[str, FoundRun]
+    warnings: List[str]
+    excluded_bytes: int  # bytes of the state/vault directory inside the logdir
+
+
+def display(path: str) -> str:
+    """A printable form of a path whose name may not be valid UTF-8."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _is_dir_nofollow(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_run_dir(names: Iterable[str], dirpath: str, subdirs: Iterable[str]) -> Tuple[bool, bool]:
+    """(is a run, has event files) for a directory with these file names and subdirectories."""
+    has_events = any(cat.is_event_file_name(n) for n in names)
+    if has_events:
+        return True, True
+    if any(cat.is_torch_trace_name(n) for n in names):
+        return True, False
+    if "plugins" in subdirs and _is_dir_nofollow(os.path.join(dirpath, "plugins", "profile")):
+        return True, False
+    return False, False
+
+
+def dir_size(path: str) -> int:
+    """Apparent size of every file under ``path`` (no symlink following)."""
+    total = 0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for n in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            try:
+                total += os.lstat(os.path.join(root, n)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
+    """Walk ``logdir`` and return its runs with every file attributed.
+
+    ``exclude`` holds absolute directory paths (the vault) that are skipped and counted
+    separately.
+    """
+    logdir = os.path.abspath(logdir)
+    excluded = {os.path.abspath(p) for p in exclude}
+    excluded.add(os.path.join(logdir, STATE_DIR_NAME))
+    runs: Dict[str, FoundRun] = {}
+    warnings: List[str] = []
+    excluded_bytes = 0
+    seen_dirs = set()  # (dev, ino): bind mounts can loop even without symlinks
+
+    # Stack of (abs dir, rel parts from logdir, owning run name or None, index of run in parts)
+    stack: List[Tuple[str, Tuple[str, ...], Optional[str], int]] = [(logdir, (), None, 0)]
+    while stack:
+        dirpath, parts, owner, owner_depth = stack.pop()
+        try:
+            st = os.lstat(dirpath)
+        except OSError as e:
+            warnings.append(f"{display(_rel(parts))}: cannot stat directory ({e.strerror})")
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            warnings.append(f"{display(_rel(parts))}: directory seen twice (loop), skipped")
+            continue
+        seen_dirs.add(key)
+        try:
+            with os.scandir(dirpath) as it:
+                entries = list(it)
+        except OSError as e:
+            warnings.append(f"{display(_rel(parts))}: unreadable directory ({e.strerror}), skipped")
+            continue
+
+        files, subdirs = [], []
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    subdirs.append(e.name)
+                else:
+                    files.append(e)
+            except OSError:
+                files.append(e)
+        names = [e.name for e in files]
+        run_here, has_events = is_run_dir(names, dirpath, subdirs)
+        if run_here:
+            owner = _rel(parts)
+            owner_depth = len(parts)
+            runs.setdefault(owner, FoundRun(name=owner, abspath=dirpath))
+            runs[owner].has_event_files = runs[owner].has_event_files or has_events
+        run_name = owner if owner is not None else UNATTRIBUTED
+        for e in files:
+            ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings)
+            if ff is None:
+                continue
+            bucket = runs.setdefault(
+                run_name, FoundRun(name=run_name, abspath=None if owner is None else dirpath)
+            )
+            bucket.files.append(ff)
+        for d in sorted(subdirs, reverse=True):
+            sub = os.path.join(dirpath, d)
+            if sub in excluded:
+                excluded_bytes += dir_size(sub)
+                continue
+            stack.append((sub, parts + (d,), owner, owner_depth))
+    for r in runs.values():
+        r.files.sort(key=lambda f: f.rel)
+    return Discovery(runs=runs, warnings=warnings, excluded_bytes=excluded_bytes)
+
+
+def _rel(parts: Tuple[str, ...]) -> str:
+    return "/".join(parts) if parts else "."
+
+
+def _found_file(entry, parts, logdir, owner_depth, warnings) -> Optional[FoundFile]:
+    rel = "/".join(parts + (entry.name,))
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError as e:
+        warnings.append(f"{display(rel)}: cannot stat ({e.strerror}), not counted")
+        return None
+    is_link = stat.S_ISLNK(st.st_mode)
+    target = None
+    if is_link:
+        try:
+            target = os.readlink(entry.path)
+        except OSError:
+            target = "?"
+        resolved = os.path.realpath(entry.path)
+        where = "inside" if is_within(resolved, os.path.realpath(logdir)) else "outside"
+        warnings.append(f"{display(rel)}: symlink to {display(target)} ({where} the logdir), not followed")
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        warnings.append(f"{display(rel)}: file name is not valid UTF-8")
+    return FoundFile(
+        rel=rel,
+        abspath=entry.path,
+        size=st.st_size,
+        mtime=st.st_mtime,
+        mtime_ns=st.st_mtime_ns,
+        ino=st.st_ino,
+        is_symlink=is_link,
+        link_target=target,
+        run_rel_parts=tuple(parts[owner_depth:]),
+    )

@@ -1,0 +1,53 @@
+"""Human formatting for terminal output: sizes, shares and proportional bars."""
+from __future__ import annotations
+
+_UNITS = ("B", "KB", "MB", "GB", "TB", "PB")
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KB' (decimal units, as du -h --si and most UIs show)."""
+    n = float(n)
+    for unit in _UNITS:
+        if abs(n) < 1000 or unit == _UNITS[-1]:
+            return f"{int(n)} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} PB"
+
+
+def parse_size(text: str) -> int:
+    """'100MB' / '1.5 GB' / '2048' -> bytes; raises ValueError naming the bad text."""
+    t = text.strip().upper().replace(" ", "")
+    mult = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9,
+            "GB": 10**9, "T": 10**12, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+    num = t.rstrip("KMGTIB")
+    unit = t[len(num):]
+    if unit not in mult or not num:
+        raise ValueError(f"not a size: {text!r} (try 100MB or 1.5GB)")
+    return int(float(num) * mult[unit])
+
+
+def parse_duration(text: str) -> float:
+    """'14d' / '12h' / '30m' / '45s' / '90' (seconds) -> seconds; ValueError on bad text."""
+    t = text.strip().lower()
+    mult = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    try:
+        if t and t[-1] in mult:
+            return float(t[:-1]) * mult[t[-1]]
+        return float(t)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (try 14d, 12h or 30m)") from None
+
+
+def share(part: float, whole: float) -> str:
+    """Percentage with one decimal, '—' for an empty whole."""
+    return f"{100.0 * part / whole:5.1f}%" if whole else "    —"
+
+
+def bar(part: float, whole: float, width: int = 20) -> str:
+    """A proportional bar with eighth-block resolution, padded to ``width``."""
+    if not whole or part <= 0:
+        return " " * width
+    eighths = round(8 * width * part / whole)
+    full, rem = divmod(eighths, 8)
+    s = "█" * full + ("" if rem == 0 else "▏▎▍▌▋▊▉"[rem - 1])
+    return s[:width].ljust(width)

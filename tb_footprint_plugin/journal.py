@@ -1,0 +1,120 @@
+"""Write-ahead journal: every destructive step is preceded by an fsynced record of it.
+
+One append-only JSON-lines file per operation in ``<logdir>/.tb-footprint/journal/``. A
+journal that still exists after its process is gone is an unfinished operation; recovery
+reads it and either rolls the run back to its exact original bytes or finishes the swap
+(only when verification and the start of the swap were recorded).
+
+Per-run locks (``flock``, released by the kernel even on SIGKILL) keep two reducers off the
+same run and tell recovery which journals belong to a live process.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from typing import Iterator, List, Optional
+
+from tb_footprint_plugin.vault import fsync_dir
+
+
+class Journal:
+    """An operation's journal file."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.op_id = os.path.basename(path)[: -len(".jsonl")]
+
+    @classmethod
+    def create(cls, journal_dir: str, op_id: str, first: dict) -> "Journal":
+        os.makedirs(journal_dir, exist_ok=True)
+        j = cls(os.path.join(journal_dir, f"{op_id}.jsonl"))
+        fd = os.open(j.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.close(fd)
+        fsync_dir(journal_dir)
+        j.append(first)
+        return j
+
+    def append(self, record: dict) -> None:
+        """Append one record and fsync it before returning."""
+        record = dict(record, t=time.time())
+        line = json.dumps(record, sort_keys=True) + "\n"
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def records(self) -> List[dict]:
+        """Every complete record; a torn last line (crash mid-write) is ignored."""
+        out = []
+        try:
+            with open(self.path, "r", encoding="utf-8") as f:
+                for line in f:
+                    if not line.endswith("\n"):
+                        break
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        break
+        except FileNotFoundError:
+            pass
+        return out
+
+    def close(self) -> None:
+        """The operation is fully settled: remove the journal."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        fsync_dir(os.path.dirname(self.path))
+
+
+def pending_journals(journal_dir: str) -> Iterator[Journal]:
+    """Journals left behind (unfinished operations), oldest first."""
+    if not os.path.isdir(journal_dir):
+        return
+    for name in sorted(os.listdir(journal_dir)):
+        if name.endswith(".jsonl") and not name.startswith("."):
+            yield Journal(os.path.join(journal_dir, name))
+
+
+class RunLocked(RuntimeError):
+    """Another process holds this run's lock."""
+
+
+class RunLock:
+    """Exclusive, non-blocking lock on one run of one logdir."""
+
+    def __init__(self, lock_dir: str, run: str):
+        self.lock_dir = lock_dir
+        self.run = run
+        digest = hashlib.sha1(run.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        self.path = os.path.join(lock_dir, f"run-{digest}.lock")
+        self.fd: Optional[int] = None
+
+    def acquire(self) -> "RunLock":
+        os.makedirs(self.lock_dir, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunLocked(f"run {self.run!r} is being changed by another process") from None
+            raise
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

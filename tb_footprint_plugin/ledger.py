@@ -1,0 +1,96 @@
+"""The batch ledger: a JSON file rewritten atomically after every state transition, so a
+batch interrupted at any point resumes where it stopped.
+
+Per run: ``pending → reducing → verifying → done | failed | skipped`` with sizes, ratio,
+verified flag, the error and the operation id. Several processes may share one ledger (array
+jobs over one logdir): every update re-reads the file under an exclusive ``flock``.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+from typing import Dict, Iterable, Optional
+
+from tb_footprint_plugin.vault import atomic_write_json
+
+LEDGER_VERSION = 1
+RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
+TERMINAL_STATES = {"done", "failed", "skipped"}
+
+
+class Ledger:
+    """One batch's ledger file."""
+
+    def __init__(self, path: str, policy: str, logdir: str):
+        self.path = os.path.abspath(path)
+        self.policy = policy
+        self.logdir = logdir
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _locked(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with self._lock:
+            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
+    def read(self) -> dict:
+        try:
+            with open(self.path, "r", encoding="utf-8") as f:
+                data = json.load(f)
+            if data.get("version") == LEDGER_VERSION:
+                return data
+        except (OSError, ValueError):
+            pass
+        return {"version": LEDGER_VERSION, "logdir": self.logdir, "policy": self.policy,
+                "created_at": time.time(), "runs": {}}
+
+    def start(self, runs: Iterable[str]) -> Dict[str, dict]:
+        """Register runs as pending (keeping what an earlier batch recorded); returns all entries.
+
+        A ledger written for another policy is archived and a fresh one started: its states
+        say nothing about this policy.
+        """
+        with self._locked():
+            data = self.read()
+            if data.get("policy") != self.policy and data["runs"]:
+                os.replace(self.path, f"{self.path}.{int(time.time())}.old")
+                data = self.read()
+            for r in runs:
+                data["runs"].setdefault(r, {"state": "pending", "updated_at": time.time()})
+            atomic_write_json(self.path, data)
+            return dict(data["runs"])
+
+    def mark(self, run: str, state: str, **fields) -> None:
+        """Record a transition of ``run`` durably."""
+        with self._locked():
+            data = self.read()
+            entry = data["runs"].setdefault(run, {})
+            entry.update(fields, state=state, updated_at=time.time())
+            atomic_write_json(self.path, data)
+
+    def should_run(self, entry: Optional[dict]) -> bool:
+        """Resume rule: pending, interrupted and failed runs are retried; done and skipped are not,
+        except runs skipped for a passing reason (active or locked)."""
+        if not entry:
+            return True
+        if entry.get("state") in RETRY_STATES:
+            return True
+        err = entry.get("error") or ""
+        return entry.get("state") == "skipped" and ("active" in err or "another process" in err)
+
+    def summary(self) -> dict:
+        data = self.read()
+        counts: Dict[str, int] = {}
+        for e in data["runs"].values():
+            counts[e.get("state", "?")] = counts.get(e.get("state", "?"), 0) + 1
+        return {"path": self.path, "policy": data.get("policy"), "counts": counts, "runs": data["runs"]}

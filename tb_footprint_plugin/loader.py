@@ -1,0 +1,145 @@
+"""TensorBoard entry point: ``footprint = tb_footprint_plugin.loader:FootprintLoader``.
+
+TensorBoard imports this module at startup with no ``try``: an ``ImportError`` here stops
+TensorBoard itself. So it imports nothing but ``os`` and TensorBoard's own ``base_plugin``;
+the plugin (and the library under it) is imported lazily in ``load``, where TensorBoard
+catches failures and just skips the plugin.
+"""
+from __future__ import annotations
+
+import os
+
+from tensorboard.plugins import base_plugin
+
+DEFAULT_POLICY = "archive"
+DEFAULT_QUIET_PERIOD = 600.0
+
+_TRUE = ("1", "true", "t", "yes", "y", "on")
+_FALSE = ("0", "false", "f", "no", "n", "off")
+
+
+def _bool(text):
+    """``--footprint_read_only`` alone means true; ``=true``/``=false`` also work."""
+    if isinstance(text, bool):
+        return text
+    t = str(text).strip().lower()
+    if t in _TRUE:
+        return True
+    if t in _FALSE:
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+def parse_quiet_period(value) -> float:
+    """Seconds as a number, or a duration such as ``10m`` / ``1h``; ValueError otherwise."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+        try:
+            seconds = float(text[:-1]) * mult[text[-1]] if text and text[-1] in mult else float(text)
+        except (ValueError, KeyError):
+            raise ValueError(f"not a duration: {value!r} (seconds, or e.g. 10m, 1h)") from None
+    if seconds != seconds or seconds < 0 or seconds == float("inf"):
+        raise ValueError(f"quiet period must be a non-negative number of seconds, got {value!r}")
+    return seconds
+
+
+def is_local_logdir(logdir) -> bool:
+    """A plain filesystem path (not ``gs://…``, ``s3://…``, ``hdfs://…`` or empty)."""
+    return bool(logdir) and "://" not in str(logdir)
+
+
+class FootprintLoader(base_plugin.TBLoader):
+    """Adds the ``footprint`` flags and builds the plugin for a local ``--logdir``."""
+
+    def define_flags(self, parser):
+        group = parser.add_argument_group("footprint")
+        group.add_argument(
+            "--footprint_backup_dir",
+            metavar="PATH",
+            type=str,
+            default=None,
+            help="Absolute path of the backup vault (default: <logdir>/.tb-footprint). A vault on "
+            "another disk frees space at once when a run is reduced.",
+        )
+        group.add_argument(
+            "--footprint_policy",
+            metavar="POLICY",
+            type=str,
+            default=DEFAULT_POLICY,
+            help="Policy selected in the Footprint tab: lossless, keep-latest, keep-latest=N, archive, "
+            "or a JSON/TOML policy file (default: %(default)s).",
+        )
+        group.add_argument(
+            "--footprint_read_only",
+            metavar="BOOL",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=False,
+            help="Show the Footprint tab without any write action (no reduce, restore or purge).",
+        )
+        group.add_argument(
+            "--footprint_allow_remote_actions",
+            metavar="BOOL",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=False,
+            help="Allow reduce/restore/purge even when TensorBoard listens beyond loopback "
+            "(--bind_all or a non-loopback --host). Off by default: anyone who can reach the "
+            "port could change your logdir.",
+        )
+        group.add_argument(
+            "--footprint_quiet_period",
+            metavar="SECONDS",
+            type=str,
+            default=str(int(DEFAULT_QUIET_PERIOD)),
+            help="A run whose files changed less than this long ago is treated as still being "
+            "written and left alone (seconds, or 10m/1h; default: %(default)s).",
+        )
+
+    def fix_flags(self, flags):
+        backup = getattr(flags, "footprint_backup_dir", None)
+        if backup:
+            backup = os.path.expanduser(backup)
+            if not os.path.isabs(backup):
+                raise base_plugin.FlagsError(
+                    f"--footprint_backup_dir must be an absolute path, got {flags.footprint_backup_dir!r}"
+                )
+            backup = os.path.normpath(backup)
+            logdir = getattr(flags, "logdir", None)
+            if is_local_logdir(logdir):
+                root = os.path.abspath(os.path.expanduser(logdir))
+                if root == backup or root.startswith(backup.rstrip(os.sep) + os.sep):
+                    raise base_plugin.FlagsError(
+                        f"--footprint_backup_dir {backup} contains the logdir; choose a separate folder"
+                    )
+            flags.footprint_backup_dir = backup
+        policy = getattr(flags, "footprint_policy", None) or DEFAULT_POLICY
+        try:
+            from tb_footprint_plugin.policies import PolicyError, get_policy
+        except Exception as e:  # the library is broken: let load() report it, don't stop TB
+            raise base_plugin.FlagsError(f"--footprint_policy: cannot load policies ({e})") from e
+        try:
+            get_policy(policy)
+        except (PolicyError, ValueError) as e:
+            raise base_plugin.FlagsError(f"--footprint_policy: {e}") from None
+        flags.footprint_policy = policy
+        try:
+            flags.footprint_quiet_period = parse_quiet_period(
+                getattr(flags, "footprint_quiet_period", DEFAULT_QUIET_PERIOD)
+            )
+        except ValueError as e:
+            raise base_plugin.FlagsError(f"--footprint_quiet_period: {e}") from None
+
+    def load(self, context):
+        logdir = getattr(context, "logdir", None)
+        if not is_local_logdir(logdir):
+            # --logdir_spec (logdir == "") or a remote URL: nothing on a local disk to look at.
+            return None
+        from tb_footprint_plugin.plugin.plugin import FootprintPlugin
+
+        return FootprintPlugin(context)

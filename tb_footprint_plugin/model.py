@@ -1,0 +1,150 @@
+"""Typed results of a scan: the same objects the CLI prints, the plugin serves and plans read.
+
+``to_dict`` gives the documented JSON schema (``SCHEMA_VERSION``; see docs/json-schema.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+SCHEMA_VERSION = 1
+UNATTRIBUTED = "(unattributed)"
+
+
+@dataclass
+class CategoryStat:
+    """Bytes of one category within a run (or a whole logdir)."""
+
+    name: str
+    bytes: int = 0
+    files: int = 0  # files wholly or partly in this category
+    records: int = 0  # event records (0 for file-level categories)
+    tags: List[str] = field(default_factory=list)
+    min_step: Optional[int] = None
+    max_step: Optional[int] = None
+
+    def add(self, other: "CategoryStat") -> None:
+        """Fold another stat of the same category into this one."""
+        self.bytes += other.bytes
+        self.files += other.files
+        self.records += other.records
+        if other.tags:
+            self.tags = sorted(set(self.tags).union(other.tags))
+        for s in (other.min_step, other.max_step):
+            if s is None:
+                continue
+            self.min_step = s if self.min_step is None else min(self.min_step, s)
+            self.max_step = s if self.max_step is None else max(self.max_step, s)
+
+
+@dataclass
+class FileEntry:
+    """One file (or symlink) under the logdir, with its bytes split by category."""
+
+    path: str  # relative to the logdir, '/'-separated
+    size: int  # lstat st_size
+    mtime: float
+    kind: str  # 'event', 'file' or 'symlink'
+    categories: Dict[str, int] = field(default_factory=dict)  # category -> bytes; sums to size
+    warning: Optional[str] = None
+
+
+@dataclass
+class ProfileSession:
+    """One ``plugins/profile/<session>`` directory (or one PyTorch trace file)."""
+
+    name: str
+    path: str  # relative to the logdir
+    mtime: float
+    bytes: int
+    files: int
+    hosts: List[str] = field(default_factory=list)
+    kind: str = "xprof"  # 'xprof' or 'torch'
+
+
+@dataclass
+class RunFootprint:
+    """Everything the scan attributes to one run directory."""
+
+    name: str  # run name as TensorBoard shows it: path relative to the logdir, '.' for the root
+    path: str  # same as name, or UNATTRIBUTED
+    total_bytes: int = 0
+    newest_mtime: float = 0.0
+    categories: Dict[str, CategoryStat] = field(default_factory=dict)
+    files: List[FileEntry] = field(default_factory=list)
+    sessions: List[ProfileSession] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    has_event_files: bool = False
+
+    def biggest_category(self) -> Optional[str]:
+        """The category holding the most bytes, or None for an empty run."""
+        if not self.categories:
+            return None
+        return max(self.categories.values(), key=lambda c: (c.bytes, c.name)).name
+
+
+@dataclass
+class LogdirFootprint:
+    """The scan of a whole logdir."""
+
+    logdir: str
+    scanned_at: float
+    total_bytes: int
+    runs: List[RunFootprint]
+    categories: Dict[str, CategoryStat]
+    vault_bytes: int = 0
+    warnings: List[str] = field(default_factory=list)
+    files_read: int = 0  # event files parsed in this scan (not served from the cache)
+    files_cached: int = 0
+    schema_version: int = SCHEMA_VERSION
+
+    def run(self, name: str) -> Optional[RunFootprint]:
+        """The run with this exact name, or None."""
+        for r in self.runs:
+            if r.name == name:
+                return r
+        return None
+
+    def to_dict(self, with_files: bool = True) -> dict:
+        """JSON-ready dict in the documented schema."""
+        d = dataclasses.asdict(self)
+        if not with_files:
+            for r in d["runs"]:
+                r.pop("files", None)
+        return d
+
+
+def footprint_from_dict(d: dict) -> LogdirFootprint:
+    """Inverse of ``LogdirFootprint.to_dict`` (used by the cache and by tests)."""
+
+    def cats(m):
+        return {k: CategoryStat(**v) for k, v in m.items()}
+
+    runs = []
+    for r in d["runs"]:
+        runs.append(
+            RunFootprint(
+                name=r["name"],
+                path=r["path"],
+                total_bytes=r["total_bytes"],
+                newest_mtime=r["newest_mtime"],
+                categories=cats(r["categories"]),
+                files=[FileEntry(**f) for f in r.get("files", [])],
+                sessions=[ProfileSession(**s) for s in r["sessions"]],
+                warnings=list(r["warnings"]),
+                has_event_files=r.get("has_event_files", False),
+            )
+        )
+    return LogdirFootprint(
+        logdir=d["logdir"],
+        scanned_at=d["scanned_at"],
+        total_bytes=d["total_bytes"],
+        runs=runs,
+        categories=cats(d["categories"]),
+        vault_bytes=d.get("vault_bytes", 0),
+        warnings=list(d.get("warnings", [])),
+        files_read=d.get("files_read", 0),
+        files_cached=d.get("files_cached", 0),
+        schema_version=d.get("schema_version", SCHEMA_VERSION),
+    )

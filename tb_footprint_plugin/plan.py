@@ -1,0 +1,279 @@
+"""The dry run: a pure function of a scan and a policy. Nothing here touches the disk.
+
+Per run it lists the actions (delete, compress, rewrite, remove an emptied directory), the
+bytes before and the expected bytes after, and one fidelity line per category saying what
+the dashboard will show afterwards.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
+from tb_footprint_plugin.policies import COMPRESS, DELETE, Policy, get_policy
+
+#: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures); plan with
+#: a margin so "expected after" is an upper bound, and say it is an estimate.
+TORCH_GZIP_RATIO_ESTIMATE = 0.08
+DEFAULT_QUIET_PERIOD = 600.0
+
+
+@dataclass
+class Action:
+    """One change to one path (relative to the logdir)."""
+
+    kind: str  # 'delete' | 'compress' | 'rewrite' | 'remove_dir'
+    path: str
+    category: str
+    bytes_before: int
+    bytes_after: int
+    reason: str
+    new_path: Optional[str] = None  # compress: the name the new file gets
+    estimated: bool = False
+    params: Dict[str, object] = field(default_factory=dict)  # rewrite: what to keep
+
+
+@dataclass
+class RunPlan:
+    """What a policy does to one run."""
+
+    run: str
+    bytes_before: int
+    expected_after_bytes: int
+    actions: List[Action] = field(default_factory=list)
+    fidelity: List[str] = field(default_factory=list)
+    skipped: Optional[str] = None  # why nothing will be done, if so
+    newest_mtime: float = 0.0
+
+    @property
+    def removable_bytes(self) -> int:
+        return self.bytes_before - self.expected_after_bytes
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["removable_bytes"] = self.removable_bytes
+        return d
+
+
+@dataclass
+class Plan:
+    """A policy applied to a logdir: per-run plans and totals."""
+
+    logdir: str
+    policy: dict
+    created_at: float
+    total_bytes: int
+    runs: List[RunPlan]
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def removable_bytes(self) -> int:
+        return sum(r.removable_bytes for r in self.runs if not r.skipped)
+
+    @property
+    def expected_after_bytes(self) -> int:
+        return self.total_bytes - self.removable_bytes
+
+    def run(self, name: str) -> Optional[RunPlan]:
+        return next((r for r in self.runs if r.run == name), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "logdir": self.logdir,
+            "policy": self.policy,
+            "created_at": self.created_at,
+            "total_bytes": self.total_bytes,
+            "removable_bytes": self.removable_bytes,
+            "expected_after_bytes": self.expected_after_bytes,
+            "runs": [r.to_dict() for r in self.runs],
+            "notes": self.notes,
+        }
+
+
+def make_plan(
+    footprint: LogdirFootprint,
+    policy="archive",
+    *,
+    runs: Optional[List[str]] = None,
+    run_glob: Optional[str] = None,
+    min_size: int = 0,
+    older_than: Optional[float] = None,
+    quiet_period: float = DEFAULT_QUIET_PERIOD,
+    now: Optional[float] = None,
+) -> Plan:
+    """Plan ``policy`` over ``footprint``; runs not selected by the filters are left out,
+    active or unchanged runs are listed with ``skipped`` set."""
+    pol = get_policy(policy)
+    now = time.time() if now is None else now
+    plans = []
+    for r in footprint.runs:
+        if r.name == UNATTRIBUTED:
+            continue
+        if runs is not None and r.name not in runs:
+            continue
+        if run_glob and not fnmatch.fnmatchcase(r.name, run_glob):
+            continue
+        if r.total_bytes < min_size:
+            continue
+        if older_than is not None and r.newest_mtime > now - older_than:
+            continue
+        rp = plan_run(r, pol)
+        age = now - r.newest_mtime
+        if rp.actions and age < quiet_period:
+            rp.skipped = (
+                f"active: files changed {int(age)} s ago (quiet period {int(quiet_period)} s); "
+                "a run still being written is left alone"
+            )
+        elif not rp.actions:
+            rp.skipped = "nothing to reduce under this policy"
+        plans.append(rp)
+    plans.sort(key=lambda p: (-p.bytes_before, p.run))
+    notes = [
+        "Backups are kept in the vault until you purge them: disk space is freed by `purge`, "
+        "or at once if the vault is on another disk (--backup-dir)."
+    ]
+    return Plan(
+        logdir=footprint.logdir,
+        policy=pol.to_dict(),
+        created_at=now,
+        total_bytes=sum(p.bytes_before for p in plans),
+        runs=plans,
+        notes=notes,
+    )
+
+
+def _file_category(f) -> str:
+    return next(iter(f.categories)) if f.categories else cat.OTHER
+
+
+def _session_of(path: str, run: RunFootprint) -> Optional[str]:
+    for s in run.sessions:
+        if s.kind == "xprof" and path.startswith(s.path + "/"):
+            return s.path
+    return None
+
+
+def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
+    """The actions ``policy`` takes on one run (pure; no filesystem access)."""
+    rp = RunPlan(run=run.name, bytes_before=run.total_bytes, expected_after_bytes=run.total_bytes,
+                 newest_mtime=run.newest_mtime)
+    xprof = [s for s in run.sessions if s.kind == "xprof"]
+    torch = [s for s in run.sessions if s.kind == "torch"]
+    drop_sessions = set()
+    drop_traces = set()
+    if policy.keep_latest is not None:
+        ordered = sorted(xprof, key=lambda s: (s.name, s.mtime))
+        keep = ordered[len(ordered) - policy.keep_latest:] if policy.keep_latest else []
+        drop_sessions = {s.path for s in ordered if s not in keep}
+        by_worker: Dict[str, list] = {}
+        for s in torch:
+            by_worker.setdefault(s.hosts[0] if s.hosts else s.name, []).append(s)
+        for items in by_worker.values():
+            items.sort(key=lambda s: (s.mtime, s.name))
+            kept = items[len(items) - policy.keep_latest:] if policy.keep_latest else []
+            drop_traces |= {s.path for s in items if s not in kept}
+    sessions_with_xplane = {s.path for s in xprof if s.hosts}
+    deleted_per_session: Dict[str, int] = {}
+    files_per_session: Dict[str, int] = {s.path: s.files for s in xprof}
+    existing = {f.path for f in run.files}
+
+    for f in run.files:
+        if f.kind != "file":
+            continue  # event files are content-level; symlinks are never acted on
+        c = _file_category(f)
+        session = _session_of(f.path, run)
+        action = policy.rule(c)
+        reason = f"{cat.label(c)}: policy {policy.name}"
+        if session and session in drop_sessions:
+            action, reason = DELETE, f"older profile session (keep latest {policy.keep_latest})"
+        elif c == cat.TORCH_TRACE and f.path in drop_traces:
+            action, reason = DELETE, f"older PyTorch trace (keep latest {policy.keep_latest} per worker)"
+        elif c == cat.PROFILE_SECONDARY and action == DELETE and policy.secondary_only_with_xplane:
+            if session not in sessions_with_xplane:
+                action = "keep"  # without an xplane this file is the only copy of the profile
+            else:
+                reason = "secondary trace: xprof reads only the session's xplane.pb"
+        elif c == cat.PROFILE_CACHE and action == DELETE:
+            reason = "xprof cache: rebuilt from the xplane on the next view"
+        if action == DELETE:
+            rp.actions.append(Action("delete", f.path, c, f.size, 0, reason))
+            if session:
+                deleted_per_session[session] = deleted_per_session.get(session, 0) + 1
+        elif c == cat.TORCH_TRACE and not f.path.endswith(".gz") and (
+            policy.compress_torch or action == COMPRESS
+        ):
+            target = f.path + ".gz"
+            if target in existing:
+                rp.fidelity.append(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)")
+                continue
+            after = int(f.size * TORCH_GZIP_RATIO_ESTIMATE)
+            rp.actions.append(Action("compress", f.path, c, f.size, after,
+                                     "gzip: the PyTorch profiler reads .pt.trace.json.gz the same",
+                                     new_path=target, estimated=True))
+    if policy.content:
+        # Content-level rules (event-file rewriting, trace slimming) plan their own actions.
+        from tb_footprint_plugin.transforms.content_plan import plan_content
+
+        content_actions, content_lines = plan_content(run, policy, rp.actions)
+        rp.actions.extend(content_actions)
+        rp.fidelity.extend(content_lines)
+    # A session emptied of files is still listed by xprof: remove its directory too.
+    emptied = [s for s in xprof if deleted_per_session.get(s.path, 0) == files_per_session.get(s.path)]
+    for s in emptied:
+        rp.actions.append(Action("remove_dir", s.path, cat.PROFILE_XPLANE, 0, 0, "emptied profile session"))
+    if xprof and len(emptied) == len(xprof):
+        profile_dir = os.path.dirname(xprof[0].path)
+        rp.actions.append(Action("remove_dir", profile_dir, cat.PROFILE_XPLANE, 0, 0,
+                                 "no sessions left (xprof would list an empty run)"))
+        rp.actions.append(Action("remove_dir", os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, 0, 0,
+                                 "only if empty"))
+    rp.expected_after_bytes = run.total_bytes - sum(a.bytes_before - a.bytes_after for a in rp.actions)
+    rp.fidelity = _fidelity(run, rp, emptied, xprof) + rp.fidelity
+    return rp
+
+
+def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
+    lines = []
+    for name in (cat.SCALARS, cat.HPARAMS, cat.TEXT):
+        c = run.categories.get(name)
+        if c:
+            lines.append(f"{name}: unchanged ({c.records} records in {len(c.tags)} tags, bit for bit)")
+    rewritten = {a.path for a in rp.actions if a.kind == "rewrite"}
+    event_cats = [c for c in run.categories.values()
+                  if c.name not in cat.PROTECTED_PLUGINS and c.name not in cat.PROFILE_CATEGORIES
+                  and c.records]
+    if event_cats and not rewritten:
+        names = ", ".join(sorted(cat.label(c.name) for c in event_cats))
+        lines.append(f"event files: kept as is ({names} look exactly as before)")
+    by_cat: Dict[str, List[Action]] = {}
+    for a in rp.actions:
+        by_cat.setdefault(a.category, []).append(a)
+    if emptied:
+        size = sum(s.bytes for s in emptied)
+        kept = len(xprof) - len(emptied)
+        lines.append(f"profile: {len(emptied)} session(s) removed ({human_bytes(size)}); {kept} kept")
+    elif xprof:
+        lines.append(f"profile: all {len(xprof)} session(s) kept, every tool still works")
+    dels = [a for a in by_cat.get(cat.PROFILE_CACHE, []) if a.kind == "delete"]
+    if dels and not emptied:
+        lines.append(f"xprof caches: {len(dels)} file(s) removed, rebuilt on the next view")
+    secs = [a for a in by_cat.get(cat.PROFILE_SECONDARY, []) if a.kind == "delete"]
+    if secs and not emptied:
+        lines.append(f"secondary traces: {len(secs)} removed (xprof reads only xplane.pb)")
+    torch = by_cat.get(cat.TORCH_TRACE, [])
+    comp = [a for a in torch if a.kind == "compress"]
+    gone = [a for a in torch if a.kind == "delete"]
+    if comp:
+        lines.append(f"torch traces: {len(comp)} compressed to .gz, content identical")
+    if gone:
+        lines.append(f"torch traces: {len(gone)} removed ({human_bytes(sum(a.bytes_before for a in gone))})")
+    others = [a for a in rp.actions if a.kind == "delete" and a.category in
+              (cat.PLUGIN_ASSETS, cat.CHECKPOINTS, cat.OTHER, cat.PROFILE_OTHER)]
+    if others:
+        lines.append(f"other files: {len(others)} removed ({human_bytes(sum(a.bytes_before for a in others))})")
+    return lines

@@ -1,0 +1,292 @@
+"""The ``footprint`` TBPlugin: configuration, the background scan, crash recovery, the routes.
+
+Everything slow happens off the request path: the scan is refreshed by a background thread
+(requests serve the last scan and say when it was made), crash recovery runs in a background
+thread when the plugin loads, and reductions/restores run as background jobs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Callable, Optional
+
+from tensorboard.plugins import base_plugin
+
+from tb_footprint_plugin.loader import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
+from tb_footprint_plugin.plugin.jobs import JobManager
+from tb_footprint_plugin.plugin.security import Security
+
+logger = logging.getLogger("tb_footprint_plugin.plugin")
+
+PLUGIN_NAME = "footprint"
+#: serve a scan older than this and refresh it in the background
+REFRESH_AFTER_S = 30.0
+#: actions are locked in the tab when the scan is older than this (or a change is pending)
+STALE_AFTER_S = 300.0
+#: a request arriving before the very first scan finished waits this long for it
+FIRST_SCAN_WAIT_S = 60.0
+
+
+class ScanService:
+    """The last scan of the logdir, refreshed by one background thread at a time."""
+
+    def __init__(self, logdir: str, backup_dir: Optional[str], *, write_cache: bool = True,
+                 refresh_after: float = REFRESH_AFTER_S, stale_after: float = STALE_AFTER_S,
+                 scan_fn: Optional[Callable] = None):
+        self.logdir = logdir
+        self.backup_dir = backup_dir
+        self.write_cache = write_cache
+        self.refresh_after = refresh_after
+        self.stale_after = stale_after
+        self._scan_fn = scan_fn
+        self._cond = threading.Condition()
+        self._fp = None
+        self._error: Optional[str] = None
+        self._thread: Optional[threading.Thread] = None
+        self._dirty = False
+        self._generation = 0
+        self._progress = (0, 0)
+        self._started_at: Optional[float] = None
+        self._last_duration: Optional[float] = None
+        self._gate: Optional[threading.Event] = None  # the first scan waits for recovery
+
+    def set_gate(self, event: threading.Event) -> None:
+        self._gate = event
+
+    # --- background refresh ---------------------------------------------------------------
+    def _start_locked(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._dirty_at_start = self._dirty
+        self._dirty = False
+        self._started_at = time.time()
+        self._progress = (0, 0)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="footprint-scan")
+        self._thread.start()
+
+    def refresh(self) -> None:
+        """Mark the scan out of date and start a new one (now, or right after the running one)."""
+        with self._cond:
+            self._dirty = True
+            self._start_locked()
+
+    def _run(self) -> None:
+        if self._gate is not None:
+            self._gate.wait(120.0)
+        t0 = time.monotonic()
+        fp, error = None, None
+        try:
+            fn = self._scan_fn
+            if fn is None:
+                from tb_footprint_plugin.scan import scan as fn
+
+            def progress(done, total):
+                self._progress = (done, total)
+
+            fp = fn(self.logdir, backup_dir=self.backup_dir, write_cache=self.write_cache, progress=progress)
+        except (NotADirectoryError, FileNotFoundError):
+            error = f"the logdir {self.logdir} does not exist (yet)"
+        except Exception as e:  # keep serving the previous scan; say what went wrong
+            logger.exception("Footprint: scan of %s failed", self.logdir)
+            error = f"scan failed: {type(e).__name__}: {e}"
+        with self._cond:
+            if fp is not None:
+                self._fp = fp
+                self._generation += 1
+                self._error = None
+            else:
+                self._error = error
+                self._generation += 1 if self._fp is None else 0
+            self._last_duration = time.monotonic() - t0
+            self._thread = None
+            if self._dirty:  # changed while we scanned: go again
+                self._start_locked()
+            self._cond.notify_all()
+
+    # --- reading --------------------------------------------------------------------------
+    def get(self, wait: Optional[float] = None):
+        """``(footprint or None, meta)``; starts a refresh when the scan is old.
+
+        With no scan yet, waits up to ``wait`` seconds (default ``FIRST_SCAN_WAIT_S``) for the
+        first one.
+        """
+        wait = FIRST_SCAN_WAIT_S if wait is None else wait
+        with self._cond:
+            now = time.time()
+            if self._fp is None and self._error is None:
+                self._start_locked()
+                deadline = time.monotonic() + wait
+                while self._fp is None and self._error is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            elif self._fp is not None and (now - self._fp.scanned_at > self.refresh_after):
+                self._start_locked()
+            elif self._fp is None and self._error is not None and self._thread is None:
+                # the logdir did not exist last time: look again, at most every few seconds
+                if self._started_at is None or now - self._started_at > 5.0:
+                    self._start_locked()
+            return self._fp, self._meta_locked()
+
+    def peek(self):
+        """The last scan without starting anything (``is_active`` uses it)."""
+        with self._cond:
+            return self._fp
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Block until no scan is running (tests, benches)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._thread is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def _meta_locked(self) -> dict:
+        fp = self._fp
+        now = time.time()
+        refreshing = self._thread is not None
+        age = None if fp is None else max(0.0, now - fp.scanned_at)
+        done, total = self._progress
+        return {
+            "scanned_at": None if fp is None else fp.scanned_at,
+            "age_s": None if age is None else round(age, 1),
+            "refreshing": refreshing,
+            "stale": fp is None or self._dirty or (refreshing and getattr(self, "_dirty_at_start", False))
+            or age > self.stale_after,
+            "generation": self._generation,
+            "error": self._error,
+            "progress": {"files_done": done, "files_total": total} if refreshing else None,
+            "duration_s": None if self._last_duration is None else round(self._last_duration, 3),
+            "files_read": None if fp is None else fp.files_read,
+            "files_cached": None if fp is None else fp.files_cached,
+        }
+
+
+class Recovery:
+    """Crash recovery of unfinished operations, run once in the background at load."""
+
+    def __init__(self, logdir: str, backup_dir: Optional[str], *, enabled: bool):
+        self.logdir = logdir
+        self.backup_dir = backup_dir
+        self.enabled = enabled
+        self.state = "pending"  # pending | running | done | skipped | failed
+        self.outcomes: list = []
+        self.detail: Optional[str] = None
+        self.done = threading.Event()
+        self.finished_at: Optional[float] = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, daemon=True, name="footprint-recovery").start()
+
+    def _pending(self) -> list:
+        from tb_footprint_plugin.journal import pending_journals
+        from tb_footprint_plugin.paths import state_dir
+
+        return [j.op_id for j in pending_journals(os.path.join(state_dir(self.logdir), "journal"))]
+
+    def _run(self) -> None:
+        try:
+            if not os.path.isdir(self.logdir):
+                self.state, self.detail = "skipped", "the logdir does not exist (yet)"
+                return
+            if not self.enabled:
+                pending = self._pending()
+                self.state = "skipped"
+                self.detail = (f"{len(pending)} unfinished operation(s) left as they are: write actions are off "
+                               "(run `tb-footprint recover LOGDIR`, or restart TensorBoard with actions on)"
+                               if pending else "nothing to recover")
+                self.outcomes = [{"op_id": p, "run": None, "action": "pending", "detail": ""} for p in pending]
+                return
+            self.state = "running"
+            from tb_footprint_plugin import api
+
+            outs = api.recover_logdir(self.logdir, self.backup_dir)
+            self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail}
+                             for o in outs]
+            self.state = "done"
+            self.detail = (f"{len(outs)} unfinished operation(s) settled after a crash" if outs
+                           else "nothing to recover")
+            if outs:
+                logger.warning("Footprint: crash recovery settled %d operation(s): %s", len(outs),
+                               "; ".join(f"{o.run}: {o.action}" for o in outs))
+        except Exception as e:
+            logger.exception("Footprint: crash recovery failed")
+            self.state, self.detail = "failed", f"{type(e).__name__}: {e}"
+        finally:
+            self.finished_at = time.time()
+            self.done.set()
+
+    def to_dict(self) -> dict:
+        return {"state": self.state, "detail": self.detail, "outcomes": list(self.outcomes),
+                "finished_at": self.finished_at}
+
+
+class Config:
+    """The footprint flags, with the same defaults and validation as ``FootprintLoader``."""
+
+    def __init__(self, flags, logdir: str):
+        self.logdir = logdir
+        backup = getattr(flags, "footprint_backup_dir", None)
+        self.backup_dir = os.path.abspath(os.path.expanduser(backup)) if backup else None
+        self.default_policy = getattr(flags, "footprint_policy", None) or DEFAULT_POLICY
+        try:
+            self.quiet_period = parse_quiet_period(getattr(flags, "footprint_quiet_period", DEFAULT_QUIET_PERIOD))
+        except ValueError:
+            self.quiet_period = DEFAULT_QUIET_PERIOD
+        self.read_only = bool(getattr(flags, "footprint_read_only", False))
+
+
+class FootprintPlugin(base_plugin.TBPlugin):
+    """The Footprint tab: what fills the logdir, and a safe way to cut it."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context, *, start_background: bool = True):
+        raw = context.logdir or ""
+        self.local = is_local_logdir(raw)
+        self.logdir = os.path.abspath(os.path.expanduser(raw)) if self.local else raw
+        self.flags = context.flags
+        self.config = Config(context.flags, self.logdir)
+        self.security = Security(context.flags, self.logdir, local_logdir=self.local)
+        self.scans = ScanService(self.logdir, self.config.backup_dir,
+                                 write_cache=not self.config.read_only)
+        self.recovery = Recovery(self.logdir, self.config.backup_dir,
+                                 enabled=self.security.actions_enabled and self.local)
+        self.scans.set_gate(self.recovery.done)
+        self.jobs = JobManager(before_start=lambda: self.recovery.done.wait(300.0),
+                               after_finish=lambda job: self.scans.refresh())
+        from tb_footprint_plugin.plugin.routes import Routes
+
+        self.routes = Routes(self)
+        if start_background and self.local:
+            self.recovery.start()
+            with self.scans._cond:
+                self.scans._start_locked()  # first scan, right after recovery
+        elif not self.local:
+            self.recovery.state, self.recovery.detail = "skipped", "the logdir is not local"
+            self.recovery.done.set()
+
+    # --- TBPlugin -------------------------------------------------------------------------
+    def get_plugin_apps(self):
+        return self.routes.apps()
+
+    def data_plugin_names(self):
+        return ()
+
+    def is_active(self):
+        """Cheap: reads only the last scan in memory, never the disk (runs on every listing)."""
+        if not self.local:
+            return False
+        fp = self.scans.peek()
+        if fp is None:
+            return True  # not scanned yet: don't hide the tab
+        return bool(fp.runs) or bool(fp.vault_bytes)
+
+    def frontend_metadata(self):
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name="Footprint")

@@ -1,0 +1,188 @@
+"""Named reduction policies and custom rules over the scan's categories.
+
+A policy says, per category of file, what happens to it: kept, deleted (backed up first) or
+compressed. Scalars, hparams and text can never be selected by any rule: ``validate`` refuses
+a policy that tries, and event files are never deleted by a file-level rule.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin import categories as cat
+
+KEEP, DELETE, COMPRESS = "keep", "delete", "compress"
+
+#: File-level categories a rule may name (event-file record categories are content-level).
+FILE_CATEGORIES = (
+    cat.PROFILE_XPLANE,
+    cat.PROFILE_CACHE,
+    cat.PROFILE_SECONDARY,
+    cat.PROFILE_OTHER,
+    cat.TORCH_TRACE,
+    cat.PLUGIN_ASSETS,
+    cat.CHECKPOINTS,
+    cat.OTHER,
+)
+
+
+@dataclass
+class Policy:
+    """What a reduction does. ``file_rules`` maps a file category to keep/delete/compress."""
+
+    name: str
+    description: str
+    file_rules: Dict[str, str] = field(default_factory=dict)
+    #: keep only the newest N profile sessions (and N newest torch traces per worker); None = all
+    keep_latest: Optional[int] = None
+    #: delete secondary traces only when their session still has an xplane (lossless tiers)
+    secondary_only_with_xplane: bool = True
+    #: gzip plain ``*.pt.trace.json`` files that are kept
+    compress_torch: bool = False
+    #: content-level rules for event files and traces (see transforms; None = files kept as is)
+    content: Dict[str, object] = field(default_factory=dict)
+
+    def rule(self, category: str) -> str:
+        return self.file_rules.get(category, KEEP)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be used, with the reason."""
+
+
+def _lossless() -> Policy:
+    return Policy(
+        name="lossless",
+        description=(
+            "Delete xprof's regenerable caches and the secondary trace files xprof does not read "
+            "when the session has an xplane.pb; gzip PyTorch traces (content identical). "
+            "Every dashboard shows exactly what it showed before."
+        ),
+        file_rules={cat.PROFILE_CACHE: DELETE, cat.PROFILE_SECONDARY: DELETE},
+        compress_torch=True,
+        content={"dedupe_graphs": True},
+    )
+
+
+def _keep_latest(n: int = 1) -> Policy:
+    p = _lossless()
+    p.name = "keep-latest" if n == 1 else f"keep-latest={n}"
+    p.keep_latest = n
+    p.description = (
+        f"Lossless, plus keep only the newest {n} profile session(s) per run and the newest {n} "
+        "PyTorch trace file(s) per worker; older sessions are removed as whole directories."
+    )
+    return p
+
+
+def _archive() -> Policy:
+    return Policy(
+        name="archive",
+        description=(
+            "For finished experiments: remove all profile data (xprof sessions, caches, secondary "
+            "traces, PyTorch traces); keep every event file. Scalars, hparams and text are never "
+            "touched; curves, images, histograms and graphs look as before."
+        ),
+        file_rules={
+            cat.PROFILE_XPLANE: DELETE,
+            cat.PROFILE_CACHE: DELETE,
+            cat.PROFILE_SECONDARY: DELETE,
+            cat.PROFILE_OTHER: DELETE,
+            cat.TORCH_TRACE: DELETE,
+        },
+        secondary_only_with_xplane=False,
+        content={},
+    )
+
+
+BUILTIN = {"lossless": _lossless, "keep-latest": _keep_latest, "archive": _archive}
+DEFAULT_POLICY = "archive"
+
+
+def list_policies() -> List[Policy]:
+    """The built-in policies, in increasing order of what they remove."""
+    return [_lossless(), _keep_latest(1), _archive()]
+
+
+def get_policy(spec) -> Policy:
+    """A policy from a name (``archive``, ``keep-latest``, ``keep-latest=3``), a path to a
+    JSON/TOML policy file, a dict, or a ``Policy``; validated."""
+    if isinstance(spec, Policy):
+        policy = spec
+    elif isinstance(spec, dict):
+        policy = policy_from_dict(spec)
+    elif isinstance(spec, str) and spec.startswith("keep-latest="):
+        try:
+            n = int(spec.split("=", 1)[1])
+        except ValueError:
+            raise PolicyError(f"keep-latest needs a whole number: {spec!r}") from None
+        policy = _keep_latest(n)
+    elif isinstance(spec, str) and spec in BUILTIN:
+        policy = BUILTIN[spec]()
+    elif isinstance(spec, str) and os.path.isfile(spec):
+        policy = policy_from_dict(_load_file(spec))
+    else:
+        names = ", ".join(BUILTIN)
+        raise PolicyError(f"unknown policy {spec!r}: use one of {names}, keep-latest=N, or a JSON/TOML file")
+    validate(policy)
+    return policy
+
+
+def _load_file(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        if path.endswith(".toml"):
+            try:
+                import tomllib
+            except ImportError as e:  # Python < 3.11
+                raise PolicyError(f"{path}: TOML policy files need Python 3.11+; use JSON") from e
+            return tomllib.loads(raw.decode("utf-8"))
+        return json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise PolicyError(f"cannot read policy file {path}: {e}") from e
+
+
+def policy_from_dict(d: dict) -> Policy:
+    """Custom policy: ``{"name", "base": "lossless"|..., "rules": {category: action},
+    "keep_latest": N, "compress_torch": bool, "content": {...}}``."""
+    base_name = d.get("base")
+    base = get_policy(base_name) if base_name else Policy(name="custom", description="")
+    rules = dict(base.file_rules)
+    for k, v in (d.get("rules") or {}).items():
+        rules[k] = v
+    return Policy(
+        name=str(d.get("name", "custom")),
+        description=str(d.get("description", base.description or "custom policy")),
+        file_rules=rules,
+        keep_latest=d.get("keep_latest", base.keep_latest),
+        secondary_only_with_xplane=d.get("secondary_only_with_xplane", base.secondary_only_with_xplane),
+        compress_torch=bool(d.get("compress_torch", base.compress_torch)),
+        content=dict(base.content, **(d.get("content") or {})),
+    )
+
+
+def validate(policy: Policy) -> None:
+    """Refuse rules that would touch protected data or name unknown categories/actions."""
+    for category, action in policy.file_rules.items():
+        if category in cat.PROTECTED_PLUGINS:
+            raise PolicyError(f"policy {policy.name!r}: {category} can never be selected by a rule")
+        if category not in FILE_CATEGORIES:
+            raise PolicyError(
+                f"policy {policy.name!r}: unknown file category {category!r} "
+                f"(one of {', '.join(FILE_CATEGORIES)})"
+            )
+        if action not in (KEEP, DELETE, COMPRESS):
+            raise PolicyError(f"policy {policy.name!r}: unknown action {action!r} for {category}")
+        if action == COMPRESS and category != cat.TORCH_TRACE:
+            raise PolicyError(f"policy {policy.name!r}: only torch_trace files can be compressed")
+    if policy.keep_latest is not None and (not isinstance(policy.keep_latest, int) or policy.keep_latest < 0):
+        raise PolicyError(f"policy {policy.name!r}: keep_latest must be a whole number ≥ 0")
+    for plugin in (policy.content.get("keep_per_tag") or {}):
+        if plugin in cat.PROTECTED_PLUGINS:
+            raise PolicyError(f"policy {policy.name!r}: {plugin} can never be downsampled")

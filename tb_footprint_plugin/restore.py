@@ -1,0 +1,172 @@
+"""Restore: put back the exact original bytes of a reduction (sha256 checked), remove what it
+created, check the run reads as the original, and record it.
+
+A restore is journaled too. It only ever adds original bytes back and removes files the
+reduction itself created (recognized by their sha256), so every step is idempotent and an
+interrupted restore is simply finished on the next start.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import List, Optional
+
+from tb_footprint_plugin.history import append_history
+from tb_footprint_plugin.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.transaction import (
+    Context,
+    RunOutcome,
+    TransactionError,
+    _matches,
+    _reason,
+    new_op_id,
+)
+from tb_footprint_plugin.vault import Vault, who
+from tb_footprint_plugin.version import __version__
+from tb_footprint_plugin import faults
+
+
+def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
+    """Verified reductions whose backup is kept and that were not restored yet, newest first."""
+    ops = [m for m in _all_manifests(ctx)
+           if m.get("kind") == "reduce" and m.get("outcome") == "verified"
+           and not m.get("backup_purged") and not m.get("restored_by")
+           and (run is None or m["run"] == run)]
+    ops.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
+    return ops
+
+
+def _all_manifests(ctx: Context) -> List[dict]:
+    from tb_footprint_plugin.api import known_vaults
+
+    out, seen = [], set()
+    for root in known_vaults(ctx):
+        for m in Vault(root).manifests():
+            if m["op_id"] not in seen:
+                seen.add(m["op_id"])
+                out.append(m)
+    return out
+
+
+def find_manifest(ctx: Context, op_id: str) -> dict:
+    for m in _all_manifests(ctx):
+        if m["op_id"] == op_id:
+            return m
+    raise TransactionError(f"no operation {op_id!r} in the vault")
+
+
+def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
+    """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason)."""
+    t0 = time.monotonic()
+    run = manifest["run"]
+    out = RunOutcome(run=run, status="failed", bytes_before=manifest.get("bytes_after", 0),
+                     bytes_after=manifest.get("bytes_after", 0))
+    newer = [m for m in restorable_ops(ctx, run) if m.get("started_at", 0) > manifest.get("started_at", 0)]
+    if newer:
+        out.reason = (f"operation {newer[0]['op_id']} on this run is newer; restore it first "
+                      f"(or restore the whole run: tb-footprint restore LOGDIR {run})")
+        return out
+    if manifest.get("backup_purged"):
+        out.reason = f"the backup of {manifest['op_id']} was purged; nothing to restore from"
+        return out
+    vault = Vault(manifest["vault"])
+    damaged = [f["path"] for f in manifest.get("files", []) if not vault.check_blob(f["sha256"])]
+    if damaged:
+        out.reason = (f"backup damaged or missing in {vault.root} for: {', '.join(damaged)}; "
+                      "nothing was changed")
+        return out
+    try:
+        lock = RunLock(ctx.lock_dir, run).acquire()
+    except RunLocked as e:
+        out.reason = str(e)
+        return out
+    try:
+        op_id = new_op_id()
+        out.op_id = op_id
+        journal = Journal.create(ctx.journal_dir, op_id, {
+            "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
+            "vault": manifest["vault"], "logdir": ctx.logdir,
+        })
+        try:
+            detail = finish_restore(ctx, journal.records())
+        except Exception as e:
+            # Restores only add originals back: leave the journal so the next start finishes it.
+            out.reason = f"restore interrupted: {_reason(e)}; it will be finished on the next start"
+            return out
+        journal.close()
+        out.status = "restored"
+        out.reason = detail
+        out.bytes_after = manifest.get("bytes_before", 0)
+        out.created_files = [f["path"] for f in manifest.get("files", [])]
+        out.removed_files = [c["path"] for c in manifest.get("created", [])
+                             if c["path"] not in {f["path"] for f in manifest.get("files", [])}]
+    finally:
+        lock.release()
+        out.duration_s = round(time.monotonic() - t0, 3)
+    return out
+
+
+def finish_restore(ctx: Context, records: List[dict]) -> str:
+    """Do (or finish) the restore described by its journal records; idempotent."""
+    begin = records[0]
+    vault = Vault(begin["vault"])
+    manifest = vault.read_manifest(begin["of_op"])
+    originals = {f["path"] for f in manifest["files"]}
+    for d in sorted(manifest.get("removed_dirs", []), key=lambda r: len(r["path"])):
+        p = ctx.abs(d["path"])
+        if not os.path.isdir(p):
+            os.makedirs(p, exist_ok=True)
+            os.chmod(p, d["mode"])
+    faults.hit("restore_mid")
+    for f in manifest["files"]:
+        p = ctx.abs(f["path"])
+        if not _matches(p, f["sha256"], f["size"]):
+            vault.restore_blob(f["sha256"], p, f["mode"], f["mtime"])
+        faults.hit("restore_file")
+    kept_changed = []
+    for c in manifest.get("created", []):
+        if c["path"] in originals:
+            continue  # an in-place rewrite: the original now stands at that name again
+        p = ctx.abs(c["path"])
+        if _matches(p, c["sha256"], c["size"]):
+            os.unlink(p)
+        elif os.path.exists(p):
+            kept_changed.append(c["path"])
+    bad = [f["path"] for f in manifest["files"] if not _matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
+    if bad:
+        raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
+    _check_reads(ctx, [f["path"] for f in manifest["files"]])
+    manifest["restored_by"] = begin["op_id"]
+    manifest["restored_at"] = time.time()
+    vault.write_manifest(manifest)
+    vault.write_manifest({
+        "op_id": begin["op_id"], "kind": "restore", "of_op": manifest["op_id"], "run": manifest["run"],
+        "logdir": ctx.logdir, "vault": vault.root, "tool_version": __version__, **who(),
+        "started_at": begin["t"], "finished_at": time.time(), "outcome": "restored",
+        "files": [], "restored_files": sorted(originals), "kept_changed": kept_changed,
+        "backup_purged": True,
+    })
+    append_history(ctx.state, {
+        "op_id": begin["op_id"], "kind": "restore", "run": manifest["run"], "policy": None,
+        "before": manifest.get("bytes_after"), "after": manifest.get("bytes_before"), "verified": True,
+        "outcome": "restored", "reason": f"restored {manifest['op_id']}", "backup_kept": True,
+        "user": who()["user"], "host": who()["host"], "tool_version": __version__,
+    })
+    detail = f"{len(originals)} file(s) restored byte for byte (sha256 checked)"
+    if kept_changed:
+        detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
+    return detail
+
+
+def _check_reads(ctx: Context, paths: List[str]) -> None:
+    """Restored event files frame cleanly (CRC) — TensorBoard's loaders would hide it otherwise."""
+    from tb_footprint_plugin.categories import is_summary_event_file_name
+    from tb_footprint_plugin.verify.records import check_file
+
+    bad = [c for c in (check_file(ctx.abs(p)) for p in paths
+                       if is_summary_event_file_name(os.path.basename(p))) if not c.ok]
+    if bad:
+        raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
+
+
+__all__ = ["restore_op", "finish_restore", "restorable_ops", "find_manifest"]

@@ -1,0 +1,200 @@
+"""``scan(logdir)``: every byte of a logdir, by run and by category.
+
+Discovery attributes files to runs; event files are categorized per record by
+``eventfile`` (or served from the incremental cache); everything else is categorized by
+name and place. Per run, categories sum exactly to the apparent size of its files.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, List, Optional
+
+from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.discovery import Discovery, FoundFile, FoundRun, discover, display, dir_size
+from tb_footprint_plugin.model import (
+    CategoryStat,
+    FileEntry,
+    LogdirFootprint,
+    ProfileSession,
+    RunFootprint,
+    UNATTRIBUTED,
+)
+from tb_footprint_plugin.paths import is_within, state_dir
+from tb_footprint_plugin.scan_cache import ScanCache
+
+Progress = Callable[[int, int], None]
+
+
+def scan(
+    logdir: str,
+    *,
+    backup_dir: Optional[str] = None,
+    use_cache: bool = True,
+    write_cache: bool = True,
+    progress: Optional[Progress] = None,
+) -> LogdirFootprint:
+    """Scan ``logdir``; re-read only event files whose (size, mtime, inode) changed.
+
+    ``write_cache=False`` makes the scan write nothing at all (dry runs use it).
+    Raises ``NotADirectoryError``/``FileNotFoundError`` naming the logdir if it is not one.
+    """
+    logdir = os.path.abspath(logdir)
+    if not os.path.isdir(logdir):
+        raise NotADirectoryError(f"logdir {logdir} is not a directory")
+    sdir = state_dir(logdir)
+    exclude = [sdir]
+    if backup_dir and is_within(backup_dir, logdir):
+        exclude.append(os.path.abspath(backup_dir))
+    found = discover(logdir, exclude=exclude)
+    cache = ScanCache(sdir if use_cache else None)
+    counters = {"read": 0, "cached": 0}
+    total_event_files = sum(
+        1 for r in found.runs.values() for f in r.files if _is_summary_event(f)
+    )
+    done = [0]
+
+    def tick():
+        done[0] += 1
+        if progress:
+            progress(done[0], total_event_files)
+
+    runs = [_run_footprint(r, cache, counters, tick) for r in found.runs.values()]
+    runs.sort(key=lambda r: (-r.total_bytes, r.name))
+    warnings = list(found.warnings)
+    if use_cache and write_cache:
+        cache.retain({f.rel for r in found.runs.values() for f in r.files})
+        w = cache.save()
+        if w:
+            warnings.append(w)
+    totals: Dict[str, CategoryStat] = {}
+    for r in runs:
+        for c in r.categories.values():
+            totals.setdefault(c.name, CategoryStat(name=c.name)).add(c)
+    vault_bytes = found.excluded_bytes
+    if backup_dir and not is_within(backup_dir, logdir) and os.path.isdir(backup_dir):
+        vault_bytes += dir_size(backup_dir)
+    return LogdirFootprint(
+        logdir=logdir,
+        scanned_at=time.time(),
+        total_bytes=sum(r.total_bytes for r in runs),
+        runs=runs,
+        categories=dict(sorted(totals.items(), key=lambda kv: -kv[1].bytes)),
+        vault_bytes=vault_bytes,
+        warnings=warnings,
+        files_read=counters["read"],
+        files_cached=counters["cached"],
+    )
+
+
+def _is_summary_event(f: FoundFile) -> bool:
+    return not f.is_symlink and cat.is_summary_event_file_name(os.path.basename(f.rel))
+
+
+def _event_stats(f: FoundFile, cache: ScanCache, counters: dict):
+    from tb_footprint_plugin.eventfile import EventFileStats, event_file_stats
+
+    key = (f.size, f.mtime_ns, f.ino)
+    cached = cache.get(f.rel, key)
+    if cached is not None:
+        counters["cached"] += 1
+        return EventFileStats.from_dict(cached)
+    stats = event_file_stats(f.abspath, display_name=display(f.rel))
+    counters["read"] += 1
+    # A file being appended to changes key on every scan anyway; caching it is harmless.
+    if stats.status != "unreadable":
+        cache.put(f.rel, key, stats.to_dict())
+    return stats
+
+
+def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick) -> RunFootprint:
+    run = RunFootprint(
+        name=found.name, path=found.name, has_event_files=found.has_event_files
+    )
+    event_stats = []  # (FoundFile, EventFileStats) in filename order, as TensorBoard reads
+    for f in found.files:
+        run.newest_mtime = max(run.newest_mtime, f.mtime)
+        run.total_bytes += f.size
+        if _is_summary_event(f):
+            event_stats.append((f, _event_stats(f, cache, counters)))
+            tick()
+            continue
+        category = cat.SYMLINK if f.is_symlink else cat.classify_file(
+            f.run_rel_parts, os.path.basename(f.rel)
+        )
+        run.files.append(
+            FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="symlink" if f.is_symlink else "file",
+                      categories={category: f.size})
+        )
+        _add(run.categories, category, f.size, files=1)
+
+    bindings: Dict[str, str] = {}
+    for _, st in event_stats:
+        for tag, plugin in st.bindings.items():
+            bindings.setdefault(tag, plugin)
+    for f, st in event_stats:
+        entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning)
+        if st.status == "unreadable":
+            entry.categories = {cat.OTHER: f.size}
+            _add(run.categories, cat.OTHER, f.size, files=1)
+        else:
+            entry.categories = st.category_bytes(bindings)
+            _fold_event_stats(run.categories, st, bindings)
+        if st.warning:
+            run.warnings.append(st.warning)
+        run.files.append(entry)
+    run.files.sort(key=lambda e: e.path)
+    run.sessions = _sessions(found)
+    return run
+
+
+def _add(cats: Dict[str, CategoryStat], name: str, nbytes: int, *, files: int = 0,
+         records: int = 0, tag: Optional[str] = None, steps=(None, None)) -> None:
+    c = cats.setdefault(name, CategoryStat(name=name))
+    c.add(CategoryStat(name=name, bytes=nbytes, files=files, records=records,
+                       tags=[tag] if tag else [], min_step=steps[0], max_step=steps[1]))
+
+
+def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str]) -> None:
+    """Add one event file's per-category stats; a file counts once per category it touches."""
+    touched = set()
+    for name, fs in st.fixed.items():
+        _add(cats, name, fs.bytes, records=fs.records, steps=(fs.min_step, fs.max_step))
+        touched.add(name)
+    for plugin, tags in st.tags.items():
+        for tag, ts in tags.items():
+            name = plugin or bindings.get(tag) or cat.EVENTS_OTHER
+            _add(cats, name, ts.bytes, records=ts.records, tag=tag, steps=(ts.min_step, ts.max_step))
+            touched.add(name)
+    for name in touched:
+        cats[name].files += 1
+
+
+def _sessions(found: FoundRun) -> List[ProfileSession]:
+    sessions: Dict[str, ProfileSession] = {}
+    out: List[ProfileSession] = []
+    for f in found.files:
+        parts = f.run_rel_parts
+        name = os.path.basename(f.rel)
+        if len(parts) >= 3 and parts[0] == "plugins" and parts[1] == "profile":
+            s = sessions.get(parts[2])
+            if s is None:
+                prefix = f.rel[: -len("/".join(parts[3:] + (name,))) - 1]
+                s = sessions[parts[2]] = ProfileSession(
+                    name=parts[2], path=prefix, mtime=0.0, bytes=0, files=0, kind="xprof"
+                )
+            s.bytes += f.size
+            s.files += 1
+            s.mtime = max(s.mtime, f.mtime)
+            for suffix in (".xplane.pb", ".xplane.riegeli"):
+                if name.endswith(suffix) and len(parts) == 3:
+                    s.hosts.append(name[: -len(suffix)])
+        elif not f.is_symlink and cat.is_torch_trace_name(name):
+            out.append(ProfileSession(name=name, path=f.rel, mtime=f.mtime, bytes=f.size, files=1,
+                                      hosts=[cat.torch_worker(name) or name], kind="torch"))
+    out.extend(sessions.values())
+    out.sort(key=lambda s: (s.kind, s.mtime, s.name))
+    return out
+
+
+__all__ = ["scan", "LogdirFootprint", "RunFootprint", "UNATTRIBUTED"]

@@ -1,0 +1,96 @@
+"""Incremental scan cache: per event file stats keyed on (size, mtime_ns, inode).
+
+It lives in the state directory (``<logdir>/.tb-footprint/`` by default), which the scan
+skips and whose file names never contain ``tfevents``, so TensorBoard never reads it as a
+run. Writes are atomic (temp file + rename) and serialized by an exclusive ``flock`` so two
+concurrent scans never interleave; a reader that finds a corrupt or foreign-version cache
+simply starts afresh.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from typing import Dict, Optional, Tuple
+
+CACHE_VERSION = 2
+CACHE_NAME = "scan-cache.json"
+
+Key = Tuple[int, int, int]
+
+
+class ScanCache:
+    """A mapping from relative path to (key, stats dict), loaded from and saved to disk."""
+
+    def __init__(self, state_dir: Optional[str]):
+        self.state_dir = state_dir
+        self.entries: Dict[str, dict] = {}
+        self.dirty = False
+        self._load()
+
+    @property
+    def path(self) -> Optional[str]:
+        return os.path.join(self.state_dir, CACHE_NAME) if self.state_dir else None
+
+    def _load(self) -> None:
+        if not self.path or not os.path.isfile(self.path):
+            return
+        try:
+            with open(self.path, "r", encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return  # a damaged cache is only a slower scan
+        if data.get("version") == CACHE_VERSION and isinstance(data.get("files"), dict):
+            self.entries = data["files"]
+
+    def get(self, rel: str, key: Key) -> Optional[dict]:
+        """Cached stats for ``rel`` if its (size, mtime_ns, inode) still match."""
+        e = self.entries.get(rel)
+        if e is not None and tuple(e["key"]) == tuple(key):
+            return e["stats"]
+        return None
+
+    def put(self, rel: str, key: Key, stats: dict) -> None:
+        self.entries[rel] = {"key": list(key), "stats": stats}
+        self.dirty = True
+
+    def retain(self, live: set) -> None:
+        """Forget files that no longer exist, so the cache does not grow forever."""
+        gone = [k for k in self.entries if k not in live]
+        for k in gone:
+            del self.entries[k]
+        self.dirty = self.dirty or bool(gone)
+
+    def save(self) -> Optional[str]:
+        """Write the cache atomically; returns a warning string instead of raising."""
+        if not self.dirty or not self.state_dir:
+            return None
+        try:
+            os.makedirs(self.state_dir, exist_ok=True)
+            with _locked(os.path.join(self.state_dir, "scan-cache.lock")):
+                fd, tmp = tempfile.mkstemp(prefix=".scan-cache.", dir=self.state_dir)
+                try:
+                    with os.fdopen(fd, "w", encoding="utf-8") as f:
+                        json.dump({"version": CACHE_VERSION, "files": self.entries}, f)
+                    os.replace(tmp, self.path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
+        except OSError as e:
+            return f"scan cache not saved in {self.state_dir}: {e.strerror or e}"
+        self.dirty = False
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

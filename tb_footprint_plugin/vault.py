@@ -1,0 +1,229 @@
+"""The backup vault: content-addressed blobs and one manifest per operation.
+
+Layout (``<vault>`` is ``<logdir>/.tb-footprint`` unless ``--backup-dir`` says otherwise)::
+
+    <vault>/blobs/ab/abcdef…   sha256-named originals (never a 'tfevents' name)
+    <vault>/ops/<op_id>.json   manifest of one operation
+    <vault>/tmp/<op_id>/       scratch space for verification views
+
+On the same filesystem a backup is a hard link: no copy, no extra space, and the original
+name stays in place until the transaction's swap removes it. On another filesystem the file
+is copied, fsynced and re-hashed before anything else happens. Either way a blob is only
+trusted after its sha256 is checked.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+from typing import Iterable, List, Optional
+
+CHUNK = 1 << 20
+
+
+class VaultError(OSError):
+    """A backup could not be made or checked; the message names the file."""
+
+
+def sha256_file(path: str) -> str:
+    """Streaming sha256 of a file (bounded memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: str, obj) -> None:
+    """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(d)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy bytes with fsync (metadata is restored separately)."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        shutil.copyfileobj(fi, fo, CHUNK)
+        fo.flush()
+        os.fsync(fo.fileno())
+
+
+def who() -> dict:
+    """User and host recorded in manifests and the change log."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        user = str(os.getuid())
+    return {"user": user, "host": socket.gethostname()}
+
+
+class Vault:
+    """A vault directory: blobs, manifests and scratch space."""
+
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+        self.blobs = os.path.join(self.root, "blobs")
+        self.ops = os.path.join(self.root, "ops")
+        self.tmp = os.path.join(self.root, "tmp")
+
+    def ensure(self) -> None:
+        for d in (self.root, self.blobs, self.ops, self.tmp):
+            os.makedirs(d, exist_ok=True)
+
+    def blob_path(self, sha: str) -> str:
+        return os.path.join(self.blobs, sha[:2], sha)
+
+    def same_filesystem(self, path: str) -> bool:
+        try:
+            return os.stat(path).st_dev == os.stat(self.root).st_dev
+        except OSError:
+            return False
+
+    def store(self, path: str, sha: str) -> str:
+        """Back up ``path`` (whose sha256 is ``sha``) and return the verified blob path.
+
+        The original is left in place. Raises ``VaultError`` naming the file on any failure.
+        """
+        blob = self.blob_path(sha)
+        try:
+            os.makedirs(os.path.dirname(blob), exist_ok=True)
+            if os.path.exists(blob):
+                if sha256_file(blob) == sha:
+                    return blob  # same content already backed up (e.g. by an earlier op)
+                os.unlink(blob)  # a damaged blob must never stand for a backup
+            linked = False
+            if self.same_filesystem(path):
+                try:
+                    os.link(path, blob, follow_symlinks=False)
+                    linked = True
+                except OSError:
+                    linked = False  # e.g. fs.protected_hardlinks; fall back to a copy
+            if not linked:
+                fd, tmp = tempfile.mkstemp(prefix=".in-", dir=os.path.dirname(blob))
+                os.close(fd)
+                try:
+                    copy_file(path, tmp)
+                    os.replace(tmp, blob)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
+            fsync_dir(os.path.dirname(blob))
+        except OSError as e:
+            raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
+        got = sha256_file(blob)
+        if got != sha:
+            raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
+        return blob
+
+    def check_blob(self, sha: str) -> bool:
+        """True when the blob exists and its content still hashes to ``sha``."""
+        p = self.blob_path(sha)
+        try:
+            return sha256_file(p) == sha
+        except OSError:
+            return False
+
+    def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
+                     mtime: Optional[float] = None) -> None:
+        """Put the blob's bytes at ``dest`` atomically (temp name in the same dir, then rename)."""
+        blob = self.blob_path(sha)
+        if not self.check_blob(sha):
+            raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
+        d = os.path.dirname(dest)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f".footprint-restore-{os.getpid()}-{sha[:12]}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        copy_file(blob, tmp)  # a copy, so the blob stays valid whatever happens to dest later
+        if sha256_file(tmp) != sha:
+            os.unlink(tmp)
+            raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
+        if mode is not None:
+            os.chmod(tmp, mode & 0o7777)
+        if mtime is not None:
+            os.utime(tmp, (mtime, mtime))
+        os.replace(tmp, dest)
+        fsync_dir(d)
+
+    # --- manifests ------------------------------------------------------------------
+    def manifest_path(self, op_id: str) -> str:
+        return os.path.join(self.ops, f"{op_id}.json")
+
+    def write_manifest(self, manifest: dict) -> None:
+        atomic_write_json(self.manifest_path(manifest["op_id"]), manifest)
+
+    def read_manifest(self, op_id: str) -> dict:
+        with open(self.manifest_path(op_id), "r", encoding="utf-8") as f:
+            return json.load(f)
+
+    def manifests(self) -> List[dict]:
+        """Every manifest, oldest first."""
+        out = []
+        if not os.path.isdir(self.ops):
+            return out
+        for name in sorted(os.listdir(self.ops)):
+            if name.endswith(".json") and not name.startswith("."):
+                try:
+                    out.append(self.read_manifest(name[:-5]))
+                except (OSError, ValueError):
+                    continue
+        out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
+        return out
+
+    def referenced_blobs(self, exclude_ops: Iterable[str] = ()) -> set:
+        """Blob hashes that some manifest still needs (not purged, not excluded)."""
+        ex = set(exclude_ops)
+        refs = set()
+        for m in self.manifests():
+            if m["op_id"] in ex or m.get("backup_purged"):
+                continue
+            refs.update(f["sha256"] for f in m.get("files", []) if f.get("sha256"))
+        return refs
+
+    def delete_blob(self, sha: str) -> int:
+        p = self.blob_path(sha)
+        try:
+            size = os.lstat(p).st_size
+            os.unlink(p)
+            return size
+        except FileNotFoundError:
+            return 0
+
+    def size(self) -> int:
+        total = 0
+        for root, _dirs, files in os.walk(self.blobs):
+            for n in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(root, n)).st_size
+        return total

@@ -1,0 +1,454 @@
+"""Original vs reduced run: does TensorBoard still show what the fidelity contract promises?
+
+Order of checks (each later one assumes the earlier ones):
+
+1. records — every reduced event file re-read with CRCs (TensorBoard's loaders hide bad
+   CRCs), and, by default, the reduced run's records are a byte-identical, in-order
+   subsequence of the original's;
+2. run present, per backend;
+3. reader errors — the reduced run loads with no reader error or warning the original
+   did not already have;
+4. per plugin, per tag, per backend, according to the plugin's mode;
+5. the run graph the graphs plugin reads.
+
+How much each backend stores is chosen so the comparison is exact: every point for
+"identical", "subset" and "removed" plugins (so a changed point cannot hide outside a
+reservoir sample), and the Rust server's own default sampling for "default_view_identical"
+plugins (that view *is* the promise). The Python backend always stores every point: for
+"default_view_identical" it checks that the reduced run is a subset of the original with
+the first and last points kept.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import os
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional
+
+from tb_footprint_plugin import categories
+from tb_footprint_plugin.verify import records, views
+from tb_footprint_plugin.verify.views import RunView, TagView, TensorPayload
+
+IDENTICAL = "identical"
+DEFAULT_VIEW_IDENTICAL = "default_view_identical"
+SUBSET = "subset"
+REMOVED = "removed"
+MODES = (IDENTICAL, DEFAULT_VIEW_IDENTICAL, SUBSET, REMOVED)
+GRAPH_MODES = (IDENTICAL, REMOVED)
+SERIES_MAX_POINTS = 200
+
+
+@dataclass
+class Expectations:
+    """The fidelity contract for one run: a mode per summary plugin.
+
+    ``scalars``, ``hparams`` and ``text`` are always "identical"; asking otherwise raises
+    ``ValueError``. ``sampling_hints`` is the dashboard's ``--samples_per_plugin`` (used
+    for the Rust default view of "default_view_identical" plugins).
+    """
+
+    default_mode: str = IDENTICAL
+    plugin_modes: dict = field(default_factory=dict)
+    graph: str = IDENTICAL
+    sampling_hints: dict = field(default_factory=dict)
+    #: Require the reduced records to be an in-order subsequence of the original's.
+    records_subsequence: bool = True
+
+    def __post_init__(self) -> None:
+        if self.default_mode not in MODES:
+            raise ValueError(f"unknown mode {self.default_mode!r}; expected one of {MODES}")
+        for plugin, mode in self.plugin_modes.items():
+            if mode not in MODES:
+                raise ValueError(f"{plugin}: unknown mode {mode!r}; expected one of {MODES}")
+            if plugin in categories.PROTECTED_PLUGINS and mode != IDENTICAL:
+                raise ValueError(f"{plugin} is protected: its mode is always 'identical'")
+        if self.graph not in GRAPH_MODES:
+            raise ValueError(f"unknown graph mode {self.graph!r}; expected one of {GRAPH_MODES}")
+
+    def mode_for(self, plugin: str) -> str:
+        if plugin in categories.PROTECTED_PLUGINS:
+            return IDENTICAL
+        if plugin in self.plugin_modes:
+            return self.plugin_modes[plugin]
+        if plugin == views.GRAPHS_PLUGIN and self.graph == REMOVED:
+            return REMOVED
+        return self.default_mode
+
+
+@dataclass
+class Check:
+    """One verification line: ``detail`` is the human-readable sentence."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class VerificationResult:
+    ok: bool
+    checks: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    backends: list = field(default_factory=list)
+    scalar_series: dict = field(default_factory=dict)
+    views: dict = field(default_factory=dict)  # backend -> {"before": ..., "after": ...}
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["duration_s"] = round(self.duration_s, 3)
+        return d
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+def verify_reduction(
+    original_dir: str,
+    reduced_dir: str,
+    expectations: Optional[Expectations] = None,
+    backends: Iterable[str] = views.BACKENDS,
+    *,
+    timeout_s: float = 300.0,
+) -> VerificationResult:
+    """Compare what TensorBoard shows for ``original_dir`` and ``reduced_dir``."""
+    start = time.monotonic()
+    exp = expectations or Expectations()
+    checks: list[Check] = []
+    checks.extend(_record_checks(original_dir, reduced_dir, exp))
+
+    wanted = list(dict.fromkeys(backends))
+    for b in wanted:
+        if b not in views.BACKENDS:
+            raise ValueError(f"unknown backend {b!r}")
+    if "rust" in wanted and views.data_server_binary() is None:
+        # TensorBoard itself falls back to the Python reader when the binary is missing.
+        wanted.remove("rust")
+        checks.append(Check("rust backend", True, "rust: data server binary not available; skipped"))
+    if not wanted:
+        checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
+
+    pairs = _read_pairs(original_dir, reduced_dir, exp, wanted, timeout_s)
+    checks.extend(_run_present_checks(pairs))
+    checks.extend(_reader_error_checks(pairs))
+    # Compare content only where both sides were read and both hold the run.
+    usable = {b: (v0, v1) for b, (v0, v1) in pairs.items()
+              if not (v0.fatal or v1.fatal) and v0.run_present and v1.run_present}
+    if usable:
+        checks.extend(_plugin_checks(usable, exp))
+        checks.extend(_graph_checks(usable, exp))
+
+    failed = [c.detail for c in checks if not c.ok]
+    return VerificationResult(
+        ok=not failed,
+        checks=checks,
+        failed=failed,
+        backends=wanted,
+        scalar_series=_scalar_series(pairs),
+        views={b: {"before": views.describe(v0), "after": views.describe(v1)}
+               for b, (v0, v1) in pairs.items()},
+        duration_s=time.monotonic() - start,
+    )
+
+
+def _read_pairs(original_dir, reduced_dir, exp, backends, timeout_s) -> dict:
+    """``{backend: (before view, after view)}``; Python first, its plugins seed Rust's hints."""
+    pairs: dict[str, tuple[RunView, RunView]] = {}
+    if "python" in backends:
+        pairs["python"] = tuple(
+            views.read_view(d, "python", store_all=True, timeout_s=timeout_s)
+            for d in (original_dir, reduced_dir)
+        )
+    if "rust" in backends:
+        seen = set(views.KNOWN_PLUGINS) | set(exp.plugin_modes)
+        for v in pairs.get("python", ()):
+            seen |= set(v.plugins)
+        hints = {p: _rust_hint(p, exp) for p in sorted(seen)}
+        # Two servers side by side: reading them is mostly RPC latency, so threads overlap.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [
+                pool.submit(views.read_view, d, "rust", hints, store_all=True, timeout_s=timeout_s)
+                for d in (original_dir, reduced_dir)
+            ]
+            pairs["rust"] = tuple(f.result() for f in futures)
+    return {b: pairs[b] for b in backends if b in pairs}
+
+
+def _rust_hint(plugin: str, exp: Expectations) -> Optional[int]:
+    """Keep every point, except where the promise is the default (sampled) view."""
+    if exp.mode_for(plugin) == DEFAULT_VIEW_IDENTICAL:
+        return exp.sampling_hints.get(plugin)  # None: the server's own default
+    return 0
+
+
+# --- records -----------------------------------------------------------------------------
+
+
+def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations) -> list[Check]:
+    reduced = records.check_event_files(reduced_dir)
+    problems, notes, inherited = [], [], []
+    for rc in reduced:
+        if rc.ok:
+            continue
+        # Allowed only as an unchanged copy of an original with the same bad tail.
+        orig_path = os.path.join(original_dir, rc.name)
+        orig = records.check_file(orig_path) if os.path.isfile(orig_path) else None
+        if orig is not None and not orig.ok and _same_bytes(orig.path, rc.path):
+            inherited.append(rc.name)
+            notes.append(f"{rc.name} carried over unchanged with the original's {rc.status} "
+                         f"tail at offset {rc.error_offset}")
+        else:
+            problems.append(rc.describe())
+    n_records = sum(rc.records for rc in reduced)
+    if problems:
+        out = [Check("records", False, f"records: {'; '.join(problems)}")]
+    else:
+        detail = (f"records: {len(reduced)} event files, {n_records} records, framing and CRCs ok"
+                  if reduced else "records: no event files in the reduced run")
+        out = [Check("records", True, detail + "".join(f"; {n}" for n in notes))]
+    if exp.records_subsequence and reduced and not problems:
+        ok, msg = records.records_subsequence(original_dir, reduced_dir, inherited)
+        out.append(Check("record subsequence", ok, f"record subsequence: {msg}"))
+    return out
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    return records.file_sha256(a) == records.file_sha256(b)
+
+
+# --- run presence and reader errors ------------------------------------------------------
+
+
+def _group(results: dict[str, tuple[bool, str]], name: str) -> list[Check]:
+    """Merge per-backend ``(ok, text)`` into lines, one per distinct outcome."""
+    by_text: dict[tuple[bool, str], list[str]] = {}
+    for backend, key in results.items():
+        by_text.setdefault(key, []).append(backend)
+    return [Check(name, ok, f"{text} ({', '.join(bs)})") for (ok, text), bs in by_text.items()]
+
+
+def _run_present_checks(pairs) -> list[Check]:
+    results = {}
+    for b, (before, after) in pairs.items():
+        if before.fatal or after.fatal:
+            results[b] = (False, "run present: unknown, the reader failed")
+        elif before.run_present and after.run_present:
+            results[b] = (True, "run present: yes, before and after")
+        elif before.run_present:
+            results[b] = (False, "run present: the run is MISSING after reduction")
+        elif after.run_present:
+            results[b] = (False, "run present: a run appeared that the original did not have")
+        else:
+            results[b] = (True, "run present: no run before or after (no event data)")
+    return _group(results, "run present")
+
+
+def _reader_error_checks(pairs) -> list[Check]:
+    out = []
+    for b, (before, after) in pairs.items():
+        fatal = [f"{label}: {v.fatal}" for label, v in (("original", before), ("reduced", after))
+                 if v.fatal]
+        if fatal:
+            # A backend that could not read at all proves nothing, even if both sides failed.
+            out.append(Check("reader errors", False,
+                             f"reader errors ({b}): could not read the run: {' | '.join(fatal)}"))
+            continue
+        new_errors = [e for e in after.errors if e not in before.errors]
+        new_warnings = [w for w in after.warnings if w not in before.warnings]
+        if new_errors or new_warnings:
+            shown = (new_errors + new_warnings)[:3]
+            out.append(Check("reader errors", False,
+                             f"reader errors ({b}): {len(new_errors)} new errors, "
+                             f"{len(new_warnings)} new warnings: {' | '.join(shown)}"))
+        else:
+            inherited = len(after.errors) + len(after.warnings)
+            note = f", {inherited} inherited from the original" if inherited else ""
+            out.append(Check("reader errors", True, f"reader errors: none new{note} ({b})"))
+    return _merge_same(out)
+
+
+def _merge_same(checks: list[Check]) -> list[Check]:
+    """Merge ok lines that differ only by their trailing ``(backend)``."""
+    merged: dict[str, list[str]] = {}
+    rest = []
+    for c in checks:
+        if c.ok and c.detail.endswith(")") and " (" in c.detail:
+            text, backend = c.detail[:-1].rsplit(" (", 1)
+            merged.setdefault(text, []).append(backend)
+        else:
+            rest.append(c)
+    name = checks[0].name if checks else ""
+    return [Check(name, True, f"{t} ({', '.join(bs)})") for t, bs in merged.items()] + rest
+
+
+# --- per plugin comparison ---------------------------------------------------------------
+
+
+def _payload_key(payload: Any) -> Any:
+    """Bit-exact comparable form (floats by their IEEE bits: NaN == NaN, 0.0 != -0.0)."""
+    if isinstance(payload, float):
+        return struct.pack("<d", payload)
+    return payload
+
+
+def _key(point: tuple) -> tuple:
+    step, wall_time, payload = point
+    return (step, struct.pack("<d", wall_time), _payload_key(payload))
+
+
+def _fmt_payload(payload: Any) -> str:
+    if isinstance(payload, float):
+        return repr(payload)
+    if isinstance(payload, TensorPayload):
+        return f"<{payload.dtype}{list(payload.shape)} {len(payload.data)} bytes>"
+    return f"<{len(payload)} blobs {','.join(d[:8] for d in payload)}>"
+
+
+def _first_difference(before: list, after: list) -> str:
+    for i, (p, q) in enumerate(zip(before, after)):
+        if _key(p) == _key(q):
+            continue
+        if p[0] != q[0]:
+            return f"point #{i}: step {p[0]} became step {q[0]}"
+        if _key(p)[1] != _key(q)[1]:
+            return f"step {p[0]}: wall time {p[1]!r} became {q[1]!r}"
+        return f"step {p[0]}: value {_fmt_payload(p[2])} became {_fmt_payload(q[2])}"
+    return f"{len(before)} points became {len(after)}"
+
+
+def _is_subsequence(before: list, after: list) -> Optional[str]:
+    """None if ``after`` is an in-order subsequence of ``before``, else the first stray point."""
+    it = iter(_key(p) for p in before)
+    for q in after:
+        k = _key(q)
+        if not any(k == b for b in it):
+            return f"step {q[0]} (value {_fmt_payload(q[2])}) is not an original point, in order"
+    return None
+
+
+def _compare_tag(mode: str, backend: str, before: TagView, after: TagView) -> Optional[str]:
+    """None when the tag meets its mode on this backend, else why not."""
+    if before.kind != after.kind:
+        return f"data class {before.kind} became {after.kind}"
+    if before.metadata != after.metadata:
+        return "summary metadata differs"
+    exact = mode == IDENTICAL or (mode == DEFAULT_VIEW_IDENTICAL and backend == "rust")
+    if exact:
+        if [_key(p) for p in before.points] != [_key(p) for p in after.points]:
+            return _first_difference(before.points, after.points)
+        if mode == DEFAULT_VIEW_IDENTICAL and before.display_steps != after.display_steps:
+            return "displayed steps differ"
+        return None
+    stray = _is_subsequence(before.points, after.points)
+    if stray:
+        return stray
+    if mode != REMOVED and before.points:
+        kept = {_key(p) for p in after.points}
+        for label, p in (("first", before.points[0]), ("last", before.points[-1])):
+            if _key(p) not in kept:
+                return f"{label} point (step {p[0]}) was not kept"
+    return None
+
+
+def _compare_plugin(plugin: str, mode: str, backend: str, before: RunView,
+                    after: RunView) -> tuple[list[str], str]:
+    """(failures, summary) for one plugin on one backend."""
+    b_tags = before.plugins.get(plugin, {})
+    a_tags = after.plugins.get(plugin, {})
+    failures = [f"tag {t!r} is new after reduction" for t in sorted(set(a_tags) - set(b_tags))]
+    for tag in sorted(b_tags):
+        if tag not in a_tags:
+            if mode != REMOVED:
+                failures.append(f"tag {tag!r} is missing after reduction")
+            continue
+        why = _compare_tag(mode, backend, b_tags[tag], a_tags[tag])
+        if why:
+            failures.append(f"tag {tag!r}: {why}")
+    n_before = sum(len(t.points) for t in b_tags.values())
+    n_after = sum(len(t.points) for t in a_tags.values())
+    return failures, _summary(plugin, mode, backend, len(b_tags), len(a_tags), n_before, n_after)
+
+
+def _summary(plugin, mode, backend, tags_before, tags_after, n_before, n_after) -> str:
+    if mode == IDENTICAL or (mode == DEFAULT_VIEW_IDENTICAL and backend == "rust"):
+        what = "identical" if mode == IDENTICAL else "default view identical"
+        return f"{plugin}: {tags_before} tags, {n_before} points {what}"
+    if mode == REMOVED and tags_after == 0:
+        return f"{plugin}: {tags_before} tags removed as allowed"
+    return (f"{plugin}: {tags_after}/{tags_before} tags, {n_after}/{n_before} points kept, "
+            f"all original" + ("" if mode == REMOVED else ", first & last kept"))
+
+
+def _plugin_checks(pairs, exp: Expectations) -> list[Check]:
+    plugins = sorted({p for v0, v1 in pairs.values() for p in (*v0.plugins, *v1.plugins)})
+    out = []
+    for plugin in plugins:
+        mode = exp.mode_for(plugin)
+        results: dict[str, tuple[bool, str]] = {}
+        for backend, (before, after) in pairs.items():
+            failures, summary = _compare_plugin(plugin, mode, backend, before, after)
+            if failures:
+                more = f" (+{len(failures) - 3} more)" if len(failures) > 3 else ""
+                text = f"{plugin} [{mode}]: " + "; ".join(failures[:3]) + more
+                results[backend] = (False, text)
+            else:
+                results[backend] = (True, summary)
+        out.extend(_group(results, plugin))
+    return out
+
+
+def _graph_checks(pairs, exp: Expectations) -> list[Check]:
+    results = {}
+    for b, (before, after) in pairs.items():
+        if before.graph == after.graph:
+            text = "graph: run graph identical" if before.graph else "graph: no run graph"
+            results[b] = (True, text)
+        elif exp.graph == REMOVED and after.graph is None:
+            results[b] = (True, "graph: run graph removed as allowed")
+        else:
+            results[b] = (False, f"graph [{exp.graph}]: run graph "
+                                 f"{'changed' if after.graph else 'missing after reduction'}")
+    return _group(results, "graph")
+
+
+# --- scalar series for the UI ------------------------------------------------------------
+
+
+def _json_float(x: float) -> Any:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def _thin(points: list, limit: int = SERIES_MAX_POINTS) -> list:
+    """At most ``limit`` evenly spaced points, always including the first and last."""
+    n = len(points)
+    if n <= limit:
+        idx = range(n)
+    else:
+        idx = sorted({round(i * (n - 1) / (limit - 1)) for i in range(limit)})
+    return [[points[i][0], _json_float(points[i][2])] for i in idx]
+
+
+def _scalar_series(pairs) -> dict:
+    """``{tag: {"before": [[step, value]...], "after": [...]}}`` from the first backend."""
+    readable = [pair for pair in pairs.values() if not (pair[0].fatal or pair[1].fatal)]
+    if not readable:
+        return {}
+    before, after = readable[0]  # Python when present; every point is stored either way
+    b_tags = before.plugins.get("scalars", {})
+    a_tags = after.plugins.get("scalars", {})
+    return {
+        tag: {
+            "before": _thin(b_tags[tag].points) if tag in b_tags else [],
+            "after": _thin(a_tags[tag].points) if tag in a_tags else [],
+        }
+        for tag in sorted(set(b_tags) | set(a_tags))
+    }

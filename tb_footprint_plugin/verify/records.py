@@ -1,0 +1,179 @@
+"""Record-level checks of event files: framing, CRCs, and byte-level subsequence.
+
+These run before any TensorBoard reader because the readers hide corruption: the Python
+loaders silently stop at a bad CRC (it looks like a truncated file to them), and the Rust
+server only checksums records that fail to parse, so a flipped bit inside a value can be
+served as a different value (seen on the real Keras fixture).
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+from dataclasses import asdict, dataclass
+from typing import Callable, Collection, Iterator, Optional
+
+from tb_footprint_plugin import categories
+from tb_footprint_plugin import tfrecord
+
+_HASH_CHUNK = 1 << 20
+
+
+@dataclass
+class RecordCheck:
+    """Outcome of re-reading one event file record by record."""
+
+    path: str
+    name: str
+    status: str  # "ok" | "truncated" | "corrupt" | "unreadable"
+    records: int
+    size: int
+    error_offset: Optional[int] = None
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def describe(self) -> str:
+        """One human line: the file, its state and where it went wrong."""
+        if self.ok:
+            return f"{self.name}: {self.records} records ok"
+        where = f" at offset {self.error_offset}" if self.error_offset is not None else ""
+        error = self.error or ""
+        if error.startswith(f"{self.name}: "):  # the reader already names the file
+            error = error[len(self.name) + 2:]
+        return f"{self.name}: {self.status}{where}: {error}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def event_file_names(run_dir: str) -> list[str]:
+    """Names of the event files directly in ``run_dir`` (TensorBoard's rule), sorted.
+
+    Symlinks count (a materialized original run is links into the vault); directories and
+    files in subdirectories do not: a run is just its own directory's files.
+    """
+    try:
+        entries = list(os.scandir(run_dir))
+    except FileNotFoundError:
+        return []
+    names = [
+        e.name
+        for e in entries
+        if categories.is_event_file_name(e.name) and e.is_file(follow_symlinks=True)
+    ]
+    return sorted(names)
+
+
+def check_file(path: str) -> RecordCheck:
+    """Re-read one file with CRC verification and report its framing status."""
+    name = os.path.basename(path)
+    try:
+        size = os.stat(path).st_size
+        with tfrecord.RecordReader(path, verify=True, display_name=name) as reader:
+            count = sum(len(batch) for batch in reader.batches())  # no per-record objects
+    except OSError as e:
+        return RecordCheck(path, name, "unreadable", 0, 0, None, f"{type(e).__name__}: {e}")
+    return RecordCheck(
+        path, name, reader.status, count, size, reader.error_offset, reader.error
+    )
+
+
+def check_event_files(run_dir: str) -> list[RecordCheck]:
+    """Check every ``*tfevents*`` file directly in ``run_dir`` (``.profile-empty`` too)."""
+    return [check_file(os.path.join(run_dir, n)) for n in event_file_names(run_dir)]
+
+
+def file_sha256(path: str) -> str:
+    """Hex sha256 of a file's bytes (used to recognise a corrupt file copied unchanged)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _iter_records(path: str) -> Iterator[tuple[str, "tfrecord.Record", "tfrecord.RecordReader"]]:
+    """``(file name, record, reader)`` for a file, or for a run directory's event files in
+    name order (the order TensorBoard's Python loader reads them)."""
+    paths = (
+        [os.path.join(path, n) for n in event_file_names(path)] if os.path.isdir(path) else [path]
+    )
+    for p in paths:
+        name = os.path.basename(p)
+        with tfrecord.RecordReader(p, verify=True, display_name=name) as reader:
+            for rec in reader:
+                yield name, rec, reader
+        if reader.status != "ok":
+            # Let the caller see a bad tail: a sentinel with no record.
+            yield name, None, reader
+
+
+def records_subsequence(
+    original_path: str, reduced_path: str, inherited: Collection[str] = ()
+) -> tuple[bool, str]:
+    """Is every record of ``reduced_path`` byte-identical to one of ``original_path``, in order?
+
+    Both paths are event files, or both run directories (records of all event files
+    directly inside, in name order, so renamed or merged files still match). Streams both
+    once: greedy matching is exact for subsequence tests. A framing error in the reduced
+    side fails unless the file's name is in ``inherited`` (copied unchanged from a
+    corrupt original); in the original it only ends that file's records.
+    """
+    orig_iter = (item for item in _iter_records(original_path) if item[1] is not None)
+    matched = 0
+    last = "its start"
+    for name, rec, reader in _iter_records(reduced_path):
+        if rec is None:
+            if name in inherited:
+                continue
+            return False, (
+                f"{name} is {reader.status} at offset {reader.error_offset}: {reader.error}"
+            )
+        for oname, orec, _ in orig_iter:
+            if orec.data == rec.data:
+                last = f"{oname} offset {orec.offset}"
+                break
+        else:
+            return False, (
+                f"record #{matched} ({name} offset {rec.offset}, {len(rec.data)} bytes) is not "
+                f"a record of the original after {last}"
+            )
+        matched += 1
+    return True, f"{matched} records, each byte-identical to an original record, in order"
+
+
+def protected_records_present(
+    original: str, reduced: str, is_protected: Callable[[bytes], bool]
+) -> tuple[bool, str]:
+    """Does ``reduced`` hold every record of ``original`` for which ``is_protected(data)``?
+
+    Paths are files or run directories, as for ``records_subsequence``. Compared as
+    multisets of sha256 digests (order is ``records_subsequence``'s job), so memory is one
+    digest per protected record.
+    """
+    wanted: collections.Counter = collections.Counter()
+    first_seen: dict[bytes, str] = {}
+    for name, rec, _ in _iter_records(original):
+        if rec is not None and is_protected(rec.data):
+            d = hashlib.sha256(rec.data).digest()
+            wanted[d] += 1
+            first_seen.setdefault(d, f"{name} offset {rec.offset}")
+    total = sum(wanted.values())
+    found: collections.Counter = collections.Counter()
+    bad_tail = ""
+    for name, rec, reader in _iter_records(reduced):
+        if rec is None:
+            bad_tail = f"; {name} is {reader.status} at offset {reader.error_offset}"
+            continue
+        d = hashlib.sha256(rec.data).digest()
+        if d in wanted:
+            found[d] += 1
+    missing = wanted - found
+    if missing:
+        n = sum(missing.values())
+        first = next(first_seen[d] for d in first_seen if d in missing)
+        return False, f"{n} of {total} protected records missing (first: {first}){bad_tail}"
+    return True, f"all {total} protected records present"

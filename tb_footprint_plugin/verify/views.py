@@ -1,0 +1,619 @@
+"""What TensorBoard's own readers show for one run, through the DataProvider API.
+
+Two backends, the two the dashboard can use:
+
+* ``"python"`` — a fresh ``EventMultiplexer`` wrapped in ``MultiplexerDataProvider``
+  (what ``--load_fast=false`` serves), configured like ``LocalDataIngester``.
+* ``"rust"`` — a private ``tensorboard-data-server`` subprocess read through
+  ``GrpcDataProvider`` (what the default ``--load_fast=auto`` serves).
+
+Both read a temporary logdir holding one run directory named ``run`` whose entries are
+symlinks to the event files directly in ``run_dir``: subdirectories are never part of the
+run (as in TensorBoard) and the caller's directories are never written to.
+
+Everything is read the way plugins read it (``list_*`` then ``read_*`` with a downsample),
+with a downsample large enough to return every stored point. Any exception is recorded in
+``RunView.errors`` rather than raised: a reader failure is a verification finding.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import logging
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional
+
+from tb_footprint_plugin import categories
+
+RUN_NAME = "run"
+EXPERIMENT_ID = ""
+#: Big enough to return every stored point (the Rust server rejects only negatives).
+READ_ALL = 2**31 - 1
+BACKENDS = ("python", "rust")
+#: Concurrent ReadBlob calls to the data server (latency-bound, not CPU-bound).
+RUST_BLOB_WORKERS = 16
+
+SCALAR, TENSOR, BLOB_SEQUENCE = "scalar", "tensor", "blob_sequence"
+KINDS = (SCALAR, TENSOR, BLOB_SEQUENCE)
+
+GRAPHS_PLUGIN = "graphs"
+RUN_GRAPH_TAG = "__run_graph__"
+
+#: Read-time downsampling the 2.21 plugins apply by default (``_DEFAULT_DOWNSAMPLING``).
+DISPLAY_DOWNSAMPLE = {
+    "scalars": 1000,
+    "histograms": 500,
+    "images": 10,
+    "audio": 10,
+    "pr_curves": 100,
+    "text": 100,
+    "mesh": 100,
+}
+
+#: Plugin names of TensorBoard 2.21's summary plugins (for "keep all" on the Rust server,
+#: which only accepts sampling overrides by name).
+KNOWN_PLUGINS = frozenset(
+    {
+        "scalars", "histograms", "images", "audio", "text", "hparams", "pr_curves", "mesh",
+        "custom_scalars", "projector", "graphs", "graph_run_metadata",
+        "graph_run_metadata_graph", "graph_keras_model", "graph_tagged_run_metadata",
+    }
+)
+
+#: Sampling hints: plugin name -> points stored per tag (0 = all, None = backend default).
+SamplingHints = Mapping[str, Optional[int]]
+
+
+class TensorPayload(NamedTuple):
+    """A tensor value in comparable form: numpy dtype, shape and canonical bytes."""
+
+    dtype: str
+    shape: tuple
+    data: bytes
+
+
+@dataclass
+class TagView:
+    """One time series as a backend returns it."""
+
+    kind: str  # scalar | tensor | blob_sequence
+    #: Serialized ``SummaryMetadata`` rebuilt from what both providers expose (plugin
+    #: name and content, display name, description, data class), deterministic bytes.
+    metadata: bytes
+    #: ``(step, wall_time, payload)``; payload is a float (scalars), a ``TensorPayload``
+    #: (tensors) or a tuple of blob sha256 hex digests (blob sequences).
+    points: list = field(default_factory=list)
+    #: Steps the plugin would display (its default read-time downsample), if it has one.
+    display_steps: Optional[list] = None
+
+
+@dataclass
+class RunView:
+    """Everything one backend shows for one run."""
+
+    run_dir: str
+    backend: str
+    run_present: bool = False
+    plugins: dict = field(default_factory=dict)  # plugin -> tag -> TagView
+    graph: Optional[str] = None  # sha256 of the run graph blob the graphs plugin reads
+    #: Set when the whole read failed (server would not start, loader crashed, timeout):
+    #: the view then says nothing about the run.
+    fatal: Optional[str] = None
+    errors: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)  # reader log warnings (normalized)
+    event_files: list = field(default_factory=list)
+    storage: str = ""  # how many points per tag the reader was told to keep
+    duration_s: float = 0.0
+
+    def tag(self, plugin: str, tag: str) -> Optional[TagView]:
+        return self.plugins.get(plugin, {}).get(tag)
+
+    def counts(self) -> dict:
+        """``{plugin: (tags, points)}`` for summaries and reports."""
+        return {
+            p: (len(tags), sum(len(t.points) for t in tags.values()))
+            for p, tags in sorted(self.plugins.items())
+        }
+
+
+class VerifyTimeout(RuntimeError):
+    """A reader did not finish within its time budget."""
+
+
+# --- public entry point ------------------------------------------------------------------
+
+
+def read_view(
+    run_dir: str,
+    backend: str = "python",
+    sampling_hints: Optional[SamplingHints] = None,
+    *,
+    store_all: bool = False,
+    timeout_s: float = 120.0,
+) -> RunView:
+    """Read ``run_dir`` as one run through a fresh TensorBoard reader of ``backend``.
+
+    ``sampling_hints`` is ``--samples_per_plugin`` (0 = keep all). With ``store_all`` every
+    plugin keeps every point unless a hint says otherwise (``None`` = that backend's
+    default); on the Rust server this applies to ``KNOWN_PLUGINS`` and hinted names only.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    view = RunView(run_dir=os.path.abspath(run_dir), backend=backend)
+    start = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="tbfp-verify-")
+    try:
+        logdir = os.path.join(tmp, "logdir")
+        view.event_files = _link_run(run_dir, os.path.join(logdir, RUN_NAME))
+        if backend == "python":
+            _read_python(view, logdir, dict(sampling_hints or {}), store_all)
+        else:
+            _read_rust(view, logdir, tmp, dict(sampling_hints or {}), store_all, timeout_s)
+    except Exception as e:  # noqa: BLE001 - a reader failure is a finding, not a crash
+        view.fatal = _normalize(f"{backend} reader: {type(e).__name__}: {e}", tmp)
+        view.errors.append(view.fatal)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        view.duration_s = time.monotonic() - start
+    view.errors = [_normalize(m, tmp) for m in view.errors]
+    view.warnings = [_normalize(m, tmp) for m in view.warnings]
+    return view
+
+
+def data_server_binary() -> Optional[str]:
+    """Path of the Rust data server binary, or None when it is not available."""
+    try:
+        from tensorboard.data import server_ingester
+
+        return server_ingester.get_server_binary().path
+    except Exception:  # noqa: BLE001 - any failure means "not available"
+        return None
+
+
+# --- shared reading through a DataProvider -----------------------------------------------
+
+
+def _link_run(run_dir: str, link_dir: str) -> list[str]:
+    """Make ``link_dir`` hold symlinks to the event files directly in ``run_dir``."""
+    os.makedirs(link_dir)
+    src = os.path.abspath(run_dir)
+    if not os.path.isdir(src):
+        return []  # a missing run dir is an empty run: "run_present" will say so
+    names = sorted(
+        e.name
+        for e in os.scandir(src)
+        if categories.is_event_file_name(e.name) and e.is_file(follow_symlinks=True)
+    )
+    for name in names:
+        os.symlink(os.path.join(src, name), os.path.join(link_dir, name))
+    return names
+
+
+def _normalize(message: str, tmp: str) -> str:
+    """Replace temp paths in reader messages so before/after messages compare equal."""
+    return message.replace(os.path.join(tmp, "logdir", RUN_NAME), "<run>").replace(tmp, "<tmp>")
+
+
+def _request_context():
+    from tensorboard import context
+
+    return context.RequestContext()
+
+
+def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: int = 1) -> None:
+    """Fill ``view`` from a DataProvider (same calls for both backends)."""
+    ctx = _request_context()
+    runs = provider.list_runs(ctx, experiment_id=EXPERIMENT_ID)
+    view.run_present = any(r.run_name == RUN_NAME for r in runs)
+    if not view.run_present:
+        return
+    # An empty name is a tag with no plugin: no dashboard can read it (Rust rejects it).
+    plugins = sorted(p for p in provider.list_plugins(ctx, experiment_id=EXPERIMENT_ID) if p)
+    for plugin in plugins:
+        for kind in KINDS:
+            try:
+                _read_kind(view, provider, ctx, plugin, kind, hints, blob_workers)
+            except Exception as e:  # noqa: BLE001
+                view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
+    try:
+        view.graph = _read_run_graph(provider, ctx)
+    except Exception as e:  # noqa: BLE001
+        view.errors.append(f"run graph: {type(e).__name__}: {e}")
+
+
+def _rtf(tags=None):
+    from tensorboard.data import provider as provider_mod
+
+    return provider_mod.RunTagFilter(runs=[RUN_NAME], tags=tags)
+
+
+def _provider_calls(provider, kind: str) -> tuple[Callable, Callable]:
+    if kind == SCALAR:
+        return provider.list_scalars, provider.read_scalars
+    if kind == TENSOR:
+        return provider.list_tensors, provider.read_tensors
+    return provider.list_blob_sequences, provider.read_blob_sequences
+
+
+def _metadata_bytes(plugin: str, kind: str, ts) -> bytes:
+    """Canonical SummaryMetadata bytes from a listed time series."""
+    from tensorboard.compat.proto import summary_pb2
+
+    data_class = {
+        SCALAR: summary_pb2.DATA_CLASS_SCALAR,
+        TENSOR: summary_pb2.DATA_CLASS_TENSOR,
+        BLOB_SEQUENCE: summary_pb2.DATA_CLASS_BLOB_SEQUENCE,
+    }[kind]
+    md = summary_pb2.SummaryMetadata(
+        display_name=ts.display_name or "",
+        summary_description=ts.description or "",
+        data_class=data_class,
+    )
+    md.plugin_data.plugin_name = plugin
+    md.plugin_data.content = ts.plugin_content or b""
+    return md.SerializeToString(deterministic=True)
+
+
+def _read_kind(view, provider, ctx, plugin, kind, hints, blob_workers) -> None:
+    """List and read every tag of one plugin and data class."""
+    list_fn, read_fn = _provider_calls(provider, kind)
+    kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=_rtf())
+    listing = list_fn(ctx, **kw).get(RUN_NAME, {})
+    if not listing:
+        return
+    data = read_fn(ctx, downsample=READ_ALL, **kw).get(RUN_NAME, {})
+    tags = view.plugins.setdefault(plugin, {})
+    for tag in sorted(listing):
+        tv = TagView(kind=kind, metadata=_metadata_bytes(plugin, kind, listing[tag]))
+        try:
+            tv.points = _points(provider, ctx, kind, data.get(tag, []), blob_workers)
+        except Exception as e:  # noqa: BLE001
+            view.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
+        tags[tag] = tv
+    _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints)
+
+
+def _points(provider, ctx, kind: str, data: list, blob_workers: int) -> list:
+    """``(step, wall_time, payload)`` for each datum; blobs are fetched and hashed."""
+    if kind == SCALAR:
+        return [(d.step, d.wall_time, float(d.value)) for d in data]
+    if kind == TENSOR:
+        return [(d.step, d.wall_time, tensor_payload(d.numpy)) for d in data]
+    keys = [ref.blob_key for d in data for ref in d.values]
+
+    def digest(key: str) -> str:
+        return hashlib.sha256(bytes(provider.read_blob(ctx, blob_key=key))).hexdigest()
+
+    if blob_workers > 1 and len(keys) > 1:
+        # Each ReadBlob RPC to the data server costs ~20 ms of latency, not work.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=blob_workers) as pool:
+            digests = iter(list(pool.map(digest, keys)))
+    else:
+        digests = iter([digest(k) for k in keys])
+    return [(d.step, d.wall_time, tuple(next(digests) for _ in d.values)) for d in data]
+
+
+def tensor_payload(array) -> TensorPayload:
+    """Canonical bytes of a numpy array; string tensors are length-prefixed elements."""
+    import numpy as np
+
+    arr = np.asarray(array)
+    if arr.dtype == object or arr.dtype.kind in "SU":
+        parts = []
+        for x in arr.reshape(-1).tolist():
+            b = x if isinstance(x, bytes) else str(x).encode("utf-8")
+            parts.append(struct.pack("<Q", len(b)) + b)
+        return TensorPayload("bytes", tuple(arr.shape), b"".join(parts))
+    return TensorPayload(arr.dtype.str, tuple(arr.shape), np.ascontiguousarray(arr).tobytes())
+
+
+def _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints) -> None:
+    """Record what the plugin would display: its default read-time downsample."""
+    # A positive hint is also the plugin's read-time downsample (TensorBoard passes
+    # --samples_per_plugin to both); 0/None here are storage overrides, not display.
+    k = hints.get(plugin) or DISPLAY_DOWNSAMPLE.get(plugin)
+    if k is None:
+        return
+    if all(len(tags[t].points) <= k for t in listing):
+        for t in listing:  # downsample returns everything: no second read needed
+            tags[t].display_steps = [p[0] for p in tags[t].points]
+        return
+    _, read_fn = _provider_calls(provider, kind)
+    shown = read_fn(
+        ctx, experiment_id=EXPERIMENT_ID, plugin_name=plugin, downsample=k, run_tag_filter=_rtf()
+    ).get(RUN_NAME, {})
+    for t in listing:
+        tags[t].display_steps = [d.step for d in shown.get(t, [])]
+
+
+def _read_run_graph(provider, ctx) -> Optional[str]:
+    """The graphs plugin's read of the run graph (``downsample=1``), as a sha256 digest."""
+    seqs = provider.read_blob_sequences(
+        ctx,
+        experiment_id=EXPERIMENT_ID,
+        plugin_name=GRAPHS_PLUGIN,
+        run_tag_filter=_rtf([RUN_GRAPH_TAG]),
+        downsample=1,
+    )
+    data = seqs.get(RUN_NAME, {}).get(RUN_GRAPH_TAG, ())
+    if not data or not data[0].values:
+        return None
+    blob = provider.read_blob(ctx, blob_key=data[0].values[0].blob_key)
+    return hashlib.sha256(bytes(blob)).hexdigest()
+
+
+# --- python backend ----------------------------------------------------------------------
+
+
+class _LogCapture(logging.Handler):
+    """Collects TensorBoard reader log records emitted by this thread."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.thread = threading.get_ident()
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self.thread:
+            return  # another reader in this process; not ours
+        msg = f"{record.name}: {record.getMessage()}"
+        (self.errors if record.levelno >= logging.ERROR else self.warnings).append(msg)
+
+
+def _python_guidance(hints: SamplingHints, store_all: bool) -> tuple[dict, dict]:
+    """Size guidances as ``LocalDataIngester`` builds them, plus our overrides."""
+    from tensorboard.backend.event_processing import data_ingester, tag_types
+
+    size = dict(data_ingester.DEFAULT_SIZE_GUIDANCE)
+    defaults = dict(data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE)
+    tensor = dict(defaults)
+    if store_all:
+        size[tag_types.TENSORS] = 0
+        tensor = {k: 0 for k in tensor}
+    for plugin, n in hints.items():
+        if n is None:  # the backend's own default for this plugin
+            tensor[plugin] = defaults.get(plugin, data_ingester.DEFAULT_SIZE_GUIDANCE[tag_types.TENSORS])
+        else:
+            tensor[plugin] = int(n)
+    return size, tensor
+
+
+def _read_python(view: RunView, logdir: str, hints: dict, store_all: bool) -> None:
+    from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+    from tensorboard.util import tb_logging
+
+    size, tensor = _python_guidance(hints, store_all)
+    view.storage = f"size_guidance={size} tensor_size_guidance={dict(sorted(tensor.items()))}"
+    mux = plugin_event_multiplexer.EventMultiplexer(
+        size_guidance=size,
+        tensor_size_guidance=tensor,
+        purge_orphaned_data=True,  # the --purge_orphaned_data default
+    )
+    capture = _LogCapture()
+    tb_logger = tb_logging.get_logger()
+    tb_logger.addHandler(capture)
+    try:
+        mux.AddRunsFromDirectory(logdir)  # TensorBoard's run discovery on our one-run logdir
+        mux.Reload()
+    finally:
+        tb_logger.removeHandler(capture)
+    view.errors.extend(capture.errors)
+    view.warnings.extend(capture.warnings)
+    _read_provider(view, data_provider.MultiplexerDataProvider(mux, logdir), hints)
+
+
+# --- rust backend ------------------------------------------------------------------------
+
+
+class _DataServer:
+    """A private ``tensorboard-data-server`` on one logdir, loaded once."""
+
+    def __init__(self, binary: str, logdir: str, workdir: str, samples: str) -> None:
+        self.port_file = os.path.join(workdir, "port")
+        self.error_file = os.path.join(workdir, "startup_error")
+        self.args = [
+            binary,
+            f"--logdir={logdir}",
+            "--reload=once",
+            f"--samples-per-plugin={samples}",
+            "--port=0",
+            f"--port-file={self.port_file}",
+            f"--error-file={self.error_file}",
+            "--die-after-stdin",
+            "--verbose",  # INFO logs: "Finished load cycle" tells us loading is done
+        ]
+        self.proc: Optional[subprocess.Popen] = None
+        self.loaded = threading.Event()
+        self.log: list[str] = []
+        self._reader: Optional[threading.Thread] = None
+        self.channel = None
+
+    def start(self, timeout_s: float) -> str:
+        """Spawn the server and return its ``host:port`` once the port file is written."""
+        self.proc = subprocess.Popen(
+            self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"data server exited with {self.proc.returncode}: {self._why()}")
+            contents = _read_text(self.port_file)
+            if contents.endswith("\n"):
+                return f"localhost:{int(contents)}"
+            time.sleep(0.02)
+        raise VerifyTimeout(f"data server did not report a port within {timeout_s:.0f}s")
+
+    def _read_stderr(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip()
+            self.log.append(line)
+            if "Finished load cycle" in line:
+                self.loaded.set()
+
+    def _why(self) -> str:
+        msg = _read_text(self.error_file).strip()
+        if self._reader:
+            self._reader.join(timeout=1)
+        return msg or " | ".join(self.log[-5:]) or "no message"
+
+    def problems(self) -> tuple[list[str], list[str]]:
+        """(errors, warnings) the server logged, without timestamps."""
+        errors, warnings = [], []
+        for line in self.log:
+            body = line.split("] ", 1)[-1] if line.startswith("[") else line
+            if " ERROR " in line:
+                errors.append(f"data server: {body}")
+            elif " WARN " in line:
+                warnings.append(f"data server: {body}")
+        return errors, warnings
+
+    def stop(self) -> None:
+        """Close our channel and stdin (the server dies), then make sure it is gone."""
+        if self.channel is not None:
+            self.channel.close()
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        if self._reader:
+            self._reader.join(timeout=2)
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _rust_samples(hints: SamplingHints, store_all: bool) -> str:
+    """``--samples-per-plugin`` value; 0 is passed as ``all`` like TensorBoard does."""
+    wanted: dict[str, Optional[int]] = {p: 0 for p in KNOWN_PLUGINS} if store_all else {}
+    wanted.update(hints)
+    pairs = [f"{p}={'all' if n == 0 else int(n)}" for p, n in sorted(wanted.items()) if n is not None]
+    return ",".join(pairs)
+
+
+def _listing_fingerprint(provider, counts: bool) -> tuple:
+    """Tags with last step/wall time (cheap ``list_*``), and with ``counts`` every tag's
+    number of stored points (a full read): unchanged once loading is complete."""
+    ctx = _request_context()
+    runs = tuple(sorted(r.run_name for r in provider.list_runs(ctx, experiment_id=EXPERIMENT_ID)))
+    if RUN_NAME not in runs:
+        return (runs,)
+    out: list = [runs]
+    for plugin in sorted(p for p in provider.list_plugins(ctx, experiment_id=EXPERIMENT_ID) if p):
+        for kind in KINDS:
+            list_fn, read_fn = _provider_calls(provider, kind)
+            kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=_rtf())
+            listing = list_fn(ctx, **kw).get(RUN_NAME, {})
+            out.extend((plugin, kind, t, ts.max_step, ts.max_wall_time)
+                       for t, ts in sorted(listing.items()))
+            if counts and listing:
+                data = read_fn(ctx, downsample=READ_ALL, **kw).get(RUN_NAME, {})
+                out.extend((plugin, kind, t, len(pts)) for t, pts in sorted(data.items()))
+    return tuple(out)
+
+
+#: Without the "Finished load cycle" log line, a listing must stay unchanged this long:
+#: longer than the server's 5 s commit interval while it is still loading.
+UNSIGNALLED_STABLE_S = 6.0
+
+
+def _wait_until_loaded(server: _DataServer, provider, timeout_s: float) -> None:
+    """Wait until the run's listing and counts are the same on two consecutive polls.
+
+    ``--reload=once`` loads asynchronously and commits partial data every few seconds on
+    big runs. The server's "Finished load cycle" log line is the primary signal; before
+    it, only cheap listings are polled. Should the line never come (another server
+    version), a listing unchanged for ``UNSIGNALLED_STABLE_S`` is accepted instead.
+    """
+    deadline = time.monotonic() + timeout_s
+    previous, stable_since = None, time.monotonic()
+    while True:
+        if server.proc is not None and server.proc.poll() is not None:
+            raise RuntimeError(f"data server exited with {server.proc.returncode}: {server._why()}")
+        loaded = server.loaded.is_set()
+        current = _listing_fingerprint(provider, counts=loaded)
+        now = time.monotonic()
+        if current != previous:
+            previous, stable_since = current, now
+        elif loaded or now - stable_since >= UNSIGNALLED_STABLE_S:
+            return
+        if now > deadline:
+            state = "finished" if loaded else "not finished"
+            raise VerifyTimeout(
+                f"data server load {state} and listing not stable within {timeout_s:.0f}s"
+            )
+        if loaded:
+            time.sleep(0.05)
+        else:
+            server.loaded.wait(timeout=0.5)  # wakes up as soon as the load cycle ends
+
+
+def _read_rust(view: RunView, logdir: str, workdir: str, hints: dict, store_all: bool,
+               timeout_s: float) -> None:
+    import grpc
+    from tensorboard.data import grpc_provider
+
+    binary = data_server_binary()
+    if binary is None:
+        raise RuntimeError("tensorboard-data-server binary is not available")
+    samples = _rust_samples(hints, store_all)
+    view.storage = f"--samples-per-plugin={samples}"
+    server = _DataServer(binary, logdir, workdir, samples)
+    try:
+        addr = server.start(timeout_s=min(30.0, timeout_s))
+        server.channel = grpc.insecure_channel(
+            addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        )
+        grpc.channel_ready_future(server.channel).result(timeout=min(30.0, timeout_s))
+        provider = grpc_provider.GrpcDataProvider(addr, grpc_provider.make_stub(server.channel))
+        _wait_until_loaded(server, provider, timeout_s)
+        _read_provider(view, provider, hints, blob_workers=RUST_BLOB_WORKERS)
+    finally:
+        server.stop()
+        errors, warnings = server.problems()
+        view.errors.extend(errors)
+        view.warnings.extend(warnings)
+
+
+def iter_points(view: RunView) -> Iterator[tuple[str, str, TagView]]:
+    """``(plugin, tag, TagView)`` for every series of a view, sorted."""
+    for plugin in sorted(view.plugins):
+        for tag in sorted(view.plugins[plugin]):
+            yield plugin, tag, view.plugins[plugin][tag]
+
+
+def describe(view: RunView) -> dict[str, Any]:
+    """A small JSON-safe summary of a view (counts per plugin, errors)."""
+    return {
+        "backend": view.backend,
+        "run_present": view.run_present,
+        "plugins": {p: {"tags": t, "points": n} for p, (t, n) in view.counts().items()},
+        "graph": view.graph,
+        "storage": view.storage,
+        "fatal": view.fatal,
+        "errors": list(view.errors),
+        "warnings": list(view.warnings),
+        "duration_s": round(view.duration_s, 3),
+    }

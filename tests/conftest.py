@@ -1,0 +1,61 @@
+"""Shared test fixtures: the real writer fixtures (read-only) and copies of them."""
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "real"
+REAL_LOGDIRS = ["tf/keras_profiled", "tf/summary_mix", "jax/profiled", "viewed/jax_profiled",
+                "torch/profiled", "torch/profiled_gz"]
+
+
+def real(name: str) -> Path:
+    p = SHARED_FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"real fixture {name} not present at {p}")
+    return p
+
+
+def copy_real(name: str, dest: Path, age_s: float = 3600.0) -> Path:
+    """Copy a real fixture logdir and age its mtimes so it is not an 'active' run."""
+    src = real(name)
+    shutil.copytree(src, dest, symlinks=True)
+    os.chmod(dest, 0o755)
+    old = os.path.getmtime(src) - age_s if age_s else None
+    for root, dirs, files in os.walk(dest):
+        for n in dirs:
+            os.chmod(os.path.join(root, n), 0o755)
+        for n in files:
+            p = os.path.join(root, n)
+            os.chmod(p, 0o644)
+            if old:
+                os.utime(p, (old, old))
+    return dest
+
+
+def tree_hashes(root: Path) -> dict:
+    """rel path -> sha256 (files), 'link:<target>' (symlinks), 'dir' (directories)."""
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for d in dirs:
+            p = os.path.join(dirpath, d)
+            out[os.path.relpath(p, root)] = f"link:{os.readlink(p)}" if os.path.islink(p) else "dir"
+        for n in files:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = f"link:{os.readlink(p)}"
+            else:
+                with open(p, "rb") as f:
+                    out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def real_copy(tmp_path):
+    def make(name: str) -> Path:
+        return copy_real(name, tmp_path / name.replace("/", "__"))
+    return make

@@ -1,0 +1,226 @@
+"""Fault injection at every step of the transaction and of restore.
+
+After any failure — an exception, a full disk, a permission error, or a SIGKILL at that
+instant followed by recovery — each run is either byte-identical to how it was, or fully
+reduced and verified. Never a mix, never a lost byte.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, copy_real, tree_hashes
+from tb_footprint_plugin import api, faults
+from tb_footprint_plugin.paths import state_dir
+
+REDUCE_STEPS = ["after_begin", "before_store", "after_backup", "before_stage", "after_stage",
+                "after_verify", "after_swap_record", "mid_swap", "after_swap", "after_commit"]
+#: Steps at or past the commit point: a crash there ends fully reduced (finished on recovery).
+COMMITTED_ON_CRASH = {"after_swap_record", "mid_swap", "after_swap", "after_commit"}
+SCENARIOS = {
+    # one run that gets every kind of action: whole sessions deleted (files + directories),
+    # caches and secondary traces deleted, old traces deleted, the newest trace compressed
+    "keep-latest": ("mixed", "keep-latest"),
+    # compresses traces: new files written under temp names, then renamed into place
+    "lossless": ("torch/profiled", "lossless"),
+}
+
+
+def user_files(root):
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+def copy_fixture(name, dest: Path) -> Path:
+    if name != "mixed":
+        return copy_real(name, dest)
+    copy_real("viewed/jax_profiled", dest)
+    torch = copy_real("torch/profiled", dest.parent / (dest.name + "-torch"))
+    for p in torch.iterdir():
+        if p.is_file():
+            shutil.copy2(p, dest / p.name)
+    shutil.rmtree(torch)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def expected_reduced(tmp_path_factory):
+    """The tree a clean reduction produces, per scenario."""
+    out = {}
+    for key, (fixture, policy) in SCENARIOS.items():
+        d = copy_fixture(fixture, tmp_path_factory.mktemp(key) / "logdir")
+        rep = api.reduce_logdir(str(d), policy=policy, dry_run=False, verify_backends=("python",))
+        assert rep.ok, [o.to_dict() for o in rep.outcomes]
+        out[key] = user_files(d)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+def _no_leftovers(logdir: Path):
+    assert not [n for n in user_files(logdir) if ".footprint-" in n], "temp files left in the logdir"
+    assert not os.listdir(os.path.join(state_dir(str(logdir)), "journal")) if os.path.isdir(
+        os.path.join(state_dir(str(logdir)), "journal")) else True
+
+
+@pytest.mark.parametrize("kind", ["raise", "enospc", "eacces"])
+@pytest.mark.parametrize("step", REDUCE_STEPS)
+def test_in_process_failure_rolls_back(tmp_path, expected_reduced, step, kind):
+    fixture, policy = SCENARIOS["keep-latest"]
+    logdir = copy_fixture(fixture, tmp_path / "logdir")
+    before = user_files(logdir)
+    hits = []
+    faults.arm(step, lambda: (hits.append(step), faults.arm(step, kind), faults.hit(step)))
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
+    o = rep.outcomes[0]
+    assert hits, f"failpoint {step} was never reached"
+    if step == "after_commit":
+        assert o.status == "verified"
+        assert user_files(logdir) == expected_reduced["keep-latest"]
+    else:
+        assert o.status == "rolled_back", o.to_dict()
+        assert step in o.reason or "injected" in o.reason or "No space" in o.reason or "Permission" in o.reason
+        assert user_files(logdir) == before
+    _no_leftovers(logdir)
+    if o.status == "rolled_back":
+        m = api.operation(str(logdir), o.op_id)
+        assert m["outcome"] == "rolled_back" and m["reason"]
+
+
+_KILL_SCRIPT = """
+import sys
+from tb_footprint_plugin import api
+api.reduce_logdir(sys.argv[1], policy=sys.argv[2], dry_run=False, verify_backends=("python",))
+"""
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("step", REDUCE_STEPS)
+def test_sigkill_then_recovery(tmp_path, expected_reduced, scenario, step):
+    fixture, policy = SCENARIOS[scenario]
+    logdir = copy_fixture(fixture, tmp_path / "logdir")
+    before = user_files(logdir)
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir), policy], env=env, timeout=300)
+    assert p.returncode == -9, "the failpoint should have killed the process"
+    recovered = api.recover_logdir(str(logdir))
+    now = user_files(logdir)
+    if step in COMMITTED_ON_CRASH:
+        assert now == expected_reduced[scenario], recovered
+        ops = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
+        assert ops and ops[0]["outcome"] == "verified"
+    else:
+        assert now == before, recovered
+    _no_leftovers(logdir)
+    # and the next reduction works normally from there
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
+    assert rep.ok
+    assert user_files(logdir) == expected_reduced[scenario]
+
+
+@pytest.mark.parametrize("step", ["restore_mid", "restore_file"])
+@pytest.mark.parametrize("mode", ["raise", "kill"])
+def test_restore_interrupted_is_finished(tmp_path, step, mode):
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).ok
+    if mode == "raise":
+        faults.arm(step, "raise")
+        outs = api.restore(str(logdir))
+        assert outs[0].status == "failed" and "finished on the next start" in outs[0].reason
+        faults.disarm_all()
+    else:
+        env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        code = "import sys; from tb_footprint_plugin import api; api.restore(sys.argv[1])"
+        p = subprocess.run([sys.executable, "-c", code, str(logdir)], env=env, timeout=300)
+        assert p.returncode == -9
+    rec = api.recover_logdir(str(logdir))
+    assert [r.action for r in rec] == ["completed"]
+    assert user_files(logdir) == before
+    _no_leftovers(logdir)
+
+
+def test_disk_full_before_anything_is_written(tmp_path, monkeypatch):
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    from tb_footprint_plugin import transaction
+
+    monkeypatch.setattr(transaction.shutil, "disk_usage",
+                        lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1000))
+    rep = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
+    o = next(o for o in rep.outcomes if o.run == ".")
+    assert o.status == "failed"
+    assert "not enough free space" in o.reason and "needs" in o.reason and "has 1.0 KB" in o.reason
+    assert user_files(logdir) == before
+
+
+def test_file_appended_mid_reduce_is_rolled_back_and_kept(tmp_path):
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    victim = logdir / "plugins" / "profile" / "2026_11_30_00_21_35" / "vm.trace.json.gz"
+
+    def append():
+        with open(victim, "ab") as f:
+            f.write(b"late bytes")
+
+    faults.arm("after_stage", append)
+    before_victim = victim.read_bytes()
+    rep = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
+    o = rep.outcomes[0]
+    assert o.status == "rolled_back" and "changed during the reduction" in o.reason
+    assert victim.read_bytes() == before_victim + b"late bytes"  # the writer's bytes survive
+
+
+def test_run_deleted_mid_batch(tmp_path):
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    copy_real("jax/profiled", logdir / "a")
+    copy_real("viewed/jax_profiled", logdir / "b")
+    calls = []
+
+    def delete_other():
+        if not calls:
+            calls.append(1)
+            shutil.rmtree(logdir / "a")  # 'b' (larger) runs first; 'a' vanishes meanwhile
+
+    faults.arm("after_verify", delete_other)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    by_run = {o.run: o for o in rep.outcomes}
+    assert by_run["b"].status == "verified"
+    assert by_run["a"].status == "failed" and "no longer exists" in by_run["a"].reason
+    assert not rep.ok
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_read_only_directory_is_refused_up_front(tmp_path):
+    logdir = copy_real("jax/profiled", tmp_path / "logdir")
+    session = logdir / "plugins" / "profile" / "2026_11_30_00_21_35"
+    os.chmod(session, 0o555)
+    try:
+        before = user_files(logdir)
+        rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+        o = rep.outcomes[0]
+        assert o.status == "failed" and "not writable" in o.reason
+        assert user_files(logdir) == before
+    finally:
+        os.chmod(session, 0o755)
+
+
+def test_damaged_backup_is_detected_by_verify_and_restore(tmp_path):
+    logdir = copy_real("jax/profiled", tmp_path / "logdir")
+    assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",)).ok
+    blobs = [p for p in (logdir / ".tb-footprint" / "blobs").rglob("*") if p.is_file()]
+    os.chmod(blobs[0], 0o644)
+    with open(blobs[0], "r+b") as f:
+        f.write(b"X")
+    res = api.verify(str(logdir), verify_backends=("python",))
+    assert res and not res[0]["ok"] and res[0]["damaged_backups"]
+    outs = api.restore(str(logdir))
+    assert outs[0].status == "failed" and "damaged" in outs[0].reason

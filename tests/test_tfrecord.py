@@ -1,0 +1,365 @@
+"""tfrecord: framing, CRC verification, damaged files, byte-exact round trips, bounded memory."""
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import random
+import shutil
+import struct
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from tb_footprint_plugin import tfrecord
+from tb_footprint_plugin.tfrecord import Record, RecordReader, RecordWriter, frame, iter_framed, masked_crc32c
+
+SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
+
+
+def fixture_event_files():
+    if not SHARED_FIXTURES.is_dir():
+        return []
+    return sorted(p for p in SHARED_FIXTURES.rglob("*") if p.is_file() and "tfevents" in p.name)
+
+
+needs_fixtures = pytest.mark.skipif(not fixture_event_files(), reason="shared real fixtures absent")
+
+
+@pytest.fixture
+def real_copies(tmp_path):
+    """Copies of every real event file (the shared fixtures stay untouched)."""
+    out = []
+    for i, src in enumerate(fixture_event_files()):
+        dst = tmp_path / f"{i}_{src.name}"
+        shutil.copyfile(src, dst)
+        out.append(dst)
+    return out
+
+
+# --- a deliberately naive reference reader ------------------------------------------------
+def reference_read(buf: bytes):
+    """(records as (offset, data), status, error_offset) by the plain sequential algorithm."""
+    pos, out = 0, []
+    while pos < len(buf):
+        if len(buf) - pos < 12:
+            return out, "truncated", pos
+        (length,) = struct.unpack_from("<Q", buf, pos)
+        if masked_crc32c(buf[pos : pos + 8]) != struct.unpack_from("<I", buf, pos + 8)[0]:
+            return out, "corrupt", pos
+        if pos + 16 + length > len(buf):
+            return out, "truncated", pos
+        data = buf[pos + 12 : pos + 12 + length]
+        if masked_crc32c(data) != struct.unpack_from("<I", buf, pos + 12 + length)[0]:
+            return out, "corrupt", pos
+        out.append((pos, data))
+        pos += 16 + length
+    return out, "ok", None
+
+
+def small_records(rng: random.Random, n: int, max_len: int = 255, min_len: int = 0) -> list:
+    """Payloads under 256 bytes: the splitter's territory."""
+    return [rng.randbytes(rng.randint(min_len, max_len)) for _ in range(n)]
+
+
+def write_file(path: Path, payloads) -> bytes:
+    with open(path, "wb") as f:
+        w = RecordWriter(f)
+        for p in payloads:
+            w.write(p)
+    return path.read_bytes()
+
+
+def read_all(source, **kw):
+    reader = RecordReader(source, **kw)
+    with reader:
+        recs = list(reader)
+    return reader, recs
+
+
+# --- CRC and framing ------------------------------------------------------------------------
+def test_masked_crc_and_frame_match_tensorboard():
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c as tb_crc
+    from tensorboard.summary.writer.record_writer import RecordWriter as TBRecordWriter
+
+    rng = random.Random(0)
+    for n in (0, 1, 7, 8, 255, 256, 4096):
+        data = rng.randbytes(n)
+        assert masked_crc32c(data) == tb_crc(data)
+        sink = io.BytesIO()
+        TBRecordWriter(sink).write(data)
+        assert frame(data) == sink.getvalue()
+        assert len(frame(data)) == 16 + n
+
+
+def test_writer_counts_and_write_framed_checks():
+    sink = io.BytesIO()
+    w = RecordWriter(sink)
+    w.write(b"abc")
+    w.write_framed(frame(b"hello"))
+    assert w.bytes_written == len(sink.getvalue()) == 19 + 21
+    with pytest.raises(ValueError):
+        w.write_framed(frame(b"hello")[:-1])
+    with pytest.raises(ValueError):
+        w.write_framed(b"short")
+
+
+# --- round trips on real files ------------------------------------------------------------
+@needs_fixtures
+def test_real_fixtures_round_trip_byte_for_byte(real_copies, tmp_path):
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+
+    for path in real_copies:
+        original = path.read_bytes()
+        reader, recs = read_all(str(path))
+        assert reader.status == "ok", reader.error
+        assert reader.error is None and reader.error_offset is None
+        assert reader.valid_bytes == reader.size == len(original)
+        assert [(r.offset, r.data) for r in recs] == reference_read(original)[0]
+        if len(original) < 1 << 20:  # TensorBoard's own pure-Python reader is slow
+            assert [r.data for r in recs] == list(RawEventFileLoader(str(path)).Load())
+        assert all(isinstance(r, Record) and r.framed_size == 16 + len(r.data) for r in recs)
+        assert [r.offset for r in recs] == [0, *itertools.accumulate(r.framed_size for r in recs[:-1])]
+
+        rewritten = tmp_path / ("rewritten_" + path.name)
+        with open(rewritten, "wb") as f:
+            w = RecordWriter(f)
+            for r in recs:
+                w.write(r.data)
+        assert rewritten.read_bytes() == original
+
+        copied = tmp_path / ("copied_" + path.name)
+        framed = iter_framed(str(path))
+        with open(copied, "wb") as f:
+            w = RecordWriter(f)
+            for raw in framed:
+                w.write_framed(raw)
+        assert framed.status == "ok"
+        assert copied.read_bytes() == original
+
+
+@pytest.mark.parametrize("chunk", [64, 100, 333, 4096, 1 << 20])
+def test_round_trip_generated_any_chunk_size(tmp_path, chunk):
+    rng = random.Random(chunk)
+    payloads = small_records(rng, 400) + [rng.randbytes(rng.randint(256, 20000)) for _ in range(20)]
+    rng.shuffle(payloads)
+    payloads[10:10] = [b""] * 3 + [bytes(300)] + [bytes(200)] * 30  # zero runs, empty records
+    original = write_file(tmp_path / "f", payloads)
+    reader, recs = read_all(str(tmp_path / "f"), chunk_size=chunk)
+    assert reader.status == "ok"
+    assert [r.data for r in recs] == payloads
+    assert b"".join(frame(r.data) for r in recs) == original
+    raw = RecordReader(io.BytesIO(original), raw=True, chunk_size=chunk)
+    assert b"".join(raw) == original and raw.records == len(payloads)
+
+
+def test_long_runs_of_small_records_go_through_the_splitter(tmp_path, monkeypatch):
+    accepted = []
+    real = RecordReader._split_window
+
+    def spy(self, *args):
+        result = real(self, *args)
+        accepted.append(len(result[0]))
+        return result
+
+    monkeypatch.setattr(RecordReader, "_split_window", spy)
+    payloads = small_records(random.Random(1), 5000, max_len=120, min_len=1)
+    write_file(tmp_path / "f", payloads)
+    reader, recs = read_all(str(tmp_path / "f"))
+    assert [r.data for r in recs] == payloads and reader.status == "ok"
+    assert sum(accepted) > 4500  # the fast framer did (almost) all of it
+
+
+def test_exact_chunk_alignment_at_eof_is_ok():
+    data = b"".join(frame(bytes([i]) * i) for i in range(60))
+    for chunk in (len(data), len(data) // 2 + 1, 64):
+        reader = RecordReader(io.BytesIO(data), chunk_size=chunk)
+        assert len(list(reader)) == 60 and reader.status == "ok"
+
+
+def test_file_object_source_and_display_name():
+    data = frame(b"x") + frame(b"yy")
+    reader = RecordReader(io.BytesIO(data), display_name="shown.tfevents")
+    assert [r.data for r in reader] == [b"x", b"yy"]
+    assert reader.name == "shown.tfevents" and reader.size == len(data)
+
+
+def test_zero_length_file(tmp_path):
+    (tmp_path / "empty").write_bytes(b"")
+    reader, recs = read_all(str(tmp_path / "empty"))
+    assert recs == [] and reader.status == "ok" and reader.valid_bytes == 0 and reader.size == 0
+
+
+# --- damaged files --------------------------------------------------------------------------
+def _layout(payloads):
+    offsets, pos = [], 0
+    for p in payloads:
+        offsets.append(pos)
+        pos += 16 + len(p)
+    return offsets, pos
+
+
+@pytest.mark.parametrize("where", ["header", "length_crc", "data", "data_crc"])
+def test_truncated_tail(tmp_path, where):
+    rng = random.Random(2)
+    payloads = small_records(rng, 300) + [rng.randbytes(5000)]
+    original = write_file(tmp_path / "f", payloads)
+    offsets, total = _layout(payloads)
+    last = offsets[-1]
+    cut = {"header": last + 5, "length_crc": last + 10, "data": last + 12 + 2500, "data_crc": total - 2}[where]
+    path = tmp_path / "events.out.tfevents.cut"
+    path.write_bytes(original[:cut])
+    reader, recs = read_all(str(path), display_name="events.out.tfevents.cut")
+    assert reader.status == "truncated"
+    assert reader.error_offset == last
+    assert [r.data for r in recs] == payloads[:-1]
+    assert reader.valid_bytes == last and reader.size == cut
+    assert "events.out.tfevents.cut" in reader.error and f"offset {last}" in reader.error
+
+
+@pytest.mark.parametrize("cut_record", [0, 1, 150, 299])
+def test_truncation_at_many_points_matches_reference(tmp_path, cut_record):
+    rng = random.Random(cut_record)
+    payloads = small_records(rng, 300)
+    original = write_file(tmp_path / "f", payloads)
+    offsets, _ = _layout(payloads)
+    for extra in (1, 11, 12, 13, 16 + len(payloads[cut_record]) - 1):
+        cut = offsets[cut_record] + min(extra, 16 + len(payloads[cut_record]) - 1)
+        reader, recs = read_all(io.BytesIO(original[:cut]), chunk_size=257)
+        assert (reader.status, reader.error_offset) == ("truncated", offsets[cut_record])
+        assert [r.data for r in recs] == payloads[:cut_record]
+
+
+def test_cut_on_record_boundary_is_ok(tmp_path):
+    payloads = small_records(random.Random(3), 50)
+    original = write_file(tmp_path / "f", payloads)
+    offsets, _ = _layout(payloads)
+    reader, recs = read_all(io.BytesIO(original[: offsets[20]]))
+    assert reader.status == "ok" and len(recs) == 20
+
+
+@pytest.mark.parametrize("record", [0, 17, 40, 233])
+def test_flipped_bit_in_data_is_corrupt_at_that_record(tmp_path, record):
+    payloads = small_records(random.Random(4), 300, max_len=200)
+    payloads = [p or b"x" for p in payloads]
+    original = bytearray(write_file(tmp_path / "f", payloads))
+    offsets, _ = _layout(payloads)
+    original[offsets[record] + 12 + len(payloads[record]) // 2] ^= 0x10
+    path = tmp_path / "events.out.tfevents.bad"
+    path.write_bytes(bytes(original))
+    reader, recs = read_all(str(path), display_name="events.out.tfevents.bad")
+    assert reader.status == "corrupt" and reader.error_offset == offsets[record]
+    assert reader.error == f"events.out.tfevents.bad: bad data CRC at offset {offsets[record]}"
+    assert [r.data for r in recs] == payloads[:record]
+    assert reader.valid_bytes == offsets[record] and reader.size == len(original)
+
+
+@pytest.mark.parametrize("byte", [8, 11])
+def test_flipped_bit_in_length_crc_is_corrupt(tmp_path, byte):
+    payloads = small_records(random.Random(5), 100)
+    original = bytearray(write_file(tmp_path / "f", payloads))
+    offsets, _ = _layout(payloads)
+    original[offsets[60] + byte] ^= 0x01
+    reader, recs = read_all(io.BytesIO(bytes(original)), display_name="f")
+    assert (reader.status, reader.error_offset, len(recs)) == ("corrupt", offsets[60], 60)
+    assert reader.error == f"f: bad length CRC at offset {offsets[60]}"
+
+
+def test_flipped_bit_in_length_is_corrupt_not_truncated():
+    data = bytearray(frame(b"a" * 40) * 30)
+    data[56 * 7 + 5] ^= 0x80  # a high byte of record 7's length: absurd length, CRC mismatch
+    reader, recs = read_all(io.BytesIO(bytes(data)))
+    assert (reader.status, reader.error_offset, len(recs)) == ("corrupt", 56 * 7, 7)
+
+
+def test_absurd_length_with_valid_crc_is_truncated():
+    header = struct.pack("<Q", 1 << 40)
+    data = frame(b"ok") + header + struct.pack("<I", masked_crc32c(header)) + b"some bytes"
+    reader, recs = read_all(io.BytesIO(data))
+    assert (reader.status, reader.error_offset, len(recs)) == ("truncated", 18, 1)
+
+
+def test_not_a_tfrecord_file(tmp_path):
+    path = tmp_path / "events.out.tfevents.notes"
+    path.write_text("these are my notes about the experiment, not an event file\n" * 20)
+    reader, recs = read_all(str(path))
+    assert recs == [] and reader.status == "corrupt" and reader.error_offset == 0
+    assert str(path) in reader.error
+
+
+def test_verify_false_skips_crc_checks():
+    data = bytearray(frame(b"hello world") + frame(b"second"))
+    data[14] ^= 0xFF
+    reader, recs = read_all(io.BytesIO(bytes(data)), verify=False)
+    assert reader.status == "ok" and len(recs) == 2
+    reader, recs = read_all(io.BytesIO(bytes(data)))
+    assert reader.status == "corrupt" and recs == []
+
+
+def test_unreadable_file_raises_oserror(tmp_path):
+    path = tmp_path / "locked"
+    path.write_bytes(frame(b"x"))
+    path.chmod(0)
+    try:
+        try:
+            open(path, "rb").close()
+            pytest.skip("running with privileges that can read a chmod-000 file")
+        except PermissionError:
+            pass
+        with pytest.raises(OSError):
+            read_all(str(path))
+    finally:
+        path.chmod(0o644)
+
+
+def test_randomized_against_reference():
+    rng = random.Random(6)
+    for it in range(300):
+        payloads = []
+        for _ in range(rng.randint(0, 300)):
+            r = rng.random()
+            n = rng.randint(0, 255) if r < 0.97 else rng.randint(256, 3000)
+            payloads.append(bytes(n) if rng.random() < 0.02 else rng.randbytes(n))
+        data = bytearray(b"".join(frame(p) for p in payloads))
+        action = rng.random()
+        if data and action < 0.4:
+            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        elif data and action < 0.6:
+            del data[rng.randrange(len(data)) :]
+        data = bytes(data)
+        expected, status, offset = reference_read(data)
+        reader, recs = read_all(io.BytesIO(data), chunk_size=rng.choice([64, 500, 4096, 1 << 20]))
+        assert [(r.offset, r.data) for r in recs] == expected, it
+        assert (reader.status, reader.error_offset) == (status, offset), it
+        assert reader.valid_bytes == (len(data) if offset is None else offset)
+        assert reader.size == len(data)
+
+
+# --- memory -----------------------------------------------------------------------------------
+def test_memory_is_bounded_by_the_chunk_not_the_file(tmp_path):
+    rng = random.Random(7)
+    path = tmp_path / "big"
+    with open(path, "wb") as f:
+        w = RecordWriter(f)
+        block = [frame(rng.randbytes(rng.randint(20, 200))) for _ in range(1000)]
+        while w.bytes_written < 24 << 20:
+            for raw in block:
+                w.write_framed(raw)
+    tracemalloc.start()
+    try:
+        reader = RecordReader(str(path))
+        for batch in reader.batches():
+            pass
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reader.status == "ok" and reader.valid_bytes == os.path.getsize(path)
+    assert peak < 12 << 20, f"peak {peak / 2**20:.1f} MiB for a 24 MiB file"
+
+
+def test_one_huge_record_is_read_whole(tmp_path):
+    big = random.Random(8).randbytes(5 << 20)
+    write_file(tmp_path / "f", [b"a", big, b"b"])
+    reader, recs = read_all(str(tmp_path / "f"))
+    assert reader.status == "ok" and [r.data for r in recs] == [b"a", big, b"b"]
