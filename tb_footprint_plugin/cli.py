@@ -86,7 +86,10 @@ def _filters(ap: argparse.ArgumentParser) -> None:
 
 def _print_plan(p) -> None:
     print(f"policy {p.policy['name']}: {p.policy['description']}")
+    idle = [rp for rp in p.runs if rp.skipped and rp.skipped.startswith("nothing")]
     for rp in p.runs:
+        if rp in idle:
+            continue
         head = f"\n{rp.run}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}"
         if rp.skipped:
             print(f"{head}  [skipped: {rp.skipped}]")
@@ -101,6 +104,10 @@ def _print_plan(p) -> None:
             size = sum(a.bytes_before for a in acts)
             print(f"  {kind:10} {len(acts):4d} path(s) {human_bytes(size):>9}"
                   + ("  (after size estimated)" if any(a.estimated for a in acts) else ""))
+    if idle:
+        print(f"\n{len(idle)} run(s) with nothing to reduce under this policy "
+              f"({human_bytes(sum(rp.bytes_before for rp in idle))}): "
+              + ", ".join(rp.run for rp in idle[:6]) + (" …" if len(idle) > 6 else ""))
     print(f"\ntotal: {human_bytes(p.total_bytes)} → {human_bytes(p.expected_after_bytes)} "
           f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()})")
     for n in p.notes:

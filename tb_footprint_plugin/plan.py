@@ -21,6 +21,8 @@ from tb_footprint_plugin.policies import COMPRESS, DELETE, Policy, get_policy
 #: a margin so "expected after" is an upper bound, and say it is an estimate.
 TORCH_GZIP_RATIO_ESTIMATE = 0.08
 DEFAULT_QUIET_PERIOD = 600.0
+#: Event records that carry no dashboard data of their own.
+_BOOKKEEPING = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER})
 
 
 @dataclass
@@ -246,7 +248,7 @@ def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
     rewritten = {a.path for a in rp.actions if a.kind == "rewrite"}
     event_cats = [c for c in run.categories.values()
                   if c.name not in cat.PROTECTED_PLUGINS and c.name not in cat.PROFILE_CATEGORIES
-                  and c.records]
+                  and c.records and c.name not in _BOOKKEEPING]
     if event_cats and not rewritten:
         names = ", ".join(sorted(cat.label(c.name) for c in event_cats))
         lines.append(f"event files: kept as is ({names} look exactly as before)")
