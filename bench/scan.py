@@ -217,9 +217,19 @@ def main(argv=None) -> None:
         _report(files, args.repeat)
 
 
+def _tensorflow_note() -> str:
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        return "TensorFlow absent: EventFileLoader uses TensorBoard's pure-Python stub reader"
+    return "TensorFlow present: EventFileLoader uses TF's record reader"
+
+
 def _report(files, repeat: int) -> None:
-    print(f"python {sys.version.split()[0]}, cpus {os.cpu_count()}; best of {repeat} runs; page cache warm\n")
-    header = f"{'file':<12} {'size':>9} {'reader':<20} {'MB/s':>8} {'s':>7} {'RSS+ MiB':>9} {'traced MiB':>10}"
+    print(f"python {sys.version.split()[0]}, cpus {os.cpu_count()}; best of {repeat} runs; page cache warm")
+    print(_tensorflow_note())
+    print("RSS+ = peak RSS growth of a fresh process after imports; traced = tracemalloc peak\n")
+    header = f"{'file':<15} {'size':>9} {'reader':<20} {'MB/s':>8} {'s':>7} {'RSS+ MiB':>9} {'traced MiB':>10}"
     print(header)
     print("-" * len(header))
     speedups = []
@@ -233,7 +243,7 @@ def _report(files, repeat: int) -> None:
             mbps = size / r["seconds"] / 1e6
             traced = f"{r['traced_peak'] / 2**20:10.1f}" if reader != "TB EventFileLoader" else f"{'':>10}"
             print(
-                f"{label + ' x' + str(mult):<12} {size / 1e6:8.1f}M {reader:<20} {mbps:8.1f} "
+                f"{label + ' x' + str(mult):<15} {size / 1e6:8.1f}M {reader:<20} {mbps:8.1f} "
                 f"{r['seconds']:7.3f} {r['rss_growth_kb'] / 1024:9.1f} {traced}"
             )
         if "TB EventFileLoader" in results:

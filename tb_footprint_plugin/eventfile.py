@@ -20,11 +20,19 @@ the run's files in filename order). Metadata with an empty plugin name does not 
 
 A multi-value event's framed bytes are split between its values in proportion to each
 value's serialized size (integer bytes, remainder to the last value), so the categories of a
-file always add up to its size exactly.
+file always add up to its size exactly. ``TagStat.records`` counts values (points);
+``EventFileStats.records`` counts framed records; steps are the events' ``step``.
+
+Damaged files: the bytes from a truncated final record to EOF are ``events_incomplete``
+(status ``"truncated"``; a file shorter than one record header counts as this too), the bytes
+from a bad CRC to EOF are ``events_corrupt`` (status ``"corrupt"``). A file that is not TFRecord
+at all fails its first length CRC, so all of it is ``events_corrupt`` and the warning says
+"not a TFRecord event file".
 
 An unreadable file (e.g. permission denied) gets status ``"unreadable"``, empty ``fixed`` and
 ``tags``, its ``size`` from ``stat`` when possible, and a warning; ``category_bytes`` then
-returns ``{"other": size}`` so the sum rule holds for every file.
+returns ``{"other": size}`` so the sum rule holds for every file. (Choice: no dedicated
+category, since nothing is known about those bytes; the scan shows the warning.)
 
 Speed: records are decoded in batches with numpy. For the common shape of a summary event
 (``wall_time``, ``step``, one ``Summary.Value`` = tag + one value field + at most one
@@ -273,7 +281,7 @@ def _decode_envelopes(a8: np.ndarray, u64: np.ndarray, ds: np.ndarray, de: np.nd
     ok &= a8[at(q)] == 0x0A  # the one value spans the whole summary
     vl, n, vok = _varint(a8, u64, at(q + 1), 4)
     r = q + 1 + n
-    ok &= vok
+    ok &= vok & (r + vl == de)
     ok &= a8[at(r)] == 0x0A  # tag first
     tl, n, vok = _varint(a8, u64, at(r + 1), 2)
     ts = r + 1 + n
@@ -584,7 +592,7 @@ class _Accumulator:
             tail = size - reader.error_offset
             if reader.status == "truncated":
                 self.fixed[C.EVENTS_INCOMPLETE] = FixedStat(tail, 0)
-                warnings.append(f"{reader.error} (a writer may still be appending)")
+                warnings.append(f"{reader.error}; a writer may still be appending")
             elif reader.error_offset == 0:
                 self.fixed[C.EVENTS_CORRUPT] = FixedStat(tail, 0)
                 warnings.append(f"{self.name}: not a TFRecord event file ({_detail(reader)})")

@@ -24,7 +24,8 @@ share the work:
   followed by seven zero bytes): ``bytes.split(b"\\0" * 7)`` cuts a window into pieces in C, one
   piece per record, and numpy checks that every piece has exactly the length its header
   announces. The check is exact: a false split (seven zeros inside data) or a record of another
-  size breaks the chain, and the walker takes over from the last record proven good. Data CRCs
+  size breaks the chain, and the walker takes over from the last record proven good (and waits
+  for a longer run before splitting again: a window costs ~50 us of numpy). Data CRCs
   of split records are verified on the whole piece (``crc32c`` is affine over GF(2), so the CRC
   of ``header-CRC || data || data-CRC || next length byte`` is predicted from the stored CRC with
   a few table steps done in numpy; the prediction matches iff the data CRC is right).
@@ -159,8 +160,9 @@ def _split_constants() -> Tuple[np.ndarray, np.ndarray]:
         length_crc = masked_crc32c(_pack_u64(n))
         hcrc.append(length_crc)
         r0 = ~_crc32c(_pack_u32(length_crc)) & _U32  # register after the 4 length-CRC bytes
-        # register contribution of r0 after L more bytes, in excess of a fresh start
-        z.append(~google_crc32c.extend(~(r0 ^ _U32) & _U32, bytes(n)) & _U32)
+        # Z[L] = register(start r0 ^ ~0, L zero bytes): how far the register after L data
+        # bytes is from where a fresh CRC of those bytes would be (extend(c, d) = ~reg(~c, d))
+        z.append(~google_crc32c.extend(r0, bytes(n)) & _U32)
     return np.array(hcrc, dtype=np.uint32), np.array(z, dtype=np.uint32)
 
 
@@ -191,7 +193,7 @@ def _u32_view(buf: bytes) -> np.ndarray:
 
 
 class _Stop(Exception):
-    """Internal: the framer hit a bad or incomplete record."""
+    """Internal: the framer hit a corrupt record (the status is already set)."""
 
 
 class RecordReader:
@@ -234,6 +236,7 @@ class RecordReader:
         self.size = 0  # bytes in the file (from where reading started) when reading ended
         self._hdr_cache: dict = {}
         self._window = _FIRST_WINDOW
+        self._min_run = _MIN_RUN_FOR_SPLIT
 
     # --- context management ---------------------------------------------------------------
     def __enter__(self) -> "RecordReader":
@@ -286,9 +289,14 @@ class RecordReader:
 
     def batches(self) -> Iterator[RecordBatch]:
         """Yield the good records in batches of consecutive records sharing one buffer."""
-        f = self._open()
+        try:
+            yield from self._batches(self._open())
+        finally:
+            self.close()
+
+    def _batches(self, f: BinaryIO) -> Iterator[RecordBatch]:
         tail = b""  # unconsumed bytes (an incomplete record) carried to the next read
-        base = 0
+        base = 0  # file offset of tail[0]
         want = self._chunk
         eof = False
         while True:
@@ -302,7 +310,7 @@ class RecordReader:
                 self.records += len(starts)
                 self.valid_bytes += int(sizes.sum())
                 yield RecordBatch(buf, base, starts, sizes)
-            if self.status != "ok":
+            if self.status != "ok":  # corrupt: the rest of the file is never read
                 self.size = max(base + end, self._file_size() or 0)
                 return
             if pos == end:
@@ -314,6 +322,7 @@ class RecordReader:
                 return
             tail = buf[pos:end]
             base += pos
+            # a record bigger than a chunk is completed with one read
             want = max(self._chunk, need - len(tail))
 
     def _cannot_complete(self, offset: int, need: int) -> bool:
@@ -344,77 +353,88 @@ class RecordReader:
         begins and ``need`` how many bytes that record needs in total (12 when even its header
         is incomplete). Sets the status on a corrupt record.
         """
-        starts: List[np.ndarray] = []
-        sizes: List[np.ndarray] = []
-        w_starts: List[int] = []
-        w_sizes: List[int] = []
-        pos = 0
-        run = 0  # consecutive small records the walker has seen
-        need = _HEADER
-        u8 = u32 = None
+        spans = _Spans()
+        pos, need, run = 0, 0, 0
+        views = None
         try:
-            while pos < end:
-                if run >= _MIN_RUN_FOR_SPLIT and end - pos > 64:
-                    if u8 is None:
-                        u8, u32 = _u8(buf), _u32_view(buf)
-                    wend = min(end, pos + self._window)
-                    s, n, new_pos, complete = self._split_window(buf, u8, u32, pos, wend)
-                    if len(s):
-                        if w_starts:
-                            starts.append(np.array(w_starts, dtype=np.int64))
-                            sizes.append(np.array(w_sizes, dtype=np.int64))
-                            w_starts, w_sizes = [], []
-                        starts.append(s)
-                        sizes.append(n)
-                    if complete:
-                        # a long run: bigger windows amortize the per-window cost
-                        self._window = min(self._window * 2, _CHUNK)
-                    else:
-                        # something else follows: let the walker take it; a failed split
-                        # costs at most about twice the work it saved
-                        self._window = max(_MIN_WINDOW, 2 * (new_pos - pos))
-                        run = 0
-                    pos = new_pos
-                n, need = self._walk_one(buf, pos, end, base)
-                if n == 0:
+            while True:
+                pos, need, run = self._walk(buf, pos, end, base, spans, run)
+                if need or pos >= end:
                     break
-                w_starts.append(pos)
-                w_sizes.append(n)
-                run = run + 1 if 16 < n < 272 else 0
-                pos += n
+                views = views or (_u8(buf), _u32_view(buf))
+                pos, run = self._split_step(buf, views, pos, end, spans)
         except _Stop:
             pass
-        if w_starts:
-            starts.append(np.array(w_starts, dtype=np.int64))
-            sizes.append(np.array(w_sizes, dtype=np.int64))
-        if not starts:
-            return _EMPTY, _EMPTY, pos, need
-        if len(starts) == 1:
-            return starts[0], sizes[0], pos, need
-        return np.concatenate(starts), np.concatenate(sizes), pos, need
+        starts, sizes = spans.arrays()
+        return starts, sizes, pos, need or _HEADER
 
-    def _walk_one(self, buf: bytes, pos: int, end: int, base: int) -> Tuple[int, int]:
-        """Check one record at ``pos``: (framed size, 0), or (0, bytes needed) if incomplete."""
-        if end - pos < _HEADER:
-            return 0, _HEADER
-        header = buf[pos : pos + _HEADER]
-        length = self._hdr_cache.get(header)
-        if length is None:
-            length = _u64_at(header)[0]
-            if self.verify and masked_crc32c(header[:8]) != _u32_at(header, 8)[0]:
-                self._fail("corrupt", base + pos, f"bad length CRC at offset {base + pos}")
-                raise _Stop
-            if len(self._hdr_cache) < 4096:
-                self._hdr_cache[header] = length
-        n = length + _OVERHEAD
-        if pos + n > end:
-            return 0, n
-        if self.verify:
-            stored = _u32_at(buf, pos + n - 4)[0]
-            if masked_crc32c(buf[pos + _HEADER : pos + n - 4]) != stored:
-                self._fail("corrupt", base + pos, f"bad data CRC at offset {base + pos}")
-                raise _Stop
-        return n, 0
+    def _walk(self, buf: bytes, pos: int, end: int, base: int, spans: "_Spans", run: int) -> Tuple[int, int, int]:
+        """Walk records one by one from ``pos``.
+
+        Stops at an incomplete record (returns its position and the bytes it needs), at the
+        end of ``buf``, or once ``run`` consecutive small records make splitting worthwhile
+        (returns need 0). Raises ``_Stop`` on a corrupt record.
+        """
+        cache, verify, min_run = self._hdr_cache, self.verify, self._min_run
+        add_start, add_size = spans.w_starts.append, spans.w_sizes.append
+        while pos < end:
+            if end - pos < _HEADER:
+                return pos, _HEADER, run
+            header = buf[pos : pos + _HEADER]
+            length = cache.get(header)
+            if length is None:
+                length = self._check_header(header, base + pos)
+            n = length + _OVERHEAD
+            if pos + n > end:
+                return pos, n, run
+            if verify:
+                c = _crc32c(buf[pos + _HEADER : pos + n - 4])
+                if (((c >> 15) | (c << 17)) + _MASK_DELTA) & _U32 != _u32_at(buf, pos + n - 4)[0]:
+                    self._fail("corrupt", base + pos, f"bad data CRC at offset {base + pos}")
+                    raise _Stop
+            add_start(pos)
+            add_size(n)
+            pos += n
+            if 16 < n < 272:  # fits the splitter (length byte + 7 zero bytes)
+                run += 1
+                if run >= min_run and end - pos > 1024:
+                    return pos, 0, run
+            else:
+                run = 0
+        return pos, 0, run
+
+    def _check_header(self, header: bytes, offset: int) -> int:
+        """The length in a header not seen before, after checking its CRC."""
+        length = _u64_at(header)[0]
+        if self.verify and masked_crc32c(header[:8]) != _u32_at(header, 8)[0]:
+            self._fail("corrupt", offset, f"bad length CRC at offset {offset}")
+            raise _Stop
+        if len(self._hdr_cache) < 4096:
+            self._hdr_cache[header] = length
+        return length
+
+    def _split_step(self, buf: bytes, views, pos: int, end: int, spans: "_Spans") -> Tuple[int, int]:
+        """Split windows from ``pos`` while they pay; returns the new position and run count.
+
+        A window has a fixed numpy cost (~50 us), worth it only for long runs of small
+        records: a split that proves few records makes the walker wait for longer runs
+        before the next try; a good one resets that.
+        """
+        while pos < end:
+            wend = min(end, pos + self._window)
+            starts, sizes, new_pos, complete = self._split_window(buf, *views, pos, wend)
+            spans.extend(starts, sizes)
+            got, proven, pos = len(starts), new_pos - pos, new_pos
+            if not complete:
+                # size the next window to about twice this run, so a failed split wastes
+                # about as much work as it saves
+                self._window = max(_MIN_WINDOW, 2 * proven)
+                self._min_run = _MIN_RUN_FOR_SPLIT if got >= 256 else min(2 * self._min_run, 1 << 16)
+                return pos, 0
+            self._window = min(self._window * 2, _CHUNK)
+            if wend == end:
+                break
+        return pos, self._min_run  # still inside a long run: split again after one record
 
     def _split_window(
         self, buf: bytes, u8: np.ndarray, u32: np.ndarray, pos: int, wend: int
@@ -461,6 +481,37 @@ class RecordReader:
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class _Spans:
+    """Record spans in file order, from the walker (lists) and the splitter (arrays)."""
+
+    def __init__(self) -> None:
+        self._starts: List[np.ndarray] = []
+        self._sizes: List[np.ndarray] = []
+        self.w_starts: List[int] = []  # the walker appends here directly
+        self.w_sizes: List[int] = []
+
+    def extend(self, starts: np.ndarray, sizes: np.ndarray) -> None:
+        if len(starts):
+            self._flush()
+            self._starts.append(starts)
+            self._sizes.append(sizes)
+
+    def _flush(self) -> None:
+        if self.w_starts:
+            self._starts.append(np.array(self.w_starts, dtype=np.int64))
+            self._sizes.append(np.array(self.w_sizes, dtype=np.int64))
+            # cleared in place: the walker holds their bound ``append`` methods
+            del self.w_starts[:], self.w_sizes[:]
+
+    def arrays(self) -> Tuple[np.ndarray, np.ndarray]:
+        self._flush()
+        if not self._starts:
+            return _EMPTY, _EMPTY
+        if len(self._starts) == 1:
+            return self._starts[0], self._sizes[0]
+        return np.concatenate(self._starts), np.concatenate(self._sizes)
 
 
 def iter_framed(source: Source, verify: bool = True, display_name: Optional[str] = None) -> RecordReader:

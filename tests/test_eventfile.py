@@ -471,7 +471,7 @@ def _odd_record(rng: random.Random) -> bytes:
     v = value("odd", plugin="scalars").SerializeToString()
     summary = b"\x2a" + bytes([len(v) + 2]) + b"\x0a" + bytes([len(v)]) + v
     wall = b"\x09" + struct.pack("<d", 1.5)
-    choice = rng.randrange(6)
+    choice = rng.randrange(8)
     if choice == 0:  # step before wall_time
         return b"\x10\x05" + wall + summary
     if choice == 1:  # an unknown trailing field
@@ -484,11 +484,18 @@ def _odd_record(rng: random.Random) -> bytes:
     if choice == 4:  # tag given twice: the last one counts
         val = b"\x0a\x03odd\x15" + struct.pack("<f", 1.0) + b"\x0a\x04odd2"
         return wall + b"\x2a" + bytes([len(val) + 2]) + b"\x0a" + bytes([len(val)]) + val
+    if choice == 5:  # metadata, then a second value field (the oneof's last one counts)
+        metadata = meta("text").SerializeToString()
+        val = b"\x0a\x03odd\x42\x00" + b"\x4a" + bytes([len(metadata)]) + metadata
+        val += b"\x15" + struct.pack("<f", 2.0)
+        return wall + b"\x2a" + bytes([len(val) + 2]) + b"\x0a" + bytes([len(val)]) + val
+    if choice == 6:  # the summary claims fewer bytes than its value: malformed
+        return wall + b"\x2a" + bytes([len(v) + 1]) + b"\x0a" + bytes([len(v)]) + v
     return b"\x08\x01"  # garbage: field 1 with the wrong wire type
 
 
 def random_events(rng: random.Random, n: int) -> list:
-    tags = [f"t{i}" for i in range(12)] + ["naïve/ünïcode", "x" * 200, "y" * 1500, ""]
+    tags = [f"t{i}" for i in range(12)] + ["odd", "odd2", "naïve/ünïcode", "x" * 200, "y" * 1500, ""]
     kinds = ["tensor", "tensor", "tensor", "simple_value", "histo", "image", "audio", "none"]
     plugins = [None, None, None, "scalars", "text", "", "images", "pr_curves"]
     events = [event_pb2.Event(wall_time=1.0, file_version="brain.Event:2")]
@@ -558,3 +565,24 @@ def test_tf2_style_metadata_on_every_value(tmp_path):
     write_events(path, events)
     stats = check_against_reference(path)
     assert stats.tags["scalars"]["a"].records == 3000
+
+
+def test_tag_matching_is_exact_even_when_hashes_collide(tmp_path, monkeypatch):
+    # a hash that only sees the length: every same-length tag collides
+    monkeypatch.setattr(eventfile, "_tag_hash", lambda tl, words: tl.astype("uint64"))
+    events = [summary_event(s, value(t, plugin="scalars" if s == 0 else None)) for s in range(300) for t in ("aa", "bb", "cc")]
+    path = tmp_path / "events.out.tfevents.collide"
+    write_events(path, events)
+    stats = check_against_reference(path)
+    assert {t: st.records for t, st in stats.tags["scalars"].items()} == {"aa": 300, "bb": 300, "cc": 300}
+
+
+def test_metadata_only_value_binds_its_tag(tmp_path):
+    """PyTorch's add_hparams writes values that carry only metadata (no value field)."""
+    events = [summary_event(s, value("loss", plugin="scalars" if s == 0 else None)) for s in range(100)]
+    events.insert(50, summary_event(0, value("_hparams_/session_end_info", plugin="hparams", kind="none")))
+    events += [summary_event(s, value("_hparams_/session_end_info")) for s in range(100)]
+    path = tmp_path / "events.out.tfevents.hp"
+    write_events(path, events)
+    stats = check_against_reference(path)
+    assert stats.tags["hparams"]["_hparams_/session_end_info"].records == 101
