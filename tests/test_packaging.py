@@ -1,0 +1,163 @@
+"""The wheel as users install it: built, installed into fresh venvs (no editable install, no
+repo on the path), TensorBoard started from it on demo logs, the tab's module and JSON routes
+served. ``pip install .`` on every Python 3.9–3.12 this machine has."""
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PYTHONS = ["3.9", "3.10", "3.11", "3.12"]
+
+
+def _env():
+    # nothing of the repo or of the test venv may leak into the fresh venvs
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    return env
+
+
+def _interpreter(version):
+    for cand in (shutil.which(f"python{version}"), f"/root/.pyenv/versions/{version}/bin/python{version}"):
+        if cand and os.path.exists(cand):
+            try:
+                out = subprocess.run([cand, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                     capture_output=True, text=True, timeout=60, env=_env())
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if out.returncode == 0 and out.stdout.strip() == version:
+                return cand
+    for root in glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python{version}"):
+        return root
+    return None
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory):
+    """A wheel and an sdist built from a clean copy of the repo."""
+    out = tmp_path_factory.mktemp("dist")
+    src = tmp_path_factory.mktemp("src") / "repo"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info",
+                                                             "test-artifacts", "__pycache__", "generated"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(src)],
+                   check=True, env=_env(), capture_output=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(out)], cwd=src, check=True,
+                   env=_env(), capture_output=True)
+    wheel = next(out.glob("*.whl"))
+    sdist = next(out.glob("*.tar.gz"))
+    return wheel, sdist
+
+
+def _venv(python, where):
+    subprocess.run([python, "-m", "venv", str(where)], check=True, env=_env())
+    return where / "bin" / "python"
+
+
+def test_wheel_contents(dist):
+    import zipfile
+
+    wheel, sdist = dist
+    names = zipfile.ZipFile(wheel).namelist()
+    for needed in ("tb_footprint_plugin/loader.py", "tb_footprint_plugin/frontend/index.js",
+                   "tb_footprint_plugin/frontend/model.js", "tb_footprint_plugin/plugin/routes.py"):
+        assert needed in names, needed
+    assert any(n.startswith("tb_footprint_plugin/frontend/views/") for n in names)
+    ep = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "[tensorboard_plugins]" in ep and "footprint = tb_footprint_plugin.loader:FootprintLoader" in ep
+    assert "tb-footprint = tb_footprint_plugin.cli:main" in ep
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    for field in ("Name: tb-footprint-plugin", "License: Apache-2.0", "Classifier: Framework :: TensorBoard",
+                  "Requires-Dist: tensorboard", "Requires-Dist: google-crc32c", "Project-URL: "):
+        assert field in meta, field
+    assert sdist.stat().st_size > 10_000
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def test_wheel_in_fresh_venv_serves_the_tab(dist, tmp_path):
+    wheel, _ = dist
+    py = _venv(sys.executable, tmp_path / "venv")
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, env=_env(), timeout=900)
+    # the installed package, not the repo, is what runs
+    where = subprocess.run([str(py), "-c", "import tb_footprint_plugin, os; print(tb_footprint_plugin.__file__)"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path, env=_env()).stdout
+    assert str(tmp_path / "venv") in where
+    bin_ = tmp_path / "venv" / "bin"
+    logs = tmp_path / "logs"
+    subprocess.run([str(bin_ / "tb-footprint"), "demo", str(logs)], check=True, env=_env(), cwd=tmp_path)
+    port = _free_port()
+    tb = subprocess.Popen([str(bin_ / "tensorboard"), "--logdir", str(logs), "--host", "127.0.0.1",
+                           "--port", str(port), "--footprint_quiet_period", "0"],
+                          cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 120
+        while True:
+            try:
+                status, body = _get(base + "/data/plugins_listing")
+                break
+            except OSError:
+                if time.time() > deadline or tb.poll() is not None:
+                    out = tb.stdout.read().decode(errors="replace") if tb.poll() is not None else ""
+                    pytest.fail(f"tensorboard did not come up:\n{out[-3000:]}")
+                time.sleep(0.5)
+        listing = json.loads(body)
+        assert listing["footprint"]["enabled"] is True
+        assert listing["footprint"]["loading_mechanism"]["module_path"].endswith("/index.js")
+        status, js = _get(base + "/data/plugin/footprint/index.js")
+        assert status == 200 and b"export" in js and b"render" in js
+        deadline = time.time() + 120
+        while True:
+            status, body = _get(base + "/data/plugin/footprint/runs", timeout=30)
+            data = json.loads(body)
+            if data.get("runs") or time.time() > deadline:
+                break
+            time.sleep(1)
+        assert status == 200 and len(data["runs"]) >= 10, str(data)[:500]
+    finally:
+        tb.terminate()
+        try:
+            tb.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            tb.kill()
+
+
+@pytest.mark.parametrize("version", PYTHONS)
+def test_pip_install_dot_on_python(version, tmp_path):
+    python = _interpreter(version)
+    if python is None:
+        pytest.skip(f"Python {version} is not on this machine")
+    py = _venv(python, tmp_path / "venv")
+    src = tmp_path / "repo"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info",
+                                                             "test-artifacts", "__pycache__", "generated"))
+    p = subprocess.run([str(py), "-m", "pip", "install", "-q", "."], cwd=src, env=_env(),
+                       capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = subprocess.run([str(tmp_path / "venv" / "bin" / "tb-footprint"), "scan", str(src / "demo_logs")],
+                         capture_output=True, text=True, env=_env(), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    check = subprocess.run([str(py), "-c", "from tb_footprint_plugin.loader import FootprintLoader; "
+                            "from tensorboard import default; "
+                            "print([l.__name__ for l in default.get_dynamic_plugins()])"],
+                           capture_output=True, text=True, env=_env(), cwd=tmp_path)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert "FootprintLoader" in check.stdout
