@@ -82,6 +82,24 @@ def _filters(ap: argparse.ArgumentParser) -> None:
                     help="only runs not written for this long (14d, 12h)")
     ap.add_argument("--quiet-period", type=parse_duration, default=600.0,
                     help="a run written more recently than this is active and left alone (default 10m)")
+    ap.add_argument("--delete", action="append", default=[], metavar="CATEGORY",
+                    help="custom rule on top of --policy: also delete this file category (repeatable)")
+    ap.add_argument("--keep", action="append", default=[], metavar="CATEGORY",
+                    help="custom rule on top of --policy: keep this file category (repeatable)")
+    ap.add_argument("--keep-latest", type=int, default=None, metavar="N",
+                    help="custom rule: keep only the newest N profile sessions / traces per worker")
+
+
+def _policy(args):
+    """--policy, refined by custom rules given as flags."""
+    if not (args.delete or args.keep or args.keep_latest is not None):
+        return args.policy
+    rules = {c: "delete" for c in args.delete}
+    rules.update({c: "keep" for c in args.keep})
+    d = {"name": f"custom({args.policy})", "base": args.policy, "rules": rules}
+    if args.keep_latest is not None:
+        d["keep_latest"] = args.keep_latest
+    return d
 
 
 def _print_plan(p) -> None:
@@ -117,7 +135,7 @@ def _print_plan(p) -> None:
 def cmd_plan(args) -> int:
     from tb_footprint_plugin import api
 
-    p = api.plan(args.logdir, args.policy, backup_dir=args.backup_dir, runs=args.runs,
+    p = api.plan(args.logdir, _policy(args), backup_dir=args.backup_dir, runs=args.runs,
                  run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
                  quiet_period=args.quiet_period)
     _dump(p.to_dict()) if args.json else _print_plan(p)
@@ -175,7 +193,7 @@ def cmd_reduce(args) -> int:
                 print(_outcome_line(o))
 
     report = api.reduce_logdir(
-        args.logdir, backup_dir=args.backup_dir, policy=args.policy, dry_run=args.dry_run,
+        args.logdir, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
         runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
         quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
         ledger=None if args.dry_run else (args.ledger or "default"),

@@ -235,3 +235,50 @@ def test_backup_dir_elsewhere_copies_and_restores(tmp_path):
     outs = api.restore(str(logdir))
     assert [o.status for o in outs] == ["restored"]
     assert user_files(logdir) == before
+
+
+def test_custom_rules_from_flags_and_file(tmp_path, capsys):
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    assert cli_main(["plan", str(logdir), "--policy", "lossless", "--keep", "profile_secondary", "--json"]) == 0
+    actions = json.loads(capsys.readouterr().out)["runs"][0]["actions"]
+    assert {a["category"] for a in actions if a["kind"] == "delete"} == {cat.PROFILE_CACHE}
+    assert cli_main(["plan", str(logdir), "--delete", "hparams"]) == 1
+    assert "can never be selected" in capsys.readouterr().err
+    pol = tmp_path / "policy.toml"
+    pol.write_text('name = "caches-only"\nbase = "lossless"\n[rules]\nprofile_secondary = "keep"\n')
+    rep = api.reduce_logdir(str(logdir), policy=str(pol), dry_run=False, verify_backends=("python",))
+    assert rep.ok
+    assert rep.plan.policy["name"] == "caches-only"
+    assert cat.PROFILE_SECONDARY in scan(str(logdir)).run(".").categories
+    assert cat.PROFILE_CACHE not in scan(str(logdir)).run(".").categories
+
+
+def test_read_only_files_come_back_read_only(tmp_path):
+    logdir = copy_real("jax/profiled", tmp_path / "logdir")
+    for p in (logdir / "plugins" / "profile").rglob("*"):
+        if p.is_file():
+            os.chmod(p, 0o444)
+    before = {p: p.stat().st_mode for p in (logdir / "plugins").rglob("*")}
+    hashes = user_files(logdir)
+    assert api.reduce_logdir(str(logdir), dry_run=False, verify_backends=("python",)).ok
+    assert not (logdir / "plugins").exists()
+    assert [o.status for o in api.restore(str(logdir))] == ["restored"]
+    assert user_files(logdir) == hashes
+    assert {p: p.stat().st_mode for p in (logdir / "plugins").rglob("*")} == before
+
+
+def test_corrupt_event_file_is_kept_as_is(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    ev = next((logdir / "train").glob("events.out.tfevents.*"))
+    data = bytearray(ev.read_bytes())
+    data[5000] ^= 0xFF
+    ev.write_bytes(bytes(data))
+    old = ev.stat().st_mtime - 7200
+    os.utime(ev, (old, old))
+    fp = scan(str(logdir))
+    assert any("corrupt" in w or "CRC" in w for w in fp.run("train").warnings)
+    rep = api.reduce_logdir(str(logdir), dry_run=False, runs=["train"])
+    o = rep.outcomes[0]
+    assert o.status == "verified", o.to_dict()
+    assert ev.read_bytes() == bytes(data)  # never rewritten, still there
+    assert not (logdir / "train" / "plugins").exists()
