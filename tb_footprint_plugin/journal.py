@@ -80,6 +80,18 @@ def pending_journals(journal_dir: str) -> Iterator[Journal]:
             yield Journal(os.path.join(journal_dir, name))
 
 
+@contextlib.contextmanager
+def exclusive(path: str):
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
 class RunLocked(RuntimeError):
     """Another process holds this run's lock."""
 

@@ -8,13 +8,13 @@ jobs over one logdir): every update re-reads the file under an exclusive ``flock
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import threading
 import time
 from typing import Dict, Iterable, Optional
 
+from tb_footprint_plugin.journal import exclusive
 from tb_footprint_plugin.vault import atomic_write_json
 
 LEDGER_VERSION = 1
@@ -34,14 +34,8 @@ class Ledger:
     @contextlib.contextmanager
     def _locked(self):
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        with self._lock:
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
+        with self._lock, exclusive(self.path + ".lock"):
+            yield
 
     def read(self) -> dict:
         try:

@@ -9,11 +9,12 @@ simply starts afresh.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import tempfile
 from typing import Dict, Optional, Tuple
+
+from tb_footprint_plugin.journal import exclusive
 
 CACHE_VERSION = 2
 CACHE_NAME = "scan-cache.json"
@@ -69,7 +70,7 @@ class ScanCache:
             return None
         try:
             os.makedirs(self.state_dir, exist_ok=True)
-            with _locked(os.path.join(self.state_dir, "scan-cache.lock")):
+            with exclusive(os.path.join(self.state_dir, "scan-cache.lock")):
                 fd, tmp = tempfile.mkstemp(prefix=".scan-cache.", dir=self.state_dir)
                 try:
                     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -83,14 +84,3 @@ class ScanCache:
             return f"scan cache not saved in {self.state_dir}: {e.strerror or e}"
         self.dirty = False
         return None
-
-
-@contextlib.contextmanager
-def _locked(path: str):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)

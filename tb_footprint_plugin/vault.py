@@ -31,16 +31,21 @@ class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
 
 
-def sha256_file(path: str) -> str:
-    """Streaming sha256 of a file (bounded memory)."""
+def sha256_stream(f) -> str:
+    """Streaming sha256 of a binary file object (bounded memory)."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(CHUNK)
-            if not b:
-                break
-            h.update(b)
+    while True:
+        b = f.read(CHUNK)
+        if not b:
+            break
+        h.update(b)
     return h.hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    """Streaming sha256 of a file."""
+    with open(path, "rb") as f:
+        return sha256_stream(f)
 
 
 def fsync_dir(path: str) -> None:

@@ -34,14 +34,10 @@ def gzip_file(src: str, dst: str, level: int = LEVEL) -> str:
 
 def gunzip_sha256(path: str) -> str:
     """sha256 of the decompressed content of ``path`` (streaming); raises on a damaged file."""
-    h = hashlib.sha256()
+    from tb_footprint_plugin.vault import sha256_stream
+
     with gzip.open(path, "rb") as f:
-        while True:
-            b = f.read(CHUNK)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+        return sha256_stream(f)
 
 
 __all__ = ["gzip_file", "gunzip_sha256"]
