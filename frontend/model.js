@@ -78,7 +78,7 @@ export class Model {
     };
     this._listeners = new Set();
     this._timers = {};
-    this._paused = false;
+    this.tokenError = null;
   }
 
   subscribe(fn) {
@@ -104,21 +104,33 @@ export class Model {
     ]);
     this.set({
       status,
-      actions: status.actions,
+      actions: this._actions(status.actions),
       tokenHeader: status.token_header || this.state.tokenHeader,
       policies: policies.policies,
       policy: policies.default,
     });
     for (const job of status.jobs || []) this._track(job);
-    await this.refreshToken().catch(() => {});
+    await this.refreshToken().catch((e) => {
+      // e.g. behind a proxy that rewrites Host: show everything, but say why actions are off
+      this.tokenError = 'This page cannot get the action token: ' + e.message;
+      this.set({actions: this._actions(this.state.actions)});
+    });
     await this.loadRuns({wait: 60});
     this._startPolling();
   }
 
   async refreshToken() {
     const t = await fetchJSON('token');
-    this.set({token: t.token, tokenHeader: t.header, actions: t.actions});
+    this.tokenError = null;
+    this.set({token: t.token, tokenHeader: t.header, actions: this._actions(t.actions)});
     return t.token;
+  }
+
+  /** The server's word on write actions, plus what this page itself knows (no token). */
+  _actions(server) {
+    const a = server || {enabled: false, reasons: []};
+    if (!this.tokenError) return a;
+    return Object.assign({}, a, {enabled: false, reasons: (a.reasons || []).concat([this.tokenError])});
   }
 
   async post(path, body, retried) {
@@ -139,14 +151,14 @@ export class Model {
   // --- reads ----------------------------------------------------------------------------
   async loadStatus() {
     const status = await fetchJSON('status');
-    this.set({status, actions: status.actions});
+    this.set({status, actions: this._actions(status.actions)});
     for (const job of status.jobs || []) this._track(job);
   }
 
   async loadRuns(opts) {
     try {
       const overview = await fetchJSON('runs' + query({policy: this.state.policy, wait: opts && opts.wait}));
-      this.set({overview, overviewError: null, actions: overview.actions});
+      this.set({overview, overviewError: null, actions: this._actions(overview.actions)});
     } catch (e) {
       this.set({overviewError: e.message});
     }
@@ -185,7 +197,13 @@ export class Model {
 
   /** The dry run: what the selected policy would do, with nothing changed. */
   async dryRun(runs) {
-    const plan = await fetchJSON('plan' + query({policy: this.state.policy, run: runs}));
+    // many runs: plan them all and keep ours (a URL naming thousands of runs is too long)
+    const many = runs.length > 50;
+    const plan = await fetchJSON('plan' + query({policy: this.state.policy, run: many ? undefined : runs}));
+    if (many) {
+      const wanted = new Set(runs);
+      plan.runs = plan.runs.filter((rp) => wanted.has(rp.run));
+    }
     const plans = Object.assign({}, this.state.plans);
     for (const rp of plan.runs) plans[rp.run] = rp;
     this.set({plans});
@@ -326,8 +344,8 @@ export class Model {
   }
 
   async _jobFinished(job) {
-    // The scan is refreshed by the server after every job; ask for the fresh one.
-    await this.loadRuns({wait: 0});
+    // The server rescans after every job; wait (a little) for that fresh scan.
+    await this.loadRuns({wait: 15});
     if (this.state.view === 'run' && this.state.selectedRun) await this.loadRun(this.state.selectedRun);
     if (this.state.view === 'operations') await this.loadOperations();
     if (this.state.view === 'history') await this.loadHistory();

@@ -119,15 +119,16 @@ class FootprintLoader(base_plugin.TBLoader):
                     )
             flags.footprint_backup_dir = backup
         policy = getattr(flags, "footprint_policy", None) or DEFAULT_POLICY
+        flags.footprint_policy = policy
         try:
             from tb_footprint_plugin.policies import PolicyError, get_policy
-        except Exception as e:  # the library is broken: let load() report it, don't stop TB
-            raise base_plugin.FlagsError(f"--footprint_policy: cannot load policies ({e})") from e
-        try:
-            get_policy(policy)
-        except (PolicyError, ValueError) as e:
-            raise base_plugin.FlagsError(f"--footprint_policy: {e}") from None
-        flags.footprint_policy = policy
+        except Exception:  # a broken install must not stop TensorBoard: load() will fail and be skipped
+            get_policy = None
+        if get_policy is not None:
+            try:
+                get_policy(policy)
+            except (PolicyError, ValueError) as e:
+                raise base_plugin.FlagsError(f"--footprint_policy: {e}") from None
         try:
             flags.footprint_quiet_period = parse_quiet_period(
                 getattr(flags, "footprint_quiet_period", DEFAULT_QUIET_PERIOD)

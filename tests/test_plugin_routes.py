@@ -770,6 +770,9 @@ def test_actions_enabled_by_bind_address(logdir, flags, enabled, reason):
             assert r.status_code == 403 and "write actions are off" in r.get_json()["error"]
             assert a.post("/purge", {"confirm": True}).status_code == 403
             assert a.post("/restore", {"run": "big"}).status_code == 403
+            # a rescan changes nothing in the logdir: still allowed (same-origin, with the token)
+            assert a.post("/rescan", {}).status_code == 202
+            a.plugin.scans.wait_idle(60)
             assert tree_hash(logdir) == before
     finally:
         a.close()
@@ -841,7 +844,7 @@ def _attacks(token):
         ("no content type", "POST", h(), None, None, 415, "JSON"),
         ("JSON array body", "POST", h(), b'["big"]', j, 400, "object"),
         ("invalid JSON", "POST", h(), b"{runs:", j, 400, "not valid JSON"),
-        ("body too large", "POST", h(), b'{"pad": "' + b"x" * (70 * 1024) + b'"}', j, 413, "too large"),
+        ("body too large", "POST", h(), b'{"pad": "' + b"x" * (1100 * 1024) + b'"}', j, 413, "too large"),
         ("browser cross-site form post", "POST",
          {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}, b"runs=big",
          "application/x-www-form-urlencoded", 403, "cross-origin"),
@@ -874,9 +877,12 @@ def test_token_route_refuses_foreign_host_and_cross_site(app):
     assert app.get("/token", headers={"Origin": "http://evil.example"}).status_code == 403
     ok = app.get("/token", headers={"Host": "127.0.0.1:6006", "Sec-Fetch-Site": "same-origin"})
     assert ok.status_code == 200 and len(ok.get_json()["token"]) >= 32
-    # reads from other sites are refused too (the data would be readable after a rebinding)
+    # reads a browser marks as coming from another site are refused too
     assert app.get("/runs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
-    assert app.get("/runs", headers={"Origin": "http://evil.example"}).status_code == 403
+    assert app.get("/runs", headers={"Sec-Fetch-Site": "same-site"}).status_code == 403
+    assert app.get("/index.js", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
+    # behind a reverse proxy Host/Origin may differ: reads still work
+    assert app.get("/runs", headers={"Host": "proxy.internal:8888", "Sec-Fetch-Site": "same-origin"}).status_code == 200
 
 
 def test_token_is_per_process(logdir):
@@ -949,3 +955,46 @@ def test_traversal_in_run_names_everywhere(app, logdir, outside):
     app.plugin.jobs.wait_all(60)
     assert app.plugin.jobs.list() == []
     assert (tree_hash(logdir), tree_hash(outside)) == before
+
+
+def test_backup_dir_elsewhere(logdir, tmp_path):
+    vault = tmp_path / "vault"
+    start = file_shas(logdir)
+    a = App(logdir, footprint_backup_dir=str(vault))
+    try:
+        assert a.get("/status").get_json()["backup_dir"] == str(vault)
+        r = a.post("/reduce", {"runs": ["mid"]})
+        job = a.wait_job(r.get_json()["job"]["id"])
+        assert job["result"]["outcomes"][0]["status"] == "verified"
+        blobs = [f for _, _, fs in os.walk(vault) for f in fs]
+        assert blobs, "backups go to --footprint_backup_dir"
+        assert not os.path.isdir(logdir / ".tb-footprint" / "blobs") or not os.listdir(logdir / ".tb-footprint" / "blobs")
+        a.fresh_scan()
+        assert a.get("/runs").get_json()["vault_bytes"] > 0
+        op = a.get("/operations").get_json()["operations"][0]
+        r = a.post("/restore", {"op": op["op_id"]})
+        assert a.wait_job(r.get_json()["job"]["id"])["result"]["ok"] is True
+        assert file_shas(logdir) == start
+    finally:
+        a.close()
+
+
+def test_restore_newest_first(app, logdir):
+    """Two reductions of one run (keep-latest, then archive): only the newer one is restorable first."""
+    start = file_shas(logdir, "big")
+    for policy in ("keep-latest", "archive"):
+        r = app.post("/reduce", {"runs": ["big"], "policy": policy})
+        job = app.wait_job(r.get_json()["job"]["id"])
+        assert job["result"]["outcomes"][0]["status"] == "verified", job
+        app.fresh_scan()
+    ops = app.get("/operations", query_string={"run": "big"}).get_json()["operations"]
+    newer, older = ops
+    assert newer["policy"] == "archive" and newer["restorable"] is True
+    assert older["restorable"] is False and newer["op_id"] in older["restore_note"]
+    r = app.post("/restore", {"op": older["op_id"]})
+    assert r.status_code == 409 and "restore it first" in r.get_json()["error"]
+    for op in (newer, older):
+        r = app.post("/restore", {"op": op["op_id"]})
+        assert r.status_code == 202
+        assert app.wait_job(r.get_json()["job"]["id"])["result"]["ok"] is True
+    assert file_shas(logdir, "big") == start

@@ -106,7 +106,7 @@ const COLORS = {
   profile_secondary: '#ffd180',
   profile_other: '#ff8a65',
   profile_empty: '#d7ccc8',
-  torch_trace: '#ef6c00',
+  torch_trace: '#a0522d',
   plugin_assets: '#afb42b',
   checkpoints: '#388e3c',
   symlink: '#cfd8dc',

@@ -53,16 +53,24 @@ export class JobsView {
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
     this._last = key;
     clear(this.el);
-    for (const id of state.jobOrder.slice(0, 6)) {
+    let finishedShown = 0;
+    for (const id of state.jobOrder) {
       const job = state.jobs[id];
       if (!job || state.dismissed[id]) continue;
-      this.el.appendChild(this.card(job));
+      const active = job.state === 'queued' || job.state === 'running';
+      if (!active) {
+        finishedShown++;
+        if (finishedShown > 3) continue;  // older outcomes stay in Operations / History
+      }
+      // the newest finished job in full; older ones as one compact line each
+      this.el.appendChild(this.card(job, !active && finishedShown > 1));
     }
   }
 
-  card(job) {
+  card(job, compact) {
     const active = job.state === 'queued' || job.state === 'running';
-    const card = el('div', {class: 'job-card job-' + job.state, dataset: {job: job.id, kind: job.kind, state: job.state}});
+    const card = el('div', {class: 'job-card job-' + job.state + (compact ? ' compact' : ''),
+      dataset: {job: job.id, kind: job.kind, state: job.state}});
     const head = el('div', {class: 'job-head'}, el('strong', {text: title(job)}), el('span', {class: 'spacer'}));
     if (active && job.cancellable) {
       const c = button('Cancel', () => this.model.cancel(job.id).catch((e) => this.onError(e.message)),
@@ -99,7 +107,7 @@ export class JobsView {
     const outcomes = res.outcomes || [];
     for (const o of outcomes) card.appendChild(outcomeLine(this.model, o));
     const changed = outcomes.filter((o) => o.status === 'verified' || o.status === 'restored');
-    if (changed.length) {
+    if (changed.length && !compact) {
       const notes = [...new Set(changed.flatMap((o) => o.dashboards || []))];
       const refresh = button('Reload TensorBoard page', () => {
         try {

@@ -124,7 +124,8 @@ export class HistoryView {
         el('td', {text: e.policy || '—'}),
         el('td', {class: 'num', text: bytes(e.before) + ' → ' + bytes(e.after)}),
         el('td', {class: e.outcome === 'rolled_back' || e.outcome === 'failed' ? 'bad' : 'ok', title: e.reason || '',
-          text: (e.outcome || '—') + (e.reason && e.outcome !== 'verified' ? ': ' + e.reason : '')}),
+          text: e.outcome === 'verified' ? 'verified ✓' : e.outcome === 'restored' ? 'restored ✓'
+            : (e.outcome || '—') + (e.reason ? ': ' + e.reason : '')}),
         el('td', {class: 'muted', text: [e.user, e.host].filter(Boolean).join('@')}))))));
     if (h.total > h.entries.length) this.el.appendChild(el('p', {class: 'muted', text: 'Newest ' + h.entries.length + ' of ' + h.total + ' shown.'}));
   }

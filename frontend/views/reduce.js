@@ -88,7 +88,7 @@ export async function reduceFlow(model, runNames, onError) {
     'the reduced run shows what the policy promises; on any doubt the run is rolled back to its exact bytes.'}));
   const ok = await confirmDialog({
     title: todo.length === 1 ? 'Reduce ' + todo[0].run + '?' : 'Reduce ' + todo.length + ' runs?',
-    body, confirm: 'Reduce and free ' + bytes(free), danger: true,
+    body, confirm: todo.length === 1 ? 'Reduce' : 'Reduce ' + todo.length + ' runs', danger: true,
   });
   if (!ok) return null;
   try {

@@ -12,7 +12,8 @@ export class RunView {
     this.onError = onError;
     this.el = el('section', {class: 'run-detail'});
     this._last = {};
-    this.dry = null;  // {run, policy, at, plan}
+    this.dry = null;  // {run, policy, at, plan, generation}
+    this.actionsOpen = false;
   }
 
   update(state) {
@@ -137,9 +138,13 @@ export class RunView {
     if (rp.category_changes && rp.category_changes.length && !rp.skipped) {
       box.appendChild(categoryBars(rp.category_changes, 'expected after'));
     }
-    if (this.dry && this.dry.run === d.run.name) box.appendChild(this.dryResult());
+    // a dry run is shown until the run changes (a new scan after a job, another policy)
+    if (this.dry && this.dry.run === d.run.name && this.dry.policy === d.policy &&
+        this.dry.generation === (d.scan && d.scan.generation)) {
+      box.appendChild(this.dryResult());
+    }
     if (rp.actions.length) {
-      const details = el('details', {class: 'actions-list'},
+      const details = el('details', {class: 'actions-list', open: this.actionsOpen ? true : null},
         el('summary', {text: plural(rp.actions.length, 'action') + ' in detail'}),
         el('table', {class: 'table'},
           el('thead', {}, el('tr', {}, ['Action', 'Path', 'Category', 'Before', 'After', 'Why'].map((h) => el('th', {text: h})))),
@@ -150,6 +155,9 @@ export class RunView {
             el('td', {class: 'num', text: bytes(a.bytes_before)}),
             el('td', {class: 'num', text: bytes(a.bytes_after) + (a.estimated ? ' ≈' : '')}),
             el('td', {class: 'muted', text: a.reason}))))));
+      details.addEventListener('toggle', () => {
+        this.actionsOpen = details.open;
+      });
       box.appendChild(details);
     }
     return box;
@@ -158,7 +166,8 @@ export class RunView {
   async dryRun(run) {
     try {
       const plan = await this.model.dryRun([run]);
-      this.dry = {run, policy: this.model.state.policy, at: Date.now() / 1000, plan: plan.runs[0]};
+      this.dry = {run, policy: this.model.state.policy, at: Date.now() / 1000, plan: plan.runs[0],
+        generation: plan.scan && plan.scan.generation};
       this._last = {};
       this.update(this.model.state);
     } catch (e) {

@@ -146,6 +146,7 @@ class JobManager:
             del self._jobs[i]
 
     def _run(self, job: Job, work: Callable[[Job], dict]) -> None:
+        final = "failed"
         try:
             if self._before_start is not None:
                 job.report(None, "waiting", 0.0)
@@ -155,22 +156,25 @@ class JobManager:
             job.report(None, "starting", 0.0)
             job.result = work(job)
             if job.cancel_requested and job.result and not job.result.get("committed_any", True):
-                job.state = "cancelled"
+                final = "cancelled"
             else:
-                job.state = "done"
+                final = "done"
         except Exception as e:  # a library bug or an unexpected error: say so, keep serving
             logger.error("Footprint job %s (%s) failed:\n%s", job.id, job.kind, traceback.format_exc())
             job.error = f"{type(e).__name__}: {e}"
-            job.state = "failed"
+            final = "failed"
         finally:
-            job.finished = time.time()
-            with job._lock:
-                job.fraction = 1.0
+            # the hook (a rescan) runs before the job reads as finished, so whoever sees the
+            # outcome also sees the scan marked out of date
             if self._after_finish is not None:
                 try:
                     self._after_finish(job)
                 except Exception:
                     logger.exception("Footprint: after-job hook failed")
+            job.finished = time.time()
+            with job._lock:
+                job.fraction = 1.0
+                job.state = final
 
     def get(self, job_id: str) -> Optional[Job]:
         with self._lock:

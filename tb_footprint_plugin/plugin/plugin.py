@@ -112,13 +112,20 @@ class ScanService:
         With no scan yet, waits up to ``wait`` seconds (default ``FIRST_SCAN_WAIT_S``) for the
         first one.
         """
-        wait = FIRST_SCAN_WAIT_S if wait is None else wait
         with self._cond:
             now = time.time()
             if self._fp is None and self._error is None:
                 self._start_locked()
-                deadline = time.monotonic() + wait
+                deadline = time.monotonic() + (FIRST_SCAN_WAIT_S if wait is None else wait)
                 while self._fp is None and self._error is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            elif self._fp is not None and wait and self._pending_change_locked():
+                # the caller knows the logdir just changed (a job ended): wait for the new scan
+                deadline = time.monotonic() + wait
+                while self._pending_change_locked():
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
@@ -130,6 +137,9 @@ class ScanService:
                 if self._started_at is None or now - self._started_at > 5.0:
                     self._start_locked()
             return self._fp, self._meta_locked()
+
+    def _pending_change_locked(self) -> bool:
+        return self._dirty or (self._thread is not None and getattr(self, "_dirty_at_start", False))
 
     def peek(self):
         """The last scan without starting anything (``is_active`` uses it)."""
@@ -157,8 +167,7 @@ class ScanService:
             "scanned_at": None if fp is None else fp.scanned_at,
             "age_s": None if age is None else round(age, 1),
             "refreshing": refreshing,
-            "stale": fp is None or self._dirty or (refreshing and getattr(self, "_dirty_at_start", False))
-            or age > self.stale_after,
+            "stale": fp is None or self._pending_change_locked() or age > self.stale_after,
             "generation": self._generation,
             "error": self._error,
             "progress": {"files_done": done, "files_total": total} if refreshing else None,
@@ -210,8 +219,17 @@ class Recovery:
             self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail}
                              for o in outs]
             self.state = "done"
-            self.detail = (f"{len(outs)} unfinished operation(s) settled after a crash" if outs
-                           else "nothing to recover")
+            settled = [o for o in outs if o.action in ("rolled_back", "completed")]
+            live = [o for o in outs if o.action == "skipped_live"]
+            failed = [o for o in outs if o.action not in ("rolled_back", "completed", "skipped_live")]
+            parts = []
+            if settled:
+                parts.append(f"{len(settled)} unfinished operation(s) settled after a crash")
+            if live:
+                parts.append(f"{len(live)} left alone (another process is working on it)")
+            if failed:
+                parts.append(f"{len(failed)} could not be settled and will be retried on the next start")
+            self.detail = "; ".join(parts) if parts else "nothing to recover"
             if outs:
                 logger.warning("Footprint: crash recovery settled %d operation(s): %s", len(outs),
                                "; ".join(f"{o.run}: {o.action}" for o in outs))
@@ -268,8 +286,9 @@ class FootprintPlugin(base_plugin.TBPlugin):
             self.recovery.start()
             with self.scans._cond:
                 self.scans._start_locked()  # first scan, right after recovery
-        elif not self.local:
-            self.recovery.state, self.recovery.detail = "skipped", "the logdir is not local"
+        else:  # tests build the plugin without background work
+            self.recovery.state = "skipped"
+            self.recovery.detail = "the logdir is not local" if not self.local else "not started"
             self.recovery.done.set()
 
     # --- TBPlugin -------------------------------------------------------------------------

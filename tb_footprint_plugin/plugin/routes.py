@@ -128,8 +128,11 @@ class Routes:
             "/cancel": self.cancel,
             "/rescan": self.rescan,
         }
+        # rescan and cancel change nothing in the logdir: allowed even when write actions are off
+        harmless = {"/rescan", "/cancel"}
         apps = {route: self._wrap(fn, "read") for route, fn in read.items()}
-        apps.update({route: self._wrap(fn, "write") for route, fn in write.items()})
+        apps.update({route: self._wrap(fn, "write" if route not in harmless else "harmless")
+                     for route, fn in write.items()})
         apps["/token"] = self._wrap(self.token, "token")
         for name in self.assets.names():
             apps["/" + name] = self._wrap(self._static_for(name), "read")
@@ -147,7 +150,7 @@ class Routes:
                 if kind == "token":
                     sec.check_token_request(request)
                     return fn(request)
-                body = sec.check_write(request, needs_actions=fn is not self.rescan and fn is not self.cancel)
+                body = sec.check_write(request, needs_actions=kind == "write")
                 return fn(request, body)
             except Rejected as e:
                 return self._error(request, e.code, e.reason, headers=e.headers, rejected=True)
@@ -506,7 +509,7 @@ class Routes:
                 o["category_changes"] = _category_changes(rp, labels) if o["status"] == "verified" else []
                 o["categories_before"] = before.get(o["run"], {})
                 o["fidelity"] = rp.get("fidelity", [])
-                o["dashboards"] = _dashboards_note("reduce", o)
+                o["dashboards"] = _dashboards_note("reduce", o, rp.get("actions", []))
                 if o.get("verification"):
                     o["verification"] = {k: v for k, v in o["verification"].items()
                                          if not k.startswith("_") and k != "views"}
@@ -537,6 +540,11 @@ class Routes:
                 raise HttpError(409, f"operation {op_id} was already restored by {m['restored_by']}")
             if m.get("backup_purged"):
                 raise HttpError(409, f"the backup of {op_id} was purged; nothing to restore from")
+            newer = [x for x in self._operations() if x.get("run") == m.get("run") and x.get("kind") == "reduce"
+                     and x.get("outcome") == "verified" and not x.get("restored_by") and not x.get("backup_purged")
+                     and (x.get("started_at") or 0) > (m.get("started_at") or 0)]
+            if newer:
+                raise HttpError(409, f"operation {newer[0]['op_id']} on this run is newer: restore it first")
             runs, params = [m["run"]], {"op": op_id}
         elif run is not None:
             if not isinstance(run, str):
@@ -718,26 +726,43 @@ def _mark_restorable(ops: List[dict]) -> None:
             o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
 
 
-def _dashboards_note(kind: str, outcome: dict) -> List[str]:
-    """What the other dashboards of a running TensorBoard show after the change."""
+def _dashboards_note(kind: str, outcome: dict, actions: Optional[List[dict]] = None) -> List[str]:
+    """What the other dashboards of a running TensorBoard show after the change, in plain words."""
     status = outcome.get("status")
     if status not in ("verified", "restored"):
         return ["Nothing on disk changed, so every dashboard shows what it showed before."]
     changed = list(outcome.get("removed_files") or []) + list(outcome.get("created_files") or [])
+    if actions:
+        changed += [a.get("path") or "" for a in actions]
     events = [p for p in changed if "tfevents" in os.path.basename(p) and not p.endswith(".profile-empty")]
-    profile = [p for p in changed if "/plugins/profile/" in "/" + p or p.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
     lines = []
-    if profile:
-        if kind == "reduce":
-            lines.append("Profile: the removed sessions disappear from the Profile tab's run list once the "
-                         "page is reloaded; a session already open there can no longer load its tools.")
-        else:
-            lines.append("Profile: the restored sessions are listed again once the page is reloaded.")
+    if kind == "reduce" and actions is not None:
+        acts = [a for a in actions if a.get("kind") in ("delete", "compress", "rewrite", "remove_dir")]
+        cats = {(a.get("kind"), a.get("category")) for a in acts}
+        sessions_gone = any(k == "remove_dir" for k, _ in cats) or ("delete", "profile_xplane") in cats
+        if sessions_gone:
+            lines.append("Profile: the removed sessions disappear from the Profile tab's run list once the page is "
+                         "reloaded; a session already open there can no longer load its tools.")
+        elif ("delete", "profile_cache") in cats or ("delete", "profile_secondary") in cats:
+            lines.append("Profile: every session still opens with every tool; xprof rebuilds the removed caches "
+                         "the first time a session is viewed again (slower once).")
+        if ("compress", "torch_trace") in cats:
+            lines.append("PyTorch Profiler: it reads the .gz traces the same; reload the page so it lists the "
+                         "new file names.")
+        if ("delete", "torch_trace") in cats:
+            lines.append("PyTorch Profiler: the removed traces disappear from its list once the page is reloaded.")
+    else:
+        profile = [p for p in changed if "/plugins/profile/" in "/" + p
+                   or p.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
+        if profile:
+            verb = "listed again" if kind == "restore" else "updated"
+            lines.append(f"Profile / PyTorch Profiler: the restored sessions and traces are {verb} once the page "
+                         "is reloaded.")
     if events:
-        lines.append("Scalars, images, histograms and the other dashboards: this running TensorBoard keeps "
-                     "what it already loaded from the rewritten or removed event files (it never re-reads a "
-                     "file it has read), so it shows the old data until it is restarted. Restart TensorBoard "
-                     "to see the run exactly as it is on disk now.")
+        lines.append("Scalars, images, histograms and the other dashboards: this running TensorBoard keeps what it "
+                     "already loaded from the rewritten or removed event files (it never re-reads a file it has "
+                     "read), so it shows the old data until it is restarted. Restart TensorBoard to see the run "
+                     "exactly as it is on disk now.")
     else:
         lines.append("Scalars, images, histograms, text, hparams and graphs: no event file changed, so these "
                      "dashboards show exactly what they showed before; nothing to reload.")

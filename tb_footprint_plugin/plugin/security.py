@@ -16,8 +16,8 @@ in this order:
 7. ``Content-Type: application/json`` and a JSON object body of bounded size.
 
 Read routes only refuse what is plainly foreign: a ``Sec-Fetch-Site`` of ``cross-site`` or
-``same-site`` and a foreign ``Origin``; the token route additionally requires an allowed
-``Host``.
+``same-site``; the token route additionally requires an allowed ``Host`` and no foreign
+``Origin``.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from typing import List, Optional, Tuple
 from urllib.parse import urlsplit
 
 TOKEN_HEADER = "X-Footprint-Token"
-MAX_BODY_BYTES = 64 * 1024
+MAX_BODY_BYTES = 1024 * 1024  # "reduce all shown" names every run
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"}
 
 
@@ -189,16 +189,21 @@ class Security:
 
     # --- route guards ---------------------------------------------------------------------
     def check_read(self, request) -> None:
-        """Guard of GET routes (data and static files)."""
+        """Guard of GET routes (data and static files).
+
+        Only what a browser marks as coming from another site is refused: behind a reverse
+        proxy ``Host`` and ``Origin`` may legitimately differ, and a cross-origin page cannot
+        read these answers anyway (no CORS headers).
+        """
         if request.method not in ("GET", "HEAD"):
             raise Rejected(405, f"{request.method} not allowed here; use GET", [("Allow", "GET, HEAD")])
-        self._check_origin(request)
         self._check_fetch_site(request, strict=False)
 
     def check_token_request(self, request) -> None:
-        """Guard of ``GET /token``: a read that must also come to an allowed host."""
+        """Guard of ``GET /token``: a read that must also come from this origin to an allowed host."""
         self.check_read(request)
         self._check_host(request)
+        self._check_origin(request)
 
     def check_write(self, request, *, needs_actions: bool = True) -> dict:
         """Guard of mutating routes; returns the parsed JSON body."""
@@ -218,7 +223,11 @@ class Security:
         length = request.content_length
         if length is not None and length > MAX_BODY_BYTES:
             raise Rejected(413, "request body too large")
-        raw = request.get_data(cache=True)
+        request.max_content_length = MAX_BODY_BYTES
+        try:
+            raw = request.get_data(cache=True)
+        except Exception:  # werkzeug's RequestEntityTooLarge (chunked bodies)
+            raise Rejected(413, "request body too large") from None
         if len(raw) > MAX_BODY_BYTES:
             raise Rejected(413, "request body too large")
         try:

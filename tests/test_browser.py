@@ -1,0 +1,361 @@
+"""The Footprint tab in real headless Chromium, inside a real TensorBoard.
+
+Opens TensorBoard, opens the Footprint tab (an iframe), checks the runs are sorted by size,
+runs a dry run, reduces a run, sees the verified before/after check, restores it, and checks on
+disk that the run is byte-identical to the start (sha256 of every file). Screenshots of every
+state go to ``test-artifacts/screenshots/``.
+
+Skips (with the reason) when /usr/bin/chromium or Playwright is missing.
+"""
+from __future__ import annotations
+
+import hashlib
+import http.client
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHOTS = os.path.join(REPO, "test-artifacts", "screenshots")
+PREFIX = "/data/plugin/footprint"
+FRAME = 'iframe[src*="name=footprint"]'
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium): browser tests skipped", allow_module_level=True)
+try:
+    from playwright.sync_api import expect, sync_playwright
+except ImportError as e:  # pragma: no cover
+    pytest.skip(f"playwright is not installed ({e}): browser tests skipped", allow_module_level=True)
+if not any(e.name == "footprint" for e in importlib.metadata.entry_points(group="tensorboard_plugins")):
+    pytest.skip("the 'footprint' TensorBoard entry point is not installed: run `pip install -e .` first",
+                allow_module_level=True)
+
+
+# ---------------------------------------------------------------------------------------
+# a real TensorBoard
+# ---------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class TensorBoard:
+    def __init__(self, logdir, *extra):
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = os.path.join(os.path.dirname(str(logdir)), f"tensorboard-{self.port}.log")
+        self._log = open(self.log_path, "wb")
+        exe = shutil.which("tensorboard")
+        cmd = ([exe] if exe else [sys.executable, "-m", "tensorboard.main"]) + [
+            "--logdir", str(logdir), "--port", str(self.port), "--host", "127.0.0.1",
+            "--footprint_quiet_period", "0", *extra]
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tensorboard exited ({self.proc.returncode}):\n{self.log()}")
+            try:
+                if self.get("/data/plugins_listing")[0] == 200:
+                    # let the first scan finish so the tab opens on data
+                    self.get(PREFIX + "/runs?wait=60")
+                    return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        self.stop()
+        raise RuntimeError("tensorboard did not come up:\n" + self.log())
+
+    def get(self, path):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=90)
+        try:
+            conn.request("GET", path)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def json(self, path):
+        status, body = self.get(path)
+        assert status == 200, (path, status, body[:300])
+        return json.loads(body)
+
+    def log(self):
+        self._log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")[-5000:]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._log.close()
+
+
+def make_demo(target):
+    try:
+        from tb_footprint_plugin.demo import generate_demo
+    except ImportError:
+        generate_demo = None
+    if generate_demo is not None:
+        generate_demo(str(target), seed=0, scale=0.05)
+        return target
+    import math
+
+    from tb_footprint_plugin import synth
+
+    for i, name in enumerate(("alpha", "beta")):
+        with synth.EventWriter(str(target / name)) as w:
+            for s in range(50):
+                w.scalar("loss", s, math.exp(-s / 10) + i)
+        synth.write_profile_session(str(target / name), n_events=2000, with_caches=True, seed=i)
+    return target
+
+
+def disk_state(root):
+    """sha256, size and mtime of every file (and every symlink target) outside the vault."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(str(root)):
+        dirnames[:] = [d for d in dirnames if d != ".tb-footprint"]
+        for n in filenames:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, str(root))
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+                continue
+            st = os.lstat(p)
+            with open(p, "rb") as f:
+                out[rel] = (hashlib.sha256(f.read()).hexdigest(), st.st_size, st.st_mtime_ns)
+    return out
+
+
+def parse_bytes(text):
+    m = re.match(r"([\d.]+)\s*(B|KB|MB|GB|TB)", text.strip())
+    assert m, text
+    return float(m.group(1)) * {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[m.group(2)]
+
+
+# ---------------------------------------------------------------------------------------
+# fixtures
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return make_demo(tmp_path_factory.mktemp("browser") / "demo_logs")
+
+
+@pytest.fixture(scope="module")
+def tb(demo):
+    t = TensorBoard(demo)
+    yield t
+    t.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    os.makedirs(SHOTS, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Tab:
+    """TensorBoard's page with the Footprint tab open; console errors collected."""
+
+    def __init__(self, browser, tb, color_scheme="light", height=1100):
+        self.context = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=color_scheme)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30000)
+        self.errors = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(tb.base + "/#footprint")
+        self.frame = self.page.frame_locator(FRAME)
+        self.frame.locator(".row[data-run]").first.wait_for()
+
+    def shot(self, name):
+        self.page.wait_for_timeout(250)  # let CSS transitions settle
+        self.page.screenshot(path=os.path.join(SHOTS, name))
+
+    def our_errors(self):
+        return [e for e in self.errors if "Refused" in e or "footprint" in e.lower() or "Content Security" in e]
+
+    def close(self):
+        self.context.close()
+
+
+# ---------------------------------------------------------------------------------------
+# the tests
+# ---------------------------------------------------------------------------------------
+def test_reduce_check_restore_in_the_browser(browser, tb, demo):
+    start = disk_state(demo)
+    api_runs = tb.json(PREFIX + "/runs")["runs"]
+    # the largest run that has scalars (so the check has curves) and something to reduce
+    target = next(r for r in api_runs if r["removable_bytes"] > 0 and "scalars" in r["categories"])
+    name = target["name"]
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        # 1. overview: runs sorted by size, scan time shown, legend with totals
+        shown = f.locator(".row[data-run]").evaluate_all("els => els.map(e => e.dataset.run)")
+        assert shown == [r["name"] for r in api_runs]
+        sizes = [parse_bytes(t) for t in f.locator(".row[data-run] .c-size").all_inner_texts()]
+        assert sizes == sorted(sizes, reverse=True)
+        expect(f.locator(".scan-time")).to_contain_text("scanned")
+        assert f.locator(".legend-item").count() >= 3
+        expect(f.locator(".reclaimable")).not_to_have_text("…")
+        tab.shot("01-overview.png")
+
+        # filter
+        f.locator("input.filter").fill(name)
+        expect(f.locator(f'.row[data-run="{name}"]')).to_be_visible()
+        assert f.locator(".row[data-run]").count() < len(api_runs) or len(api_runs) == 1
+        tab.shot("02-filtered.png")
+
+        # 2. run detail
+        f.locator(f'.row[data-run="{name}"] .run-link').click()
+        expect(f.locator(".run-title")).to_have_text(name)
+        expect(f.locator(".plan-summary")).to_contain_text("Frees")
+        assert f.locator("table.categories tbody tr").count() >= 2
+        tab.shot("03-run-detail.png")
+
+        # 3. dry run: the plan, nothing changed
+        f.locator("button.dry-run").click()
+        expect(f.locator(".dry-result")).to_contain_text("Nothing was changed")
+        assert disk_state(demo) == start
+        tab.shot("04-dry-run.png")
+
+        # 4. reduce: the confirmation states the bytes to free and what changes
+        f.locator(".plan-box button.reduce-run").click()
+        dialog = f.locator(".dialog")
+        expect(dialog).to_be_visible()
+        expect(dialog.locator(".free-bytes")).to_have_text(re.compile(r"\d"))
+        expect(dialog.locator(".changes li").first).to_contain_text("delete")
+        tab.shot("05-confirm-reduce.png")
+        dialog.locator(".dialog-confirm").click()
+        card = f.locator(f'.job-card[data-kind="reduce"]').first
+        expect(card).to_be_visible()
+        tab.shot("06-reduce-progress.png")
+        expect(f.locator('.outcome-line[data-status="verified"]')).to_be_visible(timeout=180000)
+        expect(f.locator(".dashboards-note")).to_contain_text("Profile")
+        tab.shot("07-reduce-verified.png")
+        after = disk_state(demo)
+        assert after != start
+        assert all(k in start for k in after)  # only removals
+
+        # 5. the visual before/after check
+        f.locator(".show-check").first.click()
+        expect(f.locator(".check-verdict")).to_contain_text("Verified")
+        op = tb.json(PREFIX + "/operations")["operations"][0]
+        detail = tb.json(PREFIX + "/operation?op=" + op["op_id"])
+        tags = detail["verification"]["scalar_series"]
+        assert tags, "the reduced run should have scalar tags"
+        expect(f.locator("figure.chart")).to_have_count(len(tags))
+        assert f.locator("figure.chart.identical").count() == len(tags)
+        assert f.locator("figure.chart polyline.before").count() == len(tags)
+        assert f.locator("figure.chart polyline.after").count() == len(tags)
+        assert f.locator("table.verification tr").count() >= 3
+        assert f.locator("table.verification td.bad").count() == 0
+        assert f.locator(".cat-bar-row").count() >= 2
+        tab.page.set_viewport_size({"width": 1400, "height": 1800})
+        tab.shot("08-before-after-check.png")
+        tab.page.set_viewport_size({"width": 1400, "height": 1100})
+
+        # 6. restore it
+        f.locator("button.restore-op").click()
+        expect(f.locator(".dialog")).to_contain_text("byte for byte")
+        tab.shot("09-confirm-restore.png")
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator('.outcome-line[data-status="restored"]')).to_be_visible(timeout=180000)
+        tab.shot("10-restored.png")
+
+        # 7. on disk: byte-identical (content, size, mtime) to the start
+        assert disk_state(demo) == start
+
+        # operations and history pages
+        f.locator('.nav-item[data-view="operations"]').click()
+        expect(f.locator("table.operations tbody tr")).to_have_count(2)
+        tab.shot("11-operations.png")
+        f.locator('.nav-item[data-view="history"]').click()
+        expect(f.locator("table.history tbody tr")).to_have_count(2)
+        tab.shot("12-history.png")
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        tab.close()
+
+
+def test_dark_mode(browser, tb):
+    tab = Tab(browser, tb, color_scheme="dark")
+    try:
+        bg = tab.frame.locator("body").evaluate("b => getComputedStyle(b).backgroundColor")
+        assert bg == "rgb(48, 48, 48)", bg
+        tab.shot("13-overview-dark.png")
+        name = tb.json(PREFIX + "/runs")["runs"][0]["name"]
+        tab.frame.locator(f'.row[data-run="{name}"] .run-link').click()
+        expect(tab.frame.locator(".run-title")).to_have_text(name)
+        tab.shot("14-run-detail-dark.png")
+        assert tab.our_errors() == []
+    finally:
+        tab.close()
+
+
+def test_purge_flow(browser, tb, demo):
+    """Reduce through the API, then purge the backup from the Operations page."""
+    runs = tb.json(PREFIX + "/runs")["runs"]
+    target = next(r["name"] for r in runs if r["removable_bytes"] > 0)
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator("input.filter").fill(target)
+        f.locator(f'.row[data-run="{target}"] button.reduce-run').click()
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator('.outcome-line[data-status="verified"]')).to_be_visible(timeout=180000)
+        f.locator('.nav-item[data-view="operations"]').click()
+        expect(f.locator("a.restore-link").first).to_be_visible()
+        f.locator("button.purge").click()
+        expect(f.locator(".dialog")).to_contain_text("Deletes the backups")
+        tab.shot("15-confirm-purge.png")
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator('.job-card[data-kind="purge"]')).to_contain_text("Purged", timeout=60000)
+        expect(f.locator("a.restore-link")).to_have_count(0)
+        tab.shot("16-purged.png")
+        assert tab.our_errors() == []
+    finally:
+        tab.close()
+
+
+def test_read_only_banner(browser, demo):
+    t = TensorBoard(demo, "--footprint_read_only")
+    try:
+        tab = Tab(browser, t)
+        try:
+            banner = tab.frame.locator(".banner-readonly")
+            expect(banner).to_contain_text("Read-only")
+            expect(banner).to_contain_text("--footprint_read_only")
+            assert tab.frame.locator(".row[data-run]").count() > 0  # everything is still shown
+            buttons = tab.frame.locator("button.reduce-run")
+            assert buttons.count() > 0
+            for i in range(buttons.count()):
+                assert buttons.nth(i).is_disabled()
+            assert tab.frame.locator("button.reduce-all").is_disabled()
+            tab.shot("17-read-only.png")
+        finally:
+            tab.close()
+    finally:
+        t.stop()
