@@ -16,7 +16,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def _print_scan(fp, top: Optional[int], by: str) -> None:
     total = fp.total_bytes
     print(f"{fp.logdir}: {human_bytes(total)} in {sum(1 for r in fp.runs)} runs"
-          f" (backups in vault: {human_bytes(fp.vault_bytes)})")
+          f" (backups kept in the vault: {human_bytes(fp.vault_bytes)})")
     if by == "run":
         runs = fp.runs[:top] if top else fp.runs
         width = max([len(r.name) for r in runs] + [3])

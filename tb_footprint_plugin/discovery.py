@@ -50,11 +50,10 @@ class FoundRun:
 
 @dataclass
 class Discovery:
-    """Result of a walk: runs (including the unattributed bucket) and warnings."""
+    """Result of a walk: runs (including the unattributed bucket) and warnings; the vault is skipped."""
 
     runs: Dict[str, FoundRun]
     warnings: List[str]
-    excluded_bytes: int  # bytes of the state/vault directory inside the logdir
 
 
 def display(path: str) -> str:
@@ -104,7 +103,6 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     excluded.add(os.path.join(logdir, STATE_DIR_NAME))
     runs: Dict[str, FoundRun] = {}
     warnings: List[str] = []
-    excluded_bytes = 0
     seen_dirs = set()  # (dev, ino): bind mounts can loop even without symlinks
 
     # Stack of (abs dir, rel parts from logdir, owning run name or None, index of run in parts)
@@ -156,12 +154,11 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
         for d in sorted(subdirs, reverse=True):
             sub = os.path.join(dirpath, d)
             if sub in excluded:
-                excluded_bytes += dir_size(sub)
-                continue
+                continue  # the vault: its size is reported separately as backups
             stack.append((sub, parts + (d,), owner, owner_depth))
     for r in runs.values():
         r.files.sort(key=lambda f: f.rel)
-    return Discovery(runs=runs, warnings=warnings, excluded_bytes=excluded_bytes)
+    return Discovery(runs=runs, warnings=warnings)
 
 
 def _rel(parts: Tuple[str, ...]) -> str:

@@ -71,9 +71,7 @@ def scan(
     for r in runs:
         for c in r.categories.values():
             totals.setdefault(c.name, CategoryStat(name=c.name)).add(c)
-    vault_bytes = found.excluded_bytes
-    if backup_dir and not is_within(backup_dir, logdir) and os.path.isdir(backup_dir):
-        vault_bytes += dir_size(backup_dir)
+    vault_bytes = _backup_bytes(sdir, backup_dir)
     return LogdirFootprint(
         logdir=logdir,
         scanned_at=time.time(),
@@ -85,6 +83,21 @@ def scan(
         files_read=counters["read"],
         files_cached=counters["cached"],
     )
+
+
+def _backup_bytes(sdir: str, backup_dir: Optional[str]) -> int:
+    """Bytes of backups (blobs) in the default vault and in every vault this logdir used."""
+    import json
+
+    roots = {sdir}
+    if backup_dir:
+        roots.add(os.path.abspath(backup_dir))
+    try:
+        with open(os.path.join(sdir, "vaults.json"), "r", encoding="utf-8") as f:
+            roots.update(json.load(f))
+    except (OSError, ValueError):
+        pass
+    return sum(dir_size(os.path.join(r, "blobs")) for r in roots if os.path.isdir(os.path.join(r, "blobs")))
 
 
 def _is_summary_event(f: FoundFile) -> bool:

@@ -153,8 +153,9 @@ def test_unattributed_and_vault_excluded(tmp_path):
     (logdir / "notes" / "readme.txt").write_text("hello")
     (logdir / "run").mkdir()
     _write_events(logdir / "run" / "events.out.tfevents.1.h")
-    (logdir / ".tb-footprint" / "blobs").mkdir(parents=True)
-    (logdir / ".tb-footprint" / "blobs" / "x").write_bytes(b"0" * 100)
+    (logdir / ".tb-footprint" / "blobs" / "ab").mkdir(parents=True)
+    (logdir / ".tb-footprint" / "blobs" / "ab" / "x").write_bytes(b"0" * 100)
+    (logdir / ".tb-footprint" / "scan-cache.json").write_text("{}")  # state, not a backup
     fp = scan(str(logdir), use_cache=False)
     assert fp.run(UNATTRIBUTED).total_bytes == 5
     assert fp.vault_bytes == 100
