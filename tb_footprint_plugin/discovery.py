@@ -46,6 +46,8 @@ class FoundRun:
     abspath: Optional[str]
     files: List[FoundFile] = field(default_factory=list)
     has_event_files: bool = False
+    #: ``plugins/profile/<session>`` folders with nothing in them (xprof still lists them)
+    empty_sessions: List[Tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -143,6 +145,9 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
             runs.setdefault(owner, FoundRun(name=owner, abspath=dirpath))
             runs[owner].has_event_files = runs[owner].has_event_files or has_events
         run_name = owner if owner is not None else UNATTRIBUTED
+        rel_in_run = parts[owner_depth:] if owner is not None else ()
+        if not entries and len(rel_in_run) == 3 and rel_in_run[:2] == ("plugins", "profile"):
+            runs[owner].empty_sessions.append((_rel(parts), st.st_mtime))
         for e in files:
             ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings)
             if ff is None:

@@ -181,7 +181,6 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
             drop_traces |= {s.path for s in items if s not in kept}
     sessions_with_xplane = {s.path for s in xprof if s.hosts}
     deleted_per_session: Dict[str, int] = {}
-    files_per_session: Dict[str, int] = {s.path: s.files for s in xprof}
     existing = {f.path for f in run.files}
 
     for f in run.files:
@@ -225,7 +224,10 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
         rp.actions.extend(content_actions)
         rp.fidelity.extend(content_lines)
     # A session emptied of files is still listed by xprof: remove its directory too.
-    emptied = [s for s in xprof if deleted_per_session.get(s.path, 0) == files_per_session.get(s.path)]
+    removes_sessions = policy.rule(cat.PROFILE_XPLANE) == DELETE
+    emptied = [s for s in xprof
+               if (s.files and deleted_per_session.get(s.path, 0) == s.files)
+               or (not s.files and (removes_sessions or s.path in drop_sessions))]
     for s in emptied:
         rp.actions.append(Action("remove_dir", s.path, cat.PROFILE_XPLANE, 0, 0, "emptied profile session"))
     if xprof and len(emptied) == len(xprof):

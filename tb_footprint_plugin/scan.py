@@ -205,6 +205,8 @@ def _sessions(found: FoundRun) -> List[ProfileSession]:
         elif not f.is_symlink and cat.is_torch_trace_name(name):
             out.append(ProfileSession(name=name, path=f.rel, mtime=f.mtime, bytes=f.size, files=1,
                                       hosts=[cat.torch_worker(name) or name], kind="torch"))
+    for path, mtime in found.empty_sessions:
+        out.append(ProfileSession(name=os.path.basename(path), path=path, mtime=mtime, bytes=0, files=0))
     out.extend(sessions.values())
     out.sort(key=lambda s: (s.kind, s.mtime, s.name))
     return out

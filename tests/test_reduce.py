@@ -282,3 +282,16 @@ def test_corrupt_event_file_is_kept_as_is(tmp_path):
     assert o.status == "verified", o.to_dict()
     assert ev.read_bytes() == bytes(data)  # never rewritten, still there
     assert not (logdir / "train" / "plugins").exists()
+
+
+def test_empty_session_folder_is_listed_and_removed_by_archive(tmp_path):
+    logdir = copy_real("jax/profiled", tmp_path / "logdir")
+    (logdir / "plugins" / "profile" / "2026_11_30_09_00_00").mkdir()  # xprof lists it as a session
+    fp = scan(str(logdir))
+    assert "2026_11_30_09_00_00" in [s.name for s in fp.run(".").sessions]
+    lossless = api.plan(str(logdir), "lossless").run(".")
+    assert not [a for a in lossless.actions if a.kind == "remove_dir"]  # lossless changes no listing
+    assert api.reduce_logdir(str(logdir), dry_run=False, verify_backends=("python",)).ok
+    assert not (logdir / "plugins").exists()
+    api.restore(str(logdir))
+    assert (logdir / "plugins" / "profile" / "2026_11_30_09_00_00").is_dir()
