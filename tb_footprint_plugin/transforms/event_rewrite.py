@@ -1,0 +1,854 @@
+"""Rewrite event files record by record, keeping exactly what the dashboard shows.
+
+Two passes over a run, both streaming:
+
+1. **Selection** (``select_run``, once per run, cached for the run's other files): every
+   event file of the run is read in TensorBoard's order (file name order) and each record is
+   classified; the *records* of the tags that may be downsampled are remembered as
+   ``(position, step)`` pairs only (16 bytes a record, no payload), plus one byte a record
+   for the keep mask. For "dashboard-exact" tags the Rust data server (TensorBoard's default
+   reader) is asked what it retains of the original run, and exactly those records are kept
+   (see *Dashboard-exact* below).
+2. **Rewrite** (``rewrite_event_file``): each file is copied frame by frame (the exact
+   original framed bytes, CRCs included) skipping the records the mask drops. Memory is
+   one read buffer; the source is hashed on the way and must match the backup's sha256.
+
+What is always kept, byte for byte and in order: the ``file_version`` record, every
+``session_log`` record, every record with a value of a protected plugin (scalars, hparams,
+text), log messages, source metadata, unparseable records, and every record whose tag is
+not bound to a downsampled plugin. Multi-value events: a record is dropped only if *every*
+value in it may be dropped; a tag that ever shares a record with another tag is kept in full
+(dropping part of it would add or remove points of the other tags), and so is a tag with two
+values in one record.
+
+**Summary metadata.** TensorBoard binds a tag to its plugin from the first value it sees
+(the Rust server from the very first value, Python from the first value carrying metadata,
+TF2 writers put it only there). A downsampled tag therefore always keeps its first record
+(also because the Python backend must keep showing the first step), and also its first
+metadata-carrying record if that is a later one. Records are never re-encoded, so the
+first retained record of every tag carries exactly the metadata TensorBoard bound the tag to
+in the original; the reader-level verification compares the metadata both backends report.
+
+**Steps increasing per tag.** A tag whose steps ever go backwards or repeat (a restart), a
+tag whose points Python would purge at a ``SessionLog.START`` restart, and every tag of a
+run with pre-v2 event files whose summary steps are out of order (Python then purges by
+step order, and dropping records would change what it purges) is kept in full. A kept
+subset of a strictly increasing series is strictly increasing, so neither backend's
+preemption or purge logic sees anything different.
+
+**Dashboard-exact.** The Rust data server keeps, per tag, a reservoir sample (100 tensors,
+10 blob sequences), always with the last point, seeded so it is deterministic. The records
+it retains on the original run are kept. The first record must stay too (see above); when
+the server did not retain it, keeping it alone would change the server's sample of the
+reduced run (101 items would be sampled again). Instead, "filler" records are added between
+the retained ones so that the server's own sampling of the reduced series discards exactly
+the first record and the fillers: for a strictly increasing series of ``n`` items the
+positions the server keeps depend only on ``n`` and its fixed seed, and they are measured by
+asking the server itself (``kept_positions``, a probe run of ``n`` tiny points), never by
+re-implementing its random number generator. With TensorBoard 2.21 (data server 0.7.2) a
+10-item blob reservoir needs one extra record (11 items, the first is discarded: always
+possible) and a 100-item tensor reservoir 113-121 fillers (213-221 items), which is only
+possible for series of ~10,000 records or more (measured: none for 250-8,000 records except
+near-trivial savings, 213-267 items from 9,000 on): the server's sample of a shorter series has
+adjacent records with no room for fillers. When no arrangement exists the tag is kept in full
+and the selection says why.
+
+**Default-view mode** (``downsample: "default_view"``, opt-in): keep exactly the server's
+records and drop the first one when the server does not show it, provided the first kept
+record carries the same metadata (tensorboardX/PyTorch legacy values, TF 2.x metadata on every
+value). ~100/N of every series for every length, but the other backend then shows the last
+step and not necessarily the first: it needs the ``default_view_exact`` verification mode in
+``verify.compare`` and falls back to dashboard-exact where that mode does not exist.
+
+**Per-tag caps** (``keep_per_tag``): ``N`` records evenly spaced by step, first and last
+always included (plus the metadata carrier); every backend sees a subset of the original.
+
+**Graphs.** Byte-identical repeats of ``graph_def`` / ``meta_graph_def`` records are dropped,
+but the records each backend displays are kept, so the run graph reads identically:
+TensorBoard's Python reader shows the first graph record of each step, the Rust server the
+ones that survive its step preemption (usually the last), and the Python accumulator the
+newest meta graph. **Run metadata** (``tagged_run_metadata`` events and
+``graph_run_metadata`` summaries: step stats) is dropped when ``strip_run_metadata``.
+``graph_run_metadata_graph`` (the traced graph) is kept: removing only its step stats would
+mean re-encoding the record.
+"""
+from __future__ import annotations
+
+import bisect
+import collections
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from array import array
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.tfrecord import RecordReader, RecordWriter
+
+DASHBOARD_EXACT = "dashboard_exact"
+#: Like dashboard-exact, but the first step is not forced into the reduced run when the
+#: default reader does not show it (and the tag's metadata is on the records it keeps).
+#: Verified with the ``default_view_exact`` mode (Rust view identical, other backend a
+#: subset with the last step); falls back to dashboard-exact where that mode is unknown.
+DEFAULT_VIEW = "default_view"
+DEFAULT_VIEW_EXACT_MODE = "default_view_exact"
+KEEP = "keep"
+
+#: Plugins never downsampled: protected ones, graphs and their sub-plugins, layouts.
+NEVER_DOWNSAMPLE = frozenset(cat.PROTECTED_PLUGINS) | frozenset({
+    "custom_scalars", "graphs", "graph_keras_model", "graph_run_metadata",
+    "graph_run_metadata_graph", "graph_tagged_run_metadata", "projector", "",
+})
+#: Plugins dropped by ``strip_run_metadata``: step stats (performance data).
+RUN_METADATA_PLUGINS = ("graph_tagged_run_metadata", "graph_run_metadata")
+#: The Rust data server's default reservoir size per data class (``run.rs``).
+RUST_CAPACITY = {"tensor": 100, "blob_sequence": 10}
+#: Python's default storage (``data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE``), for the plan.
+PYTHON_CAPACITY = {"histograms": 500, "images": 10, "audio": 10, "pr_curves": 100}
+ALIASES = {"distributions": "histograms"}
+
+_LEGACY_PLUGIN = {"simple_value": cat.SCALARS, "histo": cat.HISTOGRAMS, "image": cat.IMAGES,
+                  "audio": cat.AUDIO}
+#: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
+#: the weakest, which all of them meet).
+_STRICTNESS = {"default_view_identical": 3, DEFAULT_VIEW_EXACT_MODE: 2, "subset": 1, "removed": 0}
+_REC_BITS = 40  # global record id = file index << 40 | record index in the file
+_REC_MASK = (1 << _REC_BITS) - 1
+
+
+class RewriteError(RuntimeError):
+    """The file cannot be rewritten safely (changed, damaged, or inconsistent with the plan)."""
+
+
+# ---------------------------------------------------------------------------------------
+# rules
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Rules:
+    """Content rules for event files, from a policy's ``content`` dict.
+
+    ``downsample``: ``"dashboard_exact"`` (every downsampleable plugin) or a dict plugin ->
+    ``"dashboard_exact"`` | ``"keep"`` (key ``"*"``: the default for other plugins);
+    ``keep_per_tag``: plugin -> N (overrides ``downsample`` for that plugin);
+    ``strip_run_metadata``, ``dedupe_graphs``: booleans.
+    """
+
+    per_plugin: Dict[str, object] = field(default_factory=dict)
+    default: Optional[str] = None
+    strip_run_metadata: bool = False
+    dedupe_graphs: bool = False
+
+    @classmethod
+    def from_content(cls, content: Optional[dict]) -> "Rules":
+        content = content or {}
+        r = cls(strip_run_metadata=bool(content.get("strip_run_metadata")),
+                dedupe_graphs=bool(content.get("dedupe_graphs")))
+        ds = content.get("downsample")
+        if ds is True or ds == DASHBOARD_EXACT:
+            r.default = DASHBOARD_EXACT
+        elif ds == DEFAULT_VIEW:
+            r.default = DEFAULT_VIEW
+        elif isinstance(ds, dict):
+            for plugin, mode in ds.items():
+                if mode in (True, DASHBOARD_EXACT):
+                    mode = DASHBOARD_EXACT
+                elif mode == DEFAULT_VIEW:
+                    pass
+                elif mode in (False, None, KEEP):
+                    mode = KEEP
+                else:
+                    raise ValueError(f"downsample[{plugin!r}]: unknown mode {mode!r}")
+                if plugin == "*":
+                    r.default = None if mode == KEEP else mode
+                else:
+                    r.per_plugin[ALIASES.get(plugin, plugin)] = mode
+        elif ds not in (None, False, KEEP):
+            raise ValueError(f"downsample: unknown value {ds!r}")
+        for plugin, n in (content.get("keep_per_tag") or {}).items():
+            if not isinstance(n, int) or isinstance(n, bool) or n < 2:
+                raise ValueError(f"keep_per_tag[{plugin!r}] must be a whole number ≥ 2 (first and last)")
+            r.per_plugin[ALIASES.get(plugin, plugin)] = n
+        return r
+
+    @classmethod
+    def from_params(cls, d: dict) -> "Rules":
+        return cls(per_plugin=dict(d.get("per_plugin") or {}), default=d.get("default"),
+                   strip_run_metadata=bool(d.get("strip_run_metadata")),
+                   dedupe_graphs=bool(d.get("dedupe_graphs")))
+
+    def to_params(self) -> dict:
+        return {"per_plugin": dict(self.per_plugin), "default": self.default,
+                "strip_run_metadata": self.strip_run_metadata, "dedupe_graphs": self.dedupe_graphs}
+
+    def mode(self, plugin: str):
+        """``"dashboard_exact"``, an int cap, or None (kept as is)."""
+        if plugin in NEVER_DOWNSAMPLE:
+            return None
+        m = self.per_plugin.get(plugin, self.default)
+        return None if m in (None, KEEP) else m
+
+    @property
+    def active(self) -> bool:
+        return bool(self.strip_run_metadata or self.dedupe_graphs or self.default
+                    or any(v != KEEP for v in self.per_plugin.values()))
+
+
+# ---------------------------------------------------------------------------------------
+# the Rust server's kept positions, measured on probe runs
+# ---------------------------------------------------------------------------------------
+_PROBE_LOCK = threading.Lock()
+_PROBE_CACHE: Dict[Tuple[str, int], Dict[int, Tuple[int, ...]]] = {}
+PROBE_PLUGIN = "footprint_probe"
+
+
+def kept_positions(capacity: int, max_n: Optional[int] = None) -> Dict[int, Tuple[int, ...]]:
+    """``{n: positions the Rust data server keeps}`` for a strictly increasing series of ``n``
+    items (``capacity < n <= max_n``) in a reservoir of ``capacity``, measured once per
+    process by asking the server itself on a probe run (one tag per length)."""
+    from tb_footprint_plugin.verify import views
+
+    binary = views.data_server_binary()
+    if binary is None:
+        raise RewriteError("the Rust data server is not available")
+    max_n = max_n or (4 * capacity + 20)
+    key = (binary, capacity)
+    with _PROBE_LOCK:
+        table = _PROBE_CACHE.get(key)
+        if table is not None and max(table, default=0) >= max_n:
+            return table
+        tmp = tempfile.mkdtemp(prefix="tbfp-probe-")
+        try:
+            run = os.path.join(tmp, "probe")
+            os.makedirs(run)
+            lengths = range(capacity + 1, max_n + 1)
+            _write_probe(os.path.join(run, "events.out.tfevents.0.probe"), lengths)
+            view = views.read_view(run, "rust", {PROBE_PLUGIN: capacity}, timeout_s=300)
+            if view.fatal:
+                raise RewriteError(f"probe of the data server failed: {view.fatal}")
+            tags = view.plugins.get(PROBE_PLUGIN, {})
+            table = {}
+            for n in lengths:
+                tv = tags.get(f"n{n:06d}")
+                if tv is None:
+                    raise RewriteError(f"probe: the data server did not list series of length {n}")
+                steps = tuple(p[0] for p in tv.points)
+                if len(steps) != capacity or steps[-1] != n - 1 or list(steps) != sorted(set(steps)):
+                    raise RewriteError(f"probe: unexpected sample for length {n} (capacity {capacity})")
+                table[n] = steps
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _PROBE_CACHE[key] = table
+        return table
+
+
+def _write_probe(path: str, lengths: Iterable[int]) -> None:
+    from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+
+    md = summary_pb2.SummaryMetadata(data_class=summary_pb2.DATA_CLASS_TENSOR)
+    md.plugin_data.plugin_name = PROBE_PLUGIN
+    with open(path, "wb") as f:
+        w = RecordWriter(f)
+        w.write(event_pb2.Event(wall_time=1.0, file_version="brain.Event:2").SerializeToString())
+        for n in lengths:
+            tag = f"n{n:06d}"
+            for s in range(n):
+                v = summary_pb2.Summary.Value(tag=tag, tensor=tensor_pb2.TensorProto(
+                    dtype=types_pb2.DT_INT32, int_val=[s]))
+                if s == 0:
+                    v.metadata.CopyFrom(md)
+                ev = event_pb2.Event(wall_time=2.0 + s, step=s, summary=summary_pb2.Summary(value=[v]))
+                w.write(ev.SerializeToString())
+
+
+def arrange_fillers(retained: Sequence[int], extras: Sequence[int], table: Dict[int, Tuple[int, ...]],
+                    capacity: int) -> Optional[List[int]]:
+    """Stream indices to keep so that a reservoir of ``capacity`` keeps exactly ``retained``.
+
+    ``retained``: sorted indices (``capacity`` of them, the last one the series' last);
+    ``extras``: indices that must be kept too. Returns the sorted selection (retained +
+    extras + fillers), or None when no length in ``table`` admits an arrangement. Indices
+    are positions in a strictly increasing series, so any subset keeps steps increasing.
+    """
+    if len(retained) != capacity:
+        return None
+    extra_in_gap: Dict[int, List[int]] = collections.defaultdict(list)
+    for e in sorted(set(extras) - set(retained)):
+        g = bisect.bisect_left(retained, e)
+        if g >= capacity:
+            return None  # after the last retained item: the server would keep it
+        extra_in_gap[g].append(e)
+    n_extra = sum(len(v) for v in extra_in_gap.values())
+    avail = [retained[i] - (retained[i - 1] if i else -1) - 1 for i in range(capacity)]
+    for n in sorted(table):
+        if n < capacity + n_extra:
+            continue
+        kept = table[n]
+        gaps = [kept[i] - (kept[i - 1] if i else -1) - 1 for i in range(capacity)]
+        if all(len(extra_in_gap.get(i, ())) <= g <= avail[i] for i, g in enumerate(gaps)):
+            out = list(retained)
+            for i, g in enumerate(gaps):
+                if g:
+                    lo = retained[i - 1] + 1 if i else 0
+                    out += _pick(lo, retained[i], g, extra_in_gap.get(i, []))
+            return sorted(out)
+    return None
+
+
+def _pick(lo: int, hi: int, k: int, must: List[int]) -> List[int]:
+    """``k`` indices of ``range(lo, hi)``: ``must`` plus evenly spaced others."""
+    chosen = set(must)
+    need = k - len(chosen)
+    if need > 0:
+        free = [i for i in range(lo, hi) if i not in chosen]
+        step = len(free) / need
+        chosen.update(free[int(j * step)] for j in range(need))
+    return sorted(chosen)
+
+
+def evenly_spaced(steps: Sequence[int], k: int) -> List[int]:
+    """Indices of ``k`` items of a strictly increasing ``steps`` evenly spaced by step,
+    always the first and the last (the nearest item to each target step)."""
+    n = len(steps)
+    if n <= k:
+        return list(range(n))
+    lo, hi = steps[0], steps[-1]
+    chosen = {0, n - 1}
+    for j in range(1, k - 1):
+        target = lo + (hi - lo) * j / (k - 1)
+        i = bisect.bisect_left(steps, target)
+        if i > 0 and (i >= n or target - steps[i - 1] <= steps[i] - target):
+            i -= 1
+        chosen.add(i)
+    # nearest-step collisions (uneven steps): top up with the widest remaining gaps
+    if len(chosen) < k:
+        rest = sorted(set(range(n)) - chosen)
+        for i in rest[:: max(1, len(rest) // (k - len(chosen)))][: k - len(chosen)]:
+            chosen.add(i)
+    return sorted(chosen)
+
+
+# ---------------------------------------------------------------------------------------
+# selection (one pass over the run)
+# ---------------------------------------------------------------------------------------
+@dataclass
+class _Stream:
+    """The records of one downsampleable tag, in run order."""
+
+    plugin: str
+    mode: object  # DASHBOARD_EXACT, DEFAULT_VIEW or int
+    ids: array = field(default_factory=lambda: array("q"))
+    steps: array = field(default_factory=lambda: array("q"))
+    meta0: Optional[bytes] = None  # serialized metadata of the first record (None: none)
+    same_meta: bytearray = field(default_factory=bytearray)  # 1: same metadata as the first
+    meta_first: Optional[int] = None  # stream index of the first value carrying metadata
+    pinned: Optional[str] = None  # why the tag is kept in full
+    relaxed: bool = False  # DEFAULT_VIEW applied: verified with DEFAULT_VIEW_EXACT_MODE
+
+    def pin(self, why: str) -> None:
+        if self.pinned is None:
+            self.pinned = why
+
+
+@dataclass
+class Selection:
+    """What to keep of each event file of a run (the result of ``select_run``)."""
+
+    run_dir: str
+    masks: Dict[str, bytearray]  # file name -> 1 byte per good record: 1 keep, 0 drop
+    codes: Dict[str, bytearray]  # file name -> category code of each record (stats)
+    code_names: List[str]
+    expectations: Dict[str, str]  # plugin -> verification mode
+    notes: List[str]
+    signature: tuple
+    tags: Dict[str, dict] = field(default_factory=dict)  # tag -> summary (plugin, before, after, how)
+
+
+def _files_signature(run_dir: str, names: Sequence[str]) -> tuple:
+    out = []
+    for n in names:
+        st = os.stat(os.path.join(run_dir, n))
+        out.append((n, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(out)
+
+
+def event_file_names(run_dir: str) -> List[str]:
+    """Event files directly in ``run_dir`` in TensorBoard's reading order (by name)."""
+    from tb_footprint_plugin.verify.records import event_file_names as names
+
+    return names(run_dir)
+
+
+_SEL_LOCK = threading.Lock()
+_SEL_CACHE: "collections.OrderedDict[tuple, Selection]" = collections.OrderedDict()
+
+
+def selection_for(run_dir: str, rules: Rules, rewritten: Sequence[str]) -> Selection:
+    """``select_run`` cached per (run, rules, files, their sizes and mtimes)."""
+    names = event_file_names(run_dir)
+    key = (os.path.realpath(run_dir), repr(sorted(rules.to_params().items())), tuple(sorted(rewritten)),
+           _files_signature(run_dir, names))
+    with _SEL_LOCK:
+        sel = _SEL_CACHE.get(key)
+        if sel is not None:
+            _SEL_CACHE.move_to_end(key)
+            return sel
+    sel = select_run(run_dir, rules, rewritten)
+    with _SEL_LOCK:
+        _SEL_CACHE[key] = sel
+        while len(_SEL_CACHE) > 4:
+            _SEL_CACHE.popitem(last=False)
+    return sel
+
+
+def _file_version(s: str) -> Optional[float]:
+    try:
+        return float(s.split(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
+               rust_view=None) -> Selection:
+    """Decide, for every record of every event file of ``run_dir``, keep or drop.
+
+    Files not in ``rewritten`` are kept whole; their records still count (they are part of
+    what TensorBoard reads). ``rust_view``: the Rust server's default view of the run, read
+    here when a dashboard-exact tag needs it (tests may pass one).
+    """
+    from tensorboard.compat.proto import event_pb2
+
+    names = event_file_names(run_dir)
+    signature = _files_signature(run_dir, names)
+    rewritten = set(rewritten)
+    missing = rewritten - set(names)
+    if missing:
+        raise RewriteError(f"not event files of {run_dir}: {sorted(missing)}")
+    masks: Dict[str, bytearray] = {}
+    codes: Dict[str, bytearray] = {}
+    code_names = ["other"]
+    code_of: Dict[str, int] = {}
+    notes: List[str] = []
+
+    def code(name: str) -> int:
+        c = code_of.get(name)
+        if c is None:
+            c = len(code_names) if len(code_names) < 255 else 0
+            if c:
+                code_names.append(name)
+            code_of[name] = c
+        return c
+
+    binding: Dict[str, str] = {}  # tag -> plugin, from its first value
+    streams: Dict[str, _Stream] = {}
+    graphs: Dict[str, List[Tuple[int, int, bytes]]] = {"graph_def": [], "meta_graph_def": []}
+    drop_ids: List[int] = []  # run metadata to strip
+    file_version: Optional[float] = None
+    seen_start = False
+    purging_start = False
+    v1_disorder = False
+    most_recent_step = -1
+
+    for fi, name in enumerate(names):
+        path = os.path.join(run_dir, name)
+        mask = bytearray()
+        cls = bytearray()
+        with RecordReader(path, verify=True, display_name=name) as reader:
+            for batch in reader.batches():
+                for rec in batch.records():
+                    ri = len(mask)
+                    mask.append(1)
+                    cls.append(0)
+                    gid = (fi << _REC_BITS) | ri
+                    try:
+                        ev = event_pb2.Event.FromString(rec.data)
+                    except Exception:  # unparseable: kept, TensorBoard skips it the same
+                        continue
+                    what = ev.WhichOneof("what")
+                    step = ev.step
+                    if what == "file_version":
+                        file_version = _file_version(ev.file_version)
+                        continue
+                    # Python's restart logic (plugin_event_accumulator._MaybePurgeOrphanedData)
+                    v2 = file_version is not None and file_version >= 2
+                    if what == "session_log":
+                        if v2 and ev.session_log.status == event_pb2.SessionLog.START:
+                            if seen_start:
+                                purging_start = True
+                                for s in streams.values():
+                                    if s.steps and max(s.steps) >= step:
+                                        s.pin(f"Python's reader purges its points at a restart (step {step})")
+                            seen_start = True
+                        continue
+                    summary_like = what in ("summary", "graph_def", "tagged_run_metadata")
+                    if summary_like:  # data_compat turns graph and run metadata events into summaries
+                        if not v2 and step < most_recent_step:
+                            v1_disorder = True
+                        most_recent_step = step
+                    if what in ("graph_def", "meta_graph_def"):
+                        raw = ev.graph_def if what == "graph_def" else ev.meta_graph_def
+                        graphs[what].append((gid, step, hashlib.sha256(raw).digest()))
+                        cls[ri] = code(what)
+                        continue
+                    if what == "tagged_run_metadata":
+                        cls[ri] = code("graph_tagged_run_metadata")
+                        if rules.strip_run_metadata:
+                            drop_ids.append(gid)
+                        continue
+                    if what != "summary" or not ev.summary.value:
+                        continue
+                    values = ev.summary.value
+                    for v in values:
+                        if v.tag not in binding:
+                            kind = v.WhichOneof("value")
+                            binding[v.tag] = _LEGACY_PLUGIN.get(kind) or (
+                                v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
+                            mode = rules.mode(binding[v.tag])
+                            if mode is not None and kind is not None:
+                                streams[v.tag] = _Stream(binding[v.tag], mode)
+                    if len(values) > 1:
+                        tags = {v.tag for v in values}
+                        for t in tags:
+                            if t in streams:
+                                streams[t].pin("shares records with another tag" if len(tags) > 1
+                                               else "several values in one record")
+                                _append(streams[t], gid, step, values[0])
+                        continue
+                    v = values[0]
+                    plugin = binding[v.tag]
+                    cls[ri] = code(plugin)
+                    if plugin == "graph_run_metadata" and rules.strip_run_metadata:
+                        drop_ids.append(gid)
+                        continue
+                    s = streams.get(v.tag)
+                    if s is not None:
+                        _append(s, gid, step, v)
+        if reader.status != "ok" and name in rewritten:
+            raise RewriteError(f"{name}: {reader.status} at offset {reader.error_offset}; "
+                               "a damaged file is never rewritten")
+        masks[name] = mask
+        codes[name] = cls
+
+    if v1_disorder:
+        notes.append("pre-v2 event file with out-of-order steps: TensorBoard's Python reader "
+                     "purges by step order there, so nothing is dropped in this run")
+        for s in streams.values():
+            s.pin("out-of-order steps in a pre-v2 event file")
+        drop_ids = []
+    if purging_start and drop_ids:
+        notes.append("run metadata kept: a SessionLog.START restart purges it in Python's reader")
+        drop_ids = []
+
+    def file_of(gid: int) -> str:
+        return names[gid >> _REC_BITS]
+
+    def drop(gid: int) -> None:
+        masks[file_of(gid)][gid & _REC_MASK] = 0
+
+    expectations: Dict[str, str] = {}
+    # run metadata
+    for gid in drop_ids:
+        if file_of(gid) in rewritten:
+            drop(gid)
+            plugin = code_names[codes[file_of(gid)][gid & _REC_MASK]]
+            expectations[plugin] = "removed"
+    # graphs
+    if rules.dedupe_graphs and not v1_disorder and not purging_start:
+        n_dropped = 0
+        for kind, items in graphs.items():
+            for gid in _graph_duplicates(kind, items):
+                if file_of(gid) in rewritten:
+                    drop(gid)
+                    n_dropped += 1
+        if n_dropped:
+            notes.append(f"{n_dropped} byte-identical repeated graph record(s) dropped; the copies "
+                         "each backend displays are kept")
+    # downsampled tags
+    tag_report: Dict[str, dict] = {}
+    exact = [t for t, s in streams.items() if not isinstance(s.mode, int) and not s.pinned
+             and len(s.ids) > min(RUST_CAPACITY.values())]
+    if exact and rust_view is None:
+        from tb_footprint_plugin.verify import views
+
+        if views.data_server_binary() is None:
+            notes.append("dashboard-exact downsampling skipped: the Rust data server is not available")
+            for t in exact:
+                streams[t].pin("the Rust data server is not available")
+        else:
+            rust_view = views.read_view(run_dir, "rust", timeout_s=900)
+            if rust_view.fatal:
+                notes.append(f"dashboard-exact downsampling skipped: {rust_view.fatal}")
+                for t in exact:
+                    streams[t].pin("the Rust data server could not read the run")
+    for tag, s in sorted(streams.items()):
+        n = len(s.ids)
+        keep = _choose(tag, s, rust_view, rewritten, file_of)
+        if keep is None:
+            if s.pinned and n:
+                tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n, "why": s.pinned}
+            continue
+        keep_set = set(keep)
+        dropped = 0
+        for i in range(n):
+            if i not in keep_set:
+                drop(s.ids[i])
+                dropped += 1
+        if dropped:
+            if isinstance(s.mode, int):
+                mode = "subset"
+            elif s.relaxed:
+                mode = DEFAULT_VIEW_EXACT_MODE
+            else:
+                mode = "default_view_identical"
+            prev = expectations.get(s.plugin)
+            # one mode per plugin: the weakest, which every tag of the plugin meets
+            if prev is None or _STRICTNESS[mode] < _STRICTNESS[prev]:
+                expectations[s.plugin] = mode
+        tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped,
+                           "why": s.pinned or ("dashboard-exact" if not isinstance(s.mode, int)
+                                               else f"at most {s.mode} per tag")}
+    pinned = sorted({r["why"] for r in tag_report.values() if r["kept"] == r["records"]
+                     and r["why"] not in ("dashboard-exact",) and not r["why"].startswith("at most")})
+    for why in pinned:
+        k = sum(1 for r in tag_report.values() if r["why"] == why)
+        notes.append(f"{k} tag(s) kept in full: {why}")
+    return Selection(run_dir=run_dir, masks=masks, codes=codes, code_names=code_names,
+                     expectations=expectations, notes=notes, signature=signature, tags=tag_report)
+
+
+def _append(s: _Stream, gid: int, step: int, value) -> None:
+    if s.steps and step <= s.steps[-1]:
+        s.pin("its steps go backwards or repeat (a restart)")
+    md = value.metadata.SerializeToString() if value.HasField("metadata") else None
+    if not s.ids:
+        s.meta0 = md
+    s.same_meta.append(1 if md == s.meta0 else 0)
+    if s.meta_first is None and md is not None:
+        s.meta_first = len(s.ids)
+    s.ids.append(gid)
+    s.steps.append(step)
+
+
+def _default_view_supported() -> bool:
+    from tb_footprint_plugin.verify import compare
+
+    return DEFAULT_VIEW_EXACT_MODE in compare.MODES
+
+
+def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[List[int]]:
+    """Stream indices to keep, or None to keep all (``s.pinned`` may say why)."""
+    n = len(s.ids)
+    if s.pinned or n == 0:
+        return None
+    forced = {i for i in range(n) if file_of(s.ids[i]) not in rewritten}  # files kept whole
+    # The first record: TensorBoard binds the tag there and Python shows its step.
+    first = {0} | ({s.meta_first} if s.meta_first is not None else set())
+    if isinstance(s.mode, int):
+        if n <= s.mode:
+            return None
+        return sorted(set(evenly_spaced(s.steps, s.mode)) | first | forced)
+    # dashboard-exact: what the Rust server retains of the original run
+    if n <= min(RUST_CAPACITY.values()):
+        return None  # fewer records than any reservoir holds: all of them are shown
+    tv = rust_view.plugins.get(s.plugin, {}).get(tag) if rust_view is not None else None
+    if tv is None:
+        s.pin("the Rust data server does not list it")
+        return None
+    capacity = RUST_CAPACITY.get(tv.kind)
+    if capacity is None:
+        s.pin(f"{tv.kind} data is not downsampled")
+        return None
+    if n <= capacity:
+        return None
+    retained = []
+    for step, _wall, _payload in tv.points:
+        i = bisect.bisect_left(s.steps, step)
+        if i >= n or s.steps[i] != step:
+            s.pin("the Rust data server's points do not match its records")
+            return None
+        retained.append(i)
+    if retained != sorted(set(retained)) or not retained or retained[-1] != n - 1:
+        s.pin("the Rust data server's points do not match its records")
+        return None
+    extras = first | forced
+    if s.mode == DEFAULT_VIEW and _default_view_supported():
+        # the first retained record carries the tag's binding itself: the first may go
+        if s.same_meta[retained[0]] and (s.meta0 is not None or s.meta_first is None):
+            extras = set(forced)
+            s.relaxed = True
+    if extras <= set(retained):
+        return retained
+    try:
+        table = kept_positions(capacity)
+    except RewriteError as e:
+        s.pin(str(e))
+        return None
+    table = {k: v for k, v in table.items() if k < n}
+    keep = arrange_fillers(retained, sorted(extras), table, capacity)
+    if keep is None:
+        s.pin(f"its first step cannot be kept without changing the default view (a {capacity}-point "
+              f"reservoir needs about {100 * capacity} records per tag for that)")
+    return keep
+
+
+def _graph_duplicates(kind: str, items: List[Tuple[int, int, bytes]]) -> List[int]:
+    """Graph records that are byte-identical repeats and that no backend displays."""
+    if len(items) < 2:
+        return []
+    keep = set()
+    first_of_content = set()
+    seen = set()
+    first_of_step = set()
+    for gid, step, digest in items:
+        if digest not in seen:
+            seen.add(digest)
+            first_of_content.add(gid)
+        if step not in first_of_step:
+            first_of_step.add(step)
+            keep.add(gid)  # Python's blob sequences show the first record of each step
+    survivors: List[Tuple[int, int]] = []  # Rust's step preemption
+    for gid, step, _ in items:
+        while survivors and survivors[-1][1] >= step:
+            survivors.pop()
+        survivors.append((gid, step))
+    keep |= {g for g, _ in survivors}
+    keep |= first_of_content
+    if kind == "meta_graph_def":
+        keep.add(items[-1][0])  # Python's accumulator keeps the newest meta graph
+    return [gid for gid, _, _ in items if gid not in keep]
+
+
+# ---------------------------------------------------------------------------------------
+# the rewrite (one file, streaming)
+# ---------------------------------------------------------------------------------------
+class _HashingFile:
+    """A read-only binary file that hashes what is read through it."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        self.sha.update(b)
+        return b
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def seekable(self) -> bool:
+        return False
+
+
+def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[bytearray] = None,
+                       code_names: Sequence[str] = (), expected_sha: Optional[str] = None) -> dict:
+    """Copy the records of ``src`` whose ``mask`` byte is 1 to ``dst`` (framed bytes as is).
+
+    Raises ``RewriteError`` if ``src`` is damaged, has a different number of records than
+    ``mask``, or (with ``expected_sha``) is not the file that was backed up.
+    """
+    kept = dropped = 0
+    removed: Dict[str, List[int]] = {}
+    out_sha = hashlib.sha256()
+    name = os.path.basename(src)
+    with open(src, "rb", buffering=0) as raw_in, open(dst, "xb") as raw_out:
+        hin = _HashingFile(raw_in)
+        reader = RecordReader(hin, verify=True, display_name=name)
+        pending: List[bytes] = []
+        pending_bytes = 0
+        i = 0
+        n = len(mask)
+        for batch in reader.batches():
+            buf = batch.buf
+            for s, size in zip(batch.starts.tolist(), batch.sizes.tolist()):
+                if i >= n:
+                    raise RewriteError(f"{name}: more records than when it was analysed (changed?)")
+                if mask[i]:
+                    piece = buf[s:s + size]
+                    pending.append(piece)
+                    pending_bytes += size
+                    kept += 1
+                else:
+                    dropped += 1
+                    label = code_names[codes[i]] if codes is not None and codes[i] < len(code_names) else "other"
+                    r = removed.setdefault(label, [0, 0])
+                    r[0] += 1
+                    r[1] += size
+                i += 1
+            if pending_bytes >= 1 << 20:
+                data = b"".join(pending)
+                raw_out.write(data)
+                out_sha.update(data)
+                pending, pending_bytes = [], 0
+        if pending:
+            data = b"".join(pending)
+            raw_out.write(data)
+            out_sha.update(data)
+        raw_out.flush()
+        os.fsync(raw_out.fileno())
+        while raw_in.read(1 << 20):  # hash any unread tail (there is none when status is ok)
+            pass
+    if reader.status != "ok":
+        raise RewriteError(f"{name}: {reader.status} at offset {reader.error_offset}; "
+                           "a damaged file is never rewritten")
+    if i != n:
+        raise RewriteError(f"{name}: {i} records, {n} when it was analysed (changed?)")
+    if expected_sha is not None and hin.sha.hexdigest() != expected_sha:
+        raise RewriteError(f"{name}: changed while it was being rewritten (sha256 differs)")
+    # re-read the new file: framing and CRCs
+    with RecordReader(dst, verify=True, display_name=name) as check:
+        count = sum(len(b) for b in check.batches())
+    if check.status != "ok" or count != kept:
+        raise RewriteError(f"{name}: the rewritten copy does not read back ({check.status}, "
+                           f"{count} of {kept} records)")
+    return {
+        "size": os.path.getsize(dst),
+        "sha256": out_sha.hexdigest(),
+        "records_before": kept + dropped,
+        "records_after": kept,
+        "removed": {k: {"records": v[0], "bytes": v[1]} for k, v in sorted(removed.items())},
+    }
+
+
+def stage_event_rewrite(action, src: str, tmp: str, sha: str) -> dict:
+    """``stage_rewrite`` for an event file: select (per run, cached), rewrite, report."""
+    params = _params(action)
+    rules = Rules.from_params(params.get("rules") or {})
+    run_dir = os.path.dirname(src)
+    name = os.path.basename(src)
+    rewritten = params.get("run_files") or [name]
+    sel = selection_for(run_dir, rules, rewritten)
+    if name not in sel.masks:
+        raise RewriteError(f"{name}: not an event file of its run")
+    info = rewrite_event_file(src, tmp, sel.masks[name], sel.codes[name], sel.code_names, sha)
+    info["transform"] = "event_rewrite"
+    info["expectations"] = dict(sel.expectations)
+    info["notes"] = list(sel.notes)
+    return info
+
+
+def _params(action) -> dict:
+    p = getattr(action, "params", None)
+    if p is None and isinstance(action, dict):
+        p = action.get("params")
+    return dict(p or {})
+
+
+__all__ = [
+    "DASHBOARD_EXACT",
+    "Rules",
+    "RewriteError",
+    "Selection",
+    "arrange_fillers",
+    "evenly_spaced",
+    "kept_positions",
+    "rewrite_event_file",
+    "select_run",
+    "selection_for",
+    "stage_event_rewrite",
+]

@@ -1,0 +1,622 @@
+"""Slim a PyTorch (kineto) Chrome trace in a stream: ``*.pt.trace.json[.gz]`` -> ``.gz``.
+
+Never loads the whole file (real traces reach several GB): the top-level object is walked
+with the C JSON scanner of the standard library (``JSONDecoder.raw_decode``, one call per
+trace event on a sliding text window), so memory is one read window plus the largest single
+event, and the output is written compact and gzip'd as it goes. The result is checked with
+an independent parser, ``ijson`` (yajl, C), streaming the gzip'd output.
+
+Options (``content.trace`` of a policy):
+
+* ``whitespace`` (default true): write compact JSON (kineto pretty-prints: ~24% of a trace
+  is whitespace). False writes one event per line with ``", "``/``": "`` separators.
+* ``drop_python_function``: drop ``"cat": "python_function"`` events (``with_stack`` frames).
+  The trace view loses the Python call stacks; operators and kernels are unchanged.
+* ``drop_memory``: drop ``"ph": "i"`` events named ``"[memory]"``. torch-tb-profiler's
+  Memory view is built from them and becomes empty; other views are unchanged.
+* ``keep_steps`` = N: keep the first N ``ProfilerStep#k`` spans (by start time) and **every
+  event that starts before the end of the N-th one**, on every thread: the work inside the
+  kept steps and whatever ran before the first step (warm-up, profiler start). Events
+  starting later are dropped, except metadata (``"ph": "M"``: process and thread names),
+  trace-level spans and global instant events (``cat`` ``"Trace"``, ``"s": "g"``), and
+  device activity (GPU kernels, memcpy, ``ac2g`` flows) whose ``correlation`` id belongs to a
+  launch that is kept: a kernel launched in a kept step stays even if it ran after the cut.
+* ``min_dur_us`` = X: drop complete events (``"ph": "X"``) shorter than X microseconds,
+  except ``ProfilerStep#`` spans and trace-level spans. Flow arrows that pointed at a dropped
+  slice are kept (viewers draw them to the enclosing slice or skip them).
+
+An event dropped for several reasons is counted once, under the first that applies in the
+order above. All top-level keys are kept in their original order (``traceName`` too, even
+though the file name gains ``.gz``).
+
+Verification (``verify_slim``): the gzip'd output is parsed by ijson; its trace events must
+be, in order, exactly the events the rewrite kept (a sha256 over their canonical JSON, so
+"identical as JSON values"), none of them of a dropped kind, their number must be the
+original count minus the removed counts, and the output's top-level keys and values must
+equal the original's.
+"""
+from __future__ import annotations
+
+import codecs
+import gzip
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from tb_footprint_plugin.transforms.gzip_trace import LEVEL
+
+CHUNK = 1 << 20
+MAX_VALUE = 256 << 20  # a single JSON value (one trace event, or a header value) larger than this is refused
+REMOVAL_KINDS = ("python_function", "memory", "after_steps", "short")
+
+
+class TraceFormatError(ValueError):
+    """The input is not a Chrome trace this tool can rewrite safely."""
+
+
+@dataclass
+class TraceOptions:
+    whitespace: bool = True
+    drop_python_function: bool = False
+    drop_memory: bool = False
+    keep_steps: Optional[int] = None
+    min_dur_us: Optional[float] = None
+
+    @classmethod
+    def from_dict(cls, d: Optional[dict]) -> "TraceOptions":
+        d = dict(d or {})
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"trace: unknown option(s) {sorted(unknown)}")
+        o = cls(**d)
+        if o.keep_steps is not None and (not isinstance(o.keep_steps, int) or isinstance(o.keep_steps, bool)
+                                         or o.keep_steps < 1):
+            raise ValueError("trace.keep_steps must be a whole number ≥ 1 (or null)")
+        if o.min_dur_us is not None and (isinstance(o.min_dur_us, bool)
+                                         or not isinstance(o.min_dur_us, (int, float)) or o.min_dur_us < 0):
+            raise ValueError("trace.min_dur_us must be a number ≥ 0 (or null)")
+        return o
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> List[str]:
+        out = []
+        if self.whitespace:
+            out.append("whitespace removed")
+        if self.drop_python_function:
+            out.append("python_function events dropped")
+        if self.drop_memory:
+            out.append("[memory] events dropped")
+        if self.keep_steps is not None:
+            out.append(f"only the first {self.keep_steps} ProfilerStep span(s) kept")
+        if self.min_dur_us is not None:
+            out.append(f"events shorter than {self.min_dur_us:g} µs dropped")
+        return out
+
+
+# ---------------------------------------------------------------------------------------
+# streaming JSON walker
+# ---------------------------------------------------------------------------------------
+_WS = re.compile(r"[ \t\n\r]*")
+_DELIM = frozenset(" \t\n\r,]}")
+
+
+def _no_constant(name: str):
+    raise TraceFormatError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+class _Reader:
+    """Pull JSON values out of a binary stream one at a time, with a sliding text window."""
+
+    def __init__(self, binfile, chunk: int = CHUNK):
+        self.f = binfile
+        self.dec = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.chunk = chunk
+
+    def _fill(self, want: Optional[int] = None) -> bool:
+        if self.eof:
+            return False
+        if len(self.buf) - self.pos > MAX_VALUE:
+            raise TraceFormatError(f"a JSON value larger than {MAX_VALUE >> 20} MB, or malformed JSON")
+        b = self.f.read(want or self.chunk)
+        if b:
+            text = self.dec.decode(b)
+        else:
+            self.eof = True
+            text = self.dec.decode(b"", final=True)
+        self.buf = self.buf[self.pos:] + text
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        """The next non-whitespace character ("" at the end)."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self._fill():
+                return ""
+
+    def expect(self, ch: str) -> None:
+        c = self.peek()
+        if c != ch:
+            raise TraceFormatError(f"expected {ch!r}, found {c or 'end of file'!r}")
+        self.pos += 1
+
+    def value(self):
+        c = self.peek()
+        if not c:
+            raise TraceFormatError("unexpected end of file")
+        want = self.chunk
+        while True:
+            try:
+                obj, end = _DECODER.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as e:
+                if self.eof:
+                    raise TraceFormatError(f"invalid JSON: {e}") from None
+                self._fill(want)
+                want *= 2
+                continue
+            # a number or literal at the window's end may continue in the next chunk
+            if c not in '{["' and not self.eof and (end >= len(self.buf) or self.buf[end] not in _DELIM):
+                self._fill(want)
+                continue
+            self.pos = end
+            return obj
+
+
+def _walk(binfile) -> Iterator[Tuple[str, object, object]]:
+    """``("key", name, value)`` for top-level keys, ``("events", name, None)`` when the trace
+    event array starts, ``("event", event, None)`` per event, ``("end_events", ...)``,
+    ``("end", ...)``. A top-level array (Chrome's array format) is events only."""
+    r = _Reader(binfile)
+    c = r.peek()
+    if c == "[":
+        r.pos += 1
+        yield ("events", None, None)
+        yield from _events(r)
+        yield ("end_events", None, None)
+    elif c == "{":
+        r.pos += 1
+        seen_events = False
+        if r.peek() == "}":
+            r.pos += 1
+        else:
+            while True:
+                key = r.value()
+                if not isinstance(key, str):
+                    raise TraceFormatError("a top-level key is not a string")
+                r.expect(":")
+                if key == "traceEvents" and r.peek() == "[":
+                    if seen_events:
+                        raise TraceFormatError("two traceEvents arrays")
+                    seen_events = True
+                    r.pos += 1
+                    yield ("events", key, None)
+                    yield from _events(r)
+                    yield ("end_events", key, None)
+                else:
+                    yield ("key", key, r.value())
+                c = r.peek()
+                r.pos += 1
+                if c == "}":
+                    break
+                if c != ",":
+                    raise TraceFormatError(f"expected ',' or '}}' at the top level, found {c!r}")
+        if not seen_events:
+            raise TraceFormatError("no traceEvents array")
+    else:
+        raise TraceFormatError("not a JSON object or array")
+    if r.peek() != "":
+        raise TraceFormatError("trailing data after the trace")
+    yield ("end", None, None)
+
+
+def _events(r: _Reader) -> Iterator[Tuple[str, object, object]]:
+    if r.peek() == "]":
+        r.pos += 1
+        return
+    while True:
+        yield ("event", r.value(), None)
+        c = r.peek()
+        r.pos += 1
+        if c == "]":
+            return
+        if c != ",":
+            raise TraceFormatError(f"expected ',' or ']' in traceEvents, found {c!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# classification
+# ---------------------------------------------------------------------------------------
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_step(ev: dict) -> bool:
+    name = ev.get("name")
+    return (ev.get("ph") == "X" and isinstance(name, str) and name.startswith("ProfilerStep#")
+            and ev.get("cat") != "gpu_user_annotation")
+
+
+def _correlation(ev: dict):
+    args = ev.get("args")
+    if isinstance(args, dict) and "correlation" in args:
+        return args["correlation"]
+    if ev.get("cat") == "ac2g" and ev.get("ph") in ("s", "f", "t"):
+        return ev.get("id")
+    return None
+
+
+def _always(ev: dict) -> bool:
+    """Events ``keep_steps`` never drops: metadata, trace-level spans, global instants."""
+    ph = ev.get("ph")
+    return ph == "M" or ev.get("cat") == "Trace" or (ph in ("i", "I") and ev.get("s") == "g")
+
+
+class _Classifier:
+    def __init__(self, o: TraceOptions, cut: Optional[float], corr: Optional[set]):
+        self.o, self.cut, self.corr = o, cut, corr or set()
+
+    def why(self, ev) -> Optional[str]:
+        """The removal kind of one event, or None to keep it."""
+        if not isinstance(ev, dict):
+            return None
+        o = self.o
+        ph = ev.get("ph")
+        if o.drop_python_function and ev.get("cat") == "python_function":
+            return "python_function"
+        if o.drop_memory and ph in ("i", "I") and ev.get("name") == "[memory]":
+            return "memory"
+        if self.cut is not None and not _always(ev):
+            ts = ev.get("ts")
+            if _num(ts) and ts >= self.cut:
+                c = _correlation(ev)
+                if c is None or c not in self.corr:
+                    return "after_steps"
+        if o.min_dur_us is not None and ph == "X":
+            dur = ev.get("dur")
+            if _num(dur) and dur < o.min_dur_us and not _is_step(ev) and ev.get("cat") != "Trace":
+                return "short"
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# passes
+# ---------------------------------------------------------------------------------------
+class _HashingFile:
+    def __init__(self, f):
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        self.sha.update(b)
+        return b
+
+    def readable(self) -> bool:
+        return True
+
+
+def _open_source(path: str):
+    """(text-ready binary stream, raw hashing file, closer)."""
+    raw = open(path, "rb")
+    h = _HashingFile(raw)
+    stream = gzip.GzipFile(fileobj=h, mode="rb") if path.endswith(".gz") else h
+    return stream, h, raw
+
+
+def _events_of(path: str) -> Iterator[dict]:
+    stream, _h, raw = _open_source(path)
+    try:
+        for kind, a, _ in _walk(stream):
+            if kind == "event":
+                yield a
+    finally:
+        raw.close()
+
+
+def find_cut(path: str, keep_steps: int) -> Tuple[Optional[float], List[str], int, bool]:
+    """(time cut, names of the kept steps, number of steps, has device activity)."""
+    steps = []
+    device = False
+    for ev in _events_of(path):
+        if not isinstance(ev, dict):
+            continue
+        if _is_step(ev) and _num(ev.get("ts")) and _num(ev.get("dur")):
+            steps.append((ev["ts"], ev["ts"] + ev["dur"], ev.get("name")))
+        elif not device and _correlation(ev) is not None:
+            device = True
+    steps.sort()
+    if len(steps) <= keep_steps:
+        return None, [s[2] for s in steps], len(steps), device
+    kept = steps[:keep_steps]
+    return max(s[1] for s in kept), [s[2] for s in kept], len(steps), device
+
+
+def kept_correlations(path: str, cut: float) -> set:
+    """Correlation ids of launches (and ``ac2g`` flows) that start before the cut."""
+    out = set()
+    for ev in _events_of(path):
+        if isinstance(ev, dict) and not _always(ev):
+            ts = ev.get("ts")
+            if _num(ts) and ts < cut:
+                c = _correlation(ev)
+                if c is not None:
+                    out.add(c)
+    return out
+
+
+def _dumper(o: TraceOptions):
+    if o.whitespace:
+        enc = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    else:
+        enc = json.JSONEncoder(separators=(", ", ": "), ensure_ascii=True, allow_nan=False)
+    return enc.encode
+
+
+def canonical(ev) -> str:
+    """The JSON text events are hashed by (same on both sides of the check)."""
+    return _CANON(ev)
+
+
+_CANON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode
+
+
+class _GzOut:
+    def __init__(self, path: str, level: int):
+        self.raw = open(path, "xb")
+        self.gz = gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=self.raw, mtime=0)
+        self.parts: List[str] = []
+        self.n = 0
+        self.head: Optional[bytes] = None
+
+    def write(self, s: str) -> None:
+        self.parts.append(s)
+        self.n += len(s)
+        if self.n >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            self.gz.write("".join(self.parts).encode("ascii"))
+            self.parts, self.n = [], 0
+
+    def close(self) -> None:
+        self.flush()
+        self.gz.close()
+        self.raw.flush()
+        os.fsync(self.raw.fileno())
+        self.raw.close()
+
+
+def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional[str] = None,
+               level: int = LEVEL) -> dict:
+    """Write the slimmed, gzip'd trace of ``src`` to ``dst``; returns the stats the check uses.
+
+    Raises ``TraceFormatError`` for input that is not a Chrome trace, ``ValueError`` if the
+    source is not the backed-up file (``expected_sha``)."""
+    o = options
+    cut, kept_steps, n_steps, device = (None, [], 0, False)
+    corr: set = set()
+    if o.keep_steps is not None:
+        cut, kept_steps, n_steps, device = find_cut(src, o.keep_steps)
+        if cut is not None and device:
+            corr = kept_correlations(src, cut)
+    cls = _Classifier(o, cut, corr)
+    dump = _dumper(o)
+    sep_key = ":" if o.whitespace else ": "
+    sep_item = "," if o.whitespace else ",\n"
+    removed = {k: 0 for k in REMOVAL_KINDS}
+    n_in = n_out = 0
+    ev_hash = hashlib.sha256()
+    canon_parts: List[str] = []
+    top: List[Tuple[str, object]] = []
+    head: List[str] = []  # the text before the first event
+    tail: List[str] = []  # the text after the last event
+    array_format = False
+    out = _GzOut(dst, level)
+    cur = head
+    first_key = True
+    first_event = True
+    stream, h, raw = _open_source(src)
+    try:
+        for kind, a, b in _walk(stream):
+            if kind == "event":
+                n_in += 1
+                why = cls.why(a)
+                if why is not None:
+                    removed[why] += 1
+                    continue
+                n_out += 1
+                text = dump(a)
+                canon_parts.append(text if o.whitespace else canonical(a))
+                if len(canon_parts) >= 4096:
+                    ev_hash.update("\n".join(canon_parts).encode("ascii") + b"\n")
+                    canon_parts = []
+                if first_event:
+                    first_event = False
+                    out.write(text)
+                else:
+                    out.write(sep_item)
+                    out.write(text)
+                continue
+            if kind == "key":
+                top.append((a, b))
+                piece = ("{" if first_key else ",") + dump(a) + sep_key + dump(b)
+                first_key = False
+                cur.append(piece)
+                if cur is head:
+                    pass
+                else:
+                    out.write(piece)
+            elif kind == "events":
+                if a is None:
+                    array_format = True
+                    cur.append("[")
+                else:
+                    cur.append(("{" if first_key else ",") + dump(a) + sep_key + "[")
+                    first_key = False
+                out.write("".join(head))
+                cur = tail
+            elif kind == "end_events":
+                cur.append("]")
+                out.write("]")
+            elif kind == "end":
+                if not array_format:
+                    cur.append("}")
+                    out.write("}")
+        while h.read(CHUNK):  # hash the rest of the raw file (gzip trailer padding etc.)
+            pass
+    except Exception:
+        out.close()
+        os.unlink(dst)
+        raise
+    finally:
+        raw.close()
+    out.close()
+    if canon_parts:
+        ev_hash.update("\n".join(canon_parts).encode("ascii") + b"\n")
+    if expected_sha is not None and h.sha.hexdigest() != expected_sha:
+        os.unlink(dst)
+        raise ValueError(f"{os.path.basename(src)}: changed while it was being slimmed (sha256 differs)")
+    return {
+        "options": o.to_dict(),
+        "events_before": n_in,
+        "events_after": n_out,
+        "removed": removed,
+        "events_sha256": ev_hash.hexdigest(),
+        "head": "".join(head),
+        "tail": "".join(tail),
+        "top_level": _top_digest(top, array_format),
+        "array_format": array_format,
+        "cut_ts": cut,
+        "steps_total": n_steps,
+        "steps_kept": kept_steps,
+        "kept_correlations": len(corr),
+    }
+
+
+def _top_digest(top: List[Tuple[str, object]], array_format: bool) -> str:
+    """sha256 of the top-level keys and values (other than the trace events), in order."""
+    if array_format:
+        return hashlib.sha256(b"[]").hexdigest()
+    return hashlib.sha256(canonical([[k, v] for k, v in top]).encode("ascii")).hexdigest()
+
+
+def verify_slim(dst: str, stats: dict) -> dict:
+    """Re-read the gzip'd output with ijson: it must parse, hold exactly the kept events in
+    order (sha256 of their canonical JSON), none of a dropped kind, and the original
+    top-level keys and values. Raises ``ValueError`` with the reason; returns a summary."""
+    import ijson
+
+    o = TraceOptions.from_dict(stats["options"])
+    corr = None  # a kept device event after the cut is allowed: it was matched by correlation
+    cls = _Classifier(o, None, corr)
+    prefix = "item" if stats["array_format"] else "traceEvents.item"
+    sink = ijson.sendable_list()
+    coro = ijson.items_coro(sink, prefix, use_float=True)
+    ev_hash = hashlib.sha256()
+    parts: List[str] = []
+    n = 0
+    bad = 0
+    head_len = len(stats["head"].encode("ascii"))
+    tail_len = len(stats["tail"].encode("ascii"))
+    first = b""
+    last = b""
+    with gzip.open(dst, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            if len(first) < head_len:
+                first += chunk[: head_len - len(first)]
+            last = (last + chunk)[-tail_len:] if tail_len else b""
+            coro.send(chunk)
+            for ev in sink:
+                n += 1
+                parts.append(canonical(ev))
+                if cls.why(ev) is not None:
+                    bad += 1
+            del sink[:]
+            if len(parts) >= 4096:
+                ev_hash.update("\n".join(parts).encode("ascii") + b"\n")
+                parts = []
+        coro.close()
+        for ev in sink:
+            n += 1
+            parts.append(canonical(ev))
+            if cls.why(ev) is not None:
+                bad += 1
+    if parts:
+        ev_hash.update("\n".join(parts).encode("ascii") + b"\n")
+    problems = []
+    if n != stats["events_after"]:
+        problems.append(f"{n} events in the output, {stats['events_after']} written")
+    if stats["events_before"] - sum(stats["removed"].values()) != n:
+        problems.append("event counts do not add up (before - removed != after)")
+    if ev_hash.hexdigest() != stats["events_sha256"]:
+        problems.append("the output's events differ from the kept original events")
+    if bad:
+        problems.append(f"{bad} event(s) of a dropped kind are still in the output")
+    if first != stats["head"].encode("ascii") or last != stats["tail"].encode("ascii"):
+        problems.append("the output's top-level layout is not what was written")
+    else:
+        skeleton = json.loads(stats["head"] + stats["tail"])
+        if stats["array_format"]:
+            ok = skeleton == []
+        else:
+            items = [[k, v] for k, v in skeleton.items() if k != "traceEvents"]
+            ok = hashlib.sha256(canonical(items).encode("ascii")).hexdigest() == stats["top_level"]
+        if not ok:
+            problems.append("top-level keys or values differ from the original")
+    if problems:
+        raise ValueError("trace check failed: " + "; ".join(problems))
+    return {"events": n, "ok": True}
+
+
+def stage_trace_slim(action, src: str, tmp: str, sha: str) -> dict:
+    """``stage_rewrite`` for a PyTorch trace: slim, gzip, check; the stage info."""
+    params = getattr(action, "params", None) or (action.get("params") if isinstance(action, dict) else None) or {}
+    options = TraceOptions.from_dict(params.get("trace"))
+    stats = slim_trace(src, tmp, options, expected_sha=sha)
+    try:
+        verify_slim(tmp, stats)
+    except Exception:
+        os.unlink(tmp)
+        raise
+    h = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        for b in iter(lambda: f.read(CHUNK), b""):
+            h.update(b)
+    return {
+        "size": os.path.getsize(tmp),
+        "sha256": h.hexdigest(),
+        "transform": "trace_slim",
+        "events_before": stats["events_before"],
+        "events_after": stats["events_after"],
+        "removed": dict(stats["removed"]),
+        "steps_total": stats["steps_total"],
+        "steps_kept": list(stats["steps_kept"]),
+        "trace_check": (f"trace re-read with ijson: {stats['events_after']} events identical to the "
+                        f"kept originals, removed {_fmt_removed(stats['removed'])}"),
+    }
+
+
+def _fmt_removed(removed: Dict[str, int]) -> str:
+    parts = [f"{v} {k}" for k, v in removed.items() if v]
+    return ", ".join(parts) or "nothing"
+
+
+__all__ = ["TraceOptions", "TraceFormatError", "slim_trace", "verify_slim", "stage_trace_slim",
+           "find_cut", "canonical", "REMOVAL_KINDS"]
