@@ -41,6 +41,8 @@ setup(
         "google-crc32c>=1.5",
         # Progress bars for batch reductions over many runs.
         "tqdm>=4.60",
+        # Streaming JSON parser: PyTorch traces reach several GB and are never loaded whole.
+        "ijson>=3.1",
     ],
     extras_require={
         "test": [

@@ -88,17 +88,32 @@ def _filters(ap: argparse.ArgumentParser) -> None:
                     help="custom rule on top of --policy: keep this file category (repeatable)")
     ap.add_argument("--keep-latest", type=int, default=None, metavar="N",
                     help="custom rule: keep only the newest N profile sessions / traces per worker")
+    ap.add_argument("--keep-per-tag", type=_per_tag, default=None, metavar="PLUGIN=N,...",
+                    help="custom rule: keep N evenly spaced items per tag (first and last always), "
+                         "e.g. histograms=50,images=5")
+
+
+def _per_tag(text: str) -> dict:
+    out = {}
+    for part in filter(None, text.split(",")):
+        plugin, _, n = part.partition("=")
+        if not n.isdigit():
+            raise argparse.ArgumentTypeError(f"expected PLUGIN=N, got {part!r}")
+        out[plugin.strip()] = int(n)
+    return out
 
 
 def _policy(args):
     """--policy, refined by custom rules given as flags."""
-    if not (args.delete or args.keep or args.keep_latest is not None):
+    if not (args.delete or args.keep or args.keep_latest is not None or args.keep_per_tag):
         return args.policy
     rules = {c: "delete" for c in args.delete}
     rules.update({c: "keep" for c in args.keep})
     d = {"name": f"custom({args.policy})", "base": args.policy, "rules": rules}
     if args.keep_latest is not None:
         d["keep_latest"] = args.keep_latest
+    if args.keep_per_tag:
+        d["content"] = {"keep_per_tag": args.keep_per_tag}
     return d
 
 

@@ -85,8 +85,9 @@ def _archive() -> Policy:
         name="archive",
         description=(
             "For finished experiments: remove all profile data (xprof sessions, caches, secondary "
-            "traces, PyTorch traces); keep every event file. Scalars, hparams and text are never "
-            "touched; curves, images, histograms and graphs look as before."
+            "traces, PyTorch traces); rewrite event files to keep exactly what TensorBoard's default "
+            "dashboard shows of images, audio, histograms and PR curves, strip run-metadata step "
+            "stats and drop repeated graphs. Scalars, hparams and text are never touched."
         ),
         file_rules={
             cat.PROFILE_XPLANE: DELETE,
@@ -96,7 +97,7 @@ def _archive() -> Policy:
             cat.TORCH_TRACE: DELETE,
         },
         secondary_only_with_xplane=False,
-        content={},
+        content={"dedupe_graphs": True, "strip_run_metadata": True, "downsample": "dashboard_exact"},
     )
 
 
@@ -186,3 +187,13 @@ def validate(policy: Policy) -> None:
     for plugin in (policy.content.get("keep_per_tag") or {}):
         if plugin in cat.PROTECTED_PLUGINS:
             raise PolicyError(f"policy {policy.name!r}: {plugin} can never be downsampled")
+    try:
+        from tb_footprint_plugin.transforms.event_rewrite import Rules
+
+        Rules.from_content(policy.content)
+        if policy.content.get("trace"):
+            from tb_footprint_plugin.transforms.trace_slim import TraceOptions
+
+            TraceOptions.from_dict(policy.content["trace"])
+    except ValueError as e:
+        raise PolicyError(f"policy {policy.name!r}: content: {e}") from None

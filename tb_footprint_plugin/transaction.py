@@ -422,6 +422,8 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
             expectations = Expectations(plugin_modes=modes)
         result = verify_reduction(orig_view, red_view, expectations, backends=tuple(ctx.verify_backends))
         d = result.to_dict()
+        # kept so `verify` can re-check the run later under the same contract
+        d["expectations"] = dict(expectations.plugin_modes) if expectations else {}
     finally:
         shutil.rmtree(views, ignore_errors=True)
     checks = list(d.get("checks", []))
@@ -430,6 +432,8 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     if comp:
         checks.append({"name": "torch traces", "ok": True,
                        "detail": f"{len(comp)} compressed, decompressed content identical (sha256)"})
+    for s in staged:
+        checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": _stage_line(s)})
     dels = [p for p, r in backups.items() if r["action"] == "delete"]
     if dels:
         checks.append({"name": "removed files", "ok": True,
@@ -439,6 +443,18 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     d["checks"], d["failed"] = checks, failed
     d["ok"] = bool(d.get("ok")) and not failed
     return d
+
+
+def _stage_line(s: dict) -> str:
+    """One verification line for a file a transform produced."""
+    name = os.path.basename(s["final"])
+    if "trace_check" in s:
+        return f"{name}: {s['trace_check']}"
+    if "records_before" in s:
+        removed = ", ".join(f"{k} {v['records']}" for k, v in (s.get("removed") or {}).items()) or "nothing"
+        return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
+                f"record byte-identical; removed {removed}")
+    return f"{name}: compressed, decompressed content identical (sha256)"
 
 
 # ---------------------------------------------------------------------------------------

@@ -38,15 +38,14 @@ def test_archive_cuts_profiled_runs_verifies_and_restores(tmp_path, name):
         assert o.status == "verified" and o.verification["ok"]
         assert "rust" in o.verification["backends"] and "python" in o.verification["backends"]
         now = after.run(run).total_bytes if after.run(run) else 0
-        # file-level archive removes every profile byte and nothing else
-        assert now == size - profile_bytes, (run, now, size, profile_bytes)
-        assert o.saved_bytes == profile_bytes
+        # archive removes every profile byte; content rules may shrink event files further
+        assert now <= size - profile_bytes, (run, now, size, profile_bytes)
+        assert o.saved_bytes >= profile_bytes
         assert not (after.run(run) and after.run(run).sessions)
     # no profile directory is left for xprof to list as an empty run
     assert not [p for p in user_files(logdir) if "plugins/profile" in p]
-    # event files are untouched
-    assert {k: v for k, v in user_files(logdir).items() if "tfevents" in k} == \
-        {k: v for k, v in before.items() if "tfevents" in k}
+    # event files keep their names (their content may be rewritten by the content rules)
+    assert {k for k in user_files(logdir) if "tfevents" in k} == {k for k in before if "tfevents" in k}
     outs = api.restore(str(logdir))
     assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
     assert user_files(logdir) == before
@@ -70,9 +69,9 @@ def test_plan_fidelity_lines(tmp_path):
     text = "\n".join(rp.fidelity)
     assert "scalars: unchanged (12080 records in 8 tags" in text
     assert "profile: 1 session(s) removed" in text
-    assert "event files: kept as is" in text
+    assert "images: the default dashboard" in text
     kinds = {a.kind for a in rp.actions}
-    assert kinds == {"delete", "remove_dir"}
+    assert kinds == {"delete", "remove_dir", "rewrite"}
 
 
 def test_lossless_keeps_every_profile_tool(tmp_path):
