@@ -191,8 +191,9 @@ def cmd_reduce(args) -> int:
 
     bar_ = None
     progress = None
-    on_outcome = None
-    if not args.json and not args.dry_run:
+    if args.json or args.dry_run:
+        on_outcome = None
+    else:
         try:
             from tqdm import tqdm
 

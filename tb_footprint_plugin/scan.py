@@ -11,7 +11,7 @@ import time
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.discovery import Discovery, FoundFile, FoundRun, discover, display, dir_size
+from tb_footprint_plugin.discovery import FoundFile, FoundRun, discover, display, dir_size
 from tb_footprint_plugin.model import (
     CategoryStat,
     FileEntry,

@@ -28,7 +28,7 @@ from tb_footprint_plugin.history import append_history
 from tb_footprint_plugin.journal import Journal, RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.paths import is_within, real_within, state_dir
 from tb_footprint_plugin.plan import RunPlan
-from tb_footprint_plugin.vault import Vault, VaultError, fsync_dir, sha256_file, who
+from tb_footprint_plugin.vault import Vault, fsync_dir, sha256_file, who
 from tb_footprint_plugin.version import __version__
 
 FREE_SPACE_MARGIN = 16 << 20

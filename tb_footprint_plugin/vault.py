@@ -42,6 +42,32 @@ def sha256_stream(f) -> str:
     return h.hexdigest()
 
 
+class HashingReader:
+    """A read-only binary file that hashes what is read through it (proves a streamed input
+    is the file that was backed up, without a second pass)."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        self.sha.update(b)
+        return b
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def seekable(self) -> bool:
+        return False
+
+
 def sha256_file(path: str) -> str:
     """Streaming sha256 of a file."""
     with open(path, "rb") as f:

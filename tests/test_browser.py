@@ -10,17 +10,10 @@ Skips (with the reason) when /usr/bin/chromium or Playwright is missing.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import importlib.metadata
 import json
 import os
 import re
-import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -46,86 +39,26 @@ if not any(e.name == "footprint" for e in importlib.metadata.entry_points(group=
 # ---------------------------------------------------------------------------------------
 # a real TensorBoard
 # ---------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tbproc import TensorBoard as _TensorBoard  # noqa: E402
+from tbproc import make_demo  # noqa: E402
 
 
-class TensorBoard:
+class TensorBoard(_TensorBoard):
+    """The shared process, waiting for the tab's first scan so the page opens on data."""
+
     def __init__(self, logdir, *extra):
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = os.path.join(os.path.dirname(str(logdir)), f"tensorboard-{self.port}.log")
-        self._log = open(self.log_path, "wb")
-        exe = shutil.which("tensorboard")
-        cmd = ([exe] if exe else [sys.executable, "-m", "tensorboard.main"]) + [
-            "--logdir", str(logdir), "--port", str(self.port), "--host", "127.0.0.1",
-            "--footprint_quiet_period", "0", *extra]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tensorboard exited ({self.proc.returncode}):\n{self.log()}")
-            try:
-                if self.get("/data/plugins_listing")[0] == 200:
-                    # let the first scan finish so the tab opens on data
-                    self.get(PREFIX + "/runs?wait=60")
-                    return
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError("tensorboard did not come up:\n" + self.log())
+        super().__init__(logdir, *extra)
+        self.get(PREFIX + "/runs?wait=60")
 
     def get(self, path):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=90)
-        try:
-            conn.request("GET", path)
-            r = conn.getresponse()
-            return r.status, r.read()
-        finally:
-            conn.close()
+        status, _, body = self.request("GET", path, timeout=90)
+        return status, body
 
     def json(self, path):
         status, body = self.get(path)
         assert status == 200, (path, status, body[:300])
         return json.loads(body)
 
-    def log(self):
-        self._log.flush()
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")[-5000:]
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._log.close()
-
-
-def make_demo(target):
-    try:
-        from tb_footprint_plugin.demo import generate_demo
-    except ImportError:
-        generate_demo = None
-    if generate_demo is not None:
-        generate_demo(str(target), seed=0, scale=0.05)
-        return target
-    import math
-
-    from tb_footprint_plugin import synth
-
-    for i, name in enumerate(("alpha", "beta")):
-        with synth.EventWriter(str(target / name)) as w:
-            for s in range(50):
-                w.scalar("loss", s, math.exp(-s / 10) + i)
-        synth.write_profile_session(str(target / name), n_events=2000, with_caches=True, seed=i)
-    return target
 
 
 def disk_state(root):

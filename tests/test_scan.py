@@ -1,7 +1,6 @@
 """The scan: every byte of a logdir attributed to a run and a category, exactly."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 

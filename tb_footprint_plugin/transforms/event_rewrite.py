@@ -87,6 +87,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin import categories as cat
 from tb_footprint_plugin.tfrecord import RecordReader, RecordWriter
+from tb_footprint_plugin.vault import HashingReader
 
 DASHBOARD_EXACT = "dashboard_exact"
 #: Like dashboard-exact, but the first step is not forced into the reduced run when the
@@ -723,28 +724,6 @@ def _graph_duplicates(kind: str, items: List[Tuple[int, int, bytes]]) -> List[in
 # ---------------------------------------------------------------------------------------
 # the rewrite (one file, streaming)
 # ---------------------------------------------------------------------------------------
-class _HashingFile:
-    """A read-only binary file that hashes what is read through it."""
-
-    def __init__(self, f):
-        self._f = f
-        self.sha = hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        b = self._f.read(n)
-        self.sha.update(b)
-        return b
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def fileno(self) -> int:
-        return self._f.fileno()
-
-    def seekable(self) -> bool:
-        return False
-
-
 def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[bytearray] = None,
                        code_names: Sequence[str] = (), expected_sha: Optional[str] = None) -> dict:
     """Copy the records of ``src`` whose ``mask`` byte is 1 to ``dst`` (framed bytes as is).
@@ -757,7 +736,7 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     out_sha = hashlib.sha256()
     name = os.path.basename(src)
     with open(src, "rb", buffering=0) as raw_in, open(dst, "xb") as raw_out:
-        hin = _HashingFile(raw_in)
+        hin = HashingReader(raw_in)
         reader = RecordReader(hin, verify=True, display_name=name)
         pending: List[bytes] = []
         pending_bytes = 0

@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL
+from tb_footprint_plugin.vault import HashingReader
 
 CHUNK = 1 << 20
 MAX_VALUE = 256 << 20  # a single JSON value (one trace event, or a header value) larger than this is refused
@@ -294,24 +295,10 @@ class _Classifier:
 # ---------------------------------------------------------------------------------------
 # passes
 # ---------------------------------------------------------------------------------------
-class _HashingFile:
-    def __init__(self, f):
-        self._f = f
-        self.sha = hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        b = self._f.read(n)
-        self.sha.update(b)
-        return b
-
-    def readable(self) -> bool:
-        return True
-
-
 def _open_source(path: str):
     """(text-ready binary stream, raw hashing file, closer)."""
     raw = open(path, "rb")
-    h = _HashingFile(raw)
+    h = HashingReader(raw)
     stream = gzip.GzipFile(fileobj=h, mode="rb") if path.endswith(".gz") else h
     return stream, h, raw
 
