@@ -215,11 +215,18 @@ def reduce_logdir(
             on_outcome(o)
         return o
 
+    def safe(rp) -> RunOutcome:
+        try:
+            return one(rp)
+        except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
+            return RunOutcome(run=rp.run, status="failed", reason=f"{type(e).__name__}: {e}",
+                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+
     if jobs > 1:
         with ThreadPoolExecutor(max_workers=jobs) as ex:
-            report.outcomes += list(ex.map(one, todo))
+            report.outcomes += list(ex.map(safe, todo))
     else:
-        report.outcomes += [one(rp) for rp in todo]
+        report.outcomes += [safe(rp) for rp in todo]
     return report
 
 
@@ -320,50 +327,63 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
           yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
 
-    A blob another kept operation still needs is never deleted.
+    A blob another kept operation, or an unfinished one, still needs is never deleted; a run
+    being changed right now is passed over.
     """
+    from tb_footprint_plugin.journal import RunLock, RunLocked
+    from tb_footprint_plugin.restore import own_manifests
+    from tb_footprint_plugin.transaction import journal_blobs, unsettled_op
+
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     now = time.time()
     candidates = []
-    for root in known_vaults(ctx):
-        for m in Vault(root).manifests():
-            if m.get("kind") != "reduce" or m.get("backup_purged"):
-                continue
-            if op and m["op_id"] != op:
-                continue
-            if run is not None and m["run"] != run:
-                continue
-            if older_than is not None and m.get("finished_at", now) > now - older_than:
-                continue
-            candidates.append(m)
-    freed = 0
-    listed = []
-    by_vault: Dict[str, List[dict]] = {}
-    for m in candidates:
-        by_vault.setdefault(m["vault"], []).append(m)
-    for root, ms in by_vault.items():
-        vault = Vault(root)
-        keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms])
-        seen = set()
-        for m in ms:
-            size = 0
-            for f in m["files"]:
-                if f["sha256"] in keep or f["sha256"] in seen:
+    for m in own_manifests(ctx):
+        if m.get("kind") != "reduce" or m.get("backup_purged"):
+            continue
+        if (op and m["op_id"] != op) or (run is not None and m["run"] != run):
+            continue
+        if older_than is not None and m.get("finished_at", now) > now - older_than:
+            continue
+        candidates.append(m)
+    locks, chosen = {}, []
+    try:
+        for m in candidates:
+            if yes and m["run"] not in locks:
+                try:
+                    locks[m["run"]] = RunLock(ctx.lock_dir, m["run"]).acquire()
+                except (RunLocked, OSError):
+                    continue  # being changed right now: purge it another time
+                if unsettled_op(ctx, m["run"]):
                     continue
-                seen.add(f["sha256"])
+            chosen.append(m)
+        freed, listed = 0, []
+        by_vault: Dict[str, List[dict]] = {}
+        for m in chosen:
+            by_vault.setdefault(m["vault"], []).append(m)
+        pending = journal_blobs(ctx)
+        for root, ms in by_vault.items():
+            vault = Vault(root)
+            keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
+            seen = set()
+            for m in ms:
+                shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
+                seen.update(shas)
                 if yes:
-                    size += vault.delete_blob(f["sha256"])
+                    # the manifest stops claiming a backup before any blob goes
+                    m["backup_purged"] = True
+                    m["purged_at"] = now
+                    vault.write_manifest(m)
+                    size = sum(vault.delete_blob(sha) for sha in shas)
                 else:
-                    p = vault.blob_path(f["sha256"])
-                    size += os.lstat(p).st_size if os.path.exists(p) else 0
-            if yes:
-                m["backup_purged"] = True
-                m["purged_at"] = now
-                vault.write_manifest(m)
-            freed += size
-            listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
-                           "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
+                    size = sum(os.lstat(vault.blob_path(sha)).st_size for sha in shas
+                               if os.path.exists(vault.blob_path(sha)))
+                freed += size
+                listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
+                               "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
+    finally:
+        for lock in locks.values():
+            lock.release()
     return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed)
 
 
@@ -373,12 +393,13 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
     vault_bytes = 0
+    from tb_footprint_plugin.restore import own_manifests
+
     for root in known_vaults(ctx):
-        v = Vault(root)
-        vault_bytes += v.size()
-        for m in v.manifests():
-            ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
-                                              "bytes_after", "finished_at", "backup_purged", "restored_by")})
+        vault_bytes += Vault(root).size()
+    for m in own_manifests(ctx):
+        ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
+                                          "bytes_after", "finished_at", "backup_purged", "restored_by")})
     ledger_path = os.path.join(ctx.state, "ledger.json")
     led = Ledger(ledger_path, "", ctx.logdir).summary() if os.path.exists(ledger_path) else None
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
@@ -404,9 +425,9 @@ def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict
 
 def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """Every operation's manifest (newest first), optionally for one run."""
+    from tb_footprint_plugin.restore import own_manifests
+
     ctx = _context(logdir, backup_dir)
-    out = []
-    for root in known_vaults(ctx):
-        out += [m for m in Vault(root).manifests() if run is None or m.get("run") == run]
+    out = [m for m in own_manifests(ctx) if run is None or m.get("run") == run]
     out.sort(key=lambda m: m.get("started_at", 0), reverse=True)
     return out

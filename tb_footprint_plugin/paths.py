@@ -30,3 +30,17 @@ def is_within(path: str, root: str) -> bool:
 def real_within(path: str, root: str) -> bool:
     """True when ``path`` resolves (following every symlink) to somewhere under ``root``."""
     return is_within(os.path.realpath(path), os.path.realpath(root))
+
+
+def check_no_symlink(root: str, rel: str) -> None:
+    """Refuse (``ValueError`` naming it) when a directory on the way from ``root`` to ``rel``
+    is a symlink: every writer calls this right before it acts, so a folder swapped for a link
+    after the scan cannot lead a write or a delete out of the logdir."""
+    cur = os.path.abspath(root)
+    parts = [p for p in rel.replace(os.sep, "/").split("/") if p not in ("", ".")]
+    for part in parts[:-1]:
+        if part == "..":
+            raise ValueError(f"{rel}: leads out of {root}")
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur):
+            raise ValueError(f"{rel}: {os.path.relpath(cur, root)} is a symlink; refusing to follow it")

@@ -18,8 +18,11 @@ from tb_footprint_plugin.transaction import (
     RunOutcome,
     TransactionError,
     _matches,
+    _no_symlink,
     _reason,
     new_op_id,
+    put_back,
+    unsettled_op,
 )
 from tb_footprint_plugin.vault import Vault, who
 from tb_footprint_plugin.version import __version__
@@ -28,7 +31,7 @@ from tb_footprint_plugin import faults
 
 def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
     """Verified reductions whose backup is kept and that were not restored yet, newest first."""
-    ops = [m for m in _all_manifests(ctx)
+    ops = [m for m in own_manifests(ctx)
            if m.get("kind") == "reduce" and m.get("outcome") == "verified"
            and not m.get("backup_purged") and not m.get("restored_by")
            and (run is None or m["run"] == run)]
@@ -36,12 +39,17 @@ def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
     return ops
 
 
-def _all_manifests(ctx: Context) -> List[dict]:
+def own_manifests(ctx: Context) -> List[dict]:
+    """Every manifest of operations on this logdir, in every vault it used."""
     from tb_footprint_plugin.api import known_vaults
 
     out, seen = [], set()
+    here = os.path.realpath(ctx.logdir)
     for root in known_vaults(ctx):
         for m in Vault(root).manifests():
+            # a vault shared by several logdirs holds their operations side by side
+            if os.path.realpath(m.get("logdir", "")) != here:
+                continue
             if m["op_id"] not in seen:
                 seen.add(m["op_id"])
                 out.append(m)
@@ -49,7 +57,7 @@ def _all_manifests(ctx: Context) -> List[dict]:
 
 
 def find_manifest(ctx: Context, op_id: str) -> dict:
-    for m in _all_manifests(ctx):
+    for m in own_manifests(ctx):
         if m["op_id"] == op_id:
             return m
     raise TransactionError(f"no operation {op_id!r} in the vault")
@@ -77,16 +85,24 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
         return out
     try:
         lock = RunLock(ctx.lock_dir, run).acquire()
-    except RunLocked as e:
+    except (RunLocked, OSError) as e:
         out.reason = str(e)
         return out
     try:
+        unsettled = unsettled_op(ctx, run)
+        if unsettled:
+            out.reason = f"unfinished operation {unsettled} on this run could not be settled yet"
+            return out
         op_id = new_op_id()
         out.op_id = op_id
-        journal = Journal.create(ctx.journal_dir, op_id, {
-            "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
-            "vault": manifest["vault"], "logdir": ctx.logdir,
-        })
+        try:
+            journal = Journal.create(ctx.journal_dir, op_id, {
+                "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
+                "vault": manifest["vault"], "logdir": ctx.logdir,
+            })
+        except OSError as e:
+            out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {_reason(e)}"
+            return out
         try:
             detail = finish_restore(ctx, journal.records())
         except Exception as e:
@@ -113,20 +129,25 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
     for d in sorted(manifest.get("removed_dirs", []), key=lambda r: len(r["path"])):
+        _no_symlink(ctx, d["path"])
         p = ctx.abs(d["path"])
-        if not os.path.isdir(p):
+        if not os.path.lexists(p):
             os.makedirs(p, exist_ok=True)
             os.chmod(p, d["mode"])
     faults.hit("restore_mid")
+    created = {c["path"]: c for c in manifest.get("created", [])}
+    displaced = []
     for f in manifest["files"]:
-        p = ctx.abs(f["path"])
-        if not _matches(p, f["sha256"], f["size"]):
-            vault.restore_blob(f["sha256"], p, f["mode"], f["mtime"])
+        # bytes written there since the reduction are kept in the vault, never lost
+        d = put_back(ctx, vault, f, created.get(f["path"]))
+        if d:
+            displaced.append(d)
         faults.hit("restore_file")
     kept_changed = []
     for c in manifest.get("created", []):
         if c["path"] in originals:
             continue  # an in-place rewrite: the original now stands at that name again
+        _no_symlink(ctx, c["path"])
         p = ctx.abs(c["path"])
         if _matches(p, c["sha256"], c["size"]):
             os.unlink(p)
@@ -144,6 +165,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         "logdir": ctx.logdir, "vault": vault.root, "tool_version": __version__, **who(),
         "started_at": begin["t"], "finished_at": time.time(), "outcome": "restored",
         "files": [], "restored_files": sorted(originals), "kept_changed": kept_changed,
+        "displaced": displaced,
         "backup_purged": True,
     })
     append_history(ctx.state, {
@@ -155,6 +177,9 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     detail = f"{len(originals)} file(s) restored byte for byte (sha256 checked)"
     if kept_changed:
         detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
+    if displaced:
+        detail += (f"; {len(displaced)} file(s) written since the reduction were kept in the vault "
+                   f"(restore manifest {begin['op_id']})")
     return detail
 
 

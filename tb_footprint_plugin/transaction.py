@@ -16,6 +16,7 @@ import errno
 import os
 import secrets
 import shutil
+import stat
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,7 +27,7 @@ from tb_footprint_plugin import faults
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.history import append_history
 from tb_footprint_plugin.journal import Journal, RunLock, RunLocked, pending_journals
-from tb_footprint_plugin.paths import is_within, real_within, state_dir
+from tb_footprint_plugin.paths import check_no_symlink, is_within, real_within, state_dir
 from tb_footprint_plugin.plan import RunPlan
 from tb_footprint_plugin.vault import Vault, fsync_dir, sha256_file, who
 from tb_footprint_plugin.version import __version__
@@ -146,6 +147,9 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
         p = ctx.abs(a.path)
         if not is_within(p, ctx.logdir) or not real_within(os.path.dirname(p), ctx.logdir):
             raise TransactionError(f"{a.path}: leads out of the logdir; refusing")
+        _no_symlink(ctx, a.path)
+        if a.new_path and a.new_path != a.path and os.path.lexists(ctx.abs(a.new_path)):
+            raise TransactionError(f"{a.new_path}: already exists; it would be overwritten")
         if a.kind == "remove_dir":
             continue
         try:
@@ -168,6 +172,13 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
     _check_space(ctx.logdir, need_logdir)
     os.makedirs(ctx.vault.root, exist_ok=True)
     _check_space(ctx.vault.root, need_vault)
+
+
+def _no_symlink(ctx: Context, rel: str) -> None:
+    try:
+        check_no_symlink(ctx.logdir, rel)
+    except ValueError as e:
+        raise TransactionError(str(e)) from None
 
 
 def _check_space(path: str, need: int) -> None:
@@ -199,6 +210,15 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     except RunLocked as e:
         out.status, out.reason = "skipped", str(e)
         return out
+    except OSError as e:
+        out.reason = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}"
+        return out
+    unsettled = unsettled_op(ctx, rp.run)
+    if unsettled:
+        lock.release()
+        out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
+                      "see `tb-footprint status`")
+        return out
     journal = None
     try:
         try:
@@ -227,6 +247,7 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             journal = None
         else:
             try:
+                journal.append({"type": "rollback", "reason": reason})  # never rolled forward after this
                 _rollback(ctx, journal.records(), reason)
                 out.status, out.reason = "rolled_back", reason
             except Exception as e2:  # the journal stays: recovery will try again
@@ -353,9 +374,19 @@ def _stage(action, src: str, tmp: str, sha: str) -> dict:
 def _apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
     """Idempotent: rename staged files into place, unlink originals, remove emptied dirs."""
     dirs = set()
+    for path, rec in backups.items():
+        # only the bytes that were backed up may be replaced or removed
+        _no_symlink(ctx, path)
+        p = ctx.abs(path)
+        done = any(s["final"] == path and _matches(p, s["sha256"], s["size"]) for s in staged)
+        if os.path.lexists(p) and not done and not _matches(p, rec["sha256"], rec["size"]):
+            raise TransactionError(f"{path}: changed after it was backed up; not replaced")
     for s in staged:
+        _no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
         if os.path.exists(tmp):
+            if s["final"] not in backups and os.path.lexists(final) and not _matches(final, s["sha256"], s["size"]):
+                raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
             os.replace(tmp, final)
         dirs.add(os.path.dirname(final))
         faults.hit("mid_swap")
@@ -372,15 +403,17 @@ def _apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict],
             continue
         p = ctx.abs(a.path)
         try:
-            mode = os.lstat(p).st_mode & 0o7777
+            st = os.lstat(p)
         except FileNotFoundError:
             continue
-        journal.append({"type": "rmdir", "path": a.path, "mode": mode})
+        if not stat.S_ISDIR(st.st_mode):
+            continue  # a symlink or a file now: not ours to remove
+        journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777})
         try:
             os.rmdir(p)
             dirs.add(os.path.dirname(p))
         except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
                 raise
     for d in dirs:
         if os.path.isdir(d):
@@ -473,19 +506,21 @@ def _rollback(ctx: Context, records: List[dict], reason: str) -> None:
     staged = {r["tmp"]: r for r in records if r["type"] == "staged"}
     rmdirs = [r for r in records if r["type"] == "rmdir"]
     for r in sorted(rmdirs, key=lambda r: len(r["path"])):
+        _no_symlink(ctx, r["path"])
         p = ctx.abs(r["path"])
-        if not os.path.isdir(p):
+        if not os.path.lexists(p):
             os.makedirs(p, exist_ok=True)
             os.chmod(p, r["mode"])
     originals = {r["path"] for r in backups}
     swapped = any(r["type"] == "swap" for r in records)
+    produced = {r["final"]: r for r in staged.values()}
     # Before the swap no original was touched (backups are links or copies): the files in
     # place are the truth, even if a writer appended to one meanwhile.
+    displaced = []
     for r in backups if swapped else ():
-        p = ctx.abs(r["path"])
-        if _matches(p, r["sha256"], r["size"]):
-            continue
-        vault.restore_blob(r["sha256"], p, r["mode"], r["mtime"])
+        d = put_back(ctx, vault, r, produced.get(r["path"]))
+        if d:
+            displaced.append(d)
     for tmp_rel, r in stages.items():
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(tmp_rel))
@@ -495,17 +530,67 @@ def _rollback(ctx: Context, records: List[dict], reason: str) -> None:
             s = staged.get(tmp_rel)
             if os.path.exists(fp) and s and _matches(fp, s["sha256"], s["size"]):
                 os.unlink(fp)
+    kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
-        if not _matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
+        if r["path"] not in kept and not _matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
             raise TransactionError(f"{r['path']}: could not be put back")
     begin = records[0]
     shutil.rmtree(os.path.join(vault.tmp, begin["op_id"]), ignore_errors=True)
-    _write_manifest(ctx, records, "rolled_back", reason)
-    # Blobs only this operation needed are dropped: the originals are back in place.
-    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]])
+    _write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
+    # Blobs only this operation needed are dropped: the originals are back in place. A blob
+    # another operation needs stays, as a copy of its own (it may be a link of a live file).
+    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"])
     for r in backups:
         if r["sha256"] not in needed:
             vault.delete_blob(r["sha256"])
+        else:
+            vault.unshare(r["sha256"])
+
+
+def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None) -> Optional[dict]:
+    """Put the original bytes of ``rec`` back at its path.
+
+    Content found there that is neither the original nor what the operation itself produced
+    (``produced``) is newer than the backup: it is stored in the vault first and returned as
+    a 'displaced' record, so no byte is ever lost.
+    """
+    _no_symlink(ctx, rec["path"])
+    p = ctx.abs(rec["path"])
+    if _matches(p, rec["sha256"], rec["size"]):
+        return None
+    displaced = None
+    if os.path.lexists(p) and not (produced and _matches(p, produced["sha256"], produced["size"])):
+        if os.path.islink(p) or not os.path.isfile(p):
+            raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
+        if not vault.check_blob(rec["sha256"]):
+            # a writer appended to the original itself (its backup is a hard link of it):
+            # the file in place holds every byte, the newest ones included; leave it
+            return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
+        sha = sha256_file(p)
+        vault.store(p, sha)
+        displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(p).st_size,
+                     "blob": os.path.relpath(vault.blob_path(sha), vault.root)}
+    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"])
+    return displaced
+
+
+def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
+    """Blobs that unfinished operations (other than ``exclude_op``) rely on."""
+    out = set()
+    for j in pending_journals(ctx.journal_dir):
+        if j.op_id == exclude_op:
+            continue
+        out.update(r["sha256"] for r in j.records() if r.get("type") == "backup")
+    return out
+
+
+def unsettled_op(ctx: Context, run: str) -> Optional[str]:
+    """The id of an unfinished operation on ``run``, if one is left (call under the run lock)."""
+    for j in pending_journals(ctx.journal_dir):
+        recs = j.records()
+        if recs and recs[0].get("run") == run:
+            return j.op_id
+    return None
 
 
 def _matches(path: str, sha: str, size: int) -> bool:
@@ -524,6 +609,12 @@ def _roll_forward(ctx: Context, records: List[dict]) -> bool:
     staged = [r for r in records if r["type"] == "staged"]
     if not all(vault.check_blob(r["sha256"]) for r in backups.values()):
         return False
+    finals = {s["final"]: s for s in staged}
+    for path, r in backups.items():
+        p, s = ctx.abs(path), finals.get(path)
+        if os.path.lexists(p) and not _matches(p, r["sha256"], r["size"]) and not (
+                s and _matches(p, s["sha256"], s["size"])):
+            return False  # changed after the crash: roll back (keeping the new bytes)
     for s in staged:
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
         if not (_matches(tmp, s["sha256"], s["size"]) or _matches(final, s["sha256"], s["size"])):
@@ -575,7 +666,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 action, detail = "completed", "was committed"
                 if not _manifest_exists(ctx, records):
                     _write_manifest(ctx, records, "verified", None, recovered=True)
-            elif "swap" in types and verified_ok and _roll_forward(ctx, records):
+            elif "swap" in types and verified_ok and "rollback" not in types and _roll_forward(ctx, records):
                 _write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = "completed", "swap finished after a crash (verification had passed)"
             else:
@@ -595,7 +686,7 @@ def _manifest_exists(ctx: Context, records: List[dict]) -> bool:
 
 
 def _write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
-                    recovered: bool = False) -> dict:
+                    recovered: bool = False, displaced: Optional[List[dict]] = None) -> dict:
     """The operation's manifest (and change-log line): what was backed up, and how it ended."""
     vault = _vault_of(records, ctx)
     begin = records[0]
@@ -630,6 +721,8 @@ def _write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opt
         "removed_dirs": [r for r in records if r["type"] == "rmdir"],
         "verification": ver,
         "backup_purged": outcome != "verified",
+        # content newer than the backup, found where an original went back: kept in the vault
+        "displaced": displaced or [],
     }
     os.makedirs(vault.ops, exist_ok=True)
     vault.write_manifest(m)

@@ -177,6 +177,20 @@ class Vault:
             raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
         return blob
 
+    def unshare(self, sha: str) -> None:
+        """Make the blob a file of its own (a copy) if it is still a hard link of a live file,
+        so a later write to that file cannot change the backup."""
+        p = self.blob_path(sha)
+        try:
+            if os.lstat(p).st_nlink <= 1:
+                return
+        except FileNotFoundError:
+            return
+        tmp = p + ".unshare"
+        copy_file(p, tmp)
+        os.replace(tmp, p)
+        fsync_dir(os.path.dirname(p))
+
     def check_blob(self, sha: str) -> bool:
         """True when the blob exists and its content still hashes to ``sha``."""
         p = self.blob_path(sha)

@@ -224,3 +224,62 @@ def test_damaged_backup_is_detected_by_verify_and_restore(tmp_path):
     assert res and not res[0]["ok"] and res[0]["damaged_backups"]
     outs = api.restore(str(logdir))
     assert outs[0].status == "failed" and "damaged" in outs[0].reason
+
+
+def test_shared_backup_dir_keeps_logdirs_apart(tmp_path):
+    vault = tmp_path / "shared-vault"
+    l1 = copy_real("jax/profiled", tmp_path / "l1")
+    l2 = copy_real("viewed/jax_profiled", tmp_path / "l2")
+    before1, before2 = user_files(l1), user_files(l2)
+    for d in (l1, l2):
+        assert api.reduce_logdir(str(d), backup_dir=str(vault), dry_run=False, verify_backends=("python",)).ok
+    after1 = user_files(l1)
+    freed = api.purge(str(l2), backup_dir=str(vault), yes=True)
+    assert [o["run"] for o in freed.ops] == ["."] and len(freed.ops) == 1
+    assert user_files(l1) == after1
+    assert [o.status for o in api.restore(str(l1), backup_dir=str(vault))] == ["restored"]
+    assert user_files(l1) == before1  # l1's backup survived l2's purge
+    assert api.restore(str(l2), backup_dir=str(vault)) == []  # nothing of l1's leaks into l2
+    assert user_files(l2) != before2 and not (l2 / "plugins").exists()
+
+
+def test_restore_keeps_bytes_written_since_the_reduction(tmp_path):
+    logdir = copy_real("jax/profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    assert api.reduce_logdir(str(logdir), dry_run=False, verify_backends=("python",)).ok
+    path = logdir / "plugins" / "profile" / "2026_11_30_00_21_35" / "vm.xplane.pb"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"a newer profile written after the reduction")
+    (o,) = api.restore(str(logdir))
+    assert o.status == "restored" and "kept in the vault" in o.reason
+    assert user_files(logdir) == before
+    m = next(m for m in api.operations(str(logdir)) if m["kind"] == "restore")
+    (d,) = m["displaced"]
+    blob = logdir / ".tb-footprint" / d["blob"]
+    assert blob.read_bytes() == b"a newer profile written after the reduction"
+
+
+def test_restore_refuses_a_symlinked_folder(tmp_path):
+    logdir = copy_real("jax/profiled", tmp_path / "logdir")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert api.reduce_logdir(str(logdir), dry_run=False, verify_backends=("python",)).ok
+    os.symlink(outside, logdir / "plugins")
+    (o,) = api.restore(str(logdir))
+    assert o.status == "failed" and "symlink" in o.reason
+    assert os.listdir(outside) == []
+
+
+def test_crash_then_append_before_recovery_keeps_the_new_bytes(tmp_path):
+    logdir = copy_fixture("mixed", tmp_path / "logdir")
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="after_swap_record=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir), "keep-latest"], env=env, timeout=300)
+    assert p.returncode == -9
+    victim = logdir / "plugins" / "profile" / "2026_11_30_00_21_35" / "vm.trace.json.gz"
+    with open(victim, "ab") as f:
+        f.write(b"late bytes")
+    expected = victim.read_bytes()
+    (r,) = api.recover_logdir(str(logdir))
+    assert r.action == "rolled_back", r
+    assert victim.read_bytes() == expected  # the writer's bytes survive recovery
