@@ -440,29 +440,88 @@ def test_rules_from_content():
         er.Rules.from_content({"keep_per_tag": {"images": 1}})
 
 
+def assert_subset_last(before, after, plugins):
+    """In-order subset of the original with the last step of every tag (first not required)."""
+    lost_first = []
+    for plugin in plugins:
+        for tag, tv in before.plugins.get(plugin, {}).items():
+            got = [key(p) for p in after.plugins[plugin][tag].points]
+            orig = [key(p) for p in tv.points]
+            it = iter(orig)
+            assert all(any(k == o for o in it) for k in got), (plugin, tag, "not an in-order subset")
+            assert got and got[-1] == orig[-1], (plugin, tag, "last step lost")
+            if got[0] != orig[0]:
+                lost_first.append(tag)
+    return lost_first
+
+
 @needs_rust
-def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path, monkeypatch):
-    """The relaxed mode (first step not forced) on a mid-length series: exactly the server's
-    100 points are kept; it needs a ``default_view_exact`` verification mode to be used in a
-    transaction (see the report), so it is checked here at the selection level."""
-    monkeypatch.setattr(er, "_default_view_supported", lambda: True)
-    run = tmp_path / "run"
+def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
+    """``downsample: "default_view"`` end to end (plan, transaction, real verification): the
+    default reader's view is unchanged, the Python reader sees a subset with the last step (the
+    first may be gone), verified as ``default_view_exact``; ~100/N of a mid-length series."""
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
     variants = _legacy_histo_values(3)
     with synth.EventWriter(str(run), style="torch") as w:
         for s in range(1500):
-            _write_value(w, "h", s, variants[s % 3], 1795990000.0 + s)
-    rules = er.Rules.from_content({"downsample": "default_view"})
+            wall = 1795990000.0 + s
+            _write_value(w, "h", s, variants[s % 3], wall)
+            if s % 10 == 0:
+                w.legacy_simple_value("loss", s, 1.0 / (s + 1), wall_time=wall)
+            if s % 5 == 0:
+                w.legacy_image("img", s, synth.make_png(6, 6, seed=s % 4), 6, 6, wall_time=wall)
+    age(logdir)
+    before_files = user_files(logdir)
+    rust0 = views_of(run, "rust")
+    py0 = views_of(run, "python", store_all=True)
+    bytes0 = event_bytes(run)
+
+    pol = archive_like(downsample="default_view")
+    plan = api.plan(str(logdir), pol)
+    text = "\n".join(plan.run("run").fidelity)
+    assert "shows exactly the same 100 points per tag" in text
+    assert "--load_fast=false users may lose the first step of these tags" in text
+
+    rep = api.reduce_logdir(str(logdir), policy=pol, dry_run=False, verify_backends=("python", "rust"))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    o = outcome(rep, "run")
+    assert {"python", "rust"} <= set(o.verification["backends"])
+    assert o.verification["expectations"] == {"histograms": "default_view_exact",
+                                              "images": "default_view_exact"}
+    details = [c["detail"] for c in o.verification["checks"]]
+    assert "histograms: 1 tags, 100 points default view identical (rust)" in details, details
+    assert any(d.startswith("histograms: 1/1 tags, 100/1500 points kept") and
+               "first step may differ on --load_fast=false (python)" in d for d in details), details
+
+    rust1 = views_of(run, "rust")
+    assert_same_view(rust0, rust1, ("histograms", "images", "scalars"))
+    for plugin in ("histograms", "images"):
+        for tag, tv in rust0.plugins[plugin].items():
+            assert rust1.plugins[plugin][tag].display_steps == tv.display_steps, (plugin, tag)
+    py1 = views_of(run, "python", store_all=True)
+    assert_same_view(py0, py1, ("scalars",))
+    lost_first = assert_subset_last(py0, py1, ("histograms", "images"))
+    assert lost_first, "the relaxed mode should have dropped a first step the default view hides"
+    assert [p[0] for p in py1.plugins["histograms"]["h"].points] == \
+        [p[0] for p in rust0.plugins["histograms"]["h"].points]  # exactly the server's 100
+    cut = 1 - event_bytes(run) / bytes0
+    assert cut >= 0.85, cut
+
+    outs = api.restore(str(logdir))
+    assert outs and all(x.status == "restored" for x in outs), [x.to_dict() for x in outs]
+    assert user_files(logdir) == before_files
+
+    # selection level: dashboard-exact (strict) keeps the first step, impossible at this length
     name = er.event_file_names(str(run))[0]
-    sel = er.select_run(str(run), rules, [name])
-    assert sel.tags["h"]["kept"] == 100 and sel.expectations == {"histograms": er.DEFAULT_VIEW_EXACT_MODE}
-    out = tmp_path / "reduced"
-    out.mkdir()
-    er.rewrite_event_file(str(run / name), str(out / name), sel.masks[name])
-    assert_same_view(views_of(run, "rust"), views_of(out, "rust"), ("histograms",))
-    # dashboard-exact (strict) keeps the first step: impossible at this length, kept in full
     strict = er.select_run(str(run), er.Rules.from_content({"downsample": "dashboard_exact"}), [name])
     assert strict.tags["h"]["kept"] == 1500
-    # metadata: the first record may go only if the first kept one carries the same metadata
+    # metadata: the first record may go only if the first kept one carries the same metadata;
+    # otherwise the tag is kept whole and the selection says why (never silently)
+    from tb_footprint_plugin.verify import compare
+
+    assert er.DEFAULT_VIEW_EXACT_MODE == compare.DEFAULT_VIEW_EXACT in compare.MODES
+    rules = er.Rules.from_content({"downsample": "default_view"})
     for policy, kept in (("every", 100), ("first", 1500)):
         d = tmp_path / f"tf2-{policy}"
         with synth.EventWriter(str(d), metadata=policy) as w:
@@ -471,6 +530,13 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path, monkeypatch):
         n = er.event_file_names(str(d))[0]
         sel = er.select_run(str(d), rules, [n])
         assert sel.tags["w"]["kept"] == kept, (policy, sel.tags)
+        if kept == 1500:
+            assert sel.tags["w"]["why"].startswith("default_view:"), sel.tags
+            assert sel.expectations == {}
+            assert any("kept in full: default_view:" in note for note in sel.notes), sel.notes
+        else:
+            assert sel.expectations == {"histograms": er.DEFAULT_VIEW_EXACT_MODE}
+            assert any("--load_fast=false" in note for note in sel.notes), sel.notes
 
 
 # --- traces ---------------------------------------------------------------------------------------

@@ -394,6 +394,70 @@ def test_images_default_view_identical(tmp_path):
     assert not result.ok and all(f.startswith("images") for f in result.failed)
 
 
+def _legacy_images_run(run_dir: Path, n: int = 60) -> Path:
+    """tensorboardX-style legacy image values (no summary metadata) plus a scalar."""
+    from tb_footprint_plugin import synth
+
+    with synth.EventWriter(str(run_dir), style="torch") as w:
+        for s in range(n):
+            wall = 1795990000.0 + s
+            w.legacy_image("img", s, synth.make_png(4, 4, seed=s % 3), 4, 4, wall_time=wall)
+            if s % 10 == 0:
+                w.legacy_simple_value("loss", s, 1.0 / (s + 1), wall_time=wall)
+    return run_dir
+
+
+@needs_rust
+def test_default_view_exact_allows_dropped_first_point(tmp_path):
+    """``default_view_exact``: Rust's default view identical, Python a subset with the last
+    point; the first point may go, a changed Rust-visible point may not."""
+    orig = _legacy_images_run(tmp_path / "orig")
+    shown = read_view(str(orig), "rust").plugins["images"]["img"]
+    steps = [p[0] for p in shown.points]
+    assert len(steps) == 10 and 0 not in steps and steps[-1] == 59  # the server hides step 0
+
+    def only_shown(keep_steps):
+        def edit(i, e):
+            return True if value_tag(e) != "img" or e.step in keep_steps else None
+        return edit
+
+    red = copy_events_from(orig, tmp_path / "red")
+    assert rewrite(main_event_file(red), only_shown(set(steps))) == 50
+    dve = Expectations(plugin_modes={"images": "default_view_exact"})
+    result = verify_reduction(str(orig), str(red), dve, backends=BOTH)
+    assert result.ok, failed_text(result)
+    lines = [c.detail for c in result.checks if c.name == "images"]
+    assert "images: 1 tags, 10 points default view identical (rust)" in lines, lines
+    assert ("images: 1/1 tags, 10/60 points kept, all original, last kept; first step may differ "
+            "on --load_fast=false (python)") in lines, lines
+    # the stricter mode requires the first point on Python
+    dvi = Expectations(plugin_modes={"images": "default_view_identical"})
+    result = verify_reduction(str(orig), str(red), dvi, backends=("python",))
+    assert not result.ok and "first point (step 0) was not kept" in failed_text(result)
+
+    # a Rust-visible point dropped: the default view changes
+    red2 = copy_events_from(orig, tmp_path / "red2")
+    rewrite(main_event_file(red2), only_shown(set(steps) - {steps[4]}))
+    result = verify_reduction(str(orig), str(red2), dve, backends=BOTH)
+    assert not result.ok
+    lines = [f for f in result.failed if f.startswith("images")]
+    assert len(lines) == 1 and lines[0].startswith("images [default_view_exact]"), failed_text(result)
+    assert lines[0].endswith("(rust)"), failed_text(result)
+
+    # the last point dropped: fails on Python too
+    red3 = copy_events_from(orig, tmp_path / "red3")
+    rewrite(main_event_file(red3), only_shown(set(steps) - {59}))
+    result = verify_reduction(str(orig), str(red3), dve, backends=("python",))
+    assert not result.ok and "last point (step 59) was not kept" in failed_text(result)
+
+
+def copy_events_from(src: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for n in event_names(src):
+        shutil.copyfile(src / n, dest / n)
+    return dest
+
+
 def test_flipped_byte_fails_record_check(tmp_path):
     orig = link_original("tf/keras_profiled/train", tmp_path / "orig")
     red = copy_events("tf/keras_profiled/train", tmp_path / "red")

@@ -7,7 +7,9 @@ bytes after are estimates from the scan's per-category record counts.
 ``policy.content`` keys (all optional):
 
 * ``downsample``: ``"dashboard_exact"`` for histograms, images, audio, pr_curves and every
-  other tensor/blob plugin; or ``{plugin: "dashboard_exact" | "keep", "*": default}``;
+  other tensor/blob plugin; ``"default_view"`` (opt-in, relaxed: exactly what the default
+  reader shows, the first step of a tag may be lost with ``--load_fast=false``); or
+  ``{plugin: "dashboard_exact" | "default_view" | "keep", "*": default}``;
 * ``keep_per_tag``: ``{plugin: N}`` per-tag caps (overrides ``downsample`` for the plugin);
 * ``strip_run_metadata``: drop ``tagged_run_metadata`` / ``graph_run_metadata`` records;
 * ``dedupe_graphs``: drop byte-identical repeated ``graph_def`` / ``meta_graph_def`` records;
@@ -214,7 +216,7 @@ def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) ->
         total = int(round(kept * len(st.tags)))
         if kept >= n:
             cap = _rust_capacity(c)
-            if not isinstance(mode, int) and n > cap:
+            if mode == DASHBOARD_EXACT and n > cap:
                 lines.append(
                     f"{label}: kept as is (≈{int(n)} records per tag): TensorBoard's default reader shows "
                     f"{cap} of them but not the first step, and keeping that step without changing what "
@@ -226,9 +228,12 @@ def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) ->
             lines.append(
                 f"{label}: the default dashboard (TensorBoard's Rust data server, --load_fast=auto) shows "
                 f"exactly the same {cap} points per tag as before (≈{total} of {st.records} records kept). "
-                f"With --load_fast=false or --samples_per_plugin {c}=N above {cap} you see only those: a "
-                "subset of the original with the last step of every tag (the first step only if the "
-                "default dashboard showed it).")
+                f"With --load_fast=false (Python reader) or --samples_per_plugin {c}=N above {cap} you see "
+                "only those: a subset of the original with the last step of every tag. --load_fast=false users "
+                "may lose the first step of these tags (it is kept only where the default dashboard "
+                "shows it). "
+                "A tag whose summary metadata is only on its first record (TF2 writers' default) is kept "
+                "in full, and the rewrite says so.")
             continue
         if mode == DASHBOARD_EXACT:
             cap = _rust_capacity(c)

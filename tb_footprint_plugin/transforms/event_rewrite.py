@@ -53,12 +53,14 @@ near-trivial savings, 213-267 items from 9,000 on): the server's sample of a sho
 adjacent records with no room for fillers. When no arrangement exists the tag is kept in full
 and the selection says why.
 
-**Default-view mode** (``downsample: "default_view"``, opt-in): keep exactly the server's
-records and drop the first one when the server does not show it, provided the first kept
-record carries the same metadata (tensorboardX/PyTorch legacy values, TF 2.x metadata on every
-value). ~100/N of every series for every length, but the other backend then shows the last
-step and not necessarily the first: it needs the ``default_view_exact`` verification mode in
-``verify.compare`` and falls back to dashboard-exact where that mode does not exist.
+**Default-view mode** (``downsample: "default_view"``, opt-in, relaxed): keep exactly the
+server's records and drop the first one when the server does not show it, provided the first
+kept record carries the same metadata (tensorboardX/PyTorch legacy values, TF 2.x metadata on
+every value). ~100/N of every series for every length, but the other backend (Python,
+``--load_fast=false``) then shows the last step and not necessarily the first: such plugins are
+verified with the ``default_view_exact`` mode of ``verify.compare`` (Rust view identical,
+Python a subset with the last point). A tag whose metadata is only on its first record (TF2
+writers' default) cannot lose that record: it is kept in full and the selection says why.
 
 **Per-tag caps** (``keep_per_tag``): ``N`` records evenly spaced by step, first and last
 always included (plus the metadata carrier); every backend sees a subset of the original.
@@ -93,7 +95,7 @@ DASHBOARD_EXACT = "dashboard_exact"
 #: Like dashboard-exact, but the first step is not forced into the reduced run when the
 #: default reader does not show it (and the tag's metadata is on the records it keeps).
 #: Verified with the ``default_view_exact`` mode (Rust view identical, other backend a
-#: subset with the last step); falls back to dashboard-exact where that mode is unknown.
+#: subset with the last step). A tag for which that is impossible is kept in full.
 DEFAULT_VIEW = "default_view"
 DEFAULT_VIEW_EXACT_MODE = "default_view_exact"
 KEEP = "keep"
@@ -116,6 +118,8 @@ _LEGACY_PLUGIN = {"simple_value": cat.SCALARS, "histo": cat.HISTOGRAMS, "image":
 #: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
 #: the weakest, which all of them meet).
 _STRICTNESS = {"default_view_identical": 3, DEFAULT_VIEW_EXACT_MODE: 2, "subset": 1, "removed": 0}
+_DASHBOARD_EXACT_WHY = "dashboard-exact"
+_DEFAULT_VIEW_WHY = "default-view (first step not forced)"
 _REC_BITS = 40  # global record id = file index << 40 | record index in the file
 _REC_MASK = (1 << _REC_BITS) - 1
 
@@ -131,8 +135,9 @@ class RewriteError(RuntimeError):
 class Rules:
     """Content rules for event files, from a policy's ``content`` dict.
 
-    ``downsample``: ``"dashboard_exact"`` (every downsampleable plugin) or a dict plugin ->
-    ``"dashboard_exact"`` | ``"keep"`` (key ``"*"``: the default for other plugins);
+    ``downsample``: ``"dashboard_exact"`` or ``"default_view"`` (every downsampleable plugin)
+    or a dict plugin -> ``"dashboard_exact"`` | ``"default_view"`` | ``"keep"`` (key ``"*"``:
+    the default for other plugins);
     ``keep_per_tag``: plugin -> N (overrides ``downsample`` for that plugin);
     ``strip_run_metadata``, ``dedupe_graphs``: booleans.
     """
@@ -185,7 +190,7 @@ class Rules:
                 "strip_run_metadata": self.strip_run_metadata, "dedupe_graphs": self.dedupe_graphs}
 
     def mode(self, plugin: str):
-        """``"dashboard_exact"``, an int cap, or None (kept as is)."""
+        """``"dashboard_exact"``, ``"default_view"``, an int cap, or None (kept as is)."""
         if plugin in NEVER_DOWNSAMPLE:
             return None
         m = self.per_plugin.get(plugin, self.default)
@@ -607,14 +612,23 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
             # one mode per plugin: the weakest, which every tag of the plugin meets
             if prev is None or _STRICTNESS[mode] < _STRICTNESS[prev]:
                 expectations[s.plugin] = mode
-        tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped,
-                           "why": s.pinned or ("dashboard-exact" if not isinstance(s.mode, int)
-                                               else f"at most {s.mode} per tag")}
+        if isinstance(s.mode, int):
+            how = f"at most {s.mode} per tag"
+        else:
+            how = _DEFAULT_VIEW_WHY if s.relaxed else _DASHBOARD_EXACT_WHY
+        tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped, "why": s.pinned or how}
     pinned = sorted({r["why"] for r in tag_report.values() if r["kept"] == r["records"]
-                     and r["why"] not in ("dashboard-exact",) and not r["why"].startswith("at most")})
+                     and r["why"] not in (_DASHBOARD_EXACT_WHY, _DEFAULT_VIEW_WHY)
+                     and not r["why"].startswith("at most")})
     for why in pinned:
         k = sum(1 for r in tag_report.values() if r["why"] == why)
         notes.append(f"{k} tag(s) kept in full: {why}")
+    relaxed = sorted(t for t, r in tag_report.items() if r["why"] == _DEFAULT_VIEW_WHY
+                     and r["kept"] < r["records"])
+    if relaxed:
+        notes.append(f"{len(relaxed)} tag(s) reduced to exactly the default view (downsample: "
+                     "default_view): with --load_fast=false (TensorBoard's Python reader) their "
+                     "first step may be gone; the last step is always kept")
     return Selection(run_dir=run_dir, masks=masks, codes=codes, code_names=code_names,
                      expectations=expectations, notes=notes, signature=signature, tags=tag_report)
 
@@ -630,12 +644,6 @@ def _append(s: _Stream, gid: int, step: int, value) -> None:
         s.meta_first = len(s.ids)
     s.ids.append(gid)
     s.steps.append(step)
-
-
-def _default_view_supported() -> bool:
-    from tb_footprint_plugin.verify import compare
-
-    return DEFAULT_VIEW_EXACT_MODE in compare.MODES
 
 
 def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[List[int]]:
@@ -674,9 +682,16 @@ def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[Lis
         s.pin("the Rust data server's points do not match its records")
         return None
     extras = first | forced
-    if s.mode == DEFAULT_VIEW and _default_view_supported():
-        # the first retained record carries the tag's binding itself: the first may go
-        if s.same_meta[retained[0]] and (s.meta0 is not None or s.meta_first is None):
+    if s.mode == DEFAULT_VIEW:
+        # The first record may go only if the first retained one binds the tag the same way:
+        # same metadata as the first record (or no metadata anywhere, legacy values).
+        if not (s.same_meta[retained[0]] and (s.meta0 is not None or s.meta_first is None)):
+            if not extras <= set(retained):
+                s.pin("default_view: its summary metadata is only on records the default reader "
+                      "does not show (e.g. TF2 writers put it on the first value only), so its "
+                      "first record cannot be dropped")
+                return None
+        else:
             extras = set(forced)
             s.relaxed = True
     if extras <= set(retained):
@@ -688,7 +703,11 @@ def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[Lis
         return None
     table = {k: v for k, v in table.items() if k < n}
     keep = arrange_fillers(retained, sorted(extras), table, capacity)
-    if keep is None:
+    if keep is None and s.relaxed:
+        s.relaxed = False
+        s.pin("default_view: its records in event files that are not rewritten cannot be kept "
+              "without changing the default view")
+    elif keep is None:
         s.pin(f"its first step cannot be kept without changing the default view (a {capacity}-point "
               f"reservoir needs about {100 * capacity} records per tag for that)")
     return keep
@@ -820,6 +839,8 @@ def _params(action) -> dict:
 
 __all__ = [
     "DASHBOARD_EXACT",
+    "DEFAULT_VIEW",
+    "DEFAULT_VIEW_EXACT_MODE",
     "Rules",
     "RewriteError",
     "Selection",
