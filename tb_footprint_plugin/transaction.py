@@ -290,7 +290,10 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     for a in originals:
         cancel.check()
         p = ctx.abs(a.path)
+        _no_symlink(ctx, a.path)
         st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise TransactionError(f"{a.path}: no longer a regular file (replaced by a symlink?)")
         sha = sha256_file(p)
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "action": a.kind}

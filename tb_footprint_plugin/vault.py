@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from typing import Iterable, List, Optional
 
@@ -172,6 +173,9 @@ class Vault:
             fsync_dir(os.path.dirname(blob))
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
+        if not stat.S_ISREG(os.lstat(blob).st_mode):  # never a link standing for a backup
+            os.unlink(blob)
+            raise VaultError(errno.EIO, f"backup of {path} is not a regular file; refusing")
         got = sha256_file(blob)
         if got != sha:
             raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
