@@ -190,7 +190,6 @@ def cmd_reduce(args) -> int:
     from tb_footprint_plugin import api
 
     bar_ = None
-    progress = None
     if args.json or args.dry_run:
         on_outcome = None
     else:
@@ -213,7 +212,7 @@ def cmd_reduce(args) -> int:
         runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
         quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
         ledger=None if args.dry_run else (args.ledger or "default"),
-        verify_backends=tuple(args.verify.split(",")), progress=progress, on_outcome=on_outcome,
+        verify_backends=tuple(args.verify.split(",")), on_outcome=on_outcome,
     )
     if bar_ is not None:
         bar_.close()

@@ -260,8 +260,6 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     finally:
         lock.release()
         out.duration_s = round(time.monotonic() - t0, 3)
-    if out.status == "verified":
-        out.bytes_after = _after_bytes(rp, out)
     return out
 
 
@@ -271,12 +269,6 @@ def _reason(e: BaseException) -> str:
     if isinstance(e, PermissionError):
         return f"permission denied: {e}"
     return str(e) or type(e).__name__
-
-
-def _after_bytes(rp: RunPlan, out: RunOutcome) -> int:
-    created = sum(c["size"] for c in (out.verification or {}).get("_created_sizes", []))
-    removed = sum(a.bytes_before for a in rp.actions if a.kind in ("delete", "compress", "rewrite"))
-    return rp.bytes_before - removed + created
 
 
 def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
@@ -326,7 +318,6 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     cancel.check()
     report("verify", 0.65)
     verification = _verify(ctx, rp, journal.op_id, backups, staged)
-    verification["_created_sizes"] = [{"path": s["final"], "size": s["size"]} for s in staged]
     journal.append({"type": "verified", "ok": verification["ok"], "verification": verification})
     faults.hit("after_verify")
     out.verification = verification
@@ -349,6 +340,8 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
 
     out.removed_files = sorted(backups)
     out.created_files = [s["final"] for s in staged]
+    out.bytes_after = (rp.bytes_before - sum(b["size"] for b in backups.values())
+                       + sum(s["size"] for s in staged))
     _write_manifest(ctx, journal.records(), "verified", None)
     journal.append({"type": "commit"})
     faults.hit("after_commit")

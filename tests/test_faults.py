@@ -65,8 +65,8 @@ def _disarm():
 
 def _no_leftovers(logdir: Path):
     assert not [n for n in user_files(logdir) if ".footprint-" in n], "temp files left in the logdir"
-    assert not os.listdir(os.path.join(state_dir(str(logdir)), "journal")) if os.path.isdir(
-        os.path.join(state_dir(str(logdir)), "journal")) else True
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert not (journal.is_dir() and os.listdir(journal)), "an operation was left unsettled"
 
 
 @pytest.mark.parametrize("kind", ["raise", "enospc", "eacces"])
