@@ -25,8 +25,12 @@ setup(
     python_requires=">=3.9",
     packages=[
         "tb_footprint_plugin",
+        "tb_footprint_plugin.storage",
+        "tb_footprint_plugin.scan",
+        "tb_footprint_plugin.plan",
         "tb_footprint_plugin.transforms",
         "tb_footprint_plugin.verify",
+        "tb_footprint_plugin.engine",
         "tb_footprint_plugin.plugin",
         "tb_footprint_plugin.frontend",
     ],

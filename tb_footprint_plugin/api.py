@@ -13,15 +13,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
-from tb_footprint_plugin.history import read_history
-from tb_footprint_plugin.journal import pending_journals
-from tb_footprint_plugin.ledger import Ledger
-from tb_footprint_plugin.model import LogdirFootprint
-from tb_footprint_plugin.paths import is_within, state_dir
-from tb_footprint_plugin.plan import DEFAULT_QUIET_PERIOD, Plan, make_plan
-from tb_footprint_plugin.policies import get_policy
-from tb_footprint_plugin.scan import scan
-from tb_footprint_plugin.transaction import (
+from tb_footprint_plugin.engine.history import read_history
+from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.ledger import Ledger
+from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, Plan, make_plan
+from tb_footprint_plugin.plan.policies import get_policy
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.engine.transaction import (
     CancelToken,
     Context,
     RecoveryOutcome,
@@ -30,7 +30,7 @@ from tb_footprint_plugin.transaction import (
     recover,
     reduce_run,
 )
-from tb_footprint_plugin.vault import Vault, atomic_write_json
+from tb_footprint_plugin.engine.vault import Vault, atomic_write_json
 
 DEFAULT_BACKENDS = ("python", "rust")
 RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
@@ -237,8 +237,8 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     TensorBoard's readers against the original (from the vault)."""
     import shutil
 
-    from tb_footprint_plugin.categories import is_event_file_name
-    from tb_footprint_plugin.restore import find_manifest, restorable_ops
+    from tb_footprint_plugin.scan.categories import is_event_file_name
+    from tb_footprint_plugin.engine.restore import find_manifest, restorable_ops
     from tb_footprint_plugin.verify import verify_reduction
 
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
@@ -296,7 +296,7 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
             backup_dir: Optional[str] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir."""
-    from tb_footprint_plugin.restore import find_manifest, restorable_ops, restore_op
+    from tb_footprint_plugin.engine.restore import find_manifest, restorable_ops, restore_op
 
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
@@ -330,9 +330,9 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     A blob another kept operation, or an unfinished one, still needs is never deleted; a run
     being changed right now is passed over.
     """
-    from tb_footprint_plugin.journal import RunLock, RunLocked
-    from tb_footprint_plugin.restore import own_manifests
-    from tb_footprint_plugin.transaction import journal_blobs, unsettled_op
+    from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+    from tb_footprint_plugin.engine.restore import own_manifests
+    from tb_footprint_plugin.engine.transaction import journal_blobs, unsettled_op
 
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
@@ -393,7 +393,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
     vault_bytes = 0
-    from tb_footprint_plugin.restore import own_manifests
+    from tb_footprint_plugin.engine.restore import own_manifests
 
     for root in known_vaults(ctx):
         vault_bytes += Vault(root).size()
@@ -418,14 +418,14 @@ __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "statu
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:
     """The full manifest of one operation (files, plan, verification with scalar series)."""
-    from tb_footprint_plugin.restore import find_manifest
+    from tb_footprint_plugin.engine.restore import find_manifest
 
     return find_manifest(_context(logdir, backup_dir), op_id)
 
 
 def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """Every operation's manifest (newest first), optionally for one run."""
-    from tb_footprint_plugin.restore import own_manifests
+    from tb_footprint_plugin.engine.restore import own_manifests
 
     ctx = _context(logdir, backup_dir)
     out = [m for m in own_manifests(ctx) if run is None or m.get("run") == run]

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import List, Optional
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
 from tb_footprint_plugin.version import __version__
 
@@ -43,7 +43,7 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
 
 
 def cmd_scan(args) -> int:
-    from tb_footprint_plugin.scan import scan
+    from tb_footprint_plugin.scan.scanner import scan
 
     fp = scan(args.logdir, backup_dir=args.backup_dir, use_cache=not args.no_cache)
     if args.json:
@@ -158,7 +158,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_policies(args) -> int:
-    from tb_footprint_plugin.policies import list_policies
+    from tb_footprint_plugin.plan.policies import list_policies
 
     pols = list_policies()
     if args.json:
@@ -303,7 +303,7 @@ def cmd_status(args) -> int:
 
 def cmd_history(args) -> int:
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.history import history_csv
+    from tb_footprint_plugin.engine.history import history_csv
 
     entries = api.history(args.logdir)
     if args.csv:

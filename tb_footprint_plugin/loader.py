@@ -121,7 +121,7 @@ class FootprintLoader(base_plugin.TBLoader):
         policy = getattr(flags, "footprint_policy", None) or DEFAULT_POLICY
         flags.footprint_policy = policy
         try:
-            from tb_footprint_plugin.policies import PolicyError, get_policy
+            from tb_footprint_plugin.plan.policies import PolicyError, get_policy
         except Exception:  # a broken install must not stop TensorBoard: load() will fail and be skipped
             get_policy = None
         if get_policy is not None:

@@ -15,10 +15,10 @@ import pytest
 
 from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api, synth
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.policies import policy_from_dict
-from tb_footprint_plugin.scan import scan
-from tb_footprint_plugin.tfrecord import RecordReader
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.plan.policies import policy_from_dict
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.transforms import event_rewrite as er
 from tb_footprint_plugin.transforms import trace_slim as ts
 from tb_footprint_plugin.verify import data_server_binary, read_view

@@ -19,7 +19,8 @@ import zlib
 
 import pytest
 
-from tb_footprint_plugin import categories, demo, synth
+from tb_footprint_plugin import demo, synth
+from tb_footprint_plugin.scan import categories
 
 REAL = "/work/shared/fixtures/real"
 EVENT_NAME_RE = re.compile(r"^events\.out\.tfevents\.\d{10}\.[\w.-]+\.\d+\.\d+(\.v2)?$")

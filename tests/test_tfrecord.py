@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tb_footprint_plugin import tfrecord
-from tb_footprint_plugin.tfrecord import Record, RecordReader, RecordWriter, frame, iter_framed, masked_crc32c
+from tb_footprint_plugin.scan import tfrecord
+from tb_footprint_plugin.scan.tfrecord import Record, RecordReader, RecordWriter, frame, iter_framed, masked_crc32c
 
 SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import real
 from tensorboard.compat.proto import event_pb2
 
-from tb_footprint_plugin import tfrecord
+from tb_footprint_plugin.scan import tfrecord
 from tb_footprint_plugin.verify import (
     Expectations,
     check_event_files,

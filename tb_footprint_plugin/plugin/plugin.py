@@ -80,7 +80,7 @@ class ScanService:
         try:
             fn = self._scan_fn
             if fn is None:
-                from tb_footprint_plugin.scan import scan as fn
+                from tb_footprint_plugin.scan.scanner import scan as fn
 
             def progress(done, total):
                 self._progress = (done, total)
@@ -194,8 +194,8 @@ class Recovery:
         threading.Thread(target=self._run, daemon=True, name="footprint-recovery").start()
 
     def _pending(self) -> list:
-        from tb_footprint_plugin.journal import pending_journals
-        from tb_footprint_plugin.paths import state_dir
+        from tb_footprint_plugin.engine.journal import pending_journals
+        from tb_footprint_plugin.storage.paths import state_dir
 
         return [j.op_id for j in pending_journals(os.path.join(state_dir(self.logdir), "journal"))]
 

@@ -26,7 +26,7 @@ from werkzeug import wrappers
 
 from tensorboard.backend import http_util
 
-from tb_footprint_plugin.model import UNATTRIBUTED
+from tb_footprint_plugin.scan.model import UNATTRIBUTED
 from tb_footprint_plugin.plugin.jobs import Busy, Job
 from tb_footprint_plugin.plugin.security import TOKEN_HEADER, Rejected
 
@@ -184,7 +184,7 @@ class Routes:
 
     # --- shared lookups -------------------------------------------------------------------
     def _policy(self, value):
-        from tb_footprint_plugin.policies import BUILTIN, PolicyError, get_policy
+        from tb_footprint_plugin.plan.policies import BUILTIN, PolicyError, get_policy
 
         name = value if value not in (None, "") else self.p.config.default_policy
         if not isinstance(name, str):
@@ -240,7 +240,7 @@ class Routes:
         return names
 
     def _labels(self, names) -> dict:
-        from tb_footprint_plugin import categories
+        from tb_footprint_plugin.scan import categories
 
         return {n: categories.label(n) for n in names}
 
@@ -266,7 +266,7 @@ class Routes:
                                     "actions": self.p.security.describe()})
 
     def status(self, request):
-        from tb_footprint_plugin import categories
+        from tb_footprint_plugin.scan import categories
         from tb_footprint_plugin.version import __version__
 
         fp, meta = self.p.scans.get(wait=0.0) if self.p.local else (None, {})
@@ -286,7 +286,7 @@ class Routes:
         })
 
     def policies(self, request):
-        from tb_footprint_plugin.policies import get_policy, list_policies
+        from tb_footprint_plugin.plan.policies import get_policy, list_policies
 
         pols = [p.to_dict() for p in list_policies()]
         default = self.p.config.default_policy
@@ -643,7 +643,7 @@ class Routes:
 # helpers
 # ---------------------------------------------------------------------------------------
 def _cancel_token():
-    from tb_footprint_plugin.transaction import CancelToken
+    from tb_footprint_plugin.engine.transaction import CancelToken
 
     return CancelToken()
 

@@ -87,9 +87,9 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.tfrecord import RecordReader, RecordWriter
-from tb_footprint_plugin.vault import HashingReader
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
+from tb_footprint_plugin.engine.vault import HashingReader
 
 DASHBOARD_EXACT = "dashboard_exact"
 #: Like dashboard-exact, but the first step is not forced into the reduced run when the

@@ -34,7 +34,7 @@ def gzip_file(src: str, dst: str, level: int = LEVEL) -> str:
 
 def gunzip_sha256(path: str) -> str:
     """sha256 of the decompressed content of ``path`` (streaming); raises on a damaged file."""
-    from tb_footprint_plugin.vault import sha256_stream
+    from tb_footprint_plugin.engine.vault import sha256_stream
 
     with gzip.open(path, "rb") as f:
         return sha256_stream(f)

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL
-from tb_footprint_plugin.vault import HashingReader
+from tb_footprint_plugin.engine.vault import HashingReader
 
 CHUNK = 1 << 20
 MAX_VALUE = 256 << 20  # a single JSON value (one trace event, or a header value) larger than this is refused

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
-from tb_footprint_plugin import categories
+from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.verify import records, views
 from tb_footprint_plugin.verify.views import RunView, TagView, TensorPayload
 

@@ -13,8 +13,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Callable, Collection, Iterator, Optional
 
-from tb_footprint_plugin import categories
-from tb_footprint_plugin import tfrecord
+from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.scan import tfrecord
 
 _HASH_CHUNK = 1 << 20
 

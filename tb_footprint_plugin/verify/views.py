@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional
 
-from tb_footprint_plugin import categories
+from tb_footprint_plugin.scan import categories
 
 RUN_NAME = "run"
 EXPERIMENT_ID = ""

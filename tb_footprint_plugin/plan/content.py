@@ -22,7 +22,7 @@ import math
 import os
 from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.transforms.event_rewrite import DASHBOARD_EXACT, DEFAULT_VIEW, PYTHON_CAPACITY, Rules
 
@@ -72,7 +72,7 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
     ``file_actions`` is the run's list of file-level actions; a ``compress`` action of a trace
     that is slimmed instead is removed from it (the slim writes the ``.gz`` itself).
     """
-    from tb_footprint_plugin.plan import Action
+    from tb_footprint_plugin.plan.planner import Action
 
     content = dict(policy.content or {})
     rules = Rules.from_content(content)

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 
 KEEP, DELETE, COMPRESS = "keep", "delete", "compress"
 

@@ -22,14 +22,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin import faults
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.history import append_history
-from tb_footprint_plugin.journal import Journal, RunLock, RunLocked, pending_journals
-from tb_footprint_plugin.paths import check_no_symlink, is_within, real_within, state_dir
-from tb_footprint_plugin.plan import RunPlan
-from tb_footprint_plugin.vault import Vault, fsync_dir, sha256_file, who
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked, pending_journals
+from tb_footprint_plugin.storage.paths import check_no_symlink, is_within, real_within, state_dir
+from tb_footprint_plugin.plan.planner import RunPlan
+from tb_footprint_plugin.engine.vault import Vault, fsync_dir, sha256_file, who
 from tb_footprint_plugin.version import __version__
 
 FREE_SPACE_MARGIN = 16 << 20
@@ -598,7 +598,7 @@ def _matches(path: str, sha: str, size: int) -> bool:
 
 def _roll_forward(ctx: Context, records: List[dict]) -> bool:
     """Finish a swap that was recorded after a passed verification. False if it can't be."""
-    from tb_footprint_plugin.plan import Action
+    from tb_footprint_plugin.plan.planner import Action
 
     vault = _vault_of(records, ctx)
     backups = {r["path"]: r for r in records if r["type"] == "backup"}
@@ -650,7 +650,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             continue
         try:
             if begin["kind"] == "restore":
-                from tb_footprint_plugin.restore import finish_restore
+                from tb_footprint_plugin.engine.restore import finish_restore
 
                 detail = finish_restore(ctx, records)
                 outcomes.append(RecoveryOutcome(begin["op_id"], run, "completed", detail))

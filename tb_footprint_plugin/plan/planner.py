@@ -12,10 +12,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
-from tb_footprint_plugin.policies import COMPRESS, DELETE, Policy, get_policy
+from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
+from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
 #: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures); plan with
 #: a margin so "expected after" is an upper bound, and say it is an estimate.
@@ -218,7 +218,7 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
                                      new_path=target, estimated=True))
     if policy.content:
         # Content-level rules (event-file rewriting, trace slimming) plan their own actions.
-        from tb_footprint_plugin.transforms.content_plan import plan_content
+        from tb_footprint_plugin.plan.content import plan_content
 
         content_actions, content_lines = plan_content(run, policy, rp.actions)
         rp.actions.extend(content_actions)

@@ -54,8 +54,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from tb_footprint_plugin import categories as C
-from tb_footprint_plugin.tfrecord import RecordBatch, RecordReader
+from tb_footprint_plugin.scan import categories as C
+from tb_footprint_plugin.scan.tfrecord import RecordBatch, RecordReader
 
 __all__ = ["TagStat", "FixedStat", "EventFileStats", "event_file_stats"]
 

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Dict, Iterable, Optional
 
-from tb_footprint_plugin.journal import exclusive
-from tb_footprint_plugin.vault import atomic_write_json
+from tb_footprint_plugin.engine.journal import exclusive
+from tb_footprint_plugin.engine.vault import atomic_write_json
 
 LEDGER_VERSION = 1
 RETRY_STATES = {"pending", "reducing", "verifying", "failed"}

@@ -11,9 +11,9 @@ import os
 import time
 from typing import List, Optional
 
-from tb_footprint_plugin.history import append_history
-from tb_footprint_plugin.journal import Journal, RunLock, RunLocked
-from tb_footprint_plugin.transaction import (
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.transaction import (
     Context,
     RunOutcome,
     TransactionError,
@@ -24,9 +24,9 @@ from tb_footprint_plugin.transaction import (
     put_back,
     unsettled_op,
 )
-from tb_footprint_plugin.vault import Vault, who
+from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
-from tb_footprint_plugin import faults
+from tb_footprint_plugin.engine import faults
 
 
 def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
@@ -185,7 +185,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:
     """Restored event files frame cleanly (CRC) — TensorBoard's loaders would hide it otherwise."""
-    from tb_footprint_plugin.categories import is_summary_event_file_name
+    from tb_footprint_plugin.scan.categories import is_summary_event_file_name
     from tb_footprint_plugin.verify.records import check_file
 
     bad = [c for c in (check_file(ctx.abs(p)) for p in paths

@@ -19,7 +19,7 @@ import os
 import time
 from typing import Iterator, List, Optional
 
-from tb_footprint_plugin.vault import fsync_dir
+from tb_footprint_plugin.engine.vault import fsync_dir
 
 
 class Journal:
