@@ -5,121 +5,55 @@ user's files are untouched (backups are hard links or verified copies; new files
 temporary names no reader matches), so a failure or a crash before it leaves the run exactly
 as it was. The swap starts only after verification passed and is recorded; a crash inside it
 is finished on recovery (every step is idempotent), or rolled back if anything no longer
-checks out. The same ``_rollback``/``_roll_forward`` code serves failures in process and
-recovery after a crash.
+checks out. The same ``swap.rollback``/``swap.roll_forward`` code serves failures in process
+and recovery after a crash (``recovery``).
 """
 from __future__ import annotations
 
 import contextlib
-import datetime
-import errno
 import os
-import secrets
 import shutil
 import stat
-import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
-from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
+from tb_footprint_plugin.engine.checks import compare_views
+from tb_footprint_plugin.engine.context import (
+    CancelToken,
+    Context,
+    Progress,
+    RunOutcome,
+    TransactionError,
+    new_op_id,
+    no_symlink,
+    reason_of,
+)
+from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.swap import apply_swap, rollback
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked, pending_journals
-from tb_footprint_plugin.storage.paths import check_no_symlink, is_within, real_within, state_dir
-from tb_footprint_plugin.plan.planner import RunPlan
-from tb_footprint_plugin.engine.vault import Vault, fsync_dir, sha256_file, who
-from tb_footprint_plugin.version import __version__
+from tb_footprint_plugin.plan.model import RunPlan
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.storage.files import sha256_file
+from tb_footprint_plugin.storage.paths import is_within, real_within
 
 FREE_SPACE_MARGIN = 16 << 20
 
 
-class Cancelled(RuntimeError):
-    """The caller cancelled the operation before its commit point."""
 
 
-class TransactionError(RuntimeError):
-    """A step failed; the run was (or will be) rolled back. The message says which and why."""
 
 
-class CancelToken:
-    """Cooperative cancellation and per-run timeout, checked between steps."""
-
-    def __init__(self, timeout: Optional[float] = None):
-        self._event = threading.Event()
-        self.deadline = time.monotonic() + timeout if timeout else None
-
-    def cancel(self) -> None:
-        self._event.set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def check(self) -> None:
-        if self._event.is_set():
-            raise Cancelled("cancelled before the commit point")
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise Cancelled("timed out before the commit point")
 
 
-@dataclass
-class RunOutcome:
-    """What happened to one run: a value with a reason, never a stray exception."""
-
-    run: str
-    status: str  # 'verified' | 'rolled_back' | 'skipped' | 'failed' | 'dry_run' | 'restored'
-    op_id: Optional[str] = None
-    reason: Optional[str] = None
-    bytes_before: int = 0
-    bytes_after: int = 0
-    removed_files: List[str] = field(default_factory=list)
-    created_files: List[str] = field(default_factory=list)
-    verification: Optional[dict] = None
-    duration_s: float = 0.0
-
-    @property
-    def saved_bytes(self) -> int:
-        return max(0, self.bytes_before - self.bytes_after) if self.status == "verified" else 0
-
-    @property
-    def verified(self) -> bool:
-        return self.status in ("verified", "restored")
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["saved_bytes"] = self.saved_bytes
-        d["verified"] = self.verified
-        return d
 
 
-@dataclass
-class Context:
-    """Where one logdir keeps its state and backups, and how verification runs."""
-
-    logdir: str
-    backup_dir: Optional[str] = None
-    verify_backends: tuple = ("python", "rust")
-    quiet_period: float = 600.0
-
-    def __post_init__(self):
-        self.logdir = os.path.abspath(self.logdir)
-        self.state = state_dir(self.logdir)
-        self.vault = Vault(self.backup_dir or self.state)
-        self.journal_dir = os.path.join(self.state, "journal")
-        self.lock_dir = os.path.join(self.state, "locks")
-
-    def abs(self, rel: str) -> str:
-        return os.path.join(self.logdir, rel) if rel != "." else self.logdir
 
 
-def new_op_id() -> str:
-    ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"{ts}-{secrets.token_hex(3)}"
 
 
-Progress = Callable[[str, float], None]
 
 
 # ---------------------------------------------------------------------------------------
@@ -139,7 +73,7 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
     if newest and age < ctx.quiet_period:
         raise TransactionError(
             f"run {rp.run!r} is active: a file changed {int(age)} s ago "
-            f"(quiet period {int(ctx.quiet_period)} s); left alone"
+            f"(quiet period {int(ctx.quiet_period)} s); left alone", Skip.ACTIVE
         )
     need_logdir = 0
     need_vault = 0
@@ -147,7 +81,7 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
         p = ctx.abs(a.path)
         if not is_within(p, ctx.logdir) or not real_within(os.path.dirname(p), ctx.logdir):
             raise TransactionError(f"{a.path}: leads out of the logdir; refusing")
-        _no_symlink(ctx, a.path)
+        no_symlink(ctx, a.path)
         if a.new_path and a.new_path != a.path and os.path.lexists(ctx.abs(a.new_path)):
             raise TransactionError(f"{a.new_path}: already exists; it would be overwritten")
         if a.kind == "remove_dir":
@@ -174,11 +108,6 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
     _check_space(ctx.vault.root, need_vault)
 
 
-def _no_symlink(ctx: Context, rel: str) -> None:
-    try:
-        check_no_symlink(ctx.logdir, rel)
-    except ValueError as e:
-        raise TransactionError(str(e)) from None
 
 
 def _check_space(path: str, need: int) -> None:
@@ -199,32 +128,35 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
     """Reduce one run as ``rp`` says; returns an outcome, never raises for a failed run."""
     t0 = time.monotonic()
-    out = RunOutcome(run=rp.run, status="failed", bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+    out = RunOutcome(run=rp.run, status=Outcome.FAILED, bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
     if rp.skipped:
-        out.status, out.reason = "skipped", rp.skipped
+        out.status, out.reason, out.code = Outcome.SKIPPED, rp.skipped, rp.code
         return out
     cancel = cancel or CancelToken()
     report = progress or (lambda step, frac: None)
     try:
         lock = RunLock(ctx.lock_dir, rp.run).acquire()
     except RunLocked as e:
-        out.status, out.reason = "skipped", str(e)
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
     except OSError as e:
-        out.reason = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}"
+        out.reason, out.code = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
         return out
     unsettled = unsettled_op(ctx, rp.run)
     if unsettled:
         lock.release()
         out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
                       "see `tb-footprint status`")
+        out.code = Failure.UNSETTLED
         return out
     journal = None
     try:
         try:
             _preflight(ctx, rp)
         except (TransactionError, OSError) as e:
-            out.status, out.reason = "skipped" if "active" in str(e) else "failed", str(e)
+            code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
+            out.status = Outcome.SKIPPED if code == Skip.ACTIVE else Outcome.FAILED
+            out.reason, out.code = str(e), code
             return out
         ctx.vault.ensure()
         op_id = new_op_id()
@@ -236,23 +168,23 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         })
         faults.hit("after_begin")
         _run_steps(ctx, rp, journal, out, cancel, report)
-        out.status = "verified"
+        out.status = Outcome.VERIFIED
     except Exception as e:  # any failure: back to the exact original bytes
-        reason = _reason(e)
+        reason = reason_of(e)
         if journal is None:
-            out.status, out.reason = "failed", reason
+            out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
         elif any(r["type"] == "commit" for r in journal.records()):
-            out.status = "verified"  # past the commit point: the reduction stands
+            out.status = Outcome.VERIFIED  # past the commit point: the reduction stands
             journal.close()
             journal = None
         else:
             try:
                 journal.append({"type": "rollback", "reason": reason})  # never rolled forward after this
-                _rollback(ctx, journal.records(), reason)
-                out.status, out.reason = "rolled_back", reason
+                rollback(ctx, journal.records(), reason)
+                out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, Failure.ERROR
             except Exception as e2:  # the journal stays: recovery will try again
-                out.status = "failed"
-                out.reason = f"{reason}; rollback incomplete ({_reason(e2)}), will be retried on next start"
+                out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
                 journal = None
         if journal is not None:
             journal.close()
@@ -263,12 +195,6 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     return out
 
 
-def _reason(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return f"disk full: {e}"
-    if isinstance(e, PermissionError):
-        return f"permission denied: {e}"
-    return str(e) or type(e).__name__
 
 
 def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
@@ -282,7 +208,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     for a in originals:
         cancel.check()
         p = ctx.abs(a.path)
-        _no_symlink(ctx, a.path)
+        no_symlink(ctx, a.path)
         st = os.lstat(p)
         if not stat.S_ISREG(st.st_mode):
             raise TransactionError(f"{a.path}: no longer a regular file (replaced by a symlink?)")
@@ -334,7 +260,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # 5. swap: the commit point
     journal.append({"type": "swap"})
     faults.hit("after_swap_record")
-    _apply_swap(ctx, rp, journal, staged, backups)
+    apply_swap(ctx, rp, journal, staged, backups)
     journal.append({"type": "swapped"})
     faults.hit("after_swap")
 
@@ -342,7 +268,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     out.created_files = [s["final"] for s in staged]
     out.bytes_after = (rp.bytes_before - sum(b["size"] for b in backups.values())
                        + sum(s["size"] for s in staged))
-    _write_manifest(ctx, journal.records(), "verified", None)
+    write_manifest(ctx, journal.records(), "verified", None)
     journal.append({"type": "commit"})
     faults.hit("after_commit")
     journal.close()
@@ -367,94 +293,30 @@ def _stage(action, src: str, tmp: str, sha: str) -> dict:
     raise TransactionError(f"unknown action {action.kind}")
 
 
-def _apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
-    """Idempotent: rename staged files into place, unlink originals, remove emptied dirs."""
-    dirs = set()
-    for path, rec in backups.items():
-        # only the bytes that were backed up may be replaced or removed
-        _no_symlink(ctx, path)
-        p = ctx.abs(path)
-        done = any(s["final"] == path and _matches(p, s["sha256"], s["size"]) for s in staged)
-        if os.path.lexists(p) and not done and not _matches(p, rec["sha256"], rec["size"]):
-            raise TransactionError(f"{path}: changed after it was backed up; not replaced")
-    for s in staged:
-        _no_symlink(ctx, s["final"])
-        tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
-        if os.path.exists(tmp):
-            if s["final"] not in backups and os.path.lexists(final) and not _matches(final, s["sha256"], s["size"]):
-                raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
-            os.replace(tmp, final)
-        dirs.add(os.path.dirname(final))
-        faults.hit("mid_swap")
-    finals = {s["final"] for s in staged}
-    for path in backups:
-        if path in finals:
-            continue  # replaced in place by its rewrite
-        p = ctx.abs(path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
-        dirs.add(os.path.dirname(p))
-    for a in rp.actions:
-        if a.kind != "remove_dir":
-            continue
-        p = ctx.abs(a.path)
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue  # a symlink or a file now: not ours to remove
-        journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777})
-        try:
-            os.rmdir(p)
-            dirs.add(os.path.dirname(p))
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
-                raise
-    for d in dirs:
-        if os.path.isdir(d):
-            fsync_dir(d)
-
-
 # ---------------------------------------------------------------------------------------
 # verification
 # ---------------------------------------------------------------------------------------
 def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], staged: List[dict]) -> dict:
     """Reader-level check of the run's event files, original vs reduced, plus file checks."""
-    from tb_footprint_plugin.verify import verify_reduction
-
     run_dir = ctx.abs(rp.run)
-    views = os.path.join(ctx.vault.tmp, op_id)
-    orig_view, red_view = os.path.join(views, "original"), os.path.join(views, "reduced")
-    os.makedirs(orig_view)
-    os.makedirs(red_view)
-    try:
-        replaced = {s["final"]: s for s in staged}
-        for name in sorted(os.listdir(run_dir)):
-            p = os.path.join(run_dir, name)
-            rel = os.path.relpath(p, ctx.logdir)
-            if not cat.is_event_file_name(name) or not os.path.isfile(p) or os.path.islink(p):
-                continue
-            src_orig = ctx.vault.blob_path(backups[rel]["sha256"]) if rel in backups else p
-            os.symlink(src_orig, os.path.join(orig_view, name))
-            if rel in replaced:
-                os.symlink(ctx.abs(replaced[rel]["tmp"]), os.path.join(red_view, name))
-            elif rel not in backups:
-                os.symlink(p, os.path.join(red_view, name))
-        expectations = None
-        if staged and any(s.get("expectations") for s in staged):
-            from tb_footprint_plugin.verify import Expectations
-
-            modes = {}
-            for s in staged:
-                modes.update(s.get("expectations") or {})
-            expectations = Expectations(plugin_modes=modes)
-        result = verify_reduction(orig_view, red_view, expectations, backends=tuple(ctx.verify_backends))
-        d = result.to_dict()
-        # kept so `verify` can re-check the run later under the same contract
-        d["expectations"] = dict(expectations.plugin_modes) if expectations else {}
-    finally:
-        shutil.rmtree(views, ignore_errors=True)
+    replaced = {s["final"]: s for s in staged}
+    pairs = {}
+    for name in os.listdir(run_dir):
+        p = os.path.join(run_dir, name)
+        rel = os.path.relpath(p, ctx.logdir)
+        if not cat.is_event_file_name(name) or not os.path.isfile(p) or os.path.islink(p):
+            continue
+        original = ctx.vault.blob_path(backups[rel]["sha256"]) if rel in backups else p
+        if rel in replaced:
+            pairs[name] = (original, ctx.abs(replaced[rel]["tmp"]))
+        else:
+            pairs[name] = (original, None if rel in backups else p)
+    modes: Dict[str, str] = {}
+    for s in staged:
+        modes.update(s.get("expectations") or {})
+    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends)
+    # kept so `verify` can re-check the run later under the same contract
+    d["expectations"] = modes
     checks = list(d.get("checks", []))
     failed = list(d.get("failed", []))
     comp = [s for s in staged if "content_sha256" in s]
@@ -484,248 +346,3 @@ def _stage_line(s: dict) -> str:
         return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
                 f"record byte-identical; removed {removed}")
     return f"{name}: compressed, decompressed content identical (sha256)"
-
-
-# ---------------------------------------------------------------------------------------
-# rollback, roll forward, recovery
-# ---------------------------------------------------------------------------------------
-def _vault_of(records: List[dict], ctx: Context) -> Vault:
-    begin = records[0] if records else {}
-    return Vault(begin.get("vault") or ctx.vault.root)
-
-
-def _rollback(ctx: Context, records: List[dict], reason: str) -> None:
-    """Put every original back byte for byte and remove what the operation created."""
-    vault = _vault_of(records, ctx)
-    backups = [r for r in records if r["type"] == "backup"]
-    stages = {r["tmp"]: r for r in records if r["type"] in ("stage", "staged")}
-    staged = {r["tmp"]: r for r in records if r["type"] == "staged"}
-    rmdirs = [r for r in records if r["type"] == "rmdir"]
-    for r in sorted(rmdirs, key=lambda r: len(r["path"])):
-        _no_symlink(ctx, r["path"])
-        p = ctx.abs(r["path"])
-        if not os.path.lexists(p):
-            os.makedirs(p, exist_ok=True)
-            os.chmod(p, r["mode"])
-    originals = {r["path"] for r in backups}
-    swapped = any(r["type"] == "swap" for r in records)
-    produced = {r["final"]: r for r in staged.values()}
-    # Before the swap no original was touched (backups are links or copies): the files in
-    # place are the truth, even if a writer appended to one meanwhile.
-    displaced = []
-    for r in backups if swapped else ():
-        d = put_back(ctx, vault, r, produced.get(r["path"]))
-        if d:
-            displaced.append(d)
-    for tmp_rel, r in stages.items():
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(ctx.abs(tmp_rel))
-        final = r.get("final")
-        if final and final not in originals:
-            fp = ctx.abs(final)
-            s = staged.get(tmp_rel)
-            if os.path.exists(fp) and s and _matches(fp, s["sha256"], s["size"]):
-                os.unlink(fp)
-    kept = {d["path"] for d in displaced if d.get("kept_in_place")}
-    for r in backups if swapped else ():
-        if r["path"] not in kept and not _matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
-            raise TransactionError(f"{r['path']}: could not be put back")
-    begin = records[0]
-    shutil.rmtree(os.path.join(vault.tmp, begin["op_id"]), ignore_errors=True)
-    _write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
-    # Blobs only this operation needed are dropped: the originals are back in place. A blob
-    # another operation needs stays, as a copy of its own (it may be a link of a live file).
-    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"])
-    for r in backups:
-        if r["sha256"] not in needed:
-            vault.delete_blob(r["sha256"])
-        else:
-            vault.unshare(r["sha256"])
-
-
-def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None) -> Optional[dict]:
-    """Put the original bytes of ``rec`` back at its path.
-
-    Content found there that is neither the original nor what the operation itself produced
-    (``produced``) is newer than the backup: it is stored in the vault first and returned as
-    a 'displaced' record, so no byte is ever lost.
-    """
-    _no_symlink(ctx, rec["path"])
-    p = ctx.abs(rec["path"])
-    if _matches(p, rec["sha256"], rec["size"]):
-        return None
-    displaced = None
-    if os.path.lexists(p) and not (produced and _matches(p, produced["sha256"], produced["size"])):
-        if os.path.islink(p) or not os.path.isfile(p):
-            raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
-        if not vault.check_blob(rec["sha256"]):
-            # a writer appended to the original itself (its backup is a hard link of it):
-            # the file in place holds every byte, the newest ones included; leave it
-            return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
-        sha = sha256_file(p)
-        vault.store(p, sha)
-        displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(p).st_size,
-                     "blob": os.path.relpath(vault.blob_path(sha), vault.root)}
-    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"])
-    return displaced
-
-
-def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
-    """Blobs that unfinished operations (other than ``exclude_op``) rely on."""
-    out = set()
-    for j in pending_journals(ctx.journal_dir):
-        if j.op_id == exclude_op:
-            continue
-        out.update(r["sha256"] for r in j.records() if r.get("type") == "backup")
-    return out
-
-
-def unsettled_op(ctx: Context, run: str) -> Optional[str]:
-    """The id of an unfinished operation on ``run``, if one is left (call under the run lock)."""
-    for j in pending_journals(ctx.journal_dir):
-        recs = j.records()
-        if recs and recs[0].get("run") == run:
-            return j.op_id
-    return None
-
-
-def _matches(path: str, sha: str, size: int) -> bool:
-    try:
-        return os.lstat(path).st_size == size and sha256_file(path) == sha
-    except OSError:
-        return False
-
-
-def _roll_forward(ctx: Context, records: List[dict]) -> bool:
-    """Finish a swap that was recorded after a passed verification. False if it can't be."""
-    from tb_footprint_plugin.plan.planner import Action
-
-    vault = _vault_of(records, ctx)
-    backups = {r["path"]: r for r in records if r["type"] == "backup"}
-    staged = [r for r in records if r["type"] == "staged"]
-    if not all(vault.check_blob(r["sha256"]) for r in backups.values()):
-        return False
-    finals = {s["final"]: s for s in staged}
-    for path, r in backups.items():
-        p, s = ctx.abs(path), finals.get(path)
-        if os.path.lexists(p) and not _matches(p, r["sha256"], r["size"]) and not (
-                s and _matches(p, s["sha256"], s["size"])):
-            return False  # changed after the crash: roll back (keeping the new bytes)
-    for s in staged:
-        tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
-        if not (_matches(tmp, s["sha256"], s["size"]) or _matches(final, s["sha256"], s["size"])):
-            return False
-    plan = records[0]["plan"]
-    rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],
-                 expected_after_bytes=plan["expected_after_bytes"],
-                 actions=[Action(**{k: v for k, v in a.items()}) for a in plan["actions"]])
-    j = Journal(os.path.join(ctx.journal_dir, f"{records[0]['op_id']}.jsonl"))
-    _apply_swap(ctx, rp, j, staged, backups)
-    return True
-
-
-@dataclass
-class RecoveryOutcome:
-    op_id: str
-    run: str
-    action: str  # 'rolled_back' | 'completed' | 'skipped_live' | 'failed'
-    detail: str = ""
-
-
-def recover(ctx: Context) -> List[RecoveryOutcome]:
-    """Settle every unfinished operation of this logdir (call at every start)."""
-    outcomes = []
-    for j in pending_journals(ctx.journal_dir):
-        records = j.records()
-        if not records or records[0].get("type") != "begin":
-            # created but crashed before its first record was durable: nothing happened
-            j.close()
-            continue
-        begin = records[0]
-        run = begin["run"]
-        try:
-            lock = RunLock(ctx.lock_dir, run).acquire()
-        except RunLocked:
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, "skipped_live", "held by a running process"))
-            continue
-        try:
-            if begin["kind"] == "restore":
-                from tb_footprint_plugin.engine.restore import finish_restore
-
-                detail = finish_restore(ctx, records)
-                outcomes.append(RecoveryOutcome(begin["op_id"], run, "completed", detail))
-                j.close()
-                continue
-            types = {r["type"] for r in records}
-            verified_ok = any(r["type"] == "verified" and r.get("ok") for r in records)
-            if "commit" in types:
-                action, detail = "completed", "was committed"
-                if not _manifest_exists(ctx, records):
-                    _write_manifest(ctx, records, "verified", None, recovered=True)
-            elif "swap" in types and verified_ok and "rollback" not in types and _roll_forward(ctx, records):
-                _write_manifest(ctx, records, "verified", None, recovered=True)
-                action, detail = "completed", "swap finished after a crash (verification had passed)"
-            else:
-                _rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery")
-                action, detail = "rolled_back", "originals put back byte for byte"
-            j.close()
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail))
-        except Exception as e:  # leave the journal for the next start, say why
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, "failed", _reason(e)))
-        finally:
-            lock.release()
-    return outcomes
-
-
-def _manifest_exists(ctx: Context, records: List[dict]) -> bool:
-    return os.path.exists(_vault_of(records, ctx).manifest_path(records[0]["op_id"]))
-
-
-def _write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
-                    recovered: bool = False, displaced: Optional[List[dict]] = None) -> dict:
-    """The operation's manifest (and change-log line): what was backed up, and how it ended."""
-    vault = _vault_of(records, ctx)
-    begin = records[0]
-    plan = begin["plan"]
-    backups = [r for r in records if r["type"] == "backup"]
-    staged = [r for r in records if r["type"] == "staged"]
-    ver = next((r.get("verification") for r in records if r["type"] == "verified"), None)
-    created_size = sum(s["size"] for s in staged)
-    removed_size = sum(b["size"] for b in backups)
-    after = plan["bytes_before"] - removed_size + created_size if outcome == "verified" else plan["bytes_before"]
-    m = {
-        "op_id": begin["op_id"],
-        "kind": "reduce",
-        "run": begin["run"],
-        "logdir": begin["logdir"],
-        "vault": vault.root,
-        "policy": begin.get("policy"),
-        "plan": plan,
-        "tool_version": __version__,
-        **who(),
-        "started_at": begin["t"],
-        "finished_at": time.time(),
-        "outcome": outcome,
-        "reason": reason,
-        "recovered": recovered,
-        "bytes_before": plan["bytes_before"],
-        "bytes_after": after,
-        "files": [{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
-                   "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
-                   "action": b["action"]} for b in backups],
-        "created": [{"path": s["final"], "size": s["size"], "sha256": s["sha256"]} for s in staged],
-        "removed_dirs": [r for r in records if r["type"] == "rmdir"],
-        "verification": ver,
-        "backup_purged": outcome != "verified",
-        # content newer than the backup, found where an original went back: kept in the vault
-        "displaced": displaced or [],
-    }
-    os.makedirs(vault.ops, exist_ok=True)
-    vault.write_manifest(m)
-    append_history(ctx.state, {
-        "op_id": m["op_id"], "kind": "reduce", "run": m["run"], "policy": (begin.get("policy") or {}).get("name"),
-        "before": m["bytes_before"], "after": after, "verified": outcome == "verified",
-        "outcome": outcome, "reason": reason, "backup_kept": outcome == "verified",
-        "user": m["user"], "host": m["host"], "tool_version": __version__,
-    })
-    return m

@@ -26,6 +26,8 @@ from werkzeug import wrappers
 
 from tensorboard.backend import http_util
 
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.scan.model import UNATTRIBUTED
 from tb_footprint_plugin.plugin.jobs import Busy, Job
 from tb_footprint_plugin.plugin.security import TOKEN_HEADER, Rejected
@@ -240,19 +242,13 @@ class Routes:
         return names
 
     def _labels(self, names) -> dict:
-        from tb_footprint_plugin.scan import categories
-
-        return {n: categories.label(n) for n in names}
+        return api.labels_for(names)
 
     def _plan(self, fp, policy, runs=None):
-        from tb_footprint_plugin import api
-
         return api.plan(self.p.logdir, policy, backup_dir=self.p.config.backup_dir, runs=runs,
                         quiet_period=self.p.config.quiet_period, footprint=fp)
 
     def _operations(self, run: Optional[str] = None) -> List[dict]:
-        from tb_footprint_plugin import api
-
         if not os.path.isdir(self.p.logdir):
             return []
         return api.operations(self.p.logdir, run=run, backup_dir=self.p.config.backup_dir)
@@ -323,6 +319,7 @@ class Routes:
                 "removable_bytes": rp.removable_bytes if rp and not rp.skipped else 0,
                 "planned_removable_bytes": rp.removable_bytes if rp else 0,
                 "skipped": rp.skipped if rp else "not a run TensorBoard reads",
+                "code": rp.code if rp else Skip.NOT_A_RUN,
                 "actions": len(rp.actions) if rp else 0,
             })
         cats = [{"name": c.name, "label": self._labels([c.name])[c.name], "bytes": c.bytes, "files": c.files,
@@ -335,7 +332,7 @@ class Routes:
             "reclaimable_bytes": plan.removable_bytes,
             "expected_after_bytes": plan.expected_after_bytes,
             "run_count": len(fp.runs),
-            "active_runs": sum(1 for rp in plan.runs if rp.skipped and rp.skipped.startswith("active")),
+            "active_runs": sum(1 for rp in plan.runs if rp.code == Skip.ACTIVE),
             "categories": cats,
             "warnings": list(fp.warnings)[:50],
             "runs": runs,
@@ -372,12 +369,11 @@ class Routes:
         r = self._lookup_run(fp, request.args.get("run"))
         policy = self._policy(request.args.get("policy"))
         plan = self._plan(fp, policy, runs=[r.name])
-        rp = plan.run(r.name) if hasattr(plan, "run") else next((x for x in plan.runs if x.run == r.name), None)
+        rp = plan.run(r.name)
         files = sorted(r.files, key=lambda f: (-f.size, f.path))
         cats = sorted(r.categories.values(), key=lambda c: -c.bytes)
         labels = self._labels([c.name for c in cats] + [a.category for a in (rp.actions if rp else [])])
-        ops = [_op_summary(m) for m in self._operations(run=r.name)]
-        _mark_restorable(ops)
+        ops = api.summarize_operations(self._operations(run=r.name))
         return self._json(request, {
             "run": {
                 "name": r.name,
@@ -396,7 +392,7 @@ class Routes:
                               "hosts": s.hosts, "kind": s.kind} for s in r.sessions],
             },
             "policy": policy.name,
-            "plan": _plan_run_dict(rp, labels) if rp else None,
+            "plan": api.plan_run_view(rp, labels) if rp else None,
             "operations": ops,
             "job": self._busy().get(r.name),
             "labels": labels,
@@ -413,7 +409,7 @@ class Routes:
         d = plan.to_dict()
         cats = {a.category for rp in plan.runs for a in rp.actions}
         labels = self._labels(cats)
-        d["runs"] = [_plan_run_dict(rp, labels) for rp in plan.runs]
+        d["runs"] = [api.plan_run_view(rp, labels) for rp in plan.runs]
         d["labels"] = labels
         d["scan"] = meta
         d["dry_run"] = True
@@ -437,8 +433,6 @@ class Routes:
         return self._json(request, {"job": j.to_dict()})
 
     def history(self, request):
-        from tb_footprint_plugin import api
-
         entries = api.history(self.p.logdir) if os.path.isdir(self.p.logdir) else []
         entries = list(reversed(entries))
         return self._json(request, {"entries": entries[:500], "total": len(entries)})
@@ -448,8 +442,7 @@ class Routes:
         ops = self._operations()
         if run is not None:
             ops = [m for m in ops if m.get("run") == run]  # compared, never joined
-        out = [_op_summary(m) for m in ops]
-        _mark_restorable(out)
+        out = api.summarize_operations(ops)
         return self._json(request, {"operations": out})
 
     def _find_op(self, op_id) -> dict:
@@ -462,12 +455,8 @@ class Routes:
 
     def operation(self, request):
         m = self._find_op(request.args.get("op"))
-        summary = _op_summary(m)
-        same_run = [_op_summary(x) for x in self._operations() if x.get("run") == m.get("run")]
-        _mark_restorable(same_run)
-        for s in same_run:
-            if s["op_id"] == summary["op_id"]:
-                summary = s
+        same_run = api.summarize_operations([x for x in self._operations() if x.get("run") == m.get("run")])
+        summary = next((s for s in same_run if s["op_id"] == m.get("op_id")), None) or api.operation_summary(m)
         plan = m.get("plan") or {}
         cats = {a.get("category") for a in plan.get("actions", [])}
         labels = self._labels([c for c in cats if c])
@@ -475,7 +464,7 @@ class Routes:
         return self._json(request, {
             "operation": summary,
             "verification": {k: v for k, v in ver.items() if not k.startswith("_") and k != "views"},
-            "category_changes": _category_changes(plan, labels),
+            "category_changes": api.category_changes(plan, labels),
             "fidelity": plan.get("fidelity", []),
             "files": [{"path": f.get("path"), "size": f.get("size"), "action": f.get("action")}
                       for f in m.get("files", [])][:MAX_FILES_LISTED],
@@ -494,8 +483,6 @@ class Routes:
         p = self.p
 
         def work(job: Job) -> dict:
-            from tb_footprint_plugin import api
-
             report = api.reduce_logdir(p.logdir, p.config.backup_dir, policy=policy, dry_run=False, runs=names,
                                        quiet_period=p.config.quiet_period, progress=job.report, cancel=token)
             d = report.to_dict()
@@ -506,10 +493,10 @@ class Routes:
                 job.finish_run(o["run"], o["status"])
                 rp = plan_runs.get(o["run"], {})
                 labels = self._labels({a.get("category") for a in rp.get("actions", [])})
-                o["category_changes"] = _category_changes(rp, labels) if o["status"] == "verified" else []
+                o["category_changes"] = api.category_changes(rp, labels) if o["status"] == "verified" else []
                 o["categories_before"] = before.get(o["run"], {})
                 o["fidelity"] = rp.get("fidelity", [])
-                o["dashboards"] = _dashboards_note("reduce", o, rp.get("actions", []))
+                o["dashboards"] = api.dashboards_note("reduce", o, rp.get("actions", []))
                 if o.get("verification"):
                     o["verification"] = {k: v for k, v in o["verification"].items()
                                          if not k.startswith("_") and k != "views"}
@@ -517,8 +504,9 @@ class Routes:
                 if n not in seen:
                     job.finish_run(n, "skipped")
                     d.setdefault("outcomes", []).append({
-                        "run": n, "status": "skipped", "reason": "not in the plan any more (the run changed "
-                        "since the scan); rescan and look again", "bytes_before": 0, "bytes_after": 0,
+                        "run": n, "status": Outcome.SKIPPED, "reason": "not in the plan any more (the run changed "
+                        "since the scan); rescan and look again", "code": Skip.NOT_IN_PLAN,
+                        "bytes_before": 0, "bytes_after": 0,
                         "saved_bytes": 0})
             d["committed_any"] = any(o["status"] == "verified" for o in d.get("outcomes", []))
             d.pop("removed_files", None)
@@ -559,14 +547,12 @@ class Routes:
         job = Job("restore", runs, params, cancel_token=None, cancellable=False)
 
         def work(job: Job) -> dict:
-            from tb_footprint_plugin import api
-
             job.report(runs[0], "restore", 0.1)
             outs = api.restore(p.logdir, run=params.get("run"), op=params.get("op"), backup_dir=p.config.backup_dir)
             outcomes = []
             for o in outs:
                 d = o.to_dict()
-                d["dashboards"] = _dashboards_note("restore", d)
+                d["dashboards"] = api.dashboards_note("restore", d)
                 outcomes.append(d)
                 job.finish_run(o.run, o.status)
             return {"outcomes": outcomes, "ok": all(o["status"] == "restored" for o in outcomes),
@@ -575,8 +561,6 @@ class Routes:
         return self._submit(request, job, work)
 
     def purge(self, request, body):
-        from tb_footprint_plugin import api
-
         older = body.get("older_than_s")
         if older is not None and (isinstance(older, bool) or not isinstance(older, (int, float)) or older < 0
                                   or older != older):
@@ -643,127 +627,6 @@ class Routes:
 # helpers
 # ---------------------------------------------------------------------------------------
 def _cancel_token():
-    from tb_footprint_plugin.engine.transaction import CancelToken
+    from tb_footprint_plugin.api import CancelToken
 
     return CancelToken()
-
-
-def _plan_run_dict(rp, labels: dict) -> dict:
-    d = rp.to_dict()
-    d["category_changes"] = _category_changes(d, labels)
-    for a in d.get("actions", []):
-        a.pop("params", None)
-        a["label"] = labels.get(a["category"], a["category"])
-    return d
-
-
-def _category_changes(plan_run: dict, labels: dict) -> List[dict]:
-    """Per category touched by a plan: bytes before and after; plus the untouched rest."""
-    per: Dict[str, dict] = {}
-    for a in plan_run.get("actions", []):
-        c = a.get("category") or "other"
-        e = per.setdefault(c, {"name": c, "label": labels.get(c, c), "before": 0, "after": 0, "files": 0})
-        e["before"] += int(a.get("bytes_before") or 0)
-        e["after"] += int(a.get("bytes_after") or 0)
-        if a.get("kind") != "remove_dir":
-            e["files"] += 1
-    out = sorted((e for e in per.values() if e["before"] or e["files"]), key=lambda e: -e["before"])
-    touched = sum(e["before"] for e in out)
-    rest = int(plan_run.get("bytes_before") or 0) - touched
-    if rest > 0:
-        out.append({"name": "_unchanged", "label": "everything else (unchanged)", "before": rest, "after": rest,
-                    "files": 0})
-    return out
-
-
-def _op_summary(m: dict) -> dict:
-    ver = m.get("verification") or {}
-    plan = m.get("plan") or {}
-    before, after = m.get("bytes_before"), m.get("bytes_after")
-    return {
-        "op_id": m.get("op_id"),
-        "kind": m.get("kind"),
-        "run": m.get("run"),
-        "of_op": m.get("of_op"),
-        "policy": (m.get("policy") or {}).get("name") if isinstance(m.get("policy"), dict) else m.get("policy"),
-        "outcome": m.get("outcome"),
-        "reason": m.get("reason"),
-        "bytes_before": before,
-        "bytes_after": after,
-        "saved_bytes": max(0, (before or 0) - (after or 0)) if m.get("kind") == "reduce" and m.get("outcome") == "verified" else 0,
-        "started_at": m.get("started_at"),
-        "finished_at": m.get("finished_at"),
-        "backup_purged": bool(m.get("backup_purged")),
-        "restored_by": m.get("restored_by"),
-        "restored_at": m.get("restored_at"),
-        "recovered": bool(m.get("recovered")),
-        "backup_bytes": sum(int(f.get("size") or 0) for f in m.get("files", [])),
-        "files": len(m.get("files", [])),
-        "verified": bool(ver.get("ok")) if ver else None,
-        "checks": [{"name": c.get("name"), "ok": c.get("ok"), "detail": c.get("detail")} for c in ver.get("checks", [])],
-        "failed": list(ver.get("failed", [])),
-        "has_series": bool(ver.get("scalar_series")),
-        "fidelity": plan.get("fidelity", []),
-        "restorable": False,
-        "restore_note": None,
-    }
-
-
-def _mark_restorable(ops: List[dict]) -> None:
-    """Only the newest kept reduction of a run can be restored first (the library's rule)."""
-    newest: Dict[str, str] = {}
-    for o in sorted(ops, key=lambda o: o.get("started_at") or 0, reverse=True):
-        kept = (o["kind"] == "reduce" and o["outcome"] == "verified" and not o["backup_purged"]
-                and not o["restored_by"])
-        if not kept:
-            if o["kind"] == "reduce" and o["outcome"] == "verified":
-                o["restore_note"] = ("restored" if o["restored_by"] else "backup purged")
-            continue
-        if o["run"] not in newest:
-            newest[o["run"]] = o["op_id"]
-            o["restorable"] = True
-        else:
-            o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
-
-
-def _dashboards_note(kind: str, outcome: dict, actions: Optional[List[dict]] = None) -> List[str]:
-    """What the other dashboards of a running TensorBoard show after the change, in plain words."""
-    status = outcome.get("status")
-    if status not in ("verified", "restored"):
-        return ["Nothing on disk changed, so every dashboard shows what it showed before."]
-    changed = list(outcome.get("removed_files") or []) + list(outcome.get("created_files") or [])
-    if actions:
-        changed += [a.get("path") or "" for a in actions]
-    events = [p for p in changed if "tfevents" in os.path.basename(p) and not p.endswith(".profile-empty")]
-    lines = []
-    if kind == "reduce" and actions is not None:
-        acts = [a for a in actions if a.get("kind") in ("delete", "compress", "rewrite", "remove_dir")]
-        cats = {(a.get("kind"), a.get("category")) for a in acts}
-        sessions_gone = any(k == "remove_dir" for k, _ in cats) or ("delete", "profile_xplane") in cats
-        if sessions_gone:
-            lines.append("Profile: the removed sessions disappear from the Profile tab's run list once the page is "
-                         "reloaded; a session already open there can no longer load its tools.")
-        elif ("delete", "profile_cache") in cats or ("delete", "profile_secondary") in cats:
-            lines.append("Profile: every session still opens with every tool; xprof rebuilds the removed caches "
-                         "the first time a session is viewed again (slower once).")
-        if ("compress", "torch_trace") in cats:
-            lines.append("PyTorch Profiler: it reads the .gz traces the same; reload the page so it lists the "
-                         "new file names.")
-        if ("delete", "torch_trace") in cats:
-            lines.append("PyTorch Profiler: the removed traces disappear from its list once the page is reloaded.")
-    else:
-        profile = [p for p in changed if "/plugins/profile/" in "/" + p
-                   or p.endswith((".pt.trace.json", ".pt.trace.json.gz"))]
-        if profile:
-            verb = "listed again" if kind == "restore" else "updated"
-            lines.append(f"Profile / PyTorch Profiler: the restored sessions and traces are {verb} once the page "
-                         "is reloaded.")
-    if events:
-        lines.append("Scalars, images, histograms and the other dashboards: this running TensorBoard keeps what it "
-                     "already loaded from the rewritten or removed event files (it never re-reads a file it has "
-                     "read), so it shows the old data until it is restarted. Restart TensorBoard to see the run "
-                     "exactly as it is on disk now.")
-    else:
-        lines.append("Scalars, images, histograms, text, hparams and graphs: no event file changed, so these "
-                     "dashboards show exactly what they showed before; nothing to reload.")
-    return lines

@@ -20,7 +20,7 @@ from tb_footprint_plugin.scan.model import (
     RunFootprint,
     UNATTRIBUTED,
 )
-from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.storage.paths import is_within, recorded_vaults, state_dir
 from tb_footprint_plugin.scan.cache import ScanCache
 
 Progress = Callable[[int, int], None]
@@ -87,16 +87,10 @@ def scan(
 
 def _backup_bytes(sdir: str, backup_dir: Optional[str]) -> int:
     """Bytes of backups (blobs) in the default vault and in every vault this logdir used."""
-    import json
-
     roots = {sdir}
     if backup_dir:
         roots.add(os.path.abspath(backup_dir))
-    try:
-        with open(os.path.join(sdir, "vaults.json"), "r", encoding="utf-8") as f:
-            roots.update(json.load(f))
-    except (OSError, ValueError):
-        pass
+    roots.update(recorded_vaults(sdir))
     return sum(dir_size(os.path.join(r, "blobs")) for r in roots if os.path.isdir(os.path.join(r, "blobs")))
 
 

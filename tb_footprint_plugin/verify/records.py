@@ -16,7 +16,6 @@ from typing import Callable, Collection, Iterator, Optional
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.scan import tfrecord
 
-_HASH_CHUNK = 1 << 20
 
 
 @dataclass
@@ -84,15 +83,6 @@ def check_file(path: str) -> RecordCheck:
 def check_event_files(run_dir: str) -> list[RecordCheck]:
     """Check every ``*tfevents*`` file directly in ``run_dir`` (``.profile-empty`` too)."""
     return [check_file(os.path.join(run_dir, n)) for n in event_file_names(run_dir)]
-
-
-def file_sha256(path: str) -> str:
-    """Hex sha256 of a file's bytes (used to recognise a corrupt file copied unchanged)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_HASH_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _iter_records(path: str) -> Iterator[tuple[str, "tfrecord.Record", "tfrecord.RecordReader"]]:
