@@ -82,7 +82,7 @@ def phase(verb: str, logdir: str, policy: str = "archive") -> dict:
 
 
 def hash_rate(path: str) -> float:
-    from tb_footprint_plugin.vault import sha256_file
+    from tb_footprint_plugin.storage.files import sha256_file
 
     t = time.perf_counter()
     sha256_file(path)

@@ -56,7 +56,7 @@ class _EventSink:
     """Writes TF2-style summary events; metadata goes on a tag's first value only."""
 
     def __init__(self, f):
-        from tb_footprint_plugin.tfrecord import RecordWriter
+        from tb_footprint_plugin.scan.tfrecord import RecordWriter
         from tensorboard.compat.proto import event_pb2
 
         self._pb = event_pb2
@@ -146,7 +146,7 @@ def read_raw(path: str) -> int:
 
 
 def read_footprint(path: str) -> int:
-    from tb_footprint_plugin.eventfile import event_file_stats
+    from tb_footprint_plugin.scan.eventfile import event_file_stats
 
     stats = event_file_stats(path)
     assert stats.status == "ok" and sum(stats.category_bytes().values()) == stats.size
@@ -168,7 +168,7 @@ def _child(reader: str, path: str, repeat: int) -> None:
     from tensorboard.backend.event_processing import event_file_loader  # noqa: F401
     from tensorboard.compat.proto import event_pb2  # noqa: F401
 
-    from tb_footprint_plugin import eventfile  # noqa: F401
+    from tb_footprint_plugin.scan import eventfile  # noqa: F401
 
     fn = READERS[reader]
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -221,7 +221,7 @@ def main(argv=None) -> None:
 
 def _rescan(tmp: str, runs: int) -> None:
     """Cold scan, then re-scan of the unchanged logdir (served from the incremental cache)."""
-    from tb_footprint_plugin.scan import scan
+    from tb_footprint_plugin.scan.scanner import scan
 
     logdir = os.path.join(tmp, "many-runs")
     for i in range(runs):

@@ -3,13 +3,24 @@
 The public API is re-exported lazily so that ``import tb_footprint_plugin`` (done by
 TensorBoard through the entry point's parent package) stays cheap and cannot fail on an
 optional dependency.
+
+Three public verbs share their name with a subpackage (``scan``, ``plan``, ``verify``). Python's
+import system sets a subpackage as an attribute of its parent when it is first imported, which
+would shadow the verb: ``fp.scan(logdir)`` would call a module. The package's module class
+therefore refuses to store a submodule under a public verb's name, so ``__getattr__`` always
+answers with the function whatever was imported before. Inside the package, import such
+subpackages' modules with ``from tb_footprint_plugin.scan import categories`` (never
+``import tb_footprint_plugin.scan.categories as ...``, which goes through the attribute).
 """
+import sys
+import types
+
 from tb_footprint_plugin.version import __version__
 
 _API = {
-    "scan": "tb_footprint_plugin.scan",
-    "LogdirFootprint": "tb_footprint_plugin.model",
-    "RunFootprint": "tb_footprint_plugin.model",
+    "scan": "tb_footprint_plugin.scan.scanner",
+    "LogdirFootprint": "tb_footprint_plugin.scan.model",
+    "RunFootprint": "tb_footprint_plugin.scan.model",
     "plan": "tb_footprint_plugin.api",
     "reduce_logdir": "tb_footprint_plugin.api",
     "verify": "tb_footprint_plugin.api",
@@ -29,3 +40,15 @@ def __getattr__(name):
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+class _Package(types.ModuleType):
+    """This package's module type: a submodule never shadows a public verb of the same name."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return  # the import system binding e.g. the ``scan`` subpackage; the verb wins
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -6,31 +6,44 @@ Failures come back as values (per-run outcomes with reasons); only bad arguments
 """
 from __future__ import annotations
 
-import json
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from tb_footprint_plugin.history import read_history
-from tb_footprint_plugin.journal import pending_journals
-from tb_footprint_plugin.ledger import Ledger
-from tb_footprint_plugin.model import LogdirFootprint
-from tb_footprint_plugin.paths import is_within, state_dir
-from tb_footprint_plugin.plan import DEFAULT_QUIET_PERIOD, Plan, make_plan
-from tb_footprint_plugin.policies import get_policy
-from tb_footprint_plugin.scan import scan
-from tb_footprint_plugin.transaction import (
-    CancelToken,
-    Context,
-    RecoveryOutcome,
-    RunOutcome,
-    TransactionError,
-    recover,
-    reduce_run,
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
+    find_manifest,
+    known_vaults,
+    operation_summary,
+    own_manifests,
+    remember_vault,
+    restorable_ops,
+    summarize_operations,
 )
-from tb_footprint_plugin.vault import Vault, atomic_write_json
+from tb_footprint_plugin.engine.checks import recheck
+from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
+from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
+from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.ledger import Ledger
+from tb_footprint_plugin.engine.purge import PurgeReport, purge_backups
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
+from tb_footprint_plugin.engine.restore import restore_op
+from tb_footprint_plugin.engine.transaction import reduce_run
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.plan.model import Plan
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, make_plan
+from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
+from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
+    category_changes,
+    dashboards_note,
+    labels_for,
+    overview,
+    plan_run_view,
+)
+from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.storage.paths import is_within, state_dir
 
 DEFAULT_BACKENDS = ("python", "rust")
 RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
@@ -49,24 +62,9 @@ def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAU
                    verify_backends=tuple(verify_backends))
 
 
-def known_vaults(ctx: Context) -> List[str]:
-    """The default vault plus every other vault this logdir's operations have used."""
-    roots = [ctx.state]
-    try:
-        with open(os.path.join(ctx.state, "vaults.json"), "r", encoding="utf-8") as f:
-            roots += [r for r in json.load(f) if r not in roots]
-    except (OSError, ValueError):
-        pass
-    if ctx.vault.root not in roots:
-        roots.append(ctx.vault.root)
-    return roots
-
-
-def _remember_vault(ctx: Context) -> None:
-    if ctx.vault.root == ctx.state:
-        return
-    roots = [r for r in known_vaults(ctx) if r != ctx.state]
-    atomic_write_json(os.path.join(ctx.state, "vaults.json"), roots)
+def pending_operations(logdir: str) -> List[str]:
+    """Ids of unfinished operations (journals left behind), oldest first; nothing is settled."""
+    return [j.op_id for j in pending_journals(Context(logdir).journal_dir)]
 
 
 def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
@@ -115,7 +113,7 @@ class ReduceReport:
 
     @property
     def failed(self) -> List[RunOutcome]:
-        return [o for o in self.outcomes if o.status in ("failed", "rolled_back")]
+        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
 
     @property
     def ok(self) -> bool:
@@ -167,11 +165,11 @@ def reduce_logdir(
              older_than=older_than, quiet_period=quiet_period)
     report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered)
     if dry_run:
-        report.outcomes = [RunOutcome(run=rp.run, status="skipped" if rp.skipped else "dry_run",
-                                      reason=rp.skipped, bytes_before=rp.bytes_before,
+        report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
+                                      reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                                       bytes_after=rp.expected_after_bytes) for rp in p.runs]
         return report
-    _remember_vault(ctx)
+    remember_vault(ctx)
     book = None
     if ledger:
         path = os.path.join(ctx.state, "ledger.json") if ledger == "default" else os.path.abspath(ledger)
@@ -183,7 +181,7 @@ def reduce_logdir(
     todo = []
     for rp in p.runs:
         if book and not book.should_run(entries.get(rp.run)):
-            report.outcomes.append(RunOutcome(run=rp.run, status="skipped",
+            report.outcomes.append(RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
                                               reason=f"already {entries[rp.run]['state']} in the ledger",
                                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
             continue
@@ -191,11 +189,9 @@ def reduce_logdir(
 
     def one(rp) -> RunOutcome:
         if cancel is not None and cancel.cancelled:
-            return RunOutcome(run=rp.run, status="skipped", reason="batch cancelled",
+            return RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason="batch cancelled", code=Skip.CANCELLED,
                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-        token = CancelToken(timeout)
-        if cancel is not None:
-            token._event = cancel._event  # one cancel stops every run at its next step
+        token = CancelToken(timeout, parent=cancel)  # one cancel stops every run at its next step
         if book:
             book.mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
 
@@ -207,10 +203,11 @@ def reduce_logdir(
 
         o = reduce_run(ctx, rp, policy=pol.to_dict(), cancel=token, progress=step)
         if book:
-            state = {"verified": "done", "skipped": "skipped"}.get(o.status, "failed")
+            state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             book.mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
                       reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
-                      verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id)
+                      verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id,
+                      code=o.code if state != "done" else None)
         if on_outcome:
             on_outcome(o)
         return o
@@ -219,7 +216,7 @@ def reduce_logdir(
         try:
             return one(rp)
         except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
-            return RunOutcome(run=rp.run, status="failed", reason=f"{type(e).__name__}: {e}",
+            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
 
     if jobs > 1:
@@ -235,68 +232,15 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
     TensorBoard's readers against the original (from the vault)."""
-    import shutil
-
-    from tb_footprint_plugin.categories import is_event_file_name
-    from tb_footprint_plugin.restore import find_manifest, restorable_ops
-    from tb_footprint_plugin.verify import verify_reduction
-
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
     recover_logdir(logdir, backup_dir)
-    manifests = [find_manifest(ctx, op)] if op else restorable_ops(ctx, run)
-    newest = {}
-    for m in restorable_ops(ctx, None):  # newest first
-        newest.setdefault(m["run"], m["op_id"])
-    results = []
-    for m in manifests:
-        vault = Vault(m["vault"])
-        bad = [f["path"] for f in m["files"] if not vault.check_blob(f["sha256"])]
-        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad}
-        if newest.get(m["run"], m["op_id"]) != m["op_id"]:
-            # a later reduction changed the run again: only its own backups can be checked
-            res["verification"] = {"ok": True, "checks": [{"name": "superseded", "ok": True, "detail":
-                                   f"superseded by {newest[m['run']]}; backups re-hashed"}]}
-            res["ok"] = not bad
-            results.append(res)
-            continue
-        run_dir = ctx.abs(m["run"])
-        tmp = os.path.join(vault.tmp, f"verify-{m['op_id']}-{os.getpid()}")
-        orig, cur = os.path.join(tmp, "original"), os.path.join(tmp, "reduced")
-        os.makedirs(orig, exist_ok=True)
-        os.makedirs(cur, exist_ok=True)
-        try:
-            by_name = {os.path.basename(f["path"]): f for f in m["files"]
-                       if os.path.dirname(f["path"]) == (m["run"] if m["run"] != "." else "")}
-            names = set(by_name)
-            if os.path.isdir(run_dir):
-                names |= {n for n in os.listdir(run_dir) if is_event_file_name(n)}
-            for n in sorted(names):
-                if not is_event_file_name(n):
-                    continue
-                f = by_name.get(n)
-                os.symlink(vault.blob_path(f["sha256"]) if f else os.path.join(run_dir, n), os.path.join(orig, n))
-                if os.path.isfile(os.path.join(run_dir, n)):
-                    os.symlink(os.path.join(run_dir, n), os.path.join(cur, n))
-            exp = None
-            modes = (m.get("verification") or {}).get("expectations")
-            if modes:
-                from tb_footprint_plugin.verify import Expectations
-
-                exp = Expectations(plugin_modes=modes)
-            vr = verify_reduction(orig, cur, exp, backends=tuple(verify_backends)).to_dict()
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        res["verification"] = vr
-        res["ok"] = bool(vr.get("ok")) and not bad
-        results.append(res)
-    return results
+    return recheck(ctx, run, op)
 
 
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
             backup_dir: Optional[str] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir."""
-    from tb_footprint_plugin.restore import find_manifest, restorable_ops, restore_op
 
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
@@ -311,18 +255,6 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     return outcomes
 
 
-@dataclass
-class PurgeReport:
-    """What a purge freed (or, without ``yes``, would free)."""
-
-    dry_run: bool
-    ops: List[dict]
-    freed_bytes: int
-
-    def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes}
-
-
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
           yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
@@ -330,61 +262,9 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     A blob another kept operation, or an unfinished one, still needs is never deleted; a run
     being changed right now is passed over.
     """
-    from tb_footprint_plugin.journal import RunLock, RunLocked
-    from tb_footprint_plugin.restore import own_manifests
-    from tb_footprint_plugin.transaction import journal_blobs, unsettled_op
-
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
-    now = time.time()
-    candidates = []
-    for m in own_manifests(ctx):
-        if m.get("kind") != "reduce" or m.get("backup_purged"):
-            continue
-        if (op and m["op_id"] != op) or (run is not None and m["run"] != run):
-            continue
-        if older_than is not None and m.get("finished_at", now) > now - older_than:
-            continue
-        candidates.append(m)
-    locks, chosen = {}, []
-    try:
-        for m in candidates:
-            if yes and m["run"] not in locks:
-                try:
-                    locks[m["run"]] = RunLock(ctx.lock_dir, m["run"]).acquire()
-                except (RunLocked, OSError):
-                    continue  # being changed right now: purge it another time
-                if unsettled_op(ctx, m["run"]):
-                    continue
-            chosen.append(m)
-        freed, listed = 0, []
-        by_vault: Dict[str, List[dict]] = {}
-        for m in chosen:
-            by_vault.setdefault(m["vault"], []).append(m)
-        pending = journal_blobs(ctx)
-        for root, ms in by_vault.items():
-            vault = Vault(root)
-            keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
-            seen = set()
-            for m in ms:
-                shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
-                seen.update(shas)
-                if yes:
-                    # the manifest stops claiming a backup before any blob goes
-                    m["backup_purged"] = True
-                    m["purged_at"] = now
-                    vault.write_manifest(m)
-                    size = sum(vault.delete_blob(sha) for sha in shas)
-                else:
-                    size = sum(os.lstat(vault.blob_path(sha)).st_size for sha in shas
-                               if os.path.exists(vault.blob_path(sha)))
-                freed += size
-                listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
-                               "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
-    finally:
-        for lock in locks.values():
-            lock.release()
-    return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed)
+    return purge_backups(ctx, older_than=older_than, run=run, yes=yes, op=op)
 
 
 def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
@@ -393,8 +273,6 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
     vault_bytes = 0
-    from tb_footprint_plugin.restore import own_manifests
-
     for root in known_vaults(ctx):
         vault_bytes += Vault(root).size()
     for m in own_manifests(ctx):
@@ -413,19 +291,19 @@ def history(logdir: str) -> List[dict]:
 
 
 __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history",
-           "recover_logdir", "ReduceReport", "PurgeReport"]
+           "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
+           "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
+           "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:
     """The full manifest of one operation (files, plan, verification with scalar series)."""
-    from tb_footprint_plugin.restore import find_manifest
 
     return find_manifest(_context(logdir, backup_dir), op_id)
 
 
 def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """Every operation's manifest (newest first), optionally for one run."""
-    from tb_footprint_plugin.restore import own_manifests
 
     ctx = _context(logdir, backup_dir)
     out = [m for m in own_manifests(ctx) if run is None or m.get("run") == run]

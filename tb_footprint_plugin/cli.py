@@ -6,7 +6,8 @@ import json
 import sys
 from typing import List, Optional
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
 from tb_footprint_plugin.version import __version__
 
@@ -43,7 +44,7 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
 
 
 def cmd_scan(args) -> int:
-    from tb_footprint_plugin.scan import scan
+    from tb_footprint_plugin.scan.scanner import scan
 
     fp = scan(args.logdir, backup_dir=args.backup_dir, use_cache=not args.no_cache)
     if args.json:
@@ -105,21 +106,15 @@ def _per_tag(text: str) -> dict:
 
 def _policy(args):
     """--policy, refined by custom rules given as flags."""
-    if not (args.delete or args.keep or args.keep_latest is not None or args.keep_per_tag):
-        return args.policy
-    rules = {c: "delete" for c in args.delete}
-    rules.update({c: "keep" for c in args.keep})
-    d = {"name": f"custom({args.policy})", "base": args.policy, "rules": rules}
-    if args.keep_latest is not None:
-        d["keep_latest"] = args.keep_latest
-    if args.keep_per_tag:
-        d["content"] = {"keep_per_tag": args.keep_per_tag}
-    return d
+    from tb_footprint_plugin import api
+
+    return api.custom_policy(args.policy, delete=args.delete, keep=args.keep, keep_latest=args.keep_latest,
+                             keep_per_tag=args.keep_per_tag)
 
 
 def _print_plan(p) -> None:
     print(f"policy {p.policy['name']}: {p.policy['description']}")
-    idle = [rp for rp in p.runs if rp.skipped and rp.skipped.startswith("nothing")]
+    idle = [rp for rp in p.runs if rp.code == Skip.NOTHING]
     for rp in p.runs:
         if rp in idle:
             continue
@@ -158,7 +153,7 @@ def cmd_plan(args) -> int:
 
 
 def cmd_policies(args) -> int:
-    from tb_footprint_plugin.policies import list_policies
+    from tb_footprint_plugin.plan.policies import list_policies
 
     pols = list_policies()
     if args.json:
@@ -303,11 +298,10 @@ def cmd_status(args) -> int:
 
 def cmd_history(args) -> int:
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.history import history_csv
 
     entries = api.history(args.logdir)
     if args.csv:
-        sys.stdout.write(history_csv(entries))
+        sys.stdout.write(api.history_csv(entries))
     elif args.json:
         _dump(entries)
     else:

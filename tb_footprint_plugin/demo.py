@@ -15,7 +15,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from tb_footprint_plugin import categories, synth
+from tb_footprint_plugin import synth
+from tb_footprint_plugin.scan import categories
 
 MARKER = ".footprint-demo"
 _STAGING = ".footprint-demo-staging"

@@ -15,10 +15,11 @@ import pytest
 
 from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api, synth
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.policies import policy_from_dict
-from tb_footprint_plugin.scan import scan
-from tb_footprint_plugin.tfrecord import RecordReader
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.plan import rules as content_rules
+from tb_footprint_plugin.plan.policies import policy_from_dict
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.transforms import event_rewrite as er
 from tb_footprint_plugin.transforms import trace_slim as ts
 from tb_footprint_plugin.verify import data_server_binary, read_view
@@ -217,7 +218,7 @@ def test_restarts_multi_value_events_and_first_value_metadata(tmp_path):
     run = logdir / "restart"
     before_files = user_files(logdir)
     rust0, py0 = views_of(run, "rust"), views_of(run, "python", store_all=True)
-    rules = er.Rules.from_content(ARCHIVE_CONTENT)
+    rules = content_rules.Rules.from_content(ARCHIVE_CONTENT)
     sel = er.select_run(str(run), rules, er.event_file_names(str(run)))
     tags = sel.tags
     assert tags["h"]["kept"] == tags["h"]["records"] and "restart" in tags["h"]["why"]
@@ -328,7 +329,7 @@ def test_stage_refuses_a_damaged_or_changed_file(tmp_path):
     with pytest.raises(er.RewriteError, match="never rewritten"):
         er.rewrite_event_file(str(src), str(tmp_path / "out3"), mask)
     with pytest.raises(er.RewriteError, match="never rewritten"):
-        er.select_run(str(run), er.Rules.from_content(ARCHIVE_CONTENT), [src.name])
+        er.select_run(str(run), content_rules.Rules.from_content(ARCHIVE_CONTENT), [src.name])
 
 
 @needs_rust
@@ -379,10 +380,10 @@ def test_archive_content_on_real_writer_output(tmp_path, name):
     for r in runs:
         rust1 = views_of(logdir / r, "rust")
         py1 = views_of(logdir / r, "python", store_all=True)
-        plugins = set(rust0[r].plugins) - set(er.RUN_METADATA_PLUGINS)
+        plugins = set(rust0[r].plugins) - set(content_rules.RUN_METADATA_PLUGINS)
         assert_same_view(rust0[r], rust1, plugins)
         assert_same_view(py0[r], py1, ("scalars", "hparams", "text"))
-        assert_subset_first_last(py0[r], py1, set(py0[r].plugins) - set(er.RUN_METADATA_PLUGINS))
+        assert_subset_first_last(py0[r], py1, set(py0[r].plugins) - set(content_rules.RUN_METADATA_PLUGINS))
     if name == "tf/summary_mix":
         rp = plan.run(".")
         assert any(a.kind == "rewrite" for a in rp.actions)
@@ -427,13 +428,13 @@ def test_evenly_spaced_keeps_first_and_last():
 
 
 def test_rules_from_content():
-    r = er.Rules.from_content({"downsample": {"histograms": "dashboard_exact", "*": "keep"},
+    r = content_rules.Rules.from_content({"downsample": {"histograms": "dashboard_exact", "*": "keep"},
                                "keep_per_tag": {"images": 5, "distributions": 20}})
     assert r.mode("histograms") == 20 and r.mode("images") == 5 and r.mode("audio") is None
     assert r.mode("scalars") is None and r.mode("text") is None
-    assert er.Rules.from_content(ARCHIVE_CONTENT).mode("pr_curves") == er.DASHBOARD_EXACT
+    assert content_rules.Rules.from_content(ARCHIVE_CONTENT).mode("pr_curves") == content_rules.DASHBOARD_EXACT
     with pytest.raises(ValueError):
-        er.Rules.from_content({"keep_per_tag": {"images": 1}})
+        content_rules.Rules.from_content({"keep_per_tag": {"images": 1}})
 
 
 def assert_subset_last(before, after, plugins):
@@ -510,14 +511,14 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
 
     # selection level: dashboard-exact (strict) keeps the first step, impossible at this length
     name = er.event_file_names(str(run))[0]
-    strict = er.select_run(str(run), er.Rules.from_content({"downsample": "dashboard_exact"}), [name])
+    strict = er.select_run(str(run), content_rules.Rules.from_content({"downsample": "dashboard_exact"}), [name])
     assert strict.tags["h"]["kept"] == 1500
     # metadata: the first record may go only if the first kept one carries the same metadata;
     # otherwise the tag is kept whole and the selection says why (never silently)
     from tb_footprint_plugin.verify import compare
 
-    assert er.DEFAULT_VIEW_EXACT_MODE == compare.DEFAULT_VIEW_EXACT in compare.MODES
-    rules = er.Rules.from_content({"downsample": "default_view"})
+    assert content_rules.DEFAULT_VIEW_EXACT_MODE == compare.DEFAULT_VIEW_EXACT in compare.MODES
+    rules = content_rules.Rules.from_content({"downsample": "default_view"})
     for policy, kept in (("every", 100), ("first", 1500)):
         d = tmp_path / f"tf2-{policy}"
         with synth.EventWriter(str(d), metadata=policy) as w:
@@ -531,7 +532,7 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
             assert sel.expectations == {}
             assert any("kept in full: default_view:" in note for note in sel.notes), sel.notes
         else:
-            assert sel.expectations == {"histograms": er.DEFAULT_VIEW_EXACT_MODE}
+            assert sel.expectations == {"histograms": content_rules.DEFAULT_VIEW_EXACT_MODE}
             assert any("--load_fast=false" in note for note in sel.notes), sel.notes
 
 

@@ -12,10 +12,11 @@ import pytest
 from conftest import real, real_event_files
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
-from tb_footprint_plugin import categories as C
-from tb_footprint_plugin import eventfile, tfrecord
-from tb_footprint_plugin.eventfile import EventFileStats, event_file_stats
-from tb_footprint_plugin.tfrecord import RecordWriter, frame
+from tb_footprint_plugin.scan import categories as C
+from tb_footprint_plugin.scan import eventfile
+from tb_footprint_plugin.scan import tfrecord
+from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
+from tb_footprint_plugin.scan.tfrecord import RecordWriter, frame
 
 LEGACY = {"simple_value": "scalars", "histo": "histograms", "image": "images", "audio": "audio"}
 FIXED = {

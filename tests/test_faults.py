@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, copy_real, tree_hashes
-from tb_footprint_plugin import api, faults
-from tb_footprint_plugin.paths import state_dir
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.paths import state_dir
 
 REDUCE_STEPS = ["after_begin", "before_store", "after_backup", "before_stage", "after_stage",
                 "after_verify", "after_swap_record", "mid_swap", "after_swap", "after_commit"]
@@ -151,7 +152,7 @@ def test_restore_interrupted_is_finished(tmp_path, step, mode):
 def test_disk_full_before_anything_is_written(tmp_path, monkeypatch):
     logdir = copy_real("torch/profiled", tmp_path / "logdir")
     before = user_files(logdir)
-    from tb_footprint_plugin import transaction
+    from tb_footprint_plugin.engine import transaction
 
     monkeypatch.setattr(transaction.shutil, "disk_usage",
                         lambda p: shutil._ntuple_diskusage(10 << 30, 10 << 30, 1000))

@@ -23,7 +23,8 @@ from werkzeug.test import Client
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 
-from tb_footprint_plugin import faults, synth
+from tb_footprint_plugin import synth
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.loader import FootprintLoader, parse_quiet_period
 from tb_footprint_plugin.plugin import plugin as plugin_mod
 from tb_footprint_plugin.plugin.plugin import FootprintPlugin
@@ -257,8 +258,8 @@ def test_loader_module_is_light():
     import sys
 
     code = ("import sys; import tb_footprint_plugin.loader; "
-            "heavy = [m for m in ('tb_footprint_plugin.scan', 'tb_footprint_plugin.api', "
-            "'tb_footprint_plugin.plugin.plugin', 'tb_footprint_plugin.transaction', 'werkzeug') "
+            "heavy = [m for m in ('tb_footprint_plugin.scan.scanner', 'tb_footprint_plugin.api', "
+            "'tb_footprint_plugin.plugin.plugin', 'tb_footprint_plugin.engine.transaction', 'werkzeug') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -457,7 +458,7 @@ def test_missing_logdir_and_first_scan(tmp_path, monkeypatch):
 
     def slow_scan(*a, **k):
         gate.wait(30)
-        from tb_footprint_plugin.scan import scan
+        from tb_footprint_plugin.scan.scanner import scan
 
         return scan(*a, **k)
 

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.cli import main as cli_main
-from tb_footprint_plugin.scan import scan
+from tb_footprint_plugin.scan.scanner import scan
 
 BACKENDS = ("python", "rust")
 
@@ -191,8 +191,8 @@ def test_active_run_is_left_alone(tmp_path):
 
 
 def test_two_reducers_at_once(tmp_path):
-    from tb_footprint_plugin.journal import RunLock
-    from tb_footprint_plugin.paths import state_dir
+    from tb_footprint_plugin.engine.journal import RunLock
+    from tb_footprint_plugin.storage.paths import state_dir
 
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
     before = user_files(logdir)

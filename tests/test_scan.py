@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from conftest import REAL_LOGDIRS, copy_real
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.cli import main as cli_main
-from tb_footprint_plugin.model import UNATTRIBUTED, footprint_from_dict
-from tb_footprint_plugin.scan import scan
-from tb_footprint_plugin.tfrecord import RecordWriter
+from tb_footprint_plugin.scan.model import UNATTRIBUTED, footprint_from_dict
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.scan.tfrecord import RecordWriter
 
 
 def walk_total(root, skip=(".tb-footprint",)):
@@ -185,7 +185,7 @@ def test_concurrent_scans_leave_a_valid_cache(tmp_path):
     for i in range(20):
         (logdir / f"r{i}").mkdir(parents=True)
         _write_events(logdir / f"r{i}" / "events.out.tfevents.1.h")
-    code = f"from tb_footprint_plugin.scan import scan; scan({str(logdir)!r})"
+    code = f"from tb_footprint_plugin.scan.scanner import scan; scan({str(logdir)!r})"
     procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(4)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
     with open(logdir / ".tb-footprint" / "scan-cache.json") as f:

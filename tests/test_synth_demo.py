@@ -20,7 +20,8 @@ import zlib
 import pytest
 
 from conftest import real as real_fixture
-from tb_footprint_plugin import categories, demo, synth
+from tb_footprint_plugin import demo, synth
+from tb_footprint_plugin.scan import categories
 
 EVENT_NAME_RE = re.compile(r"^events\.out\.tfevents\.\d{10}\.[\w.-]+\.\d+\.\d+(\.v2)?$")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import real_event_files
-from tb_footprint_plugin import tfrecord
-from tb_footprint_plugin.tfrecord import Record, RecordReader, RecordWriter, frame, iter_framed, masked_crc32c
+from tb_footprint_plugin.scan import tfrecord
+from tb_footprint_plugin.scan.tfrecord import Record, RecordReader, RecordWriter, frame, iter_framed, masked_crc32c
 
 
 @pytest.fixture

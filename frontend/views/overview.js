@@ -152,7 +152,7 @@ export class OverviewView {
       let free;
       if (job) free = el('span', {class: 'pill pill-busy', text: 'job running'});
       else if (r.removable_bytes > 0) free = el('span', {text: bytes(r.removable_bytes)});
-      else free = el('span', {class: 'muted', title: r.skipped || '', text: r.skipped && r.skipped.startsWith('active') ? 'active' : '—'});
+      else free = el('span', {class: 'muted', title: r.skipped || '', text: r.code === 'active' ? 'active' : '—'});
       const act = button('Reduce…', () => reduceFlow(this.model, [r.name], this.onError),
         {kind: 'flat', disabled: !!lock || !(r.removable_bytes > 0), title: lock || (r.removable_bytes > 0 ? 'Dry run, then confirm' : (r.skipped || 'Nothing to reduce'))});
       act.classList.add('reduce-run');
@@ -171,4 +171,3 @@ export class OverviewView {
   }
 }
 
-export {color};

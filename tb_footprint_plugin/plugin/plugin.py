@@ -46,6 +46,7 @@ class ScanService:
         self._error: Optional[str] = None
         self._thread: Optional[threading.Thread] = None
         self._dirty = False
+        self._dirty_at_start = False  # the running scan started on a logdir known to have changed
         self._generation = 0
         self._progress = (0, 0)
         self._started_at: Optional[float] = None
@@ -56,6 +57,11 @@ class ScanService:
         self._gate = event
 
     # --- background refresh ---------------------------------------------------------------
+    def start(self) -> None:
+        """Start a scan unless one is running (the first scan, right after recovery)."""
+        with self._cond:
+            self._start_locked()
+
     def _start_locked(self) -> None:
         if self._thread is not None and self._thread.is_alive():
             return
@@ -80,7 +86,7 @@ class ScanService:
         try:
             fn = self._scan_fn
             if fn is None:
-                from tb_footprint_plugin.scan import scan as fn
+                from tb_footprint_plugin.scan.scanner import scan as fn
 
             def progress(done, total):
                 self._progress = (done, total)
@@ -139,7 +145,7 @@ class ScanService:
             return self._fp, self._meta_locked()
 
     def _pending_change_locked(self) -> bool:
-        return self._dirty or (self._thread is not None and getattr(self, "_dirty_at_start", False))
+        return self._dirty or (self._thread is not None and self._dirty_at_start)
 
     def peek(self):
         """The last scan without starting anything (``is_active`` uses it)."""
@@ -194,10 +200,9 @@ class Recovery:
         threading.Thread(target=self._run, daemon=True, name="footprint-recovery").start()
 
     def _pending(self) -> list:
-        from tb_footprint_plugin.journal import pending_journals
-        from tb_footprint_plugin.paths import state_dir
+        from tb_footprint_plugin import api
 
-        return [j.op_id for j in pending_journals(os.path.join(state_dir(self.logdir), "journal"))]
+        return api.pending_operations(self.logdir)
 
     def _run(self) -> None:
         try:
@@ -284,8 +289,7 @@ class FootprintPlugin(base_plugin.TBPlugin):
         self.routes = Routes(self)
         if start_background and self.local:
             self.recovery.start()
-            with self.scans._cond:
-                self.scans._start_locked()  # first scan, right after recovery
+            self.scans.start()  # first scan, right after recovery
         else:  # tests build the plugin without background work
             self.recovery.state = "skipped"
             self.recovery.detail = "the logdir is not local" if not self.local else "not started"

@@ -87,34 +87,11 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.tfrecord import RecordReader, RecordWriter
-from tb_footprint_plugin.vault import HashingReader
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
+from tb_footprint_plugin.plan.rules import DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE, RUST_CAPACITY, Rules
+from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file
 
-DASHBOARD_EXACT = "dashboard_exact"
-#: Like dashboard-exact, but the first step is not forced into the reduced run when the
-#: default reader does not show it (and the tag's metadata is on the records it keeps).
-#: Verified with the ``default_view_exact`` mode (Rust view identical, other backend a
-#: subset with the last step). A tag for which that is impossible is kept in full.
-DEFAULT_VIEW = "default_view"
-DEFAULT_VIEW_EXACT_MODE = "default_view_exact"
-KEEP = "keep"
-
-#: Plugins never downsampled: protected ones, graphs and their sub-plugins, layouts.
-NEVER_DOWNSAMPLE = frozenset(cat.PROTECTED_PLUGINS) | frozenset({
-    "custom_scalars", "graphs", "graph_keras_model", "graph_run_metadata",
-    "graph_run_metadata_graph", "graph_tagged_run_metadata", "projector", "",
-})
-#: Plugins dropped by ``strip_run_metadata``: step stats (performance data).
-RUN_METADATA_PLUGINS = ("graph_tagged_run_metadata", "graph_run_metadata")
-#: The Rust data server's default reservoir size per data class (``run.rs``).
-RUST_CAPACITY = {"tensor": 100, "blob_sequence": 10}
-#: Python's default storage (``data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE``), for the plan.
-PYTHON_CAPACITY = {"histograms": 500, "images": 10, "audio": 10, "pr_curves": 100}
-ALIASES = {"distributions": "histograms"}
-
-_LEGACY_PLUGIN = {"simple_value": cat.SCALARS, "histo": cat.HISTOGRAMS, "image": cat.IMAGES,
-                  "audio": cat.AUDIO}
 #: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
 #: the weakest, which all of them meet).
 _STRICTNESS = {"default_view_identical": 3, DEFAULT_VIEW_EXACT_MODE: 2, "subset": 1, "removed": 0}
@@ -126,80 +103,6 @@ _REC_MASK = (1 << _REC_BITS) - 1
 
 class RewriteError(RuntimeError):
     """The file cannot be rewritten safely (changed, damaged, or inconsistent with the plan)."""
-
-
-# ---------------------------------------------------------------------------------------
-# rules
-# ---------------------------------------------------------------------------------------
-@dataclass
-class Rules:
-    """Content rules for event files, from a policy's ``content`` dict.
-
-    ``downsample``: ``"dashboard_exact"`` or ``"default_view"`` (every downsampleable plugin)
-    or a dict plugin -> ``"dashboard_exact"`` | ``"default_view"`` | ``"keep"`` (key ``"*"``:
-    the default for other plugins);
-    ``keep_per_tag``: plugin -> N (overrides ``downsample`` for that plugin);
-    ``strip_run_metadata``, ``dedupe_graphs``: booleans.
-    """
-
-    per_plugin: Dict[str, object] = field(default_factory=dict)
-    default: Optional[str] = None
-    strip_run_metadata: bool = False
-    dedupe_graphs: bool = False
-
-    @classmethod
-    def from_content(cls, content: Optional[dict]) -> "Rules":
-        content = content or {}
-        r = cls(strip_run_metadata=bool(content.get("strip_run_metadata")),
-                dedupe_graphs=bool(content.get("dedupe_graphs")))
-        ds = content.get("downsample")
-        if ds is True or ds == DASHBOARD_EXACT:
-            r.default = DASHBOARD_EXACT
-        elif ds == DEFAULT_VIEW:
-            r.default = DEFAULT_VIEW
-        elif isinstance(ds, dict):
-            for plugin, mode in ds.items():
-                if mode in (True, DASHBOARD_EXACT):
-                    mode = DASHBOARD_EXACT
-                elif mode == DEFAULT_VIEW:
-                    pass
-                elif mode in (False, None, KEEP):
-                    mode = KEEP
-                else:
-                    raise ValueError(f"downsample[{plugin!r}]: unknown mode {mode!r}")
-                if plugin == "*":
-                    r.default = None if mode == KEEP else mode
-                else:
-                    r.per_plugin[ALIASES.get(plugin, plugin)] = mode
-        elif ds not in (None, False, KEEP):
-            raise ValueError(f"downsample: unknown value {ds!r}")
-        for plugin, n in (content.get("keep_per_tag") or {}).items():
-            if not isinstance(n, int) or isinstance(n, bool) or n < 2:
-                raise ValueError(f"keep_per_tag[{plugin!r}] must be a whole number ≥ 2 (first and last)")
-            r.per_plugin[ALIASES.get(plugin, plugin)] = n
-        return r
-
-    @classmethod
-    def from_params(cls, d: dict) -> "Rules":
-        return cls(per_plugin=dict(d.get("per_plugin") or {}), default=d.get("default"),
-                   strip_run_metadata=bool(d.get("strip_run_metadata")),
-                   dedupe_graphs=bool(d.get("dedupe_graphs")))
-
-    def to_params(self) -> dict:
-        return {"per_plugin": dict(self.per_plugin), "default": self.default,
-                "strip_run_metadata": self.strip_run_metadata, "dedupe_graphs": self.dedupe_graphs}
-
-    def mode(self, plugin: str):
-        """``"dashboard_exact"``, ``"default_view"``, an int cap, or None (kept as is)."""
-        if plugin in NEVER_DOWNSAMPLE:
-            return None
-        m = self.per_plugin.get(plugin, self.default)
-        return None if m in (None, KEEP) else m
-
-    @property
-    def active(self) -> bool:
-        return bool(self.strip_run_metadata or self.dedupe_graphs or self.default
-                    or any(v != KEEP for v in self.per_plugin.values()))
 
 
 # ---------------------------------------------------------------------------------------
@@ -509,7 +412,7 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
                     for v in values:
                         if v.tag not in binding:
                             kind = v.WhichOneof("value")
-                            binding[v.tag] = _LEGACY_PLUGIN.get(kind) or (
+                            binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
                                 v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
                             mode = rules.mode(binding[v.tag])
                             if mode is not None and kind is not None:
@@ -787,9 +690,8 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
             data = b"".join(pending)
             raw_out.write(data)
             out_sha.update(data)
-        raw_out.flush()
-        os.fsync(raw_out.fileno())
-        while raw_in.read(1 << 20):  # hash any unread tail (there is none when status is ok)
+        fsync_file(raw_out)
+        while raw_in.read(CHUNK):  # hash any unread tail (there is none when status is ok)
             pass
     if reader.status != "ok":
         raise RewriteError(f"{name}: {reader.status} at offset {reader.error_offset}; "

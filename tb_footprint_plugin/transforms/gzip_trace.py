@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import os
 
-CHUNK = 1 << 20
+from tb_footprint_plugin.storage.files import CHUNK, fsync_file, sha256_stream
+
 LEVEL = 6  # gzip's default: most of -9's ratio on kineto JSON at several times the speed
 
 
@@ -27,15 +27,12 @@ def gzip_file(src: str, dst: str, level: int = LEVEL) -> str:
                     break
                 h.update(b)
                 fo.write(b)
-        raw.flush()
-        os.fsync(raw.fileno())
+        fsync_file(raw)
     return h.hexdigest()
 
 
 def gunzip_sha256(path: str) -> str:
     """sha256 of the decompressed content of ``path`` (streaming); raises on a damaged file."""
-    from tb_footprint_plugin.vault import sha256_stream
-
     with gzip.open(path, "rb") as f:
         return sha256_stream(f)
 

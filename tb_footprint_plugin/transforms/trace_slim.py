@@ -43,60 +43,18 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL
-from tb_footprint_plugin.vault import HashingReader
+from tb_footprint_plugin.plan.rules import TraceOptions
+from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file, sha256_file
 
-CHUNK = 1 << 20
 MAX_VALUE = 256 << 20  # a single JSON value (one trace event, or a header value) larger than this is refused
 REMOVAL_KINDS = ("python_function", "memory", "after_steps", "short")
 
 
 class TraceFormatError(ValueError):
     """The input is not a Chrome trace this tool can rewrite safely."""
-
-
-@dataclass
-class TraceOptions:
-    whitespace: bool = True
-    drop_python_function: bool = False
-    drop_memory: bool = False
-    keep_steps: Optional[int] = None
-    min_dur_us: Optional[float] = None
-
-    @classmethod
-    def from_dict(cls, d: Optional[dict]) -> "TraceOptions":
-        d = dict(d or {})
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"trace: unknown option(s) {sorted(unknown)}")
-        o = cls(**d)
-        if o.keep_steps is not None and (not isinstance(o.keep_steps, int) or isinstance(o.keep_steps, bool)
-                                         or o.keep_steps < 1):
-            raise ValueError("trace.keep_steps must be a whole number ≥ 1 (or null)")
-        if o.min_dur_us is not None and (isinstance(o.min_dur_us, bool)
-                                         or not isinstance(o.min_dur_us, (int, float)) or o.min_dur_us < 0):
-            raise ValueError("trace.min_dur_us must be a number ≥ 0 (or null)")
-        return o
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def describe(self) -> List[str]:
-        out = []
-        if self.whitespace:
-            out.append("whitespace removed")
-        if self.drop_python_function:
-            out.append("python_function events dropped")
-        if self.drop_memory:
-            out.append("[memory] events dropped")
-        if self.keep_steps is not None:
-            out.append(f"only the first {self.keep_steps} ProfilerStep span(s) kept")
-        if self.min_dur_us is not None:
-            out.append(f"events shorter than {self.min_dur_us:g} µs dropped")
-        return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -382,8 +340,7 @@ class _GzOut:
     def close(self) -> None:
         self.flush()
         self.gz.close()
-        self.raw.flush()
-        os.fsync(self.raw.fileno())
+        fsync_file(self.raw)
         self.raw.close()
 
 
@@ -582,13 +539,9 @@ def stage_trace_slim(action, src: str, tmp: str, sha: str) -> dict:
     except Exception:
         os.unlink(tmp)
         raise
-    h = hashlib.sha256()
-    with open(tmp, "rb") as f:
-        for b in iter(lambda: f.read(CHUNK), b""):
-            h.update(b)
     return {
         "size": os.path.getsize(tmp),
-        "sha256": h.hexdigest(),
+        "sha256": sha256_file(tmp),
         "transform": "trace_slim",
         "events_before": stats["events_before"],
         "events_after": stats["events_after"],

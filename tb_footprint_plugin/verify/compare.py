@@ -29,7 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
-from tb_footprint_plugin import categories
+from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.verify import records, views
 from tb_footprint_plugin.verify.views import RunView, TagView, TensorPayload
 
@@ -224,7 +225,7 @@ def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations) -> li
 def _same_bytes(a: str, b: str) -> bool:
     if os.path.getsize(a) != os.path.getsize(b):
         return False
-    return records.file_sha256(a) == records.file_sha256(b)
+    return sha256_file(a) == sha256_file(b)
 
 
 # --- run presence and reader errors ------------------------------------------------------

@@ -14,7 +14,7 @@ import os
 import tempfile
 from typing import Dict, Optional, Tuple
 
-from tb_footprint_plugin.journal import exclusive
+from tb_footprint_plugin.storage.lock import exclusive
 
 CACHE_VERSION = 2
 CACHE_NAME = "scan-cache.json"

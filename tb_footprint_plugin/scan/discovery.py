@@ -18,9 +18,9 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.model import UNATTRIBUTED
-from tb_footprint_plugin.paths import STATE_DIR_NAME, is_within
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan.model import UNATTRIBUTED
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_within
 
 
 @dataclass

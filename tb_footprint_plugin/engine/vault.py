@@ -16,98 +16,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import getpass
-import hashlib
 import json
 import os
-import shutil
 import socket
-import stat
 import tempfile
 from typing import Iterable, List, Optional
 
-CHUNK = 1 << 20
-
+from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
-
-
-def sha256_stream(f) -> str:
-    """Streaming sha256 of a binary file object (bounded memory)."""
-    h = hashlib.sha256()
-    while True:
-        b = f.read(CHUNK)
-        if not b:
-            break
-        h.update(b)
-    return h.hexdigest()
-
-
-class HashingReader:
-    """A read-only binary file that hashes what is read through it (proves a streamed input
-    is the file that was backed up, without a second pass)."""
-
-    def __init__(self, f):
-        self._f = f
-        self.sha = hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        b = self._f.read(n)
-        self.sha.update(b)
-        return b
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._f.tell()
-
-    def fileno(self) -> int:
-        return self._f.fileno()
-
-    def seekable(self) -> bool:
-        return False
-
-
-def sha256_file(path: str) -> str:
-    """Streaming sha256 of a file."""
-    with open(path, "rb") as f:
-        return sha256_stream(f)
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename or unlink in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_json(path: str, obj) -> None:
-    """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(d)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def copy_file(src: str, dst: str) -> None:
-    """Copy bytes with fsync (metadata is restored separately)."""
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
-        shutil.copyfileobj(fi, fo, CHUNK)
-        fo.flush()
-        os.fsync(fo.fileno())
 
 
 def who() -> dict:
@@ -173,7 +91,7 @@ class Vault:
             fsync_dir(os.path.dirname(blob))
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
-        if not stat.S_ISREG(os.lstat(blob).st_mode):  # never a link standing for a backup
+        if not is_regular(blob):  # never a link standing for a backup
             os.unlink(blob)
             raise VaultError(errno.EIO, f"backup of {path} is not a regular file; refusing")
         got = sha256_file(blob)

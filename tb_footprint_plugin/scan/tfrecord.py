@@ -43,6 +43,8 @@ from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 import google_crc32c
 import numpy as np
 
+from tb_footprint_plugin.storage.files import CHUNK
+
 __all__ = [
     "masked_crc32c",
     "frame",
@@ -61,7 +63,7 @@ _OVERHEAD = 16  # header + u32 data CRC
 _SEP = b"\0" * 7  # bytes 1..7 of the length field of every record with len < 256
 _PAD = bytes(16)  # lets numpy read 8-byte words at any position up to the logical end
 
-_CHUNK = 1 << 20  # ~6x this is the peak working set of a scan
+_CHUNK = CHUNK  # ~6x this is the peak working set of a scan
 _MIN_RUN_FOR_SPLIT = 16  # consecutive small records seen by the walker before splitting
 _MIN_WINDOW = 4 << 10
 _FIRST_WINDOW = 64 << 10

@@ -7,11 +7,13 @@ a policy that tries, and event files are never deleted by a file-level rule.
 from __future__ import annotations
 
 import json
+import sys
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.plan.rules import Rules, TraceOptions
+from tb_footprint_plugin.scan import categories as cat
 
 KEEP, DELETE, COMPRESS = "keep", "delete", "compress"
 
@@ -139,14 +141,31 @@ def _load_file(path: str) -> dict:
         with open(path, "rb") as f:
             raw = f.read()
         if path.endswith(".toml"):
-            try:
+            if sys.version_info >= (3, 11):
                 import tomllib
-            except ImportError as e:  # Python < 3.11
-                raise PolicyError(f"{path}: TOML policy files need Python 3.11+; use JSON") from e
+            else:  # the same parser, as a package (an install requirement below 3.11)
+                import tomli as tomllib
             return tomllib.loads(raw.decode("utf-8"))
         return json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as e:
         raise PolicyError(f"cannot read policy file {path}: {e}") from e
+
+
+def custom_policy(base: str, *, delete: Sequence[str] = (), keep: Sequence[str] = (),
+                  keep_latest: Optional[int] = None, keep_per_tag: Optional[Dict[str, int]] = None):
+    """``base`` refined by per-category rules: the policy spec both front ends build from a
+    user's choices (CLI flags, the tab's form). Returns ``base`` itself when nothing refines it,
+    else a policy dict for ``get_policy``."""
+    if not (delete or keep or keep_latest is not None or keep_per_tag):
+        return base
+    rules = {c: DELETE for c in delete}
+    rules.update({c: KEEP for c in keep})
+    d: dict = {"name": f"custom({base})", "base": base, "rules": rules}
+    if keep_latest is not None:
+        d["keep_latest"] = keep_latest
+    if keep_per_tag:
+        d["content"] = {"keep_per_tag": dict(keep_per_tag)}
+    return d
 
 
 def policy_from_dict(d: dict) -> Policy:
@@ -188,12 +207,8 @@ def validate(policy: Policy) -> None:
         if plugin in cat.PROTECTED_PLUGINS:
             raise PolicyError(f"policy {policy.name!r}: {plugin} can never be downsampled")
     try:
-        from tb_footprint_plugin.transforms.event_rewrite import Rules
-
         Rules.from_content(policy.content)
         if policy.content.get("trace"):
-            from tb_footprint_plugin.transforms.trace_slim import TraceOptions
-
             TraceOptions.from_dict(policy.content["trace"])
     except ValueError as e:
         raise PolicyError(f"policy {policy.name!r}: content: {e}") from None

@@ -1,10 +1,12 @@
 """Where the tool keeps its state, and the path checks every writer goes through."""
 from __future__ import annotations
 
+import json
 import os
-from typing import Optional
+from typing import List, Optional
 
 STATE_DIR_NAME = ".tb-footprint"
+VAULTS_NAME = "vaults.json"  # vaults outside the state directory that a logdir's operations used
 
 
 def state_dir(logdir: str) -> str:
@@ -19,6 +21,16 @@ def state_dir(logdir: str) -> str:
 def vault_dir(logdir: str, backup_dir: Optional[str] = None) -> str:
     """The backup vault: ``backup_dir`` if given, else the state directory."""
     return os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
+
+
+def recorded_vaults(state: str) -> List[str]:
+    """The vault roots listed in ``<state>/vaults.json`` (empty when missing or unreadable)."""
+    try:
+        with open(os.path.join(state, VAULTS_NAME), "r", encoding="utf-8") as f:
+            roots = json.load(f)
+    except (OSError, ValueError):
+        return []
+    return [r for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
 
 
 def is_within(path: str, root: str) -> bool:

@@ -8,6 +8,8 @@ import os
 import time
 from typing import List
 
+from tb_footprint_plugin.storage.files import append_line
+
 HISTORY_NAME = "history.jsonl"
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome",
               "backup_kept", "user", "host", "tool_version", "reason")
@@ -16,11 +18,7 @@ CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "veri
 def append_history(state: str, entry: dict) -> None:
     """Append one entry (with the current time) durably."""
     os.makedirs(state, exist_ok=True)
-    line = json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n"
-    with open(os.path.join(state, HISTORY_NAME), "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(os.path.join(state, HISTORY_NAME), json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n")
 
 
 def read_history(state: str) -> List[dict]:

@@ -9,65 +9,27 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional
+from typing import List
 
-from tb_footprint_plugin.history import append_history
-from tb_footprint_plugin.journal import Journal, RunLock, RunLocked
-from tb_footprint_plugin.transaction import (
-    Context,
-    RunOutcome,
-    TransactionError,
-    _matches,
-    _no_symlink,
-    _reason,
-    new_op_id,
-    put_back,
-    unsettled_op,
-)
-from tb_footprint_plugin.vault import Vault, who
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.catalogue import restorable_ops, unsettled_op
+from tb_footprint_plugin.engine.context import Context, RunOutcome, TransactionError, new_op_id, no_symlink, reason_of
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.swap import put_back
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.scan.categories import is_summary_event_file_name
+from tb_footprint_plugin.storage.files import matches
+from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
-from tb_footprint_plugin import faults
-
-
-def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
-    """Verified reductions whose backup is kept and that were not restored yet, newest first."""
-    ops = [m for m in own_manifests(ctx)
-           if m.get("kind") == "reduce" and m.get("outcome") == "verified"
-           and not m.get("backup_purged") and not m.get("restored_by")
-           and (run is None or m["run"] == run)]
-    ops.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
-    return ops
-
-
-def own_manifests(ctx: Context) -> List[dict]:
-    """Every manifest of operations on this logdir, in every vault it used."""
-    from tb_footprint_plugin.api import known_vaults
-
-    out, seen = [], set()
-    here = os.path.realpath(ctx.logdir)
-    for root in known_vaults(ctx):
-        for m in Vault(root).manifests():
-            # a vault shared by several logdirs holds their operations side by side
-            if os.path.realpath(m.get("logdir", "")) != here:
-                continue
-            if m["op_id"] not in seen:
-                seen.add(m["op_id"])
-                out.append(m)
-    return out
-
-
-def find_manifest(ctx: Context, op_id: str) -> dict:
-    for m in own_manifests(ctx):
-        if m["op_id"] == op_id:
-            return m
-    raise TransactionError(f"no operation {op_id!r} in the vault")
 
 
 def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
     """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason)."""
     t0 = time.monotonic()
     run = manifest["run"]
-    out = RunOutcome(run=run, status="failed", bytes_before=manifest.get("bytes_after", 0),
+    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
                      bytes_after=manifest.get("bytes_after", 0))
     newer = [m for m in restorable_ops(ctx, run) if m.get("started_at", 0) > manifest.get("started_at", 0)]
     if newer:
@@ -86,12 +48,13 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
     try:
         lock = RunLock(ctx.lock_dir, run).acquire()
     except (RunLocked, OSError) as e:
-        out.reason = str(e)
+        out.reason, out.code = str(e), (Skip.LOCKED if isinstance(e, RunLocked) else Failure.LOCK_ERROR)
         return out
     try:
         unsettled = unsettled_op(ctx, run)
         if unsettled:
             out.reason = f"unfinished operation {unsettled} on this run could not be settled yet"
+            out.code = Failure.UNSETTLED
             return out
         op_id = new_op_id()
         out.op_id = op_id
@@ -101,16 +64,18 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
                 "vault": manifest["vault"], "logdir": ctx.logdir,
             })
         except OSError as e:
-            out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {_reason(e)}"
+            out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
+            out.code = Failure.ERROR
             return out
         try:
             detail = finish_restore(ctx, journal.records())
         except Exception as e:
             # Restores only add originals back: leave the journal so the next start finishes it.
-            out.reason = f"restore interrupted: {_reason(e)}; it will be finished on the next start"
+            out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
+            out.code = Failure.INTERRUPTED
             return out
         journal.close()
-        out.status = "restored"
+        out.status, out.code = Outcome.RESTORED, None
         out.reason = detail
         out.bytes_after = manifest.get("bytes_before", 0)
         out.created_files = [f["path"] for f in manifest.get("files", [])]
@@ -129,7 +94,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
     for d in sorted(manifest.get("removed_dirs", []), key=lambda r: len(r["path"])):
-        _no_symlink(ctx, d["path"])
+        no_symlink(ctx, d["path"])
         p = ctx.abs(d["path"])
         if not os.path.lexists(p):
             os.makedirs(p, exist_ok=True)
@@ -147,13 +112,13 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     for c in manifest.get("created", []):
         if c["path"] in originals:
             continue  # an in-place rewrite: the original now stands at that name again
-        _no_symlink(ctx, c["path"])
+        no_symlink(ctx, c["path"])
         p = ctx.abs(c["path"])
-        if _matches(p, c["sha256"], c["size"]):
+        if matches(p, c["sha256"], c["size"]):
             os.unlink(p)
         elif os.path.exists(p):
             kept_changed.append(c["path"])
-    bad = [f["path"] for f in manifest["files"] if not _matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
+    bad = [f["path"] for f in manifest["files"] if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
     _check_reads(ctx, [f["path"] for f in manifest["files"]])
@@ -185,13 +150,10 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:
     """Restored event files frame cleanly (CRC) — TensorBoard's loaders would hide it otherwise."""
-    from tb_footprint_plugin.categories import is_summary_event_file_name
-    from tb_footprint_plugin.verify.records import check_file
-
     bad = [c for c in (check_file(ctx.abs(p)) for p in paths
                        if is_summary_event_file_name(os.path.basename(p))) if not c.ok]
     if bad:
         raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
 
 
-__all__ = ["restore_op", "finish_restore", "restorable_ops", "find_manifest"]
+__all__ = ["restore_op", "finish_restore"]

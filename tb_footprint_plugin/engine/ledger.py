@@ -14,8 +14,9 @@ import threading
 import time
 from typing import Dict, Iterable, Optional
 
-from tb_footprint_plugin.journal import exclusive
-from tb_footprint_plugin.vault import atomic_write_json
+from tb_footprint_plugin.codes import PASSING_SKIPS, Skip
+from tb_footprint_plugin.storage.files import atomic_write_json
+from tb_footprint_plugin.storage.lock import exclusive
 
 LEDGER_VERSION = 1
 RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
@@ -74,13 +75,12 @@ class Ledger:
 
     def should_run(self, entry: Optional[dict]) -> bool:
         """Resume rule: pending, interrupted and failed runs are retried; done and skipped are not,
-        except runs skipped for a passing reason (active or locked)."""
+        except runs skipped for a passing reason (active or locked: ``codes.PASSING_SKIPS``)."""
         if not entry:
             return True
         if entry.get("state") in RETRY_STATES:
             return True
-        err = entry.get("error") or ""
-        return entry.get("state") == "skipped" and ("active" in err or "another process" in err)
+        return entry.get("state") == "skipped" and _skip_code(entry) in PASSING_SKIPS
 
     def summary(self) -> dict:
         data = self.read()
@@ -88,3 +88,17 @@ class Ledger:
         for e in data["runs"].values():
             counts[e.get("state", "?")] = counts.get(e.get("state", "?"), 0) + 1
         return {"path": self.path, "policy": data.get("policy"), "counts": counts, "runs": data["runs"]}
+
+
+def _skip_code(entry: dict) -> Optional[str]:
+    """The skip code of a ledger entry. Entries written before codes existed carry only the
+    prose of the reason; the two passing reasons of that format are mapped once, here."""
+    if "code" in entry:
+        return entry["code"]
+    err = entry.get("error") or ""
+    if "active" in err:
+        return Skip.ACTIVE
+    if "another process" in err:
+        return Skip.LOCKED
+    return None
+

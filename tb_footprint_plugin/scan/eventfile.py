@@ -54,8 +54,8 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from tb_footprint_plugin import categories as C
-from tb_footprint_plugin.tfrecord import RecordBatch, RecordReader
+from tb_footprint_plugin.scan import categories as C
+from tb_footprint_plugin.scan.tfrecord import RecordBatch, RecordReader
 
 __all__ = ["TagStat", "FixedStat", "EventFileStats", "event_file_stats"]
 
@@ -65,12 +65,6 @@ _FIXED_BY_FIELD = {
     "meta_graph_def": C.META_GRAPH_DEF,
     "tagged_run_metadata": C.TAGGED_RUN_METADATA,
     "session_log": C.SESSION_LOG,
-}
-_LEGACY_PLUGIN = {
-    "simple_value": C.SCALARS,
-    "histo": C.HISTOGRAMS,
-    "image": C.IMAGES,
-    "audio": C.AUDIO,
 }
 # Summary.Value field keys (field << 3 | wire type) of the value oneof, and the legacy plugin
 # code each implies (0: plugin comes from metadata)
@@ -619,7 +613,7 @@ def _detail(reader: RecordReader) -> str:
 
 def _value_plugin(value) -> str:
     """The plugin a value names by itself: its legacy type, else its metadata (may be '')."""
-    legacy = _LEGACY_PLUGIN.get(value.WhichOneof("value"))
+    legacy = C.LEGACY_PLUGIN.get(value.WhichOneof("value"))
     if legacy:
         return legacy
     return value.metadata.plugin_data.plugin_name if value.HasField("metadata") else ""

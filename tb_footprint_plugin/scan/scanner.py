@@ -10,9 +10,9 @@ import os
 import time
 from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin import categories as cat
-from tb_footprint_plugin.discovery import FoundFile, FoundRun, discover, display, dir_size
-from tb_footprint_plugin.model import (
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, discover, display, dir_size
+from tb_footprint_plugin.scan.model import (
     CategoryStat,
     FileEntry,
     LogdirFootprint,
@@ -20,8 +20,8 @@ from tb_footprint_plugin.model import (
     RunFootprint,
     UNATTRIBUTED,
 )
-from tb_footprint_plugin.paths import is_within, state_dir
-from tb_footprint_plugin.scan_cache import ScanCache
+from tb_footprint_plugin.storage.paths import is_within, recorded_vaults, state_dir
+from tb_footprint_plugin.scan.cache import ScanCache
 
 Progress = Callable[[int, int], None]
 
@@ -87,16 +87,10 @@ def scan(
 
 def _backup_bytes(sdir: str, backup_dir: Optional[str]) -> int:
     """Bytes of backups (blobs) in the default vault and in every vault this logdir used."""
-    import json
-
     roots = {sdir}
     if backup_dir:
         roots.add(os.path.abspath(backup_dir))
-    try:
-        with open(os.path.join(sdir, "vaults.json"), "r", encoding="utf-8") as f:
-            roots.update(json.load(f))
-    except (OSError, ValueError):
-        pass
+    roots.update(recorded_vaults(sdir))
     return sum(dir_size(os.path.join(r, "blobs")) for r in roots if os.path.isdir(os.path.join(r, "blobs")))
 
 
@@ -105,7 +99,7 @@ def _is_summary_event(f: FoundFile) -> bool:
 
 
 def _event_stats(f: FoundFile, cache: ScanCache, counters: dict):
-    from tb_footprint_plugin.eventfile import EventFileStats, event_file_stats
+    from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
 
     key = (f.size, f.mtime_ns, f.ino)
     cached = cache.get(f.rel, key)

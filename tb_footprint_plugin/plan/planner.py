@@ -9,13 +9,15 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.codes import Skip
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
-from tb_footprint_plugin.policies import COMPRESS, DELETE, Policy, get_policy
+from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
+from tb_footprint_plugin.plan.content import plan_content
+from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
+from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
 #: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures); plan with
 #: a margin so "expected after" is an upper bound, and say it is an estimate.
@@ -23,78 +25,6 @@ TORCH_GZIP_RATIO_ESTIMATE = 0.08
 DEFAULT_QUIET_PERIOD = 600.0
 #: Event records that carry no dashboard data of their own.
 _BOOKKEEPING = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER})
-
-
-@dataclass
-class Action:
-    """One change to one path (relative to the logdir)."""
-
-    kind: str  # 'delete' | 'compress' | 'rewrite' | 'remove_dir'
-    path: str
-    category: str
-    bytes_before: int
-    bytes_after: int
-    reason: str
-    new_path: Optional[str] = None  # compress: the name the new file gets
-    estimated: bool = False
-    params: Dict[str, object] = field(default_factory=dict)  # rewrite: what to keep
-
-
-@dataclass
-class RunPlan:
-    """What a policy does to one run."""
-
-    run: str
-    bytes_before: int
-    expected_after_bytes: int
-    actions: List[Action] = field(default_factory=list)
-    fidelity: List[str] = field(default_factory=list)
-    skipped: Optional[str] = None  # why nothing will be done, if so
-    newest_mtime: float = 0.0
-
-    @property
-    def removable_bytes(self) -> int:
-        return self.bytes_before - self.expected_after_bytes
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["removable_bytes"] = self.removable_bytes
-        return d
-
-
-@dataclass
-class Plan:
-    """A policy applied to a logdir: per-run plans and totals."""
-
-    logdir: str
-    policy: dict
-    created_at: float
-    total_bytes: int
-    runs: List[RunPlan]
-    notes: List[str] = field(default_factory=list)
-
-    @property
-    def removable_bytes(self) -> int:
-        return sum(r.removable_bytes for r in self.runs if not r.skipped)
-
-    @property
-    def expected_after_bytes(self) -> int:
-        return self.total_bytes - self.removable_bytes
-
-    def run(self, name: str) -> Optional[RunPlan]:
-        return next((r for r in self.runs if r.run == name), None)
-
-    def to_dict(self) -> dict:
-        return {
-            "logdir": self.logdir,
-            "policy": self.policy,
-            "created_at": self.created_at,
-            "total_bytes": self.total_bytes,
-            "removable_bytes": self.removable_bytes,
-            "expected_after_bytes": self.expected_after_bytes,
-            "runs": [r.to_dict() for r in self.runs],
-            "notes": self.notes,
-        }
 
 
 def make_plan(
@@ -131,8 +61,9 @@ def make_plan(
                 f"active: files changed {int(age)} s ago (quiet period {int(quiet_period)} s); "
                 "a run still being written is left alone"
             )
+            rp.code = Skip.ACTIVE
         elif not rp.actions:
-            rp.skipped = "nothing to reduce under this policy"
+            rp.skipped, rp.code = "nothing to reduce under this policy", Skip.NOTHING
         plans.append(rp)
     plans.sort(key=lambda p: (-p.bytes_before, p.run))
     notes = [
@@ -218,8 +149,6 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
                                      new_path=target, estimated=True))
     if policy.content:
         # Content-level rules (event-file rewriting, trace slimming) plan their own actions.
-        from tb_footprint_plugin.transforms.content_plan import plan_content
-
         content_actions, content_lines = plan_content(run, policy, rp.actions)
         rp.actions.extend(content_actions)
         rp.fidelity.extend(content_lines)

@@ -11,15 +11,14 @@ same run and tell recovery which journals belong to a live process.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import os
 import time
 from typing import Iterator, List, Optional
 
-from tb_footprint_plugin.vault import fsync_dir
+from tb_footprint_plugin.storage.files import append_line, fsync_dir
+from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
 
 
 class Journal:
@@ -42,11 +41,7 @@ class Journal:
     def append(self, record: dict) -> None:
         """Append one record and fsync it before returning."""
         record = dict(record, t=time.time())
-        line = json.dumps(record, sort_keys=True) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(self.path, json.dumps(record, sort_keys=True) + "\n")
 
     def records(self) -> List[dict]:
         """Every complete record; a torn last line (crash mid-write) is ignored."""
@@ -80,18 +75,6 @@ def pending_journals(journal_dir: str) -> Iterator[Journal]:
             yield Journal(os.path.join(journal_dir, name))
 
 
-@contextlib.contextmanager
-def exclusive(path: str):
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
 class RunLocked(RuntimeError):
     """Another process holds this run's lock."""
 
@@ -108,21 +91,15 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         os.makedirs(self.lock_dir, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunLocked(f"run {self.run!r} is being changed by another process") from None
-            raise
-        self.fd = fd
+            self.fd = try_exclusive(self.path)
+        except Locked:
+            raise RunLocked(f"run {self.run!r} is being changed by another process") from None
         return self
 
     def release(self) -> None:
         if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
+            release(self.fd)
             self.fd = None
 
     def __enter__(self) -> "RunLock":

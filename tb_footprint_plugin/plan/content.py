@@ -1,6 +1,6 @@
 """Content-level planning: which event files to rewrite and which PyTorch traces to slim.
 
-Pure, like ``plan.py``: it reads only the scan. What exactly is kept is decided when the
+Pure, like ``planner``: it reads only the scan. What exactly is kept is decided when the
 rewrite is staged (``event_rewrite.select_run`` asks TensorBoard's default reader), so the
 bytes after are estimates from the scan's per-category record counts.
 
@@ -22,9 +22,10 @@ import math
 import os
 from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin import categories as cat
+from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.transforms.event_rewrite import DASHBOARD_EXACT, DEFAULT_VIEW, PYTHON_CAPACITY, Rules
+from tb_footprint_plugin.plan.model import Action
+from tb_footprint_plugin.plan.rules import DASHBOARD_EXACT, DEFAULT_VIEW, PYTHON_CAPACITY, Rules, TraceOptions
 
 #: Rust data server reservoir per plugin for the estimate (blob sequences keep 10).
 _BLOB_PLUGINS = frozenset({cat.IMAGES, cat.AUDIO})
@@ -72,8 +73,6 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
     ``file_actions`` is the run's list of file-level actions; a ``compress`` action of a trace
     that is slimmed instead is removed from it (the slim writes the ``.gz`` itself).
     """
-    from tb_footprint_plugin.plan import Action
-
     content = dict(policy.content or {})
     rules = Rules.from_content(content)
     actions: List = []
@@ -121,8 +120,6 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
     # --- PyTorch traces --------------------------------------------------------------------
     trace_opts = content.get("trace")
     if trace_opts:
-        from tb_footprint_plugin.transforms.trace_slim import TraceOptions
-
         opts = TraceOptions.from_dict(trace_opts if isinstance(trace_opts, dict) else {})
         deleted = {a.path for a in file_actions if a.kind == "delete"}
         existing = {f.path for f in run.files}

@@ -1,0 +1,204 @@
+"""The catalogue of operations: manifests (written once an operation ends), the vaults a
+logdir has used, which operations are restorable, and what unfinished journals still need.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.engine.context import Context, TransactionError
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.storage.files import atomic_write_json
+from tb_footprint_plugin.storage.paths import VAULTS_NAME, recorded_vaults
+from tb_footprint_plugin.version import __version__
+
+def known_vaults(ctx: Context) -> List[str]:
+    """The default vault plus every other vault this logdir's operations have used."""
+    roots = [ctx.state]
+    roots += [r for r in recorded_vaults(ctx.state) if r not in roots]
+    if ctx.vault.root not in roots:
+        roots.append(ctx.vault.root)
+    return roots
+
+
+def remember_vault(ctx: Context) -> None:
+    """Record a vault outside the state directory so restore, purge and status find it later."""
+    if ctx.vault.root == ctx.state:
+        return
+    roots = [r for r in known_vaults(ctx) if r != ctx.state]
+    atomic_write_json(os.path.join(ctx.state, VAULTS_NAME), roots)
+
+
+def own_manifests(ctx: Context) -> List[dict]:
+    """Every manifest of operations on this logdir, in every vault it used."""
+    out, seen = [], set()
+    here = os.path.realpath(ctx.logdir)
+    for root in known_vaults(ctx):
+        for m in Vault(root).manifests():
+            # a vault shared by several logdirs holds their operations side by side
+            if os.path.realpath(m.get("logdir", "")) != here:
+                continue
+            if m["op_id"] not in seen:
+                seen.add(m["op_id"])
+                out.append(m)
+    return out
+
+
+def find_manifest(ctx: Context, op_id: str) -> dict:
+    """The manifest of operation ``op_id``; ``TransactionError`` when there is none."""
+    for m in own_manifests(ctx):
+        if m["op_id"] == op_id:
+            return m
+    raise TransactionError(f"no operation {op_id!r} in the vault")
+
+
+def _is_verified_reduction(m: dict) -> bool:
+    return m.get("kind") == "reduce" and m.get("outcome") == Outcome.VERIFIED
+
+
+def is_kept(m: dict) -> bool:
+    """A verified reduction whose backup is kept and that was not restored yet."""
+    return _is_verified_reduction(m) and not m.get("backup_purged") and not m.get("restored_by")
+
+
+def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
+    """Verified reductions whose backup is kept and that were not restored yet, newest first.
+
+    Of one run, only the newest can be restored first (``restore.restore_op`` refuses older ones)."""
+    ops = [m for m in own_manifests(ctx) if is_kept(m) and (run is None or m["run"] == run)]
+    ops.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
+    return ops
+
+
+def vault_of(records: List[dict], ctx: Context) -> Vault:
+    begin = records[0] if records else {}
+    return Vault(begin.get("vault") or ctx.vault.root)
+
+
+def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
+    """Blobs that unfinished operations (other than ``exclude_op``) rely on."""
+    out = set()
+    for j in pending_journals(ctx.journal_dir):
+        if j.op_id == exclude_op:
+            continue
+        out.update(r["sha256"] for r in j.records() if r.get("type") == "backup")
+    return out
+
+
+def unsettled_op(ctx: Context, run: str) -> Optional[str]:
+    """The id of an unfinished operation on ``run``, if one is left (call under the run lock)."""
+    for j in pending_journals(ctx.journal_dir):
+        recs = j.records()
+        if recs and recs[0].get("run") == run:
+            return j.op_id
+    return None
+
+
+def manifest_exists(ctx: Context, records: List[dict]) -> bool:
+    return os.path.exists(vault_of(records, ctx).manifest_path(records[0]["op_id"]))
+
+
+def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
+                    recovered: bool = False, displaced: Optional[List[dict]] = None) -> dict:
+    """The operation's manifest (and change-log line): what was backed up, and how it ended."""
+    vault = vault_of(records, ctx)
+    begin = records[0]
+    plan = begin["plan"]
+    backups = [r for r in records if r["type"] == "backup"]
+    staged = [r for r in records if r["type"] == "staged"]
+    ver = next((r.get("verification") for r in records if r["type"] == "verified"), None)
+    created_size = sum(s["size"] for s in staged)
+    removed_size = sum(b["size"] for b in backups)
+    after = plan["bytes_before"] - removed_size + created_size if outcome == "verified" else plan["bytes_before"]
+    m = {
+        "op_id": begin["op_id"],
+        "kind": "reduce",
+        "run": begin["run"],
+        "logdir": begin["logdir"],
+        "vault": vault.root,
+        "policy": begin.get("policy"),
+        "plan": plan,
+        "tool_version": __version__,
+        **who(),
+        "started_at": begin["t"],
+        "finished_at": time.time(),
+        "outcome": outcome,
+        "reason": reason,
+        "recovered": recovered,
+        "bytes_before": plan["bytes_before"],
+        "bytes_after": after,
+        "files": [{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
+                   "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
+                   "action": b["action"]} for b in backups],
+        "created": [{"path": s["final"], "size": s["size"], "sha256": s["sha256"]} for s in staged],
+        "removed_dirs": [r for r in records if r["type"] == "rmdir"],
+        "verification": ver,
+        "backup_purged": outcome != "verified",
+        # content newer than the backup, found where an original went back: kept in the vault
+        "displaced": displaced or [],
+    }
+    os.makedirs(vault.ops, exist_ok=True)
+    vault.write_manifest(m)
+    append_history(ctx.state, {
+        "op_id": m["op_id"], "kind": "reduce", "run": m["run"], "policy": (begin.get("policy") or {}).get("name"),
+        "before": m["bytes_before"], "after": after, "verified": outcome == "verified",
+        "outcome": outcome, "reason": reason, "backup_kept": outcome == "verified",
+        "user": m["user"], "host": m["host"], "tool_version": __version__,
+    })
+    return m
+
+
+def operation_summary(m: dict) -> dict:
+    """One manifest as the operations list shows it (``restorable`` is set by ``summarize_operations``)."""
+    ver = m.get("verification") or {}
+    plan = m.get("plan") or {}
+    before, after = m.get("bytes_before"), m.get("bytes_after")
+    return {
+        "op_id": m.get("op_id"),
+        "kind": m.get("kind"),
+        "run": m.get("run"),
+        "of_op": m.get("of_op"),
+        "policy": (m.get("policy") or {}).get("name") if isinstance(m.get("policy"), dict) else m.get("policy"),
+        "outcome": m.get("outcome"),
+        "reason": m.get("reason"),
+        "bytes_before": before,
+        "bytes_after": after,
+        "saved_bytes": max(0, (before or 0) - (after or 0)) if _is_verified_reduction(m) else 0,
+        "started_at": m.get("started_at"),
+        "finished_at": m.get("finished_at"),
+        "backup_purged": bool(m.get("backup_purged")),
+        "restored_by": m.get("restored_by"),
+        "restored_at": m.get("restored_at"),
+        "recovered": bool(m.get("recovered")),
+        "backup_bytes": sum(int(f.get("size") or 0) for f in m.get("files", [])),
+        "files": len(m.get("files", [])),
+        "verified": bool(ver.get("ok")) if ver else None,
+        "checks": [{"name": c.get("name"), "ok": c.get("ok"), "detail": c.get("detail")} for c in ver.get("checks", [])],
+        "failed": list(ver.get("failed", [])),
+        "has_series": bool(ver.get("scalar_series")),
+        "fidelity": plan.get("fidelity", []),
+        "restorable": False,
+        "restore_note": None,
+    }
+
+
+def summarize_operations(manifests: List[dict]) -> List[dict]:
+    """Summaries of ``manifests`` with ``restorable`` and ``restore_note`` set by the rule
+    ``restorable_ops``/``restore_op`` apply: of one run, only the newest kept reduction."""
+    out = [operation_summary(m) for m in manifests]
+    newest: Dict[str, str] = {}
+    for o, m in sorted(zip(out, manifests), key=lambda om: om[0].get("started_at") or 0, reverse=True):
+        if not is_kept(m):
+            if _is_verified_reduction(m):
+                o["restore_note"] = "restored" if m.get("restored_by") else "backup purged"
+            continue
+        if o["run"] not in newest:
+            newest[o["run"]] = o["op_id"]
+            o["restorable"] = True
+        else:
+            o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
+    return out

@@ -1,0 +1,93 @@
+"""Reader-level checks of a reduction: the original and the reduced run side by side, as
+TensorBoard's readers see them, under the contract the reduction promised.
+
+The same view builder serves the check before a swap (transaction) and the re-check of a
+committed reduction later (``api.verify``): only which file stands for "original" and
+"reduced" differs.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
+from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.scan.categories import is_event_file_name
+from tb_footprint_plugin.verify import Expectations, verify_reduction
+
+#: event file name -> (path of the original bytes, path of the reduced file or None if removed)
+ViewPairs = Dict[str, Tuple[str, Optional[str]]]
+
+
+def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, str]],
+                  backends: Sequence[str]) -> dict:
+    """Link ``pairs`` into ``views_dir/original`` and ``views_dir/reduced`` and verify them.
+
+    ``modes`` (plugin -> verification mode) is the reduction's contract; none means exact.
+    The views are symlinks (no copy of a possibly huge file) and are always removed.
+    """
+    orig_view, red_view = os.path.join(views_dir, "original"), os.path.join(views_dir, "reduced")
+    os.makedirs(orig_view, exist_ok=True)
+    os.makedirs(red_view, exist_ok=True)
+    try:
+        for name in sorted(pairs):
+            original, reduced = pairs[name]
+            os.symlink(original, os.path.join(orig_view, name))
+            if reduced is not None:
+                os.symlink(reduced, os.path.join(red_view, name))
+        expectations = Expectations(plugin_modes=dict(modes)) if modes else None
+        return verify_reduction(orig_view, red_view, expectations, backends=tuple(backends)).to_dict()
+    finally:
+        shutil.rmtree(views_dir, ignore_errors=True)
+
+
+def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -> List[dict]:
+    """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
+    TensorBoard's readers against the original (from the vault)."""
+    manifests = [find_manifest(ctx, op)] if op else restorable_ops(ctx, run)
+    newest: Dict[str, str] = {}
+    for m in restorable_ops(ctx, None):  # newest first
+        newest.setdefault(m["run"], m["op_id"])
+    results = []
+    for m in manifests:
+        vault = Vault(m["vault"])
+        bad = [f["path"] for f in m["files"] if not vault.check_blob(f["sha256"])]
+        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad}
+        if newest.get(m["run"], m["op_id"]) != m["op_id"]:
+            # a later reduction changed the run again: only its own backups can be checked
+            res["verification"] = {"ok": True, "checks": [{"name": "superseded", "ok": True, "detail":
+                                   f"superseded by {newest[m['run']]}; backups re-hashed"}]}
+            res["ok"] = not bad
+            results.append(res)
+            continue
+        vr = compare_views(os.path.join(vault.tmp, f"verify-{m['op_id']}-{os.getpid()}"),
+                           _committed_pairs(ctx, m, vault),
+                           (m.get("verification") or {}).get("expectations"), ctx.verify_backends)
+        res["verification"] = vr
+        res["ok"] = bool(vr.get("ok")) and not bad
+        results.append(res)
+    return results
+
+
+def _committed_pairs(ctx: Context, m: dict, vault: Vault) -> ViewPairs:
+    """Original = the backed-up bytes (or the file in place if it was never changed);
+    reduced = what is in the run now."""
+    run_dir = ctx.abs(m["run"])
+    by_name = {os.path.basename(f["path"]): f for f in m["files"]
+               if os.path.dirname(f["path"]) == (m["run"] if m["run"] != "." else "")}
+    names = set(by_name)
+    if os.path.isdir(run_dir):
+        names |= {n for n in os.listdir(run_dir) if is_event_file_name(n)}
+    pairs: ViewPairs = {}
+    for n in names:
+        if not is_event_file_name(n):
+            continue
+        f = by_name.get(n)
+        now = os.path.join(run_dir, n)
+        pairs[n] = (vault.blob_path(f["sha256"]) if f else now, now if os.path.isfile(now) else None)
+    return pairs
+
+
+__all__ = ["compare_views", "recheck"]

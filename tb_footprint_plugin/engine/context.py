@@ -1,0 +1,128 @@
+"""What every engine operation shares: the logdir's context, outcomes, errors and cancellation.
+
+Outcomes are values (``RunOutcome``) so one failed run never stops a batch; errors name the
+file and say why.
+"""
+from __future__ import annotations
+
+import datetime
+import errno
+import os
+import secrets
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, List, Optional
+
+from tb_footprint_plugin.codes import Code, Outcome
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage.paths import check_no_symlink, state_dir
+
+
+class Cancelled(RuntimeError):
+    """The caller cancelled the operation before its commit point."""
+
+
+class TransactionError(RuntimeError):
+    """A step failed; the run was (or will be) rolled back. The message says which and why,
+    ``code`` (a ``codes.Skip`` or ``codes.Failure``) says it to programs."""
+
+    def __init__(self, message: str, code: Optional[Code] = None):
+        super().__init__(message)
+        self.code = code
+
+
+class CancelToken:
+    """Cooperative cancellation and per-run timeout, checked between steps."""
+
+    def __init__(self, timeout: Optional[float] = None, parent: Optional["CancelToken"] = None):
+        # sharing the parent's event: one cancel of a batch stops every run at its next step
+        self._event = parent._event if parent is not None else threading.Event()
+        self.deadline = time.monotonic() + timeout if timeout else None
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise Cancelled("cancelled before the commit point")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise Cancelled("timed out before the commit point")
+
+
+@dataclass
+class RunOutcome:
+    """What happened to one run: a value with a reason, never a stray exception."""
+
+    run: str
+    status: str  # a codes.Outcome: 'verified' | 'rolled_back' | 'skipped' | 'failed' | 'dry_run' | 'restored'
+    op_id: Optional[str] = None
+    reason: Optional[str] = None  # for people
+    code: Optional[str] = None  # for programs: a codes.Skip or codes.Failure next to ``reason``
+    bytes_before: int = 0
+    bytes_after: int = 0
+    removed_files: List[str] = field(default_factory=list)
+    created_files: List[str] = field(default_factory=list)
+    verification: Optional[dict] = None
+    duration_s: float = 0.0
+
+    @property
+    def saved_bytes(self) -> int:
+        return max(0, self.bytes_before - self.bytes_after) if self.status == Outcome.VERIFIED else 0
+
+    @property
+    def verified(self) -> bool:
+        return self.status in (Outcome.VERIFIED, Outcome.RESTORED)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["saved_bytes"] = self.saved_bytes
+        d["verified"] = self.verified
+        return d
+
+
+@dataclass
+class Context:
+    """Where one logdir keeps its state and backups, and how verification runs."""
+
+    logdir: str
+    backup_dir: Optional[str] = None
+    verify_backends: tuple = ("python", "rust")
+    quiet_period: float = 600.0
+
+    def __post_init__(self):
+        self.logdir = os.path.abspath(self.logdir)
+        self.state = state_dir(self.logdir)
+        self.vault = Vault(self.backup_dir or self.state)
+        self.journal_dir = os.path.join(self.state, "journal")
+        self.lock_dir = os.path.join(self.state, "locks")
+
+    def abs(self, rel: str) -> str:
+        return os.path.join(self.logdir, rel) if rel != "." else self.logdir
+
+
+def new_op_id() -> str:
+    ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{ts}-{secrets.token_hex(3)}"
+
+
+Progress = Callable[[str, float], None]
+
+
+def reason_of(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return f"disk full: {e}"
+    if isinstance(e, PermissionError):
+        return f"permission denied: {e}"
+    return str(e) or type(e).__name__
+
+
+def no_symlink(ctx: Context, rel: str) -> None:
+    try:
+        check_no_symlink(ctx.logdir, rel)
+    except ValueError as e:
+        raise TransactionError(str(e)) from None

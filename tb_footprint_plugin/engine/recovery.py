@@ -1,0 +1,69 @@
+"""Crash recovery: settle every operation whose journal outlived its process.
+
+A restore is finished (it only adds originals back); a reduction that committed gets its
+manifest; one whose swap was recorded after a passed verification is rolled forward;
+anything else is rolled back to its exact original bytes. A run whose lock is held by a live
+process is left for that process.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List
+
+from tb_footprint_plugin.codes import Recovery
+from tb_footprint_plugin.engine.catalogue import manifest_exists, write_manifest
+from tb_footprint_plugin.engine.context import Context, reason_of
+from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
+from tb_footprint_plugin.engine.restore import finish_restore
+from tb_footprint_plugin.engine.swap import roll_forward, rollback
+
+
+@dataclass
+class RecoveryOutcome:
+    op_id: str
+    run: str
+    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed'
+    detail: str = ""
+
+
+def recover(ctx: Context) -> List[RecoveryOutcome]:
+    """Settle every unfinished operation of this logdir (call at every start)."""
+    outcomes = []
+    for j in pending_journals(ctx.journal_dir):
+        records = j.records()
+        if not records or records[0].get("type") != "begin":
+            # created but crashed before its first record was durable: nothing happened
+            j.close()
+            continue
+        begin = records[0]
+        run = begin["run"]
+        try:
+            lock = RunLock(ctx.lock_dir, run).acquire()
+        except RunLocked:
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.SKIPPED_LIVE, "held by a running process"))
+            continue
+        try:
+            if begin["kind"] == "restore":
+                detail = finish_restore(ctx, records)
+                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.COMPLETED, detail))
+                j.close()
+                continue
+            types = {r["type"] for r in records}
+            verified_ok = any(r["type"] == "verified" and r.get("ok") for r in records)
+            if "commit" in types:
+                action, detail = Recovery.COMPLETED, "was committed"
+                if not manifest_exists(ctx, records):
+                    write_manifest(ctx, records, "verified", None, recovered=True)
+            elif "swap" in types and verified_ok and "rollback" not in types and roll_forward(ctx, records):
+                write_manifest(ctx, records, "verified", None, recovered=True)
+                action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
+            else:
+                rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery")
+                action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
+            j.close()
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail))
+        except Exception as e:  # leave the journal for the next start, say why
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, reason_of(e)))
+        finally:
+            lock.release()
+    return outcomes

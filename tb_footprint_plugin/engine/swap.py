@@ -1,0 +1,173 @@
+"""The swap and its inverse: put staged files in place, or put every original back.
+
+Each helper is idempotent, because recovery after a crash runs it again on the same journal
+records: the swap is finished (roll forward) only when verification passed and the swap was
+recorded, otherwise the run is rolled back to its exact original bytes.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
+from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
+from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.plan.model import Action, RunPlan
+from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
+
+
+def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
+    """Idempotent: rename staged files into place, unlink originals, remove emptied dirs."""
+    dirs = set()
+    for path, rec in backups.items():
+        # only the bytes that were backed up may be replaced or removed
+        no_symlink(ctx, path)
+        p = ctx.abs(path)
+        done = any(s["final"] == path and matches(p, s["sha256"], s["size"]) for s in staged)
+        if os.path.lexists(p) and not done and not matches(p, rec["sha256"], rec["size"]):
+            raise TransactionError(f"{path}: changed after it was backed up; not replaced")
+    for s in staged:
+        no_symlink(ctx, s["final"])
+        tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
+        if os.path.exists(tmp):
+            if s["final"] not in backups and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]):
+                raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
+            os.replace(tmp, final)
+        dirs.add(os.path.dirname(final))
+        faults.hit("mid_swap")
+    finals = {s["final"] for s in staged}
+    for path in backups:
+        if path in finals:
+            continue  # replaced in place by its rewrite
+        p = ctx.abs(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+        dirs.add(os.path.dirname(p))
+    for a in rp.actions:
+        if a.kind != "remove_dir":
+            continue
+        p = ctx.abs(a.path)
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue  # a symlink or a file now: not ours to remove
+        journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777})
+        try:
+            os.rmdir(p)
+            dirs.add(os.path.dirname(p))
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
+                raise
+    for d in dirs:
+        if os.path.isdir(d):
+            fsync_dir(d)
+
+
+def rollback(ctx: Context, records: List[dict], reason: str) -> None:
+    """Put every original back byte for byte and remove what the operation created."""
+    vault = vault_of(records, ctx)
+    backups = [r for r in records if r["type"] == "backup"]
+    stages = {r["tmp"]: r for r in records if r["type"] in ("stage", "staged")}
+    staged = {r["tmp"]: r for r in records if r["type"] == "staged"}
+    rmdirs = [r for r in records if r["type"] == "rmdir"]
+    for r in sorted(rmdirs, key=lambda r: len(r["path"])):
+        no_symlink(ctx, r["path"])
+        p = ctx.abs(r["path"])
+        if not os.path.lexists(p):
+            os.makedirs(p, exist_ok=True)
+            os.chmod(p, r["mode"])
+    originals = {r["path"] for r in backups}
+    swapped = any(r["type"] == "swap" for r in records)
+    produced = {r["final"]: r for r in staged.values()}
+    # Before the swap no original was touched (backups are links or copies): the files in
+    # place are the truth, even if a writer appended to one meanwhile.
+    displaced = []
+    for r in backups if swapped else ():
+        d = put_back(ctx, vault, r, produced.get(r["path"]))
+        if d:
+            displaced.append(d)
+    for tmp_rel, r in stages.items():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ctx.abs(tmp_rel))
+        final = r.get("final")
+        if final and final not in originals:
+            fp = ctx.abs(final)
+            s = staged.get(tmp_rel)
+            if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
+                os.unlink(fp)
+    kept = {d["path"] for d in displaced if d.get("kept_in_place")}
+    for r in backups if swapped else ():
+        if r["path"] not in kept and not matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
+            raise TransactionError(f"{r['path']}: could not be put back")
+    begin = records[0]
+    shutil.rmtree(os.path.join(vault.tmp, begin["op_id"]), ignore_errors=True)
+    write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
+    # Blobs only this operation needed are dropped: the originals are back in place. A blob
+    # another operation needs stays, as a copy of its own (it may be a link of a live file).
+    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"])
+    for r in backups:
+        if r["sha256"] not in needed:
+            vault.delete_blob(r["sha256"])
+        else:
+            vault.unshare(r["sha256"])
+
+
+def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None) -> Optional[dict]:
+    """Put the original bytes of ``rec`` back at its path.
+
+    Content found there that is neither the original nor what the operation itself produced
+    (``produced``) is newer than the backup: it is stored in the vault first and returned as
+    a 'displaced' record, so no byte is ever lost.
+    """
+    no_symlink(ctx, rec["path"])
+    p = ctx.abs(rec["path"])
+    if matches(p, rec["sha256"], rec["size"]):
+        return None
+    displaced = None
+    if os.path.lexists(p) and not (produced and matches(p, produced["sha256"], produced["size"])):
+        if os.path.islink(p) or not os.path.isfile(p):
+            raise TransactionError(f"{rec['path']}: is no longer a regular file; left as is")
+        if not vault.check_blob(rec["sha256"]):
+            # a writer appended to the original itself (its backup is a hard link of it):
+            # the file in place holds every byte, the newest ones included; leave it
+            return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
+        sha = sha256_file(p)
+        vault.store(p, sha)
+        displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(p).st_size,
+                     "blob": os.path.relpath(vault.blob_path(sha), vault.root)}
+    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"])
+    return displaced
+
+
+def roll_forward(ctx: Context, records: List[dict]) -> bool:
+    """Finish a swap that was recorded after a passed verification. False if it can't be."""
+    vault = vault_of(records, ctx)
+    backups = {r["path"]: r for r in records if r["type"] == "backup"}
+    staged = [r for r in records if r["type"] == "staged"]
+    if not all(vault.check_blob(r["sha256"]) for r in backups.values()):
+        return False
+    finals = {s["final"]: s for s in staged}
+    for path, r in backups.items():
+        p, s = ctx.abs(path), finals.get(path)
+        if os.path.lexists(p) and not matches(p, r["sha256"], r["size"]) and not (
+                s and matches(p, s["sha256"], s["size"])):
+            return False  # changed after the crash: roll back (keeping the new bytes)
+    for s in staged:
+        tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
+        if not (matches(tmp, s["sha256"], s["size"]) or matches(final, s["sha256"], s["size"])):
+            return False
+    plan = records[0]["plan"]
+    rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],
+                 expected_after_bytes=plan["expected_after_bytes"],
+                 actions=[Action(**{k: v for k, v in a.items()}) for a in plan["actions"]])
+    j = Journal(os.path.join(ctx.journal_dir, f"{records[0]['op_id']}.jsonl"))
+    apply_swap(ctx, rp, j, staged, backups)
+    return True

@@ -1,0 +1,348 @@
+"""One run, all or nothing: journal → back up → stage → verify → swap → commit, or roll back.
+
+Every destructive step is preceded by its fsynced journal record. Until the swap starts the
+user's files are untouched (backups are hard links or verified copies; new files carry
+temporary names no reader matches), so a failure or a crash before it leaves the run exactly
+as it was. The swap starts only after verification passed and is recorded; a crash inside it
+is finished on recovery (every step is idempotent), or rolled back if anything no longer
+checks out. The same ``swap.rollback``/``swap.roll_forward`` code serves failures in process
+and recovery after a crash (``recovery``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import time
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
+from tb_footprint_plugin.engine.checks import compare_views
+from tb_footprint_plugin.engine.context import (
+    CancelToken,
+    Context,
+    Progress,
+    RunOutcome,
+    TransactionError,
+    new_op_id,
+    no_symlink,
+    reason_of,
+)
+from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.swap import apply_swap, rollback
+from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.plan.model import RunPlan
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.storage.files import sha256_file
+from tb_footprint_plugin.storage.paths import is_within, real_within
+
+FREE_SPACE_MARGIN = 16 << 20
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------
+# preflight: refuse before anything is written
+# ---------------------------------------------------------------------------------------
+def _preflight(ctx: Context, rp: RunPlan) -> None:
+    run_dir = ctx.abs(rp.run)
+    if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
+        raise TransactionError(f"run {rp.run!r} is a symlink or leads out of the logdir; left alone")
+    newest = 0.0
+    for root, dirs, files in os.walk(run_dir, followlinks=False):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) != ctx.state]
+        for n in files:
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.lstat(os.path.join(root, n)).st_mtime)
+    age = time.time() - newest
+    if newest and age < ctx.quiet_period:
+        raise TransactionError(
+            f"run {rp.run!r} is active: a file changed {int(age)} s ago "
+            f"(quiet period {int(ctx.quiet_period)} s); left alone", Skip.ACTIVE
+        )
+    need_logdir = 0
+    need_vault = 0
+    for a in rp.actions:
+        p = ctx.abs(a.path)
+        if not is_within(p, ctx.logdir) or not real_within(os.path.dirname(p), ctx.logdir):
+            raise TransactionError(f"{a.path}: leads out of the logdir; refusing")
+        no_symlink(ctx, a.path)
+        if a.new_path and a.new_path != a.path and os.path.lexists(ctx.abs(a.new_path)):
+            raise TransactionError(f"{a.new_path}: already exists; it would be overwritten")
+        if a.kind == "remove_dir":
+            continue
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            raise TransactionError(f"{a.path}: no longer exists (scan is stale); rescan and plan again") from None
+        if os.path.islink(p) or not os.path.isfile(p):
+            raise TransactionError(f"{a.path}: not a regular file; refusing")
+        if st.st_size != a.bytes_before:
+            raise TransactionError(f"{a.path}: changed since the scan ({a.bytes_before} → {st.st_size} bytes)")
+        if not os.access(p, os.R_OK):
+            raise TransactionError(f"{a.path}: not readable (permission denied)")
+        d = os.path.dirname(p)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise TransactionError(f"{os.path.relpath(d, ctx.logdir)}: directory not writable (permission denied)")
+        if a.kind in ("compress", "rewrite"):
+            need_logdir += a.bytes_before if a.kind == "rewrite" else max(a.bytes_after * 2, 1 << 16)
+        if not ctx.vault.same_filesystem(p):
+            need_vault += a.bytes_before
+    _check_space(ctx.logdir, need_logdir)
+    os.makedirs(ctx.vault.root, exist_ok=True)
+    _check_space(ctx.vault.root, need_vault)
+
+
+
+
+def _check_space(path: str, need: int) -> None:
+    if need <= 0:
+        return
+    free = shutil.disk_usage(path).free
+    if free < need + FREE_SPACE_MARGIN:
+        raise TransactionError(
+            f"not enough free space on {path}: needs {human_bytes(need + FREE_SPACE_MARGIN)}, "
+            f"has {human_bytes(free)}; nothing was changed"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# the transaction
+# ---------------------------------------------------------------------------------------
+def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
+               cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
+    """Reduce one run as ``rp`` says; returns an outcome, never raises for a failed run."""
+    t0 = time.monotonic()
+    out = RunOutcome(run=rp.run, status=Outcome.FAILED, bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+    if rp.skipped:
+        out.status, out.reason, out.code = Outcome.SKIPPED, rp.skipped, rp.code
+        return out
+    cancel = cancel or CancelToken()
+    report = progress or (lambda step, frac: None)
+    try:
+        lock = RunLock(ctx.lock_dir, rp.run).acquire()
+    except RunLocked as e:
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        return out
+    except OSError as e:
+        out.reason, out.code = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
+        return out
+    unsettled = unsettled_op(ctx, rp.run)
+    if unsettled:
+        lock.release()
+        out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
+                      "see `tb-footprint status`")
+        out.code = Failure.UNSETTLED
+        return out
+    journal = None
+    try:
+        try:
+            _preflight(ctx, rp)
+        except (TransactionError, OSError) as e:
+            code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
+            out.status = Outcome.SKIPPED if code == Skip.ACTIVE else Outcome.FAILED
+            out.reason, out.code = str(e), code
+            return out
+        ctx.vault.ensure()
+        op_id = new_op_id()
+        out.op_id = op_id
+        journal = Journal.create(ctx.journal_dir, op_id, {
+            "type": "begin", "kind": "reduce", "op_id": op_id, "run": rp.run,
+            "logdir": ctx.logdir, "vault": ctx.vault.root, "plan": rp.to_dict(), "policy": policy,
+            "verify_backends": list(ctx.verify_backends),
+        })
+        faults.hit("after_begin")
+        _run_steps(ctx, rp, journal, out, cancel, report)
+        out.status = Outcome.VERIFIED
+    except Exception as e:  # any failure: back to the exact original bytes
+        reason = reason_of(e)
+        if journal is None:
+            out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
+        elif any(r["type"] == "commit" for r in journal.records()):
+            out.status = Outcome.VERIFIED  # past the commit point: the reduction stands
+            journal.close()
+            journal = None
+        else:
+            try:
+                journal.append({"type": "rollback", "reason": reason})  # never rolled forward after this
+                rollback(ctx, journal.records(), reason)
+                out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, Failure.ERROR
+            except Exception as e2:  # the journal stays: recovery will try again
+                out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
+                journal = None
+        if journal is not None:
+            journal.close()
+            journal = None
+    finally:
+        lock.release()
+        out.duration_s = round(time.monotonic() - t0, 3)
+    return out
+
+
+
+
+def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
+               cancel: CancelToken, report: Progress) -> None:
+    vault = ctx.vault
+    originals = [a for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
+    total = sum(a.bytes_before for a in originals) or 1
+    done = 0
+    # 1. back up every original that will be removed or replaced
+    backups: Dict[str, dict] = {}
+    for a in originals:
+        cancel.check()
+        p = ctx.abs(a.path)
+        no_symlink(ctx, a.path)
+        st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise TransactionError(f"{a.path}: no longer a regular file (replaced by a symlink?)")
+        sha = sha256_file(p)
+        rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
+               "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "action": a.kind}
+        journal.append(rec)
+        faults.hit("before_store")
+        vault.store(p, sha)
+        backups[a.path] = rec
+        done += a.bytes_before
+        report("backup", 0.4 * done / total)
+    journal.append({"type": "backed_up", "count": len(backups)})
+    faults.hit("after_backup")
+
+    # 2. stage new files under names no reader matches
+    staged = []
+    for i, a in enumerate(x for x in originals if x.kind in ("compress", "rewrite")):
+        cancel.check()
+        src = ctx.abs(a.path)
+        final_rel = a.new_path or a.path
+        tmp = os.path.join(os.path.dirname(src), f".footprint-{journal.op_id}-{i}.tmp")
+        journal.append({"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
+                        "src": a.path})
+        faults.hit("before_stage")
+        info = _stage(a, src, tmp, backups[a.path]["sha256"])
+        staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
+        journal.append({"type": "staged", **staged[-1]})
+        report("stage", 0.4 + 0.2 * (i + 1) / max(1, len(originals)))
+    faults.hit("after_stage")
+
+    # 3. verify with TensorBoard's readers, original view vs reduced view
+    cancel.check()
+    report("verify", 0.65)
+    verification = _verify(ctx, rp, journal.op_id, backups, staged)
+    journal.append({"type": "verified", "ok": verification["ok"], "verification": verification})
+    faults.hit("after_verify")
+    out.verification = verification
+    if not verification["ok"]:
+        raise TransactionError("verification failed: " + "; ".join(verification.get("failed", [])))
+
+    # 4. nothing may have changed since the backup (an appending writer, a user edit)
+    for path, rec in backups.items():
+        st = os.lstat(ctx.abs(path))
+        if st.st_size != rec["size"] or st.st_mtime != rec["mtime"] or not vault.check_blob(rec["sha256"]):
+            raise TransactionError(f"{path}: changed during the reduction (is the run still being written?)")
+    cancel.check()  # the last point where a cancel is honoured
+
+    # 5. swap: the commit point
+    journal.append({"type": "swap"})
+    faults.hit("after_swap_record")
+    apply_swap(ctx, rp, journal, staged, backups)
+    journal.append({"type": "swapped"})
+    faults.hit("after_swap")
+
+    out.removed_files = sorted(backups)
+    out.created_files = [s["final"] for s in staged]
+    out.bytes_after = (rp.bytes_before - sum(b["size"] for b in backups.values())
+                       + sum(s["size"] for s in staged))
+    write_manifest(ctx, journal.records(), "verified", None)
+    journal.append({"type": "commit"})
+    faults.hit("after_commit")
+    journal.close()
+    report("done", 1.0)
+
+
+def _stage(action, src: str, tmp: str, sha: str) -> dict:
+    """Produce the new file for a compress/rewrite action at ``tmp`` and check it."""
+    if action.kind == "compress":
+        from tb_footprint_plugin.transforms.gzip_trace import gunzip_sha256, gzip_file
+
+        got = gzip_file(src, tmp)
+        if got != sha:
+            raise TransactionError(f"{action.path}: changed while compressing")
+        if gunzip_sha256(tmp) != sha:
+            raise TransactionError(f"{action.path}: compressed copy does not decompress to the original")
+        return {"size": os.lstat(tmp).st_size, "sha256": sha256_file(tmp), "content_sha256": sha}
+    if action.kind == "rewrite":
+        from tb_footprint_plugin.transforms import stage_rewrite
+
+        return stage_rewrite(action, src, tmp, sha)
+    raise TransactionError(f"unknown action {action.kind}")
+
+
+# ---------------------------------------------------------------------------------------
+# verification
+# ---------------------------------------------------------------------------------------
+def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], staged: List[dict]) -> dict:
+    """Reader-level check of the run's event files, original vs reduced, plus file checks."""
+    run_dir = ctx.abs(rp.run)
+    replaced = {s["final"]: s for s in staged}
+    pairs = {}
+    for name in os.listdir(run_dir):
+        p = os.path.join(run_dir, name)
+        rel = os.path.relpath(p, ctx.logdir)
+        if not cat.is_event_file_name(name) or not os.path.isfile(p) or os.path.islink(p):
+            continue
+        original = ctx.vault.blob_path(backups[rel]["sha256"]) if rel in backups else p
+        if rel in replaced:
+            pairs[name] = (original, ctx.abs(replaced[rel]["tmp"]))
+        else:
+            pairs[name] = (original, None if rel in backups else p)
+    modes: Dict[str, str] = {}
+    for s in staged:
+        modes.update(s.get("expectations") or {})
+    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends)
+    # kept so `verify` can re-check the run later under the same contract
+    d["expectations"] = modes
+    checks = list(d.get("checks", []))
+    failed = list(d.get("failed", []))
+    comp = [s for s in staged if "content_sha256" in s]
+    if comp:
+        checks.append({"name": "torch traces", "ok": True,
+                       "detail": f"{len(comp)} compressed, decompressed content identical (sha256)"})
+    for s in staged:
+        checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": _stage_line(s)})
+    dels = [p for p, r in backups.items() if r["action"] == "delete"]
+    if dels:
+        checks.append({"name": "removed files", "ok": True,
+                       "detail": f"{len(dels)} file(s) backed up (sha256 verified) and removed"})
+    for line in rp.fidelity:
+        checks.append({"name": "plan", "ok": True, "detail": line})
+    d["checks"], d["failed"] = checks, failed
+    d["ok"] = bool(d.get("ok")) and not failed
+    return d
+
+
+def _stage_line(s: dict) -> str:
+    """One verification line for a file a transform produced."""
+    name = os.path.basename(s["final"])
+    if "trace_check" in s:
+        return f"{name}: {s['trace_check']}"
+    if "records_before" in s:
+        removed = ", ".join(f"{k} {v['records']}" for k, v in (s.get("removed") or {}).items()) or "nothing"
+        return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
+                f"record byte-identical; removed {removed}")
+    return f"{name}: compressed, decompressed content identical (sha256)"

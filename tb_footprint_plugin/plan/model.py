@@ -1,0 +1,78 @@
+"""The plan as data: actions on paths, per-run plans and their totals (what a dry run shows)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Optional
+
+
+@dataclass
+class Action:
+    """One change to one path (relative to the logdir)."""
+
+    kind: str  # 'delete' | 'compress' | 'rewrite' | 'remove_dir'
+    path: str
+    category: str
+    bytes_before: int
+    bytes_after: int
+    reason: str
+    new_path: Optional[str] = None  # compress: the name the new file gets
+    estimated: bool = False
+    params: Dict[str, object] = field(default_factory=dict)  # rewrite: what to keep
+
+
+@dataclass
+class RunPlan:
+    """What a policy does to one run."""
+
+    run: str
+    bytes_before: int
+    expected_after_bytes: int
+    actions: List[Action] = field(default_factory=list)
+    fidelity: List[str] = field(default_factory=list)
+    skipped: Optional[str] = None  # why nothing will be done, if so (for people)
+    code: Optional[str] = None  # the same as a codes.Skip (for programs)
+    newest_mtime: float = 0.0
+
+    @property
+    def removable_bytes(self) -> int:
+        return self.bytes_before - self.expected_after_bytes
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["removable_bytes"] = self.removable_bytes
+        return d
+
+
+@dataclass
+class Plan:
+    """A policy applied to a logdir: per-run plans and totals."""
+
+    logdir: str
+    policy: dict
+    created_at: float
+    total_bytes: int
+    runs: List[RunPlan]
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def removable_bytes(self) -> int:
+        return sum(r.removable_bytes for r in self.runs if not r.skipped)
+
+    @property
+    def expected_after_bytes(self) -> int:
+        return self.total_bytes - self.removable_bytes
+
+    def run(self, name: str) -> Optional[RunPlan]:
+        return next((r for r in self.runs if r.run == name), None)
+
+    def to_dict(self) -> dict:
+        return {
+            "logdir": self.logdir,
+            "policy": self.policy,
+            "created_at": self.created_at,
+            "total_bytes": self.total_bytes,
+            "removable_bytes": self.removable_bytes,
+            "expected_after_bytes": self.expected_after_bytes,
+            "runs": [r.to_dict() for r in self.runs],
+            "notes": self.notes,
+        }

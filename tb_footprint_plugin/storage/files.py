@@ -1,0 +1,126 @@
+"""File I/O primitives of the engine: one chunk size, streaming sha256, durable writes.
+
+Every helper streams (memory never grows with file size) and makes what it wrote durable
+(fsync of the file, and of the directory after a rename), because the transaction's safety
+argument rests on a record or a backup being on disk before the next step runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+
+CHUNK = 1 << 20  # one read size for every stream of the tool
+
+
+def sha256_stream(f) -> str:
+    """Streaming sha256 of a binary file object (bounded memory)."""
+    h = hashlib.sha256()
+    while True:
+        b = f.read(CHUNK)
+        if not b:
+            break
+        h.update(b)
+    return h.hexdigest()
+
+
+def sha256_file(path: str) -> str:
+    """Streaming sha256 of a file."""
+    with open(path, "rb") as f:
+        return sha256_stream(f)
+
+
+class HashingReader:
+    """A read-only binary file that hashes what is read through it (proves a streamed input
+    is the file that was backed up, without a second pass)."""
+
+    def __init__(self, f):
+        self._f = f
+        self.sha = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        self.sha.update(b)
+        return b
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def fileno(self) -> int:
+        return self._f.fileno()
+
+    def seekable(self) -> bool:
+        return False
+
+
+def matches(path: str, sha: str, size: int) -> bool:
+    """True when ``path`` holds exactly the bytes of (``sha``, ``size``); False if unreadable."""
+    try:
+        return os.lstat(path).st_size == size and sha256_file(path) == sha
+    except OSError:
+        return False
+
+
+def is_regular(path: str) -> bool:
+    """True for a regular file that is not a symlink (the non-regular-file guard)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def fsync_file(f) -> None:
+    """Flush a Python file object and fsync it."""
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename or unlink in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_json(path: str, obj) -> None:
+    """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            fsync_file(f)
+        os.replace(tmp, path)
+        fsync_dir(d)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def append_line(path: str, line: str) -> None:
+    """Append one text line (ending in a newline) and fsync it before returning."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        fsync_file(f)
+
+
+def copy_file(src: str, dst: str) -> None:
+    """Copy bytes with fsync (metadata is restored separately)."""
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        shutil.copyfileobj(fi, fo, CHUNK)
+        fsync_file(fo)
+
+
+__all__ = ["CHUNK", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
+           "fsync_dir", "atomic_write_json", "append_line", "copy_file"]
