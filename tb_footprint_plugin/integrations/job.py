@@ -234,6 +234,8 @@ class JobReducer:
     def _reduce(self) -> JobOutcome:
         if not self.logdir:
             raise ValueError("no logdir: pass logdir= (the folder TensorBoard is started on)")
+        if not os.path.isdir(self.logdir):
+            raise NotADirectoryError(f"logdir {self.logdir} is not a directory")
         if not self.job_dirs:
             raise ValueError("no log directory of the job's writers was found; pass job_dirs=")
         for d in self.job_dirs:
