@@ -1,12 +1,14 @@
 """Tiny real training jobs (CPU) for tests/test_integrations_frameworks.py, one per framework.
 
-Run as ``python integration_jobs.py FRAMEWORK LOGDIR RESULT_JSON [--real] [--policy P]
-[--fault STEP]``: trains a tiny model with TensorBoard logging and profiling on, lets the
-Footprint integration reduce the run at the end, and writes the outcome to RESULT_JSON. The
-process's exit status is the training job's: 0 whatever the reduction did.
+Run as ``python integration_jobs.py FRAMEWORK ROOT RESULT_JSON [--policy P] [--scenarios ...]``:
+for each scenario, trains a tiny model with TensorBoard logging and profiling on into the logdir
+``ROOT/<scenario>``, lets the Footprint integration reduce the run at the end, and records the
+outcome in RESULT_JSON under the scenario's name. One process runs every scenario, so the
+framework is imported once. The exit status is the training job's: 0 whatever the reductions did.
 
-``--fault STEP`` makes the reduction fail at that transaction step; just before the failure the
-tree of the logdir is hashed into RESULT_JSON's ``before`` (what a failed reduction must leave).
+Scenarios: ``real`` reduces with policy P; ``fault`` does the same with the transaction made to
+fail after verification (its ``before`` is the logdir hashed when the transaction began: what
+the failed reduction must leave); ``dry`` uses the integration's defaults (a logged dry run).
 """
 import argparse
 import hashlib
@@ -28,13 +30,14 @@ def tree(root):
 
 
 def arm_fault(step, logdir, box):
-    from tb_footprint_plugin import faults
+    from tb_footprint_plugin.engine import faults
 
     def snapshot():
         box["before"] = tree(logdir)
 
     faults.arm("after_begin", snapshot)  # the run as it was when the transaction started
     faults.arm(step, "raise")
+    return faults.disarm_all
 
 
 def keras_job(logdir, opts):
@@ -51,7 +54,7 @@ def keras_job(logdir, opts):
     model.compile("adam", "binary_crossentropy")
     tb = keras.callbacks.TensorBoard(log_dir=job_dir, profile_batch=(2, 3), histogram_freq=1)
     # before the TensorBoard callback on purpose: the reduction must wait for its writers
-    fp = FootprintKerasCallback(tb, logdir=logdir, policy=opts.policy, dry_run=not opts.real)
+    fp = FootprintKerasCallback(tb, logdir=logdir, **opts)
     model.fit(x, y, batch_size=8, epochs=2, validation_split=0.25, callbacks=[fp, tb], verbose=0)
     return fp.wait(300)
 
@@ -86,7 +89,7 @@ def lightning_job(logdir, opts):
     logger = TensorBoardLogger(save_dir=logdir, name="lit")
     profiler = PyTorchProfiler(dirpath=None, filename="perf",
                                schedule=torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1))
-    fp = FootprintLightningCallback(logdir, policy=opts.policy, dry_run=not opts.real)
+    fp = FootprintLightningCallback(logdir, **opts)
     trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=logger, profiler=profiler, callbacks=[fp],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          log_every_n_steps=1)
@@ -107,7 +110,7 @@ def hf_job(logdir, opts):
     data = [{"input_ids": torch.randint(0, 64, (12,)), "labels": torch.tensor(i % 2)} for i in range(32)]
     run_dir = os.path.join(logdir, "hf_job")
     os.environ["TENSORBOARD_LOGGING_DIR"] = run_dir
-    args = TrainingArguments(output_dir=os.path.join(logdir, "..", "hf_out"), report_to=["tensorboard"],
+    args = TrainingArguments(output_dir=logdir + "_hf_out", report_to=["tensorboard"],
                              per_device_train_batch_size=4, num_train_epochs=1, logging_steps=2,
                              save_strategy="no", use_cpu=True, disable_tqdm=True)
     prof = torch.profiler.profile(
@@ -119,7 +122,7 @@ def hf_job(logdir, opts):
         def on_step_end(self, args, state, control, **kwargs):
             prof.step()
 
-    fp = FootprintHFCallback(logdir, policy=opts.policy, dry_run=not opts.real)
+    fp = FootprintHFCallback(logdir, **opts)
     with prof:
         trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[ProfilerStep(), fp])
         trainer.train()
@@ -133,7 +136,7 @@ def loop_job(logdir, opts):
     import tb_footprint_plugin as fp
 
     run_dir = os.path.join(logdir, "loop_job")
-    with fp.reduce_when_done(logdir, policy=opts.policy, dry_run=not opts.real) as job:
+    with fp.reduce_when_done(logdir, **opts) as job:
         net = torch.nn.Linear(4, 1)
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
         with SummaryWriter(run_dir) as w, torch.profiler.profile(
@@ -152,23 +155,31 @@ def loop_job(logdir, opts):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("framework", choices=["keras", "lightning", "hf", "loop"])
-    ap.add_argument("logdir")
+    ap.add_argument("root")
     ap.add_argument("result")
-    ap.add_argument("--real", action="store_true", help="reduce for real (default: dry run)")
     ap.add_argument("--policy", default="lossless")
-    ap.add_argument("--fault", default=None)
-    opts = ap.parse_args()
+    ap.add_argument("--scenarios", default="real,fault,dry")
+    args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     logging.getLogger("tb_footprint_plugin").setLevel(logging.INFO)
-    box = {}
-    if opts.fault:
-        arm_fault(opts.fault, opts.logdir, box)
-    outcome = {"keras": keras_job, "lightning": lightning_job, "hf": hf_job, "loop": loop_job}[opts.framework](
-        opts.logdir, opts)
-    box["outcome"] = outcome.to_dict() if outcome is not None else None
-    box["after"] = tree(opts.logdir)
-    with open(opts.result, "w") as f:
-        json.dump(box, f, indent=1, default=str)
+    job = {"keras": keras_job, "lightning": lightning_job, "hf": hf_job, "loop": loop_job}[args.framework]
+    results = {}
+    for scenario in args.scenarios.split(","):
+        logdir = os.path.join(args.root, scenario)
+        os.makedirs(logdir)
+        box = results[scenario] = {}
+        disarm = arm_fault("after_verify", logdir, box) if scenario == "fault" else None
+        opts = {} if scenario == "dry" else {"policy": args.policy, "dry_run": False}
+        try:
+            outcome = job(logdir, opts)
+        finally:
+            if disarm:
+                disarm()
+        box["outcome"] = outcome.to_dict() if outcome is not None else None
+        box["after"] = tree(logdir)
+        print(f"footprint test: {scenario} done", file=sys.stderr, flush=True)
+    with open(args.result, "w") as f:
+        json.dump(results, f, indent=1, default=str)
     print("training job done")
 
 
