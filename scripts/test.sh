@@ -8,9 +8,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
-# The tab's browser tests drive Debian's Chromium (never a browser download).
-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+# The tab's browser tests drive Debian's Chromium (never a browser download); the archive
+# pipeline example syncs with rsync.
+if { [ ! -x /usr/bin/chromium ] || ! command -v rsync >/dev/null 2>&1; } \
+    && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver rsync >/dev/null
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
