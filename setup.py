@@ -64,9 +64,9 @@ setup(
             "lightning>=2.0",
             "transformers>=4.40",
             "accelerate>=1.1",  # transformers' Trainer needs it with PyTorch
-            # Keras' TensorBoard callback (and its profile_batch) writes through TensorFlow.
-            'tensorflow-cpu>=2.16; platform_machine == "x86_64"',
-            'tensorflow>=2.16; platform_machine != "x86_64"',
+            # Keras is tested on TensorFlow, which scripts/test.sh installs *beside* this
+            # environment (.venv/tensorflow): installed here, it would make TensorBoard's
+            # readers import TensorFlow in every other test.
         ],
     },
     entry_points={
