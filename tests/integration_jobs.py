@@ -8,7 +8,8 @@ framework is imported once. The exit status is the training job's: 0 whatever th
 
 Scenarios: ``real`` reduces with policy P; ``fault`` does the same with the transaction made to
 fail after verification (its ``before`` is the logdir hashed when the transaction began: what
-the failed reduction must leave); ``dry`` uses the integration's defaults (a logged dry run).
+the failed reduction must leave); ``dry`` uses the integration's defaults (a logged dry run);
+``crash`` (Lightning) makes training raise midway.
 """
 import argparse
 import hashlib
@@ -63,6 +64,8 @@ def keras_job(logdir, opts):
 def lightning_job(logdir, opts):
     import torch
     import lightning.pytorch as pl
+
+    crash = opts.pop("crash", False)
     from lightning.pytorch.loggers import TensorBoardLogger
     from lightning.pytorch.profilers import PyTorchProfiler
 
@@ -74,7 +77,9 @@ def lightning_job(logdir, opts):
             self.save_hyperparameters({"hidden": 16})
             self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 
-        def training_step(self, batch, _):
+        def training_step(self, batch, i):
+            if crash and self.global_step == 3:
+                raise RuntimeError("training diverged (test)")
             x, y = batch
             loss = torch.nn.functional.mse_loss(self.net(x), y)
             self.log("train_loss", loss)
@@ -93,7 +98,12 @@ def lightning_job(logdir, opts):
     trainer = pl.Trainer(max_epochs=2, accelerator="cpu", logger=logger, profiler=profiler, callbacks=[fp],
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          log_every_n_steps=1)
-    trainer.fit(Tiny(), data)
+    try:
+        trainer.fit(Tiny(), data)
+    except RuntimeError as e:
+        if not crash:
+            raise
+        print(f"footprint test: fit raised {e}", file=sys.stderr)
     return fp.wait(300)
 
 
@@ -170,6 +180,8 @@ def main():
         box = results[scenario] = {}
         disarm = arm_fault("after_verify", logdir, box) if scenario == "fault" else None
         opts = {} if scenario == "dry" else {"policy": args.policy, "dry_run": False}
+        if scenario == "crash":  # training raises: nothing is reduced, the outcome still comes
+            opts["crash"] = True
         try:
             outcome = job(logdir, opts)
         finally:

@@ -52,8 +52,9 @@ def jobs(tmp_path_factory):
                 path.append(_tensorflow_path())  # TensorFlow and its Keras, for this job only
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(path), TF_CPP_MIN_LOG_LEVEL="2",
                        CUDA_VISIBLE_DEVICES="")
+            scenarios = "real,fault,dry" + (",crash" if framework == "lightning" else "")
             p = subprocess.run([sys.executable, str(JOBS), framework, str(root / "logs"), str(result),
-                                "--policy", FRAMEWORKS[framework][1]],
+                                "--policy", FRAMEWORKS[framework][1], "--scenarios", scenarios],
                                env=env, capture_output=True, text=True, timeout=1200)
             assert p.returncode == 0, f"training job exited {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr[-5000:]}"
             assert "training job done" in p.stdout
@@ -112,3 +113,13 @@ def test_default_is_a_logged_dry_run(jobs, framework):
     assert "dry run: nothing was changed" in log
     if framework != "keras":
         assert any(p.endswith(".pt.trace.json") for p in res["after"])
+
+
+def test_training_that_raises_is_not_reduced(jobs):
+    results, log, root = jobs("lightning")
+    res = results["crash"]
+    out = res["outcome"]
+    assert out["code"] == "training_failed" and "training diverged" in out["reason"], out
+    assert out["report"] is None and fp.history(str(root / "crash")) == []
+    assert any("/events.out.tfevents." in p for p in res["after"])  # the run is there, as written
+    assert not any(p.endswith(".gz") for p in res["after"])

@@ -59,7 +59,10 @@ def make_callback_class(base):
             return self.job.wait(timeout)
 
         def on_exception(self, trainer, pl_module, exception):
+            # Lightning calls no teardown hook after an exception: settle the outcome here
             self._failed = f"{type(exception).__name__}: {exception}"
+            if trainer.is_global_zero:
+                self.job.finish(training_failed=self._failed)
 
         def teardown(self, trainer, pl_module, stage):
             if stage != "fit" or not trainer.is_global_zero:
