@@ -251,3 +251,29 @@ def test_importing_the_integrations_imports_no_framework():
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
+
+
+def test_a_file_another_process_writes_is_never_the_jobs(logdir):
+    """Another process keeps a file of the same run open for writing: the job does not wait
+    for it, and the file keeps the quiet period, so the run is left alone as active."""
+    run = logdir / "job"
+    run.mkdir()
+    other = run / "events.out.tfevents.2.host.99"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1], 'ab')\n"
+                               "f.write(b'x'); f.flush(); print('open', flush=True); time.sleep(120)", str(other)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        with reduce_when_done(str(logdir), dry_run=False, close_timeout=60, verify_backends=("python",)) as job:
+            (run / "host_1.1.pt.trace.json").write_bytes(_TEMPLATE["trace"])
+            assert holder.stdout.readline().strip() == "open"
+        t0 = time.monotonic()
+        out = job.wait(60)
+        assert time.monotonic() - t0 < 30  # not waiting for the other process's writer
+        assert out.code == JobCode.SKIPPED, out.to_dict()
+        assert "job/events.out.tfevents.2.host.99" not in out.closed_files
+        [o] = out.report.outcomes
+        assert o.status == "skipped" and "active" in o.reason
+        assert (run / "host_1.1.pt.trace.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()

@@ -2,7 +2,8 @@
 and Hugging Face callbacks and ``reduce_when_done`` share.
 
 A job's own files are the files under its writers' log directories that were created or changed
-after the integration started watching, and that no process holds open for writing any more. The
+after the integration started watching; the reduction waits until this process holds none of
+them open for writing, and a file another process holds open is never counted as the job's. The
 quiet period is waived for exactly those files (each with the mtime it had when found closed);
 every other file of the run still has to be quiet, as for the CLI. The reduction itself is
 ``api.reduce_logdir`` on those runs only: same transaction, verification, vault and history.
@@ -71,14 +72,14 @@ class JobOutcome:
                 "report": self.report.to_dict() if self.report else None}
 
 
-def open_for_writing(root: str) -> Optional[set]:
-    """Real paths of files under ``root`` that some visible process holds open for writing
-    (Linux ``/proc``); None where that cannot be known."""
+def open_for_writing(root: str) -> Optional[Dict[str, set]]:
+    """Real paths of files under ``root`` that visible processes hold open for writing, each
+    with those processes' pids (Linux ``/proc``); None where that cannot be known."""
     if not os.path.isdir("/proc/self/fd"):
         return None
     root = os.path.realpath(root)
     prefix = root.rstrip(os.sep) + os.sep
-    found = set()
+    found: Dict[str, set] = {}
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
@@ -102,7 +103,7 @@ def open_for_writing(root: str) -> Optional[set]:
             except (OSError, ValueError):
                 flags = os.O_WRONLY  # cannot tell: assume the worst
             if flags & (os.O_WRONLY | os.O_RDWR):
-                found.add(target)
+                found.setdefault(target, set()).add(int(pid))
     return found
 
 
@@ -147,7 +148,11 @@ class JobReducer:
                         yield p
 
     def own_files(self) -> Dict[str, os.stat_result]:
-        """Regular files under the job's directories written since watching began."""
+        """Regular files under the job's directories written since watching began and not held
+        open for writing by another process (such a file is another writer's: it keeps the
+        quiet period)."""
+        held = self._held() or {}
+        me = os.getpid()
         out = {}
         since = self.started_ns - _CLOCK_SLACK_NS
         for p in self._walk():
@@ -155,19 +160,24 @@ class JobReducer:
                 st = os.lstat(p)
             except OSError:
                 continue
-            if os.path.isfile(p) and not os.path.islink(p) and st.st_mtime_ns >= since:
-                out[p] = st
+            if not (os.path.isfile(p) and not os.path.islink(p) and st.st_mtime_ns >= since):
+                continue
+            if held.get(os.path.realpath(p), {me}) - {me}:
+                continue
+            out[p] = st
         return out
 
+    def _held(self) -> Optional[Dict[str, set]]:
+        return open_for_writing(self.logdir) if self.logdir else {}
+
     def _still_open(self) -> Optional[List[str]]:
-        """The job's files some process still writes; None where that cannot be known."""
-        if not self.logdir:
-            return []
-        held = open_for_writing(self.logdir)
+        """The job's files this process still writes; None where that cannot be known."""
+        held = self._held()
         if held is None:
             return None
+        me = os.getpid()
         dirs = [os.path.realpath(d).rstrip(os.sep) + os.sep for d in self.job_dirs]
-        return sorted(p for p in held if any(p.startswith(d) for d in dirs))
+        return sorted(p for p, pids in held.items() if me in pids and any(p.startswith(d) for d in dirs))
 
     # -- ending -----------------------------------------------------------------------
     def finish(self, *, ready: Callable[[], bool] = lambda: True, defer: Optional[bool] = None,
