@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import JobCode, Outcome
 
 log = logging.getLogger("tb_footprint_plugin.integrations")
 
@@ -31,25 +32,11 @@ _POLL_S = 0.2
 _STATE_DIR_NAME = ".tb-footprint"
 
 
-class JobCode:
-    """Outcome codes of an end-of-training reduction (prose in ``reason`` is for people)."""
-
-    REDUCED = "reduced"  # every selected run verified
-    PLANNED = "planned"  # dry run: the plan was logged, nothing changed
-    NOTHING_TO_DO = "nothing_to_do"  # the job's runs have nothing this policy removes
-    SKIPPED = "skipped"  # a run was left alone (active, locked, ...); see the run outcomes
-    FAILED = "failed"  # a run's reduction failed and was rolled back; see the run outcomes
-    NO_RUNS = "no_runs"  # the job wrote no file under its log directories
-    WRITERS_OPEN = "writers_open"  # the job's files were still open after close_timeout
-    TRAINING_FAILED = "training_failed"  # training raised or was interrupted: not reduced
-    ERROR = "error"  # the reduction could not start (bad logdir, unexpected exception)
-
-
 @dataclass
 class JobOutcome:
     """What the end-of-training reduction did; ``report`` is the ``ReduceReport`` when one ran."""
 
-    code: str
+    code: JobCode
     logdir: Optional[str] = None
     runs: List[str] = field(default_factory=list)
     closed_files: Dict[str, float] = field(default_factory=dict)
@@ -280,7 +267,7 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _code(report: "api.ReduceReport") -> str:
+def _code(report: "api.ReduceReport") -> JobCode:
     if report.dry_run:
         return JobCode.PLANNED
     # runs the policy has nothing for are "skipped" by the engine too; they do not count here
@@ -288,9 +275,9 @@ def _code(report: "api.ReduceReport") -> str:
     statuses = [o.status for o in report.outcomes if o.run in acted]
     if not statuses:
         return JobCode.NOTHING_TO_DO
-    if any(s in ("failed", "rolled_back") for s in statuses):
+    if any(s in (Outcome.FAILED, Outcome.ROLLED_BACK) for s in statuses):
         return JobCode.FAILED
-    if all(s == "verified" for s in statuses):
+    if all(s == Outcome.VERIFIED for s in statuses):
         return JobCode.REDUCED
     return JobCode.SKIPPED
 
@@ -309,7 +296,8 @@ def _log_outcome(out: JobOutcome) -> None:
         for rp in rep.plan.runs:
             o = by_run.get(rp.run)
             status = o.status if o else "skipped"
-            line = f"  {rp.run}: {status}"
+            code = (o.code if o else None) or rp.code
+            line = f"  {rp.run}: {status}" + (f" [{code}]" if code else "")
             if rep.dry_run and not rp.skipped:
                 line += f", would free {rp.removable_bytes} of {rp.bytes_before} bytes"
             elif o is not None and o.status == "verified":
