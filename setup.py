@@ -33,6 +33,7 @@ setup(
         "tb_footprint_plugin.engine",
         "tb_footprint_plugin.plugin",
         "tb_footprint_plugin.synth",
+        "tb_footprint_plugin.integrations",
         "tb_footprint_plugin.frontend",
     ],
     package_dir={"tb_footprint_plugin.frontend": "frontend"},
@@ -56,6 +57,16 @@ setup(
             "pytest>=7",
             "playwright>=1.40",
             "tensorboard-plugin-profile>=2.15",
+            # The end-of-training integrations are tested with the real frameworks on CPU. torch
+            # is pinned to the CPU build this machine keeps on disk (any other release resolves to
+            # a CUDA build of several GB); lightning and transformers then take it as it is.
+            'torch==2.13.0; python_version == "3.11" and platform_machine == "x86_64"',
+            "lightning>=2.0",
+            "transformers>=4.40",
+            "accelerate>=1.1",  # transformers' Trainer needs it with PyTorch
+            # Keras is tested on TensorFlow, which scripts/test.sh installs *beside* this
+            # environment (.venv/tensorflow): installed here, it would make TensorBoard's
+            # readers import TensorFlow in every other test.
         ],
     },
     entry_points={

@@ -8,9 +8,19 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
-# The tab's browser tests drive Debian's Chromium (never a browser download).
-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+# Keras' TensorBoard callback (and its profile_batch) writes through TensorFlow. It goes into a
+# folder of its own that only the Keras integration test puts on its job's path, so TensorBoard
+# in every other test keeps its TensorFlow-free readers (TensorFlow would be imported by each).
+if [ ! -d .venv/tensorflow/tensorflow ]; then
+  case "$(uname -m)" in x86_64) TF_REQ="tensorflow-cpu>=2.16" ;; *) TF_REQ="tensorflow>=2.16" ;; esac
+  .venv/bin/python -m pip install -q --disable-pip-version-check --target .venv/tensorflow "$TF_REQ"
+fi
+export TB_FOOTPRINT_TEST_TENSORFLOW="$PWD/.venv/tensorflow"
+# The tab's browser tests drive Debian's Chromium (never a browser download); the archive
+# pipeline example syncs with rsync.
+if { [ ! -x /usr/bin/chromium ] || ! command -v rsync >/dev/null 2>&1; } \
+    && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver rsync >/dev/null
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"

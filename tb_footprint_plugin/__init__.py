@@ -28,6 +28,7 @@ _API = {
     "purge": "tb_footprint_plugin.api",
     "status": "tb_footprint_plugin.api",
     "history": "tb_footprint_plugin.api",
+    "reduce_when_done": "tb_footprint_plugin.integrations.job",
 }
 
 __all__ = ["__version__", *_API]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
@@ -41,7 +41,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
     overview,
     plan_run_view,
 )
-from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 
@@ -50,7 +50,8 @@ RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 
 
 def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
-             verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> Context:
+             verify_backends: Sequence[str] = DEFAULT_BACKENDS,
+             closed_files: Optional[Mapping[str, float]] = None) -> Context:
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -59,7 +60,7 @@ def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAU
         if is_within(logdir, backup_dir):
             raise ValueError(f"backup dir {backup_dir} contains the logdir; choose a separate folder")
     return Context(logdir=logdir, backup_dir=backup_dir, quiet_period=quiet_period,
-                   verify_backends=tuple(verify_backends))
+                   verify_backends=tuple(verify_backends), closed_files=dict(closed_files or {}))
 
 
 def pending_operations(logdir: str) -> List[str]:
@@ -78,11 +79,15 @@ def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[Recove
 def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
          runs: Optional[List[str]] = None, run_glob: Optional[str] = None, min_size: int = 0,
          older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
-         footprint: Optional[LogdirFootprint] = None) -> Plan:
-    """The dry run: what ``policy`` would do. Writes nothing (not even the scan cache)."""
+         footprint: Optional[LogdirFootprint] = None,
+         closed_files: Optional[Mapping[str, float]] = None) -> Plan:
+    """The dry run: what ``policy`` would do. Writes nothing (not even the scan cache).
+
+    ``closed_files`` (logdir-relative path -> mtime when found closed) are files the caller's
+    own job wrote and closed: the quiet period skips them while unchanged, and only them."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     return make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
-                     older_than=older_than, quiet_period=quiet_period)
+                     older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
 
 
 @dataclass
@@ -145,6 +150,7 @@ def reduce_logdir(
     min_size: int = 0,
     older_than: Optional[float] = None,
     quiet_period: float = DEFAULT_QUIET_PERIOD,
+    closed_files: Optional[Mapping[str, float]] = None,
     jobs: int = 1,
     timeout: Optional[float] = None,
     ledger: Optional[str] = None,
@@ -157,12 +163,13 @@ def reduce_logdir(
 
     ``dry_run=True`` (the default) only plans. With ``ledger`` (a path, or ``"default"`` for
     ``<logdir>/.tb-footprint/ledger.json``) every transition is recorded and a rerun resumes.
+    ``closed_files``: see ``plan`` (the end-of-training integrations pass the job's own files).
     """
-    ctx = _context(logdir, backup_dir, quiet_period, verify_backends)
+    ctx = _context(logdir, backup_dir, quiet_period, verify_backends, closed_files)
     pol = get_policy(policy)
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
     p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
-             older_than=older_than, quiet_period=quiet_period)
+             older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
     report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered)
     if dry_run:
         report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
@@ -290,7 +297,7 @@ def history(logdir: str) -> List[dict]:
     return read_history(state_dir(logdir))
 
 
-__all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history",
+__all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]

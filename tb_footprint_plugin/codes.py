@@ -64,4 +64,18 @@ class Recovery(Code):
     FAILED = "failed"
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery"]
+class JobCode(Code):
+    """What an end-of-training reduction did (``integrations.JobOutcome.code``)."""
+
+    REDUCED = "reduced"  # every run of the job the policy acts on was reduced and verified
+    PLANNED = "planned"  # dry run: the plan was logged, nothing changed
+    NOTHING_TO_DO = "nothing_to_do"  # the policy changes nothing in the job's runs
+    SKIPPED = "skipped"  # a run was left alone (active, locked, ...): see the run outcomes
+    FAILED = "failed"  # a run's reduction failed and was rolled back: see the run outcomes
+    NO_RUNS = "no_runs"  # the job wrote no file under its log directories
+    WRITERS_OPEN = "writers_open"  # the job's own files were still open after close_timeout
+    TRAINING_FAILED = "training_failed"  # training raised or was interrupted: nothing reduced
+    ERROR = "error"  # the reduction could not start (bad logdir, unexpected exception)
+
+
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode"]

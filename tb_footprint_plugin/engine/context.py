@@ -12,7 +12,7 @@ import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Outcome
 from tb_footprint_plugin.engine.vault import Vault
@@ -93,6 +93,9 @@ class Context:
     backup_dir: Optional[str] = None
     verify_backends: tuple = ("python", "rust")
     quiet_period: float = 600.0
+    #: files the caller's own job wrote and closed: logdir-relative path -> mtime when closed;
+    #: exempt from the quiet period while unchanged (see ``plan.planner.newest_write``)
+    closed_files: Dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.logdir = os.path.abspath(self.logdir)

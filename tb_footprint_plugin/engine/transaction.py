@@ -35,6 +35,7 @@ from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.swap import apply_swap, rollback
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import RunPlan
+from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.paths import is_within, real_within
@@ -63,18 +64,16 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
     run_dir = ctx.abs(rp.run)
     if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
         raise TransactionError(f"run {rp.run!r} is a symlink or leads out of the logdir; left alone")
-    newest = 0.0
+    mtimes = []
     for root, dirs, files in os.walk(run_dir, followlinks=False):
         dirs[:] = [d for d in dirs if os.path.join(root, d) != ctx.state]
         for n in files:
+            p = os.path.join(root, n)
             with contextlib.suppress(OSError):
-                newest = max(newest, os.lstat(os.path.join(root, n)).st_mtime)
-    age = time.time() - newest
-    if newest and age < ctx.quiet_period:
-        raise TransactionError(
-            f"run {rp.run!r} is active: a file changed {int(age)} s ago "
-            f"(quiet period {int(ctx.quiet_period)} s); left alone", Skip.ACTIVE
-        )
+                mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), os.lstat(p).st_mtime))
+    active = active_reason(newest_write(mtimes, ctx.closed_files), ctx.quiet_period, time.time())
+    if active:
+        raise TransactionError(f"run {rp.run!r} is {active}", Skip.ACTIVE)
     need_logdir = 0
     need_vault = 0
     for a in rp.actions:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.scan import categories as cat
@@ -27,6 +27,23 @@ DEFAULT_QUIET_PERIOD = 600.0
 _BOOKKEEPING = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER})
 
 
+def newest_write(files: Iterable[Tuple[str, float]], closed_files: Optional[Mapping[str, float]] = None) -> float:
+    """The newest mtime the quiet period looks at (0.0 if none): every file's, except a file the
+    caller knows its own job wrote and closed (``closed_files``: logdir-relative path -> the
+    mtime it had when found closed) and that has not been written since."""
+    closed = closed_files or {}
+    return max((m for p, m in files if closed.get(p) != m), default=0.0)
+
+
+def active_reason(newest: float, quiet_period: float, now: float) -> Optional[str]:
+    """Why a run whose newest counted write is ``newest`` is active, or None when it is quiet."""
+    age = now - newest
+    if newest and age < quiet_period:
+        return (f"active: files changed {int(age)} s ago (quiet period {int(quiet_period)} s); "
+                "a run still being written is left alone")
+    return None
+
+
 def make_plan(
     footprint: LogdirFootprint,
     policy="archive",
@@ -37,9 +54,11 @@ def make_plan(
     older_than: Optional[float] = None,
     quiet_period: float = DEFAULT_QUIET_PERIOD,
     now: Optional[float] = None,
+    closed_files: Optional[Mapping[str, float]] = None,
 ) -> Plan:
     """Plan ``policy`` over ``footprint``; runs not selected by the filters are left out,
-    active or unchanged runs are listed with ``skipped`` set."""
+    active or unchanged runs are listed with ``skipped`` set. ``closed_files`` (see
+    ``newest_write``) are exempt from the quiet period; every other file is not."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
     plans = []
@@ -55,13 +74,10 @@ def make_plan(
         if older_than is not None and r.newest_mtime > now - older_than:
             continue
         rp = plan_run(r, pol)
-        age = now - r.newest_mtime
-        if rp.actions and age < quiet_period:
-            rp.skipped = (
-                f"active: files changed {int(age)} s ago (quiet period {int(quiet_period)} s); "
-                "a run still being written is left alone"
-            )
-            rp.code = Skip.ACTIVE
+        active = active_reason(newest_write(((f.path, f.mtime) for f in r.files), closed_files),
+                               quiet_period, now)
+        if rp.actions and active:
+            rp.skipped, rp.code = active, Skip.ACTIVE
         elif not rp.actions:
             rp.skipped, rp.code = "nothing to reduce under this policy", Skip.NOTHING
         plans.append(rp)
