@@ -537,3 +537,35 @@ def test_tab_reports_salvage_at_load_and_damage_when_read_only(tmp_path):
     finally:
         a.close()
     assert (path.parent / (path.name + ".salvaged-001")).exists()
+
+
+def test_unreadable_event_file_is_named_and_nothing_changes(tmp_path):
+    """Run as a user who may not read one event file (root without its read-anything capabilities)."""
+    logdir = tmp_path / "logdir"
+    image_run(logdir / "run")
+    with EventWriter(str(logdir / "run"), index=1) as w:
+        w.scalar("x", 1, 1.0)
+        bad = Path(w.path)
+    _age(logdir)
+    before = user_files(logdir)
+    os.chown(bad, 65534, 65534) if os.geteuid() == 0 else None
+    os.chmod(bad, 0)
+    code = ("import sys, json; from tb_footprint_plugin import api; "
+            "fp = api.scan(sys.argv[1]); "
+            "r = api.reduce_logdir(sys.argv[1], policy='archive', dry_run=False, verify_backends=('python',)); "
+            "print(json.dumps({'w': [w for r in fp.runs for w in r.warnings], "
+            "'o': [o.to_dict() for o in r.outcomes]}))")
+    prefix = (["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]
+              if os.geteuid() == 0 else [])
+    try:
+        p = subprocess.run(prefix + [sys.executable, "-c", code, str(logdir)], env=ENV, capture_output=True,
+                           text=True, timeout=300)
+    finally:
+        os.chmod(bad, 0o644)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert any(w.startswith(f"run/{bad.name}: unreadable") for w in out["w"]), out["w"]
+    (o,) = out["o"]
+    assert o["status"] == "failed" and o["reason"].startswith(f"run/{bad.name}: not readable"), o
+    assert ".tb-footprint" not in o["reason"]
+    assert user_files(logdir) == before

@@ -81,9 +81,10 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -
             results.append(res)
             continue
         scratch.use_root(vault.tmp)  # the readers' scratch space too: swept at the next start
-        vr = compare_views(os.path.join(scratch.make("check", vault.tmp), "views"),
-                           _committed_pairs(ctx, m, vault),
-                           (m.get("verification") or {}).get("expectations"), ctx.verify_backends, label=m["run"])
+        with scratch.scratch("check", vault.tmp) as tmp:
+            vr = compare_views(os.path.join(tmp, "views"), _committed_pairs(ctx, m, vault),
+                               (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
+                               label=m["run"])
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)

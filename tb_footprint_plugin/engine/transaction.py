@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import shutil  # noqa: F401  (tests patch transaction.shutil.disk_usage: the free-space check)
 import stat
 import time
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
 from tb_footprint_plugin.engine.checks import compare_views
@@ -32,16 +32,16 @@ from tb_footprint_plugin.engine.context import (
     no_symlink,
     reason_of,
 )
+from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.swap import apply_swap, rollback
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
-from tb_footprint_plugin.storage.regular import kind_of
 from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.storage.regular import kind_of
 
 
 
@@ -76,6 +76,12 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
                 if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
                     newest = max(newest, st.st_mtime)
     age = time.time() - newest
+    # verification reads every event file of the run: one it cannot read is named up front
+    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else ():
+        p = os.path.join(run_dir, name)
+        if cat.is_event_file_name(name) and os.path.isfile(p) and not os.access(p, os.R_OK):
+            raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: not readable (permission denied); the run "
+                                   "cannot be verified without it, nothing was changed", Failure.REFUSED)
     if newest and age < ctx.quiet_period:
         raise TransactionError(
             f"run {rp.run!r} is active: a file changed {int(age)} s ago "
@@ -132,8 +138,9 @@ def _changed_by_other(ctx: Context, rp: RunPlan) -> None:
     so plainly instead of finding its traces ('no longer exists', 'changed since the scan')."""
     if not rp.planned_at:
         return
+    changed = (Outcome.VERIFIED, Outcome.RESTORED, Finding.LATE_WRITES_SALVAGED)  # not a rolled-back one
     later = [e for e in read_history(ctx.state)
-             if e.get("run") == rp.run and e.get("time", 0) > rp.planned_at and e.get("op_id")]
+             if e.get("run") == rp.run and e.get("time", 0) > rp.planned_at and e.get("outcome") in changed]
     if later:
         e = later[-1]
         raise TransactionError(f"run {rp.run!r} was changed by another process since it was planned "
