@@ -84,16 +84,23 @@ def python_scalars(run_dir):
 # 1. a live writer on this machine: the run is left alone and the plan names the process
 # ---------------------------------------------------------------------------------------
 _WRITER = r"""
-import sys, time
-from tensorboard.summary import Writer
-w = Writer(sys.argv[1])
-w.add_scalar("live", 0.0, 0)
-w.flush()
+import os, sys, time
+from tensorboard.compat.proto import event_pb2
+from tb_footprint_plugin.scan.tfrecord import RecordWriter
+# a training job's event writer: the file stays open for the whole job (TF's and PyTorch's do)
+path = os.path.join(sys.argv[1], "events.out.tfevents.%d.trainer.%d.0.v2" % (time.time(), os.getpid()))
+f = open(path, "ab")
+w = RecordWriter(f)
+def record(step):
+    ev = event_pb2.Event(wall_time=time.time(), step=step)
+    ev.summary.value.add(tag="live", simple_value=float(step))
+    w.write(ev.SerializeToString())
+    f.flush()
+w.write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+record(0)
 print("ready", flush=True)
 for line in sys.stdin:
-    step = int(line)
-    w.add_scalar("live", float(step), step)
-    w.flush()
+    record(int(line))
     print("ok", flush=True)
 """
 
@@ -137,6 +144,7 @@ def test_writer_holding_its_event_file_leaves_the_run_alone(tmp_path):
     # once the job is gone the run is reduced normally, and the writer's records are all there
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0, verify_backends=PY)
     assert next(o for o in rep.outcomes if o.run == "run").status == "verified"
+    assert python_scalars(run)["live"] == [0, 1]
 
 
 def test_writer_that_opens_the_file_during_the_reduce_is_caught_before_the_swap(tmp_path):
