@@ -21,13 +21,20 @@ function bannersFor(state) {
   if (rec) {
     if (rec.state === 'done' && rec.outcomes.length) {
       out.push(banner('info', 'Crash recovery: ' + rec.detail + '.',
-        rec.outcomes.map((o) => (o.run || '?') + ' — ' + o.action.replace('_', ' ') + (o.detail ? ': ' + o.detail : '') + ' (' + o.op_id + ')')));
+        rec.outcomes.map((o) => (o.run || 'vault') + ' — ' + o.action.replace('_', ' ') + (o.code ? ' [' + o.code + ']' : '') + (o.detail ? ': ' + o.detail : '') + (o.op_id ? ' (' + o.op_id + ')' : ''))));
     } else if (rec.state === 'failed') {
       out.push(banner('error', 'Crash recovery failed: ' + rec.detail, ['Unfinished operations stay journaled; they are retried on the next start.']));
     } else if (rec.state === 'skipped' && rec.outcomes.length) {
       out.push(banner('warn', 'Unfinished operations were not recovered.', [rec.detail]));
     } else if (rec.state === 'running') {
       out.push(banner('info', 'Checking for unfinished operations (crash recovery)…', []));
+    }
+    const problems = rec.problems || [];
+    if (problems.length) {
+      // damage is never dropped silently: each finding with its code, and the command that settles it
+      out.push(banner('warn', 'The vault needs attention: ' + problems.length + ' problem(s) found.',
+        problems.map((p) => '[' + p.code + '] ' + p.detail).concat(
+          rec.settle_command ? ['Run `' + rec.settle_command + '` to settle what can be settled.'] : [])));
     }
   }
   if (state.message) out.push(banner(state.message.kind === 'error' ? 'error' : 'info', state.message.text, []));

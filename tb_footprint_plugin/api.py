@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, List, Mapping, Optional, Sequence
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
     find_manifest,
+    journal_blobs,
     known_vaults,
     operation_summary,
     own_manifests,
@@ -21,18 +22,20 @@ from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation sum
     restorable_ops,
     summarize_operations,
 )
+from tb_footprint_plugin.engine import health
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.purge import PurgeReport, purge_backups
-from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, make_plan
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, apply_open_writers, leave_alone, make_plan
 from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
@@ -43,6 +46,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
 )
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 
 DEFAULT_BACKENDS = ("python", "rust")
@@ -69,11 +73,23 @@ def pending_operations(logdir: str) -> List[str]:
 
 
 def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
-    """Settle unfinished operations (rolled back, or finished when their swap was recorded)."""
+    """What every start does (``tb-footprint recover``): settle unfinished operations (rolled
+    back, or finished when their swap was recorded), rebuild lost manifests from the vault's
+    log, finish killed purges, sweep scratch space of ended processes, and salvage records
+    written into backups after their reduction. Each outcome has an action and a code."""
     ctx = _context(logdir, backup_dir)
-    if not any(True for _ in pending_journals(ctx.journal_dir)):
-        return []
-    return recover(ctx)
+    return recover_all(ctx, known_vaults(ctx), own_manifests)
+
+
+def unfinished(logdir: str, backup_dir: Optional[str] = None) -> dict:
+    """Unfinished operations and damage, found without changing anything, and the command that
+    settles them: ``{unfinished_operations, problems, settle_command}`` (problems carry a
+    ``codes.Finding``; ``settle_command`` is None when all is well)."""
+    ctx = _context(logdir, backup_dir)
+    ops = health.unfinished_ops(ctx.journal_dir)
+    problems = health.catalogue_problems(known_vaults(ctx), own_manifests(ctx), frozenset(journal_blobs(ctx)))
+    return {"unfinished_operations": ops, "problems": problems,
+            "settle_command": health.settle_command(ctx.logdir, backup_dir) if ops or problems else None}
 
 
 def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
@@ -84,10 +100,27 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     """The dry run: what ``policy`` would do. Writes nothing (not even the scan cache).
 
     ``closed_files`` (logdir-relative path -> mtime when found closed) are files the caller's
-    own job wrote and closed: the quiet period skips them while unchanged, and only them."""
+    own job wrote and closed: the quiet period skips them while unchanged, and only them.
+    A run with an unfinished operation, or with a file some process on this machine holds open
+    for writing, is left alone (``code``; ``writers`` names the processes)."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
-    return make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
-                     older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
+    p = make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
+                  older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
+    logdir = os.path.abspath(logdir)
+    ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
+    if ops:
+        cmd = health.settle_command(logdir, backup_dir)
+        for o in ops:
+            if o["run"] is not None:
+                leave_alone(p, o["run"], f"unfinished {o['kind']} operation {o['op_id']} (interrupted?); "
+                            f"run `{cmd}` to settle it", Skip.UNFINISHED)
+        p.notes.append(f"{len(ops)} unfinished operation(s): run `{cmd}` to settle them")
+    live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
+    if live:
+        paths = [os.path.join(logdir, f.path) for r in live for f in (fp.run(r).files if fp.run(r) else [])
+                 if f.kind != "symlink"]
+        apply_open_writers(p, find_writers(paths), logdir)
+    return p
 
 
 @dataclass
@@ -241,7 +274,15 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     TensorBoard's readers against the original (from the vault)."""
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
     recover_logdir(logdir, backup_dir)
-    return recheck(ctx, run, op)
+    results = recheck(ctx, run, op)
+    if not op:  # damage no operation's check shows: lost manifests, blobs of no operation
+        for p in unfinished(logdir, backup_dir)["problems"]:
+            if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS):
+                results.append({"op_id": p["op_id"] or "-", "run": p["run"] or "(vault)", "ok": False,
+                                "backups_ok": False, "damaged_backups": [], "code": p["code"],
+                                "verification": {"ok": False, "checks": [
+                                    {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
+    return results
 
 
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
@@ -266,8 +307,10 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
           yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
 
-    A blob another kept operation, or an unfinished one, still needs is never deleted; a run
-    being changed right now is passed over.
+    Never deletes a byte that exists nowhere else: a backup that is damaged, grown by a late
+    writer, still held open for writing, or needed by another kept or unfinished operation is
+    kept and listed in ``kept`` with a code (the preview says so too); a run being changed
+    right now is passed over.
     """
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
@@ -275,7 +318,9 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
 
 
 def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
-    """Unfinished operations, the batch ledger, the vault and the operations it holds."""
+    """Unfinished operations, damage (``problems``, with codes), late writes salvaged, the batch
+    ledger, the vault and the operations it holds; ``settle_command`` says what settles them.
+    Changes nothing."""
     ctx = _context(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
@@ -284,12 +329,16 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         vault_bytes += Vault(root).size()
     for m in own_manifests(ctx):
         ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
-                                          "bytes_after", "finished_at", "backup_purged", "restored_by")})
+                                          "bytes_after", "finished_at", "backup_purged", "restored_by",
+                                          "rebuilt")})
+        ops[-1]["salvaged"] = len(m.get("salvaged", []))
     ledger_path = os.path.join(ctx.state, "ledger.json")
     led = Ledger(ledger_path, "", ctx.logdir).summary() if os.path.exists(ledger_path) else None
+    found = unfinished(logdir, backup_dir)
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led}
+            "ledger": led, "unfinished": found["unfinished_operations"], "problems": found["problems"],
+            "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 
 
 def history(logdir: str) -> List[dict]:
@@ -298,7 +347,7 @@ def history(logdir: str) -> List[dict]:
 
 
 __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
-           "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
+           "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]
 

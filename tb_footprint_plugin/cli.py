@@ -52,7 +52,25 @@ def cmd_scan(args) -> int:
         print()
     else:
         _print_scan(fp, args.top, args.by)
+    _warn_unsettled(args.logdir, args.backup_dir)
     return EXIT_OK
+
+
+def _warn_unsettled(logdir: str, backup_dir=None) -> None:
+    """Unfinished operations and damage, with the command that settles them (on stderr)."""
+    from tb_footprint_plugin import api
+
+    try:
+        found = api.unfinished(logdir, backup_dir)
+    except (OSError, ValueError):
+        return
+    for o in found["unfinished_operations"]:
+        print(f"warning: unfinished {o['kind']} operation {o['op_id']} on run {o['run']!r} "
+              "(interrupted?): its run may be half changed", file=sys.stderr)
+    for p in found["problems"]:
+        print(f"warning: [{p['code']}] {p['detail']}", file=sys.stderr)
+    if found["settle_command"]:
+        print(f"warning: run `{found['settle_command']}` to settle this", file=sys.stderr)
 
 
 def cmd_demo(args) -> int:
@@ -149,6 +167,7 @@ def cmd_plan(args) -> int:
                  run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
                  quiet_period=args.quiet_period)
     _dump(p.to_dict()) if args.json else _print_plan(p)
+    _warn_unsettled(args.logdir, args.backup_dir)
     return EXIT_OK
 
 
@@ -178,7 +197,8 @@ def _outcome_line(o) -> str:
     if o.status == "restored":
         return f"✓ {o.run}: restored ({o.reason}; op {o.op_id})"
     mark = "·" if o.status in ("skipped", "dry_run") else "✗"
-    return f"{mark} {o.run}: {o.status}" + (f" — {o.reason}" if o.reason else "")
+    code = f" [{o.code}]" if o.code else ""
+    return f"{mark} {o.run}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
 
 
 def cmd_reduce(args) -> int:
@@ -273,6 +293,10 @@ def cmd_purge(args) -> int:
         print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else ""))
     verb = "would free" if rep.dry_run else "freed"
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}")
+    for k in rep.kept:
+        print(f"  kept {k['op_id']}  {k['run']}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
+    if rep.kept:
+        print(f"{len(rep.kept)} backup(s) kept: purging them could destroy bytes that exist nowhere else")
     if rep.dry_run and rep.ops:
         print("nothing deleted: add --yes to purge these backups (their runs can no longer be restored)")
     return EXIT_OK
@@ -286,8 +310,16 @@ def cmd_status(args) -> int:
         _dump(st)
         return EXIT_OK
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
-    print(f"  unfinished operations: {len(st['unfinished_operations'])}"
-          + (" (recovered on the next reduce/restore/purge)" if st["unfinished_operations"] else ""))
+    print(f"  unfinished operations: {len(st['unfinished_operations'])}")
+    for o in st["unfinished"]:
+        print(f"    {o['op_id']}  {o['kind']}  run {o['run']!r}: interrupted; the run may be half changed")
+    for p in st["problems"]:
+        print(f"  problem [{p['code']}]: {p['detail']}")
+    for lw in st["late_writes"]:
+        print(f"  late writes [{lw['code']}]: {lw['records']} record(s) written to {lw['path']} after "
+              f"{lw['op_id']}" + (f", salvaged into {lw['file']}" if lw.get("file") else ", kept in the vault"))
+    if st["settle_command"]:
+        print(f"  run `{st['settle_command']}` to settle this (also done by the next reduce, restore or purge)")
     kept = [o for o in st["operations"] if o["kind"] == "reduce" and not o["backup_purged"]]
     print(f"  operations: {len(st['operations'])} ({len(kept)} with kept backups)")
     if st["ledger"]:
@@ -311,7 +343,26 @@ def cmd_history(args) -> int:
             t = datetime.datetime.fromtimestamp(e.get("time", 0)).strftime("%Y-%m-%d %H:%M")
             print(f"{t}  {e.get('kind', ''):7} {e.get('outcome', ''):11} {e.get('run', '')}  "
                   f"{human_bytes(e.get('before') or 0)} → {human_bytes(e.get('after') or 0)}  {e.get('op_id', '')}")
+    _warn_unsettled(args.logdir)
     return EXIT_OK
+
+
+def cmd_recover(args) -> int:
+    from tb_footprint_plugin import api
+
+    outs = api.recover_logdir(args.logdir, backup_dir=args.backup_dir)
+    if args.json:
+        _dump([dict(vars(o)) for o in outs])
+    else:
+        for o in outs:
+            mark = "✗" if o.action == "failed" else "✓"
+            print(f"{mark} {o.op_id or '-'} ({o.run or 'vault'}): {o.action} [{o.code}] — {o.detail}")
+        if not outs:
+            print("nothing to recover: no unfinished operation, no damage found")
+        left = api.unfinished(args.logdir, args.backup_dir)
+        for p in left["problems"]:
+            print(f"still: [{p['code']}] {p['detail']}")
+    return EXIT_FAILED if any(o.action == "failed" for o in outs) else EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -381,6 +432,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("logdir")
     _common(s)
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("recover", help="settle unfinished operations, rebuild lost manifests, finish killed "
+                                       "purges, salvage late writes (also done by every reduce/restore/purge)")
+    s.add_argument("logdir")
+    _common(s)
+    s.set_defaults(func=cmd_recover)
 
     s = sub.add_parser("history", help="the change log")
     s.add_argument("logdir")

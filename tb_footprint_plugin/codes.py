@@ -37,10 +37,15 @@ class Skip(Code):
     CANCELLED = "cancelled"  # the batch was cancelled before this run started
     NOT_IN_PLAN = "not_in_plan"  # the run changed since the plan the user confirmed
     NOT_A_RUN = "not_a_run"  # files TensorBoard attributes to no run
+    OPEN_FOR_WRITING = "open_for_writing"  # a process on this machine holds a file of the run for writing
+    CHANGED_BY_OTHER = "changed_by_other"  # another process changed the run since it was planned
+    UNFINISHED = "unfinished_operation"  # an interrupted operation on the run: `tb-footprint recover` first
+    NOT_REGULAR = "not_regular_file"  # a FIFO, socket or device where a file was planned: never opened
 
 
 #: Skips that pass with time: a resumed batch tries these runs again.
-PASSING_SKIPS = frozenset({Skip.ACTIVE, Skip.LOCKED})
+PASSING_SKIPS = frozenset({Skip.ACTIVE, Skip.LOCKED, Skip.OPEN_FOR_WRITING, Skip.CHANGED_BY_OTHER,
+                           Skip.UNFINISHED})
 
 
 class Failure(Code):
@@ -53,6 +58,8 @@ class Failure(Code):
     ROLLBACK_INCOMPLETE = "rollback_incomplete"  # retried by recovery on the next start
     RESTORE_BLOCKED = "restore_blocked"  # a newer operation, a purged or damaged backup
     INTERRUPTED = "interrupted"  # a restore stopped midway; finished on the next start
+    NO_SPACE = "no_space"  # not enough free space to do it safely; nothing was changed
+    BACKUP_DAMAGED = "backup_damaged"  # a backup is missing or does not match its sha256
 
 
 class Recovery(Code):
@@ -62,6 +69,10 @@ class Recovery(Code):
     COMPLETED = "completed"
     SKIPPED_LIVE = "skipped_live"
     FAILED = "failed"
+    SALVAGED = "salvaged"  # late writes found in a backup were put back into the run
+    KEPT = "kept"  # late writes found in a backup were kept in the vault (nothing to put back yet)
+    REBUILT = "rebuilt"  # a missing or corrupt manifest was rebuilt from the vault's operation log
+    SWEPT = "swept"  # scratch space of ended processes removed
 
 
 class JobCode(Code):
@@ -78,4 +89,29 @@ class JobCode(Code):
     ERROR = "error"  # the reduction could not start (bad logdir, unexpected exception)
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode"]
+
+class Finding(Code):
+    """What a check of the logdir's state found (``status``/``verify``/the tab's problems, purge's
+    kept backups, ``RecoveryOutcome.code``). Damage is reported, never silently dropped."""
+
+    UNFINISHED = "unfinished_operation"  # settled by `tb-footprint recover`
+    WRITERS_NOT_RULED_OUT = "writers_not_ruled_out"  # processes of other users could not be inspected
+    LATE_WRITES_SALVAGED = "late_writes_salvaged"  # records appended to a backup put back into the run
+    LATE_WRITES_KEPT = "late_writes_kept"  # bytes appended to a backup kept in the vault
+    LATE_WRITES_PENDING = "late_writes_pending"  # a backup grew; the next start salvages it
+    LATE_WRITER_RECENT = "late_writer_recent"  # late writes salvaged recently: the writer may go on
+    BACKUP_CHANGED = "backup_changed"  # a backup's own bytes changed (not an append): kept as is
+    BACKUP_DAMAGED = "backup_damaged"  # a backup is missing, shorter, or does not match its sha256
+    BACKUP_OPEN_FOR_WRITING = "backup_open_for_writing"  # a process still writes into a backup's inode
+    MANIFEST_DAMAGED = "manifest_damaged"  # missing or corrupt; `recover` rebuilds it from the log
+    MANIFEST_REBUILT = "manifest_rebuilt"
+    MANIFEST_LOST = "manifest_unrecoverable"  # corrupt, and no log to rebuild it from
+    ORPHAN_BLOBS = "orphan_blobs"  # backups no manifest refers to: kept, never purged
+    PURGE_FINISHED = "purge_finished"  # a killed purge was finished from its recorded intent
+    SCRATCH_SWEPT = "scratch_swept"
+    RUN_LOCKED = "locked"  # the run is being changed by another process right now
+    RECOVERED = "recovered"  # an unfinished operation was settled
+    RECOVERY_FAILED = "recovery_failed"  # retried at the next start
+
+
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding"]

@@ -6,7 +6,12 @@ import {purgeFlow, restoreFlow} from './reduce.js';
 function outcomeCell(o) {
   const cls = {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad'}[o.outcome] || 'muted';
   const text = {verified: 'verified ✓', restored: 'restored ✓', rolled_back: 'rolled back', failed: 'failed'}[o.outcome] || (o.outcome || '—');
-  return el('td', {class: 'outcome ' + cls, title: o.reason || ''}, text, o.recovered ? el('span', {class: 'muted', text: ' (after a crash)'}) : null);
+  const late = (o.salvaged || []).reduce((n, s) => n + (s.records || 0), 0);
+  return el('td', {class: 'outcome ' + cls, title: o.reason || ''}, text,
+    o.recovered ? el('span', {class: 'muted', text: ' (after a crash)'}) : null,
+    (o.salvaged || []).length ? el('span', {class: 'muted', title: (o.salvaged || []).map((s) => s.path + (s.file ? ' → ' + s.file : ' (kept in the vault)')).join('\n'),
+      text: ' · late writes: ' + late + ' record(s) salvaged into the run'}) : null,
+    o.rebuilt ? el('span', {class: 'muted', text: ' · manifest rebuilt (' + o.rebuilt.was + ')'}) : null);
 }
 
 export function operationsTable(model, ops, onError, opts) {

@@ -183,6 +183,9 @@ def operation_summary(m: dict) -> dict:
         "fidelity": plan.get("fidelity", []),
         "restorable": False,
         "restore_note": None,
+        # late writes put back into the run after this reduction, and a rebuilt manifest
+        "salvaged": [{k: x.get(k) for k in ("path", "file", "records", "bytes", "at")} for x in m.get("salvaged", [])],
+        "rebuilt": m.get("rebuilt"),
     }
 
 

@@ -14,15 +14,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify import Expectations, verify_reduction
 
-#: event file name -> (path of the original bytes, path of the reduced file or None if removed)
-ViewPairs = Dict[str, Tuple[str, Optional[str]]]
+#: event file name -> (path of the original bytes or None if it is new (salvaged late writes),
+#: path of the reduced file or None if removed)
+ViewPairs = Dict[str, Tuple[Optional[str], Optional[str]]]
 
 
 def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, str]],
-                  backends: Sequence[str]) -> dict:
+                  backends: Sequence[str], label: str = "run") -> dict:
     """Link ``pairs`` into ``views_dir/original`` and ``views_dir/reduced`` and verify them.
 
     ``modes`` (plugin -> verification mode) is the reduction's contract; none means exact.
@@ -34,13 +36,29 @@ def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, st
     try:
         for name in sorted(pairs):
             original, reduced = pairs[name]
-            os.symlink(original, os.path.join(orig_view, name))
+            if original is not None:
+                os.symlink(original, os.path.join(orig_view, name))
             if reduced is not None:
                 os.symlink(reduced, os.path.join(red_view, name))
         expectations = Expectations(plugin_modes=dict(modes)) if modes else None
-        return verify_reduction(orig_view, red_view, expectations, backends=tuple(backends)).to_dict()
+        d = verify_reduction(orig_view, red_view, expectations, backends=tuple(backends)).to_dict()
+        # findings name the run's own files, never the scratch views they were read through
+        return _renamed(d, {orig_view: f"{label} (original, from the vault)", red_view: label})
     finally:
         shutil.rmtree(views_dir, ignore_errors=True)
+
+
+def _renamed(obj, names: Dict[str, str]):
+    """``obj`` with every path under a key of ``names`` shown under its value instead."""
+    if isinstance(obj, str):
+        for old, new in names.items():
+            obj = obj.replace(old, new)
+        return obj
+    if isinstance(obj, list):
+        return [_renamed(x, names) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _renamed(v, names) for k, v in obj.items()}
+    return obj
 
 
 def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -> List[dict]:
@@ -62,9 +80,11 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -
             res["ok"] = not bad
             results.append(res)
             continue
-        vr = compare_views(os.path.join(vault.tmp, f"verify-{m['op_id']}-{os.getpid()}"),
-                           _committed_pairs(ctx, m, vault),
-                           (m.get("verification") or {}).get("expectations"), ctx.verify_backends)
+        scratch.use_root(vault.tmp)  # the readers' scratch space too: swept at the next start
+        with scratch.scratch("check", vault.tmp) as tmp:
+            vr = compare_views(os.path.join(tmp, "views"), _committed_pairs(ctx, m, vault),
+                               (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
+                               label=m["run"])
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)
@@ -80,12 +100,18 @@ def _committed_pairs(ctx: Context, m: dict, vault: Vault) -> ViewPairs:
     names = set(by_name)
     if os.path.isdir(run_dir):
         names |= {n for n in os.listdir(run_dir) if is_event_file_name(n)}
+    # records salvaged from a late writer are in the (grown) original backup already
+    salvaged = {os.path.basename(s["file"]) for s in m.get("salvaged", []) if s.get("file")}
     pairs: ViewPairs = {}
     for n in names:
         if not is_event_file_name(n):
             continue
         f = by_name.get(n)
         now = os.path.join(run_dir, n)
+        if f is None and n in salvaged:
+            # only in the reduced view: an original-side placeholder that reads as nothing
+            pairs[n] = (None, now if os.path.isfile(now) else None)
+            continue
         pairs[n] = (vault.blob_path(f["sha256"]) if f else now, now if os.path.isfile(now) else None)
     return pairs
 

@@ -9,12 +9,14 @@ import datetime
 import errno
 import os
 import secrets
+import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import Code, Outcome
+from tb_footprint_plugin.codes import Code, Failure, Outcome
+from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import check_no_symlink, state_dir
 
@@ -122,6 +124,22 @@ def reason_of(e: BaseException) -> str:
     if isinstance(e, PermissionError):
         return f"permission denied: {e}"
     return str(e) or type(e).__name__
+
+
+FREE_SPACE_MARGIN = 16 << 20
+
+
+def check_space(path: str, need: int) -> None:
+    """Refuse (``TransactionError``, ``Failure.NO_SPACE``) unless ``path``'s filesystem has
+    ``need`` bytes free and a margin: checked before anything is written, never half-way."""
+    if need <= 0:
+        return
+    free = shutil.disk_usage(path).free
+    if free < need + FREE_SPACE_MARGIN:
+        raise TransactionError(
+            f"not enough free space on {path}: needs {human_bytes(need + FREE_SPACE_MARGIN)}, "
+            f"has {human_bytes(free)}; nothing was changed", Failure.NO_SPACE
+        )
 
 
 def no_symlink(ctx: Context, rel: str) -> None:

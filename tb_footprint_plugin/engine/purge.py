@@ -1,37 +1,95 @@
-"""Purge: free the vault of backups that are no longer wanted, never one that is still needed.
+"""Purge: delete the backups of verified (or restored) reductions — never a byte that exists
+nowhere else.
 
-A blob another kept operation, or an unfinished one, still needs is never deleted; a run
-being changed right now is passed over; the manifest stops claiming a backup before any of
-its blobs goes.
+A backup is kept, and reported with a code, when its blob no longer matches its digest
+(damaged, or grown by a late writer whose records are not salvaged yet), when a process on
+this machine still holds it open for writing, or when late writes were salvaged from it
+within the quiet period (its writer may go on). A blob another kept operation or an
+unfinished one needs is never deleted.
+
+A purge first records its intent (which blobs) in the operation's log, then deletes the
+blobs, then marks the manifest purged; a purge killed at any point is finished by the next
+start from that intent, so no blob is ever left belonging to nothing.
 """
 from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from tb_footprint_plugin.codes import Finding, Skip
+from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage.files import CHUNK, sha256_file
+from tb_footprint_plugin.storage.openfiles import find_writers
 
 
 @dataclass
 class PurgeReport:
-    """What a purge freed (or, without ``yes``, would free)."""
+    """What a purge freed (or, without ``yes``, would free), and what it kept and why."""
 
     dry_run: bool
     ops: List[dict]
     freed_bytes: int
+    kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
 
     def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes}
+        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept}
+
+
+def _prefix_matches(path: str, sha: str, size: int) -> bool:
+    import hashlib
+
+    h, left = hashlib.sha256(), size
+    with open(path, "rb") as f:
+        while left > 0:
+            b = f.read(min(left, CHUNK))
+            if not b:
+                return False
+            h.update(b)
+            left -= len(b)
+    return h.hexdigest() == sha
+
+
+def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) -> Optional[dict]:
+    """Why this operation's backup must be kept, or None."""
+    size = sum(os.path.getsize(vault.blob_path(f["sha256"])) for f in m["files"]
+               if os.path.isfile(vault.blob_path(f["sha256"])))
+    base = {"op_id": m["op_id"], "run": m["run"], "bytes": size}
+    for f in m["files"]:
+        p = vault.blob_path(f["sha256"])
+        if p in held:
+            return dict(base, code=Finding.BACKUP_OPEN_FOR_WRITING,
+                        detail=f"backup of {f['path']} is still open for writing by a process on this machine "
+                               "(its writer's next records go there); kept")
+        try:
+            st = os.lstat(p)
+            ok = st.st_size == f["size"] and sha256_file(p) == f["sha256"]
+        except OSError:
+            return dict(base, code=Finding.BACKUP_DAMAGED,
+                        detail=f"backup of {f['path']} is missing from {vault.root}; the rest is kept")
+        if not ok:
+            grown = st.st_size > f["size"] and _prefix_matches(p, f["sha256"], f["size"])
+            return dict(base, code=Finding.LATE_WRITES_PENDING if grown else Finding.BACKUP_DAMAGED,
+                        detail=(f"backup of {f['path']} grew after the reduction (late writes not salvaged yet; "
+                                "run `tb-footprint recover`); kept") if grown else
+                        (f"backup of {f['path']} does not match its sha256 (damaged); it may be the only copy "
+                         "of those bytes, so it is kept"))
+    last = max((s.get("at") or 0 for s in m.get("salvaged", [])), default=0)
+    if last and now - last < quiet_period:
+        return dict(base, code=Finding.LATE_WRITER_RECENT,
+                    detail=f"late writes were salvaged from this backup {int(now - last)} s ago; its writer may "
+                           "still be appending, so it is kept for now")
+    return None
 
 
 def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Optional[str] = None,
                   yes: bool = False, op: Optional[str] = None) -> PurgeReport:
-    """Delete backups of verified (or restored) operations; without ``yes`` only list them."""
+    """Purge (``yes``) or list the backups of this logdir's operations selected by the filters."""
     now = time.time()
     candidates = []
     for m in own_manifests(ctx):
@@ -42,45 +100,94 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
         if older_than is not None and m.get("finished_at", now) > now - older_than:
             continue
         candidates.append(m)
-    locks, chosen = {}, []
+    blob_paths = [Vault(m["vault"]).blob_path(f["sha256"]) for m in candidates for f in m["files"]]
+    held = {h.path for h in find_writers(blob_paths).holders}
+    report = PurgeReport(dry_run=not yes, ops=[], freed_bytes=0)
+    locks: Dict[str, RunLock] = {}
     try:
+        chosen = []
         for m in candidates:
             if yes and m["run"] not in locks:
                 try:
                     locks[m["run"]] = RunLock(ctx.lock_dir, m["run"]).acquire()
                 except (RunLocked, OSError):
-                    continue  # being changed right now: purge it another time
-                if unsettled_op(ctx, m["run"]):
+                    report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0, "code": Skip.LOCKED,
+                                        "detail": "the run is being changed by another process; purge it later"})
                     continue
+            if unsettled_op(ctx, m["run"]):
+                report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0,
+                                    "code": Finding.UNFINISHED,
+                                    "detail": "an operation on this run is unfinished; run `tb-footprint recover`"})
+                continue
+            if yes and m["run"] not in locks:
+                continue
+            problem = _problem(m, Vault(m["vault"]), held, now, ctx.quiet_period)
+            if problem:
+                report.kept.append(problem)
+                continue
             chosen.append(m)
-        freed, listed = 0, []
+        pending = journal_blobs(ctx)
         by_vault: Dict[str, List[dict]] = {}
         for m in chosen:
             by_vault.setdefault(m["vault"], []).append(m)
-        pending = journal_blobs(ctx)
         for root, ms in by_vault.items():
             vault = Vault(root)
             keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
-            seen = set()
+            seen: set = set()
+            plan = []
             for m in ms:
                 shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
                 seen.update(shas)
-                if yes:
-                    # the manifest stops claiming a backup before any blob goes
-                    m["backup_purged"] = True
-                    m["purged_at"] = now
-                    vault.write_manifest(m)
-                    size = sum(vault.delete_blob(sha) for sha in shas)
-                else:
-                    size = sum(os.lstat(vault.blob_path(sha)).st_size for sha in shas
-                               if os.path.exists(vault.blob_path(sha)))
-                freed += size
-                listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
-                               "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
+                size = sum(os.lstat(vault.blob_path(s)).st_size for s in shas if os.path.exists(vault.blob_path(s)))
+                plan.append((m, shas, size))
+            if yes:
+                _purge(vault, plan, now)
+            for m, _shas, size in plan:
+                report.freed_bytes += size
+                report.ops.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
+                                   "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
     finally:
         for lock in locks.values():
             lock.release()
-    return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed)
+    return report
 
 
-__all__ = ["PurgeReport", "purge_backups"]
+def _purge(vault: Vault, plan: list, now: float) -> None:
+    """Every intent first, then the blobs, then the marks: a kill anywhere is finished from the
+    intents (operations sharing a blob are purged together, so none is left claiming it)."""
+    for m, shas, _size in plan:
+        oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
+    faults.hit("purge_intent")
+    for _m, shas, _size in plan:
+        for sha in shas:
+            vault.delete_blob(sha)
+            faults.hit("purge_blob")
+    for m, _shas, size in plan:
+        m["backup_purged"] = True
+        m["purged_at"] = now
+        vault.write_manifest(m)
+        faults.hit("purge_marked")
+        oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
+
+
+def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
+    """Finish purges killed after their intents were recorded (call holding their runs' locks):
+    the blobs they named go (unless an operation not being purged needs them), then the marks."""
+    keep = vault.referenced_blobs(exclude_ops=list(intents)) | journal_blobs(ctx)
+    details = []
+    for op_id, intent in intents.items():
+        freed = sum(vault.delete_blob(sha) for sha in intent.get("blobs", []) if sha not in keep)
+        try:
+            m = vault.read_manifest(op_id)
+        except (OSError, ValueError):
+            m = None
+        if m is not None and not m.get("backup_purged"):
+            m["backup_purged"] = True
+            m["purged_at"] = intent.get("t", time.time())
+            vault.write_manifest(m)
+        oplog.append(vault.root, op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
+        details.append(f"an interrupted purge of {op_id} was finished ({freed} more byte(s) freed)")
+    return details
+
+
+__all__ = ["PurgeReport", "purge_backups", "finish_purges"]

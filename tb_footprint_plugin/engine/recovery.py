@@ -8,9 +8,9 @@ process is left for that process.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
-from tb_footprint_plugin.codes import Recovery
+from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine.catalogue import manifest_exists, write_manifest
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
@@ -22,8 +22,9 @@ from tb_footprint_plugin.engine.swap import roll_forward, rollback
 class RecoveryOutcome:
     op_id: str
     run: str
-    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed'
+    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'salvaged' | ...
     detail: str = ""
+    code: Optional[str] = None  # a codes.Finding: what exactly was found and settled
 
 
 def recover(ctx: Context) -> List[RecoveryOutcome]:
@@ -40,12 +41,18 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         try:
             lock = RunLock(ctx.lock_dir, run).acquire()
         except RunLocked:
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.SKIPPED_LIVE, "held by a running process"))
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.SKIPPED_LIVE, "held by a running process",
+                                            Finding.RUN_LOCKED))
             continue
         try:
-            if begin["kind"] == "restore":
-                detail = finish_restore(ctx, records)
-                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.COMPLETED, detail))
+            if begin["kind"] in ("restore", "salvage"):
+                # a restore only adds originals back: finished; a salvage not yet recorded: undone
+                # (the next step of this start salvages again)
+                from tb_footprint_plugin.engine.salvage import finish_salvage
+
+                finish = finish_restore if begin["kind"] == "restore" else finish_salvage
+                detail = finish(ctx, records)
+                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.COMPLETED, detail, Finding.RECOVERED))
                 j.close()
                 continue
             types = {r["type"] for r in records}
@@ -61,9 +68,9 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery")
                 action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
             j.close()
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail))
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED))
         except Exception as e:  # leave the journal for the next start, say why
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, reason_of(e)))
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, reason_of(e), Finding.RECOVERY_FAILED))
         finally:
             lock.release()
     return outcomes

@@ -14,11 +14,19 @@ from typing import List
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import restorable_ops, unsettled_op
-from tb_footprint_plugin.engine.context import Context, RunOutcome, TransactionError, new_op_id, no_symlink, reason_of
+from tb_footprint_plugin.engine.context import (
+    Context,
+    RunOutcome,
+    TransactionError,
+    check_space,
+    new_op_id,
+    no_symlink,
+    reason_of,
+)
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.swap import put_back
-from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import matches
 from tb_footprint_plugin.verify.records import check_file
@@ -44,6 +52,7 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
     if damaged:
         out.reason = (f"backup damaged or missing in {vault.root} for: {', '.join(damaged)}; "
                       "nothing was changed")
+        out.code = Failure.BACKUP_DAMAGED
         return out
     try:
         lock = RunLock(ctx.lock_dir, run).acquire()
@@ -53,8 +62,14 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
     try:
         unsettled = unsettled_op(ctx, run)
         if unsettled:
-            out.reason = f"unfinished operation {unsettled} on this run could not be settled yet"
+            out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
+                          f"run `tb-footprint recover {ctx.logdir}`")
             out.code = Failure.UNSETTLED
+            return out
+        try:  # every original is written as a full copy before anything is removed
+            check_space(ctx.logdir, sum(f["size"] for f in manifest.get("files", [])))
+        except TransactionError as e:
+            out.reason, out.code = str(e), e.code
             return out
         op_id = new_op_id()
         out.op_id = op_id
@@ -93,6 +108,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     vault = Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
+    _remove_restore_temps(ctx, manifest)
     for d in sorted(manifest.get("removed_dirs", []), key=lambda r: len(r["path"])):
         no_symlink(ctx, d["path"])
         p = ctx.abs(d["path"])
@@ -122,6 +138,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
     _check_reads(ctx, [f["path"] for f in manifest["files"]])
+    faults.hit("restore_checked")
     manifest["restored_by"] = begin["op_id"]
     manifest["restored_at"] = time.time()
     vault.write_manifest(manifest)
@@ -146,6 +163,26 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         detail += (f"; {len(displaced)} file(s) written since the reduction were kept in the vault "
                    f"(restore manifest {begin['op_id']})")
     return detail
+
+
+def _remove_restore_temps(ctx: Context, manifest: dict) -> List[str]:
+    """Temp copies a killed restore of this operation left next to its files (we hold the run's
+    lock, so none of them is being written now)."""
+    removed = []
+    shas = {f["sha256"][:12] for f in manifest.get("files", [])}
+    for d in sorted({os.path.dirname(f["path"]) for f in manifest.get("files", [])}):
+        try:
+            no_symlink(ctx, os.path.join(d, "x") if d else "x")
+            names = os.listdir(ctx.abs(d) if d else ctx.logdir)
+        except (OSError, TransactionError):
+            continue
+        for n in names:
+            if n.startswith(RESTORE_TMP_PREFIX) and n.rsplit("-", 1)[-1] in shas:
+                p = os.path.join(ctx.abs(d) if d else ctx.logdir, n)
+                if os.path.isfile(p) and not os.path.islink(p):
+                    os.unlink(p)
+                    removed.append(os.path.relpath(p, ctx.logdir))
+    return removed
 
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:

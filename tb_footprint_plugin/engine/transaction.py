@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
+import shutil  # noqa: F401  (tests patch transaction.shutil.disk_usage: the free-space check)
 import stat
 import time
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
 from tb_footprint_plugin.engine.checks import compare_views
@@ -27,20 +27,23 @@ from tb_footprint_plugin.engine.context import (
     Progress,
     RunOutcome,
     TransactionError,
+    check_space,
     new_op_id,
     no_symlink,
     reason_of,
 )
+from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.swap import apply_swap, rollback
-from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import sha256_file
+from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.storage.regular import kind_of
 
-FREE_SPACE_MARGIN = 16 << 20
 
 
 
@@ -62,6 +65,7 @@ FREE_SPACE_MARGIN = 16 << 20
 # ---------------------------------------------------------------------------------------
 def _preflight(ctx: Context, rp: RunPlan) -> None:
     run_dir = ctx.abs(rp.run)
+    _changed_by_other(ctx, rp)
     if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
         raise TransactionError(f"run {rp.run!r} is a symlink or leads out of the logdir; left alone")
     mtimes = []
@@ -70,7 +74,15 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
         for n in files:
             p = os.path.join(root, n)
             with contextlib.suppress(OSError):
-                mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), os.lstat(p).st_mtime))
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
+                    mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), st.st_mtime))
+    # verification reads every event file of the run: one it cannot read is named up front
+    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else ():
+        p = os.path.join(run_dir, name)
+        if cat.is_event_file_name(name) and os.path.isfile(p) and not os.access(p, os.R_OK):
+            raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: not readable (permission denied); the run "
+                                   "cannot be verified without it, nothing was changed", Failure.REFUSED)
     active = active_reason(newest_write(mtimes, ctx.closed_files), ctx.quiet_period, time.time())
     if active:
         raise TransactionError(f"run {rp.run!r} is {active}", Skip.ACTIVE)
@@ -88,9 +100,11 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
         try:
             st = os.lstat(p)
         except FileNotFoundError:
-            raise TransactionError(f"{a.path}: no longer exists (scan is stale); rescan and plan again") from None
-        if os.path.islink(p) or not os.path.isfile(p):
-            raise TransactionError(f"{a.path}: not a regular file; refusing")
+            raise TransactionError(f"{a.path}: no longer exists (scan is stale); rescan and plan again",
+                                   Failure.REFUSED) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise TransactionError(f"{a.path}: is {kind_of(st.st_mode)}, not a regular file; refusing",
+                                   Skip.NOT_REGULAR)
         if st.st_size != a.bytes_before:
             raise TransactionError(f"{a.path}: changed since the scan ({a.bytes_before} → {st.st_size} bytes)")
         if not os.access(p, os.R_OK):
@@ -105,19 +119,37 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
     _check_space(ctx.logdir, need_logdir)
     os.makedirs(ctx.vault.root, exist_ok=True)
     _check_space(ctx.vault.root, need_vault)
+    _check_writers(ctx, rp)
 
 
+def _check_writers(ctx: Context, rp: RunPlan) -> None:
+    """Leave the run alone while a process on this machine holds one of its files open for
+    writing: its next records would go into the inode the swap takes away."""
+    found = find_writers(files_under(ctx.abs(rp.run), exclude=[ctx.state, ctx.vault.root]))
+    if found.holders:
+        raise TransactionError(f"run {rp.run!r} is being written: "
+                               + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
+                               + "; left alone", Skip.OPEN_FOR_WRITING)
 
 
-def _check_space(path: str, need: int) -> None:
-    if need <= 0:
+def _changed_by_other(ctx: Context, rp: RunPlan) -> None:
+    """Another operation on the run (another reducer, a restore) since this plan was made: say
+    so plainly instead of finding its traces ('no longer exists', 'changed since the scan')."""
+    if not rp.planned_at:
         return
-    free = shutil.disk_usage(path).free
-    if free < need + FREE_SPACE_MARGIN:
-        raise TransactionError(
-            f"not enough free space on {path}: needs {human_bytes(need + FREE_SPACE_MARGIN)}, "
-            f"has {human_bytes(free)}; nothing was changed"
-        )
+    changed = (Outcome.VERIFIED, Outcome.RESTORED, Finding.LATE_WRITES_SALVAGED)  # not a rolled-back one
+    later = [e for e in read_history(ctx.state)
+             if e.get("run") == rp.run and e.get("time", 0) > rp.planned_at and e.get("outcome") in changed]
+    if later:
+        e = later[-1]
+        raise TransactionError(f"run {rp.run!r} was changed by another process since it was planned "
+                               f"({e.get('kind')} {e['op_id']} by {e.get('user')}@{e.get('host')}); plan again",
+                               Skip.CHANGED_BY_OTHER)
+
+
+
+
+_check_space = check_space  # one rule, shared with restore (engine.context)
 
 
 # ---------------------------------------------------------------------------------------
@@ -145,7 +177,7 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     if unsettled:
         lock.release()
         out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
-                      "see `tb-footprint status`")
+                      f"run `tb-footprint recover {ctx.logdir}`")
         out.code = Failure.UNSETTLED
         return out
     journal = None
@@ -154,7 +186,7 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             _preflight(ctx, rp)
         except (TransactionError, OSError) as e:
             code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
-            out.status = Outcome.SKIPPED if code == Skip.ACTIVE else Outcome.FAILED
+            out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
             out.reason, out.code = str(e), code
             return out
         ctx.vault.ensure()
@@ -181,6 +213,8 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                 journal.append({"type": "rollback", "reason": reason})  # never rolled forward after this
                 rollback(ctx, journal.records(), reason)
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, Failure.ERROR
+                if isinstance(e, TransactionError) and isinstance(e.code, Skip):
+                    out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
             except Exception as e2:  # the journal stays: recovery will try again
                 out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
                 out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
@@ -254,6 +288,9 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         st = os.lstat(ctx.abs(path))
         if st.st_size != rec["size"] or st.st_mtime != rec["mtime"] or not vault.check_blob(rec["sha256"]):
             raise TransactionError(f"{path}: changed during the reduction (is the run still being written?)")
+    # a writer that opened a file since the plan: its next records would land in the backup
+    # (salvaged at a later start), so the run is left alone instead
+    _check_writers(ctx, rp)
     cancel.check()  # the last point where a cancel is honoured
 
     # 5. swap: the commit point
@@ -313,7 +350,8 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     modes: Dict[str, str] = {}
     for s in staged:
         modes.update(s.get("expectations") or {})
-    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends)
+    scratch.use_root(ctx.vault.tmp)  # the readers' scratch space: swept at the next start
+    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends, label=rp.run)
     # kept so `verify` can re-check the run later under the same contract
     d["expectations"] = modes
     checks = list(d.get("checks", []))

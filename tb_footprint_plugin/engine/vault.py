@@ -22,10 +22,15 @@ import socket
 import tempfile
 from typing import Iterable, List, Optional
 
+from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
+
+
+#: temp name of a file being restored: ``<dir>/.footprint-restore-<pid>-<sha12>``
+RESTORE_TMP_PREFIX = ".footprint-restore-"
 
 
 def who() -> dict:
@@ -129,18 +134,23 @@ class Vault:
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
         d = os.path.dirname(dest)
         os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f".footprint-restore-{os.getpid()}-{sha[:12]}")
+        tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        copy_file(blob, tmp)  # a copy, so the blob stays valid whatever happens to dest later
-        if sha256_file(tmp) != sha:
-            os.unlink(tmp)
-            raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
-        if mode is not None:
-            os.chmod(tmp, mode & 0o7777)
-        if mtime is not None:
-            os.utime(tmp, (mtime, mtime))
-        os.replace(tmp, dest)
+        try:
+            copy_file(blob, tmp)  # a copy, so the blob stays valid whatever happens to dest later
+            faults.hit("restore_copied")
+            if sha256_file(tmp) != sha:
+                raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
+            if mode is not None:
+                os.chmod(tmp, mode & 0o7777)
+            if mtime is not None:
+                os.utime(tmp, (mtime, mtime))
+            os.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full disk or a failed check leaves no temp file behind
+            raise
         fsync_dir(d)
 
     # --- manifests ------------------------------------------------------------------
@@ -148,6 +158,9 @@ class Vault:
         return os.path.join(self.ops, f"{op_id}.json")
 
     def write_manifest(self, manifest: dict) -> None:
+        """Log the manifest's new state in the vault's operation log, then replace the file (a
+        lost or corrupt manifest is rebuilt from that log)."""
+        oplog.record_manifest(self.root, manifest)
         atomic_write_json(self.manifest_path(manifest["op_id"]), manifest)
 
     def read_manifest(self, op_id: str) -> dict:
@@ -167,6 +180,14 @@ class Vault:
                     continue
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         return out
+
+    def unreadable_manifests(self) -> List[str]:
+        """Op ids whose manifest file does not parse (reported, never silently skipped)."""
+        if not os.path.isdir(self.ops):
+            return []
+        return [n[:-5] for n in sorted(os.listdir(self.ops))
+                if n.endswith(".json") and not n.startswith(".")
+                and not oplog.manifest_readable(os.path.join(self.ops, n), n[:-5])]
 
     def referenced_blobs(self, exclude_ops: Iterable[str] = ()) -> set:
         """Blob hashes that some manifest still needs (not purged, not excluded)."""

@@ -32,6 +32,9 @@ class RunPlan:
     skipped: Optional[str] = None  # why nothing will be done, if so (for people)
     code: Optional[str] = None  # the same as a codes.Skip (for programs)
     newest_mtime: float = 0.0
+    #: processes holding a file of the run open for writing: {pid, command, path, access, fd}
+    writers: List[dict] = field(default_factory=list)
+    planned_at: float = 0.0  # when the scan behind this plan was made
 
     @property
     def removable_bytes(self) -> int:

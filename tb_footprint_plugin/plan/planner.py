@@ -74,6 +74,7 @@ def make_plan(
         if older_than is not None and r.newest_mtime > now - older_than:
             continue
         rp = plan_run(r, pol)
+        rp.planned_at = footprint.scanned_at
         active = active_reason(newest_write(((f.path, f.mtime) for f in r.files), closed_files),
                                quiet_period, now)
         if rp.actions and active:
@@ -94,6 +95,53 @@ def make_plan(
         runs=plans,
         notes=notes,
     )
+
+
+def leave_alone(plan: Plan, run: str, reason: str, code: str, writers: Optional[List[dict]] = None) -> None:
+    """Mark a planned run as left alone (a live writer, an unfinished operation), with a code."""
+    rp = plan.run(run)
+    if rp is None or (rp.skipped and not rp.actions):
+        return  # nothing planned for it anyway
+    rp.skipped, rp.code = reason, code
+    if writers:
+        rp.writers = list(writers)
+
+
+def apply_open_writers(plan: Plan, found, logdir: str) -> None:
+    """Leave alone every planned run with a file open for writing (``found``: a ``WriterScan``
+    over the runs' files), naming the process; say so if some processes could not be checked."""
+    import os
+
+    from tb_footprint_plugin.codes import Finding, Skip
+    from tb_footprint_plugin.storage.openfiles import describe_holders
+
+    rel = lambda p: os.path.relpath(p, logdir)  # noqa: E731
+    by_run = {}
+    for h in found.holders:
+        r = _run_of(plan, rel(h.path))
+        if r is not None:
+            by_run.setdefault(r, []).append(h)
+    for run, hs in by_run.items():
+        leave_alone(plan, run, "being written: " + describe_holders(hs, rel) + "; left alone",
+                    Skip.OPEN_FOR_WRITING, [h.to_dict() for h in hs])
+    if not found.supported:
+        plan.notes.append("open files could not be checked on this system: only the quiet period tells "
+                          "whether a run is still being written; late writes are salvaged at the next start")
+    elif found.uninspected:
+        plan.notes.append(f"{Finding.WRITERS_NOT_RULED_OUT}: {found.uninspected} process(es) of other users could not "
+                          "be inspected for open files (pids " + ", ".join(map(str, found.uninspected_pids))
+                          + "); a writer among them is not ruled out — its late records would be salvaged "
+                          "into the run at the next start")
+
+
+def _run_of(plan: Plan, path: str) -> Optional[str]:
+    """The planned run a logdir-relative path belongs to (the deepest run directory above it)."""
+    best = None
+    for rp in plan.runs:
+        prefix = "" if rp.run == "." else rp.run + "/"
+        if path.startswith(prefix) and (best is None or len(rp.run) > len(best)):
+            best = rp.run
+    return best
 
 
 def _file_category(f) -> str:

@@ -195,45 +195,54 @@ class Recovery:
         self.detail: Optional[str] = None
         self.done = threading.Event()
         self.finished_at: Optional[float] = None
+        self.problems: list = []  # damage found (codes): lost manifests, orphan blobs, ...
+        self.settle_command: Optional[str] = None
 
     def start(self) -> None:
         threading.Thread(target=self._run, daemon=True, name="footprint-recovery").start()
-
-    def _pending(self) -> list:
-        from tb_footprint_plugin import api
-
-        return api.pending_operations(self.logdir)
 
     def _run(self) -> None:
         try:
             if not os.path.isdir(self.logdir):
                 self.state, self.detail = "skipped", "the logdir does not exist (yet)"
                 return
-            if not self.enabled:
-                pending = self._pending()
-                self.state = "skipped"
-                self.detail = (f"{len(pending)} unfinished operation(s) left as they are: write actions are off "
-                               "(run `tb-footprint recover LOGDIR`, or restart TensorBoard with actions on)"
-                               if pending else "nothing to recover")
-                self.outcomes = [{"op_id": p, "run": None, "action": "pending", "detail": ""} for p in pending]
-                return
-            self.state = "running"
             from tb_footprint_plugin import api
 
+            if not self.enabled:
+                found = api.unfinished(self.logdir, self.backup_dir)
+                pending, problems = found["unfinished_operations"], found["problems"]
+                self.state = "skipped"
+                self.settle_command = found["settle_command"]
+                self.detail = (f"{len(pending)} unfinished operation(s) and {len(problems)} problem(s) left as they "
+                               f"are: write actions are off (run `{self.settle_command}`, or restart TensorBoard "
+                               "with actions on)" if pending or problems else "nothing to recover")
+                self.outcomes = [{"op_id": p["op_id"], "run": p["run"], "action": "pending", "detail": "",
+                                  "code": "unfinished_operation"} for p in pending]
+                self.problems = problems
+                return
+            self.state = "running"
             outs = api.recover_logdir(self.logdir, self.backup_dir)
-            self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail}
-                             for o in outs]
+            self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail,
+                              "code": o.code} for o in outs]
+            found = api.unfinished(self.logdir, self.backup_dir)
+            self.problems, self.settle_command = found["problems"], found["settle_command"]
             self.state = "done"
-            settled = [o for o in outs if o.action in ("rolled_back", "completed")]
+            settled = [o for o in outs if o.action in ("rolled_back", "completed", "rebuilt", "swept")]
+            salvaged = [o for o in outs if o.action in ("salvaged", "kept")]
             live = [o for o in outs if o.action == "skipped_live"]
-            failed = [o for o in outs if o.action not in ("rolled_back", "completed", "skipped_live")]
+            failed = [o for o in outs if o.action == "failed"]
             parts = []
             if settled:
-                parts.append(f"{len(settled)} unfinished operation(s) settled after a crash")
+                parts.append(f"{len(settled)} unfinished operation(s) or damaged record(s) settled")
+            if salvaged:
+                parts.append(f"late writes found in {len(salvaged)} backup(s) and put back where TensorBoard reads "
+                             "them (restart TensorBoard, or wait for its next reload, to see them)")
             if live:
                 parts.append(f"{len(live)} left alone (another process is working on it)")
             if failed:
                 parts.append(f"{len(failed)} could not be settled and will be retried on the next start")
+            if self.problems:
+                parts.append(f"{len(self.problems)} problem(s) remain (see below)")
             self.detail = "; ".join(parts) if parts else "nothing to recover"
             if outs:
                 logger.warning("Footprint: crash recovery settled %d operation(s): %s", len(outs),
@@ -247,7 +256,8 @@ class Recovery:
 
     def to_dict(self) -> dict:
         return {"state": self.state, "detail": self.detail, "outcomes": list(self.outcomes),
-                "finished_at": self.finished_at}
+                "finished_at": self.finished_at, "problems": list(self.problems),
+                "settle_command": self.settle_command}
 
 
 class Config:

@@ -21,6 +21,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import UNATTRIBUTED
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_within
+from tb_footprint_plugin.storage.regular import kind_of
 
 
 @dataclass
@@ -178,6 +179,10 @@ def _found_file(entry, parts, logdir, owner_depth, warnings) -> Optional[FoundFi
         warnings.append(f"{display(rel)}: cannot stat ({e.strerror}), not counted")
         return None
     is_link = stat.S_ISLNK(st.st_mode)
+    if not is_link and not stat.S_ISREG(st.st_mode):
+        # a FIFO, socket or device: opening it could block forever; it holds no logged bytes
+        warnings.append(f"{display(rel)}: is {kind_of(st.st_mode)}, not a regular file; never opened, not counted")
+        return None
     target = None
     if is_link:
         try:

@@ -43,6 +43,8 @@ from typing import BinaryIO, Iterator, List, Optional, Tuple, Union
 import google_crc32c
 import numpy as np
 
+from tb_footprint_plugin.storage.regular import open_regular
+
 from tb_footprint_plugin.storage.files import CHUNK
 
 __all__ = [
@@ -255,7 +257,8 @@ class RecordReader:
 
     def _open(self) -> BinaryIO:
         if self._f is None:
-            self._f = open(self._path, "rb", buffering=0)  # type: ignore[arg-type]
+            # never a FIFO or device (an open would block forever); a symlink to a file is fine
+            self._f = open_regular(self._path, buffering=0, follow_symlinks=True)  # type: ignore[arg-type]
         try:
             self._start = self._f.tell()
         except (OSError, AttributeError, io.UnsupportedOperation):

@@ -14,6 +14,8 @@ import shutil
 import stat
 import tempfile
 
+from tb_footprint_plugin.storage.regular import open_regular
+
 CHUNK = 1 << 20  # one read size for every stream of the tool
 
 
@@ -30,7 +32,7 @@ def sha256_stream(f) -> str:
 
 def sha256_file(path: str) -> str:
     """Streaming sha256 of a file."""
-    with open(path, "rb") as f:
+    with open_regular(path, follow_symlinks=True) as f:  # never blocks on a FIFO or a device
         return sha256_stream(f)
 
 
@@ -116,8 +118,8 @@ def append_line(path: str, line: str) -> None:
 
 
 def copy_file(src: str, dst: str) -> None:
-    """Copy bytes with fsync (metadata is restored separately)."""
-    with open(src, "rb") as fi, open(dst, "wb") as fo:
+    """Copy bytes with fsync (metadata is restored separately); ``src`` must be a regular file."""
+    with open_regular(src, follow_symlinks=True) as fi, open(dst, "wb") as fo:
         shutil.copyfileobj(fi, fo, CHUNK)
         fsync_file(fo)
 

@@ -81,7 +81,6 @@ import collections
 import hashlib
 import os
 import shutil
-import tempfile
 import threading
 from array import array
 from dataclasses import dataclass, field
@@ -90,6 +89,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
 from tb_footprint_plugin.plan.rules import DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE, RUST_CAPACITY, Rules
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file
 
 #: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
@@ -128,7 +128,7 @@ def kept_positions(capacity: int, max_n: Optional[int] = None) -> Dict[int, Tupl
         table = _PROBE_CACHE.get(key)
         if table is not None and max(table, default=0) >= max_n:
             return table
-        tmp = tempfile.mkdtemp(prefix="tbfp-probe-")
+        tmp = scratch.make("probe")  # in the vault during an operation: a killed process's is swept
         try:
             run = os.path.join(tmp, "probe")
             os.makedirs(run)

@@ -24,13 +24,13 @@ import os
 import shutil
 import struct
 import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.storage import scratch
 
 RUN_NAME = "run"
 EXPERIMENT_ID = ""
@@ -148,7 +148,7 @@ def read_view(
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
     view = RunView(run_dir=os.path.abspath(run_dir), backend=backend)
     start = time.monotonic()
-    tmp = tempfile.mkdtemp(prefix="tbfp-verify-")
+    tmp = scratch.make("verify")  # in the vault during an operation: a killed process's is swept
     try:
         logdir = os.path.join(tmp, "logdir")
         view.event_files = _link_run(run_dir, os.path.join(logdir, RUN_NAME))
@@ -162,8 +162,16 @@ def read_view(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         view.duration_s = time.monotonic() - start
-    view.errors = [_normalize(m, tmp) for m in view.errors]
-    view.warnings = [_normalize(m, tmp) for m in view.warnings]
+    shown = {link: real for real, link in _link_names(view.event_files).items() if link != real}
+
+    def norm(m: str) -> str:
+        m = _normalize(m, tmp)
+        for link, real in shown.items():  # messages name the run's own files
+            m = m.replace(link, real.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+        return m
+
+    view.errors = [norm(m) for m in view.errors]
+    view.warnings = [norm(m) for m in view.warnings]
     return view
 
 
@@ -191,9 +199,34 @@ def _link_run(run_dir: str, link_dir: str) -> list[str]:
         for e in os.scandir(src)
         if categories.is_event_file_name(e.name) and e.is_file(follow_symlinks=True)
     )
-    for name in names:
-        os.symlink(os.path.join(src, name), os.path.join(link_dir, name))
+    for name, link in _link_names(names).items():
+        os.symlink(os.path.join(src, name), os.path.join(link_dir, link))
     return names
+
+
+def _valid_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _link_names(names: list) -> dict:
+    """Name under which each event file is shown to the readers.
+
+    TensorBoard's Python reader cannot open a file whose name is not valid UTF-8 (it decodes
+    paths). Only the order of a run's files and the 'tfevents' in their names matter to the
+    readers, so when a run has such a name every file gets an ordered ASCII name (in byte
+    order, as the Rust reader sorts); otherwise names are kept as they are."""
+    if all(_valid_utf8(n) for n in names):
+        return {n: n for n in names}
+    ordered = sorted(names, key=lambda n: os.fsencode(n))
+    out = {}
+    for i, n in enumerate(ordered):
+        tail = ".profile-empty" if n.endswith(".profile-empty") else ""
+        out[n] = f"events.out.tfevents.{i:06d}.renamed{tail}"
+    return out
 
 
 def _normalize(message: str, tmp: str) -> str:

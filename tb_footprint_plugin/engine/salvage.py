@@ -1,0 +1,257 @@
+"""Late writes salvaged: records a writer appended to a backup after its reduction go back
+into the run, where TensorBoard reads them.
+
+A writer that kept its event file open through a reduction (one on another machine, which no
+local check can see, or one that started writing between the last check and the swap) goes
+on appending to the inode it holds. After the swap that inode is the vault's hard-linked
+backup, so its new records live nowhere else. At every start the backups of kept reductions
+are looked at (one ``lstat`` each); a blob longer than its manifest says is checked to still
+begin with the backed-up bytes, and then:
+
+* the complete records appended to it (CRC-checked; a trailing partial record is left for a
+  later start: the writer may be in the middle of it) are written, byte for byte, to a new
+  event file ``<file>.salvaged-NNN`` beside the reduced one: its name sorts right after it,
+  so TensorBoard reads it next (Python's loader moves forward to it, Rust's reads every file);
+* the grown blob is kept under its new digest (same inode: the writer keeps appending to it,
+  and the next start salvages what comes next), and the manifest records both, so restore
+  puts back the grown original and removes the salvaged file, and purge keeps it meanwhile.
+
+A salvage is journaled like every other change; one interrupted before its manifest was
+written is undone on recovery and simply done again. A backup that changed in any other way
+(its first bytes differ) is never touched: it is reported as damaged.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import time
+from dataclasses import asdict, dataclass
+from typing import List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.scan.categories import is_summary_event_file_name
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.scan.tfrecord import RecordReader
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.storage.files import CHUNK, fsync_dir, matches, sha256_file
+from tb_footprint_plugin.version import __version__
+
+SALVAGE_SUFFIX = ".salvaged-"
+
+SALVAGED = Finding.LATE_WRITES_SALVAGED  # complete records put back into the run
+LATE_BYTES_KEPT = Finding.LATE_WRITES_KEPT  # grown, but nothing readable to put back (yet): kept in the vault
+BACKUP_CHANGED = Finding.BACKUP_CHANGED  # not an append: the backed-up bytes themselves changed
+
+
+@dataclass
+class SalvageOutcome:
+    """What a start found and did about one grown backup."""
+
+    op_id: str
+    run: str
+    path: str
+    code: str
+    detail: str
+    records: int = 0
+    bytes: int = 0
+    file: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Limited:
+    """A read-only view of the first ``n`` bytes after the current position of ``f``."""
+
+    def __init__(self, f, n: int):
+        self._f, self._left = f, n
+
+    def read(self, k: int = -1) -> bytes:
+        if self._left <= 0:
+            return b""
+        k = self._left if k is None or k < 0 else min(k, self._left)
+        b = self._f.read(k)
+        self._left -= len(b)
+        return b
+
+    def tell(self) -> int:
+        return 0
+
+
+def _prefix_and_whole(path: str, prefix: int) -> Tuple[str, str, int]:
+    """sha256 of the first ``prefix`` bytes and of the whole file (one pass), and its length."""
+    hp, hw, n = hashlib.sha256(), hashlib.sha256(), 0
+    with open_regular(path) as f:
+        while True:
+            b = f.read(CHUNK)
+            if not b:
+                break
+            if n < prefix:
+                hp.update(b[: prefix - n])
+            hw.update(b)
+            n += len(b)
+    return hp.hexdigest(), hw.hexdigest(), n
+
+
+def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
+    """(manifest, file entry, blob size) for every kept backup longer than recorded (cheap)."""
+    out = []
+    for m in manifests:
+        if m.get("kind") != "reduce" or m.get("outcome") != "verified" or m.get("backup_purged"):
+            continue
+        vault = Vault(m["vault"])
+        for f in m.get("files", []):
+            try:
+                st = os.lstat(vault.blob_path(f["sha256"]))
+            except OSError:
+                continue  # missing: damage, reported by verify and status
+            if stat.S_ISREG(st.st_mode) and st.st_size > f["size"]:
+                out.append((m, f, st.st_size))
+    return out
+
+
+def _salvage_name(ctx, m: dict, path: str) -> str:
+    used = {s.get("file") for s in m.get("salvaged", [])}
+    k = 1 + sum(1 for s in m.get("salvaged", []) if s.get("path") == path)
+    while True:
+        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        if name not in used and not os.path.lexists(ctx.abs(name)):
+            return name
+        k += 1
+
+
+def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
+    """Salvage what was appended to the backup of ``f`` (an entry of manifest ``m``)."""
+    from tb_footprint_plugin.storage.paths import check_no_symlink
+
+    vault = Vault(m["vault"])
+    old_sha, old_size = f["sha256"], f["size"]  # ``f`` itself is updated to the new digest below
+    blob = vault.blob_path(old_sha)
+    out = SalvageOutcome(op_id=m["op_id"], run=m["run"], path=f["path"], code=Finding.RECOVERY_FAILED, detail="")
+    got_prefix, new_sha, size = _prefix_and_whole(blob, f["size"])
+    if got_prefix != f["sha256"]:
+        out.code = BACKUP_CHANGED
+        out.detail = (f"backup of {f['path']} changed after the reduction (its first {f['size']} bytes no longer "
+                      f"match); kept as is in {vault.root}, not salvaged")
+        return out
+    start = int(f.get("salvaged_upto") or f["size"])
+    event = is_summary_event_file_name(os.path.basename(f["path"]))
+    final = _salvage_name(ctx, m, f["path"]) if event else None
+    op_id = new_op_id()
+    tmp = None
+    if final:
+        check_no_symlink(ctx.logdir, final)
+        tmp = os.path.join(os.path.dirname(ctx.abs(final)), f".footprint-{op_id}-salvage.tmp")
+    journal = Journal.create(ctx.journal_dir, op_id, {
+        "type": "begin", "kind": "salvage", "op_id": op_id, "of_op": m["op_id"], "run": m["run"],
+        "logdir": ctx.logdir, "vault": vault.root, "path": f["path"], "old_sha256": f["sha256"],
+        "old_size": f["size"], "new_sha256": new_sha, "new_size": size, "from": start,
+        "tmp": os.path.relpath(tmp, ctx.logdir) if tmp else None, "final": final,
+    })
+    records = nbytes = 0
+    upto = start
+    salv = None
+    if final:
+        with open_regular(blob) as src, open(tmp, "xb") as dst:
+            src.seek(start)
+            reader = RecordReader(_Limited(src, size - start), raw=True, display_name=f"backup of {f['path']}")
+            for rec in reader:
+                dst.write(rec)
+                records += 1
+                nbytes += len(rec)
+            dst.flush()
+            os.fsync(dst.fileno())
+        upto = start + reader.valid_bytes
+        if records:
+            salv = {"sha256": sha256_file(tmp), "size": nbytes}
+            journal.append({"type": "staged", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final, **salv})
+        else:
+            os.unlink(tmp)
+        corrupt = reader.status == "corrupt"
+    else:
+        corrupt = False
+    # the grown backup under its new digest: a hard link, so the writer's inode stays the blob
+    new_blob = vault.blob_path(new_sha)
+    os.makedirs(os.path.dirname(new_blob), exist_ok=True)
+    if not os.path.lexists(new_blob):
+        os.link(blob, new_blob)
+    fsync_dir(os.path.dirname(new_blob))
+    if salv:
+        os.replace(tmp, ctx.abs(final))
+        fsync_dir(os.path.dirname(ctx.abs(final)))
+    # commit point: the manifest says what the vault and the run now hold
+    now = time.time()
+    entry = {"at": now, "op": op_id, "path": f["path"], "from": start, "to": upto, "records": records,
+             "bytes": nbytes, "backup_sha256": new_sha, "backup_size": size,
+             "file": final if salv else None, "partial_bytes": size - upto, "corrupt": corrupt}
+    if salv:
+        entry.update(sha256=salv["sha256"], size=salv["size"])
+    _apply(m, f, entry, vault)
+    vault.write_manifest(m)
+    journal.append({"type": "commit"})
+    # the old name goes once nothing refers to it (the same inode lives on under the new one)
+    if not any(x["sha256"] == old_sha for mm in vault.manifests() if not mm.get("backup_purged")
+               for x in mm.get("files", [])):
+        vault.delete_blob(old_sha)
+        fsync_dir(os.path.dirname(blob))
+    journal.close()
+    out.records, out.bytes, out.file = records, nbytes, entry["file"]
+    if salv:
+        out.code = SALVAGED
+        out.detail = (f"{records} record(s) written to {f['path']} after the reduction were salvaged into "
+                      f"{final}; the grown backup is kept (sha256 {new_sha[:12]}…)")
+    else:
+        out.code = LATE_BYTES_KEPT
+        out.detail = (f"{size - old_size} byte(s) were written to {f['path']} after the reduction"
+                      + ("" if event else " (not an event file: nothing to put back)")
+                      + f"; kept in the vault with its backup (sha256 {new_sha[:12]}…)")
+    if corrupt:
+        out.detail += "; the appended data has a corrupt record, salvaged up to it"
+    append_history(ctx.state, {
+        "op_id": op_id, "kind": "salvage", "run": m["run"], "policy": None, "before": None, "after": None,
+        "verified": False, "outcome": out.code, "reason": out.detail, "backup_kept": True,
+        "of_op": m["op_id"], "user": who()["user"], "host": who()["host"], "tool_version": __version__,
+    })
+    return out
+
+
+def _apply(m: dict, f: dict, entry: dict, vault: Vault) -> None:
+    """Record a salvage in manifest ``m`` (also used to replay it when a manifest is rebuilt)."""
+    old = f["sha256"]
+    for x in m.get("files", []):
+        if x["sha256"] == old and x["path"] == f["path"]:
+            x.setdefault("grew_from", []).append({"sha256": x["sha256"], "size": x["size"]})
+            x["sha256"], x["size"] = entry["backup_sha256"], entry["backup_size"]
+            x["blob"] = os.path.relpath(vault.blob_path(x["sha256"]), vault.root)
+            x["salvaged_upto"] = entry["to"]
+    m.setdefault("salvaged", []).append(entry)
+    if entry.get("file"):
+        m.setdefault("created", []).append({"path": entry["file"], "size": entry["size"],
+                                            "sha256": entry["sha256"], "salvaged": True})
+
+
+def finish_salvage(ctx, records: List[dict]) -> str:
+    """Recovery of an interrupted salvage: committed → only tidy up; else undo (it is redone)."""
+    begin = records[0]
+    vault = Vault(begin["vault"])
+    if any(r["type"] == "commit" for r in records):
+        return "salvage had been recorded"
+    if begin.get("tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ctx.abs(begin["tmp"]))
+    staged = next((r for r in records if r["type"] == "staged"), None)
+    if staged and begin.get("final") and matches(ctx.abs(begin["final"]), staged["sha256"], staged["size"]):
+        os.unlink(ctx.abs(begin["final"]))
+    old, new = vault.blob_path(begin["old_sha256"]), vault.blob_path(begin["new_sha256"])
+    with contextlib.suppress(OSError):
+        if os.path.samefile(old, new) and old != new:
+            os.unlink(new)  # the old name still stands for the backup; the new link was ours
+    return "interrupted salvage undone; it is done again now"
+
+
+__all__ = ["SalvageOutcome", "grown_backups", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
+           "SALVAGED", "LATE_BYTES_KEPT", "BACKUP_CHANGED"]

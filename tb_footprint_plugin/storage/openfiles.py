@@ -1,0 +1,213 @@
+"""Which processes on this machine hold a file open for writing.
+
+A training job keeps its event file open and may log rarely, so a quiet mtime does not mean
+nobody writes: its next record goes into whatever inode it has open. Before a file is
+reduced we therefore ask the kernel. On Linux every process's open descriptors are visible
+in ``/proc/<pid>/fd/<n>`` (a link that ``stat`` follows to the very inode, deleted or
+renamed ones included) and their open flags in ``/proc/<pid>/fdinfo/<n>``.
+
+Files are matched by ``(st_dev, st_ino)``, never by path: a writer holds an inode, whatever
+name (or hard link, or none) it has now. A process we may not inspect (another user's, when
+we are not root) or that vanished mid-look is not silently taken as harmless: it is counted
+in ``uninspected`` so callers can say "cannot rule out" with a code.
+
+One pass over ``/proc`` answers for any number of files: ``stat`` of each descriptor is one
+system call, and flags are read only for the few descriptors that match.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Tuple
+
+PROC = "/proc"
+O_ACCMODE = 0o3
+#: Processes whose descriptors could not be read, listed by pid at most this many times.
+MAX_LISTED_UNINSPECTED = 20
+
+FileKey = Tuple[int, int]  # (st_dev, st_ino)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One process holding one of the files open for writing."""
+
+    pid: int
+    command: str
+    fd: int
+    path: str  # the file as the caller named it
+    access: str  # 'write' (O_WRONLY) or 'read-write' (O_RDWR)
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.command})"
+
+    def to_dict(self) -> dict:
+        return {"pid": self.pid, "command": self.command, "fd": self.fd, "path": self.path,
+                "access": self.access}
+
+
+@dataclass
+class WriterScan:
+    """The answer of one pass over the process table."""
+
+    supported: bool  # False where the kernel does not expose open files (not Linux)
+    holders: List[Holder] = field(default_factory=list)
+    #: processes that may hold a file but could not be looked at (permission, or a race)
+    uninspected: int = 0
+    uninspected_pids: List[int] = field(default_factory=list)
+    processes: int = 0
+    seconds: float = 0.0
+
+    def holders_of(self, path: str) -> List[Holder]:
+        return [h for h in self.holders if h.path == path]
+
+    @property
+    def paths(self) -> List[str]:
+        return sorted({h.path for h in self.holders})
+
+    def to_dict(self) -> dict:
+        return {"supported": self.supported, "holders": [h.to_dict() for h in self.holders],
+                "uninspected": self.uninspected, "uninspected_pids": list(self.uninspected_pids),
+                "processes": self.processes, "seconds": round(self.seconds, 4)}
+
+
+def _keys(paths: Iterable[str]) -> Dict[FileKey, List[str]]:
+    out: Dict[FileKey, List[str]] = {}
+    for p in paths:
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue  # gone: nobody can be writing to it under this name
+        if stat.S_ISREG(st.st_mode):
+            out.setdefault((st.st_dev, st.st_ino), []).append(p)
+    return out
+
+
+def _command(proc: str, pid: int) -> str:
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            raw = f.read(4096)
+    except OSError:
+        raw = b""
+    if raw:
+        args = [a.decode("utf-8", "backslashreplace") for a in raw.rstrip(b"\0").split(b"\0")]
+        text = " ".join(" ".join(args).split())  # one line, whatever the arguments hold
+        return text if len(text) <= 200 else text[:197] + "..."
+    try:
+        with open(f"{proc}/{pid}/comm", "rb") as f:
+            return f.read().strip().decode("utf-8", "backslashreplace") or "?"
+    except OSError:
+        return "?"
+
+
+def _flags(proc: str, pid: int, fd: int) -> Optional[int]:
+    try:
+        with open(f"{proc}/{pid}/fdinfo/{fd}", "rb") as f:
+            for line in f:
+                if line.startswith(b"flags:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _is_kernel_thread(proc: str, pid: int) -> bool:
+    """Kernel threads (and zombies) have no command line and hold no files."""
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            return not f.read(1)
+    except OSError:
+        return False
+
+
+def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
+    """Every process on this machine that holds one of ``paths`` open for writing.
+
+    ``paths`` name regular files (others are ignored). Never raises for a process that
+    cannot be inspected: it is counted in ``uninspected``.
+    """
+    t0 = time.monotonic()
+    wanted = _keys(paths)
+    if not sys.platform.startswith("linux") or not os.path.isdir(os.path.join(proc, "self", "fd")):
+        return WriterScan(supported=False, seconds=time.monotonic() - t0)
+    res = WriterScan(supported=True)
+    if not wanted:
+        res.seconds = time.monotonic() - t0
+        return res
+    devs = {k[0] for k in wanted}
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        res.processes += 1
+        fd_dir = f"{proc}/{name}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except FileNotFoundError:
+            continue  # exited meanwhile: holds nothing any more
+        except PermissionError:
+            if not _is_kernel_thread(proc, pid):
+                res.uninspected += 1
+                if len(res.uninspected_pids) < MAX_LISTED_UNINSPECTED:
+                    res.uninspected_pids.append(pid)
+            continue
+        except OSError:
+            res.uninspected += 1
+            continue
+        for fd_name in fds:
+            try:
+                st = os.stat(f"{fd_dir}/{fd_name}")
+            except OSError as e:
+                if e.errno == errno.EACCES:
+                    res.uninspected += 1
+                    if len(res.uninspected_pids) < MAX_LISTED_UNINSPECTED:
+                        res.uninspected_pids.append(pid)
+                    break
+                continue  # closed meanwhile
+            if st.st_dev not in devs:
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key not in wanted:
+                continue
+            fd = int(fd_name)
+            flags = _flags(proc, pid, fd)
+            if flags is None:
+                continue  # closed between stat and fdinfo: no longer a writer
+            acc = flags & O_ACCMODE
+            if acc not in (os.O_WRONLY, os.O_RDWR):
+                continue
+            cmd = _command(proc, pid)
+            for p in wanted[key]:
+                res.holders.append(Holder(pid=pid, command=cmd, fd=fd, path=p,
+                                          access="write" if acc == os.O_WRONLY else "read-write"))
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def files_under(root: str, exclude: Iterable[str] = ()) -> List[str]:
+    """Regular files below ``root`` (symlinks not followed, ``exclude`` directories skipped)."""
+    skip = {os.path.abspath(e) for e in exclude}
+    out = []
+    for dirpath, dirs, files in os.walk(root, followlinks=False):
+        dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skip]
+        out.extend(os.path.join(dirpath, n) for n in files)
+    return out
+
+
+def describe_holders(holders: List[Holder], rel=lambda p: p) -> str:
+    """One line naming who holds what, e.g. ``run/events…: open for writing by pid 12 (python train.py)``."""
+    by_path: Dict[str, List[Holder]] = {}
+    for h in holders:
+        by_path.setdefault(h.path, []).append(h)
+    parts = []
+    for p, hs in sorted(by_path.items()):
+        who = ", ".join(sorted({h.describe() for h in hs}))
+        parts.append(f"{rel(p)}: open for writing by {who}")
+    return "; ".join(parts)
+
+
+__all__ = ["Holder", "WriterScan", "find_writers", "files_under", "describe_holders"]

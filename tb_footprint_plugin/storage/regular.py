@@ -1,0 +1,83 @@
+"""Open only regular files: a FIFO, socket or device named like an event file is never opened.
+
+``open()`` on a FIFO blocks until a writer appears (forever, for a stray one), and reading a
+device can hang or never end. So every reader of user files checks ``lstat`` first, opens
+with ``O_NONBLOCK | O_NOFOLLOW`` (an open of a FIFO returns at once instead of waiting), and
+checks ``fstat`` of what it actually opened: a file swapped for a FIFO or a link between the
+two calls is caught too.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+from typing import BinaryIO
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+class NotRegularFile(OSError):
+    """The path is not a regular file; it was not opened. ``kind`` says what it is."""
+
+    def __init__(self, path: str, kind: str):
+        super().__init__(errno.EINVAL, f"{path}: is {kind}, not a regular file; not opened")
+        self.filename = path
+        self.kind = kind
+
+
+def kind_of(mode: int) -> str:
+    """What a non-regular ``st_mode`` is, in words ('a FIFO (named pipe)', …)."""
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_regular(path: str, follow_symlinks: bool = False) -> os.stat_result:
+    """``lstat`` (or ``stat``) of ``path``; raises ``NotRegularFile`` unless it is a regular file."""
+    st = os.stat(path) if follow_symlinks else os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile(path, kind_of(st.st_mode))
+    return st
+
+
+def open_regular_fd(path: str, flags: int = os.O_RDONLY, follow_symlinks: bool = False) -> int:
+    """An fd for the regular file ``path`` (never a FIFO, device or socket; a symlink only
+    with ``follow_symlinks``, and then only to a regular file)."""
+    before = check_regular(path, follow_symlinks)
+    nofollow = 0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # became a symlink after the lstat
+            raise NotRegularFile(path, "a symbolic link") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, kind_of(st.st_mode))
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino):
+            raise NotRegularFile(path, "a different file than a moment ago (replaced while opening)")
+        # regular files ignore O_NONBLOCK; clear it anyway so nothing downstream is surprised
+        fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path: str, buffering: int = -1, follow_symlinks: bool = False) -> BinaryIO:
+    """``open(path, 'rb')`` for regular files only (see the module docstring)."""
+    return os.fdopen(open_regular_fd(path, follow_symlinks=follow_symlinks), "rb", buffering=buffering)
+
+
+__all__ = ["NotRegularFile", "check_regular", "kind_of", "open_regular", "open_regular_fd"]

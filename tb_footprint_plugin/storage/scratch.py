@@ -1,0 +1,89 @@
+"""Scratch directories in the vault, named after the process that owns them.
+
+Verification views and the data-server probe need a private directory for a moment. Made in
+``/tmp`` they outlive a SIGKILL for good; made in the vault's ``tmp/`` and named
+``tbfp-<kind>-p<pid>-<random>``, the next start of any process removes the ones whose owner is
+gone (``sweep``), and nothing is ever written outside the logdir and the vault.
+
+The engine points the scratch root at the vault before it verifies (``use_root``); code that
+runs outside any operation (a test reading a view directly) falls back to the system's temp
+directory with the same naming.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+import threading
+from typing import Iterator, List, Optional
+
+_PATTERN = re.compile(r"^tbfp-[a-z]+-p(\d+)-")
+_lock = threading.Lock()
+_root: Optional[str] = None
+
+
+def use_root(path: Optional[str]) -> None:
+    """Make scratch directories under ``path`` from now on (``None``: the system temp dir)."""
+    global _root
+    with _lock:
+        if path:
+            os.makedirs(path, exist_ok=True)
+        _root = path
+
+
+def current_root() -> str:
+    return _root or tempfile.gettempdir()
+
+
+def make(kind: str, root: Optional[str] = None) -> str:
+    """A new scratch directory ``<root>/tbfp-<kind>-p<pid>-<random>``."""
+    base = root or current_root()
+    os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"tbfp-{kind}-p{os.getpid()}-", dir=base)
+
+
+@contextlib.contextmanager
+def scratch(kind: str, root: Optional[str] = None) -> Iterator[str]:
+    """A scratch directory for the ``with`` block, removed after it."""
+    d = make(kind, root)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process with that pid: not ours to judge
+    return True
+
+
+def sweep(root: str) -> List[str]:
+    """Remove scratch directories in ``root`` whose owning process is gone; returns their names."""
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for n in names:
+        m = _PATTERN.match(n)
+        if not m or _alive(int(m.group(1))):
+            continue
+        p = os.path.join(root, n)
+        if os.path.islink(p):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if not os.path.lexists(p):
+            removed.append(n)
+    return removed
+
+
+__all__ = ["use_root", "current_root", "make", "scratch", "sweep"]
