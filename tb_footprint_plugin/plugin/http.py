@@ -112,7 +112,8 @@ class RouteBase:
                 body = sec.check_write(request, needs_actions=kind == "write")
                 return fn(request, body)
             except Rejected as e:
-                return self._error(request, e.code, e.reason, headers=e.headers, rejected=True)
+                return self._error(request, e.code, e.reason, headers=e.headers, rejected=True,
+                                   reason_code=e.reason_code)
             except HttpError as e:
                 return self._error(request, e.code, e.message, **e.extra)
             except Exception as e:  # never a bare werkzeug 500 page: say what failed

@@ -297,7 +297,9 @@ class FootprintPlugin(base_plugin.TBPlugin):
 
     # --- TBPlugin -------------------------------------------------------------------------
     def get_plugin_apps(self):
-        return self.routes.apps()
+        # every answer, errors and static files included, forbids framing by another origin
+        guard = self.security.frame_guard
+        return {route: guard(app) for route, app in self.routes.apps().items()}
 
     def data_plugin_names(self):
         return ()
