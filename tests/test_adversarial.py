@@ -1,0 +1,442 @@
+"""Attacks on a REAL TensorBoard process with the Footprint tab, replayed as a hostile party would.
+
+Each test hashes the whole tree — the logdir (vault included) and a directory beside it that
+attacks aim at — before and after, and asserts that nothing changed, besides the refusal the
+attack must get:
+
+* another local Unix user (created here with ``useradd``; the client runs as that user via
+  ``setpriv``) talking to TensorBoard over 127.0.0.1 — and over a dual-stack socket, where it
+  shows up as ``::ffff:127.0.0.1`` — gets no token and is refused on every write route, even
+  holding the owner's token; the same client run as the owner is accepted (control);
+* a page of another origin framing the tab (real headless Chromium): the plugin's own answers
+  refuse to be framed, and the tab framed through TensorBoard's entry page or main page
+  refuses to act, says why, and never asks for the token;
+* DNS-rebinding reads (a foreign ``Host``) are refused on every read route;
+* nested, oversized and over-long chunked bodies get 400 / 413.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import importlib.metadata
+import json
+import math
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tbproc import TensorBoard
+
+PREFIX = "/data/plugin/footprint"
+OLD = 1795000000
+CHROMIUM = "/usr/bin/chromium"
+TOKEN_HEADER = "X-Footprint-Token"
+WRITE_ROUTES = [("/reduce", {"runs": ["big"]}), ("/restore", {"run": "big"}), ("/purge", {"confirm": True}),
+                ("/purge", {"confirm": False}), ("/cancel", {"job": "abcdef"}), ("/rescan", {})]
+READ_ROUTES = ["/status", "/runs", "/summary", "/run?run=big", "/plan", "/history", "/operations", "/jobs",
+               "/policies", "/token", "/index.js", "/model.js"]
+
+pytestmark = pytest.mark.skipif(
+    not any(e.name == "footprint" for e in importlib.metadata.entry_points(group="tensorboard_plugins")),
+    reason="the 'footprint' TensorBoard entry point is not installed: run `pip install -e .` first",
+)
+
+
+# ---------------------------------------------------------------------------------------
+# the tree, hashed whole
+# ---------------------------------------------------------------------------------------
+def whole_tree(*roots) -> dict:
+    """Every file (sha256, mode), symlink and directory under the roots. Left out: what a running
+    TensorBoard writes for itself whatever the requests (the scan cache, lock files)."""
+    out = {}
+    for root in roots:
+        root = str(root)
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, root)
+            parts = rel_dir.split(os.sep)
+            if ".tb-footprint" in parts and ("locks" in parts or "tmp" in parts):
+                continue
+            out[(root, rel_dir)] = "dir"
+            for n in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+                if n.startswith("scan-cache"):
+                    continue
+                p = os.path.join(dirpath, n)
+                if os.path.islink(p):
+                    out[(root, os.path.join(rel_dir, n))] = "link:" + os.readlink(p)
+                    continue
+                with open(p, "rb") as f:
+                    out[(root, os.path.join(rel_dir, n))] = (hashlib.sha256(f.read()).hexdigest(),
+                                                             os.lstat(p).st_mode)
+    return out
+
+
+def _write_run(run_dir, *, seed, sessions=0):
+    from tb_footprint_plugin import synth
+
+    with synth.EventWriter(run_dir) as w:
+        for s in range(60):
+            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
+    for i in range(sessions):
+        synth.write_profile_session(run_dir, synth.session_name_for(synth.DEFAULT_TIMESTAMP + 60 * i),
+                                    n_events=1500, with_caches=True, seed=seed * 10 + i)
+
+
+def _age(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        for n in filenames + dirnames:
+            p = os.path.join(dirpath, n)
+            if not os.path.islink(p):
+                os.utime(p, (OLD, OLD))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """``logs/`` (two runs, one reduced so the vault holds a backup) and ``outside/`` beside it."""
+    base = tmp_path_factory.mktemp("adversarial")
+    logs, outside = base / "logs", base / "outside"
+    _write_run(str(logs / "big"), seed=1, sessions=2)
+    _write_run(str(logs / "small"), seed=2)
+    _write_run(str(outside / "precious"), seed=3, sessions=1)
+    _age(str(logs))
+    _age(str(outside))
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.policies import get_policy
+
+    report = api.reduce_logdir(str(logs), None, policy=get_policy("archive"), dry_run=False, runs=["big"],
+                               quiet_period=0)
+    assert any(o.status == "verified" for o in report.outcomes), report.to_dict()
+    return base, logs, outside
+
+
+@pytest.fixture(scope="module")
+def tb(world):
+    base, logs, _ = world
+    t = TensorBoard(logs, log_path=str(base.parent / f"tb-adversarial-{os.getpid()}.log"))
+    t.request("GET", PREFIX + "/runs?wait=60", timeout=90)
+    yield t
+    t.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# a second Unix user, and an HTTP client running as it
+# ---------------------------------------------------------------------------------------
+CLIENT = r'''
+import base64, http.client, json, sys
+spec = json.loads(sys.stdin.read())
+out = []
+for r in spec["requests"]:
+    conn = http.client.HTTPConnection(spec["host"], spec["port"], timeout=60)
+    body = base64.b64decode(r["body"]) if r.get("body") is not None else None
+    if r.get("chunked"):
+        conn.putrequest(r["method"], r["path"], skip_host="Host" in r.get("headers", {}), skip_accept_encoding=True)
+        for k, v in r.get("headers", {}).items():
+            conn.putheader(k, v)
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        step = 65536
+        try:
+            for i in range(0, len(body), step):
+                piece = body[i:i + step]
+                conn.send(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            conn.send(b"0\r\n\r\n")
+        except OSError:
+            pass
+    else:
+        conn.request(r["method"], r["path"], body=body, headers=r.get("headers", {}))
+    try:
+        resp = conn.getresponse()
+        out.append({"status": resp.status, "headers": dict(resp.getheaders()),
+                    "body": resp.read().decode("utf-8", "replace")[:4000]})
+    except OSError as e:
+        out.append({"status": None, "error": str(e)})
+    conn.close()
+print(json.dumps(out))
+'''
+
+
+def _interpreter_for(uid, gid):
+    """A Python the other user may execute (the venv's may live under a private home)."""
+    for exe in (os.path.realpath(sys.executable), "/usr/bin/python3", shutil.which("python3") or ""):
+        if not exe or not os.path.exists(exe):
+            continue
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", exe, "-c", "pass"],
+                           capture_output=True, env={"PATH": "/usr/bin:/bin"}, cwd="/")
+        if r.returncode == 0:
+            return exe
+    return None
+
+
+class LocalUser:
+    """A throw-away Unix user; ``run`` sends HTTP requests as that user."""
+
+    def __init__(self):
+        if os.geteuid() != 0:
+            pytest.skip("creating a second Unix user needs root (CI runs as root)")
+        for tool in ("useradd", "userdel", "setpriv"):
+            if not shutil.which(tool):
+                pytest.skip(f"{tool} is missing: cannot act as a second Unix user here")
+        self.name = "fpadv" + secrets.token_hex(4)
+        r = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", self.name],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"this machine cannot create a user (useradd: {r.stderr.strip()})")
+        pw = pwd.getpwnam(self.name)
+        self.uid, self.gid = pw.pw_uid, pw.pw_gid
+        self.python = _interpreter_for(self.uid, self.gid)
+        if self.python is None:
+            self.remove()
+            pytest.skip("no Python interpreter the second user may execute")
+
+    def run(self, port, requests, *, as_owner=False, host="127.0.0.1"):
+        spec = json.dumps({"host": host, "port": port, "requests": requests})
+        cmd = [self.python, "-c", CLIENT]
+        if not as_owner:
+            cmd = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"] + cmd
+        r = subprocess.run(cmd, input=spec, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/",
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def remove(self):
+        subprocess.run(["userdel", self.name], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def other_user():
+    u = LocalUser()
+    yield u
+    u.remove()
+
+
+def _req(method, path, body=None, headers=None, chunked=False):
+    raw = json.dumps(body).encode() if isinstance(body, dict) else body
+    return {"method": method, "path": path, "headers": headers or {}, "chunked": chunked,
+            "body": base64.b64encode(raw).decode() if raw is not None else None}
+
+
+def _write_headers(token, port):
+    return {"Content-Type": "application/json", TOKEN_HEADER: token, "Origin": f"http://127.0.0.1:{port}",
+            "Host": f"127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"}
+
+
+def _owner_token(t):
+    status, _, body = t.request("GET", PREFIX + "/token")
+    assert status == 200, body
+    return json.loads(body)["token"]
+
+
+# ---------------------------------------------------------------------------------------
+# another local user
+# ---------------------------------------------------------------------------------------
+def _attack_as_other_user(t, user, roots):
+    before = whole_tree(*roots)
+    token = _owner_token(t)  # even the real token (leaked, say) must not help
+    reqs = [_req("GET", PREFIX + "/token")]
+    reqs += [_req("POST", PREFIX + route, body, _write_headers(token, t.port)) for route, body in WRITE_ROUTES]
+    answers = user.run(t.port, reqs)
+    tok = answers[0]
+    assert tok["status"] == 403, tok
+    body = json.loads(tok["body"])
+    assert body["reason_code"] == "peer_not_owner" and "token" not in body, body
+    assert user.name in body["error"], body["error"]
+    for (route, _), a in zip(WRITE_ROUTES, answers[1:]):
+        assert a["status"] == 403, (route, a)
+        assert json.loads(a["body"])["reason_code"] == "peer_not_owner", (route, a["body"])
+    # the owner, with the same client and the same requests, is let in (so the refusal above
+    # is about who asks, not about how)
+    mine = user.run(t.port, [_req("GET", PREFIX + "/token"),
+                             _req("POST", PREFIX + "/rescan", {}, _write_headers(token, t.port))], as_owner=True)
+    assert mine[0]["status"] == 200 and json.loads(mine[0]["body"])["token"] == token, mine[0]
+    assert mine[1]["status"] == 202, mine[1]
+    t.request("GET", PREFIX + "/runs?wait=60", timeout=90)
+    assert whole_tree(*roots) == before
+
+
+def test_other_local_user_gets_no_token_and_changes_nothing(tb, world, other_user):
+    base, logs, outside = world
+    _attack_as_other_user(tb, other_user, [logs, outside])
+
+
+def test_other_local_user_over_a_dual_stack_socket(world, other_user):
+    """``--bind_all`` listens on ``::`` with IPv4 mapped in: the client shows up as
+    ``::ffff:127.0.0.1`` on the server side while its socket sits in /proc/net/tcp as IPv4."""
+    base, logs, outside = world
+    t = TensorBoard(logs, "--bind_all", "--footprint_allow_remote_actions",
+                    log_path=str(base.parent / f"tb-adversarial-dual-{os.getpid()}.log"), host=None)
+    try:
+        _attack_as_other_user(t, other_user, [logs, outside])
+    finally:
+        t.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# rebinding, bodies
+# ---------------------------------------------------------------------------------------
+def test_rebinding_reads_are_refused(tb, world):
+    base, logs, outside = world
+    before = whole_tree(logs, outside)
+    for route in READ_ROUTES:
+        for host in ("evil.example", f"evil.example:{tb.port}", "attacker.localhost.evil:80", "10.0.0.8"):
+            status, headers, body = tb.request("GET", PREFIX + route, headers={"Host": host})
+            assert status == 403, (route, host, status, body[:200])
+            data = json.loads(body)
+            assert data["reason_code"] == "foreign_host", data
+            assert str(logs) not in body.decode(), (route, "the refusal leaks the logdir")
+    status, _, _ = tb.request("GET", PREFIX + "/status", headers={"Host": f"localhost:{tb.port}"})
+    assert status == 200
+    assert whole_tree(logs, outside) == before
+
+
+def test_nested_oversized_and_chunked_bodies(tb, world, other_user):
+    base, logs, outside = world
+    before = whole_tree(logs, outside)
+    token = _owner_token(tb)
+    h = _write_headers(token, tb.port)
+    deep = b'{"runs": ' + b"[" * 100000 + b"]" * 100000 + b"}"
+    big = b'{"runs": ["big"], "pad": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    answers = other_user.run(tb.port, [
+        _req("POST", PREFIX + "/reduce", deep, h),
+        _req("POST", PREFIX + "/purge", deep, h, chunked=True),
+        _req("POST", PREFIX + "/reduce", big, h),
+        _req("POST", PREFIX + "/purge", big, h, chunked=True),
+        _req("POST", PREFIX + "/reduce", b'{"runs": ["big"', h),
+    ], as_owner=True)
+    assert [a["status"] for a in answers] == [400, 400, 413, 413, 400], answers
+    assert "nested" in json.loads(answers[0]["body"])["error"]
+    assert "too large" in json.loads(answers[3]["body"])["error"]
+    assert whole_tree(logs, outside) == before
+
+
+# ---------------------------------------------------------------------------------------
+# framing by another origin (real Chromium)
+# ---------------------------------------------------------------------------------------
+def _chromium():
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium): framing tests skipped")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:  # pragma: no cover
+        pytest.skip(f"playwright is not installed ({e})")
+    return sync_playwright
+
+
+class _EvilSite:
+    """A page of another origin (another loopback port) that frames TensorBoard's pages."""
+
+    def __init__(self, pages):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                page = pages.get(self.path.split("?")[0])
+                if page is None:
+                    self.send_error(404)
+                    return
+                data = page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_framing_by_another_origin(tb, world):
+    sync_playwright = _chromium()
+    base, logs, outside = world
+    before = whole_tree(logs, outside)
+    tbo = tb.base
+    frame = ('<iframe id="f" style="opacity:0.01;position:absolute;top:0;left:0;width:1200px;height:900px" '
+             'src="{src}"></iframe>')
+    evil = _EvilSite({
+        "/route.html": frame.format(src=tbo + PREFIX + "/status"),
+        "/entry.html": frame.format(src=tbo + "/data/plugin_entry.html?name=footprint"),
+        "/main.html": frame.format(src=tbo + "/#footprint"),
+    })
+    # the page of another origin is another port: same host, different origin
+    assert evil.base.split(":")[-1] != str(tb.port)
+    seen = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+            try:
+                ctx = browser.new_context(viewport={"width": 1300, "height": 1000})
+                page = ctx.new_page()
+                page.on("request", lambda r: seen.append((r.method, r.url)))
+
+                # 1. the plugin's own answers refuse to be framed (X-Frame-Options / frame-ancestors)
+                page.goto(evil.base + "/route.html")
+                page.wait_for_timeout(1500)
+                child = [f for f in page.frames if f != page.main_frame]
+                assert child, "no frame at all"
+                blocked = child[0]
+                assert blocked.url.startswith("chrome-error://") or blocked.url in ("", "about:blank"), blocked.url
+                assert "logdir" not in (blocked.content() or "")
+
+                # 2. TensorBoard's entry page framed directly: the tab loads, refuses to act, says why
+                page.goto(evil.base + "/entry.html")
+                tab = page.frame_locator("#f")
+                banner = tab.locator(".banner-readonly")
+                banner.wait_for(timeout=60000)
+                text = banner.inner_text()
+                assert "another origin" in text and "foreign_frame" in text, text
+                tab.locator(".row[data-run]").first.wait_for(timeout=60000)
+                buttons = tab.locator("button.reduce-run")
+                assert buttons.count() > 0
+                assert all(buttons.nth(i).is_disabled() for i in range(buttons.count()))
+
+                # 3. TensorBoard's main page framed (the tab inside it): its top is foreign too
+                page.goto(evil.base + "/main.html")
+                inner = page.frame_locator("#f").frame_locator('iframe[src*="name=footprint"]')
+                banner = inner.locator(".banner-readonly")
+                banner.wait_for(timeout=60000)
+                assert "foreign_frame" in banner.inner_text()
+                page.wait_for_timeout(1000)
+            finally:
+                browser.close()
+    finally:
+        evil.close()
+    # the framed tab never asked for the token nor posted anything
+    ours = [(m, u) for m, u in seen if u.startswith(tbo + PREFIX)]
+    assert ours, "the framed tab did not load at all"
+    assert not [u for m, u in ours if u.split("?")[0].endswith("/token")], ours
+    assert not [u for m, u in ours if m != "GET"], ours
+    assert whole_tree(logs, outside) == before
+
+
+def test_the_tab_acts_when_tensorboard_itself_frames_it(tb):
+    """Control for the framing test: TensorBoard's own page (top-level, same origin) framing the
+    tab shows no framing banner and gets the token."""
+    sync_playwright = _chromium()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                    args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
+        try:
+            page = browser.new_page()
+            got_token = []
+            page.on("response", lambda r: got_token.append(r.status) if r.url.endswith(PREFIX + "/token") else None)
+            page.goto(tb.base + "/#footprint")
+            tab = page.frame_locator('iframe[src*="name=footprint"]')
+            tab.locator(".row[data-run]").first.wait_for(timeout=60000)
+            page.wait_for_timeout(500)
+            assert tab.locator(".banner-readonly").count() == 0
+            assert got_token == [200]
+        finally:
+            browser.close()
