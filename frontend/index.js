@@ -23,7 +23,8 @@ function bannersFor(state) {
   if (rec) {
     if (rec.state === 'done' && rec.outcomes.length) {
       out.push(banner('info', 'Crash recovery: ' + rec.detail + '.',
-        rec.outcomes.map((o) => (o.run || '?') + ' — ' + o.action.replace('_', ' ') + (o.detail ? ': ' + o.detail : '') + ' (' + o.op_id + ')')));
+        rec.outcomes.map((o) => (o.run || '?') + ' — ' + o.action.replace('_', ' ') + (o.detail ? ': ' + o.detail : '') +
+          ' (' + o.op_id + (o.code ? ', code ' + o.code : '') + ')')));
     } else if (rec.state === 'failed') {
       out.push(banner('error', 'Crash recovery failed: ' + rec.detail, ['Unfinished operations stay journaled; they are retried on the next start.']));
     } else if (rec.state === 'skipped' && rec.outcomes.length) {

@@ -218,7 +218,8 @@ def cmd_reduce(args) -> int:
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
         for r in report.recovered:
-            print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}")
+            print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}" if r.action != "refused"
+                  else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
         done = [o for o in report.outcomes if o.status == "verified"]
         print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back; "
               f"saved {human_bytes(report.saved_bytes)} in the logdir. Backups are in the vault until "
@@ -269,10 +270,13 @@ def cmd_purge(args) -> int:
     if args.json:
         _dump(rep.to_dict())
         return EXIT_OK
+    for r in rep.refused:
+        print(f"refused [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
         print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else ""))
     verb = "would free" if rep.dry_run else "freed"
-    print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}")
+    print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
+          f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
     if rep.dry_run and rep.ops:
         print("nothing deleted: add --yes to purge these backups (their runs can no longer be restored)")
     return EXIT_OK
@@ -288,6 +292,8 @@ def cmd_status(args) -> int:
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
     print(f"  unfinished operations: {len(st['unfinished_operations'])}"
           + (" (recovered on the next reduce/restore/purge)" if st["unfinished_operations"] else ""))
+    for p in st.get("problems", []):
+        print(f"  refused [{p['code']}] {p['file']}: {p['detail']}")
     kept = [o for o in st["operations"] if o["kind"] == "reduce" and not o["backup_purged"]]
     print(f"  operations: {len(st['operations'])} ({len(kept)} with kept backups)")
     if st["ledger"]:

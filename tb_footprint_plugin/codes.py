@@ -62,6 +62,7 @@ class Recovery(Code):
     COMPLETED = "completed"
     SKIPPED_LIVE = "skipped_live"
     FAILED = "failed"
+    REFUSED = "refused"  # the journal is not acted on: malformed or not this logdir's (``engine.trust``)
 
 
 __all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery"]

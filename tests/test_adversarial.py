@@ -440,3 +440,261 @@ def test_the_tab_acts_when_tensorboard_itself_frames_it(tb):
             assert got_token == [200]
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------------------------------
+# hostile state on disk: planted journals and manifests, a copied state directory
+# ---------------------------------------------------------------------------------------
+def _fresh(tmp_path, name="logs"):
+    logs, outside = tmp_path / name, tmp_path / "outside"
+    _write_run(str(logs / "big"), seed=1, sessions=1)
+    _write_run(str(logs / "small"), seed=2)
+    if not outside.exists():
+        _write_run(str(outside / "precious"), seed=3, sessions=1)
+        (outside / "victim.txt").write_text("must survive")
+        (outside / "victimdir").mkdir()
+        (outside / "victimdir" / "keep.txt").write_text("must survive too")
+        _age(str(outside))
+    _age(str(logs))
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.plan.policies import get_policy
+
+    rep = api.reduce_logdir(str(logs), None, policy=get_policy("archive"), dry_run=False, runs=["big"], quiet_period=0)
+    assert any(o.status == "verified" for o in rep.outcomes), rep.to_dict()
+    return logs, outside
+
+
+def _state(logs):
+    return logs / ".tb-footprint"
+
+
+def _identity(logs):
+    with open(_state(logs) / "identity.json") as f:
+        return json.load(f)
+
+
+def _plant_journal(logs, file_op_id, records):
+    d = _state(logs) / "journal"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"{file_op_id}.jsonl", "w") as f:
+        for r in records:
+            f.write(json.dumps(dict(r, t=OLD)) + "\n")
+    return d / f"{file_op_id}.jsonl"
+
+
+def _begin(logs, op_id, *, run="big", vault=None, **extra):
+    return dict({"type": "begin", "kind": "reduce", "op_id": op_id, "run": run, "logdir": str(logs),
+                 "vault": str(vault or _state(logs)), "policy": {"name": "archive"}, "verify_backends": ["python"],
+                 "plan": {"run": run, "bytes_before": 1, "expected_after_bytes": 0, "actions": []}}, **extra)
+
+
+SHA = "ab" * 32
+
+
+def _hostile_journals(logs, outside):
+    """Journals an attacker who can write into the logdir plants; each names the code it must get."""
+    ident = _identity(logs)
+    vict = str(outside / "victim.txt")
+    j = {}
+    j["20260101T000000-aaaaaa"] = ("path_outside", [
+        _begin(logs, "20260101T000000-aaaaaa", logdir_id=ident["id"]),
+        {"type": "stage", "tmp": "../outside/victim.txt", "final": "big/x", "src": "big/x"}])
+    j["20260101T000000-bbbbbb"] = ("path_outside", [
+        _begin(logs, "20260101T000000-bbbbbb", logdir_id=ident["id"]),
+        {"type": "stage", "tmp": vict, "final": "big/x", "src": "big/x"}])
+    j["20260101T000000-cccccc"] = ("path_outside", [
+        _begin(logs, "20260101T000000-cccccc", logdir_id=ident["id"]),
+        {"type": "backup", "path": "../outside/precious", "sha256": SHA, "size": 1, "mode": 420, "mtime": 1.0,
+         "action": "delete"}, {"type": "swap"}])
+    j["20260101T000000-dddddd"] = ("path_outside", [
+        _begin(logs, "20260101T000000-dddddd", logdir_id=ident["id"]),
+        {"type": "rmdir", "path": str(outside / "newdir"), "mode": 493}, {"type": "swap"}])
+    j["20260101T000000-eeeeee"] = ("bad_op_id", [_begin(logs, "../../outside/victimdir", logdir_id=ident["id"])])
+    j["20260101T000000-ffffff"] = ("bad_digest", [
+        _begin(logs, "20260101T000000-ffffff", logdir_id=ident["id"]),
+        {"type": "backup", "path": "big/x", "sha256": "../../../outside/victim.txt", "size": 1, "mode": 420,
+         "mtime": 1.0, "action": "delete"}, {"type": "swap"}])
+    j["20260101T000000-a1a1a1"] = ("foreign_vault", [
+        _begin(logs, "20260101T000000-a1a1a1", logdir_id=ident["id"], vault=str(outside))])
+    j["20260101T000000-b2b2b2"] = ("foreign_journal", [
+        _begin(logs, "20260101T000000-b2b2b2", logdir_id="0" * 32)])
+    j["20260101T000000-c3c3c3"] = ("foreign_journal", [
+        _begin(logs, "20260101T000000-c3c3c3", logdir=str(outside))])
+    j["20260101T000000-d4d4d4"] = ("path_outside", [
+        _begin(logs, "20260101T000000-d4d4d4", logdir_id=ident["id"]),
+        {"type": "stage", "tmp": "big/not-a-temp-file.tfevents", "final": "big/x", "src": "big/x"}])
+    for op_id, (_code, recs) in j.items():
+        _plant_journal(logs, op_id, recs)
+    # a scratch folder of a (valid) op id that is really a symlink to a directory outside
+    (_state(logs) / "tmp").mkdir(exist_ok=True)
+    os.symlink(str(outside / "victimdir"), str(_state(logs) / "tmp" / "20260101T000000-eeeeee"))
+    return {op_id: code for op_id, (code, _) in j.items()}
+
+
+def test_planted_journals_at_a_real_tensorboard_start(tmp_path):
+    logs, outside = _fresh(tmp_path)
+    expected = _hostile_journals(logs, outside)
+    before = whole_tree(logs, outside)
+    t = TensorBoard(logs, log_path=str(tmp_path / "tb.log"))
+    try:
+        deadline = 60
+        import time
+
+        for _ in range(deadline * 4):
+            status = t.json(PREFIX + "/status")
+            if status["recovery"]["state"] not in ("pending", "running"):
+                break
+            time.sleep(0.25)
+        rec = status["recovery"]
+        assert rec["state"] == "done", rec
+        got = {o["op_id"]: (o["action"], o["code"]) for o in rec["outcomes"]}
+        assert got == {op_id: ("refused", code) for op_id, code in expected.items()}, got
+        assert "refused" in rec["detail"]
+        t.request("GET", PREFIX + "/runs?wait=60", timeout=90)
+    finally:
+        t.stop()
+    assert whole_tree(logs, outside) == before
+    assert (outside / "victimdir" / "keep.txt").read_text() == "must survive too"
+
+
+def test_planted_journals_via_cli_purge(tmp_path):
+    logs, outside = _fresh(tmp_path)
+    expected = _hostile_journals(logs, outside)
+    before = whole_tree(logs, outside)
+    r = subprocess.run(["tb-footprint", "purge", str(logs), "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert {x["op_id"]: x["code"] for x in rep["refused"] if "op_id" in x} == expected
+    assert whole_tree(logs, outside) == before
+    r = subprocess.run(["tb-footprint", "purge", str(logs)], capture_output=True, text=True, timeout=300)
+    assert "refused [path_outside]" in r.stdout and "refused [foreign_journal]" in r.stdout, r.stdout
+    assert whole_tree(logs, outside) == before
+
+
+def _plant_manifest(vault_root, op_id, m):
+    d = os.path.join(str(vault_root), "ops")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"{op_id}.json"), "w") as f:
+        json.dump(m, f)
+
+
+def test_planted_manifests_never_lead_purge_out_of_the_vault(tmp_path):
+    logs, outside = _fresh(tmp_path)
+    # the file a traversal digest points at, as if it were a blob
+    target = outside / "victim.txt"
+    base = {"kind": "reduce", "run": "big", "logdir": str(logs), "outcome": "verified", "started_at": 1.0,
+            "finished_at": 1.0, "backup_purged": False, "vault": str(outside)}
+    _plant_manifest(_state(logs), "20260101T000001-aaaaaa", dict(base, op_id="20260101T000001-aaaaaa", files=[
+        {"path": "big/x", "size": 12, "mode": 420, "mtime": 1.0, "action": "delete",
+         "sha256": "../../../outside/victim.txt"}]))
+    _plant_manifest(_state(logs), "20260101T000001-bbbbbb", dict(base, op_id="20260101T000001-bbbbbb", files=[
+        {"path": "big/x", "size": 12, "mode": 420, "mtime": 1.0, "action": "delete", "sha256": SHA,
+         "blob": "blobs/../../../outside/victim.txt"}]))
+    _plant_manifest(_state(logs), "20260101T000001-cccccc", dict(base, op_id="20260101T000001-cccccc", files=[
+        {"path": str(target), "size": 12, "mode": 420, "mtime": 1.0, "action": "delete", "sha256": SHA}]))
+    _plant_manifest(_state(logs), "20260101T000001-dddddd", dict(base, op_id="../../outside/victimdir", files=[]))
+    # the vault index naming the filesystem root and the outside folder as vaults
+    with open(_state(logs) / "vaults.json", "w") as f:
+        json.dump(["/", str(outside), "relative/vault", str(logs)], f)
+    before = whole_tree(logs, outside)
+    r = subprocess.run(["tb-footprint", "purge", str(logs), "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    preview = json.loads(r.stdout)
+    refused = {os.path.basename(x["file"]): x["code"] for x in preview["refused"] if "file" in x}
+    assert refused == {"20260101T000001-aaaaaa.json": "bad_digest", "20260101T000001-bbbbbb.json": "path_outside",
+                       "20260101T000001-cccccc.json": "path_outside", "20260101T000001-dddddd.json": "bad_op_id"}, refused
+    # only the real reduction is listed, with its own size: never the outside file's
+    assert [o["run"] for o in preview["ops"]] == ["big"]
+    assert preview["originals_lost"] >= 1
+    # purge for real through a real TensorBoard tab, then by CLI
+    t = TensorBoard(logs, log_path=str(tmp_path / "tb.log"))
+    try:
+        token = _owner_token(t)
+        status, _, body = t.request("POST", PREFIX + "/purge", body=json.dumps({"confirm": False}).encode(),
+                                    headers=_write_headers(token, t.port))
+        assert status == 200, body
+        prev = json.loads(body)["preview"]
+        assert [o["op_id"] for o in prev["ops"]] == [o["op_id"] for o in preview["ops"]]
+        assert prev["freed_bytes"] == preview["freed_bytes"]
+    finally:
+        t.stop()
+    r = subprocess.run(["tb-footprint", "purge", str(logs), "--yes"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "refused [bad_digest]" in r.stdout, r.stdout
+    after = whole_tree(outside)
+    assert after == {k: v for k, v in before.items() if k[0] == str(outside)}
+    assert target.read_text() == "must survive"
+
+
+def test_state_copied_from_another_logdir_is_reported_not_replayed(tmp_path):
+    src, outside = _fresh(tmp_path, "source")
+    # an unfinished (valid, replayable) operation in the source logdir's own state
+    ident = _identity(src)
+    op = "20260101T000002-abcdef"
+    _plant_journal(src, op, [_begin(src, op, logdir_id=ident["id"])])
+    # the target logdir: the same runs, and the source's whole state directory copied in (a
+    # tarball of logs including .tb-footprint/, or a planted folder)
+    dst = tmp_path / "target"
+    shutil.copytree(str(src), str(dst), symlinks=True)
+    before = whole_tree(src, dst, outside)
+    t = TensorBoard(dst, log_path=str(tmp_path / "tb.log"))
+    try:
+        import time
+
+        for _ in range(240):
+            status = t.json(PREFIX + "/status")
+            if status["recovery"]["state"] not in ("pending", "running"):
+                break
+            time.sleep(0.25)
+        outs = status["recovery"]["outcomes"]
+        assert [(o["op_id"], o["action"], o["code"]) for o in outs] == [(op, "refused", "foreign_state")], outs
+        ops = t.json(PREFIX + "/operations")["operations"]
+        assert ops == [], "operations of another logdir's vault are not offered"
+    finally:
+        t.stop()
+    r = subprocess.run(["tb-footprint", "purge", str(dst), "--yes"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "refused [foreign_state]" in r.stdout, r.stdout
+    r = subprocess.run(["tb-footprint", "status", str(dst)], capture_output=True, text=True, timeout=300)
+    assert "foreign_state" in r.stdout, r.stdout
+    assert whole_tree(src, dst, outside) == before
+    # the source itself still settles its own journal
+    from tb_footprint_plugin import api
+
+    outs = api.recover_logdir(str(src))
+    assert [(o.op_id, o.action) for o in outs] == [(op, "rolled_back")]
+
+
+def test_old_state_without_identity_keeps_working(tmp_path):
+    """State written before identities existed is adopted on first use: its journals replay."""
+    logs, outside = _fresh(tmp_path)
+    os.unlink(_state(logs) / "identity.json")
+    # as an older version wrote it: no logdir_id in the manifests either
+    for n in os.listdir(_state(logs) / "ops"):
+        p = _state(logs) / "ops" / n
+        m = json.loads(p.read_text())
+        m.pop("logdir_id", None)
+        p.write_text(json.dumps(m))
+    op = "20260101T000003-abcdef"
+    _plant_journal(logs, op, [_begin(logs, op)])  # an old journal: no logdir_id, the right logdir path
+    from tb_footprint_plugin import api
+
+    outs = api.recover_logdir(str(logs))
+    assert [(o.op_id, o.action) for o in outs] == [(op, "rolled_back")]
+    assert (_state(logs) / "identity.json").exists()
+    ops = api.operations(str(logs))
+    assert any(o["op_id"] == op for o in ops) and any(o["outcome"] == "verified" for o in ops)
+
+
+def test_a_deleted_identity_is_taken_back_from_the_manifests(tmp_path):
+    logs, outside = _fresh(tmp_path)
+    old_id = _identity(logs)["id"]
+    os.unlink(_state(logs) / "identity.json")
+    from tb_footprint_plugin import api
+
+    assert api.recover_logdir(str(logs)) == []
+    op = "20260101T000004-abcdef"
+    _plant_journal(logs, op, [_begin(logs, op)])
+    api.recover_logdir(str(logs))
+    assert _identity(logs)["id"] == old_id
+    assert any(o["outcome"] == "verified" for o in api.operations(str(logs)))

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op
+from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.vault import Vault
@@ -24,9 +24,14 @@ class PurgeReport:
     dry_run: bool
     ops: List[dict]
     freed_bytes: int
+    #: original files that exist nowhere else once these backups are gone (runs not restored)
+    originals_lost: int = 0
+    #: state on disk that was refused (planted, copied or malformed): reported, never acted on
+    refused: List[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes}
+        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes,
+                "originals_lost": self.originals_lost, "refused": list(self.refused)}
 
 
 def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Optional[str] = None,
@@ -53,7 +58,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                 if unsettled_op(ctx, m["run"]):
                     continue
             chosen.append(m)
-        freed, listed = 0, []
+        freed, listed, lost = 0, [], 0
         by_vault: Dict[str, List[dict]] = {}
         for m in chosen:
             by_vault.setdefault(m["vault"], []).append(m)
@@ -65,6 +70,10 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             for m in ms:
                 shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
                 seen.update(shas)
+                # a run not restored has its originals only in this backup: each of its files
+                # whose blob goes (no other kept operation holds it) is lost for good
+                doomed = set(shas)
+                originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
                 if yes:
                     # the manifest stops claiming a backup before any blob goes
                     m["backup_purged"] = True
@@ -75,12 +84,14 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                     size = sum(os.lstat(vault.blob_path(sha)).st_size for sha in shas
                                if os.path.exists(vault.blob_path(sha)))
                 freed += size
-                listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
+                lost += originals
+                listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": originals,
                                "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
     finally:
         for lock in locks.values():
             lock.release()
-    return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed)
+    refused = [p.to_dict() for p in vault_problems(ctx)]
+    return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed, originals_lost=lost, refused=refused)
 
 
 __all__ = ["PurgeReport", "purge_backups"]

@@ -221,17 +221,21 @@ class Recovery:
             from tb_footprint_plugin import api
 
             outs = api.recover_logdir(self.logdir, self.backup_dir)
-            self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail}
-                             for o in outs]
+            self.outcomes = [{"op_id": o.op_id, "run": o.run, "action": o.action, "detail": o.detail,
+                              "code": o.code} for o in outs]
             self.state = "done"
             settled = [o for o in outs if o.action in ("rolled_back", "completed")]
             live = [o for o in outs if o.action == "skipped_live"]
-            failed = [o for o in outs if o.action not in ("rolled_back", "completed", "skipped_live")]
+            refused = [o for o in outs if o.action == "refused"]
+            failed = [o for o in outs if o.action not in ("rolled_back", "completed", "skipped_live", "refused")]
             parts = []
             if settled:
                 parts.append(f"{len(settled)} unfinished operation(s) settled after a crash")
             if live:
                 parts.append(f"{len(live)} left alone (another process is working on it)")
+            if refused:
+                parts.append(f"{len(refused)} journal(s) refused and left as they are (malformed, or written for "
+                             "another logdir: planted or copied state is never replayed)")
             if failed:
                 parts.append(f"{len(failed)} could not be settled and will be retried on the next start")
             self.detail = "; ".join(parts) if parts else "nothing to recover"
