@@ -560,6 +560,10 @@ def test_reduce_check_restore_purge(app, logdir, outside):
     assert preview.status_code == 200
     pv = preview.get_json()["preview"]
     assert pv["dry_run"] is True and [x["op_id"] for x in pv["ops"]] == [reduce_op["op_id"]]
+    assert pv["originals_lost"] == 0  # the run was restored: its originals are back in place
+    wrong = app.post("/purge", {"confirm": True, "originals_lost": 3})
+    assert wrong.status_code == 409 and wrong.get_json()["originals_lost"] == 0
+    assert app.post("/purge", {"confirm": False}).get_json()["preview"]["ops"] == pv["ops"]
     r = app.post("/purge", {"confirm": True})
     assert r.status_code == 202
     job = app.wait_job(r.get_json()["job"]["id"])
@@ -1109,3 +1113,22 @@ def test_nested_and_chunked_bodies(app, logdir):
                                                "HTTP_TRANSFER_ENCODING": "chunked"})
         assert r.status_code == status, r.get_data(as_text=True)[:300]
     assert tree_hash(logdir) == before
+
+
+def test_purge_names_the_originals_it_loses_and_holds_to_the_confirmed_number(app, logdir, outside):
+    r = app.post("/reduce", {"runs": ["big"], "policy": "archive"})
+    assert app.wait_job(r.get_json()["job"]["id"])["state"] == "done"
+    op = next(o for o in app.get("/operations").get_json()["operations"] if o["kind"] == "reduce")
+    pv = app.post("/purge", {"confirm": False}).get_json()["preview"]
+    assert pv["originals_lost"] == op["files"] > 0
+    assert pv["ops"][0]["originals"] == op["files"]
+    before = (tree_hash(logdir), tree_hash(outside))
+    for bad in (pv["originals_lost"] - 1, pv["originals_lost"] + 1, -1, True, "3"):
+        r = app.post("/purge", {"confirm": True, "originals_lost": bad})
+        assert r.status_code in (400, 409), (bad, r.get_json())
+    app.plugin.jobs.wait_all(30)
+    assert (tree_hash(logdir), tree_hash(outside)) == before
+    r = app.post("/purge", {"confirm": True, "originals_lost": pv["originals_lost"]})
+    assert r.status_code == 202
+    job = app.wait_job(r.get_json()["job"]["id"])
+    assert job["state"] == "done" and job["result"]["originals_lost"] == pv["originals_lost"]
