@@ -108,9 +108,8 @@ def world(tmp_path_factory):
     _age(str(logs))
     _age(str(outside))
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.policies import get_policy
 
-    report = api.reduce_logdir(str(logs), None, policy=get_policy("archive"), dry_run=False, runs=["big"],
+    report = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["big"],
                                quiet_period=0)
     assert any(o.status == "verified" for o in report.outcomes), report.to_dict()
     return base, logs, outside
@@ -457,9 +456,8 @@ def _fresh(tmp_path, name="logs"):
         _age(str(outside))
     _age(str(logs))
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.plan.policies import get_policy
 
-    rep = api.reduce_logdir(str(logs), None, policy=get_policy("archive"), dry_run=False, runs=["big"], quiet_period=0)
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["big"], quiet_period=0)
     assert any(o.status == "verified" for o in rep.outcomes), rep.to_dict()
     return logs, outside
 

@@ -67,12 +67,14 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             vault = Vault(root)
             keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
             seen = set()
+            # every blob this purge deletes from this vault (a blob two operations share is
+            # counted, for its bytes, with the first; it is lost for both)
+            doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in keep}
             for m in ms:
                 shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
                 seen.update(shas)
                 # a run not restored has its originals only in this backup: each of its files
                 # whose blob goes (no other kept operation holds it) is lost for good
-                doomed = set(shas)
                 originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
                 if yes:
                     # the manifest stops claiming a backup before any blob goes
