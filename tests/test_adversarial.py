@@ -696,3 +696,24 @@ def test_a_deleted_identity_is_taken_back_from_the_manifests(tmp_path):
     api.recover_logdir(str(logs))
     assert _identity(logs)["id"] == old_id
     assert any(o["outcome"] == "verified" for o in api.operations(str(logs)))
+
+
+def test_a_valid_journal_cannot_unlink_through_a_symlinked_folder(tmp_path):
+    """Well formed and bound to this logdir, but its run holds a folder that is a symlink to a
+    directory outside: recovery does not follow it (the journal stays, the failure is said)."""
+    logs, outside = _fresh(tmp_path)
+    op = "20260101T000005-abcdef"
+    bait = outside / "victimdir" / f".footprint-{op}-0.tmp"
+    bait.write_text("outside: must survive")
+    os.symlink(str(outside / "victimdir"), str(logs / "big" / "evil"))
+    _plant_journal(logs, op, [
+        _begin(logs, op, logdir_id=_identity(logs)["id"]),
+        {"type": "stage", "tmp": f"big/evil/.footprint-{op}-0.tmp", "final": "big/evil/x", "src": "big/x"}])
+    before = whole_tree(logs, outside)
+    from tb_footprint_plugin import api
+
+    outs = api.recover_logdir(str(logs))
+    assert [(o.op_id, o.action) for o in outs] == [(op, "failed")], outs
+    assert "symlink" in outs[0].detail
+    assert bait.read_text() == "outside: must survive"
+    assert whole_tree(logs, outside) == before

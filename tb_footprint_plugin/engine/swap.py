@@ -95,10 +95,12 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
         if d:
             displaced.append(d)
     for tmp_rel, r in stages.items():
+        no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(tmp_rel))
         final = r.get("final")
         if final and final not in originals:
+            no_symlink(ctx, final)
             fp = ctx.abs(final)
             s = staged.get(tmp_rel)
             if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
