@@ -14,8 +14,10 @@ const NAV = [['runs', 'Runs'], ['operations', 'Operations'], ['history', 'Histor
 function bannersFor(state) {
   const out = [];
   if (state.actions && !state.actions.enabled && state.status) {
+    const codes = state.actions.codes || [];
     out.push(banner('readonly', 'Read-only: reduce, restore and purge are off.',
-      state.actions.reasons.concat(['Everything below is still shown.'])));
+      state.actions.reasons.concat([(codes.length ? 'Reason code: ' + codes.join(', ') + '. ' : '') +
+        'Everything below is still shown.'])));
   }
   const rec = state.status && state.status.recovery;
   if (rec) {

@@ -44,6 +44,39 @@ function query(params) {
   return parts.length ? '?' + parts.join('&') : '';
 }
 
+/**
+ * Why this page must not act, when something other than TensorBoard's own page frames it
+ * (clickjacking: a foreign page overlays the tab with a nearly transparent frame), else null.
+ *
+ * Allowed: every ancestor window is of this page's origin (TensorBoard's page framing the tab,
+ * as it always does), or the page is top-level (nothing can overlay a top-level window).
+ * Refused: any ancestor of another origin, or an opaque one (a sandboxed frame).
+ */
+export function framingProblem(win) {
+  const w0 = win || window;
+  if (w0.top === w0.self) return null;
+  const origin = w0.location.origin;
+  const foreign = 'This tab is shown inside a page of another origin, which could trick you into clicking: ' +
+    'reduce, restore and purge are off here. Open TensorBoard itself in its own browser tab.';
+  if (!origin || origin === 'null') return foreign;
+  const ancestors = w0.location.ancestorOrigins;
+  if (ancestors) {
+    for (let i = 0; i < ancestors.length; i++) if (ancestors[i] !== origin) return foreign;
+  }
+  try {
+    let w = w0;
+    for (let depth = 0; w !== w.top && depth < 32; depth++) {
+      w = w.parent;
+      // reading the location or document of a window of another origin throws
+      if (w.location.origin !== origin || !w.document) return foreign;
+    }
+    if (w !== w.top) return foreign;
+  } catch (e) {
+    return foreign;
+  }
+  return null;
+}
+
 /** True when nobody can see the tab: browser tab hidden, or TensorBoard collapsed our iframe. */
 export function isHidden() {
   return document.visibilityState === 'hidden' || window.innerHeight === 0;
@@ -79,6 +112,7 @@ export class Model {
     this._listeners = new Set();
     this._timers = {};
     this.tokenError = null;
+    this.frameError = framingProblem();
   }
 
   subscribe(fn) {
@@ -110,11 +144,15 @@ export class Model {
       policy: policies.default,
     });
     for (const job of status.jobs || []) this._track(job);
-    await this.refreshToken().catch((e) => {
-      // e.g. behind a proxy that rewrites Host: show everything, but say why actions are off
-      this.tokenError = 'This page cannot get the action token: ' + e.message;
-      this.set({actions: this._actions(this.state.actions)});
-    });
+    if (!this.frameError) {
+      await this.refreshToken().catch((e) => {
+        // e.g. another Unix user's browser, or a proxy that rewrites Host: show everything,
+        // but say why actions are off (and the server's reason code)
+        this.tokenError = {text: 'This page cannot get the action token: ' + e.message,
+          code: (e.body && e.body.reason_code) || 'no_token'};
+        this.set({actions: this._actions(this.state.actions)});
+      });
+    }
     await this.loadRuns({wait: 60});
     this._startPolling();
   }
@@ -126,14 +164,20 @@ export class Model {
     return t.token;
   }
 
-  /** The server's word on write actions, plus what this page itself knows (no token). */
+  /** The server's word on write actions, plus what this page itself knows (framing, no token). */
   _actions(server) {
     const a = server || {enabled: false, reasons: []};
-    if (!this.tokenError) return a;
-    return Object.assign({}, a, {enabled: false, reasons: (a.reasons || []).concat([this.tokenError])});
+    const mine = [];
+    if (this.frameError) mine.push({text: this.frameError, code: 'foreign_frame'});
+    if (this.tokenError) mine.push(this.tokenError);
+    if (!mine.length) return a;
+    return Object.assign({}, a, {enabled: false, reasons: (a.reasons || []).concat(mine.map((m) => m.text)),
+      codes: (a.codes || []).concat(mine.map((m) => m.code))});
   }
 
   async post(path, body, retried) {
+    // framed by another origin: this page acts on nothing, whatever was clicked
+    if (this.frameError) throw new ApiError(this.frameError, 0, {reason_code: 'foreign_frame'});
     if (!this.state.token) await this.refreshToken();
     const headers = {'Content-Type': 'application/json'};
     headers[this.state.tokenHeader] = this.state.token || '';

@@ -21,8 +21,9 @@ from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation sum
     remember_vault,
     restorable_ops,
     summarize_operations,
+    vault_problems,
 )
-from tb_footprint_plugin.engine import health
+from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
@@ -313,8 +314,12 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     right now is passed over.
     """
     ctx = _context(logdir, backup_dir)
-    recover_logdir(logdir, backup_dir)
-    return purge_backups(ctx, older_than=older_than, run=run, yes=yes, op=op)
+    recovered = recover_logdir(logdir, backup_dir)
+    report = purge_backups(ctx, older_than=older_than, run=run, yes=yes, op=op)
+    # journals recovery refused (planted, copied, malformed) are reported with the vault's
+    report.refused[:0] = [{"op_id": r.op_id, "code": r.code, "detail": r.detail}
+                          for r in recovered if r.action == "refused"]
+    return report
 
 
 def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
@@ -335,9 +340,15 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     ledger_path = os.path.join(ctx.state, "ledger.json")
     led = Ledger(ledger_path, "", ctx.logdir).summary() if os.path.exists(ledger_path) else None
     found = unfinished(logdir, backup_dir)
+    problems = [p.to_dict() for p in vault_problems(ctx)]
+    try:
+        trust.bind(ctx.logdir, ctx.state, adopt=False)
+    except trust.Untrusted as e:
+        problems.insert(0, e.to_dict())
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led, "unfinished": found["unfinished_operations"], "problems": found["problems"],
+            "ledger": led, "unfinished": found["unfinished_operations"],
+            "problems": problems + found["problems"],
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 
 

@@ -238,7 +238,8 @@ def cmd_reduce(args) -> int:
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
         for r in report.recovered:
-            print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}")
+            print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}" if r.action != "refused"
+                  else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
         done = [o for o in report.outcomes if o.status == "verified"]
         print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back; "
               f"saved {human_bytes(report.saved_bytes)} in the logdir. Backups are in the vault until "
@@ -289,10 +290,13 @@ def cmd_purge(args) -> int:
     if args.json:
         _dump(rep.to_dict())
         return EXIT_OK
+    for r in rep.refused:
+        print(f"refused [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
         print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else ""))
     verb = "would free" if rep.dry_run else "freed"
-    print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}")
+    print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
+          f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
     for k in rep.kept:
         print(f"  kept {k['op_id']}  {k['run']}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
     if rep.kept:
@@ -314,7 +318,8 @@ def cmd_status(args) -> int:
     for o in st["unfinished"]:
         print(f"    {o['op_id']}  {o['kind']}  run {o['run']!r}: interrupted; the run may be half changed")
     for p in st["problems"]:
-        print(f"  problem [{p['code']}]: {p['detail']}")
+        where = f"{p['file']}: " if p.get("file") else ""
+        print(f"  problem [{p['code']}]: {where}{p['detail']}")
     for lw in st["late_writes"]:
         print(f"  late writes [{lw['code']}]: {lw['records']} record(s) written to {lw['path']} after "
               f"{lw['op_id']}" + (f", salvaged into {lw['file']}" if lw.get("file") else ", kept in the vault"))

@@ -73,6 +73,7 @@ class Recovery(Code):
     KEPT = "kept"  # late writes found in a backup were kept in the vault (nothing to put back yet)
     REBUILT = "rebuilt"  # a missing or corrupt manifest was rebuilt from the vault's operation log
     SWEPT = "swept"  # scratch space of ended processes removed
+    REFUSED = "refused"  # the journal is not acted on: malformed or not this logdir's (``engine.trust``)
 
 
 class JobCode(Code):

@@ -90,6 +90,17 @@ class FootprintLoader(base_plugin.TBLoader):
             "port could change your logdir.",
         )
         group.add_argument(
+            "--footprint_allow_unidentified_writers",
+            metavar="BOOL",
+            type=_bool,
+            nargs="?",
+            const=True,
+            default=False,
+            help="Accept reduce/restore/purge from clients whose Unix user cannot be identified "
+            "(no /proc/net/tcp, e.g. not Linux; a client in another network namespace). Off by "
+            "default: only the user running TensorBoard (or root) may change the logdir.",
+        )
+        group.add_argument(
             "--footprint_quiet_period",
             metavar="SECONDS",
             type=str,

@@ -24,15 +24,16 @@ def tensorboard_cmd():
 
 
 class TensorBoard:
-    """``tensorboard --logdir … --port <free> --host 127.0.0.1`` in its own process group."""
+    """``tensorboard --logdir … --port <free> --host 127.0.0.1`` in its own process group
+    (``host=None``: no ``--host``, for ``--bind_all``)."""
 
-    def __init__(self, logdir, *extra, log_path=None):
+    def __init__(self, logdir, *extra, log_path=None, host="127.0.0.1"):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path or os.path.join(os.path.dirname(str(logdir)), f"tensorboard-{self.port}.log")
         self._log = open(self.log_path, "wb")
-        args = tensorboard_cmd() + ["--logdir", str(logdir), "--port", str(self.port), "--host", "127.0.0.1",
-                                    "--footprint_quiet_period", "0", *extra]
+        args = tensorboard_cmd() + ["--logdir", str(logdir), "--port", str(self.port),
+                                    *(["--host", host] if host else []), "--footprint_quiet_period", "0", *extra]
         self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

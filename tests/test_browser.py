@@ -265,6 +265,24 @@ def test_purge_flow(browser, tb, demo):
         expect(f.locator(".dialog")).to_contain_text("Deletes the backups")
         tab.shot("15-confirm-purge.png")
         f.locator(".dialog .dialog-confirm").click()
+        # the second confirmation names how many originals exist only in these backups
+        second = f.locator(".dialog")
+        expect(second).to_contain_text("for good")
+        lost = int(re.search(r"(\d+) original", second.locator(".originals-lost").inner_text()).group(1))
+        assert lost >= 1
+        tab.shot("15b-confirm-purge-originals.png")
+        # backing out at the second question purges nothing
+        f.locator(".dialog .dialog-cancel").click()
+        expect(f.locator(".dialog")).to_have_count(0)
+        expect(f.locator("a.restore-link").first).to_be_visible()
+        ops = tb.json(PREFIX + "/operations")["operations"]
+        assert not any(o["backup_purged"] for o in ops if o["kind"] == "reduce" and o["outcome"] == "verified")
+        assert lost == sum(o["files"] for o in ops if o["kind"] == "reduce" and o["outcome"] == "verified"
+                           and not o["restored_by"])
+        f.locator("button.purge").click()
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator(".dialog")).to_contain_text("for good")
+        f.locator(".dialog .dialog-confirm").click()
         expect(f.locator('.job-card[data-kind="purge"]')).to_contain_text("Purged", timeout=60000)
         expect(f.locator("a.restore-link")).to_have_count(0)
         tab.shot("16-purged.png")

@@ -128,6 +128,9 @@ def make_flags(logdir, **kw):
         samples_per_plugin={}, window_title="",
         footprint_backup_dir=None, footprint_policy="archive", footprint_read_only=False,
         footprint_allow_remote_actions=False, footprint_quiet_period=0.0,
+        # werkzeug's test client has no socket, so no peer to identify: these in-process tests
+        # accept that (test_peer_* below and tests/test_adversarial.py check the refusal)
+        footprint_allow_unidentified_writers=True,
     )
     for k, v in kw.items():
         setattr(ns, k, v)
@@ -352,7 +355,7 @@ def test_status_and_policies(app, logdir):
     s = app.get("/status").get_json()
     assert s["logdir"] == str(logdir)
     assert s["default_policy"] == "archive"
-    assert s["actions"] == {"enabled": True, "reasons": [], "read_only": False, "remote": False}
+    assert s["actions"] == {"enabled": True, "reasons": [], "codes": [], "read_only": False, "remote": False}
     assert s["recovery"]["state"] == "done"
     assert s["scan"]["scanned_at"] > 0
     assert s["labels"]["profile_xplane"]
@@ -557,6 +560,10 @@ def test_reduce_check_restore_purge(app, logdir, outside):
     assert preview.status_code == 200
     pv = preview.get_json()["preview"]
     assert pv["dry_run"] is True and [x["op_id"] for x in pv["ops"]] == [reduce_op["op_id"]]
+    assert pv["originals_lost"] == 0  # the run was restored: its originals are back in place
+    wrong = app.post("/purge", {"confirm": True, "originals_lost": 3})
+    assert wrong.status_code == 409 and wrong.get_json()["originals_lost"] == 0
+    assert app.post("/purge", {"confirm": False}).get_json()["preview"]["ops"] == pv["ops"]
     r = app.post("/purge", {"confirm": True})
     assert r.status_code == 202
     job = app.wait_job(r.get_json()["job"]["id"])
@@ -882,8 +889,10 @@ def test_token_route_refuses_foreign_host_and_cross_site(app):
     assert app.get("/runs", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
     assert app.get("/runs", headers={"Sec-Fetch-Site": "same-site"}).status_code == 403
     assert app.get("/index.js", headers={"Sec-Fetch-Site": "cross-site"}).status_code == 403
-    # behind a reverse proxy Host/Origin may differ: reads still work
-    assert app.get("/runs", headers={"Host": "proxy.internal:8888", "Sec-Fetch-Site": "same-origin"}).status_code == 200
+    # reads answer no foreign Host either: a rebinding page would read paths, names and history
+    for route in ("/runs", "/status", "/history", "/operations", "/index.js"):
+        r = app.get(route, headers={"Host": "proxy.internal:8888", "Sec-Fetch-Site": "same-origin"})
+        assert r.status_code == 403 and r.get_json()["reason_code"] == "foreign_host", route
 
 
 def test_token_is_per_process(logdir):
@@ -999,3 +1008,127 @@ def test_restore_newest_first(app, logdir):
         assert r.status_code == 202
         assert app.wait_job(r.get_json()["job"]["id"])["result"]["ok"] is True
     assert file_shas(logdir, "big") == start
+
+
+# ---------------------------------------------------------------------------------------
+# who is on the other end, framing, bodies
+# ---------------------------------------------------------------------------------------
+def _as_peer(monkeypatch, uid, code="identified"):
+    from tb_footprint_plugin.plugin import peer as peer_mod
+
+    monkeypatch.setattr(peer_mod, "identify", lambda environ, *a, **k: peer_mod.Peer(uid, code, "127.0.0.1:50000"))
+
+
+def test_peer_of_another_user_gets_no_token_and_changes_nothing(logdir, outside, monkeypatch):
+    owner = os.geteuid()
+    _as_peer(monkeypatch, owner + 4242)
+    a = App(logdir, footprint_allow_unidentified_writers=False)
+    try:
+        before = (tree_hash(logdir), tree_hash(outside))
+        r = a.get("/token")
+        assert r.status_code == 403 and r.get_json()["reason_code"] == "peer_not_owner"
+        assert "token" not in r.get_json()
+        # even holding the real token (stolen, say), every write is refused
+        headers = {TOKEN_HEADER: a.plugin.security.token, "Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}
+        for route, body in MUTATING:
+            r = a.post(route, body, headers=headers)
+            assert r.status_code == 403, (route, r.get_json())
+            assert r.get_json()["reason_code"] == "peer_not_owner"
+        # reading is still allowed (TensorBoard itself serves every local user)
+        assert a.get("/runs").status_code == 200
+        a.plugin.jobs.wait_all(30)
+        assert a.plugin.jobs.list() == []
+        assert (tree_hash(logdir), tree_hash(outside)) == before
+    finally:
+        a.close()
+
+
+@pytest.mark.parametrize("uid_of, status", [("owner", 200), ("root", 200)])
+def test_peer_owner_and_root_get_the_token(logdir, monkeypatch, uid_of, status):
+    _as_peer(monkeypatch, os.geteuid() if uid_of == "owner" else 0)
+    a = App(logdir, footprint_allow_unidentified_writers=False)
+    try:
+        assert a.get("/token").status_code == status
+        assert a.post("/rescan", {}).status_code == 202
+    finally:
+        a.close()
+
+
+def test_unidentified_peer_needs_the_flag(logdir, monkeypatch):
+    _as_peer(monkeypatch, None, "not_found")
+    a = App(logdir, footprint_allow_unidentified_writers=False)
+    try:
+        r = a.get("/token")
+        assert r.status_code == 403 and r.get_json()["reason_code"] == "peer_unidentified"
+        assert "--footprint_allow_unidentified_writers" in r.get_json()["error"]
+    finally:
+        a.close()
+    b = App(logdir, footprint_allow_unidentified_writers=True)
+    try:
+        assert b.get("/token").status_code == 200
+    finally:
+        b.close()
+
+
+def test_remote_actions_accept_clients_of_other_machines_only(logdir, monkeypatch):
+    from tb_footprint_plugin.plugin import peer as peer_mod
+
+    monkeypatch.setattr(peer_mod, "identify", lambda environ, *a, **k: peer_mod.Peer(None, "not_found", "192.0.2.7:50000"))
+    a = App(logdir, bind_all=True, footprint_allow_remote_actions=True, footprint_allow_unidentified_writers=False)
+    try:
+        assert a.get("/token").status_code == 200
+        # a loopback client that cannot be found is not "another machine"
+        monkeypatch.setattr(peer_mod, "identify", lambda environ, *a, **k: peer_mod.Peer(None, "not_found", "127.0.0.1:5"))
+        assert a.get("/token").status_code == 403
+    finally:
+        a.close()
+
+
+def test_every_answer_forbids_foreign_framing(app):
+    answers = [app.get("/status"), app.get("/index.js"), app.get("/style.css"), app.get("/run", query_string={"run": "nope"}),
+               app.get("/runs", headers={"Host": "evil.example"}), app.post("/reduce", {"runs": ["nope"]}),
+               app.client.open(PREFIX + "/purge", method="PUT")]
+    for r in answers:
+        assert r.headers.get("X-Frame-Options") == "SAMEORIGIN", (r.status_code, dict(r.headers))
+        assert "frame-ancestors 'self'" in r.headers.get_all("Content-Security-Policy"), dict(r.headers)
+
+
+def test_nested_and_chunked_bodies(app, logdir):
+    import io
+
+    before = tree_hash(logdir)
+    deep = b"[" * 200000 + b"]" * 200000
+    r = app.client.post(
+        PREFIX + "/rescan", data=b'{"a": ' + deep + b"}", content_type="application/json", headers=app.headers())
+    assert r.status_code in (400, 413), r.get_data(as_text=True)
+    deep_small = b'{"a": ' + b"[" * 50000 + b"]" * 50000 + b"}"  # 100 KB: under the size limit
+    r = app.client.post(PREFIX + "/rescan", data=deep_small, content_type="application/json", headers=app.headers())
+    assert r.status_code == 400 and "nested" in r.get_json()["error"]
+    # a chunked body (no Content-Length) over the limit: 413, not cut and called bad JSON
+    big = b'{"pad": "' + b"x" * (1100 * 1024) + b'"}'
+    for body, status in ((big, 413), (b'{"runs": ["nope"]}', 404)):
+        r = app.client.open(PREFIX + "/reduce", method="POST", input_stream=io.BytesIO(body),
+                            content_type="application/json", headers=app.headers(),
+                            environ_overrides={"wsgi.input_terminated": True, "CONTENT_LENGTH": "",
+                                               "HTTP_TRANSFER_ENCODING": "chunked"})
+        assert r.status_code == status, r.get_data(as_text=True)[:300]
+    assert tree_hash(logdir) == before
+
+
+def test_purge_names_the_originals_it_loses_and_holds_to_the_confirmed_number(app, logdir, outside):
+    r = app.post("/reduce", {"runs": ["big"], "policy": "archive"})
+    assert app.wait_job(r.get_json()["job"]["id"])["state"] == "done"
+    op = next(o for o in app.get("/operations").get_json()["operations"] if o["kind"] == "reduce")
+    pv = app.post("/purge", {"confirm": False}).get_json()["preview"]
+    assert pv["originals_lost"] == op["files"] > 0
+    assert pv["ops"][0]["originals"] == op["files"]
+    before = (tree_hash(logdir), tree_hash(outside))
+    for bad in (pv["originals_lost"] - 1, pv["originals_lost"] + 1, -1, True, "3"):
+        r = app.post("/purge", {"confirm": True, "originals_lost": bad})
+        assert r.status_code in (400, 409), (bad, r.get_json())
+    app.plugin.jobs.wait_all(30)
+    assert (tree_hash(logdir), tree_hash(outside)) == before
+    r = app.post("/purge", {"confirm": True, "originals_lost": pv["originals_lost"]})
+    assert r.status_code == 202
+    job = app.wait_job(r.get_json()["job"]["id"])
+    assert job["state"] == "done" and job["result"]["originals_lost"] == pv["originals_lost"]

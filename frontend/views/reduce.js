@@ -142,8 +142,22 @@ export async function purgeFlow(model, opts, onError) {
   ];
   const ok = await confirmDialog({title: 'Purge backups?', body, confirm: 'Purge ' + bytes(preview.freed_bytes), danger: true});
   if (!ok) return null;
+  // Purge is the one change that cannot be undone: a second, separate confirmation that says
+  // how many original files exist nowhere else and will be gone for good.
+  const lost = preview.originals_lost || 0;
+  const lostRuns = new Set(preview.ops.filter((o) => (o.originals || 0) > 0).map((o) => o.run)).size;
+  const second = lost
+    ? [el('p', {class: 'dialog-lead'}, el('strong', {class: 'originals-lost', text: plural(lost, 'original file')}),
+      ' of ' + plural(lostRuns, 'run') + ' exist only in these backups.'),
+    el('p', {class: 'warn-text', text: 'After the purge they are gone for good: no restore, no undo.'})]
+    : [el('p', {class: 'dialog-lead'}, el('strong', {class: 'originals-lost', text: 'No original file'}),
+      ' is lost: every run in this purge was restored, so its files are back in the logdir.'),
+    el('p', {class: 'muted', text: 'Only the copies in the vault are deleted.'})];
+  const sure = await confirmDialog({title: lost ? 'Lose ' + plural(lost, 'original') + ' for good?' : 'Delete the backups?',
+    body: second, confirm: lost ? 'Delete ' + plural(lost, 'original') + ' for good' : 'Delete the backups', danger: true});
+  if (!sure) return null;
   try {
-    return await model.purge(opts);
+    return await model.purge(Object.assign({}, opts, {originals_lost: lost}));
   } catch (e) {
     onError(e.message);
     return null;

@@ -13,7 +13,8 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import atomic_write_json
-from tb_footprint_plugin.storage.paths import VAULTS_NAME, recorded_vaults
+from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
 from tb_footprint_plugin.version import __version__
 
 def known_vaults(ctx: Context) -> List[str]:
@@ -37,11 +38,17 @@ def own_manifests(ctx: Context) -> List[dict]:
     """Every manifest of operations on this logdir, in every vault it used."""
     out, seen = [], set()
     here = os.path.realpath(ctx.logdir)
+    try:
+        identity = trust.bind(ctx.logdir, ctx.state, adopt=False)
+    except trust.Untrusted:
+        return []  # a state directory copied or planted from elsewhere: none of it is ours
     for root in known_vaults(ctx):
         for m in Vault(root).manifests():
             # a vault shared by several logdirs holds their operations side by side
-            if os.path.realpath(m.get("logdir", "")) != here:
+            if not isinstance(m.get("logdir"), str) or os.path.realpath(m["logdir"]) != here:
                 continue
+            if identity is not None and m.get("logdir_id") not in (None, identity["id"]):
+                continue  # written for another logdir that once stood at this path
             if m["op_id"] not in seen:
                 seen.add(m["op_id"])
                 out.append(m)
@@ -85,7 +92,18 @@ def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
     for j in pending_journals(ctx.journal_dir):
         if j.op_id == exclude_op:
             continue
-        out.update(r["sha256"] for r in j.records() if r.get("type") == "backup")
+        # only ever used to keep blobs: a malformed record here can only keep more
+        out.update(r["sha256"] for r in j.records() if r.get("type") == "backup" and is_sha256(r.get("sha256")))
+    return out
+
+
+def vault_problems(ctx: Context) -> List["trust.Untrusted"]:
+    """Manifests in this logdir's vaults that were refused as malformed, to report."""
+    out = []
+    for root in known_vaults(ctx):
+        v = Vault(root)
+        v.manifests()
+        out += v.problems
     return out
 
 
@@ -119,6 +137,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         "kind": "reduce",
         "run": begin["run"],
         "logdir": begin["logdir"],
+        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         "vault": vault.root,
         "policy": begin.get("policy"),
         "plan": plan,

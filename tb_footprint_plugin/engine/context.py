@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Code, Failure, Outcome
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.vault import Vault
-from tb_footprint_plugin.storage.paths import check_no_symlink, state_dir
+from tb_footprint_plugin.storage.paths import check_no_symlink, contained, state_dir
 
 
 class Cancelled(RuntimeError):
@@ -107,7 +107,9 @@ class Context:
         self.lock_dir = os.path.join(self.state, "locks")
 
     def abs(self, rel: str) -> str:
-        return os.path.join(self.logdir, rel) if rel != "." else self.logdir
+        """The absolute path of ``rel``, checked to stay inside the logdir (``UnsafePath``):
+        paths come from plans and from journals and manifests read back from disk."""
+        return contained(self.logdir, rel)
 
 
 def new_op_id() -> str:

@@ -52,9 +52,12 @@ class Journal:
                     if not line.endswith("\n"):
                         break
                     try:
-                        out.append(json.loads(line))
-                    except ValueError:
+                        rec = json.loads(line)
+                    except (ValueError, RecursionError):
                         break
+                    if not isinstance(rec, dict):
+                        break  # not a record this tool writes; trust.check_journal judges the rest
+                    out.append(rec)
         except FileNotFoundError:
             pass
         return out

@@ -23,6 +23,18 @@ RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
 TERMINAL_STATES = {"done", "failed", "skipped"}
 
 
+def _well_formed(data, logdir: str) -> bool:
+    """The ledger is read back from disk: only one of this version, for this logdir, whose run
+    entries are objects with a known state, is used (a run name in it is only ever looked up
+    in the plan, never joined onto a path). Anything else starts a fresh ledger."""
+    if not isinstance(data, dict) or data.get("version") != LEDGER_VERSION or not isinstance(data.get("runs"), dict):
+        return False
+    if logdir and isinstance(data.get("logdir"), str) and os.path.realpath(data["logdir"]) != os.path.realpath(logdir):
+        return False
+    return all(isinstance(k, str) and isinstance(v, dict) and v.get("state", "pending") in RETRY_STATES | TERMINAL_STATES
+               for k, v in data["runs"].items())
+
+
 class Ledger:
     """One batch's ledger file."""
 
@@ -42,9 +54,9 @@ class Ledger:
         try:
             with open(self.path, "r", encoding="utf-8") as f:
                 data = json.load(f)
-            if data.get("version") == LEDGER_VERSION:
+            if _well_formed(data, self.logdir):
                 return data
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             pass
         return {"version": LEDGER_VERSION, "logdir": self.logdir, "policy": self.policy,
                 "created_at": time.time(), "runs": {}}

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import faults, oplog
-from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op
+from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.vault import Vault
@@ -36,9 +36,14 @@ class PurgeReport:
     ops: List[dict]
     freed_bytes: int
     kept: List[dict] = field(default_factory=list)  # {op_id, run, code, detail, bytes}
+    #: original files that exist nowhere else once these backups are gone (runs not restored)
+    originals_lost: int = 0
+    #: state on disk that was refused (planted, copied or malformed): reported, never acted on
+    refused: List[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept}
+        return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
+                "originals_lost": self.originals_lost, "refused": list(self.refused)}
 
 
 def _prefix_matches(path: str, sha: str, size: int) -> bool:
@@ -127,6 +132,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                 continue
             chosen.append(m)
         pending = journal_blobs(ctx)
+        lost = 0
         by_vault: Dict[str, List[dict]] = {}
         for m in chosen:
             by_vault.setdefault(m["vault"], []).append(m)
@@ -135,20 +141,29 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
             seen: set = set()
             plan = []
+            # every blob this purge deletes from this vault (a blob two operations share is
+            # counted, for its bytes, with the first; it is lost for both)
+            doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in keep}
             for m in ms:
                 shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
                 seen.update(shas)
                 size = sum(os.lstat(vault.blob_path(s)).st_size for s in shas if os.path.exists(vault.blob_path(s)))
-                plan.append((m, shas, size))
+                # a run not restored has its originals only in this backup: each of its files
+                # whose blob goes (no other kept operation holds it) is lost for good
+                originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
+                plan.append((m, shas, size, originals))
             if yes:
-                _purge(vault, plan, now)
-            for m, _shas, size in plan:
+                _purge(vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+            for m, _shas, size, originals in plan:
                 report.freed_bytes += size
-                report.ops.append({"op_id": m["op_id"], "run": m["run"], "bytes": size,
+                lost += originals
+                report.ops.append({"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": originals,
                                    "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
     finally:
         for lock in locks.values():
             lock.release()
+    report.originals_lost = lost
+    report.refused = [p.to_dict() for p in vault_problems(ctx)]
     return report
 
 

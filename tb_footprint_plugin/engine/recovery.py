@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding, Recovery
-from tb_footprint_plugin.engine.catalogue import manifest_exists, write_manifest
+from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.engine.catalogue import known_vaults, manifest_exists, write_manifest
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.restore import finish_restore
@@ -21,20 +22,38 @@ from tb_footprint_plugin.engine.swap import roll_forward, rollback
 @dataclass
 class RecoveryOutcome:
     op_id: str
-    run: str
-    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'salvaged' | ...
+    run: Optional[str]
+    action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'refused' | ...
     detail: str = ""
-    code: Optional[str] = None  # a codes.Finding: what exactly was found and settled
+    code: Optional[str] = None  # a codes.Finding, or why a journal was refused (``engine.trust`` codes)
 
 
 def recover(ctx: Context) -> List[RecoveryOutcome]:
-    """Settle every unfinished operation of this logdir (call at every start)."""
+    """Settle every unfinished operation of this logdir (call at every start).
+
+    A journal is replayed only when ``trust.check_journal`` accepts it: well formed, bound to
+    this logdir, every path inside its run, its vault one this logdir uses. Any other one is
+    reported (``refused``, with a code) and left exactly as it is.
+    """
     outcomes = []
-    for j in pending_journals(ctx.journal_dir):
+    journals = list(pending_journals(ctx.journal_dir))
+    if not journals:
+        return outcomes
+    try:
+        identity = trust.bind(ctx.logdir, ctx.state)
+    except trust.Untrusted as e:
+        return [RecoveryOutcome(j.op_id, None, Recovery.REFUSED, str(e), e.code) for j in journals]
+    vaults = [ctx.state, ctx.vault.root] + known_vaults(ctx)
+    for j in journals:
         records = j.records()
         if not records or records[0].get("type") != "begin":
             # created but crashed before its first record was durable: nothing happened
             j.close()
+            continue
+        try:
+            trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)
+        except trust.Untrusted as e:
+            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED, str(e), e.code))
             continue
         begin = records[0]
         run = begin["run"]

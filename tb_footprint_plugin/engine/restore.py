@@ -12,7 +12,7 @@ import time
 from typing import List
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine.catalogue import restorable_ops, unsettled_op
 from tb_footprint_plugin.engine.context import (
     Context,
@@ -74,10 +74,14 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
         op_id = new_op_id()
         out.op_id = op_id
         try:
+            identity = trust.bind(ctx.logdir, ctx.state)
             journal = Journal.create(ctx.journal_dir, op_id, {
                 "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
-                "vault": manifest["vault"], "logdir": ctx.logdir,
+                "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
             })
+        except trust.Untrusted as e:
+            out.reason, out.code = str(e), Failure.REFUSED
+            return out
         except OSError as e:
             out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
             out.code = Failure.ERROR
@@ -144,7 +148,8 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     vault.write_manifest(manifest)
     vault.write_manifest({
         "op_id": begin["op_id"], "kind": "restore", "of_op": manifest["op_id"], "run": manifest["run"],
-        "logdir": ctx.logdir, "vault": vault.root, "tool_version": __version__, **who(),
+        "logdir": ctx.logdir, **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
+        "vault": vault.root, "tool_version": __version__, **who(),
         "started_at": begin["t"], "finished_at": time.time(), "outcome": "restored",
         "files": [], "restored_files": sorted(originals), "kept_changed": kept_changed,
         "displaced": displaced,

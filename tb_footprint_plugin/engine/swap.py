@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 from typing import Dict, List, Optional
 
@@ -20,6 +19,7 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage.paths import is_op_id
 
 
 def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
@@ -95,10 +95,12 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
         if d:
             displaced.append(d)
     for tmp_rel, r in stages.items():
+        no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(tmp_rel))
         final = r.get("final")
         if final and final not in originals:
+            no_symlink(ctx, final)
             fp = ctx.abs(final)
             s = staged.get(tmp_rel)
             if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
@@ -108,7 +110,7 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
         if r["path"] not in kept and not matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
             raise TransactionError(f"{r['path']}: could not be put back")
     begin = records[0]
-    shutil.rmtree(os.path.join(vault.tmp, begin["op_id"]), ignore_errors=True)
+    remove_scratch(vault, begin["op_id"])
     write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
     # Blobs only this operation needed are dropped: the originals are back in place. A blob
     # another operation needs stays, as a copy of its own (it may be a link of a live file).
@@ -118,6 +120,29 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
             vault.delete_blob(r["sha256"])
         else:
             vault.unshare(r["sha256"])
+
+
+def remove_scratch(vault: Vault, op_id: str) -> None:
+    """Remove an operation's verification scratch space: only the symlinks the verification
+    made and the then empty folders, never a whole tree (the op id came from a file)."""
+    if not is_op_id(op_id):
+        return
+    views = os.path.join(vault.tmp, op_id)
+    if os.path.islink(views) or not os.path.isdir(views):
+        return
+    for sub in ("original", "reduced"):
+        d = os.path.join(views, sub)
+        if os.path.islink(d) or not os.path.isdir(d):
+            continue
+        for name in os.listdir(d):
+            p = os.path.join(d, name)
+            if os.path.islink(p):
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+    with contextlib.suppress(OSError):
+        os.rmdir(views)
 
 
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None) -> Optional[dict]:

@@ -18,7 +18,7 @@ import time
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import (
@@ -189,11 +189,12 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
             out.reason, out.code = str(e), code
             return out
+        identity = trust.bind(ctx.logdir, ctx.state)  # refuses a state dir copied from elsewhere
         ctx.vault.ensure()
         op_id = new_op_id()
         out.op_id = op_id
         journal = Journal.create(ctx.journal_dir, op_id, {
-            "type": "begin", "kind": "reduce", "op_id": op_id, "run": rp.run,
+            "type": "begin", "kind": "reduce", "op_id": op_id, "run": rp.run, "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "plan": rp.to_dict(), "policy": policy,
             "verify_backends": list(ctx.verify_backends),
         })

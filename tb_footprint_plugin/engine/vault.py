@@ -24,6 +24,7 @@ from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
@@ -42,6 +43,16 @@ def who() -> dict:
     return {"user": user, "host": socket.gethostname()}
 
 
+def _digests_named_in(path: str) -> set:
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            m = json.load(f)
+        files = m.get("files", []) if isinstance(m, dict) and not m.get("backup_purged") else []
+        return {f.get("sha256") for f in files if isinstance(f, dict) and is_sha256(f.get("sha256"))}
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        return set()
+
+
 class Vault:
     """A vault directory: blobs, manifests and scratch space."""
 
@@ -50,12 +61,18 @@ class Vault:
         self.blobs = os.path.join(self.root, "blobs")
         self.ops = os.path.join(self.root, "ops")
         self.tmp = os.path.join(self.root, "tmp")
+        #: manifests ``manifests()`` refused (``trust.Untrusted``), to report
+        self.problems: list = []
 
     def ensure(self) -> None:
         for d in (self.root, self.blobs, self.ops, self.tmp):
             os.makedirs(d, exist_ok=True)
 
     def blob_path(self, sha: str) -> str:
+        """``blobs/ab/abcdef…``; a digest read from a file that is not one is refused, so no
+        name such as ``../x`` can ever lead a read or a delete out of the vault."""
+        if not is_sha256(sha):
+            raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest; refusing it as a blob name")
         return os.path.join(self.blobs, sha[:2], sha)
 
     def same_filesystem(self, path: str) -> bool:
@@ -155,6 +172,8 @@ class Vault:
 
     # --- manifests ------------------------------------------------------------------
     def manifest_path(self, op_id: str) -> str:
+        if not is_op_id(op_id):
+            raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a file name")
         return os.path.join(self.ops, f"{op_id}.json")
 
     def write_manifest(self, manifest: dict) -> None:
@@ -164,20 +183,34 @@ class Vault:
         atomic_write_json(self.manifest_path(manifest["op_id"]), manifest)
 
     def read_manifest(self, op_id: str) -> dict:
-        with open(self.manifest_path(op_id), "r", encoding="utf-8") as f:
-            return json.load(f)
+        """The manifest of ``op_id``, checked (``trust.check_manifest``: ``Untrusted``, a ValueError)."""
+        from tb_footprint_plugin.engine.trust import check_manifest
+
+        path = self.manifest_path(op_id)
+        with open(path, "r", encoding="utf-8") as f:
+            m = json.load(f)
+        check_manifest(m, path, op_id)
+        m["vault"] = self.root  # where it was found, not where the file says
+        return m
 
     def manifests(self) -> List[dict]:
-        """Every manifest, oldest first."""
+        """Every well-formed manifest, oldest first; refused ones are listed in ``problems``."""
+        from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
+
         out = []
+        self.problems = []
         if not os.path.isdir(self.ops):
             return out
         for name in sorted(os.listdir(self.ops)):
             if name.endswith(".json") and not name.startswith("."):
                 try:
                     out.append(self.read_manifest(name[:-5]))
-                except (OSError, ValueError):
-                    continue
+                except Untrusted as e:
+                    self.problems.append(e)
+                except VaultError as e:
+                    self.problems.append(Untrusted(BAD_OP_ID, os.path.join(self.ops, name), str(e)))
+                except (OSError, ValueError, RecursionError) as e:
+                    self.problems.append(Untrusted(BAD_MANIFEST, os.path.join(self.ops, name), f"unreadable ({e})"))
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         return out
 
@@ -197,6 +230,10 @@ class Vault:
             if m["op_id"] in ex or m.get("backup_purged"):
                 continue
             refs.update(f["sha256"] for f in m.get("files", []) if f.get("sha256"))
+        # a manifest refused as malformed is never acted on, but the blobs it names are kept:
+        # keeping is the safe direction, and it may be a real backup in a damaged file
+        for problem in self.problems:
+            refs |= _digests_named_in(problem.file)
         return refs
 
     def delete_blob(self, sha: str) -> int:

@@ -121,6 +121,16 @@ class ActionRoutes(RouteBase):
                 raise HttpError(409, "a job is running; purge once it has finished")
             rep = api.purge(p.logdir, yes=False, **kwargs)
             return self._json(request, {"preview": rep.to_dict()})
+        confirmed = body.get("originals_lost")
+        if confirmed is not None:
+            # the tab's second confirmation named this many originals lost for good: purge only
+            # if that is still what would happen (nothing reduced or restored meanwhile)
+            if isinstance(confirmed, bool) or not isinstance(confirmed, int) or confirmed < 0:
+                raise HttpError(400, "originals_lost must be a non-negative whole number")
+            now = api.purge(p.logdir, yes=False, **kwargs).originals_lost
+            if now != confirmed:
+                raise HttpError(409, f"this purge would now lose {now} original file(s) for good, not the {confirmed} "
+                                     "you confirmed; look again", originals_lost=now)
         job = Job("purge", [], {k: v for k, v in kwargs.items() if k != "backup_dir"}, cancel_token=None,
                   cancellable=False)
 

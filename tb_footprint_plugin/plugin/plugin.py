@@ -230,6 +230,7 @@ class Recovery:
             settled = [o for o in outs if o.action in ("rolled_back", "completed", "rebuilt", "swept")]
             salvaged = [o for o in outs if o.action in ("salvaged", "kept")]
             live = [o for o in outs if o.action == "skipped_live"]
+            refused = [o for o in outs if o.action == "refused"]
             failed = [o for o in outs if o.action == "failed"]
             parts = []
             if settled:
@@ -239,6 +240,9 @@ class Recovery:
                              "them (restart TensorBoard, or wait for its next reload, to see them)")
             if live:
                 parts.append(f"{len(live)} left alone (another process is working on it)")
+            if refused:
+                parts.append(f"{len(refused)} journal(s) refused and left as they are (malformed, or written for "
+                             "another logdir: planted or copied state is never replayed)")
             if failed:
                 parts.append(f"{len(failed)} could not be settled and will be retried on the next start")
             if self.problems:
@@ -307,7 +311,9 @@ class FootprintPlugin(base_plugin.TBPlugin):
 
     # --- TBPlugin -------------------------------------------------------------------------
     def get_plugin_apps(self):
-        return self.routes.apps()
+        # every answer, errors and static files included, forbids framing by another origin
+        guard = self.security.frame_guard
+        return {route: guard(app) for route, app in self.routes.apps().items()}
 
     def data_plugin_names(self):
         return ()

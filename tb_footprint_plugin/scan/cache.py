@@ -15,11 +15,24 @@ import tempfile
 from typing import Dict, Optional, Tuple
 
 from tb_footprint_plugin.storage.lock import exclusive
+from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
 
 CACHE_VERSION = 2
 CACHE_NAME = "scan-cache.json"
 
 Key = Tuple[int, int, int]
+
+
+def _well_formed(rel, entry) -> bool:
+    if not isinstance(rel, str) or not isinstance(entry, dict) or not isinstance(entry.get("stats"), dict):
+        return False
+    try:
+        safe_rel(rel)
+    except UnsafePath:
+        return False
+    key = entry.get("key")
+    return (isinstance(key, list) and len(key) == 3
+            and all(isinstance(k, int) and not isinstance(k, bool) for k in key))
 
 
 class ScanCache:
@@ -41,10 +54,11 @@ class ScanCache:
         try:
             with open(self.path, "r", encoding="utf-8") as f:
                 data = json.load(f)
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return  # a damaged cache is only a slower scan
-        if data.get("version") == CACHE_VERSION and isinstance(data.get("files"), dict):
-            self.entries = data["files"]
+        if isinstance(data, dict) and data.get("version") == CACHE_VERSION and isinstance(data.get("files"), dict):
+            # read back from disk: entries of another shape are dropped (rescanned), never used
+            self.entries = {rel: e for rel, e in data["files"].items() if _well_formed(rel, e)}
 
     def get(self, rel: str, key: Key) -> Optional[dict]:
         """Cached stats for ``rel`` if its (size, mtime_ns, inode) still match."""

@@ -104,8 +104,15 @@ def _event_stats(f: FoundFile, cache: ScanCache, counters: dict):
     key = (f.size, f.mtime_ns, f.ino)
     cached = cache.get(f.rel, key)
     if cached is not None:
-        counters["cached"] += 1
-        return EventFileStats.from_dict(cached)
+        # the cache is read back from disk: an entry of another shape, or one whose sizes do
+        # not add up to the file's, is read again instead of believed
+        try:
+            stats = EventFileStats.from_dict(cached)
+            if stats.size == f.size and sum(stats.category_bytes().values()) == f.size:
+                counters["cached"] += 1
+                return stats
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass
     stats = event_file_stats(f.abspath, display_name=display(f.rel))
     counters["read"] += 1
     # A file being appended to changes key on every scan anyway; caching it is harmless.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import List, Optional
 
 STATE_DIR_NAME = ".tb-footprint"
@@ -28,9 +29,23 @@ def recorded_vaults(state: str) -> List[str]:
     try:
         with open(os.path.join(state, VAULTS_NAME), "r", encoding="utf-8") as f:
             roots = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
-    return [r for r in roots if isinstance(r, str)] if isinstance(roots, list) else []
+    if not isinstance(roots, list):
+        return []
+    # read back from disk: only absolute paths of real vaults (an ops/ folder), never the
+    # filesystem root or a folder holding the logdir, are used
+    logdir = os.path.realpath(os.path.dirname(os.path.abspath(state)))
+    out = []
+    for r in roots:
+        if not isinstance(r, str) or "\x00" in r or not os.path.isabs(r):
+            continue
+        real = os.path.realpath(r)
+        if real == os.path.sep or logdir == real or logdir.startswith(real.rstrip(os.sep) + os.sep):
+            continue
+        if os.path.isdir(os.path.join(r, "ops")):
+            out.append(r)
+    return out
 
 
 def is_within(path: str, root: str) -> bool:
@@ -56,3 +71,49 @@ def check_no_symlink(root: str, rel: str) -> None:
         cur = os.path.join(cur, part)
         if os.path.islink(cur):
             raise ValueError(f"{rel}: {os.path.relpath(cur, root)} is a symlink; refusing to follow it")
+
+
+# ---------------------------------------------------------------------------------------
+# names and paths read back from disk (journals, manifests, caches) are untrusted input
+# ---------------------------------------------------------------------------------------
+#: an operation id: one plain path component (``20260101T120000-ab12cd`` today)
+OP_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class UnsafePath(ValueError):
+    """A path or name from disk that would lead out of its root, or is not of its format."""
+
+
+def is_op_id(value) -> bool:
+    return isinstance(value, str) and OP_ID_RE.match(value) is not None
+
+
+def is_sha256(value) -> bool:
+    return isinstance(value, str) and SHA256_RE.match(value) is not None
+
+
+def safe_rel(rel) -> str:
+    """``rel`` if it is a relative path that stays below its root (no ``..``, not absolute,
+    no NUL, not empty); ``UnsafePath`` otherwise. ``.`` (the root itself) is allowed."""
+    if not isinstance(rel, str) or not rel or "\x00" in rel:
+        raise UnsafePath(f"{rel!r}: not a path")
+    if os.path.isabs(rel) or rel.startswith(("/", "~")):
+        raise UnsafePath(f"{rel!r}: an absolute path where a path inside the logdir or vault belongs")
+    if ".." in rel.replace(os.sep, "/").split("/"):
+        raise UnsafePath(f"{rel!r}: leads out of its root ('..')")
+    return rel
+
+
+def contained(root: str, rel) -> str:
+    """The absolute path of ``rel`` under ``root``, checked to stay there (``UnsafePath``).
+
+    The one containment check for paths that come from a file: every engine path built from
+    a journal record, a manifest or a cache goes through here.
+    """
+    safe_rel(rel)
+    root = os.path.abspath(root)
+    p = root if rel == "." else os.path.normpath(os.path.join(root, rel))
+    if not is_within(p, root):
+        raise UnsafePath(f"{rel!r}: leads out of {root}")
+    return p

@@ -1,0 +1,310 @@
+"""State read back from disk is untrusted input: it is checked here before the engine uses it.
+
+Anyone who can write into a logdir — or who hands someone a tarball of logs that includes
+``.tb-footprint/`` — can write journals, manifests, the vault index, the ledger and the scan
+cache. So:
+
+* every path in them goes through ``storage.paths.contained`` (one containment check) and
+  must stay inside the logdir or the vault; a backup, stage or directory record must also
+  stay inside its own run;
+* op ids and sha256 digests must match their formats (they become file names);
+* a stage record may only name the temporary file the transaction itself would have made
+  (``.footprint-<op_id>-<n>.tmp``): recovery deletes nothing else;
+* a journal names its vault, which must be one this logdir uses, never any directory;
+* the state directory is bound to its logdir: ``identity.json`` records a random id and the
+  logdir's inode when the state is created (or adopted, for state written before this
+  check existed). A state directory copied or planted from another logdir carries another
+  inode: it is reported, never replayed. New journals and manifests carry the id, so one
+  copied in from another state directory is refused too.
+
+Every refusal is an ``Untrusted`` with a code (``codes`` below), the file and the reason; the
+caller reports it and skips the item, never acts on it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import time
+from typing import Iterable, List, Optional
+
+from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, safe_rel
+
+__all__ = ["Untrusted", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256"]
+
+IDENTITY_NAME = "identity.json"
+IDENTITY_FORMAT = 1
+
+#: problem codes
+BAD_RECORD = "bad_record"
+BAD_OP_ID = "bad_op_id"
+BAD_DIGEST = "bad_digest"
+PATH_OUTSIDE = "path_outside"
+FOREIGN_STATE = "foreign_state"
+FOREIGN_JOURNAL = "foreign_journal"
+FOREIGN_VAULT = "foreign_vault"
+FOREIGN_MANIFEST = "foreign_manifest"
+BAD_MANIFEST = "bad_manifest"
+
+_RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",
+                 "rollback", "rmdir"}
+
+
+class Untrusted(ValueError):
+    """State on disk that is not acted on: ``code``, the ``file`` and the reason."""
+
+    def __init__(self, code: str, file: str, detail: str):
+        super().__init__(f"{file}: {detail} [{code}]")
+        self.code = code
+        self.file = file
+        self.detail = detail
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "file": self.file, "detail": self.detail}
+
+
+# ---------------------------------------------------------------------------------------
+# the state directory's identity
+# ---------------------------------------------------------------------------------------
+def identity_path(state: str) -> str:
+    return os.path.join(state, IDENTITY_NAME)
+
+
+def read_identity(state: str) -> Optional[dict]:
+    """The identity of a state directory, None when it has none yet; ``Untrusted`` if malformed."""
+    import json
+
+    path = identity_path(state)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise Untrusted(BAD_RECORD, path, f"unreadable identity ({e})") from None
+    if (not isinstance(data, dict) or not isinstance(data.get("id"), str) or not re.match(r"^[0-9a-f]{32}$", data["id"])
+            or not isinstance(data.get("ino"), int)):
+        raise Untrusted(BAD_RECORD, path, "malformed identity")
+    return data
+
+
+def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
+    """The identity of ``state``, checked to belong to ``logdir``.
+
+    Missing (a new state directory, or one written before identities existed): adopted — an
+    identity for this logdir is written — when ``adopt``, else None. Belonging to another
+    directory (another inode: a copy, a tarball, a planted folder): ``Untrusted``. Renaming
+    the logdir keeps its inode, so a moved logdir keeps its state.
+    """
+    from tb_footprint_plugin.storage.files import atomic_write_json
+
+    ident = read_identity(state)
+    st = os.stat(logdir)
+    if ident is None:
+        if not adopt:
+            return None
+        # an identity.json deleted by hand: the id this logdir's own manifests carry is taken
+        # back (a new one would disown them); anyone able to plant those could write
+        # identity.json itself, so this grants nothing
+        ident = {"format": IDENTITY_FORMAT, "id": _id_of_own_manifests(state, logdir) or secrets.token_hex(16),
+                 "logdir": os.path.abspath(logdir),
+                 "dev": st.st_dev, "ino": st.st_ino, "created_at": time.time()}
+        os.makedirs(state, exist_ok=True)
+        atomic_write_json(identity_path(state), ident)
+        return ident
+    if ident["ino"] != st.st_ino:
+        raise Untrusted(FOREIGN_STATE, identity_path(state),
+                        f"this state directory belongs to another directory (made for {ident.get('logdir')!r}, "
+                        f"inode {ident['ino']}; this logdir is inode {st.st_ino}): it was copied or planted here. "
+                        f"Its journals are not replayed and its backups not used; move {state} aside to start "
+                        "afresh here")
+    return ident
+
+
+def _id_of_own_manifests(state: str, logdir: str) -> Optional[str]:
+    import json
+
+    ids = set()
+    ops = os.path.join(state, "ops")
+    try:
+        names = sorted(os.listdir(ops))
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(os.path.join(ops, name), "r", encoding="utf-8") as f:
+                m = json.load(f)
+        except (OSError, ValueError, RecursionError):
+            continue
+        if (isinstance(m, dict) and isinstance(m.get("logdir_id"), str) and re.match(r"^[0-9a-f]{32}$", m["logdir_id"])
+                and isinstance(m.get("logdir"), str) and _same_dir(m["logdir"], logdir)):
+            ids.add(m["logdir_id"])
+    return ids.pop() if len(ids) == 1 else None
+
+
+# ---------------------------------------------------------------------------------------
+# journals
+# ---------------------------------------------------------------------------------------
+def _rel(value, file: str, what: str, root: str = "/") -> str:
+    try:
+        safe_rel(value)
+        contained(root, value)
+    except UnsafePath as e:
+        raise Untrusted(PATH_OUTSIDE, file, f"{what}: {e}") from None
+    return value
+
+
+def _in_run(path: str, run: str, file: str, what: str) -> None:
+    norm = os.path.normpath(path)
+    r = os.path.normpath(run)
+    if r != "." and norm != r and not norm.startswith(r.rstrip("/") + "/"):
+        raise Untrusted(PATH_OUTSIDE, file, f"{what} {path!r} is not inside the operation's run {run!r}")
+
+
+def _sha(value, file: str, what: str) -> str:
+    if not is_sha256(value):
+        raise Untrusted(BAD_DIGEST, file, f"{what}: {str(value)[:80]!r} is not a sha256 digest")
+    return value
+
+
+def _int(value, file: str, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise Untrusted(BAD_RECORD, file, f"{what}: {str(value)[:40]!r} is not a non-negative integer")
+    return value
+
+
+def _num(value, file: str, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise Untrusted(BAD_RECORD, file, f"{what}: {str(value)[:40]!r} is not a number")
+    return value
+
+
+def _same_dir(a: str, b: str) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (TypeError, ValueError):
+        return False
+
+
+def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: str, vaults: Iterable[str],
+                  identity: Optional[dict]) -> None:
+    """Raise ``Untrusted`` unless every record of this journal is well formed, its paths stay
+    inside its run, its vault is one of ``vaults`` and it belongs to ``logdir``."""
+    if not records or not all(isinstance(r, dict) and isinstance(r.get("type"), str) for r in records):
+        raise Untrusted(BAD_RECORD, file, "records are not JSON objects with a type")
+    begin = records[0]
+    op_id = begin.get("op_id")
+    if not is_op_id(file_op_id) or not is_op_id(op_id):
+        raise Untrusted(BAD_OP_ID, file, f"operation id {str(op_id)[:80]!r} is not of the op-id format")
+    if op_id != file_op_id:
+        raise Untrusted(BAD_OP_ID, file, f"operation id {op_id!r} does not match the journal's name")
+    if begin.get("kind") not in ("reduce", "restore", "salvage"):
+        raise Untrusted(BAD_RECORD, file, f"unknown kind {str(begin.get('kind'))[:40]!r}")
+    # bound to this logdir: by the state's identity when the journal carries one, else by path
+    if "logdir_id" in begin:
+        if identity is None or begin.get("logdir_id") != identity.get("id"):
+            raise Untrusted(FOREIGN_JOURNAL, file, "written for another logdir (identity differs); not replayed")
+    elif not isinstance(begin.get("logdir"), str) or not _same_dir(begin["logdir"], logdir):
+        raise Untrusted(FOREIGN_JOURNAL, file, f"written for the logdir {str(begin.get('logdir'))[:200]!r}, not "
+                                               f"{logdir}; not replayed")
+    vault = begin.get("vault")
+    if not isinstance(vault, str) or not any(_same_dir(vault, v) for v in vaults):
+        raise Untrusted(FOREIGN_VAULT, file, f"names the vault {str(vault)[:200]!r}, which this logdir does not use")
+    run = _rel(begin.get("run"), file, "run")
+    tmp_name = re.compile(r"^\.footprint-" + re.escape(op_id) + r"-[0-9]{1,9}\.tmp$")
+    if begin["kind"] == "restore":
+        if not is_op_id(begin.get("of_op")):
+            raise Untrusted(BAD_OP_ID, file, "restores an operation whose id is not of the op-id format")
+    elif begin["kind"] == "salvage":
+        # recovery unlinks ``tmp`` and ``final`` of a salvage: both must be this operation's own
+        if not is_op_id(begin.get("of_op")):
+            raise Untrusted(BAD_OP_ID, file, "salvages an operation whose id is not of the op-id format")
+        _in_run(_rel(begin.get("path"), file, "salvaged path"), run, file, "salvaged path")
+        for key in ("old_sha256", "new_sha256"):
+            _sha(begin.get(key), file, "salvage digest")
+        for key in ("old_size", "new_size", "from"):
+            _int(begin.get(key), file, "salvage size")
+        tmp_name = re.compile(r"^\.footprint-" + re.escape(op_id) + r"-salvage\.tmp$")
+        if begin.get("tmp") is not None:
+            tmp = _rel(begin.get("tmp"), file, "temporary file")
+            _in_run(tmp, run, file, "temporary file")
+            if not tmp_name.match(os.path.basename(tmp)):
+                raise Untrusted(PATH_OUTSIDE, file, f"temporary file {tmp!r} is not one this operation makes")
+        if begin.get("final") is not None:
+            _in_run(_rel(begin.get("final"), file, "salvage file"), run, file, "salvage file")
+    else:
+        plan = begin.get("plan")
+        if not isinstance(plan, dict) or plan.get("run") != run or not isinstance(plan.get("actions"), list):
+            raise Untrusted(BAD_RECORD, file, "the plan does not match the journal's run")
+        for a in plan["actions"]:
+            if not isinstance(a, dict):
+                raise Untrusted(BAD_RECORD, file, "a planned action is not an object")
+            _in_run(_rel(a.get("path"), file, "planned path"), run, file, "planned path")
+            if a.get("new_path") is not None:
+                _in_run(_rel(a.get("new_path"), file, "planned new path"), run, file, "planned new path")
+    for r in records[1:]:
+        t = r["type"]
+        if t not in _RECORD_TYPES:
+            raise Untrusted(BAD_RECORD, file, f"unknown record type {t[:40]!r}")
+        if t == "begin":
+            raise Untrusted(BAD_RECORD, file, "a second begin record")
+        if t == "backup":
+            _in_run(_rel(r.get("path"), file, "backup path"), run, file, "backup path")
+            _sha(r.get("sha256"), file, "backup digest")
+            _int(r.get("size"), file, "backup size")
+            _int(r.get("mode"), file, "backup mode")
+            _num(r.get("mtime"), file, "backup mtime")
+        elif t in ("stage", "staged"):
+            tmp = _rel(r.get("tmp"), file, "temporary file")
+            _in_run(tmp, run, file, "temporary file")
+            if not tmp_name.match(os.path.basename(tmp)):
+                raise Untrusted(PATH_OUTSIDE, file, f"temporary file {tmp!r} is not one this operation makes")
+            _in_run(_rel(r.get("final"), file, "final path"), run, file, "final path")
+            if r.get("src") is not None:
+                _in_run(_rel(r.get("src"), file, "source path"), run, file, "source path")
+            if t == "staged":
+                _sha(r.get("sha256"), file, "staged digest")
+                _int(r.get("size"), file, "staged size")
+        elif t == "rmdir":
+            _in_run(_rel(r.get("path"), file, "directory"), run, file, "directory")
+            _int(r.get("mode"), file, "directory mode")
+
+
+# ---------------------------------------------------------------------------------------
+# manifests (the vault index is checked where it is read: storage.paths.recorded_vaults)
+# ---------------------------------------------------------------------------------------
+def check_manifest(m, file: str, file_op_id: str) -> dict:
+    """``m`` if it is a well-formed manifest whose paths stay inside its run; ``Untrusted`` else."""
+    if not isinstance(m, dict):
+        raise Untrusted(BAD_MANIFEST, file, "not a JSON object")
+    op_id = m.get("op_id")
+    if not is_op_id(op_id) or op_id != file_op_id:
+        raise Untrusted(BAD_OP_ID, file, f"operation id {str(op_id)[:80]!r} is not of the op-id format or not "
+                                         "the file's name")
+    if m.get("kind") not in ("reduce", "restore"):
+        raise Untrusted(BAD_MANIFEST, file, f"unknown kind {str(m.get('kind'))[:40]!r}")
+    run = _rel(m.get("run"), file, "run")
+    if m.get("of_op") is not None and not is_op_id(m.get("of_op")):
+        raise Untrusted(BAD_OP_ID, file, "of_op is not of the op-id format")
+    for key in ("files", "created", "removed_dirs", "displaced"):
+        if not isinstance(m.get(key, []), list) or not all(isinstance(x, dict) for x in m.get(key, [])):
+            raise Untrusted(BAD_MANIFEST, file, f"{key} is not a list of objects")
+    for f in m.get("files", []):
+        _in_run(_rel(f.get("path"), file, "backed-up path"), run, file, "backed-up path")
+        sha = _sha(f.get("sha256"), file, "backup digest")
+        _int(f.get("size"), file, "backup size")
+        if f.get("mode") is not None:
+            _int(f.get("mode"), file, "backup mode")
+        if f.get("blob") is not None and f["blob"] != f"blobs/{sha[:2]}/{sha}":
+            raise Untrusted(PATH_OUTSIDE, file, f"blob {str(f['blob'])[:120]!r} is not the blob of its digest")
+    for c in m.get("created", []):
+        _in_run(_rel(c.get("path"), file, "created path"), run, file, "created path")
+        _sha(c.get("sha256"), file, "created digest")
+        _int(c.get("size"), file, "created size")
+    for d in m.get("removed_dirs", []):
+        _in_run(_rel(d.get("path"), file, "removed directory"), run, file, "removed directory")
+        _int(d.get("mode"), file, "directory mode")
+    for d in m.get("displaced", []):
+        if d.get("sha256") is not None:
+            _sha(d.get("sha256"), file, "displaced digest")
+    return m
