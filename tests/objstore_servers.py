@@ -156,6 +156,10 @@ def start_gcs() -> Server:
     env = {
         "STORAGE_EMULATOR_HOST": endpoint,
         "GOOGLE_CLOUD_PROJECT": "test",
+        # google-auth must never probe the cloud metadata server from a test (no off-host traffic)
+        "NO_GCE_CHECK": "True",
+        "GCE_METADATA_HOST": "127.0.0.1:9",
+        "GCE_METADATA_IP": "127.0.0.1:9",
         # gcsfs 2026.x otherwise probes the bucket type over gRPC and stalls ~60 s per bucket.
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
     }
@@ -235,9 +239,9 @@ class Bucket:
 
         self.server = server
         self.scheme = server.scheme
-        self.fs = fsspec.filesystem(_FSSPEC[self.scheme], skip_instance_cache=True,
-                                    **({"connection_string": server.env["AZURE_STORAGE_CONNECTION_STRING"]}
-                                       if self.scheme == "az" else {}))
+        kw = {"az": {"connection_string": server.env.get("AZURE_STORAGE_CONNECTION_STRING")},
+              "gs": {"token": "anon"}}.get(self.scheme, {})
+        self.fs = fsspec.filesystem(_FSSPEC[self.scheme], skip_instance_cache=True, **kw)
         self.name = f"tbfp-{next(self._n)}-{uuid.uuid4().hex[:8]}"
         self.fs.mkdir(self.name)
         server.buckets.append(self.name)

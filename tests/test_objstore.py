@@ -6,7 +6,7 @@ import os
 import pytest
 
 from tb_footprint_plugin.storage.remote import RemoteFS, is_remote, split_scheme
-from tb_footprint_plugin.tfrecord import RecordReader, RecordWriter
+from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
 
 
 def test_servers_answer_and_list_recursively(bucket):
@@ -49,3 +49,94 @@ def test_scheme_helpers():
     assert split_scheme("S3://b/k") == ("s3", "b/k")
     with pytest.raises(ValueError):
         RemoteFS("s3://b/logs").path("../escape")
+
+
+# --- scan and plan on bucket logdirs ------------------------------------------------------
+from tb_footprint_plugin import api  # noqa: E402
+from tb_footprint_plugin.demo import generate_demo  # noqa: E402
+from tb_footprint_plugin.scan import scan  # noqa: E402
+
+
+def _shape(fp):
+    """Everything a scan says about a logdir, minus where it was and when."""
+    d = fp.to_dict()
+    for k in ("logdir", "scanned_at", "requests", "files_read", "files_cached"):
+        d.pop(k)
+    for r in d["runs"]:
+        r.pop("newest_mtime")
+        for f in r["files"]:
+            f.pop("mtime")
+        for s in r["sessions"]:
+            s.pop("mtime")
+        # objects' mtimes are upload times, which order sessions differently than on disk
+        r["sessions"].sort(key=lambda s: s["path"])
+    return d
+
+
+@pytest.fixture(scope="module")
+def demo_logdir(tmp_path_factory):
+    """A small multi-framework demo logdir (TF, Keras, PyTorch, JAX; profiles, traces), plus a
+    stray file outside every run, as on disk."""
+    root = tmp_path_factory.mktemp("demo") / "logs"
+    generate_demo(str(root), scale=0.05)
+    (root / "README.txt").write_bytes(b"notes outside every run\n")
+    (root / "tf_summary_mix" / "assets").mkdir()
+    (root / "tf_summary_mix" / "assets" / "vocab.txt").write_bytes(b"a\nb\n" * 100)
+    return root
+
+
+def test_scan_bucket_equals_scan_on_disk(bucket, demo_logdir):
+    """Scan totals on a bucket are exact: per run, per category, per file, the same as the scan
+    of the same files on disk; the listing is one request; event files are read by ranged
+    GETs and nothing else is downloaded."""
+    url = bucket.upload(demo_logdir, "team/logs")
+    local = scan(str(demo_logdir), use_cache=False)
+    remote = scan(url)
+    assert remote.logdir == url
+    assert _shape(remote) == _shape(local)
+    assert remote.total_bytes == sum(os.path.getsize(os.path.join(r, n))
+                                     for r, _, fs in os.walk(demo_logdir) for n in fs)
+    req = remote.requests
+    assert req["list"] == 1
+    event_bytes = sum(f.size for r in remote.runs for f in r.files if f.kind == "event")
+    assert req["bytes_down"] == event_bytes  # only event files are read, each once
+    assert req["put"] == 1  # the scan cache, in the bucket
+    assert remote.files_read == sum(1 for r in remote.runs for f in r.files if f.kind == "event")
+
+
+def test_rescan_of_unchanged_bucket_is_one_listing(bucket, demo_logdir):
+    """The cache in the bucket keys on size + ETag/generation: a re-scan of an unchanged logdir
+    costs one listing and one read of the cache; a changed object is read again."""
+    url = bucket.upload(demo_logdir, "logs")
+    first = scan(url)
+    again = scan(url)
+    assert again.files_read == 0 and again.files_cached == first.files_read
+    assert again.requests["list"] == 1
+    assert again.requests["read"] == 1  # the cache object itself
+    assert again.requests["put"] == 0  # nothing changed: nothing written
+    assert _shape(again) == _shape(first)
+    ev = next(f.path for r in first.runs for f in r.files if f.kind == "event")
+    data = bucket.fs.cat_file(bucket.key("logs/" + ev))
+    bucket.fs.pipe_file(bucket.key("logs/" + ev), data)  # same bytes, new ETag/generation on most stores
+    bucket.fs.pipe_file(bucket.key("logs/tf1_legacy/events.out.tfevents.9.extra"), data[:0])
+    third = scan(url)
+    assert third.files_read >= 1 and third.total_bytes == first.total_bytes
+
+
+def test_listing_pages_past_1000_keys(s3_bucket):
+    """Every page of a listing is read (S3 returns at most 1,000 keys a page; code that reads
+    only the first page is a known bug class): 1,050 objects under one run all count."""
+    bucket = s3_bucket
+    blobs = {bucket.key(f"big/run/plugins/x/f{i:05d}.bin"): b"z" * 7 for i in range(1050)}
+    blobs[bucket.key("big/run/events.out.tfevents.1.h")] = b""
+    bucket.fs.pipe(blobs)
+    fp = scan(bucket.url("big"), use_cache=False)
+    assert fp.total_bytes == 1050 * 7
+    assert len(fp.run("run").files) == 1051
+    assert fp.requests["list"] == 2
+
+
+def test_scan_missing_bucket_is_a_clear_error(objstore_pool):
+    objstore_pool.get("s3")
+    with pytest.raises(NotADirectoryError, match="no-such-bucket"):
+        scan("s3://no-such-bucket-tbfp/logs")

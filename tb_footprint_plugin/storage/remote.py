@@ -165,6 +165,9 @@ def _gcs_kwargs() -> dict:
     # gcsfs 2026.x probes every bucket's type over gRPC unless told not to; with no way to
     # reach that endpoint it stalls ~60 s. Plain buckets need no probe.
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        # An emulator takes no credentials; looking for them would probe the cloud metadata server.
+        return {"token": "anon"}
     return {}
 
 
