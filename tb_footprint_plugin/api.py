@@ -44,6 +44,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.storage.remote import RemoteError, is_remote
 
 DEFAULT_BACKENDS = ("python", "rust")
 RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
@@ -51,6 +52,9 @@ RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 
 def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
              verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> Context:
+    if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
+        raise RemoteError("not_supported", f"{logdir}: changing a logdir in object storage is not "
+                          "available yet; scan and plan are")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -79,10 +83,19 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
          runs: Optional[List[str]] = None, run_glob: Optional[str] = None, min_size: int = 0,
          older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
          footprint: Optional[LogdirFootprint] = None) -> Plan:
-    """The dry run: what ``policy`` would do. Writes nothing (not even the scan cache)."""
+    """The dry run: what ``policy`` would do. Writes nothing (not even the scan cache).
+
+    On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
+    requests and bytes a reduction and a restore would take."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
-    return make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
-                     older_than=older_than, quiet_period=quiet_period)
+    p = make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
+                  older_than=older_than, quiet_period=quiet_period)
+    if is_remote(fp.logdir):
+        from tb_footprint_plugin.plan.cost import request_cost
+        from tb_footprint_plugin.storage.remote import protocol_of
+
+        p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    return p
 
 
 @dataclass
@@ -158,6 +171,15 @@ def reduce_logdir(
     ``dry_run=True`` (the default) only plans. With ``ledger`` (a path, or ``"default"`` for
     ``<logdir>/.tb-footprint/ledger.json``) every transition is recorded and a rerun resumes.
     """
+    if is_remote(logdir):
+        if not dry_run:
+            raise RemoteError("not_supported", f"{logdir}: reduce on object storage is not available yet; "
+                              "scan and plan (--dry-run) are")
+        p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
+                 min_size=min_size, older_than=older_than, quiet_period=quiet_period)
+        return ReduceReport(dry_run=True, plan=p, outcomes=[
+            RunOutcome(run=rp.run, status="skipped" if rp.skipped else "dry_run", reason=rp.skipped,
+                       bytes_before=rp.bytes_before, bytes_after=rp.expected_after_bytes) for rp in p.runs])
     ctx = _context(logdir, backup_dir, quiet_period, verify_backends)
     pol = get_policy(policy)
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)

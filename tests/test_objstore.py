@@ -140,3 +140,77 @@ def test_scan_missing_bucket_is_a_clear_error(objstore_pool):
     objstore_pool.get("s3")
     with pytest.raises(NotADirectoryError, match="no-such-bucket"):
         scan("s3://no-such-bucket-tbfp/logs")
+
+
+def _plan_shape(p):
+    d = p.to_dict()
+    for k in ("logdir", "created_at", "cost"):
+        d.pop(k)
+    for r in d["runs"]:
+        r.pop("newest_mtime")
+        r["actions"].sort(key=lambda a: (a["kind"], a["path"]))
+    return d
+
+
+#: Remove every profile file and nothing else: a drop-only reduction (no file is rewritten).
+DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+
+
+@pytest.mark.parametrize("policy", ["archive", "lossless", "drop-profiles"])
+def test_plan_bucket_equals_plan_on_disk(bucket, demo_logdir, policy):
+    """A plan of a bucket logdir lists the same actions and bytes as the plan of the same files
+    on disk, and carries its cost: a drop-only reduction downloads nothing, backs up every
+    removed file by one server-side copy and deletes in batches."""
+    url = bucket.upload(demo_logdir, "logs")
+    policy = DROP_PROFILES if policy == "drop-profiles" else policy
+    local = api.plan(str(demo_logdir), policy, quiet_period=0)
+    remote = api.plan(url, policy, quiet_period=0)
+    assert _plan_shape(remote) == _plan_shape(local)
+    assert remote.removable_bytes > 0
+    cost = remote.cost
+    assert cost["scan"]["list"] == 1 and cost["scan"]["put"] == 0  # a dry run writes nothing
+    acted = [rp for rp in remote.runs if not rp.skipped]
+    files = [a for rp in acted for a in rp.actions if a.kind != "remove_dir"]
+    assert cost["reduce"]["copy"] >= len(files)
+    drop_only = [rp for rp in acted if all(a.kind in ("delete", "remove_dir") for a in rp.actions)]
+    if policy is DROP_PROFILES:
+        assert drop_only == acted and cost["reduce"]["bytes_down"] == 0
+        assert cost["reduce"]["copy"] == len(files)
+    assert local.cost is None
+
+
+def test_plan_leaves_recently_written_bucket_runs_alone(s3_bucket, demo_logdir):
+    """Objects just written count as a run being written: with the default quiet period every
+    run of a fresh upload is skipped, as on disk."""
+    url = s3_bucket.upload(demo_logdir, "logs")
+    p = api.plan(url, DROP_PROFILES)
+    assert p.runs and all(rp.skipped for rp in p.runs)
+    assert any("active" in rp.skipped for rp in p.runs)
+
+
+def test_cli_plan_prints_request_cost(s3_bucket, demo_logdir, tmp_path):
+    """`tb-footprint plan s3://…` shows requests per verb and bytes downloaded; reduce on a
+    bucket is refused with a clear error (it is not built yet), never half-done."""
+    import subprocess
+    import sys
+
+    import json
+
+    url = s3_bucket.upload(demo_logdir, "logs")
+    pol = tmp_path / "drop.json"
+    pol.write_text(json.dumps(DROP_PROFILES))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "plan", url, "--policy",
+                          str(pol), "--quiet-period", "0"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "requests to the store:" in out.stdout
+    assert "scan (measured)" in out.stdout and "reduce (estimate)" in out.stdout
+    assert "0 B downloaded" in out.stdout.split("reduce (estimate)")[1].splitlines()[0]
+    before = s3_bucket.hashes("logs")
+    bad = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy",
+                          str(pol), "--quiet-period", "0"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode != 0 and "not available yet" in bad.stderr
+    assert s3_bucket.hashes("logs") == before

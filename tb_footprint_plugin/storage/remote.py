@@ -61,6 +61,12 @@ def split_scheme(path: str) -> Tuple[Optional[str], str]:
     return scheme.lower(), rest
 
 
+def protocol_of(url: str) -> str:
+    """The fsspec protocol ('s3', 'gcs', 'az', ...) of a remote URL."""
+    scheme, _ = split_scheme(url)
+    return SCHEMES.get(scheme or "", (scheme or "file", None))[0]
+
+
 def is_remote(path: str) -> bool:
     """True for a URL that names something other than the local filesystem."""
     scheme, _ = split_scheme(os.fspath(path))
