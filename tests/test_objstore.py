@@ -214,3 +214,41 @@ def test_cli_plan_prints_request_cost(s3_bucket, demo_logdir, tmp_path):
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode != 0 and "not available yet" in bad.stderr
     assert s3_bucket.hashes("logs") == before
+
+
+# --- the store primitives a bucket transaction stands on -----------------------------------
+from tb_footprint_plugin.storage.remote import (  # noqa: E402
+    ALREADY_EXISTS, PRECONDITION_FAILED, RemoteError, content_checksums, same_content)
+
+
+def test_conditional_put_copy_and_batched_delete(bucket):
+    """Create-only puts refuse an existing key; a put conditional on a version refuses a changed
+    object; a server-side copy returns store-computed checksums equal to the source's; a batch
+    delete removes every key and reports none as failed."""
+    rfs = RemoteFS(bucket.url("l"))
+    ops = rfs.ops
+    a = rfs.path("a.bin")
+    v1 = ops.put(a, b"hello", if_absent=True)
+    with pytest.raises(RemoteError) as e:
+        ops.put(a, b"other", if_absent=True)
+    assert e.value.code == ALREADY_EXISTS
+    with pytest.raises(RemoteError) as e:
+        ops.put(a, b"x", if_version="12345" if bucket.scheme == "gs" else "deadbeef")
+    assert e.value.code == PRECONDITION_FAILED
+    with pytest.raises(RemoteError) as e:
+        ops.copy(a, rfs.path("c.bin"), if_source_version={"gs": "12345", "az": "0x1"}.get(bucket.scheme, "0" * 32))
+    assert e.value.code == PRECONDITION_FAILED
+    assert "c.bin" not in rfs.list_tree()
+    v2 = ops.put(a, b"hello!", if_version=v1)
+    assert v2 and bucket.fs.cat_file(a) == b"hello!"
+    res = ops.copy(a, rfs.path("vault/a.bin"), if_source_version=v2)
+    src = content_checksums(rfs.list_tree()["a.bin"])
+    assert same_content(res.checksums, src) is True
+    assert bucket.fs.cat_file(rfs.path("vault/a.bin")) == b"hello!"
+    keys = [rfs.path(f"d/{i}") for i in range(5)]
+    for k in keys:
+        ops.put(k, b"z")
+    before = rfs.stats.delete
+    assert ops.delete(keys) == {}
+    assert not any(k.startswith("d/") for k in rfs.list_tree())
+    assert rfs.stats.delete - before == (1 if bucket.scheme in ("s3", "az") else 5)

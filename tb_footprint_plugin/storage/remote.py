@@ -145,7 +145,7 @@ def _checksums(info: dict) -> Dict[str, str]:
         if v:
             out[name] = str(v)
     cs = info.get("content_settings") or {}
-    md5 = cs.get("content_md5") if isinstance(cs, dict) else None
+    md5 = cs.get("content_md5") if isinstance(cs, dict) else getattr(cs, "content_md5", None)
     if md5:
         import base64
 
@@ -303,6 +303,13 @@ class RemoteFS:
         self.stats.add("read", down=len(data))
         return data
 
+    @property
+    def ops(self) -> "_Ops":
+        """Conditional puts, server-side copies, batched deletes (created on first use)."""
+        if getattr(self, "_ops", None) is None:
+            self._ops = ops_for(self)
+        return self._ops
+
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Put a small object (state files: cache, journal, manifests) in one request."""
         self.fs.pipe_file(self.path(rel), data)
@@ -374,3 +381,448 @@ def iter_chunks(reader: io.RawIOBase, chunk: int = READ_CHUNK) -> Iterator[bytes
         if not data:
             return
         yield data
+
+
+# --- conditional writes, server-side copies, batched deletes ---------------------------------
+# fsspec has no preconditions, no copy checksums and no per-key delete results, which a safe
+# reducer needs; these go through each store's own client (boto3 for S3, the GCS JSON API through
+# gcsfs's authenticated session, azure-storage-blob for Azure), all counted in the same stats.
+
+PRECONDITION_FAILED = "precondition_failed"
+ALREADY_EXISTS = "already_exists"
+
+
+@dataclass
+class CopyResult:
+    """A server-side copy: the new object's version token and the checksums the store computed."""
+
+    version: str
+    checksums: Dict[str, str]
+
+
+def _b64(raw: bytes) -> str:
+    import base64
+
+    return base64.b64encode(bytes(raw)).decode("ascii")
+
+
+def _md5_of_etag(etag: str) -> Optional[str]:
+    """S3's ETag of a single-part upload is the MD5 of the bytes (base64 here); multipart: None."""
+    etag = etag.strip('"')
+    if len(etag) == 32 and "-" not in etag:
+        try:
+            return _b64(bytes.fromhex(etag))
+        except ValueError:
+            return None
+    return None
+
+
+def same_content(a: Dict[str, str], b: Dict[str, str]) -> Optional[bool]:
+    """Compare two objects by the checksums the store computed for both: True/False when they
+    share a checksum kind, None when they share none (then nothing can be concluded)."""
+    common = [k for k in ("sha256", "crc32c", "md5") if a.get(k) and b.get(k)]
+    if not common:
+        return None
+    return all(a[k] == b[k] for k in common)
+
+
+def content_checksums(info: ObjectInfo) -> Dict[str, str]:
+    """Checksums of an object's bytes known from a listing (S3: the single-part ETag is an MD5)."""
+    out = dict(info.checksums)
+    if "md5" not in out:
+        md5 = _md5_of_etag(info.etag)
+        if md5:
+            out["md5"] = md5
+    return out
+
+
+class _Ops:
+    """Per-store implementation of the conditional operations (paths are 'bucket/key')."""
+
+    def __init__(self, rfs: "RemoteFS"):
+        self.rfs = rfs
+
+    @staticmethod
+    def split(path: str) -> Tuple[str, str]:
+        bucket, _, key = path.partition("/")
+        return bucket, key
+
+
+class _S3Ops(_Ops):
+    def __init__(self, rfs):
+        super().__init__(rfs)
+        import boto3
+        from botocore.config import Config
+
+        # "standard" retries back off on 503 SlowDown / 500 InternalError and retry them.
+        cfg = Config(retries={"mode": "standard", "max_attempts": 6})
+        self.client = boto3.client("s3", endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
+
+    def _err(self, e, what: str):
+        from botocore.exceptions import ClientError
+
+        if isinstance(e, ClientError):
+            code = e.response.get("Error", {}).get("Code", "")
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412:
+                return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return RemoteError("not_found", f"{what}: no such object")
+            return RemoteError("store_error", f"{what}: {code or status} {e}")
+        return RemoteError("store_error", f"{what}: {e}")
+
+    def head(self, path):
+        b, k = self.split(path)
+        try:
+            r = self.client.head_object(Bucket=b, Key=k, ChecksumMode="ENABLED")
+        except Exception as e:  # noqa: BLE001 - mapped to a coded error
+            err = self._err(e, path)
+            if err.code == "not_found":
+                return None
+            raise err from e
+        finally:
+            self.rfs.stats.add("head")
+        cs = {"sha256": r["ChecksumSHA256"]} if r.get("ChecksumSHA256") else {}
+        info = ObjectInfo(key=k, size=r["ContentLength"], mtime=_mtime(r), etag=r["ETag"].strip('"'),
+                          generation=r.get("VersionId") or "", checksums=cs)
+        return info
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+        b, k = self.split(path)
+        kw = {"ChecksumAlgorithm": "SHA256"}
+        if if_absent:
+            kw["IfNoneMatch"] = "*"
+        if if_version:
+            kw["IfMatch"] = f'"{if_version}"'
+        try:
+            r = self.client.put_object(Bucket=b, Key=k, Body=data, **kw)
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if if_absent and err.code == PRECONDITION_FAILED:
+                err = RemoteError(ALREADY_EXISTS, f"{path}: already exists")
+            raise err from e
+        finally:
+            self.rfs.stats.add("put", up=len(data))
+        return r["ETag"].strip('"')
+
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+        sb, sk = self.split(src)
+        db, dk = self.split(dst)
+        kw = {"ChecksumAlgorithm": "SHA256"}
+        if if_source_version:
+            kw["CopySourceIfMatch"] = f'"{if_source_version}"'
+        if if_source_version and not _md5_of_etag(if_source_version):
+            cur = self.head(src)  # multipart ETag: check before (CopySourceIfMatch also sent)
+            if cur is None or cur.etag != if_source_version:
+                raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
+        if if_absent and self.head(dst) is not None:  # CopyObject has no create-only condition
+            raise RemoteError(ALREADY_EXISTS, f"{dst}: already exists")
+        try:
+            r = self.client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}, **kw)
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, f"copy {src} -> {dst}") from e
+        finally:
+            self.rfs.stats.add("copy")
+        res = r.get("CopyObjectResult", {})
+        etag = res.get("ETag", "").strip('"')
+        if if_source_version and _md5_of_etag(if_source_version) and etag != if_source_version:
+            # The copy of a single-part object keeps its ETag (the MD5): a different one means the
+            # source changed, whether or not the server honoured CopySourceIfMatch (moto does not).
+            self.delete([dst])
+            raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
+        cs = {}
+        if res.get("ChecksumSHA256"):
+            cs["sha256"] = res["ChecksumSHA256"]
+        md5 = _md5_of_etag(etag)
+        if md5:
+            cs["md5"] = md5
+        return CopyResult(version=etag, checksums=cs)
+
+    def delete(self, paths) -> Dict[str, str]:
+        """Delete in batches of 1,000 keys; returns {path: error} for keys the store refused."""
+        failed: Dict[str, str] = {}
+        by_bucket: Dict[str, list] = {}
+        for p in paths:
+            b, k = self.split(p)
+            by_bucket.setdefault(b, []).append(k)
+        for b, keys in by_bucket.items():
+            for i in range(0, len(keys), 1000):
+                page = keys[i:i + 1000]
+                try:
+                    r = self.client.delete_objects(Bucket=b, Delete={"Objects": [{"Key": k} for k in page],
+                                                                      "Quiet": True})
+                except Exception as e:  # noqa: BLE001 - the whole page failed: report every key
+                    for k in page:
+                        failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
+                    continue
+                finally:
+                    self.rfs.stats.add("delete")
+                for err in r.get("Errors", []):
+                    failed[f"{b}/{err['Key']}"] = f"{err.get('Code')}: {err.get('Message')}"
+        return failed
+
+    def retention(self, bucket: str) -> dict:
+        """Whether deleted bytes stay billed: versioning and its lifecycle expiry."""
+        out = {"versioning": False, "noncurrent_expiry_days": None, "soft_delete_seconds": None}
+        try:
+            v = self.client.get_bucket_versioning(Bucket=bucket)
+            out["versioning"] = v.get("Status") in ("Enabled", "Suspended")
+            self.rfs.stats.add("head")
+            if out["versioning"]:
+                try:
+                    lc = self.client.get_bucket_lifecycle_configuration(Bucket=bucket)
+                    days = [r.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays")
+                            for r in lc.get("Rules", []) if r.get("Status") == "Enabled"]
+                    days = [d for d in days if d is not None]
+                    out["noncurrent_expiry_days"] = min(days) if days else None
+                except Exception:  # noqa: BLE001 - no lifecycle configuration
+                    pass
+                finally:
+                    self.rfs.stats.add("head")
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        return out
+
+
+class _GCSOps(_Ops):
+    """GCS JSON API through gcsfs's session. Preconditions are generation matches."""
+
+    def _call(self, *args, **kw):
+        return self.rfs.fs.call(*args, **kw)
+
+    def _err(self, e, what):
+        status = getattr(e, "code", None) or getattr(e, "status", None)
+        if status == 412:
+            return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
+        if isinstance(e, FileNotFoundError) or status == 404:
+            return RemoteError("not_found", f"{what}: no such object")
+        return RemoteError("store_error", f"{what}: {e}")
+
+    @staticmethod
+    def _info(key, r) -> ObjectInfo:
+        return ObjectInfo(key=key, size=int(r.get("size", 0)), mtime=_mtime(r), etag=r.get("etag", ""),
+                          generation=str(r.get("generation", "")), checksums=_checksums(r))
+
+    def head(self, path):
+        b, k = self.split(path)
+        try:
+            r = self._call("GET", "b/{}/o/{}", b, k, json_out=True)
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if err.code == "not_found":
+                return None
+            raise err from e
+        finally:
+            self.rfs.stats.add("head")
+        return self._info(k, r)
+
+    def _check(self, path, *, if_absent=False, if_version: Optional[str] = None) -> None:
+        """Check a precondition with a metadata read before a conditional call. GCS itself
+        enforces ifGenerationMatch atomically; gcp-storage-emulator ignores it, so without this
+        the tests could not tell a lost race from success. One extra request."""
+        if not (if_absent or if_version):
+            return
+        cur = self.head(path)
+        if if_absent and cur is not None:
+            raise RemoteError(ALREADY_EXISTS, f"{path}: already exists")
+        if if_version and (cur is None or cur.generation != if_version):
+            raise RemoteError(PRECONDITION_FAILED, f"{path}: changed since it was read (precondition failed)")
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+        b, k = self.split(path)
+        self._check(path, if_absent=if_absent, if_version=if_version)
+        kw = {}
+        if if_absent:
+            kw["ifGenerationMatch"] = "0"
+        elif if_version:
+            kw["ifGenerationMatch"] = if_version
+        try:
+            r = self._call("POST", f"{self.rfs.fs._location}/upload/storage/v1/b/{b}/o", uploadType="media",
+                           name=k, data=data, json_out=True, **kw)
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if if_absent and err.code == PRECONDITION_FAILED:
+                err = RemoteError(ALREADY_EXISTS, f"{path}: already exists")
+            raise err from e
+        finally:
+            self.rfs.stats.add("put", up=len(data))
+        return str(r.get("generation", ""))
+
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+        sb, sk = self.split(src)
+        db, dk = self.split(dst)
+        self._check(src, if_version=if_source_version)
+        self._check(dst, if_absent=if_absent)
+        kw = {}
+        if if_source_version:
+            kw["ifSourceGenerationMatch"] = if_source_version
+        if if_absent:
+            kw["ifGenerationMatch"] = "0"
+        token = None
+        try:
+            while True:  # rewrite of a large object may take several calls
+                if token:
+                    kw["rewriteToken"] = token
+                r = self._call("POST", "b/{}/o/{}/rewriteTo/b/{}/o/{}", sb, sk, db, dk, json_out=True, **kw)
+                self.rfs.stats.add("copy")
+                if r.get("done", True):
+                    break
+                token = r.get("rewriteToken")
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, f"copy {src} -> {dst}") from e
+        res = r.get("resource", {})
+        return CopyResult(version=str(res.get("generation", "")), checksums=_checksums(res))
+
+    def delete(self, paths) -> Dict[str, str]:
+        failed = {}
+        for p in paths:
+            b, k = self.split(p)
+            try:
+                self._call("DELETE", "b/{}/o/{}", b, k)
+            except Exception as e:  # noqa: BLE001
+                err = self._err(e, p)
+                if err.code != "not_found":
+                    failed[p] = str(err)
+            finally:
+                self.rfs.stats.add("delete")
+        return failed
+
+    def retention(self, bucket: str) -> dict:
+        out = {"versioning": False, "noncurrent_expiry_days": None, "soft_delete_seconds": None}
+        try:
+            r = self._call("GET", "b/{}", bucket, json_out=True)
+            self.rfs.stats.add("head")
+            out["versioning"] = bool((r.get("versioning") or {}).get("enabled"))
+            sd = (r.get("softDeletePolicy") or {}).get("retentionDurationSeconds")
+            out["soft_delete_seconds"] = int(sd) if sd else None
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        return out
+
+
+class _AzureOps(_Ops):
+    """Azure Blob through azure-storage-blob (what adlfs uses); preconditions are ETag matches."""
+
+    def __init__(self, rfs):
+        super().__init__(rfs)
+        from azure.storage.blob import BlobServiceClient
+
+        kw = _az_kwargs()
+        if kw.get("connection_string"):
+            self.client = BlobServiceClient.from_connection_string(kw["connection_string"])
+        else:
+            from azure.identity import DefaultAzureCredential
+
+            account = kw.get("account_name")
+            cred = kw.get("account_key") or DefaultAzureCredential()
+            self.client = BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=cred)
+
+    def _blob(self, path):
+        b, k = self.split(path)
+        return self.client.get_blob_client(b, k)
+
+    def _err(self, e, what):
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+
+        if isinstance(e, ResourceModifiedError):
+            return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
+        if isinstance(e, ResourceExistsError):
+            return RemoteError(ALREADY_EXISTS, f"{what}: already exists")
+        if isinstance(e, ResourceNotFoundError):
+            return RemoteError("not_found", f"{what}: no such object")
+        return RemoteError("store_error", f"{what}: {e}")
+
+    def head(self, path):
+        try:
+            p = self._blob(path).get_blob_properties()
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if err.code == "not_found":
+                return None
+            raise err from e
+        finally:
+            self.rfs.stats.add("head")
+        cs = {}
+        if p.content_settings and p.content_settings.content_md5:
+            cs["md5"] = _b64(p.content_settings.content_md5)
+        return ObjectInfo(key=self.split(path)[1], size=p.size, mtime=p.last_modified.timestamp(),
+                          etag=p.etag.strip('"'), checksums=cs)
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+        from azure.core import MatchConditions
+
+        kw = {"overwrite": not if_absent}
+        if if_version:
+            kw.update(etag=f'"{if_version}"', match_condition=MatchConditions.IfNotModified)
+        try:
+            r = self._blob(path).upload_blob(data, **kw)
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, path) from e
+        finally:
+            self.rfs.stats.add("put", up=len(data))
+        return r["etag"].strip('"')
+
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+        from azure.core import MatchConditions
+
+        kw = {"requires_sync": True}
+        if if_source_version:
+            kw.update(source_etag=f'"{if_source_version}"', source_match_condition=MatchConditions.IfNotModified)
+        if if_absent:
+            kw.update(etag="*", match_condition=MatchConditions.IfMissing)
+        try:
+            r = self._blob(dst).start_copy_from_url(self._blob(src).url, **kw)
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, f"copy {src} -> {dst}") from e
+        finally:
+            self.rfs.stats.add("copy")
+        info = self.head(dst)  # the copy's MD5 is a property of the new blob
+        return CopyResult(version=(r.get("etag") or info.etag).strip('"'), checksums=info.checksums)
+
+    def delete(self, paths) -> Dict[str, str]:
+        failed = {}
+        by_container: Dict[str, list] = {}
+        for p in paths:
+            b, k = self.split(p)
+            by_container.setdefault(b, []).append(k)
+        for b, keys in by_container.items():
+            cc = self.client.get_container_client(b)
+            for i in range(0, len(keys), 256):  # a blob batch takes at most 256 sub-requests
+                page = keys[i:i + 256]
+                try:
+                    results = list(cc.delete_blobs(*page, raise_on_any_failure=False))
+                except Exception as e:  # noqa: BLE001
+                    for k in page:
+                        failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
+                    continue
+                finally:
+                    self.rfs.stats.add("delete")
+                for k, res in zip(page, results):
+                    if res.status_code not in (200, 202, 404):
+                        failed[f"{b}/{k}"] = f"HTTP {res.status_code}"
+        return failed
+
+    def retention(self, bucket: str) -> dict:
+        out = {"versioning": False, "noncurrent_expiry_days": None, "soft_delete_seconds": None}
+        try:
+            props = self.client.get_service_properties()
+            self.rfs.stats.add("head")
+            drp = props.get("delete_retention_policy")
+            if drp is not None and getattr(drp, "enabled", False):
+                out["soft_delete_seconds"] = int(drp.days or 0) * 86400
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        return out
+
+
+_OPS = {"s3": _S3Ops, "gcs": _GCSOps, "az": _AzureOps}
+
+
+def ops_for(rfs: "RemoteFS") -> _Ops:
+    """The conditional-operation client of ``rfs``'s store; ``RemoteError('not_supported')``
+    for an fsspec scheme without one (those can be scanned and planned, not changed)."""
+    cls = _OPS.get(rfs.protocol)
+    if cls is None:
+        raise RemoteError("not_supported", f"{rfs.url}: changing a {rfs.scheme}:// logdir is not supported "
+                          "(no conditional writes); scan and plan work")
+    return cls(rfs)
