@@ -71,8 +71,53 @@ def pending_operations(logdir: str) -> List[str]:
     return [j.op_id for j in pending_journals(Context(logdir).journal_dir)]
 
 
+def _bucket(logdir: str, backup_dir: Optional[str]):
+    from tb_footprint_plugin.engine.bucket import BucketVault
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
+    if backup_dir and not is_remote(backup_dir):
+        raise ValueError(f"backup dir {backup_dir}: a bucket logdir keeps its backups in the same store "
+                         "(server-side copies); give an s3://, gs:// or az:// prefix")
+    rfs = RemoteFS(logdir)
+    return rfs, BucketVault.for_logdir(rfs, backup_dir)
+
+
+def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
+                   quiet_period, on_outcome) -> "ReduceReport":
+    """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
+    then each run as its own bucket transaction."""
+    from tb_footprint_plugin.engine import bucket as bk
+    from tb_footprint_plugin.plan.cost import request_cost
+    from tb_footprint_plugin.scan.scanner import scan_bucket
+    from tb_footprint_plugin.storage.remote import protocol_of
+
+    rfs, vault = _bucket(logdir, backup_dir)
+    recovered = bk.recover(rfs, vault)
+    objects = rfs.list_tree()
+    fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
+    p = make_plan(fp, pol, runs=runs, run_glob=run_glob, min_size=min_size, older_than=older_than,
+                  quiet_period=quiet_period)
+    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    report = ReduceReport(dry_run=False, plan=p, recovered=recovered)
+    for rp in p.runs:
+        if rp.skipped:
+            o = RunOutcome(run=rp.run, status="skipped", reason=rp.skipped, bytes_before=rp.bytes_before,
+                           bytes_after=rp.bytes_before)
+        else:
+            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period)
+        report.outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    report.requests = rfs.stats.to_dict()
+    return report
+
+
 def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
     """Settle unfinished operations (rolled back, or finished when their swap was recorded)."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine.bucket import recover
+
+        return recover(*_bucket(logdir, backup_dir))
     ctx = _context(logdir, backup_dir)
     if not any(True for _ in pending_journals(ctx.journal_dir)):
         return []
@@ -107,6 +152,8 @@ class ReduceReport:
     outcomes: List[RunOutcome] = field(default_factory=list)
     recovered: List[RecoveryOutcome] = field(default_factory=list)
     ledger_path: Optional[str] = None
+    #: bucket logdirs: the requests the reduction issued, per verb, and bytes moved
+    requests: Optional[dict] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -144,6 +191,7 @@ class ReduceReport:
             "outcomes": [o.to_dict() for o in self.outcomes],
             "recovered": [vars(r) for r in self.recovered],
             "ledger": self.ledger_path,
+            "requests": self.requests,
         }
 
 
@@ -173,8 +221,9 @@ def reduce_logdir(
     """
     if is_remote(logdir):
         if not dry_run:
-            raise RemoteError("not_supported", f"{logdir}: reduce on object storage is not available yet; "
-                              "scan and plan (--dry-run) are")
+            return _reduce_bucket(logdir, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
+                                  min_size=min_size, older_than=older_than, quiet_period=quiet_period,
+                                  on_outcome=on_outcome)
         p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
                  min_size=min_size, older_than=older_than, quiet_period=quiet_period)
         return ReduceReport(dry_run=True, plan=p, outcomes=[
@@ -264,6 +313,16 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir."""
 
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir, backup_dir)
+        bk.recover(rfs, vault)
+        todo = [m for m in bk.manifests(rfs, vault) if m.get("status") == "verified"
+                and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)]
+        if (op or run) and not todo:
+            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}")
+        return [bk.restore_op(rfs, vault, m) for m in todo]
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     if op:

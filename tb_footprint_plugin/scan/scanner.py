@@ -60,8 +60,6 @@ def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_
                  progress: Optional[Progress]) -> LogdirFootprint:
     """Scan a bucket logdir: one recursive listing, event files streamed by ranged reads,
     the cache (in the bucket) keyed on size + ETag/generation."""
-    from tb_footprint_plugin.scan.discovery import discover_listing
-    from tb_footprint_plugin.scan.cache import RemoteScanCache
     from tb_footprint_plugin.storage.remote import RemoteFS
 
     rfs = RemoteFS(url)
@@ -69,6 +67,18 @@ def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_
         objects = rfs.list_tree()
     except FileNotFoundError:
         raise NotADirectoryError(f"logdir {rfs.url}: no such bucket") from None
+    return scan_bucket(rfs, objects, backup_dir=backup_dir, use_cache=use_cache,
+                       write_cache=write_cache, progress=progress)
+
+
+def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bool = True,
+                write_cache: bool = True, progress: Optional[Progress] = None) -> LogdirFootprint:
+    """The scan of a bucket logdir from a listing already made (``RemoteFS.list_tree()``), so a
+    reduction plans and checks versions against the very listing it scanned."""
+    from tb_footprint_plugin.scan.discovery import discover_listing
+    from tb_footprint_plugin.scan.cache import RemoteScanCache
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
     exclude = []
     vault_prefixes = [STATE_DIR_NAME + "/blobs/"]
     if backup_dir and is_remote(backup_dir) and backup_dir.rstrip("/").startswith(rfs.url + "/"):

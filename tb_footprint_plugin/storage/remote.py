@@ -769,7 +769,7 @@ class _AzureOps(_Ops):
         if if_source_version:
             kw.update(source_etag=f'"{if_source_version}"', source_match_condition=MatchConditions.IfNotModified)
         if if_absent:
-            kw.update(etag="*", match_condition=MatchConditions.IfMissing)
+            kw.update(match_condition=MatchConditions.IfMissing)
         try:
             r = self._blob(dst).start_copy_from_url(self._blob(src).url, **kw)
         except Exception as e:  # noqa: BLE001
