@@ -101,8 +101,8 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered)
     for rp in p.runs:
         if rp.skipped:
-            o = RunOutcome(run=rp.run, status="skipped", reason=rp.skipped, bytes_before=rp.bytes_before,
-                           bytes_after=rp.bytes_before)
+            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
+                           bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
         else:
             o = bk.reduce_run(rfs, vault, rp, objects, quiet_period)
         report.outcomes.append(o)
@@ -227,8 +227,9 @@ def reduce_logdir(
         p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
                  min_size=min_size, older_than=older_than, quiet_period=quiet_period)
         return ReduceReport(dry_run=True, plan=p, outcomes=[
-            RunOutcome(run=rp.run, status="skipped" if rp.skipped else "dry_run", reason=rp.skipped,
-                       bytes_before=rp.bytes_before, bytes_after=rp.expected_after_bytes) for rp in p.runs])
+            RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
+                       reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
+                       bytes_after=rp.expected_after_bytes) for rp in p.runs])
     ctx = _context(logdir, backup_dir, quiet_period, verify_backends)
     pol = get_policy(policy)
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)

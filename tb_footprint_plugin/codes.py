@@ -37,6 +37,7 @@ class Skip(Code):
     CANCELLED = "cancelled"  # the batch was cancelled before this run started
     NOT_IN_PLAN = "not_in_plan"  # the run changed since the plan the user confirmed
     NOT_A_RUN = "not_a_run"  # files TensorBoard attributes to no run
+    NOT_ON_STORE = "not_supported_on_store"  # the plan needs a step this object store run cannot take yet
 
 
 #: Skips that pass with time: a resumed batch tries these runs again.

@@ -30,8 +30,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import faults
-from tb_footprint_plugin.engine.transaction import RecoveryOutcome, RunOutcome, new_op_id
+from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -178,15 +180,17 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
     """Reduce one run of a bucket logdir by its plan ``rp`` (deletes only); never raises for a
     store failure: the run ends verified, rolled back, or skipped, with a reason."""
     t0 = time.monotonic()
-    out = RunOutcome(run=rp.run, status="skipped", bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+    out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                     bytes_after=rp.bytes_before)
     unsupported = sorted({a.kind for a in rp.actions if a.kind not in ("delete", "remove_dir")})
     if unsupported:
         out.reason = (f"{', '.join(unsupported)} of files in a bucket is not available yet; "
                       "this run is left as it is")
+        out.code = Skip.NOT_ON_STORE
         return out
     deletes = [a for a in rp.actions if a.kind == "delete"]
     if not deletes:
-        out.reason = "nothing to remove"
+        out.reason, out.code = "nothing to remove", Skip.NOTHING
         return out
     st = _State(rfs)
     op_id = new_op_id()
@@ -194,7 +198,7 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
     try:
         lock_path, _ = _lock(st, rp.run, op_id)
     except BucketTxnError as e:
-        out.reason = str(e)
+        out.reason, out.code = str(e), Skip.LOCKED
         return out
     journal = None
     try:
@@ -202,7 +206,7 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         for a in deletes:
             o = listing.get(a.path)
             if o is None:
-                raise BucketTxnError("changed_since_plan", f"{a.path}: gone since the plan")
+                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{a.path}: gone since the plan")
             files.append({"path": a.path, "size": o.size, "version": o.version_token,
                           "checksums": content_checksums(o), "backup": vault.blob(op_id, a.path)})
         journal = _Journal(st, op_id, {"op": op_id, "run": rp.run, "logdir": rfs.url, "step": "planned",
@@ -213,10 +217,10 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         for f in files:
             cur = now_objs.get(f["path"])
             if cur is None or cur.version_token != f["version"]:
-                raise BucketTxnError("changed_since_plan", f"{f['path']}: changed since the plan; run left as it was")
+                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since the plan; run left as it was")
         newest = max((o.mtime for o in now_objs.values()), default=0.0)
         if newest > _now() - quiet_period:
-            raise BucketTxnError("active", f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
+            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
                                  "a run being written is left alone")
         # Backups: server-side copies, integrity by the store's checksums.
         for f in files:
@@ -241,7 +245,7 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         faults.hit("bucket.after_delete")
         verification = _verify(rfs, vault, rp.run, files, listing)
         journal.step("done")
-        out.status = "verified"
+        out.status = Outcome.VERIFIED
         out.bytes_after = manifest["bytes_after"]
         out.removed_files = [f["path"] for f in files]
         out.verification = verification
@@ -258,9 +262,12 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
                 _rollback(rfs, vault, journal.doc)
                 journal.remove()
             rfs.ops.delete([lock_path])
-            out.status = "skipped" if code in ("changed_since_plan", "active") else "rolled_back"
-        except (RemoteError, OSError) as e2:
-            out.status = "failed"
+            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
+                out.status, out.code = Outcome.SKIPPED, code
+            else:
+                out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+        except (BucketTxnError, RemoteError, OSError) as e2:
+            out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
             out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
         return out
     finally:
@@ -360,20 +367,20 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         path = rfs.path(f"{JOURNAL}/{rel}")
         doc, version = st.read(path)
         if not doc or doc.get("corrupt") or "run" not in doc:
-            out.append(RecoveryOutcome(op_id=rel, run="?", action="failed",
+            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
                                        detail=f"{path}: unreadable journal left in place"))
             continue
         run, op_id = doc["run"], doc.get("op", rel[:-5])
         lock_path = rfs.path(_lock_key(run))
         lock, _ = st.read(lock_path)
         if lock and lock.get("op") == op_id and not _owner_gone(lock):
-            out.append(RecoveryOutcome(op_id=op_id, run=run, action="skipped_live",
+            out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running"))
             continue
         # untrusted input: only keys of this logdir and this vault are acted on
         for f in doc.get("files", []):
             if not isinstance(f.get("path"), str) or not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
-                out.append(RecoveryOutcome(op_id=op_id, run=run, action="failed",
+                out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.FAILED,
                                            detail="journal names keys outside the logdir or vault; left alone"))
                 break
             rfs.path(f["path"])  # raises on '..' and friends
@@ -381,14 +388,14 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             try:
                 if doc.get("step") in ("deleting", "done") and all(f.get("backup_checksums") for f in doc["files"]):
                     _delete_all(rfs, [rfs.path(f["path"]) for f in doc["files"]])
-                    action, detail = "completed", "backups were verified; the reduction was finished"
+                    action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
                 else:
                     _rollback(rfs, vault, doc)
-                    action, detail = "rolled_back", f"stopped at step {doc.get('step')}; run left as it was"
+                    action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
                 rfs.ops.delete([path, lock_path])
                 out.append(RecoveryOutcome(op_id=op_id, run=run, action=action, detail=detail))
             except (BucketTxnError, RemoteError) as e:
-                out.append(RecoveryOutcome(op_id=op_id, run=run, action="failed", detail=str(e)))
+                out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.FAILED, detail=str(e)))
     return out
 
 
@@ -416,13 +423,13 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
     checksums, and mark the manifest restored. An original key that exists again is left alone."""
     run = manifest["run"]
-    out = RunOutcome(run=run, status="failed", op_id=manifest["op"],
+    out = RunOutcome(run=run, status=Outcome.FAILED, op_id=manifest["op"],
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
     st = _State(rfs)
     try:
         lock_path, _ = _lock(st, run, manifest["op"])
     except BucketTxnError as e:
-        out.status, out.reason = "skipped", str(e)
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
     try:
         conflicts = []
@@ -446,12 +453,12 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         manifest["restored_at"] = _now()
         cur = rfs.ops.head(vault.manifest(manifest["op"]))
         st.update(vault.manifest(manifest["op"]), manifest, cur.version_token if cur else "")
-        out.status = "restored"
+        out.status = Outcome.RESTORED
         if conflicts:
             out.reason = f"{len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
         return out
     except (BucketTxnError, RemoteError) as e:
-        out.reason = f"{getattr(e, 'code', 'store_error')}: {e}"
+        out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
         return out
     finally:
         rfs.ops.delete([lock_path])
