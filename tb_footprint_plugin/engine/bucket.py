@@ -239,9 +239,19 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         st.create(vault.manifest(op_id), manifest)
         journal.step("backed_up")
         faults.hit("bucket.after_backup")
+        # Last look before the destructive step: an object rewritten since its backup was made
+        # must not be deleted (its new bytes have no backup). Each delete also carries the
+        # version as a condition where the store takes one.
+        faults.hit("bucket.before_recheck")
+        now_objs = _run_listing(rfs, vault, rp.run)
+        for f in files:
+            cur = now_objs.get(f["path"])
+            if cur is None or cur.version_token != f["version"]:
+                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since its backup; run left as it was")
         journal.step("deleting")  # the destructive step is preceded by its record
         faults.hit("bucket.before_delete")
-        _delete_all(rfs, [rfs.path(f["path"]) for f in files])
+        _delete_all(rfs, [rfs.path(f["path"]) for f in files],
+                    versions={rfs.path(f["path"]): f["version"] for f in files})
         faults.hit("bucket.after_delete")
         verification = _verify(rfs, vault, rp.run, files, listing)
         journal.step("done")
@@ -287,12 +297,13 @@ def _stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
     return h.hexdigest()
 
 
-def _delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3) -> None:
+def _delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
+                versions: Optional[Dict[str, str]] = None) -> None:
     """Delete ``paths`` in batches; keys the store refused are retried; raises if any remain."""
     todo = list(paths)
     failed: Dict[str, str] = {}
     for i in range(attempts):
-        failed = rfs.ops.delete(todo)
+        failed = rfs.ops.delete(todo, versions=versions)
         if not failed:
             return
         todo = sorted(failed)
@@ -363,8 +374,11 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         journals = rfs.list_tree(JOURNAL)
     except FileNotFoundError:
         return out
-    for rel in sorted(journals):
-        path = rfs.path(f"{JOURNAL}/{rel}")
+    for key in sorted(journals):
+        rel = key.rsplit("/", 1)[-1]
+        if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
+            continue
+        path = rfs.path(key)
         doc, version = st.read(path)
         if not doc or doc.get("corrupt") or "run" not in doc:
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
@@ -387,7 +401,13 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         else:
             try:
                 if doc.get("step") in ("deleting", "done") and all(f.get("backup_checksums") for f in doc["files"]):
-                    _delete_all(rfs, [rfs.path(f["path"]) for f in doc["files"]])
+                    present = _run_listing(rfs, vault, run)
+                    todo = [f for f in doc["files"] if f["path"] in present]
+                    changed = [f["path"] for f in todo if present[f["path"]].version_token != f["version"]]
+                    if changed:  # new bytes under a planned key have no backup: never delete them
+                        raise BucketTxnError(Failure.ERROR, f"{changed[0]}: rewritten since its backup; left as is")
+                    _delete_all(rfs, [rfs.path(f["path"]) for f in todo],
+                                versions={rfs.path(f["path"]): f["version"] for f in todo})
                     action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
                 else:
                     _rollback(rfs, vault, doc)
@@ -403,6 +423,7 @@ def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """Every manifest in the vault, newest first."""
     st = _State(rfs)
     prefix = vault.root + "/manifests"
+    rfs.fs.invalidate_cache()  # fsspec's listing cache may predate this process's own writes
     try:
         found = rfs.fs.find(prefix)
         rfs.stats.add("list")

@@ -538,19 +538,26 @@ class _S3Ops(_Ops):
             cs["md5"] = md5
         return CopyResult(version=etag, checksums=cs)
 
-    def delete(self, paths) -> Dict[str, str]:
-        """Delete in batches of 1,000 keys; returns {path: error} for keys the store refused."""
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """Delete in batches of 1,000 keys; returns {path: error} for keys the store refused.
+        ``versions`` (path -> ETag) makes each key's delete conditional on its ETag."""
         failed: Dict[str, str] = {}
         by_bucket: Dict[str, list] = {}
+        versions = versions or {}
         for p in paths:
             b, k = self.split(p)
             by_bucket.setdefault(b, []).append(k)
         for b, keys in by_bucket.items():
             for i in range(0, len(keys), 1000):
                 page = keys[i:i + 1000]
+                ids = []
+                for k in page:
+                    ident = {"Key": k}
+                    if versions.get(f"{b}/{k}"):
+                        ident["ETag"] = f'"{versions[f"{b}/{k}"]}"'
+                    ids.append(ident)
                 try:
-                    r = self.client.delete_objects(Bucket=b, Delete={"Objects": [{"Key": k} for k in page],
-                                                                      "Quiet": True})
+                    r = self.client.delete_objects(Bucket=b, Delete={"Objects": ids, "Quiet": True})
                 except Exception as e:  # noqa: BLE001 - the whole page failed: report every key
                     for k in page:
                         failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
@@ -673,12 +680,14 @@ class _GCSOps(_Ops):
         res = r.get("resource", {})
         return CopyResult(version=str(res.get("generation", "")), checksums=_checksums(res))
 
-    def delete(self, paths) -> Dict[str, str]:
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         failed = {}
+        versions = versions or {}
         for p in paths:
             b, k = self.split(p)
+            kw = {"ifGenerationMatch": versions[p]} if versions.get(p) else {}
             try:
-                self._call("DELETE", "b/{}/o/{}", b, k)
+                self._call("DELETE", "b/{}/o/{}", b, k, **kw)
             except Exception as e:  # noqa: BLE001
                 err = self._err(e, p)
                 if err.code != "not_found":
@@ -779,9 +788,12 @@ class _AzureOps(_Ops):
         info = self.head(dst)  # the copy's MD5 is a property of the new blob
         return CopyResult(version=(r.get("etag") or info.etag).strip('"'), checksums=info.checksums)
 
-    def delete(self, paths) -> Dict[str, str]:
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        from azure.core import MatchConditions
+
         failed = {}
         by_container: Dict[str, list] = {}
+        versions = versions or {}
         for p in paths:
             b, k = self.split(p)
             by_container.setdefault(b, []).append(k)
@@ -789,8 +801,11 @@ class _AzureOps(_Ops):
             cc = self.client.get_container_client(b)
             for i in range(0, len(keys), 256):  # a blob batch takes at most 256 sub-requests
                 page = keys[i:i + 256]
+                items = [({"name": k, "etag": f'"{versions[f"{b}/{k}"]}"',
+                           "match_condition": MatchConditions.IfNotModified}
+                          if versions.get(f"{b}/{k}") else k) for k in page]
                 try:
-                    results = list(cc.delete_blobs(*page, raise_on_any_failure=False))
+                    results = list(cc.delete_blobs(*items, raise_on_any_failure=False))
                 except Exception as e:  # noqa: BLE001
                     for k in page:
                         failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
