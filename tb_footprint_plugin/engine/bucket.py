@@ -160,11 +160,17 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     raise BucketTxnError("locked", f"run {run} is being changed by {who}; left alone")
 
 
+#: operations this process is running right now (a lock of this pid naming another op is stale)
+_ACTIVE_OPS: set = set()
+
+
 def _owner_gone(lock: dict) -> bool:
     if not lock or lock.get("corrupt"):
         return True
     if lock.get("expires", 0) < _now():
         return True
+    if lock.get("host") == socket.gethostname() and lock.get("pid") == os.getpid():
+        return lock.get("op") not in _ACTIVE_OPS
     if lock.get("host") == socket.gethostname():
         try:
             os.kill(int(lock.get("pid", 0)), 0)
@@ -201,6 +207,7 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         out.reason, out.code = str(e), Skip.LOCKED
         return out
     journal = None
+    _ACTIVE_OPS.add(op_id)
     try:
         files = []
         for a in deletes:
@@ -269,9 +276,12 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         out.reason = f"{code}: {e}"
         try:
             if journal is not None:
+                # recorded first: a recovery that finds this journal must finish the rollback,
+                # not roll the reduction forward
+                journal.step("rolling_back")
                 _rollback(rfs, vault, journal.doc)
-                journal.remove()
-            rfs.ops.delete([lock_path])
+                _must_delete(rfs, [journal.path])
+            _must_delete(rfs, [lock_path])
             if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
                 out.status, out.code = Outcome.SKIPPED, code
             else:
@@ -281,6 +291,7 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
             out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
         return out
     finally:
+        _ACTIVE_OPS.discard(op_id)
         out.duration_s = time.monotonic() - t0
 
 
@@ -361,8 +372,17 @@ def _rollback(rfs: RemoteFS, vault: BucketVault, doc: dict) -> None:
             if same_content(res.checksums, f["checksums"]) is False:
                 raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
             put_back.append(f["path"])
-    # Originals are all in place: the copies in the vault are redundant now.
-    rfs.ops.delete([f["backup"] for f in doc.get("files", [])] + [vault.manifest(doc["op"])])
+    # Originals are all in place: the copies in the vault are redundant now (the manifest first,
+    # so no restorable operation ever points at a missing backup).
+    _must_delete(rfs, [vault.manifest(doc["op"])])
+    _must_delete(rfs, [f["backup"] for f in doc.get("files", [])])
+
+
+def _must_delete(rfs: RemoteFS, paths: List[str]) -> None:
+    failed = rfs.ops.delete(paths)
+    if failed:
+        key = sorted(failed)[0]
+        raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{key}: could not be deleted ({failed[key]})")
 
 
 def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
@@ -412,7 +432,8 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 else:
                     _rollback(rfs, vault, doc)
                     action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
-                rfs.ops.delete([path, lock_path])
+                _must_delete(rfs, [path])
+                _must_delete(rfs, [lock_path])
                 out.append(RecoveryOutcome(op_id=op_id, run=run, action=action, detail=detail))
             except (BucketTxnError, RemoteError) as e:
                 out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.FAILED, detail=str(e)))

@@ -455,7 +455,8 @@ class _S3Ops(_Ops):
         from botocore.config import Config
 
         # "standard" retries back off on 503 SlowDown / 500 InternalError and retry them.
-        cfg = Config(retries={"mode": "standard", "max_attempts": 6})
+        cfg = Config(retries={"mode": os.environ.get("AWS_RETRY_MODE", "standard"),
+                              "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "6"))})
         self.client = boto3.client("s3", endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
 
     def _err(self, e, what: str):
