@@ -87,9 +87,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
     then each run as its own bucket transaction."""
     from tb_footprint_plugin.engine import bucket as bk
-    from tb_footprint_plugin.plan.cost import request_cost
     from tb_footprint_plugin.scan.scanner import scan_bucket
-    from tb_footprint_plugin.storage.remote import protocol_of
 
     rfs, vault = _bucket(logdir, backup_dir)
     recovered = bk.recover(rfs, vault)
@@ -97,7 +95,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
     p = make_plan(fp, pol, runs=runs, run_glob=run_glob, min_size=min_size, older_than=older_than,
                   quiet_period=quiet_period)
-    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    _bucket_notes(p, fp, backup_dir)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered)
     for rp in p.runs:
         if rp.skipped:
@@ -136,11 +134,20 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     p = make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period)
     if is_remote(fp.logdir):
-        from tb_footprint_plugin.plan.cost import request_cost
-        from tb_footprint_plugin.storage.remote import protocol_of
-
-        p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+        _bucket_notes(p, fp, backup_dir)
     return p
+
+
+def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> None:
+    """The request cost of a bucket plan, and when its bytes are really freed on this bucket."""
+    from tb_footprint_plugin.engine.bucket import retention_report
+    from tb_footprint_plugin.plan.cost import request_cost
+    from tb_footprint_plugin.storage.remote import protocol_of
+
+    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    rfs, vault = _bucket(fp.logdir, backup_dir)
+    p.cost["freed"] = retention_report(rfs, vault, p.removable_bytes)
+    p.notes = [n for n in p.notes if "disk" not in n] + p.cost["freed"]["lines"]
 
 
 @dataclass
@@ -319,7 +326,7 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
 
         rfs, vault = _bucket(logdir, backup_dir)
         bk.recover(rfs, vault)
-        todo = [m for m in bk.manifests(rfs, vault) if m.get("status") == "verified"
+        todo = [m for m in bk.manifests(rfs, vault) if m.get("status") == "verified" and not m.get("purged")
                 and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)]
         if (op or run) and not todo:
             raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}")
@@ -344,6 +351,13 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     A blob another kept operation, or an unfinished one, still needs is never deleted; a run
     being changed right now is passed over.
     """
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir, backup_dir)
+        bk.recover(rfs, vault)
+        d = bk.purge(rfs, vault, older_than=older_than, run=run, op=op, yes=yes)
+        return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"])
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     return purge_backups(ctx, older_than=older_than, run=run, yes=yes, op=op)

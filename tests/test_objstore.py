@@ -480,3 +480,63 @@ def test_persistent_store_faults_roll_back_cleanly(s3_via_proxy, demo_logdir, ca
     assert _logdir_hashes(bucket, "logs") == before
     state = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/")]
     assert [k for k in state if not k.endswith("scan-cache.json")] == []
+
+
+# --- versioned buckets, soft delete, purge -------------------------------------------------
+def test_freed_numbers_follow_the_buckets_retention(bucket, demo_logdir):
+    """The plan says separately what leaves the logdir, what purge frees and what the bucket keeps
+    after a delete: GCS soft delete (the emulator reports Google's 7-day default), Azure without
+    soft delete, S3 without versioning."""
+    url = bucket.upload(demo_logdir, "logs")
+    p = api.plan(url, DROP_PROFILES, quiet_period=0)
+    freed = p.cost["freed"]
+    assert freed["removed_from_logdir"] == p.removable_bytes > 0
+    assert freed["freed_now"] == 0  # backups are copies in the same store until purge
+    if bucket.scheme == "gs":
+        assert freed["retention_days"] == 7 and freed["freed_after_purge"] == 0
+        assert any("7 day(s) after purge" in n for n in p.notes)
+    else:
+        assert freed["retention_days"] is None and freed["freed_after_purge"] == p.removable_bytes
+        assert any("at purge" in n for n in p.notes)
+
+
+@pytest.mark.parametrize("lifecycle", [False, True])
+def test_versioned_s3_bucket_is_reported_honestly(s3_bucket, demo_logdir, lifecycle):
+    """On a versioned bucket a delete only adds a delete marker: without a lifecycle rule that
+    expires noncurrent versions nothing is ever freed, and the plan says so; with one, it says when."""
+    import boto3
+
+    c = boto3.client("s3")
+    c.put_bucket_versioning(Bucket=s3_bucket.name, VersioningConfiguration={"Status": "Enabled"})
+    if lifecycle:
+        c.put_bucket_lifecycle_configuration(Bucket=s3_bucket.name, LifecycleConfiguration={"Rules": [{
+            "ID": "expire-noncurrent", "Status": "Enabled", "Filter": {"Prefix": ""},
+            "NoncurrentVersionExpiration": {"NoncurrentDays": 30}}]})
+    url = s3_bucket.upload(demo_logdir, "logs")
+    p = api.plan(url, DROP_PROFILES, quiet_period=0)
+    freed = p.cost["freed"]
+    assert freed["versioning"] is True and freed["freed_after_purge"] == 0
+    if lifecycle:
+        assert freed["retention_days"] == 30 and freed["freed_after_retention"] == p.removable_bytes
+    else:
+        assert freed["freed_after_retention"] is None
+        assert any("lifecycle rule" in n and "delete marker" in n for n in p.notes)
+    # reduce and restore still byte-identical on a versioned bucket
+    before = _logdir_hashes(s3_bucket, "logs")
+    rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0)
+    assert all(o.status in ("verified", "skipped") for o in rep.outcomes)
+    assert all(o.status == "restored" for o in api.restore(url))
+    assert _logdir_hashes(s3_bucket, "logs") == before
+
+
+def test_purge_deletes_backups_and_ends_restorability(bucket, demo_logdir):
+    url = bucket.upload(demo_logdir, "logs")
+    rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0)
+    listed = api.purge(url)
+    assert listed.dry_run and listed.freed_bytes == rep.saved_bytes > 0
+    assert any(k.startswith(".tb-footprint/blobs/") for k in RemoteFS(url).list_tree())
+    done = api.purge(url, yes=True)
+    assert not done.dry_run and done.freed_bytes == rep.saved_bytes
+    assert not any(k.startswith(".tb-footprint/blobs/") for k in RemoteFS(url).list_tree())
+    assert api.restore(url) == []
+    assert api.purge(url).ops == []

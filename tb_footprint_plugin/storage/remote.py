@@ -81,7 +81,7 @@ class ObjectInfo:
     size: int
     mtime: float
     etag: str = ""
-    generation: str = ""  # GCS generation, S3 version id where listed; '' otherwise
+    generation: str = ""  # GCS generation; '' on S3 and Azure (their preconditions take the ETag)
     checksums: Dict[str, str] = field(default_factory=dict)  # e.g. {'md5': ..., 'crc32c': ...}
 
     @property
@@ -273,7 +273,9 @@ class RemoteFS:
                 size=int(info.get("size") or 0),
                 mtime=_mtime(info),
                 etag=str(info.get("ETag") or info.get("etag") or "").strip('"'),
-                generation=str(info.get("generation") or info.get("VersionId") or info.get("version_id") or ""),
+                # the token preconditions take: GCS generation; S3 and Azure match on the ETag
+                # (a version id would not do, and only versioned buckets have one)
+                generation=str(info.get("generation") or ""),
                 checksums=_checksums(info),
             )
         pages = max(1, math.ceil(len(found) / LIST_PAGE.get(self.protocol, 1000)))
@@ -485,7 +487,7 @@ class _S3Ops(_Ops):
             self.rfs.stats.add("head")
         cs = {"sha256": r["ChecksumSHA256"]} if r.get("ChecksumSHA256") else {}
         info = ObjectInfo(key=k, size=r["ContentLength"], mtime=_mtime(r), etag=r["ETag"].strip('"'),
-                          generation=r.get("VersionId") or "", checksums=cs)
+                          checksums=cs)
         return info
 
     def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
