@@ -24,6 +24,25 @@ DROP = (0, b"")  # close the connection without an answer
 AFTER_500 = (-500, S3_INTERNAL[1])
 
 
+def _s3_verb(method: str, path: str, headers) -> str:
+    """What an S3 request is: list, read, head, put, copy, delete, or other (bucket calls)."""
+    path_only, _, query = path.partition("?")
+    key = path_only.strip("/").partition("/")[2]
+    if method == "GET":
+        if not key:
+            return "list" if ("list-type" in query or "prefix" in query or not query) else "other"
+        return "read"
+    if method == "HEAD":
+        return "head"
+    if method == "PUT":
+        return "copy" if headers.get("x-amz-copy-source") else ("put" if key else "other")
+    if method == "POST" and "delete" in query:
+        return "delete"
+    if method == "DELETE":
+        return "delete" if key else "other"
+    return "other"
+
+
 @dataclass
 class Rule:
     """Answer ``fault`` to the first ``times`` requests for which ``match(method, path)`` holds."""
@@ -41,6 +60,14 @@ class FaultyProxy:
     rules: List[Rule] = field(default_factory=list)
     requests: int = 0
     server: Optional[ThreadingHTTPServer] = None
+    counts: dict = field(default_factory=dict)  # S3 verb -> requests the server was sent
+    bytes_down: int = 0  # object bytes sent back by GETs
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.counts = {}
+            self.bytes_down = 0
 
     @property
     def endpoint(self) -> str:
@@ -74,6 +101,9 @@ class FaultyProxy:
             def _handle(self):
                 body = self._body()
                 proxy.requests += 1
+                verb = _s3_verb(self.command, self.path, self.headers)
+                with proxy.lock:
+                    proxy.counts[verb] = proxy.counts.get(verb, 0) + 1
                 for rule in proxy.rules:
                     if rule.match(self.command, self.path):
                         rule.seen += 1
@@ -119,6 +149,9 @@ class FaultyProxy:
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)
+                    if verb == "read":
+                        with proxy.lock:
+                            proxy.bytes_down += len(data)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

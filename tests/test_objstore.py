@@ -540,3 +540,28 @@ def test_purge_deletes_backups_and_ends_restorability(bucket, demo_logdir):
     assert not any(k.startswith(".tb-footprint/blobs/") for k in RemoteFS(url).list_tree())
     assert api.restore(url) == []
     assert api.purge(url).ops == []
+
+
+def test_two_processes_never_reduce_one_run_and_a_dead_lock_is_taken_over(s3_bucket, demo_logdir):
+    """A run whose lock is held by a live owner is left alone (skipped: locked); a lock whose owner
+    is gone and that guards no journal is taken over."""
+    import json
+    import socket
+
+    from tb_footprint_plugin.engine import bucket as bk
+
+    url = s3_bucket.upload(demo_logdir, "logs")
+    planned = api.plan(url, DROP_PROFILES, quiet_period=0)
+    run = next(rp.run for rp in planned.runs if not rp.skipped)
+    lock = s3_bucket.key("logs/" + bk._lock_key(run))
+    live = {"run": run, "op": "other-op", "host": socket.gethostname(), "pid": os.getppid(),
+            "at": 0, "expires": 4e9}
+    s3_bucket.fs.pipe_file(lock, json.dumps(live).encode())
+    rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0, runs=[run])
+    (o,) = rep.outcomes
+    assert o.status == "skipped" and o.code == "locked" and "other-op" in o.reason
+    dead = dict(live, pid=2 ** 22 + 12345)  # no such process
+    s3_bucket.fs.pipe_file(lock, json.dumps(dead).encode())
+    rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0, runs=[run])
+    (o,) = rep.outcomes
+    assert o.status == "verified", (o.status, o.reason)

@@ -155,9 +155,20 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     except RemoteError as e:
         if e.code != ALREADY_EXISTS:
             raise
-    held, _ = st.read(path)
+    held, version = st.read(path)
+    if held is not None and _owner_gone(held) and version and \
+            st.ops.head(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
+        # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
+        # is conditional on the lock's version, so of two takers only one wins)
+        if not st.ops.delete([path], versions={path: version}):
+            try:
+                return path, st.create(path, doc)
+            except RemoteError as e:
+                if e.code != ALREADY_EXISTS:
+                    raise
+            held, _ = st.read(path)
     who = f"{held.get('host')} pid {held.get('pid')} (operation {held.get('op')})" if held else "another process"
-    raise BucketTxnError("locked", f"run {run} is being changed by {who}; left alone")
+    raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
 
 
 #: operations this process is running right now (a lock of this pid naming another op is stale)
@@ -219,16 +230,8 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         journal = _Journal(st, op_id, {"op": op_id, "run": rp.run, "logdir": rfs.url, "step": "planned",
                                        "vault": vault.root, "files": files, "lock": lock_path})
         faults.hit("bucket.after_journal")
-        # A fresh listing of the run: what the plan saw must still be there, and quiet.
-        now_objs = _run_listing(rfs, vault, rp.run)
-        for f in files:
-            cur = now_objs.get(f["path"])
-            if cur is None or cur.version_token != f["version"]:
-                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since the plan; run left as it was")
-        newest = max((o.mtime for o in now_objs.values()), default=0.0)
-        if newest > _now() - quiet_period:
-            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
-                                 "a run being written is left alone")
+        # No listing here: the plan's listing is what each copy is conditional on (a changed object
+        # fails its copy), and the run is listed once more right before the delete step.
         # Backups: server-side copies, integrity by the store's checksums.
         for f in files:
             res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
@@ -244,7 +247,6 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
                     "files": files, "bytes_before": rp.bytes_before,
                     "bytes_after": rp.bytes_before - sum(f["size"] for f in files)}
         st.create(vault.manifest(op_id), manifest)
-        journal.step("backed_up")
         faults.hit("bucket.after_backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the
@@ -255,19 +257,23 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
             cur = now_objs.get(f["path"])
             if cur is None or cur.version_token != f["version"]:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since its backup; run left as it was")
-        journal.step("deleting")  # the destructive step is preceded by its record
+        newest = max((o.mtime for o in now_objs.values()), default=0.0)
+        if newest > _now() - quiet_period:
+            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
+                                 "a run being written is left alone")
+        journal.step("deleting")  # the destructive step is preceded by its record (backups verified)
         faults.hit("bucket.before_delete")
         _delete_all(rfs, [rfs.path(f["path"]) for f in files],
                     versions={rfs.path(f["path"]): f["version"] for f in files})
         faults.hit("bucket.after_delete")
         verification = _verify(rfs, vault, rp.run, files, listing)
-        journal.step("done")
         out.status = Outcome.VERIFIED
         out.bytes_after = manifest["bytes_after"]
         out.removed_files = [f["path"] for f in files]
         out.verification = verification
-        journal.remove()
-        rfs.ops.delete([lock_path])
+        # done: the journal and the lock go in one batch (journal first in it: a crash between the
+        # two leaves only a stale lock, which recovery drops)
+        rfs.ops.delete([journal.path, lock_path])
         return out
     except faults.InjectedFault:
         raise
