@@ -565,3 +565,32 @@ def test_two_processes_never_reduce_one_run_and_a_dead_lock_is_taken_over(s3_buc
     rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0, runs=[run])
     (o,) = rep.outcomes
     assert o.status == "verified", (o.status, o.reason)
+
+
+def _tensorboard_view(url, runs):
+    """What TensorBoard's own Python loader reads from each run over the bucket URL: every
+    tag's (step, value) series, through the gfile of TensorBoard (s3:// via boto3 and
+    S3_ENDPOINT, other schemes via fsspec)."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+
+    view = {}
+    for run in runs:
+        acc = pea.EventAccumulator(f"{url}/{run}" if run != "." else url, size_guidance={"tensors": 0})
+        acc.Reload()
+        tags = acc.Tags()
+        view[run] = {t: [(e.step, e.tensor_proto.SerializeToString()) for e in acc.Tensors(t)]
+                     for t in tags.get("tensors", [])}
+        assert view[run] or not tags.get("tensors")
+    return view
+
+
+def test_tensorboard_reads_the_reduced_bucket_the_same(bucket, demo_logdir):
+    """After a reduction, TensorBoard's Python loader reading the bucket over the same URL scheme
+    sees exactly the series it saw before, run by run."""
+    url = bucket.upload(demo_logdir, "logs")
+    runs = [r.name for r in scan(url).runs if r.has_event_files]
+    before = _tensorboard_view(url, runs)
+    assert sum(len(v) for v in before.values()) > 0
+    rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0)
+    assert any(o.status == "verified" for o in rep.outcomes)
+    assert _tensorboard_view(url, runs) == before
