@@ -53,8 +53,8 @@ RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
              verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> Context:
     if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
-        raise RemoteError("not_supported", f"{logdir}: changing a logdir in object storage is not "
-                          "available yet; scan and plan are")
+        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage yet "
+                          "(scan, plan, reduce, restore and purge are)")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
