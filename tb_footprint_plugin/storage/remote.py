@@ -627,10 +627,10 @@ class _GCSOps(_Ops):
         return self._info(k, r)
 
     def _check(self, path, *, if_absent=False, if_version: Optional[str] = None) -> None:
-        """Check a precondition with a metadata read before a conditional call. GCS itself
-        enforces ifGenerationMatch atomically; gcp-storage-emulator ignores it, so without this
-        the tests could not tell a lost race from success. One extra request."""
-        if not (if_absent or if_version):
+        """Check a precondition with a metadata read before a conditional call, against an
+        emulator only (``STORAGE_EMULATOR_HOST``): GCS itself enforces ifGenerationMatch
+        atomically, gcp-storage-emulator ignores it. One extra request there."""
+        if not (if_absent or if_version) or not os.environ.get("STORAGE_EMULATOR_HOST"):
             return
         cur = self.head(path)
         if if_absent and cur is not None:
