@@ -113,9 +113,9 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
 def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
     """Settle unfinished operations (rolled back, or finished when their swap was recorded)."""
     if is_remote(logdir):
-        from tb_footprint_plugin.engine.bucket import recover
+        from tb_footprint_plugin.engine import bucket as bk
 
-        return recover(*_bucket(logdir, backup_dir))
+        return bk.recover(*_bucket(logdir, backup_dir))
     ctx = _context(logdir, backup_dir)
     if not any(True for _ in pending_journals(ctx.journal_dir)):
         return []
