@@ -119,8 +119,8 @@ def main(argv=None) -> int:
         print(f"runs reduced and verified: {ok}/{n}; restored: {sum(o.status == 'restored' for o in outs)}")
         print(f"re-scan: {warm_counts.get('list', 0)} listing page(s) (one listing), {warm.files_read} event files read, "
               f"{warm.files_cached} from the cache")
-        print(f"reduction bytes downloaded: {red_down} (target 0 for drop-only runs; the state objects "
-              "it reads are its own journal/lock/manifest, not logdir data)")
+        print(f"reduction bytes downloaded: {red_down} (target 0 for drop-only runs: what it reads is the scan "
+              "cache in the bucket, no logdir file)")
         red_total = sum(red_counts.values())
         red_no_backup = red_total - red_counts.get("copy", 0)
         naive_total = sum(naive_counts.values())
