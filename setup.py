@@ -53,10 +53,25 @@ setup(
         "tomli>=1.1; python_version < '3.11'",
     ],
     extras_require={
+        # Remote logdirs, one extra per store. Each brings the fsspec backend the tool uses;
+        # s3 also brings boto3 because TensorBoard reads s3:// through boto3 (and verification
+        # reads through TensorBoard). s3fs pins aiobotocore, which pins botocore: pip then picks
+        # the boto3 that matches (no pin of our own to fight it).
+        "s3": ["s3fs>=2024.6", "boto3>=1.34"],
+        "gcs": ["gcsfs>=2024.6"],
+        "azure": ["adlfs>=2024.7"],
         "test": [
             "pytest>=7",
             "playwright>=1.40",
             "tensorboard-plugin-profile>=2.15",
+            "s3fs>=2024.6",
+            "boto3>=1.34",
+            "gcsfs>=2024.6",
+            "adlfs>=2024.7",
+            # Real store servers on loopback: moto's standalone S3 server and a GCS emulator
+            # (Azurite, the Azure one, comes from npm in scripts/test.sh).
+            "moto[server]>=5.0",
+            "gcp-storage-emulator>=2024.8",
             # The end-of-training integrations are tested with the real frameworks on CPU. torch
             # is pinned to the CPU build this machine keeps on disk (any other release resolves to
             # a CUDA build of several GB); lightning and transformers then take it as it is.

@@ -22,6 +22,14 @@ if { [ ! -x /usr/bin/chromium ] || ! command -v rsync >/dev/null 2>&1; } \
     && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver rsync >/dev/null
 fi
+# Azurite (the Azure Blob emulator the object-store tests run against) from npm, into a
+# repo-local, git-ignored folder; node and npm come from Debian when missing.
+if [ ! -x .ci/node/node_modules/.bin/azurite-blob ]; then
+  if ! command -v npm >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+  fi
+  npm install --prefix .ci/node --no-audit --no-fund --silent azurite@3.35.0
+fi
 export PATH="$PWD/.venv/bin:$PATH"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
 for b in bench/*.py; do

@@ -49,6 +49,7 @@ from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.storage.remote import RemoteError, is_remote
 
 DEFAULT_BACKENDS = ("python", "rust")
 RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
@@ -57,6 +58,9 @@ RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
              verify_backends: Sequence[str] = DEFAULT_BACKENDS,
              closed_files: Optional[Mapping[str, float]] = None) -> Context:
+    if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
+        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage yet "
+                          "(scan, plan, reduce, restore and purge are)")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -73,11 +77,54 @@ def pending_operations(logdir: str) -> List[str]:
     return [j.op_id for j in pending_journals(Context(logdir).journal_dir)]
 
 
+def _bucket(logdir: str, backup_dir: Optional[str]):
+    from tb_footprint_plugin.engine.bucket import BucketVault
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
+    if backup_dir and not is_remote(backup_dir):
+        raise ValueError(f"backup dir {backup_dir}: a bucket logdir keeps its backups in the same store "
+                         "(server-side copies); give an s3://, gs:// or az:// prefix")
+    rfs = RemoteFS(logdir)
+    return rfs, BucketVault.for_logdir(rfs, backup_dir)
+
+
+def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
+                   quiet_period, on_outcome) -> "ReduceReport":
+    """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
+    then each run as its own bucket transaction."""
+    from tb_footprint_plugin.engine import bucket as bk
+    from tb_footprint_plugin.scan.scanner import scan_bucket
+
+    rfs, vault = _bucket(logdir, backup_dir)
+    recovered = bk.recover(rfs, vault)
+    objects = rfs.list_tree()
+    fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
+    p = make_plan(fp, pol, runs=runs, run_glob=run_glob, min_size=min_size, older_than=older_than,
+                  quiet_period=quiet_period)
+    _bucket_notes(p, fp, backup_dir)
+    report = ReduceReport(dry_run=False, plan=p, recovered=recovered)
+    for rp in p.runs:
+        if rp.skipped:
+            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
+                           bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+        else:
+            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period)
+        report.outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    report.requests = rfs.stats.to_dict()
+    return report
+
+
 def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
     """What every start does (``tb-footprint recover``): settle unfinished operations (rolled
     back, or finished when their swap was recorded), rebuild lost manifests from the vault's
     log, finish killed purges, sweep scratch space of ended processes, and salvage records
     written into backups after their reduction. Each outcome has an action and a code."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        return bk.recover(*_bucket(logdir, backup_dir))
     ctx = _context(logdir, backup_dir)
     return recover_all(ctx, known_vaults(ctx), own_manifests)
 
@@ -103,10 +150,16 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     ``closed_files`` (logdir-relative path -> mtime when found closed) are files the caller's
     own job wrote and closed: the quiet period skips them while unchanged, and only them.
     A run with an unfinished operation, or with a file some process on this machine holds open
-    for writing, is left alone (``code``; ``writers`` names the processes)."""
+    for writing, is left alone (``code``; ``writers`` names the processes).
+
+    On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
+    requests and bytes a reduction and a restore would take."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     p = make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
+    if is_remote(fp.logdir):
+        _bucket_notes(p, fp, backup_dir)
+        return p
     logdir = os.path.abspath(logdir)
     ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
     if ops:
@@ -124,6 +177,18 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     return p
 
 
+def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> None:
+    """The request cost of a bucket plan, and when its bytes are really freed on this bucket."""
+    from tb_footprint_plugin.engine.bucket import retention_report
+    from tb_footprint_plugin.plan.cost import request_cost
+    from tb_footprint_plugin.storage.remote import protocol_of
+
+    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    rfs, vault = _bucket(fp.logdir, backup_dir)
+    p.cost["freed"] = retention_report(rfs, vault, p.removable_bytes)
+    p.notes = [n for n in p.notes if "disk" not in n] + p.cost["freed"]["lines"]
+
+
 @dataclass
 class ReduceReport:
     """Result of ``reduce_logdir``: the plan, per-run outcomes and totals."""
@@ -133,6 +198,8 @@ class ReduceReport:
     outcomes: List[RunOutcome] = field(default_factory=list)
     recovered: List[RecoveryOutcome] = field(default_factory=list)
     ledger_path: Optional[str] = None
+    #: bucket logdirs: the requests the reduction issued, per verb, and bytes moved
+    requests: Optional[dict] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -170,6 +237,7 @@ class ReduceReport:
             "outcomes": [o.to_dict() for o in self.outcomes],
             "recovered": [vars(r) for r in self.recovered],
             "ledger": self.ledger_path,
+            "requests": self.requests,
         }
 
 
@@ -199,6 +267,17 @@ def reduce_logdir(
     ``<logdir>/.tb-footprint/ledger.json``) every transition is recorded and a rerun resumes.
     ``closed_files``: see ``plan`` (the end-of-training integrations pass the job's own files).
     """
+    if is_remote(logdir):
+        if not dry_run:
+            return _reduce_bucket(logdir, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
+                                  min_size=min_size, older_than=older_than, quiet_period=quiet_period,
+                                  on_outcome=on_outcome)
+        p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
+                 min_size=min_size, older_than=older_than, quiet_period=quiet_period)
+        return ReduceReport(dry_run=True, plan=p, outcomes=[
+            RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
+                       reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
+                       bytes_after=rp.expected_after_bytes) for rp in p.runs])
     ctx = _context(logdir, backup_dir, quiet_period, verify_backends, closed_files)
     pol = get_policy(policy)
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
@@ -291,6 +370,16 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir."""
 
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir, backup_dir)
+        bk.recover(rfs, vault)
+        todo = [m for m in bk.manifests(rfs, vault) if m.get("status") == "verified" and not m.get("purged")
+                and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)]
+        if (op or run) and not todo:
+            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}")
+        return [bk.restore_op(rfs, vault, m) for m in todo]
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     if op:
@@ -313,6 +402,13 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     kept and listed in ``kept`` with a code (the preview says so too); a run being changed
     right now is passed over.
     """
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir, backup_dir)
+        bk.recover(rfs, vault)
+        d = bk.purge(rfs, vault, older_than=older_than, run=run, op=op, yes=yes)
+        return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"])
     ctx = _context(logdir, backup_dir)
     recovered = recover_logdir(logdir, backup_dir)
     report = purge_backups(ctx, older_than=older_than, run=run, yes=yes, op=op)

@@ -158,6 +158,11 @@ def _print_plan(p) -> None:
           f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()})")
     for n in p.notes:
         print(f"note: {n}")
+    if p.cost:
+        from tb_footprint_plugin.plan.cost import format_cost
+
+        print("\nrequests to the store:")
+        print(format_cost(p.cost))
 
 
 def cmd_plan(args) -> int:

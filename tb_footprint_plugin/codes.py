@@ -41,6 +41,7 @@ class Skip(Code):
     CHANGED_BY_OTHER = "changed_by_other"  # another process changed the run since it was planned
     UNFINISHED = "unfinished_operation"  # an interrupted operation on the run: `tb-footprint recover` first
     NOT_REGULAR = "not_regular_file"  # a FIFO, socket or device where a file was planned: never opened
+    NOT_ON_STORE = "not_supported_on_store"  # the plan needs a step this object store run cannot take yet
 
 
 #: Skips that pass with time: a resumed batch tries these runs again.

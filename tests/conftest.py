@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+# Real object-store servers on loopback (moto, gcp-storage-emulator, Azurite), started on first use.
+from objstore_servers import bucket, objstore_pool, s3_bucket  # noqa: F401,E402
+
 REPO = Path(__file__).resolve().parents[1]
 #: Real writers' logs, vendored so that a fresh clone tests against them (see its README.md).
 REAL_FIXTURES = REPO / "tests" / "fixtures" / "real"

@@ -56,6 +56,8 @@ class Plan:
     total_bytes: int
     runs: List[RunPlan]
     notes: List[str] = field(default_factory=list)
+    #: bucket logdirs: requests and bytes per phase (plan.cost.request_cost); None on disk
+    cost: Optional[Dict[str, dict]] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -78,4 +80,5 @@ class Plan:
             "expected_after_bytes": self.expected_after_bytes,
             "runs": [r.to_dict() for r in self.runs],
             "notes": self.notes,
+            "cost": self.cost,
         }

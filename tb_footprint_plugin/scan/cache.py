@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
@@ -20,7 +20,7 @@ from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
 CACHE_VERSION = 2
 CACHE_NAME = "scan-cache.json"
 
-Key = Tuple[int, int, int]
+Key = tuple  # (size, mtime_ns, inode) on disk; (size, ETag or generation) in a bucket
 
 
 def _well_formed(rel, entry) -> bool:
@@ -96,5 +96,43 @@ class ScanCache:
                     raise
         except OSError as e:
             return f"scan cache not saved in {self.state_dir}: {e.strerror or e}"
+        self.dirty = False
+        return None
+
+
+class RemoteScanCache(ScanCache):
+    """The scan cache of a bucket logdir, kept in the bucket beside the journal
+    (``<logdir>/.tb-footprint/scan-cache.json``) so any machine's re-scan of an unchanged logdir
+    costs one listing. Keys are (size, ETag/generation). Two concurrent writers: the last one
+    wins, which only costs the other a slower next scan.
+    """
+
+    def __init__(self, rfs, rel: str, present: bool):
+        self._rfs = rfs
+        self._rel = rel
+        self._present = present  # known from the listing: no request to find out
+        super().__init__(None)
+
+    @property
+    def path(self) -> Optional[str]:
+        return self._rfs.url_of(self._rel)
+
+    def _load(self) -> None:
+        if not self._present:
+            return
+        try:
+            data = json.loads(self._rfs.read_bytes(self._rel).decode("utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and data.get("version") == CACHE_VERSION and isinstance(data.get("files"), dict):
+            self.entries = data["files"]
+
+    def save(self) -> Optional[str]:
+        if not self.dirty:
+            return None
+        try:
+            self._rfs.write_bytes(self._rel, json.dumps({"version": CACHE_VERSION, "files": self.entries}).encode())
+        except OSError as e:
+            return f"scan cache not saved in {self.path}: {e}"
         self.dirty = False
         return None

@@ -37,6 +37,13 @@ class FoundFile:
     is_symlink: bool
     link_target: Optional[str] = None
     run_rel_parts: Tuple[str, ...] = ()  # directories between the run dir and the file
+    #: object stores: what changes whenever the bytes change (GCS generation, else ETag)
+    version: str = ""
+
+    @property
+    def cache_key(self) -> tuple:
+        """What the scan cache keys on: (size, version) in a bucket, (size, mtime_ns, inode) on disk."""
+        return (self.size, self.version) if self.version else (self.size, self.mtime_ns, self.ino)
 
 
 @dataclass
@@ -71,14 +78,21 @@ def _is_dir_nofollow(path: str) -> bool:
         return False
 
 
-def is_run_dir(names: Iterable[str], dirpath: str, subdirs: Iterable[str]) -> Tuple[bool, bool]:
-    """(is a run, has event files) for a directory with these file names and subdirectories."""
+def is_run_dir(names: Iterable[str], dirpath: str, subdirs: Iterable[str],
+               has_profile_dir: Optional[bool] = None) -> Tuple[bool, bool]:
+    """(is a run, has event files) for a directory with these file names and subdirectories.
+
+    ``has_profile_dir`` says whether ``plugins/profile`` is below it when the caller already
+    knows (a bucket listing); otherwise the local disk is asked.
+    """
     has_events = any(cat.is_event_file_name(n) for n in names)
     if has_events:
         return True, True
     if any(cat.is_torch_trace_name(n) for n in names):
         return True, False
-    if "plugins" in subdirs and _is_dir_nofollow(os.path.join(dirpath, "plugins", "profile")):
+    if has_profile_dir is None:
+        has_profile_dir = "plugins" in subdirs and _is_dir_nofollow(os.path.join(dirpath, "plugins", "profile"))
+    if has_profile_dir:
         return True, False
     return False, False
 
@@ -207,3 +221,54 @@ def _found_file(entry, parts, logdir, owner_depth, warnings) -> Optional[FoundFi
         link_target=target,
         run_rel_parts=tuple(parts[owner_depth:]),
     )
+
+
+def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
+                     exclude: Iterable[str] = ()) -> Discovery:
+    """Attribute the objects of one bucket listing (relative key -> ObjectInfo) to runs, by the
+    same rules as :func:`discover`, without another request: "directories" are the key prefixes.
+
+    ``exclude`` holds relative prefixes (the state directory, a vault inside the logdir) whose
+    objects are left out. Object stores have no symlinks and no empty directories.
+    """
+    excluded = {p.strip("/") for p in exclude} | {STATE_DIR_NAME}
+    # prefix parts -> (file names, subdirectory names)
+    tree: Dict[Tuple[str, ...], Tuple[List[str], set]] = {(): ([], set())}
+    for key in objects:
+        parts = tuple(key.split("/"))
+        if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))):
+            continue
+        for i in range(len(parts) - 1):
+            tree.setdefault(parts[:i], ([], set()))[1].add(parts[i])
+            tree.setdefault(parts[: i + 1], ([], set()))
+        tree[parts[:-1]][0].append(parts[-1])
+    runs: Dict[str, FoundRun] = {}
+    warnings: List[str] = []
+    stack: List[Tuple[Tuple[str, ...], Optional[str], int]] = [((), None, 0)]
+    base = logdir_url.rstrip("/")
+    while stack:
+        parts, owner, owner_depth = stack.pop()
+        names, subdirs = tree[parts]
+        has_profile = "plugins" in subdirs and "profile" in tree.get(parts + ("plugins",), ((), set()))[1]
+        run_here, has_events = is_run_dir(names, "", subdirs, has_profile_dir=has_profile)
+        if run_here:
+            owner = _rel(parts)
+            owner_depth = len(parts)
+            runs.setdefault(owner, FoundRun(name=owner, abspath=f"{base}/{owner}" if parts else base))
+            runs[owner].has_event_files = runs[owner].has_event_files or has_events
+        run_name = owner if owner is not None else UNATTRIBUTED
+        for n in names:
+            rel = "/".join(parts + (n,))
+            o = objects[rel]
+            bucket = runs.setdefault(run_name, FoundRun(name=run_name, abspath=None))
+            bucket.files.append(FoundFile(
+                rel=rel, abspath=f"{base}/{rel}", size=o.size, mtime=o.mtime,
+                mtime_ns=int(o.mtime * 1e9), ino=0, is_symlink=False,
+                run_rel_parts=tuple(parts[owner_depth:]),
+                version=o.version_token or f"mtime:{o.mtime}",
+            ))
+        for d in sorted(subdirs, reverse=True):
+            stack.append((parts + (d,), owner, owner_depth))
+    for r in runs.values():
+        r.files.sort(key=lambda f: f.rel)
+    return Discovery(runs=runs, warnings=warnings)

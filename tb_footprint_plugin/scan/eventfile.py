@@ -181,27 +181,32 @@ class EventFileStats:
         )
 
 
-def event_file_stats(path: str, display_name: Optional[str] = None) -> EventFileStats:
+def event_file_stats(path, display_name: Optional[str] = None, size: Optional[int] = None) -> EventFileStats:
     """Categorize every byte of the event file at ``path`` (CRCs verified).
 
+    ``path`` may also be a binary file object (a ranged reader over an object in a bucket);
+    the reader closes it. ``size`` (known from a listing) is reported if the file is unreadable.
     Never raises for bad content or an unreadable file; messages name ``display_name`` (or
     ``path``).
     """
-    name = display_name or path
+    name = display_name or str(getattr(path, "name", path))
     acc = _Accumulator(name)
     try:
         with RecordReader(path, verify=True, display_name=name) as reader:
             for batch in reader.batches():
                 acc.add_batch(batch)
     except OSError as e:
-        return _unreadable(path, name, e)
+        return _unreadable(path, name, e, size)
+    finally:
+        if not isinstance(path, (str, os.PathLike)):
+            path.close()
     return acc.finish(reader)
 
 
-def _unreadable(path: str, name: str, err: OSError) -> EventFileStats:
+def _unreadable(path, name: str, err: OSError, size: Optional[int] = None) -> EventFileStats:
     try:
-        size = os.stat(path).st_size
-    except OSError:
+        size = os.stat(path).st_size if size is None else size
+    except (OSError, TypeError):
         size = 0
     reason = err.strerror or str(err)
     return EventFileStats(size=size, status="unreadable", warning=f"{name}: unreadable ({reason})")

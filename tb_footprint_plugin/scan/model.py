@@ -97,6 +97,8 @@ class LogdirFootprint:
     warnings: List[str] = field(default_factory=list)
     files_read: int = 0  # event files parsed in this scan (not served from the cache)
     files_cached: int = 0
+    #: requests the scan issued to an object store, per verb, and bytes downloaded (None on disk)
+    requests: Optional[Dict[str, int]] = None
     schema_version: int = SCHEMA_VERSION
 
     def run(self, name: str) -> Optional[RunFootprint]:
@@ -146,5 +148,6 @@ def footprint_from_dict(d: dict) -> LogdirFootprint:
         warnings=list(d.get("warnings", [])),
         files_read=d.get("files_read", 0),
         files_cached=d.get("files_cached", 0),
+        requests=d.get("requests"),
         schema_version=d.get("schema_version", SCHEMA_VERSION),
     )

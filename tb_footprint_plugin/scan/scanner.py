@@ -20,7 +20,8 @@ from tb_footprint_plugin.scan.model import (
     RunFootprint,
     UNATTRIBUTED,
 )
-from tb_footprint_plugin.storage.paths import is_within, recorded_vaults, state_dir
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_within, recorded_vaults, state_dir
+from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.scan.cache import ScanCache
 
 Progress = Callable[[int, int], None]
@@ -39,6 +40,9 @@ def scan(
     ``write_cache=False`` makes the scan write nothing at all (dry runs use it).
     Raises ``NotADirectoryError``/``FileNotFoundError`` naming the logdir if it is not one.
     """
+    if is_remote(logdir):
+        return _scan_remote(logdir, backup_dir=backup_dir, use_cache=use_cache,
+                            write_cache=write_cache, progress=progress)
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -48,6 +52,66 @@ def scan(
         exclude.append(os.path.abspath(backup_dir))
     found = discover(logdir, exclude=exclude)
     cache = ScanCache(sdir if use_cache else None)
+    return _assemble(logdir, found, cache, use_cache=use_cache, write_cache=write_cache,
+                     progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir))
+
+
+def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_cache: bool,
+                 progress: Optional[Progress]) -> LogdirFootprint:
+    """Scan a bucket logdir: one recursive listing, event files streamed by ranged reads,
+    the cache (in the bucket) keyed on size + ETag/generation."""
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
+    rfs = RemoteFS(url)
+    try:
+        objects = rfs.list_tree()
+    except FileNotFoundError:
+        raise NotADirectoryError(f"logdir {rfs.url}: no such bucket") from None
+    return scan_bucket(rfs, objects, backup_dir=backup_dir, use_cache=use_cache,
+                       write_cache=write_cache, progress=progress)
+
+
+def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bool = True,
+                write_cache: bool = True, progress: Optional[Progress] = None) -> LogdirFootprint:
+    """The scan of a bucket logdir from a listing already made (``RemoteFS.list_tree()``), so a
+    reduction plans and checks versions against the very listing it scanned."""
+    from tb_footprint_plugin.scan.discovery import discover_listing
+    from tb_footprint_plugin.scan.cache import RemoteScanCache
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
+    exclude = []
+    vault_prefixes = [STATE_DIR_NAME + "/blobs/"]
+    if backup_dir and is_remote(backup_dir) and backup_dir.rstrip("/").startswith(rfs.url + "/"):
+        inner = backup_dir.rstrip("/")[len(rfs.url) + 1:]
+        exclude.append(inner)
+        vault_prefixes.append(inner + "/blobs/")
+    found = discover_listing(rfs.url, objects, exclude=exclude)
+    cache_rel = f"{STATE_DIR_NAME}/scan-cache.json"
+    cache = RemoteScanCache(rfs, cache_rel, present=cache_rel in objects) if use_cache else ScanCache(None)
+
+    def opener(f: FoundFile):
+        return rfs.open_ranged(f.rel, f.size)
+
+    def vault_bytes() -> int:
+        total = sum(o.size for k, o in objects.items() if any(k.startswith(p) for p in vault_prefixes))
+        if backup_dir and is_remote(backup_dir) and not backup_dir.rstrip("/").startswith(rfs.url + "/"):
+            try:
+                other = RemoteFS(backup_dir, stats=rfs.stats)
+                total += sum(o.size for o in other.list_tree("blobs").values())
+            except (OSError, ValueError):
+                pass
+        return total
+
+    fp = _assemble(rfs.url, found, cache, use_cache=use_cache, write_cache=write_cache,
+                   progress=progress, vault_bytes=vault_bytes, opener=opener)
+    fp.requests = rfs.stats.to_dict()
+    return fp
+
+
+def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_cache: bool,
+              progress: Optional[Progress], vault_bytes: Callable[[], int],
+              opener: Optional[Callable] = None) -> LogdirFootprint:
+    """Footprints of discovered runs (event files read or served from the cache), and totals."""
     counters = {"read": 0, "cached": 0}
     total_event_files = sum(
         1 for r in found.runs.values() for f in r.files if _is_summary_event(f)
@@ -59,7 +123,7 @@ def scan(
         if progress:
             progress(done[0], total_event_files)
 
-    runs = [_run_footprint(r, cache, counters, tick) for r in found.runs.values()]
+    runs = [_run_footprint(r, cache, counters, tick, opener) for r in found.runs.values()]
     runs.sort(key=lambda r: (-r.total_bytes, r.name))
     warnings = list(found.warnings)
     if use_cache and write_cache:
@@ -71,14 +135,13 @@ def scan(
     for r in runs:
         for c in r.categories.values():
             totals.setdefault(c.name, CategoryStat(name=c.name)).add(c)
-    vault_bytes = _backup_bytes(sdir, backup_dir)
     return LogdirFootprint(
         logdir=logdir,
         scanned_at=time.time(),
         total_bytes=sum(r.total_bytes for r in runs),
         runs=runs,
         categories=dict(sorted(totals.items(), key=lambda kv: -kv[1].bytes)),
-        vault_bytes=vault_bytes,
+        vault_bytes=vault_bytes(),
         warnings=warnings,
         files_read=counters["read"],
         files_cached=counters["cached"],
@@ -98,10 +161,10 @@ def _is_summary_event(f: FoundFile) -> bool:
     return not f.is_symlink and cat.is_summary_event_file_name(os.path.basename(f.rel))
 
 
-def _event_stats(f: FoundFile, cache: ScanCache, counters: dict):
+def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optional[Callable] = None):
     from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
 
-    key = (f.size, f.mtime_ns, f.ino)
+    key = f.cache_key
     cached = cache.get(f.rel, key)
     if cached is not None:
         # the cache is read back from disk: an entry of another shape, or one whose sizes do
@@ -113,7 +176,8 @@ def _event_stats(f: FoundFile, cache: ScanCache, counters: dict):
                 return stats
         except (KeyError, TypeError, ValueError, AttributeError):
             pass
-    stats = event_file_stats(f.abspath, display_name=display(f.rel))
+    source = opener(f) if opener else f.abspath
+    stats = event_file_stats(source, display_name=display(f.rel), size=f.size)
     counters["read"] += 1
     # A file being appended to changes key on every scan anyway; caching it is harmless.
     if stats.status != "unreadable":
@@ -121,7 +185,8 @@ def _event_stats(f: FoundFile, cache: ScanCache, counters: dict):
     return stats
 
 
-def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick) -> RunFootprint:
+def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
+                   opener: Optional[Callable] = None) -> RunFootprint:
     run = RunFootprint(
         name=found.name, path=found.name, has_event_files=found.has_event_files
     )
@@ -130,7 +195,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick) -> R
         run.newest_mtime = max(run.newest_mtime, f.mtime)
         run.total_bytes += f.size
         if _is_summary_event(f):
-            event_stats.append((f, _event_stats(f, cache, counters)))
+            event_stats.append((f, _event_stats(f, cache, counters, opener)))
             tick()
             continue
         category = cat.SYMLINK if f.is_symlink else cat.classify_file(

@@ -1,0 +1,846 @@
+"""Remote logdirs (``s3://``, ``gs://``, ``az://`` and any other fsspec URL) for the storage layer.
+
+Local paths never come here: they keep the POSIX code path. A remote logdir is opened once as a
+:class:`RemoteFS`, which issues every request the tool makes to the store and counts it per verb
+(list pages, ranged reads, heads, copies, puts, deletes, bytes down and up), so a dry run can say
+what a reduction will cost and a benchmark can show what a scan did cost.
+
+Credentials and endpoints come from where the ecosystem looks for them: the environment and
+config files read by boto3/aiobotocore (``AWS_*``, ``~/.aws``), TensorBoard's ``S3_ENDPOINT``,
+``STORAGE_EMULATOR_HOST``/application default credentials for GCS, and
+``AZURE_STORAGE_CONNECTION_STRING``/``AZURE_STORAGE_ACCOUNT_NAME`` for Azure.
+
+Listing is one recursive paginated listing of the logdir prefix (``list_objects_v2`` without a
+delimiter on S3, ``objects.list`` without a delimiter on GCS, a flat ``list_blobs`` on Azure):
+never a walk one directory level at a time. Event files are read by ranged GETs of one CHUNK
+each through :class:`RangedReader`, never copied to local disk.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Dict, Iterator, Optional, Tuple
+
+#: The bytes one ranged GET asks for when streaming an event file (the record reader's chunk).
+READ_CHUNK = 1 << 20
+
+#: URL scheme -> (fsspec protocol, the pip extra that installs it)
+SCHEMES: Dict[str, Tuple[str, str]] = {
+    "s3": ("s3", "s3"),
+    "s3a": ("s3", "s3"),
+    "gs": ("gcs", "gcs"),
+    "gcs": ("gcs", "gcs"),
+    "az": ("az", "azure"),
+    "abfs": ("az", "azure"),
+    "abfss": ("az", "azure"),
+}
+
+#: Objects per listing page, as each service returns them (for request estimates).
+LIST_PAGE = {"s3": 1000, "gcs": 1000, "az": 5000}
+#: Keys one batched delete request takes (S3 DeleteObjects); stores without batch delete: 1.
+DELETE_BATCH = {"s3": 1000, "gcs": 1, "az": 256}
+
+
+class RemoteError(OSError):
+    """A remote store could not be reached or refused a request; ``code`` says what kind."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def split_scheme(path: str) -> Tuple[Optional[str], str]:
+    """(scheme, rest) for ``scheme://rest``; (None, path) for a local path."""
+    if "://" not in path:
+        return None, path
+    scheme, rest = path.split("://", 1)
+    return scheme.lower(), rest
+
+
+def protocol_of(url: str) -> str:
+    """The fsspec protocol ('s3', 'gcs', 'az', ...) of a remote URL."""
+    scheme, _ = split_scheme(url)
+    return SCHEMES.get(scheme or "", (scheme or "file", None))[0]
+
+
+def is_remote(path: str) -> bool:
+    """True for a URL that names something other than the local filesystem."""
+    scheme, _ = split_scheme(os.fspath(path))
+    return scheme is not None and scheme != "file"
+
+
+@dataclass
+class ObjectInfo:
+    """One object found by a listing."""
+
+    key: str  # relative to the listed root, '/'-separated
+    size: int
+    mtime: float
+    etag: str = ""
+    generation: str = ""  # GCS generation; '' on S3 and Azure (their preconditions take the ETag)
+    checksums: Dict[str, str] = field(default_factory=dict)  # e.g. {'md5': ..., 'crc32c': ...}
+
+    @property
+    def version_token(self) -> str:
+        """What changes whenever the object's bytes change: generation, else ETag."""
+        return self.generation or self.etag
+
+
+@dataclass
+class RequestStats:
+    """Requests issued to a store, per verb, and the bytes moved; thread-safe counters."""
+
+    list: int = 0
+    read: int = 0
+    head: int = 0
+    copy: int = 0
+    put: int = 0
+    delete: int = 0
+    bytes_down: int = 0
+    bytes_up: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, verb: str, n: int = 1, *, down: int = 0, up: int = 0) -> None:
+        with self._lock:
+            setattr(self, verb, getattr(self, verb) + n)
+            self.bytes_down += down
+            self.bytes_up += up
+
+    @property
+    def requests(self) -> int:
+        return self.list + self.read + self.head + self.copy + self.put + self.delete
+
+    def to_dict(self) -> dict:
+        return {"list": self.list, "read": self.read, "head": self.head, "copy": self.copy,
+                "put": self.put, "delete": self.delete, "requests": self.requests,
+                "bytes_down": self.bytes_down, "bytes_up": self.bytes_up}
+
+
+def _mtime(info: dict) -> float:
+    for k in ("LastModified", "last_modified", "updated", "mtime", "timeCreated", "created"):
+        v = info.get(k)
+        if v is None:
+            continue
+        if isinstance(v, datetime):
+            return (v if v.tzinfo else v.replace(tzinfo=timezone.utc)).timestamp()
+        if isinstance(v, (int, float)):
+            return float(v)
+        if isinstance(v, str):
+            try:
+                return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return 0.0
+
+
+def _checksums(info: dict) -> Dict[str, str]:
+    out = {}
+    for src, name in (("crc32c", "crc32c"), ("md5Hash", "md5"), ("ChecksumSHA256", "sha256"),
+                      ("ChecksumCRC32C", "crc32c")):
+        v = info.get(src)
+        if v:
+            out[name] = str(v)
+    cs = info.get("content_settings") or {}
+    md5 = cs.get("content_md5") if isinstance(cs, dict) else getattr(cs, "content_md5", None)
+    if md5:
+        import base64
+
+        out["md5"] = base64.b64encode(bytes(md5)).decode("ascii")
+    return out
+
+
+def _s3_kwargs() -> dict:
+    """s3fs options: TensorBoard's S3_ENDPOINT counts when AWS_ENDPOINT_URL is not set
+    (botocore reads AWS_ENDPOINT_URL itself)."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") \
+        or os.environ.get("S3_ENDPOINT")
+    kw: dict = {}
+    if endpoint:
+        if "://" not in endpoint:  # TensorFlow's S3_ENDPOINT was host[:port]
+            use_https = os.environ.get("S3_USE_HTTPS", "1") not in ("0", "false")
+            endpoint = ("https://" if use_https else "http://") + endpoint
+        kw["endpoint_url"] = endpoint
+    return kw
+
+
+def _gcs_kwargs() -> dict:
+    # gcsfs 2026.x probes every bucket's type over gRPC unless told not to; with no way to
+    # reach that endpoint it stalls ~60 s. Plain buckets need no probe.
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        # An emulator takes no credentials; looking for them would probe the cloud metadata server.
+        return {"token": "anon"}
+    return {}
+
+
+def _az_kwargs() -> dict:
+    kw: dict = {}
+    conn = os.environ.get("AZURE_STORAGE_CONNECTION_STRING")
+    if conn:
+        kw["connection_string"] = conn
+    elif os.environ.get("AZURE_STORAGE_ACCOUNT_NAME"):
+        kw["account_name"] = os.environ["AZURE_STORAGE_ACCOUNT_NAME"]
+        if os.environ.get("AZURE_STORAGE_ACCOUNT_KEY"):
+            kw["account_key"] = os.environ["AZURE_STORAGE_ACCOUNT_KEY"]
+        else:
+            kw["anon"] = False  # DefaultAzureCredential
+    return kw
+
+
+_KWARGS = {"s3": _s3_kwargs, "gcs": _gcs_kwargs, "az": _az_kwargs}
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, protocol, root path without scheme) for a remote URL.
+
+    Raises :class:`RemoteError` with code ``missing_extra`` naming the pip extra to install
+    when the scheme's package is absent.
+    """
+    scheme, rest = split_scheme(url)
+    if scheme is None:
+        raise ValueError(f"{url} is a local path, not a URL")
+    try:
+        import fsspec
+    except ImportError:  # pragma: no cover - fsspec comes with every extra
+        raise RemoteError("missing_extra", f"{url}: install tb-footprint-plugin[{SCHEMES.get(scheme, ('', 's3'))[1]}]")
+    proto, extra = SCHEMES.get(scheme, (scheme, None))
+    kwargs = _KWARGS.get(proto, dict)()
+    try:
+        fs = fsspec.filesystem(proto, **kwargs)
+    except ImportError as e:
+        hint = f"pip install 'tb-footprint-plugin[{extra}]'" if extra else f"install the fsspec backend for {scheme}://"
+        raise RemoteError("missing_extra", f"{url}: {scheme}:// needs {e.name or 'a package'}: {hint}") from e
+    except ValueError as e:
+        raise RemoteError("unknown_scheme", f"{url}: no filesystem for {scheme}:// ({e})") from e
+    root = rest.strip("/")
+    if not root:
+        raise ValueError(f"{url}: name a bucket")
+    return fs, proto, root
+
+
+class RemoteFS:
+    """A remote logdir's filesystem: every request the tool makes goes through here and is counted."""
+
+    def __init__(self, url: str, stats: Optional[RequestStats] = None):
+        self.url = url.rstrip("/")
+        self.scheme, _ = split_scheme(self.url)
+        self.fs, self.protocol, self.root = filesystem(self.url)
+        self.stats = stats or RequestStats()
+
+    # --- names ------------------------------------------------------------------------------
+    def path(self, rel: str = "") -> str:
+        """Store path (no scheme) of ``rel`` under the root; '' or '.' is the root itself."""
+        rel = rel.strip("/")
+        if rel in ("", "."):
+            return self.root
+        parts = rel.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"{rel}: not a plain relative key under {self.url}")
+        return f"{self.root}/{rel}"
+
+    def url_of(self, rel: str = "") -> str:
+        return f"{self.scheme}://{self.path(rel)}"
+
+    # --- listing ----------------------------------------------------------------------------
+    def list_tree(self, rel: str = "") -> Dict[str, ObjectInfo]:
+        """Every object under ``rel`` (one recursive paginated listing), keyed by path relative
+        to the root. Raises ``FileNotFoundError`` when the bucket does not exist."""
+        base = self.path(rel)
+        self.fs.invalidate_cache(base)
+        try:
+            found = self.fs.find(base, detail=True, withdirs=False)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise RemoteError("list_failed", f"{self.url_of(rel)}: listing failed ({e})") from e
+        finally:
+            self.fs.invalidate_cache(base)
+        out: Dict[str, ObjectInfo] = {}
+        plen = len(self.root) + 1
+        for name, info in found.items():
+            name = name.rstrip("/")
+            if info.get("type") == "directory" or not name.startswith(self.root + "/"):
+                continue
+            key = name[plen:]
+            if not key or key.endswith("/"):
+                continue  # zero-byte "folder" markers some tools create are not files
+            out[key] = ObjectInfo(
+                key=key,
+                size=int(info.get("size") or 0),
+                mtime=_mtime(info),
+                etag=str(info.get("ETag") or info.get("etag") or "").strip('"'),
+                # the token preconditions take: GCS generation; S3 and Azure match on the ETag
+                # (a version id would not do, and only versioned buckets have one)
+                generation=str(info.get("generation") or ""),
+                checksums=_checksums(info),
+            )
+        pages = max(1, math.ceil(len(found) / LIST_PAGE.get(self.protocol, 1000)))
+        self.stats.add("list", pages)
+        return out
+
+    def exists(self) -> bool:
+        """True when the root prefix holds at least one object or is a bucket."""
+        try:
+            return self.fs.exists(self.root)
+        finally:
+            self.stats.add("head")
+
+    # --- reading ----------------------------------------------------------------------------
+    def read_range(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of an object: one ranged GET."""
+        data = self.fs.cat_file(self.path(rel), start=start, end=end)
+        self.stats.add("read", down=len(data))
+        return data
+
+    def open_ranged(self, rel: str, size: int, chunk: int = READ_CHUNK) -> "RangedReader":
+        """A seekable binary reader of ``rel`` that fetches ranges on demand (no local copy)."""
+        return RangedReader(self, rel, size, chunk)
+
+    def read_bytes(self, rel: str) -> bytes:
+        data = self.fs.cat_file(self.path(rel))
+        self.stats.add("read", down=len(data))
+        return data
+
+    @property
+    def ops(self) -> "_Ops":
+        """Conditional puts, server-side copies, batched deletes (created on first use)."""
+        if getattr(self, "_ops", None) is None:
+            self._ops = ops_for(self)
+        return self._ops
+
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Put a small object (state files: cache, journal, manifests) in one request."""
+        self.fs.pipe_file(self.path(rel), data)
+        self.stats.add("put", up=len(data))
+
+
+class RangedReader(io.RawIOBase):
+    """A read-only, seekable file over one remote object; every ``read`` is one ranged GET of at
+    most the requested size, so memory stays bounded by the caller's chunk, whatever the object's
+    size. ``size`` comes from the listing, so opening costs no request."""
+
+    def __init__(self, rfs: RemoteFS, rel: str, size: int, chunk: int = READ_CHUNK):
+        super().__init__()
+        self._rfs = rfs
+        self._rel = rel
+        self._size = size
+        self._pos = 0
+        self.chunk = chunk
+        self.name = rfs.url_of(rel)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            pos = offset
+        elif whence == io.SEEK_CUR:
+            pos = self._pos + offset
+        elif whence == io.SEEK_END:
+            pos = self._size + offset
+        else:
+            raise ValueError(f"bad whence {whence}")
+        if pos < 0:
+            raise ValueError("negative seek position")
+        self._pos = pos
+        return pos
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = self._rfs.read_range(self._rel, self._pos, self._pos + n)
+        got = len(data)
+        b[:got] = data
+        self._pos += got
+        return got
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._size - self._pos
+        n = min(size, self._size - self._pos)
+        if n <= 0:
+            return b""
+        data = self._rfs.read_range(self._rel, self._pos, self._pos + n)
+        self._pos += len(data)
+        return data
+
+
+def iter_chunks(reader: io.RawIOBase, chunk: int = READ_CHUNK) -> Iterator[bytes]:
+    """Stream a reader in chunks of ``chunk`` bytes."""
+    while True:
+        data = reader.read(chunk)
+        if not data:
+            return
+        yield data
+
+
+# --- conditional writes, server-side copies, batched deletes ---------------------------------
+# fsspec has no preconditions, no copy checksums and no per-key delete results, which a safe
+# reducer needs; these go through each store's own client (boto3 for S3, the GCS JSON API through
+# gcsfs's authenticated session, azure-storage-blob for Azure), all counted in the same stats.
+
+PRECONDITION_FAILED = "precondition_failed"
+ALREADY_EXISTS = "already_exists"
+
+
+@dataclass
+class CopyResult:
+    """A server-side copy: the new object's version token and the checksums the store computed."""
+
+    version: str
+    checksums: Dict[str, str]
+
+
+def _b64(raw: bytes) -> str:
+    import base64
+
+    return base64.b64encode(bytes(raw)).decode("ascii")
+
+
+def _md5_of_etag(etag: str) -> Optional[str]:
+    """S3's ETag of a single-part upload is the MD5 of the bytes (base64 here); multipart: None."""
+    etag = etag.strip('"')
+    if len(etag) == 32 and "-" not in etag:
+        try:
+            return _b64(bytes.fromhex(etag))
+        except ValueError:
+            return None
+    return None
+
+
+def same_content(a: Dict[str, str], b: Dict[str, str]) -> Optional[bool]:
+    """Compare two objects by the checksums the store computed for both: True/False when they
+    share a checksum kind, None when they share none (then nothing can be concluded)."""
+    common = [k for k in ("sha256", "crc32c", "md5") if a.get(k) and b.get(k)]
+    if not common:
+        return None
+    return all(a[k] == b[k] for k in common)
+
+
+def content_checksums(info: ObjectInfo) -> Dict[str, str]:
+    """Checksums of an object's bytes known from a listing (S3: the single-part ETag is an MD5)."""
+    out = dict(info.checksums)
+    if "md5" not in out:
+        md5 = _md5_of_etag(info.etag)
+        if md5:
+            out["md5"] = md5
+    return out
+
+
+class _Ops:
+    """Per-store implementation of the conditional operations (paths are 'bucket/key')."""
+
+    def __init__(self, rfs: "RemoteFS"):
+        self.rfs = rfs
+
+    @staticmethod
+    def split(path: str) -> Tuple[str, str]:
+        bucket, _, key = path.partition("/")
+        return bucket, key
+
+
+class _S3Ops(_Ops):
+    def __init__(self, rfs):
+        super().__init__(rfs)
+        import boto3
+        from botocore.config import Config
+
+        # "standard" retries back off on 503 SlowDown / 500 InternalError and retry them.
+        cfg = Config(retries={"mode": os.environ.get("AWS_RETRY_MODE", "standard"),
+                              "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "6"))})
+        self.client = boto3.client("s3", endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
+
+    def _err(self, e, what: str):
+        from botocore.exceptions import ClientError
+
+        if isinstance(e, ClientError):
+            code = e.response.get("Error", {}).get("Code", "")
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412:
+                return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return RemoteError("not_found", f"{what}: no such object")
+            return RemoteError("store_error", f"{what}: {code or status} {e}")
+        return RemoteError("store_error", f"{what}: {e}")
+
+    def head(self, path):
+        b, k = self.split(path)
+        try:
+            r = self.client.head_object(Bucket=b, Key=k, ChecksumMode="ENABLED")
+        except Exception as e:  # noqa: BLE001 - mapped to a coded error
+            err = self._err(e, path)
+            if err.code == "not_found":
+                return None
+            raise err from e
+        finally:
+            self.rfs.stats.add("head")
+        cs = {"sha256": r["ChecksumSHA256"]} if r.get("ChecksumSHA256") else {}
+        info = ObjectInfo(key=k, size=r["ContentLength"], mtime=_mtime(r), etag=r["ETag"].strip('"'),
+                          checksums=cs)
+        return info
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+        b, k = self.split(path)
+        kw = {"ChecksumAlgorithm": "SHA256"}
+        if if_absent:
+            kw["IfNoneMatch"] = "*"
+        if if_version:
+            kw["IfMatch"] = f'"{if_version}"'
+        try:
+            r = self.client.put_object(Bucket=b, Key=k, Body=data, **kw)
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if if_absent and err.code == PRECONDITION_FAILED:
+                err = RemoteError(ALREADY_EXISTS, f"{path}: already exists")
+            raise err from e
+        finally:
+            self.rfs.stats.add("put", up=len(data))
+        return r["ETag"].strip('"')
+
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+        sb, sk = self.split(src)
+        db, dk = self.split(dst)
+        kw = {"ChecksumAlgorithm": "SHA256"}
+        if if_source_version:
+            kw["CopySourceIfMatch"] = f'"{if_source_version}"'
+        if if_source_version and not _md5_of_etag(if_source_version):
+            cur = self.head(src)  # multipart ETag: check before (CopySourceIfMatch also sent)
+            if cur is None or cur.etag != if_source_version:
+                raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
+        if if_absent and self.head(dst) is not None:  # CopyObject has no create-only condition
+            raise RemoteError(ALREADY_EXISTS, f"{dst}: already exists")
+        try:
+            r = self.client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}, **kw)
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, f"copy {src} -> {dst}") from e
+        finally:
+            self.rfs.stats.add("copy")
+        res = r.get("CopyObjectResult", {})
+        etag = res.get("ETag", "").strip('"')
+        if if_source_version and _md5_of_etag(if_source_version) and etag != if_source_version:
+            # The copy of a single-part object keeps its ETag (the MD5): a different one means the
+            # source changed, whether or not the server honoured CopySourceIfMatch (moto does not).
+            self.delete([dst])
+            raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
+        cs = {}
+        if res.get("ChecksumSHA256"):
+            cs["sha256"] = res["ChecksumSHA256"]
+        md5 = _md5_of_etag(etag)
+        if md5:
+            cs["md5"] = md5
+        return CopyResult(version=etag, checksums=cs)
+
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """Delete in batches of 1,000 keys; returns {path: error} for keys the store refused.
+        ``versions`` (path -> ETag) makes each key's delete conditional on its ETag."""
+        failed: Dict[str, str] = {}
+        by_bucket: Dict[str, list] = {}
+        versions = versions or {}
+        for p in paths:
+            b, k = self.split(p)
+            by_bucket.setdefault(b, []).append(k)
+        for b, keys in by_bucket.items():
+            for i in range(0, len(keys), 1000):
+                page = keys[i:i + 1000]
+                ids = []
+                for k in page:
+                    ident = {"Key": k}
+                    if versions.get(f"{b}/{k}"):
+                        ident["ETag"] = f'"{versions[f"{b}/{k}"]}"'
+                    ids.append(ident)
+                try:
+                    r = self.client.delete_objects(Bucket=b, Delete={"Objects": ids, "Quiet": True})
+                except Exception as e:  # noqa: BLE001 - the whole page failed: report every key
+                    for k in page:
+                        failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
+                    continue
+                finally:
+                    self.rfs.stats.add("delete")
+                for err in r.get("Errors", []):
+                    failed[f"{b}/{err['Key']}"] = f"{err.get('Code')}: {err.get('Message')}"
+        return failed
+
+    def retention(self, bucket: str) -> dict:
+        """Whether deleted bytes stay billed: versioning and its lifecycle expiry."""
+        out = {"versioning": False, "noncurrent_expiry_days": None, "soft_delete_seconds": None}
+        try:
+            v = self.client.get_bucket_versioning(Bucket=bucket)
+            out["versioning"] = v.get("Status") in ("Enabled", "Suspended")
+            self.rfs.stats.add("head")
+            if out["versioning"]:
+                try:
+                    lc = self.client.get_bucket_lifecycle_configuration(Bucket=bucket)
+                    days = [r.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays")
+                            for r in lc.get("Rules", []) if r.get("Status") == "Enabled"]
+                    days = [d for d in days if d is not None]
+                    out["noncurrent_expiry_days"] = min(days) if days else None
+                except Exception:  # noqa: BLE001 - no lifecycle configuration
+                    pass
+                finally:
+                    self.rfs.stats.add("head")
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        return out
+
+
+class _GCSOps(_Ops):
+    """GCS JSON API through gcsfs's session. Preconditions are generation matches."""
+
+    def _call(self, *args, **kw):
+        return self.rfs.fs.call(*args, **kw)
+
+    def _err(self, e, what):
+        status = getattr(e, "code", None) or getattr(e, "status", None)
+        if status == 412:
+            return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
+        if isinstance(e, FileNotFoundError) or status == 404:
+            return RemoteError("not_found", f"{what}: no such object")
+        return RemoteError("store_error", f"{what}: {e}")
+
+    @staticmethod
+    def _info(key, r) -> ObjectInfo:
+        return ObjectInfo(key=key, size=int(r.get("size", 0)), mtime=_mtime(r), etag=r.get("etag", ""),
+                          generation=str(r.get("generation", "")), checksums=_checksums(r))
+
+    def head(self, path):
+        b, k = self.split(path)
+        try:
+            r = self._call("GET", "b/{}/o/{}", b, k, json_out=True)
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if err.code == "not_found":
+                return None
+            raise err from e
+        finally:
+            self.rfs.stats.add("head")
+        return self._info(k, r)
+
+    def _check(self, path, *, if_absent=False, if_version: Optional[str] = None) -> None:
+        """Check a precondition with a metadata read before a conditional call, against an
+        emulator only (``STORAGE_EMULATOR_HOST``): GCS itself enforces ifGenerationMatch
+        atomically, gcp-storage-emulator ignores it. One extra request there."""
+        if not (if_absent or if_version) or not os.environ.get("STORAGE_EMULATOR_HOST"):
+            return
+        cur = self.head(path)
+        if if_absent and cur is not None:
+            raise RemoteError(ALREADY_EXISTS, f"{path}: already exists")
+        if if_version and (cur is None or cur.generation != if_version):
+            raise RemoteError(PRECONDITION_FAILED, f"{path}: changed since it was read (precondition failed)")
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+        b, k = self.split(path)
+        self._check(path, if_absent=if_absent, if_version=if_version)
+        kw = {}
+        if if_absent:
+            kw["ifGenerationMatch"] = "0"
+        elif if_version:
+            kw["ifGenerationMatch"] = if_version
+        try:
+            r = self._call("POST", f"{self.rfs.fs._location}/upload/storage/v1/b/{b}/o", uploadType="media",
+                           name=k, data=data, json_out=True, **kw)
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if if_absent and err.code == PRECONDITION_FAILED:
+                err = RemoteError(ALREADY_EXISTS, f"{path}: already exists")
+            raise err from e
+        finally:
+            self.rfs.stats.add("put", up=len(data))
+        return str(r.get("generation", ""))
+
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+        sb, sk = self.split(src)
+        db, dk = self.split(dst)
+        self._check(src, if_version=if_source_version)
+        self._check(dst, if_absent=if_absent)
+        kw = {}
+        if if_source_version:
+            kw["ifSourceGenerationMatch"] = if_source_version
+        if if_absent:
+            kw["ifGenerationMatch"] = "0"
+        token = None
+        try:
+            while True:  # rewrite of a large object may take several calls
+                if token:
+                    kw["rewriteToken"] = token
+                r = self._call("POST", "b/{}/o/{}/rewriteTo/b/{}/o/{}", sb, sk, db, dk, json_out=True, **kw)
+                self.rfs.stats.add("copy")
+                if r.get("done", True):
+                    break
+                token = r.get("rewriteToken")
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, f"copy {src} -> {dst}") from e
+        res = r.get("resource", {})
+        return CopyResult(version=str(res.get("generation", "")), checksums=_checksums(res))
+
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        failed = {}
+        versions = versions or {}
+        for p in paths:
+            b, k = self.split(p)
+            kw = {"ifGenerationMatch": versions[p]} if versions.get(p) else {}
+            try:
+                self._call("DELETE", "b/{}/o/{}", b, k, **kw)
+            except Exception as e:  # noqa: BLE001
+                err = self._err(e, p)
+                if err.code != "not_found":
+                    failed[p] = str(err)
+            finally:
+                self.rfs.stats.add("delete")
+        return failed
+
+    def retention(self, bucket: str) -> dict:
+        out = {"versioning": False, "noncurrent_expiry_days": None, "soft_delete_seconds": None}
+        try:
+            r = self._call("GET", "b/{}", bucket, json_out=True)
+            self.rfs.stats.add("head")
+            out["versioning"] = bool((r.get("versioning") or {}).get("enabled"))
+            sd = (r.get("softDeletePolicy") or {}).get("retentionDurationSeconds")
+            out["soft_delete_seconds"] = int(sd) if sd else None
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        return out
+
+
+class _AzureOps(_Ops):
+    """Azure Blob through azure-storage-blob (what adlfs uses); preconditions are ETag matches."""
+
+    def __init__(self, rfs):
+        super().__init__(rfs)
+        from azure.storage.blob import BlobServiceClient
+
+        kw = _az_kwargs()
+        if kw.get("connection_string"):
+            self.client = BlobServiceClient.from_connection_string(kw["connection_string"])
+        else:
+            from azure.identity import DefaultAzureCredential
+
+            account = kw.get("account_name")
+            cred = kw.get("account_key") or DefaultAzureCredential()
+            self.client = BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=cred)
+
+    def _blob(self, path):
+        b, k = self.split(path)
+        return self.client.get_blob_client(b, k)
+
+    def _err(self, e, what):
+        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
+
+        if isinstance(e, ResourceModifiedError):
+            return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
+        if isinstance(e, ResourceExistsError):
+            return RemoteError(ALREADY_EXISTS, f"{what}: already exists")
+        if isinstance(e, ResourceNotFoundError):
+            return RemoteError("not_found", f"{what}: no such object")
+        return RemoteError("store_error", f"{what}: {e}")
+
+    def head(self, path):
+        try:
+            p = self._blob(path).get_blob_properties()
+        except Exception as e:  # noqa: BLE001
+            err = self._err(e, path)
+            if err.code == "not_found":
+                return None
+            raise err from e
+        finally:
+            self.rfs.stats.add("head")
+        cs = {}
+        if p.content_settings and p.content_settings.content_md5:
+            cs["md5"] = _b64(p.content_settings.content_md5)
+        return ObjectInfo(key=self.split(path)[1], size=p.size, mtime=p.last_modified.timestamp(),
+                          etag=p.etag.strip('"'), checksums=cs)
+
+    def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
+        from azure.core import MatchConditions
+
+        kw = {"overwrite": not if_absent}
+        if if_version:
+            kw.update(etag=f'"{if_version}"', match_condition=MatchConditions.IfNotModified)
+        try:
+            r = self._blob(path).upload_blob(data, **kw)
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, path) from e
+        finally:
+            self.rfs.stats.add("put", up=len(data))
+        return r["etag"].strip('"')
+
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+        from azure.core import MatchConditions
+
+        kw = {"requires_sync": True}
+        if if_source_version:
+            kw.update(source_etag=f'"{if_source_version}"', source_match_condition=MatchConditions.IfNotModified)
+        if if_absent:
+            kw.update(match_condition=MatchConditions.IfMissing)
+        try:
+            r = self._blob(dst).start_copy_from_url(self._blob(src).url, **kw)
+        except Exception as e:  # noqa: BLE001
+            raise self._err(e, f"copy {src} -> {dst}") from e
+        finally:
+            self.rfs.stats.add("copy")
+        info = self.head(dst)  # the copy's MD5 is a property of the new blob
+        return CopyResult(version=(r.get("etag") or info.etag).strip('"'), checksums=info.checksums)
+
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        from azure.core import MatchConditions
+
+        failed = {}
+        by_container: Dict[str, list] = {}
+        versions = versions or {}
+        for p in paths:
+            b, k = self.split(p)
+            by_container.setdefault(b, []).append(k)
+        for b, keys in by_container.items():
+            cc = self.client.get_container_client(b)
+            for i in range(0, len(keys), 256):  # a blob batch takes at most 256 sub-requests
+                page = keys[i:i + 256]
+                items = [({"name": k, "etag": f'"{versions[f"{b}/{k}"]}"',
+                           "match_condition": MatchConditions.IfNotModified}
+                          if versions.get(f"{b}/{k}") else k) for k in page]
+                try:
+                    results = list(cc.delete_blobs(*items, raise_on_any_failure=False))
+                except Exception as e:  # noqa: BLE001
+                    for k in page:
+                        failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
+                    continue
+                finally:
+                    self.rfs.stats.add("delete")
+                for k, res in zip(page, results):
+                    if res.status_code not in (200, 202, 404):
+                        failed[f"{b}/{k}"] = f"HTTP {res.status_code}"
+        return failed
+
+    def retention(self, bucket: str) -> dict:
+        out = {"versioning": False, "noncurrent_expiry_days": None, "soft_delete_seconds": None}
+        try:
+            props = self.client.get_service_properties()
+            self.rfs.stats.add("head")
+            drp = props.get("delete_retention_policy")
+            if drp is not None and getattr(drp, "enabled", False):
+                out["soft_delete_seconds"] = int(drp.days or 0) * 86400
+        except Exception as e:  # noqa: BLE001
+            out["error"] = str(e)
+        return out
+
+
+_OPS = {"s3": _S3Ops, "gcs": _GCSOps, "az": _AzureOps}
+
+
+def ops_for(rfs: "RemoteFS") -> _Ops:
+    """The conditional-operation client of ``rfs``'s store; ``RemoteError('not_supported')``
+    for an fsspec scheme without one (those can be scanned and planned, not changed)."""
+    cls = _OPS.get(rfs.protocol)
+    if cls is None:
+        raise RemoteError("not_supported", f"{rfs.url}: changing a {rfs.scheme}:// logdir is not supported "
+                          "(no conditional writes); scan and plan work")
+    return cls(rfs)

@@ -1,0 +1,295 @@
+"""Real object-store servers on loopback for the test suite: moto (S3), gcp-storage-emulator
+(GCS) and Azurite (Azure Blob).
+
+Each server runs as a child process on a free 127.0.0.1 port, is polled until it answers
+HTTP, and is stopped (by its own pid) when the session ends. ``Server.env`` holds the
+variables the clients read — the same ones users set: ``S3_ENDPOINT``/``AWS_ENDPOINT_URL``
+for boto3, s3fs and TensorBoard's S3 reader; ``STORAGE_EMULATOR_HOST`` for gcsfs and the
+google clients; ``AZURE_STORAGE_CONNECTION_STRING`` for adlfs.
+
+A server that cannot start is an error, never a skip: the suite installs all three
+(``scripts/test.sh``).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+AZURITE = REPO / ".ci" / "node" / "node_modules" / ".bin" / "azurite-blob"
+# Azurite's well-known development account (public, documented; it exists only in emulators).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/"
+               "K1SZFPTOtr/KBHBeksoGMGw==")
+STARTUP_TIMEOUT = 60.0
+
+
+class ServerError(RuntimeError):
+    """A test server could not be started; the message says which and why."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """One running server: its scheme, endpoint, client environment and process."""
+
+    scheme: str  # 's3' | 'gs' | 'az'
+    endpoint: str
+    env: Dict[str, str]
+    proc: subprocess.Popen
+    log_path: str
+    workdir: Optional[str] = None
+    buckets: List[str] = field(default_factory=list)
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            with open(self.log_path, "r", errors="replace") as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Stop the server process (its own process group, started by us) and clean up."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _wait_http(url: str, proc: subprocess.Popen, name: str, log_path: str,
+               timeout: float = STARTUP_TIMEOUT) -> None:
+    """Poll ``url`` until any HTTP answer comes back (an error status counts: it is up)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            with open(log_path, errors="replace") as f:
+                raise ServerError(f"{name} exited with {proc.returncode} during startup:\n{f.read()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError as e:
+            last = e
+            time.sleep(0.2)
+    raise ServerError(f"{name} did not answer on {url} within {timeout:.0f} s ({last})")
+
+
+def _spawn(cmd: List[str], name: str, workdir: str, env: Optional[dict] = None) -> tuple:
+    log_path = os.path.join(workdir, f"{name}.log")
+    log = open(log_path, "wb")
+    try:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=workdir, env={**os.environ, **(env or {})}, start_new_session=True)
+    finally:
+        log.close()
+    return proc, log_path
+
+
+def start_moto() -> Server:
+    """moto's standalone S3 server (``moto[server]``), one in-memory account."""
+    workdir = tempfile.mkdtemp(prefix="tbfp-moto-")
+    port = free_port()
+    proc, log_path = _spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            "moto", workdir)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(endpoint + "/moto-api/", proc, "moto S3 server", log_path)
+    except BaseException:
+        Server("s3", endpoint, {}, proc, log_path, workdir).stop()
+        raise
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        # boto3 >= 1.28 and s3fs read AWS_ENDPOINT_URL; TensorBoard's S3 reader reads S3_ENDPOINT.
+        "AWS_ENDPOINT_URL": endpoint,
+        "S3_ENDPOINT": endpoint,
+        # no ~/.aws of the machine's user leaks into the tests
+        "AWS_CONFIG_FILE": os.path.join(workdir, "aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": os.path.join(workdir, "aws-credentials"),
+    }
+    return Server("s3", endpoint, env, proc, log_path, workdir)
+
+
+def start_gcs() -> Server:
+    """gcp-storage-emulator, in memory."""
+    workdir = tempfile.mkdtemp(prefix="tbfp-gcs-")
+    port = free_port()
+    exe = shutil.which("gcp-storage-emulator", path=os.path.dirname(sys.executable)) or "gcp-storage-emulator"
+    proc, log_path = _spawn([exe, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+                            "gcs", workdir)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        _wait_http(endpoint + "/storage/v1/b?project=test", proc, "gcp-storage-emulator", log_path)
+    except BaseException:
+        Server("gs", endpoint, {}, proc, log_path, workdir).stop()
+        raise
+    env = {
+        "STORAGE_EMULATOR_HOST": endpoint,
+        "GOOGLE_CLOUD_PROJECT": "test",
+        # google-auth must never probe the cloud metadata server from a test (no off-host traffic)
+        "NO_GCE_CHECK": "True",
+        "GCE_METADATA_HOST": "127.0.0.1:9",
+        "GCE_METADATA_IP": "127.0.0.1:9",
+        # gcsfs 2026.x otherwise probes the bucket type over gRPC and stalls ~60 s per bucket.
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
+    return Server("gs", endpoint, env, proc, log_path, workdir)
+
+
+def start_azurite() -> Server:
+    """Azurite's blob service from the repo-local npm install, in memory, telemetry off."""
+    if not AZURITE.exists():
+        raise ServerError(f"Azurite is not installed at {AZURITE}; run scripts/test.sh "
+                          "(npm install --prefix .ci/node azurite)")
+    workdir = tempfile.mkdtemp(prefix="tbfp-azurite-")
+    port = free_port()
+    proc, log_path = _spawn([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+                             "--inMemoryPersistence", "--skipApiVersionCheck", "--loose",
+                             "--disableTelemetry", "--silent"], "azurite", workdir)
+    endpoint = f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}"
+    try:
+        _wait_http(endpoint + "?comp=list", proc, "Azurite", log_path)
+    except BaseException:
+        Server("az", endpoint, {}, proc, log_path, workdir).stop()
+        raise
+    conn = (f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+            f"BlobEndpoint={endpoint};")
+    env = {"AZURE_STORAGE_CONNECTION_STRING": conn, "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT}
+    return Server("az", endpoint, env, proc, log_path, workdir)
+
+
+STARTERS = {"s3": start_moto, "gs": start_gcs, "az": start_azurite}
+
+
+# --- pytest fixtures (imported by conftest.py) ----------------------------------------------
+import itertools  # noqa: E402
+import uuid  # noqa: E402
+
+import pytest  # noqa: E402
+
+SCHEMES = ("s3", "gs", "az")
+_FSSPEC = {"s3": "s3", "gs": "gcs", "az": "az"}
+
+
+class ServerPool:
+    """Servers started on first use and kept for the session; their env is set process-wide
+    (and restored at the end) so the code under test and its subprocesses find them the way a
+    user's shell would tell them."""
+
+    def __init__(self) -> None:
+        self.servers: Dict[str, Server] = {}
+        self._saved_env: Dict[str, Optional[str]] = {}
+
+    def get(self, scheme: str) -> Server:
+        if scheme not in self.servers:
+            srv = STARTERS[scheme]()
+            self.servers[scheme] = srv
+            for k, v in srv.env.items():
+                self._saved_env.setdefault(k, os.environ.get(k))
+                os.environ[k] = v
+        return self.servers[scheme]
+
+    def close(self) -> None:
+        for srv in self.servers.values():
+            srv.stop()
+        for k, v in self._saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class Bucket:
+    """A fresh bucket (container) on one server, with upload/download helpers for tests."""
+
+    _n = itertools.count()
+
+    def __init__(self, server: Server):
+        import fsspec
+
+        self.server = server
+        self.scheme = server.scheme
+        kw = {"az": {"connection_string": server.env.get("AZURE_STORAGE_CONNECTION_STRING")},
+              "gs": {"token": "anon"}}.get(self.scheme, {})
+        self.fs = fsspec.filesystem(_FSSPEC[self.scheme], skip_instance_cache=True, **kw)
+        self.name = f"tbfp-{next(self._n)}-{uuid.uuid4().hex[:8]}"
+        self.fs.mkdir(self.name)
+        server.buckets.append(self.name)
+
+    def url(self, prefix: str = "") -> str:
+        return f"{self.scheme}://{self.name}" + (f"/{prefix.strip('/')}" if prefix else "")
+
+    def key(self, prefix: str = "") -> str:
+        return self.name + (f"/{prefix.strip('/')}" if prefix else "")
+
+    def upload(self, local_dir, prefix: str) -> str:
+        """Put every file under ``local_dir`` at ``prefix``; returns the logdir URL."""
+        for root, _dirs, files in os.walk(local_dir):
+            for n in files:
+                p = os.path.join(root, n)
+                rel = os.path.relpath(p, local_dir).replace(os.sep, "/")
+                with open(p, "rb") as f:
+                    self.fs.pipe_file(f"{self.key(prefix)}/{rel}", f.read())
+        self.fs.invalidate_cache()
+        return self.url(prefix)
+
+    def hashes(self, prefix: str) -> Dict[str, str]:
+        """rel key -> sha256 of every object under ``prefix`` (read back from the store)."""
+        import hashlib
+
+        self.fs.invalidate_cache()
+        base = self.key(prefix)
+        out = {}
+        for name in self.fs.find(base):
+            out[name[len(base) + 1:]] = hashlib.sha256(self.fs.cat_file(name)).hexdigest()
+        return out
+
+
+@pytest.fixture(scope="session")
+def objstore_pool():
+    pool = ServerPool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture(params=SCHEMES)
+def bucket(request, objstore_pool) -> Bucket:
+    """A fresh bucket on each of the three servers (the test runs once per store)."""
+    return Bucket(objstore_pool.get(request.param))
+
+
+@pytest.fixture
+def s3_bucket(objstore_pool) -> Bucket:
+    return Bucket(objstore_pool.get("s3"))
