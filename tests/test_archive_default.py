@@ -30,7 +30,6 @@ from tb_footprint_plugin.transforms import graph_attrs
 from tb_footprint_plugin.verify import data_server_binary, read_view
 
 from tensorboard.compat.proto import event_pb2, graph_pb2, summary_pb2
-from tbproc import TensorBoard
 
 needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="tensorboard-data-server not installed")
 
@@ -55,38 +54,63 @@ def verified(rep, run):
 
 
 # --- TensorBoard's own graphs routes, both backends ------------------------------------------
+def _wsgi_client(logdir, load_fast: str, provider, mux=None):
+    from tensorboard import default, program
+    from tensorboard.backend import application
+    from werkzeug.test import Client
+
+    tb = program.TensorBoard(plugins=default.get_plugins())
+    tb.configure(argv=[None, "--logdir", str(logdir), f"--load_fast={load_fast}"])
+    return Client(application.TensorBoardWSGIApp(tb.flags, tb.plugin_loaders, provider,
+                                                 tb.assets_zip_provider, mux))
+
+
 class PythonApp:
-    """TensorBoard's WSGI app in-process over the Python (multiplexer) backend."""
+    """TensorBoard's WSGI app in-process over the Python (multiplexer) backend, loaded once."""
 
     def __init__(self, logdir):
+        from tensorboard.backend.event_processing import data_ingester
         from tensorboard import default, program
-        from tensorboard.backend import application
-        from werkzeug.test import Client
 
         tb = program.TensorBoard(plugins=default.get_plugins())
         tb.configure(argv=[None, "--logdir", str(logdir), "--load_fast=false", "--reload_task=blocking",
                            "--reload_interval=0"])
-        provider, mux = tb._make_data_provider()
-        app = application.TensorBoardWSGIApp(tb.flags, tb.plugin_loaders, provider, tb.assets_zip_provider, mux)
-        self.client = Client(app)
+        ingester = data_ingester.LocalDataIngester(tb.flags)
+        ingester.start()
+        self.client = _wsgi_client(logdir, "false", ingester.data_provider, ingester.deprecated_multiplexer)
 
     def get(self, path):
         r = self.client.get(path)
         return r.status_code, r.get_data()
 
+    def close(self):
+        pass
+
 
 class RustApp:
-    """A real ``tensorboard --load_fast=true`` (the Rust data server behind it)."""
+    """TensorBoard's WSGI app in-process over a private Rust data server (``--load_fast=true``)."""
 
-    def __init__(self, logdir):
-        self.tb = TensorBoard(logdir, "--load_fast=true")
+    def __init__(self, logdir, workdir):
+        import grpc
+        from tensorboard.data import grpc_provider
+
+        from tb_footprint_plugin.verify import views
+
+        os.makedirs(workdir, exist_ok=True)
+        self.server = views._DataServer(data_server_binary(), str(logdir), str(workdir), "")
+        addr = self.server.start(timeout_s=30)
+        self.server.channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 1 << 28)])
+        grpc.channel_ready_future(self.server.channel).result(timeout=30)
+        provider = grpc_provider.GrpcDataProvider(addr, grpc_provider.make_stub(self.server.channel))
+        views._wait_until_loaded(self.server, provider, 120)
+        self.client = _wsgi_client(logdir, "true", provider)
 
     def get(self, path):
-        status, _, body = self.tb.request("GET", path)
-        return status, body
+        r = self.client.get(path)
+        return r.status_code, r.get_data()
 
     def close(self):
-        self.tb.stop()
+        self.server.stop()
 
 
 def graph_routes(app, settle_s: float = 0.0) -> dict:
@@ -122,7 +146,7 @@ def graph_routes(app, settle_s: float = 0.0) -> dict:
 def both_backends(logdir) -> dict:
     routes = {"python": graph_routes(PythonApp(logdir))}
     if data_server_binary() is not None:
-        rust = RustApp(logdir)
+        rust = RustApp(logdir, Path(str(logdir) + f"-rust-{time.monotonic_ns()}"))
         try:
             routes["rust"] = graph_routes(rust, settle_s=30)
         finally:
