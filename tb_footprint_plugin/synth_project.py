@@ -144,8 +144,8 @@ def protected_digests(logdir: str) -> "collections.Counter":
     import collections
     import hashlib
 
-    from tb_footprint_plugin import categories as cat
-    from tb_footprint_plugin.tfrecord import RecordReader
+    from tb_footprint_plugin.scan import categories as cat
+    from tb_footprint_plugin.scan.tfrecord import RecordReader
 
     out: collections.Counter = collections.Counter()
     for d, _, files in os.walk(logdir):

@@ -22,10 +22,11 @@ ViewPairs = Dict[str, Tuple[str, Optional[str]]]
 
 
 def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, str]],
-                  backends: Sequence[str]) -> dict:
+                  backends: Sequence[str], substitutes: Optional[Dict[str, list]] = None) -> dict:
     """Link ``pairs`` into ``views_dir/original`` and ``views_dir/reduced`` and verify them.
 
     ``modes`` (plugin -> verification mode) is the reduction's contract; none means exact.
+    ``substitutes``: records the rewrite re-encoded (sha256 -> original record's sha256, size).
     The views are symlinks (no copy of a possibly huge file) and are always removed.
     """
     orig_view, red_view = os.path.join(views_dir, "original"), os.path.join(views_dir, "reduced")
@@ -37,7 +38,8 @@ def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, st
             os.symlink(original, os.path.join(orig_view, name))
             if reduced is not None:
                 os.symlink(reduced, os.path.join(red_view, name))
-        expectations = Expectations(plugin_modes=dict(modes)) if modes else None
+        expectations = (Expectations(plugin_modes=dict(modes or {}), record_substitutes=dict(substitutes or {}))
+                        if modes or substitutes else None)
         return verify_reduction(orig_view, red_view, expectations, backends=tuple(backends)).to_dict()
     finally:
         shutil.rmtree(views_dir, ignore_errors=True)
@@ -64,7 +66,8 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -
             continue
         vr = compare_views(os.path.join(vault.tmp, f"verify-{m['op_id']}-{os.getpid()}"),
                            _committed_pairs(ctx, m, vault),
-                           (m.get("verification") or {}).get("expectations"), ctx.verify_backends)
+                           (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
+                           (m.get("verification") or {}).get("record_substitutes"))
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)

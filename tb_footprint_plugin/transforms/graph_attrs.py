@@ -19,9 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Optional, Tuple
 
-#: ``prepare_graph_for_ui``'s defaults (TensorBoard 2.21), the values its callers pass.
-LIMIT_ATTR_SIZE = 1024
-LARGE_ATTRS_KEY = "_too_large_attrs"
+from tb_footprint_plugin.plan.rules import LARGE_ATTRS_KEY, LIMIT_ATTR_SIZE
 
 
 def _prepare(graph) -> None:
@@ -32,11 +30,7 @@ def _prepare(graph) -> None:
 
 def has_large_attrs(graph) -> bool:
     """Does any top-level node of ``graph`` (a ``GraphDef``) carry an attribute over the limit?"""
-    for node in graph.node:
-        for key in node.attr:
-            if key != LARGE_ATTRS_KEY and node.attr[key].ByteSize() > LIMIT_ATTR_SIZE:
-                return True
-    return False
+    return any(v.ByteSize() > LIMIT_ATTR_SIZE for node in graph.node for v in node.attr.values())
 
 
 def strip_graph_def(raw: bytes) -> Optional[Tuple[bytes, int]]:
@@ -50,10 +44,10 @@ def strip_graph_def(raw: bytes) -> Optional[Tuple[bytes, int]]:
     if not has_large_attrs(graph):
         return None
     _prepare(graph)
-    out = graph.SerializeToString()
+    out = graph.SerializeToString(deterministic=True)  # map order: sorted keys
     again = graph_pb2.GraphDef.FromString(out)
     _prepare(again)
-    if again.SerializeToString() != out or len(out) >= len(raw):
+    if again != graph or len(out) >= len(raw):
         return None  # e.g. a node with so many large attrs that the list itself is over the limit
     dropped = sum(len(n.attr[LARGE_ATTRS_KEY].list.s) for n in graph.node if LARGE_ATTRS_KEY in n.attr)
     return out, dropped
