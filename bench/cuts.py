@@ -49,7 +49,8 @@ def measure(name: str, logdir: str) -> dict:
     wall = time.monotonic() - t0
     after = user_bytes(logdir)
     prot1 = protected_digests(logdir)
-    failed = [o.run for o in rep.outcomes if o.status != "verified"]
+    # "skipped": nothing to do (e.g. a scalars-only run), said by the plan
+    failed = [o.run for o in rep.outcomes if o.status not in ("verified", "skipped")]
     verify_s = {o.run: (o.verification or {}).get("duration_s", 0.0) for o in rep.outcomes}
     return {"name": name, "before": before, "after": after, "cut": 1 - after / before, "wall_s": wall,
             "verify_s": verify_s, "failed": failed, "ok": rep.ok,

@@ -427,7 +427,7 @@ def test_profiled_project_cut_at_least_90_percent(tmp_path):
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python", "rust"))
     assert rep.ok, [o.to_dict() for o in rep.outcomes]
     for o in rep.outcomes:
-        assert o.status in ("verified", "skipped"), o.to_dict()
+        assert o.status == "verified" or (o.run == "resnet_long" and o.status == "skipped"), o.to_dict()
     cut = 1 - user_bytes(logdir) / size0
     assert cut >= 0.90, cut
     assert sp.protected_digests(str(logdir)) == prot0
