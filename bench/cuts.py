@@ -3,7 +3,7 @@
     python bench/cuts.py            # tensorboardX run (3 tags x 1,000 histograms) + 300 MB project
     python bench/cuts.py --small    # the same run + a 20 MB project (CI, < 1 minute)
 
-Inputs (``tb_footprint_plugin.synth_project``):
+Inputs (``tb_footprint_plugin.synth``):
 
 * ``tbx histograms``: a tensorboardX-style run, 3 legacy histogram tags x 1,000 steps
   (~10 KB records, TF's default buckets) and a loss scalar every 10 steps;
@@ -40,7 +40,7 @@ def user_bytes(root: str) -> int:
 
 def measure(name: str, logdir: str) -> dict:
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.synth_project import protected_digests
+    from tb_footprint_plugin.synth import protected_digests
 
     before = user_bytes(logdir)
     prot0 = protected_digests(logdir)
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     ap.add_argument("--project-mb", type=float, default=None, help="project size in MB (default 300)")
     args = ap.parse_args(argv)
     from tb_footprint_plugin import fmt
-    from tb_footprint_plugin import synth_project as sp
+    from tb_footprint_plugin import synth as sp
 
     project_mb = args.project_mb or (20 if args.small else 300)
     tmp = tempfile.mkdtemp(prefix="tbfp-cuts-")

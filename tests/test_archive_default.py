@@ -24,7 +24,7 @@ import pytest
 
 from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api, synth
-from tb_footprint_plugin import synth_project as sp
+from tb_footprint_plugin import synth as sp
 from tb_footprint_plugin.transforms import event_rewrite as er
 from tb_footprint_plugin.transforms import graph_attrs
 from tb_footprint_plugin.verify import data_server_binary, read_view

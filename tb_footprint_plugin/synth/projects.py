@@ -1,24 +1,34 @@
-"""Generated logdirs shaped like real projects, for the cut benchmark and its tests.
+"""Logdirs shaped like real projects, for the cut benchmark (``bench/cuts.py``) and its tests.
 
 * ``write_tbx_histogram_run``: a tensorboardX / ``torch.utils.tensorboard`` run of legacy
-  ``histo`` values (TF's default exponential buckets, ~8 KB a record for a weight tensor of
-  2,000 values), 3 tags × 1,000 steps by default (~24 MB), plus a loss scalar every 10 steps.
+  ``histo`` values (TF's default exponential buckets, ~10 KB a record for a weight tensor),
+  3 tags x 1,000 steps by default (~30 MB), plus a loss scalar every 10 steps;
 * ``write_profiled_project``: a logdir in the proportions of a typical profiled project:
-  ~75% PyTorch profiler traces, ~11% histograms, ~7% scalars, ~6% xprof sessions and their
-  caches, ~1% the rest (text, hparams, images, a graph and run metadata).
+  ~75% PyTorch profiler traces, ~11% histograms, ~7% scalars, ~6% xprof sessions with the
+  caches a viewed session leaves, ~1% the rest (text, hparams, images, a graph, run metadata);
+* ``protected_digests``: the scalar / hparams / text records of a logdir, to check they did not
+  change; ``age``: make a logdir look finished.
 
-Everything is written by ``synth`` (real protobufs, TensorBoard's framing); nothing here
-depends on tensorboardX.
+Nothing here depends on tensorboardX.
 """
 from __future__ import annotations
 
+import collections
+import hashlib
 import os
 import random
+import time
 from typing import Dict, List
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
-from tb_footprint_plugin import synth
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan.tfrecord import RecordReader
+from tb_footprint_plugin.synth.events import (EventWriter, legacy_histogram_proto, make_graph_def,
+                                              make_run_metadata)
+from tb_footprint_plugin.synth.media import make_png
+from tb_footprint_plugin.synth.torch_trace import torch_trace_name, write_torch_trace
+from tb_footprint_plugin.synth.xprof import session_name_for, write_profile_session
 
 #: Share of each part of ``write_profiled_project`` (bytes).
 PROJECT_SHARES = {"torch_traces": 0.75, "histograms": 0.11, "scalars": 0.07, "xprof": 0.06, "rest": 0.01}
@@ -30,9 +40,9 @@ def _histo_variants(n: int, size: int, seed: int, spread: float = 0.0) -> List[s
     records, e.g. ~0.4 KB for a spread of 10)."""
     rng = random.Random(seed)
     if spread:
-        return [synth.legacy_histogram_proto([1 + rng.random() * spread * (1 + i / 20) for _ in range(size)])
+        return [legacy_histogram_proto([1 + rng.random() * spread * (1 + i / 20) for _ in range(size)])
                 for i in range(n)]
-    return [synth.legacy_histogram_proto([rng.gauss(0, 1 + i / 10) for _ in range(size)]) for i in range(n)]
+    return [legacy_histogram_proto([rng.gauss(0, 1 + i / 10) for _ in range(size)]) for i in range(n)]
 
 
 def write_tbx_histogram_run(run_dir: str, *, tags: int = 3, steps: int = 1000, values: int = 1500,
@@ -43,7 +53,7 @@ def write_tbx_histogram_run(run_dir: str, *, tags: int = 3, steps: int = 1000, v
     writes them with ``bins="tensorflow"``), a ``loss`` scalar every ``scalar_every`` steps.
     Returns the file's path."""
     variants = _histo_variants(8, values, seed, spread)
-    with synth.EventWriter(run_dir, style="torch", timestamp=timestamp) as w:
+    with EventWriter(run_dir, style="torch", timestamp=timestamp) as w:
         for s in range(steps):
             wall = timestamp + s * 0.5
             for t in range(tags):
@@ -56,7 +66,7 @@ def write_tbx_histogram_run(run_dir: str, *, tags: int = 3, steps: int = 1000, v
 
 def _write_scalar_run(run_dir: str, target: int, timestamp: int) -> None:
     """tensorboardX ``add_scalar`` at every step (~45 bytes a record) until ``target`` bytes."""
-    with synth.EventWriter(run_dir, style="torch", timestamp=timestamp) as w:
+    with EventWriter(run_dir, style="torch", timestamp=timestamp) as w:
         s = 0
         while True:
             for _ in range(1000):
@@ -71,14 +81,14 @@ def _write_scalar_run(run_dir: str, target: int, timestamp: int) -> None:
 
 def _write_rest(run_dir: str, target: int, timestamp: int) -> None:
     """Text, hparams, a few images, a graph and run metadata (TF1 ``add_run_metadata``)."""
-    with synth.EventWriter(run_dir, style="torch", timestamp=timestamp) as w:
+    with EventWriter(run_dir, style="torch", timestamp=timestamp) as w:
         w.hparams({"lr": 1e-3, "batch": 64, "optimizer": "adam"}, ["train/loss"])
-        w.graph_def(synth.make_graph_def(60, seed=1))
-        w.run_metadata("step1", 1, synth.make_run_metadata(40, seed=1))
+        w.graph_def(make_graph_def(60, seed=1))
+        w.run_metadata("step1", 1, make_run_metadata(40, seed=1))
         s = 0
         while True:
             w.text("notes", s, f"epoch {s}: nothing to report " * 4)
-            w.legacy_image("samples", s, synth.make_png(16, 16, seed=s % 7), 16, 16)
+            w.legacy_image("samples", s, make_png(16, 16, seed=s % 7), 16, 16)
             s += 1
             w._file.flush()
             if os.path.getsize(w.path) >= target:
@@ -104,7 +114,7 @@ def write_profiled_project(logdir: str, total_bytes: int = 200_000_000, *, seed:
     while traces < share["torch_traces"]:
         ns = (ts + 60 * i) * 10**9
         per = min(max(1, int((share["torch_traces"] - traces) / 0.9e6)), 40)
-        traces += synth.write_torch_trace(os.path.join(run, synth.torch_trace_name(ns=ns)), n_steps=per,
+        traces += write_torch_trace(os.path.join(run, torch_trace_name(ns=ns)), n_steps=per,
                                           seed=seed + i, start_ns=ns)
         i += 1
     sizes["torch_traces"] = traces
@@ -126,7 +136,7 @@ def write_profiled_project(logdir: str, total_bytes: int = 200_000_000, *, seed:
     while xprof < share["xprof"]:
         # ~95 bytes an event with the caches of a viewed session
         n_events = int(min(200_000, max(1000, (share["xprof"] - xprof) / 95)))
-        written = synth.write_profile_session(prof_run, synth.session_name_for(ts + 3600 * j),
+        written = write_profile_session(prof_run, session_name_for(ts + 3600 * j),
                                               n_events=n_events, with_caches=True, seed=seed + j)
         xprof += sum(os.path.getsize(p) for p in written)
         j += 1
@@ -137,16 +147,10 @@ def write_profiled_project(logdir: str, total_bytes: int = 200_000_000, *, seed:
     return sizes
 
 
-def protected_digests(logdir: str) -> "collections.Counter":
+def protected_digests(logdir: str) -> collections.Counter:
     """``{(run, sha256 of the record): count}`` of every event record holding a scalar, hparams
     or text value (a tag is bound to its plugin by its first value, as TensorBoard does):
     equal before and after a reduction means those records are all there, byte for byte."""
-    import collections
-    import hashlib
-
-    from tb_footprint_plugin.scan import categories as cat
-    from tb_footprint_plugin.scan.tfrecord import RecordReader
-
     out: collections.Counter = collections.Counter()
     for d, _, files in os.walk(logdir):
         if ".tb-footprint" in d.split(os.sep):
@@ -175,8 +179,6 @@ def _dir_bytes(d: str) -> int:
 
 def age(root: str, seconds: float = 3600.0) -> None:
     """Make every file look finished (older than the active-run window)."""
-    import time
-
     old = time.time() - seconds
     for dirpath, _, files in os.walk(root):
         for n in files:
