@@ -1,12 +1,13 @@
 """What ``archive`` frees, verified on both backends, on generated logdirs.
 
     python bench/cuts.py            # tensorboardX run (3 tags x 1,000 histograms) + 300 MB project
-    python bench/cuts.py --small    # the same run + a 20 MB project (CI, < 1 minute)
+    python bench/cuts.py --small    # the same run with small records + a 20 MB project (CI, < 1 minute)
 
 Inputs (``tb_footprint_plugin.synth``):
 
 * ``tbx histograms``: a tensorboardX-style run, 3 legacy histogram tags x 1,000 steps
-  (~10 KB records, TF's default buckets) and a loss scalar every 10 steps;
+  (~10 KB records, TF's default buckets, ~30 MB; ``--small``: ~0.5 KB records of a narrow
+  range, same record counts) and a loss scalar every 10 steps;
 * ``profiled project``: ~75% PyTorch profiler traces, ~11% histograms, ~7% scalars, ~6% xprof
   sessions with the caches a viewed session leaves, ~1% the rest (text, hparams, images, a
   graph, run metadata).
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
     rows = []
     try:
         tbx = os.path.join(tmp, "tbx")
-        sp.write_tbx_histogram_run(os.path.join(tbx, "run"))
+        sp.write_tbx_histogram_run(os.path.join(tbx, "run"), spread=10.0 if args.small else 0.0)
         sp.age(tbx)
         rows.append(measure("tbx histograms", tbx))
         proj = os.path.join(tmp, "project")
