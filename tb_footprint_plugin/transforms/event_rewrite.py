@@ -10,8 +10,12 @@ Two passes over a run, both streaming:
    reader) is asked what it retains of the original run, and exactly those records are kept
    (see *Dashboard-exact* below).
 2. **Rewrite** (``rewrite_event_file``): each file is copied frame by frame (the exact
-   original framed bytes, CRCs included) skipping the records the mask drops. Memory is
-   one read buffer; the source is hashed on the way and must match the backup's sha256.
+   original framed bytes, CRCs included) skipping the records the mask drops, except the few
+   records the selection re-encodes on purpose (``Selection.subs``: a carried metadata, a
+   graph without its large attribute values), which keep their step, wall time and values and
+   are reported with the original record's sha256 so the record-level verification matches
+   each one to the record it stands for. Memory is one read buffer (plus one re-encoded
+   record); the source is hashed on the way and must match the backup's sha256.
 
 What is always kept, byte for byte and in order: the ``file_version`` record, every
 ``session_log`` record, every record with a value of a protected plugin (scalars, hparams,
@@ -25,9 +29,9 @@ values in one record.
 (the Rust server from the very first value, Python from the first value carrying metadata,
 TF2 writers put it only there). A downsampled tag therefore always keeps its first record
 (also because the Python backend must keep showing the first step), and also its first
-metadata-carrying record if that is a later one. Records are never re-encoded, so the
-first retained record of every tag carries exactly the metadata TensorBoard bound the tag to
-in the original; the reader-level verification compares the metadata both backends report.
+metadata-carrying record if that is a later one — except in default-view mode, below. The
+first kept record of every tag carries exactly the metadata TensorBoard bound the tag to in
+the original; the reader-level verification compares the metadata both backends report.
 
 **Steps increasing per tag.** A tag whose steps ever go backwards or repeat (a restart), a
 tag whose points Python would purge at a ``SessionLog.START`` restart, and every tag of a
@@ -53,14 +57,18 @@ near-trivial savings, 213-267 items from 9,000 on): the server's sample of a sho
 adjacent records with no room for fillers. When no arrangement exists the tag is kept in full
 and the selection says why.
 
-**Default-view mode** (``downsample: "default_view"``, opt-in, relaxed): keep exactly the
-server's records and drop the first one when the server does not show it, provided the first
-kept record carries the same metadata (tensorboardX/PyTorch legacy values, TF 2.x metadata on
-every value). ~100/N of every series for every length, but the other backend (Python,
-``--load_fast=false``) then shows the last step and not necessarily the first: such plugins are
-verified with the ``default_view_exact`` mode of ``verify.compare`` (Rust view identical,
-Python a subset with the last point). A tag whose metadata is only on its first record (TF2
-writers' default) cannot lose that record: it is kept in full and the selection says why.
+**Default-view mode** (``downsample: "default_view"``, archive's default): keep exactly the
+server's records and drop the first one when the server does not show it. ~100/N of every
+series for every length, but the other backend (Python, ``--load_fast=false``) then shows the
+last step and not necessarily the first: such plugins are verified with the
+``default_view_exact`` mode of ``verify.compare`` (Rust view identical, Python a subset with
+the last point), and the notes say per tag which steps are kept. The first kept record must
+bind the tag as the first record did: it carries the same metadata (tensorboardX/PyTorch
+legacy values, TF 2.x metadata on every value), or none — a tag whose metadata is only on its
+first record (TF2 writers' default) — and then the first record's metadata is copied onto it
+(``CARRY_METADATA``: one re-encoded record per tag; step, wall time and value unchanged). A
+tag whose first kept record carries *different* metadata is kept in full, and the selection
+says why.
 
 **Per-tag caps** (``keep_per_tag``): ``N`` records evenly spaced by step, first and last
 always included (plus the metadata carrier); every backend sees a subset of the original.
@@ -69,10 +77,14 @@ always included (plus the metadata carrier); every backend sees a subset of the 
 but the records each backend displays are kept, so the run graph reads identically:
 TensorBoard's Python reader shows the first graph record of each step, the Rust server the
 ones that survive its step preemption (usually the last), and the Python accumulator the
-newest meta graph. **Run metadata** (``tagged_run_metadata`` events and
-``graph_run_metadata`` summaries: step stats) is dropped when ``strip_run_metadata``.
-``graph_run_metadata_graph`` (the traced graph) is kept: removing only its step stats would
-mean re-encoding the record.
+newest meta graph. **Large attributes** (``strip_large_graph_attrs``, in archive): a
+``graph_def`` whose top-level nodes carry attribute values over 1 KB (embedded constants) is
+re-encoded with exactly what TensorBoard's ``process_graph.prepare_graph_for_ui`` serves for
+``limit_attr_size=1024`` (see ``graph_attrs``); the run graph is then verified by the graphs
+route's graph (``GRAPH_ROUTE_IDENTICAL_MODE``). **Run metadata** (``tagged_run_metadata``
+events and ``graph_run_metadata`` summaries: step stats) is dropped only with the opt-in
+``strip_run_metadata`` (its tags then leave the Graphs dashboard).
+``graph_run_metadata_graph`` (the traced graph) is always kept.
 """
 from __future__ import annotations
 
