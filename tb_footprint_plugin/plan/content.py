@@ -290,10 +290,12 @@ def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) ->
             lines.append(f"graphs: byte-identical repeats among {n} graph records dropped; the copies "
                          "TensorBoard displays are kept, so the run graph reads identically")
     if candidates:
+        graphs = "" if rules.strip_run_metadata else "; every graph and run-metadata tag stays listed"
         lines.append("event files: kept records are copied byte for byte, in order, under the same file "
-                     "names; file_version, session_log, scalars, hparams and text records are all kept; "
-                     "a tag with restarts (steps going backwards) or sharing records with another tag is "
-                     "kept in full")
+                     "names, except a record that receives its tag's metadata or a graph that loses its large "
+                     "attribute values (re-encoded, same step, wall time and values); file_version, session_log, "
+                     "scalars, hparams and text records are all kept" + graphs + "; a tag with restarts "
+                     "(steps going backwards) or sharing records with another tag is kept in full")
     return lines
 
 
