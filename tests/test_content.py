@@ -478,7 +478,9 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
     plan = api.plan(str(logdir), pol)
     text = "\n".join(plan.run("run").fidelity)
     assert "shows exactly the same 100 points per tag" in text
-    assert "--load_fast=false users may lose the first step of these tags" in text
+    # per tag, what --load_fast=false users will see
+    assert "with --load_fast=false (TensorBoard's Python reader): h: each shows the same ≤100 points" in text
+    assert "the first (0 for the earliest) only where the default dashboard shows it" in text
 
     rep = api.reduce_logdir(str(logdir), policy=pol, dry_run=False, verify_backends=("python", "rust"))
     assert rep.ok, [o.to_dict() for o in rep.outcomes]
@@ -513,27 +515,39 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
     name = er.event_file_names(str(run))[0]
     strict = er.select_run(str(run), content_rules.Rules.from_content({"downsample": "dashboard_exact"}), [name])
     assert strict.tags["h"]["kept"] == 1500
-    # metadata: the first record may go only if the first kept one carries the same metadata;
-    # otherwise the tag is kept whole and the selection says why (never silently)
+    # metadata: the first record may go when the first kept one carries the same metadata, or
+    # none (TF2 writers): then the first record's metadata is carried onto it (one re-encoded record)
     from tb_footprint_plugin.verify import compare
 
     assert content_rules.DEFAULT_VIEW_EXACT_MODE == compare.DEFAULT_VIEW_EXACT in compare.MODES
     rules = content_rules.Rules.from_content({"downsample": "default_view"})
-    for policy, kept in (("every", 100), ("first", 1500)):
+    for policy, carried in (("every", 0), ("first", 1)):
         d = tmp_path / f"tf2-{policy}"
         with synth.EventWriter(str(d), metadata=policy) as w:
             for s in range(1500):
                 w.histogram("w", s, [(0, 1, s % 5), (1, 2, 1)])
         n = er.event_file_names(str(d))[0]
         sel = er.select_run(str(d), rules, [n])
-        assert sel.tags["w"]["kept"] == kept, (policy, sel.tags)
-        if kept == 1500:
-            assert sel.tags["w"]["why"].startswith("default_view:"), sel.tags
-            assert sel.expectations == {}
-            assert any("kept in full: default_view:" in note for note in sel.notes), sel.notes
-        else:
-            assert sel.expectations == {"histograms": content_rules.DEFAULT_VIEW_EXACT_MODE}
-            assert any("--load_fast=false" in note for note in sel.notes), sel.notes
+        assert sel.tags["w"]["kept"] == 100, (policy, sel.tags)
+        assert sel.expectations == {"histograms": content_rules.DEFAULT_VIEW_EXACT_MODE}
+        assert any("--load_fast=false" in note for note in sel.notes), sel.notes
+        subs = list(sel.subs.get(n, {}).values())
+        assert len(subs) == carried and all(x[:2] == (er.CARRY_METADATA, "w") for x in subs), subs
+    # a first kept record whose metadata differs from the first's: kept whole, and said why
+    import numpy as np
+    from tensorboard.plugins.histogram import metadata as hm
+    from tensorboard.util import tensor_util
+
+    d = tmp_path / "tf2-differs"
+    with synth.EventWriter(str(d)) as w:
+        for s in range(1500):
+            v = summary_pb2.Summary.Value(tag="w", metadata=hm.create_summary_metadata("", "v1" if s == 0 else "v2"))
+            v.tensor.CopyFrom(tensor_util.make_tensor_proto(np.array([[0.0, 1.0, s % 5]])))
+            w.write_event(event_pb2.Event(wall_time=1795990000.0 + s, step=s, summary=summary_pb2.Summary(value=[v])))
+    n = er.event_file_names(str(d))[0]
+    sel = er.select_run(str(d), rules, [n])
+    assert sel.tags["w"]["kept"] == 1500 and "metadata differs" in sel.tags["w"]["why"], sel.tags
+    assert not sel.subs and any("kept in full: default_view:" in note for note in sel.notes), sel.notes
 
 
 # --- traces ---------------------------------------------------------------------------------------

@@ -24,10 +24,12 @@ ViewPairs = Dict[str, Tuple[Optional[str], Optional[str]]]
 
 
 def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, str]],
-                  backends: Sequence[str], label: str = "run") -> dict:
+                  backends: Sequence[str], substitutes: Optional[Dict[str, list]] = None,
+                  label: str = "run") -> dict:
     """Link ``pairs`` into ``views_dir/original`` and ``views_dir/reduced`` and verify them.
 
     ``modes`` (plugin -> verification mode) is the reduction's contract; none means exact.
+    ``substitutes``: records the rewrite re-encoded (sha256 -> original record's sha256, size).
     The views are symlinks (no copy of a possibly huge file) and are always removed.
     """
     orig_view, red_view = os.path.join(views_dir, "original"), os.path.join(views_dir, "reduced")
@@ -40,7 +42,8 @@ def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, st
                 os.symlink(original, os.path.join(orig_view, name))
             if reduced is not None:
                 os.symlink(reduced, os.path.join(red_view, name))
-        expectations = Expectations(plugin_modes=dict(modes)) if modes else None
+        expectations = (Expectations(plugin_modes=dict(modes or {}), record_substitutes=dict(substitutes or {}))
+                        if modes or substitutes else None)
         d = verify_reduction(orig_view, red_view, expectations, backends=tuple(backends)).to_dict()
         # findings name the run's own files, never the scratch views they were read through
         return _renamed(d, {orig_view: f"{label} (original, from the vault)", red_view: label})
@@ -84,7 +87,7 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -
         with scratch.scratch("check", vault.tmp) as tmp:
             vr = compare_views(os.path.join(tmp, "views"), _committed_pairs(ctx, m, vault),
                                (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
-                               label=m["run"])
+                               (m.get("verification") or {}).get("record_substitutes"), label=m["run"])
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)

@@ -352,17 +352,26 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     for s in staged:
         modes.update(s.get("expectations") or {})
     scratch.use_root(ctx.vault.tmp)  # the readers' scratch space: swept at the next start
-    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends, label=rp.run)
+    # records a rewrite re-encoded on purpose, each standing for one original record
+    substitutes = {r["sha256"]: [r["original_sha256"], r["original_size"]]
+                   for s in staged for r in (s.get("substituted") or ())}
+    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends, substitutes,
+                      label=rp.run)
     # kept so `verify` can re-check the run later under the same contract
     d["expectations"] = modes
+    if substitutes:
+        d["record_substitutes"] = substitutes
     checks = list(d.get("checks", []))
     failed = list(d.get("failed", []))
     comp = [s for s in staged if "content_sha256" in s]
     if comp:
         checks.append({"name": "torch traces", "ok": True,
                        "detail": f"{len(comp)} compressed, decompressed content identical (sha256)"})
+    notes = []
     for s in staged:
         checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": _stage_line(s)})
+        notes += [n for n in s.get("notes") or () if n not in notes]  # run-level: once per run
+    checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
     dels = [p for p, r in backups.items() if r["action"] == "delete"]
     if dels:
         checks.append({"name": "removed files", "ok": True,
@@ -381,6 +390,12 @@ def _stage_line(s: dict) -> str:
         return f"{name}: {s['trace_check']}"
     if "records_before" in s:
         removed = ", ".join(f"{k} {v['records']}" for k, v in (s.get("removed") or {}).items()) or "nothing"
+        subs = s.get("substituted") or []
+        if not subs:
+            return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
+                    f"record byte-identical; removed {removed}")
+        kinds = sorted({r["kind"] for r in subs})
         return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
-                f"record byte-identical; removed {removed}")
+                f"record byte-identical except {len(subs)} re-encoded ({', '.join(kinds)}: same step, wall "
+                f"time and values); removed {removed}")
     return f"{name}: compressed, decompressed content identical (sha256)"

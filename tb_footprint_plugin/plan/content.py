@@ -6,13 +6,17 @@ bytes after are estimates from the scan's per-category record counts.
 
 ``policy.content`` keys (all optional):
 
-* ``downsample``: ``"dashboard_exact"`` for histograms, images, audio, pr_curves and every
-  other tensor/blob plugin; ``"default_view"`` (opt-in, relaxed: exactly what the default
-  reader shows, the first step of a tag may be lost with ``--load_fast=false``); or
-  ``{plugin: "dashboard_exact" | "default_view" | "keep", "*": default}``;
+* ``downsample``: ``"default_view"`` (archive's default: exactly the records the default
+  dashboard shows of histograms, images, audio, pr_curves and every other tensor/blob plugin;
+  with ``--load_fast=false`` a tag's first step may be gone); ``"dashboard_exact"`` (also
+  keeps each tag's first step for the Python reader, which keeps long tags of fewer than
+  ~10,000 records whole); or ``{plugin: "dashboard_exact" | "default_view" | "keep", "*": default}``;
 * ``keep_per_tag``: ``{plugin: N}`` per-tag caps (overrides ``downsample`` for the plugin);
-* ``strip_run_metadata``: drop ``tagged_run_metadata`` / ``graph_run_metadata`` records;
+* ``strip_run_metadata`` (opt-in, not in any built-in policy): drop ``tagged_run_metadata`` /
+  ``graph_run_metadata`` records: their tags leave the Graphs dashboard;
 * ``dedupe_graphs``: drop byte-identical repeated ``graph_def`` / ``meta_graph_def`` records;
+* ``strip_large_graph_attrs``: drop the attribute values the graphs route lists as too large
+  to show (over 1 KB: embedded constants) from stored ``graph_def`` records;
 * ``trace``: ``{"whitespace", "drop_python_function", "drop_memory", "keep_steps",
   "min_dur_us"}`` for the PyTorch traces a policy keeps (see ``trace_slim``).
 """
@@ -25,7 +29,8 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import Action
-from tb_footprint_plugin.plan.rules import DASHBOARD_EXACT, DEFAULT_VIEW, PYTHON_CAPACITY, Rules, TraceOptions
+from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, LARGE_ATTRS_KEY, LIMIT_ATTR_SIZE,
+                                            PYTHON_CAPACITY, Rules, TraceOptions)
 
 #: Rust data server reservoir per plugin for the estimate (blob sequences keep 10).
 _BLOB_PLUGINS = frozenset({cat.IMAGES, cat.AUDIO})
@@ -39,6 +44,12 @@ _EXACT_MIN_RECORDS = {10: 11, 100: 10000}
 _GZIP_RATIO = 0.08
 _RUN_METADATA_CATEGORIES = (cat.TAGGED_RUN_METADATA, "graph_run_metadata")
 _GRAPH_CATEGORIES = (cat.GRAPH_DEF, cat.META_GRAPH_DEF)
+#: Estimate of a graph record after its large attribute values are dropped (the rewrite
+#: knows; the scan only has the bytes): graphs averaging more than this are assumed to be
+#: mostly embedded constants.
+_GRAPH_STRIPPED_ESTIMATE = 64 * 1024
+#: Tags named per plugin in the --load_fast=false line of the plan.
+_TAGS_NAMED = 8
 #: Non-summary record categories: never downsampled.
 _FIXED = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER, cat.EVENTS_CORRUPT,
                     cat.EVENTS_INCOMPLETE, cat.GRAPH_DEF, cat.META_GRAPH_DEF, cat.TAGGED_RUN_METADATA,
@@ -150,7 +161,7 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
         deleted = {a.path for a in file_actions if a.kind == "delete"}
         kept = [f for f in run.files if cat.PROFILE_XPLANE in f.categories and f.path not in deleted]
         if kept:
-            lines.append(f"profile: {len(kept)} xplane.pb file(s) kept as is: xplane trimming is not "
+            lines.append(f"profile: {len(kept)} xplane file(s) (.xplane.pb / .xplane.riegeli) kept as is: xplane trimming is not "
                          "proven safe with the profile plugin")
     return actions, lines
 
@@ -165,6 +176,13 @@ def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
         if rules.strip_run_metadata and c in _RUN_METADATA_CATEGORIES:
             reduced[c] = b
             continue
+        if rules.strip_large_graph_attrs and c == cat.GRAPH_DEF:
+            st = run.categories.get(c)
+            n = st.records if st is not None and st.records else 1
+            if b / n > _GRAPH_STRIPPED_ESTIMATE:
+                reduced[c] = b - n * _GRAPH_STRIPPED_ESTIMATE
+                after += n * _GRAPH_STRIPPED_ESTIMATE
+                continue
         if rules.dedupe_graphs and c in _GRAPH_CATEGORIES:
             st = run.categories.get(c)
             if st is not None and st.records > 2:
@@ -186,6 +204,8 @@ def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
         mode = rules.mode(c)
         if c in _RUN_METADATA_CATEGORIES:
             what.append(f"{cat.label(c)} removed")
+        elif c == cat.GRAPH_DEF:
+            what.append(f"graph attribute values over {LIMIT_ATTR_SIZE} bytes dropped")
         elif mode in (DASHBOARD_EXACT, DEFAULT_VIEW):
             what.append(f"{cat.label(c)}: keep what the default dashboard shows")
         else:
@@ -225,12 +245,10 @@ def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) ->
             lines.append(
                 f"{label}: the default dashboard (TensorBoard's Rust data server, --load_fast=auto) shows "
                 f"exactly the same {cap} points per tag as before (≈{total} of {st.records} records kept). "
-                f"With --load_fast=false (Python reader) or --samples_per_plugin {c}=N above {cap} you see "
-                "only those: a subset of the original with the last step of every tag. --load_fast=false users "
-                "may lose the first step of these tags (it is kept only where the default dashboard "
-                "shows it). "
-                "A tag whose summary metadata is only on its first record (TF2 writers' default) is kept "
-                "in full, and the rewrite says so.")
+                "Where a tag's summary metadata is only on a record the default dashboard does not show "
+                "(TF2 writers put it on the first), it is copied onto the first kept record: that "
+                "record's step, wall time and value are unchanged, only its bytes.")
+            lines.append(_python_view_line(c, st, n, cap))
             continue
         if mode == DASHBOARD_EXACT:
             cap = _rust_capacity(c)
@@ -249,20 +267,54 @@ def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) ->
     if rules.strip_run_metadata and candidates:
         n = sum(run.categories[c].records for c in _RUN_METADATA_CATEGORIES if c in run.categories)
         if n:
-            lines.append(f"run metadata: {n} step-stats record(s) removed (tagged_run_metadata / "
-                         "graph_run_metadata): the graphs dashboard loses per-step compute time and "
-                         "memory; the graphs themselves are kept")
+            tags = sorted({t for c in _RUN_METADATA_CATEGORIES if c in run.categories
+                           for t in run.categories[c].tags})
+            lines.append(f"run metadata (opt-in strip_run_metadata): {n} step-stats record(s) removed "
+                         "(tagged_run_metadata / graph_run_metadata): the Graphs dashboard no longer lists "
+                         f"{_names(tags)} and loses their per-step compute time and memory (the Profile "
+                         "view); op graphs and the run graph are kept")
+    if rules.strip_large_graph_attrs and candidates:
+        st = run.categories.get(cat.GRAPH_DEF)
+        if st is not None and st.records and st.bytes / st.records > _GRAPH_STRIPPED_ESTIMATE:
+            lines.append(
+                f"graphs: attribute values over {LIMIT_ATTR_SIZE} bytes (embedded constants) are dropped "
+                f"from the stored graph and listed under {LARGE_ATTRS_KEY}, exactly as TensorBoard's "
+                f"graphs route does for limit_attr_size={LIMIT_ATTR_SIZE}: that route returns the "
+                "identical graph and the Graphs dashboard draws the same nodes and edges; a node's info "
+                "card lists those attributes as \"Too large to show...\" instead of printing their values "
+                "(TensorBoard 2.21's op-graph view asks without the limit). Programs reading the raw "
+                "GraphDef from the event file lose the constants; the vault keeps the original until purge.")
     if rules.dedupe_graphs and candidates:
         n = sum(run.categories[c].records for c in _GRAPH_CATEGORIES if c in run.categories)
         if n > 2:
             lines.append(f"graphs: byte-identical repeats among {n} graph records dropped; the copies "
                          "TensorBoard displays are kept, so the run graph reads identically")
     if candidates:
+        graphs = "" if rules.strip_run_metadata else "; every graph and run-metadata tag stays listed"
         lines.append("event files: kept records are copied byte for byte, in order, under the same file "
-                     "names; file_version, session_log, scalars, hparams and text records are all kept; "
-                     "a tag with restarts (steps going backwards) or sharing records with another tag is "
-                     "kept in full")
+                     "names, except a record that receives its tag's metadata or a graph that loses its large "
+                     "attribute values (re-encoded, same step, wall time and values); file_version, session_log, "
+                     "scalars, hparams and text records are all kept" + graphs + "; a tag with restarts "
+                     "(steps going backwards) or sharing records with another tag is kept in full")
     return lines
+
+
+def _names(tags: List[str]) -> str:
+    shown = ", ".join(tags[:_TAGS_NAMED])
+    more = len(tags) - _TAGS_NAMED
+    return (shown + (f" and {more} more" if more > 0 else "")) or "their tags"
+
+
+def _python_view_line(c: str, st, per_tag: float, cap: int) -> str:
+    """What ``--load_fast=false`` users see of a plugin reduced to the default view, per tag."""
+    steps = ""
+    if st.min_step is not None and st.max_step is not None:
+        steps = (f"; the last step ({st.max_step} for the latest tag) is kept, the first "
+                 f"({st.min_step} for the earliest) only where the default dashboard shows it")
+    return (f"{cat.label(c)} with --load_fast=false (TensorBoard's Python reader): {_names(st.tags)}: "
+            f"each shows the same ≤{cap} points as the default dashboard instead of up to "
+            f"{min(int(per_tag), PYTHON_CAPACITY.get(c, 10))} of its ≈{int(per_tag)} records{steps}. "
+            "The reduction lists, per tag, the points and steps kept.")
 
 
 def _trace_fidelity(opts, slimmed) -> str:

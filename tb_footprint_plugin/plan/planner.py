@@ -193,7 +193,7 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
             if session not in sessions_with_xplane:
                 action = "keep"  # without an xplane this file is the only copy of the profile
             else:
-                reason = "secondary trace: xprof reads only the session's xplane.pb"
+                reason = "secondary trace: xprof reads only the session's xplane (.pb / .riegeli)"
         elif c == cat.PROFILE_CACHE and action == DELETE:
             reason = "xprof cache: rebuilt from the xplane on the next view"
         if action == DELETE:
@@ -261,7 +261,7 @@ def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
         lines.append(f"xprof caches: {len(dels)} file(s) removed, rebuilt on the next view")
     secs = [a for a in by_cat.get(cat.PROFILE_SECONDARY, []) if a.kind == "delete"]
     if secs and not emptied:
-        lines.append(f"secondary traces: {len(secs)} removed (xprof reads only xplane.pb)")
+        lines.append(f"secondary traces: {len(secs)} removed (xprof reads only the xplane, .pb or .riegeli)")
     torch = by_cat.get(cat.TORCH_TRACE, [])
     comp = [a for a in torch if a.kind == "compress"]
     gone = [a for a in torch if a.kind == "delete"]

@@ -88,8 +88,10 @@ def _archive() -> Policy:
         description=(
             "For finished experiments: remove all profile data (xprof sessions, caches, secondary "
             "traces, PyTorch traces); rewrite event files to keep exactly what TensorBoard's default "
-            "dashboard shows of images, audio, histograms and PR curves, strip run-metadata step "
-            "stats and drop repeated graphs. Scalars, hparams and text are never touched."
+            "dashboard shows of images, audio, histograms and PR curves, drop repeated graphs and "
+            "the graph attribute values (embedded constants) the Graphs dashboard lists as too large "
+            "to show. Every graph and run-metadata tag stays. Scalars, hparams and text are never "
+            "touched."
         ),
         file_rules={
             cat.PROFILE_XPLANE: DELETE,
@@ -99,7 +101,9 @@ def _archive() -> Policy:
             cat.TORCH_TRACE: DELETE,
         },
         secondary_only_with_xplane=False,
-        content={"dedupe_graphs": True, "strip_run_metadata": True, "downsample": "dashboard_exact"},
+        # strip_large_graph_attrs stays opt-in: TensorBoard 2.21's Graphs dashboard asks the graph
+        # route without limit_attr_size, so a node's info card would lose the dropped constants
+        content={"dedupe_graphs": True, "downsample": "default_view"},
     )
 
 

@@ -11,13 +11,20 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.scan import categories as cat
 
 DASHBOARD_EXACT = "dashboard_exact"
-#: Like dashboard-exact, but the first step is not forced into the reduced run when the
-#: default reader does not show it (and the tag's metadata is on the records it keeps).
-#: Verified with the ``default_view_exact`` mode (Rust view identical, other backend a
-#: subset with the last step). A tag for which that is impossible is kept in full.
+#: Exactly what the default reader shows (archive's default): the first step is not forced
+#: into the reduced run when the default reader does not show it; a tag whose metadata sits
+#: only on its first record gets it copied onto its first kept record. Verified with the
+#: ``default_view_exact`` mode (Rust view identical, other backend a subset with the last step).
 DEFAULT_VIEW = "default_view"
 DEFAULT_VIEW_EXACT_MODE = "default_view_exact"
 KEEP = "keep"
+#: ``prepare_graph_for_ui``'s defaults (TensorBoard 2.21), the values the graphs route is asked
+#: with: attribute values over this many bytes are listed under the key instead of sent.
+LIMIT_ATTR_SIZE = 1024
+LARGE_ATTRS_KEY = "_too_large_attrs"
+#: Verification mode of the run graph when ``strip_large_graph_attrs`` dropped attribute
+#: values: the graphs route's graph for that limit and key is identical.
+GRAPH_ROUTE_IDENTICAL_MODE = "graph_route_identical"
 
 #: Plugins never downsampled: protected ones, graphs and their sub-plugins, layouts.
 NEVER_DOWNSAMPLE = frozenset(cat.PROTECTED_PLUGINS) | frozenset({
@@ -41,19 +48,21 @@ class Rules:
     or a dict plugin -> ``"dashboard_exact"`` | ``"default_view"`` | ``"keep"`` (key ``"*"``:
     the default for other plugins);
     ``keep_per_tag``: plugin -> N (overrides ``downsample`` for that plugin);
-    ``strip_run_metadata``, ``dedupe_graphs``: booleans.
+    ``strip_run_metadata``, ``dedupe_graphs``, ``strip_large_graph_attrs``: booleans.
     """
 
     per_plugin: Dict[str, object] = field(default_factory=dict)
     default: Optional[str] = None
     strip_run_metadata: bool = False
     dedupe_graphs: bool = False
+    strip_large_graph_attrs: bool = False
 
     @classmethod
     def from_content(cls, content: Optional[dict]) -> "Rules":
         content = content or {}
         r = cls(strip_run_metadata=bool(content.get("strip_run_metadata")),
-                dedupe_graphs=bool(content.get("dedupe_graphs")))
+                dedupe_graphs=bool(content.get("dedupe_graphs")),
+                strip_large_graph_attrs=bool(content.get("strip_large_graph_attrs")))
         ds = content.get("downsample")
         if ds is True or ds == DASHBOARD_EXACT:
             r.default = DASHBOARD_EXACT
@@ -85,11 +94,13 @@ class Rules:
     def from_params(cls, d: dict) -> "Rules":
         return cls(per_plugin=dict(d.get("per_plugin") or {}), default=d.get("default"),
                    strip_run_metadata=bool(d.get("strip_run_metadata")),
-                   dedupe_graphs=bool(d.get("dedupe_graphs")))
+                   dedupe_graphs=bool(d.get("dedupe_graphs")),
+                   strip_large_graph_attrs=bool(d.get("strip_large_graph_attrs")))
 
     def to_params(self) -> dict:
         return {"per_plugin": dict(self.per_plugin), "default": self.default,
-                "strip_run_metadata": self.strip_run_metadata, "dedupe_graphs": self.dedupe_graphs}
+                "strip_run_metadata": self.strip_run_metadata, "dedupe_graphs": self.dedupe_graphs,
+                "strip_large_graph_attrs": self.strip_large_graph_attrs}
 
     def mode(self, plugin: str):
         """``"dashboard_exact"``, ``"default_view"``, an int cap, or None (kept as is)."""
@@ -100,8 +111,8 @@ class Rules:
 
     @property
     def active(self) -> bool:
-        return bool(self.strip_run_metadata or self.dedupe_graphs or self.default
-                    or any(v != KEEP for v in self.per_plugin.values()))
+        return bool(self.strip_run_metadata or self.dedupe_graphs or self.strip_large_graph_attrs
+                    or self.default or any(v != KEEP for v in self.per_plugin.values()))
 
 
 @dataclass

@@ -27,7 +27,8 @@ traces). API: ``make_png``, ``make_wav``, ``make_graph_def``, ``make_run_metadat
 ``keras_model_config``; ``event_file_name``, ``EventWriter``, ``write_profile_empty``;
 ``build_host_xspace``, ``encode_xspace_wire``, ``encode_xspace_proto``, ``xplane_proto_classes``,
 ``xspace_bytes``, ``write_xplane``, ``write_trace_json_gz``, ``write_perfetto_trace_json_gz``,
-``session_name_for``, ``write_profile_session``; ``torch_trace_name``, ``write_torch_trace``.
+``session_name_for``, ``write_profile_session``; ``torch_trace_name``, ``write_torch_trace``;
+``projects``: ``write_tbx_histogram_run``, ``write_profiled_project``, ``protected_digests``, ``age``.
 
 Not faithful (by design): values are plausible, not from a real model; the XSpace holds only
 host planes (no device/TPU/GPU planes, no HLO modules, so no ``graph_viewer``/``memory_viewer``
@@ -81,4 +82,11 @@ from tb_footprint_plugin.synth.xprof import (  # noqa: F401  (re-exported: the p
 from tb_footprint_plugin.synth.torch_trace import (  # noqa: F401  (re-exported: the package's API)
     torch_trace_name,
     write_torch_trace,
+)
+from tb_footprint_plugin.synth.projects import (  # noqa: F401  (re-exported: the package's API)
+    PROJECT_SHARES,
+    age,
+    protected_digests,
+    write_profiled_project,
+    write_tbx_histogram_run,
 )

@@ -10,8 +10,12 @@ Two passes over a run, both streaming:
    reader) is asked what it retains of the original run, and exactly those records are kept
    (see *Dashboard-exact* below).
 2. **Rewrite** (``rewrite_event_file``): each file is copied frame by frame (the exact
-   original framed bytes, CRCs included) skipping the records the mask drops. Memory is
-   one read buffer; the source is hashed on the way and must match the backup's sha256.
+   original framed bytes, CRCs included) skipping the records the mask drops, except the few
+   records the selection re-encodes on purpose (``Selection.subs``: a carried metadata, a
+   graph without its large attribute values), which keep their step, wall time and values and
+   are reported with the original record's sha256 so the record-level verification matches
+   each one to the record it stands for. Memory is one read buffer (plus one re-encoded
+   record); the source is hashed on the way and must match the backup's sha256.
 
 What is always kept, byte for byte and in order: the ``file_version`` record, every
 ``session_log`` record, every record with a value of a protected plugin (scalars, hparams,
@@ -25,9 +29,9 @@ values in one record.
 (the Rust server from the very first value, Python from the first value carrying metadata,
 TF2 writers put it only there). A downsampled tag therefore always keeps its first record
 (also because the Python backend must keep showing the first step), and also its first
-metadata-carrying record if that is a later one. Records are never re-encoded, so the
-first retained record of every tag carries exactly the metadata TensorBoard bound the tag to
-in the original; the reader-level verification compares the metadata both backends report.
+metadata-carrying record if that is a later one — except in default-view mode, below. The
+first kept record of every tag carries exactly the metadata TensorBoard bound the tag to in
+the original; the reader-level verification compares the metadata both backends report.
 
 **Steps increasing per tag.** A tag whose steps ever go backwards or repeat (a restart), a
 tag whose points Python would purge at a ``SessionLog.START`` restart, and every tag of a
@@ -53,14 +57,18 @@ near-trivial savings, 213-267 items from 9,000 on): the server's sample of a sho
 adjacent records with no room for fillers. When no arrangement exists the tag is kept in full
 and the selection says why.
 
-**Default-view mode** (``downsample: "default_view"``, opt-in, relaxed): keep exactly the
-server's records and drop the first one when the server does not show it, provided the first
-kept record carries the same metadata (tensorboardX/PyTorch legacy values, TF 2.x metadata on
-every value). ~100/N of every series for every length, but the other backend (Python,
-``--load_fast=false``) then shows the last step and not necessarily the first: such plugins are
-verified with the ``default_view_exact`` mode of ``verify.compare`` (Rust view identical,
-Python a subset with the last point). A tag whose metadata is only on its first record (TF2
-writers' default) cannot lose that record: it is kept in full and the selection says why.
+**Default-view mode** (``downsample: "default_view"``, archive's default): keep exactly the
+server's records and drop the first one when the server does not show it. ~100/N of every
+series for every length, but the other backend (Python, ``--load_fast=false``) then shows the
+last step and not necessarily the first: such plugins are verified with the
+``default_view_exact`` mode of ``verify.compare`` (Rust view identical, Python a subset with
+the last point), and the notes say per tag which steps are kept. The first kept record must
+bind the tag as the first record did: it carries the same metadata (tensorboardX/PyTorch
+legacy values, TF 2.x metadata on every value), or none — a tag whose metadata is only on its
+first record (TF2 writers' default) — and then the first record's metadata is copied onto it
+(``CARRY_METADATA``: one re-encoded record per tag; step, wall time and value unchanged). A
+tag whose first kept record carries *different* metadata is kept in full, and the selection
+says why.
 
 **Per-tag caps** (``keep_per_tag``): ``N`` records evenly spaced by step, first and last
 always included (plus the metadata carrier); every backend sees a subset of the original.
@@ -69,10 +77,14 @@ always included (plus the metadata carrier); every backend sees a subset of the 
 but the records each backend displays are kept, so the run graph reads identically:
 TensorBoard's Python reader shows the first graph record of each step, the Rust server the
 ones that survive its step preemption (usually the last), and the Python accumulator the
-newest meta graph. **Run metadata** (``tagged_run_metadata`` events and
-``graph_run_metadata`` summaries: step stats) is dropped when ``strip_run_metadata``.
-``graph_run_metadata_graph`` (the traced graph) is kept: removing only its step stats would
-mean re-encoding the record.
+newest meta graph. **Large attributes** (``strip_large_graph_attrs``, opt-in): a
+``graph_def`` whose top-level nodes carry attribute values over 1 KB (embedded constants) is
+re-encoded with exactly what TensorBoard's ``process_graph.prepare_graph_for_ui`` serves for
+``limit_attr_size=1024`` (see ``graph_attrs``); the run graph is then verified by the graphs
+route's graph (``GRAPH_ROUTE_IDENTICAL_MODE``). **Run metadata** (``tagged_run_metadata``
+events and ``graph_run_metadata`` summaries: step stats) is dropped only with the opt-in
+``strip_run_metadata`` (its tags then leave the Graphs dashboard).
+``graph_run_metadata_graph`` (the traced graph) is always kept.
 """
 from __future__ import annotations
 
@@ -87,16 +99,24 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
-from tb_footprint_plugin.plan.rules import DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE, RUST_CAPACITY, Rules
+from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame
+from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE,
+                                            GRAPH_ROUTE_IDENTICAL_MODE, RUST_CAPACITY, Rules)
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file
+from tb_footprint_plugin.transforms import graph_attrs
+
+#: Substitutions (kept records re-encoded): large graph attribute values dropped; a tag's
+#: first metadata copied onto its first kept record.
+GRAPH_ATTRS = "graph_attrs"
+CARRY_METADATA = "carry_metadata"
 
 #: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
 #: the weakest, which all of them meet).
 _STRICTNESS = {"default_view_identical": 3, DEFAULT_VIEW_EXACT_MODE: 2, "subset": 1, "removed": 0}
 _DASHBOARD_EXACT_WHY = "dashboard-exact"
 _DEFAULT_VIEW_WHY = "default-view (first step not forced)"
+_TAG_NOTES = 20  # reduced tags described one by one in the notes
 _REC_BITS = 40  # global record id = file index << 40 | record index in the file
 _REC_MASK = (1 << _REC_BITS) - 1
 
@@ -252,7 +272,9 @@ class _Stream:
     steps: array = field(default_factory=lambda: array("q"))
     meta0: Optional[bytes] = None  # serialized metadata of the first record (None: none)
     same_meta: bytearray = field(default_factory=bytearray)  # 1: same metadata as the first
+    has_meta: bytearray = field(default_factory=bytearray)  # 1: the value carries metadata
     meta_first: Optional[int] = None  # stream index of the first value carrying metadata
+    carrier: Optional[int] = None  # stream index of the kept record the first's metadata is copied to
     pinned: Optional[str] = None  # why the tag is kept in full
     relaxed: bool = False  # DEFAULT_VIEW applied: verified with DEFAULT_VIEW_EXACT_MODE
 
@@ -273,6 +295,9 @@ class Selection:
     notes: List[str]
     signature: tuple
     tags: Dict[str, dict] = field(default_factory=dict)  # tag -> summary (plugin, before, after, how)
+    #: file name -> {record index: substitution}: kept records whose bytes change (the event is
+    #: re-encoded): ``(GRAPH_ATTRS,)`` or ``(CARRY_METADATA, tag, serialized SummaryMetadata)``
+    subs: Dict[str, Dict[int, tuple]] = field(default_factory=dict)
 
 
 def _files_signature(run_dir: str, names: Sequence[str]) -> tuple:
@@ -354,6 +379,8 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
     streams: Dict[str, _Stream] = {}
     graphs: Dict[str, List[Tuple[int, int, bytes]]] = {"graph_def": [], "meta_graph_def": []}
     drop_ids: List[int] = []  # run metadata to strip
+    subs: Dict[str, Dict[int, tuple]] = {}
+    n_attrs = 0  # graph attribute values dropped
     file_version: Optional[float] = None
     seen_start = False
     purging_start = False
@@ -400,6 +427,15 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
                         raw = ev.graph_def if what == "graph_def" else ev.meta_graph_def
                         graphs[what].append((gid, step, hashlib.sha256(raw).digest()))
                         cls[ri] = code(what)
+                        if (what == "graph_def" and rules.strip_large_graph_attrs and name in rewritten
+                                and len(raw) > graph_attrs.LIMIT_ATTR_SIZE):
+                            try:
+                                stripped = graph_attrs.strip_graph_def(raw)
+                            except Exception:  # noqa: BLE001 - not a GraphDef TensorBoard can read: kept
+                                stripped = None
+                            if stripped is not None:
+                                subs.setdefault(name, {})[ri] = (GRAPH_ATTRS,)
+                                n_attrs += stripped[1]
                         continue
                     if what == "tagged_run_metadata":
                         cls[ri] = code("graph_tagged_run_metadata")
@@ -474,6 +510,12 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
         if n_dropped:
             notes.append(f"{n_dropped} byte-identical repeated graph record(s) dropped; the copies "
                          "each backend displays are kept")
+    graph_subs = sum(1 for f in subs.values() for sub in f.values() if sub[0] == GRAPH_ATTRS)
+    if graph_subs:
+        expectations["graphs"] = GRAPH_ROUTE_IDENTICAL_MODE
+        notes.append(f"{n_attrs} graph attribute value(s) over {graph_attrs.LIMIT_ATTR_SIZE} bytes dropped "
+                     f"from {graph_subs} graph record(s) and listed under {graph_attrs.LARGE_ATTRS_KEY} "
+                     "(the Graphs dashboard shows them as \"Too large to show...\")")
     # downsampled tags
     tag_report: Dict[str, dict] = {}
     exact = [t for t, s in streams.items() if not isinstance(s.mode, int) and not s.pinned
@@ -504,6 +546,9 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
             if i not in keep_set:
                 drop(s.ids[i])
                 dropped += 1
+        if s.carrier is not None and dropped:
+            gid = s.ids[s.carrier]
+            subs.setdefault(file_of(gid), {})[gid & _REC_MASK] = (CARRY_METADATA, tag, s.meta0)
         if dropped:
             if isinstance(s.mode, int):
                 mode = "subset"
@@ -532,8 +577,34 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
         notes.append(f"{len(relaxed)} tag(s) reduced to exactly the default view (downsample: "
                      "default_view): with --load_fast=false (TensorBoard's Python reader) their "
                      "first step may be gone; the last step is always kept")
+    carried = sorted(t for t, s in streams.items() if s.carrier is not None and tag_report.get(t, {}).get(
+        "kept", 0) < tag_report.get(t, {}).get("records", 0))
+    if carried:
+        notes.append(f"{len(carried)} tag(s) had their summary metadata only on a record the default view "
+                     "does not show: it was copied onto their first kept record (step, wall time and "
+                     "value unchanged; only that record's bytes differ)")
+    reduced_tags = []
+    for tag, r in sorted(tag_report.items()):
+        s = streams[tag]
+        if r["kept"] < r["records"]:
+            kept = [s.steps[i] for i in range(len(s.ids)) if masks[file_of(s.ids[i])][s.ids[i] & _REC_MASK]]
+            r["first_step"], r["last_step"] = s.steps[0], s.steps[-1]
+            r["kept_first_step"], r["kept_last_step"] = kept[0], kept[-1]
+            reduced_tags.append(tag)
+    # what --load_fast=false (Python reader, which shows every kept record up to its own
+    # per-tag limit) users see of each reduced tag
+    for tag in reduced_tags[:_TAG_NOTES]:
+        r = tag_report[tag]
+        first = ("first step kept" if r["kept_first_step"] == r["first_step"]
+                 else f"first step {r['first_step']} gone")
+        notes.append(f"{r['plugin']} {tag!r}: {r['kept']} of {r['records']} records kept, steps "
+                     f"{r['kept_first_step']}–{r['kept_last_step']} ({first}); --load_fast=false shows "
+                     f"these (up to its per-tag limit)")
+    if len(reduced_tags) > _TAG_NOTES:
+        notes.append(f"… and {len(reduced_tags) - _TAG_NOTES} more reduced tag(s)")
     return Selection(run_dir=run_dir, masks=masks, codes=codes, code_names=code_names,
-                     expectations=expectations, notes=notes, signature=signature, tags=tag_report)
+                     expectations=expectations, notes=notes, signature=signature, tags=tag_report,
+                     subs=subs)
 
 
 def _append(s: _Stream, gid: int, step: int, value) -> None:
@@ -543,6 +614,7 @@ def _append(s: _Stream, gid: int, step: int, value) -> None:
     if not s.ids:
         s.meta0 = md
     s.same_meta.append(1 if md == s.meta0 else 0)
+    s.has_meta.append(0 if md is None else 1)
     if s.meta_first is None and md is not None:
         s.meta_first = len(s.ids)
     s.ids.append(gid)
@@ -586,19 +658,41 @@ def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[Lis
         return None
     extras = first | forced
     if s.mode == DEFAULT_VIEW:
-        # The first record may go only if the first retained one binds the tag the same way:
-        # same metadata as the first record (or no metadata anywhere, legacy values).
-        if not (s.same_meta[retained[0]] and (s.meta0 is not None or s.meta_first is None)):
+        # The first record may go only if the first kept one binds the tag the same way: same
+        # metadata as the first record (or no metadata anywhere, legacy values), or no metadata
+        # at all, in which case the first record's metadata is copied onto it (TF2 writers put
+        # it on a tag's first value only; the default reader binds the tag from its first value).
+        first_kept = min(set(retained) | set(forced))
+        same = s.same_meta[first_kept] and (s.meta0 is not None or s.meta_first is None)
+        carry = (not same and s.meta_first == 0 and not s.has_meta[first_kept]
+                 and first_kept not in forced)
+        if not (same or carry):
             if not extras <= set(retained):
-                s.pin("default_view: its summary metadata is only on records the default reader "
-                      "does not show (e.g. TF2 writers put it on the first value only), so its "
-                      "first record cannot be dropped")
+                s.pin("default_view: its summary metadata differs between its first record and the "
+                      "first one the default reader shows (or sits on a record of a file that is not "
+                      "rewritten), so its first record cannot be dropped")
                 return None
         else:
             extras = set(forced)
             s.relaxed = True
+            if carry:
+                s.carrier = first_kept
     if extras <= set(retained):
         return retained
+    keep = _fill(s, retained, extras, capacity, n)
+    if keep is not None and s.carrier is not None:
+        c = keep[0]  # a filler may now come first: it carries the metadata instead
+        if s.has_meta[c] and not s.same_meta[c]:
+            s.carrier = None
+            s.pin("default_view: its summary metadata differs between its first record and the "
+                  "first one kept")
+            return None
+        s.carrier = None if s.has_meta[c] else c
+    return keep
+
+
+def _fill(s: _Stream, retained: List[int], extras: set, capacity: int, n: int) -> Optional[List[int]]:
+    """``arrange_fillers`` for one stream, pinning it (with the reason) when impossible."""
     try:
         table = kept_positions(capacity)
     except RewriteError as e:
@@ -646,15 +740,43 @@ def _graph_duplicates(kind: str, items: List[Tuple[int, int, bytes]]) -> List[in
 # ---------------------------------------------------------------------------------------
 # the rewrite (one file, streaming)
 # ---------------------------------------------------------------------------------------
+def substitute(data: bytes, sub: tuple) -> bytes:
+    """The re-encoded event for a kept record (``Selection.subs``): same step, wall time and
+    values; large graph attribute values dropped, or the tag's first metadata added."""
+    from tensorboard.compat.proto import event_pb2
+
+    ev = event_pb2.Event.FromString(data)
+    if sub[0] == GRAPH_ATTRS:
+        stripped = graph_attrs.strip_graph_def(ev.graph_def)
+        if stripped is None:
+            raise RewriteError("a graph record changed between the selection and the rewrite")
+        ev.graph_def = stripped[0]
+    elif sub[0] == CARRY_METADATA:
+        _, tag, meta = sub
+        values = ev.summary.value
+        if len(values) != 1 or values[0].tag != tag or values[0].HasField("metadata"):
+            raise RewriteError(f"tag {tag!r}: the record chosen to carry its metadata changed")
+        values[0].metadata.ParseFromString(meta)
+    else:
+        raise RewriteError(f"unknown substitution {sub[0]!r}")
+    return ev.SerializeToString()
+
+
 def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[bytearray] = None,
-                       code_names: Sequence[str] = (), expected_sha: Optional[str] = None) -> dict:
-    """Copy the records of ``src`` whose ``mask`` byte is 1 to ``dst`` (framed bytes as is).
+                       code_names: Sequence[str] = (), expected_sha: Optional[str] = None,
+                       subs: Optional[Dict[int, tuple]] = None) -> dict:
+    """Copy the records of ``src`` whose ``mask`` byte is 1 to ``dst`` (framed bytes as is,
+    except the records in ``subs``, re-encoded by ``substitute`` and framed anew).
 
     Raises ``RewriteError`` if ``src`` is damaged, has a different number of records than
-    ``mask``, or (with ``expected_sha``) is not the file that was backed up.
+    ``mask``, or (with ``expected_sha``) is not the file that was backed up. The result's
+    ``substituted`` lists each re-encoded record: its sha256 and the original record's
+    (sha256, size), so the record-level check can match it to the record it stands for.
     """
     kept = dropped = 0
     removed: Dict[str, List[int]] = {}
+    subs = subs or {}
+    substituted: List[dict] = []
     out_sha = hashlib.sha256()
     name = os.path.basename(src)
     with open(src, "rb", buffering=0) as raw_in, open(dst, "xb") as raw_out:
@@ -671,6 +793,14 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
                     raise RewriteError(f"{name}: more records than when it was analysed (changed?)")
                 if mask[i]:
                     piece = buf[s:s + size]
+                    if i in subs:
+                        data = bytes(piece[12:-4])
+                        new = substitute(data, subs[i])
+                        piece = frame(new)
+                        size = len(piece)
+                        substituted.append({"kind": subs[i][0], "sha256": hashlib.sha256(new).hexdigest(),
+                                            "original_sha256": hashlib.sha256(data).hexdigest(),
+                                            "original_size": len(data), "size": len(new)})
                     pending.append(piece)
                     pending_bytes += size
                     kept += 1
@@ -712,6 +842,7 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
         "records_before": kept + dropped,
         "records_after": kept,
         "removed": {k: {"records": v[0], "bytes": v[1]} for k, v in sorted(removed.items())},
+        "substituted": substituted,
     }
 
 
@@ -725,7 +856,8 @@ def stage_event_rewrite(action, src: str, tmp: str, sha: str) -> dict:
     sel = selection_for(run_dir, rules, rewritten)
     if name not in sel.masks:
         raise RewriteError(f"{name}: not an event file of its run")
-    info = rewrite_event_file(src, tmp, sel.masks[name], sel.codes[name], sel.code_names, sha)
+    info = rewrite_event_file(src, tmp, sel.masks[name], sel.codes[name], sel.code_names, sha,
+                              subs=sel.subs.get(name))
     info["transform"] = "event_rewrite"
     info["expectations"] = dict(sel.expectations)
     info["notes"] = list(sel.notes)
@@ -742,7 +874,10 @@ def _params(action) -> dict:
 __all__ = [
     "DASHBOARD_EXACT",
     "DEFAULT_VIEW",
+    "CARRY_METADATA",
     "DEFAULT_VIEW_EXACT_MODE",
+    "GRAPH_ATTRS",
+    "GRAPH_ROUTE_IDENTICAL_MODE",
     "Rules",
     "RewriteError",
     "Selection",

@@ -103,6 +103,9 @@ class RunView:
     run_present: bool = False
     plugins: dict = field(default_factory=dict)  # plugin -> tag -> TagView
     graph: Optional[str] = None  # sha256 of the run graph blob the graphs plugin reads
+    #: sha256 of the graphs route's body for that graph with the dashboard's attribute
+    #: filter (``limit_attr_size=1024&large_attrs_key=_too_large_attrs``)
+    graph_route: Optional[str] = None
     #: Set when the whole read failed (server would not start, loader crashed, timeout):
     #: the view then says nothing about the run.
     fatal: Optional[str] = None
@@ -256,7 +259,7 @@ def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: 
             except Exception as e:  # noqa: BLE001
                 view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
     try:
-        view.graph = _read_run_graph(provider, ctx)
+        view.graph, view.graph_route = _read_run_graph(provider, ctx)
     except Exception as e:  # noqa: BLE001
         view.errors.append(f"run graph: {type(e).__name__}: {e}")
 
@@ -366,8 +369,9 @@ def _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints) -> Non
         tags[t].display_steps = [d.step for d in shown.get(t, [])]
 
 
-def _read_run_graph(provider, ctx) -> Optional[str]:
-    """The graphs plugin's read of the run graph (``downsample=1``), as a sha256 digest."""
+def _read_run_graph(provider, ctx) -> tuple[Optional[str], Optional[str]]:
+    """The graphs plugin's read of the run graph (``downsample=1``): sha256 of the blob, and
+    of the route's body for it with the dashboard's attribute filter."""
     seqs = provider.read_blob_sequences(
         ctx,
         experiment_id=EXPERIMENT_ID,
@@ -377,9 +381,15 @@ def _read_run_graph(provider, ctx) -> Optional[str]:
     )
     data = seqs.get(RUN_NAME, {}).get(RUN_GRAPH_TAG, ())
     if not data or not data[0].values:
-        return None
-    blob = provider.read_blob(ctx, blob_key=data[0].values[0].blob_key)
-    return hashlib.sha256(bytes(blob)).hexdigest()
+        return None, None
+    blob = bytes(provider.read_blob(ctx, blob_key=data[0].values[0].blob_key))
+    from tb_footprint_plugin.transforms import graph_attrs
+
+    try:
+        route = graph_attrs.route_graph_digest(blob)
+    except Exception:  # noqa: BLE001 - not a GraphDef: the route fails the same way on both
+        route = None
+    return hashlib.sha256(blob).hexdigest(), route
 
 
 # --- python backend ----------------------------------------------------------------------
