@@ -101,7 +101,7 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
     except Exception as e:  # noqa: BLE001 - a crawl that breaks proves nothing: a failure
         return Check("routes", False, f"{name}: crawl failed: {type(e).__name__}: {e}")
     if res.diffs:
-        shown = "; ".join(f"{d.route}: {d.why}" for d in res.diffs[:SHOWN_DIFFS])
+        shown = "; ".join(f"{d.route}: {routes._fmt(d.why, 240)}" for d in res.diffs[:SHOWN_DIFFS])
         more = f" (+{len(res.diffs) - SHOWN_DIFFS} more)" if len(res.diffs) > SHOWN_DIFFS else ""
         return Check("routes", False, f"{name}: {shown}{more}")
     per = ", ".join(f"{p} {n}" for p, n in sorted(res.by_plugin.items()) if p != "<core>")
@@ -126,7 +126,7 @@ def profile_removed_check(removed: dict) -> list:
 
 def run_index(run_dir: str) -> tuple[dict, dict]:
     """``({plugin: {tag: TagStat}}, {category: FixedStat})`` of a run, one streaming pass."""
-    from tb_footprint_plugin import eventfile
+    from tb_footprint_plugin.scan import eventfile
     from tb_footprint_plugin.verify.records import event_file_names
 
     stats = [eventfile.event_file_stats(os.path.join(run_dir, n), n)

@@ -114,6 +114,8 @@ class _Client:
 
         self.client = Client(app)
         self.blobs = 0
+        #: blob key -> digest: the images and time-series routes point at the same blobs.
+        self._digests: dict[str, str] = {}
 
     def get(self, path: str, data: Optional[dict] = None) -> tuple[int, bytes, str]:
         if data is None:
@@ -126,12 +128,16 @@ class _Client:
         r = self.client.post(path, data=json.dumps(body), content_type="application/json")
         return r.status_code, r.get_data(), r.headers.get("Content-Type", "")
 
-    def blob_digest(self, path: str) -> str:
+    def blob_digest(self, path: str, key: Optional[str] = None) -> str:
+        """sha256 of what ``path`` serves (once per blob ``key`` when given)."""
+        if key is not None and key in self._digests:
+            return self._digests[key]
         status, body, _ = self.get(path)
         self.blobs += 1
-        if status != 200:
-            return f"<HTTP {status}>"
-        return hashlib.sha256(body).hexdigest()
+        digest = f"<HTTP {status}>" if status != 200 else hashlib.sha256(body).hexdigest()
+        if key is not None:
+            self._digests[key] = digest
+        return digest
 
 
 def _json(status: int, body: bytes) -> Any:
@@ -180,18 +186,23 @@ def _with_blobs(side: _Side, points: list, key: str, route: str, extra: str = ""
             p = dict(p)
             ref = p.pop(key)
             target = f"{route}?{ref}{extra}" if key == "query" else f"{route}?{_q(imageId=ref)}"
-            p["<bytes sha256>"] = side.c.blob_digest(target)
+            blob_key = (urllib.parse.parse_qs(ref).get("blob_key", [None])[0]
+                        if key == "query" else ref)
+            p["<bytes sha256>"] = side.c.blob_digest(target, blob_key)
         out.append(p)
     return out
 
 
-def crawl_pair(app_before, app_after) -> Iterator[tuple[Response, Response]]:
+def crawl_pair(app_before, app_after, sides: Optional[list] = None
+               ) -> Iterator[tuple[Response, Response]]:
     """Yield ``(before, after)`` normalized responses for every route the dashboards fetch.
 
     Which series to fetch is the union of both sides' listings, so a series that vanished
     is fetched (and found missing) as well as one that appeared.
     """
-    sides = (_Side(app_before), _Side(app_after))
+    if sides is None:
+        sides = []
+    sides[:] = [_Side(app_before), _Side(app_after)]
 
     def listing(route: str, plugin: str, pick: Callable[[Any], Any] = lambda v: v):
         got = [s.json(route) for s in sides]
@@ -459,13 +470,17 @@ def _fmt(x: Any, limit: int = 120) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+_FIRST_KEYS = ("step", "wall_time", "wallTime")
+
+
 def first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
     """Where two JSON-like values first differ (``None`` if equal). Floats compare bit-exact
     through their JSON text, as the browser receives them."""
     if type(a) is not type(b):
         return f"{path or 'value'}: {_fmt(a)} became {_fmt(b)}"
     if isinstance(a, dict):
-        for k in sorted(set(a) | set(b), key=repr):
+        # A point's step and wall time first: "step 5 became step 165" says more than bytes.
+        for k in sorted(set(a) | set(b), key=lambda k: (k not in _FIRST_KEYS, repr(k))):
             if k not in b:
                 return f"{path}{_fmt(k)}: missing after reduction"
             if k not in a:
@@ -530,12 +545,14 @@ Contract = Callable[[str], tuple]  # plugin -> (exact, keep_first, keep_last, re
 def compare_crawl(app_before, app_after, contract: Contract, *, sampled: bool) -> CrawlResult:
     """Crawl both apps in lockstep and compare every route under ``contract``."""
     res = CrawlResult()
-    for before, after in crawl_pair(app_before, app_after):
+    sides: list = []
+    for before, after in crawl_pair(app_before, app_after, sides):
         res.routes += 1
         res.by_plugin[before.plugin] = res.by_plugin.get(before.plugin, 0) + 1
         why = _compare_response(before, after, contract, sampled)
         if why:
             res.diffs.append(RouteDiff(before.route, before.plugin, why))
+    res.blobs = sum(s.c.blobs for s in sides)
     return res
 
 
