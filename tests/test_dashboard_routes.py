@@ -20,7 +20,6 @@ from tb_footprint_plugin.verify import dashboard, routes
 from tb_footprint_plugin.verify.readers import Reader
 
 BOTH = ("python", "rust")
-GRAPH_FIXTURES = ["tf/summary_mix", "torch/profiled"]
 
 needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="no data server binary")
 
@@ -99,8 +98,12 @@ def _route_lines(outcome) -> list:
 
 
 @needs_rust
-@pytest.mark.parametrize("fixture", GRAPH_FIXTURES)
-@pytest.mark.parametrize("policy", ["lossless", "archive"])
+@pytest.mark.parametrize("policy, fixture", [
+    ("archive", "tf/summary_mix"),  # op graph + run metadata of trace_export(profiler=True)
+    ("archive", "torch/profiled"),  # run graph + the `step1` run metadata
+    ("archive", "tf/keras_profiled"),  # Keras conceptual graph, per-run profile
+    ("lossless", "torch/profiled"),  # traces compressed, event files untouched
+])
 def test_route_crawl_after_reduce(tmp_path, fixture, policy):
     """The crawl runs on both backends inside every reduce, and finds nothing but the
     profile data the policy removed; a fresh crawl of the result against the untouched

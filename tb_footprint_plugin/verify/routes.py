@@ -85,12 +85,20 @@ class CrawlResult:
 # --- the application -------------------------------------------------------------------------
 
 
+_SKIPPED_LOADERS = ("profile_redirect", "wit_redirect")
+
+
 def make_app(logdir: str, provider, multiplexer=None, samples_per_plugin: str = ""):
     """TensorBoard's own WSGI app (first-party plugins, its own flags) over ``provider``."""
     from tensorboard import default, program
     from tensorboard.backend import application
 
-    tb = program.TensorBoard(plugins=default.get_static_plugins())
+    # The redirect loaders only probe whether xprof / WIT are installed (importing xprof
+    # imports TensorFlow: ~10 s, ~500 MB) and serve no data: the Profile dashboards are not
+    # compared (a policy's profile removal is reported as such).
+    loaders = [p for p in default.get_static_plugins()
+               if not any(f".{n}." in getattr(p, "__module__", "") for n in _SKIPPED_LOADERS)]
+    tb = program.TensorBoard(plugins=loaders)
     argv = ["", f"--logdir={logdir}"]
     if samples_per_plugin:
         argv.append(f"--samples_per_plugin={samples_per_plugin}")
