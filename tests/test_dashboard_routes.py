@@ -183,6 +183,7 @@ def test_identical_copy_big_run_path(tmp_path, real_copy):
     assert {"records", "record subsequence", "tag index", "routes", "python"} <= names
     assert any(c.detail.startswith("routes (rust, default view)") for c in result.checks)
     assert "python" not in result.views  # the Python loader was not run over the original
+    assert result.scalar_series["loss"]["before"] == result.scalar_series["loss"]["after"]
 
 
 def test_first_difference_names_the_point():

@@ -173,7 +173,7 @@ def verify_reduction(
         checks=checks,
         failed=failed,
         backends=wanted,
-        scalar_series=_scalar_series(usable),
+        scalar_series=_scalar_series(usable or pairs),
         views={b: {"before": views.describe(v0), "after": views.describe(v1)}
                for b, (v0, v1) in pairs.items()},
         duration_s=time.monotonic() - start,
@@ -238,6 +238,8 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
             if with_routes and present:
                 lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
                                                    exp, ", default view"))
+            for r in readers.values():  # the tab's before/after curves: the default view
+                _read_scalars(r)
         finally:
             for r in readers.values():
                 r.close()
@@ -256,6 +258,17 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
                                f"({reduced_size / 1e6:.0f} MB) too big for the legacy loader "
                                f"(~4.5 MB/s); covered by the record subsequence and tag index"))
     return pairs, lines
+
+
+def _read_scalars(reader: Reader) -> None:
+    """Scalars only, as the reader stores them (the Rust default keeps ≤1000 per tag)."""
+    if reader.provider is None or reader.view.fatal or not reader.view.run_present:
+        return
+    try:
+        views._read_kind(reader.view, reader.provider, views._request_context(), "scalars",
+                         views.SCALAR, {}, 1)
+    except Exception as e:  # noqa: BLE001 - a reader failure is a finding
+        reader.view.errors.append(f"scalars: {type(e).__name__}: {e}")
 
 
 def _merge_route_lines(lines: list[Check]) -> list[Check]:

@@ -452,13 +452,13 @@ def _graphs(listing, fetch):
         elif what == "op_graph":
             for extra in ({}, limits):
                 yield fetch(f"{base}/graph?{_q(run=run, tag=tag, conceptual='false', **extra)}",
-                            "graph_run_metadata_graph", "exact", exact)
+                            _GRAPH_KIND_PLUGIN["op_graph"], "exact", exact)
         elif what == "conceptual_graph":
             yield fetch(f"{base}/graph?{_q(run=run, tag=tag, conceptual='true')}",
                         "graph_keras_model", "exact", exact)
         elif what == "profile":
             yield fetch(f"{base}/run_metadata?{_q(run=run, tag=tag)}",
-                        "graph_run_metadata", "exact", exact)
+                        _GRAPH_KIND_PLUGIN["profile"], "exact", exact)
 
 
 def _graph_listing(value: Any) -> Any:
@@ -556,7 +556,9 @@ def compare_points(before: list, after: list, *, exact: bool, keep_first: bool,
     return None
 
 
-Contract = Callable[[str], tuple]  # plugin -> (exact, keep_first, keep_last, removable)
+#: plugin -> (exact, keep_first, keep_last, removable). A name may be "a|b": a route served
+#: from either data plugin (the Graphs dashboard reads run metadata from two).
+Contract = Callable[[str], tuple]
 
 
 def compare_crawl(app_before, app_after, contract: Contract, *, sampled: bool) -> CrawlResult:
@@ -610,9 +612,9 @@ def _compare_response(before: Response, after: Response, contract: Contract,
 #: ``/graphs/info`` entry kind -> the data plugin that holds it.
 _GRAPH_KIND_PLUGIN = {
     "run_graph": "graphs",
-    "op_graph": "graph_run_metadata_graph",
+    "op_graph": "graph_run_metadata_graph|graph_run_metadata",
     "conceptual_graph": "graph_keras_model",
-    "profile": "graph_run_metadata",
+    "profile": "graph_run_metadata|graph_tagged_run_metadata",
 }
 
 
