@@ -2,7 +2,7 @@
 
     python bench/verify.py                    # 300 MB and 1 GB runs
     python bench/verify.py --sizes 300        # one size
-    python bench/verify.py --small            # ~4 and ~8 MB (CI): the big-run path forced
+    python bench/verify.py --small            # ~2 and ~4 MB (CI): the big-run path forced
 
 Input: the histogram-heavy event file of ``bench/rewrite.py`` (legacy ``histo`` values, a
 scalar per step, an image every 100 steps), one run in a fresh logdir. Each measurement runs
@@ -155,7 +155,7 @@ def run_size(scratch: str, mb: float, old_max_mb: float, full_read_bytes) -> dic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="300,1024", help="event file sizes in MB, comma-separated")
-    ap.add_argument("--small", action="store_true", help="~4 and ~8 MB, big-run path forced (CI)")
+    ap.add_argument("--small", action="store_true", help="~2 and ~4 MB, big-run path forced (CI)")
     ap.add_argument("--old-max-mb", type=float, default=400,
                     help="run the old verifier only up to this size (default 400)")
     ap.add_argument("--scratch", default=None, help="where to write the inputs (default: a temp dir)")
@@ -164,7 +164,7 @@ def main() -> None:
     if a.worker:
         print(json.dumps(_worker(a.worker[0], json.loads(a.worker[1]))))
         return
-    sizes = [4.0, 8.0] if a.small else [float(s) for s in a.sizes.split(",")]
+    sizes = [2.0, 4.0] if a.small else [float(s) for s in a.sizes.split(",")]
     full_read = 1 << 20 if a.small else None  # --small: a few MB must take the big-run path
     scratch = tempfile.mkdtemp(prefix="tbfp-bench-verify-", dir=a.scratch)
     rows = []
