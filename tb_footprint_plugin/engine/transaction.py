@@ -372,6 +372,7 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
         checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": _stage_line(s)})
         notes += [n for n in s.get("notes") or () if n not in notes]  # run-level: once per run
     checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
+    checks.extend(_profile_route_lines(rp))
     dels = [p for p, r in backups.items() if r["action"] == "delete"]
     if dels:
         checks.append({"name": "removed files", "ok": True,
@@ -381,6 +382,19 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     d["checks"], d["failed"] = checks, failed
     d["ok"] = bool(d.get("ok")) and not failed
     return d
+
+
+def _profile_route_lines(rp: RunPlan) -> List[dict]:
+    """The Profile and PyTorch-profiler dashboards read files the policy removes, not event
+    data: their routes are the one difference the route comparison allows. Say so."""
+    from tb_footprint_plugin.verify.dashboard import profile_removed_check
+
+    removed: Dict[str, int] = {}
+    for a in rp.actions:
+        if a.kind == "delete" and a.category in cat.PROFILE_CATEGORIES:
+            what = "PyTorch traces" if a.category == cat.TORCH_TRACE else "profile files"
+            removed[what] = removed.get(what, 0) + 1
+    return [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in profile_removed_check(removed)]
 
 
 def _stage_line(s: dict) -> str:

@@ -21,7 +21,6 @@ the last point kept (the first step may be gone on ``--load_fast=false``).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import math
 import os
 import struct
@@ -32,6 +31,7 @@ from typing import Any, Iterable, Optional
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.verify import records, views
+from tb_footprint_plugin.verify.readers import Reader
 from tb_footprint_plugin.verify.views import RunView, TagView, TensorPayload
 
 IDENTICAL = "identical"
@@ -126,8 +126,18 @@ def verify_reduction(
     backends: Iterable[str] = views.BACKENDS,
     *,
     timeout_s: float = 300.0,
+    full_read_bytes: Optional[int] = None,
+    routes: bool = True,
 ) -> VerificationResult:
-    """Compare what TensorBoard shows for ``original_dir`` and ``reduced_dir``."""
+    """Compare what TensorBoard shows for ``original_dir`` and ``reduced_dir``.
+
+    Runs whose original event data is at most ``full_read_bytes`` (default
+    ``dashboard.FULL_READ_BYTES``) are read in full by both backends; bigger ones take the
+    flat-memory path of ``dashboard`` (never the Python loader over the original).
+    ``routes=False`` leaves out TensorBoard's HTTP routes (the verifier before issue 12).
+    """
+    from tb_footprint_plugin.verify import dashboard
+
     start = time.monotonic()
     exp = expectations or Expectations()
     checks: list[Check] = []
@@ -144,15 +154,24 @@ def verify_reduction(
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 
-    pairs = _read_pairs(original_dir, reduced_dir, exp, wanted, timeout_s)
+    limit = dashboard.FULL_READ_BYTES if full_read_bytes is None else full_read_bytes
+    size = dashboard.event_bytes(original_dir)
+    if size <= limit:
+        pairs, route_lines = _read_full(original_dir, reduced_dir, exp, wanted, timeout_s, routes)
+    else:
+        subsequence_ok = all(c.ok for c in checks if c.name == "record subsequence")
+        pairs, route_lines = _read_big(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
+                                       subsequence_ok, size)
     checks.extend(_run_present_checks(pairs))
     checks.extend(_reader_error_checks(pairs))
-    # Compare content only where both sides were read and both hold the run.
+    # Compare points only where both sides were read in full and both hold the run.
     usable = {b: (v0, v1) for b, (v0, v1) in pairs.items()
-              if not (v0.fatal or v1.fatal) and v0.run_present and v1.run_present}
+              if not (v0.fatal or v1.fatal) and v0.run_present and v1.run_present
+              and b not in _routes_only(pairs)}
     if usable:
         checks.extend(_plugin_checks(usable, exp))
         checks.extend(_graph_checks(usable, exp))
+    checks.extend(route_lines)
 
     failed = [c.detail for c in checks if not c.ok]
     return VerificationResult(
@@ -160,34 +179,115 @@ def verify_reduction(
         checks=checks,
         failed=failed,
         backends=wanted,
-        scalar_series=_scalar_series(pairs),
+        scalar_series=_scalar_series(usable or pairs),
         views={b: {"before": views.describe(v0), "after": views.describe(v1)}
                for b, (v0, v1) in pairs.items()},
         duration_s=time.monotonic() - start,
     )
 
 
-def _read_pairs(original_dir, reduced_dir, exp, backends, timeout_s) -> dict:
-    """``{backend: (before view, after view)}``; Python first, its plugins seed Rust's hints."""
+def _routes_only(pairs) -> set:
+    """Backends whose views were loaded but not read point by point (the big-run path)."""
+    return {b for b, (v0, _) in pairs.items() if v0.storage.endswith(_NOT_READ)}
+
+
+#: Marks a view of the big-run path: loaded for the routes, not read point by point.
+_NOT_READ = " (routes only)"
+
+
+def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes):
+    """Every point, both backends; the routes are crawled over the same loaded readers.
+
+    Returns ``({backend: (before view, after view)}, route check lines)``. Python is read
+    first: its plugin names seed the Rust server's keep-everything hints."""
+    from tb_footprint_plugin.verify import dashboard
+
     pairs: dict[str, tuple[RunView, RunView]] = {}
-    if "python" in backends:
-        pairs["python"] = tuple(
-            views.read_view(d, "python", store_all=True, timeout_s=timeout_s)
-            for d in (original_dir, reduced_dir)
-        )
+    lines: list[Check] = []
+    for backend in [b for b in ("python", "rust") if b in backends]:
+        hints: dict = {}
+        if backend == "rust":
+            seen = set(views.KNOWN_PLUGINS) | set(exp.plugin_modes)
+            for v in pairs.get("python", ()):
+                seen |= set(v.plugins)
+            hints = {p: _rust_hint(p, exp) for p in sorted(seen)}
+        readers = dashboard.open_pair(original_dir, reduced_dir, backend, hints, store_all=True,
+                                      timeout_s=timeout_s)
+        try:
+            before, after = readers["before"].read(), readers["after"].read()
+            if with_routes and before.run_present and after.run_present:
+                lines.append(dashboard.route_check(backend, readers["before"],
+                                                   readers["after"], exp))
+        finally:
+            for r in readers.values():
+                r.close()
+        pairs[backend] = (before, after)
+    return {b: pairs[b] for b in backends if b in pairs}, _merge_route_lines(lines)
+
+
+def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
+              subsequence_ok, size):
+    """The flat-memory path (see ``dashboard``): Rust default view through the routes, the
+    tag index of both sides, the Python loader over the reduced run only."""
+    from tb_footprint_plugin.verify import dashboard
+
+    pairs: dict[str, tuple[RunView, RunView]] = {}
+    lines: list[Check] = []
+    index_before = dashboard.run_index(original_dir)
+    index_after = dashboard.run_index(reduced_dir)
+    lines.extend(dashboard.index_checks(index_before, index_after, exp, subsequence_ok))
     if "rust" in backends:
-        seen = set(views.KNOWN_PLUGINS) | set(exp.plugin_modes)
-        for v in pairs.get("python", ()):
-            seen |= set(v.plugins)
-        hints = {p: _rust_hint(p, exp) for p in sorted(seen)}
-        # Two servers side by side: reading them is mostly RPC latency, so threads overlap.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [
-                pool.submit(views.read_view, d, "rust", hints, store_all=True, timeout_s=timeout_s)
-                for d in (original_dir, reduced_dir)
-            ]
-            pairs["rust"] = tuple(f.result() for f in futures)
-    return {b: pairs[b] for b in backends if b in pairs}
+        readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None, store_all=False,
+                                      timeout_s=timeout_s)
+        try:
+            present = readers["before"].view.run_present and readers["after"].view.run_present
+            if with_routes and present:
+                lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
+                                                   exp, ", default view"))
+            for r in readers.values():  # the tab's before/after curves: the default view
+                _read_scalars(r)
+        finally:
+            for r in readers.values():
+                r.close()
+        v0, v1 = readers["before"].view, readers["after"].view
+        v0.storage += _NOT_READ
+        v1.storage += _NOT_READ
+        pairs["rust"] = (v0, v1)
+    if "python" in backends:
+        reduced_size = dashboard.event_bytes(reduced_dir)
+        if reduced_size <= dashboard.PYTHON_REDUCED_BYTES:
+            with Reader(reduced_dir, "python", None, store_all=True, timeout_s=timeout_s) as r:
+                lines.extend(dashboard.python_against_index(r, index_before, exp))
+        else:
+            lines.append(Check("python", True,
+                               f"python: original ({size / 1e6:.0f} MB) and reduced run "
+                               f"({reduced_size / 1e6:.0f} MB) too big for the legacy loader "
+                               f"(~4.5 MB/s); covered by the record subsequence and tag index"))
+    return pairs, lines
+
+
+def _read_scalars(reader: Reader) -> None:
+    """Scalars only, as the reader stores them (the Rust default keeps ≤1000 per tag)."""
+    if reader.provider is None or reader.view.fatal or not reader.view.run_present:
+        return
+    try:
+        views._read_kind(reader.view, reader.provider, views._request_context(), "scalars",
+                         views.SCALAR, {}, 1)
+    except Exception as e:  # noqa: BLE001 - a reader failure is a finding
+        reader.view.errors.append(f"scalars: {type(e).__name__}: {e}")
+
+
+def _merge_route_lines(lines: list[Check]) -> list[Check]:
+    """One line for backends whose ok route lines say the same thing."""
+    out: list[Check] = []
+    merged: dict[str, list[str]] = {}
+    for c in lines:
+        if c.ok and c.detail.startswith("routes ("):
+            backend, text = c.detail[len("routes ("):].split(")", 1)
+            merged.setdefault(text, []).append(backend)
+        else:
+            out.append(c)
+    return [Check("routes", True, f"routes ({', '.join(bs)}){t}") for t, bs in merged.items()] + out
 
 
 def _rust_hint(plugin: str, exp: Expectations) -> Optional[int]:
@@ -345,9 +445,15 @@ def _is_subsequence(before: list, after: list) -> Optional[str]:
     return None
 
 
-def _exact(mode: str, backend: str) -> bool:
-    """Must the points be identical (all of them, or the Rust default view's) on ``backend``?"""
+def exact_on(mode: str, backend: str) -> bool:
+    """Must the points be identical (all of them, or the Rust default view's) on ``backend``?
+
+    The one statement of the fidelity contract per backend: the reader-level checks and the
+    dashboard routes (``dashboard.route_contract``) both ask it."""
     return mode == IDENTICAL or (mode in DEFAULT_VIEW_MODES and backend == "rust")
+
+
+_exact = exact_on
 
 
 def _compare_tag(mode: str, backend: str, before: TagView, after: TagView) -> Optional[str]:

@@ -1,0 +1,241 @@
+"""The dashboard layer of verification: TensorBoard's routes, per backend, at a flat cost.
+
+What is run depends on the size of the original's event data (``full_read_bytes``):
+
+* **small runs** (the common case) — both sides are loaded by both backends keeping every
+  point: the reader-level comparison of ``compare`` (every point, bit for bit) runs on these
+  readers, and TensorBoard's own WSGI app is crawled over the same readers;
+* **big runs** — the legacy Python loader (~4.5 MB/s) is never run over the original, and no
+  reader keeps every point (memory would follow the file):
+
+  - Rust (the default backend): both sides loaded with the dashboard's own sampling, TensorBoard's
+    app crawled over both and compared route by route: the default view;
+  - records: every tag's record count and bytes from the streaming index of both sides
+    (``eventfile.event_file_stats``); with the record-subsequence check this proves that every
+    record of an "identical" tag is still there, byte for byte;
+  - Python (``--load_fast=false``): the reduced run (small after a reduction) is loaded and
+    checked against the original's index: the same tags per plugin, every point for
+    "identical" tags, and the first/last steps each contract keeps. Should the reduced run
+    itself be too big for that loader, the line says so and the record-level proof stands.
+
+Every line names the route (or tag) and the first difference.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from typing import Iterable, Optional
+
+from tb_footprint_plugin.verify import routes, views
+from tb_footprint_plugin.verify.readers import Reader
+
+#: Original event data up to this size is read in full by both backends (every point).
+FULL_READ_BYTES = 32 * 1024 * 1024
+#: The Python loader reads ~4.5 MB/s: it reads a big run's reduced side only up to this.
+PYTHON_REDUCED_BYTES = 64 * 1024 * 1024
+#: Non-summary record kinds of the index -> the data plugin TensorBoard serves them under.
+FIXED_PLUGIN = {
+    "graph_def": "graphs",
+    "meta_graph_def": "graphs",
+    "tagged_run_metadata": "graph_tagged_run_metadata",
+}
+#: Route differences listed per line before "+N more".
+SHOWN_DIFFS = 3
+
+
+def event_bytes(run_dir: str) -> int:
+    """Bytes of the event files directly in ``run_dir`` (what a reader would load)."""
+    from tb_footprint_plugin.verify.records import event_file_names
+
+    total = 0
+    for n in event_file_names(run_dir):
+        try:
+            total += os.stat(os.path.join(run_dir, n)).st_size
+        except OSError:
+            pass
+    return total
+
+
+def open_pair(original_dir: str, reduced_dir: str, backend: str, hints: Optional[dict], *,
+              store_all: bool, timeout_s: float, sides: Iterable[str] = ("before", "after")
+              ) -> dict:
+    """``{"before": Reader, "after": Reader}`` opened (Rust servers load side by side)."""
+    dirs = {"before": original_dir, "after": reduced_dir}
+    readers = {s: Reader(dirs[s], backend, hints, store_all=store_all, timeout_s=timeout_s)
+               for s in sides}
+    if backend == "rust" and len(readers) > 1:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(readers)) as pool:
+            list(pool.map(lambda r: r.open(), readers.values()))
+    else:
+        for r in readers.values():
+            r.open()
+    return readers
+
+
+def route_contract(exp, backend: str):
+    """``plugin -> (exact, keep_first, keep_last, removable)`` for routes, from ``exp``."""
+    from tb_footprint_plugin.verify import compare as c
+
+    def contract(plugin: str) -> tuple:
+        modes = [exp.mode_for(p) for p in plugin.split("|")]
+        # served from either plugin: removable when the contract removes one of them
+        mode = c.REMOVED if c.REMOVED in modes else modes[0]
+        return (
+            c.exact_on(mode, backend),
+            mode in (c.SUBSET, c.DEFAULT_VIEW_IDENTICAL),
+            mode != c.REMOVED,
+            mode == c.REMOVED,
+        )
+
+    return contract
+
+
+def route_check(backend: str, before: Reader, after: Reader, exp, label: str = ""):
+    """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference."""
+    from tb_footprint_plugin.verify.compare import Check
+
+    name = f"routes ({backend}{label})"
+    if before.view.fatal or after.view.fatal or not before.provider or not after.provider:
+        return Check("routes", False, f"{name}: not crawled, a reader failed")
+    try:
+        from tb_footprint_plugin.verify.compare import GRAPH_ROUTE_IDENTICAL
+
+        dropped = exp is not None and exp.mode_for("graphs") == GRAPH_ROUTE_IDENTICAL
+        res = routes.compare_crawl(before.app(), after.app(), route_contract(exp, backend),
+                                   graph_attrs_dropped=dropped,
+                                   sampled=True)
+    except Exception as e:  # noqa: BLE001 - a crawl that breaks proves nothing: a failure
+        return Check("routes", False, f"{name}: crawl failed: {type(e).__name__}: {e}")
+    if res.diffs:
+        shown = "; ".join(f"{d.route}: {routes._fmt(d.why, 240)}" for d in res.diffs[:SHOWN_DIFFS])
+        more = f" (+{len(res.diffs) - SHOWN_DIFFS} more)" if len(res.diffs) > SHOWN_DIFFS else ""
+        return Check("routes", False, f"{name}: {shown}{more}")
+    per = ", ".join(f"{p} {n}" for p, n in sorted(res.by_plugin.items()) if p != "<core>")
+    return Check("routes", True,
+                 f"{name}: {res.routes} routes and {res.blobs} blobs the dashboards fetch "
+                 f"compared, within the contract ({per})")
+
+
+def profile_removed_check(removed: dict) -> list:
+    """Profile data a policy removed is the one allowed route difference: say so."""
+    from tb_footprint_plugin.verify.compare import Check
+
+    if not removed:
+        return []
+    what = ", ".join(f"{n} {k}" for k, n in sorted(removed.items()))
+    return [Check("routes", True, f"routes (profile, pytorch_profiler): removed by policy "
+                                  f"({what}); their dashboards' routes are not compared")]
+
+
+# --- big runs ----------------------------------------------------------------------------------
+
+
+def run_index(run_dir: str) -> tuple[dict, dict]:
+    """``({plugin: {tag: TagStat}}, {category: FixedStat})`` of a run, one streaming pass."""
+    from tb_footprint_plugin.scan import eventfile
+    from tb_footprint_plugin.verify.records import event_file_names
+
+    stats = [eventfile.event_file_stats(os.path.join(run_dir, n), n)
+             for n in event_file_names(run_dir)]
+    bindings: dict = {}
+    for st in stats:
+        for tag, plugin in st.bindings.items():
+            bindings.setdefault(tag, plugin)
+    tags: dict = {}
+    fixed: dict = {}
+    for st in stats:
+        for plugin, ts in st.tags.items():
+            for tag, s in ts.items():
+                p = plugin or bindings.get(tag) or ""
+                tags.setdefault(p, {}).setdefault(tag, eventfile.TagStat()).add(
+                    s.bytes, s.records, s.min_step, s.max_step)
+        for cat, s in st.fixed.items():
+            fixed.setdefault(cat, eventfile.FixedStat()).add(s.bytes, s.records, s.min_step,
+                                                             s.max_step)
+    return tags, fixed
+
+
+def index_checks(before: tuple, after: tuple, exp, subsequence_ok: bool) -> list:
+    """Per tag, from both sides' streaming indexes: tags kept, "identical" tags whole."""
+    from tb_footprint_plugin.verify import compare as c
+    from tb_footprint_plugin.verify.compare import Check
+
+    (b_tags, b_fixed), (a_tags, a_fixed) = before, after
+    problems, whole, kept = [], 0, 0
+    for plugin in sorted(set(b_tags) | set(a_tags)):
+        mode = exp.mode_for(plugin)
+        for tag in sorted(set(b_tags.get(plugin, {})) | set(a_tags.get(plugin, {}))):
+            b, a = b_tags.get(plugin, {}).get(tag), a_tags.get(plugin, {}).get(tag)
+            if b is None:
+                problems.append(f"{plugin} tag {tag!r} is new after reduction")
+            elif a is None:
+                if mode != c.REMOVED:
+                    problems.append(f"{plugin} tag {tag!r} has no record left")
+            elif mode == c.IDENTICAL:
+                if (a.records, a.bytes) != (b.records, b.bytes):
+                    problems.append(f"{plugin} tag {tag!r}: {b.records} records ({b.bytes} B) "
+                                    f"became {a.records} ({a.bytes} B)")
+                else:
+                    whole += 1
+            else:
+                kept += 1
+                if mode != c.REMOVED and a.max_step != b.max_step:
+                    problems.append(f"{plugin} tag {tag!r}: last step {b.max_step} became "
+                                    f"{a.max_step}")
+    for cat in sorted(b_fixed):
+        plugin = FIXED_PLUGIN.get(cat)
+        if cat not in a_fixed and not (plugin and exp.mode_for(plugin) == c.REMOVED):
+            problems.append(f"{cat}: no record left")
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        return [Check("tag index", False, "tag index: " + "; ".join(problems[:3]) + more)]
+    how = ("each byte-identical to an original record, in order" if subsequence_ok
+           else "by record count and bytes")
+    return [Check("tag index", True,
+                  f"tag index: {whole} identical tags whole ({how}), {kept} reduced tags keep "
+                  f"their last step, every tag still has records")]
+
+
+def python_against_index(reduced: Reader, index: tuple, exp) -> list:
+    """The reduced run as the Python loader shows it, against the original's index."""
+    from tb_footprint_plugin.verify import compare as c
+    from tb_footprint_plugin.verify.compare import Check
+
+    view = reduced.read()
+    if view.fatal:
+        return [Check("python", False, f"python (reduced only): {view.fatal}")]
+    tags, _ = index
+    problems, n_tags, n_points = [], 0, 0
+    for plugin in sorted(tags):
+        if not plugin:
+            continue
+        mode = exp.mode_for(plugin)
+        shown = view.plugins.get(plugin, {})
+        for tag, st in sorted(tags[plugin].items()):
+            tv = shown.get(tag)
+            if tv is None:
+                if mode != c.REMOVED:
+                    problems.append(f"{plugin} tag {tag!r} is missing from the Python listing")
+                continue
+            n_tags += 1
+            n_points += len(tv.points)
+            steps = [p[0] for p in tv.points]
+            if mode == c.IDENTICAL and len(steps) != st.records:
+                problems.append(f"{plugin} tag {tag!r}: {st.records} points became {len(steps)}")
+            elif steps and mode != c.REMOVED and max(steps) != st.max_step:
+                problems.append(f"{plugin} tag {tag!r}: last step {st.max_step} is not shown")
+            elif (steps and mode in (c.SUBSET, c.DEFAULT_VIEW_IDENTICAL)
+                  and min(steps) != st.min_step):
+                problems.append(f"{plugin} tag {tag!r}: first step {st.min_step} is not shown")
+        for tag in sorted(set(shown) - set(tags[plugin])):
+            problems.append(f"{plugin} tag {tag!r} is new in the Python listing")
+    errors = list(view.errors)
+    if errors:
+        problems.append(f"reader errors: {' | '.join(errors[:2])}")
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        return [Check("python", False, "python (reduced run vs the original's index): "
+                      + "; ".join(problems[:3]) + more)]
+    return [Check("python", True,
+                  f"python (reduced run vs the original's index): {n_tags} tags listed as "
+                  f"before, {n_points} points, every contract's first/last steps shown")]

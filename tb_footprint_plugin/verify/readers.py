@@ -1,0 +1,135 @@
+"""A TensorBoard reader kept open: one load serves the DataProvider view and the routes.
+
+``views.read_view`` loads a run, reads it and closes the reader. The dashboard-route layer
+needs the reader alive while TensorBoard's own WSGI app is crawled over it, and the two
+sides (original, reduced) alive together so responses are compared one at a time. A
+``Reader`` is that: ``open()`` loads (never raises: a failure is ``view.fatal``),
+``read()`` fills the ``RunView`` like ``read_view``, ``app()`` is TensorBoard's app over the
+same provider, ``close()`` stops the data server and collects its log problems.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from typing import Optional
+
+from tb_footprint_plugin.verify import views
+from tb_footprint_plugin.verify.views import RunView
+
+
+class Reader:
+    """One run loaded by one backend (Python multiplexer or a private Rust data server)."""
+
+    def __init__(self, run_dir: str, backend: str, hints: Optional[dict] = None, *,
+                 store_all: bool = False, timeout_s: float = 120.0) -> None:
+        if backend not in views.BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {views.BACKENDS}")
+        self.view = RunView(run_dir=os.path.abspath(run_dir), backend=backend)
+        self.hints = dict(hints or {})
+        self.store_all = store_all
+        self.timeout_s = timeout_s
+        self.provider = None
+        self.mux = None
+        self.samples = ""
+        self._server: Optional[views._DataServer] = None
+        self._tmp = tempfile.mkdtemp(prefix="tbfp-verify-")
+        self.logdir = os.path.join(self._tmp, "logdir")
+        self._start = time.monotonic()
+        self._app = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def open(self) -> "Reader":
+        try:
+            self.view.event_files = views._link_run(self.view.run_dir,
+                                                    os.path.join(self.logdir, views.RUN_NAME))
+            if self.view.backend == "python":
+                self._open_python()
+            else:
+                self._open_rust()
+            ctx = views._request_context()
+            self.view.run_present = any(
+                r.run_name == views.RUN_NAME
+                for r in self.provider.list_runs(ctx, experiment_id=views.EXPERIMENT_ID))
+        except Exception as e:  # noqa: BLE001 - a reader failure is a finding, not a crash
+            self.view.fatal = views._normalize(
+                f"{self.view.backend} reader: {type(e).__name__}: {e}", self._tmp)
+            self.view.errors.append(self.view.fatal)
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            errors, warnings = self._server.problems()
+            self.view.errors.extend(errors)
+            self.view.warnings.extend(warnings)
+            self._server = None
+        shutil.rmtree(self._tmp, ignore_errors=True)
+        self.view.errors = [views._normalize(m, self._tmp) for m in self.view.errors]
+        self.view.warnings = [views._normalize(m, self._tmp) for m in self.view.warnings]
+        self.view.duration_s = time.monotonic() - self._start
+
+    def __enter__(self) -> "Reader":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- use ------------------------------------------------------------------------------------
+    def read(self) -> RunView:
+        """Fill the ``RunView`` through the DataProvider API (as ``views.read_view``)."""
+        if self.provider is not None and not self.view.fatal:
+            workers = views.RUST_BLOB_WORKERS if self.view.backend == "rust" else 1
+            views._read_provider(self.view, self.provider, self.hints, blob_workers=workers)
+        return self.view
+
+    def app(self):
+        """TensorBoard's own WSGI application over this reader (built once)."""
+        from tb_footprint_plugin.verify import routes
+
+        if self._app is None:
+            # The dashboard's own flags: no --samples_per_plugin, so every route reads with the
+            # plugins' default read-time downsampling, as the browser gets it.
+            self._app = routes.make_app(self.logdir, self.provider, self.mux)
+        return self._app
+
+    # -- backends ---------------------------------------------------------------------------------
+    def _open_python(self) -> None:
+        from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+        from tensorboard.util import tb_logging
+
+        size, tensor = views._python_guidance(self.hints, self.store_all)
+        self.view.storage = f"size_guidance={size} tensor_size_guidance={dict(sorted(tensor.items()))}"
+        mux = plugin_event_multiplexer.EventMultiplexer(
+            size_guidance=size, tensor_size_guidance=tensor, purge_orphaned_data=True)
+        capture = views._LogCapture()
+        logger = tb_logging.get_logger()
+        logger.addHandler(capture)
+        try:
+            mux.AddRunsFromDirectory(self.logdir)
+            mux.Reload()
+        finally:
+            logger.removeHandler(capture)
+        self.view.errors.extend(capture.errors)
+        self.view.warnings.extend(capture.warnings)
+        self.mux = mux
+        self.provider = data_provider.MultiplexerDataProvider(mux, self.logdir)
+
+    def _open_rust(self) -> None:
+        import grpc
+        from tensorboard.data import grpc_provider
+
+        binary = views.data_server_binary()
+        if binary is None:
+            raise RuntimeError("tensorboard-data-server binary is not available")
+        self.samples = views._rust_samples(self.hints, self.store_all)
+        self.view.storage = f"--samples-per-plugin={self.samples}"
+        self._server = views._DataServer(binary, self.logdir, self._tmp, self.samples)
+        addr = self._server.start(timeout_s=min(30.0, self.timeout_s))
+        self._server.channel = grpc.insecure_channel(
+            addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+        grpc.channel_ready_future(self._server.channel).result(timeout=min(30.0, self.timeout_s))
+        self.provider = grpc_provider.GrpcDataProvider(
+            addr, grpc_provider.make_stub(self._server.channel))
+        views._wait_until_loaded(self._server, self.provider, self.timeout_s)

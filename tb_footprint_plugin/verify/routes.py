@@ -1,0 +1,685 @@
+"""What the dashboard fetches, through TensorBoard's own WSGI application.
+
+The reader-level checks (``views``) compare what the DataProvider API returns; this layer
+asks what the *frontend* gets: TensorBoard's own ``TensorBoardWSGIApp`` with its own
+first-party plugins is built in-process over a data provider (the Python multiplexer or a
+private Rust data server) and crawled the way the dashboards crawl it — listings first, then
+every series each listing offers, then every blob (image, audio, time-series image) those
+series point at. Two applications (original, reduced) are crawled in lockstep and each
+response is compared and dropped at once, so memory is one response, not one run.
+
+Every response is turned into one of three shapes before comparison:
+
+* ``listing`` — ``{key: info}`` (runs, plugins, tags): a key that disappears is a failure
+  unless the plugin's contract is "removed"; a key that appears is always one;
+* ``points``  — ``{series: [point, ...]}``: identical under an exact contract, else an
+  in-order subset keeping what the contract says must stay (first/last point);
+* ``exact``   — anything else (graphs, hparams): identical, or gone where "removed".
+
+Blob references (``blob_key=...`` queries, time-series ``imageId``) are replaced by the
+sha256 of the bytes the blob route serves, so two runs are compared by what the browser
+would receive, not by opaque keys.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Optional
+
+#: What the graph dashboard asks for attributes (``tf-graph-loader``: attribute values over
+#: 1 KB are listed by name under this key instead of being sent). The 2.21 bundle's
+#: ``_load`` calls ``/graph`` without them: both requests are crawled.
+GRAPH_LIMIT_ATTR_SIZE = 1024
+GRAPH_LARGE_ATTRS_KEY = "_too_large_attrs"
+
+#: Dashboard plugin name -> the data plugin whose contract governs its routes.
+ROUTE_PLUGIN = {
+    "distributions": "histograms",
+    "custom_scalars": "scalars",
+    "timeseries": "scalars",  # per request item: the item's own plugin (see _timeseries)
+    "hparams": "hparams",
+}
+
+#: Dashboard plugins whose data a policy may remove as a whole: their routes are not served
+#: by the first-party application and are reported "removed by policy" when the plan says so.
+PROFILE_PLUGINS = ("profile", "pytorch_profiler")
+
+GRAPH_DATA_PLUGINS = (
+    "graphs", "graph_run_metadata", "graph_run_metadata_graph", "graph_keras_model",
+    "graph_tagged_run_metadata",
+)
+
+
+@dataclass
+class Response:
+    """One crawled route, normalized."""
+
+    route: str  # e.g. "/data/plugin/scalars/scalars?run=run&tag=loss"
+    plugin: str  # data plugin whose contract applies
+    shape: str  # listing | points | exact
+    status: int
+    value: Any
+    #: sha256 of the body as served: equal digests are equal responses, without walking
+    #: the (possibly large) parsed value. Blob references are resolved in ``value`` only.
+    body_sha256: str = ""
+
+
+@dataclass
+class RouteDiff:
+    route: str
+    plugin: str
+    why: str
+
+
+@dataclass
+class CrawlResult:
+    """Outcome of one lockstep crawl (one backend)."""
+
+    routes: int = 0
+    blobs: int = 0
+    by_plugin: dict = field(default_factory=dict)  # plugin -> routes compared
+    diffs: list = field(default_factory=list)  # RouteDiff, in crawl order
+    notes: list = field(default_factory=list)
+
+
+# --- the application -------------------------------------------------------------------------
+
+
+_SKIPPED_LOADERS = ("profile_redirect", "wit_redirect")
+
+
+def make_app(logdir: str, provider, multiplexer=None, samples_per_plugin: str = ""):
+    """TensorBoard's own WSGI app (first-party plugins, its own flags) over ``provider``."""
+    from tensorboard import default, program
+    from tensorboard.backend import application
+
+    # The redirect loaders only probe whether xprof / WIT are installed (importing xprof
+    # imports TensorFlow: ~10 s, ~500 MB) and serve no data: the Profile dashboards are not
+    # compared (a policy's profile removal is reported as such).
+    loaders = [p for p in default.get_static_plugins()
+               if not any(f".{n}." in getattr(p, "__module__", "") for n in _SKIPPED_LOADERS)]
+    tb = program.TensorBoard(plugins=loaders)
+    argv = ["", f"--logdir={logdir}"]
+    if samples_per_plugin:
+        argv.append(f"--samples_per_plugin={samples_per_plugin}")
+    tb.configure(tuple(argv))
+    quiet = logging.getLogger("tensorboard")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # plugin loaders log about optional features at WARNING
+    try:
+        return application.TensorBoardWSGIApp(
+            tb.flags, tb.plugin_loaders, provider, None, multiplexer
+        )
+    finally:
+        quiet.setLevel(level)
+
+
+class _Client:
+    """A werkzeug test client over one app, counting what it fetched."""
+
+    def __init__(self, app) -> None:
+        from werkzeug.test import Client
+
+        self.client = Client(app)
+        self.blobs = 0
+        #: blob key -> digest: the images and time-series routes point at the same blobs.
+        self._digests: dict[str, str] = {}
+
+    def get(self, path: str, data: Optional[dict] = None) -> tuple[int, bytes, str]:
+        if data is None:
+            return self._call(lambda: self.client.get(path))
+        # the frontend POSTs form-encoded requests to these routes
+        return self._call(lambda: self.client.post(path, data=data))
+
+    def post_json(self, path: str, body: dict) -> tuple[int, bytes, str]:
+        return self._call(lambda: self.client.post(path, data=json.dumps(body),
+                                                   content_type="application/json"))
+
+    @staticmethod
+    def _call(request: Callable) -> tuple[int, bytes, str]:
+        try:
+            r = request()
+        except Exception as e:  # noqa: BLE001 - the server would answer 500: compare that
+            # (e.g. the graphs route on a corrupt GraphDef raises out of its own handler)
+            return 500, f"<{type(e).__name__}: {e}>".encode("utf-8", "replace"), ""
+        return r.status_code, r.get_data(), r.headers.get("Content-Type", "")
+
+    def blob_digest(self, path: str, key: Optional[str] = None) -> str:
+        """sha256 of what ``path`` serves (once per blob ``key`` when given)."""
+        if key is not None and key in self._digests:
+            return self._digests[key]
+        status, body, _ = self.get(path)
+        self.blobs += 1
+        digest = f"<HTTP {status}>" if status != 200 else hashlib.sha256(body).hexdigest()
+        if key is not None:
+            self._digests[key] = digest
+        return digest
+
+
+def _json(status: int, body: bytes) -> Any:
+    if status != 200:
+        return {"<http status>": status, "<body>": body[:200].decode("utf-8", "replace")}
+    try:
+        return json.loads(body)
+    except ValueError:
+        return {"<body sha256>": hashlib.sha256(body).hexdigest()}
+
+
+def _q(**kw) -> str:
+    return urllib.parse.urlencode({k: v for k, v in kw.items() if v is not None})
+
+
+# --- the crawl ---------------------------------------------------------------------------------
+
+
+class _Side:
+    """One application and the listings already fetched from it."""
+
+    def __init__(self, app) -> None:
+        self.c = _Client(app)
+
+    def json(self, path: str) -> tuple[int, Any]:
+        status, body, _ = self.c.get(path)
+        return status, _json(status, body)
+
+
+def _listing_keys(value: Any, depth: int) -> set:
+    """Flatten a nested listing to tuples of keys ``depth`` deep."""
+    if depth == 0 or not isinstance(value, dict):
+        return {()}
+    return {(k, *rest) for k, v in value.items() for rest in _listing_keys(v, depth - 1)}
+
+
+def _union(a: Any, b: Any, depth: int) -> list:
+    return sorted(_listing_keys(a, depth) | _listing_keys(b, depth), key=repr)
+
+
+def _with_blobs(side: _Side, points: list, key: str, route: str, extra: str = "") -> list:
+    """Replace ``point[key]`` (a blob query or id) by the sha256 of the served bytes."""
+    out = []
+    for p in points:
+        if isinstance(p, dict) and key in p:
+            p = dict(p)
+            ref = p.pop(key)
+            target = f"{route}?{ref}{extra}" if key == "query" else f"{route}?{_q(imageId=ref)}"
+            blob_key = (urllib.parse.parse_qs(ref).get("blob_key", [None])[0]
+                        if key == "query" else ref)
+            p["<bytes sha256>"] = side.c.blob_digest(target, blob_key)
+        out.append(p)
+    return out
+
+
+def crawl_pair(app_before, app_after, sides: Optional[list] = None
+               ) -> Iterator[tuple[Response, Response]]:
+    """Yield ``(before, after)`` normalized responses for every route the dashboards fetch.
+
+    Which series to fetch is the union of both sides' listings, so a series that vanished
+    is fetched (and found missing) as well as one that appeared.
+    """
+    if sides is None:
+        sides = []
+    sides[:] = [_Side(app_before), _Side(app_after)]
+
+    def listing(route: str, plugin: str, pick: Callable[[Any], Any] = lambda v: v):
+        got = [s.json(route) for s in sides]
+        pair = tuple(Response(route, plugin, "listing", st, pick(v) if st == 200 else v)
+                     for st, v in got)
+        return pair
+
+    def fetch(route: str, plugin: str, shape: str, norm: Callable[[_Side, int, Any], Any],
+              post: Optional[dict] = None, post_json: Optional[dict] = None,
+              path: Optional[str] = None):
+        out = []
+        for s in sides:
+            if post_json is not None:
+                status, body, _ = s.c.post_json(path or route, post_json)
+            else:
+                status, body, _ = s.c.get(path or route, post)
+            value = _json(status, body)
+            out.append(Response(route, plugin, shape, status,
+                                norm(s, status, value) if status == 200 else value,
+                                hashlib.sha256(body).hexdigest()))
+        return tuple(out)
+
+    # Core: runs and the plugin listing the dashboard tabs come from.
+    runs = listing("/data/runs", "<core>", lambda v: {r: True for r in v})
+    yield runs
+    plugins = listing("/data/plugins_listing", "<core>",
+                      lambda v: {p: bool(i.get("enabled")) for p, i in v.items()})
+    yield plugins
+
+    yield from _scalar_like(sides, listing, fetch, "scalars", "/scalars")
+    yield from _scalar_like(sides, listing, fetch, "histograms", "/histograms")
+    yield from _scalar_like(sides, listing, fetch, "distributions", "/distributions")
+    yield from _scalar_like(sides, listing, fetch, "pr_curves", "/pr_curves")
+    yield from _text(listing, fetch)
+    yield from _blobs(listing, fetch, "images", "/images", "/individualImage")
+    yield from _blobs(listing, fetch, "audio", "/audio", "/individualAudio")
+    yield from _mesh(listing, fetch)
+    yield from _custom_scalars(sides, fetch)
+    yield from _hparams(fetch)
+    yield from _timeseries(listing, fetch)
+    yield from _graphs(listing, fetch)
+
+
+def _points_by_series(series: str):
+    def norm(side, status, value):
+        return {series: value if isinstance(value, list) else [value]}
+
+    return norm
+
+
+def _scalar_like(sides, listing, fetch, plugin: str, data_route: str):
+    base = f"/data/plugin/{plugin}"
+    tags = listing(f"{base}/tags", ROUTE_PLUGIN.get(plugin, plugin))
+    yield tags
+    for run, tag in _union(tags[0].value, tags[1].value, 2):
+        yield fetch(f"{base}{data_route}?{_q(run=run, tag=tag)}", ROUTE_PLUGIN.get(plugin, plugin),
+                    "points", _points_by_series(f"{run}/{tag}"))
+
+
+def _text(listing, fetch):
+    tags = listing("/data/plugin/text/tags", "text",
+                   lambda v: {r: {t: True for t in ts} for r, ts in v.items()})
+    yield tags
+    for run, tag in _union(tags[0].value, tags[1].value, 2):
+        yield fetch(f"/data/plugin/text/text?{_q(run=run, tag=tag)}", "text", "points",
+                    _points_by_series(f"{run}/{tag}"))
+
+
+def _blobs(listing, fetch, plugin: str, meta_route: str, blob_route: str):
+    base = f"/data/plugin/{plugin}"
+    tags = listing(f"{base}/tags", plugin)
+    yield tags
+    for run, tag in _union(tags[0].value, tags[1].value, 2):
+        samples = max(
+            int(((t.value.get(run) or {}).get(tag) or {}).get("samples", 1) or 1)
+            if isinstance(t.value, dict) else 1
+            for t in tags
+        )
+        for sample in range(samples):
+            def norm(side, status, value, run=run, tag=tag, sample=sample):
+                pts = _with_blobs(side, value if isinstance(value, list) else [],
+                                  "query", f"{base}{blob_route}")
+                return {f"{run}/{tag}/sample {sample}": pts}
+
+            yield fetch(f"{base}{meta_route}?{_q(run=run, tag=tag, sample=sample)}", plugin,
+                        "points", norm)
+
+
+def _mesh(listing, fetch):
+    from tensorboard.plugins.mesh import plugin_data_pb2
+
+    base = "/data/plugin/mesh"
+    tags = listing(f"{base}/tags", "mesh")
+    yield tags
+    for run, tag in _union(tags[0].value, tags[1].value, 2):
+        def norm(side, status, value, run=run, tag=tag):
+            out = []
+            for m in value if isinstance(value, list) else []:
+                m = dict(m)
+                try:
+                    ct = plugin_data_pb2.MeshPluginData.ContentType.Name(m["content_type"])
+                except (KeyError, ValueError):
+                    ct = None
+                if ct is not None:
+                    q = _q(run=run, tag=tag, sample=0, content_type=ct, step=m.get("step"))
+                    m["<data sha256>"] = side.c.blob_digest(f"{base}/data?{q}")
+                out.append(m)
+            return {f"{run}/{tag}": out}
+
+        yield fetch(f"{base}/meshes?{_q(run=run, tag=tag, sample=0)}", "mesh", "points", norm)
+
+
+def _custom_scalars(sides, fetch):
+    base = "/data/plugin/custom_scalars"
+    layout = fetch(f"{base}/layout", "scalars", "exact", lambda s, st, v: v)
+    yield layout
+    runs = set()
+    for s in sides:
+        st, v = s.json("/data/plugin/scalars/tags")
+        if st == 200 and isinstance(v, dict):
+            runs |= set(v)
+    regexes = set()
+    for r in layout:
+        for cat in (r.value or {}).get("category", []) if isinstance(r.value, dict) else []:
+            for chart in cat.get("chart", []):
+                regexes |= set((chart.get("multiline") or {}).get("tag", []))
+                for series in (chart.get("margin") or {}).get("series", []):
+                    regexes |= {series.get(k) for k in ("value", "lower", "upper")} - {None}
+    for regex in sorted(regexes):
+        for run in sorted(runs):
+            yield fetch(f"{base}/scalars?{_q(run=run, tag=regex)}", "scalars", "exact",
+                        lambda s, st, v: v)
+
+
+def _hparams(fetch):
+    base = "/data/plugin/hparams"
+    exp = fetch(f"{base}/experiment", "hparams", "exact", lambda s, st, v: v,
+                post_json={"experimentName": ""})
+    yield exp
+    cols: list = []
+    for r in exp:
+        if isinstance(r.value, dict):
+            for h in r.value.get("hparamInfos", []):
+                c = {"hparam": h.get("name"), "includeInResult": True}
+                if c not in cols:
+                    cols.append(c)
+            for m in r.value.get("metricInfos", []):
+                c = {"metric": m.get("name"), "includeInResult": True}
+                if c not in cols:
+                    cols.append(c)
+    request = {
+        "experimentName": "",
+        "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                            "STATUS_RUNNING"],
+        "colParams": cols,
+        "startIndex": 0,
+        "sliceSize": 1_000_000,
+        "includeMetrics": True,
+    }
+    yield fetch(f"{base}/session_groups", "hparams", "exact", lambda s, st, v: v,
+                post_json=request)
+
+
+def _timeseries(listing, fetch):
+    base = "/data/plugin/timeseries"
+    tags = listing(f"{base}/tags", "scalars")
+    # The tag listing mixes plugins: compare it per plugin so each has its own contract.
+    for plugin in ("scalars", "histograms", "images"):
+        pair = tuple(Response(t.route + f" ({plugin})", plugin, "listing", t.status,
+                              _ts_listing(t.value, plugin)) for t in tags)
+        yield pair
+        items: set = set()
+        for t in pair:
+            if isinstance(t.value, dict):
+                items |= set(t.value)
+        for item in sorted(items, key=repr):
+            if plugin == "images":
+                run, tag, samples = item
+                reqs = [{"plugin": plugin, "tag": tag, "run": run, "sample": i}
+                        for i in range(samples)]
+            else:
+                run, tag = item
+                reqs = [{"plugin": plugin, "tag": tag, "run": run}]
+            for req in reqs:
+                def norm(side, status, value, req=req):
+                    out = {}
+                    for resp in value if isinstance(value, list) else []:
+                        for r, pts in (resp.get("runToSeries") or {}).items():
+                            if plugin == "images":
+                                pts = _with_blobs(side, pts, "imageId", f"{base}/imageData")
+                            out[f"{r}/{req['tag']}" + (f"/sample {req['sample']}"
+                                                         if "sample" in req else "")] = pts
+                        if resp.get("error"):
+                            out["<error>"] = [resp["error"]]
+                    return out
+
+                yield fetch(f"{base}/timeSeries [{json.dumps(req, sort_keys=True)}]", plugin,
+                            "points", norm, post={"requests": json.dumps([req])},
+                            path=f"{base}/timeSeries")
+
+
+def _ts_listing(value: Any, plugin: str) -> Any:
+    """Per-plugin view of ``/timeseries/tags``: ``{(run, tag[, samples]): description}``."""
+    if not isinstance(value, dict) or "<http status>" in value:
+        return value
+    section = value.get(plugin) or {}
+    desc = section.get("tagDescriptions") or {}
+    out = {}
+    if plugin == "images":
+        for tag, runs in (section.get("tagRunSampledInfo") or {}).items():
+            for run, info in runs.items():
+                out[(run, tag, int(info.get("maxSamplesPerStep", 1)))] = desc.get(tag, "")
+    else:
+        for run, tags in (section.get("runTagInfo") or {}).items():
+            for tag in tags:
+                out[(run, tag)] = desc.get(tag, "")
+    return out
+
+
+def _graphs(listing, fetch):
+    base = "/data/plugin/graphs"
+    info = listing(f"{base}/info", "graphs", _graph_listing)
+    yield info
+    keys: set = set()
+    for r in info:
+        if isinstance(r.value, dict):
+            keys |= set(r.value)
+    limits = {"limit_attr_size": GRAPH_LIMIT_ATTR_SIZE, "large_attrs_key": GRAPH_LARGE_ATTRS_KEY}
+    for key in sorted(keys, key=repr):
+        run, tag, what = key
+        exact = lambda s, st, v: v  # noqa: E731
+        if what == "run_graph":
+            for extra in ({}, limits):
+                yield fetch(f"{base}/graph?{_q(run=run, conceptual='false', **extra)}",
+                            "graphs", "exact", exact)
+        elif what == "op_graph":
+            for extra in ({}, limits):
+                yield fetch(f"{base}/graph?{_q(run=run, tag=tag, conceptual='false', **extra)}",
+                            _GRAPH_KIND_PLUGIN["op_graph"], "exact", exact)
+        elif what == "conceptual_graph":
+            yield fetch(f"{base}/graph?{_q(run=run, tag=tag, conceptual='true')}",
+                        "graph_keras_model", "exact", exact)
+        elif what == "profile":
+            yield fetch(f"{base}/run_metadata?{_q(run=run, tag=tag)}",
+                        _GRAPH_KIND_PLUGIN["profile"], "exact", exact)
+
+
+def _graph_listing(value: Any) -> Any:
+    """``/graphs/info`` as ``{(run, tag, what): True}`` for every graph the dashboard offers."""
+    out = {}
+    for run, item in (value or {}).items():
+        if item.get("run_graph"):
+            out[(run, None, "run_graph")] = True
+        for tag, t in (item.get("tags") or {}).items():
+            for what in ("op_graph", "conceptual_graph", "profile"):
+                if t.get(what):
+                    out[(run, tag, what)] = True
+    return out
+
+
+# --- comparison ----------------------------------------------------------------------------------
+
+
+def _fmt(x: Any, limit: int = 120) -> str:
+    s = json.dumps(x, sort_keys=True, default=str) if not isinstance(x, str) else x
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+_FIRST_KEYS = ("step", "wall_time", "wallTime")
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
+    """Where two JSON-like values first differ (``None`` if equal). Floats compare bit-exact
+    through their JSON text, as the browser receives them."""
+    if type(a) is not type(b):
+        return f"{path or 'value'}: {_fmt(a)} became {_fmt(b)}"
+    if isinstance(a, dict):
+        # A point's step and wall time first: "step 5 became step 165" says more than bytes.
+        for k in sorted(set(a) | set(b), key=lambda k: (k not in _FIRST_KEYS, repr(k))):
+            if k not in b:
+                return f"{path}{_fmt(k)}: missing after reduction"
+            if k not in a:
+                return f"{path}{_fmt(k)}: new after reduction"
+            d = first_difference(a[k], b[k], f"{path}{_fmt(k, 60)}.")
+            if d:
+                return d
+        return None
+    if isinstance(a, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            d = first_difference(x, y, f"{path}[{i}].")
+            if d:
+                return d
+        if len(a) != len(b):
+            return f"{path.rstrip('.') or 'list'}: {len(a)} items became {len(b)}"
+        return None
+    if json.dumps(a) != json.dumps(b):
+        return f"{path.rstrip('.') or 'value'}: {_fmt(a)} became {_fmt(b)}"
+    return None
+
+
+def _canon(p: Any) -> str:
+    return json.dumps(p, sort_keys=True)
+
+
+def _step(p: Any) -> Any:
+    if isinstance(p, dict):
+        return p.get("step")
+    if isinstance(p, list) and len(p) >= 2:
+        return p[1]  # [wall_time, step, value]
+    return None
+
+
+def compare_points(before: list, after: list, *, exact: bool, keep_first: bool,
+                   keep_last: bool, sampled: bool) -> Optional[str]:
+    """Compare one series under a contract; ``sampled``: both are reservoir samples, so only
+    the last point (which every reservoir keeps) can be required, not set relations."""
+    if exact:
+        return first_difference(before, after)
+    if sampled:
+        # Both sides are samples keeping the last point: the last points must agree.
+        if keep_last and before and (not after or _canon(before[-1]) != _canon(after[-1])):
+            return f"last point (step {_step(before[-1])}) was not kept"
+        return None
+    keys = [_canon(p) for p in before]
+    if not sampled:
+        it = iter(keys)
+        for q in after:
+            k = _canon(q)
+            if not any(k == x for x in it):
+                return f"step {_step(q)}: {_fmt(q, 80)} is not an original point, in order"
+    have = {_canon(p) for p in after}
+    needs = []
+    if keep_first and not sampled and before:
+        needs.append(("first", before[0]))
+    if keep_last and before:
+        needs.append(("last", before[-1]))
+    for label, p in needs:
+        if _canon(p) not in have:
+            return f"{label} point (step {_step(p)}) was not kept"
+    return None
+
+
+#: plugin -> (exact, keep_first, keep_last, removable). A name may be "a|b": a route served
+#: from either data plugin (the Graphs dashboard reads run metadata from two).
+Contract = Callable[[str], tuple]
+
+
+def compare_crawl(app_before, app_after, contract: Contract, *, sampled: bool,
+                  graph_attrs_dropped: bool = False) -> CrawlResult:
+    """Crawl both apps in lockstep and compare every route under ``contract``.
+
+    ``graph_attrs_dropped``: the contract dropped stored graph attribute values over 1 KB
+    (opt-in ``strip_large_graph_attrs``); the graph requested with ``limit_attr_size`` must
+    still be identical, the one without it is declared changed (the values read "too large")."""
+    res = CrawlResult()
+    sides: list = []
+    for before, after in crawl_pair(app_before, app_after, sides):
+        res.routes += 1
+        res.by_plugin[before.plugin] = res.by_plugin.get(before.plugin, 0) + 1
+        if (graph_attrs_dropped and before.plugin == "graphs" and before.route.startswith("/data/plugin/graphs/graph?")
+                and "limit_attr_size" not in before.route):
+            continue
+        why = _compare_response(before, after, contract, sampled)
+        if why:
+            res.diffs.append(RouteDiff(before.route, before.plugin, why))
+    res.blobs = sum(s.c.blobs for s in sides)
+    return res
+
+
+def _compare_response(before: Response, after: Response, contract: Contract,
+                      sampled: bool) -> Optional[str]:
+    exact, keep_first, keep_last, removable = contract(before.plugin)
+    if (before.body_sha256 and before.body_sha256 == after.body_sha256
+            and before.shape != "points" or exact and before.shape == "points"
+            and _same_points(before, after)):
+        return None  # byte-identical as served (and any blobs they point at identical)
+    if before.status != after.status:
+        if removable and after.status == 404:
+            return None
+        return f"HTTP {before.status} became {after.status}"
+    if before.status != 200:
+        return None  # the same error both sides (its text may name each side's temp logdir)
+    if before.shape == "listing":
+        return _compare_listing(before, after, contract)
+    if before.shape == "exact":
+        if removable and not after.value:
+            return None
+        return first_difference(before.value, after.value)
+    b, a = before.value, after.value
+    for series in sorted(set(b) | set(a)):
+        if series not in b:
+            return f"series {series!r} is new after reduction"
+        if series not in a:
+            if removable:
+                continue
+            return f"series {series!r} is missing after reduction"
+        why = compare_points(b[series], a[series], exact=exact, keep_first=keep_first,
+                             keep_last=keep_last and not removable, sampled=sampled)
+        if why:
+            return f"{series}: {why}"
+    return None
+
+
+#: ``/graphs/info`` entry kind -> the data plugin that holds it.
+_GRAPH_KIND_PLUGIN = {
+    "run_graph": "graphs",
+    "op_graph": "graph_run_metadata_graph|graph_run_metadata",
+    "conceptual_graph": "graph_keras_model",
+    "profile": "graph_run_metadata|graph_tagged_run_metadata",
+}
+
+
+def _listing_plugin(before: Response, key: Any) -> Optional[str]:
+    """The data plugin whose contract governs one listing entry (None: never removable)."""
+    if before.route == "/data/runs":
+        return None
+    if before.route == "/data/plugins_listing":
+        return ROUTE_PLUGIN.get(str(key), str(key))
+    if isinstance(key, tuple) and len(key) == 3 and key[2] in _GRAPH_KIND_PLUGIN:
+        return _GRAPH_KIND_PLUGIN[key[2]]
+    return before.plugin
+
+
+def _same_points(before: Response, after: Response) -> bool:
+    """Served bodies identical and, where blobs were resolved, the blobs' bytes too."""
+    if not before.body_sha256 or before.body_sha256 != after.body_sha256:
+        return False
+    return before.value == after.value if _has_blobs(before.value) else True
+
+
+def _has_blobs(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(k in ("<bytes sha256>", "<data sha256>") or _has_blobs(v)
+                   for k, v in value.items())
+    if isinstance(value, list):
+        return bool(value) and _has_blobs(value[0])
+    return False
+
+
+def _compare_listing(before: Response, after: Response, contract: Contract) -> Optional[str]:
+    b, a = before.value or {}, after.value or {}
+    for key in sorted(set(b) | set(a), key=repr):
+        name = key if not isinstance(key, tuple) else "/".join(str(k) for k in key if k is not None)
+        plugin = _listing_plugin(before, key)
+        removable = plugin is not None and contract(plugin)[3]
+        if key not in a:
+            if removable:
+                continue
+            return f"{name} is missing from the listing after reduction"
+        if key not in b:
+            return f"{name} is new in the listing after reduction"
+        if before.route == "/data/plugins_listing":
+            if b[key] and not a[key] and not removable:
+                return f"dashboard {name} is no longer enabled after reduction"
+            if a[key] and not b[key]:
+                return f"dashboard {name} is enabled after reduction but was not before"
+            continue
+        d = first_difference(b[key], a[key], f"{name}: ")
+        if d:
+            return d
+    return None

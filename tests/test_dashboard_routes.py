@@ -1,0 +1,198 @@
+"""Verification through TensorBoard's own routes (issue 12).
+
+* a transform planted to drop a graph tag's record is caught by the route comparison and the
+  run rolled back, with a message naming the route and the tag;
+* a crawl of TensorBoard's WSGI app (both backends) over copies of the real fixtures with
+  graphs, after ``lossless`` and ``archive``, finds no difference except removed profile data;
+* the comparison itself names the route and the first difference;
+* the big-run path (no Python loader over the original) reaches the same verdicts.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_real, tree_hashes
+from tb_footprint_plugin import api
+from tb_footprint_plugin.scan import tfrecord
+from tb_footprint_plugin.verify import Expectations, data_server_binary, verify_reduction
+from tb_footprint_plugin.verify import dashboard, routes
+from tb_footprint_plugin.verify.readers import Reader
+
+BOTH = ("python", "rust")
+
+needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="no data server binary")
+
+
+def user_files(root: Path) -> dict:
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+def _event_files(run_dir: Path) -> list:
+    return sorted(p for p in run_dir.iterdir() if "tfevents" in p.name and p.is_file())
+
+
+def _drop_records(path: Path, dest: Path, plugin: str) -> int:
+    """Copy ``path`` to ``dest`` without the records of summaries of ``plugin``."""
+    from tensorboard.compat.proto import event_pb2
+
+    dropped = 0
+    with tfrecord.RecordReader(str(path), verify=True) as r, open(dest, "wb") as out:
+        for rec in r:
+            e = event_pb2.Event.FromString(rec.data)
+            if any(v.metadata.plugin_data.plugin_name == plugin for v in e.summary.value):
+                dropped += 1
+                continue
+            out.write(tfrecord.frame(rec.data))
+    return dropped
+
+
+# --- the planted transform: a graph tag dropped without saying so ------------------------------
+
+
+def test_planted_graph_tag_drop_is_rolled_back(tmp_path, monkeypatch):
+    """A rewrite that silently drops the ``graph_run_metadata`` record of a
+    ``trace_export(profiler=True)`` run is rolled back; the reason names the graphs route and
+    the tag, and every user file is byte-identical to before."""
+    from tb_footprint_plugin.engine.vault import sha256_file
+    from tb_footprint_plugin.transforms import event_rewrite
+
+    logdir = copy_real("tf/summary_mix", tmp_path / "logdir")
+    before = user_files(logdir)
+    real_stage = event_rewrite.stage_event_rewrite
+    planted = []
+
+    def stage_dropping_graph_tag(action, src, tmp, sha):
+        info = real_stage(action, src, tmp, sha)
+        staged = tmp + ".planted"
+        n = _drop_records(Path(tmp), Path(staged), "graph_run_metadata")
+        os.replace(staged, tmp)
+        planted.append(n)
+        info["size"] = os.path.getsize(tmp)
+        info["sha256"] = sha256_file(tmp)
+        # the fault: the drop is not declared in the contract
+        info["expectations"] = {k: v for k, v in info["expectations"].items()
+                                if not k.startswith("graph")}
+        return info
+
+    monkeypatch.setattr(event_rewrite, "stage_event_rewrite", stage_dropping_graph_tag)
+    # Histograms thinned so the event file is rewritten; graphs untouched by the policy: the
+    # plant is the only thing that touches them.
+    policy = {"name": "planted", "content": {"keep_per_tag": {"histograms": 50},
+                                             "strip_run_metadata": False, "dedupe_graphs": False}}
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=BOTH)
+    assert planted and planted[0] >= 1, "the planted transform did not run"
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert out and all(o.status == "rolled_back" for o in out), [o.to_dict() for o in out]
+    reason = " ".join(filter(None, [out[0].reason] + list(out[0].verification["failed"])))
+    assert "/data/plugin/graphs/info" in reason, reason
+    assert "step_fn_profile" in reason, reason
+    assert user_files(logdir) == before
+
+
+# --- route crawl on the real fixtures ------------------------------------------------------------
+
+
+def _route_lines(outcome) -> list:
+    return [c for c in outcome.verification["checks"] if c["name"] == "routes"]
+
+
+@needs_rust
+@pytest.mark.parametrize("policy, fixture", [
+    ("archive", "tf/summary_mix"),  # op graph + run metadata of trace_export(profiler=True)
+    ("archive", "torch/profiled"),  # run graph + the `step1` run metadata
+    ("archive", "tf/keras_profiled"),  # Keras conceptual graph, per-run profile
+    ("lossless", "torch/profiled"),  # traces compressed, event files untouched
+])
+def test_route_crawl_after_reduce(tmp_path, fixture, policy):
+    """The crawl runs on both backends inside every reduce, and finds nothing but the
+    profile data the policy removed; a fresh crawl of the result against the untouched
+    fixture agrees (graphs listing and every graph route included)."""
+    logdir = copy_real(fixture, tmp_path / "logdir")
+    pristine = copy_real(fixture, tmp_path / "pristine")
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=BOTH)
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    changed = [o for o in rep.outcomes if o.status == "verified"]
+    assert changed
+    for o in changed:
+        lines = _route_lines(o)
+        assert lines and all(c["ok"] for c in lines), lines
+        details = " ".join(c["detail"] for c in lines)
+        if _event_files(logdir / o.run):
+            assert "routes (python, rust)" in details or (
+                "routes (python)" in details and "routes (rust" in details), details
+    # An independent crawl: the reduced logdir against the pristine copy, run by run.
+    for o in changed:
+        orig_run, red_run = pristine / o.run, logdir / o.run
+        if not _event_files(orig_run):
+            continue
+        exp = Expectations(plugin_modes=o.verification.get("expectations") or {})
+        for backend in BOTH:
+            with Reader(str(orig_run), backend) as a, Reader(str(red_run), backend) as b:
+                res = routes.compare_crawl(a.app(), b.app(),
+                                           dashboard.route_contract(exp, backend), sampled=True)
+            assert not res.diffs, (backend, [(d.route, d.why) for d in res.diffs[:5]])
+            assert res.by_plugin.get("graphs", 0) >= 1  # /graphs/info and a graph were fetched
+
+
+# --- the comparison names the route and the first difference --------------------------------------
+
+
+def _copy_run(src: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for p in _event_files(src):
+        (dest / p.name).write_bytes(p.read_bytes())
+    return dest
+
+
+@needs_rust
+@pytest.mark.parametrize("full_read_bytes", [None, 0], ids=["full", "big-run path"])
+def test_dropped_run_metadata_tag_names_route_and_tag(tmp_path, real_copy, full_read_bytes):
+    """The PyTorch run's ``step1`` run metadata removed from its event file: both the full
+    and the big-run path fail, naming the graphs route and the tag."""
+    src = real_copy("torch/profiled")
+    orig = _copy_run(src, tmp_path / "orig")
+    red = tmp_path / "red"
+    red.mkdir()
+    from tensorboard.compat.proto import event_pb2
+
+    for p in _event_files(orig):
+        with tfrecord.RecordReader(str(p), verify=True) as r, open(red / p.name, "wb") as out:
+            for rec in r:
+                if event_pb2.Event.FromString(rec.data).HasField("tagged_run_metadata"):
+                    continue
+                out.write(tfrecord.frame(rec.data))
+    result = verify_reduction(str(orig), str(red), backends=BOTH, full_read_bytes=full_read_bytes)
+    assert not result.ok
+    route_fails = [f for f in result.failed if f.startswith("routes")]
+    assert route_fails, result.failed
+    assert any("/data/plugin/graphs/info" in f and "step1" in f for f in route_fails), route_fails
+
+
+@needs_rust
+def test_identical_copy_big_run_path(tmp_path, real_copy):
+    """The big-run path on an unchanged copy: records, tag index, the Rust default view
+    through the routes and the Python loader over the reduced side all pass, and the
+    Python loader never reads the original."""
+    src = real_copy("tf/summary_mix")
+    orig = _copy_run(src, tmp_path / "orig")
+    red = _copy_run(src, tmp_path / "red")
+    result = verify_reduction(str(orig), str(red), backends=BOTH, full_read_bytes=0)
+    assert result.ok, result.failed
+    names = {c.name for c in result.checks}
+    assert {"records", "record subsequence", "tag index", "routes", "python"} <= names
+    assert any(c.detail.startswith("routes (rust, default view)") for c in result.checks)
+    assert "python" not in result.views  # the Python loader was not run over the original
+    assert result.scalar_series["loss"]["before"] == result.scalar_series["loss"]["after"]
+
+
+def test_first_difference_names_the_point():
+    before = [{"step": 1, "wall_time": 1.0, "<bytes sha256>": "a"},
+              {"step": 2, "wall_time": 2.0, "<bytes sha256>": "b"}]
+    after = [{"step": 1, "wall_time": 1.0, "<bytes sha256>": "a"},
+             {"step": 3, "wall_time": 3.0, "<bytes sha256>": "c"}]
+    assert routes.first_difference(before, after) == "[1].step: 2 became 3"
+    assert routes.compare_points(before, after[:1], exact=False, keep_first=True,
+                                 keep_last=True, sampled=False) == "last point (step 2) was not kept"
+    assert routes.compare_points(before, before[1:], exact=False, keep_first=False,
+                                 keep_last=True, sampled=False) is None
