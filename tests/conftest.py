@@ -1,4 +1,4 @@
-"""Shared test fixtures: the real writer fixtures (read-only) and copies of them."""
+"""Shared test fixtures: the real writer fixtures vendored in tests/fixtures/real (read-only) and copies of them."""
 import hashlib
 import os
 import shutil
@@ -7,16 +7,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO.parent / "shared" / "fixtures" / "real"
+#: Real writers' logs, vendored so that a fresh clone tests against them (see its README.md).
+REAL_FIXTURES = REPO / "tests" / "fixtures" / "real"
 REAL_LOGDIRS = ["tf/keras_profiled", "tf/summary_mix", "jax/profiled", "viewed/jax_profiled",
                 "torch/profiled", "torch/profiled_gz"]
 
 
 def real(name: str) -> Path:
-    p = SHARED_FIXTURES / name
+    """A vendored real-writer fixture; missing data fails the test (a skip would hide it)."""
+    p = REAL_FIXTURES / name
     if not p.exists():
-        pytest.skip(f"real fixture {name} not present at {p}")
+        pytest.fail(f"real fixture {name} is missing: {p} (see tests/fixtures/real/README.md)", pytrace=False)
     return p
+
+
+def real_event_files() -> list:
+    """Every vendored real event file; fails when there are none."""
+    files = sorted(p for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file())
+    if not files:
+        pytest.fail(f"no real event files under {REAL_FIXTURES} (see tests/fixtures/real/README.md)", pytrace=False)
+    return files
 
 
 def copy_real(name: str, dest: Path, age_s: float = 3600.0) -> Path:

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import real, real_event_files
 from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 from tb_footprint_plugin.scan import categories as C
@@ -16,9 +17,6 @@ from tb_footprint_plugin.scan import eventfile
 from tb_footprint_plugin.scan import tfrecord
 from tb_footprint_plugin.scan.eventfile import EventFileStats, event_file_stats
 from tb_footprint_plugin.scan.tfrecord import RecordWriter, frame
-
-SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
-needs_fixtures = pytest.mark.skipif(not SHARED_FIXTURES.is_dir(), reason="shared real fixtures absent")
 
 LEGACY = {"simple_value": "scalars", "histo": "histograms", "image": "images", "audio": "audio"}
 FIXED = {
@@ -143,7 +141,7 @@ def tag_bytes(stats, plugin, tag):
 
 # --- real fixtures --------------------------------------------------------------------------------
 def copy_fixture(tmp_path, rel):
-    src = SHARED_FIXTURES / rel
+    src = real(rel)
     dst = tmp_path / src.name
     shutil.copyfile(src, dst)
     return dst
@@ -157,7 +155,6 @@ def records_per_plugin(stats):
     return {p: sum(s.records for s in tags.values()) for p, tags in stats.tags.items()}
 
 
-@needs_fixtures
 def test_real_tf_summary_mix(tmp_path):
     path = copy_fixture(tmp_path, "tf/summary_mix/events.out.tfevents.1795998045.vm.25654.0.v2")
     stats = check_against_reference(path)
@@ -190,7 +187,6 @@ def test_real_tf_summary_mix(tmp_path):
     assert sum(cats.values()) == stats.size and cats[C.IMAGES] > cats[C.SCALARS]
 
 
-@needs_fixtures
 def test_real_torch_profiled(tmp_path):
     path = copy_fixture(tmp_path, "torch/profiled/events.out.tfevents.1795998065.vm.25684.0")
     stats = check_against_reference(path)
@@ -211,7 +207,6 @@ def test_real_torch_profiled(tmp_path):
     }
 
 
-@needs_fixtures
 def test_real_keras_profiled(tmp_path):
     train = check_against_reference(
         copy_fixture(tmp_path, "tf/keras_profiled/train/events.out.tfevents.1795998030.vm.25428.0.v2")
@@ -229,9 +224,8 @@ def test_real_keras_profiled(tmp_path):
     }
 
 
-@needs_fixtures
 def test_every_real_event_file_matches_reference_and_sums(tmp_path):
-    for i, src in enumerate(sorted(p for p in SHARED_FIXTURES.rglob("*tfevents*") if p.is_file())):
+    for i, src in enumerate(real_event_files()):
         dst = tmp_path / f"{i}_{src.name}"
         shutil.copyfile(src, dst)
         check_against_reference(dst)

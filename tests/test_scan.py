@@ -60,8 +60,8 @@ def test_real_run_discovery(tmp_path):
     names = {r.name for r in torch.runs}
     assert "." in names and "1795998068.7669468" in names
     root = torch.run(".")
-    assert root.categories[cat.TORCH_TRACE].files == 4
-    assert len([s for s in root.sessions if s.kind == "torch"]) == 4
+    assert root.categories[cat.TORCH_TRACE].files == 2
+    assert len([s for s in root.sessions if s.kind == "torch"]) == 2
 
 
 def test_real_plugin_names(tmp_path):

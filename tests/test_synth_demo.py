@@ -1,6 +1,6 @@
 """Tests of the synthetic writers (``synth``) and the demo logdir (``demo``) against the real readers:
 TensorBoard's loaders and multiplexer, the xplane.proto compiled into xprof, xprof's C++ XSpace
-parser and xprof's real profile plugin, and the real writers' output in /work/shared/fixtures/real.
+parser and xprof's real profile plugin, and the real writers' output vendored in tests/fixtures/real.
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ import zlib
 
 import pytest
 
+from conftest import real as real_fixture
 from tb_footprint_plugin import demo, synth
 from tb_footprint_plugin.scan import categories
 
-REAL = "/work/shared/fixtures/real"
 EVENT_NAME_RE = re.compile(r"^events\.out\.tfevents\.\d{10}\.[\w.-]+\.\d+\.\d+(\.v2)?$")
 
 try:  # the real profile plugin is optional (base deps are tensorboard, werkzeug, protobuf)
@@ -32,7 +32,6 @@ try:  # the real profile plugin is optional (base deps are tensorboard, werkzeug
 except Exception:  # noqa: BLE001
     HAVE_XPROF = False
 needs_xprof = pytest.mark.skipif(not HAVE_XPROF, reason="xprof not installed")
-needs_real = pytest.mark.skipif(not os.path.isdir(REAL), reason="real fixtures not available")
 CLASSES = synth.xplane_proto_classes()
 needs_classes = pytest.mark.skipif(CLASSES is None, reason="no xplane protobuf classes (xprof absent)")
 
@@ -246,17 +245,16 @@ def test_event_writer_shapes_match_real_writers(tmp_path):
     assert value.tensor.tensor_content == struct.pack("<f", 0.5)  # TF: 4-byte tensor_content
     assert value.metadata.plugin_data.plugin_name == "scalars"
     assert ours[2].summary.value[0].HasField("metadata")  # TF 2.21: metadata on every value
-    if os.path.isdir(REAL):
-        real = os.path.join(REAL, "tf/summary_mix/events.out.tfevents.1795998045.vm.25654.0.v2")
-        real_events = [event_pb2.Event.FromString(r) for _, r in
-                       zip(range(40), event_file_loader.RawEventFileLoader(real).Load())]
-        assert real_events[0].source_metadata.writer == ours[0].source_metadata.writer
-        assert real_events[0].wall_time == int(real_events[0].wall_time) and ours[0].wall_time == 1795998045
-        real_loss = next(e.summary.value[0] for e in real_events
-                         if e.HasField("summary") and e.summary.value[0].tag == "loss")
-        assert real_loss.tensor.dtype == value.tensor.dtype
-        assert len(real_loss.tensor.tensor_content) == len(value.tensor.tensor_content)
-        assert real_loss.metadata == value.metadata
+    real = str(real_fixture("tf/summary_mix/events.out.tfevents.1795998045.vm.25654.0.v2"))
+    real_events = [event_pb2.Event.FromString(r) for _, r in
+                   zip(range(40), event_file_loader.RawEventFileLoader(real).Load())]
+    assert real_events[0].source_metadata.writer == ours[0].source_metadata.writer
+    assert real_events[0].wall_time == int(real_events[0].wall_time) and ours[0].wall_time == 1795998045
+    real_loss = next(e.summary.value[0] for e in real_events
+                     if e.HasField("summary") and e.summary.value[0].tag == "loss")
+    assert real_loss.tensor.dtype == value.tensor.dtype
+    assert len(real_loss.tensor.tensor_content) == len(value.tensor.tensor_content)
+    assert real_loss.metadata == value.metadata
 
 
 def test_metadata_first_policy_and_fast_framing(tmp_path):
@@ -305,11 +303,7 @@ def test_png_and_wav_are_valid():
 def test_torch_traces_have_kineto_shape(demo_dir):
     target, _ = demo_dir
     traces = sorted(p for p in walk_files(target) if os.path.basename(p).endswith(".pt.trace.json"))
-    real = None
-    if os.path.isdir(REAL):
-        real_dir = os.path.join(REAL, "torch/profiled")
-        real = json.load(open(os.path.join(real_dir, sorted(f for f in os.listdir(real_dir)
-                                                           if f.endswith(".pt.trace.json"))[0])))
+    real = json.load(open(sorted(real_fixture("torch/profiled").glob("*.pt.trace.json"))[0]))
     for path in traces:
         text = open(path).read()
         assert text.startswith(' {\n    "schemaVersion": 1,\n    "deviceProperties": [],\n    \n      "trace_id"')
@@ -327,9 +321,8 @@ def test_torch_traces_have_kineto_shape(demo_dir):
         op = next(e for e in events if e.get("cat") == "cpu_op")
         assert {"External id", "Record function id", "Ev Idx", "Input Dims"} <= set(op["args"])
         assert any(e.get("name") == "[memory]" and "Total Allocated" in e["args"] for e in events)
-        if real is not None:
-            assert list(d) == list(real)  # same keys in the same order
-            assert phases == {(e.get("ph"), e.get("cat")) for e in real["traceEvents"]}
+        assert list(d) == list(real)  # same keys in the same order
+        assert phases == {(e.get("ph"), e.get("cat")) for e in real["traceEvents"]}
 
 
 def test_torch_trace_streams_and_gzips(tmp_path):
@@ -390,10 +383,9 @@ def test_demo_xplanes_parse_like_real_ones(demo_dir):
         env = xs.planes[-1]
         assert {env.stat_metadata[s.metadata_id].name for s in env.stats} == {
             "profile_start_time", "profile_stop_time", "profile_options"}
-    if os.path.isdir(REAL):
-        real = CLASSES.XSpace.FromString(open(os.path.join(
-            REAL, "tf/summary_mix/plugins/profile/2026_11_30_00_20_46/vm.xplane.pb"), "rb").read())
-        assert [p.name for p in real.planes] == ["/host:CPU", "Task Environment"]
+    real = CLASSES.XSpace.FromString(
+        real_fixture("tf/summary_mix/plugins/profile/2026_11_30_00_20_46/vm.xplane.pb").read_bytes())
+    assert [p.name for p in real.planes] == ["/host:CPU", "Task Environment"]
 
 
 @needs_xprof
@@ -504,9 +496,8 @@ def test_profile_session_files(tmp_path):
                                     cache_version=synth.XPROF_VERSION)
 
 
-@needs_real
 def test_real_cache_shapes_match(tmp_path):
-    real = os.path.join(REAL, "viewed/jax_profiled/plugins/profile/2026_11_30_00_21_35")
+    real = str(real_fixture("viewed/jax_profiled/plugins/profile/2026_11_30_00_21_35"))
     real_tools = json.load(open(os.path.join(real, ".cached_tools.json")))
     listed = synth.write_profile_session(str(tmp_path / "r"), n_events=500, with_caches=True)
     ours = json.load(open(next(p for p in listed if p.endswith(".cached_tools.json"))))

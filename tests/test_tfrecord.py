@@ -12,26 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from conftest import real_event_files
 from tb_footprint_plugin.scan import tfrecord
 from tb_footprint_plugin.scan.tfrecord import Record, RecordReader, RecordWriter, frame, iter_framed, masked_crc32c
-
-SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "real"
-
-
-def fixture_event_files():
-    if not SHARED_FIXTURES.is_dir():
-        return []
-    return sorted(p for p in SHARED_FIXTURES.rglob("*") if p.is_file() and "tfevents" in p.name)
-
-
-needs_fixtures = pytest.mark.skipif(not fixture_event_files(), reason="shared real fixtures absent")
 
 
 @pytest.fixture
 def real_copies(tmp_path):
-    """Copies of every real event file (the shared fixtures stay untouched)."""
+    """Copies of every real event file (the vendored fixtures stay untouched)."""
     out = []
-    for i, src in enumerate(fixture_event_files()):
+    for i, src in enumerate(real_event_files()):
         dst = tmp_path / f"{i}_{src.name}"
         shutil.copyfile(src, dst)
         out.append(dst)
@@ -106,7 +96,6 @@ def test_writer_counts_and_write_framed_checks():
 
 
 # --- round trips on real files ------------------------------------------------------------
-@needs_fixtures
 def test_real_fixtures_round_trip_byte_for_byte(real_copies, tmp_path):
     from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 
