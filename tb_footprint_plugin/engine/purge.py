@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.retire import purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 
 
@@ -80,6 +81,10 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     finally:
         for lock in locks.values():
             lock.release()
+    # retired runs: the same grace (older_than) and the same confirmation
+    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now)
+    listed += r_listed
+    freed += r_freed
     return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed)
 
 

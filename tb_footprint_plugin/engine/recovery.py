@@ -15,6 +15,7 @@ from tb_footprint_plugin.engine.catalogue import manifest_exists, write_manifest
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.restore import finish_restore
+from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
 
 
@@ -43,6 +44,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.SKIPPED_LIVE, "held by a running process"))
             continue
         try:
+            if begin["kind"] in ("retire", "unretire"):  # whole runs moved out of the logdir, or back
+                action, detail = recover_retire(ctx, records)
+                outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail))
+                j.close()
+                continue
             if begin["kind"] == "restore":
                 detail = finish_restore(ctx, records)
                 outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.COMPLETED, detail))
