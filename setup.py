@@ -32,6 +32,7 @@ setup(
         "tb_footprint_plugin.verify",
         "tb_footprint_plugin.engine",
         "tb_footprint_plugin.plugin",
+        "tb_footprint_plugin.synth",
         "tb_footprint_plugin.frontend",
     ],
     package_dir={"tb_footprint_plugin.frontend": "frontend"},
@@ -47,6 +48,8 @@ setup(
         "tqdm>=4.60",
         # Streaming JSON parser: PyTorch traces reach several GB and are never loaded whole.
         "ijson>=3.1",
+        # TOML policy files: the standard library's tomllib from 3.11, the same parser before.
+        "tomli>=1.1; python_version < '3.11'",
     ],
     extras_require={
         "test": [

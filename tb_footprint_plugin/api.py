@@ -40,6 +40,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
     category_changes,
     dashboards_note,
     labels_for,
+    overview,
     plan_run_view,
 )
 from tb_footprint_plugin.scan.model import LogdirFootprint
@@ -298,7 +299,7 @@ def history(logdir: str) -> List[dict]:
 __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history",
            "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
-           "dashboards_note", "labels_for", "custom_policy", "history_csv"]
+           "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:

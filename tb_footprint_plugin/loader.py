@@ -32,15 +32,12 @@ def _bool(text):
 
 def parse_quiet_period(value) -> float:
     """Seconds as a number, or a duration such as ``10m`` / ``1h``; ValueError otherwise."""
+    from tb_footprint_plugin.fmt import parse_duration  # dependency-free, like this module
+
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     else:
-        text = str(value).strip().lower()
-        mult = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-        try:
-            seconds = float(text[:-1]) * mult[text[-1]] if text and text[-1] in mult else float(text)
-        except (ValueError, KeyError):
-            raise ValueError(f"not a duration: {value!r} (seconds, or e.g. 10m, 1h)") from None
+        seconds = parse_duration(str(value))
     if seconds != seconds or seconds < 0 or seconds == float("inf"):
         raise ValueError(f"quiet period must be a non-negative number of seconds, got {value!r}")
     return seconds
@@ -112,8 +109,9 @@ class FootprintLoader(base_plugin.TBLoader):
             backup = os.path.normpath(backup)
             logdir = getattr(flags, "logdir", None)
             if is_local_logdir(logdir):
-                root = os.path.abspath(os.path.expanduser(logdir))
-                if root == backup or root.startswith(backup.rstrip(os.sep) + os.sep):
+                from tb_footprint_plugin.storage.paths import is_within  # dependency-free
+
+                if is_within(os.path.expanduser(logdir), backup):
                     raise base_plugin.FlagsError(
                         f"--footprint_backup_dir {backup} contains the logdir; choose a separate folder"
                     )

@@ -30,6 +30,8 @@ LAYERS = {
 }
 #: top-level module -> front end; ``loader`` (TensorBoard's entry point) is part of the plugin
 FRONT_ENDS = {"cli": "cli", "plugin": "plugin", "loader": "plugin", "integrations": "integrations"}
+#: subpackages named like a public verb (``fp.scan`` is the function, see the package docstring)
+VERB_PACKAGES = ("scan", "plan", "verify")
 #: only these may import the data writers (tests and benches do too; they are outside the package)
 SYNTH_USERS = ("cli", "demo", "synth")
 
@@ -105,6 +107,14 @@ def violations(rel: str, source: str, is_package: bool = False) -> List[str]:
     """Every import of ``source`` (module ``rel``) that breaks a layering rule."""
     mine = layer_of(rel)
     out = []
+    for node in ast.walk(ast.parse(source)):
+        # ``import pkg.scan.x as y`` resolves ``pkg.scan`` as an attribute: that is the verb scan()
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                r = _rel(a.name) or ""
+                if r.split(".")[0] in VERB_PACKAGES and "." in r:
+                    out.append(f"{PKG}.{rel}:{node.lineno} `import {a.name}`: write `from ... import` "
+                               f"({r.split('.')[0]} is also a public verb of the package)")
     for line, target in imports_of(source, rel, is_package):
         where = f"{PKG}.{rel or '__init__'}:{line} imports {PKG}.{target}"
         theirs = layer_of(target)
@@ -144,6 +154,7 @@ def test_imports_point_down_only():
     ("plugin.routes", "def f():\n    from tb_footprint_plugin.engine.context import CancelToken\n",
      "never the engine"),
     ("engine.transaction", "from tb_footprint_plugin import synth\n", "only the demo command"),
+    ("api", "import tb_footprint_plugin.scan.categories as cat\n", "is also a public verb"),
 ])
 def test_the_check_catches_an_upward_import(rel, source, why):
     assert any(why in v for v in violations(rel, source)), violations(rel, source)

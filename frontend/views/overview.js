@@ -171,4 +171,3 @@ export class OverviewView {
   }
 }
 
-export {color};

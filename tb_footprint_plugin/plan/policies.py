@@ -7,6 +7,7 @@ a policy that tries, and event files are never deleted by a file-level rule.
 from __future__ import annotations
 
 import json
+import sys
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
@@ -140,10 +141,10 @@ def _load_file(path: str) -> dict:
         with open(path, "rb") as f:
             raw = f.read()
         if path.endswith(".toml"):
-            try:
+            if sys.version_info >= (3, 11):
                 import tomllib
-            except ImportError as e:  # Python < 3.11
-                raise PolicyError(f"{path}: TOML policy files need Python 3.11+; use JSON") from e
+            else:  # the same parser, as a package (an install requirement below 3.11)
+                import tomli as tomllib
             return tomllib.loads(raw.decode("utf-8"))
         return json.loads(raw.decode("utf-8"))
     except (OSError, ValueError) as e:

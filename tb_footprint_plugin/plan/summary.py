@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.scan import categories as cat
 
 
@@ -88,4 +88,44 @@ def dashboards_note(kind: str, outcome: dict, actions: Optional[List[dict]] = No
     return lines
 
 
-__all__ = ["labels_for", "plan_run_view", "category_changes", "dashboards_note"]
+def overview(fp, plan) -> dict:
+    """The logdir at a glance under ``plan``: totals, categories, and per run its size and what
+    the plan frees (runs the plan skips free nothing; ``code`` says why, ``skipped`` in words)."""
+    plans = {rp.run: rp for rp in plan.runs}
+    runs = []
+    for r in fp.runs:
+        rp = plans.get(r.name)
+        runs.append({
+            "name": r.name,
+            "total_bytes": r.total_bytes,
+            "newest_mtime": r.newest_mtime,
+            "categories": {c.name: c.bytes for c in r.categories.values() if c.bytes},
+            "biggest": r.biggest_category(),
+            "sessions": len(r.sessions),
+            "warnings": len(r.warnings),
+            "has_event_files": r.has_event_files,
+            "removable_bytes": rp.removable_bytes if rp and not rp.skipped else 0,
+            "planned_removable_bytes": rp.removable_bytes if rp else 0,
+            "skipped": rp.skipped if rp else "not a run TensorBoard reads",
+            "code": rp.code if rp else Skip.NOT_A_RUN,
+            "actions": len(rp.actions) if rp else 0,
+        })
+    cats = [{"name": c.name, "label": cat.label(c.name), "bytes": c.bytes, "files": c.files,
+             "records": c.records} for c in fp.categories.values()]
+    payload = {
+        "logdir": fp.logdir,
+        "policy": plan.policy.get("name"),
+        "total_bytes": fp.total_bytes,
+        "vault_bytes": fp.vault_bytes,
+        "reclaimable_bytes": plan.removable_bytes,
+        "expected_after_bytes": plan.expected_after_bytes,
+        "run_count": len(fp.runs),
+        "active_runs": sum(1 for rp in plan.runs if rp.code == Skip.ACTIVE),
+        "categories": cats,
+        "warnings": list(fp.warnings)[:50],
+        "runs": runs,
+    }
+    return payload
+
+
+__all__ = ["overview", "labels_for", "plan_run_view", "category_changes", "dashboards_note"]

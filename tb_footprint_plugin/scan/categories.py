@@ -47,6 +47,9 @@ PROFILE_CATEGORIES = frozenset(
 )
 
 #: Human labels and a stable display order for legends.
+#: The plugin a legacy ``Summary.Value`` field (the ``value`` oneof) stands for.
+LEGACY_PLUGIN = {"simple_value": SCALARS, "histo": HISTOGRAMS, "image": IMAGES, "audio": AUDIO}
+
 LABELS = {
     SCALARS: "scalars",
     HPARAMS: "hparams",

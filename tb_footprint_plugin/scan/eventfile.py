@@ -66,12 +66,6 @@ _FIXED_BY_FIELD = {
     "tagged_run_metadata": C.TAGGED_RUN_METADATA,
     "session_log": C.SESSION_LOG,
 }
-_LEGACY_PLUGIN = {
-    "simple_value": C.SCALARS,
-    "histo": C.HISTOGRAMS,
-    "image": C.IMAGES,
-    "audio": C.AUDIO,
-}
 # Summary.Value field keys (field << 3 | wire type) of the value oneof, and the legacy plugin
 # code each implies (0: plugin comes from metadata)
 _KIND_FIXED32 = 0x15  # simple_value = 2, fixed32
@@ -619,7 +613,7 @@ def _detail(reader: RecordReader) -> str:
 
 def _value_plugin(value) -> str:
     """The plugin a value names by itself: its legacy type, else its metadata (may be '')."""
-    legacy = _LEGACY_PLUGIN.get(value.WhichOneof("value"))
+    legacy = C.LEGACY_PLUGIN.get(value.WhichOneof("value"))
     if legacy:
         return legacy
     return value.metadata.plugin_data.plugin_name if value.HasField("metadata") else ""

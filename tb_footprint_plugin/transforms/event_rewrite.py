@@ -92,8 +92,6 @@ from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
 from tb_footprint_plugin.plan.rules import DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE, RUST_CAPACITY, Rules
 from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file
 
-_LEGACY_PLUGIN = {"simple_value": cat.SCALARS, "histo": cat.HISTOGRAMS, "image": cat.IMAGES,
-                  "audio": cat.AUDIO}
 #: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
 #: the weakest, which all of them meet).
 _STRICTNESS = {"default_view_identical": 3, DEFAULT_VIEW_EXACT_MODE: 2, "subset": 1, "removed": 0}
@@ -414,7 +412,7 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
                     for v in values:
                         if v.tag not in binding:
                             kind = v.WhichOneof("value")
-                            binding[v.tag] = _LEGACY_PLUGIN.get(kind) or (
+                            binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
                                 v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
                             mode = rules.mode(binding[v.tag])
                             if mode is not None and kind is not None:

@@ -14,7 +14,6 @@ from tb_footprint_plugin.verify.compare import (
 from tb_footprint_plugin.verify.records import (
     RecordCheck,
     check_event_files,
-    protected_records_present,
     records_subsequence,
 )
 from tb_footprint_plugin.verify.views import (
@@ -33,7 +32,6 @@ __all__ = [
     "verify_reduction",
     "RecordCheck",
     "check_event_files",
-    "protected_records_present",
     "records_subsequence",
     "RunView",
     "TagView",

@@ -7,11 +7,9 @@ served as a different value (seen on the real Keras fixture).
 """
 from __future__ import annotations
 
-import collections
-import hashlib
 import os
 from dataclasses import asdict, dataclass
-from typing import Callable, Collection, Iterator, Optional
+from typing import Collection, Iterator, Optional
 
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.scan import tfrecord
@@ -133,37 +131,3 @@ def records_subsequence(
             )
         matched += 1
     return True, f"{matched} records, each byte-identical to an original record, in order"
-
-
-def protected_records_present(
-    original: str, reduced: str, is_protected: Callable[[bytes], bool]
-) -> tuple[bool, str]:
-    """Does ``reduced`` hold every record of ``original`` for which ``is_protected(data)``?
-
-    Paths are files or run directories, as for ``records_subsequence``. Compared as
-    multisets of sha256 digests (order is ``records_subsequence``'s job), so memory is one
-    digest per protected record.
-    """
-    wanted: collections.Counter = collections.Counter()
-    first_seen: dict[bytes, str] = {}
-    for name, rec, _ in _iter_records(original):
-        if rec is not None and is_protected(rec.data):
-            d = hashlib.sha256(rec.data).digest()
-            wanted[d] += 1
-            first_seen.setdefault(d, f"{name} offset {rec.offset}")
-    total = sum(wanted.values())
-    found: collections.Counter = collections.Counter()
-    bad_tail = ""
-    for name, rec, reader in _iter_records(reduced):
-        if rec is None:
-            bad_tail = f"; {name} is {reader.status} at offset {reader.error_offset}"
-            continue
-        d = hashlib.sha256(rec.data).digest()
-        if d in wanted:
-            found[d] += 1
-    missing = wanted - found
-    if missing:
-        n = sum(missing.values())
-        first = next(first_seen[d] for d in first_seen if d in missing)
-        return False, f"{n} of {total} protected records missing (first: {first}){bad_tail}"
-    return True, f"all {total} protected records present"

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional
 
 from tb_footprint_plugin.scan import categories
 
@@ -595,13 +595,6 @@ def _read_rust(view: RunView, logdir: str, workdir: str, hints: dict, store_all:
         errors, warnings = server.problems()
         view.errors.extend(errors)
         view.warnings.extend(warnings)
-
-
-def iter_points(view: RunView) -> Iterator[tuple[str, str, TagView]]:
-    """``(plugin, tag, TagView)`` for every series of a view, sorted."""
-    for plugin in sorted(view.plugins):
-        for tag in sorted(view.plugins[plugin]):
-            yield plugin, tag, view.plugins[plugin][tag]
 
 
 def describe(view: RunView) -> dict[str, Any]:
