@@ -6,7 +6,8 @@ import {restoreRetiredFlow} from './retire.js';
 
 function outcomeCell(o) {
   const cls = {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad'}[o.outcome] || 'muted';
-  const text = {verified: 'verified ✓', restored: 'restored ✓', rolled_back: 'rolled back', failed: 'failed'}[o.outcome] || (o.outcome || '—');
+  let text = {verified: 'verified ✓', restored: 'restored ✓', rolled_back: 'rolled back', failed: 'failed'}[o.outcome] || (o.outcome || '—');
+  if (o.kind === 'retire' && o.outcome === 'verified') text = 'retired ✓';
   return el('td', {class: 'outcome ' + cls, title: o.reason || ''}, text, o.recovered ? el('span', {class: 'muted', text: ' (after a crash)'}) : null);
 }
 

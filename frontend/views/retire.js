@@ -11,7 +11,7 @@ const UNATTRIBUTED = '(unattributed)';
 function metricText(m) {
   if (!m) return '';
   const v = Number(m.value);
-  return m.tag + ' ' + (Number.isFinite(v) ? v.toPrecision(4) : String(m.value)) + ' (#' + m.rank + ' of ' + m.of + ')';
+  return m.tag + ' ' + (Number.isFinite(v) ? String(Number(v.toPrecision(4))) : String(m.value)) + ' (#' + m.rank + ' of ' + m.of + ')';
 }
 
 export class RetireView {
@@ -109,20 +109,21 @@ export class RetireView {
   }
 
   update(state) {
-    // a finished retire or restore changes the Retired list
+    // a retire or restore that finished since we last looked (maybe while another page was
+    // shown, e.g. a restore from Operations) changes the Retired list
     let reload = this.retired === null;
     for (const id of state.jobOrder) {
       const j = state.jobs[id];
       if (!j || (j.kind !== 'retire' && j.kind !== 'restore')) continue;
-      const was = this._jobStates[id];
-      this._jobStates[id] = j.state;
-      if (was && was !== j.state && !(j.state === 'queued' || j.state === 'running')) {
+      const finished = !(j.state === 'queued' || j.state === 'running');
+      if (finished && this._jobStates[id] !== 'finished') {
         reload = true;
-        if (j.kind === 'retire') {
+        if (j.kind === 'retire' && this._jobStates[id]) {
           this.selected.clear();
           this.plan = null;
         }
       }
+      this._jobStates[id] = finished ? 'finished' : 'active';
     }
     if (reload) this.loadRetired();
     const key = {ov: state.overview, a: state.actions, j: state.jobs};
@@ -194,7 +195,8 @@ export class RetireView {
     dry.classList.add('retire-dry-run');
     this.toolbar.append(this.filter, all, none, el('span', {class: 'spacer'}),
       el('label', {class: 'muted nested-label', title: 'A run whose folder holds other runs takes them along'}, nested, ' take nested runs along'),
-      this.summary, dry, lock ? el('span', {class: 'muted small', text: ''}) : null);
+      this.summary, dry);
+    if (lock) this.toolbar.appendChild(el('span', {class: 'muted small retire-lock', text: lock}));
   }
 
   renderRuns() {

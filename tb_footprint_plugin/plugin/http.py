@@ -52,17 +52,21 @@ class Assets:
 
     @staticmethod
     def _find_root():
+        # A checkout's own frontend/ first: an editable install elsewhere (another worktree)
+        # must not serve its tab with this checkout's code.
+        import pathlib
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        repo = pathlib.Path(os.path.dirname(os.path.dirname(here))) / "frontend"
+        if (repo / "index.js").is_file():
+            return repo
         try:
             root = importlib.resources.files("tb_footprint_plugin.frontend")
             if root.joinpath("index.js").is_file():
                 return root
         except (ModuleNotFoundError, TypeError, OSError):
             pass
-        here = os.path.dirname(os.path.abspath(__file__))
-        repo = os.path.join(os.path.dirname(os.path.dirname(here)), "frontend")
-        import pathlib
-
-        return pathlib.Path(repo)
+        return repo
 
     def names(self) -> List[str]:
         """Servable relative paths: ``*.js``/``*.css`` at the top and ``views/*.js``."""
