@@ -28,6 +28,10 @@ _API = {
     "purge": "tb_footprint_plugin.api",
     "status": "tb_footprint_plugin.api",
     "history": "tb_footprint_plugin.api",
+    "retire": "tb_footprint_plugin.api",
+    "retire_plan": "tb_footprint_plugin.api",
+    "retire_rule": "tb_footprint_plugin.api",
+    "retired": "tb_footprint_plugin.api",
 }
 
 __all__ = ["__version__", *_API]
