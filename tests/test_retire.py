@@ -132,6 +132,24 @@ def test_runs_being_written_are_never_retired(tmp_path):
     assert (tmp_path / "live").is_dir()
 
 
+def test_cancel_before_anything_moves(tmp_path):
+    from tb_footprint_plugin.engine.context import CancelToken
+
+    sweep(tmp_path)
+    before = user_files(tmp_path)
+    token = CancelToken()
+    steps = []
+
+    def progress(run, step, frac):
+        steps.append(step)
+        token.cancel()  # cancelled while the first run's files are being hashed
+
+    rep = api.retire(str(tmp_path), rule(group="sweep/*"), dry_run=False, progress=progress, cancel=token)
+    assert steps == ["hash"]
+    assert {o.status for o in rep.outcomes} == {"skipped"} and {o.code for o in rep.outcomes} == {"cancelled"}
+    assert user_files(tmp_path) == before and api.retired(str(tmp_path)) == []
+
+
 # ---------------------------------------------------------------------------------------
 # the move, restore and purge
 # ---------------------------------------------------------------------------------------
