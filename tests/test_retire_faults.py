@@ -135,3 +135,34 @@ def test_restore_killed_is_finished_on_recovery(setup, step):
     assert api.retired(str(logdir), backup_dir=backup) == []
     journal = Path(state_dir(str(logdir))) / "journal"
     assert not os.listdir(journal)
+
+
+def test_planted_journal_cannot_lead_recovery_out_of_the_logdir(tmp_path):
+    """A journal is untrusted input: one naming paths outside the logdir, a foreign vault or a
+    malformed op id is refused by recovery, which touches nothing."""
+    import json
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    before = user_files(logdir)
+    journal = Path(state_dir(str(logdir))) / "journal"
+    journal.mkdir(parents=True)
+    cases = {
+        "20260101T000000-aaaaaa": {"vault": state_dir(str(logdir)),
+                                   "files": [{"path": str(outside / "precious"), "size": 7, "mode": 0o644,
+                                              "mtime_ns": 0, "ino": 0, "sha256": "0" * 64}],
+                                   "dirs": [{"path": "../outside/new", "mode": 0o755}]},
+        "20260101T000000-bbbbbb": {"vault": str(outside), "files": [], "dirs": []},
+        "../../outside": {"vault": state_dir(str(logdir)), "files": [], "dirs": []},
+    }
+    for i, (op, extra) in enumerate(cases.items()):
+        rec = {"type": "begin", "kind": "retire", "op_id": op, "run": "train", "takes_along": [],
+               "logdir": str(logdir), "same_fs": True, "bytes": 7, "t": 0, **extra}
+        (journal / f"20260101T00000{i}-cccccc.jsonl").write_text(json.dumps(rec) + "\n")
+    outs = api.recover_logdir(str(logdir))
+    assert [o.action for o in outs] == ["failed"] * 3, outs
+    assert all("left alone" in o.detail or "leads out" in o.detail for o in outs), outs
+    assert (outside / "precious").read_text() == "keep me" and sorted(os.listdir(outside)) == ["precious"]
+    assert user_files(logdir) == before

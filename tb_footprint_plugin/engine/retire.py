@@ -25,6 +25,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 import stat
 import time
@@ -67,6 +68,32 @@ def retired_dir(vault: Vault, op_id: str) -> str:
 
 def _stored(vault: Vault, op_id: str, index: int) -> str:
     return os.path.join(retired_dir(vault, op_id), "files", str(index))
+
+
+_OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
+
+
+def _rel_ok(ctx: Context, rel) -> str:
+    """A path read back from a journal or manifest (untrusted): relative, no '..', inside the logdir."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or ".." in rel.replace(os.sep, "/").split("/") \
+            or "\0" in rel or not is_within(ctx.abs(rel), ctx.logdir) or ctx.abs(rel) == ctx.logdir:
+        raise TransactionError(f"refusing a recorded path that leads out of the logdir: {rel!r}", Failure.REFUSED)
+    return rel
+
+
+def _check_record(ctx: Context, begin: dict) -> None:
+    """Journals and manifests are untrusted input: the op id, the vault and every path are checked
+    before recovery or a restore acts on them."""
+    from tb_footprint_plugin.engine.catalogue import known_vaults
+
+    if not _OP_ID_RE.match(str(begin.get("op_id", ""))):
+        raise TransactionError(f"malformed operation id {begin.get('op_id')!r}; left alone", Failure.REFUSED)
+    if os.path.abspath(str(begin.get("vault", ""))) not in [os.path.abspath(v) for v in known_vaults(ctx)]:
+        raise TransactionError(f"operation {begin['op_id']} names a vault this logdir does not use; left alone",
+                               Failure.REFUSED)
+    for key in ("files", "dirs", "tree"):
+        for e in begin.get(key) or []:
+            _rel_ok(ctx, e.get("path") if isinstance(e, dict) else None)
 
 
 def tree_sha256(entries: Iterable[dict]) -> str:
@@ -343,6 +370,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> None:
     A file is in the logdir, in the vault, or (copies) both; it is only ever put back where
     nothing stands. Anything in its way that is not the file itself raises (journal kept)."""
     begin = records[0]
+    _check_record(ctx, begin)
     vault = Vault(begin["vault"])
     op_id = begin["op_id"]
     _make_dirs(ctx, begin["dirs"])
@@ -477,13 +505,15 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     if manifest.get("backup_purged") or manifest.get("outcome") != Outcome.VERIFIED:
         out.reason = f"retirement {manifest['op_id']} holds no files (purged or never committed); nothing to restore"
         return out
-    vault = Vault(manifest["vault"])
-    top = ctx.abs(run)
     try:
+        _check_record(ctx, manifest)
+        _rel_ok(ctx, run)
         no_symlink(ctx, run)
     except TransactionError as e:
         out.reason = str(e)
         return out
+    vault = Vault(manifest["vault"])
+    top = ctx.abs(run)
     if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
         out.reason = (f"{run}: something stands there now (a new run of the same name?); move it away first — "
                       "nothing was changed")
@@ -550,8 +580,12 @@ def _stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
 def finish_unretire(ctx: Context, records: List[dict]) -> str:
     """Do (or finish) the restore of a retirement from its journal; idempotent."""
     begin = records[0]
+    _check_record(ctx, begin)
+    if not _OP_ID_RE.match(str(begin.get("of_op", ""))):
+        raise TransactionError(f"malformed operation id {begin.get('of_op')!r}; left alone", Failure.REFUSED)
     vault = Vault(begin["vault"])
     m = vault.read_manifest(begin["of_op"])
+    _check_record(ctx, m)
     if m.get("restored_by") == begin["op_id"]:
         return "already restored"
     op_id = m["op_id"]
