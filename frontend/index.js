@@ -8,8 +8,9 @@ import {JobsView} from './views/jobs.js';
 import {HistoryView, OperationsView} from './views/operations.js';
 import {OverviewView} from './views/overview.js';
 import {RunView} from './views/run.js';
+import {RetireView} from './views/retire.js';
 
-const NAV = [['runs', 'Runs'], ['operations', 'Operations'], ['history', 'History']];
+const NAV = [['runs', 'Runs'], ['retire', 'Retire'], ['operations', 'Operations'], ['history', 'History']];
 
 function bannersFor(state) {
   const out = [];
@@ -68,6 +69,7 @@ export async function render() {
     check: new CheckView(model, showError),
     operations: new OperationsView(model, showError),
     history: new HistoryView(model),
+    retire: new RetireView(model, showError),
   };
   const jobs = new JobsView(model, showError);
   const main = el('main', {class: 'main'});

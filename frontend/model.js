@@ -13,7 +13,7 @@ export class ApiError extends Error {
   }
 }
 
-async function fetchJSON(path, init) {
+export async function fetchJSON(path, init) {
   let response;
   try {
     response = await fetch('./' + path, Object.assign({credentials: 'same-origin'}, init || {}));
@@ -33,7 +33,7 @@ async function fetchJSON(path, init) {
   return body;
 }
 
-function query(params) {
+export function query(params) {
   const parts = [];
   for (const [k, v] of Object.entries(params)) {
     if (v === undefined || v === null) continue;

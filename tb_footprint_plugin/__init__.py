@@ -29,6 +29,10 @@ _API = {
     "status": "tb_footprint_plugin.api",
     "history": "tb_footprint_plugin.api",
     "reduce_when_done": "tb_footprint_plugin.integrations.job",
+    "retire": "tb_footprint_plugin.api",
+    "retire_plan": "tb_footprint_plugin.api",
+    "retire_rule": "tb_footprint_plugin.api",
+    "retired": "tb_footprint_plugin.api",
 }
 
 __all__ = ["__version__", *_API]

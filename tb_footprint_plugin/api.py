@@ -33,10 +33,12 @@ from tb_footprint_plugin.engine.purge import PurgeReport, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.engine.restore import restore_op
+from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, apply_open_writers, leave_alone, make_plan
+from tb_footprint_plugin.plan.retire import RetirePlan, RetireRule, plan_retire, read_keep_list
 from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
@@ -383,11 +385,15 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     if op:
-        return [restore_op(ctx, find_manifest(ctx, op))]
+        m = find_manifest(ctx, op)
+        return [unretire(ctx, m) if m.get("kind") == "retire" else restore_op(ctx, m)]
+    # a retired run comes back first: its reductions can only be restored once it is back
+    outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
+                and (run is None or m["run"] == run or run in m.get("takes_along", []))]
     ops = restorable_ops(ctx, run)
-    if run is not None and not ops:
-        raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction)")
-    outcomes = []
+    if run is not None and not ops and not outcomes:
+        raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
+                               "no retirement)")
     for m in ops:
         outcomes.append(restore_op(ctx, m))
     return outcomes
@@ -472,3 +478,99 @@ def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
     out = [m for m in own_manifests(ctx) if run is None or m.get("run") == run]
     out.sort(key=lambda m: m.get("started_at", 0), reverse=True)
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# retire: whole runs out of the logdir into the vault (restore brings them back)
+# ---------------------------------------------------------------------------------------
+@dataclass
+class RetireReport:
+    """Result of ``retire``: the plan (what the rule chose, with each run's metric) and outcomes."""
+
+    dry_run: bool
+    plan: RetirePlan
+    outcomes: List[RunOutcome] = field(default_factory=list)
+    recovered: List[RecoveryOutcome] = field(default_factory=list)
+
+    @property
+    def retired_bytes(self) -> int:
+        return sum(o.bytes_before for o in self.outcomes if o.status == Outcome.VERIFIED)
+
+    @property
+    def failed(self) -> List[RunOutcome]:
+        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def to_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "bytes": self.plan.bytes,
+                "retired_bytes": self.retired_bytes, "ok": self.ok,
+                "outcomes": [o.to_dict() for o in self.outcomes], "recovered": [vars(r) for r in self.recovered]}
+
+
+def retire_rule(**kw) -> RetireRule:
+    """A ``RetireRule`` from keyword arguments (``keep_list`` may also be a file path: ``keep_list_file``)."""
+    path = kw.pop("keep_list_file", None)
+    rule = RetireRule(**kw)
+    if path:
+        rule.keep_list = list(rule.keep_list) + read_keep_list(path)
+    rule.validate()
+    return rule
+
+
+def retire_plan(logdir: str, rule: RetireRule, *, backup_dir: Optional[str] = None,
+                quiet_period: float = DEFAULT_QUIET_PERIOD, footprint: Optional[LogdirFootprint] = None) -> RetirePlan:
+    """The dry run of a retirement: which runs the rule selects, what each takes along, and why
+    the others stay (with each run's metric for a keep-best rule). Writes nothing."""
+    _context(logdir, backup_dir, quiet_period)
+    fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
+    return plan_retire(fp, rule, quiet_period=quiet_period)
+
+
+def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: Optional[str] = None,
+           quiet_period: float = DEFAULT_QUIET_PERIOD, only: Optional[Sequence[str]] = None,
+           progress: Optional[RunProgress] = None, on_outcome: Optional[Callable[[RunOutcome], None]] = None,
+           cancel: Optional[CancelToken] = None, footprint: Optional[LogdirFootprint] = None) -> RetireReport:
+    """Retire the runs ``rule`` selects, each as its own journaled operation (dry run by default).
+
+    ``only`` (run names) limits the retirement to runs of the plan the user confirmed: a run the
+    rule selects now but that was not shown is left alone."""
+    ctx = _context(logdir, backup_dir, quiet_period)
+    recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+    p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
+    report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
+    if dry_run:
+        report.outcomes = [RunOutcome(run=i.run, status=Outcome.DRY_RUN if i.selected else Outcome.SKIPPED,
+                                      reason=i.reason, code=i.code, bytes_before=i.bytes, bytes_after=0 if i.selected
+                                      else i.bytes) for i in p.items]
+        return report
+    remember_vault(ctx)
+    for item in p.selected:
+        if only is not None and item.run not in only:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.NOT_IN_PLAN, bytes_before=item.bytes,
+                           bytes_after=item.bytes, reason="not in the plan that was confirmed")
+        elif cancel is not None and cancel.cancelled:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                           bytes_before=item.bytes, bytes_after=item.bytes)
+        else:
+            o = retire_run(ctx, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
+                           cancel=CancelToken(parent=cancel),
+                           progress=(lambda step, frac, r=item.run: progress(r, step, frac)) if progress else None)
+        report.outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    return report
+
+
+def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
+    """Retired runs still kept in the vault (restorable), newest first: run, size, date, op id."""
+    ctx = _context(logdir, backup_dir)
+    return [{"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along", []),
+             "bytes": m.get("bytes_before", 0), "files": len(m.get("tree", [])), "retired_at": m.get("finished_at"),
+             "user": m.get("user"), "tree_sha256": m.get("tree_sha256"), "rule": m.get("rule")}
+            for m in retirements(ctx) if is_restorable_retirement(m)]
+
+
+__all__ += ["retire", "retire_plan", "retire_rule", "retired", "RetireReport", "RetireRule"]

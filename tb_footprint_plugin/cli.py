@@ -298,7 +298,8 @@ def cmd_purge(args) -> int:
     for r in rep.refused:
         print(f"refused [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
-        print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else ""))
+        print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else "")
+              + ("  (retired run: its only copy)" if o.get("kind") == "retire" and not o["restored"] else ""))
     verb = "would free" if rep.dry_run else "freed"
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
@@ -438,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(s)
     s.set_defaults(func=cmd_purge)
 
+    _retire_parsers(sub)
+
     s = sub.add_parser("status", help="vault, ledger and unfinished operations")
     s.add_argument("logdir")
     _common(s)
@@ -463,6 +466,105 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_demo)
     return p
+
+
+def _retire_parsers(sub) -> None:
+    s = sub.add_parser("retire", help="move whole runs out of the logdir into the vault (dry run without --yes)",
+                       description="Select runs and retire them: every file leaves the logdir for the vault, "
+                                   "unchanged; `tb-footprint restore LOGDIR RUN` brings a run back byte for byte, "
+                                   "`tb-footprint purge` frees the space. Without --yes the choice is only shown "
+                                   "(on a terminal you are asked).")
+    s.add_argument("logdir")
+    s.add_argument("runs", nargs="*", help="run names (as TensorBoard shows them)")
+    s.add_argument("--glob", dest="run_glob", default=None, help="runs whose name matches this glob")
+    s.add_argument("--group", default=None, help="the group a keep-best rule ranks (a glob, e.g. 'sweep/*')")
+    s.add_argument("--older-than", type=parse_duration, default=None, help="no file changed for this long (e.g. 30d)")
+    s.add_argument("--min-size", type=parse_size, default=0, help="runs holding at least this much (e.g. 1G)")
+    s.add_argument("--keep-best", type=int, default=None, help="keep the best N runs of the group, retire the rest")
+    s.add_argument("--metric", default=None, help="scalar tag that ranks runs (e.g. val/loss)")
+    s.add_argument("--mode", choices=("min", "max"), default="min", help="min: lower is better (default)")
+    s.add_argument("--value", choices=("last", "min", "max"), default="last",
+                   help="which value of the metric ranks a run (default: the last)")
+    s.add_argument("--keep-list", default=None, help="file of run names or globs never to retire (one a line)")
+    s.add_argument("--with-nested", action="store_true",
+                   help="a run whose directory holds other runs takes them along (otherwise it is left alone)")
+    s.add_argument("--quiet-period", type=parse_duration, default=600.0,
+                   help="runs with a file changed this recently are being written: never retired (default 10m)")
+    s.add_argument("--yes", action="store_true", help="retire without asking")
+    _common(s)
+    s.set_defaults(func=cmd_retire)
+
+    s = sub.add_parser("retired", help="list retired runs kept in the vault (restorable)")
+    s.add_argument("logdir")
+    s.add_argument("--search", default=None, help="only runs whose name contains this")
+    _common(s)
+    s.set_defaults(func=cmd_retired)
+
+
+def _metric_note(item) -> str:
+    m = item.metric
+    if not m:
+        return ""
+    return f"  [{m['tag']} {m['value']:.6g} #{m['rank']}/{m['of']}]"
+
+
+def cmd_retire(args) -> int:
+    from tb_footprint_plugin import api
+
+    rule = api.retire_rule(runs=args.runs or None, run_glob=args.run_glob, group=args.group,
+                           older_than=args.older_than, min_size=args.min_size, keep_best=args.keep_best,
+                           metric=args.metric, mode=args.mode, value=args.value, keep_list_file=args.keep_list,
+                           include_nested=args.with_nested)
+    plan = api.retire_plan(args.logdir, rule, backup_dir=args.backup_dir, quiet_period=args.quiet_period)
+    go = args.yes
+    if not args.json:
+        print(f"{len(plan.selected)} run(s) to retire, {human_bytes(plan.bytes)}:")
+        for i in plan.items:
+            mark = "→" if i.selected else "·"
+            print(f"  {mark} {i.run}  {human_bytes(i.bytes)}{_metric_note(i)}  — {i.reason}")
+        if not go and plan.selected and sys.stdin.isatty() and sys.stdout.isatty():
+            ans = input(f"Retire these {len(plan.selected)} run(s) into the vault? [y/N] ")
+            go = ans.strip().lower() in ("y", "yes")
+    if not go:
+        if args.json:
+            _dump({"dry_run": True, "plan": plan.to_dict(), "bytes": plan.bytes})
+        elif plan.selected:
+            print("nothing moved (dry run): add --yes to retire them")
+        return EXIT_OK
+    rep = api.retire(args.logdir, rule, dry_run=False, backup_dir=args.backup_dir, quiet_period=args.quiet_period,
+                     only=[i.run for i in plan.selected],
+                     on_outcome=None if args.json else (lambda o: print(_retire_line(o))))
+    if args.json:
+        _dump(rep.to_dict())
+    else:
+        print(f"retired {sum(1 for o in rep.outcomes if o.status == 'verified')} run(s), "
+              f"{human_bytes(rep.retired_bytes)}; `tb-footprint retired {args.logdir}` lists them")
+    return EXIT_OK if rep.ok else EXIT_FAILED
+
+
+def _retire_line(o) -> str:
+    if o.status == "verified":
+        return f"✓ {o.run}: retired, {human_bytes(o.bytes_before)} into the vault (op {o.op_id})"
+    return _outcome_line(o)
+
+
+def cmd_retired(args) -> int:
+    from tb_footprint_plugin import api
+
+    rows = [r for r in api.retired(args.logdir, backup_dir=args.backup_dir)
+            if not args.search or args.search.lower() in r["run"].lower()]
+    if args.json:
+        _dump(rows)
+        return EXIT_OK
+    import datetime
+
+    for r in rows:
+        when = datetime.datetime.fromtimestamp(r["retired_at"] or 0).strftime("%Y-%m-%d %H:%M")
+        along = f" (+{len(r['takes_along'])} nested)" if r["takes_along"] else ""
+        print(f"  {r['run']}{along}  {human_bytes(r['bytes'])}  {when}  op {r['op_id']}")
+    print(f"{len(rows)} retired run(s), {human_bytes(sum(r['bytes'] for r in rows))}; "
+          f"restore one with `tb-footprint restore {args.logdir} RUN`")
+    return EXIT_OK
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -116,4 +116,17 @@ class Finding(Code):
     RECOVERY_FAILED = "recovery_failed"  # retried at the next start
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding"]
+
+class RetireSkip(Code):
+    """Why a run the selection matched is not retired (``RetireItem.code``, ``RunOutcome.code``)."""
+
+    MARKED_KEEP = "marked_keep"  # a ``.keep`` file in the run, or the run is on the keep list
+    KEPT_BY_RULE = "kept_by_rule"  # one of the best N of its group (keep-best)
+    NO_METRIC = "no_metric"  # keep-best cannot rank a run without the metric: left alone
+    HOLDS_RUNS = "holds_nested_runs"  # a parent run; retiring it would take runs along the plan did not name
+    INSIDE_RETIRED = "taken_along"  # folded into its parent's retirement
+    LOGDIR_ROOT = "logdir_root"  # the logdir's own run ('.') cannot leave the logdir
+    NOT_FOUND = "not_found"  # no such run in the logdir
+
+
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip"]

@@ -9,6 +9,7 @@ const STEP_WORDS = {
   backup: 'backing up the originals', stage: 'writing the reduced files', verify: 'checking with TensorBoard\'s readers',
   done: 'committed', restore: 'restoring', verified: 'verified', rolled_back: 'rolled back', skipped: 'skipped',
   failed: 'failed', restored: 'restored',
+  hash: 'hashing every file', move: 'moving into the vault', record: 'recording',
 };
 
 function title(job) {
@@ -16,6 +17,7 @@ function title(job) {
   if (job.kind === 'reduce') return 'Reduce ' + what + (job.params.policy ? ' (' + job.params.policy + ')' : '');
   if (job.kind === 'restore') return 'Restore ' + what;
   if (job.kind === 'purge') return 'Purge backups';
+  if (job.kind === 'retire') return 'Retire ' + what;
   return job.kind;
 }
 
@@ -23,7 +25,9 @@ function outcomeLine(model, o) {
   const cls = {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad', skipped: 'muted'}[o.status] || 'muted';
   const line = el('div', {class: 'outcome-line ' + cls, dataset: {run: o.run, status: o.status}});
   line.appendChild(el('span', {class: 'mono', text: o.run}));
-  if (o.status === 'verified') {
+  if (o.status === 'verified' && o.kind === 'retire') {
+    line.appendChild(el('span', {text: ' — retired ✓, ' + bytes(o.bytes_before) + ' moved into the vault (restore it from Retire or Operations)'}));
+  } else if (o.status === 'verified') {
     line.appendChild(el('span', {text: ' — verified ✓, freed ' + bytes(o.saved_bytes) + ' (' + bytes(o.bytes_before) + ' → ' + bytes(o.bytes_after) + ')'}));
     if (o.op_id) {
       const b = button('Show before/after check', () => model.openCheck(o.op_id), {kind: 'flat'});

@@ -2,10 +2,12 @@
 
 import {button, bytes, clear, el, when} from './common.js';
 import {purgeFlow, restoreFlow} from './reduce.js';
+import {restoreRetiredFlow} from './retire.js';
 
 function outcomeCell(o) {
   const cls = {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad'}[o.outcome] || 'muted';
-  const text = {verified: 'verified ✓', restored: 'restored ✓', rolled_back: 'rolled back', failed: 'failed'}[o.outcome] || (o.outcome || '—');
+  let text = {verified: 'verified ✓', restored: 'restored ✓', rolled_back: 'rolled back', failed: 'failed'}[o.outcome] || (o.outcome || '—');
+  if (o.kind === 'retire' && o.outcome === 'verified') text = 'retired ✓';
   const late = (o.salvaged || []).reduce((n, s) => n + (s.records || 0), 0);
   return el('td', {class: 'outcome ' + cls, title: o.reason || ''}, text,
     o.recovered ? el('span', {class: 'muted', text: ' (after a crash)'}) : null,
@@ -37,7 +39,7 @@ export function operationsTable(model, ops, onError, opts) {
           text: 'restore…', dataset: {op: o.op_id}});
         r.addEventListener('click', (ev) => {
           ev.preventDefault();
-          if (!lock) restoreFlow(model, o, onError);
+          if (!lock) (o.kind === 'retire' ? restoreRetiredFlow : restoreFlow)(model, o, onError);
         });
         actions.appendChild(r);
       } else if (o.restore_note) {
@@ -45,6 +47,7 @@ export function operationsTable(model, ops, onError, opts) {
       }
       let backup = '—';
       if (o.kind === 'reduce' && o.outcome === 'verified') backup = o.backup_purged ? 'purged' : bytes(o.backup_bytes);
+      if (o.kind === 'retire' && o.outcome === 'verified') backup = o.backup_purged ? 'purged' : bytes(o.backup_bytes) + ' (whole run)';
       return el('tr', {dataset: {op: o.op_id}},
         el('td', {text: when(o.finished_at || o.started_at)}),
         showRun ? el('td', {class: 'mono', text: o.run}) : null,

@@ -223,4 +223,11 @@ def summarize_operations(manifests: List[dict]) -> List[dict]:
             o["restorable"] = True
         else:
             o["restore_note"] = f"restore the newer operation {newest[o['run']]} first"
+    for o, m in zip(out, manifests):  # a retirement: the whole run comes back until it is purged
+        if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED:
+            o["restorable"] = not m.get("backup_purged") and not m.get("restored_by")
+            o["restore_note"] = None if o["restorable"] else ("restored" if m.get("restored_by") else "purged")
+            o["backup_bytes"] = int(m.get("bytes_before") or 0)
+            o["files"] = len(m.get("tree", []))
+            o["takes_along"] = list(m.get("takes_along", []))
     return out

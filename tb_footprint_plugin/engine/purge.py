@@ -23,6 +23,7 @@ from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.retire import purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.files import CHUNK, sha256_file
 from tb_footprint_plugin.storage.openfiles import find_writers
@@ -162,6 +163,12 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     finally:
         for lock in locks.values():
             lock.release()
+    # retired runs: the same grace (older_than) and the same confirmation
+    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now)
+    report.ops += r_listed
+    report.freed_bytes += r_freed
+    # a retired run's vault copy is its only copy: every file of it goes for good
+    lost += sum(x.get("originals", 0) for x in r_listed if not x.get("restored"))
     report.originals_lost = lost
     report.refused = [p.to_dict() for p in vault_problems(ctx)]
     return report

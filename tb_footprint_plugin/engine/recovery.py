@@ -16,6 +16,7 @@ from tb_footprint_plugin.engine.catalogue import known_vaults, manifest_exists, 
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.restore import finish_restore
+from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
 
 
@@ -64,6 +65,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                                             Finding.RUN_LOCKED))
             continue
         try:
+            if begin["kind"] in ("retire", "unretire"):  # whole runs moved out of the logdir, or back
+                action, detail = recover_retire(ctx, records)
+                outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED))
+                j.close()
+                continue
             if begin["kind"] in ("restore", "salvage"):
                 # a restore only adds originals back: finished; a salvage not yet recorded: undone
                 # (the next step of this start salvages again)

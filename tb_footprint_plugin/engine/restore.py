@@ -25,6 +25,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.retire import retired_now
 from tb_footprint_plugin.engine.swap import put_back
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -46,6 +47,10 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
         return out
     if manifest.get("backup_purged"):
         out.reason = f"the backup of {manifest['op_id']} was purged; nothing to restore from"
+        return out
+    retired = retired_now(ctx, run)
+    if retired:
+        out.reason = f"run {run!r} is retired ({retired['op_id']}); restore the retirement first"
         return out
     vault = Vault(manifest["vault"])
     damaged = [f["path"] for f in manifest.get("files", []) if not vault.check_blob(f["sha256"])]

@@ -46,6 +46,7 @@ FOREIGN_VAULT = "foreign_vault"
 FOREIGN_MANIFEST = "foreign_manifest"
 BAD_MANIFEST = "bad_manifest"
 
+_RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback"}
 _RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",
                  "rollback", "rmdir"}
 
@@ -198,7 +199,7 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
         raise Untrusted(BAD_OP_ID, file, f"operation id {str(op_id)[:80]!r} is not of the op-id format")
     if op_id != file_op_id:
         raise Untrusted(BAD_OP_ID, file, f"operation id {op_id!r} does not match the journal's name")
-    if begin.get("kind") not in ("reduce", "restore", "salvage"):
+    if begin.get("kind") not in ("reduce", "restore", "salvage", "retire", "unretire"):
         raise Untrusted(BAD_RECORD, file, f"unknown kind {str(begin.get('kind'))[:40]!r}")
     # bound to this logdir: by the state's identity when the journal carries one, else by path
     if "logdir_id" in begin:
@@ -212,9 +213,23 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
         raise Untrusted(FOREIGN_VAULT, file, f"names the vault {str(vault)[:200]!r}, which this logdir does not use")
     run = _rel(begin.get("run"), file, "run")
     tmp_name = re.compile(r"^\.footprint-" + re.escape(op_id) + r"-[0-9]{1,9}\.tmp$")
-    if begin["kind"] == "restore":
+    if begin["kind"] in ("restore", "unretire"):
         if not is_op_id(begin.get("of_op")):
             raise Untrusted(BAD_OP_ID, file, "restores an operation whose id is not of the op-id format")
+    elif begin["kind"] == "retire":
+        # a retirement moves every recorded file and directory: each must lie inside its run
+        for key in ("files", "dirs"):
+            entries = begin.get(key)
+            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+                raise Untrusted(BAD_RECORD, file, f"{key} is not a list of objects")
+            for e in entries:
+                path = _rel(e.get("path"), file, "retired path")
+                if path != run:
+                    _in_run(path, run, file, "retired path")
+        for r in records[1:]:
+            if r["type"] not in _RETIRE_RECORD_TYPES:
+                raise Untrusted(BAD_RECORD, file, f"unknown record type {r['type'][:40]!r}")
+        return
     elif begin["kind"] == "salvage":
         # recovery unlinks ``tmp`` and ``final`` of a salvage: both must be this operation's own
         if not is_op_id(begin.get("of_op")):
@@ -281,7 +296,7 @@ def check_manifest(m, file: str, file_op_id: str) -> dict:
     if not is_op_id(op_id) or op_id != file_op_id:
         raise Untrusted(BAD_OP_ID, file, f"operation id {str(op_id)[:80]!r} is not of the op-id format or not "
                                          "the file's name")
-    if m.get("kind") not in ("reduce", "restore"):
+    if m.get("kind") not in ("reduce", "restore", "retire"):
         raise Untrusted(BAD_MANIFEST, file, f"unknown kind {str(m.get('kind'))[:40]!r}")
     run = _rel(m.get("run"), file, "run")
     if m.get("of_op") is not None and not is_op_id(m.get("of_op")):
@@ -304,6 +319,13 @@ def check_manifest(m, file: str, file_op_id: str) -> dict:
     for d in m.get("removed_dirs", []):
         _in_run(_rel(d.get("path"), file, "removed directory"), run, file, "removed directory")
         _int(d.get("mode"), file, "directory mode")
+    for key in ("tree", "dirs"):  # a retirement's whole tree
+        if not isinstance(m.get(key, []), list) or not all(isinstance(x, dict) for x in m.get(key, [])):
+            raise Untrusted(BAD_MANIFEST, file, f"{key} is not a list of objects")
+        for e in m.get(key, []):
+            path = _rel(e.get("path"), file, "retired path")
+            if path != run:
+                _in_run(path, run, file, "retired path")
     for d in m.get("displaced", []):
         if d.get("sha256") is not None:
             _sha(d.get("sha256"), file, "displaced digest")

@@ -246,8 +246,9 @@ class Vault:
             return 0
 
     def size(self) -> int:
+        """Bytes the vault holds: backups (blobs) and retired runs."""
         total = 0
-        for root, _dirs, files in os.walk(self.blobs):
+        for root, _dirs, files in [w for d in (self.blobs, os.path.join(self.root, "retired")) for w in os.walk(d)]:
             for n in files:
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(root, n)).st_size

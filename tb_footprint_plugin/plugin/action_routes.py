@@ -56,6 +56,8 @@ class ActionRoutes(RouteBase):
         op_id = body.get("op")
         run = body.get("run")
         p = self.p
+        if op_id is not None and self._find_op(op_id).get("kind") == "retire":
+            return self.unretire(request, body)  # a retired run: the Retire page's restore
         if op_id is not None:
             m = self._find_op(op_id)
             if m.get("kind") != "reduce":

@@ -17,7 +17,8 @@ from typing import Callable, Dict, Iterable, List, Optional
 logger = logging.getLogger("tb_footprint_plugin.plugin")
 
 #: steps of a reduction before its commit point: a cancel is still honoured there
-CANCELLABLE_STEPS = ("queued", "waiting", "starting", "backup", "stage", "verify")
+CANCELLABLE_STEPS = ("queued", "waiting", "starting", "backup", "stage", "verify",
+                     "hash")  # a retirement hashes every file before anything moves
 MAX_FINISHED = 100
 
 

@@ -5,7 +5,8 @@ Read routes (GET): ``/status``, ``/token``, ``/policies``, ``/summary``, ``/runs
 static files (``/index.js``, ``/model.js``, ``/style.css``, ``/views/*.js``).
 
 Mutating routes (POST, JSON body, token; see ``security``): ``/reduce``, ``/restore``,
-``/purge``, ``/cancel``, ``/rescan``.
+``/purge``, ``/cancel``, ``/rescan``; the Retire page's ``/retire_plan``, ``/retired`` (GET) and
+``/retire``, ``/unretire`` (POST), in ``retire_routes``.
 
 Every answer goes through ``tensorboard.backend.http_util.Respond``. Run names coming from a
 request are only ever looked up in the scan's own run list (or in the vault's operations),
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 from tb_footprint_plugin.plugin.action_routes import ActionRoutes
 from tb_footprint_plugin.plugin.read_routes import ReadRoutes
+from tb_footprint_plugin.plugin.retire_routes import RetireRoutes
 
 
-class Routes(ReadRoutes, ActionRoutes):
+class Routes(ReadRoutes, ActionRoutes, RetireRoutes):
     """Every route of the tab: the read and the mutating handlers, mapped to their URLs."""
 
     def apps(self) -> dict:
@@ -33,6 +35,8 @@ class Routes(ReadRoutes, ActionRoutes):
             "/history": self.history,
             "/operations": self.operations,
             "/operation": self.operation,
+            "/retire_plan": self.retire_plan,
+            "/retired": self.retired,
         }
         write = {
             "/reduce": self.reduce,
@@ -40,6 +44,8 @@ class Routes(ReadRoutes, ActionRoutes):
             "/purge": self.purge,
             "/cancel": self.cancel,
             "/rescan": self.rescan,
+            "/retire": self.retire,
+            "/unretire": self.unretire,
         }
         # rescan and cancel change nothing in the logdir: allowed even when write actions are off
         harmless = {"/rescan", "/cancel"}

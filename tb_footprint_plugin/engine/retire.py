@@ -1,0 +1,700 @@
+"""Retire a whole run: its directory leaves the logdir for the vault, unchanged; restore brings it back.
+
+Where a retired run lives: ``<vault>/retired/<op_id>/files/<n>``, one numbered file per file
+of the run (the tree — names, directories, modes, sizes, sha256 — is in the journal and the
+manifest). Numbered names matter: the default vault is inside the logdir, and TensorBoard's
+walkers (Python and Rust) would take any file named ``*tfevents*`` there for a run.
+
+On the same filesystem every file is *renamed* (no copy, no extra space); across filesystems
+it is copied, fsynced and re-hashed first, and the originals are deleted only after every
+copy checked out. Either way a file is always whole in one place or the other, so:
+
+* Before ``commit`` the operation can always be rolled back: every file goes back to its path
+  (renamed, or copied back and checked), emptied directories are re-created with their modes.
+  In-process failures and crash recovery run the same ``rollback``.
+* A restore is journaled too and only ever puts files back where nothing stands; an
+  interrupted restore is finished on the next start (``finish_unretire``).
+
+Every file's sha256 is taken before anything moves (a cancellable step), so a restore proves
+the run came back byte for byte (``tree_sha256``). A run being written (a file changed within
+the quiet period, or while it is being retired) is never retired.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import shutil
+import stat
+import time
+from typing import Iterable, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.catalogue import own_manifests, unsettled_op
+from tb_footprint_plugin.engine.context import (
+    Cancelled,
+    CancelToken,
+    Context,
+    Progress,
+    RunOutcome,
+    TransactionError,
+    new_op_id,
+    no_symlink,
+    reason_of,
+)
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
+from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.version import __version__
+
+RETIRED = "retired"
+FREE_SPACE_MARGIN = 16 << 20
+#: failpoints of a retirement, in order (tests kill the process at each)
+RETIRE_STEPS = ("retire_after_begin", "retire_before_move", "retire_mid_move", "retire_after_move",
+                "retire_mid_delete", "retire_after_rmdir", "retire_after_manifest")
+UNRETIRE_STEPS = ("unretire_after_begin", "unretire_mid_move", "unretire_after_move", "unretire_after_manifest")
+
+
+def retired_dir(vault: Vault, op_id: str) -> str:
+    """Where the files of retirement ``op_id`` are kept."""
+    return os.path.join(vault.root, RETIRED, op_id)
+
+
+def _stored(vault: Vault, op_id: str, index: int) -> str:
+    return os.path.join(retired_dir(vault, op_id), "files", str(index))
+
+
+_OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
+
+
+def _rel_ok(ctx: Context, rel) -> str:
+    """A path read back from a journal or manifest (untrusted): relative, no '..', inside the logdir."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or ".." in rel.replace(os.sep, "/").split("/") \
+            or "\0" in rel or not is_within(ctx.abs(rel), ctx.logdir) or ctx.abs(rel) == ctx.logdir:
+        raise TransactionError(f"refusing a recorded path that leads out of the logdir: {rel!r}", Failure.REFUSED)
+    return rel
+
+
+def _check_record(ctx: Context, begin: dict) -> None:
+    """Journals and manifests are untrusted input: the op id, the vault and every path are checked
+    before recovery or a restore acts on them."""
+    from tb_footprint_plugin.engine.catalogue import known_vaults
+
+    if not _OP_ID_RE.match(str(begin.get("op_id", ""))):
+        raise TransactionError(f"malformed operation id {begin.get('op_id')!r}; left alone", Failure.REFUSED)
+    if os.path.abspath(str(begin.get("vault", ""))) not in [os.path.abspath(v) for v in known_vaults(ctx)]:
+        raise TransactionError(f"operation {begin['op_id']} names a vault this logdir does not use; left alone",
+                               Failure.REFUSED)
+    for key in ("files", "dirs", "tree"):
+        for e in begin.get(key) or []:
+            _rel_ok(ctx, e.get("path") if isinstance(e, dict) else None)
+
+
+def tree_sha256(entries: Iterable[dict]) -> str:
+    """One hash of a tree: relative path, size, mode and sha256 of every file, sorted by path."""
+    h = hashlib.sha256()
+    for e in sorted(entries, key=lambda e: e["path"]):
+        h.update(f"{e['path']}\0{e['size']}\0{e['mode'] & 0o7777:o}\0{e['sha256']}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------
+# inventory: what the run's directory holds (nothing followed, nothing special)
+# ---------------------------------------------------------------------------------------
+def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
+    """Files (path, size, mode, mtime_ns, ino) and directories (path, mode) of ``run``'s tree,
+    paths relative to the logdir. Refuses symlinks and special files, naming them."""
+    top = ctx.abs(run)
+    files, dirs = [], []
+
+    def onerror(e: OSError) -> None:
+        raise TransactionError(f"cannot read {e.filename}: {e.strerror or e}", Failure.REFUSED)
+
+    for root, dnames, fnames in os.walk(top, onerror=onerror, followlinks=False):
+        rel_root = os.path.relpath(root, ctx.logdir)
+        st = os.lstat(root)
+        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777})
+        for d in list(dnames):
+            p = os.path.join(root, d)
+            if os.path.islink(p):
+                raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: a symlink inside the run; "
+                                       "a retirement never follows or moves links; left alone", Failure.REFUSED)
+        for n in fnames:
+            p = os.path.join(root, n)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, ctx.logdir)
+            if not stat.S_ISREG(st.st_mode):
+                what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                raise TransactionError(f"{rel}: {what}; a retirement moves regular files only; left alone",
+                                       Failure.REFUSED)
+            files.append({"path": rel, "size": st.st_size, "mode": st.st_mode & 0o7777,
+                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino})
+    files.sort(key=lambda f: f["path"])
+    return files, dirs
+
+
+def _preflight(ctx: Context, run: str) -> None:
+    if run in (".", "") or os.path.isabs(run) or ".." in run.replace(os.sep, "/").split("/"):
+        raise TransactionError(f"{run!r} is not a run below the logdir", Failure.REFUSED)
+    top = ctx.abs(run)
+    no_symlink(ctx, run)
+    if os.path.islink(top) or not os.path.isdir(top) or not real_within(top, ctx.logdir):
+        raise TransactionError(f"run {run!r} is not a directory in the logdir (a symlink, or gone); left alone",
+                               Failure.REFUSED)
+    for p in (ctx.state, ctx.vault.root):
+        if is_within(p, top):
+            raise TransactionError(f"run {run!r} holds the tool's state or vault ({p}); left alone", Failure.REFUSED)
+    if not os.access(os.path.dirname(top), os.W_OK | os.X_OK):
+        raise TransactionError(f"{os.path.dirname(run) or 'the logdir'}: directory not writable (permission denied)",
+                               Failure.REFUSED)
+
+
+def _check_quiet(ctx: Context, run: str, files: List[dict]) -> None:
+    newest = max((f["mtime_ns"] for f in files), default=0) / 1e9
+    age = time.time() - newest
+    if newest and age < ctx.quiet_period:
+        raise TransactionError(f"run {run!r} is active: a file changed {int(age)} s ago "
+                               f"(quiet period {int(ctx.quiet_period)} s); left alone", Skip.ACTIVE)
+
+
+def _unchanged(path: str, f: dict) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == f["size"] and st.st_mtime_ns == f["mtime_ns"]
+
+
+# ---------------------------------------------------------------------------------------
+# retire
+# ---------------------------------------------------------------------------------------
+def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule: Optional[dict] = None,
+               cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
+    """Retire ``run`` (and the nested runs ``takes_along`` names, which must be all it holds).
+
+    Returns an outcome (``verified`` when the run left the logdir for the vault), never raises
+    for a failed run: any failure before the commit puts every file back where it was.
+    """
+    t0 = time.monotonic()
+    along = sorted(set(takes_along))
+    out = RunOutcome(run=run, status=Outcome.FAILED)
+    cancel = cancel or CancelToken()
+    report = progress or (lambda step, frac: None)
+    locks = []
+    try:
+        for r in [run] + along:
+            locks.append(RunLock(ctx.lock_dir, r).acquire())
+    except RunLocked as e:
+        for lk in locks:
+            lk.release()
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        return out
+    except OSError as e:
+        for lk in locks:
+            lk.release()
+        out.reason, out.code = f"cannot lock run {run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
+        return out
+    journal = None
+    try:
+        unsettled = next((u for u in (unsettled_op(ctx, r) for r in [run] + along) if u), None)
+        if unsettled:
+            out.reason, out.code = (f"unfinished operation {unsettled} on this run could not be settled yet; "
+                                    "see `tb-footprint status`"), Failure.UNSETTLED
+            return out
+        try:
+            _preflight(ctx, run)
+            files, dirs = inventory(ctx, run)
+            out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
+            _check_quiet(ctx, run, files)
+            ctx.vault.ensure()
+            same_fs = ctx.vault.same_filesystem(ctx.abs(run))
+            if not same_fs:
+                _check_space(ctx.vault.root, out.bytes_before)
+            # the plan named what it takes along; the directory must hold no other run
+            found = _runs_in(ctx, run, files)
+            extra = sorted(set(found) - set(along) - {run})
+            if extra:
+                raise TransactionError(f"run {run!r} holds nested run(s) the plan did not name: {', '.join(extra)}; "
+                                       "plan again", Failure.REFUSED)
+            # 1. every file's sha256 before anything moves (cancellable: nothing changed yet)
+            total = out.bytes_before or 1
+            done = 0
+            for f in files:
+                cancel.check()
+                p = ctx.abs(f["path"])
+                f["sha256"] = sha256_file(p)
+                if not _unchanged(p, f):
+                    raise TransactionError(f"{f['path']}: changed while it was being read (is the run still "
+                                           "being written?); left alone", Skip.ACTIVE)
+                done += f["size"]
+                report("hash", 0.5 * done / total)
+        except (TransactionError, OSError) as e:
+            code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
+            out.status = Outcome.SKIPPED if code == Skip.ACTIVE else Outcome.FAILED
+            out.reason, out.code = reason_of(e), code
+            return out
+        cancel.check()
+        op_id = new_op_id()
+        out.op_id = op_id
+        journal = Journal.create(ctx.journal_dir, op_id, {
+            "type": "begin", "kind": "retire", "op_id": op_id, "run": run, "takes_along": along,
+            "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": rule,
+            "files": files, "dirs": dirs, "bytes": out.bytes_before,
+        })
+        faults.hit("retire_after_begin")
+        _retire_steps(ctx, journal, out, cancel, report)
+        out.status = Outcome.VERIFIED
+    except Exception as e:
+        reason = reason_of(e)
+        if journal is None:
+            out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
+            if isinstance(e, Cancelled):
+                out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
+        elif any(r["type"] == "commit" for r in journal.records()):
+            out.status = Outcome.VERIFIED
+            journal.close()
+        else:
+            try:
+                journal.append({"type": "rollback", "reason": reason})
+                rollback_retire(ctx, journal.records(), reason)
+                out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, Failure.ERROR
+                journal.close()
+            except Exception as e2:  # the journal stays: recovery tries again on the next start
+                out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
+    finally:
+        for lk in locks:
+            lk.release()
+        out.duration_s = round(time.monotonic() - t0, 3)
+    return out
+
+
+def _runs_in(ctx: Context, run: str, files: List[dict]) -> List[str]:
+    from tb_footprint_plugin.scan.categories import is_event_file_name
+
+    return sorted({os.path.dirname(f["path"]) for f in files if is_event_file_name(os.path.basename(f["path"]))})
+
+
+def _check_space(path: str, need: int) -> None:
+    free = shutil.disk_usage(path).free
+    if free < need + FREE_SPACE_MARGIN:
+        raise TransactionError(f"not enough free space on {path}: needs {human_bytes(need + FREE_SPACE_MARGIN)}, "
+                               f"has {human_bytes(free)}; nothing was changed", Failure.REFUSED)
+
+
+def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: CancelToken, report: Progress) -> None:
+    begin = journal.records()[0]
+    op_id, files, same_fs = begin["op_id"], begin["files"], begin["same_fs"]
+    vault = ctx.vault
+    dest_dir = os.path.join(retired_dir(vault, op_id), "files")
+    os.makedirs(dest_dir, exist_ok=True)
+    fsync_dir(os.path.dirname(dest_dir))
+    cancel.check()  # the last point where a cancel is honoured without a rollback
+    journal.append({"type": "move"})
+    faults.hit("retire_before_move")
+    total = out.bytes_before or 1
+    done = 0
+    # 2. every file into the vault: a rename, or a checked copy (originals stay until all checked)
+    for i, f in enumerate(files):
+        src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
+        no_symlink(ctx, f["path"])
+        if not _unchanged(src, f):
+            raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
+        if same_fs:
+            os.rename(src, dst)
+            if os.lstat(dst).st_ino != f["ino"]:
+                raise TransactionError(f"{f['path']}: not the file that was hashed")
+        else:
+            tmp = dst + ".partial"
+            copy_file(src, tmp)
+            if sha256_file(tmp) != f["sha256"]:
+                raise TransactionError(f"copy of {f['path']} in {vault.root} does not match its sha256")
+            os.chmod(tmp, f["mode"])
+            os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
+            os.replace(tmp, dst)
+        if i == 0:
+            faults.hit("retire_mid_move")
+        done += f["size"]
+        report("move", 0.5 + 0.4 * done / total)
+    fsync_dir(dest_dir)
+    journal.append({"type": "moved"})
+    faults.hit("retire_after_move")
+    if not same_fs:
+        journal.append({"type": "delete"})
+        for i, f in enumerate(files):
+            src = ctx.abs(f["path"])
+            no_symlink(ctx, f["path"])
+            if not _unchanged(src, f):
+                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
+            os.unlink(src)
+            if i == 0:
+                faults.hit("retire_mid_delete")
+    # 3. the emptied directories, deepest first; anything new in them keeps them (and fails)
+    for d in sorted(begin["dirs"], key=lambda d: d["path"].count("/"), reverse=True):
+        p = ctx.abs(d["path"])
+        no_symlink(ctx, d["path"])
+        try:
+            os.rmdir(p)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                raise TransactionError(f"{d['path']}: new files appeared in the run while it was being retired")
+            raise
+    with contextlib.suppress(OSError):
+        fsync_dir(os.path.dirname(ctx.abs(begin["run"])))
+    faults.hit("retire_after_rmdir")
+    # 4. the vault holds exactly the run: every file's size (and for copies, sha256 above)
+    for i, f in enumerate(files):
+        if os.lstat(os.path.join(dest_dir, str(i))).st_size != f["size"]:
+            raise TransactionError(f"{f['path']}: size changed in the vault")
+    report("record", 0.95)
+    write_retire_manifest(ctx, journal.records(), Outcome.VERIFIED, None)
+    faults.hit("retire_after_manifest")
+    journal.append({"type": "commit"})
+    journal.close()
+    out.removed_files = [f["path"] for f in files]
+    out.bytes_after = 0
+    report("done", 1.0)
+
+
+def rollback_retire(ctx: Context, records: List[dict], reason: str) -> None:
+    """Put every file of an uncommitted retirement back at its path; idempotent.
+
+    A file is in the logdir, in the vault, or (copies) both; it is only ever put back where
+    nothing stands. Anything in its way that is not the file itself raises (journal kept)."""
+    begin = records[0]
+    _check_record(ctx, begin)
+    vault = Vault(begin["vault"])
+    op_id = begin["op_id"]
+    _make_dirs(ctx, begin["dirs"])
+    for i, f in enumerate(begin["files"]):
+        _put_back(ctx, vault, op_id, i, f, begin["same_fs"])
+    _chmod_dirs(ctx, begin["dirs"])
+    bad = [f["path"] for f in begin["files"] if not _sized(ctx.abs(f["path"]), f["size"])]
+    if bad:
+        raise TransactionError(f"could not put back: {', '.join(bad)}")
+    shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
+    write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, reason)
+
+
+def _sized(path: str, size: int) -> bool:
+    try:
+        return os.lstat(path).st_size == size
+    except OSError:
+        return False
+
+
+def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
+    # owner-writable while files go back in; the recorded modes are set afterwards
+    for d in sorted(dirs, key=lambda d: d["path"].count("/")):
+        no_symlink(ctx, d["path"])
+        p = ctx.abs(d["path"])
+        if not os.path.lexists(p):
+            os.mkdir(p, 0o700)
+
+
+def _chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
+    for d in dirs:
+        p = ctx.abs(d["path"])
+        if os.path.isdir(p) and not os.path.islink(p):
+            os.chmod(p, d["mode"])
+
+
+def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool) -> None:
+    """One file back from the vault to its path (rename or checked copy), if it is not there yet."""
+    no_symlink(ctx, f["path"])
+    dst = ctx.abs(f["path"])
+    stored = _stored(vault, op_id, i)
+    here = os.path.lexists(dst)
+    there = os.path.exists(stored)
+    if here:
+        if not os.path.isfile(dst) or os.path.islink(dst):
+            raise TransactionError(f"{f['path']}: something else stands there now; left as is")
+        if there and not (_unchanged(dst, f) or sha256_file(dst) == f["sha256"]):
+            # not the file that was retired: both are kept, the operation stays unsettled
+            raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
+                                   f"{stored}")
+        return  # the file is in place (a copy's original never left): the vault's copy may go
+    if not there:
+        raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if same_fs or vault.same_filesystem(os.path.dirname(dst)):
+        os.rename(stored, dst)
+    else:
+        tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
+        copy_file(stored, tmp)
+        if sha256_file(tmp) != f["sha256"]:
+            os.unlink(tmp)
+            raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256")
+        os.chmod(tmp, f["mode"])
+        os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
+        os.replace(tmp, dst)
+    fsync_dir(os.path.dirname(dst))
+
+
+# ---------------------------------------------------------------------------------------
+# manifests
+# ---------------------------------------------------------------------------------------
+def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
+                          recovered: bool = False) -> dict:
+    """The retirement's manifest and change-log line."""
+    begin = records[0]
+    vault = Vault(begin["vault"])
+    tree = [{k: f[k] for k in ("path", "size", "mode", "mtime_ns", "sha256")} for f in begin["files"]]
+    kept = outcome == Outcome.VERIFIED
+    m = {
+        "op_id": begin["op_id"], "kind": "retire", "run": begin["run"], "takes_along": begin.get("takes_along", []),
+        "logdir": begin["logdir"], "vault": vault.root, "same_fs": begin["same_fs"], "rule": begin.get("rule"),
+        "tool_version": __version__, **who(), "started_at": begin["t"], "finished_at": time.time(),
+        "outcome": str(outcome), "reason": reason, "recovered": recovered,
+        "bytes_before": begin["bytes"], "bytes_after": 0 if kept else begin["bytes"],
+        "tree": tree, "dirs": begin["dirs"], "tree_sha256": tree_sha256(tree),
+        "stored_in": os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root),
+        "files": [],  # no content-addressed blobs: the retired tree is kept as a whole
+        "backup_purged": not kept,
+    }
+    os.makedirs(vault.ops, exist_ok=True)
+    vault.write_manifest(m)
+    append_history(ctx.state, {
+        "op_id": m["op_id"], "kind": "retire", "run": m["run"], "policy": None,
+        "before": m["bytes_before"], "after": m["bytes_after"], "verified": kept, "outcome": str(outcome),
+        "reason": reason or (f"retired with {len(m['takes_along'])} nested run(s)" if m["takes_along"] else None),
+        "backup_kept": kept, "user": m["user"], "host": m["host"], "tool_version": __version__,
+    })
+    return m
+
+
+def retirements(ctx: Context) -> List[dict]:
+    """Manifests of retirements that took a run out of the logdir, newest first."""
+    ms = [m for m in own_manifests(ctx) if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED]
+    ms.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
+    return ms
+
+
+def is_restorable_retirement(m: dict) -> bool:
+    return (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and not m.get("restored_by")
+            and not m.get("backup_purged"))
+
+
+def retired_now(ctx: Context, run: str) -> Optional[dict]:
+    """The retirement that currently keeps ``run`` (or a parent taking it along) out of the logdir."""
+    for m in retirements(ctx):
+        if is_restorable_retirement(m) and (m["run"] == run or run in m.get("takes_along", [])):
+            return m
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# restore a retirement
+# ---------------------------------------------------------------------------------------
+def unretire(ctx: Context, manifest: dict) -> RunOutcome:
+    """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome."""
+    t0 = time.monotonic()
+    run = manifest["run"]
+    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=0, bytes_after=0)
+    if manifest.get("restored_by"):
+        out.reason = f"retirement {manifest['op_id']} was already restored by {manifest['restored_by']}"
+        return out
+    if manifest.get("backup_purged") or manifest.get("outcome") != Outcome.VERIFIED:
+        out.reason = f"retirement {manifest['op_id']} holds no files (purged or never committed); nothing to restore"
+        return out
+    try:
+        _check_record(ctx, manifest)
+        _rel_ok(ctx, run)
+        no_symlink(ctx, run)
+    except TransactionError as e:
+        out.reason = str(e)
+        return out
+    vault = Vault(manifest["vault"])
+    top = ctx.abs(run)
+    if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
+        out.reason = (f"{run}: something stands there now (a new run of the same name?); move it away first — "
+                      "nothing was changed")
+        return out
+    runs = [run] + list(manifest.get("takes_along", []))
+    locks = []
+    try:
+        for r in runs:
+            locks.append(RunLock(ctx.lock_dir, r).acquire())
+    except (RunLocked, OSError) as e:
+        for lk in locks:
+            lk.release()
+        out.reason, out.code = str(e), (Skip.LOCKED if isinstance(e, RunLocked) else Failure.LOCK_ERROR)
+        return out
+    try:
+        unsettled = next((u for u in (unsettled_op(ctx, r) for r in runs) if u), None)
+        if unsettled:
+            out.reason, out.code = f"unfinished operation {unsettled} on this run could not be settled yet", \
+                Failure.UNSETTLED
+            return out
+        # every stored file checked before anything moves: a damaged vault changes nothing
+        damaged = [f["path"] for i, f in enumerate(manifest["tree"])
+                   if not _stored_ok(vault, manifest["op_id"], i, f)]
+        if damaged:
+            out.reason = (f"retired files missing or damaged in {retired_dir(vault, manifest['op_id'])}: "
+                          f"{', '.join(damaged[:5])}; nothing was changed")
+            return out
+        op_id = new_op_id()
+        out.op_id = op_id
+        try:
+            journal = Journal.create(ctx.journal_dir, op_id, {
+                "type": "begin", "kind": "unretire", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
+                "vault": manifest["vault"], "logdir": ctx.logdir,
+            })
+        except OSError as e:
+            out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
+            return out
+        faults.hit("unretire_after_begin")
+        try:
+            detail = finish_unretire(ctx, journal.records())
+        except Exception as e:
+            out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
+            out.code = Failure.INTERRUPTED
+            return out
+        journal.close()
+        out.status, out.code, out.reason = Outcome.RESTORED, None, detail
+        out.bytes_after = manifest.get("bytes_before", 0)
+        out.created_files = [f["path"] for f in manifest["tree"]]
+    finally:
+        for lk in locks:
+            lk.release()
+        out.duration_s = round(time.monotonic() - t0, 3)
+    return out
+
+
+def _stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
+    p = _stored(vault, op_id, i)
+    try:
+        return os.lstat(p).st_size == f["size"] and sha256_file(p) == f["sha256"]
+    except OSError:
+        return False
+
+
+def finish_unretire(ctx: Context, records: List[dict]) -> str:
+    """Do (or finish) the restore of a retirement from its journal; idempotent."""
+    begin = records[0]
+    _check_record(ctx, begin)
+    if not _OP_ID_RE.match(str(begin.get("of_op", ""))):
+        raise TransactionError(f"malformed operation id {begin.get('of_op')!r}; left alone", Failure.REFUSED)
+    vault = Vault(begin["vault"])
+    m = vault.read_manifest(begin["of_op"])
+    _check_record(ctx, m)
+    if m.get("restored_by") == begin["op_id"]:
+        return "already restored"
+    op_id = m["op_id"]
+    _make_dirs(ctx, m["dirs"])
+    same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
+    for i, f in enumerate(m["tree"]):
+        _put_back(ctx, vault, op_id, i, dict(f), bool(same_fs))
+        if i == 0:
+            faults.hit("unretire_mid_move")
+    _chmod_dirs(ctx, m["dirs"])
+    faults.hit("unretire_after_move")
+    # byte for byte: every file re-hashed where it stands now
+    now = []
+    for f in m["tree"]:
+        p = ctx.abs(f["path"])
+        st = os.lstat(p)
+        now.append({"path": f["path"], "size": st.st_size, "mode": st.st_mode & 0o7777, "sha256": sha256_file(p)})
+    if tree_sha256(now) != m["tree_sha256"]:
+        bad = [a["path"] for a, b in zip(sorted(now, key=lambda e: e["path"]), sorted(m["tree"], key=lambda e: e["path"]))
+               if (a["size"], a["sha256"]) != (b["size"], b["sha256"])]
+        raise TransactionError(f"restored run does not match its tree sha256: {', '.join(bad[:5]) or 'modes differ'}")
+    shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
+    m["restored_by"] = begin["op_id"]
+    m["restored_at"] = time.time()
+    vault.write_manifest(m)
+    faults.hit("unretire_after_manifest")
+    vault.write_manifest({
+        "op_id": begin["op_id"], "kind": "restore", "of_op": op_id, "run": m["run"], "logdir": ctx.logdir,
+        "vault": vault.root, "tool_version": __version__, **who(), "started_at": begin["t"],
+        "finished_at": time.time(), "outcome": "restored", "files": [], "restored_files": [f["path"] for f in m["tree"]],
+        "tree_sha256": m["tree_sha256"], "backup_purged": True,
+    })
+    append_history(ctx.state, {
+        "op_id": begin["op_id"], "kind": "restore", "run": m["run"], "policy": None, "before": 0,
+        "after": m.get("bytes_before"), "verified": True, "outcome": "restored",
+        "reason": f"restored retirement {op_id}", "backup_kept": False,
+        "user": who()["user"], "host": who()["host"], "tool_version": __version__,
+    })
+    return f"{len(m['tree'])} file(s) back byte for byte (tree sha256 {m['tree_sha256'][:12]}… checked)"
+
+
+# ---------------------------------------------------------------------------------------
+# recovery and purge
+# ---------------------------------------------------------------------------------------
+def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
+    """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail)."""
+    from tb_footprint_plugin.codes import Recovery
+
+    begin = records[0]
+    if begin["kind"] == "unretire":
+        return Recovery.COMPLETED, finish_unretire(ctx, records)
+    if any(r["type"] == "commit" for r in records):
+        return Recovery.COMPLETED, "was committed"
+    if any(r["type"] == "moved" for r in records) and not any(r["type"] == "rollback" for r in records):
+        vault = Vault(begin["vault"])
+        m_path = vault.manifest_path(begin["op_id"])
+        if os.path.exists(m_path):
+            # the manifest was written: every file was in the vault and checked; the run is retired
+            return Recovery.COMPLETED, "retirement was recorded before the crash"
+    rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")
+    return Recovery.ROLLED_BACK, "every file of the run put back"
+
+
+def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
+                  yes: bool, now: float) -> Tuple[List[dict], int]:
+    """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list them.
+
+    The manifest stops claiming the run before its files go; a run being restored right now
+    (locked) is passed over."""
+    listed, freed = [], 0
+    for m in retirements(ctx):
+        if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run):
+            continue
+        if older_than is not None and m.get("finished_at", now) > now - older_than:
+            continue
+        vault = Vault(m["vault"])
+        d = retired_dir(vault, m["op_id"])
+        size = _tree_size(d)
+        if yes:
+            try:
+                lock = RunLock(ctx.lock_dir, m["run"]).acquire()
+            except (RunLocked, OSError):
+                continue
+            try:
+                if unsettled_op(ctx, m["run"]):
+                    continue
+                m["backup_purged"] = True
+                m["purged_at"] = now
+                vault.write_manifest(m)
+                shutil.rmtree(d, ignore_errors=True)
+            finally:
+                lock.release()
+        freed += size
+        # the vault holds a retired run's only copy: every file of it is lost for good
+        originals = 0 if m.get("restored_by") else len(m.get("tree", []))
+        listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size, "finished_at": m.get("finished_at"),
+                       "restored": bool(m.get("restored_by")), "kind": "retire", "originals": originals})
+    return listed, freed
+
+
+def _tree_size(d: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(d):
+        for n in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, n)).st_size
+    return total
+
+
+__all__ = ["retire_run", "unretire", "finish_unretire", "rollback_retire", "recover_retire", "purge_retired",
+           "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
+           "RETIRE_STEPS", "UNRETIRE_STEPS"]

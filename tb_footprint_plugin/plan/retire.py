@@ -1,0 +1,244 @@
+"""Which runs a retirement takes: the selection rules, in one place for the CLI, the API and the tab.
+
+Rules combine (all must hold): explicit run names, a glob on run names, a group glob, age
+(``older_than``: no file changed for that long), size (``min_size``), and a result rule: keep
+the best N runs of the group by a scalar tag's last (or min/max) value and retire the rest.
+
+Never selected: runs marked to keep (a ``.keep`` file in the run directory, or a name or glob
+on the keep list), runs being written (a file changed within the quiet period), the logdir's
+own run ``.``. Nested runs are explicit: a run whose directory holds other runs is retired
+only with ``include_nested``, and then its plan names every run it takes along (those runs
+are never retired on their own in the same plan). Without it such a parent is left alone and
+says why; its nested runs can still be retired one by one.
+
+Writes nothing. The plan shows each run's metric, so the rule's choice can be checked before
+anything moves.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Iterable, List, Optional
+
+from tb_footprint_plugin.codes import RetireSkip, Skip
+from tb_footprint_plugin.scan.metrics import run_metric
+from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
+
+KEEP_MARK = ".keep"
+
+
+@dataclass
+class RetireRule:
+    """A selection. An empty rule selects nothing (retiring everything takes an explicit ``'*'``)."""
+
+    runs: Optional[List[str]] = None
+    run_glob: Optional[str] = None
+    group: Optional[str] = None
+    older_than: Optional[float] = None
+    min_size: int = 0
+    keep_best: Optional[int] = None
+    metric: Optional[str] = None
+    mode: str = "min"  # 'min': lower is better; 'max': higher is better
+    value: str = "last"  # which value of the metric ranks a run: 'last' | 'min' | 'max'
+    keep_list: List[str] = field(default_factory=list)
+    include_nested: bool = False
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` for a rule that cannot mean anything."""
+        if self.keep_best is not None:
+            if isinstance(self.keep_best, bool) or not isinstance(self.keep_best, int) or self.keep_best < 0:
+                raise ValueError("keep_best must be a whole number ≥ 0")
+            if not self.metric:
+                raise ValueError("keep_best needs a metric (a scalar tag, e.g. val/loss)")
+        if self.metric and self.keep_best is None:
+            raise ValueError("a metric ranks runs only with keep_best N")
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"mode must be min or max, not {self.mode!r}")
+        if self.value not in ("last", "min", "max"):
+            raise ValueError(f"value must be last, min or max, not {self.value!r}")
+        if self.older_than is not None and (self.older_than < 0 or self.older_than != self.older_than):
+            raise ValueError("older_than must be a non-negative number of seconds")
+        if self.min_size < 0:
+            raise ValueError("min_size must be ≥ 0")
+        if not (self.runs or self.run_glob or self.group or self.older_than is not None or self.min_size
+                or self.keep_best is not None):
+            raise ValueError("say which runs to retire: names, a glob, a group, --older-than, --min-size "
+                             "or --keep-best")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RetireItem:
+    """One run the selection looked at: retired (``selected``) or left alone with a reason and code."""
+
+    run: str
+    selected: bool
+    bytes: int = 0  # of the run's directory tree, runs taken along included
+    files: int = 0
+    newest_mtime: float = 0.0
+    takes_along: List[str] = field(default_factory=list)
+    metric: Optional[dict] = None  # MetricSummary.to_dict() with 'value' (the ranking value) and 'rank'
+    reason: Optional[str] = None  # why (selected or not), for people
+    code: Optional[str] = None  # a codes.RetireSkip / codes.Skip for a run left alone
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class RetirePlan:
+    """The dry run of a retirement: what moves (``selected``), what stays and why."""
+
+    logdir: str
+    rule: RetireRule
+    items: List[RetireItem]
+    planned_at: float = field(default_factory=time.time)
+
+    @property
+    def selected(self) -> List[RetireItem]:
+        return [i for i in self.items if i.selected]
+
+    @property
+    def bytes(self) -> int:
+        return sum(i.bytes for i in self.selected)
+
+    def to_dict(self) -> dict:
+        return {"logdir": self.logdir, "rule": self.rule.to_dict(), "planned_at": self.planned_at,
+                "bytes": self.bytes, "runs": len(self.selected), "items": [i.to_dict() for i in self.items]}
+
+
+def read_keep_list(path: str) -> List[str]:
+    """Run names or globs, one a line; blank lines and ``#`` comments ignored."""
+    with open(path, "r", encoding="utf-8") as f:
+        return [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def _nested(names: Iterable[str], run: str) -> List[str]:
+    prefix = run.rstrip("/") + "/"
+    return sorted(n for n in names if n.startswith(prefix))
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
+                now: Optional[float] = None) -> RetirePlan:
+    """Apply ``rule`` to the runs of a scan. Reads metric scalars when the rule ranks runs."""
+    rule.validate()
+    now = time.time() if now is None else now
+    runs = {r.name: r for r in fp.runs if r.path != UNATTRIBUTED and r.has_event_files}
+    names = sorted(runs)
+    subtree = {n: [n] + _nested(names, n) for n in names}
+    tree_bytes = {n: sum(runs[m].total_bytes for m in subtree[n]) for n in names}
+    tree_files = {n: sum(len(runs[m].files) for m in subtree[n]) for n in names}
+    tree_mtime = {n: max(runs[m].newest_mtime for m in subtree[n]) for n in names}
+
+    def item(n: str, selected: bool, reason: str, code=None, **kw) -> RetireItem:
+        return RetireItem(run=n, selected=selected, bytes=tree_bytes.get(n, 0), files=tree_files.get(n, 0),
+                          newest_mtime=tree_mtime.get(n, 0.0), reason=reason,
+                          code=str(code) if code else None, **kw)
+
+    out: Dict[str, RetireItem] = {}
+    if rule.runs:
+        for n in rule.runs:
+            if n not in runs:
+                out[n] = RetireItem(run=n, selected=False, reason="no such run in the logdir",
+                                    code=str(RetireSkip.NOT_FOUND))
+    pop = [n for n in names if (not rule.runs or n in rule.runs)
+           and (not rule.run_glob or fnmatch.fnmatchcase(n, rule.run_glob))
+           and (not rule.group or fnmatch.fnmatchcase(n, rule.group))
+           and (rule.older_than is None or tree_mtime[n] <= now - rule.older_than)
+           and tree_bytes[n] >= rule.min_size]
+    why = _describe(rule)
+    candidates = list(pop)
+    if rule.keep_best is not None:
+        scored = []
+        for n in pop:
+            m = run_metric(os.path.join(fp.logdir, n) if n != "." else fp.logdir, rule.metric)
+            if m is None:
+                out[n] = item(n, False, f"has no scalar {rule.metric!r}: cannot be ranked, left alone",
+                              RetireSkip.NO_METRIC)
+                continue
+            v = m.value(rule.value)
+            scored.append((n, v, m))
+        bad = math.inf if rule.mode == "min" else -math.inf
+
+        def key(t):
+            v = t[1] if not math.isnan(t[1]) else bad
+            return (v if rule.mode == "min" else -v, t[0])
+
+        scored.sort(key=key)
+        candidates = []
+        for rank, (n, v, m) in enumerate(scored, 1):
+            md = dict(m.to_dict(), value=v, rank=rank, of=len(scored))
+            if rank <= rule.keep_best:
+                out[n] = item(n, False, f"kept: #{rank} of {len(scored)} by {rule.value} {rule.metric} "
+                              f"({rule.mode} is best)", RetireSkip.KEPT_BY_RULE, metric=md)
+            else:
+                out[n] = item(n, True, f"#{rank} of {len(scored)} by {rule.value} {rule.metric}; "
+                              f"keeping the best {rule.keep_best}", metric=md)
+                candidates.append(n)
+    chosen = set(candidates)
+    for n in candidates:
+        prev = out.get(n)
+        md = prev.metric if prev else None
+        base = prev.reason if prev else why
+        kids = subtree[n][1:]
+        if n == ".":
+            out[n] = item(n, False, "the logdir's own run cannot leave the logdir", RetireSkip.LOGDIR_ROOT, metric=md)
+            continue
+        marked = [m for m in subtree[n] if _is_marked(fp.logdir, m) or _matches(m, rule.keep_list)]
+        if marked:
+            what = "marked to keep" if marked == [n] else f"holds runs marked to keep ({', '.join(marked)})"
+            out[n] = item(n, False, f"{what}; never retired", RetireSkip.MARKED_KEEP, metric=md)
+            continue
+        age = now - tree_mtime[n]
+        if age < quiet_period:
+            out[n] = item(n, False, f"active: a file changed {int(age)} s ago (quiet period "
+                          f"{int(quiet_period)} s); left alone", Skip.ACTIVE, metric=md)
+            continue
+        if kids and not rule.include_nested:
+            out[n] = item(n, False, f"holds {len(kids)} nested run(s) ({', '.join(kids[:5])}"
+                          f"{', …' if len(kids) > 5 else ''}); retire them on their own, or take them along "
+                          "(--with-nested)", RetireSkip.HOLDS_RUNS, metric=md)
+            continue
+        out[n] = item(n, True, base + (f"; takes along {len(kids)} nested run(s)" if kids else ""),
+                      takes_along=kids, metric=md)
+    # a run inside a selected parent's tree moves with the parent: never a second operation
+    parents = [i.run for i in out.values() if i.selected and i.takes_along]
+    for n in list(out):
+        owner = next((p for p in parents if n.startswith(p + "/")), None)
+        if owner and n in chosen:
+            prev = out[n]
+            out[n] = item(n, False, f"moves with {owner} (nested in it)", RetireSkip.INSIDE_RETIRED,
+                          metric=prev.metric)
+    items = sorted(out.values(), key=lambda i: (not i.selected, i.run))
+    return RetirePlan(logdir=fp.logdir, rule=rule, items=items)
+
+
+def _is_marked(logdir: str, run: str) -> bool:
+    return os.path.lexists(os.path.join(logdir, run, KEEP_MARK))
+
+
+def _describe(rule: RetireRule) -> str:
+    parts = []
+    if rule.runs:
+        parts.append("named")
+    if rule.run_glob:
+        parts.append(f"matches {rule.run_glob!r}")
+    if rule.group:
+        parts.append(f"in group {rule.group!r}")
+    if rule.older_than is not None:
+        parts.append(f"unchanged for {int(rule.older_than)} s or more")
+    if rule.min_size:
+        parts.append(f"holds ≥ {rule.min_size} bytes")
+    return "selected: " + ", ".join(parts) if parts else "selected"
+
+
+__all__ = ["RetireRule", "RetireItem", "RetirePlan", "plan_retire", "read_keep_list", "KEEP_MARK"]

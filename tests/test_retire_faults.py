@@ -1,0 +1,168 @@
+"""Fault injection at every step of a retirement and of its restore.
+
+After an exception, a full disk, or a SIGKILL at that instant followed by recovery, the run is
+either back in the logdir byte for byte or retired (gone from the logdir, whole in the vault and
+restorable byte for byte). Never a mix, never a lost byte — on one filesystem (renames) and
+across two (copies, checked, then deletes).
+"""
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, copy_real, tree_hashes
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.retire import RETIRE_STEPS, UNRETIRE_STEPS
+from tb_footprint_plugin.storage.paths import state_dir
+
+#: past the manifest: a crash there ends retired (recovery finds the manifest written)
+RETIRED_ON_CRASH = {"retire_after_manifest"}
+#: steps that only exist when the vault is on another filesystem
+CROSS_ONLY = {"retire_mid_delete"}
+
+_KILL_SCRIPT = """
+import sys
+from tb_footprint_plugin import api
+rule = api.retire_rule(runs=["train"], include_nested=True)
+backup = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else None
+if sys.argv[3] == "retire":
+    api.retire(sys.argv[1], rule, dry_run=False, backup_dir=backup)
+else:
+    api.restore(sys.argv[1], run="train", backup_dir=backup)
+"""
+
+
+def user_files(root):
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+#: (vault placement, step): the delete phase exists only across filesystems
+RETIRE_CASES = [(m, s) for m in ("same_fs", "cross_fs") for s in RETIRE_STEPS if not (m == "same_fs" and s in CROSS_ONLY)]
+
+
+@pytest.fixture
+def setup(request, tmp_path):
+    mode = request.param
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    vault = None
+    if mode == "cross_fs":
+        vault = Path("/dev/shm") / f"tbfp-faults-{uuid.uuid4().hex[:8]}"
+        vault.mkdir()
+        assert os.stat(vault).st_dev != os.stat(logdir).st_dev
+    yield mode, logdir, (str(vault) if vault else None)
+    if vault:
+        shutil.rmtree(vault, ignore_errors=True)
+
+
+def _settled(logdir: Path, before: dict, retired: bool, backup):
+    now = user_files(logdir)
+    outside = {k: v for k, v in before.items() if not k.startswith("train")}
+    if retired:
+        assert now == outside
+        [r] = api.retired(str(logdir), backup_dir=backup)
+        assert r["run"] == "train"
+    else:
+        assert now == before
+        assert api.retired(str(logdir), backup_dir=backup) == []
+    assert not [n for n in now if ".footprint-" in n], "temp files left in the logdir"
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert not (journal.is_dir() and os.listdir(journal)), "an operation was left unsettled"
+    # whatever the outcome, a full retire + restore cycle works from here, byte for byte
+    if not retired:
+        assert api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup).ok
+    outs = api.restore(str(logdir), run="train", backup_dir=backup)
+    assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert user_files(logdir) == before
+    vault = Path(backup) if backup else Path(state_dir(str(logdir)))
+    assert not os.listdir(vault / "retired"), "retired files left behind after the restore"
+
+
+@pytest.mark.parametrize("kind", ["raise", "enospc"])
+@pytest.mark.parametrize("setup,step", RETIRE_CASES, indirect=["setup"])
+def test_in_process_failure_puts_the_run_back(setup, step, kind):
+    mode, logdir, backup = setup
+    before = user_files(logdir)
+    hits = []
+    faults.arm(step, lambda: (hits.append(step), faults.arm(step, kind), faults.hit(step)))
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup)
+    assert hits == [step]
+    faults.disarm_all()
+    [o] = rep.outcomes
+    # before the journal's commit line every failure puts the run back (even with the manifest written)
+    assert o.status == "rolled_back", o.to_dict()
+    _settled(logdir, before, retired=False, backup=backup)
+
+
+@pytest.mark.parametrize("setup,step", RETIRE_CASES, indirect=["setup"])
+def test_sigkill_then_recovery(setup, step):
+    mode, logdir, backup = setup
+    before = user_files(logdir)
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir), backup or "", "retire"], env=env,
+                       timeout=300)
+    assert p.returncode == -9, "the failpoint should have killed the process"
+    recovered = api.recover_logdir(str(logdir), backup)
+    assert [r.action for r in recovered] == (["completed"] if step in RETIRED_ON_CRASH else ["rolled_back"]), recovered
+    _settled(logdir, before, retired=step in RETIRED_ON_CRASH, backup=backup)
+
+
+@pytest.mark.parametrize("setup", ["same_fs", "cross_fs"], indirect=True)
+@pytest.mark.parametrize("step", UNRETIRE_STEPS)
+def test_restore_killed_is_finished_on_recovery(setup, step):
+    mode, logdir, backup = setup
+    before = user_files(logdir)
+    assert api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup).ok
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir), backup or "", "restore"], env=env,
+                       timeout=300)
+    assert p.returncode == -9
+    recovered = api.recover_logdir(str(logdir), backup)
+    assert [r.action for r in recovered] == ["completed"], recovered
+    assert user_files(logdir) == before
+    assert api.retired(str(logdir), backup_dir=backup) == []
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert not os.listdir(journal)
+
+
+def test_planted_journal_cannot_lead_recovery_out_of_the_logdir(tmp_path):
+    """A journal is untrusted input: one naming paths outside the logdir, a foreign vault or a
+    malformed op id is refused by recovery, which touches nothing."""
+    import json
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep me")
+    before = user_files(logdir)
+    journal = Path(state_dir(str(logdir))) / "journal"
+    journal.mkdir(parents=True)
+    cases = {
+        "20260101T000000-aaaaaa": {"vault": state_dir(str(logdir)),
+                                   "files": [{"path": str(outside / "precious"), "size": 7, "mode": 0o644,
+                                              "mtime_ns": 0, "ino": 0, "sha256": "0" * 64}],
+                                   "dirs": [{"path": "../outside/new", "mode": 0o755}]},
+        "20260101T000000-bbbbbb": {"vault": str(outside), "files": [], "dirs": []},
+        "../../outside": {"vault": state_dir(str(logdir)), "files": [], "dirs": []},
+    }
+    for i, (op, extra) in enumerate(cases.items()):
+        rec = {"type": "begin", "kind": "retire", "op_id": op, "run": "train", "takes_along": [],
+               "logdir": str(logdir), "same_fs": True, "bytes": 7, "t": 0, **extra}
+        (journal / f"20260101T00000{i}-cccccc.jsonl").write_text(json.dumps(rec) + "\n")
+    outs = api.recover_logdir(str(logdir))
+    assert [o.action for o in outs] == ["failed"] * 3, outs
+    assert all("left alone" in o.detail or "leads out" in o.detail for o in outs), outs
+    assert (outside / "precious").read_text() == "keep me" and sorted(os.listdir(outside)) == ["precious"]
+    assert user_files(logdir) == before
