@@ -21,7 +21,7 @@ class ReadRoutes(RouteBase):
         from tb_footprint_plugin.scan import categories
         from tb_footprint_plugin.version import __version__
 
-        fp, meta = self.p.scans.get(wait=0.0) if self.p.local else (None, {})
+        fp, meta = self.p.scans.get(wait=0.0) if self.p.readable else (None, {})
         return self._json(request, {
             "version": __version__,
             "logdir": self.p.logdir,
