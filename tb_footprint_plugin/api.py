@@ -53,8 +53,8 @@ RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
              verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> Context:
     if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
-        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage yet "
-                          "(scan, plan, reduce, restore and purge are)")
+        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage "
+                          "(scan, plan, reduce, verify, restore, purge, status, history and operations are)")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -102,7 +102,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
             o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
                            bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
         else:
-            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period)
+            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period, policy=(p.policy or {}).get("name"))
         report.outcomes.append(o)
         if on_outcome:
             on_outcome(o)
@@ -310,7 +310,16 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            backup_dir: Optional[str] = None,
            verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
-    TensorBoard's readers against the original (from the vault)."""
+    TensorBoard's readers against the original (from the vault).
+
+    On a bucket logdir (drop-only reductions: no event file was rewritten) every backup object is
+    checked against the checksums the store computed for its original, with nothing downloaded."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir, backup_dir)
+        bk.recover(rfs, vault)
+        return bk.recheck(rfs, vault, run=run, op=op)
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
     recover_logdir(logdir, backup_dir)
     return recheck(ctx, run, op)
@@ -365,6 +374,10 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
 
 def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     """Unfinished operations, the batch ledger, the vault and the operations it holds."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        return bk.status(*_bucket(logdir, backup_dir))
     ctx = _context(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
@@ -381,8 +394,12 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
             "ledger": led}
 
 
-def history(logdir: str) -> List[dict]:
+def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """The change log, oldest first."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        return bk.history(*_bucket(logdir, backup_dir))
     return read_history(state_dir(logdir))
 
 

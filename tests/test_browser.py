@@ -352,6 +352,9 @@ def test_bucket_logdir_in_the_browser(browser, s3_bucket, tmp_path):
         tab.shot("b05-bucket-restored.png")
         assert objects() == start
         assert t.json(PREFIX + "/operations")["operations"][0]["restore_note"] == "restored"
+        f.locator('.nav-item[data-view="history"]').click()
+        expect(f.locator("table.history tbody tr")).to_have_count(2)
+        tab.shot("b06-bucket-history.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:
         if tab is not None:

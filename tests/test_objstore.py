@@ -215,9 +215,19 @@ def test_cli_plan_reduce_restore_on_a_bucket(s3_bucket, demo_logdir, tmp_path):
     red = cli("reduce", url, "--policy", str(pol), "--quiet-period", "0")
     assert red.returncode == 0, red.stdout + red.stderr
     assert len(_logdir_hashes(s3_bucket, "logs")) < len(before)
+    ver = cli("verify", url)
+    assert ver.returncode == 0 and "backups intact" in ver.stdout, ver.stdout + ver.stderr
+    st = cli("status", url, "--json")
+    assert st.returncode == 0, st.stderr
+    st = json.loads(st.stdout)
+    assert st["unfinished_operations"] == [] and st["vault_bytes"] > 0 and st["operations"]
     res = cli("restore", url)
     assert res.returncode == 0, res.stdout + res.stderr
     assert _logdir_hashes(s3_bucket, "logs") == before
+    hist = cli("history", url, "--json")
+    assert hist.returncode == 0, hist.stderr
+    kinds = [e["kind"] for e in json.loads(hist.stdout)]
+    assert sorted(set(kinds)) == ["reduce", "restore"] and kinds.count("reduce") == kinds.count("restore")
 
 
 # --- the store primitives a bucket transaction stands on -----------------------------------
@@ -298,10 +308,35 @@ def test_reduce_and_restore_byte_identical(bucket, demo_logdir):
     assert all(f["backup_checksums"] and f["checksums"] for m in mans for f in m["files"])
     # nothing pending, no lock left
     assert not [k for k in rfs.list_tree() if k.startswith((".tb-footprint/journal/", ".tb-footprint/locks/"))]
+    # verify, status, operations: read from the bucket's own manifests, nothing downloaded
+    checked = api.verify(url)
+    assert sorted(r["op_id"] for r in checked) == sorted(o.op_id for o in acted)
+    assert all(r["ok"] and r["backups_ok"] for r in checked), checked
+    st = api.status(url)
+    assert st["unfinished_operations"] == [] and len(st["operations"]) == len(acted)
+    assert st["vault_bytes"] == rep.saved_bytes
+    ops = api.operations(url)
+    assert {o["op_id"] for o in ops} == {o.op_id for o in acted}
+    assert all(s["restorable"] for s in api.summarize_operations(ops))
+    # a damaged backup is caught (and the intact ones are not blamed)
+    victim = mans[0]["files"][0]
+    good = bucket.fs.cat_file(victim["backup"])
+    bucket.fs.pipe_file(victim["backup"], b"not the original" + good[16:])
+    bad = {r["op_id"]: r for r in api.verify(url)}
+    assert bad[mans[0]["op"]]["damaged_backups"] == [victim["path"]] and not bad[mans[0]["op"]]["ok"]
+    assert all(r["ok"] for k, r in bad.items() if k != mans[0]["op"])
+    bucket.fs.pipe_file(victim["backup"], good)
+    assert all(r["ok"] for r in api.verify(url))
     outs = api.restore(url)
     assert outs and all(o.status == "restored" for o in outs), [(o.run, o.reason) for o in outs]
     assert _logdir_hashes(bucket, "logs") == before
     assert api.restore(url) == []  # restored operations are not restored twice
+    assert api.verify(url) == []  # nothing kept to check any more
+    hist = api.history(url)
+    assert sorted(e["kind"] for e in hist) == ["reduce"] * len(acted) + ["restore"] * len(acted)
+    assert [e["time"] for e in hist] == sorted(e["time"] for e in hist)
+    assert all(e["policy"] == "drop-profiles" and e["user"] and e["host"] for e in hist), hist
+    assert all(o["restored_by"] for o in api.operations(url))
 
 
 # --- crashes, races and store faults ---------------------------------------------------------
