@@ -157,27 +157,27 @@ DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
     "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
 
 
-@pytest.mark.parametrize("policy", ["archive", "lossless", "drop-profiles"])
-def test_plan_bucket_equals_plan_on_disk(bucket, demo_logdir, policy):
+def test_plan_bucket_equals_plan_on_disk(bucket, demo_logdir):
     """A plan of a bucket logdir lists the same actions and bytes as the plan of the same files
-    on disk, and carries its cost: a drop-only reduction downloads nothing, backs up every
-    removed file by one server-side copy and deletes in batches."""
+    on disk, under each policy, and carries its cost: a drop-only reduction downloads nothing,
+    backs up every removed file by one server-side copy and deletes in batches. (One upload per
+    store for the three policies: the uploads were most of this test's time.)"""
     url = bucket.upload(demo_logdir, "logs")
-    policy = DROP_PROFILES if policy == "drop-profiles" else policy
-    local = api.plan(str(demo_logdir), policy, quiet_period=0)
-    remote = api.plan(url, policy, quiet_period=0)
-    assert _plan_shape(remote) == _plan_shape(local)
-    assert remote.removable_bytes > 0
-    cost = remote.cost
-    assert cost["scan"]["list"] == 1 and cost["scan"]["put"] == 0  # a dry run writes nothing
-    acted = [rp for rp in remote.runs if not rp.skipped]
-    files = [a for rp in acted for a in rp.actions if a.kind != "remove_dir"]
-    assert cost["reduce"]["copy"] >= len(files)
-    drop_only = [rp for rp in acted if all(a.kind in ("delete", "remove_dir") for a in rp.actions)]
-    if policy is DROP_PROFILES:
-        assert drop_only == acted and cost["reduce"]["bytes_down"] == 0
-        assert cost["reduce"]["copy"] == len(files)
-    assert local.cost is None
+    for policy in ("archive", "lossless", DROP_PROFILES):
+        local = api.plan(str(demo_logdir), policy, quiet_period=0)
+        remote = api.plan(url, policy, quiet_period=0)
+        assert _plan_shape(remote) == _plan_shape(local), policy
+        assert remote.removable_bytes > 0
+        cost = remote.cost
+        assert cost["scan"]["list"] == 1 and cost["scan"]["put"] == 0  # a dry run writes nothing
+        acted = [rp for rp in remote.runs if not rp.skipped]
+        files = [a for rp in acted for a in rp.actions if a.kind != "remove_dir"]
+        assert cost["reduce"]["copy"] >= len(files)
+        drop_only = [rp for rp in acted if all(a.kind in ("delete", "remove_dir") for a in rp.actions)]
+        if policy is DROP_PROFILES:
+            assert drop_only == acted and cost["reduce"]["bytes_down"] == 0
+            assert cost["reduce"]["copy"] == len(files)
+        assert local.cost is None
 
 
 def test_plan_leaves_recently_written_bucket_runs_alone(s3_bucket, demo_logdir):
@@ -395,9 +395,12 @@ def test_crash_at_each_step_then_recovery_from_another_process(objstore_pool, de
         assert not gone
     else:
         assert gone
-    # a second reduction finishes the job; a restore brings back everything
-    again = _reduce_in_subprocess(url, pol)
-    assert again.returncode == 0, again.stdout + again.stderr
+    # a second reduction finishes the job (in this process: the crash above is what needs a
+    # process of its own); a restore brings back everything
+    again = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0)
+    assert again.outcomes and all(o.status in ("verified", "skipped") for o in again.outcomes), \
+        [(o.run, o.status, o.reason) for o in again.outcomes]
+    assert any(o.status == "verified" for o in again.outcomes) or expected == "completed"
     outs = api.restore(url)
     assert outs and all(o.status == "restored" for o in outs)
     assert _logdir_hashes(bucket, "logs") == before
