@@ -1,6 +1,6 @@
 """Object-store costs: ``python bench/objectstore.py [--runs N] [--small]``.
 
-Builds an N-run logdir (default 1,000; ``--small``: 40) in moto's S3 server on loopback, each
+Builds an N-run logdir (default 1,000; ``--small``: 10) in moto's S3 server on loopback, each
 run with one event file and one xprof profile session (xplane.pb, a trace and xprof caches),
 and drives the library through a counting proxy in front of the server, so every request any
 client sent (s3fs listings and reads, boto3 copies, puts and deletes) is counted where the
@@ -57,9 +57,9 @@ def _row(name: str, counts: dict, down: int, secs: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000)
-    ap.add_argument("--small", action="store_true", help="CI mode: 40 runs")
+    ap.add_argument("--small", action="store_true", help="CI mode: 10 runs (under a minute)")
     args = ap.parse_args(argv)
-    n = 40 if args.small else args.runs
+    n = 10 if args.small else args.runs
 
     import boto3
     import objstore_servers as servers

@@ -61,8 +61,8 @@ def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAU
              verify_backends: Sequence[str] = DEFAULT_BACKENDS,
              closed_files: Optional[Mapping[str, float]] = None) -> Context:
     if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
-        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage yet "
-                          "(scan, plan, reduce, restore and purge are)")
+        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage "
+                          "(scan, plan, reduce, verify, restore, purge, status, history and operations are)")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -110,7 +110,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
             o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
                            bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
         else:
-            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period)
+            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period, policy=(p.policy or {}).get("name"))
         report.outcomes.append(o)
         if on_outcome:
             on_outcome(o)
@@ -353,7 +353,16 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            backup_dir: Optional[str] = None,
            verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
-    TensorBoard's readers against the original (from the vault)."""
+    TensorBoard's readers against the original (from the vault).
+
+    On a bucket logdir (drop-only reductions: no event file was rewritten) every backup object is
+    checked against the checksums the store computed for its original, with nothing downloaded."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir, backup_dir)
+        bk.recover(rfs, vault)
+        return bk.recheck(rfs, vault, run=run, op=op)
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
     recover_logdir(logdir, backup_dir)
     results = recheck(ctx, run, op)
@@ -428,6 +437,10 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     """Unfinished operations, damage (``problems``, with codes), late writes salvaged, the batch
     ledger, the vault and the operations it holds; ``settle_command`` says what settles them.
     Changes nothing."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        return bk.status(*_bucket(logdir, backup_dir))
     ctx = _context(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
@@ -454,8 +467,12 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 
 
-def history(logdir: str) -> List[dict]:
+def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """The change log, oldest first."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        return bk.history(*_bucket(logdir, backup_dir))
     return read_history(state_dir(logdir))
 
 
@@ -467,13 +484,33 @@ __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "statu
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:
     """The full manifest of one operation (files, plan, verification with scalar series)."""
-
+    if is_remote(logdir):
+        found = [m for m in operations(logdir, backup_dir=backup_dir) if m.get("op_id") == op_id]
+        if not found:
+            raise TransactionError(f"no operation {op_id!r} in the vault of {logdir}")
+        return found[0]
     return find_manifest(_context(logdir, backup_dir), op_id)
+
+
+def _bucket_op_view(m: dict) -> dict:
+    """A bucket manifest in the shape of a local one (``op_id``, ``kind``, ``outcome``,
+    ``restored_by``, ``backup_purged``), so one set of rules and views serves both."""
+    out = {k: v for k, v in m.items() if not k.startswith("_")}
+    status = m.get("status")
+    out.update(op_id=m.get("op"), kind="reduce", started_at=m.get("created"), finished_at=m.get("created"),
+               outcome=Outcome.VERIFIED if status in ("verified", "restored") else status,
+               restored_by="a restore" if status == "restored" else None,
+               backup_purged=bool(m.get("purged")))
+    return out
 
 
 def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """Every operation's manifest (newest first), optionally for one run."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
 
+        rfs, vault = _bucket(logdir, backup_dir)
+        return [_bucket_op_view(m) for m in bk.manifests(rfs, vault) if run is None or m.get("run") == run]
     ctx = _context(logdir, backup_dir)
     out = [m for m in own_manifests(ctx) if run is None or m.get("run") == run]
     out.sort(key=lambda m: m.get("started_at", 0), reverse=True)

@@ -342,7 +342,7 @@ def cmd_status(args) -> int:
 def cmd_history(args) -> int:
     from tb_footprint_plugin import api
 
-    entries = api.history(args.logdir)
+    entries = api.history(args.logdir, backup_dir=getattr(args, "backup_dir", None))
     if args.csv:
         sys.stdout.write(api.history_csv(entries))
     elif args.json:

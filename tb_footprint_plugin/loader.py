@@ -111,7 +111,9 @@ class FootprintLoader(base_plugin.TBLoader):
 
     def fix_flags(self, flags):
         backup = getattr(flags, "footprint_backup_dir", None)
-        if backup:
+        if backup and "://" in backup:
+            pass  # a bucket prefix: the api checks it against the logdir (same store, server-side copies)
+        elif backup:
             backup = os.path.expanduser(backup)
             if not os.path.isabs(backup):
                 raise base_plugin.FlagsError(
@@ -148,8 +150,11 @@ class FootprintLoader(base_plugin.TBLoader):
     def load(self, context):
         logdir = getattr(context, "logdir", None)
         if not is_local_logdir(logdir):
-            # --logdir_spec (logdir == "") or a remote URL: nothing on a local disk to look at.
-            return None
+            from tb_footprint_plugin.storage.remote import is_bucket_url  # dependency-free
+
+            if not (logdir and is_bucket_url(logdir)):
+                # --logdir_spec (logdir == "") or a URL of a store Footprint has no bucket verbs for
+                return None
         from tb_footprint_plugin.plugin.plugin import FootprintPlugin
 
         return FootprintPlugin(context)

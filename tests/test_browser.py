@@ -46,8 +46,8 @@ from tbproc import make_demo  # noqa: E402
 class TensorBoard(_TensorBoard):
     """The shared process, waiting for the tab's first scan so the page opens on data."""
 
-    def __init__(self, logdir, *extra):
-        super().__init__(logdir, *extra)
+    def __init__(self, logdir, *extra, log_path=None):
+        super().__init__(logdir, *extra, log_path=log_path)
         self.get(PREFIX + "/runs?wait=60")
 
     def get(self, path):
@@ -309,4 +309,72 @@ def test_read_only_banner(browser, demo):
         finally:
             tab.close()
     finally:
+        t.stop()
+
+
+DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+
+
+def test_bucket_logdir_in_the_browser(browser, s3_bucket, tmp_path):
+    """``tensorboard --logdir s3://…`` against the moto server (TensorBoard reads it through boto3
+    with S3_ENDPOINT): the tab shows the breakdown, reduces a drop-only run in the bucket, sees it
+    verified, and restores it; the bucket ends byte-identical outside the vault."""
+    url = s3_bucket.upload(make_demo(tmp_path / "demo_logs"), "logs")
+    pol = tmp_path / "drop-profiles.json"
+    pol.write_text(json.dumps(DROP_PROFILES))
+
+    def objects():
+        return {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(".tb-footprint/")}
+
+    start = objects()
+    t = TensorBoard(url, "--footprint_policy", str(pol), log_path=str(tmp_path / "tensorboard.log"))
+    tab = None
+    try:
+        api_runs = t.json(PREFIX + "/runs")["runs"]
+        target = next(r for r in api_runs if r["removable_bytes"] > 0)
+        name = target["name"]
+        plan = t.json(PREFIX + "/plan?run=" + name)
+        assert plan["runs"][0]["removable_bytes"] == target["removable_bytes"] and plan["cost"]
+        tab = Tab(browser, t)
+        f = tab.frame
+        shown = f.locator(".row[data-run]").evaluate_all("els => els.map(e => e.dataset.run)")
+        assert shown == [r["name"] for r in api_runs]
+        expect(f.locator(".scan-time")).to_contain_text("scanned")
+        assert f.locator(".legend-item").count() >= 2
+        tab.shot("b01-bucket-overview.png")
+
+        f.locator(f'.row[data-run="{name}"] .run-link').click()
+        expect(f.locator(".run-title")).to_have_text(name)
+        expect(f.locator(".plan-summary")).to_contain_text("Frees")
+        tab.shot("b02-bucket-run-detail.png")
+        assert objects() == start
+
+        f.locator(".plan-box button.reduce-run").click()
+        dialog = f.locator(".dialog")
+        expect(dialog.locator(".changes li").first).to_contain_text("delete")
+        dialog.locator(".dialog-confirm").click()
+        expect(f.locator('.outcome-line[data-status="verified"]')).to_be_visible(timeout=180000)
+        tab.shot("b04-bucket-reduce-verified.png")
+        after = objects()
+        assert after != start and all(after[k] == start[k] for k in after)  # only removals
+
+        ops = t.json(PREFIX + "/operations")["operations"]
+        assert [o["run"] for o in ops] == [name] and ops[0]["restorable"]
+        f.locator('.nav-item[data-view="operations"]').click()
+        expect(f.locator("table.operations tbody tr")).to_have_count(1)
+        f.locator("a.restore-link").first.click()
+        expect(f.locator(".dialog")).to_contain_text("byte for byte")
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator('.outcome-line[data-status="restored"]')).to_be_visible(timeout=180000)
+        tab.shot("b05-bucket-restored.png")
+        assert objects() == start
+        assert t.json(PREFIX + "/operations")["operations"][0]["restore_note"] == "restored"
+        f.locator('.nav-item[data-view="history"]').click()
+        expect(f.locator("table.history tbody tr")).to_have_count(2)
+        tab.shot("b06-bucket-history.png")
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        if tab is not None:
+            tab.close()
         t.stop()

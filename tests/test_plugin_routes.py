@@ -250,8 +250,10 @@ def test_fix_flags_accepts_absolute_backup_dir(tmp_path):
     assert ns.footprint_quiet_period == 0.0
 
 
-@pytest.mark.parametrize("logdir", ["", "gs://bucket/logs", "s3://b/x"])
-def test_load_returns_none_without_local_logdir(logdir):
+@pytest.mark.parametrize("logdir", ["", "hdfs://namenode/logs", "s3://", "gs:///"])
+def test_load_returns_none_without_a_logdir_footprint_reads(logdir):
+    """--logdir_spec, a store without bucket verbs, or a URL naming no bucket: no tab. (A bucket
+    logdir does get the tab: tests/test_browser.py drives it against the moto S3 server.)"""
     ctx = base_plugin.TBContext(logdir=logdir, flags=make_flags(logdir))
     assert FootprintLoader().load(ctx) is None
 

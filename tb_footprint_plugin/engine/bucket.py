@@ -34,6 +34,7 @@ from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -193,7 +194,7 @@ def _owner_gone(lock: dict) -> bool:
 
 
 def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
-               quiet_period: float) -> RunOutcome:
+               quiet_period: float, policy: Optional[str] = None) -> RunOutcome:
     """Reduce one run of a bucket logdir by its plan ``rp`` (deletes only); never raises for a
     store failure: the run ends verified, rolled back, or skipped, with a reason."""
     t0 = time.monotonic()
@@ -245,7 +246,8 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
             faults.hit("bucket.after_backup_copy")
         manifest = {"op": op_id, "run": rp.run, "logdir": rfs.url, "created": _now(), "status": "verified",
                     "files": files, "bytes_before": rp.bytes_before,
-                    "bytes_after": rp.bytes_before - sum(f["size"] for f in files)}
+                    "bytes_after": rp.bytes_before - sum(f["size"] for f in files),
+                    "policy": policy, **who()}
         st.create(vault.manifest(op_id), manifest)
         faults.hit("bucket.after_backup")
         # Last look before the destructive step: an object rewritten since its backup was made
@@ -499,6 +501,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
         manifest["status"] = "restored"
         manifest["restored_at"] = _now()
+        manifest["restored_with"] = who()
         cur = rfs.ops.head(vault.manifest(manifest["op"]))
         st.update(vault.manifest(manifest["op"]), manifest, cur.version_token if cur else "")
         out.status = Outcome.RESTORED
@@ -574,3 +577,80 @@ def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
         "noncurrent_expiry_days": r.get("noncurrent_expiry_days"),
         "lines": lines,
     }
+
+
+def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
+            op: Optional[str] = None) -> List[dict]:
+    """Re-check kept bucket reductions without downloading: every backup object is still there
+    with the checksums the store computed for the original, and every removed key is still
+    absent from the logdir (or was put back by someone, which is reported)."""
+    out = []
+    for m in manifests(rfs, vault):
+        if m.get("status") != "verified" or m.get("purged"):
+            continue
+        if (op is not None and m.get("op") != op) or (run is not None and m.get("run") != run):
+            continue
+        bad, absent, back = [], 0, []
+        listing = _run_listing(rfs, vault, m["run"])
+        for f in m.get("files", []):
+            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                raise BucketTxnError("untrusted_manifest", f"{m['_path']}: names a backup outside the vault")
+            info = rfs.ops.head(f["backup"])
+            if info is None or info.size != f.get("size") or \
+                    not same_content(content_checksums(info), f.get("checksums") or {}):
+                bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
+            if f["path"] in listing:
+                back.append(f["path"])
+            else:
+                absent += 1
+        checks = [
+            {"name": "backups", "ok": not bad, "detail": f"{len(m.get('files', [])) - len(bad)} of "
+             f"{len(m.get('files', []))} backups in the vault match the store's checksums of the originals"},
+            {"name": "removed", "ok": True, "detail": f"{absent} removed file(s) still absent from the run"
+             + (f"; {len(back)} exist again (written since), e.g. {back[0]}" if back else "")},
+        ]
+        out.append({"op_id": m["op"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
+                    "verification": {"ok": not bad, "checks": checks}, "ok": not bad})
+    return out
+
+
+def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
+    """The change log of a bucket logdir, oldest first, from its manifests (a bucket has no
+    append: each operation's manifest is its record, marked when restored or purged)."""
+    out = []
+    for m in manifests(rfs, vault):
+        kept = not m.get("purged") and m.get("status") == "verified"
+        out.append({"time": m.get("created"), "op_id": m.get("op"), "kind": "reduce", "run": m.get("run"),
+                    "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
+                    "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
+                    "user": m.get("user"), "host": m.get("host")})
+        if m.get("restored_at"):
+            out.append({"time": m["restored_at"], "op_id": m.get("op"), "kind": "restore", "run": m.get("run"),
+                        "of_op": m.get("op"), "before": m.get("bytes_after"), "after": m.get("bytes_before"),
+                        "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m.get("purged"),
+                        "policy": m.get("policy"), **(m.get("restored_with") or {})})
+        if m.get("purged"):
+            out.append({"time": m["purged"], "op_id": m.get("op"), "kind": "purge", "run": m.get("run"),
+                        "outcome": "purged", "backup_kept": False})
+    out.sort(key=lambda e: e.get("time") or 0)
+    return out
+
+
+def status(rfs: RemoteFS, vault: BucketVault) -> dict:
+    """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
+    try:
+        pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in rfs.list_tree(JOURNAL))
+    except FileNotFoundError:
+        pending = []
+    ops, vault_bytes = [], 0
+    for m in manifests(rfs, vault):
+        size = sum(int(f.get("size") or 0) for f in m.get("files", []))
+        if not m.get("purged"):
+            vault_bytes += size
+        ops.append({"op_id": m.get("op"), "kind": "reduce", "run": m.get("run"), "outcome": Outcome.VERIFIED,
+                    "reason": None, "bytes_before": m.get("bytes_before"), "bytes_after": m.get("bytes_after"),
+                    "finished_at": m.get("created"), "backup_purged": bool(m.get("purged")),
+                    "restored_by": "a restore" if m.get("status") == "restored" else None})
+    return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
+            "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"], "vault_bytes": vault_bytes,
+            "unfinished_operations": pending, "operations": ops, "ledger": None}

@@ -167,8 +167,8 @@ class ActionRoutes(RouteBase):
         return self._json(request, {"job": job.to_dict()})
 
     def rescan(self, request, body):
-        if not self.p.local:
-            raise HttpError(409, "the logdir is not on a local disk")
+        if not self.p.readable:
+            raise HttpError(409, "Footprint reads local logdirs and s3://, gs://, az:// buckets, not this logdir")
         self.p.scans.refresh()
         return self._json(request, {"scan": self.p.scans.get(wait=0.0)[1]}, code=202)
 

@@ -163,8 +163,8 @@ class RouteBase:
             raise HttpError(400, str(e)) from None
 
     def _scan(self, request=None, wait: Optional[float] = None):
-        if not self.p.local:
-            raise HttpError(409, "the logdir is not on a local disk; Footprint only reads local logdirs")
+        if not self.p.readable:
+            raise HttpError(409, "Footprint reads local logdirs and s3://, gs://, az:// buckets, not this logdir")
         if request is not None and wait is None:
             w = request.args.get("wait")
             if w is not None:
@@ -211,7 +211,7 @@ class RouteBase:
                         quiet_period=self.p.config.quiet_period, footprint=fp)
 
     def _operations(self, run: Optional[str] = None) -> List[dict]:
-        if not os.path.isdir(self.p.logdir):
+        if self.p.local and not os.path.isdir(self.p.logdir):
             return []
         return api.operations(self.p.logdir, run=run, backup_dir=self.p.config.backup_dir)
 

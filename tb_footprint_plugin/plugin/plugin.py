@@ -17,6 +17,7 @@ from tensorboard.plugins import base_plugin
 from tb_footprint_plugin.loader import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
 from tb_footprint_plugin.plugin.jobs import JobManager
 from tb_footprint_plugin.plugin.security import Security
+from tb_footprint_plugin.storage.remote import is_bucket_url
 
 logger = logging.getLogger("tb_footprint_plugin.plugin")
 
@@ -270,7 +271,8 @@ class Config:
     def __init__(self, flags, logdir: str):
         self.logdir = logdir
         backup = getattr(flags, "footprint_backup_dir", None)
-        self.backup_dir = os.path.abspath(os.path.expanduser(backup)) if backup else None
+        self.backup_dir = (None if not backup else backup if "://" in backup
+                           else os.path.abspath(os.path.expanduser(backup)))
         self.default_policy = getattr(flags, "footprint_policy", None) or DEFAULT_POLICY
         try:
             self.quiet_period = parse_quiet_period(getattr(flags, "footprint_quiet_period", DEFAULT_QUIET_PERIOD))
@@ -287,26 +289,29 @@ class FootprintPlugin(base_plugin.TBPlugin):
     def __init__(self, context, *, start_background: bool = True):
         raw = context.logdir or ""
         self.local = is_local_logdir(raw)
+        # s3://, gs://, az:// logdirs go through the same api verbs (bucket transactions);
+        # any other scheme stays out of reach of the tab
+        self.readable = self.local or is_bucket_url(raw)
         self.logdir = os.path.abspath(os.path.expanduser(raw)) if self.local else raw
         self.flags = context.flags
         self.config = Config(context.flags, self.logdir)
-        self.security = Security(context.flags, self.logdir, local_logdir=self.local)
+        self.security = Security(context.flags, self.logdir, local_logdir=self.readable)
         self.scans = ScanService(self.logdir, self.config.backup_dir,
                                  write_cache=not self.config.read_only)
         self.recovery = Recovery(self.logdir, self.config.backup_dir,
-                                 enabled=self.security.actions_enabled and self.local)
+                                 enabled=self.security.actions_enabled and self.readable)
         self.scans.set_gate(self.recovery.done)
         self.jobs = JobManager(before_start=lambda: self.recovery.done.wait(300.0),
                                after_finish=lambda job: self.scans.refresh())
         from tb_footprint_plugin.plugin.routes import Routes
 
         self.routes = Routes(self)
-        if start_background and self.local:
+        if start_background and self.readable:
             self.recovery.start()
             self.scans.start()  # first scan, right after recovery
         else:  # tests build the plugin without background work
             self.recovery.state = "skipped"
-            self.recovery.detail = "the logdir is not local" if not self.local else "not started"
+            self.recovery.detail = "the logdir is not one Footprint reads" if not self.readable else "not started"
             self.recovery.done.set()
 
     # --- TBPlugin -------------------------------------------------------------------------
@@ -320,7 +325,7 @@ class FootprintPlugin(base_plugin.TBPlugin):
 
     def is_active(self):
         """Cheap: reads only the last scan in memory, never the disk (runs on every listing)."""
-        if not self.local:
+        if not self.readable:
             return False
         fp = self.scans.peek()
         if fp is None:

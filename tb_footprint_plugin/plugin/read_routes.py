@@ -21,7 +21,7 @@ class ReadRoutes(RouteBase):
         from tb_footprint_plugin.scan import categories
         from tb_footprint_plugin.version import __version__
 
-        fp, meta = self.p.scans.get(wait=0.0) if self.p.local else (None, {})
+        fp, meta = self.p.scans.get(wait=0.0) if self.p.readable else (None, {})
         return self._json(request, {
             "version": __version__,
             "logdir": self.p.logdir,
@@ -155,7 +155,10 @@ class ReadRoutes(RouteBase):
         return self._json(request, {"job": j.to_dict()})
 
     def history(self, request):
-        entries = api.history(self.p.logdir) if os.path.isdir(self.p.logdir) else []
+        if self.p.local:
+            entries = api.history(self.p.logdir) if os.path.isdir(self.p.logdir) else []
+        else:
+            entries = api.history(self.p.logdir, backup_dir=self.p.config.backup_dir)
         entries = list(reversed(entries))
         return self._json(request, {"entries": entries[:500], "total": len(entries)})
 

@@ -67,6 +67,12 @@ def protocol_of(url: str) -> str:
     return SCHEMES.get(scheme or "", (scheme or "file", None))[0]
 
 
+def is_bucket_url(path: str) -> bool:
+    """True for an object-store URL the bucket verbs handle (s3://, gs://, az:// and their aliases)."""
+    scheme, rest = split_scheme(os.fspath(path))
+    return scheme in SCHEMES and bool(rest.strip("/"))
+
+
 def is_remote(path: str) -> bool:
     """True for a URL that names something other than the local filesystem."""
     scheme, _ = split_scheme(os.fspath(path))
