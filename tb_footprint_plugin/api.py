@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
@@ -27,7 +27,8 @@ from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
-from tb_footprint_plugin.engine.ledger import Ledger
+from tb_footprint_plugin.engine import lease
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged
 from tb_footprint_plugin.engine.purge import PurgeReport, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
@@ -37,6 +38,8 @@ from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, apply_open_writers, leave_alone, make_plan
 from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
+from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.plan.shard import ShardError, parse_shard, shard_from_env  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
     dashboards_note,
@@ -46,6 +49,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
 )
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 
@@ -132,6 +136,9 @@ class ReduceReport:
     outcomes: List[RunOutcome] = field(default_factory=list)
     recovered: List[RecoveryOutcome] = field(default_factory=list)
     ledger_path: Optional[str] = None
+    shard: Optional[Tuple[int, int]] = None
+    #: the runs of the logdir this shard took (None without a shard)
+    shard_runs: Optional[List[str]] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -169,7 +176,35 @@ class ReduceReport:
             "outcomes": [o.to_dict() for o in self.outcomes],
             "recovered": [vars(r) for r in self.recovered],
             "ledger": self.ledger_path,
+            "shard": sharding.label(self.shard),
+            "shard_runs": self.shard_runs,
         }
+
+
+def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
+    """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
+    the run's original bytes (its size before any reduction the change log records)."""
+    out: Dict[str, int] = {}
+    for ld in logdirs:
+        ld = os.path.abspath(ld)
+        fp = scan(ld, backup_dir=backup_dir)
+        cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
+        for run, b in sharding.original_sizes(cur, read_history(state_dir(ld))).items():
+            out[sharding.key(ld, run)] = b
+    return out
+
+
+def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optional[str] = None,
+               sizes: Optional[Mapping[str, int]] = None) -> Dict[str, List[str]]:
+    """Which runs of each logdir shard ``shard`` = (index, count) takes: logdir -> runs. Every
+    worker computes the same partition from its own scan (``plan.shard`` says how and its bound)."""
+    sizes = shard_sizes(logdirs, backup_dir) if sizes is None else sizes
+    out: Dict[str, List[str]] = {os.path.abspath(ld): [] for ld in logdirs}
+    for k in sharding.select(sizes, shard):
+        ld, run = k.split("\0", 1)
+        if ld in out:
+            out[ld].append(run)
+    return out
 
 
 def reduce_logdir(
@@ -191,19 +226,64 @@ def reduce_logdir(
     progress: Optional[RunProgress] = None,
     on_outcome: Optional[Callable[[RunOutcome], None]] = None,
     cancel: Optional[CancelToken] = None,
+    shard: Optional[Tuple[int, int]] = None,
+    shard_with: Optional[Sequence[str]] = None,
+    max_file_ops_per_second: Optional[float] = None,
+    lease_seconds: Optional[float] = None,
 ) -> ReduceReport:
     """Reduce runs largest first, each as its own verified transaction.
 
     ``dry_run=True`` (the default) only plans. With ``ledger`` (a path, or ``"default"`` for
     ``<logdir>/.tb-footprint/ledger.json``) every transition is recorded and a rerun resumes.
     ``closed_files``: see ``plan`` (the end-of-training integrations pass the job's own files).
+
+    ``shard=(i, n)``: only the runs shard ``i`` of ``n`` takes (``shard_plan``; with
+    ``shard_with``, the partition is over the runs of all those logdirs, this one included) and
+    the ledger defaults to this shard's own (``ledger-shard-I-of-N.json``, merged by ``status``).
+    Overlapping or rerun shards are safe: a run another worker holds is skipped with
+    ``Skip.LOCKED`` (its lease says who), one a dead worker held is taken over.
+    ``max_file_ops_per_second`` caps this process's metadata operations (``storage.throttle``);
+    ``lease_seconds`` sets the run locks' lease (``engine.lease``).
     """
     ctx = _context(logdir, backup_dir, quiet_period, verify_backends, closed_files)
     pol = get_policy(policy)
+    before_limit = throttle.limit()
+    if max_file_ops_per_second is not None:
+        throttle.configure(max_file_ops_per_second)
+    lease.configure(lease_seconds, sharding.label(shard))
+    try:
+        return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
+                       older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
+                       timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
+                       shard=shard, shard_with=shard_with)
+    finally:
+        if max_file_ops_per_second is not None:
+            throttle.configure(before_limit)
+
+
+def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] = None, **kwargs) -> List[ReduceReport]:
+    """``reduce_logdir`` over several logdirs in one call; with ``shard``, the partition is over the
+    runs of all of them (a logdir of one run still counts for one shard only)."""
+    logdirs = [os.path.abspath(ld) for ld in logdirs]
+    if len(set(logdirs)) != len(logdirs):
+        raise ValueError("a logdir is listed twice")
+    return [reduce_logdir(ld, shard=shard, shard_with=logdirs if shard else None, **kwargs) for ld in logdirs]
+
+
+def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
+            older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
+            shard, shard_with) -> ReduceReport:
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+    mine = None
+    if shard is not None:
+        shard = sharding.check_shard(*shard)
+        mine = shard_plan(list(shard_with or [ctx.logdir]), shard, backup_dir).get(ctx.logdir, [])
+        runs = [r for r in mine if runs is None or r in runs]
+        if ledger is None:
+            ledger = "default"
     p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
              older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
-    report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered)
+    report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
     if dry_run:
         report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                       reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
@@ -212,10 +292,10 @@ def reduce_logdir(
     remember_vault(ctx)
     book = None
     if ledger:
-        path = os.path.join(ctx.state, "ledger.json") if ledger == "default" else os.path.abspath(ledger)
+        path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
         if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
             raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
-        book = Ledger(path, pol.name, ctx.logdir)
+        book = Ledger(path, pol.name, ctx.logdir, shard=sharding.label(shard))
         report.ledger_path = path
         entries = book.start(rp.run for rp in p.runs)
     todo = []
@@ -319,7 +399,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
 
 def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     """Unfinished operations, damage (``problems``, with codes), late writes salvaged, the batch
-    ledger, the vault and the operations it holds; ``settle_command`` says what settles them.
+    ledger, ``batch`` (every ledger of the logdir — one per shard — merged into one view: per run
+    its state, who did it and its bytes; ``engine.ledger.merged``), the vault and the operations it holds; ``settle_command`` says what settles them.
     Changes nothing."""
     ctx = _context(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
@@ -332,12 +413,13 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
                                           "bytes_after", "finished_at", "backup_purged", "restored_by",
                                           "rebuilt")})
         ops[-1]["salvaged"] = len(m.get("salvaged", []))
-    ledger_path = os.path.join(ctx.state, "ledger.json")
-    led = Ledger(ledger_path, "", ctx.logdir).summary() if os.path.exists(ledger_path) else None
+    lp = ledger_path(ctx.state)
+    led = Ledger(lp, "", ctx.logdir).summary() if os.path.exists(lp) else None
+    paths = ledger_paths(ctx.state)
     found = unfinished(logdir, backup_dir)
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led, "unfinished": found["unfinished_operations"], "problems": found["problems"],
+            "ledger": led, "batch": merged(paths) if paths else None, "unfinished": found["unfinished_operations"], "problems": found["problems"],
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 
 
@@ -346,7 +428,7 @@ def history(logdir: str) -> List[dict]:
     return read_history(state_dir(logdir))
 
 
-__all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
+__all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]

@@ -39,6 +39,7 @@ from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
@@ -74,7 +75,7 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
         for n in files:
             p = os.path.join(root, n)
             with contextlib.suppress(OSError):
-                st = os.lstat(p)
+                st = fsops.lstat(p)
                 if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
                     mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), st.st_mtime))
     # verification reads every event file of the run: one it cannot read is named up front
