@@ -146,11 +146,13 @@ def drop(path: str) -> None:
 
 
 def renew_all() -> None:
-    """Push every held lease's expiry forward (a lease someone else took over is given up)."""
+    """Push forward the expiry of every held lease renewed a third of a lease ago or more (a lease someone else took over is given up)."""
     with _mu:
         items = list(_held.items())
     now = time.time()
     for path, lease in items:
+        if now - lease["renewed"] < _lease_s / 3:
+            continue
         cur = read_lease(path)
         if cur is None or cur["token"] != lease["token"]:
             with _mu:
@@ -170,8 +172,8 @@ def _start_renewer() -> None:
         return
 
     def loop() -> None:
-        while True:
-            time.sleep(max(0.05, _lease_s / 3))
+        while True:  # wakes at least every second, so a shorter lease configured later is honoured
+            time.sleep(min(1.0, max(0.05, _lease_s / 6)))
             renew_all()
 
     _renewer = threading.Thread(target=loop, name="tb-footprint-lease", daemon=True)
