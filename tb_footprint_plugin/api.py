@@ -184,10 +184,14 @@ class ReduceReport:
 def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
     """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
     the run's original bytes (its size before any reduction the change log records)."""
+    return _shard_sizes(logdirs, backup_dir, {})
+
+
+def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[str, LogdirFootprint]) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for ld in logdirs:
         ld = os.path.abspath(ld)
-        fp = scan(ld, backup_dir=backup_dir)
+        fp = scans[ld] = scan(ld, backup_dir=backup_dir)
         cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
         for run, b in sharding.original_sizes(cur, read_history(state_dir(ld))).items():
             out[sharding.key(ld, run)] = b
@@ -228,6 +232,7 @@ def reduce_logdir(
     cancel: Optional[CancelToken] = None,
     shard: Optional[Tuple[int, int]] = None,
     shard_with: Optional[Sequence[str]] = None,
+    partition_sizes: Optional[Mapping[str, int]] = None,
     max_file_ops_per_second: Optional[float] = None,
     lease_seconds: Optional[float] = None,
 ) -> ReduceReport:
@@ -238,7 +243,8 @@ def reduce_logdir(
     ``closed_files``: see ``plan`` (the end-of-training integrations pass the job's own files).
 
     ``shard=(i, n)``: only the runs shard ``i`` of ``n`` takes (``shard_plan``; with
-    ``shard_with``, the partition is over the runs of all those logdirs, this one included) and
+    ``shard_with``, the partition is over the runs of all those logdirs, this one included;
+    ``partition_sizes``: its input ``shard_sizes`` when the caller has it already) and
     the ledger defaults to this shard's own (``ledger-shard-I-of-N.json``, merged by ``status``).
     Overlapping or rerun shards are safe: a run another worker holds is skipped with
     ``Skip.LOCKED`` (its lease says who), one a dead worker held is taken over.
@@ -255,7 +261,7 @@ def reduce_logdir(
         return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
-                       shard=shard, shard_with=shard_with)
+                       shard=shard, shard_with=shard_with, partition_sizes=partition_sizes)
     finally:
         if max_file_ops_per_second is not None:
             throttle.configure(before_limit)
@@ -267,22 +273,39 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
     logdirs = [os.path.abspath(ld) for ld in logdirs]
     if len(set(logdirs)) != len(logdirs):
         raise ValueError("a logdir is listed twice")
-    return [reduce_logdir(ld, shard=shard, shard_with=logdirs if shard else None, **kwargs) for ld in logdirs]
+    before_limit = throttle.limit()
+    if kwargs.get("max_file_ops_per_second") is not None:
+        throttle.configure(kwargs["max_file_ops_per_second"])  # the partition's scans count too
+    try:
+        # several logdirs: one partition scan of each, shared by all their reductions
+        sizes = shard_sizes(logdirs, kwargs.get("backup_dir")) if shard and len(logdirs) > 1 else None
+        return [reduce_logdir(ld, shard=shard, shard_with=logdirs if shard else None, partition_sizes=sizes,
+                              **kwargs) for ld in logdirs]
+    finally:
+        throttle.configure(before_limit)
 
 
 def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
             older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
-            shard, shard_with) -> ReduceReport:
+            shard, shard_with, partition_sizes) -> ReduceReport:
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
     mine = None
+    scans: Dict[str, LogdirFootprint] = {}
     if shard is not None:
         shard = sharding.check_shard(*shard)
-        mine = shard_plan(list(shard_with or [ctx.logdir]), shard, backup_dir).get(ctx.logdir, [])
+        logdirs = list(shard_with or [ctx.logdir])
+        if partition_sizes is not None:
+            scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir)
+            sizes = partition_sizes
+        else:
+            sizes = _shard_sizes(logdirs, backup_dir, scans)
+        mine = shard_plan(logdirs, shard, backup_dir, sizes).get(ctx.logdir, [])
         runs = [r for r in mine if runs is None or r in runs]
         if ledger is None:
             ledger = "default"
     p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
-             older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
+             older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
+             footprint=scans.get(ctx.logdir))  # the partition's own scan: one scan per worker
     report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
     if dry_run:
         report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,

@@ -227,17 +227,14 @@ def cmd_reduce(args) -> int:
     except ValueError as e:  # a shard spec or a scheduler's environment that names no shard
         print(f"tb-footprint: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    reports = []
-    for logdir in logdirs:
-        reports.append(api.reduce_logdir(
-            logdir, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
-            runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
-            quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
-            ledger=None if args.dry_run else (args.ledger or "default"),
-            verify_backends=tuple(args.verify.split(",")), on_outcome=on_outcome,
-            shard=shard, shard_with=logdirs if shard and len(logdirs) > 1 else None,
-            max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
-        ))
+    reports = api.reduce_logdirs(
+        logdirs, shard=shard, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
+        runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
+        quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
+        ledger=None if args.dry_run else (args.ledger or "default"),
+        verify_backends=tuple(args.verify.split(",")), on_outcome=on_outcome,
+        max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
+    )
     if bar_ is not None:
         bar_.close()
     if args.json:
