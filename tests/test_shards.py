@@ -316,6 +316,26 @@ def test_a_stalled_worker_shows_in_the_merged_status(tmp_path):
     assert "x" not in b["runs"] and any("2 malformed" in p["detail"] for p in b["problems"])
 
 
+def test_a_worker_settles_the_run_a_killed_worker_left_and_reduces_it(tmp_path):
+    """A run whose worker died after this worker started: its journal is settled in the transaction
+    (the lock proves its process gone), not left as a failure for a rerun."""
+    from tb_footprint_plugin.engine.context import Context
+    from tb_footprint_plugin.engine.transaction import reduce_run
+
+    logdir = make_logdir(tmp_path / "logs", 1)
+    before = user_files(logdir)
+    rp = next(r for r in api.plan(logdir).runs if r.actions)  # planned before the other worker started
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w.communicate(timeout=300)
+    assert w.returncode == -signal.SIGKILL and api.pending_operations(logdir)
+    o = reduce_run(Context(logdir, verify_backends=("python",)), rp)
+    assert o.status == "verified", o.to_dict()
+    assert api.pending_operations(logdir) == []
+    assert [e["outcome"] for e in api.history(logdir)] == ["rolled_back", "verified"]
+    api.restore(logdir)
+    assert user_files(logdir) == before
+
+
 def test_several_logdirs_are_sharded_together(tmp_path):
     a = make_logdir(tmp_path / "a", 3, seed=1)
     b = make_logdir(tmp_path / "b", 3, seed=2)

@@ -34,6 +34,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import apply_swap, rollback
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
@@ -175,6 +176,20 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         out.reason, out.code = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
         return out
     unsettled = unsettled_op(ctx, rp.run)
+    if unsettled:
+        # we hold the run's lock, so the process of that operation is gone (a killed worker of a
+        # sharded batch): settle it now, as the next start would, and go on if the run is free
+        lock.release()
+        try:
+            recover(ctx)
+            lock = RunLock(ctx.lock_dir, rp.run).acquire()
+        except RunLocked as e:
+            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+            return out
+        except Exception as e:
+            out.reason, out.code = f"cannot settle or lock run {rp.run!r}: {reason_of(e)}", Failure.LOCK_ERROR
+            return out
+        unsettled = unsettled_op(ctx, rp.run)
     if unsettled:
         lock.release()
         out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
