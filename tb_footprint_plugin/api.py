@@ -184,14 +184,15 @@ class ReduceReport:
 def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
     """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
     the run's original bytes (its size before any reduction the change log records)."""
-    return _shard_sizes(logdirs, backup_dir, {})
+    return _shard_sizes(logdirs, backup_dir, {}, write_cache=False)
 
 
-def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[str, LogdirFootprint]) -> Dict[str, int]:
+def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[str, LogdirFootprint],
+                 write_cache: bool) -> Dict[str, int]:
     out: Dict[str, int] = {}
     for ld in logdirs:
         ld = os.path.abspath(ld)
-        fp = scans[ld] = scan(ld, backup_dir=backup_dir)
+        fp = scans[ld] = scan(ld, backup_dir=backup_dir, write_cache=write_cache)
         cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
         for run, b in sharding.original_sizes(cur, read_history(state_dir(ld))).items():
             out[sharding.key(ld, run)] = b
@@ -293,12 +294,14 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
     scans: Dict[str, LogdirFootprint] = {}
     if shard is not None:
         shard = sharding.check_shard(*shard)
-        logdirs = list(shard_with or [ctx.logdir])
+        logdirs = [os.path.abspath(ld) for ld in (shard_with or [ctx.logdir])]
+        if ctx.logdir not in logdirs:
+            raise ValueError(f"shard_with must list the logdir {ctx.logdir} itself")
         if partition_sizes is not None:
-            scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir)
+            scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir, write_cache=not dry_run)
             sizes = partition_sizes
-        else:
-            sizes = _shard_sizes(logdirs, backup_dir, scans)
+        else:  # a dry run writes nothing, not even the scan cache
+            sizes = _shard_sizes(logdirs, backup_dir, scans, write_cache=not dry_run)
         mine = shard_plan(logdirs, shard, backup_dir, sizes).get(ctx.logdir, [])
         runs = [r for r in mine if runs is None or r in runs]
         if ledger is None:

@@ -336,6 +336,17 @@ def test_a_worker_settles_the_run_a_killed_worker_left_and_reduces_it(tmp_path):
     assert user_files(logdir) == before
 
 
+def test_a_sharded_dry_run_writes_nothing_and_plans_only_its_shard(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 6)
+    before = tree_hashes(logdir)
+    rep = api.reduce_logdir(logdir, shard=(1, 2))
+    mine = api.shard_plan([logdir], (1, 2))[logdir]
+    assert rep.dry_run and sorted(rp.run for rp in rep.plan.runs) == mine == sorted(rep.shard_runs)
+    assert tree_hashes(logdir) == before  # not even a scan cache or a ledger
+    with pytest.raises(ValueError, match="shard_with"):
+        api.reduce_logdir(logdir, shard=(0, 2), shard_with=[str(tmp_path)])
+
+
 def test_several_logdirs_are_sharded_together(tmp_path):
     a = make_logdir(tmp_path / "a", 3, seed=1)
     b = make_logdir(tmp_path / "b", 3, seed=2)
