@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
@@ -28,7 +28,8 @@ from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
-from tb_footprint_plugin.engine.ledger import Ledger
+from tb_footprint_plugin.engine import lease
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged
 from tb_footprint_plugin.engine.purge import PurgeReport, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
@@ -40,6 +41,8 @@ from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, apply_open_writers, leave_alone, make_plan
 from tb_footprint_plugin.plan.retire import RetirePlan, RetireRule, plan_retire, read_keep_list
 from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
+from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.plan.shard import ShardError, parse_shard, shard_from_env  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
     dashboards_note,
@@ -49,6 +52,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
 )
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 from tb_footprint_plugin.storage.remote import RemoteError, is_remote
@@ -202,6 +206,9 @@ class ReduceReport:
     ledger_path: Optional[str] = None
     #: bucket logdirs: the requests the reduction issued, per verb, and bytes moved
     requests: Optional[dict] = None
+    shard: Optional[Tuple[int, int]] = None
+    #: the runs of the logdir this shard took (None without a shard)
+    shard_runs: Optional[List[str]] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -240,7 +247,40 @@ class ReduceReport:
             "recovered": [vars(r) for r in self.recovered],
             "ledger": self.ledger_path,
             "requests": self.requests,
+            "shard": sharding.label(self.shard),
+            "shard_runs": self.shard_runs,
         }
+
+
+def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
+    """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
+    the run's original bytes (its size before any reduction the change log records)."""
+    return _shard_sizes(logdirs, backup_dir, {}, write_cache=False)
+
+
+def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[str, LogdirFootprint],
+                 write_cache: bool) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for ld in logdirs:
+        ld = os.path.abspath(ld)
+        fp = scans[ld] = scan(ld, backup_dir=backup_dir, write_cache=write_cache)
+        cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
+        for run, b in sharding.original_sizes(cur, read_history(state_dir(ld))).items():
+            out[sharding.key(ld, run)] = b
+    return out
+
+
+def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optional[str] = None,
+               sizes: Optional[Mapping[str, int]] = None) -> Dict[str, List[str]]:
+    """Which runs of each logdir shard ``shard`` = (index, count) takes: logdir -> runs. Every
+    worker computes the same partition from its own scan (``plan.shard`` says how and its bound)."""
+    sizes = shard_sizes(logdirs, backup_dir) if sizes is None else sizes
+    out: Dict[str, List[str]] = {os.path.abspath(ld): [] for ld in logdirs}
+    for k in sharding.select(sizes, shard):
+        ld, run = k.split("\0", 1)
+        if ld in out:
+            out[ld].append(run)
+    return out
 
 
 def reduce_logdir(
@@ -262,12 +302,26 @@ def reduce_logdir(
     progress: Optional[RunProgress] = None,
     on_outcome: Optional[Callable[[RunOutcome], None]] = None,
     cancel: Optional[CancelToken] = None,
+    shard: Optional[Tuple[int, int]] = None,
+    shard_with: Optional[Sequence[str]] = None,
+    partition_sizes: Optional[Mapping[str, int]] = None,
+    max_file_ops_per_second: Optional[float] = None,
+    lease_seconds: Optional[float] = None,
 ) -> ReduceReport:
     """Reduce runs largest first, each as its own verified transaction.
 
     ``dry_run=True`` (the default) only plans. With ``ledger`` (a path, or ``"default"`` for
     ``<logdir>/.tb-footprint/ledger.json``) every transition is recorded and a rerun resumes.
     ``closed_files``: see ``plan`` (the end-of-training integrations pass the job's own files).
+
+    ``shard=(i, n)``: only the runs shard ``i`` of ``n`` takes (``shard_plan``; with
+    ``shard_with``, the partition is over the runs of all those logdirs, this one included;
+    ``partition_sizes``: its input ``shard_sizes`` when the caller has it already) and
+    the ledger defaults to this shard's own (``ledger-shard-I-of-N.json``, merged by ``status``).
+    Overlapping or rerun shards are safe: a run another worker holds is skipped with
+    ``Skip.LOCKED`` (its lease says who), one a dead worker held is taken over.
+    ``max_file_ops_per_second`` caps this process's metadata operations (``storage.throttle``);
+    ``lease_seconds`` sets the run locks' lease (``engine.lease``).
     """
     if is_remote(logdir):
         if not dry_run:
@@ -282,10 +336,62 @@ def reduce_logdir(
                        bytes_after=rp.expected_after_bytes) for rp in p.runs])
     ctx = _context(logdir, backup_dir, quiet_period, verify_backends, closed_files)
     pol = get_policy(policy)
+    before_limit = throttle.limit()
+    if max_file_ops_per_second is not None:
+        throttle.configure(max_file_ops_per_second)
+    lease.configure(lease_seconds, sharding.label(shard))
+    try:
+        return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
+                       older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
+                       timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
+                       shard=shard, shard_with=shard_with, partition_sizes=partition_sizes)
+    finally:
+        if max_file_ops_per_second is not None:
+            throttle.configure(before_limit)
+
+
+def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] = None, **kwargs) -> List[ReduceReport]:
+    """``reduce_logdir`` over several logdirs in one call; with ``shard``, the partition is over the
+    runs of all of them (a logdir of one run still counts for one shard only)."""
+    logdirs = [os.path.abspath(ld) for ld in logdirs]
+    if len(set(logdirs)) != len(logdirs):
+        raise ValueError("a logdir is listed twice")
+    before_limit = throttle.limit()
+    if kwargs.get("max_file_ops_per_second") is not None:
+        throttle.configure(kwargs["max_file_ops_per_second"])  # the partition's scans count too
+    try:
+        # several logdirs: one partition scan of each, shared by all their reductions
+        sizes = shard_sizes(logdirs, kwargs.get("backup_dir")) if shard and len(logdirs) > 1 else None
+        return [reduce_logdir(ld, shard=shard, shard_with=logdirs if shard else None, partition_sizes=sizes,
+                              **kwargs) for ld in logdirs]
+    finally:
+        throttle.configure(before_limit)
+
+
+def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
+            older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
+            shard, shard_with, partition_sizes) -> ReduceReport:
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+    mine = None
+    scans: Dict[str, LogdirFootprint] = {}
+    if shard is not None:
+        shard = sharding.check_shard(*shard)
+        logdirs = [os.path.abspath(ld) for ld in (shard_with or [ctx.logdir])]
+        if ctx.logdir not in logdirs:
+            raise ValueError(f"shard_with must list the logdir {ctx.logdir} itself")
+        if partition_sizes is not None:
+            scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir, write_cache=not dry_run)
+            sizes = partition_sizes
+        else:  # a dry run writes nothing, not even the scan cache
+            sizes = _shard_sizes(logdirs, backup_dir, scans, write_cache=not dry_run)
+        mine = shard_plan(logdirs, shard, backup_dir, sizes).get(ctx.logdir, [])
+        runs = [r for r in mine if runs is None or r in runs]
+        if ledger is None:
+            ledger = "default"
     p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
-             older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
-    report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered)
+             older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
+             footprint=scans.get(ctx.logdir))  # the partition's own scan: one scan per worker
+    report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
     if dry_run:
         report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                       reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
@@ -294,10 +400,10 @@ def reduce_logdir(
     remember_vault(ctx)
     book = None
     if ledger:
-        path = os.path.join(ctx.state, "ledger.json") if ledger == "default" else os.path.abspath(ledger)
+        path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
         if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
             raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
-        book = Ledger(path, pol.name, ctx.logdir)
+        book = Ledger(path, pol.name, ctx.logdir, shard=sharding.label(shard))
         report.ledger_path = path
         entries = book.start(rp.run for rp in p.runs)
     todo = []
@@ -435,7 +541,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
 
 def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     """Unfinished operations, damage (``problems``, with codes), late writes salvaged, the batch
-    ledger, the vault and the operations it holds; ``settle_command`` says what settles them.
+    ledger, ``batch`` (every ledger of the logdir — one per shard — merged into one view: per run
+    its state, who did it and its bytes; ``engine.ledger.merged``), the vault and the operations it holds; ``settle_command`` says what settles them.
     Changes nothing."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
@@ -452,8 +559,9 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
                                           "bytes_after", "finished_at", "backup_purged", "restored_by",
                                           "rebuilt")})
         ops[-1]["salvaged"] = len(m.get("salvaged", []))
-    ledger_path = os.path.join(ctx.state, "ledger.json")
-    led = Ledger(ledger_path, "", ctx.logdir).summary() if os.path.exists(ledger_path) else None
+    lp = ledger_path(ctx.state)
+    led = Ledger(lp, "", ctx.logdir).summary() if os.path.exists(lp) else None
+    paths = ledger_paths(ctx.state)
     found = unfinished(logdir, backup_dir)
     problems = [p.to_dict() for p in vault_problems(ctx)]
     try:
@@ -462,7 +570,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         problems.insert(0, e.to_dict())
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led, "unfinished": found["unfinished_operations"],
+            "ledger": led, "batch": merged(paths) if paths else None, "unfinished": found["unfinished_operations"],
             "problems": problems + found["problems"],
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 
@@ -476,7 +584,7 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     return read_history(state_dir(logdir))
 
 
-__all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
+__all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]

@@ -227,18 +227,55 @@ def cmd_reduce(args) -> int:
             else:
                 print(_outcome_line(o))
 
-    report = api.reduce_logdir(
-        args.logdir, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
+    try:
+        logdirs, shard = _batch_args(args)
+    except ValueError as e:  # a shard spec or a scheduler's environment that names no shard
+        print(f"tb-footprint: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    reports = api.reduce_logdirs(
+        logdirs, shard=shard, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
         runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
         quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
         ledger=None if args.dry_run else (args.ledger or "default"),
         verify_backends=tuple(args.verify.split(",")), on_outcome=on_outcome,
+        max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
     )
     if bar_ is not None:
         bar_.close()
     if args.json:
-        _dump(report.to_dict())
-    elif args.dry_run:
+        _dump(reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports])
+        return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
+    rc = EXIT_OK
+    for logdir, report in zip(logdirs, reports):
+        if len(logdirs) > 1 or shard:
+            print(f"\n{logdir}" + (f" — shard {shard[0]}/{shard[1]}: {len(report.shard_runs or [])} run(s)"
+                                   if shard else ""))
+        rc = max(rc, _print_reduce(args, report))
+    return rc
+
+
+def _batch_args(args):
+    """(logdirs, shard) of a reduce: positional logdirs plus ``--logdirs-from``; the shard from
+    ``--shard``, else from a Slurm array or a Kubernetes Indexed Job's environment."""
+    import os
+
+    from tb_footprint_plugin import api
+
+    logdirs = ([args.logdir] if args.logdir else []) + list(args.more_logdirs)
+    if args.logdirs_from:
+        try:
+            with open(args.logdirs_from, "r", encoding="utf-8") as f:
+                logdirs += [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+        except OSError as e:
+            raise api.ShardError(f"--logdirs-from {args.logdirs_from}: {e.strerror or e}") from None
+    if not logdirs:
+        raise api.ShardError("no logdir given (a LOGDIR argument or --logdirs-from FILE)")
+    shard = api.parse_shard(args.shard) if args.shard else api.shard_from_env(os.environ, args.shard_count)
+    return logdirs, shard
+
+
+def _print_reduce(args, report) -> int:
+    if args.dry_run:
         _print_plan(report.plan)
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
@@ -336,7 +373,32 @@ def cmd_status(args) -> int:
     if st["ledger"]:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(st["ledger"]["counts"].items()))
         print(f"  ledger ({st['ledger']['policy']}): {counts}")
+    if st.get("batch"):
+        _print_batch(st["batch"], args.runs)
     return EXIT_OK
+
+
+def _print_batch(b: dict, per_run: bool) -> None:
+    """The batch as one: every ledger (one per shard) merged; per run who did it with --runs."""
+    order = ("pending", "reducing", "verifying", "done", "failed", "skipped")
+    counts = ", ".join(f"{k} {b['counts'][k]} ({human_bytes(b['bytes'].get(k, 0))})" for k in order if k in b["counts"])
+    print(f"  batch over {len(b['ledgers'])} ledger(s): {counts or 'no runs'}; "
+          f"saved {human_bytes(b['saved_bytes'])}")
+    if b["stalled"]:
+        print(f"  {len(b['stalled'])} run(s) were being reduced by a worker that is gone: rerun its shard "
+              "(or any shard covering them) to take them over")
+    for p in b["problems"]:
+        print(f"  problem: {p['detail']}")
+    if per_run:
+        width = max([len(r) for r in b["runs"]] + [3])
+        print(f"\n  {'RUN'.ljust(width)}  {'STATE':9}  {'SIZE':>9}  {'AFTER':>9}  WHO")
+        for run, e in b["runs"].items():
+            who = f"{e.get('host') or '?'} pid {e.get('pid') or '?'}" + (f" shard {e['shard']}" if e.get("shard") else "")
+            after = human_bytes(e["after_size_bytes"]) if e.get("after_size_bytes") is not None else "—"
+            state = e["state"] + ("?" if e.get("stalled") else "")
+            extra = f"  [{e['code']}]" if e.get("code") else ""
+            print(f"  {run.ljust(width)}  {state:9}  {human_bytes(e.get('original_size_bytes') or 0):>9}  "
+                  f"{after:>9}  {who}{extra}")
 
 
 def cmd_history(args) -> int:
@@ -405,7 +467,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("reduce", help="reduce runs: backup, transform, verify, commit or roll back")
-    s.add_argument("logdir")
+    s.add_argument("logdir", nargs="?")
+    s.add_argument("more_logdirs", nargs="*", metavar="LOGDIR", help="more logdirs, reduced in the same call")
+    s.add_argument("--logdirs-from", default=None, metavar="FILE", help="read more logdirs from FILE, one a line")
+    s.add_argument("--shard", default=None, metavar="I/N",
+                   help="take only shard I of N (from 0) of the runs; default: from SLURM_ARRAY_TASK_ID/"
+                        "SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX when set")
+    s.add_argument("--shard-count", type=int, default=None, metavar="N",
+                   help="number of shards with JOB_COMPLETION_INDEX (default TB_FOOTPRINT_SHARD_COUNT)")
+    s.add_argument("--max-file-ops-per-second", type=float, default=None, metavar="RATE",
+                   help="cap metadata operations (stat, open, rename, unlink, link) for shared filesystems")
+    s.add_argument("--lease", type=parse_duration, default=None,
+                   help="run lock lease (default 120s): a dead worker's runs are taken over after it")
     _common(s)
     _filters(s)
     s.add_argument("--dry-run", action="store_true", help="only plan")
@@ -444,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="vault, ledger and unfinished operations")
     s.add_argument("logdir")
     _common(s)
+    s.add_argument("--runs", action="store_true", help="the batch run by run: state, bytes, who (host, pid, shard)")
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("recover", help="settle unfinished operations, rebuild lost manifests, finish killed "

@@ -6,7 +6,9 @@ reads it and either rolls the run back to its exact original bytes or finishes t
 (only when verification and the start of the swap were recorded).
 
 Per-run locks (``flock``, released by the kernel even on SIGKILL) keep two reducers off the
-same run and tell recovery which journals belong to a live process.
+same run and tell recovery which journals belong to a live process. Each lock also carries a
+lease (``engine.lease``: host, pid, shard, expiry, renewed while held) so workers on several
+machines sharing an NFS or Lustre logdir, where ``flock`` may not hold, still keep apart.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import os
 import time
 from typing import Iterator, List, Optional
 
+from tb_footprint_plugin.engine import lease as leases
 from tb_footprint_plugin.storage.files import append_line, fsync_dir
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
 
@@ -83,13 +86,15 @@ class RunLocked(RuntimeError):
 
 
 class RunLock:
-    """Exclusive, non-blocking lock on one run of one logdir."""
+    """Exclusive, non-blocking lock on one run of one logdir: a ``flock`` plus a lease."""
 
     def __init__(self, lock_dir: str, run: str):
         self.lock_dir = lock_dir
         self.run = run
         digest = hashlib.sha1(run.encode("utf-8", "surrogateescape")).hexdigest()[:16]
         self.path = os.path.join(lock_dir, f"run-{digest}.lock")
+        self.lease_path = os.path.join(lock_dir, f"run-{digest}.lease")
+        self.journal_dir = os.path.join(os.path.dirname(lock_dir), "journal")
         self.fd: Optional[int] = None
 
     def acquire(self) -> "RunLock":
@@ -98,12 +103,28 @@ class RunLock:
             self.fd = try_exclusive(self.path)
         except Locked:
             raise RunLocked(f"run {self.run!r} is being changed by another process") from None
+        try:
+            held = leases.read_lease(self.lease_path)
+            if leases.live_holder(held, self.journal_dir, self.run):
+                raise RunLocked(f"run {self.run!r} is being changed by another process "
+                                f"({held['host']} pid {held['pid']}"
+                                + (f", shard {held['shard']}" if isinstance(held.get("shard"), str) else "")
+                                + f", lease until {time.strftime('%H:%M:%S', time.localtime(held['expires']))})")
+            if not leases.take(self.lease_path, self.run):
+                raise RunLocked(f"run {self.run!r} was taken over by another process at the same moment")
+        except BaseException:
+            release(self.fd)
+            self.fd = None
+            raise
         return self
 
     def release(self) -> None:
         if self.fd is not None:
-            release(self.fd)
-            self.fd = None
+            try:
+                leases.drop(self.lease_path)
+            finally:
+                release(self.fd)
+                self.fd = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

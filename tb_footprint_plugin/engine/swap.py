@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id
 
 
@@ -38,7 +39,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         if os.path.exists(tmp):
             if s["final"] not in backups and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]):
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
-            os.replace(tmp, final)
+            fsops.replace(tmp, final)
         dirs.add(os.path.dirname(final))
         faults.hit("mid_swap")
     finals = {s["final"] for s in staged}
@@ -47,7 +48,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             continue  # replaced in place by its rewrite
         p = ctx.abs(path)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
+            fsops.unlink(p)
         dirs.add(os.path.dirname(p))
     for a in rp.actions:
         if a.kind != "remove_dir":
@@ -61,7 +62,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             continue  # a symlink or a file now: not ours to remove
         journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777})
         try:
-            os.rmdir(p)
+            fsops.rmdir(p)
             dirs.add(os.path.dirname(p))
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
@@ -97,14 +98,14 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     for tmp_rel, r in stages.items():
         no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(ctx.abs(tmp_rel))
+            fsops.unlink(ctx.abs(tmp_rel))
         final = r.get("final")
         if final and final not in originals:
             no_symlink(ctx, final)
             fp = ctx.abs(final)
             s = staged.get(tmp_rel)
             if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
-                os.unlink(fp)
+                fsops.unlink(fp)
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
         if r["path"] not in kept and not matches(ctx.abs(r["path"]), r["sha256"], r["size"]):

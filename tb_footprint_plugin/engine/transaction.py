@@ -34,11 +34,13 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import apply_swap, rollback
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
@@ -74,7 +76,7 @@ def _preflight(ctx: Context, rp: RunPlan) -> None:
         for n in files:
             p = os.path.join(root, n)
             with contextlib.suppress(OSError):
-                st = os.lstat(p)
+                st = fsops.lstat(p)
                 if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
                     mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), st.st_mtime))
     # verification reads every event file of the run: one it cannot read is named up front
@@ -174,6 +176,20 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         out.reason, out.code = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
         return out
     unsettled = unsettled_op(ctx, rp.run)
+    if unsettled:
+        # we hold the run's lock, so the process of that operation is gone (a killed worker of a
+        # sharded batch): settle it now, as the next start would, and go on if the run is free
+        lock.release()
+        try:
+            recover(ctx)
+            lock = RunLock(ctx.lock_dir, rp.run).acquire()
+        except RunLocked as e:
+            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+            return out
+        except Exception as e:
+            out.reason, out.code = f"cannot settle or lock run {rp.run!r}: {reason_of(e)}", Failure.LOCK_ERROR
+            return out
+        unsettled = unsettled_op(ctx, rp.run)
     if unsettled:
         lock.release()
         out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "

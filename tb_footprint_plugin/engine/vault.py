@@ -24,6 +24,7 @@ from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 
 class VaultError(OSError):
@@ -92,11 +93,11 @@ class Vault:
             if os.path.exists(blob):
                 if sha256_file(blob) == sha:
                     return blob  # same content already backed up (e.g. by an earlier op)
-                os.unlink(blob)  # a damaged blob must never stand for a backup
+                fsops.unlink(blob)  # a damaged blob must never stand for a backup
             linked = False
             if self.same_filesystem(path):
                 try:
-                    os.link(path, blob, follow_symlinks=False)
+                    fsops.link(path, blob, follow_symlinks=False)
                     linked = True
                 except OSError:
                     linked = False  # e.g. fs.protected_hardlinks; fall back to a copy
@@ -105,16 +106,16 @@ class Vault:
                 os.close(fd)
                 try:
                     copy_file(path, tmp)
-                    os.replace(tmp, blob)
+                    fsops.replace(tmp, blob)
                 except BaseException:
                     with contextlib.suppress(OSError):
-                        os.unlink(tmp)
+                        fsops.unlink(tmp)
                     raise
             fsync_dir(os.path.dirname(blob))
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
         if not is_regular(blob):  # never a link standing for a backup
-            os.unlink(blob)
+            fsops.unlink(blob)
             raise VaultError(errno.EIO, f"backup of {path} is not a regular file; refusing")
         got = sha256_file(blob)
         if got != sha:
@@ -132,7 +133,7 @@ class Vault:
             return
         tmp = p + ".unshare"
         copy_file(p, tmp)
-        os.replace(tmp, p)
+        fsops.replace(tmp, p)
         fsync_dir(os.path.dirname(p))
 
     def check_blob(self, sha: str) -> bool:
@@ -153,7 +154,7 @@ class Vault:
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            fsops.unlink(tmp)
         try:
             copy_file(blob, tmp)  # a copy, so the blob stays valid whatever happens to dest later
             faults.hit("restore_copied")
@@ -163,10 +164,10 @@ class Vault:
                 os.chmod(tmp, mode & 0o7777)
             if mtime is not None:
                 os.utime(tmp, (mtime, mtime))
-            os.replace(tmp, dest)
+            fsops.replace(tmp, dest)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(tmp)  # a full disk or a failed check leaves no temp file behind
+                fsops.unlink(tmp)  # a full disk or a failed check leaves no temp file behind
             raise
         fsync_dir(d)
 
@@ -240,7 +241,7 @@ class Vault:
         p = self.blob_path(sha)
         try:
             size = os.lstat(p).st_size
-            os.unlink(p)
+            fsops.unlink(p)
             return size
         except FileNotFoundError:
             return 0

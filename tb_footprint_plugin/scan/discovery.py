@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import UNATTRIBUTED
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_within
 from tb_footprint_plugin.storage.regular import kind_of
 
@@ -127,7 +128,7 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     while stack:
         dirpath, parts, owner, owner_depth = stack.pop()
         try:
-            st = os.lstat(dirpath)
+            st = fsops.lstat(dirpath)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: cannot stat directory ({e.strerror})")
             continue
@@ -137,7 +138,7 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
             continue
         seen_dirs.add(key)
         try:
-            with os.scandir(dirpath) as it:
+            with fsops.scandir(dirpath) as it:
                 entries = list(it)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: unreadable directory ({e.strerror}), skipped")
@@ -188,6 +189,7 @@ def _rel(parts: Tuple[str, ...]) -> str:
 def _found_file(entry, parts, logdir, owner_depth, warnings) -> Optional[FoundFile]:
     rel = "/".join(parts + (entry.name,))
     try:
+        fsops.op()  # the entry's lstat
         st = entry.stat(follow_symlinks=False)
     except OSError as e:
         warnings.append(f"{display(rel)}: cannot stat ({e.strerror}), not counted")

@@ -14,6 +14,7 @@ import shutil
 import stat
 import tempfile
 
+from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.regular import open_regular
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
@@ -65,7 +66,7 @@ class HashingReader:
 def matches(path: str, sha: str, size: int) -> bool:
     """True when ``path`` holds exactly the bytes of (``sha``, ``size``); False if unreadable."""
     try:
-        return os.lstat(path).st_size == size and sha256_file(path) == sha
+        return fsops.lstat(path).st_size == size and sha256_file(path) == sha
     except OSError:
         return False
 
@@ -73,7 +74,7 @@ def matches(path: str, sha: str, size: int) -> bool:
 def is_regular(path: str) -> bool:
     """True for a regular file that is not a symlink (the non-regular-file guard)."""
     try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
+        return stat.S_ISREG(fsops.lstat(path).st_mode)
     except OSError:
         return False
 
@@ -86,7 +87,7 @@ def fsync_file(f) -> None:
 
 def fsync_dir(path: str) -> None:
     """Make a rename or unlink in ``path`` durable."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = fsops.os_open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -102,7 +103,7 @@ def atomic_write_json(path: str, obj) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=1, sort_keys=True)
             fsync_file(f)
-        os.replace(tmp, path)
+        fsops.replace(tmp, path)
         fsync_dir(d)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -112,6 +113,7 @@ def atomic_write_json(path: str, obj) -> None:
 
 def append_line(path: str, line: str) -> None:
     """Append one text line (ending in a newline) and fsync it before returning."""
+    fsops.op()  # the open
     with open(path, "a", encoding="utf-8") as f:
         f.write(line)
         fsync_file(f)

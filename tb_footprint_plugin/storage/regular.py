@@ -14,6 +14,8 @@ import os
 import stat
 from typing import BinaryIO
 
+from tb_footprint_plugin.storage import throttle as fsops
+
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
     (stat.S_ISSOCK, "a socket"),
@@ -43,7 +45,7 @@ def kind_of(mode: int) -> str:
 
 def check_regular(path: str, follow_symlinks: bool = False) -> os.stat_result:
     """``lstat`` (or ``stat``) of ``path``; raises ``NotRegularFile`` unless it is a regular file."""
-    st = os.stat(path) if follow_symlinks else os.lstat(path)
+    st = fsops.stat(path) if follow_symlinks else fsops.lstat(path)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegularFile(path, kind_of(st.st_mode))
     return st
@@ -55,7 +57,7 @@ def open_regular_fd(path: str, flags: int = os.O_RDONLY, follow_symlinks: bool =
     before = check_regular(path, follow_symlinks)
     nofollow = 0 if follow_symlinks else getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(path, flags | os.O_NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
+        fd = fsops.os_open(path, flags | os.O_NONBLOCK | nofollow | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         if e.errno == errno.ELOOP:  # became a symlink after the lstat
             raise NotRegularFile(path, "a symbolic link") from None

@@ -1,0 +1,199 @@
+"""Leases on run locks: who holds a run, until when — for filesystems where ``flock`` is not enough.
+
+On a local filesystem the run lock's ``flock`` dies with its process, so a killed worker's run
+is free at once. On NFS and Lustre ``flock`` may be local to one client or not enforced at all,
+so the holder of a run lock also writes a lease beside it (``<state>/locks/run-<hash>.lease``):
+``{run, host, pid, shard, started, renewed, expires, token}``, renewed every third of the lease
+by a background thread while the lock is held, removed when it is released.
+
+Another worker that gets the ``flock`` still leaves the run alone while the lease is live:
+
+* same host: live while the holder's pid exists (a dead pid's lease is stale at once);
+* other host: live until ``expires``, and after that still live while the run's journal shows
+  progress within the last lease period (a holder whose renewals stall but whose transaction
+  still writes its journal is not robbed).
+
+A stale lease is taken over: the new holder writes its own lease and reads it back to check
+that its token won (two takers racing on NFS: the last rename wins, the loser skips the run).
+The lease length is ``DEFAULT_LEASE_S`` seconds (``TB_FOOTPRINT_LEASE_SECONDS`` or
+``configure``). Leases are untrusted input: a malformed one is treated as absent.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Dict, Optional
+
+from tb_footprint_plugin.storage import throttle as fsops
+
+DEFAULT_LEASE_S = 120.0
+_lease_s = float(os.environ.get("TB_FOOTPRINT_LEASE_SECONDS") or DEFAULT_LEASE_S)
+_shard: Optional[str] = None
+_held: Dict[str, dict] = {}  # lease path -> the lease this process holds
+_mu = threading.Lock()
+_renewer: Optional[threading.Thread] = None
+HOST = socket.gethostname()
+
+
+def configure(lease_seconds: Optional[float] = None, shard: Optional[str] = None) -> None:
+    """Set the lease length and the shard label written into this process's leases."""
+    global _lease_s, _shard
+    if lease_seconds is not None:
+        if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and lease_seconds > 0):
+            raise ValueError(f"lease of {lease_seconds!r} seconds: must be a positive number")
+        _lease_s = float(lease_seconds)
+    if shard is not None:
+        _shard = shard
+
+
+def lease_seconds() -> float:
+    return _lease_s
+
+
+def _write(path: str, lease: dict) -> None:
+    """Replace the lease file in one rename. Not fsynced, on purpose: a lease only matters while
+    its holder lives, and one a crash left torn or empty reads as absent, i.e. stale — which is
+    what the lease of a crashed holder is (this saves two fsyncs per run lock)."""
+    tmp = f"{path}.{HOST}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(lease, f, sort_keys=True)
+        fsops.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_lease(path: str) -> Optional[dict]:
+    """The lease at ``path`` if well formed, else None (absent, torn or hostile)."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            d = json.loads(f.read(64 * 1024))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict):
+        return None
+    ok = (isinstance(d.get("host"), str) and isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool)
+          and isinstance(d.get("token"), str)
+          and all(isinstance(d.get(k), (int, float)) and math.isfinite(d[k]) for k in ("expires", "renewed")))
+    return d if ok else None
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def journal_progress(journal_dir: str, run: str) -> Optional[float]:
+    """Newest modification time of an unfinished journal of ``run`` (None when it has none)."""
+    newest = None
+    try:
+        names = os.listdir(journal_dir)
+    except OSError:
+        return None
+    for n in names:
+        if not n.endswith(".jsonl") or n.startswith("."):
+            continue
+        p = os.path.join(journal_dir, n)
+        try:
+            with open(p, "r", encoding="utf-8") as f:
+                first = json.loads(f.readline(1 << 20) or "null")
+            mt = os.stat(p).st_mtime
+        except (OSError, ValueError):
+            continue
+        if isinstance(first, dict) and first.get("run") == run:
+            newest = mt if newest is None else max(newest, mt)
+    return newest
+
+
+def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional[float] = None) -> bool:
+    """Whether ``lease`` still belongs to a live holder other than this process (rules above)."""
+    if lease is None:
+        return False
+    now = time.time() if now is None else now
+    if lease["host"] == HOST:
+        return lease["pid"] != os.getpid() and _pid_alive(lease["pid"])
+    if now < lease["expires"]:
+        return True
+    progress = journal_progress(journal_dir, run)
+    return progress is not None and progress > now - _lease_s
+
+
+def take(path: str, run: str) -> bool:
+    """Write this process's lease for ``run`` at ``path``; True if it is ours on reading back."""
+    now = time.time()
+    lease = {"run": run, "host": HOST, "pid": os.getpid(), "shard": _shard, "started": now,
+             "renewed": now, "expires": now + _lease_s, "token": uuid.uuid4().hex}
+    _write(path, lease)
+    back = read_lease(path)
+    if not back or back["token"] != lease["token"]:
+        return False
+    with _mu:
+        _held[path] = lease
+        _start_renewer()
+    return True
+
+
+def drop(path: str) -> None:
+    """Release the lease at ``path`` if it is still ours."""
+    with _mu:
+        mine = _held.pop(path, None)
+    if mine is None:
+        return
+    cur = read_lease(path)
+    if cur is not None and cur["token"] == mine["token"]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def renew_all() -> None:
+    """Push forward the expiry of every held lease renewed a third of a lease ago or more (a lease someone else took over is given up)."""
+    with _mu:
+        items = list(_held.items())
+    now = time.time()
+    for path, lease in items:
+        if now - lease["renewed"] < _lease_s / 3:
+            continue
+        cur = read_lease(path)
+        if cur is None or cur["token"] != lease["token"]:
+            with _mu:
+                _held.pop(path, None)
+            continue
+        lease = dict(lease, renewed=now, expires=now + _lease_s)
+        with contextlib.suppress(OSError):
+            _write(path, lease)
+            with _mu:
+                if path in _held:
+                    _held[path] = lease
+
+
+def _start_renewer() -> None:
+    global _renewer
+    if _renewer is not None and _renewer.is_alive():
+        return
+
+    def loop() -> None:
+        while True:  # wakes at least every second, so a shorter lease configured later is honoured
+            time.sleep(min(1.0, max(0.05, _lease_s / 6)))
+            renew_all()
+
+    _renewer = threading.Thread(target=loop, name="tb-footprint-lease", daemon=True)
+    _renewer.start()
+
+
+__all__ = ["DEFAULT_LEASE_S", "HOST", "configure", "lease_seconds", "read_lease", "live_holder", "take", "drop",
+           "renew_all", "journal_progress"]

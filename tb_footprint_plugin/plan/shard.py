@@ -1,0 +1,151 @@
+"""Which runs one worker of a sharded batch takes: a stable partition of the runs, balanced by bytes.
+
+Every worker of a Slurm array or a Kubernetes Indexed Job computes the partition on its own,
+from its own scan, without talking to the others. The assignment therefore has to come out
+the same from scans taken at different moments.
+
+The trade-off, and the choice made here:
+
+* Pure hashing of run names (rendezvous / consistent hashing) is perfectly stable — a run's
+  shard depends on its name only — but balances the *number* of runs, not their bytes: one
+  shard can draw several of the few huge runs a logdir usually has.
+* Greedy bin-packing (largest first, each run to the lightest shard) balances bytes to within
+  one run, but a run whose size moved between two workers' scans can shift every later
+  placement.
+
+``partition`` bin-packs over inputs chosen to stay put: each run's weight is its **original**
+size (for a run some worker already reduced, the size before that reduction, from the change
+log — so a reduction never moves runs for the workers that scan after it), rounded down to
+four significant bits (1/8 of an octave, so records appended to a run rarely change its
+weight), and ties are broken by a hash of the run's key, never by listing order. Bound: with
+``N`` shards, every shard holds at most ``9/8 · (total/N + largest run)`` bytes (list scheduling
+on rounded weights; the rounding costs at most 1/8).
+
+If the inputs still differ between two workers (a run created between their scans), some
+run may fall to two shards or to none: never reduced twice (the per-run lock and the change
+log see to that, a second worker skips it with a code), and one that fell to none is
+picked up by a rerun of any shard, since the partition is computed again from the settled logdir.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+Shard = Tuple[int, int]  # (index, count), 0 <= index < count
+
+
+class ShardError(ValueError):
+    """A shard spec or a scheduler's environment that does not name a valid shard."""
+
+
+def parse_shard(spec: str) -> Shard:
+    """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``."""
+    try:
+        i_s, n_s = spec.split("/")
+        i, n = int(i_s), int(n_s)
+    except ValueError:
+        raise ShardError(f"shard {spec!r}: expected I/N, e.g. 0/4 (index from 0)") from None
+    return check_shard(i, n, f"shard {spec!r}")
+
+
+def check_shard(i: int, n: int, what: str = "shard") -> Shard:
+    if n < 1 or not 0 <= i < n:
+        raise ShardError(f"{what}: index {i} of {n} shards is out of range (0 <= index < count)")
+    return i, n
+
+
+def _int(env: Mapping[str, str], name: str) -> Optional[int]:
+    v = env.get(name)
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ShardError(f"{name}={v!r} is not an integer") from None
+
+
+def shard_from_env(env: Mapping[str, str], count: Optional[int] = None) -> Optional[Shard]:
+    """The shard a scheduler gave this process, or None outside an array job.
+
+    Slurm: ``SLURM_ARRAY_TASK_ID`` relative to ``SLURM_ARRAY_TASK_MIN`` (``--array=1-8`` starts at
+    1) and ``SLURM_ARRAY_TASK_STEP``, out of ``SLURM_ARRAY_TASK_COUNT``. Kubernetes Indexed Job:
+    ``JOB_COMPLETION_INDEX`` out of ``count`` (a flag) or ``TB_FOOTPRINT_SHARD_COUNT`` (the
+    manifest sets it to the Job's ``completions``)."""
+    task = _int(env, "SLURM_ARRAY_TASK_ID")
+    if task is not None:
+        n = count if count is not None else _int(env, "SLURM_ARRAY_TASK_COUNT")
+        if n is None:
+            raise ShardError("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not; pass --shard-count")
+        lo = _int(env, "SLURM_ARRAY_TASK_MIN") or 0
+        step = _int(env, "SLURM_ARRAY_TASK_STEP") or 1
+        if (task - lo) % step:
+            raise ShardError(f"SLURM_ARRAY_TASK_ID={task} is not on the array's step {step} from {lo}")
+        return check_shard((task - lo) // step, n, f"Slurm array task {task} (min {lo}, step {step}) of {n}")
+    idx = _int(env, "JOB_COMPLETION_INDEX")
+    if idx is not None:
+        n = count if count is not None else _int(env, "TB_FOOTPRINT_SHARD_COUNT")
+        if n is None:
+            raise ShardError("JOB_COMPLETION_INDEX is set but the shard count is not: pass --shard-count or set "
+                             "TB_FOOTPRINT_SHARD_COUNT to the Job's completions")
+        return check_shard(idx, n, f"Kubernetes completion index {idx} of {n}")
+    return None
+
+
+def weight(nbytes: int) -> int:
+    """``nbytes`` rounded down to four significant bits (w <= nbytes < 9/8 w)."""
+    if nbytes <= 0:
+        return 0
+    drop = max(0, nbytes.bit_length() - 4)
+    return (nbytes >> drop) << drop
+
+
+def _tiebreak(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+def partition(sizes: Mapping[str, int], count: int) -> Dict[str, int]:
+    """Each key (a run, or ``logdir\\0run`` over several logdirs) -> its shard in ``range(count)``.
+
+    Depends only on the mapping's content, never on its order (see the module docstring)."""
+    check_shard(0, count, "shard count")
+    order = sorted(sizes, key=lambda k: (-weight(sizes[k]), _tiebreak(k), k))
+    loads: List[Tuple[int, int]] = [(0, s) for s in range(count)]  # (load, shard): lightest, then lowest index
+    out: Dict[str, int] = {}
+    for k in order:
+        load, s = heapq.heappop(loads)
+        out[k] = s
+        heapq.heappush(loads, (load + weight(sizes[k]), s))
+    return out
+
+
+def select(sizes: Mapping[str, int], shard: Shard) -> List[str]:
+    """The keys shard ``shard`` takes, sorted."""
+    i, n = check_shard(*shard)
+    return sorted(k for k, s in partition(sizes, n).items() if s == i)
+
+
+def original_sizes(current: Mapping[str, int], history: Iterable[dict]) -> Dict[str, int]:
+    """Each run's size before any reduction: its current size, or the ``before`` of its first
+    verified reduction still standing in the change log (entries of other runs are ignored)."""
+    first: Dict[str, int] = {}
+    for e in history:
+        if not isinstance(e, dict) or e.get("kind") != "reduce" or e.get("outcome") != "verified":
+            continue
+        run, before = e.get("run"), e.get("before")
+        if isinstance(run, str) and run in current and isinstance(before, int) and before >= 0:
+            first.setdefault(run, before)
+    return {r: max(b, first.get(r, 0)) for r, b in current.items()}
+
+
+def key(logdir: str, run: str) -> str:
+    """The partition key of a run when several logdirs are sharded together."""
+    return f"{logdir}\0{run}"
+
+
+def label(shard: Optional[Shard]) -> Optional[str]:
+    return None if shard is None else f"{shard[0]}/{shard[1]}"
+
+
+__all__ = ["Shard", "ShardError", "parse_shard", "check_shard", "shard_from_env", "partition", "select",
+           "original_sizes", "weight", "key", "label"]

@@ -1,0 +1,411 @@
+"""Sharded batches (issue 16): the partition, the scheduler's environment, leases, throttling,
+and workers started at once on one logdir with overlapping shards and one killed mid-run."""
+import json
+import os
+import random
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import REPO, tree_hashes
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.engine import lease
+from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.plan.shard import ShardError, parse_shard, partition, shard_from_env
+from tb_footprint_plugin.storage import throttle
+from tb_footprint_plugin.storage.paths import state_dir
+
+CLI = [sys.executable, "-m", "tb_footprint_plugin.cli"]
+OLD = time.time() - 86400
+
+
+def make_logdir(root, n_runs, seed=0):
+    """``n_runs`` small runs (scalars + one xprof session each, sizes varied), aged past the quiet period."""
+    rng = random.Random(seed)
+    for i in range(n_runs):
+        run = os.path.join(root, f"exp{i % 3}", f"run{i:03d}")
+        os.makedirs(run)
+        with synth.EventWriter(run, timestamp=1_700_000_000 + i) as w:
+            for step in range(10 + rng.randrange(60)):
+                w.scalar("loss", step, 1.0 / (step + 1))
+        synth.write_profile_session(run, synth.session_name_for(1_700_000_000 + i), "host",
+                                    n_events=10 + rng.randrange(300), seed=i)
+    for d, _dirs, files in os.walk(root):
+        for f in files:
+            os.utime(os.path.join(d, f), (OLD, OLD))
+    return str(root)
+
+
+def user_files(root):
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+def env(**kw):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("SLURM_", "JOB_COMPLETION_INDEX", "TB_FOOTPRINT_SHARD_COUNT", "TB_FOOTPRINT_FAILPOINTS"))}
+    e.update(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", **kw)
+    return e
+
+
+# ---------------------------------------------------------------------------------------------
+# the partition
+# ---------------------------------------------------------------------------------------------
+def _sizes(n, seed=1):
+    rng = random.Random(seed)
+    return {f"logs\0team{rng.randrange(9)}/run-{i:05d}": int(rng.lognormvariate(16, 1.5)) for i in range(n)}
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 16, 100])
+def test_every_run_in_exactly_one_shard_and_stable_under_listing_order(count):
+    sizes = _sizes(2000)
+    a = partition(sizes, count)
+    keys = list(sizes)
+    random.Random(5).shuffle(keys)
+    b = partition({k: sizes[k] for k in keys}, count)
+    assert a == b
+    assert set(a) == set(sizes) and set(a.values()) <= set(range(count))
+    shards = [sharding.select(sizes, (i, count)) for i in range(count)]
+    assert sorted(k for s in shards for k in s) == sorted(sizes)  # each key once, none lost
+
+
+@pytest.mark.parametrize("count", [2, 4, 16, 100])
+def test_shards_balance_by_bytes_within_the_stated_bound(count):
+    sizes = _sizes(2000, seed=count)
+    loads = [0] * count
+    for k, s in partition(sizes, count).items():
+        loads[s] += sizes[k]
+    total, largest = sum(sizes.values()), max(sizes.values())
+    assert max(loads) <= 9 / 8 * (total / count + largest)  # the bound of plan/shard.py
+    if count <= 16:  # many runs per shard: within a few percent of the mean
+        assert max(loads) <= 1.15 * total / count + largest, (max(loads), total / count)
+
+
+def test_the_partition_holds_when_runs_grow_a_little_or_were_reduced_by_another_worker():
+    sizes = _sizes(500)
+    a = partition(sizes, 4)
+    # a few records appended: the weights are rounded to 1/8 octave; most runs stay put
+    grown = {k: v + 100 for k, v in sizes.items()}
+    moved = sum(1 for k in sizes if partition(grown, 4)[k] != a[k])
+    assert moved <= 0.05 * len(sizes), moved
+    # a run reduced by another worker counts with its size before, from the change log
+    run = next(iter(sizes)).split("\0")[1]
+    cur = {run: 1000}
+    hist = [{"kind": "reduce", "run": run, "outcome": "verified", "before": 5_000_000, "after": 1000}]
+    assert sharding.original_sizes(cur, hist) == {run: 5_000_000}
+    # hostile or unrelated entries change nothing
+    assert sharding.original_sizes(cur, [{"kind": "reduce", "run": run, "outcome": "verified", "before": "x"},
+                                         "junk", {"run": "other", "before": 9}]) == cur
+
+
+def test_shard_specs_and_scheduler_environments():
+    assert parse_shard("0/4") == (0, 4) and parse_shard("3/4") == (3, 4)
+    for bad in ("4/4", "-1/4", "1/0", "a/b", "1", "1/2/3"):
+        with pytest.raises(ShardError):
+            parse_shard(bad)
+    assert shard_from_env({}) is None
+    # Slurm: --array=0-7
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_COUNT": "8"}) == (5, 8)
+    # --array=1-8: the index counts from the array's first task
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "8", "SLURM_ARRAY_TASK_MIN": "1",
+                           "SLURM_ARRAY_TASK_COUNT": "8"}) == (7, 8)
+    # --array=10-40:10 -> tasks 10, 20, 30, 40
+    assert shard_from_env({"SLURM_ARRAY_TASK_ID": "30", "SLURM_ARRAY_TASK_MIN": "10", "SLURM_ARRAY_TASK_STEP": "10",
+                           "SLURM_ARRAY_TASK_COUNT": "4"}) == (2, 4)
+    with pytest.raises(ShardError, match="SLURM_ARRAY_TASK_COUNT"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "1"})
+    # Kubernetes Indexed Job: the count from the flag, else from the environment
+    assert shard_from_env({"JOB_COMPLETION_INDEX": "2"}, count=8) == (2, 8)
+    assert shard_from_env({"JOB_COMPLETION_INDEX": "2", "TB_FOOTPRINT_SHARD_COUNT": "3"}) == (2, 3)
+    with pytest.raises(ShardError, match="shard count"):
+        shard_from_env({"JOB_COMPLETION_INDEX": "2"})
+    with pytest.raises(ShardError, match="out of range"):
+        shard_from_env({"JOB_COMPLETION_INDEX": "3", "TB_FOOTPRINT_SHARD_COUNT": "3"})
+    with pytest.raises(ShardError, match="not an integer"):
+        shard_from_env({"JOB_COMPLETION_INDEX": "two", "TB_FOOTPRINT_SHARD_COUNT": "3"})
+
+
+def test_cli_refuses_a_bad_shard_as_a_usage_error(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 2)
+    out = subprocess.run(CLI + ["reduce", logdir, "--shard", "2/2"], env=env(), capture_output=True, text=True)
+    assert out.returncode == 2 and "out of range" in out.stderr
+    out = subprocess.run(CLI + ["reduce", logdir], env=env(JOB_COMPLETION_INDEX="1"), capture_output=True, text=True)
+    assert out.returncode == 2 and "TB_FOOTPRINT_SHARD_COUNT" in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# leases
+# ---------------------------------------------------------------------------------------------
+def _write_lease(lock, **kw):
+    d = {"run": lock.run, "host": lease.HOST, "pid": os.getpid(), "shard": "0/2", "started": time.time(),
+         "renewed": time.time(), "expires": time.time() + 60, "token": "t"}
+    d.update(kw)
+    os.makedirs(lock.lock_dir, exist_ok=True)
+    with open(lock.lease_path, "w") as f:
+        json.dump(d, f)
+
+
+def test_a_live_lease_keeps_a_run_even_where_flock_does_not(tmp_path):
+    locks = str(tmp_path / "state" / "locks")
+    lk = RunLock(locks, "a/run")
+    # another machine (flock not shared over NFS): its lease is live until it expires
+    _write_lease(lk, host="other-node", pid=1234)
+    with pytest.raises(RunLocked, match=r"other-node pid 1234, shard 0/2"):
+        lk.acquire()
+    # expired, and its journal shows no progress: taken over
+    _write_lease(lk, host="other-node", pid=1234, expires=time.time() - 1)
+    with lk:
+        held = lease.read_lease(lk.lease_path)
+        assert held["host"] == lease.HOST and held["pid"] == os.getpid()
+    assert not os.path.exists(lk.lease_path)  # released with the lock
+    # expired but the holder's journal was written a moment ago: still its run
+    jdir = tmp_path / "state" / "journal"
+    jdir.mkdir()
+    (jdir / "op1.jsonl").write_text(json.dumps({"type": "begin", "run": "a/run"}) + "\n")
+    _write_lease(lk, host="other-node", pid=1234, expires=time.time() - 1)
+    with pytest.raises(RunLocked):
+        lk.acquire()
+    (jdir / "op1.jsonl").unlink()
+
+
+def test_a_dead_pids_lease_on_this_host_is_taken_over_at_once_and_garbage_is_ignored(tmp_path):
+    lk = RunLock(str(tmp_path / "locks"), "r")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _write_lease(lk, pid=dead.pid, expires=time.time() + 3600)
+    with lk:
+        assert lease.read_lease(lk.lease_path)["pid"] == os.getpid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        _write_lease(lk, pid=live.pid, expires=time.time() + 3600)
+        with pytest.raises(RunLocked):
+            lk.acquire()
+    finally:
+        live.kill()
+        live.wait()
+    for junk in ("{", "[]", json.dumps({"host": 1, "pid": "x"}), json.dumps({"host": "h", "pid": True, "token": "t",
+                                                                              "expires": 1e300, "renewed": 0})):
+        with open(lk.lease_path, "w") as f:
+            f.write(junk)
+        with lk:
+            pass
+
+
+def test_held_leases_are_renewed(tmp_path):
+    lease.configure(lease_seconds=0.3)
+    try:
+        lk = RunLock(str(tmp_path / "locks"), "r")
+        with lk:
+            first = lease.read_lease(lk.lease_path)["expires"]
+            time.sleep(1.3)  # the renewer wakes at least every second
+            assert lease.read_lease(lk.lease_path)["expires"] > first
+    finally:
+        lease.configure(lease_seconds=lease.DEFAULT_LEASE_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# throttling
+# ---------------------------------------------------------------------------------------------
+def test_token_bucket_paces_operations():
+    now = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += s
+
+    b = throttle.TokenBucket(10, clock=lambda: now[0], sleep=sleep)
+    for _ in range(30):
+        b.take()
+    assert now[0] == pytest.approx(2.0)  # 10 from the burst, 20 more at 10/s
+    with pytest.raises(ValueError):
+        throttle.TokenBucket(0)
+
+
+def test_max_file_ops_per_second_throttles_scan_and_transaction(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 3)
+    throttle.configure(None)
+    n0 = throttle.ops_count
+    throttle.op()
+    assert throttle.ops_count == n0  # unset: nothing counted, nothing waited
+    t = time.monotonic()
+    rep = api.reduce_logdir(logdir, dry_run=False, verify_backends=("python",), max_file_ops_per_second=50)
+    took = time.monotonic() - t
+    assert rep.ok and sum(o.status == "verified" for o in rep.outcomes) == 3
+    ops = throttle.ops_count - n0
+    assert ops > 100, ops  # stat/open/rename/unlink/link of the scan and the transactions all counted
+    assert took >= (ops - 50) / 50 * 0.95, (ops, took)  # never faster than the cap after the burst
+    assert throttle.limit() is None  # lifted again after the call
+
+
+# ---------------------------------------------------------------------------------------------
+# workers at once
+# ---------------------------------------------------------------------------------------------
+def _worker(logdir, shard, **kw):
+    return subprocess.Popen(CLI + ["reduce", logdir, "--shard", shard, "--verify", "python", "--json"],
+                            env=env(**kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 24)
+    before = user_files(logdir)
+    runs = sorted(r.name for r in api.scan(logdir).runs)
+    assert len(runs) == 24
+    # five workers at once: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is
+    # killed (SIGKILL) with its first run backed up, in the middle of its transaction
+    procs = [_worker(logdir, s) for s in ("0/2", "1/2", "0/3", "1/3")]
+    killed = _worker(logdir, "2/3", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    for p in procs + [killed]:
+        p.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL
+    st = api.status(logdir)
+    assert len(st["batch"]["ledgers"]) == 5
+    # the rerun of the killed shard settles its journal and takes its runs over
+    again = _worker(logdir, "2/3")
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    rep = json.loads(out)
+    assert rep["shard"] == "2/3" and sorted(rep["shard_runs"]) == api.shard_plan([logdir], (2, 3))[logdir]
+
+    # every run reduced and verified exactly once: one verified operation per run in the vault and the history
+    ops = api.operations(logdir)
+    verified = sorted(m["run"] for m in ops if m["kind"] == "reduce" and m["outcome"] == "verified")
+    assert verified == runs
+    hist = api.history(logdir)
+    assert sorted(e["run"] for e in hist if e["kind"] == "reduce" and e["outcome"] == "verified") == runs
+    others = [e for e in hist if e["outcome"] != "verified"]
+    assert len(others) <= 1 and all(e["outcome"] == "rolled_back" for e in others)  # the killed transaction
+    assert api.verify(logdir) and all(r["ok"] for r in api.verify(logdir, verify_backends=("python",)))
+    # the merged status: one view of the batch, every run done, who did it, bytes
+    st = api.status(logdir)
+    assert st["unfinished_operations"] == [] and st["problems"] == []
+    b = st["batch"]
+    assert b["counts"] == {"done": 24} and b["stalled"] == [] and b["problems"] == []
+    by_op = {m["op_id"]: m for m in ops}
+    for run, e in b["runs"].items():
+        assert e["host"] == lease.HOST and isinstance(e["pid"], int) and e["shard"] in ("0/2", "1/2", "0/3", "1/3", "2/3")
+        assert by_op[e["op_id"]]["run"] == run and e["original_size_bytes"] == by_op[e["op_id"]]["bytes_before"]
+    assert b["saved_bytes"] == sum(m["bytes_before"] - m["bytes_after"] for m in ops if m["outcome"] == "verified")
+    cli = subprocess.run(CLI + ["status", logdir, "--runs"], env=env(), capture_output=True, text=True)
+    assert cli.returncode == 0 and "done 24" in cli.stdout and "shard 2/3" in cli.stdout
+    # nothing lost: every original comes back byte for byte
+    outs = api.restore(logdir)
+    assert len(outs) == 24 and all(o.status == "restored" for o in outs)
+    assert user_files(logdir) == before
+
+
+def test_a_stalled_worker_shows_in_the_merged_status(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 4)
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w.communicate(timeout=300)
+    assert w.returncode == -signal.SIGKILL
+    b = api.status(logdir)["batch"]
+    assert len(b["stalled"]) == 1 and b["runs"][b["stalled"][0]]["state"] == "reducing"
+    assert b["counts"].get("pending") == 3
+    cli = subprocess.run(CLI + ["status", logdir], env=env(), capture_output=True, text=True)
+    assert "worker that is gone" in cli.stdout
+    # a damaged ledger is named, not dropped silently
+    with open(os.path.join(state_dir(logdir), "ledger-shard-1-of-2.json"), "w") as f:
+        f.write(json.dumps({"version": 1, "runs": {"x": {"state": "done", "pid": "evil"}, "y": []}}))
+    b = api.status(logdir)["batch"]
+    assert "x" not in b["runs"] and any("2 malformed" in p["detail"] for p in b["problems"])
+
+
+def test_a_worker_settles_the_run_a_killed_worker_left_and_reduces_it(tmp_path):
+    """A run whose worker died after this worker started: its journal is settled in the transaction
+    (the lock proves its process gone), not left as a failure for a rerun."""
+    from tb_footprint_plugin.engine.context import Context
+    from tb_footprint_plugin.engine.transaction import reduce_run
+
+    logdir = make_logdir(tmp_path / "logs", 1)
+    before = user_files(logdir)
+    rp = next(r for r in api.plan(logdir).runs if r.actions)  # planned before the other worker started
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w.communicate(timeout=300)
+    assert w.returncode == -signal.SIGKILL and api.pending_operations(logdir)
+    o = reduce_run(Context(logdir, verify_backends=("python",)), rp)
+    assert o.status == "verified", o.to_dict()
+    assert api.pending_operations(logdir) == []
+    assert [e["outcome"] for e in api.history(logdir)] == ["rolled_back", "verified"]
+    api.restore(logdir)
+    assert user_files(logdir) == before
+
+
+def test_a_sharded_dry_run_writes_nothing_and_plans_only_its_shard(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 6)
+    before = tree_hashes(logdir)
+    rep = api.reduce_logdir(logdir, shard=(1, 2))
+    mine = api.shard_plan([logdir], (1, 2))[logdir]
+    assert rep.dry_run and sorted(rp.run for rp in rep.plan.runs) == mine == sorted(rep.shard_runs)
+    assert tree_hashes(logdir) == before  # not even a scan cache or a ledger
+    with pytest.raises(ValueError, match="shard_with"):
+        api.reduce_logdir(logdir, shard=(0, 2), shard_with=[str(tmp_path)])
+
+
+def test_several_logdirs_are_sharded_together(tmp_path):
+    a = make_logdir(tmp_path / "a", 3, seed=1)
+    b = make_logdir(tmp_path / "b", 3, seed=2)
+    listing = tmp_path / "logdirs.txt"
+    listing.write_text(f"# the team's logdirs\n{b}\n")
+    for i in range(2):
+        out = subprocess.run(CLI + ["reduce", a, "--logdirs-from", str(listing), "--shard", f"{i}/2",
+                                    "--verify", "python", "--json"], env=env(), capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        reps = json.loads(out.stdout)
+        plan = api.shard_plan([a, b], (i, 2))
+        assert [sorted(r["shard_runs"]) for r in reps] == [plan[a], plan[b]]
+    for ld in (a, b):
+        assert api.status(ld)["batch"]["counts"] == {"done": 3}
+
+
+# ---------------------------------------------------------------------------------------------
+# the launchers in examples/
+# ---------------------------------------------------------------------------------------------
+def _ledger_runs(logdir, i, n):
+    with open(os.path.join(state_dir(logdir), f"ledger-shard-{i}-of-{n}.json")) as f:
+        return sorted(json.load(f)["runs"])
+
+
+def test_slurm_array_script_takes_its_task_shard(tmp_path):
+    logdir = make_logdir(tmp_path / "logs", 9)
+    # --array=4-6: task 5 is shard 1 of 3
+    out = subprocess.run(["bash", str(REPO / "examples" / "slurm_reduce.sbatch"), logdir, "--verify", "python"],
+                         env=env(SLURM_ARRAY_TASK_ID="5", SLURM_ARRAY_TASK_MIN="4", SLURM_ARRAY_TASK_MAX="6",
+                                 SLURM_ARRAY_TASK_COUNT="3", TB_FOOTPRINT=" ".join(map(shlex.quote, CLI))),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "shard 1/3" in out.stdout
+    mine = api.shard_plan([logdir], (1, 3))[logdir]
+    assert mine and _ledger_runs(logdir, 1, 3) == mine
+    assert sorted(m["run"] for m in api.operations(logdir)) == mine
+    # outside an array job the script refuses instead of reducing everything
+    out = subprocess.run(["bash", str(REPO / "examples" / "slurm_reduce.sbatch"), logdir], env=env(),
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "array job" in out.stderr
+
+
+def test_kubernetes_indexed_job_takes_its_completion_index(tmp_path):
+    with open(REPO / "examples" / "k8s-indexed-job.yaml") as f:
+        job = yaml.safe_load(f)
+    spec = job["spec"]
+    assert spec["completionMode"] == "Indexed"
+    c = spec["template"]["spec"]["containers"][0]
+    menv = {e["name"]: e["value"] for e in c["env"]}
+    assert int(menv["TB_FOOTPRINT_SHARD_COUNT"]) == spec["completions"]
+    mount = c["volumeMounts"][0]["mountPath"]
+    logdir = make_logdir(tmp_path / "logs", 10)
+    cmd = [logdir if a == mount else a for a in c["command"] + c["args"]]
+    assert cmd[0] == "tb-footprint"
+    out = subprocess.run(CLI + cmd[1:] + ["--verify", "python"], env=env(JOB_COMPLETION_INDEX="2", **menv),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    n = spec["completions"]
+    assert f"shard 2/{n}" in out.stdout
+    mine = api.shard_plan([logdir], (2, n))[logdir]
+    assert _ledger_runs(logdir, 2, n) == mine
+    assert sorted(m["run"] for m in api.operations(logdir)) == mine
