@@ -37,6 +37,7 @@ from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa:
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
     dashboards_note,
+    dashboards_summary,
     labels_for,
     overview,
     plan_run_view,
@@ -300,7 +301,7 @@ def history(logdir: str) -> List[dict]:
 __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
-           "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]
+           "dashboards_note", "dashboards_summary", "labels_for", "custom_policy", "history_csv", "overview"]
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:
