@@ -8,6 +8,7 @@ import {JobsView} from './views/jobs.js';
 import {HistoryView, OperationsView} from './views/operations.js';
 import {OverviewView} from './views/overview.js';
 import {RunView} from './views/run.js';
+import {followTheme} from './theme.js';
 
 const NAV = [['runs', 'Runs'], ['operations', 'Operations'], ['history', 'History']];
 
@@ -40,6 +41,7 @@ export async function render() {
   link.href = './style.css';
   document.head.appendChild(link);
   document.title = 'Footprint';
+  followTheme();
 
   const model = new Model();
   const showError = (text) => model.set({message: {kind: 'error', text}});

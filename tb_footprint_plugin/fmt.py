@@ -39,8 +39,14 @@ def parse_duration(text: str) -> float:
 
 
 def share(part: float, whole: float) -> str:
-    """Percentage with one decimal, '—' for an empty whole."""
-    return f"{100.0 * part / whole:5.1f}%" if whole else "    —"
+    """Percentage with one decimal, '<0.1%' for a small non-zero part, '—' for an empty whole.
+
+    The tab writes shares with the same rule (frontend/views/common.js ``share``; a browser test
+    compares both on the same inputs)."""
+    if not whole:
+        return "    —"
+    p = 100.0 * part / whole
+    return " <0.1%" if 0 < p < 0.05 else f"{p:5.1f}%"
 
 
 def bar(part: float, whole: float, width: int = 20) -> str:

@@ -38,3 +38,33 @@ def test_note_when_nothing_changed():
 def test_single_run_note_is_the_summary_of_one():
     o = _o("a", Outcome.VERIFIED, removed=["a/events.out.tfevents.1.h"])
     assert api.dashboards_note("reduce", o, []) == api.dashboards_summary("reduce", [(o, [])])
+
+
+def test_byte_bars_of_a_rewritten_file_show_each_category_with_its_own_bytes(tmp_path):
+    """One rewritten event file holding much image data and a little run metadata: the bars show
+    'run metadata' with its own few bytes, not the whole file under its name."""
+    import os
+    import random
+    from tb_footprint_plugin import synth
+    from tb_footprint_plugin.plan.summary import category_changes
+
+    run = tmp_path / "logs" / "r"
+    rng = random.Random(0)
+    with synth.EventWriter(str(run)) as w:
+        for s in range(40):
+            w.scalar("loss", s, 1.0 / (s + 1))
+            w.image("sample", s, bytes(rng.getrandbits(8) for _ in range(3000)), 8, 8)
+        w.run_metadata("step1", 1, synth.make_run_metadata(4))
+    old = 1_000_000_000
+    for dp, _, fs in os.walk(tmp_path / "logs"):
+        for f in fs:
+            os.utime(os.path.join(dp, f), (old, old))
+    p = api.plan(str(tmp_path / "logs"), "archive")
+    rp = p.run("r").to_dict()
+    changes = {c["name"]: c for c in category_changes(rp, {})}
+    file_size = next(a["bytes_before"] for a in rp["actions"] if a["kind"] == "rewrite")
+    assert changes["images"]["before"] > 0.8 * 40 * 3000
+    md = [c for n, c in changes.items() if "run_metadata" in n]
+    assert md and all(c["before"] < 0.1 * file_size and c["after"] == 0 for c in md)
+    assert changes["_unchanged"]["label"] == "everything else (unchanged)"
+    assert sum(c["before"] for c in changes.values()) == rp["bytes_before"]

@@ -29,9 +29,25 @@ def plan_run_view(rp, labels: dict) -> dict:
 def category_changes(plan_run: dict, labels: dict) -> List[dict]:
     """Per category touched by a plan: bytes before and after; plus the untouched rest."""
     per: Dict[str, dict] = {}
+
+    def entry(c: str) -> dict:
+        return per.setdefault(c, {"name": c, "label": labels.get(c) or cat.label(c), "before": 0, "after": 0,
+                                  "files": 0})
+
     for a in plan_run.get("actions", []):
-        c = a.get("category") or "other"
-        e = per.setdefault(c, {"name": c, "label": labels.get(c, c), "before": 0, "after": 0, "files": 0})
+        split = a.get("categories") or {}
+        if split:
+            # a rewritten event file: each category it holds with its own bytes; the file's
+            # framing stays in "everything else"
+            for c, (b, after) in split.items():
+                if b == after:
+                    continue
+                e = entry(c)
+                e["before"] += int(b)
+                e["after"] += int(after)
+                e["files"] += 1
+            continue
+        e = entry(a.get("category") or "other")
         e["before"] += int(a.get("bytes_before") or 0)
         e["after"] += int(a.get("bytes_after") or 0)
         if a.get("kind") != "remove_dir":
