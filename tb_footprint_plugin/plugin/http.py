@@ -52,6 +52,15 @@ class Assets:
 
     @staticmethod
     def _find_root():
+        # A source checkout serves its own frontend/ (the package imported from a worktree
+        # must not serve another checkout's files through an editable install's mapping).
+        here = os.path.dirname(os.path.abspath(__file__))
+        checkout = os.path.dirname(os.path.dirname(here))
+        if (os.path.isfile(os.path.join(checkout, "setup.py"))
+                and os.path.isfile(os.path.join(checkout, "frontend", "index.js"))):
+            import pathlib
+
+            return pathlib.Path(checkout, "frontend")
         try:
             root = importlib.resources.files("tb_footprint_plugin.frontend")
             if root.joinpath("index.js").is_file():

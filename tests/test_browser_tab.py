@@ -1,0 +1,161 @@
+"""Issue 13's tab items in real headless Chromium inside a real TensorBoard: the logdir map,
+category colours and the legend's stripe, TensorBoard's own dark-mode toggle, shares written by
+the CLI's rule, RECORDS "—" for file categories, no redundant Dry run button, an error banner
+that goes after a later success, one consistent "Other dashboards" note after "Reduce all shown",
+byte bars per category, and the before/after check of what the policy touched.
+Screenshots go to test-artifacts/screenshots/tab-*.png.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from test_browser import PREFIX, SHOTS, Tab, TensorBoard, browser, demo, tb  # noqa: F401  (fixtures)
+from tb_footprint_plugin import fmt
+
+MODULE = PREFIX + "/views/common.js"
+
+
+def _rgb(hex_color):
+    h = hex_color.lstrip("#")
+    return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def test_logdir_map_and_legend(browser, tb):
+    runs = tb.json(PREFIX + "/runs")["runs"]
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        cells = f.locator(".treemap .tm-run[data-run]")
+        expect(cells.first).to_be_visible()
+        sized = [r for r in runs if r["total_bytes"] > 0]
+        assert cells.count() == len(sized)
+        # areas follow bytes: the biggest run has the biggest rectangle
+        areas = cells.evaluate_all("els => els.map(e => [e.dataset.run, e.offsetWidth * e.offsetHeight])")
+        biggest = max(areas, key=lambda a: a[1])[0]
+        assert biggest == max(sized, key=lambda r: r["total_bytes"])["name"]
+        # every rectangle lies inside the map
+        box = f.locator(".treemap").bounding_box()
+        for i in range(cells.count()):
+            b = cells.nth(i).bounding_box()
+            assert b["x"] >= box["x"] - 1 and b["x"] + b["width"] <= box["x"] + box["width"] + 1
+            assert b["y"] >= box["y"] - 1 and b["y"] + b["height"] <= box["y"] + box["height"] + 1
+        # categories in their legend colours, all distinct among what this logdir holds
+        legend = f.locator(".legend-item:not(.legend-dominant) .swatch").evaluate_all(
+            "els => els.map(e => getComputedStyle(e).backgroundColor)")
+        assert len(set(legend)) == len(legend), legend
+        expect(f.locator(".legend-dominant")).to_contain_text("≥ 20% of the logdir")
+        tab.shot("tab-01-logdir-map.png")
+        # a click opens the run
+        cells.nth(len(sized) - 1 if len(sized) < 3 else 2).click()
+        expect(f.locator(".run-title")).to_be_visible()
+        assert tab.our_errors() == []
+    finally:
+        tab.close()
+
+
+def test_colour_map_is_colour_blind_safe_and_distinct(browser, tb):
+    tab = Tab(browser, tb)
+    try:
+        colors = tab.frame.locator("body").evaluate(
+            "async () => { const m = await import('" + MODULE + "'); const names = ['scalars','hparams','text',"
+            "'histograms','images','audio','pr_curves','graph_def','profile_xplane','profile_cache',"
+            "'profile_secondary','torch_trace','plugin_assets','checkpoints','events_corrupt','events_incomplete'];"
+            " return names.map(n => [n, m.color(n)]); }")
+        values = [c for _, c in colors]
+        assert len(set(v.lower() for v in values)) == len(values), colors
+        d = dict(colors)
+        assert d["torch_trace"].lower() != d["pr_curves"].lower()
+        # no two of them closer than a visible step in RGB
+        rgb = [_rgb(v) for v in values]
+        for i in range(len(rgb)):
+            for j in range(i + 1, len(rgb)):
+                dist = sum((a - b) ** 2 for a, b in zip(rgb[i], rgb[j])) ** 0.5
+                assert dist > 40, (colors[i], colors[j], dist)
+    finally:
+        tab.close()
+
+
+def test_shares_written_like_the_cli(browser, tb):
+    cases = [(1, 3), (0, 5), (5, 0), (1, 10000), (4, 10000), (5, 10000), (6, 10000), (1, 1), (999, 1000),
+             (2, 3), (1, 2000), (123456, 7654321), (0.5, 1000)]
+    tab = Tab(browser, tb)
+    try:
+        js = tab.frame.locator("body").evaluate(
+            "async (cases) => { const m = await import('" + MODULE + "'); return cases.map(([a, b]) => m.share(a, b)); }",
+            cases)
+        assert js == [fmt.share(a, b).strip() for a, b in cases]
+        assert fmt.share(1, 10000).strip() == "<0.1%"
+    finally:
+        tab.close()
+
+
+def test_run_page_plan_records_and_no_dry_run_button(browser, tb):
+    runs = tb.json(PREFIX + "/runs")["runs"]
+    name = next(r["name"] for r in runs if r["removable_bytes"] > 0 and "profile_xplane" in r["categories"])
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator(f'.row[data-run="{name}"] .run-link').click()
+        expect(f.locator(".plan-summary")).to_contain_text("Frees")
+        expect(f.locator("button.dry-run")).to_have_count(0)
+        rows = f.locator("table.categories tbody tr")
+        detail = tb.json(PREFIX + "/run?run=" + name)["run"]
+        for i, c in enumerate(detail["categories"]):
+            records = rows.nth(i).locator("td").nth(4).inner_text()
+            if c["records"]:
+                assert records == str(c["records"])
+            else:  # a file category: no event records
+                assert records == "—", (c["name"], records)
+        assert any(not c["records"] for c in detail["categories"])
+        # byte bars: every label shows its own category's bytes
+        plan = tb.json(PREFIX + "/run?run=" + name)["plan"]
+        bars = f.locator(".plan-box .cat-bar-row")
+        assert bars.count() == len(plan["category_changes"])
+        for i, c in enumerate(plan["category_changes"]):
+            assert bars.nth(i).locator(".cat-bar-label").inner_text().strip() == c["label"]
+        tab.shot("tab-02-run-page.png")
+    finally:
+        tab.close()
+
+
+def test_follows_tensorboards_own_dark_mode_toggle(browser, tb):
+    tab = Tab(browser, tb, color_scheme="light")
+    page = tab.page
+    body = tab.frame.locator("body")
+    try:
+        assert body.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(245, 245, 245)"
+        # TensorBoard's own toggle (its header's dark-mode menu), not the OS setting
+        page.locator("app-header-dark-mode-toggle button").click()
+        page.get_by_role("menuitem", name=re.compile("Dark", re.I)).click()
+        expect(page.locator("body.dark-mode")).to_have_count(1)
+        expect(body).to_have_css("background-color", "rgb(48, 48, 48)")
+        tab.shot("tab-03-dark-by-tensorboard-toggle.png")
+        page.locator("app-header-dark-mode-toggle button").click()
+        page.get_by_role("menuitem", name=re.compile("Light", re.I)).click()
+        expect(body).to_have_css("background-color", "rgb(245, 245, 245)")
+    finally:
+        tab.close()
+
+
+def test_error_banner_goes_after_a_later_success(browser, tb):
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        # the first rescan fails (the server's answer replaced by an error), the second succeeds
+        def refuse(route):
+            route.fulfill(status=500, content_type="application/json", body='{"error": "disk on fire"}')
+
+        tab.page.route("**/data/plugin/footprint/rescan", refuse)
+        f.locator("button.rescan").click()
+        expect(f.locator(".banner-error")).to_contain_text("disk on fire")
+        tab.shot("tab-04-error-banner.png")
+        tab.page.unroute("**/data/plugin/footprint/rescan", refuse)
+        expect(f.locator("button.rescan")).to_be_enabled(timeout=60000)
+        f.locator("button.rescan").click()
+        expect(f.locator(".banner-error")).to_have_count(0)
+    finally:
+        tab.close()
