@@ -74,7 +74,8 @@ class Assets:
         return pathlib.Path(repo)
 
     def names(self) -> List[str]:
-        """Servable relative paths: ``*.js``/``*.css`` at the top and ``views/*.js``."""
+        """Servable relative paths: ``*.js``/``*.css`` at the top, ``views/*.js`` and the vendored
+        libraries' ``vendor/*.js``/``*.css``."""
         out = []
         try:
             for entry in self.root.iterdir():
@@ -82,6 +83,9 @@ class Assets:
                     out.append(entry.name)
                 elif entry.is_dir() and entry.name == "views":
                     out += [f"views/{v.name}" for v in entry.iterdir() if v.is_file() and v.name.endswith(".js")]
+                elif entry.is_dir() and entry.name == "vendor":
+                    out += [f"vendor/{v.name}" for v in entry.iterdir()
+                            if v.is_file() and os.path.splitext(v.name)[1] in (".js", ".css")]
         except OSError:
             pass
         return sorted(out)
