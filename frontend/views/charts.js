@@ -49,7 +49,7 @@ function opts(title, width, height, xLabel, stepped) {
     width,
     height,
     scales: {x: {time: false}},
-    legend: {show: true},
+    legend: {show: true, live: false},
     cursor: {drag: {x: true, y: false}},
     axes: [Object.assign({label: xLabel, labelSize: 14, labelFont: '10px Roboto, sans-serif'}, axis), Object.assign({size: 52}, axis)],
     series: [

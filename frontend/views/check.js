@@ -21,7 +21,7 @@ const PLUGIN_TITLES = {
   images: 'Images', audio: 'Audio', histograms: 'Histograms and distributions', pr_curves: 'PR curves',
   text: 'Text', hparams: 'HParams', mesh: 'Meshes', custom_scalars: 'Custom scalars',
   graph_keras_model: 'Keras model graph', graph_run_metadata: 'Run metadata', graph_run_metadata_graph: 'Traced graphs',
-  graph_tagged_run_metadata: 'Tagged run metadata',
+  graph_tagged_run_metadata: 'Tagged run metadata', graphs: 'Run graph (as the Graphs dashboard reads it)',
 };
 
 function stepsText(shown) {
@@ -87,7 +87,10 @@ function touchedSections(v) {
 function graphSection(v) {
   const g = v.graph || {};
   if (!g.before && !g.after) return null;
-  const text = g.before === g.after ? 'run graph identical ✓' : g.after ? 'run graph changed' : 'run graph removed';
+  const n = g.nodes || [];
+  const nodes = (k) => (typeof n[k] === 'number' ? plural(n[k], 'node') : 'no graph');
+  const text = g.before === g.after ? 'run graph identical ✓ (' + nodes(0) + ')'
+    : g.after ? 'run graph changed: ' + nodes(0) + ' → ' + nodes(1) : 'run graph removed (it had ' + nodes(0) + ')';
   return el('section', {class: 'touched', dataset: {plugin: 'graphs'}}, el('h3', {text: 'Graphs'}),
     el('p', {class: g.before === g.after ? 'ok' : 'warn-text', text: text}));
 }

@@ -511,7 +511,9 @@ def _distribution(tag: Optional[TagView], step) -> Optional[list]:
         return None
     arr = np.frombuffer(payload.data, dtype=np.dtype(payload.dtype)).reshape(payload.shape)
     if arr.shape[0] > SUMMARY_MAX_BUCKETS:
-        return None
+        # merge neighbouring buckets (counts summed) so the stored shape stays bounded
+        groups = np.array_split(np.arange(arr.shape[0]), SUMMARY_MAX_BUCKETS)
+        arr = np.array([[arr[g[0], 0], arr[g[-1], 1], arr[g, 2].sum()] for g in groups if len(g)])
     def short(x: float) -> Any:
         return _json_float(float(f"{x:.6g}")) if math.isfinite(x) else _json_float(x)
 
@@ -574,4 +576,5 @@ def _graph_summary(pairs) -> dict:
     pair = _first_readable(pairs)
     if pair is None:
         return {}
-    return {"before": pair[0].graph, "after": pair[1].graph}
+    return {"before": pair[0].graph, "after": pair[1].graph,
+            "nodes": [pair[0].graph_nodes, pair[1].graph_nodes]}

@@ -103,6 +103,7 @@ class RunView:
     run_present: bool = False
     plugins: dict = field(default_factory=dict)  # plugin -> tag -> TagView
     graph: Optional[str] = None  # sha256 of the run graph blob the graphs plugin reads
+    graph_nodes: Optional[int] = None  # its node count (None: no graph, or not a GraphDef)
     #: Set when the whole read failed (server would not start, loader crashed, timeout):
     #: the view then says nothing about the run.
     fatal: Optional[str] = None
@@ -223,7 +224,7 @@ def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: 
             except Exception as e:  # noqa: BLE001
                 view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
     try:
-        view.graph = _read_run_graph(provider, ctx)
+        view.graph, view.graph_nodes = _read_run_graph(provider, ctx) or (None, None)
     except Exception as e:  # noqa: BLE001
         view.errors.append(f"run graph: {type(e).__name__}: {e}")
 
@@ -333,8 +334,8 @@ def _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints) -> Non
         tags[t].display_steps = [d.step for d in shown.get(t, [])]
 
 
-def _read_run_graph(provider, ctx) -> Optional[str]:
-    """The graphs plugin's read of the run graph (``downsample=1``), as a sha256 digest."""
+def _read_run_graph(provider, ctx) -> Optional[tuple]:
+    """The graphs plugin's read of the run graph (``downsample=1``): (sha256, node count)."""
     seqs = provider.read_blob_sequences(
         ctx,
         experiment_id=EXPERIMENT_ID,
@@ -345,8 +346,20 @@ def _read_run_graph(provider, ctx) -> Optional[str]:
     data = seqs.get(RUN_NAME, {}).get(RUN_GRAPH_TAG, ())
     if not data or not data[0].values:
         return None
-    blob = provider.read_blob(ctx, blob_key=data[0].values[0].blob_key)
-    return hashlib.sha256(bytes(blob)).hexdigest()
+    blob = bytes(provider.read_blob(ctx, blob_key=data[0].values[0].blob_key))
+    return hashlib.sha256(blob).hexdigest(), _node_count(blob)
+
+
+def _node_count(blob: bytes) -> Optional[int]:
+    """Nodes of a serialized GraphDef (what the check page lists), None if it does not parse."""
+    try:
+        from tensorboard.compat.proto import graph_pb2
+
+        g = graph_pb2.GraphDef()
+        g.ParseFromString(blob)
+        return len(g.node)
+    except Exception:  # a finding for the comparison, not for the count
+        return None
 
 
 # --- python backend ----------------------------------------------------------------------
