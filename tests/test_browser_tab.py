@@ -85,7 +85,7 @@ def test_shares_written_like_the_cli(browser, tb):
     tab = Tab(browser, tb)
     try:
         js = tab.frame.locator("body").evaluate(
-            "async (cases) => { const m = await import('" + MODULE + "'); return cases.map(([a, b]) => m.share(a, b)); }",
+            "async (_, cases) => { const m = await import('" + MODULE + "'); return cases.map(([a, b]) => m.share(a, b)); }",
             cases)
         assert js == [fmt.share(a, b).strip() for a, b in cases]
         assert fmt.share(1, 10000).strip() == "<0.1%"
@@ -157,5 +157,33 @@ def test_error_banner_goes_after_a_later_success(browser, tb):
         expect(f.locator("button.rescan")).to_be_enabled(timeout=60000)
         f.locator("button.rescan").click()
         expect(f.locator(".banner-error")).to_have_count(0)
+    finally:
+        tab.close()
+
+
+def test_reduce_all_shown_gives_one_consistent_dashboards_note(browser, tb, demo):
+    """Last in this module: it reduces every run. Some runs get rewritten event files, some only
+    lose profile data; the note names the former and never says 'nothing to reload' for all."""
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator("button.reduce-all").click()
+        f.locator(".dialog .dialog-confirm").click()
+        card = f.locator('.job-card[data-kind="reduce"]').first
+        note = card.locator(".dashboards-note")
+        expect(note).to_be_visible(timeout=600000)
+        text = note.inner_text()
+        job = [j for j in tb.json(PREFIX + "/jobs")["jobs"] if j["kind"] == "reduce"][0]
+        res = tb.json(PREFIX + "/job?id=" + job["id"])["job"]["result"]
+        verified = [o for o in res["outcomes"] if o["status"] == "verified"]
+        rewrote = [o["run"] for o in verified
+                   if any("tfevents" in os.path.basename(p) for p in o.get("removed_files") or [])]
+        assert len(verified) >= 3 and rewrote and len(rewrote) < len(verified), (len(verified), rewrote)
+        assert "Restart TensorBoard" in text
+        assert "nothing to reload" not in text
+        for run in rewrote[:5]:
+            assert run in text
+        assert note.locator("div").count() == len(res["dashboards"])
+        tab.shot("tab-05-reduce-all-note.png")
     finally:
         tab.close()

@@ -189,18 +189,6 @@ export class CheckView {
     }
     this.el.appendChild(head);
 
-    // verification table
-    const checks = v.checks || [];
-    this.el.append(el('h3', {text: 'Verification'}),
-      checks.length ? el('table', {class: 'table verification'},
-        el('tbody', {}, checks.map((ch) => el('tr', {class: ch.ok ? 'ok-row' : 'bad-row'},
-          el('td', {class: ch.ok ? 'ok mark' : 'bad mark', text: ch.ok ? '✓' : '✗'}),
-          el('td', {text: ch.name}),
-          el('td', {text: ch.detail}))))) : el('p', {class: 'muted', text: 'No verification stored with this operation.'}));
-    if ((v.failed || []).length) {
-      this.el.appendChild(el('div', {class: 'banner banner-error'}, el('strong', {text: 'Failed checks'}), v.failed.map((f) => el('div', {text: f}))));
-    }
-
     // per-category bars
     if ((c.category_changes || []).length) {
       this.el.append(el('h3', {text: 'Bytes per category'}), categoryBars(c.category_changes));
@@ -226,6 +214,18 @@ export class CheckView {
       this.el.appendChild(el('p', {class: same === tags.length ? 'ok' : 'bad', text: same + ' of ' + plural(tags.length, 'scalar tag') + ' identical' + (same === tags.length ? ' ✓' : '')}));
       this.el.appendChild(scalarRows(series));
     }
+    // verification table
+    const checks = v.checks || [];
+    this.el.append(el('h3', {text: 'Verification'}),
+      checks.length ? el('table', {class: 'table verification'},
+        el('tbody', {}, checks.map((ch) => el('tr', {class: ch.ok ? 'ok-row' : 'bad-row'},
+          el('td', {class: ch.ok ? 'ok mark' : 'bad mark', text: ch.ok ? '✓' : '✗'}),
+          el('td', {text: ch.name}),
+          el('td', {text: ch.detail}))))) : el('p', {class: 'muted', text: 'No verification stored with this operation.'}));
+    if ((v.failed || []).length) {
+      this.el.appendChild(el('div', {class: 'banner banner-error'}, el('strong', {text: 'Failed checks'}), v.failed.map((f) => el('div', {text: f}))));
+    }
+
     if ((c.fidelity || []).length) {
       this.el.append(el('h3', {text: 'What the policy promised'}), el('ul', {class: 'fidelity'}, c.fidelity.map((l) => el('li', {text: l}))));
     }
