@@ -161,6 +161,53 @@ def test_error_banner_goes_after_a_later_success(browser, tb):
         tab.close()
 
 
+def test_check_shows_image_and_audio_samples_before_and_after(browser, tb, demo):
+    """The check of a run with images and audio: the samples the dashboard shows, original
+    (from the vault) and reduced (from the run) side by side, served by /sample."""
+    run = "tf_summary_mix"
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator("input.filter").fill(run)
+        f.locator(f'.row[data-run="{run}"] button.reduce-run').click()
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator(f'.outcome-line[data-run="{run}"][data-status="verified"]')).to_be_visible(timeout=180000)
+        f.locator(f'.outcome-line[data-run="{run}"] .show-check').click()
+        expect(f.locator(".check-verdict")).to_contain_text("Verified")
+        op = [o for o in tb.json(PREFIX + "/operations")["operations"] if o["run"] == run][0]
+        ts = tb.json(PREFIX + "/operation?op=" + op["op_id"])["verification"]["tag_summaries"]
+        images = ts["images"]["tags"]
+        thumbs = f.locator('section.touched[data-plugin="images"] img.thumb')
+        expect(thumbs.first).to_be_visible()
+        n_shown = sum(min(len(e["samples"]), 12) for e in images.values())
+        assert thumbs.count() == sum(1 for e in images.values() for s in e["samples"][-12:] for side in ("before", "after") if s[side])
+        assert n_shown > 0
+        f.locator("section.touched[data-plugin='images']").scroll_into_view_if_needed()
+        tab.page.wait_for_function(
+            "() => [...document.querySelector('iframe').contentDocument.querySelectorAll('img.thumb')]"
+            ".every(i => i.complete && i.naturalWidth > 0)", timeout=30000)
+        # the same bytes on both sides, as the verification says
+        tag, e = next(iter(images.items()))
+        step = e["samples"][-1]["step"]
+        q = f"/sample?op={op['op_id']}&plugin=images&tag={tag}&step={step}&index=0"
+        s0, b0 = tb.get(PREFIX + q + "&side=before")
+        s1, b1 = tb.get(PREFIX + q + "&side=after")
+        assert s0 == s1 == 200 and b0[:8] == b"\x89PNG\r\n\x1a\n" and (b0 == b1) == e["samples"][-1]["same"]
+        # bad requests name what is wrong; nothing outside the logdir and the vault is read
+        assert tb.get(PREFIX + q + "&side=sideways")[0] == 400
+        assert tb.get(PREFIX + f"/sample?op=../../etc&plugin=images&tag=x&step=0&side=before")[0] == 400
+        audio = f.locator('section.touched[data-plugin="audio"] audio')
+        assert audio.count() >= 2
+        src = audio.first.get_attribute("src")
+        status, body = tb.get(PREFIX + "/" + src.lstrip("./"))
+        assert status == 200 and body[:4] == b"RIFF"
+        f.locator("section.touched[data-plugin='images']").scroll_into_view_if_needed()
+        tab.shot("tab-06-check-samples.png")
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        tab.close()
+
+
 def test_reduce_all_shown_gives_one_consistent_dashboards_note(browser, tb, demo):
     """Last in this module: it reduces every run. Some runs get rewritten event files, some only
     lose profile data; the note names the former and never says 'nothing to reload' for all."""

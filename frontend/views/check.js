@@ -28,6 +28,40 @@ function stepsText(shown) {
   return shown.length ? (shown.length <= 6 ? 'steps ' + shown.join(', ') : shown.length + ' steps, ' + shown[0] + '–' + shown[shown.length - 1]) : 'none';
 }
 
+const MAX_THUMB_STEPS = 12;
+
+function sampleUrl(opId, side, plugin, tag, step, index) {
+  return './sample?' + new URLSearchParams({op: opId, side, plugin, tag, step: String(step), index: String(index || 0)});
+}
+
+/** Images: per shown step the first sample, original above reduced, served from the vault and the run. */
+function thumbnails(opId, tag, e) {
+  const samples = (e.samples || []).slice(-MAX_THUMB_STEPS);
+  const row = (side) => el('div', {class: 'thumb-row'},
+    el('span', {class: 'strip-label muted', text: side === 'before' ? 'original' : 'reduced'}),
+    samples.map((s) => (s[side]
+      ? el('img', {class: 'thumb' + (s.same ? ' same' : ''), loading: 'lazy', alt: tag + ' step ' + s.step + ' (' + side + ')',
+        title: 'step ' + s.step + ' · ' + plural(s[side], 'sample') + (s.same ? ' · the same bytes on both sides' : ''),
+        src: sampleUrl(opId, side, 'images', tag, s.step, 0), dataset: {step: s.step, side}})
+      : el('span', {class: 'thumb absent', title: 'step ' + s.step + ': not shown', text: '—', dataset: {step: s.step, side}}))));
+  return el('div', {class: 'thumbs'}, row('before'), row('after'),
+    el('div', {class: 'thumb-row steps muted'}, el('span', {class: 'strip-label', text: 'step'}),
+      samples.map((s) => el('span', {class: 'thumb-step', text: String(s.step)}))));
+}
+
+/** Audio: the last shown step's first clip on each side, playable. */
+function audioPair(opId, tag, e) {
+  const last = (e.samples || []).filter((s) => s.before || s.after).slice(-1)[0];
+  if (!last) return null;
+  const player = (side) => (last[side]
+    ? el('audio', {controls: true, preload: 'none', src: sampleUrl(opId, side, 'audio', tag, last.step, 0), dataset: {side}})
+    : el('span', {class: 'muted', text: 'not shown'}));
+  return el('div', {class: 'audio-pair'},
+    el('span', {class: 'strip-label muted', text: 'original'}), player('before'),
+    el('span', {class: 'strip-label muted', text: 'reduced'}), player('after'),
+    el('span', {class: 'muted small', text: 'step ' + last.step}));
+}
+
 /** Per shown step, the samples on each side: a strip of boxes, original above reduced. */
 function sampleStrips(e) {
   const samples = e.samples || [];
@@ -45,7 +79,7 @@ function sampleStrips(e) {
       samples.map((s) => el('span', {class: 'sample-step', text: String(s.step)}))));
 }
 
-function tagCard(plugin, tag, e) {
+function tagCard(plugin, tag, e, opId) {
   const same = e.same_shown;
   const [pb, pa] = e.points;
   const [sb, sa] = e.shown;
@@ -55,7 +89,9 @@ function tagCard(plugin, tag, e) {
       el('span', {class: same ? 'ok' : 'warn-text', text: same ? 'dashboard shows the same ✓' : 'dashboard shows ' + sa.length + ' of ' + sb.length + ' steps'})),
     el('div', {class: 'muted small', text: 'stored ' + pb + ' → ' + pa + ' points · shown: ' + stepsText(sb) +
       (same ? '' : ' → ' + stepsText(sa))}));
-  if (e.samples) card.appendChild(sampleStrips(e));
+  if (e.samples && plugin === 'images' && opId) card.appendChild(thumbnails(opId, tag, e));
+  else if (e.samples) card.appendChild(sampleStrips(e));
+  if (e.samples && plugin === 'audio' && opId) card.appendChild(audioPair(opId, tag, e));
   if (e.distribution && (e.distribution.before || e.distribution.after)) {
     card.appendChild(el('div', {class: 'muted small', text: 'distribution at step ' + e.distribution.step + ', original and reduced overlaid'}));
     card.appendChild(overlayChart(distributionPoints(e.distribution.before), distributionPoints(e.distribution.after),
@@ -64,7 +100,7 @@ function tagCard(plugin, tag, e) {
   return card;
 }
 
-function touchedSections(v) {
+function touchedSections(v, opId) {
   const out = [];
   const summaries = v.tag_summaries || {};
   const order = Object.keys(summaries).sort((a, b) => (a === 'images' ? -3 : a === 'audio' ? -2 : a === 'histograms' ? -1 : 0) -
@@ -78,7 +114,7 @@ function touchedSections(v) {
       el('h3', {}, (PLUGIN_TITLES[plugin] || plugin) + ' ',
         el('span', {class: 'legend-inline ' + (same === tags.length ? 'ok' : ''),
           text: same + ' of ' + plural(tags.length, 'tag') + ' shown the same' + (p.tag_count > tags.length ? ' (first ' + tags.length + ' of ' + p.tag_count + ' listed)' : '')})),
-      el('div', {class: 'tag-cards'}, tags.map(([tag, e]) => tagCard(plugin, tag, e))));
+      el('div', {class: 'tag-cards'}, tags.map(([tag, e]) => tagCard(plugin, tag, e, opId))));
     out.push(section);
   }
   return out;
@@ -195,7 +231,7 @@ export class CheckView {
     }
 
     // what the policy touched, from the verification's own reads
-    const touched = touchedSections(v).concat([graphSection(v), profileSection(c)].filter(Boolean));
+    const touched = touchedSections(v, op.restored_by ? null : op.op_id).concat([graphSection(v), profileSection(c)].filter(Boolean));
     if (touched.length) {
       this.el.appendChild(el('h3', {class: 'touched-title'}, 'What the dashboards show, before and after ',
         el('span', {class: 'legend-inline'},

@@ -33,6 +33,7 @@ class Routes(ReadRoutes, ActionRoutes):
             "/history": self.history,
             "/operations": self.operations,
             "/operation": self.operation,
+            "/sample": self.sample,
         }
         write = {
             "/reduce": self.reduce,
