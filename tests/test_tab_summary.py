@@ -68,3 +68,56 @@ def test_byte_bars_of_a_rewritten_file_show_each_category_with_its_own_bytes(tmp
     assert md and all(c["before"] < 0.1 * file_size and c["after"] == 0 for c in md)
     assert changes["_unchanged"]["label"] == "everything else (unchanged)"
     assert sum(c["before"] for c in changes.values()) == rp["bytes_before"]
+
+
+def test_check_data_is_bounded_and_samples_come_from_vault_and_run(tmp_path):
+    """The verification's per-tag summaries stay small whatever the run; api.sample serves the
+    original from the vault and the reduced from the run, and refuses what it cannot show."""
+    import json
+    import os
+
+    import pytest
+
+    from tb_footprint_plugin import synth
+    from tb_footprint_plugin.verify import compare
+
+    logdir = tmp_path / "logs"
+    run = logdir / "r"
+    with synth.EventWriter(str(run)) as w:
+        for s in range(300):
+            w.scalar("loss", s, 1.0 / (s + 1))
+            w.histogram("h", s, [((i * 37 + s) % 1000) / 1000.0 for i in range(500)], buckets=400)
+        for s in range(30):
+            w.image("img", s, synth.make_png(8, 8, seed=s), 8, 8)
+        w.run_metadata("step1", 1, synth.make_run_metadata(4))
+    for dp, _, fs in os.walk(logdir):
+        for f in fs:
+            os.utime(os.path.join(dp, f), (1_000_000_000, 1_000_000_000))
+    rep = api.reduce_logdir(str(logdir), None, policy="archive", dry_run=False, runs=["r"])
+    assert rep.to_dict()["outcomes"][0]["status"] == Outcome.VERIFIED
+    m = api.operations(str(logdir))[0]
+    ts = m["verification"]["tag_summaries"]
+    assert len(json.dumps(ts)) < 60_000
+    h = ts["histograms"]["tags"]["h"]
+    assert len(h["distribution"]["before"]) <= compare.SUMMARY_MAX_BUCKETS
+    assert all(len(side) <= compare.SUMMARY_MAX_STEPS for side in h["shown"])
+    img = ts["images"]["tags"]["img"]
+    shown = img["shown"][1]
+    step = shown[-1]
+    before, ctype = api.sample(str(logdir), m["op_id"], "before", "images", "img", step, 0)
+    after, _ = api.sample(str(logdir), m["op_id"], "after", "images", "img", step, 0)
+    assert ctype == "image/png" and before == after == synth.make_png(8, 8, seed=step)
+    dropped = sorted(set(img["shown"][0]) - set(shown)) or sorted(set(range(30)) - set(shown))
+    if dropped:  # a step the reduced run no longer holds: the vault still has it
+        data, _ = api.sample(str(logdir), m["op_id"], "before", "images", "img", dropped[0], 0)
+        assert data == synth.make_png(8, 8, seed=dropped[0])
+        with pytest.raises(api.SampleUnavailable) as e:
+            api.sample(str(logdir), m["op_id"], "after", "images", "img", dropped[0], 0)
+        assert e.value.code == "not_found"
+    with pytest.raises(api.SampleUnavailable) as e:
+        api.sample(str(logdir), m["op_id"], "sideways", "images", "img", step, 0)
+    assert e.value.code == "bad_request"
+    api.restore(str(logdir), op=m["op_id"])
+    with pytest.raises(api.SampleUnavailable) as e:
+        api.sample(str(logdir), m["op_id"], "after", "images", "img", step, 0)
+    assert e.value.code == "restored"
