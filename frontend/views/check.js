@@ -29,6 +29,9 @@ function stepsText(shown) {
 }
 
 const MAX_THUMB_STEPS = 12;
+// every thumbnail is one read of the run's event files on the server: the first tags get
+// pictures, the rest the same/different strips
+const MAX_THUMB_TAGS = 8;
 
 function sampleUrl(opId, side, plugin, tag, step, index) {
   return './sample?' + new URLSearchParams({op: opId, side, plugin, tag, step: String(step), index: String(index || 0)});
@@ -114,7 +117,7 @@ function touchedSections(v, opId) {
       el('h3', {}, (PLUGIN_TITLES[plugin] || plugin) + ' ',
         el('span', {class: 'legend-inline ' + (same === tags.length ? 'ok' : ''),
           text: same + ' of ' + plural(tags.length, 'tag') + ' shown the same' + (p.tag_count > tags.length ? ' (first ' + tags.length + ' of ' + p.tag_count + ' listed)' : '')})),
-      el('div', {class: 'tag-cards'}, tags.map(([tag, e]) => tagCard(plugin, tag, e, opId))));
+      el('div', {class: 'tag-cards'}, tags.map(([tag, e], i) => tagCard(plugin, tag, e, i < MAX_THUMB_TAGS ? opId : null))));
     out.push(section);
   }
   return out;
