@@ -37,7 +37,8 @@ setup(
         "tb_footprint_plugin.frontend",
     ],
     package_dir={"tb_footprint_plugin.frontend": "frontend"},
-    package_data={"tb_footprint_plugin.frontend": ["*.js", "*.css", "views/*.js"]},
+    package_data={"tb_footprint_plugin.frontend": ["*.js", "*.css", "views/*.js",
+                                                   "vendor/*.js", "vendor/*.css", "vendor/*.LICENSE"]},
     install_requires=[
         "tensorboard>=2.12",
         "werkzeug>=2.0",

@@ -9,6 +9,7 @@ import {HistoryView, OperationsView} from './views/operations.js';
 import {OverviewView} from './views/overview.js';
 import {RunView} from './views/run.js';
 import {RetireView} from './views/retire.js';
+import {followTheme} from './theme.js';
 
 const NAV = [['runs', 'Runs'], ['retire', 'Retire'], ['operations', 'Operations'], ['history', 'History']];
 
@@ -50,6 +51,7 @@ export async function render() {
   link.href = './style.css';
   document.head.appendChild(link);
   document.title = 'Footprint';
+  followTheme();
 
   const model = new Model();
   const showError = (text) => model.set({message: {kind: 'error', text}});

@@ -182,7 +182,9 @@ export class Model {
     const headers = {'Content-Type': 'application/json'};
     headers[this.state.tokenHeader] = this.state.token || '';
     try {
-      return await fetchJSON(path, {method: 'POST', headers, body: JSON.stringify(body || {})});
+      const res = await fetchJSON(path, {method: 'POST', headers, body: JSON.stringify(body || {})});
+      this._clearError();
+      return res;
     } catch (e) {
       if (!retried && e.code === 403 && /token/i.test(e.message)) {
         await this.refreshToken();
@@ -387,7 +389,13 @@ export class Model {
     this._timers[key] = setTimeout(tick, 200);
   }
 
+  /** An earlier error banner goes once a later action succeeds (it no longer describes the tab). */
+  _clearError() {
+    if (this.state.message && this.state.message.kind === 'error') this.set({message: null});
+  }
+
   async _jobFinished(job) {
+    if (job.state === 'done') this._clearError();
     // The server rescans after every job; wait (a little) for that fresh scan.
     await this.loadRuns({wait: 15});
     if (this.state.view === 'run' && this.state.selectedRun) await this.loadRun(this.state.selectedRun);

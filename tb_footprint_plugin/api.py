@@ -46,6 +46,7 @@ from tb_footprint_plugin.plan.shard import ShardError, parse_shard, shard_from_e
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
     dashboards_note,
+    dashboards_summary,
     labels_for,
     overview,
     plan_run_view,
@@ -54,7 +55,7 @@ from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.openfiles import find_writers
-from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.storage.paths import is_within, real_within, state_dir
 from tb_footprint_plugin.storage.remote import RemoteError, is_remote
 
 DEFAULT_BACKENDS = ("python", "rust")
@@ -587,7 +588,68 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
 __all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
-           "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]
+           "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy", "history_csv", "overview"]
+
+
+class SampleUnavailable(LookupError):
+    """A sample the check page asked for cannot be shown; ``code`` says why (for programs)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def sample(logdir: str, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0,
+           backup_dir: Optional[str] = None) -> tuple:
+    """``(bytes, content type)`` of one image/audio sample of operation ``op_id``'s run as the
+    dashboard showed it ``before`` the reduction (backed-up event files from the vault, the
+    others from the run) or shows it ``after``. Only event files directly in the run directory
+    (as TensorBoard reads them), inside the logdir, and vault blobs named by their sha256 are
+    ever read; ``SampleUnavailable`` (code ``not_found`` / ``restored`` / ``purged`` / ``bad_request``)."""
+    from tb_footprint_plugin.verify import samples
+
+    if side not in ("before", "after") or plugin not in (samples.IMAGES, samples.AUDIO):
+        raise SampleUnavailable("bad_request", "side must be before or after, plugin images or audio")
+    ctx = _context(logdir, backup_dir)
+    m = find_manifest(ctx, op_id)
+    run = m.get("run")
+    run_dir = os.path.normpath(os.path.join(ctx.logdir, run if isinstance(run, str) else "\0"))
+    if not isinstance(run, str) or not is_within(run_dir, ctx.logdir) or not os.path.isdir(run_dir):
+        raise SampleUnavailable("not_found", f"the run of {op_id} is not in the logdir")
+    restored = bool(m.get("restored_by"))
+    if side == "after" and restored:
+        raise SampleUnavailable("restored", f"{op_id} was restored: the reduced run exists no more")
+
+    def direct_events(names) -> dict:
+        out = {}
+        for n in names:
+            p = os.path.join(run_dir, n)
+            if "tfevents" in n and os.path.isfile(p) and not os.path.islink(p) and real_within(p, ctx.logdir):
+                out[os.path.relpath(p, ctx.logdir)] = p
+        return out
+
+    current = direct_events(sorted(os.listdir(run_dir)))
+    if side == "after" or restored:
+        files = current  # after a restore the run holds the originals again
+    else:
+        created = {c.get("path") for c in m.get("created", [])}
+        files = {rel: p for rel, p in current.items() if rel not in created}
+        for f in m.get("files", []):
+            rel, sha = f.get("path"), f.get("sha256")
+            if not (isinstance(rel, str) and isinstance(sha, str) and len(sha) == 64
+                    and all(ch in "0123456789abcdef" for ch in sha)):
+                continue
+            if os.path.dirname(os.path.normpath(rel)) != os.path.relpath(run_dir, ctx.logdir) or "tfevents" not in rel:
+                continue
+            if m.get("backup_purged"):
+                raise SampleUnavailable("purged", f"the backup of {op_id} was purged: the original is gone")
+            blob = ctx.vault.blob_path(sha)
+            if os.path.isfile(blob) and not os.path.islink(blob):
+                files[rel] = blob
+    data = samples.read_sample([files[k] for k in sorted(files)], plugin, tag, int(step), int(index))
+    if data is None:
+        raise SampleUnavailable("not_found", f"no {plugin} sample {index} of {tag!r} at step {step} {side}")
+    return data, samples.sniff(data)
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:

@@ -1,7 +1,7 @@
 """The Footprint tab in real headless Chromium, inside a real TensorBoard.
 
 Opens TensorBoard, opens the Footprint tab (an iframe), checks the runs are sorted by size,
-runs a dry run, reduces a run, sees the verified before/after check, restores it, and checks on
+sees the plan (the dry run), reduces a run, sees the verified before/after check, restores it, and checks on
 disk that the run is byte-identical to the start (sha256 of every file). Screenshots of every
 state go to ``test-artifacts/screenshots/``.
 
@@ -168,11 +168,10 @@ def test_reduce_check_restore_in_the_browser(browser, tb, demo):
         assert f.locator("table.categories tbody tr").count() >= 2
         tab.shot("03-run-detail.png")
 
-        # 3. dry run: the plan, nothing changed
-        f.locator("button.dry-run").click()
-        expect(f.locator(".dry-result")).to_contain_text("Nothing was changed")
+        # 3. the plan on the page is the dry run: no separate button, nothing changed
+        expect(f.locator("button.dry-run")).to_have_count(0)
+        expect(f.locator(".plan-box .changes li").first).to_be_visible()
         assert disk_state(demo) == start
-        tab.shot("04-dry-run.png")
 
         # 4. reduce: the confirmation states the bytes to free and what changes
         f.locator(".plan-box button.reduce-run").click()
@@ -197,12 +196,20 @@ def test_reduce_check_restore_in_the_browser(browser, tb, demo):
         expect(f.locator(".check-verdict")).to_contain_text("Verified")
         op = tb.json(PREFIX + "/operations")["operations"][0]
         detail = tb.json(PREFIX + "/operation?op=" + op["op_id"])
-        tags = detail["verification"]["scalar_series"]
+        v = detail["verification"]
+        tags = v["scalar_series"]
         assert tags, "the reduced run should have scalar tags"
-        expect(f.locator("figure.chart")).to_have_count(len(tags))
-        assert f.locator("figure.chart.identical").count() == len(tags)
-        assert f.locator("figure.chart polyline.before").count() == len(tags)
-        assert f.locator("figure.chart polyline.after").count() == len(tags)
+        # scalars: one compact "identical, N points" row per tag, a chart on demand
+        expect(f.locator("tr.scalar-row")).to_have_count(len(tags))
+        assert f.locator("tr.scalar-row.identical").count() == len(tags)
+        first = next(iter(tags))
+        row = f.locator("tr.scalar-row").first
+        expect(row).to_contain_text(f"identical, {len(tags[first]['before'])} point")
+        row.locator("button.show-chart").click()
+        expect(f.locator(".chart-cell .uplot-box canvas")).to_have_count(1)
+        # what the policy touched, per tag, from the verification's own reads
+        for plugin, summary in v["tag_summaries"].items():
+            expect(f.locator(f'section.touched[data-plugin="{plugin}"] .tag-card')).to_have_count(len(summary["tags"]))
         assert f.locator("table.verification tr").count() >= 3
         assert f.locator("table.verification td.bad").count() == 0
         assert f.locator(".cat-bar-row").count() >= 2

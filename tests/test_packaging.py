@@ -67,7 +67,10 @@ def test_wheel_contents(dist):
     wheel, sdist = dist
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("tb_footprint_plugin/loader.py", "tb_footprint_plugin/frontend/index.js",
-                   "tb_footprint_plugin/frontend/model.js", "tb_footprint_plugin/plugin/routes.py"):
+                   "tb_footprint_plugin/frontend/model.js", "tb_footprint_plugin/plugin/routes.py",
+                   "tb_footprint_plugin/frontend/theme.js", "tb_footprint_plugin/frontend/vendor/uPlot.esm.js",
+                   "tb_footprint_plugin/frontend/vendor/uPlot.min.css",
+                   "tb_footprint_plugin/frontend/vendor/uPlot.LICENSE"):
         assert needed in names, needed
     assert any(n.startswith("tb_footprint_plugin/frontend/views/") for n in names)
     ep = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

@@ -1,24 +1,13 @@
 // The visual before/after check of one operation, drawn from the verification stored with it
-// (no second read of the run): original and reduced curves overlaid for every scalar tag,
-// per-category bars before and after, and the verification table.
+// (no second read of the run): what the policy touched per tag (the samples the dashboard shows
+// on each side, histogram distributions overlaid, graphs, profile sessions and traces removed or
+// kept), scalars as one compact row per tag with a chart on demand, per-category bars before and
+// after, and the verification table.
 
-import {button, bytes, clear, el, svg, when} from './common.js';
+import {button, bytes, clear, el, plural, when} from './common.js';
+import {distributionPoints, overlayChart} from './charts.js';
 import {restoreFlow} from './reduce.js';
 import {categoryBars} from './run.js';
-
-const W = 320;
-const H = 160;
-const PAD = {l: 48, r: 10, t: 10, b: 24};
-
-function finite(points) {
-  return (points || []).filter((p) => Array.isArray(p) && typeof p[1] === 'number' && isFinite(p[1]) && isFinite(p[0]));
-}
-
-function fmt(v) {
-  const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(1);
-  return String(Number(v.toPrecision(3)));
-}
 
 function sameSeries(a, b) {
   if (!a || !b || a.length !== b.length) return false;
@@ -28,46 +17,165 @@ function sameSeries(a, b) {
   return true;
 }
 
-export function scalarChart(tag, series) {
-  const before = finite(series.before);
-  const after = finite(series.after);
-  const all = before.concat(after);
-  const identical = sameSeries(series.before, series.after);
-  const card = el('figure', {class: 'chart' + (identical ? ' identical' : ' differs'), dataset: {tag}});
-  card.appendChild(el('figcaption', {},
-    el('span', {class: 'mono tag', text: tag}),
-    el('span', {class: identical ? 'ok' : 'bad', text: identical ? ' identical ✓' :
-      ' ' + (series.before || []).length + ' → ' + (series.after || []).length + ' points'})));
-  if (!all.length) {
-    card.appendChild(el('div', {class: 'muted', text: 'no finite points'}));
-    return card;
+const PLUGIN_TITLES = {
+  images: 'Images', audio: 'Audio', histograms: 'Histograms and distributions', pr_curves: 'PR curves',
+  text: 'Text', hparams: 'HParams', mesh: 'Meshes', custom_scalars: 'Custom scalars',
+  graph_keras_model: 'Keras model graph', graph_run_metadata: 'Run metadata', graph_run_metadata_graph: 'Traced graphs',
+  graph_tagged_run_metadata: 'Tagged run metadata', graphs: 'Run graph (as the Graphs dashboard reads it)',
+};
+
+function stepsText(shown) {
+  return shown.length ? (shown.length <= 6 ? 'steps ' + shown.join(', ') : shown.length + ' steps, ' + shown[0] + '–' + shown[shown.length - 1]) : 'none';
+}
+
+const MAX_THUMB_STEPS = 12;
+// every thumbnail is one read of the run's event files on the server: the first tags get
+// pictures, the rest the same/different strips
+const MAX_THUMB_TAGS = 8;
+
+function sampleUrl(opId, side, plugin, tag, step, index) {
+  return './sample?' + new URLSearchParams({op: opId, side, plugin, tag, step: String(step), index: String(index || 0)});
+}
+
+/** Images: per shown step the first sample, original above reduced, served from the vault and the run. */
+function thumbnails(opId, tag, e) {
+  const samples = (e.samples || []).slice(-MAX_THUMB_STEPS);
+  const row = (side) => el('div', {class: 'thumb-row'},
+    el('span', {class: 'strip-label muted', text: side === 'before' ? 'original' : 'reduced'}),
+    samples.map((s) => (s[side]
+      ? el('img', {class: 'thumb' + (s.same ? ' same' : ''), loading: 'lazy', alt: tag + ' step ' + s.step + ' (' + side + ')',
+        title: 'step ' + s.step + ' · ' + plural(s[side], 'sample') + (s.same ? ' · the same bytes on both sides' : ''),
+        src: sampleUrl(opId, side, 'images', tag, s.step, 0), dataset: {step: s.step, side}})
+      : el('span', {class: 'thumb absent', title: 'step ' + s.step + ': not shown', text: '—', dataset: {step: s.step, side}}))));
+  return el('div', {class: 'thumbs'}, row('before'), row('after'),
+    el('div', {class: 'thumb-row steps muted'}, el('span', {class: 'strip-label', text: 'step'}),
+      samples.map((s) => el('span', {class: 'thumb-step', text: String(s.step)}))));
+}
+
+/** Audio: the last shown step's first clip on each side, playable. */
+function audioPair(opId, tag, e) {
+  const last = (e.samples || []).filter((s) => s.before || s.after).slice(-1)[0];
+  if (!last) return null;
+  const player = (side) => (last[side]
+    ? el('audio', {controls: true, preload: 'none', src: sampleUrl(opId, side, 'audio', tag, last.step, 0), dataset: {side}})
+    : el('span', {class: 'muted', text: 'not shown'}));
+  return el('div', {class: 'audio-pair'},
+    el('span', {class: 'strip-label muted', text: 'original'}), player('before'),
+    el('span', {class: 'strip-label muted', text: 'reduced'}), player('after'),
+    el('span', {class: 'muted small', text: 'step ' + last.step}));
+}
+
+/** Per shown step, the samples on each side: a strip of boxes, original above reduced. */
+function sampleStrips(e) {
+  const samples = e.samples || [];
+  const row = (side) => el('div', {class: 'strip-row'},
+    el('span', {class: 'strip-label muted', text: side === 'before' ? 'original' : 'reduced'}),
+    samples.map((s) => {
+      const n = s[side];
+      const cls = 'sample' + (n ? '' : ' absent') + (n && s.same ? ' same' : '') + (n && !s.same && s.before && s.after ? ' differs' : '');
+      return el('span', {class: cls, dataset: {step: s.step, side},
+        title: 'step ' + s.step + ': ' + (n ? plural(n, 'sample') : 'not shown') + (n && s.same ? ' (the same bytes on both sides)' : '')},
+      n ? String(n) : '·');
+    }));
+  return el('div', {class: 'strips'}, row('before'), row('after'),
+    el('div', {class: 'strip-row steps muted'}, el('span', {class: 'strip-label', text: 'step'}),
+      samples.map((s) => el('span', {class: 'sample-step', text: String(s.step)}))));
+}
+
+function tagCard(plugin, tag, e, opId) {
+  const same = e.same_shown;
+  const [pb, pa] = e.points;
+  const [sb, sa] = e.shown;
+  const card = el('div', {class: 'tag-card' + (same ? ' identical' : ' differs'), dataset: {plugin, tag}},
+    el('div', {class: 'tag-head'},
+      el('span', {class: 'mono tag', text: tag}),
+      el('span', {class: same ? 'ok' : 'warn-text', text: same ? 'dashboard shows the same ✓' : 'dashboard shows ' + sa.length + ' of ' + sb.length + ' steps'})),
+    el('div', {class: 'muted small', text: 'stored ' + pb + ' → ' + pa + ' points · shown: ' + stepsText(sb) +
+      (same ? '' : ' → ' + stepsText(sa))}));
+  if (e.samples && plugin === 'images' && opId) card.appendChild(thumbnails(opId, tag, e));
+  else if (e.samples) card.appendChild(sampleStrips(e));
+  if (e.samples && plugin === 'audio' && opId) card.appendChild(audioPair(opId, tag, e));
+  if (e.distribution && (e.distribution.before || e.distribution.after)) {
+    card.appendChild(el('div', {class: 'muted small', text: 'distribution at step ' + e.distribution.step + ', original and reduced overlaid'}));
+    card.appendChild(overlayChart(distributionPoints(e.distribution.before), distributionPoints(e.distribution.after),
+      {width: 420, height: 150, xLabel: 'value', stepped: true}));
   }
-  let x0 = Math.min(...all.map((p) => p[0]));
-  let x1 = Math.max(...all.map((p) => p[0]));
-  let y0 = Math.min(...all.map((p) => p[1]));
-  let y1 = Math.max(...all.map((p) => p[1]));
-  if (x0 === x1) x1 = x0 + 1;
-  if (y0 === y1) {
-    y0 -= 0.5;
-    y1 += 0.5;
-  }
-  const sx = (x) => PAD.l + ((x - x0) / (x1 - x0)) * (W - PAD.l - PAD.r);
-  const sy = (y) => H - PAD.b - ((y - y0) / (y1 - y0)) * (H - PAD.t - PAD.b);
-  const line = (pts) => pts.map((p) => sx(p[0]).toFixed(1) + ',' + sy(p[1]).toFixed(1)).join(' ');
-  const g = svg('svg', {viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, class: 'chart-svg', role: 'img',
-    'aria-label': tag + ': original and reduced curves' + (identical ? ' (identical)' : '')});
-  const grid = [0, 0.5, 1].map((f) => y0 + f * (y1 - y0));
-  for (const gy of grid) {
-    g.appendChild(svg('line', {x1: PAD.l, x2: W - PAD.r, y1: sy(gy), y2: sy(gy), class: 'grid'}));
-    g.appendChild(svg('text', {x: PAD.l - 4, y: sy(gy) + 3, 'text-anchor': 'end', class: 'axis', text: fmt(gy)}));
-  }
-  g.appendChild(svg('text', {x: PAD.l, y: H - 6, 'text-anchor': 'start', class: 'axis', text: 'step ' + x0}));
-  g.appendChild(svg('text', {x: W - PAD.r, y: H - 6, 'text-anchor': 'end', class: 'axis', text: String(x1)}));
-  if (before.length) g.appendChild(svg('polyline', {points: line(before), class: 'before'}));
-  if (after.length) g.appendChild(svg('polyline', {points: line(after), class: 'after'}));
-  if (after.length === 1) g.appendChild(svg('circle', {cx: sx(after[0][0]), cy: sy(after[0][1]), r: 2.5, class: 'after-dot'}));
-  card.appendChild(g);
   return card;
+}
+
+function touchedSections(v, opId) {
+  const out = [];
+  const summaries = v.tag_summaries || {};
+  const order = Object.keys(summaries).sort((a, b) => (a === 'images' ? -3 : a === 'audio' ? -2 : a === 'histograms' ? -1 : 0) -
+    (b === 'images' ? -3 : b === 'audio' ? -2 : b === 'histograms' ? -1 : 0));
+  for (const plugin of order) {
+    const p = summaries[plugin];
+    const tags = Object.entries(p.tags || {});
+    if (!tags.length) continue;
+    const same = tags.filter(([, e]) => e.same_shown).length;
+    const section = el('section', {class: 'touched', dataset: {plugin}},
+      el('h3', {}, (PLUGIN_TITLES[plugin] || plugin) + ' ',
+        el('span', {class: 'legend-inline ' + (same === tags.length ? 'ok' : ''),
+          text: same + ' of ' + plural(tags.length, 'tag') + ' shown the same' + (p.tag_count > tags.length ? ' (first ' + tags.length + ' of ' + p.tag_count + ' listed)' : '')})),
+      el('div', {class: 'tag-cards'}, tags.map(([tag, e], i) => tagCard(plugin, tag, e, i < MAX_THUMB_TAGS ? opId : null))));
+    out.push(section);
+  }
+  return out;
+}
+
+function graphSection(v) {
+  const g = v.graph || {};
+  if (!g.before && !g.after) return null;
+  const n = g.nodes || [];
+  const nodes = (k) => (typeof n[k] === 'number' ? plural(n[k], 'node') : 'no graph');
+  const text = g.before === g.after ? 'run graph identical ✓ (' + nodes(0) + ')'
+    : g.after ? 'run graph changed: ' + nodes(0) + ' → ' + nodes(1) : 'run graph removed (it had ' + nodes(0) + ')';
+  return el('section', {class: 'touched', dataset: {plugin: 'graphs'}}, el('h3', {text: 'Graphs'}),
+    el('p', {class: g.before === g.after ? 'ok' : 'warn-text', text: text}));
+}
+
+function isProfile(path) {
+  return /(^|\/)plugins\/profile\//.test(path) || /\.pt\.trace\.json(\.gz)?$/.test(path);
+}
+
+function profileSection(c) {
+  const files = (c.files || []).filter((f) => isProfile(f.path || ''));
+  if (!files.length) return null;
+  const removed = files.filter((f) => f.action !== 'compress');
+  const compressed = files.filter((f) => f.action === 'compress');
+  const created = (c.created || []).filter((f) => isProfile(f.path || ''));
+  const list = (title, items, cls) => items.length ? el('div', {class: 'profile-list ' + cls},
+    el('strong', {text: title + ' (' + items.length + ')'}),
+    el('ul', {}, items.map((f) => el('li', {class: 'mono small', text: f.path + (f.size !== undefined ? ' · ' + bytes(f.size) : '')})))) : null;
+  return el('section', {class: 'touched', dataset: {plugin: 'profile'}}, el('h3', {text: 'Profile sessions and traces'}),
+    list('Removed', removed, 'removed'), list('Compressed (originals)', compressed, 'compressed'), list('Kept as new files', created, 'kept'));
+}
+
+function scalarRows(series) {
+  const tags = Object.keys(series);
+  const table = el('table', {class: 'table scalars-table'},
+    el('tbody', {}, tags.map((t) => {
+      const s = series[t];
+      const identical = sameSeries(s.before, s.after);
+      const cell = el('td', {class: 'chart-cell'});
+      const toggle = button('Chart', () => {
+        if (cell.firstChild) {
+          clear(cell);
+          toggle.textContent = 'Chart';
+        } else {
+          cell.appendChild(overlayChart(s.before, s.after, {width: 640, height: 200}));
+          toggle.textContent = 'Hide';
+        }
+      }, {kind: 'flat', title: 'Original and reduced curves, overlaid'});
+      toggle.classList.add('show-chart');
+      return [el('tr', {class: 'scalar-row' + (identical ? ' identical' : ' differs'), dataset: {tag: t}},
+        el('td', {class: 'mono', text: t}),
+        el('td', {class: identical ? 'ok' : 'bad', text: identical ? 'identical, ' + plural((s.before || []).length, 'point')
+          : (s.before || []).length + ' → ' + (s.after || []).length + ' points, differs'}),
+        el('td', {class: 'num'}, toggle)),
+      el('tr', {class: 'chart-row'}, el('td', {colspan: 3}, cell))];
+    })));
+  return table;
 }
 
 export class CheckView {
@@ -120,6 +228,31 @@ export class CheckView {
     }
     this.el.appendChild(head);
 
+    // per-category bars
+    if ((c.category_changes || []).length) {
+      this.el.append(el('h3', {text: 'Bytes per category'}), categoryBars(c.category_changes));
+    }
+
+    // what the policy touched, from the verification's own reads
+    const touched = touchedSections(v, op.restored_by ? null : op.op_id).concat([graphSection(v), profileSection(c)].filter(Boolean));
+    if (touched.length) {
+      this.el.appendChild(el('h3', {class: 'touched-title'}, 'What the dashboards show, before and after ',
+        el('span', {class: 'legend-inline'},
+          el('span', {class: 'line-key before'}), ' original ', el('span', {class: 'line-key after'}), ' reduced')));
+      this.el.append(...touched);
+    }
+
+    // scalars: never changed by any policy; one compact row per tag, a chart on demand
+    const series = v.scalar_series || {};
+    const tags = Object.keys(series);
+    this.el.appendChild(el('h3', {text: 'Scalars'}));
+    if (!tags.length) {
+      this.el.appendChild(el('p', {class: 'muted', text: 'This run has no scalars.'}));
+    } else {
+      const same = tags.filter((t) => sameSeries(series[t].before, series[t].after)).length;
+      this.el.appendChild(el('p', {class: same === tags.length ? 'ok' : 'bad', text: same + ' of ' + plural(tags.length, 'scalar tag') + ' identical' + (same === tags.length ? ' ✓' : '')}));
+      this.el.appendChild(scalarRows(series));
+    }
     // verification table
     const checks = v.checks || [];
     this.el.append(el('h3', {text: 'Verification'}),
@@ -132,24 +265,6 @@ export class CheckView {
       this.el.appendChild(el('div', {class: 'banner banner-error'}, el('strong', {text: 'Failed checks'}), v.failed.map((f) => el('div', {text: f}))));
     }
 
-    // per-category bars
-    if ((c.category_changes || []).length) {
-      this.el.append(el('h3', {text: 'Bytes per category'}), categoryBars(c.category_changes));
-    }
-
-    // scalar curves
-    const series = v.scalar_series || {};
-    const tags = Object.keys(series);
-    this.el.appendChild(el('h3', {}, 'Scalars: original and reduced, overlaid ',
-      el('span', {class: 'legend-inline'},
-        el('span', {class: 'line-key before'}), ' original ', el('span', {class: 'line-key after'}), ' reduced')));
-    if (!tags.length) {
-      this.el.appendChild(el('p', {class: 'muted', text: 'This run has no scalars.'}));
-    } else {
-      const same = tags.filter((t) => sameSeries(series[t].before, series[t].after)).length;
-      this.el.appendChild(el('p', {class: same === tags.length ? 'ok' : 'muted', text: same + ' of ' + tags.length + ' scalar tags identical' + (same === tags.length ? ' ✓' : '')}));
-      this.el.appendChild(el('div', {class: 'charts'}, tags.map((t) => scalarChart(t, series[t]))));
-    }
     if ((c.fidelity || []).length) {
       this.el.append(el('h3', {text: 'What the policy promised'}), el('ul', {class: 'fidelity'}, c.fidelity.map((l) => el('li', {text: l}))));
     }

@@ -59,10 +59,12 @@ export function bytes(n) {
   return neg ? '−' + s : s;
 }
 
+/** The one rule for shares, the same as the CLI's (tb_footprint_plugin.fmt.share, compared in
+ * tests/test_browser_tab.py): one decimal, "<0.1%" for a small non-zero part, "—" for an empty whole. */
 export function share(part, whole) {
   if (!whole) return '—';
   const p = (100 * part) / whole;
-  return (p < 0.1 && p > 0 ? '<0.1' : p.toFixed(1)) + '%';
+  return (p < 0.05 && p > 0 ? '<0.1' : p.toFixed(1)) + '%';
 }
 
 export function ago(ts) {
@@ -81,36 +83,39 @@ export function when(ts) {
   return d.toLocaleString(undefined, {year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit'});
 }
 
-// One stable colour per category (the legend, the bars and the run detail agree).
+// One stable colour per category (the legend, the bars, the treemap and the run detail agree).
+// The one colour map of the tab. Colour-blind-safe: Okabe-Ito for the big categories people
+// compare, Paul Tol's muted scheme for the rest; families (graphs, profile, bookkeeping) share a
+// hue family only where telling them apart matters less than seeing them as one kind.
 const COLORS = {
-  scalars: '#1976d2',
-  hparams: '#0097a7',
-  text: '#00897b',
-  histograms: '#7b1fa2',
-  images: '#c2185b',
-  audio: '#e64a19',
-  pr_curves: '#6d4c41',
-  graph_def: '#455a64',
-  meta_graph_def: '#546e7a',
-  graph_keras_model: '#78909c',
-  graph_run_metadata: '#90a4ae',
-  graph_run_metadata_graph: '#90a4ae',
-  tagged_run_metadata: '#8e99a4',
-  session_log: '#9e9e9e',
-  file_version: '#bdbdbd',
-  events_other: '#a1887f',
-  events_corrupt: '#d32f2f',
-  events_incomplete: '#ffa000',
-  profile_xplane: '#f57c00',
-  profile_cache: '#ffb74d',
-  profile_secondary: '#ffd180',
-  profile_other: '#ff8a65',
-  profile_empty: '#d7ccc8',
-  torch_trace: '#a0522d',
-  plugin_assets: '#afb42b',
-  checkpoints: '#388e3c',
-  symlink: '#cfd8dc',
-  other: '#757575',
+  scalars: '#0072B2',            // Okabe-Ito blue
+  hparams: '#56B4E9',            // Okabe-Ito sky blue
+  text: '#332288',               // Tol indigo
+  histograms: '#009E73',         // Okabe-Ito bluish green
+  images: '#CC79A7',             // Okabe-Ito reddish purple
+  audio: '#882255',              // Tol wine
+  pr_curves: '#DDCC77',          // Tol sand
+  graph_def: '#999933',          // Tol olive: the graph family
+  meta_graph_def: '#7A7A2E',
+  graph_keras_model: '#BDBD6B',
+  graph_run_metadata: '#A6A6A6', // greys: run metadata and bookkeeping records
+  graph_run_metadata_graph: '#8C8C8C',
+  tagged_run_metadata: '#BFBFBF',
+  session_log: '#D9D9D9',
+  file_version: '#E5E5E5',
+  events_other: '#6E6E6E',
+  events_corrupt: '#CC3311',     // Tol vibrant red: something is wrong
+  events_incomplete: '#EE3377',  // Tol vibrant magenta
+  profile_xplane: '#E69F00',     // Okabe-Ito orange: the profile family
+  profile_cache: '#F0E442',      // Okabe-Ito yellow
+  profile_secondary: '#AA4499',  // Tol purple
+  profile_other: '#C8A26B',
+  profile_empty: '#EAD9B8',
+  torch_trace: '#D55E00',        // Okabe-Ito vermillion
+  plugin_assets: '#44AA99',      // Tol teal
+  checkpoints: '#117733',        // Tol green
+  symlink: '#CCDDEE',
+  other: '#505050',
   _unchanged: '#b0bec5',
 };
 

@@ -112,7 +112,8 @@ export class JobsView {
     for (const o of outcomes) card.appendChild(outcomeLine(this.model, o));
     const changed = outcomes.filter((o) => o.status === 'verified' || o.status === 'restored');
     if (changed.length && !compact) {
-      const notes = [...new Set(changed.flatMap((o) => o.dashboards || []))];
+      // one note for the whole job, derived by the library from all its outcomes (never per-run notes merged)
+      const notes = res.dashboards || [...new Set(changed.flatMap((o) => o.dashboards || []))];
       const refresh = button('Reload TensorBoard page', () => {
         try {
           window.top.location.reload();

@@ -3,6 +3,7 @@
 
 import {ago, button, bytes, clear, color, el, plural, share, stackedBar, swatch} from './common.js';
 import {reduceFlow} from './reduce.js';
+import {LogdirMap} from './treemap.js';
 
 const DOMINANT_SHARE = 0.2;
 
@@ -29,7 +30,8 @@ export class OverviewView {
     this.count = el('span', {class: 'muted count'});
     this.reduceAll = el('span');
     this.table = el('div', {class: 'runs', role: 'table', 'aria-label': 'Runs by size'});
-    this.el.append(this.cards, this.legend,
+    this.map = new LogdirMap((run) => model.openRun(run));
+    this.el.append(this.cards, this.legend, this.map.el,
       el('div', {class: 'toolbar'}, this.filter, this.count, el('span', {class: 'spacer'}), this.reduceAll),
       this.table);
     this._last = {};
@@ -43,6 +45,7 @@ export class OverviewView {
     if (this.filter.value !== state.filter) this.filter.value = state.filter;
     this.renderCards(state);
     this.renderLegend(state);
+    this.renderMap(state);
     this.renderRuns(state);
   }
 
@@ -104,6 +107,16 @@ export class OverviewView {
         el('span', {class: 'legend-bytes', text: bytes(c.bytes)}),
         el('span', {class: 'legend-share muted', text: share(c.bytes, ov.total_bytes)})));
     }
+    this.legend.appendChild(el('div', {class: 'legend-item legend-dominant', role: 'listitem'},
+      el('span', {class: 'legend-stripe', 'aria-hidden': 'true'}),
+      el('span', {class: 'muted', text: 'stripe: a run holding ≥ ' + Math.round(100 * DOMINANT_SHARE) + '% of the logdir'})));
+  }
+
+  renderMap(state) {
+    const ov = state.overview;
+    const labels = {};
+    for (const c of (ov && ov.categories) || []) labels[c.name] = c.label;
+    this.map.render(ov ? this.model.filteredRuns() : [], ov ? ov.total_bytes : 0, labels);
   }
 
   renderRuns(state) {

@@ -1,4 +1,4 @@
-// Run detail: categories, the plan under the chosen policy (with its fidelity lines), a dry run,
+// Run detail: categories, the plan under the chosen policy (with its fidelity lines; that is the dry run),
 // the reduce button, profile sessions, files and this run's operations.
 
 import {ago, button, bytes, clear, el, plural, share, stackedBar, swatch, when} from './common.js';
@@ -12,7 +12,6 @@ export class RunView {
     this.onError = onError;
     this.el = el('section', {class: 'run-detail'});
     this._last = {};
-    this.dry = null;  // {run, policy, at, plan, generation}
     this.actionsOpen = false;
   }
 
@@ -111,14 +110,12 @@ export class RunView {
     const rp = d.plan;
     const lock = lockReason(this.model, d.run.name);
     const canReduce = rp && !rp.skipped && rp.actions.length > 0;
-    const dryBtn = button('Dry run', () => this.dryRun(d.run.name), {kind: 'flat', title: 'Show what the policy would do; nothing is changed'});
-    dryBtn.classList.add('dry-run');
     const reduceBtn = button('Reduce…', () => reduceFlow(this.model, [d.run.name], this.onError),
       {kind: 'primary', disabled: !!lock || !canReduce, title: lock || (canReduce ? '' : (rp && rp.skipped) || 'Nothing to reduce')});
     reduceBtn.classList.add('reduce-run');
     box.appendChild(el('div', {class: 'plan-head'},
       el('h3', {}, 'Plan under policy ', el('span', {class: 'mono', text: d.policy})),
-      el('span', {class: 'spacer'}), dryBtn, reduceBtn));
+      el('span', {class: 'spacer'}), reduceBtn));
     if (!rp) {
       box.appendChild(el('p', {class: 'muted', text: 'Not a run TensorBoard reads; nothing is planned.'}));
       return box;
@@ -138,11 +135,6 @@ export class RunView {
     if (rp.category_changes && rp.category_changes.length && !rp.skipped) {
       box.appendChild(categoryBars(rp.category_changes, 'expected after'));
     }
-    // a dry run is shown until the run changes (a new scan after a job, another policy)
-    if (this.dry && this.dry.run === d.run.name && this.dry.policy === d.policy &&
-        this.dry.generation === (d.scan && d.scan.generation)) {
-      box.appendChild(this.dryResult());
-    }
     if (rp.actions.length) {
       const details = el('details', {class: 'actions-list', open: this.actionsOpen ? true : null},
         el('summary', {text: plural(rp.actions.length, 'action') + ' in detail'}),
@@ -161,29 +153,6 @@ export class RunView {
       box.appendChild(details);
     }
     return box;
-  }
-
-  async dryRun(run) {
-    try {
-      const plan = await this.model.dryRun([run]);
-      this.dry = {run, policy: this.model.state.policy, at: Date.now() / 1000, plan: plan.runs[0],
-        generation: plan.scan && plan.scan.generation};
-      this._last = {};
-      this.update(this.model.state);
-    } catch (e) {
-      this.onError(e.message);
-    }
-  }
-
-  dryResult() {
-    const rp = this.dry.plan;
-    const text = !rp ? 'nothing to plan for this run'
-      : rp.skipped ? 'nothing would be done: ' + rp.skipped
-        : 'would free ' + bytes(rp.removable_bytes) + ' (' + bytes(rp.bytes_before) + ' → ' + bytes(rp.expected_after_bytes) + ') with ' +
-          plural(rp.actions.length, 'action');
-    return el('div', {class: 'dry-result', role: 'status'},
-      el('strong', {text: 'Dry run (' + this.dry.policy + ', ' + new Date(this.dry.at * 1000).toLocaleTimeString() + '): '}),
-      text + '. Nothing was changed on disk.');
   }
 }
 

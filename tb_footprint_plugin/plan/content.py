@@ -118,12 +118,13 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
         if est is not None:
             candidates.append((f, est))
     run_files = [os.path.basename(f.path) for f, _ in candidates]
-    for f, (after, main_cat, what) in candidates:
+    for f, (after, main_cat, what, per_cat) in candidates:
         actions.append(Action(
             "rewrite", f.path, main_cat, f.size, after,
             "rewrite records: " + "; ".join(what),
             estimated=True,
             params={"transform": "event_rewrite", "rules": rules.to_params(), "run_files": run_files},
+            categories=per_cat,
         ))
     if rules.active:
         lines.extend(_event_fidelity(run, rules, per_tag, candidates))
@@ -167,7 +168,8 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
 
 
 def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
-    """(bytes after, main category, reasons) for one event file, or None if nothing changes."""
+    """(bytes after, main category, reasons, {category: [before, after]}) for one event file, or
+    None if nothing changes."""
     after = 0.0
     reduced: Dict[str, float] = {}
     what: List[str] = []
@@ -213,7 +215,8 @@ def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
     if graphs_maybe:
         what.append("byte-identical repeated graphs dropped")
     main = max(reduced, key=lambda c: reduced[c]) if reduced else cat.GRAPH_DEF
-    return int(math.ceil(after)), main, what
+    per_cat = {c: [int(b), int(math.ceil(b - reduced.get(c, 0.0)))] for c, b in f.categories.items()}
+    return int(math.ceil(after)), main, what, per_cat
 
 
 def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) -> List[str]:

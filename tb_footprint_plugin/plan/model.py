@@ -18,6 +18,9 @@ class Action:
     new_path: Optional[str] = None  # compress: the name the new file gets
     estimated: bool = False
     params: Dict[str, object] = field(default_factory=dict)  # rewrite: what to keep
+    #: rewrite: category -> [bytes before, bytes after] inside the file, so a change is shown
+    #: under each category with that category's own bytes (not the whole file's under one name)
+    categories: Dict[str, List[int]] = field(default_factory=dict)
 
 
 @dataclass

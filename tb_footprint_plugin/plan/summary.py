@@ -29,9 +29,25 @@ def plan_run_view(rp, labels: dict) -> dict:
 def category_changes(plan_run: dict, labels: dict) -> List[dict]:
     """Per category touched by a plan: bytes before and after; plus the untouched rest."""
     per: Dict[str, dict] = {}
+
+    def entry(c: str) -> dict:
+        return per.setdefault(c, {"name": c, "label": labels.get(c) or cat.label(c), "before": 0, "after": 0,
+                                  "files": 0})
+
     for a in plan_run.get("actions", []):
-        c = a.get("category") or "other"
-        e = per.setdefault(c, {"name": c, "label": labels.get(c, c), "before": 0, "after": 0, "files": 0})
+        split = a.get("categories") or {}
+        if split:
+            # a rewritten event file: each category it holds with its own bytes; the file's
+            # framing stays in "everything else"
+            for c, (b, after) in split.items():
+                if b == after:
+                    continue
+                e = entry(c)
+                e["before"] += int(b)
+                e["after"] += int(after)
+                e["files"] += 1
+            continue
+        e = entry(a.get("category") or "other")
         e["before"] += int(a.get("bytes_before") or 0)
         e["after"] += int(a.get("bytes_after") or 0)
         if a.get("kind") != "remove_dir":
@@ -45,11 +61,8 @@ def category_changes(plan_run: dict, labels: dict) -> List[dict]:
     return out
 
 
-def dashboards_note(kind: str, outcome: dict, actions: Optional[List[dict]] = None) -> List[str]:
-    """What the other dashboards of a running TensorBoard show after the change, in plain words."""
-    status = outcome.get("status")
-    if status not in (Outcome.VERIFIED, Outcome.RESTORED):
-        return ["Nothing on disk changed, so every dashboard shows what it showed before."]
+def _dashboard_effects(kind: str, outcome: dict, actions: Optional[List[dict]]) -> tuple:
+    """(profile lines, whether an event file changed) for one run's outcome."""
     changed = list(outcome.get("removed_files") or []) + list(outcome.get("created_files") or [])
     if actions:
         changed += [a.get("path") or "" for a in actions]
@@ -77,15 +90,48 @@ def dashboards_note(kind: str, outcome: dict, actions: Optional[List[dict]] = No
             verb = "listed again" if kind == "restore" else "updated"
             lines.append(f"Profile / PyTorch Profiler: the restored sessions and traces are {verb} once the page "
                          "is reloaded.")
-    if events:
+    return lines, bool(events)
+
+
+def _names(runs: List[str], limit: int = 5) -> str:
+    shown = ", ".join(runs[:limit])
+    return shown + (f" and {len(runs) - limit} more" if len(runs) > limit else "")
+
+
+def dashboards_summary(kind: str, changes: List[tuple]) -> List[str]:
+    """What the other dashboards show after a job, from all its outcomes at once.
+
+    ``changes`` is ``[(outcome, actions or None), ...]``. Derived from what each run's outcome
+    says changed on disk, so one job gets one consistent note (never "restart" for some runs and
+    "nothing to reload" for the job as a whole)."""
+    done = [(o, a) for o, a in changes if o.get("status") in (Outcome.VERIFIED, Outcome.RESTORED)]
+    if not done:
+        return ["Nothing on disk changed, so every dashboard shows what it showed before."]
+    lines: List[str] = []
+    rewritten: List[str] = []
+    untouched: List[str] = []
+    for o, actions in done:
+        profile_lines, events = _dashboard_effects(kind, o, actions)
+        lines.extend(l for l in profile_lines if l not in lines)
+        (rewritten if events else untouched).append(o.get("run") or "?")
+    if rewritten:
+        which = "" if len(done) == 1 else f" of {_names(rewritten)}"
         lines.append("Scalars, images, histograms and the other dashboards: this running TensorBoard keeps what it "
-                     "already loaded from the rewritten or removed event files (it never re-reads a file it has "
-                     "read), so it shows the old data until it is restarted. Restart TensorBoard to see the run "
-                     "exactly as it is on disk now.")
+                     f"already loaded from the rewritten or removed event files{which} (it never re-reads a file it "
+                     "has read), so it shows their old data until it is restarted. Restart TensorBoard to see "
+                     + ("the run" if len(done) == 1 else "these runs") + " exactly as on disk now.")
+        if untouched:
+            lines.append(f"No event file of {_names(untouched)} changed: their scalars, images, histograms, text, "
+                         "hparams and graphs show exactly what they showed before.")
     else:
         lines.append("Scalars, images, histograms, text, hparams and graphs: no event file changed, so these "
                      "dashboards show exactly what they showed before; nothing to reload.")
     return lines
+
+
+def dashboards_note(kind: str, outcome: dict, actions: Optional[List[dict]] = None) -> List[str]:
+    """What the other dashboards of a running TensorBoard show after one run's change, in plain words."""
+    return dashboards_summary(kind, [(outcome, actions)])
 
 
 def overview(fp, plan) -> dict:
@@ -128,4 +174,5 @@ def overview(fp, plan) -> dict:
     return payload
 
 
-__all__ = ["overview", "labels_for", "plan_run_view", "category_changes", "dashboards_note"]
+__all__ = ["overview", "labels_for", "plan_run_view", "category_changes", "dashboards_note",
+           "dashboards_summary"]

@@ -47,6 +47,8 @@ class ActionRoutes(RouteBase):
                         "bytes_before": 0, "bytes_after": 0,
                         "saved_bytes": 0})
             d["committed_any"] = any(o["status"] == "verified" for o in d.get("outcomes", []))
+            d["dashboards"] = api.dashboards_summary(
+                "reduce", [(o, plan_runs.get(o["run"], {}).get("actions", [])) for o in d.get("outcomes", [])])
             d.pop("removed_files", None)
             return d
 
@@ -96,6 +98,7 @@ class ActionRoutes(RouteBase):
                 outcomes.append(d)
                 job.finish_run(o.run, o.status)
             return {"outcomes": outcomes, "ok": all(o["status"] == "restored" for o in outcomes),
+                    "dashboards": api.dashboards_summary("restore", [(o, None) for o in outcomes]),
                     "committed_any": any(o["status"] == "restored" for o in outcomes)}
 
         return self._submit(request, job, work)

@@ -52,14 +52,15 @@ class Assets:
 
     @staticmethod
     def _find_root():
-        # A checkout's own frontend/ first: an editable install elsewhere (another worktree)
-        # must not serve its tab with this checkout's code.
-        import pathlib
-
+        # A source checkout serves its own frontend/ (the package imported from a worktree
+        # must not serve another checkout's files through an editable install's mapping).
         here = os.path.dirname(os.path.abspath(__file__))
-        repo = pathlib.Path(os.path.dirname(os.path.dirname(here))) / "frontend"
-        if (repo / "index.js").is_file():
-            return repo
+        checkout = os.path.dirname(os.path.dirname(here))
+        if (os.path.isfile(os.path.join(checkout, "setup.py"))
+                and os.path.isfile(os.path.join(checkout, "frontend", "index.js"))):
+            import pathlib
+
+            return pathlib.Path(checkout, "frontend")
         try:
             root = importlib.resources.files("tb_footprint_plugin.frontend")
             if root.joinpath("index.js").is_file():
@@ -69,7 +70,8 @@ class Assets:
         return repo
 
     def names(self) -> List[str]:
-        """Servable relative paths: ``*.js``/``*.css`` at the top and ``views/*.js``."""
+        """Servable relative paths: ``*.js``/``*.css`` at the top, ``views/*.js`` and the vendored
+        libraries' ``vendor/*.js``/``*.css``."""
         out = []
         try:
             for entry in self.root.iterdir():
@@ -77,6 +79,9 @@ class Assets:
                     out.append(entry.name)
                 elif entry.is_dir() and entry.name == "views":
                     out += [f"views/{v.name}" for v in entry.iterdir() if v.is_file() and v.name.endswith(".js")]
+                elif entry.is_dir() and entry.name == "vendor":
+                    out += [f"vendor/{v.name}" for v in entry.iterdir()
+                            if v.is_file() and os.path.splitext(v.name)[1] in (".js", ".css")]
         except OSError:
             pass
         return sorted(out)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import time
 
+from tensorboard.backend import http_util
+
 from tb_footprint_plugin import api
 from tb_footprint_plugin.plugin.security import TOKEN_HEADER
 from tb_footprint_plugin.plugin.http import JOB_ID_RE, MAX_FILES_LISTED, MAX_TAGS_LISTED, OP_ID_RE, HttpError, RouteBase
@@ -177,6 +179,25 @@ class ReadRoutes(RouteBase):
             if m.get("op_id") == op_id:
                 return m
         raise HttpError(404, f"no operation {op_id!r} in the vault")
+
+    def sample(self, request):
+        """One image/audio sample of an operation's run, before or after (the check page)."""
+        a = request.args
+        op_id = a.get("op")
+        if not isinstance(op_id, str) or not OP_ID_RE.match(op_id):
+            raise HttpError(400, "a valid operation id is required")
+        try:
+            step, index = int(a.get("step", "")), int(a.get("index", "0"))
+        except ValueError:
+            raise HttpError(400, "step and index must be integers") from None
+        self._find_op(op_id)  # 404 for an unknown operation
+        try:
+            data, ctype = api.sample(self.p.logdir, op_id, a.get("side", ""), a.get("plugin", ""), a.get("tag", ""),
+                                     step, index, backup_dir=self.p.config.backup_dir)
+        except api.SampleUnavailable as e:
+            code = {"bad_request": 400, "restored": 410, "purged": 410}.get(e.code, 404)
+            raise HttpError(code, str(e)) from None
+        return http_util.Respond(request, data, ctype)
 
     def operation(self, request):
         m = self._find_op(request.args.get("op"))

@@ -37,6 +37,7 @@ class Routes(ReadRoutes, ActionRoutes, RetireRoutes):
             "/operation": self.operation,
             "/retire_plan": self.retire_plan,
             "/retired": self.retired,
+            "/sample": self.sample,
         }
         write = {
             "/reduce": self.reduce,

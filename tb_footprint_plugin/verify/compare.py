@@ -49,6 +49,10 @@ MODES = (IDENTICAL, DEFAULT_VIEW_IDENTICAL, DEFAULT_VIEW_EXACT, SUBSET, REMOVED,
 DEFAULT_VIEW_MODES = (DEFAULT_VIEW_IDENTICAL, DEFAULT_VIEW_EXACT)
 GRAPH_MODES = (IDENTICAL, REMOVED, GRAPH_ROUTE_IDENTICAL)
 SERIES_MAX_POINTS = 200
+#: Bounds of the per-tag summaries the check page draws (stored with the operation).
+SUMMARY_MAX_TAGS = 60        # per plugin
+SUMMARY_MAX_STEPS = 60       # steps listed per tag and side
+SUMMARY_MAX_BUCKETS = 120    # histogram buckets per distribution
 
 
 @dataclass
@@ -107,6 +111,11 @@ class VerificationResult:
     failed: list = field(default_factory=list)
     backends: list = field(default_factory=list)
     scalar_series: dict = field(default_factory=dict)
+    #: ``{plugin: {tag: summary}}`` for what a policy may touch (histograms, images, audio,
+    #: ...): counts, the steps the dashboard shows on each side, histogram distributions,
+    #: per shown sample whether it is the same; bounded (SUMMARY_MAX_*), see _tag_summaries.
+    tag_summaries: dict = field(default_factory=dict)
+    graph: dict = field(default_factory=dict)  # {"before": sha256|None, "after": ...}
     views: dict = field(default_factory=dict)  # backend -> {"before": ..., "after": ...}
     duration_s: float = 0.0
 
@@ -180,6 +189,8 @@ def verify_reduction(
         failed=failed,
         backends=wanted,
         scalar_series=_scalar_series(usable or pairs),
+        tag_summaries=_tag_summaries(pairs),
+        graph=_graph_summary(pairs),
         views={b: {"before": views.describe(v0), "after": views.describe(v1)}
                for b, (v0, v1) in pairs.items()},
         duration_s=time.monotonic() - start,
@@ -600,3 +611,101 @@ def _scalar_series(pairs) -> dict:
         }
         for tag in sorted(set(b_tags) | set(a_tags))
     }
+
+
+# --- per-tag summaries for the UI (what the policy touched) ---------------------------------
+
+
+def _first_readable(pairs):
+    readable = [pair for pair in pairs.values() if not (pair[0].fatal or pair[1].fatal)]
+    return readable[0] if readable else None
+
+
+def _steps(tag: Optional[TagView]) -> list:
+    if tag is None:
+        return []
+    shown = tag.display_steps if tag.display_steps is not None else [p[0] for p in tag.points]
+    return list(shown)
+
+
+def _distribution(tag: Optional[TagView], step) -> Optional[list]:
+    """``[[left, right, count], ...]`` of a histogram at ``step`` (None if absent or not one)."""
+    if tag is None:
+        return None
+    point = next((p for p in tag.points if p[0] == step), None)
+    if point is None or not isinstance(point[2], TensorPayload):
+        return None
+    import numpy as np
+
+    payload = point[2]
+    if payload.dtype == "bytes" or len(payload.shape) != 2 or payload.shape[1] != 3:
+        return None
+    arr = np.frombuffer(payload.data, dtype=np.dtype(payload.dtype)).reshape(payload.shape)
+    if arr.shape[0] > SUMMARY_MAX_BUCKETS:
+        # merge neighbouring buckets (counts summed) so the stored shape stays bounded
+        groups = np.array_split(np.arange(arr.shape[0]), SUMMARY_MAX_BUCKETS)
+        arr = np.array([[arr[g[0], 0], arr[g[-1], 1], arr[g, 2].sum()] for g in groups if len(g)])
+    def short(x: float) -> Any:
+        return _json_float(float(f"{x:.6g}")) if math.isfinite(x) else _json_float(x)
+
+    return [[short(a), short(b), short(c)] for a, b, c in arr.tolist()]
+
+
+def _samples(before: Optional[TagView], after: Optional[TagView], steps: list, skip: int = 0) -> list:
+    """Per shown step: how many samples each side holds and whether they are the same bytes
+    (``skip``: leading blobs that are not samples, the width and height of an image summary)."""
+    b = {p[0]: p[2] for p in (before.points if before else [])}
+    a = {p[0]: p[2] for p in (after.points if after else [])}
+    out = []
+    for s in steps:
+        vb, va = b.get(s), a.get(s)
+        out.append({"step": s, "before": max(0, len(vb) - skip) if isinstance(vb, tuple) else 0,
+                    "after": max(0, len(va) - skip) if isinstance(va, tuple) else 0,
+                    "same": vb is not None and vb == va})
+    return out
+
+
+def _tag_summaries(pairs) -> dict:
+    """What the dashboards show per tag, before and after, for every plugin but scalars (their
+    curves are in ``scalar_series``); bounded so a manifest stays small whatever the run."""
+    pair = _first_readable(pairs)
+    if pair is None:
+        return {}
+    before, after = pair
+    out: dict = {}
+    for plugin in sorted(set(before.plugins) | set(after.plugins)):
+        if plugin == "scalars":
+            continue
+        b_tags, a_tags = before.plugins.get(plugin, {}), after.plugins.get(plugin, {})
+        tags = sorted(set(b_tags) | set(a_tags))
+        per: dict = {}
+        for tag in tags[:SUMMARY_MAX_TAGS]:
+            tb, ta = b_tags.get(tag), a_tags.get(tag)
+            sb, sa = _steps(tb), _steps(ta)
+            entry = {
+                "points": [len(tb.points) if tb else 0, len(ta.points) if ta else 0],
+                "shown": [sb[-SUMMARY_MAX_STEPS:], sa[-SUMMARY_MAX_STEPS:]],
+                "same_shown": sb == sa and all(
+                    _payload_key(x[2]) == _payload_key(y[2])
+                    for x, y in zip([p for p in (tb.points if tb else []) if p[0] in set(sb)],
+                                    [p for p in (ta.points if ta else []) if p[0] in set(sa)])),
+            }
+            if (tb or ta).kind == views.BLOB_SEQUENCE:
+                shown = sorted(set(sb) | set(sa))[-SUMMARY_MAX_STEPS:]
+                entry["samples"] = _samples(tb, ta, shown, skip=2 if plugin == "images" else 0)
+            elif plugin == "histograms":
+                last = sb[-1] if sb else (sa[-1] if sa else None)
+                if last is not None:
+                    entry["distribution"] = {"step": last, "before": _distribution(tb, last),
+                                             "after": _distribution(ta, last)}
+            per[tag] = entry
+        out[plugin] = {"tags": per, "tag_count": len(tags)}
+    return out
+
+
+def _graph_summary(pairs) -> dict:
+    pair = _first_readable(pairs)
+    if pair is None:
+        return {}
+    return {"before": pair[0].graph, "after": pair[1].graph,
+            "nodes": [pair[0].graph_nodes, pair[1].graph_nodes]}

@@ -106,6 +106,7 @@ class RunView:
     #: sha256 of the graphs route's body for that graph with the dashboard's attribute
     #: filter (``limit_attr_size=1024&large_attrs_key=_too_large_attrs``)
     graph_route: Optional[str] = None
+    graph_nodes: Optional[int] = None  # its node count (None: no graph, or not a GraphDef)
     #: Set when the whole read failed (server would not start, loader crashed, timeout):
     #: the view then says nothing about the run.
     fatal: Optional[str] = None
@@ -259,7 +260,7 @@ def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: 
             except Exception as e:  # noqa: BLE001
                 view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
     try:
-        view.graph, view.graph_route = _read_run_graph(provider, ctx)
+        view.graph, view.graph_route, view.graph_nodes = _read_run_graph(provider, ctx)
     except Exception as e:  # noqa: BLE001
         view.errors.append(f"run graph: {type(e).__name__}: {e}")
 
@@ -369,9 +370,9 @@ def _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints) -> Non
         tags[t].display_steps = [d.step for d in shown.get(t, [])]
 
 
-def _read_run_graph(provider, ctx) -> tuple[Optional[str], Optional[str]]:
-    """The graphs plugin's read of the run graph (``downsample=1``): sha256 of the blob, and
-    of the route's body for it with the dashboard's attribute filter."""
+def _read_run_graph(provider, ctx) -> tuple[Optional[str], Optional[str], Optional[int]]:
+    """The graphs plugin's read of the run graph (``downsample=1``): sha256 of the blob, of the
+    route's body for it with the dashboard's attribute filter, and its node count."""
     seqs = provider.read_blob_sequences(
         ctx,
         experiment_id=EXPERIMENT_ID,
@@ -381,7 +382,7 @@ def _read_run_graph(provider, ctx) -> tuple[Optional[str], Optional[str]]:
     )
     data = seqs.get(RUN_NAME, {}).get(RUN_GRAPH_TAG, ())
     if not data or not data[0].values:
-        return None, None
+        return None, None, None
     blob = bytes(provider.read_blob(ctx, blob_key=data[0].values[0].blob_key))
     from tb_footprint_plugin.transforms import graph_attrs
 
@@ -389,7 +390,19 @@ def _read_run_graph(provider, ctx) -> tuple[Optional[str], Optional[str]]:
         route = graph_attrs.route_graph_digest(blob)
     except Exception:  # noqa: BLE001 - not a GraphDef: the route fails the same way on both
         route = None
-    return hashlib.sha256(blob).hexdigest(), route
+    return hashlib.sha256(blob).hexdigest(), route, _node_count(blob)
+
+
+def _node_count(blob: bytes) -> Optional[int]:
+    """Nodes of a serialized GraphDef (what the check page lists), None if it does not parse."""
+    try:
+        from tensorboard.compat.proto import graph_pb2
+
+        g = graph_pb2.GraphDef()
+        g.ParseFromString(blob)
+        return len(g.node)
+    except Exception:  # a finding for the comparison, not for the count
+        return None
 
 
 # --- python backend ----------------------------------------------------------------------

@@ -1,0 +1,236 @@
+"""Issue 13's tab items in real headless Chromium inside a real TensorBoard: the logdir map,
+category colours and the legend's stripe, TensorBoard's own dark-mode toggle, shares written by
+the CLI's rule, RECORDS "—" for file categories, no redundant Dry run button, an error banner
+that goes after a later success, one consistent "Other dashboards" note after "Reduce all shown",
+byte bars per category, and the before/after check of what the policy touched.
+Screenshots go to test-artifacts/screenshots/tab-*.png.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from test_browser import PREFIX, SHOTS, Tab, TensorBoard, browser, demo, tb  # noqa: F401  (fixtures)
+from tb_footprint_plugin import fmt
+
+MODULE = PREFIX + "/views/common.js"
+
+
+def _rgb(hex_color):
+    h = hex_color.lstrip("#")
+    return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+
+
+def test_logdir_map_and_legend(browser, tb):
+    runs = tb.json(PREFIX + "/runs")["runs"]
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        cells = f.locator(".treemap .tm-run[data-run]")
+        expect(cells.first).to_be_visible()
+        sized = [r for r in runs if r["total_bytes"] > 0]
+        assert cells.count() == len(sized)
+        # areas follow bytes: the biggest run has the biggest rectangle
+        areas = cells.evaluate_all("els => els.map(e => [e.dataset.run, e.offsetWidth * e.offsetHeight])")
+        biggest = max(areas, key=lambda a: a[1])[0]
+        assert biggest == max(sized, key=lambda r: r["total_bytes"])["name"]
+        # every rectangle lies inside the map
+        box = f.locator(".treemap").bounding_box()
+        for i in range(cells.count()):
+            b = cells.nth(i).bounding_box()
+            assert b["x"] >= box["x"] - 1 and b["x"] + b["width"] <= box["x"] + box["width"] + 1
+            assert b["y"] >= box["y"] - 1 and b["y"] + b["height"] <= box["y"] + box["height"] + 1
+        # categories in their legend colours, all distinct among what this logdir holds
+        legend = f.locator(".legend-item:not(.legend-dominant) .swatch").evaluate_all(
+            "els => els.map(e => getComputedStyle(e).backgroundColor)")
+        assert len(set(legend)) == len(legend), legend
+        expect(f.locator(".legend-dominant")).to_contain_text("≥ 20% of the logdir")
+        tab.shot("tab-01-logdir-map.png")
+        # a click opens the run
+        cells.nth(len(sized) - 1 if len(sized) < 3 else 2).click()
+        expect(f.locator(".run-title")).to_be_visible()
+        assert tab.our_errors() == []
+    finally:
+        tab.close()
+
+
+def test_colour_map_is_colour_blind_safe_and_distinct(browser, tb):
+    tab = Tab(browser, tb)
+    try:
+        colors = tab.frame.locator("body").evaluate(
+            "async () => { const m = await import('" + MODULE + "'); const names = ['scalars','hparams','text',"
+            "'histograms','images','audio','pr_curves','graph_def','profile_xplane','profile_cache',"
+            "'profile_secondary','torch_trace','plugin_assets','checkpoints','events_corrupt','events_incomplete'];"
+            " return names.map(n => [n, m.color(n)]); }")
+        values = [c for _, c in colors]
+        assert len(set(v.lower() for v in values)) == len(values), colors
+        d = dict(colors)
+        assert d["torch_trace"].lower() != d["pr_curves"].lower()
+        # no two of them closer than a visible step in RGB
+        rgb = [_rgb(v) for v in values]
+        for i in range(len(rgb)):
+            for j in range(i + 1, len(rgb)):
+                dist = sum((a - b) ** 2 for a, b in zip(rgb[i], rgb[j])) ** 0.5
+                assert dist > 40, (colors[i], colors[j], dist)
+    finally:
+        tab.close()
+
+
+def test_shares_written_like_the_cli(browser, tb):
+    cases = [(1, 3), (0, 5), (5, 0), (1, 10000), (4, 10000), (5, 10000), (6, 10000), (1, 1), (999, 1000),
+             (2, 3), (1, 2000), (123456, 7654321), (0.5, 1000)]
+    tab = Tab(browser, tb)
+    try:
+        js = tab.frame.locator("body").evaluate(
+            "async (_, cases) => { const m = await import('" + MODULE + "'); return cases.map(([a, b]) => m.share(a, b)); }",
+            cases)
+        assert js == [fmt.share(a, b).strip() for a, b in cases]
+        assert fmt.share(1, 10000).strip() == "<0.1%"
+    finally:
+        tab.close()
+
+
+def test_run_page_plan_records_and_no_dry_run_button(browser, tb):
+    runs = tb.json(PREFIX + "/runs")["runs"]
+    name = next(r["name"] for r in runs if r["removable_bytes"] > 0 and "profile_xplane" in r["categories"])
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator(f'.row[data-run="{name}"] .run-link').click()
+        expect(f.locator(".plan-summary")).to_contain_text("Frees")
+        expect(f.locator("button.dry-run")).to_have_count(0)
+        rows = f.locator("table.categories tbody tr")
+        detail = tb.json(PREFIX + "/run?run=" + name)["run"]
+        for i, c in enumerate(detail["categories"]):
+            records = rows.nth(i).locator("td").nth(4).inner_text()
+            if c["records"]:
+                assert records == str(c["records"])
+            else:  # a file category: no event records
+                assert records == "—", (c["name"], records)
+        assert any(not c["records"] for c in detail["categories"])
+        # byte bars: every label shows its own category's bytes
+        plan = tb.json(PREFIX + "/run?run=" + name)["plan"]
+        bars = f.locator(".plan-box .cat-bar-row")
+        assert bars.count() == len(plan["category_changes"])
+        for i, c in enumerate(plan["category_changes"]):
+            assert bars.nth(i).locator(".cat-bar-label").inner_text().strip() == c["label"]
+        tab.shot("tab-02-run-page.png")
+    finally:
+        tab.close()
+
+
+def test_follows_tensorboards_own_dark_mode_toggle(browser, tb):
+    tab = Tab(browser, tb, color_scheme="light")
+    page = tab.page
+    body = tab.frame.locator("body")
+    try:
+        assert body.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(245, 245, 245)"
+        # TensorBoard's own toggle (its header's dark-mode menu), not the OS setting
+        page.locator("app-header-dark-mode-toggle button").click()
+        page.get_by_role("menuitem", name=re.compile("Dark", re.I)).click()
+        expect(page.locator("body.dark-mode")).to_have_count(1)
+        expect(body).to_have_css("background-color", "rgb(48, 48, 48)")
+        tab.shot("tab-03-dark-by-tensorboard-toggle.png")
+        page.locator("app-header-dark-mode-toggle button").click()
+        page.get_by_role("menuitem", name=re.compile("Light", re.I)).click()
+        expect(body).to_have_css("background-color", "rgb(245, 245, 245)")
+    finally:
+        tab.close()
+
+
+def test_error_banner_goes_after_a_later_success(browser, tb):
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        # the first rescan fails (the server's answer replaced by an error), the second succeeds
+        def refuse(route):
+            route.fulfill(status=500, content_type="application/json", body='{"error": "disk on fire"}')
+
+        tab.page.route("**/data/plugin/footprint/rescan", refuse)
+        f.locator("button.rescan").click()
+        expect(f.locator(".banner-error")).to_contain_text("disk on fire")
+        tab.shot("tab-04-error-banner.png")
+        tab.page.unroute("**/data/plugin/footprint/rescan", refuse)
+        expect(f.locator("button.rescan")).to_be_enabled(timeout=60000)
+        f.locator("button.rescan").click()
+        expect(f.locator(".banner-error")).to_have_count(0)
+    finally:
+        tab.close()
+
+
+def test_check_shows_image_and_audio_samples_before_and_after(browser, tb, demo):
+    """The check of a run with images and audio: the samples the dashboard shows, original
+    (from the vault) and reduced (from the run) side by side, served by /sample."""
+    run = "tf_summary_mix"
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator("input.filter").fill(run)
+        f.locator(f'.row[data-run="{run}"] button.reduce-run').click()
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator(f'.outcome-line[data-run="{run}"][data-status="verified"]')).to_be_visible(timeout=180000)
+        f.locator(f'.outcome-line[data-run="{run}"] .show-check').click()
+        expect(f.locator(".check-verdict")).to_contain_text("Verified")
+        op = [o for o in tb.json(PREFIX + "/operations")["operations"] if o["run"] == run][0]
+        ts = tb.json(PREFIX + "/operation?op=" + op["op_id"])["verification"]["tag_summaries"]
+        images = ts["images"]["tags"]
+        thumbs = f.locator('section.touched[data-plugin="images"] img.thumb')
+        expect(thumbs.first).to_be_visible()
+        n_shown = sum(min(len(e["samples"]), 12) for e in images.values())
+        assert thumbs.count() == sum(1 for e in images.values() for s in e["samples"][-12:] for side in ("before", "after") if s[side])
+        assert n_shown > 0
+        f.locator("section.touched[data-plugin='images']").scroll_into_view_if_needed()
+        tab.page.wait_for_function(
+            "() => [...document.querySelector('iframe').contentDocument.querySelectorAll('img.thumb')]"
+            ".every(i => i.complete && i.naturalWidth > 0)", timeout=30000)
+        # the same bytes on both sides, as the verification says
+        tag, e = next(iter(images.items()))
+        step = e["samples"][-1]["step"]
+        q = f"/sample?op={op['op_id']}&plugin=images&tag={tag}&step={step}&index=0"
+        s0, b0 = tb.get(PREFIX + q + "&side=before")
+        s1, b1 = tb.get(PREFIX + q + "&side=after")
+        assert s0 == s1 == 200 and b0[:8] == b"\x89PNG\r\n\x1a\n" and (b0 == b1) == e["samples"][-1]["same"]
+        # bad requests name what is wrong; nothing outside the logdir and the vault is read
+        assert tb.get(PREFIX + q + "&side=sideways")[0] == 400
+        assert tb.get(PREFIX + f"/sample?op=../../etc&plugin=images&tag=x&step=0&side=before")[0] == 400
+        audio = f.locator('section.touched[data-plugin="audio"] audio')
+        assert audio.count() >= 2
+        src = audio.first.get_attribute("src")
+        status, body = tb.get(PREFIX + "/" + src.lstrip("./"))
+        assert status == 200 and body[:4] == b"RIFF"
+        f.locator("section.touched[data-plugin='images']").scroll_into_view_if_needed()
+        tab.shot("tab-06-check-samples.png")
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        tab.close()
+
+
+def test_reduce_all_shown_gives_one_consistent_dashboards_note(browser, tb, demo):
+    """Last in this module: it reduces every run. Some runs get rewritten event files, some only
+    lose profile data; the note names the former and never says 'nothing to reload' for all."""
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        f.locator("button.reduce-all").click()
+        f.locator(".dialog .dialog-confirm").click()
+        card = f.locator('.job-card[data-kind="reduce"]').first
+        note = card.locator(".dashboards-note")
+        expect(note).to_be_visible(timeout=600000)
+        text = note.inner_text()
+        job = [j for j in tb.json(PREFIX + "/jobs")["jobs"] if j["kind"] == "reduce"][0]
+        res = tb.json(PREFIX + "/job?id=" + job["id"])["job"]["result"]
+        verified = [o for o in res["outcomes"] if o["status"] == "verified"]
+        rewrote = [o["run"] for o in verified
+                   if any("tfevents" in os.path.basename(p) for p in o.get("removed_files") or [])]
+        assert len(verified) >= 3 and rewrote and len(rewrote) < len(verified), (len(verified), rewrote)
+        assert "Restart TensorBoard" in text
+        assert "nothing to reload" not in text
+        for run in rewrote[:5]:
+            assert run in text
+        assert note.locator("div").count() == len(res["dashboards"])
+        tab.shot("tab-05-reduce-all-note.png")
+    finally:
+        tab.close()
