@@ -80,6 +80,7 @@ setup(
             "lightning>=2.0",
             "transformers>=4.40",
             "accelerate>=1.1",  # transformers' Trainer needs it with PyTorch
+            "pyyaml>=5.4",  # the Kubernetes launcher (examples/k8s-indexed-job.yaml) is read by its test
             # Keras is tested on TensorFlow, which scripts/test.sh installs *beside* this
             # environment (.venv/tensorflow): installed here, it would make TensorBoard's
             # readers import TensorFlow in every other test.
