@@ -132,6 +132,27 @@ def test_runs_being_written_are_never_retired(tmp_path):
     assert (tmp_path / "live").is_dir()
 
 
+def test_a_run_with_a_file_open_for_writing_is_never_retired(tmp_path):
+    """An old run whose writer still holds its event file open (it logs rarely): left alone,
+    the outcome names the process, nothing moves."""
+    sweep(tmp_path)
+    ev = next((tmp_path / "sweep" / "lr1").glob("*tfevents*"))
+    before = user_files(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; f = open(sys.argv[1], 'ab'); "
+                               "print('open', flush=True); sys.stdin.read()", str(ev)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        rep = api.retire(str(tmp_path), rule(runs=["sweep/lr1"]), dry_run=False)
+        [o] = rep.outcomes
+        assert o.status == "skipped" and o.code == "open_for_writing", o.to_dict()
+        assert str(holder.pid) in o.reason
+        assert user_files(tmp_path) == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
 def test_cancel_before_anything_moves(tmp_path):
     from tb_footprint_plugin.engine.context import CancelToken
 

@@ -50,6 +50,7 @@ from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
+from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.version import __version__
 
@@ -163,6 +164,16 @@ def _check_quiet(ctx: Context, run: str, files: List[dict]) -> None:
                                f"(quiet period {int(ctx.quiet_period)} s); left alone", Skip.ACTIVE)
 
 
+def _check_writers(ctx: Context, run: str) -> None:
+    """A run a process on this machine holds a file of open for writing is left alone: its next
+    records would follow the file into the vault, out of TensorBoard's sight."""
+    found = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, ctx.vault.root]))
+    if found.holders:
+        raise TransactionError(f"run {run!r} is being written: "
+                               + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
+                               + "; left alone", Skip.OPEN_FOR_WRITING)
+
+
 def _unchanged(path: str, f: dict) -> bool:
     try:
         st = os.lstat(path)
@@ -212,6 +223,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             files, dirs = inventory(ctx, run)
             out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
             _check_quiet(ctx, run, files)
+            _check_writers(ctx, run)
             ctx.vault.ensure()
             same_fs = ctx.vault.same_filesystem(ctx.abs(run))
             if not same_fs:
@@ -236,7 +248,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
                 report("hash", 0.5 * done / total)
         except (TransactionError, OSError) as e:
             code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
-            out.status = Outcome.SKIPPED if code == Skip.ACTIVE else Outcome.FAILED
+            out.status = Outcome.SKIPPED if code in (Skip.ACTIVE, Skip.OPEN_FOR_WRITING) else Outcome.FAILED
             out.reason, out.code = reason_of(e), code
             return out
         cancel.check()
@@ -296,6 +308,7 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
     os.makedirs(dest_dir, exist_ok=True)
     fsync_dir(os.path.dirname(dest_dir))
     cancel.check()  # the last point where a cancel is honoured without a rollback
+    _check_writers(ctx, begin["run"])  # again, right before anything moves
     journal.append({"type": "move"})
     faults.hit("retire_before_move")
     total = out.bytes_before or 1
