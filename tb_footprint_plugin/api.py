@@ -38,7 +38,7 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_r
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, apply_open_writers, leave_alone, make_plan
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, apply_open_writers, leave_alone, make_plan
 from tb_footprint_plugin.plan.retire import RetirePlan, RetireRule, plan_retire, read_keep_list
 from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
 from tb_footprint_plugin.plan import shard as sharding
@@ -193,7 +193,7 @@ def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> No
     p.cost = request_cost(p, fp, protocol_of(fp.logdir))
     rfs, vault = _bucket(fp.logdir, backup_dir)
     p.cost["freed"] = retention_report(rfs, vault, p.removable_bytes)
-    p.notes = [n for n in p.notes if "disk" not in n] + p.cost["freed"]["lines"]
+    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
 
 
 @dataclass

@@ -44,6 +44,11 @@ def active_reason(newest: float, quiet_period: float, now: float) -> Optional[st
     return None
 
 
+#: what a plan says of a local vault (a bucket plan says when its bucket frees bytes instead)
+LOCAL_VAULT_NOTE = ("Backups are kept in the vault until you purge them: disk space is freed by `purge`, "
+                    "or at once if the vault is on another disk (--backup-dir).")
+
+
 def make_plan(
     footprint: LogdirFootprint,
     policy="archive",
@@ -83,10 +88,7 @@ def make_plan(
             rp.skipped, rp.code = "nothing to reduce under this policy", Skip.NOTHING
         plans.append(rp)
     plans.sort(key=lambda p: (-p.bytes_before, p.run))
-    notes = [
-        "Backups are kept in the vault until you purge them: disk space is freed by `purge`, "
-        "or at once if the vault is on another disk (--backup-dir)."
-    ]
+    notes = [LOCAL_VAULT_NOTE]
     return Plan(
         logdir=footprint.logdir,
         policy=pol.to_dict(),
