@@ -148,6 +148,7 @@ def _plan_shape(p):
         d.pop(k)
     for r in d["runs"]:
         r.pop("newest_mtime")
+        r.pop("planned_at")  # when each side was scanned
         r["actions"].sort(key=lambda a: (a["kind"], a["path"]))
     return d
 
