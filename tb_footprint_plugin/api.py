@@ -354,7 +354,7 @@ def reduce_logdir(
 def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] = None, **kwargs) -> List[ReduceReport]:
     """``reduce_logdir`` over several logdirs in one call; with ``shard``, the partition is over the
     runs of all of them (a logdir of one run still counts for one shard only)."""
-    logdirs = [os.path.abspath(ld) for ld in logdirs]
+    logdirs = [ld if is_remote(ld) else os.path.abspath(ld) for ld in logdirs]
     if len(set(logdirs)) != len(logdirs):
         raise ValueError("a logdir is listed twice")
     before_limit = throttle.limit()
