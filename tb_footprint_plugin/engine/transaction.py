@@ -276,6 +276,9 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
 
     # 2. stage new files under names no reader matches
     staged = []
+    # a rewrite reads the run through TensorBoard's readers to choose what it keeps: their scratch
+    # space is in the vault too, so a killed process's is swept at the next start
+    scratch.use_root(ctx.vault.tmp)
     for i, a in enumerate(x for x in originals if x.kind in ("compress", "rewrite")):
         cancel.check()
         src = ctx.abs(a.path)
