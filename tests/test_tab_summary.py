@@ -59,7 +59,9 @@ def test_byte_bars_of_a_rewritten_file_show_each_category_with_its_own_bytes(tmp
     for dp, _, fs in os.walk(tmp_path / "logs"):
         for f in fs:
             os.utime(os.path.join(dp, f), (old, old))
-    p = api.plan(str(tmp_path / "logs"), "archive")
+    # run-metadata stripping is opt-in (archive keeps every Graphs tag): ask for it here
+    policy = {"name": "archive+strip", "base": "archive", "content": {"strip_run_metadata": True}}
+    p = api.plan(str(tmp_path / "logs"), policy)
     rp = p.run("r").to_dict()
     changes = {c["name"]: c for c in category_changes(rp, {})}
     file_size = next(a["bytes_before"] for a in rp["actions"] if a["kind"] == "rewrite")
