@@ -63,6 +63,9 @@ setup(
         "azure": ["adlfs>=2024.7"],
         "test": [
             "pytest>=7",
+            # The suite runs on two workers: most of a test's wall time is a TensorBoard process,
+            # a store server or a browser starting, which another test's work can overlap.
+            "pytest-xdist>=3.5",
             "playwright>=1.40",
             "tensorboard-plugin-profile>=2.15",
             "s3fs>=2024.6",

@@ -7,12 +7,12 @@ PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -c scripts/test-constraints.txt -e ".[test]"
 # Keras' TensorBoard callback (and its profile_batch) writes through TensorFlow. It goes into a
 # folder of its own that only the Keras integration test puts on its job's path, so TensorBoard
 # in every other test keeps its TensorFlow-free readers (TensorFlow would be imported by each).
 if [ ! -d .venv/tensorflow/tensorflow ]; then
-  case "$(uname -m)" in x86_64) TF_REQ="tensorflow-cpu>=2.16" ;; *) TF_REQ="tensorflow>=2.16" ;; esac
+  case "$(uname -m)" in x86_64) TF_REQ="tensorflow-cpu==2.21.0" ;; *) TF_REQ="tensorflow==2.21.0" ;; esac
   .venv/bin/python -m pip install -q --disable-pip-version-check --target .venv/tensorflow "$TF_REQ"
 fi
 export TB_FOOTPRINT_TEST_TENSORFLOW="$PWD/.venv/tensorflow"
@@ -31,7 +31,11 @@ if [ ! -x .ci/node/node_modules/.bin/azurite-blob ]; then
   npm install --prefix .ci/node --no-audit --no-fund --silent azurite@3.35.0
 fi
 export PATH="$PWD/.venv/bin:$PATH"
-.venv/bin/python -m pytest -q -p no:cacheprovider tests "$@"
+# Three workers on two cores: much of a test's wall time is waiting for a TensorBoard process, a store
+# server or the browser, which another file's work can overlap. A file stays on one worker, so its
+# module fixtures (a TensorBoard process, a reduced copy) are built once. TB_FOOTPRINT_TEST_WORKERS=0
+# runs everything in this process.
+.venv/bin/python -m pytest -q -p no:cacheprovider -n "${TB_FOOTPRINT_TEST_WORKERS:-3}" --dist loadfile tests "$@"
 for b in bench/*.py; do
   echo "== $b --small"
   .venv/bin/python "$b" --small
