@@ -113,8 +113,10 @@ class _State:
     def update(self, path: str, doc: dict, version: str) -> str:
         return self.ops.put(path, json.dumps(doc, sort_keys=True).encode(), if_version=version)
 
-    def read(self, path: str) -> Tuple[Optional[dict], Optional[str]]:
-        info = self.ops.head(path)
+    def read(self, path: str, info: Optional[ObjectInfo] = None) -> Tuple[Optional[dict], Optional[str]]:
+        """The JSON object at ``path`` and its version token; ``info`` from a listing spares the
+        metadata read (a write conditional on that version fails if it is stale anyway)."""
+        info = info or self.ops.head(path)
         if info is None:
             return None, None
         try:
@@ -761,15 +763,16 @@ def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """Every manifest in the vault, newest first."""
     st = _State(rfs)
     prefix = vault.root + "/manifests"
-    rfs.fs.invalidate_cache()  # fsspec's listing cache may predate this process's own writes
     try:
-        found = rfs.fs.find(prefix)
-        rfs.stats.add("list")
+        found = rfs.list_under(prefix, vault.root)
     except FileNotFoundError:
         return []
     out = []
-    for p in found:
-        doc, version = st.read(p)
+    for key, info in sorted(found.items()):
+        if not key.startswith("manifests/"):
+            continue
+        p = f"{vault.root}/{key}"
+        doc, version = st.read(p, info)
         if doc and not doc.get("corrupt"):
             doc["_version"] = version
             doc["_path"] = p
@@ -790,8 +793,11 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
     except BucketTxnError as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
+    manifest_version = manifest.get("_version")
     try:
         conflicts = []
+        # one listing of the run says which originals exist again: no metadata read per file
+        present = _run_listing(rfs, vault, run)
         for f in manifest["files"]:
             if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
                 raise BucketTxnError("untrusted_manifest", "manifest names a backup outside the vault")
@@ -814,8 +820,11 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     raise
                 out.bytes_after += f["size"] - int(f.get("new_size") or 0)
             else:
+                if f["path"] in present:
+                    conflicts.append(f["path"])
+                    continue
                 try:
-                    res = rfs.ops.copy(f["backup"], orig, if_absent=True)
+                    res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True)
                 except RemoteError as e:
                     if e.code == ALREADY_EXISTS:
                         conflicts.append(f["path"])
@@ -838,8 +847,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         manifest["status"] = "restored"
         manifest["restored_at"] = _now()
         manifest["restored_with"] = who()
-        cur = rfs.ops.head(vault.manifest(manifest["op"]))
-        st.update(vault.manifest(manifest["op"]), manifest, cur.version_token if cur else "")
+        version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
+        st.update(vault.manifest(manifest["op"]), manifest, version)
         out.status = Outcome.RESTORED
         if conflicts:
             out.reason = f"{len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
