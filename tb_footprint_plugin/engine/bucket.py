@@ -18,7 +18,11 @@ A bucket has no rename and no fsync, so the transaction is built from what it do
   (event files included) still has the version it had, so TensorBoard reads exactly the bytes it
   read before.
 
-Runs whose plan rewrites or compresses files are left alone on a bucket (for now), with a reason.
+Runs that only lose files are reduced in batches under one journal object (``BATCH_RUNS``), each
+with its own lock object, operation id, backups and manifest; the batch pays one journal create,
+one commit record, one listing before and after its delete step and the batched deletes. Runs
+whose plan rewrites or compresses files are one transaction each (``engine.bucket_rewrite``),
+in the same journal format, settled by the same ``recover``.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.plan.cost import BATCH_RUNS, LIST_PAGE_KEYS
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -196,13 +201,13 @@ def _owner_gone(lock: dict) -> bool:
     return False
 
 
-#: Drop-only runs are reduced together, this many to one journal object: a batch pays one journal
-#: create, one commit record and one final delete, and one listing of the logdir before and
-#: after its delete step, instead of all of them per run. Bounded so a batch ends well inside
-#: the lock lease (``LOCK_LEASE_S``), whatever the store's latency.
-BATCH_RUNS = 250
-#: Where a batch's rechecks list the whole logdir in pages instead of each run's prefix.
-LIST_PAGE_KEYS = 1000
+#: Drop-only runs are reduced together, ``BATCH_RUNS`` to one journal object: a batch pays one
+#: journal create, one commit record and one final delete, and one listing of the logdir before and
+#: after its delete step, instead of all of them per run. Bounded so a batch ends well inside the
+#: lock lease (``LOCK_LEASE_S``), whatever the store's latency. ``LIST_PAGE_KEYS``: where a batch's
+#: rechecks list the whole logdir in pages instead of each run's prefix. (Both live with the cost
+#: model, which estimates from them.)
+
 #: The steps from which a journal is rolled forward: every backup verified and (for rewrites)
 #: every new object staged and checked; ``deleting`` is the name older journals used.
 COMMITTED_STEPS = ("swapping", "deleting", "done")
