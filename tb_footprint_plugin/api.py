@@ -464,8 +464,9 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
     TensorBoard's readers against the original (from the vault).
 
-    On a bucket logdir (drop-only reductions: no event file was rewritten) every backup object is
-    checked against the checksums the store computed for its original, with nothing downloaded."""
+    On a bucket logdir every backup object is checked against the checksums the store computed for
+    its original, removed keys must still be absent and replaced keys must still hold the reduced
+    bytes (the store's checksum), with nothing downloaded."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
 

@@ -184,11 +184,17 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
 _ACTIVE_OPS: set = set()
 
 
-def _owner_gone(lock: dict) -> bool:
+def _owner_gone(lock: dict, journal: Optional[dict] = None) -> bool:
+    """Whether the process that holds ``lock`` is gone: a corrupt lock; on this host, a pid that
+    no longer exists; on another host, a lease past its expiry with no journal record written
+    within a lease either (a long rewrite writes a record after each phase)."""
     if not lock or lock.get("corrupt"):
         return True
     if lock.get("expires", 0) < _now():
-        return True
+        progress = max([float(t) for _, t in (journal or {}).get("steps", []) if isinstance(t, (int, float))]
+                       + [float((journal or {}).get("created") or 0)], default=0.0)
+        if lock.get("host") == socket.gethostname() or progress < _now() - LOCK_LEASE_S:
+            return True
     if lock.get("host") == socket.gethostname() and lock.get("pid") == os.getpid():
         return lock.get("op") not in _ACTIVE_OPS
     if lock.get("host") == socket.gethostname():
@@ -335,7 +341,7 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         if not entries:
             return list(outs.values())
         try:
-            journal = _Journal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned",
+            journal = _Journal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": _now(),
                                               "vault": vault.root, "runs": entries,
                                               "logdir_objects": len(listing)})
         except RemoteError as e:
@@ -367,7 +373,12 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         # version as a condition where the store takes one.
         faults.hit("bucket.before_recheck")
         if live:
-            now_objs = _listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+            try:
+                now_objs = _listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+            except RemoteError as e:
+                for en in live:
+                    _drop_run(rfs, vault, en, outs[en["run"]], e)
+                live, now_objs = [], {}
             keep = []
             for en in live:
                 changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
@@ -387,17 +398,21 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         if not live:
             rfs.ops.delete([journal.path] + [en["lock"] for en in entries])
             return list(outs.values())
-        # the destructive step is preceded by its record: every backup of these runs verified
-        journal.step("swapping")
-        faults.hit("bucket.before_delete")
         try:
+            # the destructive step is preceded by its record: every backup of these runs verified
+            journal.step("swapping")
+            faults.hit("bucket.before_delete")
             _finish(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, RemoteError) as e:
             _rollback_batch(rfs, vault, journal, live, outs, e)
             rfs.ops.delete([en["lock"] for en in entries if en not in live])
             return list(outs.values())
         faults.hit("bucket.after_delete")
-        verification = _verify_batch(rfs, vault, live, listing)
+        try:
+            verification = _verify_batch(rfs, vault, live, listing)
+        except RemoteError as e:  # past the commit point: the reduction stands, unverified
+            verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
+                                        "run `verify` to check it"} for en in live}
         for en in live:
             o = outs[en["run"]]
             bad = verification.get(en["run"], {}).get("error")
@@ -697,6 +712,8 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
                 rfs.path(f["path"])  # raises on '..' and friends
                 if f.get("final") is not None:
                     rfs.path(f["final"])
+                    if en["run"] != "." and not str(f["final"]).startswith(_run_prefix(en["run"])):
+                        return "journal names keys outside its run"
                 if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
                     return "journal names keys outside the logdir or vault"
                 if f.get("tmp") is not None and not str(f["tmp"]).startswith(vault.root + "/tmp/"):
@@ -737,7 +754,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         locks = [rfs.path(_lock_key(r)) for r in runs]  # computed, never taken from the journal
         lock, _ = st.read(locks[0]) if locks else (None, None)
-        if lock and lock.get("op") == op_id and not _owner_gone(lock):
+        if lock and lock.get("op") == op_id and not _owner_gone(lock, doc):
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running"))
             continue

@@ -114,7 +114,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
     journal = None
     _ACTIVE_OPS.add(op_id)
     try:
-        journal = _Journal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "vault": vault.root,
+        journal = _Journal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "created": _now(),
+                                       "vault": vault.root,
                                        "runs": [en], "logdir_objects": len(listing)})
         faults.hit("bucket.after_journal")
         for f in files:
@@ -123,10 +124,12 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         faults.hit("bucket.after_backup")
         with scratch.scratch("bucket") as work:
             local = _stage_run(rfs, rp, files, listing, work, verify_backends)
+            journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
             faults.hit("bucket.after_stage")
             for f in files:
                 if f.get("tmp"):
                     _upload_and_read_back(rfs, f, local["staged"][f["path"]])
+            journal.step("uploaded")  # the new objects, their checksums and read-back recorded
             faults.hit("bucket.after_upload")
         bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
             sum(f["new_size"] for f in files if f.get("tmp"))
