@@ -800,3 +800,21 @@ def test_rewrite_original_changed_before_swap_rolls_back(s3_bucket, rewrite_logd
     assert s3_bucket.fs.cat_file(s3_bucket.key("logs/" + ev)) == new
     left = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/") and not k.endswith("scan-cache.json")]
     assert left == []
+
+
+def test_lock_owner_on_another_host_is_live_while_its_journal_progresses():
+    """A lock past its lease on another host still belongs to a live owner while that operation's
+    journal was written within a lease (a long rewrite journals each phase); once the journal is
+    older than a lease too, the owner counts as gone and recovery may settle it."""
+    import time
+
+    from tb_footprint_plugin.engine import bucket as bk
+
+    now = time.time()
+    lock = {"run": "r", "op": "op1", "host": "another-host", "pid": 1, "at": now - 3 * bk.LOCK_LEASE_S,
+            "expires": now - bk.LOCK_LEASE_S}
+    assert bk._owner_gone(lock)  # no journal to show progress
+    assert not bk._owner_gone(lock, {"created": now - 2 * bk.LOCK_LEASE_S, "steps": [["staged", now - 60]]})
+    assert bk._owner_gone(lock, {"created": now - 3 * bk.LOCK_LEASE_S,
+                                 "steps": [["staged", now - 2 * bk.LOCK_LEASE_S]]})
+    assert not bk._owner_gone(dict(lock, expires=now + 60))  # within its lease
