@@ -758,11 +758,21 @@ def test_rewrite_crash_at_each_new_step_then_recovery(objstore_pool, rewrite_log
     url = bucket.upload(rewrite_logdir, "logs")
     before = _logdir_hashes(bucket, "logs")
     env = {**os.environ, "PYTHONPATH": os.getcwd(), "TB_FOOTPRINT_FAILPOINTS": f"{failpoint}=kill"}
-    crashed = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy",
-                              "archive", "--quiet-period", "0", "--run", "exp/hist"],
-                             capture_output=True, text=True, env=env, timeout=300)
-    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    from tb_footprint_plugin.storage import scratch
+
+    proc = subprocess.Popen([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy",
+                             "archive", "--quiet-period", "0", "--run", "exp/hist"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, stdout + stderr
+
+    def left_scratch():
+        return [n for n in os.listdir(scratch.current_root()) if n.startswith(f"tbfp-bucket-p{proc.pid}-")]
+
+    # killed while staging: its local scratch is left behind, and the next start sweeps it
+    assert bool(left_scratch()) == (failpoint in ("bucket.after_stage", "bucket.after_upload"))
     settled = api.recover_logdir(url)
+    assert left_scratch() == []
     expected = "rolled_back" if failpoint in ("bucket.after_stage", "bucket.after_upload") else "completed"
     assert [s.action for s in settled] == [expected], settled
     state = [k for k in RemoteFS(url).list_tree() if k.startswith((".tb-footprint/journal/",

@@ -41,6 +41,7 @@ from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.plan.cost import BATCH_RUNS, LIST_PAGE_KEYS
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -730,6 +731,9 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     record, roll back; from it on (backups verified, new objects staged and checked), finish."""
     st = _State(rfs)
     out: List[RecoveryOutcome] = []
+    # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
+    # local vault's tmp/ is at every start
+    scratch.sweep(scratch.current_root())
     try:
         journals = rfs.list_tree(JOURNAL)
     except FileNotFoundError:
