@@ -202,8 +202,12 @@ export class Model {
   }
 
   async loadRuns(opts) {
+    // responses are matched to the policy key this tab sent (a built-in name or the path of
+    // TensorBoard's policy file), never to the policy's own name, which a file chooses freely
+    const asked = this.state.policy;
     try {
-      const overview = await fetchJSON('runs' + query({policy: this.state.policy, wait: opts && opts.wait}));
+      const overview = await fetchJSON('runs' + query({policy: asked, wait: opts && opts.wait}));
+      if (this.state.policy !== asked) return;  // another policy was chosen meanwhile; its load follows
       this.set({overview, overviewError: null, actions: this._actions(overview.actions)});
     } catch (e) {
       this.set({overviewError: e.message});
@@ -233,11 +237,12 @@ export class Model {
   }
 
   async loadRun(name) {
+    const asked = this.state.policy;
     try {
-      const detail = await fetchJSON('run' + query({run: name, policy: this.state.policy}));
-      if (this.state.selectedRun === name) this.set({runDetail: detail, runError: null});
+      const detail = await fetchJSON('run' + query({run: name, policy: asked}));
+      if (this.state.selectedRun === name && this.state.policy === asked) this.set({runDetail: detail, runError: null});
     } catch (e) {
-      if (this.state.selectedRun === name) this.set({runError: e.message});
+      if (this.state.selectedRun === name && this.state.policy === asked) this.set({runError: e.message});
     }
   }
 

@@ -96,7 +96,7 @@ def _bucket(logdir: str, backup_dir: Optional[str]):
 
 
 def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
-                   quiet_period, on_outcome) -> "ReduceReport":
+                   quiet_period, on_outcome, verify_backends=DEFAULT_BACKENDS) -> "ReduceReport":
     """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
     then each run as its own bucket transaction."""
     from tb_footprint_plugin.engine import bucket as bk
@@ -114,11 +114,13 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
         if rp.skipped:
             o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
                            bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-        else:
-            o = bk.reduce_run(rfs, vault, rp, objects, quiet_period, policy=(p.policy or {}).get("name"))
-        report.outcomes.append(o)
-        if on_outcome:
-            on_outcome(o)
+            report.outcomes.append(o)
+            if on_outcome:
+                on_outcome(o)
+    todo = [rp for rp in p.runs if not rp.skipped]
+    report.outcomes += bk.reduce_runs(rfs, vault, todo, objects, quiet_period,
+                                      policy=(p.policy or {}).get("name"), on_outcome=on_outcome,
+                                      verify_backends=tuple(verify_backends))
     report.requests = rfs.stats.to_dict()
     return report
 
@@ -328,7 +330,7 @@ def reduce_logdir(
         if not dry_run:
             return _reduce_bucket(logdir, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
                                   min_size=min_size, older_than=older_than, quiet_period=quiet_period,
-                                  on_outcome=on_outcome)
+                                  on_outcome=on_outcome, verify_backends=verify_backends)
         p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
                  min_size=min_size, older_than=older_than, quiet_period=quiet_period)
         return ReduceReport(dry_run=True, plan=p, outcomes=[
@@ -462,8 +464,9 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
     TensorBoard's readers against the original (from the vault).
 
-    On a bucket logdir (drop-only reductions: no event file was rewritten) every backup object is
-    checked against the checksums the store computed for its original, with nothing downloaded."""
+    On a bucket logdir every backup object is checked against the checksums the store computed for
+    its original, removed keys must still be absent and replaced keys must still hold the reduced
+    bytes (the store's checksum), with nothing downloaded."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
 

@@ -633,3 +633,198 @@ def test_tensorboard_reads_the_reduced_bucket_the_same(bucket, demo_logdir):
     rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0)
     assert any(o.status == "verified" for o in rep.outcomes)
     assert _tensorboard_view(url, runs) == before
+
+
+# --- rewrite and compress in the bucket ------------------------------------------------------
+def _write_rewrite_logdir(root):
+    """``exp/hist``: one event file with 1,500 histogram steps, images, scalars, text and hparams
+    (archive rewrites it: the dashboard shows a sample); ``torch/resnet``: two PyTorch traces
+    next to an event file (lossless gzips them)."""
+    import time as _time
+
+    from tb_footprint_plugin import synth
+
+    run = root / "exp" / "hist"
+    with synth.EventWriter(str(run)) as w:
+        w.hparams({"lr": 0.1, "opt": "adam"}, ["acc"])
+        for s in range(1500):
+            w.histogram("weights", s, [(i, i + 1, (i * s) % 7) for i in range(30)])
+            if s % 10 == 0:
+                w.scalar("acc", s, s / 1500)
+            if s % 30 == 0:
+                w.image("input", s, synth.make_png(4, 4, seed=s % 3), 4, 4)
+            if s % 300 == 0:
+                w.text("notes", s, f"step {s}")
+    torch = root / "torch" / "resnet"
+    with synth.EventWriter(str(torch), style="torch") as w:
+        for s in range(20):
+            w.scalar("loss", s, 1.0 / (s + 1))
+    for i in range(2):
+        ns = (1795990000 + 60 * i) * 10 ** 9
+        synth.write_torch_trace(str(torch / synth.torch_trace_name(ns=ns)), n_steps=2, seed=i, start_ns=ns)
+    old = _time.time() - 3600
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            os.utime(os.path.join(dirpath, n), (old, old))
+    return root
+
+
+@pytest.fixture(scope="module")
+def rewrite_logdir(tmp_path_factory):
+    return _write_rewrite_logdir(tmp_path_factory.mktemp("rewrite") / "logs")
+
+
+def _exact_view(url, run):
+    """Scalars, hparams and text as TensorBoard's Python loader reads them over the URL: every
+    (step, wall time, tensor bytes), and the hparams session records, bit for bit."""
+    from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+
+    acc = pea.EventAccumulator(f"{url}/{run}", size_guidance={"tensors": 0})
+    acc.Reload()
+    out = {}
+    for tag in acc.Tags().get("tensors", []):
+        plugin = acc.SummaryMetadata(tag).plugin_data.plugin_name
+        if plugin in ("scalars", "hparams", "text"):
+            out[tag] = [(e.step, e.wall_time, e.tensor_proto.SerializeToString()) for e in acc.Tensors(tag)]
+    return out
+
+
+def test_rewrite_and_gzip_in_the_bucket_then_restore(bucket, rewrite_logdir):
+    """archive rewrites a histogram/image-heavy event file in the bucket and lossless gzips the
+    PyTorch traces: staged and verified by TensorBoard's readers, uploaded under a temporary key,
+    read back over the URL, put over the original with a precondition (a .gz created beside
+    it); scalars, hparams and text stay bit-exact through TensorBoard's loader over the URL;
+    restore gives back every original byte and removes the .gz copies."""
+    import gzip as _gzip
+
+    url = bucket.upload(rewrite_logdir, "logs")
+    before = _logdir_hashes(bucket, "logs")
+    exact0 = _exact_view(url, "exp/hist")
+    assert {"acc", "notes"} <= set(exact0)
+    rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, runs=["exp/hist"])
+    (o,) = rep.outcomes
+    assert o.status == "verified", (o.status, o.reason)
+    v = o.verification
+    assert v["rewritten"] == 1 and any("TensorBoard readers" in b for b in v["checked_backends"])
+    assert any(c["name"] == "event_rewrite" for c in v["checks"])
+    ev = next(k for k in before if k.startswith("exp/hist/") and "tfevents" in k)
+    now = _logdir_hashes(bucket, "logs")
+    assert set(now) == set(before) and now[ev] != before[ev]
+    assert all(now[k] == h for k, h in before.items() if k != ev)
+    assert RemoteFS(url).list_tree()[ev].size < 0.3 * rewrite_logdir.joinpath(ev).stat().st_size
+    assert _exact_view(url, "exp/hist") == exact0  # scalars/hparams/text bit-exact
+    state = RemoteFS(url).list_tree()
+    assert not [k for k in state if k.startswith((".tb-footprint/tmp/", ".tb-footprint/journal/",
+                                                    ".tb-footprint/locks/"))]
+    assert not [k for k in state if k.startswith(".tb-footprint/") and "tfevents" in k]  # backups: no reader name
+
+    rep2 = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, runs=["torch/resnet"])
+    (o2,) = rep2.outcomes
+    assert o2.status == "verified", (o2.status, o2.reason)
+    traces = sorted(k for k in before if k.endswith(".pt.trace.json"))
+    assert len(traces) == 2 and sorted(o2.removed_files) == traces
+    now = _logdir_hashes(bucket, "logs")
+    for t in traces:
+        assert t not in now and t + ".gz" in now
+        data = _gzip.decompress(bucket.fs.cat_file(bucket.key("logs/" + t + ".gz")))
+        assert hashlib.sha256(data).hexdigest() == before[t]
+    assert all(api.verify(url)[i]["ok"] for i in range(2))
+    outs = api.restore(url)
+    assert sorted(o.status for o in outs) == ["restored", "restored"], [(o.run, o.reason) for o in outs]
+    assert _logdir_hashes(bucket, "logs") == before
+    assert not [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/tmp/")]
+
+
+REWRITE_CRASH_POINTS = ["bucket.after_stage", "bucket.after_upload", "bucket.before_swap",
+                        "bucket.after_swap_one", "bucket.after_swap"]
+REWRITE_CRASH_CASES = [("s3", f) for f in REWRITE_CRASH_POINTS] + [
+    (s, f) for s in ("gs", "az") for f in ("bucket.after_upload", "bucket.after_swap_one")]
+
+
+@pytest.mark.parametrize("scheme,failpoint", REWRITE_CRASH_CASES)
+def test_rewrite_crash_at_each_new_step_then_recovery(objstore_pool, rewrite_logdir, tmp_path, scheme, failpoint):
+    """A process killed at each new step of a rewrite (staged, uploaded, commit record, one object
+    put over, all put over) is settled from another process: before the commit record the run is
+    as it was and no temporary key is left; after it the swap is finished; restore gives back
+    every byte either way."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from objstore_servers import Bucket
+
+    bucket = Bucket(objstore_pool.get(scheme))
+    url = bucket.upload(rewrite_logdir, "logs")
+    before = _logdir_hashes(bucket, "logs")
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TB_FOOTPRINT_FAILPOINTS": f"{failpoint}=kill"}
+    from tb_footprint_plugin.storage import scratch
+
+    proc = subprocess.Popen([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy",
+                             "archive", "--quiet-period", "0", "--run", "exp/hist"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, stdout + stderr
+
+    def left_scratch():
+        return [n for n in os.listdir(scratch.current_root()) if n.startswith(f"tbfp-bucket-p{proc.pid}-")]
+
+    # killed while staging: its local scratch is left behind, and the next start sweeps it
+    assert bool(left_scratch()) == (failpoint in ("bucket.after_stage", "bucket.after_upload"))
+    settled = api.recover_logdir(url)
+    assert left_scratch() == []
+    expected = "rolled_back" if failpoint in ("bucket.after_stage", "bucket.after_upload") else "completed"
+    assert [s.action for s in settled] == [expected], settled
+    state = [k for k in RemoteFS(url).list_tree() if k.startswith((".tb-footprint/journal/",
+                                                                    ".tb-footprint/locks/", ".tb-footprint/tmp/"))]
+    assert state == []
+    now = _logdir_hashes(bucket, "logs")
+    ev = next(k for k in before if k.startswith("exp/hist/") and "tfevents" in k)
+    if expected == "rolled_back":
+        assert now == before
+        assert not [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/blobs/")]
+    else:
+        assert now[ev] != before[ev] and all(now[k] == h for k, h in before.items() if k != ev)
+        assert _exact_view(url, "exp/hist") == _exact_view(bucket.upload(rewrite_logdir, "orig"), "exp/hist")
+        outs = api.restore(url)
+        assert [o.status for o in outs] == ["restored"], [(o.run, o.reason) for o in outs]
+        assert _logdir_hashes(bucket, "logs") == before
+
+
+def test_rewrite_original_changed_before_swap_rolls_back(s3_bucket, rewrite_logdir):
+    """The event file rewritten by its writer between the plan and the swap: the precondition
+    refuses the put over it, the run is left with the writer's new bytes, nothing of the
+    operation is left in the bucket."""
+    from tb_footprint_plugin.engine import faults
+
+    url = s3_bucket.upload(rewrite_logdir, "logs")
+    ev = next(k for k in _logdir_hashes(s3_bucket, "logs") if k.startswith("exp/hist/") and "tfevents" in k)
+    new = s3_bucket.fs.cat_file(s3_bucket.key("logs/" + ev)) + b"appended"
+    faults.arm("bucket.before_swap", lambda: s3_bucket.fs.pipe_file(s3_bucket.key("logs/" + ev), new))
+    try:
+        rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, runs=["exp/hist"])
+    finally:
+        faults.disarm_all()
+    (o,) = rep.outcomes
+    assert o.status == "rolled_back", (o.status, o.reason)
+    assert s3_bucket.fs.cat_file(s3_bucket.key("logs/" + ev)) == new
+    left = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/") and not k.endswith("scan-cache.json")]
+    assert left == []
+
+
+def test_lock_owner_on_another_host_is_live_while_its_journal_progresses():
+    """A lock past its lease on another host still belongs to a live owner while that operation's
+    journal was written within a lease (a long rewrite journals each phase); once the journal is
+    older than a lease too, the owner counts as gone and recovery may settle it."""
+    import time
+
+    from tb_footprint_plugin.engine import bucket as bk
+
+    now = time.time()
+    lock = {"run": "r", "op": "op1", "host": "another-host", "pid": 1, "at": now - 3 * bk.LOCK_LEASE_S,
+            "expires": now - bk.LOCK_LEASE_S}
+    assert bk._owner_gone(lock)  # no journal to show progress
+    assert not bk._owner_gone(lock, {"created": now - 2 * bk.LOCK_LEASE_S, "steps": [["staged", now - 60]]})
+    assert bk._owner_gone(lock, {"created": now - 3 * bk.LOCK_LEASE_S,
+                                 "steps": [["staged", now - 2 * bk.LOCK_LEASE_S]]})
+    assert not bk._owner_gone(dict(lock, expires=now + 60))  # within its lease

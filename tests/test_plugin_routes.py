@@ -1142,3 +1142,37 @@ def test_purge_names_the_originals_it_loses_and_holds_to_the_confirmed_number(ap
     assert r.status_code == 202
     job = app.wait_job(r.get_json()["job"]["id"])
     assert job["state"] == "done" and job["result"]["originals_lost"] == pv["originals_lost"]
+
+
+def test_default_policy_file_drives_the_overview_run_detail_and_dry_run(logdir, tmp_path):
+    """TensorBoard started with ``--footprint_policy <file>`` whose policy carries a built-in's
+    name: the tab sends the file's path as its key; the overview, the run detail (the plan shown
+    in the detail page) and the dry run are that file's plan, each payload says which key it
+    answers (``policy_key``, the path) next to the policy's own name, and the built-in of the
+    same name keeps its own numbers (nothing is shared by name)."""
+    from tb_footprint_plugin import api
+
+    pol = tmp_path / "team-policy.json"
+    pol.write_text(json.dumps({"name": "archive", "rules": {"profile_cache": "delete"}}))
+    a = App(logdir, footprint_policy=str(pol))
+    try:
+        policies = a.get("/policies").get_json()
+        assert policies["default"] == str(pol) and str(pol) in [p["name"] for p in policies["policies"]]
+        want = api.plan(str(logdir), str(pol), quiet_period=0)
+        builtin = api.plan(str(logdir), "archive", quiet_period=0)
+        assert want.removable_bytes != builtin.removable_bytes > 0
+        for q in ({"policy": str(pol)}, {}):  # named by the tab, or TensorBoard's default
+            runs = a.get("/runs", query_string=q).get_json()
+            assert runs["policy_key"] == str(pol) and runs["reclaimable_bytes"] == want.removable_bytes
+            detail = a.get("/run", query_string=dict(q, run="big")).get_json()
+            assert detail["policy_key"] == str(pol) and detail["policy"] == "archive"
+            assert detail["plan"]["removable_bytes"] == want.run("big").removable_bytes > 0
+            dry = a.get("/plan", query_string=dict(q, run="big")).get_json()
+            assert dry["policy_key"] == str(pol) and dry["dry_run"]
+            assert [r["removable_bytes"] for r in dry["runs"]] == [want.run("big").removable_bytes]
+        other = a.get("/runs", query_string={"policy": "archive"}).get_json()
+        assert other["policy_key"] == "archive" and other["reclaimable_bytes"] == builtin.removable_bytes
+        assert a.get("/runs", query_string={"policy": str(pol)}).get_json()["reclaimable_bytes"] == \
+            want.removable_bytes  # not the built-in's memoized overview
+    finally:
+        a.close()

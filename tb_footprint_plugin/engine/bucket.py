@@ -18,12 +18,17 @@ A bucket has no rename and no fsync, so the transaction is built from what it do
   (event files included) still has the version it had, so TensorBoard reads exactly the bytes it
   read before.
 
-Runs whose plan rewrites or compresses files are left alone on a bucket (for now), with a reason.
+Runs that only lose files are reduced in batches under one journal object (``BATCH_RUNS``), each
+with its own lock object, operation id, backups and manifest; the batch pays one journal create,
+one commit record, one listing before and after its delete step and the batched deletes. Runs
+whose plan rewrites or compresses files are one transaction each (``engine.bucket_rewrite``),
+in the same journal format, settled by the same ``recover``.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import socket
 import time
@@ -35,6 +40,8 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.plan.cost import BATCH_RUNS, LIST_PAGE_KEYS
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -112,8 +119,10 @@ class _State:
     def update(self, path: str, doc: dict, version: str) -> str:
         return self.ops.put(path, json.dumps(doc, sort_keys=True).encode(), if_version=version)
 
-    def read(self, path: str) -> Tuple[Optional[dict], Optional[str]]:
-        info = self.ops.head(path)
+    def read(self, path: str, info: Optional[ObjectInfo] = None) -> Tuple[Optional[dict], Optional[str]]:
+        """The JSON object at ``path`` and its version token; ``info`` from a listing spares the
+        metadata read (a write conditional on that version fails if it is stale anyway)."""
+        info = info or self.ops.head(path)
         if info is None:
             return None, None
         try:
@@ -176,11 +185,17 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
 _ACTIVE_OPS: set = set()
 
 
-def _owner_gone(lock: dict) -> bool:
+def _owner_gone(lock: dict, journal: Optional[dict] = None) -> bool:
+    """Whether the process that holds ``lock`` is gone: a corrupt lock; on this host, a pid that
+    no longer exists; on another host, a lease past its expiry with no journal record written
+    within a lease either (a long rewrite writes a record after each phase)."""
     if not lock or lock.get("corrupt"):
         return True
     if lock.get("expires", 0) < _now():
-        return True
+        progress = max([float(t) for _, t in (journal or {}).get("steps", []) if isinstance(t, (int, float))]
+                       + [float((journal or {}).get("created") or 0)], default=0.0)
+        if lock.get("host") == socket.gethostname() or progress < _now() - LOCK_LEASE_S:
+            return True
     if lock.get("host") == socket.gethostname() and lock.get("pid") == os.getpid():
         return lock.get("op") not in _ACTIVE_OPS
     if lock.get("host") == socket.gethostname():
@@ -193,114 +208,362 @@ def _owner_gone(lock: dict) -> bool:
     return False
 
 
+#: Drop-only runs are reduced together, ``BATCH_RUNS`` to one journal object: a batch pays one
+#: journal create, one commit record and one final delete, and one listing of the logdir before and
+#: after its delete step, instead of all of them per run. Bounded so a batch ends well inside the
+#: lock lease (``LOCK_LEASE_S``), whatever the store's latency. ``LIST_PAGE_KEYS``: where a batch's
+#: rechecks list the whole logdir in pages instead of each run's prefix. (Both live with the cost
+#: model, which estimates from them.)
+
+#: The steps from which a journal is rolled forward: every backup verified and (for rewrites)
+#: every new object staged and checked; ``deleting`` is the name older journals used.
+COMMITTED_STEPS = ("swapping", "deleting", "done")
+
+
+def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+                quiet_period: float, policy: Optional[str] = None, on_outcome=None,
+                verify_backends: Tuple[str, ...] = ("python", "rust")) -> List[RunOutcome]:
+    """Reduce runs of a bucket logdir by their plans. Drop-only runs go in batches (one journal
+    object per batch, one lock object per run); a run whose plan rewrites or compresses files
+    is its own transaction (stage locally, upload under a temporary key, verify, swap with a
+    precondition). Never raises for a store failure: each run ends verified, rolled back, or
+    skipped, with a reason."""
+    outcomes: Dict[str, RunOutcome] = {}
+    drops, heavy = [], []
+    for rp in rps:
+        if any(a.kind in ("compress", "rewrite") for a in rp.actions):
+            heavy.append(rp)
+        elif not any(a.kind == "delete" for a in rp.actions):
+            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                           bytes_after=rp.bytes_before, reason="nothing to remove", code=Skip.NOTHING)
+            outcomes[rp.run] = o
+            if on_outcome:
+                on_outcome(o)
+        else:
+            drops.append(rp)
+    for i in range(0, len(drops), BATCH_RUNS):
+        for o in _reduce_batch(rfs, vault, drops[i:i + BATCH_RUNS], listing, quiet_period, policy):
+            outcomes[o.run] = o
+            if on_outcome:
+                on_outcome(o)
+    for rp in heavy:
+        from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
+
+        o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends)
+        outcomes[rp.run] = o
+        if on_outcome:
+            on_outcome(o)
+    return [outcomes[rp.run] for rp in rps]
+
+
 def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
                quiet_period: float, policy: Optional[str] = None) -> RunOutcome:
-    """Reduce one run of a bucket logdir by its plan ``rp`` (deletes only); never raises for a
-    store failure: the run ends verified, rolled back, or skipped, with a reason."""
+    """Reduce one run of a bucket logdir by its plan ``rp`` (a batch of one)."""
+    return reduce_runs(rfs, vault, [rp], listing, quiet_period, policy)[0]
+
+
+def _file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
+    return {"path": a.path, "action": a.kind, "size": o.size, "version": o.version_token,
+            "checksums": content_checksums(o), "backup": vault.blob(op_id, a.path)}
+
+
+def _backup(rfs: RemoteFS, f: dict) -> None:
+    """Back up one original by a server-side copy conditional on the version the plan saw; its
+    integrity is the store's checksum of the copy equal to the original's."""
+    res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
+    ok = same_content(res.checksums, f["checksums"])
+    if ok is None:
+        ok = _stream_digest(rfs, rfs.path(f["path"]), f["size"]) == _stream_digest(rfs, f["backup"], f["size"])
+    if not ok:
+        raise BucketTxnError("backup_mismatch", f"{f['path']}: backup copy does not match the original")
+    f["backup_checksums"] = res.checksums
+    f["backup_version"] = res.version
+
+
+def _manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
+    return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": _now(), "status": "verified",
+            "files": entry["files"], "bytes_before": rp.bytes_before, "bytes_after": bytes_after,
+            "policy": policy, **who()}
+
+
+def _listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int) -> Dict[str, ObjectInfo]:
+    """The current objects of ``runs``: one listing of the whole logdir when that takes fewer
+    pages than one listing per run prefix, else one listing per run."""
+    if "." in runs or math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
+        return _run_listing(rfs, vault, ".")
+    out: Dict[str, ObjectInfo] = {}
+    for run in runs:
+        out.update(_run_listing(rfs, vault, run))
+    return out
+
+
+def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+                  quiet_period: float, policy: Optional[str]) -> List[RunOutcome]:
+    """Drop-only runs under one journal object. Each run has its own lock object (two machines
+    never reduce one run at once), its own operation id, backups and manifest (restorable on its
+    own); the journal records the batch's steps, so a crash is settled from any machine."""
     t0 = time.monotonic()
-    out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
-                     bytes_after=rp.bytes_before)
-    unsupported = sorted({a.kind for a in rp.actions if a.kind not in ("delete", "remove_dir")})
-    if unsupported:
-        out.reason = (f"{', '.join(unsupported)} of files in a bucket is not available yet; "
-                      "this run is left as it is")
-        out.code = Skip.NOT_ON_STORE
-        return out
-    deletes = [a for a in rp.actions if a.kind == "delete"]
-    if not deletes:
-        out.reason, out.code = "nothing to remove", Skip.NOTHING
-        return out
     st = _State(rfs)
-    op_id = new_op_id()
-    out.op_id = op_id
-    try:
-        lock_path, _ = _lock(st, rp.run, op_id)
-    except BucketTxnError as e:
-        out.reason, out.code = str(e), Skip.LOCKED
-        return out
+    batch_id = new_op_id()
+    outs: Dict[str, RunOutcome] = {}
+    entries: List[dict] = []
+    plans = {rp.run: rp for rp in rps}
+    _ACTIVE_OPS.add(batch_id)
     journal = None
-    _ACTIVE_OPS.add(op_id)
     try:
-        files = []
-        for a in deletes:
-            o = listing.get(a.path)
-            if o is None:
-                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{a.path}: gone since the plan")
-            files.append({"path": a.path, "size": o.size, "version": o.version_token,
-                          "checksums": content_checksums(o), "backup": vault.blob(op_id, a.path)})
-        journal = _Journal(st, op_id, {"op": op_id, "run": rp.run, "logdir": rfs.url, "step": "planned",
-                                       "vault": vault.root, "files": files, "lock": lock_path})
+        for rp in rps:
+            out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                             bytes_after=rp.bytes_before)
+            outs[rp.run] = out
+            files = []
+            missing = None
+            op_id = new_op_id()
+            for a in rp.actions:
+                if a.kind != "delete":
+                    continue
+                o = listing.get(a.path)
+                if o is None:
+                    missing = a.path
+                    break
+                files.append(_file_entry(vault, op_id, a, o))
+            if missing:
+                out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
+                continue
+            try:
+                lock_path, _ = _lock(st, rp.run, batch_id)
+            except BucketTxnError as e:
+                out.reason, out.code = str(e), Skip.LOCKED
+                continue
+            except RemoteError as e:
+                out.status, out.reason, out.code = Outcome.FAILED, f"{e.code}: {e}", Failure.LOCK_ERROR
+                continue
+            out.op_id = op_id
+            entries.append({"run": rp.run, "op": op_id, "lock": lock_path, "files": files})
+        if not entries:
+            return list(outs.values())
+        try:
+            journal = _Journal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": _now(),
+                                              "vault": vault.root, "runs": entries,
+                                              "logdir_objects": len(listing)})
+        except RemoteError as e:
+            _must_delete(rfs, [en["lock"] for en in entries])
+            for en in entries:
+                o = outs[en["run"]]
+                o.status, o.reason, o.code = Outcome.FAILED, f"{e.code}: {e}", Failure.ERROR
+            return list(outs.values())
         faults.hit("bucket.after_journal")
-        # No listing here: the plan's listing is what each copy is conditional on (a changed object
-        # fails its copy), and the run is listed once more right before the delete step.
-        # Backups: server-side copies, integrity by the store's checksums.
-        for f in files:
-            res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
-            ok = same_content(res.checksums, f["checksums"])
-            if ok is None:
-                ok = _stream_digest(rfs, rfs.path(f["path"]), f["size"]) == _stream_digest(rfs, f["backup"], f["size"])
-            if not ok:
-                raise BucketTxnError("backup_mismatch", f"{f['path']}: backup copy does not match the original")
-            f["backup_checksums"] = res.checksums
-            f["backup_version"] = res.version
-            faults.hit("bucket.after_backup_copy")
-        manifest = {"op": op_id, "run": rp.run, "logdir": rfs.url, "created": _now(), "status": "verified",
-                    "files": files, "bytes_before": rp.bytes_before,
-                    "bytes_after": rp.bytes_before - sum(f["size"] for f in files),
-                    "policy": policy, **who()}
-        st.create(vault.manifest(op_id), manifest)
+        # Backups: server-side copies, each conditional on the plan's version. A run whose copy
+        # fails is rolled back alone; the others go on.
+        live: List[dict] = []
+        for en in entries:
+            rp = plans[en["run"]]
+            try:
+                for f in en["files"]:
+                    _backup(rfs, f)
+                    faults.hit("bucket.after_backup_copy")
+                bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
+                st.create(vault.manifest(en["op"]), _manifest_doc(rfs, en, rp, policy, bytes_after))
+                live.append(en)
+            except faults.InjectedFault:
+                raise
+            except (BucketTxnError, RemoteError) as e:
+                _drop_run(rfs, vault, en, outs[en["run"]], e)
         faults.hit("bucket.after_backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the
         # version as a condition where the store takes one.
         faults.hit("bucket.before_recheck")
-        now_objs = _run_listing(rfs, vault, rp.run)
-        for f in files:
-            cur = now_objs.get(f["path"])
-            if cur is None or cur.version_token != f["version"]:
-                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since its backup; run left as it was")
-        newest = max((o.mtime for o in now_objs.values()), default=0.0)
-        if newest > _now() - quiet_period:
-            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
-                                 "a run being written is left alone")
-        journal.step("deleting")  # the destructive step is preceded by its record (backups verified)
-        faults.hit("bucket.before_delete")
-        _delete_all(rfs, [rfs.path(f["path"]) for f in files],
-                    versions={rfs.path(f["path"]): f["version"] for f in files})
+        if live:
+            try:
+                now_objs = _listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+            except RemoteError as e:
+                for en in live:
+                    _drop_run(rfs, vault, en, outs[en["run"]], e)
+                live, now_objs = [], {}
+            keep = []
+            for en in live:
+                changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
+                                or now_objs[f["path"]].version_token != f["version"]), None)
+                pre = _run_prefix(en["run"])
+                newest = max((o.mtime for k, o in now_objs.items() if k.startswith(pre)), default=0.0)
+                if changed:
+                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                        Skip.NOT_IN_PLAN, f"{changed}: changed since its backup; run left as it was"))
+                elif newest > _now() - quiet_period:
+                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                        Skip.ACTIVE, f"run {en['run']}: objects written {int(_now() - newest)} s ago; "
+                        "a run being written is left alone"))
+                else:
+                    keep.append(en)
+            live = keep
+        if not live:
+            rfs.ops.delete([journal.path] + [en["lock"] for en in entries])
+            return list(outs.values())
+        try:
+            # the destructive step is preceded by its record: every backup of these runs verified
+            journal.step("swapping")
+            faults.hit("bucket.before_delete")
+            _finish(rfs, vault, journal.doc, present=now_objs)
+        except (BucketTxnError, RemoteError) as e:
+            _rollback_batch(rfs, vault, journal, live, outs, e)
+            rfs.ops.delete([en["lock"] for en in entries if en not in live])
+            return list(outs.values())
         faults.hit("bucket.after_delete")
-        verification = _verify(rfs, vault, rp.run, files, listing)
-        out.status = Outcome.VERIFIED
-        out.bytes_after = manifest["bytes_after"]
-        out.removed_files = [f["path"] for f in files]
-        out.verification = verification
-        # done: the journal and the lock go in one batch (journal first in it: a crash between the
-        # two leaves only a stale lock, which recovery drops)
-        rfs.ops.delete([journal.path, lock_path])
-        return out
+        try:
+            verification = _verify_batch(rfs, vault, live, listing)
+        except RemoteError as e:  # past the commit point: the reduction stands, unverified
+            verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
+                                        "run `verify` to check it"} for en in live}
+        for en in live:
+            o = outs[en["run"]]
+            bad = verification.get(en["run"], {}).get("error")
+            o.verification = verification.get(en["run"])
+            o.removed_files = [f["path"] for f in en["files"]]
+            o.status = Outcome.VERIFIED if not bad else Outcome.FAILED
+            if bad:
+                o.reason, o.code = bad, Failure.ERROR
+            o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
+        # done: the journal and every lock in one batched delete (journal first: a crash between
+        # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
+        # failed keeps the journal: the next start finishes that cleanup.
+        if not any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries):
+            rfs.ops.delete([journal.path] + [en["lock"] for en in entries])
+        else:
+            journal.step("done")
+        return list(outs.values())
     except faults.InjectedFault:
         raise
-    except (BucketTxnError, RemoteError) as e:
-        code = getattr(e, "code", "store_error")
-        out.reason = f"{code}: {e}"
-        try:
-            if journal is not None:
-                # recorded first: a recovery that finds this journal must finish the rollback,
-                # not roll the reduction forward
-                journal.step("rolling_back")
-                _rollback(rfs, vault, journal.doc)
-                _must_delete(rfs, [journal.path])
-            _must_delete(rfs, [lock_path])
-            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
-                out.status, out.code = Outcome.SKIPPED, code
-            else:
-                out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
-        except (BucketTxnError, RemoteError, OSError) as e2:
-            out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-            out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
-        return out
     finally:
-        _ACTIVE_OPS.discard(op_id)
-        out.duration_s = time.monotonic() - t0
+        _ACTIVE_OPS.discard(batch_id)
+        dt = (time.monotonic() - t0) / max(1, len(rps))
+        for o in outs.values():
+            o.duration_s = dt
+
+
+def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: Exception) -> None:
+    """Take one run out of a batch before its destructive step: its originals are untouched,
+    its backups and manifest go. The batch journal still names the run: a crash from here on
+    makes recovery roll it back too, which finds nothing left to undo."""
+    code = getattr(e, "code", "store_error")
+    out.reason = f"{code}: {e}"
+    try:
+        _rollback(rfs, vault, en)
+        if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
+            out.status, out.code = Outcome.SKIPPED, code
+        else:
+            out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+    except (BucketTxnError, RemoteError, OSError) as e2:
+        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+        out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+    en["dropped"] = True
+
+
+def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live: List[dict],
+                    outs: Dict[str, RunOutcome], e: Exception) -> None:
+    """The destructive step failed: recorded first (a recovery that finds this journal must
+    finish the rollback, not roll forward), then every run put back from its backups."""
+    code = getattr(e, "code", "store_error")
+    try:
+        journal.step("rolling_back")
+    except RemoteError:
+        pass
+    incomplete = None
+    for en in live:
+        o = outs[en["run"]]
+        o.reason = f"{code}: {e}"
+        try:
+            _rollback(rfs, vault, en)
+            o.status, o.code = Outcome.ROLLED_BACK, Failure.ERROR
+        except (BucketTxnError, RemoteError, OSError) as e2:
+            incomplete = e2
+            o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+            o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+    if incomplete is None:
+        try:
+            _must_delete(rfs, [journal.path] + [en["lock"] for en in live])
+        except BucketTxnError as e3:
+            for en in live:
+                o = outs[en["run"]]
+                o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
+
+
+def _finish(rfs: RemoteFS, vault: BucketVault, doc: dict,
+            present: Optional[Dict[str, ObjectInfo]] = None) -> None:
+    """The committed part of a journal, idempotent (the reduction and recovery both run it):
+    each staged object put over its original only while the original is the planned version
+    (or already the staged bytes), compressed copies created under their new names, then every
+    removed original deleted under its version and the temporary keys dropped."""
+    deletes: Dict[str, str] = {}
+    temps: List[str] = []
+    for en in _live_entries(doc):
+        for f in en["files"]:
+            path = rfs.path(f["path"])
+            if f.get("action") == "rewrite":
+                _put_over(rfs, f["tmp"], path, f)
+                temps.append(f["tmp"])
+            elif f.get("action") == "compress":
+                _put_new(rfs, f["tmp"], rfs.path(f["final"]), f)
+                temps.append(f["tmp"])
+                deletes[path] = f["version"]
+            else:
+                deletes[path] = f["version"]
+            if f.get("tmp"):
+                faults.hit("bucket.after_swap_one")
+    if deletes:
+        if present is None:
+            present = _listing_of_runs(rfs, vault, [en["run"] for en in _live_entries(doc)],
+                                       int(doc.get("logdir_objects") or 10 ** 9))
+        present = {rfs.path(k): o for k, o in present.items()}
+        changed = [p for p in deletes if p in present and present[p].version_token != deletes[p]]
+        if changed:  # new bytes under a planned key have no backup: never delete them
+            raise BucketTxnError(Failure.ERROR, f"{changed[0]}: rewritten since its backup; left as is")
+        todo = [p for p in deletes if p in present]
+        if todo:
+            _delete_all(rfs, todo, versions={p: deletes[p] for p in todo})
+    if temps:
+        _must_delete(rfs, temps)
+
+
+def _staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
+    """True when ``info`` is the object the reduction staged for ``f`` (by the store's checksum)."""
+    return info is not None and info.size == f.get("new_size") and \
+        bool(same_content(content_checksums(info), f.get("new_checksums") or {}))
+
+
+def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
+    try:
+        res = rfs.ops.copy(tmp, path, if_version=f["version"])
+    except RemoteError as e:
+        if e.code not in (PRECONDITION_FAILED, "not_found"):
+            raise
+        if _staged_match(rfs.ops.head(path), f):
+            return  # put over already (a crash after the copy)
+        raise BucketTxnError(Failure.ERROR, f"{f['path']}: changed since its backup; the reduced copy was not "
+                             "put over it") from e
+    if same_content(res.checksums, f.get("new_checksums") or {}) is False:
+        raise BucketTxnError("swap_mismatch", f"{f['path']}: the copy put over it does not match the staged file")
+
+
+def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
+    try:
+        res = rfs.ops.copy(tmp, path, if_absent=True)
+    except RemoteError as e:
+        if e.code == ALREADY_EXISTS and _staged_match(rfs.ops.head(path), f):
+            return
+        if e.code == "not_found" and _staged_match(rfs.ops.head(path), f):
+            return  # the temporary key is gone: a crash after the copy and the cleanup
+        raise
+    if same_content(res.checksums, f.get("new_checksums") or {}) is False:
+        raise BucketTxnError("swap_mismatch", f"{f['final']}: the compressed copy does not match the staged file")
+
+
+def _live_entries(doc: dict) -> List[dict]:
+    """The runs of a journal (a batch or one run; older journals held one run at top level)."""
+    if "runs" in doc:
+        return [en for en in doc["runs"] if isinstance(en, dict) and not en.get("dropped")]
+    return [{"run": doc.get("run"), "op": doc.get("op"), "lock": doc.get("lock"), "files": doc.get("files", [])}]
+
 
 
 def _stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
@@ -340,64 +603,137 @@ def _run_listing(rfs: RemoteFS, vault: BucketVault, run: str) -> Dict[str, Objec
             if not k.startswith(STATE_DIR_NAME + "/") and not (vault_rel and k.startswith(vault_rel))}
 
 
-def _verify(rfs: RemoteFS, vault: BucketVault, run: str, files: List[dict],
-            listing: Dict[str, ObjectInfo]) -> dict:
-    """A fresh listing: removed keys gone, every other object of the run unchanged."""
-    pre = _run_prefix(run)
-    now_objs = _run_listing(rfs, vault, run)
-    removed = {f["path"] for f in files}
-    still = [p for p in removed if p in now_objs]
-    if still:
-        raise BucketTxnError("verify_failed", f"{still[0]}: still present after delete")
-    changed = []
-    kept = 0
-    for rel, o in listing.items():
-        if not rel.startswith(pre) or rel in removed or rel.startswith(STATE_DIR_NAME + "/"):
-            continue
-        cur = now_objs.get(rel)
-        if cur is None or cur.version_token != o.version_token:
-            changed.append(rel)
-        kept += 1
-    if changed:
-        raise BucketTxnError("verify_failed", f"{changed[0]}: changed during the reduction")
-    events = sum(1 for rel in listing if rel.startswith(pre) and "tfevents" in rel.rsplit("/", 1)[-1])
-    return {"method": "listing", "removed": len(removed), "unchanged_objects": kept,
-            "event_files_unchanged": events,
+def _verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
+                  listing: Dict[str, ObjectInfo]) -> Dict[str, dict]:
+    """A fresh listing of the runs: every removed key gone, every rewritten key holding the
+    staged bytes (the store's checksum), every other object of the run at the version it had."""
+    now_objs = _listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+    removed = {f["path"] for en in live for f in en["files"] if f.get("action") != "rewrite"}
+    rewritten = {f["path"]: f for en in live for f in en["files"] if f.get("action") == "rewrite"}
+    out: Dict[str, dict] = {}
+    for en in live:
+        pre = _run_prefix(en["run"])
+        error = None
+        mine = [f["path"] for f in en["files"]]
+        still = [p for p in mine if p in removed and p in now_objs]
+        if still:
+            error = f"{still[0]}: still present after delete"
+        for p in mine:
+            if p in rewritten and not _staged_match(now_objs.get(p), rewritten[p]):
+                error = error or f"{p}: does not hold the reduced file after the swap"
+        for f in en["files"]:
+            if f.get("action") == "compress" and not _staged_match(now_objs.get(f["final"]), f):
+                error = error or f"{f['final']}: the compressed file is not there after the swap"
+        kept = changed = 0
+        first_changed = None
+        for rel, o in listing.items():
+            if not rel.startswith(pre) or rel in removed or rel in rewritten:
+                continue
+            kept += 1
+            cur = now_objs.get(rel)
+            if cur is None or cur.version_token != o.version_token:
+                changed += 1
+                first_changed = first_changed or rel
+        if first_changed:
+            error = error or f"{first_changed}: changed during the reduction"
+        events = sum(1 for rel in listing if rel.startswith(pre) and "tfevents" in rel.rsplit("/", 1)[-1])
+        out[en["run"]] = {
+            "method": "listing", "removed": sum(1 for p in mine if p in removed), "unchanged_objects": kept,
+            "event_files_unchanged": events - sum(1 for p in mine if p in rewritten and "tfevents" in p),
+            "rewritten": sum(1 for p in mine if p in rewritten),
+            "created": [f["final"] for f in en["files"] if f.get("action") == "compress"],
             "checked_backends": ["store listing: versions of every kept object (ETag/generation) unchanged"],
             "not_checked": ["TensorBoard's Rust data server cannot reach this endpoint (it reads gs:// "
-                            "from Google's endpoint only)"]}
+                            "from Google's endpoint only)"],
+            "ok": error is None, **({"error": error} if error else {})}
+    return out
 
 
-def _rollback(rfs: RemoteFS, vault: BucketVault, doc: dict) -> None:
-    """Put every removed original back from its verified backup, then drop the backup copies."""
-    put_back = []
-    for f in doc.get("files", []):
+def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict) -> None:
+    """Undo one run of an operation that did not commit: put back any removed original from its
+    verified backup, then drop the manifest, the backup copies and the temporary keys."""
+    for f in en.get("files", []):
         orig = rfs.path(f["path"])
+        if f.get("action") == "rewrite":
+            # overwritten only after the commit record; put back if it holds the staged bytes now
+            cur = rfs.ops.head(orig)
+            if cur is not None and cur.version_token != f["version"] and _staged_match(cur, f):
+                if not f.get("backup_checksums"):
+                    raise BucketTxnError("backup_missing", f"{f['path']}: replaced and no verified backup of it")
+                res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token)
+                if same_content(res.checksums, f["checksums"]) is False:
+                    raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
+            continue
         if rfs.ops.head(orig) is None:
             if not f.get("backup_checksums"):
                 raise BucketTxnError("backup_missing", f"{f['path']}: gone and no verified backup of it")
             res = rfs.ops.copy(f["backup"], orig, if_absent=True)
             if same_content(res.checksums, f["checksums"]) is False:
                 raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
-            put_back.append(f["path"])
+        if f.get("action") == "compress" and f.get("final"):
+            # the original is back: the compressed copy made by this operation goes (only if it
+            # still holds the staged bytes: anything else there is someone's new file)
+            final = rfs.path(f["final"])
+            cur = rfs.ops.head(final)
+            if _staged_match(cur, f):
+                _must_delete_versioned(rfs, final, cur.version_token)
     # Originals are all in place: the copies in the vault are redundant now (the manifest first,
     # so no restorable operation ever points at a missing backup).
-    _must_delete(rfs, [vault.manifest(doc["op"])])
-    _must_delete(rfs, [f["backup"] for f in doc.get("files", [])])
+    _must_delete(rfs, [vault.manifest(en["op"])])
+    _must_delete(rfs, [f["backup"] for f in en.get("files", [])] + [f["tmp"] for f in en.get("files", [])
+                                                                       if f.get("tmp")])
+
+
+def _must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
+    failed = rfs.ops.delete([path], versions={path: version})
+    if failed:
+        raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{path}: could not be deleted ({failed[path]})")
 
 
 def _must_delete(rfs: RemoteFS, paths: List[str]) -> None:
+    if not paths:
+        return
     failed = rfs.ops.delete(paths)
     if failed:
         key = sorted(failed)[0]
         raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{key}: could not be deleted ({failed[key]})")
 
 
+def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
+    """Why a journal must not be acted on (untrusted input), or None: every key it names is a
+    plain key of this logdir or this vault's blobs/tmp, and its runs are runs of this logdir."""
+    for en in doc.get("runs", []) if "runs" in doc else [doc]:
+        if not isinstance(en, dict) or not isinstance(en.get("run"), str) or not isinstance(en.get("files", []), list):
+            return "journal is malformed"
+        try:
+            rfs.path(en["run"]) if en["run"] != "." else None
+            for f in en.get("files", []):
+                if not isinstance(f, dict) or not isinstance(f.get("path"), str):
+                    return "journal is malformed"
+                rfs.path(f["path"])  # raises on '..' and friends
+                if f.get("final") is not None:
+                    rfs.path(f["final"])
+                    if en["run"] != "." and not str(f["final"]).startswith(_run_prefix(en["run"])):
+                        return "journal names keys outside its run"
+                if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                    return "journal names keys outside the logdir or vault"
+                if f.get("tmp") is not None and not str(f["tmp"]).startswith(vault.root + "/tmp/"):
+                    return "journal names keys outside the logdir or vault"
+                if not f["path"].startswith(_run_prefix(en["run"])) and en["run"] != ".":
+                    return "journal names keys outside its run"
+        except (ValueError, TypeError):
+            return "journal names keys outside the logdir or vault"
+    return None
+
+
 def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
-    """Settle unfinished bucket operations of this logdir, from any machine: before the delete
-    step, roll back; from the delete step on (backups verified), finish the reduction."""
+    """Settle unfinished bucket operations of this logdir, from any machine: before the commit
+    record, roll back; from it on (backups verified, new objects staged and checked), finish."""
     st = _State(rfs)
     out: List[RecoveryOutcome] = []
+    # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
+    # local vault's tmp/ is at every start
+    scratch.sweep(scratch.current_root())
     try:
         journals = rfs.list_tree(JOURNAL)
     except FileNotFoundError:
@@ -408,43 +744,44 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         path = rfs.path(key)
         doc, version = st.read(path)
-        if not doc or doc.get("corrupt") or "run" not in doc:
+        if not doc or doc.get("corrupt") or not ("run" in doc or "runs" in doc):
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
                                        detail=f"{path}: unreadable journal left in place"))
             continue
-        run, op_id = doc["run"], doc.get("op", rel[:-5])
-        lock_path = rfs.path(_lock_key(run))
-        lock, _ = st.read(lock_path)
-        if lock and lock.get("op") == op_id and not _owner_gone(lock):
-            out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.SKIPPED_LIVE,
+        op_id = str(doc.get("op", rel[:-5]))
+        every = doc["runs"] if "runs" in doc else [dict(doc)]
+        why = _trusted(rfs, vault, doc)
+        runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
+        label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
+        if why:
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=f"{why}; left alone"))
+            continue
+        locks = [rfs.path(_lock_key(r)) for r in runs]  # computed, never taken from the journal
+        lock, _ = st.read(locks[0]) if locks else (None, None)
+        if lock and lock.get("op") == op_id and not _owner_gone(lock, doc):
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running"))
             continue
-        # untrusted input: only keys of this logdir and this vault are acted on
-        for f in doc.get("files", []):
-            if not isinstance(f.get("path"), str) or not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
-                out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.FAILED,
-                                           detail="journal names keys outside the logdir or vault; left alone"))
-                break
-            rfs.path(f["path"])  # raises on '..' and friends
-        else:
-            try:
-                if doc.get("step") in ("deleting", "done") and all(f.get("backup_checksums") for f in doc["files"]):
-                    present = _run_listing(rfs, vault, run)
-                    todo = [f for f in doc["files"] if f["path"] in present]
-                    changed = [f["path"] for f in todo if present[f["path"]].version_token != f["version"]]
-                    if changed:  # new bytes under a planned key have no backup: never delete them
-                        raise BucketTxnError(Failure.ERROR, f"{changed[0]}: rewritten since its backup; left as is")
-                    _delete_all(rfs, [rfs.path(f["path"]) for f in todo],
-                                versions={rfs.path(f["path"]): f["version"] for f in todo})
-                    action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
-                else:
-                    _rollback(rfs, vault, doc)
-                    action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
-                _must_delete(rfs, [path])
-                _must_delete(rfs, [lock_path])
-                out.append(RecoveryOutcome(op_id=op_id, run=run, action=action, detail=detail))
-            except (BucketTxnError, RemoteError) as e:
-                out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.FAILED, detail=str(e)))
+        try:
+            if "runs" not in doc:  # one run at top level (journals of earlier versions)
+                doc = {**doc, "runs": _live_entries(doc)}
+            dropped = [en for en in doc["runs"] if en.get("dropped")]
+            for en in dropped:
+                _rollback(rfs, vault, en)
+            live = _live_entries(doc)
+            if doc.get("step") in COMMITTED_STEPS and \
+                    all(f.get("backup_checksums") for en in live for f in en["files"]):
+                _finish(rfs, vault, doc)
+                action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
+            else:
+                for en in live:
+                    _rollback(rfs, vault, en)
+                action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
+            _must_delete(rfs, [path])
+            _must_delete(rfs, locks)
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail))
+        except (BucketTxnError, RemoteError) as e:
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e)))
     return out
 
 
@@ -452,15 +789,16 @@ def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """Every manifest in the vault, newest first."""
     st = _State(rfs)
     prefix = vault.root + "/manifests"
-    rfs.fs.invalidate_cache()  # fsspec's listing cache may predate this process's own writes
     try:
-        found = rfs.fs.find(prefix)
-        rfs.stats.add("list")
+        found = rfs.list_under(prefix, vault.root)
     except FileNotFoundError:
         return []
     out = []
-    for p in found:
-        doc, version = st.read(p)
+    for key, info in sorted(found.items()):
+        if not key.startswith("manifests/"):
+            continue
+        p = f"{vault.root}/{key}"
+        doc, version = st.read(p, info)
         if doc and not doc.get("corrupt"):
             doc["_version"] = version
             doc["_path"] = p
@@ -481,34 +819,67 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
     except BucketTxnError as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
+    manifest_version = manifest.get("_version")
     try:
         conflicts = []
+        # one listing of the run says which originals exist again: no metadata read per file
+        present = _run_listing(rfs, vault, run)
         for f in manifest["files"]:
             if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
                 raise BucketTxnError("untrusted_manifest", "manifest names a backup outside the vault")
             orig = rfs.path(f["path"])
-            try:
-                res = rfs.ops.copy(f["backup"], orig, if_absent=True)
-            except RemoteError as e:
-                if e.code == ALREADY_EXISTS:
+            action = f.get("action", "delete")
+            if action == "rewrite":
+                # put back over the reduced object only while it is the one this operation made
+                cur = rfs.ops.head(orig)
+                if cur is not None and same_content(content_checksums(cur), f["checksums"]):
+                    continue  # the original bytes are there already
+                if not _staged_match(cur, f):
                     conflicts.append(f["path"])
                     continue
-                raise
+                try:
+                    res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token)
+                except RemoteError as e:
+                    if e.code == PRECONDITION_FAILED:
+                        conflicts.append(f["path"])
+                        continue
+                    raise
+                out.bytes_after += f["size"] - int(f.get("new_size") or 0)
+            else:
+                if f["path"] in present:
+                    conflicts.append(f["path"])
+                    continue
+                try:
+                    res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True)
+                except RemoteError as e:
+                    if e.code == ALREADY_EXISTS:
+                        conflicts.append(f["path"])
+                        continue
+                    raise
+                out.bytes_after += f["size"]
             if same_content(res.checksums, f["checksums"]) is False:
                 raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
-            out.bytes_after += f["size"]
+            if action == "compress" and f.get("final"):
+                # the original is back: the compressed copy this operation made goes (a file
+                # someone wrote under that name since is left alone)
+                final = rfs.path(f["final"])
+                cur = rfs.ops.head(final)
+                if _staged_match(cur, f):
+                    _must_delete_versioned(rfs, final, cur.version_token)
+                    out.removed_files.append(f["final"])
+                    out.bytes_after -= int(f.get("new_size") or 0)
         manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
         manifest["status"] = "restored"
         manifest["restored_at"] = _now()
         manifest["restored_with"] = who()
-        cur = rfs.ops.head(vault.manifest(manifest["op"]))
-        st.update(vault.manifest(manifest["op"]), manifest, cur.version_token if cur else "")
+        version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
+        st.update(vault.manifest(manifest["op"]), manifest, version)
         out.status = Outcome.RESTORED
         if conflicts:
             out.reason = f"{len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
         return out
-    except (BucketTxnError, RemoteError) as e:
+    except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
         out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
         return out
     finally:
@@ -599,14 +970,20 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
             if info is None or info.size != f.get("size") or \
                     not same_content(content_checksums(info), f.get("checksums") or {}):
                 bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
-            if f["path"] in listing:
+            if f.get("action") == "rewrite":
+                if _staged_match(listing.get(f["path"]), f):
+                    absent += 1  # holds the reduced bytes this operation put there
+                else:
+                    back.append(f["path"])
+            elif f["path"] in listing:
                 back.append(f["path"])
             else:
                 absent += 1
         checks = [
             {"name": "backups", "ok": not bad, "detail": f"{len(m.get('files', [])) - len(bad)} of "
              f"{len(m.get('files', []))} backups in the vault match the store's checksums of the originals"},
-            {"name": "removed", "ok": True, "detail": f"{absent} removed file(s) still absent from the run"
+            {"name": "removed", "ok": True, "detail": f"{absent} removed or replaced file(s) still as the "
+             "reduction left them"
              + (f"; {len(back)} exist again (written since), e.g. {back[0]}" if back else "")},
         ]
         out.append({"op_id": m["op"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,

@@ -1,18 +1,23 @@
 """What a plan costs on an object store: requests per verb and bytes downloaded.
 
 A pure function of a plan (and the requests its scan actually issued). The reduce side follows
-the bucket transaction protocol, per reduced run:
+the bucket transaction protocol (``engine.bucket``):
 
-* the per-run lock (a create-only put, deleted at the end) and the journal records (one put for
-  each step: planned, backed up, swapped, done) and the manifest (one put);
-* a backup of every file a step removes or replaces, by a **server-side copy** (no bytes through
-  this machine), its checksum computed by the store and returned with the copy;
-* deletes batched (``DELETE_BATCH`` keys a request: 1,000 on S3);
-* a rewritten or compressed file is downloaded by ranged reads, written under a temporary key,
-  copied over the original with a precondition, and the temporary key deleted;
-* a final listing of the run to check what is there. A run whose event files are untouched is
-  checked from that listing (ETag/generation unchanged), so a drop-only run downloads nothing;
-  a run whose event files are rewritten is read back before and after by TensorBoard's loader.
+* runs that only lose files go in batches of ``BATCH_RUNS`` under one journal object: a batch
+  pays the journal's create and commit record (2 puts), a listing of its runs before and after
+  the delete step (the whole logdir in pages when that is fewer requests than a listing per run)
+  and one final batched delete of the journal and the locks; each run pays its lock object and its
+  manifest (2 puts), a **server-side copy** per removed file (no bytes through this machine) and
+  its share of the batched deletes (``DELETE_BATCH`` keys a request: 1,000 on S3);
+* a run whose plan rewrites or compresses files is its own transaction: lock, journal (create,
+  commit record), manifest, a backup copy per file, the files the transform reads downloaded by
+  ranged reads (for an event-file rewrite: every event file of the run), each new file uploaded
+  under a temporary key and read back once, copied over its original with a precondition (one
+  metadata read first where the server may ignore it), the temporary keys and removed originals
+  deleted in batches, and two listings of the run.
+
+Restore lists the run once, copies every backup back server-side, marks the manifest and removes
+what the reduction added (the ``.gz`` copies).
 """
 from __future__ import annotations
 
@@ -22,11 +27,18 @@ from typing import Dict, Optional
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.scan.model import LogdirFootprint
 
-#: per reduced run: lock put + journal puts (planned, backed up, swapped, done) + manifest put
-STATE_PUTS_PER_RUN = 6
-#: per reduced run: lock delete + journal delete (batched together)
-STATE_DELETES_PER_RUN = 1
+#: runs that only lose files, reduced under one journal object (``engine.bucket.BATCH_RUNS``)
+BATCH_RUNS = 250
+#: per batch: journal create + commit record
+BATCH_PUTS = 2
+#: per run: lock put + manifest put
+RUN_PUTS = 2
 READ_CHUNK = 1 << 20
+LIST_PAGE_KEYS = 1000
+
+
+def _zero() -> Dict[str, int]:
+    return {"list": 0, "read": 0, "head": 0, "copy": 0, "put": 0, "delete": 0, "bytes_down": 0, "bytes_up": 0}
 
 
 def request_cost(plan: Plan, footprint: LogdirFootprint, protocol: str) -> Dict[str, dict]:
@@ -35,8 +47,10 @@ def request_cost(plan: Plan, footprint: LogdirFootprint, protocol: str) -> Dict[
     from tb_footprint_plugin.storage.remote import DELETE_BATCH
 
     batch = DELETE_BATCH.get(protocol, 1)
-    red = {"list": 0, "read": 0, "copy": 0, "put": 0, "delete": 0, "bytes_down": 0, "bytes_up": 0}
-    res = {"list": 0, "read": 0, "copy": 0, "put": 0, "delete": 0, "bytes_down": 0, "bytes_up": 0}
+    red, res = _zero(), _zero()
+    objects = sum(len(r.files) for r in footprint.runs)
+    logdir_pages = max(1, math.ceil(objects / LIST_PAGE_KEYS))
+    drops = []
     for rp in plan.runs:
         if rp.skipped or not rp.actions:
             continue
@@ -44,30 +58,42 @@ def request_cost(plan: Plan, footprint: LogdirFootprint, protocol: str) -> Dict[
         files = [a for a in rp.actions if a.kind != "remove_dir"]
         deletes = [a for a in files if a.kind == "delete"]
         replaced = [a for a in files if a.kind in ("rewrite", "compress")]
-        red["put"] += STATE_PUTS_PER_RUN
         red["copy"] += len(files)  # backups, server-side
-        red["list"] += 1  # the run after the swap
-        for a in replaced:
-            red["read"] += max(1, math.ceil(a.bytes_before / READ_CHUNK))
-            red["bytes_down"] += a.bytes_before
-            red["put"] += 1
-            red["bytes_up"] += a.bytes_after
-            red["copy"] += 1  # temp key over the original, with a precondition
-        temp_keys = len(replaced)
-        red["delete"] += math.ceil((len(deletes) + temp_keys) / batch) if (deletes or temp_keys) else 0
-        red["delete"] += STATE_DELETES_PER_RUN
-        if run and any("tfevents" in a.path.rsplit("/", 1)[-1] for a in replaced):
-            event_bytes = sum(f.size for f in run.files if f.kind == "event")
-            red["bytes_down"] += 2 * event_bytes  # TensorBoard's loader, before and after
-            red["read"] += 2 * max(1, math.ceil(event_bytes / READ_CHUNK))
-        # restore: copy every backup back server-side, remove what the reduction added
-        res["put"] += STATE_PUTS_PER_RUN
-        res["copy"] += len(files)
+        red["put"] += RUN_PUTS
+        res["put"] += 2  # lock, manifest marked restored
         res["list"] += 1
+        res["copy"] += len(files)
+        res["delete"] += 1  # the lock
+        if not replaced:
+            drops.append(len(deletes))
+            continue
+        red["put"] += BATCH_PUTS  # its own journal
+        red["list"] += 2
+        read_bytes = sum(a.bytes_before for a in replaced)
+        if run and any("tfevents" in a.path.rsplit("/", 1)[-1] for a in replaced):
+            read_bytes = sum(f.size for f in run.files if f.kind == "event") + \
+                sum(a.bytes_before for a in replaced if "tfevents" not in a.path.rsplit("/", 1)[-1])
+        red["read"] += max(1, math.ceil(read_bytes / READ_CHUNK))
+        red["bytes_down"] += read_bytes
+        for a in replaced:
+            red["put"] += 1  # the temporary key (one part below the multipart threshold)
+            red["head"] += 2  # the upload's version, the original's before the conditional copy
+            red["bytes_up"] += a.bytes_after
+            red["read"] += max(1, math.ceil(a.bytes_after / READ_CHUNK))  # read back through TensorBoard
+            red["bytes_down"] += a.bytes_after
+            red["copy"] += 1  # temporary key over the original, with a precondition
+        gone = len(deletes) + sum(1 for a in replaced if a.kind == "compress")
+        red["delete"] += (math.ceil(gone / batch) if gone else 0) + math.ceil(len(replaced) / batch) + 1
         added = sum(1 for a in replaced if a.kind == "compress")
-        res["delete"] += (math.ceil(added / batch) if added else 0) + STATE_DELETES_PER_RUN
+        res["delete"] += math.ceil(added / batch) if added else 0
+        res["head"] += len(replaced)
+    for i in range(0, len(drops), BATCH_RUNS):
+        chunk = drops[i:i + BATCH_RUNS]
+        red["put"] += BATCH_PUTS
+        red["list"] += 2 * min(len(chunk), logdir_pages)
+        red["delete"] += math.ceil(sum(chunk) / batch) + math.ceil((len(chunk) + 1) / batch)
     for d in (red, res):
-        d["requests"] = d["list"] + d["read"] + d["copy"] + d["put"] + d["delete"]
+        d["requests"] = d["list"] + d["read"] + d["head"] + d["copy"] + d["put"] + d["delete"]
     return {"scan": dict(footprint.requests or {}), "reduce": red, "restore": res}
 
 
@@ -83,7 +109,7 @@ def format_cost(cost: Optional[Dict[str, dict]]) -> str:
         c = cost.get(phase) or {}
         lines.append(
             f"{label:24} {c.get('requests', 0):6d} requests: list {c.get('list', 0)}, read {c.get('read', 0)}, "
-            f"copy {c.get('copy', 0)}, put {c.get('put', 0)}, delete {c.get('delete', 0)}; "
+            f"head {c.get('head', 0)}, copy {c.get('copy', 0)}, put {c.get('put', 0)}, delete {c.get('delete', 0)}; "
             f"{human_bytes(c.get('bytes_down', 0))} downloaded"
         )
     return "\n".join(lines)

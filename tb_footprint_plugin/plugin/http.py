@@ -167,6 +167,13 @@ class RouteBase:
         except (PolicyError, ValueError) as e:
             raise HttpError(400, str(e)) from None
 
+    def _policy_key(self, request) -> str:
+        """How the tab names the policy of a request: what it sent, else TensorBoard's default
+        (a built-in name or the path of a policy file). Payloads carry it next to the policy's
+        own name, so the tab matches a response to its request by the key it sent."""
+        value = request.args.get("policy")
+        return value if value not in (None, "") else self.p.config.default_policy
+
     def _scan(self, request=None, wait: Optional[float] = None):
         if not self.p.readable:
             raise HttpError(409, "Footprint reads local logdirs and s3://, gs://, az:// buckets, not this logdir")

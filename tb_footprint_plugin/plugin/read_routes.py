@@ -1,6 +1,8 @@
 """Read routes (GET): each parses the request, calls the library (``api``) and answers."""
 from __future__ import annotations
 
+import json
+
 import os
 import time
 
@@ -55,7 +57,9 @@ class ReadRoutes(RouteBase):
     def _runs_payload(self, fp, meta, policy) -> dict:
         """The overview (totals, categories, runs with their plan), memoized per scan and policy."""
         bucket = int(time.time() // 10)  # 'active' (quiet period) depends on the clock
-        key = (id(fp), meta["generation"], policy.name, bucket)
+        # keyed by the policy's whole content, never its name: a policy file may carry a
+        # built-in's name ("archive") with other rules, and each must get its own numbers
+        key = (id(fp), meta["generation"], json.dumps(policy.to_dict(), sort_keys=True, default=str), bucket)
         with self._memo_lock:
             hit = self._memo.get(key)
         if hit is not None:
@@ -85,6 +89,7 @@ class ReadRoutes(RouteBase):
             payload["runs"] = [dict(r, job=busy.get(r["name"])) for r in payload["runs"]]
         payload["busy"] = busy
         payload["scan"] = meta
+        payload["policy_key"] = self._policy_key(request)
         payload["actions"] = self.p.security.describe()
         return self._json(request, payload)
 
@@ -116,6 +121,7 @@ class ReadRoutes(RouteBase):
                               "hosts": s.hosts, "kind": s.kind} for s in r.sessions],
             },
             "policy": policy.name,
+            "policy_key": self._policy_key(request),
             "plan": api.plan_run_view(rp, labels) if rp else None,
             "operations": ops,
             "job": self._busy().get(r.name),
@@ -136,6 +142,7 @@ class ReadRoutes(RouteBase):
         d["runs"] = [api.plan_run_view(rp, labels) for rp in plan.runs]
         d["labels"] = labels
         d["scan"] = meta
+        d["policy_key"] = self._policy_key(request)
         d["dry_run"] = True
         return self._json(request, d)
 

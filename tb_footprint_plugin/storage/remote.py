@@ -255,21 +255,25 @@ class RemoteFS:
     def list_tree(self, rel: str = "") -> Dict[str, ObjectInfo]:
         """Every object under ``rel`` (one recursive paginated listing), keyed by path relative
         to the root. Raises ``FileNotFoundError`` when the bucket does not exist."""
-        base = self.path(rel)
+        return self.list_under(self.path(rel), self.root)
+
+    def list_under(self, base: str, root: str) -> Dict[str, ObjectInfo]:
+        """Every object under the store path ``base`` (one recursive paginated listing), keyed by
+        path relative to the store path ``root`` (the logdir, or a vault in another prefix)."""
         self.fs.invalidate_cache(base)
         try:
             found = self.fs.find(base, detail=True, withdirs=False)
         except FileNotFoundError:
             raise
         except OSError as e:
-            raise RemoteError("list_failed", f"{self.url_of(rel)}: listing failed ({e})") from e
+            raise RemoteError("list_failed", f"{self.scheme}://{base}: listing failed ({e})") from e
         finally:
             self.fs.invalidate_cache(base)
         out: Dict[str, ObjectInfo] = {}
-        plen = len(self.root) + 1
+        plen = len(root) + 1
         for name, info in found.items():
             name = name.rstrip("/")
-            if info.get("type") == "directory" or not name.startswith(self.root + "/"):
+            if info.get("type") == "directory" or not name.startswith(root + "/"):
                 continue
             key = name[plen:]
             if not key or key.endswith("/"):
@@ -455,6 +459,22 @@ class _Ops:
         bucket, _, key = path.partition("/")
         return bucket, key
 
+    def _err(self, e: Exception, what: str) -> RemoteError:  # pragma: no cover - every store overrides
+        return RemoteError("store_error", f"{what}: {e}")
+
+    def _request(self, verb: str, what: str, call, *, up: int = 0, create_only: bool = False):
+        """One request to the store: counted under ``verb`` whatever happens, its failure mapped
+        to a coded :class:`RemoteError` (a create-only write that lost: ``already_exists``)."""
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001 - every store client error becomes a coded error
+            err = self._err(e, what)
+            if create_only and err.code == PRECONDITION_FAILED:
+                err = RemoteError(ALREADY_EXISTS, f"{what}: already exists")
+            raise err from e
+        finally:
+            self.rfs.stats.add(verb, up=up)
+
 
 class _S3Ops(_Ops):
     def __init__(self, rfs):
@@ -503,35 +523,36 @@ class _S3Ops(_Ops):
             kw["IfNoneMatch"] = "*"
         if if_version:
             kw["IfMatch"] = f'"{if_version}"'
-        try:
-            r = self.client.put_object(Bucket=b, Key=k, Body=data, **kw)
-        except Exception as e:  # noqa: BLE001
-            err = self._err(e, path)
-            if if_absent and err.code == PRECONDITION_FAILED:
-                err = RemoteError(ALREADY_EXISTS, f"{path}: already exists")
-            raise err from e
-        finally:
-            self.rfs.stats.add("put", up=len(data))
+        r = self._request("put", path, lambda: self.client.put_object(Bucket=b, Key=k, Body=data, **kw),
+                          up=len(data), create_only=if_absent)
         return r["ETag"].strip('"')
 
-    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
+             if_version: Optional[str] = None, listed_absent: bool = False) -> CopyResult:
         sb, sk = self.split(src)
         db, dk = self.split(dst)
         kw = {"ChecksumAlgorithm": "SHA256"}
         if if_source_version:
             kw["CopySourceIfMatch"] = f'"{if_source_version}"'
+        if if_version:
+            # S3 enforces If-Match on the destination atomically; a server that ignores it (moto)
+            # is covered by the metadata read before, as for create-only copies below
+            kw["IfMatch"] = f'"{if_version}"'
+            cur = self.head(dst)
+            if cur is None or cur.etag != if_version:
+                raise RemoteError(PRECONDITION_FAILED, f"copy over {dst}: changed since it was read (precondition failed)")
         if if_source_version and not _md5_of_etag(if_source_version):
             cur = self.head(src)  # multipart ETag: check before (CopySourceIfMatch also sent)
             if cur is None or cur.etag != if_source_version:
                 raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
-        if if_absent and self.head(dst) is not None:  # CopyObject has no create-only condition
-            raise RemoteError(ALREADY_EXISTS, f"{dst}: already exists")
-        try:
-            r = self.client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}, **kw)
-        except Exception as e:  # noqa: BLE001
-            raise self._err(e, f"copy {src} -> {dst}") from e
-        finally:
-            self.rfs.stats.add("copy")
+        if if_absent:
+            # S3 enforces If-None-Match on the destination; a server that ignores it (moto) is
+            # covered by a metadata read, or by the caller's fresh listing (``listed_absent``)
+            kw["IfNoneMatch"] = "*"
+            if not listed_absent and self.head(dst) is not None:
+                raise RemoteError(ALREADY_EXISTS, f"{dst}: already exists")
+        r = self._request("copy", f"copy {src} -> {dst}",
+                          lambda: self.client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}, **kw))
         res = r.get("CopyObjectResult", {})
         etag = res.get("ETag", "").strip('"')
         if if_source_version and _md5_of_etag(if_source_version) and etag != if_source_version:
@@ -546,6 +567,23 @@ class _S3Ops(_Ops):
         if md5:
             cs["md5"] = md5
         return CopyResult(version=etag, checksums=cs)
+
+    def upload_file(self, path: str, local: str) -> ObjectInfo:
+        """Stream a local file to ``path`` (multipart above 64 MiB: memory stays at one part)."""
+        from boto3.s3.transfer import TransferConfig
+
+        b, k = self.split(path)
+        size = os.path.getsize(local)
+        part = 64 << 20
+        parts = max(1, math.ceil(size / part))
+        cfg = TransferConfig(multipart_threshold=part, multipart_chunksize=part, max_concurrency=2)
+        self._request("put", path, lambda: self.client.upload_file(local, b, k, Config=cfg), up=size)
+        if parts > 1:  # create + parts + complete, counted as what they are: puts
+            self.rfs.stats.add("put", parts + 1)
+        info = self.head(path)
+        if info is None:
+            raise RemoteError("store_error", f"{path}: missing right after its upload")
+        return info
 
     def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """Delete in batches of 1,000 keys; returns {path: error} for keys the store refused.
@@ -652,28 +690,24 @@ class _GCSOps(_Ops):
             kw["ifGenerationMatch"] = "0"
         elif if_version:
             kw["ifGenerationMatch"] = if_version
-        try:
-            r = self._call("POST", f"{self.rfs.fs._location}/upload/storage/v1/b/{b}/o", uploadType="media",
-                           name=k, data=data, json_out=True, **kw)
-        except Exception as e:  # noqa: BLE001
-            err = self._err(e, path)
-            if if_absent and err.code == PRECONDITION_FAILED:
-                err = RemoteError(ALREADY_EXISTS, f"{path}: already exists")
-            raise err from e
-        finally:
-            self.rfs.stats.add("put", up=len(data))
+        r = self._request("put", path, lambda: self._call(
+            "POST", f"{self.rfs.fs._location}/upload/storage/v1/b/{b}/o", uploadType="media", name=k, data=data,
+            json_out=True, **kw), up=len(data), create_only=if_absent)
         return str(r.get("generation", ""))
 
-    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
+             if_version: Optional[str] = None, listed_absent: bool = False) -> CopyResult:
         sb, sk = self.split(src)
         db, dk = self.split(dst)
         self._check(src, if_version=if_source_version)
-        self._check(dst, if_absent=if_absent)
+        self._check(dst, if_absent=if_absent and not listed_absent, if_version=if_version)
         kw = {}
         if if_source_version:
             kw["ifSourceGenerationMatch"] = if_source_version
         if if_absent:
             kw["ifGenerationMatch"] = "0"
+        elif if_version:
+            kw["ifGenerationMatch"] = if_version
         token = None
         try:
             while True:  # rewrite of a large object may take several calls
@@ -688,6 +722,18 @@ class _GCSOps(_Ops):
             raise self._err(e, f"copy {src} -> {dst}") from e
         res = r.get("resource", {})
         return CopyResult(version=str(res.get("generation", "")), checksums=_checksums(res))
+
+    def upload_file(self, path: str, local: str) -> ObjectInfo:
+        """Stream a local file to ``path`` (gcsfs uploads in resumable chunks above its block size)."""
+        size = os.path.getsize(local)
+        chunks = max(1, math.ceil(size / (50 << 20)))
+        self._request("put", path, lambda: self.rfs.fs.put_file(local, path), up=size)
+        if chunks > 1:
+            self.rfs.stats.add("put", chunks)
+        info = self.head(path)
+        if info is None:
+            raise RemoteError("store_error", f"{path}: missing right after its upload")
+        return info
 
     def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         failed = {}
@@ -772,15 +818,11 @@ class _AzureOps(_Ops):
         kw = {"overwrite": not if_absent}
         if if_version:
             kw.update(etag=f'"{if_version}"', match_condition=MatchConditions.IfNotModified)
-        try:
-            r = self._blob(path).upload_blob(data, **kw)
-        except Exception as e:  # noqa: BLE001
-            raise self._err(e, path) from e
-        finally:
-            self.rfs.stats.add("put", up=len(data))
+        r = self._request("put", path, lambda: self._blob(path).upload_blob(data, **kw), up=len(data))
         return r["etag"].strip('"')
 
-    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False) -> CopyResult:
+    def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
+             if_version: Optional[str] = None, listed_absent: bool = False) -> CopyResult:
         from azure.core import MatchConditions
 
         kw = {"requires_sync": True}
@@ -788,14 +830,29 @@ class _AzureOps(_Ops):
             kw.update(source_etag=f'"{if_source_version}"', source_match_condition=MatchConditions.IfNotModified)
         if if_absent:
             kw.update(match_condition=MatchConditions.IfMissing)
-        try:
-            r = self._blob(dst).start_copy_from_url(self._blob(src).url, **kw)
-        except Exception as e:  # noqa: BLE001
-            raise self._err(e, f"copy {src} -> {dst}") from e
-        finally:
-            self.rfs.stats.add("copy")
+        elif if_version:
+            kw.update(etag=f'"{if_version}"', match_condition=MatchConditions.IfNotModified)
+        r = self._request("copy", f"copy {src} -> {dst}",
+                          lambda: self._blob(dst).start_copy_from_url(self._blob(src).url, **kw))
         info = self.head(dst)  # the copy's MD5 is a property of the new blob
         return CopyResult(version=(r.get("etag") or info.etag).strip('"'), checksums=info.checksums)
+
+    def upload_file(self, path: str, local: str) -> ObjectInfo:
+        """Stream a local file to ``path`` in blocks (the client stages 4 MiB blocks above 64 MiB)."""
+        size = os.path.getsize(local)
+
+        def up():
+            with open(local, "rb") as f:
+                return self._blob(path).upload_blob(f, overwrite=True, length=size, max_concurrency=2)
+
+        self._request("put", path, up, up=size)
+        blocks = math.ceil(size / (4 << 20)) if size > (64 << 20) else 0
+        if blocks:
+            self.rfs.stats.add("put", blocks)
+        info = self.head(path)
+        if info is None:
+            raise RemoteError("store_error", f"{path}: missing right after its upload")
+        return info
 
     def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         from azure.core import MatchConditions

@@ -1,0 +1,358 @@
+"""Rewrite and compress files of a run in object storage: an event-file rewrite, a trace slim, a gzip.
+
+A bucket has no rename, so one run is one transaction of these steps, each destructive one
+preceded by its journal record (the journal, lock and manifest objects of ``engine.bucket``):
+
+1. **backup** of every original the plan removes or replaces, by a server-side copy conditional
+   on the version the plan saw, its integrity the store's checksum (originals that are replaced
+   get a vault name no reader matches: TensorBoard never sees a backup as a run);
+2. **stage** in local scratch (``storage.scratch``: named after this process, swept when it is
+   gone): the originals the transform needs are streamed down in ranged reads (chunks, never
+   whole in memory), checked against the store's checksum, transformed by the same code as on
+   disk (``engine.transaction._stage``) and verified by the same code as on disk: TensorBoard's
+   readers and dashboard routes over the original and reduced run (``engine.checks.compare_views``);
+3. **upload** of each new file under a temporary key in the vault (streamed: multipart on S3,
+   resumable on GCS, blocks on Azure), **read back through TensorBoard's own reader over the
+   same URL scheme** (its gfile: boto3 for ``s3://``, fsspec for ``gs://``/``az://``): the bytes
+   must hash to the staged file's sha256, and an event file must yield the staged record count
+   through TensorBoard's ``RawEventFileLoader``;
+4. a fresh listing: nothing of the run changed since the backup, nothing written within the
+   quiet period; then the **commit record** (``swapping``);
+5. **swap**: each new object copied over its original only while the original is still the
+   version that was backed up (If-Match / ifGenerationMatch / Azure ETag condition), a
+   compressed copy created only where nothing exists (create-only), removed originals deleted
+   under their version, the temporary keys dropped;
+6. a final listing proves the run holds exactly the staged objects and every other object is
+   unchanged.
+
+Before the commit record a crash or failure rolls back (originals untouched, backups and
+temporary keys dropped); after it, recovery finishes the swap (every step is idempotent); a
+precondition failure during the swap rolls the run back from its verified backups.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+from typing import Dict, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.bucket import (
+    _ACTIVE_OPS,
+    BucketTxnError,
+    BucketVault,
+    _backup,
+    _file_entry,
+    _finish,
+    _Journal,
+    _listing_of_runs,
+    _lock,
+    _manifest_doc,
+    _must_delete,
+    _now,
+    _rollback,
+    _run_prefix,
+    _State,
+    _verify_batch,
+)
+from tb_footprint_plugin.engine.checks import compare_views
+from tb_footprint_plugin.engine.context import RunOutcome, TransactionError, new_op_id, reason_of
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
+
+#: Failures of a step that leave the run as it was (rolled back), never a stray exception.
+_STEP_ERRORS = (BucketTxnError, RemoteError, TransactionError, OSError, ValueError, RuntimeError)
+
+
+def replaced_backup(vault: BucketVault, op_id: str, i: int) -> str:
+    """Backup key of a replaced original: no 'tfevents' or trace name, so no reader lists it."""
+    return f"{vault.root}/blobs/{op_id}/replaced/{i:05d}.orig"
+
+
+def temp_key(vault: BucketVault, op_id: str, i: int) -> str:
+    """Temporary key of a new object before its swap (a name no reader matches)."""
+    return f"{vault.root}/tmp/{op_id}/{i:05d}.new"
+
+
+def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
+                       quiet_period: float, policy: Optional[str],
+                       verify_backends: Tuple[str, ...] = ("python", "rust")) -> RunOutcome:
+    """One run whose plan rewrites or compresses files, as one bucket transaction (module doc)."""
+    t0 = time.monotonic()
+    out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                     bytes_after=rp.bytes_before)
+    op_id = new_op_id()
+    files: List[dict] = []
+    for i, a in enumerate(x for x in rp.actions if x.kind in ("delete", "compress", "rewrite")):
+        o = listing.get(a.path)
+        if o is None:
+            out.reason, out.code = f"{a.path}: gone since the plan", Skip.NOT_IN_PLAN
+            return out
+        f = _file_entry(vault, op_id, a, o)
+        if a.kind in ("compress", "rewrite"):
+            f.update(backup=replaced_backup(vault, op_id, i), tmp=temp_key(vault, op_id, i),
+                     final=a.new_path or a.path, index=i)
+            if a.kind == "compress" and f["final"] in listing:
+                out.reason, out.code = f"{f['final']}: exists already; run left as it is", Skip.NOT_IN_PLAN
+                return out
+        files.append(f)
+    st = _State(rfs)
+    try:
+        lock_path, _ = _lock(st, rp.run, op_id)
+    except BucketTxnError as e:
+        out.reason, out.code = str(e), Skip.LOCKED
+        return out
+    except RemoteError as e:
+        out.status, out.reason, out.code = Outcome.FAILED, f"{e.code}: {e}", Failure.LOCK_ERROR
+        return out
+    out.op_id = op_id
+    en = {"run": rp.run, "op": op_id, "lock": lock_path, "files": files}
+    journal = None
+    _ACTIVE_OPS.add(op_id)
+    try:
+        journal = _Journal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "created": _now(),
+                                       "vault": vault.root,
+                                       "runs": [en], "logdir_objects": len(listing)})
+        faults.hit("bucket.after_journal")
+        for f in files:
+            _backup(rfs, f)
+            faults.hit("bucket.after_backup_copy")
+        faults.hit("bucket.after_backup")
+        with scratch.scratch("bucket") as work:
+            local = _stage_run(rfs, rp, files, listing, work, verify_backends)
+            journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
+            faults.hit("bucket.after_stage")
+            for f in files:
+                if f.get("tmp"):
+                    _upload_and_read_back(rfs, f, local["staged"][f["path"]])
+            journal.step("uploaded")  # the new objects, their checksums and read-back recorded
+            faults.hit("bucket.after_upload")
+        bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
+            sum(f["new_size"] for f in files if f.get("tmp"))
+        st.create(vault.manifest(op_id), _manifest_doc(rfs, en, rp, policy, bytes_after))
+        faults.hit("bucket.before_recheck")
+        now_objs = _listing_of_runs(rfs, vault, [rp.run], len(listing))
+        for f in files:
+            cur = now_objs.get(f["path"])
+            if cur is None or cur.version_token != f["version"]:
+                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since its backup; run left as it was")
+            if f["action"] == "compress" and f["final"] in now_objs:
+                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['final']}: written since the plan; run left as it was")
+        pre = _run_prefix(rp.run)
+        newest = max((o.mtime for k, o in now_objs.items() if k.startswith(pre)), default=0.0)
+        if newest > _now() - quiet_period:
+            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
+                                 "a run being written is left alone")
+        journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
+        faults.hit("bucket.before_swap")
+        _finish(rfs, vault, journal.doc, present=now_objs)
+        faults.hit("bucket.after_swap")
+        v = _verify_batch(rfs, vault, [en], listing)[rp.run]
+        if not v["ok"]:
+            raise BucketTxnError("verify_failed", v["error"])
+        v["checks"] = local["checks"] + [{"name": "store listing", "ok": True, "detail": (
+            f"{v['rewritten']} object(s) replaced and {v['removed']} removed, each holding exactly the staged "
+            f"bytes (the store's checksum); {v['unchanged_objects']} other object(s) unchanged")}]
+        v["checked_backends"] = local["backends"] + v["checked_backends"]
+        for k in ("expectations", "record_substitutes"):
+            if local.get(k):
+                v[k] = local[k]
+        out.verification = v
+        out.status = Outcome.VERIFIED
+        out.bytes_after = bytes_after
+        out.removed_files = [f["path"] for f in files if f["action"] != "rewrite"]
+        out.created_files = [f["final"] for f in files if f.get("tmp")]
+        rfs.ops.delete([journal.path, lock_path])
+        return out
+    except faults.InjectedFault:
+        raise
+    except _STEP_ERRORS as e:
+        code = getattr(e, "code", None) or "error"
+        out.reason = f"{code}: {reason_of(e)}" if isinstance(e, BucketTxnError) else reason_of(e)
+        try:
+            if journal is not None:
+                # recorded first: a recovery that finds this journal must finish the rollback,
+                # not roll the reduction forward (also after the commit record: a swap refused by
+                # a precondition is undone from the verified backups)
+                journal.step("rolling_back")
+                _rollback(rfs, vault, en)
+                _must_delete(rfs, [journal.path])
+            _must_delete(rfs, [lock_path])
+            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
+                out.status, out.code = Outcome.SKIPPED, code
+            else:
+                out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+        except (BucketTxnError, RemoteError, OSError) as e2:
+            out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+            out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+        return out
+    finally:
+        _ACTIVE_OPS.discard(op_id)
+        out.duration_s = round(time.monotonic() - t0, 3)
+
+
+def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Optional[str] = None) -> str:
+    """Stream an object to a local file in ranged reads; return its sha256. The bytes must match
+    the store's checksum of the version that was backed up (when the store gives one)."""
+    h, md5 = hashlib.sha256(), hashlib.md5()
+    reader = rfs.open_ranged(rel, o.size, chunk=CHUNK)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    with open(dest, "wb") as fo:
+        while True:
+            b = reader.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+            md5.update(b)
+            fo.write(b)
+    got = base64.b64encode(md5.digest()).decode("ascii")
+    want = content_checksums(o).get("md5")
+    if os.path.getsize(dest) != o.size or (want and want != got):
+        raise BucketTxnError(Skip.NOT_IN_PLAN, f"{rel}: changed while it was read; run left as it was")
+    return h.hexdigest()
+
+
+def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
+               backends: Tuple[str, ...]) -> dict:
+    """Download what the transforms read, produce each new file in ``work`` and verify the run
+    as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}."""
+    from tb_footprint_plugin.engine.transaction import _stage, _stage_line
+
+    pre = _run_prefix(rp.run)
+    run_dir = os.path.join(work, "run")
+    os.makedirs(run_dir, exist_ok=True)
+    replaced = [f for f in files if f.get("tmp")]
+    events = {k[len(pre):]: o for k, o in listing.items()
+              if k.startswith(pre) and "/" not in k[len(pre):] and cat.is_event_file_name(k[len(pre):])}
+    rewrites_events = any(f["path"][len(pre):] in events for f in replaced)
+    local: Dict[str, str] = {}
+    shas: Dict[str, str] = {}
+    if rewrites_events:
+        # the selection and the reader verification read the whole run's event files
+        for name, o in sorted(events.items()):
+            rel = pre + name
+            local[rel] = os.path.join(run_dir, name)
+            shas[rel] = _download(rfs, rel, o, local[rel])
+    for f in replaced:
+        if f["path"] not in local:
+            local[f["path"]] = os.path.join(work, "files", str(f["index"]), os.path.basename(f["path"]))
+            shas[f["path"]] = _download(rfs, f["path"], listing[f["path"]], local[f["path"]])
+    actions = {a.path: a for a in rp.actions}
+    staged: Dict[str, dict] = {}
+    prev_root = scratch.current_root()
+    scratch.use_root(os.path.join(work, "readers"))  # the readers' scratch space: inside ours
+    try:
+        for f in replaced:
+            tmp = os.path.join(work, "new", f"{f['index']:05d}.tmp")
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
+            info = _stage(actions[f["path"]], local[f["path"]], tmp, shas[f["path"]])
+            info["local"], info["final"] = tmp, f["final"]
+            staged[f["path"]] = info
+        checks: List[dict] = []
+        res: dict = {"staged": staged, "checks": checks, "backends": []}
+        if rewrites_events:
+            pairs = {}
+            for name in events:
+                rel = pre + name
+                if rel in staged:
+                    pairs[name] = (local[rel], staged[rel]["local"])
+                else:
+                    removed = any(f["path"] == rel for f in files)
+                    pairs[name] = (local[rel], None if removed else local[rel])
+            modes: Dict[str, str] = {}
+            for s in staged.values():
+                modes.update(s.get("expectations") or {})
+            substitutes = {r["sha256"]: [r["original_sha256"], r["original_size"]]
+                           for s in staged.values() for r in (s.get("substituted") or ())}
+            d = compare_views(os.path.join(work, "views"), pairs, modes, backends, substitutes, label=rp.run)
+            if not d.get("ok") or d.get("failed"):
+                raise TransactionError("verification failed: " + "; ".join(d.get("failed", []) or ["see checks"]))
+            checks += list(d.get("checks", []))
+            res["backends"] = [f"TensorBoard readers ({', '.join(backends)}) over the original and reduced run, "
+                               "staged locally"]
+            res["expectations"] = modes
+            if substitutes:
+                res["record_substitutes"] = substitutes
+        notes: List[str] = []
+        for s in staged.values():
+            checks.append({"name": s.get("transform", "compress"), "ok": True,
+                           "detail": _stage_line(s)})
+            notes += [n for n in s.get("notes") or () if n not in notes]
+        checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
+        dels = [f for f in files if f["action"] == "delete"]
+        if dels:
+            checks.append({"name": "removed files", "ok": True, "detail": f"{len(dels)} file(s) backed up by "
+                           "server-side copy (the store's checksum verified) and removed"})
+        for line in rp.fidelity:
+            checks.append({"name": "plan", "ok": True, "detail": line})
+        return res
+    finally:
+        scratch.use_root(prev_root)
+
+
+def _upload_and_read_back(rfs: RemoteFS, f: dict, staged: dict) -> None:
+    """Upload the staged file under ``f['tmp']`` (streamed) and read it back through
+    TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
+    info = rfs.ops.upload_file(f["tmp"], staged["local"])
+    if info.size != staged["size"]:
+        raise BucketTxnError("upload_mismatch", f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
+    url = f"{rfs.scheme}://{f['tmp']}"
+    got = _tensorboard_sha256(url, rfs)
+    if got != staged["sha256"]:
+        raise BucketTxnError("upload_mismatch", f"{f['path']}: the uploaded copy read back through TensorBoard "
+                             "differs from the staged file")
+    if "records_after" in staged:
+        n = _tensorboard_records(url)
+        if n != staged["records_after"]:
+            raise BucketTxnError("upload_mismatch", f"{f['path']}: TensorBoard reads {n} records from the "
+                                 f"uploaded copy, {staged['records_after']} were written")
+    md5 = base64.b64encode(_md5_file(staged["local"])).decode("ascii")
+    f["new_size"] = info.size
+    f["new_sha256"] = staged["sha256"]
+    # the store's own checksums where it gives them (S3 single part: the ETag is the MD5); the MD5
+    # computed here stands in where it does not (a multipart upload), since the copy over the
+    # original is a single object whose MD5 every store reports
+    f["new_checksums"] = {**content_checksums(info), "md5": md5}
+    f["tmp_version"] = info.version_token
+    f["transform"] = staged.get("transform", "compress")
+
+
+def _md5_file(path: str) -> bytes:
+    h = hashlib.md5()
+    with open(path, "rb") as fi:
+        while True:
+            b = fi.read(CHUNK)
+            if not b:
+                return h.digest()
+            h.update(b)
+
+
+def _tensorboard_sha256(url: str, rfs: RemoteFS) -> str:
+    """sha256 of an object as TensorBoard's gfile reads it over the URL (streamed in chunks)."""
+    from tensorboard.compat.tensorflow_stub.io import gfile
+
+    h = hashlib.sha256()
+    n = 0
+    with gfile.GFile(url, "rb") as g:
+        while True:
+            b = g.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+    rfs.stats.add("read", max(1, -(-n // CHUNK)), down=n)
+    return h.hexdigest()
+
+
+def _tensorboard_records(url: str) -> int:
+    """Records TensorBoard's own event-file loader reads from the object at ``url``."""
+    from tensorboard.backend.event_processing import event_file_loader
+
+    return sum(1 for _ in event_file_loader.RawEventFileLoader(url).Load())
+
+
+__all__ = ["reduce_rewrite_run", "replaced_backup", "temp_key"]
