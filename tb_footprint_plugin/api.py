@@ -32,8 +32,8 @@ from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, make_plan
-from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, SelectionError, make_plan  # noqa: F401
+from tb_footprint_plugin.plan.policies import PolicyError, custom_policy, get_policy  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
     category_changes,
     dashboards_note,
@@ -180,10 +180,13 @@ def reduce_logdir(
         entries = book.start(rp.run for rp in p.runs)
     todo = []
     for rp in p.runs:
-        if book and not book.should_run(entries.get(rp.run)):
-            report.outcomes.append(RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
-                                              reason=f"already {entries[rp.run]['state']} in the ledger",
-                                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
+        if book and not book.should_run(entries.get(rp.run), rp.bytes_before):
+            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
+                           reason=f"already {entries[rp.run]['state']} in the ledger {book.path}",
+                           bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+            report.outcomes.append(o)
+            if on_outcome:  # said as such, not silently counted as nothing
+                on_outcome(o)
             continue
         todo.append(rp)
 
@@ -245,14 +248,32 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     if op:
-        return [restore_op(ctx, find_manifest(ctx, op))]
+        m = find_manifest(ctx, op)
+        if m.get("restored_by"):
+            return [_already_restored(m)]
+        return [restore_op(ctx, m)]
     ops = restorable_ops(ctx, run)
     if run is not None and not ops:
+        done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
+        if done:
+            return [_already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
         raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction)")
     outcomes = []
     for m in ops:
         outcomes.append(restore_op(ctx, m))
     return outcomes
+
+
+def _already_restored(m: dict) -> RunOutcome:
+    """A restore asked for again: its originals are back already, nothing is done (said so)."""
+    return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
+                      reason=f"already restored: operation {m['op_id']} was restored by {m['restored_by']}",
+                      bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
+
+
+def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
+    """What ``restore`` would put back (newest first), as operation summaries; changes nothing."""
+    return summarize_operations(restorable_ops(_context(logdir, backup_dir), run))
 
 
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
@@ -293,7 +314,8 @@ def history(logdir: str) -> List[dict]:
 __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history",
            "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
-           "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview"]
+           "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview", "restorable",
+           "PolicyError", "SelectionError"]
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -76,12 +77,14 @@ def _common(ap: argparse.ArgumentParser) -> None:
 def _filters(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--policy", default="archive",
                     help="archive (default), lossless, keep-latest[=N], or a JSON/TOML policy file")
-    ap.add_argument("--runs", dest="run_glob", default=None, help="only runs matching this glob")
-    ap.add_argument("--run", dest="runs", action="append", default=None, help="only this run (repeatable)")
-    ap.add_argument("--min-size", type=parse_size, default=0, help="only runs of at least this size (100MB)")
-    ap.add_argument("--older-than", type=parse_duration, default=None,
+    ap.add_argument("--runs", dest="run_glob", default=None, metavar="GLOB",
+                    help="only runs matching this glob (an error if none does)")
+    ap.add_argument("--run", dest="runs", action="append", default=None, metavar="NAME",
+                    help="only this run (repeatable; an error if there is no such run)")
+    ap.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE", help="only runs of at least this size (100MB)")
+    ap.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
                     help="only runs not written for this long (14d, 12h)")
-    ap.add_argument("--quiet-period", type=parse_duration, default=600.0,
+    ap.add_argument("--quiet-period", type=_arg(parse_duration), default=600.0, metavar="DURATION",
                     help="a run written more recently than this is active and left alone (default 10m)")
     ap.add_argument("--delete", action="append", default=[], metavar="CATEGORY",
                     help="custom rule on top of --policy: also delete this file category (repeatable)")
@@ -178,12 +181,47 @@ def _outcome_line(o) -> str:
     if o.status == "restored":
         return f"✓ {o.run}: restored ({o.reason}; op {o.op_id})"
     mark = "·" if o.status in ("skipped", "dry_run") else "✗"
-    return f"{mark} {o.run}: {o.status}" + (f" — {o.reason}" if o.reason else "")
+    code = f" [{o.code}]" if o.code else ""
+    return f"{mark} {o.run}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal (the caller checked stdin is one); anything but y/yes is no."""
+    print(question + " [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _confirm_reduce(args) -> bool:
+    """On a terminal, a bare ``reduce`` shows the plan's summary and asks; --yes, --dry-run or no
+    terminal (CI, scripts) proceed without a question."""
+    from tb_footprint_plugin import api
+
+    if args.yes or args.dry_run or not sys.stdin.isatty():
+        return True
+    p = api.plan(args.logdir, _policy(args), backup_dir=args.backup_dir, runs=args.runs, run_glob=args.run_glob,
+                 min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period)
+    out = sys.stderr if args.json else sys.stdout
+    todo = [rp for rp in p.runs if not rp.skipped]
+    print(f"policy {p.policy['name']}: {len(todo)} run(s) to reduce, {human_bytes(p.removable_bytes)} "
+          f"removable of {human_bytes(p.total_bytes)} ({share(p.removable_bytes, p.total_bytes).strip()}); "
+          "backups stay in the vault until `tb-footprint purge`.", file=out)
+    for rp in todo[:10]:
+        print(f"  {rp.run}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}", file=out)
+    if len(todo) > 10:
+        print(f"  … {len(todo) - 10} more (`tb-footprint plan {args.logdir}` lists them all)", file=out)
+    if not todo:
+        return True  # nothing to ask about; the reduce reports what it skipped
+    if _ask(f"Reduce {len(todo)} run(s)?"):
+        return True
+    print("nothing changed.", file=out)
+    return False
 
 
 def cmd_reduce(args) -> int:
     from tb_footprint_plugin import api
 
+    if not _confirm_reduce(args):
+        return EXIT_OK
     bar_ = None
     if args.json or args.dry_run:
         on_outcome = None
@@ -207,7 +245,7 @@ def cmd_reduce(args) -> int:
         runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
         quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
         ledger=None if args.dry_run else (args.ledger or "default"),
-        verify_backends=tuple(args.verify.split(",")), on_outcome=on_outcome,
+        verify_backends=args.verify, on_outcome=on_outcome,
     )
     if bar_ is not None:
         bar_.close()
@@ -232,6 +270,18 @@ def cmd_reduce(args) -> int:
 def cmd_restore(args) -> int:
     from tb_footprint_plugin import api
 
+    if args.run is None and args.op is None and not args.all:
+        if not sys.stdin.isatty():
+            raise UsageError("name the run to restore, an operation (--op), or --all for every run")
+        ops = api.restorable(args.logdir, backup_dir=args.backup_dir)
+        if not ops:
+            print("nothing to restore")
+            return EXIT_OK
+        runs = sorted({o["run"] for o in ops})
+        print(f"{len(runs)} run(s) can be restored: " + ", ".join(runs[:10]) + (" …" if len(runs) > 10 else ""))
+        if not _ask(f"Restore all {len(runs)} run(s)?"):
+            print("nothing changed.")
+            return EXIT_OK
     outs = api.restore(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir)
     if args.json:
         _dump([o.to_dict() for o in outs])
@@ -240,14 +290,14 @@ def cmd_restore(args) -> int:
             print(_outcome_line(o))
         if not outs:
             print("nothing to restore")
-    return EXIT_OK if all(o.status == "restored" for o in outs) else EXIT_FAILED
+    return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
 def cmd_verify(args) -> int:
     from tb_footprint_plugin import api
 
     res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
-                     verify_backends=tuple(args.verify.split(",")))
+                     verify_backends=args.verify)
     if args.json:
         _dump(res)
     else:
@@ -314,6 +364,166 @@ def cmd_history(args) -> int:
     return EXIT_OK
 
 
+_VERIFY_BACKENDS = ("python", "rust")
+
+
+def _arg(parse):
+    """An argparse type from a ``fmt`` parser: its ValueError (which names the accepted format)
+    becomes the usage error argparse prints, instead of 'invalid parse_size value'."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _backends(text: str) -> tuple:
+    """``--verify``: checked before anything runs (a typo must not back up and transform first)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in _VERIFY_BACKENDS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown reader backend {', '.join(bad) or repr(text)}: "
+                                         f"use {', '.join(_VERIFY_BACKENDS)} or both, comma-separated")
+    return names
+
+
+def _verb(sub, name: str, help: str, description: str, examples: str) -> argparse.ArgumentParser:
+    """One subcommand with its one-line help, a description and examples (shown by ``-h``)."""
+    return sub.add_parser(name, help=help, description=description,
+                          epilog="examples:\n" + "".join(f"  {e}\n" for e in examples.splitlines()),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _scan_parser(sub) -> None:
+    s = _verb(sub, "scan", "size breakdown by run and category",
+              "Show what fills a logdir: bytes per run and per category (scalars, images, profiles, …). "
+              "Reads only; the scan cache goes to the user's cache directory.",
+              "tb-footprint scan runs\ntb-footprint scan runs --by category --top 5\ntb-footprint scan runs --json")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
+    s.add_argument("--files", action="store_true", help="with --json: include every file")
+    s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
+    s.add_argument("--by", choices=("run", "category"), default="run", help="rows by run (default) or by category")
+    s.add_argument("--backup-dir", default=None, help="vault location (default LOGDIR/.tb-footprint)")
+    s.add_argument("--no-cache", action="store_true", help="re-read every event file")
+    s.set_defaults(func=cmd_scan)
+
+
+def _policies_parser(sub) -> None:
+    s = _verb(sub, "policies", "list the named policies",
+              "List the named policies and what each does to every file category.", "tb-footprint policies")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_policies)
+
+
+def _plan_parser(sub) -> None:
+    s = _verb(sub, "plan", "dry run: what a policy would do (writes nothing)",
+              "Show what a policy would remove or rewrite in each run, and what every dashboard keeps. "
+              "Writes nothing.",
+              "tb-footprint plan runs\ntb-footprint plan runs --policy lossless --runs 'mnist/*'")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    _common(s)
+    _filters(s)
+    s.set_defaults(func=cmd_plan)
+
+
+def _reduce_parser(sub) -> None:
+    s = _verb(sub, "reduce", "reduce runs: backup, transform, verify, commit or roll back",
+              "Reduce runs, each as its own transaction: back up, transform, verify with TensorBoard's "
+              "readers, then commit or roll back. On a terminal the plan is shown and you are asked "
+              "(--yes skips the question); without a terminal it proceeds.",
+              "tb-footprint reduce runs\ntb-footprint reduce runs --yes --policy lossless\n"
+              "tb-footprint reduce runs --run mnist/baseline/train --dry-run")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    _common(s)
+    _filters(s)
+    s.add_argument("--dry-run", action="store_true", help="only plan")
+    s.add_argument("--yes", "-y", action="store_true", help="do not ask on a terminal")
+    s.add_argument("--jobs", type=int, default=1, help="runs reduced in parallel")
+    s.add_argument("--timeout", type=_arg(parse_duration), default=None,
+                   help="per-run time limit, e.g. 30m (rolled back after)")
+    s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
+    s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
+                   help="reader backends to verify with: python, rust or python,rust (default)")
+    s.set_defaults(func=cmd_reduce)
+
+
+def _verify_parser(sub) -> None:
+    s = _verb(sub, "verify", "re-check kept reductions against their backups",
+              "Re-hash every kept backup and compare what TensorBoard's readers show of the run now "
+              "with the original.",
+              "tb-footprint verify runs\ntb-footprint verify runs mnist/baseline/train --verify python")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("run", nargs="?", help="only this run (default: every kept reduction)")
+    s.add_argument("--op", default=None, help="only this operation id")
+    s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
+                   help="reader backends: python, rust or python,rust (default)")
+    _common(s)
+    s.set_defaults(func=cmd_verify)
+
+
+def _restore_parser(sub) -> None:
+    s = _verb(sub, "restore", "put back the exact original bytes",
+              "Put back the exact original bytes of a run's reductions (sha256 checked), newest first. "
+              "Without a run name, --all restores every run (on a terminal you are asked instead).",
+              "tb-footprint restore runs mnist/baseline/train\ntb-footprint restore runs --op OP_ID\n"
+              "tb-footprint restore runs --all")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("run", nargs="?", help="the run to restore")
+    s.add_argument("--op", default=None, help="restore only this operation id")
+    s.add_argument("--all", action="store_true", help="restore every restorable run of the logdir")
+    _common(s)
+    s.set_defaults(func=cmd_restore)
+
+
+def _purge_parser(sub) -> None:
+    s = _verb(sub, "purge", "delete backups of verified reductions (lists only, without --yes)",
+              "Delete the vault's backups of verified reductions: the disk space is freed, the runs can "
+              "no longer be restored. Without --yes only lists what would go.",
+              "tb-footprint purge runs --older-than 7d\ntb-footprint purge runs --run mnist/baseline/train --yes")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("--older-than", type=_arg(parse_duration), default=None,
+                   help="only backups of operations older than this, e.g. 7d")
+    s.add_argument("--run", default=None, help="only this run's backups")
+    s.add_argument("--op", default=None, help="only this operation's backup")
+    s.add_argument("--yes", action="store_true", help="delete (otherwise only list)")
+    _common(s)
+    s.set_defaults(func=cmd_purge)
+
+
+def _status_parser(sub) -> None:
+    s = _verb(sub, "status", "vault, ledger and unfinished operations",
+              "Show the vault, the batch ledger, kept operations and unfinished ones. Changes nothing.",
+              "tb-footprint status runs")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    _common(s)
+    s.set_defaults(func=cmd_status)
+
+
+def _history_parser(sub) -> None:
+    s = _verb(sub, "history", "the change log",
+              "Every reduce, restore and purge of the logdir, oldest first.",
+              "tb-footprint history runs\ntb-footprint history runs --csv > changes.csv")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("--csv", action="store_true", help="CSV output")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_history)
+
+
+def _demo_parser(sub) -> None:
+    d = _verb(sub, "demo", "write deterministic demo logs",
+              "Write a small logdir of typical runs (scalars, images, histograms, profiles, traces).",
+              "tb-footprint demo runs\ntb-footprint demo runs --overwrite --scale 0.5")
+    d.add_argument("dir", help="folder to write (must be empty or absent unless --overwrite)")
+    d.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    d.add_argument("--scale", type=float, default=1.0, help="size factor (1.0 ≈ 25 MB)")
+    d.add_argument("--overwrite", action="store_true", help="replace an earlier demo in DIR, vault included")
+    d.add_argument("--json", action="store_true", help="machine-readable summary")
+    d.set_defaults(func=cmd_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tb-footprint",
@@ -321,92 +531,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"tb-footprint {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-
-    s = sub.add_parser("scan", help="size breakdown by run and category")
-    s.add_argument("logdir")
-    s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
-    s.add_argument("--files", action="store_true", help="with --json: include every file")
-    s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
-    s.add_argument("--by", choices=("run", "category"), default="run")
-    s.add_argument("--backup-dir", default=None)
-    s.add_argument("--no-cache", action="store_true", help="re-read every event file")
-    s.set_defaults(func=cmd_scan)
-
-    s = sub.add_parser("policies", help="list the named policies")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_policies)
-
-    s = sub.add_parser("plan", help="dry run: what a policy would do (writes nothing)")
-    s.add_argument("logdir")
-    _common(s)
-    _filters(s)
-    s.set_defaults(func=cmd_plan)
-
-    s = sub.add_parser("reduce", help="reduce runs: backup, transform, verify, commit or roll back")
-    s.add_argument("logdir")
-    _common(s)
-    _filters(s)
-    s.add_argument("--dry-run", action="store_true", help="only plan")
-    s.add_argument("--jobs", type=int, default=1, help="runs reduced in parallel")
-    s.add_argument("--timeout", type=parse_duration, default=None, help="per-run time limit (rolled back after)")
-    s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
-    s.add_argument("--verify", default="python,rust", help="reader backends to verify with")
-    s.set_defaults(func=cmd_reduce)
-
-    s = sub.add_parser("verify", help="re-check kept reductions against their backups")
-    s.add_argument("logdir")
-    s.add_argument("run", nargs="?")
-    s.add_argument("--op", default=None)
-    s.add_argument("--verify", default="python,rust")
-    _common(s)
-    s.set_defaults(func=cmd_verify)
-
-    s = sub.add_parser("restore", help="put back the exact original bytes")
-    s.add_argument("logdir")
-    s.add_argument("run", nargs="?")
-    s.add_argument("--op", default=None)
-    _common(s)
-    s.set_defaults(func=cmd_restore)
-
-    s = sub.add_parser("purge", help="delete backups of verified reductions (lists only, without --yes)")
-    s.add_argument("logdir")
-    s.add_argument("--older-than", type=parse_duration, default=None)
-    s.add_argument("--run", default=None)
-    s.add_argument("--op", default=None)
-    s.add_argument("--yes", action="store_true")
-    _common(s)
-    s.set_defaults(func=cmd_purge)
-
-    s = sub.add_parser("status", help="vault, ledger and unfinished operations")
-    s.add_argument("logdir")
-    _common(s)
-    s.set_defaults(func=cmd_status)
-
-    s = sub.add_parser("history", help="the change log")
-    s.add_argument("logdir")
-    s.add_argument("--csv", action="store_true")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=cmd_history)
-
-    d = sub.add_parser("demo", help="write deterministic demo logs")
-    d.add_argument("dir")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--scale", type=float, default=1.0)
-    d.add_argument("--overwrite", action="store_true")
-    d.add_argument("--json", action="store_true")
-    d.set_defaults(func=cmd_demo)
+    for add in (_scan_parser, _policies_parser, _plan_parser, _reduce_parser, _verify_parser, _restore_parser,
+                _purge_parser, _status_parser, _history_parser, _demo_parser):
+        add(sub)
     return p
+
+
+class UsageError(Exception):
+    """A command line that cannot run as given (exit 2, like argparse's own errors)."""
+
+
+def _check_logdir(args) -> None:
+    """A logdir that does not exist is a usage error, said before anything runs (bucket URLs
+    are checked by the storage layer)."""
+    logdir = getattr(args, "logdir", None)
+    if logdir is not None and "://" not in logdir and not os.path.isdir(logdir):
+        raise UsageError(f"logdir {logdir} is not a directory")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error."""
+    from tb_footprint_plugin import api
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
     try:
+        _check_logdir(args)
         return args.func(args)
+    except (UsageError, api.PolicyError, api.SelectionError) as e:
+        print(f"tb-footprint {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, ValueError, RuntimeError) as e:
         print(f"tb-footprint: error: {e}", file=sys.stderr)
         return EXIT_FAILED

@@ -37,6 +37,7 @@ class Skip(Code):
     CANCELLED = "cancelled"  # the batch was cancelled before this run started
     NOT_IN_PLAN = "not_in_plan"  # the run changed since the plan the user confirmed
     NOT_A_RUN = "not_a_run"  # files TensorBoard attributes to no run
+    ALREADY_RESTORED = "already_restored"  # the operation was restored before: its originals are back
 
 
 #: Skips that pass with time: a resumed batch tries these runs again.

@@ -202,6 +202,6 @@ def test_cli_scan_human_and_json(tmp_path, capsys):
     assert d["schema_version"] == 1
     fp = footprint_from_dict(d)
     assert fp.total_bytes == walk_total(logdir)
-    assert cli_main(["scan", str(tmp_path / "missing")]) == 1
+    assert cli_main(["scan", str(tmp_path / "missing")]) == 2  # a usage error (issue 13)
     assert "is not a directory" in capsys.readouterr().err
     assert cli_main(["scan"]) == 2

@@ -27,6 +27,23 @@ DEFAULT_QUIET_PERIOD = 600.0
 _BOOKKEEPING = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER})
 
 
+class SelectionError(ValueError):
+    """A run selection (``--run`` / ``--runs``) that names no run of the logdir."""
+
+
+def check_selection(footprint: LogdirFootprint, runs: Optional[List[str]], run_glob: Optional[str]) -> None:
+    """Raise ``SelectionError`` naming each ``runs`` entry and a ``run_glob`` that match no run:
+    a typo must not look like "nothing to do"."""
+    names = [r.name for r in footprint.runs if r.name != UNATTRIBUTED]
+    missing = [n for n in (runs or []) if n not in names]
+    if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for n in names):
+        missing.append(run_glob)
+    if missing:
+        shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+        raise SelectionError(f"no run of {footprint.logdir} matches {', '.join(repr(m) for m in missing)} "
+                             f"(runs: {shown or 'none'})")
+
+
 def make_plan(
     footprint: LogdirFootprint,
     policy="archive",
@@ -42,6 +59,7 @@ def make_plan(
     active or unchanged runs are listed with ``skipped`` set."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
+    check_selection(footprint, runs, run_glob)
     plans = []
     for r in footprint.runs:
         if r.name == UNATTRIBUTED:
