@@ -94,6 +94,8 @@ class ReduceReport:
     outcomes: List[RunOutcome] = field(default_factory=list)
     recovered: List[RecoveryOutcome] = field(default_factory=list)
     ledger_path: Optional[str] = None
+    #: what ``purge`` of this batch's backups would free on disk (purge's own count)
+    freed_on_disk_after_purge_bytes: int = 0
 
     @property
     def removable_bytes(self) -> int:
@@ -106,6 +108,12 @@ class ReduceReport:
     @property
     def saved_bytes(self) -> int:
         return sum(o.saved_bytes for o in self.outcomes)
+
+    @property
+    def removed_from_logdir_bytes(self) -> int:
+        """What the runs' files shrank by (what TensorBoard's logdir holds less); the disk does not
+        drop by this yet: backups stay in the vault (hard links on the same disk) until a purge."""
+        return self.saved_bytes
 
     @property
     def removed_files(self) -> List[str]:
@@ -125,6 +133,8 @@ class ReduceReport:
             "removable_bytes": self.removable_bytes,
             "expected_after_bytes": self.expected_after_bytes,
             "saved_bytes": self.saved_bytes,
+            "removed_from_logdir_bytes": self.removed_from_logdir_bytes,
+            "freed_on_disk_after_purge_bytes": self.freed_on_disk_after_purge_bytes,
             "removed_files": self.removed_files,
             "ok": self.ok,
             "plan": self.plan.to_dict(),
@@ -227,7 +237,20 @@ def reduce_logdir(
             report.outcomes += list(ex.map(safe, todo))
     else:
         report.outcomes += [safe(rp) for rp in todo]
+    report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
+                                                                      if o.status == Outcome.VERIFIED])
     return report
+
+
+def _freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
+    """What purging these operations' backups would free, counted by purge itself (a listing)."""
+    if not op_ids:
+        return 0
+    ids = set(op_ids)
+    try:
+        return sum(o["bytes"] for o in purge_backups(ctx, yes=False).ops if o["op_id"] in ids)
+    except OSError:
+        return 0
 
 
 def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
@@ -307,8 +330,30 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
 
 
 def history(logdir: str) -> List[dict]:
-    """The change log, oldest first."""
-    return read_history(state_dir(logdir))
+    """The change log, oldest first. Each reduce entry says where its backup is now
+    (``backup``: ``kept``, ``purged`` or ``released`` — dropped by a verified restore — or ``none``)
+    and ``removed_from_logdir_bytes``; purge entries carry ``freed`` (bytes freed on disk)."""
+    entries = read_history(state_dir(logdir))
+    try:
+        ctx = Context(os.path.abspath(logdir))
+        manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
+    except OSError:
+        manifests = {}
+    for e in entries:
+        if e.get("kind") != "reduce":
+            continue
+        m = manifests.get(e.get("op_id"))
+        if e.get("outcome") == Outcome.VERIFIED:
+            e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
+        if not e.get("backup_kept") or m is None:
+            e["backup"] = "none" if not e.get("backup_kept") else "unknown"
+        elif m.get("backup_released_by_restore"):
+            e["backup"] = "released"
+        elif m.get("backup_purged"):
+            e["backup"] = "purged"
+        else:
+            e["backup"] = "kept"
+    return entries
 
 
 __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "status", "history",

@@ -33,13 +33,17 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
         if top and len(fp.runs) > top:
             rest = fp.runs[top:]
             print(f"  … {len(rest)} more runs, {human_bytes(sum(r.total_bytes for r in rest))}")
-    print("\n  CATEGORY                        SIZE   SHARE  FILES  RECORDS")
     cats = list(fp.categories.values())
     if top and by == "category":
         cats = cats[:top]
+    rows = [("  CATEGORY", "SIZE", "SHARE", "FILES", "RECORDS")]
     for c in cats:
-        print(f"  {cat.label(c.name)[:28]:28}  {human_bytes(c.bytes):>9}  {share(c.bytes, total)}"
-              f"  {c.files:5d}  {c.records:7d}")
+        # records are counted inside event files; a file category has none to count
+        records = "—" if c.name in cat.FILE_LEVEL else f"{c.records:,}"
+        rows.append((f"  {cat.label(c.name)[:40]}", human_bytes(c.bytes), share(c.bytes, total).strip(),
+                     f"{c.files:,}", records))
+    print()
+    _print_table(rows, right=(1, 2, 3, 4))
     for w in fp.warnings + [w for r in fp.runs for w in r.warnings]:
         print(f"warning: {w}", file=sys.stderr)
 
@@ -258,9 +262,12 @@ def cmd_reduce(args) -> int:
         for r in report.recovered:
             print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}")
         done = [o for o in report.outcomes if o.status == "verified"]
-        print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back; "
-              f"saved {human_bytes(report.saved_bytes)} in the logdir. Backups are in the vault until "
-              f"`tb-footprint purge`. Ledger: {report.ledger_path}")
+        ledger_skips = sum(1 for o in report.outcomes if o.code == Skip.LEDGER_DONE)
+        print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back"
+              + (f", {ledger_skips} already done in the ledger" if ledger_skips else "")
+              + f"; removed {human_bytes(report.removed_from_logdir_bytes)} from the logdir, "
+              f"{human_bytes(report.freed_on_disk_after_purge_bytes)} freed on disk after `tb-footprint purge` "
+              f"(backups stay in the vault until then). Ledger: {report.ledger_path}")
         if done:
             print("A TensorBoard that is already running keeps showing what it loaded before; "
                   "restart it to see the reduced runs.")
@@ -357,10 +364,20 @@ def cmd_history(args) -> int:
     else:
         import datetime
 
+        rows = [("TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "BACKUP", "OP")]
         for e in entries:
             t = datetime.datetime.fromtimestamp(e.get("time", 0)).strftime("%Y-%m-%d %H:%M")
-            print(f"{t}  {e.get('kind', ''):7} {e.get('outcome', ''):11} {e.get('run', '')}  "
-                  f"{human_bytes(e.get('before') or 0)} → {human_bytes(e.get('after') or 0)}  {e.get('op_id', '')}")
+            if e.get("kind") == "purge":
+                sizes = (f"freed {human_bytes(e.get('freed') or 0)}", "")
+            else:
+                sizes = (human_bytes(e.get("before") or 0), human_bytes(e.get("after") or 0))
+            rows.append((t, str(e.get("kind", "")), str(e.get("outcome", "")), str(e.get("run", "")), *sizes,
+                         "gone" if e.get("backup") in ("purged", "released") else str(e.get("backup", "")),
+                         str(e.get("op_id", ""))))
+        if entries:
+            _print_table(rows, right=(4, 5))
+        else:
+            print("no changes recorded")
     return EXIT_OK
 
 
@@ -522,6 +539,14 @@ def _demo_parser(sub) -> None:
     d.add_argument("--overwrite", action="store_true", help="replace an earlier demo in DIR, vault included")
     d.add_argument("--json", action="store_true", help="machine-readable summary")
     d.set_defaults(func=cmd_demo)
+
+
+def _print_table(rows: List[tuple], right=()) -> None:
+    """Rows padded to their columns' widths (numbers right-aligned), headers included."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        print("  ".join(cells).rstrip())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,8 +43,17 @@ def parse_duration(text: str) -> float:
 
 
 def share(part: float, whole: float) -> str:
-    """Percentage with one decimal, '—' for an empty whole."""
-    return f"{100.0 * part / whole:5.1f}%" if whole else "    —"
+    """Percentage with one decimal, '<0.1%' for a small non-zero share and '—' for an empty whole
+    (as the tab writes them), right-aligned in 6 columns."""
+    if not whole:
+        return "—".rjust(6)
+    p = 100.0 * part / whole
+    return ("<0.1%" if 0 < p < 0.05 else f"{p:.1f}%").rjust(6)
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """'1 tag', '3 tags' (``many`` for irregular plurals)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def bar(part: float, whole: float, width: int = 20) -> str:

@@ -200,3 +200,92 @@ def test_restore_without_a_run_needs_all_or_a_terminal(logdir):
     p = cli("restore", logdir, "--all")
     assert p.returncode == 0 and "✓ train: restored" in p.stdout
     assert user_files(logdir) == original
+
+
+# --- what the disk sees: removed from the logdir vs freed after purge ------------------------
+
+def data_bytes(root):
+    """Bytes of distinct inodes under ``root`` (hard links once), the tool's bookkeeping files
+    (manifests, journal, change log, ledger, caches) left out: what `du` sees of the data."""
+    seen, total = set(), 0
+    for d, _dirs, files in os.walk(root):
+        rel = os.path.relpath(d, root)
+        for n in files:
+            if rel.startswith(".tb-footprint") and "blobs" not in rel.split(os.sep):
+                continue
+            st = os.lstat(os.path.join(d, n))
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_size
+    return total
+
+
+def test_removed_and_freed_after_purge_are_two_numbers_and_restore_leaves_no_fuller_disk(logdir):
+    before = data_bytes(logdir)
+    p = cli("reduce", logdir, "--verify", "python", "--json")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    removed, after_purge = rep["removed_from_logdir_bytes"], rep["freed_on_disk_after_purge_bytes"]
+    assert removed == rep["saved_bytes"] > 0 and after_purge > 0
+    # the backups are hard links: the disk did not drop yet, the purge frees what it says
+    assert data_bytes(logdir) >= before
+    listing = json.loads(cli("purge", logdir, "--json").stdout)
+    assert listing["freed_bytes"] == after_purge
+    p = cli("reduce", logdir, "--verify", "python", "--run", "train")
+    assert p.returncode == 0
+    text = cli("restore", logdir, "train")
+    assert text.returncode == 0, text.stderr
+    assert "vault's now redundant copy freed" in text.stdout
+    assert data_bytes(logdir) <= before  # the restore wrote a copy and dropped the vault's link
+    st = json.loads(cli("status", logdir, "--json").stdout)
+    assert st["vault_bytes"] == 0
+    hist = json.loads(cli("history", logdir, "--json").stdout)
+    red = next(e for e in hist if e["kind"] == "reduce" and e["run"] == "train")
+    assert red["backup"] == "released" and red["removed_from_logdir_bytes"] == removed
+
+
+def test_restore_keeps_a_blob_another_operation_still_claims(tmp_path):
+    """Two logdirs sharing one vault with identical originals: restoring one must not drop the
+    blob the other's kept backup needs."""
+    a = copy_real("tf/keras_profiled", tmp_path / "a")
+    b = copy_real("tf/keras_profiled", tmp_path / "b")
+    vault = tmp_path / "vault"
+    original_b = user_files(b)
+    for d in (a, b):
+        assert cli("reduce", d, "--verify", "python", "--backup-dir", vault).returncode == 0
+    assert cli("restore", a, "train", "--backup-dir", vault).returncode == 0
+    assert len(os.listdir(vault / "blobs")) > 0  # b's backup is still there
+    p = cli("restore", b, "train", "--backup-dir", vault)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert user_files(b) == original_b
+    assert "vault's now redundant copy freed" in p.stdout  # the last claim gone: now it is dropped
+
+
+def test_purge_is_in_the_change_log_and_history_marks_the_backup_gone(logdir):
+    assert cli("reduce", logdir, "--verify", "python").returncode == 0
+    assert cli("purge", logdir, "--older-than", "0s", "--yes").returncode == 0
+    hist = json.loads(cli("history", logdir, "--json").stdout)
+    red = next(e for e in hist if e["kind"] == "reduce" and e["run"] == "train")
+    purge = next(e for e in hist if e["kind"] == "purge")
+    assert red["backup"] == "purged" and purge["op_id"] == red["op_id"] and purge["freed"] > 0
+    text = cli("history", logdir).stdout.splitlines()
+    assert text[0].split() == ["TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "BACKUP", "OP"]
+    row = next(line for line in text if " reduce " in line and " train " in line)
+    assert " gone " in row
+    assert any(" purge " in line and "freed" in line for line in text)
+    # columns line up: every row's op id starts where the header's OP does
+    col = text[0].index("OP")
+    assert all(line[col:col + 8].strip() for line in text[1:]), text
+
+
+def test_scan_tables_are_aligned_and_file_categories_have_no_record_count(logdir):
+    out = cli("scan", logdir).stdout.splitlines()
+    head = next(i for i, line in enumerate(out) if line.strip().startswith("CATEGORY"))
+    header = out[head]
+    rows = [line for line in out[head + 1:] if line.strip()]
+    for name in ("SIZE", "SHARE", "FILES", "RECORDS"):
+        end = header.index(name) + len(name)
+        assert all(len(r) >= end and r[end - 1] != " " for r in rows), (name, rows)
+    xplane = next(r for r in rows if "xplane" in r)
+    assert xplane.rstrip().endswith("—")
+    assert any("<0.1%" in r for r in rows)  # small shares written as the tab writes them

@@ -14,7 +14,9 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.version import __version__
 
 
 @dataclass
@@ -71,6 +73,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                     m["purged_at"] = now
                     vault.write_manifest(m)
                     size = sum(vault.delete_blob(sha) for sha in shas)
+                    _log_purge(ctx, m, size, now)
                 else:
                     size = sum(os.lstat(vault.blob_path(sha)).st_size for sha in shas
                                if os.path.exists(vault.blob_path(sha)))
@@ -81,6 +84,17 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
         for lock in locks.values():
             lock.release()
     return PurgeReport(dry_run=not yes, ops=listed, freed_bytes=freed)
+
+
+def _log_purge(ctx: Context, m: dict, freed: int, now: float) -> None:
+    """A purge is a change too: the change log says which operation's backup went and what it freed."""
+    user = who()
+    append_history(ctx.state, {
+        "op_id": m["op_id"], "kind": "purge", "run": m["run"], "policy": None, "before": freed, "after": 0,
+        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False,
+        "reason": f"backup of {m['op_id']} deleted from {m['vault']}" + (" (run restored before)" if m.get("restored_by") else ""),
+        "user": user["user"], "host": user["host"], "tool_version": __version__,
+    })
 
 
 __all__ = ["PurgeReport", "purge_backups"]

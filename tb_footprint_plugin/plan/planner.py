@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import plan_content
 from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
@@ -193,7 +193,8 @@ def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
     for name in (cat.SCALARS, cat.HPARAMS, cat.TEXT):
         c = run.categories.get(name)
         if c:
-            lines.append(f"{name}: unchanged ({c.records} records in {len(c.tags)} tags, bit for bit)")
+            lines.append(f"{name}: unchanged ({plural(c.records, 'record')} in {plural(len(c.tags), 'tag')}, "
+                         "bit for bit)")
     rewritten = {a.path for a in rp.actions if a.kind == "rewrite"}
     event_cats = [c for c in run.categories.values()
                   if c.name not in cat.PROTECTED_PLUGINS and c.name not in cat.PROFILE_CATEGORIES
