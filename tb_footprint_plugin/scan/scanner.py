@@ -20,7 +20,7 @@ from tb_footprint_plugin.scan.model import (
     RunFootprint,
     UNATTRIBUTED,
 )
-from tb_footprint_plugin.storage.paths import is_within, recorded_vaults, state_dir
+from tb_footprint_plugin.storage.paths import cache_dir, is_within, recorded_vaults, state_dir
 from tb_footprint_plugin.scan.cache import ScanCache
 
 Progress = Callable[[int, int], None]
@@ -47,7 +47,7 @@ def scan(
     if backup_dir and is_within(backup_dir, logdir):
         exclude.append(os.path.abspath(backup_dir))
     found = discover(logdir, exclude=exclude)
-    cache = ScanCache(sdir if use_cache else None)
+    cache = ScanCache(cache_dir(logdir) if use_cache else None)
     counters = {"read": 0, "cached": 0}
     total_event_files = sum(
         1 for r in found.runs.values() for f in r.files if _is_summary_event(f)

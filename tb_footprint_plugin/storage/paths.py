@@ -1,6 +1,7 @@
 """Where the tool keeps its state, and the path checks every writer goes through."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import List, Optional
@@ -16,6 +17,19 @@ def state_dir(logdir: str) -> str:
     TensorBoard nor xprof ever takes it for a run.
     """
     return os.path.join(os.path.abspath(logdir), STATE_DIR_NAME)
+
+
+def cache_dir(logdir: str) -> str:
+    """Where the scan cache of ``logdir`` lives: its state directory once the user changed
+    something there (a reduce made it), otherwise the user's cache directory
+    (``$XDG_CACHE_HOME`` or ``~/.cache``, ``tb-footprint/<hash of the logdir's path>``), so that
+    opening a logdir in TensorBoard writes nothing into it."""
+    state = state_dir(logdir)
+    if os.path.isdir(state):
+        return state
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(os.path.realpath(logdir).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return os.path.join(os.path.abspath(base), "tb-footprint", key)
 
 
 def vault_dir(logdir: str, backup_dir: Optional[str] = None) -> str:
