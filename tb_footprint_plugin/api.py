@@ -255,12 +255,15 @@ def _freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
 
 def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            backup_dir: Optional[str] = None,
-           verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> List[dict]:
+           verify_backends: Sequence[str] = DEFAULT_BACKENDS,
+           progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
-    TensorBoard's readers against the original (from the vault)."""
+    TensorBoard's readers against the original (from the vault). ``progress(summary, i, n)``
+    is called as each check starts (``summary``: the operation's summary, with its bytes)."""
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
     recover_logdir(logdir, backup_dir)
-    return recheck(ctx, run, op)
+    hook = None if progress is None else (lambda m, i, n: progress(operation_summary(m), i, n))
+    return recheck(ctx, run, op, progress=hook)
 
 
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,

@@ -189,21 +189,78 @@ def _outcome_line(o) -> str:
     return f"{mark} {o.run}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
 
 
+class _Progress:
+    """A progress bar on stderr when it is a terminal (bytes with rate and ETA, plus runs done);
+    nothing otherwise. Redrawn twice a second so a long step still shows time passing."""
+
+    def __init__(self, total_bytes: int, total_runs: int, verb: str):
+        self.bar = None
+        self.runs, self.total_runs, self.credit = 0, total_runs, {}
+        if not sys.stderr.isatty() or total_runs == 0:
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:  # progress is a nicety
+            return
+        import threading
+
+        import shutil
+
+        # a terminal that reports no size (some ptys) still gets a bar of a usual width
+        self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000, desc=verb,
+                        file=sys.stderr, ncols=shutil.get_terminal_size((100, 24)).columns,
+                        nrows=shutil.get_terminal_size((100, 24)).lines,
+                        postfix=f"0/{total_runs} runs")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                self.bar.refresh()
+
+    def step(self, run: str, size: int, fraction: float) -> None:
+        """``run`` (of ``size`` bytes) is ``fraction`` done."""
+        if self.bar is None:
+            return
+        with self._lock:
+            new = int(size * max(0.0, min(1.0, fraction)))
+            delta = new - self.credit.get(run, 0)
+            if delta > 0:
+                self.credit[run] = new
+                self.bar.update(delta)
+            self.bar.set_description_str(run[-30:], refresh=False)
+
+    def done(self, run: str, size: int, line: str) -> None:
+        """``run`` finished; ``line`` says how."""
+        if self.bar is None:
+            print(line)
+            return
+        self.step(run, size, 1.0)
+        with self._lock:
+            self.runs += 1
+            self.bar.set_postfix_str(f"{self.runs}/{self.total_runs} runs", refresh=False)
+            self.bar.write(line, file=sys.stdout)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self._stop.set()
+            with self._lock:
+                self.bar.close()
+
+
 def _ask(question: str) -> bool:
     """A yes/no question on the terminal (the caller checked stdin is one); anything but y/yes is no."""
     print(question + " [y/N] ", end="", file=sys.stderr, flush=True)
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def _confirm_reduce(args) -> bool:
+def _confirm_reduce(args, p) -> bool:
     """On a terminal, a bare ``reduce`` shows the plan's summary and asks; --yes, --dry-run or no
     terminal (CI, scripts) proceed without a question."""
-    from tb_footprint_plugin import api
-
     if args.yes or args.dry_run or not sys.stdin.isatty():
         return True
-    p = api.plan(args.logdir, _policy(args), backup_dir=args.backup_dir, runs=args.runs, run_glob=args.run_glob,
-                 min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period)
     out = sys.stderr if args.json else sys.stdout
     todo = [rp for rp in p.runs if not rp.skipped]
     print(f"policy {p.policy['name']}: {len(todo)} run(s) to reduce, {human_bytes(p.removable_bytes)} "
@@ -224,32 +281,34 @@ def _confirm_reduce(args) -> bool:
 def cmd_reduce(args) -> int:
     from tb_footprint_plugin import api
 
-    if not _confirm_reduce(args):
+    asking = not (args.yes or args.dry_run) and sys.stdin.isatty()
+    showing = not (args.json or args.dry_run) and sys.stderr.isatty()
+    # the plan is made up front only for a terminal's question or progress bar
+    p = api.plan(args.logdir, _policy(args), backup_dir=args.backup_dir, runs=args.runs, run_glob=args.run_glob,
+                 min_size=args.min_size, older_than=args.older_than,
+                 quiet_period=args.quiet_period) if asking or showing else None
+    if asking and not _confirm_reduce(args, p):
         return EXIT_OK
     bar_ = None
+    progress = None
     if args.json or args.dry_run:
         on_outcome = None
     else:
-        try:
-            from tqdm import tqdm
+        todo = {rp.run: rp.bytes_before for rp in p.runs if not rp.skipped} if p is not None else {}
+        bar_ = _Progress(sum(todo.values()), len(todo), "reducing")
 
-            bar_ = tqdm(total=0, unit="run", disable=None, file=sys.stderr)
-        except ImportError:  # progress is a nicety
-            bar_ = None
+        def progress(run, _step, frac):
+            bar_.step(run, todo.get(run, 0), frac)
 
         def on_outcome(o):
-            if bar_ is not None:
-                bar_.update(1)
-                bar_.write(_outcome_line(o))
-            else:
-                print(_outcome_line(o))
+            bar_.done(o.run, todo.get(o.run, 0), _outcome_line(o))
 
     report = api.reduce_logdir(
         args.logdir, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
         runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
         quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
         ledger=None if args.dry_run else (args.ledger or "default"),
-        verify_backends=args.verify, on_outcome=on_outcome,
+        verify_backends=args.verify, on_outcome=on_outcome, progress=progress,
     )
     if bar_ is not None:
         bar_.close()
@@ -303,8 +362,27 @@ def cmd_restore(args) -> int:
 def cmd_verify(args) -> int:
     from tb_footprint_plugin import api
 
-    res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
-                     verify_backends=args.verify)
+    bar_ = None if args.json else _Progress(1, 1, "verifying")  # sized once the checks are known
+
+    def progress(summary, i, n):
+        if bar_.bar is None:
+            return
+        if i == 0:
+            bar_.total_runs = n
+            bar_.bar.reset(total=n)
+            bar_.bar.unit, bar_.bar.unit_scale = "run", False
+        else:
+            bar_.bar.update(1)
+        bar_.bar.set_description_str(f"verifying {summary['run'][-30:]} ({human_bytes(summary.get('bytes_before') or 0)})")
+
+    try:
+        res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
+                         verify_backends=args.verify, progress=None if bar_ is None else progress)
+    finally:
+        if bar_ is not None and bar_.bar is not None:
+            bar_.bar.n = bar_.bar.total
+        if bar_ is not None:
+            bar_.close()
     if args.json:
         _dump(res)
     else:

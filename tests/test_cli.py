@@ -289,3 +289,19 @@ def test_scan_tables_are_aligned_and_file_categories_have_no_record_count(logdir
     xplane = next(r for r in rows if "xplane" in r)
     assert xplane.rstrip().endswith("—")
     assert any("<0.1%" in r for r in rows)  # small shares written as the tab writes them
+
+
+# --- progress on a terminal ---------------------------------------------------------------
+
+def test_reduce_and_verify_show_a_progress_bar_on_a_terminal(logdir):
+    rc, out = cli_on_terminal("reduce", logdir, "--verify", "python", "--yes", answer="n")
+    assert rc == 0, out
+    # tqdm's bar: bytes with a rate, runs done of the total, and 100% at the end
+    assert "100%" in out and "1/1 runs" in out and "B/s" in out, out
+    assert "✓ train: verified" in out
+    rc, out = cli_on_terminal("verify", logdir, "--verify", "python", answer="n")
+    assert rc == 0, out
+    assert "verifying train" in out and "1/1" in out, out
+    # without a terminal: no bar, only the lines
+    p = cli("verify", logdir, "--verify", "python")
+    assert p.returncode == 0 and "verifying" not in p.stdout + p.stderr and "✓ train" in p.stdout
