@@ -253,6 +253,87 @@ def _freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
         return 0
 
 
+def reduce_summary(report: ReduceReport, runs: Optional[Sequence[str]] = None,
+                   categories_before: Optional[dict] = None, *, with_files: bool = True) -> dict:
+    """What both front ends show of a reduce: ``report.to_dict()`` with, per outcome, the
+    category changes, the fidelity lines, which dashboards it touched and the verification
+    (without its internal views); a run of ``runs`` the batch did not reach is listed as
+    skipped (``Skip.NOT_IN_PLAN``); ``committed_any`` says whether anything changed."""
+    d = report.to_dict()
+    plan_runs = {rp["run"]: rp for rp in d.get("plan", {}).get("runs", [])}
+    before = categories_before or {}
+    for o in d["outcomes"]:
+        rp = plan_runs.get(o["run"], {})
+        labels = labels_for({a.get("category") for a in rp.get("actions", [])})
+        o["category_changes"] = category_changes(rp, labels) if o["status"] == Outcome.VERIFIED else []
+        o["categories_before"] = before.get(o["run"], {})
+        o["fidelity"] = rp.get("fidelity", [])
+        o["dashboards"] = dashboards_note("reduce", o, rp.get("actions", []))
+        if o.get("verification"):
+            o["verification"] = {k: v for k, v in o["verification"].items() if not k.startswith("_") and k != "views"}
+    seen = {o["run"] for o in d["outcomes"]}
+    for n in runs or ():
+        if n not in seen:
+            d["outcomes"].append({
+                "run": n, "status": Outcome.SKIPPED, "code": Skip.NOT_IN_PLAN, "bytes_before": 0, "bytes_after": 0,
+                "saved_bytes": 0, "reason": "not in the plan any more (the run changed since the scan); "
+                                            "rescan and look again"})
+    d["committed_any"] = any(o["status"] == Outcome.VERIFIED for o in d["outcomes"])
+    if not with_files:
+        d.pop("removed_files", None)
+    return d
+
+
+class NotRestorable(ValueError):
+    """A restore that cannot start; ``code``: ``not_found``, ``blocked`` or ``already_restored``."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+def restore_target(logdir: str, *, op: Optional[str] = None, run: Optional[str] = None,
+                   backup_dir: Optional[str] = None) -> dict:
+    """Check that a restore of ``op`` (or of ``run``'s newest kept reduction) can start, by the
+    rule ``restore`` applies; returns ``{"run", "op", "run_only"}`` or raises ``NotRestorable``."""
+    ctx = _context(logdir, backup_dir)
+    if op is not None:
+        try:
+            m = find_manifest(ctx, op)
+        except (OSError, ValueError, TransactionError):
+            raise NotRestorable(f"no operation {op!r}", "not_found") from None
+        if m.get("kind") != "reduce":
+            raise NotRestorable(f"operation {op} is a {m.get('kind')}, not a reduction", "blocked")
+        if m.get("outcome") != Outcome.VERIFIED:
+            raise NotRestorable(f"operation {op} did not change the run ({m.get('outcome')}); nothing to restore",
+                                "blocked")
+        if m.get("restored_by"):
+            raise NotRestorable(f"operation {op} was already restored by {m['restored_by']}", "already_restored")
+        if m.get("backup_purged"):
+            raise NotRestorable(f"the backup of {op} was purged; nothing to restore from", "blocked")
+        newest = restorable_ops(ctx, m["run"])
+        if newest and newest[0]["op_id"] != op:
+            raise NotRestorable(f"operation {newest[0]['op_id']} on this run is newer: restore it first", "blocked")
+        return {"run": m["run"], "op": op, "run_only": False}
+    if run is None:
+        raise NotRestorable("give the operation to restore (op) or a run (run)", "not_found")
+    if not restorable_ops(ctx, run):
+        raise NotRestorable(f"nothing to restore for run {run!r}", "not_found")
+    return {"run": run, "op": None, "run_only": True}
+
+
+def restore_summary(outcomes: List[RunOutcome]) -> dict:
+    """What both front ends show of a restore: the outcomes with the dashboards they touched."""
+    out = []
+    for o in outcomes:
+        d = o.to_dict()
+        d["dashboards"] = dashboards_note("restore", d)
+        out.append(d)
+    return {"outcomes": out, "ok": all(o["status"] == Outcome.RESTORED or o.get("code") == Skip.ALREADY_RESTORED
+                                       for o in out),
+            "committed_any": any(o["status"] == Outcome.RESTORED for o in out)}
+
+
 def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            backup_dir: Optional[str] = None,
            verify_backends: Sequence[str] = DEFAULT_BACKENDS,
@@ -363,7 +444,7 @@ __all__ = ["scan", "plan", "reduce_logdir", "verify", "restore", "purge", "statu
            "recover_logdir", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "labels_for", "custom_policy", "history_csv", "overview", "restorable",
-           "PolicyError", "SelectionError"]
+           "PolicyError", "SelectionError", "reduce_summary", "restore_summary", "restore_target", "NotRestorable"]
 
 
 def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict:

@@ -313,7 +313,7 @@ def cmd_reduce(args) -> int:
     if bar_ is not None:
         bar_.close()
     if args.json:
-        _dump(report.to_dict())
+        _dump(report.to_dict() if args.dry_run else api.reduce_summary(report))  # what the tab shows too
     elif args.dry_run:
         _print_plan(report.plan)
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
@@ -350,7 +350,7 @@ def cmd_restore(args) -> int:
             return EXIT_OK
     outs = api.restore(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir)
     if args.json:
-        _dump([o.to_dict() for o in outs])
+        _dump(api.restore_summary(outs)["outcomes"])
     else:
         for o in outs:
             print(_outcome_line(o))
