@@ -180,66 +180,95 @@ def reduce_logdir(
                                       bytes_after=rp.expected_after_bytes) for rp in p.runs]
         return report
     remember_vault(ctx)
-    book = None
-    if ledger:
-        path = os.path.join(ctx.state, "ledger.json") if ledger == "default" else os.path.abspath(ledger)
-        if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
-            raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
-        book = Ledger(path, pol.name, ctx.logdir)
-        report.ledger_path = path
-        entries = book.start(rp.run for rp in p.runs)
+    book = _open_ledger(ctx, ledger, pol.name)
+    if book:
+        report.ledger_path = book.path
+    todo = _ledger_filter(book, p, report, on_outcome)
+    batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome)
+    if jobs > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            report.outcomes += list(ex.map(batch.run, todo))
+    else:
+        report.outcomes += [batch.run(rp) for rp in todo]
+    report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
+                                                                      if o.status == Outcome.VERIFIED])
+    return report
+
+
+def _open_ledger(ctx: Context, ledger: Optional[str], policy_name: str) -> Optional[Ledger]:
+    """The batch ledger (``"default"``: ``<state>/ledger.json``), only inside the logdir or the vault."""
+    if not ledger:
+        return None
+    path = os.path.join(ctx.state, "ledger.json") if ledger == "default" else os.path.abspath(ledger)
+    if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
+        raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
+    return Ledger(path, policy_name, ctx.logdir)
+
+
+def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_outcome) -> list:
+    """The plan's runs still to do; a run the ledger settled (and that did not change since) is
+    reported skipped with ``Skip.LEDGER_DONE`` — said as such, not silently counted as nothing."""
+    if not book:
+        return list(p.runs)
+    entries = book.start(rp.run for rp in p.runs)
     todo = []
     for rp in p.runs:
-        if book and not book.should_run(entries.get(rp.run), rp.bytes_before):
-            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
-                           reason=f"already {entries[rp.run]['state']} in the ledger {book.path}",
-                           bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-            report.outcomes.append(o)
-            if on_outcome:  # said as such, not silently counted as nothing
-                on_outcome(o)
+        if book.should_run(entries.get(rp.run), rp.bytes_before):
+            todo.append(rp)
             continue
-        todo.append(rp)
+        o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
+                       reason=f"already {entries[rp.run]['state']} in the ledger {book.path}",
+                       bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+        report.outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    return todo
 
-    def one(rp) -> RunOutcome:
-        if cancel is not None and cancel.cancelled:
+
+@dataclass
+class _Batch:
+    """One run of a batch: its own transaction, recorded in the ledger step by step."""
+
+    ctx: Context
+    policy: dict
+    book: Optional[Ledger]
+    timeout: Optional[float]
+    cancel: Optional[CancelToken]
+    progress: Optional[RunProgress]
+    on_outcome: Optional[Callable[[RunOutcome], None]]
+
+    def run(self, rp) -> RunOutcome:
+        try:
+            return self._one(rp)
+        except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
+            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
+                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+
+    def _one(self, rp) -> RunOutcome:
+        book = self.book
+        if self.cancel is not None and self.cancel.cancelled:
             return RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason="batch cancelled", code=Skip.CANCELLED,
                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-        token = CancelToken(timeout, parent=cancel)  # one cancel stops every run at its next step
+        token = CancelToken(self.timeout, parent=self.cancel)  # one cancel stops every run at its next step
         if book:
             book.mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
 
         def step(name, frac):
             if book and name == "verify":
                 book.mark(rp.run, "verifying")
-            if progress:
-                progress(rp.run, name, frac)
+            if self.progress:
+                self.progress(rp.run, name, frac)
 
-        o = reduce_run(ctx, rp, policy=pol.to_dict(), cancel=token, progress=step)
+        o = reduce_run(self.ctx, rp, policy=self.policy, cancel=token, progress=step)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             book.mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
                       reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
                       verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id,
                       code=o.code if state != "done" else None)
-        if on_outcome:
-            on_outcome(o)
+        if self.on_outcome:
+            self.on_outcome(o)
         return o
-
-    def safe(rp) -> RunOutcome:
-        try:
-            return one(rp)
-        except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
-            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
-                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-
-    if jobs > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as ex:
-            report.outcomes += list(ex.map(safe, todo))
-    else:
-        report.outcomes += [safe(rp) for rp in todo]
-    report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
-                                                                      if o.status == Outcome.VERIFIED])
-    return report
 
 
 def _freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
