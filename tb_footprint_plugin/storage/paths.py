@@ -7,6 +7,8 @@ import os
 from typing import List, Optional
 
 STATE_DIR_NAME = ".tb-footprint"
+#: the demo's own record of the files it wrote (at the top of a demo logdir): bookkeeping, no run's
+DEMO_MARKER = ".footprint-demo"
 VAULTS_NAME = "vaults.json"  # vaults outside the state directory that a logdir's operations used
 
 
