@@ -222,7 +222,7 @@ def test_cli_plan_reduce_restore_on_a_bucket(s3_bucket, demo_logdir, tmp_path):
     assert st.returncode == 0, st.stderr
     st = json.loads(st.stdout)
     assert st["unfinished_operations"] == [] and st["vault_bytes"] > 0 and st["operations"]
-    res = cli("restore", url)
+    res = cli("restore", url, "--all")
     assert res.returncode == 0, res.stdout + res.stderr
     assert _logdir_hashes(s3_bucket, "logs") == before
     hist = cli("history", url, "--json")
