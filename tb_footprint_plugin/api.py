@@ -197,8 +197,22 @@ def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> No
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
 
 
+class _RunOutcomes:
+    """What a report of per-run outcomes says as a whole: which failed, and whether all went well."""
+
+    outcomes: List[RunOutcome]
+
+    @property
+    def failed(self) -> List[RunOutcome]:
+        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
 @dataclass
-class ReduceReport:
+class ReduceReport(_RunOutcomes):
     """Result of ``reduce_logdir``: the plan, per-run outcomes and totals."""
 
     dry_run: bool
@@ -235,14 +249,6 @@ class ReduceReport:
     @property
     def removed_files(self) -> List[str]:
         return [p for o in self.outcomes for p in o.removed_files]
-
-    @property
-    def failed(self) -> List[RunOutcome]:
-        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
     def to_dict(self) -> dict:
         return {
@@ -883,7 +889,7 @@ def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
 # retire: whole runs out of the logdir into the vault (restore brings them back)
 # ---------------------------------------------------------------------------------------
 @dataclass
-class RetireReport:
+class RetireReport(_RunOutcomes):
     """Result of ``retire``: the plan (what the rule chose, with each run's metric) and outcomes."""
 
     dry_run: bool
@@ -894,14 +900,6 @@ class RetireReport:
     @property
     def retired_bytes(self) -> int:
         return sum(o.bytes_before for o in self.outcomes if o.status == Outcome.VERIFIED)
-
-    @property
-    def failed(self) -> List[RunOutcome]:
-        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "bytes": self.plan.bytes,
