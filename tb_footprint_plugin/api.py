@@ -14,6 +14,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
     find_manifest,
+    is_kept,
     journal_blobs,
     known_vaults,
     operation_summary,
@@ -121,6 +122,12 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
         if on_outcome:
             on_outcome(o)
     report.requests = rfs.stats.to_dict()
+    removed = report.removed_from_logdir_bytes
+    if removed:  # the backups are whole copies in the store: what purge frees is the bucket's retention's say
+        try:
+            report.freed_on_disk_after_purge_bytes = bk.retention_report(rfs, vault, removed)["freed_after_purge"]
+        except (OSError, ValueError):
+            pass
     return report
 
 
@@ -567,11 +574,6 @@ def restore_target(logdir: str, *, op: Optional[str] = None, run: Optional[str] 
     rule ``restore`` applies (local and bucket logdirs alike); returns ``{"run", "op", "run_only"}``
     or raises ``NotRestorable``."""
     ops = operations(logdir, backup_dir=backup_dir)
-
-    def kept(x: dict) -> bool:
-        return (x.get("kind") == "reduce" and x.get("outcome") == Outcome.VERIFIED
-                and not x.get("restored_by") and not x.get("backup_purged"))
-
     if op is not None:
         m = next((x for x in ops if x.get("op_id") == op), None)
         if m is None:
@@ -585,14 +587,14 @@ def restore_target(logdir: str, *, op: Optional[str] = None, run: Optional[str] 
             raise NotRestorable(f"operation {op} was already restored by {m['restored_by']}", "already_restored")
         if m.get("backup_purged"):
             raise NotRestorable(f"the backup of {op} was purged; nothing to restore from", "blocked")
-        newer = [x for x in ops if x.get("run") == m.get("run") and kept(x)
+        newer = [x for x in ops if x.get("run") == m.get("run") and is_kept(x)
                  and (x.get("started_at") or 0) > (m.get("started_at") or 0)]
         if newer:
             raise NotRestorable(f"operation {newer[0]['op_id']} on this run is newer: restore it first", "blocked")
         return {"run": m["run"], "op": op, "run_only": False}
     if run is None:
         raise NotRestorable("give the operation to restore (op) or a run (run)", "not_found")
-    if not any(x.get("run") == run and kept(x) for x in ops):
+    if not any(x.get("run") == run and is_kept(x) for x in ops):
         raise NotRestorable(f"nothing to restore for run {run!r}", "not_found")
     return {"run": run, "op": None, "run_only": True}
 
@@ -686,6 +688,8 @@ def _already_restored(m: dict) -> RunOutcome:
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """What ``restore`` would put back (newest first), as operation summaries; changes nothing."""
+    if is_remote(logdir):
+        return summarize_operations([m for m in operations(logdir, run=run, backup_dir=backup_dir) if is_kept(m)])
     return summarize_operations(restorable_ops(_context(logdir, backup_dir), run))
 
 
