@@ -381,9 +381,8 @@ def _upfront_plans(args, logdirs: List[str], shard) -> list:
     plans = []
     for ld in logdirs:
         runs = args.runs
-        if mine is not None:
-            key = ld if "://" in ld else os.path.abspath(ld)
-            runs = [r for r in mine.get(key, []) if runs is None or r in runs]
+        if mine is not None and "://" not in ld:  # a bucket logdir is reduced whole (as reduce_logdir does)
+            runs = [r for r in mine.get(os.path.abspath(ld), []) if runs is None or r in runs]
         plans.append(api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=args.run_glob,
                               min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period))
     return plans
