@@ -132,6 +132,19 @@ def test_bare_reduce_on_a_terminal_shows_the_plan_and_asks(logdir):
     assert "✓ train: verified" in out and user_files(logdir) != before
 
 
+def test_sharded_reduce_of_several_logdirs_asks_about_its_own_runs_only(logdir, tmp_path):
+    """The question of ``reduce A B --shard 0/2`` lists the runs that shard takes, each under its
+    logdir; declined, neither logdir changes."""
+    other = copy_real("tf/keras_profiled", tmp_path / "other")
+    before = (user_files(logdir), user_files(other))
+    rc, out = cli_on_terminal("reduce", logdir, other, "--shard", "0/2", "--verify", "python", answer="n")
+    assert rc == 0, out
+    assert "1 run(s) to reduce" in out and "Reduce 1 run(s)? [y/N]" in out, out
+    assert sum(f"{d}: train:" in out for d in (logdir, other)) == 1, out
+    assert "nothing changed." in out
+    assert (user_files(logdir), user_files(other)) == before
+
+
 def test_reduce_yes_on_a_terminal_does_not_ask(logdir):
     rc, out = cli_on_terminal("reduce", logdir, "--verify", "python", "--yes", answer="n")
     assert rc == 0, out
