@@ -167,6 +167,9 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             lock.release()
     # retired runs: the same grace (older_than) and the same confirmation
     r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now)
+    for x in r_listed if yes else ():
+        _log(ctx, x["op_id"], x["run"], x["bytes"], f"retired run {x['run']} ({x['op_id']}) deleted from the vault"
+             + (" (restored before)" if x.get("restored") else ": its only copy"))
     report.ops += r_listed
     report.freed_bytes += r_freed
     # a retired run's vault copy is its only copy: every file of it goes for good
@@ -192,7 +195,7 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
         vault.write_manifest(m)
         faults.hit("purge_marked")
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
-        _log_purge(ctx, m, size, now)
+        _log_purge(ctx, m, size)
 
 
 def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
@@ -212,18 +215,22 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
             vault.write_manifest(m)
         oplog.append(vault.root, op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
         if m is not None:
-            _log_purge(ctx, m, freed, intent.get("t", time.time()))
+            _log_purge(ctx, m, freed)
         details.append(f"an interrupted purge of {op_id} was finished ({freed} more byte(s) freed)")
     return details
 
 
-def _log_purge(ctx: Context, m: dict, freed: int, now: float) -> None:
+def _log_purge(ctx: Context, m: dict, freed: int) -> None:
     """A purge is a change too: the change log says which operation's backup went and what it freed."""
+    _log(ctx, m["op_id"], m["run"], freed, f"backup of {m['op_id']} deleted from {m['vault']}"
+         + (" (run restored before)" if m.get("restored_by") else ""))
+
+
+def _log(ctx: Context, op_id: str, run: str, freed: int, reason: str) -> None:
     user = who()
     append_history(ctx.state, {
-        "op_id": m["op_id"], "kind": "purge", "run": m["run"], "policy": None, "before": freed, "after": 0,
-        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False,
-        "reason": f"backup of {m['op_id']} deleted from {m['vault']}" + (" (run restored before)" if m.get("restored_by") else ""),
+        "op_id": op_id, "kind": "purge", "run": run, "policy": None, "before": freed, "after": 0,
+        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False, "reason": reason,
         "user": user["user"], "host": user["host"], "tool_version": __version__,
     })
 
