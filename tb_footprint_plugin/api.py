@@ -6,6 +6,7 @@ Failures come back as values (per-run outcomes with reasons); only bad arguments
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -387,10 +388,36 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
     try:
         # several logdirs: one partition scan of each, shared by all their reductions
         sizes = shard_sizes(logdirs, kwargs.get("backup_dir")) if shard and len(logdirs) > 1 else None
+        selection = {}
+        if len(logdirs) > 1 and (kwargs.get("runs") is not None or kwargs.get("run_glob")):
+            selection = selection_by_logdir(logdirs, kwargs.pop("runs", None), kwargs.pop("run_glob", None),
+                                            kwargs.get("backup_dir"))
         return [reduce_logdir(ld, shard=shard, shard_with=logdirs if shard else None, partition_sizes=sizes,
-                              **kwargs) for ld in logdirs]
+                              **selection.get(ld, {}), **kwargs) for ld in logdirs]
     finally:
         throttle.configure(before_limit)
+
+
+def selection_by_logdir(logdirs: Sequence[str], runs: Optional[List[str]], run_glob: Optional[str],
+                        backup_dir: Optional[str] = None) -> Dict[str, dict]:
+    """A ``runs`` / ``run_glob`` selection over several logdirs: each name and the glob must match
+    a run of one of them (else ``SelectionError`` naming what matched nowhere, before anything
+    runs); each logdir gets the part of the selection that names its own runs."""
+    names = {ld: [r.name for r in scan(ld, backup_dir=backup_dir, write_cache=False).runs if r.name != UNATTRIBUTED]
+             for ld in logdirs}
+    missing = [n for n in runs or [] if not any(n in v for v in names.values())]
+    if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for v in names.values() for n in v):
+        missing.append(run_glob)
+    if missing:
+        raise SelectionError(f"no run of {', '.join(logdirs)} matches {', '.join(repr(m) for m in missing)}")
+    out = {}
+    for ld, v in names.items():
+        here = None if runs is None else [n for n in runs if n in v]
+        if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for n in v):
+            out[ld] = {"runs": [], "run_glob": None}  # nothing of this logdir is selected
+        else:
+            out[ld] = {"runs": here, "run_glob": run_glob}
+    return out
 
 
 def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
@@ -785,7 +812,7 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     return entries
 
 
-__all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
+__all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "selection_by_logdir", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy", "history_csv",

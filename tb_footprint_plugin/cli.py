@@ -378,12 +378,15 @@ def _upfront_plans(args, logdirs: List[str], shard) -> list:
     from tb_footprint_plugin import api
 
     mine = api.shard_plan(logdirs, shard, args.backup_dir) if shard else None
+    several = len(logdirs) > 1 and (args.runs is not None or args.run_glob)
+    selection = api.selection_by_logdir(logdirs, args.runs, args.run_glob, args.backup_dir) if several else {}
     plans = []
     for ld in logdirs:
-        runs = args.runs
+        sel = selection.get(ld, {"runs": args.runs, "run_glob": args.run_glob})
+        runs = sel["runs"]
         if mine is not None and "://" not in ld:  # a bucket logdir is reduced whole (as reduce_logdir does)
             runs = [r for r in mine.get(os.path.abspath(ld), []) if runs is None or r in runs]
-        plans.append(api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=args.run_glob,
+        plans.append(api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=sel["run_glob"],
                               min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period))
     return plans
 

@@ -145,6 +145,22 @@ def test_sharded_reduce_of_several_logdirs_asks_about_its_own_runs_only(logdir, 
     assert (user_files(logdir), user_files(other)) == before
 
 
+def test_run_selection_over_several_logdirs_matches_in_any_of_them(logdir, tmp_path):
+    """``reduce A B --run NAME``: a name of one logdir's run is no error for the other; a name
+    that is a run of neither is one, before anything changes."""
+    other = copy_real("tf/keras_profiled", tmp_path / "other")
+    (other / "train").rename(other / "solo")
+    before = (user_files(logdir), user_files(other))
+    bad = cli("reduce", logdir, other, "--run", "nope", "--verify", "python")
+    assert bad.returncode == 2 and "'nope'" in bad.stderr, bad.stderr
+    assert (user_files(logdir), user_files(other)) == before
+    p = cli("reduce", logdir, other, "--run", "solo", "--verify", "python", "--json")
+    assert p.returncode == 0, p.stderr
+    first, second = json.loads(p.stdout)
+    assert first["outcomes"] == [] and [o["run"] for o in second["outcomes"]] == ["solo"]
+    assert user_files(logdir) == before[0] and user_files(other) != before[1]
+
+
 def test_reduce_yes_on_a_terminal_does_not_ask(logdir):
     rc, out = cli_on_terminal("reduce", logdir, "--verify", "python", "--yes", answer="n")
     assert rc == 0, out
