@@ -574,6 +574,7 @@ def test_reduce_check_restore_purge(app, logdir, outside):
     assert pv["originals_lost"] == 0  # the run was restored: its originals are back in place
     wrong = app.post("/purge", {"confirm": True, "originals_lost": 3})
     assert wrong.status_code == 409 and wrong.get_json()["originals_lost"] == 0
+    assert app.post("/purge", {"confirm": False}).get_json()["preview"]["ops"] == pv["ops"]
     app.fresh_scan()
     assert app.get("/runs").get_json()["vault_bytes"] == 0
     r = app.post("/purge", {"confirm": True})
