@@ -242,6 +242,8 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
         parts = tuple(key.split("/"))
         if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))):
             continue
+        if parts == (DEMO_MARKER,):
+            continue  # the demo's bookkeeping, not a file of "(unattributed)" (as on disk)
         for i in range(len(parts) - 1):
             tree.setdefault(parts[:i], ([], set()))[1].add(parts[i])
             tree.setdefault(parts[: i + 1], ([], set()))
