@@ -82,7 +82,7 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   exit 0
 fi
 say "reduce ($POLICY)"
-"${TBF[@]}" reduce "$ARCHIVE" --policy "$POLICY" --quiet-period "$QUIET_PERIOD" "${BACKUP_ARGS[@]}" || status=1
+"${TBF[@]}" reduce "$ARCHIVE" --yes --policy "$POLICY" --quiet-period "$QUIET_PERIOD" "${BACKUP_ARGS[@]}" || status=1
 
 # 3. verify every kept reduction: backups re-hashed, each run re-read against its original
 say "verify"

@@ -6,6 +6,7 @@ Failures come back as values (per-run outcomes with reasons); only bad arguments
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
     find_manifest,
+    is_kept,
     journal_blobs,
     known_vaults,
     operation_summary,
@@ -38,9 +40,10 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_r
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, apply_open_writers, leave_alone, make_plan
+from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: for the front ends)
+    DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, SelectionError, apply_open_writers, leave_alone, make_plan)
 from tb_footprint_plugin.plan.retire import RetirePlan, RetireRule, plan_retire, read_keep_list
-from tb_footprint_plugin.plan.policies import custom_policy, get_policy  # noqa: F401  (custom_policy: for the front ends)
+from tb_footprint_plugin.plan.policies import PolicyError, custom_policy, get_policy  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.shard import ShardError, parse_shard, shard_from_env  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
@@ -122,6 +125,12 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
                                       policy=(p.policy or {}).get("name"), on_outcome=on_outcome,
                                       verify_backends=tuple(verify_backends))
     report.requests = rfs.stats.to_dict()
+    removed = report.removed_from_logdir_bytes
+    if removed:  # the backups are whole copies in the store: what purge frees is the bucket's retention's say
+        try:
+            report.freed_on_disk_after_purge_bytes = bk.retention_report(rfs, vault, removed)["freed_after_purge"]
+        except (OSError, ValueError):
+            pass
     return report
 
 
@@ -198,8 +207,22 @@ def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> No
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
 
 
+class _RunOutcomes:
+    """What a report of per-run outcomes says as a whole: which failed, and whether all went well."""
+
+    outcomes: List[RunOutcome]
+
+    @property
+    def failed(self) -> List[RunOutcome]:
+        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
 @dataclass
-class ReduceReport:
+class ReduceReport(_RunOutcomes):
     """Result of ``reduce_logdir``: the plan, per-run outcomes and totals."""
 
     dry_run: bool
@@ -212,6 +235,8 @@ class ReduceReport:
     shard: Optional[Tuple[int, int]] = None
     #: the runs of the logdir this shard took (None without a shard)
     shard_runs: Optional[List[str]] = None
+    #: what ``purge`` of this batch's backups would free on disk (purge's own count)
+    freed_on_disk_after_purge_bytes: int = 0
 
     @property
     def removable_bytes(self) -> int:
@@ -226,16 +251,14 @@ class ReduceReport:
         return sum(o.saved_bytes for o in self.outcomes)
 
     @property
+    def removed_from_logdir_bytes(self) -> int:
+        """What the runs' files shrank by (what TensorBoard's logdir holds less); the disk does not
+        drop by this yet: backups stay in the vault (hard links on the same disk) until a purge."""
+        return self.saved_bytes
+
+    @property
     def removed_files(self) -> List[str]:
         return [p for o in self.outcomes for p in o.removed_files]
-
-    @property
-    def failed(self) -> List[RunOutcome]:
-        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
     def to_dict(self) -> dict:
         return {
@@ -243,6 +266,8 @@ class ReduceReport:
             "removable_bytes": self.removable_bytes,
             "expected_after_bytes": self.expected_after_bytes,
             "saved_bytes": self.saved_bytes,
+            "removed_from_logdir_bytes": self.removed_from_logdir_bytes,
+            "freed_on_disk_after_purge_bytes": self.freed_on_disk_after_purge_bytes,
             "removed_files": self.removed_files,
             "ok": self.ok,
             "plan": self.plan.to_dict(),
@@ -365,10 +390,36 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
     try:
         # several logdirs: one partition scan of each, shared by all their reductions
         sizes = shard_sizes(logdirs, kwargs.get("backup_dir")) if shard and len(logdirs) > 1 else None
+        selection = {}
+        if len(logdirs) > 1 and (kwargs.get("runs") is not None or kwargs.get("run_glob")):
+            selection = selection_by_logdir(logdirs, kwargs.pop("runs", None), kwargs.pop("run_glob", None),
+                                            kwargs.get("backup_dir"))
         return [reduce_logdir(ld, shard=shard, shard_with=logdirs if shard else None, partition_sizes=sizes,
-                              **kwargs) for ld in logdirs]
+                              **selection.get(ld, {}), **kwargs) for ld in logdirs]
     finally:
         throttle.configure(before_limit)
+
+
+def selection_by_logdir(logdirs: Sequence[str], runs: Optional[List[str]], run_glob: Optional[str],
+                        backup_dir: Optional[str] = None) -> Dict[str, dict]:
+    """A ``runs`` / ``run_glob`` selection over several logdirs: each name and the glob must match
+    a run of one of them (else ``SelectionError`` naming what matched nowhere, before anything
+    runs); each logdir gets the part of the selection that names its own runs."""
+    names = {ld: [r.name for r in scan(ld, backup_dir=backup_dir, write_cache=False).runs if r.name != UNATTRIBUTED]
+             for ld in logdirs}
+    missing = [n for n in runs or [] if not any(n in v for v in names.values())]
+    if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for v in names.values() for n in v):
+        missing.append(run_glob)
+    if missing:
+        raise SelectionError(f"no run of {', '.join(logdirs)} matches {', '.join(repr(m) for m in missing)}")
+    out = {}
+    for ld, v in names.items():
+        here = None if runs is None else [n for n in runs if n in v]
+        if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for n in v):
+            out[ld] = {"runs": [], "run_glob": None}  # nothing of this logdir is selected
+        else:
+            out[ld] = {"runs": here, "run_glob": run_glob}
+    return out
 
 
 def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
@@ -401,68 +452,202 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
                                       bytes_after=rp.expected_after_bytes) for rp in p.runs]
         return report
     remember_vault(ctx)
-    book = None
-    if ledger:
-        path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
-        if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
-            raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
-        book = Ledger(path, pol.name, ctx.logdir, shard=sharding.label(shard))
-        report.ledger_path = path
-        entries = book.start(rp.run for rp in p.runs)
+    book = _open_ledger(ctx, ledger, pol.name, shard)
+    if book:
+        report.ledger_path = book.path
+    todo = _ledger_filter(book, p, report, on_outcome)
+    batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome)
+    if jobs > 1:
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            report.outcomes += list(ex.map(batch.run, todo))
+    else:
+        report.outcomes += [batch.run(rp) for rp in todo]
+    report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
+                                                                      if o.status == Outcome.VERIFIED])
+    return report
+
+
+def _open_ledger(ctx: Context, ledger: Optional[str], policy_name: str,
+                 shard: Optional[Tuple[int, int]] = None) -> Optional[Ledger]:
+    """The batch ledger (``"default"``: ``<state>/ledger.json``, or the shard's own), only inside
+    the logdir or the vault."""
+    if not ledger:
+        return None
+    path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
+    if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
+        raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
+    return Ledger(path, policy_name, ctx.logdir, shard=sharding.label(shard))
+
+
+def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_outcome) -> list:
+    """The plan's runs still to do; a run the ledger settled (and that did not change since) is
+    reported skipped with ``Skip.LEDGER_DONE`` — said as such, not silently counted as nothing."""
+    if not book:
+        return list(p.runs)
+    entries = book.start(rp.run for rp in p.runs)
     todo = []
     for rp in p.runs:
-        if book and not book.should_run(entries.get(rp.run)):
-            report.outcomes.append(RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
-                                              reason=f"already {entries[rp.run]['state']} in the ledger",
-                                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
+        if book.should_run(entries.get(rp.run), rp.bytes_before):
+            todo.append(rp)
             continue
-        todo.append(rp)
+        o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, code=Skip.LEDGER_DONE,
+                       reason=f"already {entries[rp.run]['state']} in the ledger {book.path}",
+                       bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+        report.outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    return todo
 
-    def one(rp) -> RunOutcome:
-        if cancel is not None and cancel.cancelled:
+
+@dataclass
+class _Batch:
+    """One run of a batch: its own transaction, recorded in the ledger step by step."""
+
+    ctx: Context
+    policy: dict
+    book: Optional[Ledger]
+    timeout: Optional[float]
+    cancel: Optional[CancelToken]
+    progress: Optional[RunProgress]
+    on_outcome: Optional[Callable[[RunOutcome], None]]
+
+    def run(self, rp) -> RunOutcome:
+        try:
+            return self._one(rp)
+        except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
+            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
+                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+
+    def _one(self, rp) -> RunOutcome:
+        book = self.book
+        if self.cancel is not None and self.cancel.cancelled:
             return RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason="batch cancelled", code=Skip.CANCELLED,
                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-        token = CancelToken(timeout, parent=cancel)  # one cancel stops every run at its next step
+        token = CancelToken(self.timeout, parent=self.cancel)  # one cancel stops every run at its next step
         if book:
             book.mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
 
         def step(name, frac):
             if book and name == "verify":
                 book.mark(rp.run, "verifying")
-            if progress:
-                progress(rp.run, name, frac)
+            if self.progress:
+                self.progress(rp.run, name, frac)
 
-        o = reduce_run(ctx, rp, policy=pol.to_dict(), cancel=token, progress=step)
+        o = reduce_run(self.ctx, rp, policy=self.policy, cancel=token, progress=step)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             book.mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
                       reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
                       verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id,
                       code=o.code if state != "done" else None)
-        if on_outcome:
-            on_outcome(o)
+        if self.on_outcome:
+            self.on_outcome(o)
         return o
 
-    def safe(rp) -> RunOutcome:
-        try:
-            return one(rp)
-        except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
-            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
-                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
 
-    if jobs > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as ex:
-            report.outcomes += list(ex.map(safe, todo))
-    else:
-        report.outcomes += [safe(rp) for rp in todo]
-    return report
+def _freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
+    """What purging these operations' backups would free, counted by purge itself (a listing)."""
+    if not op_ids:
+        return 0
+    ids = set(op_ids)
+    try:
+        return sum(o["bytes"] for o in purge_backups(ctx, yes=False).ops if o["op_id"] in ids)
+    except OSError:
+        return 0
+
+
+def reduce_summary(report: ReduceReport, runs: Optional[Sequence[str]] = None,
+                   categories_before: Optional[dict] = None, *, with_files: bool = True) -> dict:
+    """What both front ends show of a reduce: ``report.to_dict()`` with, per outcome, the
+    category changes, the fidelity lines, which dashboards it touched and the verification
+    (without its internal views); a run of ``runs`` the batch did not reach is listed as
+    skipped (``Skip.NOT_IN_PLAN``); ``committed_any`` says whether anything changed."""
+    d = report.to_dict()
+    plan_runs = {rp["run"]: rp for rp in d.get("plan", {}).get("runs", [])}
+    before = categories_before or {}
+    for o in d["outcomes"]:
+        rp = plan_runs.get(o["run"], {})
+        labels = labels_for({a.get("category") for a in rp.get("actions", [])})
+        o["category_changes"] = category_changes(rp, labels) if o["status"] == Outcome.VERIFIED else []
+        o["categories_before"] = before.get(o["run"], {})
+        o["fidelity"] = rp.get("fidelity", [])
+        o["dashboards"] = dashboards_note("reduce", o, rp.get("actions", []))
+        if o.get("verification"):
+            o["verification"] = {k: v for k, v in o["verification"].items() if not k.startswith("_") and k != "views"}
+    seen = {o["run"] for o in d["outcomes"]}
+    for n in runs or ():
+        if n not in seen:
+            d["outcomes"].append({
+                "run": n, "status": Outcome.SKIPPED, "code": Skip.NOT_IN_PLAN, "bytes_before": 0, "bytes_after": 0,
+                "saved_bytes": 0, "reason": "not in the plan any more (the run changed since the scan); "
+                                            "rescan and look again"})
+    d["committed_any"] = any(o["status"] == Outcome.VERIFIED for o in d["outcomes"])
+    d["dashboards"] = dashboards_summary(
+        "reduce", [(o, plan_runs.get(o["run"], {}).get("actions", [])) for o in d["outcomes"]])
+    if not with_files:
+        d.pop("removed_files", None)
+    return d
+
+
+class NotRestorable(ValueError):
+    """A restore that cannot start; ``code``: ``not_found``, ``blocked`` or ``already_restored``."""
+
+    def __init__(self, message: str, code: str):
+        super().__init__(message)
+        self.code = code
+
+
+def restore_target(logdir: str, *, op: Optional[str] = None, run: Optional[str] = None,
+                   backup_dir: Optional[str] = None) -> dict:
+    """Check that a restore of ``op`` (or of ``run``'s newest kept reduction) can start, by the
+    rule ``restore`` applies (local and bucket logdirs alike); returns ``{"run", "op", "run_only"}``
+    or raises ``NotRestorable``."""
+    ops = operations(logdir, backup_dir=backup_dir)
+    if op is not None:
+        m = next((x for x in ops if x.get("op_id") == op), None)
+        if m is None:
+            raise NotRestorable(f"no operation {op!r} in the vault", "not_found")
+        if m.get("kind") != "reduce":
+            raise NotRestorable(f"operation {op} is a {m.get('kind')}, not a reduction", "blocked")
+        if m.get("outcome") != Outcome.VERIFIED:
+            raise NotRestorable(f"operation {op} did not change the run ({m.get('outcome')}); nothing to restore",
+                                "blocked")
+        if m.get("restored_by"):
+            raise NotRestorable(f"operation {op} was already restored by {m['restored_by']}", "already_restored")
+        if m.get("backup_purged"):
+            raise NotRestorable(f"the backup of {op} was purged; nothing to restore from", "blocked")
+        newer = [x for x in ops if x.get("run") == m.get("run") and is_kept(x)
+                 and (x.get("started_at") or 0) > (m.get("started_at") or 0)]
+        if newer:
+            raise NotRestorable(f"operation {newer[0]['op_id']} on this run is newer: restore it first", "blocked")
+        return {"run": m["run"], "op": op, "run_only": False}
+    if run is None:
+        raise NotRestorable("give the operation to restore (op) or a run (run)", "not_found")
+    if not any(x.get("run") == run and is_kept(x) for x in ops):
+        raise NotRestorable(f"nothing to restore for run {run!r}", "not_found")
+    return {"run": run, "op": None, "run_only": True}
+
+
+def restore_summary(outcomes: List[RunOutcome]) -> dict:
+    """What both front ends show of a restore: the outcomes with the dashboards they touched."""
+    out = []
+    for o in outcomes:
+        d = o.to_dict()
+        d["dashboards"] = dashboards_note("restore", d)
+        out.append(d)
+    return {"outcomes": out, "ok": all(o["status"] == Outcome.RESTORED or o.get("code") == Skip.ALREADY_RESTORED
+                                       for o in out),
+            "dashboards": dashboards_summary("restore", [(o, None) for o in out]),
+            "committed_any": any(o["status"] == Outcome.RESTORED for o in out)}
 
 
 def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            backup_dir: Optional[str] = None,
-           verify_backends: Sequence[str] = DEFAULT_BACKENDS) -> List[dict]:
+           verify_backends: Sequence[str] = DEFAULT_BACKENDS,
+           progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
-    TensorBoard's readers against the original (from the vault).
+    TensorBoard's readers against the original (from the vault). ``progress(summary, i, n)``
+    is called as each check starts (``summary``: the operation's summary, with its bytes).
 
     On a bucket logdir every backup object is checked against the checksums the store computed for
     its original, removed keys must still be absent and replaced keys must still hold the reduced
@@ -475,7 +660,8 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         return bk.recheck(rfs, vault, run=run, op=op)
     ctx = _context(logdir, backup_dir, verify_backends=verify_backends)
     recover_logdir(logdir, backup_dir)
-    results = recheck(ctx, run, op)
+    hook = None if progress is None else (lambda m, i, n: progress(operation_summary(m), i, n))
+    results = recheck(ctx, run, op, progress=hook)
     if not op:  # damage no operation's check shows: lost manifests, blobs of no operation
         for p in unfinished(logdir, backup_dir)["problems"]:
             if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS):
@@ -505,17 +691,36 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     recover_logdir(logdir, backup_dir)
     if op:
         m = find_manifest(ctx, op)
+        if m.get("restored_by"):
+            return [_already_restored(m)]
         return [unretire(ctx, m) if m.get("kind") == "retire" else restore_op(ctx, m)]
     # a retired run comes back first: its reductions can only be restored once it is back
     outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
                 and (run is None or m["run"] == run or run in m.get("takes_along", []))]
     ops = restorable_ops(ctx, run)
     if run is not None and not ops and not outcomes:
+        done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
+        if done:
+            return [_already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
         raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
                                "no retirement)")
     for m in ops:
         outcomes.append(restore_op(ctx, m))
     return outcomes
+
+
+def _already_restored(m: dict) -> RunOutcome:
+    """A restore asked for again: its originals are back already, nothing is done (said so)."""
+    return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
+                      reason=f"already restored: operation {m['op_id']} was restored by {m['restored_by']}",
+                      bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
+
+
+def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
+    """What ``restore`` would put back (newest first), as operation summaries; changes nothing."""
+    if is_remote(logdir):
+        return summarize_operations([m for m in operations(logdir, run=run, backup_dir=backup_dir) if is_kept(m)])
+    return summarize_operations(restorable_ops(_context(logdir, backup_dir), run))
 
 
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
@@ -580,18 +785,42 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
 
 
 def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
-    """The change log, oldest first."""
+    """The change log, oldest first. Each reduce entry says where its backup is now
+    (``backup``: ``kept``, ``purged`` or ``released`` — dropped by a verified restore — or ``none``)
+    and ``removed_from_logdir_bytes``; purge entries carry ``freed`` (bytes freed on disk)."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
 
         return bk.history(*_bucket(logdir, backup_dir))
-    return read_history(state_dir(logdir))
+    entries = read_history(state_dir(logdir))
+    try:
+        ctx = _context(logdir, backup_dir)
+        manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
+    except (OSError, ValueError):
+        manifests = {}
+    for e in entries:
+        if e.get("kind") != "reduce":
+            continue
+        m = manifests.get(e.get("op_id"))
+        if e.get("outcome") == Outcome.VERIFIED:
+            e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
+        if not e.get("backup_kept") or m is None:
+            e["backup"] = "none" if not e.get("backup_kept") else "unknown"
+        elif m.get("backup_released_by_restore"):
+            e["backup"] = "released"
+        elif m.get("backup_purged"):
+            e["backup"] = "purged"
+        else:
+            e["backup"] = "kept"
+    return entries
 
 
-__all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
+__all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "selection_by_logdir", "shard_plan", "shard_sizes", "ShardError", "verify", "restore", "purge", "status", "history", "UNATTRIBUTED",
            "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
-           "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy", "history_csv", "overview"]
+           "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy", "history_csv",
+           "overview", "restorable", "PolicyError", "SelectionError", "reduce_summary", "restore_summary", "restore_target",
+           "NotRestorable"]
 
 
 class SampleUnavailable(LookupError):
@@ -694,7 +923,7 @@ def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
 # retire: whole runs out of the logdir into the vault (restore brings them back)
 # ---------------------------------------------------------------------------------------
 @dataclass
-class RetireReport:
+class RetireReport(_RunOutcomes):
     """Result of ``retire``: the plan (what the rule chose, with each run's metric) and outcomes."""
 
     dry_run: bool
@@ -705,14 +934,6 @@ class RetireReport:
     @property
     def retired_bytes(self) -> int:
         return sum(o.bytes_before for o in self.outcomes if o.status == Outcome.VERIFIED)
-
-    @property
-    def failed(self) -> List[RunOutcome]:
-        return [o for o in self.outcomes if o.status in (Outcome.FAILED, Outcome.ROLLED_BACK)]
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "bytes": self.plan.bytes,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
 
@@ -32,13 +33,17 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
         if top and len(fp.runs) > top:
             rest = fp.runs[top:]
             print(f"  … {len(rest)} more runs, {human_bytes(sum(r.total_bytes for r in rest))}")
-    print("\n  CATEGORY                        SIZE   SHARE  FILES  RECORDS")
     cats = list(fp.categories.values())
     if top and by == "category":
         cats = cats[:top]
+    rows = [("  CATEGORY", "SIZE", "SHARE", "FILES", "RECORDS")]
     for c in cats:
-        print(f"  {cat.label(c.name)[:28]:28}  {human_bytes(c.bytes):>9}  {share(c.bytes, total)}"
-              f"  {c.files:5d}  {c.records:7d}")
+        # records are counted inside event files; a file category has none to count
+        records = "—" if c.name in cat.FILE_LEVEL else f"{c.records:,}"
+        rows.append((f"  {cat.label(c.name)[:40]}", human_bytes(c.bytes), share(c.bytes, total).strip(),
+                     f"{c.files:,}", records))
+    print()
+    _print_table(rows, right=(1, 2, 3, 4))
     for w in fp.warnings + [w for r in fp.runs for w in r.warnings]:
         print(f"warning: {w}", file=sys.stderr)
 
@@ -94,12 +99,14 @@ def _common(ap: argparse.ArgumentParser) -> None:
 def _filters(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--policy", default="archive",
                     help="archive (default), lossless, keep-latest[=N], or a JSON/TOML policy file")
-    ap.add_argument("--runs", dest="run_glob", default=None, help="only runs matching this glob")
-    ap.add_argument("--run", dest="runs", action="append", default=None, help="only this run (repeatable)")
-    ap.add_argument("--min-size", type=parse_size, default=0, help="only runs of at least this size (100MB)")
-    ap.add_argument("--older-than", type=parse_duration, default=None,
+    ap.add_argument("--runs", dest="run_glob", default=None, metavar="GLOB",
+                    help="only runs matching this glob (an error if none does)")
+    ap.add_argument("--run", dest="runs", action="append", default=None, metavar="NAME",
+                    help="only this run (repeatable; an error if there is no such run)")
+    ap.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE", help="only runs of at least this size (100MB)")
+    ap.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
                     help="only runs not written for this long (14d, 12h)")
-    ap.add_argument("--quiet-period", type=parse_duration, default=600.0,
+    ap.add_argument("--quiet-period", type=_arg(parse_duration), default=600.0, metavar="DURATION",
                     help="a run written more recently than this is active and left alone (default 10m)")
     ap.add_argument("--delete", action="append", default=[], metavar="CATEGORY",
                     help="custom rule on top of --policy: also delete this file category (repeatable)")
@@ -206,44 +213,137 @@ def _outcome_line(o) -> str:
     return f"{mark} {o.run}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
 
 
-def cmd_reduce(args) -> int:
-    from tb_footprint_plugin import api
+class _Progress:
+    """A progress bar on stderr when it is a terminal (bytes with rate and ETA, plus runs done);
+    nothing otherwise. Redrawn twice a second so a long step still shows time passing."""
 
-    bar_ = None
-    if args.json or args.dry_run:
-        on_outcome = None
-    else:
+    def __init__(self, total_bytes: int, total_runs: int, verb: str):
+        self.bar = None
+        self.runs, self.total_runs, self.credit = 0, total_runs, {}
+        if not sys.stderr.isatty() or total_runs == 0:
+            return
         try:
             from tqdm import tqdm
-
-            bar_ = tqdm(total=0, unit="run", disable=None, file=sys.stderr)
         except ImportError:  # progress is a nicety
-            bar_ = None
+            return
+        import threading
 
-        def on_outcome(o):
-            if bar_ is not None:
-                bar_.update(1)
-                bar_.write(_outcome_line(o))
-            else:
-                print(_outcome_line(o))
+        import shutil
+
+        # a terminal that reports no size (some ptys) still gets a bar of a usual width
+        self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000, desc=verb,
+                        file=sys.stderr, ncols=shutil.get_terminal_size((100, 24)).columns,
+                        nrows=shutil.get_terminal_size((100, 24)).lines,
+                        postfix=f"0/{total_runs} runs")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                self.bar.refresh()
+
+    def step(self, run: str, size: int, fraction: float) -> None:
+        """``run`` (of ``size`` bytes) is ``fraction`` done."""
+        if self.bar is None:
+            return
+        with self._lock:
+            new = int(size * max(0.0, min(1.0, fraction)))
+            delta = new - self.credit.get(run, 0)
+            if delta > 0:
+                self.credit[run] = new
+                self.bar.update(delta)
+            self.bar.set_description_str(run[-30:], refresh=False)
+
+    def done(self, run: str, size: int, line: str) -> None:
+        """``run`` finished; ``line`` says how."""
+        if self.bar is None:
+            print(line)
+            return
+        self.step(run, size, 1.0)
+        with self._lock:
+            self.runs += 1
+            self.bar.set_postfix_str(f"{self.runs}/{self.total_runs} runs", refresh=False)
+            self.bar.write(line, file=sys.stdout)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self._stop.set()
+            with self._lock:
+                self.bar.close()
+
+
+def _ask(question: str) -> bool:
+    """A yes/no question on the terminal (the caller checked stdin is one); anything but y/yes is no."""
+    print(question + " [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _confirm_reduce(args, plans: list) -> bool:
+    """On a terminal, a bare ``reduce`` shows the plan's summary and asks; --yes, --dry-run or no
+    terminal (CI, scripts) proceed without a question."""
+    if args.yes or args.dry_run or not sys.stdin.isatty():
+        return True
+    out = sys.stderr if args.json else sys.stdout
+    todo = [(p, rp) for p in plans for rp in p.runs if not rp.skipped]
+    removable, total = sum(p.removable_bytes for p in plans), sum(p.total_bytes for p in plans)
+    print(f"policy {plans[0].policy['name']}: {len(todo)} run(s) to reduce, {human_bytes(removable)} "
+          f"removable of {human_bytes(total)} ({share(removable, total).strip()}); "
+          "backups stay in the vault until `tb-footprint purge`.", file=out)
+    for p, rp in todo[:10]:
+        name = rp.run if len(plans) == 1 else f"{p.logdir}: {rp.run}"
+        print(f"  {name}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}", file=out)
+    if len(todo) > 10:
+        print(f"  … {len(todo) - 10} more (`tb-footprint plan {plans[0].logdir}` lists them all)", file=out)
+    if not todo:
+        return True  # nothing to ask about; the reduce reports what it skipped
+    if _ask(f"Reduce {len(todo)} run(s)?"):
+        return True
+    print("nothing changed.", file=out)
+    return False
+
+
+def cmd_reduce(args) -> int:
+    from tb_footprint_plugin import api
 
     try:
         logdirs, shard = _batch_args(args)
     except ValueError as e:  # a shard spec or a scheduler's environment that names no shard
         print(f"tb-footprint: error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    asking = not (args.yes or args.dry_run) and sys.stdin.isatty()
+    showing = not (args.json or args.dry_run) and sys.stderr.isatty()
+    plans = _upfront_plans(args, logdirs, shard) if asking or showing else []
+    if asking and not _confirm_reduce(args, plans):
+        return EXIT_OK
+    bar_ = None
+    progress = None
+    if args.json or args.dry_run:
+        on_outcome = None
+    else:
+        todo = {rp.run: rp.bytes_before for p in plans for rp in p.runs if not rp.skipped}
+        bar_ = _Progress(sum(todo.values()), len(todo), "reducing")
+
+        def progress(run, _step, frac):
+            bar_.step(run, todo.get(run, 0), frac)
+
+        def on_outcome(o):
+            bar_.done(o.run, todo.get(o.run, 0), _outcome_line(o))
+
     reports = api.reduce_logdirs(
         logdirs, shard=shard, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
         runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
         quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
         ledger=None if args.dry_run else (args.ledger or "default"),
-        verify_backends=tuple(args.verify.split(",")), on_outcome=on_outcome,
+        verify_backends=args.verify, on_outcome=on_outcome, progress=progress,
         max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
     )
     if bar_ is not None:
         bar_.close()
     if args.json:
-        _dump(reports[0].to_dict() if len(reports) == 1 else [r.to_dict() for r in reports])
+        out = [r.to_dict() if args.dry_run else api.reduce_summary(r) for r in reports]  # what the tab shows too
+        _dump(out[0] if len(out) == 1 else out)
         return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
     rc = EXIT_OK
     for logdir, report in zip(logdirs, reports):
@@ -257,8 +357,6 @@ def cmd_reduce(args) -> int:
 def _batch_args(args):
     """(logdirs, shard) of a reduce: positional logdirs plus ``--logdirs-from``; the shard from
     ``--shard``, else from a Slurm array or a Kubernetes Indexed Job's environment."""
-    import os
-
     from tb_footprint_plugin import api
 
     logdirs = ([args.logdir] if args.logdir else []) + list(args.more_logdirs)
@@ -274,6 +372,25 @@ def _batch_args(args):
     return logdirs, shard
 
 
+def _upfront_plans(args, logdirs: List[str], shard) -> list:
+    """What this call would reduce, per logdir (a shard's runs only): made up front only for a
+    terminal's question or progress bar."""
+    from tb_footprint_plugin import api
+
+    mine = api.shard_plan(logdirs, shard, args.backup_dir) if shard else None
+    several = len(logdirs) > 1 and (args.runs is not None or args.run_glob)
+    selection = api.selection_by_logdir(logdirs, args.runs, args.run_glob, args.backup_dir) if several else {}
+    plans = []
+    for ld in logdirs:
+        sel = selection.get(ld, {"runs": args.runs, "run_glob": args.run_glob})
+        runs = sel["runs"]
+        if mine is not None and "://" not in ld:  # a bucket logdir is reduced whole (as reduce_logdir does)
+            runs = [r for r in mine.get(os.path.abspath(ld), []) if runs is None or r in runs]
+        plans.append(api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=sel["run_glob"],
+                              min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period))
+    return plans
+
+
 def _print_reduce(args, report) -> int:
     if args.dry_run:
         _print_plan(report.plan)
@@ -283,9 +400,12 @@ def _print_reduce(args, report) -> int:
             print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}" if r.action != "refused"
                   else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
         done = [o for o in report.outcomes if o.status == "verified"]
-        print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back; "
-              f"saved {human_bytes(report.saved_bytes)} in the logdir. Backups are in the vault until "
-              f"`tb-footprint purge`. Ledger: {report.ledger_path}")
+        ledger_skips = sum(1 for o in report.outcomes if o.code == Skip.LEDGER_DONE)
+        print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back"
+              + (f", {ledger_skips} already done in the ledger" if ledger_skips else "")
+              + f"; removed {human_bytes(report.removed_from_logdir_bytes)} from the logdir, "
+              f"{human_bytes(report.freed_on_disk_after_purge_bytes)} freed on disk after `tb-footprint purge` "
+              f"(backups stay in the vault until then). Ledger: {report.ledger_path}")
         if done:
             print("A TensorBoard that is already running keeps showing what it loaded before; "
                   "restart it to see the reduced runs.")
@@ -295,22 +415,53 @@ def _print_reduce(args, report) -> int:
 def cmd_restore(args) -> int:
     from tb_footprint_plugin import api
 
+    if args.run is None and args.op is None and not args.all:
+        if not sys.stdin.isatty():
+            raise UsageError("name the run to restore, an operation (--op), or --all for every run")
+        ops = api.restorable(args.logdir, backup_dir=args.backup_dir)
+        if not ops:
+            print("nothing to restore")
+            return EXIT_OK
+        runs = sorted({o["run"] for o in ops})
+        print(f"{len(runs)} run(s) can be restored: " + ", ".join(runs[:10]) + (" …" if len(runs) > 10 else ""))
+        if not _ask(f"Restore all {len(runs)} run(s)?"):
+            print("nothing changed.")
+            return EXIT_OK
     outs = api.restore(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir)
     if args.json:
-        _dump([o.to_dict() for o in outs])
+        _dump(api.restore_summary(outs)["outcomes"])
     else:
         for o in outs:
             print(_outcome_line(o))
         if not outs:
             print("nothing to restore")
-    return EXIT_OK if all(o.status == "restored" for o in outs) else EXIT_FAILED
+    return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
 def cmd_verify(args) -> int:
     from tb_footprint_plugin import api
 
-    res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
-                     verify_backends=tuple(args.verify.split(",")))
+    bar_ = None if args.json else _Progress(1, 1, "verifying")  # sized once the checks are known
+
+    def progress(summary, i, n):
+        if bar_.bar is None:
+            return
+        if i == 0:
+            bar_.total_runs = n
+            bar_.bar.reset(total=n)
+            bar_.bar.unit, bar_.bar.unit_scale = "run", False
+        else:
+            bar_.bar.update(1)
+        bar_.bar.set_description_str(f"verifying {summary['run'][-30:]} ({human_bytes(summary.get('bytes_before') or 0)})")
+
+    try:
+        res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
+                         verify_backends=args.verify, progress=None if bar_ is None else progress)
+    finally:
+        if bar_ is not None and bar_.bar is not None:
+            bar_.bar.n = bar_.bar.total
+        if bar_ is not None:
+            bar_.close()
     if args.json:
         _dump(res)
     else:
@@ -412,10 +563,20 @@ def cmd_history(args) -> int:
     else:
         import datetime
 
+        rows = [("TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "BACKUP", "OP")]
         for e in entries:
             t = datetime.datetime.fromtimestamp(e.get("time", 0)).strftime("%Y-%m-%d %H:%M")
-            print(f"{t}  {e.get('kind', ''):7} {e.get('outcome', ''):11} {e.get('run', '')}  "
-                  f"{human_bytes(e.get('before') or 0)} → {human_bytes(e.get('after') or 0)}  {e.get('op_id', '')}")
+            if e.get("kind") == "purge":
+                sizes = (f"freed {human_bytes(e.get('freed') or 0)}", "")
+            else:
+                sizes = (human_bytes(e.get("before") or 0), human_bytes(e.get("after") or 0))
+            rows.append((t, str(e.get("kind", "")), str(e.get("outcome", "")), str(e.get("run", "")), *sizes,
+                         "gone" if e.get("backup") in ("purged", "released") else str(e.get("backup", "")),
+                         str(e.get("op_id", ""))))
+        if entries:
+            _print_table(rows, right=(4, 5))
+        else:
+            print("no changes recorded")
     _warn_unsettled(args.logdir)
     return EXIT_OK
 
@@ -438,36 +599,82 @@ def cmd_recover(args) -> int:
     return EXIT_FAILED if any(o.action == "failed" for o in outs) else EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="tb-footprint",
-        description="See what fills a TensorBoard logdir, and cut it safely (backup, verify, restore).",
-    )
-    p.add_argument("--version", action="version", version=f"tb-footprint {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+_VERIFY_BACKENDS = ("python", "rust")
 
-    s = sub.add_parser("scan", help="size breakdown by run and category")
-    s.add_argument("logdir")
+
+def _arg(parse):
+    """An argparse type from a ``fmt`` parser: its ValueError (which names the accepted format)
+    becomes the usage error argparse prints, instead of 'invalid parse_size value'."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _backends(text: str) -> tuple:
+    """``--verify``: checked before anything runs (a typo must not back up and transform first)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if n not in _VERIFY_BACKENDS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown reader backend {', '.join(bad) or repr(text)}: "
+                                         f"use {', '.join(_VERIFY_BACKENDS)} or both, comma-separated")
+    return names
+
+
+def _verb(sub, name: str, help: str, description: str, examples: str) -> argparse.ArgumentParser:
+    """One subcommand with its one-line help, a description and examples (shown by ``-h``)."""
+    return sub.add_parser(name, help=help, description=description,
+                          epilog="examples:\n" + "".join(f"  {e}\n" for e in examples.splitlines()),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _scan_parser(sub) -> None:
+    s = _verb(sub, "scan", "size breakdown by run and category",
+              "Show what fills a logdir: bytes per run and per category (scalars, images, profiles, …). "
+              "Reads only; the scan cache goes to the user's cache directory.",
+              "tb-footprint scan runs\ntb-footprint scan runs --by category --top 5\ntb-footprint scan runs --json")
+    s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
     s.add_argument("--files", action="store_true", help="with --json: include every file")
     s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
-    s.add_argument("--by", choices=("run", "category"), default="run")
-    s.add_argument("--backup-dir", default=None)
+    s.add_argument("--by", choices=("run", "category"), default="run", help="rows by run (default) or by category")
+    s.add_argument("--backup-dir", default=None, help="vault location (default LOGDIR/.tb-footprint)")
     s.add_argument("--no-cache", action="store_true", help="re-read every event file")
     s.set_defaults(func=cmd_scan)
 
-    s = sub.add_parser("policies", help="list the named policies")
-    s.add_argument("--json", action="store_true")
+
+def _policies_parser(sub) -> None:
+    s = _verb(sub, "policies", "list the named policies",
+              "List the named policies and what each does to every file category.", "tb-footprint policies")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_policies)
 
-    s = sub.add_parser("plan", help="dry run: what a policy would do (writes nothing)")
-    s.add_argument("logdir")
+
+def _plan_parser(sub) -> None:
+    s = _verb(sub, "plan", "dry run: what a policy would do (writes nothing)",
+              "Show what a policy would remove or rewrite in each run, and what every dashboard keeps. "
+              "Writes nothing.",
+              "tb-footprint plan runs\ntb-footprint plan runs --policy lossless --runs 'mnist/*'")
+    s.add_argument("logdir", help="the TensorBoard logdir")
     _common(s)
     _filters(s)
     s.set_defaults(func=cmd_plan)
 
-    s = sub.add_parser("reduce", help="reduce runs: backup, transform, verify, commit or roll back")
-    s.add_argument("logdir", nargs="?")
+
+def _reduce_parser(sub) -> None:
+    s = _verb(sub, "reduce", "reduce runs: backup, transform, verify, commit or roll back",
+              "Reduce runs, each as its own transaction: back up, transform, verify with TensorBoard's "
+              "readers, then commit or roll back. On a terminal the plan is shown and you are asked "
+              "(--yes skips the question); without a terminal it proceeds. Several logdirs (or "
+              "--logdirs-from) are reduced in one call; --shard (or a Slurm array / Kubernetes Indexed "
+              "Job's environment) takes one shard of their runs.",
+              "tb-footprint reduce runs\ntb-footprint reduce runs --yes --policy lossless\n"
+              "tb-footprint reduce runs --run mnist/baseline/train --dry-run\n"
+              "tb-footprint reduce --logdirs-from logdirs.txt --shard 0/4 --yes")
+    s.add_argument("logdir", nargs="?", help="the TensorBoard logdir")
     s.add_argument("more_logdirs", nargs="*", metavar="LOGDIR", help="more logdirs, reduced in the same call")
     s.add_argument("--logdirs-from", default=None, metavar="FILE", help="read more logdirs from FILE, one a line")
     s.add_argument("--shard", default=None, metavar="I/N",
@@ -477,83 +684,143 @@ def build_parser() -> argparse.ArgumentParser:
                    help="number of shards with JOB_COMPLETION_INDEX (default TB_FOOTPRINT_SHARD_COUNT)")
     s.add_argument("--max-file-ops-per-second", type=float, default=None, metavar="RATE",
                    help="cap metadata operations (stat, open, rename, unlink, link) for shared filesystems")
-    s.add_argument("--lease", type=parse_duration, default=None,
+    s.add_argument("--lease", type=_arg(parse_duration), default=None, metavar="DURATION",
                    help="run lock lease (default 120s): a dead worker's runs are taken over after it")
     _common(s)
     _filters(s)
     s.add_argument("--dry-run", action="store_true", help="only plan")
+    s.add_argument("--yes", "-y", action="store_true", help="do not ask on a terminal")
     s.add_argument("--jobs", type=int, default=1, help="runs reduced in parallel")
-    s.add_argument("--timeout", type=parse_duration, default=None, help="per-run time limit (rolled back after)")
+    s.add_argument("--timeout", type=_arg(parse_duration), default=None,
+                   help="per-run time limit, e.g. 30m (rolled back after)")
     s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
-    s.add_argument("--verify", default="python,rust", help="reader backends to verify with")
+    s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
+                   help="reader backends to verify with: python, rust or python,rust (default)")
     s.set_defaults(func=cmd_reduce)
 
-    s = sub.add_parser("verify", help="re-check kept reductions against their backups")
-    s.add_argument("logdir")
-    s.add_argument("run", nargs="?")
-    s.add_argument("--op", default=None)
-    s.add_argument("--verify", default="python,rust")
+
+def _verify_parser(sub) -> None:
+    s = _verb(sub, "verify", "re-check kept reductions against their backups",
+              "Re-hash every kept backup and compare what TensorBoard's readers show of the run now "
+              "with the original.",
+              "tb-footprint verify runs\ntb-footprint verify runs mnist/baseline/train --verify python")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("run", nargs="?", help="only this run (default: every kept reduction)")
+    s.add_argument("--op", default=None, help="only this operation id")
+    s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
+                   help="reader backends: python, rust or python,rust (default)")
     _common(s)
     s.set_defaults(func=cmd_verify)
 
-    s = sub.add_parser("restore", help="put back the exact original bytes")
-    s.add_argument("logdir")
-    s.add_argument("run", nargs="?")
-    s.add_argument("--op", default=None)
+
+def _restore_parser(sub) -> None:
+    s = _verb(sub, "restore", "put back the exact original bytes",
+              "Put back the exact original bytes of a run's reductions (sha256 checked), newest first. "
+              "Without a run name, --all restores every run (on a terminal you are asked instead).",
+              "tb-footprint restore runs mnist/baseline/train\ntb-footprint restore runs --op OP_ID\n"
+              "tb-footprint restore runs --all")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("run", nargs="?", help="the run to restore")
+    s.add_argument("--op", default=None, help="restore only this operation id")
+    s.add_argument("--all", action="store_true", help="restore every restorable run of the logdir")
     _common(s)
     s.set_defaults(func=cmd_restore)
 
-    s = sub.add_parser("purge", help="delete backups of verified reductions (lists only, without --yes)")
-    s.add_argument("logdir")
-    s.add_argument("--older-than", type=parse_duration, default=None)
-    s.add_argument("--run", default=None)
-    s.add_argument("--op", default=None)
-    s.add_argument("--yes", action="store_true")
+
+def _purge_parser(sub) -> None:
+    s = _verb(sub, "purge", "delete backups of verified reductions (lists only, without --yes)",
+              "Delete the vault's backups of verified reductions: the disk space is freed, the runs can "
+              "no longer be restored. Without --yes only lists what would go.",
+              "tb-footprint purge runs --older-than 7d\ntb-footprint purge runs --run mnist/baseline/train --yes")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("--older-than", type=_arg(parse_duration), default=None,
+                   help="only backups of operations older than this, e.g. 7d")
+    s.add_argument("--run", default=None, help="only this run's backups")
+    s.add_argument("--op", default=None, help="only this operation's backup")
+    s.add_argument("--yes", action="store_true", help="delete (otherwise only list)")
     _common(s)
     s.set_defaults(func=cmd_purge)
 
-    _retire_parsers(sub)
 
-    s = sub.add_parser("status", help="vault, ledger and unfinished operations")
-    s.add_argument("logdir")
+def _status_parser(sub) -> None:
+    s = _verb(sub, "status", "vault, ledger and unfinished operations",
+              "Show the vault, the batch ledger, kept operations and unfinished ones. Changes nothing.",
+              "tb-footprint status runs")
+    s.add_argument("logdir", help="the TensorBoard logdir")
     _common(s)
     s.add_argument("--runs", action="store_true", help="the batch run by run: state, bytes, who (host, pid, shard)")
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("recover", help="settle unfinished operations, rebuild lost manifests, finish killed "
-                                       "purges, salvage late writes (also done by every reduce/restore/purge)")
-    s.add_argument("logdir")
+
+
+def _recover_parser(sub) -> None:
+    s = _verb(sub, "recover", "settle unfinished operations, rebuild lost manifests, finish killed "
+                              "purges, salvage late writes (also done by every reduce/restore/purge)",
+              "Settle what an interrupted operation left: roll each unfinished operation back or forward, "
+              "rebuild lost manifests, finish killed purges and salvage records written after a reduction.",
+              "tb-footprint recover runs")
+    s.add_argument("logdir", help="the TensorBoard logdir")
     _common(s)
     s.set_defaults(func=cmd_recover)
 
-    s = sub.add_parser("history", help="the change log")
-    s.add_argument("logdir")
-    s.add_argument("--csv", action="store_true")
-    s.add_argument("--json", action="store_true")
+def _history_parser(sub) -> None:
+    s = _verb(sub, "history", "the change log",
+              "Every reduce, restore and purge of the logdir, oldest first.",
+              "tb-footprint history runs\ntb-footprint history runs --csv > changes.csv")
+    s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("--csv", action="store_true", help="CSV output")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_history)
 
-    d = sub.add_parser("demo", help="write deterministic demo logs")
-    d.add_argument("dir")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--scale", type=float, default=1.0)
-    d.add_argument("--overwrite", action="store_true")
-    d.add_argument("--json", action="store_true")
+
+def _demo_parser(sub) -> None:
+    d = _verb(sub, "demo", "write deterministic demo logs",
+              "Write a small logdir of typical runs (scalars, images, histograms, profiles, traces).",
+              "tb-footprint demo runs\ntb-footprint demo runs --overwrite --scale 0.5")
+    d.add_argument("dir", help="folder to write (must be empty or absent unless --overwrite)")
+    d.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
+    d.add_argument("--scale", type=float, default=1.0, help="size factor (1.0 ≈ 25 MB)")
+    d.add_argument("--overwrite", action="store_true", help="replace an earlier demo in DIR, vault included")
+    d.add_argument("--json", action="store_true", help="machine-readable summary")
     d.set_defaults(func=cmd_demo)
+
+
+def _print_table(rows: List[tuple], right=()) -> None:
+    """Rows padded to their columns' widths (numbers right-aligned), headers included."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))]
+        print("  ".join(cells).rstrip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tb-footprint",
+        description="See what fills a TensorBoard logdir, and cut it safely (backup, verify, restore).",
+    )
+    p.add_argument("--version", action="version", version=f"tb-footprint {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    for add in (_scan_parser, _policies_parser, _plan_parser, _reduce_parser, _verify_parser, _restore_parser,
+                _purge_parser, _retire_parsers, _status_parser, _recover_parser, _history_parser, _demo_parser):
+        add(sub)
     return p
 
 
 def _retire_parsers(sub) -> None:
-    s = sub.add_parser("retire", help="move whole runs out of the logdir into the vault (dry run without --yes)",
-                       description="Select runs and retire them: every file leaves the logdir for the vault, "
-                                   "unchanged; `tb-footprint restore LOGDIR RUN` brings a run back byte for byte, "
-                                   "`tb-footprint purge` frees the space. Without --yes the choice is only shown "
-                                   "(on a terminal you are asked).")
-    s.add_argument("logdir")
+    s = _verb(sub, "retire", "move whole runs out of the logdir into the vault (dry run without --yes)",
+              "Select runs and retire them: every file leaves the logdir for the vault, unchanged; "
+              "`tb-footprint restore LOGDIR RUN` brings a run back byte for byte, `tb-footprint purge` frees "
+              "the space. Without --yes the choice is only shown (on a terminal you are asked).",
+              "tb-footprint retire runs --older-than 30d\n"
+              "tb-footprint retire runs --group 'sweep/*' --keep-best 3 --metric val/loss --yes")
+    s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("runs", nargs="*", help="run names (as TensorBoard shows them)")
     s.add_argument("--glob", dest="run_glob", default=None, help="runs whose name matches this glob")
     s.add_argument("--group", default=None, help="the group a keep-best rule ranks (a glob, e.g. 'sweep/*')")
-    s.add_argument("--older-than", type=parse_duration, default=None, help="no file changed for this long (e.g. 30d)")
-    s.add_argument("--min-size", type=parse_size, default=0, help="runs holding at least this much (e.g. 1G)")
+    s.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
+                   help="no file changed for this long (e.g. 30d)")
+    s.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE",
+                   help="runs holding at least this much (e.g. 1G)")
     s.add_argument("--keep-best", type=int, default=None, help="keep the best N runs of the group, retire the rest")
     s.add_argument("--metric", default=None, help="scalar tag that ranks runs (e.g. val/loss)")
     s.add_argument("--mode", choices=("min", "max"), default="min", help="min: lower is better (default)")
@@ -562,14 +829,16 @@ def _retire_parsers(sub) -> None:
     s.add_argument("--keep-list", default=None, help="file of run names or globs never to retire (one a line)")
     s.add_argument("--with-nested", action="store_true",
                    help="a run whose directory holds other runs takes them along (otherwise it is left alone)")
-    s.add_argument("--quiet-period", type=parse_duration, default=600.0,
+    s.add_argument("--quiet-period", type=_arg(parse_duration), default=600.0, metavar="DURATION",
                    help="runs with a file changed this recently are being written: never retired (default 10m)")
     s.add_argument("--yes", action="store_true", help="retire without asking")
     _common(s)
     s.set_defaults(func=cmd_retire)
 
-    s = sub.add_parser("retired", help="list retired runs kept in the vault (restorable)")
-    s.add_argument("logdir")
+    s = _verb(sub, "retired", "list retired runs kept in the vault (restorable)",
+              "List the runs retired into the vault, with their size and when; each can be restored.",
+              "tb-footprint retired runs\ntb-footprint retired runs --search sweep")
+    s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("--search", default=None, help="only runs whose name contains this")
     _common(s)
     s.set_defaults(func=cmd_retired)
@@ -641,15 +910,33 @@ def cmd_retired(args) -> int:
     return EXIT_OK
 
 
+class UsageError(Exception):
+    """A command line that cannot run as given (exit 2, like argparse's own errors)."""
+
+
+def _check_logdir(args) -> None:
+    """A logdir that does not exist is a usage error, said before anything runs (bucket URLs
+    are checked by the storage layer)."""
+    for logdir in [getattr(args, "logdir", None)] + list(getattr(args, "more_logdirs", None) or []):
+        if logdir is not None and "://" not in logdir and not os.path.isdir(logdir):
+            raise UsageError(f"logdir {logdir} is not a directory")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error."""
+    from tb_footprint_plugin import api
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
     try:
+        _check_logdir(args)
         return args.func(args)
+    except (UsageError, api.PolicyError, api.SelectionError) as e:
+        print(f"tb-footprint {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, ValueError, RuntimeError) as e:
         print(f"tb-footprint: error: {e}", file=sys.stderr)
         return EXIT_FAILED

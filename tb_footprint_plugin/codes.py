@@ -42,6 +42,7 @@ class Skip(Code):
     UNFINISHED = "unfinished_operation"  # an interrupted operation on the run: `tb-footprint recover` first
     NOT_REGULAR = "not_regular_file"  # a FIFO, socket or device where a file was planned: never opened
     NOT_ON_STORE = "not_supported_on_store"  # the plan needs a step this object store run cannot take yet
+    ALREADY_RESTORED = "already_restored"  # the operation was restored before: its originals are back
 
 
 #: Skips that pass with time: a resumed batch tries these runs again.

@@ -17,8 +17,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tb_footprint_plugin import synth
 from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.storage.paths import DEMO_MARKER, state_dir
 
-MARKER = ".footprint-demo"
+MARKER = DEMO_MARKER
 _STAGING = ".footprint-demo-staging"
 _HOST = "demo-host"
 _T0 = 1795990000  # every timestamp below is an offset from this fixed instant
@@ -354,6 +355,7 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
                                   f"e.g. {clashes[0]}")
         if previous:
             _remove_previous(target, previous["files"])
+            _reset_state(target, previous["files"])
         for rel in files:
             dst = os.path.join(target, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -368,6 +370,30 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
                    "files": files}, fh, indent=1)
     os.utime(marker, (_T0, _T0))
     return summary
+
+
+def _reset_state(target: str, demo_files: List[str]) -> None:
+    """A new demo starts with an empty vault, journal, ledger and history — but only when every
+    operation recorded there concerns the previous demo's own files: backups of anything else
+    (a run the user added, bytes a restore set aside) are never deleted; then the state stays."""
+    state = state_dir(target)
+    if not os.path.isdir(state):
+        return
+    ours = set(demo_files)
+    ops = os.path.join(state, "ops")
+    try:
+        names = os.listdir(ops) if os.path.isdir(ops) else []
+        for n in names:
+            with open(os.path.join(ops, n), "r", encoding="utf-8") as f:
+                m = json.load(f)
+            paths = [x.get("path") for x in m.get("files", [])]  # the backed-up originals
+            if m.get("displaced") or m.get("salvaged") or not all(isinstance(p, str) and p in ours for p in paths):
+                return
+        if os.listdir(os.path.join(state, "journal")) if os.path.isdir(os.path.join(state, "journal")) else []:
+            return  # an unfinished operation: recovery's to settle, not ours to drop
+    except (OSError, ValueError, AttributeError, TypeError):
+        return
+    shutil.rmtree(state)
 
 
 def _build_all(root: str, seed: int, scale: float) -> List[str]:

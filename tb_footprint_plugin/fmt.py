@@ -21,9 +21,12 @@ def parse_size(text: str) -> int:
             "GB": 10**9, "T": 10**12, "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
     num = t.rstrip("KMGTIB")
     unit = t[len(num):]
-    if unit not in mult or not num:
-        raise ValueError(f"not a size: {text!r} (try 100MB or 1.5GB)")
-    return int(float(num) * mult[unit])
+    try:
+        if unit not in mult or not num:
+            raise ValueError
+        return int(float(num) * mult[unit])
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (a number with an optional unit: 2048, 100MB, 1.5GB, 512KiB)") from None
 
 
 def parse_duration(text: str) -> float:
@@ -35,7 +38,8 @@ def parse_duration(text: str) -> float:
             return float(t[:-1]) * mult[t[-1]]
         return float(t)
     except ValueError:
-        raise ValueError(f"not a duration: {text!r} (try 14d, 12h or 30m)") from None
+        raise ValueError(f"not a duration: {text!r} (a number with an optional unit s, m, h, d or w: "
+                         "90, 30m, 12h, 14d)") from None
 
 
 def share(part: float, whole: float) -> str:
@@ -45,6 +49,11 @@ def share(part: float, whole: float) -> str:
         return "—".rjust(6)
     p = 100.0 * part / whole
     return ("<0.1%" if 0 < p < 0.05 else f"{p:.1f}%").rjust(6)
+
+
+def plural(n: int, word: str, many: str = "") -> str:
+    """'1 tag', '3 tags' (``many`` for irregular plurals)."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def bar(part: float, whole: float, width: int = 20) -> str:

@@ -10,6 +10,13 @@ import pytest
 from objstore_servers import bucket, objstore_pool, s3_bucket  # noqa: F401,E402
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Scan caches of logdirs nobody reduced go to the user's cache directory: the suite's go to a
+# folder of its own (inherited by every tensorboard / tb-footprint subprocess), never to ~/.cache.
+if "TB_FOOTPRINT_TEST_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["TB_FOOTPRINT_TEST_CACHE"] = os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="tbfp-cache-")
 #: Real writers' logs, vendored so that a fresh clone tests against them (see its README.md).
 REAL_FIXTURES = REPO / "tests" / "fixtures" / "real"
 REAL_LOGDIRS = ["tf/keras_profiled", "tf/summary_mix", "jax/profiled", "viewed/jax_profiled",

@@ -235,6 +235,10 @@ def test_reduce_all_shown_gives_one_consistent_dashboards_note(browser, tb, demo
         # never both "restart" and "nothing to reload" for the same runs
         assert not ("Restart TensorBoard" in text and "nothing to reload" in text and not rewrote)
         assert note.locator("div").count() == len(res["dashboards"])
+        # issue 13: the two numbers, as the library's reduce_summary counts them (the CLI prints the same)
+        numbers = card.locator(".disk-numbers").inner_text()
+        assert res["removed_from_logdir_bytes"] > 0 and "Removed" in numbers and "freed on disk after a purge" in numbers
+        assert card.locator(".outcome-line", has_text="from the logdir").count() == len(verified)
         tab.shot("tab-05-reduce-all-note.png")
     finally:
         tab.close()

@@ -489,7 +489,7 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
     assert o.verification["expectations"] == {"histograms": "default_view_exact",
                                               "images": "default_view_exact"}
     details = [c["detail"] for c in o.verification["checks"]]
-    assert "histograms: 1 tags, 100 points default view identical (rust)" in details, details
+    assert "histograms: 1 tag, 100 points default view identical (rust)" in details, details
     assert any(d.startswith("histograms: 1/1 tags, 100/1500 points kept") and
                "first step may differ on --load_fast=false (python)" in d for d in details), details
 

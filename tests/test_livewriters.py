@@ -293,6 +293,9 @@ def test_killed_purge_is_finished_and_leaks_nothing(tmp_path, step):
     done = api.purge(str(logdir), older_than=0, yes=True)
     assert all(m["backup_purged"] for m in api.operations(str(logdir)) if m["kind"] == "reduce"), done
     assert not [p for p in (vault / "blobs").rglob("*") if p.is_file()]
+    # the change log names each purged backup once, whether the purge or the recovery finished it
+    purges = [e["op_id"] for e in api.history(str(logdir)) if e["kind"] == "purge"]
+    assert sorted(purges) == sorted(m["op_id"] for m in ops), purges
 
 
 # ---------------------------------------------------------------------------------------

@@ -569,11 +569,14 @@ def test_reduce_check_restore_purge(app, logdir, outside):
     preview = app.post("/purge", {"confirm": False})
     assert preview.status_code == 200
     pv = preview.get_json()["preview"]
-    assert pv["dry_run"] is True and [x["op_id"] for x in pv["ops"]] == [reduce_op["op_id"]]
+    # the verified restore dropped the vault's now redundant copy (issue 13): nothing left to purge
+    assert pv["dry_run"] is True and pv["ops"] == []
     assert pv["originals_lost"] == 0  # the run was restored: its originals are back in place
     wrong = app.post("/purge", {"confirm": True, "originals_lost": 3})
     assert wrong.status_code == 409 and wrong.get_json()["originals_lost"] == 0
     assert app.post("/purge", {"confirm": False}).get_json()["preview"]["ops"] == pv["ops"]
+    app.fresh_scan()
+    assert app.get("/runs").get_json()["vault_bytes"] == 0
     r = app.post("/purge", {"confirm": True})
     assert r.status_code == 202
     job = app.wait_job(r.get_json()["job"]["id"])
@@ -671,6 +674,14 @@ def test_restore_cannot_be_cancelled(app):
     ("/reduce", {"runs": ["big"], "policy": "shred"}, 400, "unknown policy"),
     ("/reduce", {"runs": ["big"], "policy": 7}, 400, "policy"),
     ("/reduce", {"runs": ["(unattributed)"]}, 404, "no run"),
+    # custom rules: the library's checks, as for the CLI's --delete/--keep/--keep-latest/--keep-per-tag
+    ("/reduce", {"runs": ["big"], "custom": "delete everything"}, 400, "custom must be an object"),
+    ("/reduce", {"runs": ["big"], "custom": {"shred": True}}, 400, "custom must be an object"),
+    ("/reduce", {"runs": ["big"], "custom": {"delete": ["hparams"]}}, 400, "can never be selected"),
+    ("/reduce", {"runs": ["big"], "custom": {"delete": ["nope"]}}, 400, "unknown file category 'nope'"),
+    ("/reduce", {"runs": ["big"], "custom": {"delete": "checkpoints"}}, 400, "must be a list"),
+    ("/reduce", {"runs": ["big"], "custom": {"keep_latest": -1}}, 400, "keep_latest"),
+    ("/reduce", {"runs": ["big"], "custom": {"keep_per_tag": {"images": "all"}}}, 400, "keep_per_tag"),
     ("/restore", {}, 400, "op"),
     ("/restore", {"op": "20260101T000000-abcdef"}, 404, "no operation"),
     ("/restore", {"run": "big"}, 404, "nothing to restore"),
@@ -1176,3 +1187,22 @@ def test_default_policy_file_drives_the_overview_run_detail_and_dry_run(logdir, 
             want.removable_bytes  # not the built-in's memoized overview
     finally:
         a.close()
+
+
+def test_reduce_route_takes_custom_rules_and_shows_the_cli_numbers(app, logdir):
+    """The tab's custom rules are the CLI's: keeping the xplane under archive keeps it; the job's
+    answer is ``api.reduce_summary`` — the function the CLI's --json prints."""
+    r = app.post("/reduce", {"runs": ["big"], "policy": "archive", "custom": {"keep": ["profile_xplane"]}})
+    assert r.status_code == 202, r.get_data(as_text=True)
+    job = app.wait_job(r.get_json()["job"]["id"])
+    assert job["state"] == "done", job
+    (o,) = [x for x in job["result"]["outcomes"] if x["run"] == "big"]
+    assert o["status"] == "verified", o
+    assert not any(c["name"] == "profile_xplane" and c["after"] == 0 for c in o["category_changes"])
+    assert any(p.endswith(".xplane.pb") for p in file_shas(logdir, "big"))
+    res = job["result"]
+    assert res["plan"]["policy"]["name"] == "custom(archive)"
+    for key in ("removed_from_logdir_bytes", "freed_on_disk_after_purge_bytes", "committed_any"):
+        assert key in res
+    assert res["removed_from_logdir_bytes"] == o["saved_bytes"] > 0
+    assert "removed_files" not in res  # the tab does not need every path

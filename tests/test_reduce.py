@@ -241,7 +241,7 @@ def test_custom_rules_from_flags_and_file(tmp_path, capsys):
     assert cli_main(["plan", str(logdir), "--policy", "lossless", "--keep", "profile_secondary", "--json"]) == 0
     actions = json.loads(capsys.readouterr().out)["runs"][0]["actions"]
     assert {a["category"] for a in actions if a["kind"] == "delete"} == {cat.PROFILE_CACHE}
-    assert cli_main(["plan", str(logdir), "--delete", "hparams"]) == 1
+    assert cli_main(["plan", str(logdir), "--delete", "hparams"]) == 2  # a usage error (issue 13)
     assert "can never be selected" in capsys.readouterr().err
     pol = tmp_path / "policy.toml"
     pol.write_text('name = "caches-only"\nbase = "lossless"\n[rules]\nprofile_secondary = "keep"\n')

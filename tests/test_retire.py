@@ -291,6 +291,9 @@ def test_purge_frees_retired_runs_after_the_grace_period(tmp_path):
     done = api.purge(str(tmp_path), older_than=0, yes=True)
     assert done.freed_bytes == rep.retired_bytes and not stored.exists()
     assert api.retired(str(tmp_path)) == []
+    # the change log says the retired run's only copy went, and what it freed (issue 13)
+    (e,) = [e for e in api.history(str(tmp_path)) if e["kind"] == "purge"]
+    assert e["op_id"] == op and e["run"] == "a" and e["freed"] == rep.retired_bytes
     [o] = api.restore(str(tmp_path), op=op)
     assert o.status == "failed" and "purged" in o.reason
 

@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from tb_footprint_plugin.cli import main as cli_main
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, footprint_from_dict
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.scan.tfrecord import RecordWriter
+from tb_footprint_plugin.storage.paths import cache_dir, state_dir
 
 
 def walk_total(root, skip=(".tb-footprint",)):
@@ -176,7 +178,7 @@ def test_incremental_cache_rereads_only_changed(tmp_path):
     assert (third.files_read, third.files_cached) == (1, 4)
     assert third.run("r3").categories["scalars"].records == 9
     # a damaged cache is only a slower scan
-    (logdir / ".tb-footprint" / "scan-cache.json").write_text("{not json")
+    (Path(cache_dir(str(logdir))) / "scan-cache.json").write_text("{not json")
     assert scan(str(logdir)).files_read == 5
 
 
@@ -188,7 +190,7 @@ def test_concurrent_scans_leave_a_valid_cache(tmp_path):
     code = f"from tb_footprint_plugin.scan.scanner import scan; scan({str(logdir)!r})"
     procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(4)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
-    with open(logdir / ".tb-footprint" / "scan-cache.json") as f:
+    with open(Path(cache_dir(str(logdir))) / "scan-cache.json") as f:
         assert len(json.load(f)["files"]) == 20
 
 
@@ -202,6 +204,25 @@ def test_cli_scan_human_and_json(tmp_path, capsys):
     assert d["schema_version"] == 1
     fp = footprint_from_dict(d)
     assert fp.total_bytes == walk_total(logdir)
-    assert cli_main(["scan", str(tmp_path / "missing")]) == 1
+    assert cli_main(["scan", str(tmp_path / "missing")]) == 2  # a usage error (issue 13)
     assert "is not a directory" in capsys.readouterr().err
     assert cli_main(["scan"]) == 2
+
+
+def test_scanning_writes_nothing_into_the_logdir_until_something_is_reduced(tmp_path, monkeypatch):
+    cache_home = tmp_path / "cache-home"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    before = sorted(str(p.relative_to(logdir)) for p in logdir.rglob("*"))
+    scan(str(logdir))
+    assert sorted(str(p.relative_to(logdir)) for p in logdir.rglob("*")) == before
+    assert not os.path.exists(state_dir(str(logdir)))
+    cached = Path(cache_dir(str(logdir))) / "scan-cache.json"
+    assert cached.is_file() and cache_home in cached.parents
+    assert scan(str(logdir)).files_cached > 0  # and it is used
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert Path(cache_dir(str(logdir))).parent == tmp_path / "home" / ".cache" / "tb-footprint"
+    # once the user reduced something there, the logdir's own state folder holds its cache
+    os.makedirs(state_dir(str(logdir)))
+    assert cache_dir(str(logdir)) == state_dir(str(logdir))

@@ -508,3 +508,66 @@ def test_real_cache_shapes_match(tmp_path):
     real_text = open(os.path.join(real, ".cached_tools.json")).read()
     for text in (ours_text, real_text):  # json.dumps(indent=2, sort_keys=True), no trailing newline
         assert text.startswith('{\n  "files": {\n    "') and text.endswith('\n  "version": 1\n}')
+
+
+def test_demo_marker_is_no_run_and_overwrite_resets_the_vault(tmp_path):
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.scan.model import UNATTRIBUTED
+
+    target = tmp_path / "logs"
+    demo.generate_demo(str(target), scale=0.05)
+    fp = api.scan(str(target))
+    assert fp.run(UNATTRIBUTED) is None, [f.path for f in fp.run(UNATTRIBUTED).files]
+    rep = api.reduce_logdir(str(target), dry_run=False, runs=["tf_summary_mix"], verify_backends=("python",),
+                            quiet_period=0)
+    assert rep.ok and any(o.status == "verified" for o in rep.outcomes)
+    assert api.status(str(target))["vault_bytes"] > 0
+    demo.generate_demo(str(target), scale=0.05, overwrite=True)
+    st = api.status(str(target))
+    assert st["vault_bytes"] == 0 and st["operations"] == [] and api.history(str(target)) == []
+    # a backup of a file the demo did not write is never dropped with it
+    run = target / "mine"
+    run.mkdir()
+    (run / "model.ckpt-1.data-00000-of-00001").write_bytes(b"w" * 5000)
+    os.utime(run / "model.ckpt-1.data-00000-of-00001", (1, 1))
+    (run / "events.out.tfevents.1.host").write_bytes(b"")
+    pol = api.custom_policy("lossless", delete=["checkpoints"])
+    rep = api.reduce_logdir(str(target), policy=pol, dry_run=False, runs=["mine"], verify_backends=("python",),
+                            quiet_period=0)
+    assert [o.status for o in rep.outcomes] == ["verified"], [o.to_dict() for o in rep.outcomes]
+    kept = api.status(str(target))["vault_bytes"]
+    assert kept >= 5000
+    demo.generate_demo(str(target), scale=0.05, overwrite=True)
+    assert api.status(str(target))["vault_bytes"] == kept
+
+
+def test_demo_graphs_tab_draws_every_graph(demo_dir):
+    """TensorBoard's Graphs tab (its own plugin code) draws every graph the demo lists: the op
+    graph of a tagged run metadata is the merge of its pre-optimization function graphs, so the
+    demo's traced graph must be there, or the tab says 'the graph is empty'."""
+    from tensorboard import context
+    from tensorboard.backend.event_processing import data_provider
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+    from tensorboard.plugins import base_plugin
+    from tensorboard.plugins.graph import graphs_plugin
+
+    target, _summary = demo_dir
+    mux = pem.EventMultiplexer()
+    mux.AddRunsFromDirectory(str(target))
+    mux.Reload()
+    tb_ctx = base_plugin.TBContext(logdir=str(target), multiplexer=mux,
+                                   data_provider=data_provider.MultiplexerDataProvider(mux, str(target)))
+    plugin = graphs_plugin.GraphsPlugin(tb_ctx)
+    rctx = context.RequestContext()
+    info = plugin.info_impl(rctx, "")
+    drawn = []
+    for run, d in sorted(info.items()):
+        asks = [(None, False)] if d["run_graph"] else []
+        # a profile-only run metadata (trace_export without graph) has no graph to draw, as with TF itself
+        asks += [(tag, t["conceptual_graph"]) for tag, t in d["tags"].items()
+                 if (t["op_graph"] and not t["profile"]) or t["conceptual_graph"]]
+        for tag, conceptual in asks:
+            body, _ = plugin.graph_impl(rctx, run, tag, conceptual, "")
+            assert "node {" in body, f"{run} {tag}: the graph is empty"
+            drawn.append((run, tag))
+    assert ("keras2_cifar/train", "batch_6") in drawn  # the default run's traced graph

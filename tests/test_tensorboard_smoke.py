@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+from conftest import copy_real  # noqa: E402
 from tbproc import TensorBoard, free_port, make_demo, tensorboard_cmd  # noqa: E402
 
 def shas(root):
@@ -194,3 +195,16 @@ def test_read_only_mode(demo):
         assert status == 403 and b"write actions are off" in body
     finally:
         t.stop()
+
+
+def test_opening_a_logdir_in_tensorboard_writes_nothing_into_it(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    before = sorted(str(p.relative_to(logdir)) for p in logdir.rglob("*"))
+    t = TensorBoard(logdir)
+    try:
+        runs = t.json(PREFIX + "/runs?wait=60")
+        assert {r["name"] for r in runs["runs"]} >= {"train", "validation"}
+        t.json(PREFIX + "/run?run=train")
+    finally:
+        t.stop()
+    assert sorted(str(p.relative_to(logdir)) for p in logdir.rglob("*")) == before

@@ -407,7 +407,7 @@ def test_default_view_exact_allows_dropped_first_point(tmp_path):
     result = verify_reduction(str(orig), str(red), dve, backends=BOTH)
     assert result.ok, failed_text(result)
     lines = [c.detail for c in result.checks if c.name == "images"]
-    assert "images: 1 tags, 10 points default view identical (rust)" in lines, lines
+    assert "images: 1 tag, 10 points default view identical (rust)" in lines, lines
     assert ("images: 1/1 tags, 10/60 points kept, all original, last kept; first step may differ "
             "on --load_fast=false (python)") in lines, lines
     # the stricter mode requires the first point on Python

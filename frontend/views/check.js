@@ -216,7 +216,7 @@ export class CheckView {
         ok ? 'Verified ✓ — TensorBoard\'s readers show the reduced run as the policy promised'
           : (op.outcome === 'rolled_back' ? 'Rolled back: ' + (op.reason || '') : 'Not verified' + (op.reason ? ': ' + op.reason : ''))),
       el('div', {class: 'muted', text: 'Operation ' + op.op_id + ' · policy ' + (op.policy || '—') + ' · ' + when(op.finished_at) +
-        ' · ' + bytes(op.bytes_before) + ' → ' + bytes(op.bytes_after) + (op.saved_bytes ? ' (' + bytes(op.saved_bytes) + ' freed)' : '') +
+        ' · ' + bytes(op.bytes_before) + ' → ' + bytes(op.bytes_after) + (op.saved_bytes ? ' (' + bytes(op.saved_bytes) + ' removed from the logdir)' : '') +
         (op.restored_by ? ' · restored by ' + op.restored_by : '')}));
     if (op.restorable) {
       const st = this.model.state;

@@ -28,7 +28,7 @@ function outcomeLine(model, o) {
   if (o.status === 'verified' && o.kind === 'retire') {
     line.appendChild(el('span', {text: ' — retired ✓, ' + bytes(o.bytes_before) + ' moved into the vault (restore it from Retire or Operations)'}));
   } else if (o.status === 'verified') {
-    line.appendChild(el('span', {text: ' — verified ✓, freed ' + bytes(o.saved_bytes) + ' (' + bytes(o.bytes_before) + ' → ' + bytes(o.bytes_after) + ')'}));
+    line.appendChild(el('span', {text: ' — verified ✓, removed ' + bytes(o.saved_bytes) + ' from the logdir (' + bytes(o.bytes_before) + ' → ' + bytes(o.bytes_after) + ')'}));
     if (o.op_id) {
       const b = button('Show before/after check', () => model.openCheck(o.op_id), {kind: 'flat'});
       b.classList.add('show-check');
@@ -110,6 +110,12 @@ export class JobsView {
     }
     const outcomes = res.outcomes || [];
     for (const o of outcomes) card.appendChild(outcomeLine(this.model, o));
+    if (job.kind === 'reduce' && res.removed_from_logdir_bytes > 0 && !compact) {
+      // the two numbers of the library's reduce_summary (the CLI prints the same): the disk drops only at purge
+      card.appendChild(el('div', {class: 'disk-numbers', text: 'Removed ' + bytes(res.removed_from_logdir_bytes) +
+        ' from the logdir; ' + bytes(res.freed_on_disk_after_purge_bytes || 0) + ' freed on disk after a purge ' +
+        '(the backups stay in the vault until then).'}));
+    }
     const changed = outcomes.filter((o) => o.status === 'verified' || o.status === 'restored');
     if (changed.length && !compact) {
       // one note for the whole job, derived by the library from all its outcomes (never per-run notes merged)

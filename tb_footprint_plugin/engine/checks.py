@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
 from tb_footprint_plugin.engine.context import Context
@@ -64,15 +64,19 @@ def _renamed(obj, names: Dict[str, str]):
     return obj
 
 
-def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None) -> List[dict]:
+def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
+            progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
-    TensorBoard's readers against the original (from the vault)."""
+    TensorBoard's readers against the original (from the vault). ``progress(manifest, i, n)`` is
+    called as the i-th of n checks starts."""
     manifests = [find_manifest(ctx, op)] if op else restorable_ops(ctx, run)
     newest: Dict[str, str] = {}
     for m in restorable_ops(ctx, None):  # newest first
         newest.setdefault(m["run"], m["op_id"])
     results = []
-    for m in manifests:
+    for i, m in enumerate(manifests):
+        if progress:
+            progress(m, i, len(manifests))
         vault = Vault(m["vault"])
         bad = [f["path"] for f in m["files"] if not vault.check_blob(f["sha256"])]
         res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad}

@@ -12,7 +12,7 @@ from tb_footprint_plugin.storage.files import append_line
 
 HISTORY_NAME = "history.jsonl"
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome",
-              "backup_kept", "user", "host", "tool_version", "reason")
+              "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed")
 
 
 def append_history(state: str, entry: dict) -> None:

@@ -92,12 +92,15 @@ class Ledger:
             entry.update(fields, state=state, updated_at=time.time(), **self.who)
             atomic_write_json(self.path, data)
 
-    def should_run(self, entry: Optional[dict]) -> bool:
+    def should_run(self, entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
         """Resume rule: pending, interrupted and failed runs are retried; done and skipped are not,
-        except runs skipped for a passing reason (active or locked: ``codes.PASSING_SKIPS``)."""
+        except runs skipped for a passing reason (active or locked: ``codes.PASSING_SKIPS``) and
+        stale entries (``is_stale``)."""
         if not entry:
             return True
         if entry.get("state") in RETRY_STATES:
+            return True
+        if is_stale(entry, current_bytes):
             return True
         return entry.get("state") == "skipped" and _skip_code(entry) in PASSING_SKIPS
 
@@ -107,6 +110,15 @@ class Ledger:
         for e in data["runs"].values():
             counts[e.get("state", "?")] = counts.get(e.get("state", "?"), 0) + 1
         return {"path": self.path, "policy": data.get("policy"), "counts": counts, "runs": data["runs"]}
+
+
+def is_stale(entry: dict, current_bytes: Optional[int]) -> bool:
+    """A settled entry says what the run was right after the batch handled it; once the run changed
+    since (restored, new files written, files removed) its size differs and the entry no longer holds."""
+    if current_bytes is None or entry.get("state") not in ("done", "skipped"):
+        return False
+    after = entry.get("after_size_bytes")
+    return isinstance(after, int) and after != current_bytes
 
 
 def _skip_code(entry: dict) -> Optional[str]:

@@ -23,10 +23,12 @@ from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.retire import purge_retired
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import CHUNK, sha256_file
 from tb_footprint_plugin.storage.openfiles import find_writers
+from tb_footprint_plugin.version import __version__
 
 
 @dataclass
@@ -154,7 +156,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                 originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
                 plan.append((m, shas, size, originals))
             if yes:
-                _purge(vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+                _purge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
             for m, _shas, size, originals in plan:
                 report.freed_bytes += size
                 lost += originals
@@ -165,6 +167,9 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             lock.release()
     # retired runs: the same grace (older_than) and the same confirmation
     r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now)
+    for x in r_listed if yes else ():
+        _log(ctx, x["op_id"], x["run"], x["bytes"], f"retired run {x['run']} ({x['op_id']}) deleted from the vault"
+             + (" (restored before)" if x.get("restored") else ": its only copy"))
     report.ops += r_listed
     report.freed_bytes += r_freed
     # a retired run's vault copy is its only copy: every file of it goes for good
@@ -174,7 +179,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     return report
 
 
-def _purge(vault: Vault, plan: list, now: float) -> None:
+def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
     """Every intent first, then the blobs, then the marks: a kill anywhere is finished from the
     intents (operations sharing a blob are purged together, so none is left claiming it)."""
     for m, shas, _size in plan:
@@ -190,6 +195,7 @@ def _purge(vault: Vault, plan: list, now: float) -> None:
         vault.write_manifest(m)
         faults.hit("purge_marked")
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
+        _log_purge(ctx, m, size)
 
 
 def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
@@ -208,8 +214,25 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
             m["purged_at"] = intent.get("t", time.time())
             vault.write_manifest(m)
         oplog.append(vault.root, op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
+        if m is not None:
+            _log_purge(ctx, m, freed)
         details.append(f"an interrupted purge of {op_id} was finished ({freed} more byte(s) freed)")
     return details
+
+
+def _log_purge(ctx: Context, m: dict, freed: int) -> None:
+    """A purge is a change too: the change log says which operation's backup went and what it freed."""
+    _log(ctx, m["op_id"], m["run"], freed, f"backup of {m['op_id']} deleted from {m['vault']}"
+         + (" (run restored before)" if m.get("restored_by") else ""))
+
+
+def _log(ctx: Context, op_id: str, run: str, freed: int, reason: str) -> None:
+    user = who()
+    append_history(ctx.state, {
+        "op_id": op_id, "kind": "purge", "run": run, "policy": None, "before": freed, "after": 0,
+        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False, "reason": reason,
+        "user": user["user"], "host": user["host"], "tool_version": __version__,
+    })
 
 
 __all__ = ["PurgeReport", "purge_backups", "finish_purges"]

@@ -13,7 +13,7 @@ from typing import List
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust
-from tb_footprint_plugin.engine.catalogue import restorable_ops, unsettled_op
+from tb_footprint_plugin.engine.catalogue import journal_blobs, restorable_ops, unsettled_op
 from tb_footprint_plugin.engine.context import (
     Context,
     RunOutcome,
@@ -28,6 +28,7 @@ from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import retired_now
 from tb_footprint_plugin.engine.swap import put_back
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
+from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import matches
 from tb_footprint_plugin.verify.records import check_file
@@ -151,6 +152,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     manifest["restored_by"] = begin["op_id"]
     manifest["restored_at"] = time.time()
     vault.write_manifest(manifest)
+    released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced})
     vault.write_manifest({
         "op_id": begin["op_id"], "kind": "restore", "of_op": manifest["op_id"], "run": manifest["run"],
         "logdir": ctx.logdir, **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
@@ -167,6 +169,8 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         "user": who()["user"], "host": who()["host"], "tool_version": __version__,
     })
     detail = f"{len(originals)} file(s) restored byte for byte (sha256 checked)"
+    if released:
+        detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"
     if kept_changed:
         detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
     if displaced:
@@ -193,6 +197,52 @@ def _remove_restore_temps(ctx: Context, manifest: dict) -> List[str]:
                     os.unlink(p)
                     removed.append(os.path.relpath(p, ctx.logdir))
     return removed
+
+
+def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset()) -> int:
+    """After a verified restore the originals stand in the logdir again; the vault's copies of
+    them are then redundant and are dropped, so a restore leaves the disk no fuller than before
+    the reduce (the backup of a reduction is a hard link until the purge; the restore writes a
+    fresh copy). Returns the bytes freed.
+
+    Invariant 1: a blob goes only when the file in place matches its sha256 and size right now,
+    no other operation of any logdir using this vault still claims it (nor an unfinished one, nor
+    ``keep``), and every manifest of the vault could be read — on any doubt the blob stays (and
+    ``purge`` can free it later). The manifest stops claiming the backup before any blob goes.
+    """
+    if not manifest.get("restored_by"):
+        return 0
+    try:
+        listed = [n for n in os.listdir(vault.ops) if n.endswith(".json") and not n.startswith(".")]
+    except OSError:
+        return 0
+    others = [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
+    if len(others) + 1 != len(listed):
+        return 0  # a manifest we could not read may claim these blobs
+    claimed = set(keep) | journal_blobs(ctx)
+    for m in others:
+        # a restored operation's originals stand in its logdir: its backup is no claim any more
+        if not m.get("backup_purged") and not m.get("restored_by"):
+            claimed.update(f.get("sha256") for f in m.get("files", []))
+        claimed.update(d.get("sha256") for d in m.get("displaced", []))  # bytes a restore set aside
+    shas = []
+    for f in manifest.get("files", []):
+        sha = f["sha256"]
+        if sha in claimed or sha in shas:
+            continue
+        if os.path.lexists(vault.blob_path(sha)) and matches(ctx.abs(f["path"]), sha, f["size"]):
+            shas.append(sha)
+    if not shas:
+        return 0
+    gone = set(shas)
+    for m in [manifest] + others:  # every restored operation left with no blob stops claiming one
+        if m.get("restored_by") and not m.get("backup_purged") and all(
+                f["sha256"] in gone or not os.path.lexists(vault.blob_path(f["sha256"])) for f in m.get("files", [])):
+            m["backup_purged"] = True
+            m["backup_released_by_restore"] = manifest["restored_by"]
+            m["purged_at"] = time.time()
+            vault.write_manifest(m)
+    return sum(vault.delete_blob(sha) for sha in shas)
 
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:

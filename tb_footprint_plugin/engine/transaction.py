@@ -157,6 +157,23 @@ _check_space = check_space  # one rule, shared with restore (engine.context)
 # ---------------------------------------------------------------------------------------
 # the transaction
 # ---------------------------------------------------------------------------------------
+def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Optional[RunLock]:
+    """The lock of ``out.run`` (after settling unfinished operations with ``settle_first``), or
+    None with ``out`` saying why: held by another process is a skip, anything else a failure."""
+    errors = Exception if settle_first else OSError  # a failed settle must not escape either
+    try:
+        if settle_first:
+            recover(ctx)
+        return RunLock(ctx.lock_dir, out.run).acquire()
+    except RunLocked as e:
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+    except errors as e:
+        out.code = Failure.LOCK_ERROR
+        out.reason = (f"cannot settle or lock run {out.run!r}: {reason_of(e)}" if settle_first
+                      else f"cannot lock run {out.run!r} in {ctx.lock_dir}: {e.strerror or e}")
+    return None
+
+
 def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
     """Reduce one run as ``rp`` says; returns an outcome, never raises for a failed run."""
@@ -167,27 +184,16 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         return out
     cancel = cancel or CancelToken()
     report = progress or (lambda step, frac: None)
-    try:
-        lock = RunLock(ctx.lock_dir, rp.run).acquire()
-    except RunLocked as e:
-        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
-        return out
-    except OSError as e:
-        out.reason, out.code = f"cannot lock run {rp.run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
+    lock = _lock_run(ctx, out)
+    if lock is None:
         return out
     unsettled = unsettled_op(ctx, rp.run)
     if unsettled:
         # we hold the run's lock, so the process of that operation is gone (a killed worker of a
         # sharded batch): settle it now, as the next start would, and go on if the run is free
         lock.release()
-        try:
-            recover(ctx)
-            lock = RunLock(ctx.lock_dir, rp.run).acquire()
-        except RunLocked as e:
-            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
-            return out
-        except Exception as e:
-            out.reason, out.code = f"cannot settle or lock run {rp.run!r}: {reason_of(e)}", Failure.LOCK_ERROR
+        lock = _lock_run(ctx, out, settle_first=True)
+        if lock is None:
             return out
         unsettled = unsettled_op(ctx, rp.run)
     if unsettled:

@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Sequence
 
 from transformers import TrainerCallback
 
-from tb_footprint_plugin.integrations.job import JobOutcome, JobReducer
+from tb_footprint_plugin.integrations.job import JobCallback
 
 
 def _writer_dir(args) -> tuple:
@@ -27,7 +27,7 @@ def _writer_dir(args) -> tuple:
     return d, d
 
 
-class FootprintHFCallback(TrainerCallback):
+class FootprintHFCallback(JobCallback, TrainerCallback):
     """Reduce the run(s) the Trainer's TensorBoard writer (and any torch profiler trace written
     under the same folders) produced, when training ends.
 
@@ -42,17 +42,8 @@ class FootprintHFCallback(TrainerCallback):
                  close_timeout: float = 120.0, verify_backends: Optional[Sequence[str]] = None, **kwargs):
         self._logdir = logdir
         self._job_dirs = [os.path.abspath(d) for d in job_dirs] if job_dirs else None
-        extra = {"verify_backends": verify_backends} if verify_backends else {}
-        self.job = JobReducer(logdir, policy=policy, dry_run=dry_run, backup_dir=backup_dir,
-                              close_timeout=close_timeout, **extra, **kwargs)
-
-    @property
-    def outcome(self) -> Optional[JobOutcome]:
-        return self.job.outcome
-
-    def wait(self, timeout: Optional[float] = None) -> Optional[JobOutcome]:
-        """The outcome once the reduction ended."""
-        return self.job.wait(timeout)
+        self._start_job(logdir, policy=policy, dry_run=dry_run, backup_dir=backup_dir,
+                        close_timeout=close_timeout, verify_backends=verify_backends, **kwargs)
 
     def on_train_end(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:

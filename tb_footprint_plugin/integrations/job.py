@@ -262,6 +262,27 @@ class JobReducer:
         return out
 
 
+class JobCallback:
+    """What the framework callbacks share: the ``JobReducer`` they hold, its ``outcome`` and
+    ``wait()``. Mixed in before the framework's own callback class."""
+
+    job: JobReducer
+
+    def _start_job(self, logdir: Optional[str], *, verify_backends: Optional[Sequence[str]] = None,
+                   **kwargs) -> None:
+        """Hold a ``JobReducer`` watching from now on (``verify_backends=None``: its default)."""
+        extra = {"verify_backends": verify_backends} if verify_backends else {}
+        self.job = JobReducer(logdir, **extra, **kwargs)
+
+    @property
+    def outcome(self) -> Optional[JobOutcome]:
+        return self.job.outcome
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[JobOutcome]:
+        """The outcome once the reduction ended (it may still be waiting for the writers)."""
+        return self.job.wait(timeout)
+
+
 def _within(path: str, root: str) -> bool:
     path, root = os.path.realpath(path), os.path.realpath(root)
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)

@@ -12,10 +12,10 @@ from typing import Optional, Sequence
 
 import keras
 
-from tb_footprint_plugin.integrations.job import JobOutcome, JobReducer
+from tb_footprint_plugin.integrations.job import JobCallback
 
 
-class FootprintKerasCallback(keras.callbacks.Callback):
+class FootprintKerasCallback(JobCallback, keras.callbacks.Callback):
     """Reduce the runs the job's ``TensorBoard`` callback wrote when training ends.
 
     ``tensorboard``: the ``keras.callbacks.TensorBoard`` instance (or give ``log_dir``, its
@@ -33,17 +33,9 @@ class FootprintKerasCallback(keras.callbacks.Callback):
         if tensorboard is None and log_dir is None:
             raise ValueError("pass the keras.callbacks.TensorBoard callback, or its log_dir")
         job_dir = os.path.abspath(str(log_dir if log_dir is not None else tensorboard.log_dir))
-        extra = {"verify_backends": verify_backends} if verify_backends else {}
-        self.job = JobReducer(logdir or job_dir, job_dirs=[job_dir], policy=policy, dry_run=dry_run,
-                              backup_dir=backup_dir, close_timeout=close_timeout, **extra, **kwargs)
-
-    @property
-    def outcome(self) -> Optional[JobOutcome]:
-        return self.job.outcome
-
-    def wait(self, timeout: Optional[float] = None) -> Optional[JobOutcome]:
-        """The outcome once the reduction ended (it may still be waiting for the writers)."""
-        return self.job.wait(timeout)
+        self._start_job(logdir or job_dir, job_dirs=[job_dir], policy=policy, dry_run=dry_run,
+                        backup_dir=backup_dir, close_timeout=close_timeout, verify_backends=verify_backends,
+                        **kwargs)
 
     def on_train_end(self, logs=None):
         # Keras calls on_train_end only when fit returned normally (an exception skips it)

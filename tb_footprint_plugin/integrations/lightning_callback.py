@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from tb_footprint_plugin.integrations.job import JobOutcome, JobReducer
+from tb_footprint_plugin.integrations.job import JobCallback
 
 
 def _job_dirs(trainer, logdir: Optional[str]):
@@ -34,7 +34,7 @@ def _job_dirs(trainer, logdir: Optional[str]):
 def make_callback_class(base):
     """A Footprint callback class deriving from ``base`` (a Lightning ``Callback`` class)."""
 
-    class FootprintLightningCallback(base):
+    class FootprintLightningCallback(JobCallback, base):
         """Reduce the runs this ``fit`` wrote (its TensorBoardLogger's ``log_dir`` and the
         profiler's ``dirpath``) when it ends. ``logdir``: the folder TensorBoard is started on
         (default: the logger's ``root_dir``). Defaults: ``dry_run=True`` logs the plan;
@@ -46,17 +46,8 @@ def make_callback_class(base):
             super().__init__()
             self._logdir = logdir
             self._failed: Optional[str] = None
-            extra = {"verify_backends": verify_backends} if verify_backends else {}
-            self.job = JobReducer(logdir, policy=policy, dry_run=dry_run, backup_dir=backup_dir,
-                                  close_timeout=close_timeout, **extra, **kwargs)
-
-        @property
-        def outcome(self) -> Optional[JobOutcome]:
-            return self.job.outcome
-
-        def wait(self, timeout: Optional[float] = None) -> Optional[JobOutcome]:
-            """The outcome once the reduction ended."""
-            return self.job.wait(timeout)
+            self._start_job(logdir, policy=policy, dry_run=dry_run, backup_dir=backup_dir,
+                            close_timeout=close_timeout, verify_backends=verify_backends, **kwargs)
 
         def on_exception(self, trainer, pl_module, exception):
             # Lightning calls no teardown hook after an exception: settle the outcome here

@@ -86,14 +86,20 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
     """
     content = dict(policy.content or {})
     rules = Rules.from_content(content)
-    actions: List = []
     lines: List[str] = []
+    actions = _event_actions(run, rules, lines)
+    trace_opts = content.get("trace")
+    if trace_opts:
+        opts = TraceOptions.from_dict(trace_opts if isinstance(trace_opts, dict) else {})
+        actions += _trace_actions(run, opts, file_actions, lines)
+    if content:
+        lines += _xprof_lines(run, file_actions)
+    return actions, lines
 
-    # --- event files -------------------------------------------------------------------
-    per_tag: Dict[str, float] = {}
-    for name, st in run.categories.items():
-        if st.records and st.tags:
-            per_tag[name] = st.records / len(st.tags)
+
+def _event_candidates(run, rules: Rules, per_tag: Dict[str, float], lines: List[str]) -> list:
+    """``(file, estimate)`` of each event file the rules would change; a file that is corrupt,
+    still being appended to or unreadable is kept as is (said in ``lines``)."""
     candidates = []
     for f in run.files:
         if f.kind != "event":
@@ -117,54 +123,64 @@ def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
         est = _estimate_file(f, run, rules, per_tag)
         if est is not None:
             candidates.append((f, est))
+    return candidates
+
+
+def _event_actions(run, rules: Rules, lines: List[str]) -> list:
+    """One ``event_rewrite`` action per event file the rules change, and their fidelity lines."""
+    per_tag: Dict[str, float] = {}
+    for name, st in run.categories.items():
+        if st.records and st.tags:
+            per_tag[name] = st.records / len(st.tags)
+    candidates = _event_candidates(run, rules, per_tag, lines)
     run_files = [os.path.basename(f.path) for f, _ in candidates]
-    for f, (after, main_cat, what, per_cat) in candidates:
-        actions.append(Action(
-            "rewrite", f.path, main_cat, f.size, after,
-            "rewrite records: " + "; ".join(what),
-            estimated=True,
-            params={"transform": "event_rewrite", "rules": rules.to_params(), "run_files": run_files},
-            categories=per_cat,
-        ))
+    actions = [Action("rewrite", f.path, main_cat, f.size, after, "rewrite records: " + "; ".join(what),
+                      estimated=True,
+                      params={"transform": "event_rewrite", "rules": rules.to_params(), "run_files": run_files},
+                      categories=per_cat)
+               for f, (after, main_cat, what, per_cat) in candidates]
     if rules.active:
         lines.extend(_event_fidelity(run, rules, per_tag, candidates))
+    return actions
 
-    # --- PyTorch traces --------------------------------------------------------------------
-    trace_opts = content.get("trace")
-    if trace_opts:
-        opts = TraceOptions.from_dict(trace_opts if isinstance(trace_opts, dict) else {})
-        deleted = {a.path for a in file_actions if a.kind == "delete"}
-        existing = {f.path for f in run.files}
-        slimmed = []
-        for f in run.files:
-            if f.kind != "file" or cat.TORCH_TRACE not in f.categories or f.path in deleted:
-                continue
-            gz = f.path.endswith(".gz")
-            target = f.path if gz else f.path + ".gz"
-            if not gz and target in existing:
-                lines.append(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)")
-                continue
-            file_actions[:] = [a for a in file_actions
-                               if not (a.kind == "compress" and a.path == f.path)]
-            after = f.size if gz else int(f.size * _GZIP_RATIO)
-            actions.append(Action(
-                "rewrite", f.path, cat.TORCH_TRACE, f.size, after,
-                "slim trace: " + ", ".join(opts.describe() or ["re-encoded"]) + "; gzip",
-                new_path=None if gz else target, estimated=True,
-                params={"transform": "trace_slim", "trace": opts.to_dict()},
-            ))
-            slimmed.append(f)
-        if slimmed:
-            lines.append(_trace_fidelity(opts, slimmed))
 
-    # --- xprof ---------------------------------------------------------------------------------
-    if content:
-        deleted = {a.path for a in file_actions if a.kind == "delete"}
-        kept = [f for f in run.files if cat.PROFILE_XPLANE in f.categories and f.path not in deleted]
-        if kept:
-            lines.append(f"profile: {len(kept)} xplane file(s) (.xplane.pb / .xplane.riegeli) kept as is: xplane trimming is not "
-                         "proven safe with the profile plugin")
-    return actions, lines
+def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[str]) -> list:
+    """One ``trace_slim`` action per PyTorch trace the policy keeps; each replaces that trace's
+    ``compress`` action in ``file_actions`` (the slim writes the ``.gz`` itself)."""
+    deleted = {a.path for a in file_actions if a.kind == "delete"}
+    existing = {f.path for f in run.files}
+    actions, slimmed = [], []
+    for f in run.files:
+        if f.kind != "file" or cat.TORCH_TRACE not in f.categories or f.path in deleted:
+            continue
+        gz = f.path.endswith(".gz")
+        target = f.path if gz else f.path + ".gz"
+        if not gz and target in existing:
+            lines.append(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)")
+            continue
+        file_actions[:] = [a for a in file_actions
+                           if not (a.kind == "compress" and a.path == f.path)]
+        after = f.size if gz else int(f.size * _GZIP_RATIO)
+        actions.append(Action(
+            "rewrite", f.path, cat.TORCH_TRACE, f.size, after,
+            "slim trace: " + ", ".join(opts.describe() or ["re-encoded"]) + "; gzip",
+            new_path=None if gz else target, estimated=True,
+            params={"transform": "trace_slim", "trace": opts.to_dict()},
+        ))
+        slimmed.append(f)
+    if slimmed:
+        lines.append(_trace_fidelity(opts, slimmed))
+    return actions
+
+
+def _xprof_lines(run, file_actions) -> List[str]:
+    """What a content policy says of the xprof files it keeps (never trimmed)."""
+    deleted = {a.path for a in file_actions if a.kind == "delete"}
+    kept = [f for f in run.files if cat.PROFILE_XPLANE in f.categories and f.path not in deleted]
+    if not kept:
+        return []
+    return [f"profile: {len(kept)} xplane file(s) (.xplane.pb / .xplane.riegeli) kept as is: xplane trimming is not "
+            "proven safe with the profile plugin"]
 
 
 def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):

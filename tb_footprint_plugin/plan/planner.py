@@ -13,7 +13,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import plan_content
 from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
@@ -49,6 +49,23 @@ LOCAL_VAULT_NOTE = ("Backups are kept in the vault until you purge them: disk sp
                     "or at once if the vault is on another disk (--backup-dir).")
 
 
+class SelectionError(ValueError):
+    """A run selection (``--run`` / ``--runs``) that names no run of the logdir."""
+
+
+def check_selection(footprint: LogdirFootprint, runs: Optional[List[str]], run_glob: Optional[str]) -> None:
+    """Raise ``SelectionError`` naming each ``runs`` entry and a ``run_glob`` that match no run:
+    a typo must not look like "nothing to do"."""
+    names = [r.name for r in footprint.runs if r.name != UNATTRIBUTED]
+    missing = [n for n in (runs or []) if n not in names]
+    if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for n in names):
+        missing.append(run_glob)
+    if missing:
+        shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+        raise SelectionError(f"no run of {footprint.logdir} matches {', '.join(repr(m) for m in missing)} "
+                             f"(runs: {shown or 'none'})")
+
+
 def make_plan(
     footprint: LogdirFootprint,
     policy="archive",
@@ -66,6 +83,7 @@ def make_plan(
     ``newest_write``) are exempt from the quiet period; every other file is not."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
+    check_selection(footprint, runs, run_glob)
     plans = []
     for r in footprint.runs:
         if r.name == UNATTRIBUTED:
@@ -241,7 +259,8 @@ def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
     for name in (cat.SCALARS, cat.HPARAMS, cat.TEXT):
         c = run.categories.get(name)
         if c:
-            lines.append(f"{name}: unchanged ({c.records} records in {len(c.tags)} tags, bit for bit)")
+            lines.append(f"{name}: unchanged ({plural(c.records, 'record')} in {plural(len(c.tags), 'tag')}, "
+                         "bit for bit)")
     rewritten = {a.path for a in rp.actions if a.kind == "rewrite"}
     event_cats = [c for c in run.categories.values()
                   if c.name not in cat.PROTECTED_PLUGINS and c.name not in cat.PROFILE_CATEGORIES

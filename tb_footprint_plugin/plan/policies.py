@@ -159,7 +159,9 @@ def custom_policy(base: str, *, delete: Sequence[str] = (), keep: Sequence[str] 
                   keep_latest: Optional[int] = None, keep_per_tag: Optional[Dict[str, int]] = None):
     """``base`` refined by per-category rules: the policy spec both front ends build from a
     user's choices (CLI flags, the tab's form). Returns ``base`` itself when nothing refines it,
-    else a policy dict for ``get_policy``."""
+    else a policy dict for ``get_policy``. Arguments of the wrong shape raise ``PolicyError``
+    (the tab's JSON is checked by the same rules as the CLI's flags)."""
+    _check_custom(delete, keep, keep_latest, keep_per_tag)
     if not (delete or keep or keep_latest is not None or keep_per_tag):
         return base
     rules = {c: DELETE for c in delete}
@@ -170,6 +172,34 @@ def custom_policy(base: str, *, delete: Sequence[str] = (), keep: Sequence[str] 
     if keep_per_tag:
         d["content"] = {"keep_per_tag": dict(keep_per_tag)}
     return d
+
+
+def _count(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise PolicyError(f"{what} must be a whole number ≥ 0, got {value!r}")
+    return value
+
+
+def _check_custom(delete, keep, keep_latest, keep_per_tag) -> None:
+    """The shape of custom rules, wherever they come from."""
+    for what, cats in (("delete", delete), ("keep", keep)):
+        if isinstance(cats, str) or not isinstance(cats, (list, tuple)) or not all(isinstance(c, str) for c in cats):
+            raise PolicyError(f"{what} must be a list of file categories (one of {', '.join(FILE_CATEGORIES)})")
+        unknown = [c for c in cats if c not in FILE_CATEGORIES and c not in cat.PROTECTED_PLUGINS]
+        if unknown:
+            raise PolicyError(f"{what}: unknown file category {unknown[0]!r} (one of {', '.join(FILE_CATEGORIES)})")
+    both = set(delete) & set(keep)
+    if both:
+        raise PolicyError(f"{sorted(both)[0]!r} is both deleted and kept; choose one")
+    if keep_latest is not None:
+        _count(keep_latest, "keep_latest")
+    if keep_per_tag is not None:
+        if not isinstance(keep_per_tag, dict):
+            raise PolicyError("keep_per_tag must map a plugin name to a number of items, e.g. {\"images\": 5}")
+        for plugin, n in keep_per_tag.items():
+            if not isinstance(plugin, str) or not plugin:
+                raise PolicyError(f"keep_per_tag: {plugin!r} is not a plugin name")
+            _count(n, f"keep_per_tag[{plugin!r}]")
 
 
 def policy_from_dict(d: dict) -> Policy:

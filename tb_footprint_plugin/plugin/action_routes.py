@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from tb_footprint_plugin import api
-from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.plugin.jobs import Busy, Job
-from tb_footprint_plugin.plugin.http import JOB_ID_RE, HttpError, RouteBase
+from tb_footprint_plugin.plugin.http import JOB_ID_RE, OP_ID_RE, HttpError, RouteBase
+
+#: HTTP status of a restore that cannot start, by ``api.NotRestorable.code``
+_RESTORE_STATUS = {"not_found": 404, "blocked": 409, "already_restored": 409}
 
 
 class ActionRoutes(RouteBase):
@@ -14,7 +16,7 @@ class ActionRoutes(RouteBase):
     def reduce(self, request, body):
         fp, _meta = self._scan(wait=0.0)
         names = self._run_names(fp, body.get("runs", body.get("run")), changing=True)
-        policy = self._policy(body.get("policy"))
+        policy = self._custom_policy(self._policy(body.get("policy")), body.get("custom"))
         token = _cancel_token()
         job = Job("reduce", names, {"policy": policy.name}, cancel_token=token)
         before = {n: {c.name: c.bytes for c in fp.run(n).categories.values()} for n in names}
@@ -23,83 +25,54 @@ class ActionRoutes(RouteBase):
         def work(job: Job) -> dict:
             report = api.reduce_logdir(p.logdir, p.config.backup_dir, policy=policy, dry_run=False, runs=names,
                                        quiet_period=p.config.quiet_period, progress=job.report, cancel=token)
-            d = report.to_dict()
-            plan_runs = {rp["run"]: rp for rp in d.get("plan", {}).get("runs", [])}
-            seen = set()
-            for o in d.get("outcomes", []):
-                seen.add(o["run"])
+            d = api.reduce_summary(report, names, before, with_files=False)
+            for o in d["outcomes"]:
                 job.finish_run(o["run"], o["status"])
-                rp = plan_runs.get(o["run"], {})
-                labels = self._labels({a.get("category") for a in rp.get("actions", [])})
-                o["category_changes"] = api.category_changes(rp, labels) if o["status"] == "verified" else []
-                o["categories_before"] = before.get(o["run"], {})
-                o["fidelity"] = rp.get("fidelity", [])
-                o["dashboards"] = api.dashboards_note("reduce", o, rp.get("actions", []))
-                if o.get("verification"):
-                    o["verification"] = {k: v for k, v in o["verification"].items()
-                                         if not k.startswith("_") and k != "views"}
-            for n in names:
-                if n not in seen:
-                    job.finish_run(n, "skipped")
-                    d.setdefault("outcomes", []).append({
-                        "run": n, "status": Outcome.SKIPPED, "reason": "not in the plan any more (the run changed "
-                        "since the scan); rescan and look again", "code": Skip.NOT_IN_PLAN,
-                        "bytes_before": 0, "bytes_after": 0,
-                        "saved_bytes": 0})
-            d["committed_any"] = any(o["status"] == "verified" for o in d.get("outcomes", []))
-            d["dashboards"] = api.dashboards_summary(
-                "reduce", [(o, plan_runs.get(o["run"], {}).get("actions", [])) for o in d.get("outcomes", [])])
-            d.pop("removed_files", None)
             return d
 
         return self._submit(request, job, work)
 
+    @staticmethod
+    def _custom_policy(base, custom):
+        """The tab's custom rules on top of a named policy: ``{"delete": [category], "keep": [category],
+        "keep_latest": N, "keep_per_tag": {plugin: N}}``, checked by the library's rules (as the CLI's flags)."""
+        if custom is None:
+            return base
+        if not isinstance(custom, dict) or set(custom) - {"delete", "keep", "keep_latest", "keep_per_tag"}:
+            raise HttpError(400, "custom must be an object with delete, keep, keep_latest and/or keep_per_tag")
+        try:
+            return api.get_policy(api.custom_policy(base.name, delete=custom.get("delete", []),
+                                                keep=custom.get("keep", []), keep_latest=custom.get("keep_latest"),
+                                                keep_per_tag=custom.get("keep_per_tag")))
+        except (api.PolicyError, ValueError) as e:
+            raise HttpError(400, str(e)) from None
+
     def restore(self, request, body):
-        op_id = body.get("op")
-        run = body.get("run")
-        p = self.p
+        op_id, run = body.get("op"), body.get("run")
+        if op_id is not None and (not isinstance(op_id, str) or not OP_ID_RE.match(op_id)):
+            raise HttpError(400, "a valid operation id is required")
+        if run is not None and not isinstance(run, str):
+            raise HttpError(400, "run must be a string")
+        if op_id is None and run is None:
+            raise HttpError(400, "give the operation to restore (op) or a run (run)")
         if op_id is not None and self._find_op(op_id).get("kind") == "retire":
             return self.unretire(request, body)  # a retired run: the Retire page's restore
-        if op_id is not None:
-            m = self._find_op(op_id)
-            if m.get("kind") != "reduce":
-                raise HttpError(409, f"operation {op_id} is a {m.get('kind')}, not a reduction")
-            if m.get("outcome") != "verified":
-                raise HttpError(409, f"operation {op_id} did not change the run ({m.get('outcome')}); nothing to restore")
-            if m.get("restored_by"):
-                raise HttpError(409, f"operation {op_id} was already restored by {m['restored_by']}")
-            if m.get("backup_purged"):
-                raise HttpError(409, f"the backup of {op_id} was purged; nothing to restore from")
-            newer = [x for x in self._operations() if x.get("run") == m.get("run") and x.get("kind") == "reduce"
-                     and x.get("outcome") == "verified" and not x.get("restored_by") and not x.get("backup_purged")
-                     and (x.get("started_at") or 0) > (m.get("started_at") or 0)]
-            if newer:
-                raise HttpError(409, f"operation {newer[0]['op_id']} on this run is newer: restore it first")
-            runs, params = [m["run"]], {"op": op_id}
-        elif run is not None:
-            if not isinstance(run, str):
-                raise HttpError(400, "run must be a string")
-            ops = [m for m in self._operations() if m.get("run") == run and m.get("kind") == "reduce"
-                   and m.get("outcome") == "verified" and not m.get("restored_by") and not m.get("backup_purged")]
-            if not ops:
-                raise HttpError(404, f"nothing to restore for run {run!r}")
-            runs, params = [ops[0]["run"]], {"run": ops[0]["run"]}
-        else:
-            raise HttpError(400, "give the operation to restore (op) or a run (run)")
+        p = self.p
+        try:
+            target = api.restore_target(p.logdir, op=op_id, run=run if op_id is None else None,
+                                        backup_dir=p.config.backup_dir)
+        except api.NotRestorable as e:
+            raise HttpError(_RESTORE_STATUS.get(e.code, 409), str(e)) from None
+        runs = [target["run"]]
+        params = {"run": target["run"]} if target["run_only"] else {"op": target["op"]}
         job = Job("restore", runs, params, cancel_token=None, cancellable=False)
 
         def work(job: Job) -> dict:
             job.report(runs[0], "restore", 0.1)
             outs = api.restore(p.logdir, run=params.get("run"), op=params.get("op"), backup_dir=p.config.backup_dir)
-            outcomes = []
             for o in outs:
-                d = o.to_dict()
-                d["dashboards"] = api.dashboards_note("restore", d)
-                outcomes.append(d)
                 job.finish_run(o.run, o.status)
-            return {"outcomes": outcomes, "ok": all(o["status"] == "restored" for o in outcomes),
-                    "dashboards": api.dashboards_summary("restore", [(o, None) for o in outcomes]),
-                    "committed_any": any(o["status"] == "restored" for o in outcomes)}
+            return api.restore_summary(outs)
 
         return self._submit(request, job, work)
 

@@ -20,6 +20,9 @@ PLUGIN_ASSETS = "plugin_assets"  # <run>/plugins/<name>/... other than profile
 CHECKPOINTS = "checkpoints"
 OTHER = "other"
 SYMLINK = "symlink"  # the link itself (lstat size); its target is never followed
+#: Categories given to whole files by name and place (they hold no event records to count).
+FILE_LEVEL = frozenset({PROFILE_XPLANE, PROFILE_CACHE, PROFILE_SECONDARY, PROFILE_OTHER, PROFILE_EMPTY,
+                        TORCH_TRACE, PLUGIN_ASSETS, CHECKPOINTS, OTHER, SYMLINK})
 
 # --- event-file record categories (summary plugin names are used verbatim) --------------
 SCALARS = "scalars"

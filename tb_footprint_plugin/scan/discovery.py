@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_within
+from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_within
 from tb_footprint_plugin.storage.regular import kind_of
 
 
@@ -146,6 +146,8 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
 
         files, subdirs = [], []
         for e in entries:
+            if not parts and e.name == DEMO_MARKER and e.is_file(follow_symlinks=False):
+                continue  # the demo's bookkeeping, not a file of "(unattributed)"
             try:
                 if e.is_dir(follow_symlinks=False):
                     subdirs.append(e.name)
@@ -240,6 +242,8 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
         parts = tuple(key.split("/"))
         if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))):
             continue
+        if parts == (DEMO_MARKER,):
+            continue  # the demo's bookkeeping, not a file of "(unattributed)" (as on disk)
         for i in range(len(parts) - 1):
             tree.setdefault(parts[:i], ([], set()))[1].add(parts[i])
             tree.setdefault(parts[: i + 1], ([], set()))

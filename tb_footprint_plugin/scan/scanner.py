@@ -20,7 +20,7 @@ from tb_footprint_plugin.scan.model import (
     RunFootprint,
     UNATTRIBUTED,
 )
-from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, is_within, recorded_vaults, state_dir
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, cache_dir, is_within, recorded_vaults, state_dir
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.scan.cache import ScanCache
 
@@ -51,7 +51,7 @@ def scan(
     if backup_dir and is_within(backup_dir, logdir):
         exclude.append(os.path.abspath(backup_dir))
     found = discover(logdir, exclude=exclude)
-    cache = ScanCache(sdir if use_cache else None)
+    cache = ScanCache(cache_dir(logdir) if use_cache else None)
     return _assemble(logdir, found, cache, use_cache=use_cache, write_cache=write_cache,
                      progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir))
 

@@ -1,12 +1,15 @@
 """Where the tool keeps its state, and the path checks every writer goes through."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from typing import List, Optional
 
 STATE_DIR_NAME = ".tb-footprint"
+#: the demo's own record of the files it wrote (at the top of a demo logdir): bookkeeping, no run's
+DEMO_MARKER = ".footprint-demo"
 VAULTS_NAME = "vaults.json"  # vaults outside the state directory that a logdir's operations used
 
 
@@ -17,6 +20,19 @@ def state_dir(logdir: str) -> str:
     TensorBoard nor xprof ever takes it for a run.
     """
     return os.path.join(os.path.abspath(logdir), STATE_DIR_NAME)
+
+
+def cache_dir(logdir: str) -> str:
+    """Where the scan cache of ``logdir`` lives: its state directory once the user changed
+    something there (a reduce made it), otherwise the user's cache directory
+    (``$XDG_CACHE_HOME`` or ``~/.cache``, ``tb-footprint/<hash of the logdir's path>``), so that
+    opening a logdir in TensorBoard writes nothing into it."""
+    state = state_dir(logdir)
+    if os.path.isdir(state):
+        return state
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(os.path.realpath(logdir).encode("utf-8", "surrogateescape")).hexdigest()[:24]
+    return os.path.join(os.path.abspath(base), "tb-footprint", key)
 
 
 def vault_dir(logdir: str, backup_dir: Optional[str] = None) -> str:

@@ -69,7 +69,11 @@ def make_run_metadata(n_nodes: int = 40, *, seed: int = 0, with_graph: bool = Fa
         dev.node_stats[-1].memory.add(allocator_name="cpu", total_bytes=rng.randint(256, 1 << 20))
         t += dur + rng.randint(1, 20)
     if with_graph:
-        rm.partition_graphs.add().CopyFrom(make_graph_def(n_nodes, seed=seed))
+        g = make_graph_def(n_nodes, seed=seed)
+        rm.partition_graphs.add().CopyFrom(g)
+        # where TF2's trace_export puts the traced graph, and what TensorBoard's Graphs tab draws
+        # for a tagged run-metadata graph (graphs_plugin merges the pre-optimization graphs)
+        rm.function_graphs.add().pre_optimization_graph.CopyFrom(g)
     return rm
 
 

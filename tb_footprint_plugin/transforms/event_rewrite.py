@@ -352,259 +352,315 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
     what TensorBoard reads). ``rust_view``: the Rust server's default view of the run, read
     here when a dashboard-exact tag needs it (tests may pass one).
     """
-    from tensorboard.compat.proto import event_pb2
-
     names = event_file_names(run_dir)
     signature = _files_signature(run_dir, names)
-    rewritten = set(rewritten)
-    missing = rewritten - set(names)
+    missing = set(rewritten) - set(names)
     if missing:
         raise RewriteError(f"not event files of {run_dir}: {sorted(missing)}")
-    masks: Dict[str, bytearray] = {}
-    codes: Dict[str, bytearray] = {}
-    code_names = ["other"]
-    code_of: Dict[str, int] = {}
-    notes: List[str] = []
+    sel = _RunSelection(run_dir, rules, names, set(rewritten))
+    for fi, name in enumerate(names):
+        sel.read_file(fi, name)
+    sel.apply_restart_rules()
+    sel.drop_run_metadata()
+    sel.dedupe_graphs()
+    sel.note_graph_attrs()
+    tag_report = sel.downsample(sel.rust_view_for_exact_tags(rust_view))
+    sel.note_tags(tag_report)
+    return Selection(run_dir=run_dir, masks=sel.masks, codes=sel.codes, code_names=sel.code_names,
+                     expectations=sel.expectations, notes=sel.notes, signature=signature, tags=tag_report,
+                     subs=sel.subs)
 
-    def code(name: str) -> int:
-        c = code_of.get(name)
+
+class _RunSelection:
+    """The state of ``select_run``: one pass over the run's records (``read_file``) gathers the
+    streams, graphs and run metadata; the named steps after it decide what each drops."""
+
+    def __init__(self, run_dir: str, rules: Rules, names: List[str], rewritten: set):
+        self.run_dir, self.rules, self.names, self.rewritten = run_dir, rules, names, rewritten
+        self.masks: Dict[str, bytearray] = {}
+        self.codes: Dict[str, bytearray] = {}
+        self.code_names = ["other"]
+        self.code_of: Dict[str, int] = {}
+        self.notes: List[str] = []
+        self.expectations: Dict[str, str] = {}
+        self.binding: Dict[str, str] = {}  # tag -> plugin, from its first value
+        self.streams: Dict[str, _Stream] = {}
+        self.graphs: Dict[str, List[Tuple[int, int, bytes]]] = {"graph_def": [], "meta_graph_def": []}
+        self.drop_ids: List[int] = []  # run metadata to strip
+        self.subs: Dict[str, Dict[int, tuple]] = {}
+        self.n_attrs = 0  # graph attribute values dropped
+        self.file_version: Optional[float] = None
+        self.seen_start = False
+        self.purging_start = False
+        self.v1_disorder = False
+        self.most_recent_step = -1
+
+    # --- the pass -----------------------------------------------------------------------
+    def code(self, name: str) -> int:
+        c = self.code_of.get(name)
         if c is None:
-            c = len(code_names) if len(code_names) < 255 else 0
+            c = len(self.code_names) if len(self.code_names) < 255 else 0
             if c:
-                code_names.append(name)
-            code_of[name] = c
+                self.code_names.append(name)
+            self.code_of[name] = c
         return c
 
-    binding: Dict[str, str] = {}  # tag -> plugin, from its first value
-    streams: Dict[str, _Stream] = {}
-    graphs: Dict[str, List[Tuple[int, int, bytes]]] = {"graph_def": [], "meta_graph_def": []}
-    drop_ids: List[int] = []  # run metadata to strip
-    subs: Dict[str, Dict[int, tuple]] = {}
-    n_attrs = 0  # graph attribute values dropped
-    file_version: Optional[float] = None
-    seen_start = False
-    purging_start = False
-    v1_disorder = False
-    most_recent_step = -1
+    def read_file(self, fi: int, name: str) -> None:
+        """Every record of event file ``name`` (the ``fi``-th): kept for now, classified."""
+        from tensorboard.compat.proto import event_pb2
 
-    for fi, name in enumerate(names):
-        path = os.path.join(run_dir, name)
         mask = bytearray()
         cls = bytearray()
-        with RecordReader(path, verify=True, display_name=name) as reader:
+        with RecordReader(os.path.join(self.run_dir, name), verify=True, display_name=name) as reader:
             for batch in reader.batches():
                 for rec in batch.records():
                     ri = len(mask)
                     mask.append(1)
                     cls.append(0)
-                    gid = (fi << _REC_BITS) | ri
                     try:
                         ev = event_pb2.Event.FromString(rec.data)
                     except Exception:  # unparseable: kept, TensorBoard skips it the same
                         continue
-                    what = ev.WhichOneof("what")
-                    step = ev.step
-                    if what == "file_version":
-                        file_version = _file_version(ev.file_version)
-                        continue
-                    # Python's restart logic (plugin_event_accumulator._MaybePurgeOrphanedData)
-                    v2 = file_version is not None and file_version >= 2
-                    if what == "session_log":
-                        if v2 and ev.session_log.status == event_pb2.SessionLog.START:
-                            if seen_start:
-                                purging_start = True
-                                for s in streams.values():
-                                    if s.steps and max(s.steps) >= step:
-                                        s.pin(f"Python's reader purges its points at a restart (step {step})")
-                            seen_start = True
-                        continue
-                    summary_like = what in ("summary", "graph_def", "tagged_run_metadata")
-                    if summary_like:  # data_compat turns graph and run metadata events into summaries
-                        if not v2 and step < most_recent_step:
-                            v1_disorder = True
-                        most_recent_step = step
-                    if what in ("graph_def", "meta_graph_def"):
-                        raw = ev.graph_def if what == "graph_def" else ev.meta_graph_def
-                        graphs[what].append((gid, step, hashlib.sha256(raw).digest()))
-                        cls[ri] = code(what)
-                        if (what == "graph_def" and rules.strip_large_graph_attrs and name in rewritten
-                                and len(raw) > graph_attrs.LIMIT_ATTR_SIZE):
-                            try:
-                                stripped = graph_attrs.strip_graph_def(raw)
-                            except Exception:  # noqa: BLE001 - not a GraphDef TensorBoard can read: kept
-                                stripped = None
-                            if stripped is not None:
-                                subs.setdefault(name, {})[ri] = (GRAPH_ATTRS,)
-                                n_attrs += stripped[1]
-                        continue
-                    if what == "tagged_run_metadata":
-                        cls[ri] = code("graph_tagged_run_metadata")
-                        if rules.strip_run_metadata:
-                            drop_ids.append(gid)
-                        continue
-                    if what != "summary" or not ev.summary.value:
-                        continue
-                    values = ev.summary.value
-                    for v in values:
-                        if v.tag not in binding:
-                            kind = v.WhichOneof("value")
-                            binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
-                                v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
-                            mode = rules.mode(binding[v.tag])
-                            if mode is not None and kind is not None:
-                                streams[v.tag] = _Stream(binding[v.tag], mode)
-                    if len(values) > 1:
-                        tags = {v.tag for v in values}
-                        for t in tags:
-                            if t in streams:
-                                streams[t].pin("shares records with another tag" if len(tags) > 1
-                                               else "several values in one record")
-                                _append(streams[t], gid, step, values[0])
-                        continue
-                    v = values[0]
-                    plugin = binding[v.tag]
-                    cls[ri] = code(plugin)
-                    if plugin == "graph_run_metadata" and rules.strip_run_metadata:
-                        drop_ids.append(gid)
-                        continue
-                    s = streams.get(v.tag)
-                    if s is not None:
-                        _append(s, gid, step, v)
-        if reader.status != "ok" and name in rewritten:
+                    self._event(ev, name, ri, (fi << _REC_BITS) | ri, cls)
+        if reader.status != "ok" and name in self.rewritten:
             raise RewriteError(f"{name}: {reader.status} at offset {reader.error_offset}; "
                                "a damaged file is never rewritten")
-        masks[name] = mask
-        codes[name] = cls
+        self.masks[name] = mask
+        self.codes[name] = cls
 
-    if v1_disorder:
-        notes.append("pre-v2 event file with out-of-order steps: TensorBoard's Python reader "
-                     "purges by step order there, so nothing is dropped in this run")
-        for s in streams.values():
-            s.pin("out-of-order steps in a pre-v2 event file")
-        drop_ids = []
-    if purging_start and drop_ids:
-        notes.append("run metadata kept: a SessionLog.START restart purges it in Python's reader")
-        drop_ids = []
+    def _event(self, ev, name: str, ri: int, gid: int, cls: bytearray) -> None:
+        from tensorboard.compat.proto import event_pb2
 
-    def file_of(gid: int) -> str:
-        return names[gid >> _REC_BITS]
+        what = ev.WhichOneof("what")
+        step = ev.step
+        if what == "file_version":
+            self.file_version = _file_version(ev.file_version)
+            return
+        # Python's restart logic (plugin_event_accumulator._MaybePurgeOrphanedData)
+        v2 = self.file_version is not None and self.file_version >= 2
+        if what == "session_log":
+            if v2 and ev.session_log.status == event_pb2.SessionLog.START:
+                if self.seen_start:
+                    self.purging_start = True
+                    for s in self.streams.values():
+                        if s.steps and max(s.steps) >= step:
+                            s.pin(f"Python's reader purges its points at a restart (step {step})")
+                self.seen_start = True
+            return
+        if what in ("summary", "graph_def", "tagged_run_metadata"):
+            # data_compat turns graph and run metadata events into summaries
+            if not v2 and step < self.most_recent_step:
+                self.v1_disorder = True
+            self.most_recent_step = step
+        if what in ("graph_def", "meta_graph_def"):
+            self._graph(ev, what, name, ri, gid, cls)
+            return
+        if what == "tagged_run_metadata":
+            cls[ri] = self.code("graph_tagged_run_metadata")
+            if self.rules.strip_run_metadata:
+                self.drop_ids.append(gid)
+            return
+        if what == "summary" and ev.summary.value:
+            self._summary(ev.summary.value, step, ri, gid, cls)
 
-    def drop(gid: int) -> None:
-        masks[file_of(gid)][gid & _REC_MASK] = 0
+    def _graph(self, ev, what: str, name: str, ri: int, gid: int, cls: bytearray) -> None:
+        raw = ev.graph_def if what == "graph_def" else ev.meta_graph_def
+        self.graphs[what].append((gid, ev.step, hashlib.sha256(raw).digest()))
+        cls[ri] = self.code(what)
+        if (what == "graph_def" and self.rules.strip_large_graph_attrs and name in self.rewritten
+                and len(raw) > graph_attrs.LIMIT_ATTR_SIZE):
+            try:
+                stripped = graph_attrs.strip_graph_def(raw)
+            except Exception:  # noqa: BLE001 - not a GraphDef TensorBoard can read: kept
+                stripped = None
+            if stripped is not None:
+                self.subs.setdefault(name, {})[ri] = (GRAPH_ATTRS,)
+                self.n_attrs += stripped[1]
 
-    expectations: Dict[str, str] = {}
-    # run metadata
-    for gid in drop_ids:
-        if file_of(gid) in rewritten:
-            drop(gid)
-            plugin = code_names[codes[file_of(gid)][gid & _REC_MASK]]
-            expectations[plugin] = "removed"
-    # graphs
-    if rules.dedupe_graphs and not v1_disorder and not purging_start:
+    def _summary(self, values, step: int, ri: int, gid: int, cls: bytearray) -> None:
+        for v in values:
+            if v.tag not in self.binding:
+                kind = v.WhichOneof("value")
+                self.binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
+                    v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
+                mode = self.rules.mode(self.binding[v.tag])
+                if mode is not None and kind is not None:
+                    self.streams[v.tag] = _Stream(self.binding[v.tag], mode)
+        if len(values) > 1:
+            tags = {v.tag for v in values}
+            for t in tags:
+                if t in self.streams:
+                    self.streams[t].pin("shares records with another tag" if len(tags) > 1
+                                        else "several values in one record")
+                    _append(self.streams[t], gid, step, values[0])
+            return
+        v = values[0]
+        plugin = self.binding[v.tag]
+        cls[ri] = self.code(plugin)
+        if plugin == "graph_run_metadata" and self.rules.strip_run_metadata:
+            self.drop_ids.append(gid)
+            return
+        s = self.streams.get(v.tag)
+        if s is not None:
+            _append(s, gid, step, v)
+
+    # --- the decisions ----------------------------------------------------------------------
+    def file_of(self, gid: int) -> str:
+        return self.names[gid >> _REC_BITS]
+
+    def drop(self, gid: int) -> None:
+        self.masks[self.file_of(gid)][gid & _REC_MASK] = 0
+
+    def apply_restart_rules(self) -> None:
+        """Where Python's reader purges by step order (pre-v2 disorder, a restart), nothing that
+        purge could touch is dropped."""
+        if self.v1_disorder:
+            self.notes.append("pre-v2 event file with out-of-order steps: TensorBoard's Python reader "
+                              "purges by step order there, so nothing is dropped in this run")
+            for s in self.streams.values():
+                s.pin("out-of-order steps in a pre-v2 event file")
+            self.drop_ids = []
+        if self.purging_start and self.drop_ids:
+            self.notes.append("run metadata kept: a SessionLog.START restart purges it in Python's reader")
+            self.drop_ids = []
+
+    def drop_run_metadata(self) -> None:
+        for gid in self.drop_ids:
+            if self.file_of(gid) in self.rewritten:
+                self.drop(gid)
+                plugin = self.code_names[self.codes[self.file_of(gid)][gid & _REC_MASK]]
+                self.expectations[plugin] = "removed"
+
+    def dedupe_graphs(self) -> None:
+        if not self.rules.dedupe_graphs or self.v1_disorder or self.purging_start:
+            return
         n_dropped = 0
-        for kind, items in graphs.items():
+        for kind, items in self.graphs.items():
             for gid in _graph_duplicates(kind, items):
-                if file_of(gid) in rewritten:
-                    drop(gid)
+                if self.file_of(gid) in self.rewritten:
+                    self.drop(gid)
                     n_dropped += 1
         if n_dropped:
-            notes.append(f"{n_dropped} byte-identical repeated graph record(s) dropped; the copies "
-                         "each backend displays are kept")
-    graph_subs = sum(1 for f in subs.values() for sub in f.values() if sub[0] == GRAPH_ATTRS)
-    if graph_subs:
-        expectations["graphs"] = GRAPH_ROUTE_IDENTICAL_MODE
-        notes.append(f"{n_attrs} graph attribute value(s) over {graph_attrs.LIMIT_ATTR_SIZE} bytes dropped "
-                     f"from {graph_subs} graph record(s) and listed under {graph_attrs.LARGE_ATTRS_KEY} "
-                     "(the Graphs dashboard shows them as \"Too large to show...\")")
-    # downsampled tags
-    tag_report: Dict[str, dict] = {}
-    exact = [t for t, s in streams.items() if not isinstance(s.mode, int) and not s.pinned
-             and len(s.ids) > min(RUST_CAPACITY.values())]
-    if exact and rust_view is None:
+            self.notes.append(f"{n_dropped} byte-identical repeated graph record(s) dropped; the copies "
+                              "each backend displays are kept")
+
+    def note_graph_attrs(self) -> None:
+        graph_subs = sum(1 for f in self.subs.values() for sub in f.values() if sub[0] == GRAPH_ATTRS)
+        if graph_subs:
+            self.expectations["graphs"] = GRAPH_ROUTE_IDENTICAL_MODE
+            self.notes.append(f"{self.n_attrs} graph attribute value(s) over {graph_attrs.LIMIT_ATTR_SIZE} bytes "
+                              f"dropped from {graph_subs} graph record(s) and listed under "
+                              f"{graph_attrs.LARGE_ATTRS_KEY} (the Graphs dashboard shows them as \"Too large to "
+                              "show...\")")
+
+    def rust_view_for_exact_tags(self, rust_view):
+        """The Rust server's default view when a dashboard-exact tag needs it (read here unless
+        given); without one, those tags are kept in full."""
+        exact = [t for t, s in self.streams.items() if not isinstance(s.mode, int) and not s.pinned
+                 and len(s.ids) > min(RUST_CAPACITY.values())]
+        if not exact or rust_view is not None:
+            return rust_view
         from tb_footprint_plugin.verify import views
 
         if views.data_server_binary() is None:
-            notes.append("dashboard-exact downsampling skipped: the Rust data server is not available")
+            self.notes.append("dashboard-exact downsampling skipped: the Rust data server is not available")
             for t in exact:
-                streams[t].pin("the Rust data server is not available")
-        else:
-            rust_view = views.read_view(run_dir, "rust", timeout_s=900)
-            if rust_view.fatal:
-                notes.append(f"dashboard-exact downsampling skipped: {rust_view.fatal}")
-                for t in exact:
-                    streams[t].pin("the Rust data server could not read the run")
-    for tag, s in sorted(streams.items()):
-        n = len(s.ids)
-        keep = _choose(tag, s, rust_view, rewritten, file_of)
-        if keep is None:
-            if s.pinned and n:
-                tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n, "why": s.pinned}
-            continue
-        keep_set = set(keep)
-        dropped = 0
-        for i in range(n):
-            if i not in keep_set:
-                drop(s.ids[i])
-                dropped += 1
-        if s.carrier is not None and dropped:
-            gid = s.ids[s.carrier]
-            subs.setdefault(file_of(gid), {})[gid & _REC_MASK] = (CARRY_METADATA, tag, s.meta0)
-        if dropped:
+                self.streams[t].pin("the Rust data server is not available")
+            return None
+        rust_view = views.read_view(self.run_dir, "rust", timeout_s=900)
+        if rust_view.fatal:
+            self.notes.append(f"dashboard-exact downsampling skipped: {rust_view.fatal}")
+            for t in exact:
+                self.streams[t].pin("the Rust data server could not read the run")
+        return rust_view
+
+    def downsample(self, rust_view) -> Dict[str, dict]:
+        """Drop what each downsampled tag does not keep; per tag: records, kept, and why."""
+        tag_report: Dict[str, dict] = {}
+        for tag, s in sorted(self.streams.items()):
+            n = len(s.ids)
+            keep = _choose(tag, s, rust_view, self.rewritten, self.file_of)
+            if keep is None:
+                if s.pinned and n:
+                    tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n, "why": s.pinned}
+                continue
+            keep_set = set(keep)
+            dropped = 0
+            for i in range(n):
+                if i not in keep_set:
+                    self.drop(s.ids[i])
+                    dropped += 1
+            if s.carrier is not None and dropped:
+                gid = s.ids[s.carrier]
+                self.subs.setdefault(self.file_of(gid), {})[gid & _REC_MASK] = (CARRY_METADATA, tag, s.meta0)
+            if dropped:
+                self._expect(s)
             if isinstance(s.mode, int):
-                mode = "subset"
-            elif s.relaxed:
-                mode = DEFAULT_VIEW_EXACT_MODE
+                how = f"at most {s.mode} per tag"
             else:
-                mode = "default_view_identical"
-            prev = expectations.get(s.plugin)
-            # one mode per plugin: the weakest, which every tag of the plugin meets
-            if prev is None or _STRICTNESS[mode] < _STRICTNESS[prev]:
-                expectations[s.plugin] = mode
+                how = _DEFAULT_VIEW_WHY if s.relaxed else _DASHBOARD_EXACT_WHY
+            tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped, "why": s.pinned or how}
+        return tag_report
+
+    def _expect(self, s: _Stream) -> None:
+        """One verification mode per plugin: the weakest, which every tag of the plugin meets."""
         if isinstance(s.mode, int):
-            how = f"at most {s.mode} per tag"
+            mode = "subset"
+        elif s.relaxed:
+            mode = DEFAULT_VIEW_EXACT_MODE
         else:
-            how = _DEFAULT_VIEW_WHY if s.relaxed else _DASHBOARD_EXACT_WHY
-        tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped, "why": s.pinned or how}
-    pinned = sorted({r["why"] for r in tag_report.values() if r["kept"] == r["records"]
-                     and r["why"] not in (_DASHBOARD_EXACT_WHY, _DEFAULT_VIEW_WHY)
-                     and not r["why"].startswith("at most")})
-    for why in pinned:
-        k = sum(1 for r in tag_report.values() if r["why"] == why)
-        notes.append(f"{k} tag(s) kept in full: {why}")
-    relaxed = sorted(t for t, r in tag_report.items() if r["why"] == _DEFAULT_VIEW_WHY
-                     and r["kept"] < r["records"])
-    if relaxed:
-        notes.append(f"{len(relaxed)} tag(s) reduced to exactly the default view (downsample: "
-                     "default_view): with --load_fast=false (TensorBoard's Python reader) their "
-                     "first step may be gone; the last step is always kept")
-    carried = sorted(t for t, s in streams.items() if s.carrier is not None and tag_report.get(t, {}).get(
-        "kept", 0) < tag_report.get(t, {}).get("records", 0))
-    if carried:
-        notes.append(f"{len(carried)} tag(s) had their summary metadata only on a record the default view "
-                     "does not show: it was copied onto their first kept record (step, wall time and "
-                     "value unchanged; only that record's bytes differ)")
-    reduced_tags = []
-    for tag, r in sorted(tag_report.items()):
-        s = streams[tag]
-        if r["kept"] < r["records"]:
-            kept = [s.steps[i] for i in range(len(s.ids)) if masks[file_of(s.ids[i])][s.ids[i] & _REC_MASK]]
-            r["first_step"], r["last_step"] = s.steps[0], s.steps[-1]
-            r["kept_first_step"], r["kept_last_step"] = kept[0], kept[-1]
-            reduced_tags.append(tag)
-    # what --load_fast=false (Python reader, which shows every kept record up to its own
-    # per-tag limit) users see of each reduced tag
-    for tag in reduced_tags[:_TAG_NOTES]:
-        r = tag_report[tag]
-        first = ("first step kept" if r["kept_first_step"] == r["first_step"]
-                 else f"first step {r['first_step']} gone")
-        notes.append(f"{r['plugin']} {tag!r}: {r['kept']} of {r['records']} records kept, steps "
-                     f"{r['kept_first_step']}–{r['kept_last_step']} ({first}); --load_fast=false shows "
-                     f"these (up to its per-tag limit)")
-    if len(reduced_tags) > _TAG_NOTES:
-        notes.append(f"… and {len(reduced_tags) - _TAG_NOTES} more reduced tag(s)")
-    return Selection(run_dir=run_dir, masks=masks, codes=codes, code_names=code_names,
-                     expectations=expectations, notes=notes, signature=signature, tags=tag_report,
-                     subs=subs)
+            mode = "default_view_identical"
+        prev = self.expectations.get(s.plugin)
+        if prev is None or _STRICTNESS[mode] < _STRICTNESS[prev]:
+            self.expectations[s.plugin] = mode
+
+    def note_tags(self, tag_report: Dict[str, dict]) -> None:
+        """Notes on the tags: why some were kept in full, which lost their first step, which had
+        their metadata carried, and what --load_fast=false shows of each reduced tag."""
+        notes = self.notes
+        pinned = sorted({r["why"] for r in tag_report.values() if r["kept"] == r["records"]
+                         and r["why"] not in (_DASHBOARD_EXACT_WHY, _DEFAULT_VIEW_WHY)
+                         and not r["why"].startswith("at most")})
+        for why in pinned:
+            k = sum(1 for r in tag_report.values() if r["why"] == why)
+            notes.append(f"{k} tag(s) kept in full: {why}")
+        relaxed = sorted(t for t, r in tag_report.items() if r["why"] == _DEFAULT_VIEW_WHY
+                         and r["kept"] < r["records"])
+        if relaxed:
+            notes.append(f"{len(relaxed)} tag(s) reduced to exactly the default view (downsample: "
+                         "default_view): with --load_fast=false (TensorBoard's Python reader) their "
+                         "first step may be gone; the last step is always kept")
+        carried = sorted(t for t, s in self.streams.items() if s.carrier is not None and tag_report.get(t, {}).get(
+            "kept", 0) < tag_report.get(t, {}).get("records", 0))
+        if carried:
+            notes.append(f"{len(carried)} tag(s) had their summary metadata only on a record the default view "
+                         "does not show: it was copied onto their first kept record (step, wall time and "
+                         "value unchanged; only that record's bytes differ)")
+        reduced_tags = self._kept_steps(tag_report)
+        # what --load_fast=false (Python reader, which shows every kept record up to its own
+        # per-tag limit) users see of each reduced tag
+        for tag in reduced_tags[:_TAG_NOTES]:
+            r = tag_report[tag]
+            first = ("first step kept" if r["kept_first_step"] == r["first_step"]
+                     else f"first step {r['first_step']} gone")
+            notes.append(f"{r['plugin']} {tag!r}: {r['kept']} of {r['records']} records kept, steps "
+                         f"{r['kept_first_step']}–{r['kept_last_step']} ({first}); --load_fast=false shows "
+                         f"these (up to its per-tag limit)")
+        if len(reduced_tags) > _TAG_NOTES:
+            notes.append(f"… and {len(reduced_tags) - _TAG_NOTES} more reduced tag(s)")
+
+    def _kept_steps(self, tag_report: Dict[str, dict]) -> List[str]:
+        """Adds each reduced tag's first and last step, before and after; returns those tags."""
+        reduced_tags = []
+        for tag, r in sorted(tag_report.items()):
+            s = self.streams[tag]
+            if r["kept"] < r["records"]:
+                kept = [s.steps[i] for i in range(len(s.ids))
+                        if self.masks[self.file_of(s.ids[i])][s.ids[i] & _REC_MASK]]
+                r["first_step"], r["last_step"] = s.steps[0], s.steps[-1]
+                r["kept_first_step"], r["kept_last_step"] = kept[0], kept[-1]
+                reduced_tags.append(tag)
+        return reduced_tags
 
 
 def _append(s: _Stream, gid: int, step: int, value) -> None:

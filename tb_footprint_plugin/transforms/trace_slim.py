@@ -351,104 +351,122 @@ def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional
     Raises ``TraceFormatError`` for input that is not a Chrome trace, ``ValueError`` if the
     source is not the backed-up file (``expected_sha``)."""
     o = options
-    cut, kept_steps, n_steps, device = (None, [], 0, False)
-    corr: set = set()
-    if o.keep_steps is not None:
-        cut, kept_steps, n_steps, device = find_cut(src, o.keep_steps)
-        if cut is not None and device:
-            corr = kept_correlations(src, cut)
-    cls = _Classifier(o, cut, corr)
-    dump = _dumper(o)
-    sep_key = ":" if o.whitespace else ": "
-    sep_item = "," if o.whitespace else ",\n"
-    removed = {k: 0 for k in REMOVAL_KINDS}
-    n_in = n_out = 0
-    ev_hash = hashlib.sha256()
-    canon_parts: List[str] = []
-    top: List[Tuple[str, object]] = []
-    head: List[str] = []  # the text before the first event
-    tail: List[str] = []  # the text after the last event
-    array_format = False
-    out = _GzOut(dst, level)
-    cur = head
-    first_key = True
-    first_event = True
+    cut, kept_steps, n_steps, corr = _step_cut(src, o)
+    w = _SlimWriter(o, _Classifier(o, cut, corr), _GzOut(dst, level))
     stream, h, raw = _open_source(src)
     try:
         for kind, a, b in _walk(stream):
             if kind == "event":
-                n_in += 1
-                why = cls.why(a)
-                if why is not None:
-                    removed[why] += 1
-                    continue
-                n_out += 1
-                text = dump(a)
-                canon_parts.append(text if o.whitespace else canonical(a))
-                if len(canon_parts) >= 4096:
-                    ev_hash.update("\n".join(canon_parts).encode("ascii") + b"\n")
-                    canon_parts = []
-                if first_event:
-                    first_event = False
-                    out.write(text)
-                else:
-                    out.write(sep_item)
-                    out.write(text)
-                continue
-            if kind == "key":
-                top.append((a, b))
-                piece = ("{" if first_key else ",") + dump(a) + sep_key + dump(b)
-                first_key = False
-                cur.append(piece)
-                if cur is head:
-                    pass
-                else:
-                    out.write(piece)
-            elif kind == "events":
-                if a is None:
-                    array_format = True
-                    cur.append("[")
-                else:
-                    cur.append(("{" if first_key else ",") + dump(a) + sep_key + "[")
-                    first_key = False
-                out.write("".join(head))
-                cur = tail
-            elif kind == "end_events":
-                cur.append("]")
-                out.write("]")
-            elif kind == "end":
-                if not array_format:
-                    cur.append("}")
-                    out.write("}")
+                w.event(a)
+            else:
+                w.structure(kind, a, b)
         while h.read(CHUNK):  # hash the rest of the raw file (gzip trailer padding etc.)
             pass
     except Exception:
-        out.close()
+        w.out.close()
         os.unlink(dst)
         raise
     finally:
         raw.close()
-    out.close()
-    if canon_parts:
-        ev_hash.update("\n".join(canon_parts).encode("ascii") + b"\n")
+    w.out.close()
     if expected_sha is not None and h.sha.hexdigest() != expected_sha:
         os.unlink(dst)
         raise ValueError(f"{os.path.basename(src)}: changed while it was being slimmed (sha256 differs)")
-    return {
-        "options": o.to_dict(),
-        "events_before": n_in,
-        "events_after": n_out,
-        "removed": removed,
-        "events_sha256": ev_hash.hexdigest(),
-        "head": "".join(head),
-        "tail": "".join(tail),
-        "top_level": _top_digest(top, array_format),
-        "array_format": array_format,
-        "cut_ts": cut,
-        "steps_total": n_steps,
-        "steps_kept": kept_steps,
-        "kept_correlations": len(corr),
-    }
+    return dict(w.stats(), cut_ts=cut, steps_total=n_steps, steps_kept=kept_steps, kept_correlations=len(corr))
+
+
+def _step_cut(src: str, o: TraceOptions) -> Tuple[Optional[float], list, int, set]:
+    """Where ``keep_steps`` cuts the trace: (cut timestamp or None, kept steps, steps in all,
+    correlation ids of device work launched by kept steps)."""
+    if o.keep_steps is None:
+        return None, [], 0, set()
+    cut, kept_steps, n_steps, device = find_cut(src, o.keep_steps)
+    corr = kept_correlations(src, cut) if cut is not None and device else set()
+    return cut, kept_steps, n_steps, corr
+
+
+class _SlimWriter:
+    """The output side of one slimming pass: kept events and the top-level structure around
+    them, written as they stream by, with the counts and digests the check compares."""
+
+    def __init__(self, o: TraceOptions, cls: "_Classifier", out: _GzOut):
+        self.o, self.cls, self.out = o, cls, out
+        self.dump = _dumper(o)
+        self.sep_key = ":" if o.whitespace else ": "
+        self.sep_item = "," if o.whitespace else ",\n"
+        self.removed = {k: 0 for k in REMOVAL_KINDS}
+        self.n_in = self.n_out = 0
+        self.ev_hash = hashlib.sha256()
+        self.canon_parts: List[str] = []
+        self.top: List[Tuple[str, object]] = []
+        self.head: List[str] = []  # the text before the first event
+        self.tail: List[str] = []  # the text after the last event
+        self.array_format = False
+        self.cur = self.head
+        self.first_key = True
+        self.first_event = True
+
+    def event(self, ev) -> None:
+        self.n_in += 1
+        why = self.cls.why(ev)
+        if why is not None:
+            self.removed[why] += 1
+            return
+        self.n_out += 1
+        text = self.dump(ev)
+        self.canon_parts.append(text if self.o.whitespace else canonical(ev))
+        if len(self.canon_parts) >= 4096:
+            self._hash_parts()
+        if self.first_event:
+            self.first_event = False
+        else:
+            self.out.write(self.sep_item)
+        self.out.write(text)
+
+    def structure(self, kind: str, a, b) -> None:
+        """Everything but an event: a top-level key, the start or end of the event list, the end."""
+        if kind == "key":
+            self.top.append((a, b))
+            piece = ("{" if self.first_key else ",") + self.dump(a) + self.sep_key + self.dump(b)
+            self.first_key = False
+            self.cur.append(piece)
+            if self.cur is not self.head:
+                self.out.write(piece)
+        elif kind == "events":
+            if a is None:
+                self.array_format = True
+                self.cur.append("[")
+            else:
+                self.cur.append(("{" if self.first_key else ",") + self.dump(a) + self.sep_key + "[")
+                self.first_key = False
+            self.out.write("".join(self.head))
+            self.cur = self.tail
+        elif kind == "end_events":
+            self.cur.append("]")
+            self.out.write("]")
+        elif kind == "end":
+            if not self.array_format:
+                self.cur.append("}")
+                self.out.write("}")
+
+    def _hash_parts(self) -> None:
+        self.ev_hash.update("\n".join(self.canon_parts).encode("ascii") + b"\n")
+        self.canon_parts = []
+
+    def stats(self) -> dict:
+        if self.canon_parts:
+            self._hash_parts()
+        return {
+            "options": self.o.to_dict(),
+            "events_before": self.n_in,
+            "events_after": self.n_out,
+            "removed": self.removed,
+            "events_sha256": self.ev_hash.hexdigest(),
+            "head": "".join(self.head),
+            "tail": "".join(self.tail),
+            "top_level": _top_digest(self.top, self.array_format),
+            "array_format": self.array_format,
+        }
 
 
 def _top_digest(top: List[Tuple[str, object]], array_format: bool) -> str:

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
+from tb_footprint_plugin.fmt import plural
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.verify import records, views
@@ -525,9 +526,9 @@ def _summary(plugin, mode, backend, tags_before, tags_after, n_before, n_after) 
         return f"{plugin}: {tags_before} tags, {n_before} points at the same steps (graph content: see graph)"
     if _exact(mode, backend):
         what = "identical" if mode == IDENTICAL else "default view identical"
-        return f"{plugin}: {tags_before} tags, {n_before} points {what}"
+        return f"{plugin}: {plural(tags_before, 'tag')}, {plural(n_before, 'point')} {what}"
     if mode == REMOVED and tags_after == 0:
-        return f"{plugin}: {tags_before} tags removed as allowed"
+        return f"{plugin}: {plural(tags_before, 'tag')} removed as allowed"
     if mode == DEFAULT_VIEW_EXACT:
         return (f"{plugin}: {tags_after}/{tags_before} tags, {n_after}/{n_before} points kept, "
                 "all original, last kept; first step may differ on --load_fast=false")
