@@ -32,7 +32,7 @@ from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged
-from tb_footprint_plugin.engine.purge import PurgeReport, purge_backups
+from tb_footprint_plugin.engine.purge import PurgeReport, freeable_bytes, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.engine.restore import restore_op
@@ -546,12 +546,11 @@ class _Batch:
 
 
 def _freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
-    """What purging these operations' backups would free, counted by purge itself (a listing)."""
+    """What purging these operations' backups would free, counted by purge's own rule."""
     if not op_ids:
         return 0
-    ids = set(op_ids)
     try:
-        return sum(o["bytes"] for o in purge_backups(ctx, yes=False).ops if o["op_id"] in ids)
+        return freeable_bytes(ctx, op_ids)
     except OSError:
         return 0
 

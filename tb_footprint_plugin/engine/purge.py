@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import faults, oplog
@@ -141,20 +141,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             by_vault.setdefault(m["vault"], []).append(m)
         for root, ms in by_vault.items():
             vault = Vault(root)
-            keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
-            seen: set = set()
-            plan = []
-            # every blob this purge deletes from this vault (a blob two operations share is
-            # counted, for its bytes, with the first; it is lost for both)
-            doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in keep}
-            for m in ms:
-                shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
-                seen.update(shas)
-                size = sum(os.lstat(vault.blob_path(s)).st_size for s in shas if os.path.exists(vault.blob_path(s)))
-                # a run not restored has its originals only in this backup: each of its files
-                # whose blob goes (no other kept operation holds it) is lost for good
-                originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
-                plan.append((m, shas, size, originals))
+            plan = _blob_plan(vault, ms, pending)
             if yes:
                 _purge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
             for m, _shas, size, originals in plan:
@@ -177,6 +164,40 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     report.originals_lost = lost
     report.refused = [p.to_dict() for p in vault_problems(ctx)]
     return report
+
+
+def _blob_plan(vault: Vault, ms: List[dict], pending: set) -> list:
+    """Per operation of ``ms`` (all in ``vault``): the blobs purging them deletes, their bytes and
+    how many originals go for good, as ``(manifest, shas, size, originals)``."""
+    keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
+    seen: set = set()
+    plan = []
+    # every blob this purge deletes from this vault (a blob two operations share is
+    # counted, for its bytes, with the first; it is lost for both)
+    doomed = {f["sha256"] for m in ms for f in m["files"] if f["sha256"] not in keep}
+    for m in ms:
+        shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
+        seen.update(shas)
+        size = sum(os.lstat(vault.blob_path(s)).st_size for s in shas if os.path.exists(vault.blob_path(s)))
+        # a run not restored has its originals only in this backup: each of its files
+        # whose blob goes (no other kept operation holds it) is lost for good
+        originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)
+        plan.append((m, shas, size, originals))
+    return plan
+
+
+def freeable_bytes(ctx: Context, op_ids: Iterable[str]) -> int:
+    """What purging these operations' backups would free on disk, counted as purge counts it,
+    without purge's checks (no re-hash, no open-file scan): the figure a reduce reports."""
+    ids = set(op_ids)
+    by_vault: Dict[str, List[dict]] = {}
+    for m in own_manifests(ctx):
+        if m.get("kind") == "reduce" and not m.get("backup_purged") and m["op_id"] in ids:
+            by_vault.setdefault(m["vault"], []).append(m)
+    if not by_vault:
+        return 0
+    pending = journal_blobs(ctx)
+    return sum(size for root, ms in by_vault.items() for _m, _s, size, _o in _blob_plan(Vault(root), ms, pending))
 
 
 def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
