@@ -90,8 +90,13 @@ def route_contract(exp, backend: str):
     return contract
 
 
-def route_check(backend: str, before: Reader, after: Reader, exp, label: str = ""):
-    """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference."""
+def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "",
+                heavy_via_provider: bool = False):
+    """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference.
+
+    ``heavy_via_provider``: the histogram series behind the histograms, distributions and
+    time-series routes are compared where those routes read them, the readers' data
+    providers (``routes._heavy_histograms``); every listing still goes through the routes."""
     from tb_footprint_plugin.verify.compare import Check
 
     name = f"routes ({backend}{label})"
@@ -103,7 +108,9 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
         dropped = exp is not None and exp.mode_for("graphs") == GRAPH_ROUTE_IDENTICAL
         res = routes.compare_crawl(before.app(), after.app(), route_contract(exp, backend),
                                    graph_attrs_dropped=dropped,
-                                   sampled=True)
+                                   sampled=True,
+                                   providers=((before.provider, after.provider)
+                                              if heavy_via_provider else None))
     except Exception as e:  # noqa: BLE001 - a crawl that breaks proves nothing: a failure
         return Check("routes", False, f"{name}: crawl failed: {type(e).__name__}: {e}")
     if res.diffs:
@@ -196,12 +203,12 @@ def index_checks(before: tuple, after: tuple, exp, subsequence_ok: bool) -> list
                   f"their last step, every tag still has records")]
 
 
-def python_against_index(reduced: Reader, index: tuple, exp) -> list:
-    """The reduced run as the Python loader shows it, against the original's index."""
+def python_against_index(view, index: tuple, exp) -> list:
+    """The reduced run as the Python loader shows it (``pyside.PythonListing``: steps per
+    tag), against the original's index."""
     from tb_footprint_plugin.verify import compare as c
     from tb_footprint_plugin.verify.compare import Check
 
-    view = reduced.read()
     if view.fatal:
         return [Check("python", False, f"python (reduced only): {view.fatal}")]
     tags, _ = index
@@ -218,8 +225,8 @@ def python_against_index(reduced: Reader, index: tuple, exp) -> list:
                     problems.append(f"{plugin} tag {tag!r} is missing from the Python listing")
                 continue
             n_tags += 1
-            n_points += len(tv.points)
-            steps = [p[0] for p in tv.points]
+            n_points += len(tv)
+            steps = tv
             if mode == c.IDENTICAL and len(steps) != st.records:
                 problems.append(f"{plugin} tag {tag!r}: {st.records} points became {len(steps)}")
             elif steps and mode != c.REMOVED and max(steps) != st.max_step:
