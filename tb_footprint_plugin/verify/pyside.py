@@ -51,15 +51,50 @@ class PythonListing:
 
 
 def read_listing(run_dir: str, timeout_s: float) -> PythonListing:
-    """Load ``run_dir`` with the Python loader in this process; every point's step."""
+    """Load ``run_dir`` with the Python loader in this process; every point's step.
+
+    The plugins' own calls (``list_*`` then ``read_*`` of every point; every blob of a blob
+    sequence fetched), keeping only the steps: no per-point payload is built."""
+    from tb_footprint_plugin.verify import views
     from tb_footprint_plugin.verify.readers import Reader
 
+    out = PythonListing()
     with Reader(run_dir, "python", None, store_all=True, timeout_s=timeout_s) as r:
-        view = r.read()
-    return PythonListing(
-        fatal=view.fatal, errors=list(view.errors), warnings=list(view.warnings),
-        plugins={p: {t: [pt[0] for pt in tv.points] for t, tv in tags.items()}
-                 for p, tags in view.plugins.items()})
+        if r.provider is not None and not r.view.fatal and r.view.run_present:
+            ctx = views._request_context()
+            plugins = sorted(p for p in r.provider.list_plugins(
+                ctx, experiment_id=views.EXPERIMENT_ID) if p)
+            for plugin in plugins:
+                for kind in views.KINDS:
+                    try:
+                        _read_steps(out, r.provider, ctx, plugin, kind)
+                    except Exception as e:  # noqa: BLE001 - a reader failure is a finding
+                        out.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
+    view = r.view  # closed: the loader's own log problems are collected
+    out.fatal = view.fatal
+    out.errors = list(view.errors) + out.errors
+    out.warnings = list(view.warnings)
+    return out
+
+
+def _read_steps(out: PythonListing, provider, ctx, plugin: str, kind: str) -> None:
+    from tb_footprint_plugin.verify import views
+
+    list_fn, read_fn = views._provider_calls(provider, kind)
+    kw = dict(experiment_id=views.EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=views._rtf())
+    listing = list_fn(ctx, **kw).get(views.RUN_NAME, {})
+    if not listing:
+        return
+    data = read_fn(ctx, downsample=views.READ_ALL, **kw).get(views.RUN_NAME, {})
+    tags = out.plugins.setdefault(plugin, {})
+    for tag in sorted(listing):
+        points = data.get(tag, [])
+        if kind == views.BLOB_SEQUENCE:
+            try:  # what the dashboard fetches next: a blob that cannot be read is a finding
+                views._points(provider, ctx, kind, points, 1)
+            except Exception as e:  # noqa: BLE001
+                out.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
+        tags[tag] = [d.step for d in points]
 
 
 class PythonSide:
