@@ -194,7 +194,11 @@ def verify_reduction(
 
 def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
             big, python_side, rust_opening, start) -> VerificationResult:
-    checks.extend(_record_checks(original_dir, reduced_dir, exp))
+    from tb_footprint_plugin.verify import dashboard
+
+    # Big runs: the original's tag index is folded from the record-subsequence pass.
+    tap = dashboard.IndexTap() if big else None
+    checks.extend(_record_checks(original_dir, reduced_dir, exp, tap))
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 
@@ -203,7 +207,8 @@ def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, s
     else:
         subsequence_ok = all(c.ok for c in checks if c.name == "record subsequence")
         pairs, route_lines = _read_big(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
-                                       subsequence_ok, size, python_side, rust_opening)
+                                       subsequence_ok, size, python_side, rust_opening,
+                                       tap.index(original_dir))
     checks.extend(_run_present_checks(pairs))
     checks.extend(_reader_error_checks(pairs))
     # Compare points only where both sides were read in full and both hold the run.
@@ -270,14 +275,15 @@ def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes)
 
 
 def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
-              subsequence_ok, size, python_side=None, rust_opening=None):
+              subsequence_ok, size, python_side=None, rust_opening=None, index_before=None):
     """The flat-memory path (see ``dashboard``): Rust default view through the routes, the
     tag index of both sides, the Python loader over the reduced run only."""
     from tb_footprint_plugin.verify import dashboard
 
     pairs: dict[str, tuple[RunView, RunView]] = {}
     lines: list[Check] = []
-    index_before = dashboard.run_index(original_dir)
+    if index_before is None:  # not folded from the subsequence pass (not run, or cut short)
+        index_before = dashboard.run_index(original_dir)
     index_after = dashboard.run_index(reduced_dir)
     lines.extend(dashboard.index_checks(index_before, index_after, exp, subsequence_ok))
     if "rust" in backends:
@@ -352,7 +358,8 @@ def _rust_hint(plugin: str, exp: Expectations) -> Optional[int]:
 # --- records -----------------------------------------------------------------------------
 
 
-def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations) -> list[Check]:
+def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
+                   original_tap=None) -> list[Check]:
     reduced = records.check_event_files(reduced_dir)
     problems, notes, inherited = [], [], []
     for rc in reduced:
@@ -376,7 +383,8 @@ def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations) -> li
         out = [Check("records", True, detail + "".join(f"; {n}" for n in notes))]
     if exp.records_subsequence and reduced and not problems:
         ok, msg = records.records_subsequence(original_dir, reduced_dir, inherited,
-                                              substitutes=exp.record_substitutes)
+                                              substitutes=exp.record_substitutes,
+                                              original_tap=original_tap)
         out.append(Check("record subsequence", ok, f"record subsequence: {msg}"))
     return out
 

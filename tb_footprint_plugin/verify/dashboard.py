@@ -143,13 +143,50 @@ def profile_removed_check(removed: dict) -> list:
 # --- big runs ----------------------------------------------------------------------------------
 
 
+class IndexTap:
+    """``run_index`` of the original made in the record-subsequence pass (a tap for
+    ``records.records_subsequence``): the 1 GB original is read and CRC-checked once, not
+    twice."""
+
+    def __init__(self) -> None:
+        self.stats: list = []
+
+    def __call__(self, name: str):
+        from tb_footprint_plugin.scan import eventfile
+
+        tap, fold = self, eventfile.StatsFold(name)
+
+        class _Fold:
+            add = staticmethod(fold.add)
+
+            @staticmethod
+            def finish(reader) -> None:
+                tap.stats.append(fold.finish(reader))
+
+        return _Fold()
+
+    def index(self, run_dir: str) -> Optional[tuple]:
+        """The run's index, if the pass read every event file of ``run_dir`` to its end."""
+        from tb_footprint_plugin.verify.records import event_file_names
+
+        if self.stats and len(self.stats) == len(event_file_names(run_dir)):
+            return index_from_stats(self.stats)
+        return None
+
+
 def run_index(run_dir: str) -> tuple[dict, dict]:
     """``({plugin: {tag: TagStat}}, {category: FixedStat})`` of a run, one streaming pass."""
     from tb_footprint_plugin.scan import eventfile
     from tb_footprint_plugin.verify.records import event_file_names
 
-    stats = [eventfile.event_file_stats(os.path.join(run_dir, n), n)
-             for n in event_file_names(run_dir)]
+    return index_from_stats([eventfile.event_file_stats(os.path.join(run_dir, n), n)
+                             for n in event_file_names(run_dir)])
+
+
+def index_from_stats(stats: list) -> tuple[dict, dict]:
+    """``run_index`` from the files' ``EventFileStats``, in name order."""
+    from tb_footprint_plugin.scan import eventfile
+
     bindings: dict = {}
     for st in stats:
         for tag, plugin in st.bindings.items():
