@@ -196,3 +196,101 @@ def test_first_difference_names_the_point():
                                  keep_last=True, sampled=False) == "last point (step 2) was not kept"
     assert routes.compare_points(before, before[1:], exact=False, keep_first=False,
                                  keep_last=True, sampled=False) is None
+
+
+# --- the big-run path's cheaper proofs (issue 12: within 3x of the Rust load) -----------------
+
+
+def _changed_histogram_run(tmp_path: Path) -> tuple[Path, Path]:
+    """The keras train run, and a copy whose last histogram of one tag has one bucket
+    count changed (re-encoded: same step, wall time and tag)."""
+    import test_verify as tv
+
+    orig = _copy_run(tv.real(tv.KERAS), tmp_path / "orig")
+    red = _copy_run(orig, tmp_path / "red")
+    target = tv.nth_of_tag(tv.HIST_TAG, 4)  # the last of its 5 points: every sample keeps it
+
+    def edit(i, e):
+        if not target(e):
+            return True
+        from tensorboard.util import tensor_util
+
+        v = e.summary.value[0]
+        arr = tensor_util.make_ndarray(v.tensor).copy()
+        arr[0, 2] += 1.0
+        v.tensor.CopyFrom(tensor_util.make_tensor_proto(arr))
+        return e
+
+    assert tv.rewrite(tv.main_event_file(red), edit) == 1
+    return orig, red
+
+
+@needs_rust
+def test_histogram_routes_compared_at_the_data_provider(tmp_path):
+    """On the big-run path the histograms, distributions and time-series histogram series
+    are compared where those routes read them: a changed bucket count fails, naming the
+    routes and the tag; an unchanged copy passes with those series compared."""
+    orig, red = _changed_histogram_run(tmp_path)
+    readers = dashboard.open_pair(str(orig), str(red), "rust", None, store_all=False,
+                                  timeout_s=120)
+    try:
+        check = dashboard.route_check("rust", readers["before"], readers["after"],
+                                      Expectations(), ", default view", heavy_via_provider=True)
+    finally:
+        for r in readers.values():
+            r.close()
+    assert not check.ok
+    assert "/data/plugin/histograms/histograms" in check.detail, check.detail
+    assert "data provider read_tensors" in check.detail, check.detail
+    import test_verify as tv
+    assert tv.HIST_TAG in check.detail, check.detail
+
+    same = _copy_run(orig, tmp_path / "same")
+    readers = dashboard.open_pair(str(orig), str(same), "rust", None, store_all=False,
+                                  timeout_s=120)
+    try:
+        check = dashboard.route_check("rust", readers["before"], readers["after"],
+                                      Expectations(), ", default view", heavy_via_provider=True)
+    finally:
+        for r in readers.values():
+            r.close()
+    assert check.ok, check.detail
+    assert "histograms" in check.detail
+
+
+@needs_rust
+def test_big_run_path_fails_a_changed_histogram(tmp_path):
+    """The whole big-run verification of the changed histogram fails (records and routes)."""
+    orig, red = _changed_histogram_run(tmp_path)
+    result = verify_reduction(str(orig), str(red), backends=BOTH, full_read_bytes=0)
+    assert not result.ok
+    assert any(f.startswith("routes") and "/data/plugin/histograms/histograms" in f
+               for f in result.failed), result.failed
+
+
+def test_python_loader_child_matches_in_process(tmp_path):
+    """The Python loader's view read in its own interpreter is the in-process one."""
+    from tb_footprint_plugin.verify import pyside
+    import test_verify as tv
+
+    run = _copy_run(tv.real(tv.KERAS), tmp_path / "run")
+    child = pyside.PythonSide(str(run), 120).start().result()
+    here = pyside.read_listing(str(run), 120)
+    assert child.fatal is None and child.errors == here.errors
+    assert child.plugins == here.plugins
+    assert len(child.plugins["histograms"][tv.HIST_TAG]) == 5
+
+
+def test_python_loader_child_that_fails_fails_verification(tmp_path, monkeypatch):
+    """A Python-loader child that dies proves nothing: the big-run check fails, saying so."""
+    import sys
+
+    import test_verify as tv
+
+    orig = _copy_run(tv.real(tv.KERAS), tmp_path / "orig")
+    red = _copy_run(orig, tmp_path / "red")
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    result = verify_reduction(str(orig), str(red), backends=("python",), full_read_bytes=0)
+    assert not result.ok
+    assert any(f.startswith("python") and "exited with 1" in f for f in result.failed), \
+        result.failed

@@ -203,6 +203,20 @@ def event_file_stats(path, display_name: Optional[str] = None, size: Optional[in
     return acc.finish(reader)
 
 
+class StatsFold:
+    """``event_file_stats`` folded from batches someone else reads (one pass serving two
+    checks): ``add`` every batch of the file in order, then ``finish`` with its reader."""
+
+    def __init__(self, name: str) -> None:
+        self._acc = _Accumulator(name)
+
+    def add(self, batch) -> None:
+        self._acc.add_batch(batch)
+
+    def finish(self, reader: RecordReader) -> EventFileStats:
+        return self._acc.finish(reader)
+
+
 def _unreadable(path, name: str, err: OSError, size: Optional[int] = None) -> EventFileStats:
     try:
         size = os.stat(path).st_size if size is None else size

@@ -21,6 +21,7 @@ the last point kept (the first step may be gone on ``--load_fast=false``).
 """
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import os
 import struct
@@ -151,27 +152,64 @@ def verify_reduction(
     start = time.monotonic()
     exp = expectations or Expectations()
     checks: list[Check] = []
-    checks.extend(_record_checks(original_dir, reduced_dir, exp))
-
     wanted = list(dict.fromkeys(backends))
     for b in wanted:
         if b not in views.BACKENDS:
             raise ValueError(f"unknown backend {b!r}")
+    limit = dashboard.FULL_READ_BYTES if full_read_bytes is None else full_read_bytes
+    size = dashboard.event_bytes(original_dir)
+    big = size > limit
+    # Big runs: the Python loader's pass over the reduced run is the longest single check and
+    # needs nothing the others compute; it starts first, in its own interpreter (``pyside``).
+    python_side = None
+    if big and "python" in wanted and (dashboard.event_bytes(reduced_dir)
+                                       <= dashboard.PYTHON_REDUCED_BYTES):
+        from tb_footprint_plugin.verify.pyside import PythonSide
+
+        python_side = PythonSide(reduced_dir, timeout_s).start()
     if "rust" in wanted and views.data_server_binary() is None:
         # TensorBoard itself falls back to the Python reader when the binary is missing.
         wanted.remove("rust")
         checks.append(Check("rust backend", True, "rust: data server binary not available; skipped"))
+    # Big runs: the Rust servers load both sides in their own processes while this one makes
+    # its passes over the records (``_record_checks``, the tag index).
+    rust_opening = None
+    if big and "rust" in wanted:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        rust_opening = pool.submit(dashboard.open_pair, original_dir, reduced_dir, "rust", None,
+                                   store_all=False, timeout_s=timeout_s)
+        pool.shutdown(wait=False)
+    try:
+        return _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
+                       big, python_side, rust_opening, start)
+    finally:
+        if python_side is not None:
+            python_side.cancel()  # no-op once its result was collected
+        if rust_opening is not None and not getattr(rust_opening, "taken", False):
+            try:
+                for r in rust_opening.result().values():
+                    r.close()
+            except Exception:  # noqa: BLE001 - already failing; the readers clean up their temp dirs
+                pass
+
+
+def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
+            big, python_side, rust_opening, start) -> VerificationResult:
+    from tb_footprint_plugin.verify import dashboard
+
+    # Big runs: the original's tag index is folded from the record-subsequence pass.
+    tap = dashboard.IndexTap() if big else None
+    checks.extend(_record_checks(original_dir, reduced_dir, exp, tap))
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 
-    limit = dashboard.FULL_READ_BYTES if full_read_bytes is None else full_read_bytes
-    size = dashboard.event_bytes(original_dir)
-    if size <= limit:
+    if not big:
         pairs, route_lines = _read_full(original_dir, reduced_dir, exp, wanted, timeout_s, routes)
     else:
         subsequence_ok = all(c.ok for c in checks if c.name == "record subsequence")
         pairs, route_lines = _read_big(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
-                                       subsequence_ok, size)
+                                       subsequence_ok, size, python_side, rust_opening,
+                                       tap.index(original_dir))
     checks.extend(_run_present_checks(pairs))
     checks.extend(_reader_error_checks(pairs))
     # Compare points only where both sides were read in full and both hold the run.
@@ -238,24 +276,30 @@ def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes)
 
 
 def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
-              subsequence_ok, size):
+              subsequence_ok, size, python_side=None, rust_opening=None, index_before=None):
     """The flat-memory path (see ``dashboard``): Rust default view through the routes, the
     tag index of both sides, the Python loader over the reduced run only."""
     from tb_footprint_plugin.verify import dashboard
 
     pairs: dict[str, tuple[RunView, RunView]] = {}
     lines: list[Check] = []
-    index_before = dashboard.run_index(original_dir)
+    if index_before is None:  # not folded from the subsequence pass (not run, or cut short)
+        index_before = dashboard.run_index(original_dir)
     index_after = dashboard.run_index(reduced_dir)
     lines.extend(dashboard.index_checks(index_before, index_after, exp, subsequence_ok))
     if "rust" in backends:
-        readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None, store_all=False,
-                                      timeout_s=timeout_s)
+        if rust_opening is not None:
+            rust_opening.taken = True  # closed below, not by the caller
+            readers = rust_opening.result()
+        else:
+            readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
+                                          store_all=False, timeout_s=timeout_s)
         try:
             present = readers["before"].view.run_present and readers["after"].view.run_present
             if with_routes and present:
                 lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
-                                                   exp, ", default view"))
+                                                   exp, ", default view",
+                                                   heavy_via_provider=True))
             for r in readers.values():  # the tab's before/after curves: the default view
                 _read_scalars(r)
         finally:
@@ -267,9 +311,12 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
         pairs["rust"] = (v0, v1)
     if "python" in backends:
         reduced_size = dashboard.event_bytes(reduced_dir)
-        if reduced_size <= dashboard.PYTHON_REDUCED_BYTES:
-            with Reader(reduced_dir, "python", None, store_all=True, timeout_s=timeout_s) as r:
-                lines.extend(dashboard.python_against_index(r, index_before, exp))
+        if python_side is not None or reduced_size <= dashboard.PYTHON_REDUCED_BYTES:
+            from tb_footprint_plugin.verify import pyside
+
+            listing = (python_side.result() if python_side is not None
+                       else pyside.read_listing(reduced_dir, timeout_s))
+            lines.extend(dashboard.python_against_index(listing, index_before, exp))
         else:
             lines.append(Check("python", True,
                                f"python: original ({size / 1e6:.0f} MB) and reduced run "
@@ -312,7 +359,8 @@ def _rust_hint(plugin: str, exp: Expectations) -> Optional[int]:
 # --- records -----------------------------------------------------------------------------
 
 
-def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations) -> list[Check]:
+def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
+                   original_tap=None) -> list[Check]:
     reduced = records.check_event_files(reduced_dir)
     problems, notes, inherited = [], [], []
     for rc in reduced:
@@ -336,7 +384,8 @@ def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations) -> li
         out = [Check("records", True, detail + "".join(f"; {n}" for n in notes))]
     if exp.records_subsequence and reduced and not problems:
         ok, msg = records.records_subsequence(original_dir, reduced_dir, inherited,
-                                              substitutes=exp.record_substitutes)
+                                              substitutes=exp.record_substitutes,
+                                              original_tap=original_tap)
         out.append(Check("record subsequence", ok, f"record subsequence: {msg}"))
     return out
 

@@ -8,14 +8,20 @@ What is run depends on the size of the original's event data (``full_read_bytes`
 * **big runs** — the legacy Python loader (~4.5 MB/s) is never run over the original, and no
   reader keeps every point (memory would follow the file):
 
-  - Rust (the default backend): both sides loaded with the dashboard's own sampling, TensorBoard's
-    app crawled over both and compared route by route: the default view;
+  - Rust (the default backend): both sides loaded with the dashboard's own sampling (the servers
+    start before the record passes and load meanwhile), TensorBoard's app crawled over both and
+    compared route by route: the default view. The histogram series behind the histograms,
+    distributions and time-series routes are compared where those routes read them, the data
+    provider (``routes._heavy_histograms``): rendering hundreds of histograms as JSON on both
+    sides was most of the crawl's cost and proves nothing more;
   - records: every tag's record count and bytes from the streaming index of both sides
     (``eventfile.event_file_stats``); with the record-subsequence check this proves that every
     record of an "identical" tag is still there, byte for byte;
   - Python (``--load_fast=false``): the reduced run (small after a reduction) is loaded and
     checked against the original's index: the same tags per plugin, every point for
-    "identical" tags, and the first/last steps each contract keeps. Should the reduced run
+    "identical" tags, and the first/last steps each contract keeps. That loader costs ~0.3 ms
+    per record: it runs in its own interpreter (``pyside``), started first, so it overlaps
+    the rest instead of adding to it. Should the reduced run
     itself be too big for that loader, the line says so and the record-level proof stands.
 
 Every line names the route (or tag) and the first difference.
@@ -90,8 +96,13 @@ def route_contract(exp, backend: str):
     return contract
 
 
-def route_check(backend: str, before: Reader, after: Reader, exp, label: str = ""):
-    """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference."""
+def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "",
+                heavy_via_provider: bool = False):
+    """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference.
+
+    ``heavy_via_provider``: the histogram series behind the histograms, distributions and
+    time-series routes are compared where those routes read them, the readers' data
+    providers (``routes._heavy_histograms``); every listing still goes through the routes."""
     from tb_footprint_plugin.verify.compare import Check
 
     name = f"routes ({backend}{label})"
@@ -103,7 +114,9 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
         dropped = exp is not None and exp.mode_for("graphs") == GRAPH_ROUTE_IDENTICAL
         res = routes.compare_crawl(before.app(), after.app(), route_contract(exp, backend),
                                    graph_attrs_dropped=dropped,
-                                   sampled=True)
+                                   sampled=True,
+                                   providers=((before.provider, after.provider)
+                                              if heavy_via_provider else None))
     except Exception as e:  # noqa: BLE001 - a crawl that breaks proves nothing: a failure
         return Check("routes", False, f"{name}: crawl failed: {type(e).__name__}: {e}")
     if res.diffs:
@@ -130,13 +143,50 @@ def profile_removed_check(removed: dict) -> list:
 # --- big runs ----------------------------------------------------------------------------------
 
 
+class IndexTap:
+    """``run_index`` of the original made in the record-subsequence pass (a tap for
+    ``records.records_subsequence``): the 1 GB original is read and CRC-checked once, not
+    twice."""
+
+    def __init__(self) -> None:
+        self.stats: list = []
+
+    def __call__(self, name: str):
+        from tb_footprint_plugin.scan import eventfile
+
+        tap, fold = self, eventfile.StatsFold(name)
+
+        class _Fold:
+            add = staticmethod(fold.add)
+
+            @staticmethod
+            def finish(reader) -> None:
+                tap.stats.append(fold.finish(reader))
+
+        return _Fold()
+
+    def index(self, run_dir: str) -> Optional[tuple]:
+        """The run's index, if the pass read every event file of ``run_dir`` to its end."""
+        from tb_footprint_plugin.verify.records import event_file_names
+
+        if self.stats and len(self.stats) == len(event_file_names(run_dir)):
+            return index_from_stats(self.stats)
+        return None
+
+
 def run_index(run_dir: str) -> tuple[dict, dict]:
     """``({plugin: {tag: TagStat}}, {category: FixedStat})`` of a run, one streaming pass."""
     from tb_footprint_plugin.scan import eventfile
     from tb_footprint_plugin.verify.records import event_file_names
 
-    stats = [eventfile.event_file_stats(os.path.join(run_dir, n), n)
-             for n in event_file_names(run_dir)]
+    return index_from_stats([eventfile.event_file_stats(os.path.join(run_dir, n), n)
+                             for n in event_file_names(run_dir)])
+
+
+def index_from_stats(stats: list) -> tuple[dict, dict]:
+    """``run_index`` from the files' ``EventFileStats``, in name order."""
+    from tb_footprint_plugin.scan import eventfile
+
     bindings: dict = {}
     for st in stats:
         for tag, plugin in st.bindings.items():
@@ -196,12 +246,12 @@ def index_checks(before: tuple, after: tuple, exp, subsequence_ok: bool) -> list
                   f"their last step, every tag still has records")]
 
 
-def python_against_index(reduced: Reader, index: tuple, exp) -> list:
-    """The reduced run as the Python loader shows it, against the original's index."""
+def python_against_index(view, index: tuple, exp) -> list:
+    """The reduced run as the Python loader shows it (``pyside.PythonListing``: steps per
+    tag), against the original's index."""
     from tb_footprint_plugin.verify import compare as c
     from tb_footprint_plugin.verify.compare import Check
 
-    view = reduced.read()
     if view.fatal:
         return [Check("python", False, f"python (reduced only): {view.fatal}")]
     tags, _ = index
@@ -218,8 +268,8 @@ def python_against_index(reduced: Reader, index: tuple, exp) -> list:
                     problems.append(f"{plugin} tag {tag!r} is missing from the Python listing")
                 continue
             n_tags += 1
-            n_points += len(tv.points)
-            steps = [p[0] for p in tv.points]
+            n_points += len(tv)
+            steps = tv
             if mode == c.IDENTICAL and len(steps) != st.records:
                 problems.append(f"{plugin} tag {tag!r}: {st.records} points became {len(steps)}")
             elif steps and mode != c.REMOVED and max(steps) != st.max_step:

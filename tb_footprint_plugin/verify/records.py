@@ -84,17 +84,26 @@ def check_event_files(run_dir: str) -> list[RecordCheck]:
     return [check_file(os.path.join(run_dir, n)) for n in event_file_names(run_dir)]
 
 
-def _iter_records(path: str) -> Iterator[tuple[str, "tfrecord.Record", "tfrecord.RecordReader"]]:
+def _iter_records(path: str, tap=None
+                  ) -> Iterator[tuple[str, "tfrecord.Record", "tfrecord.RecordReader"]]:
     """``(file name, record, reader)`` for a file, or for a run directory's event files in
-    name order (the order TensorBoard's Python loader reads them)."""
+    name order (the order TensorBoard's Python loader reads them). ``tap(name)`` (optional)
+    returns a fold that is shown every batch of the file (``add``) and then its reader
+    (``finish``): another check made in the same pass."""
     paths = (
         [os.path.join(path, n) for n in event_file_names(path)] if os.path.isdir(path) else [path]
     )
     for p in paths:
         name = os.path.basename(p)
+        fold = tap(name) if tap is not None else None
         with tfrecord.RecordReader(p, verify=True, display_name=name) as reader:
-            for rec in reader:
-                yield name, rec, reader
+            for batch in reader.batches():
+                if fold is not None:
+                    fold.add(batch)
+                for rec in batch.records():
+                    yield name, rec, reader
+        if fold is not None:
+            fold.finish(reader)
         if reader.status != "ok":
             # Let the caller see a bad tail: a sentinel with no record.
             yield name, None, reader
@@ -102,7 +111,7 @@ def _iter_records(path: str) -> Iterator[tuple[str, "tfrecord.Record", "tfrecord
 
 def records_subsequence(
     original_path: str, reduced_path: str, inherited: Collection[str] = (),
-    substitutes: Optional[Mapping[str, Sequence]] = None,
+    substitutes: Optional[Mapping[str, Sequence]] = None, original_tap=None,
 ) -> tuple[bool, str]:
     """Is every record of ``reduced_path`` byte-identical to one of ``original_path``, in order?
 
@@ -115,9 +124,22 @@ def records_subsequence(
     ``substitutes`` maps the sha256 of a record a rewrite re-encoded on purpose to the
     ``(sha256, size)`` of the original record it stands for: that record must then match
     that original record, in order (what changed inside it is the readers' checks' job).
+
+    ``original_tap``: see ``_iter_records``; the original is then read to its end whatever
+    the outcome, so the tap sees all of it.
     """
+    orig_records = _iter_records(original_path, original_tap)
+    try:
+        return _subsequence(orig_records, reduced_path, inherited, substitutes)
+    finally:
+        if original_tap is not None:
+            for _ in orig_records:
+                pass
+
+
+def _subsequence(orig_records, reduced_path, inherited, substitutes) -> tuple[bool, str]:
     subs = substitutes or {}
-    orig_iter = (item for item in _iter_records(original_path) if item[1] is not None)
+    orig_iter = (item for item in orig_records if item[1] is not None)
     matched = 0
     n_subs = 0
     last = "its start"

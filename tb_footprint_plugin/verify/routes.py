@@ -178,8 +178,10 @@ def _q(**kw) -> str:
 class _Side:
     """One application and the listings already fetched from it."""
 
-    def __init__(self, app) -> None:
+    def __init__(self, app, provider=None) -> None:
         self.c = _Client(app)
+        #: The data provider the app serves from: heavy routes are compared at this level.
+        self.provider = provider
 
     def json(self, path: str) -> tuple[int, Any]:
         status, body, _ = self.c.get(path)
@@ -212,16 +214,20 @@ def _with_blobs(side: _Side, points: list, key: str, route: str, extra: str = ""
     return out
 
 
-def crawl_pair(app_before, app_after, sides: Optional[list] = None
-               ) -> Iterator[tuple[Response, Response]]:
+def crawl_pair(app_before, app_after, sides: Optional[list] = None,
+               providers: Optional[tuple] = None) -> Iterator[tuple[Response, Response]]:
     """Yield ``(before, after)`` normalized responses for every route the dashboards fetch.
 
     Which series to fetch is the union of both sides' listings, so a series that vanished
-    is fetched (and found missing) as well as one that appeared.
+    is fetched (and found missing) as well as one that appeared. With ``providers`` (the
+    two apps' data providers), the histogram series behind the histograms, distributions
+    and time-series routes are compared where those routes read them (``_heavy_histograms``).
     """
     if sides is None:
         sides = []
-    sides[:] = [_Side(app_before), _Side(app_after)]
+    pv = providers or (None, None)
+    sides[:] = [_Side(app_before, pv[0]), _Side(app_after, pv[1])]
+    heavy = providers is not None
 
     def listing(route: str, plugin: str, pick: Callable[[Any], Any] = lambda v: v):
         got = [s.json(route) for s in sides]
@@ -252,8 +258,11 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None
     yield plugins
 
     yield from _scalar_like(sides, listing, fetch, "scalars", "/scalars")
-    yield from _scalar_like(sides, listing, fetch, "histograms", "/histograms")
-    yield from _scalar_like(sides, listing, fetch, "distributions", "/distributions")
+    if heavy:
+        yield from _heavy_histograms(sides, listing)
+    else:
+        yield from _scalar_like(sides, listing, fetch, "histograms", "/histograms")
+        yield from _scalar_like(sides, listing, fetch, "distributions", "/distributions")
     yield from _scalar_like(sides, listing, fetch, "pr_curves", "/pr_curves")
     yield from _text(listing, fetch)
     yield from _blobs(listing, fetch, "images", "/images", "/individualImage")
@@ -261,7 +270,7 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None
     yield from _mesh(listing, fetch)
     yield from _custom_scalars(sides, fetch)
     yield from _hparams(fetch)
-    yield from _timeseries(listing, fetch)
+    yield from _timeseries(listing, fetch, skip=("histograms",) if heavy else ())
     yield from _graphs(listing, fetch)
 
 
@@ -385,7 +394,7 @@ def _hparams(fetch):
                 post_json=request)
 
 
-def _timeseries(listing, fetch):
+def _timeseries(listing, fetch, skip: tuple = ()):
     base = "/data/plugin/timeseries"
     tags = listing(f"{base}/tags", "scalars")
     # The tag listing mixes plugins: compare it per plugin so each has its own contract.
@@ -393,6 +402,8 @@ def _timeseries(listing, fetch):
         pair = tuple(Response(t.route + f" ({plugin})", plugin, "listing", t.status,
                               _ts_listing(t.value, plugin)) for t in tags)
         yield pair
+        if plugin in skip:
+            continue  # its series are compared by _heavy_histograms
         items: set = set()
         for t in pair:
             if isinstance(t.value, dict):
@@ -421,6 +432,91 @@ def _timeseries(listing, fetch):
                 yield fetch(f"{base}/timeSeries [{json.dumps(req, sort_keys=True)}]", plugin,
                             "points", norm, post={"requests": json.dumps([req])},
                             path=f"{base}/timeSeries")
+
+
+#: What the three histogram routes read from the data provider (TensorBoard 2.21):
+#: ``HistogramsPlugin.histograms_route`` -> ``read_tensors(downsample=SAMPLE_SIZE=51)``,
+#: ``DistributionsPlugin.distributions_route`` -> the same with ``SAMPLE_SIZE=501``,
+#: ``MetricsPlugin`` timeSeries (histograms) -> ``read_tensors(downsample=51)`` (its default
+#: ``_plugin_downsampling["histograms"]``; the verifying app sets no sampling hints).
+#: Each route then maps every datum through a pure function of (wall_time, step, tensor)
+#: (``numpy.tolist``, ``compressor.compress_histogram``, ``_format_histogram_datum_bins``)
+#: and JSON-encodes the list: identical datums give identical responses, and rendering 500
+#: histograms as JSON on both sides is most of what the route crawl of a big run costs.
+METRICS_HISTOGRAM_DOWNSAMPLE = 51
+
+
+def _histogram_reads() -> dict:
+    """``downsample -> [route, ...]`` the dashboards' histogram routes read with."""
+    from tensorboard.plugins.distribution import distributions_plugin
+    from tensorboard.plugins.histogram import histograms_plugin
+
+    reads: dict = {}
+    for n, route in (
+        (histograms_plugin.HistogramsPlugin.SAMPLE_SIZE, "/data/plugin/histograms/histograms"),
+        (distributions_plugin.DistributionsPlugin.SAMPLE_SIZE,
+         "/data/plugin/distributions/distributions"),
+        (METRICS_HISTOGRAM_DOWNSAMPLE, "/data/plugin/timeseries/timeSeries"),
+    ):
+        reads.setdefault(n, []).append(route)
+    return reads
+
+
+def _heavy_histograms(sides, listing):
+    """Histogram series compared where the three histogram routes read them: the provider's
+    ``read_tensors`` with each route's downsample, datum by datum (step, wall time bits,
+    dtype, shape, tensor bytes). The tag listings still go through the HTTP routes."""
+    from tensorboard import errors as tb_errors
+    from tensorboard.data import provider as tb_provider
+
+    from tb_footprint_plugin.verify import views
+
+    tag_pairs = []
+    for plugin in ("histograms", "distributions"):
+        tags = listing(f"/data/plugin/{plugin}/tags", "histograms")
+        yield tags
+        tag_pairs.append(tags)
+    series: set = set()
+    for tags in tag_pairs:
+        series |= set(_union(tags[0].value, tags[1].value, 2))
+    ctx = views._request_context()
+
+    def read(side, run, tag, n):
+        try:
+            data = side.provider.read_tensors(
+                ctx, experiment_id=views.EXPERIMENT_ID, plugin_name="histograms",
+                downsample=n, run_tag_filter=tb_provider.RunTagFilter(runs=[run], tags=[tag]))
+        except tb_errors.PublicError as e:
+            return 400, f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - the route would answer 500: compare that
+            return 500, f"{type(e).__name__}: {e}"
+        datums = (data.get(run) or {}).get(tag)
+        if datums is None:
+            return 404, f"No histogram tag {tag!r} for run {run!r}"  # as histograms_impl
+        out = []
+        for d in datums:
+            arr = d.numpy
+            h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
+            h.update(arr.tobytes())
+            out.append({"step": d.step, "wall_time": d.wall_time,
+                        "<tensor sha256>": h.hexdigest()})
+        return 200, out
+
+    for n, route_names in sorted(_histogram_reads().items()):
+        for run, tag in sorted(series, key=repr):
+            route = (f"{' + '.join(route_names)}?{_q(run=run, tag=tag)} "
+                     f"[data provider read_tensors, downsample {n}]")
+            pair = []
+            for side in sides:
+                status, value = read(side, run, tag, n)
+                body = json.dumps(value, sort_keys=True).encode()
+                if status == 200:
+                    value = {f"{run}/{tag}": value}
+                else:
+                    value = {"<http status>": status, "<body>": value[:200]}
+                pair.append(Response(route, "histograms", "points", status, value,
+                                     hashlib.sha256(body).hexdigest()))
+            yield tuple(pair)
 
 
 def _ts_listing(value: Any, plugin: str) -> Any:
@@ -570,15 +666,18 @@ Contract = Callable[[str], tuple]
 
 
 def compare_crawl(app_before, app_after, contract: Contract, *, sampled: bool,
-                  graph_attrs_dropped: bool = False) -> CrawlResult:
+                  graph_attrs_dropped: bool = False,
+                  providers: Optional[tuple] = None) -> CrawlResult:
     """Crawl both apps in lockstep and compare every route under ``contract``.
 
     ``graph_attrs_dropped``: the contract dropped stored graph attribute values over 1 KB
     (opt-in ``strip_large_graph_attrs``); the graph requested with ``limit_attr_size`` must
-    still be identical, the one without it is declared changed (the values read "too large")."""
+    still be identical, the one without it is declared changed (the values read "too large").
+    ``providers``: compare the histogram routes' series at the data provider (see
+    ``crawl_pair``)."""
     res = CrawlResult()
     sides: list = []
-    for before, after in crawl_pair(app_before, app_after, sides):
+    for before, after in crawl_pair(app_before, app_after, sides, providers):
         res.routes += 1
         res.by_plugin[before.plugin] = res.by_plugin.get(before.plugin, 0) + 1
         if (graph_attrs_dropped and before.plugin == "graphs" and before.route.startswith("/data/plugin/graphs/graph?")

@@ -1,0 +1,176 @@
+"""The legacy Python loader's view of a reduced run, read in a child process.
+
+TensorBoard's Python loader (``--load_fast=false``) costs ~0.3 ms per record in pure Python
+whatever the record's size: a reduced run that keeps 50,000 scalar records takes ~15 s to
+load, longer than everything else verification does on a 1 GB original. The loader is
+single-threaded and holds the GIL, so it runs in its own interpreter, started before the
+Rust side and the original's index pass, and its answer is collected when they are done:
+on two cores the two halves overlap instead of adding up.
+
+What comes back is what ``dashboard.python_against_index`` needs, nothing the size of the
+data: per plugin, per tag, the steps the loader serves (``read_*`` through TensorBoard's
+``MultiplexerDataProvider``), plus the reader's fatal error, errors and warnings.
+
+The child reads only the run directory it is given (through ``Reader``'s private logdir of
+links, as in-process); it writes nothing but its temporary logdir, removed on exit.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Optional
+
+#: Seconds added to the caller's timeout for the child's interpreter start and imports.
+START_SLACK_S = 30.0
+
+
+@dataclass
+class PythonListing:
+    """The Python loader's view of one run: steps per tag, and its problems."""
+
+    fatal: Optional[str] = None
+    errors: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
+    #: ``{plugin: {tag: [step, ...]}}`` in the order the provider returns the points.
+    plugins: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"fatal": self.fatal, "errors": self.errors, "warnings": self.warnings,
+                "plugins": self.plugins}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "PythonListing":
+        return cls(fatal=d.get("fatal"), errors=list(d.get("errors") or []),
+                   warnings=list(d.get("warnings") or []),
+                   plugins={p: {t: [int(s) for s in steps] for t, steps in tags.items()}
+                            for p, tags in (d.get("plugins") or {}).items()})
+
+
+def read_listing(run_dir: str, timeout_s: float) -> PythonListing:
+    """Load ``run_dir`` with the Python loader in this process; every point's step.
+
+    The plugins' own calls (``list_*`` then ``read_*`` of every point; every blob of a blob
+    sequence fetched), keeping only the steps: no per-point payload is built."""
+    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.verify.readers import Reader
+
+    out = PythonListing()
+    with Reader(run_dir, "python", None, store_all=True, timeout_s=timeout_s) as r:
+        if r.provider is not None and not r.view.fatal and r.view.run_present:
+            ctx = views._request_context()
+            plugins = sorted(p for p in r.provider.list_plugins(
+                ctx, experiment_id=views.EXPERIMENT_ID) if p)
+            for plugin in plugins:
+                for kind in views.KINDS:
+                    try:
+                        _read_steps(out, r.provider, ctx, plugin, kind)
+                    except Exception as e:  # noqa: BLE001 - a reader failure is a finding
+                        out.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
+    view = r.view  # closed: the loader's own log problems are collected
+    out.fatal = view.fatal
+    out.errors = list(view.errors) + out.errors
+    out.warnings = list(view.warnings)
+    return out
+
+
+def _read_steps(out: PythonListing, provider, ctx, plugin: str, kind: str) -> None:
+    from tb_footprint_plugin.verify import views
+
+    list_fn, read_fn = views._provider_calls(provider, kind)
+    kw = dict(experiment_id=views.EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=views._rtf())
+    listing = list_fn(ctx, **kw).get(views.RUN_NAME, {})
+    if not listing:
+        return
+    data = read_fn(ctx, downsample=views.READ_ALL, **kw).get(views.RUN_NAME, {})
+    tags = out.plugins.setdefault(plugin, {})
+    for tag in sorted(listing):
+        points = data.get(tag, [])
+        if kind == views.BLOB_SEQUENCE:
+            try:  # what the dashboard fetches next: a blob that cannot be read is a finding
+                views._points(provider, ctx, kind, points, 1)
+            except Exception as e:  # noqa: BLE001
+                out.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
+        tags[tag] = [d.step for d in points]
+
+
+class PythonSide:
+    """``read_listing`` of one run in a child interpreter: ``start()`` now, ``result()`` later."""
+
+    def __init__(self, run_dir: str, timeout_s: float) -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.timeout_s = timeout_s
+        self._proc: Optional[subprocess.Popen] = None
+        self._out = None
+        self._err = None
+
+    def start(self) -> "PythonSide":
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        # The child must import this very package (a worktree may shadow an installed copy).
+        env["PYTHONPATH"] = os.pathsep.join(
+            [pkg_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        # Output goes through files, not pipes: a child blocked on a full pipe would stall.
+        self._out = tempfile.TemporaryFile()
+        self._err = tempfile.TemporaryFile()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, self.run_dir, str(self.timeout_s)],
+                stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env)
+        except OSError:
+            self._proc = None  # no interpreter to start: result() reads in this process
+        return self
+
+    def result(self) -> PythonListing:
+        """The child's listing (or this process's own read if the child could not run)."""
+        if self._proc is None:
+            self._close()
+            return read_listing(self.run_dir, self.timeout_s)
+        try:
+            rc = self._proc.wait(timeout=self.timeout_s + START_SLACK_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+            self._close()
+            return PythonListing(fatal=f"python reader: no answer within "
+                                       f"{self.timeout_s + START_SLACK_S:.0f}s")
+        self._out.seek(0)
+        self._err.seek(0)
+        out = self._out.read().decode("utf-8", "replace").strip().splitlines()
+        err = self._err.read().decode("utf-8", "replace").strip()
+        self._close()
+        if rc != 0 or not out:
+            tail = err.splitlines()[-1] if err else "no output"
+            return PythonListing(fatal=f"python reader process exited with {rc}: {tail}")
+        try:
+            return PythonListing.from_json(json.loads(out[-1]))
+        except (ValueError, TypeError, AttributeError) as e:
+            return PythonListing(fatal=f"python reader process: unreadable answer ({e})")
+
+    def cancel(self) -> None:
+        """Stop the child (the caller is failing for another reason)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        for f in (self._out, self._err):
+            if f is not None:
+                f.close()
+        self._out = self._err = None
+
+
+def _main(argv: list) -> int:
+    run_dir, timeout_s = argv[0], float(argv[1])
+    listing = read_listing(run_dir, timeout_s)
+    sys.stdout.write(json.dumps(listing.to_json()) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
