@@ -4,7 +4,8 @@ What is run depends on the size of the original's event data (``full_read_bytes`
 
 * **small runs** (the common case) — both sides are loaded by both backends keeping every
   point: the reader-level comparison of ``compare`` (every point, bit for bit) runs on these
-  readers, and TensorBoard's own WSGI app is crawled over the same readers;
+  readers, and TensorBoard's own WSGI app is crawled over the same readers (histogram series
+  compared where their routes read them, as for big runs below);
 * **big runs** — the legacy Python loader (~4.5 MB/s) is never run over the original, and no
   reader keeps every point (memory would follow the file):
 
@@ -97,12 +98,13 @@ def route_contract(exp, backend: str):
 
 
 def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "",
-                heavy_via_provider: bool = False):
+                heavy_via_provider: bool = True):
     """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference.
 
-    ``heavy_via_provider``: the histogram series behind the histograms, distributions and
-    time-series routes are compared where those routes read them, the readers' data
-    providers (``routes._heavy_histograms``); every listing still goes through the routes."""
+    ``heavy_via_provider`` (every reduce): the histogram series behind the histograms,
+    distributions and time-series routes are compared where those routes read them, the
+    readers' data providers (``routes._heavy_histograms``); every listing still goes through
+    the routes. Off, those routes are rendered as JSON on both sides as well."""
     from tb_footprint_plugin.verify.compare import Check
 
     name = f"routes ({backend}{label})"
