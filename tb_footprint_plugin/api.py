@@ -26,7 +26,7 @@ from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation sum
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
-from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
+from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged
@@ -210,6 +210,8 @@ class ReduceReport:
     shard: Optional[Tuple[int, int]] = None
     #: the runs of the logdir this shard took (None without a shard)
     shard_runs: Optional[List[str]] = None
+    #: what the ledger had that was refused (untrusted input; ``engine.ledger.check_ledger``)
+    ledger_problems: List[dict] = field(default_factory=list)
 
     @property
     def removable_bytes(self) -> int:
@@ -250,6 +252,7 @@ class ReduceReport:
             "requests": self.requests,
             "shard": sharding.label(self.shard),
             "shard_runs": self.shard_runs,
+            "ledger_problems": self.ledger_problems,
         }
 
 
@@ -341,6 +344,7 @@ def reduce_logdir(
     if max_file_ops_per_second is not None:
         throttle.configure(max_file_ops_per_second)
     lease.configure(lease_seconds, sharding.label(shard))
+    history_before = configure_writer(sharding.label(shard)) if shard is not None else None
     try:
         return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
@@ -349,6 +353,8 @@ def reduce_logdir(
     finally:
         if max_file_ops_per_second is not None:
             throttle.configure(before_limit)
+        if shard is not None:
+            configure_writer(history_before)
 
 
 def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] = None, **kwargs) -> List[ReduceReport]:
@@ -407,6 +413,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
         book = Ledger(path, pol.name, ctx.logdir, shard=sharding.label(shard))
         report.ledger_path = path
         entries = book.start(rp.run for rp in p.runs)
+        report.ledger_problems = list(book.problems)
     todo = []
     for rp in p.runs:
         if book and not book.should_run(entries.get(rp.run)):
@@ -571,7 +578,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         problems.insert(0, e.to_dict())
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led, "batch": merged(paths) if paths else None, "unfinished": found["unfinished_operations"],
+            "ledger": led, "batch": merged(paths, ctx.logdir) if paths else None, "unfinished": found["unfinished_operations"],
             "problems": problems + found["problems"],
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 
