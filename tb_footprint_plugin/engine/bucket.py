@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import bucket_lease, faults
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
@@ -46,8 +44,6 @@ from tb_footprint_plugin.storage.remote import (
     same_content,
 )
 
-#: A lock older than this whose owner cannot be seen alive is taken over by recovery.
-LOCK_LEASE_S = 15 * 60.0
 JOURNAL = f"{STATE_DIR_NAME}/journal"
 LOCKS = f"{STATE_DIR_NAME}/locks"
 
@@ -149,21 +145,20 @@ class _Journal:
 def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     """Take the run's lock; raises BucketTxnError('locked') naming the holder."""
     path = st.rfs.path(_lock_key(run))
-    doc = {"run": run, "op": op_id, "host": socket.gethostname(), "pid": os.getpid(),
-           "at": _now(), "expires": _now() + LOCK_LEASE_S}
+    doc = bucket_lease.new_lock_doc(run, op_id)
     try:
-        return path, st.create(path, doc)
+        return path, _held_lock(st, path, doc, st.create(path, doc))
     except RemoteError as e:
         if e.code != ALREADY_EXISTS:
             raise
     held, version = st.read(path)
-    if held is not None and _owner_gone(held) and version and \
+    if held is not None and _owner_gone(held, st) and version and \
             st.ops.head(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
         # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
         # is conditional on the lock's version, so of two takers only one wins)
         if not st.ops.delete([path], versions={path: version}):
             try:
-                return path, st.create(path, doc)
+                return path, _held_lock(st, path, doc, st.create(path, doc))
             except RemoteError as e:
                 if e.code != ALREADY_EXISTS:
                     raise
@@ -172,25 +167,30 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
 
 
+def _held_lock(st: _State, path: str, doc: dict, version: str) -> str:
+    """Renew the lock just taken while this process holds it (``engine.bucket_lease``)."""
+    bucket_lease.hold(path, doc, version, lambda d, v: st.update(path, d, v))
+    return version
+
+
+def _unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
+    """Stop renewing the lock; the version to delete it at, None if it is not ours any more."""
+    v = bucket_lease.release(lock_path)
+    return None if v is None else {lock_path: v}
+
+
 #: operations this process is running right now (a lock of this pid naming another op is stale)
 _ACTIVE_OPS: set = set()
 
 
-def _owner_gone(lock: dict) -> bool:
-    if not lock or lock.get("corrupt"):
-        return True
-    if lock.get("expires", 0) < _now():
-        return True
-    if lock.get("host") == socket.gethostname() and lock.get("pid") == os.getpid():
-        return lock.get("op") not in _ACTIVE_OPS
-    if lock.get("host") == socket.gethostname():
-        try:
-            os.kill(int(lock.get("pid", 0)), 0)
-        except (ProcessLookupError, ValueError):
-            return True
-        except PermissionError:
-            return False
-    return False
+def _owner_gone(lock: dict, st: Optional[_State] = None) -> bool:
+    """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
+    progress read from the bucket (``st``) when the lease of another host expired."""
+    def journal_mtime(op: str) -> Optional[float]:
+        info = st.ops.head(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
+        return info.mtime if info is not None else None
+
+    return bucket_lease.holder_gone(lock, journal_mtime, _ACTIVE_OPS)
 
 
 def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
@@ -235,7 +235,12 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         # fails its copy), and the run is listed once more right before the delete step.
         # Backups: server-side copies, integrity by the store's checksums.
         for f in files:
-            res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
+            try:
+                res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
+            except RemoteError as e:
+                if e.code in (PRECONDITION_FAILED, "not_found"):  # e.g. reduced by another worker since the plan
+                    raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
+                raise
             ok = same_content(res.checksums, f["checksums"])
             if ok is None:
                 ok = _stream_digest(rfs, rfs.path(f["path"]), f["size"]) == _stream_digest(rfs, f["backup"], f["size"])
@@ -263,6 +268,8 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         if newest > _now() - quiet_period:
             raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
                                  "a run being written is left alone")
+        if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop here
+            raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         journal.step("deleting")  # the destructive step is preceded by its record (backups verified)
         faults.hit("bucket.before_delete")
         _delete_all(rfs, [rfs.path(f["path"]) for f in files],
@@ -275,7 +282,8 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
         out.verification = verification
         # done: the journal and the lock go in one batch (journal first in it: a crash between the
         # two leaves only a stale lock, which recovery drops)
-        rfs.ops.delete([journal.path, lock_path])
+        ours = _unlock_versions(lock_path)
+        rfs.ops.delete([journal.path] + ([lock_path] if ours else []), versions=ours)
         return out
     except faults.InjectedFault:
         raise
@@ -289,8 +297,10 @@ def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectI
                 journal.step("rolling_back")
                 _rollback(rfs, vault, journal.doc)
                 _must_delete(rfs, [journal.path])
-            _must_delete(rfs, [lock_path])
-            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
+            ours = _unlock_versions(lock_path)
+            if ours:
+                _must_delete(rfs, [lock_path], versions=ours)
+            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
                 out.status, out.code = Outcome.SKIPPED, code
             else:
                 out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
@@ -371,9 +381,12 @@ def _verify(rfs: RemoteFS, vault: BucketVault, run: str, files: List[dict],
 def _rollback(rfs: RemoteFS, vault: BucketVault, doc: dict) -> None:
     """Put every removed original back from its verified backup, then drop the backup copies."""
     put_back = []
+    deleted = any(isinstance(s, list) and s and s[0] == "deleting" for s in doc.get("steps", []))
     for f in doc.get("files", []):
         orig = rfs.path(f["path"])
         if rfs.ops.head(orig) is None:
+            if not deleted:
+                continue  # gone before this operation deleted anything (another worker reduced the run)
             if not f.get("backup_checksums"):
                 raise BucketTxnError("backup_missing", f"{f['path']}: gone and no verified backup of it")
             res = rfs.ops.copy(f["backup"], orig, if_absent=True)
@@ -386,8 +399,8 @@ def _rollback(rfs: RemoteFS, vault: BucketVault, doc: dict) -> None:
     _must_delete(rfs, [f["backup"] for f in doc.get("files", [])])
 
 
-def _must_delete(rfs: RemoteFS, paths: List[str]) -> None:
-    failed = rfs.ops.delete(paths)
+def _must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
+    failed = rfs.ops.delete(paths, versions=versions)
     if failed:
         key = sorted(failed)[0]
         raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{key}: could not be deleted ({failed[key]})")
@@ -408,14 +421,16 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         path = rfs.path(key)
         doc, version = st.read(path)
-        if not doc or doc.get("corrupt") or "run" not in doc:
+        if doc is None:  # finished (or settled) by its owner since the listing
+            continue
+        if doc.get("corrupt") or "run" not in doc:
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
                                        detail=f"{path}: unreadable journal left in place"))
             continue
         run, op_id = doc["run"], doc.get("op", rel[:-5])
         lock_path = rfs.path(_lock_key(run))
         lock, _ = st.read(lock_path)
-        if lock and lock.get("op") == op_id and not _owner_gone(lock):
+        if lock and lock.get("op") == op_id and not _owner_gone(lock, st):
             out.append(RecoveryOutcome(op_id=op_id, run=run, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running"))
             continue
@@ -512,7 +527,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
         return out
     finally:
-        rfs.ops.delete([lock_path])
+        ours = _unlock_versions(lock_path)
+        if ours:
+            rfs.ops.delete([lock_path], versions=ours)
 
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,

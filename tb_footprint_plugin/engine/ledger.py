@@ -264,27 +264,40 @@ def merged(paths: Iterable[str], logdir: Optional[str] = None) -> dict:
     """One view of a batch kept in several ledgers (one per shard): per run the entry that tells its
     state, with who did it; counts and bytes per state; ledgers that could not be read are named in
     ``problems`` (a damaged ledger is reported, never silently dropped)."""
-    runs: Dict[str, dict] = {}
-    ledgers, problems = [], []
+    ledgers, problems, entries = [], [], []
     for p in paths:
         data, refused = load_ledger(p, logdir)
         if data is None and not refused:
             continue
-        for u in refused[:MAX_REPORTED]:
-            problems.append({"path": p, "code": u.code, "detail": str(u)})
-        if len(refused) > MAX_REPORTED:
-            problems.append({"path": p, "code": refused[0].code,
-                             "detail": f"{p}: {len(refused) - MAX_REPORTED} more bad entries refused"})
+        problems += report_refusals(p, refused)
         if data is None:
             continue
         ledgers.append({"path": p, "policy": data.get("policy")})
-        for run, e in data["runs"].items():
-            e = dict(e, ledger=p)
-            e.setdefault("state", "pending")
-            if e["state"] in ("reducing", "verifying") and _pid_gone(e):
-                e["stalled"] = True  # its worker died: a rerun of any shard takes the run over
-            if run not in runs or _rank(e) > _rank(runs[run]):
-                runs[run] = e
+        entries += [(run, e, p) for run, e in data["runs"].items()]
+    return merged_view(ledgers, entries, problems)
+
+
+def report_refusals(where: str, refused: List[Untrusted]) -> List[dict]:
+    """The refusals of one ledger as problems of the merged view: the first ``MAX_REPORTED``
+    one by one, the rest counted."""
+    out = [{"path": where, "code": u.code, "detail": str(u)} for u in refused[:MAX_REPORTED]]
+    if len(refused) > MAX_REPORTED:
+        out.append({"path": where, "code": refused[0].code,
+                    "detail": f"{where}: {len(refused) - MAX_REPORTED} more bad entries refused"})
+    return out
+
+
+def merged_view(ledgers: List[dict], entries: Iterable[Tuple[str, dict, str]], problems: List[dict]) -> dict:
+    """The merge itself, over checked entries ``(run, entry, ledger)`` from any kind of ledger
+    (files on disk here, objects in a bucket in ``engine.bucket_ledger``)."""
+    runs: Dict[str, dict] = {}
+    for run, e, where in entries:
+        e = dict(e, ledger=where)
+        e.setdefault("state", "pending")
+        if e["state"] in ("reducing", "verifying") and _pid_gone(e):
+            e["stalled"] = True  # its worker died: a rerun of any shard takes the run over
+        if run not in runs or _rank(e) > _rank(runs[run]):
+            runs[run] = e
     counts: Dict[str, int] = {}
     nbytes: Dict[str, int] = {}
     for e in runs.values():
