@@ -9,8 +9,9 @@ Each run: scalars plus one xprof profile session (what ``archive`` removes). Ver
 the Python reader backend only (the batch mechanics are what is measured here; bench/reduce.py
 times the verification backends). The figures printed: wall time and runs/s per worker count,
 speed-up over one worker, and per-run overhead of the lock (flock + lease written, read back and
-removed) and of the ledger (three transitions per run, each an fsynced atomic rewrite of the
-shard's ledger, measured at the ledger size a shard of the batch has).
+removed), of the ledger (three transitions per run, each an fsynced atomic rewrite of the
+shard's ledger, every entry checked on reading, measured at the ledger size a shard of the batch
+has) and of the change log (one fsynced line appended to the worker's own history file).
 """
 from __future__ import annotations
 
@@ -83,7 +84,19 @@ def overhead(tmp: str, ledger_runs: int, n: int = 300) -> dict:
         book.mark(r, "verifying")
         book.mark(r, "done", original_size_bytes=12345, after_size_bytes=2345, verified=True, op_id="x")
     ledger_ms = (time.perf_counter() - t) / m * 1000
-    return {"lock_ms_per_run": lock_ms, "ledger_ms_per_run": ledger_ms, "ledger_runs": ledger_runs}
+    from tb_footprint_plugin.engine import history
+
+    before = history.configure_writer("0/1")
+    try:
+        t = time.perf_counter()
+        for r in names[:m]:
+            history.append_history(os.path.join(tmp, "state"), {"kind": "reduce", "run": r, "outcome": "verified",
+                                                                "before": 12345, "after": 2345, "op_id": "x"})
+        history_ms = (time.perf_counter() - t) / m * 1000
+    finally:
+        history.configure_writer(before)
+    return {"lock_ms_per_run": lock_ms, "ledger_ms_per_run": ledger_ms, "ledger_runs": ledger_runs,
+            "history_ms_per_run": history_ms}
 
 
 def main() -> None:
@@ -115,7 +128,8 @@ def main() -> None:
         for w in counts:
             o = overhead(os.path.join(tmp, f"o{w}"), max(1, n_runs // w))
             print(f"per-run overhead with {w} shard(s): lock {o['lock_ms_per_run']:.2f} ms (flock + lease), "
-                  f"ledger {o['ledger_ms_per_run']:.2f} ms (3 transitions, {o['ledger_runs']}-run shard ledger)")
+                  f"ledger {o['ledger_ms_per_run']:.2f} ms (3 transitions, {o['ledger_runs']}-run shard ledger), "
+                  f"history {o['history_ms_per_run']:.2f} ms (1 fsynced line, worker's own file)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
