@@ -4,8 +4,8 @@ A single machine appends to ``history.jsonl``. A worker of a sharded batch appen
 its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (``configure_writer``): appends from two
 NFS clients to one file can interleave or lose data, so no two machines ever append to one
 file. ``read_history`` merges every one of them (the old single file included) into one log
-ordered by time. Lines are untrusted input: only JSON objects are kept, and an entry whose
-``time`` is not a finite number sorts first.
+ordered by time. Lines are untrusted input: only JSON objects with a finite number as ``time``
+are kept (an entry that cannot be placed in time is no entry of this log).
 """
 from __future__ import annotations
 
@@ -65,14 +65,14 @@ def append_history(state: str, entry: dict) -> None:
     append_line(os.path.join(state, name), json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n")
 
 
-def _time_of(e: dict) -> float:
-    t = e.get("time")
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
+def _timed(e) -> bool:
+    t = e.get("time") if isinstance(e, dict) else None
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
 
 
 def read_history(state: str) -> List[dict]:
     """Every entry of every history file, oldest first (entries of one time keep their file's
-    order); lines that are not JSON objects are skipped."""
+    order); lines that are not JSON objects with a time are skipped."""
     out = []
     for path in history_files(state):
         try:
@@ -83,11 +83,11 @@ def read_history(state: str) -> List[dict]:
                         e = json.loads(line)
                     except (ValueError, RecursionError):
                         continue
-                    if isinstance(e, dict):
+                    if _timed(e):
                         out.append(e)
         except OSError:  # gone, or not a regular file: nothing of ours to read
             continue
-    out.sort(key=_time_of)  # stable: one file's entries of one time stay in order
+    out.sort(key=lambda e: e["time"])  # stable: one file's entries of one time stay in order
     return out
 
 
