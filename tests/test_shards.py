@@ -525,3 +525,22 @@ def test_each_worker_appends_to_its_own_history_file_and_history_merges_them(tmp
     secret.write_text(json.dumps({"time": 2.0, "kind": "reduce", "run": "planted"}) + "\n")
     os.symlink(secret, os.path.join(state, "history-shard-5-of-9@evil.jsonl"))
     assert all(e.get("run") != "planted" for e in api.history(logdir))
+
+
+def test_the_ledger_rereads_a_file_another_process_replaced_and_checks_it_again(tmp_path):
+    from tb_footprint_plugin.engine.ledger import Ledger
+
+    path = str(tmp_path / ".tb-footprint" / "ledger-shard-0-of-1.json")
+    a = Ledger(path, "archive", str(tmp_path), shard="0/1")
+    b = Ledger(path, "archive", str(tmp_path), shard="0/1")
+    a.start(["r1", "r2"])
+    b.mark("r1", "done", op_id="x")  # another writer of the same ledger
+    a.mark("r2", "reducing")
+    assert a.read()["runs"]["r1"]["state"] == "done"  # a's write kept b's: it read b's file first
+    with open(path) as f:
+        data = json.load(f)
+    data["runs"]["r2"] = {"state": "done", "pid": "evil"}
+    with open(path + ".new", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".new", path)  # replaced behind a's back
+    assert "r2" not in a.read()["runs"] and [p["code"] for p in a.problems] == ["bad_ledger_entry"]

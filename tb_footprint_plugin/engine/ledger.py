@@ -126,6 +126,7 @@ class Ledger:
         self.who = {"host": socket.gethostname(), "pid": os.getpid(), "shard": shard}
         #: refusals of the last read: entries (or the whole file) that were not used
         self.problems: List[dict] = []
+        self._mine: Optional[Tuple[tuple, dict]] = None  # (stat key, data) of this process's last write
 
     @contextlib.contextmanager
     def _locked(self):
@@ -135,7 +136,21 @@ class Ledger:
 
     def read(self) -> dict:
         """The ledger as checked by ``check_ledger``; bad entries are left out and, like a file
-        that is no ledger at all, reported in ``self.problems`` (codes of ``engine.trust``)."""
+        that is no ledger at all, reported in ``self.problems`` (codes of ``engine.trust``).
+
+        The file this process wrote last, unchanged since (same inode, size and mtime), is not
+        parsed and checked again: what it holds is what this process wrote (re-reading a
+        2,000-run ledger at every transition was most of a batch's ledger cost)."""
+        mine = self._mine
+        if mine is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_ino, st.st_size, st.st_mtime_ns) == mine[0]:
+                    self.problems = []
+                    return mine[1]
+            except OSError:
+                pass
+            self._mine = None
         data, problems = load_ledger(self.path, self.logdir)
         self.problems = [u.to_dict() for u in problems]
         if data is not None:
@@ -166,7 +181,7 @@ class Ledger:
                 data = self.read()
             for r in runs:
                 data["runs"].setdefault(r, {"state": "pending", "updated_at": time.time()})
-            atomic_write_json(self.path, data)
+            self._write(data)
             return dict(data["runs"])
 
     def mark(self, run: str, state: str, **fields) -> None:
@@ -176,7 +191,12 @@ class Ledger:
             self._set_aside_if_refused()
             entry = data["runs"].setdefault(run, {})
             entry.update(fields, state=state, updated_at=time.time(), **self.who)
-            atomic_write_json(self.path, data)
+            self._write(data)
+
+    def _write(self, data: dict) -> None:
+        atomic_write_json(self.path, data, compact=True)
+        st = os.stat(self.path)
+        self._mine = ((st.st_ino, st.st_size, st.st_mtime_ns), data)
 
     def should_run(self, entry: Optional[dict]) -> bool:
         """Resume rule: pending, interrupted and failed runs are retried; done and skipped are not,
