@@ -12,6 +12,17 @@ speed-up over one worker, and per-run overhead of the lock (flock + lease writte
 removed), of the ledger (three transitions per run, each an fsynced atomic rewrite of the
 shard's ledger, every entry checked on reading, measured at the ledger size a shard of the batch
 has) and of the change log (one fsynced line appended to the worker's own history file).
+
+How it scales to 100 workers: the per-run work (read, back up, verify) is each worker's own
+and grows with machines; the per-run bookkeeping does not grow with N (the lock is a few
+metadata operations on the run's own lease file, each shard's ledger holds only its 1/N of the
+runs, each worker appends to its own history file). What saturates first is the shared
+filesystem's metadata service: every worker scans the whole logdir to compute the partition
+(N full scans at start), and every transaction creates, renames and removes files in the
+same few state directories (``locks/``, ``journal/``, the vault's ``ops/``), one directory
+lock on the metadata server for all workers — cap it with ``--max-file-ops-per-second``. On a
+bucket the same place is the request rate under the ``.tb-footprint/`` prefix (S3 takes about
+3,500 writes a second per prefix; beyond that it answers 503 SlowDown, which is retried).
 """
 from __future__ import annotations
 
