@@ -27,7 +27,7 @@ import socket
 import time
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.engine.ledger import LEDGER_VERSION, check_entry, merged_view, report_refusals
+from tb_footprint_plugin.engine.ledger import LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, merged_view, report_refusals
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS
@@ -64,6 +64,8 @@ class BucketLedger:
 
     def mark(self, run: str, state: str, **fields) -> None:
         """Record a transition of ``run`` (one PUT; the entry keeps the fields of earlier ones)."""
+        if isinstance(fields.get("error"), str):
+            fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
         entry = self._entries.setdefault(run, {})
         entry.update(fields, state=state, updated_at=time.time(), **self.who)
         doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy, "entry": entry}

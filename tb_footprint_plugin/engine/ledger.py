@@ -34,6 +34,7 @@ STATES = ("pending", "reducing", "verifying", "done", "failed", "skipped")
 MAX_LEDGER_BYTES = 64 << 20
 _ENTRY_INTS = ("original_size_bytes", "after_size_bytes", "pid")
 _ENTRY_STRS = ("host", "shard", "op_id", "code", "error")
+MAX_ERROR_CHARS = 8192
 #: every field a ledger entry may carry; others are dropped on reading (nothing uses them)
 _ENTRY_FIELDS = {"state", "updated_at", "reduced_ratio", "verified", *_ENTRY_INTS, *_ENTRY_STRS}
 
@@ -189,6 +190,8 @@ class Ledger:
         with self._locked():
             data = self.read()
             self._set_aside_if_refused()
+            if isinstance(fields.get("error"), str):
+                fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
             entry = data["runs"].setdefault(run, {})
             entry.update(fields, state=state, updated_at=time.time(), **self.who)
             self._write(data)
