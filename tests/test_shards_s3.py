@@ -106,13 +106,14 @@ def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or
         path, _ = bk._lock(st, "exp0/run000", new_op_id())
         first, _ = st.read(path)
         time.sleep(1.5)  # the renewer wakes at least every 0.1 s at this lease; renews after 0.2 s
-        renewed, version = st.read(path)
+        renewed, _ = st.read(path)
         assert renewed["expires"] > first["expires"] and renewed["op"] == first["op"]
         assert bucket_lease.still_held(path)
         # another worker takes the lock over (its holder looked gone to it): our next renewal
         # fails its precondition; the lock is never written back, nor deleted as ours
         theirs = dict(renewed, host="other-node", pid=4242, op=new_op_id())
-        st.update(path, theirs, version)
+        st.ops.delete([path])  # a takeover as _lock does it: delete, then create-only
+        st.create(path, theirs)
         deadline = time.time() + 5
         while bucket_lease.still_held(path) and time.time() < deadline:
             time.sleep(0.1)
