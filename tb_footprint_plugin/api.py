@@ -28,7 +28,7 @@ from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation sum
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
-from tb_footprint_plugin.engine.history import history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
+from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged
@@ -99,31 +99,59 @@ def _bucket(logdir: str, backup_dir: Optional[str]):
 
 
 def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
-                   quiet_period, on_outcome, verify_backends=DEFAULT_BACKENDS) -> "ReduceReport":
+                   quiet_period, on_outcome, verify_backends=DEFAULT_BACKENDS, shard=None, shard_with=None,
+                   partition_sizes=None, ledger=None) -> "ReduceReport":
     """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
-    then each run as its own bucket transaction."""
+    then each run as its own bucket transaction. With ``shard``, only this shard's runs (the
+    partition of ``shard_plan``), and every transition recorded in the shard's ledger objects
+    (``engine.bucket_ledger``; also with ``ledger`` set, unsharded)."""
     from tb_footprint_plugin.engine import bucket as bk
+    from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
     from tb_footprint_plugin.scan.scanner import scan_bucket
 
     rfs, vault = _bucket(logdir, backup_dir)
     recovered = bk.recover(rfs, vault)
     objects = rfs.list_tree()
     fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
+    mine = None
+    if shard is not None:
+        shard = sharding.check_shard(*shard)
+        logdirs = _logdir_keys(shard_with or [logdir])
+        if logdir not in logdirs:
+            raise ValueError(f"shard_with must list the logdir {logdir} itself")
+        sizes = partition_sizes if partition_sizes is not None else \
+            _shard_sizes(logdirs, backup_dir, {logdir: fp}, write_cache=True)
+        mine = shard_plan(logdirs, shard, backup_dir, sizes).get(logdir, [])
+        runs = [r for r in mine if runs is None or r in runs]
     p = make_plan(fp, pol, runs=runs, run_glob=run_glob, min_size=min_size, older_than=older_than,
                   quiet_period=quiet_period)
     _bucket_notes(p, fp, backup_dir)
-    report = ReduceReport(dry_run=False, plan=p, recovered=recovered)
+    report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
+    book = BucketLedger(rfs, pol.name, sharding.label(shard)) if (shard is not None or ledger) else None
+    if book:
+        report.ledger_path = book.url
     for rp in p.runs:
         if rp.skipped:
             o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
                            bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+            _mark_bucket_outcome(book, o, report)
             report.outcomes.append(o)
             if on_outcome:
                 on_outcome(o)
+
+    def begin(rp) -> None:  # raises RemoteError when the ledger's PUT fails: that run fails, the rest go on
+        if book:
+            book.mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
+
+    def settled(o: RunOutcome) -> None:
+        _mark_bucket_outcome(book, o, report)
+        if on_outcome:
+            on_outcome(o)
+
     todo = [rp for rp in p.runs if not rp.skipped]
     report.outcomes += bk.reduce_runs(rfs, vault, todo, objects, quiet_period,
-                                      policy=(p.policy or {}).get("name"), on_outcome=on_outcome,
-                                      verify_backends=tuple(verify_backends))
+                                      policy=(p.policy or {}).get("name"), on_outcome=settled,
+                                      verify_backends=tuple(verify_backends), begin=begin)
     report.requests = rfs.stats.to_dict()
     removed = report.removed_from_logdir_bytes
     if removed:  # the backups are whole copies in the store: what purge frees is the bucket's retention's say
@@ -132,6 +160,26 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
         except (OSError, ValueError):
             pass
     return report
+
+
+def _mark_bucket_outcome(book, o: RunOutcome, report: "ReduceReport") -> None:
+    """Record a run's outcome in the bucket ledger (done, skipped or failed); a ledger write that
+    fails is reported, the run's outcome stands."""
+    if not book:
+        return
+    state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
+    try:
+        book.mark(o.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
+                  reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
+                  verified=o.status == Outcome.VERIFIED, error=o.reason if state != "done" else None,
+                  op_id=o.op_id, code=o.code if state != "done" else None)
+    except RemoteError as e:
+        report.ledger_problems.append({"code": e.code, "detail": f"{o.run}: ledger not written ({e})"})
+
+
+def _logdir_keys(logdirs: Sequence[str]) -> List[str]:
+    """Logdirs as the partition names them: bucket URLs as given, local paths absolute."""
+    return [ld.rstrip("/") if is_remote(ld) else os.path.abspath(ld) for ld in logdirs]
 
 
 def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[RecoveryOutcome]:
@@ -237,6 +285,8 @@ class ReduceReport(_RunOutcomes):
     shard_runs: Optional[List[str]] = None
     #: what ``purge`` of this batch's backups would free on disk (purge's own count)
     freed_on_disk_after_purge_bytes: int = 0
+    #: what the ledger had that was refused (untrusted input; ``engine.ledger.check_ledger``)
+    ledger_problems: List[dict] = field(default_factory=list)
 
     @property
     def removable_bytes(self) -> int:
@@ -277,6 +327,7 @@ class ReduceReport(_RunOutcomes):
             "requests": self.requests,
             "shard": sharding.label(self.shard),
             "shard_runs": self.shard_runs,
+            "ledger_problems": self.ledger_problems,
         }
 
 
@@ -289,11 +340,11 @@ def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dic
 def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[str, LogdirFootprint],
                  write_cache: bool) -> Dict[str, int]:
     out: Dict[str, int] = {}
-    for ld in logdirs:
-        ld = os.path.abspath(ld)
-        fp = scans[ld] = scan(ld, backup_dir=backup_dir, write_cache=write_cache)
+    for ld in _logdir_keys(logdirs):
+        fp = scans[ld] if ld in scans else scan(ld, backup_dir=backup_dir, write_cache=write_cache)
+        scans[ld] = fp
         cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
-        for run, b in sharding.original_sizes(cur, read_history(state_dir(ld))).items():
+        for run, b in sharding.original_sizes(cur, history(ld, backup_dir)).items():
             out[sharding.key(ld, run)] = b
     return out
 
@@ -303,7 +354,7 @@ def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optio
     """Which runs of each logdir shard ``shard`` = (index, count) takes: logdir -> runs. Every
     worker computes the same partition from its own scan (``plan.shard`` says how and its bound)."""
     sizes = shard_sizes(logdirs, backup_dir) if sizes is None else sizes
-    out: Dict[str, List[str]] = {os.path.abspath(ld): [] for ld in logdirs}
+    out: Dict[str, List[str]] = {ld: [] for ld in _logdir_keys(logdirs)}
     for k in sharding.select(sizes, shard):
         ld, run = k.split("\0", 1)
         if ld in out:
@@ -353,12 +404,19 @@ def reduce_logdir(
     """
     if is_remote(logdir):
         if not dry_run:
-            return _reduce_bucket(logdir, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
+            lease.configure(lease_seconds, sharding.label(shard))
+            return _reduce_bucket(logdir.rstrip("/"), backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
                                   min_size=min_size, older_than=older_than, quiet_period=quiet_period,
-                                  on_outcome=on_outcome, verify_backends=verify_backends)
+                                  on_outcome=on_outcome, verify_backends=verify_backends, shard=shard,
+                                  shard_with=shard_with, partition_sizes=partition_sizes, ledger=ledger)
+        mine = None
+        if shard is not None:
+            shard = sharding.check_shard(*shard)
+            mine = shard_plan(shard_with or [logdir], shard, backup_dir, partition_sizes).get(logdir.rstrip("/"), [])
+            runs = [r for r in mine if runs is None or r in runs]
         p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
                  min_size=min_size, older_than=older_than, quiet_period=quiet_period)
-        return ReduceReport(dry_run=True, plan=p, outcomes=[
+        return ReduceReport(dry_run=True, plan=p, shard=shard, shard_runs=mine, outcomes=[
             RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                        reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                        bytes_after=rp.expected_after_bytes) for rp in p.runs])
@@ -368,6 +426,7 @@ def reduce_logdir(
     if max_file_ops_per_second is not None:
         throttle.configure(max_file_ops_per_second)
     lease.configure(lease_seconds, sharding.label(shard))
+    history_before = configure_writer(sharding.label(shard)) if shard is not None else None
     try:
         return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
@@ -376,12 +435,14 @@ def reduce_logdir(
     finally:
         if max_file_ops_per_second is not None:
             throttle.configure(before_limit)
+        if shard is not None:
+            configure_writer(history_before)
 
 
 def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] = None, **kwargs) -> List[ReduceReport]:
     """``reduce_logdir`` over several logdirs in one call; with ``shard``, the partition is over the
     runs of all of them (a logdir of one run still counts for one shard only)."""
-    logdirs = [ld if is_remote(ld) else os.path.abspath(ld) for ld in logdirs]
+    logdirs = _logdir_keys(logdirs)
     if len(set(logdirs)) != len(logdirs):
         raise ValueError("a logdir is listed twice")
     before_limit = throttle.limit()
@@ -430,7 +491,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
     scans: Dict[str, LogdirFootprint] = {}
     if shard is not None:
         shard = sharding.check_shard(*shard)
-        logdirs = [os.path.abspath(ld) for ld in (shard_with or [ctx.logdir])]
+        logdirs = _logdir_keys(shard_with or [ctx.logdir])
         if ctx.logdir not in logdirs:
             raise ValueError(f"shard_with must list the logdir {ctx.logdir} itself")
         if partition_sizes is not None:
@@ -485,6 +546,7 @@ def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_out
     if not book:
         return list(p.runs)
     entries = book.start(rp.run for rp in p.runs)
+    report.ledger_problems = list(book.problems)
     todo = []
     for rp in p.runs:
         if book.should_run(entries.get(rp.run), rp.bytes_before):
@@ -754,8 +816,16 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     Changes nothing."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
+        from tb_footprint_plugin.engine import bucket_ledger
 
-        return bk.status(*_bucket(logdir, backup_dir))
+        rfs, vault = _bucket(logdir, backup_dir)
+        st = bk.status(rfs, vault)
+        st["batch"] = bucket_ledger.merged(rfs)
+        # the keys the front ends read for a local logdir; a bucket's damage is reported per verb
+        for k in ("unfinished", "problems", "late_writes"):
+            st.setdefault(k, [])
+        st.setdefault("settle_command", health.settle_command(logdir, backup_dir) if st["unfinished_operations"] else None)
+        return st
     ctx = _context(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
@@ -778,7 +848,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         problems.insert(0, e.to_dict())
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led, "batch": merged(paths) if paths else None, "unfinished": found["unfinished_operations"],
+            "ledger": led, "batch": merged(paths, ctx.logdir) if paths else None, "unfinished": found["unfinished_operations"],
             "problems": problems + found["problems"],
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 

@@ -399,6 +399,9 @@ def _print_reduce(args, report) -> int:
         for r in report.recovered:
             print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}" if r.action != "refused"
                   else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
+        for prob in report.ledger_problems:
+            print(f"refused [{prob['code']}] ledger: {prob['detail']}" +
+                  (f" (kept as {prob['kept_as']})" if prob.get("kept_as") else ""))
         done = [o for o in report.outcomes if o.status == "verified"]
         ledger_skips = sum(1 for o in report.outcomes if o.code == Skip.LEDGER_DONE)
         print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back"
@@ -539,7 +542,7 @@ def _print_batch(b: dict, per_run: bool) -> None:
         print(f"  {len(b['stalled'])} run(s) were being reduced by a worker that is gone: rerun its shard "
               "(or any shard covering them) to take them over")
     for p in b["problems"]:
-        print(f"  problem: {p['detail']}")
+        print(f"  refused [{p.get('code', '?')}]: {p['detail']}")
     if per_run:
         width = max([len(r) for r in b["runs"]] + [3])
         print(f"\n  {'RUN'.ljust(width)}  {'STATE':9}  {'SIZE':>9}  {'AFTER':>9}  WHO")

@@ -313,7 +313,8 @@ def test_a_stalled_worker_shows_in_the_merged_status(tmp_path):
     with open(os.path.join(state_dir(logdir), "ledger-shard-1-of-2.json"), "w") as f:
         f.write(json.dumps({"version": 1, "runs": {"x": {"state": "done", "pid": "evil"}, "y": []}}))
     b = api.status(logdir)["batch"]
-    assert "x" not in b["runs"] and any("2 malformed" in p["detail"] for p in b["problems"])
+    assert "x" not in b["runs"] and "y" not in b["runs"]
+    assert sorted(p["code"] for p in b["problems"]) == ["bad_ledger_entry"] * 2
 
 
 def test_a_worker_settles_the_run_a_killed_worker_left_and_reduces_it(tmp_path):
@@ -409,3 +410,137 @@ def test_kubernetes_indexed_job_takes_its_completion_index(tmp_path):
     mine = api.shard_plan([logdir], (2, n))[logdir]
     assert _ledger_runs(logdir, 2, n) == mine
     assert sorted(m["run"] for m in api.operations(logdir)) == mine
+
+
+# ---------------------------------------------------------------------------------------------
+# the ledger is untrusted input
+# ---------------------------------------------------------------------------------------------
+def test_a_hostile_ledger_is_refused_entry_by_entry_with_codes(tmp_path):
+    from tb_footprint_plugin.engine.ledger import Ledger, check_entry
+    from tb_footprint_plugin.engine.trust import Untrusted
+
+    logdir = make_logdir(tmp_path / "logs", 3)
+    runs = sorted(r.name for r in api.scan(logdir).runs)
+    path = os.path.join(state_dir(logdir), "ledger-shard-0-of-1.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    hostile = {
+        runs[0]: {"state": "done", "pid": -1},                    # negative pid
+        runs[1]: {"state": "done", "original_size_bytes": "9e9"},  # a size that is a string
+        runs[2]: {"state": "done", "verified": "yes", "updated_at": 1.0},
+        "../../etc": {"state": "rm -rf"},                          # unknown state
+        "nested": {"state": "done", "host": {"$ref": "x"}},
+        "ratio": {"state": "done", "reduced_ratio": float("nan")},
+        "list": ["done"],
+        "ok": {"state": "skipped", "code": "nothing", "extra": {"ignored": True}},
+    }
+    with open(path, "w") as f:
+        json.dump({"version": 1, "logdir": logdir, "policy": "archive", "runs": hostile}, f)
+    book = Ledger(path, "archive", logdir, shard="0/1")
+    data = book.read()
+    assert sorted(data["runs"]) == ["ok"] and data["runs"]["ok"] == {"state": "skipped", "code": "nothing"}
+    assert len(book.problems) == 7 and {p["code"] for p in book.problems} == {"bad_ledger_entry"}
+    assert all(p["file"] == path for p in book.problems)
+    assert any("'../../etc'" in p["detail"] and "unknown state" in p["detail"] for p in book.problems)
+    with pytest.raises(Untrusted) as e:
+        check_entry(runs[0], {"state": "done", "pid": True}, path)
+    assert e.value.code == "bad_ledger_entry"
+
+    # a reduction with that ledger: the refused "done" entries do not stop their runs; the
+    # refusals are in the report and on the command line
+    out = subprocess.run(CLI + ["reduce", logdir, "--shard", "0/1", "--verify", "python"], env=env(),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("refused [bad_ledger_entry] ledger:") == 7
+    assert sorted(m["run"] for m in api.operations(logdir) if m["outcome"] == "verified") == runs
+    assert api.status(logdir)["batch"]["counts"] == {"done": 3, "skipped": 1}  # "ok" stays as it was
+
+
+@pytest.mark.parametrize("content,code", [
+    ("{", "bad_ledger"),
+    ("[1, 2]", "bad_ledger"),
+    (json.dumps({"version": 2, "runs": {}}), "bad_ledger"),
+    (json.dumps({"version": 1, "runs": {}, "policy": ["archive"]}), "bad_ledger"),
+    ("[" * 100000, "bad_ledger"),
+    (json.dumps({"version": 1, "runs": {}, "logdir": "/somewhere/else"}), "foreign_ledger"),
+])
+def test_a_ledger_that_is_no_ledger_is_refused_whole_and_kept_aside(tmp_path, content, code):
+    from tb_footprint_plugin.engine.ledger import Ledger, merged
+
+    logdir = str(tmp_path)
+    path = str(tmp_path / ".tb-footprint" / "ledger-shard-0-of-2.json")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write(content)
+    b = merged([path], logdir)
+    assert b["runs"] == {} and [p["code"] for p in b["problems"]] == [code]
+    book = Ledger(path, "archive", logdir, shard="0/2")
+    book.start(["a"])
+    assert [p["code"] for p in book.problems] == [code]
+    aside = book.problems[0]["kept_as"]
+    with open(aside) as f:
+        assert f.read() == content  # set aside byte for byte, never rewritten
+    assert merged([path], logdir)["runs"]["a"]["state"] == "pending" and merged([path], logdir)["problems"] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# history: one file per worker, read as one log
+# ---------------------------------------------------------------------------------------------
+def test_each_worker_appends_to_its_own_history_file_and_history_merges_them(tmp_path):
+    from tb_footprint_plugin.engine import history as hist
+
+    logdir = make_logdir(tmp_path / "logs", 6)
+    state = state_dir(logdir)
+    os.makedirs(state, exist_ok=True)
+    # an old single-file history, written before per-worker files existed
+    with open(os.path.join(state, "history.jsonl"), "w") as f:
+        f.write(json.dumps({"time": 1.0, "kind": "reduce", "run": "old/run", "outcome": "verified",
+                            "op_id": "old"}) + "\n")
+        f.write("not json\n[1]\n")
+        f.write(json.dumps({"time": "later", "kind": "purge", "run": "old/run", "outcome": "purged"}) + "\n")
+    procs = [_worker(logdir, s) for s in ("0/2", "1/2")]
+    for p in procs:
+        _out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    files = sorted(os.path.basename(p) for p in hist.history_files(state))
+    assert files == ["history-shard-0-of-2@%s.jsonl" % lease.HOST.replace("/", "_"),
+                     "history-shard-1-of-2@%s.jsonl" % lease.HOST.replace("/", "_"), "history.jsonl"]
+    for i in (0, 1):
+        with open(os.path.join(state, files[i])) as f:
+            lines = [json.loads(x) for x in f]
+        assert lines and all(e["shard"] == f"{i}/2" for e in lines)
+        assert sorted(e["run"] for e in lines) == api.shard_plan([logdir], (i, 2))[logdir]
+    merged = api.history(logdir)
+    runs = sorted(r.name for r in api.scan(logdir).runs)
+    assert sorted(e["run"] for e in merged if e.get("op_id") != "old" and e["kind"] == "reduce") == runs
+    assert merged[0]["op_id"] == "old" and all(e["kind"] != "purge" for e in merged)  # no time: not an entry
+    times = [e["time"] for e in merged]
+    assert times == sorted(times)
+    out = subprocess.run(CLI + ["history", logdir, "--csv"], env=env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    rows = out.stdout.strip().splitlines()
+    assert rows[0].endswith(",shard") and len(rows) == 1 + len(merged)
+    assert sum(",0/2" in r for r in rows) + sum(",1/2" in r for r in rows) == 6
+    # a planted symlink under a worker's history name is not followed
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text(json.dumps({"time": 2.0, "kind": "reduce", "run": "planted"}) + "\n")
+    os.symlink(secret, os.path.join(state, "history-shard-5-of-9@evil.jsonl"))
+    assert all(e.get("run") != "planted" for e in api.history(logdir))
+
+
+def test_the_ledger_rereads_a_file_another_process_replaced_and_checks_it_again(tmp_path):
+    from tb_footprint_plugin.engine.ledger import Ledger
+
+    path = str(tmp_path / ".tb-footprint" / "ledger-shard-0-of-1.json")
+    a = Ledger(path, "archive", str(tmp_path), shard="0/1")
+    b = Ledger(path, "archive", str(tmp_path), shard="0/1")
+    a.start(["r1", "r2"])
+    b.mark("r1", "done", op_id="x")  # another writer of the same ledger
+    a.mark("r2", "reducing")
+    assert a.read()["runs"]["r1"]["state"] == "done"  # a's write kept b's: it read b's file first
+    with open(path) as f:
+        data = json.load(f)
+    data["runs"]["r2"] = {"state": "done", "pid": "evil"}
+    with open(path + ".new", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".new", path)  # replaced behind a's back
+    assert "r2" not in a.read()["runs"] and [p["code"] for p in a.problems] == ["bad_ledger_entry"]

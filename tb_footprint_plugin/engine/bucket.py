@@ -29,14 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import bucket_lease, faults
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
@@ -53,8 +51,6 @@ from tb_footprint_plugin.storage.remote import (
     same_content,
 )
 
-#: A lock older than this whose owner cannot be seen alive is taken over by recovery.
-LOCK_LEASE_S = 15 * 60.0
 JOURNAL = f"{STATE_DIR_NAME}/journal"
 LOCKS = f"{STATE_DIR_NAME}/locks"
 
@@ -158,21 +154,20 @@ class _Journal:
 def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     """Take the run's lock; raises BucketTxnError('locked') naming the holder."""
     path = st.rfs.path(_lock_key(run))
-    doc = {"run": run, "op": op_id, "host": socket.gethostname(), "pid": os.getpid(),
-           "at": _now(), "expires": _now() + LOCK_LEASE_S}
+    doc = bucket_lease.new_lock_doc(run, op_id)
     try:
-        return path, st.create(path, doc)
+        return path, _held_lock(st, path, doc, st.create(path, doc))
     except RemoteError as e:
         if e.code != ALREADY_EXISTS:
             raise
     held, version = st.read(path)
-    if held is not None and _owner_gone(held) and version and \
+    if held is not None and _owner_gone(held, st) and version and \
             st.ops.head(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
         # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
         # is conditional on the lock's version, so of two takers only one wins)
         if not st.ops.delete([path], versions={path: version}):
             try:
-                return path, st.create(path, doc)
+                return path, _held_lock(st, path, doc, st.create(path, doc))
             except RemoteError as e:
                 if e.code != ALREADY_EXISTS:
                     raise
@@ -181,37 +176,53 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
 
 
+def _held_lock(st: _State, path: str, doc: dict, version: str) -> str:
+    """Renew the lock just taken while this process holds it (``engine.bucket_lease``)."""
+    bucket_lease.hold(path, doc, version, lambda d, v: st.update(path, d, v))
+    return version
+
+
+def _unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
+    """Stop renewing the lock; the version to delete it at, None if it is not ours any more."""
+    v = bucket_lease.release(lock_path)
+    return None if v is None else {lock_path: v}
+
+
+def _unlock_all(lock_paths: List[str]) -> Tuple[List[str], Dict[str, str]]:
+    """Stop renewing these locks; the ones still ours and the versions to delete them at (a lock
+    another worker took over is never deleted as ours)."""
+    versions: Dict[str, str] = {}
+    for p in lock_paths:
+        versions.update(_unlock_versions(p) or {})
+    return list(versions), versions
+
+
+def _commit_recorded(doc: dict) -> bool:
+    """Whether an operation's journal recorded its commit step (from then on it may have deleted
+    or replaced originals)."""
+    steps = doc.get("steps") if isinstance(doc.get("steps"), list) else []
+    return doc.get("step") in COMMITTED_STEPS or \
+        any(isinstance(s, list) and s and s[0] in COMMITTED_STEPS for s in steps)
+
+
 #: operations this process is running right now (a lock of this pid naming another op is stale)
 _ACTIVE_OPS: set = set()
 
 
-def _owner_gone(lock: dict, journal: Optional[dict] = None) -> bool:
-    """Whether the process that holds ``lock`` is gone: a corrupt lock; on this host, a pid that
-    no longer exists; on another host, a lease past its expiry with no journal record written
-    within a lease either (a long rewrite writes a record after each phase)."""
-    if not lock or lock.get("corrupt"):
-        return True
-    if lock.get("expires", 0) < _now():
-        progress = max([float(t) for _, t in (journal or {}).get("steps", []) if isinstance(t, (int, float))]
-                       + [float((journal or {}).get("created") or 0)], default=0.0)
-        if lock.get("host") == socket.gethostname() or progress < _now() - LOCK_LEASE_S:
-            return True
-    if lock.get("host") == socket.gethostname() and lock.get("pid") == os.getpid():
-        return lock.get("op") not in _ACTIVE_OPS
-    if lock.get("host") == socket.gethostname():
-        try:
-            os.kill(int(lock.get("pid", 0)), 0)
-        except (ProcessLookupError, ValueError):
-            return True
-        except PermissionError:
-            return False
-    return False
+def _owner_gone(lock: dict, st: Optional[_State] = None) -> bool:
+    """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
+    progress read from the bucket (``st``) when the lease of another host expired."""
+    def journal_mtime(op: str) -> Optional[float]:
+        info = st.ops.head(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
+        return info.mtime if info is not None else None
+
+    return bucket_lease.holder_gone(lock, journal_mtime, _ACTIVE_OPS)
 
 
 #: Drop-only runs are reduced together, ``BATCH_RUNS`` to one journal object: a batch pays one
 #: journal create, one commit record and one final delete, and one listing of the logdir before and
 #: after its delete step, instead of all of them per run. Bounded so a batch ends well inside the
-#: lock lease (``LOCK_LEASE_S``), whatever the store's latency. ``LIST_PAGE_KEYS``: where a batch's
+#: lock lease (``engine.lease``; the locks are renewed meanwhile), whatever the store's latency. ``LIST_PAGE_KEYS``: where a batch's
 #: rechecks list the whole logdir in pages instead of each run's prefix. (Both live with the cost
 #: model, which estimates from them.)
 
@@ -222,13 +233,31 @@ COMMITTED_STEPS = ("swapping", "deleting", "done")
 
 def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                 quiet_period: float, policy: Optional[str] = None, on_outcome=None,
-                verify_backends: Tuple[str, ...] = ("python", "rust")) -> List[RunOutcome]:
+                verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None) -> List[RunOutcome]:
     """Reduce runs of a bucket logdir by their plans. Drop-only runs go in batches (one journal
     object per batch, one lock object per run); a run whose plan rewrites or compresses files
     is its own transaction (stage locally, upload under a temporary key, verify, swap with a
     precondition). Never raises for a store failure: each run ends verified, rolled back, or
-    skipped, with a reason."""
+    skipped, with a reason. ``begin(rp)`` is called for each run right before its batch or
+    transaction starts (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that
+    run alone, untouched."""
     outcomes: Dict[str, RunOutcome] = {}
+
+    def started(group: List) -> List:
+        ok = []
+        for rp in group:
+            try:
+                if begin:
+                    begin(rp)
+                ok.append(rp)
+            except RemoteError as e:
+                o = RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{e.code}: {e}", code=Failure.ERROR,
+                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+                outcomes[rp.run] = o
+                if on_outcome:
+                    on_outcome(o)
+        return ok
+
     drops, heavy = [], []
     for rp in rps:
         if any(a.kind in ("compress", "rewrite") for a in rp.actions):
@@ -241,14 +270,21 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                 on_outcome(o)
         else:
             drops.append(rp)
+    def settled(o: RunOutcome) -> None:
+        outcomes[o.run] = o
+        if on_outcome:
+            on_outcome(o)
+
     for i in range(0, len(drops), BATCH_RUNS):
-        for o in _reduce_batch(rfs, vault, drops[i:i + BATCH_RUNS], listing, quiet_period, policy):
-            outcomes[o.run] = o
-            if on_outcome:
-                on_outcome(o)
+        for o in _reduce_batch(rfs, vault, started(drops[i:i + BATCH_RUNS]), listing, quiet_period, policy,
+                               settled_early=settled):
+            if o.run not in outcomes:
+                settled(o)
     for rp in heavy:
         from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 
+        if not started([rp]):
+            continue
         o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends)
         outcomes[rp.run] = o
         if on_outcome:
@@ -269,8 +305,14 @@ def _file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
 
 def _backup(rfs: RemoteFS, f: dict) -> None:
     """Back up one original by a server-side copy conditional on the version the plan saw; its
-    integrity is the store's checksum of the copy equal to the original's."""
-    res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
+    integrity is the store's checksum of the copy equal to the original's. An original changed
+    or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
+    try:
+        res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
+    except RemoteError as e:
+        if e.code in (PRECONDITION_FAILED, "not_found"):
+            raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
+        raise
     ok = same_content(res.checksums, f["checksums"])
     if ok is None:
         ok = _stream_digest(rfs, rfs.path(f["path"]), f["size"]) == _stream_digest(rfs, f["backup"], f["size"])
@@ -298,10 +340,12 @@ def _listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_
 
 
 def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
-                  quiet_period: float, policy: Optional[str]) -> List[RunOutcome]:
+                  quiet_period: float, policy: Optional[str], settled_early=None) -> List[RunOutcome]:
     """Drop-only runs under one journal object. Each run has its own lock object (two machines
     never reduce one run at once), its own operation id, backups and manifest (restorable on its
-    own); the journal records the batch's steps, so a crash is settled from any machine."""
+    own); the journal records the batch's steps, so a crash is settled from any machine.
+    ``settled_early(outcome)`` hears of each run left out before the journal is written (gone
+    since the plan, locked by another worker) as soon as that is known."""
     t0 = time.monotonic()
     st = _State(rfs)
     batch_id = new_op_id()
@@ -339,6 +383,11 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
                 continue
             out.op_id = op_id
             entries.append({"run": rp.run, "op": op_id, "lock": lock_path, "files": files})
+        if settled_early:
+            taken = {en["run"] for en in entries}
+            for run, o in outs.items():
+                if run not in taken:
+                    settled_early(o)
         if not entries:
             return list(outs.values())
         try:
@@ -346,7 +395,8 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
                                               "vault": vault.root, "runs": entries,
                                               "logdir_objects": len(listing)})
         except RemoteError as e:
-            _must_delete(rfs, [en["lock"] for en in entries])
+            ours, versions = _unlock_all([en["lock"] for en in entries])
+            _must_delete(rfs, ours, versions=versions)
             for en in entries:
                 o = outs[en["run"]]
                 o.status, o.reason, o.code = Outcome.FAILED, f"{e.code}: {e}", Failure.ERROR
@@ -396,8 +446,17 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
                 else:
                     keep.append(en)
             live = keep
+        keep = []
+        for en in live:  # a run whose lock another worker took over stops before its delete step
+            if bucket_lease.still_held(en["lock"]):
+                keep.append(en)
+            else:
+                _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                    Skip.LOCKED, f"run {en['run']}: its lock was taken over; left as it was"))
+        live = keep
         if not live:
-            rfs.ops.delete([journal.path] + [en["lock"] for en in entries])
+            ours, versions = _unlock_all([en["lock"] for en in entries])
+            rfs.ops.delete([journal.path] + ours, versions=versions)
             return list(outs.values())
         try:
             # the destructive step is preceded by its record: every backup of these runs verified
@@ -406,7 +465,8 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
             _finish(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, RemoteError) as e:
             _rollback_batch(rfs, vault, journal, live, outs, e)
-            rfs.ops.delete([en["lock"] for en in entries if en not in live])
+            ours, versions = _unlock_all([en["lock"] for en in entries if en not in live])
+            rfs.ops.delete(ours, versions=versions)
             return list(outs.values())
         faults.hit("bucket.after_delete")
         try:
@@ -427,7 +487,8 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
         # failed keeps the journal: the next start finishes that cleanup.
         if not any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries):
-            rfs.ops.delete([journal.path] + [en["lock"] for en in entries])
+            ours, versions = _unlock_all([en["lock"] for en in entries])
+            rfs.ops.delete([journal.path] + ours, versions=versions)
         else:
             journal.step("done")
         return list(outs.values())
@@ -435,6 +496,8 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         raise
     finally:
         _ACTIVE_OPS.discard(batch_id)
+        for en in entries:  # no lock of an ended batch is renewed (those kept are stale now)
+            bucket_lease.release(en["lock"])
         dt = (time.monotonic() - t0) / max(1, len(rps))
         for o in outs.values():
             o.duration_s = dt
@@ -447,8 +510,8 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     code = getattr(e, "code", "store_error")
     out.reason = f"{code}: {e}"
     try:
-        _rollback(rfs, vault, en)
-        if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
+        _rollback(rfs, vault, en, deleted=False)
+        if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
             out.status, out.code = Outcome.SKIPPED, code
         else:
             out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
@@ -480,7 +543,8 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live
             o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
     if incomplete is None:
         try:
-            _must_delete(rfs, [journal.path] + [en["lock"] for en in live])
+            ours, versions = _unlock_all([en["lock"] for en in live])
+            _must_delete(rfs, [journal.path] + ours, versions=versions)
         except BucketTxnError as e3:
             for en in live:
                 o = outs[en["run"]]
@@ -649,9 +713,13 @@ def _verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
     return out
 
 
-def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict) -> None:
+def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True) -> None:
     """Undo one run of an operation that did not commit: put back any removed original from its
-    verified backup, then drop the manifest, the backup copies and the temporary keys."""
+    verified backup, then drop the manifest, the backup copies and the temporary keys.
+    ``deleted``: whether the operation may have deleted originals (its commit record was written);
+    before that, an original without a verified backup that is gone was removed by someone else
+    (e.g. another worker reduced the run since the plan): nothing of ours to put back. One with a
+    verified backup is put back either way (its bytes may exist nowhere else)."""
     for f in en.get("files", []):
         orig = rfs.path(f["path"])
         if f.get("action") == "rewrite":
@@ -665,6 +733,8 @@ def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict) -> None:
                     raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
             continue
         if rfs.ops.head(orig) is None:
+            if not f.get("backup_checksums") and not deleted:
+                continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
                 raise BucketTxnError("backup_missing", f"{f['path']}: gone and no verified backup of it")
             res = rfs.ops.copy(f["backup"], orig, if_absent=True)
@@ -690,10 +760,10 @@ def _must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
         raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{path}: could not be deleted ({failed[path]})")
 
 
-def _must_delete(rfs: RemoteFS, paths: List[str]) -> None:
+def _must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
     if not paths:
         return
-    failed = rfs.ops.delete(paths)
+    failed = rfs.ops.delete(paths, versions=versions)
     if failed:
         key = sorted(failed)[0]
         raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{key}: could not be deleted ({failed[key]})")
@@ -744,7 +814,9 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         path = rfs.path(key)
         doc, version = st.read(path)
-        if not doc or doc.get("corrupt") or not ("run" in doc or "runs" in doc):
+        if doc is None:  # finished (or settled) by its owner since the listing
+            continue
+        if doc.get("corrupt") or not ("run" in doc or "runs" in doc):
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
                                        detail=f"{path}: unreadable journal left in place"))
             continue
@@ -758,7 +830,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         locks = [rfs.path(_lock_key(r)) for r in runs]  # computed, never taken from the journal
         lock, _ = st.read(locks[0]) if locks else (None, None)
-        if lock and lock.get("op") == op_id and not _owner_gone(lock, doc):
+        if lock and lock.get("op") == op_id and not _owner_gone(lock, st):
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running"))
             continue
@@ -766,8 +838,8 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             if "runs" not in doc:  # one run at top level (journals of earlier versions)
                 doc = {**doc, "runs": _live_entries(doc)}
             dropped = [en for en in doc["runs"] if en.get("dropped")]
-            for en in dropped:
-                _rollback(rfs, vault, en)
+            for en in dropped:  # taken out before the commit step: nothing of it was deleted
+                _rollback(rfs, vault, en, deleted=False)
             live = _live_entries(doc)
             if doc.get("step") in COMMITTED_STEPS and \
                     all(f.get("backup_checksums") for en in live for f in en["files"]):
@@ -775,14 +847,25 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
             else:
                 for en in live:
-                    _rollback(rfs, vault, en)
+                    _rollback(rfs, vault, en, deleted=_commit_recorded(doc))
                 action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
             _must_delete(rfs, [path])
-            _must_delete(rfs, locks)
+            _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail))
         except (BucketTxnError, RemoteError) as e:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e)))
     return out
+
+
+def _drop_locks_of(st: _State, locks: List[str], op_id: str) -> None:
+    """Delete the locks of a settled operation: only those that still name it, each at the
+    version read (a lock another operation holds now is never deleted as this one's)."""
+    versions: Dict[str, str] = {}
+    for p in locks:
+        lock, version = st.read(p)
+        if lock is not None and (lock.get("corrupt") or lock.get("op") == op_id) and version:
+            versions[p] = version
+    _must_delete(st.rfs, list(versions), versions=versions)
 
 
 def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
@@ -883,7 +966,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
         return out
     finally:
-        rfs.ops.delete([lock_path])
+        ours = _unlock_versions(lock_path)
+        if ours:
+            rfs.ops.delete([lock_path], versions=ours)
 
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,

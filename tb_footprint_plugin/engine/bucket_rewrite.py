@@ -38,12 +38,13 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import bucket_lease, faults
 from tb_footprint_plugin.engine.bucket import (
     _ACTIVE_OPS,
     BucketTxnError,
     BucketVault,
     _backup,
+    _commit_recorded,
     _file_entry,
     _finish,
     _Journal,
@@ -55,6 +56,7 @@ from tb_footprint_plugin.engine.bucket import (
     _rollback,
     _run_prefix,
     _State,
+    _unlock_versions,
     _verify_batch,
 )
 from tb_footprint_plugin.engine.checks import compare_views
@@ -147,6 +149,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         if newest > _now() - quiet_period:
             raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
                                  "a run being written is left alone")
+        if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
+            raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
         faults.hit("bucket.before_swap")
         _finish(rfs, vault, journal.doc, present=now_objs)
@@ -166,7 +170,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.bytes_after = bytes_after
         out.removed_files = [f["path"] for f in files if f["action"] != "rewrite"]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
-        rfs.ops.delete([journal.path, lock_path])
+        ours = _unlock_versions(lock_path)
+        rfs.ops.delete([journal.path] + ([lock_path] if ours else []), versions=ours)
         return out
     except faults.InjectedFault:
         raise
@@ -179,10 +184,12 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 # not roll the reduction forward (also after the commit record: a swap refused by
                 # a precondition is undone from the verified backups)
                 journal.step("rolling_back")
-                _rollback(rfs, vault, en)
+                _rollback(rfs, vault, en, deleted=_commit_recorded(journal.doc))
                 _must_delete(rfs, [journal.path])
-            _must_delete(rfs, [lock_path])
-            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE):
+            ours = _unlock_versions(lock_path)
+            if ours:
+                _must_delete(rfs, [lock_path], versions=ours)
+            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
                 out.status, out.code = Outcome.SKIPPED, code
             else:
                 out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
@@ -192,6 +199,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         return out
     finally:
         _ACTIVE_OPS.discard(op_id)
+        bucket_lease.release(lock_path)  # an ended operation's lock is not renewed (one kept is stale now)
         out.duration_s = round(time.monotonic() - t0, 3)
 
 

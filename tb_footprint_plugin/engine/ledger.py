@@ -20,24 +20,99 @@ import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import PASSING_SKIPS, Skip
+from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, FOREIGN_LEDGER, Untrusted
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.storage.lock import exclusive
 
 LEDGER_VERSION = 1
 RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
 TERMINAL_STATES = {"done", "failed", "skipped"}
+STATES = ("pending", "reducing", "verifying", "done", "failed", "skipped")
 
 
-def _well_formed(data, logdir: str) -> bool:
-    """The ledger is read back from disk: only one of this version, for this logdir, whose run
-    entries are objects with a known state, is used (a run name in it is only ever looked up
-    in the plan, never joined onto a path). Anything else starts a fresh ledger."""
+#: a ledger file larger than this is refused unread (10,000 runs take about 3 MB)
+MAX_LEDGER_BYTES = 64 << 20
+_ENTRY_INTS = ("original_size_bytes", "after_size_bytes", "pid")
+_ENTRY_STRS = ("host", "shard", "op_id", "code", "error")
+MAX_ERROR_CHARS = 8192
+#: every field a ledger entry may carry; others are dropped on reading (nothing uses them)
+_ENTRY_FIELDS = {"state", "updated_at", "reduced_ratio", "verified", *_ENTRY_INTS, *_ENTRY_STRS}
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_entry(run, e, file: str) -> dict:
+    """One ledger entry read back from disk, checked field by field (untrusted input: a run name in
+    it is only ever looked up in the plan, never joined onto a path). Returns the entry with only
+    the known fields; raises ``trust.Untrusted`` (code ``bad_ledger_entry``) naming what is wrong."""
+    def bad(why: str):
+        return Untrusted(BAD_LEDGER_ENTRY, file, f"entry {str(run)[:200]!r}: {why}")
+
+    if not isinstance(run, str) or not run or len(run) > 4096 or "\0" in run:
+        raise bad("run name is not a string of 1..4096 characters")
+    if not isinstance(e, dict):
+        raise bad(f"is a {type(e).__name__}, not an object")
+    if e.get("state", "pending") not in STATES:
+        raise bad(f"unknown state {str(e.get('state'))[:40]!r}")
+    if "updated_at" in e and not _finite(e["updated_at"]):
+        raise bad("updated_at is not a finite number")
+    for k in _ENTRY_INTS:
+        if e.get(k) is not None and not (isinstance(e[k], int) and not isinstance(e[k], bool) and e[k] >= 0):
+            raise bad(f"{k} is not a non-negative integer")
+    for k in _ENTRY_STRS:
+        if e.get(k) is not None and not (isinstance(e[k], str) and len(e[k]) <= 65536):
+            raise bad(f"{k} is not a string")
+    if e.get("reduced_ratio") is not None and not _finite(e["reduced_ratio"]):
+        raise bad("reduced_ratio is not a finite number")
+    if e.get("verified") is not None and not isinstance(e["verified"], bool):
+        raise bad("verified is not true or false")
+    return {k: v for k, v in e.items() if k in _ENTRY_FIELDS}
+
+
+def check_ledger(data, file: str, logdir: Optional[str] = None) -> Tuple[dict, List[Untrusted]]:
+    """A whole ledger read back from disk: the ledger with its valid entries, and one refusal per
+    bad entry. Raises ``trust.Untrusted`` when the file as a whole is not a ledger of this version
+    (``bad_ledger``) or was written for another logdir (``foreign_ledger``)."""
     if not isinstance(data, dict) or data.get("version") != LEDGER_VERSION or not isinstance(data.get("runs"), dict):
-        return False
-    if logdir and isinstance(data.get("logdir"), str) and os.path.realpath(data["logdir"]) != os.path.realpath(logdir):
-        return False
-    return all(isinstance(k, str) and isinstance(v, dict) and v.get("state", "pending") in RETRY_STATES | TERMINAL_STATES
-               for k, v in data["runs"].items())
+        raise Untrusted(BAD_LEDGER, file, f"not a ledger of version {LEDGER_VERSION}")
+    for k in ("logdir", "policy"):
+        if data.get(k) is not None and not isinstance(data[k], str):
+            raise Untrusted(BAD_LEDGER, file, f"{k} is not a string")
+    if data.get("created_at") is not None and not _finite(data["created_at"]):
+        raise Untrusted(BAD_LEDGER, file, "created_at is not a finite number")
+    if logdir and data.get("logdir") and os.path.realpath(data["logdir"]) != os.path.realpath(logdir):
+        raise Untrusted(FOREIGN_LEDGER, file, f"written for another logdir ({data['logdir'][:300]!r})")
+    runs, problems = {}, []
+    for run, e in data["runs"].items():
+        try:
+            runs[run] = check_entry(run, e, file)
+        except Untrusted as u:
+            problems.append(u)
+    return dict(data, runs=runs), problems
+
+
+def load_ledger(path: str, logdir: Optional[str] = None) -> Tuple[Optional[dict], List[Untrusted]]:
+    """Read and check the ledger at ``path``: (None, []) when there is none; (None, [refusal]) when
+    it cannot be used at all; else the checked ledger and the refusals of its bad entries."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_LEDGER_BYTES + 1)
+    except FileNotFoundError:
+        return None, []
+    except OSError as e:
+        return None, [Untrusted(BAD_LEDGER, path, f"unreadable ledger ({e.strerror or e})")]
+    if len(raw) > MAX_LEDGER_BYTES:
+        return None, [Untrusted(BAD_LEDGER, path, f"larger than {MAX_LEDGER_BYTES >> 20} MB; not read")]
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        return None, [Untrusted(BAD_LEDGER, path, f"not JSON ({str(e)[:200]})")]
+    try:
+        return check_ledger(data, path, logdir)
+    except Untrusted as u:
+        return None, [u]
 
 
 class Ledger:
@@ -50,6 +125,9 @@ class Ledger:
         self._lock = threading.Lock()
         #: written into every transition: which worker did it
         self.who = {"host": socket.gethostname(), "pid": os.getpid(), "shard": shard}
+        #: refusals of the last read: entries (or the whole file) that were not used
+        self.problems: List[dict] = []
+        self._mine: Optional[Tuple[tuple, dict]] = None  # (stat key, data) of this process's last write
 
     @contextlib.contextmanager
     def _locked(self):
@@ -58,15 +136,37 @@ class Ledger:
             yield
 
     def read(self) -> dict:
-        try:
-            with open(self.path, "r", encoding="utf-8") as f:
-                data = json.load(f)
-            if _well_formed(data, self.logdir):
-                return data
-        except (OSError, ValueError, RecursionError):
-            pass
+        """The ledger as checked by ``check_ledger``; bad entries are left out and, like a file
+        that is no ledger at all, reported in ``self.problems`` (codes of ``engine.trust``).
+
+        The file this process wrote last, unchanged since (same inode, size and mtime), is not
+        parsed and checked again: what it holds is what this process wrote (re-reading a
+        2,000-run ledger at every transition was most of a batch's ledger cost)."""
+        mine = self._mine
+        if mine is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_ino, st.st_size, st.st_mtime_ns) == mine[0]:
+                    self.problems = []
+                    return mine[1]
+            except OSError:
+                pass
+            self._mine = None
+        data, problems = load_ledger(self.path, self.logdir)
+        self.problems = [u.to_dict() for u in problems]
+        if data is not None:
+            return data
         return {"version": LEDGER_VERSION, "logdir": self.logdir, "policy": self.policy,
                 "created_at": time.time(), "runs": {}}
+
+    def _set_aside_if_refused(self) -> None:
+        """A ledger file refused as a whole is renamed aside (kept for inspection), never rewritten
+        in place: the next write starts a fresh one beside it."""
+        if any(p["code"] in (BAD_LEDGER, FOREIGN_LEDGER) for p in self.problems) and os.path.exists(self.path):
+            aside = f"{self.path}.refused-{int(time.time())}"
+            os.replace(self.path, aside)
+            for p in self.problems:
+                p["kept_as"] = aside
 
     def start(self, runs: Iterable[str]) -> Dict[str, dict]:
         """Register runs as pending (keeping what an earlier batch recorded); returns all entries.
@@ -76,21 +176,30 @@ class Ledger:
         """
         with self._locked():
             data = self.read()
+            self._set_aside_if_refused()
             if data.get("policy") != self.policy and data["runs"]:
                 os.replace(self.path, f"{self.path}.{int(time.time())}.old")
                 data = self.read()
             for r in runs:
                 data["runs"].setdefault(r, {"state": "pending", "updated_at": time.time()})
-            atomic_write_json(self.path, data)
+            self._write(data)
             return dict(data["runs"])
 
     def mark(self, run: str, state: str, **fields) -> None:
         """Record a transition of ``run`` durably."""
         with self._locked():
             data = self.read()
+            self._set_aside_if_refused()
+            if isinstance(fields.get("error"), str):
+                fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
             entry = data["runs"].setdefault(run, {})
             entry.update(fields, state=state, updated_at=time.time(), **self.who)
-            atomic_write_json(self.path, data)
+            self._write(data)
+
+    def _write(self, data: dict) -> None:
+        atomic_write_json(self.path, data, compact=True)
+        st = os.stat(self.path)
+        self._mine = ((st.st_ino, st.st_size, st.st_mtime_ns), data)
 
     def should_run(self, entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
         """Resume rule: pending, interrupted and failed runs are retried; done and skipped are not,
@@ -136,7 +245,6 @@ def _skip_code(entry: dict) -> Optional[str]:
 
 
 LEDGER_NAME = "ledger.json"
-STATES = ("pending", "reducing", "verifying", "done", "failed", "skipped")
 _SHARD_LEDGER = re.compile(r"^ledger-shard-(\d+)-of-(\d+)\.json$")
 
 
@@ -153,18 +261,6 @@ def ledger_paths(state: str) -> List[str]:
     except OSError:
         return []
     return sorted(os.path.join(state, n) for n in names if n == LEDGER_NAME or _SHARD_LEDGER.match(n))
-
-
-def _valid_entry(run, e) -> bool:
-    """A ledger entry read back from disk is untrusted: the fields the merge uses must have their types."""
-    if not isinstance(run, str) or not isinstance(e, dict) or e.get("state") not in STATES:
-        return False
-    num = (int, float)
-    return (isinstance(e.get("updated_at", 0), num) and not isinstance(e.get("updated_at", 0), bool)
-            and math.isfinite(e.get("updated_at", 0))
-            and all(e.get(k) is None or (isinstance(e[k], int) and not isinstance(e[k], bool))
-                    for k in ("original_size_bytes", "after_size_bytes", "pid"))
-            and all(e.get(k) is None or isinstance(e[k], str) for k in ("host", "shard", "op_id", "code", "error")))
 
 
 def _pid_gone(e: dict) -> bool:
@@ -195,37 +291,48 @@ def _rank(e: dict) -> Tuple[int, float]:
     return cls, float(e.get("updated_at", 0))
 
 
-def merged(paths: Iterable[str]) -> dict:
+#: refusals named one by one per ledger in ``merged`` (the rest are counted)
+MAX_REPORTED = 20
+
+
+def merged(paths: Iterable[str], logdir: Optional[str] = None) -> dict:
     """One view of a batch kept in several ledgers (one per shard): per run the entry that tells its
     state, with who did it; counts and bytes per state; ledgers that could not be read are named in
     ``problems`` (a damaged ledger is reported, never silently dropped)."""
-    runs: Dict[str, dict] = {}
-    ledgers, problems = [], []
+    ledgers, problems, entries = [], [], []
     for p in paths:
-        try:
-            with open(p, "r", encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
+        data, refused = load_ledger(p, logdir)
+        if data is None and not refused:
             continue
-        except (OSError, ValueError) as e:
-            problems.append({"path": p, "detail": f"{p}: unreadable ledger ({e})"})
+        problems += report_refusals(p, refused)
+        if data is None:
             continue
-        if not isinstance(data, dict) or data.get("version") != LEDGER_VERSION or not isinstance(data.get("runs"), dict):
-            problems.append({"path": p, "detail": f"{p}: not a ledger of version {LEDGER_VERSION}"})
-            continue
-        ledgers.append({"path": p, "policy": data.get("policy") if isinstance(data.get("policy"), str) else None})
-        bad = 0
-        for run, e in data["runs"].items():
-            if not _valid_entry(run, e):
-                bad += 1
-                continue
-            e = dict(e, ledger=p)
-            if e["state"] in ("reducing", "verifying") and _pid_gone(e):
-                e["stalled"] = True  # its worker died: a rerun of any shard takes the run over
-            if run not in runs or _rank(e) > _rank(runs[run]):
-                runs[run] = e
-        if bad:
-            problems.append({"path": p, "detail": f"{p}: {bad} malformed entr{'y' if bad == 1 else 'ies'} ignored"})
+        ledgers.append({"path": p, "policy": data.get("policy")})
+        entries += [(run, e, p) for run, e in data["runs"].items()]
+    return merged_view(ledgers, entries, problems)
+
+
+def report_refusals(where: str, refused: List[Untrusted]) -> List[dict]:
+    """The refusals of one ledger as problems of the merged view: the first ``MAX_REPORTED``
+    one by one, the rest counted."""
+    out = [{"path": where, "code": u.code, "detail": str(u)} for u in refused[:MAX_REPORTED]]
+    if len(refused) > MAX_REPORTED:
+        out.append({"path": where, "code": refused[0].code,
+                    "detail": f"{where}: {len(refused) - MAX_REPORTED} more bad entries refused"})
+    return out
+
+
+def merged_view(ledgers: List[dict], entries: Iterable[Tuple[str, dict, str]], problems: List[dict]) -> dict:
+    """The merge itself, over checked entries ``(run, entry, ledger)`` from any kind of ledger
+    (files on disk here, objects in a bucket in ``engine.bucket_ledger``)."""
+    runs: Dict[str, dict] = {}
+    for run, e, where in entries:
+        e = dict(e, ledger=where)
+        e.setdefault("state", "pending")
+        if e["state"] in ("reducing", "verifying") and _pid_gone(e):
+            e["stalled"] = True  # its worker died: a rerun of any shard takes the run over
+        if run not in runs or _rank(e) > _rank(runs[run]):
+            runs[run] = e
     counts: Dict[str, int] = {}
     nbytes: Dict[str, int] = {}
     for e in runs.values():

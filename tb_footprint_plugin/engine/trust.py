@@ -45,6 +45,9 @@ FOREIGN_JOURNAL = "foreign_journal"
 FOREIGN_VAULT = "foreign_vault"
 FOREIGN_MANIFEST = "foreign_manifest"
 BAD_MANIFEST = "bad_manifest"
+BAD_LEDGER = "bad_ledger"  # a ledger file that is no ledger of this version (the ledger's own checks: engine/ledger.py)
+BAD_LEDGER_ENTRY = "bad_ledger_entry"
+FOREIGN_LEDGER = "foreign_ledger"
 
 _RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback"}
 _RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",

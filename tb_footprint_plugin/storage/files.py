@@ -94,14 +94,19 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write_json(path: str, obj) -> None:
-    """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half."""
+def atomic_write_json(path: str, obj, compact: bool = False) -> None:
+    """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half.
+    ``compact``: one line, by the C encoder (about ten times faster than the indented form, for
+    state rewritten often while it grows, like a batch's ledger)."""
     d = os.path.dirname(path)
     os.makedirs(d, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, sort_keys=True)
+            if compact:
+                f.write(json.dumps(obj, sort_keys=True, separators=(",", ":")))
+            else:
+                json.dump(obj, f, indent=1, sort_keys=True)
             fsync_file(f)
         fsops.replace(tmp, path)
         fsync_dir(d)

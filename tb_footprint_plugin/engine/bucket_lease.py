@@ -1,0 +1,140 @@
+"""Leases on bucket run locks: the object-store twin of ``engine.lease``.
+
+A bucket run lock (``<logdir>/.tb-footprint/locks/<hash>.json``, created with the store's
+create-only condition by ``engine.bucket``) carries ``{run, op, host, pid, shard, at, renewed,
+expires}``. While a process holds it, a background thread renews it every third of the lease
+(``engine.lease.lease_seconds()``: 120 s by default, ``--lease`` / ``TB_FOOTPRINT_LEASE_SECONDS``)
+by a write conditional on the version it wrote last, so a lock someone else took over is never
+written back: the renewal fails its precondition and the lock is marked lost.
+
+Whether a lock's holder is gone (the lock may be taken over, its journal settled):
+
+* same host: its pid no longer exists (a dead holder's lock is stale at once);
+* other host: its lease expired **and** its journal object (``journal/<op>.json``) was not
+  written within the last lease (a holder whose renewals stall but whose transaction still
+  writes its journal is not robbed — the same rule as ``engine.lease``, checked against the
+  bucket's journal instead of the local one).
+
+Locks are untrusted input: one that is malformed is treated as held by nobody, and the op id
+it names is only used to build a journal key when it has the op-id format.
+"""
+from __future__ import annotations
+
+import math
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+from tb_footprint_plugin.engine import lease
+from tb_footprint_plugin.storage.paths import is_op_id
+from tb_footprint_plugin.storage.remote import PRECONDITION_FAILED, RemoteError
+
+HOST = socket.gethostname()
+
+
+@dataclass
+class _Held:
+    put: Callable[[dict, str], str]  # (doc, version) -> new version (conditional write)
+    doc: dict
+    version: str
+    lost: bool = False
+
+
+_held: Dict[str, _Held] = {}
+# held while a renewal writes a lock: release never races a renewal in flight
+_mu = threading.Lock()
+_renewer: Optional[threading.Thread] = None
+
+
+def new_lock_doc(run: str, op_id: str) -> dict:
+    """The lock object of ``run`` for operation ``op_id`` taken now by this process."""
+    now = time.time()
+    return {"run": run, "op": op_id, "host": HOST, "pid": os.getpid(), "shard": lease._shard,
+            "at": now, "renewed": now, "expires": now + lease.lease_seconds()}
+
+
+def well_formed(lock) -> bool:
+    """A lock read back from the store has the fields the rules above read, with their types."""
+    return (isinstance(lock, dict) and not lock.get("corrupt") and isinstance(lock.get("host"), str)
+            and isinstance(lock.get("pid"), int) and not isinstance(lock.get("pid"), bool)
+            and isinstance(lock.get("expires"), (int, float)) and not isinstance(lock.get("expires"), bool)
+            and math.isfinite(lock["expires"]))
+
+
+def holder_gone(lock, journal_mtime: Callable[[str], Optional[float]], active_ops=frozenset(),
+                now: Optional[float] = None) -> bool:
+    """Whether the holder of ``lock`` is gone (rules above). ``journal_mtime(op_id)`` is the
+    last-modified time of that operation's journal object, None when there is none;
+    ``active_ops`` are the operations this process runs now."""
+    if not well_formed(lock):
+        return True
+    now = time.time() if now is None else now
+    if lock["host"] == HOST:
+        if lock["pid"] == os.getpid():
+            return lock.get("op") not in active_ops
+        return not lease._pid_alive(lock["pid"])
+    if now < lock["expires"]:
+        return False
+    op = lock.get("op")
+    written = journal_mtime(op) if is_op_id(op) else None
+    return written is None or written <= now - lease.lease_seconds()
+
+
+def hold(path: str, doc: dict, version: str, put: Callable[[dict, str], str]) -> None:
+    """Renew the lock at ``path`` (written as ``doc`` at ``version``) until ``release``."""
+    global _renewer
+    with _mu:
+        _held[path] = _Held(put=put, doc=dict(doc), version=version)
+        if _renewer is None or not _renewer.is_alive():
+            _renewer = threading.Thread(target=_loop, name="tb-footprint-bucket-lease", daemon=True)
+            _renewer.start()
+
+
+def still_held(path: str) -> bool:
+    """False once a renewal found the lock changed or gone (someone took it over)."""
+    with _mu:
+        h = _held.get(path)
+        return h is not None and not h.lost
+
+
+def release(path: str) -> Optional[str]:
+    """Stop renewing the lock at ``path``; returns the version this process wrote last, or None
+    if the lock is no longer ours (then it must not be deleted: it is someone else's now)."""
+    with _mu:
+        h = _held.pop(path, None)
+    if h is None or h.lost:
+        return None
+    return h.version
+
+
+def renew_all(now: Optional[float] = None) -> None:
+    """Push forward every held lock renewed a third of a lease ago or more."""
+    period = lease.lease_seconds()
+    with _mu:
+        for path, h in list(_held.items()):
+            t = time.time() if now is None else now
+            if h.lost or t - h.doc.get("renewed", 0) < period / 3:
+                continue
+            doc = dict(h.doc, renewed=t, expires=t + period)
+            try:
+                h.version = h.put(doc, h.version)
+                h.doc = doc
+            except RemoteError as e:
+                if e.code in (PRECONDITION_FAILED, "not_found"):
+                    h.lost = True  # taken over (or removed) by another worker: never written back
+                # any other store error: tried again at the next wake-up, the lease still runs
+
+
+def _loop() -> None:
+    while True:  # wakes at least every second, so a shorter lease configured later is honoured
+        time.sleep(min(1.0, max(0.05, lease.lease_seconds() / 6)))
+        try:
+            renew_all()
+        except Exception:  # noqa: BLE001 - the renewer must outlive one bad wake-up
+            pass
+
+
+__all__ = ["new_lock_doc", "well_formed", "holder_gone", "hold", "still_held", "release", "renew_all"]

@@ -1,0 +1,179 @@
+"""Sharded batches on a bucket (issue 16), in the moto S3 server: workers started at once with
+overlapping shards and one killed mid-run; leases on bucket run locks (renewal, takeover
+checked against the bucket journal); the bucket's ledger objects as untrusted input."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from test_shards import CLI, env, make_logdir
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import bucket as bk
+from tb_footprint_plugin.engine import bucket_lease, lease
+from tb_footprint_plugin.engine.context import new_op_id
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+
+
+def _state_keys(url, *prefixes):
+    return sorted(k for k in RemoteFS(url).list_tree() if k.startswith(prefixes))
+
+
+def _worker(url, shard, policy_file, **kw):
+    return subprocess.Popen(CLI + ["reduce", url, "--shard", shard, "--policy", str(policy_file), "--quiet-period", "0",
+                                   "--lease", "3", "--json"],
+                            env=env(**kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exactly_once(s3_bucket, tmp_path):
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 12), "logs")
+    before = s3_bucket.hashes("logs")
+    pol = tmp_path / "drop.json"
+    pol.write_text(json.dumps(DROP_PROFILES))
+    runs = sorted(r.name for r in api.scan(url).runs)
+    assert len(runs) == 12
+    plan = {s: api.shard_plan([url], tuple(map(int, s.split("/"))))[url] for s in ("0/2", "1/2", "2/3")}
+    assert sorted(plan["0/2"] + plan["1/2"]) == runs and plan["2/3"]
+
+    # five workers at once: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is
+    # SIGKILLed in the middle of its first transaction, its backups made and its manifest written
+    procs = [_worker(url, s, pol) for s in ("0/2", "1/2", "0/3", "1/3")]
+    killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="bucket.after_backup=kill")
+    outs = [p.communicate(timeout=600) for p in procs]
+    killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, [(o["run"], o["status"], o["reason"]) for o in json.loads(out)["outcomes"]] \
+            if out.startswith("{") else err
+        rep = json.loads(out)
+        assert rep["ok"] and all(o["status"] in ("verified", "skipped") for o in rep["outcomes"]), rep["outcomes"]
+        assert rep["ledger"].startswith(url + "/.tb-footprint/ledgers/shard-")
+
+    # the killed worker's run: its journal and lock are left, the merged status shows it stalled
+    assert _state_keys(url, ".tb-footprint/journal/") and _state_keys(url, ".tb-footprint/locks/")
+    st = api.status(url)
+    assert len(st["unfinished_operations"]) == 1 and st["settle_command"]
+    b = st["batch"]
+    # stalled: exactly the runs of the killed worker's batch (its one journal names them), each
+    # marked "reducing" before the batch began and never settled
+    rfs = RemoteFS(url)
+    (jkey,) = _state_keys(url, ".tb-footprint/journal/")
+    in_batch = sorted(en["run"] for en in json.loads(rfs.fs.cat_file(rfs.path(jkey)))["runs"])
+    assert len(b["ledgers"]) == 5 and sorted(b["stalled"]) == in_batch
+    assert all(b["runs"][r]["state"] == "reducing" for r in b["stalled"])
+    assert set(b["stalled"]) <= set(plan["2/3"])
+
+    # the rerun of the killed shard settles its journal (rolled back) and reduces its runs
+    again = _worker(url, "2/3", pol)
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    rep = json.loads(out)
+    assert [r["action"] for r in rep["recovered"]] == ["rolled_back"]
+    assert rep["shard"] == "2/3" and sorted(rep["shard_runs"]) == plan["2/3"]
+
+    # every run reduced and verified exactly once: one manifest per run in the vault, one
+    # reduce per run in the history, no journal or lock left
+    ops = api.operations(url)
+    assert sorted(m["run"] for m in ops if m["kind"] == "reduce") == runs
+    hist = api.history(url)
+    assert sorted(e["run"] for e in hist if e["kind"] == "reduce") == runs
+    assert _state_keys(url, ".tb-footprint/journal/", ".tb-footprint/locks/") == []
+    assert api.verify(url) and all(r["ok"] for r in api.verify(url))
+    # the merged status: every run done, by whom, with its bytes
+    st = api.status(url)
+    assert st["unfinished_operations"] == []
+    b = st["batch"]
+    assert b["counts"] == {"done": 12} and b["stalled"] == [] and b["problems"] == []
+    by_op = {m["op_id"]: m for m in ops}
+    for run, e in b["runs"].items():
+        assert e["host"] == lease.HOST and e["shard"] in ("0/2", "1/2", "0/3", "1/3", "2/3")
+        assert by_op[e["op_id"]]["run"] == run and e["original_size_bytes"] == by_op[e["op_id"]]["bytes_before"]
+    assert b["saved_bytes"] == sum(m["bytes_before"] - m["bytes_after"] for m in ops)
+    cli = subprocess.run(CLI + ["status", url, "--runs"], env=env(), capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert "done 12" in cli.stdout and "shard 2/3" in cli.stdout
+    # nothing lost: restore gives back every byte
+    outs = api.restore(url)
+    assert len(outs) == 12 and all(o.status == "restored" for o in outs)
+    now = s3_bucket.hashes("logs")
+    assert {k: v for k, v in now.items() if not k.startswith(".tb-footprint/")} == before
+
+
+def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or_deleted(s3_bucket, tmp_path):
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 1), "logs")
+    st = bk._State(RemoteFS(url))
+    lease.configure(lease_seconds=0.6)
+    try:
+        path, _ = bk._lock(st, "exp0/run000", new_op_id())
+        first, _ = st.read(path)
+        time.sleep(1.5)  # the renewer wakes at least every 0.1 s at this lease; renews after 0.2 s
+        renewed, _ = st.read(path)
+        assert renewed["expires"] > first["expires"] and renewed["op"] == first["op"]
+        assert bucket_lease.still_held(path)
+        # another worker takes the lock over (its holder looked gone to it): our next renewal
+        # fails its precondition; the lock is never written back, nor deleted as ours
+        theirs = dict(renewed, host="other-node", pid=4242, op=new_op_id())
+        st.ops.delete([path])  # a takeover as _lock does it: delete, then create-only
+        st.create(path, theirs)
+        deadline = time.time() + 5
+        while bucket_lease.still_held(path) and time.time() < deadline:
+            time.sleep(0.1)
+        assert not bucket_lease.still_held(path)
+        assert bucket_lease.release(path) is None
+        assert st.read(path)[0]["host"] == "other-node"
+    finally:
+        lease.configure(lease_seconds=lease.DEFAULT_LEASE_S)
+
+
+def test_a_bucket_lock_of_another_host_is_stale_only_when_its_lease_and_its_journal_are_old(s3_bucket, tmp_path):
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 1), "logs")
+    rfs = RemoteFS(url)
+    st = bk._State(rfs)
+    op = new_op_id()
+    now = time.time()
+    lock = {"run": "exp0/run000", "op": op, "host": "other-node", "pid": 4242, "at": now - 600,
+            "renewed": now - 600, "expires": now + 60}
+    assert not bk._owner_gone(lock, st)  # lease live
+    lock["expires"] = now - 1
+    assert bk._owner_gone(lock, st)  # lease expired, no journal
+    st.create(rfs.path(f"{bk.JOURNAL}/{op}.json"), {"op": op, "run": "exp0/run000", "step": "planned"})
+    assert not bk._owner_gone(lock, st)  # expired, but its journal was written a moment ago
+    assert bk._owner_gone(lock, st) is False
+    lease.configure(lease_seconds=0.5)
+    try:
+        time.sleep(1.2)
+        assert bk._owner_gone(lock, st)  # no journal progress within a lease: stale
+    finally:
+        lease.configure(lease_seconds=lease.DEFAULT_LEASE_S)
+    # a lock naming an op id that is no op id never becomes a journal key; a malformed lock is nobody's
+    assert bk._owner_gone(dict(lock, op="../../x"), st)
+    for junk in ({"corrupt": True}, {"host": 1}, dict(lock, pid=True), dict(lock, expires=float("inf"))):
+        assert bucket_lease.holder_gone(junk, lambda op: None)
+
+
+def test_hostile_ledger_objects_in_a_bucket_are_refused_with_codes(s3_bucket, tmp_path):
+    from tb_footprint_plugin.engine import bucket_ledger
+
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
+    rfs = RemoteFS(url)
+    book = bucket_ledger.BucketLedger(rfs, "drop-profiles", "0/1")
+    book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="x")
+    good = bucket_ledger._run_hash("exp1/run001")
+    other = bucket_ledger._run_hash("exp0/run000")
+    base = s3_bucket.key("logs/.tb-footprint/ledgers")
+    s3_bucket.fs.pipe_file(f"{base}/shard-0-of-1/{good}.json", json.dumps(
+        {"version": 1, "run": "exp1/run001", "entry": {"state": "done", "pid": "evil"}}).encode())
+    s3_bucket.fs.pipe_file(f"{base}/shard-1-of-2/{other}.json", json.dumps(
+        {"version": 1, "run": "exp1/run001", "entry": {"state": "done"}}).encode())  # not its key's run
+    s3_bucket.fs.pipe_file(f"{base}/shard-1-of-2/notes.txt", b"hello")
+    s3_bucket.fs.pipe_file(f"{base}/batch/{good}.json", b"{not json")
+    b = api.status(url)["batch"]
+    assert sorted(b["runs"]) == ["exp0/run000"] and b["runs"]["exp0/run000"]["state"] == "done"
+    assert sorted(p["code"] for p in b["problems"]) == ["bad_ledger", "bad_ledger_entry", "bad_ledger_entry",
+                                                        "bad_ledger_entry"]
+    assert any("not its key's" in p["detail"] for p in b["problems"])
