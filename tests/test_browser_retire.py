@@ -200,7 +200,7 @@ def test_retire_and_restore_in_the_browser(browser, tb, logdir):
         assert now == {k: v for k, v in start.items() if not k.startswith(tuple(r + "/" for r in still))}
         f.locator('.nav-item[data-view="retire"]').click()
         f.locator("input.retired-search").fill("")
-        expect(f.locator("table.retired-table tbody tr")).to_have_count(len(still))
+        expect(f.locator("table.retired-table tbody tr")).to_have_count(len(still), timeout=30000)
         tab.shot("retire-11-after-restores.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:
