@@ -30,7 +30,7 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
@@ -511,14 +511,25 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     out.reason = f"{code}: {e}"
     try:
         _rollback(rfs, vault, en, deleted=False)
-        if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
-            out.status, out.code = Outcome.SKIPPED, code
-        else:
-            out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+        rolled_back(out, code)
     except (BucketTxnError, RemoteError, OSError) as e2:
-        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+        rollback_incomplete(out, e2)
     en["dropped"] = True
+
+
+def rolled_back(out: RunOutcome, code: str) -> None:
+    """A run put back as it was: a skip when it was taken out because it changed, is being
+    written or is locked by another worker; a rollback otherwise."""
+    if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
+        out.status, out.code = Outcome.SKIPPED, code
+    else:
+        out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+
+
+def rollback_incomplete(out: RunOutcome, e: Exception) -> None:
+    """A rollback that did not finish: the journal stays, and the next start settles it."""
+    out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+    out.reason += f"; rollback incomplete ({e}); the journal is kept and the next start settles it"
 
 
 def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live: List[dict],

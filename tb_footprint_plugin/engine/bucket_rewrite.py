@@ -48,6 +48,8 @@ from tb_footprint_plugin.engine.bucket import (
     _file_entry,
     _finish,
     _Journal,
+    rollback_incomplete,
+    rolled_back,
     _listing_of_runs,
     _lock,
     _manifest_doc,
@@ -189,13 +191,9 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             ours = _unlock_versions(lock_path)
             if ours:
                 _must_delete(rfs, [lock_path], versions=ours)
-            if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
-                out.status, out.code = Outcome.SKIPPED, code
-            else:
-                out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+            rolled_back(out, code)
         except (BucketTxnError, RemoteError, OSError) as e2:
-            out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-            out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+            rollback_incomplete(out, e2)
         return out
     finally:
         _ACTIVE_OPS.discard(op_id)
