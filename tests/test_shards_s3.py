@@ -5,7 +5,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -31,22 +30,27 @@ def _worker(url, shard, policy_file, **kw):
 
 
 def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exactly_once(s3_bucket, tmp_path):
-    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 12), "logs")
-    before = s3_bucket.hashes("logs")
     pol = tmp_path / "drop.json"
     pol.write_text(json.dumps(DROP_PROFILES))
-    runs = sorted(r.name for r in api.scan(url).runs)
-    assert len(runs) == 12
-    plan = {s: api.shard_plan([url], tuple(map(int, s.split("/"))))[url] for s in ("0/2", "1/2", "2/3")}
-    assert sorted(plan["0/2"] + plan["1/2"]) == runs and plan["2/3"]
-
     # five workers at once: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is
-    # SIGKILLed in the middle of its first transaction, its backups made and its manifest written
-    procs = [_worker(url, s, pol) for s in ("0/2", "1/2", "0/3", "1/3")]
-    killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="bucket.after_backup=kill")
-    outs = [p.communicate(timeout=600) for p in procs]
-    killed.communicate(timeout=600)
-    assert killed.returncode == -signal.SIGKILL
+    # SIGKILLed in the middle of its first transaction, its backups made and its manifest written.
+    # Started together, the others now and then reduce every run of 2/3 before it locks one; then
+    # nothing was killed and the scenario is set up again on a fresh prefix (never more than 3 times).
+    for attempt in range(3):
+        prefix = f"logs{attempt}"
+        url = s3_bucket.upload(make_logdir(tmp_path / prefix, 12), prefix)
+        before = s3_bucket.hashes(prefix)
+        runs = sorted(r.name for r in api.scan(url).runs)
+        assert len(runs) == 12
+        plan = {s: api.shard_plan([url], tuple(map(int, s.split("/"))))[url] for s in ("0/2", "1/2", "2/3")}
+        assert sorted(plan["0/2"] + plan["1/2"]) == runs and plan["2/3"]
+        procs = [_worker(url, s, pol) for s in ("0/2", "1/2", "0/3", "1/3")]
+        killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="bucket.after_backup=kill")
+        outs = [p.communicate(timeout=600) for p in procs]
+        killed.communicate(timeout=600)
+        if killed.returncode == -signal.SIGKILL:
+            break
+    assert killed.returncode == -signal.SIGKILL, "the 2/3 worker never reached its failpoint in 3 attempts"
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, [(o["run"], o["status"], o["reason"]) for o in json.loads(out)["outcomes"]] \
             if out.startswith("{") else err
@@ -59,12 +63,18 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
     st = api.status(url)
     assert len(st["unfinished_operations"]) == 1 and st["settle_command"]
     b = st["batch"]
-    # stalled: exactly the runs of the killed worker's batch (its one journal names them), each
-    # marked "reducing" before the batch began and never settled
+    # stalled: runs of the killed worker's batch (its one journal names them) that it had marked
+    # "reducing" and never settled. A run of that batch it had not marked yet shows what another
+    # worker did: skipped as locked by the dead worker (its journal still stands), or reduced
+    # before the batch locked it (the batch's backup copy found the planned version gone)
     rfs = RemoteFS(url)
     (jkey,) = _state_keys(url, ".tb-footprint/journal/")
     in_batch = sorted(en["run"] for en in json.loads(rfs.fs.cat_file(rfs.path(jkey)))["runs"])
-    assert len(b["ledgers"]) == 5 and sorted(b["stalled"]) == in_batch
+    assert len(b["ledgers"]) == 5, b["ledgers"]
+    assert b["stalled"] and set(b["stalled"]) <= set(in_batch), (b["stalled"], in_batch)
+    for r in set(in_batch) - set(b["stalled"]):
+        e = b["runs"][r]
+        assert e["shard"] != "2/3" and (e["state"] == "done" or (e["state"], e["code"]) == ("skipped", "locked")), e
     assert all(b["runs"][r]["state"] == "reducing" for r in b["stalled"])
     assert set(b["stalled"]) <= set(plan["2/3"])
 
@@ -96,11 +106,13 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
     assert b["saved_bytes"] == sum(m["bytes_before"] - m["bytes_after"] for m in ops)
     cli = subprocess.run(CLI + ["status", url, "--runs"], env=env(), capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
-    assert "done 12" in cli.stdout and "shard 2/3" in cli.stdout
+    assert "done 12" in cli.stdout
+    # each run's line names the worker that did it (which shards did which runs is a race)
+    assert all(f"shard {e['shard']}" in cli.stdout for e in b["runs"].values())
     # nothing lost: restore gives back every byte
     outs = api.restore(url)
     assert len(outs) == 12 and all(o.status == "restored" for o in outs)
-    now = s3_bucket.hashes("logs")
+    now = s3_bucket.hashes(prefix)
     assert {k: v for k, v in now.items() if not k.startswith(".tb-footprint/")} == before
 
 
