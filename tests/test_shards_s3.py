@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 
 import pytest
 
