@@ -31,7 +31,7 @@ from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome,
 from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine import lease
-from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, mark_recovered, merged
 from tb_footprint_plugin.engine.purge import PurgeReport, freeable_bytes, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
@@ -130,6 +130,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     book = BucketLedger(rfs, pol.name, sharding.label(shard)) if (shard is not None or ledger) else None
     if book:
         report.ledger_path = book.url
+        report.ledger_problems += mark_recovered(book, recovered)
     for rp in p.runs:
         if rp.skipped:
             o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
@@ -516,7 +517,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
     book = _open_ledger(ctx, ledger, pol.name, shard)
     if book:
         report.ledger_path = book.path
-    todo = _ledger_filter(book, p, report, on_outcome)
+    todo = _ledger_filter(book, p, report, on_outcome, recovered)
     batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome)
     if jobs > 1:
         with ThreadPoolExecutor(max_workers=jobs) as ex:
@@ -540,13 +541,17 @@ def _open_ledger(ctx: Context, ledger: Optional[str], policy_name: str,
     return Ledger(path, policy_name, ctx.logdir, shard=sharding.label(shard))
 
 
-def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_outcome) -> list:
+def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_outcome,
+                   recovered: Sequence[RecoveryOutcome] = ()) -> list:
     """The plan's runs still to do; a run the ledger settled (and that did not change since) is
-    reported skipped with ``Skip.LEDGER_DONE`` — said as such, not silently counted as nothing."""
+    reported skipped with ``Skip.LEDGER_DONE`` — said as such, not silently counted as nothing.
+    Runs this start's recovery settled for a dead worker are recorded first (``mark_recovered``)."""
     if not book:
         return list(p.runs)
-    entries = book.start(rp.run for rp in p.runs)
+    book.start(rp.run for rp in p.runs)
     report.ledger_problems = list(book.problems)
+    report.ledger_problems += mark_recovered(book, recovered)
+    entries = book.read()["runs"]
     todo = []
     for rp in p.runs:
         if book.should_run(entries.get(rp.run), rp.bytes_before):

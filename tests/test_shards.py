@@ -544,3 +544,41 @@ def test_the_ledger_rereads_a_file_another_process_replaced_and_checks_it_again(
         json.dump(data, f)
     os.replace(path + ".new", path)  # replaced behind a's back
     assert "r2" not in a.read()["runs"] and [p["code"] for p in a.problems] == ["bad_ledger_entry"]
+
+
+@pytest.mark.parametrize("failpoint, settled", [("after_swap", "completed"), ("after_backup", "rolled_back")])
+def test_a_run_recovery_settles_for_a_dead_worker_is_recorded_by_the_worker_that_settled_it(
+        tmp_path, failpoint, settled):
+    """Worker 0/2 dies inside its first run; worker 1/2 starts later, and its recovery settles that
+    run (rolled forward after a passed verification, or rolled back before it). The merged status
+    says so at once instead of showing the run as still being reduced by a worker that is gone."""
+    logdir = make_logdir(tmp_path / "logs", 4)
+    mine = api.shard_plan([logdir], (0, 2))[logdir]
+    dead = _worker(logdir, "0/2", TB_FOOTPRINT_FAILPOINTS=f"{failpoint}=kill")
+    dead.communicate(timeout=300)
+    assert dead.returncode == -signal.SIGKILL
+    (hit,) = api.status(logdir)["batch"]["stalled"]
+    assert hit in mine
+    other = _worker(logdir, "1/2")
+    out, err = other.communicate(timeout=300)
+    assert other.returncode == 0, err
+    rep = json.loads(out)
+    assert [(r["action"], r["run"]) for r in rep["recovered"]] == [(settled, hit)] and rep["ledger_problems"] == []
+    b = api.status(logdir)["batch"]
+    e = b["runs"][hit]
+    assert b["stalled"] == [] and e["shard"] == "1/2" and e["code"] == settled
+    ops = {m["op_id"]: m for m in api.operations(logdir)}
+    if settled == "completed":
+        assert e["state"] == "done" and e["verified"] is True and ops[e["op_id"]]["run"] == hit
+        assert (e["original_size_bytes"], e["after_size_bytes"]) == \
+            (ops[e["op_id"]]["bytes_before"], ops[e["op_id"]]["bytes_after"])
+    else:
+        assert e["state"] == "pending"
+    # the rerun of 0/2 finishes the batch: every run done once, whoever did it
+    again = _worker(logdir, "0/2")
+    again.communicate(timeout=300)
+    assert again.returncode == 0
+    b = api.status(logdir)["batch"]
+    assert b["counts"] == {"done": 4} and b["stalled"] == [], b["counts"]
+    assert sorted(e["run"] for e in api.history(logdir) if e["kind"] == "reduce" and e["outcome"] == "verified") \
+        == sorted(r.name for r in api.scan(logdir).runs)

@@ -190,3 +190,74 @@ def test_hostile_ledger_objects_in_a_bucket_are_refused_with_codes(s3_bucket, tm
     assert sorted(p["code"] for p in b["problems"]) == ["bad_ledger", "bad_ledger_entry", "bad_ledger_entry",
                                                         "bad_ledger_entry"]
     assert any("not its key's" in p["detail"] for p in b["problems"])
+
+
+def test_status_reads_ledger_objects_another_worker_wrote_since_its_last_listing(s3_bucket, tmp_path):
+    """A long-lived process (TensorBoard, or a test) that listed the ledgers once still sees objects
+    written under the same folders since: fsspec caches every sub-folder a recursive listing saw,
+    and a read answered from that cache said "not found" for the new objects (the merged status
+    then showed another shard's older skip for a run this shard had reduced)."""
+    from tb_footprint_plugin.engine import bucket_ledger
+
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
+    book = bucket_ledger.BucketLedger(RemoteFS(url), "drop-profiles", "0/1")
+    book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="a")
+    assert sorted(api.status(url)["batch"]["runs"]) == ["exp0/run000"]
+    # another machine (its own client, no shared cache) marks the second run in the same folder
+    key = f"{s3_bucket.key('logs/.tb-footprint/ledgers')}/shard-0-of-1/{bucket_ledger._run_hash('exp1/run001')}.json"
+    s3_bucket.fs.pipe_file(key, json.dumps({"version": 1, "run": "exp1/run001", "policy": "drop-profiles",
+                                            "entry": {"state": "done", "op_id": "b"}}).encode())
+    b = api.status(url)["batch"]
+    assert sorted(b["runs"]) == ["exp0/run000", "exp1/run001"] and b["counts"] == {"done": 2}, b
+    assert b["problems"] == []
+
+
+@pytest.mark.parametrize("failpoint, settled", [("bucket.before_delete", "completed"),
+                                                ("bucket.after_backup", "rolled_back")])
+def test_runs_recovery_settles_for_a_dead_worker_are_recorded_by_the_worker_that_settled_them(
+        s3_bucket, tmp_path, failpoint, settled):
+    """Worker 0/2 dies in its batch; worker 1/2 starts later and settles that batch's journal
+    (finished when its commit was recorded, rolled back before it). The merged status says so at
+    once, run by run, instead of showing the dead worker's runs as still being reduced; after the
+    rerun of 0/2 every run is done exactly once."""
+    pol = tmp_path / "drop.json"
+    pol.write_text(json.dumps(DROP_PROFILES))
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 6), "logs")
+    mine = api.shard_plan([url], (0, 2))[url]
+    dead = _worker(url, "0/2", pol, TB_FOOTPRINT_FAILPOINTS=f"{failpoint}=kill")
+    dead.communicate(timeout=600)
+    assert dead.returncode == -signal.SIGKILL
+    assert sorted(api.status(url)["batch"]["stalled"]) == sorted(mine)
+
+    other = _worker(url, "1/2", pol)
+    out, err = other.communicate(timeout=600)
+    assert other.returncode == 0, err
+    rep = json.loads(out)
+    assert [r["action"] for r in rep["recovered"]] == [settled] and rep["ledger_problems"] == []
+    assert sorted(s["run"] for s in rep["recovered"][0]["runs"]) == sorted(mine)
+    b = api.status(url)["batch"]
+    assert b["stalled"] == [] and b["problems"] == []
+    ops = {m["op_id"]: m for m in api.operations(url)}
+    for run in mine:
+        e = b["runs"][run]
+        assert e["shard"] == "1/2" and e["code"] == settled and e["op_id"], e
+        if settled == "completed":  # reduced by the dead worker's operation, sizes from its manifest
+            assert e["state"] == "done" and e["verified"] is True
+            assert ops[e["op_id"]]["run"] == run and e["original_size_bytes"] == ops[e["op_id"]]["bytes_before"]
+            assert e["after_size_bytes"] == ops[e["op_id"]]["bytes_after"] < e["original_size_bytes"]
+        else:  # back as it was, to be reduced by a rerun
+            assert e["state"] == "pending" and e["op_id"] not in ops
+    assert b["counts"] == ({"done": 6} if settled == "completed" else {"done": 6 - len(mine), "pending": len(mine)})
+    cli = subprocess.run(CLI + ["status", url, "--runs"], env=env(), capture_output=True, text=True)
+    assert cli.returncode == 0 and f"[{settled}]" in cli.stdout and "worker that is gone" not in cli.stdout
+
+    # the rerun of 0/2: a finished run has nothing left (its skip does not hide the done entry),
+    # a rolled-back one is reduced now
+    again = _worker(url, "0/2", pol)
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err
+    b = api.status(url)["batch"]
+    assert b["counts"] == {"done": 6} and b["stalled"] == [], b["counts"]
+    hist = api.history(url)
+    assert sorted(e["run"] for e in hist if e["kind"] == "reduce" and e["outcome"] == "verified") == \
+        sorted(r.name for r in api.scan(url).runs)

@@ -852,8 +852,10 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
                 _rollback(rfs, vault, en, deleted=False)
             live = _live_entries(doc)
-            if doc.get("step") in COMMITTED_STEPS and \
-                    all(f.get("backup_checksums") for en in live for f in en["files"]):
+            finish = doc.get("step") in COMMITTED_STEPS and \
+                all(f.get("backup_checksums") for en in live for f in en["files"])
+            settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
+            if finish:
                 _finish(rfs, vault, doc)
                 action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
             else:
@@ -862,10 +864,27 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
             _must_delete(rfs, [path])
             _drop_locks_of(st, locks, op_id)
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail))
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, runs=settled))
         except (BucketTxnError, RemoteError) as e:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e)))
     return out
+
+
+def _settled_run(st: _State, vault: BucketVault, en: dict, finished: bool) -> dict:
+    """One run a recovery settled, with its sizes from the manifest the reduction wrote before its
+    commit (read as untrusted: numbers only); a rolled-back run is as big as it was."""
+    sizes: Dict[str, Optional[int]] = {"bytes_before": None, "bytes_after": None}
+    try:
+        doc, _ = st.read(vault.manifest(en["op"]))
+    except OSError:  # sizes are for the record: never a reason to leave a journal unsettled
+        doc = None
+    if isinstance(doc, dict) and not doc.get("corrupt"):
+        for k in sizes:
+            v = doc.get(k)
+            sizes[k] = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+    if not finished:
+        sizes["bytes_after"] = sizes["bytes_before"]
+    return {"run": str(en["run"]), "op_id": str(en["op"]), **sizes}
 
 
 def _drop_locks_of(st: _State, locks: List[str], op_id: str) -> None:

@@ -63,7 +63,11 @@ class BucketLedger:
         return self.rfs.url_of(f"{LEDGERS}/{self.folder}")
 
     def mark(self, run: str, state: str, **fields) -> None:
-        """Record a transition of ``run`` (one PUT; the entry keeps the fields of earlier ones)."""
+        """Record a transition of ``run`` (one PUT; the entry keeps the fields of earlier ones).
+        A skip after this worker recorded the run done (recovery finished it for a dead worker,
+        so the plan found nothing left) is not written over it: the run is done."""
+        if state == "skipped" and self._entries.get(run, {}).get("state") == "done":
+            return
         if isinstance(fields.get("error"), str):
             fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
         entry = self._entries.setdefault(run, {})

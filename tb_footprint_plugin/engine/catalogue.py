@@ -120,6 +120,14 @@ def manifest_exists(ctx: Context, records: List[dict]) -> bool:
     return os.path.exists(vault_of(records, ctx).manifest_path(records[0]["op_id"]))
 
 
+def bytes_after_of(records: List[dict]) -> int:
+    """A reduced run's size by its journal: planned size, less what was backed up and removed,
+    plus what was staged in its place."""
+    removed = sum(r["size"] for r in records if r["type"] == "backup")
+    created = sum(r["size"] for r in records if r["type"] == "staged")
+    return records[0]["plan"]["bytes_before"] - removed + created
+
+
 def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
                     recovered: bool = False, displaced: Optional[List[dict]] = None) -> dict:
     """The operation's manifest (and change-log line): what was backed up, and how it ended."""
@@ -129,9 +137,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     backups = [r for r in records if r["type"] == "backup"]
     staged = [r for r in records if r["type"] == "staged"]
     ver = next((r.get("verification") for r in records if r["type"] == "verified"), None)
-    created_size = sum(s["size"] for s in staged)
-    removed_size = sum(b["size"] for b in backups)
-    after = plan["bytes_before"] - removed_size + created_size if outcome == "verified" else plan["bytes_before"]
+    after = bytes_after_of(records) if outcome == "verified" else plan["bytes_before"]
     m = {
         "op_id": begin["op_id"],
         "kind": "reduce",

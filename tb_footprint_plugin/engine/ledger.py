@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import PASSING_SKIPS, Skip
+from tb_footprint_plugin.codes import PASSING_SKIPS, Recovery, Skip
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, FOREIGN_LEDGER, Untrusted
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.storage.lock import exclusive
@@ -278,9 +278,11 @@ def _pid_gone(e: dict) -> bool:
 
 def _rank(e: dict) -> Tuple[int, float]:
     """Which of several ledgers' entries for one run tells its state: a settled or live transition
-    (newest first), then an in-flight one of a dead worker, then a skip, then pending."""
+    (newest first; a recovery's roll-back of a dead worker's run is one), then an in-flight one of
+    a dead worker, then a skip, then pending."""
     st = e["state"]
-    if st in ("done", "failed") or (st in ("reducing", "verifying") and not e.get("stalled")):
+    if st in ("done", "failed") or (st in ("reducing", "verifying") and not e.get("stalled")) or \
+            (st == "pending" and e.get("code") == Recovery.ROLLED_BACK):
         cls = 3
     elif st in ("reducing", "verifying"):
         cls = 2
@@ -289,6 +291,35 @@ def _rank(e: dict) -> Tuple[int, float]:
     else:
         cls = 0
     return cls, float(e.get("updated_at", 0))
+
+
+def mark_recovered(book, recovered: Iterable) -> List[dict]:
+    """Record in ``book`` (a ``Ledger`` or a bucket's ledger) the runs this start's recovery settled
+    for a worker that died: a finished reduction is ``done`` (code ``completed``, its operation and
+    sizes), a rolled-back one ``pending`` again (code ``rolled_back``; a rerun of any shard covering
+    it reduces it). Without this the merged view would go on showing the dead worker's in-flight
+    entry, or a later worker's skip, for a run that is reduced. Returns the problems of ledger
+    writes that failed (the recovery stands)."""
+    problems: List[dict] = []
+    for r in recovered:
+        if r.action not in (Recovery.COMPLETED, Recovery.ROLLED_BACK):
+            continue
+        for s in r.runs or ():
+            sizes = {k: v for k, v in (("original_size_bytes", s.get("bytes_before")),
+                                       ("after_size_bytes", s.get("bytes_after"))) if isinstance(v, int)}
+            try:
+                if r.action == Recovery.COMPLETED:
+                    b, a = sizes.get("original_size_bytes"), sizes.get("after_size_bytes")
+                    ratio = round(1 - a / b, 4) if b and a is not None else 0.0
+                    book.mark(s["run"], "done", op_id=s["op_id"], verified=True, reduced_ratio=ratio,
+                              code=Recovery.COMPLETED, error=None, **sizes)
+                else:
+                    book.mark(s["run"], "pending", op_id=s["op_id"], verified=False, code=Recovery.ROLLED_BACK,
+                              error=f"its worker stopped; recovery rolled it back ({r.detail})", **sizes)
+            except OSError as e:
+                problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
+                                 "detail": f"{s['run']}: ledger not written ({e})"})
+    return problems
 
 
 #: refusals named one by one per ledger in ``merged`` (the rest are counted)

@@ -12,7 +12,7 @@ from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import trust
-from tb_footprint_plugin.engine.catalogue import known_vaults, manifest_exists, write_manifest
+from tb_footprint_plugin.engine.catalogue import bytes_after_of, known_vaults, manifest_exists, write_manifest
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.restore import finish_restore
@@ -27,6 +27,9 @@ class RecoveryOutcome:
     action: str  # a codes.Recovery: 'rolled_back' | 'completed' | 'skipped_live' | 'failed' | 'refused' | ...
     detail: str = ""
     code: Optional[str] = None  # a codes.Finding, or why a journal was refused (``engine.trust`` codes)
+    #: the reductions this outcome settled, one per run (``run``, ``op_id``, ``bytes_before``,
+    #: ``bytes_after``): what a batch ledger records for runs a dead worker left (``ledger.mark_recovered``)
+    runs: Optional[List[dict]] = None
 
 
 def recover(ctx: Context) -> List[RecoveryOutcome]:
@@ -93,7 +96,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery")
                 action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
             j.close()
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED))
+            before = begin["plan"]["bytes_before"]
+            after = bytes_after_of(records) if action == Recovery.COMPLETED else before
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED,
+                                            runs=[{"run": run, "op_id": begin["op_id"], "bytes_before": before,
+                                                   "bytes_after": after}]))
         except Exception as e:  # leave the journal for the next start, say why
             outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, reason_of(e), Finding.RECOVERY_FAILED))
         finally:

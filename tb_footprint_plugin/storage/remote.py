@@ -260,7 +260,7 @@ class RemoteFS:
     def list_under(self, base: str, root: str) -> Dict[str, ObjectInfo]:
         """Every object under the store path ``base`` (one recursive paginated listing), keyed by
         path relative to the store path ``root`` (the logdir, or a vault in another prefix)."""
-        self.fs.invalidate_cache(base)
+        self._forget_listings(base)
         try:
             found = self.fs.find(base, detail=True, withdirs=False)
         except FileNotFoundError:
@@ -268,7 +268,7 @@ class RemoteFS:
         except OSError as e:
             raise RemoteError("list_failed", f"{self.scheme}://{base}: listing failed ({e})") from e
         finally:
-            self.fs.invalidate_cache(base)
+            self._forget_listings(base)
         out: Dict[str, ObjectInfo] = {}
         plen = len(root) + 1
         for name, info in found.items():
@@ -291,6 +291,20 @@ class RemoteFS:
         pages = max(1, math.ceil(len(found) / LIST_PAGE.get(self.protocol, 1000)))
         self.stats.add("list", pages)
         return out
+
+    def _forget_listings(self, base: str) -> None:
+        """Drop fsspec's cached listings of ``base``, its parents and every folder under it. A
+        recursive ``find`` fills the cache for each sub-folder, and a later read of an object
+        created there since (another worker's ledger, journal or lock) would be answered from
+        that cache as "not found"; the engine lists when it needs to know, and never wants a
+        listing older than its last call."""
+        self.fs.invalidate_cache(base)
+        cache = getattr(self.fs, "dircache", None)
+        if cache is None:
+            return
+        base = self.fs._strip_protocol(base).rstrip("/")
+        for key in [k for k in list(cache) if k == base or k.startswith(base + "/")]:
+            cache.pop(key, None)
 
     def exists(self) -> bool:
         """True when the root prefix holds at least one object or is a bucket."""
