@@ -1,6 +1,7 @@
 """Sharded batches on a bucket (issue 16), in the moto S3 server: workers started at once with
 overlapping shards and one killed mid-run; leases on bucket run locks (renewal, takeover
-checked against the bucket journal); the bucket's ledger objects as untrusted input."""
+checked against the bucket journal); the bucket's ledger objects as untrusted input, and read
+fresh by a long-lived process on each of the three stores."""
 import json
 import os
 import signal
@@ -192,20 +193,20 @@ def test_hostile_ledger_objects_in_a_bucket_are_refused_with_codes(s3_bucket, tm
     assert any("not its key's" in p["detail"] for p in b["problems"])
 
 
-def test_status_reads_ledger_objects_another_worker_wrote_since_its_last_listing(s3_bucket, tmp_path):
+def test_status_reads_ledger_objects_another_worker_wrote_since_its_last_listing(bucket, tmp_path):
     """A long-lived process (TensorBoard, or a test) that listed the ledgers once still sees objects
     written under the same folders since: fsspec caches every sub-folder a recursive listing saw,
     and a read answered from that cache said "not found" for the new objects (the merged status
     then showed another shard's older skip for a run this shard had reduced)."""
     from tb_footprint_plugin.engine import bucket_ledger
 
-    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
+    url = bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
     book = bucket_ledger.BucketLedger(RemoteFS(url), "drop-profiles", "0/1")
     book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="a")
     assert sorted(api.status(url)["batch"]["runs"]) == ["exp0/run000"]
     # another machine (its own client, no shared cache) marks the second run in the same folder
-    key = f"{s3_bucket.key('logs/.tb-footprint/ledgers')}/shard-0-of-1/{bucket_ledger._run_hash('exp1/run001')}.json"
-    s3_bucket.fs.pipe_file(key, json.dumps({"version": 1, "run": "exp1/run001", "policy": "drop-profiles",
+    key = f"{bucket.key('logs/.tb-footprint/ledgers')}/shard-0-of-1/{bucket_ledger._run_hash('exp1/run001')}.json"
+    bucket.fs.pipe_file(key, json.dumps({"version": 1, "run": "exp1/run001", "policy": "drop-profiles",
                                             "entry": {"state": "done", "op_id": "b"}}).encode())
     b = api.status(url)["batch"]
     assert sorted(b["runs"]) == ["exp0/run000", "exp1/run001"] and b["counts"] == {"done": 2}, b
