@@ -717,3 +717,32 @@ def test_a_valid_journal_cannot_unlink_through_a_symlinked_folder(tmp_path):
     assert "symlink" in outs[0].detail
     assert bait.read_text() == "outside: must survive"
     assert whole_tree(logs, outside) == before
+
+
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "directory"])
+def test_a_planted_history_file_is_never_followed_or_opened(tmp_path, plant):
+    """``.tb-footprint/history.jsonl`` replaced by a symlink to a file outside the logdir (or a
+    FIFO, or a folder): the next operation's history line never lands outside, never blocks; the
+    planted thing is renamed aside (the link itself) and a fresh history started."""
+    from tb_footprint_plugin import api
+
+    logs, outside = _fresh(tmp_path)
+    _write_run(str(logs / "second"), seed=4, sessions=1)
+    _age(str(logs))
+    hist = _state(logs) / "history.jsonl"
+    os.replace(hist, tmp_path / "old-history.jsonl")
+    if plant == "symlink":
+        os.symlink(str(outside / "victim.txt"), str(hist))
+    elif plant == "fifo":
+        os.mkfifo(str(hist))
+    else:
+        hist.mkdir()
+    before = whole_tree(outside)
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["second"], quiet_period=0)
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    assert whole_tree(outside) == before and (outside / "victim.txt").read_text() == "must survive"
+    assert hist.is_file() and not hist.is_symlink()
+    (aside,) = [p for p in _state(logs).iterdir() if p.name.startswith("history.jsonl.refused-")]
+    assert {"symlink": aside.is_symlink, "fifo": lambda: not aside.is_file() and not aside.is_dir(),
+            "directory": aside.is_dir}[plant]()
+    assert [(e["run"], e["outcome"]) for e in api.history(str(logs))] == [("second", "verified")]

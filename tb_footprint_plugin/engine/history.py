@@ -20,7 +20,7 @@ import time
 from typing import List, Optional
 
 from tb_footprint_plugin.storage.files import append_line
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
 HISTORY_NAME = "history.jsonl"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
@@ -62,7 +62,15 @@ def append_history(state: str, entry: dict) -> None:
     name, shard = _process_writer or HISTORY_NAME, _process_shard
     if shard:
         entry = dict(entry, shard=shard)
-    append_line(os.path.join(state, name), json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n")
+    path = os.path.join(state, name)
+    line = json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n"
+    try:
+        append_line(path, line)
+    except NotRegularFile:
+        # a symlink, FIFO or device planted in its place: renamed aside (the link itself, never
+        # its target; kept for inspection, as a refused ledger is) and a fresh file started
+        os.replace(path, f"{path}.refused-{int(time.time())}")
+        append_line(path, line)
 
 
 def _timed(e) -> bool:

@@ -7,6 +7,7 @@ argument rests on a record or a backup being on disk before the next step runs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import stat
 import tempfile
 
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import NotRegularFile, kind_of, open_regular
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
 
@@ -117,9 +118,26 @@ def atomic_write_json(path: str, obj, compact: bool = False) -> None:
 
 
 def append_line(path: str, line: str) -> None:
-    """Append one text line (ending in a newline) and fsync it before returning."""
+    """Append one text line (ending in a newline) and fsync it before returning. Only to a regular
+    file: a symlink planted in its place is never followed (it could point anywhere outside the
+    logdir), a FIFO or device never opened; both raise ``NotRegularFile``."""
     fsops.op()  # the open
-    with open(path, "a", encoding="utf-8") as f:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | \
+        getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(path, "a symbolic link") from None
+        if e.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise NotRegularFile(path, "a FIFO") from None
+        if e.errno == errno.EISDIR:
+            raise NotRegularFile(path, "a directory") from None
+        raise
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, kind_of(mode))
         f.write(line)
         fsync_file(f)
 
