@@ -73,7 +73,7 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
     (jkey,) = _state_keys(url, ".tb-footprint/journal/")
     in_batch = sorted(en["run"] for en in json.loads(rfs.fs.cat_file(rfs.path(jkey)))["runs"])
     assert len(b["ledgers"]) == 5, b["ledgers"]
-    assert b["stalled"] and set(b["stalled"]) <= set(in_batch), (b["stalled"], in_batch)
+    assert b["stalled"] and set(b["stalled"]) <= set(in_batch), (in_batch, {r: b["runs"][r] for r in b["stalled"]})
     for r in set(in_batch) - set(b["stalled"]):
         e = b["runs"][r]
         assert e["shard"] != "2/3" and (e["state"] == "done" or (e["state"], e["code"]) == ("skipped", "locked")), e

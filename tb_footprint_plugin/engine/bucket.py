@@ -308,18 +308,25 @@ def _backup(rfs: RemoteFS, f: dict) -> None:
     integrity is the store's checksum of the copy equal to the original's. An original changed
     or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
     try:
-        res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"])
+        res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
     except RemoteError as e:
         if e.code in (PRECONDITION_FAILED, "not_found"):
             raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
         raise
-    ok = same_content(res.checksums, f["checksums"])
-    if ok is None:
-        ok = _stream_digest(rfs, rfs.path(f["path"]), f["size"]) == _stream_digest(rfs, f["backup"], f["size"])
-    if not ok:
+    if not _copy_matches(rfs, res, f, rfs.path(f["path"]), f["backup"]):
         raise BucketTxnError("backup_mismatch", f"{f['path']}: backup copy does not match the original")
     f["backup_checksums"] = res.checksums
     f["backup_version"] = res.version
+
+
+def _copy_matches(rfs: RemoteFS, res, f: dict, src: str, dst: str) -> bool:
+    """A server-side copy of an original (a backup, or a backup put back) holds the original's
+    bytes: by the store's checksum of the copy against the original's when they share a kind;
+    otherwise (a copy made in parts, a blob without an MD5) by reading both."""
+    ok = same_content(res.checksums, f["checksums"])
+    if ok is None:
+        ok = _stream_digest(rfs, src, f["size"]) == _stream_digest(rfs, dst, f["size"])
+    return ok
 
 
 def _manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
@@ -608,7 +615,7 @@ def _staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
 
 def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
     try:
-        res = rfs.ops.copy(tmp, path, if_version=f["version"])
+        res = rfs.ops.copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
     except RemoteError as e:
         if e.code not in (PRECONDITION_FAILED, "not_found"):
             raise
@@ -622,7 +629,7 @@ def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
 
 def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
     try:
-        res = rfs.ops.copy(tmp, path, if_absent=True)
+        res = rfs.ops.copy(tmp, path, if_absent=True, size=f.get("new_size"))
     except RemoteError as e:
         if e.code == ALREADY_EXISTS and _staged_match(rfs.ops.head(path), f):
             return
@@ -739,8 +746,8 @@ def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True)
             if cur is not None and cur.version_token != f["version"] and _staged_match(cur, f):
                 if not f.get("backup_checksums"):
                     raise BucketTxnError("backup_missing", f"{f['path']}: replaced and no verified backup of it")
-                res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token)
-                if same_content(res.checksums, f["checksums"]) is False:
+                res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
+                if not _copy_matches(rfs, res, f, f["backup"], orig):
                     raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
             continue
         if rfs.ops.head(orig) is None:
@@ -748,8 +755,8 @@ def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True)
                 continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
                 raise BucketTxnError("backup_missing", f"{f['path']}: gone and no verified backup of it")
-            res = rfs.ops.copy(f["backup"], orig, if_absent=True)
-            if same_content(res.checksums, f["checksums"]) is False:
+            res = rfs.ops.copy(f["backup"], orig, if_absent=True, size=f["size"])
+            if not _copy_matches(rfs, res, f, f["backup"], orig):
                 raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
         if f.get("action") == "compress" and f.get("final"):
             # the original is back: the compressed copy made by this operation goes (only if it
@@ -951,7 +958,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     conflicts.append(f["path"])
                     continue
                 try:
-                    res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token)
+                    res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
                 except RemoteError as e:
                     if e.code == PRECONDITION_FAILED:
                         conflicts.append(f["path"])
@@ -963,14 +970,14 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     conflicts.append(f["path"])
                     continue
                 try:
-                    res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True)
+                    res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
                 except RemoteError as e:
                     if e.code == ALREADY_EXISTS:
                         conflicts.append(f["path"])
                         continue
                     raise
                 out.bytes_after += f["size"]
-            if same_content(res.checksums, f["checksums"]) is False:
+            if not _copy_matches(rfs, res, f, f["backup"], orig):
                 raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
             if action == "compress" and f.get("final"):

@@ -21,6 +21,7 @@ import io
 import math
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Dict, Iterator, Optional, Tuple
@@ -414,6 +415,12 @@ def iter_chunks(reader: io.RawIOBase, chunk: int = READ_CHUNK) -> Iterator[bytes
 # reducer needs; these go through each store's own client (boto3 for S3, the GCS JSON API through
 # gcsfs's authenticated session, azure-storage-blob for Azure), all counted in the same stats.
 
+#: S3's CopyObject copies objects up to 5 GiB; larger ones are copied in parts of this size
+S3_COPY_MAX = 5 << 30
+S3_COPY_PART = 1 << 30
+#: Azure's synchronous Copy Blob takes sources up to 256 MiB; larger ones are copied in the background
+AZ_SYNC_COPY_MAX = 256 << 20
+AZ_COPY_TIMEOUT_S = 3600.0
 PRECONDITION_FAILED = "precondition_failed"
 ALREADY_EXISTS = "already_exists"
 
@@ -542,7 +549,8 @@ class _S3Ops(_Ops):
         return r["ETag"].strip('"')
 
     def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
-             if_version: Optional[str] = None, listed_absent: bool = False) -> CopyResult:
+             if_version: Optional[str] = None, listed_absent: bool = False,
+             size: Optional[int] = None) -> CopyResult:
         sb, sk = self.split(src)
         db, dk = self.split(dst)
         kw = {"ChecksumAlgorithm": "SHA256"}
@@ -565,6 +573,11 @@ class _S3Ops(_Ops):
             kw["IfNoneMatch"] = "*"
             if not listed_absent and self.head(dst) is not None:
                 raise RemoteError(ALREADY_EXISTS, f"{dst}: already exists")
+        if size is None:
+            info = self.head(src)
+            size = info.size if info is not None else 0
+        if size > S3_COPY_MAX:
+            return self._copy_parts(src, dst, size, kw)
         r = self._request("copy", f"copy {src} -> {dst}",
                           lambda: self.client.copy_object(Bucket=db, Key=dk, CopySource={"Bucket": sb, "Key": sk}, **kw))
         res = r.get("CopyObjectResult", {})
@@ -652,6 +665,51 @@ class _S3Ops(_Ops):
         return out
 
 
+    def _copy_parts(self, src: str, dst: str, size: int, kw: dict) -> CopyResult:
+        """A server-side copy of an object larger than CopyObject takes: a multipart upload whose
+        parts are ranges copied from the source (each conditional on the source's version), the
+        destination's condition on the completing request. A failed copy leaves no upload behind.
+        The result's checksum is one of parts, not of the bytes: none is returned, so the caller
+        compares the bytes themselves."""
+        sb, sk = self.split(src)
+        db, dk = self.split(dst)
+        part_kw = {k: v for k, v in kw.items() if k == "CopySourceIfMatch"}
+        done_kw = {k: v for k, v in kw.items() if k in ("IfMatch", "IfNoneMatch")}
+        what = f"copy {src} -> {dst}"
+        want = part_kw.get("CopySourceIfMatch", "").strip('"')
+
+        def source_unchanged() -> None:  # also where a server ignores CopySourceIfMatch on parts (moto)
+            cur = self.head(src)
+            if want and (cur is None or cur.etag != want):
+                raise RemoteError(PRECONDITION_FAILED, f"copy {src}: changed since it was read (precondition failed)")
+
+        source_unchanged()
+        up = self._request("copy", what, lambda: self.client.create_multipart_upload(
+            Bucket=db, Key=dk, ChecksumAlgorithm="SHA256"))
+        uid = up["UploadId"]
+        try:
+            parts = []
+            for n, start in enumerate(range(0, size, S3_COPY_PART), 1):
+                rng = f"bytes={start}-{min(size, start + S3_COPY_PART) - 1}"
+                r = self._request("copy", what, lambda: self.client.upload_part_copy(
+                    Bucket=db, Key=dk, UploadId=uid, PartNumber=n, CopySource={"Bucket": sb, "Key": sk},
+                    CopySourceRange=rng, **part_kw))
+                res = r["CopyPartResult"]
+                parts.append({"PartNumber": n, "ETag": res["ETag"],
+                              **({"ChecksumSHA256": res["ChecksumSHA256"]} if res.get("ChecksumSHA256") else {})})
+            source_unchanged()
+            r = self._request("copy", what, lambda: self.client.complete_multipart_upload(
+                Bucket=db, Key=dk, UploadId=uid, MultipartUpload={"Parts": parts}, **done_kw),
+                create_only="IfNoneMatch" in done_kw)
+        except BaseException:
+            try:
+                self.client.abort_multipart_upload(Bucket=db, Key=dk, UploadId=uid)
+            except Exception:  # noqa: BLE001 - the copy's own error is the one to report
+                pass
+            raise
+        return CopyResult(version=r.get("ETag", "").strip('"'), checksums={})
+
+
 class _GCSOps(_Ops):
     """GCS JSON API through gcsfs's session. Preconditions are generation matches."""
 
@@ -710,7 +768,8 @@ class _GCSOps(_Ops):
         return str(r.get("generation", ""))
 
     def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
-             if_version: Optional[str] = None, listed_absent: bool = False) -> CopyResult:
+             if_version: Optional[str] = None, listed_absent: bool = False,
+             size: Optional[int] = None) -> CopyResult:
         sb, sk = self.split(src)
         db, dk = self.split(dst)
         self._check(src, if_version=if_source_version)
@@ -836,20 +895,55 @@ class _AzureOps(_Ops):
         return r["etag"].strip('"')
 
     def copy(self, src, dst, *, if_source_version: Optional[str] = None, if_absent=False,
-             if_version: Optional[str] = None, listed_absent: bool = False) -> CopyResult:
+             if_version: Optional[str] = None, listed_absent: bool = False,
+             size: Optional[int] = None) -> CopyResult:
         from azure.core import MatchConditions
 
-        kw = {"requires_sync": True}
+        if size is None:
+            info = self.head(src)
+            size = info.size if info is not None else 0
+        # a synchronous copy takes blobs up to 256 MiB; above, the service copies in the background
+        # and the new blob's copy status is polled until it ends
+        sync = size <= AZ_SYNC_COPY_MAX
+        kw = {"requires_sync": True} if sync else {}
         if if_source_version:
             kw.update(source_etag=f'"{if_source_version}"', source_match_condition=MatchConditions.IfNotModified)
         if if_absent:
             kw.update(match_condition=MatchConditions.IfMissing)
         elif if_version:
             kw.update(etag=f'"{if_version}"', match_condition=MatchConditions.IfNotModified)
-        r = self._request("copy", f"copy {src} -> {dst}",
-                          lambda: self._blob(dst).start_copy_from_url(self._blob(src).url, **kw))
+        what = f"copy {src} -> {dst}"
+        r = self._request("copy", what, lambda: self._blob(dst).start_copy_from_url(self._blob(src).url, **kw))
+        if not sync:
+            self._await_copy(dst, r.get("copy_id"), what)
         info = self.head(dst)  # the copy's MD5 is a property of the new blob
-        return CopyResult(version=(r.get("etag") or info.etag).strip('"'), checksums=info.checksums)
+        if info is None:
+            raise RemoteError("store_error", f"{what}: the copy is missing right after it ended")
+        return CopyResult(version=(info.etag if not sync else (r.get("etag") or info.etag)).strip('"'),
+                          checksums=info.checksums)
+
+    def _await_copy(self, dst: str, copy_id: Optional[str], what: str) -> None:
+        """Wait for a background copy to end; one that failed, was aborted or stalls past
+        ``AZ_COPY_TIMEOUT_S`` is an error (a stalled one is aborted, its partial blob deleted)."""
+        deadline = time.monotonic() + AZ_COPY_TIMEOUT_S
+        pause = 0.2
+        while True:
+            props = self._request("head", what, lambda: self._blob(dst).get_blob_properties())
+            status = getattr(props.copy, "status", None)
+            if status == "success" or (status is None and copy_id is None):
+                return
+            if status != "pending":
+                raise RemoteError("copy_failed", f"{what}: the store's copy ended {status} "
+                                                 f"({getattr(props.copy, 'status_description', '') or 'no reason given'})")
+            if time.monotonic() > deadline:
+                try:
+                    self._blob(dst).abort_copy(copy_id)
+                    self._blob(dst).delete_blob()
+                except Exception:  # noqa: BLE001 - the timeout is the error to report
+                    pass
+                raise RemoteError("copy_failed", f"{what}: still copying after {AZ_COPY_TIMEOUT_S} s; aborted")
+            time.sleep(pause)
+            pause = min(2.0, pause * 1.5)
 
     def upload_file(self, path: str, local: str) -> ObjectInfo:
         """Stream a local file to ``path`` in blocks (the client stages 4 MiB blocks above 64 MiB)."""
