@@ -582,3 +582,32 @@ def test_a_run_recovery_settles_for_a_dead_worker_is_recorded_by_the_worker_that
     assert b["counts"] == {"done": 4} and b["stalled"] == [], b["counts"]
     assert sorted(e["run"] for e in api.history(logdir) if e["kind"] == "reduce" and e["outcome"] == "verified") \
         == sorted(r.name for r in api.scan(logdir).runs)
+
+
+def test_a_holders_pid_reused_by_another_process_does_not_keep_its_run(tmp_path):
+    """Pids are reused (32,768 by default): a lease, a bucket lock or a ledger entry names its
+    process by pid *and* start time, so a dead holder whose pid now belongs to another process
+    is gone — its run is taken over, its in-flight entry shows as stalled."""
+    from tb_footprint_plugin.engine import bucket_lease
+    from tb_footprint_plugin.engine.ledger import merged_view
+
+    lk = RunLock(str(tmp_path / "locks"), "r")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        start = lease.process_start(other.pid)
+        assert isinstance(start, int) and lease.me()["pid_start"] == lease.process_start(os.getpid())
+        _write_lease(lk, pid=other.pid, pid_start=start, expires=time.time() + 3600)
+        with pytest.raises(RunLocked):
+            lk.acquire()
+        _write_lease(lk, pid=other.pid, pid_start=start - 1, expires=time.time() + 3600)  # its pid, reused
+        with lk:
+            assert lease.read_lease(lk.lease_path)["pid"] == os.getpid()
+        lock = {"host": lease.HOST, "pid": other.pid, "expires": time.time() + 3600, "op": "x"}
+        assert not bucket_lease.holder_gone(dict(lock, pid_start=start), lambda op: None)
+        assert bucket_lease.holder_gone(dict(lock, pid_start=start - 1), lambda op: None)
+        entry = {"state": "reducing", "host": lease.HOST, "pid": other.pid}
+        assert merged_view([], [("r", dict(entry, pid_start=start), "L")], [])["stalled"] == []
+        assert merged_view([], [("r", dict(entry, pid_start=start - 1), "L")], [])["stalled"] == ["r"]
+    finally:
+        other.kill()
+        other.wait()

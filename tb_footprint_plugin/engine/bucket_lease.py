@@ -52,7 +52,7 @@ _renewer: Optional[threading.Thread] = None
 def new_lock_doc(run: str, op_id: str) -> dict:
     """The lock object of ``run`` for operation ``op_id`` taken now by this process."""
     now = time.time()
-    return {"run": run, "op": op_id, "host": HOST, "pid": os.getpid(), "shard": lease._shard,
+    return {"run": run, "op": op_id, "host": HOST, **lease.me(), "shard": lease._shard,
             "at": now, "renewed": now, "expires": now + lease.lease_seconds()}
 
 
@@ -75,7 +75,7 @@ def holder_gone(lock, journal_mtime: Callable[[str], Optional[float]], active_op
     if lock["host"] == HOST:
         if lock["pid"] == os.getpid():
             return lock.get("op") not in active_ops
-        return not lease._pid_alive(lock["pid"])
+        return not lease.holder_alive(lock["pid"], lock.get("pid_start"))
     if now < lock["expires"]:
         return False
     op = lock.get("op")

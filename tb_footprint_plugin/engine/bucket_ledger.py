@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import socket
 import time
 from typing import Dict, List, Optional
 
+from tb_footprint_plugin.engine.lease import me
 from tb_footprint_plugin.engine.ledger import LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, merged_view, report_refusals
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
@@ -55,7 +55,7 @@ class BucketLedger:
         self.rfs = rfs
         self.policy = policy
         self.folder = _folder(shard)
-        self.who = {"host": socket.gethostname(), "pid": os.getpid(), "shard": shard}
+        self.who = {"host": socket.gethostname(), **me(), "shard": shard}
         self._entries: Dict[str, dict] = {}
 
     @property

@@ -8,7 +8,8 @@ by a background thread while the lock is held, removed when it is released.
 
 Another worker that gets the ``flock`` still leaves the run alone while the lease is live:
 
-* same host: live while the holder's pid exists (a dead pid's lease is stale at once);
+* same host: live while the holder's process exists — its pid, with the same start time (a
+  dead holder's lease is stale at once, also when its pid was reused since);
 * other host: live until ``expires``, and after that still live while the run's journal shows
   progress within the last lease period (a holder whose renewals stall but whose transaction
   still writes its journal is not robbed).
@@ -98,6 +99,41 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def process_start(pid: int) -> Optional[int]:
+    """When process ``pid`` started (clock ticks since boot: ``/proc/<pid>/stat`` field 22);
+    None where that cannot be read. With the pid it names one process for the life of the host:
+    a pid is reused once its process is gone (32,768 of them by default), a start time is not."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            data = f.read(4096)
+        # the command name (field 2) may hold spaces and parentheses: count after the last ')'
+        return int(data[data.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_me: Dict[int, Optional[int]] = {}
+
+
+def me() -> dict:
+    """This process as locks, leases and ledger entries name it: ``{pid, pid_start}``."""
+    pid = os.getpid()  # looked up each time: a forked child is another process
+    if pid not in _me:
+        _me[pid] = process_start(pid)
+    return {"pid": pid, "pid_start": _me[pid]}
+
+
+def holder_alive(pid: int, pid_start=None) -> bool:
+    """Whether the process that wrote ``pid`` (and, where recorded, its start time) on this host
+    still runs. A live pid with another start time is a reuse of a dead holder's pid."""
+    if not _pid_alive(pid):
+        return False
+    if isinstance(pid_start, int) and not isinstance(pid_start, bool):
+        now = process_start(pid)
+        return now is None or now == pid_start
+    return True
+
+
 def journal_progress(journal_dir: str, run: str) -> Optional[float]:
     """Newest modification time of an unfinished journal of ``run`` (None when it has none)."""
     newest = None
@@ -126,7 +162,7 @@ def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional
         return False
     now = time.time() if now is None else now
     if lease["host"] == HOST:
-        return lease["pid"] != os.getpid() and _pid_alive(lease["pid"])
+        return lease["pid"] != os.getpid() and holder_alive(lease["pid"], lease.get("pid_start"))
     if now < lease["expires"]:
         return True
     progress = journal_progress(journal_dir, run)
@@ -136,7 +172,7 @@ def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional
 def take(path: str, run: str) -> bool:
     """Write this process's lease for ``run`` at ``path``; True if it is ours on reading back."""
     now = time.time()
-    lease = {"run": run, "host": HOST, "pid": os.getpid(), "shard": _shard, "started": now,
+    lease = {"run": run, "host": HOST, **me(), "shard": _shard, "started": now,
              "renewed": now, "expires": now + _lease_s, "token": uuid.uuid4().hex}
     _write(path, lease)
     back = read_lease(path)

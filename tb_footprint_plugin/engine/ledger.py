@@ -20,6 +20,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import PASSING_SKIPS, Recovery, Skip
+from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, FOREIGN_LEDGER, Untrusted
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.storage.lock import exclusive
@@ -32,7 +33,7 @@ STATES = ("pending", "reducing", "verifying", "done", "failed", "skipped")
 
 #: a ledger file larger than this is refused unread (10,000 runs take about 3 MB)
 MAX_LEDGER_BYTES = 64 << 20
-_ENTRY_INTS = ("original_size_bytes", "after_size_bytes", "pid")
+_ENTRY_INTS = ("original_size_bytes", "after_size_bytes", "pid", "pid_start")
 _ENTRY_STRS = ("host", "shard", "op_id", "code", "error")
 MAX_ERROR_CHARS = 8192
 #: every field a ledger entry may carry; others are dropped on reading (nothing uses them)
@@ -124,7 +125,7 @@ class Ledger:
         self.logdir = logdir
         self._lock = threading.Lock()
         #: written into every transition: which worker did it
-        self.who = {"host": socket.gethostname(), "pid": os.getpid(), "shard": shard}
+        self.who = {"host": socket.gethostname(), **me(), "shard": shard}
         #: refusals of the last read: entries (or the whole file) that were not used
         self.problems: List[dict] = []
         self._mine: Optional[Tuple[tuple, dict]] = None  # (stat key, data) of this process's last write
@@ -267,13 +268,7 @@ def _pid_gone(e: dict) -> bool:
     """An in-flight entry written on this host by a process that no longer exists (a killed worker)."""
     if e.get("host") != socket.gethostname() or not isinstance(e.get("pid"), int) or e["pid"] <= 0:
         return False
-    try:
-        os.kill(e["pid"], 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not holder_alive(e["pid"], e.get("pid_start"))
 
 
 def _rank(e: dict) -> Tuple[int, float]:
