@@ -611,3 +611,49 @@ def test_a_holders_pid_reused_by_another_process_does_not_keep_its_run(tmp_path)
     finally:
         other.kill()
         other.wait()
+
+
+def test_workers_starting_at_once_on_a_new_logdir_share_one_identity(tmp_path):
+    """The state folder's identity binds journals and manifests to their logdir. Workers of a job
+    array starting together on a logdir nobody reduced before each wrote their own, the last one
+    won, and the others' manifests then named "another logdir": their backups were out of reach
+    of restore. It is created only where none exists, so every worker takes the same."""
+    import threading
+
+    from tb_footprint_plugin.engine import trust
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    state = str(logdir / ".tb-footprint")
+    gate = threading.Barrier(12)
+    ids = []
+
+    def one():
+        gate.wait()
+        ids.append(trust.bind(str(logdir), state)["id"])
+
+    threads = [threading.Thread(target=one) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ids) == 12 and set(ids) == {trust.read_identity(state)["id"]}
+    assert [n for n in os.listdir(state) if n.startswith(".tmp-")] == []
+
+    # end to end, as a Slurm array starts: three shards at once, then everything restores
+    logdir = make_logdir(tmp_path / "array", 12)
+    before = user_files(logdir)
+    procs = [_worker(logdir, f"{i}/3") for i in range(3)]
+    for p in procs:
+        p.communicate(timeout=300)
+        assert p.returncode == 0
+    ident = trust.read_identity(state_dir(logdir))["id"]
+    ops = api.operations(logdir)
+    assert len(ops) == 12 and all(api.restore_target(logdir, run=m["run"]) for m in ops)
+    opsdir = os.path.join(state_dir(logdir), "ops")
+    for name in os.listdir(opsdir):
+        with open(os.path.join(opsdir, name)) as f:
+            assert json.load(f)["logdir_id"] == ident, name
+    outs = api.restore(logdir)
+    assert len(outs) == 12 and all(o.status == "restored" for o in outs)
+    assert user_files(logdir) == before

@@ -100,7 +100,7 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
     directory (another inode: a copy, a tarball, a planted folder): ``Untrusted``. Renaming
     the logdir keeps its inode, so a moved logdir keeps its state.
     """
-    from tb_footprint_plugin.storage.files import atomic_write_json
+    from tb_footprint_plugin.storage.files import create_json
 
     ident = read_identity(state)
     st = os.stat(logdir)
@@ -110,12 +110,17 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
         # an identity.json deleted by hand: the id this logdir's own manifests carry is taken
         # back (a new one would disown them); anyone able to plant those could write
         # identity.json itself, so this grants nothing
-        ident = {"format": IDENTITY_FORMAT, "id": _id_of_own_manifests(state, logdir) or secrets.token_hex(16),
-                 "logdir": os.path.abspath(logdir),
-                 "dev": st.st_dev, "ino": st.st_ino, "created_at": time.time()}
-        os.makedirs(state, exist_ok=True)
-        atomic_write_json(identity_path(state), ident)
-        return ident
+        mine = {"format": IDENTITY_FORMAT, "id": _id_of_own_manifests(state, logdir) or secrets.token_hex(16),
+                "logdir": os.path.abspath(logdir),
+                "dev": st.st_dev, "ino": st.st_ino, "created_at": time.time()}
+        # created only where none exists: workers starting at once on a new logdir (a job
+        # array) must all take one identity, or the losers' manifests and journals would name
+        # "another logdir" and be refused — their backups out of reach of restore
+        if create_json(identity_path(state), mine):
+            return mine
+        ident = read_identity(state)
+        if ident is None:
+            raise Untrusted(BAD_RECORD, identity_path(state), "created by another process and gone again; left as it is")
     if ident["ino"] != st.st_ino:
         raise Untrusted(FOREIGN_STATE, identity_path(state),
                         f"this state directory belongs to another directory (made for {ident.get('logdir')!r}, "

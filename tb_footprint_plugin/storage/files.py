@@ -117,6 +117,29 @@ def atomic_write_json(path: str, obj, compact: bool = False) -> None:
         raise
 
 
+def create_json(path: str, obj) -> bool:
+    """Create ``path`` holding ``obj`` only if nothing is there yet: written whole to a temp file,
+    fsynced, then hard-linked into place (the link fails if the name exists, atomically, also on
+    NFS). True if this call created it; False if another writer got there first (its file stands)."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=1, sort_keys=True)
+            fsync_file(f)
+        fsops.op()
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        fsync_dir(d)
+        return True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def append_line(path: str, line: str) -> None:
     """Append one text line (ending in a newline) and fsync it before returning. Only to a regular
     file: a symlink planted in its place is never followed (it could point anywhere outside the
@@ -150,4 +173,4 @@ def copy_file(src: str, dst: str) -> None:
 
 
 __all__ = ["CHUNK", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
-           "fsync_dir", "atomic_write_json", "append_line", "copy_file"]
+           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file"]
