@@ -31,7 +31,8 @@ from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome,
 from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine import lease
-from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, mark_recovered, merged
+from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, mark_recovered, merged,
+                                              with_restores)
 from tb_footprint_plugin.engine.purge import PurgeReport, freeable_bytes, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
@@ -321,6 +322,7 @@ class ReduceReport(_RunOutcomes):
             "freed_on_disk_after_purge_bytes": self.freed_on_disk_after_purge_bytes,
             "removed_files": self.removed_files,
             "ok": self.ok,
+            "logdir": self.plan.logdir,  # also in the plan: said first, for reports of several logdirs
             "plan": self.plan.to_dict(),
             "outcomes": [o.to_dict() for o in self.outcomes],
             "recovered": [vars(r) for r in self.recovered],
@@ -346,8 +348,15 @@ def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[
         scans[ld] = fp
         cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
         for run, b in sharding.original_sizes(cur, history(ld, backup_dir)).items():
-            out[sharding.key(ld, run)] = b
+            out[sharding.key(_partition_name(ld), run)] = b
     return out
+
+
+def _partition_name(logdir: str) -> str:
+    """A logdir as the partition names it: the same on every worker however it was reached (a
+    local path after symlinks; workers that named one logdir by two paths split it differently
+    and left runs in no shard)."""
+    return logdir if is_remote(logdir) else os.path.realpath(logdir)
 
 
 def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optional[str] = None,
@@ -356,10 +365,11 @@ def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optio
     worker computes the same partition from its own scan (``plan.shard`` says how and its bound)."""
     sizes = shard_sizes(logdirs, backup_dir) if sizes is None else sizes
     out: Dict[str, List[str]] = {ld: [] for ld in _logdir_keys(logdirs)}
+    names = {_partition_name(ld): ld for ld in out}
     for k in sharding.select(sizes, shard):
-        ld, run = k.split("\0", 1)
-        if ld in out:
-            out[ld].append(run)
+        name, run = k.split("\0", 1)
+        if name in names:
+            out[names[name]].append(run)
     return out
 
 
@@ -444,8 +454,8 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
     """``reduce_logdir`` over several logdirs in one call; with ``shard``, the partition is over the
     runs of all of them (a logdir of one run still counts for one shard only)."""
     logdirs = _logdir_keys(logdirs)
-    if len(set(logdirs)) != len(logdirs):
-        raise ValueError("a logdir is listed twice")
+    if len({_partition_name(ld) for ld in logdirs}) != len(logdirs):
+        raise ValueError("a logdir is listed twice (also by another path to it)")
     before_limit = throttle.limit()
     if kwargs.get("max_file_ops_per_second") is not None:
         throttle.configure(kwargs["max_file_ops_per_second"])  # the partition's scans count too
@@ -825,7 +835,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
 
         rfs, vault = _bucket(logdir, backup_dir)
         st = bk.status(rfs, vault)
-        st["batch"] = bucket_ledger.merged(rfs)
+        st["batch"] = with_restores(bucket_ledger.merged(rfs), st["operations"])
         # the keys the front ends read for a local logdir; a bucket's damage is reported per verb
         for k in ("unfinished", "problems", "late_writes"):
             st.setdefault(k, [])
@@ -853,7 +863,8 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         problems.insert(0, e.to_dict())
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
-            "ledger": led, "batch": merged(paths, ctx.logdir) if paths else None, "unfinished": found["unfinished_operations"],
+            "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
+            "unfinished": found["unfinished_operations"],
             "problems": problems + found["problems"],
             "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
 

@@ -534,7 +534,7 @@ def cmd_status(args) -> int:
 
 def _print_batch(b: dict, per_run: bool) -> None:
     """The batch as one: every ledger (one per shard) merged; per run who did it with --runs."""
-    order = ("pending", "reducing", "verifying", "done", "failed", "skipped")
+    order = ("pending", "reducing", "verifying", "done", "failed", "skipped", "restored")
     counts = ", ".join(f"{k} {b['counts'][k]} ({human_bytes(b['bytes'].get(k, 0))})" for k in order if k in b["counts"])
     print(f"  batch over {len(b['ledgers'])} ledger(s): {counts or 'no runs'}; "
           f"saved {human_bytes(b['saved_bytes'])}")
@@ -617,6 +617,17 @@ def _arg(parse):
     return convert
 
 
+def _positive(parse):
+    """``parse`` whose value must also be a finite number above zero (a rate, a lease)."""
+    def convert(text: str) -> float:
+        v = parse(text)
+        if not (0 < v < float("inf")):
+            raise ValueError(f"{text!r}: must be a finite number above 0")
+        return v
+    convert.__name__ = parse.__name__
+    return convert
+
+
 def _backends(text: str) -> tuple:
     """``--verify``: checked before anything runs (a typo must not back up and transform first)."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -684,10 +695,12 @@ def _reduce_parser(sub) -> None:
                    help="take only shard I of N (from 0) of the runs; default: from SLURM_ARRAY_TASK_ID/"
                         "SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX when set")
     s.add_argument("--shard-count", type=int, default=None, metavar="N",
-                   help="number of shards with JOB_COMPLETION_INDEX (default TB_FOOTPRINT_SHARD_COUNT)")
-    s.add_argument("--max-file-ops-per-second", type=float, default=None, metavar="RATE",
+                   help="number of shards (default TB_FOOTPRINT_SHARD_COUNT): needed with JOB_COMPLETION_INDEX, "
+                        "and with Slurm when only some indices of the first array are submitted again "
+                        "(array indices are then the shards, from 0)")
+    s.add_argument("--max-file-ops-per-second", type=_arg(_positive(float)), default=None, metavar="RATE",
                    help="cap metadata operations (stat, open, rename, unlink, link) for shared filesystems")
-    s.add_argument("--lease", type=_arg(parse_duration), default=None, metavar="DURATION",
+    s.add_argument("--lease", type=_arg(_positive(parse_duration)), default=None, metavar="DURATION",
                    help="run lock lease (default 120s): a dead worker's runs are taken over after it")
     _common(s)
     _filters(s)

@@ -105,7 +105,7 @@ def test_the_partition_holds_when_runs_grow_a_little_or_were_reduced_by_another_
 
 def test_shard_specs_and_scheduler_environments():
     assert parse_shard("0/4") == (0, 4) and parse_shard("3/4") == (3, 4)
-    for bad in ("4/4", "-1/4", "1/0", "a/b", "1", "1/2/3"):
+    for bad in ("4/4", "-1/4", "1/0", "a/b", "1", "1/2/3", "1_0/30", "\uff11/4", " 1/4"):
         with pytest.raises(ShardError):
             parse_shard(bad)
     assert shard_from_env({}) is None
@@ -119,6 +119,17 @@ def test_shard_specs_and_scheduler_environments():
                            "SLURM_ARRAY_TASK_COUNT": "4"}) == (2, 4)
     with pytest.raises(ShardError, match="SLURM_ARRAY_TASK_COUNT"):
         shard_from_env({"SLURM_ARRAY_TASK_ID": "1"})
+    # only indices 3 and 7 of a 0-15 array submitted again (sbatch --array=3,7): Slurm calls it
+    # an array of 2 from 3; with the first array's size the task ids are the shards themselves
+    again = {"SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_MAX": "7", "SLURM_ARRAY_TASK_COUNT": "2"}
+    with pytest.raises(ShardError, match="--shard-count"):
+        shard_from_env(dict(again, SLURM_ARRAY_TASK_ID="7"))
+    assert shard_from_env(dict(again, SLURM_ARRAY_TASK_ID="3"), count=16) == (3, 16)
+    assert shard_from_env(dict(again, SLURM_ARRAY_TASK_ID="7", TB_FOOTPRINT_SHARD_COUNT="16")) == (7, 16)
+    with pytest.raises(ShardError, match="0 to 15"):
+        shard_from_env(dict(again, SLURM_ARRAY_TASK_ID="16"), count=16)
+    with pytest.raises(ShardError, match="not an integer"):
+        shard_from_env({"SLURM_ARRAY_TASK_ID": "1_0", "SLURM_ARRAY_TASK_COUNT": "20"})
     # Kubernetes Indexed Job: the count from the flag, else from the environment
     assert shard_from_env({"JOB_COMPLETION_INDEX": "2"}, count=8) == (2, 8)
     assert shard_from_env({"JOB_COMPLETION_INDEX": "2", "TB_FOOTPRINT_SHARD_COUNT": "3"}) == (2, 3)
@@ -136,6 +147,11 @@ def test_cli_refuses_a_bad_shard_as_a_usage_error(tmp_path):
     assert out.returncode == 2 and "out of range" in out.stderr
     out = subprocess.run(CLI + ["reduce", logdir], env=env(JOB_COMPLETION_INDEX="1"), capture_output=True, text=True)
     assert out.returncode == 2 and "TB_FOOTPRINT_SHARD_COUNT" in out.stderr
+    for flag, value in [("--max-file-ops-per-second", "0"), ("--max-file-ops-per-second", "-5"),
+                        ("--max-file-ops-per-second", "inf"), ("--lease", "0"), ("--lease", "-1s")]:
+        out = subprocess.run(CLI + ["reduce", logdir, "--shard", "0/2", f"{flag}={value}"], env=env(),
+                             capture_output=True, text=True)
+        assert out.returncode == 2 and "above 0" in out.stderr, (flag, value, out.stderr)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +254,10 @@ def test_max_file_ops_per_second_throttles_scan_and_transaction(tmp_path):
     took = time.monotonic() - t
     assert rep.ok and sum(o.status == "verified" for o in rep.outcomes) == 3
     ops = throttle.ops_count - n0
-    assert ops > 100, ops  # stat/open/rename/unlink/link of the scan and the transactions all counted
+    # stat/open/rename/unlink/link of the scan and the transactions counted one by one, and each
+    # run charged what its transaction and verification take beyond them
+    from tb_footprint_plugin.engine.transaction import UNCOUNTED_RUN_OPS
+    assert ops > 100 + 3 * UNCOUNTED_RUN_OPS, ops
     assert took >= (ops - 50) / 50 * 0.95, (ops, took)  # never faster than the cap after the burst
     assert throttle.limit() is None  # lifted again after the call
 
@@ -297,6 +316,9 @@ def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_
     outs = api.restore(logdir)
     assert len(outs) == 24 and all(o.status == "restored" for o in outs)
     assert user_files(logdir) == before
+    # the batch's record says so: every run restored, nothing saved any more
+    b = api.status(logdir)["batch"]
+    assert b["counts"] == {"restored": 24} and b["saved_bytes"] == 0
 
 
 def test_a_stalled_worker_shows_in_the_merged_status(tmp_path):
@@ -353,15 +375,23 @@ def test_several_logdirs_are_sharded_together(tmp_path):
     b = make_logdir(tmp_path / "b", 3, seed=2)
     listing = tmp_path / "logdirs.txt"
     listing.write_text(f"# the team's logdirs\n{b}\n")
-    for i in range(2):
-        out = subprocess.run(CLI + ["reduce", a, "--logdirs-from", str(listing), "--shard", f"{i}/2",
+    # the second worker reaches both logdirs through a symlink (another mount path, a home link):
+    # the partition is the same, so no run falls between the shards
+    os.symlink(str(tmp_path), str(tmp_path.parent / f"{tmp_path.name}-link"))
+    via = {a: a.replace(str(tmp_path), f"{tmp_path}-link"), b: b.replace(str(tmp_path), f"{tmp_path}-link")}
+    (tmp_path / "via.txt").write_text(f"{via[b]}\n")
+    for i, (first, listed) in enumerate([(a, listing), (via[a], tmp_path / "via.txt")]):
+        out = subprocess.run(CLI + ["reduce", first, "--logdirs-from", str(listed), "--shard", f"{i}/2",
                                     "--verify", "python", "--json"], env=env(), capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         reps = json.loads(out.stdout)
         plan = api.shard_plan([a, b], (i, 2))
         assert [sorted(r["shard_runs"]) for r in reps] == [plan[a], plan[b]]
+        assert [r["logdir"] for r in reps] == [first, via[b] if i else b]
     for ld in (a, b):
         assert api.status(ld)["batch"]["counts"] == {"done": 3}
+    with pytest.raises(ValueError, match="listed twice"):
+        api.reduce_logdirs([a, via[a]], shard=(0, 2))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,6 +414,14 @@ def test_slurm_array_script_takes_its_task_shard(tmp_path):
     mine = api.shard_plan([logdir], (1, 3))[logdir]
     assert mine and _ledger_runs(logdir, 1, 3) == mine
     assert sorted(m["run"] for m in api.operations(logdir)) == mine
+    # only index 2 of that array submitted again (sbatch --array=2 --export=ALL,SHARDS=3): shard 2/3
+    out = subprocess.run(["bash", str(REPO / "examples" / "slurm_reduce.sbatch"), logdir, "--verify", "python"],
+                         env=env(SLURM_ARRAY_TASK_ID="2", SLURM_ARRAY_TASK_MIN="2", SLURM_ARRAY_TASK_MAX="2",
+                                 SLURM_ARRAY_TASK_COUNT="1", SHARDS="3", TB_FOOTPRINT=" ".join(map(shlex.quote, CLI))),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "shard 2/3" in out.stdout
+    assert _ledger_runs(logdir, 2, 3) == api.shard_plan([logdir], (2, 3))[logdir]
     # outside an array job the script refuses instead of reducing everything
     out = subprocess.run(["bash", str(REPO / "examples" / "slurm_reduce.sbatch"), logdir], env=env(),
                          capture_output=True, text=True)
@@ -657,3 +695,20 @@ def test_workers_starting_at_once_on_a_new_logdir_share_one_identity(tmp_path):
     outs = api.restore(logdir)
     assert len(outs) == 12 and all(o.status == "restored" for o in outs)
     assert user_files(logdir) == before
+
+
+def test_identical_shards_running_at_once_leave_every_run_done_in_their_shared_ledger(tmp_path):
+    """A requeued Slurm task or a replacement pod overlapping the live one: three workers of the
+    same shard at once share one ledger file. Each run is reduced once, and the ledger says done
+    with the operation that did it, not the losers' "changed by another" or "reducing"."""
+    logdir = make_logdir(tmp_path / "logs", 12)
+    procs = [_worker(logdir, "0/1") for _ in range(3)]
+    for p in procs:
+        p.communicate(timeout=300)
+        assert p.returncode == 0
+    ops = {m["op_id"]: m for m in api.operations(logdir)}
+    assert sorted(m["run"] for m in ops.values()) == sorted(r.name for r in api.scan(logdir).runs)
+    b = api.status(logdir)["batch"]
+    assert b["counts"] == {"done": 12}, {r: (e["state"], e.get("code")) for r, e in b["runs"].items()}
+    assert all(ops[e["op_id"]]["run"] == r for r, e in b["runs"].items())
+    assert b["saved_bytes"] == sum(m["bytes_before"] - m["bytes_after"] for m in ops.values())

@@ -98,6 +98,7 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
     assert sorted(m["run"] for m in ops if m["kind"] == "reduce") == runs
     hist = api.history(url)
     assert sorted(e["run"] for e in hist if e["kind"] == "reduce") == runs
+    assert all(e["shard"] in ("0/2", "1/2", "0/3", "1/3", "2/3") for e in hist if e["kind"] == "reduce")
     assert _state_keys(url, ".tb-footprint/journal/", ".tb-footprint/locks/") == []
     assert api.verify(url) and all(r["ok"] for r in api.verify(url))
     # the merged status: every run done, by whom, with its bytes
@@ -120,6 +121,8 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
     assert len(outs) == 12 and all(o.status == "restored" for o in outs)
     now = s3_bucket.hashes(prefix)
     assert {k: v for k, v in now.items() if not k.startswith(".tb-footprint/")} == before
+    b = api.status(url)["batch"]
+    assert b["counts"] == {"restored": 12} and b["saved_bytes"] == 0
 
 
 def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or_deleted(s3_bucket, tmp_path):
@@ -266,3 +269,24 @@ def test_runs_recovery_settles_for_a_dead_worker_are_recorded_by_the_worker_that
     hist = api.history(url)
     assert sorted(e["run"] for e in hist if e["kind"] == "reduce" and e["outcome"] == "verified") == \
         sorted(r.name for r in api.scan(url).runs)
+
+
+def test_rerunning_a_finished_shard_on_a_bucket_keeps_its_runs_done(s3_bucket, tmp_path):
+    """Resubmitting the same array (the documented resume) finds nothing left in the shard's runs:
+    the ledger keeps saying done, by whom and how much was saved, instead of "skipped" with the
+    reduced size as if nothing had happened."""
+    pol = tmp_path / "drop.json"
+    pol.write_text(json.dumps(DROP_PROFILES))
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 6), "logs")
+    mine = api.shard_plan([url], (0, 2))[url]
+    for _ in range(2):
+        w = _worker(url, "0/2", pol)
+        out, err = w.communicate(timeout=600)
+        assert w.returncode == 0, err
+        first = api.status(url)["batch"] if _ == 0 else first
+    rep = json.loads(out)
+    assert sorted(o["run"] for o in rep["outcomes"] if o["status"] == "skipped") == sorted(mine)
+    b = api.status(url)["batch"]
+    assert b["counts"] == {"done": len(mine)} and b["saved_bytes"] == first["saved_bytes"] > 0
+    assert {r: (e["op_id"], e["original_size_bytes"]) for r, e in b["runs"].items()} == \
+        {r: (e["op_id"], e["original_size_bytes"]) for r, e in first["runs"].items()}

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import bucket_lease, faults
+from tb_footprint_plugin.engine import bucket_lease, faults, lease
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
@@ -332,7 +332,7 @@ def _copy_matches(rfs: RemoteFS, res, f: dict, src: str, dst: str) -> bool:
 def _manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
     return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": _now(), "status": "verified",
             "files": entry["files"], "bytes_before": rp.bytes_before, "bytes_after": bytes_after,
-            "policy": policy, **who()}
+            "policy": policy, "shard": lease.shard_label(), **who()}
 
 
 def _listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int) -> Dict[str, ObjectInfo]:
@@ -1122,7 +1122,8 @@ def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
         out.append({"time": m.get("created"), "op_id": m.get("op"), "kind": "reduce", "run": m.get("run"),
                     "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
                     "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
-                    "user": m.get("user"), "host": m.get("host")})
+                    "user": m.get("user"), "host": m.get("host"),
+                    "shard": m["shard"] if isinstance(m.get("shard"), str) else None})
         if m.get("restored_at"):
             out.append({"time": m["restored_at"], "op_id": m.get("op"), "kind": "restore", "run": m.get("run"),
                         "of_op": m.get("op"), "before": m.get("bytes_after"), "after": m.get("bytes_before"),

@@ -27,7 +27,8 @@ import time
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.engine.lease import me
-from tb_footprint_plugin.engine.ledger import LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, merged_view, report_refusals
+from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, keeps_done, merged_view,
+                                              report_refusals)
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS
@@ -64,17 +65,30 @@ class BucketLedger:
 
     def mark(self, run: str, state: str, **fields) -> None:
         """Record a transition of ``run`` (one PUT; the entry keeps the fields of earlier ones).
-        A skip after this worker recorded the run done (recovery finished it for a dead worker,
-        so the plan found nothing left) is not written over it: the run is done."""
-        if state == "skipped" and self._entries.get(run, {}).get("state") == "done":
-            return
+        A skip is not written over a done entry it does not contradict (``ledger.keeps_done``):
+        the shard's object is read first (one GET, for skips only — in a rerun, the runs done
+        before), and this process's own marks are known without a read."""
+        rel = f"{LEDGERS}/{self.folder}/{_run_hash(run)}.json"
+        key = self.rfs.path(rel)
+        if state == "skipped":
+            if keeps_done(self._entries.get(run) or self._stored(run, rel), state, fields):
+                return
         if isinstance(fields.get("error"), str):
             fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
         entry = self._entries.setdefault(run, {})
         entry.update(fields, state=state, updated_at=time.time(), **self.who)
         doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy, "entry": entry}
-        self.rfs.ops.put(self.rfs.path(f"{LEDGERS}/{self.folder}/{_run_hash(run)}.json"),
-                         json.dumps(doc, sort_keys=True).encode())
+        self.rfs.ops.put(key, json.dumps(doc, sort_keys=True).encode())
+
+    def _stored(self, run: str, rel: str) -> Optional[dict]:
+        """The shard's entry for ``run`` as stored (untrusted: checked; None when absent or refused)."""
+        try:
+            doc = json.loads(self.rfs.read_bytes(rel).decode("utf-8"))
+            if not isinstance(doc, dict) or doc.get("run") != run or doc.get("version") != LEDGER_VERSION:
+                return None
+            return check_entry(run, doc.get("entry"), self.rfs.url_of(rel))
+        except (OSError, ValueError, RecursionError, Untrusted):
+            return None
 
 
 def merged(rfs: RemoteFS) -> Optional[dict]:

@@ -57,6 +57,11 @@ def lease_seconds() -> float:
     return _lease_s
 
 
+def shard_label() -> Optional[str]:
+    """The shard ("I/N") this process works on, as its leases, locks and records name it."""
+    return _shard
+
+
 def _write(path: str, lease: dict) -> None:
     """Replace the lease file in one rename. Not fsynced, on purpose: a lease only matters while
     its holder lives, and one a crash left torn or empty reads as absent, i.e. stale — which is

@@ -128,6 +128,7 @@ class Ledger:
         self.who = {"host": socket.gethostname(), **me(), "shard": shard}
         #: refusals of the last read: entries (or the whole file) that were not used
         self.problems: List[dict] = []
+        self.started = time.time()  # this batch's start: done entries written since are another worker's
         self._mine: Optional[Tuple[tuple, dict]] = None  # (stat key, data) of this process's last write
 
     @contextlib.contextmanager
@@ -191,6 +192,8 @@ class Ledger:
         with self._locked():
             data = self.read()
             self._set_aside_if_refused()
+            if keeps_done(data["runs"].get(run), state, fields, since=self.started):
+                return
             if isinstance(fields.get("error"), str):
                 fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
             entry = data["runs"].setdefault(run, {})
@@ -220,6 +223,30 @@ class Ledger:
         for e in data["runs"].values():
             counts[e.get("state", "?")] = counts.get(e.get("state", "?"), 0) + 1
         return {"path": self.path, "policy": data.get("policy"), "counts": counts, "runs": data["runs"]}
+
+
+#: skips that say another worker got there first (or holds the run): never a reason to forget
+#: that the run is done
+_SKIPS_OF_A_DONE_RUN = frozenset({Skip.CHANGED_BY_OTHER, Skip.LOCKED, Skip.NOT_IN_PLAN})
+
+
+def keeps_done(existing: Optional[dict], state: str, fields: dict, since: Optional[float] = None) -> bool:
+    """Whether a ``done`` entry stands against a new transition of its run, in any ledger (a file
+    two workers of one shard share, or a bucket's object per shard and run). A rerun, or an
+    overlapping worker of the same shard, must not turn a reduced run into "skipped" or "reducing":
+    a skip that says another worker got there first keeps it, and so does "nothing to reduce"
+    while the run is as that entry left it (same size); with ``since`` (when this worker's batch
+    began), so does an in-flight mark over an entry another worker settled after that."""
+    if not existing or existing.get("state") != "done":
+        return False
+    if state == "skipped":
+        code = fields.get("code")
+        return code in _SKIPS_OF_A_DONE_RUN or (code == Skip.NOTHING and
+                                                not is_stale(existing, fields.get("original_size_bytes")))
+    if state in ("reducing", "verifying") and since is not None:
+        mine = existing.get("pid") == os.getpid() and existing.get("host") == socket.gethostname()
+        return not mine and float(existing.get("updated_at") or 0) >= since
+    return False
 
 
 def is_stale(entry: dict, current_bytes: Optional[int]) -> bool:
@@ -359,6 +386,12 @@ def merged_view(ledgers: List[dict], entries: Iterable[Tuple[str, dict, str]], p
             e["stalled"] = True  # its worker died: a rerun of any shard takes the run over
         if run not in runs or _rank(e) > _rank(runs[run]):
             runs[run] = e
+    return {"ledgers": ledgers, "runs": dict(sorted(runs.items())), **_tally(runs),
+            "stalled": sorted(r for r, e in runs.items() if e.get("stalled")), "problems": problems}
+
+
+def _tally(runs: Dict[str, dict]) -> dict:
+    """Counts and original bytes per state, and the bytes the done runs saved."""
     counts: Dict[str, int] = {}
     nbytes: Dict[str, int] = {}
     for e in runs.values():
@@ -366,6 +399,17 @@ def merged_view(ledgers: List[dict], entries: Iterable[Tuple[str, dict, str]], p
         nbytes[e["state"]] = nbytes.get(e["state"], 0) + (e.get("original_size_bytes") or 0)
     saved = sum((e.get("original_size_bytes") or 0) - (e.get("after_size_bytes") or 0)
                 for e in runs.values() if e["state"] == "done" and e.get("after_size_bytes") is not None)
-    return {"ledgers": ledgers, "runs": dict(sorted(runs.items())), "counts": counts, "bytes": nbytes,
-            "saved_bytes": saved, "stalled": sorted(r for r, e in runs.items() if e.get("stalled")),
-            "problems": problems}
+    return {"counts": counts, "bytes": nbytes, "saved_bytes": saved}
+
+
+def with_restores(view: Optional[dict], operations: Iterable[dict]) -> Optional[dict]:
+    """The merged view with the runs whose reduction was restored since shown as ``restored``
+    (the ledger recorded the batch; the vault knows what was undone after it), recounted."""
+    if not view:
+        return view
+    undone = {o.get("op_id") for o in operations if o.get("restored_by")}
+    for e in view["runs"].values():
+        if e["state"] == "done" and e.get("op_id") in undone:
+            e["state"] = "restored"
+    view.update(_tally(view["runs"]))
+    return view

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import re
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 Shard = Tuple[int, int]  # (index, count), 0 <= index < count
@@ -41,12 +42,10 @@ class ShardError(ValueError):
 
 def parse_shard(spec: str) -> Shard:
     """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``."""
-    try:
-        i_s, n_s = spec.split("/")
-        i, n = int(i_s), int(n_s)
-    except ValueError:
-        raise ShardError(f"shard {spec!r}: expected I/N, e.g. 0/4 (index from 0)") from None
-    return check_shard(i, n, f"shard {spec!r}")
+    m = _SPEC.match(spec)  # ASCII digits only: int() would also take "1_0" or full-width digits
+    if m is None:
+        raise ShardError(f"shard {spec!r}: expected I/N, e.g. 0/4 (index from 0)")
+    return check_shard(int(m.group(1)), int(m.group(2)), f"shard {spec!r}")
 
 
 def check_shard(i: int, n: int, what: str = "shard") -> Shard:
@@ -55,32 +54,48 @@ def check_shard(i: int, n: int, what: str = "shard") -> Shard:
     return i, n
 
 
+_SPEC = re.compile(r"^([0-9]+)/([0-9]+)$")
+_INT = re.compile(r"^\s*-?[0-9]+\s*$")
+
+
 def _int(env: Mapping[str, str], name: str) -> Optional[int]:
     v = env.get(name)
     if v is None or v == "":
         return None
-    try:
-        return int(v)
-    except ValueError:
-        raise ShardError(f"{name}={v!r} is not an integer") from None
+    if not _INT.match(v):
+        raise ShardError(f"{name}={v!r} is not an integer")
+    return int(v)
 
 
 def shard_from_env(env: Mapping[str, str], count: Optional[int] = None) -> Optional[Shard]:
     """The shard a scheduler gave this process, or None outside an array job.
 
-    Slurm: ``SLURM_ARRAY_TASK_ID`` relative to ``SLURM_ARRAY_TASK_MIN`` (``--array=1-8`` starts at
-    1) and ``SLURM_ARRAY_TASK_STEP``, out of ``SLURM_ARRAY_TASK_COUNT``. Kubernetes Indexed Job:
-    ``JOB_COMPLETION_INDEX`` out of ``count`` (a flag) or ``TB_FOOTPRINT_SHARD_COUNT`` (the
-    manifest sets it to the Job's ``completions``)."""
+    Slurm, a whole array: ``SLURM_ARRAY_TASK_ID`` relative to ``SLURM_ARRAY_TASK_MIN``
+    (``--array=1-8`` starts at 1) and ``SLURM_ARRAY_TASK_STEP``, out of ``SLURM_ARRAY_TASK_COUNT``.
+    Slurm with the shard count given (``count``, or ``TB_FOOTPRINT_SHARD_COUNT``): the task id is
+    the shard index itself — what a resubmission of some indices of the first array needs
+    (``sbatch --array=3,7`` gives tasks 3 and 7 a count of 2 and a minimum of 3).
+    Kubernetes Indexed Job: ``JOB_COMPLETION_INDEX`` out of ``count`` or
+    ``TB_FOOTPRINT_SHARD_COUNT`` (the manifest sets it to the Job's ``completions``)."""
     task = _int(env, "SLURM_ARRAY_TASK_ID")
     if task is not None:
-        n = count if count is not None else _int(env, "SLURM_ARRAY_TASK_COUNT")
+        given = count if count is not None else _int(env, "TB_FOOTPRINT_SHARD_COUNT")
+        if given is not None:
+            if not 0 <= task < given:
+                raise ShardError(f"Slurm array task {task} is no shard of {given}: with a shard count, array "
+                                 f"indices are the shards themselves, 0 to {given - 1}")
+            return check_shard(task, given, f"Slurm array task {task} of {given} shards")
+        n = _int(env, "SLURM_ARRAY_TASK_COUNT")
         if n is None:
             raise ShardError("SLURM_ARRAY_TASK_ID is set but SLURM_ARRAY_TASK_COUNT is not; pass --shard-count")
         lo = _int(env, "SLURM_ARRAY_TASK_MIN") or 0
         step = _int(env, "SLURM_ARRAY_TASK_STEP") or 1
         if (task - lo) % step:
             raise ShardError(f"SLURM_ARRAY_TASK_ID={task} is not on the array's step {step} from {lo}")
+        if not 0 <= (task - lo) // step < n:
+            raise ShardError(f"Slurm array task {task} (min {lo}, step {step}) is outside an array of {n}; "
+                             "submitting only some indices again? give the first array's size: "
+                             "--shard-count N (SHARDS=N with examples/slurm_reduce.sbatch)")
         return check_shard((task - lo) // step, n, f"Slurm array task {task} (min {lo}, step {step}) of {n}")
     idx = _int(env, "JOB_COMPLETION_INDEX")
     if idx is not None:
