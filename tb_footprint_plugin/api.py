@@ -558,7 +558,7 @@ def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_out
     Runs this start's recovery settled for a dead worker are recorded first (``mark_recovered``)."""
     if not book:
         return list(p.runs)
-    book.start(rp.run for rp in p.runs)
+    book.start((rp.run for rp in p.runs), {rp.run: rp.bytes_before for rp in p.runs})
     report.ledger_problems = list(book.problems)
     report.ledger_problems += mark_recovered(book, recovered)
     entries = book.read()["runs"]

@@ -544,15 +544,23 @@ def _print_batch(b: dict, per_run: bool) -> None:
     for p in b["problems"]:
         print(f"  refused [{p.get('code', '?')}]: {p['detail']}")
     if per_run:
-        width = max([len(r) for r in b["runs"]] + [3])
+        names = {run: _shown(run) for run in b["runs"]}
+        width = max([len(n) for n in names.values()] + [3])
         print(f"\n  {'RUN'.ljust(width)}  {'STATE':9}  {'SIZE':>9}  {'AFTER':>9}  WHO")
         for run, e in b["runs"].items():
-            who = f"{e.get('host') or '?'} pid {e.get('pid') or '?'}" + (f" shard {e['shard']}" if e.get("shard") else "")
+            who = (f"{e.get('host') or '?'} pid {e.get('pid') or '?'}" if e.get("pid") else "—") + \
+                (f" shard {e['shard']}" if e.get("shard") else "")
             after = human_bytes(e["after_size_bytes"]) if e.get("after_size_bytes") is not None else "—"
             state = e["state"] + ("?" if e.get("stalled") else "")
             extra = f"  [{e['code']}]" if e.get("code") else ""
-            print(f"  {run.ljust(width)}  {state:9}  {human_bytes(e.get('original_size_bytes') or 0):>9}  "
+            print(f"  {names[run].ljust(width)}  {state:9}  {human_bytes(e.get('original_size_bytes') or 0):>9}  "
                   f"{after:>9}  {who}{extra}")
+
+
+def _shown(name: str) -> str:
+    """A run name for one table cell: control characters (a tab, a newline) written as escapes,
+    so a name cannot break the columns or the lines."""
+    return name if name.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 def cmd_history(args) -> int:

@@ -329,6 +329,10 @@ def test_a_stalled_worker_shows_in_the_merged_status(tmp_path):
     b = api.status(logdir)["batch"]
     assert len(b["stalled"]) == 1 and b["runs"][b["stalled"][0]]["state"] == "reducing"
     assert b["counts"].get("pending") == 3
+    # pending runs weigh what they will be reduced from
+    sizes = {r.name: r.total_bytes for r in api.scan(logdir).runs}
+    assert all(e["original_size_bytes"] == sizes[r] for r, e in b["runs"].items() if e["state"] == "pending")
+    assert b["bytes"]["pending"] == sum(e["original_size_bytes"] for e in b["runs"].values() if e["state"] == "pending")
     cli = subprocess.run(CLI + ["status", logdir], env=env(), capture_output=True, text=True)
     assert "worker that is gone" in cli.stdout
     # a damaged ledger is named, not dropped silently
@@ -712,3 +716,20 @@ def test_identical_shards_running_at_once_leave_every_run_done_in_their_shared_l
     assert b["counts"] == {"done": 12}, {r: (e["state"], e.get("code")) for r, e in b["runs"].items()}
     assert all(ops[e["op_id"]]["run"] == r for r, e in b["runs"].items())
     assert b["saved_bytes"] == sum(m["bytes_before"] - m["bytes_after"] for m in ops.values())
+
+
+def test_status_table_keeps_its_columns_with_odd_run_names(tmp_path):
+    """A tab or newline in a run name is shown escaped in `status --runs`, one line per run; a
+    pending run (no worker yet) shows no pid."""
+    logdir = make_logdir(tmp_path / "logs", 2)
+    os.rename(os.path.join(logdir, "exp1", "run001"), os.path.join(logdir, "exp1", "odd\tname"))
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w.communicate(timeout=300)
+    assert w.returncode == -signal.SIGKILL
+    cli = subprocess.run(CLI + ["status", logdir, "--runs"], env=env(), capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    rows = [ln for ln in cli.stdout.splitlines() if ln.strip().startswith(("exp0/", "exp1/"))]
+    assert len(rows) == 2 and any("exp1/odd\\tname" in r for r in rows), cli.stdout
+    assert "\t" not in cli.stdout
+    pending = [r for r in rows if " pending " in r]
+    assert pending and all("pid" not in r and "—" in r for r in pending), rows

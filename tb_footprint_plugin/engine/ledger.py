@@ -170,12 +170,14 @@ class Ledger:
             for p in self.problems:
                 p["kept_as"] = aside
 
-    def start(self, runs: Iterable[str]) -> Dict[str, dict]:
-        """Register runs as pending (keeping what an earlier batch recorded); returns all entries.
+    def start(self, runs: Iterable[str], sizes: Optional[Dict[str, int]] = None) -> Dict[str, dict]:
+        """Register runs as pending (keeping what an earlier batch recorded), with their sizes when
+        given (what a pending run will weigh in the batch's counts); returns all entries.
 
         A ledger written for another policy is archived and a fresh one started: its states
         say nothing about this policy.
         """
+        sizes = sizes or {}
         with self._locked():
             data = self.read()
             self._set_aside_if_refused()
@@ -183,7 +185,9 @@ class Ledger:
                 os.replace(self.path, f"{self.path}.{int(time.time())}.old")
                 data = self.read()
             for r in runs:
-                data["runs"].setdefault(r, {"state": "pending", "updated_at": time.time()})
+                e = data["runs"].setdefault(r, {"state": "pending", "updated_at": time.time()})
+                if e["state"] == "pending" and isinstance(sizes.get(r), int):
+                    e.setdefault("original_size_bytes", sizes[r])
             self._write(data)
             return dict(data["runs"])
 
