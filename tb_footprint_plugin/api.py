@@ -29,7 +29,7 @@ from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
-from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.journal import RunLock, pending_journals
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, mark_recovered, merged,
                                               with_restores)
@@ -232,11 +232,22 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
     if ops:
         cmd = health.settle_command(logdir, backup_dir)
+        interrupted = 0
         for o in ops:
-            if o["run"] is not None:
+            if o["run"] is None:
+                interrupted += 1
+                continue
+            # an operation whose holder still runs (elsewhere: a live lease) is not interrupted
+            holder = RunLock(os.path.join(state_dir(logdir), "locks"), o["run"]).live_holder()
+            if holder:
+                leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
+                            "left alone", Skip.LOCKED)
+            else:
+                interrupted += 1
                 leave_alone(p, o["run"], f"unfinished {o['kind']} operation {o['op_id']} (interrupted?); "
                             f"run `{cmd}` to settle it", Skip.UNFINISHED)
-        p.notes.append(f"{len(ops)} unfinished operation(s): run `{cmd}` to settle them")
+        if interrupted:
+            p.notes.append(f"{interrupted} unfinished operation(s): run `{cmd}` to settle them")
     live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
     if live:
         paths = [os.path.join(logdir, f.path) for r in live for f in (fp.run(r).files if fp.run(r) else [])

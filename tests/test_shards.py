@@ -733,3 +733,26 @@ def test_status_table_keeps_its_columns_with_odd_run_names(tmp_path):
     assert "\t" not in cli.stdout
     pending = [r for r in rows if " pending " in r]
     assert pending and all("pid" not in r and "—" in r for r in pending), rows
+
+
+def test_a_run_held_by_a_live_worker_elsewhere_is_planned_as_locked_not_interrupted(tmp_path):
+    """A run whose journal belongs to a worker on another host that still holds its lease is
+    being reduced, not interrupted: the plan says locked and names the holder (no "run recover"
+    advice that could not help); once the lease is stale it is an interrupted operation."""
+    logdir = make_logdir(tmp_path / "logs", 2)
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w.communicate(timeout=300)
+    assert w.returncode == -signal.SIGKILL
+    assert len(api.pending_operations(logdir)) == 1
+    (run,) = api.status(logdir)["batch"]["stalled"]  # the run the killed worker was reducing
+    lk = RunLock(os.path.join(state_dir(logdir), "locks"), run)
+    _write_lease(lk, host="node-b", pid=4242, expires=time.time() + 600)
+    rp = next(r for r in api.plan(logdir).runs if r.run == run)
+    assert rp.code == "locked" and "node-b pid 4242" in rp.skipped, rp.skipped
+    # stale: the lease expired and the journal shows no progress within a lease
+    _write_lease(lk, host="node-b", pid=4242, expires=time.time() - 1)
+    jdir = os.path.join(state_dir(logdir), "journal")
+    for n in os.listdir(jdir):
+        os.utime(os.path.join(jdir, n), (OLD, OLD))
+    rp = next(r for r in api.plan(logdir).runs if r.run == run)
+    assert rp.code == "unfinished_operation" and "recover" in rp.skipped, rp.skipped

@@ -97,6 +97,16 @@ class RunLock:
         self.journal_dir = os.path.join(os.path.dirname(lock_dir), "journal")
         self.fd: Optional[int] = None
 
+    def live_holder(self) -> Optional[str]:
+        """Who holds this run by a live lease (``engine.lease`` rules), without taking anything:
+        ``"HOST pid PID, shard I/N, lease until HH:MM:SS"``, or None."""
+        held = leases.read_lease(self.lease_path)
+        if not leases.live_holder(held, self.journal_dir, self.run):
+            return None
+        return (f"{held['host']} pid {held['pid']}"
+                + (f", shard {held['shard']}" if isinstance(held.get("shard"), str) else "")
+                + f", lease until {time.strftime('%H:%M:%S', time.localtime(held['expires']))}")
+
     def acquire(self) -> "RunLock":
         os.makedirs(self.lock_dir, exist_ok=True)
         try:
@@ -104,12 +114,9 @@ class RunLock:
         except Locked:
             raise RunLocked(f"run {self.run!r} is being changed by another process") from None
         try:
-            held = leases.read_lease(self.lease_path)
-            if leases.live_holder(held, self.journal_dir, self.run):
-                raise RunLocked(f"run {self.run!r} is being changed by another process "
-                                f"({held['host']} pid {held['pid']}"
-                                + (f", shard {held['shard']}" if isinstance(held.get("shard"), str) else "")
-                                + f", lease until {time.strftime('%H:%M:%S', time.localtime(held['expires']))})")
+            holder = self.live_holder()
+            if holder:
+                raise RunLocked(f"run {self.run!r} is being changed by another process ({holder})")
             if not leases.take(self.lease_path, self.run):
                 raise RunLocked(f"run {self.run!r} was taken over by another process at the same moment")
         except BaseException:
