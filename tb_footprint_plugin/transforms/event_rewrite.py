@@ -423,7 +423,6 @@ class _RunSelection:
         The same pass hashes the file and notes where each record is (``FileFacts``), so the
         copy reads only the kept records, and, for this reduce's verification
         (``self.original``), folds the scan's tag index of the file."""
-        import numpy as np
         from tensorboard.compat.proto import event_pb2
 
         from tb_footprint_plugin.scan import eventfile
@@ -444,7 +443,8 @@ class _RunSelection:
                 for batch in reader.batches():
                     if fold is not None:
                         fold.add(batch)
-                    offsets.append(batch.starts + batch.base)
+                    if not offsets:  # only where the first record is: the rest follow back to back
+                        offsets.append(batch.starts[:1] + batch.base)
                     sizes.append(batch.sizes)
                     crcs.append(orig.record_crcs(batch))
                     buf = batch.buf
@@ -470,10 +470,9 @@ class _RunSelection:
         self.masks[name] = mask
         self.codes[name] = cls
         if before is not None and before == after:
-            cat64 = (lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dt))
-            facts = orig.FileFacts(name, sha, before, cat64(offsets, np.int64),
-                                   cat64(sizes, np.int64), cat64(crcs, np.uint32),
-                                   fold.finish(reader) if fold is not None else None, reader.status)
+            facts = orig.FileFacts.build(name, sha, before, offsets, sizes, crcs,
+                                         fold.finish(reader) if fold is not None else None,
+                                         reader.status)
             self.facts[name] = facts
             if self.original is not None:
                 self.original.files[name] = facts
@@ -888,7 +887,7 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     ctime), only the kept records are read, at their offsets: a 1 GB original reduced to a few
     MB is not read a second time. Otherwise the whole file is streamed and hashed again.
     """
-    if facts is not None and len(facts.offsets) == len(mask) and facts.status == "ok":
+    if facts is not None and len(facts.sizes) == len(mask) and facts.status == "ok":
         from tb_footprint_plugin.verify.original import stat_sig
 
         if stat_sig(src) == facts.stat:
@@ -966,7 +965,7 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
 
     name = os.path.basename(src)
     keep = np.frombuffer(bytes(mask), dtype=np.uint8) != 0
-    offsets, sizes = facts.offsets, facts.sizes
+    offsets, sizes = facts.offsets(), facts.sizes
     removed: Dict[str, List[int]] = {}
     if codes is not None and (~keep).any():
         cv = np.frombuffer(bytes(codes), dtype=np.uint8)[~keep]

@@ -42,16 +42,40 @@ def stat_sig(path: str) -> Optional[tuple]:
 
 @dataclass
 class FileFacts:
-    """One event file as the selection pass read it (CRCs verified, every byte hashed)."""
+    """One event file as the selection pass read it (CRCs verified, every byte hashed).
+
+    8 bytes a record: good records are back to back from ``start``, so their offsets are the
+    running sum of their sizes (``offsets()``, computed when needed, not kept)."""
 
     name: str
     sha256: str
     stat: tuple  # stat_sig at the start of the pass, equal at its end
-    offsets: np.ndarray  # int64: file offset of each good record's header
-    sizes: np.ndarray  # int64: framed size of each record
+    sizes: np.ndarray  # uint32 (int64 if a record is >= 4 GB): framed size of each record
     crcs: np.ndarray  # uint32: the stored (masked) data CRC of each record
     stats: object = None  # eventfile.EventFileStats of the file
     status: str = "ok"
+    start: int = 0  # offset of the first record
+
+    def offsets(self) -> np.ndarray:
+        """int64 file offset of each record's header."""
+        out = np.empty(len(self.sizes), dtype=np.int64)
+        if len(out):
+            out[0] = self.start
+            np.cumsum(self.sizes[:-1], dtype=np.int64, out=out[1:])
+            out[1:] += self.start
+        return out
+
+    @classmethod
+    def build(cls, name: str, sha256: str, stat: tuple, starts: list, sizes: list, crcs: list,
+              stats=None, status: str = "ok") -> "FileFacts":
+        """From the per-batch arrays of a pass (``starts``: file offsets of each batch's records)."""
+        sz = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        first = int(starts[0][0]) if starts and len(starts[0]) else 0
+        if len(sz) and int(sz.max()) < 1 << 32:
+            sz = sz.astype(np.uint32)
+        return cls(name, sha256, stat, sz,
+                   np.concatenate(crcs).astype(np.uint32) if crcs else np.zeros(0, np.uint32),
+                   stats, status, first)
 
 
 @dataclass
@@ -144,14 +168,14 @@ def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
         reader = RecordReader(hin, verify=True, display_name=name)
         for batch in reader.batches():
             fold.add(batch)
-            offsets.append(batch.starts + batch.base)
+            if not offsets:  # only where the first record is: the rest follow back to back
+                offsets.append(batch.starts[:1] + batch.base)
             sizes.append(batch.sizes)
             crcs.append(record_crcs(batch))
         while hin.read(CHUNK):
             pass
-    cat = (lambda parts, dt: np.concatenate(parts).astype(dt) if parts else np.zeros(0, dt))
-    return FileFacts(name, hin.sha.hexdigest(), before, cat(offsets, np.int64),
-                     cat(sizes, np.int64), cat(crcs, np.uint32), fold.finish(reader), reader.status)
+    return FileFacts.build(name, hin.sha.hexdigest(), before, offsets, sizes, crcs,
+                           fold.finish(reader), reader.status)
 
 
 def record_crcs(batch) -> np.ndarray:

@@ -190,21 +190,27 @@ def records_subsequence_indexed(
             getattr(facts[n], "status", "") != "ok" for n in names):
         return None
     subs = substitutes or {}
-    # the original's records in TensorBoard's order: (file index, offset, framed size, crc)
-    keys = []
-    for fi, n in enumerate(names):
-        f = facts[n]
-        keys.append((fi, f.offsets.tolist(), f.sizes.tolist(), f.crcs.tolist()))
-    files = [None] * len(names)
-    fi, j = 0, 0  # the next original record to consider
+    files: list = [None] * len(names)
+    block = 1 << 16  # index entries turned into Python ints at a time (memory stays flat)
+    fi, j, off = 0, 0, int(facts[names[0]].start)  # the next original record and its offset
+    cache: dict = {}
     matched = n_subs = 0
     last = "its start"
 
-    def read_orig(i: int, off: int, size: int) -> bytes:
+    def window(i: int, lo: int) -> tuple:
+        """``(sizes, crcs)`` of file ``i``'s records ``lo .. lo + block`` as lists."""
+        key = (i, lo // block)
+        if key not in cache:
+            cache.clear()
+            f, b = facts[names[i]], (lo // block) * block
+            cache[key] = (f.sizes[b:b + block].tolist(), f.crcs[b:b + block].tolist())
+        return cache[key]
+
+    def read_orig(i: int, at: int, size: int) -> bytes:
         if files[i] is None:
             files[i] = open_regular(os.path.join(original_dir, names[i]), buffering=0,
-                                             follow_symlinks=True)
-        return os.pread(files[i].fileno(), size, off)
+                                    follow_symlinks=True)
+        return os.pread(files[i].fileno(), size, at)
 
     try:
         for path in ([os.path.join(reduced_path, n) for n in event_file_names(reduced_path)]
@@ -219,24 +225,25 @@ def records_subsequence_indexed(
                         want = (subs.get(hashlib.sha256(piece[12:-4]).hexdigest())
                                 if subs else None)
                         found = False
-                        while fi < len(keys) and not found:
-                            _, offs, sizes, crcs = keys[fi]
-                            while j < len(offs):
-                                osize = sizes[j]
-                                if osize == size and crcs[j] == crc:
-                                    if read_orig(fi, offs[j], osize) == piece:
-                                        found = True
+                        while fi < len(names) and not found:
+                            n_recs = len(facts[names[fi]].sizes)
+                            while j < n_recs:
+                                sizes, crcs = window(fi, j)
+                                k = j % block
+                                osize, at = sizes[k], off
+                                j, off = j + 1, off + osize
+                                if osize == size and crcs[k] == crc:
+                                    found = read_orig(fi, at, osize) == piece
                                 elif want is not None and osize == want[1] + 16:
-                                    odata = read_orig(fi, offs[j], osize)[12:-4]
-                                    if hashlib.sha256(odata).hexdigest() == want[0]:
-                                        found = True
-                                        n_subs += 1
-                                j += 1
+                                    odata = read_orig(fi, at, osize)[12:-4]
+                                    found = hashlib.sha256(odata).hexdigest() == want[0]
+                                    n_subs += found
                                 if found:
-                                    last = f"{names[fi]} offset {offs[j - 1]}"
+                                    last = f"{names[fi]} offset {at}"
                                     break
                             if not found:
                                 fi, j = fi + 1, 0
+                                off = int(facts[names[fi]].start) if fi < len(names) else 0
                         if not found:
                             return False, (
                                 f"record #{matched} ({name} offset {batch.base + s}, {size - 16} "
