@@ -16,8 +16,14 @@ largest child: the data servers) is its own:
   and plan, rewrite = staging the reduced file, verify = the verification step); the issue's
   target is plan + rewrite + verify within 3x the Rust load (the backup, a copy and two
   sha256 passes of the original, is reported beside it);
-* ``verify new``: ``verify_reduction`` as every reduce now runs it (records, tag index,
-  TensorBoard's routes on the Rust default view, the Python loader on the reduced run);
+  Inside a reduce the original is read once by the rewrite (its selection pass hashes it and
+  indexes its records; the copy reads only the kept records) and loaded once by the Rust data
+  server (started after the backup, loading while that pass runs); both are handed to the
+  verification (``verify.original``);
+* ``verify new``: ``verify_reduction`` on its own, as ``tb-footprint verify`` runs it (nothing
+  handed over: it streams the original for the records and loads it with the Rust server;
+  TensorBoard's routes on the Rust default view, the Python loader on the reduced run, whole
+  scalar tags thinned);
 * ``verify old``: the verifier before issue 12 (both backends read every point of both
   sides, the Python loader over the whole original; no routes). Skipped above
   ``--old-max-mb`` (it reads ~4.5 MB/s and its memory follows the file).
@@ -194,6 +200,7 @@ def main() -> None:
     full_read = 1 << 20 if a.small else None  # --small: a few MB must take the big-run path
     old_max = min(a.old_max_mb, 2.0) if a.small else a.old_max_mb  # CI: one old-verifier row
     scratch = tempfile.mkdtemp(prefix="tbfp-bench-verify-", dir=a.scratch)
+    load_before = os.getloadavg()
     rows = []
     try:
         for mb in sizes:
@@ -201,6 +208,10 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
+    load_after = os.getloadavg()
+    print(f"machine: {os.cpu_count()} cores, load average (1/5/15 min) "
+          f"{' '.join(f'{x:.2f}' for x in load_before)} before, "
+          f"{' '.join(f'{x:.2f}' for x in load_after)} after")
     print("plan + rewrite + verification of archive, next to the Rust data server loading the "
           "original once (target: <= 3x)")
     print(f"{'run':>9} {'rust load':>10} {'plan':>7} {'rewrite':>8} {'verify':>8} "
