@@ -255,3 +255,77 @@ def test_python_probe_thins_whole_tags_of_v2_files_only(tmp_path):
     other = tmp_path / "probe-v1"
     other.mkdir()
     assert pyside.python_probe(str(v1), exp, str(other)) is None
+
+
+# --- the selection's batch fast path decides exactly what the record-by-record path does --------
+
+
+def _selection_summary(sel) -> dict:
+    return {"masks": {k: bytes(v) for k, v in sel.masks.items()},
+            "codes": {k: bytes(v) for k, v in sel.codes.items()}, "code_names": sel.code_names,
+            "expectations": sel.expectations, "notes": sel.notes, "tags": sel.tags,
+            "subs": sel.subs}
+
+
+def _restart_run(run: Path) -> None:
+    """Torch-style histograms whose steps go back midway (a restart), in big batches."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    histo = synth.legacy_histogram_proto([float(i) for i in range(200)])
+    with synth.EventWriter(str(run), style="torch") as w:
+        for step in list(range(300)) + list(range(150, 400)):
+            v = summary_pb2.Summary.Value(tag="h", histo=histo)
+            w.write_event(event_pb2.Event(wall_time=1.0 + step, step=step,
+                                          summary=summary_pb2.Summary(value=[v])))
+            w.legacy_simple_value("loss", step, 1.0, wall_time=1.0 + step)
+
+
+def _tf2_run(run: Path) -> None:
+    """TF2 histograms with metadata on the first value only, and scalars."""
+    with synth.EventWriter(str(run), style="tf", metadata="first") as w:
+        for step in range(400):
+            w.histogram("w", step, [float(step % 7), 1.0, 2.0])
+            w.scalar("loss", step, 1.0 / (step + 1))
+
+
+@needs_rust
+@pytest.mark.parametrize("content", [
+    {"downsample": "default_view"},
+    {"downsample": "dashboard_exact"},
+    {"keep_per_tag": {"histograms": 50, "scalars": 20}, "dedupe_graphs": True,
+     "strip_run_metadata": True},
+], ids=["default_view", "dashboard_exact", "keep_per_tag"])
+def test_batch_fast_path_selects_as_record_by_record(tmp_path, content):
+    from conftest import REAL_FIXTURES
+
+    from tb_footprint_plugin.transforms import event_rewrite as er
+
+    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
+    _histogram_run(tmp_path / "histograms", steps=300)
+    _restart_run(tmp_path / "restart")
+    _tf2_run(tmp_path / "tf2")
+    runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+    rules = er.Rules.from_content(content)
+    fast_batches = []
+    real_fast = er._RunSelection._fast_run
+
+    def counting(self, *a):
+        ok = real_fast(self, *a)
+        fast_batches.append(ok)
+        return ok
+
+    taken = {}
+    for run in runs:
+        names = er.event_file_names(str(run))
+        slow = er.select_run(str(run), rules, names)  # no OriginalRun: record by record
+        er._RunSelection._fast_run = counting
+        fast_batches.clear()
+        try:
+            fast = er.select_run(str(run), rules, names, original=OriginalRun(str(run)))
+        finally:
+            er._RunSelection._fast_run = real_fast
+        taken[run.name] = sum(fast_batches)
+        assert _selection_summary(fast) == _selection_summary(slow), run
+    # torch (legacy values) and TF2 values past their first: taken; TF 2.21 puts metadata on
+    # every value, so the summary_mix fixture goes record by record
+    assert all(taken[n] >= 1 for n in ("histograms", "restart", "tf2", "profiled")), taken
