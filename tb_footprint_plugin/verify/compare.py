@@ -177,10 +177,11 @@ def verify_reduction(
 
         # the loader reads the reduced run, whole tags thinned where that proves the same
         # (``pyside.python_probe``)
-        probe_dir = scratch.make("python-probe")
-        probe = python_probe(reduced_dir, exp, probe_dir)
-        python_side = PythonSide(probe_dir if probe else reduced_dir, timeout_s).start()
-        python_side.probe, python_side.probe_dir = probe, probe_dir
+        # the child imports TensorBoard's loader while this process writes what it reads
+        python_side = PythonSide(None, timeout_s).start()
+        python_side.probe_dir = scratch.make("python-probe")
+        python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir)
+        python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
     if "rust" in wanted and views.data_server_binary() is None:
         # TensorBoard itself falls back to the Python reader when the binary is missing.
         wanted.remove("rust")
@@ -210,7 +211,8 @@ def verify_reduction(
     finally:
         if python_side is not None:
             python_side.cancel()  # no-op once its result was collected
-            shutil.rmtree(python_side.probe_dir, ignore_errors=True)
+            if getattr(python_side, "probe_dir", None):
+                shutil.rmtree(python_side.probe_dir, ignore_errors=True)
         if rust_opening is not None and not getattr(rust_opening, "taken", False):
             try:
                 for r in rust_opening.result().values():

@@ -217,10 +217,13 @@ def _read_steps(out: PythonListing, provider, ctx, plugin: str, kind: str) -> No
 
 
 class PythonSide:
-    """``read_listing`` of one run in a child interpreter: ``start()`` now, ``result()`` later."""
+    """``read_listing`` of one run in a child interpreter: ``start()`` now, ``result()`` later.
 
-    def __init__(self, run_dir: str, timeout_s: float) -> None:
-        self.run_dir = os.path.abspath(run_dir)
+    Without a ``run_dir``, the child starts and imports TensorBoard's loader while the caller
+    prepares what it will read (``python_probe``), and ``go(run_dir)`` then tells it."""
+
+    def __init__(self, run_dir: Optional[str], timeout_s: float) -> None:
+        self.run_dir = os.path.abspath(run_dir) if run_dir is not None else None
         self.timeout_s = timeout_s
         self._proc: Optional[subprocess.Popen] = None
         self._out = None
@@ -237,10 +240,22 @@ class PythonSide:
         self._err = tempfile.TemporaryFile()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, self.run_dir, str(self.timeout_s)],
-                stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env)
+                [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s)],
+                stdin=subprocess.DEVNULL if self.run_dir else subprocess.PIPE,
+                stdout=self._out, stderr=self._err, env=env)
         except OSError:
             self._proc = None  # no interpreter to start: result() reads in this process
+        return self
+
+    def go(self, run_dir: str) -> "PythonSide":
+        """The run a child started without one reads (see the class docstring)."""
+        self.run_dir = os.path.abspath(run_dir)
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.write(os.fsencode(self.run_dir) + b"\n")
+                self._proc.stdin.close()
+            except OSError:  # the child is gone: result() reports how it exited
+                pass
         return self
 
     def result(self) -> PythonListing:
@@ -271,6 +286,11 @@ class PythonSide:
 
     def cancel(self) -> None:
         """Stop the child (the caller is failing for another reason)."""
+        if self._proc is not None and self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
@@ -298,6 +318,16 @@ def _c_crc32c() -> None:
 def _main(argv: list) -> int:
     run_dir, timeout_s = argv[0], float(argv[1])
     _c_crc32c()
+    if run_dir == "-":  # imports first, while the parent prepares the run; then its name
+        from tensorboard.backend.event_processing import (  # noqa: F401
+            data_provider, plugin_event_multiplexer)
+
+        from tb_footprint_plugin.verify import readers, views  # noqa: F401
+
+        run_dir = os.fsdecode(sys.stdin.buffer.readline().rstrip(b"\n"))
+        if not run_dir:
+            return 1  # the parent gave up
+
     listing = read_listing(run_dir, timeout_s)
     sys.stdout.write(json.dumps(listing.to_json()) + "\n")
     sys.stdout.flush()
