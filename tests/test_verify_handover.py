@@ -329,3 +329,37 @@ def test_batch_fast_path_selects_as_record_by_record(tmp_path, content):
     # torch (legacy values) and TF2 values past their first: taken; TF 2.21 puts metadata on
     # every value, so the summary_mix fixture goes record by record
     assert all(taken[n] >= 1 for n in ("histograms", "restart", "tf2", "profiled")), taken
+
+
+@needs_rust
+def test_failure_during_the_backup_stops_the_early_pass_and_server(tmp_path, monkeypatch):
+    """The selection pass and the Rust load start before the backup; a backup that fails rolls
+    the run back, and the pass is stopped and the data server closed (no process left)."""
+    from tb_footprint_plugin.engine import faults
+    from tb_footprint_plugin.verify import original as orig_mod
+
+    logdir = tmp_path / "logdir"
+    _histogram_run(logdir / "run", steps=300)
+    _age(logdir)
+    before = _user_files(logdir)
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)
+    made = []
+    real_init = orig_mod.OriginalRun.__init__
+
+    def tracking_init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        made.append(self)
+
+    monkeypatch.setattr(orig_mod.OriginalRun, "__init__", tracking_init)
+    faults.arm("before_store", "raise")
+    try:
+        rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    finally:
+        faults.disarm_all()
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert len(out) == 1 and out[0].status == "rolled_back", [o.to_dict() for o in out]
+    assert len(made) == 1
+    o = made[0]
+    assert o.cancelled and o.reader is None  # closed: its data server was stopped
+    assert not o._prefetch[1].is_alive()  # the pass ended
+    assert _user_files(logdir) == before

@@ -260,9 +260,9 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
 
 def _original_of(ctx: Context, rp: RunPlan):
     """For a big run whose event files are rewritten: the one Rust load of its original for
-    this reduce, started once the backup is made (the backup's hard link changes the files'
-    ctime) so it overlaps the rewrite's pass, and what that pass learns of the original, both
-    handed to the verification (``verify.original``)."""
+    this reduce and the rewrite's selection pass, both started before the backup so they run
+    while it hashes and links the files, and what that pass learns of the original, all handed
+    to the verification (``verify.original``)."""
     from tb_footprint_plugin.transforms import _transform_of
     from tb_footprint_plugin.verify import dashboard
     from tb_footprint_plugin.verify.original import OriginalRun
@@ -275,12 +275,21 @@ def _original_of(ctx: Context, rp: RunPlan):
     if dashboard.event_bytes(run_dir) <= dashboard.FULL_READ_BYTES:
         return None  # small runs are read in full by both backends: nothing to share
     scratch.use_root(ctx.vault.tmp)
-    return OriginalRun(run_dir).start_reader()
+    from tb_footprint_plugin.transforms import prepare_rewrite
+
+    original = OriginalRun(run_dir).start_reader()
+    first = next(a for a in rp.actions if a.kind == "rewrite" and _transform_of(a) == "event_rewrite")
+    prepare_rewrite(first, ctx.abs(first.path), original)
+    return original
 
 
 def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
                cancel: CancelToken, report: Progress, handover: Optional[list] = None) -> None:
     vault = ctx.vault
+    # a big run's selection pass and Rust load start now and run during the backup
+    original = _original_of(ctx, rp)
+    if original is not None and handover is not None:
+        handover.append(original)  # closed by the caller, whatever happens next
     originals = [a for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
     total = sum(a.bytes_before for a in originals) or 1
     done = 0
@@ -306,9 +315,6 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     faults.hit("after_backup")
 
     # 2. stage new files under names no reader matches
-    original = _original_of(ctx, rp)
-    if original is not None and handover is not None:
-        handover.append(original)  # closed by the caller, whatever happens next
     staged = []
     # a rewrite reads the run through TensorBoard's readers to choose what it keeps: their scratch
     # space is in the vault too, so a killed process's is swept at the next start

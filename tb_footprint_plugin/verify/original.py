@@ -7,7 +7,9 @@ is the one pass and the one load, shared:
 
 * ``start_reader()`` (the engine, first thing of a big run's reduce): TensorBoard's Rust data
   server loads the original with the dashboard's own sampling, in its own process, while the
-  backup and the selection pass run. The selection reads its default view from it
+  backup and the selection pass run. The selection pass itself (``prefetch``) runs on a thread
+  during the backup: it only reads, and what it read is used only if its sha256 is the
+  backup's. The selection reads its default view from it
   (``Reader.read``), the verifier crawls TensorBoard's routes over it.
 * ``FileFacts`` per event file, filled by the selection pass (``event_rewrite``): the file's
   sha256, every record's offset, framed size and data CRC (20 bytes a record, no payload),
@@ -15,11 +17,13 @@ is the one pass and the one load, shared:
 
 Trust: the facts describe bytes whose sha256 the engine compares with the backup's before it
 hands them on; the Rust server read the live files, so its load is used only when every file's
-``(inode, size, mtime, ctime)`` is the same before the server started, after it finished
-loading, and around the selection pass (any write changes mtime and ctime). Otherwise the
-verifier loads the original from the vault itself, as before. The record index is only a
-finder: every reduced record is still compared byte for byte with the original's bytes read
-from the vault (``records.records_subsequence_indexed``).
+``(inode, size, mtime)`` is the same before the server started, after it finished loading, and
+around the selection pass (a write changes mtime; the ctime is left out because the backup's
+hard link changes it). Otherwise the verifier loads the original from the vault itself, as
+before. A write that restores the mtime is still caught: the engine re-hashes the backup (the
+same inode when linked) before the commit. The record index is only a finder: every reduced
+record is still compared byte for byte with the original's bytes read from the vault
+(``records.records_subsequence_indexed``).
 """
 from __future__ import annotations
 
@@ -32,12 +36,12 @@ import numpy as np
 
 
 def stat_sig(path: str) -> Optional[tuple]:
-    """``(inode, size, mtime_ns, ctime_ns)`` of ``path``, or None if it cannot be stat'ed."""
+    """``(inode, size, mtime_ns)`` of ``path``, or None if it cannot be stat'ed."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass
@@ -88,6 +92,35 @@ class OriginalRun:
     _thread: Optional[threading.Thread] = None
     _stat_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
     _stat_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
+    cancelled: bool = False  # the reduce gave up: a pass still running stops at its next batch
+    _prefetch: Optional[tuple] = None  # (key, thread, result box) of the selection pass
+
+    def prefetch(self, key: tuple, select) -> None:
+        """Run ``select()`` (the rewrite's selection pass) on a thread now; ``prefetched(key)``
+        collects it."""
+        box: list = []
+
+        def run() -> None:
+            try:
+                box.append((True, select()))
+            except BaseException as e:  # noqa: BLE001 - re-raised where the result is collected
+                box.append((False, e))
+
+        t = threading.Thread(target=run, name="footprint-selection", daemon=True)
+        self._prefetch = (key, t, box)
+        t.start()
+
+    def prefetched(self, key: tuple):
+        """The prefetched selection for ``key`` (waits for it), or None if none was started for
+        it; raises what the selection raised."""
+        if self._prefetch is None or self._prefetch[0] != key:
+            return None
+        _, t, box = self._prefetch
+        t.join()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
 
     def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
         """Start TensorBoard's Rust data server loading the run (default sampling)."""
@@ -143,7 +176,10 @@ class OriginalRun:
         return dashboard.index_from_stats([self.files[n].stats for n in names])
 
     def close(self) -> None:
-        """Stop the data server if nobody took it."""
+        """Stop the data server if nobody took it; stop and wait for a selection pass."""
+        self.cancelled = True
+        if self._prefetch is not None:
+            self._prefetch[1].join()
         if self.reader is not None:
             if self._thread is not None:
                 self._thread.join()
