@@ -175,9 +175,8 @@ def verify_reduction(
                                        <= dashboard.PYTHON_REDUCED_BYTES):
         from tb_footprint_plugin.verify.pyside import PythonSide, python_probe
 
-        # the loader reads the reduced run, whole tags thinned where that proves the same
-        # (``pyside.python_probe``)
-        # the child imports TensorBoard's loader while this process writes what it reads
+        # the loader reads the reduced run, whole tags thinned where their records prove the
+        # same (``pyside.python_probe``); its child imports TensorBoard's loader meanwhile
         python_side = PythonSide(None, timeout_s).start()
         python_side.probe_dir = scratch.make("python-probe")
         python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir)
@@ -350,7 +349,7 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
             probe = getattr(python_side, "probe", None)
             lines.extend(dashboard.python_against_index(
                 listing, index_before, exp, thinned=(probe or {}).get("thinned"),
-                whole_ok=subsequence_ok))
+                whole_ok=subsequence_ok and exp.records_subsequence))
         else:
             lines.append(Check("python", True,
                                f"python: original ({size / 1e6:.0f} MB) and reduced run "

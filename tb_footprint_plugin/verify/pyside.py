@@ -75,8 +75,8 @@ def python_probe(reduced_dir: str, exp, dest_dir: str) -> Optional[dict]:
     from tb_footprint_plugin.verify.records import event_file_names
 
     names = event_file_names(reduced_dir)
-    if not names:
-        return None
+    if not names or not exp.records_subsequence:
+        return None  # without the record subsequence, nothing proves a thinned tag whole
     binding: dict = {}  # tag -> plugin, from its first value (as the rewrite's selection)
     # per thinned tag: the stream position of its last record, to be kept (found in pass 1)
     last: dict = {}
