@@ -18,9 +18,8 @@ largest child: the data servers) is its own:
   sha256 passes of the original, is reported beside it);
   Inside a reduce the original is read once by the rewrite (its selection pass hashes it and
   indexes its records; the copy reads only the kept records) and loaded once by the Rust data
-  server; both start before the backup and run while it hashes and links the file (``select``
-  is the pass's own duration, inside ``backup``), and both are handed to the verification
-  (``verify.original``);
+  server, started before the backup so it loads meanwhile (``select`` is the pass's own
+  duration, inside ``rewrite``); both are handed to the verification (``verify.original``);
 * ``verify new``: ``verify_reduction`` on its own, as ``tb-footprint verify`` runs it (nothing
   handed over: it streams the original for the records and loads it with the Rust server;
   TensorBoard's routes on the Rust default view, the Python loader on the reduced run, whole
@@ -119,7 +118,7 @@ def _worker(kind: str, args: dict) -> dict:
         api.reduce_run = timed("run", api.reduce_run)
         transaction._stage = timed("rewrite", transaction._stage)
         transaction._verify = timed("verify", transaction._verify)
-        # the selection pass: on a thread during the backup for a big run
+        # the selection pass (inside the rewrite phase)
         event_rewrite.select_run = timed("select", event_rewrite.select_run)
         t0 = time.perf_counter()
         rep = api.reduce_logdir(args["logdir"], policy="archive", dry_run=False)
@@ -220,8 +219,8 @@ def main() -> None:
           f"{' '.join(f'{x:.2f}' for x in load_after)} after")
     print("plan + rewrite + verification of archive, next to the Rust data server loading the "
           "original once (target: <= 3x)")
-    print("(the rewrite's selection pass runs on a thread during the backup: 'select' is its own "
-          "duration, inside 'backup'; 'rewrite' is what staging waited for it plus the copy)")
+    print("('select': the rewrite's one pass over the original, inside 'rewrite'; the Rust load "
+          "of the original starts before the backup and is shared by rewrite and verify)")
     print(f"{'run':>9} {'rust load':>10} {'plan':>7} {'rewrite':>8} {'verify':>8} "
           f"{'sum':>8} {'ratio':>7} {'backup':>7} {'select':>7} {'reduce':>8} {'peak RSS':>9} "
           f"{'child RSS':>10}")

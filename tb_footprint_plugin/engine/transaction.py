@@ -260,8 +260,8 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
 
 def _original_of(ctx: Context, rp: RunPlan):
     """For a big run whose event files are rewritten: the one Rust load of its original for
-    this reduce and the rewrite's selection pass, both started before the backup so they run
-    while it hashes and links the files, and what that pass learns of the original, all handed
+    this reduce, started before the backup (in its own process: it loads while the backup and
+    the rewrite's selection pass run), and what that pass learns of the original, both handed
     to the verification (``verify.original``)."""
     from tb_footprint_plugin.transforms import _transform_of
     from tb_footprint_plugin.verify import dashboard
@@ -275,18 +275,13 @@ def _original_of(ctx: Context, rp: RunPlan):
     if dashboard.event_bytes(run_dir) <= dashboard.FULL_READ_BYTES:
         return None  # small runs are read in full by both backends: nothing to share
     scratch.use_root(ctx.vault.tmp)
-    from tb_footprint_plugin.transforms import prepare_rewrite
-
-    original = OriginalRun(run_dir).start_reader()
-    first = next(a for a in rp.actions if a.kind == "rewrite" and _transform_of(a) == "event_rewrite")
-    prepare_rewrite(first, ctx.abs(first.path), original)
-    return original
+    return OriginalRun(run_dir).start_reader()
 
 
 def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
                cancel: CancelToken, report: Progress, handover: Optional[list] = None) -> None:
     vault = ctx.vault
-    # a big run's selection pass and Rust load start now and run during the backup
+    # a big run's Rust load starts now and runs during the backup and the selection pass
     original = _original_of(ctx, rp)
     if original is not None and handover is not None:
         handover.append(original)  # closed by the caller, whatever happens next

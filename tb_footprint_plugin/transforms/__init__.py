@@ -40,14 +40,4 @@ def stage_rewrite(action, src: str, tmp: str, sha: str, original=None) -> dict:
     raise ValueError(f"unknown rewrite transform {transform!r}")
 
 
-def prepare_rewrite(action, src: str, original) -> None:
-    """Start, before the backup, the reading a ``rewrite`` action's staging will need (an event
-    rewrite's selection pass, on a thread: ``event_rewrite.prefetch_selection``); a no-op for
-    other transforms."""
-    if _transform_of(action) == "event_rewrite":
-        from tb_footprint_plugin.transforms.event_rewrite import prefetch_selection
-
-        prefetch_selection(action, src, original)
-
-
-__all__ = ["prepare_rewrite", "stage_rewrite"]
+__all__ = ["stage_rewrite"]

@@ -441,8 +441,6 @@ class _RunSelection:
             try:
                 reader = RecordReader(hin, verify=True, display_name=name)
                 for batch in reader.batches():
-                    if self.original is not None and self.original.cancelled:
-                        raise RewriteError(f"{name}: the reduce was cancelled")
                     if fold is not None:
                         fold.add(batch)
                     if not offsets:  # only where the first record is: the rest follow back to back
@@ -1133,11 +1131,12 @@ def _finish(dst: str, name: str, kept: int, dropped: int, out_sha, removed: Dict
 def stage_event_rewrite(action, src: str, tmp: str, sha: str, original=None) -> dict:
     """``stage_rewrite`` for an event file: select (per run, cached), rewrite, report.
     ``original``: this reduce's ``verify.original.OriginalRun`` of the run (see ``select_run``)."""
-    run_dir, rules, rewritten = _selection_args(action, src)
+    params = _params(action)
+    rules = Rules.from_params(params.get("rules") or {})
+    run_dir = os.path.dirname(src)
     name = os.path.basename(src)
-    sel = original.prefetched(_prefetch_key(run_dir, rules, rewritten)) if original is not None else None
-    if sel is None:
-        sel = selection_for(run_dir, rules, rewritten, original)
+    rewritten = params.get("run_files") or [name]
+    sel = selection_for(run_dir, rules, rewritten, original)
     if name not in sel.masks:
         raise RewriteError(f"{name}: not an event file of its run")
     info = rewrite_event_file(src, tmp, sel.masks[name], sel.codes[name], sel.code_names, sha,
@@ -1146,25 +1145,6 @@ def stage_event_rewrite(action, src: str, tmp: str, sha: str, original=None) -> 
     info["expectations"] = dict(sel.expectations)
     info["notes"] = list(sel.notes)
     return info
-
-
-def _selection_args(action, src: str) -> tuple:
-    params = _params(action)
-    rules = Rules.from_params(params.get("rules") or {})
-    return os.path.dirname(src), rules, params.get("run_files") or [os.path.basename(src)]
-
-
-def _prefetch_key(run_dir: str, rules: Rules, rewritten: Sequence[str]) -> tuple:
-    return (os.path.realpath(run_dir), repr(sorted(rules.to_params().items())), tuple(sorted(rewritten)))
-
-
-def prefetch_selection(action, src: str, original) -> None:
-    """Start the run's selection pass on a thread (``OriginalRun.prefetch``): it only reads, so
-    it may run while the engine backs the files up; ``stage_event_rewrite`` collects it, and
-    the copy uses it only if the sha256 it read is the backup's."""
-    run_dir, rules, rewritten = _selection_args(action, src)
-    original.prefetch(_prefetch_key(run_dir, rules, rewritten),
-                      lambda: selection_for(run_dir, rules, rewritten, original))
 
 
 def _params(action) -> dict:
@@ -1187,7 +1167,6 @@ __all__ = [
     "arrange_fillers",
     "evenly_spaced",
     "kept_positions",
-    "prefetch_selection",
     "rewrite_event_file",
     "select_run",
     "selection_for",

@@ -7,9 +7,9 @@ is the one pass and the one load, shared:
 
 * ``start_reader()`` (the engine, first thing of a big run's reduce): TensorBoard's Rust data
   server loads the original with the dashboard's own sampling, in its own process, while the
-  backup and the selection pass run. The selection pass itself (``prefetch``) runs on a thread
-  during the backup: it only reads, and what it read is used only if its sha256 is the
-  backup's. The selection reads its default view from it
+  backup and the selection pass run. (The selection pass itself is not run during the backup:
+  measured, both in one interpreter take as long together as one after the other, the GIL
+  passing between the backup's hashing and the pass's Python.) The selection reads its default view from it
   (``Reader.read``), the verifier crawls TensorBoard's routes over it.
 * ``FileFacts`` per event file, filled by the selection pass (``event_rewrite``): the file's
   sha256, every record's offset, framed size and data CRC (20 bytes a record, no payload),
@@ -92,35 +92,6 @@ class OriginalRun:
     _thread: Optional[threading.Thread] = None
     _stat_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
     _stat_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
-    cancelled: bool = False  # the reduce gave up: a pass still running stops at its next batch
-    _prefetch: Optional[tuple] = None  # (key, thread, result box) of the selection pass
-
-    def prefetch(self, key: tuple, select) -> None:
-        """Run ``select()`` (the rewrite's selection pass) on a thread now; ``prefetched(key)``
-        collects it."""
-        box: list = []
-
-        def run() -> None:
-            try:
-                box.append((True, select()))
-            except BaseException as e:  # noqa: BLE001 - re-raised where the result is collected
-                box.append((False, e))
-
-        t = threading.Thread(target=run, name="footprint-selection", daemon=True)
-        self._prefetch = (key, t, box)
-        t.start()
-
-    def prefetched(self, key: tuple):
-        """The prefetched selection for ``key`` (waits for it), or None if none was started for
-        it; raises what the selection raised."""
-        if self._prefetch is None or self._prefetch[0] != key:
-            return None
-        _, t, box = self._prefetch
-        t.join()
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
 
     def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
         """Start TensorBoard's Rust data server loading the run (default sampling)."""
@@ -176,10 +147,7 @@ class OriginalRun:
         return dashboard.index_from_stats([self.files[n].stats for n in names])
 
     def close(self) -> None:
-        """Stop the data server if nobody took it; stop and wait for a selection pass."""
-        self.cancelled = True
-        if self._prefetch is not None:
-            self._prefetch[1].join()
+        """Stop the data server if nobody took it."""
         if self.reader is not None:
             if self._thread is not None:
                 self._thread.join()
