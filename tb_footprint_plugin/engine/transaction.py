@@ -230,7 +230,12 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             "verify_backends": list(ctx.verify_backends),
         })
         faults.hit("after_begin")
-        _run_steps(ctx, rp, journal, out, cancel, report)
+        handover: list = []
+        try:
+            _run_steps(ctx, rp, journal, out, cancel, report, handover)
+        finally:
+            for h in handover:
+                h.close()
         out.status = Outcome.VERIFIED
     except Exception as e:  # any failure: back to the exact original bytes
         reason = reason_of(e)
@@ -262,9 +267,33 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
 
 
 
+def _original_of(ctx: Context, rp: RunPlan):
+    """For a big run whose event files are rewritten: the one Rust load of its original for
+    this reduce, started before the backup (in its own process: it loads while the backup and
+    the rewrite's selection pass run), and what that pass learns of the original, both handed
+    to the verification (``verify.original``)."""
+    from tb_footprint_plugin.transforms import _transform_of
+    from tb_footprint_plugin.verify import dashboard
+    from tb_footprint_plugin.verify.original import OriginalRun
+
+    if "rust" not in ctx.verify_backends:
+        return None
+    if not any(a.kind == "rewrite" and _transform_of(a) == "event_rewrite" for a in rp.actions):
+        return None
+    run_dir = ctx.abs(rp.run)
+    if dashboard.event_bytes(run_dir) <= dashboard.FULL_READ_BYTES:
+        return None  # small runs are read in full by both backends: nothing to share
+    scratch.use_root(ctx.vault.tmp)
+    return OriginalRun(run_dir).start_reader()
+
+
 def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
-               cancel: CancelToken, report: Progress) -> None:
+               cancel: CancelToken, report: Progress, handover: Optional[list] = None) -> None:
     vault = ctx.vault
+    # a big run's Rust load starts now and runs during the backup and the selection pass
+    original = _original_of(ctx, rp)
+    if original is not None and handover is not None:
+        handover.append(original)  # closed by the caller, whatever happens next
     originals = [a for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
     total = sum(a.bytes_before for a in originals) or 1
     done = 0
@@ -302,7 +331,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         journal.append({"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
                         "src": a.path})
         faults.hit("before_stage")
-        info = _stage(a, src, tmp, backups[a.path]["sha256"])
+        info = _stage(a, src, tmp, backups[a.path]["sha256"], original)
         staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
         journal.append({"type": "staged", **staged[-1]})
         report("stage", 0.4 + 0.2 * (i + 1) / max(1, len(originals)))
@@ -311,7 +340,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # 3. verify with TensorBoard's readers, original view vs reduced view
     cancel.check()
     report("verify", 0.65)
-    verification = _verify(ctx, rp, journal.op_id, backups, staged)
+    verification = _verify(ctx, rp, journal.op_id, backups, staged, original)
     journal.append({"type": "verified", "ok": verification["ok"], "verification": verification})
     faults.hit("after_verify")
     out.verification = verification
@@ -346,7 +375,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     report("done", 1.0)
 
 
-def _stage(action, src: str, tmp: str, sha: str) -> dict:
+def _stage(action, src: str, tmp: str, sha: str, original=None) -> dict:
     """Produce the new file for a compress/rewrite action at ``tmp`` and check it."""
     if action.kind == "compress":
         from tb_footprint_plugin.transforms.gzip_trace import gunzip_sha256, gzip_file
@@ -360,15 +389,18 @@ def _stage(action, src: str, tmp: str, sha: str) -> dict:
     if action.kind == "rewrite":
         from tb_footprint_plugin.transforms import stage_rewrite
 
-        return stage_rewrite(action, src, tmp, sha)
+        return stage_rewrite(action, src, tmp, sha, original)
     raise TransactionError(f"unknown action {action.kind}")
 
 
 # ---------------------------------------------------------------------------------------
 # verification
 # ---------------------------------------------------------------------------------------
-def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], staged: List[dict]) -> dict:
-    """Reader-level check of the run's event files, original vs reduced, plus file checks."""
+def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], staged: List[dict],
+            handover=None) -> dict:
+    """Reader-level check of the run's event files, original vs reduced, plus file checks.
+    ``handover``: what the rewrite learnt of the original (``verify.original.OriginalRun``),
+    used only for the files whose sha256 it read is the backup's (or, kept whole, unchanged)."""
     run_dir = ctx.abs(rp.run)
     replaced = {s["final"]: s for s in staged}
     pairs = {}
@@ -390,7 +422,7 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     substitutes = {r["sha256"]: [r["original_sha256"], r["original_size"]]
                    for s in staged for r in (s.get("substituted") or ())}
     d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends, substitutes,
-                      label=rp.run)
+                      label=rp.run, handover=_handed_over(ctx, run_dir, handover, backups, pairs))
     # kept so `verify` can re-check the run later under the same contract
     d["expectations"] = modes
     if substitutes:
@@ -416,6 +448,23 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     d["checks"], d["failed"] = checks, failed
     d["ok"] = bool(d.get("ok")) and not failed
     return d
+
+
+def _handed_over(ctx: Context, run_dir: str, original, backups: Dict[str, dict], pairs: dict):
+    """``original`` if every original event file it describes is provably the one verified:
+    a backed-up file by the backup's sha256, a file kept whole by being unchanged."""
+    from tb_footprint_plugin.verify.original import stat_sig
+
+    if original is None or not original.files or set(original.files) != set(pairs):
+        return None
+    for name, facts in original.files.items():
+        rel = os.path.relpath(os.path.join(run_dir, name), ctx.logdir)
+        if rel in backups:
+            if backups[rel]["sha256"] != facts.sha256:
+                return None
+        elif stat_sig(os.path.join(run_dir, name)) != facts.stat:
+            return None
+    return original
 
 
 def _profile_route_lines(rp: RunPlan) -> List[dict]:

@@ -213,6 +213,14 @@ class StatsFold:
     def add(self, batch) -> None:
         self._acc.add_batch(batch)
 
+    def decoded(self) -> Optional[tuple]:
+        """What the fold decoded of the batch it was just given, for a caller that classifies
+        the same records (one decode serving two passes): ``(fast, tag_id, tag names, step,
+        meta)`` where ``fast`` marks the records of the form ``Event{wall_time, [step],
+        summary{one value{tag, value, [metadata]}}}`` whose tag is ``names[tag_id]``; None for
+        a batch decoded record by record."""
+        return self._acc.decoded
+
     def finish(self, reader: RecordReader) -> EventFileStats:
         return self._acc.finish(reader)
 
@@ -266,6 +274,7 @@ class _Envelope:
     tag_start: np.ndarray
     tag_len: np.ndarray
     code: np.ndarray  # legacy plugin code 1..4, 0: no plugin, -1: plugin in its metadata
+    meta: Optional[np.ndarray] = None  # the value carries a metadata field
 
 
 def _decode_envelopes(a8: np.ndarray, u64: np.ndarray, ds: np.ndarray, de: np.ndarray) -> _Envelope:
@@ -318,7 +327,7 @@ def _decode_envelopes(a8: np.ndarray, u64: np.ndarray, ds: np.ndarray, de: np.nd
     ml, n, vok = _varint(a8, u64, at(ke + 1), 4)
     ok &= ~tail | ((a8[at(ke)] == 0x4A) & vok & (ke + 1 + n + ml == de))
     code[tail & (code == 0)] = -1
-    return _Envelope(ok, step, ts, tl, code)
+    return _Envelope(ok, step, ts, tl, code, tail)
 
 
 def _tag_words(u64: np.ndarray, ts: np.ndarray, tl: np.ndarray) -> List[np.ndarray]:
@@ -407,6 +416,7 @@ class _Accumulator:
         self.bad_events = 0
         self.first_bad_offset: Optional[int] = None
         self._bind_at: Optional[Dict[int, int]] = None  # tag id -> record index, in a batch
+        self.decoded = None  # see StatsFold.decoded
         self._index = 0
 
     # stats ----------------------------------------------------------------------------
@@ -477,6 +487,7 @@ class _Accumulator:
     # batches ----------------------------------------------------------------------------
     def add_batch(self, batch: RecordBatch) -> None:
         """Fold in a batch of good records (in file order)."""
+        self.decoded = None
         if len(batch) < _FAST_MIN_RECORDS:
             for rec in batch.records():
                 self._record(rec.data, rec.framed_size, rec.offset)
@@ -497,6 +508,7 @@ class _Accumulator:
         bound_at_start = self.bound.copy()
         bind_at = self._resolve_batch(batch, env, tag_id, fast)
         self._aggregate(env, sizes, tag_id, fast, bound_at_start, bind_at)
+        self.decoded = (fast, tag_id, self.table.names, env.step, env.meta)
 
     def _match_tags(self, batch: RecordBatch, u64: np.ndarray, env: _Envelope, idx: np.ndarray) -> np.ndarray:
         ts, tl = env.tag_start[idx], env.tag_len[idx]

@@ -64,6 +64,46 @@ class HashingReader:
         return False
 
 
+class ThreadedHashingReader(HashingReader):
+    """``HashingReader`` whose sha256 runs on another thread (``hashlib`` releases the GIL on
+    big buffers): a pass that parses records in Python is not slowed by hashing them on a
+    second core. At most ``depth`` chunks wait to be hashed (bounded memory); ``hexdigest()``
+    waits for the rest."""
+
+    def __init__(self, f, depth: int = 8):
+        import queue
+        import threading
+
+        super().__init__(f)
+        self._q: "queue.Queue" = queue.Queue(maxsize=depth)
+        self._t = threading.Thread(target=self._run, name="footprint-sha256", daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while True:
+            b = self._q.get()
+            if b is None:
+                return
+            self.sha.update(b)
+
+    def read(self, n: int = -1) -> bytes:
+        b = self._f.read(n)
+        if b:
+            self._q.put(b)
+        return b
+
+    def hexdigest(self) -> str:
+        """The sha256 of everything read so far (and no further reads)."""
+        if self._t.is_alive():
+            self._q.put(None)
+            self._t.join()
+        return self.sha.hexdigest()
+
+    def close(self) -> None:
+        """Stop the hashing thread (the digest is then final)."""
+        self.hexdigest()
+
+
 def matches(path: str, sha: str, size: int) -> bool:
     """True when ``path`` holds exactly the bytes of (``sha``, ``size``); False if unreadable."""
     try:

@@ -16,19 +16,23 @@ def _transform_of(action) -> str:
     return "trace_slim" if ".pt.trace.json" in name else "event_rewrite"
 
 
-def stage_rewrite(action, src: str, tmp: str, sha: str) -> dict:
+def stage_rewrite(action, src: str, tmp: str, sha: str, original=None) -> dict:
     """Produce the rewritten file of a ``rewrite`` action at ``tmp`` and check it.
 
     ``src`` is the original (absolute path), ``sha`` its sha256 as backed up. Returns at
     least ``size`` and ``sha256`` of ``tmp``; event rewrites add ``expectations`` (plugin ->
     verification mode for ``verify.Expectations``) and both add their removal counts.
     Raises when the file cannot be rewritten safely: the transaction then rolls back.
+    ``original`` (``verify.original.OriginalRun``, optional): an event rewrite reads the run's
+    default view from its data server and fills in what its pass learnt, for the verification.
     """
     transform = _transform_of(action)
     if transform == "event_rewrite":
         from tb_footprint_plugin.transforms.event_rewrite import stage_event_rewrite
 
-        return stage_event_rewrite(action, src, tmp, sha)
+        if original is None:
+            return stage_event_rewrite(action, src, tmp, sha)
+        return stage_event_rewrite(action, src, tmp, sha, original=original)
     if transform == "trace_slim":
         from tb_footprint_plugin.transforms.trace_slim import stage_trace_slim
 

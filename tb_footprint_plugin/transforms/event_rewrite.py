@@ -99,11 +99,12 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame
+from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame, masked_crc32c
 from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE,
                                             GRAPH_ROUTE_IDENTICAL_MODE, RUST_CAPACITY, Rules)
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file
+from tb_footprint_plugin.storage.files import CHUNK, HashingReader, ThreadedHashingReader, fsync_file
+from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.transforms import graph_attrs
 
 #: Substitutions (kept records re-encoded): large graph attribute values dropped; a tag's
@@ -298,6 +299,9 @@ class Selection:
     #: file name -> {record index: substitution}: kept records whose bytes change (the event is
     #: re-encoded): ``(GRAPH_ATTRS,)`` or ``(CARRY_METADATA, tag, serialized SummaryMetadata)``
     subs: Dict[str, Dict[int, tuple]] = field(default_factory=dict)
+    #: file name -> what the selection pass read of it (sha256, each record's offset and size):
+    #: the copy then reads only the kept records (``rewrite_event_file``'s ``facts``)
+    facts: Dict[str, object] = field(default_factory=dict)
 
 
 def _files_signature(run_dir: str, names: Sequence[str]) -> tuple:
@@ -319,8 +323,9 @@ _SEL_LOCK = threading.Lock()
 _SEL_CACHE: "collections.OrderedDict[tuple, Selection]" = collections.OrderedDict()
 
 
-def selection_for(run_dir: str, rules: Rules, rewritten: Sequence[str]) -> Selection:
-    """``select_run`` cached per (run, rules, files, their sizes and mtimes)."""
+def selection_for(run_dir: str, rules: Rules, rewritten: Sequence[str], original=None) -> Selection:
+    """``select_run`` cached per (run, rules, files, their sizes and mtimes). ``original``
+    (``verify.original.OriginalRun``): see ``select_run``; a cached selection leaves it empty."""
     names = event_file_names(run_dir)
     key = (os.path.realpath(run_dir), repr(sorted(rules.to_params().items())), tuple(sorted(rewritten)),
            _files_signature(run_dir, names))
@@ -329,7 +334,7 @@ def selection_for(run_dir: str, rules: Rules, rewritten: Sequence[str]) -> Selec
         if sel is not None:
             _SEL_CACHE.move_to_end(key)
             return sel
-    sel = select_run(run_dir, rules, rewritten)
+    sel = select_run(run_dir, rules, rewritten, original=original)
     with _SEL_LOCK:
         _SEL_CACHE[key] = sel
         while len(_SEL_CACHE) > 4:
@@ -345,12 +350,16 @@ def _file_version(s: str) -> Optional[float]:
 
 
 def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
-               rust_view=None) -> Selection:
+               rust_view=None, original=None) -> Selection:
     """Decide, for every record of every event file of ``run_dir``, keep or drop.
 
     Files not in ``rewritten`` are kept whole; their records still count (they are part of
     what TensorBoard reads). ``rust_view``: the Rust server's default view of the run, read
     here when a dashboard-exact tag needs it (tests may pass one).
+
+    ``original`` (``verify.original.OriginalRun`` of this reduce): its Rust data server, if
+    started, gives the default view (no load of its own), and the pass fills its ``files``
+    (record index, tag index, sha256) for the verification of this reduce.
     """
     names = event_file_names(run_dir)
     signature = _files_signature(run_dir, names)
@@ -358,6 +367,7 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
     if missing:
         raise RewriteError(f"not event files of {run_dir}: {sorted(missing)}")
     sel = _RunSelection(run_dir, rules, names, set(rewritten))
+    sel.original = original
     for fi, name in enumerate(names):
         sel.read_file(fi, name)
     sel.apply_restart_rules()
@@ -368,7 +378,7 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
     sel.note_tags(tag_report)
     return Selection(run_dir=run_dir, masks=sel.masks, codes=sel.codes, code_names=sel.code_names,
                      expectations=sel.expectations, notes=sel.notes, signature=signature, tags=tag_report,
-                     subs=sel.subs)
+                     subs=sel.subs, facts=sel.facts)
 
 
 class _RunSelection:
@@ -394,6 +404,8 @@ class _RunSelection:
         self.purging_start = False
         self.v1_disorder = False
         self.most_recent_step = -1
+        self.original = None  # verify.original.OriginalRun to fill, if any
+        self.facts: Dict[str, object] = {}
 
     # --- the pass -----------------------------------------------------------------------
     def code(self, name: str) -> int:
@@ -406,31 +418,142 @@ class _RunSelection:
         return c
 
     def read_file(self, fi: int, name: str) -> None:
-        """Every record of event file ``name`` (the ``fi``-th): kept for now, classified."""
+        """Every record of event file ``name`` (the ``fi``-th): kept for now, classified.
+
+        The same pass hashes the file and notes where each record is (``FileFacts``), so the
+        copy reads only the kept records, and, for this reduce's verification
+        (``self.original``), folds the scan's tag index of the file."""
         from tensorboard.compat.proto import event_pb2
+
+        from tb_footprint_plugin.scan import eventfile
+        from tb_footprint_plugin.verify import original as orig
 
         mask = bytearray()
         cls = bytearray()
-        with RecordReader(os.path.join(self.run_dir, name), verify=True, display_name=name) as reader:
-            for batch in reader.batches():
-                for rec in batch.records():
+        path = os.path.join(self.run_dir, name)
+        fold = eventfile.StatsFold(name) if self.original is not None else None
+        offsets, sizes, crcs = [], [], []
+        parse = event_pb2.Event.FromString
+        # never a FIFO or device (an open would block forever); a symlink to a file is fine
+        with open_regular(path, buffering=0, follow_symlinks=True) as raw:
+            before = orig.stat_sig(path)
+            hin = ThreadedHashingReader(raw)
+            try:
+                reader = RecordReader(hin, verify=True, display_name=name)
+                for batch in reader.batches():
+                    if fold is not None:
+                        fold.add(batch)
+                    if not offsets:  # only where the first record is: the rest follow back to back
+                        offsets.append(batch.starts[:1] + batch.base)
+                    sizes.append(batch.sizes)
+                    crcs.append(orig.record_crcs(batch))
                     ri = len(mask)
-                    mask.append(1)
-                    cls.append(0)
-                    try:
-                        ev = event_pb2.Event.FromString(rec.data)
-                    except Exception:  # unparseable: kept, TensorBoard skips it the same
-                        continue
-                    self._event(ev, name, ri, (fi << _REC_BITS) | ri, cls)
+                    mask.extend(b"\1" * len(batch))
+                    cls.extend(bytes(len(batch)))
+                    self._batch(batch, fold.decoded() if fold is not None else None, name, fi, ri,
+                                cls, parse)
+                while hin.read(CHUNK):  # a damaged tail is hashed too
+                    pass
+            finally:
+                sha = hin.hexdigest()  # also stops the hashing thread on an error
+            after = orig.stat_sig(path)
         if reader.status != "ok" and name in self.rewritten:
             raise RewriteError(f"{name}: {reader.status} at offset {reader.error_offset}; "
                                "a damaged file is never rewritten")
         self.masks[name] = mask
         self.codes[name] = cls
+        if before is not None and before == after:
+            facts = orig.FileFacts.build(name, sha, before, offsets, sizes, crcs,
+                                         fold.finish(reader) if fold is not None else None,
+                                         reader.status)
+            self.facts[name] = facts
+            if self.original is not None:
+                self.original.files[name] = facts
+
+    def _batch(self, batch, dec, name: str, fi: int, ri0: int, cls: bytearray, parse) -> None:
+        """Classify a batch's records, in order: record by record (``_event``), except runs of
+        records that the tag index's decode of the batch (``StatsFold.decoded``) shows to be
+        one-value summaries without metadata of tags already bound (torch and tensorboardX
+        values past a run's first records), classified together (``_fast_run``) without
+        parsing each in Python; a test checks both ways decide the same."""
+        import numpy as np
+
+        buf, starts, sizes = batch.buf, batch.starts, batch.sizes
+        n = len(batch)
+
+        def slow(a: int, b: int) -> None:
+            for i in range(a, b):
+                s, size = int(starts[i]), int(sizes[i])
+                try:
+                    ev = parse(buf[s + 12:s + size - 4])
+                except Exception:  # unparseable: kept, TensorBoard skips it the same
+                    continue
+                self._event(ev, name, ri0 + i, (fi << _REC_BITS) | (ri0 + i), cls)
+
+        if dec is None or dec[4] is None or len(dec[0]) != n:
+            slow(0, n)
+            return
+        fast, tag_id, names, steps, meta = dec
+        eligible = fast & ~meta
+        cut = np.flatnonzero(np.diff(eligible.astype(np.int8)) != 0) + 1
+        bounds = [0] + cut.tolist() + [n]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if not eligible[a]:
+                slow(a, b)
+                continue
+            while a < b:
+                # a tag's first record binds it: record by record up to the last such record
+                uniq, first = np.unique(tag_id[a:b], return_index=True)
+                unbound = [a + int(f) for t, f in zip(uniq.tolist(), first.tolist())
+                           if names[t] not in self.binding]
+                if unbound:
+                    k = max(unbound) + 1
+                    slow(a, k)
+                    a = k
+                    continue
+                if not self._fast_run(tag_id[a:b], names, steps[a:b], fi, ri0 + a, cls):
+                    slow(a, b)
+                a = b
+
+    def _fast_run(self, tag_id, names, steps, fi: int, ri0: int, cls: bytearray) -> bool:
+        """``_event`` of consecutive one-value summaries without metadata of bound tags, at once.
+        False (nothing done): a case left to the record-by-record path."""
+        import numpy as np
+
+        n = len(tag_id)
+        uniq, inv = np.unique(tag_id, return_inverse=True)
+        tags = [names[t] for t in uniq.tolist()]
+        plugins = []
+        for t in tags:
+            plugin = self.binding.get(t)
+            s = self.streams.get(t)
+            if plugin is None or (s is not None and not s.ids) or (
+                    plugin == "graph_run_metadata" and self.rules.strip_run_metadata):
+                return False
+            plugins.append(plugin)
+        if not (self.file_version is not None and self.file_version >= 2):
+            prev = np.concatenate(([self.most_recent_step], steps[:-1]))
+            if (steps < prev).any():
+                self.v1_disorder = True
+        self.most_recent_step = int(steps[-1])
+        cls[ri0:ri0 + n] = np.array([self.code(p) for p in plugins], dtype=np.uint8)[inv].tobytes()
+        gid0 = (fi << _REC_BITS) | ri0
+        for k, t in enumerate(tags):
+            s = self.streams.get(t)
+            if s is None:
+                continue
+            idx = np.flatnonzero(inv == k)
+            st = steps[idx]
+            if (s.steps and int(st[0]) <= s.steps[-1]) or (len(st) > 1 and (np.diff(st) <= 0).any()):
+                s.pin("its steps go backwards or repeat (a restart)")
+            m = len(idx)
+            s.same_meta.extend((b"\1" if s.meta0 is None else b"\0") * m)
+            s.has_meta.extend(bytes(m))
+            s.ids.extend((idx + gid0).tolist())
+            s.steps.extend(st.tolist())
+        return True
 
     def _event(self, ev, name: str, ri: int, gid: int, cls: bytearray) -> None:
-        from tensorboard.compat.proto import event_pb2
-
         what = ev.WhichOneof("what")
         step = ev.step
         if what == "file_version":
@@ -439,6 +562,8 @@ class _RunSelection:
         # Python's restart logic (plugin_event_accumulator._MaybePurgeOrphanedData)
         v2 = self.file_version is not None and self.file_version >= 2
         if what == "session_log":
+            from tensorboard.compat.proto import event_pb2  # not per record: imports cost ~1 us
+
             if v2 and ev.session_log.status == event_pb2.SessionLog.START:
                 if self.seen_start:
                     self.purging_start = True
@@ -561,6 +686,10 @@ class _RunSelection:
         if not exact or rust_view is not None:
             return rust_view
         from tb_footprint_plugin.verify import views
+
+        reader = self.original.rust_reader() if self.original is not None else None
+        if reader is not None:  # this reduce's one load of the original, started by the engine
+            return reader.read()
 
         if views.data_server_binary() is None:
             self.notes.append("dashboard-exact downsampling skipped: the Rust data server is not available")
@@ -820,7 +949,7 @@ def substitute(data: bytes, sub: tuple) -> bytes:
 
 def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[bytearray] = None,
                        code_names: Sequence[str] = (), expected_sha: Optional[str] = None,
-                       subs: Optional[Dict[int, tuple]] = None) -> dict:
+                       subs: Optional[Dict[int, tuple]] = None, facts=None) -> dict:
     """Copy the records of ``src`` whose ``mask`` byte is 1 to ``dst`` (framed bytes as is,
     except the records in ``subs``, re-encoded by ``substitute`` and framed anew).
 
@@ -828,7 +957,20 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     ``mask``, or (with ``expected_sha``) is not the file that was backed up. The result's
     ``substituted`` lists each re-encoded record: its sha256 and the original record's
     (sha256, size), so the record-level check can match it to the record it stands for.
+
+    ``facts`` (``Selection.facts[name]``: the selection pass hashed ``src`` and noted where each
+    record is): while ``src`` is provably the file that pass read (same inode, size, mtime and
+    ctime), only the kept records are read, at their offsets: a 1 GB original reduced to a few
+    MB is not read a second time. Otherwise the whole file is streamed and hashed again.
     """
+    if facts is not None and len(facts.sizes) == len(mask) and facts.status == "ok":
+        from tb_footprint_plugin.verify.original import stat_sig
+
+        if stat_sig(src) == facts.stat:
+            if expected_sha is not None and facts.sha256 != expected_sha:
+                raise RewriteError(f"{os.path.basename(src)}: changed while it was being rewritten "
+                                   "(sha256 differs)")
+            return _copy_kept(src, dst, mask, facts, codes, code_names, subs or {})
     kept = dropped = 0
     removed: Dict[str, List[int]] = {}
     subs = subs or {}
@@ -886,7 +1028,91 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
         raise RewriteError(f"{name}: {i} records, {n} when it was analysed (changed?)")
     if expected_sha is not None and hin.sha.hexdigest() != expected_sha:
         raise RewriteError(f"{name}: changed while it was being rewritten (sha256 differs)")
-    # re-read the new file: framing and CRCs
+    return _finish(dst, name, kept, dropped, out_sha, removed, substituted)
+
+
+def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytearray],
+               code_names: Sequence[str], subs: Dict[int, tuple]) -> dict:
+    """``rewrite_event_file`` from the selection pass's record index: the kept frames are read
+    at their offsets (consecutive ones in one read), the dropped ones are never read again."""
+    import numpy as np
+
+    from tb_footprint_plugin.verify.original import stat_sig
+
+    name = os.path.basename(src)
+    keep = np.frombuffer(bytes(mask), dtype=np.uint8) != 0
+    offsets, sizes = facts.offsets(), facts.sizes
+    removed: Dict[str, List[int]] = {}
+    if codes is not None and (~keep).any():
+        cv = np.frombuffer(bytes(codes), dtype=np.uint8)[~keep]
+        ds = sizes[~keep]
+        for c in np.unique(cv).tolist():
+            label = code_names[c] if c < len(code_names) else "other"
+            sel = cv == c
+            r = removed.setdefault(label, [0, 0])
+            r[0] += int(sel.sum())
+            r[1] += int(ds[sel].sum())
+    elif (~keep).any():
+        removed["other"] = [int((~keep).sum()), int(sizes[~keep].sum())]
+    idx = np.flatnonzero(keep)
+    # runs of consecutive kept records (adjacent in the file); a substituted record is a run alone
+    cut = np.flatnonzero(np.diff(idx) != 1) + 1 if len(idx) else np.zeros(0, np.int64)
+    starts = np.concatenate(([0], cut)).astype(np.int64) if len(idx) else cut
+    ends = np.concatenate((cut, [len(idx)])).astype(np.int64) if len(idx) else cut
+    runs = list(zip(idx[starts].tolist(), idx[ends - 1].tolist())) if len(idx) else []
+    if subs:
+        split = []
+        for a, b in runs:
+            for i in sorted(k for k in subs if a <= k <= b):
+                if a < i:
+                    split.append((a, i - 1))
+                split.append((i, i))
+                a = i + 1
+            if a <= b:
+                split.append((a, b))
+        runs = split
+    substituted: List[dict] = []
+    out_sha = hashlib.sha256()
+    with open_regular(src, buffering=0, follow_symlinks=True) as fin, open(dst, "xb") as raw_out:
+        fd = fin.fileno()
+        pending: List[bytes] = []
+        pending_bytes = 0
+        for a, b in runs:
+            start = int(offsets[a])
+            length = int(offsets[b]) + int(sizes[b]) - start
+            piece = os.pread(fd, length, start)
+            if len(piece) != length:
+                raise RewriteError(f"{name}: shorter than when it was analysed (changed?)")
+            if a in subs:
+                data = piece[12:-4]
+                if masked_crc32c(data) != int(facts.crcs[a]):
+                    raise RewriteError(f"{name}: a record changed since it was analysed")
+                new = substitute(data, subs[a])
+                piece = frame(new)
+                substituted.append({"kind": subs[a][0], "sha256": hashlib.sha256(new).hexdigest(),
+                                    "original_sha256": hashlib.sha256(data).hexdigest(),
+                                    "original_size": len(data), "size": len(new)})
+            pending.append(piece)
+            pending_bytes += len(piece)
+            if pending_bytes >= 1 << 20:
+                data = b"".join(pending)
+                raw_out.write(data)
+                out_sha.update(data)
+                pending, pending_bytes = [], 0
+        if pending:
+            data = b"".join(pending)
+            raw_out.write(data)
+            out_sha.update(data)
+        fsync_file(raw_out)
+    if stat_sig(src) != facts.stat:
+        raise RewriteError(f"{name}: changed while it was being rewritten")
+    kept = len(idx)
+    return _finish(dst, name, kept, len(mask) - kept, out_sha, removed, substituted)
+
+
+def _finish(dst: str, name: str, kept: int, dropped: int, out_sha, removed: Dict[str, List[int]],
+            substituted: List[dict]) -> dict:
+    """Re-read the new file (framing and CRCs of every kept record) and report."""
     with RecordReader(dst, verify=True, display_name=name) as check:
         count = sum(len(b) for b in check.batches())
     if check.status != "ok" or count != kept:
@@ -902,18 +1128,19 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     }
 
 
-def stage_event_rewrite(action, src: str, tmp: str, sha: str) -> dict:
-    """``stage_rewrite`` for an event file: select (per run, cached), rewrite, report."""
+def stage_event_rewrite(action, src: str, tmp: str, sha: str, original=None) -> dict:
+    """``stage_rewrite`` for an event file: select (per run, cached), rewrite, report.
+    ``original``: this reduce's ``verify.original.OriginalRun`` of the run (see ``select_run``)."""
     params = _params(action)
     rules = Rules.from_params(params.get("rules") or {})
     run_dir = os.path.dirname(src)
     name = os.path.basename(src)
     rewritten = params.get("run_files") or [name]
-    sel = selection_for(run_dir, rules, rewritten)
+    sel = selection_for(run_dir, rules, rewritten, original)
     if name not in sel.masks:
         raise RewriteError(f"{name}: not an event file of its run")
     info = rewrite_event_file(src, tmp, sel.masks[name], sel.codes[name], sel.code_names, sha,
-                              subs=sel.subs.get(name))
+                              subs=sel.subs.get(name), facts=sel.facts.get(name))
     info["transform"] = "event_rewrite"
     info["expectations"] = dict(sel.expectations)
     info["notes"] = list(sel.notes)

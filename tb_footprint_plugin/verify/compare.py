@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import math
 import os
+import shutil
 import struct
 import time
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ from typing import Any, Iterable, Optional
 
 from tb_footprint_plugin.fmt import plural
 from tb_footprint_plugin.scan import categories
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.verify import records, views
 from tb_footprint_plugin.verify.readers import Reader
@@ -139,6 +141,7 @@ def verify_reduction(
     timeout_s: float = 300.0,
     full_read_bytes: Optional[int] = None,
     routes: bool = True,
+    original=None,
 ) -> VerificationResult:
     """Compare what TensorBoard shows for ``original_dir`` and ``reduced_dir``.
 
@@ -146,6 +149,12 @@ def verify_reduction(
     ``dashboard.FULL_READ_BYTES``) are read in full by both backends; bigger ones take the
     flat-memory path of ``dashboard`` (never the Python loader over the original).
     ``routes=False`` leaves out TensorBoard's HTTP routes (the verifier before issue 12).
+
+    ``original`` (``verify.original.OriginalRun``, big runs): what the rewrite already read of
+    ``original_dir``'s files (the caller vouches they are those bytes): its Rust data server's
+    load is the original's side of the route crawl, its record index finds the records the
+    subsequence check compares byte for byte, its tag index is the original's. Whatever it
+    does not cover is read here as without it.
     """
     from tb_footprint_plugin.verify import dashboard
 
@@ -164,9 +173,14 @@ def verify_reduction(
     python_side = None
     if big and "python" in wanted and (dashboard.event_bytes(reduced_dir)
                                        <= dashboard.PYTHON_REDUCED_BYTES):
-        from tb_footprint_plugin.verify.pyside import PythonSide
+        from tb_footprint_plugin.verify.pyside import PythonSide, python_probe
 
-        python_side = PythonSide(reduced_dir, timeout_s).start()
+        # the loader reads the reduced run, whole tags thinned where their records prove the
+        # same (``pyside.python_probe``); its child imports TensorBoard's loader meanwhile
+        python_side = PythonSide(None, timeout_s).start()
+        python_side.probe_dir = scratch.make("python-probe")
+        python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir)
+        python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
     if "rust" in wanted and views.data_server_binary() is None:
         # TensorBoard itself falls back to the Python reader when the binary is missing.
         wanted.remove("rust")
@@ -174,17 +188,30 @@ def verify_reduction(
     # Big runs: the Rust servers load both sides in their own processes while this one makes
     # its passes over the records (``_record_checks``, the tag index).
     rust_opening = None
+    handed = original.take_reader() if (big and original is not None and "rust" in wanted) else None
     if big and "rust" in wanted:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
-        rust_opening = pool.submit(dashboard.open_pair, original_dir, reduced_dir, "rust", None,
-                                   store_all=False, timeout_s=timeout_s)
+        sides = ("after",) if handed is not None else ("before", "after")
+
+        def opening() -> dict:
+            readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
+                                          store_all=False, timeout_s=timeout_s, sides=sides)
+            if handed is not None:
+                readers["before"] = handed
+            return readers
+
+        rust_opening = pool.submit(opening)
         pool.shutdown(wait=False)
+    elif handed is not None:
+        handed.close()
     try:
         return _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
-                       big, python_side, rust_opening, start)
+                       big, python_side, rust_opening, start, original if big else None)
     finally:
         if python_side is not None:
             python_side.cancel()  # no-op once its result was collected
+            if getattr(python_side, "probe_dir", None):
+                shutil.rmtree(python_side.probe_dir, ignore_errors=True)
         if rust_opening is not None and not getattr(rust_opening, "taken", False):
             try:
                 for r in rust_opening.result().values():
@@ -194,12 +221,15 @@ def verify_reduction(
 
 
 def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
-            big, python_side, rust_opening, start) -> VerificationResult:
+            big, python_side, rust_opening, start, original=None) -> VerificationResult:
     from tb_footprint_plugin.verify import dashboard
 
-    # Big runs: the original's tag index is folded from the record-subsequence pass.
+    # Big runs: the original's tag index is the rewrite pass's (``original``), or folded from
+    # the record-subsequence pass.
     tap = dashboard.IndexTap() if big else None
-    checks.extend(_record_checks(original_dir, reduced_dir, exp, tap))
+    index_before = original.index() if original is not None else None
+    facts = original.files if (original is not None and index_before is not None) else None
+    checks.extend(_record_checks(original_dir, reduced_dir, exp, None if facts else tap, facts))
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 
@@ -209,7 +239,7 @@ def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, s
         subsequence_ok = all(c.ok for c in checks if c.name == "record subsequence")
         pairs, route_lines = _read_big(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
                                        subsequence_ok, size, python_side, rust_opening,
-                                       tap.index(original_dir))
+                                       index_before or tap.index(original_dir))
     checks.extend(_run_present_checks(pairs))
     checks.extend(_reader_error_checks(pairs))
     # Compare points only where both sides were read in full and both hold the run.
@@ -316,7 +346,10 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
 
             listing = (python_side.result() if python_side is not None
                        else pyside.read_listing(reduced_dir, timeout_s))
-            lines.extend(dashboard.python_against_index(listing, index_before, exp))
+            probe = getattr(python_side, "probe", None)
+            lines.extend(dashboard.python_against_index(
+                listing, index_before, exp, thinned=(probe or {}).get("thinned"),
+                whole_ok=subsequence_ok and exp.records_subsequence))
         else:
             lines.append(Check("python", True,
                                f"python: original ({size / 1e6:.0f} MB) and reduced run "
@@ -360,7 +393,7 @@ def _rust_hint(plugin: str, exp: Expectations) -> Optional[int]:
 
 
 def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
-                   original_tap=None) -> list[Check]:
+                   original_tap=None, facts=None) -> list[Check]:
     reduced = records.check_event_files(reduced_dir)
     problems, notes, inherited = [], [], []
     for rc in reduced:
@@ -383,9 +416,14 @@ def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
                   if reduced else "records: no event files in the reduced run")
         out = [Check("records", True, detail + "".join(f"; {n}" for n in notes))]
     if exp.records_subsequence and reduced and not problems:
-        ok, msg = records.records_subsequence(original_dir, reduced_dir, inherited,
+        res = (records.records_subsequence_indexed(original_dir, reduced_dir, facts, inherited,
+                                                   substitutes=exp.record_substitutes)
+               if facts else None)
+        if res is None:
+            res = records.records_subsequence(original_dir, reduced_dir, inherited,
                                               substitutes=exp.record_substitutes,
                                               original_tap=original_tap)
+        ok, msg = res
         out.append(Check("record subsequence", ok, f"record subsequence: {msg}"))
     return out
 

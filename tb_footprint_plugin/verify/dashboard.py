@@ -248,16 +248,24 @@ def index_checks(before: tuple, after: tuple, exp, subsequence_ok: bool) -> list
                   f"their last step, every tag still has records")]
 
 
-def python_against_index(view, index: tuple, exp) -> list:
+def python_against_index(view, index: tuple, exp, thinned: Optional[dict] = None,
+                         whole_ok: bool = True) -> list:
     """The reduced run as the Python loader shows it (``pyside.PythonListing``: steps per
-    tag), against the original's index."""
+    tag), against the original's index.
+
+    ``thinned`` (``pyside.python_probe``): tags of "identical" plugins the loader read only a
+    few records of -> how many it was spared; each must still be listed, with every record it
+    was given and the original's first and last steps, and its points are proven by its
+    records (``whole_ok``: the record subsequence held, the tag index found it whole)."""
     from tb_footprint_plugin.verify import compare as c
     from tb_footprint_plugin.verify.compare import Check
 
     if view.fatal:
         return [Check("python", False, f"python (reduced only): {view.fatal}")]
     tags, _ = index
+    thinned = thinned or {}
     problems, n_tags, n_points = [], 0, 0
+    n_spared = sum(thinned.values())
     for plugin in sorted(tags):
         if not plugin:
             continue
@@ -272,6 +280,17 @@ def python_against_index(view, index: tuple, exp) -> list:
             n_tags += 1
             n_points += len(tv)
             steps = tv
+            if tag in thinned and mode == c.IDENTICAL:
+                if not whole_ok:
+                    problems.append(f"{plugin} tag {tag!r}: read thinned, but its records are not "
+                                    "proven whole")
+                elif len(steps) != st.records - thinned[tag]:
+                    problems.append(f"{plugin} tag {tag!r}: {st.records - thinned[tag]} records "
+                                    f"given to the loader became {len(steps)} points")
+                elif steps and (min(steps), max(steps)) != (st.min_step, st.max_step):
+                    problems.append(f"{plugin} tag {tag!r}: steps {st.min_step}–{st.max_step} "
+                                    f"became {min(steps)}–{max(steps)}")
+                continue
             if mode == c.IDENTICAL and len(steps) != st.records:
                 problems.append(f"{plugin} tag {tag!r}: {st.records} points became {len(steps)}")
             elif steps and mode != c.REMOVED and max(steps) != st.max_step:
@@ -288,6 +307,9 @@ def python_against_index(view, index: tuple, exp) -> list:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         return [Check("python", False, "python (reduced run vs the original's index): "
                       + "; ".join(problems[:3]) + more)]
+    spared = (f"; {len(thinned)} whole tag(s) of identical plugins read through their first, last "
+              f"and metadata records ({n_spared} records not re-read: each is byte-identical to "
+              f"the original's, see the record subsequence and tag index)" if thinned else "")
     return [Check("python", True,
                   f"python (reduced run vs the original's index): {n_tags} tags listed as "
-                  f"before, {n_points} points, every contract's first/last steps shown")]
+                  f"before, {n_points} points, every contract's first/last steps shown{spared}")]

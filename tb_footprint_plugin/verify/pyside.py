@@ -13,6 +13,19 @@ data: per plugin, per tag, the steps the loader serves (``read_*`` through Tenso
 
 The child reads only the run directory it is given (through ``Reader``'s private logdir of
 links, as in-process); it writes nothing but its temporary logdir, removed on exit.
+
+**The probe** (``python_probe``). A reduce keeps scalars, hparams and text whole, so a reduced
+1 GB run still holds tens of thousands of scalar records, each ~0.2-0.3 ms in this loader:
+longer than everything else verification does. What this loader would show of a tag whose
+records are all still there, byte for byte and in order (the "identical" contract, proven by
+the record subsequence and the tag index), is already decided by those records — provided
+nothing else the loader reads depends on them. That holds for v2 event files: there the loader
+purges only at a ``SessionLog.START`` restart (by that record's step), whereas for older files
+it purges by the step order of *all* summaries. So for a run of v2 files the loader reads a
+thinned copy of the reduced run: every record, except that a tag of an "identical" plugin keeps
+only its first and last records and every record carrying summary metadata (the loader binds
+the tag there). The loader still lists every tag, reads every point of every reduced tag, and
+checks its CRCs; the line says how many records of whole tags it was spared.
 """
 from __future__ import annotations
 
@@ -48,6 +61,112 @@ class PythonListing:
                    warnings=list(d.get("warnings") or []),
                    plugins={p: {t: [int(s) for s in steps] for t, steps in tags.items()}
                             for p, tags in (d.get("plugins") or {}).items()})
+
+
+def python_probe(reduced_dir: str, exp, dest_dir: str) -> Optional[dict]:
+    """Write the thinned copy of ``reduced_dir`` the loader reads (see the module docstring)
+    into ``dest_dir``; ``{"thinned": {tag: records left out}, "records": records written}``,
+    or None when it does not apply (pre-v2 files, nothing to thin, an unreadable record)."""
+    from tensorboard.compat.proto import event_pb2
+
+    from tb_footprint_plugin.scan import categories as cat
+    from tb_footprint_plugin.scan.tfrecord import RecordReader
+    from tb_footprint_plugin.verify import compare as c
+    from tb_footprint_plugin.verify.records import event_file_names
+
+    names = event_file_names(reduced_dir)
+    if not names or not exp.records_subsequence:
+        return None  # without the record subsequence, nothing proves a thinned tag whole
+    binding: dict = {}  # tag -> plugin, from its first value (as the rewrite's selection)
+    # per thinned tag: the stream position of its last record, to be kept (found in pass 1)
+    last: dict = {}
+    seen_version = False
+    parse = event_pb2.Event.FromString
+
+    def records():
+        for fi, n in enumerate(names):
+            with RecordReader(os.path.join(reduced_dir, n), verify=True, display_name=n) as r:
+                for batch in r.batches():
+                    buf = batch.buf
+                    for st, size in zip(batch.starts.tolist(), batch.sizes.tolist()):
+                        yield fi, buf[st:st + size]
+            if r.status != "ok":
+                raise ValueError(f"{n}: {r.status}")
+
+    def classify(piece: bytes):
+        """The tag a thinnable record belongs to, or None (kept); False: probe not valid."""
+        nonlocal seen_version
+        try:
+            ev = parse(piece[12:-4])
+        except Exception:  # noqa: BLE001 - unparseable: the probe is not the run's twin
+            return False
+        what = ev.WhichOneof("what")
+        if what == "file_version":
+            try:
+                if float(ev.file_version.split(":", 1)[1]) < 2:
+                    return False
+            except (IndexError, ValueError):
+                return False
+            seen_version = True
+            return None
+        if not seen_version:
+            return False  # a record before any file version: the loader's pre-v2 purge rules
+        if what != "summary" or len(ev.summary.value) != 1:
+            for v in ev.summary.value if what == "summary" else ():
+                binding.setdefault(v.tag, "")  # bound from a shared record: never thinned
+            return None
+        v = ev.summary.value[0]
+        if v.tag not in binding:
+            kind = v.WhichOneof("value")
+            binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
+                v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
+            return None  # a tag's first record is always kept
+        plugin = binding[v.tag]
+        if not plugin or v.HasField("metadata") or exp.mode_for(plugin) != c.IDENTICAL:
+            return None
+        return v.tag
+
+    try:
+        pos = 0
+        for _, piece in records():
+            tag = classify(piece)
+            if tag is False:
+                return None
+            if tag is not None:
+                last[tag] = pos
+            pos += 1
+        if not last:
+            return None
+        keep_last = set(last.values())
+        thinned: dict = {}
+        written = 0
+        outs = {}
+        binding.clear()
+        seen_version = False
+        pos = 0
+        try:
+            for fi, piece in records():
+                tag = classify(piece)
+                if tag is not None and pos not in keep_last:
+                    thinned[tag] = thinned.get(tag, 0) + 1
+                else:
+                    f = outs.get(fi)
+                    if f is None:
+                        f = outs[fi] = open(os.path.join(dest_dir, names[fi]), "xb")
+                    f.write(piece)
+                    written += 1
+                pos += 1
+        finally:
+            for f in outs.values():
+                f.close()
+        for n in names:  # an event file whose records were all thinned is still there
+            if not os.path.exists(os.path.join(dest_dir, n)):
+                open(os.path.join(dest_dir, n), "xb").close()
+    except (OSError, ValueError):
+        return None
+    if not thinned:
+        return None
+    return {"thinned": thinned, "records": written}
 
 
 def read_listing(run_dir: str, timeout_s: float) -> PythonListing:
@@ -98,10 +217,13 @@ def _read_steps(out: PythonListing, provider, ctx, plugin: str, kind: str) -> No
 
 
 class PythonSide:
-    """``read_listing`` of one run in a child interpreter: ``start()`` now, ``result()`` later."""
+    """``read_listing`` of one run in a child interpreter: ``start()`` now, ``result()`` later.
 
-    def __init__(self, run_dir: str, timeout_s: float) -> None:
-        self.run_dir = os.path.abspath(run_dir)
+    Without a ``run_dir``, the child starts and imports TensorBoard's loader while the caller
+    prepares what it will read (``python_probe``), and ``go(run_dir)`` then tells it."""
+
+    def __init__(self, run_dir: Optional[str], timeout_s: float) -> None:
+        self.run_dir = os.path.abspath(run_dir) if run_dir is not None else None
         self.timeout_s = timeout_s
         self._proc: Optional[subprocess.Popen] = None
         self._out = None
@@ -118,10 +240,22 @@ class PythonSide:
         self._err = tempfile.TemporaryFile()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, self.run_dir, str(self.timeout_s)],
-                stdin=subprocess.DEVNULL, stdout=self._out, stderr=self._err, env=env)
+                [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s)],
+                stdin=subprocess.DEVNULL if self.run_dir else subprocess.PIPE,
+                stdout=self._out, stderr=self._err, env=env)
         except OSError:
             self._proc = None  # no interpreter to start: result() reads in this process
+        return self
+
+    def go(self, run_dir: str) -> "PythonSide":
+        """The run a child started without one reads (see the class docstring)."""
+        self.run_dir = os.path.abspath(run_dir)
+        if self._proc is not None and self._proc.stdin is not None:
+            try:
+                self._proc.stdin.write(os.fsencode(self.run_dir) + b"\n")
+                self._proc.stdin.close()
+            except OSError:  # the child is gone: result() reports how it exited
+                pass
         return self
 
     def result(self) -> PythonListing:
@@ -152,6 +286,11 @@ class PythonSide:
 
     def cancel(self) -> None:
         """Stop the child (the caller is failing for another reason)."""
+        if self._proc is not None and self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait()
@@ -164,8 +303,31 @@ class PythonSide:
         self._out = self._err = None
 
 
+def _c_crc32c() -> None:
+    """TensorBoard's TensorFlow stub checks record CRCs with a CRC-32C table in pure Python
+    (~0.5 us a byte: most of this loader's time on histogram records); the same function
+    in C (``google_crc32c``, already what ``scan.tfrecord`` uses). Only in this child: the
+    loader's logic is untouched, and a CRC it would reject it still rejects."""
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+
+    from tb_footprint_plugin.scan.tfrecord import masked_crc32c
+
+    pywrap_tensorflow.masked_crc32c = masked_crc32c
+
+
 def _main(argv: list) -> int:
     run_dir, timeout_s = argv[0], float(argv[1])
+    _c_crc32c()
+    if run_dir == "-":  # imports first, while the parent prepares the run; then its name
+        from tensorboard.backend.event_processing import (  # noqa: F401
+            data_provider, plugin_event_multiplexer)
+
+        from tb_footprint_plugin.verify import readers, views  # noqa: F401
+
+        run_dir = os.fsdecode(sys.stdin.buffer.readline().rstrip(b"\n"))
+        if not run_dir:
+            return 1  # the parent gave up
+
     listing = read_listing(run_dir, timeout_s)
     sys.stdout.write(json.dumps(listing.to_json()) + "\n")
     sys.stdout.flush()

@@ -1,0 +1,193 @@
+"""What one reduce learns about a run's original while rewriting it, handed to its verification.
+
+A big run's original was read three times per reduce: the rewrite's selection pass, its
+copy pass, and the verifier's record pass (subsequence + tag index); and loaded twice by the
+Rust data server (the selection's default view, the verifier's route crawl). ``OriginalRun``
+is the one pass and the one load, shared:
+
+* ``start_reader()`` (the engine, first thing of a big run's reduce): TensorBoard's Rust data
+  server loads the original with the dashboard's own sampling, in its own process, while the
+  backup and the selection pass run. (The selection pass itself is not run during the backup:
+  measured, both in one interpreter take as long together as one after the other, the GIL
+  passing between the backup's hashing and the pass's Python.) The selection reads its default view from it
+  (``Reader.read``), the verifier crawls TensorBoard's routes over it.
+* ``FileFacts`` per event file, filled by the selection pass (``event_rewrite``): the file's
+  sha256, every record's offset, framed size and data CRC (20 bytes a record, no payload),
+  and the tag index the verifier compares (``eventfile.StatsFold``, the scan's own fold).
+
+Trust: the facts describe bytes whose sha256 the engine compares with the backup's before it
+hands them on; the Rust server read the live files, so its load is used only when every file's
+``(inode, size, mtime)`` is the same before the server started, after it finished loading, and
+around the selection pass (a write changes mtime; the ctime is left out because the backup's
+hard link changes it). Otherwise the verifier loads the original from the vault itself, as
+before. A write that restores the mtime is still caught: the engine re-hashes the backup (the
+same inode when linked) before the commit. The record index is only a finder: every reduced
+record is still compared byte for byte with the original's bytes read from the vault
+(``records.records_subsequence_indexed``).
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import numpy as np
+
+
+def stat_sig(path: str) -> Optional[tuple]:
+    """``(inode, size, mtime_ns)`` of ``path``, or None if it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class FileFacts:
+    """One event file as the selection pass read it (CRCs verified, every byte hashed).
+
+    8 bytes a record: good records are back to back from ``start``, so their offsets are the
+    running sum of their sizes (``offsets()``, computed when needed, not kept)."""
+
+    name: str
+    sha256: str
+    stat: tuple  # stat_sig at the start of the pass, equal at its end
+    sizes: np.ndarray  # uint32 (int64 if a record is >= 4 GB): framed size of each record
+    crcs: np.ndarray  # uint32: the stored (masked) data CRC of each record
+    stats: object = None  # eventfile.EventFileStats of the file
+    status: str = "ok"
+    start: int = 0  # offset of the first record
+
+    def offsets(self) -> np.ndarray:
+        """int64 file offset of each record's header."""
+        out = np.empty(len(self.sizes), dtype=np.int64)
+        if len(out):
+            out[0] = self.start
+            np.cumsum(self.sizes[:-1], dtype=np.int64, out=out[1:])
+            out[1:] += self.start
+        return out
+
+    @classmethod
+    def build(cls, name: str, sha256: str, stat: tuple, starts: list, sizes: list, crcs: list,
+              stats=None, status: str = "ok") -> "FileFacts":
+        """From the per-batch arrays of a pass (``starts``: file offsets of each batch's records)."""
+        sz = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        first = int(starts[0][0]) if starts and len(starts[0]) else 0
+        if len(sz) and int(sz.max()) < 1 << 32:
+            sz = sz.astype(np.uint32)
+        return cls(name, sha256, stat, sz,
+                   np.concatenate(crcs).astype(np.uint32) if crcs else np.zeros(0, np.uint32),
+                   stats, status, first)
+
+
+@dataclass
+class OriginalRun:
+    """The original of one run during one reduce (see the module docstring)."""
+
+    run_dir: str
+    files: Dict[str, FileFacts] = field(default_factory=dict)
+    reader: Optional[object] = None  # readers.Reader (rust), loading or loaded
+    _thread: Optional[threading.Thread] = None
+    _stat_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
+    _stat_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
+
+    def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
+        """Start TensorBoard's Rust data server loading the run (default sampling)."""
+        from tb_footprint_plugin.verify import views
+        from tb_footprint_plugin.verify.readers import Reader
+        from tb_footprint_plugin.verify.records import event_file_names
+
+        if self.reader is not None or views.data_server_binary() is None:
+            return self
+        names = event_file_names(self.run_dir)
+        self._stat_before = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
+        self.reader = Reader(self.run_dir, "rust", None, store_all=False, timeout_s=timeout_s)
+
+        def load() -> None:
+            self.reader.open()
+            self._stat_loaded = {n: stat_sig(os.path.join(self.run_dir, n))
+                                 for n in event_file_names(self.run_dir)}
+
+        self._thread = threading.Thread(target=load, name="footprint-original-rust", daemon=True)
+        self._thread.start()
+        return self
+
+    def rust_reader(self):
+        """The loaded Reader if its load provably saw the bytes the pass hashed, else None."""
+        if self.reader is None:
+            return None
+        self._thread.join()
+        if self.reader.view.fatal or not self.files:
+            return None
+        if set(self._stat_before) != set(self.files) or self._stat_loaded != self._stat_before:
+            return None
+        if any(f.stat != self._stat_before[n] for n, f in self.files.items()):
+            return None
+        return self.reader
+
+    def take_reader(self):
+        """``rust_reader()``, now owned by the caller (who closes it)."""
+        r = self.rust_reader()
+        if r is not None:
+            self.reader = None
+        return r
+
+    def index(self) -> Optional[tuple]:
+        """The run's tag index (``dashboard.run_index``) from the pass, if every file was read."""
+        from tb_footprint_plugin.verify import dashboard
+        from tb_footprint_plugin.verify.records import event_file_names
+
+        names = event_file_names(self.run_dir)
+        if not self.files or sorted(self.files) != names:
+            return None
+        if any(self.files[n].stats is None for n in names):
+            return None
+        return dashboard.index_from_stats([self.files[n].stats for n in names])
+
+    def close(self) -> None:
+        """Stop the data server if nobody took it."""
+        if self.reader is not None:
+            if self._thread is not None:
+                self._thread.join()
+            self.reader.close()
+            self.reader = None
+
+
+def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
+    """``FileFacts`` of one event file read on its own (the rewrite folds the same into its
+    selection pass; this is for callers without one, e.g. ``verify`` of a committed run)."""
+    from tb_footprint_plugin.scan import eventfile
+    from tb_footprint_plugin.scan.tfrecord import RecordReader
+    from tb_footprint_plugin.storage.files import CHUNK, HashingReader
+    from tb_footprint_plugin.storage.regular import open_regular
+
+    name = name or os.path.basename(path)
+    fold = eventfile.StatsFold(name)
+    offsets, sizes, crcs = [], [], []
+    with open_regular(path, buffering=0, follow_symlinks=True) as raw:
+        before = stat_sig(path)
+        hin = HashingReader(raw)
+        reader = RecordReader(hin, verify=True, display_name=name)
+        for batch in reader.batches():
+            fold.add(batch)
+            if not offsets:  # only where the first record is: the rest follow back to back
+                offsets.append(batch.starts[:1] + batch.base)
+            sizes.append(batch.sizes)
+            crcs.append(record_crcs(batch))
+        while hin.read(CHUNK):
+            pass
+    return FileFacts.build(name, hin.sha.hexdigest(), before, offsets, sizes, crcs,
+                           fold.finish(reader), reader.status)
+
+
+def record_crcs(batch) -> np.ndarray:
+    """The stored data CRC (last 4 bytes of the frame) of every record of a ``RecordBatch``."""
+    u8 = np.frombuffer(batch.buf, dtype=np.uint8)
+    at = batch.starts + batch.sizes - 4
+    return (u8[at].astype(np.uint32) | (u8[at + 1].astype(np.uint32) << 8)
+            | (u8[at + 2].astype(np.uint32) << 16) | (u8[at + 3].astype(np.uint32) << 24))
+
+
+__all__ = ["FileFacts", "OriginalRun", "read_facts", "record_crcs", "stat_sig"]
