@@ -925,6 +925,37 @@ def _graph_duplicates(kind: str, items: List[Tuple[int, int, bytes]]) -> List[in
 # ---------------------------------------------------------------------------------------
 # the rewrite (one file, streaming)
 # ---------------------------------------------------------------------------------------
+class _HashedOut:
+    """Kept records gathered into writes of about 1 MB, hashed as they are written."""
+
+    def __init__(self, raw, sha) -> None:
+        self.raw, self.sha = raw, sha
+        self.parts: List[bytes] = []
+        self.n = 0
+
+    def add(self, piece) -> None:
+        self.parts.append(piece)
+        self.n += len(piece)
+        if self.n >= 1 << 20:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            data = b"".join(self.parts)
+            self.raw.write(data)
+            self.sha.update(data)
+            self.parts, self.n = [], 0
+
+
+def _substitute_record(data: bytes, sub: tuple, substituted: List[dict]) -> bytes:
+    """The framed record that replaces ``data`` (``substitute``), noted in ``substituted``."""
+    new = substitute(data, sub)
+    substituted.append({"kind": sub[0], "sha256": hashlib.sha256(new).hexdigest(),
+                        "original_sha256": hashlib.sha256(data).hexdigest(),
+                        "original_size": len(data), "size": len(new)})
+    return frame(new)
+
+
 def substitute(data: bytes, sub: tuple) -> bytes:
     """The re-encoded event for a kept record (``Selection.subs``): same step, wall time and
     values; large graph attribute values dropped, or the tag's first metadata added."""
@@ -980,8 +1011,7 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     with open(src, "rb", buffering=0) as raw_in, open(dst, "xb") as raw_out:
         hin = HashingReader(raw_in)
         reader = RecordReader(hin, verify=True, display_name=name)
-        pending: List[bytes] = []
-        pending_bytes = 0
+        out = _HashedOut(raw_out, out_sha)
         i = 0
         n = len(mask)
         for batch in reader.batches():
@@ -992,15 +1022,8 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
                 if mask[i]:
                     piece = buf[s:s + size]
                     if i in subs:
-                        data = bytes(piece[12:-4])
-                        new = substitute(data, subs[i])
-                        piece = frame(new)
-                        size = len(piece)
-                        substituted.append({"kind": subs[i][0], "sha256": hashlib.sha256(new).hexdigest(),
-                                            "original_sha256": hashlib.sha256(data).hexdigest(),
-                                            "original_size": len(data), "size": len(new)})
-                    pending.append(piece)
-                    pending_bytes += size
+                        piece = _substitute_record(bytes(piece[12:-4]), subs[i], substituted)
+                    out.add(piece)
                     kept += 1
                 else:
                     dropped += 1
@@ -1009,15 +1032,7 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
                     r[0] += 1
                     r[1] += size
                 i += 1
-            if pending_bytes >= 1 << 20:
-                data = b"".join(pending)
-                raw_out.write(data)
-                out_sha.update(data)
-                pending, pending_bytes = [], 0
-        if pending:
-            data = b"".join(pending)
-            raw_out.write(data)
-            out_sha.update(data)
+        out.flush()
         fsync_file(raw_out)
         while raw_in.read(CHUNK):  # hash any unread tail (there is none when status is ok)
             pass
@@ -1075,8 +1090,7 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
     out_sha = hashlib.sha256()
     with open_regular(src, buffering=0, follow_symlinks=True) as fin, open(dst, "xb") as raw_out:
         fd = fin.fileno()
-        pending: List[bytes] = []
-        pending_bytes = 0
+        out = _HashedOut(raw_out, out_sha)
         for a, b in runs:
             start = int(offsets[a])
             length = int(offsets[b]) + int(sizes[b]) - start
@@ -1087,22 +1101,9 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
                 data = piece[12:-4]
                 if masked_crc32c(data) != int(facts.crcs[a]):
                     raise RewriteError(f"{name}: a record changed since it was analysed")
-                new = substitute(data, subs[a])
-                piece = frame(new)
-                substituted.append({"kind": subs[a][0], "sha256": hashlib.sha256(new).hexdigest(),
-                                    "original_sha256": hashlib.sha256(data).hexdigest(),
-                                    "original_size": len(data), "size": len(new)})
-            pending.append(piece)
-            pending_bytes += len(piece)
-            if pending_bytes >= 1 << 20:
-                data = b"".join(pending)
-                raw_out.write(data)
-                out_sha.update(data)
-                pending, pending_bytes = [], 0
-        if pending:
-            data = b"".join(pending)
-            raw_out.write(data)
-            out_sha.update(data)
+                piece = _substitute_record(data, subs[a], substituted)
+            out.add(piece)
+        out.flush()
         fsync_file(raw_out)
     if stat_sig(src) != facts.stat:
         raise RewriteError(f"{name}: changed while it was being rewritten")
