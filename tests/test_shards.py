@@ -756,3 +756,14 @@ def test_a_run_held_by_a_live_worker_elsewhere_is_planned_as_locked_not_interrup
         os.utime(os.path.join(jdir, n), (OLD, OLD))
     rp = next(r for r in api.plan(logdir).runs if r.run == run)
     assert rp.code == "unfinished_operation" and "recover" in rp.skipped, rp.skipped
+
+
+def test_an_unsharded_reduction_after_a_sharded_one_in_one_process_names_no_shard(tmp_path):
+    """The API in one long-lived process (a notebook, the TensorBoard plugin): the shard label a
+    sharded reduction set for its leases, locks and bucket manifests is not carried into the next,
+    unsharded one."""
+    logdir = make_logdir(tmp_path / "logs", 2)
+    api.reduce_logdir(logdir, dry_run=False, shard=(0, 2), verify_backends=("python",))
+    assert lease.shard_label() == "0/2"
+    api.reduce_logdir(logdir, dry_run=False, verify_backends=("python",))
+    assert lease.shard_label() is None

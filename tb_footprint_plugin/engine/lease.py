@@ -42,14 +42,18 @@ _renewer: Optional[threading.Thread] = None
 HOST = socket.gethostname()
 
 
-def configure(lease_seconds: Optional[float] = None, shard: Optional[str] = None) -> None:
-    """Set the lease length and the shard label written into this process's leases."""
+_KEEP = object()
+
+
+def configure(lease_seconds: Optional[float] = None, shard=_KEEP) -> None:
+    """Set the lease length and the shard label ("I/N", or None for an unsharded reduction)
+    written into this process's leases, locks and records; either one left out stays as it is."""
     global _lease_s, _shard
     if lease_seconds is not None:
         if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and lease_seconds > 0):
             raise ValueError(f"lease of {lease_seconds!r} seconds: must be a positive number")
         _lease_s = float(lease_seconds)
-    if shard is not None:
+    if shard is not _KEEP:
         _shard = shard
 
 
