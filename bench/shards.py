@@ -68,11 +68,14 @@ def batch(logdir: str, workers: int) -> dict:
     outs = [p.communicate() for p in procs]
     wall = time.perf_counter() - t
     verified = 0
+    others = []
     for p, (out, err) in zip(procs, outs):
         if p.returncode != 0:
             raise SystemExit(f"worker failed ({p.returncode}): {err[-2000:]}")
-        verified += sum(o["status"] == "verified" for o in json.loads(out)["outcomes"])
-    return {"workers": workers, "seconds": wall, "verified": verified}
+        outcomes = json.loads(out)["outcomes"]
+        verified += sum(o["status"] == "verified" for o in outcomes)
+        others += [(o["run"], o["status"], o.get("code"), o.get("reason")) for o in outcomes if o["status"] != "verified"]
+    return {"workers": workers, "seconds": wall, "verified": verified, "others": others}
 
 
 def overhead(tmp: str, ledger_runs: int, n: int = 300) -> dict:
@@ -131,7 +134,7 @@ def main() -> None:
             shutil.copytree(template, ld)
             r = batch(ld, w)
             if r["verified"] != n_runs:
-                raise SystemExit(f"{w} worker(s): {r['verified']} of {n_runs} runs verified")
+                raise SystemExit(f"{w} worker(s): {r['verified']} of {n_runs} runs verified; the others: {r['others']}")
             base = base or r["seconds"] * counts[0]
             print(f"archive, {w} worker(s): {r['seconds']:7.1f}s wall  {n_runs / r['seconds']:6.1f} runs/s  "
                   f"speed-up {base / r['seconds']:.2f}x  ({r['verified']} runs reduced and verified once)")

@@ -358,9 +358,21 @@ def _shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[
         fp = scans[ld] if ld in scans else scan(ld, backup_dir=backup_dir, write_cache=write_cache)
         scans[ld] = fp
         cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
-        for run, b in sharding.original_sizes(cur, history(ld, backup_dir)).items():
+        # a run another worker is reducing right now may have been scanned half-swapped: its
+        # journal says the size it had. Read before the change log, which a finished operation
+        # writes before it drops its journal, so one of the two always has it.
+        for run, b in sharding.original_sizes(cur, _in_flight(ld) + history(ld, backup_dir)).items():
             out[sharding.key(_partition_name(ld), run)] = b
     return out
+
+
+def _in_flight(logdir: str) -> List[dict]:
+    """Reductions under way in a local logdir, as change-log entries of their planned sizes."""
+    if is_remote(logdir):
+        return []  # a bucket's manifests, read as its history, are written before anything is deleted
+    return [{"kind": "reduce", "outcome": "verified", "run": o["run"], "before": o["bytes_before"]}
+            for o in health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
+            if o["kind"] == "reduce" and isinstance(o["run"], str) and o["bytes_before"] is not None]
 
 
 def _partition_name(logdir: str) -> str:

@@ -767,3 +767,19 @@ def test_an_unsharded_reduction_after_a_sharded_one_in_one_process_names_no_shar
     assert lease.shard_label() == "0/2"
     api.reduce_logdir(logdir, dry_run=False, verify_backends=("python",))
     assert lease.shard_label() is None
+
+
+def test_the_partition_holds_while_another_worker_is_between_its_swap_and_its_change_log_line(tmp_path):
+    """A worker that scans while another has swapped a run's files but not yet written its change
+    log line saw that run at its reduced size, computed another partition, and the run could fall
+    between the shards (a 4-worker batch once verified 59 of 60 runs). The in-flight operation's
+    journal says the size the run had."""
+    logdir = make_logdir(tmp_path / "logs", 6)
+    sizes = api.shard_sizes([logdir])
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_swap=kill")
+    w.communicate(timeout=300)
+    assert w.returncode == -signal.SIGKILL and len(api.pending_operations(logdir)) == 1
+    assert {r.name: r.total_bytes for r in api.scan(logdir).runs} != {k.split("\0")[1]: v for k, v in sizes.items()}
+    assert api.shard_sizes([logdir]) == sizes
+    for i in range(3):  # every shard as it was before the other worker started
+        assert api.shard_plan([logdir], (i, 3)) == api.shard_plan([logdir], (i, 3), sizes=sizes)

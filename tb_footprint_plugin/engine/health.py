@@ -27,12 +27,16 @@ def settle_command(logdir: str, backup_dir: Optional[str] = None) -> str:
 
 
 def unfinished_ops(journal_dir: str) -> List[dict]:
-    """Operations whose journal is still there: {op_id, run, kind}."""
+    """Operations whose journal is still there: {op_id, run, kind, bytes_before} (the size its
+    plan saw; None where the journal does not say)."""
     out = []
     for j in pending_journals(journal_dir):
         recs = j.records()
         begin = recs[0] if recs and recs[0].get("type") == "begin" else {}
-        out.append({"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind")})
+        plan = begin.get("plan") if isinstance(begin.get("plan"), dict) else {}
+        before = plan.get("bytes_before")
+        out.append({"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"),
+                    "bytes_before": before if isinstance(before, int) and not isinstance(before, bool) else None})
     return out
 
 
