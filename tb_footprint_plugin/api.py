@@ -6,6 +6,7 @@ Failures come back as values (per-run outcomes with reasons); only bad arguments
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
     overview,
     plan_run_view,
 )
+from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
@@ -521,45 +523,53 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
             older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
             shard, shard_with, partition_sizes) -> ReduceReport:
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
-    mine = None
-    scans: Dict[str, LogdirFootprint] = {}
-    if shard is not None:
-        shard = sharding.check_shard(*shard)
-        logdirs = _logdir_keys(shard_with or [ctx.logdir])
-        if ctx.logdir not in logdirs:
-            raise ValueError(f"shard_with must list the logdir {ctx.logdir} itself")
-        if partition_sizes is not None:
-            scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir, write_cache=not dry_run)
-            sizes = partition_sizes
-        else:  # a dry run writes nothing, not even the scan cache
-            sizes = _shard_sizes(logdirs, backup_dir, scans, write_cache=not dry_run)
-        mine = shard_plan(logdirs, shard, backup_dir, sizes).get(ctx.logdir, [])
-        runs = [r for r in mine if runs is None or r in runs]
-        if ledger is None:
-            ledger = "default"
-    p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
-             older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-             footprint=scans.get(ctx.logdir))  # the partition's own scan: one scan per worker
-    report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
-    if dry_run:
-        report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
-                                      reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
-                                      bytes_after=rp.expected_after_bytes) for rp in p.runs]
+    # a reduce's scan keeps its passes over big event files for the rewrite (``scan.passes``)
+    keeping = contextlib.nullcontext() if dry_run else passes.retaining()
+    token = None
+    try:
+        with keeping as token:
+            mine = None
+            scans: Dict[str, LogdirFootprint] = {}
+            if shard is not None:
+                shard = sharding.check_shard(*shard)
+                logdirs = _logdir_keys(shard_with or [ctx.logdir])
+                if ctx.logdir not in logdirs:
+                    raise ValueError(f"shard_with must list the logdir {ctx.logdir} itself")
+                if partition_sizes is not None:
+                    scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir, write_cache=not dry_run)
+                    sizes = partition_sizes
+                else:  # a dry run writes nothing, not even the scan cache
+                    sizes = _shard_sizes(logdirs, backup_dir, scans, write_cache=not dry_run)
+                mine = shard_plan(logdirs, shard, backup_dir, sizes).get(ctx.logdir, [])
+                runs = [r for r in mine if runs is None or r in runs]
+                if ledger is None:
+                    ledger = "default"
+            p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
+                     older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
+                     footprint=scans.get(ctx.logdir))  # the partition's own scan: one scan per worker
+        report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
+        if dry_run:
+            report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
+                                          reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
+                                          bytes_after=rp.expected_after_bytes) for rp in p.runs]
+            return report
+        remember_vault(ctx)
+        book = _open_ledger(ctx, ledger, pol.name, shard)
+        if book:
+            report.ledger_path = book.path
+        todo = _ledger_filter(book, p, report, on_outcome, recovered)
+        batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome)
+        if jobs > 1:
+            with ThreadPoolExecutor(max_workers=jobs) as ex:
+                report.outcomes += list(ex.map(batch.run, todo))
+        else:
+            report.outcomes += [batch.run(rp) for rp in todo]
+        report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
+                                                                          if o.status == Outcome.VERIFIED])
         return report
-    remember_vault(ctx)
-    book = _open_ledger(ctx, ledger, pol.name, shard)
-    if book:
-        report.ledger_path = book.path
-    todo = _ledger_filter(book, p, report, on_outcome, recovered)
-    batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome)
-    if jobs > 1:
-        with ThreadPoolExecutor(max_workers=jobs) as ex:
-            report.outcomes += list(ex.map(batch.run, todo))
-    else:
-        report.outcomes += [batch.run(rp) for rp in todo]
-    report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
-                                                                      if o.status == Outcome.VERIFIED])
-    return report
+    finally:
+        if token is not None:
+            passes.release(token)
 
 
 def _open_ledger(ctx: Context, ledger: Optional[str], policy_name: str,

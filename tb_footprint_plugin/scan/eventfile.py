@@ -55,6 +55,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from tb_footprint_plugin.scan import categories as C
+from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.tfrecord import RecordBatch, RecordReader
 
 __all__ = ["TagStat", "FixedStat", "EventFileStats", "event_file_stats"]
@@ -190,6 +191,11 @@ def event_file_stats(path, display_name: Optional[str] = None, size: Optional[in
     ``path``).
     """
     name = display_name or str(getattr(path, "name", path))
+    if passes.wanted(path, size):
+        try:
+            return _kept_pass_stats(os.fspath(path), name)
+        except OSError as e:
+            return _unreadable(path, name, e, size)
     acc = _Accumulator(name)
     try:
         with RecordReader(path, verify=True, display_name=name) as reader:
@@ -201,6 +207,51 @@ def event_file_stats(path, display_name: Optional[str] = None, size: Optional[in
         if not isinstance(path, (str, os.PathLike)):
             path.close()
     return acc.finish(reader)
+
+
+def _kept_pass_stats(path: str, name: str) -> EventFileStats:
+    """``event_file_stats`` of a local file whose pass a reduce keeps (``scan.passes``): the
+    same fold, plus the file's sha256 (on a second core), its records' sizes and CRCs, and
+    what the fold decoded of each batch."""
+    from tb_footprint_plugin.storage.files import CHUNK, ThreadedHashingReader, stat_sig
+    from tb_footprint_plugin.storage.regular import open_regular
+
+    acc = _Accumulator(name)
+    sizes, crcs, batches = [], [], []
+    start, count = None, 0
+    # never a FIFO or device (an open would block forever); a symlink to a file is fine
+    with open_regular(path, buffering=0, follow_symlinks=True) as raw:
+        before = stat_sig(path)
+        hin = ThreadedHashingReader(raw)
+        try:
+            reader = RecordReader(hin, verify=True, display_name=name)
+            for batch in reader.batches():
+                acc.add_batch(batch)
+                if start is None and len(batch):
+                    start = int(batch.starts[0]) + batch.base
+                sizes.append(batch.sizes)
+                crcs.append(batch.crcs())
+                dec = acc.decoded
+                if dec is not None:  # the arrays are the fold's own copies; tag ids fit 32 bits
+                    fast, tag_id, names, step, meta = dec
+                    dec = (fast, tag_id.astype(np.int32), names, step, meta)
+                batches.append(passes.BatchDecode(count, len(batch), dec))
+                count += len(batch)
+            while hin.read(CHUNK):  # a damaged tail is hashed too
+                pass
+        finally:
+            sha = hin.hexdigest()  # also stops the hashing thread on an error
+        after = stat_sig(path)
+    stats = acc.finish(reader)
+    if reader.status == "ok" and before is not None and before == after:
+        sz = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        if len(sz) and int(sz.max()) < 1 << 32:
+            sz = sz.astype(np.uint32)
+        passes.keep(passes.EventPass(
+            path=os.path.realpath(path), stat=before, sha256=sha, start=start or 0, sizes=sz,
+            crcs=np.concatenate(crcs).astype(np.uint32) if crcs else np.zeros(0, np.uint32),
+            batches=batches, stats=stats))
+    return stats
 
 
 class StatsFold:

@@ -21,6 +21,17 @@ from tb_footprint_plugin.storage.regular import NotRegularFile, kind_of, open_re
 CHUNK = 1 << 20  # one read size for every stream of the tool
 
 
+def stat_sig(path: str):
+    """``(inode, size, mtime_ns)`` of ``path`` (symlinks followed), or None if it cannot be
+    stat'ed: what proves a file unchanged between two looks at it (a write changes the mtime;
+    the ctime is left out because a backup's hard link changes it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def sha256_stream(f) -> str:
     """Streaming sha256 of a binary file object (bounded memory)."""
     h = hashlib.sha256()

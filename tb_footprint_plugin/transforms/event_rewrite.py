@@ -99,6 +99,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame, masked_crc32c
 from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE,
                                             GRAPH_ROUTE_IDENTICAL_MODE, RUST_CAPACITY, Rules)
@@ -381,6 +382,26 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
                      subs=sel.subs, facts=sel.facts)
 
 
+class _ReadBack:
+    """The records of one batch of a kept scan pass, read back at their offsets when the
+    selection needs their payload (``RecordBatch.payload``); a record whose CRC is not the
+    one the scan read means the file changed since."""
+
+    def __init__(self, fd: int, name: str, offsets, sizes, crcs):
+        self.fd, self.name, self.offsets, self.sizes, self.crcs = fd, name, offsets, sizes, crcs
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def payload(self, i: int) -> bytes:
+        size = int(self.sizes[i])
+        data = os.pread(self.fd, size - 16, int(self.offsets[i]) + 12)
+        if len(data) != size - 16 or masked_crc32c(data) != int(self.crcs[i]):
+            raise RewriteError(f"{self.name}: the record at offset {int(self.offsets[i])} changed "
+                               "since the scan read it")
+        return data
+
+
 class _RunSelection:
     """The state of ``select_run``: one pass over the run's records (``read_file``) gathers the
     streams, graphs and run metadata; the named steps after it decide what each drops."""
@@ -428,9 +449,13 @@ class _RunSelection:
         from tb_footprint_plugin.scan import eventfile
         from tb_footprint_plugin.verify import original as orig
 
+        path = os.path.join(self.run_dir, name)
+        kept = passes.take(path, orig.stat_sig(path))
+        if kept is not None:
+            self._replay(fi, name, path, kept)
+            return
         mask = bytearray()
         cls = bytearray()
-        path = os.path.join(self.run_dir, name)
         fold = eventfile.StatsFold(name) if self.original is not None else None
         offsets, sizes, crcs = [], [], []
         parse = event_pb2.Event.FromString
@@ -470,6 +495,35 @@ class _RunSelection:
             if self.original is not None:
                 self.original.files[name] = facts
 
+    def _replay(self, fi: int, name: str, path: str, kept) -> None:
+        """``read_file`` from this reduce's scan of the file (``scan.passes``): its batches'
+        decode classifies the records again without reading the file; the few records that
+        need a full parse are read at their offsets and checked against the CRC the scan saw.
+        The facts carry the scan's sha256, which the copy compares with the backup's."""
+        from tensorboard.compat.proto import event_pb2
+
+        from tb_footprint_plugin.verify import original as orig
+
+        n = kept.records
+        mask = bytearray(b"\1" * n)
+        cls = bytearray(n)
+        offsets = kept.offsets()
+        parse = event_pb2.Event.FromString
+        with open_regular(path, buffering=0, follow_symlinks=True) as f:
+            for b in kept.batches:
+                at = slice(b.first, b.first + b.n)
+                batch = _ReadBack(f.fileno(), name, offsets[at], kept.sizes[at], kept.crcs[at])
+                self._batch(batch, b.decoded, name, fi, b.first, cls, parse)
+        if orig.stat_sig(path) != kept.stat:
+            raise RewriteError(f"{name}: changed while it was being analysed")
+        self.masks[name] = mask
+        self.codes[name] = cls
+        facts = orig.FileFacts(name, kept.sha256, kept.stat, kept.sizes, kept.crcs, kept.stats,
+                               "ok", kept.start)
+        self.facts[name] = facts
+        if self.original is not None:
+            self.original.files[name] = facts
+
     def _batch(self, batch, dec, name: str, fi: int, ri0: int, cls: bytearray, parse) -> None:
         """Classify a batch's records, in order: record by record (``_event``), except runs of
         records that the tag index's decode of the batch (``StatsFold.decoded``) shows to be
@@ -478,14 +532,13 @@ class _RunSelection:
         parsing each in Python; a test checks both ways decide the same."""
         import numpy as np
 
-        buf, starts, sizes = batch.buf, batch.starts, batch.sizes
         n = len(batch)
+        payload = batch.payload
 
         def slow(a: int, b: int) -> None:
             for i in range(a, b):
-                s, size = int(starts[i]), int(sizes[i])
                 try:
-                    ev = parse(buf[s + 12:s + size - 4])
+                    ev = parse(payload(i))
                 except Exception:  # unparseable: kept, TensorBoard skips it the same
                     continue
                 self._event(ev, name, ri0 + i, (fi << _REC_BITS) | (ri0 + i), cls)

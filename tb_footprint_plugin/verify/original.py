@@ -35,13 +35,7 @@ from typing import Dict, Optional
 import numpy as np
 
 
-def stat_sig(path: str) -> Optional[tuple]:
-    """``(inode, size, mtime_ns)`` of ``path``, or None if it cannot be stat'ed."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+from tb_footprint_plugin.storage.files import stat_sig  # re-exported for the engine
 
 
 @dataclass
@@ -184,10 +178,7 @@ def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
 
 def record_crcs(batch) -> np.ndarray:
     """The stored data CRC (last 4 bytes of the frame) of every record of a ``RecordBatch``."""
-    u8 = np.frombuffer(batch.buf, dtype=np.uint8)
-    at = batch.starts + batch.sizes - 4
-    return (u8[at].astype(np.uint32) | (u8[at + 1].astype(np.uint32) << 8)
-            | (u8[at + 2].astype(np.uint32) << 16) | (u8[at + 3].astype(np.uint32) << 24))
+    return batch.crcs()
 
 
 __all__ = ["FileFacts", "OriginalRun", "read_facts", "record_crcs", "stat_sig"]

@@ -1,0 +1,136 @@
+"""What a reduce's own scan learnt in its pass over a big event file, kept for that reduce.
+
+A reduce scans the logdir to plan, then rewrites each run: the rewrite's selection needs every
+record's tag, step and place in the file, which the scan's pass has just decoded. Reading and
+decoding a 1 GB file a second time was a third of a reduce's time. Inside ``retaining()`` (the
+reduce's planning, not a dry run or the tab's scan), the scan keeps, for each local event file
+of at least ``MIN_BYTES``, an ``EventPass``: the file's sha256 (hashed on a second core during
+the same pass), its ``stat_sig`` (equal before and after the pass), every record's framed size
+and stored data CRC, and what the vectorised decode found of each batch (``StatsFold.decoded``):
+about 22 bytes a record, no payload.
+
+Trust: a pass describes the bytes it hashed. Its user (``event_rewrite``) takes it only while the
+file's ``stat_sig`` is unchanged, and the copy that follows uses it only when its sha256 is the
+backup's; any record payload the selection needs again is re-read and checked against its CRC.
+Memory is bounded by ``MAX_RECORDS`` over all kept passes; a file above it is simply not kept
+(the selection then makes its own pass, as without this module).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+#: smaller event files are re-read by the selection (a pass costs less than keeping it)
+MIN_BYTES = 8 << 20
+#: records kept over all passes (~22 bytes each)
+MAX_RECORDS = 4_000_000
+
+
+@dataclass
+class BatchDecode:
+    """One batch of the pass: ``n`` records from record ``first``; ``decoded`` as
+    ``StatsFold.decoded()`` gave it (None: the batch was decoded record by record)."""
+
+    first: int
+    n: int
+    decoded: Optional[tuple]
+
+
+@dataclass
+class EventPass:
+    """One event file as a reduce's scan read it (see the module docstring)."""
+
+    path: str  # real path
+    stat: tuple  # files.stat_sig before the pass, equal after it
+    sha256: str
+    start: int  # file offset of the first record (the rest follow back to back)
+    sizes: np.ndarray  # uint32 (int64 for a record >= 4 GB): framed size of each record
+    crcs: np.ndarray  # uint32: stored (masked) data CRC of each record
+    batches: List[BatchDecode] = field(default_factory=list)
+    stats: object = None  # eventfile.EventFileStats (what the scan reported)
+
+    @property
+    def records(self) -> int:
+        return len(self.sizes)
+
+    def offsets(self) -> np.ndarray:
+        """int64 file offset of each record's header."""
+        out = np.empty(len(self.sizes), dtype=np.int64)
+        if len(out):
+            out[0] = self.start
+            np.cumsum(self.sizes[:-1], dtype=np.int64, out=out[1:])
+            out[1:] += self.start
+        return out
+
+
+_LOCK = threading.Lock()
+_KEPT: Dict[str, Tuple[int, EventPass]] = {}  # real path -> (owner token, pass)
+_LOCAL = threading.local()
+_TOKENS = iter(range(1, 1 << 62))
+
+
+def wanted(path, size: Optional[int]) -> bool:
+    """True when a scan in this thread should keep its pass over ``path`` (of ``size`` bytes)."""
+    return (getattr(_LOCAL, "token", None) is not None and isinstance(path, (str, os.PathLike))
+            and size is not None and size >= MIN_BYTES)
+
+
+@contextlib.contextmanager
+def retaining() -> Iterator[int]:
+    """Scans in this thread keep their passes (see the module); yields the token that
+    ``release`` takes once the reduce is over (passes nobody took are then dropped)."""
+    prev = getattr(_LOCAL, "token", None)
+    with _LOCK:
+        token = next(_TOKENS)
+    _LOCAL.token = token
+    try:
+        yield token
+    finally:
+        _LOCAL.token = prev
+
+
+def keep(ep: EventPass) -> bool:
+    """Keep ``ep`` for the current ``retaining()`` scope, within ``MAX_RECORDS``."""
+    token = getattr(_LOCAL, "token", None)
+    if token is None:
+        return False
+    with _LOCK:
+        _KEPT.pop(ep.path, None)
+        held = sum(p.records for _, p in _KEPT.values())
+        if held + ep.records > MAX_RECORDS:
+            return False
+        _KEPT[ep.path] = (token, ep)
+    return True
+
+
+def take(path: str, sig: Optional[tuple]) -> Optional[EventPass]:
+    """The kept pass over ``path`` (removed from the store) if the file's ``stat_sig`` is
+    still ``sig`` as it was during the pass; None otherwise."""
+    real = os.path.realpath(path)
+    with _LOCK:
+        got = _KEPT.pop(real, None)
+    if got is None or sig is None or got[1].stat != sig:
+        return None
+    return got[1]
+
+
+def release(token: int) -> None:
+    """Drop the passes kept under ``token`` that nobody took."""
+    with _LOCK:
+        for k in [k for k, (t, _) in _KEPT.items() if t == token]:
+            del _KEPT[k]
+
+
+def held() -> int:
+    """Passes kept now (tests, diagnostics)."""
+    with _LOCK:
+        return len(_KEPT)
+
+
+__all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MIN_BYTES", "held", "keep", "release",
+           "retaining", "take", "wanted"]

@@ -1,0 +1,199 @@
+"""A reduce's scan keeps its pass over a big event file for the rewrite (``scan.passes``).
+
+The rewrite's selection then classifies the records from what the scan decoded, without
+reading the original again (issue 12: a 1 GB run's reduce read it twice before the copy).
+These tests check that:
+
+* a reduce whose scan kept the pass never makes the selection's own pass, is verified,
+  and leaves no pass behind; a dry run keeps none;
+* the selection replayed from a kept pass decides exactly what its own pass decides, and
+  hands the verification the same facts (sha256, sizes, CRCs, tag index), on every real
+  fixture and on generated torch, restart and TF2 runs;
+* a file rewritten in place after the scan with its size and mtime put back (so nothing but
+  its bytes tell) is never reduced from the stale pass: the run is not committed and every
+  byte of the user's file is as the user left it;
+* a record the selection reads back whose CRC is not the one the scan saw stops the
+  rewrite, naming the file and offset;
+* the store keeps at most ``MAX_RECORDS`` records and a reduce's unused passes are dropped.
+"""
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import tree_hashes
+from test_verify_handover import BOTH, _age, _histogram_run, _restart_run, _selection_summary, _tf2_run
+
+from tb_footprint_plugin import api
+from tb_footprint_plugin.scan import eventfile, passes
+from tb_footprint_plugin.storage.files import stat_sig
+from tb_footprint_plugin.transforms import event_rewrite as er
+from tb_footprint_plugin.verify import dashboard, data_server_binary
+from tb_footprint_plugin.verify.original import OriginalRun
+
+needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="no data server binary")
+
+
+def _user_files(root: Path) -> dict:
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+def _scan_kept(run: Path) -> None:
+    """What a reduce's scan does for each event file of ``run`` (every size kept)."""
+    for name in er.event_file_names(str(run)):
+        p = os.path.join(run, name)
+        eventfile.event_file_stats(p, size=os.path.getsize(p))
+
+
+@needs_rust
+def test_reduce_selects_from_its_scan_without_a_second_pass(tmp_path, monkeypatch):
+    logdir = tmp_path / "logdir"
+    _histogram_run(logdir / "run")
+    _age(logdir)
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)  # the big-run path
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    replayed = []
+    real_replay = er._RunSelection._replay
+
+    def counting(self, fi, name, path, kept):
+        replayed.append(name)
+        return real_replay(self, fi, name, path, kept)
+
+    def no_pass(*a, **kw):
+        raise AssertionError("the selection read the original again")
+
+    monkeypatch.setattr(er._RunSelection, "_replay", counting)
+    monkeypatch.setattr(er, "ThreadedHashingReader", no_pass)  # only the selection's own pass uses it
+    dry = api.reduce_logdir(str(logdir), policy="archive", dry_run=True)
+    assert dry.outcomes and passes.held() == 0, "a dry run keeps no pass"
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert len(out) == 1 and out[0].status == "verified", [o.to_dict() for o in out]
+    assert out[0].verification["ok"], out[0].verification["failed"]
+    assert len(replayed) == 1
+    lines = {c["name"]: c["detail"] for c in out[0].verification["checks"]}
+    assert "each byte-identical to an original record, in order" in lines["record subsequence"]
+    assert passes.held() == 0
+    assert out[0].bytes_after < out[0].bytes_before / 2
+
+
+@needs_rust
+@pytest.mark.parametrize("content", [
+    {"downsample": "default_view"},
+    {"keep_per_tag": {"histograms": 50, "scalars": 20}, "dedupe_graphs": True,
+     "strip_run_metadata": True, "strip_large_graph_attrs": True},
+], ids=["default_view", "keep_per_tag"])
+def test_replayed_selection_decides_as_its_own_pass(tmp_path, monkeypatch, content):
+    from conftest import REAL_FIXTURES
+
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
+    _histogram_run(tmp_path / "histograms", steps=300)
+    _restart_run(tmp_path / "restart")
+    _tf2_run(tmp_path / "tf2")
+    runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+    rules = er.Rules.from_content(content)
+    replays = 0
+    for run in runs:
+        names = er.event_file_names(str(run))
+        own_orig = OriginalRun(str(run))
+        own = er.select_run(str(run), rules, names, original=own_orig)
+        with passes.retaining() as token:
+            _scan_kept(run)
+        try:
+            kept_orig = OriginalRun(str(run))
+            replayed = er.select_run(str(run), rules, names, original=kept_orig)
+        finally:
+            passes.release(token)
+        replays += sum(1 for n in names if n in replayed.facts)
+        assert _selection_summary(replayed) == _selection_summary(own), run
+        for n in names:
+            a, b = own.facts.get(n), replayed.facts.get(n)
+            if a is None or a.status != "ok":
+                continue  # a damaged file is not kept: the selection made its own pass
+            assert (b.sha256, b.stat, b.start) == (a.sha256, a.stat, a.start), (run, n)
+            assert b.sizes.tolist() == a.sizes.tolist() and b.crcs.tolist() == a.crcs.tolist()
+            assert b.stats.to_dict() == a.stats.to_dict()
+        assert kept_orig.index() == own_orig.index(), run
+    assert replays >= len(runs)
+
+
+@needs_rust
+def test_in_place_change_after_the_scan_is_never_reduced_from_the_stale_pass(tmp_path, monkeypatch):
+    logdir = tmp_path / "logdir"
+    path = _histogram_run(logdir / "run")
+    _age(logdir)
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    real_reduce_run = api.reduce_run
+    changed = {}
+
+    def change_then_reduce(*a, **kw):
+        # after the plan's scan, before the backup: one byte of a histogram's payload, with
+        # the size and mtime put back (the stat signature cannot tell)
+        st = os.stat(path)
+        with open(path, "r+b") as f:
+            f.seek(st.st_size // 2)
+            b = f.read(1)
+            f.seek(st.st_size // 2)
+            f.write(bytes([b[0] ^ 0xFF]))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        changed.update(_user_files(logdir))
+        return real_reduce_run(*a, **kw)
+
+    monkeypatch.setattr(api, "reduce_run", change_then_reduce)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert changed, "the change was made"
+    assert len(out) == 1 and out[0].status in ("rolled_back", "failed"), [o.to_dict() for o in out]
+    assert "changed" in (out[0].reason or ""), out[0].reason
+    assert _user_files(logdir) == changed  # the user's bytes, as the user left them
+    assert passes.held() == 0
+
+
+def test_readback_refuses_a_record_whose_crc_changed(tmp_path, monkeypatch):
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    run = tmp_path / "run"
+    path = _histogram_run(run, steps=40)
+    with passes.retaining() as token:
+        _scan_kept(run)
+    kept = passes.take(str(path), stat_sig(str(path)))
+    passes.release(token)
+    assert kept is not None and kept.records > 10
+    offsets = kept.offsets()
+    i = 5
+    with open(path, "r+b") as f:
+        f.seek(int(offsets[i]) + 20)
+        b = f.read(1)
+        f.seek(int(offsets[i]) + 20)
+        f.write(bytes([b[0] ^ 1]))
+    with open(path, "rb") as f:
+        back = er._ReadBack(f.fileno(), path.name, offsets, kept.sizes, kept.crcs)
+        assert back.payload(i + 1)  # an untouched record reads back
+        with pytest.raises(er.RewriteError) as e:
+            back.payload(i)
+    assert path.name in str(e.value) and f"offset {int(offsets[i])}" in str(e.value)
+
+
+def test_store_is_bounded_and_a_reduce_drops_what_it_did_not_use(tmp_path, monkeypatch):
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    a, b = tmp_path / "a", tmp_path / "b"
+    _histogram_run(a, steps=60)
+    _histogram_run(b, steps=60)
+    with passes.retaining() as token:
+        _scan_kept(a)
+        one = passes.held()
+        monkeypatch.setattr(passes, "MAX_RECORDS", 10)  # b's records do not fit any more
+        _scan_kept(b)
+    assert one == 1 and passes.held() == 1
+    passes.release(token)
+    assert passes.held() == 0
+    # outside a reduce's planning nothing is kept, and a stale signature takes nothing
+    _scan_kept(a)
+    assert passes.held() == 0
+    monkeypatch.setattr(passes, "MAX_RECORDS", 1 << 30)
+    with passes.retaining() as token:
+        _scan_kept(a)
+    name = er.event_file_names(str(a))[0]
+    assert passes.take(str(a / name), (0, 0, 0)) is None and passes.held() == 0
+    passes.release(token)
