@@ -362,3 +362,33 @@ def test_failure_during_the_backup_closes_the_early_server(tmp_path, monkeypatch
     o = made[0]
     assert o.reader is None and not o._thread.is_alive()  # closed: its data server was stopped
     assert _user_files(logdir) == before
+
+
+def test_python_probe_vectorised_writes_the_record_by_record_copy(tmp_path):
+    """The probe classifies runs of plain records from the scan's decode; on every real
+    fixture and on generated torch, restart and TF2 runs it writes byte for byte the copy that
+    parsing each record writes, and says the same."""
+    import hashlib
+
+    from conftest import REAL_FIXTURES
+
+    from tb_footprint_plugin.verify import pyside
+
+    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
+    _histogram_run(tmp_path / "histograms", steps=300)
+    _restart_run(tmp_path / "restart")
+    _tf2_run(tmp_path / "tf2")
+    runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+    thinned = 0
+    for exp in (Expectations(), Expectations(plugin_modes={"histograms": "default_view"})):
+        for i, run in enumerate(runs):
+            outs = []
+            for vectorised in (True, False):
+                dest = tmp_path / f"probe-{i}-{vectorised}-{len(exp.plugin_modes)}"
+                dest.mkdir()
+                res = pyside.python_probe(str(run), exp, str(dest), vectorised=vectorised)
+                files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in dest.iterdir()}
+                outs.append((res, files if res else None))
+            assert outs[0] == outs[1], run
+            thinned += outs[0][0] is not None
+    assert thinned >= 4

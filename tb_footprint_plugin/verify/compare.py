@@ -229,7 +229,32 @@ def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, s
     tap = dashboard.IndexTap() if big else None
     index_before = original.index() if original is not None else None
     facts = original.files if (original is not None and index_before is not None) else None
-    checks.extend(_record_checks(original_dir, reduced_dir, exp, None if facts else tap, facts))
+    reduced_pass = records.ReducedPass(reduced_dir) if (big and facts) else None
+    # Big runs: the route crawl over the Rust data servers mostly waits for them (measured: a
+    # fifth of its time is this process's); it runs beside the record checks, which are all
+    # this process's.
+    rust_side = None
+    if big and "rust" in wanted:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        rust_side = pool.submit(_rust_side, original_dir, reduced_dir, exp, timeout_s, routes,
+                                rust_opening)
+        pool.shutdown(wait=False)
+    try:
+        return _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes,
+                            size, big, python_side, rust_side, start, tap, index_before, facts,
+                            reduced_pass)
+    finally:
+        if rust_side is not None:
+            concurrent.futures.wait([rust_side])  # its data servers are closed when it ends
+
+
+def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size, big,
+                 python_side, rust_side, start, tap, index_before, facts, reduced_pass
+                 ) -> VerificationResult:
+    from tb_footprint_plugin.verify import dashboard
+
+    checks.extend(_record_checks(original_dir, reduced_dir, exp, None if facts else tap,
+                                 facts, reduced_pass))
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 
@@ -237,9 +262,11 @@ def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, s
         pairs, route_lines = _read_full(original_dir, reduced_dir, exp, wanted, timeout_s, routes)
     else:
         subsequence_ok = all(c.ok for c in checks if c.name == "record subsequence")
+        index_after = (dashboard.index_from_stats(reduced_pass.stats)
+                       if reduced_pass is not None and reduced_pass.complete else None)
         pairs, route_lines = _read_big(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
-                                       subsequence_ok, size, python_side, rust_opening,
-                                       index_before or tap.index(original_dir))
+                                       subsequence_ok, size, python_side, rust_side,
+                                       index_before or tap.index(original_dir), index_after)
     checks.extend(_run_present_checks(pairs))
     checks.extend(_reader_error_checks(pairs))
     # Compare points only where both sides were read in full and both hold the run.
@@ -306,39 +333,23 @@ def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes)
 
 
 def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
-              subsequence_ok, size, python_side=None, rust_opening=None, index_before=None):
-    """The flat-memory path (see ``dashboard``): Rust default view through the routes, the
-    tag index of both sides, the Python loader over the reduced run only."""
+              subsequence_ok, size, python_side=None, rust_side=None, index_before=None,
+              index_after=None):
+    """The flat-memory path (see ``dashboard``): Rust default view through the routes
+    (``_rust_side``, running since before the record checks), the tag index of both sides,
+    the Python loader over the reduced run only."""
     from tb_footprint_plugin.verify import dashboard
 
     pairs: dict[str, tuple[RunView, RunView]] = {}
     lines: list[Check] = []
     if index_before is None:  # not folded from the subsequence pass (not run, or cut short)
         index_before = dashboard.run_index(original_dir)
-    index_after = dashboard.run_index(reduced_dir)
+    if index_after is None:  # not folded from the record subsequence pass
+        index_after = dashboard.run_index(reduced_dir)
     lines.extend(dashboard.index_checks(index_before, index_after, exp, subsequence_ok))
-    if "rust" in backends:
-        if rust_opening is not None:
-            rust_opening.taken = True  # closed below, not by the caller
-            readers = rust_opening.result()
-        else:
-            readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
-                                          store_all=False, timeout_s=timeout_s)
-        try:
-            present = readers["before"].view.run_present and readers["after"].view.run_present
-            if with_routes and present:
-                lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
-                                                   exp, ", default view",
-                                                   heavy_via_provider=True))
-            for r in readers.values():  # the tab's before/after curves: the default view
-                _read_scalars(r)
-        finally:
-            for r in readers.values():
-                r.close()
-        v0, v1 = readers["before"].view, readers["after"].view
-        v0.storage += _NOT_READ
-        v1.storage += _NOT_READ
-        pairs["rust"] = (v0, v1)
+    if rust_side is not None:
+        pairs["rust"], rust_lines = rust_side.result()
+        lines.extend(rust_lines)
     if "python" in backends:
         reduced_size = dashboard.event_bytes(reduced_dir)
         if python_side is not None or reduced_size <= dashboard.PYTHON_REDUCED_BYTES:
@@ -356,6 +367,35 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
                                f"({reduced_size / 1e6:.0f} MB) too big for the legacy loader "
                                f"(~4.5 MB/s); covered by the record subsequence and tag index"))
     return pairs, lines
+
+
+def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_opening=None):
+    """``(pair of views, route lines)`` of the Rust default view: TensorBoard's routes over
+    both sides' data servers (the original's handed over by the rewrite when it can be), and
+    the tab's before/after curves. Closes the servers."""
+    from tb_footprint_plugin.verify import dashboard
+
+    lines: list[Check] = []
+    if rust_opening is not None:
+        rust_opening.taken = True  # closed below, not by the caller
+        readers = rust_opening.result()
+    else:
+        readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
+                                      store_all=False, timeout_s=timeout_s)
+    try:
+        present = readers["before"].view.run_present and readers["after"].view.run_present
+        if with_routes and present:
+            lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
+                                               exp, ", default view", heavy_via_provider=True))
+        for r in readers.values():  # the tab's before/after curves: the default view
+            _read_scalars(r)
+    finally:
+        for r in readers.values():
+            r.close()
+    v0, v1 = readers["before"].view, readers["after"].view
+    v0.storage += _NOT_READ
+    v1.storage += _NOT_READ
+    return (v0, v1), lines
 
 
 def _read_scalars(reader: Reader) -> None:
@@ -393,8 +433,20 @@ def _rust_hint(plugin: str, exp: Expectations) -> Optional[int]:
 
 
 def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
-                   original_tap=None, facts=None) -> list[Check]:
-    reduced = records.check_event_files(reduced_dir)
+                   original_tap=None, facts=None, reduced_pass=None) -> list[Check]:
+    """The framing of every reduced file, and the record subsequence. With ``facts`` (the
+    original's record index), the subsequence pass over the reduced run is made first and
+    also serves the framing check and ``reduced_pass`` (the reduced run's tag index)."""
+    indexed = None
+    if facts and exp.records_subsequence:
+        reduced_pass = reduced_pass if reduced_pass is not None else records.ReducedPass(reduced_dir)
+        indexed = records.records_subsequence_indexed(
+            original_dir, reduced_dir, facts, (), substitutes=exp.record_substitutes,
+            reduced_tap=reduced_pass.tap)
+    if indexed is not None and reduced_pass.complete and all(c.ok for c in reduced_pass.checks):
+        reduced = reduced_pass.checks
+    else:  # read on its own: a damaged file may be an inherited tail (below)
+        reduced, indexed = records.check_event_files(reduced_dir), None
     problems, notes, inherited = [], [], []
     for rc in reduced:
         if rc.ok:
@@ -416,9 +468,10 @@ def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
                   if reduced else "records: no event files in the reduced run")
         out = [Check("records", True, detail + "".join(f"; {n}" for n in notes))]
     if exp.records_subsequence and reduced and not problems:
-        res = (records.records_subsequence_indexed(original_dir, reduced_dir, facts, inherited,
-                                                   substitutes=exp.record_substitutes)
-               if facts else None)
+        res = indexed or (records.records_subsequence_indexed(original_dir, reduced_dir, facts,
+                                                              inherited,
+                                                              substitutes=exp.record_substitutes)
+                          if facts else None)
         if res is None:
             res = records.records_subsequence(original_dir, reduced_dir, inherited,
                                               substitutes=exp.record_substitutes,

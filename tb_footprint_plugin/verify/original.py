@@ -95,6 +95,9 @@ class OriginalRun:
 
         if self.reader is not None or views.data_server_binary() is None:
             return self
+        from tb_footprint_plugin.verify import routes
+
+        routes.prewarm()  # the route crawl's imports, while the backup runs
         names = event_file_names(self.run_dir)
         self._stat_before = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
         self.reader = Reader(self.run_dir, "rust", None, store_all=False, timeout_s=timeout_s)

@@ -63,110 +63,194 @@ class PythonListing:
                             for p, tags in (d.get("plugins") or {}).items()})
 
 
-def python_probe(reduced_dir: str, exp, dest_dir: str) -> Optional[dict]:
+def python_probe(reduced_dir: str, exp, dest_dir: str, vectorised: bool = True) -> Optional[dict]:
     """Write the thinned copy of ``reduced_dir`` the loader reads (see the module docstring)
     into ``dest_dir``; ``{"thinned": {tag: records left out}, "records": records written}``,
-    or None when it does not apply (pre-v2 files, nothing to thin, an unreadable record)."""
-    from tensorboard.compat.proto import event_pb2
+    or None when it does not apply (pre-v2 files, nothing to thin, an unreadable record).
+    ``vectorised=False`` parses every record (tests check both ways write the same copy)."""
+    import numpy as np
 
-    from tb_footprint_plugin.scan import categories as cat
     from tb_footprint_plugin.scan.tfrecord import RecordReader
-    from tb_footprint_plugin.verify import compare as c
     from tb_footprint_plugin.verify.records import event_file_names
 
     names = event_file_names(reduced_dir)
     if not names or not exp.records_subsequence:
         return None  # without the record subsequence, nothing proves a thinned tag whole
-    binding: dict = {}  # tag -> plugin, from its first value (as the rewrite's selection)
-    # per thinned tag: the stream position of its last record, to be kept (found in pass 1)
-    last: dict = {}
-    seen_version = False
-    parse = event_pb2.Event.FromString
-
-    def records():
-        for fi, n in enumerate(names):
-            with RecordReader(os.path.join(reduced_dir, n), verify=True, display_name=n) as r:
+    probe = _Probe(exp, vectorised)
+    try:
+        # pass 1: every record's class (a thinnable tag's id, or -1: kept), and each thinnable
+        # tag's last record (kept, so the loader still sees the tag end where it ends)
+        classes = [probe.file(os.path.join(reduced_dir, n), n) for n in names]
+        if not probe.tags:
+            return None
+        last = np.full(len(probe.tags), -1, dtype=np.int64)
+        pos0 = 0
+        for cls in classes:
+            idx = np.flatnonzero(cls >= 0)
+            last[cls[idx]] = idx + pos0  # in order: the last assignment of a tag wins
+            pos0 += len(cls)
+        thinned = np.zeros(len(probe.tags), dtype=np.int64)
+        written = 0
+        pos0 = 0
+        # pass 2: the copy, every record but the thinned ones, consecutive ones in one write
+        for n, cls in zip(names, classes):
+            keep = cls < 0
+            drop_idx = np.flatnonzero(~keep)
+            keep[drop_idx[last[cls[drop_idx]] == drop_idx + pos0]] = True
+            np.add.at(thinned, cls[~keep], 1)
+            written += int(keep.sum())
+            at = 0
+            with RecordReader(os.path.join(reduced_dir, n), verify=True, display_name=n) as r, \
+                    open(os.path.join(dest_dir, n), "xb") as out:
                 for batch in r.batches():
-                    buf = batch.buf
-                    for st, size in zip(batch.starts.tolist(), batch.sizes.tolist()):
-                        yield fi, buf[st:st + size]
-            if r.status != "ok":
-                raise ValueError(f"{n}: {r.status}")
+                    k = keep[at:at + len(batch)]
+                    at += len(batch)
+                    for a, b in _runs(k):
+                        s = int(batch.starts[a])
+                        e = int(batch.starts[b - 1] + batch.sizes[b - 1])
+                        out.write(batch.buf[s:e])
+            if r.status != "ok" or at != len(keep):
+                return None  # changed since pass 1
+            pos0 += len(cls)
+    except (OSError, ValueError):
+        return None
+    out_thinned = {probe.tags[i]: int(c) for i, c in enumerate(thinned.tolist()) if c}
+    if not out_thinned:
+        return None
+    return {"thinned": out_thinned, "records": written}
 
-    def classify(piece: bytes):
-        """The tag a thinnable record belongs to, or None (kept); False: probe not valid."""
-        nonlocal seen_version
+
+def _runs(keep) -> list:
+    """``[(a, b), ...]``: the maximal runs of True in ``keep`` as half-open ranges."""
+    import numpy as np
+
+    if not len(keep):
+        return []
+    k = keep.astype(np.int8)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], k, [0]))))
+    return list(zip(edges[0::2].tolist(), edges[1::2].tolist()))
+
+
+class _Probe:
+    """Classifies a reduced run's records for ``python_probe``, in file order: record by
+    record (a full parse) where needed, and runs of one-value summaries without metadata of
+    tags already bound (most of a run's records) from the scan's vectorised decode
+    (``eventfile.StatsFold.decoded``), as the rewrite's selection does."""
+
+    def __init__(self, exp, vectorised: bool = True) -> None:
+        from tensorboard.compat.proto import event_pb2
+
+        self.exp = exp
+        self.vectorised = vectorised
+        self.parse = event_pb2.Event.FromString
+        self.binding: dict = {}  # tag -> plugin, from its first value (as the rewrite's selection)
+        self.seen_version = False
+        self.tags: list = []  # thinnable tags by id
+        self.tag_id: dict = {}
+
+    def file(self, path: str, name: str):
+        """Each record's class (``int32``): a thinnable tag's id, or -1 (kept). Raises
+        ``ValueError`` when the probe does not apply."""
+        import numpy as np
+
+        from tb_footprint_plugin.scan import eventfile
+        from tb_footprint_plugin.scan.tfrecord import RecordReader
+
+        fold = eventfile.StatsFold(name)
+        out = []
+        with RecordReader(path, verify=True, display_name=name) as r:
+            for batch in r.batches():
+                fold.add(batch)
+                out.append(self._batch(batch, fold.decoded()))
+        if r.status != "ok":
+            raise ValueError(f"{name}: {r.status}")
+        return np.concatenate(out) if out else np.zeros(0, np.int32)
+
+    def _batch(self, batch, dec):
+        import numpy as np
+
+        n = len(batch)
+        cls = np.full(n, -1, dtype=np.int32)
+
+        def slow(a: int, b: int) -> None:
+            for i in range(a, b):
+                cls[i] = self._record(batch.payload(i))
+
+        if not self.vectorised or dec is None or dec[4] is None or len(dec[0]) != n:
+            slow(0, n)
+            return cls
+        fast, tag_id, names, _steps, meta = dec
+        eligible = fast & ~meta
+        cut = np.flatnonzero(np.diff(eligible.astype(np.int8)) != 0) + 1
+        bounds = [0] + cut.tolist() + [n]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if not eligible[a]:
+                slow(a, b)
+                continue
+            while a < b:
+                # a tag's first record binds it: record by record up to the last such record
+                uniq, first = np.unique(tag_id[a:b], return_index=True)
+                unbound = [a + int(f) for t, f in zip(uniq.tolist(), first.tolist())
+                           if names[t] not in self.binding]
+                if unbound:
+                    k = max(unbound) + 1
+                    slow(a, k)
+                    a = k
+                    continue
+                if not self.seen_version:
+                    raise ValueError("a summary before any file version")
+                uniq, inv = np.unique(tag_id[a:b], return_inverse=True)
+                ids = np.array([self._thinnable(names[t]) for t in uniq.tolist()], dtype=np.int32)
+                cls[a:b] = ids[inv]
+                a = b
+        return cls
+
+    def _thinnable(self, tag: str) -> int:
+        """The id of a bound tag whose one-value, metadata-free records may be thinned, or -1."""
+        from tb_footprint_plugin.verify import compare as c
+
+        plugin = self.binding[tag]
+        if not plugin or self.exp.mode_for(plugin) != c.IDENTICAL:
+            return -1
+        i = self.tag_id.get(tag)
+        if i is None:
+            i = self.tag_id[tag] = len(self.tags)
+            self.tags.append(tag)
+        return i
+
+    def _record(self, data: bytes) -> int:
+        """The class of one record by a full parse (``_batch``); raises ``ValueError`` when
+        the probe does not apply."""
+        from tb_footprint_plugin.scan import categories as cat
+
         try:
-            ev = parse(piece[12:-4])
+            ev = self.parse(data)
         except Exception:  # noqa: BLE001 - unparseable: the probe is not the run's twin
-            return False
+            raise ValueError("an unparseable record") from None
         what = ev.WhichOneof("what")
         if what == "file_version":
             try:
                 if float(ev.file_version.split(":", 1)[1]) < 2:
-                    return False
+                    raise ValueError("a pre-v2 event file")
             except (IndexError, ValueError):
-                return False
-            seen_version = True
-            return None
-        if not seen_version:
-            return False  # a record before any file version: the loader's pre-v2 purge rules
+                raise ValueError("a pre-v2 event file") from None
+            self.seen_version = True
+            return -1
+        if not self.seen_version:
+            raise ValueError("a record before any file version")  # the pre-v2 purge rules
         if what != "summary" or len(ev.summary.value) != 1:
             for v in ev.summary.value if what == "summary" else ():
-                binding.setdefault(v.tag, "")  # bound from a shared record: never thinned
-            return None
+                self.binding.setdefault(v.tag, "")  # bound from a shared record: never thinned
+            return -1
         v = ev.summary.value[0]
-        if v.tag not in binding:
+        if v.tag not in self.binding:
             kind = v.WhichOneof("value")
-            binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
+            self.binding[v.tag] = cat.LEGACY_PLUGIN.get(kind) or (
                 v.metadata.plugin_data.plugin_name if v.HasField("metadata") else "")
-            return None  # a tag's first record is always kept
-        plugin = binding[v.tag]
-        if not plugin or v.HasField("metadata") or exp.mode_for(plugin) != c.IDENTICAL:
-            return None
-        return v.tag
-
-    try:
-        pos = 0
-        for _, piece in records():
-            tag = classify(piece)
-            if tag is False:
-                return None
-            if tag is not None:
-                last[tag] = pos
-            pos += 1
-        if not last:
-            return None
-        keep_last = set(last.values())
-        thinned: dict = {}
-        written = 0
-        outs = {}
-        binding.clear()
-        seen_version = False
-        pos = 0
-        try:
-            for fi, piece in records():
-                tag = classify(piece)
-                if tag is not None and pos not in keep_last:
-                    thinned[tag] = thinned.get(tag, 0) + 1
-                else:
-                    f = outs.get(fi)
-                    if f is None:
-                        f = outs[fi] = open(os.path.join(dest_dir, names[fi]), "xb")
-                    f.write(piece)
-                    written += 1
-                pos += 1
-        finally:
-            for f in outs.values():
-                f.close()
-        for n in names:  # an event file whose records were all thinned is still there
-            if not os.path.exists(os.path.join(dest_dir, n)):
-                open(os.path.join(dest_dir, n), "xb").close()
-    except (OSError, ValueError):
-        return None
-    if not thinned:
-        return None
-    return {"thinned": thinned, "records": written}
+            return -1  # a tag's first record is always kept
+        if v.HasField("metadata"):
+            return -1
+        return self._thinnable(v.tag)
 
 
 def read_listing(run_dir: str, timeout_s: float) -> PythonListing:

@@ -172,9 +172,49 @@ def _subsequence(orig_records, reduced_path, inherited, substitutes) -> tuple[bo
     return True, f"{matched} records, each byte-identical to an original record, in order"
 
 
+class ReducedPass:
+    """What other checks need of the reduced run, gathered by ``records_subsequence_indexed``'s
+    own pass over it (one read of the reduced run instead of three): each file's
+    ``RecordCheck`` (``check_file``) and its ``EventFileStats`` (the tag index,
+    ``dashboard.run_index``). ``complete`` once every file was read to its end."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.names = event_file_names(run_dir)
+        self.checks: list[RecordCheck] = []
+        self.stats: list = []
+        self._run_dir = run_dir
+
+    @property
+    def complete(self) -> bool:
+        return [c.name for c in self.checks] == self.names
+
+    def tap(self, name: str) -> "_ReducedFold":
+        return _ReducedFold(self, name)
+
+
+class _ReducedFold:
+    def __init__(self, owner: ReducedPass, name: str) -> None:
+        from tb_footprint_plugin.scan import eventfile
+
+        self.owner, self.name, self.count = owner, name, 0
+        self.fold = eventfile.StatsFold(name)
+
+    def add(self, batch) -> None:
+        self.fold.add(batch)
+        self.count += len(batch)
+
+    def finish(self, reader) -> None:
+        path = os.path.join(self.owner._run_dir, self.name)
+        self.owner.checks.append(RecordCheck(path, self.name, reader.status, self.count,
+                                             os.stat(path).st_size, reader.error_offset,
+                                             reader.error))
+        self.owner.stats.append(self.fold.finish(reader))
+
+
 def records_subsequence_indexed(
     original_dir: str, reduced_path: str, facts: Mapping[str, object],
     inherited: Collection[str] = (), substitutes: Optional[Mapping[str, Sequence]] = None,
+    reduced_tap=None,
 ) -> Optional[tuple[bool, str]]:
     """``records_subsequence`` of a run directory whose record index is known
     (``verify.original.FileFacts`` per event file: each record's offset, framed size and data
@@ -184,6 +224,8 @@ def records_subsequence_indexed(
     original reduced to a few MB costs a few MB of reads.
 
     Returns None when the index does not cover ``original_dir`` (the caller streams instead).
+    ``reduced_tap``: as ``_iter_records``'s tap, shown the reduced run's batches (a
+    ``ReducedPass``); a mismatch ends the pass early (its files are then not all seen).
     """
     names = event_file_names(original_dir)
     if not names or sorted(facts) != names or any(
@@ -216,8 +258,11 @@ def records_subsequence_indexed(
         for path in ([os.path.join(reduced_path, n) for n in event_file_names(reduced_path)]
                      if os.path.isdir(reduced_path) else [reduced_path]):
             name = os.path.basename(path)
+            fold = reduced_tap(name) if reduced_tap is not None else None
             with tfrecord.RecordReader(path, verify=True, display_name=name) as reader:
                 for batch in reader.batches():
+                    if fold is not None:
+                        fold.add(batch)
                     buf = batch.buf
                     for s, size in zip(batch.starts.tolist(), batch.sizes.tolist()):
                         piece = buf[s:s + size]
@@ -249,6 +294,8 @@ def records_subsequence_indexed(
                                 f"record #{matched} ({name} offset {batch.base + s}, {size - 16} "
                                 f"bytes) is not a record of the original after {last}")
                         matched += 1
+            if fold is not None:
+                fold.finish(reader)
             if reader.status != "ok" and name not in inherited:
                 return False, (f"{name} is {reader.status} at offset {reader.error_offset}: "
                                f"{reader.error}")
