@@ -16,10 +16,11 @@ largest child: the data servers) is its own:
   and plan, rewrite = staging the reduced file, verify = the verification step); the issue's
   target is plan + rewrite + verify within 3x the Rust load (the backup, a copy and two
   sha256 passes of the original, is reported beside it);
-  Inside a reduce the original is read once by the rewrite (its selection pass hashes it and
-  indexes its records; the copy reads only the kept records) and loaded once by the Rust data
-  server, started before the backup so it loads meanwhile (``select`` is the pass's own
-  duration, inside ``rewrite``); both are handed to the verification (``verify.original``);
+  Inside a reduce the original is read once, by the plan's scan, which keeps its pass
+  (``scan.passes``: sha256, record index, the batches' decode); the rewrite's selection
+  replays it (``select``, inside ``rewrite``) and the copy reads only the kept records. It is
+  loaded once by the Rust data server, started before the backup so it loads meanwhile; both
+  are handed to the verification (``verify.original``);
 * ``verify new``: ``verify_reduction`` on its own, as ``tb-footprint verify`` runs it (nothing
   handed over: it streams the original for the records and loads it with the Rust server;
   TensorBoard's routes on the Rust default view, the Python loader on the reduced run, whole
@@ -219,8 +220,9 @@ def main() -> None:
           f"{' '.join(f'{x:.2f}' for x in load_after)} after")
     print("plan + rewrite + verification of archive, next to the Rust data server loading the "
           "original once (target: <= 3x)")
-    print("('select': the rewrite's one pass over the original, inside 'rewrite'; the Rust load "
-          "of the original starts before the backup and is shared by rewrite and verify)")
+    print("('select': the rewrite's selection, replayed from the scan's pass over the original, "
+          "inside 'rewrite'; the Rust load of the original starts before the backup and is shared "
+          "by rewrite and verify)")
     print(f"{'run':>9} {'rust load':>10} {'plan':>7} {'rewrite':>8} {'verify':>8} "
           f"{'sum':>8} {'ratio':>7} {'backup':>7} {'select':>7} {'reduce':>8} {'peak RSS':>9} "
           f"{'child RSS':>10}")

@@ -365,9 +365,10 @@ def test_failure_during_the_backup_closes_the_early_server(tmp_path, monkeypatch
 
 
 def test_python_probe_vectorised_writes_the_record_by_record_copy(tmp_path):
-    """The probe classifies runs of plain records from the scan's decode; on every real
-    fixture and on generated torch, restart and TF2 runs it writes byte for byte the copy that
-    parsing each record writes, and says the same."""
+    """The probe classifies runs of plain records from the scan's decode, in its own pass or
+    folded into the record subsequence's pass over the reduced run; on every real fixture and
+    on generated torch, restart and TF2 runs each way writes byte for byte the copy that parsing
+    each record writes, and says the same."""
     import hashlib
 
     from conftest import REAL_FIXTURES
@@ -380,15 +381,26 @@ def test_python_probe_vectorised_writes_the_record_by_record_copy(tmp_path):
     _tf2_run(tmp_path / "tf2")
     runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
     thinned = 0
-    for exp in (Expectations(), Expectations(plugin_modes={"histograms": "default_view"})):
+    for exp in (Expectations(), Expectations(plugin_modes={"histograms": "default_view_identical"})):
         for i, run in enumerate(runs):
             outs = []
-            for vectorised in (True, False):
-                dest = tmp_path / f"probe-{i}-{vectorised}-{len(exp.plugin_modes)}"
+            for how in ("vectorised", "record by record", "folded"):
+                dest = tmp_path / f"probe-{i}-{how}-{len(exp.plugin_modes)}"
                 dest.mkdir()
-                res = pyside.python_probe(str(run), exp, str(dest), vectorised=vectorised)
+                tap = None
+                if how == "folded":  # the first pass made by the record subsequence's pass
+                    rp = records.ReducedPass(str(run))
+                    rp.probe = tap = pyside.ProbeTap(exp)
+                    for n in rp.names:
+                        fold = rp.tap(n)
+                        with tfrecord.RecordReader(str(run / n), verify=True) as r:
+                            for batch in r.batches():
+                                fold.add(batch)
+                        fold.finish(r)
+                res = pyside.python_probe(str(run), exp, str(dest),
+                                          vectorised=how != "record by record", tap=tap)
                 files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in dest.iterdir()}
                 outs.append((res, files if res else None))
-            assert outs[0] == outs[1], run
+            assert outs[0] == outs[1] == outs[2], run
             thinned += outs[0][0] is not None
     assert thinned >= 4

@@ -179,8 +179,12 @@ def verify_reduction(
         # same (``pyside.python_probe``); its child imports TensorBoard's loader meanwhile
         python_side = PythonSide(None, timeout_s).start()
         python_side.probe_dir = scratch.make("python-probe")
-        python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir)
-        python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
+        python_side.probe = None
+        if not (exp.records_subsequence and original is not None and original.index() is not None):
+            python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir)
+            python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
+        # else: the record subsequence's pass over the reduced run classifies its records for
+        # the probe (``_verify_rest``), and the child is told its run then
     if "rust" in wanted and views.data_server_binary() is None:
         # TensorBoard itself falls back to the Python reader when the binary is missing.
         wanted.remove("rust")
@@ -230,6 +234,10 @@ def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, s
     index_before = original.index() if original is not None else None
     facts = original.files if (original is not None and index_before is not None) else None
     reduced_pass = records.ReducedPass(reduced_dir) if (big and facts) else None
+    if reduced_pass is not None and python_side is not None and python_side.run_dir is None:
+        from tb_footprint_plugin.verify.pyside import ProbeTap
+
+        reduced_pass.probe = ProbeTap(exp)
     # Big runs: the route crawl over the Rust data servers mostly waits for them (measured: a
     # fifth of its time is this process's); it runs beside the record checks, which are all
     # this process's.
@@ -255,6 +263,12 @@ def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, rout
 
     checks.extend(_record_checks(original_dir, reduced_dir, exp, None if facts else tap,
                                  facts, reduced_pass))
+    if python_side is not None and python_side.run_dir is None:  # the deferred probe
+        from tb_footprint_plugin.verify.pyside import python_probe
+
+        tap = reduced_pass.probe if reduced_pass is not None and reduced_pass.complete else None
+        python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir, tap=tap)
+        python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 

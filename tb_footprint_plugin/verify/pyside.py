@@ -63,11 +63,40 @@ class PythonListing:
                             for p, tags in (d.get("plugins") or {}).items()})
 
 
-def python_probe(reduced_dir: str, exp, dest_dir: str, vectorised: bool = True) -> Optional[dict]:
+class ProbeTap:
+    """``python_probe``'s first pass (each record's class), folded into another pass over the
+    reduced run (``records.ReducedPass``): ``add`` each batch with its decode, ``end_file``
+    after each file, then hand it to ``python_probe(tap=...)``."""
+
+    def __init__(self, exp) -> None:
+        self.probe = _Probe(exp)
+        self.classes: list = []
+        self.error: Optional[str] = None
+        self._cur: list = []
+
+    def add(self, batch, dec) -> None:
+        if self.error is None:
+            try:
+                self._cur.append(self.probe._batch(batch, dec))
+            except ValueError as e:
+                self.error = str(e)
+
+    def end_file(self, status: str) -> None:
+        import numpy as np
+
+        if status != "ok" and self.error is None:
+            self.error = status
+        self.classes.append(np.concatenate(self._cur) if self._cur else np.zeros(0, np.int32))
+        self._cur = []
+
+
+def python_probe(reduced_dir: str, exp, dest_dir: str, vectorised: bool = True,
+                 tap: Optional[ProbeTap] = None) -> Optional[dict]:
     """Write the thinned copy of ``reduced_dir`` the loader reads (see the module docstring)
     into ``dest_dir``; ``{"thinned": {tag: records left out}, "records": records written}``,
     or None when it does not apply (pre-v2 files, nothing to thin, an unreadable record).
-    ``vectorised=False`` parses every record (tests check both ways write the same copy)."""
+    ``vectorised=False`` parses every record (tests check both ways write the same copy);
+    ``tap``: the first pass, already made (a ``ProbeTap`` shown every file of the run)."""
     import numpy as np
 
     from tb_footprint_plugin.scan.tfrecord import RecordReader
@@ -76,11 +105,14 @@ def python_probe(reduced_dir: str, exp, dest_dir: str, vectorised: bool = True) 
     names = event_file_names(reduced_dir)
     if not names or not exp.records_subsequence:
         return None  # without the record subsequence, nothing proves a thinned tag whole
-    probe = _Probe(exp, vectorised)
+    if tap is not None and (tap.error is not None or len(tap.classes) != len(names)):
+        return None if tap.error is not None else python_probe(reduced_dir, exp, dest_dir)
+    probe = tap.probe if tap is not None else _Probe(exp, vectorised)
     try:
         # pass 1: every record's class (a thinnable tag's id, or -1: kept), and each thinnable
         # tag's last record (kept, so the loader still sees the tag end where it ends)
-        classes = [probe.file(os.path.join(reduced_dir, n), n) for n in names]
+        classes = (tap.classes if tap is not None
+                   else [probe.file(os.path.join(reduced_dir, n), n) for n in names])
         if not probe.tags:
             return None
         last = np.full(len(probe.tags), -1, dtype=np.int64)

@@ -183,6 +183,8 @@ class ReducedPass:
         self.checks: list[RecordCheck] = []
         self.stats: list = []
         self._run_dir = run_dir
+        #: ``pyside.ProbeTap`` shown each batch with its decode (the Python probe's first pass)
+        self.probe = None
 
     @property
     def complete(self) -> bool:
@@ -202,6 +204,8 @@ class _ReducedFold:
     def add(self, batch) -> None:
         self.fold.add(batch)
         self.count += len(batch)
+        if self.owner.probe is not None:
+            self.owner.probe.add(batch, self.fold.decoded())
 
     def finish(self, reader) -> None:
         path = os.path.join(self.owner._run_dir, self.name)
@@ -209,6 +213,8 @@ class _ReducedFold:
                                              os.stat(path).st_size, reader.error_offset,
                                              reader.error))
         self.owner.stats.append(self.fold.finish(reader))
+        if self.owner.probe is not None:
+            self.owner.probe.end_file(reader.status)
 
 
 def records_subsequence_indexed(
