@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import tree_hashes
-from test_verify_handover import BOTH, _age, _histogram_run, _restart_run, _selection_summary, _tf2_run
+from test_verify_handover import BOTH, _age, _histogram_run, _selection_summary, selection_runs
 
 from tb_footprint_plugin import api
 from tb_footprint_plugin.scan import eventfile, passes
@@ -84,14 +84,8 @@ def test_reduce_selects_from_its_scan_without_a_second_pass(tmp_path, monkeypatc
      "strip_run_metadata": True, "strip_large_graph_attrs": True},
 ], ids=["default_view", "keep_per_tag"])
 def test_replayed_selection_decides_as_its_own_pass(tmp_path, monkeypatch, content):
-    from conftest import REAL_FIXTURES
-
     monkeypatch.setattr(passes, "MIN_BYTES", 0)
-    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
-    _histogram_run(tmp_path / "histograms", steps=300)
-    _restart_run(tmp_path / "restart")
-    _tf2_run(tmp_path / "tf2")
-    runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+    runs = selection_runs(tmp_path)
     rules = er.Rules.from_content(content)
     replays = 0
     for run in runs:

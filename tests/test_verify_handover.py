@@ -288,6 +288,18 @@ def _tf2_run(run: Path) -> None:
             w.scalar("loss", step, 1.0 / (step + 1))
 
 
+def selection_runs(tmp_path: Path) -> list:
+    """Every real fixture's run, and generated torch, restart and TF2 runs (the selection's
+    and the probe's equivalence tests)."""
+    from conftest import REAL_FIXTURES
+
+    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
+    _histogram_run(tmp_path / "histograms", steps=300)
+    _restart_run(tmp_path / "restart")
+    _tf2_run(tmp_path / "tf2")
+    return runs + [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+
+
 @needs_rust
 @pytest.mark.parametrize("content", [
     {"downsample": "default_view"},
@@ -296,15 +308,9 @@ def _tf2_run(run: Path) -> None:
      "strip_run_metadata": True},
 ], ids=["default_view", "dashboard_exact", "keep_per_tag"])
 def test_batch_fast_path_selects_as_record_by_record(tmp_path, content):
-    from conftest import REAL_FIXTURES
-
     from tb_footprint_plugin.transforms import event_rewrite as er
 
-    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
-    _histogram_run(tmp_path / "histograms", steps=300)
-    _restart_run(tmp_path / "restart")
-    _tf2_run(tmp_path / "tf2")
-    runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+    runs = selection_runs(tmp_path)
     rules = er.Rules.from_content(content)
     fast_batches = []
     real_fast = er._RunSelection._fast_run
@@ -371,15 +377,9 @@ def test_python_probe_vectorised_writes_the_record_by_record_copy(tmp_path):
     each record writes, and says the same."""
     import hashlib
 
-    from conftest import REAL_FIXTURES
-
     from tb_footprint_plugin.verify import pyside
 
-    runs = sorted({p.parent for p in REAL_FIXTURES.rglob("*tfevents*") if p.is_file()})
-    _histogram_run(tmp_path / "histograms", steps=300)
-    _restart_run(tmp_path / "restart")
-    _tf2_run(tmp_path / "tf2")
-    runs += [tmp_path / "histograms", tmp_path / "restart", tmp_path / "tf2"]
+    runs = selection_runs(tmp_path)
     thinned = 0
     for exp in (Expectations(), Expectations(plugin_modes={"histograms": "default_view_identical"})):
         for i, run in enumerate(runs):

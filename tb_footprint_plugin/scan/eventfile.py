@@ -50,7 +50,7 @@ from __future__ import annotations
 import heapq
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -274,6 +274,39 @@ class StatsFold:
 
     def finish(self, reader: RecordReader) -> EventFileStats:
         return self._acc.finish(reader)
+
+
+def plain_runs(dec: Optional[tuple], n: int, bound: Callable[[str], bool]
+               ) -> Iterator[Tuple[int, int, bool]]:
+    """A batch of ``n`` records, decoded as ``StatsFold.decoded()`` gave ``dec``, split into
+    consecutive ranges in file order for a caller that classifies them: ``(a, b, True)`` for a
+    run of one-value summaries without metadata of tags already bound (``bound(tag)``), to
+    take together from the decode; ``(a, b, False)`` for records to take one by one (a full
+    parse), among them each tag's first record, which binds it. Lazy: ``bound`` is asked
+    only once the caller has handled the ranges before."""
+    if dec is None or dec[4] is None or len(dec[0]) != n:
+        yield 0, n, False
+        return
+    fast, tag_id, names, _steps, meta = dec
+    eligible = fast & ~meta
+    cut = np.flatnonzero(np.diff(eligible.astype(np.int8)) != 0) + 1
+    bounds = [0] + cut.tolist() + [n]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if not eligible[a]:
+            yield a, b, False
+            continue
+        while a < b:
+            # a tag's first record binds it: record by record up to the last such record
+            uniq, first = np.unique(tag_id[a:b], return_index=True)
+            unbound = [a + int(f) for t, f in zip(uniq.tolist(), first.tolist())
+                       if not bound(names[t])]
+            if unbound:
+                k = max(unbound) + 1
+                yield a, k, False
+                a = k
+                continue
+            yield a, b, True
+            a = b
 
 
 def _unreadable(path, name: str, err: OSError, size: Optional[int] = None) -> EventFileStats:

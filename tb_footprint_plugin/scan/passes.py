@@ -60,12 +60,17 @@ class EventPass:
 
     def offsets(self) -> np.ndarray:
         """int64 file offset of each record's header."""
-        out = np.empty(len(self.sizes), dtype=np.int64)
-        if len(out):
-            out[0] = self.start
-            np.cumsum(self.sizes[:-1], dtype=np.int64, out=out[1:])
-            out[1:] += self.start
-        return out
+        return offsets_of(self.start, self.sizes)
+
+
+def offsets_of(start: int, sizes: np.ndarray) -> np.ndarray:
+    """int64 file offset of each of back-to-back records of ``sizes`` from ``start``."""
+    out = np.empty(len(sizes), dtype=np.int64)
+    if len(out):
+        out[0] = start
+        np.cumsum(sizes[:-1], dtype=np.int64, out=out[1:])
+        out[1:] += start
+    return out
 
 
 _LOCK = threading.Lock()
@@ -132,5 +137,5 @@ def held() -> int:
         return len(_KEPT)
 
 
-__all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MIN_BYTES", "held", "keep", "release",
-           "retaining", "take", "wanted"]
+__all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MIN_BYTES", "held", "keep", "offsets_of",
+           "release", "retaining", "take", "wanted"]

@@ -99,7 +99,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.scan import passes
+from tb_footprint_plugin.scan import eventfile, passes
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame, masked_crc32c
 from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAULT_VIEW_EXACT_MODE,
                                             GRAPH_ROUTE_IDENTICAL_MODE, RUST_CAPACITY, Rules)
@@ -530,8 +530,6 @@ class _RunSelection:
         one-value summaries without metadata of tags already bound (torch and tensorboardX
         values past a run's first records), classified together (``_fast_run``) without
         parsing each in Python; a test checks both ways decide the same."""
-        import numpy as np
-
         n = len(batch)
         payload = batch.payload
 
@@ -543,30 +541,13 @@ class _RunSelection:
                     continue
                 self._event(ev, name, ri0 + i, (fi << _REC_BITS) | (ri0 + i), cls)
 
-        if dec is None or dec[4] is None or len(dec[0]) != n:
-            slow(0, n)
-            return
-        fast, tag_id, names, steps, meta = dec
-        eligible = fast & ~meta
-        cut = np.flatnonzero(np.diff(eligible.astype(np.int8)) != 0) + 1
-        bounds = [0] + cut.tolist() + [n]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if not eligible[a]:
+        for a, b, plain in eventfile.plain_runs(dec, n, self.binding.__contains__):
+            if not plain:
                 slow(a, b)
                 continue
-            while a < b:
-                # a tag's first record binds it: record by record up to the last such record
-                uniq, first = np.unique(tag_id[a:b], return_index=True)
-                unbound = [a + int(f) for t, f in zip(uniq.tolist(), first.tolist())
-                           if names[t] not in self.binding]
-                if unbound:
-                    k = max(unbound) + 1
-                    slow(a, k)
-                    a = k
-                    continue
-                if not self._fast_run(tag_id[a:b], names, steps[a:b], fi, ri0 + a, cls):
-                    slow(a, b)
-                a = b
+            _, tag_id, names, steps, _ = dec
+            if not self._fast_run(tag_id[a:b], names, steps[a:b], fi, ri0 + a, cls):
+                slow(a, b)
 
     def _fast_run(self, tag_id, names, steps, fi: int, ri0: int, cls: bytearray) -> bool:
         """``_event`` of consecutive one-value summaries without metadata of bound tags, at once.

@@ -56,12 +56,9 @@ class FileFacts:
 
     def offsets(self) -> np.ndarray:
         """int64 file offset of each record's header."""
-        out = np.empty(len(self.sizes), dtype=np.int64)
-        if len(out):
-            out[0] = self.start
-            np.cumsum(self.sizes[:-1], dtype=np.int64, out=out[1:])
-            out[1:] += self.start
-        return out
+        from tb_footprint_plugin.scan.passes import offsets_of
+
+        return offsets_of(self.start, self.sizes)
 
     @classmethod
     def build(cls, name: str, sha256: str, stat: tuple, starts: list, sizes: list, crcs: list,

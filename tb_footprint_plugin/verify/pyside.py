@@ -201,6 +201,8 @@ class _Probe:
     def _batch(self, batch, dec):
         import numpy as np
 
+        from tb_footprint_plugin.scan import eventfile
+
         n = len(batch)
         cls = np.full(n, -1, dtype=np.int32)
 
@@ -208,33 +210,19 @@ class _Probe:
             for i in range(a, b):
                 cls[i] = self._record(batch.payload(i))
 
-        if not self.vectorised or dec is None or dec[4] is None or len(dec[0]) != n:
+        if not self.vectorised:
             slow(0, n)
             return cls
-        fast, tag_id, names, _steps, meta = dec
-        eligible = fast & ~meta
-        cut = np.flatnonzero(np.diff(eligible.astype(np.int8)) != 0) + 1
-        bounds = [0] + cut.tolist() + [n]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if not eligible[a]:
+        for a, b, plain in eventfile.plain_runs(dec, n, self.binding.__contains__):
+            if not plain:
                 slow(a, b)
                 continue
-            while a < b:
-                # a tag's first record binds it: record by record up to the last such record
-                uniq, first = np.unique(tag_id[a:b], return_index=True)
-                unbound = [a + int(f) for t, f in zip(uniq.tolist(), first.tolist())
-                           if names[t] not in self.binding]
-                if unbound:
-                    k = max(unbound) + 1
-                    slow(a, k)
-                    a = k
-                    continue
-                if not self.seen_version:
-                    raise ValueError("a summary before any file version")
-                uniq, inv = np.unique(tag_id[a:b], return_inverse=True)
-                ids = np.array([self._thinnable(names[t]) for t in uniq.tolist()], dtype=np.int32)
-                cls[a:b] = ids[inv]
-                a = b
+            if not self.seen_version:
+                raise ValueError("a summary before any file version")
+            _, tag_id, names, _, _ = dec
+            uniq, inv = np.unique(tag_id[a:b], return_inverse=True)
+            ids = np.array([self._thinnable(names[t]) for t in uniq.tolist()], dtype=np.int32)
+            cls[a:b] = ids[inv]
         return cls
 
     def _thinnable(self, tag: str) -> int:
