@@ -13,7 +13,8 @@ These tests check that:
   its bytes tell) is never reduced from the stale pass: the run is not committed and every
   byte of the user's file is as the user left it;
 * a record the selection reads back whose CRC is not the one the scan saw stops the
-  rewrite, naming the file and offset;
+  selection (not taken as unparseable), naming the file and offset;
+* a selection whose sha256 is not the backup's is never applied, copied or streamed;
 * the store keeps at most ``MAX_RECORDS`` records and a reduce's unused passes are dropped.
 """
 import os
@@ -191,3 +192,57 @@ def test_store_is_bounded_and_a_reduce_drops_what_it_did_not_use(tmp_path, monke
     name = er.event_file_names(str(a))[0]
     assert passes.take(str(a / name), (0, 0, 0)) is None and passes.held() == 0
     passes.release(token)
+
+
+def _flip_in_place(path: Path, offset: int) -> None:
+    """One byte changed, with the size and mtime put back (the stat signature cannot tell)."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 1]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_selection_refuses_a_read_back_record_that_changed(tmp_path, monkeypatch):
+    """The first record (file_version) needs a full parse, so the replay reads it back: changed
+    since the scan, it stops the selection instead of being taken as unparseable."""
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    run = tmp_path / "run"
+    path = _histogram_run(run, steps=40)
+    with passes.retaining() as token:
+        _scan_kept(run)
+    try:
+        kept = passes._KEPT[os.path.realpath(path)][1]
+        _flip_in_place(path, int(kept.offsets()[0]) + 14)
+        rules = er.Rules.from_content({"keep_per_tag": {"scalars": 5}})
+        with pytest.raises(er.RewriteError) as e:
+            er.select_run(str(run), rules, [path.name])
+    finally:
+        passes.release(token)
+    assert "offset 0 changed since the scan read it" in str(e.value)
+
+
+def test_copy_refuses_a_selection_of_other_bytes_than_the_backup(tmp_path, monkeypatch):
+    """Facts whose sha256 is not the backup's are never used, whether or not the file's stat
+    changed since: not for the copy of the kept records, not for a streamed rewrite."""
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    run = tmp_path / "run"
+    path = _histogram_run(run, steps=40)
+    with passes.retaining() as token:
+        _scan_kept(run)
+    rules = er.Rules.from_content({"keep_per_tag": {"scalars": 5}})
+    sel = er.select_run(str(run), rules, [path.name])
+    passes.release(token)
+    facts = sel.facts[path.name]
+    backup_sha = facts.sha256[::-1]  # what a backup of changed bytes would hash to
+    for touch in (False, True):  # same stat (copy path), changed stat (streaming path)
+        if touch:
+            os.utime(path, ns=(1, 1))
+        dst = tmp_path / f"out-{touch}"
+        with pytest.raises(er.RewriteError) as e:
+            er.rewrite_event_file(str(path), str(dst), sel.masks[path.name], sel.codes[path.name],
+                                  sel.code_names, backup_sha, facts=facts)
+        assert "changed since it was analysed" in str(e.value)
+        assert not dst.exists() or dst.stat().st_size == 0

@@ -404,3 +404,41 @@ def test_python_probe_vectorised_writes_the_record_by_record_copy(tmp_path):
             assert outs[0] == outs[1] == outs[2], run
             thinned += outs[0][0] is not None
     assert thinned >= 4
+
+
+def test_python_probe_refuses_a_run_with_an_unparseable_record(tmp_path):
+    """A record whose envelope decodes but whose value does not parse, of a tag already bound:
+    the probe does not apply (the loader reads the reduced run itself), in every way."""
+    import struct
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    from tb_footprint_plugin.verify import pyside
+
+    run = tmp_path / "run"
+    run.mkdir()
+    recs = [tfrecord.frame(event_pb2.Event(wall_time=1.0, file_version="brain.Event:2")
+                           .SerializeToString())]
+    h = summary_pb2.HistogramProto(min=0, max=1, num=1, bucket_limit=[1.0], bucket=[1.0])
+    for i in range(100):
+        if i == 55:  # histo field with corrupt nested bytes
+            val = b"\x0a\x01h" + b"\x2a\x02\xff\xff"
+            summ = b"\x0a" + bytes([len(val)]) + val
+            data = (b"\x09" + struct.pack("<d", 2.0) + b"\x10" + bytes([i]) + b"\x2a"
+                    + bytes([len(summ)]) + summ)
+        else:
+            data = event_pb2.Event(wall_time=2.0, step=i, summary=summary_pb2.Summary(
+                value=[summary_pb2.Summary.Value(tag="h", histo=h)])).SerializeToString()
+        recs.append(tfrecord.frame(data))
+    (run / "events.out.tfevents.1.host").write_bytes(b"".join(recs))
+    for i, vectorised in enumerate((False, True)):
+        dest = tmp_path / f"probe-{i}"
+        dest.mkdir()
+        assert pyside.python_probe(str(run), Expectations(), str(dest), vectorised=vectorised) is None
+    # without the bad record the probe applies (so the test sees the refusal, not something else)
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "events.out.tfevents.1.host").write_bytes(b"".join(recs[:56] + recs[57:]))
+    dest = tmp_path / "probe-good"
+    dest.mkdir()
+    assert pyside.python_probe(str(good), Expectations(), str(dest)) is not None

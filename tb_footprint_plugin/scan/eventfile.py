@@ -219,6 +219,7 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
     acc = _Accumulator(name)
     sizes, crcs, batches = [], [], []
     start, count = None, 0
+    room = passes.room()  # beyond it the pass is not kept: memory stays bounded meanwhile
     # never a FIFO or device (an open would block forever); a symlink to a file is fine
     with open_regular(path, buffering=0, follow_symlinks=True) as raw:
         before = stat_sig(path)
@@ -227,6 +228,11 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
             reader = RecordReader(hin, verify=True, display_name=name)
             for batch in reader.batches():
                 acc.add_batch(batch)
+                if count + len(batch) > room:
+                    sizes = crcs = batches = None
+                    count = room + 1
+                if sizes is None:
+                    continue
                 if start is None and len(batch):
                     start = int(batch.starts[0]) + batch.base
                 sizes.append(batch.sizes)
@@ -243,7 +249,7 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
             sha = hin.hexdigest()  # also stops the hashing thread on an error
         after = stat_sig(path)
     stats = acc.finish(reader)
-    if reader.status == "ok" and before is not None and before == after:
+    if sizes is not None and reader.status == "ok" and before is not None and before == after:
         sz = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         if len(sz) and int(sz.max()) < 1 << 32:
             sz = sz.astype(np.uint32)

@@ -113,6 +113,12 @@ def keep(ep: EventPass) -> bool:
     return True
 
 
+def room() -> int:
+    """Records a new pass may still keep (a pass stops collecting beyond it)."""
+    with _LOCK:
+        return MAX_RECORDS - sum(p.records for _, p in _KEPT.values())
+
+
 def take(path: str, sig: Optional[tuple]) -> Optional[EventPass]:
     """The kept pass over ``path`` (removed from the store) if the file's ``stat_sig`` is
     still ``sig`` as it was during the pass; None otherwise."""
@@ -138,4 +144,4 @@ def held() -> int:
 
 
 __all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MIN_BYTES", "held", "keep", "offsets_of",
-           "release", "retaining", "take", "wanted"]
+           "release", "retaining", "room", "take", "wanted"]

@@ -535,8 +535,9 @@ class _RunSelection:
 
         def slow(a: int, b: int) -> None:
             for i in range(a, b):
+                data = payload(i)  # a read-back record that changed raises (``_ReadBack``)
                 try:
-                    ev = parse(payload(i))
+                    ev = parse(data)
                 except Exception:  # unparseable: kept, TensorBoard skips it the same
                     continue
                 self._event(ev, name, ri0 + i, (fi << _REC_BITS) | (ri0 + i), cls)
@@ -1028,13 +1029,15 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
     ctime), only the kept records are read, at their offsets: a 1 GB original reduced to a few
     MB is not read a second time. Otherwise the whole file is streamed and hashed again.
     """
+    if facts is not None and expected_sha is not None and facts.sha256 != expected_sha:
+        # the selection analysed other bytes than the backup's (the scan's kept pass is older
+        # than the backup): its mask must not be applied to them, copied or streamed
+        raise RewriteError(f"{os.path.basename(src)}: changed since it was analysed "
+                           "(sha256 differs from the backup's)")
     if facts is not None and len(facts.sizes) == len(mask) and facts.status == "ok":
         from tb_footprint_plugin.verify.original import stat_sig
 
         if stat_sig(src) == facts.stat:
-            if expected_sha is not None and facts.sha256 != expected_sha:
-                raise RewriteError(f"{os.path.basename(src)}: changed while it was being rewritten "
-                                   "(sha256 differs)")
             return _copy_kept(src, dst, mask, facts, codes, code_names, subs or {})
     kept = dropped = 0
     removed: Dict[str, List[int]] = {}

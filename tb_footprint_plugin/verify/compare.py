@@ -198,8 +198,13 @@ def verify_reduction(
         sides = ("after",) if handed is not None else ("before", "after")
 
         def opening() -> dict:
-            readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
-                                          store_all=False, timeout_s=timeout_s, sides=sides)
+            try:
+                readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
+                                              store_all=False, timeout_s=timeout_s, sides=sides)
+            except BaseException:
+                if handed is not None:
+                    handed.close()  # nobody else will: the caller only closes what it gets
+                raise
             if handed is not None:
                 readers["before"] = handed
             return readers
@@ -454,9 +459,12 @@ def _record_checks(original_dir: str, reduced_dir: str, exp: Expectations,
     indexed = None
     if facts and exp.records_subsequence:
         reduced_pass = reduced_pass if reduced_pass is not None else records.ReducedPass(reduced_dir)
-        indexed = records.records_subsequence_indexed(
-            original_dir, reduced_dir, facts, (), substitutes=exp.record_substitutes,
-            reduced_tap=reduced_pass.tap)
+        try:
+            indexed = records.records_subsequence_indexed(
+                original_dir, reduced_dir, facts, (), substitutes=exp.record_substitutes,
+                reduced_tap=reduced_pass.tap)
+        except OSError:  # an unreadable file: reported by the framing check below
+            indexed = None
     if indexed is not None and reduced_pass.complete and all(c.ok for c in reduced_pass.checks):
         reduced = reduced_pass.checks
     else:  # read on its own: a damaged file may be an inherited tail (below)

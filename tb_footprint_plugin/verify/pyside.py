@@ -219,6 +219,11 @@ class _Probe:
                 continue
             if not self.seen_version:
                 raise ValueError("a summary before any file version")
+            for i in range(a, b):  # an unparseable record: the probe is not the run's twin
+                try:
+                    self.parse(batch.payload(i))
+                except Exception:  # noqa: BLE001
+                    raise ValueError("an unparseable record") from None
             _, tag_id, names, _, _ = dec
             uniq, inv = np.unique(tag_id[a:b], return_inverse=True)
             ids = np.array([self._thinnable(names[t]) for t in uniq.tolist()], dtype=np.int32)

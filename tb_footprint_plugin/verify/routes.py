@@ -121,11 +121,19 @@ def make_app(logdir: str, provider, multiplexer=None, samples_per_plugin: str = 
     """TensorBoard's own WSGI app (first-party plugins, its own flags) over ``provider``."""
     t = _PREWARM
     if t is not None:
-        t.join()  # one build at a time: the logger level below is process-wide
+        t.join()
     return _build_app(logdir, provider, multiplexer, samples_per_plugin)
 
 
+_BUILD_LOCK = threading.Lock()  # one build at a time: the logger level it sets is process-wide
+
+
 def _build_app(logdir: str, provider, multiplexer=None, samples_per_plugin: str = ""):
+    with _BUILD_LOCK:
+        return _build_app_locked(logdir, provider, multiplexer, samples_per_plugin)
+
+
+def _build_app_locked(logdir: str, provider, multiplexer=None, samples_per_plugin: str = ""):
     from tensorboard import default, program
     from tensorboard.backend import application
 
