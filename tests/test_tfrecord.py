@@ -352,3 +352,54 @@ def test_one_huge_record_is_read_whole(tmp_path):
     write_file(tmp_path / "f", [b"a", big, b"b"])
     reader, recs = read_all(str(tmp_path / "f"))
     assert reader.status == "ok" and [r.data for r in recs] == [b"a", big, b"b"]
+
+
+def test_default_read_size_grows_for_big_records_only(tmp_path):
+    """Batches of few big records cost the decoders per batch: the default read size doubles
+    (to 8 MB) while batches hold fewer than 1,024 records; small records keep 1 MB reads.
+    The records read are the same either way, and a batch's buffer stays valid while the next
+    batch is read."""
+    rng = random.Random(3)
+    big = tmp_path / "big.tfrecord"
+    small = tmp_path / "small.tfrecord"
+    big_payloads = [rng.randbytes(rng.randrange(6000, 10000)) for _ in range(3000)]  # ~24 MB
+    small_payloads = [rng.randbytes(rng.randrange(20, 60)) for _ in range(60000)]  # ~3.6 MB
+    big.write_bytes(b"".join(frame(p) for p in big_payloads))
+    small.write_bytes(b"".join(frame(p) for p in small_payloads))
+    for path, payloads in ((big, big_payloads), (small, small_payloads)):
+        fixed = RecordReader(str(path), chunk_size=1 << 20)
+        n_fixed = sum(1 for _ in fixed.batches())
+        grown = RecordReader(str(path))
+        seen, prev, n_grown = [], None, 0
+        for batch in grown.batches():
+            if prev is not None:  # the previous batch is intact while this one is read
+                assert [r.data for r in prev.records()] == prev_data
+            seen += [r.data for r in batch.records()]
+            prev, prev_data = batch, [r.data for r in batch.records()]
+            n_grown += 1
+        assert seen == payloads and grown.status == "ok"
+        if path is big:
+            assert n_grown < n_fixed / 3, (n_grown, n_fixed)
+        else:
+            assert n_grown == n_fixed
+
+
+def test_threaded_hashing_reader_bounds_what_waits(tmp_path):
+    """The hashing thread's backlog is bounded in bytes, reads of any size (a record bigger
+    than the bound too) hash to the file's sha256."""
+    import hashlib
+
+    from tb_footprint_plugin.storage.files import ThreadedHashingReader
+
+    data = random.Random(5).randbytes(5 << 20)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    for size in (4096, 1 << 20, 3 << 20, 8 << 20):
+        with open(path, "rb", buffering=0) as raw:
+            h = ThreadedHashingReader(raw, depth=2)
+            while True:
+                b = h.read(size)
+                if not b:
+                    break
+                assert h._waiting <= max(2 << 20, len(b))
+            assert h.hexdigest() == hashlib.sha256(data).hexdigest()

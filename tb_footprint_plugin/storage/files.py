@@ -78,7 +78,7 @@ class HashingReader:
 class ThreadedHashingReader(HashingReader):
     """``HashingReader`` whose sha256 runs on another thread (``hashlib`` releases the GIL on
     big buffers): a pass that parses records in Python is not slowed by hashing them on a
-    second core. At most ``depth`` chunks wait to be hashed (bounded memory); ``hexdigest()``
+    second core. At most ``depth`` MB wait to be hashed (bounded memory); ``hexdigest()``
     waits for the rest."""
 
     def __init__(self, f, depth: int = 8):
@@ -86,7 +86,11 @@ class ThreadedHashingReader(HashingReader):
         import threading
 
         super().__init__(f)
-        self._q: "queue.Queue" = queue.Queue(maxsize=depth)
+        self._q: "queue.Queue" = queue.Queue()
+        # at most ``depth`` MB wait to be hashed (reads may be bigger than a chunk)
+        self._room = threading.Condition()
+        self._waiting = 0
+        self._max_waiting = depth * CHUNK
         self._t = threading.Thread(target=self._run, name="footprint-sha256", daemon=True)
         self._t.start()
 
@@ -96,10 +100,20 @@ class ThreadedHashingReader(HashingReader):
             if b is None:
                 return
             self.sha.update(b)
+            with self._room:
+                self._waiting -= len(b)
+                self._room.notify()
+
+    def _wait_room(self, n: int) -> None:
+        with self._room:
+            while self._waiting and self._waiting + n > self._max_waiting:
+                self._room.wait()
+            self._waiting += n
 
     def read(self, n: int = -1) -> bytes:
         b = self._f.read(n)
         if b:
+            self._wait_room(len(b))
             self._q.put(b)
         return b
 

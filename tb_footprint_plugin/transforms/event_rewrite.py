@@ -724,7 +724,7 @@ class _RunSelection:
 
         reader = self.original.rust_reader() if self.original is not None else None
         if reader is not None:  # this reduce's one load of the original, started by the engine
-            return reader.read()
+            return reader.read(plugins={self.streams[t].plugin for t in exact})
 
         if views.data_server_binary() is None:
             self.notes.append("dashboard-exact downsampling skipped: the Rust data server is not available")

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Optional
+from typing import Iterable, Optional
 
 from tb_footprint_plugin.verify import views
 from tb_footprint_plugin.verify.views import RunView
@@ -77,11 +77,13 @@ class Reader:
         self.close()
 
     # -- use ------------------------------------------------------------------------------------
-    def read(self) -> RunView:
-        """Fill the ``RunView`` through the DataProvider API (as ``views.read_view``)."""
+    def read(self, plugins: Optional[Iterable[str]] = None) -> RunView:
+        """Fill the ``RunView`` through the DataProvider API (as ``views.read_view``); only
+        ``plugins``' data (and no run graph) when given."""
         if self.provider is not None and not self.view.fatal:
             workers = views.RUST_BLOB_WORKERS if self.view.backend == "rust" else 1
-            views._read_provider(self.view, self.provider, self.hints, blob_workers=workers)
+            views._read_provider(self.view, self.provider, self.hints, blob_workers=workers,
+                                 only=plugins)
         return self.view
 
     def app(self):

@@ -27,7 +27,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage import scratch
@@ -244,8 +244,10 @@ def _request_context():
     return context.RequestContext()
 
 
-def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: int = 1) -> None:
-    """Fill ``view`` from a DataProvider (same calls for both backends)."""
+def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: int = 1,
+                   only: Optional[Iterable[str]] = None) -> None:
+    """Fill ``view`` from a DataProvider (same calls for both backends); ``only``: just these
+    plugins, and no run graph."""
     ctx = _request_context()
     runs = provider.list_runs(ctx, experiment_id=EXPERIMENT_ID)
     view.run_present = any(r.run_name == RUN_NAME for r in runs)
@@ -253,12 +255,16 @@ def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: 
         return
     # An empty name is a tag with no plugin: no dashboard can read it (Rust rejects it).
     plugins = sorted(p for p in provider.list_plugins(ctx, experiment_id=EXPERIMENT_ID) if p)
+    if only is not None:
+        plugins = [p for p in plugins if p in set(only)]
     for plugin in plugins:
         for kind in KINDS:
             try:
                 _read_kind(view, provider, ctx, plugin, kind, hints, blob_workers)
             except Exception as e:  # noqa: BLE001
                 view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
+    if only is not None:
+        return
     try:
         view.graph, view.graph_route, view.graph_nodes = _read_run_graph(provider, ctx)
     except Exception as e:  # noqa: BLE001
