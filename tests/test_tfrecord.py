@@ -403,3 +403,35 @@ def test_threaded_hashing_reader_bounds_what_waits(tmp_path):
                     break
                 assert h._waiting <= max(2 << 20, len(b))
             assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_hashing_reader_hashes_the_reused_buffers_in_place(tmp_path):
+    """The reader's buffers are hashed in place by the hashing thread: however slow it is,
+    the reader waits before writing into a buffer again, and the digest is the file's."""
+    import hashlib
+    import time
+
+    from tb_footprint_plugin.storage.files import ThreadedHashingReader
+
+    rng = random.Random(9)
+    path = tmp_path / "f.tfrecord"
+    path.write_bytes(b"".join(frame(rng.randbytes(rng.randrange(100, 30000))) for _ in range(800)))
+
+    class Slow:
+        def __init__(self):
+            self.h = hashlib.sha256()
+
+        def update(self, b):
+            time.sleep(0.002)
+            self.h.update(b)
+
+        def hexdigest(self):
+            return self.h.hexdigest()
+
+    with open(path, "rb", buffering=0) as raw:
+        hin = ThreadedHashingReader(raw)
+        hin.sha = Slow()
+        reader = RecordReader(hin, chunk_size=64 << 10)
+        n = sum(len(b) for b in reader.batches())
+        assert hin.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert n == 800 and reader.status == "ok"

@@ -344,6 +344,9 @@ class RecordReader:
         # framing itself.) Anonymous mmaps, because slicing one gives ``bytes`` like the
         # ``bytes`` buffers the consumers were written for.
         readinto = getattr(f, "readinto", None)
+        # a source that reads the buffer after ``readinto`` returned (a hashing thread) says
+        # when it is done with it
+        before_reuse = getattr(f, "before_reuse", None)
         pool: List[Optional[mmap.mmap]] = [None, None]
         turn = 0
         prev, tail = None, (0, 0)  # the unconsumed bytes (an incomplete record): prev[a:b]
@@ -359,6 +362,8 @@ class RecordReader:
                 # (a buffer grown for one huge record is not kept)
                 buf = pool[turn] = mmap.mmap(-1, max(tlen + want, read) + len(_PAD))
             turn ^= 1
+            if before_reuse is not None:
+                before_reuse(buf)
             if tlen:
                 buf[:tlen] = prev[tail[0]:tail[1]]
             got = 0 if eof else _fill(f, readinto, buf, tlen, want)
