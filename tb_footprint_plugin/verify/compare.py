@@ -177,7 +177,11 @@ def verify_reduction(
 
         # the loader reads the reduced run, whole tags thinned where their records prove the
         # same (``pyside.python_probe``); its child imports TensorBoard's loader meanwhile
-        python_side = PythonSide(None, timeout_s).start()
+        python_side = original.take_python_side() if original is not None else None
+        if python_side is not None:
+            python_side.timeout_s = timeout_s  # what this verification waits for its answer
+        else:
+            python_side = PythonSide(None, timeout_s).start()
         python_side.probe_dir = scratch.make("python-probe")
         python_side.probe = None
         if not (exp.records_subsequence and original is not None and original.index() is not None):

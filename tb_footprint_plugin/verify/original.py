@@ -83,6 +83,7 @@ class OriginalRun:
     _thread: Optional[threading.Thread] = None
     _stat_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
     _stat_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
+    _python_side: Optional[object] = None  # pyside.PythonSide started early, not yet told its run
 
     def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
         """Start TensorBoard's Rust data server loading the run (default sampling)."""
@@ -93,8 +94,12 @@ class OriginalRun:
         if self.reader is not None or views.data_server_binary() is None:
             return self
         from tb_footprint_plugin.verify import routes
+        from tb_footprint_plugin.verify.pyside import PythonSide
 
         routes.prewarm()  # the route crawl's imports, while the backup runs
+        # the Python loader's child imports TensorBoard meanwhile too (~0.5 s of a core that
+        # the verification's own start needs); the verification tells it its run
+        self._python_side = PythonSide(None, timeout_s).start()
         names = event_file_names(self.run_dir)
         self._stat_before = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
         self.reader = Reader(self.run_dir, "rust", None, store_all=False, timeout_s=timeout_s)
@@ -140,8 +145,16 @@ class OriginalRun:
             return None
         return dashboard.index_from_stats([self.files[n].stats for n in names])
 
+    def take_python_side(self):
+        """The started ``pyside.PythonSide`` child (now the caller's), or None."""
+        side, self._python_side = self._python_side, None
+        return side
+
     def close(self) -> None:
-        """Stop the data server if nobody took it."""
+        """Stop the data server and the Python loader's child if nobody took them."""
+        side = self.take_python_side()
+        if side is not None:
+            side.cancel()
         if self.reader is not None:
             if self._thread is not None:
                 self._thread.join()

@@ -22,6 +22,7 @@ would receive, not by opaque keys.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -285,9 +286,17 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
     pv = providers or (None, None)
     sides[:] = [_Side(app_before, pv[0]), _Side(app_after, pv[1])]
     heavy = providers is not None
+    # The two sides are asked at once: each request mostly waits for its app's data provider
+    # (a data server in another process), the two apps share nothing.
+    other = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="footprint-crawl")
+
+    def both(call: Callable[[_Side], Any]) -> list:
+        first = other.submit(call, sides[0])
+        second = call(sides[1])
+        return [first.result(), second]
 
     def listing(route: str, plugin: str, pick: Callable[[Any], Any] = lambda v: v):
-        got = [s.json(route) for s in sides]
+        got = both(lambda s: s.json(route))
         pair = tuple(Response(route, plugin, "listing", st, pick(v) if st == 200 else v)
                      for st, v in got)
         return pair
@@ -295,17 +304,26 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
     def fetch(route: str, plugin: str, shape: str, norm: Callable[[_Side, int, Any], Any],
               post: Optional[dict] = None, post_json: Optional[dict] = None,
               path: Optional[str] = None):
-        out = []
-        for s in sides:
+        def one(s: _Side) -> Response:
             if post_json is not None:
                 status, body, _ = s.c.post_json(path or route, post_json)
             else:
                 status, body, _ = s.c.get(path or route, post)
             value = _json(status, body)
-            out.append(Response(route, plugin, shape, status,
-                                norm(s, status, value) if status == 200 else value,
-                                hashlib.sha256(body).hexdigest()))
-        return tuple(out)
+            return Response(route, plugin, shape, status,
+                            norm(s, status, value) if status == 200 else value,
+                            hashlib.sha256(body).hexdigest())
+
+        return tuple(both(one))
+
+    try:
+        yield from _crawl(sides, listing, fetch, heavy)
+    finally:
+        other.shutdown(wait=True)
+
+
+def _crawl(sides, listing, fetch, heavy: bool) -> Iterator[tuple]:
+    """``crawl_pair``'s routes, in the dashboards' order."""
 
     # Core: runs and the plugin listing the dashboard tabs come from.
     runs = listing("/data/runs", "<core>", lambda v: {r: True for r in v})
