@@ -155,14 +155,20 @@ def _rewrite(src: Path, dest: Path, keep) -> None:
 
 
 def test_indexed_subsequence_agrees_with_streaming(tmp_path):
-    path = _histogram_run(tmp_path / "orig", steps=60)
+    """Also where whole batches are matched at once (unique size and CRC, ≥ 64 records), and
+    where they are not (a record repeated, or out of order)."""
+    path = _histogram_run(tmp_path / "orig", steps=300)
     orig = path.parent
     facts = _facts(orig)
     cases = {
         "every third": (lambda recs: recs[::3], True),
         "identical": (lambda recs: recs, True),
         "changed": (lambda recs: recs[:5] + [recs[5][:-1] + bytes([recs[5][-1] ^ 1])] + recs[6:], False),
+        "changed late": (lambda recs: recs[:500] + [recs[500][:-1] + bytes([recs[500][-1] ^ 1])]
+                         + recs[501:], False),
         "reordered": (lambda recs: recs[:3] + [recs[4], recs[3]] + recs[5:], False),
+        "reordered late": (lambda recs: recs[:700] + [recs[701], recs[700]] + recs[702:], False),
+        "repeated": (lambda recs: recs[:100] + recs[99:], False),
         "foreign": (lambda recs: recs[:3] + [b"not an event"] + recs[3:], False),
     }
     for label, (keep, ok) in cases.items():

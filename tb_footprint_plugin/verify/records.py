@@ -12,6 +12,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Collection, Iterator, Mapping, Optional, Sequence
 
+import numpy as np
+
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.scan import tfrecord
 from tb_footprint_plugin.storage.regular import open_regular
@@ -260,6 +262,32 @@ def records_subsequence_indexed(
                                     follow_symlinks=True)
         return os.pread(files[i].fileno(), size, at)
 
+    keyed: dict = {}  # file index -> (unique keys, their first index, counts, offsets)
+
+    def unique_matches(batch) -> Optional[list]:
+        """The batch's candidates found at once: when every record's (size, CRC) occurs exactly
+        once in the current original file, at increasing places from ``j``, the record-by-record
+        search below would pick exactly those (the only ones). None: search record by record."""
+        if subs or fi >= len(names) or len(batch) < 64:
+            return None
+        if fi not in keyed:
+            keyed.clear()
+            f = facts[names[fi]]
+            k = (f.sizes.astype(np.uint64) << np.uint64(32)) | f.crcs.astype(np.uint64)
+            uk, first, counts = np.unique(k, return_index=True, return_counts=True)
+            keyed[fi] = (uk, first, counts, f.offsets())
+        uk, first, counts, offsets = keyed[fi]
+        rk = (batch.sizes.astype(np.uint64) << np.uint64(32)) | batch.crcs().astype(np.uint64)
+        at = np.searchsorted(uk, rk)
+        inside = at < len(uk)
+        at = np.minimum(at, len(uk) - 1)
+        if not (inside.all() and (uk[at] == rk).all() and (counts[at] == 1).all()):
+            return None
+        cand = first[at]
+        if cand[0] < j or (len(cand) > 1 and not (np.diff(cand) > 0).all()):
+            return None
+        return list(zip(cand.tolist(), offsets[cand].tolist()))
+
     try:
         for path in ([os.path.join(reduced_path, n) for n in event_file_names(reduced_path)]
                      if os.path.isdir(reduced_path) else [reduced_path]):
@@ -270,6 +298,20 @@ def records_subsequence_indexed(
                     if fold is not None:
                         fold.add(batch)
                     buf = batch.buf
+                    fast = unique_matches(batch)
+                    if fast is not None:
+                        for (s, size), (k, at) in zip(zip(batch.starts.tolist(),
+                                                          batch.sizes.tolist()), fast):
+                            if read_orig(fi, at, size) != buf[s:s + size]:
+                                # the only candidate differs: no later record can match
+                                return False, (
+                                    f"record #{matched} ({name} offset {batch.base + s}, "
+                                    f"{size - 16} bytes) is not a record of the original "
+                                    f"after {last}")
+                            matched += 1
+                            last = f"{names[fi]} offset {at}"
+                        j, off = k + 1, at + size
+                        continue
                     for s, size in zip(batch.starts.tolist(), batch.sizes.tolist()):
                         piece = buf[s:s + size]
                         crc = int.from_bytes(piece[-4:], "little")

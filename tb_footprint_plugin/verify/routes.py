@@ -244,8 +244,9 @@ def _union(a: Any, b: Any, depth: int) -> list:
 
 
 #: Blobs of one series fetched at a time: each is a round trip to the data server (~45 ms for
-#: a Rust server's image), and the app serves requests concurrently, as for a browser.
-BLOB_WORKERS = 8
+#: a Rust server's image: its small stream frames wait for a delayed ACK), and the app serves
+#: requests concurrently, as for a browser. A default-view image series (10 samples) takes one round.
+BLOB_WORKERS = 16
 
 
 def _with_blobs(side: _Side, points: list, key: str, route: str, extra: str = "") -> list:
