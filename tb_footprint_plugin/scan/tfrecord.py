@@ -497,7 +497,7 @@ class RecordReader:
                 # size the next window to about twice this run, so a failed split wastes
                 # about as much work as it saves
                 self._window = max(_MIN_WINDOW, 2 * proven)
-                self._min_run = _MIN_RUN_FOR_SPLIT if got >= 256 else min(2 * self._min_run, 1 << 16)
+                self._min_run = _MIN_RUN_FOR_SPLIT if got >= 64 else min(2 * self._min_run, 1 << 16)
                 return pos, 0
             self._window = min(self._window * 2, _CHUNK)
             if wend == end:
