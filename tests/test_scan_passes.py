@@ -246,3 +246,31 @@ def test_copy_refuses_a_selection_of_other_bytes_than_the_backup(tmp_path, monke
                                   sel.code_names, backup_sha, facts=facts)
         assert "changed since it was analysed" in str(e.value)
         assert not dst.exists() or dst.stat().st_size == 0
+
+
+@needs_rust
+def test_no_python_child_is_left_when_the_original_reader_cannot_start(tmp_path, monkeypatch):
+    """The Python loader's child starts with the original's Rust load; a failure there (or
+    anywhere after) leaves no child behind."""
+    from tb_footprint_plugin.verify import pyside, readers
+
+    logdir = tmp_path / "logdir"
+    _histogram_run(logdir / "run", steps=200)
+    _age(logdir)
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)
+    started = []
+    real_start = pyside.PythonSide.start
+
+    def tracking(self):
+        started.append(self)
+        return real_start(self)
+
+    def broken(self, *a, **kw):
+        raise OSError(28, "No space left on device (planted)")
+
+    monkeypatch.setattr(pyside.PythonSide, "start", tracking)
+    monkeypatch.setattr(readers.Reader, "__init__", broken)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert len(out) == 1 and out[0].status in ("rolled_back", "failed"), [o.to_dict() for o in out]
+    assert all(s._proc is None or s._proc.poll() is not None for s in started), "a child is left"

@@ -92,10 +92,19 @@ class ThreadedHashingReader(HashingReader):
         self._waiting = 0
         self._max_waiting = depth * CHUNK
         self._in_use: dict = {}  # id of a caller's buffer -> its views waiting to be hashed
+        self._failed: Optional[BaseException] = None  # what stopped the hashing thread
         self._t = threading.Thread(target=self._run, name="footprint-sha256", daemon=True)
         self._t.start()
 
     def _run(self) -> None:
+        try:
+            self._hash_all()
+        except BaseException as e:  # noqa: BLE001 - e.g. MemoryError: readers must not wait forever
+            with self._room:
+                self._failed = e
+                self._room.notify_all()
+
+    def _hash_all(self) -> None:
         while True:
             b = self._q.get()
             if b is None:
@@ -116,8 +125,10 @@ class ThreadedHashingReader(HashingReader):
 
     def _wait_room(self, n: int) -> None:
         with self._room:
-            while self._waiting and self._waiting + n > self._max_waiting:
+            while self._waiting and self._waiting + n > self._max_waiting and self._failed is None:
                 self._room.wait()
+            if self._failed is not None:
+                raise OSError(f"hashing failed: {self._failed!r}")
             self._waiting += n
 
     def read(self, n: int = -1) -> bytes:
@@ -151,14 +162,18 @@ class ThreadedHashingReader(HashingReader):
         """Wait until nothing read into ``buf`` still waits to be hashed."""
         key = id(buf)
         with self._room:
-            while self._in_use.get(key):
+            while self._in_use.get(key) and self._failed is None:
                 self._room.wait()
+            if self._failed is not None:
+                raise OSError(f"hashing failed: {self._failed!r}")
 
     def hexdigest(self) -> str:
         """The sha256 of everything read so far (and no further reads)."""
         if self._t.is_alive():
             self._q.put(None)
             self._t.join()
+        if self._failed is not None:
+            raise OSError(f"hashing failed: {self._failed!r}")
         return self.sha.hexdigest()
 
     def close(self) -> None:

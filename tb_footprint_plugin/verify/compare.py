@@ -402,6 +402,10 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
     if rust_opening is not None:
         rust_opening.taken = True  # closed below, not by the caller
         readers = rust_opening.result()
+        # a handed-over reader's view holds what the rewrite read of it: both sides start
+        # equal (the tab's summaries compare the two views)
+        before = readers["before"].view
+        before.plugins, before.graph, before.graph_route, before.graph_nodes = {}, None, None, None
     else:
         readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
                                       store_all=False, timeout_s=timeout_s)

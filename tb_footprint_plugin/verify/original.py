@@ -97,9 +97,6 @@ class OriginalRun:
         from tb_footprint_plugin.verify.pyside import PythonSide
 
         routes.prewarm()  # the route crawl's imports, while the backup runs
-        # the Python loader's child imports TensorBoard meanwhile too (~0.5 s of a core that
-        # the verification's own start needs); the verification tells it its run
-        self._python_side = PythonSide(None, timeout_s).start()
         names = event_file_names(self.run_dir)
         self._stat_before = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
         self.reader = Reader(self.run_dir, "rust", None, store_all=False, timeout_s=timeout_s)
@@ -111,6 +108,10 @@ class OriginalRun:
 
         self._thread = threading.Thread(target=load, name="footprint-original-rust", daemon=True)
         self._thread.start()
+        # last (nothing after it can fail and leave it behind): the Python loader's child
+        # imports TensorBoard meanwhile too (~0.5 s of a core that the verification's own
+        # start needs); the verification tells it its run, ``close`` stops it otherwise
+        self._python_side = PythonSide(None, timeout_s).start()
         return self
 
     def rust_reader(self):

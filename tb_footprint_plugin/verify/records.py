@@ -219,6 +219,11 @@ class _ReducedFold:
             self.owner.probe.end_file(reader.status)
 
 
+#: original records of a file above which its batches are not matched at once (the unique-key
+#: table costs ~50 bytes a record)
+FAST_MAX = 4_000_000
+
+
 def records_subsequence_indexed(
     original_dir: str, reduced_path: str, facts: Mapping[str, object],
     inherited: Collection[str] = (), substitutes: Optional[Mapping[str, Sequence]] = None,
@@ -268,7 +273,7 @@ def records_subsequence_indexed(
         """The batch's candidates found at once: when every record's (size, CRC) occurs exactly
         once in the current original file, at increasing places from ``j``, the record-by-record
         search below would pick exactly those (the only ones). None: search record by record."""
-        if subs or fi >= len(names) or len(batch) < 64:
+        if subs or fi >= len(names) or len(batch) < 64 or len(facts[names[fi]].sizes) > FAST_MAX:
             return None
         if fi not in keyed:
             keyed.clear()
@@ -299,19 +304,16 @@ def records_subsequence_indexed(
                         fold.add(batch)
                     buf = batch.buf
                     fast = unique_matches(batch)
-                    if fast is not None:
-                        for (s, size), (k, at) in zip(zip(batch.starts.tolist(),
-                                                          batch.sizes.tolist()), fast):
-                            if read_orig(fi, at, size) != buf[s:s + size]:
-                                # the only candidate differs: no later record can match
-                                return False, (
-                                    f"record #{matched} ({name} offset {batch.base + s}, "
-                                    f"{size - 16} bytes) is not a record of the original "
-                                    f"after {last}")
-                            matched += 1
-                            last = f"{names[fi]} offset {at}"
-                        j, off = k + 1, at + size
+                    if fast is not None and all(
+                            read_orig(fi, at, size) == buf[s:s + size]
+                            for (s, size), (_, at) in zip(zip(batch.starts.tolist(),
+                                                              batch.sizes.tolist()), fast)):
+                        k, at = fast[-1]
+                        matched += len(fast)
+                        last = f"{names[fi]} offset {at}"
+                        j, off = k + 1, at + int(batch.sizes[-1])
                         continue
+                    # else (a candidate's bytes differ: a later file may hold the record)
                     for s, size in zip(batch.starts.tolist(), batch.sizes.tolist()):
                         piece = buf[s:s + size]
                         crc = int.from_bytes(piece[-4:], "little")
