@@ -435,3 +435,39 @@ def test_hashing_reader_hashes_the_reused_buffers_in_place(tmp_path):
         n = sum(len(b) for b in reader.batches())
         assert hin.hexdigest() == hashlib.sha256(path.read_bytes()).hexdigest()
     assert n == 800 and reader.status == "ok"
+
+
+def test_a_failed_hashing_thread_fails_the_pass_instead_of_hanging(tmp_path):
+    import threading
+
+    from tb_footprint_plugin.storage.files import ThreadedHashingReader
+
+    path = tmp_path / "f.tfrecord"
+    path.write_bytes(b"".join(frame(bytes(20000)) for _ in range(400)))  # ~8 MB
+
+    class Broken:
+        def update(self, b):
+            raise MemoryError("planted")
+
+        def hexdigest(self):
+            return ""
+
+    outcome = []
+
+    def run():
+        with open(path, "rb", buffering=0) as raw:
+            hin = ThreadedHashingReader(raw, depth=1)
+            hin.sha = Broken()
+            try:
+                for _ in RecordReader(hin, chunk_size=64 << 10).batches():
+                    pass
+                hin.hexdigest()
+                outcome.append("no error")
+            except OSError as e:
+                outcome.append(str(e))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "the pass hangs"
+    assert outcome and "hashing failed" in outcome[0], outcome
