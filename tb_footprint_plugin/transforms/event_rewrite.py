@@ -471,7 +471,7 @@ class _RunSelection:
                     if not offsets:  # only where the first record is: the rest follow back to back
                         offsets.append(batch.starts[:1] + batch.base)
                     sizes.append(batch.sizes)
-                    crcs.append(orig.record_crcs(batch))
+                    crcs.append(batch.crcs())
                     ri = len(mask)
                     mask.extend(b"\1" * len(batch))
                     cls.extend(bytes(len(batch)))

@@ -183,16 +183,11 @@ def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
             if not offsets:  # only where the first record is: the rest follow back to back
                 offsets.append(batch.starts[:1] + batch.base)
             sizes.append(batch.sizes)
-            crcs.append(record_crcs(batch))
+            crcs.append(batch.crcs())
         while hin.read(CHUNK):
             pass
     return FileFacts.build(name, hin.sha.hexdigest(), before, offsets, sizes, crcs,
                            fold.finish(reader), reader.status)
 
 
-def record_crcs(batch) -> np.ndarray:
-    """The stored data CRC (last 4 bytes of the frame) of every record of a ``RecordBatch``."""
-    return batch.crcs()
-
-
-__all__ = ["FileFacts", "OriginalRun", "read_facts", "record_crcs", "stat_sig"]
+__all__ = ["FileFacts", "OriginalRun", "read_facts", "stat_sig"]
