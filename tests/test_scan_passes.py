@@ -274,3 +274,41 @@ def test_no_python_child_is_left_when_the_original_reader_cannot_start(tmp_path,
     out = [o for o in rep.outcomes if o.status != "skipped"]
     assert len(out) == 1 and out[0].status in ("rolled_back", "failed"), [o.to_dict() for o in out]
     assert all(s._proc is None or s._proc.poll() is not None for s in started), "a child is left"
+
+
+def _kept_pass(run: Path):
+    """The pass a reduce's scan keeps over ``run``'s only event file (taken from the store)."""
+    with passes.retaining() as token:
+        _scan_kept(run)
+    try:
+        name = er.event_file_names(str(run))[0]
+        path = str(run / name)
+        return path, passes.take(path, stat_sig(path))
+    finally:
+        passes.release(token)
+
+
+def test_pass_keeps_the_small_records_bytes_as_in_the_file(tmp_path, monkeypatch):
+    from tb_footprint_plugin.scan import tfrecord
+
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    _histogram_run(tmp_path / "run", steps=300)
+    path, kept = _kept_pass(tmp_path / "run")
+    frames = list(tfrecord.RecordReader(path, raw=True))
+    small = [f for f in frames if len(f) <= passes.SMALL_FRAME]
+    assert 300 <= len(small) < len(frames)  # the scalars, not the histograms or images
+    assert kept.small == b"".join(small) and kept.small_upto == len(frames)
+    pos = passes.small_offsets(kept.sizes, kept.small_upto)
+    for i, f in enumerate(frames):
+        if len(f) <= passes.SMALL_FRAME:
+            assert kept.small[pos[i]:pos[i] + len(f)] == f, i
+        else:
+            assert pos[i] == -1, i
+    # over the byte budget, the pass keeps the records that fit and says up to where
+    monkeypatch.setattr(passes, "MAX_SMALL_BYTES", len(kept.small) // 2)
+    _, half = _kept_pass(tmp_path / "run")
+    assert 0 < half.small_upto < len(frames) and len(half.small) <= len(kept.small) // 2
+    assert half.small == b"".join(f for f in frames[:half.small_upto]
+                                  if len(f) <= passes.SMALL_FRAME)
+    hp = passes.small_offsets(half.sizes, half.small_upto)
+    assert (hp[half.small_upto:] == -1).all() and (hp[:half.small_upto] == pos[:half.small_upto]).all()

@@ -7,13 +7,21 @@ reduce's planning, not a dry run or the tab's scan), the scan keeps, for each lo
 of at least ``MIN_BYTES``, an ``EventPass``: the file's sha256 (hashed on a second core during
 the same pass), its ``stat_sig`` (equal before and after the pass), every record's framed size
 and stored data CRC, and what the vectorised decode found of each batch (``StatsFold.decoded``):
-about 22 bytes a record, no payload.
+about 22 bytes a record, and the framed bytes of the small records (``SMALL_FRAME``: scalars,
+mostly; see ``small_offsets``), within ``MAX_SMALL_BYTES``.
+
+Why the small records' bytes: a reduce keeps every scalar, and a scalar record is ~40 bytes
+between histograms and images of kilobytes. The copy and the verification's byte comparison
+then read tens of thousands of such records one at a time, a system call each, which cost more
+than the rest of both together (~0.3 s each per GB). They are bytes the pass hashed: where the
+pass is used (its sha256 is the backup's), they are the backup's bytes.
 
 Trust: a pass describes the bytes it hashed. Its user (``event_rewrite``) takes it only while the
 file's ``stat_sig`` is unchanged, and the copy that follows uses it only when its sha256 is the
 backup's; any record payload the selection needs again is re-read and checked against its CRC.
-Memory is bounded by ``MAX_RECORDS`` over all kept passes; a file above it is simply not kept
-(the selection then makes its own pass, as without this module).
+Memory is bounded by ``MAX_RECORDS`` and ``MAX_SMALL_BYTES`` over all kept passes; a file above
+the first is simply not kept (the selection then makes its own pass, as without this module),
+beyond the second a pass keeps no more record bytes (those records are read from the file).
 """
 from __future__ import annotations
 
@@ -29,6 +37,10 @@ import numpy as np
 MIN_BYTES = 8 << 20
 #: records kept over all passes (~22 bytes each)
 MAX_RECORDS = 4_000_000
+#: records of at most this framed size have their bytes kept (see the module docstring)
+SMALL_FRAME = 1024
+#: bytes of small records kept over all passes
+MAX_SMALL_BYTES = 32 << 20
 
 
 @dataclass
@@ -53,6 +65,8 @@ class EventPass:
     crcs: np.ndarray  # uint32: stored (masked) data CRC of each record
     batches: List[BatchDecode] = field(default_factory=list)
     stats: object = None  # eventfile.EventFileStats (what the scan reported)
+    small: bytes = b""  # framed bytes of records < small_upto of size <= SMALL_FRAME, in order
+    small_upto: int = 0
 
     @property
     def records(self) -> int:
@@ -61,6 +75,27 @@ class EventPass:
     def offsets(self) -> np.ndarray:
         """int64 file offset of each record's header."""
         return offsets_of(self.start, self.sizes)
+
+
+def small_offsets(sizes: np.ndarray, small_upto: int) -> np.ndarray:
+    """int64 offset in a pass's ``small`` bytes of each record kept there, -1 for the others
+    (records from ``small_upto`` on, and those bigger than ``SMALL_FRAME``)."""
+    kept = np.zeros(len(sizes), dtype=bool)
+    kept[:small_upto] = sizes[:small_upto] <= SMALL_FRAME
+    ends = np.cumsum(np.where(kept, sizes, 0), dtype=np.int64)
+    return np.where(kept, ends - sizes, -1)
+
+
+def gather_small(buf, starts: np.ndarray, sizes: np.ndarray) -> bytes:
+    """The framed bytes of a batch's records of at most ``SMALL_FRAME`` bytes, in order."""
+    small = sizes <= SMALL_FRAME
+    if not small.any():
+        return b""
+    st, n = starts[small], sizes[small]
+    total = int(n.sum())
+    # each byte's index in ``buf``: its record's start, plus its place in the record
+    shift = np.repeat(st - (np.cumsum(n) - n), n)
+    return np.frombuffer(buf, dtype=np.uint8)[shift + np.arange(total)].tobytes()
 
 
 def offsets_of(start: int, sizes: np.ndarray) -> np.ndarray:
@@ -100,7 +135,8 @@ def retaining() -> Iterator[int]:
 
 
 def keep(ep: EventPass) -> bool:
-    """Keep ``ep`` for the current ``retaining()`` scope, within ``MAX_RECORDS``."""
+    """Keep ``ep`` for the current ``retaining()`` scope, within ``MAX_RECORDS`` (and its
+    small records' bytes within ``MAX_SMALL_BYTES``: beyond, it keeps none)."""
     token = getattr(_LOCAL, "token", None)
     if token is None:
         return False
@@ -109,6 +145,8 @@ def keep(ep: EventPass) -> bool:
         held = sum(p.records for _, p in _KEPT.values())
         if held + ep.records > MAX_RECORDS:
             return False
+        if sum(len(p.small) for _, p in _KEPT.values()) + len(ep.small) > MAX_SMALL_BYTES:
+            ep.small, ep.small_upto = b"", 0
         _KEPT[ep.path] = (token, ep)
     return True
 
@@ -117,6 +155,12 @@ def room() -> int:
     """Records a new pass may still keep (a pass stops collecting beyond it)."""
     with _LOCK:
         return MAX_RECORDS - sum(p.records for _, p in _KEPT.values())
+
+
+def small_room() -> int:
+    """Bytes of small records a new pass may still keep (it stops keeping them beyond)."""
+    with _LOCK:
+        return MAX_SMALL_BYTES - sum(len(p.small) for _, p in _KEPT.values())
 
 
 def take(path: str, sig: Optional[tuple]) -> Optional[EventPass]:
@@ -143,5 +187,6 @@ def held() -> int:
         return len(_KEPT)
 
 
-__all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MIN_BYTES", "held", "keep", "offsets_of",
-           "release", "retaining", "room", "take", "wanted"]
+__all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MAX_SMALL_BYTES", "MIN_BYTES",
+           "SMALL_FRAME", "gather_small", "held", "keep", "offsets_of", "release", "retaining",
+           "room", "small_offsets", "small_room", "take", "wanted"]

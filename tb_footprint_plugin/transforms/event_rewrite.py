@@ -519,7 +519,7 @@ class _RunSelection:
         self.masks[name] = mask
         self.codes[name] = cls
         facts = orig.FileFacts(name, kept.sha256, kept.stat, kept.sizes, kept.crcs, kept.stats,
-                               "ok", kept.start)
+                               "ok", kept.start, kept.small, kept.small_upto)
         self.facts[name] = facts
         if self.original is not None:
             self.original.files[name] = facts

@@ -53,12 +53,21 @@ class FileFacts:
     stats: object = None  # eventfile.EventFileStats of the file
     status: str = "ok"
     start: int = 0  # offset of the first record
+    # the framed bytes of the pass's small records (``scan.passes``): bytes it hashed
+    small: bytes = b""
+    small_upto: int = 0
 
     def offsets(self) -> np.ndarray:
         """int64 file offset of each record's header."""
         from tb_footprint_plugin.scan.passes import offsets_of
 
         return offsets_of(self.start, self.sizes)
+
+    def small_offsets(self) -> Optional[np.ndarray]:
+        """Each record's offset in ``small`` (-1: not there); None when nothing is."""
+        from tb_footprint_plugin.scan.passes import small_offsets
+
+        return small_offsets(self.sizes, self.small_upto) if self.small else None
 
     @classmethod
     def build(cls, name: str, sha256: str, stat: tuple, starts: list, sizes: list, crcs: list,
