@@ -312,3 +312,37 @@ def test_pass_keeps_the_small_records_bytes_as_in_the_file(tmp_path, monkeypatch
                                   if len(f) <= passes.SMALL_FRAME)
     hp = passes.small_offsets(half.sizes, half.small_upto)
     assert (hp[half.small_upto:] == -1).all() and (hp[:half.small_upto] == pos[:half.small_upto]).all()
+
+
+@needs_rust
+def test_copy_from_the_kept_small_records_writes_what_the_file_holds(tmp_path, monkeypatch):
+    """The copy of the kept records takes scalars from the pass's bytes and writes the file the
+    streamed copy writes; nothing small is read from the file again."""
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    run = tmp_path / "run"
+    _histogram_run(run, steps=300)
+    path, kept = _kept_pass(run)
+    rules = er.Rules.from_content({"downsample": "default_view"})
+    names = er.event_file_names(str(run))
+    with passes.retaining() as token:
+        _scan_kept(run)
+        sel = er.select_run(str(run), rules, names, original=OriginalRun(str(run)))
+    passes.release(token)
+    name = names[0]
+    facts = sel.facts[name]
+    assert facts.small == kept.small and facts.small_upto == kept.small_upto
+    mask = sel.masks[name]
+    streamed = er.rewrite_event_file(path, str(tmp_path / "streamed"), mask, expected_sha=None)
+    reads = []
+    real_pread = os.pread
+    monkeypatch.setattr(er.os, "pread", lambda fd, n, at: reads.append(n) or real_pread(fd, n, at))
+    copied = er.rewrite_event_file(path, str(tmp_path / "copied"), mask,
+                                   expected_sha=facts.sha256, facts=facts)
+    assert (tmp_path / "copied").read_bytes() == (tmp_path / "streamed").read_bytes()
+    assert copied["size"] == streamed["size"]
+    assert reads and min(reads) > passes.SMALL_FRAME, "a small record was read from the file"
+    # without the backup's sha256 to bind them, the pass's bytes are not used
+    reads.clear()
+    er.rewrite_event_file(path, str(tmp_path / "unbound"), mask, facts=facts)
+    assert (tmp_path / "unbound").read_bytes() == (tmp_path / "streamed").read_bytes()
+    assert any(n <= passes.SMALL_FRAME for n in reads)

@@ -1038,7 +1038,8 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
         from tb_footprint_plugin.verify.original import stat_sig
 
         if stat_sig(src) == facts.stat:
-            return _copy_kept(src, dst, mask, facts, codes, code_names, subs or {})
+            return _copy_kept(src, dst, mask, facts, codes, code_names, subs or {},
+                              from_pass=expected_sha is not None)
     kept = dropped = 0
     removed: Dict[str, List[int]] = {}
     subs = subs or {}
@@ -1084,9 +1085,13 @@ def rewrite_event_file(src: str, dst: str, mask: bytearray, codes: Optional[byte
 
 
 def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytearray],
-               code_names: Sequence[str], subs: Dict[int, tuple]) -> dict:
+               code_names: Sequence[str], subs: Dict[int, tuple], from_pass: bool = False) -> dict:
     """``rewrite_event_file`` from the selection pass's record index: the kept frames are read
-    at their offsets (consecutive ones in one read), the dropped ones are never read again."""
+    at their offsets (consecutive ones in one read), the dropped ones are never read again.
+
+    ``from_pass`` (the facts' sha256 is the backup's): kept runs of small records are copied
+    from the bytes the pass kept of them (``FileFacts.small``) instead: a read per scalar
+    record cost ~0.3 s per GB of histograms and images between them."""
     import numpy as np
 
     from tb_footprint_plugin.verify.original import stat_sig
@@ -1097,13 +1102,13 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
     removed: Dict[str, List[int]] = {}
     if codes is not None and (~keep).any():
         cv = np.frombuffer(bytes(codes), dtype=np.uint8)[~keep]
-        ds = sizes[~keep]
-        for c in np.unique(cv).tolist():
+        counts = np.bincount(cv)
+        byte_sums = np.bincount(cv, weights=sizes[~keep].astype(np.float64))
+        for c in np.flatnonzero(counts).tolist():
             label = code_names[c] if c < len(code_names) else "other"
-            sel = cv == c
             r = removed.setdefault(label, [0, 0])
-            r[0] += int(sel.sum())
-            r[1] += int(ds[sel].sum())
+            r[0] += int(counts[c])
+            r[1] += int(round(byte_sums[c]))
     elif (~keep).any():
         removed["other"] = [int((~keep).sum()), int(sizes[~keep].sum())]
     idx = np.flatnonzero(keep)
@@ -1111,7 +1116,8 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
     cut = np.flatnonzero(np.diff(idx) != 1) + 1 if len(idx) else np.zeros(0, np.int64)
     starts = np.concatenate(([0], cut)).astype(np.int64) if len(idx) else cut
     ends = np.concatenate((cut, [len(idx)])).astype(np.int64) if len(idx) else cut
-    runs = list(zip(idx[starts].tolist(), idx[ends - 1].tolist())) if len(idx) else []
+    ra, rb = idx[starts], idx[ends - 1]
+    runs = list(zip(ra.tolist(), rb.tolist()))
     if subs:
         split = []
         for a, b in runs:
@@ -1123,29 +1129,58 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
             if a <= b:
                 split.append((a, b))
         runs = split
+        ra = np.array([a for a, _ in runs], dtype=np.int64)
+        rb = np.array([b for _, b in runs], dtype=np.int64)
     substituted: List[dict] = []
     out_sha = hashlib.sha256()
+    # runs whose every record is in the pass's small bytes are copied from there, groups of
+    # consecutive such runs at once; ``groups``: (first run, end run, from small bytes)
+    groups = [(0, len(runs), False)]
+    small_pos = facts.small_offsets() if from_pass else None
+    if small_pos is not None and runs:
+        p, q = small_pos[ra], small_pos[rb]
+        # all of a..b are there iff their span there is their span in the file
+        whole = (p >= 0) & (q >= 0) & (q - p == offsets[rb] - offsets[ra])
+        at = np.searchsorted(ra, np.array(sorted(subs), dtype=np.int64))
+        at = at[at < len(ra)]
+        whole[at] = False  # a re-encoded record is a run alone: read and checked below
+        p_list, end_list = p.tolist(), (q + sizes[rb]).tolist()
+        cut = (np.flatnonzero(np.diff(whole.astype(np.int8)) != 0) + 1).tolist()
+        bounds = [0] + cut + [len(runs)]
+        groups = [(g0, g1, bool(whole[g0])) for g0, g1 in zip(bounds[:-1], bounds[1:])]
+    small = memoryview(facts.small)
     with open_regular(src, buffering=0, follow_symlinks=True) as fin, open(dst, "xb") as raw_out:
         fd = fin.fileno()
         out = _HashedOut(raw_out, out_sha)
-        for a, b in runs:
-            start = int(offsets[a])
-            length = int(offsets[b]) + int(sizes[b]) - start
-            piece = os.pread(fd, length, start)
-            if len(piece) != length:
-                raise RewriteError(f"{name}: shorter than when it was analysed (changed?)")
-            if a in subs:
-                data = piece[12:-4]
-                if masked_crc32c(data) != int(facts.crcs[a]):
-                    raise RewriteError(f"{name}: a record changed since it was analysed")
-                piece = _substitute_record(data, subs[a], substituted)
-            out.add(piece)
+        for g0, g1, from_small in groups:
+            if from_small:
+                out.add(b"".join([small[p:e] for p, e in zip(p_list[g0:g1], end_list[g0:g1])]))
+            else:
+                _copy_runs(fd, name, runs[g0:g1], offsets, sizes, facts.crcs, subs, substituted, out)
         out.flush()
         fsync_file(raw_out)
     if stat_sig(src) != facts.stat:
         raise RewriteError(f"{name}: changed while it was being rewritten")
     kept = len(idx)
     return _finish(dst, name, kept, len(mask) - kept, out_sha, removed, substituted)
+
+
+def _copy_runs(fd: int, name: str, runs: list, offsets, sizes, crcs, subs: Dict[int, tuple],
+               substituted: List[dict], out: "_HashedOut") -> None:
+    """Read each run of kept records at its offset (one read a run) into ``out``, re-encoding
+    the substituted ones after checking their CRC."""
+    for a, b in runs:
+        start = int(offsets[a])
+        length = int(offsets[b]) + int(sizes[b]) - start
+        piece = os.pread(fd, length, start)
+        if len(piece) != length:
+            raise RewriteError(f"{name}: shorter than when it was analysed (changed?)")
+        if a in subs:
+            data = piece[12:-4]
+            if masked_crc32c(data) != int(crcs[a]):
+                raise RewriteError(f"{name}: a record changed since it was analysed")
+            piece = _substitute_record(data, subs[a], substituted)
+        out.add(piece)
 
 
 def _finish(dst: str, name: str, kept: int, dropped: int, out_sha, removed: Dict[str, List[int]],
