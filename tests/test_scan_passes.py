@@ -346,3 +346,43 @@ def test_copy_from_the_kept_small_records_writes_what_the_file_holds(tmp_path, m
     er.rewrite_event_file(path, str(tmp_path / "unbound"), mask, facts=facts)
     assert (tmp_path / "unbound").read_bytes() == (tmp_path / "streamed").read_bytes()
     assert any(n <= passes.SMALL_FRAME for n in reads)
+
+
+def test_subsequence_compares_small_records_with_the_pass_bytes(tmp_path, monkeypatch):
+    """The record-subsequence check finds a changed scalar whose original it takes from the
+    pass's bytes, as it does reading the original file, and agrees with the streamed check."""
+    from test_verify_handover import _rewrite
+
+    from tb_footprint_plugin.scan import tfrecord
+    from tb_footprint_plugin.verify import records
+    from tb_footprint_plugin.verify.original import FileFacts
+
+    monkeypatch.setattr(passes, "MIN_BYTES", 0)
+    orig = tmp_path / "orig"
+    _histogram_run(orig, steps=300)
+    path, kept = _kept_pass(orig)
+    facts = {Path(path).name: FileFacts(Path(path).name, kept.sha256, kept.stat, kept.sizes,
+                                        kept.crcs, kept.stats, "ok", kept.start, kept.small,
+                                        kept.small_upto)}
+    datas = [r.data for r in tfrecord.RecordReader(path)]
+    scalars = [i for i, d in enumerate(datas) if len(d) + 16 <= passes.SMALL_FRAME]
+    s = scalars[len(scalars) // 2]
+
+    def flip(recs, i=s):
+        return recs[:i] + [recs[i][:-1] + bytes([recs[i][-1] ^ 1])] + recs[i + 1:]
+
+    cases = {"every third": (lambda recs: recs[::3], True),
+             "scalars only": (lambda recs: [recs[i] for i in scalars], True),
+             "a scalar changed": (flip, False),
+             "a scalar changed, others dropped": (lambda recs: flip(recs)[s % 3::3], False)}
+    seen_small = []
+    real = passes.small_offsets
+    monkeypatch.setattr(passes, "small_offsets",
+                        lambda *a: seen_small.append(1) or real(*a))
+    for label, (keep, ok) in cases.items():
+        red = tmp_path / label.replace(" ", "_").replace(",", "")
+        _rewrite(Path(path), red / Path(path).name, keep)
+        fast = records.records_subsequence_indexed(str(orig), str(red), facts)
+        slow = records.records_subsequence(str(orig), str(red))
+        assert fast is not None and fast[0] is ok and slow[0] is ok, (label, fast, slow)
+    assert seen_small, "the pass's small bytes were not used"

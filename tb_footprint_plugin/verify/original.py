@@ -22,8 +22,10 @@ around the selection pass (a write changes mtime; the ctime is left out because 
 hard link changes it). Otherwise the verifier loads the original from the vault itself, as
 before. A write that restores the mtime is still caught: the engine re-hashes the backup (the
 same inode when linked) before the commit. The record index is only a finder: every reduced
-record is still compared byte for byte with the original's bytes read from the vault
-(``records.records_subsequence_indexed``).
+record is still compared byte for byte with the original's bytes: read from the vault, or
+for the small records (scalars, mostly) taken from the bytes the scan's pass kept of them
+(``scan.passes``; bytes it hashed, so the backup's when the sha256 matches), which saves a
+system call per scalar (``records.records_subsequence_indexed``).
 """
 from __future__ import annotations
 

@@ -233,7 +233,8 @@ def records_subsequence_indexed(
     (``verify.original.FileFacts`` per event file: each record's offset, framed size and data
     CRC), without reading the original again: the index finds the candidate for each reduced
     record (same framed size and stored CRC), and that candidate's bytes, read at its offset in
-    ``original_dir``'s file, must equal the reduced record's frame byte for byte. A 1 GB
+    ``original_dir``'s file (or, for a small record, taken from the bytes the pass hashed:
+    ``FileFacts.small``), must equal the reduced record's frame byte for byte. A 1 GB
     original reduced to a few MB costs a few MB of reads.
 
     Returns None when the index does not cover ``original_dir`` (the caller streams instead).
@@ -261,18 +262,52 @@ def records_subsequence_indexed(
             cache[key] = (f.sizes[b:b + block].tolist(), f.crcs[b:b + block].tolist())
         return cache[key]
 
-    def read_orig(i: int, at: int, size: int) -> bytes:
+    # the small records' bytes the pass kept (bytes it hashed, the vault's: the caller vouches
+    # for the facts): read there instead of one system call per scalar record
+    small: list = [None] * len(names)
+
+    def small_of(i: int) -> tuple:
+        """``(offsets in small bytes as array and list, the bytes)`` of file ``i``, or ()."""
+        if small[i] is None:
+            pos = facts[names[i]].small_offsets()
+            small[i] = ((pos, pos.tolist(), memoryview(facts[names[i]].small))
+                        if pos is not None else ())
+        return small[i]
+
+    def read_orig(i: int, k: int, at: int, size: int):
+        """Record ``k`` (at offset ``at``, ``size`` bytes framed) of original file ``i``."""
+        sm = small_of(i)
+        if sm:
+            p = sm[1][k]
+            if p >= 0:
+                return sm[2][p:p + size]
         if files[i] is None:
             files[i] = open_regular(os.path.join(original_dir, names[i]), buffering=0,
                                     follow_symlinks=True)
         return os.pread(files[i].fileno(), size, at)
 
+    def read_many(i: int, cand: np.ndarray, at: np.ndarray, sizes: np.ndarray) -> bytes:
+        """Records ``cand`` of original file ``i`` (offsets ``at``, framed ``sizes``), joined:
+        records back to back in the small bytes are one slice, the others one read each."""
+        sm = small_of(i)
+        p = sm[0][cand] if sm else np.full(len(cand), -1, dtype=np.int64)
+        cut = np.flatnonzero((p[1:] != p[:-1] + sizes[:-1]) | (p[1:] < 0) | (p[:-1] < 0)) + 1
+        bounds = [0] + cut.tolist() + [len(cand)]
+        parts = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if p[a] >= 0:
+                parts.append(sm[2][int(p[a]):int(p[b - 1] + sizes[b - 1])])
+            else:  # a record alone
+                parts.append(read_orig(i, int(cand[a]), int(at[a]), int(sizes[a])))
+        return b"".join(parts)
+
     keyed: dict = {}  # file index -> (unique keys, their first index, counts, offsets)
 
-    def unique_matches(batch) -> Optional[list]:
+    def unique_matches(batch) -> Optional[tuple]:
         """The batch's candidates found at once: when every record's (size, CRC) occurs exactly
         once in the current original file, at increasing places from ``j``, the record-by-record
-        search below would pick exactly those (the only ones). None: search record by record."""
+        search below would pick exactly those (the only ones): ``(their indices, their
+        offsets)``. None: search record by record."""
         if subs or fi >= len(names) or len(batch) < 64 or len(facts[names[fi]].sizes) > FAST_MAX:
             return None
         if fi not in keyed:
@@ -291,7 +326,7 @@ def records_subsequence_indexed(
         cand = first[at]
         if cand[0] < j or (len(cand) > 1 and not (np.diff(cand) > 0).all()):
             return None
-        return list(zip(cand.tolist(), offsets[cand].tolist()))
+        return cand, offsets[cand]
 
     try:
         for path in ([os.path.join(reduced_path, n) for n in event_file_names(reduced_path)]
@@ -304,12 +339,12 @@ def records_subsequence_indexed(
                         fold.add(batch)
                     buf = batch.buf
                     fast = unique_matches(batch)
-                    if fast is not None and all(
-                            read_orig(fi, at, size) == buf[s:s + size]
-                            for (s, size), (_, at) in zip(zip(batch.starts.tolist(),
-                                                              batch.sizes.tolist()), fast)):
-                        k, at = fast[-1]
-                        matched += len(fast)
+                    # the batch's frames are back to back in ``buf``, each the size of its
+                    # candidate: equal joined, equal one by one
+                    if fast is not None and read_many(fi, fast[0], fast[1], batch.sizes) == buf[
+                            int(batch.starts[0]):int(batch.starts[-1] + batch.sizes[-1])]:
+                        k, at = int(fast[0][-1]), int(fast[1][-1])
+                        matched += len(batch)
                         last = f"{names[fi]} offset {at}"
                         j, off = k + 1, at + int(batch.sizes[-1])
                         continue
@@ -328,9 +363,9 @@ def records_subsequence_indexed(
                                 osize, at = sizes[k], off
                                 j, off = j + 1, off + osize
                                 if osize == size and crcs[k] == crc:
-                                    found = read_orig(fi, at, osize) == piece
+                                    found = read_orig(fi, j - 1, at, osize) == piece
                                 elif want is not None and osize == want[1] + 16:
-                                    odata = read_orig(fi, at, osize)[12:-4]
+                                    odata = read_orig(fi, j - 1, at, osize)[12:-4]
                                     found = hashlib.sha256(odata).hexdigest() == want[0]
                                     n_subs += found
                                 if found:
