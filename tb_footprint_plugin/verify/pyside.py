@@ -29,6 +29,7 @@ checks its CRCs; the line says how many records of whole tags it was spared.
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -219,11 +220,16 @@ class _Probe:
                 continue
             if not self.seen_version:
                 raise ValueError("a summary before any file version")
-            for i in range(a, b):  # an unparseable record: the probe is not the run's twin
-                try:
-                    self.parse(batch.payload(i))
-                except Exception:  # noqa: BLE001
-                    raise ValueError("an unparseable record") from None
+            # an unparseable record: the probe is not the run's twin (parsed in one C-level
+            # loop: a call per record from Python cost as much as the parse)
+            st = batch.starts[a:b] + 12
+            en = batch.starts[a:b] + batch.sizes[a:b] - 4
+            try:
+                collections.deque(map(self.parse, map(batch.buf.__getitem__,
+                                                      map(slice, st.tolist(), en.tolist()))),
+                                  maxlen=0)
+            except Exception:  # noqa: BLE001
+                raise ValueError("an unparseable record") from None
             _, tag_id, names, _, _ = dec
             uniq, inv = np.unique(tag_id[a:b], return_inverse=True)
             ids = np.array([self._thinnable(names[t]) for t in uniq.tolist()], dtype=np.int32)
@@ -444,4 +450,10 @@ def _main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
+    code = _main(sys.argv[1:])
+    # The answer is written and flushed, the loader's temporary logdir removed (``Reader``):
+    # the interpreter's teardown of TensorBoard's modules (~0.2 s, measured) is time the
+    # verification would wait for, with nothing left to do.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
