@@ -18,7 +18,8 @@ largest child: the data servers) is its own:
   sha256 passes of the original, is reported beside it);
   Inside a reduce the original is read once, by the plan's scan, which keeps its pass
   (``scan.passes``: sha256, record index, the batches' decode); the rewrite's selection
-  replays it (``select``, inside ``rewrite``) and the copy reads only the kept records. It is
+  replays it (``select``, inside ``rewrite``) and the copy reads only the kept records (the
+  small ones, scalars mostly, not even those: the pass kept their bytes). It is
   loaded once by the Rust data server, started before the backup so it loads meanwhile; both
   are handed to the verification (``verify.original``);
 * ``verify new``: ``verify_reduction`` on its own, as ``tb-footprint verify`` runs it (nothing
