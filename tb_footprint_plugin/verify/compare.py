@@ -411,11 +411,17 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
                                       store_all=False, timeout_s=timeout_s)
     try:
         present = readers["before"].view.run_present and readers["after"].view.run_present
-        if with_routes and present:
-            lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
-                                               exp, ", default view", heavy_via_provider=True))
-        for r in readers.values():  # the tab's before/after curves: the default view
-            _read_scalars(r)
+        # the tab's before/after curves (the default view) are read while the routes are
+        # crawled: both mostly wait for the data servers (the crawl reads only ``view.fatal``)
+        with concurrent.futures.ThreadPoolExecutor(
+                max_workers=len(readers), thread_name_prefix="footprint-scalars") as curves:
+            reading = [curves.submit(_read_scalars, r) for r in readers.values()]
+            if with_routes and present:
+                lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
+                                                   exp, ", default view",
+                                                   heavy_via_provider=True))
+            for f in reading:
+                f.result()
     finally:
         for r in readers.values():
             r.close()
