@@ -698,3 +698,36 @@ def test_trace_slim_of_gz_traces_keeps_their_names(tmp_path):
     assert sorted(p.name for p in logdir.glob("*.pt.trace.json.gz")) == names
     for n in names:
         assert not [e for e in _events(logdir / n)["traceEvents"] if e.get("name") == "[memory]"]
+
+
+def test_selection_drops_and_reads_masks_per_file_as_record_by_record():
+    """The selection's at-once mask updates (drop all but the kept, which records a tag keeps,
+    which sit in files kept whole) do what a loop over each record does, across two files."""
+    from array import array
+
+    rng = random.Random(7)
+    names = ["events.out.tfevents.1.a", "events.out.tfevents.2.b"]
+    sel = er._RunSelection("/nonexistent", er.Rules.from_content({}), names, {names[1]})
+    sel.masks = {names[0]: bytearray(b"\1" * 300), names[1]: bytearray(b"\1" * 500)}
+    s = er._Stream(plugin="histograms", mode=er.DEFAULT_VIEW)
+    ids = sorted(rng.sample(range(300), 120)) + [(1 << er._REC_BITS) | r
+                                                 for r in sorted(rng.sample(range(500), 200))]
+    s.ids, s.steps = array("q", ids), array("q", range(0, 3 * len(ids), 3))
+    keep = sorted(rng.sample(range(len(ids)), 90))
+    expect = {n: bytearray(m) for n, m in sel.masks.items()}
+    for i, gid in enumerate(ids):
+        if i not in set(keep):
+            expect[names[gid >> er._REC_BITS]][gid & er._REC_MASK] = 0
+    assert sel._drop_all_but(s, keep) == len(ids) - len(keep)
+    assert sel.masks == expect
+    flags = sel._kept_flags(s)
+    assert flags.nonzero()[0].tolist() == keep
+    assert er._in_whole_files(s, sel.rewritten, sel.file_of) == set(range(120))
+    assert er._in_whole_files(s, set(names), sel.file_of) == set()
+    # one file only: the same through the no-sort path
+    one = er._Stream(plugin="histograms", mode=er.DEFAULT_VIEW)
+    one.ids = array("q", ids[120:])
+    one.steps = array("q", range(len(one.ids)))
+    assert er._in_whole_files(one, {names[0]}, sel.file_of) == set(range(200))
+    assert sel._kept_flags(one).tolist() == [bool(expect[names[1]][g & er._REC_MASK])
+                                             for g in ids[120:]]

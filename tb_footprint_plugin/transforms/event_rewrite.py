@@ -748,12 +748,7 @@ class _RunSelection:
                 if s.pinned and n:
                     tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n, "why": s.pinned}
                 continue
-            keep_set = set(keep)
-            dropped = 0
-            for i in range(n):
-                if i not in keep_set:
-                    self.drop(s.ids[i])
-                    dropped += 1
+            dropped = self._drop_all_but(s, keep)
             if s.carrier is not None and dropped:
                 gid = s.ids[s.carrier]
                 self.subs.setdefault(self.file_of(gid), {})[gid & _REC_MASK] = (CARRY_METADATA, tag, s.meta0)
@@ -765,6 +760,30 @@ class _RunSelection:
                 how = _DEFAULT_VIEW_WHY if s.relaxed else _DASHBOARD_EXACT_WHY
             tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped, "why": s.pinned or how}
         return tag_report
+
+    def _drop_all_but(self, s: _Stream, keep: List[int]) -> int:
+        """Drop the stream's records but those at ``keep`` (stream indices); returns how many
+        were dropped. (At once: a call per record cost ~0.1 s per GB of histograms.)"""
+        import numpy as np
+
+        ids = np.frombuffer(s.ids, dtype=np.int64)
+        gone = np.ones(len(ids), dtype=bool)
+        gone[np.asarray(keep, dtype=np.int64)] = False
+        drop = ids[gone]
+        for f, sel in _by_file(drop):
+            np.frombuffer(self.masks[self.names[f]], dtype=np.uint8)[drop[sel] & _REC_MASK] = 0
+        return len(drop)
+
+    def _kept_flags(self, s: _Stream):
+        """bool array: which of the stream's records the masks keep."""
+        import numpy as np
+
+        ids = np.frombuffer(s.ids, dtype=np.int64)
+        flags = np.zeros(len(ids), dtype=bool)
+        for f, sel in _by_file(ids):
+            mask = np.frombuffer(self.masks[self.names[f]], dtype=np.uint8)
+            flags[sel] = mask[ids[sel] & _REC_MASK] != 0
+        return flags
 
     def _expect(self, s: _Stream) -> None:
         """One verification mode per plugin: the weakest, which every tag of the plugin meets."""
@@ -819,10 +838,10 @@ class _RunSelection:
         for tag, r in sorted(tag_report.items()):
             s = self.streams[tag]
             if r["kept"] < r["records"]:
-                kept = [s.steps[i] for i in range(len(s.ids))
-                        if self.masks[self.file_of(s.ids[i])][s.ids[i] & _REC_MASK]]
+                kept = self._kept_flags(s).nonzero()[0]
                 r["first_step"], r["last_step"] = s.steps[0], s.steps[-1]
-                r["kept_first_step"], r["kept_last_step"] = kept[0], kept[-1]
+                r["kept_first_step"] = s.steps[int(kept[0])]
+                r["kept_last_step"] = s.steps[int(kept[-1])]
                 reduced_tags.append(tag)
         return reduced_tags
 
@@ -846,7 +865,7 @@ def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[Lis
     n = len(s.ids)
     if s.pinned or n == 0:
         return None
-    forced = {i for i in range(n) if file_of(s.ids[i]) not in rewritten}  # files kept whole
+    forced = _in_whole_files(s, rewritten, file_of)
     # The first record: TensorBoard binds the tag there and Python shows its step.
     first = {0} | ({s.meta_first} if s.meta_first is not None else set())
     if isinstance(s.mode, int):
@@ -909,6 +928,31 @@ def _choose(tag: str, s: _Stream, rust_view, rewritten, file_of) -> Optional[Lis
             return None
         s.carrier = None if s.has_meta[c] else c
     return keep
+
+
+def _by_file(gids):
+    """``(file index, selector into gids)`` for each file the record ids ``gids`` (int64 array)
+    fall in: one file (the usual case) costs one comparison pass, no sort."""
+    import numpy as np
+
+    files = gids >> _REC_BITS
+    if not len(files):
+        return []
+    if (files == files[0]).all():
+        return [(int(files[0]), slice(None))]
+    return [(f, files == f) for f in np.unique(files).tolist()]
+
+
+def _in_whole_files(s: _Stream, rewritten, file_of) -> set:
+    """Stream indices of the records in files kept whole (not rewritten)."""
+    import numpy as np
+
+    ids = np.frombuffer(s.ids, dtype=np.int64)
+    out: set = set()
+    for f, sel in _by_file(ids):
+        if file_of(f << _REC_BITS) not in rewritten:
+            out.update(np.arange(len(ids))[sel].tolist())
+    return out
 
 
 def _fill(s: _Stream, retained: List[int], extras: set, capacity: int, n: int) -> Optional[List[int]]:
