@@ -294,3 +294,72 @@ def test_python_loader_child_that_fails_fails_verification(tmp_path, monkeypatch
     assert not result.ok
     assert any(f.startswith("python") and "exited with 1" in f for f in result.failed), \
         result.failed
+
+
+# --- the concurrent groups of the crawl ------------------------------------------------------------
+
+
+def test_crawl_group_runs_ahead_by_a_bounded_number_of_responses():
+    """A group of routes fetches at most ``_AHEAD`` responses the comparison has not taken
+    (memory stays a few responses, not the run's), and ends once the caller is done."""
+    import queue
+    import threading
+    import time
+
+    made = []
+
+    def group():
+        for i in range(10 * routes._AHEAD):
+            made.append(i)
+            yield i
+
+    q, stop = queue.Queue(maxsize=routes._AHEAD), threading.Event()
+    t = threading.Thread(target=routes._produce, args=(group, q, stop))
+    t.start()
+    time.sleep(0.5)
+    assert len(made) <= routes._AHEAD + 1 and q.qsize() == routes._AHEAD
+    assert [q.get()[1] for _ in range(5)] == list(range(5))  # in order, as taken
+    stop.set()
+    t.join(5)
+    assert not t.is_alive() and len(made) < 10 * routes._AHEAD
+
+
+def test_crawl_group_failure_reaches_the_caller_in_order():
+    import queue
+    import threading
+
+    def group():
+        yield "a"
+        raise OSError("data server gone")
+
+    q = queue.Queue(maxsize=routes._AHEAD)
+    routes._produce(group, q, threading.Event())
+    assert q.get() == ("item", "a")
+    kind, err = q.get()
+    assert kind == "error" and isinstance(err, OSError) and "gone" in str(err)
+
+
+@needs_rust
+def test_crawl_stopped_early_leaves_no_group_running(tmp_path, monkeypatch):
+    """The caller stops at the first response (as a comparison that gives up would): every
+    group of routes ends promptly instead of crawling the rest of the run (here one group's
+    routes never end)."""
+    import threading
+
+    def endless(listing, fetch):
+        while True:
+            yield listing("/data/runs", "<core>")
+
+    monkeypatch.setattr(routes, "_graphs", endless)
+    run = copy_real("tf/summary_mix", tmp_path / "run")
+    runs = [p.parent for p in run.rglob("events.out.tfevents.*")]
+    with Reader(str(runs[0]), "rust") as a, Reader(str(runs[0]), "rust") as b:
+        crawl = routes.crawl_pair(a.app(), b.app(), providers=(a.provider, b.provider))
+        first = next(crawl)
+        assert first[0].route == "/data/runs"
+        closing = threading.Thread(target=crawl.close, daemon=True)
+        closing.start()
+        closing.join(10)
+        assert not closing.is_alive(), "the crawl's groups did not stop"
+    alive = [th.name for th in threading.enumerate() if th.name.startswith("footprint-crawl")]
+    assert not alive, alive

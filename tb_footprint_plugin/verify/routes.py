@@ -6,7 +6,8 @@ first-party plugins is built in-process over a data provider (the Python multipl
 private Rust data server) and crawled the way the dashboards crawl it — listings first, then
 every series each listing offers, then every blob (image, audio, time-series image) those
 series point at. Two applications (original, reduced) are crawled in lockstep and each
-response is compared and dropped at once, so memory is one response, not one run.
+response is compared and dropped at once, so memory is a few responses (per concurrent group
+of routes), not one run.
 
 Every response is turned into one of three shapes before comparison:
 
@@ -27,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import threading
 import urllib.parse
 from dataclasses import dataclass, field
@@ -323,13 +325,51 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
     groups = _crawl_groups(sides, listing, fetch, heavy)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(groups),
                                                  thread_name_prefix="footprint-crawl-group")
+    stop = threading.Event()  # the caller is done (stopped early, or failed): groups end
+    # each group runs ahead of the caller by at most _AHEAD responses: memory stays a few
+    # responses per group, not the run's
+    queues = [queue.Queue(maxsize=_AHEAD) for _ in groups]
     try:
-        done = [pool.submit(lambda g=g: list(g())) for g in groups]
-        for f in done:  # in the dashboards' order, whichever group finished first
-            yield from f.result()
+        for g, q in zip(groups, queues):
+            pool.submit(_produce, g, q, stop)
+        for q in queues:  # in the dashboards' order
+            while True:
+                kind, item = q.get()
+                if kind == "end":
+                    break
+                if kind == "error":
+                    raise item
+                yield item
     finally:
+        stop.set()
         pool.shutdown(wait=True, cancel_futures=True)
         other.shutdown(wait=True)
+
+
+#: responses a group of routes may fetch ahead of the comparison
+_AHEAD = 32
+
+
+def _produce(group: Callable[[], Iterator[tuple]], q: "queue.Queue", stop: threading.Event) -> None:
+    """Run one group of ``crawl_pair``, putting ``("item", pair)``, then ``("end", None)`` or
+    ``("error", exception)`` on ``q``; ends at once when ``stop`` is set."""
+
+    def put(entry: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for item in group():
+            if not put(("item", item)):
+                return
+        put(("end", None))
+    except BaseException as e:  # noqa: BLE001 - handed to the caller, which raises it in order
+        put(("error", e))
 
 
 #: ``_crawl_groups``' number of groups
