@@ -20,6 +20,7 @@ These tests check that:
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import tree_hashes
@@ -386,3 +387,20 @@ def test_subsequence_compares_small_records_with_the_pass_bytes(tmp_path, monkey
         slow = records.records_subsequence(str(orig), str(red))
         assert fast is not None and fast[0] is ok and slow[0] is ok, (label, fast, slow)
     assert seen_small, "the pass's small bytes were not used"
+
+
+def test_gather_small_takes_exactly_the_small_records_bytes():
+    """Over many gather steps (more records than ``_GATHER``), big records interleaved."""
+    import random
+
+    rng = random.Random(3)
+    sizes = [rng.choice([16, 40, 300, passes.SMALL_FRAME, passes.SMALL_FRAME + 1, 5000])
+             for _ in range(5 * passes._GATHER + 7)]
+    buf = bytes(rng.getrandbits(8) for _ in range(sum(sizes) + 100))
+    starts = np.cumsum([50] + sizes[:-1]).astype(np.int64)
+    sz = np.array(sizes, dtype=np.int64)
+    want = b"".join(buf[s:s + n] for s, n in zip(starts.tolist(), sizes)
+                    if n <= passes.SMALL_FRAME)
+    assert passes.gather_small(buf, starts, sz) == want
+    assert passes.gather_small(buf, starts[sz > passes.SMALL_FRAME],
+                               sz[sz > passes.SMALL_FRAME]) == b""

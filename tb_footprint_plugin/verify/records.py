@@ -267,20 +267,19 @@ def records_subsequence_indexed(
     small: list = [None] * len(names)
 
     def small_of(i: int) -> tuple:
-        """``(offsets in small bytes as array and list, the bytes)`` of file ``i``, or ()."""
+        """``(each record's offset in the small bytes, the bytes)`` of file ``i``, or ()."""
         if small[i] is None:
             pos = facts[names[i]].small_offsets()
-            small[i] = ((pos, pos.tolist(), memoryview(facts[names[i]].small))
-                        if pos is not None else ())
+            small[i] = (pos, memoryview(facts[names[i]].small)) if pos is not None else ()
         return small[i]
 
     def read_orig(i: int, k: int, at: int, size: int):
         """Record ``k`` (at offset ``at``, ``size`` bytes framed) of original file ``i``."""
         sm = small_of(i)
         if sm:
-            p = sm[1][k]
+            p = int(sm[0][k])
             if p >= 0:
-                return sm[2][p:p + size]
+                return sm[1][p:p + size]
         if files[i] is None:
             files[i] = open_regular(os.path.join(original_dir, names[i]), buffering=0,
                                     follow_symlinks=True)
@@ -296,7 +295,7 @@ def records_subsequence_indexed(
         parts = []
         for a, b in zip(bounds[:-1], bounds[1:]):
             if p[a] >= 0:
-                parts.append(sm[2][int(p[a]):int(p[b - 1] + sizes[b - 1])])
+                parts.append(sm[1][int(p[a]):int(p[b - 1] + sizes[b - 1])])
             else:  # a record alone
                 parts.append(read_orig(i, int(cand[a]), int(at[a]), int(sizes[a])))
         return b"".join(parts)
