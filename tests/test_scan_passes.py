@@ -404,3 +404,32 @@ def test_gather_small_takes_exactly_the_small_records_bytes():
     assert passes.gather_small(buf, starts, sz) == want
     assert passes.gather_small(buf, starts[sz > passes.SMALL_FRAME],
                                sz[sz > passes.SMALL_FRAME]) == b""
+
+
+def test_selection_own_pass_keeps_small_bytes_for_its_reduce_only(tmp_path, monkeypatch):
+    """Without a kept scan pass (a scan-cache hit), the selection's own pass keeps the small
+    records' bytes as the scan's would, for this reduce's ``original`` only: without one, or
+    once it is closed, no record bytes stay (selections are cached)."""
+    from tb_footprint_plugin.scan import tfrecord
+
+    run = tmp_path / "run"
+    _histogram_run(run, steps=300)
+    names = er.event_file_names(str(run))
+    frames = list(tfrecord.RecordReader(str(run / names[0]), raw=True))
+    want = b"".join(f for f in frames if len(f) <= passes.SMALL_FRAME)
+    rules = er.Rules.from_content({"downsample": "default_view"})
+    original = OriginalRun(str(run))
+    sel = er.select_run(str(run), rules, names, original=original)  # no retaining scope
+    facts = sel.facts[names[0]]
+    assert facts.small == want and facts.small_upto == len(frames)
+    assert original.files[names[0]] is facts
+    alone = er.select_run(str(run), rules, names)
+    assert alone.facts[names[0]].small == b""
+    original.close()
+    assert facts.small == b"" and facts.small_upto == 0 and facts.small_offsets() is None
+    # within a budget: the records that fit, and up to where
+    monkeypatch.setattr(passes, "MAX_SMALL_BYTES", len(want) // 2)
+    half = er.select_run(str(run), rules, names, original=OriginalRun(str(run))).facts[names[0]]
+    assert 0 < half.small_upto < len(frames) and 0 < len(half.small) <= len(want) // 2
+    assert half.small == b"".join(f for f in frames[:half.small_upto]
+                                  if len(f) <= passes.SMALL_FRAME)

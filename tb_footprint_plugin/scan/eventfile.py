@@ -220,8 +220,7 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
     sizes, crcs, batches = [], [], []
     start, count = None, 0
     room = passes.room()  # beyond it the pass is not kept: memory stays bounded meanwhile
-    small: list = []  # the small records' bytes of the batches up to record small_upto
-    small_room, small_bytes, small_upto, small_full = passes.small_room(), 0, 0, False
+    small = passes.SmallBytes(passes.small_room())
     # never a FIFO or device (an open would block forever); a symlink to a file is fine
     with open_regular(path, buffering=0, follow_symlinks=True) as raw:
         before = stat_sig(path)
@@ -232,7 +231,8 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
                 acc.add_batch(batch)
                 if count + len(batch) > room:
                     sizes = crcs = batches = None
-                    count, small_full = room + 1, True
+                    count = room + 1
+                    small.stop()
                 if sizes is None:
                     continue
                 if start is None and len(batch):
@@ -245,13 +245,7 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
                     dec = (fast, tag_id.astype(np.int32), names, step, meta)
                 batches.append(passes.BatchDecode(count, len(batch), dec))
                 count += len(batch)
-                if not small_full:
-                    blob = passes.gather_small(batch.buf, batch.starts, batch.sizes)
-                    small_bytes += len(blob)
-                    small_full = small_bytes > small_room  # the rest: read where needed
-                    if not small_full:
-                        small.append(blob)
-                        small_upto = count
+                small.add(batch, count)
             while hin.read(CHUNK):  # a damaged tail is hashed too
                 pass
         finally:
@@ -265,8 +259,7 @@ def _kept_pass_stats(path: str, name: str) -> EventFileStats:
         passes.keep(passes.EventPass(
             path=os.path.realpath(path), stat=before, sha256=sha, start=start or 0, sizes=sz,
             crcs=np.concatenate(crcs).astype(np.uint32) if crcs else np.zeros(0, np.uint32),
-            batches=batches, stats=stats, small=b"".join(small),
-            small_upto=small_upto))
+            batches=batches, stats=stats, small=small.joined(), small_upto=small.upto))
     return stats
 
 

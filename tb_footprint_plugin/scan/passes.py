@@ -107,6 +107,35 @@ def gather_small(buf, starts: np.ndarray, sizes: np.ndarray) -> bytes:
 _GATHER = 256
 
 
+class SmallBytes:
+    """A pass's small records' bytes (``gather_small``), batch after batch, within ``budget``
+    bytes: past it nothing more is kept, and ``upto`` says up to which record it holds them."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget, self.parts, self.size, self.upto = budget, [], 0, 0
+        self.full = budget <= 0
+
+    def add(self, batch, records_after: int) -> None:
+        """Gather ``batch`` (a ``tfrecord.RecordBatch``), after which the pass has seen
+        ``records_after`` records."""
+        if self.full:
+            return
+        blob = gather_small(batch.buf, batch.starts, batch.sizes)
+        if self.size + len(blob) > self.budget:
+            self.full = True  # the rest are read where needed
+            return
+        self.parts.append(blob)
+        self.size += len(blob)
+        self.upto = records_after
+
+    def stop(self) -> None:
+        """Keep nothing more (what is held stays valid up to ``upto``)."""
+        self.full = True
+
+    def joined(self) -> bytes:
+        return b"".join(self.parts)
+
+
 def offsets_of(start: int, sizes: np.ndarray) -> np.ndarray:
     """int64 file offset of each of back-to-back records of ``sizes`` from ``start``."""
     out = np.empty(len(sizes), dtype=np.int64)
@@ -197,5 +226,5 @@ def held() -> int:
 
 
 __all__ = ["BatchDecode", "EventPass", "MAX_RECORDS", "MAX_SMALL_BYTES", "MIN_BYTES",
-           "SMALL_FRAME", "gather_small", "held", "keep", "offsets_of", "release", "retaining",
+           "SMALL_FRAME", "SmallBytes", "gather_small", "held", "keep", "offsets_of", "release", "retaining",
            "room", "small_offsets", "small_room", "take", "wanted"]

@@ -419,6 +419,7 @@ class _RunSelection:
         self.graphs: Dict[str, List[Tuple[int, int, bytes]]] = {"graph_def": [], "meta_graph_def": []}
         self.drop_ids: List[int] = []  # run metadata to strip
         self.subs: Dict[str, Dict[int, tuple]] = {}
+        self.small_left = passes.MAX_SMALL_BYTES  # small records' bytes its own passes may keep
         self.n_attrs = 0  # graph attribute values dropped
         self.file_version: Optional[float] = None
         self.seen_start = False
@@ -458,6 +459,9 @@ class _RunSelection:
         cls = bytearray()
         fold = eventfile.StatsFold(name) if self.original is not None else None
         offsets, sizes, crcs = [], [], []
+        # for this reduce's copy and verification, as a kept scan pass does (``scan.passes``);
+        # released with the reduce's ``original``, so cached selections hold no record bytes
+        small = passes.SmallBytes(self.small_left if self.original is not None else 0)
         parse = event_pb2.Event.FromString
         # never a FIFO or device (an open would block forever); a symlink to a file is fine
         with open_regular(path, buffering=0, follow_symlinks=True) as raw:
@@ -477,6 +481,7 @@ class _RunSelection:
                     cls.extend(bytes(len(batch)))
                     self._batch(batch, fold.decoded() if fold is not None else None, name, fi, ri,
                                 cls, parse)
+                    small.add(batch, len(mask))
                 while hin.read(CHUNK):  # a damaged tail is hashed too
                     pass
             finally:
@@ -490,7 +495,8 @@ class _RunSelection:
         if before is not None and before == after:
             facts = orig.FileFacts.build(name, sha, before, offsets, sizes, crcs,
                                          fold.finish(reader) if fold is not None else None,
-                                         reader.status)
+                                         reader.status, small.joined(), small.upto)
+            self.small_left -= len(facts.small)
             self.facts[name] = facts
             if self.original is not None:
                 self.original.files[name] = facts
@@ -518,8 +524,11 @@ class _RunSelection:
             raise RewriteError(f"{name}: changed while it was being analysed")
         self.masks[name] = mask
         self.codes[name] = cls
+        # the small records' bytes travel only with this reduce's ``original``, which releases
+        # them when the reduce is over (a cached selection keeps no record bytes)
+        small = (kept.small, kept.small_upto) if self.original is not None else (b"", 0)
         facts = orig.FileFacts(name, kept.sha256, kept.stat, kept.sizes, kept.crcs, kept.stats,
-                               "ok", kept.start, kept.small, kept.small_upto)
+                               "ok", kept.start, *small)
         self.facts[name] = facts
         if self.original is not None:
             self.original.files[name] = facts

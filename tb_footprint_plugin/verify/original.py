@@ -73,15 +73,17 @@ class FileFacts:
 
     @classmethod
     def build(cls, name: str, sha256: str, stat: tuple, starts: list, sizes: list, crcs: list,
-              stats=None, status: str = "ok") -> "FileFacts":
-        """From the per-batch arrays of a pass (``starts``: file offsets of each batch's records)."""
+              stats=None, status: str = "ok", small: bytes = b"",
+              small_upto: int = 0) -> "FileFacts":
+        """From the per-batch arrays of a pass (``starts``: file offsets of each batch's records;
+        ``small``, ``small_upto``: its ``scan.passes.SmallBytes``)."""
         sz = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         first = int(starts[0][0]) if starts and len(starts[0]) else 0
         if len(sz) and int(sz.max()) < 1 << 32:
             sz = sz.astype(np.uint32)
         return cls(name, sha256, stat, sz,
                    np.concatenate(crcs).astype(np.uint32) if crcs else np.zeros(0, np.uint32),
-                   stats, status, first)
+                   stats, status, first, small, small_upto)
 
 
 @dataclass
@@ -172,6 +174,9 @@ class OriginalRun:
                 self._thread.join()
             self.reader.close()
             self.reader = None
+        for f in self.files.values():
+            # the reduce is over: a cached selection sharing these facts keeps no record bytes
+            f.small, f.small_upto = b"", 0
 
 
 def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
