@@ -40,3 +40,5 @@ for b in bench/*.py; do
   echo "== $b --small"
   .venv/bin/python "$b" --small
 done
+echo "== bench/verify.py --small --scanned"
+.venv/bin/python bench/verify.py --small --scanned
