@@ -425,8 +425,13 @@ def test_selection_own_pass_keeps_small_bytes_for_its_reduce_only(tmp_path, monk
     assert original.files[names[0]] is facts
     alone = er.select_run(str(run), rules, names)
     assert alone.facts[names[0]].small == b""
+    # a second selection for the same reduce (its files changed meanwhile) replaces the facts
+    # in ``files``: the first ones are still released
+    again = er.select_run(str(run), rules, names, original=original).facts[names[0]]
+    assert original.files[names[0]] is again and again.small == want
     original.close()
-    assert facts.small == b"" and facts.small_upto == 0 and facts.small_offsets() is None
+    for f in (facts, again):
+        assert f.small == b"" and f.small_upto == 0 and f.small_offsets() is None
     # within a budget: the records that fit, and up to where
     monkeypatch.setattr(passes, "MAX_SMALL_BYTES", len(want) // 2)
     half = er.select_run(str(run), rules, names, original=OriginalRun(str(run))).facts[names[0]]

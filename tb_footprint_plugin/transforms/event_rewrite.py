@@ -419,7 +419,9 @@ class _RunSelection:
         self.graphs: Dict[str, List[Tuple[int, int, bytes]]] = {"graph_def": [], "meta_graph_def": []}
         self.drop_ids: List[int] = []  # run metadata to strip
         self.subs: Dict[str, Dict[int, tuple]] = {}
-        self.small_left = passes.MAX_SMALL_BYTES  # small records' bytes its own passes may keep
+        # small records' bytes this selection may hold (its own passes' and kept ones'); a
+        # bound per selection: reduces running at once (jobs) hold one each
+        self.small_left = passes.MAX_SMALL_BYTES
         self.n_attrs = 0  # graph attribute values dropped
         self.file_version: Optional[float] = None
         self.seen_start = False
@@ -499,7 +501,7 @@ class _RunSelection:
             self.small_left -= len(facts.small)
             self.facts[name] = facts
             if self.original is not None:
-                self.original.files[name] = facts
+                self.original.add_file(name, facts)
 
     def _replay(self, fi: int, name: str, path: str, kept) -> None:
         """``read_file`` from this reduce's scan of the file (``scan.passes``): its batches'
@@ -527,11 +529,12 @@ class _RunSelection:
         # the small records' bytes travel only with this reduce's ``original``, which releases
         # them when the reduce is over (a cached selection keeps no record bytes)
         small = (kept.small, kept.small_upto) if self.original is not None else (b"", 0)
+        self.small_left -= len(small[0])
         facts = orig.FileFacts(name, kept.sha256, kept.stat, kept.sizes, kept.crcs, kept.stats,
                                "ok", kept.start, *small)
         self.facts[name] = facts
         if self.original is not None:
-            self.original.files[name] = facts
+            self.original.add_file(name, facts)
 
     def _batch(self, batch, dec, name: str, fi: int, ri0: int, cls: bytearray, parse) -> None:
         """Classify a batch's records, in order: record by record (``_event``), except runs of
@@ -1189,7 +1192,8 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
     # runs whose every record is in the pass's small bytes are copied from there, groups of
     # consecutive such runs at once; ``groups``: (first run, end run, from small bytes)
     groups = [(0, len(runs), False)]
-    small_pos = facts.small_offsets() if from_pass else None
+    view = facts.small_view() if from_pass else None
+    small_pos = view[0] if view is not None else None
     if small_pos is not None and runs:
         p, q = small_pos[ra], small_pos[rb]
         # all of a..b are there iff their span there is their span in the file
@@ -1201,7 +1205,7 @@ def _copy_kept(src: str, dst: str, mask: bytearray, facts, codes: Optional[bytea
         cut = (np.flatnonzero(np.diff(whole.astype(np.int8)) != 0) + 1).tolist()
         bounds = [0] + cut + [len(runs)]
         groups = [(g0, g1, bool(whole[g0])) for g0, g1 in zip(bounds[:-1], bounds[1:])]
-    small = memoryview(facts.small)
+    small = memoryview(view[1] if view is not None else b"")
     with open_regular(src, buffering=0, follow_symlinks=True) as fin, open(dst, "xb") as raw_out:
         fd = fin.fileno()
         out = _HashedOut(raw_out, out_sha)

@@ -67,9 +67,16 @@ class FileFacts:
 
     def small_offsets(self) -> Optional[np.ndarray]:
         """Each record's offset in ``small`` (-1: not there); None when nothing is."""
+        view = self.small_view()
+        return view[0] if view is not None else None
+
+    def small_view(self) -> Optional[tuple]:
+        """``(each record's offset in the small bytes or -1, those bytes)`` taken together
+        (``OriginalRun.close`` may clear them), or None when there are none."""
         from tb_footprint_plugin.scan.passes import small_offsets
 
-        return small_offsets(self.sizes, self.small_upto) if self.small else None
+        small, upto = self.small, self.small_upto
+        return (small_offsets(self.sizes, upto), small) if small else None
 
     @classmethod
     def build(cls, name: str, sha256: str, stat: tuple, starts: list, sizes: list, crcs: list,
@@ -93,6 +100,9 @@ class OriginalRun:
     run_dir: str
     files: Dict[str, FileFacts] = field(default_factory=dict)
     reader: Optional[object] = None  # readers.Reader (rust), loading or loaded
+    # every FileFacts ever handed here (``add_file``), even if replaced in ``files``: their
+    # record bytes are dropped at ``close``
+    _handed: list = field(default_factory=list)
     _thread: Optional[threading.Thread] = None
     _stat_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
     _stat_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
@@ -174,9 +184,14 @@ class OriginalRun:
                 self._thread.join()
             self.reader.close()
             self.reader = None
-        for f in self.files.values():
+        for f in self._handed:
             # the reduce is over: a cached selection sharing these facts keeps no record bytes
             f.small, f.small_upto = b"", 0
+
+    def add_file(self, name: str, facts: FileFacts) -> None:
+        """What the rewrite's selection learnt of event file ``name``."""
+        self.files[name] = facts
+        self._handed.append(facts)
 
 
 def read_facts(path: str, name: Optional[str] = None) -> FileFacts:

@@ -269,8 +269,8 @@ def records_subsequence_indexed(
     def small_of(i: int) -> tuple:
         """``(each record's offset in the small bytes, the bytes)`` of file ``i``, or ()."""
         if small[i] is None:
-            pos = facts[names[i]].small_offsets()
-            small[i] = (pos, memoryview(facts[names[i]].small)) if pos is not None else ()
+            view = facts[names[i]].small_view()
+            small[i] = (view[0], memoryview(view[1])) if view is not None else ()
         return small[i]
 
     def read_orig(i: int, k: int, at: int, size: int):
