@@ -270,6 +270,21 @@ def _worker(logdir, shard, **kw):
                             env=env(**kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _what_workers_said(missing: set, said: dict) -> dict:
+    """Per missing run, each worker's outcome for it (or the tail of its stderr)."""
+    out: dict = {}
+    for shard, (stdout, stderr) in said.items():
+        try:
+            outcomes = json.loads(stdout).get("outcomes", [])
+        except ValueError:
+            out[shard] = (stderr or "")[-500:]
+            continue
+        for o in outcomes:
+            if o.get("run") in missing:
+                out.setdefault(o["run"], {})[shard] = {k: o.get(k) for k in ("status", "code", "reason")}
+    return out
+
+
 def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_path):
     logdir = make_logdir(tmp_path / "logs", 24)
     before = user_files(logdir)
@@ -279,8 +294,9 @@ def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_
     # killed (SIGKILL) with its first run backed up, in the middle of its transaction
     procs = [_worker(logdir, s) for s in ("0/2", "1/2", "0/3", "1/3")]
     killed = _worker(logdir, "2/3", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
-    for p in procs + [killed]:
-        p.communicate(timeout=600)
+    said = {}  # each worker's own report, to name what happened to a run that is missing below
+    for s, p in zip(("0/2", "1/2", "0/3", "1/3", "2/3"), procs + [killed]):
+        said[s] = p.communicate(timeout=600)
     assert killed.returncode == -signal.SIGKILL
     st = api.status(logdir)
     assert len(st["batch"]["ledgers"]) == 5
@@ -294,7 +310,7 @@ def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_
     # every run reduced and verified exactly once: one verified operation per run in the vault and the history
     ops = api.operations(logdir)
     verified = sorted(m["run"] for m in ops if m["kind"] == "reduce" and m["outcome"] == "verified")
-    assert verified == runs
+    assert verified == runs, _what_workers_said(set(runs) - set(verified), said)
     hist = api.history(logdir)
     assert sorted(e["run"] for e in hist if e["kind"] == "reduce" and e["outcome"] == "verified") == runs
     others = [e for e in hist if e["outcome"] != "verified"]
