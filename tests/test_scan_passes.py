@@ -431,7 +431,7 @@ def test_selection_own_pass_keeps_small_bytes_for_its_reduce_only(tmp_path, monk
     assert original.files[names[0]] is again and again.small == want
     original.close()
     for f in (facts, again):
-        assert f.small == b"" and f.small_upto == 0 and f.small_offsets() is None
+        assert f.small == b"" and f.small_upto == 0 and f.small_view() is None
     # within a budget: the records that fit, and up to where
     monkeypatch.setattr(passes, "MAX_SMALL_BYTES", len(want) // 2)
     half = er.select_run(str(run), rules, names, original=OriginalRun(str(run))).facts[names[0]]

@@ -65,11 +65,6 @@ class FileFacts:
 
         return offsets_of(self.start, self.sizes)
 
-    def small_offsets(self) -> Optional[np.ndarray]:
-        """Each record's offset in ``small`` (-1: not there); None when nothing is."""
-        view = self.small_view()
-        return view[0] if view is not None else None
-
     def small_view(self) -> Optional[tuple]:
         """``(each record's offset in the small bytes or -1, those bytes)`` taken together
         (``OriginalRun.close`` may clear them), or None when there are none."""

@@ -222,12 +222,8 @@ class _Probe:
                 raise ValueError("a summary before any file version")
             # an unparseable record: the probe is not the run's twin (parsed in one C-level
             # loop: a call per record from Python cost as much as the parse)
-            st = batch.starts[a:b] + 12
-            en = batch.starts[a:b] + batch.sizes[a:b] - 4
             try:
-                collections.deque(map(self.parse, map(batch.buf.__getitem__,
-                                                      map(slice, st.tolist(), en.tolist()))),
-                                  maxlen=0)
+                collections.deque(map(self.parse, batch.payloads(a, b)), maxlen=0)
             except Exception:  # noqa: BLE001
                 raise ValueError("an unparseable record") from None
             _, tag_id, names, _, _ = dec
