@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs into ./.venv, then run the whole suite and the
-# benchmarks at small sizes. This is the README's test command and what CI runs.
+# Install everything the test suite needs into ./.venv-test, then run the whole suite and the
+# benchmarks at small sizes. This is the README's test command and what CI runs. Its environment
+# is its own: scripts/demo.sh installs into ./.venv, and a demo TensorBoard started from there keeps
+# serving the tab while this command installs and tests (an editable install into the demo's
+# environment would pull the installed package out from under it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
+VENV=.venv-test
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -c scripts/test-constraints.txt -e ".[test]"
+"$VENV"/bin/python -m pip install -q --disable-pip-version-check -c scripts/test-constraints.txt -e ".[test]"
 # Keras' TensorBoard callback (and its profile_batch) writes through TensorFlow. It goes into a
 # folder of its own that only the Keras integration test puts on its job's path, so TensorBoard
 # in every other test keeps its TensorFlow-free readers (TensorFlow would be imported by each).
-if [ ! -d .venv/tensorflow/tensorflow ]; then
+if [ ! -d "$VENV/tensorflow/tensorflow" ]; then
   case "$(uname -m)" in x86_64) TF_REQ="tensorflow-cpu==2.21.0" ;; *) TF_REQ="tensorflow==2.21.0" ;; esac
-  .venv/bin/python -m pip install -q --disable-pip-version-check --target .venv/tensorflow "$TF_REQ"
+  "$VENV"/bin/python -m pip install -q --disable-pip-version-check --target "$VENV/tensorflow" "$TF_REQ"
 fi
-export TB_FOOTPRINT_TEST_TENSORFLOW="$PWD/.venv/tensorflow"
+export TB_FOOTPRINT_TEST_TENSORFLOW="$PWD/$VENV/tensorflow"
 # The tab's browser tests drive Debian's Chromium (never a browser download); the archive
 # pipeline example syncs with rsync.
 if { [ ! -x /usr/bin/chromium ] || ! command -v rsync >/dev/null 2>&1; } \
@@ -30,15 +34,15 @@ if [ ! -x .ci/node/node_modules/.bin/azurite-blob ]; then
   fi
   npm install --prefix .ci/node --no-audit --no-fund --silent azurite@3.35.0
 fi
-export PATH="$PWD/.venv/bin:$PATH"
+export PATH="$PWD/$VENV/bin:$PATH"
 # Three workers on two cores: much of a test's wall time is waiting for a TensorBoard process, a store
 # server or the browser, which another file's work can overlap. A file stays on one worker, so its
 # module fixtures (a TensorBoard process, a reduced copy) are built once. TB_FOOTPRINT_TEST_WORKERS=0
 # runs everything in this process.
-.venv/bin/python -m pytest -q -p no:cacheprovider -n "${TB_FOOTPRINT_TEST_WORKERS:-3}" --dist loadfile tests "$@"
+"$VENV"/bin/python -m pytest -q -p no:cacheprovider -n "${TB_FOOTPRINT_TEST_WORKERS:-3}" --dist loadfile tests "$@"
 for b in bench/*.py; do
   echo "== $b --small"
-  .venv/bin/python "$b" --small
+  "$VENV"/bin/python "$b" --small
 done
 echo "== bench/verify.py --small --scanned"
-.venv/bin/python bench/verify.py --small --scanned
+"$VENV"/bin/python bench/verify.py --small --scanned

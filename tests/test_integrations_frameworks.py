@@ -25,7 +25,7 @@ FRAMEWORKS = {
 
 def _tensorflow_path():
     """Where scripts/test.sh installed TensorFlow beside the environment (None: in it)."""
-    d = os.environ.get("TB_FOOTPRINT_TEST_TENSORFLOW") or str(REPO / ".venv" / "tensorflow")
+    d = os.environ.get("TB_FOOTPRINT_TEST_TENSORFLOW") or str(REPO / ".venv-test" / "tensorflow")
     return d if os.path.isdir(os.path.join(d, "tensorflow")) else None
 
 

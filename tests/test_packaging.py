@@ -43,7 +43,7 @@ def _interpreter(version):
 def _copy_repo(dest) -> None:
     """The repository as a clean clone has it: no environments, caches, or the CI's node folder
     (Azurite from npm, ~190 MB in ~24k files that the package never ships)."""
-    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "node",
+    shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".venv", ".venv-test", ".git", "build", "*.egg-info", "node",
                                                               "test-artifacts", "__pycache__", "generated"))
 
 
