@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
+from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
@@ -90,8 +90,66 @@ def test_uninspectable_processes_are_counted_not_ignored(tmp_path, monkeypatch):
         return real_listdir(path)
 
     monkeypatch.setattr(os, "listdir", listdir)
+    with open(f, "ab"):  # written by someone the fake /proc does not show: the kernel cannot clear pid 42
+        res = find_writers([str(f)], proc=str(proc))
+    assert res.uninspected == 1 and res.uninspected_pids == [42] and res.ruled_out == 0
+
+
+def _fake_init(tmp_path, monkeypatch, target):
+    """A fake /proc with pid 1 as a container's init looks to root: its fd directory lists,
+    but each descriptor's ``stat`` is refused (EACCES, no ptrace access)."""
+    proc = tmp_path / "proc"
+    (proc / "self" / "fd").mkdir(parents=True)
+    (proc / "1" / "fd").mkdir(parents=True)
+    (proc / "1" / "cmdline").write_bytes(b"/sbin/init\0")
+    os.symlink(target, proc / "1" / "fd" / "3")
+    real_stat = os.stat
+
+    def guarded(path, *a, **k):
+        if "/proc/1/fd/" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_stat(path, *a, **k)
+
+    monkeypatch.setattr(os, "stat", guarded)
+    return proc
+
+
+def test_container_init_holding_none_of_the_files_is_ruled_out(tmp_path, monkeypatch):
+    """pid 1 whose descriptors cannot be stat'ed: when the kernel grants a read lease on every
+    file (nobody anywhere holds one open for writing), pid 1 is not reported as a possible
+    writer, and the plan prints no writers_not_ruled_out note."""
+    from tb_footprint_plugin.plan.model import Plan, RunPlan
+    from tb_footprint_plugin.plan.planner import apply_open_writers
+
+    f = tmp_path / "logs" / "run" / "events.out.tfevents.1"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"x")
+    proc = _fake_init(tmp_path, monkeypatch, tmp_path / "elsewhere")
     res = find_writers([str(f)], proc=str(proc))
-    assert res.uninspected == 1 and res.uninspected_pids == [42]
+    assert res.supported and not res.holders
+    assert (res.uninspected, res.uninspected_pids, res.ruled_out) == (0, [], 1)
+    plan = Plan(logdir=str(tmp_path / "logs"), policy={}, created_at=0, total_bytes=1,
+                runs=[RunPlan(run="run", bytes_before=1, expected_after_bytes=0)])
+    apply_open_writers(plan, res, str(tmp_path / "logs"))
+    assert not any("writers_not_ruled_out" in n for n in plan.notes)
+    assert plan.runs[0].skipped is None
+
+
+def test_container_init_is_not_cleared_while_a_file_is_open_for_writing(tmp_path, monkeypatch):
+    """The same pid 1, but one of the files is open for writing by a descriptor the pass did not
+    see: the kernel refuses the lease, so pid 1 stays "not ruled out" (never a false all-clear)."""
+    f = tmp_path / "events.out.tfevents.1"
+    f.write_bytes(b"x")
+    g = tmp_path / "events.out.tfevents.2"
+    g.write_bytes(b"y")
+    proc = _fake_init(tmp_path, monkeypatch, f)
+    with open(g, "ab"):
+        res = find_writers([str(f), str(g)], proc=str(proc))
+    assert (res.uninspected, res.uninspected_pids, res.ruled_out) == (1, [1], 0)
+    assert no_writer_anywhere(str(f)) is True and no_writer_anywhere(str(g)) is True
+    with open(g, "r+b"):
+        assert no_writer_anywhere(str(g)) is False
+    assert no_writer_anywhere(str(tmp_path)) is None  # not a regular file: no answer
 
 
 def test_a_vanished_descriptor_is_skipped(tmp_path):

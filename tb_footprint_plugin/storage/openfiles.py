@@ -9,7 +9,10 @@ renamed ones included) and their open flags in ``/proc/<pid>/fdinfo/<n>``.
 Files are matched by ``(st_dev, st_ino)``, never by path: a writer holds an inode, whatever
 name (or hard link, or none) it has now. A process we may not inspect (another user's, when
 we are not root) or that vanished mid-look is not silently taken as harmless: it is counted
-in ``uninspected`` so callers can say "cannot rule out" with a code.
+in ``uninspected`` so callers can say "cannot rule out" with a code — unless the kernel itself
+rules it out for every file asked about (``no_writer_anywhere``): a read lease is granted only
+on a file that no process at all, of any user, holds open for writing. That is what clears a
+container's init process (pid 1), whose descriptors even root may list but not ``stat``.
 
 One pass over ``/proc`` answers for any number of files: ``stat`` of each descriptor is one
 system call, and flags are read only for the few descriptors that match.
@@ -17,7 +20,9 @@ system call, and flags are read only for the few descriptors that match.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import signal
 import stat
 import sys
 import time
@@ -30,6 +35,9 @@ O_ACCMODE = 0o3
 MAX_LISTED_UNINSPECTED = 20
 
 FileKey = Tuple[int, int]  # (st_dev, st_ino)
+#: fcntl(2) commands Python's ``fcntl`` module does not name on every version
+F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,9 @@ class WriterScan:
     #: processes that may hold a file but could not be looked at (permission, or a race)
     uninspected: int = 0
     uninspected_pids: List[int] = field(default_factory=list)
+    #: processes that could not be looked at but that the kernel rules out: it granted a read
+    #: lease on every file asked about, which no open-for-writing descriptor anywhere allows
+    ruled_out: int = 0
     processes: int = 0
     seconds: float = 0.0
 
@@ -72,7 +83,7 @@ class WriterScan:
     def to_dict(self) -> dict:
         return {"supported": self.supported, "holders": [h.to_dict() for h in self.holders],
                 "uninspected": self.uninspected, "uninspected_pids": list(self.uninspected_pids),
-                "processes": self.processes, "seconds": round(self.seconds, 4)}
+                "ruled_out": self.ruled_out, "processes": self.processes, "seconds": round(self.seconds, 4)}
 
 
 def _keys(paths: Iterable[str]) -> Dict[FileKey, List[str]]:
@@ -122,6 +133,37 @@ def _is_kernel_thread(proc: str, pid: int) -> bool:
             return not f.read(1)
     except OSError:
         return False
+
+
+def no_writer_anywhere(path: str) -> Optional[bool]:
+    """The kernel's answer for every process on the machine, inspectable or not: True when no
+    descriptor anywhere holds ``path`` open for writing (nor a writable mapping), False when one
+    does, None when it cannot tell (no lease support, e.g. NFS; not our file without
+    ``CAP_LEASE``; not a regular file).
+
+    A read lease (``F_SETLEASE``/``F_RDLCK``) is granted only when the inode is open for writing
+    nowhere; it is released at once. A writer opening the file in between waits for that release
+    (microseconds) instead of the lease-break time, and the break's signal is SIGURG, ignored by
+    default, not SIGIO, which would end this process."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        fcntl.fcntl(fd, F_SETSIG, signal.SIGURG)
+        try:
+            fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as e:
+            return False if e.errno in (errno.EAGAIN, errno.EBUSY) else None
+        fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
@@ -184,8 +226,23 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
             for p in wanted[key]:
                 res.holders.append(Holder(pid=pid, command=cmd, fd=fd, path=p,
                                           access="write" if acc == os.O_WRONLY else "read-write"))
+    if res.uninspected:
+        _rule_out(res, wanted)
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _rule_out(res: WriterScan, wanted: Dict[FileKey, List[str]]) -> None:
+    """Clear the uninspected processes when the kernel shows that none of the files not
+    already accounted for (a holder found) is open for writing anywhere: then none of them
+    writes one. One file it cannot answer for, or finds written by nobody we saw, keeps them."""
+    held = {h.path for h in res.holders}
+    for paths in wanted.values():
+        if any(p in held for p in paths):
+            continue
+        if no_writer_anywhere(paths[0]) is not True:
+            return
+    res.ruled_out, res.uninspected, res.uninspected_pids = res.uninspected, 0, []
 
 
 def files_under(root: str, exclude: Iterable[str] = ()) -> List[str]:
@@ -210,4 +267,4 @@ def describe_holders(holders: List[Holder], rel=lambda p: p) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["Holder", "WriterScan", "find_writers", "files_under", "describe_holders"]
+__all__ = ["Holder", "WriterScan", "find_writers", "files_under", "describe_holders", "no_writer_anywhere"]
