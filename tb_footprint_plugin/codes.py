@@ -62,6 +62,7 @@ class Failure(Code):
     INTERRUPTED = "interrupted"  # a restore stopped midway; finished on the next start
     NO_SPACE = "no_space"  # not enough free space to do it safely; nothing was changed
     BACKUP_DAMAGED = "backup_damaged"  # a backup is missing or does not match its sha256
+    STATE_NOT_OURS = "state_not_ours"  # the vault or state folder is a symlink, another user's, or writable by others
 
 
 class Recovery(Code):
@@ -115,6 +116,7 @@ class Finding(Code):
     RUN_LOCKED = "locked"  # the run is being changed by another process right now
     RECOVERED = "recovered"  # an unfinished operation was settled
     RECOVERY_FAILED = "recovery_failed"  # retried at the next start
+    UNTRUSTED_SET_ASIDE = "untrusted_set_aside"  # a symlink or stranger's entry in a state folder, renamed aside
 
 
 

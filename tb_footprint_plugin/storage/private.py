@@ -1,0 +1,267 @@
+"""State folders and files are used only when they are ours: the one rule, in one place.
+
+A logdir may be shared (a world-writable, sticky ``/scratch/team/runs``), and anyone who can
+write into it can plant ``.tb-footprint`` — a symlink to their own folder, or a real folder of
+theirs with the blob shards pre-made. A backup hard-linked into a folder another user can write
+to is a backup they can unlink; a lock file created through their symlink is a file created
+wherever they point. So every folder the tool writes state into (the state folder, the vault,
+their subfolders, the scan cache's folder) is **ours**: a real directory (never a symlink),
+owned by the effective user, not writable by group or others — and every state file is opened
+with ``O_NOFOLLOW`` and checked with ``fstat`` (a regular file of ours, one link) before a byte
+is written to it.
+
+Inside a folder of ours, a stray entry where a state file or subfolder belongs (a symlink, a
+FIFO, another user's file or folder) is *set aside*: renamed to ``<name>.untrusted-<time>-<n>``
+beside itself (the link itself, never its target; kept for inspection, never deleted) and
+recorded, so ``status`` can say so (``codes.Finding.UNTRUSTED_SET_ASIDE``). A folder that is not
+ours at the top (the state folder or vault itself) is never touched: ``NotPrivate`` names it,
+its owner and mode and what to do (``codes.Failure.STATE_NOT_OURS``).
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import stat
+import threading
+import time
+from typing import List, Optional
+
+from tb_footprint_plugin.codes import Failure
+
+#: what a set-aside entry is renamed to: ``<name>.untrusted-<unix time>-<n>``
+UNTRUSTED_MARK = ".untrusted-"
+_UNTRUSTED_RE = re.compile(r"^(?P<name>.+)\.untrusted-(?P<t>\d+)-\d+$")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_mu = threading.Lock()
+_count = 0
+
+
+class NotPrivate(OSError):
+    """A state folder or file that is not ours; nothing was written there. ``code`` is
+    ``Failure.STATE_NOT_OURS``; ``path``, ``owner`` (uid or None) and ``mode`` say what was found."""
+
+    code = Failure.STATE_NOT_OURS
+
+    def __init__(self, path: str, why: str, advice: str = ""):
+        super().__init__(errno.EPERM, f"{path}: {why}; not used for backups or state"
+                         + (f". {advice}" if advice else ""))
+        self.filename = path
+        self.path = path
+        self.why = why
+        self.owner: Optional[int] = None
+        self.mode: Optional[int] = None
+
+    def __str__(self) -> str:  # the message alone (OSError's default adds "[Errno 1]")
+        return self.strerror or ""
+
+
+def user_name(uid: int) -> str:
+    """``alice (uid 1001)``, or ``uid 1001`` when it has no passwd entry."""
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def describe(st: os.stat_result) -> str:
+    """Owner and mode of a stat result, as errors name them: ``owned by alice (uid 1001), mode 1777``."""
+    return f"owned by {user_name(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def why_not_ours(st: os.stat_result, want_dir: bool = True) -> Optional[str]:
+    """None when ``st`` (an ``lstat``) is a folder (or regular file) of ours not writable by group
+    or others; else what it is, in words."""
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if want_dir and not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if not want_dir and not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"belongs to another user ({describe(st)}; you are {user_name(os.geteuid())})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others ({describe(st)})"
+    return None
+
+
+def is_ours(st: os.stat_result, want_dir: bool = True) -> bool:
+    """True for a real folder (or regular file) owned by the effective user, not writable by others."""
+    return why_not_ours(st, want_dir) is None
+
+
+def _refuse(path: str, st: Optional[os.stat_result], why: str, advice: str) -> NotPrivate:
+    e = NotPrivate(path, why, advice)
+    if st is not None:
+        e.owner, e.mode = st.st_uid, stat.S_IMODE(st.st_mode)
+    return e
+
+
+ADVICE = ("Give a private folder of yours with --backup-dir (created 0700 if missing), "
+          "or remove this one if you own it")
+
+
+def check_private_dir(path: str, *, tighten: bool = False, advice: str = ADVICE) -> os.stat_result:
+    """The ``lstat`` of ``path`` when it is a folder of ours; ``NotPrivate`` naming its owner and
+    mode otherwise. ``tighten``: a real folder of ours that group or others may write to (made
+    under a umask of 002 by an older version) loses those write bits instead of being refused —
+    only for folders the tool itself names, never a folder the user pointed at."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise NotPrivate(path, "does not exist", advice) from None
+    why = why_not_ours(st)
+    if why and tighten and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+        fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        try:
+            fst = os.fstat(fd)
+            if (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino):
+                os.fchmod(fd, stat.S_IMODE(fst.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        why = why_not_ours(st)
+    if why:
+        raise _refuse(path, st, why, advice)
+    return st
+
+
+def _mkdir_private(path: str) -> bool:
+    """``mkdir(path, 0700)``; False when something is already there."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return False
+    return True
+
+
+def ensure_private_dir(path: str, root: Optional[str] = None, *, tighten_root: bool = False,
+                       advice: str = ADVICE) -> str:
+    """Make sure ``path`` and every folder from ``root`` down to it are folders of ours, and
+    return ``path`` (absolute).
+
+    ``root`` (default ``path`` itself) is the trusted anchor: created 0700 if missing (its
+    missing parents too), then checked (``check_private_dir``; ``NotPrivate`` if it is not
+    ours — it is never moved). Below it, a missing folder is created 0700; a symlink, file or
+    another user's folder in its place is set aside (``set_aside``) and a fresh one made; one
+    of ours that others may write to loses those bits.
+    """
+    path = os.path.abspath(path)
+    root = os.path.abspath(root) if root else path
+    if not (path == root or path.startswith(root.rstrip(os.sep) + os.sep)):
+        raise ValueError(f"{path} is not below {root}")
+    if not os.path.lexists(root):
+        missing = []
+        cur = root
+        while not os.path.lexists(cur) and os.path.dirname(cur) != cur:
+            missing.append(cur)
+            cur = os.path.dirname(cur)
+        for d in reversed(missing):
+            _mkdir_private(d)
+    check_private_dir(root, tighten=tighten_root, advice=advice)
+    cur = root
+    for part in os.path.relpath(path, root).split(os.sep):
+        if part in ("", "."):
+            continue
+        cur = os.path.join(cur, part)
+        if _mkdir_private(cur):
+            continue
+        try:
+            check_private_dir(cur, tighten=True)
+        except NotPrivate:
+            set_aside(cur)
+            if not _mkdir_private(cur):
+                check_private_dir(cur)  # someone raced us to it: refuse, never follow
+    return path
+
+
+def set_aside(path: str) -> str:
+    """Rename the entry ``path`` (a symlink itself, never its target) to
+    ``<path>.untrusted-<time>-<n>`` in the same folder, and return the new name. Nothing is
+    deleted: it stays there for inspection, and ``untrusted_in`` lists it."""
+    global _count
+    with _mu:
+        _count += 1
+        n = _count
+    dest = f"{path}{UNTRUSTED_MARK}{int(time.time())}-{os.getpid()}{n}"
+    os.rename(path, dest)
+    return dest
+
+
+def untrusted_in(folder: str) -> List[dict]:
+    """Entries of ``folder`` (and its direct subfolders) that were set aside as untrusted:
+    ``{"file", "name", "time"}`` each (what ``status`` reports)."""
+    out = []
+    dirs = [folder]
+    try:
+        for n in os.listdir(folder):
+            p = os.path.join(folder, n)
+            if os.path.isdir(p) and not os.path.islink(p) and UNTRUSTED_MARK not in n:
+                dirs.append(p)
+    except OSError:
+        return out
+    for d in dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for n in names:
+            m = _UNTRUSTED_RE.match(n)
+            if m:
+                out.append({"file": os.path.join(d, n), "name": m.group("name"), "time": int(m.group("t"))})
+    return out
+
+
+def check_parent(path: str) -> None:
+    """``NotPrivate`` unless the folder holding ``path`` is a folder of ours."""
+    check_private_dir(os.path.dirname(os.path.abspath(path)), tighten=True)
+
+
+def open_private(path: str, flags: int, mode: int = 0o600, *, parent: bool = True) -> int:
+    """An fd of the state file ``path``, opened ``O_NOFOLLOW | O_CLOEXEC`` (``O_NONBLOCK`` while
+    opening: a FIFO never hangs it), and checked with ``fstat`` to be a regular file of ours with
+    one link. With ``parent`` its folder must be a folder of ours first (``NotPrivate``).
+
+    Anything else in its place — a symlink, FIFO, device, folder, another user's file, a hard
+    link of a file elsewhere — is set aside, never followed or written, and the open is tried
+    once more (with ``O_CREAT`` a fresh file is made)."""
+    if parent:
+        check_parent(path)
+    for attempt in (0, 1):
+        try:
+            fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, mode)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR) or attempt:
+                raise
+            set_aside(path)  # a symlink, a FIFO nobody reads, a folder
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() \
+                    and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))  # ours: fixed
+                st = os.fstat(fd)
+            bad = why_not_ours(st, want_dir=False)
+            if bad is None and st.st_nlink > 1:
+                bad = "has other hard links (a file elsewhere)"
+            if bad is None:
+                fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+                fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~os.O_NONBLOCK)
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+        if attempt or not os.path.lexists(path):
+            raise NotPrivate(path, bad)
+        set_aside(path)
+    raise NotPrivate(path, "kept being replaced while opening")  # pragma: no cover
+
+
+__all__ = ["NotPrivate", "ADVICE", "UNTRUSTED_MARK", "user_name", "describe", "why_not_ours", "is_ours",
+           "check_private_dir", "ensure_private_dir", "set_aside", "untrusted_in", "check_parent", "open_private"]
