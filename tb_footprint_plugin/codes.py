@@ -116,6 +116,10 @@ class Finding(Code):
     RUN_LOCKED = "locked"  # the run is being changed by another process right now
     RECOVERED = "recovered"  # an unfinished operation was settled
     RECOVERY_FAILED = "recovery_failed"  # retried at the next start
+    DAMAGED_LINE = "damaged_line"  # a line of an append-only log (oplog, history) is not UTF-8 JSON: skipped
+    DAMAGED_FILE = "damaged_state_file"  # a state file (journal, vaults.json, ...) does not parse: never acted on
+    IDENTITY_DAMAGED = "identity_damaged"  # identity.json unreadable: the manifests bind themselves; `recover` rebuilds it
+    IDENTITY_REBUILT = "identity_rebuilt"  # identity.json rebuilt from the ids the own manifests carry
     UNTRUSTED_SET_ASIDE = "untrusted_set_aside"  # a symlink or stranger's entry in a state folder, renamed aside
 
 
