@@ -166,3 +166,133 @@ def test_planted_journal_cannot_lead_recovery_out_of_the_logdir(tmp_path):
     assert len(outs) == 3 and all(o.action == "refused" and o.code for o in outs), outs
     assert (outside / "precious").read_text() == "keep me" and sorted(os.listdir(outside)) == ["precious"]
     assert user_files(logdir) == before
+
+
+# ---------------------------------------------------------------------------------------
+# issue 25.6: a writer appending by path while the run is being retired
+# ---------------------------------------------------------------------------------------
+#: a training job's writer that opens its event file by path, appends records and closes it
+#: (what a job resumed into the same run does), with TensorBoard's own record writer
+_PATH_WRITER = r"""
+import sys, time
+from tensorboard.compat.proto import event_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
+path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "ab") as f:
+    w = RecordWriter(f)
+    for step in range(first, first + n):
+        ev = event_pb2.Event(wall_time=time.time(), step=step)
+        ev.summary.value.add(tag="late", simple_value=float(step))
+        w.write(ev.SerializeToString())
+"""
+_ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _append_by_path(path, first, n=3):
+    subprocess.run([sys.executable, "-c", _PATH_WRITER, str(path), str(first), str(n)], env=_ENV, check=True,
+                   timeout=120)
+
+
+def _two_file_run(logdir):
+    """Run 'train' with two event files (retired in name order) and scalars in each."""
+    from tb_footprint_plugin.synth import EventWriter
+
+    paths = []
+    for index in (0, 1):
+        with EventWriter(str(logdir / "train"), index=index) as w:
+            for s in range(20):
+                w.scalar(f"loss{index}", s, 1.0 / (s + 1))
+            paths.append(Path(w.path))
+    old = 1_600_000_000
+    for p in paths:
+        os.utime(p, (old, old))
+    return paths
+
+
+def _steps(run_dir, tag):
+    from tensorboard.backend.event_processing import plugin_event_multiplexer as pem
+
+    mux = pem.EventMultiplexer()
+    mux.AddRun(str(run_dir), "r")
+    mux.Reload()
+    acc = mux.GetAccumulator("r")
+    tags = acc.Tags()
+    if tag in tags.get("scalars", []):
+        return [e.step for e in acc.Scalars(tag)]
+    return [e.step for e in acc.Tensors(tag)] if tag in tags.get("tensors", []) else []
+
+
+@pytest.mark.parametrize("setup", ["same_fs", "cross_fs"], indirect=True)
+@pytest.mark.parametrize("target", ["not_yet_moved", "already_moved"])
+def test_retire_racing_a_writer_by_path_settles_and_keeps_every_record(setup, target, tmp_path):
+    """The writer appends by path while the retirement moves files: to a file still in place
+    (it grows: the retire sees the change and rolls back) or to one already in the vault (the
+    writer makes a new file at its path). The rollback finds the run intact and settles: no
+    'rollback incomplete', no journal left, every record in the run, a later retire allowed."""
+    mode, _, backup = setup
+    logdir = tmp_path / "race"
+    first, second = _two_file_run(logdir)
+    originals = {p: p.read_bytes() for p in (first, second)}
+    victim = second if target == "not_yet_moved" else first
+    fired = []
+    faults.arm("retire_mid_move", lambda: (fired.append(1), _append_by_path(victim, 1000)))
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup,
+                     quiet_period=0)
+    faults.disarm_all()
+    assert fired
+    [o] = rep.outcomes
+    assert o.status == "rolled_back" and o.code != "rollback_incomplete", o.to_dict()
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert not os.listdir(journal), "the rollback left its journal: it never settles"
+    assert api.recover_logdir(str(logdir), backup) == []
+    # every original byte back, and the late records in the run, where TensorBoard reads them
+    for p, data in originals.items():
+        assert p.read_bytes()[:len(data)] == data
+    if target == "not_yet_moved" or mode == "cross_fs":  # a copy's original never left: it grew
+        assert victim.read_bytes() != originals[victim] and "kept in it" in o.reason
+    else:  # renamed into the vault: the writer made a new file at the path
+        aside = first.parent / (first.name + ".salvaged-001")
+        assert first.read_bytes() == originals[first] and aside.exists() and aside.name in o.reason
+    assert _steps(logdir / "train", "late") == [1000, 1001, 1002]
+    assert _steps(logdir / "train", "loss0") == list(range(20))
+    assert api.retired(str(logdir), backup_dir=backup) == []
+    # the run is no longer blocked: it retires and comes back
+    before = user_files(logdir)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup, quiet_period=0)
+    assert [x.status for x in rep.outcomes] == ["verified"], [x.to_dict() for x in rep.outcomes]
+    assert [x.status for x in api.restore(str(logdir), run="train", backup_dir=backup)] == ["restored"]
+    assert user_files(logdir) == before
+
+
+_KILLED_RACE = r"""
+import subprocess, sys, os
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+logdir, victim, writer = sys.argv[1], sys.argv[2], sys.argv[3]
+def race():
+    subprocess.run([sys.executable, "-c", writer, victim, "1000", "3"], check=True)
+    os.kill(os.getpid(), 9)
+# the writer appends, the retirement goes on, sees it and dies in its rollback's place: a crash
+faults.arm("retire_mid_move", race)
+api.retire(logdir, api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
+"""
+
+
+def test_recover_settles_a_retire_killed_while_a_writer_appended(tmp_path):
+    logdir = tmp_path / "race"
+    first, second = _two_file_run(logdir)
+    originals = {p: p.read_bytes() for p in (first, second)}
+    p = subprocess.run([sys.executable, "-c", _KILLED_RACE, str(logdir), str(second), _PATH_WRITER], env=_ENV,
+                       timeout=300)
+    assert p.returncode == -9
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert os.listdir(journal)
+    rec = api.recover_logdir(str(logdir))
+    assert [r.action for r in rec] == ["rolled_back"], [vars(r) for r in rec]
+    assert "kept in it" in rec[0].detail
+    assert not os.listdir(journal)
+    assert api.recover_logdir(str(logdir)) == []
+    assert second.read_bytes().startswith(originals[second]) and first.read_bytes() == originals[first]
+    assert _steps(logdir / "train", "late") == [1000, 1001, 1002]
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
+    assert [x.status for x in rep.outcomes] == ["verified"], [x.to_dict() for x in rep.outcomes]

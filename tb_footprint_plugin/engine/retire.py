@@ -47,6 +47,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
@@ -109,7 +110,7 @@ def tree_sha256(entries: Iterable[dict]) -> str:
 # inventory: what the run's directory holds (nothing followed, nothing special)
 # ---------------------------------------------------------------------------------------
 def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
-    """Files (path, size, mode, mtime_ns, ino) and directories (path, mode) of ``run``'s tree,
+    """Files (path, size, mode, mtime_ns, ino) and directories (path, mode, mtime_ns) of ``run``'s tree,
     paths relative to the logdir. Refuses symlinks and special files, naming them."""
     top = ctx.abs(run)
     files, dirs = [], []
@@ -120,7 +121,7 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
     for root, dnames, fnames in os.walk(top, onerror=onerror, followlinks=False):
         rel_root = os.path.relpath(root, ctx.logdir)
         st = os.lstat(root)
-        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777})
+        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns})
         for d in list(dnames):
             p = os.path.join(root, d)
             if os.path.islink(p):
@@ -274,8 +275,9 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
         else:
             try:
                 journal.append({"type": "rollback", "reason": reason})
-                rollback_retire(ctx, journal.records(), reason)
-                out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, Failure.ERROR
+                noted = rollback_retire(ctx, journal.records(), reason)
+                out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+                out.reason = f"{reason}; {noted}" if noted else reason
                 journal.close()
             except Exception as e2:  # the journal stays: recovery tries again on the next start
                 out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
@@ -377,24 +379,62 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
     report("done", 1.0)
 
 
-def rollback_retire(ctx: Context, records: List[dict], reason: str) -> None:
-    """Put every file of an uncommitted retirement back at its path; idempotent.
+def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
+    """Put every file of an uncommitted retirement back at its path; idempotent. Returns what
+    it noticed on the way (late records kept, files set aside), '' when nothing.
 
     A file is in the logdir, in the vault, or (copies) both; it is only ever put back where
-    nothing stands. Anything in its way that is not the file itself raises (journal kept)."""
+    nothing stands. A file that grew in place but still starts with its recorded bytes is the
+    original plus a writer's late records: intact. A file a writer made anew at the path while
+    the original was in the vault is set aside next to it (``<file>.salvaged-NNN``), so both are
+    in the run. Anything else in its way raises (journal kept)."""
     begin = records[0]
     _check_record(ctx, begin)
     vault = Vault(begin["vault"])
     op_id = begin["op_id"]
     _make_dirs(ctx, begin["dirs"])
+    notes = []
     for i, f in enumerate(begin["files"]):
-        _put_back(ctx, vault, op_id, i, f, begin["same_fs"])
+        note = _put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True)
+        if note:
+            notes.append(note)
     _chmod_dirs(ctx, begin["dirs"])
-    bad = [f["path"] for f in begin["files"] if not _sized(ctx.abs(f["path"]), f["size"])]
-    if bad:
-        raise TransactionError(f"could not put back: {', '.join(bad)}")
+    missing = []
+    for i, f in enumerate(begin["files"]):
+        p = ctx.abs(f["path"])
+        if _sized(p, f["size"]):
+            continue
+        if _grown(p, f):
+            notes.append(f"{f['path']}: records written to it during the retirement are kept in it")
+            continue
+        if os.path.lexists(_stored(vault, op_id, i)) or not os.path.isdir(vault.root):
+            missing.append(f["path"])  # its retired bytes may still be in the vault: never given up
+        else:
+            # nothing of it is in the vault: what stands at the path is all there is; the
+            # journal has nothing left to put back, so it settles and says so
+            notes.append(f"{f['path']}: changed in place by another process after it was put back; left as it is")
+    if missing:
+        raise TransactionError(f"could not put back: {', '.join(missing)}")
     shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
-    write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, reason)
+    detail = "; ".join(dict.fromkeys(notes))
+    write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, f"{reason}; {detail}" if detail else reason)
+    return detail
+
+
+def _grown(path: str, f: dict) -> bool:
+    """``path`` is the retired file with bytes appended (its recorded prefix's sha256 matches)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > f["size"] and starts_with(path, f["size"], f["sha256"])
+
+
+def _aside_name(ctx: Context, path: str) -> str:
+    k = 1
+    while os.path.lexists(ctx.abs(f"{path}{SALVAGE_SUFFIX}{k:03d}")):
+        k += 1
+    return f"{path}{SALVAGE_SUFFIX}{k:03d}"
 
 
 def _sized(path: str, size: int) -> bool:
@@ -414,27 +454,51 @@ def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
 
 
 def _chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
+    """Each directory gets its recorded mode and, where recorded, its mtime back (after every
+    file is in: putting a file in changes its folder's mtime; setting a folder's own mtime
+    changes nothing above it)."""
     for d in dirs:
         p = ctx.abs(d["path"])
         if os.path.isdir(p) and not os.path.islink(p):
             os.chmod(p, d["mode"])
+            ns = _mtime_ns(d)
+            if ns is not None:
+                os.utime(p, ns=(ns, ns), follow_symlinks=False)
 
 
-def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool) -> None:
-    """One file back from the vault to its path (rename or checked copy), if it is not there yet."""
+def _mtime_ns(rec: dict) -> Optional[int]:
+    """A recorded ``mtime_ns`` if it is a plausible integer (records are untrusted input)."""
+    ns = rec.get("mtime_ns")
+    return ns if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 63 else None
+
+
+def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
+              set_aside: bool = False) -> Optional[str]:
+    """One file back from the vault to its path (rename or checked copy), if it is not there yet.
+
+    With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
+    nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
+    it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
+    file goes back; returns a note saying so."""
     no_symlink(ctx, f["path"])
     dst = ctx.abs(f["path"])
     stored = _stored(vault, op_id, i)
     here = os.path.lexists(dst)
     there = os.path.exists(stored)
+    note = None
     if here:
         if not os.path.isfile(dst) or os.path.islink(dst):
             raise TransactionError(f"{f['path']}: something else stands there now; left as is")
-        if there and not (_unchanged(dst, f) or sha256_file(dst) == f["sha256"]):
+        if not there or _unchanged(dst, f) or _grown(dst, f) or sha256_file(dst) == f["sha256"]:
+            return None  # the file is in place (a copy's original never left): the vault's copy may go
+        if not set_aside:
             # not the file that was retired: both are kept, the operation stays unsettled
             raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
                                    f"{stored}")
-        return  # the file is in place (a copy's original never left): the vault's copy may go
+        aside = _aside_name(ctx, f["path"])
+        os.rename(dst, ctx.abs(aside))
+        note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
+                f"{os.path.basename(aside)}")
     if not there:
         raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -450,6 +514,7 @@ def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: 
         os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
         os.replace(tmp, dst)
     fsync_dir(os.path.dirname(dst))
+    return note
 
 
 # ---------------------------------------------------------------------------------------
@@ -658,8 +723,8 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
         if os.path.exists(m_path):
             # the manifest was written: every file was in the vault and checked; the run is retired
             return Recovery.COMPLETED, "retirement was recorded before the crash"
-    rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")
-    return Recovery.ROLLED_BACK, "every file of the run put back"
+    noted = rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")
+    return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 
 def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],

@@ -97,6 +97,23 @@ def _prefix_and_whole(path: str, prefix: int) -> Tuple[str, str, int]:
     return hp.hexdigest(), hw.hexdigest(), n
 
 
+def starts_with(path: str, size: int, sha: str) -> bool:
+    """Whether the regular file ``path`` holds at least ``size`` bytes and its first ``size``
+    bytes have sha256 ``sha``: the recorded file, perhaps with records appended after it."""
+    h, left = hashlib.sha256(), size
+    try:
+        with open_regular(path) as f:
+            while left > 0:
+                b = f.read(min(CHUNK, left))
+                if not b:
+                    return False
+                h.update(b)
+                left -= len(b)
+    except OSError:
+        return False
+    return h.hexdigest() == sha
+
+
 def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
     """(manifest, file entry, blob size) for every kept backup longer than recorded (cheap)."""
     out = []
@@ -253,5 +270,5 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     return "interrupted salvage undone; it is done again now"
 
 
-__all__ = ["SalvageOutcome", "grown_backups", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
+__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
            "SALVAGED", "LATE_BYTES_KEPT", "BACKUP_CHANGED"]
