@@ -3,9 +3,15 @@
 # benchmarks at small sizes. This is the README's test command and what CI runs. Its environment
 # is its own: scripts/demo.sh installs into ./.venv, and a demo TensorBoard started from there keeps
 # serving the tab while this command installs and tests (an editable install into the demo's
-# environment would pull the installed package out from under it).
+# environment would pull the installed package out from under it; tests/test_readme_commands.py
+# runs this install step beside a running demo). `--install-only` stops before the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+INSTALL_ONLY=0
+if [ "${1:-}" = "--install-only" ]; then
+  INSTALL_ONLY=1
+  shift
+fi
 PY="${PYTHON:-python3}"
 VENV=.venv-test
 if [ ! -x "$VENV/bin/python" ]; then
@@ -33,6 +39,10 @@ if [ ! -x .ci/node/node_modules/.bin/azurite-blob ]; then
     apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
   fi
   npm install --prefix .ci/node --no-audit --no-fund --silent azurite@3.35.0
+fi
+if [ "$INSTALL_ONLY" = 1 ]; then
+  echo "test environment ready in ./$VENV"
+  exit 0
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
 # Three workers on two cores: much of a test's wall time is waiting for a TensorBoard process, a store
