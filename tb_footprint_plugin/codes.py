@@ -121,6 +121,9 @@ class Finding(Code):
     IDENTITY_DAMAGED = "identity_damaged"  # identity.json unreadable: the manifests bind themselves; `recover` rebuilds it
     IDENTITY_REBUILT = "identity_rebuilt"  # identity.json rebuilt from the ids the own manifests carry
     UNTRUSTED_SET_ASIDE = "untrusted_set_aside"  # a symlink or stranger's entry in a state folder, renamed aside
+    LATE_RECORDS_RESTORED = "late_records_restored"  # records written to a reduced file kept in the run by restore
+    DISPLACED_KEPT = "displaced_kept"  # bytes a restore or rollback found in a file's place: kept in the vault
+    MTIME_NOT_KEPT = "mtime_not_kept"  # an object store keeps no file times or modes: restored objects are dated now
 
 
 
