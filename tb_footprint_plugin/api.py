@@ -226,7 +226,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     requests and bytes a reduction and a restore would take."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     p = make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
-                  older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
+                  older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
+                  rewrite=None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir)))
     if is_remote(fp.logdir):
         _bucket_notes(p, fp, backup_dir)
         return p
@@ -256,6 +257,21 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
                  if f.kind != "symlink"]
         apply_open_writers(p, find_writers(paths), logdir)
     return p
+
+
+def _rewrite_of(logdir: str):
+    """The event-file rewrite's own selection, made at plan time (``plan.content``) and cached
+    for the reduce that follows; a run it cannot analyse now (changed meanwhile) is estimated."""
+    from tb_footprint_plugin.transforms.event_rewrite import RewriteError, plan_rewrite
+
+    def rewrite(run, rules, names):
+        run_dir = logdir if run.name == "." else os.path.join(logdir, run.name)
+        try:
+            return plan_rewrite(run_dir, rules, names)
+        except (RewriteError, OSError):
+            return None
+
+    return rewrite
 
 
 def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> None:

@@ -147,7 +147,7 @@ def test_archive_content_cuts_histogram_heavy_runs_dashboard_exact(tmp_path):
     for r in runs:
         rp = plan.run(r)
         assert [a.kind for a in rp.actions] and all(a.kind == "rewrite" for a in rp.actions)
-        text = "\n".join(rp.fidelity)
+        text = "\n".join(rp.fidelity + rp.fidelity_details)
         assert "shows exactly the same 100 points per tag" in text and "--load_fast=false" in text
         assert "--samples_per_plugin" in text
         assert rp.expected_after_bytes < 0.15 * rp.bytes_before
@@ -262,7 +262,7 @@ def test_keep_per_tag_caps_evenly_spaced_first_and_last(tmp_path):
     py0 = views_of(extra, "python", store_all=True)
     rust_all0 = views_of(extra, "rust", sampling_hints={"histograms": 0, "images": 0})
     pol = archive_like(keep_per_tag={"histograms": 50, "images": 5})
-    text = "\n".join(api.plan(str(logdir), pol).run("caps").fidelity)
+    text = "\n".join(api.plan(str(logdir), pol).run("caps").fidelity)  # the short lines say it
     assert "at most 50 records per tag" in text and "at most 5 records per tag" in text
     rep = api.reduce_logdir(str(logdir), policy=pol, dry_run=False)
     assert rep.ok, [o.to_dict() for o in rep.outcomes]
@@ -398,8 +398,8 @@ def test_plan_says_xplane_is_kept_as_is(tmp_path):
     logdir = copy_real("tf/summary_mix", tmp_path / "logdir")
     pol = policy_from_dict({"name": "lossless-content", "base": "lossless", "content": LOSSLESS_CONTENT})
     rp = api.plan(str(logdir), pol).run(".")
-    assert any("kept as is: xplane trimming is not proven safe with the profile plugin" in line
-               for line in rp.fidelity)
+    i = rp.fidelity.index("profile: 1 xplane file(s) kept as is")
+    assert "xplane trimming is not proven safe with the profile plugin" in rp.fidelity_details[i]
 
 
 # --- dashboard-exact internals ---------------------------------------------------------------------
@@ -476,11 +476,12 @@ def test_default_view_mode_keeps_exactly_what_rust_shows(tmp_path):
 
     pol = archive_like(downsample="default_view")
     plan = api.plan(str(logdir), pol)
-    text = "\n".join(plan.run("run").fidelity)
-    assert "shows exactly the same 100 points per tag" in text
-    # per tag, what --load_fast=false users will see
-    assert "with --load_fast=false (TensorBoard's Python reader): h: each shows the same ≤100 points" in text
-    assert "the first (0 for the earliest) only where the default dashboard shows it" in text
+    rp = plan.run("run")
+    assert "shows exactly the same 100 points per tag" in "\n".join(rp.fidelity_details)
+    # per tag, what --load_fast=false users will see: the short line names the tag, its detail the steps
+    i = rp.fidelity.index("histograms, --load_fast=false: the same 100 points as the default dashboard (h)")
+    assert "first step may be gone, the last is kept" in rp.fidelity_details[i]
+    assert "h: 100 of " in rp.fidelity_details[i]
 
     rep = api.reduce_logdir(str(logdir), policy=pol, dry_run=False, verify_backends=("python", "rust"))
     assert rep.ok, [o.to_dict() for o in rep.outcomes]

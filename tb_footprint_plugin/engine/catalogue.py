@@ -157,6 +157,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         "bytes_before": plan["bytes_before"],
         "bytes_after": after,
         "files": [{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
+                   "mtime_ns": b.get("mtime_ns"),
                    "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
                    "action": b["action"]} for b in backups],
         "created": [{"path": s["final"], "size": s["size"], "sha256": s["sha256"]} for s in staged],

@@ -145,8 +145,14 @@ class Vault:
             return False
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
-                     mtime: Optional[float] = None) -> None:
-        """Put the blob's bytes at ``dest`` atomically (temp name in the same dir, then rename)."""
+                     mtime: Optional[float] = None, mtime_ns: Optional[int] = None) -> None:
+        """Put the blob's bytes at ``dest`` atomically (temp name in the same dir, then rename),
+        with ``mode`` and the modification time (``mtime_ns`` to the nanosecond, else the older
+        records' float ``mtime``) set on the copy before it takes the name.
+
+        Always a copy, never a link of the blob: a hard-linked blob shares its inode with the
+        file it backs up, so setting the restored file's mode or time, or a writer appending to
+        it later, would change the backup too."""
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
@@ -162,7 +168,9 @@ class Vault:
                 raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
             if mode is not None:
                 os.chmod(tmp, mode & 0o7777)
-            if mtime is not None:
+            if mtime_ns is not None:
+                os.utime(tmp, ns=(mtime_ns, mtime_ns))
+            elif mtime is not None:
                 os.utime(tmp, (mtime, mtime))
             fsops.replace(tmp, dest)
         except BaseException:

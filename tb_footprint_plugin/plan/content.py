@@ -1,8 +1,15 @@
 """Content-level planning: which event files to rewrite and which PyTorch traces to slim.
 
-Pure, like ``planner``: it reads only the scan. What exactly is kept is decided when the
-rewrite is staged (``event_rewrite.select_run`` asks TensorBoard's default reader), so the
-bytes after are estimates from the scan's per-category record counts.
+What exactly an event-file rewrite keeps is decided by the rewrite's own selection
+(``event_rewrite.select_run``: restarts, metadata, reservoirs, graph repeats, corrupt files).
+The planner cannot import it (layers), so the caller hands it in as ``rewrite`` (``api.plan``
+passes ``event_rewrite.plan_rewrite``): one rule in one place, run at plan time, so the bytes
+after are exact and a file the rewrite would leave byte-identical is not planned at all.
+Without ``rewrite`` (a bucket logdir) the plan falls back to estimates from the scan's
+per-category record counts, and says so (``Action.estimated``).
+
+Fidelity lines are short (at most ``LINE_MAX`` characters, the loss first); what explains
+them goes into a parallel list of details (``RunPlan.fidelity_details``).
 
 ``policy.content`` keys (all optional):
 
@@ -50,6 +57,10 @@ _GRAPH_CATEGORIES = (cat.GRAPH_DEF, cat.META_GRAPH_DEF)
 _GRAPH_STRIPPED_ESTIMATE = 64 * 1024
 #: Tags named per plugin in the --load_fast=false line of the plan.
 _TAGS_NAMED = 8
+#: Longest fidelity line; the rest of what a line says goes into its detail.
+LINE_MAX = 120
+#: Selection categories (``event_rewrite`` codes) that the scan names otherwise.
+_SCAN_CATEGORY = {"graph_tagged_run_metadata": cat.TAGGED_RUN_METADATA}
 #: Non-summary record categories: never downsampled.
 _FIXED = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER, cat.EVENTS_CORRUPT,
                     cat.EVENTS_INCOMPLETE, cat.GRAPH_DEF, cat.META_GRAPH_DEF, cat.TAGGED_RUN_METADATA,
@@ -78,16 +89,31 @@ def _tail_offset(f, category: str) -> Optional[int]:
     return f.size - b if b else None
 
 
-def plan_content(run, policy, file_actions) -> Tuple[list, List[str]]:
-    """Rewrite actions and fidelity lines for ``policy.content`` on one run.
+Line = Tuple[str, str]  # (fidelity line, its detail or "")
+
+
+def fit(line: str, detail: str = "") -> Line:
+    """A fidelity line of at most ``LINE_MAX`` characters; what does not fit leads its detail."""
+    if len(line) <= LINE_MAX:
+        return line, detail
+    return line[:LINE_MAX - 1].rstrip() + "…", (line + (" " + detail if detail else ""))
+
+
+def plan_content(run, policy, file_actions, rewrite=None) -> Tuple[list, List[Line]]:
+    """Rewrite actions and fidelity lines (with their details) for ``policy.content`` on one run.
 
     ``file_actions`` is the run's list of file-level actions; a ``compress`` action of a trace
     that is slimmed instead is removed from it (the slim writes the ``.gz`` itself).
+    ``rewrite(run, rules, file_names)``: the rewrite's own selection (see the module), or None.
     """
     content = dict(policy.content or {})
     rules = Rules.from_content(content)
-    lines: List[str] = []
-    actions = _event_actions(run, rules, lines)
+    lines: List[Line] = []
+    actions = None
+    if rewrite is not None and rules.active:
+        actions = _exact_event_actions(run, rules, lines, rewrite)
+    if actions is None:
+        actions = _event_actions(run, rules, lines)
     trace_opts = content.get("trace")
     if trace_opts:
         opts = TraceOptions.from_dict(trace_opts if isinstance(trace_opts, dict) else {})
@@ -105,20 +131,7 @@ def _event_candidates(run, rules: Rules, per_tag: Dict[str, float], lines: List[
         if f.kind != "event":
             continue
         base = os.path.basename(f.path)
-        off = _tail_offset(f, cat.EVENTS_CORRUPT)
-        if off is not None:
-            if rules.active:
-                lines.append(f"{base}: kept as is (corrupt at offset {off})")
-            continue
-        off = _tail_offset(f, cat.EVENTS_INCOMPLETE)
-        if off is not None:
-            if rules.active:
-                lines.append(f"{base}: kept as is (incomplete final record at offset {off}: "
-                             "a writer may still be appending)")
-            continue
-        if set(f.categories) == {cat.OTHER}:
-            if rules.active:
-                lines.append(f"{base}: kept as is (unreadable)")
+        if not _eligible(f, rules, lines):
             continue
         est = _estimate_file(f, run, rules, per_tag)
         if est is not None:
@@ -126,7 +139,205 @@ def _event_candidates(run, rules: Rules, per_tag: Dict[str, float], lines: List[
     return candidates
 
 
-def _event_actions(run, rules: Rules, lines: List[str]) -> list:
+def _eligible(f, rules: Rules, lines: List[Line]) -> bool:
+    """May event file ``f`` be rewritten at all? A corrupt, still appended or unreadable one
+    is kept as is (said in ``lines`` when rules would otherwise touch it)."""
+    base = os.path.basename(f.path)
+    off = _tail_offset(f, cat.EVENTS_CORRUPT)
+    if off is not None:
+        if rules.active:
+            lines.append(fit(f"{base}: kept as is (corrupt at offset {off})",
+                             "a file with a bad CRC is never rewritten"))
+        return False
+    off = _tail_offset(f, cat.EVENTS_INCOMPLETE)
+    if off is not None:
+        if rules.active:
+            lines.append(fit(f"{base}: kept as is (incomplete at offset {off})",
+                             "its final record is incomplete: a writer may still be appending"))
+        return False
+    if set(f.categories) == {cat.OTHER}:
+        if rules.active:
+            lines.append(fit(f"{base}: kept as is (unreadable)"))
+        return False
+    return True
+
+
+def _may_change(run, rules: Rules) -> bool:
+    """Could the rules drop or re-encode anything in this run? (Only to spare the selection's
+    pass over runs where nothing qualifies; the selection decides.)"""
+    for name, st in run.categories.items():
+        if not st.records:
+            continue
+        if rules.strip_run_metadata and name in _RUN_METADATA_CATEGORIES:
+            return True
+        if rules.strip_large_graph_attrs and name == cat.GRAPH_DEF and st.bytes > LIMIT_ATTR_SIZE:
+            return True
+        if rules.dedupe_graphs and name in _GRAPH_CATEGORIES and st.records > 1:
+            return True
+        mode = None if name in _FIXED else rules.mode(name)
+        if mode is None:
+            continue
+        floor = mode if isinstance(mode, int) else min(_rust_capacity(name), 10)
+        if st.records > floor:
+            return True
+    return False
+
+
+def _exact_event_actions(run, rules: Rules, lines: List[Line], rewrite) -> Optional[list]:
+    """The rewrite actions the rewrite's own selection makes (exact bytes), or None when it could
+    not be made (the estimate stands in)."""
+    files = {os.path.basename(f.path): f for f in run.files if f.kind == "event"}
+    eligible = [n for n, f in sorted(files.items()) if _eligible(f, rules, lines)]
+    if not eligible or not _may_change(run, rules):
+        return []
+    outcome = rewrite(run, rules, eligible)
+    if outcome is None:
+        return None
+    actions = []
+    for name in outcome.rewritten:
+        f, fo = files[name], outcome.files[name]
+        per_cat = {c: [b, b] for c, b in f.categories.items()}
+        for label, (_, b) in fo.removed.items():
+            per_cat.setdefault(_SCAN_CATEGORY.get(label, label), [0, 0])[1] -= b
+        for label, delta in fo.resized.items():
+            per_cat.setdefault(_SCAN_CATEGORY.get(label, label), [0, 0])[1] += delta
+        drops = {c: v[0] - v[1] for c, v in per_cat.items() if v[0] != v[1]}
+        main = max(drops, key=lambda c: drops[c]) if drops else next(iter(f.categories), cat.OTHER)
+        actions.append(Action("rewrite", f.path, main, f.size, fo.size_after,
+                              "rewrite records: " + "; ".join(_what_exact(fo)), estimated=False,
+                              params={"transform": "event_rewrite", "rules": rules.to_params(),
+                                      "run_files": list(outcome.rewritten)},
+                              categories=per_cat))
+    lines.extend(_exact_fidelity(run, rules, outcome))
+    return actions
+
+
+def _what_exact(fo) -> List[str]:
+    what = []
+    for label, (n, b) in sorted(fo.removed.items(), key=lambda kv: -kv[1][1]):
+        what.append(f"{cat.label(_SCAN_CATEGORY.get(label, label))}: {n} record(s) dropped ({human_bytes(b)})")
+    if fo.substituted:
+        what.append(f"{fo.substituted} record(s) re-encoded (same step, wall time and values)")
+    return what
+
+
+def _exact_fidelity(run, rules: Rules, outcome) -> List[Line]:
+    """Fidelity lines from what the selection decided, per plugin and per rule."""
+    lines: List[Line] = []
+    removed: Dict[str, List[int]] = {}
+    resized: Dict[str, int] = {}
+    for fo in outcome.files.values():
+        for label, (n, b) in fo.removed.items():
+            r = removed.setdefault(label, [0, 0])
+            r[0] += n
+            r[1] += b
+        for label, d in fo.resized.items():
+            resized[label] = resized.get(label, 0) + d
+    by_plugin: Dict[str, List[Tuple[str, dict]]] = {}
+    for tag, r in outcome.tags.items():
+        by_plugin.setdefault(r["plugin"], []).append((tag, r))
+    for plugin, items in sorted(by_plugin.items()):
+        label = cat.label(plugin) + (" (and distributions)" if plugin == cat.HISTOGRAMS else "")
+        records = sum(r["records"] for _, r in items)
+        kept = sum(r["kept"] for _, r in items)
+        reduced = [(t, r) for t, r in items if r["kept"] < r["records"]]
+        whole = [(t, r) for t, r in items if r["kept"] == r["records"] and _pinned(r)]
+        mode = rules.mode(plugin)
+        if reduced:
+            cap = _rust_capacity(plugin)
+            if isinstance(mode, int):
+                how, detail = (f"at most {mode} records per tag",
+                               "evenly spaced by step, first and last kept; every reader and setting shows a "
+                               "subset of the original")
+            elif mode == DASHBOARD_EXACT:
+                how = None
+                detail = (f"TensorBoard's Rust data server (--load_fast=auto) shows exactly the same {cap} points "
+                          "per tag as before; a few extra records keep each tag's first step without changing "
+                          f"that view. With --load_fast=false (Python reader) or --samples_per_plugin above {cap}, "
+                          "you see the kept records instead: a subset of the original with the first and last "
+                          "step of every tag.")
+            else:
+                how = None
+                detail = (f"TensorBoard's Rust data server (--load_fast=auto) shows exactly the same {cap} points "
+                          f"per tag as before ({len(reduced)} of {len(items)} tag(s) reduced). Where a tag's "
+                          "summary metadata is only on a record the default dashboard does not show (TF2 writers "
+                          "put it on the first), it is copied onto the first kept record: that record's step, "
+                          "wall time and value are unchanged, only its bytes.")
+            head = (f"{label}: the default dashboard's view, {kept:,} of {records:,} records kept" if how is None
+                    else f"{label}: {kept:,} of {records:,} records kept ({how})")
+            lines.append(fit(head, detail))
+            relaxed = [(t, r) for t, r in reduced if r.get("why", "").startswith("default-view")]
+            if relaxed:
+                lines.append(_python_view(cat.label(plugin), cap, relaxed))
+        for why in sorted({r["why"] for _, r in whole}):
+            tags = sorted(t for t, r in whole if r["why"] == why)
+            lines.append(fit(f"{label}: {len(tags)} tag(s) kept in full: {why}",
+                             "tags: " + _names(tags)))
+    rm = [removed[c] for c in _RUN_METADATA_CATEGORIES + ("graph_tagged_run_metadata",) if c in removed]
+    if rm:
+        n = sum(r[0] for r in rm)
+        tags = sorted({t for c in _RUN_METADATA_CATEGORIES if c in run.categories for t in run.categories[c].tags})
+        lines.append(fit(f"run metadata: {n} step-stats record(s) removed; their tags leave the Graphs dashboard",
+                         f"opt-in strip_run_metadata: the Graphs dashboard no longer lists {_names(tags)} and "
+                         "loses their per-step compute time and memory (the Profile view); op graphs and the "
+                         "run graph are kept"))
+    graphs = [removed[c] for c in _GRAPH_CATEGORIES if c in removed]
+    if graphs:
+        n = sum(r[0] for r in graphs)
+        total = sum(run.categories[c].records for c in _GRAPH_CATEGORIES if c in run.categories)
+        lines.append(fit(f"graphs: {n} of {total} graph records dropped (byte-identical repeats)",
+                         "the copies TensorBoard displays are kept, so the run graph reads identically"))
+    if any(resized.get(c, 0) < 0 for c in _GRAPH_CATEGORIES):
+        lines.append(_graph_attrs_line())
+    if outcome.rewritten:
+        lines.append(_event_files_line(rules))
+    return lines
+
+
+def _pinned(r: dict) -> bool:
+    why = r.get("why", "")
+    return not (why.startswith("at most") or why in ("dashboard-exact", "default-view (first step not forced)"))
+
+
+def _python_view(label: str, cap: int, relaxed) -> Line:
+    """What ``--load_fast=false`` users see of the tags reduced to exactly the default view."""
+    head = f"{label}, --load_fast=false: the same {cap} points as the default dashboard ("
+    shown: List[str] = []
+    for t, _ in sorted(relaxed):
+        more = len(relaxed) - len(shown) - 1
+        tail = f", … {more} more)" if more else ")"
+        if len(head) + len(", ".join(shown + [t])) + len(tail) > LINE_MAX:
+            break
+        shown.append(t)
+    rest = len(relaxed) - len(shown)
+    line = head + ", ".join(shown) + (f", … {rest} more)" if rest else ")")
+    steps = "; ".join(f"{t}: {r['kept']} of {r['records']} kept, steps {r.get('kept_first_step')}–"
+                      f"{r.get('kept_last_step')}" for t, r in sorted(relaxed)[:_TAGS_NAMED])
+    return fit(line, "TensorBoard's Python reader then shows the default dashboard's points instead of up to its "
+               "own per-tag limit; a tag's first step may be gone, the last is kept. " + steps)
+
+
+def _graph_attrs_line() -> Line:
+    return fit(f"graphs: attribute values over {LIMIT_ATTR_SIZE} B dropped (\"Too large to show\"); "
+               "raw GraphDef copy in the vault",
+               f"embedded constants are dropped from every stored copy of the graph and listed under "
+               f"{LARGE_ATTRS_KEY}, exactly as TensorBoard's graphs route does for "
+               f"limit_attr_size={LIMIT_ATTR_SIZE}: that route returns the identical graph and the Graphs dashboard "
+               "draws the same nodes and edges; a node's info card lists those attributes as \"Too large to "
+               "show...\" (TensorBoard 2.21's op-graph view asks without the limit). Programs reading the raw "
+               "GraphDef from the event file lose the constants; the vault keeps the original until purge.")
+
+
+def _event_files_line(rules: Rules) -> Line:
+    graphs = "" if rules.strip_run_metadata else "; every graph and run-metadata tag stays listed"
+    return fit("event files: kept records copied byte for byte, in order, same names; scalars, hparams, text all kept",
+               "except a record that receives its tag's metadata or a graph that loses its large attribute "
+               "values (re-encoded, same step, wall time and values); file_version and session_log records "
+               "are all kept" + graphs + "; a tag with restarts (steps going backwards) or sharing records "
+               "with another tag is kept in full")
+
+
+def _event_actions(run, rules: Rules, lines: List[Line]) -> list:
     """One ``event_rewrite`` action per event file the rules change, and their fidelity lines."""
     per_tag: Dict[str, float] = {}
     for name, st in run.categories.items():
@@ -140,11 +351,11 @@ def _event_actions(run, rules: Rules, lines: List[str]) -> list:
                       categories=per_cat)
                for f, (after, main_cat, what, per_cat) in candidates]
     if rules.active:
-        lines.extend(_event_fidelity(run, rules, per_tag, candidates))
+        lines.extend(fit(line) for line in _event_fidelity(run, rules, per_tag, candidates))
     return actions
 
 
-def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[str]) -> list:
+def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[Line]) -> list:
     """One ``trace_slim`` action per PyTorch trace the policy keeps; each replaces that trace's
     ``compress`` action in ``file_actions`` (the slim writes the ``.gz`` itself)."""
     deleted = {a.path for a in file_actions if a.kind == "delete"}
@@ -156,7 +367,7 @@ def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[str]) -> l
         gz = f.path.endswith(".gz")
         target = f.path if gz else f.path + ".gz"
         if not gz and target in existing:
-            lines.append(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)")
+            lines.append(fit(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)"))
             continue
         file_actions[:] = [a for a in file_actions
                            if not (a.kind == "compress" and a.path == f.path)]
@@ -169,18 +380,18 @@ def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[str]) -> l
         ))
         slimmed.append(f)
     if slimmed:
-        lines.append(_trace_fidelity(opts, slimmed))
+        lines.append(_trace_fidelity(opts, slimmed))  # (line, detail)
     return actions
 
 
-def _xprof_lines(run, file_actions) -> List[str]:
+def _xprof_lines(run, file_actions) -> List[Line]:
     """What a content policy says of the xprof files it keeps (never trimmed)."""
     deleted = {a.path for a in file_actions if a.kind == "delete"}
     kept = [f for f in run.files if cat.PROFILE_XPLANE in f.categories and f.path not in deleted]
     if not kept:
         return []
-    return [f"profile: {len(kept)} xplane file(s) (.xplane.pb / .xplane.riegeli) kept as is: xplane trimming is not "
-            "proven safe with the profile plugin"]
+    return [fit(f"profile: {len(kept)} xplane file(s) kept as is",
+                ".xplane.pb / .xplane.riegeli: xplane trimming is not proven safe with the profile plugin")]
 
 
 def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
@@ -336,21 +547,26 @@ def _python_view_line(c: str, st, per_tag: float, cap: int) -> str:
             "The reduction lists, per tag, the points and steps kept.")
 
 
-def _trace_fidelity(opts, slimmed) -> str:
+def _trace_fidelity(opts, slimmed) -> Line:
     size = sum(f.size for f in slimmed)
     what = opts.describe() or ["re-encoded"]
-    effects = []
+    effects, short = [], []
     if opts.drop_python_function:
         effects.append("the trace view loses Python stack frames")
+        short.append("no Python frames")
     if opts.drop_memory:
         effects.append("the PyTorch profiler's Memory view becomes empty")
+        short.append("Memory view becomes empty")
     if opts.keep_steps is not None:
         effects.append(f"the overview and operator views cover the first {opts.keep_steps} step(s) only")
+        short.append(f"first {opts.keep_steps} step(s) only")
     if opts.min_dur_us is not None:
         effects.append(f"events shorter than {opts.min_dur_us:g} µs disappear from every view")
-    tail = ("; " + "; ".join(effects)) if effects else ""
-    return (f"torch traces: {len(slimmed)} slimmed and gzip'd ({human_bytes(size)}): "
-            + ", ".join(what) + "; every kept event is identical to the original" + tail)
+        short.append(f"events < {opts.min_dur_us:g} µs gone")
+    loss = "; ".join(short) if short else "every event kept, identical"
+    return fit(f"torch traces: {len(slimmed)} slimmed and gzip'd ({human_bytes(size)}): {loss}",
+               ", ".join(what) + "; every kept event is identical to the original"
+               + ("; " + "; ".join(effects) if effects else ""))
 
 
-__all__ = ["plan_content"]
+__all__ = ["LINE_MAX", "fit", "plan_content"]

@@ -31,7 +31,10 @@ class RunPlan:
     bytes_before: int
     expected_after_bytes: int
     actions: List[Action] = field(default_factory=list)
+    #: one short line per change, the loss first (at most ``content.LINE_MAX`` characters)
     fidelity: List[str] = field(default_factory=list)
+    #: parallel to ``fidelity``: what explains each line ("" where nothing more is said)
+    fidelity_details: List[str] = field(default_factory=list)
     skipped: Optional[str] = None  # why nothing will be done, if so (for people)
     code: Optional[str] = None  # the same as a codes.Skip (for programs)
     newest_mtime: float = 0.0

@@ -15,7 +15,7 @@ from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
-from tb_footprint_plugin.plan.content import plan_content
+from tb_footprint_plugin.plan.content import Line, fit, plan_content
 from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
 from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
@@ -77,10 +77,13 @@ def make_plan(
     quiet_period: float = DEFAULT_QUIET_PERIOD,
     now: Optional[float] = None,
     closed_files: Optional[Mapping[str, float]] = None,
+    rewrite=None,
 ) -> Plan:
     """Plan ``policy`` over ``footprint``; runs not selected by the filters are left out,
     active or unchanged runs are listed with ``skipped`` set. ``closed_files`` (see
-    ``newest_write``) are exempt from the quiet period; every other file is not."""
+    ``newest_write``) are exempt from the quiet period; every other file is not.
+    ``rewrite(run, rules, file_names)``: the event-file rewrite's own selection, so that what
+    the plan says is what the reduce does (``content``); without it, event rewrites are estimates."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
     check_selection(footprint, runs, run_glob)
@@ -96,10 +99,11 @@ def make_plan(
             continue
         if older_than is not None and r.newest_mtime > now - older_than:
             continue
-        rp = plan_run(r, pol)
-        rp.planned_at = footprint.scanned_at
         active = active_reason(newest_write(((f.path, f.mtime) for f in r.files), closed_files),
                                quiet_period, now)
+        # a run still being written is left alone: its rewrite is not worth analysing now
+        rp = plan_run(r, pol, None if active else rewrite)
+        rp.planned_at = footprint.scanned_at
         if rp.actions and active:
             rp.skipped, rp.code = active, Skip.ACTIVE
         elif not rp.actions:
@@ -175,8 +179,9 @@ def _session_of(path: str, run: RunFootprint) -> Optional[str]:
     return None
 
 
-def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
-    """The actions ``policy`` takes on one run (pure; no filesystem access)."""
+def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
+    """The actions ``policy`` takes on one run (no filesystem access but through ``rewrite``,
+    see ``make_plan``)."""
     rp = RunPlan(run=run.name, bytes_before=run.total_bytes, expected_after_bytes=run.total_bytes,
                  newest_mtime=run.newest_mtime)
     xprof = [s for s in run.sessions if s.kind == "xprof"]
@@ -197,6 +202,7 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
     sessions_with_xplane = {s.path for s in xprof if s.hosts}
     deleted_per_session: Dict[str, int] = {}
     existing = {f.path for f in run.files}
+    lines: List[Line] = []
 
     for f in run.files:
         if f.kind != "file":
@@ -225,7 +231,7 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
         ):
             target = f.path + ".gz"
             if target in existing:
-                rp.fidelity.append(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)")
+                lines.append(fit(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)"))
                 continue
             after = int(f.size * TORCH_GZIP_RATIO_ESTIMATE)
             rp.actions.append(Action("compress", f.path, c, f.size, after,
@@ -233,9 +239,9 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
                                      new_path=target, estimated=True))
     if policy.content:
         # Content-level rules (event-file rewriting, trace slimming) plan their own actions.
-        content_actions, content_lines = plan_content(run, policy, rp.actions)
+        content_actions, content_lines = plan_content(run, policy, rp.actions, rewrite)
         rp.actions.extend(content_actions)
-        rp.fidelity.extend(content_lines)
+        lines.extend(content_lines)
     # A session emptied of files is still listed by xprof: remove its directory too.
     removes_sessions = policy.rule(cat.PROFILE_XPLANE) == DELETE
     emptied = [s for s in xprof
@@ -250,12 +256,14 @@ def plan_run(run: RunFootprint, policy: Policy) -> RunPlan:
         rp.actions.append(Action("remove_dir", os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, 0, 0,
                                  "only if empty"))
     rp.expected_after_bytes = run.total_bytes - sum(a.bytes_before - a.bytes_after for a in rp.actions)
-    rp.fidelity = _fidelity(run, rp, emptied, xprof) + rp.fidelity
+    lines = _fidelity(run, rp, emptied, xprof) + lines
+    rp.fidelity = [line for line, _ in lines]
+    rp.fidelity_details = [detail for _, detail in lines]
     return rp
 
 
-def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
-    lines = []
+def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[Line]:
+    lines: List[str] = []
     for name in (cat.SCALARS, cat.HPARAMS, cat.TEXT):
         c = run.categories.get(name)
         if c:
@@ -294,4 +302,4 @@ def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[str]:
               (cat.PLUGIN_ASSETS, cat.CHECKPOINTS, cat.OTHER, cat.PROFILE_OTHER)]
     if others:
         lines.append(f"other files: {len(others)} removed ({human_bytes(sum(a.bytes_before for a in others))})")
-    return lines
+    return [fit(line) for line in lines]

@@ -334,13 +334,124 @@ def selection_for(run_dir: str, rules: Rules, rewritten: Sequence[str], original
         sel = _SEL_CACHE.get(key)
         if sel is not None:
             _SEL_CACHE.move_to_end(key)
-            return sel
+    if sel is not None:
+        if original is not None and not original.files:
+            # the plan made this selection (``plan_rewrite``): its pass is this reduce's
+            for name, facts in sel.facts.items():
+                original.add_file(name, facts)
+        return sel
     sel = select_run(run_dir, rules, rewritten, original=original)
     with _SEL_LOCK:
         _SEL_CACHE[key] = sel
-        while len(_SEL_CACHE) > 4:
+        while len(_SEL_CACHE) > 1 and sum(_records(x) for x in _SEL_CACHE.values()) > _SEL_CACHE_RECORDS:
             _SEL_CACHE.popitem(last=False)
     return sel
+
+
+#: records of the cached selections (~10 bytes each: mask, code, size, CRC): a plan caches one
+#: selection per run it rewrites, so that the reduce that follows applies exactly that one
+_SEL_CACHE_RECORDS = 8_000_000
+
+
+def _records(sel: "Selection") -> int:
+    return sum(len(m) for m in sel.masks.values())
+
+
+@dataclass
+class FileOutcome:
+    """What the rewrite of one event file leaves, computed from its selection (nothing written)."""
+
+    name: str
+    size_before: int
+    size_after: int
+    records_before: int
+    records_after: int
+    substituted: int
+    #: selection category (plugin, ``graph_def``, ...) -> [records, framed bytes] removed
+    removed: Dict[str, List[int]]
+    #: selection category -> bytes a re-encoded record adds (negative: removes)
+    resized: Dict[str, int]
+
+    @property
+    def unchanged(self) -> bool:
+        """The rewrite would write the very same bytes: nothing dropped, nothing re-encoded."""
+        return self.records_after == self.records_before and not self.substituted
+
+
+@dataclass
+class RewriteOutcome:
+    """``plan_rewrite``'s answer: the files whose rewrite changes them, and what each leaves."""
+
+    rewritten: List[str]
+    files: Dict[str, FileOutcome]
+    notes: List[str]
+    tags: Dict[str, dict]
+    expectations: Dict[str, str]
+
+
+def plan_rewrite(run_dir: str, rules: Rules, candidates: Sequence[str]) -> RewriteOutcome:
+    """The rewrite's own selection, made at plan time (a dry computation, cached for the reduce
+    that follows: ``selection_for``), and the exact bytes each rewritten file will have.
+
+    Files whose rewrite would copy every record unchanged are left out of ``rewritten`` (no
+    backup, no new file); the selection is then made again over the rest, since a file kept
+    whole is part of what the others' selection must keep."""
+    rewritten = sorted(set(candidates))
+    outcomes: Dict[str, FileOutcome] = {}
+    sel = None
+    for _ in range(len(rewritten) + 1):
+        if not rewritten:
+            break
+        sel = selection_for(run_dir, rules, rewritten)
+        outcomes = {n: file_outcome(run_dir, sel, n) for n in rewritten}
+        changed = [n for n in rewritten if not outcomes[n].unchanged]
+        if changed == rewritten:
+            break
+        rewritten = changed
+    if not rewritten or sel is None:
+        return RewriteOutcome([], {}, [], {}, {})
+    return RewriteOutcome(rewritten, outcomes, list(sel.notes), dict(sel.tags), dict(sel.expectations))
+
+
+def file_outcome(run_dir: str, sel: Selection, name: str) -> FileOutcome:
+    """Bytes and records the rewrite of ``name`` leaves under ``sel`` (the records it keeps,
+    framed as they are, plus each re-encoded record at its new size)."""
+    import numpy as np
+
+    facts = sel.facts.get(name)
+    mask = sel.masks[name]
+    if facts is None or len(facts.sizes) != len(mask):
+        raise RewriteError(f"{name}: changed while it was being analysed")
+    sizes = np.asarray(facts.sizes, dtype=np.int64)
+    keep = np.frombuffer(bytes(mask), dtype=np.uint8) != 0
+    codes = np.frombuffer(bytes(sel.codes[name]), dtype=np.uint8)
+    removed: Dict[str, List[int]] = {}
+    gone = ~keep
+    if gone.any():
+        cv = codes[gone]
+        counts = np.bincount(cv)
+        sums = np.bincount(cv, weights=sizes[gone].astype(np.float64))
+        for c in np.flatnonzero(counts).tolist():
+            label = sel.code_names[c] if c < len(sel.code_names) else "other"
+            r = removed.setdefault(label, [0, 0])
+            r[0] += int(counts[c])
+            r[1] += int(round(sums[c]))
+    resized: Dict[str, int] = {}
+    after = int(sizes[keep].sum())
+    subs = sel.subs.get(name) or {}
+    if subs:
+        offsets = facts.offsets()
+        with open_regular(os.path.join(run_dir, name), buffering=0, follow_symlinks=True) as f:
+            for ri, sub in sorted(subs.items()):
+                data = os.pread(f.fileno(), int(sizes[ri]) - 16, int(offsets[ri]) + 12)
+                if masked_crc32c(data) != int(facts.crcs[ri]):
+                    raise RewriteError(f"{name}: a record changed since it was analysed")
+                delta = len(substitute(data, sub)) - len(data)
+                label = sel.code_names[codes[ri]] if codes[ri] < len(sel.code_names) else "other"
+                resized[label] = resized.get(label, 0) + delta
+                after += delta
+    return FileOutcome(name, int(sizes.sum()) + int(facts.start), after, len(mask), int(keep.sum()),
+                       len(subs), removed, resized)
 
 
 def _file_version(s: str) -> Optional[float]:
@@ -459,6 +570,7 @@ class _RunSelection:
             return
         mask = bytearray()
         cls = bytearray()
+        # the vectorised decode also speeds up classification (``_batch``): always folded
         fold = eventfile.StatsFold(name) if self.original is not None else None
         offsets, sizes, crcs = [], [], []
         # for this reduce's copy and verification, as a kept scan pass does (``scan.passes``);
@@ -1296,7 +1408,11 @@ __all__ = [
     "Selection",
     "arrange_fillers",
     "evenly_spaced",
+    "file_outcome",
+    "FileOutcome",
     "kept_positions",
+    "plan_rewrite",
+    "RewriteOutcome",
     "rewrite_event_file",
     "select_run",
     "selection_for",
