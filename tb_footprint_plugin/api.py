@@ -7,13 +7,12 @@ Failures come back as values (per-run outcomes with reasons); only bad arguments
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
     find_manifest,
     is_kept,
@@ -45,6 +44,7 @@ from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: for the front ends)
     DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, SelectionError, apply_open_writers, leave_alone, make_plan)
 from tb_footprint_plugin.plan.retire import RetirePlan, RetireRule, plan_retire, read_keep_list
+from tb_footprint_plugin.plan import select as selecting
 from tb_footprint_plugin.plan.policies import PolicyError, custom_policy, get_policy  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.shard import ShardError, parse_shard, shard_from_env  # noqa: F401  (for the front ends)
@@ -58,10 +58,12 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
 )
 from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
+from tb_footprint_plugin.scan.discovery import discover
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.openfiles import find_writers
-from tb_footprint_plugin.storage.paths import is_within, real_within, state_dir
+from tb_footprint_plugin.storage.files import is_regular, matches as file_matches
+from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_within, real_within, state_dir, state_dirs_in
 from tb_footprint_plugin.storage.remote import RemoteError, is_remote
 
 DEFAULT_BACKENDS = ("python", "rust")
@@ -126,7 +128,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
             _shard_sizes(logdirs, backup_dir, {logdir: fp}, write_cache=True)
         mine = shard_plan(logdirs, shard, backup_dir, sizes).get(logdir, [])
         runs = [r for r in mine if runs is None or r in runs]
-    p = make_plan(fp, pol, runs=runs, run_glob=run_glob, min_size=min_size, older_than=older_than,
+    p = make_plan(fp, pol, runs=select_runs(fp, runs, run_glob), min_size=min_size, older_than=older_than,
                   quiet_period=quiet_period)
     _bucket_notes(p, fp, backup_dir)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
@@ -225,7 +227,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
     requests and bytes a reduction and a restore would take."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
-    p = make_plan(fp, policy, runs=runs, run_glob=run_glob, min_size=min_size,
+    runs = select_runs(fp, runs, run_glob)
+    p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
                   rewrite=None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir)))
     if is_remote(fp.logdir):
@@ -520,18 +523,140 @@ def selection_by_logdir(logdirs: Sequence[str], runs: Optional[List[str]], run_g
     runs); each logdir gets the part of the selection that names its own runs."""
     names = {ld: [r.name for r in scan(ld, backup_dir=backup_dir, write_cache=False).runs if r.name != UNATTRIBUTED]
              for ld in logdirs}
-    missing = [n for n in runs or [] if not any(n in v for v in names.values())]
-    if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for v in names.values() for n in v):
+    every = [n for v in names.values() for n in v]
+    missing = [n for n in runs or [] if n not in every]
+    if run_glob and not any(selecting.matches(n, run_glob) for n in every):
         missing.append(run_glob)
     if missing:
-        raise SelectionError(f"no run of {', '.join(logdirs)} matches {', '.join(repr(m) for m in missing)}")
+        raise SelectionError(f"no run of {', '.join(logdirs)} matches {', '.join(repr(m) for m in missing)}"
+                             + "".join(selecting.missing_hint(m, every) for m in missing))
     out = {}
     for ld, v in names.items():
         here = None if runs is None else [n for n in runs if n in v]
-        if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for n in v):
+        if run_glob and not any(selecting.matches(n, run_glob) for n in v):
             out[ld] = {"runs": [], "run_glob": None}  # nothing of this logdir is selected
         else:
             out[ld] = {"runs": here, "run_glob": run_glob}
+    return out
+
+
+def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
+                run_glob: Optional[str] = None) -> Optional[List[str]]:
+    """The runs of ``fp`` a selection names (``runs``: exact names, ``run_glob``: a glob, matched
+    by ``plan.select``, the one rule of every verb), or None when there is no selection; a name
+    or glob that matches no run raises ``SelectionError`` naming it (a typo must not look like
+    "nothing to do")."""
+    if runs is None and not run_glob:
+        return None
+    names = [r.name for r in fp.runs if r.name != UNATTRIBUTED]
+    chosen, missing = selecting.select(names, runs, run_glob)
+    if missing:
+        shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+        raise SelectionError(f"no run of {fp.logdir} matches {', '.join(repr(m) for m in missing)}"
+                             + "".join(selecting.missing_hint(m, names) for m in missing)
+                             + f" (runs: {shown or 'none'})")
+    return chosen
+
+
+class NotALogdir(ValueError):
+    """A folder with no TensorBoard data and no state of ours: nothing to scan, plan or reduce."""
+
+
+def check_logdir(logdir: str, backup_dir: Optional[str] = None,
+                 footprint: Optional[LogdirFootprint] = None) -> None:
+    """Raise ``NotALogdir`` (naming the folder) unless ``logdir`` holds TensorBoard data (an event
+    file, a profile session, a PyTorch trace: a run as the scan counts them) or a state folder
+    (a logdir whose every run was retired is still one). Reads only; writes nothing.
+    ``footprint``: the caller's scan of it, so the folder is not walked twice."""
+    if is_remote(logdir):
+        return
+    if not os.path.isdir(logdir):
+        raise NotALogdir(f"logdir {logdir} is not a directory")
+    base = os.path.abspath(logdir)
+    if state_dirs_in(base):
+        return
+    if footprint is not None:  # the caller's scan already walked it
+        names = [r.name for r in footprint.runs]
+    else:
+        exclude = [os.path.abspath(backup_dir)] if backup_dir and is_within(backup_dir, base) else []
+        names = list(discover(base, exclude=exclude).runs)
+    if any(name != UNATTRIBUTED for name in names):
+        return
+    raise NotALogdir(f"{logdir} is not a TensorBoard logdir: no event file, profile session or PyTorch trace "
+                     "in it (give the folder you pass to `tensorboard --logdir`)")
+
+
+def interrupted_state(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
+    """Each unfinished operation said plainly, read-only: ``{op_id, run, kind, untouched, files,
+    changed}``. ``untouched`` is True when the run's files were never swapped (no swap record) and
+    every backed-up file still has the sha256 it had before; False when some file differs (the
+    settle command puts the originals back); None when the journal does not tell (not a reduce).
+    Journals are untrusted input: a path leading out of the logdir counts as not verified."""
+    if is_remote(logdir):
+        return []
+    base = os.path.abspath(logdir)
+    out = []
+    for j in pending_journals(os.path.join(state_dir(base), "journal")):
+        recs = j.records()
+        begin = recs[0] if recs and recs[0].get("type") == "begin" else {}
+        row = {"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"), "untouched": None,
+               "files": 0, "changed": []}
+        if begin.get("kind") == "reduce":
+            backups = [r for r in recs if r.get("type") == "backup"]
+            swapped = any(r.get("type") in ("swap", "swapped", "commit") for r in recs)
+            changed = []
+            for r in backups:
+                try:
+                    p = contained(base, r.get("path"))
+                except UnsafePath:
+                    changed.append(str(r.get("path")))
+                    continue
+                if not (real_within(p, base) and is_regular(p) and isinstance(r.get("sha256"), str)
+                        and isinstance(r.get("size"), int) and file_matches(p, r["sha256"], r["size"])):
+                    changed.append(r.get("path"))
+            row.update(untouched=not swapped and not changed, files=len(backups), changed=changed)
+        out.append(row)
+    return out
+
+
+def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy="archive",
+                       ledger: Optional[str] = "default", shard: Optional[Tuple[int, int]] = None) -> List[dict]:
+    """After a reduce of this process was interrupted (Ctrl-C): settle what it left as the next
+    start would (a run not committed goes back to its exact original bytes and its staging files
+    are removed; one past the commit point is finished) and record it in the batch ledger, so
+    ``status`` shows the run as pending again, not as held by a worker that is gone.
+
+    Returns one dict per settled operation: ``{op_id, run, action, code, detail, untouched,
+    files}``; ``untouched`` is checked after the fact (every backed-up file's sha256 equal to
+    the one it had before the reduce)."""
+    if is_remote(logdir):
+        return [dict(vars(o), untouched=None, files=0) for o in recover_logdir(logdir, backup_dir)]
+    base = os.path.abspath(logdir)
+    before = {}
+    for j in pending_journals(os.path.join(state_dir(base), "journal")):
+        recs = j.records()
+        before[j.op_id] = [r for r in recs if r.get("type") == "backup"]
+    recovered = recover_logdir(logdir, backup_dir)
+    ctx = _context(logdir, backup_dir)
+    book = _open_ledger(ctx, ledger, get_policy(policy).name, shard) if ledger else None
+    if book is not None and os.path.exists(book.path):
+        mark_recovered(book, recovered)
+    out = []
+    for o in recovered:
+        row = dict(op_id=o.op_id, run=o.run, action=o.action, code=o.code, detail=o.detail, untouched=None, files=0)
+        backups = before.get(o.op_id)
+        if o.action == Recovery.ROLLED_BACK and backups is not None:
+            same = 0
+            for r in backups:
+                try:
+                    p = contained(base, r.get("path"))
+                except UnsafePath:
+                    continue
+                if real_within(p, base) and is_regular(p) and isinstance(r.get("sha256"), str) and \
+                        isinstance(r.get("size"), int) and file_matches(p, r["sha256"], r["size"]):
+                    same += 1
+            row.update(untouched=same == len(backups), files=len(backups))
+        out.append(row)
     return out
 
 
@@ -1139,3 +1264,4 @@ def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
 
 
 __all__ += ["retire", "retire_plan", "retire_rule", "retired", "RetireReport", "RetireRule"]
+__all__ += ["select_runs", "check_logdir", "NotALogdir", "interrupted_state", "settle_interrupted"]

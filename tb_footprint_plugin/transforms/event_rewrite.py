@@ -408,8 +408,11 @@ def plan_rewrite(run_dir: str, rules: Rules, candidates: Sequence[str]) -> Rewri
         if changed == rewritten:
             break
         rewritten = changed
-    if not rewritten or sel is None:
+    if sel is None:
         return RewriteOutcome([], {}, [], {}, {})
+    if not rewritten:  # nothing changes: the tags it reports say why (kept in full: a restart, ...)
+        return RewriteOutcome([], {}, list(sel.notes), {t: r for t, r in sel.tags.items()
+                                                         if r["kept"] == r["records"]}, {})
     return RewriteOutcome(rewritten, outcomes, list(sel.notes), dict(sel.tags), dict(sel.expectations))
 
 

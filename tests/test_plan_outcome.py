@@ -1,0 +1,168 @@
+"""Plan = outcome: what a dry run says a run will weigh is what the reduce leaves, to the byte.
+
+Over every vendored real fixture and synthetic cases the rewrite's rules treat specially (a tag
+whose steps restart across files, repeated graphs that differ, out-of-order wall times,
+duplicate steps, empty and truncated files). A rewrite that would give back the same bytes is
+never planned: the run is "nothing to reduce", and its files keep their bytes and mtimes.
+"""
+import os
+
+import pytest
+
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.plan.content import LINE_MAX
+from tb_footprint_plugin.scan.tfrecord import RecordWriter
+
+from conftest import copy_real, tree_hashes
+
+FIXTURES = ["tf/keras_profiled", "tf/summary_mix", "jax/profiled", "viewed/jax_profiled", "torch/profiled",
+            "torch/profiled_gz"]
+
+
+def _age(root, t=1_000_000_000):
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            os.utime(os.path.join(d, f), (t, t))
+
+
+def _assert_plan_is_outcome(logdir, policy):
+    """Plan, reduce, and compare per run: exact where the plan says exact; nothing else moved."""
+    plan = api.plan(str(logdir), policy)
+    for rp in plan.runs:
+        assert len(rp.fidelity) == len(rp.fidelity_details), rp.run
+        assert all(len(line) <= LINE_MAX for line in rp.fidelity), rp.fidelity
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python", "rust"))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    outcomes = {o.run: o for o in rep.outcomes}
+    for rp in plan.runs:
+        o = outcomes[rp.run]
+        if rp.skipped:
+            assert o.status == Outcome.SKIPPED and o.bytes_after == o.bytes_before, rp.run
+            continue
+        assert o.status == Outcome.VERIFIED, (rp.run, o.to_dict())
+        if any(a.estimated for a in rp.actions):  # gzip output sizes: an upper bound, and said so
+            assert o.bytes_after <= rp.expected_after_bytes, rp.run
+        else:
+            assert (rp.run, o.bytes_after) == (rp.run, rp.expected_after_bytes)
+    return plan, rep
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_archive_plan_equals_reduce_on_every_real_fixture(tmp_path, name):
+    logdir = copy_real(name, tmp_path / "logdir")
+    plan, _ = _assert_plan_is_outcome(logdir, "archive")
+    assert plan.runs
+
+
+@pytest.mark.parametrize("name", ["tf/summary_mix", "torch/profiled", "tf/keras_profiled"])
+def test_lossless_plan_equals_reduce_and_fidelity_fits(tmp_path, name):
+    logdir = copy_real(name, tmp_path / "logdir")
+    _assert_plan_is_outcome(logdir, "lossless")
+
+
+# --- synthetic event files -----------------------------------------------------------------------
+def _events(path, events):
+    from tensorboard.compat.proto import event_pb2
+
+    with open(path, "wb") as f:
+        w = RecordWriter(f)
+        w.write(event_pb2.Event(wall_time=1.0, file_version="brain.Event:2").SerializeToString())
+        for ev in events:
+            w.write(ev.SerializeToString())
+
+
+def _image(tag, step, wall, seed=0, meta=False):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    png = bytes([seed % 251]) * (200 + step % 97)
+    v = summary_pb2.Summary.Value(tag=tag, image=summary_pb2.Summary.Image(
+        height=3, width=3, colorspace=3, encoded_image_string=png))
+    return event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[v]))
+
+
+def _scalar(tag, step, wall):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    v = summary_pb2.Summary.Value(tag=tag, simple_value=float(step))
+    return event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[v]))
+
+
+def _graph(seed):
+    from tensorboard.compat.proto import event_pb2, graph_pb2, node_def_pb2
+
+    g = graph_pb2.GraphDef(node=[node_def_pb2.NodeDef(name=f"n{seed}_{i}", op="Const") for i in range(5)])
+    return event_pb2.Event(wall_time=2.0 + seed, step=0, graph_def=g.SerializeToString())
+
+
+def test_tag_restarting_across_three_files_is_planned_as_kept_whole(tmp_path):
+    """torch.utils.tensorboard style: an image tag restarts at step 999 in each of three files:
+    the rewrite keeps such tags whole, so the plan says so, with nothing to reduce."""
+    run = tmp_path / "logdir" / "run"
+    run.mkdir(parents=True)
+    for k in range(3):
+        _events(run / f"events.out.tfevents.{1795990000 + k}.host.{k}",
+                [_image("img", s, 1795990000.0 + k * 2000 + s, seed=s) for s in range(0, 1000, 3)]
+                + [_scalar("loss", s, 1795990000.0 + k * 2000 + s) for s in range(0, 1000, 50)])
+    _age(tmp_path / "logdir")
+    before = tree_hashes(tmp_path / "logdir")
+    mtimes = {p: os.stat(p).st_mtime_ns for p in run.iterdir()}
+    rp = api.plan(str(tmp_path / "logdir"), "archive").run("run")
+    assert rp.code == Skip.NOTHING and rp.expected_after_bytes == rp.bytes_before, rp.to_dict()
+    assert any("kept in full" in line and "restart" in line for line in rp.fidelity), rp.fidelity
+    rep = api.reduce_logdir(str(tmp_path / "logdir"), policy="archive", dry_run=False)
+    assert [o.code for o in rep.outcomes] == [Skip.NOTHING]
+    assert tree_hashes(tmp_path / "logdir") == before
+    assert {p: os.stat(p).st_mtime_ns for p in run.iterdir()} == mtimes
+    assert not (tmp_path / "logdir" / ".tb-footprint").exists()  # no backup, no state
+
+
+def test_three_different_graphs_are_not_rewritten_to_the_same_bytes(tmp_path):
+    """tensorboardX style: three graph records that differ; lossless dedupes only byte-identical
+    repeats, so it plans nothing (it used to back up and rewrite to the same bytes)."""
+    run = tmp_path / "logdir" / "tbx"
+    run.mkdir(parents=True)
+    _events(run / "events.out.tfevents.1795990000.host", [_graph(i) for i in range(3)]
+            + [_scalar("loss", s, 1795990000.0 + s) for s in range(20)])
+    _age(tmp_path / "logdir")
+    before = tree_hashes(tmp_path / "logdir")
+    rp = api.plan(str(tmp_path / "logdir"), "lossless").run("tbx")
+    assert rp.code == Skip.NOTHING and not rp.actions, rp.to_dict()
+    assert not any("graph records dropped" in line for line in rp.fidelity)
+    rep = api.reduce_logdir(str(tmp_path / "logdir"), policy="lossless", dry_run=False)
+    assert [o.code for o in rep.outcomes] == [Skip.NOTHING]
+    assert tree_hashes(tmp_path / "logdir") == before
+
+
+def test_repeated_identical_graphs_are_counted_in_the_plan(tmp_path):
+    """Byte-identical repeats are what lossless drops: the plan counts their bytes exactly."""
+    run = tmp_path / "logdir" / "tbx"
+    run.mkdir(parents=True)
+    _events(run / "events.out.tfevents.1795990000.host", [_graph(0) for _ in range(7)]
+            + [_scalar("loss", s, 1795990000.0 + s) for s in range(20)])
+    _age(tmp_path / "logdir")
+    plan, _ = _assert_plan_is_outcome(tmp_path / "logdir", "lossless")
+    rp = plan.run("tbx")
+    assert rp.removable_bytes > 0 and any("byte-identical repeats" in line for line in rp.fidelity)
+
+
+def test_synthetic_oddities_plan_equals_reduce(tmp_path):
+    """Duplicate steps, wall times going backwards, an empty file, a truncated file and a long
+    plain tag in one logdir: per run, the plan's bytes are the reduce's."""
+    ld = tmp_path / "logdir"
+    for r in ("dup", "walls", "plain", "empty", "truncated"):
+        (ld / r).mkdir(parents=True)
+    _events(ld / "dup" / "events.out.tfevents.1.h", [_image("img", s // 2, 10.0 + s, seed=s) for s in range(400)])
+    _events(ld / "walls" / "events.out.tfevents.1.h", [_image("img", s, 5000.0 - s, seed=s) for s in range(400)])
+    _events(ld / "plain" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)]
+            + [_scalar("loss", s, 10.0 + s) for s in range(100)])
+    (ld / "empty" / "events.out.tfevents.1.h").write_bytes(b"")
+    _events(ld / "truncated" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)])
+    with open(ld / "truncated" / "events.out.tfevents.1.h", "ab") as f:
+        f.write(b"\x10\x00\x00")  # a writer mid-record
+    _age(ld)
+    plan, rep = _assert_plan_is_outcome(ld, "archive")
+    assert plan.run("plain").removable_bytes > 0  # 400 images: the default view keeps 10
+    assert plan.run("dup").code == Skip.NOTHING  # repeated steps: kept whole
+    assert plan.run("truncated").code == Skip.NOTHING
+    assert any("kept as is (incomplete" in line for line in plan.run("truncated").fidelity)
