@@ -62,8 +62,9 @@ def _lossless() -> Policy:
         name="lossless",
         description=(
             "Delete xprof's regenerable caches and the secondary trace files xprof does not read "
-            "when the session has an xplane.pb; gzip PyTorch traces (content identical). "
-            "Every dashboard shows exactly what it showed before."
+            "when the session has an xplane.pb; gzip PyTorch traces (content identical); rewrite "
+            "event files that hold byte-identical repeated graphs without the repeats no backend "
+            "displays. Every dashboard shows exactly what it showed before."
         ),
         file_rules={cat.PROFILE_CACHE: DELETE, cat.PROFILE_SECONDARY: DELETE},
         compress_torch=True,
