@@ -39,7 +39,7 @@ from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault import Vault, refuse_unless_ours
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: for the front ends)
     DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, SelectionError, apply_open_writers, leave_alone, make_plan)
@@ -663,6 +663,8 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
 def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
             older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
             shard, shard_with, partition_sizes) -> ReduceReport:
+    if not dry_run:
+        refuse_unless_ours(ctx.state, ctx.vault)  # never a backup where another user can unlink it
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
     # a reduce's scan keeps its passes over big event files for the rewrite (``scan.passes``)
     keeping = contextlib.nullcontext() if dry_run else passes.retaining()

@@ -14,14 +14,26 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
+import stat
 import time
 from typing import Iterator, List, Optional
 
 from tb_footprint_plugin.engine import lease as leases
 from tb_footprint_plugin.storage.files import append_line, fsync_dir
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
+from tb_footprint_plugin.storage.paths import is_state_name
+from tb_footprint_plugin.storage.private import ensure_private_dir, open_private
+from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
+
+
+def ensure_state_subdir(path: str) -> str:
+    """``<state>/<name>`` (journal, locks) made 0700 and checked, with the state folder itself:
+    a symlink or a stranger's folder in its place is set aside, never written through."""
+    root = os.path.dirname(os.path.abspath(path))
+    return ensure_private_dir(path, root, tighten_root=is_state_name(os.path.basename(root)))
 
 
 class Journal:
@@ -33,9 +45,9 @@ class Journal:
 
     @classmethod
     def create(cls, journal_dir: str, op_id: str, first: dict) -> "Journal":
-        os.makedirs(journal_dir, exist_ok=True)
+        ensure_state_subdir(journal_dir)
         j = cls(os.path.join(journal_dir, f"{op_id}.jsonl"))
-        fd = os.open(j.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = open_private(j.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         os.close(fd)
         fsync_dir(journal_dir)
         j.append(first)
@@ -50,7 +62,8 @@ class Journal:
         """Every complete record; a torn last line (crash mid-write) is ignored."""
         out = []
         try:
-            with open(self.path, "r", encoding="utf-8") as f:
+            # a symlink or FIFO in a journal's place is never read through (``NotRegularFile``)
+            with io.TextIOWrapper(open_regular(self.path), encoding="utf-8") as f:
                 for line in f:
                     if not line.endswith("\n"):
                         break
@@ -61,8 +74,8 @@ class Journal:
                     if not isinstance(rec, dict):
                         break  # not a record this tool writes; trust.check_journal judges the rest
                     out.append(rec)
-        except FileNotFoundError:
-            pass
+        except (FileNotFoundError, NotRegularFile):
+            pass  # a link or FIFO planted as a journal holds no record of ours
         return out
 
     def close(self) -> None:
@@ -73,8 +86,13 @@ class Journal:
 
 
 def pending_journals(journal_dir: str) -> Iterator[Journal]:
-    """Journals left behind (unfinished operations), oldest first."""
-    if not os.path.isdir(journal_dir):
+    """Journals left behind (unfinished operations), oldest first: only from a real folder of
+    ours (a symlinked or planted journal folder is never listed, let alone replayed)."""
+    try:
+        st = os.lstat(journal_dir)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         return
     for name in sorted(os.listdir(journal_dir)):
         if name.endswith(".jsonl") and not name.startswith("."):
@@ -108,7 +126,7 @@ class RunLock:
                 + f", lease until {time.strftime('%H:%M:%S', time.localtime(held['expires']))}")
 
     def acquire(self) -> "RunLock":
-        os.makedirs(self.lock_dir, exist_ok=True)
+        ensure_state_subdir(self.lock_dir)
         try:
             self.fd = try_exclusive(self.path)
         except Locked:

@@ -32,6 +32,8 @@ import uuid
 from typing import Dict, Optional
 
 from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.storage.private import open_private
+from tb_footprint_plugin.storage.regular import open_regular
 
 DEFAULT_LEASE_S = 120.0
 _lease_s = float(os.environ.get("TB_FOOTPRINT_LEASE_SECONDS") or DEFAULT_LEASE_S)
@@ -72,7 +74,9 @@ def _write(path: str, lease: dict) -> None:
     what the lease of a crashed holder is (this saves two fsyncs per run lock)."""
     tmp = f"{path}.{HOST}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
+        # a predictable name: a symlink planted there is set aside, never written through
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(lease, f, sort_keys=True)
         fsops.replace(tmp, path)
     except BaseException:
@@ -84,8 +88,8 @@ def _write(path: str, lease: dict) -> None:
 def read_lease(path: str) -> Optional[dict]:
     """The lease at ``path`` if well formed, else None (absent, torn or hostile)."""
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            d = json.loads(f.read(64 * 1024))
+        with open_regular(path) as f:  # never through a symlink, never a FIFO
+            d = json.loads(f.read(64 * 1024).decode("utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(d, dict):
@@ -155,8 +159,8 @@ def journal_progress(journal_dir: str, run: str) -> Optional[float]:
             continue
         p = os.path.join(journal_dir, n)
         try:
-            with open(p, "r", encoding="utf-8") as f:
-                first = json.loads(f.readline(1 << 20) or "null")
+            with open_regular(p) as f:  # a FIFO planted as a journal never hangs this
+                first = json.loads(f.readline(1 << 20).decode("utf-8") or "null")
             mt = os.stat(p).st_mtime
         except (OSError, ValueError):
             continue

@@ -24,6 +24,9 @@ from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, FOREIGN_LEDGER, Untrusted
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.storage.lock import exclusive
+from tb_footprint_plugin.storage.paths import is_state_name
+from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.regular import open_regular
 
 LEDGER_VERSION = 1
 RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
@@ -98,7 +101,7 @@ def load_ledger(path: str, logdir: Optional[str] = None) -> Tuple[Optional[dict]
     """Read and check the ledger at ``path``: (None, []) when there is none; (None, [refusal]) when
     it cannot be used at all; else the checked ledger and the refusals of its bad entries."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a symlink or FIFO in its place is refused, never followed
             raw = f.read(MAX_LEDGER_BYTES + 1)
     except FileNotFoundError:
         return None, []
@@ -133,8 +136,12 @@ class Ledger:
 
     @contextlib.contextmanager
     def _locked(self):
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        with self._lock, exclusive(self.path + ".lock"):
+        d = os.path.dirname(self.path)
+        if is_state_name(os.path.basename(d)):
+            ensure_private_dir(d, tighten_root=True)  # the state folder: made 0700, checked ours
+        elif not os.path.lexists(d):
+            ensure_private_dir(d)
+        with self._lock, exclusive(self.path + ".lock"):  # a folder of ours, never through a link
             yield
 
     def read(self) -> dict:
@@ -164,7 +171,7 @@ class Ledger:
     def _set_aside_if_refused(self) -> None:
         """A ledger file refused as a whole is renamed aside (kept for inspection), never rewritten
         in place: the next write starts a fresh one beside it."""
-        if any(p["code"] in (BAD_LEDGER, FOREIGN_LEDGER) for p in self.problems) and os.path.exists(self.path):
+        if any(p["code"] in (BAD_LEDGER, FOREIGN_LEDGER) for p in self.problems) and os.path.lexists(self.path):
             aside = f"{self.path}.refused-{int(time.time())}"
             os.replace(self.path, aside)
             for p in self.problems:

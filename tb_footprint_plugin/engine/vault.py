@@ -19,13 +19,15 @@ import getpass
 import json
 import os
 import socket
+import stat
 import tempfile
 from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name
+from tb_footprint_plugin.storage.private import ADVICE, NotPrivate, check_private_dir, ensure_private_dir
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
@@ -54,6 +56,24 @@ def _digests_named_in(path: str) -> set:
         return set()
 
 
+def refuse_unless_ours(state: str, vault: "Vault") -> None:
+    """Before a change starts: ``NotPrivate`` (code ``state_not_ours``) naming the folder, its
+    owner and mode, and what to do, when this user's state folder or the vault exists and is not
+    a folder of ours (a symlink, another user's, writable by others). A missing ``--backup-dir``
+    is made here, 0700 with its missing parents (a later ``makedirs`` would give it the umask's
+    mode); the state folder is made 0700 when first needed."""
+    try:
+        st = os.lstat(state)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()):
+        check_private_dir(state, advice=f"Both {os.path.basename(state)} and the shared name are taken by "
+                          "someone else: remove them if they are yours, or ask their owner to; " + ADVICE)
+    if not vault.own_folder and not os.path.lexists(vault.root):
+        ensure_private_dir(vault.root)
+    vault.check_private()
+
+
 class Vault:
     """A vault directory: blobs, manifests and scratch space."""
 
@@ -65,9 +85,31 @@ class Vault:
         #: manifests ``manifests()`` refused (``trust.Untrusted``), to report
         self.problems: list = []
 
+    @property
+    def own_folder(self) -> bool:
+        """True when the vault is a state folder the tool names (``.tb-footprint``,
+        ``.tb-footprint-u<uid>``), not a folder the user pointed at with ``--backup-dir``."""
+        return is_state_name(os.path.basename(self.root))
+
     def ensure(self) -> None:
-        for d in (self.root, self.blobs, self.ops, self.tmp):
-            os.makedirs(d, exist_ok=True)
+        """Make the vault and its folders, 0700, and check each is a folder of ours: a backup is
+        never placed where someone else can unlink it. Raises ``NotPrivate`` (code
+        ``state_not_ours``) naming the folder, its owner and mode when the vault is a symlink,
+        another user's folder or writable by others; a stray entry inside it is set aside."""
+        ensure_private_dir(self.root, tighten_root=self.own_folder)
+        for d in (self.blobs, self.ops, self.tmp):
+            ensure_private_dir(d, self.root)
+
+    def check_private(self) -> None:
+        """``NotPrivate`` when the vault exists and is not a folder of ours; changes nothing
+        (a missing vault is made private by ``ensure``)."""
+        try:
+            st = os.lstat(self.root)
+        except FileNotFoundError:
+            return
+        if self.own_folder and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            return  # our own state folder, group-writable from an old umask: ``ensure`` tightens it
+        check_private_dir(self.root)
 
     def blob_path(self, sha: str) -> str:
         """``blobs/ab/abcdef…``; a digest read from a file that is not one is refused, so no
@@ -89,7 +131,8 @@ class Vault:
         """
         blob = self.blob_path(sha)
         try:
-            os.makedirs(os.path.dirname(blob), exist_ok=True)
+            # checked on every backup: the shard folder must be ours all the way from the root
+            ensure_private_dir(os.path.dirname(blob), self.root, tighten_root=self.own_folder)
             if os.path.exists(blob):
                 if sha256_file(blob) == sha:
                     return blob  # same content already backed up (e.g. by an earlier op)

@@ -16,6 +16,8 @@ from typing import Dict, Optional
 
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
+from tb_footprint_plugin.storage.private import ensure_private_dir, set_aside_stranger
+from tb_footprint_plugin.storage.regular import open_regular
 
 CACHE_VERSION = 2
 CACHE_NAME = "scan-cache.json"
@@ -49,10 +51,10 @@ class ScanCache:
         return os.path.join(self.state_dir, CACHE_NAME) if self.state_dir else None
 
     def _load(self) -> None:
-        if not self.path or not os.path.isfile(self.path):
+        if not self.path:
             return
         try:
-            with open(self.path, "r", encoding="utf-8") as f:
+            with open_regular(self.path) as f:  # never through a symlink, never a FIFO
                 data = json.load(f)
         except (OSError, ValueError, RecursionError):
             return  # a damaged cache is only a slower scan
@@ -83,12 +85,15 @@ class ScanCache:
         if not self.dirty or not self.state_dir:
             return None
         try:
-            os.makedirs(self.state_dir, exist_ok=True)
+            # the state folder, or this logdir's folder in the user's cache: both the tool's own
+            # (made 0700; a group-writable one of ours from an old umask is tightened)
+            ensure_private_dir(self.state_dir, tighten_root=True)
             with exclusive(os.path.join(self.state_dir, "scan-cache.lock")):
                 fd, tmp = tempfile.mkstemp(prefix=".scan-cache.", dir=self.state_dir)
                 try:
                     with os.fdopen(fd, "w", encoding="utf-8") as f:
                         json.dump({"version": CACHE_VERSION, "files": self.entries}, f)
+                    set_aside_stranger(self.path)  # a link planted there: kept aside, never followed
                     os.replace(tmp, self.path)
                 except BaseException:
                     with contextlib.suppress(OSError):

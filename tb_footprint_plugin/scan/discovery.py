@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_within
+from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
 
@@ -119,6 +119,7 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     logdir = os.path.abspath(logdir)
     excluded = {os.path.abspath(p) for p in exclude}
     excluded.add(os.path.join(logdir, STATE_DIR_NAME))
+    excluded.update(state_dirs_in(logdir))  # every user's state folder (``.tb-footprint-u<uid>``)
     runs: Dict[str, FoundRun] = {}
     warnings: List[str] = []
     seen_dirs = set()  # (dev, ino): bind mounts can loop even without symlinks
@@ -240,7 +241,8 @@ def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],
     tree: Dict[Tuple[str, ...], Tuple[List[str], set]] = {(): ([], set())}
     for key in objects:
         parts = tuple(key.split("/"))
-        if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))):
+        if any("/".join(parts[:i]) in excluded for i in range(1, len(parts))) or \
+                (len(parts) > 1 and is_state_name(parts[0])):  # every user's state folder
             continue
         if parts == (DEMO_MARKER,):
             continue  # the demo's bookkeeping, not a file of "(unattributed)" (as on disk)

@@ -16,7 +16,9 @@ import stat
 import tempfile
 
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.regular import NotRegularFile, kind_of, open_regular
+from tb_footprint_plugin.storage.private import (check_private_dir, ensure_private_dir, open_private, set_aside_stranger,
+                                                 tool_named)
+from tb_footprint_plugin.storage.regular import open_regular
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
 
@@ -212,12 +214,23 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def _private_folder(d: str) -> None:
+    """The folder a state file is written into: made 0700 if missing, else it must be a folder of
+    ours (``private.NotPrivate``): a temp file and a rename in a folder someone else controls
+    (a symlink to theirs, a planted one) would put state wherever they say."""
+    if os.path.lexists(d):
+        check_private_dir(d, tighten=tool_named(d))
+    else:
+        ensure_private_dir(d)
+
+
 def atomic_write_json(path: str, obj, compact: bool = False) -> None:
     """Write JSON to ``path`` via a temp file, fsync and rename: readers see old or new, never half.
     ``compact``: one line, by the C encoder (about ten times faster than the indented form, for
-    state rewritten often while it grows, like a batch's ledger)."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
+    state rewritten often while it grows, like a batch's ledger). Only into a folder of ours
+    (the rename replaces a symlink at ``path`` itself, never its target)."""
+    d = os.path.dirname(os.path.abspath(path))
+    _private_folder(d)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -226,6 +239,7 @@ def atomic_write_json(path: str, obj, compact: bool = False) -> None:
             else:
                 json.dump(obj, f, indent=1, sort_keys=True)
             fsync_file(f)
+        set_aside_stranger(path)  # a planted symlink or stranger's file: kept aside, reported
         fsops.replace(tmp, path)
         fsync_dir(d)
     except BaseException:
@@ -237,15 +251,17 @@ def atomic_write_json(path: str, obj, compact: bool = False) -> None:
 def create_json(path: str, obj) -> bool:
     """Create ``path`` holding ``obj`` only if nothing is there yet: written whole to a temp file,
     fsynced, then hard-linked into place (the link fails if the name exists, atomically, also on
-    NFS). True if this call created it; False if another writer got there first (its file stands)."""
-    d = os.path.dirname(path)
-    os.makedirs(d, exist_ok=True)
+    NFS). True if this call created it; False if another writer got there first (its file stands).
+    Only into a folder of ours, like ``atomic_write_json``."""
+    d = os.path.dirname(os.path.abspath(path))
+    _private_folder(d)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(obj, f, indent=1, sort_keys=True)
             fsync_file(f)
         fsops.op()
+        set_aside_stranger(path)  # a planted symlink would otherwise stand for the file
         try:
             os.link(tmp, path)
         except FileExistsError:
@@ -259,25 +275,12 @@ def create_json(path: str, obj) -> bool:
 
 def append_line(path: str, line: str) -> None:
     """Append one text line (ending in a newline) and fsync it before returning. Only to a regular
-    file: a symlink planted in its place is never followed (it could point anywhere outside the
-    logdir), a FIFO or device never opened; both raise ``NotRegularFile``."""
+    file of ours in a folder of ours (``private.open_private``): a symlink, FIFO, device or
+    another user's file planted in its place is set aside, never followed or written, and a
+    fresh file started; a folder that is not ours raises ``private.NotPrivate``."""
     fsops.op()  # the open
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | \
-        getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise NotRegularFile(path, "a symbolic link") from None
-        if e.errno == errno.ENXIO:  # a FIFO nobody reads
-            raise NotRegularFile(path, "a FIFO") from None
-        if e.errno == errno.EISDIR:
-            raise NotRegularFile(path, "a directory") from None
-        raise
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     with os.fdopen(fd, "a", encoding="utf-8") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(path, kind_of(mode))
         f.write(line)
         fsync_file(f)
 

@@ -7,6 +7,8 @@ import fcntl
 import os
 from typing import Iterator
 
+from tb_footprint_plugin.storage.private import open_private
+
 
 class Locked(RuntimeError):
     """Another process holds the lock."""
@@ -14,8 +16,12 @@ class Locked(RuntimeError):
 
 @contextlib.contextmanager
 def exclusive(path: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block.
+
+    The lock file is a regular file of ours in a folder of ours (``private.open_private``): a
+    symlink planted in its place is set aside, never followed (``O_CREAT`` through it would
+    create a file wherever it points)."""
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -27,8 +33,9 @@ def exclusive(path: str) -> Iterator[None]:
 def try_exclusive(path: str) -> int:
     """Take an exclusive ``flock`` on ``path`` without waiting; returns the fd to ``release``.
 
-    Raises ``Locked`` when another process holds it, ``OSError`` for anything else."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    Raises ``Locked`` when another process holds it, ``OSError`` for anything else (the lock
+    file is opened as in ``exclusive``)."""
+    fd = open_private(path, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from typing import List, Optional
 
 STATE_DIR_NAME = ".tb-footprint"
@@ -13,13 +14,61 @@ DEMO_MARKER = ".footprint-demo"
 VAULTS_NAME = "vaults.json"  # vaults outside the state directory that a logdir's operations used
 
 
-def state_dir(logdir: str) -> str:
-    """``<logdir>/.tb-footprint``: journal, scan cache, ledger, history and lock live here.
+#: another user's or a per-user state folder: ``.tb-footprint-u<uid>``
+USER_STATE_RE = re.compile(r"^" + re.escape(STATE_DIR_NAME) + r"-u\d+$")
 
-    Nothing in it has ``tfevents`` in its name or a ``plugins/profile`` path, so neither
-    TensorBoard nor xprof ever takes it for a run.
+
+def is_state_name(name: str) -> bool:
+    """True for ``.tb-footprint`` and every per-user ``.tb-footprint-u<uid>`` (the scan skips them all)."""
+    return name == STATE_DIR_NAME or USER_STATE_RE.match(name) is not None
+
+
+def user_state_name(uid: Optional[int] = None) -> str:
+    """``.tb-footprint-u<uid>``: the state folder of user ``uid`` (default: the effective user)
+    where ``.tb-footprint`` is not theirs."""
+    return f"{STATE_DIR_NAME}-u{os.geteuid() if uid is None else uid}"
+
+
+def _ours_or_absent(path: str) -> Optional[bool]:
+    """True: a real folder of ours; None: nothing there; False: anything else (a symlink,
+    a file, another user's folder). Group-writable folders of ours count as ours: the tool
+    tightens its own folders before writing (``private.ensure_private_dir``)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def state_dir(logdir: str) -> str:
+    """This user's state folder of ``logdir``: journal, scan cache, ledger, history and locks.
+
+    ``<logdir>/.tb-footprint`` when it is ours (or absent: it is made 0700 when first needed).
+    Where it exists but is not ours — another user's folder, a symlink (a shared, world-writable
+    logdir lets anyone plant one) — ours is ``<logdir>/.tb-footprint-u<uid>``, chosen without
+    asking; once that one exists it is kept even if ``.tb-footprint`` goes away. Either is
+    checked again before anything is written (``storage.private``): never followed, never
+    another user's. Nothing in it has ``tfevents`` in its name or a ``plugins/profile`` path,
+    so neither TensorBoard nor xprof ever takes it for a run.
     """
-    return os.path.join(os.path.abspath(logdir), STATE_DIR_NAME)
+    base = os.path.abspath(logdir)
+    mine = os.path.join(base, user_state_name())
+    if _ours_or_absent(mine):
+        return mine
+    default = os.path.join(base, STATE_DIR_NAME)
+    return default if _ours_or_absent(default) is not False else mine
+
+
+def state_dirs_in(logdir: str) -> List[str]:
+    """Every state folder at the top of ``logdir`` (anyone's): skipped by the scan, never
+    written unless it is ``state_dir``'s choice."""
+    base = os.path.abspath(logdir)
+    try:
+        return sorted(os.path.join(base, n) for n in os.listdir(base) if is_state_name(n))
+    except OSError:
+        return [os.path.join(base, STATE_DIR_NAME)]
 
 
 def cache_dir(logdir: str) -> str:

@@ -11,7 +11,7 @@ with ``O_NOFOLLOW`` and checked with ``fstat`` (a regular file of ours, one link
 is written to it.
 
 Inside a folder of ours, a stray entry where a state file or subfolder belongs (a symlink, a
-FIFO, another user's file or folder) is *set aside*: renamed to ``<name>.untrusted-<time>-<n>``
+FIFO, another user's file or folder) is *set aside*: renamed to ``<name>.refused-<time>-<n>``
 beside itself (the link itself, never its target; kept for inspection, never deleted) and
 recorded, so ``status`` can say so (``codes.Finding.UNTRUSTED_SET_ASIDE``). A folder that is not
 ours at the top (the state folder or vault itself) is never touched: ``NotPrivate`` names it,
@@ -30,9 +30,9 @@ from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure
 
-#: what a set-aside entry is renamed to: ``<name>.untrusted-<unix time>-<n>``
-UNTRUSTED_MARK = ".untrusted-"
-_UNTRUSTED_RE = re.compile(r"^(?P<name>.+)\.untrusted-(?P<t>\d+)-\d+$")
+#: what a set-aside entry is renamed to: ``<name>.refused-<unix time>-<n>`` (as a refused ledger)
+UNTRUSTED_MARK = ".refused-"
+_UNTRUSTED_RE = re.compile(r"^(?P<name>.+)\.refused-(?P<t>\d+)(-\d+)?$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -78,11 +78,11 @@ def why_not_ours(st: os.stat_result, want_dir: bool = True) -> Optional[str]:
     """None when ``st`` (an ``lstat``) is a folder (or regular file) of ours not writable by group
     or others; else what it is, in words."""
     if stat.S_ISLNK(st.st_mode):
-        return "is a symbolic link"
+        return f"is a symbolic link (made by {user_name(st.st_uid)}), never followed"
     if want_dir and not stat.S_ISDIR(st.st_mode):
-        return "is not a directory"
+        return f"is not a directory ({describe(st)})"
     if not want_dir and not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
+        return f"is not a regular file ({describe(st)})"
     if st.st_uid != os.geteuid():
         return f"belongs to another user ({describe(st)}; you are {user_name(os.geteuid())})"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -126,6 +126,11 @@ def check_private_dir(path: str, *, tighten: bool = False, advice: str = ADVICE)
         finally:
             os.close(fd)
         why = why_not_ours(st)
+    if why and stat.S_ISLNK(st.st_mode):
+        try:
+            why += f"; it points to {os.readlink(path)} ({describe(os.stat(path))})"
+        except OSError:
+            pass
     if why:
         raise _refuse(path, st, why, advice)
     return st
@@ -182,7 +187,7 @@ def ensure_private_dir(path: str, root: Optional[str] = None, *, tighten_root: b
 
 def set_aside(path: str) -> str:
     """Rename the entry ``path`` (a symlink itself, never its target) to
-    ``<path>.untrusted-<time>-<n>`` in the same folder, and return the new name. Nothing is
+    ``<path>.refused-<time>-<n>`` in the same folder, and return the new name. Nothing is
     deleted: it stays there for inspection, and ``untrusted_in`` lists it."""
     global _count
     with _mu:
@@ -191,6 +196,20 @@ def set_aside(path: str) -> str:
     dest = f"{path}{UNTRUSTED_MARK}{int(time.time())}-{os.getpid()}{n}"
     os.rename(path, dest)
     return dest
+
+
+def set_aside_stranger(path: str) -> Optional[str]:
+    """Set ``path`` aside unless it is absent or a regular file of ours with one link (what a
+    rename is about to replace: the link or stranger's file is kept, and reported, instead of
+    silently dropped). Returns the new name, or None when nothing was moved."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if why_not_ours(st, want_dir=False) is None or (
+            stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1):
+        return None
+    return set_aside(path)
 
 
 def untrusted_in(folder: str) -> List[dict]:
@@ -217,9 +236,29 @@ def untrusted_in(folder: str) -> List[dict]:
     return out
 
 
+def tool_named(path: str) -> bool:
+    """True when ``path`` is in or under a state folder the tool names (``.tb-footprint``,
+    ``.tb-footprint-u<uid>``): folders of ours there that others may write to are tightened
+    (made under a umask of 002 by an older version), never a folder the user pointed at."""
+    from tb_footprint_plugin.storage.paths import is_state_name
+
+    return any(is_state_name(part) for part in os.path.abspath(path).split(os.sep))
+
+
 def check_parent(path: str) -> None:
-    """``NotPrivate`` unless the folder holding ``path`` is a folder of ours."""
-    check_private_dir(os.path.dirname(os.path.abspath(path)), tighten=True)
+    """Make sure the folder holding ``path`` is a folder of ours. One that is not (a symlink, a
+    stranger's folder) is set aside and made afresh when the folder above it is ours (a state
+    subfolder: ``<vault>/oplog``, ``<state>/journal``); otherwise ``NotPrivate``."""
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        check_private_dir(d, tighten=tool_named(d))
+    except NotPrivate:
+        up = os.path.dirname(d)
+        try:
+            check_private_dir(up, tighten=tool_named(up))
+        except (NotPrivate, OSError):
+            raise NotPrivate(d, "is not a folder of yours, nor is the folder holding it") from None
+        ensure_private_dir(d, up)
 
 
 def open_private(path: str, flags: int, mode: int = 0o600, *, parent: bool = True) -> int:
@@ -264,4 +303,5 @@ def open_private(path: str, flags: int, mode: int = 0o600, *, parent: bool = Tru
 
 
 __all__ = ["NotPrivate", "ADVICE", "UNTRUSTED_MARK", "user_name", "describe", "why_not_ours", "is_ours",
-           "check_private_dir", "ensure_private_dir", "set_aside", "untrusted_in", "check_parent", "open_private"]
+           "check_private_dir", "ensure_private_dir", "set_aside", "untrusted_in", "check_parent", "open_private", "tool_named",
+           "set_aside_stranger"]

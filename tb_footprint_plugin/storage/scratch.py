@@ -15,9 +15,12 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import threading
 from typing import Iterator, List, Optional
+
+from tb_footprint_plugin.storage.private import ensure_private_dir, tool_named
 
 _PATTERN = re.compile(r"^tbfp-[a-z]+-p(\d+)-")
 _lock = threading.Lock()
@@ -29,8 +32,14 @@ def use_root(path: Optional[str]) -> None:
     global _root
     with _lock:
         if path:
-            os.makedirs(path, exist_ok=True)
+            _private(path)
         _root = path
+
+
+def _private(path: str) -> None:
+    """A scratch root in the vault is a folder of ours, made 0700 (``storage.private``): never
+    a symlink to somewhere else, never a folder another user can write to."""
+    ensure_private_dir(path, tighten_root=tool_named(path))
 
 
 def current_root() -> str:
@@ -40,7 +49,8 @@ def current_root() -> str:
 def make(kind: str, root: Optional[str] = None) -> str:
     """A new scratch directory ``<root>/tbfp-<kind>-p<pid>-<random>``."""
     base = root or current_root()
-    os.makedirs(base, exist_ok=True)
+    if base != tempfile.gettempdir():  # the system's: mkdtemp's 0700 folder is private there
+        _private(base)
     return tempfile.mkdtemp(prefix=f"tbfp-{kind}-p{os.getpid()}-", dir=base)
 
 
@@ -70,6 +80,10 @@ def sweep(root: str) -> List[str]:
     """Remove scratch directories in ``root`` whose owning process is gone; returns their names."""
     removed = []
     try:
+        st = os.lstat(root)
+        # only a real folder of ours: through a symlink this would remove another's folders
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            return removed
         names = os.listdir(root)
     except OSError:
         return removed

@@ -1,0 +1,357 @@
+"""The vault and every state folder are used only when they are ours (issue #25, items 1 and 2).
+
+Two real Unix users are created here (``useradd``; the suite runs as root in CI). Each one's
+commands run in a subprocess with that user's uid and gid (``setpriv``), with only the
+capability to *read and search* any folder (``CAP_DAC_READ_SEARCH``, ambient): so the test's
+interpreter and the repository are reachable wherever CI put them, while every write, unlink
+and rename is checked against that user's own permissions — what these tests are about.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import pathlib
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OLD = 1_600_000_000  # far older than any quiet period
+
+PRELUDE = r'''
+import json, math, os, sys
+from tb_footprint_plugin import api, synth
+
+def write_run(run_dir, seed):
+    with synth.EventWriter(run_dir) as w:
+        for s in range(60):
+            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
+    synth.write_profile_session(run_dir, synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=1500,
+                                with_caches=True, seed=seed)
+    for dirpath, dirnames, filenames in os.walk(run_dir):
+        for n in filenames + dirnames:
+            os.utime(os.path.join(dirpath, n), (1_600_000_000, 1_600_000_000))
+
+def main(cmd, logdir, run=None, backup_dir=None):
+    if cmd == "make":
+        write_run(os.path.join(logdir, run), seed=len(run))
+        return {}
+    if cmd == "reduce":
+        rep = api.reduce_logdir(logdir, backup_dir, policy="archive", dry_run=False, runs=[run], quiet_period=0,
+                                verify_backends=("python",))
+        return {"outcomes": [o.to_dict() for o in rep.outcomes]}
+    if cmd == "restore":
+        return {"outcomes": [o.to_dict() for o in api.restore(logdir, run=run, backup_dir=backup_dir)]}
+    if cmd == "scan":
+        return {"runs": sorted(r.name for r in api.scan(logdir).runs)}
+    if cmd == "operations":
+        return {"ops": [(o.get("op_id"), o.get("run"), o.get("vault")) for o in api.operations(logdir, backup_dir=backup_dir)],
+                "unfinished": api.unfinished(logdir, backup_dir)["unfinished_operations"]}
+    raise SystemExit(f"unknown command {cmd}")
+
+try:
+    out = main(*json.loads(sys.argv[1]))
+except Exception as e:
+    out = {"error": str(e), "type": type(e).__name__, "code": str(getattr(e, "code", "") or "")}
+print("\n" + json.dumps(out, default=str))
+'''
+
+
+class User:
+    """A throw-away Unix user whose commands run as that user."""
+
+    def __init__(self, tmp_path):
+        assert os.geteuid() == 0, "these tests create Unix users: run them as root (CI does)"
+        self.name = "fptu" + secrets.token_hex(4)
+        subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", self.name],
+                       check=True, capture_output=True)
+        pw = pwd.getpwnam(self.name)
+        self.uid, self.gid = pw.pw_uid, pw.pw_gid
+        self.home = tmp_path / f"home-{self.name}"
+        self.home.mkdir()
+        os.chown(self.home, self.uid, self.gid)
+        os.chmod(self.home, 0o711)  # the other user may look for things here, never write
+
+    def _as(self, argv, **kw):
+        cmd = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+               "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"] + argv
+        env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": str(self.home),
+               "PYTHONPATH": REPO, "XDG_CACHE_HOME": str(self.home / ".cache")}
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(self.home), timeout=600, **kw)
+
+    def sh(self, script: str) -> subprocess.CompletedProcess:
+        """A shell script as this user (its failures are the point: not checked)."""
+        return self._as(["sh", "-c", script])
+
+    def tool(self, *args) -> dict:
+        r = self._as([sys.executable, "-c", PRELUDE, json.dumps([str(a) if a is not None else None for a in args])])
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    def remove(self):
+        subprocess.run(["userdel", self.name], capture_output=True)
+
+
+def _traversable_base() -> str:
+    """A temp folder every user can reach (pytest's own is 0700 root's; ``access()``, which the
+    tool uses, ignores the capability these users run with), 0711."""
+    for cand in (tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"):
+        parts = os.path.abspath(cand).split(os.sep)
+        ancestors = [os.sep + os.path.join(*parts[1:i]) if i > 1 else os.sep for i in range(1, len(parts) + 1)]
+        if os.path.isdir(cand) and all(os.stat(a).st_mode & stat.S_IXOTH for a in ancestors):
+            base = tempfile.mkdtemp(prefix="fp-trust-users-", dir=cand)
+            os.chmod(base, 0o711)
+            return base
+    raise AssertionError("no temp folder that other users can traverse")
+
+
+@pytest.fixture(scope="module")
+def world():
+    base = _traversable_base()
+    yield pathlib.Path(base)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def users(world):
+    alice, bob = User(world), User(world)
+    yield alice, bob
+    alice.remove()
+    bob.remove()
+
+
+@pytest.fixture
+def tmp_path(world, request):
+    """This test's own folder in ``world`` (reachable by both users)."""
+    d = world / f"t{secrets.token_hex(4)}"
+    d.mkdir()
+    os.chmod(d, 0o711)
+    return d
+
+
+@pytest.fixture
+def shared(tmp_path):
+    """A world-writable, sticky logdir like ``/scratch/team/runs``."""
+    d = tmp_path / "shared"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    return d
+
+
+def snapshot(root) -> dict:
+    """Every file under ``root``: sha256, mode and mtime (what a restore must give back)."""
+    out = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for n in files:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, root)] = (hashlib.sha256(f.read()).hexdigest(), stat.S_IMODE(st.st_mode),
+                                                 st.st_mtime_ns)
+    return out
+
+
+def files_under(root) -> list:
+    return sorted(os.path.join(d, n) for d, _dirs, files in os.walk(root) for n in files)
+
+
+def blobs_of(vault) -> list:
+    return [p for p in files_under(os.path.join(vault, "blobs"))]
+
+
+def plant_vault(user: User, where: str) -> None:
+    """``where`` made by ``user`` as a real folder with every blob shard pre-made, all 0777."""
+    user.sh(f"mkdir -p '{where}/blobs' '{where}/ops' '{where}/tmp' && cd '{where}/blobs' && "
+            "for a in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do for b in 0 1 2 3 4 5 6 7 8 9 a b c d e f; do "
+            "mkdir -p $a$b; done; done && chmod -R 0777 '" + where + "'")
+    assert os.stat(where).st_uid == user.uid and os.path.isdir(os.path.join(where, "blobs", "ff"))
+
+
+def reduced(result: dict) -> dict:
+    assert "outcomes" in result, result
+    (o,) = result["outcomes"]
+    return o
+
+
+# ---------------------------------------------------------------------------------------------
+# (a) another user plants .tb-footprint in a shared logdir
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("plant", ["symlink", "directory"])
+def test_a_planted_vault_never_gets_a_backup_and_restore_survives_its_planter(users, shared, tmp_path, plant):
+    alice, bob = users
+    alice.tool("make", shared, "alice-run")
+    original = snapshot(shared / "alice-run")
+    bob_space = tmp_path / "bob-space"
+    bob_space.mkdir()
+    os.chown(bob_space, bob.uid, bob.gid)
+    if plant == "symlink":
+        plant_vault(bob, f"{bob_space}/vault")
+        assert bob.sh(f"ln -s '{bob_space}/vault' '{shared}/.tb-footprint'").returncode == 0
+        planted = bob_space / "vault"
+    else:
+        plant_vault(bob, f"{shared}/.tb-footprint")
+        planted = shared / ".tb-footprint"
+
+    o = reduced(alice.tool("reduce", shared, "alice-run"))
+    assert o["status"] == "verified", o
+    assert files_under(planted) == [], "a backup was put where the other user can unlink it"
+    mine = shared / f".tb-footprint-u{alice.uid}"
+    st = os.lstat(mine)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == alice.uid and stat.S_IMODE(st.st_mode) == 0o700
+    for sub in ("blobs", "ops", "journal", "locks"):
+        sst = os.lstat(mine / sub)
+        assert sst.st_uid == alice.uid and not sst.st_mode & 0o077, sub
+    blobs = blobs_of(mine)
+    assert blobs and all(os.lstat(os.path.dirname(b)).st_mode & 0o077 == 0 for b in blobs)
+    assert snapshot(shared / "alice-run") != original  # reduced
+
+    # the other user deletes everything they can, the per-user vault included
+    bob.sh(f"rm -rf '{mine}' '{mine}/blobs' '{shared}/alice-run'; "
+           f"find '{shared}' -mindepth 1 -depth -exec rm -rf {{}} + ; true")
+    assert blobs_of(mine) == blobs
+
+    back = alice.tool("restore", shared, "alice-run")
+    assert [x["status"] for x in back["outcomes"]] == ["restored"], back
+    assert snapshot(shared / "alice-run") == original
+    # the scan shows no state folder as a run, nor the planted one
+    assert alice.tool("scan", shared)["runs"] == ["alice-run"]
+
+
+def test_both_names_planted_refuses_with_the_folder_its_owner_and_mode(users, shared):
+    alice, bob = users
+    alice.tool("make", shared, "alice-run")
+    original = snapshot(shared / "alice-run")
+    plant_vault(bob, f"{shared}/.tb-footprint")
+    plant_vault(bob, f"{shared}/.tb-footprint-u{alice.uid}")
+
+    r = alice.tool("reduce", shared, "alice-run")
+    assert r.get("code") == "state_not_ours", r
+    msg = r["error"]
+    assert f".tb-footprint-u{alice.uid}" in msg and bob.name in msg and "mode 0777" in msg, msg
+    assert "--backup-dir" in msg, msg
+    assert snapshot(shared / "alice-run") == original
+    assert files_under(shared / ".tb-footprint") == [] and files_under(shared / f".tb-footprint-u{alice.uid}") == []
+
+    # with a private --backup-dir of hers the run is reduced (journal and locks still need a
+    # state folder of hers: refused the same way, never written into bob's)
+    vault = alice.home / "vault"
+    r = alice.tool("reduce", shared, "alice-run", vault)
+    assert r.get("code") == "state_not_ours", r
+    assert files_under(shared / f".tb-footprint-u{alice.uid}") == []
+
+
+# ---------------------------------------------------------------------------------------------
+# (b) two users, one sticky shared logdir, each with a private vault
+# ---------------------------------------------------------------------------------------------
+def test_two_users_reduce_and_restore_their_own_runs_each_in_a_private_vault(users, shared):
+    alice, bob = users
+    alice.tool("make", shared, "alice-run")
+    bob.tool("make", shared, "bob-run")
+    originals = {"alice-run": snapshot(shared / "alice-run"), "bob-run": snapshot(shared / "bob-run")}
+
+    assert reduced(alice.tool("reduce", shared, "alice-run"))["status"] == "verified"
+    assert reduced(bob.tool("reduce", shared, "bob-run"))["status"] == "verified"
+    vaults = {alice: shared / ".tb-footprint", bob: shared / f".tb-footprint-u{bob.uid}"}
+    kept = {}
+    for user, vault in vaults.items():
+        st = os.lstat(vault)
+        assert stat.S_ISDIR(st.st_mode) and st.st_uid == user.uid and stat.S_IMODE(st.st_mode) == 0o700
+        kept[user] = blobs_of(vault)
+        assert kept[user], vault
+    assert not set(kept[alice]) & set(kept[bob])
+    # both scans see the two runs and no state folder
+    assert alice.tool("scan", shared)["runs"] == bob.tool("scan", shared)["runs"] == ["alice-run", "bob-run"]
+
+    # neither can unlink the other's backups
+    alice.sh(f"rm -rf '{vaults[bob]}' {' '.join(repr(str(p)) for p in kept[bob])}; true")
+    bob.sh(f"rm -rf '{vaults[alice]}' {' '.join(repr(str(p)) for p in kept[alice])}; true")
+    assert blobs_of(vaults[alice]) == kept[alice] and blobs_of(vaults[bob]) == kept[bob]
+
+    for user, run in ((alice, "alice-run"), (bob, "bob-run")):
+        back = user.tool("restore", shared, run)
+        assert [x["status"] for x in back["outcomes"]] == ["restored"], back
+        assert snapshot(shared / run) == originals[run]
+
+
+# ---------------------------------------------------------------------------------------------
+# (c) --backup-dir that is not a private folder of ours
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["other_writable", "group_writable", "symlink", "another_users"])
+def test_a_backup_dir_not_private_is_refused_naming_path_owner_and_mode(users, shared, tmp_path, kind):
+    alice, bob = users
+    alice.tool("make", shared, "alice-run")
+    original = snapshot(shared / "alice-run")
+    target = tmp_path / f"vault-{kind}"
+    if kind in ("other_writable", "group_writable"):
+        target.mkdir()
+        os.chown(target, alice.uid, alice.gid)
+        os.chmod(target, 0o777 if kind == "other_writable" else 0o770)
+        expect = [alice.name, "mode 0777" if kind == "other_writable" else "mode 0770", "writable by group or others"]
+        given = target
+    elif kind == "symlink":
+        real = alice.home / "real-vault"
+        alice.sh(f"mkdir -m 700 '{real}'")
+        given = alice.home / "vault-link"
+        assert alice.sh(f"ln -s '{real}' '{given}'").returncode == 0
+        expect = ["symbolic link", str(real), alice.name, "mode 0700"]
+    else:
+        target.mkdir()
+        os.chown(target, bob.uid, bob.gid)
+        os.chmod(target, 0o755)
+        expect = [bob.name, "mode 0755", "another user"]
+        given = target
+    r = alice.tool("reduce", shared, "alice-run", given)
+    assert r.get("code") == "state_not_ours", r
+    assert str(given) in r["error"] and all(e in r["error"] for e in expect), (r["error"], expect)
+    assert "--backup-dir" in r["error"]
+    assert snapshot(shared / "alice-run") == original
+    assert files_under(os.path.realpath(given)) == []
+
+
+def test_a_missing_backup_dir_is_made_private(users, shared):
+    alice, _ = users
+    alice.tool("make", shared, "alice-run")
+    vault = alice.home / "new" / "vault"
+    assert reduced(alice.tool("reduce", shared, "alice-run", vault))["status"] == "verified"
+    for d in (alice.home / "new", vault, vault / "blobs", vault / "ops"):
+        st = os.lstat(d)
+        assert st.st_uid == alice.uid and stat.S_IMODE(st.st_mode) == 0o700, d
+    assert blobs_of(vault)
+
+
+# ---------------------------------------------------------------------------------------------
+# (d) what the TensorBoard plugin calls follows the same rule
+# ---------------------------------------------------------------------------------------------
+def test_the_plugin_verbs_use_the_users_own_state_never_a_planted_one(users, shared):
+    """The tab reduces with ``api.reduce_logdir``, lists with ``api.operations`` and
+    ``api.unfinished``, and restores with ``api.restore``: a planted ``.tb-footprint`` with a
+    journal and a manifest of bob's is neither replayed, nor listed, nor written into."""
+    alice, bob = users
+    alice.tool("make", shared, "alice-run")
+    original = snapshot(shared / "alice-run")
+    plant_vault(bob, f"{shared}/.tb-footprint")
+    bob.sh(f"mkdir -p '{shared}/.tb-footprint/journal' && "
+           f"echo '{{\"type\": \"begin\", \"op_id\": \"20260101T000000-bbbbbb\", \"run\": \"alice-run\"}}' "
+           f"> '{shared}/.tb-footprint/journal/20260101T000000-bbbbbb.jsonl' && "
+           f"echo '{{\"op_id\": \"20260101T000000-bbbbbb\", \"run\": \"alice-run\", \"files\": []}}' "
+           f"> '{shared}/.tb-footprint/ops/20260101T000000-bbbbbb.json'; chmod -R 0777 '{shared}/.tb-footprint'")
+    planted = snapshot(shared / ".tb-footprint")
+
+    before = alice.tool("operations", shared)
+    assert before == {"ops": [], "unfinished": []}, before
+    assert reduced(alice.tool("reduce", shared, "alice-run"))["status"] == "verified"
+    after = alice.tool("operations", shared)
+    assert [(op, run) for op, run, _ in after["ops"]] == [(after["ops"][0][0], "alice-run")], after
+    assert after["ops"][0][2] == str(shared / f".tb-footprint-u{alice.uid}")
+    assert snapshot(shared / ".tb-footprint") == planted
+    back = alice.tool("restore", shared, "alice-run")
+    assert [x["status"] for x in back["outcomes"]] == ["restored"], back
+    assert snapshot(shared / "alice-run") == original
