@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults, lease
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
@@ -996,8 +996,14 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
         st.update(vault.manifest(manifest["op"]), manifest, version)
         out.status = Outcome.RESTORED
+        # an object store keeps no modification time or mode of a file: a restored object is
+        # dated by the store at the copy, and the report says so (bytes are checked above)
+        out.code = Finding.MTIME_NOT_KEPT
+        out.reason = (f"{len(out.created_files)} file(s) restored byte for byte (checksums checked); "
+                      "the object store keeps no file modification times or modes: restored objects are "
+                      "dated now")
         if conflicts:
-            out.reason = f"{len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
+            out.reason += f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
         return out
     except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
         out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED

@@ -26,7 +26,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import retired_now
-from tb_footprint_plugin.engine.swap import put_back
+from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -119,12 +119,8 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
     _remove_restore_temps(ctx, manifest)
-    for d in sorted(manifest.get("removed_dirs", []), key=lambda r: len(r["path"])):
-        no_symlink(ctx, d["path"])
-        p = ctx.abs(d["path"])
-        if not os.path.lexists(p):
-            os.makedirs(p, exist_ok=True)
-            os.chmod(p, d["mode"])
+    # folders owner-writable while files go back in; their recorded modes and mtimes at the end
+    remade = make_dirs(ctx, manifest.get("removed_dirs", []))
     faults.hit("restore_mid")
     created = {c["path"]: c for c in manifest.get("created", [])}
     displaced = []
@@ -144,6 +140,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
             os.unlink(p)
         elif os.path.exists(p):
             kept_changed.append(c["path"])
+    settle_dirs(ctx, manifest.get("removed_dirs", []), remade)
     bad = [f["path"] for f in manifest["files"] if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")

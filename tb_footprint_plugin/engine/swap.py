@@ -33,6 +33,14 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         done = any(s["final"] == path and matches(p, s["sha256"], s["size"]) for s in staged)
         if os.path.lexists(p) and not done and not matches(p, rec["sha256"], rec["size"]):
             raise TransactionError(f"{path}: changed after it was backed up; not replaced")
+    # a folder's mtime changes as its files go: taken first, so a restore can give it back
+    dir_mtimes = {}
+    for a in rp.actions:
+        if a.kind == "remove_dir":
+            with contextlib.suppress(OSError):
+                st = os.lstat(ctx.abs(a.path))
+                if stat.S_ISDIR(st.st_mode):
+                    dir_mtimes[a.path] = st.st_mtime_ns
     for s in staged:
         no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
@@ -60,7 +68,8 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue  # a symlink or a file now: not ours to remove
-        journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777})
+        journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777,
+                        "mtime_ns": dir_mtimes.get(a.path, st.st_mtime_ns)})
         try:
             fsops.rmdir(p)
             dirs.add(os.path.dirname(p))
@@ -79,12 +88,7 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     stages = {r["tmp"]: r for r in records if r["type"] in ("stage", "staged")}
     staged = {r["tmp"]: r for r in records if r["type"] == "staged"}
     rmdirs = [r for r in records if r["type"] == "rmdir"]
-    for r in sorted(rmdirs, key=lambda r: len(r["path"])):
-        no_symlink(ctx, r["path"])
-        p = ctx.abs(r["path"])
-        if not os.path.lexists(p):
-            os.makedirs(p, exist_ok=True)
-            os.chmod(p, r["mode"])
+    remade = make_dirs(ctx, rmdirs)
     originals = {r["path"] for r in backups}
     swapped = any(r["type"] == "swap" for r in records)
     produced = {r["final"]: r for r in staged.values()}
@@ -106,6 +110,7 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
             s = staged.get(tmp_rel)
             if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
                 fsops.unlink(fp)
+    settle_dirs(ctx, rmdirs, remade)
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
         if r["path"] not in kept and not matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
@@ -146,6 +151,49 @@ def remove_scratch(vault: Vault, op_id: str) -> None:
         os.rmdir(views)
 
 
+def recorded_mtime_ns(rec: dict) -> Optional[int]:
+    """A record's ``mtime_ns`` when it is a plausible integer (records are untrusted input;
+    records written before it was kept have only the float ``mtime``)."""
+    ns = rec.get("mtime_ns")
+    return ns if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 63 else None
+
+
+def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
+    """Re-create the recorded folders that are missing, shallowest first, owner-writable while
+    files go back in (``settle_dirs`` gives each its recorded mode and mtime afterwards).
+    Returns the paths it made."""
+    made = []
+    for d in sorted(dirs, key=lambda d: len(d["path"])):
+        no_symlink(ctx, d["path"])
+        p = ctx.abs(d["path"])
+        if not os.path.lexists(p):
+            os.makedirs(p, mode=0o700, exist_ok=True)
+            made.append(d["path"])
+    return made
+
+
+def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
+    """The recorded mode and (where recorded) mtime of each folder in ``made``, or of a recorded
+    folder still 0700 as a killed earlier attempt made it (``made`` is lost when the operation
+    is finished after a crash). Setting a folder's mtime does not touch its parent's; every
+    file is back by now, so nothing changes them afterwards."""
+    made = set(made)
+    for d in sorted(dirs, key=lambda d: len(d["path"]), reverse=True):
+        p = ctx.abs(d["path"])
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        if d["path"] not in made and (st.st_mode & 0o7777) != 0o700:
+            continue  # a folder this operation did not make (or already settled): left as it is
+        os.chmod(p, d["mode"] & 0o7777)
+        ns = recorded_mtime_ns(d)
+        if ns is not None:
+            os.utime(p, ns=(ns, ns), follow_symlinks=False)
+
+
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None) -> Optional[dict]:
     """Put the original bytes of ``rec`` back at its path.
 
@@ -169,8 +217,18 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         vault.store(p, sha)
         displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(p).st_size,
                      "blob": os.path.relpath(vault.blob_path(sha), vault.root)}
-    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"])
+    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], **_time_of(vault, rec))
     return displaced
+
+
+def _time_of(vault: Vault, rec: dict) -> dict:
+    """The modification time a put-back file gets: the recorded one, to the nanosecond where it
+    was kept; for a backup that grew by late writes (salvaged), the blob's own (its last write)."""
+    if rec.get("grew_from"):
+        with contextlib.suppress(OSError):
+            return {"mtime_ns": os.lstat(vault.blob_path(rec["sha256"])).st_mtime_ns}
+    ns = recorded_mtime_ns(rec)
+    return {"mtime_ns": ns} if ns is not None else {}
 
 
 def roll_forward(ctx: Context, records: List[dict]) -> bool:

@@ -308,7 +308,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
             raise TransactionError(f"{a.path}: no longer a regular file (replaced by a symlink?)")
         sha = sha256_file(p)
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
-               "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "action": a.kind}
+               "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind}
         journal.append(rec)
         faults.hit("before_store")
         vault.store(p, sha)
