@@ -209,6 +209,8 @@ def main() -> None:
     ap.add_argument("--scratch", default=None, help="where to write the inputs (default: a temp dir)")
     ap.add_argument("--scanned", action="store_true",
                     help="scan each logdir (its scan cache written) before the reduce")
+    ap.add_argument("--full-read-mb", type=float, default=None,
+                    help="the full-read threshold to use (default: the package's)")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -216,6 +218,8 @@ def main() -> None:
         return
     sizes = [2.0, 4.0] if a.small else [float(s) for s in a.sizes.split(",")]
     full_read = 1 << 20 if a.small else None  # --small: a few MB must take the big-run path
+    if a.full_read_mb is not None:
+        full_read = int(a.full_read_mb * (1 << 20))
     old_max = min(a.old_max_mb, 2.0) if a.small else a.old_max_mb  # CI: one old-verifier row
     scratch = tempfile.mkdtemp(prefix="tbfp-bench-verify-", dir=a.scratch)
     load_before = os.getloadavg()

@@ -19,6 +19,16 @@ from tb_footprint_plugin.verify import Expectations, data_server_binary, verify_
 from tb_footprint_plugin.verify import dashboard, routes
 from tb_footprint_plugin.verify.readers import Reader
 
+
+@pytest.fixture(autouse=True)
+def _full_read_path(monkeypatch):
+    """Most tests here are of the full read (both backends keep every point, routes crawled on
+    both), which runs of more than ``dashboard.FULL_READ_BYTES`` (1 MB) no longer take: their
+    fixtures are a few MB. The big-run path is asked for where a test passes
+    ``full_read_bytes=0``."""
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 64 << 20)
+
+
 BOTH = ("python", "rust")
 
 needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="no data server binary")

@@ -15,6 +15,7 @@ from conftest import real
 from tensorboard.compat.proto import event_pb2
 
 from tb_footprint_plugin.scan import tfrecord
+from tb_footprint_plugin.verify import dashboard
 from tb_footprint_plugin.verify import (
     Expectations,
     check_event_files,
@@ -30,6 +31,15 @@ needs_rust = pytest.mark.skipif(
 BOTH = ("python", "rust")
 KERAS = "tf/keras_profiled/train"
 HIST_TAG = "small_cnn/conv1/kernel/histogram"  # 5 points in the Keras fixture
+
+
+@pytest.fixture(autouse=True)
+def _full_read_path(monkeypatch):
+    """These tests are of the full read (both backends keep every point, routes crawled on
+    both), which runs of more than ``dashboard.FULL_READ_BYTES`` (1 MB) no longer take: their
+    fixtures are a few MB. The big-run path is asked for where a test passes
+    ``full_read_bytes=0``."""
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 64 << 20)
 
 
 # --- helpers -----------------------------------------------------------------------------
@@ -215,6 +225,12 @@ def test_identical_copy_verifies(tmp_path, name):
     if name == "tf/summary_mix":
         lines = [c.detail for c in result.checks]
         assert "scalars: 8 tags, 12080 points identical (python, rust)" in lines
+        # the same run by the big-run path (what its 3.6 MB now take by default): every record
+        # proven byte-identical instead
+        big = verify_reduction(str(orig), str(red), backends=BOTH, full_read_bytes=0)
+        assert big.ok, failed_text(big)
+        assert ("record subsequence: 12911 records, each byte-identical to an original record, in order"
+                in [c.detail for c in big.checks])
         loss = result.scalar_series["loss"]["before"]
         assert loss[0][0] == 0 and loss[-1][0] == result.scalar_series["loss"]["before"][-1][0]
 

@@ -36,8 +36,12 @@ from typing import Iterable, Optional
 from tb_footprint_plugin.verify import routes, views
 from tb_footprint_plugin.verify.readers import Reader
 
-#: Original event data up to this size is read in full by both backends (every point).
-FULL_READ_BYTES = 32 * 1024 * 1024
+#: Original event data up to this size is read in full by both backends (every point). Above it
+#: the big-run path is the cheaper one: measured with bench/verify.py on a histogram/image run,
+#: the full read costs ~0.9 s a MB (both backends keep every point, the Python loader reads the
+#: original at ~4.5 MB/s: a 20 MB run took 9.9 s and 297 MB where 100 MB took 1.9 s), the
+#: big-run path ~1 s fixed plus ~0.01 s a MB; they cross between 0.3 and 1 MB.
+FULL_READ_BYTES = 1024 * 1024
 #: The Python loader reads ~4.5 MB/s: it reads a big run's reduced side only up to this.
 PYTHON_REDUCED_BYTES = 64 * 1024 * 1024
 #: Non-summary record kinds of the index -> the data plugin TensorBoard serves them under.
