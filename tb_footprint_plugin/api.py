@@ -36,7 +36,7 @@ from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths
 from tb_footprint_plugin.engine.purge import PurgeReport, freeable_bytes, purge_backups
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
-from tb_footprint_plugin.engine.restore import restore_op
+from tb_footprint_plugin.engine.restore import kept_blobs, restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import Vault, refuse_unless_ours
@@ -1004,7 +1004,9 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     """Unfinished operations, damage (``problems``, with codes), late writes salvaged, the batch
     ledger, ``batch`` (every ledger of the logdir — one per shard — merged into one view: per run
     its state, who did it and its bytes; ``engine.ledger.merged``), the vault and the operations it holds; ``settle_command`` says what settles them.
-    Changes nothing."""
+    ``kept_blobs``: every blob a restore or rollback kept in the vault in a file's place (``path``,
+    ``blob``, ``holds``, ``late_records`` and ``late_records_file`` when its records are back in
+    the run, ``bring_back``: the command that copies it out, ``code``). Changes nothing."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
         from tb_footprint_plugin.engine import bucket_ledger
@@ -1013,7 +1015,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         st = bk.status(rfs, vault)
         st["batch"] = with_restores(bucket_ledger.merged(rfs), st["operations"])
         # the keys the front ends read for a local logdir; a bucket's damage is reported per verb
-        for k in ("unfinished", "problems", "late_writes"):
+        for k in ("unfinished", "problems", "late_writes", "kept_blobs"):
             st.setdefault(k, [])
         st.setdefault("settle_command", health.settle_command(logdir, backup_dir) if st["unfinished_operations"] else None)
         return st
@@ -1042,13 +1044,18 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
             "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
             "unfinished": found["unfinished_operations"],
             "problems": problems + found["problems"],
-            "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx))}
+            "settle_command": found["settle_command"], "late_writes": health.late_writes(own_manifests(ctx)),
+            # bytes a restore or rollback found in a file's place, kept in the vault: what each
+            # holds and how to bring it back (``engine.restore.kept_blobs``)
+            "kept_blobs": kept_blobs(ctx, own_manifests(ctx))}
 
 
 def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """The change log, oldest first. Each reduce entry says where its backup is now
     (``backup``: ``kept``, ``purged`` or ``released`` — dropped by a verified restore — or ``none``)
-    and ``removed_from_logdir_bytes``; purge entries carry ``freed`` (bytes freed on disk)."""
+    and ``removed_from_logdir_bytes``; purge entries carry ``freed`` (bytes freed on disk); a restore
+    (or rolled-back reduce) that kept bytes found in a file's place carries ``kept_blobs`` (as in
+    ``status``)."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
 
@@ -1057,9 +1064,14 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     try:
         ctx = _context(logdir, backup_dir)
         manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
+        kept = kept_blobs(ctx, list(manifests.values()))
     except (OSError, ValueError):
-        manifests = {}
+        manifests, kept = {}, []
     for e in entries:
+        if e.get("kind") in ("restore", "reduce"):  # blobs kept in a file's place, as they are now
+            mine = [k for k in kept if k["op_id"] == e.get("op_id")]
+            if mine:
+                e["kept_blobs"] = mine
         if e.get("kind") != "reduce":
             continue
         m = manifests.get(e.get("op_id"))

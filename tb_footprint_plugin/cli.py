@@ -520,6 +520,10 @@ def cmd_status(args) -> int:
     for lw in st["late_writes"]:
         print(f"  late writes [{lw['code']}]: {lw['records']} record(s) written to {lw['path']} after "
               f"{lw['op_id']}" + (f", salvaged into {lw['file']}" if lw.get("file") else ", kept in the vault"))
+    for kb in st.get("kept_blobs", []):
+        print(f"  kept in the vault [{kb['code']}] by {kb['op_id']}: {kb['holds']}"
+              + ("" if kb["present"] else " — MISSING from the vault"))
+        print(f"    bring it back: {kb['bring_back']}")
     if st["settle_command"]:
         print(f"  run `{st['settle_command']}` to settle this (also done by the next reduce, restore or purge)")
     kept = [o for o in st["operations"] if o["kind"] == "reduce" and not o["backup_purged"]]

@@ -8,10 +8,11 @@ interrupted restore is simply finished on the next start.
 from __future__ import annotations
 
 import os
+import shlex
 import time
-from typing import List
+from typing import List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine.catalogue import journal_blobs, restorable_ops, unsettled_op
 from tb_footprint_plugin.engine.context import (
@@ -102,6 +103,10 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
         journal.close()
         out.status, out.code = Outcome.RESTORED, None
         out.reason = detail
+        try:  # said with a code too when newer bytes were found in an original's place
+            out.code = restore_code(vault.read_manifest(op_id).get("displaced", []))
+        except (OSError, ValueError):
+            pass
         out.bytes_after = manifest.get("bytes_before", 0)
         out.created_files = [f["path"] for f in manifest.get("files", [])]
         out.removed_files = [c["path"] for c in manifest.get("created", [])
@@ -123,13 +128,26 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     remade = make_dirs(ctx, manifest.get("removed_dirs", []))
     faults.hit("restore_mid")
     created = {c["path"]: c for c in manifest.get("created", [])}
-    displaced = []
+    # what this restore found in an original's place, recorded in the reduction's manifest
+    # before the original goes back: a restore finished after a crash still knows it
+    displaced = [d for d in manifest.get("restore_displaced", []) if d.get("by") == begin["op_id"]]
+
+    def remember(d: dict) -> None:
+        if any(x.get("path") == d["path"] and x.get("sha256") == d.get("sha256") for x in displaced):
+            return
+        displaced.append({**d, "by": begin["op_id"]})
+        manifest["restore_displaced"] = [x for x in manifest.get("restore_displaced", [])
+                                         if x.get("by") != begin["op_id"]] + displaced
+        vault.write_manifest(manifest)
+
     for f in manifest["files"]:
-        # bytes written there since the reduction are kept in the vault, never lost
-        d = put_back(ctx, vault, f, created.get(f["path"]))
-        if d:
+        # bytes written there since the reduction are kept in the vault, never lost, and the
+        # records among them go back into the run beside the original
+        d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember)
+        if d and d.get("kept_in_place"):
             displaced.append(d)
         faults.hit("restore_file")
+    displaced = [{k: v for k, v in d.items() if k != "by"} for d in displaced]
     kept_changed = []
     for c in manifest.get("created", []):
         if c["path"] in originals:
@@ -164,16 +182,78 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         "before": manifest.get("bytes_after"), "after": manifest.get("bytes_before"), "verified": True,
         "outcome": "restored", "reason": f"restored {manifest['op_id']}", "backup_kept": True,
         "user": who()["user"], "host": who()["host"], "tool_version": __version__,
+        **({"code": restore_code(displaced), "kept": [_kept_view(vault, d) for d in displaced if d.get("sha256")]}
+           if displaced else {}),
     })
     detail = f"{len(originals)} file(s) restored byte for byte (sha256 checked)"
     if released:
         detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"
     if kept_changed:
         detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
-    if displaced:
-        detail += (f"; {len(displaced)} file(s) written since the reduction were kept in the vault "
-                   f"(restore manifest {begin['op_id']})")
+    late = [d["late_records"] for d in displaced if d.get("late_records")]
+    if late:
+        detail += ("; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run as "
+                                    f"{x['file']}" for x in late))
+    stored = [d for d in displaced if d.get("sha256")]
+    if stored:
+        detail += (f"; {len(stored)} file(s) as they stood before the restore kept in the vault "
+                   f"(restore {begin['op_id']}; `tb-footprint status` shows how to bring them back)")
     return detail
+
+
+def restore_code(displaced: List[dict]) -> Optional[str]:
+    """The code of a restore that found newer bytes in an original's place: records put back
+    into the run (``late_records_restored``), bytes kept in the vault (``displaced_kept``), or
+    None when every path held the original or what the reduction made."""
+    if any(d.get("late_records") for d in displaced):
+        return Finding.LATE_RECORDS_RESTORED
+    if any(d.get("sha256") for d in displaced):
+        return Finding.DISPLACED_KEPT
+    return None
+
+
+def _kept_view(vault: Vault, d: dict) -> dict:
+    late = d.get("late_records") or {}
+    return {"path": d["path"], "sha256": d["sha256"], "size": d.get("size"),
+            "blob": os.path.join(vault.root, "blobs", d["sha256"][:2], d["sha256"]),
+            "late_records": late.get("records", 0), "late_records_file": late.get("file")}
+
+
+def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
+    """Every blob a restore or a rollback kept in the vault in a file's place (bytes written
+    after a reduction, which no backup holds): what it holds and how to bring it back, for
+    ``status``, ``history`` and the tab. A blob gone from the vault is listed as missing."""
+    out = []
+    for m in manifests:
+        for d in m.get("displaced", []):
+            sha = d.get("sha256")
+            if not sha or d.get("kept_in_place"):
+                continue
+            try:
+                vault = Vault(m["vault"])
+                blob = vault.blob_path(sha)
+            except (KeyError, OSError, ValueError):
+                continue  # an untrusted record: never a path
+            late = d.get("late_records") if isinstance(d.get("late_records"), dict) else {}
+            present = os.path.isfile(blob) and not os.path.islink(blob)
+            holds = (f"{d['path']} as it stood before {'the restore' if m.get('kind') == 'restore' else 'the rollback'}"
+                     f" ({human_bytes(int(d.get('size') or 0))})")
+            if late.get("file"):
+                holds += (f": the reduced file with {late.get('records', 0)} record(s) written after the reduction, "
+                          f"which are back in the run as {late['file']}")
+            out.append({
+                "op_id": m.get("op_id"), "kind": m.get("kind"), "of_op": m.get("of_op"), "run": m.get("run"),
+                "path": d["path"], "sha256": sha, "size": d.get("size"), "blob": blob, "present": present,
+                "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,
+                "late_records": late.get("records", 0), "late_records_file": late.get("file"),
+                "holds": holds,
+                # an event file's copy under a name TensorBoard does not read: its records would
+                # show twice next to the restored original
+                "bring_back": "cp --preserve=timestamps " + shlex.quote(blob) + " " + shlex.quote(
+                    os.path.join(os.path.dirname(ctx.abs(d["path"])), f"kept-{sha[:12]}.tfrecord")
+                    if is_summary_event_file_name(os.path.basename(d["path"])) else ctx.abs(d["path"]) + ".kept"),
+            })
+    return out
 
 
 def _remove_restore_temps(ctx: Context, manifest: dict) -> List[str]:
@@ -250,4 +330,4 @@ def _check_reads(ctx: Context, paths: List[str]) -> None:
         raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
 
 
-__all__ = ["restore_op", "finish_restore"]
+__all__ = ["restore_op", "finish_restore", "kept_blobs", "restore_code"]

@@ -114,6 +114,56 @@ def starts_with(path: str, size: int, sha: str) -> bool:
     return h.hexdigest() == sha
 
 
+def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_name: str) -> Optional[dict]:
+    """Put the complete records ``source`` holds between ``start`` and ``size`` back into the run
+    beside ``path`` (relative to the logdir), as the next free ``<path>.salvaged-NNN``.
+
+    Used where an original goes back over a file a writer appended to after its reduction (a
+    restore, a rollback): those records exist nowhere else in the run. ``source`` is a stable
+    copy of that file (its vault blob). Idempotent: a salvage file beside ``path`` that already
+    holds exactly these records is reused, so a restore finished after a crash writes it once.
+    Returns ``{file, records, bytes, sha256, size, partial_bytes, corrupt}``, or None when no
+    complete record is there. ``tmp_name``: the temporary file's name in that folder (one the
+    caller sweeps after a crash)."""
+    from tb_footprint_plugin.storage.paths import check_no_symlink
+
+    check_no_symlink(ctx.logdir, path)
+    folder = os.path.dirname(ctx.abs(path))
+    tmp = os.path.join(folder, os.path.basename(tmp_name))
+    records = nbytes = 0
+    h = hashlib.sha256()
+    with open_regular(source) as src, open(tmp, "wb") as dst:
+        src.seek(start)
+        reader = RecordReader(_Limited(src, size - start), raw=True, display_name=f"late records of {path}")
+        for rec in reader:
+            dst.write(rec)
+            h.update(rec)
+            records += 1
+            nbytes += len(rec)
+        dst.flush()
+        os.fsync(dst.fileno())
+    if not records:
+        os.unlink(tmp)
+        return None
+    sha = h.hexdigest()
+    k, final = 1, None
+    while True:
+        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        if not os.path.lexists(ctx.abs(name)):
+            break
+        if matches(ctx.abs(name), sha, nbytes):
+            final = name  # written by an earlier, interrupted attempt
+            os.unlink(tmp)
+            break
+        k += 1
+    if final is None:
+        final = name
+        os.replace(tmp, ctx.abs(final))
+        fsync_dir(folder)
+    return {"file": final, "records": records, "bytes": nbytes, "sha256": sha, "size": nbytes,
+            "partial_bytes": size - start - reader.valid_bytes, "corrupt": reader.status == "corrupt"}
+
+
 def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
     """(manifest, file entry, blob size) for every kept backup longer than recorded (cheap)."""
     out = []
@@ -270,5 +320,5 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     return "interrupted salvage undone; it is done again now"
 
 
-__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
+__all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
            "SALVAGED", "LATE_BYTES_KEPT", "BACKUP_CHANGED"]

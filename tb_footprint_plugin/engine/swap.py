@@ -10,14 +10,16 @@ import contextlib
 import errno
 import os
 import stat
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
+from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault
 from tb_footprint_plugin.plan.model import Action, RunPlan
+from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id
@@ -194,12 +196,18 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
             os.utime(p, ns=(ns, ns), follow_symlinks=False)
 
 
-def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None) -> Optional[dict]:
+def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,
+             on_displaced: Optional[Callable[[dict], None]] = None) -> Optional[dict]:
     """Put the original bytes of ``rec`` back at its path.
 
     Content found there that is neither the original nor what the operation itself produced
     (``produced``) is newer than the backup: it is stored in the vault first and returned as
-    a 'displaced' record, so no byte is ever lost.
+    a 'displaced' record, so no byte is ever lost. For an event file, the records a writer
+    added after the reduction (appended to the reduced file, or written anew where the reduce
+    had deleted the file) also go back into the run beside the original
+    (``<file>.salvaged-NNN``, ``displaced["late_records"]``): TensorBoard keeps showing them.
+    ``on_displaced`` is called with that record before the original takes the path, so a caller
+    can make it durable first (a restore finished after a crash finds the path already restored).
     """
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
@@ -214,11 +222,33 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             # the file in place holds every byte, the newest ones included; leave it
             return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
         sha = sha256_file(p)
-        vault.store(p, sha)
-        displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(p).st_size,
-                     "blob": os.path.relpath(vault.blob_path(sha), vault.root)}
+        blob = vault.store(p, sha)
+        displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
+                     "blob": os.path.relpath(blob, vault.root)}
+        late = _late_records(ctx, rec, produced, blob, displaced["size"])
+        if late:
+            displaced["late_records"] = late
+        if on_displaced is not None:
+            on_displaced(displaced)
     vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], **_time_of(vault, rec))
     return displaced
+
+
+def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int) -> Optional[dict]:
+    """Records a writer added to ``rec``'s event file after the reduction, from the displaced
+    copy ``blob``, written back into the run beside it; None for other files or when there are
+    none. Appended to the reduced file: what follows its bytes; where the reduce left no file
+    (deleted): all of it. A file replaced by other content is kept in the vault only."""
+    if not is_summary_event_file_name(os.path.basename(rec["path"])):
+        return None
+    if produced is None:
+        start = 0
+    elif size > produced["size"] and starts_with(blob, produced["size"], produced["sha256"]):
+        start = produced["size"]
+    else:
+        return None
+    tmp = f"{RESTORE_TMP_PREFIX}late-{os.getpid()}-{rec['sha256'][:12]}"
+    return keep_late_records(ctx, rec["path"], blob, start, size, tmp)
 
 
 def _time_of(vault: Vault, rec: dict) -> dict:
