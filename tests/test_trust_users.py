@@ -355,3 +355,107 @@ def test_the_plugin_verbs_use_the_users_own_state_never_a_planted_one(users, sha
     back = alice.tool("restore", shared, "alice-run")
     assert [x["status"] for x in back["outcomes"]] == ["restored"], back
     assert snapshot(shared / "alice-run") == original
+
+
+# ---------------------------------------------------------------------------------------------
+# item 2: state files and folders through symlinks (as the user running the tool)
+# ---------------------------------------------------------------------------------------------
+def _write_run(run_dir, seed):
+    from tb_footprint_plugin import synth
+
+    with synth.EventWriter(run_dir) as w:
+        for s in range(60):
+            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
+    synth.write_profile_session(run_dir, synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=1500,
+                                with_caches=True, seed=seed)
+    for dirpath, dirnames, filenames in os.walk(run_dir):
+        for n in filenames + dirnames:
+            os.utime(os.path.join(dirpath, n), (OLD, OLD))
+
+
+@pytest.fixture
+def reduced_once(tmp_path):
+    """``logs/`` with one run reduced (so its state folder and vault exist) and one to reduce,
+    and ``outside/`` beside it: where planted links point."""
+    from tb_footprint_plugin import api
+
+    logs, outside = tmp_path / "logs", tmp_path / "outside"
+    _write_run(str(logs / "first"), 1)
+    _write_run(str(logs / "second"), 2)
+    outside.mkdir()
+    (outside / "victim.txt").write_text("must survive")
+    (outside / "victimdir").mkdir()
+    (outside / "victimdir" / "keep.txt").write_text("must survive too")
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["first"], quiet_period=0,
+                            verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    return logs, outside
+
+
+def _tree(root) -> dict:
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for n in files + dirs:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            out[os.path.relpath(p, root)] = (stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("where", ["ledger.json.lock", "locks", "journal", "oplog", "history.jsonl",
+                                   "scan-cache.json", "scan-cache.lock"])
+def test_a_symlink_where_state_belongs_is_set_aside_and_reported_never_followed(reduced_once, where):
+    from tb_footprint_plugin import api
+
+    logs, outside = reduced_once
+    state = logs / ".tb-footprint"
+    link = state / where
+    if link.is_dir() and not link.is_symlink():
+        shutil.rmtree(link)
+    elif link.exists() or link.is_symlink():
+        link.unlink()
+    # folders point at an existing folder outside; files at a file that must never appear
+    target = outside / "victimdir" if where in ("locks", "journal", "oplog") else outside / f"new-{where}"
+    os.symlink(str(target), str(link))
+    if where.startswith("scan-cache"):
+        _write_run(str(logs / "third"), 3)  # new files: this reduce's scan saves its cache
+    before = _tree(outside)
+
+    if where.startswith("scan-cache"):
+        assert "third" in [r.name for r in api.scan(str(logs)).runs]  # the scan that saves the cache
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["second"], quiet_period=0,
+                            verify_backends=("python",), ledger="default")
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    assert _tree(outside) == before, "something was written through the planted link"
+    assert not target.exists() or target.is_dir()
+    assert (outside / "victimdir" / "keep.txt").read_text() == "must survive too"
+    # the link itself was renamed aside (kept, never followed), and a real one of ours made
+    (aside,) = [p for p in state.iterdir() if p.name.startswith(where + ".refused-")]
+    assert aside.is_symlink() and os.readlink(aside) == str(target)
+    if os.path.lexists(link):
+        st = os.lstat(link)
+        assert not stat.S_ISLNK(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    # ... and reported, with its code, by status (what the tab shows too)
+    found = [p for p in api.status(str(logs))["problems"] if p["code"] == "untrusted_set_aside"]
+    assert [p["file"] for p in found] == [str(aside)], found
+    assert str(target) in found[0]["detail"]
+    # the reduction it interrupted nothing of: restore still gives the run back
+    back = api.restore(str(logs), run="second")
+    assert [o.status for o in back] == ["restored"], [o.to_dict() for o in back]
+
+
+def test_a_symlinked_state_folder_in_a_private_logdir_is_never_written_through(tmp_path):
+    """``.tb-footprint`` itself a symlink (to a folder of ours elsewhere): the per-user folder is
+    used; nothing lands in the link's target."""
+    from tb_footprint_plugin import api
+
+    logs, elsewhere = tmp_path / "logs", tmp_path / "elsewhere"
+    _write_run(str(logs / "run"), 3)
+    elsewhere.mkdir(mode=0o700)
+    os.symlink(str(elsewhere), str(logs / ".tb-footprint"))
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["run"], quiet_period=0,
+                            verify_backends=("python",), ledger="default")
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    assert list(elsewhere.iterdir()) == []
+    assert (logs / f".tb-footprint-u{os.geteuid()}" / "ledger.json").is_file()
+    assert [r.name for r in api.scan(str(logs)).runs] == ["run"]

@@ -21,13 +21,17 @@ import os
 import socket
 import stat
 import tempfile
+import time
 from typing import Iterable, List, Optional
 
+from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name
-from tb_footprint_plugin.storage.private import ADVICE, NotPrivate, check_private_dir, ensure_private_dir
+from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
+                                                 untrusted_in)
+from tb_footprint_plugin.storage.regular import open_regular
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
@@ -46,9 +50,31 @@ def who() -> dict:
     return {"user": user, "host": socket.gethostname()}
 
 
+def set_aside_findings(folder: str) -> list:
+    """What was set aside as untrusted in ``folder`` and its subfolders (``storage.private``), as
+    ``trust.Untrusted`` findings with code ``untrusted_set_aside``: shown by ``status`` and the
+    tab until someone removes them."""
+    from tb_footprint_plugin.engine.trust import Untrusted
+
+    out = []
+    for item in untrusted_in(folder):
+        p = item["file"]
+        try:
+            st = os.lstat(p)
+            what = (f"a symbolic link to {os.readlink(p)}" if stat.S_ISLNK(st.st_mode)
+                    else f"{'a folder' if stat.S_ISDIR(st.st_mode) else 'a file'} {describe(st)}")
+        except OSError:
+            what = "an entry"
+        out.append(Untrusted(Finding.UNTRUSTED_SET_ASIDE, p,
+                             f"{what} stood where the tool keeps {item['name']!r}; set aside on "
+                             f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(item['time']))}, never followed "
+                             "or written; look at it, then remove it"))
+    return out
+
+
 def _digests_named_in(path: str) -> set:
     try:
-        with open(path, "r", encoding="utf-8") as f:
+        with open_regular(path) as f:  # a set-aside link or FIFO is never followed
             m = json.load(f)
         files = m.get("files", []) if isinstance(m, dict) and not m.get("backup_purged") else []
         return {f.get("sha256") for f in files if isinstance(f, dict) and is_sha256(f.get("sha256"))}
@@ -264,6 +290,7 @@ class Vault:
                 except (OSError, ValueError, RecursionError) as e:
                     self.problems.append(Untrusted(BAD_MANIFEST, os.path.join(self.ops, name), f"unreadable ({e})"))
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
+        self.problems += set_aside_findings(self.root)
         return out
 
     def unreadable_manifests(self) -> List[str]:

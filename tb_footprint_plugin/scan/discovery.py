@@ -149,6 +149,8 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
         for e in entries:
             if not parts and e.name == DEMO_MARKER and e.is_file(follow_symlinks=False):
                 continue  # the demo's bookkeeping, not a file of "(unattributed)"
+            if not parts and is_state_name(e.name) and not e.is_dir(follow_symlinks=False):
+                continue  # a state name that is a link or file (planted): the tool's name, never a run's file
             try:
                 if e.is_dir(follow_symlinks=False):
                     subdirs.append(e.name)
