@@ -4,7 +4,7 @@
 // kept), scalars as one compact row per tag with a chart on demand, per-category bars before and
 // after, and the verification table.
 
-import {button, bytes, clear, el, plural, when} from './common.js';
+import {button, bytes, clear, el, fidelityList, plural, when} from './common.js';
 import {distributionPoints, overlayChart} from './charts.js';
 import {restoreFlow} from './reduce.js';
 import {categoryBars} from './run.js';
@@ -37,28 +37,142 @@ function sampleUrl(opId, side, plugin, tag, step, index) {
   return './sample?' + new URLSearchParams({op: opId, side, plugin, tag, step: String(step), index: String(index || 0)});
 }
 
+// Thumbnails load at once when the check opens (never lazily: a lazy image below the fold stayed an
+// empty box under "same ✓"), a few at a time (each is a read of the run on the server), each box
+// showing a spinner until its picture is decoded, or why it cannot be shown. Loaded pictures are
+// kept per operation, so a re-render (a job's progress redraws the page) shows them at once.
+const MAX_PARALLEL_SAMPLES = 4;
+const samples = {op: null, done: new Map(), pending: new Map(), gone: {}, queue: [], running: 0};
+
+function resetSamples(opId) {
+  if (samples.op === opId) return;
+  for (const r of samples.done.values()) if (r.src) URL.revokeObjectURL(r.src);
+  Object.assign(samples, {op: opId, done: new Map(), pending: new Map(), gone: {}, queue: []});
+}
+
+function pump() {
+  while (samples.running < MAX_PARALLEL_SAMPLES && samples.queue.length) {
+    const job = samples.queue.shift();
+    samples.running++;
+    job().finally(() => {
+      samples.running--;
+      pump();
+    });
+  }
+}
+
+async function fetchSample(opId, side, url) {
+  if (samples.gone[side]) return {error: samples.gone[side]};
+  let response;
+  try {
+    response = await fetch(url, {credentials: 'same-origin'});
+  } catch (e) {
+    return {error: 'TensorBoard is not reachable (' + e.message + ')'};
+  }
+  if (!response.ok) {
+    let msg = response.status + ' ' + response.statusText;
+    try {
+      msg = (await response.json()).error || msg;
+    } catch (e) {
+      // not JSON: the status says it
+    }
+    // 410: this side is gone for the whole operation (restored, or its backup purged)
+    if (response.status === 410 && samples.op === opId) samples.gone[side] = msg;
+    return {error: msg};
+  }
+  return {src: URL.createObjectURL(await response.blob())};
+}
+
+/** The picture at `url` as {src} or {error}; each URL fetched once per operation. */
+function loadSample(opId, side, url) {
+  resetSamples(opId);
+  if (samples.done.has(url)) return Promise.resolve(samples.done.get(url));
+  if (!samples.pending.has(url)) {
+    samples.pending.set(url, new Promise((resolve) => {
+      samples.queue.push(() => fetchSample(opId, side, url).then((r) => {
+        if (samples.op === opId) samples.done.set(url, r);
+        resolve(r);
+      }));
+      pump();
+    }));
+  }
+  return samples.pending.get(url);
+}
+
+/** Why a side of an operation's samples cannot be shown at all, or null. */
+function sideGone(op, side) {
+  if (side === 'after' && op.restored_by) {
+    return 'The run was restored (' + op.restored_by + '): the reduced files exist no more.';
+  }
+  if (side === 'before' && op.backup_purged && !op.restored_by) {
+    return 'The backup was purged: the original files exist no more.';
+  }
+  return null;
+}
+
+function thumbCell(ctx, tag, s, side, note) {
+  const step = s.step;
+  const label = tag + ' step ' + step + ' (' + side + ')';
+  if (!s[side]) return el('span', {class: 'thumb absent', title: 'step ' + step + ': not shown', text: '—', dataset: {step, side}});
+  const gone = sideGone(ctx.op, side);
+  if (gone) return el('span', {class: 'thumb absent unavailable', title: gone, text: '×', dataset: {step, side}});
+  const title = 'step ' + step + ' · ' + plural(s[side], 'sample') + (s.same ? ' · the same bytes on both sides' : '');
+  const picture = (src) => el('img', {class: 'thumb loaded' + (s.same ? ' same' : ''), alt: label, title, src, dataset: {step, side}});
+  const failed = (msg) => {
+    note(msg);
+    return el('span', {class: 'thumb absent failed', title: msg, text: '!', dataset: {step, side}});
+  };
+  const url = sampleUrl(ctx.op.op_id, side, 'images', tag, step, 0);
+  resetSamples(ctx.op.op_id);
+  const known = samples.done.get(url);
+  if (known) return known.src ? picture(known.src) : failed(known.error);
+  const box = el('span', {class: 'thumb loading', title: 'loading ' + label + '…', role: 'img', 'aria-label': 'loading',
+    dataset: {step, side}}, el('span', {class: 'spinner', 'aria-hidden': 'true'}));
+  loadSample(ctx.op.op_id, side, url).then((r) => {
+    if (!r.src) {
+      box.replaceWith(failed(r.error));
+      return;
+    }
+    const img = picture(r.src);
+    // swapped in once decoded, so no empty box shows between the spinner and the picture
+    (img.decode ? img.decode() : Promise.resolve()).catch(() => null).then(() => box.replaceWith(img));
+  });
+  return box;
+}
+
 /** Images: per shown step the first sample, original above reduced, served from the vault and the run. */
-function thumbnails(opId, tag, e) {
-  const samples = (e.samples || []).slice(-MAX_THUMB_STEPS);
+function thumbnails(ctx, tag, e) {
+  const shown = (e.samples || []).slice(-MAX_THUMB_STEPS);
+  const notes = el('div', {class: 'thumb-notes muted small'});
+  const said = new Set();
+  const note = (msg) => {
+    if (said.has(msg)) return;
+    said.add(msg);
+    notes.appendChild(el('div', {class: 'thumb-note', text: msg}));
+  };
+  for (const side of ['before', 'after']) {
+    const gone = sideGone(ctx.op, side);
+    if (gone && shown.some((s) => s[side])) note((side === 'before' ? 'Original: ' : 'Reduced: ') + gone);
+  }
+  if (ctx.op.restored_by && !sideGone(ctx.op, 'before')) note('Original: as the restored run holds it again.');
   const row = (side) => el('div', {class: 'thumb-row'},
     el('span', {class: 'strip-label muted', text: side === 'before' ? 'original' : 'reduced'}),
-    samples.map((s) => (s[side]
-      ? el('img', {class: 'thumb' + (s.same ? ' same' : ''), loading: 'lazy', alt: tag + ' step ' + s.step + ' (' + side + ')',
-        title: 'step ' + s.step + ' · ' + plural(s[side], 'sample') + (s.same ? ' · the same bytes on both sides' : ''),
-        src: sampleUrl(opId, side, 'images', tag, s.step, 0), dataset: {step: s.step, side}})
-      : el('span', {class: 'thumb absent', title: 'step ' + s.step + ': not shown', text: '—', dataset: {step: s.step, side}}))));
+    shown.map((s) => thumbCell(ctx, tag, s, side, note)));
   return el('div', {class: 'thumbs'}, row('before'), row('after'),
     el('div', {class: 'thumb-row steps muted'}, el('span', {class: 'strip-label', text: 'step'}),
-      samples.map((s) => el('span', {class: 'thumb-step', text: String(s.step)}))));
+      shown.map((s) => el('span', {class: 'thumb-step', text: String(s.step)}))), notes);
 }
 
 /** Audio: the last shown step's first clip on each side, playable. */
-function audioPair(opId, tag, e) {
+function audioPair(ctx, tag, e) {
   const last = (e.samples || []).filter((s) => s.before || s.after).slice(-1)[0];
   if (!last) return null;
-  const player = (side) => (last[side]
-    ? el('audio', {controls: true, preload: 'none', src: sampleUrl(opId, side, 'audio', tag, last.step, 0), dataset: {side}})
-    : el('span', {class: 'muted', text: 'not shown'}));
+  const player = (side) => {
+    const gone = sideGone(ctx.op, side);
+    if (!last[side]) return el('span', {class: 'muted', text: 'not shown'});
+    if (gone) return el('span', {class: 'muted unavailable', text: gone});
+    return el('audio', {controls: true, preload: 'none', src: sampleUrl(ctx.op.op_id, side, 'audio', tag, last.step, 0), dataset: {side}});
+  };
   return el('div', {class: 'audio-pair'},
     el('span', {class: 'strip-label muted', text: 'original'}), player('before'),
     el('span', {class: 'strip-label muted', text: 'reduced'}), player('after'),
@@ -82,7 +196,7 @@ function sampleStrips(e) {
       samples.map((s) => el('span', {class: 'sample-step', text: String(s.step)}))));
 }
 
-function tagCard(plugin, tag, e, opId) {
+function tagCard(plugin, tag, e, ctx) {
   const same = e.same_shown;
   const [pb, pa] = e.points;
   const [sb, sa] = e.shown;
@@ -92,9 +206,9 @@ function tagCard(plugin, tag, e, opId) {
       el('span', {class: same ? 'ok' : 'warn-text', text: same ? 'dashboard shows the same ✓' : 'dashboard shows ' + sa.length + ' of ' + sb.length + ' steps'})),
     el('div', {class: 'muted small', text: 'stored ' + pb + ' → ' + pa + ' points · shown: ' + stepsText(sb) +
       (same ? '' : ' → ' + stepsText(sa))}));
-  if (e.samples && plugin === 'images' && opId) card.appendChild(thumbnails(opId, tag, e));
+  if (e.samples && plugin === 'images' && ctx) card.appendChild(thumbnails(ctx, tag, e));
   else if (e.samples) card.appendChild(sampleStrips(e));
-  if (e.samples && plugin === 'audio' && opId) card.appendChild(audioPair(opId, tag, e));
+  if (e.samples && plugin === 'audio' && ctx) card.appendChild(audioPair(ctx, tag, e));
   if (e.distribution && (e.distribution.before || e.distribution.after)) {
     card.appendChild(el('div', {class: 'muted small', text: 'distribution at step ' + e.distribution.step + ', original and reduced overlaid'}));
     card.appendChild(overlayChart(distributionPoints(e.distribution.before), distributionPoints(e.distribution.after),
@@ -103,7 +217,7 @@ function tagCard(plugin, tag, e, opId) {
   return card;
 }
 
-function touchedSections(v, opId) {
+function touchedSections(v, op) {
   const out = [];
   const summaries = v.tag_summaries || {};
   const order = Object.keys(summaries).sort((a, b) => (a === 'images' ? -3 : a === 'audio' ? -2 : a === 'histograms' ? -1 : 0) -
@@ -117,7 +231,7 @@ function touchedSections(v, opId) {
       el('h3', {}, (PLUGIN_TITLES[plugin] || plugin) + ' ',
         el('span', {class: 'legend-inline ' + (same === tags.length ? 'ok' : ''),
           text: same + ' of ' + plural(tags.length, 'tag') + ' shown the same' + (p.tag_count > tags.length ? ' (first ' + tags.length + ' of ' + p.tag_count + ' listed)' : '')})),
-      el('div', {class: 'tag-cards'}, tags.map(([tag, e], i) => tagCard(plugin, tag, e, i < MAX_THUMB_TAGS ? opId : null))));
+      el('div', {class: 'tag-cards'}, tags.map(([tag, e], i) => tagCard(plugin, tag, e, i < MAX_THUMB_TAGS ? {op} : null))));
     out.push(section);
   }
   return out;
@@ -234,7 +348,7 @@ export class CheckView {
     }
 
     // what the policy touched, from the verification's own reads
-    const touched = touchedSections(v, op.restored_by ? null : op.op_id).concat([graphSection(v), profileSection(c)].filter(Boolean));
+    const touched = touchedSections(v, op).concat([graphSection(v), profileSection(c)].filter(Boolean));
     if (touched.length) {
       this.el.appendChild(el('h3', {class: 'touched-title'}, 'What the dashboards show, before and after ',
         el('span', {class: 'legend-inline'},
@@ -266,7 +380,7 @@ export class CheckView {
     }
 
     if ((c.fidelity || []).length) {
-      this.el.append(el('h3', {text: 'What the policy promised'}), el('ul', {class: 'fidelity'}, c.fidelity.map((l) => el('li', {text: l}))));
+      this.el.append(el('h3', {text: 'What the policy promised'}), fidelityList(c.fidelity, c.fidelity_details));
     }
   }
 }

@@ -111,6 +111,7 @@ const COLORS = {
   profile_secondary: '#AA4499',  // Tol purple
   profile_other: '#C8A26B',
   profile_empty: '#EAD9B8',
+  profile_tool_outputs: '#B36B00', // darker orange: what old xprof versions wrote beside a session
   torch_trace: '#D55E00',        // Okabe-Ito vermillion
   plugin_assets: '#44AA99',      // Tol teal
   checkpoints: '#117733',        // Tol green
@@ -126,8 +127,67 @@ export function color(name) {
   return 'hsl(' + (h % 360) + ', 45%, 55%)';
 }
 
+// The greys: run metadata and bookkeeping records, rare and small. The legend lists them as one
+// "other" entry (a disclosure names each), so the eye is not spent on six shades of grey.
+export const GREY_CATEGORIES = ['graph_run_metadata', 'graph_run_metadata_graph', 'tagged_run_metadata', 'session_log',
+  'file_version', 'events_other', 'other', 'symlink'];
+
+/** The page and card colours of each mode (style.css) that every colour dot must stand out from. */
+export const DARK_BACKGROUNDS = ['#303030', '#3a3a3a'];
+export const LIGHT_BACKGROUNDS = ['#f5f5f5', '#ffffff'];
+
+function channels(css) {
+  const m = /^#([0-9a-f]{6})$/i.exec(css);
+  if (m) return [0, 2, 4].map((i) => parseInt(m[1].slice(i, i + 2), 16));
+  const h = /^hsl\((\d+), (\d+)%, (\d+)%\)$/.exec(css);
+  if (!h) return null;
+  const [hue, sat, light] = [Number(h[1]), Number(h[2]) / 100, Number(h[3]) / 100];
+  const a = sat * Math.min(light, 1 - light);
+  const f = (n) => {
+    const k = (n + hue / 30) % 12;
+    return Math.round(255 * (light - a * Math.max(-1, Math.min(k - 3, 9 - k, 1))));
+  };
+  return [f(0), f(8), f(4)];
+}
+
+/** WCAG contrast ratio of two colours (#rrggbb or the hsl() colour() makes), 1 to 21. */
+export function contrast(a, b) {
+  const lum = (c) => {
+    const [r, g, bl] = channels(c).map((v) => {
+      const x = v / 255;
+      return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * bl;
+  };
+  const [hi, lo] = [lum(a), lum(b)].sort((x, y) => y - x);
+  return (hi + 0.05) / (lo + 0.05);
+}
+
+// a non-text graphic needs 3:1 against what it sits on (WCAG 1.4.11)
+const MIN_GRAPHIC_CONTRAST = 3;
+
+/** True when `name`'s colour would fade into a background of `mode` ('dark' or 'light'): it gets a ring there. */
+export function needsRing(name, mode) {
+  return (mode === 'light' ? LIGHT_BACKGROUNDS : DARK_BACKGROUNDS).some((bg) => contrast(color(name), bg) < MIN_GRAPHIC_CONTRAST);
+}
+
+/** A category's colour dot; a ring (light in dark mode, dark in light mode) where the colour alone would fade. */
 export function swatch(name) {
-  return el('span', {class: 'swatch', style: {background: color(name)}, 'aria-hidden': 'true'});
+  const cls = 'swatch' + (needsRing(name, 'dark') ? ' ring-dark' : '') + (needsRing(name, 'light') ? ' ring-light' : '');
+  return el('span', {class: cls, style: {background: color(name)}, 'aria-hidden': 'true', dataset: {category: name}});
+}
+
+/** A plan's fidelity lines, each with its details (a string or lines of text) behind a disclosure. */
+export function fidelityList(lines, details) {
+  return el('ul', {class: 'fidelity'}, (lines || []).map((line, i) => {
+    const d = (details || [])[i];
+    const extra = (Array.isArray(d) ? d : [d]).filter((x) => typeof x === 'string' && x.trim());
+    if (!extra.length) return el('li', {text: line});
+    return el('li', {class: 'has-details'},
+      el('details', {class: 'fidelity-details'},
+        el('summary', {text: line}),
+        el('div', {class: 'fidelity-detail small'}, extra.map((x) => el('div', {text: x})))));
+  }));
 }
 
 /** A horizontal stacked bar: one segment per category, width proportional to bytes. */

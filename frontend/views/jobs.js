@@ -44,36 +44,112 @@ function outcomeLine(model, o) {
   return line;
 }
 
+// A finished job's card folds to one line: at once when it is not the newest finished job, when
+// the user moves to another page, or FOLD_AFTER_MS after it finished. Its line keeps the outcome
+// and a disclosure that opens the card again (and keeps it open).
+const FOLD_AFTER_MS = 15000;
+
+function summaryText(job) {
+  const res = job.result || {};
+  if (job.state === 'failed') return 'failed: ' + (job.error || 'unknown error');
+  if (job.state === 'cancelled') return 'cancelled before the commit point: nothing was changed';
+  if (job.kind === 'purge') return 'Purged ' + plural((res.ops || []).length, 'backup') + ', freed ' + bytes(res.freed_bytes);
+  const outcomes = res.outcomes || [];
+  const count = (st) => outcomes.filter((o) => o.status === st).length;
+  const parts = [];
+  const done = count('verified');
+  if (done) {
+    parts.push((job.kind === 'retire' ? 'retired ✓ ' : 'verified ✓ ') + plural(done, 'run') +
+      (job.kind === 'reduce' ? ', removed ' + bytes(outcomes.reduce((n, o) => n + (o.status === 'verified' ? o.saved_bytes || 0 : 0), 0)) : ''));
+  }
+  if (count('restored')) parts.push('restored ✓ ' + plural(count('restored'), 'run'));
+  if (count('rolled_back')) parts.push('rolled back ' + plural(count('rolled_back'), 'run'));
+  if (count('failed')) parts.push('failed ' + plural(count('failed'), 'run'));
+  if (count('skipped')) parts.push('skipped ' + plural(count('skipped'), 'run'));
+  return parts.join(' · ') || 'done';
+}
+
+function hasTrouble(job) {
+  const outcomes = (job.result || {}).outcomes || [];
+  return job.state === 'failed' || outcomes.some((o) => o.status === 'rolled_back' || o.status === 'failed');
+}
+
 export class JobsView {
   constructor(model, onError) {
     this.model = model;
     this.onError = onError;
     this.el = el('section', {class: 'jobs', 'aria-live': 'polite'});
     this._last = {};
+    this.finished = {};   // job id -> {at, view}: when and on which page this tab saw it finish
+    this.unfolded = new Set();
+    this.timer = null;
   }
 
   update(state) {
-    const key = {j: state.jobs, o: state.jobOrder, d: state.dismissed};
+    const key = {j: state.jobs, o: state.jobOrder, d: state.dismissed, v: state.view};
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
     this._last = key;
+    this.render(state);
+  }
+
+  folded(job, state, newest) {
+    if (this.unfolded.has(job.id)) return false;
+    if (!newest) return true;
+    const seen = this.finished[job.id];
+    if (seen.view !== state.view) return true;
+    return !hasTrouble(job) && Date.now() - seen.at >= FOLD_AFTER_MS;
+  }
+
+  render(state) {
     clear(this.el);
     let finishedShown = 0;
+    let nextFold = Infinity;
     for (const id of state.jobOrder) {
       const job = state.jobs[id];
       if (!job || state.dismissed[id]) continue;
       const active = job.state === 'queued' || job.state === 'running';
-      if (!active) {
-        finishedShown++;
-        if (finishedShown > 3) continue;  // older outcomes stay in Operations / History
+      if (active) {
+        this.el.appendChild(this.card(job));
+        continue;
       }
-      // the newest finished job in full; older ones as one compact line each
-      this.el.appendChild(this.card(job, !active && finishedShown > 1));
+      finishedShown++;
+      if (finishedShown > 3) continue;  // older outcomes stay in Operations / History
+      if (!this.finished[id]) this.finished[id] = {at: Date.now(), view: state.view};
+      const fold = this.folded(job, state, finishedShown === 1);
+      if (!fold && !this.unfolded.has(id) && !hasTrouble(job)) nextFold = Math.min(nextFold, this.finished[id].at + FOLD_AFTER_MS);
+      this.el.appendChild(fold ? this.foldedCard(job) : this.card(job));
     }
+    clearTimeout(this.timer);
+    if (nextFold < Infinity) this.timer = setTimeout(() => this.render(this.model.state), Math.max(50, nextFold - Date.now()));
   }
 
-  card(job, compact) {
+  /** One line: what the job was and how it ended, a disclosure to open it, dismiss. */
+  foldedCard(job) {
+    const trouble = hasTrouble(job);
+    const card = el('div', {class: 'job-card folded job-' + job.state, dataset: {job: job.id, kind: job.kind, state: job.state}});
+    const open = button('▸', () => {
+      this.unfolded.add(job.id);
+      this.render(this.model.state);
+    }, {kind: 'icon', title: 'Show the outcome in full'});
+    open.classList.add('unfold');
+    open.setAttribute('aria-expanded', 'false');
+    const head = el('div', {class: 'job-head'}, open, el('strong', {text: title(job)}),
+      el('span', {class: 'job-summary ' + (trouble ? 'bad' : job.state === 'cancelled' ? 'muted' : 'ok'), text: summaryText(job)}));
+    const outcomes = (job.result || {}).outcomes || [];
+    const one = outcomes.length === 1 && outcomes[0].status === 'verified' && job.kind === 'reduce' && outcomes[0].op_id ? outcomes[0] : null;
+    if (one) {
+      const b = button('before/after check', () => this.model.openCheck(one.op_id), {kind: 'flat'});
+      b.classList.add('show-check');
+      head.appendChild(b);
+    }
+    head.append(el('span', {class: 'spacer'}), button('×', () => this.model.dismissJob(job.id), {kind: 'icon', title: 'Dismiss'}));
+    card.appendChild(head);
+    return card;
+  }
+
+  card(job) {
     const active = job.state === 'queued' || job.state === 'running';
-    const card = el('div', {class: 'job-card job-' + job.state + (compact ? ' compact' : ''),
+    const card = el('div', {class: 'job-card job-' + job.state,
       dataset: {job: job.id, kind: job.kind, state: job.state}});
     const head = el('div', {class: 'job-head'}, el('strong', {text: title(job)}), el('span', {class: 'spacer'}));
     if (active && job.cancellable) {
@@ -83,6 +159,16 @@ export class JobsView {
       head.appendChild(c);
     }
     if (!active) {
+      if (this.unfolded.has(job.id)) {
+        const f = button('▾', () => {
+          this.unfolded.delete(job.id);
+          this.finished[job.id] = {at: 0, view: null};
+          this.render(this.model.state);
+        }, {kind: 'icon', title: 'Fold to one line'});
+        f.classList.add('fold');
+        f.setAttribute('aria-expanded', 'true');
+        head.insertBefore(f, head.firstChild);
+      }
       const x = button('×', () => this.model.dismissJob(job.id), {kind: 'icon', title: 'Dismiss'});
       head.appendChild(x);
     }
@@ -110,14 +196,14 @@ export class JobsView {
     }
     const outcomes = res.outcomes || [];
     for (const o of outcomes) card.appendChild(outcomeLine(this.model, o));
-    if (job.kind === 'reduce' && res.removed_from_logdir_bytes > 0 && !compact) {
+    if (job.kind === 'reduce' && res.removed_from_logdir_bytes > 0) {
       // the two numbers of the library's reduce_summary (the CLI prints the same): the disk drops only at purge
       card.appendChild(el('div', {class: 'disk-numbers', text: 'Removed ' + bytes(res.removed_from_logdir_bytes) +
         ' from the logdir; ' + bytes(res.freed_on_disk_after_purge_bytes || 0) + ' freed on disk after a purge ' +
         '(the backups stay in the vault until then).'}));
     }
     const changed = outcomes.filter((o) => o.status === 'verified' || o.status === 'restored');
-    if (changed.length && !compact) {
+    if (changed.length) {
       // one note for the whole job, derived by the library from all its outcomes (never per-run notes merged)
       const notes = res.dashboards || [...new Set(changed.flatMap((o) => o.dashboards || []))];
       const refresh = button('Reload TensorBoard page', () => {

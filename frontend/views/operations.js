@@ -16,6 +16,18 @@ function outcomeCell(o) {
     o.rebuilt ? el('span', {class: 'muted', text: ' · manifest rebuilt (' + o.rebuilt.was + ')'}) : null);
 }
 
+/** What the vault keeps for an operation. A restored operation's originals stand in the logdir
+ * again, so its backup was released (or never moved: a retired run comes back whole), never "purged". */
+export function backupCell(o) {
+  if (o.outcome !== 'verified' || (o.kind !== 'reduce' && o.kind !== 'retire')) return '—';
+  if (o.restored_by) {
+    if (o.kind === 'retire') return '0 B kept · restored';
+    return o.backup_purged ? 'restored; backup released' : 'restored; ' + bytes(o.backup_bytes) + ' still kept';
+  }
+  if (o.backup_purged) return 'purged';
+  return bytes(o.backup_bytes) + (o.kind === 'retire' ? ' (whole run)' : '');
+}
+
 export function operationsTable(model, ops, onError, opts) {
   const showRun = !opts || opts.run !== false;
   const st = model.state;
@@ -45,9 +57,7 @@ export function operationsTable(model, ops, onError, opts) {
       } else if (o.restore_note) {
         actions.appendChild(el('span', {class: 'muted', text: o.restore_note}));
       }
-      let backup = '—';
-      if (o.kind === 'reduce' && o.outcome === 'verified') backup = o.backup_purged ? 'purged' : bytes(o.backup_bytes);
-      if (o.kind === 'retire' && o.outcome === 'verified') backup = o.backup_purged ? 'purged' : bytes(o.backup_bytes) + ' (whole run)';
+      const backup = backupCell(o);
       return el('tr', {dataset: {op: o.op_id}},
         el('td', {text: when(o.finished_at || o.started_at)}),
         showRun ? el('td', {class: 'mono', text: o.run}) : null,
@@ -55,7 +65,7 @@ export function operationsTable(model, ops, onError, opts) {
         el('td', {text: o.policy || '—'}),
         outcomeCell(o),
         el('td', {class: 'num', text: o.kind === 'reduce' ? bytes(o.bytes_before) + ' → ' + bytes(o.bytes_after) : '—'}),
-        el('td', {class: 'num', text: backup}),
+        el('td', {class: 'num backup', text: backup}),
         actions);
     })));
 }

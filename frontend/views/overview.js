@@ -1,7 +1,7 @@
 // Overview: logdir total, reclaimable under the policy, vault size, the category legend (which
 // doubles as totals) and every run as a stacked bar, largest first, with a filter.
 
-import {ago, button, bytes, clear, color, el, plural, share, stackedBar, swatch} from './common.js';
+import {GREY_CATEGORIES, ago, button, bytes, clear, el, plural, share, stackedBar, swatch} from './common.js';
 import {reduceFlow} from './reduce.js';
 import {LogdirMap} from './treemap.js';
 
@@ -99,17 +99,44 @@ export class OverviewView {
     clear(this.legend);
     const ov = state.overview;
     if (!ov) return;
-    for (const c of ov.categories) {
-      if (!c.bytes) continue;
-      this.legend.appendChild(el('div', {class: 'legend-item', role: 'listitem', title: c.name + ': ' + plural(c.files, 'file')},
+    const present = ov.categories.filter((c) => c.bytes);
+    const greys = present.filter((c) => GREY_CATEGORIES.includes(c.name));
+    const grouped = greys.length > 1 ? greys : [];
+    for (const c of present) {
+      if (grouped.includes(c)) continue;
+      this.legend.appendChild(el('div', {class: 'legend-item', role: 'listitem', title: c.name + ': ' + plural(c.files, 'file'),
+        dataset: {category: c.name}},
         swatch(c.name),
         el('span', {class: 'legend-label', text: c.label}),
         el('span', {class: 'legend-bytes', text: bytes(c.bytes)}),
         el('span', {class: 'legend-share muted', text: share(c.bytes, ov.total_bytes)})));
     }
+    if (grouped.length) this.legend.appendChild(this.otherEntry(grouped, ov.total_bytes));
     this.legend.appendChild(el('div', {class: 'legend-item legend-dominant', role: 'listitem'},
       el('span', {class: 'legend-stripe', 'aria-hidden': 'true'}),
       el('span', {class: 'muted', text: 'stripe: a run holding ≥ ' + Math.round(100 * DOMINANT_SHARE) + '% of the logdir'})));
+  }
+
+  /** The rare grey categories as one "other" entry; its disclosure (and tooltip) lists each. */
+  otherEntry(greys, total) {
+    const sum = greys.reduce((n, c) => n + c.bytes, 0);
+    const entry = el('details', {class: 'legend-item legend-other', role: 'listitem',
+      title: greys.map((c) => c.label + ': ' + bytes(c.bytes)).join('\n')},
+    el('summary', {'aria-label': 'other: ' + greys.length + ' small categories'},
+      el('span', {class: 'swatch swatch-other', 'aria-hidden': 'true'}),
+      el('span', {class: 'legend-label', text: 'other (' + greys.length + ')'}),
+      el('span', {class: 'legend-bytes', text: bytes(sum)}),
+      el('span', {class: 'legend-share muted', text: share(sum, total)})),
+    el('div', {class: 'legend-other-list'}, greys.map((c) => [
+      swatch(c.name),
+      el('span', {class: 'legend-sub-label', dataset: {category: c.name}, text: c.label}),
+      el('span', {class: 'legend-bytes', text: bytes(c.bytes)}),
+      el('span', {class: 'muted', text: share(c.bytes, total)})])));
+    entry.open = !!this.otherOpen;
+    entry.addEventListener('toggle', () => {
+      this.otherOpen = entry.open;
+    });
+    return entry;
   }
 
   renderMap(state) {

@@ -1,6 +1,6 @@
 // The reduce and restore flows: dry run → confirmation stating the bytes and the changes → job.
 
-import {bytes, el, plural} from './common.js';
+import {bytes, el, fidelityList, plural} from './common.js';
 import {confirmDialog} from './dialog.js';
 
 const KIND_WORDS = {
@@ -74,7 +74,7 @@ export async function reduceFlow(model, runNames, onError) {
       el('ul', {class: 'changes'}, summarizeActions(rp.actions).map((l) => el('li', {text: l}))));
     if (todo.length === 1 && rp.fidelity.length) {
       block.appendChild(el('div', {class: 'dialog-sub', text: 'What the dashboards will show:'}));
-      block.appendChild(el('ul', {class: 'fidelity'}, rp.fidelity.map((l) => el('li', {text: l}))));
+      block.appendChild(fidelityList(rp.fidelity, rp.fidelity_details));
     }
     body.push(block);
   }

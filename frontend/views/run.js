@@ -1,7 +1,7 @@
 // Run detail: categories, the plan under the chosen policy (with its fidelity lines; that is the dry run),
 // the reduce button, profile sessions, files and this run's operations.
 
-import {ago, button, bytes, clear, el, plural, share, stackedBar, swatch, when} from './common.js';
+import {ago, button, bytes, clear, el, fidelityList, plural, share, stackedBar, swatch, when} from './common.js';
 import {lockReason} from './overview.js';
 import {operationsTable} from './operations.js';
 import {reduceFlow, summarizeActions} from './reduce.js';
@@ -130,7 +130,7 @@ export class RunView {
     }
     if (rp.fidelity.length) {
       box.appendChild(el('div', {class: 'dialog-sub', text: 'What the dashboards will show afterwards:'}));
-      box.appendChild(el('ul', {class: 'fidelity'}, rp.fidelity.map((l) => el('li', {text: l}))));
+      box.appendChild(fidelityList(rp.fidelity, rp.fidelity_details));
     }
     if (rp.category_changes && rp.category_changes.length && !rp.skipped) {
       box.appendChild(categoryBars(rp.category_changes, 'expected after'));

@@ -219,6 +219,7 @@ class ReadRoutes(RouteBase):
             "verification": {k: v for k, v in ver.items() if not k.startswith("_") and k != "views"},
             "category_changes": api.category_changes(plan, labels),
             "fidelity": plan.get("fidelity", []),
+            "fidelity_details": plan.get("fidelity_details", []),
             "files": [{"path": f.get("path"), "size": f.get("size"), "action": f.get("action")}
                       for f in m.get("files", [])][:MAX_FILES_LISTED],
             "created": [{"path": c.get("path"), "size": c.get("size")} for c in m.get("created", [])],
