@@ -61,7 +61,7 @@ def make_logdir(root: str, n_runs: int, seed: int = 0) -> str:
 
 def batch(logdir: str, workers: int) -> dict:
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-    cmd = [sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", logdir, "--verify", "python", "--json"]
+    cmd = [sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", logdir, "--verify", "python", "--json", "--yes"]
     t = time.perf_counter()
     procs = [subprocess.Popen(cmd + ["--shard", f"{i}/{workers}"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(workers)]

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shlex
+import signal
 import sys
+import threading
 from typing import List, Optional
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.codes import Skip
+from tb_footprint_plugin.codes import Recovery, Skip
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
 from tb_footprint_plugin.version import __version__
 
@@ -49,16 +53,29 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
 
 
 def cmd_scan(args) -> int:
-    from tb_footprint_plugin.scan.scanner import scan
+    from tb_footprint_plugin import api
 
-    fp = scan(args.logdir, backup_dir=args.backup_dir, use_cache=not args.no_cache)
+    fp = api.scan(args.logdir, backup_dir=args.backup_dir, use_cache=not args.no_cache)
+    api.check_logdir(args.logdir, args.backup_dir, footprint=fp)
     if args.json:
         json.dump(fp.to_dict(with_files=args.files), sys.stdout, indent=1, ensure_ascii=True)
         print()
     else:
         _print_scan(fp, args.top, args.by)
+        if args.files:
+            _print_files(fp, args.top)
     _warn_unsettled(args.logdir, args.backup_dir)
     return EXIT_OK
+
+
+def _print_files(fp, top: Optional[int]) -> None:
+    """``scan --files``: every file of each run shown, biggest first, with its categories."""
+    runs = fp.runs[:top] if top else fp.runs
+    for r in runs:
+        print(f"\n{_shown(r.name)}: {len(r.files)} file(s), {human_bytes(r.total_bytes)}")
+        for f in sorted(r.files, key=lambda f: (-f.size, f.path)):
+            cats = ", ".join(cat.label(c) for c, _ in sorted(f.categories.items(), key=lambda kv: -kv[1])[:2])
+            print(f"  {human_bytes(f.size):>9}  {_shown(f.path)}" + (f"  ({cats})" if cats else ""))
 
 
 def _warn_unsettled(logdir: str, backup_dir=None) -> None:
@@ -69,13 +86,34 @@ def _warn_unsettled(logdir: str, backup_dir=None) -> None:
         found = api.unfinished(logdir, backup_dir)
     except (OSError, ValueError):
         return
-    for o in found["unfinished_operations"]:
-        print(f"warning: unfinished {o['kind']} operation {o['op_id']} on run {o['run']!r} "
-              "(interrupted?): its run may be half changed", file=sys.stderr)
+    for o in _unfinished_lines(api, logdir, backup_dir, found["unfinished_operations"]):
+        print(f"warning: {o}", file=sys.stderr)
     for p in found["problems"]:
         print(f"warning: [{p['code']}] {p['detail']}", file=sys.stderr)
     if found["settle_command"]:
         print(f"warning: run `{found['settle_command']}` to settle this", file=sys.stderr)
+
+
+def _unfinished_lines(api, logdir: str, backup_dir, ops: List[dict]) -> List[str]:
+    """Each unfinished operation said plainly: is its run untouched (every file's sha256 as
+    before) or changed, and what settles it."""
+    try:
+        state = {s["op_id"]: s for s in api.interrupted_state(logdir, backup_dir)}
+    except (OSError, ValueError):
+        state = {}
+    out = []
+    for o in ops:
+        s = state.get(o["op_id"]) or {}
+        if s.get("untouched"):
+            how = (f"its run is untouched (its {s['files']} file(s) have the sha256 they had before); "
+                   "settling only removes the attempt's staging files and journal")
+        elif s.get("untouched") is False:
+            how = (f"its run is changed ({len(s['changed'])} of {s['files']} file(s) differ from before); "
+                   "settling puts the originals back, or finishes it if it had committed")
+        else:
+            how = "settling rolls it back or finishes it"
+        out.append(f"unfinished {o['kind']} operation {o['op_id']} on run {o['run']!r} (interrupted): {how}")
+    return out
 
 
 def cmd_demo(args) -> int:
@@ -99,10 +137,7 @@ def _common(ap: argparse.ArgumentParser) -> None:
 def _filters(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--policy", default="archive",
                     help="archive (default), lossless, keep-latest[=N], or a JSON/TOML policy file")
-    ap.add_argument("--runs", dest="run_glob", default=None, metavar="GLOB",
-                    help="only runs matching this glob (an error if none does)")
-    ap.add_argument("--run", dest="runs", action="append", default=None, metavar="NAME",
-                    help="only this run (repeatable; an error if there is no such run)")
+    _selectors(ap, positional=False)
     ap.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE", help="only runs of at least this size (100MB)")
     ap.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
                     help="only runs not written for this long (14d, 12h)")
@@ -117,6 +152,27 @@ def _filters(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--keep-per-tag", type=_per_tag, default=None, metavar="PLUGIN=N,...",
                     help="custom rule: keep N evenly spaced items per tag (first and last always), "
                          "e.g. histograms=50,images=5")
+
+
+GLOB_HELP = ("runs whose name matches this glob: `*` stays within one folder, `**` spans folders "
+             "('sweep/*', 'sweep/**', '**/eval'); an error if none does")
+
+
+def _selectors(ap: argparse.ArgumentParser, positional: bool = True) -> None:
+    """The run selectors every verb that takes runs accepts, with one meaning: names (positional
+    and ``--run``), and a glob (``--runs`` or ``--glob``, matched by ``plan.select``)."""
+    if positional:
+        ap.add_argument("run_names", nargs="*", metavar="RUN", help="runs by name, as TensorBoard shows them")
+    ap.add_argument("--run", dest="runs", action="append", default=None, metavar="NAME",
+                    help="only this run (repeatable; an error if there is no such run)")
+    ap.add_argument("--runs", "--glob", dest="run_glob", default=None, metavar="GLOB", help=GLOB_HELP)
+
+
+def _merge_names(args) -> None:
+    """Positional run names join ``--run``: one list of names for every verb."""
+    names = list(getattr(args, "run_names", None) or [])
+    if names:
+        args.runs = list(args.runs or []) + [n for n in names if n not in (args.runs or [])]
 
 
 def _per_tag(text: str) -> dict:
@@ -137,7 +193,7 @@ def _policy(args):
                              keep_per_tag=args.keep_per_tag)
 
 
-def _print_plan(p) -> None:
+def _print_plan(p, verbose: bool = False) -> None:
     print(f"policy {p.policy['name']}: {p.policy['description']}")
     idle = [rp for rp in p.runs if rp.code == Skip.NOTHING]
     for rp in p.runs:
@@ -148,8 +204,11 @@ def _print_plan(p) -> None:
             print(f"{head}  [skipped: {rp.skipped}]")
             continue
         print(f"{head}  (frees {human_bytes(rp.removable_bytes)})")
-        for line in rp.fidelity:
-            print(f"  ✓ {line}")
+        if verbose:
+            _print_fidelity(rp)
+        else:
+            for line in rp.fidelity:
+                print(f"  ✓ {line}")
         kinds = {}
         for a in rp.actions:
             kinds.setdefault(a.kind, []).append(a)
@@ -175,10 +234,12 @@ def _print_plan(p) -> None:
 def cmd_plan(args) -> int:
     from tb_footprint_plugin import api
 
-    p = api.plan(args.logdir, _policy(args), backup_dir=args.backup_dir, runs=args.runs,
+    policy = api.get_policy(_policy(args))  # a bad policy is said first, whatever the folder holds
+    api.check_logdir(args.logdir, args.backup_dir)
+    p = api.plan(args.logdir, policy, backup_dir=args.backup_dir, runs=args.runs,
                  run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
                  quiet_period=args.quiet_period)
-    _dump(p.to_dict()) if args.json else _print_plan(p)
+    _dump(p.to_dict()) if args.json else _print_plan(p, args.verbose)
     _warn_unsettled(args.logdir, args.backup_dir)
     return EXIT_OK
 
@@ -215,26 +276,28 @@ def _outcome_line(o) -> str:
 
 class _Progress:
     """A progress bar on stderr when it is a terminal (bytes with rate and ETA, plus runs done);
-    nothing otherwise. Redrawn twice a second so a long step still shows time passing."""
+    nothing otherwise. Redrawn twice a second so a long step still shows time passing. It counts
+    what it shows: the runs and bytes of the plan it was given (the same the plan summary printed),
+    never an outcome of a run outside it (a ledger skip, a run left alone)."""
 
-    def __init__(self, total_bytes: int, total_runs: int, verb: str):
+    def __init__(self, sizes: dict, verb: str):
         self.bar = None
-        self.runs, self.total_runs, self.credit = 0, total_runs, {}
-        if not sys.stderr.isatty() or total_runs == 0:
+        self.sizes = dict(sizes)
+        self.finished: set = set()
+        self.credit: dict = {}
+        if not sys.stderr.isatty() or not self.sizes:
             return
         try:
             from tqdm import tqdm
         except ImportError:  # progress is a nicety
             return
-        import threading
-
         import shutil
 
         # a terminal that reports no size (some ptys) still gets a bar of a usual width
-        self.bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1000, desc=verb,
+        self.bar = tqdm(total=sum(self.sizes.values()), unit="B", unit_scale=True, unit_divisor=1000, desc=verb,
                         file=sys.stderr, ncols=shutil.get_terminal_size((100, 24)).columns,
                         nrows=shutil.get_terminal_size((100, 24)).lines,
-                        postfix=f"0/{total_runs} runs")
+                        postfix=f"0/{len(self.sizes)} runs")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         threading.Thread(target=self._tick, daemon=True).start()
@@ -246,7 +309,7 @@ class _Progress:
 
     def step(self, run: str, size: int, fraction: float) -> None:
         """``run`` (of ``size`` bytes) is ``fraction`` done."""
-        if self.bar is None:
+        if self.bar is None or run not in self.sizes:
             return
         with self._lock:
             new = int(size * max(0.0, min(1.0, fraction)))
@@ -256,15 +319,17 @@ class _Progress:
                 self.bar.update(delta)
             self.bar.set_description_str(run[-30:], refresh=False)
 
-    def done(self, run: str, size: int, line: str) -> None:
+    def done(self, run: str, line: str) -> None:
         """``run`` finished; ``line`` says how."""
         if self.bar is None:
-            print(line)
+            print(line, flush=True)
             return
-        self.step(run, size, 1.0)
+        if run in self.sizes and run not in self.finished:
+            self.step(run, self.sizes[run], 1.0)
+            with self._lock:
+                self.finished.add(run)
+                self.bar.set_postfix_str(f"{len(self.finished)}/{len(self.sizes)} runs", refresh=False)
         with self._lock:
-            self.runs += 1
-            self.bar.set_postfix_str(f"{self.runs}/{self.total_runs} runs", refresh=False)
             self.bar.write(line, file=sys.stdout)
 
     def close(self) -> None:
@@ -280,28 +345,73 @@ def _ask(question: str) -> bool:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def _confirm_reduce(args, plans: list) -> bool:
-    """On a terminal, a bare ``reduce`` shows the plan's summary and asks; --yes, --dry-run or no
-    terminal (CI, scripts) proceed without a question."""
-    if args.yes or args.dry_run or not sys.stdin.isatty():
-        return True
-    out = sys.stderr if args.json else sys.stdout
-    todo = [(p, rp) for p in plans for rp in p.runs if not rp.skipped]
-    removable, total = sum(p.removable_bytes for p in plans), sum(p.total_bytes for p in plans)
-    print(f"policy {plans[0].policy['name']}: {len(todo)} run(s) to reduce, {human_bytes(removable)} "
-          f"removable of {human_bytes(total)} ({share(removable, total).strip()}); "
+GO = None  # what ``_consent`` returns when the verb may change things
+#: the rule, as every changing verb's --help says it
+CONSENT_RULE = ("The plan is shown first. On a terminal you are asked; --yes (-y) acts without asking; "
+                "without a terminal and without --yes nothing changes and the exit code is 2; "
+                "--dry-run (-n) only shows the plan (exit 0). Ctrl-C rolls back the run under way (exit 130).")
+
+
+def _consent(args, verb: str, changes: int, question: str) -> Optional[int]:
+    """The one rule of every verb that changes something (reduce, restore, purge, retire), called
+    once the plan has been shown: ``GO`` to act, else the exit code to return having changed nothing.
+
+    ``--dry-run``: nothing changes, exit 0. Nothing to change: exit 0. ``--yes``: act. On a terminal:
+    ask. Without a terminal and without ``--yes`` (a notebook cell, CI, a cron job): nothing
+    changes and the exit code is 2, so a script that forgot ``--yes`` fails loudly instead of
+    acting on a plan nobody read. ``recover`` is not under this rule: it only settles what a crash
+    left, as every start of a verb does anyway."""
+    if getattr(args, "dry_run", False) or changes == 0:
+        return EXIT_OK
+    if args.yes:
+        return GO
+    if sys.stdin.isatty():
+        if _ask(question):
+            return GO
+        print("nothing changed.", file=sys.stderr)
+        return EXIT_OK
+    print(f"tb-footprint {verb}: nothing changed: no terminal to ask on; add --yes (-y) to {verb} as shown, "
+          "or --dry-run (-n) to only see the plan", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _plan_summary(plans: list, out, verbose: bool = False) -> int:
+    """The reduce's plan summary, the same lines for a question, a refusal and a progress bar;
+    returns how many runs it will touch (an interrupted attempt it settles and redoes included)."""
+    todo = _todo(plans)
+    size = sum(rp.bytes_before for _, rp in todo)
+    removable = sum(rp.removable_bytes for _, rp in todo)
+    print(f"policy {plans[0].policy['name']}: {len(todo)} run(s) to reduce, {human_bytes(size)}, "
+          f"{human_bytes(removable)} removable ({share(removable, size).strip()}); "
           "backups stay in the vault until `tb-footprint purge`.", file=out)
     for p, rp in todo[:10]:
         name = rp.run if len(plans) == 1 else f"{p.logdir}: {rp.run}"
-        print(f"  {name}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}", file=out)
+        redo = "  (its interrupted attempt is rolled back first, then it is reduced again)" \
+            if rp.code == Skip.UNFINISHED else ""
+        print(f"  {name}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}{redo}", file=out)
+        if verbose:
+            _print_fidelity(rp, out, indent="    ")
     if len(todo) > 10:
         print(f"  … {len(todo) - 10} more (`tb-footprint plan {plans[0].logdir}` lists them all)", file=out)
-    if not todo:
-        return True  # nothing to ask about; the reduce reports what it skipped
-    if _ask(f"Reduce {len(todo)} run(s)?"):
-        return True
-    print("nothing changed.", file=out)
-    return False
+    return len(todo)
+
+
+def _todo(plans: list) -> list:
+    """(plan, run plan) of every run a reduce will touch: the runs planned, and a run left alone
+    only because an interrupted operation of its own is unsettled (the reduce settles it first)."""
+    return [(p, rp) for p in plans for rp in p.runs
+            if rp.actions and (not rp.skipped or rp.code == Skip.UNFINISHED)]
+
+
+def _print_fidelity(rp, out=None, indent: str = "  ") -> None:
+    """A run's fidelity lines, each followed by its details when the plan carries them
+    (``RunPlan.fidelity_details``, a list parallel to ``fidelity``: text or lines of text)."""
+    details = getattr(rp, "fidelity_details", None) or []
+    for i, line in enumerate(rp.fidelity):
+        print(f"{indent}✓ {line}", file=out or sys.stdout)
+        d = details[i] if i < len(details) else None
+        for extra in ([d] if isinstance(d, str) else (d or [])):
+            print(f"{indent}    {extra}", file=out or sys.stdout)
 
 
 def cmd_reduce(args) -> int:
@@ -312,46 +422,146 @@ def cmd_reduce(args) -> int:
     except ValueError as e:  # a shard spec or a scheduler's environment that names no shard
         print(f"tb-footprint: error: {e}", file=sys.stderr)
         return EXIT_USAGE
-    asking = not (args.yes or args.dry_run) and sys.stdin.isatty()
-    showing = not (args.json or args.dry_run) and sys.stderr.isatty()
-    plans = _upfront_plans(args, logdirs, shard) if asking or showing else []
-    if asking and not _confirm_reduce(args, plans):
+    api.get_policy(_policy(args))  # a bad policy is said first, whatever the folders hold
+    for ld in logdirs:  # before anything is written: a folder with no TensorBoard data gets no state folder
+        api.check_logdir(ld, args.backup_dir)
+    if args.dry_run:
+        reports = api.reduce_logdirs(logdirs, shard=shard, dry_run=True, **_reduce_kwargs(args))
+        if args.json:
+            out = [r.to_dict() for r in reports]
+            _dump(out[0] if len(out) == 1 else out)
+            return EXIT_OK
+        for logdir, report in zip(logdirs, reports):
+            _batch_head(logdirs, logdir, shard, report)
+            _print_reduce(args, report)
         return EXIT_OK
-    bar_ = None
-    progress = None
-    if args.json or args.dry_run:
-        on_outcome = None
-    else:
-        todo = {rp.run: rp.bytes_before for p in plans for rp in p.runs if not rp.skipped}
-        bar_ = _Progress(sum(todo.values()), len(todo), "reducing")
+    showing = not args.json and sys.stderr.isatty()
+    plans = _upfront_plans(args, logdirs, shard) if showing or not args.yes else []
+    if not args.yes:
+        n = _plan_summary(plans, sys.stderr if args.json else sys.stdout, args.verbose)
+        rc = _consent(args, "reduce", n, f"Reduce {n} run(s)?")
+        if rc is not GO:
+            if args.json:
+                _dump({"dry_run": True, "changed": False, "plans": [p.to_dict() for p in plans]})
+            elif n == 0:
+                print("nothing to reduce.")
+            return rc
+    todo = {rp.run: rp.bytes_before for _, rp in _todo(plans)}
+    bar_ = _Progress(todo, "reducing") if showing else None
+    current: List[str] = []  # the run under way, for what an interrupt says
 
-        def progress(run, _step, frac):
+    def progress(run, _step, frac):
+        current[:] = [run]
+        if bar_ is not None:
             bar_.step(run, todo.get(run, 0), frac)
 
-        def on_outcome(o):
-            bar_.done(o.run, todo.get(o.run, 0), _outcome_line(o))
+    def on_outcome(o):
+        if current == [o.run]:
+            current.clear()
+        line = _outcome_line(o)
+        bar_.done(o.run, line) if bar_ is not None else print(line, flush=True)
 
-    reports = api.reduce_logdirs(
-        logdirs, shard=shard, backup_dir=args.backup_dir, policy=_policy(args), dry_run=args.dry_run,
-        runs=args.runs, run_glob=args.run_glob, min_size=args.min_size, older_than=args.older_than,
-        quiet_period=args.quiet_period, jobs=args.jobs, timeout=args.timeout,
-        ledger=None if args.dry_run else (args.ledger or "default"),
-        verify_backends=args.verify, on_outcome=on_outcome, progress=progress,
-        max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
-    )
+    cancel = api.CancelToken()
+    try:
+        with _interruptible(cancel):
+            reports = api.reduce_logdirs(
+                logdirs, shard=shard, dry_run=False, ledger=args.ledger or "default",
+                on_outcome=None if args.json else on_outcome, progress=progress, cancel=cancel,
+                max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
+                **_reduce_kwargs(args))
+    except KeyboardInterrupt:
+        if bar_ is not None:
+            bar_.close()
+        return _interrupted(args, "reduce", logdirs, shard, current)
     if bar_ is not None:
         bar_.close()
     if args.json:
-        out = [r.to_dict() if args.dry_run else api.reduce_summary(r) for r in reports]  # what the tab shows too
+        out = [api.reduce_summary(r) for r in reports]  # what the tab shows too
         _dump(out[0] if len(out) == 1 else out)
         return EXIT_OK if all(r.ok for r in reports) else EXIT_FAILED
     rc = EXIT_OK
     for logdir, report in zip(logdirs, reports):
-        if len(logdirs) > 1 or shard:
-            print(f"\n{logdir}" + (f" — shard {shard[0]}/{shard[1]}: {len(report.shard_runs or [])} run(s)"
-                                   if shard else ""))
+        _batch_head(logdirs, logdir, shard, report)
         rc = max(rc, _print_reduce(args, report))
     return rc
+
+
+def _reduce_kwargs(args) -> dict:
+    """The selection, policy and checks of a reduce, the same for its dry run and the real one."""
+    return dict(backup_dir=args.backup_dir, policy=_policy(args), runs=args.runs, run_glob=args.run_glob,
+                min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period, jobs=args.jobs,
+                timeout=args.timeout, verify_backends=args.verify)
+
+
+def _batch_head(logdirs: List[str], logdir: str, shard, report) -> None:
+    if len(logdirs) > 1 or shard:
+        print(f"\n{logdir}" + (f" — shard {shard[0]}/{shard[1]}: {len(report.shard_runs or [])} run(s)"
+                               if shard else ""))
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
+
+
+@contextlib.contextmanager
+def _interruptible(cancel):
+    """While a verb changes things, Ctrl-C cancels the batch (a run on another thread stops at its
+    next step and rolls back) and interrupts this thread (its run is settled by ``_interrupted``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        cancel.cancel()
+        raise KeyboardInterrupt
+
+    before = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str]) -> int:
+    """After Ctrl-C: settle what the interrupted run left (a run not committed goes back to its
+    exact original bytes, one past the commit point is finished) with a second Ctrl-C ignored,
+    say what happened and what to run next; exit 130."""
+    from tb_footprint_plugin import api
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    where = f" while changing {current[0]}" if current else ""
+    print(f"\ntb-footprint {verb}: interrupted{where}; settling what it left…", file=sys.stderr, flush=True)
+    reducing = verb == "reduce"
+    for ld in logdirs:
+        try:
+            settled = api.settle_interrupted(ld, args.backup_dir, policy=_policy(args) if reducing else "archive",
+                                             ledger=(args.ledger or "default") if reducing else None, shard=shard)
+        except (OSError, ValueError) as e:
+            print(f"  {ld}: not settled now ({e}); the next start settles it "
+                  f"(`tb-footprint recover {ld}`)", file=sys.stderr)
+            continue
+        for o in settled:
+            print(f"  {_recovered_line(o)}", file=sys.stderr)
+    words = sys.argv[1:] if sys.argv[1:2] == [verb] else [verb, *logdirs]
+    if "--yes" not in words and "-y" not in words:
+        words = [*words, "--yes"]
+    done = "reduced and verified" if reducing else "retired"
+    print(f"Runs {done} before the interrupt stay so; no other run was changed. `tb-footprint status "
+          f"{shlex.quote(logdirs[0])}` shows the logdir. To go on: `tb-footprint "
+          f"{' '.join(shlex.quote(w) for w in words)}`" + (" (runs already done are skipped)." if reducing else "."),
+          file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+def _recovered_line(o: dict) -> str:
+    """One settled operation, said plainly: what the run is now."""
+    if o["action"] == Recovery.ROLLED_BACK:
+        state = (f"untouched: its {o['files']} file(s) have the sha256 they had before" if o["untouched"]
+                 else f"rolled back ({o['detail']})")
+        return f"✓ {o['run']}: {state}; staging files removed — op {o['op_id']}"
+    if o["action"] == Recovery.COMPLETED:
+        return f"✓ {o['run']}: was past the commit point: reduced and verified — op {o['op_id']}"
+    mark = "✗" if o["action"] == Recovery.FAILED else "·"
+    return f"{mark} {o['run'] or 'vault'}: {o['action']} [{o['code']}] — {o['detail']}"
 
 
 def _batch_args(args):
@@ -393,7 +603,7 @@ def _upfront_plans(args, logdirs: List[str], shard) -> list:
 
 def _print_reduce(args, report) -> int:
     if args.dry_run:
-        _print_plan(report.plan)
+        _print_plan(report.plan, args.verbose)
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
         for r in report.recovered:
@@ -418,19 +628,44 @@ def _print_reduce(args, report) -> int:
 def cmd_restore(args) -> int:
     from tb_footprint_plugin import api
 
-    if args.run is None and args.op is None and not args.all:
+    names = list(args.runs or [])
+    if not names and args.run_glob is None and args.op is None and not args.all:
         if not sys.stdin.isatty():
-            raise UsageError("name the run to restore, an operation (--op), or --all for every run")
-        ops = api.restorable(args.logdir, backup_dir=args.backup_dir)
-        if not ops:
-            print("nothing to restore")
-            return EXIT_OK
-        runs = sorted({o["run"] for o in ops})
-        print(f"{len(runs)} run(s) can be restored: " + ", ".join(runs[:10]) + (" …" if len(runs) > 10 else ""))
-        if not _ask(f"Restore all {len(runs)} run(s)?"):
-            print("nothing changed.")
-            return EXIT_OK
-    outs = api.restore(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir)
+            raise UsageError("name the run(s) to restore, a glob (--runs), an operation (--op), or --all for every run")
+        args.all = True  # on a terminal a bare restore offers every run, and asks
+    rows = _restorable_rows(api, args)
+    if args.op is not None:
+        targets = [r for r in rows if r["op_id"] == args.op]
+        calls = [dict(op=args.op)]
+    elif args.all:
+        targets, calls = rows, [dict()]
+    else:
+        if args.run_glob:
+            found, missing = api.selecting.select(sorted({r["run"] for r in rows}), None, args.run_glob)
+            if missing:
+                raise UsageError(f"nothing to restore matches {args.run_glob!r} (runs with something to restore: "
+                                 f"{', '.join(sorted({r['run'] for r in rows})[:8]) or 'none'})")
+            names += [n for n in found if n not in names]
+        targets = [r for r in rows if r["run"] in names]
+        calls = [dict(run=n) for n in names]
+    if not args.json:
+        for r in targets:
+            print(f"  {r['run']}: {r['what']} {r['op_id']}  {human_bytes(r['bytes'] or 0)}")
+        if targets:
+            print(f"{len({r['run'] for r in targets})} run(s) to restore byte for byte "
+                  f"({len(targets)} operation(s), newest first).")
+    if targets:  # a run restored already is said so by ``restore`` itself, without a question
+        rc = _consent(args, "restore", len(targets), f"Restore {len({r['run'] for r in targets})} run(s)?")
+        if rc is not GO:
+            if args.json:
+                _dump({"dry_run": True, "changed": False, "restorable": targets})
+            return rc
+    elif args.dry_run:
+        print("nothing to restore")
+        return EXIT_OK
+    outs = []
+    for c in calls:
+        outs += api.restore(args.logdir, backup_dir=args.backup_dir, **c)
     if args.json:
         _dump(api.restore_summary(outs)["outcomes"])
     else:
@@ -441,25 +676,47 @@ def cmd_restore(args) -> int:
     return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
+def _restorable_rows(api, args) -> List[dict]:
+    """What a restore could put back: kept reductions and retired runs, as the plan it shows."""
+    rows = [{"run": o["run"], "op_id": o["op_id"], "what": "reduction", "bytes": o.get("bytes_before")}
+            for o in api.restorable(args.logdir, backup_dir=args.backup_dir)]
+    if "://" not in args.logdir:
+        rows += [{"run": r["run"], "op_id": r["op_id"], "what": "retired run", "bytes": r["bytes"]}
+                 for r in api.retired(args.logdir, backup_dir=args.backup_dir)]
+    return rows
+
+
 def cmd_verify(args) -> int:
     from tb_footprint_plugin import api
 
-    bar_ = None if args.json else _Progress(1, 1, "verifying")  # sized once the checks are known
+    names = list(args.runs or [])
+    if args.run_glob:
+        kept = sorted({o["run"] for o in api.restorable(args.logdir, backup_dir=args.backup_dir)})
+        found, missing = api.selecting.select(kept, None, args.run_glob)
+        if missing:
+            raise UsageError(f"no kept reduction of a run matches {args.run_glob!r} "
+                             f"(runs with one: {', '.join(kept[:8]) or 'none'})")
+        names += [n for n in found if n not in names]
+    # progress on a terminal only (stderr), sized once the checks are known
+    bar_ = _Progress({"checks": 1}, "verifying") if not args.json and sys.stderr.isatty() else None
+    base = [0]
 
     def progress(summary, i, n):
-        if bar_.bar is None:
+        if bar_ is None or bar_.bar is None:
             return
-        if i == 0:
-            bar_.total_runs = n
-            bar_.bar.reset(total=n)
-            bar_.bar.unit, bar_.bar.unit_scale = "run", False
-        else:
+        if i == 0 and base[0] == 0:
+            bar_.bar.reset(total=n * max(1, len(names)))
+            bar_.bar.unit, bar_.bar.unit_scale = "check", False
+        elif i:
             bar_.bar.update(1)
         bar_.bar.set_description_str(f"verifying {summary['run'][-30:]} ({human_bytes(summary.get('bytes_before') or 0)})")
 
+    res = []
     try:
-        res = api.verify(args.logdir, run=args.run, op=args.op, backup_dir=args.backup_dir,
-                         verify_backends=args.verify, progress=None if bar_ is None else progress)
+        for run in names or [None]:
+            res += api.verify(args.logdir, run=run, op=args.op, backup_dir=args.backup_dir,
+                              verify_backends=args.verify, progress=progress)
+            base[0] += 1
     finally:
         if bar_ is not None and bar_.bar is not None:
             bar_.bar.n = bar_.bar.total
@@ -481,11 +738,32 @@ def cmd_verify(args) -> int:
 def cmd_purge(args) -> int:
     from tb_footprint_plugin import api
 
-    rep = api.purge(args.logdir, older_than=args.older_than, run=args.run, yes=args.yes,
-                    backup_dir=args.backup_dir, op=args.op)
+    def purge(yes: bool):
+        return api.purge(args.logdir, older_than=args.older_than, run=args.run, yes=yes,
+                         backup_dir=args.backup_dir, op=args.op)
+
+    rep = purge(bool(args.yes))
+    if not args.yes:
+        if not args.json:
+            _print_purge(rep)
+        rc = _consent(args, "purge", len(rep.ops), f"Delete these {len(rep.ops)} backup(s)? Their runs can no "
+                                                   "longer be restored")
+        if rc is not GO:
+            if args.json:
+                _dump(rep.to_dict())
+            elif args.dry_run and rep.ops:
+                print("nothing deleted (dry run): add --yes to purge these backups (their runs can no longer "
+                      "be restored)")
+            return rc
+        rep = purge(True)
     if args.json:
         _dump(rep.to_dict())
         return EXIT_OK
+    _print_purge(rep)
+    return EXIT_OK
+
+
+def _print_purge(rep) -> None:
     for r in rep.refused:
         print(f"refused [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
@@ -498,9 +776,6 @@ def cmd_purge(args) -> int:
         print(f"  kept {k['op_id']}  {k['run']}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
     if rep.kept:
         print(f"{len(rep.kept)} backup(s) kept: purging them could destroy bytes that exist nowhere else")
-    if rep.dry_run and rep.ops:
-        print("nothing deleted: add --yes to purge these backups (their runs can no longer be restored)")
-    return EXIT_OK
 
 
 def cmd_status(args) -> int:
@@ -512,8 +787,8 @@ def cmd_status(args) -> int:
         return EXIT_OK
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
     print(f"  unfinished operations: {len(st['unfinished_operations'])}")
-    for o in st["unfinished"]:
-        print(f"    {o['op_id']}  {o['kind']}  run {o['run']!r}: interrupted; the run may be half changed")
+    for line in _unfinished_lines(api, args.logdir, args.backup_dir, st["unfinished"]):
+        print(f"    {line}")
     for p in st["problems"]:
         where = f"{p['file']}: " if p.get("file") else ""
         print(f"  problem [{p['code']}]: {where}{p['detail']}")
@@ -571,8 +846,8 @@ def cmd_history(args) -> int:
     from tb_footprint_plugin import api
 
     entries = api.history(args.logdir, backup_dir=getattr(args, "backup_dir", None))
-    if args.csv:
-        sys.stdout.write(api.history_csv(entries))
+    if args.csv:  # times as ISO 8601 with the UTC offset, what spreadsheets and pandas parse
+        sys.stdout.write(api.history_csv([dict(e, time=_iso(e.get("time"))) for e in entries]))
     elif args.json:
         _dump(entries)
     else:
@@ -594,6 +869,14 @@ def cmd_history(args) -> int:
             print("no changes recorded")
     _warn_unsettled(args.logdir)
     return EXIT_OK
+
+
+def _iso(t) -> str:
+    import datetime
+
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        return ""
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).astimezone().isoformat(timespec="seconds")
 
 
 def cmd_recover(args) -> int:
@@ -664,7 +947,7 @@ def _scan_parser(sub) -> None:
               "tb-footprint scan runs\ntb-footprint scan runs --by category --top 5\ntb-footprint scan runs --json")
     s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
-    s.add_argument("--files", action="store_true", help="with --json: include every file")
+    s.add_argument("--files", action="store_true", help="list every file of each run shown (biggest first)")
     s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
     s.add_argument("--by", choices=("run", "category"), default="run", help="rows by run (default) or by category")
     s.add_argument("--backup-dir", default=None, help="vault location (default LOGDIR/.tb-footprint)")
@@ -685,23 +968,26 @@ def _plan_parser(sub) -> None:
               "Writes nothing.",
               "tb-footprint plan runs\ntb-footprint plan runs --policy lossless --runs 'mnist/*'")
     s.add_argument("logdir", help="the TensorBoard logdir")
+    s.add_argument("run_names", nargs="*", metavar="RUN", help="runs by name, as TensorBoard shows them")
     _common(s)
     _filters(s)
+    s.add_argument("--verbose", "-v", action="store_true", help="each fidelity line with its details")
     s.set_defaults(func=cmd_plan)
 
 
 def _reduce_parser(sub) -> None:
     s = _verb(sub, "reduce", "reduce runs: backup, transform, verify, commit or roll back",
               "Reduce runs, each as its own transaction: back up, transform, verify with TensorBoard's "
-              "readers, then commit or roll back. On a terminal the plan is shown and you are asked "
-              "(--yes skips the question); without a terminal it proceeds. Several logdirs (or "
+              "readers, then commit or roll back. " + CONSENT_RULE + " Several logdirs (or "
               "--logdirs-from) are reduced in one call; --shard (or a Slurm array / Kubernetes Indexed "
               "Job's environment) takes one shard of their runs.",
               "tb-footprint reduce runs\ntb-footprint reduce runs --yes --policy lossless\n"
               "tb-footprint reduce runs --run mnist/baseline/train --dry-run\n"
               "tb-footprint reduce --logdirs-from logdirs.txt --shard 0/4 --yes")
     s.add_argument("logdir", nargs="?", help="the TensorBoard logdir")
-    s.add_argument("more_logdirs", nargs="*", metavar="LOGDIR", help="more logdirs, reduced in the same call")
+    s.add_argument("more_logdirs", nargs="*", metavar="LOGDIR|RUN",
+                   help="more logdirs, reduced in the same call; a name that is no folder here but a run "
+                        "of the first logdir selects that run (as --run does)")
     s.add_argument("--logdirs-from", default=None, metavar="FILE", help="read more logdirs from FILE, one a line")
     s.add_argument("--shard", default=None, metavar="I/N",
                    help="take only shard I of N (from 0) of the runs; default: from SLURM_ARRAY_TASK_ID/"
@@ -716,8 +1002,10 @@ def _reduce_parser(sub) -> None:
                    help="run lock lease (default 120s): a dead worker's runs are taken over after it")
     _common(s)
     _filters(s)
-    s.add_argument("--dry-run", action="store_true", help="only plan")
-    s.add_argument("--yes", "-y", action="store_true", help="do not ask on a terminal")
+    s.add_argument("--dry-run", "-n", action="store_true", help="only plan (exit 0)")
+    s.add_argument("--yes", "-y", action="store_true",
+                   help="reduce without asking; needed without a terminal (otherwise: the plan, exit 2)")
+    s.add_argument("--verbose", "-v", action="store_true", help="the plan's fidelity lines with their details")
     s.add_argument("--jobs", type=int, default=1, help="runs reduced in parallel")
     s.add_argument("--timeout", type=_arg(parse_duration), default=None,
                    help="per-run time limit, e.g. 30m (rolled back after)")
@@ -733,7 +1021,7 @@ def _verify_parser(sub) -> None:
               "with the original.",
               "tb-footprint verify runs\ntb-footprint verify runs mnist/baseline/train --verify python")
     s.add_argument("logdir", help="the TensorBoard logdir")
-    s.add_argument("run", nargs="?", help="only this run (default: every kept reduction)")
+    _selectors(s)
     s.add_argument("--op", default=None, help="only this operation id")
     s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
                    help="reader backends: python, rust or python,rust (default)")
@@ -744,13 +1032,16 @@ def _verify_parser(sub) -> None:
 def _restore_parser(sub) -> None:
     s = _verb(sub, "restore", "put back the exact original bytes",
               "Put back the exact original bytes of a run's reductions (sha256 checked), newest first. "
-              "Without a run name, --all restores every run (on a terminal you are asked instead).",
-              "tb-footprint restore runs mnist/baseline/train\ntb-footprint restore runs --op OP_ID\n"
-              "tb-footprint restore runs --all")
+              "Without a run name, --all restores every run (on a terminal you are asked instead). " + CONSENT_RULE,
+              "tb-footprint restore runs mnist/baseline/train --yes\ntb-footprint restore runs --op OP_ID -y\n"
+              "tb-footprint restore runs --runs 'sweep/**' --dry-run\ntb-footprint restore runs --all --yes")
     s.add_argument("logdir", help="the TensorBoard logdir")
-    s.add_argument("run", nargs="?", help="the run to restore")
+    _selectors(s)
     s.add_argument("--op", default=None, help="restore only this operation id")
     s.add_argument("--all", action="store_true", help="restore every restorable run of the logdir")
+    s.add_argument("--dry-run", "-n", action="store_true", help="only list what would be restored (exit 0)")
+    s.add_argument("--yes", "-y", action="store_true",
+                   help="restore without asking; needed without a terminal (otherwise: the list, exit 2)")
     _common(s)
     s.set_defaults(func=cmd_restore)
 
@@ -758,14 +1049,16 @@ def _restore_parser(sub) -> None:
 def _purge_parser(sub) -> None:
     s = _verb(sub, "purge", "delete backups of verified reductions (lists only, without --yes)",
               "Delete the vault's backups of verified reductions: the disk space is freed, the runs can "
-              "no longer be restored. Without --yes only lists what would go.",
-              "tb-footprint purge runs --older-than 7d\ntb-footprint purge runs --run mnist/baseline/train --yes")
+              "no longer be restored. " + CONSENT_RULE,
+              "tb-footprint purge runs --older-than 7d -n\ntb-footprint purge runs --run mnist/baseline/train --yes")
     s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("--older-than", type=_arg(parse_duration), default=None,
                    help="only backups of operations older than this, e.g. 7d")
     s.add_argument("--run", default=None, help="only this run's backups")
     s.add_argument("--op", default=None, help="only this operation's backup")
-    s.add_argument("--yes", action="store_true", help="delete (otherwise only list)")
+    s.add_argument("--yes", "-y", action="store_true",
+                   help="delete without asking; needed without a terminal (otherwise: the list, exit 2)")
+    s.add_argument("--dry-run", "-n", action="store_true", help="only list what would be deleted (exit 0)")
     _common(s)
     s.set_defaults(func=cmd_purge)
 
@@ -831,6 +1124,8 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_scan_parser, _policies_parser, _plan_parser, _reduce_parser, _verify_parser, _restore_parser,
                 _purge_parser, _retire_parsers, _status_parser, _recover_parser, _history_parser, _demo_parser):
         add(sub)
+    _VERBS.clear()
+    _VERBS.update(sub.choices)
     return p
 
 
@@ -838,13 +1133,13 @@ def _retire_parsers(sub) -> None:
     s = _verb(sub, "retire", "move whole runs out of the logdir into the vault (dry run without --yes)",
               "Select runs and retire them: every file leaves the logdir for the vault, unchanged; "
               "`tb-footprint restore LOGDIR RUN` brings a run back byte for byte, `tb-footprint purge` frees "
-              "the space. Without --yes the choice is only shown (on a terminal you are asked).",
-              "tb-footprint retire runs --older-than 30d\n"
+              "the space. " + CONSENT_RULE,
+              "tb-footprint retire runs --older-than 30d -n\n"
               "tb-footprint retire runs --group 'sweep/*' --keep-best 3 --metric val/loss --yes")
     s.add_argument("logdir", help="the TensorBoard logdir")
-    s.add_argument("runs", nargs="*", help="run names (as TensorBoard shows them)")
-    s.add_argument("--glob", dest="run_glob", default=None, help="runs whose name matches this glob")
-    s.add_argument("--group", default=None, help="the group a keep-best rule ranks (a glob, e.g. 'sweep/*')")
+    _selectors(s)
+    s.add_argument("--group", default=None, help="the group a keep-best rule ranks (a glob, e.g. 'sweep/*'; "
+                                                  "`*` stays within one folder, `**` spans folders)")
     s.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
                    help="no file changed for this long (e.g. 30d)")
     s.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE",
@@ -859,7 +1154,9 @@ def _retire_parsers(sub) -> None:
                    help="a run whose directory holds other runs takes them along (otherwise it is left alone)")
     s.add_argument("--quiet-period", type=_arg(parse_duration), default=600.0, metavar="DURATION",
                    help="runs with a file changed this recently are being written: never retired (default 10m)")
-    s.add_argument("--yes", action="store_true", help="retire without asking")
+    s.add_argument("--yes", "-y", action="store_true",
+                   help="retire without asking; needed without a terminal (otherwise: the plan, exit 2)")
+    s.add_argument("--dry-run", "-n", action="store_true", help="only show the plan (exit 0)")
     _common(s)
     s.set_defaults(func=cmd_retire)
 
@@ -882,29 +1179,38 @@ def _metric_note(item) -> str:
 def cmd_retire(args) -> int:
     from tb_footprint_plugin import api
 
-    rule = api.retire_rule(runs=args.runs or None, run_glob=args.run_glob, group=args.group,
-                           older_than=args.older_than, min_size=args.min_size, keep_best=args.keep_best,
-                           metric=args.metric, mode=args.mode, value=args.value, keep_list_file=args.keep_list,
-                           include_nested=args.with_nested)
+    try:
+        rule = api.retire_rule(runs=args.runs or None, run_glob=args.run_glob, group=args.group,
+                               older_than=args.older_than, min_size=args.min_size, keep_best=args.keep_best,
+                               metric=args.metric, mode=args.mode, value=args.value, keep_list_file=args.keep_list,
+                               include_nested=args.with_nested)
+    except OSError as e:  # --keep-list FILE unreadable
+        raise UsageError(f"--keep-list {args.keep_list}: {e.strerror or e}") from None
+    except ValueError as e:  # a rule that cannot mean anything
+        raise UsageError(str(e)) from None
     plan = api.retire_plan(args.logdir, rule, backup_dir=args.backup_dir, quiet_period=args.quiet_period)
-    go = args.yes
+    if plan.unmatched:  # as reduce: a name or glob that matches no run is a usage error, not "nothing to do"
+        raise UsageError(plan.unmatched_detail)
     if not args.json:
         print(f"{len(plan.selected)} run(s) to retire, {human_bytes(plan.bytes)}:")
         for i in plan.items:
             mark = "→" if i.selected else "·"
             print(f"  {mark} {i.run}  {human_bytes(i.bytes)}{_metric_note(i)}  — {i.reason}")
-        if not go and plan.selected and sys.stdin.isatty() and sys.stdout.isatty():
-            ans = input(f"Retire these {len(plan.selected)} run(s) into the vault? [y/N] ")
-            go = ans.strip().lower() in ("y", "yes")
-    if not go:
+    rc = _consent(args, "retire", len(plan.selected), f"Retire these {len(plan.selected)} run(s) into the vault?")
+    if rc is not GO:
         if args.json:
             _dump({"dry_run": True, "plan": plan.to_dict(), "bytes": plan.bytes})
-        elif plan.selected:
+        elif plan.selected and args.dry_run:
             print("nothing moved (dry run): add --yes to retire them")
-        return EXIT_OK
-    rep = api.retire(args.logdir, rule, dry_run=False, backup_dir=args.backup_dir, quiet_period=args.quiet_period,
-                     only=[i.run for i in plan.selected],
-                     on_outcome=None if args.json else (lambda o: print(_retire_line(o))))
+        return rc
+    cancel = api.CancelToken()
+    try:
+        with _interruptible(cancel):
+            rep = api.retire(args.logdir, rule, dry_run=False, backup_dir=args.backup_dir,
+                             quiet_period=args.quiet_period, only=[i.run for i in plan.selected], cancel=cancel,
+                             on_outcome=None if args.json else (lambda o: print(_retire_line(o), flush=True)))
+    except KeyboardInterrupt:
+        return _interrupted(args, "retire", [args.logdir], None, [])
     if args.json:
         _dump(rep.to_dict())
     else:
@@ -950,27 +1256,67 @@ def _check_logdir(args) -> None:
             raise UsageError(f"logdir {logdir} is not a directory")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error."""
-    from tb_footprint_plugin import api
+def _reduce_positionals(args) -> None:
+    """``reduce LOGDIR NAME``: a name after the logdir that is no folder here but a run folder of
+    the logdir selects that run, as it does for plan, verify, restore and retire."""
+    first = args.logdir
+    if not first or "://" in first:
+        return
+    keep = []
+    for x in args.more_logdirs:
+        if "://" not in x and not os.path.isdir(x) and os.path.isdir(os.path.join(first, x)):
+            args.runs = list(args.runs or []) + [x.strip("/")]
+        else:
+            keep.append(x)
+    args.more_logdirs = keep
 
+
+def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]):
+    """Parse; an unknown option after a verb is reported with that verb's usage (not the
+    top-level one), exit 2."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        verb = _VERBS.get(getattr(args, "command", None))
+        (verb or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+_VERBS: dict = {}  # verb name -> its parser (filled by build_parser)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error (and
+    a changing verb without --yes and without a terminal), 130 interrupted (Ctrl-C)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
+    # the library is imported once a verb needs it: --help and --version stay fast
+    from tb_footprint_plugin import api
+
     try:
+        if args.command == "reduce":
+            _reduce_positionals(args)
+        _merge_names(args)
         _check_logdir(args)
         return args.func(args)
-    except (UsageError, api.PolicyError, api.SelectionError) as e:
+    except (UsageError, api.PolicyError, api.SelectionError, api.NotALogdir) as e:
         print(f"tb-footprint {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (OSError, ValueError, RuntimeError) as e:
         print(f"tb-footprint: error: {e}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        print("tb-footprint: interrupted", file=sys.stderr)
-        return EXIT_FAILED
+        # a verb that changes things settles its own interrupt; this one read only, or had not begun
+        ld = shlex.quote(str(getattr(args, "logdir", None) or "LOGDIR"))
+        if args.command in ("restore", "purge", "recover", "demo"):
+            said = (f"an operation it began is settled by the next start or `tb-footprint recover {ld}`; "
+                    f"`tb-footprint status {ld}` shows the logdir")
+        else:
+            said = "it changes nothing, nothing was changed"
+        print(f"\ntb-footprint {args.command}: interrupted; {said}", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

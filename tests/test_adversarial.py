@@ -559,7 +559,7 @@ def test_planted_journals_via_cli_purge(tmp_path):
     logs, outside = _fresh(tmp_path)
     expected = _hostile_journals(logs, outside)
     before = whole_tree(logs, outside)
-    r = subprocess.run(["tb-footprint", "purge", str(logs), "--json"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(["tb-footprint", "purge", str(logs), "--json", "-n"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert {x["op_id"]: x["code"] for x in rep["refused"] if "op_id" in x} == expected
@@ -595,7 +595,7 @@ def test_planted_manifests_never_lead_purge_out_of_the_vault(tmp_path):
     with open(_state(logs) / "vaults.json", "w") as f:
         json.dump(["/", str(outside), "relative/vault", str(logs)], f)
     before = whole_tree(logs, outside)
-    r = subprocess.run(["tb-footprint", "purge", str(logs), "--json"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(["tb-footprint", "purge", str(logs), "--json", "-n"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     preview = json.loads(r.stdout)
     refused = {os.path.basename(x["file"]): x["code"] for x in preview["refused"] if "file" in x}

@@ -154,7 +154,7 @@ def test_run_selection_over_several_logdirs_matches_in_any_of_them(logdir, tmp_p
     bad = cli("reduce", logdir, other, "--run", "nope", "--verify", "python")
     assert bad.returncode == 2 and "'nope'" in bad.stderr, bad.stderr
     assert (user_files(logdir), user_files(other)) == before
-    p = cli("reduce", logdir, other, "--run", "solo", "--verify", "python", "--json")
+    p = cli("reduce", logdir, other, "--run", "solo", "--verify", "python", "--json", "--yes")
     assert p.returncode == 0, p.stderr
     first, second = json.loads(p.stdout)
     assert first["outcomes"] == [] and [o["run"] for o in second["outcomes"]] == ["solo"]
@@ -167,8 +167,16 @@ def test_reduce_yes_on_a_terminal_does_not_ask(logdir):
     assert "[y/N]" not in out and "✓ train: verified" in out
 
 
-def test_reduce_without_a_terminal_proceeds_without_asking(logdir):
+def test_reduce_without_a_terminal_needs_yes_shows_the_plan_and_exits_2(logdir):
+    """Issue 29: a notebook's ``!tb-footprint reduce logs`` (no terminal) shows the plan, changes
+    nothing and exits 2 naming --yes; with --yes it acts without asking."""
+    before = tree_hashes(logdir)
     p = cli("reduce", logdir, "--verify", "python")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "1 run(s) to reduce" in p.stdout and "train:" in p.stdout and "--yes" in p.stderr
+    assert "[y/N]" not in p.stdout + p.stderr
+    assert tree_hashes(logdir) == before and not (logdir / ".tb-footprint").exists()
+    p = cli("reduce", logdir, "--verify", "python", "-y")
     assert p.returncode == 0, p.stderr
     assert "[y/N]" not in p.stdout + p.stderr and "✓ train: verified" in p.stdout
 
@@ -176,16 +184,16 @@ def test_reduce_without_a_terminal_proceeds_without_asking(logdir):
 # --- reduce after restore, ledger skips said as such ----------------------------------------
 
 def test_reduce_after_restore_reduces_again_and_ledger_skips_are_printed(logdir):
-    p = cli("reduce", logdir, "--verify", "python")
+    p = cli("reduce", logdir, "--verify", "python", "--yes")
     assert p.returncode == 0 and "✓ train: verified" in p.stdout, p.stdout + p.stderr
     reduced = user_files(logdir)
-    p = cli("reduce", logdir, "--verify", "python")  # nothing changed: the ledger's entry holds
+    p = cli("reduce", logdir, "--verify", "python", "--yes")  # nothing changed: the ledger's entry holds
     assert p.returncode == 0
     assert "· train: skipped [already_in_ledger]" in p.stdout, p.stdout
     assert user_files(logdir) == reduced
-    assert cli("restore", logdir, "train").returncode == 0
+    assert cli("restore", logdir, "train", "--yes").returncode == 0
     assert user_files(logdir) != reduced
-    p = cli("reduce", logdir, "--verify", "python", "--json")  # the run changed: the entry is stale
+    p = cli("reduce", logdir, "--verify", "python", "--json", "--yes")  # the run changed: the entry is stale
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     train = next(o for o in rep["outcomes"] if o["run"] == "train")
@@ -194,39 +202,39 @@ def test_reduce_after_restore_reduces_again_and_ledger_skips_are_printed(logdir)
 
 
 def test_new_files_make_a_ledger_entry_stale(logdir):
-    assert cli("reduce", logdir, "--verify", "python").returncode == 0
+    assert cli("reduce", logdir, "--verify", "python", "--yes").returncode == 0
     (logdir / "train" / "notes.txt").write_text("x" * 100)
     old = time.time() - 7200  # out of the quiet period
     os.utime(logdir / "train" / "notes.txt", (old, old))
-    p = cli("reduce", logdir, "--verify", "python")
+    p = cli("reduce", logdir, "--verify", "python", "--yes")
     assert "already_in_ledger" not in p.stdout.split("train:")[1].splitlines()[0], p.stdout
 
 
 # --- restore ------------------------------------------------------------------------------
 
 def test_restore_of_a_restored_run_says_so(logdir):
-    assert cli("reduce", logdir, "--verify", "python").returncode == 0
-    assert cli("restore", logdir, "train").returncode == 0
-    p = cli("restore", logdir, "train")
+    assert cli("reduce", logdir, "--verify", "python", "--yes").returncode == 0
+    assert cli("restore", logdir, "train", "--yes").returncode == 0
+    p = cli("restore", logdir, "train", "--yes")
     assert p.returncode == 0, p.stderr
     assert "already restored" in p.stdout and "[already_restored]" in p.stdout
 
 
 def test_restore_without_a_run_needs_all_or_a_terminal(logdir):
     original = user_files(logdir)
-    assert cli("reduce", logdir, "--verify", "python").returncode == 0
+    assert cli("reduce", logdir, "--verify", "python", "--yes").returncode == 0
     reduced = user_files(logdir)
     p = cli("restore", logdir)
     assert p.returncode == 2 and "--all" in p.stderr
     assert user_files(logdir) == reduced
     rc, out = cli_on_terminal("restore", logdir, answer="n")
-    assert rc == 0 and "Restore all 1 run(s)? [y/N]" in out and "train" in out, out
+    assert rc == 0 and "Restore 1 run(s)? [y/N]" in out and "train" in out, out
     assert user_files(logdir) == reduced
     rc, out = cli_on_terminal("restore", logdir, answer="y")
     assert rc == 0 and "✓ train: restored" in out, out
     assert user_files(logdir) == original
-    assert cli("reduce", logdir, "--verify", "python").returncode == 0
-    p = cli("restore", logdir, "--all")
+    assert cli("reduce", logdir, "--verify", "python", "--yes").returncode == 0
+    p = cli("restore", logdir, "--all", "--yes")
     assert p.returncode == 0 and "✓ train: restored" in p.stdout
     assert user_files(logdir) == original
 
@@ -251,18 +259,18 @@ def data_bytes(root):
 
 def test_removed_and_freed_after_purge_are_two_numbers_and_restore_leaves_no_fuller_disk(logdir):
     before = data_bytes(logdir)
-    p = cli("reduce", logdir, "--verify", "python", "--json")
+    p = cli("reduce", logdir, "--verify", "python", "--json", "--yes")
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     removed, after_purge = rep["removed_from_logdir_bytes"], rep["freed_on_disk_after_purge_bytes"]
     assert removed == rep["saved_bytes"] > 0 and after_purge > 0
     # the backups are hard links: the disk did not drop yet, the purge frees what it says
     assert data_bytes(logdir) >= before
-    listing = json.loads(cli("purge", logdir, "--json").stdout)
+    listing = json.loads(cli("purge", logdir, "--json", "-n").stdout)
     assert listing["freed_bytes"] == after_purge
-    p = cli("reduce", logdir, "--verify", "python", "--run", "train")
+    p = cli("reduce", logdir, "--verify", "python", "--run", "train", "--yes")
     assert p.returncode == 0
-    text = cli("restore", logdir, "train")
+    text = cli("restore", logdir, "train", "--yes")
     assert text.returncode == 0, text.stderr
     assert "vault's now redundant copy freed" in text.stdout
     assert data_bytes(logdir) <= before  # the restore wrote a copy and dropped the vault's link
@@ -281,17 +289,17 @@ def test_restore_keeps_a_blob_another_operation_still_claims(tmp_path):
     vault = tmp_path / "vault"
     original_b = user_files(b)
     for d in (a, b):
-        assert cli("reduce", d, "--verify", "python", "--backup-dir", vault).returncode == 0
-    assert cli("restore", a, "train", "--backup-dir", vault).returncode == 0
+        assert cli("reduce", d, "--verify", "python", "--backup-dir", vault, "--yes").returncode == 0
+    assert cli("restore", a, "train", "--backup-dir", vault, "--yes").returncode == 0
     assert len(os.listdir(vault / "blobs")) > 0  # b's backup is still there
-    p = cli("restore", b, "train", "--backup-dir", vault)
+    p = cli("restore", b, "train", "--backup-dir", vault, "--yes")
     assert p.returncode == 0, p.stdout + p.stderr
     assert user_files(b) == original_b
     assert "vault's now redundant copy freed" in p.stdout  # the last claim gone: now it is dropped
 
 
 def test_purge_is_in_the_change_log_and_history_marks_the_backup_gone(logdir):
-    assert cli("reduce", logdir, "--verify", "python").returncode == 0
+    assert cli("reduce", logdir, "--verify", "python", "--yes").returncode == 0
     assert cli("purge", logdir, "--older-than", "0s", "--yes").returncode == 0
     hist = json.loads(cli("history", logdir, "--json").stdout)
     red = next(e for e in hist if e["kind"] == "reduce" and e["run"] == "train")

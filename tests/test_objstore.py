@@ -215,7 +215,7 @@ def test_cli_plan_reduce_restore_on_a_bucket(s3_bucket, demo_logdir, tmp_path):
     assert "scan (measured)" in out.stdout and "reduce (estimate)" in out.stdout
     assert "0 B downloaded" in out.stdout.split("reduce (estimate)")[1].splitlines()[0]
     before = _logdir_hashes(s3_bucket, "logs")
-    red = cli("reduce", url, "--policy", str(pol), "--quiet-period", "0")
+    red = cli("reduce", url, "--policy", str(pol), "--quiet-period", "0", "--yes")
     assert red.returncode == 0, red.stdout + red.stderr
     assert len(_logdir_hashes(s3_bucket, "logs")) < len(before)
     ver = cli("verify", url)
@@ -224,7 +224,7 @@ def test_cli_plan_reduce_restore_on_a_bucket(s3_bucket, demo_logdir, tmp_path):
     assert st.returncode == 0, st.stderr
     st = json.loads(st.stdout)
     assert st["unfinished_operations"] == [] and st["vault_bytes"] > 0 and st["operations"]
-    res = cli("restore", url, "--all")
+    res = cli("restore", url, "--all", "--yes")
     assert res.returncode == 0, res.stdout + res.stderr
     assert _logdir_hashes(s3_bucket, "logs") == before
     hist = cli("history", url, "--json")
@@ -356,7 +356,7 @@ def _reduce_in_subprocess(url, policy_file, failpoint=None):
     if failpoint:
         env["TB_FOOTPRINT_FAILPOINTS"] = f"{failpoint}=kill"
     return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy",
-                           str(policy_file), "--quiet-period", "0"], capture_output=True, text=True,
+                           str(policy_file), "--quiet-period", "0", "--yes"], capture_output=True, text=True,
                           env=env, timeout=300)
 
 
@@ -764,7 +764,7 @@ def test_rewrite_crash_at_each_new_step_then_recovery(objstore_pool, rewrite_log
     from tb_footprint_plugin.storage import scratch
 
     proc = subprocess.Popen([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy",
-                             "archive", "--quiet-period", "0", "--run", "exp/hist"],
+                             "archive", "--quiet-period", "0", "--run", "exp/hist", "--yes"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, stdout + stderr

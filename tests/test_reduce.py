@@ -152,7 +152,7 @@ def test_lossless_gzips_torch_traces_content_identical(tmp_path):
 
 def test_ledger_history_status_and_purge(tmp_path, capsys):
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
-    assert cli_main(["reduce", str(logdir), "--verify", "python", "--json"]) == 0
+    assert cli_main(["reduce", str(logdir), "--verify", "python", "--json", "--yes"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["saved_bytes"] > 0
     with open(rep["ledger"]) as f:
@@ -161,7 +161,7 @@ def test_ledger_history_status_and_purge(tmp_path, capsys):
     assert ledger["runs"]["train"]["verified"] is True
     assert ledger["runs"]["validation"]["state"] == "skipped"
     # a rerun resumes: nothing left to do, nothing failed
-    assert cli_main(["reduce", str(logdir), "--verify", "python", "--json"]) == 0
+    assert cli_main(["reduce", str(logdir), "--verify", "python", "--json", "--yes"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert [o["status"] for o in again["outcomes"]] == ["skipped", "skipped"]
     assert cli_main(["history", str(logdir), "--csv"]) == 0

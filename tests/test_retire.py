@@ -329,7 +329,7 @@ def test_cli_dry_run_by_default_then_yes(tmp_path):
     before = user_files(tmp_path)
     args = ["retire", str(tmp_path), "--group", "sweep/*", "--keep-best", "5", "--metric", "val/loss",
             "--mode", "min"]
-    r = cli(*args)
+    r = cli(*args, "-n")
     assert r.returncode == 0, r.stderr
     assert "3 run(s) to retire" in r.stdout and "nothing moved (dry run)" in r.stdout
     assert "val/loss 0.9 #8/8" in r.stdout  # each run's metric is shown
@@ -341,6 +341,6 @@ def test_cli_dry_run_by_default_then_yes(tmp_path):
     assert sorted(o["run"] for o in out["outcomes"] if o["status"] == "verified") == sorted(worst)
     r = cli("retired", str(tmp_path), "--search", "lr6")
     assert "sweep/lr6" in r.stdout and "1 retired run(s)" in r.stdout
-    r = cli("restore", str(tmp_path), "sweep/lr6")
+    r = cli("restore", str(tmp_path), "sweep/lr6", "--yes")
     assert r.returncode == 0 and "restored" in r.stdout
     assert (tmp_path / "sweep/lr6").is_dir()

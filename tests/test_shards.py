@@ -143,13 +143,13 @@ def test_shard_specs_and_scheduler_environments():
 
 def test_cli_refuses_a_bad_shard_as_a_usage_error(tmp_path):
     logdir = make_logdir(tmp_path / "logs", 2)
-    out = subprocess.run(CLI + ["reduce", logdir, "--shard", "2/2"], env=env(), capture_output=True, text=True)
+    out = subprocess.run(CLI + ["reduce", logdir, "--shard", "2/2", "--yes"], env=env(), capture_output=True, text=True)
     assert out.returncode == 2 and "out of range" in out.stderr
-    out = subprocess.run(CLI + ["reduce", logdir], env=env(JOB_COMPLETION_INDEX="1"), capture_output=True, text=True)
+    out = subprocess.run(CLI + ["reduce", logdir, "--yes"], env=env(JOB_COMPLETION_INDEX="1"), capture_output=True, text=True)
     assert out.returncode == 2 and "TB_FOOTPRINT_SHARD_COUNT" in out.stderr
     for flag, value in [("--max-file-ops-per-second", "0"), ("--max-file-ops-per-second", "-5"),
                         ("--max-file-ops-per-second", "inf"), ("--lease", "0"), ("--lease", "-1s")]:
-        out = subprocess.run(CLI + ["reduce", logdir, "--shard", "0/2", f"{flag}={value}"], env=env(),
+        out = subprocess.run(CLI + ["reduce", logdir, "--shard", "0/2", f"{flag}={value}", "--yes"], env=env(),
                              capture_output=True, text=True)
         assert out.returncode == 2 and "above 0" in out.stderr, (flag, value, out.stderr)
 
@@ -266,7 +266,7 @@ def test_max_file_ops_per_second_throttles_scan_and_transaction(tmp_path):
 # workers at once
 # ---------------------------------------------------------------------------------------------
 def _worker(logdir, shard, **kw):
-    return subprocess.Popen(CLI + ["reduce", logdir, "--shard", shard, "--verify", "python", "--json"],
+    return subprocess.Popen(CLI + ["reduce", logdir, "--shard", shard, "--verify", "python", "--json", "--yes"],
                             env=env(**kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -402,7 +402,7 @@ def test_several_logdirs_are_sharded_together(tmp_path):
     (tmp_path / "via.txt").write_text(f"{via[b]}\n")
     for i, (first, listed) in enumerate([(a, listing), (via[a], tmp_path / "via.txt")]):
         out = subprocess.run(CLI + ["reduce", first, "--logdirs-from", str(listed), "--shard", f"{i}/2",
-                                    "--verify", "python", "--json"], env=env(), capture_output=True, text=True)
+                                    "--verify", "python", "--json", "--yes"], env=env(), capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         reps = json.loads(out.stdout)
         plan = api.shard_plan([a, b], (i, 2))
@@ -505,7 +505,7 @@ def test_a_hostile_ledger_is_refused_entry_by_entry_with_codes(tmp_path):
 
     # a reduction with that ledger: the refused "done" entries do not stop their runs; the
     # refusals are in the report and on the command line
-    out = subprocess.run(CLI + ["reduce", logdir, "--shard", "0/1", "--verify", "python"], env=env(),
+    out = subprocess.run(CLI + ["reduce", logdir, "--shard", "0/1", "--verify", "python", "--yes"], env=env(),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("refused [bad_ledger_entry] ledger:") == 7

@@ -27,7 +27,7 @@ def _state_keys(url, *prefixes):
 
 def _worker(url, shard, policy_file, **kw):
     return subprocess.Popen(CLI + ["reduce", url, "--shard", shard, "--policy", str(policy_file), "--quiet-period", "0",
-                                   "--lease", "3", "--json"],
+                                   "--lease", "3", "--json", "--yes"],
                             env=env(**kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

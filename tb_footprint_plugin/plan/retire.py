@@ -16,7 +16,6 @@ anything moves.
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 import os
 import time
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import RetireSkip, Skip
+from tb_footprint_plugin.plan.select import matches, matches_any, missing_hint
 from tb_footprint_plugin.scan.metrics import run_metric
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 
@@ -98,6 +98,10 @@ class RetirePlan:
     rule: RetireRule
     items: List[RetireItem]
     planned_at: float = field(default_factory=time.time)
+    #: names, the glob and the group of the rule that match no run at all (a typo, not "nothing to do")
+    unmatched: List[str] = field(default_factory=list)
+    #: the same, said for people (with the ``**`` form of a glob that the old rule would have matched)
+    unmatched_detail: str = ""
 
     @property
     def selected(self) -> List[RetireItem]:
@@ -109,7 +113,8 @@ class RetirePlan:
 
     def to_dict(self) -> dict:
         return {"logdir": self.logdir, "rule": self.rule.to_dict(), "planned_at": self.planned_at,
-                "bytes": self.bytes, "runs": len(self.selected), "items": [i.to_dict() for i in self.items]}
+                "bytes": self.bytes, "runs": len(self.selected), "items": [i.to_dict() for i in self.items],
+                "unmatched": list(self.unmatched)}
 
 
 def read_keep_list(path: str) -> List[str]:
@@ -123,16 +128,14 @@ def _nested(names: Iterable[str], run: str) -> List[str]:
     return sorted(n for n in names if n.startswith(prefix))
 
 
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    return any(name == p or fnmatch.fnmatchcase(name, p) for p in patterns)
-
-
 def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
                 now: Optional[float] = None) -> RetirePlan:
     """Apply ``rule`` to the runs of a scan. Reads metric scalars when the rule ranks runs."""
     rule.validate()
     now = time.time() if now is None else now
-    runs = {r.name: r for r in fp.runs if r.path != UNATTRIBUTED and r.has_event_files}
+    # every run the scan and the overview show, profile-only ones (a JAX profile, a Keras 2 run's
+    # ``plugins/profile``) included: one meaning of "run" for every verb
+    runs = {r.name: r for r in fp.runs if r.path != UNATTRIBUTED and r.name != UNATTRIBUTED}
     names = sorted(runs)
     subtree = {n: [n] + _nested(names, n) for n in names}
     tree_bytes = {n: sum(runs[m].total_bytes for m in subtree[n]) for n in names}
@@ -151,8 +154,8 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
                 out[n] = RetireItem(run=n, selected=False, reason="no such run in the logdir",
                                     code=str(RetireSkip.NOT_FOUND))
     pop = [n for n in names if (not rule.runs or n in rule.runs)
-           and (not rule.run_glob or fnmatch.fnmatchcase(n, rule.run_glob))
-           and (not rule.group or fnmatch.fnmatchcase(n, rule.group))
+           and (not rule.run_glob or matches(n, rule.run_glob))
+           and (not rule.group or matches(n, rule.group))
            and (rule.older_than is None or tree_mtime[n] <= now - rule.older_than)
            and tree_bytes[n] >= rule.min_size]
     why = _describe(rule)
@@ -193,7 +196,7 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
         if n == ".":
             out[n] = item(n, False, "the logdir's own run cannot leave the logdir", RetireSkip.LOGDIR_ROOT, metric=md)
             continue
-        marked = [m for m in subtree[n] if _is_marked(fp.logdir, m) or _matches(m, rule.keep_list)]
+        marked = [m for m in subtree[n] if _is_marked(fp.logdir, m) or matches_any(m, rule.keep_list)]
         if marked:
             what = "marked to keep" if marked == [n] else f"holds runs marked to keep ({', '.join(marked)})"
             out[n] = item(n, False, f"{what}; never retired", RetireSkip.MARKED_KEEP, metric=md)
@@ -219,7 +222,14 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
             out[n] = item(n, False, f"moves with {owner} (nested in it)", RetireSkip.INSIDE_RETIRED,
                           metric=prev.metric)
     items = sorted(out.values(), key=lambda i: (not i.selected, i.run))
-    return RetirePlan(logdir=fp.logdir, rule=rule, items=items)
+    unmatched = [n for n in rule.runs or [] if n not in runs]
+    unmatched += [g for g in (rule.run_glob, rule.group) if g and not any(matches(n, g) for n in names)]
+    detail = ""
+    if unmatched:
+        shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+        detail = (f"no run of {fp.logdir} matches {', '.join(repr(m) for m in unmatched)}"
+                  + "".join(missing_hint(m, names) for m in unmatched) + f" (runs: {shown or 'none'})")
+    return RetirePlan(logdir=fp.logdir, rule=rule, items=items, unmatched=unmatched, unmatched_detail=detail)
 
 
 def _is_marked(logdir: str, run: str) -> bool:
