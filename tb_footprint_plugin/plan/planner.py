@@ -23,6 +23,13 @@ from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_poli
 #: a margin so "expected after" is an upper bound, and say it is an estimate.
 TORCH_GZIP_RATIO_ESTIMATE = 0.08
 DEFAULT_QUIET_PERIOD = 600.0
+#: Session files derived from its xplane, deleted by the lossless tiers only when the session
+#: still has one (``Policy.secondary_only_with_xplane``), with the reason the plan gives.
+_DERIVED_FROM_XPLANE = {
+    cat.PROFILE_SECONDARY: "secondary trace: xprof reads only the session's xplane (.pb / .riegeli)",
+    cat.PROFILE_TOOL_OUTPUTS: ("old-format tool output: with an xplane in the session the profile plugin "
+                               "builds every tool from the xplane (any version), xprof reads nothing else"),
+}
 #: Event records that carry no dashboard data of their own.
 _BOOKKEEPING = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER})
 
@@ -203,6 +210,7 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
     deleted_per_session: Dict[str, int] = {}
     existing = {f.path for f in run.files}
     lines: List[Line] = []
+    kept_tool_outputs = 0
 
     for f in run.files:
         if f.kind != "file":
@@ -215,11 +223,13 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
             action, reason = DELETE, f"older profile session (keep latest {policy.keep_latest})"
         elif c == cat.TORCH_TRACE and f.path in drop_traces:
             action, reason = DELETE, f"older PyTorch trace (keep latest {policy.keep_latest} per worker)"
-        elif c == cat.PROFILE_SECONDARY and action == DELETE and policy.secondary_only_with_xplane:
+        elif c in _DERIVED_FROM_XPLANE and action == DELETE and policy.secondary_only_with_xplane:
             if session not in sessions_with_xplane:
                 action = "keep"  # without an xplane this file is the only copy of the profile
+                if c == cat.PROFILE_TOOL_OUTPUTS:
+                    kept_tool_outputs += 1
             else:
-                reason = "secondary trace: xprof reads only the session's xplane (.pb / .riegeli)"
+                reason = _DERIVED_FROM_XPLANE[c]
         elif c == cat.PROFILE_CACHE and action == DELETE:
             reason = "xprof cache: rebuilt from the xplane on the next view"
         if action == DELETE:
@@ -256,6 +266,11 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
         rp.actions.append(Action("remove_dir", os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, 0, 0,
                                  "only if empty"))
     rp.expected_after_bytes = run.total_bytes - sum(a.bytes_before - a.bytes_after for a in rp.actions)
+    if kept_tool_outputs:
+        lines.append(fit(f"profile tool outputs (old format): {kept_tool_outputs} kept, their session has no xplane",
+                         "without an xplane.pb they are the session's only profile data: older "
+                         "tensorboard-plugin-profile versions show their tools from these files (xprof 2.2x "
+                         "reads only xplanes)"))
     lines = _fidelity(run, rp, emptied, xprof) + lines
     rp.fidelity = [line for line, _ in lines]
     rp.fidelity_details = [detail for _, detail in lines]
@@ -291,6 +306,10 @@ def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[Line]:
     secs = [a for a in by_cat.get(cat.PROFILE_SECONDARY, []) if a.kind == "delete"]
     if secs and not emptied:
         lines.append(f"secondary traces: {len(secs)} removed (xprof reads only the xplane, .pb or .riegeli)")
+    tools = [a for a in by_cat.get(cat.PROFILE_TOOL_OUTPUTS, []) if a.kind == "delete"]
+    if tools and not emptied:
+        lines.append(f"profile tool outputs (old format): {len(tools)} removed, every tool is rebuilt from the "
+                     "session's xplane")
     torch = by_cat.get(cat.TORCH_TRACE, [])
     comp = [a for a in torch if a.kind == "compress"]
     gone = [a for a in torch if a.kind == "delete"]

@@ -22,6 +22,7 @@ FILE_CATEGORIES = (
     cat.PROFILE_XPLANE,
     cat.PROFILE_CACHE,
     cat.PROFILE_SECONDARY,
+    cat.PROFILE_TOOL_OUTPUTS,
     cat.PROFILE_OTHER,
     cat.TORCH_TRACE,
     cat.PLUGIN_ASSETS,
@@ -39,7 +40,8 @@ class Policy:
     file_rules: Dict[str, str] = field(default_factory=dict)
     #: keep only the newest N profile sessions (and N newest torch traces per worker); None = all
     keep_latest: Optional[int] = None
-    #: delete secondary traces only when their session still has an xplane (lossless tiers)
+    #: delete secondary traces and old-format tool outputs only when their session still has an
+    #: xplane (lossless tiers): without one they are the session's only profile data
     secondary_only_with_xplane: bool = True
     #: gzip plain ``*.pt.trace.json`` files that are kept
     compress_torch: bool = False
@@ -61,12 +63,13 @@ def _lossless() -> Policy:
     return Policy(
         name="lossless",
         description=(
-            "Delete xprof's regenerable caches and the secondary trace files xprof does not read "
-            "when the session has an xplane.pb; gzip PyTorch traces (content identical); rewrite "
+            "Delete xprof's regenerable caches, and the secondary trace files and old-format tool "
+            "outputs (*.overview_page.pb, *.tensorflow_stats.pb, ...) of a session that has an "
+            "xplane.pb, from which the profile plugin builds every tool; gzip PyTorch traces (content identical); rewrite "
             "event files that hold byte-identical repeated graphs without the repeats no backend "
             "displays. Every dashboard shows exactly what it showed before."
         ),
-        file_rules={cat.PROFILE_CACHE: DELETE, cat.PROFILE_SECONDARY: DELETE},
+        file_rules={cat.PROFILE_CACHE: DELETE, cat.PROFILE_SECONDARY: DELETE, cat.PROFILE_TOOL_OUTPUTS: DELETE},
         compress_torch=True,
         content={"dedupe_graphs": True},
     )
@@ -88,7 +91,7 @@ def _archive() -> Policy:
         name="archive",
         description=(
             "For finished experiments: remove all profile data (xprof sessions, caches, secondary "
-            "traces, PyTorch traces); rewrite event files to keep exactly what TensorBoard's default "
+            "traces, old-format tool outputs, PyTorch traces); rewrite event files to keep exactly what TensorBoard's default "
             "dashboard shows of images, audio, histograms and PR curves, drop repeated graphs and "
             "the graph attribute values (embedded constants) the Graphs dashboard lists as too large "
             "to show. Every graph and run-metadata tag stays. Scalars, hparams and text are never "
@@ -98,6 +101,7 @@ def _archive() -> Policy:
             cat.PROFILE_XPLANE: DELETE,
             cat.PROFILE_CACHE: DELETE,
             cat.PROFILE_SECONDARY: DELETE,
+            cat.PROFILE_TOOL_OUTPUTS: DELETE,
             cat.PROFILE_OTHER: DELETE,
             cat.TORCH_TRACE: DELETE,
         },

@@ -75,7 +75,8 @@ def _dashboard_effects(kind: str, outcome: dict, actions: Optional[List[dict]]) 
         if sessions_gone:
             lines.append("Profile: the removed sessions disappear from the Profile tab's run list once the page is "
                          "reloaded; a session already open there can no longer load its tools.")
-        elif ("delete", "profile_cache") in cats or ("delete", "profile_secondary") in cats:
+        elif cats & {("delete", "profile_cache"), ("delete", "profile_secondary"),
+                     ("delete", "profile_tool_outputs")}:
             lines.append("Profile: every session still opens with every tool; xprof rebuilds the removed caches "
                          "the first time a session is viewed again (slower once).")
         if ("compress", "torch_trace") in cats:

@@ -13,6 +13,8 @@ from typing import Optional
 PROFILE_XPLANE = "profile_xplane"  # <host>.xplane.pb: what xprof reads
 PROFILE_CACHE = "profile_cache"  # xprof's regenerable caches, rebuilt on the next view
 PROFILE_SECONDARY = "profile_secondary"  # trace files xprof ignores when an xplane exists
+#: per-tool outputs older profilers wrote beside (or instead of) the xplane: derived from it
+PROFILE_TOOL_OUTPUTS = "profile_tool_outputs"
 PROFILE_OTHER = "profile_other"  # anything else inside a profile session
 PROFILE_EMPTY = "profile_empty"  # *.profile-empty stub event files
 TORCH_TRACE = "torch_trace"  # *.pt.trace.json[.gz]
@@ -21,8 +23,8 @@ CHECKPOINTS = "checkpoints"
 OTHER = "other"
 SYMLINK = "symlink"  # the link itself (lstat size); its target is never followed
 #: Categories given to whole files by name and place (they hold no event records to count).
-FILE_LEVEL = frozenset({PROFILE_XPLANE, PROFILE_CACHE, PROFILE_SECONDARY, PROFILE_OTHER, PROFILE_EMPTY,
-                        TORCH_TRACE, PLUGIN_ASSETS, CHECKPOINTS, OTHER, SYMLINK})
+FILE_LEVEL = frozenset({PROFILE_XPLANE, PROFILE_CACHE, PROFILE_SECONDARY, PROFILE_TOOL_OUTPUTS, PROFILE_OTHER,
+                        PROFILE_EMPTY, TORCH_TRACE, PLUGIN_ASSETS, CHECKPOINTS, OTHER, SYMLINK})
 
 # --- event-file record categories (summary plugin names are used verbatim) --------------
 SCALARS = "scalars"
@@ -46,7 +48,8 @@ PROTECTED_PLUGINS = frozenset({SCALARS, HPARAMS, TEXT})
 
 #: Categories that are profile data of some kind (the bulk of a profiled logdir).
 PROFILE_CATEGORIES = frozenset(
-    {PROFILE_XPLANE, PROFILE_CACHE, PROFILE_SECONDARY, PROFILE_OTHER, PROFILE_EMPTY, TORCH_TRACE}
+    {PROFILE_XPLANE, PROFILE_CACHE, PROFILE_SECONDARY, PROFILE_TOOL_OUTPUTS, PROFILE_OTHER, PROFILE_EMPTY,
+     TORCH_TRACE}
 )
 
 #: Human labels and a stable display order for legends.
@@ -75,6 +78,7 @@ LABELS = {
     PROFILE_XPLANE: "profile sessions (xplane)",
     PROFILE_CACHE: "xprof caches",
     PROFILE_SECONDARY: "secondary traces",
+    PROFILE_TOOL_OUTPUTS: "profile tool outputs (old format)",
     PROFILE_OTHER: "other profile files",
     PROFILE_EMPTY: ".profile-empty stubs",
     TORCH_TRACE: "PyTorch traces",
@@ -127,24 +131,44 @@ _PROFILE_CACHE_PATTERNS = (
     "*.hlo_proto.pb",
 )
 
-# Files the xprof 2.24 plugin does not read (it reads only *.xplane.pb / *.xplane.riegeli):
-# the legacy TF profiler tool outputs and the JAX trace exports.
+# Trace exports xprof 2.24 does not read (it reads only *.xplane.pb / *.xplane.riegeli): JAX's
+# Chrome / Perfetto traces of the same session.
 _PROFILE_SECONDARY_PATTERNS = (
     "*.trace.json.gz",
     "*.trace.json",
     "perfetto_trace.json.gz",
     "*.perfetto_trace.json.gz",
-    "*.overview_page.pb",
-    "*.input_pipeline.pb",
-    "*.tensorflow_stats.pb",
-    "*.kernel_stats.pb",
-    "*.memory_profile.json.gz",
-    "*.memory_profile.pb",
-    "*.pod_viewer.json",
-    "*.op_profile.json",
-    "*.memory_viewer.json",
-    "*.tf_stats.pb",
 )
+
+# One file per tool and host, ``[<host>.]<tool suffix>``: what TensorFlow's profiler wrote before
+# (and, up to TF 2.3, beside) the xplane, named by tensorboard-plugin-profile's ``TOOLS`` table
+# (``profile_plugin.py``). That plugin lists a session's tools from these files only when the
+# session has no xplane; with one, every tool is derived from the xplane instead, and xprof 2.2x
+# reads only the xplane. So with an xplane they are derived copies; without one, the profile.
+_PROFILE_TOOL_SUFFIXES = (
+    "trace",  # trace_viewer: the legacy Trace proto
+    "tracetable",  # trace_viewer@ (streaming) of the oldest plugins
+    "op_profile.json",
+    "input_pipeline.json",
+    "input_pipeline.pb",
+    "overview_page.json",
+    "overview_page.pb",
+    "memory_viewer.json",
+    "pod_viewer.json",
+    "tensorflow_stats.pb",
+    "tf_stats.pb",
+    "kernel_stats.pb",
+    "memory_profile.json.gz",
+    "memory_profile.json",
+    "memory_profile.pb",
+    "tf_data_bottleneck_analysis.json",
+)
+_PROFILE_TOOL_PATTERNS = tuple(p for s in _PROFILE_TOOL_SUFFIXES for p in (s, "*." + s))
+
+
+def profile_tool_suffixes() -> tuple:
+    """The per-tool file suffixes of older profilers (``<host>.<suffix>`` or a bare ``<suffix>``)."""
+    return _PROFILE_TOOL_SUFFIXES
 
 
 def classify_profile_file(name: str) -> str:
@@ -155,6 +179,8 @@ def classify_profile_file(name: str) -> str:
         return PROFILE_CACHE
     if any(fnmatch.fnmatchcase(name, p) for p in _PROFILE_SECONDARY_PATTERNS):
         return PROFILE_SECONDARY
+    if any(fnmatch.fnmatchcase(name, p) for p in _PROFILE_TOOL_PATTERNS):
+        return PROFILE_TOOL_OUTPUTS
     return PROFILE_OTHER
 
 
