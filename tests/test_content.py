@@ -732,3 +732,81 @@ def test_selection_drops_and_reads_masks_per_file_as_record_by_record():
     assert er._in_whole_files(one, {names[0]}, sel.file_of) == set(range(200))
     assert sel._kept_flags(one).tolist() == [bool(expect[names[1]][g & er._REC_MASK])
                                              for g in ids[120:]]
+
+
+def _fast_and_slow(run_dir, rules, rust_view, monkeypatch):
+    """The selection of ``run_dir`` with runs of plain records classified from the batch decode
+    (``_fast_run``, what plans and reduces do) and record by record; and how many runs took the
+    fast path (a comparison where it never ran would prove nothing)."""
+    taken = []
+    fast_run = er._RunSelection._fast_run
+
+    def counting(self, *a):
+        ok = fast_run(self, *a)
+        taken.append(ok)
+        return ok
+
+    monkeypatch.setattr(er._RunSelection, "_fast_run", counting)
+    names = er.event_file_names(str(run_dir))
+    fast = er.select_run(str(run_dir), rules, names, rust_view=rust_view)
+    n_fast = sum(taken)
+    slow = er.select_run(str(run_dir), rules, names, rust_view=rust_view, fast=False)
+    assert sum(taken) == n_fast  # the record-by-record selection never took the fast path
+    return fast, slow, n_fast
+
+
+def _assert_same_selection(fast, slow):
+    assert fast.masks == slow.masks  # the same kept records, file by file
+    assert fast.codes == slow.codes
+    assert fast.subs == slow.subs
+    assert fast.tags == slow.tags
+    assert fast.expectations == slow.expectations
+    assert fast.notes == slow.notes
+
+
+def make_duplicates(logdir: Path) -> Path:
+    """Torch-style legacy values (no metadata: the fast path's case) with a repeated step, a step
+    going backwards mid-file, and clean tags beside them; a second file continuing them."""
+    run = logdir / "dups"
+    variants = _legacy_histo_values(3, seed=5)
+    with synth.EventWriter(str(run), style="torch") as w:
+        for s in range(600):
+            wall = 1795990000.0 + s
+            _write_value(w, "clean/h", s, variants[s % 3], wall)
+            _write_value(w, "dup/h", s if s != 300 else 299, variants[s % 3], wall)  # a repeated step
+            _write_value(w, "back/h", s if s < 400 else s - 350, variants[s % 3], wall)  # a restart
+            w.legacy_image("clean/im", s, synth.make_png(3, 3, seed=s % 3), 3, 3, wall_time=wall)
+            if s % 10 == 0:
+                w.scalar("loss", s, 1.0 / (s + 1), wall_time=wall)
+    with synth.EventWriter(str(run), style="torch", index=1, timestamp=1795999000) as w:
+        for s in range(600, 900):
+            wall = 1795990000.0 + s
+            _write_value(w, "clean/h", s, variants[s % 3], wall)
+            _write_value(w, "dup/h", s, variants[s % 3], wall)
+            w.legacy_image("clean/im", s, synth.make_png(3, 3, seed=s % 3), 3, 3, wall_time=wall)
+    age(logdir)
+    return run
+
+
+@needs_rust
+@pytest.mark.parametrize("content", [
+    ARCHIVE_CONTENT,
+    {"downsample": "default_view", "dedupe_graphs": True},
+    dict(ARCHIVE_CONTENT, keep_per_tag={"histograms": 50, "images": 5}),
+], ids=["dashboard_exact", "default_view", "keep_per_tag"])
+def test_fast_and_record_by_record_selection_keep_the_same_records(tmp_path, monkeypatch, content):
+    """One rule, two ways to apply it: a plan and a reduce must keep the same records whichever
+    way each classified them (restarts, repeated steps, merged summaries, metadata on the first
+    value only, legacy values without metadata, two files per run)."""
+    rules = content_rules.Rules.from_content(content)
+    restart = make_restarts(tmp_path / "a") / "restart"
+    dups = make_duplicates(tmp_path / "b")
+    for run in (restart, dups):
+        fast, slow, n_fast = _fast_and_slow(run, rules, read_view(str(run), "rust"), monkeypatch)
+        assert n_fast > 0
+        _assert_same_selection(fast, slow)
+        assert sum(len(m) - sum(m) for m in fast.masks.values()) > 0  # something is dropped
+    tags = er.select_run(str(dups), rules, er.event_file_names(str(dups))).tags
+    assert tags["dup/h"]["kept"] == tags["dup/h"]["records"] and "restart" in tags["dup/h"]["why"]
+    assert tags["back/h"]["kept"] == tags["back/h"]["records"] and "restart" in tags["back/h"]["why"]
+    assert tags["clean/im"]["kept"] < tags["clean/im"]["records"]

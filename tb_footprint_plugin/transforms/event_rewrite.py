@@ -465,7 +465,7 @@ def _file_version(s: str) -> Optional[float]:
 
 
 def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
-               rust_view=None, original=None) -> Selection:
+               rust_view=None, original=None, fast: bool = True) -> Selection:
     """Decide, for every record of every event file of ``run_dir``, keep or drop.
 
     Files not in ``rewritten`` are kept whole; their records still count (they are part of
@@ -475,6 +475,9 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
     ``original`` (``verify.original.OriginalRun`` of this reduce): its Rust data server, if
     started, gives the default view (no load of its own), and the pass fills its ``files``
     (record index, tag index, sha256) for the verification of this reduce.
+
+    ``fast=False`` parses every record in Python instead of classifying runs of plain records
+    from the batch decode (``_batch``): the same decisions, slower; tests compare the two.
     """
     names = event_file_names(run_dir)
     signature = _files_signature(run_dir, names)
@@ -483,6 +486,7 @@ def select_run(run_dir: str, rules: Rules, rewritten: Sequence[str], *,
         raise RewriteError(f"not event files of {run_dir}: {sorted(missing)}")
     sel = _RunSelection(run_dir, rules, names, set(rewritten))
     sel.original = original
+    sel.fast = fast
     for fi, name in enumerate(names):
         sel.read_file(fi, name)
     sel.apply_restart_rules()
@@ -544,6 +548,7 @@ class _RunSelection:
         self.most_recent_step = -1
         self.original = None  # verify.original.OriginalRun to fill, if any
         self.facts: Dict[str, object] = {}
+        self.fast = True  # classify runs of plain records from the batch decode (``_batch``)
 
     # --- the pass -----------------------------------------------------------------------
     def code(self, name: str) -> int:
@@ -573,8 +578,9 @@ class _RunSelection:
             return
         mask = bytearray()
         cls = bytearray()
-        # the vectorised decode also speeds up classification (``_batch``): always folded
-        fold = eventfile.StatsFold(name) if self.original is not None else None
+        # the vectorised decode also speeds up classification (``_batch``): folded at plan time
+        # as in a reduce, so the plan and the reduce classify every record the same way
+        fold = eventfile.StatsFold(name) if self.fast else None
         offsets, sizes, crcs = [], [], []
         # for this reduce's copy and verification, as a kept scan pass does (``scan.passes``);
         # released with the reduce's ``original``, so cached selections hold no record bytes
@@ -636,7 +642,7 @@ class _RunSelection:
             for b in kept.batches:
                 at = slice(b.first, b.first + b.n)
                 batch = _ReadBack(f.fileno(), name, offsets[at], kept.sizes[at], kept.crcs[at])
-                self._batch(batch, b.decoded, name, fi, b.first, cls, parse)
+                self._batch(batch, b.decoded if self.fast else None, name, fi, b.first, cls, parse)
         if orig.stat_sig(path) != kept.stat:
             raise RewriteError(f"{name}: changed while it was being analysed")
         self.masks[name] = mask
