@@ -3,13 +3,17 @@ logdir has used, which operations are restorable, and what unfinished journals s
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
 import time
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Outcome
-from tb_footprint_plugin.engine.context import Context, TransactionError
-from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine import oplog
+from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
+from tb_footprint_plugin.engine.history import append_history, history_path
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import atomic_write_json
@@ -27,20 +31,32 @@ def known_vaults(ctx: Context) -> List[str]:
 
 
 def remember_vault(ctx: Context) -> None:
-    """Record a vault outside the state directory so restore, purge and status find it later."""
+    """Record a vault outside the state directory so restore, purge and status find it later.
+    A vaults.json that does not parse is set aside (``vaults.json.damaged-<time>``), never
+    overwritten: the vaults it listed may be known nowhere else."""
     if ctx.vault.root == ctx.state:
         return
     roots = [r for r in known_vaults(ctx) if r != ctx.state]
-    atomic_write_json(os.path.join(ctx.state, VAULTS_NAME), roots)
+    path = os.path.join(ctx.state, VAULTS_NAME)
+    try:
+        listed = trust.read_json_file(path, what="vault index")
+        damaged = not isinstance(listed, list)
+    except FileNotFoundError:
+        damaged = False
+    except trust.Untrusted:
+        damaged = True
+    if damaged:
+        os.replace(path, f"{path}.damaged-{int(time.time())}")
+    with writing(path, len(json.dumps(roots)) + 64):
+        atomic_write_json(path, roots)
 
 
 def own_manifests(ctx: Context) -> List[dict]:
     """Every manifest of operations on this logdir, in every vault it used."""
     out, seen = [], set()
     here = os.path.realpath(ctx.logdir)
-    try:
-        identity = trust.bind(ctx.logdir, ctx.state, adopt=False)
-    except trust.Untrusted:
+    identity = manifest_binding(ctx)
+    if identity is False:
         return []  # a state directory copied or planted from elsewhere: none of it is ours
     for root in known_vaults(ctx):
         for m in Vault(root).manifests():
@@ -53,6 +69,27 @@ def own_manifests(ctx: Context) -> List[dict]:
                 seen.add(m["op_id"])
                 out.append(m)
     return out
+
+
+def manifest_binding(ctx: Context):
+    """What a manifest's ``logdir_id`` must be to count as this logdir's: the identity (a dict
+    with ``id``), None (no identity yet: the logdir path decides), or False (a foreign state
+    directory: nothing in it is ours).
+
+    A damaged identity.json hides no backup: the manifests bind themselves. Each one names its
+    logdir and carries the state's id; when those whose logdir is this one agree on one id,
+    that id stands for the identity (as ``trust.bind`` takes it back for a deleted one). This
+    trusts nothing an attacker who can write identity.json could not claim anyway (they could
+    write a well-formed one), while state planted from another logdir still names that logdir,
+    or, planted at this very path, carries an id other than the one this logdir's manifests
+    agree on. When they carry several ids nothing with an id is trusted until it is settled."""
+    try:
+        return trust.bind(ctx.logdir, ctx.state, adopt=False)
+    except trust.Untrusted as e:
+        if e.code != trust.IDENTITY_DAMAGED:
+            return False
+    ids = trust.own_ids(ctx.logdir, ctx.state, known_vaults(ctx))
+    return {"id": ids.pop() if len(ids) == 1 else None}
 
 
 def find_manifest(ctx: Context, op_id: str) -> dict:
@@ -92,9 +129,22 @@ def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
     for j in pending_journals(ctx.journal_dir):
         if j.op_id == exclude_op:
             continue
+        try:
+            log = trust.read_json_lines(j.path)
+        except OSError:
+            log = None
         # only ever used to keep blobs: a malformed record here can only keep more
-        out.update(r["sha256"] for r in j.records() if r.get("type") == "backup" and is_sha256(r.get("sha256")))
+        if log is not None:
+            out.update(r["sha256"] for r in log.records if r.get("type") == "backup" and is_sha256(r.get("sha256")))
+        if log is None or log.damaged or log.torn:
+            # a damaged line may have named a backup: every digest its bytes spell out is kept
+            with contextlib.suppress(OSError):
+                with open(j.path, "rb") as f:
+                    out.update(m.decode() for m in _DIGEST.findall(f.read(trust.MAX_STATE_BYTES)))
     return out
+
+
+_DIGEST = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
 
 def vault_problems(ctx: Context) -> List["trust.Untrusted"]:
@@ -110,10 +160,34 @@ def vault_problems(ctx: Context) -> List["trust.Untrusted"]:
 def unsettled_op(ctx: Context, run: str) -> Optional[str]:
     """The id of an unfinished operation on ``run``, if one is left (call under the run lock)."""
     for j in pending_journals(ctx.journal_dir):
-        recs = j.records()
+        try:
+            recs = trust.read_json_lines(j.path).records
+        except OSError:
+            continue  # unreadable: named by status, never replayed; it holds no run it cannot name
         if recs and recs[0].get("run") == run:
             return j.op_id
     return None
+
+
+def hiding_damage(ctx: Context) -> List[str]:
+    """Damage that may keep backups out of sight, for a restore of everything to name rather
+    than say "nothing to restore": an identity.json recovery could not rebuild, a vaults.json
+    that does not parse (the vaults it listed are unknown)."""
+    out = []
+    damage = trust.identity_damage(ctx.logdir, ctx.state)
+    if damage is not None:
+        out.append(f"{damage}: manifests bound to another id than the one this logdir's own manifests agree on "
+                   "are not used; see `tb-footprint recover`")
+    path = os.path.join(ctx.state, VAULTS_NAME)
+    try:
+        if not isinstance(trust.read_json_file(path, what="vault index"), list):
+            out.append(f"{path}: the vault index is not a JSON list; backups in the vaults it listed are not found "
+                       "(give their folder as --backup-dir)")
+    except FileNotFoundError:
+        pass
+    except trust.Untrusted as e:
+        out.append(f"{e}; backups in the vaults it listed are not found (give their folder as --backup-dir)")
+    return out
 
 
 def manifest_exists(ctx: Context, records: List[dict]) -> bool:
@@ -168,13 +242,32 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         "displaced": displaced or [],
     }
     os.makedirs(vault.ops, exist_ok=True)
-    vault.write_manifest(m)
-    append_history(ctx.state, {
+    # logged, then written: about twice its JSON on a full disk (``NoSpace`` names both files)
+    size = len(json.dumps(m, sort_keys=True))
+    try:
+        with writing(f"{oplog.log_path(vault.root, m['op_id'])} and {vault.manifest_path(m['op_id'])}", 2 * size,
+                     at=vault.ops):
+            vault.write_manifest(m)
+    except NoSpace as e:
+        if outcome == "verified" or displaced:
+            raise  # the record of a change, or of content kept in the vault: never skipped
+        # a rollback that displaced nothing leaves the run as it was: on a full disk its record
+        # is what gives way, so the rollback itself (which frees the staged files) completes
+        m["not_recorded"] = str(e)
+        return m
+    entry = {
         "op_id": m["op_id"], "kind": "reduce", "run": m["run"], "policy": (begin.get("policy") or {}).get("name"),
         "before": m["bytes_before"], "after": after, "verified": outcome == "verified",
         "outcome": outcome, "reason": reason, "backup_kept": outcome == "verified",
         "user": m["user"], "host": m["host"], "tool_version": __version__,
-    })
+    }
+    try:
+        with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
+            append_history(ctx.state, entry)
+    except NoSpace as e:
+        if outcome == "verified":
+            raise
+        m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m
 
 

@@ -5,6 +5,7 @@ file and say why.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import os
@@ -13,7 +14,7 @@ import shutil
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome
 from tb_footprint_plugin.fmt import human_bytes
@@ -120,9 +121,45 @@ def new_op_id() -> str:
 Progress = Callable[[str, float], None]
 
 
+class NoSpace(TransactionError):
+    """A write failed for want of space (``ENOSPC``) or quota (``EDQUOT``): the message names
+    the file being written and the bytes it needed; ``code`` is ``Failure.NO_SPACE``."""
+
+    def __init__(self, path: str, need: int, err: OSError, at: Optional[str] = None):
+        try:
+            free = human_bytes(shutil.disk_usage(at or os.path.dirname(path) or ".").free) + " free"
+        except OSError:
+            free = "free space unknown"
+        what = "quota exceeded" if err.errno == getattr(errno, "EDQUOT", -1) else "disk full"
+        super().__init__(f"{what} writing {path}: it needed {human_bytes(need)} more ({free} on its filesystem; "
+                         f"{err.strerror or err})", Failure.NO_SPACE)
+        self.path = path
+        self.need = need
+        self.errno = err.errno
+
+
+def is_no_space(e: BaseException) -> bool:
+    """Whether ``e`` is a write refused for want of space or quota."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+@contextlib.contextmanager
+def writing(path: str, need: int, at: Optional[str] = None) -> Iterator[None]:
+    """Turn a full disk or quota met while writing ``path`` into ``NoSpace`` naming it and the
+    ``need`` bytes the write needed (free space looked up at ``at``, else ``path``'s folder);
+    other errors pass as they are."""
+    try:
+        yield
+    except OSError as e:
+        if is_no_space(e):
+            raise NoSpace(path, max(0, int(need)), e, at) from e
+        raise
+
+
 def reason_of(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return f"disk full: {e}"
+    if is_no_space(e):
+        where = f" writing {e.filename}" if getattr(e, "filename", None) else ""
+        return f"{'quota exceeded' if e.errno != errno.ENOSPC else 'disk full'}{where}: {e}"
     if isinstance(e, PermissionError):
         return f"permission denied: {e}"
     return str(e) or type(e).__name__

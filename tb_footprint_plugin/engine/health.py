@@ -13,9 +13,15 @@ import stat
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.engine import oplog
+from tb_footprint_plugin.engine import oplog, trust
+from tb_footprint_plugin.engine.history import history_damage
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.scan.cache import CACHE_NAME
+from tb_footprint_plugin.storage.paths import VAULTS_NAME
+
+#: damaged lines named one by one per file; the rest are counted
+LINES_NAMED = 5
 
 
 def settle_command(logdir: str, backup_dir: Optional[str] = None) -> str:
@@ -31,7 +37,10 @@ def unfinished_ops(journal_dir: str) -> List[dict]:
     plan saw; None where the journal does not say)."""
     out = []
     for j in pending_journals(journal_dir):
-        recs = j.records()
+        try:
+            recs = trust.read_json_lines(j.path).records
+        except OSError:
+            recs = []
         begin = recs[0] if recs and recs[0].get("type") == "begin" else {}
         plan = begin.get("plan") if isinstance(begin.get("plan"), dict) else {}
         before = plan.get("bytes_before")
@@ -50,7 +59,13 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
     for root in vault_roots:
         vault = Vault(root)
         for op_id in oplog.logged_ops(root):
-            recs = oplog.records(root, op_id)
+            try:
+                recs = oplog.read_log(root, op_id)
+            except OSError as e:
+                out.append(_f(Finding.DAMAGED_FILE, op_id, None, f"unreadable ({e.strerror or e})",
+                              file=oplog.log_path(root, op_id)))
+                continue
+            out += _lines(recs.damaged, op_id, "the rest of the log is used")
             path = vault.manifest_path(op_id)
             if oplog.last_state(recs) is not None and not oplog.manifest_readable(path, op_id):
                 what = "corrupt" if os.path.exists(path) else "missing"
@@ -105,8 +120,85 @@ def late_writes(manifests: List[dict]) -> List[dict]:
     return out
 
 
-def _f(code: Finding, op_id, run, detail: str, nbytes: int = 0) -> dict:
-    return {"code": code, "op_id": op_id, "run": run, "detail": detail, "bytes": nbytes}
+def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
+    """Damage in the state directory's own files, each named (file, and line for a log): a
+    damaged identity.json, vaults.json, journal, history line, lease or scan cache. Read only."""
+    out: List[dict] = []
+    damage = trust.identity_damage(logdir, state)
+    if damage is not None:
+        out.append(_f(Finding.IDENTITY_DAMAGED, None, None,
+                      f"{damage.detail}; backups are still found by the manifests' own logdir and id, and "
+                      "`recover` rebuilds it (the damaged file is kept beside it)", file=damage.file))
+    vaults = os.path.join(state, VAULTS_NAME)
+    try:
+        roots = trust.read_json_file(vaults, what="vault index")
+        if not isinstance(roots, list):
+            raise trust.Untrusted(Finding.DAMAGED_FILE, vaults, "vault index is not a JSON list")
+    except FileNotFoundError:
+        pass
+    except trust.Untrusted as e:
+        out.append(_f(Finding.DAMAGED_FILE, None, None,
+                      f"{e.detail}: backups in the vaults it listed are not found (give their folder as "
+                      "--backup-dir); the next reduce into such a vault sets it aside and writes it afresh",
+                      file=vaults))
+    for j in pending_journals(journal_dir):
+        try:
+            log = trust.read_json_lines(j.path)
+        except OSError as e:
+            out.append(_f(Finding.DAMAGED_FILE, j.op_id, None, f"unreadable journal ({e.strerror or e})", file=j.path))
+            continue
+        if log.damaged:
+            d = log.damaged[0]
+            out.append(_f(Finding.DAMAGED_FILE, j.op_id, None,
+                          f"journal line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); the operation is "
+                          "not replayed from it and its run and backups are left exactly as they are",
+                          file=j.path, line=d.line))
+    out += _lines(history_damage(state), None, "the other entries are shown")
+    locks = os.path.join(state, "locks")
+    try:
+        leases = sorted(n for n in os.listdir(locks) if n.endswith(".lease"))
+    except OSError:
+        leases = []
+    for name in leases:
+        try:
+            trust.read_json_file(os.path.join(locks, name), what="lease")
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        except trust.Untrusted as e:
+            out.append(_f(Finding.DAMAGED_FILE, None, None, f"{e.detail}; held by no one: replaced when the run "
+                          "is next locked", file=e.file))
+    cache = os.path.join(state, CACHE_NAME)
+    try:
+        trust.read_json_file(cache, what="scan cache")
+    except FileNotFoundError:
+        pass
+    except trust.Untrusted as e:
+        out.append(_f(Finding.DAMAGED_FILE, None, None, f"{e.detail}; not used: the next scan reads every file "
+                      "and writes it afresh", file=e.file))
+    return out
 
 
-__all__ = ["settle_command", "unfinished_ops", "catalogue_problems", "late_writes"]
+def _lines(damaged: List["trust.Untrusted"], op_id, rest: str) -> List[dict]:
+    """Findings for the damaged lines of one log: the first ``LINES_NAMED`` by line, then a count."""
+    out = [_f(Finding.DAMAGED_LINE, op_id, None, f"{d.detail}; {rest}", file=d.file, line=d.line)
+           for d in damaged[:LINES_NAMED]]
+    if len(damaged) > LINES_NAMED:
+        out.append(_f(Finding.DAMAGED_LINE, op_id, None, f"{len(damaged) - LINES_NAMED} more damaged line(s), "
+                      f"up to line {damaged[-1].line}; skipped", file=damaged[-1].file, line=damaged[-1].line))
+    return out
+
+
+def _f(code: Finding, op_id, run, detail: str, nbytes: int = 0, *, file: Optional[str] = None,
+       line: Optional[int] = None) -> dict:
+    """A finding; one about a file names it first in ``detail`` (what every front end prints)
+    and in ``path`` (and ``line``, 1-based, for a line of a log) for programs."""
+    out = {"code": code, "op_id": op_id, "run": run, "detail": f"{file}: {detail}" if file else detail,
+           "bytes": nbytes}
+    if file is not None:
+        out["path"] = file
+    if line is not None:
+        out["line"] = line
+    return out
+
+
+__all__ = ["settle_command", "unfinished_ops", "catalogue_problems", "state_problems", "late_writes"]

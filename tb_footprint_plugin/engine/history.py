@@ -19,8 +19,9 @@ import socket
 import time
 from typing import List, Optional
 
+from tb_footprint_plugin.engine.trust import Untrusted, read_json_lines
 from tb_footprint_plugin.storage.files import append_line
-from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
+from tb_footprint_plugin.storage.regular import NotRegularFile
 
 HISTORY_NAME = "history.jsonl"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
@@ -56,13 +57,18 @@ def history_files(state: str) -> List[str]:
     return sorted(os.path.join(state, n) for n in names if n == HISTORY_NAME or _WORKER_FILE.match(n))
 
 
+def history_path(state: str) -> str:
+    """The history file this process appends to (its worker's own in a sharded batch)."""
+    return os.path.join(state, _process_writer or HISTORY_NAME)
+
+
 def append_history(state: str, entry: dict) -> None:
     """Append one entry (with the current time) durably, to this worker's own file."""
     os.makedirs(state, exist_ok=True)
-    name, shard = _process_writer or HISTORY_NAME, _process_shard
+    shard = _process_shard
     if shard:
         entry = dict(entry, shard=shard)
-    path = os.path.join(state, name)
+    path = history_path(state)
     line = json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n"
     try:
         append_line(path, line)
@@ -80,22 +86,28 @@ def _timed(e) -> bool:
 
 def read_history(state: str) -> List[dict]:
     """Every entry of every history file, oldest first (entries of one time keep their file's
-    order); lines that are not JSON objects with a time are skipped."""
+    order); lines that are not JSON objects with a time are skipped (a damaged line costs only
+    itself: ``history_damage`` names it)."""
     out = []
     for path in history_files(state):
         try:
             # a planted symlink or fifo under a history name is not followed (invariant 4)
-            with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    try:
-                        e = json.loads(line)
-                    except (ValueError, RecursionError):
-                        continue
-                    if _timed(e):
-                        out.append(e)
+            entries = read_json_lines(path).records
         except OSError:  # gone, or not a regular file: nothing of ours to read
             continue
+        out += [e for e in entries if _timed(e)]
     out.sort(key=lambda e: e["time"])  # stable: one file's entries of one time stay in order
+    return out
+
+
+def history_damage(state: str) -> List[Untrusted]:
+    """The damaged lines of every history file (``trust.DAMAGED_LINE``: file and line)."""
+    out: List[Untrusted] = []
+    for path in history_files(state):
+        try:
+            out += read_json_lines(path).damaged
+        except OSError:
+            continue
     return out
 
 

@@ -6,15 +6,21 @@ A manifest (``<vault>/ops/<op_id>.json``) is rewritten whenever its operation's 
 atomically, so the log always knows at least what the manifest says. A manifest that is
 deleted or corrupt is rebuilt from the last state in the log (``rebuild_manifests``), and a
 purge killed half-way is finished from the intent it recorded there before deleting a blob.
+
+A log is untrusted input read line by line (``trust.read_json_lines``): a line that is not a
+UTF-8 JSON object is skipped and reported with its file and line number (``log_damage``),
+every other line still counts. What a damaged line said is unknown, so nothing is decided
+past it: a manifest is not rebuilt from a state older than a damaged line, and a purge intent
+followed by one is not finished (its blobs are kept: the safe direction).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
+from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.engine.journal import Journal
 
 OPLOG = "oplog"
@@ -56,8 +62,26 @@ def record_manifest(vault_root: str, manifest: dict) -> None:
     append(vault_root, manifest["op_id"], {"type": "manifest", "manifest": manifest})
 
 
+def read_log(vault_root: str, op_id: str) -> trust.JsonLines:
+    """An operation's log, line by line: its records and its damaged lines."""
+    return trust.read_json_lines(log_path(vault_root, op_id))
+
+
 def records(vault_root: str, op_id: str) -> List[dict]:
-    return Journal(log_path(vault_root, op_id)).records()
+    """The records of an operation's log that parse (damaged lines: ``log_damage``)."""
+    return read_log(vault_root, op_id).records
+
+
+def log_damage(vault_root: str) -> List[trust.Untrusted]:
+    """Every damaged line of every log in the vault (``trust.DAMAGED_LINE``, with file and line)."""
+    out: List[trust.Untrusted] = []
+    for op_id in logged_ops(vault_root):
+        try:
+            out += read_log(vault_root, op_id).damaged
+        except OSError as e:
+            out.append(trust.Untrusted(trust.DAMAGED_FILE, log_path(vault_root, op_id),
+                                       f"unreadable ({e.strerror or e})"))
+    return out
 
 
 def logged_ops(vault_root: str) -> List[str]:
@@ -67,28 +91,43 @@ def logged_ops(vault_root: str) -> List[str]:
     return sorted(n[: -len(".jsonl")] for n in os.listdir(d) if n.endswith(".jsonl") and not n.startswith("."))
 
 
-def last_state(recs: List[dict]) -> Optional[dict]:
-    """The newest manifest state in a log."""
-    return next((r["manifest"] for r in reversed(recs)
+def _records_and_lines(log) -> list:
+    if isinstance(log, trust.JsonLines):
+        return list(zip(log.records, log.lines))
+    return [(r, 0) for r in log]
+
+
+def last_state(log) -> Optional[dict]:
+    """The newest manifest state in a log (its records, or a ``trust.JsonLines``)."""
+    return next((r["manifest"] for r, _n in reversed(_records_and_lines(log))
                  if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict)), None)
 
 
-def purge_intent(recs: List[dict]) -> Optional[dict]:
-    """The intent of a purge that did not finish, if any."""
-    intent = None
-    for r in recs:
+def last_state_line(log: trust.JsonLines) -> int:
+    """The line of the newest manifest state (0: none)."""
+    return next((n for r, n in reversed(_records_and_lines(log))
+                 if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict)), 0)
+
+
+def purge_intent(log) -> Optional[dict]:
+    """The intent of a purge that did not finish, if any. Given a ``trust.JsonLines``, an intent
+    followed by a damaged line is none: that line may be its end, so it is not finished again."""
+    intent, at = None, 0
+    for r, n in _records_and_lines(log):
         if r.get("type") == "purge":
-            intent = r
+            intent, at = r, n
         elif r.get("type") in ("purged", "purge_abandoned"):
             intent = None
+    if intent is not None and isinstance(log, trust.JsonLines) and log.damaged_after(at):
+        return None
     return intent
 
 
 def manifest_readable(path: str, op_id: str) -> bool:
+    """Whether the manifest file parses as a manifest of ``op_id`` (any damage: False)."""
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            m = json.load(f)
-    except (OSError, ValueError):
+        m = trust.read_json_file(path)
+    except (OSError, trust.Untrusted):
         return False
     return isinstance(m, dict) and m.get("op_id") == op_id and isinstance(m.get("files", []), list)
 
@@ -103,10 +142,19 @@ def rebuild_manifests(vault) -> List[CatalogueFinding]:
         path = vault.manifest_path(op_id)
         if manifest_readable(path, op_id):
             continue
-        state = last_state(records(vault.root, op_id))
+        log = read_log(vault.root, op_id)
+        state = last_state(log)
         if state is None:
             continue  # logged only a purge of a manifest written before logs existed
         what = "corrupt" if os.path.exists(path) else "missing"
+        if log.damaged_after(last_state_line(log)):
+            # a newer state may be on the damaged line: an older one could claim a purged or
+            # restored backup back; the manifest stays as it is (its blobs are kept) and is named
+            bad = next(d for d in log.damaged if d.line > last_state_line(log))
+            out.append(CatalogueFinding(MANIFEST_LOST, op_id, f"manifest of {op_id} is {what} and not rebuilt: "
+                                        f"{log.path} line {bad.line}, after its last readable state, is damaged; "
+                                        "its backups are kept", vault.root))
+            continue
         m = dict(state, rebuilt={"at": time.time(), "was": what, "from": os.path.relpath(
             log_path(vault.root, op_id), vault.root)})
         if what == "corrupt":
@@ -145,5 +193,6 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 
 
 __all__ = ["OPLOG", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "log_path",
-           "append", "record_manifest", "records", "logged_ops", "last_state", "purge_intent",
+           "append", "record_manifest", "records", "read_log", "log_damage", "logged_ops", "last_state",
+           "last_state_line", "purge_intent",
            "rebuild_manifests", "orphan_blobs", "manifest_readable"]

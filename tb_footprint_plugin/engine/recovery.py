@@ -49,7 +49,22 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         return [RecoveryOutcome(j.op_id, None, Recovery.REFUSED, str(e), e.code) for j in journals]
     vaults = [ctx.state, ctx.vault.root] + known_vaults(ctx)
     for j in journals:
-        records = j.records()
+        try:
+            log = trust.read_json_lines(j.path)
+        except OSError as e:  # left for the next start, named
+            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.FAILED, f"{j.path}: unreadable journal "
+                                            f"({reason_of(e)})", Finding.RECOVERY_FAILED))
+            continue
+        if log.damaged:
+            # every record of a journal counts (a lost backup record would leave its original out
+            # of a rollback): one damaged line and the operation is not replayed at all
+            d = log.damaged[0]
+            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED,
+                                            f"{j.path}: line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); not "
+                                            "replayed: its run and backups are left exactly as they are",
+                                            Finding.DAMAGED_FILE))
+            continue
+        records = log.records
         if not records or records[0].get("type") != "begin":
             # created but crashed before its first record was durable: nothing happened
             j.close()

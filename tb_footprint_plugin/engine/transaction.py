@@ -11,6 +11,7 @@ and recovery after a crash (``recovery``).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil  # noqa: F401  (tests patch transaction.shutil.disk_usage: the free-space check)
 import stat
@@ -26,11 +27,14 @@ from tb_footprint_plugin.engine.context import (
     Context,
     Progress,
     RunOutcome,
+    NoSpace,
     TransactionError,
     check_space,
+    is_no_space,
     new_op_id,
     no_symlink,
     reason_of,
+    writing,
 )
 from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
@@ -171,6 +175,9 @@ def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Opti
         out.code = Failure.LOCK_ERROR
         out.reason = (f"cannot settle or lock run {out.run!r}: {reason_of(e)}" if settle_first
                       else f"cannot lock run {out.run!r} in {ctx.lock_dir}: {e.strerror or e}")
+        if is_no_space(e):  # the lock file and its lease: a few KB
+            out.code = Failure.NO_SPACE
+            out.reason = f"cannot lock run {out.run!r}: {NoSpace(e.filename or ctx.lock_dir, 8192, e)}"
     return None
 
 
@@ -224,11 +231,12 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         ctx.vault.ensure()
         op_id = new_op_id()
         out.op_id = op_id
-        journal = Journal.create(ctx.journal_dir, op_id, {
+        begin = {
             "type": "begin", "kind": "reduce", "op_id": op_id, "run": rp.run, "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "plan": rp.to_dict(), "policy": policy,
             "verify_backends": list(ctx.verify_backends),
-        })
+        }
+        journal = _create_journal(ctx, op_id, begin)
         faults.hit("after_begin")
         handover: list = []
         try:
@@ -239,17 +247,18 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         out.status = Outcome.VERIFIED
     except Exception as e:  # any failure: back to the exact original bytes
         reason = reason_of(e)
+        code = Failure.NO_SPACE if isinstance(e, NoSpace) else Failure.ERROR
         if journal is None:
-            out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
+            out.status, out.reason, out.code = Outcome.FAILED, reason, code
         elif any(r["type"] == "commit" for r in journal.records()):
             out.status = Outcome.VERIFIED  # past the commit point: the reduction stands
             journal.close()
             journal = None
         else:
             try:
-                journal.append({"type": "rollback", "reason": reason})  # never rolled forward after this
+                _append_rollback(journal, reason)
                 rollback(ctx, journal.records(), reason)
-                out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, Failure.ERROR
+                out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):
                     out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
             except Exception as e2:  # the journal stays: recovery will try again
@@ -265,6 +274,37 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     return out
 
 
+
+
+def _append(journal: Journal, record: dict) -> None:
+    """Append a journal record; on a full disk ``NoSpace`` names the journal and the line's size."""
+    with writing(journal.path, len(json.dumps(record, sort_keys=True)) + 64):
+        journal.append(record)
+
+
+def _create_journal(ctx: Context, op_id: str, begin: dict) -> Journal:
+    """The operation's journal with its begin record; on a full disk none is left behind (an
+    empty journal is no operation) and ``NoSpace`` names it."""
+    path = os.path.join(ctx.journal_dir, f"{op_id}.jsonl")
+    try:
+        with writing(path, len(json.dumps(begin, sort_keys=True)) + 64):
+            return Journal.create(ctx.journal_dir, op_id, begin)
+    except NoSpace:
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) == 0:
+                os.unlink(path)
+        raise
+
+
+def _append_rollback(journal: Journal, reason: str) -> None:
+    """Record the rollback (never rolled forward after it). Before the swap record it is not
+    needed — recovery rolls such a journal back anyway — so a full disk that refuses it does not
+    stop the rollback in process; after the swap record it does (recovery settles the run)."""
+    try:
+        _append(journal, {"type": "rollback", "reason": reason})
+    except NoSpace:
+        if any(r["type"] == "swap" for r in journal.records()):
+            raise
 
 
 def _original_of(ctx: Context, rp: RunPlan):
@@ -309,13 +349,15 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         sha = sha256_file(p)
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind}
-        journal.append(rec)
+        _append(journal, rec)
         faults.hit("before_store")
-        vault.store(p, sha)
+        # a hard link needs no data blocks; a copy to another filesystem needs the whole file
+        with writing(vault.blob_path(sha), 0 if vault.same_filesystem(p) else st.st_size):
+            vault.store(p, sha)
         backups[a.path] = rec
         done += a.bytes_before
         report("backup", 0.4 * done / total)
-    journal.append({"type": "backed_up", "count": len(backups)})
+    _append(journal, {"type": "backed_up", "count": len(backups)})
     faults.hit("after_backup")
 
     # 2. stage new files under names no reader matches
@@ -328,12 +370,14 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         src = ctx.abs(a.path)
         final_rel = a.new_path or a.path
         tmp = os.path.join(os.path.dirname(src), f".footprint-{journal.op_id}-{i}.tmp")
-        journal.append({"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
-                        "src": a.path})
+        _append(journal, {"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
+                          "src": a.path})
         faults.hit("before_stage")
-        info = _stage(a, src, tmp, backups[a.path]["sha256"], original)
+        # a rewrite is never bigger than its original; a compressed copy neither, nearly
+        with writing(tmp, a.bytes_before):
+            info = _stage(a, src, tmp, backups[a.path]["sha256"], original)
         staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
-        journal.append({"type": "staged", **staged[-1]})
+        _append(journal, {"type": "staged", **staged[-1]})
         report("stage", 0.4 + 0.2 * (i + 1) / max(1, len(originals)))
     faults.hit("after_stage")
 
@@ -341,7 +385,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     cancel.check()
     report("verify", 0.65)
     verification = _verify(ctx, rp, journal.op_id, backups, staged, original)
-    journal.append({"type": "verified", "ok": verification["ok"], "verification": verification})
+    _append(journal, {"type": "verified", "ok": verification["ok"], "verification": verification})
     faults.hit("after_verify")
     out.verification = verification
     if not verification["ok"]:
@@ -358,10 +402,10 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     cancel.check()  # the last point where a cancel is honoured
 
     # 5. swap: the commit point
-    journal.append({"type": "swap"})
+    _append(journal, {"type": "swap"})
     faults.hit("after_swap_record")
     apply_swap(ctx, rp, journal, staged, backups)
-    journal.append({"type": "swapped"})
+    _append(journal, {"type": "swapped"})
     faults.hit("after_swap")
 
     out.removed_files = sorted(backups)
@@ -369,7 +413,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     out.bytes_after = (rp.bytes_before - sum(b["size"] for b in backups.values())
                        + sum(s["size"] for s in staged))
     write_manifest(ctx, journal.records(), "verified", None)
-    journal.append({"type": "commit"})
+    _append(journal, {"type": "commit"})
     faults.hit("after_commit")
     journal.close()
     report("done", 1.0)

@@ -22,15 +22,19 @@ caller reports it and skips the item, never acts on it.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
 import time
 from typing import Iterable, List, Optional
 
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, safe_rel
 
-__all__ = ["Untrusted", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256"]
+__all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
+           "read_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids"]
 
 IDENTITY_NAME = "identity.json"
 IDENTITY_FORMAT = 1
@@ -48,6 +52,12 @@ BAD_MANIFEST = "bad_manifest"
 BAD_LEDGER = "bad_ledger"  # a ledger file that is no ledger of this version (the ledger's own checks: engine/ledger.py)
 BAD_LEDGER_ENTRY = "bad_ledger_entry"
 FOREIGN_LEDGER = "foreign_ledger"
+DAMAGED_LINE = Finding.DAMAGED_LINE  # one line of a JSON-lines file that is not a UTF-8 JSON object
+DAMAGED_FILE = Finding.DAMAGED_FILE  # a whole state file that is not UTF-8 JSON of its shape
+IDENTITY_DAMAGED = Finding.IDENTITY_DAMAGED  # identity.json unreadable or malformed: not a foreign state
+
+#: no state line or file of this tool comes near it; a bigger one is damage, never read whole
+MAX_STATE_BYTES = 256 << 20
 
 _RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback"}
 _RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",
@@ -62,9 +72,97 @@ class Untrusted(ValueError):
         self.code = code
         self.file = file
         self.detail = detail
+        #: the 1-based line of a line-based file, when one line is meant
+        self.line: Optional[int] = None
 
     def to_dict(self) -> dict:
-        return {"code": self.code, "file": self.file, "detail": self.detail}
+        d = {"code": self.code, "file": self.file, "detail": self.detail}
+        if self.line is not None:
+            d["line"] = self.line
+        return d
+
+
+# ---------------------------------------------------------------------------------------
+# reading state files: bytes in, records or a named refusal out, never a bare decode error
+# ---------------------------------------------------------------------------------------
+class JsonLines:
+    """What a JSON-lines file holds: ``records`` (dicts, in order), ``lines`` (the 1-based line
+    number of each record), ``damaged`` (one ``Untrusted`` per line that is not a UTF-8 JSON
+    object, naming the file and the line, with ``line`` set) and ``torn`` (an unterminated last
+    line: an append a crash cut short, not damage)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.records: List[dict] = []
+        self.lines: List[int] = []
+        self.damaged: List[Untrusted] = []
+        self.torn = False
+
+    def damaged_after(self, line: int) -> bool:
+        """Whether a damaged line comes after line ``line``: what it said is unknown."""
+        return any(d.line > line for d in self.damaged)
+
+
+def read_json_lines(path: str) -> JsonLines:
+    """Every line of ``path`` parsed on its own: one bad byte costs its line, never the file.
+    A missing file reads as empty; other ``OSError`` propagate (the caller names the file)."""
+    out = JsonLines(path)
+    try:
+        # a symlink or FIFO planted under a state file's name is never followed nor opened
+        with open_regular(path) as f:
+            raw = f.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        return out
+    if len(raw) > MAX_STATE_BYTES:
+        d = Untrusted(DAMAGED_FILE, path, f"larger than {MAX_STATE_BYTES >> 20} MB: not a log this tool wrote; "
+                                          "not read")
+        d.line = 0
+        out.damaged.append(d)
+        return out
+    chunks = raw.split(b"\n")
+    last = len(chunks) - 1  # the text after the last newline: empty, or a torn append
+    for n, chunk in enumerate(chunks, 1):
+        if n - 1 == last:
+            out.torn = bool(chunk.strip())
+            break
+        if not chunk.strip():
+            continue
+        try:
+            rec = json.loads(chunk.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"not JSON ({str(e)[:80]})"
+            d = Untrusted(DAMAGED_LINE, path, f"line {n}: {why}; skipped")
+            d.line = n
+            out.damaged.append(d)
+            continue
+        if not isinstance(rec, dict):
+            d = Untrusted(DAMAGED_LINE, path, f"line {n}: not a JSON object; skipped")
+            d.line = n
+            out.damaged.append(d)
+            continue
+        out.records.append(rec)
+        out.lines.append(n)
+    return out
+
+
+def read_json_file(path: str, code: str = DAMAGED_FILE, what: str = "state file"):
+    """The JSON value in ``path``; ``FileNotFoundError`` when absent; ``Untrusted(code)`` naming
+    the file when it cannot be read or is not UTF-8 JSON."""
+    try:
+        with open_regular(path) as f:
+            raw = f.read(MAX_STATE_BYTES + 1)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise Untrusted(code, path, f"unreadable {what} ({e.strerror or e})") from None
+    if len(raw) > MAX_STATE_BYTES:
+        raise Untrusted(code, path, f"{what} larger than {MAX_STATE_BYTES >> 20} MB; not read")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise Untrusted(code, path, f"{what} is not UTF-8 text (byte {e.start})") from None
+    except (ValueError, RecursionError) as e:
+        raise Untrusted(code, path, f"{what} is not JSON ({str(e)[:120]})") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -75,20 +173,16 @@ def identity_path(state: str) -> str:
 
 
 def read_identity(state: str) -> Optional[dict]:
-    """The identity of a state directory, None when it has none yet; ``Untrusted`` if malformed."""
-    import json
-
+    """The identity of a state directory, None when it has none yet; ``Untrusted``
+    (``IDENTITY_DAMAGED``, naming the file) when it is unreadable or malformed."""
     path = identity_path(state)
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            data = json.load(f)
+        data = read_json_file(path, IDENTITY_DAMAGED, "identity")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
-        raise Untrusted(BAD_RECORD, path, f"unreadable identity ({e})") from None
     if (not isinstance(data, dict) or not isinstance(data.get("id"), str) or not re.match(r"^[0-9a-f]{32}$", data["id"])
-            or not isinstance(data.get("ino"), int)):
-        raise Untrusted(BAD_RECORD, path, "malformed identity")
+            or isinstance(data.get("ino"), bool) or not isinstance(data.get("ino"), int)):
+        raise Untrusted(IDENTITY_DAMAGED, path, "malformed identity (no id and inode of the form this tool writes)")
     return data
 
 
@@ -97,8 +191,9 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
 
     Missing (a new state directory, or one written before identities existed): adopted — an
     identity for this logdir is written — when ``adopt``, else None. Belonging to another
-    directory (another inode: a copy, a tarball, a planted folder): ``Untrusted``. Renaming
-    the logdir keeps its inode, so a moved logdir keeps its state.
+    directory (another inode: a copy, a tarball, a planted folder): ``Untrusted``. Damaged
+    (``IDENTITY_DAMAGED``): ``Untrusted``; ``repair_identity`` rebuilds it. Renaming the logdir
+    keeps its inode, so a moved logdir keeps its state.
     """
     from tb_footprint_plugin.storage.files import create_json
 
@@ -110,9 +205,8 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
         # an identity.json deleted by hand: the id this logdir's own manifests carry is taken
         # back (a new one would disown them); anyone able to plant those could write
         # identity.json itself, so this grants nothing
-        mine = {"format": IDENTITY_FORMAT, "id": _id_of_own_manifests(state, logdir) or secrets.token_hex(16),
-                "logdir": os.path.abspath(logdir),
-                "dev": st.st_dev, "ino": st.st_ino, "created_at": time.time()}
+        ids = own_ids(logdir, state)
+        mine = _new_identity(logdir, st, ids.pop() if len(ids) == 1 else None)
         # created only where none exists: workers starting at once on a new logdir (a job
         # array) must all take one identity, or the losers' manifests and journals would name
         # "another logdir" and be refused — their backups out of reach of restore
@@ -130,25 +224,88 @@ def bind(logdir: str, state: str, *, adopt: bool = True) -> Optional[dict]:
     return ident
 
 
-def _id_of_own_manifests(state: str, logdir: str) -> Optional[str]:
-    import json
+def _new_identity(logdir: str, st: os.stat_result, ident_id: Optional[str]) -> dict:
+    return {"format": IDENTITY_FORMAT, "id": ident_id or secrets.token_hex(16), "logdir": os.path.abspath(logdir),
+            "dev": st.st_dev, "ino": st.st_ino, "created_at": time.time()}
 
-    ids = set()
-    ops = os.path.join(state, "ops")
+
+def identity_damage(logdir: str, state: str) -> Optional[Untrusted]:
+    """The refusal of a damaged identity.json (``IDENTITY_DAMAGED``), None when it is sound,
+    missing or foreign (a foreign state is ``bind``'s refusal, never repaired)."""
     try:
-        names = sorted(os.listdir(ops))
-    except OSError:
+        read_identity(state)
+    except Untrusted as e:
+        return e if e.code == IDENTITY_DAMAGED else None
+    return None
+
+
+def repair_identity(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> Optional[dict]:
+    """Rebuild a damaged identity.json: the damaged file is set aside
+    (``identity.json.damaged-<time>``, kept for a post-mortem) and a new identity written for
+    this logdir with the one id its own manifests and journals carry (``own_ids``), so none of
+    them is disowned. Returns ``{"identity", "aside", "id_from"}``; None when nothing is damaged.
+    ``Untrusted(IDENTITY_DAMAGED)`` and nothing changed when they carry several ids: which one
+    is this logdir's cannot be told, so nothing is guessed."""
+    from tb_footprint_plugin.storage.files import create_json
+
+    damage = identity_damage(logdir, state)
+    if damage is None:
         return None
-    for name in names:
+    ids = own_ids(logdir, state, vault_roots)
+    if len(ids) > 1:
+        raise Untrusted(IDENTITY_DAMAGED, damage.file,
+                        f"{damage.detail}; not rebuilt: this logdir's manifests and journals carry {len(ids)} "
+                        f"different ids ({', '.join(sorted(i[:8] for i in ids))}…), so which is its own cannot "
+                        "be told. Their backups are kept; move the manifests that are not this logdir's aside")
+    path = identity_path(state)
+    aside = f"{path}.damaged-{int(time.time())}"
+    n = 0
+    while os.path.lexists(aside):  # two repairs in one second: never overwrite the first one's copy
+        n += 1
+        aside = f"{path}.damaged-{int(time.time())}-{n}"
+    os.rename(path, aside)
+    taken = ids.pop() if ids else None
+    ident = _new_identity(logdir, os.stat(logdir), taken)
+    if not create_json(path, ident):  # another process repaired it at the same moment: its file stands
+        ident = read_identity(state)
+    return {"identity": ident, "aside": aside, "id_from": "manifests" if taken else "new"}
+
+
+def own_ids(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> set:
+    """The logdir ids carried by the manifests (in ``state`` and ``vault_roots``) and the
+    journals whose own ``logdir`` field is this logdir: what binds them when identity.json is
+    missing or damaged. Unreadable files are skipped here (reported where they are listed)."""
+    ids = set()
+    files = []
+    for root in [state, *vault_roots]:
+        ops = os.path.join(root, "ops")
         try:
-            with open(os.path.join(ops, name), "r", encoding="utf-8") as f:
-                m = json.load(f)
-        except (OSError, ValueError, RecursionError):
+            files += [os.path.join(ops, n) for n in sorted(os.listdir(ops)) if n.endswith(".json")]
+        except OSError:
             continue
+    journals = os.path.join(state, "journal")
+    try:
+        jfiles = [os.path.join(journals, n) for n in sorted(os.listdir(journals)) if n.endswith(".jsonl")]
+    except OSError:
+        jfiles = []
+    found = []
+    for p in files:
+        try:
+            found.append(read_json_file(p))
+        except (OSError, Untrusted):
+            continue
+    for p in jfiles:
+        try:
+            recs = read_json_lines(p).records
+        except OSError:
+            continue
+        if recs:
+            found.append(recs[0])
+    for m in found:
         if (isinstance(m, dict) and isinstance(m.get("logdir_id"), str) and re.match(r"^[0-9a-f]{32}$", m["logdir_id"])
                 and isinstance(m.get("logdir"), str) and _same_dir(m["logdir"], logdir)):
             ids.add(m["logdir_id"])
-    return ids.pop() if len(ids) == 1 else None
+    return ids
 
 
 # ---------------------------------------------------------------------------------------

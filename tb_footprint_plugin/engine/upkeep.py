@@ -1,6 +1,8 @@
 """What every start does before anything else (CLI verbs that change something, the API, the
 TensorBoard plugin at load, and ``tb-footprint recover``):
 
+0. rebuild a damaged identity.json from the ids the logdir's own manifests carry (the damaged
+   file is set aside, never deleted);
 1. settle unfinished operations from their journals (roll back, or finish a recorded swap);
 2. rebuild manifests that are missing or corrupt from the vault's operation log;
 3. finish purges that were killed after recording their intent (no blob leaks);
@@ -16,7 +18,7 @@ import os
 from typing import List
 
 from tb_footprint_plugin.codes import Finding, Recovery
-from tb_footprint_plugin.engine import oplog, salvage
+from tb_footprint_plugin.engine import oplog, salvage, trust
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
@@ -33,7 +35,7 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
     """Run every start-up step; ``manifests_of(ctx)`` lists this logdir's manifests."""
     if not has_state(ctx, vault_roots):
         return []
-    outcomes: List[RecoveryOutcome] = []
+    outcomes: List[RecoveryOutcome] = _repair_identity(ctx, vault_roots)
     if any(True for _ in pending_journals(ctx.journal_dir)):
         outcomes += recover(ctx)
     for root in vault_roots:
@@ -58,12 +60,32 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
     return outcomes
 
 
+def _repair_identity(ctx: Context, vault_roots: List[str]) -> List[RecoveryOutcome]:
+    """A damaged identity.json rebuilt (``trust.repair_identity``), or why not: never a silence."""
+    try:
+        done = trust.repair_identity(ctx.logdir, ctx.state, vault_roots)
+    except trust.Untrusted as e:
+        return [RecoveryOutcome("", "", Recovery.FAILED, str(e), Finding.IDENTITY_DAMAGED)]
+    except OSError as e:
+        return [RecoveryOutcome("", "", Recovery.FAILED, f"cannot rebuild {trust.identity_path(ctx.state)}: "
+                                f"{reason_of(e)}", Finding.IDENTITY_DAMAGED)]
+    if done is None:
+        return []
+    whose = ("the id this logdir's own manifests carry" if done["id_from"] == "manifests"
+             else "a new id (no manifest carries one)")
+    return [RecoveryOutcome("", "", Recovery.REBUILT, f"{trust.identity_path(ctx.state)} was damaged: set aside as "
+                            f"{done['aside']} and rebuilt with {whose}", Finding.IDENTITY_REBUILT)]
+
+
 def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     from tb_footprint_plugin.engine.purge import finish_purges
 
     intents = {}
     for op_id in oplog.logged_ops(vault.root):
-        intent = oplog.purge_intent(oplog.records(vault.root, op_id))
+        try:
+            intent = oplog.purge_intent(oplog.read_log(vault.root, op_id))
+        except OSError:
+            continue  # an unreadable log finishes nothing: its blobs stay (named by status)
         if intent:
             intents[op_id] = intent
     if not intents:
