@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
     find_manifest,
+    hiding_damage,
     is_kept,
     journal_blobs,
     known_vaults,
@@ -207,9 +208,12 @@ def unfinished(logdir: str, backup_dir: Optional[str] = None) -> dict:
     ``codes.Finding``; ``settle_command`` is None when all is well)."""
     ctx = _context(logdir, backup_dir)
     ops = health.unfinished_ops(ctx.journal_dir)
-    problems = health.catalogue_problems(known_vaults(ctx), own_manifests(ctx), frozenset(journal_blobs(ctx)))
+    problems = health.state_problems(ctx.logdir, ctx.state, ctx.journal_dir)
+    problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx), frozenset(journal_blobs(ctx)))
+    # a damaged line or file is named for the user to look at: `recover` cannot mend it
+    settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE) for p in problems)
     return {"unfinished_operations": ops, "problems": problems,
-            "settle_command": health.settle_command(ctx.logdir, backup_dir) if ops or problems else None}
+            "settle_command": health.settle_command(ctx.logdir, backup_dir) if settles else None}
 
 
 def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
@@ -916,7 +920,8 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     results = recheck(ctx, run, op, progress=hook)
     if not op:  # damage no operation's check shows: lost manifests, blobs of no operation
         for p in unfinished(logdir, backup_dir)["problems"]:
-            if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS):
+            if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS,
+                             Finding.IDENTITY_DAMAGED):
                 results.append({"op_id": p["op_id"] or "-", "run": p["run"] or "(vault)", "ok": False,
                                 "backups_ok": False, "damaged_backups": [], "code": p["code"],
                                 "verification": {"ok": False, "checks": [
@@ -958,6 +963,9 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
                                "no retirement)")
     for m in ops:
         outcomes.append(restore_op(ctx, m))
+    # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
+    for why in hiding_damage(ctx):
+        outcomes.append(RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why))
     return outcomes
 
 
@@ -1038,7 +1046,8 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     try:
         trust.bind(ctx.logdir, ctx.state, adopt=False)
     except trust.Untrusted as e:
-        problems.insert(0, e.to_dict())
+        if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
+            problems.insert(0, e.to_dict())
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
             "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
             "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
