@@ -106,6 +106,7 @@ export class Model {
       check: null,
       checkError: null,
       operations: null,
+      keptBlobs: [],     // bytes a restore found in a file's place, kept in the vault (api.status)
       history: null,
       message: null,
     };
@@ -264,7 +265,7 @@ export class Model {
   async loadOperations() {
     try {
       const ops = await fetchJSON('operations');
-      this.set({operations: ops.operations});
+      this.set({operations: ops.operations, keptBlobs: ops.kept_blobs || []});
     } catch (e) {
       this.set({message: {kind: 'error', text: e.message}});
     }

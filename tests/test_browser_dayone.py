@@ -325,3 +325,43 @@ def test_restored_retirement_keeps_nothing(browser, tb):
         tab.shot("day1-retire-restored-operations.png")
     finally:
         tab.close()
+
+
+def test_operations_lists_what_a_restore_kept_in_a_files_place(browser, tb, demo):
+    """Bytes written where a reduction removed a file are never overwritten by the restore: kept in
+    the vault, and the Operations page says what each holds and how to bring it back."""
+    run = "keras2_cifar"
+    tab = Tab(browser, tb)
+    f = tab.frame
+    try:
+        status, res = _post_from_page(tab, "reduce", {"runs": [run]})
+        assert status == 202, res
+        job = _wait_job(tb, res["job"]["id"])
+        assert [o["status"] for o in (job["result"] or {}).get("outcomes", [])] == ["verified"], json.dumps(job)[:1500]
+        op = next(o for o in _ops(tb) if o["run"] == run and o["kind"] == "reduce")
+        removed = [x["path"] for x in tb.json(PREFIX + "/operation?op=" + op["op_id"])["files"] if x["action"] == "delete"]
+        assert removed, op
+        # a writer puts new bytes where the reduction removed a file
+        late = demo / removed[0]
+        late.parent.mkdir(parents=True, exist_ok=True)
+        late.write_bytes(b"written after the reduction\n" * 10)
+        status, res = _post_from_page(tab, "restore", {"op": op["op_id"]})
+        assert status == 202, res
+        job = _wait_job(tb, res["job"]["id"])
+        assert job["state"] == "done", json.dumps(job)[:1500]
+        kept = tb.json(PREFIX + "/operations")["kept_blobs"]
+        assert [k["path"] for k in kept if k["run"] == run] == [removed[0]], kept
+        f.locator('.nav-item[data-view="operations"]').click()
+        row = f.locator(".kept-blobs-table tbody tr", has_text=run)
+        expect(row).to_have_count(1)
+        expect(row).to_contain_text(removed[0])
+        expect(row.locator("code.bring-back")).to_contain_text("cp --preserve=timestamps")
+        assert row.get_attribute("data-code") == kept[0]["code"]
+        f.locator(".kept-blobs").scroll_into_view_if_needed()
+        tab.shot("day1-kept-blobs.png")
+        tab.page.evaluate("() => document.body.classList.add('dark-mode')")
+        _dark(tab)
+        tab.shot("day1-kept-blobs-dark.png")
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        tab.close()

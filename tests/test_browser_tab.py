@@ -63,7 +63,7 @@ def test_colour_map_is_colour_blind_safe_and_distinct(browser, tb):
         colors = tab.frame.locator("body").evaluate(
             "async () => { const m = await import('" + MODULE + "'); const names = ['scalars','hparams','text',"
             "'histograms','images','audio','pr_curves','graph_def','profile_xplane','profile_cache',"
-            "'profile_secondary','torch_trace','plugin_assets','checkpoints','events_corrupt','events_incomplete'];"
+            "'profile_secondary','profile_tool_outputs','torch_trace','plugin_assets','checkpoints','events_corrupt','events_incomplete'];"
             " return names.map(n => [n, m.color(n)]); }")
         values = [c for _, c in colors]
         assert len(set(v.lower() for v in values)) == len(values), colors

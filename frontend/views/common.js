@@ -111,7 +111,7 @@ const COLORS = {
   profile_secondary: '#AA4499',  // Tol purple
   profile_other: '#C8A26B',
   profile_empty: '#EAD9B8',
-  profile_tool_outputs: '#B36B00', // darker orange: what old xprof versions wrote beside a session
+  profile_tool_outputs: '#8C5A00', // dark ochre: old-format tool outputs beside a session (the profile family)
   torch_trace: '#D55E00',        // Okabe-Ito vermillion
   plugin_assets: '#44AA99',      // Tol teal
   checkpoints: '#117733',        // Tol green

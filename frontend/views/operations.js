@@ -1,6 +1,6 @@
 // Operations (with a restore link on every one whose backup is kept), purge, and the change log.
 
-import {button, bytes, clear, el, when} from './common.js';
+import {button, bytes, clear, el, plural, when} from './common.js';
 import {purgeFlow, restoreFlow} from './reduce.js';
 import {restoreRetiredFlow} from './retire.js';
 
@@ -79,7 +79,7 @@ export class OperationsView {
   }
 
   update(state) {
-    const key = {o: state.operations, a: state.actions, j: state.jobs, ov: state.overview};
+    const key = {o: state.operations, a: state.actions, j: state.jobs, ov: state.overview, k: state.keptBlobs};
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
     this._last = key;
     clear(this.el);
@@ -110,7 +110,32 @@ export class OperationsView {
       return;
     }
     this.el.appendChild(operationsTable(this.model, state.operations, this.onError));
+    const kept = keptBlobsBox(state.keptBlobs || []);
+    if (kept) this.el.appendChild(kept);
   }
+}
+
+/** Bytes a restore (or a rollback) found where a file belonged and kept in the vault: late
+ * records written to a reduced file among them. What each holds, and the command that brings it back. */
+function keptBlobsBox(blobs) {
+  if (!blobs.length) return null;
+  const failed = blobs.filter((b) => b.error);
+  const rows = blobs.filter((b) => !b.error);
+  return el('div', {class: 'plan-box kept-blobs'},
+    el('h3', {text: 'Kept in the vault in a file\'s place (' + rows.length + ')'}),
+    el('p', {class: 'muted', text: 'A restore never overwrites what it finds where an original goes back: those bytes ' +
+      '(records written after the reduction, for one) are kept here, each with the command that copies it back.'}),
+    failed.map((b) => el('div', {class: 'bad', text: 'Could not list them: ' + b.error})),
+    rows.length ? el('table', {class: 'table kept-blobs-table'},
+      el('thead', {}, el('tr', {}, ['Run', 'What it holds', 'Size', 'Bring it back'].map((h) => el('th', {text: h})))),
+      el('tbody', {}, rows.map((b) => el('tr', {dataset: {code: b.code, op: b.op_id}},
+        el('td', {class: 'mono', text: b.run || '—'}),
+        el('td', {}, b.holds, b.late_records ? el('div', {class: 'ok small', text: plural(b.late_records, 'late record') +
+          ' back in the run' + (b.late_records_file ? ' as ' + b.late_records_file : '')}) : null,
+        el('div', {class: 'muted small', text: '[' + b.code + '] ' + (b.op_id || '') + (b.present ? '' : ' · missing from the vault')})),
+        el('td', {class: 'num', text: bytes(b.size)}),
+        el('td', {}, b.present && b.bring_back ? el('code', {class: 'mono small bring-back', text: b.bring_back}) : el('span', {class: 'bad', text: 'missing'}))))))
+      : null);
 }
 
 export class HistoryView {

@@ -177,7 +177,17 @@ class ReadRoutes(RouteBase):
         if run is not None:
             ops = [m for m in ops if m.get("run") == run]  # compared, never joined
         out = api.summarize_operations(ops)
-        return self._json(request, {"operations": out})
+        return self._json(request, {"operations": out, "kept_blobs": self._kept_blobs() if run is None else []})
+
+    def _kept_blobs(self) -> list:
+        """Bytes a restore or rollback found in a file's place and kept in the vault (late records
+        among them), as ``api.status`` lists them: the Operations page shows each and how to bring it back."""
+        if self.p.local and not os.path.isdir(self.p.logdir):
+            return []
+        try:
+            return api.status(self.p.logdir, backup_dir=self.p.config.backup_dir).get("kept_blobs") or []
+        except (OSError, ValueError) as e:
+            return [{"error": str(e)}]
 
     def _find_op(self, op_id) -> dict:
         if not isinstance(op_id, str) or not OP_ID_RE.match(op_id):
