@@ -294,10 +294,14 @@ class _Progress:
         import shutil
 
         # a terminal that reports no size (some ptys) still gets a bar of a usual width
+        # the total in the plan's own words (human_bytes), so the bar and the summary agree
+        self.of = f"/{len(self.sizes)} runs of {human_bytes(sum(self.sizes.values()))}"
         self.bar = tqdm(total=sum(self.sizes.values()), unit="B", unit_scale=True, unit_divisor=1000, desc=verb,
                         file=sys.stderr, ncols=shutil.get_terminal_size((100, 24)).columns,
                         nrows=shutil.get_terminal_size((100, 24)).lines,
-                        postfix=f"0/{len(self.sizes)} runs")
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}B/{total_fmt}B "
+                                   "[{elapsed}<{remaining}, {rate_fmt}{postfix}]",
+                        postfix=f"0{self.of}")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         threading.Thread(target=self._tick, daemon=True).start()
@@ -328,7 +332,7 @@ class _Progress:
             self.step(run, self.sizes[run], 1.0)
             with self._lock:
                 self.finished.add(run)
-                self.bar.set_postfix_str(f"{len(self.finished)}/{len(self.sizes)} runs", refresh=False)
+                self.bar.set_postfix_str(f"{len(self.finished)}{self.of}", refresh=False)
         with self._lock:
             self.bar.write(line, file=sys.stdout)
 
@@ -410,8 +414,9 @@ def _print_fidelity(rp, out=None, indent: str = "  ") -> None:
     for i, line in enumerate(rp.fidelity):
         print(f"{indent}✓ {line}", file=out or sys.stdout)
         d = details[i] if i < len(details) else None
-        for extra in ([d] if isinstance(d, str) else (d or [])):
-            print(f"{indent}    {extra}", file=out or sys.stdout)
+        for extra in (d.splitlines() if isinstance(d, str) else (d or [])):
+            if str(extra).strip():
+                print(f"{indent}    {extra}", file=out or sys.stdout)
 
 
 def cmd_reduce(args) -> int:
@@ -709,7 +714,8 @@ def cmd_verify(args) -> int:
             bar_.bar.unit, bar_.bar.unit_scale = "check", False
         elif i:
             bar_.bar.update(1)
-        bar_.bar.set_description_str(f"verifying {summary['run'][-30:]} ({human_bytes(summary.get('bytes_before') or 0)})")
+        size = human_bytes(summary.get("bytes_before") or 0)
+        bar_.bar.set_description_str(f"verifying {summary['run'][-30:]} ({size})")
 
     res = []
     try:
@@ -807,19 +813,24 @@ def cmd_status(args) -> int:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(st["ledger"]["counts"].items()))
         print(f"  ledger ({st['ledger']['policy']}): {counts}")
     if st.get("batch"):
-        _print_batch(st["batch"], args.runs)
+        _print_batch(st["batch"], args.runs, args.logdir)
     return EXIT_OK
 
 
-def _print_batch(b: dict, per_run: bool) -> None:
+def _print_batch(b: dict, per_run: bool, logdir: str = "LOGDIR") -> None:
     """The batch as one: every ledger (one per shard) merged; per run who did it with --runs."""
     order = ("pending", "reducing", "verifying", "done", "failed", "skipped", "restored")
     counts = ", ".join(f"{k} {b['counts'][k]} ({human_bytes(b['bytes'].get(k, 0))})" for k in order if k in b["counts"])
     print(f"  batch over {len(b['ledgers'])} ledger(s): {counts or 'no runs'}; "
           f"saved {human_bytes(b['saved_bytes'])}")
     if b["stalled"]:
-        print(f"  {len(b['stalled'])} run(s) were being reduced by a worker that is gone: rerun its shard "
-              "(or any shard covering them) to take them over")
+        sharded = len(b["ledgers"]) > 1 or any(e.get("shard") for e in b["runs"].values())
+        if sharded:
+            print(f"  {len(b['stalled'])} run(s) were being reduced by a worker that is gone: rerun its shard "
+                  "(or any shard covering them) to take them over")
+        else:  # one machine, one process: no shard to speak of
+            print(f"  {len(b['stalled'])} run(s) were being reduced by a process that is gone (killed or "
+                  f"interrupted): `tb-footprint reduce {shlex.quote(logdir)} --yes` settles and reduces them again")
     for p in b["problems"]:
         print(f"  refused [{p.get('code', '?')}]: {p['detail']}")
     if per_run:

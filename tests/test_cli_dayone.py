@@ -1,0 +1,347 @@
+"""Day one on the command line (issue 29, items 2-6): the CLI behaves as a new user following the
+README expects.
+
+Every test runs the real ``tb-footprint`` (the console script of the test environment) in a
+subprocess without a terminal, or with a real pseudo-terminal where the terminal is the point."""
+import csv
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_real, tree_hashes
+from test_cli import cli_on_terminal
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent / "tb-footprint"
+TB_FOOTPRINT = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "tb_footprint_plugin.cli"]
+
+
+def env(**extra):
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(extra)
+    return e
+
+
+def tbf(*args, **kw):
+    """``tb-footprint ARGS`` without a terminal (stdin from /dev/null, as in CI or a notebook)."""
+    extra = kw.pop("env", {})
+    return subprocess.run(TB_FOOTPRINT + [str(a) for a in args], env=env(**extra), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=600, **kw)
+
+
+def user_files(root):
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+def staging_files(root):
+    return [os.path.join(d, n) for d, _, files in os.walk(root) for n in files
+            if n.startswith(".footprint-") and n.endswith(".tmp")]
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    return copy_real("tf/keras_profiled", tmp_path / "logdir")  # runs: train (to reduce), validation
+
+
+# --- 2. one rule for every verb that changes something ---------------------------------------
+
+def test_every_changing_verb_without_a_terminal_needs_yes_shows_the_plan_and_exits_2(logdir):
+    before = tree_hashes(logdir)
+    p = tbf("reduce", logdir, "--verify", "python")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "train: " in p.stdout and "add --yes (-y) to reduce" in p.stderr
+    assert tree_hashes(logdir) == before and not (logdir / ".tb-footprint").exists()
+    p = tbf("reduce", logdir, "--verify", "python", "-n")  # the dry run asked for: exit 0
+    assert p.returncode == 0 and "dry run: nothing was changed" in p.stdout, p.stderr
+    assert tree_hashes(logdir) == before
+
+    assert tbf("reduce", logdir, "--verify", "python", "-y").returncode == 0
+    reduced = user_files(logdir)
+    p = tbf("restore", logdir, "train")
+    assert p.returncode == 2 and "train: reduction" in p.stdout and "add --yes (-y) to restore" in p.stderr
+    assert user_files(logdir) == reduced
+    assert tbf("restore", logdir, "train", "-n").returncode == 0 and user_files(logdir) == reduced
+
+    vault = tree_hashes(logdir / ".tb-footprint" / "blobs")
+    p = tbf("purge", logdir, "--older-than", "0s")
+    assert p.returncode == 2 and "1 backup(s); would free" in p.stdout and "add --yes (-y) to purge" in p.stderr
+    assert tree_hashes(logdir / ".tb-footprint" / "blobs") == vault
+    p = tbf("purge", logdir, "--older-than", "0s", "--json")  # machine-readable, same rule
+    assert p.returncode == 2 and json.loads(p.stdout)["dry_run"] is True
+
+    p = tbf("retire", logdir, "validation", "--quiet-period", "0")
+    assert p.returncode == 2 and "→ validation" in p.stdout and "add --yes (-y) to retire" in p.stderr
+    assert (logdir / "validation").is_dir()
+    p = tbf("retire", logdir, "validation", "--quiet-period", "0", "-n")
+    assert p.returncode == 0 and "nothing moved (dry run)" in p.stdout
+
+    # -y on every verb that has --yes
+    assert tbf("retire", logdir, "validation", "--quiet-period", "0", "-y").returncode == 0
+    assert not (logdir / "validation").exists()
+    assert tbf("restore", logdir, "validation", "-y").returncode == 0 and (logdir / "validation").is_dir()
+    assert tbf("purge", logdir, "--older-than", "0s", "-y").returncode == 0
+    # recover only settles what a crash left (every start does it too): no --yes needed
+    assert tbf("recover", logdir).returncode == 0
+
+
+# --- 3. Ctrl-C ----------------------------------------------------------------------------------
+
+PAUSED_CLI = """
+import sys, time
+from tb_footprint_plugin.engine import faults
+def pause():
+    open(sys.argv[1], "w").close()
+    time.sleep(300)
+faults.arm(sys.argv[2], pause)
+from tb_footprint_plugin.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_ctrl_c_mid_reduce_rolls_the_run_back_exits_130_and_says_what_next(tmp_path):
+    """SIGINT while the run's new files are staged beside the originals: exit 130, no
+    ``.footprint-*.tmp`` left, every file as it was, the interrupted run named, the command that
+    goes on printed; ``status`` then says the run is untouched, with no shard wording."""
+    logdir = tmp_path / "logdir"
+    copy_real("torch/profiled", logdir / "torchrun")
+    before = user_files(logdir)
+    flag = tmp_path / "paused"
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "after_stage", "reduce", str(logdir),
+                          "--policy", "lossless", "--verify", "python", "--yes"],
+                         env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 300
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert flag.exists(), p.communicate()
+    assert staging_files(logdir), "the test must interrupt while staging files exist"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, out + err
+    assert staging_files(logdir) == []
+    assert user_files(logdir) == before
+    run = "torchrun"
+    assert f"interrupted while changing {run}" in err, err
+    assert "untouched" in err and f"tb-footprint reduce {logdir}" in err and "--yes" in err, err
+    st = tbf("status", logdir, "--runs")
+    assert st.returncode == 0, st.stderr
+    assert "unfinished operations: 0" in st.stdout and "shard" not in st.stdout and "half changed" not in st.stdout
+    again = tbf("reduce", logdir, "--policy", "lossless", "--verify", "python", "--yes")
+    assert again.returncode == 0 and f"✓ {run}: verified" in again.stdout, again.stdout + again.stderr
+
+
+def test_after_a_kill_status_says_untouched_and_the_rerun_names_the_run_it_redoes(tmp_path):
+    logdir = tmp_path / "logdir"
+    copy_real("torch/profiled", logdir / "torchrun")
+    before = user_files(logdir)
+    p = tbf("reduce", logdir, "--policy", "lossless", "--verify", "python", "--yes",
+            env={"TB_FOOTPRINT_FAILPOINTS": "after_stage=kill"})
+    assert p.returncode == -signal.SIGKILL
+    run = "torchrun"
+    st = tbf("status", logdir)
+    assert "untouched" in st.stdout and "sha256" in st.stdout, st.stdout
+    assert "may be half changed" not in st.stdout + st.stderr
+    st = tbf("status", logdir, "--runs")
+    assert "shard" not in st.stdout, st.stdout  # one machine: no shard to rerun
+    rc, shown = cli_on_terminal("reduce", logdir, "--policy", "lossless", "--verify", "python", answer="n")
+    assert rc == 0, shown
+    assert "1 run(s) to reduce" in shown and f"{run}: " in shown and "interrupted attempt" in shown, shown
+    rc, shown = cli_on_terminal("reduce", logdir, "--policy", "lossless", "--verify", "python", answer="y")
+    assert rc == 0 and f"✓ {run}: verified" in shown, shown
+    assert staging_files(logdir) == []
+    assert tbf("restore", logdir, run, "--yes").returncode == 0 and user_files(logdir) == before
+
+
+def test_progress_counts_what_it_shows_and_its_total_is_the_plans_bytes(logdir):
+    """A run with nothing to do is not counted as done ("2/1 runs" before); the bar's total is
+    the bytes the plan summary printed for the runs it reduces."""
+    from tqdm import tqdm
+
+    from tb_footprint_plugin.fmt import human_bytes
+
+    plan = json.loads(tbf("plan", logdir, "--json").stdout)
+    todo = [r for r in plan["runs"] if r["actions"] and not r["skipped"]]
+    size = sum(r["bytes_before"] for r in todo)
+    rc, shown = cli_on_terminal("reduce", logdir, "--verify", "python", answer="y")
+    assert rc == 0, shown
+    assert f"{len(todo)} run(s) to reduce, {human_bytes(size)}," in shown, shown
+    assert f"{len(todo)}/{len(todo)} runs" in shown and f"{len(todo) + 1}/{len(todo)} runs" not in shown, shown
+    assert f"{len(todo)}/{len(todo)} runs of {human_bytes(size)}" in shown, shown
+    assert f"/{tqdm.format_sizeof(size, divisor=1000)}B " in shown, shown
+
+
+# --- 4. one meaning of "run", one glob rule, the same selectors -------------------------------
+
+@pytest.fixture
+def nested(tmp_path):
+    """runs sweep/a, sweep/a/eval and sweep/b, plus a profile-only folder (a JAX profile)."""
+    root = tmp_path / "logs"
+    src = copy_real("tf/keras_profiled", tmp_path / "src") / "train"
+    for name in ("sweep/a", "sweep/a/eval", "sweep/b"):
+        shutil.copytree(src, root / name, dirs_exist_ok=True)
+    copy_real("jax/profiled", root / "jax_profile")
+    return root
+
+
+def plan_runs(*args):
+    p = tbf("plan", *args, "--json")
+    assert p.returncode == 0, p.stderr
+    return sorted(r["run"] for r in json.loads(p.stdout)["runs"])
+
+
+def test_profile_only_folders_are_runs_for_retire(nested):
+    scan = json.loads(tbf("scan", nested, "--json").stdout)
+    assert "jax_profile" in [r["name"] for r in scan["runs"]]
+    p = tbf("retire", nested, "jax_profile", "--quiet-period", "0", "--json", "-n")
+    assert p.returncode == 0, p.stderr
+    (item,) = [i for i in json.loads(p.stdout)["plan"]["items"] if i["run"] == "jax_profile"]
+    assert item["selected"], item
+    p = tbf("retire", nested, "jax_profile", "--quiet-period", "0", "-y")
+    assert p.returncode == 0 and "✓ jax_profile: retired" in p.stdout, p.stdout + p.stderr
+    assert not (nested / "jax_profile").exists()
+
+
+def test_retire_of_no_such_run_or_an_empty_glob_exits_2(nested):
+    before = tree_hashes(nested)
+    for args in (["no_such_run"], ["--glob", "zzz*"], ["--runs", "zzz*"], ["--group", "nothing/*", "--keep-best", "1",
+                                                                           "--metric", "epoch_loss"]):
+        p = tbf("retire", nested, *args, "-y")
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "no run of" in p.stderr, p.stderr
+    assert tree_hashes(nested) == before
+
+
+def test_one_glob_rule_for_every_verb_star_stays_in_a_folder(nested):
+    assert plan_runs(nested, "--runs", "sweep/*") == ["sweep/a", "sweep/b"]
+    assert plan_runs(nested, "--glob", "sweep/**") == ["sweep/a", "sweep/a/eval", "sweep/b"]
+    assert plan_runs(nested, "--runs", "**/eval") == ["sweep/a/eval"]
+    p = tbf("retire", nested, "--glob", "sweep/*", "--with-nested", "--quiet-period", "0", "--json", "-n")
+    items = {i["run"]: i for i in json.loads(p.stdout)["plan"]["items"]}
+    assert sorted(items) == ["sweep/a", "sweep/b"], items  # sweep/a/eval is not matched, it only moves along
+    assert items["sweep/a"]["selected"] and items["sweep/a"]["takes_along"] == ["sweep/a/eval"]
+    # a glob the old rule (fnmatch: `*` crossing `/`) matched says how to write it now
+    p = tbf("reduce", nested, "--runs", "*/eval", "-n")
+    assert p.returncode == 2 and "'**/eval'" in p.stderr, p.stderr
+
+
+def test_the_same_selectors_for_every_verb_that_takes_runs(nested):
+    assert plan_runs(nested, "sweep/b") == ["sweep/b"]  # positional names
+    assert plan_runs(nested, "--run", "sweep/b", "--run", "sweep/a") == ["sweep/a", "sweep/b"]
+    p = tbf("reduce", nested, "sweep/b", "-n", "--json")  # a run name after the logdir, as for plan
+    assert p.returncode == 0, p.stderr
+    assert [o["run"] for o in json.loads(p.stdout)["outcomes"]] == ["sweep/b"]
+    assert tbf("reduce", nested, "--glob", "sweep/*", "--verify", "python", "-y").returncode == 0
+    for verb in ("verify", "restore"):
+        p = tbf(verb, nested, "--runs", "sweep/*", *(["--verify", "python"] if verb == "verify" else ["-n"]))
+        assert p.returncode == 0, (verb, p.stdout, p.stderr)
+        assert "sweep/a" in p.stdout and "sweep/b" in p.stdout, p.stdout
+        p = tbf(verb, nested, "--runs", "nothing/*", *(["--verify", "python"] if verb == "verify" else ["-n"]))
+        assert p.returncode == 2, (verb, p.stdout, p.stderr)
+    p = tbf("verify", nested, "sweep/a", "sweep/b", "--verify", "python")
+    assert p.returncode == 0 and p.stdout.count("(op ") == 2, p.stdout
+    p = tbf("restore", nested, "sweep/a", "--run", "sweep/b", "-y")
+    assert p.returncode == 0 and p.stdout.count(": restored") == 2, p.stdout
+
+
+# --- 5. a folder with no TensorBoard data is not a logdir -------------------------------------
+
+@pytest.mark.parametrize("verb", ["scan", "plan", "reduce"])
+def test_a_folder_without_tensorboard_data_is_not_a_logdir(tmp_path, verb):
+    for folder, files in (("empty", {}), ("notes", {"README.txt": "hello", "sub/data.csv": "1,2"})):
+        d = tmp_path / folder
+        d.mkdir()
+        for rel, text in files.items():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            (d / rel).write_text(text)
+        before = tree_hashes(d)
+        p = tbf(verb, d, *(["-y"] if verb == "reduce" else []))
+        assert p.returncode == 2, (folder, p.stdout, p.stderr)
+        assert "is not a TensorBoard logdir" in p.stderr and str(d) in p.stderr
+        assert tree_hashes(d) == before  # no state folder, nothing at all written into it
+
+
+def test_a_logdir_whose_runs_are_all_retired_is_still_one(logdir):
+    assert tbf("retire", logdir, "--glob", "*", "--quiet-period", "0", "-y").returncode == 0
+    assert not (logdir / "train").exists() and not (logdir / "validation").exists()
+    for verb in ("scan", "plan"):
+        assert tbf(verb, logdir).returncode == 0
+    assert tbf("restore", logdir, "--all", "-y").returncode == 0 and (logdir / "train").is_dir()
+
+
+# --- 6. fast help, the verb's usage, scan --files, ISO times, verbose plans ---------------------
+
+def _fastest(cmd, **kw) -> float:
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True, **kw)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def test_help_and_version_start_fast_without_heavy_imports():
+    # compiled once as an installed package is (pip writes the .pyc files at install time)
+    e = {k: v for k, v in env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+    for args in (["--help"], ["--version"], ["reduce", "--help"]):
+        subprocess.run(TB_FOOTPRINT + args, capture_output=True, env=e, check=True)
+    bare = _fastest([sys.executable, "-c", "import argparse"], env=e)
+    for args in (["--help"], ["--version"]):
+        took = _fastest(TB_FOOTPRINT + args, env=e)
+        assert took <= 3 * bare, (args, took, bare)
+    probe = ("import sys\nfrom tb_footprint_plugin.cli import main\n"
+             "for a in (['--help'], ['--version'], ['reduce', '--help']):\n"
+             "    main(a)\n"
+             "heavy = [m for m in ('numpy', 'tensorboard', 'tensorflow', 'tb_footprint_plugin.verify',\n"
+             "         'tb_footprint_plugin.api', 'tb_footprint_plugin.engine', 'tqdm') if m in sys.modules]\n"
+             "print(heavy)")
+    p = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=e, check=True)
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout
+
+
+def test_a_bad_option_after_a_verb_prints_that_verbs_usage(logdir):
+    for verb in ("reduce", "retire", "scan"):
+        p = tbf(verb, logdir, "--no-such-option")
+        assert p.returncode == 2
+        assert p.stderr.startswith(f"usage: tb-footprint {verb} "), p.stderr
+        assert "unrecognized arguments: --no-such-option" in p.stderr
+
+
+def test_scan_files_works_without_json(logdir):
+    p = tbf("scan", logdir, "--files")
+    assert p.returncode == 0, p.stderr
+    assert "events.out.tfevents" in p.stdout and "xplane.pb" in p.stdout, p.stdout
+
+
+def test_history_csv_writes_iso_8601_times(logdir):
+    assert tbf("reduce", logdir, "--verify", "python", "-y").returncode == 0
+    rows = list(csv.DictReader(io.StringIO(tbf("history", logdir, "--csv").stdout)))
+    assert rows
+    for r in rows:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d", r["time"]), r["time"]
+
+
+def test_plan_verbose_prints_each_fidelity_lines_details(tmp_path):
+    logs = tmp_path / "logs"
+    assert tbf("demo", logs, "--scale", "0.2").returncode == 0
+    plain = tbf("plan", logs)
+    verbose = tbf("plan", logs, "--verbose")
+    assert plain.returncode == 0 and verbose.returncode == 0
+    from tb_footprint_plugin import api
+
+    details = [str(d).strip() for rp in api.plan(str(logs)).runs for d in getattr(rp, "fidelity_details", []) or []
+               if str(d).strip()]
+    if not details:
+        pytest.fail("the planner gives no fidelity details to show")
+    shown = [d.splitlines()[0] for d in details]
+    assert all(s in verbose.stdout for s in shown), verbose.stdout
+    assert len(verbose.stdout.splitlines()) > len(plain.stdout.splitlines())
