@@ -13,6 +13,7 @@ from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.plan.content import LINE_MAX
 from tb_footprint_plugin.scan.tfrecord import RecordWriter
+from tb_footprint_plugin.verify import data_server_binary
 
 from conftest import copy_real, tree_hashes
 
@@ -166,3 +167,188 @@ def test_synthetic_oddities_plan_equals_reduce(tmp_path):
     assert plan.run("dup").code == Skip.NOTHING  # repeated steps: kept whole
     assert plan.run("truncated").code == Skip.NOTHING
     assert any("kept as is (incomplete" in line for line in plan.run("truncated").fidelity)
+
+
+# --- the cost of planning: selection outcomes cached across plans, no selection where none can drop ----
+def _histo(tag, step, wall):
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    h = summary_pb2.HistogramProto(min=0.0, max=float(step), num=3.0, sum=float(step), sum_squares=1.0,
+                                   bucket_limit=[0.0, 1.0, 2.0], bucket=[1.0, 1.0, float(step % 5)])
+    v = summary_pb2.Summary.Value(tag=tag, histo=h)
+    return event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[v]))
+
+
+def _selection_counter(monkeypatch):
+    """Counts the selections plans make, and fails any Rust data-server load a plan starts."""
+    from tb_footprint_plugin.transforms import event_rewrite as er
+    from tb_footprint_plugin.verify import views
+
+    made = []
+    select_run = er.select_run
+
+    def counting(run_dir, *a, **k):
+        made.append(os.path.basename(run_dir))
+        return select_run(run_dir, *a, **k)
+
+    monkeypatch.setattr(er, "select_run", counting)
+    read_view = views.read_view
+
+    def loads(run_dir, backend="python", **k):
+        if backend == "rust":
+            made.append("rust:" + os.path.basename(str(run_dir)))
+        return read_view(run_dir, backend, **k)
+
+    monkeypatch.setattr(views, "read_view", loads)
+    return made
+
+
+def _new_process():
+    """What a new process starts with: no selection cached in memory, no cache file read yet."""
+    from tb_footprint_plugin.scan import selcache
+    from tb_footprint_plugin.transforms import event_rewrite as er
+
+    er._SEL_CACHE.clear()
+    selcache._MEMO.clear()
+
+
+def _shown(plan):
+    return [(rp.run, rp.expected_after_bytes, rp.code, rp.fidelity, rp.fidelity_details,
+             [(a.kind, a.path, a.bytes_after, a.params) for a in rp.actions]) for rp in plan.runs]
+
+
+def _images_run(logdir, name="imgs", n=300):
+    run = logdir / name
+    run.mkdir(parents=True)
+    _events(run / "events.out.tfevents.1795990000.host",
+            [_image("img", s, 1795990000.0 + s, seed=s) for s in range(n)]
+            + [_scalar("loss", s, 1795990000.0 + s) for s in range(0, n, 10)])
+    return run
+
+
+@pytest.mark.skipif(data_server_binary() is None, reason="tensorboard-data-server not installed")
+def test_second_plan_of_an_unchanged_logdir_starts_no_data_server(tmp_path, monkeypatch):
+    logdir = tmp_path / "logdir"
+    _images_run(logdir)
+    _images_run(logdir, "other", 50)
+    _age(logdir)
+    made = _selection_counter(monkeypatch)
+    first = api.plan(str(logdir), "archive")
+    assert "imgs" in made and "rust:imgs" in made, made
+    assert first.run("imgs").removable_bytes > 0
+    _new_process()
+    made.clear()
+    second = api.plan(str(logdir), "archive")
+    assert made == []  # every outcome came from the cache: no pass over the files, no Rust load
+    assert _shown(second) == _shown(first)
+    # the reduce after a cached plan makes its own selection: the plan's bytes are its bytes
+    _new_process()
+    plan, rep = _assert_plan_is_outcome(logdir, "archive")
+    assert _shown(plan) == _shown(first)
+    assert {o.run: o.status for o in rep.outcomes}["imgs"] == Outcome.VERIFIED
+
+
+def test_a_changed_file_or_other_rules_make_the_selection_again(tmp_path, monkeypatch):
+    logdir = tmp_path / "logdir"
+    run = _images_run(logdir, n=40)
+    _age(logdir)
+    made = _selection_counter(monkeypatch)
+    caps = {"name": "caps", "base": "archive", "content": {"keep_per_tag": {"images": 5}}}
+    first = api.plan(str(logdir), caps)
+    assert made.count("imgs") >= 1
+    _new_process()
+    made.clear()
+    assert _shown(api.plan(str(logdir), caps)) == _shown(first) and made == []
+    tighter = dict(caps, content={"keep_per_tag": {"images": 3}})
+    fewer = api.plan(str(logdir), tighter)
+    assert made.count("imgs") >= 1 and fewer.run("imgs").expected_after_bytes < first.run("imgs").expected_after_bytes
+    # the same bytes with another mtime: another file as far as the key is concerned
+    made.clear()
+    _new_process()
+    f = next(run.iterdir())
+    os.utime(f, ns=(os.stat(f).st_atime_ns, os.stat(f).st_mtime_ns + 1))
+    assert _shown(api.plan(str(logdir), caps)) == _shown(first) and made.count("imgs") >= 1
+    # an appended record: the plan follows the file, not its old outcome
+    made.clear()
+    _new_process()
+    with open(f, "ab") as out:
+        RecordWriter(out).write(_image("img", 40, 1795990040.0, seed=40).SerializeToString())
+    _age(logdir)
+    grown = api.plan(str(logdir), caps).run("imgs")
+    assert made.count("imgs") >= 1 and grown.bytes_before > first.run("imgs").bytes_before
+
+
+def test_a_damaged_or_planted_selection_cache_is_never_trusted(tmp_path, monkeypatch):
+    import json
+
+    from tb_footprint_plugin.scan.selcache import SELCACHE_NAME
+    from tb_footprint_plugin.storage.paths import cache_dir
+
+    logdir = tmp_path / "logdir"
+    _images_run(logdir, n=40)
+    _age(logdir)
+    caps = {"name": "caps", "base": "archive", "content": {"keep_per_tag": {"images": 5}}}
+    truth = _shown(api.plan(str(logdir), caps))
+    path = os.path.join(cache_dir(str(logdir)), SELCACHE_NAME)
+    data = json.load(open(path))
+    made = _selection_counter(monkeypatch)
+    # an outcome of another shape under the right key: dropped, made again, the plan unchanged
+    for bad in ({"rewritten": ["x"], "files": {}, "notes": [], "tags": {}, "expectations": {}},
+                {"rewritten": [], "files": {}, "notes": [1], "tags": {}, "expectations": {}}, "junk"):
+        for e in data["runs"].values():
+            e["outcome"] = bad
+        with open(path, "w") as f:
+            json.dump(data, f)
+        _new_process()
+        made.clear()
+        assert _shown(api.plan(str(logdir), caps)) == truth and made.count("imgs") >= 1
+    with open(path, "w") as f:
+        f.write("{not json")
+    _new_process()
+    assert _shown(api.plan(str(logdir), caps)) == truth
+    # a cache folder others may write to is not ours: neither read nor written
+    made.clear()
+    _new_process()
+    os.chmod(os.path.dirname(path), 0o777)
+    try:
+        assert _shown(api.plan(str(logdir), caps)) == truth and made.count("imgs") >= 1
+    finally:
+        os.chmod(os.path.dirname(path), 0o700)
+    # a symlink planted in the cache file's place is never followed
+    target = tmp_path / "elsewhere.json"
+    target.write_text("{}")
+    os.unlink(path)
+    os.symlink(target, path)
+    _new_process()
+    assert _shown(api.plan(str(logdir), caps)) == truth
+    assert target.read_text() == "{}" and not os.path.islink(path)
+
+
+def test_no_selection_where_no_tag_has_more_records_than_the_dashboard_keeps(tmp_path, monkeypatch):
+    """Archive's default view drops only beyond the Rust server's reservoir (10 images, 100
+    histograms per tag): a run whose every tag fits is planned from the scan's per-tag counts,
+    and the selection agrees that it would drop nothing."""
+    from tb_footprint_plugin.plan.rules import Rules
+    from tb_footprint_plugin.plan.policies import get_policy
+    from tb_footprint_plugin.transforms import event_rewrite as er
+
+    logdir = tmp_path / "logdir"
+    run = logdir / "small"
+    run.mkdir(parents=True)
+    _events(run / "events.out.tfevents.1795990000.host",
+            [_histo(f"h{k}", s, 1795990000.0 + s) for s in range(100) for k in range(3)]
+            + [_image(f"i{k}", s, 1795990000.0 + s, seed=s) for s in range(10) for k in range(4)]
+            + [_scalar("loss", s, 1795990000.0 + s) for s in range(500)])
+    _images_run(logdir, "big", 11)  # one image over the reservoir: this one is analysed
+    _age(logdir)
+    fp = api.scan(str(logdir))
+    assert fp.run("small").categories["histograms"].max_tag_records == 100
+    assert fp.run("small").categories["images"].max_tag_records == 10
+    assert fp.run("small").categories["histograms"].records == 300
+    made = _selection_counter(monkeypatch)
+    plan = api.plan(str(logdir), "archive")
+    assert "small" not in made and "big" in made, made
+    assert plan.run("small").code == Skip.NOTHING
+    rules = Rules.from_content(get_policy("archive").content)
+    sel = er.select_run(str(run), rules, er.event_file_names(str(run)))
+    assert all(all(m) for m in sel.masks.values())  # the selection would have kept every record

@@ -61,6 +61,8 @@ _TAGS_NAMED = 8
 LINE_MAX = 120
 #: Selection categories (``event_rewrite`` codes) that the scan names otherwise.
 _SCAN_CATEGORY = {"graph_tagged_run_metadata": cat.TAGGED_RUN_METADATA}
+#: Plugins the Rust data server keeps as tensors (a 100-point reservoir per tag).
+_TENSOR_PLUGINS = frozenset({cat.HISTOGRAMS, cat.PR_CURVES})
 #: Non-summary record categories: never downsampled.
 _FIXED = frozenset({cat.FILE_VERSION, cat.SESSION_LOG, cat.EVENTS_OTHER, cat.EVENTS_CORRUPT,
                     cat.EVENTS_INCOMPLETE, cat.GRAPH_DEF, cat.META_GRAPH_DEF, cat.TAGGED_RUN_METADATA,
@@ -163,22 +165,29 @@ def _eligible(f, rules: Rules, lines: List[Line]) -> bool:
 
 
 def _may_change(run, rules: Rules) -> bool:
-    """Could the rules drop or re-encode anything in this run? (Only to spare the selection's
-    pass over runs where nothing qualifies; the selection decides.)"""
+    """Could the rules drop or re-encode anything in this run? Decided from the scan's counts,
+    to spare the selection's pass (and its Rust data-server load) over runs where nothing
+    qualifies; where something may, the selection decides.
+
+    A tag is reduced only beyond its cap: ``keep_per_tag`` N, or the Rust server's reservoir
+    (which keeps every point of a tag that has no more than it holds). The reservoir is 100 for
+    the tensor plugins known here and taken as 10 (the blob-sequence size) for any other plugin,
+    whose data class the scan does not know; without per-tag counts (a footprint of an older
+    version), the category's records stand in."""
     for name, st in run.categories.items():
         if not st.records:
             continue
         if rules.strip_run_metadata and name in _RUN_METADATA_CATEGORIES:
             return True
-        if rules.strip_large_graph_attrs and name == cat.GRAPH_DEF and st.bytes > LIMIT_ATTR_SIZE:
+        if rules.strip_large_graph_attrs and name in _GRAPH_CATEGORIES and st.bytes > LIMIT_ATTR_SIZE:
             return True
         if rules.dedupe_graphs and name in _GRAPH_CATEGORIES and st.records > 1:
             return True
         mode = None if name in _FIXED else rules.mode(name)
         if mode is None:
             continue
-        floor = mode if isinstance(mode, int) else min(_rust_capacity(name), 10)
-        if st.records > floor:
+        floor = mode if isinstance(mode, int) else (100 if name in _TENSOR_PLUGINS else 10)
+        if (st.max_tag_records or st.records) > floor:
             return True
     return False
 

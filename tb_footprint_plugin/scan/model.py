@@ -23,12 +23,16 @@ class CategoryStat:
     tags: List[str] = field(default_factory=list)
     min_step: Optional[int] = None
     max_step: Optional[int] = None
+    #: the most records one tag of this category has in the run (0: not counted), so a plan can
+    #: tell without reading the run that no per-tag rule has anything to drop
+    max_tag_records: int = 0
 
     def add(self, other: "CategoryStat") -> None:
         """Fold another stat of the same category into this one."""
         self.bytes += other.bytes
         self.files += other.files
         self.records += other.records
+        self.max_tag_records = max(self.max_tag_records, other.max_tag_records)
         if other.tags:
             self.tags = sorted(set(self.tags).union(other.tags))
         for s in (other.min_step, other.max_step):

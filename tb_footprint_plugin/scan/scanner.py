@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, discover, display, dir_size
@@ -211,6 +211,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
     for _, st in event_stats:
         for tag, plugin in st.bindings.items():
             bindings.setdefault(tag, plugin)
+    per_tag: Dict[Tuple[str, str], int] = {}  # (category, tag) -> records across the run's files
     for f, st in event_stats:
         entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning)
         if st.status == "unreadable":
@@ -218,10 +219,13 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
             _add(run.categories, cat.OTHER, f.size, files=1)
         else:
             entry.categories = st.category_bytes(bindings)
-            _fold_event_stats(run.categories, st, bindings)
+            _fold_event_stats(run.categories, st, bindings, per_tag)
         if st.warning:
             run.warnings.append(st.warning)
         run.files.append(entry)
+    for (name, _tag), n in per_tag.items():
+        c = run.categories[name]
+        c.max_tag_records = max(c.max_tag_records, n)
     run.files.sort(key=lambda e: e.path)
     run.sessions = _sessions(found)
     return run
@@ -234,7 +238,8 @@ def _add(cats: Dict[str, CategoryStat], name: str, nbytes: int, *, files: int = 
                        tags=[tag] if tag else [], min_step=steps[0], max_step=steps[1]))
 
 
-def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str]) -> None:
+def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str],
+                      per_tag: Dict[Tuple[str, str], int]) -> None:
     """Add one event file's per-category stats; a file counts once per category it touches."""
     touched = set()
     for name, fs in st.fixed.items():
@@ -244,6 +249,7 @@ def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str
         for tag, ts in tags.items():
             name = plugin or bindings.get(tag) or cat.EVENTS_OTHER
             _add(cats, name, ts.bytes, records=ts.records, tag=tag, steps=(ts.min_step, ts.max_step))
+            per_tag[name, tag] = per_tag.get((name, tag), 0) + ts.records
             touched.add(name)
     for name in touched:
         cats[name].files += 1

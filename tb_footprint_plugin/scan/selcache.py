@@ -1,0 +1,150 @@
+"""The plan's cache of event-file selection outcomes, beside the scan cache.
+
+A plan runs the event rewrite's own selection on each run its content rules may change (the
+bytes a rewrite leaves, the tags it keeps whole and why): one pass over the run's event files
+and, for dashboard-exact tags, one load by TensorBoard's Rust data server. Its outcome depends
+only on the run's event files and on the rules, so it is kept here keyed by both: every event
+file's (name, size, mtime_ns, inode) and the rules' parameters (with the versions of the
+tool and of TensorBoard, whose data server decides what the default dashboard shows). A
+second plan of an unchanged run reads its outcome back and starts nothing.
+
+The file lives where the scan cache does (``storage.paths.cache_dir``: the user's cache until
+a reduce made the state folder), as ``selection-cache.json``, written like the scan cache:
+atomically, under the scan cache's lock, in a folder of ours, never through a symlink. Read
+back, it is untrusted input: entries of another shape are dropped, a damaged or foreign-version
+file is only a slower plan, and a folder that is not ours is neither read nor written.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import threading
+from typing import Dict, Iterable, Optional
+
+from tb_footprint_plugin.storage.lock import exclusive
+from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
+from tb_footprint_plugin.storage.private import ensure_private_dir, is_ours, set_aside_stranger
+from tb_footprint_plugin.storage.regular import open_regular
+
+SELCACHE_VERSION = 1
+SELCACHE_NAME = "selection-cache.json"
+#: the scan cache's lock: one writer at a time for both files of the folder
+_LOCK_NAME = "scan-cache.lock"
+
+#: what a process read last, per file, with the file's identity then: a tab that plans the
+#: whole logdir again parses the file again only when another process wrote it meanwhile
+_MEMO: Dict[str, tuple] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def _ident(path: str) -> Optional[tuple]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _well_formed(run, entry) -> bool:
+    if not isinstance(run, str) or not isinstance(entry, dict):
+        return False
+    if run != ".":
+        try:
+            safe_rel(run)
+        except UnsafePath:
+            return False
+    return isinstance(entry.get("key"), str) and isinstance(entry.get("outcome"), dict)
+
+
+class SelectionCache:
+    """Selection outcomes per run (logdir-relative name): ``get(run, key)``, ``put``, ``save``.
+
+    ``key`` is a string the caller builds from the run's file signatures and the rules; an
+    entry is served only for exactly that key."""
+
+    def __init__(self, folder: Optional[str]):
+        self.folder = folder
+        self.entries: Dict[str, dict] = {}
+        self.new: Dict[str, dict] = {}
+        self._load()
+
+    @property
+    def path(self) -> Optional[str]:
+        return os.path.join(self.folder, SELCACHE_NAME) if self.folder else None
+
+    def _folder_ours(self) -> bool:
+        try:
+            return is_ours(os.lstat(self.folder))
+        except OSError:
+            return False
+
+    def _read(self) -> Dict[str, dict]:
+        path = self.path
+        ident = _ident(path)
+        if ident is None:
+            return {}
+        with _MEMO_LOCK:
+            memo = _MEMO.get(path)
+        if memo is not None and memo[0] == ident:
+            return memo[1]
+        try:
+            with open_regular(path) as f:  # never through a symlink, never a FIFO
+                data = json.load(f)
+        except (OSError, ValueError, RecursionError):
+            return {}  # a damaged cache is only a slower plan
+        entries = {}
+        if (isinstance(data, dict) and data.get("version") == SELCACHE_VERSION
+                and isinstance(data.get("runs"), dict)):
+            entries = {r: e for r, e in data["runs"].items() if _well_formed(r, e)}
+        with _MEMO_LOCK:
+            _MEMO[path] = (ident, entries)
+        return entries
+
+    def _load(self) -> None:
+        if self.folder and self._folder_ours():
+            self.entries = self._read()
+
+    def get(self, run: str, key: str) -> Optional[dict]:
+        """The outcome stored for ``run`` under exactly ``key``, or None."""
+        e = self.new.get(run) or self.entries.get(run)
+        if e is not None and e["key"] == key:
+            return e["outcome"]
+        return None
+
+    def put(self, run: str, key: str, outcome: dict) -> None:
+        self.new[run] = {"key": key, "outcome": outcome}
+
+    def save(self, live: Optional[Iterable[str]] = None) -> Optional[str]:
+        """Write what was added (merged with what another process wrote meanwhile), forgetting
+        runs not in ``live`` when given; returns a warning string instead of raising."""
+        if not self.new or not self.folder:
+            return None
+        try:
+            ensure_private_dir(self.folder, tighten_root=True)
+            with exclusive(os.path.join(self.folder, _LOCK_NAME)):
+                entries = dict(self._read())
+                entries.update(self.new)
+                if live is not None:
+                    keep = set(live)
+                    entries = {r: e for r, e in entries.items() if r in keep}
+                fd, tmp = tempfile.mkstemp(prefix=".selection-cache.", dir=self.folder)
+                try:
+                    with os.fdopen(fd, "w", encoding="utf-8") as f:
+                        json.dump({"version": SELCACHE_VERSION, "runs": entries}, f)
+                    set_aside_stranger(self.path)  # a link planted there: kept aside, never followed
+                    os.replace(tmp, self.path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise
+                with _MEMO_LOCK:
+                    _MEMO[self.path] = (_ident(self.path), entries)
+        except OSError as e:
+            return f"selection cache not saved in {self.folder}: {e.strerror or e}"
+        self.entries, self.new = entries, {}
+        return None
+
+
+__all__ = ["SelectionCache", "SELCACHE_NAME", "SELCACHE_VERSION"]
