@@ -221,7 +221,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
          older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
          footprint: Optional[LogdirFootprint] = None,
          closed_files: Optional[Mapping[str, float]] = None) -> Plan:
-    """The dry run: what ``policy`` would do. Writes nothing (not even the scan cache).
+    """The dry run: what ``policy`` would do. Writes nothing but its cache of selection outcomes
+    (``scan.selcache``, beside the scan cache; the scan cache itself is not written).
 
     ``closed_files`` (logdir-relative path -> mtime when found closed) are files the caller's
     own job wrote and closed: the quiet period skips them while unchanged, and only them.
@@ -232,9 +233,14 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     requests and bytes a reduction and a restore would take."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     runs = select_runs(fp, runs, run_glob)
+    rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                  rewrite=None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir)))
+                  rewrite=rewrite)
+    if rewrite is not None:
+        warning = rewrite.save(r.name for r in fp.runs)
+        if warning:
+            p.notes.append(warning)
     if is_remote(fp.logdir):
         _bucket_notes(p, fp, backup_dir)
         return p
@@ -268,17 +274,11 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
 
 def _rewrite_of(logdir: str):
     """The event-file rewrite's own selection, made at plan time (``plan.content``) and cached
-    for the reduce that follows; a run it cannot analyse now (changed meanwhile) is estimated."""
-    from tb_footprint_plugin.transforms.event_rewrite import RewriteError, plan_rewrite
+    for the reduce that follows, its outcome kept across plans of unchanged runs
+    (``transforms.plan_cache``); a run it cannot analyse now (changed meanwhile) is estimated."""
+    from tb_footprint_plugin.transforms.plan_cache import PlanRewrites
 
-    def rewrite(run, rules, names):
-        run_dir = logdir if run.name == "." else os.path.join(logdir, run.name)
-        try:
-            return plan_rewrite(run_dir, rules, names)
-        except (RewriteError, OSError):
-            return None
-
-    return rewrite
+    return PlanRewrites(logdir)
 
 
 def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> None:
