@@ -1,5 +1,9 @@
 """Throughput and memory of event-file scanning: ``python bench/scan.py [--points N] [--small]``.
 
+``python bench/scan.py --plan-runs 200``: the cost of planning instead: an archive plan of runs
+it rewrites, cold (a selection and a Rust data-server load per run) and warm (outcomes from the
+selection cache), next to one Rust data-server load of the same logdir.
+
 Generates two event files with ``RecordWriter`` + ``event_pb2`` (the way TensorBoard's
 ``summary_v2`` writers lay records out: TF2 tensor summaries, metadata on each tag's first
 value only):
@@ -201,10 +205,20 @@ def main(argv=None) -> None:
     ap.add_argument("--small", action="store_true", help="CI mode: ~20000 points")
     ap.add_argument("--repeat", type=int, default=3, help="runs per reader (best is kept)")
     ap.add_argument("--runs", type=int, default=1000, help="runs in the re-scan benchmark (default 1000)")
+    ap.add_argument("--plan-runs", type=int, default=0,
+                    help="only the plan benchmark: this many runs the archive policy rewrites (e.g. 200)")
     ap.add_argument("--_child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--_plan", nargs=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child:
         _child(args._child[0], args._child[1], int(args._child[2]))
+        return
+    if args._plan:
+        _plan_child(args._plan[0])
+        return
+    if args.plan_runs:
+        with tempfile.TemporaryDirectory(prefix="tbfp-bench-plan-") as tmp:
+            _plan_bench(tmp, args.plan_runs)
         return
     points = 20_000 if args.small else args.points
     steps = max(10, points // 200)
@@ -240,6 +254,83 @@ def _rescan(tmp: str, runs: int) -> None:
     assert warm.files_read == 0 and warm.total_bytes == cold.total_bytes
     print(f"\nre-scan of an unchanged {runs}-run logdir: cold {t_cold:.2f} s ({cold.files_read} event files "
           f"read), warm {t_warm * 1000:.0f} ms ({warm.files_cached} served from the cache; target < 1 s)")
+
+
+def _write_rewritable_run(run: str, seed: int) -> None:
+    """A run whose event file the archive policy rewrites: one image tag of 30 steps (the
+    dashboard shows 10), one histogram tag of 150 (it shows 100), four scalar tags."""
+    from tb_footprint_plugin import synth
+
+    with synth.EventWriter(run, timestamp=1_700_000_000 + seed) as w:
+        for step in range(150):
+            for k, tag in enumerate(("loss", "accuracy", "learning_rate", "grad_norm")):
+                w.scalar(tag, step, 1.0 / (step + 1 + k + seed))
+            w.histogram("layer/weights", step, [(i - 5.0, i - 4.0, float((i * 7 + step) % 31)) for i in range(10)])
+            if step < 30:
+                w.image("samples", step, synth.make_png(4, 4, seed=step + seed), 4, 4)
+
+
+def _plan_child(logdir: str) -> None:
+    """One plan in a fresh interpreter (as a CLI call or a restarted TensorBoard makes it)."""
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.transforms import event_rewrite as er
+
+    made = []
+    select_run = er.select_run
+
+    def counting(*a, **k):
+        made.append(1)
+        return select_run(*a, **k)
+
+    er.select_run = counting
+    t = time.perf_counter()
+    p = api.plan(logdir, "archive")
+    print(json.dumps({"seconds": time.perf_counter() - t, "selections": len(made),
+                      "rewrites": sum(1 for rp in p.runs for a in rp.actions if a.kind == "rewrite"),
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def _plan_bench(tmp: str, runs: int) -> None:
+    """Plan (archive) of ``runs`` runs that each need the rewrite's selection: cold (no
+    selection cache: a pass and a Rust data-server load per run), warm (the same logdir again,
+    in a new process), next to one Rust data-server load of the whole logdir (bench/scale.py's)."""
+    logdir = os.path.join(tmp, "plan-runs")
+    templates = os.path.join(tmp, "templates")
+    for k in range(4):
+        _write_rewritable_run(os.path.join(templates, f"t{k}"), k)
+    t = time.perf_counter()
+    import shutil
+
+    for i in range(runs):
+        src = os.path.join(templates, f"t{i % 4}")
+        shutil.copytree(src, os.path.join(logdir, f"exp{i // 100:03d}", f"run{i:05d}"))
+    old = time.time() - 3 * 86400
+    for d, _, fs in os.walk(logdir):
+        for n in fs:
+            os.utime(os.path.join(d, n), (old, old))
+    print(f"{runs} runs written in {time.perf_counter() - t:.1f} s (each: 30 images, 150 histograms, "
+          "600 scalars; archive rewrites every one)")
+    env = dict(os.environ, XDG_CACHE_HOME=os.path.join(tmp, "xdg"))
+    rust = subprocess.run([sys.executable, str(REPO / "bench" / "scale.py"), "--_worker", "rust",
+                           json.dumps({"logdir": logdir})], capture_output=True, text=True, env=env)
+    rust_s = json.loads(rust.stdout.strip().splitlines()[-1]).get("seconds") if rust.returncode == 0 else None
+
+    def plan() -> dict:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--_plan", logdir],
+                             capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            raise SystemExit(out.stderr[-2000:])
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    cold = plan()
+    warm = plan()
+    anchor = f" = {cold['seconds'] / rust_s:.1f}x" if rust_s else ""
+    print(f"Rust data server, one load of the logdir: {rust_s:.2f} s" if rust_s else "Rust data server: not run")
+    print(f"plan cold: {cold['seconds']:.2f} s{anchor} ({cold['selections']} selections, {cold['rewrites']} rewrites "
+          f"planned, peak RSS {cold['rss_mb']:.0f} MB)")
+    anchor = f" = {warm['seconds'] / rust_s:.2f}x" if rust_s else ""
+    print(f"plan warm: {warm['seconds']:.2f} s{anchor} ({warm['selections']} selections, {warm['rewrites']} rewrites "
+          f"planned; target <= 3x the Rust load)")
 
 
 def _tensorflow_note() -> str:
