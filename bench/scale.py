@@ -3,10 +3,11 @@
     python bench/scale.py                          # 1,000 and 10,000 runs, a reduce of 50 runs each
     python bench/scale.py --sizes 1000 --reduce-runs all
     python bench/scale.py --sizes 100000 --skip reduce,plan_cold --time-limit 900
-    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 10 runs
+    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs
 
 Input: N runs ``expNNNN/runNNNNNN`` of what a small training job leaves: one TF2 event file
-(4 scalar tags x 100 steps, 2 histogram tags x 10 steps, written by ``synth.EventWriter``) and
+(4 scalar tags x 100 steps, 2 histogram tags x 10 steps, written by ``synth.EventWriter``;
+``--steps``/``--hist-every`` change that, e.g. so that archive rewrites every event file) and
 one small xprof session (``synth.write_profile_session``: an ``xplane.pb`` of 100 events). A few
 runs are written with the synth writers (different seeds) and the others are byte copies of
 them, so generating 100k runs takes a minute, not an hour; every file is its own inode, aged
@@ -20,9 +21,11 @@ Rust server's is the largest child's):
 * ``scan warm``: ``api.scan`` again, served by the cache it wrote;
 * ``plan``: ``api.plan(policy="archive")`` (the dry run: writes nothing) with the warm cache,
   and ``plan cold`` without any cache;
-* ``reduce``: ``api.reduce_logdir(policy="archive", dry_run=False)`` of ``--reduce-runs`` runs
+* ``reduce``: ``api.reduce_logdir(policy="archive", dry_run=False, ledger="default")`` (what
+  ``tb-footprint reduce`` calls; ``--no-ledger`` leaves the ledger out) of ``--reduce-runs`` runs
   (a subset by default: its scan and plan cover the whole logdir, then each run is its own
-  verified transaction). The time to the first outcome holds the fixed part (recovery, scan,
+  verified transaction). ``upkeep``: ``api.recover_logdir`` afterwards, what every start of a
+  verb or of the tab does over the vault's operations (per operation). The time to the first outcome holds the fixed part (recovery, scan,
   plan, first run); the spacing of the outcomes gives the cost per run, and the estimate of a
   reduce of all N runs is fixed + N x per run;
 * anchors: ``cp -a`` of the logdir, and one load of it by TensorBoard's Rust data server
@@ -63,18 +66,19 @@ TARGET = {
 
 
 # --- input ------------------------------------------------------------------------------------
-def _template_runs(root: str) -> List[Dict[str, bytes]]:
-    """A few small runs written by the synth writers: {relative path: bytes}."""
+def _template_runs(root: str, steps: int = 100, hist_every: int = 10) -> List[Dict[str, bytes]]:
+    """A few small runs written by the synth writers: {relative path: bytes}. 4 scalar tags
+    over ``steps`` steps, 2 histogram tags every ``hist_every`` steps, one xprof session."""
     from tb_footprint_plugin import synth
 
     out = []
     for seed in range(TEMPLATES):
         run = os.path.join(root, f"t{seed}")
         with synth.EventWriter(run, timestamp=1_700_000_000) as w:
-            for step in range(100):
+            for step in range(steps):
                 for k, tag in enumerate(("loss", "accuracy", "learning_rate", "grad_norm")):
                     w.scalar(tag, step, 1.0 / (step + 1 + k + seed))
-                if step % 10 == 0:
+                if step % hist_every == 0:
                     for layer in range(2):
                         buckets = [(i - 15.0 + seed, i - 14.0 + seed, float((i * 7 + step + layer) % 31))
                                    for i in range(30)]
@@ -185,7 +189,7 @@ def _phase(kind: str, a: dict) -> dict:
         stamps: List[float] = []
         runs = a.get("runs")
         t = time.perf_counter()
-        rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, runs=runs,
+        rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, runs=runs, ledger=a.get("ledger"),
                                 on_outcome=lambda o: stamps.append(time.perf_counter() - t))
         total = time.perf_counter() - t
         statuses: Dict[str, int] = {}
@@ -194,17 +198,31 @@ def _phase(kind: str, a: dict) -> dict:
         reasons = sorted({f"{o.code}: {o.reason}" for o in rep.outcomes if o.status != "verified"})[:3]
         return {"seconds": total, "stamps": stamps, "statuses": statuses, "reasons": reasons,
                 "saved_bytes": rep.saved_bytes}
+    if kind == "upkeep":
+        t = time.perf_counter()
+        outs = api.recover_logdir(logdir)
+        return {"seconds": time.perf_counter() - t, "outcomes": len(outs)}
     raise SystemExit(f"unknown phase {kind}")
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and its waited-for children (the data servers)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _worker(kind: str, a: dict) -> None:
+    from tb_footprint_plugin import api  # noqa: F401  (imports are the process's, not the phase's)
+
     prof = None
     if a.get("profile"):
         import cProfile
 
         prof = cProfile.Profile()
         prof.enable()
+    cpu = _cpu()
     out = _phase(kind, a)
+    out["cpu"] = _cpu() - cpu
     if prof is not None:
         prof.disable()
         prof.dump_stats(a["profile"])
@@ -229,11 +247,13 @@ def measure(kind: str, cache: str, timeout: Optional[float] = None, **a) -> dict
 def cp_a(logdir: str, scratch: str) -> dict:
     """``cp -a`` of the logdir into the scratch folder (the copy is removed afterwards, untimed)."""
     dest = os.path.join(scratch, "cp-a-copy")
+    cpu = _cpu()
     t = time.perf_counter()
     subprocess.run(["cp", "-a", logdir, dest], check=True)
     elapsed = time.perf_counter() - t
+    cpu = _cpu() - cpu
     shutil.rmtree(dest, ignore_errors=True)
-    return {"seconds": elapsed}
+    return {"seconds": elapsed, "cpu": cpu}
 
 
 def best(fn, repeat: int) -> dict:
@@ -327,9 +347,11 @@ def run_size(n: int, scratch: str, templates, args) -> dict:
     # every n/k-th run: spread over the groups, as a user's selection would be
     picked = None if k == n else [run_name(i * n // k) for i in range(k)]
     red = step("reduce", lambda: measure("reduce", warm, left(), logdir=logdir, runs=picked,
-                                         profile=prof("reduce")))
+                                         ledger=None if args.no_ledger else "default", profile=prof("reduce")))
     if "error" not in red and k:
         row["state"] = state_bytes(logdir)
+        step("upkeep", lambda: best(lambda: measure("upkeep", warm, left(), logdir=logdir,
+                                                    profile=prof("upkeep")), args.repeat))
         step("rust_after", lambda: best(lambda: measure("rust", warm, left(), logdir=logdir), args.repeat))
     if not args.keep:
         shutil.rmtree(logdir, ignore_errors=True)
@@ -354,72 +376,98 @@ def reduce_split(r: dict, k: int) -> dict:
     return {"per_run": per_run, "fixed": fixed}
 
 
+PHASES = ("rust_before", "cp_a", "scan_cold", "scan_warm", "plan", "plan_cold", "reduce", "upkeep", "rust_after")
+
+
+def _get(row: dict, name: str, key: str = "seconds") -> Optional[float]:
+    return (row.get(name) or {}).get(key)
+
+
+def _ratio(row: dict, a: str, b) -> str:
+    """``a`` over ``b`` (a phase name or a list of them, summed) in wall time and in CPU time."""
+    names = [b] if isinstance(b, str) else list(b)
+    out = []
+    for key in ("seconds", "cpu"):
+        num, den = _get(row, a, key), [_get(row, n, key) for n in names]
+        out.append(f"{num / sum(den):.2f}x" if num is not None and None not in den and sum(den) > 0 else "—")
+    return f"{out[0]} (cpu {out[1]})"
+
+
 def report(rows: List[dict], load_before, load_after, args) -> bool:
-    """Print every figure next to its anchor and target; True when every phase ran."""
+    """Print every figure next to its anchor and target; True when every phase ran.
+
+    The machine may be shared: next to each wall time is the CPU time of the phase (its process
+    and the children it waited for, the data servers), which contention inflates far less.
+    Targets are judged on wall time, as the issue states them; the CPU ratio is shown beside."""
     ok = True
     print(f"\nmachine: {os.cpu_count()} cores, load average (1/5/15 min) "
           f"{' '.join(f'{x:.2f}' for x in load_before)} before, {' '.join(f'{x:.2f}' for x in load_after)} after"
           + ("; under cProfile (times inflated)" if args.profile else ""))
-    print("times: best of --repeat (" + str(args.repeat) + "); page cache warm; RSS: the phase's own process\n")
-    hdr = (f"{'runs':>7} {'MB':>7} {'rust load':>10} {'cp -a':>7} {'scan cold':>10} {'scan warm':>10} "
-           f"{'plan':>8} {'plan cold':>10} {'reduce k':>9} {'reduce':>8} {'rust after':>11}")
+    print(f"times: best of {args.repeat}; page cache warm; wall / CPU seconds (CPU: the phase's process and "
+          "the children it waited for); RSS: the phase's own process\n")
+    cols = ("rust_before", "cp_a", "scan_cold", "scan_warm", "plan", "plan_cold", "reduce", "upkeep", "rust_after")
+    hdr = f"{'runs':>7} {'MB':>7} " + " ".join(f"{c:>13}" for c in cols)
     print(hdr)
     print("-" * len(hdr))
-
-    def s(r: dict) -> str:
-        return f"{r['seconds']:.2f}s" if r and "seconds" in r else "—"
-
     for row in rows:
-        print(f"{row['n']:>7} {row['bytes'] / 1e6:>7.1f} {s(row.get('rust_before')):>10} {s(row.get('cp_a')):>7} "
-              f"{s(row.get('scan_cold')):>10} {s(row.get('scan_warm')):>10} {s(row.get('plan')):>8} "
-              f"{s(row.get('plan_cold')):>10} {row.get('reduce_k', 0):>9} {s(row.get('reduce')):>8} "
-              f"{s(row.get('rust_after')):>11}")
-        for name in ("rust_before", "cp_a", "scan_cold", "scan_warm", "plan", "plan_cold", "reduce", "rust_after"):
+        cells = []
+        for c in cols:
+            w, cpu = _get(row, c), _get(row, c, "cpu")
+            cells.append(f"{w:.2f}/{cpu:.2f}" if w is not None and cpu is not None
+                         else (f"{w:.2f}/—" if w is not None else "—"))
+        print(f"{row['n']:>7} {row['bytes'] / 1e6:>7.1f} " + " ".join(f"{x:>13}" for x in cells))
+        for name in PHASES:
             r = row.get(name) or {}
             if "error" in r and not r["error"].startswith("skipped"):
                 ok = False
                 print(f"        {name}: {r['error']}")
 
-    print("\nper run (ms):")
+    print("\nper run, ms (wall / CPU):")
     for name in ("scan_cold", "scan_warm", "plan", "plan_cold", "rust_before", "cp_a"):
-        cells = [f"{row['n']}: {row[name]['seconds'] / row['n'] * 1e3:.2f}" for row in rows
-                 if "seconds" in (row.get(name) or {})]
-        print(f"  {name:<12} " + ", ".join(cells))
-    # linear growth: cost per run within 1.5x across sizes
+        cells = [f"{row['n']}: {_get(row, name) / row['n'] * 1e3:.2f} / "
+                 f"{(_get(row, name, 'cpu') or 0) / row['n'] * 1e3:.2f}" for row in rows
+                 if _get(row, name) is not None]
+        if cells:
+            print(f"  {name:<12} " + ", ".join(cells))
+    cells = [f"{row['n']}: {reduce_split(row['reduce'], row['reduce_k'])['per_run'] * 1e3:.0f} "
+             f"(of {row['reduce_k']} runs)" for row in rows if _get(row, "reduce") is not None]
+    if cells:
+        print(f"  {'reduce':<12} " + ", ".join(cells) + " (wall, from the outcomes' spacing)")
     if len(rows) >= 2:
-        print(f"\nlinear growth (cost per run, largest size / smallest; target <= {TARGET['linear']}x):")
+        print(f"\nlinear growth (cost per run at the largest size / at the smallest; target <= {TARGET['linear']}x):")
         for name in ("scan_cold", "scan_warm", "plan", "plan_cold"):
-            per = [(row["n"], row[name]["seconds"] / row["n"]) for row in rows if "seconds" in (row.get(name) or {})]
+            per = [row for row in rows if _get(row, name) is not None]
             if len(per) >= 2:
-                ratio = per[-1][1] / per[0][1]
-                print(f"  {name:<12} {ratio:.2f}x from {per[0][0]} to {per[-1][0]} runs "
+                a, b = per[0], per[-1]
+                ratio = (_get(b, name) / b["n"]) / (_get(a, name) / a["n"])
+                cpu = ""
+                if _get(a, name, "cpu") and _get(b, name, "cpu"):
+                    cpu = f" (cpu {(_get(b, name, 'cpu') / b['n']) / (_get(a, name, 'cpu') / a['n']):.2f}x)"
+                print(f"  {name:<12} {ratio:.2f}x{cpu} from {a['n']} to {b['n']} runs "
                       f"{_met(ratio <= TARGET['linear'])}")
 
     print()
     for row in rows:
         n = row["n"]
-        rust = (row.get("rust_before") or {}).get("seconds")
-        cold = (row.get("scan_cold") or {}).get("seconds")
-        warm = (row.get("scan_warm") or {}).get("seconds")
-        plan = (row.get("plan") or {}).get("seconds")
-        plan_cold = (row.get("plan_cold") or {}).get("seconds")
-        cp = (row.get("cp_a") or {}).get("seconds")
+        rust, cp = _get(row, "rust_before"), _get(row, "cp_a")
+        cold, warm = _get(row, "scan_cold"), _get(row, "scan_warm")
         print(f"{n} runs:")
         if cold and warm:
-            print(f"  warm scan {warm:.2f} s = {warm / cold:.0%} of cold {cold:.2f} s "
-                  f"(target <= {TARGET['warm_vs_cold']:.0%}) {_met(warm / cold <= TARGET['warm_vs_cold'])}")
+            print(f"  warm scan / cold scan: {_ratio(row, 'scan_warm', 'scan_cold')} "
+                  f"(target <= {TARGET['warm_vs_cold']:.2f}x) {_met(warm / cold <= TARGET['warm_vs_cold'])}")
         if rust:
-            for label, v in (("plan (scan cache warm)", plan), ("plan (no scan cache)", plan_cold),
-                             ("cold scan", cold)):
+            for label, name in (("plan (scan cache warm)", "plan"), ("plan (no scan cache)", "plan_cold"),
+                                ("cold scan", "scan_cold"), ("warm scan", "scan_warm")):
+                v = _get(row, name)
                 if v:
-                    print(f"  {label} {v:.2f} s = {v / rust:.1f}x the Rust load {rust:.2f} s "
-                          f"(target <= {TARGET['plan_vs_rust']:g}x at 10k runs) "
+                    print(f"  {label} / Rust load: {_ratio(row, name, 'rust_before')} "
+                          f"(target <= {TARGET['plan_vs_rust']:g}x for plan at 10k runs) "
                           f"{_met(v / rust <= TARGET['plan_vs_rust'])}")
-        rss = [(name, row[name]["rss_mb"]) for name in ("scan_cold", "scan_warm", "plan", "plan_cold", "reduce")
-               if "rss_mb" in (row.get(name) or {})]
+        rss = [(name, row[name]["rss_mb"]) for name in ("scan_cold", "scan_warm", "plan", "plan_cold", "reduce",
+                                                       "upkeep") if "rss_mb" in (row.get(name) or {})]
         if rss:
             worst = max(rss, key=lambda x: x[1])
-            print(f"  peak RSS: " + ", ".join(f"{k} {v:.0f} MB" for k, v in rss)
+            print("  peak RSS: " + ", ".join(f"{k} {v:.0f} MB" for k, v in rss)
                   + f"; largest {worst[1]:.0f} MB (target <= {TARGET['rss_mb']:.0f} MB at 100k runs) "
                   + _met(worst[1] <= TARGET["rss_mb"]))
         for name in ("rust_before", "rust_after"):
@@ -428,38 +476,46 @@ def report(rows: List[dict], load_before, load_after, args) -> bool:
                       f"{row[name]['child_rss_mb']:.0f} MB")
         red = row.get("reduce") or {}
         k = row.get("reduce_k", 0)
-        if "seconds" in red and rust and cp:
+        verified = (red.get("statuses") or {}).get("verified", 0)
+        if "seconds" in red:
             split = reduce_split(red, k)
-            verified = red["statuses"].get("verified", 0)
             full = split["fixed"] + n * split["per_run"]
-            anchor = cp + rust
-            est = "" if k == n else f" (estimated: fixed {split['fixed']:.1f} s + {n} x {split['per_run']:.3f} s)"
-            print(f"  reduce of {k} run(s): {red['seconds']:.1f} s, {verified}/{k} verified "
-                  f"{json.dumps(red['statuses'])}; fixed part {split['fixed']:.1f} s (recovery, scan, plan), "
-                  f"{split['per_run'] * 1e3:.0f} ms a run")
+            print(f"  reduce of {k} run(s): {red['seconds']:.1f} s wall, {red.get('cpu', 0):.1f} s CPU; "
+                  f"{verified}/{k} verified {json.dumps(red['statuses'])}; fixed part {split['fixed']:.1f} s "
+                  f"(recovery, scan, plan, ledger), {split['per_run'] * 1e3:.0f} ms a run")
             for reason in red.get("reasons", []):
                 print(f"    not verified: {reason[:200]}")
-            print(f"  reduce of all {n} runs: {full:.1f} s{est} = {full / anchor:.0f}x (cp -a {cp:.2f} s + "
-                  f"Rust load {rust:.2f} s) (target <= {TARGET['reduce_vs_anchor']:g}x, every run verified) "
-                  f"{_met(full / anchor <= TARGET['reduce_vs_anchor'] and verified == k)}")
             if verified != k:
                 ok = False
+            if rust and cp:
+                anchor = cp + rust
+                est = "" if k == n else f" (estimated: fixed {split['fixed']:.1f} s + {n} x {split['per_run']:.3f} s)"
+                cpu_note = ""
+                if red.get("cpu") and _get(row, "cp_a", "cpu") is not None and _get(row, "rust_before", "cpu"):
+                    cpu_full = red["cpu"] / red["seconds"] * full  # the reduce's CPU share of its wall time
+                    cpu_note = (f"; cpu ~{cpu_full / (_get(row, 'cp_a', 'cpu') + _get(row, 'rust_before', 'cpu')):.0f}x")
+                print(f"  reduce of all {n} runs: {full:.1f} s{est} = {full / anchor:.0f}x (cp -a {cp:.2f} s + "
+                      f"Rust load {rust:.2f} s){cpu_note} (target <= {TARGET['reduce_vs_anchor']:g}x, every run "
+                      f"verified) {_met(full / anchor <= TARGET['reduce_vs_anchor'] and verified == k)}")
+        up = row.get("upkeep") or {}
+        if "seconds" in up and verified:
+            print(f"  start-up upkeep (api.recover_logdir) over {verified} operation(s): {up['seconds']:.2f} s = "
+                  f"{up['seconds'] / verified * 1e3:.1f} ms an operation (a vault of {n} operations: "
+                  f"~{up['seconds'] / verified * n:.0f} s at every start, if it stays linear)")
         st = row.get("state")
-        verified = (red.get("statuses") or {}).get("verified", 0)
         if st and verified:
             per = st["state"] / verified
             print(f"  vault state beyond backups: {st['state'] / 1e3:.1f} kB in {st['files']} files "
                   f"({st['state_disk'] / 1e3:.0f} kB on disk) = {per:.0f} B a reduced run "
                   f"(target <= {TARGET['state_per_run']} B) {_met(per <= TARGET['state_per_run'])}; "
-                  f"by folder: " + ", ".join(f"{k2} {v / 1e3:.1f} kB" for k2, v in
-                                             sorted(st["by_dir"].items(), key=lambda x: -x[1])[:6])
-                  )
+                  "by file or folder: " + ", ".join(f"{k2} {v / 1e3:.1f} kB" for k2, v in
+                                                    sorted(st["by_dir"].items(), key=lambda x: -x[1])[:6]))
         if row.get("cache_bytes"):
             print(f"  scan cache: {row['cache_bytes'] / 1e6:.1f} MB = {row['cache_bytes'] / n:.0f} B a run")
-        after = (row.get("rust_after") or {}).get("seconds")
+        after = _get(row, "rust_after")
         if rust and after:
             print(f"  TensorBoard's Rust data server loads the logdir in {rust:.2f} s before and {after:.2f} s "
-                  f"after the default reduce of {k} of {n} runs")
+                  f"after the default (archive) reduce of {k} of its {n} runs")
     return ok
 
 
@@ -468,13 +524,20 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1000,10000", help="numbers of runs, comma-separated (default 1000,10000)")
     ap.add_argument("--reduce-runs", default="50", help="runs the reduce takes at each size, or 'all' (default 50)")
     ap.add_argument("--reduce-sizes", default="", help="sizes at which to reduce (default: every size)")
-    ap.add_argument("--small", action="store_true", help="CI: 50 and 200 runs, a reduce of 10 runs at 200")
+    ap.add_argument("--small", action="store_true", help="CI: 50 and 200 runs, a reduce of 6 runs at 200 (under a minute)")
     ap.add_argument("--scratch", default=None, help="where to write the logdirs (default: a temp dir)")
     ap.add_argument("--repeat", type=int, default=1, help="measure each phase this often, keep the best")
     ap.add_argument("--skip", default="", help="phases to leave out, e.g. reduce,plan_cold,cp_a")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="seconds allowed for one size; a phase still running then is stopped and said so")
     ap.add_argument("--profile", default=None, help="write cProfile stats of each Python phase into this folder")
+    ap.add_argument("--steps", type=int, default=100, help="scalar steps per run (default 100)")
+    ap.add_argument("--hist-every", type=int, default=10,
+                    help="a histogram point every N steps (default 10: 10 a tag, all of which the default "
+                         "dashboard shows, so archive leaves the event file alone; --steps 400 --hist-every 1 "
+                         "makes archive rewrite every event file)")
+    ap.add_argument("--no-ledger", action="store_true",
+                    help="reduce without the batch ledger (the CLI's reduce keeps one: <state>/ledger.json)")
     ap.add_argument("--keep", action="store_true", help="keep the generated logdirs (in --scratch)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -482,7 +545,7 @@ def main(argv=None) -> int:
         _worker(args._worker[0], json.loads(args._worker[1]))
         return 0
     if args.small:
-        args.sizes, args.reduce_runs, args.reduce_sizes = "50,200", "10", "200"
+        args.sizes, args.reduce_runs, args.reduce_sizes = "50,200", "6", "200"
     if args.reduce_runs != "all" and not args.reduce_runs.isdigit():
         ap.error("--reduce-runs: a number or 'all'")
     sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
@@ -495,7 +558,7 @@ def main(argv=None) -> int:
     load_before = os.getloadavg()
     rows = []
     try:
-        templates = _template_runs(os.path.join(scratch, "templates"))
+        templates = _template_runs(os.path.join(scratch, "templates"), args.steps, args.hist_every)
         per = sum(len(b) for b in templates[0].values())
         print(f"a run: {len(templates[0])} files, {per / 1e3:.1f} kB "
               f"({', '.join(sorted(os.path.basename(p) for p in templates[0]))})")
