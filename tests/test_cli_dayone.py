@@ -222,16 +222,23 @@ def test_retire_of_no_such_run_or_an_empty_glob_exits_2(nested):
 
 
 def test_one_glob_rule_for_every_verb_star_stays_in_a_folder(nested):
-    assert plan_runs(nested, "--runs", "sweep/*") == ["sweep/a", "sweep/b"]
-    assert plan_runs(nested, "--glob", "sweep/**") == ["sweep/a", "sweep/a/eval", "sweep/b"]
-    assert plan_runs(nested, "--runs", "**/eval") == ["sweep/a/eval"]
-    p = tbf("retire", nested, "--glob", "sweep/*", "--with-nested", "--quiet-period", "0", "--json", "-n")
-    items = {i["run"]: i for i in json.loads(p.stdout)["plan"]["items"]}
-    assert sorted(items) == ["sweep/a", "sweep/b"], items  # sweep/a/eval is not matched, it only moves along
-    assert items["sweep/a"]["selected"] and items["sweep/a"]["takes_along"] == ["sweep/a/eval"]
-    # a glob the old rule (fnmatch: `*` crossing `/`) matched says how to write it now
-    p = tbf("reduce", nested, "--runs", "*/eval", "-n")
+    """``*`` stays within one folder, ``**`` spans folders, a matched folder takes the runs inside
+    it (.gitignore's rule): the same for plan, reduce and retire."""
+    (nested / "deep" / "x").mkdir(parents=True)
+    shutil.copytree(nested / "sweep" / "b", nested / "deep" / "x" / "eval")
+    everything = ["deep/x/eval", "jax_profile", "sweep/a", "sweep/a/eval", "sweep/b"]
+    assert plan_runs(nested, "--runs", "*") == everything
+    assert plan_runs(nested, "--runs", "sweep/*") == ["sweep/a", "sweep/a/eval", "sweep/b"]
+    assert plan_runs(nested, "--runs", "sweep/*/eval") == ["sweep/a/eval"]
+    assert plan_runs(nested, "--runs", "**/eval") == ["deep/x/eval", "sweep/a/eval"]
+    for verb in ("plan", "reduce"):  # `*` crossed `/` before (fnmatch): `*/eval` was deep/x/eval too
+        p = tbf(verb, nested, "--runs", "*/eval", *(["-n"] if verb == "reduce" else []))
+        assert p.returncode == 2 and "'**/eval'" in p.stderr, p.stderr  # says how to write it now
+    p = tbf("retire", nested, "--glob", "*/eval", "--quiet-period", "0", "-n")
     assert p.returncode == 2 and "'**/eval'" in p.stderr, p.stderr
+    p = tbf("retire", nested, "--glob", "**/eval", "--quiet-period", "0", "--json", "-n")
+    chosen = sorted(i["run"] for i in json.loads(p.stdout)["plan"]["items"] if i["selected"])
+    assert chosen == ["deep/x/eval", "sweep/a/eval"], p.stdout
 
 
 def test_the_same_selectors_for_every_verb_that_takes_runs(nested):

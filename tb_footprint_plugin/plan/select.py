@@ -2,12 +2,13 @@
 verify, restore, retire; the CLI, the API and the tab alike).
 
 A run is selected by its exact name (as TensorBoard shows it, ``a/b/train``) or by a glob on
-that name, matched path-wise as shells and ``.gitignore`` do: ``*``, ``?`` and ``[...]`` stay
+that name, matched as ``.gitignore`` and a shell's ``rm -r`` do: ``*``, ``?`` and ``[...]`` stay
 inside one ``/``-separated part, ``**`` as a whole part spans any number of parts (none
-included). So ``sweep/*`` is ``sweep/lr1`` but not ``sweep/lr1/eval``; ``sweep/**`` is every run
-below ``sweep``; ``**/eval`` is every run named ``eval`` at any depth; ``*`` and ``**`` differ
-only on nested names. Before, ``*`` also crossed ``/`` (Python's ``fnmatch``): a
-glob that selects nothing now but would have then is named in the error with its ``**`` form.
+included), and a glob that matches a folder takes the runs inside it. So ``sweep/*`` is
+``sweep/lr1`` and the runs below it (``sweep/lr1/eval``), ``*`` is every run, ``**/eval`` is
+every run named ``eval`` at any depth, and ``*/eval`` only ``x/eval`` (not ``x/y/eval``).
+Before, ``*`` crossed ``/`` anywhere in the glob (Python's ``fnmatch``): a glob that selects
+nothing now but would have then is named in the error with its ``**`` form.
 """
 from __future__ import annotations
 
@@ -73,8 +74,13 @@ def is_glob(text: str) -> bool:
 
 
 def matches(name: str, pattern: str) -> bool:
-    """``name`` (a run name) is ``pattern`` or matches it as a path-wise glob (module docstring)."""
-    return name == pattern or _compiled(pattern).match(name) is not None
+    """``name`` (a run name) is ``pattern``, matches it as a path-wise glob, or lies in a folder
+    that matches it (module docstring)."""
+    if name == pattern:
+        return True
+    rx = _compiled(pattern)
+    parts = name.split("/")
+    return any(rx.match("/".join(parts[:k])) is not None for k in range(len(parts), 0, -1))
 
 
 def matches_any(name: str, patterns: Iterable[str]) -> bool:
