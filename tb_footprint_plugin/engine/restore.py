@@ -236,8 +236,9 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
                 continue  # an untrusted record: never a path
             late = d.get("late_records") if isinstance(d.get("late_records"), dict) else {}
             present = os.path.isfile(blob) and not os.path.islink(blob)
+            size = d.get("size") if isinstance(d.get("size"), int) else 0
             holds = (f"{d['path']} as it stood before {'the restore' if m.get('kind') == 'restore' else 'the rollback'}"
-                     f" ({human_bytes(int(d.get('size') or 0))})")
+                     f" ({human_bytes(size)})")
             if late.get("file"):
                 holds += (f": the reduced file with {late.get('records', 0)} record(s) written after the reduction, "
                           f"which are back in the run as {late['file']}")
