@@ -419,9 +419,12 @@ def test_plan_all_and_one(app):
     assert {r["run"] for r in two["runs"]} == {"mid", "big"}
 
 
-def test_empty_history_operations_jobs(app):
+def test_empty_history_operations_jobs(app, logdir):
     assert app.get("/history").get_json() == {"entries": [], "total": 0}
-    assert app.get("/operations").get_json() == {"operations": []}
+    # Operations also lists what a restore kept in a file's place (api.status): none yet, and
+    # asking writes no state into the logdir
+    assert app.get("/operations").get_json() == {"operations": [], "kept_blobs": []}
+    assert not os.path.lexists(os.path.join(str(logdir), ".tb-footprint"))
     assert app.get("/jobs").get_json() == {"jobs": []}
 
 
