@@ -22,6 +22,8 @@ from tb_footprint_plugin.storage.paths import VAULTS_NAME
 
 #: damaged lines named one by one per file; the rest are counted
 LINES_NAMED = 5
+#: a scan cache up to this size is checked by every status
+CACHE_CHECKED_BYTES = 16 << 20
 
 
 def settle_command(logdir: str, backup_dir: Optional[str] = None) -> str:
@@ -169,7 +171,10 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
                           "is next locked", file=e.file))
     cache = os.path.join(state, CACHE_NAME)
     try:
-        trust.read_json_file(cache, what="scan cache")
+        # a big logdir's cache is tens of MB: parsed here only while cheap (the scan, which
+        # reads it anyway, rescans every file of a damaged one)
+        if os.path.getsize(cache) <= CACHE_CHECKED_BYTES:
+            trust.read_json_file(cache, what="scan cache")
     except FileNotFoundError:
         pass
     except trust.Untrusted as e:

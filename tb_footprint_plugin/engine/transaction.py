@@ -247,7 +247,7 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         out.status = Outcome.VERIFIED
     except Exception as e:  # any failure: back to the exact original bytes
         reason = reason_of(e)
-        code = Failure.NO_SPACE if isinstance(e, NoSpace) else Failure.ERROR
+        code = Failure.NO_SPACE if isinstance(e, NoSpace) or is_no_space(e) else Failure.ERROR
         if journal is None:
             out.status, out.reason, out.code = Outcome.FAILED, reason, code
         elif any(r["type"] == "commit" for r in journal.records()):
