@@ -28,7 +28,7 @@ from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation sum
 )
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.checks import recheck
-from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
+from tb_footprint_plugin.engine.context import CancelToken, Context, NoSpace, RunOutcome, TransactionError, writing
 from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
 from tb_footprint_plugin.engine.journal import RunLock, pending_journals
 from tb_footprint_plugin.engine import lease
@@ -649,7 +649,7 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
     for o in recovered:
         row = dict(op_id=o.op_id, run=o.run, action=o.action, code=o.code, detail=o.detail, untouched=None, files=0)
         backups = before.get(o.op_id)
-        if o.action == Recovery.ROLLED_BACK and backups is not None:
+        if o.action == Recovery.ROLLED_BACK and backups:  # a reduce's backups (a retire moves whole trees)
             same = 0
             for r in backups:
                 try:
@@ -771,9 +771,21 @@ class _Batch:
     def run(self, rp) -> RunOutcome:
         try:
             return self._one(rp)
-        except Exception as e:  # e.g. the ledger's disk is full: this run failed, the batch goes on
+        except NoSpace as e:  # the ledger's disk is full: named, this run failed, the batch goes on
+            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=e.code,
+                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+        except Exception as e:
             return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+
+    def _mark(self, run: str, state: str, **fields) -> None:
+        """Record a run's state in the ledger; a full disk names the ledger (rewritten whole)."""
+        try:
+            need = os.path.getsize(self.book.path) + 4096
+        except OSError:
+            need = 4096
+        with writing(self.book.path, need):
+            self.book.mark(run, state, **fields)
 
     def _one(self, rp) -> RunOutcome:
         book = self.book
@@ -782,21 +794,21 @@ class _Batch:
                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
         token = CancelToken(self.timeout, parent=self.cancel)  # one cancel stops every run at its next step
         if book:
-            book.mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
+            self._mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
 
         def step(name, frac):
             if book and name == "verify":
-                book.mark(rp.run, "verifying")
+                self._mark(rp.run, "verifying")
             if self.progress:
                 self.progress(rp.run, name, frac)
 
         o = reduce_run(self.ctx, rp, policy=self.policy, cancel=token, progress=step)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
-            book.mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
-                      reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
-                      verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id,
-                      code=o.code if state != "done" else None)
+            self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
+                       reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
+                       verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id,
+                       code=o.code if state != "done" else None)
         if self.on_outcome:
             self.on_outcome(o)
         return o
