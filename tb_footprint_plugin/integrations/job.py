@@ -127,7 +127,7 @@ class JobReducer:
         seen = set()
         for d in self.job_dirs:
             for root, dirs, files in os.walk(d, followlinks=False):
-                dirs[:] = sorted(x for x in dirs if x != _STATE_DIR_NAME)
+                dirs[:] = sorted(x for x in dirs if x != _STATE_DIR_NAME and not x.startswith(_STATE_DIR_NAME + "-u"))
                 for n in files:
                     p = os.path.join(root, n)
                     if p not in seen:
