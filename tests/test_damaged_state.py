@@ -375,3 +375,22 @@ def test_tab_restore_job_over_a_damaged_oplog(app, logdir):
         done = app.wait_job(r.get_json()["job"]["id"])
         assert done["result"]["ok"] is True, done
     assert file_shas(logdir) == start
+
+
+def test_full_disk_never_leaves_a_torn_line_in_a_log(small_fs):
+    """A full disk can take part of a line: it is cut back, so the next record starts a line of
+    its own instead of being glued to a torn one (and lost as a damaged line)."""
+    from tb_footprint_plugin.engine import oplog
+
+    vault = small_fs / "vault"
+    op = "20200101T000000-abcdef"
+    oplog.append(str(vault), op, {"type": "manifest", "manifest": {"op_id": op}})
+    before = Path(oplog.log_path(str(vault), op)).read_bytes()
+    filler = fill(small_fs, 4096)
+    with pytest.raises(OSError):
+        oplog.append(str(vault), op, {"type": "note", "pad": "x" * (256 << 10)})
+    assert Path(oplog.log_path(str(vault), op)).read_bytes() == before
+    filler.unlink()
+    oplog.append(str(vault), op, {"type": "purged", "freed": 0})
+    log = oplog.read_log(str(vault), op)
+    assert not log.damaged and [r["type"] for r in log.records] == ["manifest", "purged"]

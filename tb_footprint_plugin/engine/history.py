@@ -19,7 +19,7 @@ import socket
 import time
 from typing import List, Optional
 
-from tb_footprint_plugin.engine.trust import Untrusted, read_json_lines
+from tb_footprint_plugin.engine.trust import Untrusted, read_json_lines, undo_partial_append
 from tb_footprint_plugin.storage.files import append_line
 from tb_footprint_plugin.storage.regular import NotRegularFile
 
@@ -71,7 +71,8 @@ def append_history(state: str, entry: dict) -> None:
     path = history_path(state)
     line = json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n"
     try:
-        append_line(path, line)
+        with undo_partial_append(path):  # a full disk's torn line never glues onto the next entry
+            append_line(path, line)
     except NotRegularFile:
         # a symlink, FIFO or device planted in its place: renamed aside (the link itself, never
         # its target; kept for inspection, as a refused ledger is) and a fresh file started

@@ -54,7 +54,8 @@ def log_path(vault_root: str, op_id: str) -> str:
 def append(vault_root: str, op_id: str, record: dict) -> None:
     """Append one fsynced record to an operation's log (made if the operation predates logs)."""
     os.makedirs(oplog_dir(vault_root), exist_ok=True)
-    Journal(log_path(vault_root, op_id)).append(record)
+    with trust.undo_partial_append(log_path(vault_root, op_id)):
+        Journal(log_path(vault_root, op_id)).append(record)
 
 
 def record_manifest(vault_root: str, manifest: dict) -> None:

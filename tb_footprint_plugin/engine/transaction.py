@@ -277,9 +277,11 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
 
 
 def _append(journal: Journal, record: dict) -> None:
-    """Append a journal record; on a full disk ``NoSpace`` names the journal and the line's size."""
+    """Append a journal record; on a full disk ``NoSpace`` names the journal and the line's size,
+    and a line the disk took only part of is cut off again (the next record must start a line)."""
     with writing(journal.path, len(json.dumps(record, sort_keys=True)) + 64):
-        journal.append(record)
+        with trust.undo_partial_append(journal.path):
+            journal.append(record)
 
 
 def _create_journal(ctx: Context, op_id: str, begin: dict) -> Journal:

@@ -22,12 +22,13 @@ caller reports it and skips the item, never acts on it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import secrets
 import time
-from typing import Iterable, List, Optional
+from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.storage.regular import open_regular
@@ -143,6 +144,25 @@ def read_json_lines(path: str) -> JsonLines:
         out.records.append(rec)
         out.lines.append(n)
     return out
+
+
+@contextlib.contextmanager
+def undo_partial_append(path: str) -> Iterator[None]:
+    """An append to the JSON-lines file ``path`` that fails (a full disk can take part of a
+    line) is cut back to the size before it, so the next append starts a line of its own
+    instead of gluing a good record to a torn one."""
+    try:
+        size = os.lstat(path).st_size
+    except OSError:
+        size = None
+    try:
+        yield
+    except OSError:
+        if size is not None:
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_size > size:
+                    os.truncate(path, size)
+        raise
 
 
 def read_json_file(path: str, code: str = DAMAGED_FILE, what: str = "state file"):
