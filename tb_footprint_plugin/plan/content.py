@@ -23,7 +23,8 @@ them goes into a parallel list of details (``RunPlan.fidelity_details``).
   ``graph_run_metadata`` records: their tags leave the Graphs dashboard;
 * ``dedupe_graphs``: drop byte-identical repeated ``graph_def`` / ``meta_graph_def`` records;
 * ``strip_large_graph_attrs``: drop the attribute values the graphs route lists as too large
-  to show (over 1 KB: embedded constants) from stored ``graph_def`` records;
+  to show (over 1 KB: embedded constants) from stored ``graph_def`` records and from the graph
+  a ``meta_graph_def`` record embeds;
 * ``trace``: ``{"whitespace", "drop_python_function", "drop_memory", "keep_steps",
   "min_dur_us"}`` for the PyTorch traces a policy keeps (see ``trace_slim``).
 """
@@ -329,7 +330,8 @@ def _python_view(label: str, cap: int, relaxed) -> Line:
 def _graph_attrs_line() -> Line:
     return fit(f"graphs: attribute values over {LIMIT_ATTR_SIZE} B dropped (\"Too large to show\"); "
                "raw GraphDef copy in the vault",
-               f"embedded constants are dropped from every stored copy of the graph and listed under "
+               f"embedded constants are dropped from every stored copy of the graph (the GraphDef, and the "
+               f"copy a MetaGraphDef embeds, which neither backend shows; its other fields are kept) and listed under "
                f"{LARGE_ATTRS_KEY}, exactly as TensorBoard's graphs route does for "
                f"limit_attr_size={LIMIT_ATTR_SIZE}: that route returns the identical graph and the Graphs dashboard "
                "draws the same nodes and edges; a node's info card lists those attributes as \"Too large to "
@@ -414,7 +416,7 @@ def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
         if rules.strip_run_metadata and c in _RUN_METADATA_CATEGORIES:
             reduced[c] = b
             continue
-        if rules.strip_large_graph_attrs and c == cat.GRAPH_DEF:
+        if rules.strip_large_graph_attrs and c in _GRAPH_CATEGORIES:
             st = run.categories.get(c)
             n = st.records if st is not None and st.records else 1
             if b / n > _GRAPH_STRIPPED_ESTIMATE:
@@ -442,7 +444,7 @@ def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
         mode = rules.mode(c)
         if c in _RUN_METADATA_CATEGORIES:
             what.append(f"{cat.label(c)} removed")
-        elif c == cat.GRAPH_DEF:
+        elif c in _GRAPH_CATEGORIES:
             what.append(f"graph attribute values over {LIMIT_ATTR_SIZE} bytes dropped")
         elif mode in (DASHBOARD_EXACT, DEFAULT_VIEW):
             what.append(f"{cat.label(c)}: keep what the default dashboard shows")

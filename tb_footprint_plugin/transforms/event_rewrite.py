@@ -80,8 +80,10 @@ ones that survive its step preemption (usually the last), and the Python accumul
 newest meta graph. **Large attributes** (``strip_large_graph_attrs``, opt-in): a
 ``graph_def`` whose top-level nodes carry attribute values over 1 KB (embedded constants) is
 re-encoded with exactly what TensorBoard's ``process_graph.prepare_graph_for_ui`` serves for
-``limit_attr_size=1024`` (see ``graph_attrs``); the run graph is then verified by the graphs
-route's graph (``GRAPH_ROUTE_IDENTICAL_MODE``). **Run metadata** (``tagged_run_metadata``
+``limit_attr_size=1024`` (see ``graph_attrs``), and so is the copy of the graph a
+``meta_graph_def`` embeds (``META_GRAPH_ATTRS``: no backend shows it, every other field of it
+is kept); the run graph is then verified by the graphs route's graph
+(``GRAPH_ROUTE_IDENTICAL_MODE``). **Run metadata** (``tagged_run_metadata``
 events and ``graph_run_metadata`` summaries: step stats) is dropped only with the opt-in
 ``strip_run_metadata`` (its tags then leave the Graphs dashboard).
 ``graph_run_metadata_graph`` (the traced graph) is always kept.
@@ -111,6 +113,7 @@ from tb_footprint_plugin.transforms import graph_attrs
 #: Substitutions (kept records re-encoded): large graph attribute values dropped; a tag's
 #: first metadata copied onto its first kept record.
 GRAPH_ATTRS = "graph_attrs"
+META_GRAPH_ATTRS = "meta_graph_attrs"  # the same, in the graph a MetaGraphDef embeds
 CARRY_METADATA = "carry_metadata"
 
 #: Verification modes by strictness (a plugin whose tags were reduced in different ways gets
@@ -760,14 +763,16 @@ class _RunSelection:
         raw = ev.graph_def if what == "graph_def" else ev.meta_graph_def
         self.graphs[what].append((gid, ev.step, hashlib.sha256(raw).digest()))
         cls[ri] = self.code(what)
-        if (what == "graph_def" and self.rules.strip_large_graph_attrs and name in self.rewritten
+        if (self.rules.strip_large_graph_attrs and name in self.rewritten
                 and len(raw) > graph_attrs.LIMIT_ATTR_SIZE):
+            # every stored copy of the graph: the GraphDef and the one a MetaGraphDef embeds
+            strip = graph_attrs.strip_graph_def if what == "graph_def" else graph_attrs.strip_meta_graph_def
             try:
-                stripped = graph_attrs.strip_graph_def(raw)
-            except Exception:  # noqa: BLE001 - not a GraphDef TensorBoard can read: kept
+                stripped = strip(raw)
+            except Exception:  # noqa: BLE001 - not a graph TensorBoard can read: kept
                 stripped = None
             if stripped is not None:
-                self.subs.setdefault(name, {})[ri] = (GRAPH_ATTRS,)
+                self.subs.setdefault(name, {})[ri] = (GRAPH_ATTRS if what == "graph_def" else META_GRAPH_ATTRS,)
                 self.n_attrs += stripped[1]
 
     def _summary(self, values, step: int, ri: int, gid: int, cls: bytearray) -> None:
@@ -838,7 +843,8 @@ class _RunSelection:
                               "each backend displays are kept")
 
     def note_graph_attrs(self) -> None:
-        graph_subs = sum(1 for f in self.subs.values() for sub in f.values() if sub[0] == GRAPH_ATTRS)
+        graph_subs = sum(1 for f in self.subs.values() for sub in f.values()
+                         if sub[0] in (GRAPH_ATTRS, META_GRAPH_ATTRS))
         if graph_subs:
             self.expectations["graphs"] = GRAPH_ROUTE_IDENTICAL_MODE
             self.notes.append(f"{self.n_attrs} graph attribute value(s) over {graph_attrs.LIMIT_ATTR_SIZE} bytes "
@@ -1179,6 +1185,11 @@ def substitute(data: bytes, sub: tuple) -> bytes:
         if stripped is None:
             raise RewriteError("a graph record changed between the selection and the rewrite")
         ev.graph_def = stripped[0]
+    elif sub[0] == META_GRAPH_ATTRS:
+        stripped = graph_attrs.strip_meta_graph_def(ev.meta_graph_def)
+        if stripped is None:
+            raise RewriteError("a meta graph record changed between the selection and the rewrite")
+        ev.meta_graph_def = stripped[0]
     elif sub[0] == CARRY_METADATA:
         _, tag, meta = sub
         values = ev.summary.value
@@ -1412,6 +1423,7 @@ __all__ = [
     "DEFAULT_VIEW_EXACT_MODE",
     "GRAPH_ATTRS",
     "GRAPH_ROUTE_IDENTICAL_MODE",
+    "META_GRAPH_ATTRS",
     "Rules",
     "RewriteError",
     "Selection",

@@ -13,6 +13,13 @@ unless the result is a fixed point of the same processing (processing it again c
 nothing) and smaller. Without those parameters the route returns the graph as stored: the
 attribute values are then gone, which is what the fidelity line says (the vault keeps the
 original until purge).
+
+A ``MetaGraphDef`` record (``meta_graph_def``: TF1's ``add_meta_graph``, also written beside the
+``GraphDef`` by ``FileWriter(graph=sess.graph)`` with a session) holds its own copy of the graph,
+constants included. TensorBoard 2.21 shows neither backend's graph from it (the Rust data server
+skips the record; the Python loader keeps it in the accumulator's ``MetaGraph()``, which no
+plugin reads: a run with only a meta graph has no run graph on either backend, measured), so
+``strip_meta_graph_def`` drops the same values from that copy, leaving every other field as is.
 """
 from __future__ import annotations
 
@@ -53,6 +60,34 @@ def strip_graph_def(raw: bytes) -> Optional[Tuple[bytes, int]]:
     return out, dropped
 
 
+def strip_meta_graph_def(raw: bytes) -> Optional[Tuple[bytes, int]]:
+    """``strip_graph_def`` of the ``graph_def`` a ``MetaGraphDef`` embeds (TF1's
+    ``FileWriter.add_meta_graph`` and ``add_graph`` with a session write both copies of the same
+    graph); every other field of it (signatures, collections, saver, meta info) is kept as is.
+    None when nothing would change or the result does not read back as exactly that."""
+    from tensorboard.compat.proto import meta_graph_pb2
+
+    if len(raw) <= LIMIT_ATTR_SIZE:
+        return None
+    meta = meta_graph_pb2.MetaGraphDef.FromString(raw)
+    if not meta.HasField("graph_def"):
+        return None
+    stripped = strip_graph_def(meta.graph_def.SerializeToString(deterministic=True))
+    if stripped is None:
+        return None
+    graph, dropped = stripped
+    out_meta = meta_graph_pb2.MetaGraphDef()
+    out_meta.CopyFrom(meta)
+    out_meta.graph_def.ParseFromString(graph)
+    out = out_meta.SerializeToString(deterministic=True)
+    back = meta_graph_pb2.MetaGraphDef.FromString(out)
+    back.ClearField("graph_def")
+    meta.ClearField("graph_def")
+    if back != meta or len(out) >= len(raw):
+        return None
+    return out, dropped
+
+
 def route_graph_digest(raw: bytes) -> str:
     """sha256 of the graphs route's body for a stored run graph with the dashboard's
     ``limit_attr_size``/``large_attrs_key``: the pbtxt of the processed graph."""
@@ -63,4 +98,5 @@ def route_graph_digest(raw: bytes) -> str:
     return hashlib.sha256(str(graph).encode("utf-8")).hexdigest()
 
 
-__all__ = ["LARGE_ATTRS_KEY", "LIMIT_ATTR_SIZE", "has_large_attrs", "route_graph_digest", "strip_graph_def"]
+__all__ = ["LARGE_ATTRS_KEY", "LIMIT_ATTR_SIZE", "has_large_attrs", "route_graph_digest", "strip_graph_def",
+           "strip_meta_graph_def"]
