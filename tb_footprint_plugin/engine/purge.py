@@ -13,6 +13,7 @@ start from that intent, so no blob is ever left belonging to nothing.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Dict, Iterable, List, Optional
 from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
-from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine.context import Context, writing
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.retire import purge_retired
@@ -204,7 +205,9 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
     """Every intent first, then the blobs, then the marks: a kill anywhere is finished from the
     intents (operations sharing a blob are purged together, so none is left claiming it)."""
     for m, shas, _size in plan:
-        oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
+        # a full disk stops the purge here, before any blob goes, naming the log it could not write
+        with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
+            oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
     faults.hit("purge_intent")
     for _m, shas, _size in plan:
         for sha in shas:
@@ -213,7 +216,8 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
     for m, _shas, size in plan:
         m["backup_purged"] = True
         m["purged_at"] = now
-        vault.write_manifest(m)
+        with writing(vault.manifest_path(m["op_id"]), 2 * len(json.dumps(m)), at=vault.ops):
+            vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
         faults.hit("purge_marked")
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
         _log_purge(ctx, m, size)
