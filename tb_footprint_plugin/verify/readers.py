@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from typing import Iterable, Optional
 
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.verify import views
 from tb_footprint_plugin.verify.views import RunView
 
@@ -34,7 +34,8 @@ class Reader:
         self.mux = None
         self.samples = ""
         self._server: Optional[views._DataServer] = None
-        self._tmp = tempfile.mkdtemp(prefix="tbfp-verify-")
+        # in the vault during an operation (scratch.use_root): a killed process's is swept
+        self._tmp = scratch.make("verify")
         self.logdir = os.path.join(self._tmp, "logdir")
         self._start = time.monotonic()
         self._app = None
