@@ -198,6 +198,27 @@ def _phase(kind: str, a: dict) -> dict:
         reasons = sorted({f"{o.code}: {o.reason}" for o in rep.outcomes if o.status != "verified"})[:3]
         return {"seconds": total, "stamps": stamps, "statuses": statuses, "reasons": reasons,
                 "saved_bytes": rep.saved_bytes}
+    if kind == "ledger":
+        # the batch ledger the CLI's reduce keeps: three durable transitions per run, each a
+        # rewrite of the whole file (measured apart: a subset reduce has a small ledger)
+        from tb_footprint_plugin.engine.ledger import Ledger
+
+        folder = tempfile.mkdtemp(prefix="tbfp-scale-ledger-")
+        book = Ledger(os.path.join(folder, "ledger.json"), "archive", logdir)
+        names = [run_name(i) for i in range(a["n"])]
+        book.start(names, {r: 47_000 for r in names})
+        marks = 0
+        t = time.perf_counter()
+        for r in names[:20]:
+            book.mark(r, "reducing", original_size_bytes=47_000)
+            book.mark(r, "verifying")
+            book.mark(r, "done", original_size_bytes=47_000, after_size_bytes=42_000, reduced_ratio=0.1,
+                      verified=True, error=None, op_id="20260101T000000-abcdef", code=None)
+            marks += 3
+        elapsed = time.perf_counter() - t
+        size = os.path.getsize(book.path)
+        shutil.rmtree(folder, ignore_errors=True)
+        return {"seconds": elapsed, "marks": marks, "ledger_bytes": size}
     if kind == "upkeep":
         t = time.perf_counter()
         outs = api.recover_logdir(logdir)
@@ -339,6 +360,7 @@ def run_size(n: int, scratch: str, templates, args) -> dict:
     empty = os.path.join(scratch, f"nocache-{n}")
     step("plan_cold", lambda: best(lambda: measure("plan_cold", empty, left(), logdir=logdir,
                                                    profile=prof("plan_cold")), args.repeat))
+    step("ledger", lambda: measure("ledger", warm, left(), logdir=logdir, n=n))
     k = n if args.reduce_runs == "all" else min(n, int(args.reduce_runs))
     if args.reduce_sizes and n not in args.reduce_sizes:
         k = 0
@@ -376,7 +398,8 @@ def reduce_split(r: dict, k: int) -> dict:
     return {"per_run": per_run, "fixed": fixed}
 
 
-PHASES = ("rust_before", "cp_a", "scan_cold", "scan_warm", "plan", "plan_cold", "reduce", "upkeep", "rust_after")
+PHASES = ("rust_before", "cp_a", "scan_cold", "scan_warm", "plan", "plan_cold", "ledger", "reduce", "upkeep",
+          "rust_after")
 
 
 def _get(row: dict, name: str, key: str = "seconds") -> Optional[float]:
@@ -497,6 +520,12 @@ def report(rows: List[dict], load_before, load_after, args) -> bool:
                 print(f"  reduce of all {n} runs: {full:.1f} s{est} = {full / anchor:.0f}x (cp -a {cp:.2f} s + "
                       f"Rust load {rust:.2f} s){cpu_note} (target <= {TARGET['reduce_vs_anchor']:g}x, every run "
                       f"verified) {_met(full / anchor <= TARGET['reduce_vs_anchor'] and verified == k)}")
+        led = row.get("ledger") or {}
+        if "seconds" in led:
+            per_mark = led["seconds"] / led["marks"]
+            print(f"  batch ledger of {n} runs ({led['ledger_bytes'] / 1e6:.1f} MB): {per_mark * 1e3:.1f} ms a transition, "
+                  f"3 a run: {3 * per_mark * 1e3:.0f} ms a run, ~{3 * n * per_mark:.0f} s for a reduce of all {n} "
+                  "(each transition rewrites and fsyncs the whole file)")
         up = row.get("upkeep") or {}
         if "seconds" in up and verified:
             print(f"  start-up upkeep (api.recover_logdir) over {verified} operation(s): {up['seconds']:.2f} s = "
@@ -538,6 +567,7 @@ def main(argv=None) -> int:
                          "makes archive rewrite every event file)")
     ap.add_argument("--no-ledger", action="store_true",
                     help="reduce without the batch ledger (the CLI's reduce keeps one: <state>/ledger.json)")
+    ap.add_argument("--json", default=None, help="also write every measurement to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the generated logdirs (in --scratch)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -567,7 +597,28 @@ def main(argv=None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    return 0 if report(rows, load_before, os.getloadavg(), args) else 1
+    ok = report(rows, load_before, os.getloadavg(), args)
+    print(_code_state())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rows": rows, "load_before": load_before, "load_after": os.getloadavg(),
+                       "argv": sys.argv[1:], "code": _code_state()}, f, indent=1, default=str)
+    return 0 if ok else 1
+
+
+def _code_state() -> str:
+    """Which code was measured: the commit, and whether the package had uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "tb_footprint_plugin"],
+                               capture_output=True, text=True, timeout=10).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return "code: not a git checkout"
+    changed = [line[3:] for line in dirty if line.strip()]
+    return (f"code: {head or '?'}" + (f" + uncommitted changes in {len(changed)} package file(s): "
+                                        + ", ".join(changed[:6]) + (" …" if len(changed) > 6 else "")
+                                        if changed else " (package clean)"))
 
 
 if __name__ == "__main__":
