@@ -139,4 +139,26 @@ class RetireSkip(Code):
     NOT_FOUND = "not_found"  # no such run in the logdir
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip"]
+class StoreError(Code):
+    """Why a ``storage.store.Store`` call failed (``StoreFailure.code``, ``DeleteResult.code``).
+    The values of the object-store client's codes (``storage.remote.RemoteError.code``) are kept."""
+
+    NOT_FOUND = "not_found"  # no such file or object
+    ALREADY_EXISTS = "already_exists"  # a create-only write (if absent) found the key taken
+    PRECONDITION_FAILED = "precondition_failed"  # the key or the source changed since its version was read
+    UNSAFE_KEY = "unsafe_key"  # '..', an absolute path, an empty or NUL-bearing key: refused, nothing touched
+    SYMLINK = "symlink_refused"  # a symlink where a file or folder of the store belongs: never followed
+    NOT_REGULAR = "not_regular_file"  # a FIFO, device, socket or folder where a file belongs: never opened
+    TOO_LARGE = "too_large"  # a whole-object read of something bigger than its limit
+    NOT_SUPPORTED = "not_supported"  # the store has no such operation (see its ``Capabilities``)
+    PERMISSION = "permission_denied"  # the store or the system refused access
+    NO_SPACE = "no_space"  # the disk or quota is full: the write left nothing half-done
+    CONFLICT = "conflict"  # a conditional rewrite (bucket append) kept losing to other writers
+    LIST_FAILED = "list_failed"
+    COPY_FAILED = "copy_failed"
+    MISSING_EXTRA = "missing_extra"  # the scheme's client package is not installed
+    UNKNOWN_SCHEME = "unknown_scheme"
+    STORE_ERROR = "store_error"  # any other failure of the store (the message says what)
+
+
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "StoreError"]
