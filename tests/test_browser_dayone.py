@@ -286,6 +286,7 @@ def test_check_images_restore_and_job_cards(browser, tb, demo):
         # the restored operation's check: the originals as pictures, the reduced side says why not
         row.locator("a.check-link").click()
         expect(f.locator(".check-verdict")).to_be_visible()
+        expect(f.locator(".restored-note")).to_contain_text("original bytes again")
         befores = sum(1 for e in list(images.values())[:8] for s in e["samples"][-12:] if s["before"])
         expect(section.locator('img.thumb.loaded[data-side="before"]')).to_have_count(befores, timeout=60000)
         expect(section.locator('img.thumb[data-side="after"]')).to_have_count(0)

@@ -331,7 +331,9 @@ export class CheckView {
           : (op.outcome === 'rolled_back' ? 'Rolled back: ' + (op.reason || '') : 'Not verified' + (op.reason ? ': ' + op.reason : ''))),
       el('div', {class: 'muted', text: 'Operation ' + op.op_id + ' · policy ' + (op.policy || '—') + ' · ' + when(op.finished_at) +
         ' · ' + bytes(op.bytes_before) + ' → ' + bytes(op.bytes_after) + (op.saved_bytes ? ' (' + bytes(op.saved_bytes) + ' removed from the logdir)' : '') +
-        (op.restored_by ? ' · restored by ' + op.restored_by : '')}));
+        (op.restored_by ? ' · restored by ' + op.restored_by : '')}),
+      op.restored_by ? el('div', {class: 'restored-note', text: 'Restored since: the run holds its original bytes again. ' +
+        'Below is what this reduction\'s verification saw; the original pictures are read from the restored run.'}) : null);
     if (op.restorable) {
       const st = this.model.state;
       const lock = !st.actions.enabled ? 'Actions are off: ' + st.actions.reasons.join(' ')
