@@ -55,6 +55,11 @@ def main(cmd, logdir, run=None, backup_dir=None):
     if cmd == "operations":
         return {"ops": [(o.get("op_id"), o.get("run"), o.get("vault")) for o in api.operations(logdir, backup_dir=backup_dir)],
                 "unfinished": api.unfinished(logdir, backup_dir)["unfinished_operations"]}
+    if cmd == "status":
+        st = api.status(logdir, backup_dir)
+        return {"state_dir": st["state_dir"], "problems": st["problems"], "operations": st["operations"]}
+    if cmd == "recover":
+        return {"recovered": [(r.action, r.detail) for r in api.recover_logdir(logdir, backup_dir)]}
     raise SystemExit(f"unknown command {cmd}")
 
 try:
@@ -240,12 +245,28 @@ def test_both_names_planted_refuses_with_the_folder_its_owner_and_mode(users, sh
     assert snapshot(shared / "alice-run") == original
     assert files_under(shared / ".tb-footprint") == [] and files_under(shared / f".tb-footprint-u{alice.uid}") == []
 
-    # with a private --backup-dir of hers the run is reduced (journal and locks still need a
-    # state folder of hers: refused the same way, never written into bob's)
+    # a --backup-dir of hers does not help: journal and locks still need a state folder of hers
     vault = alice.home / "vault"
     r = alice.tool("reduce", shared, "alice-run", vault)
     assert r.get("code") == "state_not_ours", r
     assert files_under(shared / f".tb-footprint-u{alice.uid}") == []
+
+    # what bob plants there is never taken for hers: not listed, not rebuilt, not restored from
+    op = "20260101T000000-abcdef"
+    manifest = {"op_id": op, "kind": "reduce", "run": "alice-run", "logdir": str(shared), "outcome": "verified",
+                "files": []}
+    mine = shared / f".tb-footprint-u{alice.uid}"
+    bob.sh(f"mkdir -p '{mine}/oplog' && echo '{json.dumps({'type': 'manifest', 'manifest': manifest, 't': 1})}' "
+           f"> '{mine}/oplog/{op}.jsonl' && chmod -R 0777 '{mine}'")
+    planted = snapshot(mine)
+    rec = alice.tool("recover", shared)
+    assert all(action != "rebuilt" for action, _ in rec["recovered"]), rec
+    st = alice.tool("status", shared)
+    assert st["operations"] == [] and st["state_dir"] == str(mine), st
+    (refusal,) = [p for p in st["problems"] if p["code"] == "state_not_ours"]
+    assert refusal["file"] == str(mine) and bob.name in refusal["detail"], st
+    assert "error" in alice.tool("restore", shared, "alice-run")
+    assert snapshot(mine) == planted and snapshot(shared / "alice-run") == original
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,3 +480,58 @@ def test_a_symlinked_state_folder_in_a_private_logdir_is_never_written_through(t
     assert list(elsewhere.iterdir()) == []
     assert (logs / f".tb-footprint-u{os.geteuid()}" / "ledger.json").is_file()
     assert [r.name for r in api.scan(str(logs)).runs] == ["run"]
+
+
+def test_a_hard_link_planted_as_a_state_file_is_set_aside_never_appended_to(reduced_once):
+    """``history.jsonl`` replaced by a hard link of a file elsewhere (same filesystem): appending
+    would write into that file; it is set aside instead."""
+    from tb_footprint_plugin import api
+
+    logs, outside = reduced_once
+    hist = logs / ".tb-footprint" / "history.jsonl"
+    hist.unlink()
+    os.link(outside / "victim.txt", hist)
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["second"], quiet_period=0,
+                            verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    assert (outside / "victim.txt").read_text() == "must survive"
+    (aside,) = [p for p in hist.parent.iterdir() if p.name.startswith("history.jsonl.refused-")]
+    assert os.path.samefile(aside, outside / "victim.txt")
+    assert os.lstat(hist).st_nlink == 1 and [e["run"] for e in api.history(str(logs))] == ["second"]
+
+
+def test_an_existing_state_folder_of_ours_made_group_writable_keeps_working(reduced_once):
+    """State an older version made under a umask of 002 (folders 0775): still ours, so it is
+    tightened and used, never abandoned for a per-user folder; its backups stay restorable."""
+    from tb_footprint_plugin import api
+
+    logs, _ = reduced_once
+    state = logs / ".tb-footprint"
+    for dirpath, dirnames, _files in os.walk(state):
+        for d in [dirpath] + [os.path.join(dirpath, n) for n in dirnames]:
+            os.chmod(d, 0o775)
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["second"], quiet_period=0,
+                            verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    assert not os.path.lexists(logs / f".tb-footprint-u{os.geteuid()}")
+    assert not os.lstat(state).st_mode & 0o022
+    assert sorted(o["run"] for o in api.status(str(logs))["operations"]) == ["first", "second"]
+    back = api.restore(str(logs), run="first")
+    assert [o.status for o in back] == ["restored"], [o.to_dict() for o in back]
+
+
+def test_root_never_trusts_a_users_state_folder(users, tmp_path):
+    """"Ours" is the effective uid, for root too: a ``.tb-footprint`` owned by a user is not
+    root's, so root's backups go to ``.tb-footprint-u0`` where that user cannot unlink them."""
+    from tb_footprint_plugin import api
+
+    alice, _ = users
+    logs = tmp_path / "logs"
+    _write_run(str(logs / "run"), 4)
+    (logs / ".tb-footprint").mkdir(mode=0o700)
+    os.chown(logs / ".tb-footprint", alice.uid, alice.gid)
+    rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["run"], quiet_period=0,
+                            verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+    assert list((logs / ".tb-footprint").iterdir()) == []
+    assert blobs_of(logs / f".tb-footprint-u{os.geteuid()}")

@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
 from tb_footprint_plugin.storage import throttle as fsops
@@ -125,6 +125,14 @@ class Vault:
         ensure_private_dir(self.root, tighten_root=self.own_folder)
         for d in (self.blobs, self.ops, self.tmp):
             ensure_private_dir(d, self.root)
+
+    def is_private(self) -> bool:
+        """Whether the vault is absent or a folder of ours (``check_private`` without raising)."""
+        try:
+            self.check_private()
+        except NotPrivate:
+            return False
+        return True
 
     def check_private(self) -> None:
         """``NotPrivate`` when the vault exists and is not a folder of ours; changes nothing
@@ -256,7 +264,8 @@ class Vault:
 
     def write_manifest(self, manifest: dict) -> None:
         """Log the manifest's new state in the vault's operation log, then replace the file (a
-        lost or corrupt manifest is rebuilt from that log)."""
+        lost or corrupt manifest is rebuilt from that log). Only in a vault of ours (``NotPrivate``)."""
+        self.check_private()
         oplog.record_manifest(self.root, manifest)
         atomic_write_json(self.manifest_path(manifest["op_id"]), manifest)
 
@@ -277,6 +286,13 @@ class Vault:
 
         out = []
         self.problems = []
+        try:
+            self.check_private()
+        except NotPrivate as e:
+            # another user's folder, a symlink, writable by others: what it holds could be
+            # anyone's; never listed as ours, so never restored from, purged or replayed
+            self.problems.append(Untrusted(Failure.STATE_NOT_OURS, self.root, e.why))
+            return out
         if not os.path.isdir(self.ops):
             return out
         for name in sorted(os.listdir(self.ops)):
@@ -295,7 +311,7 @@ class Vault:
 
     def unreadable_manifests(self) -> List[str]:
         """Op ids whose manifest file does not parse (reported, never silently skipped)."""
-        if not os.path.isdir(self.ops):
+        if not os.path.isdir(self.ops) or not self.is_private():
             return []
         return [n[:-5] for n in sorted(os.listdir(self.ops))
                 if n.endswith(".json") and not n.startswith(".")

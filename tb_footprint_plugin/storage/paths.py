@@ -108,8 +108,8 @@ def recorded_vaults(state: str) -> List[str]:
         real = os.path.realpath(r)
         if real == os.path.sep or logdir == real or logdir.startswith(real.rstrip(os.sep) + os.sep):
             continue
-        if os.path.isdir(os.path.join(r, "ops")):
-            out.append(r)
+        if os.path.isdir(os.path.join(r, "ops")) and _ours_or_absent(r):
+            out.append(r)  # a vault that became someone else's folder (or a symlink) is never used
     return out
 
 
