@@ -152,3 +152,5 @@ def test_test_command_install_leaves_the_running_demo_tab_alone(tmp_path):
                 os.killpg(demo.pid, signal.SIGKILL)
                 demo.wait()
         log.close()
+        # two environments (~300 MB): not left behind in pytest's kept temporary folders
+        shutil.rmtree(repo, ignore_errors=True)
