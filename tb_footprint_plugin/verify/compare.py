@@ -411,11 +411,12 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
                                       store_all=False, timeout_s=timeout_s)
     try:
         present = readers["before"].view.run_present and readers["after"].view.run_present
-        # the tab's before/after curves (the default view) are read while the routes are
-        # crawled: both mostly wait for the data servers (the crawl reads only ``view.fatal``)
+        # what the tab's check draws (the default view: curves, histogram distributions, image
+        # and audio samples) is read while the routes are crawled: both mostly wait for the data
+        # servers (the crawl reads only ``view.fatal``)
         with concurrent.futures.ThreadPoolExecutor(
-                max_workers=len(readers), thread_name_prefix="footprint-scalars") as curves:
-            reading = [curves.submit(_read_scalars, r) for r in readers.values()]
+                max_workers=len(readers), thread_name_prefix="footprint-tab") as curves:
+            reading = [curves.submit(_read_for_tab, r) for r in readers.values()]
             if with_routes and present:
                 lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
                                                    exp, ", default view",
@@ -431,15 +432,24 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
     return (v0, v1), lines
 
 
-def _read_scalars(reader: Reader) -> None:
-    """Scalars only, as the reader stores them (the Rust default keeps ≤1000 per tag)."""
+#: What the tab's check draws on the big-run path, read from the Rust default view (bounded by
+#: its sampling: ≤1000 scalars, ≤500 histograms, ≤10 images or audio clips per tag; blobs are
+#: hashed, never kept): ``(plugin, data class, blob fetches at once)``.
+_TAB_KINDS = (("scalars", views.SCALAR, 1), ("histograms", views.TENSOR, 1),
+              ("images", views.BLOB_SEQUENCE, 8), ("audio", views.BLOB_SEQUENCE, 8))
+
+
+def _read_for_tab(reader: Reader) -> None:
+    """What the tab's before/after check shows, as the reader stores it (the default view);
+    the comparison itself is the routes' and the records'."""
     if reader.provider is None or reader.view.fatal or not reader.view.run_present:
         return
-    try:
-        views._read_kind(reader.view, reader.provider, views._request_context(), "scalars",
-                         views.SCALAR, {}, 1)
-    except Exception as e:  # noqa: BLE001 - a reader failure is a finding
-        reader.view.errors.append(f"scalars: {type(e).__name__}: {e}")
+    for plugin, kind, workers in _TAB_KINDS:
+        try:
+            views._read_kind(reader.view, reader.provider, views._request_context(), plugin,
+                             kind, {}, workers)
+        except Exception as e:  # noqa: BLE001 - a reader failure is a finding
+            reader.view.errors.append(f"{plugin}: {type(e).__name__}: {e}")
 
 
 def _merge_route_lines(lines: list[Check]) -> list[Check]:
