@@ -352,3 +352,21 @@ def test_no_selection_where_no_tag_has_more_records_than_the_dashboard_keeps(tmp
     rules = Rules.from_content(get_policy("archive").content)
     sel = er.select_run(str(run), rules, er.event_file_names(str(run)))
     assert all(all(m) for m in sel.masks.values())  # the selection would have kept every record
+
+
+def test_the_selection_cache_never_takes_a_nearly_full_disk(tmp_path, monkeypatch):
+    """A reduce's journal and backups need the last free bytes more than a cache does."""
+    from types import SimpleNamespace
+
+    from tb_footprint_plugin.scan import selcache
+    from tb_footprint_plugin.storage.paths import cache_dir
+
+    logdir = tmp_path / "logdir"
+    _images_run(logdir, n=40)
+    _age(logdir)
+    caps = {"name": "caps", "base": "archive", "content": {"keep_per_tag": {"images": 5}}}
+    monkeypatch.setattr(selcache.os, "statvfs", lambda p: SimpleNamespace(f_bavail=100, f_frsize=4096))
+    p = api.plan(str(logdir), caps)
+    assert p.run("imgs").removable_bytes > 0
+    assert any(n.startswith("selection cache not saved") and "free" in n for n in p.notes), p.notes
+    assert not os.path.exists(os.path.join(cache_dir(str(logdir)), selcache.SELCACHE_NAME))

@@ -32,6 +32,9 @@ SELCACHE_VERSION = 1
 SELCACHE_NAME = "selection-cache.json"
 #: the scan cache's lock: one writer at a time for both files of the folder
 _LOCK_NAME = "scan-cache.lock"
+#: a cache never takes a disk's last free space (a reduce's journal and backups need it): it is
+#: not written where less than this, or four times its size, would be left free
+MIN_FREE_BYTES = 16 * 1024 * 1024
 
 #: what a process read last, per file, with the file's identity then: a tab that plans the
 #: whole logdir again parses the file again only when another process wrote it meanwhile
@@ -129,10 +132,16 @@ class SelectionCache:
                 if live is not None:
                     keep = set(live)
                     entries = {r: e for r, e in entries.items() if r in keep}
+                data = json.dumps({"version": SELCACHE_VERSION, "runs": entries})
+                st = os.statvfs(self.folder)
+                free = st.f_bavail * st.f_frsize
+                if free < max(MIN_FREE_BYTES, 4 * len(data)):
+                    return (f"selection cache not saved in {self.folder}: {free} bytes free there, "
+                            "left to what a reduction needs")
                 fd, tmp = tempfile.mkstemp(prefix=".selection-cache.", dir=self.folder)
                 try:
                     with os.fdopen(fd, "w", encoding="utf-8") as f:
-                        json.dump({"version": SELCACHE_VERSION, "runs": entries}, f)
+                        f.write(data)
                     set_aside_stranger(self.path)  # a link planted there: kept aside, never followed
                     os.replace(tmp, self.path)
                 except BaseException:
