@@ -226,3 +226,29 @@ def test_scanning_writes_nothing_into_the_logdir_until_something_is_reduced(tmp_
     # once the user reduced something there, the logdir's own state folder holds its cache
     os.makedirs(state_dir(str(logdir)))
     assert cache_dir(str(logdir)) == state_dir(str(logdir))
+
+
+def test_run_lookup_is_indexed_and_follows_the_list():
+    """``LogdirFootprint.run`` is called for every run of a plan: an index, never stale."""
+    from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint
+
+    runs = [RunFootprint(name=f"r{i}", path=f"r{i}") for i in range(5000)]
+    fp = LogdirFootprint(logdir="/x", scanned_at=0.0, total_bytes=0, runs=runs, categories={})
+    calls = []
+
+    class Counting(list):
+        def __iter__(self):
+            calls.append(1)
+            return super().__iter__()
+
+    fp.runs = Counting(runs)
+    assert all(fp.run(f"r{i}") is runs[i] for i in range(5000))
+    assert len(calls) == 1  # one pass builds the index; 5,000 lookups do not scan again
+    assert fp.run("nope") is None
+    fp.runs.append(RunFootprint(name="late", path="late"))
+    assert fp.run("late") is fp.runs[-1]
+    fp.runs[0].name = "renamed"
+    assert fp.run("renamed") is fp.runs[0] and fp.run("r0") is None
+    fp.runs = [RunFootprint(name="dup", path="a"), RunFootprint(name="dup", path="b")]
+    assert fp.run("dup").path == "a"  # the first of a name, as before
+    assert "_by_name" not in fp.to_dict()

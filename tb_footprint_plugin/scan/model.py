@@ -106,11 +106,19 @@ class LogdirFootprint:
     schema_version: int = SCHEMA_VERSION
 
     def run(self, name: str) -> Optional[RunFootprint]:
-        """The run with this exact name, or None."""
-        for r in self.runs:
-            if r.name == name:
-                return r
-        return None
+        """The run with this exact name, or None. Indexed: callers look up every run of a logdir
+        of 100,000 runs (a scan per lookup made a plan quadratic)."""
+        idx = self.__dict__.get("_by_name")
+        if idx is None or idx[0] is not self.runs or idx[1] != len(self.runs):
+            by_name: Dict[str, RunFootprint] = {}
+            for r in self.runs:
+                by_name.setdefault(r.name, r)  # the first of a name, as a scan in order finds it
+            idx = self.__dict__["_by_name"] = (self.runs, len(self.runs), by_name)
+        r = idx[2].get(name)
+        if r is not None and r.name == name:
+            return r
+        # renamed or replaced in place since the index was made: the list is the truth
+        return next((r for r in self.runs if r.name == name), None)
 
     def to_dict(self, with_files: bool = True) -> dict:
         """JSON-ready dict in the documented schema."""
