@@ -342,6 +342,40 @@ class RemoteFS:
         self.fs.pipe_file(self.path(rel), data)
         self.stats.add("put", up=len(data))
 
+    def upload_stream(self, rel: str, src, part: int = 8 << 20, chunk: int = READ_CHUNK) -> int:
+        """Stream the binary file object ``src`` into the object ``rel`` through the store's
+        buffered writer (S3 multipart, GCS resumable, Azure staged blocks, each of ``part`` bytes):
+        memory stays about one part whatever the size, where the clients' whole-file uploads read
+        up to 50-64 MiB at once. Returns the bytes written; a failed upload leaves no object
+        (the writer's parts are discarded, never committed: closing it would commit what was
+        written so far). Requests counted: one per part, plus the start and the completion of a
+        multipart upload."""
+        n = 0
+        path = self.path(rel)
+        out = self.fs.open(path, "wb", block_size=part)
+        try:
+            while True:
+                data = src.read(chunk)
+                if not data:
+                    break
+                out.write(data)
+                n += len(data)
+            out.close()
+        except BaseException:
+            try:
+                discard = getattr(out, "discard", None)
+                if discard is not None:
+                    discard()  # S3: abort the multipart upload; GCS: cancel the resumable one
+            except Exception:  # noqa: BLE001 - the upload's own error is the one to report
+                pass
+            out.closed = True  # uncommitted blocks (Azure) expire; nothing is committed on close
+            raise
+        finally:
+            self._forget_listings(path)
+            parts = max(1, math.ceil(n / part))
+            self.stats.add("put", parts + (2 if parts > 1 else 0), up=n)
+        return n
+
 
 class RangedReader(io.RawIOBase):
     """A read-only, seekable file over one remote object; every ``read`` is one ranged GET of at
@@ -496,6 +530,16 @@ class _Ops:
         finally:
             self.rfs.stats.add(verb, up=up)
 
+    def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
+        """Like ``delete``, each refused key's error a coded :class:`RemoteError`."""
+        raise NotImplementedError  # pragma: no cover - every store overrides
+
+    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """Delete ``paths`` (batched where the store allows); returns {path: error} for the keys
+        the store refused, a missing key being no error. ``versions`` (path -> version token)
+        makes each key's delete conditional on its version."""
+        return {p: str(e) for p, e in self.delete_coded(paths, versions).items()}
+
 
 class _S3Ops(_Ops):
     def __init__(self, rfs):
@@ -612,10 +656,10 @@ class _S3Ops(_Ops):
             raise RemoteError("store_error", f"{path}: missing right after its upload")
         return info
 
-    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
         """Delete in batches of 1,000 keys; returns {path: error} for keys the store refused.
         ``versions`` (path -> ETag) makes each key's delete conditional on its ETag."""
-        failed: Dict[str, str] = {}
+        failed: Dict[str, RemoteError] = {}
         by_bucket: Dict[str, list] = {}
         versions = versions or {}
         for p in paths:
@@ -634,12 +678,14 @@ class _S3Ops(_Ops):
                     r = self.client.delete_objects(Bucket=b, Delete={"Objects": ids, "Quiet": True})
                 except Exception as e:  # noqa: BLE001 - the whole page failed: report every key
                     for k in page:
-                        failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
+                        failed[f"{b}/{k}"] = self._err(e, f"{b}: delete")
                     continue
                 finally:
                     self.rfs.stats.add("delete")
                 for err in r.get("Errors", []):
-                    failed[f"{b}/{err['Key']}"] = f"{err.get('Code')}: {err.get('Message')}"
+                    code = {"PreconditionFailed": PRECONDITION_FAILED, "NoSuchKey": "not_found"}.get(
+                        err.get("Code"), "store_error")
+                    failed[f"{b}/{err['Key']}"] = RemoteError(code, f"{err.get('Code')}: {err.get('Message')}")
         return failed
 
     def retention(self, bucket: str) -> dict:
@@ -808,8 +854,8 @@ class _GCSOps(_Ops):
             raise RemoteError("store_error", f"{path}: missing right after its upload")
         return info
 
-    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-        failed = {}
+    def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
+        failed: Dict[str, RemoteError] = {}
         versions = versions or {}
         for p in paths:
             b, k = self.split(p)
@@ -819,7 +865,7 @@ class _GCSOps(_Ops):
             except Exception as e:  # noqa: BLE001
                 err = self._err(e, p)
                 if err.code != "not_found":
-                    failed[p] = str(err)
+                    failed[p] = err
             finally:
                 self.rfs.stats.add("delete")
         return failed
@@ -962,10 +1008,10 @@ class _AzureOps(_Ops):
             raise RemoteError("store_error", f"{path}: missing right after its upload")
         return info
 
-    def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
         from azure.core import MatchConditions
 
-        failed = {}
+        failed: Dict[str, RemoteError] = {}
         by_container: Dict[str, list] = {}
         versions = versions or {}
         for p in paths:
@@ -982,13 +1028,14 @@ class _AzureOps(_Ops):
                     results = list(cc.delete_blobs(*items, raise_on_any_failure=False))
                 except Exception as e:  # noqa: BLE001
                     for k in page:
-                        failed[f"{b}/{k}"] = str(self._err(e, f"{b}: delete"))
+                        failed[f"{b}/{k}"] = self._err(e, f"{b}: delete")
                     continue
                 finally:
                     self.rfs.stats.add("delete")
                 for k, res in zip(page, results):
                     if res.status_code not in (200, 202, 404):
-                        failed[f"{b}/{k}"] = f"HTTP {res.status_code}"
+                        failed[f"{b}/{k}"] = RemoteError(PRECONDITION_FAILED if res.status_code == 412 else "store_error",
+                                                         f"HTTP {res.status_code}")
         return failed
 
     def retention(self, bucket: str) -> dict:

@@ -1,0 +1,504 @@
+"""One ``Store`` interface for every place a logdir or a vault can live: a POSIX folder, an S3,
+GCS or Azure bucket.
+
+The engine has grown two copies of itself, one over ``os`` and one over ``storage.remote``. This
+interface is what both need, so that one engine can run over either (issue #26; the model is
+restic's ``Backend`` and fsspec's ``AbstractFileSystem``, each run by one conformance suite:
+``tests/contract/test_store.py``). Every method takes keys relative to the store's root,
+``/``-separated; a key that would lead out of the root (``..``, absolute, empty, NUL) is refused
+with ``StoreError.UNSAFE_KEY`` before anything is touched.
+
+What differs between stores is declared, not discovered by failing: ``Store.capabilities``
+(``Capabilities``) says whether a rename is atomic, whether hard links, fsync, version tokens,
+file times and modes, open-writer detection, server-side copies and conditional writes exist,
+and the conformance suite checks each declaration against behaviour.
+
+Failures raise ``StoreFailure`` (an ``OSError``) carrying a ``codes.StoreError`` and the key;
+batch deletes return one ``DeleteResult`` per key instead of raising. Callers branch on codes.
+
+Implementations: ``store_posix.PosixStore`` and ``store_object.ObjectStore``; wrappers around
+any store: ``CountingStore`` (calls per verb, bytes up and down) and ``ThrottledStore`` (a token
+bucket on metadata operations). ``open_store(url_or_path)`` picks the implementation.
+"""
+from __future__ import annotations
+
+import abc
+import io
+import threading
+from dataclasses import dataclass, field
+from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage.throttle import TokenBucket
+
+#: the largest object ``read_all`` reads unless told otherwise (state files are far smaller;
+#: a planted huge "journal" must not exhaust memory)
+READ_ALL_LIMIT = 64 << 20
+#: names of writes in progress (a temporary file, a staged upload): never listed; a killed write
+#: leaves one behind, which no reader takes for data
+TMP_PREFIX = ".footprint-tmp-"
+#: the part size of streaming uploads to buckets (memory of a put stays about one part)
+STREAM_PART = 5 << 20
+
+
+class StoreFailure(OSError):
+    """A store operation failed; ``code`` (``codes.StoreError``) says why, ``key`` names what."""
+
+    def __init__(self, code: StoreError, key: str, message: str):
+        super().__init__(f"{key}: {message}" if key else message)
+        self.code = StoreError(code)
+        self.key = key
+
+    def __str__(self) -> str:  # the message alone (OSError's default adds "[Errno ...]")
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a store can do; the engine chooses its path from these, never from the store's type.
+
+    ``rename_atomic``: ``replace`` is one atomic rename (else a copy and a delete, and a crash
+    in between leaves both names). ``hard_link``: ``link`` exists. ``fsync``: writes are made
+    durable by fsync (else a write is durable once the store acknowledged it). ``versions``:
+    ``Entry.version`` tokens are enforced by the conditional operations. ``mtime_kept`` /
+    ``mode_kept``: ``put_file(mtime_ns=, mode=)`` are kept (else objects are dated when written).
+    ``open_writer_detection``: ``open_writers`` can tell which files a process holds open for
+    writing. ``server_side_copy``: ``copy`` moves no bytes through this process.
+    ``conditional_put``: if-absent and if-version writes are enforced. ``folders``: ``mkdir``
+    makes something (buckets have only keys). ``append``: how ``append`` works
+    (``"o_append"`` or ``"conditional_rewrite"``).
+    """
+
+    rename_atomic: bool
+    hard_link: bool
+    fsync: bool
+    versions: bool
+    mtime_kept: bool
+    mode_kept: bool
+    open_writer_detection: bool
+    server_side_copy: bool
+    conditional_put: bool
+    folders: bool
+    append: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One file or object: ``version`` changes whenever its bytes change (POSIX: inode, size and
+    mtime; S3/Azure: ETag; GCS: generation). ``mtime`` is the file's time on POSIX and the time
+    the object was written on a bucket; ``mode`` only where the store keeps one."""
+
+    key: str
+    size: int
+    mtime: float
+    version: str
+    checksums: Dict[str, str] = field(default_factory=dict)  # e.g. {'md5': ..., 'crc32c': ...} (base64)
+    mode: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """One key of a batch delete: ``ok`` when the key is gone (deleted now or already absent:
+    deletes are idempotent), else ``code`` and ``message`` say why it stays."""
+
+    key: str
+    ok: bool
+    existed: Optional[bool] = None  # True/False where the store says, None where it cannot tell
+    code: Optional[StoreError] = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class ReplaceResult:
+    """``replace`` of one key by another: the new version at the destination, and whether the
+    store did it atomically (a crash during a non-atomic replace leaves both keys, never none)."""
+
+    version: str
+    atomic: bool
+
+
+#: the verbs ``CountingStore`` and ``ThrottledStore`` know; the metadata ones are throttled
+VERBS = ("list", "stat", "read", "put", "copy", "replace", "link", "delete", "append", "mkdir", "writers")
+METADATA_VERBS = frozenset({"list", "stat", "put", "copy", "replace", "link", "delete", "append", "mkdir"})
+
+
+def check_key(key, *, allow_root: bool = False) -> str:
+    """``key`` if it is a plain relative key ('a/b c/ü.txt'); ``StoreFailure(UNSAFE_KEY)`` for
+    anything that could lead out of the root or name it twice (``..``, ``.``, empty parts, an
+    absolute path, a NUL, a backslash-free Windows drive is not special). ``allow_root`` lets
+    '' name the root itself (a listing prefix)."""
+    if allow_root and key in ("", "."):
+        return ""
+    if not isinstance(key, str) or not key:
+        raise StoreFailure(StoreError.UNSAFE_KEY, repr(key), "not a key")
+    if "\x00" in key:
+        raise StoreFailure(StoreError.UNSAFE_KEY, repr(key), "a key with a NUL byte")
+    if key.startswith(("/", "~")):
+        raise StoreFailure(StoreError.UNSAFE_KEY, key, "an absolute path where a key under the store's root belongs")
+    parts = key.split("/")
+    if ".." in parts:
+        raise StoreFailure(StoreError.UNSAFE_KEY, key, "leads out of the store's root ('..')")
+    if any(p in ("", ".") for p in parts):
+        raise StoreFailure(StoreError.UNSAFE_KEY, key, "not a plain key (empty or '.' part)")
+    return key
+
+
+class RangeReader(io.RawIOBase):
+    """A read-only, seekable file over ``[0, end)`` of one file or object; each ``read`` is one
+    ``fetch(start, stop)`` of at most the requested size (one pread, one ranged GET), so memory
+    stays at the caller's chunk whatever the size. Positions are offsets in the whole object."""
+
+    def __init__(self, fetch: Callable[[int, int], bytes], end: int, name: str = "",
+                 on_close: Optional[Callable[[], None]] = None):
+        super().__init__()
+        self._fetch = fetch
+        self._end = end
+        self._pos = 0
+        self._on_close = on_close
+        self.name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._end}.get(whence)
+        if base is None:
+            raise ValueError(f"bad whence {whence}")
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        n = self._end - self._pos if size is None or size < 0 else min(size, self._end - self._pos)
+        if n <= 0:
+            return b""
+        data = self._fetch(self._pos, self._pos + n)
+        self._pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def close(self) -> None:
+        if not self.closed and self._on_close is not None:
+            self._on_close()
+        super().close()
+
+
+Source = Union[str, BinaryIO]
+
+
+class Store(abc.ABC):
+    """A flat namespace of keys under one root (see the module docstring)."""
+
+    #: where the store is (a path or a URL), for messages
+    location: str
+    capabilities: Capabilities
+
+    # --- reading -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[Entry]:
+        """Every file under ``prefix`` (one recursive listing; paginated by the store), in no
+        promised order. Only regular files and objects: folders, symlinks and special files are
+        not entries. A missing prefix lists nothing."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> Optional[Entry]:
+        """The entry of ``key``, or None when there is none (a folder is none; a symlink or a
+        special file: ``StoreFailure``)."""
+
+    @abc.abstractmethod
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``key`` (shorter at its end, ``b''`` past it): one request."""
+
+    @abc.abstractmethod
+    def open_read(self, key: str, size: Optional[int] = None) -> RangeReader:
+        """A seekable reader of ``key`` that reads ranges on demand (bounded memory).
+        ``size`` (from a listing) spares a request; it must be the current size."""
+
+    def read_all(self, key: str, limit: int = READ_ALL_LIMIT) -> bytes:
+        """The whole of a small object (a state file); ``TOO_LARGE`` beyond ``limit`` bytes."""
+        data = self.read_range(key, 0, limit + 1)
+        if len(data) > limit:
+            raise StoreFailure(StoreError.TOO_LARGE, key, f"larger than {limit} bytes; not read whole")
+        return data
+
+    # --- writing -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None,
+            mode: Optional[int] = None) -> str:
+        """Write ``data`` as ``key`` whole (readers see the old or the new bytes, never a mix) and
+        durably; returns the new version. ``if_absent``: ``ALREADY_EXISTS`` when the key exists;
+        ``if_version``: ``PRECONDITION_FAILED`` unless the key is at that version."""
+
+    @abc.abstractmethod
+    def put_file(self, key: str, src: Source, *, if_absent: bool = False, if_version: Optional[str] = None,
+                 mtime_ns: Optional[int] = None, mode: Optional[int] = None) -> Entry:
+        """Stream a local file (a path) or a binary file object into ``key`` in bounded memory,
+        with ``put``'s conditions; ``mtime_ns`` and ``mode`` are kept where the capabilities say."""
+
+    @abc.abstractmethod
+    def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
+             if_version: Optional[str] = None) -> str:
+        """Copy ``src`` to ``dst`` (server side on buckets, with file time and mode on POSIX);
+        ``if_source_version``: ``PRECONDITION_FAILED`` (and no ``dst`` written) when ``src``
+        changed. Returns the version of ``dst``."""
+
+    @abc.abstractmethod
+    def replace(self, src: str, dst: str, *, if_source_version: Optional[str] = None,
+                if_absent: bool = False, if_version: Optional[str] = None) -> ReplaceResult:
+        """Move ``src`` to ``dst`` (over it unless ``if_absent``). POSIX: one atomic rename, the
+        folders fsynced. Buckets: a conditional copy, then a delete of ``src`` conditional on the
+        version copied; not atomic, and said so in the result."""
+
+    def link(self, src: str, dst: str) -> Entry:
+        """A second name for ``src`` (``ALREADY_EXISTS`` if ``dst`` exists); ``NOT_SUPPORTED``
+        where ``capabilities.hard_link`` is False."""
+        check_key(src), check_key(dst)  # a refused key is refused as such on every store
+        raise StoreFailure(StoreError.NOT_SUPPORTED, dst, f"{self.location} has no hard links")
+
+    @abc.abstractmethod
+    def delete(self, keys: Iterable[str], versions: Optional[Dict[str, str]] = None) -> List[DeleteResult]:
+        """Delete ``keys`` in as few requests as the store allows; one result per key, in order
+        (a missing key is ok: deletes are idempotent). ``versions``: delete a key only while it is
+        at that version (``PRECONDITION_FAILED`` otherwise). Never raises for one key's failure."""
+
+    @abc.abstractmethod
+    def append(self, key: str, data: bytes) -> str:
+        """Append ``data`` to ``key`` (created if missing) durably before returning; concurrent
+        appends through stores of the same kind each land whole, in some order. Returns the new
+        version."""
+
+    def mkdir(self, key: str) -> None:
+        """Make the folder ``key`` and its parents where the store has folders; a no-op on
+        buckets (a key's parents exist as soon as the key does)."""
+
+    def open_writers(self, keys: Iterable[str]) -> Optional[Dict[str, List[str]]]:
+        """key -> the processes holding it open for writing (one line each), for those held; None
+        where the store cannot tell (``capabilities.open_writer_detection`` False)."""
+        return None
+
+    # --- accounting --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release what the store holds (clients, descriptors)."""
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------
+# wrappers: the same interface, around any store
+# --------------------------------------------------------------------------------------------
+class Wrapper(Store):
+    """Forwards every call to ``inner``; subclasses hook ``_before``/``_after``."""
+
+    def __init__(self, inner: Store):
+        self.inner = inner
+        self.location = inner.location
+        self.capabilities = inner.capabilities
+
+    def __getattr__(self, name):  # the inner store's own extras (``stats``, ``root``, ...)
+        return getattr(self.inner, name)
+
+    def _before(self, verb: str, n: int = 1) -> None:
+        """Called before each ``n`` operations of ``verb``."""
+
+    def _after(self, verb: str, *, down: int = 0, up: int = 0) -> None:
+        """Called after a call of ``verb`` ended (successfully or not), with the bytes it moved."""
+
+    def _call(self, verb: str, fn, *args, n: int = 1, up: int = 0, **kw):
+        self._before(verb, n)
+        try:
+            return fn(*args, **kw)
+        finally:
+            self._after(verb, up=up)
+
+    def list(self, prefix: str = "") -> Iterator[Entry]:
+        self._before("list")
+        try:
+            yield from self.inner.list(prefix)
+        finally:
+            self._after("list")
+
+    def stat(self, key):
+        return self._call("stat", self.inner.stat, key)
+
+    def read_range(self, key, start, end):
+        self._before("read")
+        data = b""
+        try:
+            data = self.inner.read_range(key, start, end)
+            return data
+        finally:
+            self._after("read", down=len(data))
+
+    def open_read(self, key, size=None):
+        n = 0 if size is not None else 1  # without a listed size, opening costs a stat
+        self._before("stat", n)
+        try:
+            inner = self.inner.open_read(key, size)
+        finally:
+            if n:
+                self._after("stat")
+
+        def fetch(start: int, stop: int) -> bytes:
+            self._before("read")
+            got = b""
+            try:
+                inner.seek(start)
+                got = inner.read(stop - start)
+                return got
+            finally:
+                self._after("read", down=len(got))
+
+        return RangeReader(fetch, inner.seek(0, io.SEEK_END), inner.name, on_close=inner.close)
+
+    def read_all(self, key, limit=READ_ALL_LIMIT):
+        self._before("read")
+        data = b""
+        try:
+            data = self.inner.read_all(key, limit)
+            return data
+        finally:
+            self._after("read", down=len(data))
+
+    def put(self, key, data, **kw):
+        return self._call("put", self.inner.put, key, data, up=len(data), **kw)
+
+    def put_file(self, key, src, **kw):
+        self._before("put")
+        entry = None
+        try:
+            entry = self.inner.put_file(key, src, **kw)
+            return entry
+        finally:
+            self._after("put", up=entry.size if entry is not None else 0)
+
+    def copy(self, src, dst, **kw):
+        return self._call("copy", self.inner.copy, src, dst, **kw)
+
+    def replace(self, src, dst, **kw):
+        return self._call("replace", self.inner.replace, src, dst, **kw)
+
+    def link(self, src, dst):
+        return self._call("link", self.inner.link, src, dst)
+
+    def delete(self, keys, versions=None):
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        return self._call("delete", self.inner.delete, keys, versions, n=max(1, len(keys)))
+
+    def append(self, key, data):
+        return self._call("append", self.inner.append, key, data, up=len(data))
+
+    def mkdir(self, key):
+        return self._call("mkdir", self.inner.mkdir, key)
+
+    def open_writers(self, keys):
+        return self._call("writers", self.inner.open_writers, keys)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class StoreStats:
+    """Calls per store verb and the bytes moved through the interface; thread-safe."""
+
+    def __init__(self) -> None:
+        self.calls: Dict[str, int] = {v: 0 for v in VERBS}
+        self.bytes_down = 0
+        self.bytes_up = 0
+        self._lock = threading.Lock()
+
+    def add(self, verb: str, n: int = 1, *, down: int = 0, up: int = 0) -> None:
+        with self._lock:
+            self.calls[verb] = self.calls.get(verb, 0) + n
+            self.bytes_down += down
+            self.bytes_up += up
+
+    @property
+    def requests(self) -> int:
+        return sum(self.calls.values())
+
+    def to_dict(self) -> dict:
+        with self._lock:
+            return {**self.calls, "requests": sum(self.calls.values()), "bytes_down": self.bytes_down,
+                    "bytes_up": self.bytes_up}
+
+
+class CountingStore(Wrapper):
+    """Counts the calls of each verb and the bytes read and written through ``inner``
+    (``counts``), the same counters for every store; the requests the inner store issued to its
+    backend (list pages, heads, ranged GETs, syscalls of a POSIX folder) stay in ``inner.stats``,
+    a ``storage.remote.RequestStats`` on every store."""
+
+    def __init__(self, inner: Store):
+        super().__init__(inner)
+        self.counts = StoreStats()
+
+    def _after(self, verb: str, *, down: int = 0, up: int = 0) -> None:
+        self.counts.add(verb, down=down, up=up)
+
+
+class ThrottledStore(Wrapper):
+    """Every metadata operation through ``inner`` (listing, stat, put, copy, replace, link, delete
+    per key, append, mkdir; not the data of ranged reads) takes a token of ``bucket``:
+    ``storage.throttle.TokenBucket``, the bucket of ``--max-file-ops-per-second``."""
+
+    def __init__(self, inner: Store, rate: Optional[float] = None, *, bucket: Optional[TokenBucket] = None):
+        super().__init__(inner)
+        if bucket is None:
+            if rate is None:
+                raise ValueError("ThrottledStore needs a rate or a bucket")
+            bucket = TokenBucket(rate)
+        self.bucket = bucket
+
+    def _before(self, verb: str, n: int = 1) -> None:
+        if n and verb in METADATA_VERBS:
+            self.bucket.take(n)
+
+
+def open_store(url_or_path: str) -> Store:
+    """The store of a logdir or vault: ``ObjectStore`` for ``s3://``, ``gs://``, ``az://`` (and
+    their aliases), ``PosixStore`` for a local path or ``file://`` URL. Other URLs:
+    ``StoreFailure(NOT_SUPPORTED)`` (those can be scanned through fsspec, not changed)."""
+    import os
+
+    from tb_footprint_plugin.storage import remote
+
+    target = os.fspath(url_or_path)
+    scheme, rest = remote.split_scheme(target)
+    if scheme is None or scheme == "file":
+        from tb_footprint_plugin.storage.store_posix import PosixStore
+
+        return PosixStore(rest if scheme == "file" else target)
+    if remote.is_bucket_url(target):
+        from tb_footprint_plugin.storage.store_object import ObjectStore
+
+        return ObjectStore(target)
+    if scheme in remote.SCHEMES:
+        raise StoreFailure(StoreError.UNSAFE_KEY, target, "name a bucket")
+    raise StoreFailure(StoreError.NOT_SUPPORTED, target,
+                       f"{scheme}:// has no Store (s3://, gs://, az:// and local paths have one)")
+
+
+__all__ = ["Capabilities", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
+           "STREAM_PART", "Store", "TMP_PREFIX", "StoreFailure", "StoreStats", "ThrottledStore", "VERBS", "Wrapper", "check_key",
+           "open_store"]

@@ -1,0 +1,307 @@
+"""``ObjectStore``: the ``Store`` interface over an S3, GCS or Azure prefix.
+
+Built on ``storage.remote``: ``RemoteFS`` (listing, ranged reads, request counters) and its
+per-store conditional client (``_S3Ops``/``_GCSOps``/``_AzureOps`` through ``RemoteFS.ops``:
+puts with preconditions, server-side copies, batched deletes). Nothing here talks to a store
+directly.
+
+Buckets have no rename, no hard link and no append, and keep no file time or mode; the
+capabilities say so. ``replace`` is a conditional copy and a delete of the source conditional on
+the version copied (``ReplaceResult.atomic`` is False: a crash in between leaves both keys).
+``append`` is a conditional rewrite of a small object: read it with its version, put the old
+bytes and the new ones on the condition that the version has not moved, and retry on a
+conflict; each append costs a head, a read and a put of the whole object, fine for journals
+and logs of a few MB (``READ_ALL_LIMIT`` at most), and appends of concurrent writers land
+whole, in some order. (One object per record would scale further but makes every reader list;
+the engine's logs are small.)
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import secrets
+import threading
+import time
+from typing import Dict, Iterable, Iterator, List, Optional
+
+from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
+from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, DeleteResult, Entry,
+                                               RangeReader, ReplaceResult, Source, Store, StoreFailure, check_key)
+
+#: names of uploads in progress (a conditional streaming put stages here, then copies); never listed
+STAGE_PREFIX = TMP_PREFIX
+#: attempts of one bucket append against concurrent writers before ``StoreError.CONFLICT``
+APPEND_TRIES = 32
+
+#: one lock per object appended to by this process (other processes: the store's preconditions)
+_APPENDING: Dict[str, "threading.Lock"] = {}
+_APPENDING_MU = threading.Lock()
+
+BUCKET_CAPABILITIES = Capabilities(
+    rename_atomic=False, hard_link=False, fsync=False, versions=True, mtime_kept=False, mode_kept=False,
+    open_writer_detection=False, server_side_copy=True, conditional_put=True, folders=False,
+    append="conditional_rewrite")
+
+_CODES = {c.value: c for c in StoreError}
+
+
+def _code(e: RemoteError) -> StoreError:
+    return _CODES.get(getattr(e, "code", ""), StoreError.STORE_ERROR)
+
+
+@contextlib.contextmanager
+def _coded(key: str) -> Iterator[None]:
+    """Every failure of the store's clients inside becomes a coded ``StoreFailure`` for ``key``."""
+    try:
+        yield
+    except StoreFailure:
+        raise
+    except RemoteError as e:
+        raise StoreFailure(_code(e), key, str(e)) from e
+    except FileNotFoundError as e:
+        raise StoreFailure(StoreError.NOT_FOUND, key, "no such object") from e
+    except PermissionError as e:
+        raise StoreFailure(StoreError.PERMISSION, key, str(e) or "access denied") from e
+    except (OSError, ValueError) as e:
+        raise StoreFailure(StoreError.STORE_ERROR, key, str(e) or type(e).__name__) from e
+
+
+@contextlib.contextmanager
+def _absent_is_stale(if_version: Optional[str], key: str) -> Iterator[None]:
+    """A write conditional on a version of a key that is gone failed its precondition (S3 says
+    'no such key' where the others say 'precondition failed')."""
+    try:
+        yield
+    except StoreFailure as e:
+        if if_version and e.code == StoreError.NOT_FOUND:
+            raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "gone since it was read") from e
+        raise
+
+
+class ObjectStore(Store):
+    """The objects under one bucket prefix (``s3://bucket/logdir``, ``gs://…``, ``az://…``)."""
+
+    def __init__(self, url: str, rfs: Optional[RemoteFS] = None):
+        with _coded(url):
+            self.rfs = rfs or RemoteFS(url)
+            self.ops = self.rfs.ops  # the scheme's conditional client (``not_supported`` for others)
+        self.location = self.rfs.url
+        self.stats = self.rfs.stats
+        self.capabilities = BUCKET_CAPABILITIES
+        #: keys a listing found that no Store call can address ('a/../b', 'a//b'): reported, not listed
+        self.unaddressable: List[str] = []
+
+    def _path(self, key: str) -> str:
+        return self.rfs.path(check_key(key))
+
+    def _entry(self, key: str, info: ObjectInfo) -> Entry:
+        return Entry(key=key, size=info.size, mtime=info.mtime, version=info.version_token,
+                     checksums=content_checksums(info))
+
+    def _head(self, key: str) -> Optional[ObjectInfo]:
+        path = self._path(key)
+        with _coded(key):
+            return self.ops.head(path)
+
+    # --- reading ------------------------------------------------------------------------------
+    def list(self, prefix: str = "") -> Iterator[Entry]:
+        prefix = check_key(prefix, allow_root=True)
+        with _coded(prefix or self.location):
+            try:
+                found = self.rfs.list_under(self.rfs.path(prefix), self.rfs.root)
+            except FileNotFoundError:
+                raise StoreFailure(StoreError.NOT_FOUND, self.location, "no such bucket") from None
+        for key in sorted(found):
+            if prefix and not key.startswith(prefix + "/"):
+                continue
+            try:
+                check_key(key)
+            except StoreFailure:
+                self.unaddressable.append(key)
+                continue
+            if key.rsplit("/", 1)[-1].startswith(STAGE_PREFIX):
+                continue
+            yield self._entry(key, found[key])
+
+    def stat(self, key: str) -> Optional[Entry]:
+        info = self._head(key)
+        return None if info is None else self._entry(key, info)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        if start < 0 or end < start:
+            raise ValueError(f"bad range [{start}, {end})")
+        path = self._path(key)
+        if end == start:
+            return b""
+        with _coded(key):
+            try:
+                return self.rfs.read_range(key, start, end)
+            except Exception:  # noqa: BLE001 - each client raises its own kind; the head decides
+                # a range at or past the end is an error on S3 and Azure (416) where a file reads
+                # short or empty: the object's size decides, never the error's wording
+                info = self.ops.head(path)
+                if info is None:
+                    raise StoreFailure(StoreError.NOT_FOUND, key, "no such object") from None
+                if start >= info.size:
+                    return b""
+                if end <= info.size:
+                    raise
+                return self.rfs.read_range(key, start, info.size)
+
+    def open_read(self, key: str, size: Optional[int] = None) -> RangeReader:
+        if size is None:
+            info = self._head(key)
+            if info is None:
+                raise StoreFailure(StoreError.NOT_FOUND, key, "no such object")
+            size = info.size
+        else:
+            self._path(key)
+        return RangeReader(lambda s, e: self.read_range(key, s, e), size, self.rfs.url_of(key))
+
+    # --- writing ------------------------------------------------------------------------------
+    def put(self, key: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None,
+            mode: Optional[int] = None) -> str:
+        path = self._path(key)
+        with _absent_is_stale(if_version, key), _coded(key):
+            return self.ops.put(path, bytes(data), if_absent=if_absent, if_version=if_version)
+
+    def put_file(self, key: str, src: Source, *, if_absent: bool = False, if_version: Optional[str] = None,
+                 mtime_ns: Optional[int] = None, mode: Optional[int] = None) -> Entry:
+        path = self._path(key)
+        if if_absent and self._head(key) is not None:  # fail before uploading megabytes
+            raise StoreFailure(StoreError.ALREADY_EXISTS, key, "already exists")
+        with contextlib.ExitStack() as stack:
+            f = src
+            if isinstance(src, (str, os.PathLike)):
+                f = stack.enter_context(open_regular(os.fspath(src)))
+            if not (if_absent or if_version):
+                with _coded(key):
+                    self.rfs.upload_stream(key, f, part=STREAM_PART)
+            else:
+                # no store takes a precondition on a streamed upload through these clients: stage
+                # the bytes beside the key, then copy them over it on the condition (server side)
+                parent = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+                stage = f"{parent}{STAGE_PREFIX}{secrets.token_hex(8)}"
+                try:
+                    with _absent_is_stale(if_version, key), _coded(key):
+                        n = self.rfs.upload_stream(stage, f, part=STREAM_PART)
+                        self.ops.copy(self.rfs.path(stage), path, if_absent=if_absent, if_version=if_version,
+                                      size=n)
+                finally:
+                    with contextlib.suppress(RemoteError, OSError):
+                        self.ops.delete([self.rfs.path(stage)])
+        info = self._head(key)
+        if info is None:
+            raise StoreFailure(StoreError.STORE_ERROR, key, "missing right after its upload")
+        return self._entry(key, info)
+
+    def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
+             if_version: Optional[str] = None) -> str:
+        psrc, pdst = self._path(src), self._path(dst)
+        if if_source_version:
+            # checked first as well: a server that ignores CopySourceIfMatch (moto) would copy,
+            # and the client's check after the copy removes the destination, which may have
+            # held bytes of its own; S3, GCS and Azure enforce the condition sent with the copy
+            info = self._head(src)
+            if info is None:
+                raise StoreFailure(StoreError.NOT_FOUND, src, "no such object")
+            if info.version_token != if_source_version:
+                raise StoreFailure(StoreError.PRECONDITION_FAILED, src, "changed since it was read; nothing copied")
+        with _coded(src if if_source_version else dst):
+            return self.ops.copy(psrc, pdst, if_source_version=if_source_version, if_absent=if_absent,
+                                 if_version=if_version).version
+
+    def replace(self, src: str, dst: str, *, if_source_version: Optional[str] = None,
+                if_absent: bool = False, if_version: Optional[str] = None) -> ReplaceResult:
+        version = if_source_version
+        if version is None:
+            info = self._head(src)
+            if info is None:
+                raise StoreFailure(StoreError.NOT_FOUND, src, "no such object")
+            version = info.version_token
+        new = self.copy(src, dst, if_source_version=version, if_absent=if_absent, if_version=if_version)
+        res = self.delete([src], versions={src: version})[0]
+        if not res.ok:
+            raise StoreFailure(res.code or StoreError.STORE_ERROR, src,
+                               f"copied to {dst}, but the source stays ({res.message}): both keys exist")
+        return ReplaceResult(version=new, atomic=False)
+
+    def delete(self, keys: Iterable[str], versions: Optional[Dict[str, str]] = None) -> List[DeleteResult]:
+        versions = versions or {}
+        keys = [keys] if isinstance(keys, str) else list(keys)
+        results: Dict[int, DeleteResult] = {}
+        send: Dict[str, List[int]] = {}  # store path -> positions asking for it
+        conds: Dict[str, str] = {}
+        for i, key in enumerate(keys):
+            try:
+                path = self._path(key)
+            except StoreFailure as e:
+                results[i] = DeleteResult(key=str(key), ok=False, code=e.code, message=str(e))
+                continue
+            if versions.get(key):
+                # checked before the request too: the emulators ignore a delete's precondition
+                # (S3, GCS and Azure themselves enforce the one sent with it)
+                try:
+                    cur = self._head(key)
+                except StoreFailure as e:
+                    results[i] = DeleteResult(key=key, ok=False, code=e.code, message=str(e))
+                    continue
+                if cur is None:
+                    results[i] = DeleteResult(key=key, ok=True, existed=False)
+                    continue
+                if cur.version_token != versions[key]:
+                    results[i] = DeleteResult(key=key, ok=False, code=StoreError.PRECONDITION_FAILED,
+                                              message=f"{key}: changed since it was read; kept")
+                    continue
+                conds[path] = versions[key]
+            send.setdefault(path, []).append(i)
+        failed: Dict[str, RemoteError] = {}
+        if send:
+            try:
+                failed = self.ops.delete_coded(list(send), conds)
+            except RemoteError as e:
+                failed = {p: e for p in send}
+        for path, positions in send.items():
+            err = failed.get(path)
+            for i in positions:
+                results[i] = (DeleteResult(key=keys[i], ok=True) if err is None else
+                              DeleteResult(key=keys[i], ok=False, code=_code(err), message=f"{keys[i]}: {err}"))
+        return [results[i] for i in range(len(keys))]
+
+    def append(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        with _APPENDING_MU:
+            mu = _APPENDING.setdefault(path, threading.Lock())
+        with mu:  # appenders of this process take turns instead of losing preconditions to each other
+            return self._append(key, path, data)
+
+    def _append(self, key: str, path: str, data: bytes) -> str:
+        pause = 0.02
+        for _ in range(APPEND_TRIES):
+            with _coded(key):
+                try:
+                    info = self.ops.head(path)
+                    if info is None:
+                        return self.ops.put(path, bytes(data), if_absent=True)
+                    if info.size + len(data) > READ_ALL_LIMIT:
+                        raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {READ_ALL_LIMIT} bytes; "
+                                           "a bucket append rewrites the object, so logs stay small")
+                    cur = self.rfs.read_range(key, 0, info.size) if info.size else b""
+                    if len(cur) != info.size:
+                        continue  # changed between the head and the read: the put would fail anyway
+                    return self.ops.put(path, cur + bytes(data), if_version=info.version_token)
+                except RemoteError as e:
+                    if e.code not in (StoreError.PRECONDITION_FAILED, StoreError.ALREADY_EXISTS):
+                        raise
+            time.sleep(pause * (1 + random.random()))  # another writer won: back off, read again
+            pause = min(1.0, pause * 2)
+        raise StoreFailure(StoreError.CONFLICT, key, f"lost to other writers {APPEND_TRIES} times; not appended")
+
+    def mkdir(self, key: str) -> None:
+        self._path(key)  # buckets have no folders: a key's parents exist once it does
+
+
+__all__ = ["ObjectStore", "BUCKET_CAPABILITIES", "STAGE_PREFIX", "APPEND_TRIES"]

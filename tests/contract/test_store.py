@@ -1,0 +1,491 @@
+"""One conformance suite for every ``Store`` (the restic model: one test body, every backend).
+
+Each test runs against a POSIX folder, moto's S3, the GCS emulator and Azurite (the servers of
+``tests/objstore_servers.py``), and checks what ``storage/store.py`` promises: list after put,
+ranged reads at the edges, conditional puts and copies, replace, batch deletes, appends, streaming
+puts in bounded memory, names with spaces and non-ASCII letters, refused keys, the declared
+capabilities against behaviour, and the two wrappers (counting, throttling).
+"""
+import hashlib
+import io
+import os
+import threading
+import time
+import tracemalloc
+
+import pytest
+
+from objstore_servers import Bucket
+from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage.remote import RequestStats
+from tb_footprint_plugin.storage.store import (CountingStore, Store, StoreFailure, ThrottledStore, check_key,
+                                               open_store)
+from tb_footprint_plugin.storage.store_object import ObjectStore
+from tb_footprint_plugin.storage.store_posix import PosixStore
+from tb_footprint_plugin.storage.throttle import TokenBucket
+
+KINDS = ("posix", "s3", "gs", "az")
+UNSAFE = ["../x", "a/../../x", "/etc/passwd", "", "a//b", "./a", "a/.", "a\x00b", "~/x"]
+
+
+@pytest.fixture(params=KINDS)
+def store(request, tmp_path) -> Store:
+    if request.param == "posix":
+        root = tmp_path / "root"
+        root.mkdir()
+        s = PosixStore(str(root))
+    else:
+        bucket = Bucket(request.getfixturevalue("objstore_pool").get(request.param))
+        s = ObjectStore(bucket.url("root"))
+    yield s
+    s.close()
+
+
+def fails(code, fn, *args, **kw) -> StoreFailure:
+    with pytest.raises(StoreFailure) as ei:
+        fn(*args, **kw)
+    assert ei.value.code == code, f"{ei.value.code} != {code}: {ei.value}"
+    return ei.value
+
+
+def keys_of(store, prefix=""):
+    return sorted(e.key for e in store.list(prefix))
+
+
+# --- listing, stat, reading ----------------------------------------------------------------------
+def test_list_after_put_with_spaces_and_unicode(store):
+    files = {"a.txt": b"1", "run 1/events.out.tfevents.x": b"22", "run 1/plugins/ü ß/trace.json": b"333",
+             "ünï/cödé 名前.bin": b"4444"}
+    versions = {k: store.put(k, v) for k, v in files.items()}
+    entries = {e.key: e for e in store.list()}
+    assert sorted(entries) == sorted(files)
+    for k, v in files.items():
+        assert entries[k].size == len(v)
+        assert entries[k].version == versions[k] == store.stat(k).version
+        assert entries[k].mtime > 0
+        assert store.read_all(k) == v
+    assert keys_of(store, "run 1") == ["run 1/events.out.tfevents.x", "run 1/plugins/ü ß/trace.json"]
+    assert keys_of(store, "run 1/plugins") == ["run 1/plugins/ü ß/trace.json"]
+    assert keys_of(store, "run") == []  # a prefix is a folder, not a name's beginning
+    assert keys_of(store, "nothing/here") == []
+    assert store.stat("run 1/missing") is None and store.stat("no/such/folder") is None
+
+
+def test_checksums_where_the_store_gives_them(store):
+    store.put("c.bin", b"checksum me")
+    e = store.stat("c.bin")
+    listed = {x.key: x for x in store.list()}["c.bin"]
+    if isinstance(store, ObjectStore):
+        import base64
+
+        md5 = base64.b64encode(hashlib.md5(b"checksum me").digest()).decode()
+        assert md5 in (e.checksums.get("md5"), listed.checksums.get("md5")) or e.checksums or listed.checksums
+    else:
+        assert e.checksums == {}  # a folder keeps none; the engine hashes itself
+
+
+def test_ranged_reads_at_the_edges(store):
+    data = bytes(range(256)) * 4  # 1024 bytes
+    store.put("r.bin", data)
+    assert store.read_range("r.bin", 0, 0) == b""
+    assert store.read_range("r.bin", 0, 1) == data[:1]
+    assert store.read_range("r.bin", 1023, 1024) == data[1023:]
+    assert store.read_range("r.bin", 1000, 5000) == data[1000:]  # short at the end
+    assert store.read_range("r.bin", 1024, 1030) == b""  # at the end
+    assert store.read_range("r.bin", 9000, 9100) == b""  # past it
+    assert store.read_range("r.bin", 100, 612) == data[100:612]
+    store.put_file("empty", io.BytesIO(b""))  # (gcp-storage-emulator drops a media upload of no bytes)
+    assert store.read_all("empty") == b"" and store.read_range("empty", 0, 10) == b""
+    fails(StoreError.NOT_FOUND, store.read_range, "nope.bin", 0, 10)
+    fails(StoreError.NOT_FOUND, store.read_all, "nope/deeper.bin")
+    fails(StoreError.NOT_FOUND, store.open_read, "nope.bin")
+    with pytest.raises(ValueError):
+        store.read_range("r.bin", 10, 5)
+
+
+def test_open_read_fetches_ranges_on_demand(store):
+    data = os.urandom(3 << 20)
+    store.put("big.bin", data)
+    before = store.stats.bytes_down
+    with store.open_read("big.bin") as r:
+        assert r.seek(0, os.SEEK_END) == len(data)
+        r.seek(2_000_000)
+        assert r.read(100) == data[2_000_000:2_000_100]
+        assert r.tell() == 2_000_100
+        assert store.stats.bytes_down - before == 100  # only the range asked for, never the object
+        r.seek(len(data) - 10)
+        assert r.read(1000) == data[-10:] and r.read(10) == b""
+        r.seek(0)
+        h = hashlib.sha256()
+        for chunk in iter(lambda: r.read(1 << 18), b""):
+            assert len(chunk) <= 1 << 18
+            h.update(chunk)
+    assert h.hexdigest() == hashlib.sha256(data).hexdigest()
+    with store.open_read("big.bin", size=1000) as r:  # a listed size spares the head
+        assert r.read() == data[:1000]
+
+
+def test_read_all_refuses_what_is_too_large(store):
+    store.put("state.json", b"x" * 5000)
+    assert store.read_all("state.json", limit=5000) == b"x" * 5000
+    fails(StoreError.TOO_LARGE, store.read_all, "state.json", limit=4999)
+
+
+# --- conditional writes ----------------------------------------------------------------------------
+def test_put_if_absent_conflicts_on_an_existing_key(store, tmp_path):
+    v = store.put("k/lock.json", b"first", if_absent=True)
+    fails(StoreError.ALREADY_EXISTS, store.put, "k/lock.json", b"second", if_absent=True)
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"third")
+    fails(StoreError.ALREADY_EXISTS, store.put_file, "k/lock.json", str(src), if_absent=True)
+    assert store.read_all("k/lock.json") == b"first" and store.stat("k/lock.json").version == v
+    assert keys_of(store) == ["k/lock.json"]  # no temporary or staged file left
+
+
+def test_put_if_version_refuses_a_stale_token(store, tmp_path):
+    v1 = store.put("j.json", b"one")
+    v2 = store.put("j.json", b"two!", if_version=v1)
+    assert v2 != v1 and store.stat("j.json").version == v2
+    fails(StoreError.PRECONDITION_FAILED, store.put, "j.json", b"three", if_version=v1)
+    src = tmp_path / "s.bin"
+    src.write_bytes(b"streamed")
+    fails(StoreError.PRECONDITION_FAILED, store.put_file, "j.json", str(src), if_version=v1)
+    assert store.read_all("j.json") == b"two!"
+    fails(StoreError.PRECONDITION_FAILED, store.put, "never.json", b"x", if_version=v1)
+    assert store.stat("never.json") is None
+    e = store.put_file("j.json", str(src), if_version=v2)
+    assert store.read_all("j.json") == b"streamed" and e.version == store.stat("j.json").version
+    assert keys_of(store) == ["j.json"]
+
+
+def test_copy_and_its_conditions(store):
+    v = store.put("src dir/ä.bin", b"payload")
+    nv = store.copy("src dir/ä.bin", "dst/ä copy.bin", if_source_version=v)
+    assert store.read_all("dst/ä copy.bin") == b"payload" and store.stat("dst/ä copy.bin").version == nv
+    store.put("src dir/ä.bin", b"changed payload")
+    fails(StoreError.PRECONDITION_FAILED, store.copy, "src dir/ä.bin", "dst/fresh.bin", if_source_version=v)
+    assert store.stat("dst/fresh.bin") is None  # nothing written when the source moved
+    fails(StoreError.ALREADY_EXISTS, store.copy, "src dir/ä.bin", "dst/ä copy.bin", if_absent=True)
+    assert store.read_all("dst/ä copy.bin") == b"payload"
+    fails(StoreError.PRECONDITION_FAILED, store.copy, "src dir/ä.bin", "dst/ä copy.bin", if_version="stale")
+    assert store.read_all("dst/ä copy.bin") == b"payload"
+    store.copy("src dir/ä.bin", "dst/ä copy.bin", if_version=nv)
+    assert store.read_all("dst/ä copy.bin") == b"changed payload"
+    fails(StoreError.NOT_FOUND, store.copy, "missing.bin", "dst/x.bin")
+
+
+def test_replace_semantics(store):
+    store.put("a/tmp.bin", b"new bytes")
+    store.put("b/final.bin", b"old bytes")
+    res = store.replace("a/tmp.bin", "b/final.bin")
+    assert res.atomic == store.capabilities.rename_atomic
+    assert store.stat("a/tmp.bin") is None and store.read_all("b/final.bin") == b"new bytes"
+    assert res.version == store.stat("b/final.bin").version
+    # if absent: never over an existing key, both kept
+    store.put("a/other.bin", b"other")
+    fails(StoreError.ALREADY_EXISTS, store.replace, "a/other.bin", "b/final.bin", if_absent=True)
+    assert store.read_all("a/other.bin") == b"other" and store.read_all("b/final.bin") == b"new bytes"
+    store.replace("a/other.bin", "c/ñew.bin", if_absent=True)
+    assert store.stat("a/other.bin") is None and store.read_all("c/ñew.bin") == b"other"
+    # a stale source version moves nothing
+    v = store.put("a/moving.bin", b"v1")
+    store.put("a/moving.bin", b"v2 longer")
+    fails(StoreError.PRECONDITION_FAILED, store.replace, "a/moving.bin", "b/final.bin", if_source_version=v)
+    assert store.read_all("a/moving.bin") == b"v2 longer" and store.read_all("b/final.bin") == b"new bytes"
+    # a stale destination version too
+    fails(StoreError.PRECONDITION_FAILED, store.replace, "a/moving.bin", "b/final.bin", if_version="stale")
+    assert store.read_all("a/moving.bin") == b"v2 longer" and store.read_all("b/final.bin") == b"new bytes"
+    fails(StoreError.NOT_FOUND, store.replace, "a/none.bin", "b/final.bin")
+
+
+def test_delete_is_idempotent_with_per_key_results(store):
+    for k in ("d/1", "d/2", "d/ü 3"):
+        store.put(k, b"x")
+    res = store.delete(["d/1", "d/missing", "../escape", "d/ü 3"])
+    assert [r.key for r in res] == ["d/1", "d/missing", "../escape", "d/ü 3"]
+    assert [r.ok for r in res] == [True, True, False, True]
+    assert res[2].code == StoreError.UNSAFE_KEY
+    assert keys_of(store) == ["d/2"]
+    assert all(r.ok for r in store.delete(["d/1", "d/ü 3", "never/there"]))  # again: nothing to do, ok
+    v = store.stat("d/2").version
+    store.put("d/2", b"rewritten")
+    res = store.delete(["d/2"], versions={"d/2": v})
+    assert not res[0].ok and res[0].code == StoreError.PRECONDITION_FAILED
+    assert store.read_all("d/2") == b"rewritten"
+    assert store.delete(["d/2"], versions={"d/2": store.stat("d/2").version})[0].ok
+    assert keys_of(store) == []
+    many = [f"m/{i:03d}" for i in range(30)]
+    for k in many:
+        store.put(k, b"-")
+    assert all(r.ok for r in store.delete(many)) and keys_of(store) == []
+
+
+def test_durable_append_keeps_order(store):
+    for i in range(12):
+        v = store.append("logs/history.jsonl", f'{{"n": {i}}}\n'.encode())
+        assert v == store.stat("logs/history.jsonl").version
+    lines = store.read_all("logs/history.jsonl").decode().splitlines()
+    assert lines == [f'{{"n": {i}}}' for i in range(12)]
+
+
+def test_concurrent_appends_each_land_whole(store):
+    def writer(t):
+        for i in range(5):
+            store.append("log", f"{t}:{i}:{'x' * 50}\n".encode())
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = store.read_all("log").decode().splitlines()
+    assert sorted(lines) == sorted(f"{t}:{i}:{'x' * 50}" for t in range(3) for i in range(5))
+    for t in range(3):  # each writer's records in its own order
+        assert [ln for ln in lines if ln.startswith(f"{t}:")] == [f"{t}:{i}:{'x' * 50}" for i in range(5)]
+
+
+def test_streaming_put_stays_in_bounded_memory(store, tmp_path):
+    size = 32 << 20
+    src = tmp_path / "big.bin"
+    block = os.urandom(1 << 20)
+    with open(src, "wb") as f:
+        for _ in range(size >> 20):
+            f.write(block)
+    want = hashlib.sha256(src.read_bytes()).hexdigest()
+    warm = tmp_path / "warm.bin"  # the clients load their models on first use: not the upload's memory
+    warm.write_bytes(b"warm")
+    store.put_file("warm/a", str(warm))
+    store.put_file("warm/b", str(warm), if_absent=True)
+    store.delete(["warm/a", "warm/b"])
+    tracemalloc.start()
+    try:
+        e = store.put_file("up/big.bin", str(src))
+        with open(src, "rb") as f:
+            e2 = store.put_file("up/big2.bin", f, if_absent=True)  # a file object, staged on buckets
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 << 20, f"peak {peak >> 20} MiB for a {size >> 20} MiB upload"
+    assert e.size == e2.size == size
+    for k in ("up/big.bin", "up/big2.bin"):
+        h = hashlib.sha256()
+        with store.open_read(k) as r:
+            for chunk in iter(lambda: r.read(4 << 20), b""):
+                h.update(chunk)
+        assert h.hexdigest() == want
+    assert keys_of(store) == ["up/big.bin", "up/big2.bin"]
+
+
+# --- containment ---------------------------------------------------------------------------------------
+def test_unsafe_keys_are_refused_with_a_code(store, tmp_path):
+    before = sorted(os.listdir(tmp_path))
+    store.put("ok", b"ok")
+    for key in UNSAFE:
+        calls = [(store.stat, key), (store.read_range, key, 0, 1), (store.read_all, key), (store.open_read, key),
+                 (store.put, key, b"x"), (store.put_file, key, io.BytesIO(b"x")), (store.append, key, b"x"),
+                 (store.copy, key, "ok"), (store.copy, "ok", key), (store.replace, "ok", key),
+                 (store.replace, key, "ok"), (store.link, "ok", key), (store.mkdir, key)]
+        for fn, *args in calls:
+            fails(StoreError.UNSAFE_KEY, fn, *args)
+        if key not in ("", "."):
+            fails(StoreError.UNSAFE_KEY, lambda: list(store.list(key)))
+        res = store.delete([key])
+        assert not res[0].ok and res[0].code == StoreError.UNSAFE_KEY
+    assert keys_of(store) == ["ok"] and store.read_all("ok") == b"ok"
+    assert sorted(os.listdir(tmp_path)) == before  # nothing made beside the store's root
+
+
+def test_check_key_accepts_plain_keys():
+    for k in ("a", "a/b c/ü.txt", "run.1/..x", "a/...", "x\\y"):
+        assert check_key(k) == k
+    assert check_key("", allow_root=True) == ""
+
+
+# --- capabilities against behaviour ------------------------------------------------------------------
+def test_declared_capabilities_hold(store, tmp_path, monkeypatch):
+    caps = store.capabilities
+    assert caps.conditional_put and caps.versions  # every store the engine changes has both
+    assert caps.append in ("o_append", "conditional_rewrite")
+    v1 = store.put("cap/f.bin", b"one")
+    assert store.put("cap/f.bin", b"two") != v1  # versions: a write moves the token
+    # hard_link
+    if caps.hard_link:
+        e = store.link("cap/f.bin", "cap/link.bin")
+        assert store.read_all("cap/link.bin") == b"two" and e.size == 3
+        fails(StoreError.ALREADY_EXISTS, store.link, "cap/f.bin", "cap/link.bin")
+    else:
+        fails(StoreError.NOT_SUPPORTED, store.link, "cap/f.bin", "cap/link.bin")
+        assert store.stat("cap/link.bin") is None
+    # mode_kept / mtime_kept
+    src = tmp_path / "m.bin"
+    src.write_bytes(b"timed")
+    old = 1_500_000_000 * 10**9
+    e = store.put_file("cap/timed.bin", str(src), mtime_ns=old, mode=0o640)
+    assert (store.stat("cap/timed.bin").mtime == old / 1e9) == caps.mtime_kept
+    assert (e.mode == 0o640) == caps.mode_kept
+    if not caps.mode_kept:
+        assert e.mode is None
+    # copy keeps time and mode where the store keeps them
+    store.copy("cap/timed.bin", "cap/timed copy.bin")
+    assert (store.stat("cap/timed copy.bin").mtime == old / 1e9) == caps.mtime_kept
+    # folders
+    store.mkdir("cap/empty folder/deeper")
+    assert keys_of(store, "cap/empty folder") == []
+    if caps.folders:
+        assert os.path.isdir(os.path.join(store.root, "cap", "empty folder", "deeper"))
+    # server_side_copy: no byte of the object passes through this process
+    store.put("cap/one-mb.bin", b"z" * (1 << 20))
+    down, up = store.stats.bytes_down, store.stats.bytes_up
+    store.copy("cap/one-mb.bin", "cap/one-mb copy.bin")
+    moved = (store.stats.bytes_down - down) + (store.stats.bytes_up - up)
+    assert (moved == 0) == caps.server_side_copy and (moved >= 2 << 20) == (not caps.server_side_copy)
+    # open_writer_detection
+    if caps.open_writer_detection:
+        with open(os.path.join(store.root, "cap", "f.bin"), "ab"):
+            writers = store.open_writers(["cap/f.bin", "cap/timed.bin"])
+        assert list(writers) == ["cap/f.bin"] and str(os.getpid()) in writers["cap/f.bin"][0]
+        assert store.open_writers(["cap/f.bin"]) == {}
+    else:
+        assert store.open_writers(["cap/f.bin"]) is None
+    # fsync: writes are fsynced where the store has it, and nothing is where it has none
+    calls = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    store.put("cap/durable.bin", b"d")
+    store.append("cap/log", b"line\n")
+    store.replace("cap/durable.bin", "cap/durable2.bin")
+    store.delete(["cap/durable2.bin"])
+    assert bool(calls) == caps.fsync and (len(calls) >= 6) == caps.fsync
+
+
+# --- wrappers ------------------------------------------------------------------------------------------
+def test_counting_store_counts_the_same_verbs_everywhere(store):
+    c = CountingStore(store)
+    assert c.capabilities == store.capabilities and c.location == store.location
+    c.put("w/a.bin", b"12345")
+    c.put("w/b.bin", b"67")
+    c.append("w/log", b"abc")
+    assert c.read_range("w/a.bin", 1, 4) == b"234"
+    assert c.read_all("w/b.bin") == b"67"
+    assert len(list(c.list("w"))) == 3
+    assert c.stat("w/a.bin").size == 5
+    c.copy("w/a.bin", "w/c.bin")
+    c.replace("w/c.bin", "w/d.bin")
+    with c.open_read("w/a.bin") as r:
+        assert r.read(2) == b"12" and r.read(10) == b"345"
+    assert [r.ok for r in c.delete(["w/a.bin", "w/b.bin"])] == [True, True]
+    calls = c.counts.calls
+    assert (calls["put"], calls["append"], calls["list"], calls["copy"], calls["replace"], calls["delete"]) == \
+        (2, 1, 1, 1, 1, 1)
+    assert calls["read"] == 4 and calls["stat"] == 2  # two ranged reads of the reader; its size: a stat
+    assert c.counts.bytes_up == 10 and c.counts.bytes_down == 3 + 2 + 5
+    d = c.counts.to_dict()
+    assert d["requests"] == sum(calls.values()) and d["bytes_up"] == 10
+    # the requests behind them: the same RequestStats on a folder as on a bucket
+    assert isinstance(store.stats, RequestStats)
+    s = store.stats.to_dict()
+    assert s["put"] >= 3 and s["read"] >= 4 and s["list"] >= 1 and s["head"] >= 1 and s["delete"] >= 1
+    assert s["bytes_up"] >= 10 and s["bytes_down"] >= 10
+
+
+def test_throttled_store_holds_the_rate(store):
+    clock = [0.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        clock[0] += s
+
+    bucket = TokenBucket(10, burst=1, clock=lambda: clock[0], sleep=sleep)
+    t = ThrottledStore(store, bucket=bucket)
+    t.put("t/a", b"0123456789")
+    for _ in range(10):
+        t.stat("t/a")
+    t.delete(["t/a", "t/b", "t/c"])  # one token per key
+    # 14 metadata operations at 10 per second with a burst of one: 1.3 s of waiting
+    assert sum(slept) == pytest.approx(1.3, abs=1e-6)
+    before = sum(slept)
+    t.put("t/d", b"x" * 100)
+    clock[0] += 10  # refill
+    with t.open_read("t/d", size=100) as r:  # ranged reads are data, not metadata: no token
+        for _ in range(20):
+            r.read(5)
+    assert t.read_range("t/d", 0, 1) == b"x"
+    assert sum(slept) == pytest.approx(before + 0.1, abs=1e-6)
+    # in real time too: 6 stats at 20/s after the burst take >= 0.25 s
+    real = ThrottledStore(store, 20)
+    real.bucket.tokens = 0
+    t0 = time.monotonic()
+    for _ in range(6):
+        real.stat("t/d")
+    assert time.monotonic() - t0 >= 0.25
+
+
+# --- opening --------------------------------------------------------------------------------------------
+def test_open_store_picks_the_implementation(tmp_path, objstore_pool):
+    assert isinstance(open_store(str(tmp_path)), PosixStore)
+    assert isinstance(open_store(f"file://{tmp_path}"), PosixStore)
+    b = Bucket(objstore_pool.get("s3"))
+    s = open_store(b.url("logs"))
+    assert isinstance(s, ObjectStore) and s.location == b.url("logs")
+    fails(StoreError.NOT_SUPPORTED, open_store, "memory://somewhere/x")
+    fails(StoreError.UNSAFE_KEY, open_store, "s3://")
+    fails(StoreError.NOT_FOUND, open_store, str(tmp_path / "missing"))
+
+
+# --- POSIX: symlinks and special files are never followed or opened -------------------------------------
+@pytest.fixture
+def planted(tmp_path):
+    root = tmp_path / "root"
+    outside = tmp_path / "outside"
+    (root / "run").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"secret")
+    (root / "run" / "ok.txt").write_bytes(b"ok")
+    os.symlink(outside, root / "linkdir")
+    os.symlink(outside / "secret.txt", root / "run" / "link.txt")
+    os.mkfifo(root / "run" / "fifo")
+    return PosixStore(str(root)), outside
+
+
+def test_posix_refuses_symlinks_and_special_files(planted):
+    store, outside = planted
+    assert keys_of(store) == ["run/ok.txt"]  # links and the FIFO are not entries
+    for key in ("linkdir/secret.txt", "linkdir/new.txt"):
+        fails(StoreError.SYMLINK, store.stat, key)
+        fails(StoreError.SYMLINK, store.read_all, key)
+        fails(StoreError.SYMLINK, store.put, key, b"x")
+        fails(StoreError.SYMLINK, store.append, key, b"x")
+        fails(StoreError.SYMLINK, store.copy, "run/ok.txt", key)
+        fails(StoreError.SYMLINK, store.replace, "run/ok.txt", key)
+        assert store.delete([key])[0].code == StoreError.SYMLINK
+    fails(StoreError.SYMLINK, lambda: list(store.list("linkdir")))
+    fails(StoreError.SYMLINK, store.mkdir, "linkdir/sub")
+    fails(StoreError.SYMLINK, store.read_all, "run/link.txt")
+    fails(StoreError.SYMLINK, store.stat, "run/link.txt")
+    fails(StoreError.SYMLINK, store.append, "run/link.txt", b"x")
+    fails(StoreError.SYMLINK, store.copy, "run/link.txt", "run/copy.txt")
+    assert store.delete(["run/link.txt"])[0].code == StoreError.SYMLINK  # the planted link is kept
+    assert os.path.islink(os.path.join(store.root, "run", "link.txt"))
+    fails(StoreError.NOT_REGULAR, store.read_all, "run/fifo")  # never blocks on a FIFO
+    fails(StoreError.NOT_REGULAR, store.append, "run/fifo", b"x")
+    assert sorted(os.listdir(outside)) == ["secret.txt"] and (outside / "secret.txt").read_bytes() == b"secret"
+    # a put over a planted symlink's name neither writes through it nor destroys it
+    fails(StoreError.SYMLINK, store.put, "run/link.txt", b"mine")
+    fails(StoreError.SYMLINK, store.replace, "run/ok.txt", "run/link.txt")
+    fails(StoreError.NOT_REGULAR, store.put, "run/fifo", b"mine")
+    assert os.path.islink(os.path.join(store.root, "run", "link.txt"))
+    assert (outside / "secret.txt").read_bytes() == b"secret" and store.read_all("run/ok.txt") == b"ok"
+    assert keys_of(store) == ["run/ok.txt"]  # and no temporary file left behind
+
+
+def test_posix_folder_swapped_for_a_link_mid_walk_is_not_followed(tmp_path):
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    store = PosixStore(str(root))
+    store.put("a/f", b"1")
+    os.rename(root / "a", tmp_path / "a-moved")
+    os.symlink(tmp_path / "outside", root / "a")
+    fails(StoreError.SYMLINK, store.put, "a/f", b"2")
+    assert os.listdir(tmp_path / "outside") == []
