@@ -313,7 +313,7 @@ def fill(mnt: Path, leave: int) -> Path:
     return filler
 
 
-@pytest.mark.parametrize("leave,where", [(0, "locks"), (4096, "journal"), (12288, "journal")])
+@pytest.mark.parametrize("leave,where", [(0, "locks"), (4096, "journal"), (12288, "tmp")])
 def test_full_disk_names_the_file_and_rolls_back(small_fs, leave, where):
     logdir = two_runs(small_fs)
     rep = api.reduce_logdir(str(logdir), policy="archive", runs=["a"], dry_run=False, verify_backends=("python",))

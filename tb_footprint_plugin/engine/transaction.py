@@ -11,6 +11,7 @@ and recovery after a crash (``recovery``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil  # noqa: F401  (tests patch transaction.shutil.disk_usage: the free-space check)
@@ -385,6 +386,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
 
     # 3. verify with TensorBoard's readers, original view vs reduced view
     cancel.check()
+    _scratch_space(ctx, journal.op_id)
     report("verify", 0.65)
     verification = _verify(ctx, rp, journal.op_id, backups, staged, original)
     _append(journal, {"type": "verified", "ok": verification["ok"], "verification": verification})
@@ -419,6 +421,23 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     faults.hit("after_commit")
     journal.close()
     report("done", 1.0)
+
+
+#: what the verification's scratch views and readers write at least (symlinks, the Python
+#: reader's answer): below it a full disk would read as a failed verification
+VERIFY_SCRATCH_BYTES = 1 << 20
+
+
+def _scratch_space(ctx: Context, op_id: str) -> None:
+    """``NoSpace`` naming the verification's scratch folder when the vault's filesystem has less
+    than ``VERIFY_SCRATCH_BYTES`` free: said as a full disk, not as a difference the readers saw."""
+    try:
+        free = shutil.disk_usage(ctx.vault.tmp).free
+    except OSError:
+        return  # the verification names what it cannot do
+    if free < VERIFY_SCRATCH_BYTES:
+        raise NoSpace(os.path.join(ctx.vault.tmp, op_id), VERIFY_SCRATCH_BYTES - free,
+                      OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
 
 def _stage(action, src: str, tmp: str, sha: str, original=None) -> dict:
