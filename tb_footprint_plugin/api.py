@@ -972,7 +972,7 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         if done:
             return [_already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
         raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
-                               "no retirement)")
+                               "no retirement)" + "".join(f"; {why}" for why in hiding_damage(ctx)))
     for m in ops:
         outcomes.append(restore_op(ctx, m))
     # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
