@@ -8,7 +8,7 @@ deleted or corrupt is rebuilt from the last state in the log (``rebuild_manifest
 purge killed half-way is finished from the intent it recorded there before deleting a blob.
 
 A log is untrusted input read line by line (``trust.read_json_lines``): a line that is not a
-UTF-8 JSON object is skipped and reported with its file and line number (``log_damage``),
+UTF-8 JSON object is skipped and reported with its file and line number (``read_log``),
 every other line still counts. What a damaged line said is unknown, so nothing is decided
 past it: a manifest is not rebuilt from a state older than a damaged line, and a purge intent
 followed by one is not finished (its blobs are kept: the safe direction).
@@ -69,20 +69,8 @@ def read_log(vault_root: str, op_id: str) -> trust.JsonLines:
 
 
 def records(vault_root: str, op_id: str) -> List[dict]:
-    """The records of an operation's log that parse (damaged lines: ``log_damage``)."""
+    """The records of an operation's log that parse (its damaged lines: ``read_log``)."""
     return read_log(vault_root, op_id).records
-
-
-def log_damage(vault_root: str) -> List[trust.Untrusted]:
-    """Every damaged line of every log in the vault (``trust.DAMAGED_LINE``, with file and line)."""
-    out: List[trust.Untrusted] = []
-    for op_id in logged_ops(vault_root):
-        try:
-            out += read_log(vault_root, op_id).damaged
-        except OSError as e:
-            out.append(trust.Untrusted(trust.DAMAGED_FILE, log_path(vault_root, op_id),
-                                       f"unreadable ({e.strerror or e})"))
-    return out
 
 
 def logged_ops(vault_root: str) -> List[str]:
@@ -194,6 +182,6 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 
 
 __all__ = ["OPLOG", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "log_path",
-           "append", "record_manifest", "records", "read_log", "log_damage", "logged_ops", "last_state",
+           "append", "record_manifest", "records", "read_log", "logged_ops", "last_state",
            "last_state_line", "purge_intent",
            "rebuild_manifests", "orphan_blobs", "manifest_readable"]
