@@ -2,24 +2,34 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
-import shlex
-import signal
 import sys
-import threading
 from typing import List, Optional
 
-from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.codes import Recovery, Skip
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
 from tb_footprint_plugin.version import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# --help and --version import nothing more than this module needs to parse: every other module
+# (json, threading, signal, the scan's categories, the library) is imported by the verb using it
+
+
+def _json():
+    import json
+
+    return json
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _print_scan(fp, top: Optional[int], by: str) -> None:
+    from tb_footprint_plugin.scan import categories as cat
+
     total = fp.total_bytes
     print(f"{fp.logdir}: {human_bytes(total)} in {sum(1 for r in fp.runs)} runs"
           f" (backups kept in the vault: {human_bytes(fp.vault_bytes)})")
@@ -57,8 +67,9 @@ def cmd_scan(args) -> int:
 
     fp = api.scan(args.logdir, backup_dir=args.backup_dir, use_cache=not args.no_cache)
     api.check_logdir(args.logdir, args.backup_dir, footprint=fp)
+    fp = _selected(fp, api.select_runs(fp, args.runs, args.run_glob))
     if args.json:
-        json.dump(fp.to_dict(with_files=args.files), sys.stdout, indent=1, ensure_ascii=True)
+        _json().dump(fp.to_dict(with_files=args.files), sys.stdout, indent=1, ensure_ascii=True)
         print()
     else:
         _print_scan(fp, args.top, args.by)
@@ -68,8 +79,29 @@ def cmd_scan(args) -> int:
     return EXIT_OK
 
 
+def _selected(fp, names: Optional[List[str]]):
+    """The scan narrowed to the selected runs (same selectors as every verb): their runs, and the
+    categories and total of those runs only."""
+    if names is None:
+        return fp
+    import dataclasses
+
+    chosen = set(names)
+    runs = [r for r in fp.runs if r.name in chosen]
+    cats: dict = {}
+    for r in runs:
+        for name, c in r.categories.items():
+            if name not in cats:
+                cats[name] = type(c)(name=name)
+            cats[name].add(c)
+    cats = dict(sorted(cats.items(), key=lambda kv: (-kv[1].bytes, kv[0])))
+    return dataclasses.replace(fp, runs=runs, categories=cats, total_bytes=sum(r.total_bytes for r in runs))
+
+
 def _print_files(fp, top: Optional[int]) -> None:
     """``scan --files``: every file of each run shown, biggest first, with its categories."""
+    from tb_footprint_plugin.scan import categories as cat
+
     runs = fp.runs[:top] if top else fp.runs
     for r in runs:
         print(f"\n{_shown(r.name)}: {len(r.files)} file(s), {human_bytes(r.total_bytes)}")
@@ -120,12 +152,12 @@ def cmd_demo(args) -> int:
     from tb_footprint_plugin.demo import generate_demo
 
     summary = generate_demo(args.dir, seed=args.seed, scale=args.scale, overwrite=args.overwrite)
-    print(json.dumps(summary, indent=1) if args.json else f"demo logs written to {args.dir}")
+    print(_json().dumps(summary, indent=1) if args.json else f"demo logs written to {args.dir}")
     return EXIT_OK
 
 
 def _dump(obj) -> None:
-    json.dump(obj, sys.stdout, indent=1, ensure_ascii=True, default=str)
+    _json().dump(obj, sys.stdout, indent=1, ensure_ascii=True, default=str)
     print()
 
 
@@ -246,6 +278,7 @@ def cmd_plan(args) -> int:
 
 def cmd_policies(args) -> int:
     from tb_footprint_plugin.plan.policies import list_policies
+    from tb_footprint_plugin.scan import categories as cat
 
     pols = list_policies()
     if args.json:
@@ -292,6 +325,7 @@ class _Progress:
         except ImportError:  # progress is a nicety
             return
         import shutil
+        import threading
 
         # a terminal that reports no size (some ptys) still gets a bar of a usual width
         # the total in the plan's own words (human_bytes), so the bar and the summary agree
@@ -341,6 +375,21 @@ class _Progress:
             self._stop.set()
             with self._lock:
                 self.bar.close()
+
+
+def _counter(verb: str, unit: str):
+    """A plain counting bar (``unit`` per step) on stderr when it is a terminal, else None."""
+    if not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # progress is a nicety
+        return None
+    import shutil
+
+    # a pty that reports no size gets a usual one: tqdm hides a bar below the last of 0 rows
+    size = shutil.get_terminal_size((100, 24))
+    return tqdm(total=1, unit=unit, desc=verb, file=sys.stderr, ncols=size.columns, nrows=size.lines)
 
 
 def _ask(question: str) -> bool:
@@ -507,29 +556,41 @@ def _batch_head(logdirs: List[str], logdir: str, shard, report) -> None:
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
-@contextlib.contextmanager
-def _interruptible(cancel):
+class _interruptible:
     """While a verb changes things, Ctrl-C cancels the batch (a run on another thread stops at its
     next step and rolls back) and interrupts this thread (its run is settled by ``_interrupted``)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
-    def handler(signum, frame):
-        cancel.cancel()
+    def __init__(self, cancel):
+        self.cancel, self.before = cancel, None
+
+    def _handler(self, signum, frame):
+        if not self.cancel.cancelled:  # said at once: runs on other threads may take a step to stop
+            print("\ninterrupting: each run under way stops at its next step and is rolled back…",
+                  file=sys.stderr, flush=True)
+        self.cancel.cancel()
         raise KeyboardInterrupt
 
-    before = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.before = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.before is not None:
+            signal.signal(signal.SIGINT, self.before)
 
 
 def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str]) -> int:
     """After Ctrl-C: settle what the interrupted run left (a run not committed goes back to its
     exact original bytes, one past the commit point is finished) with a second Ctrl-C ignored,
     say what happened and what to run next; exit 130."""
+    import signal
+
     from tb_footprint_plugin import api
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -551,8 +612,8 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str])
         words = [*words, "--yes"]
     done = "reduced and verified" if reducing else "retired"
     print(f"Runs {done} before the interrupt stay so; no other run was changed. `tb-footprint status "
-          f"{shlex.quote(logdirs[0])}` shows the logdir. To go on: `tb-footprint "
-          f"{' '.join(shlex.quote(w) for w in words)}`" + (" (runs already done are skipped)." if reducing else "."),
+          f"{_quote(logdirs[0])}` shows the logdir. To go on: `tb-footprint "
+          f"{' '.join(_quote(w) for w in words)}`" + (" (runs already done are skipped)." if reducing else "."),
           file=sys.stderr)
     return EXIT_INTERRUPTED
 
@@ -560,9 +621,13 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str])
 def _recovered_line(o: dict) -> str:
     """One settled operation, said plainly: what the run is now."""
     if o["action"] == Recovery.ROLLED_BACK:
-        state = (f"untouched: its {o['files']} file(s) have the sha256 they had before" if o["untouched"]
-                 else f"rolled back ({o['detail']})")
-        return f"✓ {o['run']}: {state}; staging files removed — op {o['op_id']}"
+        if o["untouched"]:
+            state = f"untouched: its {o['files']} file(s) have the sha256 they had before; staging files removed"
+        elif o["untouched"] is False:
+            state = f"rolled back, but not every file has its sha256 from before ({o['detail']}): see `status`"
+        else:
+            state = f"rolled back: as it was ({o['detail']})"
+        return f"{'✗' if o['untouched'] is False else '✓'} {o['run']}: {state} — op {o['op_id']}"
     if o["action"] == Recovery.COMPLETED:
         return f"✓ {o['run']}: was past the commit point: reduced and verified — op {o['op_id']}"
     mark = "✗" if o["action"] == Recovery.FAILED else "·"
@@ -702,30 +767,28 @@ def cmd_verify(args) -> int:
             raise UsageError(f"no kept reduction of a run matches {args.run_glob!r} "
                              f"(runs with one: {', '.join(kept[:8]) or 'none'})")
         names += [n for n in found if n not in names]
-    # progress on a terminal only (stderr), sized once the checks are known
-    bar_ = _Progress({"checks": 1}, "verifying") if not args.json and sys.stderr.isatty() else None
-    base = [0]
+    # progress on a terminal only (stderr): one step per check, sized once the checks are known
+    bar_ = _counter("verifying", "check") if not args.json else None
+    done = [0]  # checks finished by earlier calls (one call per named run)
 
     def progress(summary, i, n):
-        if bar_ is None or bar_.bar is None:
+        if bar_ is None:
             return
-        if i == 0 and base[0] == 0:
-            bar_.bar.reset(total=n * max(1, len(names)))
-            bar_.bar.unit, bar_.bar.unit_scale = "check", False
-        elif i:
-            bar_.bar.update(1)
+        if i == 0:
+            bar_.total = done[0] + n
+        bar_.n = done[0] + i
         size = human_bytes(summary.get("bytes_before") or 0)
-        bar_.bar.set_description_str(f"verifying {summary['run'][-30:]} ({size})")
+        bar_.set_description_str(f"verifying {summary['run'][-30:]} ({size})")  # redraws
 
     res = []
     try:
         for run in names or [None]:
             res += api.verify(args.logdir, run=run, op=args.op, backup_dir=args.backup_dir,
                               verify_backends=args.verify, progress=progress)
-            base[0] += 1
+            if bar_ is not None:
+                done[0] = bar_.n = bar_.total
+                bar_.refresh()
     finally:
-        if bar_ is not None and bar_.bar is not None:
-            bar_.bar.n = bar_.bar.total
         if bar_ is not None:
             bar_.close()
     if args.json:
@@ -830,7 +893,7 @@ def _print_batch(b: dict, per_run: bool, logdir: str = "LOGDIR") -> None:
                   "(or any shard covering them) to take them over")
         else:  # one machine, one process: no shard to speak of
             print(f"  {len(b['stalled'])} run(s) were being reduced by a process that is gone (killed or "
-                  f"interrupted): `tb-footprint reduce {shlex.quote(logdir)} --yes` settles and reduces them again")
+                  f"interrupted): `tb-footprint reduce {_quote(logdir)} --yes` settles and reduces them again")
     for p in b["problems"]:
         print(f"  refused [{p.get('code', '?')}]: {p['detail']}")
     if per_run:
@@ -957,6 +1020,7 @@ def _scan_parser(sub) -> None:
               "Reads only; the scan cache goes to the user's cache directory.",
               "tb-footprint scan runs\ntb-footprint scan runs --by category --top 5\ntb-footprint scan runs --json")
     s.add_argument("logdir", help="the TensorBoard logdir")
+    _selectors(s)
     s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
     s.add_argument("--files", action="store_true", help="list every file of each run shown (biggest first)")
     s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
@@ -1215,13 +1279,19 @@ def cmd_retire(args) -> int:
             print("nothing moved (dry run): add --yes to retire them")
         return rc
     cancel = api.CancelToken()
+    current: List[str] = []  # the run being moved, for what an interrupt says
+
+    def progress(run, _step, _frac):
+        current[:] = [run]
+
     try:
         with _interruptible(cancel):
             rep = api.retire(args.logdir, rule, dry_run=False, backup_dir=args.backup_dir,
                              quiet_period=args.quiet_period, only=[i.run for i in plan.selected], cancel=cancel,
+                             progress=progress,
                              on_outcome=None if args.json else (lambda o: print(_retire_line(o), flush=True)))
     except KeyboardInterrupt:
-        return _interrupted(args, "retire", [args.logdir], None, [])
+        return _interrupted(args, "retire", [args.logdir], None, current)
     if args.json:
         _dump(rep.to_dict())
     else:
@@ -1320,7 +1390,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         # a verb that changes things settles its own interrupt; this one read only, or had not begun
-        ld = shlex.quote(str(getattr(args, "logdir", None) or "LOGDIR"))
+        ld = _quote(str(getattr(args, "logdir", None) or "LOGDIR"))
         if args.command in ("restore", "purge", "recover", "demo"):
             said = (f"an operation it began is settled by the next start or `tb-footprint recover {ld}`; "
                     f"`tb-footprint status {ld}` shows the logdir")
