@@ -506,6 +506,13 @@ def report(rows: List[dict], load_before, load_after, args) -> bool:
             print(f"  reduce of {k} run(s): {red['seconds']:.1f} s wall, {red.get('cpu', 0):.1f} s CPU; "
                   f"{verified}/{k} verified {json.dumps(red['statuses'])}; fixed part {split['fixed']:.1f} s "
                   f"(recovery, scan, plan, ledger), {split['per_run'] * 1e3:.0f} ms a run")
+            stamps = red.get("stamps") or []
+            if len(stamps) >= 20:
+                tenth = len(stamps) // 10
+                first = (stamps[tenth] - stamps[0]) / tenth
+                last = (stamps[-1] - stamps[-1 - tenth]) / tenth
+                print(f"  within the batch: {first * 1e3:.0f} ms a run over its first tenth, {last * 1e3:.0f} ms over "
+                      f"its last ({last / first:.2f}x: growth with the runs already done)")
             for reason in red.get("reasons", []):
                 print(f"    not verified: {reason[:200]}")
             if verified != k:
