@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.throttle import TokenBucket
 
 #: the largest object ``read_all`` reads unless told otherwise (state files are far smaller;
@@ -459,20 +460,21 @@ class CountingStore(Wrapper):
 
 class ThrottledStore(Wrapper):
     """Every metadata operation through ``inner`` (listing, stat, put, copy, replace, link, delete
-    per key, append, mkdir; not the data of ranged reads) takes a token of ``bucket``:
-    ``storage.throttle.TokenBucket``, the bucket of ``--max-file-ops-per-second``."""
+    per key, append, mkdir; not the data of ranged reads) takes a token of a
+    ``storage.throttle.TokenBucket``: its own (``rate`` per second, or ``bucket``), else the
+    process's one of ``--max-file-ops-per-second`` (``throttle.configure``; free when unset).
+    A ``PosixStore`` already counts each of its system calls against the process's bucket."""
 
     def __init__(self, inner: Store, rate: Optional[float] = None, *, bucket: Optional[TokenBucket] = None):
         super().__init__(inner)
-        if bucket is None:
-            if rate is None:
-                raise ValueError("ThrottledStore needs a rate or a bucket")
-            bucket = TokenBucket(rate)
-        self.bucket = bucket
+        self.bucket = bucket if bucket is not None else (TokenBucket(rate) if rate is not None else None)
 
     def _before(self, verb: str, n: int = 1) -> None:
         if n and verb in METADATA_VERBS:
-            self.bucket.take(n)
+            if self.bucket is None:
+                throttle.op(n)
+            else:
+                self.bucket.take(n)
 
 
 def open_store(url_or_path: str) -> Store:

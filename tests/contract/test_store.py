@@ -8,6 +8,7 @@ capabilities against behaviour, and the two wrappers (counting, throttling).
 """
 import hashlib
 import io
+import itertools
 import os
 import threading
 import time
@@ -28,6 +29,22 @@ KINDS = ("posix", "s3", "gs", "az")
 UNSAFE = ["../x", "a/../../x", "/etc/passwd", "", "a//b", "./a", "a/.", "a\x00b", "~/x"]
 
 
+@pytest.fixture(scope="module")
+def buckets(objstore_pool):
+    """One bucket per server for the module (each test gets a prefix of its own: a fresh store)."""
+    made = {}
+
+    def get(scheme: str) -> Bucket:
+        if scheme not in made:
+            made[scheme] = Bucket(objstore_pool.get(scheme))
+        return made[scheme]
+
+    return get
+
+
+_prefixes = itertools.count()
+
+
 @pytest.fixture(params=KINDS)
 def store(request, tmp_path) -> Store:
     if request.param == "posix":
@@ -35,8 +52,7 @@ def store(request, tmp_path) -> Store:
         root.mkdir()
         s = PosixStore(str(root))
     else:
-        bucket = Bucket(request.getfixturevalue("objstore_pool").get(request.param))
-        s = ObjectStore(bucket.url("root"))
+        s = ObjectStore(request.getfixturevalue("buckets")(request.param).url(f"t{next(_prefixes)}/root"))
     yield s
     s.close()
 
@@ -419,6 +435,22 @@ def test_throttled_store_holds_the_rate(store):
     for _ in range(6):
         real.stat("t/d")
     assert time.monotonic() - t0 >= 0.25
+
+
+def test_throttled_store_shares_the_process_limit(store):
+    from tb_footprint_plugin.storage import throttle
+
+    t = ThrottledStore(store)  # no rate of its own: --max-file-ops-per-second's bucket
+    t.stat("x")  # unset: free, and not counted
+    throttle.configure(1e6)
+    try:
+        before = throttle.ops_count
+        t.put("x", b"1")
+        t.stat("x")
+        t.delete(["x", "y"])
+        assert throttle.ops_count - before >= 4
+    finally:
+        throttle.configure(None)
 
 
 # --- opening --------------------------------------------------------------------------------------------
