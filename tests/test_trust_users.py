@@ -535,3 +535,20 @@ def test_root_never_trusts_a_users_state_folder(users, tmp_path):
     assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
     assert list((logs / ".tb-footprint").iterdir()) == []
     assert blobs_of(logs / f".tb-footprint-u{os.geteuid()}")
+
+
+def test_a_ledger_named_in_a_shared_logdir_is_refused_and_the_logdir_never_moved(tmp_path):
+    """``--ledger`` inside a world-writable logdir: its lock could be planted by anyone, so the
+    ledger is refused with the folder named — and the logdir itself is never set aside."""
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.storage.private import NotPrivate
+
+    logs = tmp_path / "logs"
+    _write_run(str(logs / "run"), 5)
+    os.chmod(logs, 0o1777)
+    with pytest.raises(NotPrivate) as e:
+        api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["run"], quiet_period=0,
+                          verify_backends=("python",), ledger=str(logs / "my-ledger.json"))
+    assert e.value.code == "state_not_ours" and str(logs) in str(e.value) and "mode 1777" in str(e.value)
+    assert sorted(os.listdir(tmp_path)) == ["logs"] and (logs / "run").is_dir()
+    assert not os.path.lexists(logs / "my-ledger.json.lock")

@@ -29,6 +29,7 @@ import time
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.storage.paths import is_state_name
 
 #: what a set-aside entry is renamed to: ``<name>.refused-<unix time>-<n>`` (as a refused ledger)
 UNTRUSTED_MARK = ".refused-"
@@ -240,19 +241,21 @@ def tool_named(path: str) -> bool:
     """True when ``path`` is in or under a state folder the tool names (``.tb-footprint``,
     ``.tb-footprint-u<uid>``): folders of ours there that others may write to are tightened
     (made under a umask of 002 by an older version), never a folder the user pointed at."""
-    from tb_footprint_plugin.storage.paths import is_state_name
-
     return any(is_state_name(part) for part in os.path.abspath(path).split(os.sep))
 
 
 def check_parent(path: str) -> None:
     """Make sure the folder holding ``path`` is a folder of ours. One that is not (a symlink, a
-    stranger's folder) is set aside and made afresh when the folder above it is ours (a state
-    subfolder: ``<vault>/oplog``, ``<state>/journal``); otherwise ``NotPrivate``."""
+    stranger's folder) is set aside and made afresh when it is a subfolder inside a state folder
+    (``<state>/oplog``, ``<state>/journal``) and the folder above it is ours; otherwise
+    ``NotPrivate``: a folder the user named (a logdir holding ``--ledger``, a ``--backup-dir``)
+    is never moved."""
     d = os.path.dirname(os.path.abspath(path))
     try:
         check_private_dir(d, tighten=tool_named(d))
     except NotPrivate:
+        if not tool_named(d) or is_state_name(os.path.basename(d)):
+            raise  # only a subfolder inside a state folder is ever moved: never a logdir, never the state folder
         up = os.path.dirname(d)
         try:
             check_private_dir(up, tighten=tool_named(up))
