@@ -440,6 +440,9 @@ class PosixStore(Store):
         try:
             with self._current_locked(dfd, name, key) as cur:
                 if cur is None:
+                    with contextlib.suppress(FileNotFoundError):
+                        if stat.S_ISDIR(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode):
+                            raise StoreFailure(StoreError.NOT_REGULAR, key, "is a folder; a delete takes files")
                     return DeleteResult(key=key, ok=True, existed=False)
                 if version is not None and version_of(cur) != version:
                     raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "changed since it was read; kept")

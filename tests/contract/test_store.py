@@ -499,6 +499,8 @@ def test_posix_refuses_symlinks_and_special_files(planted):
     fails(StoreError.SYMLINK, store.copy, "run/link.txt", "run/copy.txt")
     assert store.delete(["run/link.txt"])[0].code == StoreError.SYMLINK  # the planted link is kept
     assert os.path.islink(os.path.join(store.root, "run", "link.txt"))
+    res = store.delete(["run", "run/fifo"])  # a folder or a FIFO is not a file: kept, and said so
+    assert [r.code for r in res] == [StoreError.NOT_REGULAR, StoreError.NOT_REGULAR]
     fails(StoreError.NOT_REGULAR, store.read_all, "run/fifo")  # never blocks on a FIFO
     fails(StoreError.NOT_REGULAR, store.append, "run/fifo", b"x")
     assert sorted(os.listdir(outside)) == ["secret.txt"] and (outside / "secret.txt").read_bytes() == b"secret"
