@@ -7,7 +7,6 @@ argument rests on a record or a backup being on disk before the next step runs.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
