@@ -523,3 +523,36 @@ def test_posix_folder_swapped_for_a_link_mid_walk_is_not_followed(tmp_path):
     os.symlink(tmp_path / "outside", root / "a")
     fails(StoreError.SYMLINK, store.put, "a/f", b"2")
     assert os.listdir(tmp_path / "outside") == []
+
+
+def test_posix_conditional_writes_have_one_winner(tmp_path):
+    """Racing writers through PosixStore: of those holding the same version (or none), exactly one
+    wins each round, the others get the conflict code (the flock and the re-check)."""
+    store = PosixStore(str(tmp_path))
+    for rnd in range(12):
+        v = store.stat("lease.json").version if rnd else None
+        outcomes = []
+        barrier = threading.Barrier(6)
+
+        def racer(i):
+            barrier.wait()
+            try:
+                if v is None:
+                    store.put("lease.json", f"{rnd}:{i}".encode(), if_absent=True)
+                else:
+                    store.put("lease.json", f"{rnd}:{i}".encode(), if_version=v)
+                outcomes.append(("won", i))
+            except StoreFailure as e:
+                outcomes.append((e.code, i))
+
+        threads = [threading.Thread(target=racer, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [i for what, i in outcomes if what == "won"]
+        assert len(winners) == 1, outcomes
+        lost = {what for what, _ in outcomes if what != "won"}
+        assert lost == {StoreError.ALREADY_EXISTS if v is None else StoreError.PRECONDITION_FAILED}
+        assert store.read_all("lease.json") == f"{rnd}:{winners[0]}".encode()
+    assert keys_of(store) == ["lease.json"]
