@@ -83,6 +83,7 @@ class Capabilities:
     append: str
 
     def to_dict(self) -> dict:
+        """The capabilities as JSON (what a status or a dry run can show)."""
         return dict(self.__dict__)
 
 
@@ -429,6 +430,7 @@ class StoreStats:
         self._lock = threading.Lock()
 
     def add(self, verb: str, n: int = 1, *, down: int = 0, up: int = 0) -> None:
+        """Count ``n`` calls of ``verb`` and the bytes they moved."""
         with self._lock:
             self.calls[verb] = self.calls.get(verb, 0) + n
             self.bytes_down += down
@@ -436,9 +438,11 @@ class StoreStats:
 
     @property
     def requests(self) -> int:
+        """Calls of every verb."""
         return sum(self.calls.values())
 
     def to_dict(self) -> dict:
+        """Calls per verb, their total and the bytes, as JSON."""
         with self._lock:
             return {**self.calls, "requests": sum(self.calls.values()), "bytes_down": self.bytes_down,
                     "bytes_up": self.bytes_up}
@@ -502,5 +506,5 @@ def open_store(url_or_path: str) -> Store:
 
 
 __all__ = ["Capabilities", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
-           "STREAM_PART", "Store", "TMP_PREFIX", "StoreFailure", "StoreStats", "ThrottledStore", "VERBS", "Wrapper", "check_key",
-           "open_store"]
+           "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper",
+           "check_key", "open_store"]

@@ -28,8 +28,9 @@ from typing import Dict, Iterable, Iterator, List, Optional
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
-from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, DeleteResult, Entry,
-                                               RangeReader, ReplaceResult, Source, Store, StoreFailure, check_key)
+from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, DeleteResult,
+                                               Entry, RangeReader, ReplaceResult, Source, Store, StoreFailure,
+                                               check_key)
 
 #: names of uploads in progress (a conditional streaming put stages here, then copies); never listed
 STAGE_PREFIX = TMP_PREFIX

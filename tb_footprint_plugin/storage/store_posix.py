@@ -31,8 +31,8 @@ from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import UnsafePath, contained
 from tb_footprint_plugin.storage.regular import kind_of, open_regular
 from tb_footprint_plugin.storage.remote import RequestStats
-from tb_footprint_plugin.storage.store import (TMP_PREFIX, Capabilities, DeleteResult, Entry, RangeReader, ReplaceResult, Source,
-                                               Store, StoreFailure, check_key)
+from tb_footprint_plugin.storage.store import (TMP_PREFIX, Capabilities, DeleteResult, Entry, RangeReader,
+                                               ReplaceResult, Source, Store, StoreFailure, check_key)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -364,7 +364,8 @@ class PosixStore(Store):
                     self._write_all(fd, data)
                     pos += len(data)
                 if version_of(os.fstat(sfd)) != version_of(before):
-                    raise StoreFailure(StoreError.PRECONDITION_FAILED, src, "changed while it was copied; nothing copied")
+                    raise StoreFailure(StoreError.PRECONDITION_FAILED, src,
+                                       "changed while it was copied; nothing copied")
 
             st = self._write(dst, fill, if_absent=if_absent, if_version=if_version, mode=before.st_mode,
                              times_ns=(before.st_atime_ns, before.st_mtime_ns))

@@ -88,16 +88,22 @@ def test_list_after_put_with_spaces_and_unicode(store):
 
 
 def test_checksums_where_the_store_gives_them(store):
-    store.put("c.bin", b"checksum me")
-    e = store.stat("c.bin")
-    listed = {x.key: x for x in store.list()}["c.bin"]
-    if isinstance(store, ObjectStore):
-        import base64
+    import base64
 
-        md5 = base64.b64encode(hashlib.md5(b"checksum me").digest()).decode()
-        assert md5 in (e.checksums.get("md5"), listed.checksums.get("md5")) or e.checksums or listed.checksums
-    else:
-        assert e.checksums == {}  # a folder keeps none; the engine hashes itself
+    import google_crc32c
+
+    data = b"checksum me"
+    store.put("c.bin", data)
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    want = {"md5": b64(hashlib.md5(data).digest()), "sha256": b64(hashlib.sha256(data).digest()),
+            "crc32c": b64(google_crc32c.value(data).to_bytes(4, "big"))}
+    for e in (store.stat("c.bin"), {x.key: x for x in store.list()}["c.bin"]):
+        if isinstance(store, ObjectStore):
+            assert e.checksums, "every object store computes a checksum of what it stores"
+        else:
+            assert e.checksums == {}  # a folder keeps none; the engine hashes itself
+        for kind, value in e.checksums.items():
+            assert value == want[kind], kind
 
 
 def test_ranged_reads_at_the_edges(store):
