@@ -143,6 +143,8 @@ def test_tf1_run_with_graph_and_meta_graph_shrinks_by_both_copies(tmp_path, cons
     checks = o.verification["checks"]
     assert all(c["ok"] for c in checks), checks
     text = "\n".join(c["detail"] for c in checks)
+    assert ("graph copies: 1 GraphDef and 1 MetaGraphDef record(s) hold the original's graphs as the graphs "
+            "route serves them") in text, text
     if full_read:  # every point and the run graph on both backends, then the routes
         assert "graph: the graphs route serves the identical run graph" in text and "(python, rust)" in text, text
     else:  # the big-run path: the Rust default view through the routes, Python on the reduced run
@@ -155,3 +157,46 @@ def test_tf1_run_with_graph_and_meta_graph_shrinks_by_both_copies(tmp_path, cons
     assert all(x.status == Outcome.RESTORED for x in api.restore(str(logdir)))
     assert tree_hashes(run) == before
     assert os.stat(run / "events.out.tfevents.1700000000.host").st_mtime_ns == 1_000_000_000 * 10**9
+
+
+def test_graph_copies_check_fails_when_a_copy_lost_more_than_the_route_drops(tmp_path):
+    """The verification's graph-copies check: the meta graph's copy must be the original's as
+    the route serves it, with every other field of the MetaGraphDef unchanged."""
+    from tensorboard.compat.proto import meta_graph_pb2
+
+    from tb_footprint_plugin.verify.compare import graph_copies_check
+
+    original = tmp_path / "original"
+    _tf1_run(original, 64 * 1024)
+
+    def rewritten(name, change):
+        out = tmp_path / name
+        out.mkdir()
+        evs = _records(original)
+        with open(out / "events.out.tfevents.1700000000.host", "wb") as f:
+            w = RecordWriter(f)
+            for ev in evs:
+                if ev.HasField("graph_def"):
+                    ev.graph_def = graph_attrs.strip_graph_def(ev.graph_def)[0]
+                elif ev.HasField("meta_graph_def"):
+                    ev.meta_graph_def = change(ev.meta_graph_def)
+                w.write(ev.SerializeToString())
+        return out
+
+    good = rewritten("good", lambda raw: graph_attrs.strip_meta_graph_def(raw)[0])
+    c = graph_copies_check(str(original), str(good))
+    assert c.ok and "1 GraphDef and 1 MetaGraphDef" in c.detail, c.detail
+
+    def lose_collection(raw):
+        m = meta_graph_pb2.MetaGraphDef.FromString(graph_attrs.strip_meta_graph_def(raw)[0])
+        del m.collection_def["trainable_variables"]
+        return m.SerializeToString()
+
+    def lose_a_node(raw):
+        m = meta_graph_pb2.MetaGraphDef.FromString(raw)
+        del m.graph_def.node[0]
+        return m.SerializeToString()
+
+    for name, change in (("collection", lose_collection), ("node", lose_a_node)):
+        c = graph_copies_check(str(original), str(rewritten(name, change)))
+        assert not c.ok and "meta_graph_def record" in c.detail, (name, c.detail)

@@ -299,6 +299,8 @@ def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, rout
     if usable:
         checks.extend(_plugin_checks(usable, exp))
         checks.extend(_graph_checks(usable, exp))
+    if exp.mode_for(views.GRAPHS_PLUGIN) == GRAPH_ROUTE_IDENTICAL:
+        checks.append(graph_copies_check(original_dir, reduced_dir))
     checks.extend(route_lines)
 
     failed = [c.detail for c in checks if not c.ok]
@@ -314,6 +316,83 @@ def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, rout
                for b, (v0, v1) in pairs.items()},
         duration_s=time.monotonic() - start,
     )
+
+
+#: Event's oneof field tags of the records that store a graph: ``graph_def`` (4) and
+#: ``meta_graph_def`` (9), both length-delimited
+_GRAPH_FIELD_TAGS = {0x22: "graph_def", 0x4A: "meta_graph_def"}
+
+
+def _graph_record_kind(data: bytes) -> Optional[str]:
+    """``graph_def`` / ``meta_graph_def`` for an event record storing a graph, else None, read
+    from the field after ``wall_time`` and ``step`` (writers serialize fields in number order)
+    without parsing the record."""
+    i = 9 if data[:1] == b"\x09" else 0
+    if data[i:i + 1] == b"\x10":
+        i += 1
+        while i < len(data) and data[i] & 0x80:
+            i += 1
+        i += 1
+    return _GRAPH_FIELD_TAGS.get(data[i]) if i < len(data) else None
+
+
+def _graph_copies(run_dir: str) -> list:
+    """What the graphs route would make of every stored graph of a run, in reading order:
+    ``(file, kind, step, wall_time, route digest of the graph, sha256 of the record's other
+    fields)``; the route's processing (``limit_attr_size=1024``) is the same for a graph and the
+    graph a meta graph embeds."""
+    import hashlib
+
+    from tensorboard.compat.proto import event_pb2, meta_graph_pb2
+
+    from tb_footprint_plugin.scan.tfrecord import RecordReader
+    from tb_footprint_plugin.transforms import graph_attrs
+
+    out = []
+    for name in records.event_file_names(run_dir):
+        with RecordReader(os.path.join(run_dir, name)) as reader:
+            for rec in reader:
+                kind = _graph_record_kind(rec.data)
+                if kind is None:
+                    continue
+                ev = event_pb2.Event.FromString(rec.data)
+                if kind == "graph_def":
+                    graph, rest = ev.graph_def, b""
+                else:
+                    meta = meta_graph_pb2.MetaGraphDef.FromString(ev.meta_graph_def)
+                    graph = meta.graph_def.SerializeToString(deterministic=True)
+                    meta.ClearField("graph_def")
+                    rest = meta.SerializeToString(deterministic=True)
+                try:
+                    route = graph_attrs.route_graph_digest(graph)
+                except Exception:  # noqa: BLE001 - not a GraphDef: compared by its bytes
+                    route = "bytes:" + hashlib.sha256(graph).hexdigest()
+                out.append((name, kind, ev.step, ev.wall_time, route, hashlib.sha256(rest).hexdigest()))
+    return out
+
+
+def graph_copies_check(original_dir: str, reduced_dir: str) -> Check:
+    """Where stored graphs lost their large attribute values (``GRAPH_ROUTE_IDENTICAL``): every
+    graph the reduced run stores — the ``GraphDef`` each backend serves and the copy a
+    ``MetaGraphDef`` embeds, which no backend shows — is, in order, one of the original's as
+    the graphs route serves it with the dashboard's ``limit_attr_size``, the meta graph's other
+    fields unchanged; so the Graphs dashboard, and any reader of the meta graph through that
+    route's processing, sees the same graph."""
+    try:
+        before, after = _graph_copies(original_dir), _graph_copies(reduced_dir)
+    except Exception as e:  # noqa: BLE001 - unreadable graph records: a failed check, named
+        return Check("graph copies", False, f"graph copies: cannot read the stored graphs: {type(e).__name__}: {e}")
+    it = iter(before)
+    for i, g in enumerate(after):
+        if not any(g == o for o in it):
+            return Check("graph copies", False,
+                         f"graph copies: the {g[1]} record at step {g[2]} in {g[0]} (the {i + 1}th stored graph) "
+                         "is not one of the original's as the graphs route serves it")
+    kinds = {k: sum(1 for g in after if g[1] == k) for k in ("graph_def", "meta_graph_def")}
+    return Check("graph copies", True,
+                 f"graph copies: {kinds['graph_def']} GraphDef and {kinds['meta_graph_def']} MetaGraphDef record(s) "
+                 "hold the original's graphs as the graphs route serves them (limit_attr_size=1024), "
+                 "other fields unchanged")
 
 
 def _routes_only(pairs) -> set:
