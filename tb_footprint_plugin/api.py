@@ -491,6 +491,14 @@ def reduce_logdir(
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
                        shard=shard, shard_with=shard_with, partition_sizes=partition_sizes)
+    except KeyboardInterrupt as e:
+        if dry_run or isinstance(e, Interrupted):
+            raise
+        # Ctrl-C (in a notebook too): the run under way goes back to its exact bytes now, its
+        # staging files removed, as the next start would do; then the interrupt goes on
+        if cancel is not None:
+            cancel.cancel()  # runs on other threads stop at their next step
+        raise Interrupted(settle_interrupted(logdir, backup_dir, policy=pol, ledger=ledger, shard=shard)) from e
     finally:
         if max_file_ops_per_second is not None:
             throttle.configure(before_limit)
@@ -621,6 +629,15 @@ def interrupted_state(logdir: str, backup_dir: Optional[str] = None) -> List[dic
             row.update(untouched=not swapped and not changed, files=len(backups), changed=changed)
         out.append(row)
     return out
+
+
+class Interrupted(KeyboardInterrupt):
+    """A reduce stopped by Ctrl-C, after it settled what it left: ``settled`` is what
+    ``settle_interrupted`` returned (the run under way rolled back, its files' sha256 checked)."""
+
+    def __init__(self, settled: List[dict]):
+        super().__init__("interrupted; the run under way was rolled back")
+        self.settled = settled
 
 
 def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy="archive",
@@ -1299,4 +1316,4 @@ def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
 
 
 __all__ += ["retire", "retire_plan", "retire_rule", "retired", "RetireReport", "RetireRule"]
-__all__ += ["select_runs", "check_logdir", "NotALogdir", "interrupted_state", "settle_interrupted"]
+__all__ += ["select_runs", "check_logdir", "NotALogdir", "interrupted_state", "settle_interrupted", "Interrupted"]

@@ -523,10 +523,10 @@ def cmd_reduce(args) -> int:
                 on_outcome=None if args.json else on_outcome, progress=progress, cancel=cancel,
                 max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
                 **_reduce_kwargs(args))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if bar_ is not None:
             bar_.close()
-        return _interrupted(args, "reduce", logdirs, shard, current)
+        return _interrupted(args, "reduce", logdirs, shard, current, getattr(e, "settled", None))
     if bar_ is not None:
         bar_.close()
     if args.json:
@@ -564,9 +564,12 @@ class _interruptible:
         self.cancel, self.before = cancel, None
 
     def _handler(self, signum, frame):
-        if not self.cancel.cancelled:  # said at once: runs on other threads may take a step to stop
-            print("\ninterrupting: each run under way stops at its next step and is rolled back…",
-                  file=sys.stderr, flush=True)
+        if self.cancel.cancelled:  # settling now: a second Ctrl-C must not cut a rollback short
+            print("\nstill settling the interrupted run (Ctrl-\\ quits at once; the next start settles "
+                  "what is left)", file=sys.stderr, flush=True)
+            return
+        print("\ninterrupting: each run under way stops at its next step and is rolled back…",
+              file=sys.stderr, flush=True)
         self.cancel.cancel()
         raise KeyboardInterrupt
 
@@ -585,7 +588,8 @@ class _interruptible:
             signal.signal(signal.SIGINT, self.before)
 
 
-def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str]) -> int:
+def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
+                 settled_already: Optional[List[dict]] = None) -> int:
     """After Ctrl-C: settle what the interrupted run left (a run not committed goes back to its
     exact original bytes, one past the commit point is finished) with a second Ctrl-C ignored,
     say what happened and what to run next; exit 130."""
@@ -598,6 +602,11 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str])
     print(f"\ntb-footprint {verb}: interrupted{where}; settling what it left…", file=sys.stderr, flush=True)
     reducing = verb == "reduce"
     for ld in logdirs:
+        if settled_already is not None:  # the library settled it on its way out (``api.Interrupted``)
+            for o in settled_already:
+                print(f"  {_recovered_line(o)}", file=sys.stderr)
+            settled_already = []  # the other logdirs: nothing under way there; settle what a crash left
+            continue
         try:
             settled = api.settle_interrupted(ld, args.backup_dir, policy=_policy(args) if reducing else "archive",
                                              ledger=(args.ledger or "default") if reducing else None, shard=shard)

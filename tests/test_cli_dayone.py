@@ -140,6 +140,62 @@ def test_ctrl_c_mid_reduce_rolls_the_run_back_exits_130_and_says_what_next(tmp_p
     assert again.returncode == 0 and f"✓ {run}: verified" in again.stdout, again.stdout + again.stderr
 
 
+PAUSED_API = """
+import sys, time
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+def pause():
+    open(sys.argv[1], "w").close()
+    time.sleep(300)
+faults.arm("after_stage", pause)
+try:
+    api.reduce_logdir(sys.argv[2], policy="lossless", dry_run=False, verify_backends=("python",))
+except api.Interrupted as e:
+    print([(o["run"], str(o["action"]), o["untouched"]) for o in e.settled])
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_in_a_notebook_rolls_back_through_the_api_too(tmp_path):
+    """``fp.reduce_logdir(..., dry_run=False)`` interrupted (a notebook's stop button sends SIGINT):
+    the run is rolled back before the interrupt reaches the caller, staging files removed."""
+    logdir = tmp_path / "logdir"
+    copy_real("torch/profiled", logdir / "torchrun")
+    before = user_files(logdir)
+    flag = tmp_path / "paused"
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_API, str(flag), str(logdir)], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert flag.exists() and staging_files(logdir), p.communicate()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 3, out + err
+    assert "('torchrun', 'rolled_back', True)" in out, out
+    assert staging_files(logdir) == [] and user_files(logdir) == before
+    assert "unfinished operations: 0" in tbf("status", logdir).stdout
+
+
+def test_ctrl_c_mid_retire_puts_the_run_back_and_exits_130(logdir, tmp_path):
+    before = user_files(logdir)
+    flag = tmp_path / "paused"
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "retire_mid_move", "retire", str(logdir),
+                          "train", "validation", "--with-nested", "--quiet-period", "0", "--yes"],
+                         env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 300
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert flag.exists(), p.communicate()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, out + err
+    assert "interrupted while changing train" in err and "rolled back" in err, err
+    assert user_files(logdir) == before
+    assert "unfinished operations: 0" in tbf("status", logdir).stdout
+
+
 def test_after_a_kill_status_says_untouched_and_the_rerun_names_the_run_it_redoes(tmp_path):
     logdir = tmp_path / "logdir"
     copy_real("torch/profiled", logdir / "torchrun")
