@@ -362,13 +362,15 @@ class RemoteFS:
                 n += len(data)
             out.close()
         except BaseException:
-            try:
-                discard = getattr(out, "discard", None)
-                if discard is not None:
-                    discard()  # S3: abort the multipart upload; GCS: cancel the resumable one
-            except Exception:  # noqa: BLE001 - the upload's own error is the one to report
-                pass
-            out.closed = True  # uncommitted blocks (Azure) expire; nothing is committed on close
+            if self.protocol == "s3":
+                # an incomplete multipart upload stays (and is billed) until aborted; an unfinished
+                # GCS resumable session and uncommitted Azure blocks expire by themselves (and
+                # gcsfs retries a cancel the emulator refuses for half a minute)
+                try:
+                    out.discard()
+                except Exception:  # noqa: BLE001 - the upload's own error is the one to report
+                    pass
+            out.closed = True  # so that nothing commits what was written so far
             raise
         finally:
             self._forget_listings(path)

@@ -298,6 +298,43 @@ def test_streaming_put_stays_in_bounded_memory(store, tmp_path):
     assert keys_of(store) == ["up/big.bin", "up/big2.bin"]
 
 
+class _FailingReader(io.RawIOBase):
+    """A source that breaks after ``good`` bytes (a disk error, a cancelled job)."""
+
+    def __init__(self, good: int):
+        super().__init__()
+        self.left = good
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        if self.left <= 0:
+            raise OSError("the source broke")
+        n = min(self.left, 1 << 20 if n is None or n < 0 else n)
+        self.left -= n
+        return b"y" * n
+
+
+def test_failed_streaming_put_changes_nothing(store):
+    """A put whose source breaks after more than one part: the key keeps its bytes (or stays
+    absent), and no partial object, temporary file or staged upload is left to list."""
+    v = store.put("keep.bin", b"old bytes")
+    for kw in ({}, {"if_version": v}):
+        with pytest.raises(StoreFailure):
+            store.put_file("keep.bin", _FailingReader(7 << 20), **kw)
+        assert store.read_all("keep.bin") == b"old bytes" and store.stat("keep.bin").version == v
+    with pytest.raises(StoreFailure):
+        store.put_file("new.bin", _FailingReader(7 << 20), if_absent=True)
+    with pytest.raises(StoreFailure):
+        store.put_file("new2.bin", _FailingReader(100))
+    assert store.stat("new.bin") is None and store.stat("new2.bin") is None
+    assert keys_of(store) == ["keep.bin"]
+    if isinstance(store, ObjectStore) and store.rfs.protocol == "s3":  # the multipart uploads were aborted
+        bucket, _, prefix = store.rfs.root.partition("/")
+        assert not store.ops.client.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads")
+
+
 # --- containment ---------------------------------------------------------------------------------------
 def test_unsafe_keys_are_refused_with_a_code(store, tmp_path):
     before = sorted(os.listdir(tmp_path))
