@@ -335,6 +335,42 @@ def test_failed_streaming_put_changes_nothing(store):
         assert not store.ops.client.list_multipart_uploads(Bucket=bucket, Prefix=prefix).get("Uploads")
 
 
+_CHILD = """
+import sys
+from tb_footprint_plugin.storage.store import open_store
+store = open_store(sys.argv[1])
+store.stat(sys.argv[2])  # clients made before the upload starts
+print("ready", flush=True)
+store.put_file(sys.argv[2], sys.stdin.buffer)
+print("done", flush=True)
+"""
+
+
+def test_writer_killed_mid_put_leaves_the_key_as_it_was(store):
+    """SIGKILL while a put streams (more than a part sent): the key keeps its old bytes, and
+    nothing half-written is listed."""
+    import signal
+    import subprocess
+    import sys
+
+    store.put("run/events.bin", b"original")
+    v = store.stat("run/events.bin").version
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, store.location, "run/events.bin"], cwd=repo,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"ready\n"
+        child.stdin.write(b"n" * (7 << 20))  # returns once the child has read all but a pipe's worth
+        child.stdin.flush()
+        time.sleep(0.3)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    assert store.read_all("run/events.bin") == b"original" and store.stat("run/events.bin").version == v
+    assert keys_of(store) == ["run/events.bin"]
+
+
 # --- containment ---------------------------------------------------------------------------------------
 def test_unsafe_keys_are_refused_with_a_code(store, tmp_path):
     before = sorted(os.listdir(tmp_path))
