@@ -33,6 +33,7 @@ _API = {
     "retire_plan": "tb_footprint_plugin.api",
     "retire_rule": "tb_footprint_plugin.api",
     "retired": "tb_footprint_plugin.api",
+    "Interrupted": "tb_footprint_plugin.api",  # a reduce stopped by Ctrl-C, after it rolled back
 }
 
 __all__ = ["__version__", *_API]

@@ -142,15 +142,15 @@ def test_ctrl_c_mid_reduce_rolls_the_run_back_exits_130_and_says_what_next(tmp_p
 
 PAUSED_API = """
 import sys, time
-from tb_footprint_plugin import api
+import tb_footprint_plugin as fp
 from tb_footprint_plugin.engine import faults
 def pause():
     open(sys.argv[1], "w").close()
     time.sleep(300)
 faults.arm("after_stage", pause)
 try:
-    api.reduce_logdir(sys.argv[2], policy="lossless", dry_run=False, verify_backends=("python",))
-except api.Interrupted as e:
+    fp.reduce_logdir(sys.argv[2], policy="lossless", dry_run=False, verify_backends=("python",))
+except fp.Interrupted as e:
     print([(o["run"], str(o["action"]), o["untouched"]) for o in e.settled])
     sys.exit(3)
 """
