@@ -71,7 +71,7 @@ def append_history(state: str, entry: dict) -> None:
     path = history_path(state)
     line = json.dumps(dict(entry, time=time.time()), sort_keys=True) + "\n"
     try:
-        with undo_partial_append(path):  # a full disk's torn line never glues onto the next entry
+        with undo_partial_append(path, line):  # a full disk's torn line never glues onto the next entry
             append_line(path, line)
     except NotRegularFile:
         # a symlink, FIFO or device planted in its place: renamed aside (the link itself, never

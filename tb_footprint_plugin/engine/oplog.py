@@ -15,13 +15,14 @@ followed by one is not finished (its blobs are kept: the safe direction).
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.engine import trust
-from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.storage.files import append_line
 
 OPLOG = "oplog"
 
@@ -54,8 +55,11 @@ def log_path(vault_root: str, op_id: str) -> str:
 def append(vault_root: str, op_id: str, record: dict) -> None:
     """Append one fsynced record to an operation's log (made if the operation predates logs)."""
     os.makedirs(oplog_dir(vault_root), exist_ok=True)
-    with trust.undo_partial_append(log_path(vault_root, op_id)):
-        Journal(log_path(vault_root, op_id)).append(record)
+    path = log_path(vault_root, op_id)
+    line = json.dumps(dict(record, t=time.time()), sort_keys=True) + "\n"
+    # the line is known here, so a failed append's undo can tell its own bytes from another writer's
+    with trust.undo_partial_append(path, line):
+        append_line(path, line)
 
 
 def record_manifest(vault_root: str, manifest: dict) -> None:

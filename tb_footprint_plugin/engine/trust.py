@@ -23,6 +23,7 @@ caller reports it and skips the item, never acts on it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import time
 from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, safe_rel
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
@@ -147,22 +148,55 @@ def read_json_lines(path: str) -> JsonLines:
 
 
 @contextlib.contextmanager
-def undo_partial_append(path: str) -> Iterator[None]:
+def undo_partial_append(path: str, line: Optional[str] = None) -> Iterator[None]:
     """An append to the JSON-lines file ``path`` that fails (a full disk can take part of a
     line) is cut back to the size before it, so the next append starts a line of its own
-    instead of gluing a good record to a torn one."""
+    instead of gluing a good record to a torn one.
+
+    Several writers append to one file (``--jobs`` threads and other processes share
+    ``history.jsonl``), so a cut could take another writer's completed entry with it. Every
+    appender of this tool holds an exclusive ``flock`` on the file across its append and its
+    undo (this context), and the cut is made only when what follows the old end can only be
+    this append's: the same file (dev, inode) still at ``path``, and the extra bytes a prefix of
+    ``line`` (the text being appended, when the caller knows it) or else at most one line.
+    Otherwise the torn bytes stay: readers skip a damaged line, a lost entry is never undone."""
     try:
-        size = os.lstat(path).st_size
-    except OSError:
-        size = None
+        fd = open_regular_fd(path, os.O_RDWR)
+    except OSError:  # missing (a first append), or not a regular file: nothing to cut back
+        fd = None
     try:
-        yield
-    except OSError:
-        if size is not None:
-            with contextlib.suppress(OSError):
-                if os.lstat(path).st_size > size:
-                    os.truncate(path, size)
-        raise
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            before = os.fstat(fd)
+        try:
+            yield
+        except OSError:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    _cut_back(fd, path, before, line)
+            raise
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+
+def _cut_back(fd: int, path: str, before: os.stat_result, line: Optional[str]) -> None:
+    """Truncate ``fd`` to ``before``'s size when the bytes past it can only be this append's."""
+    now, named = os.fstat(fd), os.lstat(path)
+    if (named.st_dev, named.st_ino) != (now.st_dev, now.st_ino) or (now.st_dev, now.st_ino) != (
+            before.st_dev, before.st_ino):
+        return  # set aside or replaced meanwhile: not the file this append wrote to
+    extra = now.st_size - before.st_size
+    if extra <= 0:
+        return
+    tail = os.pread(fd, extra + 1, before.st_size)
+    if len(tail) != extra:
+        return  # grew while being read: another writer is at it
+    mine = (line.encode("utf-8").startswith(tail) if line is not None
+            else b"\n" not in tail[:-1])
+    if mine:
+        os.ftruncate(fd, before.st_size)
+        os.fsync(fd)
 
 
 def read_json_file(path: str, code: str = DAMAGED_FILE, what: str = "state file"):
