@@ -31,7 +31,7 @@ from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import UnsafePath, contained
 from tb_footprint_plugin.storage.regular import kind_of, open_regular
 from tb_footprint_plugin.storage.remote import RequestStats
-from tb_footprint_plugin.storage.store import (TMP_PREFIX, Capabilities, DeleteResult, Entry, RangeReader,
+from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, TMP_PREFIX, Capabilities, DeleteResult, Entry, RangeReader,
                                                ReplaceResult, Source, Store, StoreFailure, check_key)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -240,6 +240,20 @@ class PosixStore(Store):
             return self._pread(fd, start, end)
         finally:
             os.close(fd)
+
+    def read_all(self, key: str, limit: int = READ_ALL_LIMIT) -> bytes:
+        with self._at(key) as (dfd, name):
+            fd = self._open_file(dfd, name, key)
+        try:
+            size = os.fstat(fd).st_size
+            if size > limit:  # refused before a byte is read
+                raise StoreFailure(StoreError.TOO_LARGE, key, f"{size} bytes, larger than {limit}; not read whole")
+            data = self._pread(fd, 0, limit + 1)
+        finally:
+            os.close(fd)
+        if len(data) > limit:  # grew since the fstat
+            raise StoreFailure(StoreError.TOO_LARGE, key, f"larger than {limit} bytes; not read whole")
+        return data
 
     def open_read(self, key: str, size: Optional[int] = None) -> RangeReader:
         with self._at(key) as (dfd, name):

@@ -151,6 +151,10 @@ def test_read_all_refuses_what_is_too_large(store):
     store.put("state.json", b"x" * 5000)
     assert store.read_all("state.json", limit=5000) == b"x" * 5000
     fails(StoreError.TOO_LARGE, store.read_all, "state.json", limit=4999)
+    store.put("planted.json", b"x" * 50_000)
+    before = store.stats.bytes_down
+    fails(StoreError.TOO_LARGE, store.read_all, "planted.json", limit=1000)
+    assert store.stats.bytes_down - before <= 1001  # never more than the limit is read
 
 
 # --- conditional writes ----------------------------------------------------------------------------
