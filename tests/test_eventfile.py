@@ -417,12 +417,20 @@ def test_zero_length_file(tmp_path):
 
 
 def test_unreadable_file(tmp_path):
-    path, data = scalar_file(tmp_path)
+    import os
+    import tempfile
+
+    from test_scan import as_unprivileged  # as root (CI): in a child that dropped to nobody
+
+    root = Path(tempfile.mkdtemp(prefix="tbfp-unreadable-", dir="/tmp"))
+    os.chmod(root, 0o755)  # pytest's own tmp root is root's, 0700: the child could not walk it
+    path, data = scalar_file(root)
     path.chmod(0)
-    try:
+
+    def check():
         try:
             open(path, "rb").close()
-            pytest.skip("running with privileges that can read a chmod-000 file")
+            raise AssertionError("a chmod-000 file was readable: the test would prove nothing")
         except PermissionError:
             pass
         stats = event_file_stats(str(path), display_name="shown")
@@ -430,8 +438,12 @@ def test_unreadable_file(tmp_path):
         assert stats.fixed == {} and stats.tags == {}
         assert stats.warning.startswith("shown: unreadable")
         assert stats.category_bytes() == {C.OTHER: len(data)}
+
+    try:
+        as_unprivileged(check)
     finally:
         path.chmod(0o644)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_unreadable_simulated(tmp_path, monkeypatch):

@@ -129,23 +129,66 @@ def test_bad_inputs_are_warnings_and_scan_goes_on(tmp_path):
     assert fp.run("good").categories["scalars"].records == 5
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def as_unprivileged(fn):
+    """``fn()`` in a child that can be refused a read: as root (CI), a forked child that drops
+    to ``nobody`` first (root reads files whatever their mode); ``fn`` raises to fail."""
+    if os.geteuid() != 0:
+        return fn()
+    import pickle
+    import traceback
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            fn()
+            out = b"ok"
+        except BaseException:  # noqa: BLE001 - handed to the parent as text
+            out = traceback.format_exc().encode()
+        os.write(w, pickle.dumps(out))
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        got = pickle.loads(f.read())
+    os.waitpid(pid, 0)
+    assert got == b"ok", got.decode()
+
+
 def test_unreadable_file_and_directory(tmp_path):
-    logdir = tmp_path / "logdir"
+    import tempfile
+
+    # a folder the unprivileged child can walk to (pytest's own tmp root is root's, 0700)
+    root = Path(tempfile.mkdtemp(prefix="tbfp-unreadable-", dir="/tmp"))
+    os.chmod(root, 0o755)
+    logdir = root / "logdir"
     (logdir / "a").mkdir(parents=True)
     (logdir / "b" / "sub").mkdir(parents=True)
     _write_events(logdir / "a" / "events.out.tfevents.1.h")
     os.chmod(logdir / "a" / "events.out.tfevents.1.h", 0)
     os.chmod(logdir / "b" / "sub", 0)
-    try:
+
+    def check():
+        os.environ["XDG_CACHE_HOME"] = str(root / "cache")  # a cache folder of the child's own
         fp = scan(str(logdir))
         warnings = "\n".join(fp.warnings + [w for r in fp.runs for w in r.warnings])
         assert "events.out.tfevents.1.h" in warnings
         assert "b/sub: unreadable directory" in warnings
         assert_exact(fp)
+
+    try:
+        if os.geteuid() == 0:
+            os.chmod(root, 0o777)  # the child writes its scan cache there
+        as_unprivileged(check)
     finally:
         os.chmod(logdir / "a" / "events.out.tfevents.1.h", 0o644)
         os.chmod(logdir / "b" / "sub", 0o755)
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_unattributed_and_vault_excluded(tmp_path):
