@@ -14,10 +14,12 @@ from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, history_path
-from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.storage import lock
+from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
 from tb_footprint_plugin.version import __version__
 
@@ -32,23 +34,110 @@ def known_vaults(ctx: Context) -> List[str]:
 
 def remember_vault(ctx: Context) -> None:
     """Record a vault outside the state directory so restore, purge and status find it later.
-    A vaults.json that does not parse is set aside (``vaults.json.damaged-<time>``), never
-    overwritten: the vaults it listed may be known nowhere else."""
+
+    The index is merged, never replaced: every string it lists stays, even one not used now (an
+    unmounted vault, a folder an older version reached through a symlink: whether a vault is
+    used is decided where it is read, ``paths.recorded_vaults``, not by forgetting it). A
+    vaults.json that does not parse is set aside (``vaults.json.damaged-<time>``), never
+    overwritten, and the vault paths still readable in its bytes (and in any file set aside
+    before) are carried into the new one: the vaults it listed may be known nowhere else."""
     if ctx.vault.root == ctx.state:
         return
-    roots = [r for r in known_vaults(ctx) if r != ctx.state]
     path = os.path.join(ctx.state, VAULTS_NAME)
+    # two reduces of one logdir (processes, or a batch's workers) must not each drop the other's vault
+    with lock.exclusive(os.path.join(ensure_state_subdir(ctx.lock_dir), "vaults.lock")):
+        listed, damaged = vault_index_entries(path)
+        roots = list(listed)
+        for aside in damaged_vault_indexes(ctx.state):
+            roots += salvage_vault_paths(aside)
+        if damaged:
+            roots += salvage_vault_paths(path)
+        roots.append(ctx.vault.root)
+        merged = []
+        for r in roots:
+            if r not in merged and r != ctx.state:
+                merged.append(r)
+        if merged == listed and not damaged:
+            return  # nothing new: the file is left as it is
+        if damaged:
+            _set_aside(path)
+        with writing(path, len(json.dumps(merged)) + 64):
+            atomic_write_json(path, merged)
+
+
+#: a vault index a reduce found damaged is renamed ``vaults.json.damaged-<time>`` (kept, reported)
+DAMAGED_SUFFIX = ".damaged-"
+#: no vault path is longer (PATH_MAX); a longer "path" in a damaged file is not one
+_MAX_PATH = 4096
+_JSON_STRING = re.compile(rb'"((?:[^"\\\x00-\x1f]|\\.){1,%d})"' % _MAX_PATH)
+
+
+def _set_aside(path: str) -> str:
+    """Keep a damaged vault index as ``<path>.damaged-<time>`` (never over an earlier one: a
+    link fails when the name exists) before a merged one takes its place."""
+    t = int(time.time())
+    for n in range(1000):
+        aside = f"{path}{DAMAGED_SUFFIX}{t + n}"
+        try:
+            os.link(path, aside, follow_symlinks=False)  # a planted symlink is kept as the link itself
+            return aside
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: too many damaged copies set aside beside it; remove the old ones")
+
+
+def vault_index_entries(path: str):
+    """``(entries, damaged)`` of the vault index at ``path``: every string it lists (in order,
+    none dropped for being unused now), and whether it is damaged (not UTF-8 JSON, not a list,
+    unreadable). A missing file is ``([], False)``."""
     try:
         listed = trust.read_json_file(path, what="vault index")
-        damaged = not isinstance(listed, list)
     except FileNotFoundError:
-        damaged = False
+        return [], False
     except trust.Untrusted:
-        damaged = True
-    if damaged:
-        os.replace(path, f"{path}.damaged-{int(time.time())}")
-    with writing(path, len(json.dumps(roots)) + 64):
-        atomic_write_json(path, roots)
+        return [], True
+    if not isinstance(listed, list):
+        return [], True
+    return [r for r in listed if isinstance(r, str)], False
+
+
+def salvage_vault_paths(path: str) -> List[str]:
+    """The absolute paths spelled out as JSON strings in the bytes of a damaged vault index
+    (what a torn, truncated or partly overwritten file still says), in order; [] when it cannot
+    be read. Only remembered: whether one is used is decided when the index is read back."""
+    try:
+        with open_regular(path) as f:
+            raw = f.read(trust.MAX_STATE_BYTES)
+    except OSError:
+        return []
+    out: List[str] = []
+    for m in _JSON_STRING.finditer(raw):
+        try:
+            s = json.loads(b'"' + m.group(1) + b'"')
+        except ValueError:  # not UTF-8, or a bad escape: not a path this tool wrote
+            continue
+        if isinstance(s, str) and os.path.isabs(s) and "\x00" not in s and s not in out:
+            out.append(s)
+    return out
+
+
+def damaged_vault_indexes(state: str) -> List[str]:
+    """Every vault index a reduce set aside as damaged (``vaults.json.damaged-<time>``), oldest first."""
+    prefix = VAULTS_NAME + DAMAGED_SUFFIX
+    try:
+        names = os.listdir(state)
+    except OSError:
+        return []
+    return [os.path.join(state, n) for n in sorted(names) if n.startswith(prefix) and n[len(prefix):].isdigit()]
+
+
+def damaged_index_advice(aside: str, state: str) -> str:
+    """What to do about a set-aside damaged vault index (status and restore say it)."""
+    found = salvage_vault_paths(aside)
+    merged = (f"the vault paths still readable in it ({', '.join(found)}) were merged into "
+              f"{os.path.join(state, VAULTS_NAME)}" if found else "no vault path could be read from it")
+    return (f"damaged vault index set aside by a reduce; {merged}. If a backup folder you used with "
+            f"--backup-dir is missing from `tb-footprint status`, give it as --backup-dir; then delete this file")
 
 
 def own_manifests(ctx: Context) -> List[dict]:
@@ -187,6 +276,8 @@ def hiding_damage(ctx: Context) -> List[str]:
         pass
     except trust.Untrusted as e:
         out.append(f"{e}; backups in the vaults it listed are not found (give their folder as --backup-dir)")
+    # named until the user removes it: the merge kept what its bytes still said, perhaps not all
+    out += [f"{aside}: {damaged_index_advice(aside, ctx.state)}" for aside in damaged_vault_indexes(ctx.state)]
     return out
 
 

@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import oplog, trust
+from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import Vault
@@ -141,8 +142,11 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     except trust.Untrusted as e:
         out.append(_f(Finding.DAMAGED_FILE, None, None,
                       f"{e.detail}: backups in the vaults it listed are not found (give their folder as "
-                      "--backup-dir); the next reduce into such a vault sets it aside and writes it afresh",
-                      file=vaults))
+                      "--backup-dir); the next reduce with --backup-dir sets it aside and carries the vault paths "
+                      "still readable in it into a new one", file=vaults))
+    # a damaged index set aside stays named until the user removes it: its vaults may be unknown
+    for aside in damaged_vault_indexes(state):
+        out.append(_f(Finding.DAMAGED_FILE, None, None, damaged_index_advice(aside, state), file=aside))
     for j in pending_journals(journal_dir):
         try:
             log = trust.read_json_lines(j.path)
