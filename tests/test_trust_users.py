@@ -482,22 +482,36 @@ def test_a_symlinked_state_folder_in_a_private_logdir_is_never_written_through(t
     assert [r.name for r in api.scan(str(logs)).runs] == ["run"]
 
 
-def test_a_hard_link_planted_as_a_state_file_is_set_aside_never_appended_to(reduced_once):
-    """``history.jsonl`` replaced by a hard link of a file elsewhere (same filesystem): appending
-    would write into that file; it is set aside instead."""
+def test_a_hard_linked_state_file_of_ours_is_appended_to_in_place(reduced_once):
+    """``history.jsonl`` with a second hard link (a user's ``cp -al`` / rsnapshot run over the
+    logdir): the state folder is ours and closed to others, so nobody else can have made that
+    entry; the file is used as it is, never set aside (which split live journals in two)."""
     from tb_footprint_plugin import api
 
     logs, outside = reduced_once
     hist = logs / ".tb-footprint" / "history.jsonl"
-    hist.unlink()
-    os.link(outside / "victim.txt", hist)
+    snap = outside / "history-snapshot.jsonl"
+    os.link(hist, snap)
     rep = api.reduce_logdir(str(logs), None, policy="archive", dry_run=False, runs=["second"], quiet_period=0,
                             verify_backends=("python",))
     assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
-    assert (outside / "victim.txt").read_text() == "must survive"
-    (aside,) = [p for p in hist.parent.iterdir() if p.name.startswith("history.jsonl.refused-")]
-    assert os.path.samefile(aside, outside / "victim.txt")
-    assert os.lstat(hist).st_nlink == 1 and [e["run"] for e in api.history(str(logs))] == ["second"]
+    assert not [p for p in hist.parent.iterdir() if ".refused-" in p.name]
+    assert os.path.samefile(hist, snap) and [e["run"] for e in api.history(str(logs))] == ["first", "second"]
+
+
+def test_a_hard_link_in_a_folder_others_may_write_is_set_aside(tmp_path):
+    """Where the folder is not checked to be ours (``parent=False``), a file with a second link
+    may be a stranger's entry for a file elsewhere: set aside, never written."""
+    from tb_footprint_plugin.storage.private import open_private
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("must survive")
+    os.link(victim, tmp_path / "state.jsonl")
+    fd = open_private(str(tmp_path / "state.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, parent=False)
+    os.write(fd, b"x")
+    os.close(fd)
+    assert victim.read_text() == "must survive"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("state.jsonl.refused-")]
 
 
 def test_an_existing_state_folder_of_ours_made_group_writable_keeps_working(reduced_once):

@@ -19,7 +19,7 @@ import json
 import os
 import stat
 import time
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.engine import lease as leases
 from tb_footprint_plugin.storage.files import append_line, fsync_dir
@@ -37,26 +37,51 @@ def ensure_state_subdir(path: str) -> str:
 
 
 class Journal:
-    """An operation's journal file."""
+    """An operation's journal file.
 
-    def __init__(self, path: str):
+    One file from its first record to its last: once this object made or wrote it, its
+    ``(st_dev, st_ino)`` is kept and every later append goes to that file only — a journal
+    gone or replaced meanwhile is never started again (``private.NotPrivate`` or
+    ``FileNotFoundError``: the operation stops and rolls back). ``may_create=False`` (a
+    journal read back by recovery): appends never create it."""
+
+    def __init__(self, path: str, *, may_create: bool = True):
         self.path = path
         self.op_id = os.path.basename(path)[: -len(".jsonl")]
+        self.may_create = may_create
+        self.identity: Optional[Tuple[int, int]] = None
 
     @classmethod
     def create(cls, journal_dir: str, op_id: str, first: dict) -> "Journal":
+        """The journal of a new operation, holding ``first`` (its begin record) from the moment
+        it exists: written whole to a temp file, fsynced, then linked into place (fails if the
+        name exists). A journal without its begin record is never seen, so recovery never has
+        to guess whether one without it is an operation that did nothing."""
         ensure_state_subdir(journal_dir)
         j = cls(os.path.join(journal_dir, f"{op_id}.jsonl"))
-        fd = open_private(j.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        os.close(fd)
+        line = json.dumps(dict(first, t=time.time()), sort_keys=True) + "\n"
+        tmp = os.path.join(journal_dir, f".{op_id}.jsonl.new-{os.getpid()}")
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            try:
+                os.write(fd, line.encode("utf-8"))  # one record: far below any short-write size
+                os.fsync(fd)
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            os.link(tmp, j.path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
         fsync_dir(journal_dir)
-        j.append(first)
+        j.identity = (st.st_dev, st.st_ino)
         return j
 
     def append(self, record: dict) -> None:
-        """Append one record and fsync it before returning."""
+        """Append one record and fsync it before returning (to this journal's own file only)."""
         record = dict(record, t=time.time())
-        append_line(self.path, json.dumps(record, sort_keys=True) + "\n")
+        self.identity = append_line(self.path, json.dumps(record, sort_keys=True) + "\n",
+                                    create=self.may_create and self.identity is None, expect=self.identity)
 
     def records(self) -> List[dict]:
         """Every complete record; a torn last line (crash mid-write) is ignored."""
@@ -96,7 +121,7 @@ def pending_journals(journal_dir: str) -> Iterator[Journal]:
         return
     for name in sorted(os.listdir(journal_dir)):
         if name.endswith(".jsonl") and not name.startswith("."):
-            yield Journal(os.path.join(journal_dir, name))
+            yield Journal(os.path.join(journal_dir, name), may_create=False)
 
 
 class RunLocked(RuntimeError):

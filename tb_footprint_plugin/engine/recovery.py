@@ -7,6 +7,7 @@ process is left for that process.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -65,9 +66,19 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                                             Finding.DAMAGED_FILE))
             continue
         records = log.records
-        if not records or records[0].get("type") != "begin":
-            # created but crashed before its first record was durable: nothing happened
+        if not records:
+            # an older version's journal, created but crashed before its first record was durable:
+            # nothing happened. (Journals are now created holding their begin record, so a live
+            # operation's journal is never empty and this cannot race one.)
             j.close()
+            continue
+        if records[0].get("type") != "begin":
+            # records without their begin (an older version split a hard-linked journal in two):
+            # something happened and nothing says which run; never deleted, never replayed
+            outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED,
+                                            f"{j.path}: has no begin record (its first records may be in a "
+                                            f"'{os.path.basename(j.path)}.refused-…' file beside it); not replayed: "
+                                            "its run and backups are left exactly as they are", Finding.DAMAGED_FILE))
             continue
         try:
             trust.check_journal(j.path, j.op_id, records, logdir=ctx.logdir, vaults=vaults, identity=identity)

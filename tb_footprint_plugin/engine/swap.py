@@ -282,6 +282,6 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
     rp = RunPlan(run=plan["run"], bytes_before=plan["bytes_before"],
                  expected_after_bytes=plan["expected_after_bytes"],
                  actions=[Action(**{k: v for k, v in a.items()}) for a in plan["actions"]])
-    j = Journal(os.path.join(ctx.journal_dir, f"{records[0]['op_id']}.jsonl"))
+    j = Journal(os.path.join(ctx.journal_dir, f"{records[0]['op_id']}.jsonl"), may_create=False)
     apply_swap(ctx, rp, j, staged, backups)
     return True

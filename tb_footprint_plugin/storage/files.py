@@ -13,10 +13,11 @@ import os
 import shutil
 import stat
 import tempfile
+from typing import Optional, Tuple
 
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.private import (check_private_dir, ensure_private_dir, open_private, set_aside_stranger,
-                                                 tool_named)
+from tb_footprint_plugin.storage.private import (NotPrivate, check_private_dir, ensure_private_dir, open_private,
+                                                 set_aside_stranger, tool_named)
 from tb_footprint_plugin.storage.regular import open_regular
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
@@ -272,16 +273,34 @@ def create_json(path: str, obj) -> bool:
             os.unlink(tmp)
 
 
-def append_line(path: str, line: str) -> None:
-    """Append one text line (ending in a newline) and fsync it before returning. Only to a regular
-    file of ours in a folder of ours (``private.open_private``): a symlink, FIFO, device or
-    another user's file planted in its place is set aside, never followed or written, and a
-    fresh file started; a folder that is not ours raises ``private.NotPrivate``."""
+def append_line(path: str, line: str, *, create: bool = True,
+                expect: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
+    """Append one text line (ending in a newline) and fsync it before returning; returns the
+    file's ``(st_dev, st_ino)``. Only to a regular file of ours in a folder of ours
+    (``private.open_private``): a symlink, FIFO, device or another user's file planted in its
+    place is set aside, never followed or written, and a fresh file started; a folder that is
+    not ours raises ``private.NotPrivate``.
+
+    ``create=False``: the file must exist (``FileNotFoundError`` otherwise), never made anew.
+    ``expect``: the ``(st_dev, st_ino)`` the file had when it was made; a file of another
+    identity at ``path`` is not written (``private.NotPrivate``): a journal is one file from
+    its first record to its last, never started again half way."""
     fsops.op()  # the open
-    fd = open_private(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    if expect is not None:
+        create = False
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0))
+    try:
+        st = os.fstat(fd)
+        if expect is not None and (st.st_dev, st.st_ino) != tuple(expect):
+            raise NotPrivate(path, "is not the file this operation created (replaced meanwhile)",
+                             "It was not written; the operation stops and is rolled back")
+    except BaseException:
+        os.close(fd)
+        raise
     with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(line)
         fsync_file(f)
+    return st.st_dev, st.st_ino
 
 
 def copy_file(src: str, dst: str) -> None:

@@ -7,8 +7,8 @@ to is a backup they can unlink; a lock file created through their symlink is a f
 wherever they point. So every folder the tool writes state into (the state folder, the vault,
 their subfolders, the scan cache's folder) is **ours**: a real directory (never a symlink),
 owned by the effective user, not writable by group or others — and every state file is opened
-with ``O_NOFOLLOW`` and checked with ``fstat`` (a regular file of ours, one link) before a byte
-is written to it.
+with ``O_NOFOLLOW`` relative to an fd of such a folder and checked with ``fstat`` (a regular file
+of ours) before a byte is written to it.
 
 Inside a folder of ours, a stray entry where a state file or subfolder belongs (a symlink, a
 FIFO, another user's file or folder) is *set aside*: renamed to ``<name>.refused-<time>-<n>``
@@ -264,24 +264,54 @@ def check_parent(path: str) -> None:
         ensure_private_dir(d, up)
 
 
+def _open_dir_of(path: str) -> int:
+    """An fd of the folder holding ``path``, checked with ``fstat`` to be a folder of ours (no
+    symlink, ours, not writable by group or others): the file is then opened relative to this
+    fd, so the folder cannot be swapped for a stranger's between the check and the open."""
+    d = os.path.dirname(os.path.abspath(path))
+    dfd = os.open(d, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    try:
+        why = why_not_ours(os.fstat(dfd))
+    except BaseException:
+        os.close(dfd)
+        raise
+    if why:
+        os.close(dfd)
+        raise NotPrivate(d, why)
+    return dfd
+
+
 def open_private(path: str, flags: int, mode: int = 0o600, *, parent: bool = True) -> int:
     """An fd of the state file ``path``, opened ``O_NOFOLLOW | O_CLOEXEC`` (``O_NONBLOCK`` while
-    opening: a FIFO never hangs it), and checked with ``fstat`` to be a regular file of ours with
-    one link. With ``parent`` its folder must be a folder of ours first (``NotPrivate``).
+    opening: a FIFO never hangs it), and checked with ``fstat`` to be a regular file of ours.
+    With ``parent`` its folder must be a folder of ours first (``NotPrivate``).
 
-    Anything else in its place — a symlink, FIFO, device, folder, another user's file, a hard
-    link of a file elsewhere — is set aside, never followed or written, and the open is tried
-    once more (with ``O_CREAT`` a fresh file is made)."""
+    Anything else in its place — a symlink, FIFO, device, folder, another user's file — is set
+    aside, never followed or written, and the open is tried once more (with ``O_CREAT`` a fresh
+    file is made). Hard links: with ``parent`` the file is opened through an fd of its folder,
+    checked to be ours and closed to strangers, so nobody else can have put an entry there, and
+    a file of ours with several links (a user's ``cp -al`` or rsnapshot backup of the logdir
+    linked it) is used as it is — moving it aside would split a live journal or lock in two.
+    Without ``parent`` a second link may be a stranger's entry for a file elsewhere: set aside."""
     if parent:
         check_parent(path)
     for attempt in (0, 1):
+        dfd = _open_dir_of(path) if parent else None
         try:
-            fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, mode)
-        except OSError as e:
-            if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR) or attempt:
-                raise
-            set_aside(path)  # a symlink, a FIFO nobody reads, a folder
-            continue
+            try:
+                if dfd is None:
+                    fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, mode)
+                else:
+                    fd = os.open(os.path.basename(path), flags | _NOFOLLOW | _CLOEXEC | os.O_NONBLOCK, mode,
+                                 dir_fd=dfd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR) or attempt:
+                    raise
+                set_aside(path)  # a symlink, a FIFO nobody reads, a folder
+                continue
+        finally:
+            if dfd is not None:
+                os.close(dfd)
         try:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() \
@@ -289,7 +319,7 @@ def open_private(path: str, flags: int, mode: int = 0o600, *, parent: bool = Tru
                 os.fchmod(fd, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))  # ours: fixed
                 st = os.fstat(fd)
             bad = why_not_ours(st, want_dir=False)
-            if bad is None and st.st_nlink > 1:
+            if bad is None and st.st_nlink > 1 and not parent:
                 bad = "has other hard links (a file elsewhere)"
             if bad is None:
                 fl = fcntl.fcntl(fd, fcntl.F_GETFL)

