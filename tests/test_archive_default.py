@@ -340,7 +340,7 @@ def test_tensorboardx_histogram_run_cut_at_least_85_percent(tmp_path):
     before, size0, prot0 = user_files(logdir), user_bytes(logdir), sp.protected_digests(str(logdir))
     rust0, py0 = views_of(logdir / "run", "rust"), views_of(logdir / "run", "python", store_all=True)
     rp = api.plan(str(logdir), "archive").run("run")
-    text = "\n".join(rp.fidelity)
+    text = "\n".join(rp.fidelity + [d for d in rp.fidelity_details if d])  # names past the short line
     # the plan says, per tag, what --load_fast=false users will see
     for t in range(3):
         assert f"layer{t}/weight" in text
