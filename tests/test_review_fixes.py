@@ -177,3 +177,177 @@ def test_state_files_of_ours_with_several_links_are_used_not_set_aside(tmp_path)
     assert not [p for p in state.rglob("*") if ".refused-" in p.name]
     hist = [json.loads(x) for x in (state / "history.jsonl").read_text().splitlines()]
     assert len(hist) >= 2
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. temp files inside run folders are never opened through a planted symlink
+# ---------------------------------------------------------------------------------------------
+_PATH_WRITER = r"""
+import sys, time
+from tensorboard.compat.proto import event_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
+path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with open(path, "ab") as f:
+    w = RecordWriter(f)
+    for step in range(first, first + n):
+        ev = event_pb2.Event(wall_time=time.time(), step=step)
+        ev.summary.value.add(tag="late", simple_value=float(step))
+        w.write(ev.SerializeToString())
+"""
+ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _image_run(run_dir: Path) -> Path:
+    import time
+
+    from tb_footprint_plugin.synth import EventWriter, make_png
+
+    with EventWriter(str(run_dir)) as w:
+        for s in range(30):
+            w.scalar("loss", s, 1.0 / (s + 1))
+            w.image("img", s, make_png(32, 32, seed=s), 32, 32)
+        path = Path(w.path)
+    old = time.time() - 7200
+    os.utime(path, (old, old))
+    return path
+
+
+def test_planted_symlinks_at_restore_temp_names_are_never_followed(tmp_path):
+    """A stranger who can write into the run folder plants symlinks at the (guessable) temp
+    names a restore uses — the late-records file and the restored copy — pointing at a file
+    outside the logdir. The restore completes, the link targets are untouched, the links are
+    set aside (kept, never followed)."""
+    import hashlib
+
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
+    path = _image_run(run)
+    original = path.read_bytes()
+    sha12 = hashlib.sha256(original).hexdigest()[:12]
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    subprocess.run([sys.executable, "-c", _PATH_WRITER, str(path), "1000", "3"], env=ENV, check=True, timeout=120)
+    victims = []
+    for name in (f".footprint-restore-late-{os.getpid()}-{sha12}", f".footprint-restore-{os.getpid()}-{sha12}"):
+        v = tmp_path / f"victim-{len(victims)}"
+        v.write_bytes(b"must survive")
+        os.symlink(v, run / name)
+        victims.append(v)
+    (o,) = api.restore(str(logdir))
+    assert o.status == "restored", o.to_dict()
+    assert path.read_bytes() == original
+    for v in victims:
+        assert v.read_bytes() == b"must survive"
+    assert (run / (path.name + ".salvaged-001")).is_file()
+    aside = [p for p in run.iterdir() if ".refused-" in p.name]
+    assert len(aside) == 2 and all(p.is_symlink() for p in aside)
+
+
+def test_create_new_sets_aside_a_planted_link_and_replaces_only_our_leftovers(tmp_path):
+    from tb_footprint_plugin.storage.files import copy_file
+
+    src = tmp_path / "src"
+    src.write_bytes(b"new bytes")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"must survive")
+    os.symlink(victim, tmp_path / "dst")
+    copy_file(str(src), str(tmp_path / "dst"))
+    assert victim.read_bytes() == b"must survive"
+    assert (tmp_path / "dst").read_bytes() == b"new bytes" and not (tmp_path / "dst").is_symlink()
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("dst.refused-")]
+    assert aside.is_symlink()
+    copy_file(str(victim), str(tmp_path / "dst"))  # a leftover regular file of ours: replaced
+    assert (tmp_path / "dst").read_bytes() == b"must survive"
+
+
+def test_a_planted_symlink_at_a_stage_name_is_never_written_through(tmp_path):
+    """The reduce's stage file (``.footprint-<op>-<n>.tmp``) made through a planted link would
+    write a compressed trace wherever it points: created exclusively, a planted link makes the
+    reduce roll back and its target stays as it was."""
+    from tb_footprint_plugin.transforms.gzip_trace import gzip_file
+
+    src = tmp_path / "t.pt.trace.json"
+    src.write_text('{"traceEvents": []}')
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"must survive")
+    os.symlink(victim, tmp_path / ".footprint-x-0.tmp")
+    with pytest.raises(FileExistsError):
+        gzip_file(str(src), str(tmp_path / ".footprint-x-0.tmp"))
+    assert victim.read_bytes() == b"must survive"
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. a rollback never deletes a blob it kept for displaced content
+# ---------------------------------------------------------------------------------------------
+def test_a_rollback_keeps_the_blob_of_displaced_content_equal_to_another_original(tmp_path):
+    """After the swap, a writer puts at one removed file's path the very bytes of another removed
+    original; the reduce then fails and rolls back. That content is displaced into the vault as a
+    blob with the other original's digest: the rollback's blob release must not delete it (nor may
+    a purge later), since the manifest names it as kept."""
+    from tb_footprint_plugin.engine.vault import Vault
+
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    written = []
+
+    def write_then_fail():
+        (j,) = _journals(logdir)
+        recs = [json.loads(x) for x in j.read_text().splitlines()]
+        finals = {r["final"] for r in recs if r["type"] == "staged"}
+        gone = [r for r in recs if r["type"] == "backup" and r["path"] not in finals
+                and not (logdir / r["path"]).exists() and (logdir / r["path"]).parent.is_dir()]
+        a, b = next((a, b) for a in gone for b in gone if a["sha256"] != b["sha256"])
+        begin = recs[0]
+        (logdir / a["path"]).write_bytes(Path(Vault(begin["vault"]).blob_path(b["sha256"])).read_bytes())
+        written.append((a, b))
+        raise RuntimeError("injected after the swap")
+
+    faults.arm("after_swap", write_then_fail)
+    rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+    (o,) = rep.outcomes
+    assert written, o.to_dict()
+    assert o.status == "rolled_back", o.to_dict()
+    a, b = written[0]
+    m = api.operation(str(logdir), o.op_id)
+    (d,) = [d for d in m["displaced"] if d["path"] == a["path"]]
+    assert d["sha256"] == b["sha256"]
+    vault = Vault(m["vault"])
+    assert vault.check_blob(b["sha256"]), "the kept blob of displaced content was deleted"
+    assert b["sha256"] in vault.referenced_blobs(exclude_ops=[o.op_id])
+    api.purge(str(logdir), yes=True)
+    assert vault.check_blob(b["sha256"])
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. a restore refuses a run a live process writes to
+# ---------------------------------------------------------------------------------------------
+_HOLDING_WRITER = r"""
+import sys, time
+f = open(sys.argv[1], "ab")
+print("open", flush=True)
+time.sleep(120)
+"""
+
+
+def test_restore_refuses_while_a_writer_holds_a_file_of_the_run(tmp_path):
+    """A resumed job holds the reduced event file open for append: the restore refuses with
+    ``open_for_writing`` naming the pid and changes nothing; once the writer is gone it restores."""
+    logdir = tmp_path / "logdir"
+    path = _image_run(logdir / "run")
+    original = path.read_bytes()
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    reduced = path.read_bytes()
+    w = subprocess.Popen([sys.executable, "-c", _HOLDING_WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert w.stdout.readline().strip() == "open"
+        (o,) = api.restore(str(logdir))
+        assert o.status == "failed" and o.code == "open_for_writing", o.to_dict()
+        assert f"pid {w.pid}" in o.reason and path.name in o.reason
+        assert path.read_bytes() == reduced
+        assert _journals(logdir) == []
+    finally:
+        w.kill()
+        w.wait()
+    (o,) = api.restore(str(logdir))
+    assert o.status == "restored", o.to_dict()
+    assert path.read_bytes() == original

@@ -32,6 +32,7 @@ from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import matches
+from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
 
@@ -72,6 +73,15 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
             out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
                           f"run `tb-footprint recover {ctx.logdir}`")
             out.code = Failure.UNSETTLED
+            return out
+        holders = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, vault.root])).holders
+        if holders:
+            # the restore puts originals over these paths: a live writer's next records would go
+            # into an inode that is then only the vault's copy (the reduce refuses the same way)
+            out.code = Skip.OPEN_FOR_WRITING  # status stays failed, as for a locked run: nothing restored
+            out.reason = (f"run {run!r} is being written: "
+                          + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
+                          + "; not restored (stop the writer, then restore)")
             return out
         try:  # every original is written as a full copy before anything is removed
             check_space(ctx.logdir, sum(f["size"] for f in manifest.get("files", [])))

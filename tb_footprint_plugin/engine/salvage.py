@@ -37,7 +37,7 @@ from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CHUNK, fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, matches, sha256_file
 from tb_footprint_plugin.version import __version__
 
 SALVAGE_SUFFIX = ".salvaged-"
@@ -132,7 +132,8 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     tmp = os.path.join(folder, os.path.basename(tmp_name))
     records = nbytes = 0
     h = hashlib.sha256()
-    with open_regular(source) as src, open(tmp, "wb") as dst:
+    # a planted symlink at this (guessable) name is set aside, never followed (``create_new``)
+    with open_regular(source) as src, os.fdopen(create_new(tmp), "wb") as dst:
         src.seek(start)
         reader = RecordReader(_Limited(src, size - start), raw=True, display_name=f"late records of {path}")
         for rec in reader:
@@ -223,7 +224,7 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
     upto = start
     salv = None
     if final:
-        with open_regular(blob) as src, open(tmp, "xb") as dst:
+        with open_regular(blob) as src, os.fdopen(create_new(tmp), "wb") as dst:
             src.seek(start)
             reader = RecordReader(_Limited(src, size - start), raw=True, display_name=f"backup of {f['path']}")
             for rec in reader:

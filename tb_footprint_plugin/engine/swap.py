@@ -12,6 +12,7 @@ import os
 import stat
 from typing import Callable, Dict, List, Optional
 
+from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
@@ -21,6 +22,7 @@ from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id
 
@@ -122,7 +124,10 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
     # Blobs only this operation needed are dropped: the originals are back in place. A blob
     # another operation needs stays, as a copy of its own (it may be a link of a live file).
-    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"])
+    # Blobs this rollback just kept for displaced content are needed too, even when their
+    # content equals another original of this operation (same digest, same blob).
+    keep = {d["sha256"] for d in displaced if d.get("sha256")}
+    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"]) | keep
     for r in backups:
         if r["sha256"] not in needed:
             vault.delete_blob(r["sha256"])
@@ -221,6 +226,11 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             # a writer appended to the original itself (its backup is a hard link of it):
             # the file in place holds every byte, the newest ones included; leave it
             return {"path": rec["path"], "kept_in_place": True, "size": os.lstat(p).st_size}
+        writers = find_writers([p]).holders
+        if writers:
+            # its next records would go into the inode the original is about to replace
+            raise TransactionError(describe_holders(writers, lambda x: rec["path"])
+                                   + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
         sha = sha256_file(p)
         blob = vault.store(p, sha)
         displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import getpass
+import hashlib
 import json
 import os
 import socket
@@ -26,7 +27,8 @@ from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog
-from tb_footprint_plugin.storage.files import atomic_write_json, copy_file, fsync_dir, is_regular, sha256_file
+from tb_footprint_plugin.storage.files import (CHUNK, atomic_write_json, copy_file, create_new, fsync_dir, is_regular,
+                                               sha256_file)
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
@@ -236,23 +238,40 @@ class Vault:
         d = os.path.dirname(dest)
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
-        with contextlib.suppress(FileNotFoundError):
-            fsops.unlink(tmp)
+        # a copy, so the blob stays valid whatever happens to dest later; made anew, never
+        # through a link planted at that guessable name (``files.create_new`` sets it aside),
+        # and hashed, chmod'ed and timed through its fd: a name swapped meanwhile is never followed
+        fd = create_new(tmp)
         try:
-            copy_file(blob, tmp)  # a copy, so the blob stays valid whatever happens to dest later
-            faults.hit("restore_copied")
-            if sha256_file(tmp) != sha:
-                raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
-            if mode is not None:
-                os.chmod(tmp, mode & 0o7777)
-            if mtime_ns is not None:
-                os.utime(tmp, ns=(mtime_ns, mtime_ns))
-            elif mtime is not None:
-                os.utime(tmp, (mtime, mtime))
+            with os.fdopen(fd, "wb") as fo, open_regular(blob) as fi:
+                h = hashlib.sha256()
+                while True:
+                    b = fi.read(CHUNK)
+                    if not b:
+                        break
+                    h.update(b)
+                    fo.write(b)
+                fo.flush()
+                faults.hit("restore_copied")
+                if h.hexdigest() != sha:
+                    raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
+                if mode is not None:
+                    os.fchmod(fo.fileno(), mode & 0o7777)
+                if mtime_ns is not None:
+                    os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
+                elif mtime is not None:
+                    os.utime(fo.fileno(), (mtime, mtime))
+                os.fsync(fo.fileno())
+                ident = os.fstat(fo.fileno())
+            st = os.lstat(tmp)
+            if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
+                raise VaultError(errno.EEXIST, f"{tmp}: replaced while {dest} was being restored; not used")
             fsops.replace(tmp, dest)
         except BaseException:
             with contextlib.suppress(OSError):
-                fsops.unlink(tmp)  # a full disk or a failed check leaves no temp file behind
+                st = os.lstat(tmp)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                    fsops.unlink(tmp)  # a full disk or a failed check leaves no temp file behind
             raise
         fsync_dir(d)
 
@@ -318,10 +337,18 @@ class Vault:
                 and not oplog.manifest_readable(os.path.join(self.ops, n), n[:-5])]
 
     def referenced_blobs(self, exclude_ops: Iterable[str] = ()) -> set:
-        """Blob hashes that some manifest still needs (not purged, not excluded)."""
+        """Blob hashes that some manifest still needs: the backups of operations not purged nor
+        excluded, and the blobs any manifest kept for content it displaced (``displaced``,
+        ``restore_displaced``: bytes a rollback or restore found in an original's place, which
+        exist nowhere else) — those of excluded and purged operations too: only their backups
+        are let go, never what they kept."""
         ex = set(exclude_ops)
         refs = set()
         for m in self.manifests():
+            for key in ("displaced", "restore_displaced"):
+                kept = m.get(key)
+                if isinstance(kept, list):
+                    refs.update(d["sha256"] for d in kept if isinstance(d, dict) and is_sha256(d.get("sha256")))
             if m["op_id"] in ex or m.get("backup_purged"):
                 continue
             refs.update(f["sha256"] for f in m.get("files", []) if f.get("sha256"))

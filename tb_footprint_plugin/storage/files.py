@@ -7,6 +7,7 @@ argument rests on a record or a backup being on disk before the next step runs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -17,10 +18,12 @@ from typing import Optional, Tuple
 
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import (NotPrivate, check_private_dir, ensure_private_dir, open_private,
-                                                 set_aside_stranger, tool_named)
+                                                 set_aside, set_aside_stranger, tool_named)
 from tb_footprint_plugin.storage.regular import open_regular
 
 CHUNK = 1 << 20  # one read size for every stream of the tool
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def stat_sig(path: str):
@@ -303,12 +306,46 @@ def append_line(path: str, line: str, *, create: bool = True,
     return st.st_dev, st.st_ino
 
 
+def create_new(path: str, mode: int = 0o600) -> int:
+    """A write fd of a file made anew at ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``): the tool's
+    temporary files inside run folders, whose names others may guess. Whatever stands there is
+    never followed or written: a leftover regular file of ours (a crashed attempt's) is removed
+    first, anything else (a planted symlink, a FIFO, another user's file) is set aside
+    (``private.set_aside``: renamed, kept, never deleted); ``FileExistsError`` if the name keeps
+    being taken."""
+    for attempt in (0, 1, 2):
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+        except FileExistsError:
+            if attempt == 2:
+                raise FileExistsError(errno.EEXIST, "something keeps appearing where a temporary file of this "
+                                      "tool belongs; not followed, not written", path) from None
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+            with contextlib.suppress(FileNotFoundError):
+                fsops.unlink(path)  # a leftover of ours; with other links, their bytes stay there
+        else:
+            set_aside(path)
+    raise FileExistsError(errno.EEXIST, "not created", path)  # pragma: no cover
+
+
 def copy_file(src: str, dst: str) -> None:
-    """Copy bytes with fsync (metadata is restored separately); ``src`` must be a regular file."""
-    with open_regular(src, follow_symlinks=True) as fi, open(dst, "wb") as fo:
-        shutil.copyfileobj(fi, fo, CHUNK)
-        fsync_file(fo)
+    """Copy bytes with fsync into a new file ``dst`` (``create_new``: never through a link planted
+    at that name); metadata is restored separately; ``src`` must be a regular file."""
+    with open_regular(src, follow_symlinks=True) as fi:
+        fo = os.fdopen(create_new(dst), "wb")
+        try:
+            with fo:
+                shutil.copyfileobj(fi, fo, CHUNK)
+                fsync_file(fo)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                fsops.unlink(dst)  # the file this call made (a full disk leaves no partial copy)
+            raise
 
 
 __all__ = ["CHUNK", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
-           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file"]
+           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new"]

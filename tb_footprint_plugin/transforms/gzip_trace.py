@@ -18,7 +18,7 @@ LEVEL = 6  # gzip's default: most of -9's ratio on kineto JSON at several times 
 def gzip_file(src: str, dst: str, level: int = LEVEL) -> str:
     """Write ``src`` gzip-compressed to ``dst`` (fsynced); return the sha256 of ``src``."""
     h = hashlib.sha256()
-    with open(src, "rb") as fi, open(dst, "wb") as raw:
+    with open(src, "rb") as fi, open(dst, "xb") as raw:  # "x": never through a link planted at dst
         # mtime=0 and no file name: the output depends on the content only
         with gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=raw, mtime=0) as fo:
             while True:
