@@ -184,8 +184,6 @@ CYCLE_ALLOWED: Dict[Tuple[str, str], str] = {
     ("verify.views", "transforms.graph_attrs"): "being untangled (#26 item 6)",
     ("engine.bucket", "engine.bucket_rewrite"): "being untangled (#26 item 6)",
     ("plugin.plugin", "loader"): "being untangled (#26 item 6)",
-    ("storage.store", "storage.store_posix"): "being untangled (#26 item 6)",
-    ("storage.store", "storage.store_object"): "being untangled (#26 item 6)",
 }
 
 

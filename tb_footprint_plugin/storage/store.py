@@ -18,7 +18,7 @@ batch deletes return one ``DeleteResult`` per key instead of raising. Callers br
 
 Implementations: ``store_posix.PosixStore`` and ``store_object.ObjectStore``; wrappers around
 any store: ``CountingStore`` (calls per verb, bytes up and down) and ``ThrottledStore`` (a token
-bucket on metadata operations). ``open_store(url_or_path)`` picks the implementation.
+bucket on metadata operations). ``storage.stores.open_store(url_or_path)`` picks the implementation.
 """
 from __future__ import annotations
 
@@ -481,30 +481,6 @@ class ThrottledStore(Wrapper):
                 self.bucket.take(n)
 
 
-def open_store(url_or_path: str) -> Store:
-    """The store of a logdir or vault: ``ObjectStore`` for ``s3://``, ``gs://``, ``az://`` (and
-    their aliases), ``PosixStore`` for a local path or ``file://`` URL. Other URLs:
-    ``StoreFailure(NOT_SUPPORTED)`` (those can be scanned through fsspec, not changed)."""
-    import os
-
-    from tb_footprint_plugin.storage import remote
-
-    target = os.fspath(url_or_path)
-    scheme, rest = remote.split_scheme(target)
-    if scheme is None or scheme == "file":
-        from tb_footprint_plugin.storage.store_posix import PosixStore
-
-        return PosixStore(rest if scheme == "file" else target)
-    if remote.is_bucket_url(target):
-        from tb_footprint_plugin.storage.store_object import ObjectStore
-
-        return ObjectStore(target)
-    if scheme in remote.SCHEMES:
-        raise StoreFailure(StoreError.UNSAFE_KEY, target, "name a bucket")
-    raise StoreFailure(StoreError.NOT_SUPPORTED, target,
-                       f"{scheme}:// has no Store (s3://, gs://, az:// and local paths have one)")
-
-
 __all__ = ["Capabilities", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
            "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper",
-           "check_key", "open_store"]
+           "check_key"]

@@ -19,10 +19,10 @@ import pytest
 from objstore_servers import Bucket
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.remote import RequestStats
-from tb_footprint_plugin.storage.store import (CountingStore, Store, StoreFailure, ThrottledStore, check_key,
-                                               open_store)
+from tb_footprint_plugin.storage.store import CountingStore, Store, StoreFailure, ThrottledStore, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
+from tb_footprint_plugin.storage.stores import open_store
 from tb_footprint_plugin.storage.throttle import TokenBucket
 
 KINDS = ("posix", "s3", "gs", "az")
@@ -341,7 +341,7 @@ def test_failed_streaming_put_changes_nothing(store):
 
 _CHILD = """
 import sys
-from tb_footprint_plugin.storage.store import open_store
+from tb_footprint_plugin.storage.stores import open_store
 store = open_store(sys.argv[1])
 store.stat(sys.argv[2])  # clients made before the upload starts
 print("ready", flush=True)
