@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
+from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.catalogue import (  # noqa: F401  (operation summaries: shown by both front ends)
     find_manifest,
     hiding_damage,
@@ -40,6 +41,7 @@ from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.engine.restore import kept_blobs, restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
+from tb_footprint_plugin.engine import usage
 from tb_footprint_plugin.engine.vault import Vault, refuse_unless_ours
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: for the front ends)
@@ -118,6 +120,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     rfs, vault = _bucket(logdir, backup_dir)
     recovered = bk.recover(rfs, vault)
     objects = rfs.list_tree()
+    in_use_before = _bucket_in_use(rfs, vault, objects)
     fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
     mine = None
     if shard is not None:
@@ -166,7 +169,30 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
             report.freed_on_disk_after_purge_bytes = bk.retention_report(rfs, vault, removed)["freed_after_purge"]
         except (OSError, ValueError):
             pass
+    try:
+        in_use_after = _bucket_in_use(rfs, vault)
+    except (OSError, ValueError):
+        in_use_after = None
+    if in_use_before is not None and in_use_after is not None:
+        report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = in_use_before, in_use_after
+        report.freed_now_bytes = in_use_before - in_use_after  # the backups are copies in the same store: ~0
     return report
+
+
+def _bucket_in_use(rfs, vault, objects=None) -> Optional[int]:
+    """What a bucket logdir and its vault hold, as stored (the listing's sizes; a vault in
+    another prefix listed too); None when a listing fails."""
+    try:
+        objects = rfs.list_tree() if objects is None else objects
+        total = usage.stored_bytes(o.size for o in objects.values())
+        if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
+            try:
+                total += usage.stored_bytes(o.size for o in rfs.list_under(vault.root, vault.root).values())
+            except FileNotFoundError:
+                pass  # no backup made yet
+        return total
+    except (OSError, ValueError):
+        return None
 
 
 def _mark_bucket_outcome(book, o: RunOutcome, report: "ReduceReport") -> None:
@@ -245,6 +271,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
         _bucket_notes(p, fp, backup_dir)
         return p
     logdir = os.path.abspath(logdir)
+    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [_vault_note(logdir, backup_dir, p.removable_bytes)]
     ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
     if ops:
         cmd = health.settle_command(logdir, backup_dir)
@@ -270,6 +297,32 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
                  if f.kind != "symlink"]
         apply_open_writers(p, find_writers(paths), logdir)
     return p
+
+
+def _freed_estimate(logdir: str, backup_dir: Optional[str], removable: int) -> Tuple[int, int, bool]:
+    """``(freed now, freed after purge, vault on the logdir's disk)`` of removing ``removable``
+    bytes with the chosen vault: on the logdir's disk the backups are hard links, so nothing is
+    freed until purge; on another disk they are copies there, so the logdir's disk gains it all
+    now and purge frees the copies on the vault's disk."""
+    vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
+    same = usage.device_of(vault) == usage.device_of(logdir)
+    return (0 if same else removable), removable, same
+
+
+def _vault_note(logdir: str, backup_dir: Optional[str], removable: int) -> str:
+    """What a plan says of its local vault: what is freed now and what only after purge."""
+    now, later, same = _freed_estimate(logdir, backup_dir, removable)
+    if same:
+        return (f"freed now: ~{human_bytes(now)} on disk (logdir + vault): the backups are hard links in the vault "
+                f"on the same disk; {human_bytes(later)} more after `tb-footprint purge` "
+                "(or put the vault on another disk with --backup-dir)")
+    return (f"freed now: {human_bytes(now)} on the logdir's disk: the backups are copies in the vault on another "
+            f"disk; {human_bytes(later)} more there after `tb-footprint purge`")
+
+
+def _disk_in_use(ctx: Context) -> "usage.DiskUsage":
+    """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
+    return usage.disk_usage(ctx.logdir, known_vaults(ctx))
 
 
 def _rewrite_of(logdir: str):
@@ -323,6 +376,14 @@ class ReduceReport(_RunOutcomes):
     shard_runs: Optional[List[str]] = None
     #: what ``purge`` of this batch's backups would free on disk (purge's own count)
     freed_on_disk_after_purge_bytes: int = 0
+    #: disk in use by the logdir and its vault(s) before and after the batch, as ``du`` counts it
+    #: (allocated blocks, hard links once; a bucket: the sizes as stored). A dry run: None
+    disk_in_use_before_bytes: Optional[int] = None
+    disk_in_use_after_bytes: Optional[int] = None
+    #: what the logdir's disk gained now: ~0 with the default vault (its backups are hard links
+    #: on that disk), the removed bytes with a vault on another disk. A dry run: the estimate
+    #: for the chosen vault (``engine.usage``)
+    freed_now_bytes: int = 0
     #: what the ledger had that was refused (untrusted input; ``engine.ledger.check_ledger``)
     ledger_problems: List[dict] = field(default_factory=list)
 
@@ -356,6 +417,9 @@ class ReduceReport(_RunOutcomes):
             "saved_bytes": self.saved_bytes,
             "removed_from_logdir_bytes": self.removed_from_logdir_bytes,
             "freed_on_disk_after_purge_bytes": self.freed_on_disk_after_purge_bytes,
+            "disk_in_use_before_bytes": self.disk_in_use_before_bytes,
+            "disk_in_use_after_bytes": self.disk_in_use_after_bytes,
+            "freed_now_bytes": self.freed_now_bytes,
             "removed_files": self.removed_files,
             "ok": self.ok,
             "logdir": self.plan.logdir,  # also in the plan: said first, for reports of several logdirs
@@ -716,8 +780,11 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                           reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                                           bytes_after=rp.expected_after_bytes) for rp in p.runs]
+            report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
+                _freed_estimate(ctx.logdir, backup_dir, p.removable_bytes)
             return report
         remember_vault(ctx)
+        before = _disk_in_use(ctx)
         book = _open_ledger(ctx, ledger, pol.name, shard)
         if book:
             report.ledger_path = book.path
@@ -730,6 +797,10 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
             report.outcomes += [batch.run(rp) for rp in todo]
         report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
                                                                           if o.status == Outcome.VERIFIED])
+        after = _disk_in_use(ctx)
+        report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = before.total_bytes, after.total_bytes
+        # what the logdir's disk gained: a vault on another disk grew by what it took in
+        report.freed_now_bytes = before.on_logdir_disk - after.on_logdir_disk
         return report
     finally:
         if token is not None:
@@ -1055,6 +1126,11 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
         for k in ("unfinished", "problems", "late_writes", "kept_blobs"):
             st.setdefault(k, [])
         st.setdefault("settle_command", health.settle_command(logdir, backup_dir) if st["unfinished_operations"] else None)
+        st["disk_in_use_bytes"] = _bucket_in_use(rfs, vault)
+        try:
+            st["freed_after_purge_bytes"] = bk.retention_report(rfs, vault, st["vault_bytes"])["freed_after_purge"]
+        except (OSError, ValueError):
+            st["freed_after_purge_bytes"] = st["vault_bytes"]
         return st
     ctx = _context(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
@@ -1077,8 +1153,15 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     except trust.Untrusted as e:
         if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
             problems.insert(0, e.to_dict())
+    kept_ops = [o["op_id"] for o in ops if o["kind"] == "reduce" and o["outcome"] == Outcome.VERIFIED
+                and not o["backup_purged"] and not o["restored_by"]]
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
-            "vault_bytes": vault_bytes, "unfinished_operations": pending, "operations": ops,
+            "vault_bytes": vault_bytes,
+            # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
+            # counts it) and what purging every kept backup would free (purge's own count)
+            "disk_in_use_bytes": _disk_in_use(ctx).total_bytes,
+            "freed_after_purge_bytes": _freed_after_purge(ctx, kept_ops),
+            "unfinished_operations": pending, "operations": ops,
             "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
             "unfinished": found["unfinished_operations"],
             "problems": problems + found["problems"],
@@ -1091,7 +1174,9 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
 def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """The change log, oldest first. Each reduce entry says where its backup is now
     (``backup``: ``kept``, ``purged`` or ``released`` — dropped by a verified restore — or ``none``)
-    and ``removed_from_logdir_bytes``; purge entries carry ``freed`` (bytes freed on disk); a restore
+    and ``removed_from_logdir_bytes``, and how much of that is freed on the logdir's disk now
+    (``freed_now_bytes``: ~0 while a hard-linked backup is kept) and after ``purge``
+    (``freed_after_purge_bytes``), as things stand when read; purge entries carry ``freed`` (bytes freed on disk); a restore
     (or rolled-back reduce) that kept bytes found in a file's place carries ``kept_blobs`` (as in
     ``status``)."""
     if is_remote(logdir):
@@ -1103,8 +1188,9 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
         ctx = _context(logdir, backup_dir)
         manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
         kept = kept_blobs(ctx, list(manifests.values()))
+        vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
     except (OSError, ValueError):
-        manifests, kept = {}, []
+        manifests, kept, vaults, device = {}, [], [], None
     for e in entries:
         if e.get("kind") in ("restore", "reduce"):  # blobs kept in a file's place, as they are now
             mine = [k for k in kept if k["op_id"] == e.get("op_id")]
@@ -1115,6 +1201,9 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
         m = manifests.get(e.get("op_id"))
         if e.get("outcome") == Outcome.VERIFIED:
             e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
+            if m is not None:  # as things stand now: a backup hard-linked on the logdir's disk frees nothing yet
+                e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.freed_by_op(
+                    m, vaults, device, e["removed_from_logdir_bytes"])
         if not e.get("backup_kept") or m is None:
             e["backup"] = "none" if not e.get("backup_kept") else "unknown"
         elif m.get("backup_released_by_restore"):

@@ -695,9 +695,17 @@ def _print_reduce(args, report) -> int:
         ledger_skips = sum(1 for o in report.outcomes if o.code == Skip.LEDGER_DONE)
         print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back"
               + (f", {ledger_skips} already done in the ledger" if ledger_skips else "")
-              + f"; removed {human_bytes(report.removed_from_logdir_bytes)} from the logdir, "
-              f"{human_bytes(report.freed_on_disk_after_purge_bytes)} freed on disk after `tb-footprint purge` "
+              + f"; removed {human_bytes(report.removed_from_logdir_bytes)} from the logdir; "
+              + (f"freed now {human_bytes(report.freed_now_bytes)} on disk (logdir + vault); "
+                 if report.freed_now_bytes > 0 else
+                 # hard-linked backups hold every byte; the vault's records even add a few blocks
+                 f"freed now nothing on disk (logdir + vault: {human_bytes(-report.freed_now_bytes)} more, the "
+                 "backups are hard links there); ")
+              + f"{human_bytes(report.freed_on_disk_after_purge_bytes)} more after `tb-footprint purge` "
               f"(backups stay in the vault until then). Ledger: {report.ledger_path}")
+        if report.disk_in_use_after_bytes is not None:
+            print(f"disk in use now (logdir + vault): {human_bytes(report.disk_in_use_after_bytes)} "
+                  f"(was {human_bytes(report.disk_in_use_before_bytes)})")
         if done:
             print("A TensorBoard that is already running keeps showing what it loaded before; "
                   "restart it to see the reduced runs.")
@@ -864,6 +872,9 @@ def cmd_status(args) -> int:
         _dump(st)
         return EXIT_OK
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
+    if st.get("disk_in_use_bytes") is not None:
+        print(f"  disk in use now (logdir + vault): {human_bytes(st['disk_in_use_bytes'])}; "
+              f"{human_bytes(st.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`")
     print(f"  unfinished operations: {len(st['unfinished_operations'])}")
     for line in _unfinished_lines(api, args.logdir, args.backup_dir, st["unfinished"]):
         print(f"    {line}")

@@ -1,0 +1,188 @@
+"""Disk in use by a logdir and its vault(s): the one number every front end shows.
+
+Counted as ``du`` counts (allocated blocks, ``st_blocks * 512``; each inode once across every
+path walked), because that is what a full disk is made of: a backup hard-linked into the vault
+costs nothing until its original leaves both places, a copy on another filesystem costs its
+blocks there. Nothing is followed (symlinks count as themselves), nothing is written, and the
+state folders of other users at the top of the logdir (``.tb-footprint`` when it is not ours,
+``.tb-footprint-u<uid>`` of another uid) are skipped: their bytes are theirs to account for.
+
+Memory stays bounded on logdirs of millions of files: only inodes with several links (the
+vault's hard links, mostly) are remembered, as ``(st_dev, st_ino)`` pairs.
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from tb_footprint_plugin.storage.paths import is_sha256, is_state_name, is_within
+
+BLOCK = 512  # st_blocks is counted in 512-byte units on every Unix, whatever the filesystem's block
+
+
+@dataclass
+class DiskUsage:
+    """Bytes allocated on disk by a logdir and its vault(s), each inode counted once.
+
+    ``by_device`` splits the total per filesystem (``st_dev``); ``logdir_device`` is the
+    logdir's own, so ``on_logdir_disk`` is what the full disk the user cares about holds.
+    ``skipped`` lists what was not counted and why (another user's state folder, a vault
+    that is not ours, an unreadable folder)."""
+
+    total_bytes: int = 0
+    by_device: Dict[int, int] = field(default_factory=dict)
+    logdir_device: Optional[int] = None
+    roots: List[str] = field(default_factory=list)
+    skipped: List[Dict[str, str]] = field(default_factory=list)
+
+    @property
+    def on_logdir_disk(self) -> int:
+        """Bytes on the logdir's filesystem (logdir, plus any vault that shares its disk)."""
+        return self.by_device.get(self.logdir_device, 0) if self.logdir_device is not None else self.total_bytes
+
+    @property
+    def elsewhere_bytes(self) -> int:
+        """Bytes on other filesystems (a ``--backup-dir`` vault on another disk, a mount inside)."""
+        return self.total_bytes - self.on_logdir_disk
+
+    def to_dict(self) -> dict:
+        return {"disk_in_use_bytes": self.total_bytes, "on_logdir_disk_bytes": self.on_logdir_disk,
+                "elsewhere_bytes": self.elsewhere_bytes, "roots": list(self.roots), "skipped": list(self.skipped)}
+
+
+def _ours(st: os.stat_result) -> bool:
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+
+
+def _walk_roots(logdir: str, vaults: Iterable[str]) -> Tuple[List[str], List[Dict[str, str]]]:
+    """The folders to walk: the logdir, then each vault not already inside a walked folder;
+    a vault that is a symlink or someone else's is skipped (never followed, never counted)."""
+    roots = [logdir]
+    skipped: List[Dict[str, str]] = []
+    for v in vaults:
+        v = os.path.abspath(v)
+        if any(is_within(v, r) for r in roots):
+            continue
+        try:
+            st = os.lstat(v)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            skipped.append({"path": v, "why": f"unreadable ({e.strerror})"})
+            continue
+        if not _ours(st):
+            skipped.append({"path": v, "why": "not a folder of ours (a symlink or another user's)"})
+            continue
+        roots = [r for r in roots if r == logdir or not is_within(r, v)] + [v]
+    return roots, skipped
+
+
+def disk_usage(logdir: str, vaults: Sequence[str] = ()) -> DiskUsage:
+    """Disk in use by ``logdir`` plus ``vaults`` (a vault inside the logdir is walked once):
+    allocated blocks as ``du -sc LOGDIR VAULT...`` counts them, hard links counted once across
+    all of them, symlinks not followed, other users' state folders at the top of the logdir
+    skipped. A file that vanishes while walked is simply not counted (a writer's rename)."""
+    logdir = os.path.abspath(logdir)
+    roots, skipped = _walk_roots(logdir, vaults)
+    out = DiskUsage(roots=roots, skipped=skipped)
+    try:
+        out.logdir_device = os.lstat(logdir).st_dev
+    except OSError:
+        pass
+    seen: Set[Tuple[int, int]] = set()
+
+    def count(st: os.stat_result) -> None:
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                return
+            seen.add(key)
+        b = st.st_blocks * BLOCK
+        out.total_bytes += b
+        out.by_device[st.st_dev] = out.by_device.get(st.st_dev, 0) + b
+
+    for root in roots:
+        try:
+            st = os.lstat(root)
+        except OSError:
+            continue
+        count(st)
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        stack = [root]
+        while stack:
+            folder = stack.pop()
+            try:
+                it = os.scandir(folder)
+            except OSError as e:
+                out.skipped.append({"path": folder, "why": f"unreadable ({e.strerror})"})
+                continue
+            with it:
+                for entry in it:
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if folder == logdir and is_state_name(entry.name) and not _ours(est):
+                        # another user's state and backups (or a symlink planted as one): theirs
+                        out.skipped.append({"path": entry.path, "why": "not a state folder of ours"})
+                        continue
+                    if stat.S_ISDIR(est.st_mode) and any(entry.path == r for r in roots if r != root):
+                        continue  # a vault walked as its own root: once
+                    count(est)
+                    if stat.S_ISDIR(est.st_mode):
+                        stack.append(entry.path)
+    return out
+
+
+def device_of(path: str) -> Optional[int]:
+    """The filesystem (``st_dev``) a path is on, or would be on once made: its nearest existing
+    folder's (a ``--backup-dir`` not made yet lands on its parent's disk)."""
+    path = os.path.abspath(path)
+    while True:
+        try:
+            return os.lstat(path).st_dev
+        except OSError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+
+def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int],
+                removed_bytes: int) -> Tuple[int, int]:
+    """``(freed_now, freed_after_purge)`` of one reduction as things stand: its backups still in
+    the vault hold their bytes (on the logdir's disk, a hard-linked backup freed nothing yet), so
+    what the logdir lost counts as freed now only for backups elsewhere or gone; purge frees the
+    kept backups (their sizes, as purge counts them). A manifest is untrusted: its vault must be
+    one of ``vault_roots`` and its digests well formed, else its backups are not counted."""
+    if m.get("backup_purged") or m.get("backup_released_by_restore") or m.get("restored_by"):
+        return removed_bytes, 0
+    root = m.get("vault")
+    if not isinstance(root, str) or root not in vault_roots:
+        return removed_bytes, 0
+    held_here = kept = 0
+    seen: Set[str] = set()
+    for f in m.get("files") or []:
+        sha = f.get("sha256") if isinstance(f, dict) else None
+        if not is_sha256(sha) or sha in seen:
+            continue
+        seen.add(sha)
+        try:
+            st = os.lstat(os.path.join(root, "blobs", sha[:2], sha))
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue
+        kept += st.st_size
+        if st.st_dev == logdir_device:
+            held_here += st.st_blocks * BLOCK
+    return max(0, removed_bytes - held_here), kept
+
+
+def stored_bytes(sizes: Iterable[int]) -> int:
+    """Disk in use of a bucket logdir and its vault: the sizes as stored (its listing), since an
+    object store bills what it keeps, not blocks."""
+    return sum(int(s) for s in sizes)
