@@ -1,7 +1,8 @@
 """TensorBoard entry point: ``footprint = tb_footprint_plugin.loader:FootprintLoader``.
 
 TensorBoard imports this module at startup with no ``try``: an ``ImportError`` here stops
-TensorBoard itself. So it imports nothing but ``os`` and TensorBoard's own ``base_plugin``;
+TensorBoard itself. So it imports nothing but ``os``, TensorBoard's own ``base_plugin`` and the
+``plugin.options`` it shares with the plugin (defaults and flag rules, dependency-free);
 the plugin (and the library under it) is imported lazily in ``load``, where TensorBoard
 catches failures and just skips the plugin.
 """
@@ -11,8 +12,9 @@ import os
 
 from tensorboard.plugins import base_plugin
 
-DEFAULT_POLICY = "archive"
-DEFAULT_QUIET_PERIOD = 600.0
+# dependency-free (``os`` only); the plugin reads the same defaults and rules from there
+from tb_footprint_plugin.plugin.options import (DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir,
+                                                parse_quiet_period)
 
 _TRUE = ("1", "true", "t", "yes", "y", "on")
 _FALSE = ("0", "false", "f", "no", "n", "off")
@@ -28,24 +30,6 @@ def _bool(text):
     if t in _FALSE:
         return False
     raise ValueError(f"not a boolean: {text!r}")
-
-
-def parse_quiet_period(value) -> float:
-    """Seconds as a number, or a duration such as ``10m`` / ``1h``; ValueError otherwise."""
-    from tb_footprint_plugin.fmt import parse_duration  # dependency-free, like this module
-
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        seconds = parse_duration(str(value))
-    if seconds != seconds or seconds < 0 or seconds == float("inf"):
-        raise ValueError(f"quiet period must be a non-negative number of seconds, got {value!r}")
-    return seconds
-
-
-def is_local_logdir(logdir) -> bool:
-    """A plain filesystem path (not ``gs://…``, ``s3://…``, ``hdfs://…`` or empty)."""
-    return bool(logdir) and "://" not in str(logdir)
 
 
 class FootprintLoader(base_plugin.TBLoader):

@@ -183,7 +183,6 @@ CYCLE_ALLOWED: Dict[Tuple[str, str], str] = {
     ("verify.compare", "transforms.graph_attrs"): "being untangled (#26 item 6)",
     ("verify.views", "transforms.graph_attrs"): "being untangled (#26 item 6)",
     ("engine.bucket", "engine.bucket_rewrite"): "being untangled (#26 item 6)",
-    ("plugin.plugin", "loader"): "being untangled (#26 item 6)",
 }
 
 

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 from tensorboard.plugins import base_plugin
 
-from tb_footprint_plugin.loader import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
+from tb_footprint_plugin.plugin.options import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
 from tb_footprint_plugin.plugin.jobs import JobManager
 from tb_footprint_plugin.plugin.security import Security
 from tb_footprint_plugin.storage.remote import is_bucket_url
