@@ -8,6 +8,7 @@ and rename is checked against that user's own permissions — what these tests a
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -566,3 +567,71 @@ def test_a_ledger_named_in_a_shared_logdir_is_refused_and_the_logdir_never_moved
     assert e.value.code == "state_not_ours" and str(logs) in str(e.value) and "mode 1777" in str(e.value)
     assert sorted(os.listdir(tmp_path)) == ["logs"] and (logs / "run").is_dir()
     assert not os.path.lexists(logs / "my-ledger.json.lock")
+
+
+# ---------------------------------------------------------------------------------------------
+# two users of one logdir, each with a state folder of their own, share the run's lock
+# ---------------------------------------------------------------------------------------------
+_PAUSED_REDUCE = r'''
+import json, os, sys, time
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+logdir, run, home = sys.argv[1:4]
+
+def pause():
+    open(os.path.join(home, "paused"), "w").close()
+    deadline = time.time() + 300
+    while not os.path.exists(os.path.join(home, "go")) and time.time() < deadline:
+        time.sleep(0.05)
+
+faults.arm("after_backup", pause)
+rep = api.reduce_logdir(logdir, None, policy="archive", dry_run=False, runs=[run], quiet_period=0,
+                        verify_backends=("python",))
+print("\n" + json.dumps({"outcomes": [o.to_dict() for o in rep.outcomes]}, default=str))
+'''
+
+
+def test_another_users_reduce_of_a_run_held_by_one_user_is_skipped_as_locked(users, shared):
+    """A team logdir whose runs everyone may write: alice's state folder is ``.tb-footprint``,
+    bob's ``.tb-footprint-u<bob>`` (separate lock files). While alice's reduce of a run is paused
+    between backup and commit, bob's reduce of that same run is skipped as ``locked``: the run
+    folder's own lock is shared by both. Alice's reduce then completes."""
+    import time
+
+    alice, bob = users
+    alice.tool("make", shared, "team")
+    alice.tool("make", shared, "other")
+    subprocess.run(["chmod", "-R", "a+rwX", str(shared / "team"), str(shared / "other")], check=True)
+    original = snapshot(shared / "team")
+    for marker in ("paused", "go"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(alice.home / marker)
+    cmd = ["setpriv", f"--reuid={alice.uid}", f"--regid={alice.gid}", "--clear-groups",
+           "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search",
+           sys.executable, "-c", _PAUSED_REDUCE, str(shared), "team", str(alice.home)]
+    env = {"PATH": os.path.dirname(sys.executable) + ":/usr/bin:/bin", "HOME": str(alice.home),
+           "PYTHONPATH": REPO, "XDG_CACHE_HOME": str(alice.home / ".cache")}
+    a = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(alice.home))
+    try:
+        deadline = time.time() + 120
+        while not (alice.home / "paused").exists():
+            assert a.poll() is None, a.communicate()
+            assert time.time() < deadline, "alice's reduce never reached its pause"
+            time.sleep(0.05)
+        assert os.stat(shared / ".tb-footprint").st_uid == alice.uid
+        o = reduced(bob.tool("reduce", shared, "team"))
+        assert o["status"] == "skipped" and o["code"] == "locked", o
+        assert os.path.isdir(shared / f".tb-footprint-u{bob.uid}")
+        # another run is not held: bob reduces it meanwhile
+        assert reduced(bob.tool("reduce", shared, "other"))["status"] == "verified"
+        (alice.home / "go").touch()
+        out, err = a.communicate(timeout=600)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    (ao,) = json.loads(out.strip().splitlines()[-1])["outcomes"]
+    assert ao["status"] == "verified", (ao, err[-2000:])
+    back = alice.tool("restore", shared, "team")
+    assert [x["status"] for x in back["outcomes"]] == ["restored"], back
+    assert snapshot(shared / "team") == original

@@ -13,6 +13,8 @@ machines sharing an NFS or Lustre logdir, where ``flock`` may not hold, still ke
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import io
 import json
@@ -24,9 +26,23 @@ from typing import Iterator, List, Optional, Tuple
 from tb_footprint_plugin.engine import lease as leases
 from tb_footprint_plugin.storage.files import append_line, fsync_dir
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
-from tb_footprint_plugin.storage.paths import is_state_name
+from tb_footprint_plugin.storage.paths import UnsafePath, is_state_name, safe_rel
 from tb_footprint_plugin.storage.private import ensure_private_dir, open_private
 from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+def is_safe_rel(rel) -> bool:
+    """True when ``rel`` is a relative path that stays below its root (``paths.safe_rel``)."""
+    try:
+        safe_rel(rel)
+    except UnsafePath:
+        return False
+    return True
 
 
 def ensure_state_subdir(path: str) -> str:
@@ -139,6 +155,7 @@ class RunLock:
         self.lease_path = os.path.join(lock_dir, f"run-{digest}.lease")
         self.journal_dir = os.path.join(os.path.dirname(lock_dir), "journal")
         self.fd: Optional[int] = None
+        self.dir_fd: Optional[int] = None  # the run folder's own flock (see ``_lock_run_dir``)
 
     def live_holder(self) -> Optional[str]:
         """Who holds this run by a live lease (``engine.lease`` rules), without taking anything:
@@ -157,22 +174,57 @@ class RunLock:
         except Locked:
             raise RunLocked(f"run {self.run!r} is being changed by another process") from None
         try:
+            self._lock_run_dir()
             holder = self.live_holder()
             if holder:
                 raise RunLocked(f"run {self.run!r} is being changed by another process ({holder})")
             if not leases.take(self.lease_path, self.run):
                 raise RunLocked(f"run {self.run!r} was taken over by another process at the same moment")
         except BaseException:
+            self._unlock_run_dir()
             release(self.fd)
             self.fd = None
             raise
         return self
+
+    def _lock_run_dir(self) -> None:
+        """``flock`` the run's own folder too: the lock every user of a shared logdir sees. Each
+        user whose ``.tb-footprint`` is not theirs keeps state (and lock files) in a folder of
+        their own (``.tb-footprint-u<uid>``), so the state lock alone would let two users change
+        one run at once. Held until ``release``; ``RunLocked`` when someone else holds it. A run
+        folder that is missing (retired), a symlink, unreadable, or on a filesystem without
+        ``flock`` on folders has only the state lock (nobody can change it through us there)."""
+        state = os.path.dirname(os.path.abspath(self.lock_dir))
+        if not is_state_name(os.path.basename(state)) or not is_safe_rel(self.run):
+            return
+        path = os.path.join(os.path.dirname(state), self.run)
+        try:
+            fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunLocked(f"run {self.run!r} is being changed by another process (its folder is locked, "
+                                "perhaps by another user of this logdir)") from None
+            return  # no flock on folders here (e.g. some network filesystems): the lease still holds
+        self.dir_fd = fd
+
+    def _unlock_run_dir(self) -> None:
+        if self.dir_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.dir_fd, fcntl.LOCK_UN)
+            os.close(self.dir_fd)
+            self.dir_fd = None
 
     def release(self) -> None:
         if self.fd is not None:
             try:
                 leases.drop(self.lease_path)
             finally:
+                self._unlock_run_dir()
                 release(self.fd)
                 self.fd = None
 
