@@ -320,7 +320,6 @@ PRIVATE_ALLOWED: Dict[str, str] = {
     "engine.bucket_rewrite uses engine.bucket._run_prefix": "being made public (#26 item 6)",
     "engine.bucket_rewrite uses engine.bucket._unlock_versions": "being made public (#26 item 6)",
     "engine.bucket_rewrite uses engine.bucket._verify_batch": "being made public (#26 item 6)",
-    "synth uses synth.events._FastRecordWriter": "being made public (#26 item 6)",
     "verify.compare uses verify.views._read_kind": "being made public (#26 item 6)",
     "verify.compare uses verify.views._request_context": "being made public (#26 item 6)",
     "verify.dashboard uses verify.routes._fmt": "being made public (#26 item 6)",

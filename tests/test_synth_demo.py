@@ -271,7 +271,7 @@ def test_metadata_first_policy_and_fast_framing(tmp_path):
 
     data = os.urandom(3000)
     fast, slow = io.BytesIO(), io.BytesIO()
-    synth._FastRecordWriter(fast).write(data)
+    synth.FastRecordWriter(fast).write(data)
     RecordWriter(slow).write(data)
     assert fast.getvalue() == slow.getvalue()
 

@@ -51,7 +51,7 @@ from tb_footprint_plugin.synth.media import (  # noqa: F401  (re-exported: the p
 )
 from tb_footprint_plugin.synth.events import (  # noqa: F401  (re-exported: the package's API)
     EventWriter,
-    _FastRecordWriter,
+    FastRecordWriter,
     event_file_name,
     keras_model_config,
     legacy_histogram_proto,

@@ -154,7 +154,7 @@ def event_file_name(timestamp: int, host: str = DEFAULT_HOST, pid: int = DEFAULT
     return "events.out.tfevents.%010d.%s.%s.%s%s" % (timestamp, host, pid, index, suffix)
 
 
-class _FastRecordWriter(RecordWriter):
+class FastRecordWriter(RecordWriter):
     """TensorBoard's ``RecordWriter`` framing, with the C ``google_crc32c`` when available.
 
     TB's own CRC is a pure-Python loop (~12 MB/s); the bytes are identical either way
@@ -208,7 +208,7 @@ class EventWriter:
         os.makedirs(run_dir, exist_ok=True)
         self.path = os.path.join(run_dir, file_name or event_file_name(timestamp, host, pid, index, suffix))
         self._file = open(self.path, "xb")  # never clobber another writer's file
-        self._records = _FastRecordWriter(self._file)
+        self._records = FastRecordWriter(self._file)
         # TF's C++ writer stamps whole seconds on the first event; TB's writer a float time
         self._clock = float(timestamp)
         self.write_event(event_pb2.Event(
