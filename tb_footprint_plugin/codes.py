@@ -124,6 +124,7 @@ class Finding(Code):
     LATE_RECORDS_RESTORED = "late_records_restored"  # records written to a reduced file kept in the run by restore
     DISPLACED_KEPT = "displaced_kept"  # bytes a restore or rollback found in a file's place: kept in the vault
     MTIME_NOT_KEPT = "mtime_not_kept"  # an object store keeps no file times or modes: restored objects are dated now
+    OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
 
 
 

@@ -351,3 +351,48 @@ def test_restore_refuses_while_a_writer_holds_a_file_of_the_run(tmp_path):
     (o,) = api.restore(str(logdir))
     assert o.status == "restored", o.to_dict()
     assert path.read_bytes() == original
+
+
+def test_a_rollback_never_displaces_a_file_a_live_process_writes(tmp_path):
+    """After the swap, a process creates a removed file's path again and keeps it open for
+    append; the reduce then fails. The rollback does not put the original over that file while
+    it is written (its next records would go into an inode only the vault holds): the operation
+    stays unfinished, and once the writer is gone recovery rolls back, keeping its bytes."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    holders = []
+
+    def write_then_fail():
+        (j,) = _journals(logdir)
+        recs = [json.loads(x) for x in j.read_text().splitlines()]
+        finals = {r["final"] for r in recs if r["type"] == "staged"}
+        a = next(r for r in recs if r["type"] == "backup" and r["path"] not in finals
+                 and not (logdir / r["path"]).exists() and (logdir / r["path"]).parent.is_dir())
+        w = subprocess.Popen([sys.executable, "-c", _HOLDING_WRITER + "\n", str(logdir / a["path"])],
+                             stdout=subprocess.PIPE, text=True)
+        assert w.stdout.readline().strip() == "open"
+        (logdir / a["path"]).write_bytes(b"written after the swap")
+        holders.append((w, a))
+        raise RuntimeError("injected after the swap")
+
+    faults.arm("after_swap", write_then_fail)
+    try:
+        rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
+        (o,) = rep.outcomes
+        w, a = holders[0]
+        assert o.status == "failed" and o.code == "rollback_incomplete", o.to_dict()
+        assert f"pid {w.pid}" in o.reason
+        assert (logdir / a["path"]).read_bytes() == b"written after the swap"
+        assert len(_journals(logdir)) == 1
+    finally:
+        for w, _ in holders:
+            w.kill()
+            w.wait()
+    rec = api.recover_logdir(str(logdir))
+    assert [r.action for r in rec] == ["rolled_back"], rec
+    assert user_files(logdir) == before
+    m = api.operation(str(logdir), o.op_id)
+    (d,) = [d for d in m["displaced"] if d["path"] == a["path"]]
+    from tb_footprint_plugin.engine.vault import Vault
+
+    assert Path(Vault(m["vault"]).blob_path(d["sha256"])).read_bytes() == b"written after the swap"

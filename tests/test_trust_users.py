@@ -635,3 +635,9 @@ def test_another_users_reduce_of_a_run_held_by_one_user_is_skipped_as_locked(use
     back = alice.tool("restore", shared, "team")
     assert [x["status"] for x in back["outcomes"]] == ["restored"], back
     assert snapshot(shared / "team") == original
+    # each one's status names the other's state folder: backups there are not silently invisible
+    (b_sees,) = [p for p in bob.tool("status", shared)["problems"] if p["code"] == "other_users_state"]
+    assert b_sees["file"] == str(shared / ".tb-footprint") and alice.name in b_sees["detail"], b_sees
+    assert "not used by you" in b_sees["detail"]
+    (a_sees,) = [p for p in alice.tool("status", shared)["problems"] if p["code"] == "other_users_state"]
+    assert a_sees["file"] == str(shared / f".tb-footprint-u{bob.uid}") and bob.name in a_sees["detail"], a_sees

@@ -30,9 +30,9 @@ from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import (CHUNK, atomic_write_json, copy_file, create_new, fsync_dir, is_regular,
                                                sha256_file)
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name, other_users_state_dirs
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
-                                                 untrusted_in)
+                                                 untrusted_in, user_name)
 from tb_footprint_plugin.storage.regular import open_regular
 
 class VaultError(OSError):
@@ -72,6 +72,20 @@ def set_aside_findings(folder: str) -> list:
                              f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(item['time']))}, never followed "
                              "or written; look at it, then remove it"))
     return out
+
+
+def other_users_state_findings(root: str) -> list:
+    """For a vault that is a state folder in a logdir: every other user's state folder beside it,
+    as a ``trust.Untrusted`` finding with code ``other_users_state`` (``status`` names it: its
+    backups are never used by this user, and the user should know they exist)."""
+    from tb_footprint_plugin.engine.trust import Untrusted
+
+    if not is_state_name(os.path.basename(os.path.abspath(root))):
+        return []
+    return [Untrusted(Finding.OTHER_USERS_STATE, p,
+                      f"another user's state folder {os.path.basename(p)} (owned by {user_name(uid)}): its backups "
+                      "are not used by you (ask its owner to restore from it)")
+            for p, uid in other_users_state_dirs(os.path.dirname(os.path.abspath(root)))]
 
 
 def _digests_named_in(path: str) -> set:
@@ -313,6 +327,7 @@ class Vault:
             self.problems.append(Untrusted(Failure.STATE_NOT_OURS, self.root, e.why))
             return out
         if not os.path.isdir(self.ops):
+            self.problems += other_users_state_findings(self.root)
             return out
         for name in sorted(os.listdir(self.ops)):
             if name.endswith(".json") and not name.startswith("."):
@@ -326,6 +341,7 @@ class Vault:
                     self.problems.append(Untrusted(BAD_MANIFEST, os.path.join(self.ops, name), f"unreadable ({e})"))
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         self.problems += set_aside_findings(self.root)
+        self.problems += other_users_state_findings(self.root)
         return out
 
     def unreadable_manifests(self) -> List[str]:

@@ -6,7 +6,7 @@ import json
 import os
 import re
 import stat
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 STATE_DIR_NAME = ".tb-footprint"
 #: the demo's own record of the files it wrote (at the top of a demo logdir): bookkeeping, no run's
@@ -69,6 +69,22 @@ def state_dirs_in(logdir: str) -> List[str]:
         return sorted(os.path.join(base, n) for n in os.listdir(base) if is_state_name(n))
     except OSError:
         return [os.path.join(base, STATE_DIR_NAME)]
+
+
+def other_users_state_dirs(logdir: str) -> List[Tuple[str, int]]:
+    """``(path, owner uid)`` of every real state folder at the top of ``logdir`` owned by another
+    user: a team logdir where ``.tb-footprint`` is someone else's and each other user has a
+    ``.tb-footprint-u<uid>``. Never read or written by us; named so their backups (perhaps the
+    ones this user made before per-user folders existed) are not silently invisible."""
+    out = []
+    for p in state_dirs_in(logdir):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid != os.geteuid():
+            out.append((p, st.st_uid))
+    return out
 
 
 def cache_dir(logdir: str) -> str:
