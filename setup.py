@@ -28,6 +28,7 @@ setup(
         "tb_footprint_plugin.storage",
         "tb_footprint_plugin.scan",
         "tb_footprint_plugin.plan",
+        "tb_footprint_plugin.formats",
         "tb_footprint_plugin.transforms",
         "tb_footprint_plugin.verify",
         "tb_footprint_plugin.engine",

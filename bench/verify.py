@@ -88,12 +88,12 @@ def _worker(kind: str, args: dict) -> dict:
     info: dict = {}
     t0 = time.perf_counter()
     if kind == "rust_load":
-        from tb_footprint_plugin.verify import views
+        from tb_footprint_plugin.formats import views
 
         tmp = tempfile.mkdtemp()
         logdir = os.path.join(tmp, "logdir")
-        views._link_run(args["orig"], os.path.join(logdir, "run"))
-        server = views._DataServer(views.data_server_binary(), logdir, tmp, "")
+        views.link_run(args["orig"], os.path.join(logdir, "run"))
+        server = views.DataServer(views.data_server_binary(), logdir, tmp, "")
         t0 = time.perf_counter()
         server.start(60)
         if not server.loaded.wait(3600):

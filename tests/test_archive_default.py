@@ -26,7 +26,7 @@ from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin import synth as sp
 from tb_footprint_plugin.transforms import event_rewrite as er
-from tb_footprint_plugin.transforms import graph_attrs
+from tb_footprint_plugin.formats import graph_attrs
 from tb_footprint_plugin.verify import data_server_binary, read_view
 
 from tensorboard.compat.proto import event_pb2, graph_pb2, summary_pb2
@@ -94,15 +94,15 @@ class RustApp:
         import grpc
         from tensorboard.data import grpc_provider
 
-        from tb_footprint_plugin.verify import views
+        from tb_footprint_plugin.formats import views
 
         os.makedirs(workdir, exist_ok=True)
-        self.server = views._DataServer(data_server_binary(), str(logdir), str(workdir), "")
+        self.server = views.DataServer(data_server_binary(), str(logdir), str(workdir), "")
         addr = self.server.start(timeout_s=30)
         self.server.channel = grpc.insecure_channel(addr, options=[("grpc.max_receive_message_length", 1 << 28)])
         grpc.channel_ready_future(self.server.channel).result(timeout=30)
         provider = grpc_provider.GrpcDataProvider(addr, grpc_provider.make_stub(self.server.channel))
-        views._wait_until_loaded(self.server, provider, 120)
+        views.wait_until_loaded(self.server, provider, 120)
         self.client = _wsgi_client(logdir, "true", provider)
 
     def get(self, path):

@@ -10,7 +10,7 @@ import pytest
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
-from tb_footprint_plugin.transforms import graph_attrs
+from tb_footprint_plugin.formats import graph_attrs
 from tb_footprint_plugin.verify import data_server_binary
 from tb_footprint_plugin.verify.readers import Reader
 

@@ -26,12 +26,14 @@ LAYERS = {
     "storage": 1,
     "scan": 2,
     "plan": 3,
-    "transforms": 4, "verify": 4,
-    "engine": 5,
-    "api": 6,
+    # TensorBoard's formats and readers: what both the rewrite and the verification read by
+    "formats": 4,
+    "transforms": 5, "verify": 5,
+    "engine": 6,
+    "api": 7,
     # test/demo data writers and the demo command sit beside the API: the engine never uses them
-    "synth": 6, "demo": 6,
-    "cli": 7, "plugin": 7, "loader": 7, "integrations": 7,
+    "synth": 7, "demo": 7,
+    "cli": 8, "plugin": 8, "loader": 8, "integrations": 8,
 }
 #: top-level module -> front end; ``loader`` (TensorBoard's entry point) is part of the plugin
 FRONT_ENDS = {"cli": "cli", "plugin": "plugin", "loader": "plugin", "integrations": "integrations"}
@@ -149,12 +151,13 @@ def test_imports_point_down_only():
 
 
 @pytest.mark.parametrize("rel,source,why", [
-    ("storage.files", "def f():\n    from tb_footprint_plugin.engine import vault\n", "layer 5 above"),
-    ("scan.cache", "from tb_footprint_plugin.engine.journal import RunLock\n", "layer 5 above"),
-    ("plan.content", "import tb_footprint_plugin.transforms.event_rewrite\n", "layer 4 above"),
+    ("storage.files", "def f():\n    from tb_footprint_plugin.engine import vault\n", "layer 6 above"),
+    ("scan.cache", "from tb_footprint_plugin.engine.journal import RunLock\n", "layer 6 above"),
+    ("plan.content", "import tb_footprint_plugin.transforms.event_rewrite\n", "layer 5 above"),
+    ("formats.views", "def f():\n    from tb_footprint_plugin.verify import compare\n", "layer 5 above"),
     ("engine.restore", "def f():\n    if True:\n        from tb_footprint_plugin.api import known_vaults\n",
-     "layer 6 above"),
-    ("engine.swap", "from ..api import verify\n", "layer 6 above"),
+     "layer 7 above"),
+    ("engine.swap", "from ..api import verify\n", "layer 7 above"),
     ("cli", "from tb_footprint_plugin.plugin import routes\n", "front ends never import each other"),
     ("plugin.routes", "def f():\n    from tb_footprint_plugin.engine.context import CancelToken\n",
      "never the engine"),
@@ -178,10 +181,6 @@ def test_the_check_accepts_downward_and_same_layer_imports():
 
 #: (importer, imported) edges left out of the cycle check, each with why it cannot go yet.
 CYCLE_ALLOWED: Dict[Tuple[str, str], str] = {
-    ("verify.compare", "verify.dashboard"): "being untangled (#26 item 6)",
-    ("verify.compare", "verify.pyside"): "being untangled (#26 item 6)",
-    ("verify.compare", "transforms.graph_attrs"): "being untangled (#26 item 6)",
-    ("verify.views", "transforms.graph_attrs"): "being untangled (#26 item 6)",
     ("engine.bucket", "engine.bucket_rewrite"): "being untangled (#26 item 6)",
 }
 
@@ -292,8 +291,8 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function():
     assert find_cycles(graph) == [["verify.compare", "verify.dashboard", "verify.pyside", "verify.compare"]]
     assert find_cycles(package_graph({"transforms.x": {"verify.y"}, "verify.y": {"transforms.z"},
                                       "transforms.z": set()})) == [["transforms", "verify", "transforms"]]
-    src = "def f():\n    from tb_footprint_plugin.verify import views\n"
-    assert imports_of(src, "transforms.event_rewrite", False) == [(2, "verify.views")]
+    src = "def f():\n    from tb_footprint_plugin.verify import compare\n"
+    assert imports_of(src, "transforms.event_rewrite", False) == [(2, "verify.compare")]
 
 
 # --- private names -------------------------------------------------------------------------
@@ -320,23 +319,7 @@ PRIVATE_ALLOWED: Dict[str, str] = {
     "engine.bucket_rewrite uses engine.bucket._run_prefix": "being made public (#26 item 6)",
     "engine.bucket_rewrite uses engine.bucket._unlock_versions": "being made public (#26 item 6)",
     "engine.bucket_rewrite uses engine.bucket._verify_batch": "being made public (#26 item 6)",
-    "verify.compare uses verify.views._read_kind": "being made public (#26 item 6)",
-    "verify.compare uses verify.views._request_context": "being made public (#26 item 6)",
     "verify.dashboard uses verify.routes._fmt": "being made public (#26 item 6)",
-    "verify.pyside uses verify.views._request_context": "being made public (#26 item 6)",
-    "verify.pyside uses verify.views._provider_calls": "being made public (#26 item 6)",
-    "verify.pyside uses verify.views._rtf": "being made public (#26 item 6)",
-    "verify.pyside uses verify.views._points": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._python_guidance": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._LogCapture": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._rust_samples": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._DataServer": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._wait_until_loaded": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._link_run": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._request_context": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._normalize": "being made public (#26 item 6)",
-    "verify.readers uses verify.views._read_provider": "being made public (#26 item 6)",
-    "verify.routes uses verify.views._request_context": "being made public (#26 item 6)",
 }
 
 
@@ -406,8 +389,8 @@ def test_stale_cycle_allowances_are_removed():
 @pytest.mark.parametrize("source,expected", [
     ("from tb_footprint_plugin.engine.bucket import _State\n", "engine.bucket_rewrite uses engine.bucket._State"),
     ("def f():\n    from .bucket import _lock\n", "engine.bucket_rewrite uses engine.bucket._lock"),
-    ("from tb_footprint_plugin.verify import views\nx = views._request_context()\n",
-     "engine.bucket_rewrite uses verify.views._request_context"),
+    ("from tb_footprint_plugin.formats import views\nx = views._read_run_graph()\n",
+     "engine.bucket_rewrite uses formats.views._read_run_graph"),
     ("from tb_footprint_plugin.engine import lease as L\ndef f():\n    return L._shard\n",
      "engine.bucket_rewrite uses engine.lease._shard"),
 ])
@@ -418,6 +401,6 @@ def test_the_private_check_catches_imports_and_attributes(source, expected):
 def test_the_private_check_accepts_own_and_public_names():
     src = ("from tb_footprint_plugin.engine.bucket import BucketVault, __doc__\n"
            "import os\nos._exit\n"
-           "from tb_footprint_plugin.verify import views\nviews.read_view\n"
+           "from tb_footprint_plugin.formats import views\nviews.read_view\n"
            "def _mine():\n    return _mine\n")
     assert private_uses("engine.bucket_rewrite", src) == []

@@ -182,7 +182,7 @@ def _histo(tag, step, wall):
 def _selection_counter(monkeypatch):
     """Counts the selections plans make, and fails any Rust data-server load a plan starts."""
     from tb_footprint_plugin.transforms import event_rewrite as er
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
     made = []
     select_run = er.select_run

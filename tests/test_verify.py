@@ -515,7 +515,7 @@ def fake_server(tmp_path: Path, body: str) -> str:
 
 
 def test_rust_server_that_cannot_start_fails_verification(tmp_path, monkeypatch):
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
     monkeypatch.setattr(views, "data_server_binary",
                         lambda: fake_server(tmp_path, "echo 'bad logdir' >&2; exit 8"))
@@ -531,7 +531,7 @@ def test_rust_server_that_cannot_start_fails_verification(tmp_path, monkeypatch)
 
 
 def test_rust_server_that_never_answers_times_out(tmp_path, monkeypatch):
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
     # Never writes a port file; exits when its stdin closes, like --die-after-stdin.
     monkeypatch.setattr(views, "data_server_binary", lambda: fake_server(tmp_path, "cat >/dev/null"))
@@ -543,7 +543,7 @@ def test_rust_server_that_never_answers_times_out(tmp_path, monkeypatch):
 
 
 def test_no_reader_is_never_a_pass(tmp_path, monkeypatch):
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
     monkeypatch.setattr(views, "data_server_binary", lambda: None)
     orig = link_original(KERAS, tmp_path / "orig")

@@ -25,9 +25,9 @@ import pytest
 
 from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.formats import views
 from tb_footprint_plugin.scan import tfrecord
-from tb_footprint_plugin.verify import Expectations, data_server_binary, records
-from tb_footprint_plugin.verify import dashboard, views
+from tb_footprint_plugin.verify import Expectations, dashboard, data_server_binary, records
 from tb_footprint_plugin.verify.original import OriginalRun, read_facts, stat_sig
 
 BOTH = ("python", "rust")
@@ -75,13 +75,13 @@ def test_big_run_reduce_reads_the_original_once(tmp_path, monkeypatch):
     _age(logdir)
     monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)  # this small run takes the big-run path
     starts = []
-    real_start = views._DataServer.start
+    real_start = views.DataServer.start
 
     def counting_start(self, *a, **kw):
         starts.append(self)
         return real_start(self, *a, **kw)
 
-    monkeypatch.setattr(views._DataServer, "start", counting_start)
+    monkeypatch.setattr(views.DataServer, "start", counting_start)
 
     def no_stream(*a, **kw):
         raise AssertionError("the original was streamed again for the record subsequence")

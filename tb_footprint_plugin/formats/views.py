@@ -155,13 +155,13 @@ def read_view(
     tmp = scratch.make("verify")  # in the vault during an operation: a killed process's is swept
     try:
         logdir = os.path.join(tmp, "logdir")
-        view.event_files = _link_run(run_dir, os.path.join(logdir, RUN_NAME))
+        view.event_files = link_run(run_dir, os.path.join(logdir, RUN_NAME))
         if backend == "python":
             _read_python(view, logdir, dict(sampling_hints or {}), store_all)
         else:
             _read_rust(view, logdir, tmp, dict(sampling_hints or {}), store_all, timeout_s)
     except Exception as e:  # noqa: BLE001 - a reader failure is a finding, not a crash
-        view.fatal = _normalize(f"{backend} reader: {type(e).__name__}: {e}", tmp)
+        view.fatal = normalize_message(f"{backend} reader: {type(e).__name__}: {e}", tmp)
         view.errors.append(view.fatal)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -169,7 +169,7 @@ def read_view(
     shown = {link: real for real, link in _link_names(view.event_files).items() if link != real}
 
     def norm(m: str) -> str:
-        m = _normalize(m, tmp)
+        m = normalize_message(m, tmp)
         for link, real in shown.items():  # messages name the run's own files
             m = m.replace(link, real.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
         return m
@@ -192,7 +192,7 @@ def data_server_binary() -> Optional[str]:
 # --- shared reading through a DataProvider -----------------------------------------------
 
 
-def _link_run(run_dir: str, link_dir: str) -> list[str]:
+def link_run(run_dir: str, link_dir: str) -> list[str]:
     """Make ``link_dir`` hold symlinks to the event files directly in ``run_dir``."""
     os.makedirs(link_dir)
     src = os.path.abspath(run_dir)
@@ -233,22 +233,23 @@ def _link_names(names: list) -> dict:
     return out
 
 
-def _normalize(message: str, tmp: str) -> str:
+def normalize_message(message: str, tmp: str) -> str:
     """Replace temp paths in reader messages so before/after messages compare equal."""
     return message.replace(os.path.join(tmp, "logdir", RUN_NAME), "<run>").replace(tmp, "<tmp>")
 
 
-def _request_context():
+def request_context():
+    """A fresh ``RequestContext``, as TensorBoard passes one to every DataProvider call."""
     from tensorboard import context
 
     return context.RequestContext()
 
 
-def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: int = 1,
+def read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: int = 1,
                    only: Optional[Iterable[str]] = None) -> None:
     """Fill ``view`` from a DataProvider (same calls for both backends); ``only``: just these
     plugins, and no run graph."""
-    ctx = _request_context()
+    ctx = request_context()
     runs = provider.list_runs(ctx, experiment_id=EXPERIMENT_ID)
     view.run_present = any(r.run_name == RUN_NAME for r in runs)
     if not view.run_present:
@@ -260,7 +261,7 @@ def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: 
     for plugin in plugins:
         for kind in KINDS:
             try:
-                _read_kind(view, provider, ctx, plugin, kind, hints, blob_workers)
+                read_kind(view, provider, ctx, plugin, kind, hints, blob_workers)
             except Exception as e:  # noqa: BLE001
                 view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
     if only is not None:
@@ -271,13 +272,15 @@ def _read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: 
         view.errors.append(f"run graph: {type(e).__name__}: {e}")
 
 
-def _rtf(tags=None):
+def run_filter(tags: Optional[Iterable[str]] = None):
+    """The ``RunTagFilter`` of the one run a view reads (``tags``: only these, None for all)."""
     from tensorboard.data import provider as provider_mod
 
     return provider_mod.RunTagFilter(runs=[RUN_NAME], tags=tags)
 
 
-def _provider_calls(provider, kind: str) -> tuple[Callable, Callable]:
+def provider_calls(provider, kind: str) -> tuple[Callable, Callable]:
+    """The provider's (list, read) methods of one data ``kind`` (scalar, tensor, blob sequence)."""
     if kind == SCALAR:
         return provider.list_scalars, provider.read_scalars
     if kind == TENSOR:
@@ -304,10 +307,10 @@ def _metadata_bytes(plugin: str, kind: str, ts) -> bytes:
     return md.SerializeToString(deterministic=True)
 
 
-def _read_kind(view, provider, ctx, plugin, kind, hints, blob_workers) -> None:
+def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers) -> None:
     """List and read every tag of one plugin and data class."""
-    list_fn, read_fn = _provider_calls(provider, kind)
-    kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=_rtf())
+    list_fn, read_fn = provider_calls(provider, kind)
+    kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=run_filter())
     listing = list_fn(ctx, **kw).get(RUN_NAME, {})
     if not listing:
         return
@@ -316,14 +319,14 @@ def _read_kind(view, provider, ctx, plugin, kind, hints, blob_workers) -> None:
     for tag in sorted(listing):
         tv = TagView(kind=kind, metadata=_metadata_bytes(plugin, kind, listing[tag]))
         try:
-            tv.points = _points(provider, ctx, kind, data.get(tag, []), blob_workers)
+            tv.points = read_points(provider, ctx, kind, data.get(tag, []), blob_workers)
         except Exception as e:  # noqa: BLE001
             view.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
         tags[tag] = tv
     _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints)
 
 
-def _points(provider, ctx, kind: str, data: list, blob_workers: int) -> list:
+def read_points(provider, ctx, kind: str, data: list, blob_workers: int) -> list:
     """``(step, wall_time, payload)`` for each datum; blobs are fetched and hashed."""
     if kind == SCALAR:
         return [(d.step, d.wall_time, float(d.value)) for d in data]
@@ -368,9 +371,9 @@ def _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints) -> Non
         for t in listing:  # downsample returns everything: no second read needed
             tags[t].display_steps = [p[0] for p in tags[t].points]
         return
-    _, read_fn = _provider_calls(provider, kind)
+    _, read_fn = provider_calls(provider, kind)
     shown = read_fn(
-        ctx, experiment_id=EXPERIMENT_ID, plugin_name=plugin, downsample=k, run_tag_filter=_rtf()
+        ctx, experiment_id=EXPERIMENT_ID, plugin_name=plugin, downsample=k, run_tag_filter=run_filter()
     ).get(RUN_NAME, {})
     for t in listing:
         tags[t].display_steps = [d.step for d in shown.get(t, [])]
@@ -383,14 +386,14 @@ def _read_run_graph(provider, ctx) -> tuple[Optional[str], Optional[str], Option
         ctx,
         experiment_id=EXPERIMENT_ID,
         plugin_name=GRAPHS_PLUGIN,
-        run_tag_filter=_rtf([RUN_GRAPH_TAG]),
+        run_tag_filter=run_filter([RUN_GRAPH_TAG]),
         downsample=1,
     )
     data = seqs.get(RUN_NAME, {}).get(RUN_GRAPH_TAG, ())
     if not data or not data[0].values:
         return None, None, None
     blob = bytes(provider.read_blob(ctx, blob_key=data[0].values[0].blob_key))
-    from tb_footprint_plugin.transforms import graph_attrs
+    from tb_footprint_plugin.formats import graph_attrs
 
     try:
         route = graph_attrs.route_graph_digest(blob)
@@ -414,7 +417,7 @@ def _node_count(blob: bytes) -> Optional[int]:
 # --- python backend ----------------------------------------------------------------------
 
 
-class _LogCapture(logging.Handler):
+class LogCapture(logging.Handler):
     """Collects TensorBoard reader log records emitted by this thread."""
 
     def __init__(self) -> None:
@@ -430,7 +433,7 @@ class _LogCapture(logging.Handler):
         (self.errors if record.levelno >= logging.ERROR else self.warnings).append(msg)
 
 
-def _python_guidance(hints: SamplingHints, store_all: bool) -> tuple[dict, dict]:
+def python_guidance(hints: SamplingHints, store_all: bool) -> tuple[dict, dict]:
     """Size guidances as ``LocalDataIngester`` builds them, plus our overrides."""
     from tensorboard.backend.event_processing import data_ingester, tag_types
 
@@ -452,14 +455,14 @@ def _read_python(view: RunView, logdir: str, hints: dict, store_all: bool) -> No
     from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
     from tensorboard.util import tb_logging
 
-    size, tensor = _python_guidance(hints, store_all)
+    size, tensor = python_guidance(hints, store_all)
     view.storage = f"size_guidance={size} tensor_size_guidance={dict(sorted(tensor.items()))}"
     mux = plugin_event_multiplexer.EventMultiplexer(
         size_guidance=size,
         tensor_size_guidance=tensor,
         purge_orphaned_data=True,  # the --purge_orphaned_data default
     )
-    capture = _LogCapture()
+    capture = LogCapture()
     tb_logger = tb_logging.get_logger()
     tb_logger.addHandler(capture)
     try:
@@ -469,13 +472,13 @@ def _read_python(view: RunView, logdir: str, hints: dict, store_all: bool) -> No
         tb_logger.removeHandler(capture)
     view.errors.extend(capture.errors)
     view.warnings.extend(capture.warnings)
-    _read_provider(view, data_provider.MultiplexerDataProvider(mux, logdir), hints)
+    read_provider(view, data_provider.MultiplexerDataProvider(mux, logdir), hints)
 
 
 # --- rust backend ------------------------------------------------------------------------
 
 
-class _DataServer:
+class DataServer:
     """A private ``tensorboard-data-server`` on one logdir, loaded once."""
 
     def __init__(self, binary: str, logdir: str, workdir: str, samples: str) -> None:
@@ -567,7 +570,7 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def _rust_samples(hints: SamplingHints, store_all: bool) -> str:
+def rust_samples(hints: SamplingHints, store_all: bool) -> str:
     """``--samples-per-plugin`` value; 0 is passed as ``all`` like TensorBoard does."""
     wanted: dict[str, Optional[int]] = {p: 0 for p in KNOWN_PLUGINS} if store_all else {}
     wanted.update(hints)
@@ -578,15 +581,15 @@ def _rust_samples(hints: SamplingHints, store_all: bool) -> str:
 def _listing_fingerprint(provider) -> tuple:
     """Every tag with its last step and wall time (cheap ``list_*`` calls): unchanged once
     loading is complete."""
-    ctx = _request_context()
+    ctx = request_context()
     runs = tuple(sorted(r.run_name for r in provider.list_runs(ctx, experiment_id=EXPERIMENT_ID)))
     if RUN_NAME not in runs:
         return (runs,)
     out: list = [runs]
     for plugin in sorted(p for p in provider.list_plugins(ctx, experiment_id=EXPERIMENT_ID) if p):
         for kind in KINDS:
-            list_fn, _ = _provider_calls(provider, kind)
-            kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=_rtf())
+            list_fn, _ = provider_calls(provider, kind)
+            kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=run_filter())
             listing = list_fn(ctx, **kw).get(RUN_NAME, {})
             out.extend((plugin, kind, t, ts.max_step, ts.max_wall_time)
                        for t, ts in sorted(listing.items()))
@@ -598,7 +601,7 @@ def _listing_fingerprint(provider) -> tuple:
 UNSIGNALLED_STABLE_S = 6.0
 
 
-def _wait_until_loaded(server: _DataServer, provider, timeout_s: float) -> None:
+def wait_until_loaded(server: DataServer, provider, timeout_s: float) -> None:
     """Wait until the run's listing is the same on two consecutive polls.
 
     ``--reload=once`` loads asynchronously and commits partial data every few seconds on
@@ -640,9 +643,9 @@ def _read_rust(view: RunView, logdir: str, workdir: str, hints: dict, store_all:
     binary = data_server_binary()
     if binary is None:
         raise RuntimeError("tensorboard-data-server binary is not available")
-    samples = _rust_samples(hints, store_all)
+    samples = rust_samples(hints, store_all)
     view.storage = f"--samples-per-plugin={samples}"
-    server = _DataServer(binary, logdir, workdir, samples)
+    server = DataServer(binary, logdir, workdir, samples)
     try:
         addr = server.start(timeout_s=min(30.0, timeout_s))
         server.channel = grpc.insecure_channel(
@@ -650,8 +653,8 @@ def _read_rust(view: RunView, logdir: str, workdir: str, hints: dict, store_all:
         )
         grpc.channel_ready_future(server.channel).result(timeout=min(30.0, timeout_s))
         provider = grpc_provider.GrpcDataProvider(addr, grpc_provider.make_stub(server.channel))
-        _wait_until_loaded(server, provider, timeout_s)
-        _read_provider(view, provider, hints, blob_workers=RUST_BLOB_WORKERS)
+        wait_until_loaded(server, provider, timeout_s)
+        read_provider(view, provider, hints, blob_workers=RUST_BLOB_WORKERS)
     finally:
         server.stop()
         errors, warnings = server.problems()

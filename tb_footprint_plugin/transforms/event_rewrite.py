@@ -108,7 +108,7 @@ from tb_footprint_plugin.plan.rules import (DASHBOARD_EXACT, DEFAULT_VIEW, DEFAU
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK, HashingReader, ThreadedHashingReader, fsync_file
 from tb_footprint_plugin.storage.regular import open_regular
-from tb_footprint_plugin.transforms import graph_attrs
+from tb_footprint_plugin.formats import graph_attrs
 
 #: Substitutions (kept records re-encoded): large graph attribute values dropped; a tag's
 #: first metadata copied onto its first kept record.
@@ -142,7 +142,7 @@ def kept_positions(capacity: int, max_n: Optional[int] = None) -> Dict[int, Tupl
     """``{n: positions the Rust data server keeps}`` for a strictly increasing series of ``n``
     items (``capacity < n <= max_n``) in a reservoir of ``capacity``, measured once per
     process by asking the server itself on a probe run (one tag per length)."""
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
     binary = views.data_server_binary()
     if binary is None:
@@ -859,7 +859,7 @@ class _RunSelection:
                  and len(s.ids) > min(RUST_CAPACITY.values())]
         if not exact or rust_view is not None:
             return rust_view
-        from tb_footprint_plugin.verify import views
+        from tb_footprint_plugin.formats import views
 
         reader = self.original.rust_reader() if self.original is not None else None
         if reader is not None:  # this reduce's one load of the original, started by the engine

@@ -1,9 +1,16 @@
 """Prove, with TensorBoard's own readers, that a reduced run still shows what was promised.
 
 * ``records`` — framing/CRC checks and byte-level record subsequence checks.
-* ``views`` — ``read_view``: what the Python multiplexer or the Rust data server shows.
+* ``read_view`` (from ``formats.views``): what the Python multiplexer or the Rust data server shows.
 * ``compare`` — ``verify_reduction``: original vs reduced under an ``Expectations`` contract.
 """
+from tb_footprint_plugin.formats.views import (
+    RunView,
+    TagView,
+    TensorPayload,
+    data_server_binary,
+    read_view,
+)
 from tb_footprint_plugin.verify.compare import (
     MODES,
     Check,
@@ -15,13 +22,6 @@ from tb_footprint_plugin.verify.records import (
     RecordCheck,
     check_event_files,
     records_subsequence,
-)
-from tb_footprint_plugin.verify.views import (
-    RunView,
-    TagView,
-    TensorPayload,
-    data_server_binary,
-    read_view,
 )
 
 __all__ = [

@@ -31,27 +31,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
 from tb_footprint_plugin.fmt import plural
+from tb_footprint_plugin.formats import views
+from tb_footprint_plugin.formats.views import RunView, TagView, TensorPayload
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import sha256_file
-from tb_footprint_plugin.verify import records, views
+from tb_footprint_plugin.verify import records
+from tb_footprint_plugin.verify.contract import (  # noqa: F401  (the contract's words, verify's API)
+    DEFAULT_VIEW_EXACT,
+    DEFAULT_VIEW_IDENTICAL,
+    DEFAULT_VIEW_MODES,
+    GRAPH_MODES,
+    GRAPH_ROUTE_IDENTICAL,
+    IDENTICAL,
+    MODES,
+    REMOVED,
+    SUBSET,
+    Check,
+    exact_on,
+)
 from tb_footprint_plugin.verify.readers import Reader
-from tb_footprint_plugin.verify.views import RunView, TagView, TensorPayload
 
-IDENTICAL = "identical"
-DEFAULT_VIEW_IDENTICAL = "default_view_identical"
-#: The Rust (default) backend's view is identical, as for DEFAULT_VIEW_IDENTICAL; the other
-#: backend sees an in-order subset of the original with the LAST point kept (not the first).
-DEFAULT_VIEW_EXACT = "default_view_exact"
-SUBSET = "subset"
-REMOVED = "removed"
-#: The run graph: the graphs route's graph with the dashboard's attribute filter is identical
-#: (attribute values over 1 KB were dropped from the stored graph and listed as too large).
-GRAPH_ROUTE_IDENTICAL = "graph_route_identical"
-MODES = (IDENTICAL, DEFAULT_VIEW_IDENTICAL, DEFAULT_VIEW_EXACT, SUBSET, REMOVED, GRAPH_ROUTE_IDENTICAL)
-#: Modes whose promise on the Rust backend is its default (sampled) view, unchanged.
-DEFAULT_VIEW_MODES = (DEFAULT_VIEW_IDENTICAL, DEFAULT_VIEW_EXACT)
-GRAPH_MODES = (IDENTICAL, REMOVED, GRAPH_ROUTE_IDENTICAL)
 SERIES_MAX_POINTS = 200
 #: Bounds of the per-tag summaries the check page draws (stored with the operation).
 SUMMARY_MAX_TAGS = 60        # per plugin
@@ -97,15 +97,6 @@ class Expectations:
         if plugin == views.GRAPHS_PLUGIN and self.graph == REMOVED:
             return REMOVED
         return self.default_mode
-
-
-@dataclass
-class Check:
-    """One verification line: ``detail`` is the human-readable sentence."""
-
-    name: str
-    ok: bool
-    detail: str
 
 
 @dataclass
@@ -346,7 +337,7 @@ def _graph_copies(run_dir: str) -> list:
     from tensorboard.compat.proto import event_pb2, meta_graph_pb2
 
     from tb_footprint_plugin.scan.tfrecord import RecordReader
-    from tb_footprint_plugin.transforms import graph_attrs
+    from tb_footprint_plugin.formats import graph_attrs
 
     out = []
     for name in records.event_file_names(run_dir):
@@ -525,7 +516,7 @@ def _read_for_tab(reader: Reader) -> None:
         return
     for plugin, kind, workers in _TAB_KINDS:
         try:
-            views._read_kind(reader.view, reader.provider, views._request_context(), plugin,
+            views.read_kind(reader.view, reader.provider, views.request_context(), plugin,
                              kind, {}, workers)
         except Exception as e:  # noqa: BLE001 - a reader failure is a finding
             reader.view.errors.append(f"{plugin}: {type(e).__name__}: {e}")
@@ -722,17 +713,6 @@ def _is_subsequence(before: list, after: list) -> Optional[str]:
     return None
 
 
-def exact_on(mode: str, backend: str) -> bool:
-    """Must the points be identical (all of them, or the Rust default view's) on ``backend``?
-
-    The one statement of the fidelity contract per backend: the reader-level checks and the
-    dashboard routes (``dashboard.route_contract``) both ask it."""
-    return mode == IDENTICAL or (mode in DEFAULT_VIEW_MODES and backend == "rust")
-
-
-_exact = exact_on
-
-
 def _compare_tag(mode: str, backend: str, before: TagView, after: TagView) -> Optional[str]:
     """None when the tag meets its mode on this backend, else why not."""
     if before.kind != after.kind:
@@ -747,7 +727,7 @@ def _compare_tag(mode: str, backend: str, before: TagView, after: TagView) -> Op
         if shape(before.points) != shape(after.points):
             return _first_difference(before.points, after.points)
         return None
-    if _exact(mode, backend):
+    if exact_on(mode, backend):
         if [_key(p) for p in before.points] != [_key(p) for p in after.points]:
             return _first_difference(before.points, after.points)
         if mode in DEFAULT_VIEW_MODES and before.display_steps != after.display_steps:
@@ -789,7 +769,7 @@ def _compare_plugin(plugin: str, mode: str, backend: str, before: RunView,
 def _summary(plugin, mode, backend, tags_before, tags_after, n_before, n_after) -> str:
     if mode == GRAPH_ROUTE_IDENTICAL:
         return f"{plugin}: {tags_before} tags, {n_before} points at the same steps (graph content: see graph)"
-    if _exact(mode, backend):
+    if exact_on(mode, backend):
         what = "identical" if mode == IDENTICAL else "default view identical"
         return f"{plugin}: {plural(tags_before, 'tag')}, {plural(n_before, 'point')} {what}"
     if mode == REMOVED and tags_after == 0:

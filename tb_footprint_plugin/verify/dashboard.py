@@ -33,7 +33,8 @@ import concurrent.futures
 import os
 from typing import Iterable, Optional
 
-from tb_footprint_plugin.verify import routes, views
+from tb_footprint_plugin.formats import views
+from tb_footprint_plugin.verify import routes
 from tb_footprint_plugin.verify.readers import Reader
 
 #: Original event data up to this size is read in full by both backends (every point). Above it
@@ -85,7 +86,7 @@ def open_pair(original_dir: str, reduced_dir: str, backend: str, hints: Optional
 
 def route_contract(exp, backend: str):
     """``plugin -> (exact, keep_first, keep_last, removable)`` for routes, from ``exp``."""
-    from tb_footprint_plugin.verify import compare as c
+    from tb_footprint_plugin.verify import contract as c
 
     def contract(plugin: str) -> tuple:
         modes = [exp.mode_for(p) for p in plugin.split("|")]
@@ -109,13 +110,13 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
     distributions and time-series routes are compared where those routes read them, the
     readers' data providers (``routes._heavy_histograms``); every listing still goes through
     the routes. Off, those routes are rendered as JSON on both sides as well."""
-    from tb_footprint_plugin.verify.compare import Check
+    from tb_footprint_plugin.verify.contract import Check
 
     name = f"routes ({backend}{label})"
     if before.view.fatal or after.view.fatal or not before.provider or not after.provider:
         return Check("routes", False, f"{name}: not crawled, a reader failed")
     try:
-        from tb_footprint_plugin.verify.compare import GRAPH_ROUTE_IDENTICAL
+        from tb_footprint_plugin.verify.contract import GRAPH_ROUTE_IDENTICAL
 
         dropped = exp is not None and exp.mode_for("graphs") == GRAPH_ROUTE_IDENTICAL
         res = routes.compare_crawl(before.app(), after.app(), route_contract(exp, backend),
@@ -137,7 +138,7 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
 
 def profile_removed_check(removed: dict) -> list:
     """Profile data a policy removed is the one allowed route difference: say so."""
-    from tb_footprint_plugin.verify.compare import Check
+    from tb_footprint_plugin.verify.contract import Check
 
     if not removed:
         return []
@@ -213,8 +214,8 @@ def index_from_stats(stats: list) -> tuple[dict, dict]:
 
 def index_checks(before: tuple, after: tuple, exp, subsequence_ok: bool) -> list:
     """Per tag, from both sides' streaming indexes: tags kept, "identical" tags whole."""
-    from tb_footprint_plugin.verify import compare as c
-    from tb_footprint_plugin.verify.compare import Check
+    from tb_footprint_plugin.verify import contract as c
+    from tb_footprint_plugin.verify.contract import Check
 
     (b_tags, b_fixed), (a_tags, a_fixed) = before, after
     problems, whole, kept = [], 0, 0
@@ -261,8 +262,8 @@ def python_against_index(view, index: tuple, exp, thinned: Optional[dict] = None
     few records of -> how many it was spared; each must still be listed, with every record it
     was given and the original's first and last steps, and its points are proven by its
     records (``whole_ok``: the record subsequence held, the tag index found it whole)."""
-    from tb_footprint_plugin.verify import compare as c
-    from tb_footprint_plugin.verify.compare import Check
+    from tb_footprint_plugin.verify import contract as c
+    from tb_footprint_plugin.verify.contract import Check
 
     if view.fatal:
         return [Check("python", False, f"python (reduced only): {view.fatal}")]

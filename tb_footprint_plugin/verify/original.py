@@ -105,7 +105,7 @@ class OriginalRun:
 
     def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
         """Start TensorBoard's Rust data server loading the run (default sampling)."""
-        from tb_footprint_plugin.verify import views
+        from tb_footprint_plugin.formats import views
         from tb_footprint_plugin.verify.readers import Reader
         from tb_footprint_plugin.verify.records import event_file_names
 

@@ -234,7 +234,7 @@ class _Probe:
 
     def _thinnable(self, tag: str) -> int:
         """The id of a bound tag whose one-value, metadata-free records may be thinned, or -1."""
-        from tb_footprint_plugin.verify import compare as c
+        from tb_footprint_plugin.verify import contract as c
 
         plugin = self.binding[tag]
         if not plugin or self.exp.mode_for(plugin) != c.IDENTICAL:
@@ -285,13 +285,13 @@ def read_listing(run_dir: str, timeout_s: float) -> PythonListing:
 
     The plugins' own calls (``list_*`` then ``read_*`` of every point; every blob of a blob
     sequence fetched), keeping only the steps: no per-point payload is built."""
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
     from tb_footprint_plugin.verify.readers import Reader
 
     out = PythonListing()
     with Reader(run_dir, "python", None, store_all=True, timeout_s=timeout_s) as r:
         if r.provider is not None and not r.view.fatal and r.view.run_present:
-            ctx = views._request_context()
+            ctx = views.request_context()
             plugins = sorted(p for p in r.provider.list_plugins(
                 ctx, experiment_id=views.EXPERIMENT_ID) if p)
             for plugin in plugins:
@@ -308,10 +308,10 @@ def read_listing(run_dir: str, timeout_s: float) -> PythonListing:
 
 
 def _read_steps(out: PythonListing, provider, ctx, plugin: str, kind: str) -> None:
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
-    list_fn, read_fn = views._provider_calls(provider, kind)
-    kw = dict(experiment_id=views.EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=views._rtf())
+    list_fn, read_fn = views.provider_calls(provider, kind)
+    kw = dict(experiment_id=views.EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=views.run_filter())
     listing = list_fn(ctx, **kw).get(views.RUN_NAME, {})
     if not listing:
         return
@@ -321,7 +321,7 @@ def _read_steps(out: PythonListing, provider, ctx, plugin: str, kind: str) -> No
         points = data.get(tag, [])
         if kind == views.BLOB_SEQUENCE:
             try:  # what the dashboard fetches next: a blob that cannot be read is a finding
-                views._points(provider, ctx, kind, points, 1)
+                views.read_points(provider, ctx, kind, points, 1)
             except Exception as e:  # noqa: BLE001
                 out.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
         tags[tag] = [d.step for d in points]
@@ -433,7 +433,8 @@ def _main(argv: list) -> int:
         from tensorboard.backend.event_processing import (  # noqa: F401
             data_provider, plugin_event_multiplexer)
 
-        from tb_footprint_plugin.verify import readers, views  # noqa: F401
+        from tb_footprint_plugin.formats import views  # noqa: F401
+        from tb_footprint_plugin.verify import readers  # noqa: F401
 
         run_dir = os.fsdecode(sys.stdin.buffer.readline().rstrip(b"\n"))
         if not run_dir:

@@ -14,9 +14,9 @@ import shutil
 import time
 from typing import Iterable, Optional
 
+from tb_footprint_plugin.formats import views
+from tb_footprint_plugin.formats.views import RunView
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.verify import views
-from tb_footprint_plugin.verify.views import RunView
 
 
 class Reader:
@@ -33,7 +33,7 @@ class Reader:
         self.provider = None
         self.mux = None
         self.samples = ""
-        self._server: Optional[views._DataServer] = None
+        self._server: Optional[views.DataServer] = None
         # in the vault during an operation (scratch.use_root): a killed process's is swept
         self._tmp = scratch.make("verify")
         self.logdir = os.path.join(self._tmp, "logdir")
@@ -43,18 +43,18 @@ class Reader:
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self) -> "Reader":
         try:
-            self.view.event_files = views._link_run(self.view.run_dir,
+            self.view.event_files = views.link_run(self.view.run_dir,
                                                     os.path.join(self.logdir, views.RUN_NAME))
             if self.view.backend == "python":
                 self._open_python()
             else:
                 self._open_rust()
-            ctx = views._request_context()
+            ctx = views.request_context()
             self.view.run_present = any(
                 r.run_name == views.RUN_NAME
                 for r in self.provider.list_runs(ctx, experiment_id=views.EXPERIMENT_ID))
         except Exception as e:  # noqa: BLE001 - a reader failure is a finding, not a crash
-            self.view.fatal = views._normalize(
+            self.view.fatal = views.normalize_message(
                 f"{self.view.backend} reader: {type(e).__name__}: {e}", self._tmp)
             self.view.errors.append(self.view.fatal)
         return self
@@ -67,8 +67,8 @@ class Reader:
             self.view.warnings.extend(warnings)
             self._server = None
         shutil.rmtree(self._tmp, ignore_errors=True)
-        self.view.errors = [views._normalize(m, self._tmp) for m in self.view.errors]
-        self.view.warnings = [views._normalize(m, self._tmp) for m in self.view.warnings]
+        self.view.errors = [views.normalize_message(m, self._tmp) for m in self.view.errors]
+        self.view.warnings = [views.normalize_message(m, self._tmp) for m in self.view.warnings]
         self.view.duration_s = time.monotonic() - self._start
 
     def __enter__(self) -> "Reader":
@@ -83,7 +83,7 @@ class Reader:
         ``plugins``' data (and no run graph) when given."""
         if self.provider is not None and not self.view.fatal:
             workers = views.RUST_BLOB_WORKERS if self.view.backend == "rust" else 1
-            views._read_provider(self.view, self.provider, self.hints, blob_workers=workers,
+            views.read_provider(self.view, self.provider, self.hints, blob_workers=workers,
                                  only=plugins)
         return self.view
 
@@ -102,11 +102,11 @@ class Reader:
         from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
         from tensorboard.util import tb_logging
 
-        size, tensor = views._python_guidance(self.hints, self.store_all)
+        size, tensor = views.python_guidance(self.hints, self.store_all)
         self.view.storage = f"size_guidance={size} tensor_size_guidance={dict(sorted(tensor.items()))}"
         mux = plugin_event_multiplexer.EventMultiplexer(
             size_guidance=size, tensor_size_guidance=tensor, purge_orphaned_data=True)
-        capture = views._LogCapture()
+        capture = views.LogCapture()
         logger = tb_logging.get_logger()
         logger.addHandler(capture)
         try:
@@ -126,13 +126,13 @@ class Reader:
         binary = views.data_server_binary()
         if binary is None:
             raise RuntimeError("tensorboard-data-server binary is not available")
-        self.samples = views._rust_samples(self.hints, self.store_all)
+        self.samples = views.rust_samples(self.hints, self.store_all)
         self.view.storage = f"--samples-per-plugin={self.samples}"
-        self._server = views._DataServer(binary, self.logdir, self._tmp, self.samples)
+        self._server = views.DataServer(binary, self.logdir, self._tmp, self.samples)
         addr = self._server.start(timeout_s=min(30.0, self.timeout_s))
         self._server.channel = grpc.insecure_channel(
             addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
         grpc.channel_ready_future(self._server.channel).result(timeout=min(30.0, self.timeout_s))
         self.provider = grpc_provider.GrpcDataProvider(
             addr, grpc_provider.make_stub(self._server.channel))
-        views._wait_until_loaded(self._server, self.provider, self.timeout_s)
+        views.wait_until_loaded(self._server, self.provider, self.timeout_s)

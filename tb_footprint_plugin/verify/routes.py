@@ -608,7 +608,7 @@ def _heavy_histograms(sides, listing):
     from tensorboard import errors as tb_errors
     from tensorboard.data import provider as tb_provider
 
-    from tb_footprint_plugin.verify import views
+    from tb_footprint_plugin.formats import views
 
     tag_pairs = []
     for plugin in ("histograms", "distributions"):
@@ -618,7 +618,7 @@ def _heavy_histograms(sides, listing):
     series: set = set()
     for tags in tag_pairs:
         series |= set(_union(tags[0].value, tags[1].value, 2))
-    ctx = views._request_context()
+    ctx = views.request_context()
 
     def read(side, run, tag, n):
         try:
