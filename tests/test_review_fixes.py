@@ -396,3 +396,28 @@ def test_a_rollback_never_displaces_a_file_a_live_process_writes(tmp_path):
     from tb_footprint_plugin.engine.vault import Vault
 
     assert Path(Vault(m["vault"]).blob_path(d["sha256"])).read_bytes() == b"written after the swap"
+
+
+def test_copy_new_never_follows_a_planted_link_and_checks_the_hash(tmp_path):
+    """``copy_new`` (the restored copy, an unretired file copied across filesystems): a link at
+    the temp name is set aside, mode and mtime are set on the copy itself, a wrong hash removes
+    the copy."""
+    import hashlib
+
+    from tb_footprint_plugin.storage.files import CopyMismatch, copy_new
+
+    src = tmp_path / "src"
+    src.write_bytes(b"original bytes")
+    sha = hashlib.sha256(b"original bytes").hexdigest()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"must survive")
+    os.chmod(victim, 0o600)
+    os.symlink(victim, tmp_path / "tmp")
+    copy_new(str(src), str(tmp_path / "tmp"), sha, 0o640, mtime_ns=1_600_000_000_123_456_789)
+    st = os.lstat(tmp_path / "tmp")
+    assert (tmp_path / "tmp").read_bytes() == b"original bytes" and oct(st.st_mode & 0o777) == oct(0o640)
+    assert st.st_mtime_ns == 1_600_000_000_123_456_789
+    assert victim.read_bytes() == b"must survive" and os.stat(victim).st_mode & 0o777 == 0o600
+    with pytest.raises(CopyMismatch):
+        copy_new(str(src), str(tmp_path / "other"), "0" * 64)
+    assert not (tmp_path / "other").exists()

@@ -50,7 +50,7 @@ from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
+from tb_footprint_plugin.storage.files import CopyMismatch, copy_file, copy_new, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.version import __version__
@@ -506,12 +506,10 @@ def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: 
         os.rename(stored, dst)
     else:
         tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
-        copy_file(stored, tmp)
-        if sha256_file(tmp) != f["sha256"]:
-            os.unlink(tmp)
-            raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256")
-        os.chmod(tmp, f["mode"])
-        os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
+        try:  # made anew and set up through its fd: a link planted at that name is never followed
+            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"])
+        except CopyMismatch:
+            raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
         os.replace(tmp, dst)
     fsync_dir(os.path.dirname(dst))
     return note

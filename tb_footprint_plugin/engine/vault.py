@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import getpass
-import hashlib
 import json
 import os
 import socket
@@ -27,7 +26,7 @@ from typing import Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog
-from tb_footprint_plugin.storage.files import (CHUNK, atomic_write_json, copy_file, create_new, fsync_dir, is_regular,
+from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, copy_file, copy_new, fsync_dir, is_regular,
                                                sha256_file)
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name, other_users_state_dirs
@@ -253,39 +252,19 @@ class Vault:
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
         # a copy, so the blob stays valid whatever happens to dest later; made anew, never
-        # through a link planted at that guessable name (``files.create_new`` sets it aside),
-        # and hashed, chmod'ed and timed through its fd: a name swapped meanwhile is never followed
-        fd = create_new(tmp)
+        # through a link planted at that guessable name, and hashed, chmod'ed and timed through
+        # its fd (``files.copy_new``): a name swapped meanwhile is never followed
         try:
-            with os.fdopen(fd, "wb") as fo, open_regular(blob) as fi:
-                h = hashlib.sha256()
-                while True:
-                    b = fi.read(CHUNK)
-                    if not b:
-                        break
-                    h.update(b)
-                    fo.write(b)
-                fo.flush()
-                faults.hit("restore_copied")
-                if h.hexdigest() != sha:
-                    raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash")
-                if mode is not None:
-                    os.fchmod(fo.fileno(), mode & 0o7777)
-                if mtime_ns is not None:
-                    os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
-                elif mtime is not None:
-                    os.utime(fo.fileno(), (mtime, mtime))
-                os.fsync(fo.fileno())
-                ident = os.fstat(fo.fileno())
-            st = os.lstat(tmp)
-            if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
-                raise VaultError(errno.EEXIST, f"{tmp}: replaced while {dest} was being restored; not used")
+            copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
+            faults.hit("restore_copied")
             fsops.replace(tmp, dest)
+        except CopyMismatch:
+            raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash") from None
         except BaseException:
             with contextlib.suppress(OSError):
                 st = os.lstat(tmp)
                 if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                    fsops.unlink(tmp)  # a full disk or a failed check leaves no temp file behind
+                    fsops.unlink(tmp)  # a failure after the copy leaves no temp file behind
             raise
         fsync_dir(d)
 

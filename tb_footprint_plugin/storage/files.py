@@ -332,6 +332,50 @@ def create_new(path: str, mode: int = 0o600) -> int:
     raise FileExistsError(errno.EEXIST, "not created", path)  # pragma: no cover
 
 
+class CopyMismatch(OSError):
+    """A copy made by ``copy_new`` does not hash to what it should (the source changed or is
+    damaged); the copy was removed."""
+
+
+def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
+             mtime: Optional[float] = None) -> None:
+    """Copy the regular file ``src`` into a new file ``dst`` (``create_new``) that must hash to
+    ``sha`` (``CopyMismatch`` otherwise), with ``mode`` and the modification time set, all
+    through its fd: a name swapped for a link meanwhile (a folder others may write to) is never
+    followed. The copy is fsynced; ``dst`` is checked to still be that file before returning,
+    so the caller's rename moves this copy."""
+    fd = create_new(dst)
+    try:
+        with os.fdopen(fd, "wb") as fo, open_regular(src, follow_symlinks=True) as fi:
+            h = hashlib.sha256()
+            while True:
+                b = fi.read(CHUNK)
+                if not b:
+                    break
+                h.update(b)
+                fo.write(b)
+            fo.flush()
+            if h.hexdigest() != sha:
+                raise CopyMismatch(errno.EIO, f"copy of {src} does not match its sha256", dst)
+            if mode is not None:
+                os.fchmod(fo.fileno(), mode & 0o7777)
+            if mtime_ns is not None:
+                os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
+            elif mtime is not None:
+                os.utime(fo.fileno(), (mtime, mtime))
+            os.fsync(fo.fileno())
+            ident = os.fstat(fo.fileno())
+        st = os.lstat(dst)
+        if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
+            raise FileExistsError(errno.EEXIST, "replaced while it was being written; not used", dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            st = os.lstat(dst)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                fsops.unlink(dst)  # a full disk or a failed check leaves no temp file behind
+        raise
+
+
 def copy_file(src: str, dst: str) -> None:
     """Copy bytes with fsync into a new file ``dst`` (``create_new``: never through a link planted
     at that name); metadata is restored separately; ``src`` must be a regular file."""
@@ -348,4 +392,4 @@ def copy_file(src: str, dst: str) -> None:
 
 
 __all__ = ["CHUNK", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
-           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new"]
+           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "copy_new", "CopyMismatch"]
