@@ -6,7 +6,6 @@ the dashboard will show afterwards.
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
@@ -17,6 +16,7 @@ from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import Line, fit, plan_content
 from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
+from tb_footprint_plugin.plan import select
 from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
 #: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures); plan with
@@ -64,8 +64,9 @@ def check_selection(footprint: LogdirFootprint, runs: Optional[List[str]], run_g
     """Raise ``SelectionError`` naming each ``runs`` entry and a ``run_glob`` that match no run:
     a typo must not look like "nothing to do"."""
     names = [r.name for r in footprint.runs if r.name != UNATTRIBUTED]
-    missing = [n for n in (runs or []) if n not in names]
-    if run_glob and not any(fnmatch.fnmatchcase(n, run_glob) for n in names):
+    known = set(names)  # membership per selected name: a list made a whole-logdir selection quadratic
+    missing = [n for n in (runs or []) if n not in known]
+    if run_glob and not any(select.matches(n, run_glob) for n in names):
         missing.append(run_glob)
     if missing:
         shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
@@ -94,13 +95,14 @@ def make_plan(
     pol = get_policy(policy)
     now = time.time() if now is None else now
     check_selection(footprint, runs, run_glob)
+    chosen = set(runs) if runs is not None else None
     plans = []
     for r in footprint.runs:
         if r.name == UNATTRIBUTED:
             continue
-        if runs is not None and r.name not in runs:
+        if chosen is not None and r.name not in chosen:
             continue
-        if run_glob and not fnmatch.fnmatchcase(r.name, run_glob):
+        if run_glob and not select.matches(r.name, run_glob):
             continue
         if r.total_bytes < min_size:
             continue
