@@ -115,6 +115,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     (``engine.bucket_ledger``; also with ``ledger`` set, unsharded)."""
     from tb_footprint_plugin.engine import bucket as bk
     from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
+    from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
     from tb_footprint_plugin.scan.scanner import scan_bucket
 
     rfs, vault = _bucket(logdir, backup_dir)
@@ -159,9 +160,9 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
             on_outcome(o)
 
     todo = [rp for rp in p.runs if not rp.skipped]
-    report.outcomes += bk.reduce_runs(rfs, vault, todo, objects, quiet_period,
-                                      policy=(p.policy or {}).get("name"), on_outcome=settled,
-                                      verify_backends=tuple(verify_backends), begin=begin)
+    report.outcomes += reduce_runs(rfs, vault, todo, objects, quiet_period,
+                                   policy=(p.policy or {}).get("name"), on_outcome=settled,
+                                   verify_backends=tuple(verify_backends), begin=begin)
     report.requests = rfs.stats.to_dict()
     removed = report.removed_from_logdir_bytes
     if removed:  # the backups are whole copies in the store: what purge frees is the bucket's retention's say

@@ -181,7 +181,6 @@ def test_the_check_accepts_downward_and_same_layer_imports():
 
 #: (importer, imported) edges left out of the cycle check, each with why it cannot go yet.
 CYCLE_ALLOWED: Dict[Tuple[str, str], str] = {
-    ("engine.bucket", "engine.bucket_rewrite"): "being untangled (#26 item 6)",
 }
 
 
@@ -303,22 +302,6 @@ PRIVATE_ALLOWED: Dict[str, str] = {
     "engine.bucket_rewrite uses engine.transaction._stage": "owned by a concurrent change; next step",
     "engine.bucket_rewrite uses engine.transaction._stage_line": "owned by a concurrent change; next step",
     "engine.transaction uses transforms._transform_of": "owned by a concurrent change; next step",
-    "engine.bucket_rewrite uses engine.bucket._ACTIVE_OPS": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._Journal": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._State": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._backup": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._commit_recorded": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._file_entry": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._finish": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._listing_of_runs": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._lock": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._manifest_doc": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._must_delete": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._now": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._rollback": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._run_prefix": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._unlock_versions": "being made public (#26 item 6)",
-    "engine.bucket_rewrite uses engine.bucket._verify_batch": "being made public (#26 item 6)",
     "verify.dashboard uses verify.routes._fmt": "being made public (#26 item 6)",
 }
 

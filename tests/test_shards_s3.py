@@ -127,10 +127,10 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
 
 def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or_deleted(s3_bucket, tmp_path):
     url = s3_bucket.upload(make_logdir(tmp_path / "logs", 1), "logs")
-    st = bk._State(RemoteFS(url))
+    st = bk.BucketState(RemoteFS(url))
     lease.configure(lease_seconds=0.6)
     try:
-        path, _ = bk._lock(st, "exp0/run000", new_op_id())
+        path, _ = bk.lock_run(st, "exp0/run000", new_op_id())
         first, _ = st.read(path)
         time.sleep(1.5)  # the renewer wakes at least every 0.1 s at this lease; renews after 0.2 s
         renewed, _ = st.read(path)
@@ -154,7 +154,7 @@ def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or
 def test_a_bucket_lock_of_another_host_is_stale_only_when_its_lease_and_its_journal_are_old(s3_bucket, tmp_path):
     url = s3_bucket.upload(make_logdir(tmp_path / "logs", 1), "logs")
     rfs = RemoteFS(url)
-    st = bk._State(rfs)
+    st = bk.BucketState(rfs)
     op = new_op_id()
     now = time.time()
     lock = {"run": "exp0/run000", "op": op, "host": "other-node", "pid": 4242, "at": now - 600,

@@ -22,7 +22,8 @@ Runs that only lose files are reduced in batches under one journal object (``BAT
 with its own lock object, operation id, backups and manifest; the batch pays one journal create,
 one commit record, one listing before and after its delete step and the batched deletes. Runs
 whose plan rewrites or compresses files are one transaction each (``engine.bucket_rewrite``),
-in the same journal format, settled by the same ``recover``.
+in the same journal format, settled by the same ``recover``; ``engine.bucket_reduce`` takes a
+batch's runs to one or the other.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ from tb_footprint_plugin.engine import bucket_lease, faults, lease
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import who
-from tb_footprint_plugin.plan.cost import BATCH_RUNS, LIST_PAGE_KEYS
+from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
@@ -90,7 +91,8 @@ class BucketVault:
         return f"{self.root}/manifests/{op_id}.json"
 
 
-def _run_prefix(run: str) -> str:
+def run_prefix(run: str) -> str:
+    """The key prefix of a run's objects (``""`` for the logdir's own files)."""
     return "" if run == "." else run.rstrip("/") + "/"
 
 
@@ -98,11 +100,12 @@ def _lock_key(run: str) -> str:
     return f"{LOCKS}/{hashlib.sha256(run.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.json"
 
 
-def _now() -> float:
+def now_s() -> float:
+    """Wall-clock seconds, as journals, manifests and locks record them."""
     return time.time()
 
 
-class _State:
+class BucketState:
     """Small JSON state objects (journal, lock, manifest) with conditional writes."""
 
     def __init__(self, rfs: RemoteFS):
@@ -132,10 +135,10 @@ class _State:
         return (doc if isinstance(doc, dict) else {"corrupt": True}), info.version_token
 
 
-class _Journal:
+class BucketJournal:
     """One operation's journal object: every record rewrites it under the previous version."""
 
-    def __init__(self, st: _State, op_id: str, doc: dict):
+    def __init__(self, st: BucketState, op_id: str, doc: dict):
         self.st = st
         self.path = st.rfs.path(f"{JOURNAL}/{op_id}.json")
         self.doc = doc
@@ -143,7 +146,7 @@ class _Journal:
 
     def step(self, name: str, **extra) -> None:
         self.doc["step"] = name
-        self.doc.setdefault("steps", []).append([name, _now()])
+        self.doc.setdefault("steps", []).append([name, now_s()])
         self.doc.update(extra)
         self.version = self.st.update(self.path, self.doc, self.version)
 
@@ -151,7 +154,7 @@ class _Journal:
         self.st.ops.delete([self.path])
 
 
-def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
+def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
     """Take the run's lock; raises BucketTxnError('locked') naming the holder."""
     path = st.rfs.path(_lock_key(run))
     doc = bucket_lease.new_lock_doc(run, op_id)
@@ -176,13 +179,13 @@ def _lock(st: _State, run: str, op_id: str) -> Tuple[str, str]:
     raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
 
 
-def _held_lock(st: _State, path: str, doc: dict, version: str) -> str:
+def _held_lock(st: BucketState, path: str, doc: dict, version: str) -> str:
     """Renew the lock just taken while this process holds it (``engine.bucket_lease``)."""
     bucket_lease.hold(path, doc, version, lambda d, v: st.update(path, d, v))
     return version
 
 
-def _unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
+def unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
     """Stop renewing the lock; the version to delete it at, None if it is not ours any more."""
     v = bucket_lease.release(lock_path)
     return None if v is None else {lock_path: v}
@@ -193,11 +196,11 @@ def _unlock_all(lock_paths: List[str]) -> Tuple[List[str], Dict[str, str]]:
     another worker took over is never deleted as ours)."""
     versions: Dict[str, str] = {}
     for p in lock_paths:
-        versions.update(_unlock_versions(p) or {})
+        versions.update(unlock_versions(p) or {})
     return list(versions), versions
 
 
-def _commit_recorded(doc: dict) -> bool:
+def commit_recorded(doc: dict) -> bool:
     """Whether an operation's journal recorded its commit step (from then on it may have deleted
     or replaced originals)."""
     steps = doc.get("steps") if isinstance(doc.get("steps"), list) else []
@@ -206,17 +209,17 @@ def _commit_recorded(doc: dict) -> bool:
 
 
 #: operations this process is running right now (a lock of this pid naming another op is stale)
-_ACTIVE_OPS: set = set()
+ACTIVE_OPS: set = set()
 
 
-def _owner_gone(lock: dict, st: Optional[_State] = None) -> bool:
+def _owner_gone(lock: dict, st: Optional[BucketState] = None) -> bool:
     """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
     progress read from the bucket (``st``) when the lease of another host expired."""
     def journal_mtime(op: str) -> Optional[float]:
         info = st.ops.head(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
         return info.mtime if info is not None else None
 
-    return bucket_lease.holder_gone(lock, journal_mtime, _ACTIVE_OPS)
+    return bucket_lease.holder_gone(lock, journal_mtime, ACTIVE_OPS)
 
 
 #: Drop-only runs are reduced together, ``BATCH_RUNS`` to one journal object: a batch pays one
@@ -231,79 +234,13 @@ def _owner_gone(lock: dict, st: Optional[_State] = None) -> bool:
 COMMITTED_STEPS = ("swapping", "deleting", "done")
 
 
-def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
-                quiet_period: float, policy: Optional[str] = None, on_outcome=None,
-                verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None) -> List[RunOutcome]:
-    """Reduce runs of a bucket logdir by their plans. Drop-only runs go in batches (one journal
-    object per batch, one lock object per run); a run whose plan rewrites or compresses files
-    is its own transaction (stage locally, upload under a temporary key, verify, swap with a
-    precondition). Never raises for a store failure: each run ends verified, rolled back, or
-    skipped, with a reason. ``begin(rp)`` is called for each run right before its batch or
-    transaction starts (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that
-    run alone, untouched."""
-    outcomes: Dict[str, RunOutcome] = {}
-
-    def started(group: List) -> List:
-        ok = []
-        for rp in group:
-            try:
-                if begin:
-                    begin(rp)
-                ok.append(rp)
-            except RemoteError as e:
-                o = RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{e.code}: {e}", code=Failure.ERROR,
-                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-                outcomes[rp.run] = o
-                if on_outcome:
-                    on_outcome(o)
-        return ok
-
-    drops, heavy = [], []
-    for rp in rps:
-        if any(a.kind in ("compress", "rewrite") for a in rp.actions):
-            heavy.append(rp)
-        elif not any(a.kind == "delete" for a in rp.actions):
-            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
-                           bytes_after=rp.bytes_before, reason="nothing to remove", code=Skip.NOTHING)
-            outcomes[rp.run] = o
-            if on_outcome:
-                on_outcome(o)
-        else:
-            drops.append(rp)
-    def settled(o: RunOutcome) -> None:
-        outcomes[o.run] = o
-        if on_outcome:
-            on_outcome(o)
-
-    for i in range(0, len(drops), BATCH_RUNS):
-        for o in _reduce_batch(rfs, vault, started(drops[i:i + BATCH_RUNS]), listing, quiet_period, policy,
-                               settled_early=settled):
-            if o.run not in outcomes:
-                settled(o)
-    for rp in heavy:
-        from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
-
-        if not started([rp]):
-            continue
-        o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends)
-        outcomes[rp.run] = o
-        if on_outcome:
-            on_outcome(o)
-    return [outcomes[rp.run] for rp in rps]
-
-
-def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
-               quiet_period: float, policy: Optional[str] = None) -> RunOutcome:
-    """Reduce one run of a bucket logdir by its plan ``rp`` (a batch of one)."""
-    return reduce_runs(rfs, vault, [rp], listing, quiet_period, policy)[0]
-
-
-def _file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
+def file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
+    """A journal/manifest entry of one planned file: its action, size, version, checksums and backup key."""
     return {"path": a.path, "action": a.kind, "size": o.size, "version": o.version_token,
             "checksums": content_checksums(o), "backup": vault.blob(op_id, a.path)}
 
 
-def _backup(rfs: RemoteFS, f: dict) -> None:
+def backup_object(rfs: RemoteFS, f: dict) -> None:
     """Back up one original by a server-side copy conditional on the version the plan saw; its
     integrity is the store's checksum of the copy equal to the original's. An original changed
     or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
@@ -329,13 +266,14 @@ def _copy_matches(rfs: RemoteFS, res, f: dict, src: str, dst: str) -> bool:
     return ok
 
 
-def _manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
-    return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": _now(), "status": "verified",
+def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
+    """The manifest of one verified run of an operation (what a restore puts back)."""
+    return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": now_s(), "status": "verified",
             "files": entry["files"], "bytes_before": rp.bytes_before, "bytes_after": bytes_after,
             "policy": policy, "shard": lease.shard_label(), **who()}
 
 
-def _listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int) -> Dict[str, ObjectInfo]:
+def listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int) -> Dict[str, ObjectInfo]:
     """The current objects of ``runs``: one listing of the whole logdir when that takes fewer
     pages than one listing per run prefix, else one listing per run."""
     if "." in runs or math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
@@ -346,7 +284,7 @@ def _listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_
     return out
 
 
-def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                   quiet_period: float, policy: Optional[str], settled_early=None) -> List[RunOutcome]:
     """Drop-only runs under one journal object. Each run has its own lock object (two machines
     never reduce one run at once), its own operation id, backups and manifest (restorable on its
@@ -354,12 +292,12 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
     ``settled_early(outcome)`` hears of each run left out before the journal is written (gone
     since the plan, locked by another worker) as soon as that is known."""
     t0 = time.monotonic()
-    st = _State(rfs)
+    st = BucketState(rfs)
     batch_id = new_op_id()
     outs: Dict[str, RunOutcome] = {}
     entries: List[dict] = []
     plans = {rp.run: rp for rp in rps}
-    _ACTIVE_OPS.add(batch_id)
+    ACTIVE_OPS.add(batch_id)
     journal = None
     try:
         for rp in rps:
@@ -376,12 +314,12 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
                 if o is None:
                     missing = a.path
                     break
-                files.append(_file_entry(vault, op_id, a, o))
+                files.append(file_entry(vault, op_id, a, o))
             if missing:
                 out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
                 continue
             try:
-                lock_path, _ = _lock(st, rp.run, batch_id)
+                lock_path, _ = lock_run(st, rp.run, batch_id)
             except BucketTxnError as e:
                 out.reason, out.code = str(e), Skip.LOCKED
                 continue
@@ -398,12 +336,12 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         if not entries:
             return list(outs.values())
         try:
-            journal = _Journal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": _now(),
+            journal = BucketJournal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
                                               "vault": vault.root, "runs": entries,
                                               "logdir_objects": len(listing)})
         except RemoteError as e:
             ours, versions = _unlock_all([en["lock"] for en in entries])
-            _must_delete(rfs, ours, versions=versions)
+            must_delete(rfs, ours, versions=versions)
             for en in entries:
                 o = outs[en["run"]]
                 o.status, o.reason, o.code = Outcome.FAILED, f"{e.code}: {e}", Failure.ERROR
@@ -416,10 +354,10 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
             rp = plans[en["run"]]
             try:
                 for f in en["files"]:
-                    _backup(rfs, f)
+                    backup_object(rfs, f)
                     faults.hit("bucket.after_backup_copy")
                 bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
-                st.create(vault.manifest(en["op"]), _manifest_doc(rfs, en, rp, policy, bytes_after))
+                st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after))
                 live.append(en)
             except faults.InjectedFault:
                 raise
@@ -432,7 +370,7 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
         faults.hit("bucket.before_recheck")
         if live:
             try:
-                now_objs = _listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+                now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
             except RemoteError as e:
                 for en in live:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
@@ -441,14 +379,14 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
             for en in live:
                 changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
                                 or now_objs[f["path"]].version_token != f["version"]), None)
-                pre = _run_prefix(en["run"])
+                pre = run_prefix(en["run"])
                 newest = max((o.mtime for k, o in now_objs.items() if k.startswith(pre)), default=0.0)
                 if changed:
                     _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
                         Skip.NOT_IN_PLAN, f"{changed}: changed since its backup; run left as it was"))
-                elif newest > _now() - quiet_period:
+                elif newest > now_s() - quiet_period:
                     _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
-                        Skip.ACTIVE, f"run {en['run']}: objects written {int(_now() - newest)} s ago; "
+                        Skip.ACTIVE, f"run {en['run']}: objects written {int(now_s() - newest)} s ago; "
                         "a run being written is left alone"))
                 else:
                     keep.append(en)
@@ -469,7 +407,7 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
             # the destructive step is preceded by its record: every backup of these runs verified
             journal.step("swapping")
             faults.hit("bucket.before_delete")
-            _finish(rfs, vault, journal.doc, present=now_objs)
+            finish_op(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, RemoteError) as e:
             _rollback_batch(rfs, vault, journal, live, outs, e)
             ours, versions = _unlock_all([en["lock"] for en in entries if en not in live])
@@ -477,7 +415,7 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
             return list(outs.values())
         faults.hit("bucket.after_delete")
         try:
-            verification = _verify_batch(rfs, vault, live, listing)
+            verification = verify_batch(rfs, vault, live, listing)
         except RemoteError as e:  # past the commit point: the reduction stands, unverified
             verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
                                         "run `verify` to check it"} for en in live}
@@ -502,7 +440,7 @@ def _reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[st
     except faults.InjectedFault:
         raise
     finally:
-        _ACTIVE_OPS.discard(batch_id)
+        ACTIVE_OPS.discard(batch_id)
         for en in entries:  # no lock of an ended batch is renewed (those kept are stale now)
             bucket_lease.release(en["lock"])
         dt = (time.monotonic() - t0) / max(1, len(rps))
@@ -517,7 +455,7 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     code = getattr(e, "code", "store_error")
     out.reason = f"{code}: {e}"
     try:
-        _rollback(rfs, vault, en, deleted=False)
+        rollback_entry(rfs, vault, en, deleted=False)
         rolled_back(out, code)
     except (BucketTxnError, RemoteError, OSError) as e2:
         rollback_incomplete(out, e2)
@@ -539,7 +477,7 @@ def rollback_incomplete(out: RunOutcome, e: Exception) -> None:
     out.reason += f"; rollback incomplete ({e}); the journal is kept and the next start settles it"
 
 
-def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live: List[dict],
+def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal", live: List[dict],
                     outs: Dict[str, RunOutcome], e: Exception) -> None:
     """The destructive step failed: recorded first (a recovery that finds this journal must
     finish the rollback, not roll forward), then every run put back from its backups."""
@@ -553,7 +491,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live
         o = outs[en["run"]]
         o.reason = f"{code}: {e}"
         try:
-            _rollback(rfs, vault, en)
+            rollback_entry(rfs, vault, en)
             o.status, o.code = Outcome.ROLLED_BACK, Failure.ERROR
         except (BucketTxnError, RemoteError, OSError) as e2:
             incomplete = e2
@@ -562,7 +500,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live
     if incomplete is None:
         try:
             ours, versions = _unlock_all([en["lock"] for en in live])
-            _must_delete(rfs, [journal.path] + ours, versions=versions)
+            must_delete(rfs, [journal.path] + ours, versions=versions)
         except BucketTxnError as e3:
             for en in live:
                 o = outs[en["run"]]
@@ -570,7 +508,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "_Journal", live
                 o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
 
 
-def _finish(rfs: RemoteFS, vault: BucketVault, doc: dict,
+def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
             present: Optional[Dict[str, ObjectInfo]] = None) -> None:
     """The committed part of a journal, idempotent (the reduction and recovery both run it):
     each staged object put over its original only while the original is the planned version
@@ -594,7 +532,7 @@ def _finish(rfs: RemoteFS, vault: BucketVault, doc: dict,
                 faults.hit("bucket.after_swap_one")
     if deletes:
         if present is None:
-            present = _listing_of_runs(rfs, vault, [en["run"] for en in _live_entries(doc)],
+            present = listing_of_runs(rfs, vault, [en["run"] for en in _live_entries(doc)],
                                        int(doc.get("logdir_objects") or 10 ** 9))
         present = {rfs.path(k): o for k, o in present.items()}
         changed = [p for p in deletes if p in present and present[p].version_token != deletes[p]]
@@ -604,7 +542,7 @@ def _finish(rfs: RemoteFS, vault: BucketVault, doc: dict,
         if todo:
             _delete_all(rfs, todo, versions={p: deletes[p] for p in todo})
     if temps:
-        _must_delete(rfs, temps)
+        must_delete(rfs, temps)
 
 
 def _staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
@@ -678,23 +616,23 @@ def _delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
 
 def _run_listing(rfs: RemoteFS, vault: BucketVault, run: str) -> Dict[str, ObjectInfo]:
     """One listing of the run's prefix (keys relative to the logdir), the state and vault left out."""
-    pre = _run_prefix(run)
+    pre = run_prefix(run)
     objs = rfs.list_tree(pre.rstrip("/"))
     vault_rel = vault.root[len(rfs.root) + 1:] + "/" if vault.root.startswith(rfs.root + "/") else None
     return {k: o for k, o in objs.items()
             if not k.startswith(STATE_DIR_NAME + "/") and not (vault_rel and k.startswith(vault_rel))}
 
 
-def _verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
+def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
                   listing: Dict[str, ObjectInfo]) -> Dict[str, dict]:
     """A fresh listing of the runs: every removed key gone, every rewritten key holding the
     staged bytes (the store's checksum), every other object of the run at the version it had."""
-    now_objs = _listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+    now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
     removed = {f["path"] for en in live for f in en["files"] if f.get("action") != "rewrite"}
     rewritten = {f["path"]: f for en in live for f in en["files"] if f.get("action") == "rewrite"}
     out: Dict[str, dict] = {}
     for en in live:
-        pre = _run_prefix(en["run"])
+        pre = run_prefix(en["run"])
         error = None
         mine = [f["path"] for f in en["files"]]
         still = [p for p in mine if p in removed and p in now_objs]
@@ -731,7 +669,7 @@ def _verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
     return out
 
 
-def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True) -> None:
+def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True) -> None:
     """Undo one run of an operation that did not commit: put back any removed original from its
     verified backup, then drop the manifest, the backup copies and the temporary keys.
     ``deleted``: whether the operation may have deleted originals (its commit record was written);
@@ -767,8 +705,8 @@ def _rollback(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True)
                 _must_delete_versioned(rfs, final, cur.version_token)
     # Originals are all in place: the copies in the vault are redundant now (the manifest first,
     # so no restorable operation ever points at a missing backup).
-    _must_delete(rfs, [vault.manifest(en["op"])])
-    _must_delete(rfs, [f["backup"] for f in en.get("files", [])] + [f["tmp"] for f in en.get("files", [])
+    must_delete(rfs, [vault.manifest(en["op"])])
+    must_delete(rfs, [f["backup"] for f in en.get("files", [])] + [f["tmp"] for f in en.get("files", [])
                                                                        if f.get("tmp")])
 
 
@@ -778,7 +716,8 @@ def _must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
         raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{path}: could not be deleted ({failed[path]})")
 
 
-def _must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
+def must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
+    """Delete ``paths`` (at ``versions`` where given); ``BucketTxnError`` when one could not be."""
     if not paths:
         return
     failed = rfs.ops.delete(paths, versions=versions)
@@ -801,13 +740,13 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
                 rfs.path(f["path"])  # raises on '..' and friends
                 if f.get("final") is not None:
                     rfs.path(f["final"])
-                    if en["run"] != "." and not str(f["final"]).startswith(_run_prefix(en["run"])):
+                    if en["run"] != "." and not str(f["final"]).startswith(run_prefix(en["run"])):
                         return "journal names keys outside its run"
                 if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
                     return "journal names keys outside the logdir or vault"
                 if f.get("tmp") is not None and not str(f["tmp"]).startswith(vault.root + "/tmp/"):
                     return "journal names keys outside the logdir or vault"
-                if not f["path"].startswith(_run_prefix(en["run"])) and en["run"] != ".":
+                if not f["path"].startswith(run_prefix(en["run"])) and en["run"] != ".":
                     return "journal names keys outside its run"
         except (ValueError, TypeError):
             return "journal names keys outside the logdir or vault"
@@ -817,7 +756,7 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
 def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     """Settle unfinished bucket operations of this logdir, from any machine: before the commit
     record, roll back; from it on (backups verified, new objects staged and checked), finish."""
-    st = _State(rfs)
+    st = BucketState(rfs)
     out: List[RecoveryOutcome] = []
     # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
     # local vault's tmp/ is at every start
@@ -857,19 +796,19 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 doc = {**doc, "runs": _live_entries(doc)}
             dropped = [en for en in doc["runs"] if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
-                _rollback(rfs, vault, en, deleted=False)
+                rollback_entry(rfs, vault, en, deleted=False)
             live = _live_entries(doc)
             finish = doc.get("step") in COMMITTED_STEPS and \
                 all(f.get("backup_checksums") for en in live for f in en["files"])
             settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
-                _finish(rfs, vault, doc)
+                finish_op(rfs, vault, doc)
                 action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
             else:
                 for en in live:
-                    _rollback(rfs, vault, en, deleted=_commit_recorded(doc))
+                    rollback_entry(rfs, vault, en, deleted=commit_recorded(doc))
                 action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
-            _must_delete(rfs, [path])
+            must_delete(rfs, [path])
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, runs=settled))
         except (BucketTxnError, RemoteError) as e:
@@ -877,7 +816,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     return out
 
 
-def _settled_run(st: _State, vault: BucketVault, en: dict, finished: bool) -> dict:
+def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) -> dict:
     """One run a recovery settled, with its sizes from the manifest the reduction wrote before its
     commit (read as untrusted: numbers only); a rolled-back run is as big as it was."""
     sizes: Dict[str, Optional[int]] = {"bytes_before": None, "bytes_after": None}
@@ -894,7 +833,7 @@ def _settled_run(st: _State, vault: BucketVault, en: dict, finished: bool) -> di
     return {"run": str(en["run"]), "op_id": str(en["op"]), **sizes}
 
 
-def _drop_locks_of(st: _State, locks: List[str], op_id: str) -> None:
+def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:
     """Delete the locks of a settled operation: only those that still name it, each at the
     version read (a lock another operation holds now is never deleted as this one's)."""
     versions: Dict[str, str] = {}
@@ -902,12 +841,12 @@ def _drop_locks_of(st: _State, locks: List[str], op_id: str) -> None:
         lock, version = st.read(p)
         if lock is not None and (lock.get("corrupt") or lock.get("op") == op_id) and version:
             versions[p] = version
-    _must_delete(st.rfs, list(versions), versions=versions)
+    must_delete(st.rfs, list(versions), versions=versions)
 
 
 def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """Every manifest in the vault, newest first."""
-    st = _State(rfs)
+    st = BucketState(rfs)
     prefix = vault.root + "/manifests"
     try:
         found = rfs.list_under(prefix, vault.root)
@@ -933,9 +872,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, op_id=manifest["op"],
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
-    st = _State(rfs)
+    st = BucketState(rfs)
     try:
-        lock_path, _ = _lock(st, run, manifest["op"])
+        lock_path, _ = lock_run(st, run, manifest["op"])
     except BucketTxnError as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
@@ -991,7 +930,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     out.bytes_after -= int(f.get("new_size") or 0)
         manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
         manifest["status"] = "restored"
-        manifest["restored_at"] = _now()
+        manifest["restored_at"] = now_s()
         manifest["restored_with"] = who()
         version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
         st.update(vault.manifest(manifest["op"]), manifest, version)
@@ -1009,7 +948,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
         return out
     finally:
-        ours = _unlock_versions(lock_path)
+        ours = unlock_versions(lock_path)
         if ours:
             rfs.ops.delete([lock_path], versions=ours)
 
@@ -1018,7 +957,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False) -> dict:
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
     The manifest is marked purged before its blobs go, so a restore never points at them."""
-    now = _now()
+    now = now_s()
     chosen = [m for m in manifests(rfs, vault)
               if m.get("status") in ("verified", "restored") and not m.get("purged")
               and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
@@ -1027,14 +966,14 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     ops = [{"op_id": m["op"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
             "restored": m["status"] == "restored"} for m in chosen]
     if yes:
-        st = _State(rfs)
+        st = BucketState(rfs)
         for m in chosen:
             if not all(str(f.get("backup", "")).startswith(vault.root + "/blobs/") for f in m["files"]):
                 raise BucketTxnError("untrusted_manifest", f"{m['_path']}: names a backup outside the vault")
             doc = {k: v for k, v in m.items() if not k.startswith("_")}
             doc["purged"] = now
             st.update(m["_path"], doc, m["_version"])
-            _must_delete(rfs, [f["backup"] for f in m["files"]])
+            must_delete(rfs, [f["backup"] for f in m["files"]])
     return {"dry_run": not yes, "ops": ops, "freed_bytes": freed}
 
 

@@ -40,26 +40,26 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
 from tb_footprint_plugin.engine.bucket import (
-    _ACTIVE_OPS,
+    ACTIVE_OPS,
+    BucketJournal,
+    BucketState,
     BucketTxnError,
     BucketVault,
-    _backup,
-    _commit_recorded,
-    _file_entry,
-    _finish,
-    _Journal,
+    backup_object,
+    commit_recorded,
+    file_entry,
+    finish_op,
+    listing_of_runs,
+    lock_run,
+    manifest_doc,
+    must_delete,
+    now_s,
+    rollback_entry,
     rollback_incomplete,
     rolled_back,
-    _listing_of_runs,
-    _lock,
-    _manifest_doc,
-    _must_delete,
-    _now,
-    _rollback,
-    _run_prefix,
-    _State,
-    _unlock_versions,
-    _verify_batch,
+    run_prefix,
+    unlock_versions,
+    verify_batch,
 )
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import RunOutcome, TransactionError, new_op_id, reason_of
@@ -96,7 +96,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         if o is None:
             out.reason, out.code = f"{a.path}: gone since the plan", Skip.NOT_IN_PLAN
             return out
-        f = _file_entry(vault, op_id, a, o)
+        f = file_entry(vault, op_id, a, o)
         if a.kind in ("compress", "rewrite"):
             f.update(backup=replaced_backup(vault, op_id, i), tmp=temp_key(vault, op_id, i),
                      final=a.new_path or a.path, index=i)
@@ -104,9 +104,9 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 out.reason, out.code = f"{f['final']}: exists already; run left as it is", Skip.NOT_IN_PLAN
                 return out
         files.append(f)
-    st = _State(rfs)
+    st = BucketState(rfs)
     try:
-        lock_path, _ = _lock(st, rp.run, op_id)
+        lock_path, _ = lock_run(st, rp.run, op_id)
     except BucketTxnError as e:
         out.reason, out.code = str(e), Skip.LOCKED
         return out
@@ -116,14 +116,14 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
     out.op_id = op_id
     en = {"run": rp.run, "op": op_id, "lock": lock_path, "files": files}
     journal = None
-    _ACTIVE_OPS.add(op_id)
+    ACTIVE_OPS.add(op_id)
     try:
-        journal = _Journal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "created": _now(),
+        journal = BucketJournal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
                                        "vault": vault.root,
                                        "runs": [en], "logdir_objects": len(listing)})
         faults.hit("bucket.after_journal")
         for f in files:
-            _backup(rfs, f)
+            backup_object(rfs, f)
             faults.hit("bucket.after_backup_copy")
         faults.hit("bucket.after_backup")
         with scratch.scratch("bucket") as work:
@@ -137,27 +137,27 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             faults.hit("bucket.after_upload")
         bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
             sum(f["new_size"] for f in files if f.get("tmp"))
-        st.create(vault.manifest(op_id), _manifest_doc(rfs, en, rp, policy, bytes_after))
+        st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after))
         faults.hit("bucket.before_recheck")
-        now_objs = _listing_of_runs(rfs, vault, [rp.run], len(listing))
+        now_objs = listing_of_runs(rfs, vault, [rp.run], len(listing))
         for f in files:
             cur = now_objs.get(f["path"])
             if cur is None or cur.version_token != f["version"]:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since its backup; run left as it was")
             if f["action"] == "compress" and f["final"] in now_objs:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['final']}: written since the plan; run left as it was")
-        pre = _run_prefix(rp.run)
+        pre = run_prefix(rp.run)
         newest = max((o.mtime for k, o in now_objs.items() if k.startswith(pre)), default=0.0)
-        if newest > _now() - quiet_period:
-            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(_now() - newest)} s ago; "
+        if newest > now_s() - quiet_period:
+            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(now_s() - newest)} s ago; "
                                  "a run being written is left alone")
         if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
         faults.hit("bucket.before_swap")
-        _finish(rfs, vault, journal.doc, present=now_objs)
+        finish_op(rfs, vault, journal.doc, present=now_objs)
         faults.hit("bucket.after_swap")
-        v = _verify_batch(rfs, vault, [en], listing)[rp.run]
+        v = verify_batch(rfs, vault, [en], listing)[rp.run]
         if not v["ok"]:
             raise BucketTxnError("verify_failed", v["error"])
         v["checks"] = local["checks"] + [{"name": "store listing", "ok": True, "detail": (
@@ -172,7 +172,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.bytes_after = bytes_after
         out.removed_files = [f["path"] for f in files if f["action"] != "rewrite"]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
-        ours = _unlock_versions(lock_path)
+        ours = unlock_versions(lock_path)
         rfs.ops.delete([journal.path] + ([lock_path] if ours else []), versions=ours)
         return out
     except faults.InjectedFault:
@@ -186,17 +186,17 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 # not roll the reduction forward (also after the commit record: a swap refused by
                 # a precondition is undone from the verified backups)
                 journal.step("rolling_back")
-                _rollback(rfs, vault, en, deleted=_commit_recorded(journal.doc))
-                _must_delete(rfs, [journal.path])
-            ours = _unlock_versions(lock_path)
+                rollback_entry(rfs, vault, en, deleted=commit_recorded(journal.doc))
+                must_delete(rfs, [journal.path])
+            ours = unlock_versions(lock_path)
             if ours:
-                _must_delete(rfs, [lock_path], versions=ours)
+                must_delete(rfs, [lock_path], versions=ours)
             rolled_back(out, code)
         except (BucketTxnError, RemoteError, OSError) as e2:
             rollback_incomplete(out, e2)
         return out
     finally:
-        _ACTIVE_OPS.discard(op_id)
+        ACTIVE_OPS.discard(op_id)
         bucket_lease.release(lock_path)  # an ended operation's lock is not renewed (one kept is stale now)
         out.duration_s = round(time.monotonic() - t0, 3)
 
@@ -228,7 +228,7 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
     as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}."""
     from tb_footprint_plugin.engine.transaction import _stage, _stage_line
 
-    pre = _run_prefix(rp.run)
+    pre = run_prefix(rp.run)
     run_dir = os.path.join(work, "run")
     os.makedirs(run_dir, exist_ok=True)
     replaced = [f for f in files if f.get("tmp")]

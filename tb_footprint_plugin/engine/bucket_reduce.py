@@ -1,0 +1,84 @@
+"""A bucket logdir's reduce: each run to the transaction its plan needs.
+
+Drop-only runs go in batches under one journal object (``engine.bucket.reduce_batch``); a run
+whose plan rewrites or compresses files is its own transaction (``engine.bucket_rewrite``).
+Above both, so neither imports the other's way back.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine.bucket import BucketVault, reduce_batch
+from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
+from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.plan.cost import BATCH_RUNS
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
+
+
+def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+                quiet_period: float, policy: Optional[str] = None, on_outcome=None,
+                verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None) -> List[RunOutcome]:
+    """Reduce runs of a bucket logdir by their plans. Drop-only runs go in batches (one journal
+    object per batch, one lock object per run); a run whose plan rewrites or compresses files
+    is its own transaction (stage locally, upload under a temporary key, verify, swap with a
+    precondition). Never raises for a store failure: each run ends verified, rolled back, or
+    skipped, with a reason. ``begin(rp)`` is called for each run right before its batch or
+    transaction starts (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that
+    run alone, untouched."""
+    outcomes: Dict[str, RunOutcome] = {}
+
+    def started(group: List) -> List:
+        ok = []
+        for rp in group:
+            try:
+                if begin:
+                    begin(rp)
+                ok.append(rp)
+            except RemoteError as e:
+                o = RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{e.code}: {e}", code=Failure.ERROR,
+                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+                outcomes[rp.run] = o
+                if on_outcome:
+                    on_outcome(o)
+        return ok
+
+    drops, heavy = [], []
+    for rp in rps:
+        if any(a.kind in ("compress", "rewrite") for a in rp.actions):
+            heavy.append(rp)
+        elif not any(a.kind == "delete" for a in rp.actions):
+            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                           bytes_after=rp.bytes_before, reason="nothing to remove", code=Skip.NOTHING)
+            outcomes[rp.run] = o
+            if on_outcome:
+                on_outcome(o)
+        else:
+            drops.append(rp)
+    def settled(o: RunOutcome) -> None:
+        outcomes[o.run] = o
+        if on_outcome:
+            on_outcome(o)
+
+    for i in range(0, len(drops), BATCH_RUNS):
+        for o in reduce_batch(rfs, vault, started(drops[i:i + BATCH_RUNS]), listing, quiet_period, policy,
+                               settled_early=settled):
+            if o.run not in outcomes:
+                settled(o)
+    for rp in heavy:
+        if not started([rp]):
+            continue
+        o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends)
+        outcomes[rp.run] = o
+        if on_outcome:
+            on_outcome(o)
+    return [outcomes[rp.run] for rp in rps]
+
+
+def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
+               quiet_period: float, policy: Optional[str] = None) -> RunOutcome:
+    """Reduce one run of a bucket logdir by its plan ``rp`` (a batch of one)."""
+    return reduce_runs(rfs, vault, [rp], listing, quiet_period, policy)[0]
+
+
+__all__ = ["reduce_run", "reduce_runs"]
