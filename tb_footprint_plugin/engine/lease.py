@@ -32,7 +32,7 @@ import uuid
 from typing import Dict, Optional
 
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.private import open_private
+from tb_footprint_plugin.storage.private import check_parent, open_private
 from tb_footprint_plugin.storage.regular import open_regular
 
 DEFAULT_LEASE_S = 120.0
@@ -74,8 +74,12 @@ def _write(path: str, lease: dict) -> None:
     what the lease of a crashed holder is (this saves two fsyncs per run lock)."""
     tmp = f"{path}.{HOST}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        # a predictable name: a symlink planted there is set aside, never written through
-        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        # a predictable name: a symlink planted there is set aside, never written through; a
+        # leftover (perhaps hard-linked by a backup tool since) is dropped, never truncated in place
+        check_parent(tmp)  # the folder is ours before anything in it is removed
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(lease, f, sort_keys=True)
         fsops.replace(tmp, path)
