@@ -302,7 +302,6 @@ PRIVATE_ALLOWED: Dict[str, str] = {
     "engine.bucket_rewrite uses engine.transaction._stage": "owned by a concurrent change; next step",
     "engine.bucket_rewrite uses engine.transaction._stage_line": "owned by a concurrent change; next step",
     "engine.transaction uses transforms._transform_of": "owned by a concurrent change; next step",
-    "verify.dashboard uses verify.routes._fmt": "being made public (#26 item 6)",
 }
 
 

@@ -127,7 +127,7 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
     except Exception as e:  # noqa: BLE001 - a crawl that breaks proves nothing: a failure
         return Check("routes", False, f"{name}: crawl failed: {type(e).__name__}: {e}")
     if res.diffs:
-        shown = "; ".join(f"{d.route}: {routes._fmt(d.why, 240)}" for d in res.diffs[:SHOWN_DIFFS])
+        shown = "; ".join(f"{d.route}: {routes.shorten(d.why, 240)}" for d in res.diffs[:SHOWN_DIFFS])
         more = f" (+{len(res.diffs) - SHOWN_DIFFS} more)" if len(res.diffs) > SHOWN_DIFFS else ""
         return Check("routes", False, f"{name}: {shown}{more}")
     per = ", ".join(f"{p} {n}" for p, n in sorted(res.by_plugin.items()) if p != "<core>")

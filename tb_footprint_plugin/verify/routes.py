@@ -720,7 +720,8 @@ def _graph_listing(value: Any) -> Any:
 # --- comparison ----------------------------------------------------------------------------------
 
 
-def _fmt(x: Any, limit: int = 120) -> str:
+def shorten(x: Any, limit: int = 120) -> str:
+    """A value as short text for a check line: JSON (keys sorted) or the string itself, cut to ``limit``."""
     s = json.dumps(x, sort_keys=True, default=str) if not isinstance(x, str) else x
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
@@ -732,15 +733,15 @@ def first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
     """Where two JSON-like values first differ (``None`` if equal). Floats compare bit-exact
     through their JSON text, as the browser receives them."""
     if type(a) is not type(b):
-        return f"{path or 'value'}: {_fmt(a)} became {_fmt(b)}"
+        return f"{path or 'value'}: {shorten(a)} became {shorten(b)}"
     if isinstance(a, dict):
         # A point's step and wall time first: "step 5 became step 165" says more than bytes.
         for k in sorted(set(a) | set(b), key=lambda k: (k not in _FIRST_KEYS, repr(k))):
             if k not in b:
-                return f"{path}{_fmt(k)}: missing after reduction"
+                return f"{path}{shorten(k)}: missing after reduction"
             if k not in a:
-                return f"{path}{_fmt(k)}: new after reduction"
-            d = first_difference(a[k], b[k], f"{path}{_fmt(k, 60)}.")
+                return f"{path}{shorten(k)}: new after reduction"
+            d = first_difference(a[k], b[k], f"{path}{shorten(k, 60)}.")
             if d:
                 return d
         return None
@@ -753,7 +754,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
             return f"{path.rstrip('.') or 'list'}: {len(a)} items became {len(b)}"
         return None
     if json.dumps(a) != json.dumps(b):
-        return f"{path.rstrip('.') or 'value'}: {_fmt(a)} became {_fmt(b)}"
+        return f"{path.rstrip('.') or 'value'}: {shorten(a)} became {shorten(b)}"
     return None
 
 
@@ -786,7 +787,7 @@ def compare_points(before: list, after: list, *, exact: bool, keep_first: bool,
         for q in after:
             k = _canon(q)
             if not any(k == x for x in it):
-                return f"step {_step(q)}: {_fmt(q, 80)} is not an original point, in order"
+                return f"step {_step(q)}: {shorten(q, 80)} is not an original point, in order"
     have = {_canon(p) for p in after}
     needs = []
     if keep_first and not sampled and before:
