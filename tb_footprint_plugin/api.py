@@ -48,7 +48,9 @@ from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: f
     DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, SelectionError, apply_open_writers, leave_alone, make_plan)
 from tb_footprint_plugin.plan.retire import RetirePlan, RetireRule, plan_retire, read_keep_list
 from tb_footprint_plugin.plan import select as selecting
-from tb_footprint_plugin.plan.policies import PolicyError, custom_policy, get_policy  # noqa: F401  (for the front ends)
+from tb_footprint_plugin.plan.cost import format_cost  # noqa: F401  (for the front ends)
+from tb_footprint_plugin.plan.policies import (BUILTIN, PolicyError, custom_policy, get_policy,  # noqa: F401  (for the front ends)
+                                               list_policies)
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.shard import ShardError, parse_shard, shard_from_env  # noqa: F401  (for the front ends)
 from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means: shown by both front ends)
@@ -59,6 +61,7 @@ from tb_footprint_plugin.plan.summary import (  # noqa: F401  (what a plan means
     overview,
     plan_run_view,
 )
+from tb_footprint_plugin.scan import categories  # noqa: F401  (the category vocabulary both front ends show)
 from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.discovery import discover
@@ -67,7 +70,7 @@ from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.files import is_regular, matches as file_matches
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_within, real_within, state_dir, state_dirs_in
-from tb_footprint_plugin.storage.remote import RemoteError, is_remote
+from tb_footprint_plugin.storage.remote import RemoteError, is_bucket_url, is_remote  # noqa: F401  (is_bucket_url: the tab)
 
 DEFAULT_BACKENDS = ("python", "rust")
 RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)

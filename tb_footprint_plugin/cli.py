@@ -28,7 +28,7 @@ def _quote(text: str) -> str:
 
 
 def _print_scan(fp, top: Optional[int], by: str) -> None:
-    from tb_footprint_plugin.scan import categories as cat
+    from tb_footprint_plugin.api import categories as cat
 
     total = fp.total_bytes
     print(f"{fp.logdir}: {human_bytes(total)} in {sum(1 for r in fp.runs)} runs"
@@ -100,7 +100,7 @@ def _selected(fp, names: Optional[List[str]]):
 
 def _print_files(fp, top: Optional[int]) -> None:
     """``scan --files``: every file of each run shown, biggest first, with its categories."""
-    from tb_footprint_plugin.scan import categories as cat
+    from tb_footprint_plugin.api import categories as cat
 
     runs = fp.runs[:top] if top else fp.runs
     for r in runs:
@@ -257,7 +257,7 @@ def _print_plan(p, verbose: bool = False) -> None:
     for n in p.notes:
         print(f"note: {n}")
     if p.cost:
-        from tb_footprint_plugin.plan.cost import format_cost
+        from tb_footprint_plugin.api import format_cost
 
         print("\nrequests to the store:")
         print(format_cost(p.cost))
@@ -277,8 +277,8 @@ def cmd_plan(args) -> int:
 
 
 def cmd_policies(args) -> int:
-    from tb_footprint_plugin.plan.policies import list_policies
-    from tb_footprint_plugin.scan import categories as cat
+    from tb_footprint_plugin.api import list_policies
+    from tb_footprint_plugin.api import categories as cat
 
     pols = list_policies()
     if args.json:

@@ -41,6 +41,11 @@ FRONT_ENDS = {"cli": "cli", "plugin": "plugin", "loader": "plugin", "integration
 VERB_PACKAGES = ("scan", "plan", "verify")
 #: only these may import the data writers (tests and benches do too; they are outside the package)
 SYNTH_USERS = ("cli", "demo", "synth")
+#: besides ``api``, what a front end may import: layer 0 and its own front end's modules
+FRONT_END_MAY_IMPORT = ("", "api", "codes", "fmt", "version")
+#: TensorBoard's entry point checks its flags at startup without the (heavy) API: these few
+#: dependency-free modules only (``loader.py``'s docstring says why it must stay import-light)
+LOADER_LIGHT = ("plan.policies", "storage.paths", "storage.remote")
 
 
 def _rel(module: str) -> Optional[str]:
@@ -132,6 +137,9 @@ def violations(rel: str, source: str, is_package: bool = False) -> List[str]:
             out.append(f"{where}: front ends never import each other")
         if me in FRONT_ENDS and it == "engine":
             out.append(f"{where}: a front end goes through api, never the engine")
+        elif (me in FRONT_ENDS and FRONT_ENDS.get(it) != FRONT_ENDS[me] and target not in FRONT_END_MAY_IMPORT
+              and not (me == "cli" and it == "demo") and not (me == "loader" and target in LOADER_LIGHT)):
+            out.append(f"{where}: a front end imports only the API (tb_footprint_plugin.api)")
         if it in ("synth", "demo") and me not in SYNTH_USERS:
             out.append(f"{where}: only the demo command uses the data writers")
     return out
@@ -162,6 +170,9 @@ def test_imports_point_down_only():
     ("plugin.routes", "def f():\n    from tb_footprint_plugin.engine.context import CancelToken\n",
      "never the engine"),
     ("engine.transaction", "from tb_footprint_plugin import synth\n", "only the demo command"),
+    ("cli", "def f():\n    from tb_footprint_plugin.plan.policies import list_policies\n", "imports only the API"),
+    ("plugin.http", "from tb_footprint_plugin.scan.model import UNATTRIBUTED\n", "imports only the API"),
+    ("loader", "from tb_footprint_plugin.scan import scanner\n", "imports only the API"),
     ("api", "import tb_footprint_plugin.scan.categories as cat\n", "is also a public verb"),
 ])
 def test_the_check_catches_an_upward_import(rel, source, why):
@@ -175,6 +186,11 @@ def test_the_check_accepts_downward_and_same_layer_imports():
            "def f():\n    from tb_footprint_plugin.plan.model import Action\n"
            "from .rules import Rules\n")
     assert violations("plan.content", src) == []
+    front = ("from tb_footprint_plugin import api\nfrom tb_footprint_plugin.api import categories\n"
+             "from tb_footprint_plugin.codes import Skip\nfrom tb_footprint_plugin.fmt import human_bytes\n")
+    assert violations("cli", front + "from tb_footprint_plugin.demo import generate_demo\n") == []
+    assert violations("plugin.http", front + "from tb_footprint_plugin.plugin.security import Rejected\n") == []
+    assert violations("loader", "def f():\n    from tb_footprint_plugin.storage.paths import is_within\n") == []
 
 
 # --- cycles --------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from werkzeug import wrappers
 from tensorboard.backend import http_util
 
 from tb_footprint_plugin import api
-from tb_footprint_plugin.scan.model import UNATTRIBUTED
+from tb_footprint_plugin.api import UNATTRIBUTED
 from tb_footprint_plugin.plugin.security import Rejected
 
 logger = logging.getLogger("tb_footprint_plugin.plugin")
@@ -153,7 +153,7 @@ class RouteBase:
 
     # --- shared lookups -------------------------------------------------------------------
     def _policy(self, value):
-        from tb_footprint_plugin.plan.policies import BUILTIN, PolicyError, get_policy
+        from tb_footprint_plugin.api import BUILTIN, PolicyError, get_policy
 
         name = value if value not in (None, "") else self.p.config.default_policy
         if not isinstance(name, str):

@@ -14,10 +14,10 @@ from typing import Callable, Optional
 
 from tensorboard.plugins import base_plugin
 
-from tb_footprint_plugin.plugin.options import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
+from tb_footprint_plugin.api import is_bucket_url
 from tb_footprint_plugin.plugin.jobs import JobManager
+from tb_footprint_plugin.plugin.options import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
 from tb_footprint_plugin.plugin.security import Security
-from tb_footprint_plugin.storage.remote import is_bucket_url
 
 logger = logging.getLogger("tb_footprint_plugin.plugin")
 
@@ -87,7 +87,7 @@ class ScanService:
         try:
             fn = self._scan_fn
             if fn is None:
-                from tb_footprint_plugin.scan.scanner import scan as fn
+                from tb_footprint_plugin.api import scan as fn
 
             def progress(done, total):
                 self._progress = (done, total)

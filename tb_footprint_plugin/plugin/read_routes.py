@@ -22,7 +22,7 @@ class ReadRoutes(RouteBase):
                                     "actions": self.p.security.describe()})
 
     def status(self, request):
-        from tb_footprint_plugin.scan import categories
+        from tb_footprint_plugin.api import categories
         from tb_footprint_plugin.version import __version__
 
         fp, meta = self.p.scans.get(wait=0.0) if self.p.readable else (None, {})
@@ -42,7 +42,7 @@ class ReadRoutes(RouteBase):
         })
 
     def policies(self, request):
-        from tb_footprint_plugin.plan.policies import get_policy, list_policies
+        from tb_footprint_plugin.api import get_policy, list_policies
 
         pols = [p.to_dict() for p in list_policies()]
         default = self.p.config.default_policy
