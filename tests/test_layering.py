@@ -402,3 +402,17 @@ def test_the_private_check_accepts_own_and_public_names():
            "from tb_footprint_plugin.formats import views\nviews.read_view\n"
            "def _mine():\n    return _mine\n")
     assert private_uses("engine.bucket_rewrite", src) == []
+
+
+def test_every_subpackage_ships():
+    """A new layer (``formats/``) is a new package: ``setup.py`` must list it, or an installed
+    copy fails to import while the checkout works."""
+    setup = os.path.join(os.path.dirname(ROOT), "setup.py")
+    with open(setup, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    listed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "packages" and isinstance(node.value, ast.List):
+            listed = {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    found = {PKG + ("." + rel if rel else "") for rel, path in module_names() if path.endswith("__init__.py")}
+    assert found <= listed, f"packages missing from setup.py: {sorted(found - listed)}"
