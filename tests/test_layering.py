@@ -3,7 +3,8 @@
 Every module's imports are read with ``ast`` — in-function imports included, since an
 in-function import is exactly how an upward dependency hides — and each must land on the
 importer's own layer or one below it. The front ends (``cli``, ``plugin``, ``loader``) never
-import each other nor the engine: they go through ``api``.
+import each other: they import only ``api`` (and layer 0; the loader also its few dependency-free
+flag checks, ``LOADER_LIGHT``).
 
 The module graph (every import, in-function ones included) has no cycle, same layer included,
 and neither has the graph of the package's top-level parts (``transforms`` and ``verify`` never
