@@ -1043,11 +1043,14 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
 
         rfs, vault = _bucket(logdir, backup_dir)
         bk.recover(rfs, vault)
-        todo = [m for m in bk.manifests(rfs, vault) if m.get("status") == "verified" and not m.get("purged")
+        damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
+        todo = [m for m in bk.manifests(rfs, vault, damaged) if m.get("status") == "verified" and not m.get("purged")
                 and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)]
+        damage = [d["detail"] for d in damaged]
         if (op or run) and not todo:
-            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}")
-        return [bk.restore_op(rfs, vault, m) for m in todo]
+            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}" + "".join(f"; {w}" for w in damage))
+        return [bk.restore_op(rfs, vault, m) for m in todo] + [
+            RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
     ctx = _context(logdir, backup_dir)
     recover_logdir(logdir, backup_dir)
     if op:

@@ -753,6 +753,12 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
     return None
 
 
+def _journal_unreadable(doc: dict) -> bool:
+    """A journal object that is not UTF-8 JSON of a journal's shape: never acted on."""
+    return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
+        ("runs" in doc and not isinstance(doc["runs"], list))
+
+
 def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     """Settle unfinished bucket operations of this logdir, from any machine: before the commit
     record, roll back; from it on (backups verified, new objects staged and checked), finish."""
@@ -773,9 +779,9 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         doc, version = st.read(path)
         if doc is None:  # finished (or settled) by its owner since the listing
             continue
-        if doc.get("corrupt") or not ("run" in doc or "runs" in doc):
+        if _journal_unreadable(doc):
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
-                                       detail=f"{path}: unreadable journal left in place"))
+                                       detail=f"{rfs.url_of(key)}: unreadable journal left in place"))
             continue
         op_id = str(doc.get("op", rel[:-5]))
         every = doc["runs"] if "runs" in doc else [dict(doc)]
@@ -844,8 +850,32 @@ def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:
     must_delete(st.rfs, list(versions), versions=versions)
 
 
-def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
-    """Every manifest in the vault, newest first."""
+def _vault_url(rfs: RemoteFS, path: str) -> str:
+    """The URL of a store path (``bucket/key``) of this logdir's store, as users name objects."""
+    return f"{rfs.url.split('://', 1)[0]}://{path}"  # the scheme the user gave (gs, not gcsfs' gcs)
+
+
+def _manifest_damage(doc: Optional[dict]) -> Optional[str]:
+    """Why a manifest read from the vault cannot be used (untrusted input), or None."""
+    if doc is None:
+        return None
+    if doc.get("corrupt"):
+        return "not UTF-8 JSON"
+    files = doc.get("files")
+    if not isinstance(doc.get("op"), str) or not isinstance(doc.get("run"), str) or not isinstance(files, list) \
+            or not isinstance(doc.get("created", 0), (int, float)):
+        return "not a manifest (op, run, files or created missing or of the wrong type)"
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not isinstance(f.get("backup"), str) \
+                or not isinstance(f.get("size"), int) or not isinstance(f.get("checksums", {}), dict):
+            return "a file entry is not a path, backup, size and checksums"
+    return None
+
+
+def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
+    """Every usable manifest in the vault, newest first. One that cannot be read or is not a
+    manifest is left out (its backups stay) and, with ``problems``, named there by its URL
+    (``Finding.MANIFEST_DAMAGED``)."""
     st = BucketState(rfs)
     prefix = vault.root + "/manifests"
     try:
@@ -858,7 +888,15 @@ def manifests(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
             continue
         p = f"{vault.root}/{key}"
         doc, version = st.read(p, info)
-        if doc and not doc.get("corrupt"):
+        why = _manifest_damage(doc)
+        if why:
+            if problems is not None:
+                url = _vault_url(rfs, p)
+                problems.append({"code": Finding.MANIFEST_DAMAGED, "file": url, "op_id": None, "run": None,
+                                 "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
+                                           "it is mended or moved aside"})
+            continue
+        if doc:
             doc["_version"] = version
             doc["_path"] = p
             out.append(doc)
@@ -1087,8 +1125,8 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
         pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in rfs.list_tree(JOURNAL))
     except FileNotFoundError:
         pending = []
-    ops, vault_bytes = [], 0
-    for m in manifests(rfs, vault):
+    ops, vault_bytes, problems = [], 0, []
+    for m in manifests(rfs, vault, problems):
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m.get("purged"):
             vault_bytes += size
@@ -1098,4 +1136,22 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
                     "restored_by": "a restore" if m.get("status") == "restored" else None})
     return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"], "vault_bytes": vault_bytes,
-            "unfinished_operations": pending, "operations": ops, "ledger": None}
+            "unfinished_operations": pending, "operations": ops, "ledger": None,
+            "problems": problems + _damaged_journals(rfs)}
+
+
+def _damaged_journals(rfs: RemoteFS) -> List[dict]:
+    """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
+    st = BucketState(rfs)
+    out = []
+    try:
+        journals = rfs.list_tree(JOURNAL)
+    except FileNotFoundError:
+        return out
+    for key, info in sorted(journals.items()):
+        doc, _ = st.read(rfs.path(key), info)
+        if doc is not None and _journal_unreadable(doc):
+            url = rfs.url_of(key)
+            out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
+                        "detail": f"{url}: journal not readable; never acted on, left in place"})
+    return out

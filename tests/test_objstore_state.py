@@ -1,0 +1,114 @@
+"""Issue #25 on bucket logdirs, against the object-store servers (moto S3, the GCS emulator,
+Azurite): a damaged state object blocks nothing and is named by its URL (#25.4), and records a
+writer put into an object after its reduction are never hidden by a restore (#25.3)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Finding, Outcome
+from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+from test_objstore import DROP_PROFILES, _write_rewrite_logdir
+
+GARBAGE = b"\xff\xfe{not json \x80\x81"
+JOURNAL_GARBAGE = b'{"op": "op-damaged", "runs": 7, "step": "swapping"}'
+
+
+@pytest.fixture(scope="module")
+def rewrite_logdir(tmp_path_factory):
+    return _write_rewrite_logdir(tmp_path_factory.mktemp("state") / "logs")
+
+
+@pytest.fixture(autouse=True)
+def private_tempdir(tmp_path, monkeypatch):
+    """A 0700 system temp dir: a bucket rewrite hands the scratch root back to the temp dir it
+    found (``scratch.use_root``), which refuses a world-writable ``/tmp``."""
+    d = tmp_path / "tmp"
+    d.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(d))
+
+
+def _cli(*args):
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def _hashes(bucket, prefix):
+    return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(".tb-footprint/")}
+
+
+def _two_reductions(bucket, logdir):
+    """Two verified bucket reduces of two runs (lossless gzips the traces of one, archive rewrites
+    the event file of the other), each writing the batch ledger; returns (url, hashes before,
+    op of the first, op of the second)."""
+    url = bucket.upload(logdir, "logs")
+    before = _hashes(bucket, "logs")
+    ops = []
+    for run, policy in (("torch/resnet", "lossless"), ("exp/hist", "archive")):
+        rep = api.reduce_logdir(url, policy=policy, dry_run=False, quiet_period=0, runs=[run], ledger="default")
+        (o,) = rep.outcomes
+        assert o.status == Outcome.VERIFIED, (o.status, o.reason)
+        ops.append(o.op_id)
+    return url, before, ops[0], ops[1]
+
+
+def test_damaged_state_objects_block_nothing_and_are_named(bucket, rewrite_logdir):
+    """Non-UTF-8 garbage in one manifest, one journal and one ledger object of a bucket logdir:
+    `status` (exit 0), `recover` (exit 1: a journal it could not settle) and `restore --all --yes`
+    (exit 1: a manifest it could not read may hide a backup) each name the damaged objects by
+    their URL; the intact reduction is still listed and is restored byte for byte, and the
+    damaged reduction's backups stay in the vault."""
+    url, before, damaged_op, intact_op = _two_reductions(bucket, rewrite_logdir)
+    rfs = RemoteFS(url)
+    state = rfs.list_tree(".tb-footprint")
+    manifest_key = f".tb-footprint/manifests/{damaged_op}.json"
+    ledger_key = next(k for k in state if k.startswith(".tb-footprint/ledgers/"))
+    journal_key = ".tb-footprint/journal/op-damaged.json"
+    # not UTF-8 (manifest, ledger); JSON of the wrong shape (journal)
+    damage = {manifest_key: GARBAGE, ledger_key: GARBAGE, journal_key: JOURNAL_GARBAGE}
+    for key, data in damage.items():
+        bucket.fs.pipe_file(bucket.key("logs/" + key), data)
+    urls = {k: rfs.url_of(k) for k in (manifest_key, ledger_key, journal_key)}
+    blobs_before = {k for k in rfs.list_tree(".tb-footprint") if k.startswith(f".tb-footprint/blobs/{damaged_op}/")}
+    assert blobs_before
+
+    # the tab's status: the intact reduction listed, the damaged manifest and ledger object named
+    st = api.status(url)
+    assert [o["op_id"] for o in st["operations"]] == [intact_op]
+    named = json.dumps(st)
+    assert urls[manifest_key] in named and urls[ledger_key] in named
+    assert any(p.get("code") == Finding.MANIFEST_DAMAGED and urls[manifest_key] in p.get("detail", "")
+               for p in st["problems"]), st["problems"]
+    out = _cli("status", url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert urls[manifest_key] in out.stdout and urls[ledger_key] in out.stdout, out.stdout
+
+    out = _cli("recover", url)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert urls[journal_key] in out.stdout + out.stderr
+    assert any(p.get("code") == Finding.DAMAGED_FILE and p.get("file") == urls[journal_key]
+               for p in api.status(url)["problems"])
+
+    # the tab's restore of everything: the intact one comes back, the damaged manifest is an outcome
+    outs = api.restore(url)
+    restored = [o for o in outs if o.status == Outcome.RESTORED]
+    assert [o.op_id for o in restored] == [intact_op], [(o.op_id, o.status, o.reason) for o in outs]
+    blocked = [o for o in outs if o.status == Outcome.FAILED]
+    assert blocked and urls[manifest_key] in blocked[0].reason
+    now = _hashes(bucket, "logs")
+    assert all(now[k] == h for k, h in before.items() if k.startswith("exp/hist/"))
+    assert {k for k in rfs.list_tree(".tb-footprint") if k.startswith(f".tb-footprint/blobs/{damaged_op}/")} == blobs_before
+
+    out = _cli("restore", url, "--all", "--yes")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert urls[manifest_key] in out.stdout + out.stderr
+    # nothing was hidden or destroyed: the damaged objects are still there, as they were
+    for key, data in damage.items():
+        assert bucket.fs.cat_file(bucket.key("logs/" + key)) == data
