@@ -1,6 +1,7 @@
 """Issue #25 on bucket logdirs, against the object-store servers (moto S3, the GCS emulator,
 Azurite): a damaged state object blocks nothing and is named by its URL (#25.4), and records a
 writer put into an object after its reduction are never hidden by a restore (#25.3)."""
+import io
 import json
 import os
 import subprocess
@@ -112,3 +113,50 @@ def test_damaged_state_objects_block_nothing_and_are_named(bucket, rewrite_logdi
     # nothing was hidden or destroyed: the damaged objects are still there, as they were
     for key, data in damage.items():
         assert bucket.fs.cat_file(bucket.key("logs/" + key)) == data
+
+
+def test_records_written_after_a_bucket_rewrite_come_back_beside_the_restored_original(bucket, rewrite_logdir):
+    """A resumed job "appends" to a reduced event object the only way a store allows: it writes
+    a new version holding the reduced bytes plus its new records. `restore` then puts back the
+    original byte for byte and the complete late records go back into the run as
+    `<file>.salvaged-001` (TensorBoard reads it next); a trailing partial record is not passed
+    off as one. The grown object itself is kept in the vault; the outcome carries
+    `late_records_restored`, and `status` lists what was kept and how to bring it back."""
+    url = bucket.upload(rewrite_logdir, "logs")
+    before = _hashes(bucket, "logs")
+    rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, runs=["exp/hist"])
+    (o,) = rep.outcomes
+    assert o.status == Outcome.VERIFIED, (o.status, o.reason)
+    ev = next(k for k in before if k.startswith("exp/hist/") and "tfevents" in k)
+    reduced = bucket.fs.cat_file(bucket.key("logs/" + ev))
+    late = [f"late record {i}".encode() * (i + 1) for i in range(5)]
+    buf = io.BytesIO()
+    w = RecordWriter(buf)
+    for p in late:
+        w.write(p)
+    framed = buf.getvalue()
+    partial = framed[:7]  # a record the writer is in the middle of
+    grown = reduced + framed + partial
+    bucket.fs.pipe_file(bucket.key("logs/" + ev), grown)
+
+    outs = api.restore(url)
+    (r,) = outs
+    assert r.status == Outcome.RESTORED, r.reason
+    assert r.code == Finding.LATE_RECORDS_RESTORED, (r.code, r.reason)
+    salvaged = ev + ".salvaged-001"
+    assert salvaged in r.reason
+    now = _hashes(bucket, "logs")
+    assert {k: h for k, h in now.items() if k != salvaged} == before  # every original byte back
+    data = bucket.fs.cat_file(bucket.key("logs/" + salvaged))
+    assert data == framed
+    assert [x.data for x in RecordReader(io.BytesIO(data), verify=True)] == late
+    # the grown object (reduced bytes, late records, the partial one) is kept in the vault
+    st = api.status(url)
+    (kb,) = st["kept_blobs"]
+    assert kb["code"] == Finding.LATE_RECORDS_RESTORED and kb["path"] == ev
+    assert kb["late_records"] == len(late) and kb["late_records_file"] == salvaged
+    kept_path = kb["blob"].split("://", 1)[1]
+    assert bucket.fs.cat_file(kept_path) == grown
+    assert kb["present"] and kb["bring_back"]
+    out = _cli("status", url)
+    assert out.returncode == 0 and salvaged in out.stdout and kb["blob"] in out.stdout, out.stdout + out.stderr

@@ -27,7 +27,9 @@ batch's runs to one or the other.
 """
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import json
 import math
 import time
@@ -38,8 +40,10 @@ from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults, lease
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
+from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import (
@@ -917,6 +921,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
     manifest_version = manifest.get("_version")
+    displaced: List[dict] = []
     try:
         conflicts = []
         # one listing of the run says which originals exist again: no metadata read per file
@@ -931,9 +936,15 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                 cur = rfs.ops.head(orig)
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
                     continue  # the original bytes are there already
+                kept = None
                 if not _staged_match(cur, f):
-                    conflicts.append(f["path"])
-                    continue
+                    # a writer that resumed "appended" by writing the reduced bytes plus new records:
+                    # the grown object goes to the vault, its records back into the run, and then
+                    # the original over it (anything else written there is left as it is)
+                    kept = _keep_grown(rfs, vault, manifest["op"], f, cur, present)
+                    if kept is None:
+                        conflicts.append(f["path"])
+                        continue
                 try:
                     res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
                 except RemoteError as e:
@@ -941,7 +952,13 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                         conflicts.append(f["path"])
                         continue
                     raise
-                out.bytes_after += f["size"] - int(f.get("new_size") or 0)
+                out.bytes_after += f["size"] - cur.size
+                if kept is not None:
+                    displaced.append(kept)
+                    late = kept.get("late_records")
+                    if late:
+                        out.created_files.append(late["file"])
+                        out.bytes_after += late["bytes"]
             else:
                 if f["path"] in present:
                     conflicts.append(f["path"])
@@ -968,6 +985,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     out.bytes_after -= int(f.get("new_size") or 0)
         manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
         manifest["status"] = "restored"
+        if displaced:
+            manifest["displaced"] = displaced
         manifest["restored_at"] = now_s()
         manifest["restored_with"] = who()
         version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
@@ -979,6 +998,14 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         out.reason = (f"{len(out.created_files)} file(s) restored byte for byte (checksums checked); "
                       "the object store keeps no file modification times or modes: restored objects are "
                       "dated now")
+        late = [d["late_records"] for d in displaced if d.get("late_records")]
+        if late:
+            out.code = Finding.LATE_RECORDS_RESTORED
+            out.reason += "; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run "
+                                           f"as {x['file']}" for x in late)
+        if displaced:
+            out.reason += (f"; {len(displaced)} object(s) as they stood before the restore kept in the vault "
+                           "(`tb-footprint status` shows where)")
         if conflicts:
             out.reason += f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
         return out
@@ -989,6 +1016,74 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         ours = unlock_versions(lock_path)
         if ours:
             rfs.ops.delete([lock_path], versions=ours)
+
+
+def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],
+                present: Dict[str, ObjectInfo]) -> Optional[dict]:
+    """When the object at a rewritten file's key is the reduced object this operation made with
+    bytes written after it (``cur``), keep it whole in the vault (a server-side copy conditional
+    on its version, outside ``blobs/``: no purge of this operation removes it) and put its complete
+    records after the reduced bytes back into the run as the next free ``<file>.salvaged-NNN``
+    (framing and CRCs checked by ``scan.tfrecord``; a trailing partial record stays only in the
+    kept copy). Returns the ``displaced`` record for the manifest, or None when ``cur`` is
+    anything else (then it is left as it is)."""
+    new_size, new_sha = f.get("new_size"), f.get("new_sha256")
+    if cur is None or not isinstance(new_size, int) or not isinstance(new_sha, str) or cur.size <= new_size:
+        return None
+    kept_key = f"kept/{op_id}/{hashlib.sha256(f['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+    kept = f"{vault.root}/{kept_key}"
+    try:
+        res = rfs.ops.copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
+    except RemoteError as e:
+        if e.code in (PRECONDITION_FAILED, "not_found"):
+            return None  # changed again since it was looked at: left as it is
+        raise
+    if same_content(res.checksums, content_checksums(cur)) is False:
+        raise BucketTxnError("restore_mismatch", f"{f['path']}: the copy kept in the vault does not match it")
+    # read from the kept copy, which no writer changes: it must begin with the reduced bytes
+    if _stream_digest(rfs, kept, new_size) != new_sha:
+        rfs.ops.delete([kept])  # a copy of an object left in the run as it is: not needed
+        return None  # not an append to the reduced object
+    vfs = RemoteFS(f"{rfs.scheme}://{vault.root}", stats=rfs.stats)
+    src = vfs.open_ranged(kept_key, cur.size)
+    src.seek(new_size)
+    reader = RecordReader(src, raw=True, display_name=f"late records of {f['path']}")
+    buf = io.BytesIO()
+    records = 0
+    for rec in reader:
+        buf.write(rec)
+        records += 1
+    entry = {"path": f["path"], "kept": kept, "size": cur.size, "checksums": content_checksums(cur),
+             "late_records": None}
+    if records:
+        data = buf.getvalue()
+        name = _salvage_object(rfs, f["path"], data, present)
+        entry["late_records"] = {"file": name, "records": records, "bytes": len(data),
+                                 "partial_bytes": cur.size - new_size - reader.valid_bytes,
+                                 "corrupt": reader.status == "corrupt"}
+    return entry
+
+
+def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, ObjectInfo]) -> str:
+    """Write ``data`` (whole records) as the next free ``<path>.salvaged-NNN`` (create-only); one
+    an earlier, interrupted restore wrote with exactly these bytes is reused."""
+    md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
+    k = 1
+    while True:
+        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        info = present.get(name) or rfs.ops.head(rfs.path(name))
+        if info is None:
+            try:
+                rfs.ops.put(rfs.path(name), data, if_absent=True)
+                return name
+            except RemoteError as e:
+                if e.code != ALREADY_EXISTS:
+                    raise
+                info = rfs.ops.head(rfs.path(name))
+        if info is not None and info.size == len(data) and \
+                same_content(content_checksums(info), {"md5": md5}) and rfs.read_bytes(name) == data:
+            return name
+        k += 1
 
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
@@ -1126,7 +1221,8 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
     except FileNotFoundError:
         pending = []
     ops, vault_bytes, problems = [], 0, []
-    for m in manifests(rfs, vault, problems):
+    found = manifests(rfs, vault, problems)
+    for m in found:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m.get("purged"):
             vault_bytes += size
@@ -1137,7 +1233,46 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
     return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"], "vault_bytes": vault_bytes,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
-            "problems": problems + _damaged_journals(rfs)}
+            "problems": problems + _damaged_journals(rfs), "kept_blobs": kept_objects(rfs, vault, found)}
+
+
+#: how to copy an object kept in the vault back, per scheme (the store's own command-line tool)
+_COPY_COMMAND = {"s3": "aws s3 cp", "gs": "gcloud storage cp", "gcs": "gcloud storage cp", "az": "azcopy copy"}
+
+
+def kept_objects(rfs: RemoteFS, vault: BucketVault, found: Optional[List[dict]] = None) -> List[dict]:
+    """Every object a restore kept in the vault in a file's place (the reduced object with records
+    written after the reduction), as ``status`` lists them for a local logdir: what it holds,
+    where its records went back into the run, whether it is still there and how to bring it back.
+    Manifests are untrusted: an entry naming a key outside the vault's ``kept/`` is not listed."""
+    out = []
+    for m in found if found is not None else manifests(rfs, vault):
+        for d in m.get("displaced") or []:
+            if not isinstance(d, dict) or not isinstance(d.get("path"), str) or \
+                    not str(d.get("kept", "")).startswith(vault.root + "/kept/"):
+                continue
+            late = d.get("late_records") if isinstance(d.get("late_records"), dict) else {}
+            blob = _vault_url(rfs, d["kept"])
+            size = d.get("size") if isinstance(d.get("size"), int) else None
+            holds = f"{d['path']} as it stood before the restore ({size} bytes)"
+            if late.get("file"):
+                holds += (f": the reduced file with {late.get('records', 0)} record(s) written after the reduction, "
+                          f"which are back in the run as {late['file']}")
+            # an event file's copy under a name TensorBoard does not read: its records would show
+            # twice next to the restored original
+            folder = d["path"].rsplit("/", 1)[0] + "/" if "/" in d["path"] else ""
+            try:
+                dest = rfs.url_of(f"{folder}kept-{m['op']}.tfrecord")
+            except ValueError:  # a path that is not a plain key of the logdir: never shown as one
+                continue
+            out.append({"op_id": m.get("op"), "kind": "restore", "of_op": m.get("op"), "run": m.get("run"),
+                        "path": d["path"], "sha256": None, "size": size, "blob": blob,
+                        "present": rfs.ops.head(d["kept"]) is not None,
+                        "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,
+                        "late_records": late.get("records", 0), "late_records_file": late.get("file"),
+                        "holds": holds,
+                        "bring_back": f"{_COPY_COMMAND.get(rfs.scheme, 'copy')} {blob} {dest}"})
+    return out
 
 
 def _damaged_journals(rfs: RemoteFS) -> List[dict]:
