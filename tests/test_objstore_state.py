@@ -115,13 +115,10 @@ def test_damaged_state_objects_block_nothing_and_are_named(bucket, rewrite_logdi
         assert bucket.fs.cat_file(bucket.key("logs/" + key)) == data
 
 
-def test_records_written_after_a_bucket_rewrite_come_back_beside_the_restored_original(bucket, rewrite_logdir):
-    """A resumed job "appends" to a reduced event object the only way a store allows: it writes
-    a new version holding the reduced bytes plus its new records. `restore` then puts back the
-    original byte for byte and the complete late records go back into the run as
-    `<file>.salvaged-001` (TensorBoard reads it next); a trailing partial record is not passed
-    off as one. The grown object itself is kept in the vault; the outcome carries
-    `late_records_restored`, and `status` lists what was kept and how to bring it back."""
+def _grow_reduced_event_object(bucket, rewrite_logdir):
+    """A bucket logdir whose exp/hist event object was rewritten by archive and then rewritten by
+    a resumed writer as the reduced bytes plus five records and a partial one; returns
+    (url, hashes before the reduce, event key, records, their framed bytes, grown object)."""
     url = bucket.upload(rewrite_logdir, "logs")
     before = _hashes(bucket, "logs")
     rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, runs=["exp/hist"])
@@ -135,10 +132,19 @@ def test_records_written_after_a_bucket_rewrite_come_back_beside_the_restored_or
     for p in late:
         w.write(p)
     framed = buf.getvalue()
-    partial = framed[:7]  # a record the writer is in the middle of
-    grown = reduced + framed + partial
+    grown = reduced + framed + framed[:7]  # and a record the writer is in the middle of
     bucket.fs.pipe_file(bucket.key("logs/" + ev), grown)
+    return url, before, ev, late, framed, grown
 
+
+def test_records_written_after_a_bucket_rewrite_come_back_beside_the_restored_original(bucket, rewrite_logdir):
+    """A resumed job "appends" to a reduced event object the only way a store allows: it writes
+    a new version holding the reduced bytes plus its new records. `restore` then puts back the
+    original byte for byte and the complete late records go back into the run as
+    `<file>.salvaged-001` (TensorBoard reads it next); a trailing partial record is not passed
+    off as one. The grown object itself is kept in the vault; the outcome carries
+    `late_records_restored`, and `status` lists what was kept and how to bring it back."""
+    url, before, ev, late, framed, grown = _grow_reduced_event_object(bucket, rewrite_logdir)
     outs = api.restore(url)
     (r,) = outs
     assert r.status == Outcome.RESTORED, r.reason
@@ -160,3 +166,30 @@ def test_records_written_after_a_bucket_rewrite_come_back_beside_the_restored_or
     assert kb["present"] and kb["bring_back"]
     out = _cli("status", url)
     assert out.returncode == 0 and salvaged in out.stdout and kb["blob"] in out.stdout, out.stdout + out.stderr
+
+
+def test_a_restore_stopped_after_putting_the_original_back_records_the_late_records_when_finished(
+        s3_bucket, rewrite_logdir):
+    """A restore that stops right after putting the original over a grown object (before the
+    manifest records anything) is finished by the next restore: the records already back in the
+    run are found as they are (no second `.salvaged-` file), and the grown object kept in the
+    vault is recorded and listed by status."""
+    from tb_footprint_plugin.engine import faults
+
+    url, before, ev, late, framed, grown = _grow_reduced_event_object(s3_bucket, rewrite_logdir)
+    faults.arm("bucket.restore_after_put_back")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            api.restore(url)
+    finally:
+        faults.disarm_all()
+    assert api.status(url)["kept_blobs"] == []  # nothing recorded yet
+    (r,) = api.restore(url)
+    assert r.status == Outcome.RESTORED and r.code == Finding.LATE_RECORDS_RESTORED, (r.code, r.reason)
+    salvaged = ev + ".salvaged-001"
+    now = _hashes(s3_bucket, "logs")
+    assert {k: h for k, h in now.items() if k != salvaged} == before
+    assert s3_bucket.fs.cat_file(s3_bucket.key("logs/" + salvaged)) == framed
+    (kb,) = api.status(url)["kept_blobs"]
+    assert kb["late_records_file"] == salvaged and kb["late_records"] == len(late)
+    assert s3_bucket.fs.cat_file(kb["blob"].split("://", 1)[1]) == grown

@@ -935,7 +935,13 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                 # put back over the reduced object only while it is the one this operation made
                 cur = rfs.ops.head(orig)
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
-                    continue  # the original bytes are there already
+                    # the original bytes are there already; a grown object kept by a restore of
+                    # this operation that stopped before its record is recorded now
+                    kept_info = rfs.ops.head(f"{vault.root}/{_kept_key(manifest['op'], f)}")
+                    if kept_info is not None and isinstance(f.get("new_size"), int):
+                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(manifest["op"], f),
+                                                         kept_info, present))
+                    continue
                 kept = None
                 if not _staged_match(cur, f):
                     # a writer that resumed "appended" by writing the reduced bytes plus new records:
@@ -953,6 +959,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                         continue
                     raise
                 out.bytes_after += f["size"] - cur.size
+                faults.hit("bucket.restore_after_put_back")
                 if kept is not None:
                     displaced.append(kept)
                     late = kept.get("late_records")
@@ -1030,7 +1037,7 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     new_size, new_sha = f.get("new_size"), f.get("new_sha256")
     if cur is None or not isinstance(new_size, int) or not isinstance(new_sha, str) or cur.size <= new_size:
         return None
-    kept_key = f"kept/{op_id}/{hashlib.sha256(f['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+    kept_key = _kept_key(op_id, f)
     kept = f"{vault.root}/{kept_key}"
     try:
         res = rfs.ops.copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
@@ -1044,8 +1051,22 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     if _stream_digest(rfs, kept, new_size) != new_sha:
         rfs.ops.delete([kept])  # a copy of an object left in the run as it is: not needed
         return None  # not an append to the reduced object
+    return _late_from_kept(rfs, vault, f, kept_key, cur, present)
+
+
+def _kept_key(op_id: str, f: dict) -> str:
+    """Where a restore keeps the grown object at ``f``'s key (relative to the vault root): named
+    by operation and path, so a restore finished after a crash finds what it kept."""
+    return f"kept/{op_id}/{hashlib.sha256(f['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+
+
+def _late_from_kept(rfs: RemoteFS, vault: BucketVault, f: dict, kept_key: str, info: ObjectInfo,
+                    present: Dict[str, ObjectInfo]) -> dict:
+    """The ``displaced`` record of a grown object kept in the vault at ``kept_key`` (``info``: its
+    metadata), its complete records after the reduced bytes salvaged into the run (idempotent)."""
+    new_size = int(f["new_size"])
     vfs = RemoteFS(f"{rfs.scheme}://{vault.root}", stats=rfs.stats)
-    src = vfs.open_ranged(kept_key, cur.size)
+    src = vfs.open_ranged(kept_key, info.size)
     src.seek(new_size)
     reader = RecordReader(src, raw=True, display_name=f"late records of {f['path']}")
     buf = io.BytesIO()
@@ -1053,13 +1074,13 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     for rec in reader:
         buf.write(rec)
         records += 1
-    entry = {"path": f["path"], "kept": kept, "size": cur.size, "checksums": content_checksums(cur),
-             "late_records": None}
+    entry = {"path": f["path"], "kept": f"{vault.root}/{kept_key}", "size": info.size,
+             "checksums": content_checksums(info), "late_records": None}
     if records:
         data = buf.getvalue()
         name = _salvage_object(rfs, f["path"], data, present)
         entry["late_records"] = {"file": name, "records": records, "bytes": len(data),
-                                 "partial_bytes": cur.size - new_size - reader.valid_bytes,
+                                 "partial_bytes": info.size - new_size - reader.valid_bytes,
                                  "corrupt": reader.status == "corrupt"}
     return entry
 
