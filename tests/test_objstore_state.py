@@ -61,11 +61,11 @@ def _two_reductions(bucket, logdir):
 
 
 def test_damaged_state_objects_block_nothing_and_are_named(bucket, rewrite_logdir):
-    """Non-UTF-8 garbage in one manifest, one journal and one ledger object of a bucket logdir:
-    `status` (exit 0), `recover` (exit 1: a journal it could not settle) and `restore --all --yes`
-    (exit 1: a manifest it could not read may hide a backup) each name the damaged objects by
-    their URL; the intact reduction is still listed and is restored byte for byte, and the
-    damaged reduction's backups stay in the vault."""
+    """Non-UTF-8 bytes in one manifest and one ledger object, JSON of the wrong shape in one
+    journal object of a bucket logdir: `status` (exit 0), `verify` (exit 1), `recover` (exit 1: a
+    journal it could not settle) and `restore --all --yes` (exit 1: a manifest it could not read
+    may hide a backup) each name the damaged objects by their URL; the intact reduction is still
+    listed and restored byte for byte, and the damaged reduction's backups stay in the vault."""
     url, before, damaged_op, intact_op = _two_reductions(bucket, rewrite_logdir)
     rfs = RemoteFS(url)
     state = rfs.list_tree(".tb-footprint")
@@ -90,6 +90,13 @@ def test_damaged_state_objects_block_nothing_and_are_named(bucket, rewrite_logdi
     out = _cli("status", url)
     assert out.returncode == 0, out.stdout + out.stderr
     assert urls[manifest_key] in out.stdout and urls[ledger_key] in out.stdout, out.stdout
+
+    # verify checks every intact backup and fails naming the manifest that may hide one
+    res = api.verify(url)
+    assert [r["op_id"] for r in res if r["ok"]] == [intact_op]
+    assert any(not r["ok"] and r.get("code") == Finding.MANIFEST_DAMAGED for r in res), res
+    out = _cli("verify", url)
+    assert out.returncode == 1 and urls[manifest_key] in out.stdout, out.stdout + out.stderr
 
     out = _cli("recover", url)
     assert out.returncode == 1, out.stdout + out.stderr

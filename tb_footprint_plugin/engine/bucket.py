@@ -1175,9 +1175,11 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
             op: Optional[str] = None) -> List[dict]:
     """Re-check kept bucket reductions without downloading: every backup object is still there
     with the checksums the store computed for the original, and every removed key is still
-    absent from the logdir (or was put back by someone, which is reported)."""
+    absent from the logdir (or was put back by someone, which is reported). A damaged manifest
+    (which may hide a backup) is a failed check naming it, unless one operation is asked for."""
     out = []
-    for m in manifests(rfs, vault):
+    damaged: List[dict] = []
+    for m in manifests(rfs, vault, damaged):
         if m.get("status") != "verified" or m.get("purged"):
             continue
         if (op is not None and m.get("op") != op) or (run is not None and m.get("run") != run):
@@ -1209,6 +1211,10 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
         ]
         out.append({"op_id": m["op"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
                     "verification": {"ok": not bad, "checks": checks}, "ok": not bad})
+    for p in damaged if op is None else []:
+        out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
+                    "code": p["code"], "verification": {"ok": False, "checks": [
+                        {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
     return out
 
 
