@@ -15,7 +15,7 @@ from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
 from tb_footprint_plugin.storage.remote import RemoteFS
 
-from test_objstore import DROP_PROFILES, _write_rewrite_logdir
+from test_objstore import _write_rewrite_logdir
 
 GARBAGE = b"\xff\xfe{not json \x80\x81"
 JOURNAL_GARBAGE = b'{"op": "op-damaged", "runs": 7, "step": "swapping"}'
