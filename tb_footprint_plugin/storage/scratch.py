@@ -31,7 +31,7 @@ def use_root(path: Optional[str]) -> None:
     """Make scratch directories under ``path`` from now on (``None``: the system temp dir)."""
     global _root
     with _lock:
-        if path:
+        if path and path != tempfile.gettempdir():  # the system's: as in ``make``
             _private(path)
         _root = path
 
