@@ -123,6 +123,7 @@ class Finding(Code):
     UNTRUSTED_SET_ASIDE = "untrusted_set_aside"  # a symlink or stranger's entry in a state folder, renamed aside
     LATE_RECORDS_RESTORED = "late_records_restored"  # records written to a reduced file kept in the run by restore
     DISPLACED_KEPT = "displaced_kept"  # bytes a restore or rollback found in a file's place: kept in the vault
+    NOT_RESTORED = "not_restored"  # an original a restore did not put back (its name was written again): vault only, never purged
     MTIME_NOT_KEPT = "mtime_not_kept"  # an object store keeps no file times or modes: restored objects are dated now
     OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
 

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -24,15 +23,6 @@ JOURNAL_GARBAGE = b'{"op": "op-damaged", "runs": 7, "step": "swapping"}'
 @pytest.fixture(scope="module")
 def rewrite_logdir(tmp_path_factory):
     return _write_rewrite_logdir(tmp_path_factory.mktemp("state") / "logs")
-
-
-@pytest.fixture(autouse=True)
-def private_tempdir(tmp_path, monkeypatch):
-    """A 0700 system temp dir: a bucket rewrite hands the scratch root back to the temp dir it
-    found (``scratch.use_root``), which refuses a world-writable ``/tmp``."""
-    d = tmp_path / "tmp"
-    d.mkdir(mode=0o700)
-    monkeypatch.setattr(tempfile, "tempdir", str(d))
 
 
 def _cli(*args):
@@ -200,3 +190,29 @@ def test_a_restore_stopped_after_putting_the_original_back_records_the_late_reco
     (kb,) = api.status(url)["kept_blobs"]
     assert kb["late_records_file"] == salvaged and kb["late_records"] == len(late)
     assert s3_bucket.fs.cat_file(kb["blob"].split("://", 1)[1]) == grown
+
+
+def test_an_original_a_restore_could_not_put_back_is_never_purged(bucket, rewrite_logdir):
+    """A restore that finds a file written again at a deleted original's name leaves that file
+    as it is, so the original exists only in the vault: the restore says so, and `purge --yes`
+    keeps that operation's backups (listed with `not_restored`) instead of deleting the only
+    copy."""
+    url = bucket.upload(rewrite_logdir, "logs")
+    before = _hashes(bucket, "logs")
+    rep = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, runs=["torch/resnet"])
+    (o,) = rep.outcomes
+    assert o.status == Outcome.VERIFIED, o.reason
+    gone = sorted(set(before) - set(_hashes(bucket, "logs")))
+    assert gone, "the reduce removed no original"
+    bucket.fs.pipe_file(bucket.key("logs/" + gone[0]), b"written again by someone")
+    (r,) = api.restore(url)
+    assert r.status == Outcome.RESTORED, r.reason
+    assert gone[0] in r.reason and "stay in the vault" in r.reason, r.reason
+    backups = {k for k in RemoteFS(url).list_tree(".tb-footprint") if k.startswith(".tb-footprint/blobs/")}
+    assert backups
+    p = api.purge(url, yes=True)
+    assert not [x for x in p.ops if x["op_id"] == o.op_id], p.ops
+    (k,) = [x for x in p.kept if x["op_id"] == o.op_id]
+    assert k["code"] == Finding.NOT_RESTORED and gone[0] in k["detail"], k
+    after = {k for k in RemoteFS(url).list_tree(".tb-footprint") if k.startswith(".tb-footprint/blobs/")}
+    assert after == backups  # the only copy of the original is still there

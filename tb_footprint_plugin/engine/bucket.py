@@ -992,6 +992,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     out.bytes_after -= int(f.get("new_size") or 0)
         manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
         manifest["status"] = "restored"
+        if conflicts:
+            # their originals were not put back: the vault holds the only copy, which purge keeps
+            manifest["not_restored"] = sorted(set(conflicts) | set(manifest.get("not_restored") or []))
         if displaced:
             manifest["displaced"] = displaced
         manifest["restored_at"] = now_s()
@@ -1014,7 +1017,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
             out.reason += (f"; {len(displaced)} object(s) as they stood before the restore kept in the vault "
                            "(`tb-footprint status` shows where)")
         if conflicts:
-            out.reason += f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}"
+            out.reason += (f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}: "
+                           "their originals stay in the vault, and purge keeps them")
         return out
     except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
         out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
@@ -1116,9 +1120,17 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
               if m.get("status") in ("verified", "restored") and not m.get("purged")
               and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
               and (older_than is None or m.get("created", now) <= now - older_than)]
+    # a restore that found a file written again at an original's name left that original in the
+    # vault only (``not_restored``): its operation is not purged, and the listing says why
+    kept = [m for m in chosen if m.get("status") == "restored" and m.get("not_restored")]
+    chosen = [m for m in chosen if m not in kept]
     freed = sum(f["size"] for m in chosen for f in m["files"])
     ops = [{"op_id": m["op"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
             "restored": m["status"] == "restored"} for m in chosen]
+    held = [{"op_id": m["op"], "run": m["run"], "only_copies": list(m["not_restored"])[:1000],
+             "reason": (f"{len(m['not_restored'])} original(s) were not put back by its restore (a file "
+                        f"was written again at the name, e.g. {m['not_restored'][0]}): the vault holds the "
+                        "only copy")} for m in kept]
     if yes:
         st = BucketState(rfs)
         for m in chosen:
@@ -1128,7 +1140,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
             doc["purged"] = now
             st.update(m["_path"], doc, m["_version"])
             must_delete(rfs, [f["backup"] for f in m["files"]])
-    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed}
+    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held}
 
 
 def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
