@@ -159,9 +159,12 @@ def test_pip_install_dot_on_python(version, tmp_path):
     p = subprocess.run([str(py), "-m", "pip", "install", "-q", "."], cwd=src, env=_env(),
                        capture_output=True, text=True, timeout=1200)
     assert p.returncode == 0, p.stderr[-3000:]
-    out = subprocess.run([str(tmp_path / "venv" / "bin" / "tb-footprint"), "scan", str(src / "demo_logs")],
+    # the installed CLI scans a real logdir (the vendored fixtures; demo_logs/ holds only its README
+    # until `tb-footprint demo` writes it, and a folder with no TensorBoard data is no logdir)
+    out = subprocess.run([str(tmp_path / "venv" / "bin" / "tb-footprint"), "scan", str(src / "tests" / "fixtures" / "real")],
                          capture_output=True, text=True, env=_env(), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
+    assert "summary_mix" in out.stdout, out.stdout
     check = subprocess.run([str(py), "-c", "from tb_footprint_plugin.loader import FootprintLoader; "
                             "from tensorboard import default; "
                             "print([l.__name__ for l in default.get_dynamic_plugins()])"],

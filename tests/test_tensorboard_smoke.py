@@ -104,7 +104,7 @@ def test_json_routes(tb, demo):
     assert plan["dry_run"] is True and plan["runs"][0]["run"] == top
     assert {p["name"] for p in tb.json(PREFIX + "/policies")["policies"]} >= {"archive", "lossless"}
     assert tb.json(PREFIX + "/history") == {"entries": [], "total": 0}
-    assert tb.json(PREFIX + "/operations") == {"operations": []}
+    assert tb.json(PREFIX + "/operations") == {"operations": [], "kept_blobs": []}
     assert tb.json(PREFIX + "/jobs") == {"jobs": []}
     token = tb.json(PREFIX + "/token")
     assert token["header"] == "X-Footprint-Token" and len(token["token"]) >= 32
