@@ -87,6 +87,12 @@ def test_big_run_reduce_reads_the_original_once(tmp_path, monkeypatch):
         raise AssertionError("the original was streamed again for the record subsequence")
 
     monkeypatch.setattr(records, "records_subsequence", no_stream)
+    # the plan runs the rewrite's selection, which asks a data server of the original which
+    # records to keep (plan = outcome); its outcome is cached, so the reduce that follows a plan
+    # (the tab's and the CLI's flow) loads the original once more, for the verification only
+    api.plan(str(logdir), "archive")
+    assert len(starts) == 1, "the plan's selection: one data-server load of the original"
+    starts.clear()
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
     out = [o for o in rep.outcomes if o.status != "skipped"]
     assert len(out) == 1 and out[0].status == "verified", [o.to_dict() for o in out]
