@@ -287,21 +287,34 @@ class PosixStore(Store):
 
     def _commit(self, dfd: int, tmp: str, name: str, key: str, if_absent: bool, if_version: Optional[str]) -> None:
         """Put the written temporary file ``tmp`` in place under ``put``'s conditions."""
+        self._place(dfd, tmp, dfd, name, key, if_absent, if_version)
+
+    def _place(self, sdfd: int, sname: str, ddfd: int, dname: str, key: str, if_absent: bool,
+               if_version: Optional[str]) -> bool:
+        """Move ``sname`` to ``dname`` under the write conditions: if absent by link + unlink
+        (never over an existing name; a crash between leaves both names on one inode, nothing
+        lost, so not atomic), else by rename once the current file's version is checked under
+        its lock. Both folders are fsynced. True when the move was one atomic rename."""
         if if_absent:
             fsops.op()
             try:
-                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                os.link(sname, dname, src_dir_fd=sdfd, dst_dir_fd=ddfd, follow_symlinks=False)
             except FileExistsError:
                 raise StoreFailure(StoreError.ALREADY_EXISTS, key, "already exists") from None
+            if sdfd != ddfd:  # the new name is durable before the old one goes
+                os.fsync(ddfd)
             fsops.op()
-            os.unlink(tmp, dir_fd=dfd)
+            os.unlink(sname, dir_fd=sdfd)
         else:
-            with self._current_locked(dfd, name, key) as cur:
+            with self._current_locked(ddfd, dname, key) as cur:
                 if if_version is not None and (cur is None or version_of(cur) != if_version):
                     raise StoreFailure(StoreError.PRECONDITION_FAILED, key, "changed since it was read")
                 fsops.op()
-                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        os.fsync(dfd)
+                os.replace(sname, dname, src_dir_fd=sdfd, dst_dir_fd=ddfd)
+        os.fsync(ddfd)
+        if sdfd != ddfd:
+            os.fsync(sdfd)
+        return not if_absent
 
     def _write(self, key: str, fill, *, if_absent: bool, if_version: Optional[str], mode: Optional[int],
                times_ns: Optional[Tuple[int, int]]) -> os.stat_result:
@@ -396,27 +409,7 @@ class PosixStore(Store):
                     raise StoreFailure(StoreError.NOT_FOUND, src, "no such file")
                 if if_source_version is not None and version_of(cur) != if_source_version:
                     raise StoreFailure(StoreError.PRECONDITION_FAILED, src, "changed since it was read; not moved")
-                atomic = True
-                if if_absent:
-                    # link + unlink: never over an existing name; a crash between leaves both
-                    # names on one inode (nothing lost), so this form is not called atomic
-                    fsops.op()
-                    try:
-                        os.link(sname, dname, src_dir_fd=sdfd, dst_dir_fd=ddfd, follow_symlinks=False)
-                    except FileExistsError:
-                        raise StoreFailure(StoreError.ALREADY_EXISTS, dst, "already exists") from None
-                    os.fsync(ddfd)
-                    fsops.op()
-                    os.unlink(sname, dir_fd=sdfd)
-                    atomic = False
-                else:
-                    with self._current_locked(ddfd, dname, dst) as dcur:
-                        if if_version is not None and (dcur is None or version_of(dcur) != if_version):
-                            raise StoreFailure(StoreError.PRECONDITION_FAILED, dst, "changed since it was read")
-                        fsops.op()
-                        os.replace(sname, dname, src_dir_fd=sdfd, dst_dir_fd=ddfd)
-                os.fsync(ddfd)
-                os.fsync(sdfd)
+                atomic = self._place(sdfd, sname, ddfd, dname, dst, if_absent, if_version)
                 self.stats.add("put")
                 st = os.stat(dname, dir_fd=ddfd, follow_symlinks=False)
         return ReplaceResult(version=version_of(st), atomic=atomic)
