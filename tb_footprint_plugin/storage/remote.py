@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Dict, Iterator, Optional, Tuple
 
+from tb_footprint_plugin.storage.store import RangeReader
+
 #: The bytes one ranged GET asks for when streaming an event file (the record reader's chunk).
 READ_CHUNK = 1 << 20
 
@@ -379,62 +381,14 @@ class RemoteFS:
         return n
 
 
-class RangedReader(io.RawIOBase):
+class RangedReader(RangeReader):
     """A read-only, seekable file over one remote object; every ``read`` is one ranged GET of at
     most the requested size, so memory stays bounded by the caller's chunk, whatever the object's
     size. ``size`` comes from the listing, so opening costs no request."""
 
     def __init__(self, rfs: RemoteFS, rel: str, size: int, chunk: int = READ_CHUNK):
-        super().__init__()
-        self._rfs = rfs
-        self._rel = rel
-        self._size = size
-        self._pos = 0
+        super().__init__(lambda start, stop: rfs.read_range(rel, start, stop), size, name=rfs.url_of(rel))
         self.chunk = chunk
-        self.name = rfs.url_of(rel)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            pos = offset
-        elif whence == io.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == io.SEEK_END:
-            pos = self._size + offset
-        else:
-            raise ValueError(f"bad whence {whence}")
-        if pos < 0:
-            raise ValueError("negative seek position")
-        self._pos = pos
-        return pos
-
-    def readinto(self, b) -> int:
-        n = min(len(b), self._size - self._pos)
-        if n <= 0:
-            return 0
-        data = self._rfs.read_range(self._rel, self._pos, self._pos + n)
-        got = len(data)
-        b[:got] = data
-        self._pos += got
-        return got
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            size = self._size - self._pos
-        n = min(size, self._size - self._pos)
-        if n <= 0:
-            return b""
-        data = self._rfs.read_range(self._rel, self._pos, self._pos + n)
-        self._pos += len(data)
-        return data
 
 
 def iter_chunks(reader: io.RawIOBase, chunk: int = READ_CHUNK) -> Iterator[bytes]:
