@@ -1,0 +1,202 @@
+"""State written by an earlier version still reads (issue #26.4).
+
+``tests/fixtures/old_state/`` holds a logdir and its vault exactly as the commit named in its
+``made_with.json`` wrote them (``make.py`` regenerates them, run with *that* code): reductions under
+``archive`` with the batch ledger and history, one operation restored over records a writer
+appended after it (a kept backup and a ``.salvaged-NNN`` file), one run retired, one reduction killed
+mid transaction (its journal and lock left behind), one reduction into a second vault
+(``vaults.json``); and the same on a moto S3 bucket (dumped object by object). The code under test
+must settle the killed operation, list everything, give back every original byte for byte (with
+mode and mtime where a disk keeps them) and purge a restored operation.
+
+A copy cannot keep a folder's absolute path or inode, and the state names both (``identity.json``
+binds the state to the logdir's inode; manifests, journals and the ledger name the logdir's path):
+the copy is made as if the fixture had been written where it now is — the recorded path is put in
+place of the old one in the state's JSON, the identity takes the copy's inode. Nothing else is
+touched; every other byte is the old version's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Outcome, Recovery
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "old_state"
+STATE = ".tb-footprint"
+SETTLED = (Recovery.COMPLETED, Recovery.ROLLED_BACK)
+
+
+def _load(*parts) -> dict:
+    with open(FIXTURE.joinpath(*parts), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _sha(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _is_state_json(rel: str) -> bool:
+    """A state file of JSON (not a backup's bytes, which are the user's data)."""
+    parts = rel.split(os.sep)
+    return rel.endswith((".json", ".jsonl")) and "blobs" not in parts and "files" not in parts and "kept" not in parts
+
+
+def _local_copy(tmp_path: Path) -> tuple:
+    """The local shape copied to tmp_path/local, as if written there; returns (logdir, meta)."""
+    meta = _load("local", "meta.json")
+    root = tmp_path / "local"
+    shutil.copytree(FIXTURE / "local", root, symlinks=True)
+    old_root, new_root = os.path.dirname(meta["logdir"]), str(root)
+    for top in (root / "logs" / STATE, root / "vault2"):
+        for dirpath, _, names in os.walk(top):
+            for n in names:
+                p = os.path.join(dirpath, n)
+                if _is_state_json(os.path.relpath(p, root)):
+                    with open(p, encoding="utf-8") as f:
+                        text = f.read()
+                    with open(p, "w", encoding="utf-8") as f:
+                        f.write(text.replace(old_root, new_root))
+    for rel, m in meta["paths"].items():
+        if m["dir"]:  # an empty folder (git keeps none)
+            os.makedirs(root / rel, exist_ok=True)
+    ident_path = root / "logs" / STATE / "identity.json"
+    ident = json.loads(ident_path.read_text())
+    st = os.stat(root / "logs")
+    ident.update(ino=st.st_ino, dev=st.st_dev)
+    ident_path.write_text(json.dumps(ident))
+    # modes and mtimes as the old version left them (git keeps neither); deepest first, so a
+    # folder's mtime is set after its files
+    for rel in sorted(meta["paths"], key=lambda r: -r.count("/")):
+        m = meta["paths"][rel]
+        p = root / rel
+        os.chmod(p, m["mode"])
+        os.utime(p, ns=(m["mtime_ns"], m["mtime_ns"]))
+    return str(root / "logs"), meta
+
+
+def _logdir_files(logdir) -> dict:
+    out = {}
+    for dirpath, dirs, names in os.walk(logdir):
+        dirs[:] = [d for d in dirs if not d.startswith(STATE)]
+        for n in names:
+            p = os.path.join(dirpath, n)
+            st = os.lstat(p)
+            out[os.path.relpath(p, logdir)] = {"sha256": _sha(p), "mode": st.st_mode & 0o7777,
+                                               "mtime_ns": st.st_mtime_ns}
+    return out
+
+
+def test_fixture_is_small_and_names_its_commit():
+    """The fixture stays small (≤ 2 MB) and says which commit wrote it."""
+    total = sum(p.stat().st_size for p in FIXTURE.rglob("*") if p.is_file())
+    assert total <= 2_000_000, total
+    made = _load("made_with.json")
+    assert len(made["commit"]) == 40 and int(made["commit"], 16) >= 0
+
+
+def test_old_local_state_recovers_lists_restores_and_purges(tmp_path):
+    """On a disk: the killed reduction is settled, status and history list every operation, the
+    retired run, the second vault and the ledger; restore of everything gives back every original
+    file byte-identical with its mode and mtime (and the restored-over-late-records run as the old
+    restore left it); a restored operation is purged, the others' backups stay."""
+    logdir, meta = _local_copy(tmp_path)
+    expected = _load("local", "expected.json")
+    journals = os.listdir(os.path.join(logdir, STATE, "journal"))
+    assert len(journals) == 1
+    killed = journals[0].split(".")[0]
+
+    settled = api.recover_logdir(logdir)
+    assert [(s.op_id, s.action) for s in settled if s.action in SETTLED] == [(killed, s.action) for s in settled]
+    assert settled and all(s.action in SETTLED for s in settled), [vars(s) for s in settled]
+    assert os.listdir(os.path.join(logdir, STATE, "journal")) == []
+    assert api.recover_logdir(logdir) == []
+
+    st = api.status(logdir)
+    assert st["problems"] == [], st["problems"]
+    assert st["unfinished_operations"] == []
+    listed = {o["op_id"]: o for o in st["operations"]}
+    assert set(meta["ops"].values()) <= set(listed), (meta["ops"], sorted(listed))
+    vault2 = os.path.join(os.path.dirname(logdir), "vault2")
+    assert os.path.realpath(vault2) in [os.path.realpath(v) for v in st["vaults"]]
+    assert any(o.get("run") == "exp/elsewhere" for o in listed.values()), listed
+    assert st["ledger"] and st["batch"], (st["ledger"], st["batch"])
+    assert [r["run"] for r in api.retired(logdir)] == ["keras/validation"]
+
+    hist = api.history(logdir)
+    kinds = [(e["kind"], e.get("run")) for e in hist]
+    for run in ("torch/resnet", "jax/prof", "exp/late", "exp/elsewhere"):
+        assert ("reduce", run) in kinds, kinds
+    assert ("restore", "exp/late") in kinds and ("retire", "keras/validation") in kinds, kinds
+
+    outs = api.restore(logdir)
+    assert outs and all(o.status == Outcome.RESTORED for o in outs), [(o.run, o.status, o.reason) for o in outs]
+    restored_runs = {o.run for o in outs}
+    assert {"torch/resnet", "jax/prof", "exp/elsewhere", "keras/validation"} <= restored_runs, restored_runs
+    now = _logdir_files(logdir)
+    assert sorted(now) == sorted(expected)
+    for rel, want in expected.items():
+        assert now[rel] == want, rel
+
+    # a restore on a disk frees its backups itself: purging a restored operation (and then
+    # everything) finds nothing left to free, refuses nothing and changes no file
+    late_op = meta["ops"]["exp/late"]
+    rep = api.purge(logdir, op=late_op, yes=True)
+    assert (rep.ops, rep.kept, rep.refused, rep.freed_bytes) == ([], [], [], 0), rep.to_dict()
+    rep = api.purge(logdir, yes=True)
+    assert (rep.ops, rep.kept, rep.refused) == ([], [], []), rep.to_dict()
+    ops = api.operations(logdir)
+    assert ops and all(o["backup_purged"] for o in ops if o.get("kind") != "restore"), ops
+    assert _logdir_files(logdir) == now
+
+
+def test_old_bucket_state_recovers_lists_restores_and_purges(s3_bucket):
+    """On S3: the batch killed before its delete record is settled, status and history list every
+    operation and the ledger, restore of everything gives back every original object
+    byte-identical (the restored-over-late-records run as the old restore left it, its kept
+    object listed), and a restored operation is purged."""
+    meta = _load("bucket", "meta.json")
+    expected = _load("bucket", "expected.json")
+    name = meta["url"].split("/")[2]
+    # the state names its bucket (journals, manifests, the ledger): the same name on this server
+    if s3_bucket.fs.exists(name):
+        s3_bucket.fs.rm(name, recursive=True)
+    s3_bucket.fs.mkdir(name)
+    s3_bucket.name = name
+    url = s3_bucket.upload(FIXTURE / "bucket" / "logs", "logs")
+    assert url == meta["url"]
+    journals = [k for k in s3_bucket.hashes("logs") if k.startswith(f"{STATE}/journal/")]
+    assert len(journals) == 1
+
+    settled = api.recover_logdir(url)
+    assert settled and all(s.action in SETTLED for s in settled), [vars(s) for s in settled]
+    state = s3_bucket.hashes("logs")
+    assert not [k for k in state if k.startswith((f"{STATE}/journal/", f"{STATE}/locks/"))]
+
+    st = api.status(url)
+    assert st["problems"] == [], st["problems"]
+    listed = {o["op_id"] for o in st["operations"]}
+    assert set(meta["ops"].values()) <= listed, (meta["ops"], listed)
+    assert any(o.get("run") == "jax/killed" for o in st["operations"]) or \
+        all(s.action == Recovery.ROLLED_BACK for s in settled)
+    kinds = [(e["kind"], e.get("run")) for e in api.history(url)]
+    for run in ("torch/resnet", "jax/prof", "exp/late"):
+        assert ("reduce", run) in kinds, kinds
+
+    outs = api.restore(url)
+    assert outs and all(o.status == Outcome.RESTORED for o in outs), [(o.run, o.status, o.reason) for o in outs]
+    now = {k: h for k, h in s3_bucket.hashes("logs").items() if not k.startswith(f"{STATE}/")}
+    assert sorted(now) == sorted(expected)
+    for rel, want in expected.items():
+        assert now[rel] == want["sha256"], rel
+
+    late_op = meta["ops"]["exp/late"]
+    rep = api.purge(url, op=late_op, yes=True)
+    assert late_op in [o["op_id"] for o in rep.ops] + [k["op_id"] for k in rep.kept], rep.to_dict()
+    assert rep.refused == []
+    assert {k: h for k, h in s3_bucket.hashes("logs").items() if not k.startswith(f"{STATE}/")} == now
