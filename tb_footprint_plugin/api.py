@@ -1180,6 +1180,34 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
             "kept_blobs": kept_blobs(ctx, own_manifests(ctx))}
 
 
+def disk_numbers(logdir: str, backup_dir: Optional[str] = None) -> dict:
+    """The header numbers of the tab (#27.4), counted as ``status`` and ``history`` count them:
+    ``disk_in_use_bytes`` (logdir + vaults now, ``engine.usage``), ``freed_now_bytes`` (what the
+    verified reductions not restored freed on disk as things stand, ``usage.freed_by_op``: ~0 while
+    hard-linked backups are kept) and ``freed_after_purge_bytes`` (what purging every kept backup
+    frees on top). A bucket's ``freed_now_bytes`` is None (its backups are copies in the store,
+    not measured per operation). Walks the logdir and its vaults; changes nothing."""
+    if is_remote(logdir):
+        st = status(logdir, backup_dir)
+        return {"disk_in_use_bytes": st.get("disk_in_use_bytes"), "freed_now_bytes": None,
+                "freed_after_purge_bytes": st.get("freed_after_purge_bytes")}
+    ctx = _context(logdir, backup_dir)
+    vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
+    freed_now, kept_ops = 0, []
+    for m in own_manifests(ctx):  # untrusted: a malformed count counts as nothing
+        if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
+            continue
+        try:
+            removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
+        except (TypeError, ValueError):
+            removed = 0
+        freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
+        if not m.get("backup_purged"):
+            kept_ops.append(m.get("op_id"))
+    return {"disk_in_use_bytes": _disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
+            "freed_after_purge_bytes": _freed_after_purge(ctx, kept_ops)}
+
+
 def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """The change log, oldest first. Each reduce entry says where its backup is now
     (``backup``: ``kept``, ``purged`` or ``released`` — dropped by a verified restore — or ``none``)
@@ -1228,7 +1256,7 @@ __all__ = ["scan", "plan", "reduce_logdir", "reduce_logdirs", "selection_by_logd
            "recover_logdir", "unfinished", "pending_operations", "operation", "operations", "ReduceReport", "PurgeReport",
            "CancelToken", "summarize_operations", "operation_summary", "plan_run_view", "category_changes",
            "dashboards_note", "dashboards_summary", "labels_for", "sample", "SampleUnavailable", "custom_policy", "history_csv",
-           "overview", "restorable", "PolicyError", "SelectionError", "reduce_summary", "restore_summary", "restore_target",
+           "overview", "disk_numbers", "restorable", "PolicyError", "SelectionError", "reduce_summary", "restore_summary", "restore_target",
            "NotRestorable"]
 
 
