@@ -15,8 +15,16 @@ class ActionRoutes(RouteBase):
 
     def reduce(self, request, body):
         fp, _meta = self._scan(wait=0.0)
-        names = self._run_names(fp, body.get("runs", body.get("run")), changing=True)
         policy = self._custom_policy(self._policy(body.get("policy")), body.get("custom"))
+        if "match" in body:  # "reduce all matching": the runs are named here, not by the tab
+            busy = self._busy()
+            rows = {r["name"]: r for r in self.runs_index(fp, policy).rows}
+            names = [n for n in self.runs_matching(fp, policy, body["match"])
+                     if n != api.UNATTRIBUTED and rows[n]["removable_bytes"] > 0 and n not in busy]
+            if not names:
+                raise HttpError(409, "no run matching the filter has anything to reduce")
+        else:
+            names = self._run_names(fp, body.get("runs", body.get("run")), changing=True)
         token = _cancel_token()
         job = Job("reduce", names, {"policy": policy.name}, cancel_token=token)
         before = {n: {c.name: c.bytes for c in fp.run(n).categories.values()} for n in names}

@@ -53,6 +53,12 @@ class ScanService:
         self._started_at: Optional[float] = None
         self._last_duration: Optional[float] = None
         self._gate: Optional[threading.Event] = None  # the first scan waits for recovery
+        self._listeners: list = []  # called with each new scan, on the scan's thread
+
+    def add_listener(self, fn: Callable) -> None:
+        """Call ``fn(footprint)`` after each successful scan (the overview and the disk numbers
+        are prepared then, off the request path)."""
+        self._listeners.append(fn)
 
     def set_gate(self, event: threading.Event) -> None:
         self._gate = event
@@ -111,6 +117,12 @@ class ScanService:
             if self._dirty:  # changed while we scanned: go again
                 self._start_locked()
             self._cond.notify_all()
+        if fp is not None:
+            for fn in list(self._listeners):
+                try:
+                    fn(fp)
+                except Exception:  # a listener's failure never stops the scans
+                    logger.exception("Footprint: preparing the overview of a new scan failed")
 
     # --- reading --------------------------------------------------------------------------
     def get(self, wait: Optional[float] = None):
@@ -182,6 +194,50 @@ class ScanService:
             "files_read": None if fp is None else fp.files_read,
             "files_cached": None if fp is None else fp.files_cached,
         }
+
+
+class DiskNumbers:
+    """The header's disk numbers (``api.disk_numbers``: disk in use now, freed now, freed after
+    purge), measured in the background after each scan: the walk of a big logdir and its vault
+    never sits on a request."""
+
+    def __init__(self, logdir: str, backup_dir: Optional[str]):
+        self.logdir = logdir
+        self.backup_dir = backup_dir
+        self._lock = threading.Lock()
+        self._value: Optional[dict] = None
+        self._running = False
+        self._again = False
+
+    def refresh(self, _fp=None) -> None:
+        """Measure again (now, or right after the running measure)."""
+        with self._lock:
+            if self._running:
+                self._again = True
+                return
+            self._running = True
+        threading.Thread(target=self._run, daemon=True, name="footprint-disk").start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                from tb_footprint_plugin import api
+
+                d = dict(api.disk_numbers(self.logdir, self.backup_dir), measured_at=time.time(), error=None)
+            except Exception as e:  # say so in the header; the next scan measures again
+                logger.exception("Footprint: measuring the disk in use failed")
+                d = {"measured_at": time.time(), "error": f"{type(e).__name__}: {e}"}
+            with self._lock:
+                self._value = d
+                if not self._again:
+                    self._running = False
+                    return
+                self._again = False
+
+    def get(self) -> Optional[dict]:
+        """The last measure (None before the first one)."""
+        with self._lock:
+            return None if self._value is None else dict(self._value)
 
 
 class Recovery:
@@ -306,6 +362,10 @@ class FootprintPlugin(base_plugin.TBPlugin):
         from tb_footprint_plugin.plugin.routes import Routes
 
         self.routes = Routes(self)
+        self.disk = DiskNumbers(self.logdir, self.config.backup_dir)
+        if self.readable:
+            self.scans.add_listener(self.disk.refresh)
+            self.scans.add_listener(self.routes.prepare)
         if start_background and self.readable:
             self.recovery.start()
             self.scans.start()  # first scan, right after recovery

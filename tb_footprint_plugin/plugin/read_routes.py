@@ -1,16 +1,214 @@
-"""Read routes (GET): each parses the request, calls the library (``api``) and answers."""
+"""Read routes (GET): each parses the request, calls the library (``api``) and answers.
+
+The overview scales to 100,000 runs: ``/runs`` answers one page of runs (sorted, filtered and
+paged here, on the server) beside aggregates of fixed size (category totals, the logdir map's
+top groups + "other", the matching runs' totals), so neither the payload nor the browser's work
+grows with the number of runs. The overview of a scan under a policy is kept (``RunsIndex``)
+until the scan's content changes, a run leaves its quiet period or it is ``MEMO_MAX_AGE_S`` old
+(then rebuilt in the background while the kept one is served).
+"""
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
-
+import math
 import os
+import threading
 import time
+from typing import Dict, List, Optional, Tuple
 
 from tensorboard.backend import http_util
 
 from tb_footprint_plugin import api
 from tb_footprint_plugin.plugin.security import TOKEN_HEADER
 from tb_footprint_plugin.plugin.http import JOB_ID_RE, MAX_FILES_LISTED, MAX_TAGS_LISTED, OP_ID_RE, HttpError, RouteBase
+
+#: the runs page: default and largest size
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 500
+#: sort keys of ``/runs`` and the row field each sorts on
+SORTS = {"size": "total_bytes", "name": "name", "reclaimable": "removable_bytes", "modified": "newest_mtime"}
+#: rectangles of the logdir map: the biggest groups (or runs), then one "other"
+MAP_TILES = 150
+MAX_QUERY = 500
+#: a kept overview older than this is rebuilt in the background (open writers, journals, vault)
+MEMO_MAX_AGE_S = 30.0
+#: filters (and their aggregates) kept per overview
+FILTERS_KEPT = 16
+#: the dry run of "reduce all matching" lists this many runs' plans; the rest are counted
+PLAN_VIEWS_LISTED = 8
+
+
+def _matches(name_lower: str, q: str) -> bool:
+    return q in name_lower
+
+
+def _tiles(rows: List[dict], idxs: List[int], limit: int = MAP_TILES) -> dict:
+    """The logdir map's rectangles for these runs, bounded: each run when they are few, else
+    folders (the first path level that splits them) — the biggest ``limit - 1`` and one "other"."""
+    sized = [i for i in idxs if rows[i]["total_bytes"] > 0]
+    if len(sized) <= limit:
+        return {"level": "run", "tiles": [_tile_of_run(rows[i]) for i in
+                                          sorted(sized, key=lambda i: (-rows[i]["total_bytes"], rows[i]["name"]))],
+                "other": None}
+    parts = {i: rows[i]["name"].split("/") for i in sized}
+    depth = 1
+    while True:
+        keys = {i: "/".join(p[:depth]) if len(p) > depth else rows[i]["name"] for i, p in parts.items()}
+        if len(set(keys.values())) > 1 or depth >= 4 or all(len(p) <= depth for p in parts.values()):
+            break
+        depth += 1
+    groups: Dict[str, dict] = {}
+    for i, key in keys.items():
+        r = rows[i]
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"kind": "group", "name": key, "runs": 0, "total_bytes": 0, "removable_bytes": 0,
+                               "categories": {}, "run": None}
+        g["runs"] += 1
+        g["total_bytes"] += r["total_bytes"]
+        g["removable_bytes"] += r["removable_bytes"]
+        g["run"] = r["name"] if key == r["name"] else g["run"]
+        cats = g["categories"]
+        for c, b in r["categories"].items():
+            cats[c] = cats.get(c, 0) + b
+    ordered = sorted(groups.values(), key=lambda g: (-g["total_bytes"], g["name"]))
+    shown, rest = ordered[:limit - 1], ordered[limit - 1:]
+    for g in shown:
+        if g["runs"] == 1 and g["run"] == g["name"]:
+            g["kind"] = "run"
+        g.pop("run")
+    other = None
+    if rest:
+        other = {"groups": len(rest), "runs": sum(g["runs"] for g in rest),
+                 "total_bytes": sum(g["total_bytes"] for g in rest)}
+    return {"level": "group", "depth": depth, "tiles": shown, "other": other}
+
+
+def _tile_of_run(r: dict) -> dict:
+    return {"kind": "run", "name": r["name"], "runs": 1, "total_bytes": r["total_bytes"],
+            "removable_bytes": r["removable_bytes"], "categories": r["categories"]}
+
+
+class RunsIndex:
+    """One overview (a scan under a policy) kept for paging: rows sorted per key on first use,
+    filters and their aggregates kept (a few); every answer it gives is bounded in size."""
+
+    def __init__(self, payload: dict, valid_until: float):
+        self.payload = payload
+        self.rows: List[dict] = payload["runs"]
+        self.made_at = time.time()
+        self.valid_until = valid_until
+        self.max_run_bytes = max((r["total_bytes"] for r in self.rows), default=0)
+        self._lower = [r["name"].lower() for r in self.rows]
+        self._orders: Dict[Tuple[str, bool], List[int]] = {}
+        self._filtered: "collections.OrderedDict[tuple, List[int]]" = collections.OrderedDict()
+        self._aggregates: "collections.OrderedDict[str, dict]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.rebuilding = False
+
+    def order(self, sort: str, desc: bool) -> List[int]:
+        """Row indices sorted by ``sort`` (ties by name, ascending), kept."""
+        key = (sort, desc)
+        with self._lock:
+            hit = self._orders.get(key)
+        if hit is not None:
+            return hit
+        field_ = SORTS[sort]
+        rows = self.rows
+        by_name = sorted(range(len(rows)), key=lambda i: rows[i]["name"])
+        if field_ == "name":
+            out = by_name[::-1] if desc else by_name
+        else:  # a stable sort keeps the names' order among equals, descending too
+            out = sorted(by_name, key=lambda i: rows[i][field_] or 0, reverse=desc)
+        with self._lock:
+            self._orders[key] = out
+        return out
+
+    def matching(self, q: str, sort: str, desc: bool) -> List[int]:
+        """Indices of the rows whose name holds ``q`` (case-insensitive), in the sort's order."""
+        order = self.order(sort, desc)
+        if not q:
+            return order
+        key = (q, sort, desc)
+        with self._lock:
+            hit = self._filtered.get(key)
+            if hit is not None:
+                self._filtered.move_to_end(key)
+                return hit
+        lower = self._lower
+        out = [i for i in order if q in lower[i]]
+        with self._lock:
+            self._filtered[key] = out
+            while len(self._filtered) > FILTERS_KEPT:
+                self._filtered.popitem(last=False)
+        return out
+
+    def aggregates(self, q: str) -> dict:
+        """Totals of the runs matching ``q`` and their logdir map (bounded), kept."""
+        with self._lock:
+            hit = self._aggregates.get(q)
+            if hit is not None:
+                self._aggregates.move_to_end(q)
+                return hit
+        idxs = self.matching(q, "size", True)
+        rows = self.rows
+        agg = {
+            "runs": len(idxs),
+            "total_bytes": sum(rows[i]["total_bytes"] for i in idxs),
+            "reclaimable_bytes": sum(rows[i]["removable_bytes"] for i in idxs),
+            "reducible_runs": sum(1 for i in idxs if rows[i]["removable_bytes"] > 0),
+            "map": _tiles(rows, idxs),
+        }
+        with self._lock:
+            self._aggregates[q] = agg
+            while len(self._aggregates) > FILTERS_KEPT:
+                self._aggregates.popitem(last=False)
+        return agg
+
+    def names_matching(self, q: str) -> List[str]:
+        """Every run whose name holds ``q``, largest first (a selector sent by the tab)."""
+        return [self.rows[i]["name"] for i in self.matching(q, "size", True)]
+
+
+def _signature(fp) -> str:
+    """What the overview of a scan depends on, hashed: a scan of an unchanged logdir (the
+    background refresh's) gets the same signature, so its overview is not computed again."""
+    h = hashlib.sha256()
+    h.update(repr((fp.logdir, fp.total_bytes, fp.vault_bytes, len(fp.runs), list(fp.warnings)[:50])).encode())
+    for r in fp.runs:
+        h.update(repr((r.name, r.total_bytes, r.newest_mtime, len(r.files), len(r.sessions), len(r.warnings),
+                       r.has_event_files, sorted((c.name, c.bytes) for c in r.categories.values()))).encode())
+    return h.hexdigest()
+
+
+def _valid_until(fp, quiet_period: float, now: float) -> float:
+    """When the first run still inside its quiet period leaves it (its plan changes then)."""
+    ends = [r.newest_mtime + quiet_period for r in fp.runs if r.newest_mtime and r.newest_mtime + quiet_period > now]
+    return min(ends) if ends else math.inf
+
+
+def _int_arg(request, name: str, default: int, lo: int, hi: int) -> int:
+    value = request.args.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise HttpError(400, f"{name} must be a whole number") from None
+    if n < lo or n > hi:
+        raise HttpError(400, f"{name} must be between {lo} and {hi}")
+    return n
+
+
+def query_text(value) -> str:
+    """A run-name filter from a request: a string of at most ``MAX_QUERY`` characters, lower case."""
+    if value in (None, ""):
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_QUERY:
+        raise HttpError(400, f"q must be a string of at most {MAX_QUERY} characters")
+    return value.strip().lower()
 
 
 class ReadRoutes(RouteBase):
@@ -54,44 +252,140 @@ class ReadRoutes(RouteBase):
                 pols.append({"name": default, "description": f"unavailable: {e}"})
         return self._json(request, {"default": default, "policies": pols})
 
+    def __init__(self, plugin):
+        super().__init__(plugin)
+        self._indexes: "collections.OrderedDict[tuple, RunsIndex]" = collections.OrderedDict()
+        self._building: Dict[tuple, threading.Event] = {}
+        self._sigs: Tuple[object, str] = (None, "")
+
+    def _signature(self, fp) -> str:
+        with self._memo_lock:
+            kept_fp, sig = self._sigs
+        if kept_fp is fp:
+            return sig
+        sig = _signature(fp)
+        with self._memo_lock:
+            self._sigs = (fp, sig)
+        return sig
+
+    def runs_index(self, fp, policy) -> RunsIndex:
+        """The overview of ``fp`` under ``policy``, kept per scan content and policy content (never
+        its name: a policy file may carry a built-in's name with other rules). Built once at a
+        time per key; a kept one past its age is served while its successor is built."""
+        key = (self._signature(fp), json.dumps(policy.to_dict(), sort_keys=True, default=str))
+        while True:
+            with self._memo_lock:
+                hit = self._indexes.get(key)
+                if hit is not None:
+                    self._indexes.move_to_end(key)
+                    now = time.time()
+                    if (now >= hit.valid_until or now - hit.made_at > MEMO_MAX_AGE_S) and not hit.rebuilding:
+                        hit.rebuilding = True
+                        threading.Thread(target=self._build, args=(key, fp, policy), daemon=True,
+                                         name="footprint-overview").start()
+                    return hit
+                building = self._building.get(key)
+                if building is None:
+                    building = self._building[key] = threading.Event()
+                    mine = True
+                else:
+                    mine = False
+            if mine:
+                try:
+                    return self._build(key, fp, policy)
+                finally:
+                    with self._memo_lock:
+                        self._building.pop(key, None)
+                    building.set()
+            building.wait(600.0)
+
+    def _build(self, key, fp, policy) -> RunsIndex:
+        now = time.time()
+        try:
+            index = RunsIndex(api.overview(fp, self._plan(fp, policy)),
+                              _valid_until(fp, self.p.config.quiet_period, now))
+        except Exception:
+            with self._memo_lock:
+                old = self._indexes.get(key)
+                if old is not None:
+                    old.rebuilding = False  # try again on a later request
+            raise
+        with self._memo_lock:
+            self._indexes[key] = index
+            self._indexes.move_to_end(key)
+            while len(self._indexes) > 8:
+                self._indexes.popitem(last=False)
+        return index
+
+    def prepare(self, fp) -> None:
+        """After a scan: the overview under TensorBoard's default policy, so the tab's next
+        request finds it ready (a scan of an unchanged logdir finds it kept)."""
+        try:
+            policy = self._policy(None)
+        except HttpError:
+            return
+        self.runs_index(fp, policy)
+
     def _runs_payload(self, fp, meta, policy) -> dict:
-        """The overview (totals, categories, runs with their plan), memoized per scan and policy."""
-        bucket = int(time.time() // 10)  # 'active' (quiet period) depends on the clock
-        # keyed by the policy's whole content, never its name: a policy file may carry a
-        # built-in's name ("archive") with other rules, and each must get its own numbers
-        key = (id(fp), meta["generation"], json.dumps(policy.to_dict(), sort_keys=True, default=str), bucket)
-        with self._memo_lock:
-            hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        payload = api.overview(fp, self._plan(fp, policy))
-        with self._memo_lock:
-            if len(self._memo) > 16:
-                self._memo.clear()
-            self._memo[key] = payload
-        return payload
+        """The overview (totals, categories, runs with their plan) of the kept index."""
+        return self.runs_index(fp, policy).payload
+
+    def _head(self, index: RunsIndex, meta, request) -> dict:
+        """What ``/summary`` and ``/runs`` both answer: totals, categories, the disk numbers, the
+        logdir map; never a list that grows with the runs."""
+        d = {k: v for k, v in index.payload.items() if k != "runs"}
+        d["scan"] = meta
+        d["actions"] = self.p.security.describe()
+        d["policy_key"] = self._policy_key(request)
+        d["disk"] = self.p.disk.get()
+        d["max_run_bytes"] = index.max_run_bytes
+        return d
 
     def summary(self, request):
         fp, meta = self._scan(request)
-        policy = self._policy(request.args.get("policy"))
-        payload = dict(self._runs_payload(fp, meta, policy))
-        payload.pop("runs")
-        payload["scan"] = meta
-        payload["actions"] = self.p.security.describe()
-        return self._json(request, payload)
+        index = self.runs_index(fp, self._policy(request.args.get("policy")))
+        d = self._head(index, meta, request)
+        d["map"] = index.aggregates("")["map"]
+        return self._json(request, d)
 
     def runs(self, request):
+        """One page of runs, sorted and filtered here: ``offset``, ``limit`` (default 100, at most
+        500), ``sort`` (size, name, reclaimable, modified), ``order`` (asc, desc), ``q`` (the
+        name holds it, case-insensitive); ``total`` runs match, ``matched`` sums them."""
         fp, meta = self._scan(request)
         policy = self._policy(request.args.get("policy"))
-        payload = dict(self._runs_payload(fp, meta, policy))
+        sort = request.args.get("sort") or "size"
+        if sort not in SORTS:
+            raise HttpError(400, f"sort must be one of {', '.join(SORTS)}")
+        order = request.args.get("order") or ("asc" if sort == "name" else "desc")
+        if order not in ("asc", "desc"):
+            raise HttpError(400, "order must be asc or desc")
+        q = query_text(request.args.get("q"))
+        offset = _int_arg(request, "offset", 0, 0, 10 ** 9)
+        limit = _int_arg(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        index = self.runs_index(fp, policy)
+        idxs = index.matching(q, sort, order == "desc")
+        agg = index.aggregates(q)
+        page = [index.rows[i] for i in idxs[offset:offset + limit]]
         busy = self._busy()
         if busy:
-            payload["runs"] = [dict(r, job=busy.get(r["name"])) for r in payload["runs"]]
-        payload["busy"] = busy
-        payload["scan"] = meta
-        payload["policy_key"] = self._policy_key(request)
-        payload["actions"] = self.p.security.describe()
-        return self._json(request, payload)
+            page = [dict(r, job=busy.get(r["name"])) for r in page]
+        d = self._head(index, meta, request)
+        d.update({
+            "runs": page, "total": len(idxs), "offset": offset, "limit": limit, "sort": sort, "order": order, "q": q,
+            "matched": {k: v for k, v in agg.items() if k != "map"}, "map": agg["map"],
+            # only the shown runs' jobs: a job over 100,000 runs must not send 100,000 names
+            "busy": {r["name"]: busy[r["name"]] for r in page if r["name"] in busy},
+            "busy_runs": len(busy),
+        })
+        return self._json(request, d)
+
+    def runs_matching(self, fp, policy, match) -> List[str]:
+        """The runs a selector names (``{"q": filter}``: every run whose name holds it), for an
+        action over "all matching" runs without sending their names."""
+        if not isinstance(match, dict) or set(match) - {"q"}:
+            raise HttpError(400, 'match must be an object {"q": filter}')
+        return self.runs_index(fp, policy).names_matching(query_text(match.get("q")))
 
     def run(self, request):
         fp, meta = self._scan(request)
@@ -133,6 +427,8 @@ class ReadRoutes(RouteBase):
     def plan(self, request):
         fp, meta = self._scan(request)
         policy = self._policy(request.args.get("policy"))
+        if "q" in request.args:
+            return self._plan_matching(request, fp, meta, policy)
         names = request.args.getlist("run")
         runs = self._run_names(fp, names) if names else None
         plan = self._plan(fp, policy, runs=runs)
@@ -145,6 +441,27 @@ class ReadRoutes(RouteBase):
         d["policy_key"] = self._policy_key(request)
         d["dry_run"] = True
         return self._json(request, d)
+
+    def _plan_matching(self, request, fp, meta, policy):
+        """The dry run of every run matching ``q`` (the tab's "Reduce all matching"), bounded: its
+        totals, the first ``PLAN_VIEWS_LISTED`` runs' plans and the first runs left alone."""
+        names = [n for n in self.runs_matching(fp, policy, {"q": request.args.get("q", "")})
+                 if n != api.UNATTRIBUTED]
+        plan = self._plan(fp, policy, runs=names) if names else None
+        todo = [rp for rp in plan.runs if rp.actions and not rp.skipped] if plan else []
+        skipped = [rp for rp in plan.runs if rp.skipped] if plan else []
+        shown = todo[:PLAN_VIEWS_LISTED]
+        labels = self._labels({a.category for rp in shown for a in rp.actions})
+        return self._json(request, {
+            "policy": policy.name, "policy_key": self._policy_key(request), "dry_run": True, "scan": meta,
+            "q": query_text(request.args.get("q")), "matched_runs": len(names),
+            "todo_runs": len(todo), "removable_bytes": sum(rp.removable_bytes for rp in todo),
+            "bytes_before": sum(rp.bytes_before for rp in todo),
+            "runs": [api.plan_run_view(rp, labels) for rp in shown],
+            "skipped_runs": len(skipped),
+            "skipped": [{"run": rp.run, "skipped": rp.skipped, "code": rp.code} for rp in skipped[:5]],
+            "labels": labels,
+        })
 
     def jobs(self, request):
         out = []
