@@ -6,7 +6,9 @@ The planner cannot import it (layers), so the caller hands it in as ``rewrite`` 
 passes ``event_rewrite.plan_rewrite``): one rule in one place, run at plan time, so the bytes
 after are exact and a file the rewrite would leave byte-identical is not planned at all.
 Without ``rewrite`` (a bucket logdir) the plan falls back to estimates from the scan's
-per-category record counts, and says so (``Action.estimated``).
+per-category record counts, and says so (``Action.estimated``). A trace slim is planned the same
+way: ``trace_after`` runs the slim's own writer into a counting sink (exact bytes, nothing
+written); without it the size is estimated.
 
 Fidelity lines are short (at most ``LINE_MAX`` characters, the loss first); what explains
 them goes into a parallel list of details (``RunPlan.fidelity_details``).
@@ -48,7 +50,8 @@ _BLOB_PLUGINS = frozenset({cat.IMAGES, cat.AUDIO})
 #: full). Estimates: the rewrite asks the server itself.
 _EXACT_KEEP_ESTIMATE = {10: 11, 100: 221}
 _EXACT_MIN_RECORDS = {10: 11, 100: 10000}
-#: plan.py's gzip ratio estimate for kineto JSON (an upper bound); slimming only removes more.
+#: the planner's gzip ratio estimate for kineto JSON (an upper bound; slimming only removes more),
+#: used only where the plan cannot run the slim itself (``trace_after``: a bucket logdir)
 _GZIP_RATIO = 0.08
 _RUN_METADATA_CATEGORIES = (cat.TAGGED_RUN_METADATA, "graph_run_metadata")
 _GRAPH_CATEGORIES = (cat.GRAPH_DEF, cat.META_GRAPH_DEF)
@@ -102,12 +105,13 @@ def fit(line: str, detail: str = "") -> Line:
     return line[:LINE_MAX - 1].rstrip() + "…", (line + (" " + detail if detail else ""))
 
 
-def plan_content(run, policy, file_actions, rewrite=None) -> Tuple[list, List[Line]]:
+def plan_content(run, policy, file_actions, rewrite=None, trace_after=None) -> Tuple[list, List[Line]]:
     """Rewrite actions and fidelity lines (with their details) for ``policy.content`` on one run.
 
     ``file_actions`` is the run's list of file-level actions; a ``compress`` action of a trace
     that is slimmed instead is removed from it (the slim writes the ``.gz`` itself).
-    ``rewrite(run, rules, file_names)``: the rewrite's own selection (see the module), or None.
+    ``rewrite(run, rules, file_names)``: the rewrite's own selection (see the module), or None;
+    ``trace_after(run, path, options)``: the slim's exact output size (``planner.make_plan``), or None.
     """
     content = dict(policy.content or {})
     rules = Rules.from_content(content)
@@ -120,7 +124,7 @@ def plan_content(run, policy, file_actions, rewrite=None) -> Tuple[list, List[Li
     trace_opts = content.get("trace")
     if trace_opts:
         opts = TraceOptions.from_dict(trace_opts if isinstance(trace_opts, dict) else {})
-        actions += _trace_actions(run, opts, file_actions, lines)
+        actions += _trace_actions(run, opts, file_actions, lines, trace_after)
     if content:
         lines += _xprof_lines(run, file_actions)
     return actions, lines
@@ -366,9 +370,11 @@ def _event_actions(run, rules: Rules, lines: List[Line]) -> list:
     return actions
 
 
-def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[Line]) -> list:
+def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[Line], trace_after=None) -> list:
     """One ``trace_slim`` action per PyTorch trace the policy keeps; each replaces that trace's
-    ``compress`` action in ``file_actions`` (the slim writes the ``.gz`` itself)."""
+    ``compress`` action in ``file_actions`` (the slim writes the ``.gz`` itself). With
+    ``trace_after`` the bytes after are the slim's own (exact); a trace it cannot read, or whose
+    slim would give back its own bytes or no fewer, is kept as is (said in ``lines``)."""
     deleted = {a.path for a in file_actions if a.kind == "delete"}
     existing = {f.path for f in run.files}
     actions, slimmed = [], []
@@ -376,17 +382,27 @@ def _trace_actions(run, opts: TraceOptions, file_actions, lines: List[Line]) -> 
         if f.kind != "file" or cat.TORCH_TRACE not in f.categories or f.path in deleted:
             continue
         gz = f.path.endswith(".gz")
+        base = os.path.basename(f.path)
         target = f.path if gz else f.path + ".gz"
         if not gz and target in existing:
-            lines.append(fit(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)"))
+            lines.append(fit(f"torch traces: {base} kept (a .gz of it exists)"))
             continue
+        measured = trace_after(run, f.path, opts.to_dict()) if trace_after is not None else None
+        if measured is not None and "error" in measured:
+            lines.append(fit(f"torch traces: {base} not slimmed (not a trace the slim can read)", measured["error"]))
+            continue  # a plain trace's gzip (a compress action), if the policy has one, stands
+        if measured is not None and (measured["same"] or (gz and measured["size"] >= f.size)):
+            if not measured["same"]:
+                lines.append(fit(f"torch traces: {base} kept as is (slimming would not make it smaller)"))
+            continue  # already slimmed under these options: a rewrite to the same bytes never happens
         file_actions[:] = [a for a in file_actions
                            if not (a.kind == "compress" and a.path == f.path)]
-        after = f.size if gz else int(f.size * _GZIP_RATIO)
+        exact = measured is not None
+        after = measured["size"] if exact else (f.size if gz else int(f.size * _GZIP_RATIO))
         actions.append(Action(
             "rewrite", f.path, cat.TORCH_TRACE, f.size, after,
             "slim trace: " + ", ".join(opts.describe() or ["re-encoded"]) + "; gzip",
-            new_path=None if gz else target, estimated=True,
+            new_path=None if gz else target, estimated=not exact,
             params={"transform": "trace_slim", "trace": opts.to_dict()},
         ))
         slimmed.append(f)

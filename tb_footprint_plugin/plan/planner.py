@@ -19,8 +19,9 @@ from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
 from tb_footprint_plugin.plan import select
 from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
-#: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures); plan with
-#: a margin so "expected after" is an upper bound, and say it is an estimate.
+#: gzip -6 shrinks kineto's pretty-printed JSON ~19x (measured on the real fixtures). Only where
+#: the plan cannot run the gzip itself (a bucket logdir, a trace unreadable now) does it plan with
+#: this margin, so "expected after" is an upper bound, and say it is an estimate.
 TORCH_GZIP_RATIO_ESTIMATE = 0.08
 DEFAULT_QUIET_PERIOD = 600.0
 #: Session files derived from its xplane, deleted by the lossless tiers only when the session
@@ -86,12 +87,16 @@ def make_plan(
     now: Optional[float] = None,
     closed_files: Optional[Mapping[str, float]] = None,
     rewrite=None,
+    trace_after=None,
 ) -> Plan:
     """Plan ``policy`` over ``footprint``; runs not selected by the filters are left out,
     active or unchanged runs are listed with ``skipped`` set. ``closed_files`` (see
     ``newest_write``) are exempt from the quiet period; every other file is not.
     ``rewrite(run, rules, file_names)``: the event-file rewrite's own selection, so that what
-    the plan says is what the reduce does (``content``); without it, event rewrites are estimates."""
+    the plan says is what the reduce does (``content``); without it, event rewrites are estimates.
+    ``trace_after(run, path, trace_options)``: the same for PyTorch traces, the exact size the
+    gzip (options None) or the slim leaves (``transforms.plan_cache.PlanRewrites.trace_after``);
+    without it, their sizes are estimates (``Action.estimated``)."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
     check_selection(footprint, runs, run_glob)
@@ -111,7 +116,7 @@ def make_plan(
         active = active_reason(newest_write(((f.path, f.mtime) for f in r.files), closed_files),
                                quiet_period, now)
         # a run still being written is left alone: its rewrite is not worth analysing now
-        rp = plan_run(r, pol, None if active else rewrite)
+        rp = plan_run(r, pol, None if active else rewrite, None if active else trace_after)
         rp.planned_at = footprint.scanned_at
         if rp.actions and active:
             rp.skipped, rp.code = active, Skip.ACTIVE
@@ -188,9 +193,9 @@ def _session_of(path: str, run: RunFootprint) -> Optional[str]:
     return None
 
 
-def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
-    """The actions ``policy`` takes on one run (no filesystem access but through ``rewrite``,
-    see ``make_plan``)."""
+def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) -> RunPlan:
+    """The actions ``policy`` takes on one run (no filesystem access but through ``rewrite`` and
+    ``trace_after``, see ``make_plan``)."""
     rp = RunPlan(run=run.name, bytes_before=run.total_bytes, expected_after_bytes=run.total_bytes,
                  newest_mtime=run.newest_mtime)
     xprof = [s for s in run.sessions if s.kind == "xprof"]
@@ -245,15 +250,17 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
             if target in existing:
                 lines.append(fit(f"torch traces: {os.path.basename(f.path)} kept (a .gz of it exists)"))
                 continue
-            after = int(f.size * TORCH_GZIP_RATIO_ESTIMATE)
+            after = int(f.size * TORCH_GZIP_RATIO_ESTIMATE)  # measured below unless a slim replaces it
             rp.actions.append(Action("compress", f.path, c, f.size, after,
                                      "gzip: the PyTorch profiler reads .pt.trace.json.gz the same",
                                      new_path=target, estimated=True))
     if policy.content:
         # Content-level rules (event-file rewriting, trace slimming) plan their own actions.
-        content_actions, content_lines = plan_content(run, policy, rp.actions, rewrite)
+        content_actions, content_lines = plan_content(run, policy, rp.actions, rewrite, trace_after)
         rp.actions.extend(content_actions)
         lines.extend(content_lines)
+    if trace_after is not None:
+        _measure_compress(run, rp.actions, trace_after)
     # A session emptied of files is still listed by xprof: remove its directory too.
     removes_sessions = policy.rule(cat.PROFILE_XPLANE) == DELETE
     emptied = [s for s in xprof
@@ -277,6 +284,16 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None) -> RunPlan:
     rp.fidelity = [line for line, _ in lines]
     rp.fidelity_details = [detail for _, detail in lines]
     return rp
+
+
+def _measure_compress(run: RunFootprint, actions: List[Action], trace_after) -> None:
+    """The exact size of each planned gzip: the transform's own writer into a counting sink
+    (``trace_after``, cached per file); one it cannot measure now keeps the estimate, said so."""
+    for a in actions:
+        if a.kind == "compress":
+            measured = trace_after(run, a.path, None)
+            if measured is not None and "size" in measured:
+                a.bytes_after, a.estimated = measured["size"], False
 
 
 def _fidelity(run: RunFootprint, rp: RunPlan, emptied, xprof) -> List[Line]:

@@ -8,6 +8,11 @@ file's (name, size, mtime_ns, inode) and the rules' parameters (with the version
 tool and of TensorBoard, whose data server decides what the default dashboard shows). A
 second plan of an unchanged run reads its outcome back and starts nothing.
 
+The same file keeps, per run, what the plan measured of each PyTorch trace it gzips or slims
+(``traces``: the output's exact size, by the transform's own writer into a counting sink),
+keyed by the trace's (size, mtime_ns, inode), the options and the versions: a second plan of a
+200 MB trace costs a lookup, not another pass.
+
 The file lives where the scan cache does (``storage.paths.cache_dir``: the user's cache until
 a reduce made the state folder), as ``selection-cache.json``, written like the scan cache:
 atomically, under the scan cache's lock, in a folder of ours, never through a symlink. Read
@@ -21,7 +26,7 @@ import json
 import os
 import tempfile
 import threading
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Tuple
 
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
@@ -50,15 +55,34 @@ def _ident(path: str) -> Optional[tuple]:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def _well_formed(run, entry) -> bool:
-    if not isinstance(run, str) or not isinstance(entry, dict):
+def _safe_run(run) -> bool:
+    if not isinstance(run, str):
         return False
     if run != ".":
         try:
             safe_rel(run)
         except UnsafePath:
             return False
+    return True
+
+
+def _well_formed(run, entry) -> bool:
+    if not _safe_run(run) or not isinstance(entry, dict):
+        return False
     return isinstance(entry.get("key"), str) and isinstance(entry.get("outcome"), dict)
+
+
+def _well_formed_traces(run, entries) -> bool:
+    """A run's trace measures: ``{path: {key, size, same}}`` of whole numbers and flags only."""
+    if not _safe_run(run) or not isinstance(entries, dict):
+        return False
+    for path, e in entries.items():
+        if not (isinstance(path, str) and isinstance(e, dict) and isinstance(e.get("key"), str)):
+            return False
+        size = e.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0 or not isinstance(e.get("same"), bool):
+            return False
+    return True
 
 
 class SelectionCache:
@@ -71,6 +95,9 @@ class SelectionCache:
         self.folder = folder
         self.entries: Dict[str, dict] = {}
         self.new: Dict[str, dict] = {}
+        #: run -> {trace path -> {key, size, same}} (read back, and added by this process)
+        self.traces: Dict[str, Dict[str, dict]] = {}
+        self.new_traces: Dict[str, Dict[str, dict]] = {}
         self._load()
 
     @property
@@ -83,31 +110,34 @@ class SelectionCache:
         except OSError:
             return False
 
-    def _read(self) -> Dict[str, dict]:
+    def _read(self) -> Tuple[Dict[str, dict], Dict[str, Dict[str, dict]]]:
+        """(selection entries, trace measures) as stored, each entry checked (untrusted input)."""
         path = self.path
         ident = _ident(path)
         if ident is None:
-            return {}
+            return {}, {}
         with _MEMO_LOCK:
             memo = _MEMO.get(path)
         if memo is not None and memo[0] == ident:
-            return memo[1]
+            return memo[1], memo[2]
         try:
             with open_regular(path) as f:  # never through a symlink, never a FIFO
                 data = json.load(f)
         except (OSError, ValueError, RecursionError):
-            return {}  # a damaged cache is only a slower plan
-        entries = {}
+            return {}, {}  # a damaged cache is only a slower plan
+        entries, traces = {}, {}
         if (isinstance(data, dict) and data.get("version") == SELCACHE_VERSION
                 and isinstance(data.get("runs"), dict)):
             entries = {r: e for r, e in data["runs"].items() if _well_formed(r, e)}
+            if isinstance(data.get("traces"), dict):
+                traces = {r: t for r, t in data["traces"].items() if _well_formed_traces(r, t)}
         with _MEMO_LOCK:
-            _MEMO[path] = (ident, entries)
-        return entries
+            _MEMO[path] = (ident, entries, traces)
+        return entries, traces
 
     def _load(self) -> None:
         if self.folder and self._folder_ours():
-            self.entries = self._read()
+            self.entries, self.traces = self._read()
 
     def get(self, run: str, key: str) -> Optional[dict]:
         """The outcome stored for ``run`` under exactly ``key``, or None."""
@@ -119,20 +149,37 @@ class SelectionCache:
     def put(self, run: str, key: str, outcome: dict) -> None:
         self.new[run] = {"key": key, "outcome": outcome}
 
+    def get_trace(self, run: str, path: str, key: str) -> Optional[dict]:
+        """What was measured of trace ``path`` of ``run`` under exactly ``key``: ``{size, same}``
+        (``same``: the transform would write the file's own bytes), or None."""
+        for table in (self.new_traces, self.traces):
+            e = table.get(run, {}).get(path)
+            if e is not None:
+                return {"size": e["size"], "same": e["same"]} if e["key"] == key else None
+        return None
+
+    def put_trace(self, run: str, path: str, key: str, size: int, same: bool) -> None:
+        self.new_traces.setdefault(run, {})[path] = {"key": key, "size": int(size), "same": bool(same)}
+
     def save(self, live: Optional[Iterable[str]] = None) -> Optional[str]:
         """Write what was added (merged with what another process wrote meanwhile), forgetting
         runs not in ``live`` when given; returns a warning string instead of raising."""
-        if not self.new or not self.folder:
+        if not (self.new or self.new_traces) or not self.folder:
             return None
         try:
             ensure_private_dir(self.folder, tighten_root=True)
             with exclusive(os.path.join(self.folder, _LOCK_NAME)):
-                entries = dict(self._read())
+                stored, stored_traces = self._read()
+                entries = dict(stored)
                 entries.update(self.new)
+                traces = {r: dict(t) for r, t in stored_traces.items()}
+                for r, t in self.new_traces.items():
+                    traces.setdefault(r, {}).update(t)
                 if live is not None:
                     keep = set(live)
                     entries = {r: e for r, e in entries.items() if r in keep}
-                data = json.dumps({"version": SELCACHE_VERSION, "runs": entries})
+                    traces = {r: t for r, t in traces.items() if r in keep}
+                data = json.dumps({"version": SELCACHE_VERSION, "runs": entries, "traces": traces})
                 st = os.statvfs(self.folder)
                 free = st.f_bavail * st.f_frsize
                 if free < max(MIN_FREE_BYTES, 4 * len(data)):
@@ -149,10 +196,11 @@ class SelectionCache:
                         os.unlink(tmp)
                     raise
                 with _MEMO_LOCK:
-                    _MEMO[self.path] = (_ident(self.path), entries)
+                    _MEMO[self.path] = (_ident(self.path), entries, traces)
         except OSError as e:
             return f"selection cache not saved in {self.folder}: {e.strerror or e}"
         self.entries, self.new = entries, {}
+        self.traces, self.new_traces = traces, {}
         return None
 
 

@@ -6,18 +6,29 @@ files and the rules are those it was made for, else by making the selection (and
 outcome). The outcome is what the plan shows (bytes after, kept tags and why, fidelity
 notes); the reduce that follows makes the selection itself, from the same files under the same
 rules, so a cached outcome and the reduce's rewrite agree as a fresh plan's would.
+
+``PlanRewrites.trace_after`` does the same for PyTorch traces: the bytes a ``compress`` (gzip)
+or a ``trace_slim`` action leaves are those of the transform's own writer run into a counting
+sink (``gzip_trace.gzip_size``, ``trace_slim.slim_size``: nothing written, memory bounded),
+stored per trace under its (size, mtime_ns, inode), the options and the versions (zlib's
+included: it makes the bytes).
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import sys
+import zlib
 from typing import Iterable, Optional
 
-from tb_footprint_plugin.plan.rules import Rules
+from tb_footprint_plugin.plan.rules import Rules, TraceOptions
 from tb_footprint_plugin.scan.selcache import SelectionCache
 from tb_footprint_plugin.storage.paths import cache_dir
 from tb_footprint_plugin.transforms.event_rewrite import (FileOutcome, RewriteError, RewriteOutcome,
                                                           event_file_names, plan_rewrite)
+from tb_footprint_plugin.transforms.gzip_trace import LEVEL, gzip_size
+from tb_footprint_plugin.transforms.trace_slim import TraceFormatError, slim_size
 from tb_footprint_plugin.version import __version__
 
 
@@ -126,6 +137,42 @@ class PlanRewrites:
         if unchanged:  # a file written meanwhile: this outcome is not stored under the old key
             self.cache.put(run.name, key, outcome_to_dict(out))
         return out
+
+    def trace_after(self, run, path: str, trace: Optional[dict] = None) -> Optional[dict]:
+        """What the reduce's transform leaves of the trace ``path`` (logdir-relative) of ``run``:
+        ``{"size": bytes, "same": the output is the file's own bytes}``; ``trace`` is the slim's
+        options (``TraceOptions`` as a dict), None for a plain gzip. ``{"error": why}`` for a
+        trace the slim cannot read (the reduce would refuse it too); None when it could not be
+        measured now (unreadable, or written meanwhile): the plan then estimates."""
+        full = os.path.join(self.logdir, path)
+        try:
+            st = os.lstat(full)
+        except OSError:
+            return None
+        key = json.dumps([self._versions, zlib.ZLIB_RUNTIME_VERSION, list(sys.version_info[:2]), LEVEL,
+                          trace, [st.st_size, st.st_mtime_ns, st.st_ino]], sort_keys=True)
+        hit = self.cache.get_trace(run.name, path, key)
+        if hit is not None:
+            self.served += 1
+            return hit
+        try:
+            if trace is None:
+                size, _sha = gzip_size(full)
+                same = False  # a .gz beside the plain file: a new file, never the same one
+            else:
+                out = slim_size(full, TraceOptions.from_dict(trace))
+                size, same = out["size"], out["sha256"] == out["source_sha256"]
+            now = os.lstat(full)
+        except (TraceFormatError, ValueError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+            # not a trace the transform can read (a truncated or damaged .gz too): refused alike
+            return {"error": str(e) or type(e).__name__}
+        except OSError:
+            return None
+        self.made += 1
+        if (now.st_size, now.st_mtime_ns, now.st_ino) != (st.st_size, st.st_mtime_ns, st.st_ino):
+            return None  # written while it was measured: this size is of no file that exists
+        self.cache.put_trace(run.name, path, key, size, same)
+        return {"size": size, "same": same}
 
     def save(self, live: Optional[Iterable[str]] = None) -> Optional[str]:
         """Store the outcomes this plan made (forgetting runs not in ``live``); a warning or None."""

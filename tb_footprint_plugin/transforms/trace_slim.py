@@ -45,9 +45,10 @@ import os
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from tb_footprint_plugin.transforms.gzip_trace import LEVEL
+from tb_footprint_plugin.transforms.gzip_trace import LEVEL, CountingSink
 from tb_footprint_plugin.plan.rules import TraceOptions
 from tb_footprint_plugin.storage.files import CHUNK, HashingReader, fsync_file, sha256_file
+from tb_footprint_plugin.storage.regular import open_regular
 
 MAX_VALUE = 256 << 20  # a single JSON value (one trace event, or a header value) larger than this is refused
 REMOVAL_KINDS = ("python_function", "memory", "after_steps", "short")
@@ -255,7 +256,7 @@ class _Classifier:
 # ---------------------------------------------------------------------------------------
 def _open_source(path: str):
     """(text-ready binary stream, raw hashing file, closer)."""
-    raw = open(path, "rb")
+    raw = open_regular(path)  # a user's file: never through a symlink, never a FIFO
     h = HashingReader(raw)
     stream = gzip.GzipFile(fileobj=h, mode="rb") if path.endswith(".gz") else h
     return stream, h, raw
@@ -319,8 +320,11 @@ _CANON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True, allow_nan=Fa
 
 
 class _GzOut:
-    def __init__(self, path: str, level: int):
-        self.raw = open(path, "xb")
+    """The gzip'd output of one slimming pass into the binary file ``raw`` (a file the reduce
+    writes, or the plan's ``CountingSink``): the same bytes either way."""
+
+    def __init__(self, raw, level: int):
+        self.raw = raw
         self.gz = gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=self.raw, mtime=0)
         self.parts: List[str] = []
         self.n = 0
@@ -340,8 +344,6 @@ class _GzOut:
     def close(self) -> None:
         self.flush()
         self.gz.close()
-        fsync_file(self.raw)
-        self.raw.close()
 
 
 def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional[str] = None,
@@ -350,11 +352,41 @@ def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional
 
     Raises ``TraceFormatError`` for input that is not a Chrome trace, ``ValueError`` if the
     source is not the backed-up file (``expected_sha``)."""
-    o = options
-    cut, kept_steps, n_steps, corr = _step_cut(src, o)
-    w = _SlimWriter(o, _Classifier(o, cut, corr), _GzOut(dst, level))
-    stream, h, raw = _open_source(src)
+    raw = open(dst, "xb")  # "x": never through a link planted at dst
     try:
+        stats, sha = _slim_into(src, open_regular(src), raw, options, level)
+        fsync_file(raw)
+    except BaseException:
+        raw.close()
+        os.unlink(dst)
+        raise
+    raw.close()
+    if expected_sha is not None and sha != expected_sha:
+        os.unlink(dst)
+        raise ValueError(f"{os.path.basename(src)}: changed while it was being slimmed (sha256 differs)")
+    return stats
+
+
+def slim_size(src: str, options: TraceOptions, level: int = LEVEL) -> dict:
+    """What ``slim_trace`` would write, without writing it: ``{size, sha256, source_sha256}`` of
+    the very same pass run into a ``CountingSink`` (memory as the slim's own: one read window
+    and the largest event). ``src`` is read only if it is a regular file (no symlink followed).
+    Raises ``TraceFormatError`` as ``slim_trace`` would."""
+    sink = CountingSink()
+    _stats, sha = _slim_into(src, open_regular(src), sink, options, level)
+    return {"size": sink.size, "sha256": sink.sha.hexdigest(), "source_sha256": sha}
+
+
+def _slim_into(src: str, raw_in, raw_out, options: TraceOptions, level: int) -> Tuple[dict, str]:
+    """One slimming pass from ``raw_in``, the binary file of ``src`` (closed here), into
+    ``raw_out`` (left open): ``(stats, sha256 of raw_in)``. The steps' cut, when asked, takes
+    its own passes over ``src`` first (``_step_cut``)."""
+    o = options
+    with raw_in:
+        cut, kept_steps, n_steps, corr = _step_cut(src, o)
+        w = _SlimWriter(o, _Classifier(o, cut, corr), _GzOut(raw_out, level))
+        h = HashingReader(raw_in)
+        stream = gzip.GzipFile(fileobj=h, mode="rb") if src.endswith(".gz") else h
         for kind, a, b in _walk(stream):
             if kind == "event":
                 w.event(a)
@@ -362,17 +394,9 @@ def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional
                 w.structure(kind, a, b)
         while h.read(CHUNK):  # hash the rest of the raw file (gzip trailer padding etc.)
             pass
-    except Exception:
         w.out.close()
-        os.unlink(dst)
-        raise
-    finally:
-        raw.close()
-    w.out.close()
-    if expected_sha is not None and h.sha.hexdigest() != expected_sha:
-        os.unlink(dst)
-        raise ValueError(f"{os.path.basename(src)}: changed while it was being slimmed (sha256 differs)")
-    return dict(w.stats(), cut_ts=cut, steps_total=n_steps, steps_kept=kept_steps, kept_correlations=len(corr))
+    return dict(w.stats(), cut_ts=cut, steps_total=n_steps, steps_kept=kept_steps,
+                kept_correlations=len(corr)), h.sha.hexdigest()
 
 
 def _step_cut(src: str, o: TraceOptions) -> Tuple[Optional[float], list, int, set]:
@@ -576,5 +600,5 @@ def _fmt_removed(removed: Dict[str, int]) -> str:
     return ", ".join(parts) or "nothing"
 
 
-__all__ = ["TraceOptions", "TraceFormatError", "slim_trace", "verify_slim", "stage_trace_slim",
+__all__ = ["TraceOptions", "TraceFormatError", "slim_trace", "slim_size", "verify_slim", "stage_trace_slim",
            "find_cut", "canonical", "REMOVAL_KINDS"]
