@@ -266,7 +266,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                  rewrite=rewrite)
+                  rewrite=rewrite, trace_after=rewrite.trace_after if rewrite is not None else None)
     if rewrite is not None:
         warning = rewrite.save(r.name for r in fp.runs)
         if warning:
@@ -332,7 +332,8 @@ def _disk_in_use(ctx: Context) -> "usage.DiskUsage":
 def _rewrite_of(logdir: str):
     """The event-file rewrite's own selection, made at plan time (``plan.content``) and cached
     for the reduce that follows, its outcome kept across plans of unchanged runs
-    (``transforms.plan_cache``); a run it cannot analyse now (changed meanwhile) is estimated."""
+    (``transforms.plan_cache``); a run it cannot analyse now (changed meanwhile) is estimated.
+    Its ``trace_after`` measures the PyTorch traces' gzip and slim the same way."""
     from tb_footprint_plugin.transforms.plan_cache import PlanRewrites
 
     return PlanRewrites(logdir)
