@@ -2,7 +2,8 @@
 
 Over every vendored real fixture and synthetic cases the rewrite's rules treat specially (a tag
 whose steps restart across files, repeated graphs that differ, out-of-order wall times,
-duplicate steps, empty and truncated files). A rewrite that would give back the same bytes is
+duplicate steps, empty and truncated files), and PyTorch traces gzip'd or slimmed (plain and
+already gzip'd). A rewrite that would give back the same bytes is
 never planned: the run is "nothing to reduce", and its files keep their bytes and mtimes.
 """
 import os
@@ -42,10 +43,9 @@ def _assert_plan_is_outcome(logdir, policy):
             assert o.status == Outcome.SKIPPED and o.bytes_after == o.bytes_before, rp.run
             continue
         assert o.status == Outcome.VERIFIED, (rp.run, o.to_dict())
-        if any(a.estimated for a in rp.actions):  # gzip output sizes: an upper bound, and said so
-            assert o.bytes_after <= rp.expected_after_bytes, rp.run
-        else:
-            assert (rp.run, o.bytes_after) == (rp.run, rp.expected_after_bytes)
+        # nothing is estimated on a local logdir: event rewrites, gzips and trace slims alike
+        assert [a.path for a in rp.actions if a.estimated] == [], rp.run
+        assert (rp.run, o.bytes_after) == (rp.run, rp.expected_after_bytes)
     return plan, rep
 
 
@@ -370,3 +370,77 @@ def test_the_selection_cache_never_takes_a_nearly_full_disk(tmp_path, monkeypatc
     assert p.run("imgs").removable_bytes > 0
     assert any(n.startswith("selection cache not saved") and "free" in n for n in p.notes), p.notes
     assert not os.path.exists(os.path.join(cache_dir(str(logdir)), selcache.SELCACHE_NAME))
+
+
+# --- PyTorch traces: the gzip and the slim are measured, not estimated ----------------------------
+SLIM = {"name": "slim", "base": "lossless", "content": {"trace": {"drop_python_function": True, "drop_memory": True}}}
+
+
+def _trace_counter(monkeypatch):
+    """Counts the passes plans make over traces (gzip and slim measures)."""
+    from tb_footprint_plugin.transforms import plan_cache
+
+    made = []
+    for name in ("gzip_size", "slim_size"):
+        real = getattr(plan_cache, name)
+
+        def counting(src, *a, _real=real, _name=name, **k):
+            made.append((_name, os.path.basename(src)))
+            return _real(src, *a, **k)
+
+        monkeypatch.setattr(plan_cache, name, counting)
+    return made
+
+
+@pytest.mark.parametrize("name,policy", [("torch/profiled", "lossless"), ("torch/profiled", SLIM),
+                                         ("torch/profiled_gz", SLIM)])
+def test_gzip_and_slim_of_traces_plan_equals_reduce_to_the_byte(tmp_path, name, policy):
+    logdir = copy_real(name, tmp_path / "logdir")
+    plan, rep = _assert_plan_is_outcome(logdir, policy)
+    kinds = [(a.kind, a.params.get("transform")) for rp in plan.runs for a in rp.actions
+             if ".pt.trace.json" in a.path]
+    assert kinds and all(k == (("compress", None) if policy == "lossless" else ("rewrite", "trace_slim"))
+                         for k in kinds), kinds
+    # per trace too: each action's bytes after are the file the reduce left
+    for rp in plan.runs:
+        for a in rp.actions:
+            if ".pt.trace.json" in a.path:
+                assert os.path.getsize(logdir / (a.new_path or a.path)) == a.bytes_after, a.path
+
+
+def test_a_trace_measure_is_cached_and_a_slimmed_trace_is_not_slimmed_again(tmp_path, monkeypatch):
+    """The measure is made once per trace and rules (a second plan, and the reduce's own plan,
+    read it back); a trace the slim would give back byte for byte is not planned at all."""
+    logdir = copy_real("torch/profiled_gz", tmp_path / "logdir")
+    made = _trace_counter(monkeypatch)
+    first = api.plan(str(logdir), SLIM)
+    traces = sorted(n for n in os.listdir(logdir) if ".pt.trace.json" in n)
+    assert sorted(n for _, n in made) == traces, made
+    _new_process()
+    made.clear()
+    assert _shown(api.plan(str(logdir), SLIM)) == _shown(first) and made == []
+    _new_process()
+    rep = api.reduce_logdir(str(logdir), policy=SLIM, dry_run=False, verify_backends=("python",))
+    assert rep.ok and made == [], made  # the reduce's plan measured nothing again
+    assert sum(o.bytes_after for o in rep.outcomes) == first.expected_after_bytes
+    reduced = tree_hashes(logdir)
+    again = api.plan(str(logdir), SLIM, quiet_period=0)  # the reduce just wrote them: no quiet period
+    assert sorted(n for _, n in made) == traces  # new files: measured anew
+    assert [rp.code for rp in again.runs] == [Skip.NOTHING], [rp.to_dict() for rp in again.runs]
+    rep = api.reduce_logdir(str(logdir), policy=SLIM, dry_run=False, verify_backends=("python",), quiet_period=0)
+    assert [o.code for o in rep.outcomes] == [Skip.NOTHING]
+    assert {k: v for k, v in tree_hashes(logdir).items() if not k.startswith(".tb-footprint")} == \
+        {k: v for k, v in reduced.items() if not k.startswith(".tb-footprint")}
+
+
+def test_a_trace_the_slim_cannot_read_is_planned_as_kept(tmp_path):
+    """A damaged trace is refused by the plan as the reduce would refuse it: nothing planned,
+    said in a fidelity line, instead of a plan the reduce then rolls back."""
+    run = tmp_path / "logdir" / "run"
+    run.mkdir(parents=True)
+    (run / "host_1.1795990000000000000.pt.trace.json.gz").write_bytes(b"\x1f\x8b\x08\x00not gzip at all")
+    _events(run / "events.out.tfevents.1795990000.host", [_scalar("loss", s, 1795990000.0 + s) for s in range(5)])
+    _age(tmp_path / "logdir")
+    rp = api.plan(str(tmp_path / "logdir"), SLIM).run("run")
+    assert rp.code == Skip.NOTHING and not rp.actions, rp.to_dict()
+    assert any("not slimmed" in line for line in rp.fidelity), rp.fidelity
