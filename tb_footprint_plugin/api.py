@@ -700,6 +700,36 @@ def interrupted_state(logdir: str, backup_dir: Optional[str] = None) -> List[dic
     return out
 
 
+def ledger_skips(p: Plan, policy="archive", *, backup_dir: Optional[str] = None, ledger: Optional[str] = "default",
+                 shard: Optional[Tuple[int, int]] = None) -> List[str]:
+    """Mark in ``p`` each planned run the batch ledger already settled, as a resumed reduce will
+    skip it (``Skip.LEDGER_DONE``, by the ledger's own ``should_run``), and return their names.
+    Reads only: a question asked before a resumed reduce names and counts exactly the runs it
+    will touch. A run with an interrupted attempt of its own stays in (the reduce settles it, and
+    records it in the ledger, before it decides); a ledger of another policy holds nothing (the
+    reduce sets it aside); a bucket logdir's reduce does not skip by its ledger, so neither does this."""
+    from tb_footprint_plugin.engine.ledger import load_ledger
+
+    if not ledger or is_remote(p.logdir):
+        return []
+    ctx = _context(p.logdir, backup_dir)
+    path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
+    data, _problems = load_ledger(path, ctx.logdir)  # untrusted: refused entries are simply not used
+    name = get_policy(policy).name
+    if data is None or (data.get("policy") != name and data["runs"]):
+        return []
+    book = Ledger(path, name, ctx.logdir)
+    skipped = []
+    for rp in p.runs:
+        if not rp.actions or rp.skipped:
+            continue  # nothing planned, or left alone already (an unfinished attempt: redone)
+        e = data["runs"].get(rp.run)
+        if not book.should_run(e, rp.bytes_before):
+            rp.skipped, rp.code = f"already {e['state']} in the ledger {path}", Skip.LEDGER_DONE
+            skipped.append(rp.run)
+    return skipped
+
+
 class Interrupted(KeyboardInterrupt):
     """A reduce stopped by Ctrl-C, after it settled what it left: ``settled`` is what
     ``settle_interrupted`` returned (the run under way rolled back, its files' sha256 checked)."""
@@ -1444,3 +1474,4 @@ def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
 
 __all__ += ["retire", "retire_plan", "retire_rule", "retired", "RetireReport", "RetireRule"]
 __all__ += ["select_runs", "check_logdir", "NotALogdir", "interrupted_state", "settle_interrupted", "Interrupted"]
+__all__ += ["ledger_skips"]
