@@ -446,6 +446,10 @@ def _plan_summary(plans: list, out, verbose: bool = False) -> int:
             _print_fidelity(rp, out, indent="    ")
     if len(todo) > 10:
         print(f"  … {len(todo) - 10} more (`tb-footprint plan {plans[0].logdir}` lists them all)", file=out)
+    done = [rp.run for p in plans for rp in p.runs if rp.code == Skip.LEDGER_DONE]
+    if done:
+        print(f"  ({len(done)} run(s) this batch's ledger already settled are skipped: {', '.join(done[:6])}"
+              + (" …" if len(done) > 6 else "") + ")", file=out)
     return len(todo)
 
 
@@ -544,7 +548,8 @@ def _reduce_kwargs(args) -> dict:
     """The selection, policy and checks of a reduce, the same for its dry run and the real one."""
     return dict(backup_dir=args.backup_dir, policy=_policy(args), runs=args.runs, run_glob=args.run_glob,
                 min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period, jobs=args.jobs,
-                timeout=args.timeout, verify_backends=args.verify)
+                timeout=args.timeout, verify_backends=args.verify,
+                vault_format=getattr(args, "vault_format", "compressed"))
 
 
 def _batch_head(logdirs: List[str], logdir: str, shard, report) -> None:
@@ -675,8 +680,11 @@ def _upfront_plans(args, logdirs: List[str], shard) -> list:
         runs = sel["runs"]
         if mine is not None and "://" not in ld:  # a bucket logdir is reduced whole (as reduce_logdir does)
             runs = [r for r in mine.get(os.path.abspath(ld), []) if runs is None or r in runs]
-        plans.append(api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=sel["run_glob"],
-                              min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period))
+        p = api.plan(ld, _policy(args), backup_dir=args.backup_dir, runs=runs, run_glob=sel["run_glob"],
+                     min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period)
+        # a resumed batch skips what its ledger settled: the question counts only what it will touch
+        api.ledger_skips(p, _policy(args), backup_dir=args.backup_dir, ledger=args.ledger or "default", shard=shard)
+        plans.append(p)
     return plans
 
 
@@ -1107,6 +1115,10 @@ def _reduce_parser(sub) -> None:
     s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
     s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
                    help="reader backends to verify with: python, rust or python,rust (default)")
+    # the API's VAULT_FORMATS, spelled out: building the parser imports no engine
+    s.add_argument("--vault-format", choices=("compressed", "hardlink"), default="compressed",
+                   help="how backups are kept after each run commits: compressed (default: zstd, checked, the "
+                        "disk is freed at once) or hardlink (faster; the disk is freed only by purge)")
     s.set_defaults(func=cmd_reduce)
 
 

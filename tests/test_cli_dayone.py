@@ -218,6 +218,92 @@ def test_after_a_kill_status_says_untouched_and_the_rerun_names_the_run_it_redoe
     assert tbf("restore", logdir, run, "--yes").returncode == 0 and user_files(logdir) == before
 
 
+PAUSED_NTH_CLI = """
+import sys, threading, time
+from tb_footprint_plugin.engine import faults
+hits, lock = [], threading.Lock()
+def pause():
+    with lock:
+        hits.append(1)
+        n = len(hits)
+    if n == int(sys.argv[2]):
+        open(sys.argv[1], "w").close()
+        time.sleep(300)
+faults.arm(sys.argv[3], pause)
+from tb_footprint_plugin.cli import main
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+def interrupt_at(tmp_path, nth: int, failpoint: str, *args):
+    """Run the real CLI with ``args``, pause it at the ``nth`` hit of ``failpoint`` (on any
+    worker thread), send SIGINT there; returns (exit code, stdout, stderr)."""
+    flag = tmp_path / f"paused-{time.monotonic_ns()}"
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_NTH_CLI, str(flag), str(nth), failpoint, *map(str, args)],
+                         env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 300
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert flag.exists(), p.communicate()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    return p.returncode, out, err
+
+
+def _asked_runs(shown: str) -> dict:
+    """The runs a reduce's question lists as to reduce: name -> its line."""
+    return {m.group(1): m.group(0) for m in re.finditer(r"^  (\S+): [\d.]+ [kMG]?B → .*$", shown, re.M)}
+
+
+def test_after_ctrl_c_the_reruns_question_counts_only_the_runs_it_will_touch(tmp_path):
+    """A resumed batch skips the runs its ledger settled: the question after an interrupt names
+    and counts only the runs the reduce then touches (the one whose killed attempt it rolls back
+    and redoes included), its total is theirs, and the progress bar counts those runs. The run
+    finished before the interrupt would be planned again here (the policy file now also slims
+    traces), so only the ledger keeps it out."""
+    from tb_footprint_plugin.fmt import human_bytes
+
+    logdir = tmp_path / "logdir"
+    for r in ("r1", "r2", "r3"):
+        copy_real("torch/profiled", logdir / r)
+    policy = tmp_path / "mine.json"
+    policy.write_text(json.dumps({"name": "mine", "base": "lossless"}))
+    common = ["--policy", policy, "--verify", "python", "--quiet-period", "0"]  # r1 was just written
+    before = user_files(logdir)
+    rc, out, err = interrupt_at(tmp_path, 2, "after_stage", "reduce", logdir, *common, "--yes")
+    assert rc == 130, out + err
+    assert "✓ r1: verified" in out and "interrupted while changing r2" in err, out + err
+    assert staging_files(logdir) == []
+    assert {k: v for k, v in user_files(logdir).items() if not k.startswith("r1/")} == \
+        {k: v for k, v in before.items() if not k.startswith("r1/")}
+    policy.write_text(json.dumps({"name": "mine", "base": "lossless",
+                                  "content": {"trace": {"drop_python_function": True}}}))
+    plan = {r["run"]: r for r in json.loads(tbf("plan", logdir, *common[:2], "--quiet-period", "0", "--json").stdout)["runs"]}
+    assert plan["r1"]["actions"] and not plan["r1"]["skipped"], plan["r1"]  # planned, but the ledger has it done
+
+    rc, shown = cli_on_terminal("reduce", logdir, *common, answer="n")
+    assert rc == 0, shown
+    asked = _asked_runs(shown)
+    assert sorted(asked) == ["r2", "r3"], shown
+    size = plan["r2"]["bytes_before"] + plan["r3"]["bytes_before"]
+    freed = plan["r2"]["removable_bytes"] + plan["r3"]["removable_bytes"]
+    assert f"2 run(s) to reduce, {human_bytes(size)}, {human_bytes(freed)} removable" in shown, shown
+    assert "already settled are skipped: r1" in shown and "Reduce 2 run(s)?" in shown, shown
+
+    # killed while r2 is staged: the next question names r2 as the attempt it rolls back and redoes
+    p = tbf("reduce", logdir, *common, "--yes", env={"TB_FOOTPRINT_FAILPOINTS": "after_stage=kill"})
+    assert p.returncode == -signal.SIGKILL
+    rc, shown = cli_on_terminal("reduce", logdir, *common, answer="y")
+    assert rc == 0, shown
+    asked = _asked_runs(shown)
+    assert sorted(asked) == ["r2", "r3"] and "interrupted attempt" in asked["r2"], shown
+    assert "Reduce 2 run(s)?" in shown and "2/2 runs" in shown and "3/2 runs" not in shown, shown
+    assert "✓ r2: verified" in shown and "✓ r3: verified" in shown, shown
+    assert "r1: skipped [already_in_ledger]" in shown, shown
+    assert staging_files(logdir) == []
+
+
 def test_progress_counts_what_it_shows_and_its_total_is_the_plans_bytes(logdir):
     """A run with nothing to do is not counted as done ("2/1 runs" before); the bar's total is
     the bytes the plan summary printed for the runs it reduces."""
