@@ -4,6 +4,8 @@
 const POLL_IDLE_MS = 30000;   // overview refresh when nothing runs
 const POLL_BUSY_MS = 4000;    // overview refresh while a job runs or the scan is refreshing
 const POLL_JOB_MS = 700;      // job progress
+const FILTER_DEBOUNCE_MS = 250;  // the filter box asks the server once typing pauses
+export const PAGE_SIZE = 100;    // runs per page: the table never draws more
 
 export class ApiError extends Error {
   constructor(message, code, body) {
@@ -94,6 +96,8 @@ export class Model {
       overview: null,
       overviewError: null,
       filter: '',
+      // the runs page the server sorts, filters and cuts (GET runs?offset&limit&sort&order&q)
+      page: {offset: 0, limit: PAGE_SIZE, sort: 'size', order: 'desc'},
       view: 'runs',          // runs | run | check | operations | history
       selectedRun: null,
       runDetail: null,
@@ -112,6 +116,7 @@ export class Model {
     };
     this._listeners = new Set();
     this._timers = {};
+    this._runsAsked = 0;  // the newest runs request: an older answer arriving later is dropped
     this.tokenError = null;
     this.frameError = framingProblem();
   }
@@ -204,14 +209,18 @@ export class Model {
 
   async loadRuns(opts) {
     // responses are matched to the policy key this tab sent (a built-in name or the path of
-    // TensorBoard's policy file), never to the policy's own name, which a file chooses freely
+    // TensorBoard's policy file), never to the policy's own name, which a file chooses freely;
+    // and to the newest request, so a slow answer for an old filter or page never wins
     const asked = this.state.policy;
+    const seq = ++this._runsAsked;
+    const pg = this.state.page;
     try {
-      const overview = await fetchJSON('runs' + query({policy: asked, wait: opts && opts.wait}));
-      if (this.state.policy !== asked) return;  // another policy was chosen meanwhile; its load follows
+      const overview = await fetchJSON('runs' + query({policy: asked, wait: opts && opts.wait, offset: pg.offset,
+        limit: pg.limit, sort: pg.sort, order: pg.order, q: this.state.filter.trim() || undefined}));
+      if (this.state.policy !== asked || seq !== this._runsAsked) return;  // a newer load follows
       this.set({overview, overviewError: null, actions: this._actions(overview.actions)});
     } catch (e) {
-      this.set({overviewError: e.message});
+      if (seq === this._runsAsked) this.set({overviewError: e.message});
     }
   }
 
@@ -221,15 +230,28 @@ export class Model {
     if (this.state.view === 'run' && this.state.selectedRun) await this.loadRun(this.state.selectedRun);
   }
 
+  /** The filter box: shown at once, asked of the server once typing pauses (first page). */
   setFilter(text) {
     this.set({filter: text});
+    clearTimeout(this._timers.filter);
+    this._timers.filter = setTimeout(() => {
+      this.set({page: Object.assign({}, this.state.page, {offset: 0})});
+      this.loadRuns();
+    }, FILTER_DEBOUNCE_MS);
   }
 
-  filteredRuns() {
-    const ov = this.state.overview;
-    if (!ov) return [];
-    const f = this.state.filter.trim().toLowerCase();
-    return f ? ov.runs.filter((r) => r.name.toLowerCase().includes(f)) : ov.runs;
+  /** A sort header: the same key flips the order, another starts descending (names ascending). */
+  setSort(key) {
+    const pg = this.state.page;
+    const order = pg.sort === key ? (pg.order === 'desc' ? 'asc' : 'desc') : (key === 'name' ? 'asc' : 'desc');
+    this.set({page: Object.assign({}, pg, {sort: key, order, offset: 0})});
+    return this.loadRuns();
+  }
+
+  /** Another page of the runs: `offset` into the matching runs, as the server sorts them. */
+  setOffset(offset) {
+    this.set({page: Object.assign({}, this.state.page, {offset: Math.max(0, offset)})});
+    return this.loadRuns();
   }
 
   async openRun(name) {
@@ -260,6 +282,11 @@ export class Model {
     for (const rp of plan.runs) plans[rp.run] = rp;
     this.set({plans});
     return plan;
+  }
+
+  /** The dry run of every run matching the filter: totals and the first runs' plans (the server's). */
+  async dryRunMatching(q) {
+    return fetchJSON('plan' + query({policy: this.state.policy, q: q || ''}));
   }
 
   async loadOperations() {
@@ -300,6 +327,15 @@ export class Model {
   // --- jobs -----------------------------------------------------------------------------
   async reduce(runs) {
     const res = await this.post('reduce', {runs, policy: this.state.policy});
+    this._track(res.job);
+    this._pollJob(res.job.id);
+    this.loadRuns();
+    return res.job;
+  }
+
+  /** Reduce every run matching `q` with something to reduce: a selector, never the names. */
+  async reduceMatching(q) {
+    const res = await this.post('reduce', {match: {q: q || ''}, policy: this.state.policy});
     this._track(res.job);
     this._pollJob(res.job.id);
     this.loadRuns();

@@ -1,9 +1,15 @@
-// Overview: logdir total, reclaimable under the policy, vault size, the category legend (which
-// doubles as totals) and every run as a stacked bar, largest first, with a filter.
+// Overview: logdir total, reclaimable under the policy, the disk in use now (logdir + vault) with
+// what is freed now and after a purge, the category legend (which doubles as totals), the logdir
+// map, and one page of runs as stacked bars. Everything here is the server's: totals and the map
+// are its aggregates, the table one page it sorted and filtered (runs?offset&limit&sort&order&q),
+// so the page stays the same size for 100 runs or 100,000.
 
 import {GREY_CATEGORIES, ago, button, bytes, clear, el, plural, share, stackedBar, swatch} from './common.js';
-import {reduceFlow} from './reduce.js';
+import {reduceFlow, reduceMatchingFlow} from './reduce.js';
 import {LogdirMap} from './treemap.js';
+
+// sortable columns: the header's text and the server's sort key
+const SORTABLE = {'c-name': ['Run', 'name'], 'c-size': ['Size', 'size'], 'c-free': ['Reclaimable', 'reclaimable']};
 
 const DOMINANT_SHARE = 0.2;
 
@@ -27,22 +33,27 @@ export class OverviewView {
     this.filter = el('input', {type: 'search', class: 'filter', placeholder: 'Filter runs by name',
       'aria-label': 'Filter runs by name'});
     this.filter.addEventListener('input', () => model.setFilter(this.filter.value));
-    this.count = el('span', {class: 'muted count'});
+    this.count = el('span', {class: 'muted count', 'aria-live': 'polite'});
     this.reduceAll = el('span');
     this.table = el('div', {class: 'runs', role: 'table', 'aria-label': 'Runs by size'});
-    this.map = new LogdirMap((run) => model.openRun(run));
+    this.pager = el('div', {class: 'pager'});
+    this.map = new LogdirMap((run) => model.openRun(run), (folder) => {
+      this.filter.value = folder;
+      model.setFilter(folder);
+    });
     this.el.append(this.cards, this.legend, this.map.el,
       el('div', {class: 'toolbar'}, this.filter, this.count, el('span', {class: 'spacer'}), this.reduceAll),
-      this.table);
+      this.table, this.pager);
     this._last = {};
   }
 
   update(state) {
-    const key = {ov: state.overview, f: state.filter, jobs: state.jobs, a: state.actions, p: state.policies,
+    // the filter box alone changes nothing drawn: the server's answer to it does
+    const key = {ov: state.overview, jobs: state.jobs, a: state.actions, p: state.policies,
       pol: state.policy, err: state.overviewError};
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
     this._last = key;
-    if (this.filter.value !== state.filter) this.filter.value = state.filter;
+    if (this.filter.value !== state.filter && document.activeElement !== this.filter) this.filter.value = state.filter;
     this.renderCards(state);
     this.renderLegend(state);
     this.renderMap(state);
@@ -82,10 +93,7 @@ export class OverviewView {
           ? share(ov.reclaimable_bytes, ov.total_bytes) + ' of the logdir' +
             (ov.active_runs ? ' · ' + plural(ov.active_runs, 'run') + ' still being written, left alone' : '')
           : ''})),
-      el('div', {class: 'card'},
-        el('div', {class: 'card-label', text: 'Backups (vault)'}),
-        el('div', {class: 'card-value vault-bytes', text: ov ? bytes(ov.vault_bytes) : '…'}),
-        el('div', {class: 'card-sub', text: 'kept until purged'})),
+      this.diskCard(ov),
       el('div', {class: 'card'},
         el('div', {class: 'card-label', text: 'Scan'}),
         el('div', {class: 'card-value small scan-time', title: scan && scan.scanned_at ? new Date(scan.scanned_at * 1000).toString() : '',
@@ -93,6 +101,23 @@ export class OverviewView {
         el('div', {class: 'card-sub'}, scan && scan.error ? el('span', {class: 'warn-text', text: scan.error}) : null,
           scan && scan.stale && scan.scanned_at ? el('span', {class: 'warn-text', text: 'out of date — actions locked '}) : null,
           rescan)));
+  }
+
+  /** Disk in use now (logdir + vault, as `du` counts it), freed now and after a purge: the
+   * library's numbers (api.disk_numbers, measured after each scan), never computed here. */
+  diskCard(ov) {
+    const d = ov && ov.disk;
+    const ready = d && !d.error && d.disk_in_use_bytes !== null && d.disk_in_use_bytes !== undefined;
+    const freedNow = ready && d.freed_now_bytes !== null && d.freed_now_bytes !== undefined ? bytes(d.freed_now_bytes) : '—';
+    return el('div', {class: 'card disk-card', title: d && d.measured_at ? 'measured ' + ago(d.measured_at) : ''},
+      el('div', {class: 'card-label', text: 'Disk in use now'}),
+      el('div', {class: 'card-value disk-in-use', text: ready ? bytes(d.disk_in_use_bytes) : (d && d.error ? '—' : '…')}),
+      el('div', {class: 'card-sub'}, 'logdir + vault · backups ', el('span', {class: 'vault-bytes', text: ov ? bytes(ov.vault_bytes) : '…'})),
+      el('div', {class: 'card-sub disk-freed'},
+        'freed now ', el('strong', {class: 'freed-now', text: ready ? freedNow : '…'}),
+        ' · after purge ', el('strong', {class: 'freed-after-purge', text: ready ? bytes(d.freed_after_purge_bytes) : '…'}),
+        ' more'),
+      d && d.error ? el('div', {class: 'card-sub warn-text', text: 'not measured: ' + d.error}) : null);
   }
 
   renderLegend(state) {
@@ -143,44 +168,60 @@ export class OverviewView {
     const ov = state.overview;
     const labels = {};
     for (const c of (ov && ov.categories) || []) labels[c.name] = c.label;
-    this.map.render(ov ? this.model.filteredRuns() : [], ov ? ov.total_bytes : 0, labels);
+    this.map.render(ov ? ov.map : null, ov ? ov.total_bytes : 0, labels);
+  }
+
+  header(page) {
+    const head = el('div', {class: 'row head', role: 'row'});
+    for (const [cls, text] of [['c-name', 'Run'], ['c-bar', 'Bytes by category'], ['c-size', 'Size'],
+      ['c-share', 'Share'], ['c-free', 'Reclaimable'], ['c-act', '']]) {
+      const sortable = SORTABLE[cls];
+      if (!sortable) {
+        head.appendChild(el('span', {class: cls, role: 'columnheader', text}));
+        continue;
+      }
+      const key = sortable[1];
+      const active = page.sort === key;
+      const arrow = active ? (page.order === 'desc' ? ' ▼' : ' ▲') : '';
+      const b = el('button', {type: 'button', class: 'sort' + (active ? ' sorted' : ''), dataset: {sort: key},
+        title: 'Sort by ' + text.toLowerCase(), text: text + arrow});
+      b.addEventListener('click', () => this.model.setSort(key));
+      head.appendChild(el('span', {class: cls, role: 'columnheader',
+        'aria-sort': active ? (page.order === 'desc' ? 'descending' : 'ascending') : 'none'}, b));
+    }
+    return head;
   }
 
   renderRuns(state) {
     clear(this.table);
     clear(this.reduceAll);
+    clear(this.pager);
     const ov = state.overview;
     if (!ov) {
       this.table.appendChild(el('div', {class: 'empty', text: state.overviewError || 'Scanning the logdir…'}));
       this.count.textContent = '';
       return;
     }
-    const runs = this.model.filteredRuns();
-    this.count.textContent = runs.length === ov.runs.length ? plural(ov.runs.length, 'run')
-      : runs.length + ' of ' + plural(ov.runs.length, 'run');
-    const reducible = runs.filter((r) => r.removable_bytes > 0 && !this.model.activeJobFor(r.name));
+    const runs = ov.runs;  // one page, as the server sorted and filtered it
+    const total = ov.total;
+    const matched = ov.matched || {};
+    this.count.textContent = ov.q ? total + ' of ' + plural(ov.run_count, 'run') + ' match' : plural(ov.run_count, 'run');
     const allLock = lockReason(this.model, null);
-    const allBtn = button('Reduce all shown' + (reducible.length ? ' (' + bytes(reducible.reduce((s, r) => s + r.removable_bytes, 0)) + ')' : ''),
-      () => reduceFlow(this.model, reducible.map((r) => r.name), this.onError),
-      {kind: 'primary', disabled: !!allLock || !reducible.length, title: allLock || (reducible.length ? '' : 'Nothing to reduce among the shown runs')});
+    const n = matched.reducible_runs || 0;
+    const allBtn = button((ov.q ? 'Reduce all matching' : 'Reduce all') + (n ? ' (' + plural(n, 'run') + ', ' + bytes(matched.reclaimable_bytes) + ')' : ''),
+      () => reduceMatchingFlow(this.model, ov.q, this.onError),
+      {kind: 'primary', disabled: !!allLock || !n, title: allLock || (n ? 'Dry run of every matching run, then confirm' : 'Nothing to reduce among the matching runs')});
     allBtn.classList.add('reduce-all');
     this.reduceAll.appendChild(allBtn);
 
     const labels = {};
     for (const c of ov.categories) labels[c.name] = c.label;
-    const maxBytes = ov.runs.length ? ov.runs[0].total_bytes : 0;
-    this.table.appendChild(el('div', {class: 'row head', role: 'row'},
-      el('span', {class: 'c-name', role: 'columnheader', text: 'Run'}),
-      el('span', {class: 'c-bar', role: 'columnheader', text: 'Bytes by category'}),
-      el('span', {class: 'c-size', role: 'columnheader', text: 'Size'}),
-      el('span', {class: 'c-share', role: 'columnheader', text: 'Share'}),
-      el('span', {class: 'c-free', role: 'columnheader', text: 'Reclaimable'}),
-      el('span', {class: 'c-act', role: 'columnheader', text: ''})));
+    const maxBytes = ov.max_run_bytes || 0;
+    this.table.appendChild(this.header(ov));
     if (!runs.length) {
-      this.table.appendChild(el('div', {class: 'empty', text: ov.runs.length ? 'No run matches the filter.' : 'No runs in this logdir.'}));
+      this.table.appendChild(el('div', {class: 'empty', text: ov.run_count ? (total ? 'No run on this page.' : 'No run matches the filter.') : 'No runs in this logdir.'}));
     }
-    const limit = 2000;
-    for (const r of runs.slice(0, limit)) {
+    for (const r of runs) {
       const dominant = ov.total_bytes && r.total_bytes / ov.total_bytes >= DOMINANT_SHARE;
       const job = this.model.activeJobFor(r.name);
       const lock = lockReason(this.model, r.name);
@@ -205,9 +246,22 @@ export class OverviewView {
         el('span', {class: 'c-free', role: 'cell'}, free),
         el('span', {class: 'c-act', role: 'cell'}, act)));
     }
-    if (runs.length > limit) {
-      this.table.appendChild(el('div', {class: 'empty', text: (runs.length - limit) + ' more runs: use the filter'}));
-    }
+    this.renderPager(ov);
+  }
+
+  /** Previous / next page and where this page lies among the matching runs. */
+  renderPager(ov) {
+    if (ov.total <= ov.limit && ov.offset === 0) return;
+    const first = ov.total ? ov.offset + 1 : 0;
+    const last = Math.min(ov.total, ov.offset + ov.runs.length);
+    const prev = button('‹ Previous', () => this.model.setOffset(ov.offset - ov.limit),
+      {kind: 'flat', disabled: ov.offset <= 0, title: 'The previous ' + ov.limit + ' runs'});
+    prev.classList.add('page-prev');
+    const next = button('Next ›', () => this.model.setOffset(ov.offset + ov.limit),
+      {kind: 'flat', disabled: last >= ov.total, title: 'The next ' + ov.limit + ' runs'});
+    next.classList.add('page-next');
+    this.pager.append(prev,
+      el('span', {class: 'muted page-range', text: first + '–' + last + ' of ' + ov.total}),
+      next);
   }
 }
-

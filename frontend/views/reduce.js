@@ -99,6 +99,55 @@ export async function reduceFlow(model, runNames, onError) {
   }
 }
 
+/**
+ * "Reduce all matching": the server's dry run of every run whose name holds `q` (totals and the
+ * first runs' plans), then confirm, then a job over the same selector — the tab never sends (nor
+ * holds) the names of 100,000 runs. Returns the job, or null.
+ */
+export async function reduceMatchingFlow(model, q, onError) {
+  let plan;
+  try {
+    plan = await model.dryRunMatching(q);
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+  if (!plan.todo_runs) {
+    onError(plan.skipped_runs ? 'Nothing to reduce: ' + plan.skipped.map((rp) => rp.run + ' — ' + rp.skipped).join('; ')
+      : 'Nothing to reduce under policy ' + model.state.policy + '.');
+    return null;
+  }
+  const body = [el('p', {class: 'dialog-lead'},
+    'Frees ', el('strong', {class: 'free-bytes', text: bytes(plan.removable_bytes)}),
+    ' of ' + bytes(plan.bytes_before) + ' in ' + plural(plan.todo_runs, 'run') + (q ? ' matching “' + q + '”' : '') +
+    ' under policy ', el('strong', {text: model.state.policy}), '.')];
+  for (const rp of plan.runs) {
+    body.push(el('div', {class: 'dialog-run'},
+      el('div', {class: 'dialog-run-title'},
+        el('span', {class: 'mono', text: rp.run}),
+        ' — ' + bytes(rp.bytes_before) + ' → ' + bytes(rp.expected_after_bytes) +
+        (rp.actions.some((a) => a.estimated) ? ' (estimated)' : '')),
+      el('ul', {class: 'changes'}, summarizeActions(rp.actions).map((l) => el('li', {text: l})))));
+  }
+  if (plan.todo_runs > plan.runs.length) body.push(el('p', {text: '… and ' + plural(plan.todo_runs - plan.runs.length, 'more run')}));
+  if (plan.skipped_runs) {
+    body.push(el('p', {class: 'muted', text: 'Left alone: ' + plural(plan.skipped_runs, 'run') + ' — ' +
+      plan.skipped.map((rp) => rp.run + ' (' + rp.skipped + ')').join('; ') + (plan.skipped_runs > plan.skipped.length ? ' …' : '')}));
+  }
+  body.push(el('p', {class: 'muted', text: vaultNote(model)}));
+  body.push(el('p', {class: 'muted', text: 'Each run is changed only after TensorBoard\'s own readers have checked that ' +
+    'the reduced run shows what the policy promises; on any doubt the run is rolled back to its exact bytes.'}));
+  const ok = await confirmDialog({title: 'Reduce ' + plural(plan.todo_runs, 'run') + '?', body,
+    confirm: 'Reduce ' + plural(plan.todo_runs, 'run'), danger: true});
+  if (!ok) return null;
+  try {
+    return await model.reduceMatching(q);
+  } catch (e) {
+    onError(e.message);
+    return null;
+  }
+}
+
 export async function restoreFlow(model, op, onError) {
   const body = [
     el('p', {class: 'dialog-lead'}, 'Puts back ', el('strong', {text: plural(op.files, 'file')}),

@@ -7,6 +7,8 @@ import {ago, button, bytes, clear, el, plural, when} from './common.js';
 import {confirmDialog} from './dialog.js';
 
 const UNATTRIBUTED = '(unattributed)';
+const LIST_LIMIT = 500;          // runs listed at once (the server filters; a rule selects beyond)
+const FILTER_DEBOUNCE_MS = 250;
 
 function metricText(m) {
   if (!m) return '';
@@ -27,6 +29,9 @@ export class RetireView {
     this.withNested = false;
     this._jobStates = {};
     this._last = {};
+    this.listing = null;         // one page of runs, filtered by the server (runs?q&limit)
+    this._listSeq = 0;
+    this.sizes = new Map();      // run -> bytes, for the selection's total
 
     this.el = el('section', {class: 'retire-page'});
     this.intro = el('p', {class: 'muted retire-intro', text: 'Retiring moves a whole run — every file, scalars ' +
@@ -38,7 +43,8 @@ export class RetireView {
     this.filter.addEventListener('input', () => {
       this.filterText = this.filter.value;
       this.lastIndex = null;
-      this.render();
+      clearTimeout(this._filterTimer);
+      this._filterTimer = setTimeout(() => this.loadListing(), FILTER_DEBOUNCE_MS);
     });
     this.summary = el('span', {class: 'retire-selection'});
     this.toolbar = el('div', {class: 'toolbar'});
@@ -93,6 +99,7 @@ export class RetireView {
     try {
       const plan = await fetchJSON('retire_plan' + query(params));
       this.selected = new Set(plan.items.filter((i) => i.selected).map((i) => i.run));
+      for (const i of plan.items) this.sizes.set(i.run, i.bytes);
       this.plan = plan;
       this.render();
     } catch (e) {
@@ -100,12 +107,24 @@ export class RetireView {
     }
   }
 
+  /** The runs the server listed for the filter (at most LIST_LIMIT), those a retire can take. */
   shownRuns() {
-    const ov = this.model.state.overview;
-    if (!ov) return [];
-    const f = this.filterText.trim().toLowerCase();
-    return ov.runs.filter((r) => r.name !== UNATTRIBUTED && r.name !== '.' && r.has_event_files &&
-      (!f || r.name.toLowerCase().includes(f)));
+    if (!this.listing) return [];
+    return this.listing.runs.filter((r) => r.name !== UNATTRIBUTED && r.name !== '.' && r.has_event_files);
+  }
+
+  async loadListing() {
+    const seq = ++this._listSeq;
+    try {
+      const res = await fetchJSON('runs' + query({q: this.filterText.trim() || undefined, limit: LIST_LIMIT,
+        policy: this.model.state.policy}));
+      if (seq !== this._listSeq) return;  // a newer filter's answer follows
+      this.listing = res;
+      for (const r of res.runs) this.sizes.set(r.name, r.total_bytes);
+    } catch (e) {
+      if (seq === this._listSeq) this.onError(e.message);
+    }
+    this.render();
   }
 
   update(state) {
@@ -128,8 +147,10 @@ export class RetireView {
     if (reload) this.loadRetired();
     const key = {ov: state.overview, a: state.actions, j: state.jobs};
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
+    const fresh = key.ov !== this._last.ov;
     this._last = key;
-    this.render();
+    if (fresh && state.overview) this.loadListing();  // a new scan or job: list again
+    else this.render();
   }
 
   async loadRetired() {
@@ -160,9 +181,9 @@ export class RetireView {
   }
 
   selectionBytes() {
-    const ov = this.model.state.overview;
-    if (!ov) return 0;
-    return ov.runs.filter((r) => this.selected.has(r.name)).reduce((s, r) => s + r.total_bytes, 0);
+    let n = 0;
+    for (const name of this.selected) n += this.sizes.get(name) || 0;
+    return n;
   }
 
   renderToolbar() {
@@ -201,8 +222,7 @@ export class RetireView {
 
   renderRuns() {
     clear(this.table);
-    const ov = this.model.state.overview;
-    if (!ov) {
+    if (!this.listing) {
       this.table.appendChild(el('div', {class: 'empty', text: 'Scanning the logdir…'}));
       return;
     }
@@ -219,7 +239,7 @@ export class RetireView {
     }
     const planned = {};
     for (const i of (this.plan ? this.plan.items : [])) planned[i.run] = i;
-    runs.slice(0, 2000).forEach((r, index) => {
+    runs.forEach((r, index) => {
       const box = el('input', {type: 'checkbox', class: 'retire-check', 'aria-label': 'Select ' + r.name,
         checked: this.selected.has(r.name)});
       box.addEventListener('click', (ev) => {
@@ -243,6 +263,10 @@ export class RetireView {
       row.addEventListener('click', (ev) => this.toggle(runs, index, !this.selected.has(r.name), ev.shiftKey));
       this.table.appendChild(row);
     });
+    if (this.listing.total > this.listing.runs.length) {
+      this.table.appendChild(el('div', {class: 'empty list-more', text: 'The ' + this.listing.runs.length + ' largest of ' +
+        plural(this.listing.total, 'matching run') + ' are listed: narrow the filter, or select by rule.'}));
+    }
   }
 
   toggle(runs, index, checked, shift) {

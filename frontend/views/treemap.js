@@ -1,11 +1,13 @@
 // The logdir map: a squarified treemap of runs × categories (like WinDirStat's): each run a
 // rectangle whose area is its bytes, split into its categories in the colours of the legend.
-// Clicking a run opens its page. Plain positioned <div>s: text stays text, no canvas, CSP-safe.
+// Clicking a run opens its page. Built from the server's aggregates: on a logdir of many runs the
+// rectangles are folders of runs (a click filters the table to one), at most MAX_RUNS + "other".
+// Plain positioned <div>s: text stays text, no canvas, CSP-safe.
 
 import {bytes, clear, color, el, share} from './common.js';
 
 const HEIGHT = 260;          // px
-const MAX_RUNS = 150;        // beyond: one grey "N more runs" cell
+const MAX_RUNS = 150;        // tiles drawn (the server sends at most this); beyond: one grey "other" cell
 const LABEL_H = 15;          // px of a run's name strip, when the run is big enough to show it
 
 function worst(sum, rmin, rmax, side) {
@@ -63,38 +65,45 @@ function px(r) {
   return {left: r.x + 'px', top: r.y + 'px', width: Math.max(0, r.w) + 'px', height: Math.max(0, r.h) + 'px'};
 }
 
-/** The map of `runs` ({name, total_bytes, categories}); `labels` names categories; `onOpen(run)`. */
-export function treemap(runs, total, labels, onOpen, width) {
+/**
+ * The map of `map` (the server's aggregates: `tiles`, each a run or a folder of runs with its
+ * bytes per category, biggest first and bounded, and `other`, the rest in one cell); `labels`
+ * names categories; `onOpen(run)` opens a run, `onGroup(folder)` filters the runs to a folder.
+ */
+export function treemap(map, total, labels, onOpen, width, onGroup) {
   const W = Math.max(200, width || 900);
   const box = el('div', {class: 'treemap', role: 'list', 'aria-label': 'Logdir map: runs by size, split by category',
     style: {height: HEIGHT + 'px'}});
-  const sorted = runs.filter((r) => r.total_bytes > 0).sort((a, b) => b.total_bytes - a.total_bytes);
-  const shown = sorted.slice(0, MAX_RUNS);
-  const rest = sorted.slice(MAX_RUNS);
-  const items = shown.map((r) => ({run: r, value: r.total_bytes}));
-  if (rest.length) items.push({rest, value: rest.reduce((s, r) => s + r.total_bytes, 0)});
+  const items = (map.tiles || []).filter((t) => t.total_bytes > 0).slice(0, MAX_RUNS).map((t) => ({tile: t, value: t.total_bytes}));
+  const rest = map.other;
+  if (rest && rest.total_bytes > 0) items.push({rest, value: rest.total_bytes});
   const rects = squarify(items.map((i) => i.value), 0, 0, W, HEIGHT);
   items.forEach((item, n) => {
     const r = rects[n];
     if (item.rest) {
+      const what = item.rest.groups ? item.rest.groups + ' more folders (' + item.rest.runs + ' runs)' : item.rest.runs + ' more runs';
       box.appendChild(el('div', {class: 'tm-run tm-rest', role: 'listitem', style: px(r),
-        title: item.rest.length + ' more runs: ' + bytes(item.value)}));
+        title: what + ': ' + bytes(item.value)}));
       return;
     }
-    const run = item.run;
-    const title = run.name + ': ' + bytes(run.total_bytes) + ' (' + share(run.total_bytes, total) + ' of the logdir)';
-    const node = el('div', {class: 'tm-run', role: 'listitem', tabindex: '0', title, style: px(r),
-      dataset: {run: run.name}, 'aria-label': title});
+    const t = item.tile;
+    const group = t.kind === 'group';
+    const name = group ? t.name + '/' : t.name;
+    const title = name + (group ? ' (' + t.runs + ' runs)' : '') + ': ' + bytes(t.total_bytes) + ' (' +
+      share(t.total_bytes, total) + ' of the logdir)' + (group ? ' — click to list its runs' : '');
+    const node = el('div', {class: 'tm-run' + (group ? ' tm-group' : ''), role: 'listitem', tabindex: '0', title,
+      style: px(r), dataset: group ? {group: t.name} : {run: t.name}, 'aria-label': title});
     const showLabel = r.h >= LABEL_H + 12 && r.w >= 48;
-    if (showLabel) node.appendChild(el('div', {class: 'tm-label mono', text: run.name + ' · ' + bytes(run.total_bytes)}));
-    const cats = Object.entries(run.categories || {}).filter(([, b]) => b > 0).sort((a, b) => b[1] - a[1]);
+    if (showLabel) node.appendChild(el('div', {class: 'tm-label mono', text: name + ' · ' + bytes(t.total_bytes)}));
+    const cats = Object.entries(t.categories || {}).filter(([, b]) => b > 0).sort((a, b) => b[1] - a[1]);
     const top = showLabel ? LABEL_H : 0;
     const cells = squarify(cats.map(([, b]) => b), 0, top, r.w - 2, r.h - top - 2);  // inside the 1px border
-    cats.forEach(([name, b], k) => {
-      node.appendChild(el('div', {class: 'tm-cell', style: Object.assign(px(cells[k]), {background: color(name)}),
-        title: run.name + ' · ' + ((labels && labels[name]) || name) + ': ' + bytes(b) + ' (' + share(b, run.total_bytes) + ' of the run)'}));
+    cats.forEach(([cat, b], k) => {
+      node.appendChild(el('div', {class: 'tm-cell', style: Object.assign(px(cells[k]), {background: color(cat)}),
+        title: name + ' · ' + ((labels && labels[cat]) || cat) + ': ' + bytes(b) + ' (' + share(b, t.total_bytes) + ' of ' +
+          (group ? 'the folder' : 'the run') + ')'}));
     });
-    const open = () => onOpen(run.name);
+    const open = () => (group ? onGroup && onGroup(t.name + '/') : onOpen(t.name));
     node.addEventListener('click', open);
     node.addEventListener('keydown', (ev) => {
       if (ev.key === 'Enter' || ev.key === ' ') {
@@ -109,8 +118,9 @@ export function treemap(runs, total, labels, onOpen, width) {
 
 /** A treemap section that lays itself out again when its width changes. */
 export class LogdirMap {
-  constructor(onOpen) {
+  constructor(onOpen, onGroup) {
     this.onOpen = onOpen;
+    this.onGroup = onGroup;
     this.el = el('div', {class: 'logdir-map'});
     this._args = null;
     this._width = 0;
@@ -122,16 +132,17 @@ export class LogdirMap {
     }
   }
 
-  render(runs, total, labels) {
-    this._args = [runs, total, labels];
+  /** `map`: the server's bounded aggregates (tiles + other), never the list of runs. */
+  render(map, total, labels) {
+    this._args = [map, total, labels];
     this._draw();
   }
 
   _draw() {
     clear(this.el);
     this._width = this.el.clientWidth;
-    const [runs, total, labels] = this._args;
-    if (!runs.length) return;
-    this.el.appendChild(treemap(runs, total, labels, this.onOpen, this._width || 900));
+    const [map, total, labels] = this._args;
+    if (!map || !(map.tiles || []).length) return;
+    this.el.appendChild(treemap(map, total, labels, this.onOpen, this._width || 900, this.onGroup));
   }
 }
