@@ -830,6 +830,9 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
                 report.outcomes += list(ex.map(batch.run, todo))
         else:
             report.outcomes += [batch.run(rp) for rp in todo]
+        if book:
+            with contextlib.suppress(OSError):  # the appended transitions stand as they are
+                book.compact()  # the batch's end: the ledger is one snapshot again
         report.freed_on_disk_after_purge_bytes = _freed_after_purge(ctx, [o.op_id for o in report.outcomes
                                                                           if o.status == Outcome.VERIFIED])
         after = _disk_in_use(ctx)
@@ -861,7 +864,8 @@ def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_out
     Runs this start's recovery settled for a dead worker are recorded first (``mark_recovered``)."""
     if not book:
         return list(p.runs)
-    book.start((rp.run for rp in p.runs), {rp.run: rp.bytes_before for rp in p.runs})
+    book.start((rp.run for rp in p.runs), {rp.run: rp.bytes_before for rp in p.runs},
+               since=min((rp.planned_at for rp in p.runs if rp.planned_at), default=None))
     report.ledger_problems = list(book.problems)
     report.ledger_problems += mark_recovered(book, recovered)
     entries = book.read()["runs"]

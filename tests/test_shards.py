@@ -595,8 +595,7 @@ def test_the_ledger_rereads_a_file_another_process_replaced_and_checks_it_again(
     b.mark("r1", "done", op_id="x")  # another writer of the same ledger
     a.mark("r2", "reducing")
     assert a.read()["runs"]["r1"]["state"] == "done"  # a's write kept b's: it read b's file first
-    with open(path) as f:
-        data = json.load(f)
+    data = a.read()  # the snapshot and the transitions appended after it, as one ledger
     data["runs"]["r2"] = {"state": "done", "pid": "evil"}
     with open(path + ".new", "w") as f:
         json.dump(data, f)

@@ -1,5 +1,16 @@
-"""The batch ledger: a JSON file rewritten atomically after every state transition, so a
-batch interrupted at any point resumes where it stopped.
+"""The batch ledger: an append-only log of state transitions, so a batch interrupted at any
+point resumes where it stopped.
+
+The file's first line is a snapshot (``{"version": 1, "logdir", "policy", "created_at", "runs"}``,
+the ledger's whole JSON form of earlier versions, which are still read as they are); each
+transition after it is one fsynced line ``{"run": NAME, "entry": {...}}`` holding the run's whole
+entry as it now stands, so replaying the lines in order over the snapshot gives the ledger and a
+line read twice changes nothing. A mark appends one line (a rewrite of the whole file at every
+transition was quadratic in the runs of a batch); ``start`` and ``compact`` (the end of a batch,
+or once the lines outnumber twice the runs) rewrite the file as its snapshot alone. Lines are
+untrusted input read as ``trust.read_json_lines`` reads: a damaged line is skipped and named
+(``damaged_line``), an unterminated last line (a writer killed mid-append) is ignored, and the
+next write then rewrites the file whole instead of gluing a line onto it.
 
 Per run: ``pending → reducing → verifying → done | failed | skipped`` with sizes, ratio,
 verified flag, the error, the operation id and who did it (host, pid, shard). Several processes
@@ -21,8 +32,9 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import PASSING_SKIPS, Recovery, Skip
 from tb_footprint_plugin.engine.lease import holder_alive, me
-from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, FOREIGN_LEDGER, Untrusted
-from tb_footprint_plugin.storage.files import atomic_write_json
+from tb_footprint_plugin.engine.trust import (BAD_LEDGER, BAD_LEDGER_ENTRY, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted,
+                                              undo_partial_append)
+from tb_footprint_plugin.storage.files import append_line, atomic_write_json
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import is_state_name
 from tb_footprint_plugin.storage.private import ensure_private_dir
@@ -99,24 +111,81 @@ def check_ledger(data, file: str, logdir: Optional[str] = None) -> Tuple[dict, L
 
 def load_ledger(path: str, logdir: Optional[str] = None) -> Tuple[Optional[dict], List[Untrusted]]:
     """Read and check the ledger at ``path``: (None, []) when there is none; (None, [refusal]) when
-    it cannot be used at all; else the checked ledger and the refusals of its bad entries."""
+    it cannot be used at all; else the checked ledger and the refusals of its bad entries and
+    damaged lines."""
+    data, problems, _tail = _load(path, logdir)
+    return data, problems
+
+
+#: what ``_load`` says of the file besides its data: (transition lines after the snapshot, whether
+#: the next write must rewrite it whole: a torn last line, or a snapshot over several lines)
+_Tail = Tuple[int, bool]
+
+
+def _load(path: str, logdir: Optional[str]) -> Tuple[Optional[dict], List[Untrusted], _Tail]:
+    """``load_ledger``, how many transition lines follow the snapshot, and whether the next write
+    must rewrite the file whole (a torn last line; an earlier version's indented ledger)."""
     try:
         with open_regular(path) as f:  # a symlink or FIFO in its place is refused, never followed
             raw = f.read(MAX_LEDGER_BYTES + 1)
     except FileNotFoundError:
-        return None, []
+        return None, [], (0, False)
     except OSError as e:
-        return None, [Untrusted(BAD_LEDGER, path, f"unreadable ledger ({e.strerror or e})")]
+        return None, [Untrusted(BAD_LEDGER, path, f"unreadable ledger ({e.strerror or e})")], (0, False)
     if len(raw) > MAX_LEDGER_BYTES:
-        return None, [Untrusted(BAD_LEDGER, path, f"larger than {MAX_LEDGER_BYTES >> 20} MB; not read")]
+        return None, [Untrusted(BAD_LEDGER, path, f"larger than {MAX_LEDGER_BYTES >> 20} MB; not read")], (0, False)
+    first, newline, rest = raw.partition(b"\n")
+    head = None
+    if newline and rest.strip():
+        try:
+            head = json.loads(first.decode("utf-8"))
+        except (ValueError, RecursionError):
+            head = None
+    if not isinstance(head, dict):
+        # one JSON document (this version's compacted form, or an earlier version's, indented
+        # or not): the whole file is the ledger
+        try:
+            head = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            return None, [Untrusted(BAD_LEDGER, path, f"not JSON ({str(e)[:200]})")], (0, False)
+        rest = b""
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as e:
-        return None, [Untrusted(BAD_LEDGER, path, f"not JSON ({str(e)[:200]})")]
-    try:
-        return check_ledger(data, path, logdir)
+        data, problems = check_ledger(head, path, logdir)
     except Untrusted as u:
-        return None, [u]
+        return None, [u], (0, False)
+    if not rest:
+        return data, problems, (0, b"\n" in raw.strip())
+    lines, torn = _replay(rest, data["runs"], problems, path)
+    return data, problems, (lines, torn)
+
+
+def _replay(raw: bytes, runs: Dict[str, dict], problems: List[Untrusted], path: str) -> _Tail:
+    """Apply the transition lines ``raw`` (the file after its snapshot line) to ``runs``, as
+    ``trust.read_json_lines`` reads lines: a damaged one is skipped and named, an unterminated
+    last one ignored. Returns (lines read, torn)."""
+    chunks = raw.split(b"\n")
+    last = len(chunks) - 1
+    count = 0
+    for n, chunk in enumerate(chunks, 2):
+        if n - 2 == last:
+            return count, bool(chunk.strip())
+        if not chunk.strip():
+            continue
+        count += 1
+        try:
+            rec = json.loads(chunk.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"not JSON ({str(e)[:80]})"
+            problems.append(Untrusted(DAMAGED_LINE, path, f"line {n}: {why}; skipped"))
+            continue
+        if not isinstance(rec, dict) or set(rec) != {"run", "entry"}:
+            problems.append(Untrusted(DAMAGED_LINE, path, f"line {n}: not a transition of this ledger; skipped"))
+            continue
+        try:
+            runs[rec["run"]] = check_entry(rec["run"], rec["entry"], path)
+        except Untrusted as u:
+            problems.append(u)
+    return count, False
 
 
 class Ledger:
@@ -133,6 +202,7 @@ class Ledger:
         self.problems: List[dict] = []
         self.started = time.time()  # this batch's start: done entries written since are another worker's
         self._mine: Optional[Tuple[tuple, dict]] = None  # (stat key, data) of this process's last write
+        self._tail: _Tail = (0, False)  # the file's transition lines after its snapshot, torn end
 
     @contextlib.contextmanager
     def _locked(self):
@@ -161,7 +231,7 @@ class Ledger:
             except OSError:
                 pass
             self._mine = None
-        data, problems = load_ledger(self.path, self.logdir)
+        data, problems, self._tail = _load(self.path, self.logdir)
         self.problems = [u.to_dict() for u in problems]
         if data is not None:
             return data
@@ -177,14 +247,19 @@ class Ledger:
             for p in self.problems:
                 p["kept_as"] = aside
 
-    def start(self, runs: Iterable[str], sizes: Optional[Dict[str, int]] = None) -> Dict[str, dict]:
+    def start(self, runs: Iterable[str], sizes: Optional[Dict[str, int]] = None,
+              since: Optional[float] = None) -> Dict[str, dict]:
         """Register runs as pending (keeping what an earlier batch recorded), with their sizes when
         given (what a pending run will weigh in the batch's counts); returns all entries.
+        ``since``: when the scan behind this batch's plan began; a run another worker settled
+        after it is not taken back in flight (``keeps_done``): the plan's view of it is older.
 
         A ledger written for another policy is archived and a fresh one started: its states
         say nothing about this policy.
         """
         sizes = sizes or {}
+        if since is not None:
+            self.started = min(self.started, since)
         with self._locked():
             data = self.read()
             self._set_aside_if_refused()
@@ -209,10 +284,39 @@ class Ledger:
                 fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
             entry = data["runs"].setdefault(run, {})
             entry.update(fields, state=state, updated_at=time.time(), **self.who)
-            self._write(data)
+            lines, rewrite = self._tail
+            if rewrite or self.problems or not os.path.exists(self.path) or lines >= max(64, 2 * len(data["runs"])):
+                # a torn or damaged line (never glued onto), a first write, an indented ledger of
+                # an earlier version, or a log grown past twice the runs (compacted: the file
+                # stays linear in the runs)
+                self._write(data)
+                return
+            line = json.dumps({"run": run, "entry": entry}, sort_keys=True, separators=(",", ":")) + "\n"
+            if lines == 0:
+                line = "\n" + line  # the snapshot is written without a newline after it
+            # the line is known here, so a failed append's undo can tell its own bytes from another's
+            with undo_partial_append(self.path, line):
+                append_line(self.path, line, create=False)
+            self._tail = (lines + 1, False)
+            self._remember(data)
+
+    def compact(self) -> None:
+        """Rewrite the ledger as its snapshot alone (the end of a batch): one JSON document, as
+        earlier versions wrote it."""
+        with self._locked():
+            data = self.read()
+            self._set_aside_if_refused()
+            if self._tail != (0, False) or self.problems:
+                self._write(data)
 
     def _write(self, data: dict) -> None:
         atomic_write_json(self.path, data, compact=True)
+        self._tail = (0, False)
+        self._remember(data)
+
+    def _remember(self, data: dict) -> None:
+        """This process's last write, so ``read`` need not parse it again (under the lock: every
+        writer holds it, so the file is exactly what this process wrote)."""
         st = os.stat(self.path)
         self._mine = ((st.st_ino, st.st_size, st.st_mtime_ns), data)
 

@@ -43,6 +43,9 @@ def scan(
     if is_remote(logdir):
         return _scan_remote(logdir, backup_dir=backup_dir, use_cache=use_cache,
                             write_cache=write_cache, progress=progress)
+    # the walk's start: every size the scan reports is at most this old (a plan's ``planned_at``,
+    # which a reduce compares with changes other processes made since)
+    started = time.time()
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -53,7 +56,7 @@ def scan(
     found = discover(logdir, exclude=exclude)
     cache = ScanCache(cache_dir(logdir) if use_cache else None)
     return _assemble(logdir, found, cache, use_cache=use_cache, write_cache=write_cache,
-                     progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir))
+                     progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
 
 
 def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_cache: bool,
@@ -63,18 +66,21 @@ def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_
     from tb_footprint_plugin.storage.remote import RemoteFS
 
     rfs = RemoteFS(url)
+    started = time.time()
     try:
         objects = rfs.list_tree()
     except FileNotFoundError:
         raise NotADirectoryError(f"logdir {rfs.url}: no such bucket") from None
     return scan_bucket(rfs, objects, backup_dir=backup_dir, use_cache=use_cache,
-                       write_cache=write_cache, progress=progress)
+                       write_cache=write_cache, progress=progress, listed_at=started)
 
 
 def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bool = True,
-                write_cache: bool = True, progress: Optional[Progress] = None) -> LogdirFootprint:
+                write_cache: bool = True, progress: Optional[Progress] = None,
+                listed_at: Optional[float] = None) -> LogdirFootprint:
     """The scan of a bucket logdir from a listing already made (``RemoteFS.list_tree()``), so a
-    reduction plans and checks versions against the very listing it scanned."""
+    reduction plans and checks versions against the very listing it scanned; ``listed_at``: when
+    that listing started (the scan's ``scanned_at``; now when not given)."""
     from tb_footprint_plugin.scan.discovery import discover_listing
     from tb_footprint_plugin.scan.cache import RemoteScanCache
     from tb_footprint_plugin.storage.remote import RemoteFS
@@ -103,15 +109,16 @@ def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bo
         return total
 
     fp = _assemble(rfs.url, found, cache, use_cache=use_cache, write_cache=write_cache,
-                   progress=progress, vault_bytes=vault_bytes, opener=opener)
+                   progress=progress, vault_bytes=vault_bytes, opener=opener, started=listed_at)
     fp.requests = rfs.stats.to_dict()
     return fp
 
 
 def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_cache: bool,
               progress: Optional[Progress], vault_bytes: Callable[[], int],
-              opener: Optional[Callable] = None) -> LogdirFootprint:
-    """Footprints of discovered runs (event files read or served from the cache), and totals."""
+              opener: Optional[Callable] = None, started: Optional[float] = None) -> LogdirFootprint:
+    """Footprints of discovered runs (event files read or served from the cache), and totals;
+    ``started``: when the walk or listing began (``scanned_at``)."""
     counters = {"read": 0, "cached": 0}
     total_event_files = sum(
         1 for r in found.runs.values() for f in r.files if _is_summary_event(f)
@@ -137,7 +144,7 @@ def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_ca
             totals.setdefault(c.name, CategoryStat(name=c.name)).add(c)
     return LogdirFootprint(
         logdir=logdir,
-        scanned_at=time.time(),
+        scanned_at=started if started is not None else time.time(),
         total_bytes=sum(r.total_bytes for r in runs),
         runs=runs,
         categories=dict(sorted(totals.items(), key=lambda kv: -kv[1].bytes)),
