@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import sys
 
 import pytest
 from werkzeug.test import Client
@@ -24,7 +25,7 @@ from werkzeug.test import Client
 from tensorboard.backend import application
 from tensorboard.plugins import base_plugin
 
-from tb_footprint_plugin import synth
+from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.loader import FootprintLoader, parse_quiet_period
 from tb_footprint_plugin.plugin import plugin as plugin_mod
@@ -1209,3 +1210,120 @@ def test_reduce_route_takes_custom_rules_and_shows_the_cli_numbers(app, logdir):
         assert key in res
     assert res["removed_from_logdir_bytes"] == o["saved_bytes"] > 0
     assert "removed_files" not in res  # the tab does not need every path
+
+
+# ---------------------------------------------------------------------------------------
+# the tab at many runs (#28.4): one page sorted, filtered and paged here; bounded aggregates
+# ---------------------------------------------------------------------------------------
+def _many(root, n):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import tab as bench_tab
+
+    bench_tab.generate(str(root), n)
+    return bench_tab
+
+
+@pytest.fixture
+def many(tmp_path):
+    return tmp_path / "many", _many(tmp_path / "many", 250)
+
+
+def test_runs_are_paged_sorted_and_filtered_on_the_server(many):
+    root, bench_tab = many
+    a = App(root)
+    try:
+        d = a.get("/runs").get_json()
+        assert (d["total"], d["run_count"], d["offset"], d["limit"], d["sort"], d["order"], d["q"]) == \
+            (250, 250, 0, 100, "size", "desc", "")
+        assert len(d["runs"]) == 100
+        keys = [(-r["total_bytes"], r["name"]) for r in d["runs"]]
+        assert keys == sorted(keys)  # by size, ties by name
+        assert d["max_run_bytes"] == d["runs"][0]["total_bytes"]
+        everything = []
+        for offset in (0, 100, 200):
+            page = a.get("/runs", query_string={"offset": offset}).get_json()["runs"]
+            everything += [r["name"] for r in page]
+        assert len(everything) == 250 and len(set(everything)) == 250  # pages neither overlap nor skip
+        by_name = a.get("/runs", query_string={"sort": "name", "limit": 7}).get_json()
+        assert by_name["order"] == "asc" and [r["name"] for r in by_name["runs"]] == \
+            [bench_tab.run_name(i) for i in range(7)]
+        last = a.get("/runs", query_string={"sort": "name", "order": "desc", "limit": 1}).get_json()["runs"]
+        assert last[0]["name"] == bench_tab.run_name(249)
+        reclaim = a.get("/runs", query_string={"sort": "reclaimable"}).get_json()["runs"]
+        assert [r["removable_bytes"] for r in reclaim] == sorted((r["removable_bytes"] for r in reclaim), reverse=True)
+        # the filter: case-insensitive, its total and sums beside the page
+        f = a.get("/runs", query_string={"q": "GROUP_0001/"}).get_json()
+        assert f["total"] == 100 and {r["name"].split("/")[0] for r in f["runs"]} == {"group_0001"}
+        assert f["matched"]["runs"] == 100 and f["matched"]["total_bytes"] == sum(r["total_bytes"] for r in f["runs"])
+        assert f["run_count"] == 250 and f["total_bytes"] == d["total_bytes"]  # the logdir's totals stay
+        assert a.get("/runs", query_string={"q": "nothing-like-this"}).get_json()["total"] == 0
+        for bad in ({"sort": "colour"}, {"order": "up"}, {"limit": "0"}, {"limit": "501"}, {"offset": "-1"},
+                    {"offset": "x"}, {"q": "x" * 501}):
+            r = a.get("/runs", query_string=bad)
+            assert r.status_code == 400, (bad, r.get_data(as_text=True))
+        # the map: folders of runs once they are more than 150 runs, each with its bytes per category
+        m = d["map"]
+        assert m["level"] == "group" and {t["name"] for t in m["tiles"]} == {"group_0000", "group_0001", "group_0002"}
+        assert sum(t["total_bytes"] for t in m["tiles"]) == d["total_bytes"]
+        assert all(sum(t["categories"].values()) == t["total_bytes"] for t in m["tiles"])
+        s = a.get("/summary").get_json()
+        assert "runs" not in s and s["map"] == m
+    finally:
+        a.close()
+
+
+def test_runs_and_summary_payloads_do_not_grow_with_the_number_of_runs(tmp_path, monkeypatch):
+    from tb_footprint_plugin.plugin import read_routes
+
+    # the map holds at most MAP_TILES rectangles: made small here, both logdirs reach it (as
+    # 20,000 runs in folders of 100 reach 150), so only growth with the runs would show
+    monkeypatch.setattr(read_routes, "MAP_TILES", 2)
+    sizes = {}
+    for n in (160, 1600):
+        root = tmp_path / f"n{n}"
+        _many(root, n)
+        a = App(root)
+        try:
+            sizes[n] = (len(a.get("/runs").get_data()), len(a.get("/summary").get_data()))
+            assert a.get("/runs").get_json()["run_count"] == n
+        finally:
+            a.close()
+    (runs_small, summary_small), (runs_big, summary_big) = sizes[160], sizes[1600]
+    assert runs_big <= 1.05 * runs_small, sizes
+    assert summary_big <= 1.05 * summary_small, sizes
+
+
+def test_a_rescan_of_an_unchanged_logdir_keeps_the_overview(many):
+    root, _ = many
+    a = App(root)
+    try:
+        policy = a.plugin.routes._policy(None)
+        first = a.plugin.routes.runs_index(a.plugin.scans.peek(), policy)
+        a.fresh_scan()
+        fp = a.plugin.scans.peek()
+        assert a.plugin.routes.runs_index(fp, policy) is first  # no second plan of the same logdir
+        _write_run(str(root / "fresh"), seed=4, steps=5)
+        _age(str(root))
+        a.fresh_scan()
+        d = a.get("/runs", query_string={"q": "fresh"}).get_json()
+        assert d["total"] == 1 and d["run_count"] == 251
+    finally:
+        a.close()
+
+
+def test_reduce_all_matching_sends_a_selector_not_names(app, logdir):
+    # the dry run of every matching run: totals and a bounded list of plans
+    p = app.get("/plan", query_string={"q": "i"}).get_json()
+    names = {r["name"] for r in app.get("/runs", query_string={"q": "i"}).get_json()["runs"]} - {api.UNATTRIBUTED}
+    assert names >= {"big", "mid"} and "small" not in names
+    assert p["matched_runs"] == len(names) and p["todo_runs"] == 2 and {r["run"] for r in p["runs"]} == {"big", "mid"}
+    assert p["removable_bytes"] == sum(r["removable_bytes"] for r in p["runs"])
+    nothing = app.post("/reduce", {"match": {"q": "small"}})
+    assert nothing.status_code == 409, nothing.get_data(as_text=True)  # scalars only: nothing to reduce
+    assert app.post("/reduce", {"match": {"q": 3}}).status_code == 400
+    assert app.post("/reduce", {"match": {"glob": "*"}}).status_code == 400
+    r = app.post("/reduce", {"match": {"q": "MID"}})
+    assert r.status_code == 202, r.get_data(as_text=True)
+    job = app.wait_job(r.get_json()["job"]["id"])
+    assert job["runs"] == ["mid"] and job["state"] == "done"
+    assert [o["status"] for o in job["result"]["outcomes"]] == ["verified"]

@@ -123,3 +123,38 @@ def test_check_data_is_bounded_and_samples_come_from_vault_and_run(tmp_path):
     with pytest.raises(api.SampleUnavailable) as e:
         api.sample(str(logdir), m["op_id"], "after", "images", "img", step, 0)
     assert e.value.code == "restored"
+
+
+def test_disk_numbers_are_the_ones_status_and_history_report(tmp_path):
+    """The tab's header (#27.4): disk in use now, freed now and freed after purge, counted as
+    ``status`` and ``history`` count them, before and after a reduce and after a purge."""
+    import os
+
+    from tb_footprint_plugin import synth
+
+    logdir = tmp_path / "logs"
+    with synth.EventWriter(str(logdir / "r")) as w:
+        for s in range(50):
+            w.scalar("loss", s, 1.0 / (s + 1))
+    synth.write_profile_session(str(logdir / "r"), n_events=3000, with_caches=True)
+    for dp, _, fs in os.walk(logdir):
+        for f in fs:
+            os.utime(os.path.join(dp, f), (1_000_000_000, 1_000_000_000))
+    before = api.disk_numbers(str(logdir))
+    assert before["freed_now_bytes"] == 0 and before["freed_after_purge_bytes"] == 0
+    assert before["disk_in_use_bytes"] >= api.scan(str(logdir)).total_bytes * 0.9
+
+    rep = api.reduce_logdir(str(logdir), None, policy="archive", dry_run=False, runs=["r"])
+    assert rep.to_dict()["outcomes"][0]["status"] == Outcome.VERIFIED
+    now = api.disk_numbers(str(logdir))
+    st = api.status(str(logdir))
+    assert now["disk_in_use_bytes"] == st["disk_in_use_bytes"]
+    assert now["freed_after_purge_bytes"] == st["freed_after_purge_bytes"] > 0
+    reduces = [e for e in api.history(str(logdir)) if e.get("kind") == "reduce" and e.get("outcome") == Outcome.VERIFIED]
+    assert now["freed_now_bytes"] == sum(e.get("freed_now_bytes") or 0 for e in reduces)
+
+    api.purge(str(logdir), yes=True)
+    after = api.disk_numbers(str(logdir))
+    assert after["freed_after_purge_bytes"] == 0
+    assert after["freed_now_bytes"] == sum(e["removed_from_logdir_bytes"] for e in reduces) > 0
+    assert after["disk_in_use_bytes"] < now["disk_in_use_bytes"]

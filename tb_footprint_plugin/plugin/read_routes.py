@@ -44,9 +44,10 @@ def _matches(name_lower: str, q: str) -> bool:
     return q in name_lower
 
 
-def _tiles(rows: List[dict], idxs: List[int], limit: int = MAP_TILES) -> dict:
+def _tiles(rows: List[dict], idxs: List[int], limit: Optional[int] = None) -> dict:
     """The logdir map's rectangles for these runs, bounded: each run when they are few, else
     folders (the first path level that splits them) — the biggest ``limit - 1`` and one "other"."""
+    limit = limit or MAP_TILES
     sized = [i for i in idxs if rows[i]["total_bytes"] > 0]
     if len(sized) <= limit:
         return {"level": "run", "tiles": [_tile_of_run(rows[i]) for i in
