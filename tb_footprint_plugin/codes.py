@@ -63,6 +63,8 @@ class Failure(Code):
     NO_SPACE = "no_space"  # not enough free space to do it safely; nothing was changed
     BACKUP_DAMAGED = "backup_damaged"  # a backup is missing or does not match its sha256
     STATE_NOT_OURS = "state_not_ours"  # the vault or state folder is a symlink, another user's, or writable by others
+    CHANGED_SINCE_BACKUP = "changed_since_backup"  # a file was written after its backup: its new bytes have no backup, left as they are
+    STORE_ERROR = "store_error"  # the object store failed or refused a request (the reason names it); nothing is left half-done
 
 
 class Recovery(Code):
@@ -112,6 +114,7 @@ class Finding(Code):
     MANIFEST_LOST = "manifest_unrecoverable"  # corrupt, and no log to rebuild it from
     ORPHAN_BLOBS = "orphan_blobs"  # backups no manifest refers to: kept, never purged
     PURGE_FINISHED = "purge_finished"  # a killed purge was finished from its recorded intent
+    COMPACTION_FINISHED = "compaction_finished"  # a killed compaction of backups into .zst was finished
     SCRATCH_SWEPT = "scratch_swept"
     RUN_LOCKED = "locked"  # the run is being changed by another process right now
     RECOVERED = "recovered"  # an unfinished operation was settled

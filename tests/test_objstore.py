@@ -54,6 +54,7 @@ def test_scheme_helpers():
 
 # --- scan and plan on bucket logdirs ------------------------------------------------------
 from tb_footprint_plugin import api  # noqa: E402
+from tb_footprint_plugin.codes import Failure  # noqa: E402
 from tb_footprint_plugin.demo import generate_demo  # noqa: E402
 from tb_footprint_plugin.scan import scan  # noqa: E402
 
@@ -411,8 +412,8 @@ def test_crash_at_each_step_then_recovery_from_another_process(objstore_pool, de
 
 
 def test_object_changed_after_backup_is_never_deleted(bucket, demo_logdir):
-    """An object rewritten between its backup and the delete step: the run is left as it was
-    (its new bytes kept, the backups dropped), the outcome says why, other runs proceed."""
+    """An object rewritten between its backup and the delete step: the run is rolled back (its
+    new bytes kept, the backups dropped) with the code ``changed_since_backup``, other runs proceed."""
     from tb_footprint_plugin.engine import faults
 
     url = bucket.upload(demo_logdir, "logs")
@@ -433,7 +434,7 @@ def test_object_changed_after_backup_is_never_deleted(bucket, demo_logdir):
     finally:
         faults.disarm_all()
     o = next(o for o in rep.outcomes if o.run == victim_run.run)
-    assert o.status == "skipped" and o.code == "not_in_plan", (o.status, o.code, o.reason)
+    assert o.status == "rolled_back" and o.code == Failure.CHANGED_SINCE_BACKUP, (o.status, o.code, o.reason)
     now = _logdir_hashes(bucket, "logs")
     import hashlib
     assert now[victim] == hashlib.sha256(b"new bytes written by the trainer").hexdigest()
@@ -515,7 +516,7 @@ def test_persistent_store_faults_roll_back_cleanly(s3_via_proxy, demo_logdir, ca
         # marked rolling back and the next start (with the store back) finishes the cleanup
         assert o.status == "failed" and o.code == "rollback_incomplete"
     else:
-        assert o.status == "rolled_back" and o.code == "error"
+        assert o.status == "rolled_back" and o.code == Failure.STORE_ERROR, (o.code, o.reason)
     proxy.rules.clear()
     settled = api.recover_logdir(url)
     assert all(r.action == "rolled_back" for r in settled)
@@ -809,7 +810,7 @@ def test_rewrite_original_changed_before_swap_rolls_back(s3_bucket, rewrite_logd
     finally:
         faults.disarm_all()
     (o,) = rep.outcomes
-    assert o.status == "rolled_back", (o.status, o.reason)
+    assert o.status == "rolled_back" and o.code == Failure.CHANGED_SINCE_BACKUP, (o.status, o.code, o.reason)
     assert s3_bucket.fs.cat_file(s3_bucket.key("logs/" + ev)) == new
     left = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/") and not k.endswith("scan-cache.json")]
     assert left == []

@@ -36,13 +36,14 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import bucket_lease, faults, lease
-from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip, StoreError
+from tb_footprint_plugin.engine import bucket_lease, faults, lease, trust
+from tb_footprint_plugin.engine.context import RunOutcome, TransactionError, is_no_space, new_op_id
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
+from tb_footprint_plugin.plan.planner import active_reason
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
@@ -61,11 +62,46 @@ LOCKS = f"{STATE_DIR_NAME}/locks"
 
 
 class BucketTxnError(RuntimeError):
-    """A step of a bucket transaction failed; ``code`` says which kind of failure."""
+    """A step of a bucket transaction failed; ``code`` (a ``codes.py`` member) says which kind of
+    failure, the message says what happened in prose (never a code)."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: Code, message: str):
         super().__init__(message)
         self.code = code
+
+
+def failure_code(e: BaseException) -> Code:
+    """The ``codes.py`` code of a failed bucket step, the local engine's for the same failure: a
+    ``BucketTxnError``'s own; ``Failure.NO_SPACE`` for a full disk (local staging) or a store out
+    of space or quota; ``Failure.STORE_ERROR`` for any other failed store request;
+    ``Failure.REFUSED`` for a key that is not a plain key of the store (``ValueError``);
+    ``Failure.ERROR`` for a failed step of ours (a verification, the transform)."""
+    if isinstance(e, BucketTxnError):
+        return e.code
+    if isinstance(e, TransactionError):
+        return e.code or Failure.ERROR
+    if getattr(e, "code", None) == StoreError.NO_SPACE or (isinstance(e, OSError) and is_no_space(e)):
+        return Failure.NO_SPACE
+    if isinstance(e, RemoteError):
+        return Failure.STORE_ERROR
+    if isinstance(e, ValueError):
+        return Failure.REFUSED
+    return Failure.ERROR
+
+
+def lock_failure_code(e: BaseException) -> Code:
+    """The code of a lock that could not be taken for another reason than its holder: as on a
+    disk, ``Failure.LOCK_ERROR``, or ``Failure.NO_SPACE`` when the store is out of space or quota."""
+    return Failure.NO_SPACE if failure_code(e) == Failure.NO_SPACE else Failure.LOCK_ERROR
+
+
+def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float) -> Optional[str]:
+    """Why ``run`` is still being written (``plan.planner.active_reason``, the one rule of every
+    store), judged by the newest object of the run in a listing; None when it is quiet."""
+    pre = run_prefix(run)
+    newest = max((o.mtime for k, o in objs.items() if k.startswith(pre)), default=0.0)
+    active = active_reason(newest, quiet_period, now_s())
+    return f"run {run!r} is {active}" if active else None
 
 
 @dataclass
@@ -255,7 +291,7 @@ def backup_object(rfs: RemoteFS, f: dict) -> None:
             raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
         raise
     if not _copy_matches(rfs, res, f, rfs.path(f["path"]), f["backup"]):
-        raise BucketTxnError("backup_mismatch", f"{f['path']}: backup copy does not match the original")
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: backup copy does not match the original")
     f["backup_checksums"] = res.checksums
     f["backup_version"] = res.version
 
@@ -328,7 +364,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 out.reason, out.code = str(e), Skip.LOCKED
                 continue
             except RemoteError as e:
-                out.status, out.reason, out.code = Outcome.FAILED, f"{e.code}: {e}", Failure.LOCK_ERROR
+                out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
                 continue
             out.op_id = op_id
             entries.append({"run": rp.run, "op": op_id, "lock": lock_path, "files": files})
@@ -348,7 +384,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             must_delete(rfs, ours, versions=versions)
             for en in entries:
                 o = outs[en["run"]]
-                o.status, o.reason, o.code = Outcome.FAILED, f"{e.code}: {e}", Failure.ERROR
+                o.status, o.reason, o.code = Outcome.FAILED, str(e), failure_code(e)
             return list(outs.values())
         faults.hit("bucket.after_journal")
         # Backups: server-side copies, each conditional on the plan's version. A run whose copy
@@ -383,15 +419,12 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             for en in live:
                 changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
                                 or now_objs[f["path"]].version_token != f["version"]), None)
-                pre = run_prefix(en["run"])
-                newest = max((o.mtime for k, o in now_objs.items() if k.startswith(pre)), default=0.0)
+                active = None if changed else written_recently(now_objs, en["run"], quiet_period)
                 if changed:
                     _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
-                        Skip.NOT_IN_PLAN, f"{changed}: changed since its backup; run left as it was"))
-                elif newest > now_s() - quiet_period:
-                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
-                        Skip.ACTIVE, f"run {en['run']}: objects written {int(now_s() - newest)} s ago; "
-                        "a run being written is left alone"))
+                        Failure.CHANGED_SINCE_BACKUP, f"{changed}: changed since its backup; run left as it was"))
+                elif active:
+                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(Skip.ACTIVE, active))
                 else:
                     keep.append(en)
             live = keep
@@ -456,8 +489,8 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     """Take one run out of a batch before its destructive step: its originals are untouched,
     its backups and manifest go. The batch journal still names the run: a crash from here on
     makes recovery roll it back too, which finds nothing left to undo."""
-    code = getattr(e, "code", "store_error")
-    out.reason = f"{code}: {e}"
+    code = failure_code(e)
+    out.reason = str(e)
     try:
         rollback_entry(rfs, vault, en, deleted=False)
         rolled_back(out, code)
@@ -466,13 +499,11 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     en["dropped"] = True
 
 
-def rolled_back(out: RunOutcome, code: str) -> None:
-    """A run put back as it was: a skip when it was taken out because it changed, is being
-    written or is locked by another worker; a rollback otherwise."""
-    if code in (Skip.NOT_IN_PLAN, Skip.ACTIVE, Skip.LOCKED):
-        out.status, out.code = Outcome.SKIPPED, code
-    else:
-        out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+def rolled_back(out: RunOutcome, code: Code) -> None:
+    """A run put back as it was, with the code of why: a skip (``Skip``: gone since the plan, being
+    written, locked by another worker) as on a disk; a rollback otherwise."""
+    out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.ROLLED_BACK
+    out.code = code
 
 
 def rollback_incomplete(out: RunOutcome, e: Exception) -> None:
@@ -485,7 +516,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
                     outs: Dict[str, RunOutcome], e: Exception) -> None:
     """The destructive step failed: recorded first (a recovery that finds this journal must
     finish the rollback, not roll forward), then every run put back from its backups."""
-    code = getattr(e, "code", "store_error")
+    code = failure_code(e)
     try:
         journal.step("rolling_back")
     except RemoteError:
@@ -493,10 +524,10 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
     incomplete = None
     for en in live:
         o = outs[en["run"]]
-        o.reason = f"{code}: {e}"
+        o.reason = str(e)
         try:
             rollback_entry(rfs, vault, en)
-            o.status, o.code = Outcome.ROLLED_BACK, Failure.ERROR
+            o.status, o.code = Outcome.ROLLED_BACK, code
         except (BucketTxnError, RemoteError, OSError) as e2:
             incomplete = e2
             o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
@@ -541,7 +572,7 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
         present = {rfs.path(k): o for k, o in present.items()}
         changed = [p for p in deletes if p in present and present[p].version_token != deletes[p]]
         if changed:  # new bytes under a planned key have no backup: never delete them
-            raise BucketTxnError(Failure.ERROR, f"{changed[0]}: rewritten since its backup; left as is")
+            raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{changed[0]}: rewritten since its backup; left as is")
         todo = [p for p in deletes if p in present]
         if todo:
             _delete_all(rfs, todo, versions={p: deletes[p] for p in todo})
@@ -563,10 +594,10 @@ def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
             raise
         if _staged_match(rfs.ops.head(path), f):
             return  # put over already (a crash after the copy)
-        raise BucketTxnError(Failure.ERROR, f"{f['path']}: changed since its backup; the reduced copy was not "
+        raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{f['path']}: changed since its backup; the reduced copy was not "
                              "put over it") from e
     if same_content(res.checksums, f.get("new_checksums") or {}) is False:
-        raise BucketTxnError("swap_mismatch", f"{f['path']}: the copy put over it does not match the staged file")
+        raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: the copy put over it does not match the staged file")
 
 
 def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
@@ -579,7 +610,7 @@ def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
             return  # the temporary key is gone: a crash after the copy and the cleanup
         raise
     if same_content(res.checksums, f.get("new_checksums") or {}) is False:
-        raise BucketTxnError("swap_mismatch", f"{f['final']}: the compressed copy does not match the staged file")
+        raise BucketTxnError(Failure.STORE_ERROR, f"{f['final']}: the compressed copy does not match the staged file")
 
 
 def _live_entries(doc: dict) -> List[dict]:
@@ -614,7 +645,7 @@ def _delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
             return
         todo = sorted(failed)
         time.sleep(0.2 * (2 ** i))
-    raise BucketTxnError("delete_failed", f"{len(todo)} key(s) could not be deleted, e.g. {todo[0]}: "
+    raise BucketTxnError(Failure.STORE_ERROR, f"{len(todo)} key(s) could not be deleted, e.g. {todo[0]}: "
                          f"{failed[todo[0]]}")
 
 
@@ -687,19 +718,19 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
             cur = rfs.ops.head(orig)
             if cur is not None and cur.version_token != f["version"] and _staged_match(cur, f):
                 if not f.get("backup_checksums"):
-                    raise BucketTxnError("backup_missing", f"{f['path']}: replaced and no verified backup of it")
+                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
                 res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
                 if not _copy_matches(rfs, res, f, f["backup"], orig):
-                    raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
+                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")
             continue
         if rfs.ops.head(orig) is None:
             if not f.get("backup_checksums") and not deleted:
                 continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
-                raise BucketTxnError("backup_missing", f"{f['path']}: gone and no verified backup of it")
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
             res = rfs.ops.copy(f["backup"], orig, if_absent=True, size=f["size"])
             if not _copy_matches(rfs, res, f, f["backup"], orig):
-                raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match")
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")
         if f.get("action") == "compress" and f.get("final"):
             # the original is back: the compressed copy made by this operation goes (only if it
             # still holds the staged bytes: anything else there is someone's new file)
@@ -717,7 +748,7 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
 def _must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
     failed = rfs.ops.delete([path], versions={path: version})
     if failed:
-        raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{path}: could not be deleted ({failed[path]})")
+        raise BucketTxnError(Failure.STORE_ERROR, f"{path}: could not be deleted ({failed[path]})")
 
 
 def must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
@@ -727,7 +758,12 @@ def must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, st
     failed = rfs.ops.delete(paths, versions=versions)
     if failed:
         key = sorted(failed)[0]
-        raise BucketTxnError(Failure.ROLLBACK_INCOMPLETE, f"{key}: could not be deleted ({failed[key]})")
+        raise BucketTxnError(Failure.STORE_ERROR, f"{key}: could not be deleted ({failed[key]})")
+
+
+#: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
+#: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
+MALFORMED = "journal is malformed"
 
 
 def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
@@ -735,12 +771,12 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
     plain key of this logdir or this vault's blobs/tmp, and its runs are runs of this logdir."""
     for en in doc.get("runs", []) if "runs" in doc else [doc]:
         if not isinstance(en, dict) or not isinstance(en.get("run"), str) or not isinstance(en.get("files", []), list):
-            return "journal is malformed"
+            return MALFORMED
         try:
             rfs.path(en["run"]) if en["run"] != "." else None
             for f in en.get("files", []):
                 if not isinstance(f, dict) or not isinstance(f.get("path"), str):
-                    return "journal is malformed"
+                    return MALFORMED
                 rfs.path(f["path"])  # raises on '..' and friends
                 if f.get("final") is not None:
                     rfs.path(f["final"])
@@ -785,7 +821,8 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         if _journal_unreadable(doc):
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
-                                       detail=f"{rfs.url_of(key)}: unreadable journal left in place"))
+                                       detail=f"{rfs.url_of(key)}: unreadable journal left in place",
+                                       code=Finding.DAMAGED_FILE))
             continue
         op_id = str(doc.get("op", rel[:-5]))
         every = doc["runs"] if "runs" in doc else [dict(doc)]
@@ -793,13 +830,14 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
         if why:
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=f"{why}; left alone"))
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=f"{why}; left alone",
+                                       code=trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE))
             continue
         locks = [rfs.path(_lock_key(r)) for r in runs]  # computed, never taken from the journal
         lock, _ = st.read(locks[0]) if locks else (None, None)
         if lock and lock.get("op") == op_id and not _owner_gone(lock, st):
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
-                                       detail="its owner is still running"))
+                                       detail="its owner is still running", code=Finding.RUN_LOCKED))
             continue
         try:
             if "runs" not in doc:  # one run at top level (journals of earlier versions)
@@ -820,9 +858,11 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
             must_delete(rfs, [path])
             _drop_locks_of(st, locks, op_id)
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, runs=settled))
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
+                                       runs=settled))
         except (BucketTxnError, RemoteError) as e:
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e)))
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
+                                       code=Finding.RECOVERY_FAILED))
     return out
 
 
@@ -920,6 +960,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
     except BucketTxnError as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return out
+    except RemoteError as e:
+        out.reason, out.code = str(e), lock_failure_code(e)
+        return out
     manifest_version = manifest.get("_version")
     displaced: List[dict] = []
     try:
@@ -928,7 +971,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         present = _run_listing(rfs, vault, run)
         for f in manifest["files"]:
             if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
-                raise BucketTxnError("untrusted_manifest", "manifest names a backup outside the vault")
+                raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
             orig = rfs.path(f["path"])
             action = f.get("action", "delete")
             if action == "rewrite":
@@ -979,7 +1022,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                     raise
                 out.bytes_after += f["size"]
             if not _copy_matches(rfs, res, f, f["backup"], orig):
-                raise BucketTxnError("restore_mismatch", f"{f['path']}: restored copy does not match the original")
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
             if action == "compress" and f.get("final"):
                 # the original is back: the compressed copy this operation made goes (a file
@@ -1021,7 +1064,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                            "their originals stay in the vault, and purge keeps them")
         return out
     except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
-        out.reason, out.code = f"{getattr(e, 'code', 'store_error')}: {e}", Failure.RESTORE_BLOCKED
+        out.reason, out.code = str(e), failure_code(e)
         return out
     finally:
         ours = unlock_versions(lock_path)
@@ -1050,7 +1093,7 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
             return None  # changed again since it was looked at: left as it is
         raise
     if same_content(res.checksums, content_checksums(cur)) is False:
-        raise BucketTxnError("restore_mismatch", f"{f['path']}: the copy kept in the vault does not match it")
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy kept in the vault does not match it")
     # read from the kept copy, which no writer changes: it must begin with the reduced bytes
     if _stream_digest(rfs, kept, new_size) != new_sha:
         rfs.ops.delete([kept])  # a copy of an object left in the run as it is: not needed
@@ -1135,7 +1178,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
         st = BucketState(rfs)
         for m in chosen:
             if not all(str(f.get("backup", "")).startswith(vault.root + "/blobs/") for f in m["files"]):
-                raise BucketTxnError("untrusted_manifest", f"{m['_path']}: names a backup outside the vault")
+                raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
             doc = {k: v for k, v in m.items() if not k.startswith("_")}
             doc["purged"] = now
             st.update(m["_path"], doc, m["_version"])
@@ -1200,7 +1243,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
         listing = _run_listing(rfs, vault, m["run"])
         for f in m.get("files", []):
             if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
-                raise BucketTxnError("untrusted_manifest", f"{m['_path']}: names a backup outside the vault")
+                raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
             info = rfs.ops.head(f["backup"])
             if info is None or info.size != f.get("size") or \
                     not same_content(content_checksums(info), f.get("checksums") or {}):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine.bucket import BucketVault, reduce_batch
+from tb_footprint_plugin.engine.bucket import BucketVault, failure_code, reduce_batch
 from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.plan.cost import BATCH_RUNS
@@ -36,7 +36,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                     begin(rp)
                 ok.append(rp)
             except RemoteError as e:
-                o = RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{e.code}: {e}", code=Failure.ERROR,
+                o = RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=failure_code(e),
                                bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
                 outcomes[rp.run] = o
                 if on_outcome:

@@ -47,9 +47,11 @@ from tb_footprint_plugin.engine.bucket import (
     BucketVault,
     backup_object,
     commit_recorded,
+    failure_code,
     file_entry,
     finish_op,
     listing_of_runs,
+    lock_failure_code,
     lock_run,
     manifest_doc,
     must_delete,
@@ -60,6 +62,7 @@ from tb_footprint_plugin.engine.bucket import (
     run_prefix,
     unlock_versions,
     verify_batch,
+    written_recently,
 )
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import RunOutcome, TransactionError, new_op_id, reason_of
@@ -111,7 +114,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.reason, out.code = str(e), Skip.LOCKED
         return out
     except RemoteError as e:
-        out.status, out.reason, out.code = Outcome.FAILED, f"{e.code}: {e}", Failure.LOCK_ERROR
+        out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
         return out
     out.op_id = op_id
     en = {"run": rp.run, "op": op_id, "lock": lock_path, "files": files}
@@ -143,14 +146,13 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         for f in files:
             cur = now_objs.get(f["path"])
             if cur is None or cur.version_token != f["version"]:
-                raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed since its backup; run left as it was")
+                raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP,
+                                     f"{f['path']}: changed since its backup; run left as it was")
             if f["action"] == "compress" and f["final"] in now_objs:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['final']}: written since the plan; run left as it was")
-        pre = run_prefix(rp.run)
-        newest = max((o.mtime for k, o in now_objs.items() if k.startswith(pre)), default=0.0)
-        if newest > now_s() - quiet_period:
-            raise BucketTxnError(Skip.ACTIVE, f"run {rp.run}: objects written {int(now_s() - newest)} s ago; "
-                                 "a run being written is left alone")
+        active = written_recently(now_objs, rp.run, quiet_period)
+        if active:
+            raise BucketTxnError(Skip.ACTIVE, active)
         if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
@@ -159,7 +161,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         faults.hit("bucket.after_swap")
         v = verify_batch(rfs, vault, [en], listing)[rp.run]
         if not v["ok"]:
-            raise BucketTxnError("verify_failed", v["error"])
+            raise BucketTxnError(Failure.ERROR, v["error"])  # as a failed verification on a disk
         v["checks"] = local["checks"] + [{"name": "store listing", "ok": True, "detail": (
             f"{v['rewritten']} object(s) replaced and {v['removed']} removed, each holding exactly the staged "
             f"bytes (the store's checksum); {v['unchanged_objects']} other object(s) unchanged")}]
@@ -178,8 +180,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
     except faults.InjectedFault:
         raise
     except _STEP_ERRORS as e:
-        code = getattr(e, "code", None) or "error"
-        out.reason = f"{code}: {reason_of(e)}" if isinstance(e, BucketTxnError) else reason_of(e)
+        code = failure_code(e)
+        out.reason = reason_of(e)
         try:
             if journal is not None:
                 # recorded first: a recovery that finds this journal must finish the rollback,
@@ -218,7 +220,7 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
     got = base64.b64encode(md5.digest()).decode("ascii")
     want = content_checksums(o).get("md5")
     if os.path.getsize(dest) != o.size or (want and want != got):
-        raise BucketTxnError(Skip.NOT_IN_PLAN, f"{rel}: changed while it was read; run left as it was")
+        raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{rel}: changed while it was read; run left as it was")
     return h.hexdigest()
 
 
@@ -305,16 +307,16 @@ def _upload_and_read_back(rfs: RemoteFS, f: dict, staged: dict) -> None:
     TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
     info = rfs.ops.upload_file(f["tmp"], staged["local"])
     if info.size != staged["size"]:
-        raise BucketTxnError("upload_mismatch", f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
+        raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
     url = f"{rfs.scheme}://{f['tmp']}"
     got = _tensorboard_sha256(url, rfs)
     if got != staged["sha256"]:
-        raise BucketTxnError("upload_mismatch", f"{f['path']}: the uploaded copy read back through TensorBoard "
+        raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: the uploaded copy read back through TensorBoard "
                              "differs from the staged file")
     if "records_after" in staged:
         n = _tensorboard_records(url)
         if n != staged["records_after"]:
-            raise BucketTxnError("upload_mismatch", f"{f['path']}: TensorBoard reads {n} records from the "
+            raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: TensorBoard reads {n} records from the "
                                  f"uploaded copy, {staged['records_after']} were written")
     md5 = base64.b64encode(_md5_file(staged["local"])).decode("ascii")
     f["new_size"] = info.size

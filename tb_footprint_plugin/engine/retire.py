@@ -50,6 +50,7 @@ from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_file, copy_new, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
@@ -158,11 +159,11 @@ def _preflight(ctx: Context, run: str) -> None:
 
 
 def _check_quiet(ctx: Context, run: str, files: List[dict]) -> None:
-    newest = max((f["mtime_ns"] for f in files), default=0) / 1e9
-    age = time.time() - newest
-    if newest and age < ctx.quiet_period:
-        raise TransactionError(f"run {run!r} is active: a file changed {int(age)} s ago "
-                               f"(quiet period {int(ctx.quiet_period)} s); left alone", Skip.ACTIVE)
+    # the one rule of every verb and store (``plan.planner``), over the files the retirement moves
+    active = active_reason(newest_write((f["path"], f["mtime_ns"] / 1e9) for f in files), ctx.quiet_period,
+                           time.time())
+    if active:
+        raise TransactionError(f"run {run!r} is {active}", Skip.ACTIVE)
 
 
 def _check_writers(ctx: Context, run: str) -> None:
