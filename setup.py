@@ -53,6 +53,8 @@ setup(
         "ijson>=3.1",
         # TOML policy files: the standard library's tomllib from 3.11, the same parser before.
         "tomli>=1.1; python_version < '3.11'",
+        # The compressed vault's zstd: the standard library's compression.zstd from 3.14.
+        "zstandard>=0.22; python_version < '3.14'",
     ],
     extras_require={
         # Remote logdirs, one extra per store. Each brings the fsspec backend the tool uses;

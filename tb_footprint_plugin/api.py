@@ -42,7 +42,8 @@ from tb_footprint_plugin.engine.restore import kept_blobs, restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine import usage
-from tb_footprint_plugin.engine.vault import Vault, refuse_unless_ours
+from tb_footprint_plugin.engine.vault import (DEFAULT_VAULT_FORMAT, VAULT_FORMATS, Vault,  # noqa: F401  (VAULT_FORMATS: the CLI's choices)
+                                             compact_operation, refuse_unless_ours)
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: for the front ends)
     DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, SelectionError, apply_open_writers, leave_alone, make_plan)
@@ -66,7 +67,7 @@ from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
 from tb_footprint_plugin.scan.discovery import discover
 from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.storage import throttle
+from tb_footprint_plugin.storage import scratch, throttle
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.files import is_regular, matches as file_matches
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_within, real_within, state_dir, state_dirs_in
@@ -514,6 +515,7 @@ def reduce_logdir(
     partition_sizes: Optional[Mapping[str, int]] = None,
     max_file_ops_per_second: Optional[float] = None,
     lease_seconds: Optional[float] = None,
+    vault_format: str = DEFAULT_VAULT_FORMAT,
 ) -> ReduceReport:
     """Reduce runs largest first, each as its own verified transaction.
 
@@ -529,7 +531,11 @@ def reduce_logdir(
     ``Skip.LOCKED`` (its lease says who), one a dead worker held is taken over.
     ``max_file_ops_per_second`` caps this process's metadata operations (``storage.throttle``);
     ``lease_seconds`` sets the run locks' lease (``engine.lease``).
+    ``vault_format``: ``"compressed"`` (each committed run's backups are compacted into verified
+    zstd blobs, so the disk is freed at once) or ``"hardlink"`` (kept as hard links until purge).
     """
+    if vault_format not in VAULT_FORMATS:
+        raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
     if is_remote(logdir):
         if not dry_run:
             lease.configure(lease_seconds, sharding.label(shard))
@@ -559,7 +565,8 @@ def reduce_logdir(
         return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
-                       shard=shard, shard_with=shard_with, partition_sizes=partition_sizes)
+                       shard=shard, shard_with=shard_with, partition_sizes=partition_sizes,
+                       vault_format=vault_format)
     except KeyboardInterrupt as e:
         if dry_run or isinstance(e, Interrupted):
             raise
@@ -782,7 +789,7 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
 
 def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
             older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
-            shard, shard_with, partition_sizes) -> ReduceReport:
+            shard, shard_with, partition_sizes, vault_format=DEFAULT_VAULT_FORMAT) -> ReduceReport:
     if not dry_run:
         refuse_unless_ours(ctx.state, ctx.vault)  # never a backup where another user can unlink it
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
@@ -824,7 +831,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
         if book:
             report.ledger_path = book.path
         todo = _ledger_filter(book, p, report, on_outcome, recovered)
-        batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome)
+        batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome, vault_format)
         if jobs > 1:
             with ThreadPoolExecutor(max_workers=jobs) as ex:
                 report.outcomes += list(ex.map(batch.run, todo))
@@ -894,6 +901,7 @@ class _Batch:
     cancel: Optional[CancelToken]
     progress: Optional[RunProgress]
     on_outcome: Optional[Callable[[RunOutcome], None]]
+    vault_format: str = DEFAULT_VAULT_FORMAT
 
     def run(self, rp) -> RunOutcome:
         try:
@@ -930,6 +938,10 @@ class _Batch:
                 self.progress(rp.run, name, frac)
 
         o = reduce_run(self.ctx, rp, policy=self.policy, cancel=token, progress=step)
+        if o.status == Outcome.VERIFIED and o.op_id and self.vault_format == "compressed":
+            # after the commit, never inside the transaction: its verification read the backup as
+            # the original's own inode; a failure here leaves hard links (safe, freed by purge)
+            compact_operation(self.ctx.vault, o.op_id)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
@@ -1333,6 +1345,7 @@ def sample(logdir: str, op_id: str, side: str, plugin: str, tag: str, step: int,
         return out
 
     current = direct_events(sorted(os.listdir(run_dir)))
+    backups: Dict[str, str] = {}  # backed-up event files: rel → sha256
     if side == "after" or restored:
         files = current  # after a restore the run holds the originals again
     else:
@@ -1347,10 +1360,14 @@ def sample(logdir: str, op_id: str, side: str, plugin: str, tag: str, step: int,
                 continue
             if m.get("backup_purged"):
                 raise SampleUnavailable("purged", f"the backup of {op_id} was purged: the original is gone")
-            blob = ctx.vault.blob_path(sha)
-            if os.path.isfile(blob) and not os.path.islink(blob):
-                files[rel] = blob
-    data = samples.read_sample([files[k] for k in sorted(files)], plugin, tag, int(step), int(index))
+            if ctx.vault.has_blob(sha):
+                files[rel] = None
+                backups[rel] = sha
+    # the sample reader takes paths: a compressed backup is decompressed into a scratch folder
+    # of the vault (swept with this process), a plain one is read where it is
+    with scratch.scratch("sample", ctx.vault.tmp) as tmp:
+        paths = [ctx.vault.materialise(backups[k], tmp) if k in backups else files[k] for k in sorted(files)]
+        data = samples.read_sample(paths, plugin, tag, int(step), int(index))
     if data is None:
         raise SampleUnavailable("not_found", f"no {plugin} sample {index} of {tag!r} at step {step} {side}")
     return data, samples.sniff(data)

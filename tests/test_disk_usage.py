@@ -1,6 +1,6 @@
 """Honest disk numbers, the same everywhere (issue #27 item 4).
 
-A user runs this tool because the disk is full. With the default vault the backups are hard
+A user runs this tool because the disk is full. With the hard-link vault the backups are hard
 links on the same disk, so a reduce frees nothing until ``purge``: the reduce's report, the dry
 run, ``status``, the history and the CLI say so — "disk in use" (logdir + vault, hard links
 counted once, as ``du`` counts it, checked against the real ``du``), "freed now" (~0 here) and
@@ -70,14 +70,17 @@ def other_fs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-def test_default_vault_frees_nothing_now_and_agrees_with_du(tmp_path):
+def test_hardlink_vault_frees_nothing_now_and_agrees_with_du(tmp_path):
+    """The hard-link vault (``vault_format="hardlink"``; the compressed default is
+    tests/test_vault_compressed.py's)."""
     logdir = two_runs(tmp_path)
     du_before = du(logdir)
-    dry = api.reduce_logdir(str(logdir), policy="archive", dry_run=True)
+    dry = api.reduce_logdir(str(logdir), policy="archive", dry_run=True, vault_format="hardlink")
     assert dry.freed_now_bytes == 0 and dry.freed_on_disk_after_purge_bytes == dry.removable_bytes > 0
     assert any("freed now: ~0 B" in n and "after `tb-footprint purge`" in n for n in dry.plan.notes), dry.plan.notes
 
-    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",),
+                            vault_format="hardlink")
     assert rep.ok and all(o.status == "verified" for o in rep.outcomes), [o.to_dict() for o in rep.outcomes]
     removed = rep.removed_from_logdir_bytes
     assert removed > 0.5 * du_before  # the profiles are most of the logdir
@@ -124,7 +127,7 @@ def test_vault_on_another_filesystem_frees_the_logdir_disk_now(tmp_path, other_f
     assert any("on another disk" in n for n in dry.plan.notes), dry.plan.notes
 
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, backup_dir=str(vault),
-                            verify_backends=("python",))
+                            verify_backends=("python",), vault_format="hardlink")
     assert rep.ok and all(o.status == "verified" for o in rep.outcomes), [o.to_dict() for o in rep.outcomes]
     removed = rep.removed_from_logdir_bytes
     assert close(rep.freed_now_bytes, removed, 0.05), (rep.freed_now_bytes, removed)
@@ -140,7 +143,7 @@ def test_vault_on_another_filesystem_frees_the_logdir_disk_now(tmp_path, other_f
 
 def test_cli_prints_disk_in_use_freed_now_and_after_purge(tmp_path):
     logdir = two_runs(tmp_path)
-    p = cli("reduce", logdir, "--yes", "--verify", "python")
+    p = cli("reduce", logdir, "--yes", "--verify", "python", "--vault-format", "hardlink")
     assert p.returncode == 0, p.stdout + p.stderr
     assert "freed now nothing on disk (logdir + vault" in p.stdout, p.stdout
     assert "more after `tb-footprint purge`" in p.stdout, p.stdout

@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
 from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault import Vault, VaultError
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify import Expectations, verify_reduction
@@ -91,18 +91,25 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
             continue
         scratch.use_root(vault.tmp)  # the readers' scratch space too: swept at the next start
         with scratch.scratch("check", vault.tmp) as tmp:
-            vr = compare_views(os.path.join(tmp, "views"), _committed_pairs(ctx, m, vault),
-                               (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
-                               (m.get("verification") or {}).get("record_substitutes"), label=m["run"])
+            try:
+                pairs = _committed_pairs(ctx, m, vault, tmp)
+            except VaultError as e:  # a damaged compressed backup is never read as the original
+                pairs = None
+                vr = {"ok": False, "checks": [{"name": "backup", "ok": False, "detail": str(e)}], "failed": [str(e)]}
+            if pairs is not None:
+                vr = compare_views(os.path.join(tmp, "views"), pairs,
+                                   (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
+                                   (m.get("verification") or {}).get("record_substitutes"), label=m["run"])
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)
     return results
 
 
-def _committed_pairs(ctx: Context, m: dict, vault: Vault) -> ViewPairs:
+def _committed_pairs(ctx: Context, m: dict, vault: Vault, scratch_dir: str) -> ViewPairs:
     """Original = the backed-up bytes (or the file in place if it was never changed);
-    reduced = what is in the run now."""
+    reduced = what is in the run now. TensorBoard's readers take paths: a compressed backup is
+    decompressed (and hashed) into ``scratch_dir``, removed with it after the check."""
     run_dir = ctx.abs(m["run"])
     by_name = {os.path.basename(f["path"]): f for f in m["files"]
                if os.path.dirname(f["path"]) == (m["run"] if m["run"] != "." else "")}
@@ -121,7 +128,7 @@ def _committed_pairs(ctx: Context, m: dict, vault: Vault) -> ViewPairs:
             # only in the reduced view: an original-side placeholder that reads as nothing
             pairs[n] = (None, now if os.path.isfile(now) else None)
             continue
-        pairs[n] = (vault.blob_path(f["sha256"]) if f else now, now if os.path.isfile(now) else None)
+        pairs[n] = (vault.materialise(f["sha256"], scratch_dir) if f else now, now if os.path.isfile(now) else None)
     return pairs
 
 

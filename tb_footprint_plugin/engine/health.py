@@ -91,6 +91,14 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
             try:
                 st = os.lstat(vault.blob_path(f["sha256"]))
             except OSError:
+                if vault.blob_form(f["sha256"]) == "zst":
+                    # compressed: it cannot grow; its frame header must declare the original's size
+                    # (cheap; a damaged body is found by `verify`, which decompresses and hashes)
+                    if not vault.zst_header_ok(f["sha256"], f["size"]):
+                        out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
+                                      f"compressed backup of {f['path']} in {vault.root} is damaged "
+                                      f"({os.path.relpath(vault.zst_path(f['sha256']), vault.root)})"))
+                    continue
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} is missing from {vault.root}"))
                 continue

@@ -66,11 +66,18 @@ def _prefix_matches(path: str, sha: str, size: int) -> bool:
 
 def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) -> Optional[dict]:
     """Why this operation's backup must be kept, or None."""
-    size = sum(os.path.getsize(vault.blob_path(f["sha256"])) for f in m["files"]
-               if os.path.isfile(vault.blob_path(f["sha256"])))
+    size = sum(vault.blob_size_on_disk(s) for s in {f["sha256"] for f in m["files"]})
     base = {"op_id": m["op_id"], "run": m["run"], "bytes": size}
     for f in m["files"]:
         p = vault.blob_path(f["sha256"])
+        if vault.blob_form(f["sha256"]) == "zst":
+            # compressed after the commit: no writer holds it and it cannot grow; it goes only
+            # when it still decompresses to its original (a damaged one may be all there is)
+            if not vault.check_blob(f["sha256"]):
+                return dict(base, code=Finding.BACKUP_DAMAGED,
+                            detail=f"compressed backup of {f['path']} does not decompress to its sha256 "
+                                   "(damaged); it may be the only copy of those bytes, so it is kept")
+            continue
         if p in held:
             return dict(base, code=Finding.BACKUP_OPEN_FOR_WRITING,
                         detail=f"backup of {f['path']} is still open for writing by a process on this machine "
@@ -179,7 +186,7 @@ def _blob_plan(vault: Vault, ms: List[dict], pending: set) -> list:
     for m in ms:
         shas = [f["sha256"] for f in m["files"] if f["sha256"] not in keep and f["sha256"] not in seen]
         seen.update(shas)
-        size = sum(os.lstat(vault.blob_path(s)).st_size for s in shas if os.path.exists(vault.blob_path(s)))
+        size = sum(vault.blob_size_on_disk(s) for s in shas)  # as stored: a .zst frees its compressed size
         # a run not restored has its originals only in this backup: each of its files
         # whose blob goes (no other kept operation holds it) is lost for good
         originals = 0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in doomed)

@@ -245,7 +245,10 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
             except (KeyError, OSError, ValueError):
                 continue  # an untrusted record: never a path
             late = d.get("late_records") if isinstance(d.get("late_records"), dict) else {}
-            present = os.path.isfile(blob) and not os.path.islink(blob)
+            form = vault.blob_form(sha)  # a blob shared with a compacted backup may be its .zst
+            present = form is not None
+            if form == "zst":
+                blob = vault.zst_path(sha)
             size = d.get("size") if isinstance(d.get("size"), int) else 0
             holds = (f"{d['path']} as it stood before {'the restore' if m.get('kind') == 'restore' else 'the rollback'}"
                      f" ({human_bytes(size)})")
@@ -260,7 +263,8 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
                 "holds": holds,
                 # an event file's copy under a name TensorBoard does not read: its records would
                 # show twice next to the restored original
-                "bring_back": "cp --preserve=timestamps " + shlex.quote(blob) + " " + shlex.quote(
+                "bring_back": ("zstd -d " if form == "zst" else "cp --preserve=timestamps ")
+                + shlex.quote(blob) + (" -o " if form == "zst" else " ") + shlex.quote(
                     os.path.join(os.path.dirname(ctx.abs(d["path"])), f"kept-{sha[:12]}.tfrecord")
                     if is_summary_event_file_name(os.path.basename(d["path"])) else ctx.abs(d["path"]) + ".kept"),
             })
@@ -318,14 +322,14 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
         sha = f["sha256"]
         if sha in claimed or sha in shas:
             continue
-        if os.path.lexists(vault.blob_path(sha)) and matches(ctx.abs(f["path"]), sha, f["size"]):
+        if vault.has_blob(sha) and matches(ctx.abs(f["path"]), sha, f["size"]):
             shas.append(sha)
     if not shas:
         return 0
     gone = set(shas)
     for m in [manifest] + others:  # every restored operation left with no blob stops claiming one
         if m.get("restored_by") and not m.get("backup_purged") and all(
-                f["sha256"] in gone or not os.path.lexists(vault.blob_path(f["sha256"])) for f in m.get("files", [])):
+                f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])):
             m["backup_purged"] = True
             m["backup_released_by_restore"] = manifest["restored_by"]
             m["purged_at"] = time.time()

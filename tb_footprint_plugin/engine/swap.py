@@ -265,8 +265,9 @@ def _time_of(vault: Vault, rec: dict) -> dict:
     """The modification time a put-back file gets: the recorded one, to the nanosecond where it
     was kept; for a backup that grew by late writes (salvaged), the blob's own (its last write)."""
     if rec.get("grew_from"):
-        with contextlib.suppress(OSError):
-            return {"mtime_ns": os.lstat(vault.blob_path(rec["sha256"])).st_mtime_ns}
+        ns = vault.blob_mtime_ns(rec["sha256"])  # either form: compaction keeps the time on the .zst
+        if ns is not None:
+            return {"mtime_ns": ns}
     ns = recorded_mtime_ns(rec)
     return {"mtime_ns": ns} if ns is not None else {}
 

@@ -7,6 +7,7 @@ TensorBoard plugin at load, and ``tb-footprint recover``):
 2. rebuild manifests that are missing or corrupt from the vault's operation log;
 3. finish purges that were killed after recording their intent (no blob leaks);
 4. remove scratch directories of processes that are gone, and restore temp files;
+   finish compactions of backups into compressed blobs that were killed midway;
 5. salvage records written into backups after their reduction (late writers).
 
 Each step reports what it did as a ``RecoveryOutcome`` with a code; nothing is dropped
@@ -22,7 +23,7 @@ from tb_footprint_plugin.engine import oplog, salvage, trust
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault import Vault, finish_compactions
 from tb_footprint_plugin.storage import scratch
 
 
@@ -52,6 +53,7 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
                                             f"cannot rebuild manifests in {root}: {reason_of(e)}",
                                             Finding.RECOVERY_FAILED))
         outcomes += _finish_purges(ctx, vault)
+        outcomes += _finish_compactions(vault)
         swept = scratch.sweep(vault.tmp)
         if swept:
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
@@ -109,6 +111,20 @@ def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
         for lock in locks:
             lock.release()
     return out
+
+
+def _finish_compactions(vault: Vault) -> List[RecoveryOutcome]:
+    """Compactions killed midway, done again (``vault.finish_compactions``): until then each
+    backup is still there plain, or as its verified ``.zst``, or both."""
+    try:
+        done = finish_compactions(vault)
+    except Exception as e:  # retried at the next start; every blob is still whole in one form
+        return [RecoveryOutcome("", "", Recovery.FAILED, f"interrupted compaction in {vault.root} not finished: "
+                                f"{reason_of(e)}", Finding.RECOVERY_FAILED)]
+    return [RecoveryOutcome(op_id, "", Recovery.COMPLETED,
+                            f"an interrupted compaction of {op_id}'s backups was finished "
+                            f"({sum(1 for v in what.values() if v == 'compressed')} of {len(what)} compressed)",
+                            Finding.COMPACTION_FINISHED) for op_id, what in done.items()]
 
 
 def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:

@@ -3,7 +3,7 @@
 Counted as ``du`` counts (allocated blocks, ``st_blocks * 512``; each inode once across every
 path walked), because that is what a full disk is made of: a backup hard-linked into the vault
 costs nothing until its original leaves both places, a copy on another filesystem costs its
-blocks there. Nothing is followed (symlinks count as themselves), nothing is written, and the
+blocks there, and a compressed blob (``<sha>.zst``) costs what it holds compressed. Nothing is followed (symlinks count as themselves), nothing is written, and the
 state folders of other users at the top of the logdir (``.tb-footprint`` when it is not ours,
 ``.tb-footprint-u<uid>`` of another uid) are skipped: their bytes are theirs to account for.
 
@@ -17,6 +17,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+from tb_footprint_plugin.engine.vault import ZST_SUFFIX
 from tb_footprint_plugin.storage.paths import is_sha256, is_state_name, is_within
 
 BLOCK = 512  # st_blocks is counted in 512-byte units on every Unix, whatever the filesystem's block
@@ -170,15 +171,16 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
         if not is_sha256(sha) or sha in seen:
             continue
         seen.add(sha)
-        try:
-            st = os.lstat(os.path.join(root, "blobs", sha[:2], sha))
-        except OSError:
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            continue
-        kept += st.st_size
-        if st.st_dev == logdir_device:
-            held_here += st.st_blocks * BLOCK
+        for name in (sha, sha + ZST_SUFFIX):  # plain (a hard link, or a copy) or compressed, as stored
+            try:
+                st = os.lstat(os.path.join(root, "blobs", sha[:2], name))
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            kept += st.st_size
+            if st.st_dev == logdir_device:
+                held_here += st.st_blocks * BLOCK
     return max(0, removed_bytes - held_here), kept
 
 

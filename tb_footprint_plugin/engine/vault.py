@@ -10,24 +10,38 @@ On the same filesystem a backup is a hard link: no copy, no extra space, and the
 name stays in place until the transaction's swap removes it. On another filesystem the file
 is copied, fsynced and re-hashed before anything else happens. Either way a blob is only
 trusted after its sha256 is checked.
+
+The compressed vault (the default, ``VAULT_FORMATS``): once an operation is committed, its
+hard-link blobs, whose original names are gone from the logdir, are compacted into
+``blobs/ab/abcdef….zst`` (``compact``): written as ``….zst.tmp``, fsynced, decompressed and
+hashed, renamed, the folder fsynced, and only then the plain blob unlinked. Until that last
+step the plain blob is a verified copy, so a kill anywhere leaves one; a pending note
+(``compact/<op_id>.json``) written before the first step lets the next start finish the job.
+A blob that still shares its inode with a live file, that a process holds open for writing (a
+late writer, salvaged later), or that compression would not shrink by ``MIN_SAVING`` stays
+plain. Every reader goes through ``open_blob`` / ``check_blob`` / ``restore_blob`` /
+``materialise``, which read either form.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import getpass
+import hashlib
 import json
 import os
 import socket
 import stat
 import tempfile
 import time
-from typing import Iterable, List, Optional
+from typing import BinaryIO, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog
-from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, copy_file, copy_new, fsync_dir, is_regular,
-                                               sha256_file)
+from tb_footprint_plugin.storage.files import (CHUNK, CopyMismatch, atomic_write_json, copy_file, copy_new, create_new,
+                                               fsync_dir, is_regular, sha256_file)
+from tb_footprint_plugin.storage import zst
+from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name, other_users_state_dirs
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
@@ -40,6 +54,24 @@ class VaultError(OSError):
 
 #: temp name of a file being restored: ``<dir>/.footprint-restore-<pid>-<sha12>``
 RESTORE_TMP_PREFIX = ".footprint-restore-"
+
+#: how backups are kept once their operation is committed: compressed blobs (the default: the
+#: disk is freed at once) or the hard links themselves (no compression time; freed by purge)
+VAULT_FORMATS = ("compressed", "hardlink")
+DEFAULT_VAULT_FORMAT = "compressed"
+#: suffix of a compressed blob, and of one being written
+ZST_SUFFIX = ".zst"
+ZST_TMP_SUFFIX = ".zst.tmp"
+#: a blob is compressed only when that frees at least this share of its disk blocks
+MIN_SAVING = 0.10
+
+#: what ``Vault.compact`` did with a blob (the bench and the tests count them)
+COMPRESSED = "compressed"
+KEPT_SHARED = "kept_shared"          # a live file still shares the inode: compressing frees nothing
+KEPT_OPEN = "kept_open"              # a writer holds it open: its next records go there (salvage)
+KEPT_INCOMPRESSIBLE = "kept_incompressible"
+KEPT_DAMAGED = "kept_damaged"        # it does not hash to its name: kept as it is, for health to name
+MISSING = "missing"
 
 
 def who() -> dict:
@@ -115,6 +147,34 @@ def refuse_unless_ours(state: str, vault: "Vault") -> None:
     vault.check_private()
 
 
+def compact_operation(vault: "Vault", op_id: str) -> Dict[str, str]:
+    """After ``op_id`` committed: compact its backups (``Vault.compact_all``); digest → what was
+    done. Never raises: a compaction that fails leaves the backups as the hard links they are
+    (safe; purge frees them), and a note it left is finished by the next start."""
+    try:
+        m = vault.read_manifest(op_id)
+        return vault.compact_all(op_id, [f["sha256"] for f in m.get("files", []) if isinstance(f, dict)])
+    except Exception:  # the reduction stands whatever happens here
+        return {}
+
+
+def finish_compactions(vault: "Vault") -> Dict[str, Dict[str, str]]:
+    """What a start does: every compaction noted and not finished (killed midway) is done again
+    (``compact`` is idempotent: a leftover temp is made anew, a verified ``.zst`` beside its
+    plain blob lets the plain one go); op id → digest → what was done."""
+    out = {}
+    for op_id, shas in vault.pending_compactions().items():
+        out[op_id] = vault.compact_all(op_id, shas)
+    return out
+
+
+def _blocks(n: int, st: os.stat_result) -> int:
+    """Filesystem blocks ``n`` bytes take (what a compression must save: a small file's block
+    costs the same compressed or not)."""
+    bs = getattr(st, "st_blksize", 0) or 4096
+    return (n + bs - 1) // bs
+
+
 class Vault:
     """A vault directory: blobs, manifests and scratch space."""
 
@@ -166,6 +226,96 @@ class Vault:
         if not is_sha256(sha):
             raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest; refusing it as a blob name")
         return os.path.join(self.blobs, sha[:2], sha)
+
+    def zst_path(self, sha: str) -> str:
+        """``blobs/ab/abcdef….zst``: the compressed form of a blob (digest checked as in ``blob_path``)."""
+        return self.blob_path(sha) + ZST_SUFFIX
+
+    def blob_form(self, sha: str) -> Optional[str]:
+        """``"plain"``, ``"zst"`` or None: which form of the blob the vault holds as a regular
+        file (plain first: during a transaction, and while compaction is under way, it is the
+        original's own inode)."""
+        for form, p in (("plain", self.blob_path(sha)), ("zst", self.zst_path(sha))):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    return form
+        return None
+
+    def has_blob(self, sha: str) -> bool:
+        """Whether the vault holds the blob in either form (present, not checked)."""
+        return self.blob_form(sha) is not None
+
+    def open_blob(self, sha: str) -> BinaryIO:
+        """The blob's original bytes as a binary stream (decompressed on the fly from a ``.zst``),
+        never through a link. ``FileNotFoundError`` when neither form exists; damage in a
+        compressed blob shows as ``zst.DecodeError`` (an ``OSError``) while reading."""
+        try:
+            return open_regular(self.blob_path(sha))
+        except FileNotFoundError:
+            pass  # compacted meanwhile, or only ever compressed
+        return zst.open_decompressed(open_regular(self.zst_path(sha)))
+
+    def blob_size_on_disk(self, sha: str) -> int:
+        """Bytes the blob takes as stored (its plain and compressed forms, both while a
+        compaction is under way); 0 when absent."""
+        total = 0
+        for p in (self.blob_path(sha), self.zst_path(sha)):
+            with contextlib.suppress(OSError):
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+        return total
+
+    def blob_mtime_ns(self, sha: str) -> Optional[int]:
+        """The blob's modification time (compaction keeps the plain blob's on its ``.zst``)."""
+        for p in (self.blob_path(sha), self.zst_path(sha)):
+            with contextlib.suppress(OSError):
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode):
+                    return st.st_mtime_ns
+        return None
+
+    def zst_header_ok(self, sha: str, size: int) -> bool:
+        """Cheap check of a compressed blob (no decompression): a zstd frame header that
+        declares ``size`` bytes. A damaged body is found by ``check_blob``."""
+        try:
+            with open_regular(self.zst_path(sha)) as f:
+                return zst.content_size(f.read(zst.HEADER_MAX)) == size
+        except OSError:
+            return False
+
+    def materialise(self, sha: str, folder: str) -> str:
+        """A real path holding the blob's bytes, for readers that take a path (TensorBoard's):
+        the plain blob itself, or a decompressed, hash-checked copy written into ``folder`` (a
+        scratch folder of the caller's, removed with it). ``VaultError`` when damaged or missing."""
+        if self.blob_form(sha) == "plain":
+            return self.blob_path(sha)
+        dest = os.path.join(folder, sha)
+        if not os.path.exists(dest):
+            fd = create_new(dest)
+            with os.fdopen(fd, "wb") as out:
+                ok = self._write_checked(sha, out, None)
+            if not ok:
+                with contextlib.suppress(OSError):
+                    os.unlink(dest)
+                raise VaultError(errno.EIO, f"backup {sha[:12]}… in {self.root} is missing or damaged")
+        return dest
+
+    def _write_checked(self, sha: str, out: BinaryIO, size: Optional[int]) -> bool:
+        """Stream the blob into ``out``; True when what was written hashes to ``sha``."""
+        h, n = hashlib.sha256(), 0
+        try:
+            with self.open_blob(sha) as f:
+                while True:
+                    b = f.read(CHUNK)
+                    if not b:
+                        break
+                    h.update(b)
+                    n += len(b)
+                    out.write(b)
+        except (FileNotFoundError, zst.DecodeError):
+            return False
+        return h.hexdigest() == sha and (size is None or n == size)
 
     def same_filesystem(self, path: str) -> bool:
         try:
@@ -229,12 +379,19 @@ class Vault:
         fsync_dir(os.path.dirname(p))
 
     def check_blob(self, sha: str) -> bool:
-        """True when the blob exists and its content still hashes to ``sha``."""
-        p = self.blob_path(sha)
+        """True when the blob exists and its content (decompressed, for a ``.zst``) still hashes
+        to ``sha``."""
+        h = hashlib.sha256()
         try:
-            return sha256_file(p) == sha
-        except OSError:
+            with self.open_blob(sha) as f:
+                while True:
+                    b = f.read(CHUNK)
+                    if not b:
+                        break
+                    h.update(b)
+        except (OSError, ValueError):
             return False
+        return h.hexdigest() == sha
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None) -> None:
@@ -244,7 +401,11 @@ class Vault:
 
         Always a copy, never a link of the blob: a hard-linked blob shares its inode with the
         file it backs up, so setting the restored file's mode or time, or a writer appending to
-        it later, would change the backup too."""
+        it later, would change the backup too. A compressed blob is decompressed into the temp
+        file and hashed on the way; one that does not decode to ``sha`` never takes ``dest``'s
+        name (``VaultError`` naming ``dest``)."""
+        if self.blob_form(sha) == "zst":
+            return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
@@ -255,7 +416,13 @@ class Vault:
         # through a link planted at that guessable name, and hashed, chmod'ed and timed through
         # its fd (``files.copy_new``): a name swapped meanwhile is never followed
         try:
-            copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
+            try:
+                copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
+            except FileNotFoundError:
+                if self.blob_form(sha) != "zst":
+                    raise
+                # compacted between the check and the copy: the compressed form is the backup now
+                return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
         except CopyMismatch:
@@ -267,6 +434,169 @@ class Vault:
                     fsops.unlink(tmp)  # a failure after the copy leaves no temp file behind
             raise
         fsync_dir(d)
+
+    def _restore_zst(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
+                     mtime_ns: Optional[int]) -> None:
+        """``restore_blob`` from a compressed blob: one pass decompresses, hashes and writes a
+        new temp file (``create_new``, set up through its fd as ``files.copy_new`` does); only a
+        copy that hashes to ``sha`` is renamed to ``dest``."""
+        d = os.path.dirname(dest)
+        os.makedirs(d, exist_ok=True)
+        tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
+        try:
+            fd = create_new(tmp)
+            with os.fdopen(fd, "wb") as fo:
+                if not self._write_checked(sha, fo, None):
+                    raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
+                                     f"({os.path.relpath(self.zst_path(sha), self.root)} does not decompress to "
+                                     f"sha256 {sha[:12]}…); nothing was written in its place")
+                fo.flush()
+                if mode is not None:
+                    os.fchmod(fo.fileno(), mode & 0o7777)
+                if mtime_ns is not None:
+                    os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
+                elif mtime is not None:
+                    os.utime(fo.fileno(), (mtime, mtime))
+                os.fsync(fo.fileno())
+                ident = os.fstat(fo.fileno())
+            st = os.lstat(tmp)
+            if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
+                raise FileExistsError(errno.EEXIST, "replaced while it was being written; not used", tmp)
+            faults.hit("restore_copied")
+            fsops.replace(tmp, dest)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                st = os.lstat(tmp)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                    fsops.unlink(tmp)  # garbage never stays, not even under a temp name
+            raise
+        fsync_dir(d)
+
+    # --- compaction (the compressed vault) --------------------------------------------
+    def _pending_path(self, op_id: str) -> str:
+        if not is_op_id(op_id):
+            raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a file name")
+        return os.path.join(self.root, "compact", f"{op_id}.json")
+
+    def note_compaction(self, op_id: str, shas: List[str]) -> None:
+        """Record, before the first step, which blobs an operation's compaction works on: a kill
+        midway is finished by the next start (``pending_compactions``)."""
+        ensure_private_dir(os.path.join(self.root, "compact"), self.root, tighten_root=self.own_folder)
+        atomic_write_json(self._pending_path(op_id), {"op_id": op_id, "blobs": [s for s in shas if is_sha256(s)]})
+
+    def pending_compactions(self) -> Dict[str, List[str]]:
+        """op id → blob digests of compactions noted and not finished (untrusted: only op ids and
+        digests of the right form are taken, never through a link)."""
+        out: Dict[str, List[str]] = {}
+        folder = os.path.join(self.root, "compact")
+        try:
+            names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
+        except OSError:
+            return out
+        for n in names:
+            if not n.endswith(".json") or not is_op_id(n[:-5]):
+                continue
+            try:
+                with open_regular(os.path.join(folder, n)) as f:
+                    d = json.load(f)
+                blobs = d.get("blobs") if isinstance(d, dict) else None
+                out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
+            except (OSError, ValueError, RecursionError):
+                out[n[:-5]] = []  # unreadable: nothing to compact from it; the note is dropped
+        return out
+
+    def done_compaction(self, op_id: str) -> None:
+        """Drop an operation's compaction note once every blob it names is settled."""
+        with contextlib.suppress(FileNotFoundError):
+            fsops.unlink(self._pending_path(op_id))
+
+    def compact_all(self, op_id: str, shas: Iterable[str]) -> Dict[str, str]:
+        """Compact the blobs of committed operation ``op_id`` (``compact`` each, noted first so a
+        kill is finished at the next start); digest → what was done. One scan of ``/proc`` for
+        writers covers them all."""
+        shas = list(dict.fromkeys(s for s in shas if is_sha256(s)))
+        self.note_compaction(op_id, shas)
+        held = {h.path for h in find_writers([self.blob_path(s) for s in shas]).holders}
+        out = {s: self.compact(s, held=self.blob_path(s) in held) for s in shas}
+        self.done_compaction(op_id)
+        return out
+
+    def compact(self, sha: str, held: Optional[bool] = None) -> str:
+        """Replace a plain blob no live file shares by a verified ``.zst`` (see the module's
+        docstring for the order); idempotent, so a killed compaction is finished by calling it
+        again. Returns one of ``COMPRESSED``, ``KEPT_*``, ``MISSING``."""
+        plain, z = self.blob_path(sha), self.zst_path(sha)
+        tmp = plain + ZST_TMP_SUFFIX
+        try:
+            st = os.lstat(plain)
+        except FileNotFoundError:
+            with contextlib.suppress(FileNotFoundError):
+                fsops.unlink(tmp)  # a compaction killed after its rename left no plain blob
+            return COMPRESSED if self.blob_form(sha) == "zst" else MISSING
+        if not stat.S_ISREG(st.st_mode):
+            return KEPT_DAMAGED
+        if st.st_nlink > 1:
+            return KEPT_SHARED  # the original (or a user's link) still holds these blocks
+        if held is None:
+            held = bool(find_writers([plain]).holders)
+        if held:
+            return KEPT_OPEN
+        folder = os.path.dirname(plain)
+        if os.path.lexists(z):
+            # a compaction killed between its rename and its unlink: the .zst was verified then,
+            # and is checked again now before the plain blob goes
+            if self._zst_ok(z, sha, st.st_size):
+                faults.hit("compact_before_unlink")
+                fsops.unlink(plain)
+                fsync_dir(folder)
+                return COMPRESSED
+            fsops.unlink(z)  # a damaged .zst never stands for a backup; the plain blob does
+        with contextlib.suppress(FileNotFoundError):
+            fsops.unlink(tmp)  # a leftover of a killed compaction: made anew
+        fd = create_new(tmp)
+        try:
+            with os.fdopen(fd, "wb") as out, open_regular(plain) as src:
+                got = zst.compress_stream(src, out, st.st_size)
+                out.flush()
+                if got is not None and _blocks(got[1], st) <= (1 - MIN_SAVING) * _blocks(got[0], st):
+                    os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))  # the blob's time is kept
+                    os.fsync(out.fileno())
+                else:
+                    got = None
+            if got is None:
+                fsops.unlink(tmp)
+                return KEPT_INCOMPRESSIBLE
+            faults.hit("compact_written")
+            if not self._zst_ok(tmp, sha, st.st_size):
+                fsops.unlink(tmp)
+                return KEPT_DAMAGED  # the plain blob did not hash to its name: left for health to name
+            faults.hit("compact_verified")
+            fsops.replace(tmp, z)
+            fsync_dir(folder)
+            faults.hit("compact_renamed")
+            fsops.unlink(plain)
+            fsync_dir(folder)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                fsops.unlink(tmp)
+            raise
+        return COMPRESSED
+
+    @staticmethod
+    def _zst_ok(path: str, sha: str, size: int) -> bool:
+        """Whether the compressed file decompresses to ``size`` bytes hashing to ``sha``."""
+        h, n = hashlib.sha256(), 0
+        try:
+            with zst.open_decompressed(open_regular(path)) as f:
+                while True:
+                    b = f.read(CHUNK)
+                    if not b:
+                        break
+                    h.update(b)
+                    n += len(b)
+        except OSError:
+            return False
+        return n == size and h.hexdigest() == sha
 
     # --- manifests ------------------------------------------------------------------
     def manifest_path(self, op_id: str) -> str:
@@ -354,13 +684,17 @@ class Vault:
         return refs
 
     def delete_blob(self, sha: str) -> int:
-        p = self.blob_path(sha)
-        try:
-            size = os.lstat(p).st_size
-            fsops.unlink(p)
-            return size
-        except FileNotFoundError:
-            return 0
+        """Remove the blob in every form (plain, compressed, a compaction's temp); the bytes
+        they held as stored."""
+        size = 0
+        for p in (self.blob_path(sha), self.zst_path(sha), self.blob_path(sha) + ZST_TMP_SUFFIX):
+            try:
+                n = os.lstat(p).st_size
+                fsops.unlink(p)
+                size += n
+            except FileNotFoundError:
+                continue
+        return size
 
     def size(self) -> int:
         """Bytes the vault holds: backups (blobs) and retired runs."""

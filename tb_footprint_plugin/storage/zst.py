@@ -1,0 +1,135 @@
+"""Streaming zstd: compress a file into another and read one back, in bounded memory.
+
+The standard library's ``compression.zstd`` (Python 3.14+) where Python has it, else the
+``zstandard`` package (a dependency before 3.14). Frames carry their content size and a
+checksum, so a damaged compressed file fails its own decode as well as the caller's sha256.
+Memory is one ``CHUNK`` in and out plus the codec's window (a few MB at the levels used),
+whatever the file's size.
+"""
+from __future__ import annotations
+
+import io
+from typing import BinaryIO, Optional, Tuple
+
+from tb_footprint_plugin.storage.files import CHUNK
+
+try:  # Python 3.14+
+    from compression import zstd as _std  # type: ignore[import-not-found]
+except ImportError:
+    _std = None
+if _std is None:
+    import zstandard as _zs
+else:
+    _zs = None
+
+#: the level a backup is compressed at: measured by bench/vault.py on traces, xplane sessions
+#: and event files, level 3 keeps ~all of level 9's saving on them at several times its speed
+LEVEL = 3
+#: after this many input bytes a file whose output is still above ``GIVE_UP_RATIO`` of its input
+#: is abandoned (gzipped traces, PNG-heavy files): the rest of a big file is not worth compressing
+PROBE_BYTES = 8 * CHUNK
+GIVE_UP_RATIO = 0.97
+
+
+#: the longest zstd frame header: what ``content_size`` needs to read
+HEADER_MAX = 18
+
+
+def content_size(header: bytes) -> Optional[int]:
+    """The content size a zstd frame header declares, or None (not a zstd frame, damaged, or
+    no size written): a check that reads 18 bytes, not the file."""
+    try:
+        if _std is not None:
+            return _std.get_frame_info(header).decompressed_size
+        n = _zs.frame_content_size(header)
+        return None if n < 0 else n
+    except Exception:  # the codecs' own error types for a header that is not one
+        return None
+
+
+class DecodeError(OSError):
+    """A compressed file that does not decode (damaged, truncated, not zstd)."""
+
+
+def backend() -> str:
+    """Which implementation is in use (for the bench's report)."""
+    return "compression.zstd" if _std is not None else f"zstandard {_zs.__version__}"
+
+
+def compress_stream(src: BinaryIO, dst: BinaryIO, size: Optional[int] = None, level: int = LEVEL,
+                    give_up_ratio: Optional[float] = GIVE_UP_RATIO) -> Optional[Tuple[int, int]]:
+    """Compress ``src`` into ``dst`` chunk by chunk; ``(bytes in, bytes out)``, or None when,
+    past ``PROBE_BYTES``, the output is still above ``give_up_ratio`` of the input (the caller
+    drops what was written)."""
+    if _std is not None:
+        c = _std.ZstdCompressor(level=level, options={_std.CompressionParameter.checksum_flag: 1})
+        if size is not None:
+            c.set_pledged_input_size(size)
+        step, end = (lambda b: c.compress(b)), (lambda: c.flush())
+    else:
+        cobj = _zs.ZstdCompressor(level=level, write_checksum=True, write_content_size=True).compressobj(
+            size=-1 if size is None else size)
+        step, end = cobj.compress, cobj.flush
+    n_in = n_out = 0
+    probing = give_up_ratio is not None
+    while True:
+        b = src.read(CHUNK)
+        if not b:
+            break
+        n_in += len(b)
+        out = step(b)
+        if out:
+            dst.write(out)
+            n_out += len(out)
+        if probing and n_in >= PROBE_BYTES:
+            probing = False
+            if n_out > give_up_ratio * n_in:
+                return None
+    out = end()
+    dst.write(out)
+    n_out += len(out)
+    return n_in, n_out
+
+
+class _Checked(io.RawIOBase):
+    """A decoder stream whose codec errors come out as ``DecodeError`` (an ``OSError``)."""
+
+    def __init__(self, inner, f: BinaryIO):
+        self._inner, self._f = inner, f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        try:
+            if hasattr(self._inner, "readinto"):
+                return self._inner.readinto(buf)
+            b = self._inner.read(len(buf))
+        except OSError:
+            raise  # the file's own read failed
+        except Exception as e:  # the codecs raise their own error types (and EOFError) for bad data
+            raise DecodeError(f"not a valid zstd stream ({e})") from None
+        buf[:len(b)] = b
+        return len(b)
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+            self._f.close()  # not every decoder closes the file it reads
+        finally:
+            super().close()
+
+
+def open_decompressed(f: BinaryIO) -> BinaryIO:
+    """A readable stream of the bytes the zstd file ``f`` holds (``f`` is closed with it).
+    Damage shows as ``DecodeError`` from ``read``."""
+    if _std is not None:
+        inner = _std.ZstdFile(f, mode="rb")  # reads its input a block at a time
+    else:
+        inner = _zs.ZstdDecompressor().stream_reader(f, read_size=CHUNK, read_across_frames=False,
+                                                     closefd=True)
+    return io.BufferedReader(_Checked(inner, f), CHUNK)
+
+
+__all__ = ["HEADER_MAX", "content_size", "LEVEL", "PROBE_BYTES", "GIVE_UP_RATIO", "DecodeError", "backend", "compress_stream",
+           "open_decompressed"]

@@ -1,0 +1,307 @@
+"""Issue #27 item 1: the compressed vault, the default, frees the disk at once and keeps every
+original.
+
+After a run's reduction commits, its hard-link backups (the originals' own inodes, which the
+transaction verified against) are compacted into ``<sha>.zst`` blobs: written as a temp, fsynced,
+decompressed and hashed, renamed, and only then the plain blob unlinked. These tests reduce real
+fixtures of every file kind with the default vault and restore them byte for byte with mtime_ns
+and mode; a file that does not compress stays plain; a failure or a SIGKILL at each compaction
+step leaves every original in the vault and the next start finishes the job; a damaged ``.zst``
+is found by ``verify``, ``status`` (its header) and refused by restore naming the file; purge
+removes compressed blobs; a hard-link vault (``vault_format="hardlink"``, as every vault was
+before) still restores; and ``du`` of the logdir agrees with what ``status`` says.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, copy_real, tree_hashes
+from test_restore_exact import assert_exact, dress, snapshot
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_INCOMPRESSIBLE, KEPT_SHARED, Vault, compact_operation
+from tb_footprint_plugin.storage.paths import state_dir
+from tb_footprint_plugin.synth import EventWriter, make_png
+
+PY = ("python",)
+#: every kind of file a reduce takes out of a logdir, with the policy that takes it
+KINDS = {
+    "torch_traces_gzipped": ("torch/profiled", "lossless"),     # PyTorch JSON traces, replaced by .gz
+    "keras_xplane_sessions": ("tf/keras_profiled", "archive"),  # xplane sessions deleted, folders too
+    "jax_sessions": ("jax/profiled", "archive"),
+    "summary_mix_events": ("tf/summary_mix", "archive"),        # histogram/image event files rewritten
+}
+COMPACT_STEPS = ["compact_written", "compact_verified", "compact_renamed"]
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+def blobs(logdir: Path) -> dict:
+    """name -> (size, nlink) of every file in the default vault's blob folders."""
+    root = Path(state_dir(str(logdir))) / "blobs"
+    return {p.name: (p.stat().st_size, p.stat().st_nlink) for p in root.rglob("*") if p.is_file()}
+
+
+def user_files(root: Path) -> dict:
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+def du(*paths) -> int:
+    out = subprocess.run(["du", "-sc", "--block-size=1", *map(str, paths)], capture_output=True, text=True,
+                         check=True).stdout
+    return int(out.strip().splitlines()[-1].split()[0])
+
+
+def reduce(logdir: Path, policy: str, **kw):
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, quiet_period=0, verify_backends=PY, **kw)
+    acted = [o for o in rep.outcomes if o.status == "verified"]
+    assert acted and rep.ok, [o.to_dict() for o in rep.outcomes]
+    return rep
+
+
+def restore_all(logdir: Path):
+    outs = api.restore(str(logdir))
+    assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
+
+
+def manifest_files(logdir: Path):
+    return [(m, f) for m in api.operations(str(logdir)) if m.get("kind") == "reduce" for f in m.get("files", [])]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_round_trips_through_the_compressed_vault(tmp_path, kind):
+    fixture, policy = KINDS[kind]
+    logdir = copy_real(fixture, tmp_path / "logdir")
+    dress(logdir)
+    before = snapshot(logdir)
+    reduce(logdir, policy)
+    held = blobs(logdir)
+    zst = [n for n in held if n.endswith(".zst")]
+    plain = [n for n in held if not n.endswith(".zst")]
+    assert zst, held
+    # nothing is left behind by the compaction: no temp, no plain blob beside its .zst
+    assert not [n for n in held if n.endswith(".tmp")]
+    assert not [n for n in plain if n + ".zst" in held]
+    # each backup is in the vault once, hashing to its name (decompressed)
+    vault = Vault(str(Path(state_dir(str(logdir)))))
+    for _m, f in manifest_files(logdir):
+        assert vault.check_blob(f["sha256"]), f["path"]
+    # a compressed blob is smaller than its original, which is gone from the logdir
+    sizes = {f["sha256"]: f["size"] for _m, f in manifest_files(logdir)}
+    assert all(held[n][0] < sizes[n[:-4]] for n in zst)
+    restore_all(logdir)
+    assert_exact(logdir, before)
+
+
+def test_a_file_that_does_not_compress_stays_plain(tmp_path):
+    """A profile file of incompressible bytes (as an already-gzipped trace or a PNG-heavy file
+    is): its backup stays the plain file it was (the original's own inode, no extra space), the
+    rest is compressed, and everything restores exactly."""
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    xplane = next(logdir.rglob("*.xplane.pb"))
+    xplane.write_bytes(os.urandom(1 << 20))
+    dress(logdir)
+    before = snapshot(logdir)
+    sha = hashlib.sha256(xplane.read_bytes()).hexdigest()
+    reduce(logdir, "archive")
+    held = blobs(logdir)
+    assert held[sha] == (1 << 20, 1), held  # plain, a file of its own: the original name is gone
+    assert sha + ".zst" not in held, held
+    restore_all(logdir)
+    assert_exact(logdir, before)
+
+
+def test_compact_keeps_a_shared_or_incompressible_blob_plain(tmp_path):
+    """``Vault.compact``'s own decisions: a blob a live file still shares stays a link (compressing
+    it would free nothing); one that compresses by less than MIN_SAVING stays plain."""
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    src = tmp_path / "noise"
+    src.write_bytes(os.urandom(1 << 20))
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    v.store(str(src), sha)
+    assert v.compact(sha) == KEPT_SHARED
+    os.unlink(src)
+    assert v.compact(sha) == KEPT_INCOMPRESSIBLE
+    assert v.blob_form(sha) == "plain" and not os.path.exists(v.zst_path(sha) + ".tmp")
+    src.write_bytes(b"compressible " * 100_000)
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    v.store(str(src), sha)
+    os.unlink(src)
+    assert v.compact(sha) == COMPRESSED
+    assert v.blob_form(sha) == "zst" and not os.path.exists(v.blob_path(sha))
+    assert v.check_blob(sha) and v.blob_size_on_disk(sha) < 20_000
+
+
+def test_hardlink_format_keeps_links_and_an_old_vault_still_restores(tmp_path):
+    """``vault_format="hardlink"`` leaves the backups as they were before the compressed vault
+    (no .zst): such a vault restores exactly with this code."""
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    dress(logdir)
+    before = snapshot(logdir)
+    reduce(logdir, "archive", vault_format="hardlink")
+    held = blobs(logdir)
+    assert held and not [n for n in held if n.endswith(".zst")], held
+    restore_all(logdir)
+    assert_exact(logdir, before)
+
+
+def test_disk_in_use_agrees_with_du_and_the_disk_is_freed_now(tmp_path):
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    du_before = du(logdir)
+    rep = reduce(logdir, "lossless")
+    now = du(logdir)  # the vault is inside the logdir: du of it is logdir + vault, links once
+    assert abs(rep.disk_in_use_after_bytes - now) <= 0.01 * now, (rep.disk_in_use_after_bytes, now)
+    st = api.status(str(logdir))
+    assert abs(st["disk_in_use_bytes"] - now) <= 0.01 * now, (st["disk_in_use_bytes"], now)
+    # freed now: the removed originals' bytes less their compressed backups, on disk at once
+    assert rep.freed_now_bytes == rep.disk_in_use_before_bytes - rep.disk_in_use_after_bytes
+    assert rep.freed_now_bytes > 0.5 * du_before, (rep.freed_now_bytes, du_before)
+    # after purge: the compressed blobs' own bytes
+    zst_bytes = sum(s for n, (s, _l) in blobs(logdir).items() if n.endswith(".zst"))
+    assert abs(st["freed_after_purge_bytes"] - zst_bytes) <= 4096 * len(blobs(logdir)), (st, zst_bytes)
+    nums = api.disk_numbers(str(logdir))
+    assert nums["freed_now_bytes"] > 0.5 * du_before, nums
+
+
+def test_purge_removes_compressed_blobs(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    reduce(logdir, "archive")
+    held = blobs(logdir)
+    assert any(n.endswith(".zst") for n in held)
+    pr = api.purge(str(logdir), yes=True)
+    assert pr.freed_bytes == sum(s for s, _l in held.values()), (pr.freed_bytes, held)
+    assert blobs(logdir) == {}
+
+
+@pytest.mark.parametrize("step", COMPACT_STEPS)
+def test_failure_at_each_compaction_step_keeps_the_originals_and_the_next_start_finishes(tmp_path, step):
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    dress(logdir)
+    before = snapshot(logdir)
+    hits = []
+    faults.arm(step, lambda: (hits.append(step), faults.arm(step, "raise"), faults.hit(step)))
+    reduce(logdir, "lossless")  # the reduction stands: compaction comes after the commit
+    assert hits, f"failpoint {step} was never reached"
+    faults.disarm_all()
+    vault = Vault(state_dir(str(logdir)))
+    for _m, f in manifest_files(logdir):
+        assert vault.check_blob(f["sha256"]), f["path"]  # every original is whole in the vault
+    assert vault.pending_compactions(), "the compaction's note is what the next start finishes"
+    recovered = api.recover_logdir(str(logdir))
+    assert any(r.code == Finding.COMPACTION_FINISHED for r in recovered), [r.to_dict() for r in recovered]
+    held = blobs(logdir)
+    assert not vault.pending_compactions()
+    assert not [n for n in held if n.endswith(".tmp")] and not [n for n in held if n + ".zst" in held], held
+    assert all(vault.blob_form(f["sha256"]) == "zst" for _m, f in manifest_files(logdir)), held
+    restore_all(logdir)
+    assert_exact(logdir, before)
+
+
+_KILL_SCRIPT = """
+import sys
+from tb_footprint_plugin import api
+api.reduce_logdir(sys.argv[1], policy="lossless", dry_run=False, quiet_period=0, verify_backends=("python",))
+"""
+
+
+@pytest.mark.parametrize("step", COMPACT_STEPS + ["compact_before_unlink"])
+def test_sigkill_at_each_compaction_step_then_the_next_start_settles_it(tmp_path, step):
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    dress(logdir)
+    before = snapshot(logdir)
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    first = "compact_renamed" if step == "compact_before_unlink" else step
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir)], timeout=300,
+                       env=dict(env, TB_FOOTPRINT_FAILPOINTS=f"{first}=kill"))
+    assert p.returncode == -9, "the failpoint should have killed the process"
+    vault = Vault(state_dir(str(logdir)))
+    for _m, f in manifest_files(logdir):
+        assert vault.check_blob(f["sha256"]), f["path"]
+    if step == "compact_before_unlink":
+        # the next start is killed too, at the one step only a resumed compaction reaches
+        code = "import sys; from tb_footprint_plugin import api; api.recover_logdir(sys.argv[1])"
+        p = subprocess.run([sys.executable, "-c", code, str(logdir)], timeout=300,
+                           env=dict(env, TB_FOOTPRINT_FAILPOINTS="compact_before_unlink=kill"))
+        assert p.returncode == -9, "the resumed compaction should have reached compact_before_unlink"
+        for _m, f in manifest_files(logdir):
+            assert vault.check_blob(f["sha256"]), f["path"]
+    api.recover_logdir(str(logdir))
+    held = blobs(logdir)
+    assert not vault.pending_compactions()
+    assert not [n for n in held if n.endswith(".tmp")] and not [n for n in held if n + ".zst" in held], held
+    assert all(vault.blob_form(f["sha256"]) == "zst" for _m, f in manifest_files(logdir)), held
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert not (journal.is_dir() and os.listdir(journal))
+    restore_all(logdir)
+    assert_exact(logdir, before)
+
+
+def test_a_corrupted_compressed_blob_is_found_and_never_restored(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    reduce(logdir, "archive")
+    after = user_files(logdir)
+    vault = Vault(state_dir(str(logdir)))
+    (m, f), = [(m, f) for m, f in manifest_files(logdir) if f["path"].endswith(".xplane.pb")][:1]
+    z = Path(vault.zst_path(f["sha256"]))
+    assert z.exists()
+    data = bytearray(z.read_bytes())
+    data[len(data) // 2] ^= 0x40  # one flipped bit in the compressed body
+    os.chmod(z, 0o600)
+    z.write_bytes(bytes(data))
+    assert not vault.check_blob(f["sha256"])
+    res = api.verify(str(logdir), verify_backends=PY)
+    assert res and not res[0]["ok"] and f["path"] in res[0]["damaged_backups"], res
+    outs = api.restore(str(logdir))
+    assert outs[0].status == "failed" and f["path"] in outs[0].reason, outs[0].to_dict()
+    assert user_files(logdir) == after  # nothing written, not even a temp
+    # a damaged header (the cheap check status runs) is named by status as a damaged backup
+    data[5] ^= 0xFF
+    z.write_bytes(bytes(data))
+    problems = api.status(str(logdir))["problems"]
+    assert any(p.get("code") == Finding.BACKUP_DAMAGED and f["path"] in p.get("detail", "") for p in problems), \
+        problems
+    # and restore_blob itself never lets a bad decode take the file's name
+    dest = tmp_path / "out" / "x"
+    with pytest.raises(OSError) as e:
+        vault.restore_blob(f["sha256"], str(dest))
+    assert str(dest) in str(e.value)
+    assert not dest.exists() and not list((tmp_path / "out").iterdir())
+
+
+def test_a_compressed_backup_is_read_by_the_recheck_and_samples(tmp_path):
+    """Readers that need a path (TensorBoard's, for ``verify`` and the check page's samples) get
+    the compressed original decompressed into the vault's scratch space."""
+    logdir = tmp_path / "logdir"
+    with EventWriter(str(logdir / "run")) as w:
+        for s in range(3000):  # scalars enough that the file compresses (PNGs alone would not)
+            w.scalar("loss", s, 1.0 / (s + 1))
+            if s < 30:
+                w.image("img", s, make_png(32, 32, seed=s), 32, 32)
+    for p in [logdir, *logdir.rglob("*")]:
+        os.utime(p, (1_500_000_000, 1_500_000_000))
+    rep = reduce(logdir, "archive")
+    vault = Vault(state_dir(str(logdir)))
+    assert all(vault.blob_form(f["sha256"]) == "zst" for _m, f in manifest_files(logdir))
+    res = api.verify(str(logdir), verify_backends=PY)
+    assert res and res[0]["ok"], res
+    data, ctype = api.sample(str(logdir), rep.outcomes[0].op_id, "before", "images", "img", 1)
+    assert ctype == "image/png" and data == make_png(32, 32, seed=1)
+    tmp = Path(state_dir(str(logdir))) / "tmp"
+    assert not [p for p in tmp.rglob("*") if p.is_file()], "scratch copies are removed after use"
+
+
+def test_compact_operation_never_fails_the_reduction(tmp_path):
+    """A compaction that cannot run (an op id with no manifest) reports nothing and raises nothing."""
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    assert compact_operation(v, "20260101T000000-abcdef") == {}
