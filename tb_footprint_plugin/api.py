@@ -561,6 +561,8 @@ def reduce_logdir(
         throttle.configure(max_file_ops_per_second)
     lease.configure(lease_seconds, sharding.label(shard))
     history_before = configure_writer(sharding.label(shard)) if shard is not None else None
+    seen: List[RunOutcome] = []  # what the batch's runs came to, for what an interrupt says
+    on_outcome = _recording(seen, on_outcome)
     try:
         return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
@@ -574,12 +576,25 @@ def reduce_logdir(
         # staging files removed, as the next start would do; then the interrupt goes on
         if cancel is not None:
             cancel.cancel()  # runs on other threads stop at their next step
-        raise Interrupted(settle_interrupted(logdir, backup_dir, policy=pol, ledger=ledger, shard=shard)) from e
+        rolled = [o.op_id for o in list(seen) if o.status == Outcome.ROLLED_BACK and o.op_id]
+        raise Interrupted(settle_interrupted(logdir, backup_dir, policy=pol, ledger=ledger, shard=shard,
+                                             rolled_back=rolled)) from e
     finally:
         if max_file_ops_per_second is not None:
             throttle.configure(before_limit)
         if shard is not None:
             configure_writer(history_before)
+
+
+def _recording(seen: List[RunOutcome], on_outcome: Optional[Callable[[RunOutcome], None]]):
+    """``on_outcome`` that also appends each outcome to ``seen`` (list appends are atomic: the
+    batch's worker threads call it)."""
+    def record(o: RunOutcome) -> None:
+        seen.append(o)
+        if on_outcome is not None:
+            on_outcome(o)
+
+    return record
 
 
 def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] = None, **kwargs) -> List[ReduceReport]:
@@ -747,11 +762,17 @@ class Interrupted(KeyboardInterrupt):
 
 
 def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy="archive",
-                       ledger: Optional[str] = "default", shard: Optional[Tuple[int, int]] = None) -> List[dict]:
+                       ledger: Optional[str] = "default", shard: Optional[Tuple[int, int]] = None,
+                       rolled_back: Sequence[str] = ()) -> List[dict]:
     """After a reduce of this process was interrupted (Ctrl-C): settle what it left as the next
     start would (a run not committed goes back to its exact original bytes and its staging files
     are removed; one past the commit point is finished) and record it in the batch ledger, so
     ``status`` shows the run as pending again, not as held by a worker that is gone.
+
+    ``rolled_back``: operations of the interrupted batch that their own worker thread rolled back
+    when it saw the interrupt (``--jobs`` > 1: a run under way stops at its next step); each is
+    said as the others are (its files' sha256 checked against its manifest) and recorded in the
+    ledger as pending again, not as a failure.
 
     Returns one dict per settled operation: ``{op_id, run, action, code, detail, untouched,
     files}``; ``untouched`` is checked after the fact (every backed-up file's sha256 equal to
@@ -768,7 +789,7 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
     book = _open_ledger(ctx, ledger, get_policy(policy).name, shard) if ledger else None
     if book is not None and os.path.exists(book.path):
         mark_recovered(book, recovered)
-    out = []
+    out = _rolled_back_at_interrupt(ctx, rolled_back, book)
     for o in recovered:
         row = dict(op_id=o.op_id, run=o.run, action=o.action, code=o.code, detail=o.detail, untouched=None, files=0)
         backups = before.get(o.op_id)
@@ -784,6 +805,42 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
                     same += 1
             row.update(untouched=same == len(backups), files=len(backups))
         out.append(row)
+    return out
+
+
+def _rolled_back_at_interrupt(ctx: Context, op_ids: Sequence[str], book: Optional[Ledger]) -> List[dict]:
+    """``settle_interrupted``'s rows of the operations a worker thread rolled back itself at the
+    interrupt: untouched when every original its manifest names has its sha256 from before (the
+    manifest is untrusted input: a path leading out of the logdir counts as not verified); the
+    ledger says the run is pending again (code ``rolled_back``), as for a run recovery settled."""
+    if not op_ids:
+        return []
+    wanted = set(op_ids)
+    out = []
+    for m in own_manifests(ctx):
+        if m.get("op_id") not in wanted or m.get("kind") != "reduce" or m.get("outcome") != Outcome.ROLLED_BACK:
+            continue
+        files = [f for f in m.get("files") or [] if isinstance(f, dict)]
+        same = 0
+        for f in files:
+            try:
+                p = contained(ctx.logdir, f.get("path"))
+            except UnsafePath:
+                continue
+            if real_within(p, ctx.logdir) and is_regular(p) and isinstance(f.get("sha256"), str) and \
+                    isinstance(f.get("size"), int) and file_matches(p, f["sha256"], f["size"]):
+                same += 1
+        untouched = same == len(files)
+        detail = ("stopped at its next step by the interrupt and rolled back before the commit point"
+                  + ("" if untouched else "; not every file has its sha256 from before"))
+        out.append(dict(op_id=m["op_id"], run=m.get("run"), action=Recovery.ROLLED_BACK, code=Recovery.ROLLED_BACK,
+                        detail=detail, untouched=untouched, files=len(files)))
+        if book is not None and isinstance(m.get("run"), str):
+            try:  # the run is to do again, not a failure (a resumed batch retries either)
+                book.mark(m["run"], "pending", op_id=m["op_id"], verified=False, code=Recovery.ROLLED_BACK,
+                          error=f"interrupted; {detail}")
+            except OSError:
+                pass  # the ledger is a record: the run's state on disk stands
     return out
 
 
