@@ -506,16 +506,17 @@ def cmd_reduce(args) -> int:
             return rc
     todo = {rp.run: rp.bytes_before for _, rp in _todo(plans)}
     bar_ = _Progress(todo, "reducing") if showing else None
-    current: List[str] = []  # the run under way, for what an interrupt says
+    current: List[str] = []  # the runs under way (several with --jobs), for what an interrupt says
 
     def progress(run, _step, frac):
-        current[:] = [run]
+        if run not in current:
+            current.append(run)
         if bar_ is not None:
             bar_.step(run, todo.get(run, 0), frac)
 
     def on_outcome(o):
-        if current == [o.run]:
-            current.clear()
+        if o.run in current and not cancel.cancelled:  # after an interrupt: still the runs it stopped
+            current.remove(o.run)
         line = _outcome_line(o)
         bar_.done(o.run, line) if bar_ is not None else print(line, flush=True)
 
@@ -603,7 +604,7 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
     from tb_footprint_plugin import api
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    where = f" while changing {current[0]}" if current else ""
+    where = f" while changing {', '.join(current)}" if current else ""
     print(f"\ntb-footprint {verb}: interrupted{where}; settling what it left…", file=sys.stderr, flush=True)
     reducing = verb == "reduce"
     for ld in logdirs:
@@ -635,7 +636,9 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
 def _recovered_line(o: dict) -> str:
     """One settled operation, said plainly: what the run is now."""
     if o["action"] == Recovery.ROLLED_BACK:
-        if o["untouched"]:
+        if o["untouched"] and not o["files"]:  # stopped before its first backup: nothing of it was changed
+            state = "untouched: stopped before it backed up or changed any file"
+        elif o["untouched"]:
             state = f"untouched: its {o['files']} file(s) have the sha256 they had before; staging files removed"
         elif o["untouched"] is False:
             state = f"rolled back, but not every file has its sha256 from before ({o['detail']}): see `status`"

@@ -219,16 +219,18 @@ def test_after_a_kill_status_says_untouched_and_the_rerun_names_the_run_it_redoe
 
 
 PAUSED_NTH_CLI = """
-import sys, threading, time
+import os, sys, threading, time
 from tb_footprint_plugin.engine import faults
 hits, lock = [], threading.Lock()
-def pause():
+def pause():  # a long step: it ends when the test says so (a worker thread sees the interrupt after it)
     with lock:
         hits.append(1)
         n = len(hits)
     if n == int(sys.argv[2]):
         open(sys.argv[1], "w").close()
-        time.sleep(300)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(sys.argv[1] + ".release") and time.monotonic() < deadline:
+            time.sleep(0.05)
 faults.arm(sys.argv[3], pause)
 from tb_footprint_plugin.cli import main
 sys.exit(main(sys.argv[4:]))
@@ -237,7 +239,8 @@ sys.exit(main(sys.argv[4:]))
 
 def interrupt_at(tmp_path, nth: int, failpoint: str, *args):
     """Run the real CLI with ``args``, pause it at the ``nth`` hit of ``failpoint`` (on any
-    worker thread), send SIGINT there; returns (exit code, stdout, stderr)."""
+    worker thread), send SIGINT there and let the paused step end a second later; returns
+    (exit code, stdout, stderr)."""
     flag = tmp_path / f"paused-{time.monotonic_ns()}"
     p = subprocess.Popen([sys.executable, "-c", PAUSED_NTH_CLI, str(flag), str(nth), failpoint, *map(str, args)],
                          env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -247,6 +250,8 @@ def interrupt_at(tmp_path, nth: int, failpoint: str, *args):
         time.sleep(0.1)
     assert flag.exists(), p.communicate()
     p.send_signal(signal.SIGINT)
+    time.sleep(1)
+    Path(str(flag) + ".release").touch()
     out, err = p.communicate(timeout=300)
     return p.returncode, out, err
 
@@ -301,6 +306,56 @@ def test_after_ctrl_c_the_reruns_question_counts_only_the_runs_it_will_touch(tmp
     assert "Reduce 2 run(s)?" in shown and "2/2 runs" in shown and "3/2 runs" not in shown, shown
     assert "✓ r2: verified" in shown and "✓ r3: verified" in shown, shown
     assert "r1: skipped [already_in_ledger]" in shown, shown
+    assert staging_files(logdir) == []
+
+
+def _ledger_runs(logdir) -> dict:
+    st = json.loads(tbf("status", logdir, "--json").stdout)
+    return {r: e for r, e in st["batch"]["runs"].items() if "/" not in r}
+
+
+def test_ctrl_c_with_two_jobs_leaves_every_run_untouched_or_reduced_and_the_rerun_finishes(tmp_path):
+    """``--jobs 2``: SIGINT while one worker thread is in a long step and the other goes on.
+    Exit 130; each run is either exactly as before (sha256) or reduced and verified; no
+    ``.footprint-*.tmp`` anywhere; the runs stopped under way are named untouched; ``status``
+    lists no failure and no unfinished operation; the rerun reduces the rest."""
+    logdir = tmp_path / "logdir"
+    runs = ["r1", "r2", "r3", "r4"]
+    for r in runs:
+        copy_real("torch/profiled", logdir / r)
+    before = user_files(logdir)
+    common = ["--policy", "lossless", "--verify", "python", "--jobs", "2"]
+    rc, out, err = interrupt_at(tmp_path, 1, "after_stage", "reduce", logdir, *common, "--yes")
+    assert rc == 130, out + err
+    assert staging_files(logdir) == [], staging_files(logdir)
+    m = re.search(r"interrupted while changing (\S+)", err)
+    assert m and m.group(1).rstrip(",;") in runs, err
+    ledger = _ledger_runs(logdir)
+    now = user_files(logdir)
+    done = sorted(r for r in runs if ledger.get(r, {}).get("state") == "done")
+    assert len(done) < len(runs), (out, err)  # the interrupt stopped the batch
+    for r in runs:
+        mine = lambda files: {k: v for k, v in files.items() if k.startswith(r + "/")}  # noqa: E731
+        if r in done:
+            assert ledger[r]["verified"] is True and mine(now) != mine(before), r
+        else:
+            assert mine(now) == mine(before), r  # untouched: every byte as before
+            assert ledger.get(r, {}).get("state", "pending") == "pending", (r, ledger.get(r))
+    stopped = [r for r in runs if f"✓ {r}: untouched" in err]
+    assert stopped and not set(stopped) & set(done), err  # the runs under way are named untouched
+    assert "✗" not in err.split("settling what it left")[1], err
+    st = tbf("status", logdir, "--runs")
+    assert "unfinished operations: 0" in st.stdout and " failed " not in st.stdout, st.stdout
+    assert "half changed" not in st.stdout and "shard" not in st.stdout, st.stdout
+
+    again = tbf("reduce", logdir, *common, "--yes")
+    assert again.returncode == 0, again.stdout + again.stderr
+    for r in runs:
+        if r in done:
+            assert f"{r}: skipped [already_in_ledger]" in again.stdout, again.stdout
+        else:
+            assert f"✓ {r}: verified" in again.stdout, again.stdout
+    assert all(e["state"] == "done" for e in _ledger_runs(logdir).values())
     assert staging_files(logdir) == []
 
 
