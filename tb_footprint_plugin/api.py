@@ -997,8 +997,9 @@ class _Batch:
         o = reduce_run(self.ctx, rp, policy=self.policy, cancel=token, progress=step)
         if o.status == Outcome.VERIFIED and o.op_id and self.vault_format == "compressed":
             # after the commit, never inside the transaction: its verification read the backup as
-            # the original's own inode; a failure here leaves hard links (safe, freed by purge)
-            compact_operation(self.ctx.vault, o.op_id)
+            # the original's own inode; a failure here leaves hard links (safe, freed by purge);
+            # a blob another run's transaction backs up too stays plain until that one's turn
+            compact_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,

@@ -13,6 +13,7 @@ before) still restores; and ``du`` of the logdir agrees with what ``status`` say
 """
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -305,3 +306,36 @@ def test_compact_operation_never_fails_the_reduction(tmp_path):
     v = Vault(str(tmp_path / ".tb-footprint"))
     v.ensure()
     assert compact_operation(v, "20260101T000000-abcdef") == {}
+
+
+def test_a_blob_another_transaction_backs_up_stays_plain_until_its_turn(tmp_path):
+    """With ``--jobs``, two runs may back up the same bytes (one blob): the run that commits
+    first leaves it plain while the other's transaction reads it as its original; that run's own
+    compaction compresses it after its commit. Both restore exactly."""
+    src = copy_real("tf/keras_profiled", tmp_path / "src")
+    logdir = tmp_path / "logdir"
+    for run in ("a", "b"):
+        shutil.copytree(src / "train", logdir / run, copy_function=shutil.copy2)
+    dress(logdir)
+    before = snapshot(logdir)
+    rep = reduce(logdir, "archive", jobs=2)
+    assert sorted(o.status for o in rep.outcomes) == ["verified", "verified"]
+    vault = Vault(state_dir(str(logdir)))
+    ops = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
+    shared = {f["sha256"] for f in ops[0]["files"]} & {f["sha256"] for f in ops[1]["files"]}
+    assert shared
+    assert all(vault.check_blob(s) for s in shared)
+    restore_all(logdir)
+    assert_exact(logdir, before)
+
+
+def test_compact_operation_leaves_digests_in_use_plain(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    rep = reduce(logdir, "archive", vault_format="hardlink")
+    op = rep.outcomes[0].op_id
+    vault = Vault(state_dir(str(logdir)))
+    shas = [f["sha256"] for f in vault.read_manifest(op)["files"]]
+    big = max(shas, key=lambda s: os.path.getsize(vault.blob_path(s)))
+    done = compact_operation(vault, op, in_use={big})
+    assert big not in done and vault.blob_form(big) == "plain"
+    assert compact_operation(vault, op)[big] == COMPRESSED and vault.blob_form(big) == "zst"

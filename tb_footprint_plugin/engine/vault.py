@@ -147,13 +147,17 @@ def refuse_unless_ours(state: str, vault: "Vault") -> None:
     vault.check_private()
 
 
-def compact_operation(vault: "Vault", op_id: str) -> Dict[str, str]:
+def compact_operation(vault: "Vault", op_id: str, in_use: Iterable[str] = ()) -> Dict[str, str]:
     """After ``op_id`` committed: compact its backups (``Vault.compact_all``); digest → what was
-    done. Never raises: a compaction that fails leaves the backups as the hard links they are
-    (safe; purge frees them), and a note it left is finished by the next start."""
+    done. ``in_use``: digests an operation under way backs up too (another run's transaction,
+    ``--jobs``): it reads that blob as its original, so it stays plain for now. Never raises: a
+    compaction that fails leaves the backups as the hard links they are (safe; purge frees them),
+    and a note it left is finished by the next start."""
+    busy = set(in_use)
     try:
         m = vault.read_manifest(op_id)
-        return vault.compact_all(op_id, [f["sha256"] for f in m.get("files", []) if isinstance(f, dict)])
+        return vault.compact_all(op_id, [f["sha256"] for f in m.get("files", [])
+                                         if isinstance(f, dict) and f.get("sha256") not in busy])
     except Exception:  # the reduction stands whatever happens here
         return {}
 
