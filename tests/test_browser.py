@@ -197,18 +197,23 @@ def test_reduce_check_restore_in_the_browser(browser, tb, demo):
         op = tb.json(PREFIX + "/operations")["operations"][0]
         detail = tb.json(PREFIX + "/operation?op=" + op["op_id"])
         v = detail["verification"]
-        tags = v["scalar_series"]
-        assert tags, "the reduced run should have scalar tags"
+        tags = v.get("scalar_series") or {}
+        if v.get("mode") == "unchanged":
+            # only profile data went: the event files are proven the same bytes by sha256 and no
+            # reader is started, so there are no curves to draw; the table says why
+            expect(f.locator("table.verification")).to_contain_text("unchanged (sha256)")
+        assert tags or v.get("mode") == "unchanged", "the reduced run should have scalar tags"
         # scalars: one compact "identical, N points" row per tag, a chart on demand
         expect(f.locator("tr.scalar-row")).to_have_count(len(tags))
         assert f.locator("tr.scalar-row.identical").count() == len(tags)
-        first = next(iter(tags))
-        row = f.locator("tr.scalar-row").first
-        expect(row).to_contain_text(f"identical, {len(tags[first]['before'])} point")
-        row.locator("button.show-chart").click()
-        expect(f.locator(".chart-cell .uplot-box canvas")).to_have_count(1, timeout=30000)  # uPlot loads on demand; slow under load
+        if tags:
+            first = next(iter(tags))
+            row = f.locator("tr.scalar-row").first
+            expect(row).to_contain_text(f"identical, {len(tags[first]['before'])} point")
+            row.locator("button.show-chart").click()
+            expect(f.locator(".chart-cell .uplot-box canvas")).to_have_count(1, timeout=30000)  # uPlot loads on demand; slow under load
         # what the policy touched, per tag, from the verification's own reads
-        for plugin, summary in v["tag_summaries"].items():
+        for plugin, summary in (v.get("tag_summaries") or {}).items():
             expect(f.locator(f'section.touched[data-plugin="{plugin}"] .tag-card')).to_have_count(len(summary["tags"]))
         assert f.locator("table.verification tr").count() >= 3
         assert f.locator("table.verification td.bad").count() == 0

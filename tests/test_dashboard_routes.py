@@ -125,6 +125,13 @@ def test_route_crawl_after_reduce(tmp_path, fixture, policy):
     changed = [o for o in rep.outcomes if o.status == "verified"]
     assert changed
     for o in changed:
+        if not any("tfevents" in f for f in o.removed_files + o.created_files):
+            # only profile data changed: the event files are proven the same bytes by sha256 and
+            # no reader is started (docs/FAILSAFE.md); the fresh crawl below still compares them
+            assert o.verification["mode"] == "unchanged", o.verification["checks"]
+            assert any(c["name"] == "event files" and "unchanged (sha256)" in c["detail"]
+                       for c in o.verification["checks"]) == bool(_event_files(logdir / o.run))
+            continue
         lines = _route_lines(o)
         assert lines and all(c["ok"] for c in lines), lines
         details = " ".join(c["detail"] for c in lines)

@@ -526,7 +526,10 @@ def test_reduce_check_restore_purge(app, logdir, outside):
     assert o["run"] == "big"
     assert o["saved_bytes"] == big["removable_bytes"]
     assert o["verification"]["ok"] is True
-    assert set(o["verification"]["scalar_series"]) == {"loss", "accuracy"}
+    # only its profile data went: its event file is proven the same bytes by sha256, no reader
+    # is started, so no before/after series is drawn (docs/FAILSAFE.md, verification)
+    assert o["verification"]["mode"] == "unchanged" and "scalar_series" not in o["verification"]
+    assert any(c["name"] == "event files" and "unchanged (sha256)" in c["detail"] for c in o["verification"]["checks"])
     assert any(c["name"] == "profile_xplane" and c["after"] == 0 for c in o["category_changes"])
     assert any("Profile" in line for line in o["dashboards"])
     assert not os.path.exists(logdir / "big" / "plugins" / "profile")
@@ -544,10 +547,11 @@ def test_reduce_check_restore_purge(app, logdir, outside):
     assert op["restorable"] is True and op["verified"] is True and op["outcome"] == "verified"
     assert app.get("/operations", query_string={"run": "mid"}).get_json()["operations"] == []
     detail = app.get("/operation", query_string={"op": op["op_id"]}).get_json()
-    series = detail["verification"]["scalar_series"]
-    assert series["loss"]["before"] == series["loss"]["after"] and len(series["loss"]["before"]) == 60
+    assert detail["verification"]["mode"] == "unchanged"
+    assert [f["sha256"] for f in detail["verification"]["unchanged"]] == [
+        start[n][0] for n in sorted(start) if "tfevents" in n and "/" not in n]
     assert detail["category_changes"][-1]["name"] == "_unchanged"
-    assert any(c["name"] == "scalars" and c["ok"] for c in detail["verification"]["checks"])
+    assert any(c["name"] == "event files" and c["ok"] for c in detail["verification"]["checks"])
     assert app.get("/run", query_string={"run": "big"}).get_json()["operations"][0]["op_id"] == op["op_id"]
     hist = app.get("/history").get_json()["entries"]
     assert hist[0]["kind"] == "reduce" and hist[0]["run"] == "big"

@@ -46,7 +46,7 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import sha256_file
+from tb_footprint_plugin.storage.files import matches, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.regular import kind_of
@@ -340,6 +340,10 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     originals = [a for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
     total = sum(a.bytes_before for a in originals) or 1
     done = 0
+    # a run whose event files this reduce neither replaces nor removes (profile data only): its
+    # event data is proven the same by identity, hashed now under the run's lock and again at
+    # the verification and after the swap, not by reading each file against itself
+    unchanged = _unchanged_event_files(ctx, rp)
     # 1. back up every original that will be removed or replaced
     backups: Dict[str, dict] = {}
     for a in originals:
@@ -360,7 +364,8 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         backups[a.path] = rec
         done += a.bytes_before
         report("backup", 0.4 * done / total)
-    _append(journal, {"type": "backed_up", "count": len(backups)})
+    _append(journal, {"type": "backed_up", "count": len(backups),
+                      **({"unchanged": unchanged} if unchanged is not None else {})})
     faults.hit("after_backup")
 
     # 2. stage new files under names no reader matches
@@ -388,7 +393,10 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     cancel.check()
     _scratch_space(ctx, journal.op_id)
     report("verify", 0.65)
-    verification = _verify(ctx, rp, journal.op_id, backups, staged, original)
+    if unchanged is not None:
+        verification = _verify_unchanged(ctx, rp, backups, staged, unchanged)
+    else:
+        verification = _verify(ctx, rp, journal.op_id, backups, staged, original)
     _append(journal, {"type": "verified", "ok": verification["ok"], "verification": verification})
     faults.hit("after_verify")
     out.verification = verification
@@ -411,6 +419,13 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     apply_swap(ctx, rp, journal, staged, backups)
     _append(journal, {"type": "swapped"})
     faults.hit("after_swap")
+    if unchanged is not None:
+        # the proof of an untouched run is that its event files are the bytes hashed under the
+        # lock: a change since (a writer, a user's edit) rolls the run back before the commit
+        changed = _changed_files(ctx, unchanged)
+        if changed:
+            raise TransactionError(f"{changed[0]}: changed during the reduction (its sha256 is no longer the one "
+                                   "hashed before it); the run is left as it was")
 
     out.removed_files = sorted(backups)
     out.created_files = [s["final"] for s in staged]
@@ -494,6 +509,88 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
         d["record_substitutes"] = substitutes
     checks = list(d.get("checks", []))
     failed = list(d.get("failed", []))
+    _file_checks(checks, rp, backups, staged)
+    d["checks"], d["failed"] = checks, failed
+    d["ok"] = bool(d.get("ok")) and not failed
+    return d
+
+
+def _event_file_paths(ctx: Context, run: str) -> List[str]:
+    """The event files TensorBoard reads for ``run`` (directly in its folder, regular files, not
+    links), logdir-relative, by name."""
+    run_dir = ctx.abs(run)
+    out = []
+    for name in sorted(os.listdir(run_dir)):
+        p = os.path.join(run_dir, name)
+        if cat.is_event_file_name(name) and os.path.isfile(p) and not os.path.islink(p):
+            out.append(os.path.relpath(p, ctx.logdir))
+    return out
+
+
+def _unchanged_event_files(ctx: Context, rp: RunPlan) -> Optional[List[dict]]:
+    """``[{path, sha256, size}]`` of the run's event files when the plan touches none of them and
+    changes only profile data (removed, compressed or slimmed; emptied folders removed): then
+    TensorBoard's readers would read the very same bytes before and after, and identity is the
+    proof. None when any event file is replaced or removed, or anything else changes: those runs
+    are verified by both readers and the dashboards' routes."""
+    for a in rp.actions:
+        if a.kind != "remove_dir" and a.category not in cat.PROFILE_CATEGORIES:
+            return None
+    events = _event_file_paths(ctx, rp.run)
+    touched = {a.path for a in rp.actions} | {a.new_path for a in rp.actions if a.new_path}
+    run_prefix = "" if rp.run in (".", "") else rp.run.rstrip("/") + "/"
+    for path in touched:
+        rel = path[len(run_prefix):] if path.startswith(run_prefix) else None
+        if path in events or (rel is not None and "/" not in rel and cat.is_event_file_name(rel)):
+            return None
+    out = []
+    for rel in events:
+        p = ctx.abs(rel)
+        out.append({"path": rel, "sha256": sha256_file(p), "size": os.lstat(p).st_size})
+    return out
+
+
+def _changed_files(ctx: Context, files: List[dict]) -> List[str]:
+    """The ones of ``files`` (``{path, sha256, size}``) whose bytes are no longer those."""
+    return [f["path"] for f in files if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
+
+
+def _verify_unchanged(ctx: Context, rp: RunPlan, backups: Dict[str, dict], staged: List[dict],
+                      unchanged: List[dict]) -> dict:
+    """The verification of a run whose event files the reduce leaves alone: each is proven
+    unchanged by its sha256 (hashed under the run's lock before the backup, again now; once more
+    after the swap), the run stays a run for TensorBoard (its event files all remain), and the
+    profile dashboards' routes are the one difference the contract allows. No reader is started:
+    reading a file against itself proves nothing more (docs/FAILSAFE.md, verification)."""
+    t0 = time.monotonic()
+    changed = _changed_files(ctx, unchanged)
+    checks: List[dict] = []
+    if changed:
+        checks.append({"name": "event files", "ok": False,
+                       "detail": f"{changed[0]}: changed since it was hashed before the backup"
+                                 + (f" (+{len(changed) - 1} more)" if len(changed) > 1 else "")})
+    elif unchanged:
+        names = ", ".join(os.path.basename(f["path"]) for f in unchanged[:3]) + (
+            f" (+{len(unchanged) - 3} more)" if len(unchanged) > 3 else "")
+        checks.append({"name": "event files", "ok": True,
+                       "detail": f"{len(unchanged)} event file(s) unchanged (sha256), neither rewritten nor "
+                                 f"removed: TensorBoard's readers read the same bytes ({names})"})
+        checks.append({"name": "run present", "ok": True,
+                       "detail": "run present: yes, its event files all stay"})
+    else:
+        checks.append({"name": "run present", "ok": True,
+                       "detail": "run present: profile data only, no event file before or after (the plan "
+                                 "says what stays of it)"})
+    _file_checks(checks, rp, backups, staged)
+    failed = [c["detail"] for c in checks if not c["ok"]]
+    return {"ok": not failed, "checks": checks, "failed": failed, "backends": [], "mode": "unchanged",
+            "unchanged": [{"path": f["path"], "sha256": f["sha256"]} for f in unchanged],
+            "duration_s": round(time.monotonic() - t0, 3)}
+
+
+def _file_checks(checks: List[dict], rp: RunPlan, backups: Dict[str, dict], staged: List[dict]) -> None:
+    """The verification lines of the files a transform produced, the files removed, the profile
+    routes left uncompared and the plan's fidelity lines (every verified run has them)."""
     comp = [s for s in staged if "content_sha256" in s]
     if comp:
         checks.append({"name": "torch traces", "ok": True,
@@ -510,9 +607,6 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
                        "detail": f"{len(dels)} file(s) backed up (sha256 verified) and removed"})
     for line in rp.fidelity:
         checks.append({"name": "plan", "ok": True, "detail": line})
-    d["checks"], d["failed"] = checks, failed
-    d["ok"] = bool(d.get("ok")) and not failed
-    return d
 
 
 def _handed_over(ctx: Context, run_dir: str, original, backups: Dict[str, dict], pairs: dict):
