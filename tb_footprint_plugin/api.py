@@ -251,7 +251,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
          runs: Optional[List[str]] = None, run_glob: Optional[str] = None, min_size: int = 0,
          older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
          footprint: Optional[LogdirFootprint] = None,
-         closed_files: Optional[Mapping[str, float]] = None) -> Plan:
+         closed_files: Optional[Mapping[str, float]] = None, vault_format: str = DEFAULT_VAULT_FORMAT) -> Plan:
     """The dry run: what ``policy`` would do. Writes nothing but its cache of selection outcomes
     (``scan.selcache``, beside the scan cache; the scan cache itself is not written).
 
@@ -261,7 +261,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     for writing, is left alone (``code``; ``writers`` names the processes).
 
     On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
-    requests and bytes a reduction and a restore would take."""
+    requests and bytes a reduction and a restore would take. ``vault_format``: the vault its note
+    counts with (what is freed now and after purge; see ``reduce_logdir``)."""
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     runs = select_runs(fp, runs, run_glob)
     rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
@@ -276,7 +277,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
         _bucket_notes(p, fp, backup_dir)
         return p
     logdir = os.path.abspath(logdir)
-    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [_vault_note(logdir, backup_dir, p.removable_bytes)]
+    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [_vault_note(logdir, backup_dir, p, vault_format)]
     ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
     if ops:
         cmd = health.settle_command(logdir, backup_dir)
@@ -304,19 +305,32 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     return p
 
 
-def _freed_estimate(logdir: str, backup_dir: Optional[str], removable: int) -> Tuple[int, int, bool]:
-    """``(freed now, freed after purge, vault on the logdir's disk)`` of removing ``removable``
-    bytes with the chosen vault: on the logdir's disk the backups are hard links, so nothing is
-    freed until purge; on another disk they are copies there, so the logdir's disk gains it all
-    now and purge frees the copies on the vault's disk."""
+def _freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
+                    vault_format: str = DEFAULT_VAULT_FORMAT) -> Tuple[int, int, bool]:
+    """``(freed now, freed after purge, vault on the logdir's disk)`` of plan ``p`` with the
+    chosen vault. Hard-link vault: on the logdir's disk nothing is freed until purge; on another
+    disk the copies are there, so the logdir's disk gains it all now and purge frees the copies.
+    Compressed vault: the backups keep about their compressed size (``usage.estimate_compressed``,
+    sampled), the rest is freed now; purge frees that size."""
+    removable = p.removable_bytes
     vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
     same = usage.device_of(vault) == usage.device_of(logdir)
-    return (0 if same else removable), removable, same
+    if vault_format != "compressed":
+        return (0 if same else removable), removable, same
+    originals = [(os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
+                 for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
+    kept = usage.estimate_compressed(originals)
+    return (max(0, removable - kept) if same else removable), kept, same
 
 
-def _vault_note(logdir: str, backup_dir: Optional[str], removable: int) -> str:
+def _vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: str = DEFAULT_VAULT_FORMAT) -> str:
     """What a plan says of its local vault: what is freed now and what only after purge."""
-    now, later, same = _freed_estimate(logdir, backup_dir, removable)
+    now, later, same = _freed_estimate(logdir, backup_dir, p, vault_format)
+    if vault_format == "compressed":
+        where = ("on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)")
+        return (f"freed now: ~{human_bytes(now)} {where}: each run's backups are compressed in the vault "
+                f"once it commits (a file that does not compress stays as it is); ~{human_bytes(later)} more "
+                "after `tb-footprint purge` (--vault-format hardlink keeps them as hard links, freed only by purge)")
     if same:
         return (f"freed now: ~{human_bytes(now)} on disk (logdir + vault): the backups are hard links in the vault "
                 f"on the same disk; {human_bytes(later)} more after `tb-footprint purge` "
@@ -873,14 +887,14 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
                     ledger = "default"
             p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
                      older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                     footprint=scans.get(ctx.logdir))  # the partition's own scan: one scan per worker
+                     footprint=scans.get(ctx.logdir), vault_format=vault_format)  # the partition's own scan: one scan per worker
         report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
         if dry_run:
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                           reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                                           bytes_after=rp.expected_after_bytes) for rp in p.runs]
             report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
-                _freed_estimate(ctx.logdir, backup_dir, p.removable_bytes)
+                _freed_estimate(ctx.logdir, backup_dir, p, vault_format)
             return report
         remember_vault(ctx)
         before = _disk_in_use(ctx)

@@ -339,3 +339,20 @@ def test_compact_operation_leaves_digests_in_use_plain(tmp_path):
     done = compact_operation(vault, op, in_use={big})
     assert big not in done and vault.blob_form(big) == "plain"
     assert compact_operation(vault, op)[big] == COMPRESSED and vault.blob_form(big) == "zst"
+
+
+def test_the_plan_says_what_the_compressed_vault_frees_now(tmp_path):
+    """The dry run of the default vault counts the backups at their (sampled) compressed size:
+    freed now and after purge come close to what the reduce then reports, and its note says
+    the backups are compressed; the hard-link vault's dry run still says nothing is freed now."""
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    hard = api.reduce_logdir(str(logdir), policy="lossless", dry_run=True, vault_format="hardlink")
+    assert hard.freed_now_bytes == 0
+    dry = api.reduce_logdir(str(logdir), policy="lossless", dry_run=True)
+    assert any("compressed in the vault" in n for n in dry.plan.notes), dry.plan.notes
+    rep = reduce(logdir, "lossless")
+    assert abs(dry.freed_now_bytes - rep.freed_now_bytes) <= 0.1 * rep.freed_now_bytes, (dry, rep)
+    assert dry.freed_on_disk_after_purge_bytes > 0
+    assert abs(dry.freed_on_disk_after_purge_bytes - rep.freed_on_disk_after_purge_bytes) <= \
+        0.25 * rep.freed_on_disk_after_purge_bytes + 65536, (dry.freed_on_disk_after_purge_bytes,
+                                                             rep.freed_on_disk_after_purge_bytes)

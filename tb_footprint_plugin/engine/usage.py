@@ -17,7 +17,10 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from tb_footprint_plugin.engine.vault import ZST_SUFFIX
+from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX
+from tb_footprint_plugin.storage import zst
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.paths import is_sha256, is_state_name, is_within
 
 BLOCK = 512  # st_blocks is counted in 512-byte units on every Unix, whatever the filesystem's block
@@ -182,6 +185,58 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
             if st.st_dev == logdir_device:
                 held_here += st.st_blocks * BLOCK
     return max(0, removed_bytes - held_here), kept
+
+
+#: what ``estimate_compressed`` reads at most: the largest files, the head of each
+SAMPLE_FILES = 32
+SAMPLE_BYTES = 4 * CHUNK
+
+
+class _Discard:
+    """A sink that only counts (the estimate keeps no compressed bytes)."""
+
+    def write(self, b) -> int:
+        return len(b)
+
+
+def estimate_compressed(originals: Sequence[Tuple[str, int]]) -> int:
+    """Bytes the compressed vault would keep for ``originals`` (path, size) once compacted: the
+    ``SAMPLE_FILES`` largest are sampled (their first ``SAMPLE_BYTES`` compressed as compaction
+    does, a file saving less than ``MIN_SAVING`` counted whole, as compaction keeps it plain),
+    the rest at the sampled files' overall ratio. Bounded reads whatever the logdir; a file that
+    cannot be read counts whole (the estimate errs toward keeping)."""
+    items = sorted(((p, int(n)) for p, n in originals if n > 0), key=lambda x: -x[1])
+    stored_sampled = read_in = read_out = 0
+    for path, size in items[:SAMPLE_FILES]:
+        try:
+            with open_regular(path) as f:
+                head = _Head(f, SAMPLE_BYTES)
+                got = zst.compress_stream(head, _Discard(), None, give_up_ratio=None)
+        except OSError:
+            got = None
+        if not got or not got[0]:
+            stored_sampled += size
+            continue
+        ratio = got[1] / got[0]
+        stored_sampled += size if ratio > 1 - MIN_SAVING else int(size * ratio)
+        read_in += got[0]
+        read_out += got[1] if ratio <= 1 - MIN_SAVING else got[0]
+    rest = sum(n for _p, n in items[SAMPLE_FILES:])
+    return stored_sampled + (int(rest * read_out / read_in) if read_in else rest)
+
+
+class _Head:
+    """The first ``limit`` bytes of a file, as a stream."""
+
+    def __init__(self, f, limit: int):
+        self.f, self.left = f, limit
+
+    def read(self, n: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        b = self.f.read(self.left if n < 0 else min(n, self.left))
+        self.left -= len(b)
+        return b
 
 
 def stored_bytes(sizes: Iterable[int]) -> int:
