@@ -577,6 +577,8 @@ def reduce_logdir(
     history_before = configure_writer(sharding.label(shard)) if shard is not None else None
     seen: List[RunOutcome] = []  # what the batch's runs came to, for what an interrupt says
     on_outcome = _recording(seen, on_outcome)
+    if cancel is None:  # one token for the batch: an interrupt stops the runs of other threads too
+        cancel = CancelToken()
     try:
         return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
@@ -905,7 +907,14 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
         batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome, vault_format)
         if jobs > 1:
             with ThreadPoolExecutor(max_workers=jobs) as ex:
-                report.outcomes += list(ex.map(batch.run, todo))
+                try:
+                    report.outcomes += list(ex.map(batch.run, todo))
+                except KeyboardInterrupt:
+                    # before the pool waits for its threads: each run under way stops at its next
+                    # step and rolls back (a notebook's interrupt has no handler of its own to do it)
+                    if cancel is not None:
+                        cancel.cancel()
+                    raise
         else:
             report.outcomes += [batch.run(rp) for rp in todo]
         if book:
