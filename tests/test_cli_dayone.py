@@ -359,6 +359,63 @@ def test_ctrl_c_with_two_jobs_leaves_every_run_untouched_or_reduced_and_the_reru
     assert staging_files(logdir) == []
 
 
+PAUSED_API_JOBS = """
+import json, os, sys, threading, time
+import tb_footprint_plugin as fp
+from tb_footprint_plugin.engine import faults
+hits, lock = [], threading.Lock()
+def pause():
+    with lock:
+        hits.append(1)
+        n = len(hits)
+    if n == 1:
+        open(sys.argv[1], "w").close()
+        deadline = time.monotonic() + 300
+        while not os.path.exists(sys.argv[1] + ".release") and time.monotonic() < deadline:
+            time.sleep(0.05)
+faults.arm("after_stage", pause)
+try:
+    fp.reduce_logdir(sys.argv[2], policy="lossless", dry_run=False, jobs=2, verify_backends=("python",),
+                     ledger="default")
+except fp.Interrupted as e:
+    print(json.dumps([[o["run"], str(o["action"]), o["untouched"]] for o in e.settled]))
+    sys.exit(3)
+"""
+
+
+def test_ctrl_c_in_a_notebook_with_two_jobs_stops_the_other_threads_run_too(tmp_path):
+    """``fp.reduce_logdir(..., jobs=2)`` interrupted with no cancel token of the caller's: the run
+    a worker thread has under way stops at its next step and rolls back (it used to run on to its
+    end), and ``fp.Interrupted`` names it untouched."""
+    logdir = tmp_path / "logdir"
+    runs = ["r1", "r2", "r3"]
+    for r in runs:
+        copy_real("torch/profiled", logdir / r)
+    before = user_files(logdir)
+    flag = tmp_path / "paused"
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_API_JOBS, str(flag), str(logdir)], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.1)
+    assert flag.exists(), p.communicate()
+    p.send_signal(signal.SIGINT)
+    time.sleep(1)
+    Path(str(flag) + ".release").touch()
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 3, out + err
+    settled = json.loads(out.strip().splitlines()[-1])
+    paused = [r for r, action, untouched in settled if action == "rolled_back" and untouched is True]
+    assert paused, settled
+    assert staging_files(logdir) == []
+    ledger = _ledger_runs(logdir)
+    for r in runs:
+        if ledger.get(r, {}).get("state") != "done":
+            assert {k: v for k, v in user_files(logdir).items() if k.startswith(r + "/")} == \
+                {k: v for k, v in before.items() if k.startswith(r + "/")}, r
+    assert all(ledger[r]["state"] == "pending" for r in paused), ledger
+
+
 def test_progress_counts_what_it_shows_and_its_total_is_the_plans_bytes(logdir):
     """A run with nothing to do is not counted as done ("2/1 runs" before); the bar's total is
     the bytes the plan summary printed for the runs it reduces."""
