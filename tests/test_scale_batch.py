@@ -187,3 +187,37 @@ def test_the_ledger_appends_one_line_a_transition_and_names_a_damaged_line(tmp_p
     book.compact()
     with open(path) as f:
         assert len(json.load(f)["runs"]) == 50  # one JSON document again, as earlier versions read it
+
+
+def test_changes_since_reads_only_what_was_appended_and_follows_a_replaced_file(tmp_path, monkeypatch):
+    """The per-run check for another process's change reads each history file once and then only
+    its new lines (reading every file whole for each run of a batch was quadratic)."""
+    from tb_footprint_plugin.engine import history
+
+    state = str(tmp_path / ".tb-footprint")
+    os.makedirs(state)
+    path = os.path.join(state, "history.jsonl")
+
+    def line(run, t, outcome="verified"):
+        return json.dumps({"time": t, "run": run, "outcome": outcome, "op_id": f"{run}-{t}", "kind": "reduce"}) + "\n"
+
+    with open(path, "w") as f:
+        f.write(line("a", 1.0) + line("b", 2.0) + "not json\n" + line("a", 3.0, "rolled_back"))
+    reads = []
+    real = history.open_regular
+    monkeypatch.setattr(history, "open_regular", lambda p, *a, **k: reads.append(p) or real(p, *a, **k))
+    assert [e["op_id"] for e in history.changes_since(state, "a", 0.5, {"verified"})] == ["a-1.0"]
+    size = os.path.getsize(path)
+    with open(path, "a") as f:
+        f.write(line("a", 4.0) + '{"time": 5.0, "run": "a", "outc')  # the last one torn, mid-append
+    assert [e["op_id"] for e in history.changes_since(state, "a", 1.5, {"verified"})] == ["a-4.0"]
+    assert history._FOLLOWED[path][1] == size + len(line("a", 4.0))  # the torn line is not consumed
+    with open(path, "a") as f:
+        f.write('ome": "verified", "op_id": "a-5.0"}\n')
+    assert [e["op_id"] for e in history.changes_since(state, "a", 1.5, {"verified"})] == ["a-4.0", "a-5.0"]
+    # replaced (set aside and started again): read from its start
+    os.replace(path, path + ".old")
+    with open(path, "w") as f:
+        f.write(line("a", 9.0))
+    assert [e["op_id"] for e in history.changes_since(state, "a", 0.0, {"verified"})] == ["a-9.0"]
+    assert len(reads) == 4

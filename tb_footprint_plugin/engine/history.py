@@ -16,12 +16,13 @@ import math
 import os
 import re
 import socket
+import threading
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.engine.trust import Untrusted, read_json_lines, undo_partial_append
+from tb_footprint_plugin.engine.trust import MAX_STATE_BYTES, Untrusted, read_json_lines, undo_partial_append
 from tb_footprint_plugin.storage.files import append_line
-from tb_footprint_plugin.storage.regular import NotRegularFile
+from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
 HISTORY_NAME = "history.jsonl"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
@@ -120,3 +121,57 @@ def history_csv(entries: List[dict]) -> str:
     for e in entries:
         w.writerow(e)
     return buf.getvalue()
+
+
+#: per history file this process follows: (dev, inode), bytes read, and the entries read so far
+#: that say a run changed (``changes_since``); only what was appended since is read again
+_FOLLOWED: Dict[str, Tuple[Tuple[int, int], int, List[dict]]] = {}
+_FOLLOW_LOCK = threading.Lock()
+#: the fields ``changes_since`` keeps of an entry (a few hundred bytes a run at most)
+_KEPT = ("time", "run", "op_id", "kind", "outcome", "user", "host")
+
+
+def changes_since(state: str, run: str, since: float, outcomes) -> List[dict]:
+    """The entries of ``run`` newer than ``since`` whose outcome is one of ``outcomes``, oldest
+    first. Each history file is read once per process and then only from where it was left
+    (a batch asked this for every run: reading every file whole each time was quadratic); a
+    file replaced, truncated or set aside since is read again from its start. Lines are
+    untrusted: only JSON objects with a finite ``time`` count, as in ``read_history``."""
+    out: List[dict] = []
+    with _FOLLOW_LOCK:
+        for path in history_files(state):
+            try:
+                entries = _follow(path)
+            except OSError:  # gone, or not a regular file: nothing of ours to read
+                _FOLLOWED.pop(path, None)
+                continue
+            out += [e for e in entries if e.get("run") == run and e["time"] > since and e.get("outcome") in outcomes]
+    out.sort(key=lambda e: e["time"])
+    return out
+
+
+def _follow(path: str) -> List[dict]:
+    """The kept entries of ``path``, reading only the complete lines appended since last time."""
+    with open_regular(path) as f:
+        st = os.fstat(f.fileno())
+        ident = (st.st_dev, st.st_ino)
+        known = _FOLLOWED.get(path)
+        if known is None or known[0] != ident or st.st_size < known[1]:
+            known = (ident, 0, [])
+        _ident, offset, entries = known
+        if st.st_size > offset:
+            f.seek(offset)
+            raw = f.read(min(st.st_size - offset, MAX_STATE_BYTES))
+            end = raw.rfind(b"\n") + 1  # a torn last line is read again once it is whole
+            for chunk in raw[:end].split(b"\n"):
+                if not chunk.strip():
+                    continue
+                try:
+                    e = json.loads(chunk.decode("utf-8"))
+                except (ValueError, RecursionError):
+                    continue  # a damaged line costs only itself (``history_damage`` names it)
+                if _timed(e) and isinstance(e.get("run"), str):
+                    entries.append({k: e.get(k) for k in _KEPT})
+            offset += end
+        _FOLLOWED[path] = (ident, offset, entries)
+        return entries

@@ -37,7 +37,7 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
     writing,
 )
-from tb_footprint_plugin.engine.history import read_history
+from tb_footprint_plugin.engine.history import changes_since
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import apply_swap, rollback
@@ -145,8 +145,7 @@ def _changed_by_other(ctx: Context, rp: RunPlan) -> None:
     if not rp.planned_at:
         return
     changed = (Outcome.VERIFIED, Outcome.RESTORED, Finding.LATE_WRITES_SALVAGED)  # not a rolled-back one
-    later = [e for e in read_history(ctx.state)
-             if e.get("run") == rp.run and e.get("time", 0) > rp.planned_at and e.get("outcome") in changed]
+    later = changes_since(ctx.state, rp.run, rp.planned_at, changed)
     if later:
         e = later[-1]
         raise TransactionError(f"run {rp.run!r} was changed by another process since it was planned "
@@ -435,7 +434,20 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     _append(journal, {"type": "commit"})
     faults.hit("after_commit")
     journal.close()
+    # the manifest holds the whole record now: a batch keeps only what the outcome shows of it
+    # (its series, summaries and views would grow with the runs of the batch)
+    out.verification = verification_summary(verification)
     report("done", 1.0)
+
+
+#: what an outcome keeps of a committed run's verification (the manifest keeps all of it)
+SUMMARY_KEYS = ("ok", "checks", "failed", "backends", "mode", "unchanged", "expectations", "record_substitutes",
+                "duration_s")
+
+
+def verification_summary(verification: dict) -> dict:
+    """The part of a verification record an outcome shows: verdict, check lines, contract."""
+    return {k: verification[k] for k in SUMMARY_KEYS if k in verification}
 
 
 #: what the verification's scratch views and readers write at least (symlinks, the Python

@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -34,7 +35,17 @@ class CategoryStat:
         self.records += other.records
         self.max_tag_records = max(self.max_tag_records, other.max_tag_records)
         if other.tags:
-            self.tags = sorted(set(self.tags).union(other.tags))
+            # merged into the sorted list in place, only what is new: re-sorting the union at each
+            # add was quadratic over a logdir's runs (the totals fold every run's stat)
+            known = self.__dict__.get("_tag_set")
+            if known is None or known[0] is not self.tags or len(known[1]) != len(self.tags):
+                self.tags = sorted(set(self.tags))  # a list of its own: it is added to in place
+                known = (self.tags, set(self.tags))
+                self.__dict__["_tag_set"] = known
+            for t in other.tags:
+                if t not in known[1]:
+                    known[1].add(t)
+                    bisect.insort(self.tags, t)
         for s in (other.min_step, other.max_step):
             if s is None:
                 continue

@@ -345,15 +345,26 @@ def selection_for(run_dir: str, rules: Rules, rewritten: Sequence[str], original
         return sel
     sel = select_run(run_dir, rules, rewritten, original=original)
     with _SEL_LOCK:
+        global _sel_cache_records
+        old = _SEL_CACHE.pop(key, None)
+        if old is not None:
+            _sel_cache_records -= _records(old)
+        if not _SEL_CACHE:
+            _sel_cache_records = 0  # emptied from outside (a test's clear): start the count again
         _SEL_CACHE[key] = sel
-        while len(_SEL_CACHE) > 1 and sum(_records(x) for x in _SEL_CACHE.values()) > _SEL_CACHE_RECORDS:
-            _SEL_CACHE.popitem(last=False)
+        _sel_cache_records += _records(sel)
+        # a running total: summing every cached selection at each insert was quadratic in the
+        # runs a plan rewrites
+        while len(_SEL_CACHE) > 1 and _sel_cache_records > _SEL_CACHE_RECORDS:
+            _k, dropped = _SEL_CACHE.popitem(last=False)
+            _sel_cache_records -= _records(dropped)
     return sel
 
 
 #: records of the cached selections (~10 bytes each: mask, code, size, CRC): a plan caches one
 #: selection per run it rewrites, so that the reduce that follows applies exactly that one
 _SEL_CACHE_RECORDS = 8_000_000
+_sel_cache_records = 0  # records of the selections in _SEL_CACHE (under _SEL_LOCK)
 
 
 def _records(sel: "Selection") -> int:
