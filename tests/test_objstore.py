@@ -54,7 +54,7 @@ def test_scheme_helpers():
 
 # --- scan and plan on bucket logdirs ------------------------------------------------------
 from tb_footprint_plugin import api  # noqa: E402
-from tb_footprint_plugin.codes import Failure  # noqa: E402
+from tb_footprint_plugin.codes import Failure, Skip  # noqa: E402
 from tb_footprint_plugin.demo import generate_demo  # noqa: E402
 from tb_footprint_plugin.scan import scan  # noqa: E402
 
@@ -190,7 +190,7 @@ def test_plan_leaves_recently_written_bucket_runs_alone(s3_bucket, demo_logdir):
     url = s3_bucket.upload(demo_logdir, "logs")
     p = api.plan(url, DROP_PROFILES)
     assert p.runs and all(rp.skipped for rp in p.runs)
-    assert any("active" in rp.skipped for rp in p.runs)
+    assert any(rp.code == Skip.ACTIVE for rp in p.runs)
 
 
 def test_cli_plan_reduce_restore_on_a_bucket(s3_bucket, demo_logdir, tmp_path):
@@ -446,6 +446,57 @@ def test_object_changed_after_backup_is_never_deleted(bucket, demo_logdir):
     assert leftovers == []  # its backups and manifest dropped, since the originals are all there
 
 
+def test_failure_codes_are_the_local_engines():
+    """A failed bucket step is reported with the ``codes.py`` code the local engine uses for the
+    same failure (its own code for a step of ours, no space, a store error, a key that is not
+    plain), never a code spelled into the reason."""
+    import errno
+
+    from tb_footprint_plugin.engine.bucket import BucketTxnError, failure_code
+    from tb_footprint_plugin.engine.bucket_state import lock_failure_code
+    from tb_footprint_plugin.engine.context import TransactionError
+    from tb_footprint_plugin.storage.remote import RemoteError
+
+    assert failure_code(BucketTxnError(Failure.CHANGED_SINCE_BACKUP, "x")) == Failure.CHANGED_SINCE_BACKUP
+    assert failure_code(RemoteError("store_error", "500")) == Failure.STORE_ERROR
+    assert failure_code(RemoteError("precondition_failed", "412")) == Failure.STORE_ERROR
+    assert failure_code(RemoteError("no_space", "quota")) == Failure.NO_SPACE
+    assert failure_code(OSError(errno.ENOSPC, "full")) == Failure.NO_SPACE  # local staging of a rewrite
+    assert failure_code(ValueError("../escape")) == Failure.REFUSED
+    assert failure_code(TransactionError("verification failed")) == Failure.ERROR
+    assert failure_code(TransactionError("busy", Skip.ACTIVE)) == Skip.ACTIVE
+    assert lock_failure_code(RemoteError("store_error", "500")) == Failure.LOCK_ERROR
+    assert lock_failure_code(RemoteError("no_space", "quota")) == Failure.NO_SPACE
+
+
+@pytest.mark.parametrize("policy", ["drop", "archive"])
+def test_run_written_during_the_reduce_is_left_alone_by_the_plans_rule(s3_bucket, rewrite_logdir, policy):
+    """An object written into a run between the plan and the destructive step, inside the quiet
+    period: the batch (drop-only) and the rewrite transaction both leave the run as it was with
+    ``Skip.ACTIVE``, the plan's own rule (a plan made now says the same), and nothing is changed."""
+    import time
+
+    from tb_footprint_plugin.engine import faults
+
+    url = s3_bucket.upload(rewrite_logdir, "logs")
+    before = _logdir_hashes(s3_bucket, "logs")
+    run = "torch/resnet" if policy == "drop" else "exp/hist"
+    pol = DROP_PROFILES if policy == "drop" else "archive"
+    time.sleep(4)  # the uploaded objects are older than the quiet period
+    fresh = s3_bucket.key(f"logs/{run}/notes-{policy}.txt")
+    faults.arm("bucket.before_recheck", lambda: s3_bucket.fs.pipe_file(fresh, b"written by the trainer"))
+    try:
+        rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=3, runs=[run])
+    finally:
+        faults.disarm_all()
+    (o,) = rep.outcomes
+    assert o.status == "skipped" and o.code == Skip.ACTIVE, (o.status, o.code, o.reason)
+    now = _logdir_hashes(s3_bucket, "logs")
+    assert {k: h for k, h in now.items() if not k.endswith(f"notes-{policy}.txt")} == before
+    (rp,) = [rp for rp in api.plan(url, pol, quiet_period=3, runs=[run]).runs]
+    assert rp.code == Skip.ACTIVE
+
+
 @pytest.fixture
 def s3_via_proxy(s3_bucket, monkeypatch):
     """The S3 test server behind a fault-injecting proxy; the code under test talks to the proxy."""
@@ -596,7 +647,7 @@ def test_two_processes_never_reduce_one_run_and_a_dead_lock_is_taken_over(s3_buc
     url = s3_bucket.upload(demo_logdir, "logs")
     planned = api.plan(url, DROP_PROFILES, quiet_period=0)
     run = next(rp.run for rp in planned.runs if not rp.skipped)
-    lock = s3_bucket.key("logs/" + bk._lock_key(run))
+    lock = s3_bucket.key("logs/" + bk.lock_key(run))
     live = {"run": run, "op": "other-op", "host": socket.gethostname(), "pid": os.getppid(),
             "at": 0, "expires": 4e9}
     s3_bucket.fs.pipe_file(lock, json.dumps(live).encode())
@@ -830,11 +881,11 @@ def test_lock_owner_on_another_host_is_live_while_its_journal_progresses():
     period = lease.lease_seconds()
     lock = {"run": "r", "op": new_op_id(), "host": "another-host", "pid": 1, "at": now - 3 * period,
             "expires": now - period}
-    assert bk._owner_gone(lock)  # no journal to show progress
+    assert bk.owner_gone(lock)  # no journal to show progress
     # the journal object's last write (its mtime in the store) is the progress _owner_gone reads
     assert not bucket_lease.holder_gone(lock, lambda op: now - 60 if op == lock["op"] else None)
     assert bucket_lease.holder_gone(lock, lambda op: now - 2 * period)
-    assert not bk._owner_gone(dict(lock, expires=now + 60))  # within its lease
+    assert not bk.owner_gone(dict(lock, expires=now + 60))  # within its lease
 
 
 # --- objects beyond a store's single-copy limit ---------------------------------------------

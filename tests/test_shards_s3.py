@@ -159,20 +159,20 @@ def test_a_bucket_lock_of_another_host_is_stale_only_when_its_lease_and_its_jour
     now = time.time()
     lock = {"run": "exp0/run000", "op": op, "host": "other-node", "pid": 4242, "at": now - 600,
             "renewed": now - 600, "expires": now + 60}
-    assert not bk._owner_gone(lock, st)  # lease live
+    assert not bk.owner_gone(lock, st)  # lease live
     lock["expires"] = now - 1
-    assert bk._owner_gone(lock, st)  # lease expired, no journal
+    assert bk.owner_gone(lock, st)  # lease expired, no journal
     st.create(rfs.path(f"{bk.JOURNAL}/{op}.json"), {"op": op, "run": "exp0/run000", "step": "planned"})
-    assert not bk._owner_gone(lock, st)  # expired, but its journal was written a moment ago
-    assert bk._owner_gone(lock, st) is False
+    assert not bk.owner_gone(lock, st)  # expired, but its journal was written a moment ago
+    assert bk.owner_gone(lock, st) is False
     lease.configure(lease_seconds=0.5)
     try:
         time.sleep(1.2)
-        assert bk._owner_gone(lock, st)  # no journal progress within a lease: stale
+        assert bk.owner_gone(lock, st)  # no journal progress within a lease: stale
     finally:
         lease.configure(lease_seconds=lease.DEFAULT_LEASE_S)
     # a lock naming an op id that is no op id never becomes a journal key; a malformed lock is nobody's
-    assert bk._owner_gone(dict(lock, op="../../x"), st)
+    assert bk.owner_gone(dict(lock, op="../../x"), st)
     for junk in ({"corrupt": True}, {"host": 1}, dict(lock, pid=True), dict(lock, expires=float("inf"))):
         assert bucket_lease.holder_gone(junk, lambda op: None)
 

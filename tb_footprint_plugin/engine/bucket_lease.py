@@ -52,7 +52,7 @@ _renewer: Optional[threading.Thread] = None
 def new_lock_doc(run: str, op_id: str) -> dict:
     """The lock object of ``run`` for operation ``op_id`` taken now by this process."""
     now = time.time()
-    return {"run": run, "op": op_id, "host": HOST, **lease.me(), "shard": lease._shard,
+    return {"run": run, "op": op_id, "host": HOST, **lease.me(), "shard": lease.shard_label(),
             "at": now, "renewed": now, "expires": now + lease.lease_seconds()}
 
 

@@ -1,6 +1,6 @@
 """A bucket logdir's reduce: each run to the transaction its plan needs.
 
-Drop-only runs go in batches under one journal object (``engine.bucket.reduce_batch``); a run
+Drop-only runs go in batches under one journal object (``engine.bucket_batch.reduce_batch``); a run
 whose plan rewrites or compresses files is its own transaction (``engine.bucket_rewrite``).
 Above both, so neither imports the other's way back.
 """
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine.bucket import BucketVault, failure_code, reduce_batch
+from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.engine.bucket_batch import reduce_batch
+from tb_footprint_plugin.engine.bucket_state import BucketVault, failure_code
 from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.plan.cost import BATCH_RUNS

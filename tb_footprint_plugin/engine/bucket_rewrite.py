@@ -1,7 +1,8 @@
 """Rewrite and compress files of a run in object storage: an event-file rewrite, a trace slim, a gzip.
 
 A bucket has no rename, so one run is one transaction of these steps, each destructive one
-preceded by its journal record (the journal, lock and manifest objects of ``engine.bucket``):
+preceded by its journal record (the journal and lock objects of ``engine.bucket_state``, the
+steps of ``engine.bucket_steps``):
 
 1. **backup** of every original the plan removes or replaces, by a server-side copy conditional
    on the version the plan saw, its integrity the store's checksum (originals that are replaced
@@ -39,30 +40,32 @@ from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
-from tb_footprint_plugin.engine.bucket import (
+from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
     BucketState,
     BucketTxnError,
     BucketVault,
-    backup_object,
     commit_recorded,
     failure_code,
-    file_entry,
-    finish_op,
     listing_of_runs,
     lock_failure_code,
     lock_run,
-    manifest_doc,
     must_delete,
     now_s,
+    run_prefix,
+    unlock_versions,
+    written_recently,
+)
+from tb_footprint_plugin.engine.bucket_steps import (
+    backup_object,
+    file_entry,
+    finish_op,
+    manifest_doc,
     rollback_entry,
     rollback_incomplete,
     rolled_back,
-    run_prefix,
-    unlock_versions,
     verify_batch,
-    written_recently,
 )
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import RunOutcome, TransactionError, new_op_id, reason_of

@@ -1,0 +1,249 @@
+"""Drop-only runs of a bucket logdir reduced in batches under one journal object.
+
+Runs that only lose files are reduced together, ``plan.cost.BATCH_RUNS`` to one journal object,
+each with its own lock object, operation id, backups and manifest (restorable on its own); the
+batch pays one journal create, one commit record, one listing before and after its delete step
+and the batched deletes (1,000 keys a request on S3; failed keys retried, then the run rolled back
+from its backups if they still fail). The steps are ``engine.bucket_steps``; a crash is settled
+from any machine by ``engine.bucket_recover``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine import bucket_lease, faults
+from tb_footprint_plugin.engine.bucket_state import (
+    ACTIVE_OPS,
+    BucketJournal,
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    failure_code,
+    listing_of_runs,
+    lock_failure_code,
+    lock_run,
+    must_delete,
+    now_s,
+    unlock_all,
+    written_recently,
+)
+from tb_footprint_plugin.engine.bucket_steps import (
+    backup_object,
+    file_entry,
+    finish_op,
+    manifest_doc,
+    rollback_entry,
+    rollback_incomplete,
+    rolled_back,
+    verify_batch,
+)
+from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
+
+
+def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+                  quiet_period: float, policy: Optional[str], settled_early=None) -> List[RunOutcome]:
+    """Drop-only runs under one journal object. Each run has its own lock object (two machines
+    never reduce one run at once), its own operation id, backups and manifest (restorable on its
+    own); the journal records the batch's steps, so a crash is settled from any machine.
+    ``settled_early(outcome)`` hears of each run left out before the journal is written (gone
+    since the plan, locked by another worker) as soon as that is known."""
+    t0 = time.monotonic()
+    st = BucketState(rfs)
+    batch_id = new_op_id()
+    outs: Dict[str, RunOutcome] = {}
+    entries: List[dict] = []
+    plans = {rp.run: rp for rp in rps}
+    ACTIVE_OPS.add(batch_id)
+    journal = None
+    try:
+        for rp in rps:
+            out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                             bytes_after=rp.bytes_before)
+            outs[rp.run] = out
+            files = []
+            missing = None
+            op_id = new_op_id()
+            for a in rp.actions:
+                if a.kind != "delete":
+                    continue
+                o = listing.get(a.path)
+                if o is None:
+                    missing = a.path
+                    break
+                files.append(file_entry(vault, op_id, a, o))
+            if missing:
+                out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
+                continue
+            try:
+                lock_path, _ = lock_run(st, rp.run, batch_id)
+            except BucketTxnError as e:
+                out.reason, out.code = str(e), Skip.LOCKED
+                continue
+            except RemoteError as e:
+                out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
+                continue
+            out.op_id = op_id
+            entries.append({"run": rp.run, "op": op_id, "lock": lock_path, "files": files})
+        if settled_early:
+            taken = {en["run"] for en in entries}
+            for run, o in outs.items():
+                if run not in taken:
+                    settled_early(o)
+        if not entries:
+            return list(outs.values())
+        try:
+            journal = BucketJournal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
+                                              "vault": vault.root, "runs": entries,
+                                              "logdir_objects": len(listing)})
+        except RemoteError as e:
+            ours, versions = unlock_all([en["lock"] for en in entries])
+            must_delete(rfs, ours, versions=versions)
+            for en in entries:
+                o = outs[en["run"]]
+                o.status, o.reason, o.code = Outcome.FAILED, str(e), failure_code(e)
+            return list(outs.values())
+        faults.hit("bucket.after_journal")
+        # Backups: server-side copies, each conditional on the plan's version. A run whose copy
+        # fails is rolled back alone; the others go on.
+        live: List[dict] = []
+        for en in entries:
+            rp = plans[en["run"]]
+            try:
+                for f in en["files"]:
+                    backup_object(rfs, f)
+                    faults.hit("bucket.after_backup_copy")
+                bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
+                st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after))
+                live.append(en)
+            except faults.InjectedFault:
+                raise
+            except (BucketTxnError, RemoteError) as e:
+                _drop_run(rfs, vault, en, outs[en["run"]], e)
+        faults.hit("bucket.after_backup")
+        # Last look before the destructive step: an object rewritten since its backup was made
+        # must not be deleted (its new bytes have no backup). Each delete also carries the
+        # version as a condition where the store takes one.
+        faults.hit("bucket.before_recheck")
+        if live:
+            try:
+                now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+            except RemoteError as e:
+                for en in live:
+                    _drop_run(rfs, vault, en, outs[en["run"]], e)
+                live, now_objs = [], {}
+            keep = []
+            for en in live:
+                changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
+                                or now_objs[f["path"]].version_token != f["version"]), None)
+                active = None if changed else written_recently(now_objs, en["run"], quiet_period)
+                if changed:
+                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                        Failure.CHANGED_SINCE_BACKUP, f"{changed}: changed since its backup; run left as it was"))
+                elif active:
+                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(Skip.ACTIVE, active))
+                else:
+                    keep.append(en)
+            live = keep
+        keep = []
+        for en in live:  # a run whose lock another worker took over stops before its delete step
+            if bucket_lease.still_held(en["lock"]):
+                keep.append(en)
+            else:
+                _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                    Skip.LOCKED, f"run {en['run']}: its lock was taken over; left as it was"))
+        live = keep
+        if not live:
+            ours, versions = unlock_all([en["lock"] for en in entries])
+            rfs.ops.delete([journal.path] + ours, versions=versions)
+            return list(outs.values())
+        try:
+            # the destructive step is preceded by its record: every backup of these runs verified
+            journal.step("swapping")
+            faults.hit("bucket.before_delete")
+            finish_op(rfs, vault, journal.doc, present=now_objs)
+        except (BucketTxnError, RemoteError) as e:
+            _rollback_batch(rfs, vault, journal, live, outs, e)
+            ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
+            rfs.ops.delete(ours, versions=versions)
+            return list(outs.values())
+        faults.hit("bucket.after_delete")
+        try:
+            verification = verify_batch(rfs, vault, live, listing)
+        except RemoteError as e:  # past the commit point: the reduction stands, unverified
+            verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
+                                        "run `verify` to check it"} for en in live}
+        for en in live:
+            o = outs[en["run"]]
+            bad = verification.get(en["run"], {}).get("error")
+            o.verification = verification.get(en["run"])
+            o.removed_files = [f["path"] for f in en["files"]]
+            o.status = Outcome.VERIFIED if not bad else Outcome.FAILED
+            if bad:
+                o.reason, o.code = bad, Failure.ERROR
+            o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
+        # done: the journal and every lock in one batched delete (journal first: a crash between
+        # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
+        # failed keeps the journal: the next start finishes that cleanup.
+        if not any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries):
+            ours, versions = unlock_all([en["lock"] for en in entries])
+            rfs.ops.delete([journal.path] + ours, versions=versions)
+        else:
+            journal.step("done")
+        return list(outs.values())
+    except faults.InjectedFault:
+        raise
+    finally:
+        ACTIVE_OPS.discard(batch_id)
+        for en in entries:  # no lock of an ended batch is renewed (those kept are stale now)
+            bucket_lease.release(en["lock"])
+        dt = (time.monotonic() - t0) / max(1, len(rps))
+        for o in outs.values():
+            o.duration_s = dt
+
+
+def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: Exception) -> None:
+    """Take one run out of a batch before its destructive step: its originals are untouched,
+    its backups and manifest go. The batch journal still names the run: a crash from here on
+    makes recovery roll it back too, which finds nothing left to undo."""
+    code = failure_code(e)
+    out.reason = str(e)
+    try:
+        rollback_entry(rfs, vault, en, deleted=False)
+        rolled_back(out, code)
+    except (BucketTxnError, RemoteError, OSError) as e2:
+        rollback_incomplete(out, e2)
+    en["dropped"] = True
+
+
+def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal", live: List[dict],
+                    outs: Dict[str, RunOutcome], e: Exception) -> None:
+    """The destructive step failed: recorded first (a recovery that finds this journal must
+    finish the rollback, not roll forward), then every run put back from its backups."""
+    code = failure_code(e)
+    try:
+        journal.step("rolling_back")
+    except RemoteError:
+        pass
+    incomplete = None
+    for en in live:
+        o = outs[en["run"]]
+        o.reason = str(e)
+        try:
+            rollback_entry(rfs, vault, en)
+            o.status, o.code = Outcome.ROLLED_BACK, code
+        except (BucketTxnError, RemoteError, OSError) as e2:
+            incomplete = e2
+            o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+            o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+    if incomplete is None:
+        try:
+            ours, versions = unlock_all([en["lock"] for en in live])
+            must_delete(rfs, [journal.path] + ours, versions=versions)
+        except BucketTxnError as e3:
+            for en in live:
+                o = outs[en["run"]]
+                o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                o.reason += f"; cleanup incomplete ({e3}); the next start settles it"

@@ -1,0 +1,199 @@
+"""What a bucket logdir's vault holds: its manifests (untrusted input), status, history, the
+objects restores kept, and the re-check of kept reductions without downloading."""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.engine.bucket_recover import damaged_journals
+from tb_footprint_plugin.engine.bucket_state import (
+    JOURNAL,
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    run_listing,
+    vault_url,
+)
+from tb_footprint_plugin.engine.bucket_steps import staged_match
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
+from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, same_content
+
+
+def manifest_damage(doc: Optional[dict]) -> Optional[str]:
+    """Why a manifest read from the vault cannot be used (untrusted input), or None."""
+    if doc is None:
+        return None
+    if doc.get("corrupt"):
+        return "not UTF-8 JSON"
+    files = doc.get("files")
+    if not isinstance(doc.get("op"), str) or not isinstance(doc.get("run"), str) or not isinstance(files, list) \
+            or not isinstance(doc.get("created", 0), (int, float)):
+        return "not a manifest (op, run, files or created missing or of the wrong type)"
+    for f in files:
+        if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not isinstance(f.get("backup"), str) \
+                or not isinstance(f.get("size"), int) or not isinstance(f.get("checksums", {}), dict):
+            return "a file entry is not a path, backup, size and checksums"
+    return None
+
+
+def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
+    """Every usable manifest in the vault, newest first. One that cannot be read or is not a
+    manifest is left out (its backups stay) and, with ``problems``, named there by its URL
+    (``Finding.MANIFEST_DAMAGED``)."""
+    st = BucketState(rfs)
+    prefix = vault.root + "/manifests"
+    try:
+        found = rfs.list_under(prefix, vault.root)
+    except FileNotFoundError:
+        return []
+    out = []
+    for key, info in sorted(found.items()):
+        if not key.startswith("manifests/"):
+            continue
+        p = f"{vault.root}/{key}"
+        doc, version = st.read(p, info)
+        why = manifest_damage(doc)
+        if why:
+            if problems is not None:
+                url = vault_url(rfs, p)
+                problems.append({"code": Finding.MANIFEST_DAMAGED, "file": url, "op_id": None, "run": None,
+                                 "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
+                                           "it is mended or moved aside"})
+            continue
+        if doc:
+            doc["_version"] = version
+            doc["_path"] = p
+            out.append(doc)
+    out.sort(key=lambda d: -d.get("created", 0))
+    return out
+
+
+def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
+            op: Optional[str] = None) -> List[dict]:
+    """Re-check kept bucket reductions without downloading: every backup object is still there
+    with the checksums the store computed for the original, and every removed key is still
+    absent from the logdir (or was put back by someone, which is reported). A damaged manifest
+    (which may hide a backup) is a failed check naming it, unless one operation is asked for."""
+    out = []
+    damaged: List[dict] = []
+    for m in manifests(rfs, vault, damaged):
+        if m.get("status") != "verified" or m.get("purged"):
+            continue
+        if (op is not None and m.get("op") != op) or (run is not None and m.get("run") != run):
+            continue
+        bad, absent, back = [], 0, []
+        listing = run_listing(rfs, vault, m["run"])
+        for f in m.get("files", []):
+            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
+            info = rfs.ops.head(f["backup"])
+            if info is None or info.size != f.get("size") or \
+                    not same_content(content_checksums(info), f.get("checksums") or {}):
+                bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
+            if f.get("action") == "rewrite":
+                if staged_match(listing.get(f["path"]), f):
+                    absent += 1  # holds the reduced bytes this operation put there
+                else:
+                    back.append(f["path"])
+            elif f["path"] in listing:
+                back.append(f["path"])
+            else:
+                absent += 1
+        checks = [
+            {"name": "backups", "ok": not bad, "detail": f"{len(m.get('files', [])) - len(bad)} of "
+             f"{len(m.get('files', []))} backups in the vault match the store's checksums of the originals"},
+            {"name": "removed", "ok": True, "detail": f"{absent} removed or replaced file(s) still as the "
+             "reduction left them"
+             + (f"; {len(back)} exist again (written since), e.g. {back[0]}" if back else "")},
+        ]
+        out.append({"op_id": m["op"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
+                    "verification": {"ok": not bad, "checks": checks}, "ok": not bad})
+    for p in damaged if op is None else []:
+        out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
+                    "code": p["code"], "verification": {"ok": False, "checks": [
+                        {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
+    return out
+
+
+def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
+    """The change log of a bucket logdir, oldest first, from its manifests (a bucket has no
+    append: each operation's manifest is its record, marked when restored or purged)."""
+    out = []
+    for m in manifests(rfs, vault):
+        kept = not m.get("purged") and m.get("status") == "verified"
+        out.append({"time": m.get("created"), "op_id": m.get("op"), "kind": "reduce", "run": m.get("run"),
+                    "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
+                    "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
+                    "user": m.get("user"), "host": m.get("host"),
+                    "shard": m["shard"] if isinstance(m.get("shard"), str) else None})
+        if m.get("restored_at"):
+            out.append({"time": m["restored_at"], "op_id": m.get("op"), "kind": "restore", "run": m.get("run"),
+                        "of_op": m.get("op"), "before": m.get("bytes_after"), "after": m.get("bytes_before"),
+                        "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m.get("purged"),
+                        "policy": m.get("policy"), **(m.get("restored_with") or {})})
+        if m.get("purged"):
+            out.append({"time": m["purged"], "op_id": m.get("op"), "kind": "purge", "run": m.get("run"),
+                        "outcome": "purged", "backup_kept": False})
+    out.sort(key=lambda e: e.get("time") or 0)
+    return out
+
+
+def status(rfs: RemoteFS, vault: BucketVault) -> dict:
+    """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
+    try:
+        pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in rfs.list_tree(JOURNAL))
+    except FileNotFoundError:
+        pending = []
+    ops, vault_bytes, problems = [], 0, []
+    found = manifests(rfs, vault, problems)
+    for m in found:
+        size = sum(int(f.get("size") or 0) for f in m.get("files", []))
+        if not m.get("purged"):
+            vault_bytes += size
+        ops.append({"op_id": m.get("op"), "kind": "reduce", "run": m.get("run"), "outcome": Outcome.VERIFIED,
+                    "reason": None, "bytes_before": m.get("bytes_before"), "bytes_after": m.get("bytes_after"),
+                    "finished_at": m.get("created"), "backup_purged": bool(m.get("purged")),
+                    "restored_by": "a restore" if m.get("status") == "restored" else None})
+    return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
+            "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"], "vault_bytes": vault_bytes,
+            "unfinished_operations": pending, "operations": ops, "ledger": None,
+            "problems": problems + damaged_journals(rfs), "kept_blobs": kept_objects(rfs, vault, found)}
+
+
+#: how to copy an object kept in the vault back, per scheme (the store's own command-line tool)
+_COPY_COMMAND = {"s3": "aws s3 cp", "gs": "gcloud storage cp", "gcs": "gcloud storage cp", "az": "azcopy copy"}
+
+
+def kept_objects(rfs: RemoteFS, vault: BucketVault, found: Optional[List[dict]] = None) -> List[dict]:
+    """Every object a restore kept in the vault in a file's place (the reduced object with records
+    written after the reduction), as ``status`` lists them for a local logdir: what it holds,
+    where its records went back into the run, whether it is still there and how to bring it back.
+    Manifests are untrusted: an entry naming a key outside the vault's ``kept/`` is not listed."""
+    out = []
+    for m in found if found is not None else manifests(rfs, vault):
+        for d in m.get("displaced") or []:
+            if not isinstance(d, dict) or not isinstance(d.get("path"), str) or \
+                    not str(d.get("kept", "")).startswith(vault.root + "/kept/"):
+                continue
+            late = d.get("late_records") if isinstance(d.get("late_records"), dict) else {}
+            blob = vault_url(rfs, d["kept"])
+            size = d.get("size") if isinstance(d.get("size"), int) else None
+            holds = f"{d['path']} as it stood before the restore ({size} bytes)"
+            if late.get("file"):
+                holds += (f": the reduced file with {late.get('records', 0)} record(s) written after the reduction, "
+                          f"which are back in the run as {late['file']}")
+            # an event file's copy under a name TensorBoard does not read: its records would show
+            # twice next to the restored original
+            folder = d["path"].rsplit("/", 1)[0] + "/" if "/" in d["path"] else ""
+            try:
+                dest = rfs.url_of(f"{folder}kept-{m['op']}.tfrecord")
+            except ValueError:  # a path that is not a plain key of the logdir: never shown as one
+                continue
+            out.append({"op_id": m.get("op"), "kind": "restore", "of_op": m.get("op"), "run": m.get("run"),
+                        "path": d["path"], "sha256": None, "size": size, "blob": blob,
+                        "present": rfs.ops.head(d["kept"]) is not None,
+                        "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,
+                        "late_records": late.get("records", 0), "late_records_file": late.get("file"),
+                        "holds": holds,
+                        "bring_back": f"{_COPY_COMMAND.get(rfs.scheme, 'copy')} {blob} {dest}"})
+    return out

@@ -1,0 +1,82 @@
+"""Free a bucket logdir's vault: the backups of verified or restored operations (never an
+original a restore could not put back), and what a reduction frees on this bucket and when."""
+from __future__ import annotations
+
+from typing import Optional
+
+from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.engine.bucket_catalogue import manifests
+from tb_footprint_plugin.engine.bucket_state import BucketState, BucketTxnError, BucketVault, must_delete, now_s
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+
+def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
+          run: Optional[str] = None, op: Optional[str] = None, yes: bool = False) -> dict:
+    """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
+    The manifest is marked purged before its blobs go, so a restore never points at them."""
+    now = now_s()
+    chosen = [m for m in manifests(rfs, vault)
+              if m.get("status") in ("verified", "restored") and not m.get("purged")
+              and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
+              and (older_than is None or m.get("created", now) <= now - older_than)]
+    # a restore that found a file written again at an original's name left that original in the
+    # vault only (``not_restored``): its operation is not purged, and the listing says why
+    kept = [m for m in chosen if m.get("status") == "restored" and m.get("not_restored")]
+    chosen = [m for m in chosen if m not in kept]
+    freed = sum(f["size"] for m in chosen for f in m["files"])
+    ops = [{"op_id": m["op"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
+            "restored": m["status"] == "restored"} for m in chosen]
+    held = [{"op_id": m["op"], "run": m["run"], "only_copies": list(m["not_restored"])[:1000],
+             "reason": (f"{len(m['not_restored'])} original(s) were not put back by its restore (a file "
+                        f"was written again at the name, e.g. {m['not_restored'][0]}): the vault holds the "
+                        "only copy")} for m in kept]
+    if yes:
+        st = BucketState(rfs)
+        for m in chosen:
+            if not all(str(f.get("backup", "")).startswith(vault.root + "/blobs/") for f in m["files"]):
+                raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
+            doc = {k: v for k, v in m.items() if not k.startswith("_")}
+            doc["purged"] = now
+            st.update(m["_path"], doc, m["_version"])
+            must_delete(rfs, [f["backup"] for f in m["files"]])
+    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held}
+
+
+def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
+    """What a reduction frees and when, on this bucket: removed from the logdir now; backups
+    (server-side copies in the vault) billed until purge; deleted bytes kept by the bucket's
+    versioning or soft delete until its retention passes."""
+    bucket = rfs.root.split("/", 1)[0]
+    r = rfs.ops.retention(bucket)
+    same_store = True  # backups are server-side copies: always in this store
+    kept_days = None
+    never = False
+    if r.get("versioning"):
+        if r.get("noncurrent_expiry_days") is not None:
+            kept_days = float(r["noncurrent_expiry_days"])
+        else:
+            never = True
+    if r.get("soft_delete_seconds"):
+        kept_days = max(kept_days or 0.0, r["soft_delete_seconds"] / 86400.0)
+    lines = [f"removed from the logdir: {removable} bytes, at once"]
+    if same_store:
+        lines.append("backups are server-side copies in the same store: billed until `purge`")
+    if never:
+        when = ("never, until a lifecycle rule expires noncurrent versions: the bucket is versioned and "
+                "a delete only adds a delete marker")
+    elif kept_days:
+        when = f"{kept_days:g} day(s) after purge (the bucket keeps deleted objects that long)"
+    else:
+        when = "at purge"
+    lines.append(f"freed from the bill: {when}")
+    return {
+        "removed_from_logdir": removable,
+        "freed_now": 0 if same_store else removable,
+        "freed_after_purge": removable if not (never or kept_days) else 0,
+        "freed_after_retention": None if never else removable,
+        "retention_days": kept_days,
+        "versioning": bool(r.get("versioning")),
+        "soft_delete_seconds": r.get("soft_delete_seconds"),
+        "noncurrent_expiry_days": r.get("noncurrent_expiry_days"),
+        "lines": lines,
+    }

@@ -1,0 +1,179 @@
+"""Settle unfinished bucket operations from any machine, and name journals that cannot be read.
+
+Before its commit record an operation is rolled back (originals untouched, backups and
+temporary keys dropped); from it on (every backup verified, new objects staged and checked) it is
+finished. Journals and locks are untrusted input: one that is not a journal's shape, or names a
+key outside the logdir, its vault or its run, is never acted on and is reported with a code.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.engine.bucket_state import (
+    COMMITTED_STEPS,
+    JOURNAL,
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    commit_recorded,
+    lock_key,
+    must_delete,
+    owner_gone,
+    run_prefix,
+)
+from tb_footprint_plugin.engine.bucket_steps import finish_op, live_entries, rollback_entry
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.remote import RemoteError, RemoteFS
+
+
+#: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
+#: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
+MALFORMED = "journal is malformed"
+
+
+def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
+    """Why a journal must not be acted on (untrusted input), or None: every key it names is a
+    plain key of this logdir or this vault's blobs/tmp, and its runs are runs of this logdir."""
+    for en in doc.get("runs", []) if "runs" in doc else [doc]:
+        if not isinstance(en, dict) or not isinstance(en.get("run"), str) or not isinstance(en.get("files", []), list):
+            return MALFORMED
+        try:
+            rfs.path(en["run"]) if en["run"] != "." else None
+            for f in en.get("files", []):
+                if not isinstance(f, dict) or not isinstance(f.get("path"), str):
+                    return MALFORMED
+                rfs.path(f["path"])  # raises on '..' and friends
+                if f.get("final") is not None:
+                    rfs.path(f["final"])
+                    if en["run"] != "." and not str(f["final"]).startswith(run_prefix(en["run"])):
+                        return "journal names keys outside its run"
+                if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                    return "journal names keys outside the logdir or vault"
+                if f.get("tmp") is not None and not str(f["tmp"]).startswith(vault.root + "/tmp/"):
+                    return "journal names keys outside the logdir or vault"
+                if not f["path"].startswith(run_prefix(en["run"])) and en["run"] != ".":
+                    return "journal names keys outside its run"
+        except (ValueError, TypeError):
+            return "journal names keys outside the logdir or vault"
+    return None
+
+
+def _journal_unreadable(doc: dict) -> bool:
+    """A journal object that is not UTF-8 JSON of a journal's shape: never acted on."""
+    return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
+        ("runs" in doc and not isinstance(doc["runs"], list))
+
+
+def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
+    """Settle unfinished bucket operations of this logdir, from any machine: before the commit
+    record, roll back; from it on (backups verified, new objects staged and checked), finish."""
+    st = BucketState(rfs)
+    out: List[RecoveryOutcome] = []
+    # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
+    # local vault's tmp/ is at every start
+    scratch.sweep(scratch.current_root())
+    try:
+        journals = rfs.list_tree(JOURNAL)
+    except FileNotFoundError:
+        return out
+    for key in sorted(journals):
+        rel = key.rsplit("/", 1)[-1]
+        if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
+            continue
+        path = rfs.path(key)
+        doc, version = st.read(path)
+        if doc is None:  # finished (or settled) by its owner since the listing
+            continue
+        if _journal_unreadable(doc):
+            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
+                                       detail=f"{rfs.url_of(key)}: unreadable journal left in place",
+                                       code=Finding.DAMAGED_FILE))
+            continue
+        op_id = str(doc.get("op", rel[:-5]))
+        every = doc["runs"] if "runs" in doc else [dict(doc)]
+        why = _trusted(rfs, vault, doc)
+        runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
+        label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
+        if why:
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=f"{why}; left alone",
+                                       code=trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE))
+            continue
+        locks = [rfs.path(lock_key(r)) for r in runs]  # computed, never taken from the journal
+        lock, _ = st.read(locks[0]) if locks else (None, None)
+        if lock and lock.get("op") == op_id and not owner_gone(lock, st):
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
+                                       detail="its owner is still running", code=Finding.RUN_LOCKED))
+            continue
+        try:
+            if "runs" not in doc:  # one run at top level (journals of earlier versions)
+                doc = {**doc, "runs": live_entries(doc)}
+            dropped = [en for en in doc["runs"] if en.get("dropped")]
+            for en in dropped:  # taken out before the commit step: nothing of it was deleted
+                rollback_entry(rfs, vault, en, deleted=False)
+            live = live_entries(doc)
+            finish = doc.get("step") in COMMITTED_STEPS and \
+                all(f.get("backup_checksums") for en in live for f in en["files"])
+            settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
+            if finish:
+                finish_op(rfs, vault, doc)
+                action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
+            else:
+                for en in live:
+                    rollback_entry(rfs, vault, en, deleted=commit_recorded(doc))
+                action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
+            must_delete(rfs, [path])
+            _drop_locks_of(st, locks, op_id)
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
+                                       runs=settled))
+        except (BucketTxnError, RemoteError) as e:
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
+                                       code=Finding.RECOVERY_FAILED))
+    return out
+
+
+def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) -> dict:
+    """One run a recovery settled, with its sizes from the manifest the reduction wrote before its
+    commit (read as untrusted: numbers only); a rolled-back run is as big as it was."""
+    sizes: Dict[str, Optional[int]] = {"bytes_before": None, "bytes_after": None}
+    try:
+        doc, _ = st.read(vault.manifest(en["op"]))
+    except OSError:  # sizes are for the record: never a reason to leave a journal unsettled
+        doc = None
+    if isinstance(doc, dict) and not doc.get("corrupt"):
+        for k in sizes:
+            v = doc.get(k)
+            sizes[k] = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+    if not finished:
+        sizes["bytes_after"] = sizes["bytes_before"]
+    return {"run": str(en["run"]), "op_id": str(en["op"]), **sizes}
+
+
+def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:
+    """Delete the locks of a settled operation: only those that still name it, each at the
+    version read (a lock another operation holds now is never deleted as this one's)."""
+    versions: Dict[str, str] = {}
+    for p in locks:
+        lock, version = st.read(p)
+        if lock is not None and (lock.get("corrupt") or lock.get("op") == op_id) and version:
+            versions[p] = version
+    must_delete(st.rfs, list(versions), versions=versions)
+
+
+def damaged_journals(rfs: RemoteFS) -> List[dict]:
+    """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
+    st = BucketState(rfs)
+    out = []
+    try:
+        journals = rfs.list_tree(JOURNAL)
+    except FileNotFoundError:
+        return out
+    for key, info in sorted(journals.items()):
+        doc, _ = st.read(rfs.path(key), info)
+        if doc is not None and _journal_unreadable(doc):
+            url = rfs.url_of(key)
+            out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
+                        "detail": f"{url}: journal not readable; never acted on, left in place"})
+    return out

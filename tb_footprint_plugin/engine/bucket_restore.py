@@ -1,0 +1,248 @@
+"""Restore one bucket operation: every backup copied back server-side and checked.
+
+An original key that exists again is left alone (its original stays in the vault, which purge
+keeps). A reduced event object a resumed writer grew is kept whole in the vault, its complete
+records put back into the run as ``<file>.salvaged-NNN``, and the original put over it; each of
+these steps is idempotent, so a restore stopped midway is finished by the next one.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.bucket_state import (
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    failure_code,
+    lock_failure_code,
+    lock_run,
+    must_delete_versioned,
+    now_s,
+    run_listing,
+    unlock_versions,
+)
+from tb_footprint_plugin.engine.bucket_steps import copy_matches, staged_match, stream_digest
+from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
+from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.scan.tfrecord import RecordReader
+from tb_footprint_plugin.storage.remote import (
+    ALREADY_EXISTS,
+    PRECONDITION_FAILED,
+    ObjectInfo,
+    RemoteError,
+    RemoteFS,
+    content_checksums,
+    same_content,
+)
+
+
+def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
+    """Copy every backup of one operation back server-side, check it against the recorded
+    checksums, and mark the manifest restored. An original key that exists again is left alone."""
+    run = manifest["run"]
+    out = RunOutcome(run=run, status=Outcome.FAILED, op_id=manifest["op"],
+                     bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
+    st = BucketState(rfs)
+    try:
+        lock_path, _ = lock_run(st, run, manifest["op"])
+    except BucketTxnError as e:
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        return out
+    except RemoteError as e:
+        out.reason, out.code = str(e), lock_failure_code(e)
+        return out
+    manifest_version = manifest.get("_version")
+    displaced: List[dict] = []
+    try:
+        conflicts = []
+        # one listing of the run says which originals exist again: no metadata read per file
+        present = run_listing(rfs, vault, run)
+        for f in manifest["files"]:
+            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
+            orig = rfs.path(f["path"])
+            action = f.get("action", "delete")
+            if action == "rewrite":
+                # put back over the reduced object only while it is the one this operation made
+                cur = rfs.ops.head(orig)
+                if cur is not None and same_content(content_checksums(cur), f["checksums"]):
+                    # the original bytes are there already; a grown object kept by a restore of
+                    # this operation that stopped before its record is recorded now
+                    kept_info = rfs.ops.head(f"{vault.root}/{_kept_key(manifest['op'], f)}")
+                    if kept_info is not None and isinstance(f.get("new_size"), int):
+                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(manifest["op"], f),
+                                                         kept_info, present))
+                    continue
+                kept = None
+                if not staged_match(cur, f):
+                    # a writer that resumed "appended" by writing the reduced bytes plus new records:
+                    # the grown object goes to the vault, its records back into the run, and then
+                    # the original over it (anything else written there is left as it is)
+                    kept = _keep_grown(rfs, vault, manifest["op"], f, cur, present)
+                    if kept is None:
+                        conflicts.append(f["path"])
+                        continue
+                try:
+                    res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
+                except RemoteError as e:
+                    if e.code == PRECONDITION_FAILED:
+                        conflicts.append(f["path"])
+                        continue
+                    raise
+                out.bytes_after += f["size"] - cur.size
+                faults.hit("bucket.restore_after_put_back")
+                if kept is not None:
+                    displaced.append(kept)
+                    late = kept.get("late_records")
+                    if late:
+                        out.created_files.append(late["file"])
+                        out.bytes_after += late["bytes"]
+            else:
+                if f["path"] in present:
+                    conflicts.append(f["path"])
+                    continue
+                try:
+                    res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
+                except RemoteError as e:
+                    if e.code == ALREADY_EXISTS:
+                        conflicts.append(f["path"])
+                        continue
+                    raise
+                out.bytes_after += f["size"]
+            if not copy_matches(rfs, res, f, f["backup"], orig):
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
+            out.created_files.append(f["path"])
+            if action == "compress" and f.get("final"):
+                # the original is back: the compressed copy this operation made goes (a file
+                # someone wrote under that name since is left alone)
+                final = rfs.path(f["final"])
+                cur = rfs.ops.head(final)
+                if staged_match(cur, f):
+                    must_delete_versioned(rfs, final, cur.version_token)
+                    out.removed_files.append(f["final"])
+                    out.bytes_after -= int(f.get("new_size") or 0)
+        manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
+        manifest["status"] = "restored"
+        if conflicts:
+            # their originals were not put back: the vault holds the only copy, which purge keeps
+            manifest["not_restored"] = sorted(set(conflicts) | set(manifest.get("not_restored") or []))
+        if displaced:
+            manifest["displaced"] = displaced
+        manifest["restored_at"] = now_s()
+        manifest["restored_with"] = who()
+        version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
+        st.update(vault.manifest(manifest["op"]), manifest, version)
+        out.status = Outcome.RESTORED
+        # an object store keeps no modification time or mode of a file: a restored object is
+        # dated by the store at the copy, and the report says so (bytes are checked above)
+        out.code = Finding.MTIME_NOT_KEPT
+        out.reason = (f"{len(out.created_files)} file(s) restored byte for byte (checksums checked); "
+                      "the object store keeps no file modification times or modes: restored objects are "
+                      "dated now")
+        late = [d["late_records"] for d in displaced if d.get("late_records")]
+        if late:
+            out.code = Finding.LATE_RECORDS_RESTORED
+            out.reason += "; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run "
+                                           f"as {x['file']}" for x in late)
+        if displaced:
+            out.reason += (f"; {len(displaced)} object(s) as they stood before the restore kept in the vault "
+                           "(`tb-footprint status` shows where)")
+        if conflicts:
+            out.reason += (f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}: "
+                           "their originals stay in the vault, and purge keeps them")
+        return out
+    except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
+        out.reason, out.code = str(e), failure_code(e)
+        return out
+    finally:
+        ours = unlock_versions(lock_path)
+        if ours:
+            rfs.ops.delete([lock_path], versions=ours)
+
+
+def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],
+                present: Dict[str, ObjectInfo]) -> Optional[dict]:
+    """When the object at a rewritten file's key is the reduced object this operation made with
+    bytes written after it (``cur``), keep it whole in the vault (a server-side copy conditional
+    on its version, outside ``blobs/``: no purge of this operation removes it) and put its complete
+    records after the reduced bytes back into the run as the next free ``<file>.salvaged-NNN``
+    (framing and CRCs checked by ``scan.tfrecord``; a trailing partial record stays only in the
+    kept copy). Returns the ``displaced`` record for the manifest, or None when ``cur`` is
+    anything else (then it is left as it is)."""
+    new_size, new_sha = f.get("new_size"), f.get("new_sha256")
+    if cur is None or not isinstance(new_size, int) or not isinstance(new_sha, str) or cur.size <= new_size:
+        return None
+    kept_key = _kept_key(op_id, f)
+    kept = f"{vault.root}/{kept_key}"
+    try:
+        res = rfs.ops.copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
+    except RemoteError as e:
+        if e.code in (PRECONDITION_FAILED, "not_found"):
+            return None  # changed again since it was looked at: left as it is
+        raise
+    if same_content(res.checksums, content_checksums(cur)) is False:
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy kept in the vault does not match it")
+    # read from the kept copy, which no writer changes: it must begin with the reduced bytes
+    if stream_digest(rfs, kept, new_size) != new_sha:
+        rfs.ops.delete([kept])  # a copy of an object left in the run as it is: not needed
+        return None  # not an append to the reduced object
+    return _late_from_kept(rfs, vault, f, kept_key, cur, present)
+
+
+def _kept_key(op_id: str, f: dict) -> str:
+    """Where a restore keeps the grown object at ``f``'s key (relative to the vault root): named
+    by operation and path, so a restore finished after a crash finds what it kept."""
+    return f"kept/{op_id}/{hashlib.sha256(f['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+
+
+def _late_from_kept(rfs: RemoteFS, vault: BucketVault, f: dict, kept_key: str, info: ObjectInfo,
+                    present: Dict[str, ObjectInfo]) -> dict:
+    """The ``displaced`` record of a grown object kept in the vault at ``kept_key`` (``info``: its
+    metadata), its complete records after the reduced bytes salvaged into the run (idempotent)."""
+    new_size = int(f["new_size"])
+    vfs = RemoteFS(f"{rfs.scheme}://{vault.root}", stats=rfs.stats)
+    src = vfs.open_ranged(kept_key, info.size)
+    src.seek(new_size)
+    reader = RecordReader(src, raw=True, display_name=f"late records of {f['path']}")
+    buf = io.BytesIO()
+    records = 0
+    for rec in reader:
+        buf.write(rec)
+        records += 1
+    entry = {"path": f["path"], "kept": f"{vault.root}/{kept_key}", "size": info.size,
+             "checksums": content_checksums(info), "late_records": None}
+    if records:
+        data = buf.getvalue()
+        name = _salvage_object(rfs, f["path"], data, present)
+        entry["late_records"] = {"file": name, "records": records, "bytes": len(data),
+                                 "partial_bytes": info.size - new_size - reader.valid_bytes,
+                                 "corrupt": reader.status == "corrupt"}
+    return entry
+
+
+def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, ObjectInfo]) -> str:
+    """Write ``data`` (whole records) as the next free ``<path>.salvaged-NNN`` (create-only); one
+    an earlier, interrupted restore wrote with exactly these bytes is reused."""
+    md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
+    k = 1
+    while True:
+        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        info = present.get(name) or rfs.ops.head(rfs.path(name))
+        if info is None:
+            try:
+                rfs.ops.put(rfs.path(name), data, if_absent=True)
+                return name
+            except RemoteError as e:
+                if e.code != ALREADY_EXISTS:
+                    raise
+                info = rfs.ops.head(rfs.path(name))
+        if info is not None and info.size == len(data) and \
+                same_content(content_checksums(info), {"md5": md5}) and rfs.read_bytes(name) == data:
+            return name
+        k += 1

@@ -1,0 +1,296 @@
+"""A bucket logdir's small state objects: the vault, the journal, the run lock and their helpers.
+
+What every bucket verb shares (the journal-and-lock part of the bucket engine):
+
+* ``BucketVault``: where backups go (``<logdir>/.tb-footprint`` or another bucket/prefix);
+* ``BucketState``: small JSON objects written with the store's conditions (create-only, or only
+  over the version read last);
+* ``BucketJournal``: one operation's journal object, every record written under the previous
+  version (the one that wrote the last record writes the next);
+* the **per-run lock** object (``lock_run``), created with a create-only condition and renewed by
+  ``engine.bucket_lease``; a lock whose holder is gone and left no journal is taken over;
+* listings of runs, batched deletes, and the codes of failures (``failure_code``: the local
+  engine's ``codes.py`` code for the same failure, never prose) and of the one "still being
+  written" rule (``written_recently``, over ``plan.planner.active_reason``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Code, Failure, Skip, StoreError
+from tb_footprint_plugin.engine import bucket_lease
+from tb_footprint_plugin.engine.context import TransactionError, is_no_space
+from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
+from tb_footprint_plugin.plan.planner import active_reason
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
+from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, ObjectInfo, RemoteError, RemoteFS
+
+JOURNAL = f"{STATE_DIR_NAME}/journal"
+LOCKS = f"{STATE_DIR_NAME}/locks"
+
+
+class BucketTxnError(RuntimeError):
+    """A step of a bucket transaction failed; ``code`` (a ``codes.py`` member) says which kind of
+    failure, the message says what happened in prose (never a code)."""
+
+    def __init__(self, code: Code, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def failure_code(e: BaseException) -> Code:
+    """The ``codes.py`` code of a failed bucket step, the local engine's for the same failure: a
+    ``BucketTxnError``'s own; ``Failure.NO_SPACE`` for a full disk (local staging) or a store out
+    of space or quota; ``Failure.STORE_ERROR`` for any other failed store request;
+    ``Failure.REFUSED`` for a key that is not a plain key of the store (``ValueError``);
+    ``Failure.ERROR`` for a failed step of ours (a verification, the transform)."""
+    if isinstance(e, BucketTxnError):
+        return e.code
+    if isinstance(e, TransactionError):
+        return e.code or Failure.ERROR
+    if getattr(e, "code", None) == StoreError.NO_SPACE or (isinstance(e, OSError) and is_no_space(e)):
+        return Failure.NO_SPACE
+    if isinstance(e, RemoteError):
+        return Failure.STORE_ERROR
+    if isinstance(e, ValueError):
+        return Failure.REFUSED
+    return Failure.ERROR
+
+
+def lock_failure_code(e: BaseException) -> Code:
+    """The code of a lock that could not be taken for another reason than its holder: as on a
+    disk, ``Failure.LOCK_ERROR``, or ``Failure.NO_SPACE`` when the store is out of space or quota."""
+    return Failure.NO_SPACE if failure_code(e) == Failure.NO_SPACE else Failure.LOCK_ERROR
+
+
+@dataclass
+class BucketVault:
+    """Where backups of a bucket logdir go: ``<logdir>/.tb-footprint`` or another bucket/prefix."""
+
+    rfs: RemoteFS  # the logdir
+    root: str  # store path (bucket/prefix) of the vault
+
+    @classmethod
+    def for_logdir(cls, rfs: RemoteFS, backup_dir: Optional[str] = None) -> "BucketVault":
+        if backup_dir:
+            other = RemoteFS(backup_dir, stats=rfs.stats)
+            if other.protocol != rfs.protocol:
+                raise ValueError(f"backup dir {backup_dir} must be on the same store as {rfs.url} "
+                                 "(backups are server-side copies)")
+            root = other.root
+            if rfs.root == root or rfs.root.startswith(root + "/"):
+                raise ValueError(f"backup dir {backup_dir} contains the logdir; choose a separate prefix")
+            return cls(rfs=rfs, root=root)
+        return cls(rfs=rfs, root=rfs.path(STATE_DIR_NAME))
+
+    def blob(self, op_id: str, rel: str) -> str:
+        return f"{self.root}/blobs/{op_id}/{rel}"
+
+    def manifest(self, op_id: str) -> str:
+        return f"{self.root}/manifests/{op_id}.json"
+
+
+def run_prefix(run: str) -> str:
+    """The key prefix of a run's objects (``""`` for the logdir's own files)."""
+    return "" if run == "." else run.rstrip("/") + "/"
+
+
+def lock_key(run: str) -> str:
+    return f"{LOCKS}/{hashlib.sha256(run.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}.json"
+
+
+def now_s() -> float:
+    """Wall-clock seconds, as journals, manifests and locks record them."""
+    return time.time()
+
+
+def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float) -> Optional[str]:
+    """Why ``run`` is still being written (``plan.planner.active_reason``, the one rule of every
+    store), judged by the newest object of the run in a listing; None when it is quiet."""
+    pre = run_prefix(run)
+    newest = max((o.mtime for k, o in objs.items() if k.startswith(pre)), default=0.0)
+    active = active_reason(newest, quiet_period, now_s())
+    return f"run {run!r} is {active}" if active else None
+
+
+class BucketState:
+    """Small JSON state objects (journal, lock, manifest) with conditional writes."""
+
+    def __init__(self, rfs: RemoteFS):
+        self.rfs = rfs
+        self.ops = rfs.ops
+
+    def create(self, path: str, doc: dict) -> str:
+        return self.ops.put(path, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
+
+    def update(self, path: str, doc: dict, version: str) -> str:
+        return self.ops.put(path, json.dumps(doc, sort_keys=True).encode(), if_version=version)
+
+    def read(self, path: str, info: Optional[ObjectInfo] = None) -> Tuple[Optional[dict], Optional[str]]:
+        """The JSON object at ``path`` and its version token; ``info`` from a listing spares the
+        metadata read (a write conditional on that version fails if it is stale anyway)."""
+        info = info or self.ops.head(path)
+        if info is None:
+            return None, None
+        try:
+            data = self.rfs.fs.cat_file(path)
+            self.rfs.stats.add("read", down=len(data))
+            doc = json.loads(data.decode("utf-8"))
+        except FileNotFoundError:
+            return None, None
+        except ValueError:
+            return {"corrupt": True}, info.version_token
+        return (doc if isinstance(doc, dict) else {"corrupt": True}), info.version_token
+
+
+class BucketJournal:
+    """One operation's journal object: every record rewrites it under the previous version."""
+
+    def __init__(self, st: BucketState, op_id: str, doc: dict):
+        self.st = st
+        self.path = st.rfs.path(f"{JOURNAL}/{op_id}.json")
+        self.doc = doc
+        self.version = st.create(self.path, doc)
+
+    def step(self, name: str, **extra) -> None:
+        self.doc["step"] = name
+        self.doc.setdefault("steps", []).append([name, now_s()])
+        self.doc.update(extra)
+        self.version = self.st.update(self.path, self.doc, self.version)
+
+    def remove(self) -> None:
+        self.st.ops.delete([self.path])
+
+
+def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
+    """Take the run's lock; raises BucketTxnError('locked') naming the holder."""
+    path = st.rfs.path(lock_key(run))
+    doc = bucket_lease.new_lock_doc(run, op_id)
+    try:
+        return path, _held_lock(st, path, doc, st.create(path, doc))
+    except RemoteError as e:
+        if e.code != ALREADY_EXISTS:
+            raise
+    held, version = st.read(path)
+    if held is not None and owner_gone(held, st) and version and \
+            st.ops.head(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
+        # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
+        # is conditional on the lock's version, so of two takers only one wins)
+        if not st.ops.delete([path], versions={path: version}):
+            try:
+                return path, _held_lock(st, path, doc, st.create(path, doc))
+            except RemoteError as e:
+                if e.code != ALREADY_EXISTS:
+                    raise
+            held, _ = st.read(path)
+    who = f"{held.get('host')} pid {held.get('pid')} (operation {held.get('op')})" if held else "another process"
+    raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
+
+
+def _held_lock(st: BucketState, path: str, doc: dict, version: str) -> str:
+    """Renew the lock just taken while this process holds it (``engine.bucket_lease``)."""
+    bucket_lease.hold(path, doc, version, lambda d, v: st.update(path, d, v))
+    return version
+
+
+def unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
+    """Stop renewing the lock; the version to delete it at, None if it is not ours any more."""
+    v = bucket_lease.release(lock_path)
+    return None if v is None else {lock_path: v}
+
+
+def unlock_all(lock_paths: List[str]) -> Tuple[List[str], Dict[str, str]]:
+    """Stop renewing these locks; the ones still ours and the versions to delete them at (a lock
+    another worker took over is never deleted as ours)."""
+    versions: Dict[str, str] = {}
+    for p in lock_paths:
+        versions.update(unlock_versions(p) or {})
+    return list(versions), versions
+
+
+#: The steps from which a journal is rolled forward: every backup verified and (for rewrites)
+#: every new object staged and checked; ``deleting`` is the name older journals used.
+COMMITTED_STEPS = ("swapping", "deleting", "done")
+
+
+def commit_recorded(doc: dict) -> bool:
+    """Whether an operation's journal recorded its commit step (from then on it may have deleted
+    or replaced originals)."""
+    steps = doc.get("steps") if isinstance(doc.get("steps"), list) else []
+    return doc.get("step") in COMMITTED_STEPS or \
+        any(isinstance(s, list) and s and s[0] in COMMITTED_STEPS for s in steps)
+
+
+#: operations this process is running right now (a lock of this pid naming another op is stale)
+ACTIVE_OPS: set = set()
+
+
+def owner_gone(lock: dict, st: Optional[BucketState] = None) -> bool:
+    """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
+    progress read from the bucket (``st``) when the lease of another host expired."""
+    def journal_mtime(op: str) -> Optional[float]:
+        info = st.ops.head(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
+        return info.mtime if info is not None else None
+
+    return bucket_lease.holder_gone(lock, journal_mtime, ACTIVE_OPS)
+
+
+def must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
+    """Delete ``paths`` (at ``versions`` where given); ``BucketTxnError`` when one could not be."""
+    if not paths:
+        return
+    failed = rfs.ops.delete(paths, versions=versions)
+    if failed:
+        key = sorted(failed)[0]
+        raise BucketTxnError(Failure.STORE_ERROR, f"{key}: could not be deleted ({failed[key]})")
+
+
+def must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
+    failed = rfs.ops.delete([path], versions={path: version})
+    if failed:
+        raise BucketTxnError(Failure.STORE_ERROR, f"{path}: could not be deleted ({failed[path]})")
+
+
+def delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
+                versions: Optional[Dict[str, str]] = None) -> None:
+    """Delete ``paths`` in batches; keys the store refused are retried; raises if any remain."""
+    todo = list(paths)
+    failed: Dict[str, str] = {}
+    for i in range(attempts):
+        failed = rfs.ops.delete(todo, versions=versions)
+        if not failed:
+            return
+        todo = sorted(failed)
+        time.sleep(0.2 * (2 ** i))
+    raise BucketTxnError(Failure.STORE_ERROR, f"{len(todo)} key(s) could not be deleted, e.g. {todo[0]}: "
+                         f"{failed[todo[0]]}")
+
+
+def run_listing(rfs: RemoteFS, vault: BucketVault, run: str) -> Dict[str, ObjectInfo]:
+    """One listing of the run's prefix (keys relative to the logdir), the state and vault left out."""
+    pre = run_prefix(run)
+    objs = rfs.list_tree(pre.rstrip("/"))
+    vault_rel = vault.root[len(rfs.root) + 1:] + "/" if vault.root.startswith(rfs.root + "/") else None
+    return {k: o for k, o in objs.items()
+            if not k.startswith(STATE_DIR_NAME + "/") and not (vault_rel and k.startswith(vault_rel))}
+
+
+def listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int) -> Dict[str, ObjectInfo]:
+    """The current objects of ``runs``: one listing of the whole logdir when that takes fewer
+    pages than one listing per run prefix, else one listing per run."""
+    if "." in runs or math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
+        return run_listing(rfs, vault, ".")
+    out: Dict[str, ObjectInfo] = {}
+    for run in runs:
+        out.update(run_listing(rfs, vault, run))
+    return out
+
+
+def vault_url(rfs: RemoteFS, path: str) -> str:
+    """The URL of a store path (``bucket/key``) of this logdir's store, as users name objects."""
+    return f"{rfs.url.split('://', 1)[0]}://{path}"  # the scheme the user gave (gs, not gcsfs' gcs)

@@ -1,0 +1,271 @@
+"""The steps of a bucket transaction that a batch of drop-only runs (``engine.bucket_batch``), a
+rewrite (``engine.bucket_rewrite``) and recovery (``engine.bucket_recover``) share.
+
+* **backup** by server-side copy into the vault, conditional on the version the plan saw, its
+  integrity the checksum the store computed for the copy equal to the original's: no byte of a
+  removed file passes through this machine; the manifest records both;
+* **finish**: the committed part of a journal, idempotent (a reduction and a recovery both run
+  it): staged objects put over their originals only while those are the planned version,
+  compressed copies created under their new names, removed originals deleted under their version;
+* **verification by a fresh listing**: every removed key gone, every other object of the run at
+  the version it had, so TensorBoard reads exactly the bytes it read before;
+* **rollback** of a run that did not commit: every removed original put back from its verified
+  backup, then the manifest, the backups and the temporary keys dropped.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Dict, List, Optional
+
+from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
+from tb_footprint_plugin.engine import faults, lease
+from tb_footprint_plugin.engine.bucket_state import (
+    BucketTxnError,
+    BucketVault,
+    delete_all,
+    listing_of_runs,
+    must_delete,
+    must_delete_versioned,
+    now_s,
+    run_prefix,
+)
+from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.storage.remote import (
+    ALREADY_EXISTS,
+    PRECONDITION_FAILED,
+    ObjectInfo,
+    RemoteError,
+    RemoteFS,
+    content_checksums,
+    same_content,
+)
+
+
+def file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
+    """A journal/manifest entry of one planned file: its action, size, version, checksums and backup key."""
+    return {"path": a.path, "action": a.kind, "size": o.size, "version": o.version_token,
+            "checksums": content_checksums(o), "backup": vault.blob(op_id, a.path)}
+
+
+def backup_object(rfs: RemoteFS, f: dict) -> None:
+    """Back up one original by a server-side copy conditional on the version the plan saw; its
+    integrity is the store's checksum of the copy equal to the original's. An original changed
+    or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
+    try:
+        res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
+    except RemoteError as e:
+        if e.code in (PRECONDITION_FAILED, "not_found"):
+            raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
+        raise
+    if not copy_matches(rfs, res, f, rfs.path(f["path"]), f["backup"]):
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: backup copy does not match the original")
+    f["backup_checksums"] = res.checksums
+    f["backup_version"] = res.version
+
+
+def copy_matches(rfs: RemoteFS, res, f: dict, src: str, dst: str) -> bool:
+    """A server-side copy of an original (a backup, or a backup put back) holds the original's
+    bytes: by the store's checksum of the copy against the original's when they share a kind;
+    otherwise (a copy made in parts, a blob without an MD5) by reading both."""
+    ok = same_content(res.checksums, f["checksums"])
+    if ok is None:
+        ok = stream_digest(rfs, src, f["size"]) == stream_digest(rfs, dst, f["size"])
+    return ok
+
+
+def stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
+    """SHA-256 of an object by ranged reads (used only when the store gave no common checksum)."""
+    h = hashlib.sha256()
+    pos = 0
+    while pos < size:
+        end = min(size, pos + (1 << 20))
+        data = rfs.fs.cat_file(path, start=pos, end=end)
+        rfs.stats.add("read", down=len(data))
+        h.update(data)
+        pos = end
+    return h.hexdigest()
+
+
+def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
+    """The manifest of one verified run of an operation (what a restore puts back)."""
+    return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": now_s(), "status": "verified",
+            "files": entry["files"], "bytes_before": rp.bytes_before, "bytes_after": bytes_after,
+            "policy": policy, "shard": lease.shard_label(), **who()}
+
+
+def rolled_back(out: RunOutcome, code: Code) -> None:
+    """A run put back as it was, with the code of why: a skip (``Skip``: gone since the plan, being
+    written, locked by another worker) as on a disk; a rollback otherwise."""
+    out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.ROLLED_BACK
+    out.code = code
+
+
+def rollback_incomplete(out: RunOutcome, e: Exception) -> None:
+    """A rollback that did not finish: the journal stays, and the next start settles it."""
+    out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+    out.reason += f"; rollback incomplete ({e}); the journal is kept and the next start settles it"
+
+
+def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
+            present: Optional[Dict[str, ObjectInfo]] = None) -> None:
+    """The committed part of a journal, idempotent (the reduction and recovery both run it):
+    each staged object put over its original only while the original is the planned version
+    (or already the staged bytes), compressed copies created under their new names, then every
+    removed original deleted under its version and the temporary keys dropped."""
+    deletes: Dict[str, str] = {}
+    temps: List[str] = []
+    for en in live_entries(doc):
+        for f in en["files"]:
+            path = rfs.path(f["path"])
+            if f.get("action") == "rewrite":
+                _put_over(rfs, f["tmp"], path, f)
+                temps.append(f["tmp"])
+            elif f.get("action") == "compress":
+                _put_new(rfs, f["tmp"], rfs.path(f["final"]), f)
+                temps.append(f["tmp"])
+                deletes[path] = f["version"]
+            else:
+                deletes[path] = f["version"]
+            if f.get("tmp"):
+                faults.hit("bucket.after_swap_one")
+    if deletes:
+        if present is None:
+            present = listing_of_runs(rfs, vault, [en["run"] for en in live_entries(doc)],
+                                       int(doc.get("logdir_objects") or 10 ** 9))
+        present = {rfs.path(k): o for k, o in present.items()}
+        changed = [p for p in deletes if p in present and present[p].version_token != deletes[p]]
+        if changed:  # new bytes under a planned key have no backup: never delete them
+            raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{changed[0]}: rewritten since its backup; left as is")
+        todo = [p for p in deletes if p in present]
+        if todo:
+            delete_all(rfs, todo, versions={p: deletes[p] for p in todo})
+    if temps:
+        must_delete(rfs, temps)
+
+
+def staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
+    """True when ``info`` is the object the reduction staged for ``f`` (by the store's checksum)."""
+    return info is not None and info.size == f.get("new_size") and \
+        bool(same_content(content_checksums(info), f.get("new_checksums") or {}))
+
+
+def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
+    try:
+        res = rfs.ops.copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
+    except RemoteError as e:
+        if e.code not in (PRECONDITION_FAILED, "not_found"):
+            raise
+        if staged_match(rfs.ops.head(path), f):
+            return  # put over already (a crash after the copy)
+        raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP,
+                             f"{f['path']}: changed since its backup; the reduced copy was not put over it") from e
+    if same_content(res.checksums, f.get("new_checksums") or {}) is False:
+        raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: the copy put over it does not match the staged file")
+
+
+def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
+    try:
+        res = rfs.ops.copy(tmp, path, if_absent=True, size=f.get("new_size"))
+    except RemoteError as e:
+        if e.code == ALREADY_EXISTS and staged_match(rfs.ops.head(path), f):
+            return
+        if e.code == "not_found" and staged_match(rfs.ops.head(path), f):
+            return  # the temporary key is gone: a crash after the copy and the cleanup
+        raise
+    if same_content(res.checksums, f.get("new_checksums") or {}) is False:
+        raise BucketTxnError(Failure.STORE_ERROR, f"{f['final']}: the compressed copy does not match the staged file")
+
+
+def live_entries(doc: dict) -> List[dict]:
+    """The runs of a journal (a batch or one run; older journals held one run at top level)."""
+    if "runs" in doc:
+        return [en for en in doc["runs"] if isinstance(en, dict) and not en.get("dropped")]
+    return [{"run": doc.get("run"), "op": doc.get("op"), "lock": doc.get("lock"), "files": doc.get("files", [])}]
+
+
+def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
+                  listing: Dict[str, ObjectInfo]) -> Dict[str, dict]:
+    """A fresh listing of the runs: every removed key gone, every rewritten key holding the
+    staged bytes (the store's checksum), every other object of the run at the version it had."""
+    now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+    removed = {f["path"] for en in live for f in en["files"] if f.get("action") != "rewrite"}
+    rewritten = {f["path"]: f for en in live for f in en["files"] if f.get("action") == "rewrite"}
+    out: Dict[str, dict] = {}
+    for en in live:
+        pre = run_prefix(en["run"])
+        error = None
+        mine = [f["path"] for f in en["files"]]
+        still = [p for p in mine if p in removed and p in now_objs]
+        if still:
+            error = f"{still[0]}: still present after delete"
+        for p in mine:
+            if p in rewritten and not staged_match(now_objs.get(p), rewritten[p]):
+                error = error or f"{p}: does not hold the reduced file after the swap"
+        for f in en["files"]:
+            if f.get("action") == "compress" and not staged_match(now_objs.get(f["final"]), f):
+                error = error or f"{f['final']}: the compressed file is not there after the swap"
+        kept = changed = 0
+        first_changed = None
+        for rel, o in listing.items():
+            if not rel.startswith(pre) or rel in removed or rel in rewritten:
+                continue
+            kept += 1
+            cur = now_objs.get(rel)
+            if cur is None or cur.version_token != o.version_token:
+                changed += 1
+                first_changed = first_changed or rel
+        if first_changed:
+            error = error or f"{first_changed}: changed during the reduction"
+        events = sum(1 for rel in listing if rel.startswith(pre) and "tfevents" in rel.rsplit("/", 1)[-1])
+        out[en["run"]] = {
+            "method": "listing", "removed": sum(1 for p in mine if p in removed), "unchanged_objects": kept,
+            "event_files_unchanged": events - sum(1 for p in mine if p in rewritten and "tfevents" in p),
+            "rewritten": sum(1 for p in mine if p in rewritten),
+            "created": [f["final"] for f in en["files"] if f.get("action") == "compress"],
+            "checked_backends": ["store listing: versions of every kept object (ETag/generation) unchanged"],
+            "not_checked": ["TensorBoard's Rust data server cannot reach this endpoint (it reads gs:// "
+                            "from Google's endpoint only)"],
+            "ok": error is None, **({"error": error} if error else {})}
+    return out
+
+
+def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True) -> None:
+    """Undo one run of an operation that did not commit: put back any removed original from its
+    verified backup, then drop the manifest, the backup copies and the temporary keys.
+    ``deleted``: whether the operation may have deleted originals (its commit record was written);
+    before that, an original without a verified backup that is gone was removed by someone else
+    (e.g. another worker reduced the run since the plan): nothing of ours to put back. One with a
+    verified backup is put back either way (its bytes may exist nowhere else)."""
+    for f in en.get("files", []):
+        orig = rfs.path(f["path"])
+        if f.get("action") == "rewrite":
+            # overwritten only after the commit record; put back if it holds the staged bytes now
+            cur = rfs.ops.head(orig)
+            if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
+                if not f.get("backup_checksums"):
+                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
+                res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
+                if not copy_matches(rfs, res, f, f["backup"], orig):
+                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")
+            continue
+        if rfs.ops.head(orig) is None:
+            if not f.get("backup_checksums") and not deleted:
+                continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
+            if not f.get("backup_checksums"):
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
+            res = rfs.ops.copy(f["backup"], orig, if_absent=True, size=f["size"])
+            if not copy_matches(rfs, res, f, f["backup"], orig):
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")
+        if f.get("action") == "compress" and f.get("final"):
+            # the original is back: the compressed copy made by this operation goes (only if it
+            # still holds the staged bytes: anything else there is someone's new file)
+            final = rfs.path(f["final"])
+            cur = rfs.ops.head(final)
+            if staged_match(cur, f):
+                must_delete_versioned(rfs, final, cur.version_token)
+    # Originals are all in place: the copies in the vault are redundant now (the manifest first,
+    # so no restorable operation ever points at a missing backup).
+    must_delete(rfs, [vault.manifest(en["op"])])
+    must_delete(rfs, [f["backup"] for f in en.get("files", [])] + [f["tmp"] for f in en.get("files", [])
+                                                                       if f.get("tmp")])
