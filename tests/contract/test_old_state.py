@@ -3,7 +3,8 @@
 ``tests/fixtures/old_state/`` holds a logdir and its vault exactly as the commit named in its
 ``made_with.json`` wrote them (``make.py`` regenerates them, run with *that* code): reductions under
 ``archive`` with the batch ledger and history, one operation restored over records a writer
-appended after it (a kept backup and a ``.salvaged-NNN`` file), one run retired, one reduction killed
+appended after it (a kept backup and a ``.salvaged-NNN`` file), one run retired, one operation
+purged (by a purge killed after its intent and finished by the next start), one reduction killed
 mid transaction (its journal and lock left behind), one reduction into a second vault
 (``vaults.json``); and the same on a moto S3 bucket (dumped object by object). The code under test
 must settle the killed operation, list everything, give back every original byte for byte (with
@@ -101,10 +102,10 @@ def test_fixture_is_small_and_names_its_commit():
 
 
 def test_old_local_state_recovers_lists_restores_and_purges(tmp_path):
-    """On a disk: the killed reduction is settled, status and history list every operation, the
-    retired run, the second vault and the ledger; restore of everything gives back every original
-    file byte-identical with its mode and mtime (and the restored-over-late-records run as the old
-    restore left it); a restored operation is purged, the others' backups stay."""
+    """On a disk: the killed reduction is settled, status and history list every operation (a
+    purged one as purged), the retired run, the second vault and the ledger; restore of everything
+    gives back every original file byte-identical with its mode and mtime (the restored-over-late-
+    records run as the old restore left it, the purged run reduced); a restored operation is purged, the others' backups stay."""
     logdir, meta = _local_copy(tmp_path)
     expected = _load("local", "expected.json")
     journals = os.listdir(os.path.join(logdir, STATE, "journal"))
@@ -133,11 +134,15 @@ def test_old_local_state_recovers_lists_restores_and_purges(tmp_path):
     for run in ("torch/resnet", "jax/prof", "exp/late", "exp/elsewhere"):
         assert ("reduce", run) in kinds, kinds
     assert ("restore", "exp/late") in kinds and ("retire", "keras/validation") in kinds, kinds
+    # the purge killed after its intent was finished by the old version's next start
+    assert ("purge", "jax/prof") in kinds, kinds
+    assert listed[meta["ops"]["jax/prof"]]["backup_purged"], listed[meta["ops"]["jax/prof"]]
 
     outs = api.restore(logdir)
     assert outs and all(o.status == Outcome.RESTORED for o in outs), [(o.run, o.status, o.reason) for o in outs]
     restored_runs = {o.run for o in outs}
-    assert {"torch/resnet", "jax/prof", "exp/elsewhere", "keras/validation"} <= restored_runs, restored_runs
+    assert {"torch/resnet", "exp/elsewhere", "keras/validation"} <= restored_runs, restored_runs
+    assert "jax/prof" not in restored_runs  # purged: it stays reduced
     now = _logdir_files(logdir)
     assert sorted(now) == sorted(expected)
     for rel, want in expected.items():
