@@ -23,6 +23,7 @@ import pytest
 from playwright.sync_api import expect
 
 from test_browser import CHROMIUM, CHROMIUM_ARGS, FRAME, PREFIX, REPO, SHOTS, TensorBoard  # noqa: F401
+from tb_footprint_plugin.plugin.read_routes import MAP_TILES
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import tab as bench_tab  # noqa: E402  (the bench's fast generator: byte copies of template runs)
@@ -108,9 +109,9 @@ def test_routes_answer_a_page_and_bounded_aggregates(tb):
     assert sizes == sorted(sizes, reverse=True) and sizes[0] == d["max_run_bytes"]
     assert ms < WARM_MS, ms
     assert len(body) <= MAX_RUNS_PAYLOAD, len(body)
-    # the map: folders of runs (groups of 100 here), at most 150 rectangles, the rest as "other"
+    # the map: folders of runs (groups of 100 here), the biggest MAP_TILES - 1, the rest as "other"
     m = d["map"]
-    assert m["level"] == "group" and len(m["tiles"]) <= 150 and m["other"]["runs"] > 0
+    assert m["level"] == "group" and len(m["tiles"]) == MAP_TILES - 1 and m["other"]["runs"] > 0
     assert sum(t["runs"] for t in m["tiles"]) + m["other"]["runs"] == N_RUNS
     ms, body = min((_timed(tb, PREFIX + "/summary") for _ in range(3)), key=lambda x: x[0])
     s = json.loads(body)
@@ -151,7 +152,11 @@ def test_tab_draws_one_page_and_pages_sorts_filters_on_the_server(browser, tb):
         expect(f.locator(".freed-now")).to_have_text("0 B")
         # the map: folders, each a filter for the table; the grey rest as one cell
         groups = f.locator(".treemap .tm-group")
-        assert 2 <= groups.count() <= 150
+        assert groups.count() == MAP_TILES - 1
+        # equal folders here: the 59 biggest share the map with the other 141 by bytes, one labelled cell
+        expect(f.locator(".treemap .tm-rest .tm-label")).to_contain_text(
+            f"{200 - MAP_TILES + 1} more folders ({(200 - MAP_TILES + 1) * 100} runs)")
+        assert groups.first.get_attribute("title").startswith("group_")
         assert f.locator(".treemap .tm-rest").count() == 1
         light = os.path.join(SHOTS, "scale-01-overview-light.png")
         page.screenshot(path=light)

@@ -1,13 +1,13 @@
 // The logdir map: a squarified treemap of runs × categories (like WinDirStat's): each run a
 // rectangle whose area is its bytes, split into its categories in the colours of the legend.
 // Clicking a run opens its page. Built from the server's aggregates: on a logdir of many runs the
-// rectangles are folders of runs (a click filters the table to one), at most MAX_RUNS + "other".
+// rectangles are folders of runs (a click filters the table to one), at most the server's 60 + "other".
 // Plain positioned <div>s: text stays text, no canvas, CSP-safe.
 
 import {bytes, clear, color, el, share} from './common.js';
 
 const HEIGHT = 260;          // px
-const MAX_RUNS = 150;        // tiles drawn (the server sends at most this); beyond: one grey "other" cell
+const MAX_RUNS = 150;        // tiles drawn at most (the server sends 60); beyond: one grey "other" cell
 const LABEL_H = 15;          // px of a run's name strip, when the run is big enough to show it
 
 function worst(sum, rmin, rmax, side) {
@@ -82,8 +82,10 @@ export function treemap(map, total, labels, onOpen, width, onGroup) {
     const r = rects[n];
     if (item.rest) {
       const what = item.rest.groups ? item.rest.groups + ' more folders (' + item.rest.runs + ' runs)' : item.rest.runs + ' more runs';
-      box.appendChild(el('div', {class: 'tm-run tm-rest', role: 'listitem', style: px(r),
-        title: what + ': ' + bytes(item.value)}));
+      const cell = el('div', {class: 'tm-run tm-rest', role: 'listitem', style: px(r),
+        title: what + ': ' + bytes(item.value) + ' — filter the runs to see them'});
+      if (r.h >= LABEL_H + 12 && r.w >= 48) cell.appendChild(el('div', {class: 'tm-label muted', text: what + ' · ' + bytes(item.value)}));
+      box.appendChild(cell);
       return;
     }
     const t = item.tile;

@@ -29,8 +29,9 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 500
 #: sort keys of ``/runs`` and the row field each sorts on
 SORTS = {"size": "total_bytes", "name": "name", "reclaimable": "removable_bytes", "modified": "newest_mtime"}
-#: rectangles of the logdir map: the biggest groups (or runs), then one "other"
-MAP_TILES = 150
+#: rectangles of the logdir map: the biggest groups (or runs), then one "other" (60 leave each
+#: rectangle room for its name on the tab's ~1400 x 260 px map; 150 made unlabelled specks)
+MAP_TILES = 60
 MAX_QUERY = 500
 #: a kept overview older than this is rebuilt in the background (open writers, journals, vault)
 MEMO_MAX_AGE_S = 30.0
@@ -178,9 +179,10 @@ def _signature(fp) -> str:
     background refresh's) gets the same signature, so its overview is not computed again."""
     h = hashlib.sha256()
     h.update(repr((fp.logdir, fp.total_bytes, fp.vault_bytes, len(fp.runs), list(fp.warnings)[:50])).encode())
-    for r in fp.runs:
-        h.update(repr((r.name, r.total_bytes, r.newest_mtime, len(r.files), len(r.sessions), len(r.warnings),
-                       r.has_event_files, sorted((c.name, c.bytes) for c in r.categories.values()))).encode())
+    for r in fp.runs:  # ~1 s per 100,000 runs: once per scan, on the scan's thread (``prepare``)
+        cats = ",".join(sorted(f"{c.name}={c.bytes}" for c in r.categories.values()))
+        h.update(f"{r.name}\0{r.total_bytes}\0{r.newest_mtime!r}\0{len(r.files)}\0{len(r.sessions)}\0"
+                 f"{len(r.warnings)}\0{r.has_event_files}\0{cats}\n".encode())
     return h.hexdigest()
 
 
@@ -258,16 +260,16 @@ class ReadRoutes(RouteBase):
         self._indexes: "collections.OrderedDict[tuple, RunsIndex]" = collections.OrderedDict()
         self._building: Dict[tuple, threading.Event] = {}
         self._sigs: Tuple[object, str] = (None, "")
+        self._sig_lock = threading.Lock()
 
     def _signature(self, fp) -> str:
-        with self._memo_lock:
+        # one computation per scan: a request arriving meanwhile waits for the listener's
+        with self._sig_lock:
             kept_fp, sig = self._sigs
-        if kept_fp is fp:
+            if kept_fp is not fp:
+                sig = _signature(fp)
+                self._sigs = (fp, sig)
             return sig
-        sig = _signature(fp)
-        with self._memo_lock:
-            self._sigs = (fp, sig)
-        return sig
 
     def runs_index(self, fp, policy) -> RunsIndex:
         """The overview of ``fp`` under ``policy``, kept per scan content and policy content (never
