@@ -31,7 +31,7 @@ from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, NoSpace, RunOutcome, TransactionError, writing
 from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history  # noqa: F401  (history_csv: the CLI's --csv)
-from tb_footprint_plugin.engine.journal import RunLock, pending_journals
+from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, mark_recovered, merged,
                                               with_restores)
@@ -43,7 +43,7 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_r
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine import usage
 from tb_footprint_plugin.engine.vault import (DEFAULT_VAULT_FORMAT, VAULT_FORMATS, Vault,  # noqa: F401  (VAULT_FORMATS: the CLI's choices)
-                                             compact_operation, refuse_unless_ours)
+                                             compact_operation, note_compaction, refuse_unless_ours)
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (  # noqa: F401  (SelectionError: for the front ends)
     DEFAULT_QUIET_PERIOD, LOCAL_VAULT_NOTE, SelectionError, apply_open_writers, leave_alone, make_plan)
@@ -1021,8 +1021,14 @@ class _Batch:
         if o.status == Outcome.VERIFIED and o.op_id and self.vault_format == "compressed":
             # after the commit, never inside the transaction: its verification read the backup as
             # the original's own inode; a failure here leaves hard links (safe, freed by purge);
-            # a blob another run's transaction backs up too stays plain until that one's turn
-            compact_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
+            # a blob another run's transaction backs up too stays plain until that one's turn.
+            # Under the run's lock, so no restore or purge of the run races it; a run taken
+            # meanwhile is compacted by the next start (the note)
+            try:
+                with RunLock(self.ctx.lock_dir, rp.run):
+                    compact_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
+            except RunLocked:
+                note_compaction(self.ctx.vault, o.op_id)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,

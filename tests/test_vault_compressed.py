@@ -356,3 +356,42 @@ def test_the_plan_says_what_the_compressed_vault_frees_now(tmp_path):
     assert abs(dry.freed_on_disk_after_purge_bytes - rep.freed_on_disk_after_purge_bytes) <= \
         0.25 * rep.freed_on_disk_after_purge_bytes + 65536, (dry.freed_on_disk_after_purge_bytes,
                                                              rep.freed_on_disk_after_purge_bytes)
+
+
+def test_a_compaction_left_to_the_next_start_waits_for_its_run(tmp_path):
+    """A compaction noted for the next start (its run was busy) runs under the run's lock: while
+    another process holds the run it waits (said, with a code), then it is done."""
+    from tb_footprint_plugin.engine.context import Context
+    from tb_footprint_plugin.engine.journal import RunLock
+    from tb_footprint_plugin.engine.vault import note_compaction
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    rep = reduce(logdir, "archive", vault_format="hardlink")
+    o = next(o for o in rep.outcomes if o.status == "verified")
+    vault = Vault(state_dir(str(logdir)))
+    note_compaction(vault, o.op_id)
+    shas = [f["sha256"] for f in vault.read_manifest(o.op_id)["files"]]
+    ctx = Context(str(logdir))
+    with RunLock(ctx.lock_dir, o.run):
+        recovered = api.recover_logdir(str(logdir))
+        assert any(r.code == Finding.RUN_LOCKED and r.op_id == o.op_id for r in recovered), \
+            [r.to_dict() for r in recovered]
+        assert all(vault.blob_form(s) == "plain" for s in shas)
+    recovered = api.recover_logdir(str(logdir))
+    assert any(r.code == Finding.COMPACTION_FINISHED for r in recovered), [r.to_dict() for r in recovered]
+    assert any(vault.blob_form(s) == "zst" for s in shas) and all(vault.check_blob(s) for s in shas)
+    assert not vault.pending_compactions()
+
+
+def test_a_compressed_blob_no_manifest_names_is_reported_not_deleted(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    reduce(logdir, "archive")
+    vault = Vault(state_dir(str(logdir)))
+    stray = "ab" * 32
+    z = Path(vault.zst_path(stray))
+    z.parent.mkdir(mode=0o700, exist_ok=True)
+    z.write_bytes(b"\x28\xb5\x2f\xfd" + b"x" * 100)
+    problems = api.status(str(logdir))["problems"]
+    assert any(p.get("code") == Finding.ORPHAN_BLOBS for p in problems), problems
+    api.purge(str(logdir), yes=True)
+    assert z.exists()

@@ -7,6 +7,7 @@ one parse per manifest (full hashing of backups is ``verify``'s job).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import stat
@@ -17,9 +18,9 @@ from tb_footprint_plugin.engine import oplog, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage
 from tb_footprint_plugin.engine.journal import pending_journals
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault import ZST_SUFFIX, Vault
 from tb_footprint_plugin.scan.cache import CACHE_NAME
-from tb_footprint_plugin.storage.paths import VAULTS_NAME
+from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256
 
 #: damaged lines named one by one per file; the rest are counted
 LINES_NAMED = 5
@@ -113,10 +114,29 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
         # a blob another logdir's manifest (shared vault) needs is not an orphan either
         refs = referenced | Vault(root).referenced_blobs()
         orphans = oplog.orphan_blobs(Vault(root), refs)
+        orphans.update(_compressed_orphans(Vault(root), refs))
         if orphans:
             out.append(_f(Finding.ORPHAN_BLOBS, None, None,
                           f"{len(orphans)} backup blob(s) in {root} belong to no operation (a lost manifest?); "
                           "kept, never purged", sum(orphans.values())))
+    return out
+
+
+def _compressed_orphans(vault: Vault, referenced: set) -> dict:
+    """Compressed blobs (``<sha>.zst``) no manifest refers to: sha256 → size (reported like the
+    plain ones, never deleted)."""
+    out = {}
+    if not os.path.isdir(vault.blobs) or os.path.islink(vault.blobs):
+        return out
+    for sub in os.listdir(vault.blobs):
+        d = os.path.join(vault.blobs, sub)
+        if not os.path.isdir(d) or os.path.islink(d):
+            continue
+        for n in os.listdir(d):
+            sha = n[:-len(ZST_SUFFIX)] if n.endswith(ZST_SUFFIX) else None
+            if sha and is_sha256(sha) and sha not in referenced:
+                with contextlib.suppress(OSError):
+                    out[sha] = os.lstat(os.path.join(d, n)).st_size
     return out
 
 

@@ -23,7 +23,7 @@ from tb_footprint_plugin.engine import oplog, salvage, trust
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
-from tb_footprint_plugin.engine.vault import Vault, finish_compactions
+from tb_footprint_plugin.engine.vault import COMPRESSED, Vault
 from tb_footprint_plugin.storage import scratch
 
 
@@ -53,7 +53,7 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
                                             f"cannot rebuild manifests in {root}: {reason_of(e)}",
                                             Finding.RECOVERY_FAILED))
         outcomes += _finish_purges(ctx, vault)
-        outcomes += _finish_compactions(vault)
+        outcomes += _finish_compactions(ctx, vault)
         swept = scratch.sweep(vault.tmp)
         if swept:
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
@@ -113,18 +113,35 @@ def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     return out
 
 
-def _finish_compactions(vault: Vault) -> List[RecoveryOutcome]:
-    """Compactions killed midway, done again (``vault.finish_compactions``): until then each
-    backup is still there plain, or as its verified ``.zst``, or both."""
-    try:
-        done = finish_compactions(vault)
-    except Exception as e:  # retried at the next start; every blob is still whole in one form
-        return [RecoveryOutcome("", "", Recovery.FAILED, f"interrupted compaction in {vault.root} not finished: "
-                                f"{reason_of(e)}", Finding.RECOVERY_FAILED)]
-    return [RecoveryOutcome(op_id, "", Recovery.COMPLETED,
-                            f"an interrupted compaction of {op_id}'s backups was finished "
-                            f"({sum(1 for v in what.values() if v == 'compressed')} of {len(what)} compressed)",
-                            Finding.COMPACTION_FINISHED) for op_id, what in done.items()]
+def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
+    """Compactions killed midway, done again (``Vault.compact_all``) under their run's lock, so a
+    restore or purge of that run never races one: until then each backup is still there plain,
+    or as its verified ``.zst``, or both."""
+    out = []
+    for op_id, shas in vault.pending_compactions().items():
+        try:
+            run = vault.read_manifest(op_id).get("run")
+        except Exception:  # no manifest (yet): rebuilt above or reported; the blobs stay as they are
+            run = None
+        try:
+            if run is None:
+                what = vault.compact_all(op_id, shas)
+            else:
+                with RunLock(ctx.lock_dir, run):
+                    what = vault.compact_all(op_id, shas)
+        except RunLocked:
+            out.append(RecoveryOutcome(op_id, run or "", Recovery.SKIPPED_LIVE, "compaction of its backups waits: "
+                                       "the run is being changed by another process", Finding.RUN_LOCKED))
+            continue
+        except Exception as e:  # retried at the next start; every blob is still whole in one form
+            out.append(RecoveryOutcome(op_id, run or "", Recovery.FAILED, f"interrupted compaction in {vault.root} "
+                                       f"not finished: {reason_of(e)}", Finding.RECOVERY_FAILED))
+            continue
+        out.append(RecoveryOutcome(op_id, run or "", Recovery.COMPLETED,
+                                   f"an interrupted compaction of {op_id}'s backups was finished "
+                                   f"({sum(1 for v in what.values() if v == COMPRESSED)} of {len(what)} compressed)",
+                                   Finding.COMPACTION_FINISHED))
+    return out
 
 
 def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:

@@ -162,14 +162,14 @@ def compact_operation(vault: "Vault", op_id: str, in_use: Iterable[str] = ()) ->
         return {}
 
 
-def finish_compactions(vault: "Vault") -> Dict[str, Dict[str, str]]:
-    """What a start does: every compaction noted and not finished (killed midway) is done again
-    (``compact`` is idempotent: a leftover temp is made anew, a verified ``.zst`` beside its
-    plain blob lets the plain one go); op id → digest → what was done."""
-    out = {}
-    for op_id, shas in vault.pending_compactions().items():
-        out[op_id] = vault.compact_all(op_id, shas)
-    return out
+def note_compaction(vault: "Vault", op_id: str) -> None:
+    """Leave ``op_id``'s compaction to the next start (its run was busy): a note naming its
+    backups, as ``compact_all`` writes first. Never raises (the backups stay hard links)."""
+    try:
+        m = vault.read_manifest(op_id)
+        vault.note_compaction(op_id, [f["sha256"] for f in m.get("files", []) if isinstance(f, dict)])
+    except Exception:  # the reduction stands; its backups stay plain until a purge
+        pass
 
 
 def _blocks(n: int, st: os.stat_result) -> int:
