@@ -65,12 +65,13 @@ def gzip_file(src: str, dst: str, level: int = LEVEL) -> str:
     return sha
 
 
-def gzip_size(src: str, level: int = LEVEL) -> Tuple[int, str]:
+def gzip_size(src: str, level: int = LEVEL, opener=None) -> Tuple[int, str]:
     """``(bytes gzip_file would write, sha256 of src)``: the same writer into a ``CountingSink``,
     nothing written, memory bounded. ``src`` is read only if it is a regular file (no symlink
-    followed, never a FIFO)."""
+    followed, never a FIFO); ``opener()``, when given, opens its bytes instead (a bucket
+    object's ranged reader)."""
     sink = CountingSink()
-    with open_regular(src) as fi:
+    with (opener() if opener is not None else open_regular(src)) as fi:
         sha = gzip_stream(fi, sink, level)
     return sink.size, sha
 

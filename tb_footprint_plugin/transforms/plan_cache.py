@@ -16,11 +16,12 @@ included: it makes the bytes).
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import sys
 import zlib
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Tuple
 
 from tb_footprint_plugin.plan.rules import Rules, TraceOptions
 from tb_footprint_plugin.scan.selcache import SelectionCache
@@ -97,6 +98,17 @@ def outcome_from_dict(d: dict) -> RewriteOutcome:
     return RewriteOutcome(rewritten, files, notes, tags, expectations)
 
 
+def measure_trace(src: str, trace: Optional[dict], opener=None) -> Tuple[int, bool]:
+    """``(bytes the reduce's transform writes, whether they are the source's own bytes)`` for a
+    gzip (``trace`` None) or a slim with options ``trace``, by the transform's own writer into a
+    counting sink; ``opener`` reads the source from elsewhere than ``src`` (a bucket object)."""
+    if trace is None:
+        size, _sha = gzip_size(src, opener=opener)
+        return size, False  # a .gz beside the plain file: a new file, never the same one
+    out = slim_size(src, TraceOptions.from_dict(trace), opener=opener)
+    return out["size"], out["sha256"] == out["source_sha256"]
+
+
 class PlanRewrites:
     """``rewrite(run, rules, names)`` for ``plan.make_plan`` over one local logdir, with its
     outcomes cached (``scan.selcache``); ``save()`` once the plan is made."""
@@ -138,6 +150,10 @@ class PlanRewrites:
             self.cache.put(run.name, key, outcome_to_dict(out))
         return out
 
+    def _trace_key(self, trace: Optional[dict], identity: list) -> str:
+        return json.dumps([self._versions, zlib.ZLIB_RUNTIME_VERSION, list(sys.version_info[:2]), LEVEL,
+                           trace, identity], sort_keys=True)
+
     def trace_after(self, run, path: str, trace: Optional[dict] = None) -> Optional[dict]:
         """What the reduce's transform leaves of the trace ``path`` (logdir-relative) of ``run``:
         ``{"size": bytes, "same": the output is the file's own bytes}``; ``trace`` is the slim's
@@ -149,19 +165,13 @@ class PlanRewrites:
             st = os.lstat(full)
         except OSError:
             return None
-        key = json.dumps([self._versions, zlib.ZLIB_RUNTIME_VERSION, list(sys.version_info[:2]), LEVEL,
-                          trace, [st.st_size, st.st_mtime_ns, st.st_ino]], sort_keys=True)
+        key = self._trace_key(trace, [st.st_size, st.st_mtime_ns, st.st_ino])
         hit = self.cache.get_trace(run.name, path, key)
         if hit is not None:
             self.served += 1
             return hit
         try:
-            if trace is None:
-                size, _sha = gzip_size(full)
-                same = False  # a .gz beside the plain file: a new file, never the same one
-            else:
-                out = slim_size(full, TraceOptions.from_dict(trace))
-                size, same = out["size"], out["sha256"] == out["source_sha256"]
+            size, same = measure_trace(full, trace)
             now = os.lstat(full)
         except (TraceFormatError, ValueError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             # not a trace the transform can read (a truncated or damaged .gz too): refused alike
@@ -179,4 +189,47 @@ class PlanRewrites:
         return self.cache.save(live)
 
 
-__all__ = ["PlanRewrites", "outcome_from_dict", "outcome_to_dict"]
+class BucketTraces(PlanRewrites):
+    """``trace_after`` for a bucket logdir's plan: each trace is measured as on disk, its bytes
+    streamed by ranged reads (memory one read window), and cached under the object's size and
+    modification time in the user's cache folder for that URL (``save``); ``stats`` counts the
+    requests the measures issued (the plan adds them to what its scan cost)."""
+
+    def __init__(self, url: str, cache: Optional[SelectionCache] = None):
+        from tb_footprint_plugin.storage.remote import RemoteFS
+
+        folder = None
+        if cache is None:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            folder = os.path.join(os.path.abspath(base), "tb-footprint",
+                                  "bucket-" + hashlib.sha256(url.rstrip("/").encode("utf-8")).hexdigest()[:24])
+        super().__init__(url, cache if cache is not None else SelectionCache(folder))
+        self.rfs = RemoteFS(url)
+        self.stats = self.rfs.stats
+
+    def __call__(self, run, rules: Rules, names):  # pragma: no cover - a bucket plan estimates event rewrites
+        return None
+
+    def trace_after(self, run, path: str, trace: Optional[dict] = None) -> Optional[dict]:
+        """As ``PlanRewrites.trace_after``, for the object ``path`` (logdir-relative) as the
+        plan's listing found it."""
+        f = next((f for f in run.files if f.path == path), None)
+        if f is None:
+            return None
+        key = self._trace_key(trace, [f.size, f.mtime])
+        hit = self.cache.get_trace(run.name, path, key)
+        if hit is not None:
+            self.served += 1
+            return hit
+        try:
+            size, same = measure_trace(path, trace, opener=lambda: self.rfs.open_ranged(path, f.size))
+        except (TraceFormatError, ValueError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+            return {"error": str(e) or type(e).__name__}
+        except OSError:
+            return None  # the store did not answer: the plan estimates, and says so
+        self.made += 1
+        self.cache.put_trace(run.name, path, key, size, same)
+        return {"size": size, "same": same}
+
+
+__all__ = ["BucketTraces", "PlanRewrites", "measure_trace", "outcome_from_dict", "outcome_to_dict"]

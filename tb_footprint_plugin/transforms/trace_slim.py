@@ -254,16 +254,17 @@ class _Classifier:
 # ---------------------------------------------------------------------------------------
 # passes
 # ---------------------------------------------------------------------------------------
-def _open_source(path: str):
-    """(text-ready binary stream, raw hashing file, closer)."""
-    raw = open_regular(path)  # a user's file: never through a symlink, never a FIFO
+def _open_source(path: str, opener=None):
+    """(text-ready binary stream, raw hashing file, closer); ``opener()`` opens the raw bytes
+    instead of the path (an object's ranged reader: the plan measures a bucket's trace)."""
+    raw = opener() if opener is not None else open_regular(path)  # never through a symlink, never a FIFO
     h = HashingReader(raw)
     stream = gzip.GzipFile(fileobj=h, mode="rb") if path.endswith(".gz") else h
     return stream, h, raw
 
 
-def _events_of(path: str) -> Iterator[dict]:
-    stream, _h, raw = _open_source(path)
+def _events_of(path: str, opener=None) -> Iterator[dict]:
+    stream, _h, raw = _open_source(path, opener)
     try:
         for kind, a, _ in _walk(stream):
             if kind == "event":
@@ -272,11 +273,11 @@ def _events_of(path: str) -> Iterator[dict]:
         raw.close()
 
 
-def find_cut(path: str, keep_steps: int) -> Tuple[Optional[float], List[str], int, bool]:
+def find_cut(path: str, keep_steps: int, opener=None) -> Tuple[Optional[float], List[str], int, bool]:
     """(time cut, names of the kept steps, number of steps, has device activity)."""
     steps = []
     device = False
-    for ev in _events_of(path):
+    for ev in _events_of(path, opener):
         if not isinstance(ev, dict):
             continue
         if _is_step(ev) and _num(ev.get("ts")) and _num(ev.get("dur")):
@@ -290,10 +291,10 @@ def find_cut(path: str, keep_steps: int) -> Tuple[Optional[float], List[str], in
     return max(s[1] for s in kept), [s[2] for s in kept], len(steps), device
 
 
-def kept_correlations(path: str, cut: float) -> set:
+def kept_correlations(path: str, cut: float, opener=None) -> set:
     """Correlation ids of launches (and ``ac2g`` flows) that start before the cut."""
     out = set()
-    for ev in _events_of(path):
+    for ev in _events_of(path, opener):
         if isinstance(ev, dict) and not _always(ev):
             ts = ev.get("ts")
             if _num(ts) and ts < cut:
@@ -367,23 +368,25 @@ def slim_trace(src: str, dst: str, options: TraceOptions, expected_sha: Optional
     return stats
 
 
-def slim_size(src: str, options: TraceOptions, level: int = LEVEL) -> dict:
+def slim_size(src: str, options: TraceOptions, level: int = LEVEL, opener=None) -> dict:
     """What ``slim_trace`` would write, without writing it: ``{size, sha256, source_sha256}`` of
     the very same pass run into a ``CountingSink`` (memory as the slim's own: one read window
-    and the largest event). ``src`` is read only if it is a regular file (no symlink followed).
-    Raises ``TraceFormatError`` as ``slim_trace`` would."""
+    and the largest event). ``src`` is read only if it is a regular file (no symlink followed);
+    ``opener()``, when given, opens its bytes instead (a bucket object's ranged reader; ``src``
+    then only names it). Raises ``TraceFormatError`` as ``slim_trace`` would."""
     sink = CountingSink()
-    _stats, sha = _slim_into(src, open_regular(src), sink, options, level)
+    raw = opener() if opener is not None else open_regular(src)
+    _stats, sha = _slim_into(src, raw, sink, options, level, opener)
     return {"size": sink.size, "sha256": sink.sha.hexdigest(), "source_sha256": sha}
 
 
-def _slim_into(src: str, raw_in, raw_out, options: TraceOptions, level: int) -> Tuple[dict, str]:
+def _slim_into(src: str, raw_in, raw_out, options: TraceOptions, level: int, opener=None) -> Tuple[dict, str]:
     """One slimming pass from ``raw_in``, the binary file of ``src`` (closed here), into
     ``raw_out`` (left open): ``(stats, sha256 of raw_in)``. The steps' cut, when asked, takes
     its own passes over ``src`` first (``_step_cut``)."""
     o = options
     with raw_in:
-        cut, kept_steps, n_steps, corr = _step_cut(src, o)
+        cut, kept_steps, n_steps, corr = _step_cut(src, o, opener)
         w = _SlimWriter(o, _Classifier(o, cut, corr), _GzOut(raw_out, level))
         h = HashingReader(raw_in)
         stream = gzip.GzipFile(fileobj=h, mode="rb") if src.endswith(".gz") else h
@@ -399,13 +402,13 @@ def _slim_into(src: str, raw_in, raw_out, options: TraceOptions, level: int) -> 
                 kept_correlations=len(corr)), h.sha.hexdigest()
 
 
-def _step_cut(src: str, o: TraceOptions) -> Tuple[Optional[float], list, int, set]:
+def _step_cut(src: str, o: TraceOptions, opener=None) -> Tuple[Optional[float], list, int, set]:
     """Where ``keep_steps`` cuts the trace: (cut timestamp or None, kept steps, steps in all,
     correlation ids of device work launched by kept steps)."""
     if o.keep_steps is None:
         return None, [], 0, set()
-    cut, kept_steps, n_steps, device = find_cut(src, o.keep_steps)
-    corr = kept_correlations(src, cut) if cut is not None and device else set()
+    cut, kept_steps, n_steps, device = find_cut(src, o.keep_steps, opener)
+    corr = kept_correlations(src, cut, opener) if cut is not None and device else set()
     return cut, kept_steps, n_steps, corr
 
 
