@@ -137,9 +137,11 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
             _shard_sizes(logdirs, backup_dir, {logdir: fp}, write_cache=True)
         mine = shard_plan(logdirs, shard, backup_dir, sizes).get(logdir, [])
         runs = [r for r in mine if runs is None or r in runs]
+    traces = _bucket_traces(logdir)  # the dry run's measures, read back: the same bytes after
     p = make_plan(fp, pol, runs=select_runs(fp, runs, run_glob), min_size=min_size, older_than=older_than,
-                  quiet_period=quiet_period)
-    _bucket_notes(p, fp, backup_dir)
+                  quiet_period=quiet_period, trace_after=traces.trace_after)
+    traces.save(r.name for r in fp.runs)
+    _bucket_notes(p, fp, backup_dir, traces.stats)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
     book = BucketLedger(rfs, pol.name, sharding.label(shard)) if (shard is not None or ledger) else None
     if book:
@@ -266,15 +268,15 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     runs = select_runs(fp, runs, run_glob)
     rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
+    traces = _bucket_traces(fp.logdir) if rewrite is None else rewrite
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                  rewrite=rewrite, trace_after=rewrite.trace_after if rewrite is not None else None)
-    if rewrite is not None:
-        warning = rewrite.save(r.name for r in fp.runs)
-        if warning:
-            p.notes.append(warning)
+                  rewrite=rewrite, trace_after=traces.trace_after)
+    warning = traces.save(r.name for r in fp.runs)
+    if warning:
+        p.notes.append(warning)
     if is_remote(fp.logdir):
-        _bucket_notes(p, fp, backup_dir)
+        _bucket_notes(p, fp, backup_dir, traces.stats)
         return p
     logdir = os.path.abspath(logdir)
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [_vault_note(logdir, backup_dir, p, vault_format)]
@@ -354,13 +356,26 @@ def _rewrite_of(logdir: str):
     return PlanRewrites(logdir)
 
 
-def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str]) -> None:
-    """The request cost of a bucket plan, and when its bytes are really freed on this bucket."""
+def _bucket_traces(url: str):
+    """A bucket plan's ``trace_after``: its PyTorch traces' gzip and slim measured by ranged reads,
+    cached per object (``transforms.plan_cache.BucketTraces``), as a local plan measures them."""
+    from tb_footprint_plugin.transforms.plan_cache import BucketTraces
+
+    return BucketTraces(url)
+
+
+def _bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str], measured=None) -> None:
+    """The request cost of a bucket plan, and when its bytes are really freed on this bucket;
+    ``measured``: the requests the plan's own trace measures issued, counted with its scan's."""
     from tb_footprint_plugin.engine.bucket import retention_report
     from tb_footprint_plugin.plan.cost import request_cost
     from tb_footprint_plugin.storage.remote import protocol_of
 
     p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    if measured is not None:  # the plan read the traces it measures: that is this plan's cost too
+        scanned = p.cost["scan"]
+        for k, v in measured.to_dict().items():
+            scanned[k] = scanned.get(k, 0) + v
     rfs, vault = _bucket(fp.logdir, backup_dir)
     p.cost["freed"] = retention_report(rfs, vault, p.removable_bytes)
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
