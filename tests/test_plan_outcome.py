@@ -444,3 +444,26 @@ def test_a_trace_the_slim_cannot_read_is_planned_as_kept(tmp_path):
     rp = api.plan(str(tmp_path / "logdir"), SLIM).run("run")
     assert rp.code == Skip.NOTHING and not rp.actions, rp.to_dict()
     assert any("not slimmed" in line for line in rp.fidelity), rp.fidelity
+
+
+@pytest.mark.parametrize("policy", ["lossless", SLIM])
+def test_a_bucket_plan_measures_traces_too_and_the_reduce_leaves_its_bytes(s3_bucket, tmp_path, policy, monkeypatch):
+    """On an object store the traces are streamed by ranged reads and measured as on disk: the
+    plan is the local plan, nothing estimated, the reduce leaves its bytes, and the reduce's own
+    plan reads the measures back instead of downloading the traces again."""
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    url = s3_bucket.upload(logdir, "logs")
+    local = api.plan(str(logdir), policy, quiet_period=0)
+    remote = api.plan(url, policy, quiet_period=0)
+    traced = [a for rp in remote.runs for a in rp.actions if ".pt.trace.json" in a.path]
+    assert traced and not any(a.estimated for a in traced)
+    assert [(rp.run, rp.expected_after_bytes) for rp in remote.runs] == \
+        [(rp.run, rp.expected_after_bytes) for rp in local.runs]
+    assert remote.cost["scan"]["bytes_down"] >= sum(a.bytes_before for a in traced)  # said in its cost
+    made = _trace_counter(monkeypatch)
+    rep = api.reduce_logdir(url, policy=policy, dry_run=False, quiet_period=0, verify_backends=("python",))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    assert made == []
+    for o in rep.outcomes:
+        rp = remote.run(o.run)
+        assert (o.run, o.bytes_after) == (o.run, rp.expected_after_bytes if not rp.skipped else o.bytes_before)
