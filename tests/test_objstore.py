@@ -519,6 +519,34 @@ def _is_batch_delete(method, path):
     return method == "POST" and "delete" in path.split("?", 1)[-1]
 
 
+def _is_listing(method, path):
+    return method == "GET" and "list-type=2" in path.split("?", 1)[-1]
+
+
+def test_checking_listing_refused_after_the_delete_is_a_store_error(s3_via_proxy, demo_logdir, monkeypatch):
+    """Past the commit point the reduction stands; when the store refuses the listing that checks
+    it, the run is reported failed (unverified) with ``Failure.STORE_ERROR``, not a catch-all."""
+    from faulty_proxy import S3_INTERNAL, Rule
+
+    from tb_footprint_plugin.engine import faults
+
+    bucket, proxy = s3_via_proxy
+    url = bucket.upload(demo_logdir, "logs")
+    planned = api.plan(url, DROP_PROFILES, quiet_period=0)
+    run = next(rp.run for rp in planned.runs if not rp.skipped)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")  # the fault is permanent: fewer retries
+    faults.arm("bucket.after_delete", lambda: proxy.rules.append(Rule(_is_listing, S3_INTERNAL, times=10 ** 6)))
+    try:
+        rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0, runs=[run])
+    finally:
+        faults.disarm_all()
+        proxy.rules.clear()
+    (o,) = rep.outcomes
+    assert o.status == "failed" and o.code == Failure.STORE_ERROR, (o.status, o.code, o.reason)
+    assert o.removed_files  # the reduction stands: its backups are verified, `verify` checks it
+    assert [m["op_id"] for m in api.status(url)["operations"]] == [o.op_id]
+
+
 @pytest.mark.parametrize("case", ["slowdown", "dropped_copy", "500_after_delete"])
 def test_transient_store_faults_are_retried(s3_via_proxy, demo_logdir, case):
     """503 SlowDown on copies, a connection dropped mid-copy, a 500 after the server already did a

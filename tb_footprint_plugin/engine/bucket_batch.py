@@ -170,9 +170,13 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             rfs.ops.delete(ours, versions=versions)
             return list(outs.values())
         faults.hit("bucket.after_delete")
+        # a verification that finds the run not as planned is a failed step (as on a disk); one
+        # whose listing the store refused is the store's failure
+        unverified = Failure.ERROR
         try:
             verification = verify_batch(rfs, vault, live, listing)
         except RemoteError as e:  # past the commit point: the reduction stands, unverified
+            unverified = failure_code(e)
             verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
                                         "run `verify` to check it"} for en in live}
         for en in live:
@@ -182,7 +186,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             o.removed_files = [f["path"] for f in en["files"]]
             o.status = Outcome.VERIFIED if not bad else Outcome.FAILED
             if bad:
-                o.reason, o.code = bad, Failure.ERROR
+                o.reason, o.code = bad, unverified
             o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
         # done: the journal and every lock in one batched delete (journal first: a crash between
         # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
