@@ -29,8 +29,8 @@ Rust server's is the largest child's):
   reduce of all N runs is fixed + N x per run. Its peak RSS is the whole batch's;
 * ``upkeep``: ``api.recover_logdir`` after the reduce, what every start of a verb or of the tab
   does over the vault's operations (per operation);
-* ``ledger``: one transition of the CLI's batch ledger when it lists all N runs (each one
-  rewrites and fsyncs the whole file), measured apart since a subset reduce has a small ledger;
+* ``ledger``: one transition of the CLI's batch ledger when it lists all N runs (an appended
+  line; the settled ones fsynced), measured apart since a subset reduce has a small ledger;
 * anchors: ``cp -a`` of the logdir, and one load of it by TensorBoard's Rust data server
   (``--reload=once`` until its "Finished load cycle"), before and after the reduce.
 
@@ -206,8 +206,8 @@ def _phase(kind: str, a: dict) -> dict:
         return {"seconds": total, "stamps": stamps, "statuses": statuses, "reasons": reasons,
                 "saved_bytes": rep.saved_bytes}
     if kind == "ledger":
-        # the batch ledger the CLI's reduce keeps: three durable transitions per run, each a
-        # rewrite of the whole file (measured apart: a subset reduce has a small ledger)
+        # the batch ledger the CLI's reduce keeps: three transitions per run, each an appended
+        # line (measured apart: a subset reduce has a small ledger)
         from tb_footprint_plugin.engine.ledger import Ledger
 
         folder = tempfile.mkdtemp(prefix="tbfp-scale-ledger-")
@@ -540,7 +540,7 @@ def report(rows: List[dict], load_before, load_after, args) -> bool:
             per_mark = led["seconds"] / led["marks"]
             print(f"  batch ledger of {n} runs ({led['ledger_bytes'] / 1e6:.1f} MB): {per_mark * 1e3:.1f} ms a "
                   f"transition, 3 a run: {3 * per_mark * 1e3:.0f} ms a run, ~{3 * n * per_mark:.0f} s for a reduce "
-                  f"of all {n} (each transition rewrites and fsyncs the whole file)")
+                  f"of all {n} (each transition an appended line)")
         up = row.get("upkeep") or {}
         if "seconds" in up and verified:
             print(f"  start-up upkeep (api.recover_logdir) over {verified} operation(s): {up['seconds']:.2f} s = "

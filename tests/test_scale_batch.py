@@ -221,3 +221,42 @@ def test_changes_since_reads_only_what_was_appended_and_follows_a_replaced_file(
         f.write(line("a", 9.0))
     assert [e["op_id"] for e in history.changes_since(state, "a", 0.0, {"verified"})] == ["a-9.0"]
     assert len(reads) == 4
+
+
+def test_markers_no_destructive_step_waits_on_are_not_fsynced_one_by_one(tmp_path, monkeypatch):
+    """A small run's reduce fsynced ~24 times; the journal's markers (backed_up, verified,
+    swapped, commit), the removal of a committed run's journal and a ledger's in-flight states
+    are made durable by the next fsync instead. Every record a destructive step waits on still is."""
+    from tb_footprint_plugin.engine.journal import Journal
+    from tb_footprint_plugin.engine.ledger import Ledger
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    j = Journal.create(str(tmp_path / "journal"), "20260101T000000-abcdef", {"type": "begin"})
+    synced.clear()
+    j.append({"type": "backed_up"}, sync=False)
+    assert synced == []
+    j.append({"type": "swap"})
+    assert len(synced) == 1
+    assert [r["type"] for r in j.records()] == ["begin", "backed_up", "swap"]
+    book = Ledger(str(tmp_path / ".tb-footprint" / "ledger.json"), "archive", str(tmp_path))
+    book.start(["r"])
+    synced.clear()
+    book.mark("r", "reducing")
+    book.mark("r", "verifying")
+    assert synced == []
+    book.mark("r", "done", op_id="x")
+    assert len(synced) == 1 and book.read()["runs"]["r"]["state"] == "done"
+
+
+def test_a_builtin_policy_is_stored_by_name_and_a_custom_one_whole(tmp_path):
+    from tb_footprint_plugin.engine.catalogue import stored_policy
+    from tb_footprint_plugin.plan.policies import get_policy
+
+    archive = get_policy("archive").to_dict()
+    assert stored_policy(archive) == {"name": "archive", "builtin": True}
+    custom = dict(archive, rules=dict(archive.get("rules") or {}, extra=1)) if "rules" in archive else \
+        dict(archive, name="archive", keep_sessions=99)
+    assert stored_policy(custom) == custom
+    assert stored_policy({"name": "custom(archive)", "x": 1}) == {"name": "custom(archive)", "x": 1}

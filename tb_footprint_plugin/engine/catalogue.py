@@ -314,7 +314,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         "logdir": begin["logdir"],
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         "vault": vault.root,
-        "policy": begin.get("policy"),
+        "policy": stored_policy(begin.get("policy")),
         "plan": plan,
         "tool_version": __version__,
         **who(),
@@ -330,7 +330,10 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
                    "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
                    "action": b["action"]} for b in backups],
         "created": [{"path": s["final"], "size": s["size"], "sha256": s["sha256"]} for s in staged],
-        "removed_dirs": [r for r in records if r["type"] == "rmdir"],
+        # what restore re-creates them from (path, mode, mtime): the journal record's own type and
+        # time say nothing more
+        "removed_dirs": [{k: v for k, v in r.items() if k not in ("type", "t")} for r in records
+                         if r["type"] == "rmdir"],
         "verification": ver,
         "backup_purged": outcome != "verified",
         # content newer than the backup, found where an original went back: kept in the vault
@@ -364,6 +367,23 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
             raise
         m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m
+
+
+def stored_policy(policy):
+    """The policy as a manifest keeps it: a built-in policy exactly as this version defines it is
+    kept by its name (``{"name", "builtin": true}``; the manifest's ``tool_version`` says which
+    definition), any other (custom rules, a policy file) whole. Its ~800 bytes were stored
+    again with every run's manifest and log line."""
+    from tb_footprint_plugin.plan.policies import BUILTIN
+
+    if isinstance(policy, dict) and policy.get("name") in BUILTIN:
+        try:
+            same = BUILTIN[policy["name"]]().to_dict() == policy
+        except Exception:  # noqa: BLE001 - a definition that cannot be built: keep the record whole
+            same = False
+        if same:
+            return {"name": policy["name"], "builtin": True}
+    return policy
 
 
 def operation_summary(m: dict) -> dict:

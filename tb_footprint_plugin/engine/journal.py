@@ -93,11 +93,16 @@ class Journal:
         j.identity = (st.st_dev, st.st_ino)
         return j
 
-    def append(self, record: dict) -> None:
-        """Append one record and fsync it before returning (to this journal's own file only)."""
+    def append(self, record: dict, sync: bool = True) -> None:
+        """Append one record and fsync it before returning (to this journal's own file only).
+        ``sync=False``: a marker no destructive step waits on (``backed_up``, ``verified``,
+        ``swapped``, ``commit``), made durable by the next record's fsync; lost to a power cut,
+        recovery decides as without it, which is the safe direction (e.g. no ``verified``
+        before a ``swap`` rolls the run back)."""
         record = dict(record, t=time.time())
         self.identity = append_line(self.path, json.dumps(record, sort_keys=True) + "\n",
-                                    create=self.may_create and self.identity is None, expect=self.identity)
+                                    create=self.may_create and self.identity is None, expect=self.identity,
+                                    sync=sync)
 
     def records(self) -> List[dict]:
         """Every complete record; a torn last line (crash mid-write) is ignored."""
@@ -119,11 +124,14 @@ class Journal:
             pass  # a link or FIFO planted as a journal holds no record of ours
         return out
 
-    def close(self) -> None:
-        """The operation is fully settled: remove the journal."""
+    def close(self, durable: bool = True) -> None:
+        """The operation is fully settled: remove the journal. ``durable=False`` (a committed
+        reduction whose manifest is durable): the removal is not fsynced; a journal a power cut
+        brings back is settled again by recovery, which finds the manifest and changes nothing."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        fsync_dir(os.path.dirname(self.path))
+        if durable:
+            fsync_dir(os.path.dirname(self.path))
 
 
 def pending_journals(journal_dir: str) -> Iterator[Journal]:

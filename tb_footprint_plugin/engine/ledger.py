@@ -296,7 +296,9 @@ class Ledger:
                 line = "\n" + line  # the snapshot is written without a newline after it
             # the line is known here, so a failed append's undo can tell its own bytes from another's
             with undo_partial_append(self.path, line):
-                append_line(self.path, line, create=False)
+                # an in-flight state lost to a power cut reads as the one before it, which a rerun
+                # treats alike (``RETRY_STATES``): only settled states are fsynced
+                append_line(self.path, line, create=False, sync=state not in ("reducing", "verifying"))
             self._tail = (lines + 1, False)
             self._remember(data)
 

@@ -277,8 +277,9 @@ def create_json(path: str, obj) -> bool:
 
 
 def append_line(path: str, line: str, *, create: bool = True,
-                expect: Optional[Tuple[int, int]] = None) -> Tuple[int, int]:
-    """Append one text line (ending in a newline) and fsync it before returning; returns the
+                expect: Optional[Tuple[int, int]] = None, sync: bool = True) -> Tuple[int, int]:
+    """Append one text line (ending in a newline) and fsync it before returning (``sync=False``:
+    left to the next fsync of the file, for a record no destructive step waits on); returns the
     file's ``(st_dev, st_ino)``. Only to a regular file of ours in a folder of ours
     (``private.open_private``): a symlink, FIFO, device or another user's file planted in its
     place is set aside, never followed or written, and a fresh file started; a folder that is
@@ -302,7 +303,8 @@ def append_line(path: str, line: str, *, create: bool = True,
         raise
     with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(line)
-        fsync_file(f)
+        if sync:
+            fsync_file(f)
     return st.st_dev, st.st_ino
 
 
