@@ -168,6 +168,11 @@ def test_tab_draws_one_page_and_pages_sorts_filters_on_the_server(browser, tb):
             f.locator("button.page-next").click()
         expect(f.locator(".page-range")).to_have_text(f"{PAGE + 1}–{2 * PAGE} of {N_RUNS}")
         assert rows.count() == PAGE and rows.first.get_attribute("data-run") != first
+        f.locator(".pager").scroll_into_view_if_needed()
+        page.wait_for_timeout(250)
+        paged = os.path.join(SHOTS, "scale-03-second-page.png")
+        page.screenshot(path=paged)
+        shutil.copy(paged, "/tmp/scale-03-second-page.png")
         # sort by name: a server request; the first page starts with the first name
         with page.expect_request(lambda r: "sort=name" in r.url and "order=asc" in r.url and "offset=0" in r.url):
             f.locator('button.sort[data-sort="name"]').click()

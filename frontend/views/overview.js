@@ -48,8 +48,7 @@ export class OverviewView {
   }
 
   update(state) {
-    // the filter box alone changes nothing drawn: the server's answer to it does
-    const key = {ov: state.overview, jobs: state.jobs, a: state.actions, p: state.policies,
+    const key = {ov: state.overview, f: state.filter, jobs: state.jobs, a: state.actions, p: state.policies,
       pol: state.policy, err: state.overviewError};
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
     this._last = key;
@@ -202,11 +201,16 @@ export class OverviewView {
       this.count.textContent = '';
       return;
     }
-    const runs = ov.runs;  // one page, as the server sorted and filtered it
+    // one page, as the server sorted and filtered it; while the server's answer to a new filter
+    // is on its way, the page's own rows are narrowed to it at once (never widened)
+    const want = state.filter.trim().toLowerCase();
+    const pending = (ov.q || '') !== want;
+    const runs = pending ? ov.runs.filter((r) => r.name.toLowerCase().includes(want)) : ov.runs;
     const total = ov.total;
     const matched = ov.matched || {};
-    this.count.textContent = ov.q ? total + ' of ' + plural(ov.run_count, 'run') + ' match' : plural(ov.run_count, 'run');
-    const allLock = lockReason(this.model, null);
+    this.count.textContent = pending ? 'filtering…' : ov.q ? total + ' of ' + plural(ov.run_count, 'run') + ' match' : plural(ov.run_count, 'run');
+    // "all matching" means the filter the server answered: locked while another is typed
+    const allLock = lockReason(this.model, null) || (pending ? 'Waiting for the filter\'s runs' : null);
     const n = matched.reducible_runs || 0;
     const allBtn = button((ov.q ? 'Reduce all matching' : 'Reduce all') + (n ? ' (' + plural(n, 'run') + ', ' + bytes(matched.reclaimable_bytes) + ')' : ''),
       () => reduceMatchingFlow(this.model, ov.q, this.onError),
@@ -219,7 +223,8 @@ export class OverviewView {
     const maxBytes = ov.max_run_bytes || 0;
     this.table.appendChild(this.header(ov));
     if (!runs.length) {
-      this.table.appendChild(el('div', {class: 'empty', text: ov.run_count ? (total ? 'No run on this page.' : 'No run matches the filter.') : 'No runs in this logdir.'}));
+      this.table.appendChild(el('div', {class: 'empty', text: pending ? 'Filtering…' : ov.run_count
+        ? (total ? 'No run on this page.' : 'No run matches the filter.') : 'No runs in this logdir.'}));
     }
     for (const r of runs) {
       const dominant = ov.total_bytes && r.total_bytes / ov.total_bytes >= DOMINANT_SHARE;
@@ -246,7 +251,7 @@ export class OverviewView {
         el('span', {class: 'c-free', role: 'cell'}, free),
         el('span', {class: 'c-act', role: 'cell'}, act)));
     }
-    this.renderPager(ov);
+    if (!pending) this.renderPager(ov);
   }
 
   /** Previous / next page and where this page lies among the matching runs. */
