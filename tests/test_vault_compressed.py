@@ -395,3 +395,34 @@ def test_a_compressed_blob_no_manifest_names_is_reported_not_deleted(tmp_path):
     assert any(p.get("code") == Finding.ORPHAN_BLOBS for p in problems), problems
     api.purge(str(logdir), yes=True)
     assert z.exists()
+
+
+def test_a_blob_a_writer_holds_open_stays_plain(tmp_path):
+    """A late writer still appending to the original's inode (the backup after the swap) keeps
+    it a plain file: its next records go there and are salvaged later; compacting it would
+    leave them in an unlinked inode. Once the writer is gone the blob is compressed."""
+    import time
+
+    from tb_footprint_plugin.engine.vault import KEPT_OPEN
+    from tb_footprint_plugin.storage.openfiles import find_writers
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    src = tmp_path / "events"
+    src.write_bytes(b"compressible " * 100_000)
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    v.store(str(src), sha)
+    writer = subprocess.Popen([sys.executable, "-c", "import sys, time; f = open(sys.argv[1], 'ab'); "
+                               "print('open', flush=True); time.sleep(60)", str(src)], stdout=subprocess.PIPE)
+    try:
+        assert writer.stdout.readline().strip() == b"open"
+        os.unlink(src)  # the swap: only the vault's name is left for the writer's inode
+        deadline = time.monotonic() + 10
+        while not find_writers([v.blob_path(sha)]).holders and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert v.compact(sha) == KEPT_OPEN
+        assert v.blob_form(sha) == "plain"
+    finally:
+        writer.kill()
+        writer.wait()
+    assert v.compact(sha) == COMPRESSED and v.check_blob(sha)
