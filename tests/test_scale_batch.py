@@ -96,7 +96,12 @@ def test_a_profile_only_removal_starts_no_reader_and_lists_each_event_file_uncha
     # the manifest holds the same record; the event files are the very bytes they were
     ops = {m["op_id"]: m for m in api.operations(str(logdir))}
     for o in rep.outcomes:
-        assert ops[o.op_id]["verification"]["mode"] == "unchanged"
+        m = ops[o.op_id]
+        assert m["verification"]["mode"] == "unchanged" and "views" not in m["verification"]
+        # compact: a built-in policy by its name, actions without their default fields
+        assert m["policy"] == {"name": "archive", "builtin": True}
+        assert not any(k in a for a in m["plan"]["actions"] for k in ("params", "categories", "estimated"))
+        assert all(set(d) == {"path", "mode", "mtime_ns"} for d in m["removed_dirs"]), m["removed_dirs"]
     after = _user_files(logdir)
     assert {p: after[p] for p in hashes} == {p: before[p] for p in hashes}
     assert not [p for p in after if "plugins/profile" in p]

@@ -315,7 +315,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         "vault": vault.root,
         "policy": stored_policy(begin.get("policy")),
-        "plan": plan,
+        "plan": stored_plan(plan),
         "tool_version": __version__,
         **who(),
         "started_at": begin["t"],
@@ -367,6 +367,20 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
             raise
         m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m
+
+
+#: an action's fields a manifest leaves out when they hold their default (every reader of a
+#: manifest's plan reads them with ``.get``; a journal's plan, which recovery replays, is whole)
+_ACTION_DEFAULTS = {"categories": {}, "params": {}, "estimated": False, "new_path": None}
+
+
+def stored_plan(plan):
+    """The run's plan as a manifest keeps it: each action without its fields at their default."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("actions"), list):
+        return plan
+    actions = [{k: v for k, v in a.items() if k not in _ACTION_DEFAULTS or v != _ACTION_DEFAULTS[k]}
+               if isinstance(a, dict) else a for a in plan["actions"]]
+    return dict(plan, actions=actions)
 
 
 def stored_policy(policy):
