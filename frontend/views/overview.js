@@ -259,10 +259,12 @@ export class OverviewView {
     if (ov.total <= ov.limit && ov.offset === 0) return;
     const first = ov.total ? ov.offset + 1 : 0;
     const last = Math.min(ov.total, ov.offset + ov.runs.length);
-    const prev = button('‹ Previous', () => this.model.setOffset(ov.offset - ov.limit),
+    // the new page starts at the table's top: bring it into view once it is drawn
+    const go = (offset) => this.model.setOffset(offset).then(() => this.table.scrollIntoView({block: 'start'}));
+    const prev = button('‹ Previous', () => go(ov.offset - ov.limit),
       {kind: 'flat', disabled: ov.offset <= 0, title: 'The previous ' + ov.limit + ' runs'});
     prev.classList.add('page-prev');
-    const next = button('Next ›', () => this.model.setOffset(ov.offset + ov.limit),
+    const next = button('Next ›', () => go(ov.offset + ov.limit),
       {kind: 'flat', disabled: last >= ov.total, title: 'The next ' + ov.limit + ' runs'});
     next.classList.add('page-next');
     this.pager.append(prev,
