@@ -54,7 +54,7 @@ def scan(
     if backup_dir and is_within(backup_dir, logdir):
         exclude.append(os.path.abspath(backup_dir))
     found = discover(logdir, exclude=exclude)
-    cache = ScanCache(cache_dir(logdir) if use_cache else None)
+    cache = ScanCache(cache_dir(logdir) if use_cache else None, write=write_cache)
     return _assemble(logdir, found, cache, use_cache=use_cache, write_cache=write_cache,
                      progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
 
@@ -130,14 +130,17 @@ def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_ca
         if progress:
             progress(done[0], total_event_files)
 
-    runs = [_run_footprint(r, cache, counters, tick, opener) for r in found.runs.values()]
-    runs.sort(key=lambda r: (-r.total_bytes, r.name))
-    warnings = list(found.warnings)
-    if use_cache and write_cache:
-        cache.retain({f.rel for r in found.runs.values() for f in r.files})
-        w = cache.save()
-        if w:
-            warnings.append(w)
+    try:
+        runs = [_run_footprint(r, cache, counters, tick, opener) for r in found.runs.values()]
+        runs.sort(key=lambda r: (-r.total_bytes, r.name))
+        warnings = list(found.warnings)
+        if use_cache and write_cache:
+            cache.retain({f.rel for r in found.runs.values() for f in r.files})
+            w = cache.save()
+            if w:
+                warnings.append(w)
+    finally:
+        cache.close()  # the cache read, and one being written that an error left unsaved
     totals: Dict[str, CategoryStat] = {}
     for r in runs:
         for c in r.categories.values():
