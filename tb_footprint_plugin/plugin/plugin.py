@@ -54,11 +54,18 @@ class ScanService:
         self._last_duration: Optional[float] = None
         self._gate: Optional[threading.Event] = None  # the first scan waits for recovery
         self._listeners: list = []  # called with each new scan, on the scan's thread
+        self._preparers: list = []  # called with each new scan before it is served
 
     def add_listener(self, fn: Callable) -> None:
-        """Call ``fn(footprint)`` after each successful scan (the overview and the disk numbers
-        are prepared then, off the request path)."""
+        """Call ``fn(footprint)`` after each successful scan is served (the disk numbers are
+        measured then, off the request path)."""
         self._listeners.append(fn)
+
+    def add_preparer(self, fn: Callable) -> None:
+        """Call ``fn(footprint)`` with each successful scan before requests see it: the overview
+        is ready (or found kept, for an unchanged logdir) when the scan is served, so no request
+        waits for it; until then requests are served the previous scan."""
+        self._preparers.append(fn)
 
     def set_gate(self, event: threading.Event) -> None:
         self._gate = event
@@ -99,6 +106,11 @@ class ScanService:
                 self._progress = (done, total)
 
             fp = fn(self.logdir, backup_dir=self.backup_dir, write_cache=self.write_cache, progress=progress)
+            for prepare in list(self._preparers):
+                try:
+                    prepare(fp)
+                except Exception:  # the overview is then built on the first request
+                    logger.exception("Footprint: preparing the overview of a new scan failed")
         except (NotADirectoryError, FileNotFoundError):
             error = f"the logdir {self.logdir} does not exist (yet)"
         except Exception as e:  # keep serving the previous scan; say what went wrong
@@ -365,7 +377,7 @@ class FootprintPlugin(base_plugin.TBPlugin):
         self.disk = DiskNumbers(self.logdir, self.config.backup_dir)
         if self.readable:
             self.scans.add_listener(self.disk.refresh)
-            self.scans.add_listener(self.routes.prepare)
+            self.scans.add_preparer(self.routes.prepare)
         if start_background and self.readable:
             self.recovery.start()
             self.scans.start()  # first scan, right after recovery
