@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import trust
-from tb_footprint_plugin.engine.catalogue import bytes_after_of, known_vaults, manifest_exists, write_manifest
+from tb_footprint_plugin.engine.catalogue import (
+    bytes_after_of,
+    known_vaults,
+    manifest_exists,
+    vault_of,
+    write_manifest,
+)
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.restore import finish_restore
@@ -111,7 +117,22 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 continue
             types = {r["type"] for r in records}
             verified_ok = any(r["type"] == "verified" and r.get("ok") for r in records)
-            if "commit" in types:
+            committed, doubt = (None, None) if "commit" in types or "rollback" in types else \
+                committed_manifest(ctx, records, identity)
+            if doubt is not None:
+                # a manifest of this very operation is there but cannot be taken at its word:
+                # replaying the journal would overwrite it (and perhaps the run); nothing is
+                # touched, the journal stays for the next start (after the manifest's rebuild)
+                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.REFUSED, doubt.detail, doubt.code))
+                continue
+            if committed is not None:
+                # the manifest is made durable before the commit marker, which is not fsynced:
+                # a power cut can take the marker (or bring the removed journal back without
+                # it) after the run was swapped, verified and perhaps restored or salvaged
+                # since; the manifest is the truth, so neither the run nor it is touched
+                action, detail = Recovery.COMPLETED, "was committed (its manifest says so; the journal had lost " \
+                                                     "its commit record)"
+            elif "commit" in types:
                 action, detail = Recovery.COMPLETED, "was committed"
                 if not manifest_exists(ctx, records):
                     write_manifest(ctx, records, "verified", None, recovered=True)
@@ -132,3 +153,45 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         finally:
             lock.release()
     return outcomes
+
+
+@dataclass
+class ManifestDoubt:
+    """Why a manifest of the operation being settled cannot be trusted: ``code`` is an
+    ``engine.trust`` or ``codes`` code, ``detail`` the words."""
+
+    code: str
+    detail: str
+
+
+def committed_manifest(ctx: Context, records: List[dict],
+                       identity: dict) -> Tuple[Optional[dict], Optional["ManifestDoubt"]]:
+    """``(manifest, None)`` when this reduction's own manifest says its run was verified (the
+    reduction is committed whatever its journal lost), ``(None, None)`` when there is no
+    manifest or it says something else (the journal decides), ``(None, ManifestDoubt)`` when a
+    manifest file of this operation is there but is not ours, unreadable or about another run
+    or logdir (nothing may be replayed over it)."""
+    begin = records[0]
+    vault = vault_of(records, ctx)
+    path = vault.manifest_path(begin["op_id"])
+    if not os.path.lexists(path):
+        return None, None
+    if not vault.is_private():
+        return None, ManifestDoubt(Failure.STATE_NOT_OURS, f"{path}: its vault is not a folder of ours; the "
+                                   "operation is not replayed over it")
+    try:
+        m = vault.read_manifest(begin["op_id"])
+    except trust.Untrusted as e:
+        return None, ManifestDoubt(e.code, f"{e}; the operation is not replayed over it (left for the next start)")
+    except (OSError, ValueError, RecursionError) as e:
+        return None, ManifestDoubt(trust.BAD_MANIFEST, f"{path}: unreadable ({reason_of(e)}); the operation is not "
+                                   "replayed over it (left for the next start)")
+    logdir = m.get("logdir")
+    if (m.get("kind") != "reduce" or m.get("run") != begin["run"] or not isinstance(logdir, str)
+            or os.path.realpath(logdir) != os.path.realpath(ctx.logdir)
+            or m.get("logdir_id") not in (None, identity.get("id"))):
+        return None, ManifestDoubt(trust.BAD_MANIFEST, f"{path}: names another operation than its journal "
+                                   f"({str(m.get('kind'))[:20]} of {str(m.get('run'))[:120]!r}); not replayed over it")
+    if m.get("outcome") != Outcome.VERIFIED:
+        return None, None  # a rollback's record, say: the journal says how to finish it
+    return m, None

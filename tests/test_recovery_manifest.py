@@ -1,0 +1,123 @@
+"""Recovery takes a reduction's durable manifest over a journal that lost its commit marker.
+
+The manifest is fsynced before the commit record, which is not (nor is the journal's removal):
+a power cut can bring back a journal that ends before ``commit`` while the manifest says the run
+was verified, perhaps restored since. Replaying such a journal (roll forward, or roll back) would
+rewrite the manifest without its later fields or put originals back over newer content.
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_real, tree_hashes
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.paths import state_dir
+
+
+def user_files(root):
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+def _journal_dir(logdir: Path) -> Path:
+    return Path(state_dir(str(logdir))) / "journal"
+
+
+def _reduce_keeping_journal(logdir: Path):
+    """Reduce ``logdir``; returns (op_id, the journal's lines as they were at the commit)."""
+    kept = {}
+
+    def keep():
+        for p in _journal_dir(logdir).glob("*.jsonl"):
+            kept[p.name] = p.read_bytes()
+
+    faults.arm("after_commit", keep)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    faults.disarm_all()
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    (name, raw), = kept.items()
+    lines = raw.decode().splitlines(keepends=True)
+    assert json.loads(lines[-1])["type"] == "commit"
+    return name[: -len(".jsonl")], lines
+
+
+def _bring_back(logdir: Path, op_id: str, lines, upto: str) -> None:
+    """The journal as a power cut leaves it: every record before the first ``upto`` one."""
+    types = [json.loads(line)["type"] for line in lines]
+    fd = os.open(_journal_dir(logdir) / f"{op_id}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("".join(lines[: types.index(upto)]))
+
+
+def _manifest_file(logdir: Path, op_id: str) -> Path:
+    return Path(state_dir(str(logdir))) / "ops" / f"{op_id}.json"
+
+
+@pytest.mark.parametrize("upto", ["commit", "swapped"])
+def test_lost_commit_after_a_restore_changes_neither_the_run_nor_the_manifest(tmp_path, upto):
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    op_id, lines = _reduce_keeping_journal(logdir)
+    outs = api.restore(str(logdir))
+    assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert user_files(logdir) == before
+    manifest = _manifest_file(logdir, op_id)
+    assert json.loads(manifest.read_text())["restored_by"]
+    recorded = manifest.read_bytes()
+
+    _bring_back(logdir, op_id, lines, upto)
+    rec = [r for r in api.recover_logdir(str(logdir)) if r.op_id == op_id]
+    assert [r.action for r in rec] == ["completed"], [(r.action, r.detail) for r in rec]
+    assert user_files(logdir) == before  # the restored originals stay
+    assert manifest.read_bytes() == recorded  # restored_by and every other field kept
+    m = api.operation(str(logdir), op_id)
+    assert m["outcome"] == "verified" and m["restored_by"]
+    assert not os.listdir(_journal_dir(logdir))
+
+
+def test_lost_commit_of_a_reduced_run_leaves_it_reduced_and_its_manifest_as_written(tmp_path):
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    op_id, lines = _reduce_keeping_journal(logdir)
+    reduced = user_files(logdir)
+    manifest = _manifest_file(logdir, op_id)
+    recorded = manifest.read_bytes()
+
+    _bring_back(logdir, op_id, lines, "commit")
+    rec = [r for r in api.recover_logdir(str(logdir)) if r.op_id == op_id]
+    assert [r.action for r in rec] == ["completed"], [(r.action, r.detail) for r in rec]
+    assert rec[0].runs and rec[0].runs[0]["bytes_after"] < rec[0].runs[0]["bytes_before"]
+    assert user_files(logdir) == reduced
+    assert manifest.read_bytes() == recorded  # not rewritten as 'recovered'
+    assert not os.listdir(_journal_dir(logdir))
+
+
+def test_a_damaged_manifest_is_never_replayed_over_and_settles_once_rebuilt(tmp_path):
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    before = user_files(logdir)
+    op_id, lines = _reduce_keeping_journal(logdir)
+    assert [o.status for o in api.restore(str(logdir))] == ["restored"]
+    manifest = _manifest_file(logdir, op_id)
+    manifest.write_bytes(manifest.read_bytes()[:40])  # torn: what it said is in the vault's log
+
+    _bring_back(logdir, op_id, lines, "commit")
+    first = [r for r in api.recover_logdir(str(logdir)) if r.op_id == op_id]
+    # the journal is not replayed over a manifest it cannot read; the start rebuilds that from the log
+    assert [(r.action, r.code) for r in first] == [("refused", "bad_manifest"), ("rebuilt", "manifest_rebuilt")], \
+        [(r.action, r.code, r.detail) for r in first]
+    assert user_files(logdir) == before
+    assert os.listdir(_journal_dir(logdir)) == [f"{op_id}.jsonl"]
+
+    second = [r for r in api.recover_logdir(str(logdir)) if r.op_id == op_id]
+    assert [r.action for r in second] == ["completed"], [(r.action, r.detail) for r in second]
+    m = api.operation(str(logdir), op_id)
+    assert m["outcome"] == "verified" and m["restored_by"]
+    assert user_files(logdir) == before
+    assert not os.listdir(_journal_dir(logdir))
