@@ -4,16 +4,19 @@ After any failure — an exception, a full disk, a permission error, or a SIGKIL
 instant followed by recovery — each run is either byte-identical to how it was, or fully
 reduced and verified. Never a mix, never a lost byte.
 """
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, copy_real, tree_hashes
 from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.paths import state_dir
 
@@ -176,7 +179,77 @@ def test_file_appended_mid_reduce_is_rolled_back_and_kept(tmp_path):
     rep = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
     o = rep.outcomes[0]
     assert o.status == "rolled_back" and "changed during the reduction" in o.reason
+    assert o.code == Failure.CHANGED_SINCE_BACKUP  # the bucket engine's code for the same failure
     assert victim.read_bytes() == before_victim + b"late bytes"  # the writer's bytes survive
+
+
+def _synth_rewrite_logdir(root: Path) -> Path:
+    """One run whose 'archive' reduce rewrites its event file (images dropped)."""
+    from tb_footprint_plugin import synth
+
+    with synth.EventWriter(str(root / "r")) as w:
+        for s in range(30):
+            w.scalar("x", s, float(s))
+            w.image("im", s, synth.make_png(2, 2, seed=s % 2), 2, 2)
+    old = time.time() - 7200
+    for p in (root / "r").iterdir():
+        os.utime(p, (old, old))
+    return root
+
+
+def _journal_records(logdir: Path):
+    (j,) = (Path(state_dir(str(logdir))) / "journal").glob("*.jsonl")
+    return [json.loads(line) for line in j.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("transform", ["compress", "event_rewrite"])
+def test_a_file_written_while_it_is_staged_fails_as_changed_since_backup(tmp_path, transform):
+    if transform == "compress":
+        logdir, policy = copy_real("torch/profiled", tmp_path / "logdir"), "lossless"
+    else:
+        logdir, policy = _synth_rewrite_logdir(tmp_path / "logdir"), "archive"
+    written = []
+
+    def write_the_source():  # a writer appends to the file the transform is about to read
+        stage = _journal_records(logdir)[-1]
+        assert stage["type"] == "stage"
+        if not written:
+            with open(logdir / stage["src"], "ab") as f:
+                f.write(b"late bytes")
+            written.append(stage["src"])
+
+    faults.arm("before_stage", write_the_source)
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
+    o = next(o for o in rep.outcomes if o.op_id)
+    assert written and o.status == "rolled_back", o.to_dict()
+    assert o.code == Failure.CHANGED_SINCE_BACKUP, (o.code, o.reason)
+    assert (logdir / written[0]).read_bytes().endswith(b"late bytes")
+    _no_leftovers(logdir)
+
+
+@pytest.mark.parametrize("step", ["after_swap_record", "after_swap"])
+def test_a_file_written_at_the_swap_fails_as_changed_since_backup(tmp_path, step):
+    # after_swap_record: the swap finds a backed-up original changed; after_swap: a profile-only
+    # run's event file is no longer the bytes hashed under the lock
+    if step == "after_swap_record":
+        logdir, policy = copy_real("viewed/jax_profiled", tmp_path / "logdir"), "archive"
+        victim = logdir / "plugins" / "profile" / "2026_11_30_00_21_35" / "vm.trace.json.gz"
+    else:
+        logdir, policy = copy_real("torch/profiled", tmp_path / "logdir"), "lossless"
+        victim = next(logdir.glob("events.out.tfevents.*"))
+    before_victim = victim.read_bytes()
+
+    def append():
+        with open(victim, "ab") as f:
+            f.write(b"late bytes")
+
+    faults.arm(step, append)
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
+    o = next(o for o in rep.outcomes if o.op_id)
+    assert o.status == "rolled_back", o.to_dict()
+    assert o.code == Failure.CHANGED_SINCE_BACKUP, (o.code, o.reason)
+    assert victim.read_bytes() == before_victim + b"late bytes"  # the writer's bytes survive
+    _no_leftovers(logdir)
 
 
 def test_run_deleted_mid_batch(tmp_path):

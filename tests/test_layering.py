@@ -314,11 +314,7 @@ def test_the_cycle_check_finds_a_cycle_hidden_in_a_function():
 # --- private names -------------------------------------------------------------------------
 
 #: "module:line-free description" of a private name used across modules -> why it stays for now.
-PRIVATE_ALLOWED: Dict[str, str] = {
-    "engine.bucket_rewrite uses engine.transaction._stage": "owned by a concurrent change; next step",
-    "engine.bucket_rewrite uses engine.transaction._stage_line": "owned by a concurrent change; next step",
-    "engine.transaction uses transforms._transform_of": "owned by a concurrent change; next step",
-}
+PRIVATE_ALLOWED: Dict[str, str] = {}
 
 
 def _private(name: str) -> bool:

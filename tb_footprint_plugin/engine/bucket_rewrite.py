@@ -10,7 +10,7 @@ steps of ``engine.bucket_steps``):
 2. **stage** in local scratch (``storage.scratch``: named after this process, swept when it is
    gone): the originals the transform needs are streamed down in ranged reads (chunks, never
    whole in memory), checked against the store's checksum, transformed by the same code as on
-   disk (``engine.transaction._stage``) and verified by the same code as on disk: TensorBoard's
+   disk (``engine.transaction.stage_file``) and verified by the same code as on disk: TensorBoard's
    readers and dashboard routes over the original and reduced run (``engine.checks.compare_views``);
 3. **upload** of each new file under a temporary key in the vault (streamed: multipart on S3,
    resumable on GCS, blocks on Azure), **read back through TensorBoard's own reader over the
@@ -231,7 +231,7 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
                backends: Tuple[str, ...]) -> dict:
     """Download what the transforms read, produce each new file in ``work`` and verify the run
     as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}."""
-    from tb_footprint_plugin.engine.transaction import _stage, _stage_line
+    from tb_footprint_plugin.engine.transaction import stage_file, stage_line
 
     pre = run_prefix(rp.run)
     run_dir = os.path.join(work, "run")
@@ -260,7 +260,7 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
         for f in replaced:
             tmp = os.path.join(work, "new", f"{f['index']:05d}.tmp")
             os.makedirs(os.path.dirname(tmp), exist_ok=True)
-            info = _stage(actions[f["path"]], local[f["path"]], tmp, shas[f["path"]])
+            info = stage_file(actions[f["path"]], local[f["path"]], tmp, shas[f["path"]])
             info["local"], info["final"] = tmp, f["final"]
             staged[f["path"]] = info
         checks: List[dict] = []
@@ -291,7 +291,7 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
         notes: List[str] = []
         for s in staged.values():
             checks.append({"name": s.get("transform", "compress"), "ok": True,
-                           "detail": _stage_line(s)})
+                           "detail": stage_line(s)})
             notes += [n for n in s.get("notes") or () if n not in notes]
         checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
         dels = [f for f in files if f["action"] == "delete"]

@@ -12,7 +12,7 @@ import os
 import stat
 from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import Skip
+from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
@@ -36,7 +36,8 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         p = ctx.abs(path)
         done = any(s["final"] == path and matches(p, s["sha256"], s["size"]) for s in staged)
         if os.path.lexists(p) and not done and not matches(p, rec["sha256"], rec["size"]):
-            raise TransactionError(f"{path}: changed after it was backed up; not replaced")
+            raise TransactionError(f"{path}: changed after it was backed up; not replaced",
+                                   Failure.CHANGED_SINCE_BACKUP)
     # a folder's mtime changes as its files go: taken first, so a restore can give it back
     dir_mtimes = {}
     for a in rp.actions:

@@ -24,6 +24,7 @@ from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import (
+    Cancelled,
     CancelToken,
     Context,
     Progress,
@@ -248,6 +249,8 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     except Exception as e:  # any failure: back to the exact original bytes
         reason = reason_of(e)
         code = Failure.NO_SPACE if isinstance(e, NoSpace) or is_no_space(e) else Failure.ERROR
+        if isinstance(e, TransactionError) and isinstance(e.code, Failure):
+            code = e.code  # a failure the step named (a file changed since its backup): as the bucket engine says it
         if journal is None:
             out.status, out.reason, out.code = Outcome.FAILED, reason, code
         elif any(r["type"] == "commit" for r in journal.records()):
@@ -315,13 +318,13 @@ def _original_of(ctx: Context, rp: RunPlan):
     this reduce, started before the backup (in its own process: it loads while the backup and
     the rewrite's selection pass run), and what that pass learns of the original, both handed
     to the verification (``verify.original``)."""
-    from tb_footprint_plugin.transforms import _transform_of
+    from tb_footprint_plugin.transforms import transform_of
     from tb_footprint_plugin.verify import dashboard
     from tb_footprint_plugin.verify.original import OriginalRun
 
     if "rust" not in ctx.verify_backends:
         return None
-    if not any(a.kind == "rewrite" and _transform_of(a) == "event_rewrite" for a in rp.actions):
+    if not any(a.kind == "rewrite" and transform_of(a) == "event_rewrite" for a in rp.actions):
         return None
     run_dir = ctx.abs(rp.run)
     if dashboard.event_bytes(run_dir) <= dashboard.FULL_READ_BYTES:
@@ -385,7 +388,16 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         faults.hit("before_stage")
         # a rewrite is never bigger than its original; a compressed copy neither, nearly
         with writing(tmp, a.bytes_before):
-            info = _stage(a, src, tmp, backups[a.path]["sha256"], original)
+            try:
+                info = stage_file(a, src, tmp, backups[a.path]["sha256"], original)
+            except Exception as e:
+                # a transform that fails on a file written since its backup says so in its own
+                # words (a record changed, a sha256 differs): the code says it for all of them
+                if not isinstance(e, (NoSpace, Cancelled)) and not is_no_space(e) \
+                        and _changed_since_backup(ctx, a.path, backups[a.path]):
+                    raise TransactionError(f"{a.path}: changed during the reduction (is the run still being "
+                                           f"written?): {reason_of(e)}", Failure.CHANGED_SINCE_BACKUP) from e
+                raise
         staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
         _append(journal, {"type": "staged", **staged[-1]})
         report("stage", 0.4 + 0.2 * (i + 1) / max(1, len(originals)))
@@ -407,9 +419,9 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
 
     # 4. nothing may have changed since the backup (an appending writer, a user edit)
     for path, rec in backups.items():
-        st = os.lstat(ctx.abs(path))
-        if st.st_size != rec["size"] or st.st_mtime != rec["mtime"] or not vault.check_blob(rec["sha256"]):
-            raise TransactionError(f"{path}: changed during the reduction (is the run still being written?)")
+        if _changed_since_backup(ctx, path, rec) or not vault.check_blob(rec["sha256"]):
+            raise TransactionError(f"{path}: changed during the reduction (is the run still being written?)",
+                                   Failure.CHANGED_SINCE_BACKUP)
     # a writer that opened a file since the plan: its next records would land in the backup
     # (salvaged at a later start), so the run is left alone instead
     _check_writers(ctx, rp)
@@ -427,7 +439,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         changed = _changed_files(ctx, unchanged)
         if changed:
             raise TransactionError(f"{changed[0]}: changed during the reduction (its sha256 is no longer the one "
-                                   "hashed before it); the run is left as it was")
+                                   "hashed before it); the run is left as it was", Failure.CHANGED_SINCE_BACKUP)
 
     out.removed_files = sorted(backups)
     out.created_files = [s["final"] for s in staged]
@@ -472,14 +484,30 @@ def _scratch_space(ctx: Context, op_id: str) -> None:
                       OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
 
-def _stage(action, src: str, tmp: str, sha: str, original=None) -> dict:
-    """Produce the new file for a compress/rewrite action at ``tmp`` and check it."""
+def _changed_since_backup(ctx: Context, path: str, rec: dict) -> bool:
+    """Whether the file at ``path`` is no longer the size and mtime its backup record says
+    (gone counts as changed): a writer appended to it or a user edited it."""
+    try:
+        st = os.lstat(ctx.abs(path))
+    except FileNotFoundError:
+        return True
+    return st.st_size != rec["size"] or st.st_mtime != rec["mtime"]
+
+
+def stage_file(action, src: str, tmp: str, sha: str, original=None) -> dict:
+    """Produce the new file of a compress or rewrite ``action`` at ``tmp`` from ``src`` (whose
+    sha256 as backed up is ``sha``) and check it; the engines on disk and on buckets share it.
+
+    Returns at least ``size`` and ``sha256`` of ``tmp`` (a rewrite adds its removal counts and
+    expectations). Raises when the file cannot be produced safely (a compress whose source no
+    longer hashes to ``sha`` with ``Failure.CHANGED_SINCE_BACKUP``). ``original``: what a big run's
+    rewrite hands to its verification (``verify.original.OriginalRun``)."""
     if action.kind == "compress":
         from tb_footprint_plugin.transforms.gzip_trace import gunzip_sha256, gzip_file
 
         got = gzip_file(src, tmp)
         if got != sha:
-            raise TransactionError(f"{action.path}: changed while compressing")
+            raise TransactionError(f"{action.path}: changed while compressing", Failure.CHANGED_SINCE_BACKUP)
         if gunzip_sha256(tmp) != sha:
             raise TransactionError(f"{action.path}: compressed copy does not decompress to the original")
         return {"size": os.lstat(tmp).st_size, "sha256": sha256_file(tmp), "content_sha256": sha}
@@ -614,7 +642,7 @@ def _file_checks(checks: List[dict], rp: RunPlan, backups: Dict[str, dict], stag
                        "detail": f"{len(comp)} compressed, decompressed content identical (sha256)"})
     notes = []
     for s in staged:
-        checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": _stage_line(s)})
+        checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": stage_line(s)})
         notes += [n for n in s.get("notes") or () if n not in notes]  # run-level: once per run
     checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
     checks.extend(_profile_route_lines(rp))
@@ -656,8 +684,9 @@ def _profile_route_lines(rp: RunPlan) -> List[dict]:
     return [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in profile_removed_check(removed)]
 
 
-def _stage_line(s: dict) -> str:
-    """One verification line for a file a transform produced."""
+def stage_line(s: dict) -> str:
+    """One verification line for a file a transform produced (``s``: what ``stage_file``
+    returned, with the file's ``final`` path)."""
     name = os.path.basename(s["final"])
     if "trace_check" in s:
         return f"{name}: {s['trace_check']}"

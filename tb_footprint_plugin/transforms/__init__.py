@@ -4,7 +4,10 @@ from __future__ import annotations
 import os
 
 
-def _transform_of(action) -> str:
+def transform_of(action) -> str:
+    """Which transform a ``rewrite`` action runs: its ``params["transform"]``, else by its file
+    name (a PyTorch trace is slimmed, anything else is an event-file rewrite). ``action``: an
+    ``Action`` or its dict form (a journal's plan)."""
     params = getattr(action, "params", None)
     if params is None and isinstance(action, dict):
         params = action.get("params")
@@ -26,7 +29,7 @@ def stage_rewrite(action, src: str, tmp: str, sha: str, original=None) -> dict:
     ``original`` (``verify.original.OriginalRun``, optional): an event rewrite reads the run's
     default view from its data server and fills in what its pass learnt, for the verification.
     """
-    transform = _transform_of(action)
+    transform = transform_of(action)
     if transform == "event_rewrite":
         from tb_footprint_plugin.transforms.event_rewrite import stage_event_rewrite
 
@@ -40,4 +43,4 @@ def stage_rewrite(action, src: str, tmp: str, sha: str, original=None) -> dict:
     raise ValueError(f"unknown rewrite transform {transform!r}")
 
 
-__all__ = ["stage_rewrite"]
+__all__ = ["stage_rewrite", "transform_of"]
