@@ -1042,7 +1042,9 @@ class _Batch:
             try:
                 with RunLock(self.ctx.lock_dir, rp.run):
                     compact_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
-            except RunLocked:
+            except (RunLocked, OSError):
+                # a lock file the disk refuses (ENOSPC, EMFILE) fails no committed run: the
+                # backups stay hard links and the next start compacts them, as for a busy run
                 note_compaction(self.ctx.vault, o.op_id)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")

@@ -357,3 +357,36 @@ def test_crash_then_append_before_recovery_keeps_the_new_bytes(tmp_path):
     (r,) = api.recover_logdir(str(logdir))
     assert r.action == "rolled_back", r
     assert victim.read_bytes() == expected  # the writer's bytes survive recovery
+
+
+def test_a_lock_file_the_disk_refuses_after_the_commit_leaves_the_compaction_to_the_next_start(tmp_path,
+                                                                                               monkeypatch):
+    """The compaction's run lock is taken after the commit: an OSError there (a full disk, no
+    file descriptor left) must not turn the committed run into a failed one."""
+    import errno
+
+    from tb_footprint_plugin.codes import Finding
+    from tb_footprint_plugin.engine.vault import Vault
+
+    class RefusedLock:
+        def __init__(self, *a):
+            pass
+
+        def __enter__(self):
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        def __exit__(self, *exc):
+            return None
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    monkeypatch.setattr(api, "RunLock", RefusedLock)  # the API's own use: the lock after the commit
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    monkeypatch.undo()
+    acted = [o for o in rep.outcomes if o.op_id]
+    assert acted and all(o.status == "verified" for o in acted), [o.to_dict() for o in rep.outcomes]
+    assert rep.ok
+    vault = Vault(state_dir(str(logdir)))
+    assert set(vault.pending_compactions()) == {o.op_id for o in acted}  # noted for the next start
+    recovered = api.recover_logdir(str(logdir))
+    assert any(r.code == Finding.COMPACTION_FINISHED for r in recovered), [r.to_dict() for r in recovered]
+    assert not vault.pending_compactions()
