@@ -1,9 +1,12 @@
 """Crash recovery: settle every operation whose journal outlived its process.
 
 A restore is finished (it only adds originals back); a reduction that committed gets its
-manifest; one whose swap was recorded after a passed verification is rolled forward;
-anything else is rolled back to its exact original bytes. A run whose lock is held by a live
-process is left for that process.
+manifest; one whose own verified manifest is there committed too, whatever its journal lost
+(the commit marker is not fsynced; the manifest, written first, is), and neither the run nor
+the manifest is touched; one whose swap was recorded after a passed verification is rolled
+forward; anything else is rolled back to its exact original bytes. A manifest of the
+operation that is not ours or unreadable is never replayed over. A run whose lock is held by a
+live process is left for that process.
 """
 from __future__ import annotations
 
