@@ -130,8 +130,9 @@ def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_ca
         if progress:
             progress(done[0], total_event_files)
 
+    names: Dict[str, str] = {}
     try:
-        runs = [_run_footprint(r, cache, counters, tick, opener) for r in found.runs.values()]
+        runs = [_run_footprint(r, cache, counters, tick, opener, names) for r in found.runs.values()]
         runs.sort(key=lambda r: (-r.total_bytes, r.name))
         warnings = list(found.warnings)
         if use_cache and write_cache:
@@ -196,10 +197,14 @@ def _event_stats(f: FoundFile, cache: ScanCache, counters: dict, opener: Optiona
 
 
 def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
-                   opener: Optional[Callable] = None) -> RunFootprint:
+                   opener: Optional[Callable] = None, names: Optional[Dict[str, str]] = None) -> RunFootprint:
+    """One run's footprint. ``names``: the scan's own table of category and tag names, so a name
+    100,000 runs share is one string (each cache hit parses its own copies)."""
+    names = {} if names is None else names
     run = RunFootprint(
         name=found.name, path=found.name, has_event_files=found.has_event_files
     )
+    tags: Dict[str, set] = {}  # category -> its tags in this run (sorted into the stat at the end)
     event_stats = []  # (FoundFile, EventFileStats) in filename order, as TensorBoard reads
     for f in found.files:
         run.newest_mtime = max(run.newest_mtime, f.mtime)
@@ -228,37 +233,56 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
             entry.categories = {cat.OTHER: f.size}
             _add(run.categories, cat.OTHER, f.size, files=1)
         else:
-            entry.categories = st.category_bytes(bindings)
-            _fold_event_stats(run.categories, st, bindings, per_tag)
+            entry.categories = {names.setdefault(k, k): v for k, v in st.category_bytes(bindings).items()}
+            _fold_event_stats(run.categories, st, bindings, per_tag, tags, names)
         if st.warning:
             run.warnings.append(st.warning)
         run.files.append(entry)
     for (name, _tag), n in per_tag.items():
         c = run.categories[name]
         c.max_tag_records = max(c.max_tag_records, n)
+    for name, known in tags.items():
+        run.categories[name].tags = sorted(known)
     run.files.sort(key=lambda e: e.path)
     run.sessions = _sessions(found)
     return run
 
 
 def _add(cats: Dict[str, CategoryStat], name: str, nbytes: int, *, files: int = 0,
-         records: int = 0, tag: Optional[str] = None, steps=(None, None)) -> None:
-    c = cats.setdefault(name, CategoryStat(name=name))
-    c.add(CategoryStat(name=name, bytes=nbytes, files=files, records=records,
-                       tags=[tag] if tag else [], min_step=steps[0], max_step=steps[1]))
+         records: int = 0, steps=(None, None)) -> CategoryStat:
+    """Fold bytes into the run's stat of ``name`` (made on first use): no stat per addition and
+    no tag index per run, which ``CategoryStat.add`` keeps for the logdir's totals."""
+    c = cats.get(name)
+    if c is None:
+        c = cats[name] = CategoryStat(name=name)
+    c.bytes += nbytes
+    c.files += files
+    c.records += records
+    for s in steps:
+        if s is None:
+            continue
+        c.min_step = s if c.min_step is None else min(c.min_step, s)
+        c.max_step = s if c.max_step is None else max(c.max_step, s)
+    return c
 
 
 def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str],
-                      per_tag: Dict[Tuple[str, str], int]) -> None:
+                      per_tag: Dict[Tuple[str, str], int], tags: Dict[str, set],
+                      names: Dict[str, str]) -> None:
     """Add one event file's per-category stats; a file counts once per category it touches."""
     touched = set()
     for name, fs in st.fixed.items():
+        name = names.setdefault(name, name)
         _add(cats, name, fs.bytes, records=fs.records, steps=(fs.min_step, fs.max_step))
         touched.add(name)
-    for plugin, tags in st.tags.items():
-        for tag, ts in tags.items():
+    for plugin, by_tag in st.tags.items():
+        for tag, ts in by_tag.items():
             name = plugin or bindings.get(tag) or cat.EVENTS_OTHER
-            _add(cats, name, ts.bytes, records=ts.records, tag=tag, steps=(ts.min_step, ts.max_step))
+            name = names.setdefault(name, name)
+            _add(cats, name, ts.bytes, records=ts.records, steps=(ts.min_step, ts.max_step))
+            if tag:
+                tag = names.setdefault(tag, tag)
+                tags.setdefault(name, set()).add(tag)
             per_tag[name, tag] = per_tag.get((name, tag), 0) + ts.records
             touched.add(name)
     for name in touched:
