@@ -112,7 +112,7 @@ def _bucket(logdir: str, backup_dir: Optional[str]):
 
 def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
                    quiet_period, on_outcome, verify_backends=DEFAULT_BACKENDS, shard=None, shard_with=None,
-                   partition_sizes=None, ledger=None) -> "ReduceReport":
+                   partition_sizes=None, ledger=None, closed_files=None) -> "ReduceReport":
     """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
     then each run as its own bucket transaction. With ``shard``, only this shard's runs (the
     partition of ``shard_plan``), and every transition recorded in the shard's ledger objects
@@ -139,7 +139,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
         runs = [r for r in mine if runs is None or r in runs]
     traces = _bucket_traces(logdir)  # the dry run's measures, read back: the same bytes after
     p = make_plan(fp, pol, runs=select_runs(fp, runs, run_glob), min_size=min_size, older_than=older_than,
-                  quiet_period=quiet_period, trace_after=traces.trace_after)
+                  quiet_period=quiet_period, closed_files=closed_files, trace_after=traces.trace_after)
     traces.save(r.name for r in fp.runs)
     _bucket_notes(p, fp, backup_dir, traces.stats)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
@@ -168,7 +168,7 @@ def _reduce_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glo
     todo = [rp for rp in p.runs if not rp.skipped]
     report.outcomes += reduce_runs(rfs, vault, todo, objects, quiet_period,
                                    policy=(p.policy or {}).get("name"), on_outcome=settled,
-                                   verify_backends=tuple(verify_backends), begin=begin)
+                                   verify_backends=tuple(verify_backends), begin=begin, closed_files=closed_files)
     report.requests = rfs.stats.to_dict()
     removed = report.removed_from_logdir_bytes
     if removed:  # the backups are whole copies in the store: what purge frees is the bucket's retention's say
@@ -571,14 +571,15 @@ def reduce_logdir(
             return _reduce_bucket(logdir.rstrip("/"), backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
                                   min_size=min_size, older_than=older_than, quiet_period=quiet_period,
                                   on_outcome=on_outcome, verify_backends=verify_backends, shard=shard,
-                                  shard_with=shard_with, partition_sizes=partition_sizes, ledger=ledger)
+                                  shard_with=shard_with, partition_sizes=partition_sizes, ledger=ledger,
+                                  closed_files=closed_files)
         mine = None
         if shard is not None:
             shard = sharding.check_shard(*shard)
             mine = shard_plan(shard_with or [logdir], shard, backup_dir, partition_sizes).get(logdir.rstrip("/"), [])
             runs = [r for r in mine if runs is None or r in runs]
         p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
-                 min_size=min_size, older_than=older_than, quiet_period=quiet_period)
+                 min_size=min_size, older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
         return ReduceReport(dry_run=True, plan=p, shard=shard, shard_runs=mine, outcomes=[
             RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                        reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,

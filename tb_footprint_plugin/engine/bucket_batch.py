@@ -10,7 +10,7 @@ from any machine by ``engine.bucket_recover``.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
@@ -44,12 +44,14 @@ from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 
 
 def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
-                  quiet_period: float, policy: Optional[str], settled_early=None) -> List[RunOutcome]:
+                  quiet_period: float, policy: Optional[str], settled_early=None,
+                  closed_files: Optional[Mapping[str, float]] = None) -> List[RunOutcome]:
     """Drop-only runs under one journal object. Each run has its own lock object (two machines
     never reduce one run at once), its own operation id, backups and manifest (restorable on its
     own); the journal records the batch's steps, so a crash is settled from any machine.
     ``settled_early(outcome)`` hears of each run left out before the journal is written (gone
-    since the plan, locked by another worker) as soon as that is known."""
+    since the plan, locked by another worker) as soon as that is known. ``closed_files``: keys
+    the caller's own job closed, not counted by the quiet period while unchanged."""
     t0 = time.monotonic()
     st = BucketState(rfs)
     batch_id = new_op_id()
@@ -138,7 +140,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             for en in live:
                 changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
                                 or now_objs[f["path"]].version_token != f["version"]), None)
-                active = None if changed else written_recently(now_objs, en["run"], quiet_period)
+                active = None if changed else written_recently(now_objs, en["run"], quiet_period, closed_files)
                 if changed:
                     _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
                         Failure.CHANGED_SINCE_BACKUP, f"{changed}: changed since its backup; run left as it was"))

@@ -6,7 +6,7 @@ Above both, so neither imports the other's way back.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
@@ -19,14 +19,16 @@ from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 
 def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                 quiet_period: float, policy: Optional[str] = None, on_outcome=None,
-                verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None) -> List[RunOutcome]:
+                verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None,
+                closed_files: Optional[Mapping[str, float]] = None) -> List[RunOutcome]:
     """Reduce runs of a bucket logdir by their plans. Drop-only runs go in batches (one journal
     object per batch, one lock object per run); a run whose plan rewrites or compresses files
     is its own transaction (stage locally, upload under a temporary key, verify, swap with a
     precondition). Never raises for a store failure: each run ends verified, rolled back, or
     skipped, with a reason. ``begin(rp)`` is called for each run right before its batch or
     transaction starts (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that
-    run alone, untouched."""
+    run alone, untouched. ``closed_files`` (key -> mtime when the caller's own job closed it):
+    the quiet period's one exception, as in the plan and on a disk."""
     outcomes: Dict[str, RunOutcome] = {}
 
     def started(group: List) -> List:
@@ -63,13 +65,13 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
 
     for i in range(0, len(drops), BATCH_RUNS):
         for o in reduce_batch(rfs, vault, started(drops[i:i + BATCH_RUNS]), listing, quiet_period, policy,
-                               settled_early=settled):
+                               settled_early=settled, closed_files=closed_files):
             if o.run not in outcomes:
                 settled(o)
     for rp in heavy:
         if not started([rp]):
             continue
-        o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends)
+        o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files)
         outcomes[rp.run] = o
         if on_outcome:
             on_outcome(o)

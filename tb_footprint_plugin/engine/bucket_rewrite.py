@@ -36,7 +36,7 @@ import base64
 import hashlib
 import os
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
@@ -90,8 +90,10 @@ def temp_key(vault: BucketVault, op_id: str, i: int) -> str:
 
 def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
                        quiet_period: float, policy: Optional[str],
-                       verify_backends: Tuple[str, ...] = ("python", "rust")) -> RunOutcome:
-    """One run whose plan rewrites or compresses files, as one bucket transaction (module doc)."""
+                       verify_backends: Tuple[str, ...] = ("python", "rust"),
+                       closed_files: Optional[Mapping[str, float]] = None) -> RunOutcome:
+    """One run whose plan rewrites or compresses files, as one bucket transaction (module doc);
+    ``closed_files``: keys the caller's own job closed (the quiet period skips them while unchanged)."""
     t0 = time.monotonic()
     out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
                      bytes_after=rp.bytes_before)
@@ -153,7 +155,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                                      f"{f['path']}: changed since its backup; run left as it was")
             if f["action"] == "compress" and f["final"] in now_objs:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['final']}: written since the plan; run left as it was")
-        active = written_recently(now_objs, rp.run, quiet_period)
+        active = written_recently(now_objs, rp.run, quiet_period, closed_files)
         if active:
             raise BucketTxnError(Skip.ACTIVE, active)
         if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap

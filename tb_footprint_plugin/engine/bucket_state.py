@@ -20,13 +20,13 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.context import TransactionError, is_no_space
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
-from tb_footprint_plugin.plan.planner import active_reason
+from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, ObjectInfo, RemoteError, RemoteFS
 
@@ -109,11 +109,14 @@ def now_s() -> float:
     return time.time()
 
 
-def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float) -> Optional[str]:
+def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float,
+                     closed_files: Optional[Mapping[str, float]] = None) -> Optional[str]:
     """Why ``run`` is still being written (``plan.planner.active_reason``, the one rule of every
-    store), judged by the newest object of the run in a listing; None when it is quiet."""
+    store), judged by the newest object of the run in a listing; None when it is quiet.
+    ``closed_files`` (key -> mtime when the caller's own job closed it) are not counted while
+    unchanged (``plan.planner.newest_write``, as on a disk)."""
     pre = run_prefix(run)
-    newest = max((o.mtime for k, o in objs.items() if k.startswith(pre)), default=0.0)
+    newest = newest_write(((k, o.mtime) for k, o in objs.items() if k.startswith(pre)), closed_files)
     active = active_reason(newest, quiet_period, now_s())
     return f"run {run!r} is {active}" if active else None
 
