@@ -82,7 +82,7 @@ def _context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAU
              closed_files: Optional[Mapping[str, float]] = None) -> Context:
     if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
         raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage "
-                          "(scan, plan, reduce, verify, restore, purge, status, history and operations are)")
+                          "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
         raise NotADirectoryError(f"logdir {logdir} is not a directory")
@@ -1197,7 +1197,9 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         bk.recover(rfs, vault)
         damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
         todo = [m for m in bk.manifests(rfs, vault, damaged) if m.get("status") == "verified" and not m.get("purged")
-                and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)]
+                and (op is None or m.get("op") == op)
+                and (run is None or m.get("run") == run or run in (m.get("takes_along") or []))]
+        todo.sort(key=lambda m: m.get("kind") != "retire")  # a retired run comes back first, as on disk
         damage = [d["detail"] for d in damaged]
         if (op or run) and not todo:
             raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}" + "".join(f"; {w}" for w in damage))
@@ -1493,7 +1495,8 @@ def _bucket_op_view(m: dict) -> dict:
     ``restored_by``, ``backup_purged``), so one set of rules and views serves both."""
     out = {k: v for k, v in m.items() if not k.startswith("_")}
     status = m.get("status")
-    out.update(op_id=m.get("op"), kind="reduce", started_at=m.get("created"), finished_at=m.get("created"),
+    out.update(op_id=m.get("op"), kind="retire" if m.get("kind") == "retire" else "reduce",
+               started_at=m.get("created"), finished_at=m.get("created"),
                outcome=Outcome.VERIFIED if status in ("verified", "restored") else status,
                restored_by="a restore" if status == "restored" else None,
                backup_purged=bool(m.get("purged")))
@@ -1549,7 +1552,10 @@ def retire_plan(logdir: str, rule: RetireRule, *, backup_dir: Optional[str] = No
                 quiet_period: float = DEFAULT_QUIET_PERIOD, footprint: Optional[LogdirFootprint] = None) -> RetirePlan:
     """The dry run of a retirement: which runs the rule selects, what each takes along, and why
     the others stay (with each run's metric for a keep-best rule). Writes nothing."""
-    _context(logdir, backup_dir, quiet_period)
+    if is_remote(logdir):
+        _bucket(logdir.rstrip("/"), backup_dir)  # the same refusals as the retirement's
+    else:
+        _context(logdir, backup_dir, quiet_period)
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     return plan_retire(fp, rule, quiet_period=quiet_period)
 
@@ -1562,6 +1568,10 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
 
     ``only`` (run names) limits the retirement to runs of the plan the user confirmed: a run the
     rule selects now but that was not shown is left alone."""
+    if is_remote(logdir):
+        return _retire_bucket(logdir.rstrip("/"), rule, dry_run=dry_run, backup_dir=backup_dir,
+                              quiet_period=quiet_period, only=only, on_outcome=on_outcome, cancel=cancel,
+                              footprint=footprint)
     ctx = _context(logdir, backup_dir, quiet_period)
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
     p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
@@ -1589,8 +1599,46 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
     return report
 
 
+def _retire_bucket(logdir: str, rule: RetireRule, *, dry_run: bool, backup_dir: Optional[str], quiet_period: float,
+                   only, on_outcome, cancel, footprint) -> RetireReport:
+    """``retire`` on a bucket logdir: settle unfinished operations, plan from one listing, then
+    each selected run as its own bucket retirement (``engine.bucket_retire``)."""
+    from tb_footprint_plugin.engine import bucket as bk
+
+    rfs, vault = _bucket(logdir, backup_dir)
+    recovered = [] if dry_run else bk.recover(rfs, vault)
+    p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
+    report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
+    for item in (p.items if dry_run else p.selected):
+        if dry_run:
+            o = RunOutcome(run=item.run, status=Outcome.DRY_RUN if item.selected else Outcome.SKIPPED,
+                           reason=item.reason, code=item.code, bytes_before=item.bytes,
+                           bytes_after=0 if item.selected else item.bytes)
+        elif only is not None and item.run not in only:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.NOT_IN_PLAN, bytes_before=item.bytes,
+                           bytes_after=item.bytes, reason="not in the plan that was confirmed")
+        elif cancel is not None and cancel.cancelled:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                           bytes_before=item.bytes, bytes_after=item.bytes)
+        else:
+            o = bk.retire_run(rfs, vault, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
+                              quiet_period=quiet_period)
+        report.outcomes.append(o)
+        if on_outcome and not dry_run:
+            on_outcome(o)
+    return report
+
+
 def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """Retired runs still kept in the vault (restorable), newest first: run, size, date, op id."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = _bucket(logdir.rstrip("/"), backup_dir)
+        return [{"op_id": m["op"], "run": m["run"], "takes_along": m.get("takes_along") or [],
+                 "bytes": m.get("bytes_before", 0), "files": len(m["files"]), "retired_at": m.get("created"),
+                 "user": m.get("user"), "tree_sha256": None, "rule": m.get("rule")}
+                for m in bk.retirements(bk.manifests(rfs, vault))]
     ctx = _context(logdir, backup_dir)
     return [{"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along", []),
              "bytes": m.get("bytes_before", 0), "files": len(m.get("tree", [])), "retired_at": m.get("finished_at"),

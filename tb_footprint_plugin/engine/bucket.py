@@ -36,7 +36,7 @@ verb (none of which imports this one back):
   (one rewriting run); ``engine.bucket_reduce``: which runs go where;
 * ``engine.bucket_recover``: recovery; ``engine.bucket_restore``: restore;
   ``engine.bucket_purge``: purge and retention; ``engine.bucket_catalogue``: manifests, status,
-  history, kept objects, re-check.
+  history, kept objects, re-check; ``engine.bucket_retire``: retire whole runs and restore them.
 
 Every failure carries a ``codes.py`` code (``bucket_state.failure_code``: the local engine's for
 the same failure); reasons are prose without codes.
@@ -47,7 +47,8 @@ from tb_footprint_plugin.engine.bucket_batch import reduce_batch
 from tb_footprint_plugin.engine.bucket_catalogue import history, kept_objects, manifests, recheck, status
 from tb_footprint_plugin.engine.bucket_purge import purge, retention_report
 from tb_footprint_plugin.engine.bucket_recover import recover
-from tb_footprint_plugin.engine.bucket_restore import restore_op
+from tb_footprint_plugin.engine.bucket_restore import restore_op as restore_reduction
+from tb_footprint_plugin.engine.bucket_retire import retire_run, retirements, unretire
 from tb_footprint_plugin.engine.bucket_state import (
     JOURNAL,
     LOCKS,
@@ -60,7 +61,20 @@ from tb_footprint_plugin.engine.bucket_state import (
     lock_run,
     owner_gone,
 )
+from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+
+
+def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
+    """Restore one operation of the catalogue: a retired run copied back whole
+    (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``)."""
+    if manifest.get("kind") == "retire":
+        return unretire(rfs, vault, manifest)
+    return restore_reduction(rfs, vault, manifest)
+
 
 __all__ = ["JOURNAL", "LOCKS", "BucketJournal", "BucketState", "BucketTxnError", "BucketVault", "failure_code",
            "history", "kept_objects", "lock_key", "lock_run", "manifests", "owner_gone", "purge", "recheck",
-           "recover", "reduce_batch", "restore_op", "retention_report", "status"]
+           "recover", "reduce_batch", "restore_op", "retention_report", "retire_run", "retirements", "status",
+           "unretire"]

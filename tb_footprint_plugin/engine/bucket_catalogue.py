@@ -115,13 +115,19 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
     return out
 
 
+def _kind(m: dict) -> str:
+    """A manifest's verb: ``retire`` (``engine.bucket_retire``) or ``reduce`` (every other; older
+    manifests name none)."""
+    return "retire" if m.get("kind") == "retire" else "reduce"
+
+
 def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """The change log of a bucket logdir, oldest first, from its manifests (a bucket has no
     append: each operation's manifest is its record, marked when restored or purged)."""
     out = []
     for m in manifests(rfs, vault):
         kept = not m.get("purged") and m.get("status") == "verified"
-        out.append({"time": m.get("created"), "op_id": m.get("op"), "kind": "reduce", "run": m.get("run"),
+        out.append({"time": m.get("created"), "op_id": m.get("op"), "kind": _kind(m), "run": m.get("run"),
                     "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
                     "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
                     "user": m.get("user"), "host": m.get("host"),
@@ -150,10 +156,11 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m.get("purged"):
             vault_bytes += size
-        ops.append({"op_id": m.get("op"), "kind": "reduce", "run": m.get("run"), "outcome": Outcome.VERIFIED,
+        ops.append({"op_id": m.get("op"), "kind": _kind(m), "run": m.get("run"), "outcome": Outcome.VERIFIED,
                     "reason": None, "bytes_before": m.get("bytes_before"), "bytes_after": m.get("bytes_after"),
                     "finished_at": m.get("created"), "backup_purged": bool(m.get("purged")),
-                    "restored_by": "a restore" if m.get("status") == "restored" else None})
+                    "restored_by": "a restore" if m.get("status") == "restored" else None,
+                    **({"takes_along": list(m.get("takes_along") or [])} if _kind(m) == "retire" else {})})
     return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"], "vault_bytes": vault_bytes,
             "unfinished_operations": pending, "operations": ops, "ledger": None,

@@ -24,8 +24,12 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     kept = [m for m in chosen if m.get("status") == "restored" and m.get("not_restored")]
     chosen = [m for m in chosen if m not in kept]
     freed = sum(f["size"] for m in chosen for f in m["files"])
+    # a retired run not restored has its only copy in the vault: every object of it goes for good
+    # (said, as on a disk: ``originals``)
     ops = [{"op_id": m["op"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
-            "restored": m["status"] == "restored"} for m in chosen]
+            "restored": m["status"] == "restored", "kind": "retire" if m.get("kind") == "retire" else "reduce",
+            "originals": len(m["files"]) if m.get("kind") == "retire" and m["status"] != "restored" else 0}
+           for m in chosen]
     held = [{"op_id": m["op"], "run": m["run"], "only_copies": list(m["not_restored"])[:1000],
              "reason": (f"{len(m['not_restored'])} original(s) were not put back by its restore (a file "
                         f"was written again at the name, e.g. {m['not_restored'][0]}): the vault holds the "

@@ -2,7 +2,8 @@
 
 Before its commit record an operation is rolled back (originals untouched, backups and
 temporary keys dropped); from it on (every backup verified, new objects staged and checked) it is
-finished. Journals and locks are untrusted input: one that is not a journal's shape, or names a
+finished; a retirement's journal is settled by ``engine.bucket_retire.settle``. Journals and
+locks are untrusted input: one that is not a journal's shape, or names a
 key outside the logdir, its vault or its run, is never acted on and is reported with a code.
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     owner_gone,
     run_prefix,
 )
+from tb_footprint_plugin.engine.bucket_retire import is_retire_journal, journal_runs
+from tb_footprint_plugin.engine.bucket_retire import settle as settle_retire
 from tb_footprint_plugin.engine.bucket_steps import finish_op, live_entries, rollback_entry
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.storage import scratch
@@ -101,13 +104,26 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=f"{why}; left alone",
                                        code=trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE))
             continue
-        locks = [rfs.path(lock_key(r)) for r in runs]  # computed, never taken from the journal
+        retiring = is_retire_journal(doc)
+        # computed, never taken from the journal (a retirement's nested runs: checked to be inside its run)
+        locks = [rfs.path(lock_key(r)) for r in (journal_runs(doc) if retiring else runs)]
         lock, _ = st.read(locks[0]) if locks else (None, None)
         if lock and lock.get("op") == op_id and not owner_gone(lock, st):
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running", code=Finding.RUN_LOCKED))
             continue
         try:
+            if retiring and doc.get("runs"):  # a whole run moved to the vault: ``engine.bucket_retire``
+                settled = [_settled_run(st, vault, en, True) for en in live_entries(doc)]
+                action, detail = settle_retire(rfs, vault, doc)
+                if action != Recovery.COMPLETED:
+                    for r in settled:
+                        r["bytes_after"] = r["bytes_before"]
+                must_delete(rfs, [path])
+                _drop_locks_of(st, locks, op_id)
+                out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail,
+                                           code=Finding.RECOVERED, runs=settled))
+                continue
             if "runs" not in doc:  # one run at top level (journals of earlier versions)
                 doc = {**doc, "runs": live_entries(doc)}
             dropped = [en for en in doc["runs"] if en.get("dropped")]

@@ -11,6 +11,9 @@ only with ``include_nested``, and then its plan names every run it takes along (
 are never retired on their own in the same plan). Without it such a parent is left alone and
 says why; its nested runs can still be retired one by one.
 
+On a bucket logdir the same rules hold (a keep mark is a ``.keep`` object the scan listed);
+ranking by a metric is the one rule left to disk logdirs (it reads event files locally).
+
 Writes nothing. The plan shows each run's metric, so the rule's choice can be checked before
 anything moves.
 """
@@ -26,6 +29,7 @@ from tb_footprint_plugin.codes import RetireSkip, Skip
 from tb_footprint_plugin.plan.select import matches, matches_any, missing_hint
 from tb_footprint_plugin.scan.metrics import run_metric
 from tb_footprint_plugin.scan.model import UNATTRIBUTED, LogdirFootprint
+from tb_footprint_plugin.storage.remote import is_remote
 
 KEEP_MARK = ".keep"
 
@@ -132,6 +136,11 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
                 now: Optional[float] = None) -> RetirePlan:
     """Apply ``rule`` to the runs of a scan. Reads metric scalars when the rule ranks runs."""
     rule.validate()
+    remote = is_remote(fp.logdir)
+    if remote and rule.keep_best is not None:
+        # the ranking reads each run's event files through TensorBoard's local loader
+        raise ValueError("--keep-best ranks runs by reading their event files on this machine; on object "
+                         "storage name the runs (names, a glob, a group, age or size) instead")
     now = time.time() if now is None else now
     # every run the scan and the overview show, profile-only ones (a JAX profile, a Keras 2 run's
     # ``plugins/profile``) included: one meaning of "run" for every verb
@@ -141,6 +150,11 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
     tree_bytes = {n: sum(runs[m].total_bytes for m in subtree[n]) for n in names}
     tree_files = {n: sum(len(runs[m].files) for m in subtree[n]) for n in names}
     tree_mtime = {n: max(runs[m].newest_mtime for m in subtree[n]) for n in names}
+    # a bucket has no directories to look into: a keep mark is an object the scan listed
+    listed = {f.path for r in fp.runs for f in r.files} if remote else set()
+
+    def is_marked(n: str) -> bool:
+        return f"{n}/{KEEP_MARK}" in listed if remote else _is_marked(fp.logdir, n)
 
     def item(n: str, selected: bool, reason: str, code=None, **kw) -> RetireItem:
         return RetireItem(run=n, selected=selected, bytes=tree_bytes.get(n, 0), files=tree_files.get(n, 0),
@@ -196,7 +210,7 @@ def plan_retire(fp: LogdirFootprint, rule: RetireRule, *, quiet_period: float,
         if n == ".":
             out[n] = item(n, False, "the logdir's own run cannot leave the logdir", RetireSkip.LOGDIR_ROOT, metric=md)
             continue
-        marked = [m for m in subtree[n] if _is_marked(fp.logdir, m) or matches_any(m, rule.keep_list)]
+        marked = [m for m in subtree[n] if is_marked(m) or matches_any(m, rule.keep_list)]
         if marked:
             what = "marked to keep" if marked == [n] else f"holds runs marked to keep ({', '.join(marked)})"
             out[n] = item(n, False, f"{what}; never retired", RetireSkip.MARKED_KEEP, metric=md)

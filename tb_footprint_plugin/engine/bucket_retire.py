@@ -1,0 +1,451 @@
+"""Retire a whole run of a bucket logdir: every object of it leaves the logdir for the vault,
+unchanged; restore copies it back. The bucket form of ``engine.retire``, over the bucket engine's
+journal, locks and vault.
+
+Where a retired run lives: ``<vault>/blobs/<op_id>/files/<n>``, one numbered object per object of
+the run (the keys, sizes, versions and the store's checksums are in the journal and the manifest).
+Numbered names matter as on a disk: the default vault is inside the logdir, and TensorBoard would
+take any object named ``*tfevents*`` there for a run.
+
+The steps, each preceded by its journal record (``engine.bucket_state.BucketJournal``):
+
+1. the run's lock objects (the run and every nested run it takes along), one listing, the quiet
+   period (``plan.planner.active_reason`` with ``closed_files``, the one rule of every store);
+2. the journal names every object with its version and its numbered key in the vault;
+3. every object copied server-side into the vault, conditional on the listed version, its copy
+   proven by the store's checksum (``bucket_steps.backup_object``): no byte passes this machine;
+4. the manifest (``kind: retire``), then a fresh listing: an object written or changed in the run
+   since step 1 means a writer, and the run is left as it was (``Skip.ACTIVE``);
+5. the commit record (``swapping``), then the originals deleted, each at its listed version
+   (``bucket_steps.finish_op``: one rewritten meanwhile is never deleted);
+6. a last listing: anything in the run's prefix now was written during the retirement, and the
+   whole run is put back beside it.
+
+Before the commit record every original is untouched; after it every original has a verified
+copy. A rollback (in-process, or by ``settle`` at the next start from any machine) puts back
+every original that is gone from its copy (create-only: never over an object written meanwhile),
+and drops the copies only when every original stands as it was: an original someone replaced in
+the logdir keeps its vault copy (the manifest says ``not_restored``; purge keeps it).
+"""
+from __future__ import annotations
+
+import time
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
+from tb_footprint_plugin.engine import bucket_lease, faults, lease
+from tb_footprint_plugin.engine.bucket_state import (
+    ACTIVE_OPS,
+    BucketJournal,
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    commit_recorded,
+    failure_code,
+    lock_failure_code,
+    lock_run,
+    must_delete,
+    now_s,
+    run_listing,
+    run_prefix,
+    unlock_all,
+    written_recently,
+)
+from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, stream_digest
+from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.storage.remote import (
+    ALREADY_EXISTS,
+    ObjectInfo,
+    RemoteError,
+    RemoteFS,
+    content_checksums,
+    same_content,
+)
+from tb_footprint_plugin.version import __version__
+
+#: failpoints of a bucket retirement, in order (tests inject a failure at each)
+RETIRE_STEPS = ("bucket.retire.after_journal", "bucket.retire.mid_copy", "bucket.retire.after_copy",
+                "bucket.retire.after_manifest", "bucket.retire.before_delete", "bucket.retire.after_delete")
+UNRETIRE_STEPS = ("bucket.unretire.mid_copy", "bucket.unretire.after_copy")
+KIND = "retire"
+
+
+def stored_key(vault: BucketVault, op_id: str, index: int) -> str:
+    """Where object ``index`` of retirement ``op_id`` is kept (a numbered key, see the module doc)."""
+    return vault.blob(op_id, f"files/{index}")
+
+
+def is_retire_journal(doc: dict) -> bool:
+    """Whether a journal object is a retirement's (settled by ``settle``, not as a reduction)."""
+    return doc.get("kind") == KIND
+
+
+def journal_runs(doc: dict) -> List[str]:
+    """The runs a retirement's journal locked: its run and the nested runs it takes along (each
+    checked to be inside the run: journals are untrusted input; one that is not is left out)."""
+    runs = [str(en.get("run")) for en in doc.get("runs", []) if isinstance(en, dict)]
+    along = doc.get("takes_along") if isinstance(doc.get("takes_along"), list) else []
+    return runs + [a for a in along if isinstance(a, str) and runs and a.startswith(run_prefix(runs[0]))
+                   and ".." not in a.split("/")]
+
+
+def _refuse(run: str, along: List[str], rfs: RemoteFS, vault: BucketVault) -> Optional[str]:
+    """Why ``run`` cannot be retired whatever its objects (a name that is no run below the logdir,
+    or a prefix holding the vault), or None."""
+    if run in (".", "") or run.startswith("/") or ".." in run.split("/"):
+        return f"{run!r} is not a run below the logdir"
+    try:
+        top = rfs.path(run)
+    except ValueError:
+        return f"{run!r} is not a plain key prefix of the logdir"
+    if vault.root == top or vault.root.startswith(top + "/"):
+        return f"run {run!r} holds the tool's vault ({vault.root}); left alone"
+    bad = [a for a in along if not a.startswith(run_prefix(run)) or ".." in a.split("/")]
+    if bad:
+        return f"{bad[0]!r} is not a run inside {run!r}"
+    return None
+
+
+def _nested_extra(listing: Dict[str, ObjectInfo], run: str, along: List[str]) -> List[str]:
+    """Runs (folders holding an event object) inside ``run`` the plan did not name."""
+    from tb_footprint_plugin.scan.categories import is_event_file_name
+
+    found = {k.rsplit("/", 1)[0] for k in listing if "/" in k and is_event_file_name(k.rsplit("/", 1)[-1])}
+    return sorted(found - set(along) - {run})
+
+
+def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iterable[str] = (),
+               rule: Optional[dict] = None, quiet_period: float,
+               closed_files: Optional[Mapping[str, float]] = None) -> RunOutcome:
+    """Retire ``run`` of a bucket logdir (and the nested runs ``takes_along`` names, which must be
+    all it holds). Returns an outcome (``verified`` when the run left the logdir for the vault),
+    never raises for a failed run: any failure puts every object back where it was."""
+    t0 = time.monotonic()
+    along = sorted(set(takes_along))
+    out = RunOutcome(run=run, status=Outcome.FAILED)
+    why = _refuse(run, along, rfs, vault)
+    if why:
+        out.reason, out.code = why, Failure.REFUSED
+        return out
+    st = BucketState(rfs)
+    op_id = new_op_id()
+    ACTIVE_OPS.add(op_id)
+    locks: List[str] = []
+    journal = None
+    try:
+        try:
+            for r in [run] + along:
+                locks.append(lock_run(st, r, op_id)[0])
+        except BucketTxnError as e:
+            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+            return out
+        except RemoteError as e:
+            out.reason, out.code = str(e), lock_failure_code(e)
+            return out
+        try:
+            listing = run_listing(rfs, vault, run)
+            if not listing:
+                raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds no object in the logdir (gone?); left alone")
+            extra = _nested_extra(listing, run, along)
+            if extra:
+                raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds nested run(s) the plan did not name: "
+                                     f"{', '.join(extra)}; plan again")
+            active = written_recently(listing, run, quiet_period, closed_files)
+            if active:
+                raise BucketTxnError(Skip.ACTIVE, active)
+        except (BucketTxnError, RemoteError, ValueError) as e:
+            code = failure_code(e)
+            out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
+            out.reason, out.code = str(e), code
+            return out
+        files = [{"path": k, "action": "delete", "size": o.size, "version": o.version_token, "mtime": o.mtime,
+                  "checksums": content_checksums(o), "backup": stored_key(vault, op_id, i)}
+                 for i, (k, o) in enumerate(sorted(listing.items()))]
+        out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
+        out.op_id = op_id
+        entry = {"run": run, "op": op_id, "lock": locks[0], "files": files}
+        try:
+            journal = BucketJournal(st, op_id, {
+                "op": op_id, "kind": KIND, "logdir": rfs.url, "step": "planned", "created": now_s(),
+                "vault": vault.root, "runs": [entry], "takes_along": along, "rule": rule,
+                "logdir_objects": len(listing)})
+        except RemoteError as e:
+            out.reason, out.code = str(e), failure_code(e)
+            return out
+        try:
+            _retire_steps(rfs, vault, st, journal, entry, listing, along, rule, quiet_period, closed_files, locks)
+            out.status, out.bytes_after = Outcome.VERIFIED, 0
+            out.removed_files = [f["path"] for f in files]
+        except faults.InjectedFault:
+            raise
+        except (BucketTxnError, RemoteError, ValueError) as e:
+            code = failure_code(e)
+            out.reason = str(e)
+            try:
+                journal.step("rolling_back")
+                held = rollback(rfs, vault, journal.doc, deleted=commit_recorded(journal.doc))
+                must_delete(rfs, [journal.path])
+                journal = None
+                out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.ROLLED_BACK
+                out.code = code
+                if held:
+                    out.reason += (f"; {len(held)} object(s) were written again at their key meanwhile, e.g. "
+                                   f"{held[0]}: their originals stay in the vault")
+            except (BucketTxnError, RemoteError, ValueError) as e2:  # the journal stays: the next start settles it
+                out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
+        return out
+    finally:
+        ACTIVE_OPS.discard(op_id)
+        ours, versions = unlock_all(locks)
+        if journal is None or out.status == Outcome.VERIFIED:  # a kept journal keeps its locks for recovery
+            try:
+                rfs.ops.delete(ours, versions=versions)
+            except RemoteError:
+                pass  # a stale lock of no journal is taken over by the next taker
+        out.duration_s = round(time.monotonic() - t0, 3)
+
+
+def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: BucketJournal, entry: dict,
+                  listing: Dict[str, ObjectInfo], along: List[str], rule: Optional[dict], quiet_period: float,
+                  closed_files: Optional[Mapping[str, float]], locks: List[str]) -> None:
+    run, op_id, files = entry["run"], entry["op"], entry["files"]
+    faults.hit("bucket.retire.after_journal")
+    for i, f in enumerate(files):  # server-side copies, each conditional on the listed version
+        backup_object(rfs, f)
+        if i == 0:
+            faults.hit("bucket.retire.mid_copy")
+    faults.hit("bucket.retire.after_copy")
+    st.create(vault.manifest(op_id), manifest_doc(rfs, vault, journal.doc, entry, along, rule))
+    faults.hit("bucket.retire.after_manifest")
+    # last look before the destructive step: a writer's object (new, or an original rewritten
+    # since its copy) keeps the run in the logdir
+    now_objs = run_listing(rfs, vault, run)
+    new = sorted(set(now_objs) - set(listing))
+    changed = [f["path"] for f in files if f["path"] not in now_objs
+               or now_objs[f["path"]].version_token != f["version"]]
+    if new or changed:
+        raise BucketTxnError(Skip.ACTIVE, f"{(new + changed)[0]}: written during the retirement (is the run still "
+                             "being written?); run left as it was")
+    active = written_recently(now_objs, run, quiet_period, closed_files)
+    if active:
+        raise BucketTxnError(Skip.ACTIVE, active)
+    if not all(bucket_lease.still_held(p) for p in locks):
+        raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
+    journal.step("swapping")  # every copy verified: from here on recovery finishes the retirement
+    faults.hit("bucket.retire.before_delete")
+    finish_op(rfs, vault, journal.doc, present=now_objs)
+    faults.hit("bucket.retire.after_delete")
+    left = run_listing(rfs, vault, run)
+    if left:
+        raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
+                             "run put back beside it")
+    must_delete(rfs, [journal.path])
+
+
+def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, along: List[str],
+                 rule: Optional[dict]) -> dict:
+    """The retirement's manifest: the bucket catalogue's fields (``op``, ``run``, ``files`` with
+    their copies, ``created``, ``status``) and the local retirement's (``op_id``, ``kind``,
+    ``takes_along``, ``tree``, ``stored_in``, ``outcome``...); an object store keeps no mode, and
+    its checksums stand for the sha256 a disk's tree records."""
+    files = entry["files"]
+    total = sum(f["size"] for f in files)
+    return {"op": entry["op"], "op_id": entry["op"], "kind": KIND, "run": entry["run"], "takes_along": along,
+            "logdir": rfs.url, "vault": vault.root, "rule": rule, "created": now_s(), "started_at": doc["created"],
+            "finished_at": now_s(), "status": "verified", "outcome": str(Outcome.VERIFIED), "reason": None,
+            "files": files, "tree": [{k: f[k] for k in ("path", "size", "mtime", "checksums")} for f in files],
+            "bytes_before": total, "bytes_after": 0, "stored_in": f"blobs/{entry['op']}/files",
+            "policy": None, "shard": lease.shard_label(), "tool_version": __version__, **who()}
+
+
+def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
+    """Whether the object at ``f``'s key holds ``f``'s original bytes: its listed version, or the
+    store's checksums of both; without a common checksum kind, both read and hashed."""
+    if info.version_token == f["version"]:
+        return True
+    if info.size != f["size"]:
+        return False
+    ok = same_content(content_checksums(info), f.get("checksums") or {})
+    if ok is None:
+        ok = stream_digest(rfs, rfs.path(f["path"]), f["size"]) == stream_digest(rfs, f["backup"], f["size"])
+    return bool(ok)
+
+
+def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> List[str]:
+    """Put back every original of an uncommitted (or undone) retirement that is gone, from its
+    verified copy, create-only; idempotent. The copies and the manifest go only when every
+    original stands as it was; an original another object replaced at its key keeps its copy
+    (returned, and named ``not_restored`` in the manifest, which purge keeps)."""
+    held: List[str] = []
+    for en in doc.get("runs", []):
+        present = run_listing(rfs, vault, en["run"])
+        for f in en.get("files", []):
+            cur = present.get(f["path"])
+            if cur is None:
+                if not f.get("backup_checksums"):
+                    if not deleted:
+                        continue  # never copied, never deleted by us: someone else removed it
+                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified copy of it")
+                try:
+                    res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, size=f["size"])
+                except RemoteError as e:
+                    if e.code != ALREADY_EXISTS:
+                        raise
+                    cur = rfs.ops.head(rfs.path(f["path"]))
+                else:
+                    if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
+                        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
+                    continue
+            if cur is not None and not _same(rfs, cur, f) and f.get("backup_checksums"):
+                held.append(f["path"])
+        mpath = vault.manifest(en["op"])
+        if held:
+            m, version = BucketState(rfs).read(mpath)
+            if m is None:
+                BucketState(rfs).create(mpath, {**manifest_doc(rfs, vault, doc, en, doc.get("takes_along") or [],
+                                                                doc.get("rule")),
+                                                "status": "restored", "not_restored": held, "restored_at": now_s()})
+            elif not m.get("corrupt"):
+                BucketState(rfs).update(mpath, {**m, "status": "restored", "not_restored": held,
+                                                "restored_at": now_s()}, version)
+            continue
+        # every original stands as it was: the copies are redundant (the manifest first, so no
+        # restorable retirement ever points at a missing copy)
+        must_delete(rfs, [mpath])
+        must_delete(rfs, [f["backup"] for f in en.get("files", []) if f.get("backup")])
+    return held
+
+
+def settle(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Tuple[str, str]:
+    """Settle an unfinished retirement from its journal (``engine.bucket_recover``); returns
+    (``codes.Recovery`` value, detail). From the commit record on (every copy verified) the
+    originals left are deleted at their version; a run that holds anything else by then (a
+    writer's object, an original rewritten since its copy) is put back instead, as before it."""
+    en = doc["runs"][0]
+    finish = doc.get("step") in ("swapping", "done") and all(f.get("backup_checksums") for f in en["files"])
+    if finish:
+        try:
+            finish_op(rfs, vault, doc)
+            if not run_listing(rfs, vault, en["run"]):
+                return Recovery.COMPLETED, "every object was copied and verified; the retirement was finished"
+        except BucketTxnError as e:
+            if e.code != Failure.CHANGED_SINCE_BACKUP:
+                raise
+    held = rollback(rfs, vault, doc, deleted=commit_recorded(doc))
+    detail = f"stopped at step {doc.get('step')}; every object of the run put back"
+    if held:
+        detail += f"; {len(held)} written again meanwhile keep their originals in the vault, e.g. {held[0]}"
+    return Recovery.ROLLED_BACK, detail
+
+
+def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
+    """Copy every object of a retired run back (create-only, never over an object written since),
+    each checked against the store's checksums; mark the manifest restored. Idempotent: an object
+    already back with its bytes counts as back, so a restore stopped midway is finished by the next."""
+    run = str(m.get("run"))
+    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, op_id=m.get("op"),
+                     bytes_before=0, bytes_after=0)
+    if m.get("status") != "verified" or m.get("purged"):
+        out.reason = f"retirement {m.get('op')} holds no objects to put back (restored, purged or never committed)"
+        return out
+    prefix = f"{vault.root}/blobs/{m['op']}/files/"
+    along = [a for a in m.get("takes_along") or [] if isinstance(a, str)]
+    try:
+        why = _refuse(run, along, rfs, vault)
+        if why:
+            raise BucketTxnError(Failure.REFUSED, why)
+        for f in m["files"]:
+            rfs.path(f["path"])
+            if not str(f.get("backup", "")).startswith(prefix) or not f["path"].startswith(run_prefix(run)):
+                raise BucketTxnError(Failure.REFUSED, f"{m.get('_path')}: names a key outside the run or the vault")
+    except (BucketTxnError, ValueError) as e:
+        out.reason = f"{e}; nothing was changed"
+        return out
+    st = BucketState(rfs)
+    op_id = new_op_id()
+    ACTIVE_OPS.add(op_id)
+    locks: List[str] = []
+    try:
+        try:
+            for r in [run] + along:
+                locks.append(lock_run(st, r, op_id)[0])
+        except BucketTxnError as e:
+            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+            return out
+        except RemoteError as e:
+            out.reason, out.code = str(e), lock_failure_code(e)
+            return out
+        try:
+            # every copy checked before anything moves: a damaged vault changes nothing
+            damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, f)]
+            if damaged:
+                out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
+                return out
+            present = run_listing(rfs, vault, run)
+            conflicts = []
+            for i, f in enumerate(m["files"]):
+                cur = present.get(f["path"])
+                if cur is None:
+                    try:
+                        res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=True,
+                                           size=f["size"])
+                    except RemoteError as e:
+                        if e.code != ALREADY_EXISTS:
+                            raise
+                        cur = rfs.ops.head(rfs.path(f["path"]))
+                    else:
+                        if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
+                            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
+                        out.created_files.append(f["path"])
+                        out.bytes_after += f["size"]
+                        if i == 0:
+                            faults.hit("bucket.unretire.mid_copy")
+                        continue
+                if cur is not None and cur.size == f["size"] and \
+                        same_content(content_checksums(cur), f.get("checksums") or {}):
+                    out.bytes_after += f["size"]  # back already (a restore stopped midway)
+                else:
+                    conflicts.append(f["path"])
+            faults.hit("bucket.unretire.after_copy")
+            doc = {k: v for k, v in m.items() if not k.startswith("_")}
+            doc.update(status="restored", restored_at=now_s(), restored_with=who(), restored_by=op_id)
+            if conflicts:  # their originals stay in the vault only, which purge keeps
+                doc["not_restored"] = sorted(conflicts)
+            st.update(vault.manifest(m["op"]), doc, m.get("_version") or st.read(vault.manifest(m["op"]))[1])
+        except (BucketTxnError, RemoteError, ValueError) as e:
+            out.reason, out.code = f"{e}; the next restore finishes it", failure_code(e)
+            return out
+        out.status, out.code = Outcome.RESTORED, Finding.MTIME_NOT_KEPT
+        out.reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
+                      "object store keeps no modification times: restored objects are dated now")
+        if conflicts:
+            out.reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
+                           f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
+        return out
+    finally:
+        ACTIVE_OPS.discard(op_id)
+        ours, versions = unlock_all(locks)
+        try:
+            rfs.ops.delete(ours, versions=versions)
+        except RemoteError:
+            pass
+
+
+def _copy_ok(rfs: RemoteFS, f: dict) -> bool:
+    info = rfs.ops.head(f["backup"])
+    if info is None or info.size != f["size"]:
+        return False
+    want = f.get("backup_checksums") or f.get("checksums") or {}
+    return bool(same_content(content_checksums(info), want)) or \
+        (same_content(content_checksums(info), want) is None)
+
+
+def retirements(manifests: List[dict]) -> List[dict]:
+    """The retirements of a bucket catalogue that keep a run out of the logdir now, newest first."""
+    return [m for m in manifests if m.get("kind") == KIND and m.get("status") == "verified" and not m.get("purged")]
+
+
+__all__ = ["retire_run", "unretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
+           "stored_key", "manifest_doc", "RETIRE_STEPS", "UNRETIRE_STEPS"]
