@@ -200,3 +200,54 @@ def test_closed_files_let_a_just_closed_run_be_reduced(s3_bucket, rewrite_logdir
                              closed_files=closed).outcomes
     assert o.status == Outcome.VERIFIED, (o.status, o.code, o.reason)
     assert o.bytes_after < o.bytes_before
+
+
+@pytest.mark.parametrize("step", ["bucket.retire.mid_copy", "bucket.retire.before_delete"])
+def test_cli_retire_killed_then_settled_from_another_process(s3_bucket, sweep_logdir, step):
+    """`tb-footprint retire URL` SIGKILLed before its commit record and right after it: the journal
+    and the run's lock are left in the bucket; the next start (another process) puts the run back,
+    or finishes the retirement, whose restore gives back every byte."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    before = _user(s3_bucket)
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TB_FOOTPRINT_FAILPOINTS": f"{step}=kill"}
+    proc = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "retire", url, "sweep/lr0",
+                           "--quiet-period", "0", "--yes"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    assert any(k.startswith(STATE + "locks/") for k in s3_bucket.hashes("logs"))
+    (rec,) = api.recover_logdir(url)
+    finished = step == "bucket.retire.before_delete"
+    assert rec.action == (Recovery.COMPLETED if finished else Recovery.ROLLED_BACK), rec.detail
+    assert not any(k.startswith((STATE + "locks/", STATE + "journal/")) for k in s3_bucket.hashes("logs"))
+    if finished:
+        assert [r["run"] for r in api.retired(url)] == ["sweep/lr0"]
+        assert not _of(_user(s3_bucket), "sweep/lr0")
+        (o,) = api.restore(url, run="sweep/lr0")
+        assert o.status == Outcome.RESTORED, o.reason
+    assert _user(s3_bucket) == before
+
+
+def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir):
+    """A retired run's key written again before its restore: the restore puts back every other
+    object, leaves the new one as it is, says so, and the original of that key stays in the vault
+    (purge keeps it and says why)."""
+    url = bucket.upload(sweep_logdir, "logs")
+    before = _user(bucket)
+    run = "sweep/lr0"
+    (o,) = api.retire(url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0).outcomes
+    assert o.status == Outcome.VERIFIED, o.reason
+    key = f"{run}/notes/config.yaml"
+    bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"written since the retirement\n")
+    bucket.fs.invalidate_cache()
+    (back,) = api.restore(url, run=run)
+    assert back.status == Outcome.RESTORED and key in back.reason, back.reason
+    now = _user(bucket)
+    assert bucket.fs.cat_file(bucket.key(f"logs/{key}")) == b"written since the retirement\n"
+    assert {k: v for k, v in now.items() if k != key} == {k: v for k, v in before.items() if k != key}
+    report = api.purge(url, yes=True)
+    assert [k["run"] for k in report.kept] == [run] and not report.ops
+    assert before[key] in set(bucket.hashes("logs/" + STATE + "blobs").values())
