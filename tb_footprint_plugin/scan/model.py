@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 SCHEMA_VERSION = 1
 UNATTRIBUTED = "(unattributed)"
+#: a scan of 100,000 runs holds a few of these per run: without a __dict__ each (Python 3.10+)
+_COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 
 @dataclass
@@ -53,7 +56,7 @@ class CategoryStat:
             self.max_step = s if self.max_step is None else max(self.max_step, s)
 
 
-@dataclass
+@dataclass(**_COMPACT)
 class FileEntry:
     """One file (or symlink) under the logdir, with its bytes split by category."""
 
@@ -65,7 +68,7 @@ class FileEntry:
     warning: Optional[str] = None
 
 
-@dataclass
+@dataclass(**_COMPACT)
 class ProfileSession:
     """One ``plugins/profile/<session>`` directory (or one PyTorch trace file)."""
 
@@ -78,7 +81,7 @@ class ProfileSession:
     kind: str = "xprof"  # 'xprof' or 'torch'
 
 
-@dataclass
+@dataclass(**_COMPACT)
 class RunFootprint:
     """Everything the scan attributes to one run directory."""
 

@@ -131,12 +131,19 @@ def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_ca
             progress(done[0], total_event_files)
 
     names: Dict[str, str] = {}
+    live = set()  # every file's path: what the cache keeps
+    runs = []
     try:
-        runs = [_run_footprint(r, cache, counters, tick, opener, names) for r in found.runs.values()]
+        # each run's walk is let go once its footprint is made: memory holds the walk or the
+        # footprints, not both (the scan's peak at 100,000 runs)
+        for name in list(found.runs):
+            r = found.runs.pop(name)
+            live.update(f.rel for f in r.files)
+            runs.append(_run_footprint(r, cache, counters, tick, opener, names))
         runs.sort(key=lambda r: (-r.total_bytes, r.name))
         warnings = list(found.warnings)
         if use_cache and write_cache:
-            cache.retain({f.rel for r in found.runs.values() for f in r.files})
+            cache.retain(live)
             w = cache.save()
             if w:
                 warnings.append(w)
