@@ -86,3 +86,22 @@ def test_the_cache_is_read_a_line_at_a_time(tmp_path, monkeypatch):
     # and every entry is still served
     again = scan(logdir)
     assert (again.files_read, again.files_cached) == (0, 400)
+
+
+def test_a_killed_scans_temp_cache_is_swept_by_the_next_save(tmp_path, monkeypatch):
+    """A scan streams its new cache to a temp file; one killed before its save leaves it behind,
+    and the next save removes it once it is an hour old (a live scan's is never that old)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    template = _template(str(tmp_path))
+    logdir = _logdir(tmp_path / "logdir", template, 3)
+    scan(logdir)
+    folder = cache_dir(logdir)
+    stale, fresh = os.path.join(folder, ".scan-cache.killed"), os.path.join(folder, ".scan-cache.running")
+    for p in (stale, fresh):
+        with open(p, "wb") as f:
+            f.write(b'{"version": 3, "files": {\n')
+    os.utime(stale, (1, 1))
+    _logdir(tmp_path / "new", template, 4)
+    os.rename(tmp_path / "new" / "exp00" / "run00003", tmp_path / "logdir" / "exp00" / "run00003")  # the next scan saves
+    assert scan(logdir).files_read == 1
+    assert not os.path.exists(stale) and os.path.exists(fresh)

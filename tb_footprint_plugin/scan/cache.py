@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import struct
 import tempfile
+import time
 from typing import Dict, Iterable, Optional
 
 from tb_footprint_plugin.storage.lock import exclusive
@@ -191,6 +193,7 @@ class ScanCache:
                 with exclusive(os.path.join(self.state_dir, "scan-cache.lock")):
                     set_aside_stranger(self.path)  # a link planted there: kept aside, never followed
                     os.replace(self._tmp, self.path)
+                    _sweep(self.state_dir)
                 self._tmp = None
             except OSError as e:
                 return f"scan cache not saved in {self.state_dir}: {e.strerror or e}"
@@ -216,6 +219,22 @@ class ScanCache:
             with contextlib.suppress(OSError):
                 os.close(self._src)
             self._src = None
+
+
+def _sweep(folder: str, older_than: float = 3600.0) -> None:
+    """Remove the temp caches of scans killed before their save: a live scan writes its own
+    every few milliseconds, so one untouched for an hour is nobody's."""
+    now = time.time()
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(".scan-cache.")]
+    except OSError:
+        return
+    for n in names:
+        p = os.path.join(folder, n)
+        with contextlib.suppress(OSError):
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and now - st.st_mtime > older_than:
+                os.unlink(p)
 
 
 class RemoteScanCache:
