@@ -76,7 +76,9 @@ class ScanCache:
         self.state_dir = state_dir
         self.write = write and state_dir is not None
         self.dirty = False
-        self._index: Dict[str, bytes] = {}  # rel -> _REC of the cache file read
+        #: hash(rel) -> _REC of the cache file read: no copy of the path (~120 bytes an entry); a hit's
+        #: own line names its path, so a collision is only a miss
+        self._index: Dict[int, bytes] = {}
         self._src: Optional[int] = None  # fd of the cache file read
         self._tmp: Optional[str] = None  # the cache being written
         self._out = None
@@ -115,7 +117,7 @@ class ScanCache:
                             head = None
                         # read back from disk: entries of another shape are dropped (rescanned)
                         if head is not None:
-                            index[head[0]] = _REC.pack(*head[1], offset, len(raw))
+                            index[hash(head[0])] = _REC.pack(*head[1], offset, len(raw))
                         offset += len(raw)
                 if ok:
                     self._src = os.dup(f.fileno())
@@ -126,7 +128,7 @@ class ScanCache:
 
     def get(self, rel: str, key: Key) -> Optional[dict]:
         """Cached stats for ``rel`` if its (size, mtime_ns, inode) still match."""
-        rec = self._index.get(rel)
+        rec = self._index.get(hash(rel))
         if rec is None or self._src is None:
             return None
         size, mtime_ns, ino, offset, length = _REC.unpack(rec)
@@ -142,7 +144,7 @@ class ScanCache:
 
     def put(self, rel: str, key: Key, stats: dict) -> None:
         """Record fresh stats: streamed to the cache being written (dropped when not writing)."""
-        self._index.pop(rel, None)  # superseded: never copied over
+        self._index.pop(hash(rel), None)  # superseded: never copied over
         self.dirty = True
         if not self.write or self._warning:
             return
@@ -168,7 +170,7 @@ class ScanCache:
 
     def retain(self, live: Iterable[str]) -> None:
         """Forget files that no longer exist, so the cache does not grow forever."""
-        live = live if isinstance(live, (set, frozenset, dict)) else set(live)
+        live = {hash(rel) for rel in live}
         self._live = live
         if any(k not in live for k in self._index):
             self.dirty = True
@@ -180,8 +182,8 @@ class ScanCache:
                 return self._warning
             live = self._live
             try:
-                for rel, rec in self._index.items():  # the kept entries, in file order: sequential reads
-                    if live is not None and rel not in live:
+                for h, rec in self._index.items():  # the kept entries, in file order: sequential reads
+                    if live is not None and h not in live:
                         continue
                     _s, _m, _i, offset, length = _REC.unpack(rec)
                     raw = os.pread(self._src, length, offset).lstrip(b",").rstrip(b"\n")

@@ -131,14 +131,14 @@ def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_ca
             progress(done[0], total_event_files)
 
     names: Dict[str, str] = {}
-    live = set()  # every file's path: what the cache keeps
+    live = set()  # every event file's path: what the cache keeps
     runs = []
     try:
         # each run's walk is let go once its footprint is made: memory holds the walk or the
         # footprints, not both (the scan's peak at 100,000 runs)
         for name in list(found.runs):
             r = found.runs.pop(name)
-            live.update(f.rel for f in r.files)
+            live.update(f.rel for f in r.files if _is_summary_event(f))
             runs.append(_run_footprint(r, cache, counters, tick, opener, names))
         runs.sort(key=lambda r: (-r.total_bytes, r.name))
         warnings = list(found.warnings)
