@@ -426,3 +426,219 @@ def test_a_blob_a_writer_holds_open_stays_plain(tmp_path):
         writer.kill()
         writer.wait()
     assert v.compact(sha) == COMPRESSED and v.check_blob(sha)
+
+
+def _stored(v: Vault, path: Path, data: bytes) -> str:
+    """``data`` written at ``path`` and backed up (a hard link); the original name then removed,
+    as the swap does. Returns its digest."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    sha = hashlib.sha256(data).hexdigest()
+    v.store(str(path), sha)
+    os.unlink(path)
+    return sha
+
+
+def test_a_writer_proc_cannot_see_keeps_the_blob_plain_and_its_records_are_salvaged(tmp_path, monkeypatch):
+    """Review item 1: a writer /proc cannot attribute (another container, an NFS client) holds the
+    backup's inode. Only the kernel's answer (no descriptor anywhere writes it) lets compaction
+    unlink the plain blob: here it stays plain, the note stays for the next start, and the
+    writer's next records land in the blob where the salvage finds them."""
+    import tb_footprint_plugin.engine.vault as vm
+    from tb_footprint_plugin.engine.salvage import grown_backups
+    from tb_footprint_plugin.engine.vault import KEPT_OPEN
+    from tb_footprint_plugin.storage.openfiles import WriterScan, no_writer_anywhere
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    data = b"scalar record " * 100_000
+    ev = tmp_path / "logs" / "events.out.tfevents.1.host"
+    ev.parent.mkdir()
+    ev.write_bytes(data)
+    writer = open(ev, "ab")  # the training job's descriptor, opened before the reduce
+    try:
+        sha = hashlib.sha256(data).hexdigest()
+        v.store(str(ev), sha)
+        os.unlink(ev)  # the swap
+        monkeypatch.setattr(vm, "find_writers", lambda paths: WriterScan(supported=True))  # /proc sees nobody
+        assert no_writer_anywhere(v.blob_path(sha)) is False
+        assert v.compact_all("20260101T000000-abcdef", [sha]) == {sha: KEPT_OPEN}
+        assert v.blob_form(sha) == "plain" and not os.path.exists(v.zst_path(sha))
+        assert v.pending_compactions() == {"20260101T000000-abcdef": [sha]}  # tried again at the next start
+        writer.write(b"LATE step 1001")
+        writer.flush()
+    finally:
+        writer.close()
+    m = {"kind": "reduce", "outcome": "verified", "vault": v.root, "files": [{"sha256": sha, "size": len(data),
+                                                                              "path": "events.out.tfevents.1.host"}]}
+    assert [(f["sha256"], size) for _m, f, size in grown_backups([m])] == [(sha, len(data) + 14)]
+
+
+def test_two_compactions_of_one_blob_never_leave_a_partial_zst_or_lose_the_plain(tmp_path):
+    """Review item 2: a second compaction of the same blob (another process: two runs with the
+    same bytes, the tab and the CLI) starting while the first is between its verification and
+    its rename is refused by the blob's lock (the blob is busy, kept plain by it), never
+    deletes or overwrites the first one's temp; the first finishes with a .zst that verifies."""
+    from tb_footprint_plugin.engine.vault import KEPT_BUSY
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    sha = _stored(v, tmp_path / "logs" / "f.bin", os.urandom(1000) * 2000)
+    seen = []
+
+    def second_compaction():
+        script = ("import sys; from tb_footprint_plugin.engine.vault import Vault; "
+                  "print(Vault(sys.argv[1]).compact(sys.argv[2]))")
+        out = subprocess.run([sys.executable, "-c", script, v.root, sha], capture_output=True, text=True, check=True,
+                             cwd=REPO)
+        seen.append(out.stdout.strip())
+
+    faults.arm("compact_verified", second_compaction)
+    assert v.compact(sha) == COMPRESSED
+    assert seen == [KEPT_BUSY]
+    assert v.blob_form(sha) == "zst" and not os.path.exists(v.blob_path(sha)) and v.check_blob(sha)
+    assert sorted(os.listdir(os.path.dirname(v.blob_path(sha)))) == [sha + ".zst"]  # no temp left
+    assert not os.path.exists(os.path.join(v.root, "compact", sha + ".lock"))
+
+
+def test_a_leftover_temp_of_a_killed_compaction_is_swept_under_the_lock(tmp_path):
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    sha = _stored(v, tmp_path / "logs" / "f.bin", b"compressible " * 100_000)
+    for name in (v.blob_path(sha) + ".zst.tmp", v.blob_path(sha) + ".zst.tmp-1-deadbeef"):
+        Path(name).write_bytes(b"\x28\xb5\x2f\xfd partial")
+    assert v.compact(sha) == COMPRESSED and v.check_blob(sha)
+    assert sorted(os.listdir(os.path.dirname(v.blob_path(sha)))) == [sha + ".zst"]
+
+
+def test_a_plain_blob_that_no_longer_hashes_never_costs_the_good_zst(tmp_path):
+    """Review item 3 (f1): a compaction killed after its rename leaves the plain blob and its
+    verified .zst; the plain then changes (grown or truncated). Readers fall back to the .zst,
+    compaction deletes neither (the plain is not the backup, the .zst is), restore is exact."""
+    from tb_footprint_plugin.engine.vault import KEPT_DAMAGED
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    data = b"hello world record " * 50_000
+    sha = _stored(v, tmp_path / "logs" / "f.bin", data)
+    plain = Path(v.blob_path(sha))
+    keep = tmp_path / "plain-copy"
+    shutil.copy2(plain, keep)
+    assert v.compact(sha) == COMPRESSED
+    for changed in (data + b"late records", data[:1000]):
+        shutil.copy2(keep, plain)  # the state after a kill between the rename and the unlink
+        plain.write_bytes(changed)
+        assert v.check_blob(sha)
+        with v.open_blob(sha) as f:
+            assert hashlib.sha256(f.read()).hexdigest() == sha
+        assert Path(v.materialise(sha, str(tmp_path))).read_bytes() == data
+        assert v.compact(sha) == KEPT_DAMAGED
+        assert plain.read_bytes() == changed and v.blob_form(sha) == "plain" and v.check_blob(sha)
+        dest = tmp_path / "back" / "f.bin"
+        v.restore_blob(sha, str(dest), mode=0o640, mtime_ns=1_700_000_000_123_456_789)
+        assert dest.read_bytes() == data and dest.stat().st_mtime_ns == 1_700_000_000_123_456_789
+        assert (dest.stat().st_mode & 0o777) == 0o640
+        plain.unlink()
+    assert v.compact(sha) == COMPRESSED and v.check_blob(sha)
+
+
+def test_a_live_file_stored_beside_a_zst_never_stands_for_that_backup(tmp_path):
+    """Review item 3 (f5): run A's backup S is compacted; run B holds the same bytes and is backed
+    up, then changed by its writer before its swap and rolled back (``unshare``). B's store
+    copies (never links its live file under S's name), so A's backup still verifies, compaction
+    keeps S.zst, and the salvage attributes nothing of B's to A."""
+    from tb_footprint_plugin.engine.salvage import grown_backups
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    data = b"same trace bytes " * 100_000
+    sha = _stored(v, tmp_path / "logs" / "A" / "t.json", data)
+    assert v.compact(sha) == COMPRESSED
+    b = tmp_path / "logs" / "B" / "t.json"
+    b.parent.mkdir()
+    b.write_bytes(data)
+    v.store(str(b), sha)
+    assert os.lstat(v.blob_path(sha)).st_nlink == 1 and not os.path.samefile(v.blob_path(sha), b)
+    with open(b, "ab") as f:
+        f.write(b"appended by a writer")  # B changes before its swap -> rolled back
+    v.unshare(sha)
+    assert v.check_blob(sha)
+    assert v.compact(sha) == COMPRESSED and v.check_blob(sha)
+    m = {"kind": "reduce", "outcome": "verified", "vault": v.root, "files": [{"sha256": sha, "size": len(data),
+                                                                              "path": "t.json"}]}
+    assert grown_backups([m]) == []
+
+
+def test_unshare_never_puts_other_bytes_under_a_blobs_name(tmp_path):
+    """A link of a live file that changed since it was stored (a vault from before the fix, or
+    another filesystem's rules) is never replaced by a copy of the changed bytes: the name keeps
+    the link, readers fall back to the .zst, the salvage skips a blob a live file shares."""
+    from tb_footprint_plugin.engine.salvage import grown_backups
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    data = b"same trace bytes " * 100_000
+    sha = _stored(v, tmp_path / "logs" / "A" / "t.json", data)
+    assert v.compact(sha) == COMPRESSED
+    b = tmp_path / "logs" / "B" / "t.json"
+    b.parent.mkdir()
+    b.write_bytes(data)
+    os.link(b, v.blob_path(sha))  # what store() did before: B's live file under S's name
+    with open(b, "ab") as f:
+        f.write(b"appended by a writer")
+    v.unshare(sha)
+    assert os.path.samefile(v.blob_path(sha), b) and v.check_blob(sha)
+    m = {"kind": "reduce", "outcome": "verified", "vault": v.root, "files": [{"sha256": sha, "size": len(data),
+                                                                              "path": "t.json"}]}
+    assert grown_backups([m]) == []
+    assert v.compact(sha) == KEPT_SHARED and v.check_blob(sha) and os.path.exists(v.zst_path(sha))
+
+
+def test_a_blob_deleted_during_its_compaction_leaves_no_orphan_zst(tmp_path):
+    """A purge or rollback deleting a blob while a compaction of it is under way waits for the
+    blob's lock: the compaction ends (its .zst verified and renamed), then every form goes: no
+    .zst is left that no manifest names, and the compaction never fails midway."""
+    import threading
+    import time
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    sha = _stored(v, tmp_path / "logs" / "f.bin", b"compressible " * 100_000)
+    freed = []
+    t = threading.Thread(target=lambda: freed.append(v.delete_blob(sha)))
+
+    def purge_meanwhile():
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive()  # waiting for the compaction, not deleting under it
+
+    faults.arm("compact_verified", purge_meanwhile)
+    assert v.compact(sha) == COMPRESSED
+    t.join(10)
+    assert not t.is_alive() and freed and freed[0] > 0
+    assert v.blob_form(sha) is None and os.listdir(os.path.dirname(v.blob_path(sha))) == []
+
+
+def test_the_next_start_never_compacts_without_its_runs_lock(tmp_path):
+    """A compaction note whose operation has no manifest (so no run to lock) is left for a later
+    start; its blobs stay plain meanwhile (a purge of that run could otherwise race it)."""
+    from tb_footprint_plugin.engine.vault import note_compaction
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    rep = reduce(logdir, "archive", vault_format="hardlink")
+    o = next(o for o in rep.outcomes if o.status == "verified")
+    vault = Vault(state_dir(str(logdir)))
+    note_compaction(vault, o.op_id)
+    shas = [f["sha256"] for f in vault.read_manifest(o.op_id)["files"]]
+    stray = "20260101T000000-abcdef"
+    vault.note_compaction(stray, shas)
+    os.rename(vault.manifest_path(o.op_id), tmp_path / "aside.json")
+    from tb_footprint_plugin.engine import upkeep
+    from tb_footprint_plugin.engine.context import Context
+    upkeep._finish_compactions(Context(str(logdir)), vault)
+    assert all(vault.blob_form(s) == "plain" for s in shas)
+    assert set(vault.pending_compactions()) == {o.op_id, stray}
+    os.rename(tmp_path / "aside.json", vault.manifest_path(o.op_id))
+    upkeep._finish_compactions(Context(str(logdir)), vault)
+    assert any(vault.blob_form(s) == "zst" for s in shas) and all(vault.check_blob(s) for s in shas)
+    assert set(vault.pending_compactions()) == {stray}

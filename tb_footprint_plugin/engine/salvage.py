@@ -177,9 +177,20 @@ def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
                 st = os.lstat(vault.blob_path(f["sha256"]))
             except OSError:
                 continue  # missing: damage, reported by verify and status
-            if stat.S_ISREG(st.st_mode) and st.st_size > f["size"]:
+            if stat.S_ISREG(st.st_mode) and st.st_size > f["size"] and not _compacted(vault, f["sha256"]):
                 out.append((m, f, st.st_size))
     return out
+
+
+def _compacted(vault: Vault, sha: str) -> bool:
+    """Whether the backup also exists as a ``.zst``: it was compacted, which only ever happens
+    once no descriptor anywhere writes the inode, so a plain blob beside it is not this run's
+    writer's (another run's file stored under that digest, or a killed compaction's remains):
+    its bytes are never attributed to this run."""
+    try:
+        return stat.S_ISREG(os.lstat(vault.zst_path(sha)).st_mode)
+    except OSError:
+        return False
 
 
 def _salvage_name(ctx, m: dict, path: str) -> str:
@@ -201,10 +212,12 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
     blob = vault.blob_path(old_sha)
     out = SalvageOutcome(op_id=m["op_id"], run=m["run"], path=f["path"], code=Finding.RECOVERY_FAILED, detail="")
     got_prefix, new_sha, size = _prefix_and_whole(blob, f["size"])
-    if got_prefix != f["sha256"]:
+    if got_prefix != f["sha256"] or _compacted(vault, old_sha):
         out.code = BACKUP_CHANGED
         out.detail = (f"backup of {f['path']} changed after the reduction (its first {f['size']} bytes no longer "
-                      f"match); kept as is in {vault.root}, not salvaged")
+                      f"match); kept as is in {vault.root}, not salvaged" if got_prefix != f["sha256"] else
+                      f"a plain file grew beside the compressed backup of {f['path']} in {vault.root}: not this "
+                      "run's records (the backup was compacted once nothing wrote it); kept as is, not salvaged")
         return out
     start = int(f.get("salvaged_upto") or f["size"])
     event = is_summary_event_file_name(os.path.basename(f["path"]))
@@ -262,9 +275,11 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
     vault.write_manifest(m)
     journal.append({"type": "commit"})
     # the old name goes once nothing refers to it (the same inode lives on under the new one)
+    # only that name: a form of the old digest in any other file is no part of this inode
     if not any(x["sha256"] == old_sha for mm in vault.manifests() if not mm.get("backup_purged")
                for x in mm.get("files", [])):
-        vault.delete_blob(old_sha)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(blob)
         fsync_dir(os.path.dirname(blob))
     journal.close()
     out.records, out.bytes, out.file = records, nbytes, entry["file"]

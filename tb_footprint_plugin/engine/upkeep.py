@@ -123,12 +123,13 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
             run = vault.read_manifest(op_id).get("run")
         except Exception:  # no manifest (yet): rebuilt above or reported; the blobs stay as they are
             run = None
+        if not isinstance(run, str) or not run:
+            # never compacted without its run's lock (a purge of that run could race it and
+            # leave a .zst no manifest names): the note waits for a manifest to name the run
+            continue
         try:
-            if run is None:
+            with RunLock(ctx.lock_dir, run):
                 what = vault.compact_all(op_id, shas)
-            else:
-                with RunLock(ctx.lock_dir, run):
-                    what = vault.compact_all(op_id, shas)
         except RunLocked:
             out.append(RecoveryOutcome(op_id, run or "", Recovery.SKIPPED_LIVE, "compaction of its backups waits: "
                                        "the run is being changed by another process", Finding.RUN_LOCKED))

@@ -17,15 +17,23 @@ hard-link blobs, whose original names are gone from the logdir, are compacted in
 hashed, renamed, the folder fsynced, and only then the plain blob unlinked. Until that last
 step the plain blob is a verified copy, so a kill anywhere leaves one; a pending note
 (``compact/<op_id>.json``) written before the first step lets the next start finish the job.
-A blob that still shares its inode with a live file, that a process holds open for writing (a
-late writer, salvaged later), or that compression would not shrink by ``MIN_SAVING`` stays
-plain. Every reader goes through ``open_blob`` / ``check_blob`` / ``restore_blob`` /
-``materialise``, which read either form.
+A blob that still shares its inode with a live file, that any process may hold open for writing
+(a late writer, salvaged later: only the kernel's answer that no descriptor anywhere writes it,
+``no_writer_anywhere``, lets it go; a writer in another container or on an NFS client is never
+seen in ``/proc``), or that compression would not shrink by ``MIN_SAVING`` stays plain (its note
+stays for the next start while a writer may hold it). One compaction of a blob at a time: an
+exclusive ``flock`` on ``compact/<sha>.lock`` for the whole of it (busy: the blob stays plain),
+a temp name of its own per attempt, and the plain blob is unlinked only when the ``.zst`` name
+is still the inode that was verified. A plain blob is never removed unless it hashes to its
+name, nor a ``.zst`` unless the plain one does (a plain that grew is a late writer's: salvage's).
+Every reader goes through ``open_blob`` / ``check_blob`` / ``restore_blob`` / ``materialise``,
+which read either form, and the ``.zst`` when the plain blob beside it does not verify.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import getpass
 import hashlib
 import json
@@ -41,7 +49,7 @@ from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.storage.files import (CHUNK, CopyMismatch, atomic_write_json, copy_file, copy_new, create_new,
                                                fsync_dir, is_regular, sha256_file)
 from tb_footprint_plugin.storage import zst
-from tb_footprint_plugin.storage.openfiles import find_writers
+from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name, other_users_state_dirs
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
@@ -68,7 +76,8 @@ MIN_SAVING = 0.10
 #: what ``Vault.compact`` did with a blob (the bench and the tests count them)
 COMPRESSED = "compressed"
 KEPT_SHARED = "kept_shared"          # a live file still shares the inode: compressing frees nothing
-KEPT_OPEN = "kept_open"              # a writer holds it open: its next records go there (salvage)
+KEPT_OPEN = "kept_open"              # a writer holds it open, or the kernel cannot rule one out
+KEPT_BUSY = "kept_busy"              # another process is compacting it right now
 KEPT_INCOMPRESSIBLE = "kept_incompressible"
 KEPT_DAMAGED = "kept_damaged"        # it does not hash to its name: kept as it is, for health to name
 MISSING = "missing"
@@ -172,6 +181,19 @@ def note_compaction(vault: "Vault", op_id: str) -> None:
         pass
 
 
+def _hash_stream(f: BinaryIO) -> str:
+    h = hashlib.sha256()
+    while True:
+        b = f.read(CHUNK)
+        if not b:
+            return h.hexdigest()
+        h.update(b)
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def _blocks(n: int, st: os.stat_result) -> int:
     """Filesystem blocks ``n`` bytes take (what a compression must save: a small file's block
     costs the same compressed or not)."""
@@ -254,10 +276,44 @@ class Vault:
         never through a link. ``FileNotFoundError`` when neither form exists; damage in a
         compressed blob shows as ``zst.DecodeError`` (an ``OSError``) while reading."""
         try:
-            return open_regular(self.blob_path(sha))
+            f = open_regular(self.blob_path(sha))
         except FileNotFoundError:
-            pass  # compacted meanwhile, or only ever compressed
+            f = None  # compacted meanwhile, or only ever compressed
+        if f is not None:
+            if not self._has_zst(sha):
+                return f
+            # both forms: a plain blob beside a .zst may hold other bytes (a live file linked
+            # in, a late writer's records); it is read only when it hashes to the name
+            try:
+                ok = _hash_stream(f) == sha
+                f.seek(0)
+            except BaseException:
+                f.close()
+                raise
+            if ok:
+                return f
+            f.close()
         return zst.open_decompressed(open_regular(self.zst_path(sha)))
+
+    def _has_zst(self, sha: str) -> bool:
+        with contextlib.suppress(OSError):
+            return stat.S_ISREG(os.lstat(self.zst_path(sha)).st_mode)
+        return False
+
+    def _plain_usable(self, sha: str) -> bool:
+        """Whether the plain blob is the one to read: present, and either alone or hashing to
+        ``sha`` (beside a ``.zst`` it may hold other bytes)."""
+        try:
+            if not stat.S_ISREG(os.lstat(self.blob_path(sha)).st_mode):
+                return False
+        except OSError:
+            return False
+        if not self._has_zst(sha):
+            return True
+        try:
+            return sha256_file(self.blob_path(sha)) == sha
+        except OSError:
+            return False
 
     def blob_size_on_disk(self, sha: str) -> int:
         """Bytes the blob takes as stored (its plain and compressed forms, both while a
@@ -292,7 +348,7 @@ class Vault:
         """A real path holding the blob's bytes, for readers that take a path (TensorBoard's):
         the plain blob itself, or a decompressed, hash-checked copy written into ``folder`` (a
         scratch folder of the caller's, removed with it). ``VaultError`` when damaged or missing."""
-        if self.blob_form(sha) == "plain":
+        if self._plain_usable(sha):
             return self.blob_path(sha)
         dest = os.path.join(folder, sha)
         if not os.path.exists(dest):
@@ -341,7 +397,10 @@ class Vault:
                     return blob  # same content already backed up (e.g. by an earlier op)
                 fsops.unlink(blob)  # a damaged blob must never stand for a backup
             linked = False
-            if self.same_filesystem(path):
+            # beside a .zst (an earlier operation's compacted backup) the new plain blob is a
+            # copy: a link would make this run's live file, which may still change before its
+            # swap, stand under that backup's name
+            if self.same_filesystem(path) and not self._has_zst(sha):
                 try:
                     fsops.link(path, blob, follow_symlinks=False)
                     linked = True
@@ -377,9 +436,22 @@ class Vault:
                 return
         except FileNotFoundError:
             return
-        tmp = p + ".unshare"
-        copy_file(p, tmp)
-        fsops.replace(tmp, p)
+        fd, tmp = tempfile.mkstemp(prefix=".unshare-", dir=os.path.dirname(p))
+        os.close(fd)
+        os.unlink(tmp)  # ``copy_file`` makes it anew (``create_new``)
+        try:
+            copy_file(p, tmp)
+            if sha256_file(tmp) != sha:
+                # the live file changed since it was linked in: its bytes are not this backup's
+                # and never take its name; the link is left as it is (readers fall back to the
+                # .zst, compaction keeps it as shared, salvage skips it)
+                fsops.unlink(tmp)
+                return
+            fsops.replace(tmp, p)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                fsops.unlink(tmp)
+            raise
         fsync_dir(os.path.dirname(p))
 
     def check_blob(self, sha: str) -> bool:
@@ -408,7 +480,7 @@ class Vault:
         it later, would change the backup too. A compressed blob is decompressed into the temp
         file and hashed on the way; one that does not decode to ``sha`` never takes ``dest``'s
         name (``VaultError`` naming ``dest``)."""
-        if self.blob_form(sha) == "zst":
+        if not self._plain_usable(sha) and self._has_zst(sha):
             return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
@@ -422,10 +494,11 @@ class Vault:
         try:
             try:
                 copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
-            except FileNotFoundError:
-                if self.blob_form(sha) != "zst":
+            except (FileNotFoundError, CopyMismatch):
+                if not self._has_zst(sha):
                     raise
-                # compacted between the check and the copy: the compressed form is the backup now
+                # compacted between the check and the copy, or the plain blob beside the .zst
+                # changed: the compressed form is the backup (``copy_new`` removed its temp)
                 return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
@@ -517,25 +590,79 @@ class Vault:
     def compact_all(self, op_id: str, shas: Iterable[str]) -> Dict[str, str]:
         """Compact the blobs of committed operation ``op_id`` (``compact`` each, noted first so a
         kill is finished at the next start); digest → what was done. One scan of ``/proc`` for
-        writers covers them all."""
+        writers covers them all. The note stays while a blob was kept because a writer may hold
+        it or another process was compacting it: the next start tries again."""
         shas = list(dict.fromkeys(s for s in shas if is_sha256(s)))
         self.note_compaction(op_id, shas)
         held = {h.path for h in find_writers([self.blob_path(s) for s in shas]).holders}
         out = {s: self.compact(s, held=self.blob_path(s) in held) for s in shas}
-        self.done_compaction(op_id)
+        if not any(v in (KEPT_OPEN, KEPT_BUSY) for v in out.values()):
+            self.done_compaction(op_id)
         return out
+
+    @contextlib.contextmanager
+    def _blob_lock(self, sha: str, wait: bool = False):
+        """An exclusive ``flock`` on ``compact/<sha>.lock`` for one compaction (or deletion) of
+        the blob; without ``wait`` it yields False when another process holds it. The lock file
+        is removed by its holder, so a lock taken on a name removed meanwhile is not the lock
+        (inode checked): refused, or taken again on the new name when waiting."""
+        if not is_sha256(sha):
+            raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest")
+        folder = os.path.join(self.root, "compact")
+        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+        path = os.path.join(folder, f"{sha}.lock")
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                         0o600)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    mine = _same_file(os.fstat(fd), os.lstat(path))
+                except FileNotFoundError:
+                    mine = False
+                if not mine and wait:
+                    continue  # its holder removed that name: lock the new one
+                try:
+                    yield mine
+                finally:
+                    if mine:
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)  # removed while held: a waiter's inode check refuses it
+                return
+            finally:
+                os.close(fd)
+
+    def _tmp_names(self, sha: str) -> List[str]:
+        """Temp files of compactions of ``sha`` (``<sha>.zst.tmp``, ``<sha>.zst.tmp-<pid>-…``)."""
+        folder, pre = os.path.dirname(self.blob_path(sha)), sha + ZST_TMP_SUFFIX
+        try:
+            return [os.path.join(folder, n) for n in os.listdir(folder) if n.startswith(pre)]
+        except OSError:
+            return []
 
     def compact(self, sha: str, held: Optional[bool] = None) -> str:
         """Replace a plain blob no live file shares by a verified ``.zst`` (see the module's
         docstring for the order); idempotent, so a killed compaction is finished by calling it
         again. Returns one of ``COMPRESSED``, ``KEPT_*``, ``MISSING``."""
+        self.blob_path(sha)  # the digest is checked before any name is made from it
+        with self._blob_lock(sha) as mine:
+            if not mine:
+                return KEPT_BUSY  # another process compacts it: two never share a temp or a step
+            return self._compact_locked(sha, held)
+
+    def _compact_locked(self, sha: str, held: Optional[bool]) -> str:
         plain, z = self.blob_path(sha), self.zst_path(sha)
-        tmp = plain + ZST_TMP_SUFFIX
+        # under the blob's lock every temp name of it is a killed compaction's leftover
+        for t in self._tmp_names(sha):
+            with contextlib.suppress(FileNotFoundError):
+                fsops.unlink(t)
         try:
             st = os.lstat(plain)
         except FileNotFoundError:
-            with contextlib.suppress(FileNotFoundError):
-                fsops.unlink(tmp)  # a compaction killed after its rename left no plain blob
             return COMPRESSED if self.blob_form(sha) == "zst" else MISSING
         if not stat.S_ISREG(st.st_mode):
             return KEPT_DAMAGED
@@ -543,20 +670,29 @@ class Vault:
             return KEPT_SHARED  # the original (or a user's link) still holds these blocks
         if held is None:
             held = bool(find_writers([plain]).holders)
-        if held:
+        # /proc shows only the processes this user can inspect on this machine; the kernel's
+        # lease answers for every descriptor anywhere (None: it cannot tell, e.g. NFS -> kept)
+        if held or no_writer_anywhere(plain) is not True:
             return KEPT_OPEN
         folder = os.path.dirname(plain)
         if os.path.lexists(z):
-            # a compaction killed between its rename and its unlink: the .zst was verified then,
-            # and is checked again now before the plain blob goes
-            if self._zst_ok(z, sha, st.st_size):
+            # a compaction killed between its rename and its unlink, or a blob stored again beside
+            # its .zst: each form is removed only when the other is proven to hold the backup
+            try:
+                plain_ok = sha256_file(plain) == sha
+            except OSError:
+                plain_ok = False
+            if self._zst_ok(z, sha, st.st_size if plain_ok else None):
+                if not plain_ok:
+                    return KEPT_DAMAGED  # other bytes under the name (a late writer's: salvage's)
                 faults.hit("compact_before_unlink")
                 fsops.unlink(plain)
                 fsync_dir(folder)
                 return COMPRESSED
-            fsops.unlink(z)  # a damaged .zst never stands for a backup; the plain blob does
-        with contextlib.suppress(FileNotFoundError):
-            fsops.unlink(tmp)  # a leftover of a killed compaction: made anew
+            if not plain_ok:
+                return KEPT_DAMAGED  # neither form verifies: both kept, for health to name
+            fsops.unlink(z)  # a damaged .zst never stands for a backup; the verified plain blob does
+        tmp = f"{plain}{ZST_TMP_SUFFIX}-{os.getpid()}-{os.urandom(4).hex()}"  # one per attempt
         fd = create_new(tmp)
         try:
             with os.fdopen(fd, "wb") as out, open_regular(plain) as src:
@@ -567,17 +703,23 @@ class Vault:
                     os.fsync(out.fileno())
                 else:
                     got = None
+                ident = os.fstat(out.fileno())
             if got is None:
                 fsops.unlink(tmp)
                 return KEPT_INCOMPRESSIBLE
             faults.hit("compact_written")
-            if not self._zst_ok(tmp, sha, st.st_size):
+            # verified through a descriptor of the very inode written, then followed by identity
+            with open_regular(tmp) as check:
+                ok = _same_file(os.fstat(check.fileno()), ident) and self._zst_ok_file(check, sha, st.st_size)
+            if not ok:
                 fsops.unlink(tmp)
                 return KEPT_DAMAGED  # the plain blob did not hash to its name: left for health to name
             faults.hit("compact_verified")
             fsops.replace(tmp, z)
             fsync_dir(folder)
             faults.hit("compact_renamed")
+            if not _same_file(os.lstat(z), ident):
+                return KEPT_DAMAGED  # the name is not the inode verified: the plain blob stays
             fsops.unlink(plain)
             fsync_dir(folder)
         except BaseException:
@@ -587,20 +729,30 @@ class Vault:
         return COMPRESSED
 
     @staticmethod
-    def _zst_ok(path: str, sha: str, size: int) -> bool:
-        """Whether the compressed file decompresses to ``size`` bytes hashing to ``sha``."""
+    def _zst_ok_file(f: BinaryIO, sha: str, size: Optional[int]) -> bool:
+        """Whether the open compressed file decompresses to ``size`` bytes (any, for None)
+        hashing to ``sha``."""
         h, n = hashlib.sha256(), 0
         try:
-            with zst.open_decompressed(open_regular(path)) as f:
+            with zst.open_decompressed(f) as d:
                 while True:
-                    b = f.read(CHUNK)
+                    b = d.read(CHUNK)
                     if not b:
                         break
                     h.update(b)
                     n += len(b)
         except OSError:
             return False
-        return n == size and h.hexdigest() == sha
+        return (size is None or n == size) and h.hexdigest() == sha
+
+    @classmethod
+    def _zst_ok(cls, path: str, sha: str, size: Optional[int]) -> bool:
+        """Whether the compressed file decompresses to ``size`` bytes hashing to ``sha``."""
+        try:
+            f = open_regular(path)
+        except OSError:
+            return False
+        return cls._zst_ok_file(f, sha, size)
 
     # --- manifests ------------------------------------------------------------------
     def manifest_path(self, op_id: str) -> str:
@@ -689,15 +841,17 @@ class Vault:
 
     def delete_blob(self, sha: str) -> int:
         """Remove the blob in every form (plain, compressed, a compaction's temp); the bytes
-        they held as stored."""
+        they held as stored. Waits for a compaction of it under way (the blob's lock): its
+        rename would otherwise leave a ``.zst`` no manifest names."""
         size = 0
-        for p in (self.blob_path(sha), self.zst_path(sha), self.blob_path(sha) + ZST_TMP_SUFFIX):
-            try:
-                n = os.lstat(p).st_size
-                fsops.unlink(p)
-                size += n
-            except FileNotFoundError:
-                continue
+        with self._blob_lock(sha, wait=True):
+            for p in (self.blob_path(sha), self.zst_path(sha), *self._tmp_names(sha)):
+                try:
+                    n = os.lstat(p).st_size
+                    fsops.unlink(p)
+                    size += n
+                except FileNotFoundError:
+                    continue
         return size
 
     def size(self) -> int:
