@@ -642,3 +642,23 @@ def test_the_next_start_never_compacts_without_its_runs_lock(tmp_path):
     upkeep._finish_compactions(Context(str(logdir)), vault)
     assert any(vault.blob_form(s) == "zst" for s in shas) and all(vault.check_blob(s) for s in shas)
     assert set(vault.pending_compactions()) == {stray}
+
+
+def test_the_next_start_says_a_compaction_waits_for_a_writer(tmp_path, monkeypatch):
+    """A noted compaction whose backup a process may still write is not reported as finished:
+    the start says it waits (code ``backup_open_for_writing``), the blob stays plain, the note stays."""
+    from tb_footprint_plugin.codes import Recovery
+    from tb_footprint_plugin.engine import upkeep
+    from tb_footprint_plugin.engine.context import Context
+    import tb_footprint_plugin.engine.vault as vm
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    rep = reduce(logdir, "archive", vault_format="hardlink")
+    o = next(o for o in rep.outcomes if o.status == "verified")
+    vault = Vault(state_dir(str(logdir)))
+    vm.note_compaction(vault, o.op_id)
+    shas = [f["sha256"] for f in vault.read_manifest(o.op_id)["files"]]
+    monkeypatch.setattr(vm, "no_writer_anywhere", lambda path: None)  # NFS: the kernel cannot tell
+    outs = upkeep._finish_compactions(Context(str(logdir)), vault)
+    assert [(r.action, r.code) for r in outs] == [(Recovery.SKIPPED_LIVE, Finding.BACKUP_OPEN_FOR_WRITING)]
+    assert all(vault.blob_form(s) == "plain" for s in shas) and o.op_id in vault.pending_compactions()

@@ -23,7 +23,7 @@ from tb_footprint_plugin.engine import oplog, salvage, trust
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
-from tb_footprint_plugin.engine.vault import COMPRESSED, Vault
+from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_BUSY, KEPT_OPEN, Vault
 from tb_footprint_plugin.storage import scratch
 
 
@@ -137,6 +137,13 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
         except Exception as e:  # retried at the next start; every blob is still whole in one form
             out.append(RecoveryOutcome(op_id, run or "", Recovery.FAILED, f"interrupted compaction in {vault.root} "
                                        f"not finished: {reason_of(e)}", Finding.RECOVERY_FAILED))
+            continue
+        waiting = sum(1 for v in what.values() if v in (KEPT_OPEN, KEPT_BUSY))
+        if waiting:
+            out.append(RecoveryOutcome(op_id, run, Recovery.SKIPPED_LIVE, f"compaction of {waiting} of {op_id}'s "
+                                       "backups waits: a process may still write into them, or another process is "
+                                       "compacting them (kept plain; tried again at the next start)",
+                                       Finding.BACKUP_OPEN_FOR_WRITING))
             continue
         out.append(RecoveryOutcome(op_id, run or "", Recovery.COMPLETED,
                                    f"an interrupted compaction of {op_id}'s backups was finished "
