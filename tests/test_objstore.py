@@ -850,7 +850,7 @@ def test_rewrite_crash_at_each_new_step_then_recovery(objstore_pool, rewrite_log
     assert proc.returncode == -signal.SIGKILL, stdout + stderr
 
     def left_scratch():
-        return [n for n in os.listdir(scratch.current_root()) if n.startswith(f"tbfp-bucket-p{proc.pid}-")]
+        return [n for n in os.listdir(scratch.system_root()) if n.startswith(f"tbfp-bucket-p{proc.pid}-")]
 
     # killed while staging: its local scratch is left behind, and the next start sweeps it
     assert bool(left_scratch()) == (failpoint in ("bucket.after_stage", "bucket.after_upload"))

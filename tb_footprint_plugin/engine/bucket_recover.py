@@ -77,7 +77,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     out: List[RecoveryOutcome] = []
     # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
     # local vault's tmp/ is at every start
-    scratch.sweep(scratch.current_root())
+    scratch.sweep(scratch.system_root())
     try:
         journals = rfs.list_tree(JOURNAL)
     except FileNotFoundError:

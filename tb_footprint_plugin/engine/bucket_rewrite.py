@@ -134,7 +134,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             backup_object(rfs, f)
             faults.hit("bucket.after_backup_copy")
         faults.hit("bucket.after_backup")
-        with scratch.scratch("bucket") as work:
+        with scratch.scratch("bucket", scratch.system_root()) as work:
             local = _stage_run(rfs, rp, files, listing, work, verify_backends)
             journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
             faults.hit("bucket.after_stage")

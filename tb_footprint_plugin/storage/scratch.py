@@ -43,7 +43,14 @@ def _private(path: str) -> None:
 
 
 def current_root() -> str:
+    """Where ``make`` puts scratch folders now: the root set by ``use_root``, else the system's."""
     return _root or tempfile.gettempdir()
+
+
+def system_root() -> str:
+    """The system temp dir, for scratch that belongs to no vault (a bucket rewrite's local copy):
+    named explicitly so an earlier ``use_root`` of this process (a local vault) cannot move it."""
+    return tempfile.gettempdir()
 
 
 def make(kind: str, root: Optional[str] = None) -> str:
@@ -79,10 +86,12 @@ def _alive(pid: int) -> bool:
 def sweep(root: str) -> List[str]:
     """Remove scratch directories in ``root`` whose owning process is gone; returns their names."""
     removed = []
+    shared = root == tempfile.gettempdir()
     try:
         st = os.lstat(root)
-        # only a real folder of ours: through a symlink this would remove another's folders
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        # only a real folder of ours (through a symlink this would remove another's folders), or
+        # the system temp dir, shared by design: there only entries of ours are touched (below)
+        if not stat.S_ISDIR(st.st_mode) or (st.st_uid != os.geteuid() and not shared):
             return removed
         names = os.listdir(root)
     except OSError:
@@ -92,7 +101,12 @@ def sweep(root: str) -> List[str]:
         if not m or _alive(int(m.group(1))):
             continue
         p = os.path.join(root, n)
-        if os.path.islink(p):
+        try:
+            est = os.lstat(p)
+        except OSError:
+            continue
+        # a real folder made by us: never a link, never another user's folder of the same pattern
+        if not stat.S_ISDIR(est.st_mode) or est.st_uid != os.geteuid():
             continue
         shutil.rmtree(p, ignore_errors=True)
         if not os.path.lexists(p):
@@ -100,4 +114,4 @@ def sweep(root: str) -> List[str]:
     return removed
 
 
-__all__ = ["use_root", "current_root", "make", "scratch", "sweep"]
+__all__ = ["use_root", "current_root", "system_root", "make", "scratch", "sweep"]
