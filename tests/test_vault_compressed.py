@@ -662,3 +662,44 @@ def test_the_next_start_says_a_compaction_waits_for_a_writer(tmp_path, monkeypat
     outs = upkeep._finish_compactions(Context(str(logdir)), vault)
     assert [(r.action, r.code) for r in outs] == [(Recovery.SKIPPED_LIVE, Finding.BACKUP_OPEN_FOR_WRITING)]
     assert all(vault.blob_form(s) == "plain" for s in shas) and o.op_id in vault.pending_compactions()
+
+
+def test_the_oplog_logs_each_change_once_and_still_rebuilds_the_newest_manifest(tmp_path):
+    """Issue #28 item 2: the manifest is compact JSON; its log holds the first state once (without
+    the plan's action list and the check texts, which nothing acts on) and each later state
+    only as the fields it changed. A deleted manifest is rebuilt from it as its newest state
+    (here: purged), and a damaged line inside the chain of changes stops the rebuild (the
+    backups are kept) rather than rebuilding an older state."""
+    import json
+
+    from tb_footprint_plugin.engine import oplog
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    o = reduce(logdir, "archive").outcomes[0]
+    vault = Vault(state_dir(str(logdir)))
+    path = Path(vault.manifest_path(o.op_id))
+    assert len(path.read_text().splitlines()) == 1
+    api.purge(str(logdir), yes=True)
+    newest = json.loads(path.read_text())
+    assert newest["backup_purged"] is True
+    lines = [json.loads(x) for x in Path(oplog.log_path(vault.root, o.op_id)).read_text().splitlines()]
+    assert [x["type"] for x in lines].count("manifest") == 1
+    assert any(x["type"] == "manifest_change" and x["set"].get("backup_purged") is True for x in lines)
+    first = next(x["manifest"] for x in lines if x["type"] == "manifest")
+    assert "actions" not in first["plan"] and "checks" not in first["verification"]
+    assert sum(len(json.dumps(x)) for x in lines) < path.stat().st_size  # the log is smaller than the manifest
+    path.unlink()
+    found = oplog.rebuild_manifests(vault)
+    assert [f.code for f in found] == [oplog.MANIFEST_REBUILT]
+    rebuilt = json.loads(path.read_text())
+    expect = {k: v for k, v in newest.items()}
+    expect["plan"] = {k: v for k, v in newest["plan"].items() if k not in ("actions", "fidelity_details")}
+    expect["verification"] = {k: v for k, v in newest["verification"].items() if k != "checks"}
+    assert {k: v for k, v in rebuilt.items() if k != "rebuilt"} == expect
+    # a damaged line after the first state: it may have been a change; nothing older is rebuilt
+    log = Path(oplog.log_path(vault.root, o.op_id))
+    text = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(text[0] + b'\xff{"type": "manifest_change" garbage\n' + b"".join(text[1:]))
+    path.unlink()
+    assert [f.code for f in oplog.rebuild_manifests(vault)] == [oplog.MANIFEST_LOST]
+    assert not path.exists()

@@ -7,11 +7,18 @@ atomically, so the log always knows at least what the manifest says. A manifest 
 deleted or corrupt is rebuilt from the last state in the log (``rebuild_manifests``), and a
 purge killed half-way is finished from the intent it recorded there before deleting a blob.
 
+What is logged is what a rebuild needs, once: the first state of an operation in full but for
+its descriptive bulk (``NOT_LOGGED``: the plan's action list, which ``files`` and
+``removed_dirs`` repeat, and the verification's check texts), each later state only as the
+top-level fields it changed (``manifest_change``); the newest state is the first one with the
+changes folded in (``last_state``). This keeps the log a few hundred bytes an operation.
+
 A log is untrusted input read line by line (``trust.read_json_lines``): a line that is not a
 UTF-8 JSON object is skipped and reported with its file and line number (``read_log``),
 every other line still counts. What a damaged line said is unknown, so nothing is decided
-past it: a manifest is not rebuilt from a state older than a damaged line, and a purge intent
-followed by one is not finished (its blobs are kept: the safe direction).
+past it: a manifest is not rebuilt when a damaged line follows its first state (it may have
+been a change), and a purge intent followed by one is not finished (its blobs are kept: the
+safe direction).
 """
 from __future__ import annotations
 
@@ -62,9 +69,37 @@ def append(vault_root: str, op_id: str, record: dict) -> None:
         append_line(path, line)
 
 
+#: descriptive parts of a manifest a rebuild does without (bulky, never acted on): top-level
+#: key -> its sub-keys left out of the log
+NOT_LOGGED = {"plan": ("actions", "fidelity_details"), "verification": ("checks",)}
+
+
+def _loggable(manifest: dict) -> dict:
+    out = dict(manifest)
+    for key, subs in NOT_LOGGED.items():
+        if isinstance(out.get(key), dict):
+            out[key] = {k: v for k, v in out[key].items() if k not in subs}
+    return out
+
+
 def record_manifest(vault_root: str, manifest: dict) -> None:
-    """Log a manifest's new state (call before the manifest itself is replaced)."""
-    append(vault_root, manifest["op_id"], {"type": "manifest", "manifest": manifest})
+    """Log a manifest's new state (call before the manifest itself is replaced): in full (but
+    ``NOT_LOGGED``) when the log holds no state it can build on, else only the top-level fields
+    that changed since the state the log folds to."""
+    state = _loggable(manifest)
+    op_id = manifest["op_id"]
+    prev = None
+    if os.path.exists(log_path(vault_root, op_id)):
+        log = read_log(vault_root, op_id)
+        if not log.damaged_after(last_state_line(log)):  # a damaged line: what it said is unknown
+            prev = last_state(log)
+    if prev is None:
+        append(vault_root, op_id, {"type": "manifest", "manifest": state})
+        return
+    changed = {k: v for k, v in state.items() if k not in prev or prev[k] != v}
+    gone = sorted(k for k in prev if k not in state)
+    if changed or gone:
+        append(vault_root, op_id, {"type": "manifest_change", "set": changed, "unset": gone})
 
 
 def read_log(vault_root: str, op_id: str) -> trust.JsonLines:
@@ -91,13 +126,25 @@ def _records_and_lines(log) -> list:
 
 
 def last_state(log) -> Optional[dict]:
-    """The newest manifest state in a log (its records, or a ``trust.JsonLines``)."""
-    return next((r["manifest"] for r, _n in reversed(_records_and_lines(log))
-                 if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict)), None)
+    """The newest manifest state in a log (its records, or a ``trust.JsonLines``): its last full
+    state with every later change folded in."""
+    state = None
+    for r, _n in _records_and_lines(log):
+        if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict):
+            state = dict(r["manifest"])
+        elif r.get("type") == "manifest_change" and state is not None:
+            if isinstance(r.get("set"), dict):
+                state.update(r["set"])
+            if isinstance(r.get("unset"), list):
+                for k in r["unset"]:
+                    if isinstance(k, str):
+                        state.pop(k, None)
+    return state
 
 
 def last_state_line(log: trust.JsonLines) -> int:
-    """The line of the newest manifest state (0: none)."""
+    """The line of the newest full manifest state, which later changes build on (0: none): a
+    damaged line after it may have been one of them."""
     return next((n for r, n in reversed(_records_and_lines(log))
                  if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict)), 0)
 
@@ -149,7 +196,7 @@ def rebuild_manifests(vault) -> List[CatalogueFinding]:
                                         "its backups are kept", vault.root))
             continue
         m = dict(state, rebuilt={"at": time.time(), "was": what, "from": os.path.relpath(
-            log_path(vault.root, op_id), vault.root)})
+            log_path(vault.root, op_id), vault.root), "not_logged": {k: list(v) for k, v in NOT_LOGGED.items()}})
         if what == "corrupt":
             os.replace(path, path + f".corrupt-{int(time.time())}")  # kept for a post-mortem
         vault.write_manifest(m)
@@ -186,6 +233,6 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 
 
 __all__ = ["OPLOG", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "log_path",
-           "append", "record_manifest", "records", "read_log", "logged_ops", "last_state",
+           "append", "record_manifest", "NOT_LOGGED", "records", "read_log", "logged_ops", "last_state",
            "last_state_line", "purge_intent",
            "rebuild_manifests", "orphan_blobs", "manifest_readable"]
