@@ -333,9 +333,12 @@ export class Model {
     return res.job;
   }
 
-  /** Reduce every run matching `q` with something to reduce: a selector, never the names. */
-  async reduceMatching(q) {
-    const res = await this.post('reduce', {match: {q: q || ''}, policy: this.state.policy});
+  /**
+   * Reduce exactly the to-do list of the dry run the user confirmed: a selector and that plan's
+   * digest, never the names; the server answers 409 (reason_code not_in_plan) if the list changed.
+   */
+  async reduceMatching(q, digest) {
+    const res = await this.post('reduce', {match: {q: q || ''}, digest, policy: this.state.policy});
     this._track(res.job);
     this._pollJob(res.job.id);
     this.loadRuns();

@@ -1322,12 +1322,62 @@ def test_reduce_all_matching_sends_a_selector_not_names(app, logdir):
     assert names >= {"big", "mid"} and "small" not in names
     assert p["matched_runs"] == len(names) and p["todo_runs"] == 2 and {r["run"] for r in p["runs"]} == {"big", "mid"}
     assert p["removable_bytes"] == sum(r["removable_bytes"] for r in p["runs"])
-    nothing = app.post("/reduce", {"match": {"q": "small"}})
+    small = app.get("/plan", query_string={"q": "small"}).get_json()
+    nothing = app.post("/reduce", {"match": {"q": "small"}, "digest": small["digest"]})
     assert nothing.status_code == 409, nothing.get_data(as_text=True)  # scalars only: nothing to reduce
-    assert app.post("/reduce", {"match": {"q": 3}}).status_code == 400
-    assert app.post("/reduce", {"match": {"glob": "*"}}).status_code == 400
-    r = app.post("/reduce", {"match": {"q": "MID"}})
+    assert app.post("/reduce", {"match": {"q": 3}, "digest": small["digest"]}).status_code == 400
+    assert app.post("/reduce", {"match": {"glob": "*"}, "digest": small["digest"]}).status_code == 400
+    assert app.post("/reduce", {"match": {"q": "MID"}}).status_code == 400  # no digest: nothing confirmed
+    mid = app.get("/plan", query_string={"q": "MID"}).get_json()
+    r = app.post("/reduce", {"match": {"q": "MID"}, "digest": mid["digest"]})
     assert r.status_code == 202, r.get_data(as_text=True)
     job = app.wait_job(r.get_json()["job"]["id"])
     assert job["runs"] == ["mid"] and job["state"] == "done"
     assert [o["status"] for o in job["result"]["outcomes"]] == ["verified"]
+
+
+def test_reduce_all_matching_refuses_a_run_that_appeared_after_the_plan(app, logdir):
+    # the dialog showed big and mid; a new matching run lands before the click: nothing is reduced
+    p = app.get("/plan", query_string={"q": "i"}).get_json()
+    assert p["todo_runs"] == 2 and {r["run"] for r in p["runs"]} == {"big", "mid"}
+    _write_run(str(logdir / "mini"), seed=4, sessions=1)
+    _age(str(logdir / "mini"))
+    app.fresh_scan()
+    before = tree_hash(logdir)
+    r = app.post("/reduce", {"match": {"q": "i"}, "digest": p["digest"]})
+    assert r.status_code == 409, r.get_data(as_text=True)
+    body = r.get_json()
+    assert body["reason_code"] == api.Skip.NOT_IN_PLAN and body["todo_runs"] == 3
+    app.plugin.jobs.wait_all(60)
+    assert tree_hash(logdir) == before and app.get("/jobs").get_json()["jobs"] == []
+    # the new plan names the new run; its digest acts on exactly its to-do list
+    p2 = app.get("/plan", query_string={"q": "i"}).get_json()
+    assert p2["todo_runs"] == 3 and p2["digest"] != p["digest"]
+    r = app.post("/reduce", {"match": {"q": "i"}, "digest": p2["digest"]})
+    assert r.status_code == 202, r.get_data(as_text=True)
+    job = app.wait_job(r.get_json()["job"]["id"])
+    assert sorted(job["runs"]) == ["big", "mid", "mini"] and job["state"] == "done"
+    assert sorted(o["run"] for o in job["result"]["outcomes"] if o["status"] == "verified") == ["big", "mid", "mini"]
+
+
+def test_reduce_all_matching_never_acts_on_a_run_the_dialog_left_alone(logdir):
+    # mid is being written when the plan is shown ("left alone"), then goes quiet before the click
+    now = time.time()
+    for n in os.listdir(logdir / "mid"):
+        os.utime(logdir / "mid" / n, (now, now))
+    # big's symlinked session was made just now too (_age leaves links alone): age the link itself
+    os.utime(logdir / "big" / "plugins" / "linked_profile", (OLD, OLD), follow_symlinks=False)
+    a = App(logdir, footprint_quiet_period=600.0)
+    try:
+        p = a.get("/plan", query_string={"q": ""}).get_json()
+        assert {r["run"] for r in p["runs"]} == {"big"}, json.dumps(p)[:1500]
+        assert "mid" in {s["run"] for s in p["skipped"]}
+        _age(str(logdir / "mid"))
+        a.fresh_scan()
+        mid = file_shas(logdir, "mid")
+        r = a.post("/reduce", {"match": {"q": ""}, "digest": p["digest"]})
+        assert r.status_code == 409, r.get_data(as_text=True)
+        a.plugin.jobs.wait_all(60)
+        assert file_shas(logdir, "mid") == mid and a.get("/jobs").get_json()["jobs"] == []
+    finally:
+        a.close()

@@ -105,22 +105,38 @@ export async function reduceFlow(model, runNames, onError) {
  * holds) the names of 100,000 runs. Returns the job, or null.
  */
 export async function reduceMatchingFlow(model, q, onError) {
+  let notice = null;
+  // the server acts only on the to-do list whose digest the confirmed dialog showed: if runs
+  // appeared, changed or went quiet meanwhile it says so (409) and the new plan is shown again
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const outcome = await confirmMatching(model, q, notice, onError);
+    if (outcome.job !== undefined) return outcome.job;
+    notice = outcome.notice;
+  }
+  onError(notice || 'The runs to reduce keep changing; try again later.');
+  return null;
+}
+
+async function confirmMatching(model, q, notice, onError) {
   let plan;
   try {
     plan = await model.dryRunMatching(q);
   } catch (e) {
     onError(e.message);
-    return null;
+    return {job: null};
   }
   if (!plan.todo_runs) {
-    onError(plan.skipped_runs ? 'Nothing to reduce: ' + plan.skipped.map((rp) => rp.run + ' — ' + rp.skipped).join('; ')
-      : 'Nothing to reduce under policy ' + model.state.policy + '.');
-    return null;
+    onError((notice ? notice + ' ' : '') + (plan.skipped_runs ? 'Nothing to reduce: ' + plan.skipped.map((rp) => rp.run + ' — ' + rp.skipped).join('; ')
+      : 'Nothing to reduce under policy ' + model.state.policy + '.'));
+    return {job: null};
   }
-  const body = [el('p', {class: 'dialog-lead'},
+  const body = [];
+  if (notice) body.push(el('p', {class: 'dialog-notice', text: notice}));
+  body.push(el('p', {class: 'dialog-lead'},
     'Frees ', el('strong', {class: 'free-bytes', text: bytes(plan.removable_bytes)}),
-    ' of ' + bytes(plan.bytes_before) + ' in ' + plural(plan.todo_runs, 'run') + (q ? ' matching “' + q + '”' : '') +
-    ' under policy ', el('strong', {text: model.state.policy}), '.')];
+    ' of ' + bytes(plan.bytes_before) + ' in ' + plural(plan.todo_runs, 'run') +
+    (q ? ' matching “' + q + '”' : ' (every run of the logdir)') +
+    ' under policy ', el('strong', {text: model.state.policy}), '.'));
   for (const rp of plan.runs) {
     body.push(el('div', {class: 'dialog-run'},
       el('div', {class: 'dialog-run-title'},
@@ -135,16 +151,19 @@ export async function reduceMatchingFlow(model, q, onError) {
       plan.skipped.map((rp) => rp.run + ' (' + rp.skipped + ')').join('; ') + (plan.skipped_runs > plan.skipped.length ? ' …' : '')}));
   }
   body.push(el('p', {class: 'muted', text: vaultNote(model)}));
+  body.push(el('p', {class: 'muted', text: 'Exactly these ' + plural(plan.todo_runs, 'run') + ' are reduced: if the ' +
+    'list changes before you confirm, nothing is done and the new plan is shown.'}));
   body.push(el('p', {class: 'muted', text: 'Each run is changed only after TensorBoard\'s own readers have checked that ' +
     'the reduced run shows what the policy promises; on any doubt the run is rolled back to its exact bytes.'}));
   const ok = await confirmDialog({title: 'Reduce ' + plural(plan.todo_runs, 'run') + '?', body,
     confirm: 'Reduce ' + plural(plan.todo_runs, 'run'), danger: true});
-  if (!ok) return null;
+  if (!ok) return {job: null};
   try {
-    return await model.reduceMatching(q);
+    return {job: await model.reduceMatching(q, plan.digest)};
   } catch (e) {
+    if (e.code === 409 && e.body && e.body.reason_code === 'not_in_plan') return {notice: e.message};
     onError(e.message);
-    return null;
+    return {job: null};
   }
 }
 

@@ -16,13 +16,8 @@ class ActionRoutes(RouteBase):
     def reduce(self, request, body):
         fp, _meta = self._scan(wait=0.0)
         policy = self._custom_policy(self._policy(body.get("policy")), body.get("custom"))
-        if "match" in body:  # "reduce all matching": the runs are named here, not by the tab
-            busy = self._busy()
-            rows = {r["name"]: r for r in self.runs_index(fp, policy).rows}
-            names = [n for n in self.runs_matching(fp, policy, body["match"])
-                     if n != api.UNATTRIBUTED and rows[n]["removable_bytes"] > 0 and n not in busy]
-            if not names:
-                raise HttpError(409, "no run matching the filter has anything to reduce")
+        if "match" in body:  # "reduce all matching": exactly the to-do list of the plan the user saw
+            names = self._confirmed_matching(fp, policy, body)
         else:
             names = self._run_names(fp, body.get("runs", body.get("run")), changing=True)
         token = _cancel_token()
@@ -39,6 +34,24 @@ class ActionRoutes(RouteBase):
             return d
 
         return self._submit(request, job, work)
+
+    def _confirmed_matching(self, fp, policy, body) -> list:
+        """The runs of a "reduce all matching": the to-do list of ``/plan?q=``, recomputed by the
+        same rule, only if its digest is the one the confirmed dialog showed (``digest``). A run
+        that appeared, changed or left its quiet period since is never acted on unseen: 409."""
+        match, digest = body["match"], body.get("digest")
+        if not isinstance(match, dict) or set(match) - {"q"}:
+            raise HttpError(400, 'match must be an object {"q": filter}')
+        if not isinstance(digest, str) or not digest:
+            raise HttpError(400, "digest is required: send back the digest of the /plan?q= you confirmed")
+        _names, _plan, todo, _skipped, now = self.matching_todo(fp, policy, match.get("q"))
+        if now != digest:
+            raise HttpError(409, "the runs to reduce changed since the plan you confirmed (runs appeared, "
+                                 "changed or left their quiet period); look at the new plan and confirm again",
+                            reason_code=api.Skip.NOT_IN_PLAN.value, todo_runs=len(todo))
+        if not todo:
+            raise HttpError(409, "no run matching the filter has anything to reduce")
+        return [rp.run for rp in todo]
 
     @staticmethod
     def _custom_policy(base, custom):

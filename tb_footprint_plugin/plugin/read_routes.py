@@ -445,14 +445,27 @@ class ReadRoutes(RouteBase):
         d["dry_run"] = True
         return self._json(request, d)
 
-    def _plan_matching(self, request, fp, meta, policy):
-        """The dry run of every run matching ``q`` (the tab's "Reduce all matching"), bounded: its
-        totals, the first ``PLAN_VIEWS_LISTED`` runs' plans and the first runs left alone."""
-        names = [n for n in self.runs_matching(fp, policy, {"q": request.args.get("q", "")})
-                 if n != api.UNATTRIBUTED]
+    def matching_todo(self, fp, policy, q) -> Tuple[List[str], object, list, list, str]:
+        """The runs ``q`` matches, their dry run, the runs it would change (the to-do list) and
+        those it leaves alone, and the digest of that to-do list: sorted names + the policy's
+        content + the scan's signature. "Reduce all matching" acts on exactly the to-do list
+        whose digest the user confirmed, so ``/plan?q=`` and ``/reduce`` share this one rule."""
+        names = [n for n in self.runs_matching(fp, policy, {"q": q}) if n != api.UNATTRIBUTED]
         plan = self._plan(fp, policy, runs=names) if names else None
         todo = [rp for rp in plan.runs if rp.actions and not rp.skipped] if plan else []
         skipped = [rp for rp in plan.runs if rp.skipped] if plan else []
+        h = hashlib.sha256()
+        h.update(json.dumps({"policy": policy.to_dict(), "scan": self._signature(fp)},
+                            sort_keys=True, default=str).encode())
+        for n in sorted(rp.run for rp in todo):  # streamed: no second list of 100,000 names
+            h.update(b"\0" + n.encode("utf-8", "surrogateescape"))
+        return names, plan, todo, skipped, h.hexdigest()
+
+    def _plan_matching(self, request, fp, meta, policy):
+        """The dry run of every run matching ``q`` (the tab's "Reduce all matching"), bounded: its
+        totals, the first ``PLAN_VIEWS_LISTED`` runs' plans, the first runs left alone, and the
+        ``digest`` of its to-do list that the POST sends back."""
+        names, _plan, todo, skipped, digest = self.matching_todo(fp, policy, request.args.get("q", ""))
         shown = todo[:PLAN_VIEWS_LISTED]
         labels = self._labels({a.category for rp in shown for a in rp.actions})
         return self._json(request, {
@@ -463,7 +476,7 @@ class ReadRoutes(RouteBase):
             "runs": [api.plan_run_view(rp, labels) for rp in shown],
             "skipped_runs": len(skipped),
             "skipped": [{"run": rp.run, "skipped": rp.skipped, "code": rp.code} for rp in skipped[:5]],
-            "labels": labels,
+            "labels": labels, "digest": digest,
         })
 
     def jobs(self, request):
