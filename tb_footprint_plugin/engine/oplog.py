@@ -63,7 +63,7 @@ def append(vault_root: str, op_id: str, record: dict) -> None:
     """Append one fsynced record to an operation's log (made if the operation predates logs)."""
     os.makedirs(oplog_dir(vault_root), exist_ok=True)
     path = log_path(vault_root, op_id)
-    line = json.dumps(dict(record, t=time.time()), sort_keys=True) + "\n"
+    line = json.dumps(dict(record, t=time.time()), sort_keys=True, separators=(",", ":")) + "\n"
     # the line is known here, so a failed append's undo can tell its own bytes from another writer's
     with trust.undo_partial_append(path, line):
         append_line(path, line)
