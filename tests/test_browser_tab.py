@@ -7,6 +7,7 @@ Screenshots go to test-artifacts/screenshots/tab-*.png.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -162,8 +163,11 @@ def test_error_banner_goes_after_a_later_success(browser, tb):
 
 
 def test_check_shows_image_and_audio_samples_before_and_after(browser, tb, demo):
-    """The check of a run with images and audio: the samples the dashboard shows, original
-    (from the vault) and reduced (from the run) side by side, served by /sample."""
+    """The check of a run with images and audio. Under archive only its profile data goes: its
+    event file is neither rewritten nor removed, so it is verified by identity (sha256, no reader
+    started, no tag summaries). The check says so first ("1 event file unchanged (sha256)") and
+    shows the pictures and clips as TensorBoard's own routes serve them from that unchanged file:
+    a picture in every box, never an empty one."""
     run = "tf_summary_mix"
     tab = Tab(browser, tb)
     f = tab.frame
@@ -175,33 +179,52 @@ def test_check_shows_image_and_audio_samples_before_and_after(browser, tb, demo)
         f.locator(f'.outcome-line[data-run="{run}"] .show-check').click()
         expect(f.locator(".check-verdict")).to_contain_text("Verified")
         op = [o for o in tb.json(PREFIX + "/operations")["operations"] if o["run"] == run][0]
-        ts = tb.json(PREFIX + "/operation?op=" + op["op_id"])["verification"]["tag_summaries"]
-        images = ts["images"]["tags"]
-        thumbs = f.locator('section.touched[data-plugin="images"] img.thumb')
-        expect(thumbs.first).to_be_visible()
-        n_shown = sum(min(len(e["samples"]), 12) for e in images.values())
-        assert thumbs.count() == sum(1 for e in images.values() for s in e["samples"][-12:] for side in ("before", "after") if s[side])
-        assert n_shown > 0
-        f.locator("section.touched[data-plugin='images']").scroll_into_view_if_needed()
+        detail = tb.json(PREFIX + "/operation?op=" + op["op_id"])
+        v = detail["verification"]
+        # the engine's side: profile data only, so identity is the proof and no reader ran
+        assert v["mode"] == "unchanged" and "tag_summaries" not in v, sorted(v)
+        changed = [c["name"] for c in detail["category_changes"] if c["before"] != c["after"]]
+        assert changed and all(c.startswith("profile") for c in changed), detail["category_changes"]
+        events = v["unchanged"]
+        assert len(events) == 1 and all(len(e["sha256"]) == 64 for e in events)
+        proof = f.locator("section.identity-proof")
+        expect(proof.locator(".identity-title")).to_have_text("✓ 1 event file unchanged (sha256)")
+        expect(proof.locator(".identity-files li")).to_contain_text(events[0]["sha256"][:16])
+        # the identity lines come before the samples, and the scalars say why there are no curves
+        assert proof.bounding_box()["y"] < f.locator("section.touched").first.bounding_box()["y"]
+        expect(f.locator(".scalars-unchanged")).to_contain_text("Unchanged")
+        # what TensorBoard's images dashboard shows of each image tag, from the unchanged file
+        tags = [c for c in tb.json(PREFIX + "/run?run=" + run)["run"]["categories"] if c["name"] == "images"][0]["tags"]
+        expected = 0
+        for tag in tags[:8]:
+            status, body = tb.get("/data/plugin/images/images?run=" + run + "&tag=" + tag + "&sample=0")
+            assert status == 200, body
+            expected += min(len(json.loads(body)), 12)
+        assert expected > 0
+        section = f.locator('section.touched[data-plugin="images"]')
+        expect(section.locator("img.thumb")).to_have_count(expected, timeout=60000)
+        section.scroll_into_view_if_needed()
         tab.page.wait_for_function(
             "() => [...document.querySelector('iframe').contentDocument.querySelectorAll('img.thumb')]"
             ".every(i => i.complete && i.naturalWidth > 0)", timeout=30000)
-        # the same bytes on both sides, as the verification says
-        tag, e = next(iter(images.items()))
-        step = e["samples"][-1]["step"]
+        assert section.locator(".thumb.loading, .thumb.failed").count() == 0
+        # the vault's /sample agrees: the same bytes on both sides
+        tag = tags[0]
+        step = json.loads(tb.get("/data/plugin/images/images?run=" + run + "&tag=" + tag + "&sample=0")[1])[-1]["step"]
         q = f"/sample?op={op['op_id']}&plugin=images&tag={tag}&step={step}&index=0"
         s0, b0 = tb.get(PREFIX + q + "&side=before")
         s1, b1 = tb.get(PREFIX + q + "&side=after")
-        assert s0 == s1 == 200 and b0[:8] == b"\x89PNG\r\n\x1a\n" and (b0 == b1) == e["samples"][-1]["same"]
+        assert s0 == s1 == 200 and b0[:8] == b"\x89PNG\r\n\x1a\n" and b0 == b1
         # bad requests name what is wrong; nothing outside the logdir and the vault is read
         assert tb.get(PREFIX + q + "&side=sideways")[0] == 400
         assert tb.get(PREFIX + f"/sample?op=../../etc&plugin=images&tag=x&step=0&side=before")[0] == 400
         audio = f.locator('section.touched[data-plugin="audio"] audio')
-        assert audio.count() >= 2
+        expect(audio).to_have_count(1)
         src = audio.first.get_attribute("src")
-        status, body = tb.get(PREFIX + "/" + src.lstrip("./"))
+        assert src.startswith("../audio/individualAudio?")
+        status, body = tb.get("/data/plugin/" + src[len("../"):])
         assert status == 200 and body[:4] == b"RIFF"
-        f.locator("section.touched[data-plugin='images']").scroll_into_view_if_needed()
+        proof.scroll_into_view_if_needed()
         tab.shot("tab-06-check-samples.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:

@@ -5,6 +5,7 @@
 // after, and the verification table.
 
 import {button, bytes, clear, el, fidelityList, plural, when} from './common.js';
+import {fetchJSON, query} from '../model.js';
 import {distributionPoints, overlayChart} from './charts.js';
 import {restoreFlow} from './reduce.js';
 import {categoryBars} from './run.js';
@@ -237,6 +238,140 @@ function touchedSections(v, op) {
   return out;
 }
 
+// A run whose event files the reduce neither rewrote nor removed (profile data only) is verified
+// by identity: each event file's sha256 before the backup, at the verification and after the swap;
+// no reader is started, so no tag summaries are stored. The check says so first, then shows the
+// samples as TensorBoard's own image and audio routes serve them from those unchanged files.
+function identitySection(v, op) {
+  const files = v.unchanged || [];
+  const changed = v.ok === false;
+  const head = files.length ? plural(files.length, 'event file') + (changed ? ' — changed since hashed' : ' unchanged (sha256)')
+    : 'No event file before or after: profile data only';
+  return el('section', {class: 'identity-proof' + (changed ? ' bad' : ''), dataset: {files: files.length}},
+    el('h3', {class: 'identity-title', text: (changed ? '✗ ' : '✓ ') + head}),
+    el('p', {text: files.length ? 'Neither rewritten nor removed by this reduction: each was hashed under the run\'s lock ' +
+      'before the backup, again at the verification and once more after the swap. TensorBoard\'s readers read the very ' +
+      'same bytes before and after, so every scalar, image, audio clip, histogram and text is what it was; no reader was ' +
+      'started (reading a file against itself proves nothing more).' : 'Only profile data changed; the plan says what stays of it.'}),
+    files.length ? el('ul', {class: 'identity-files'}, files.slice(0, 20).map((f) => el('li', {class: 'mono small',
+      text: f.path.split('/').pop() + ' · sha256 ' + f.sha256.slice(0, 16) + '…', title: f.path + '\nsha256 ' + f.sha256}))) : null,
+    files.length > 20 ? el('p', {class: 'muted small', text: '… and ' + plural(files.length - 20, 'more file')}) : null,
+    op.restored_by ? el('p', {class: 'muted small', text: 'Restored since (' + op.restored_by + '): these files were ' +
+      'never changed, so the run shows the same pictures as before and after.'}) : null);
+}
+
+// what TensorBoard's own routes serve for the unchanged run: per operation, fetched once
+const unchangedShown = {op: null, promise: null};
+
+async function tbSeries(plugin, run, tag) {
+  // TensorBoard's own dashboard route (…/data/plugin/<plugin>/<plugin>), beside this tab's
+  const rows = await fetchJSON('../' + plugin + '/' + plugin + query({run, tag, sample: 0}));
+  return Array.isArray(rows) ? rows : [];
+}
+
+function loadUnchangedShown(op) {
+  if (unchangedShown.op === op.op_id) return unchangedShown.promise;
+  unchangedShown.op = op.op_id;
+  unchangedShown.promise = (async () => {
+    const d = await fetchJSON('run' + query({run: op.run}));
+    const tagsOf = (name) => ((d.run.categories || []).find((c) => c.name === name) || {}).tags || [];
+    const out = {};
+    for (const plugin of ['images', 'audio']) {
+      const tags = tagsOf(plugin);
+      out[plugin] = {tag_count: tags.length, tags: []};
+      for (const tag of tags.slice(0, MAX_THUMB_TAGS)) {
+        try {
+          out[plugin].tags.push({tag, rows: (await tbSeries(plugin, op.run, tag)).slice(-MAX_THUMB_STEPS)});
+        } catch (e) {
+          out[plugin].tags.push({tag, rows: [], error: e.message});
+        }
+      }
+    }
+    return out;
+  })();
+  unchangedShown.promise.catch(() => {
+    if (unchangedShown.op === op.op_id) unchangedShown.op = null;  // try again on the next render
+  });
+  return unchangedShown.promise;
+}
+
+function unchangedThumb(op, tag, row) {
+  const step = row.step;
+  const label = tag + ' step ' + step;
+  const url = '../images/individualImage?' + row.query;
+  const picture = (src) => el('img', {class: 'thumb loaded same', alt: label, src, dataset: {step, side: 'unchanged'},
+    title: 'step ' + step + ' · the same bytes before and after (the event file is unchanged)'});
+  const failed = (msg) => el('span', {class: 'thumb absent failed', title: msg, text: '!', dataset: {step, side: 'unchanged'}});
+  resetSamples(op.op_id);
+  const known = samples.done.get(url);
+  if (known) return known.src ? picture(known.src) : failed(known.error);
+  const box = el('span', {class: 'thumb loading', title: 'loading ' + label + '…', role: 'img', 'aria-label': 'loading',
+    dataset: {step, side: 'unchanged'}}, el('span', {class: 'spinner', 'aria-hidden': 'true'}));
+  loadSample(op.op_id, 'unchanged', url).then((r) => {
+    if (!r.src) {
+      box.replaceWith(failed(r.error));
+      return;
+    }
+    const img = picture(r.src);
+    (img.decode ? img.decode() : Promise.resolve()).catch(() => null).then(() => box.replaceWith(img));
+  });
+  return box;
+}
+
+function unchangedCard(op, plugin, t) {
+  const steps = t.rows.map((r) => r.step);
+  const card = el('div', {class: 'tag-card identical', dataset: {plugin, tag: t.tag}},
+    el('div', {class: 'tag-head'}, el('span', {class: 'mono tag', text: t.tag}),
+      el('span', {class: 'ok', text: 'the same before and after ✓'})),
+    el('div', {class: 'muted small', text: 'shown by TensorBoard: ' + stepsText(steps) + ' (the event file is unchanged)'}));
+  if (t.error || !t.rows.length) {
+    card.appendChild(el('div', {class: 'muted small thumb-note', text: 'No ' + (plugin === 'images' ? 'picture' : 'clip') +
+      ' to show: TensorBoard\'s ' + plugin + ' dashboard has ' + (t.error ? 'none for this tag yet (' + t.error + ')' : 'no step of this tag') +
+      '. The bytes are unchanged all the same.'}));
+    return card;
+  }
+  if (plugin === 'images') {
+    card.appendChild(el('div', {class: 'thumbs'},
+      el('div', {class: 'thumb-row'}, el('span', {class: 'strip-label muted', text: 'unchanged'}), t.rows.map((r) => unchangedThumb(op, t.tag, r))),
+      el('div', {class: 'thumb-row steps muted'}, el('span', {class: 'strip-label', text: 'step'}),
+        steps.map((st) => el('span', {class: 'thumb-step', text: String(st)})))));
+  } else {
+    const last = t.rows[t.rows.length - 1];
+    card.appendChild(el('div', {class: 'audio-pair'},
+      el('span', {class: 'strip-label muted', text: 'unchanged'}),
+      el('audio', {controls: true, preload: 'none', src: '../audio/individualAudio?' + last.query, dataset: {side: 'unchanged'}}),
+      el('span', {class: 'muted small', text: 'step ' + last.step})));
+  }
+  return card;
+}
+
+/** The image and audio sections of an unchanged run, filled in from TensorBoard's own routes. */
+function unchangedSections(op) {
+  const out = [];
+  for (const plugin of ['images', 'audio']) {
+    const cards = el('div', {class: 'tag-cards'});
+    const title = el('span', {class: 'legend-inline ok', text: 'looking at what TensorBoard shows…'});
+    const section = el('section', {class: 'touched unchanged-samples', dataset: {plugin}},
+      el('h3', {}, PLUGIN_TITLES[plugin] + ' ', title), cards);
+    loadUnchangedShown(op).then((d) => {
+      const p = d[plugin];
+      if (!p.tag_count) {
+        section.remove();
+        return;
+      }
+      title.textContent = plural(p.tag_count, 'tag') + ', the same before and after' +
+        (p.tag_count > p.tags.length ? ' (first ' + p.tags.length + ' shown)' : '');
+      cards.append(...p.tags.map((t) => unchangedCard(op, plugin, t)));
+    }, (e) => {
+      title.textContent = '';
+      cards.appendChild(el('p', {class: 'muted', text: 'What TensorBoard shows of this run cannot be listed (' + e.message +
+        '); its event files are unchanged all the same.'}));
+    });
+    out.push(section);
+  }
+  return out;
+}
+
 function graphSection(v) {
   const g = v.graph || {};
   if (!g.before && !g.after) return null;
@@ -327,7 +462,8 @@ export class CheckView {
     const head = el('div', {class: 'check-head'},
       el('h2', {}, 'Before/after check — ', el('span', {class: 'mono', text: op.run})),
       el('div', {class: 'check-verdict ' + (ok ? 'ok' : 'bad')},
-        ok ? 'Verified ✓ — TensorBoard\'s readers show the reduced run as the policy promised'
+        ok ? (v.mode === 'unchanged' ? 'Verified ✓ — its event files are unchanged (sha256): TensorBoard reads the very same bytes'
+          : 'Verified ✓ — TensorBoard\'s readers show the reduced run as the policy promised')
           : (op.outcome === 'rolled_back' ? 'Rolled back: ' + (op.reason || '') : 'Not verified' + (op.reason ? ': ' + op.reason : ''))),
       el('div', {class: 'muted', text: 'Operation ' + op.op_id + ' · policy ' + (op.policy || '—') + ' · ' + when(op.finished_at) +
         ' · ' + bytes(op.bytes_before) + ' → ' + bytes(op.bytes_after) + (op.saved_bytes ? ' (' + bytes(op.saved_bytes) + ' removed from the logdir)' : '') +
@@ -343,26 +479,39 @@ export class CheckView {
       head.appendChild(rb);
     }
     this.el.appendChild(head);
+    const unchanged = v.mode === 'unchanged';
+    if (unchanged) this.el.appendChild(identitySection(v, op));  // the proof, right under the verdict
 
     // per-category bars
     if ((c.category_changes || []).length) {
       this.el.append(el('h3', {text: 'Bytes per category'}), categoryBars(c.category_changes));
     }
 
-    // what the policy touched, from the verification's own reads
-    const touched = touchedSections(v, op).concat([graphSection(v), profileSection(c)].filter(Boolean));
-    if (touched.length) {
-      this.el.appendChild(el('h3', {class: 'touched-title'}, 'What the dashboards show, before and after ',
-        el('span', {class: 'legend-inline'},
-          el('span', {class: 'line-key before'}), ' original ', el('span', {class: 'line-key after'}), ' reduced')));
-      this.el.append(...touched);
+    if (unchanged) {
+      // proven by identity: the samples as TensorBoard's own routes serve them from those files
+      const shown = unchangedSections(op).concat([profileSection(c)].filter(Boolean));
+      this.el.appendChild(el('h3', {class: 'touched-title'}, 'What the dashboards show ',
+        el('span', {class: 'legend-inline', text: 'the same before and after: the event files are unchanged'})));
+      this.el.append(...shown);
+    } else {
+      // what the policy touched, from the verification's own reads
+      const touched = touchedSections(v, op).concat([graphSection(v), profileSection(c)].filter(Boolean));
+      if (touched.length) {
+        this.el.appendChild(el('h3', {class: 'touched-title'}, 'What the dashboards show, before and after ',
+          el('span', {class: 'legend-inline'},
+            el('span', {class: 'line-key before'}), ' original ', el('span', {class: 'line-key after'}), ' reduced')));
+        this.el.append(...touched);
+      }
     }
 
     // scalars: never changed by any policy; one compact row per tag, a chart on demand
     const series = v.scalar_series || {};
     const tags = Object.keys(series);
     this.el.appendChild(el('h3', {text: 'Scalars'}));
-    if (!tags.length) {
+    if (unchanged) {
+      this.el.appendChild(el('p', {class: 'ok scalars-unchanged', text: 'Unchanged ✓ — the event files are the same ' +
+        'bytes (sha256), so every curve is the one TensorBoard showed before.'}));
+    } else if (!tags.length) {
       this.el.appendChild(el('p', {class: 'muted', text: 'This run has no scalars.'}));
     } else {
       const same = tags.filter((t) => sameSeries(series[t].before, series[t].after)).length;
