@@ -703,3 +703,23 @@ def test_the_oplog_logs_each_change_once_and_still_rebuilds_the_newest_manifest(
     path.unlink()
     assert [f.code for f in oplog.rebuild_manifests(vault)] == [oplog.MANIFEST_LOST]
     assert not path.exists()
+
+
+def test_a_grown_blob_is_never_replaced_by_another_runs_backup(tmp_path):
+    """A plain blob that grew (a late writer's records, salvaged at the next start) is a file of
+    its own whose appended bytes exist nowhere else: backing up another file with the blob's
+    original content refuses (naming the blob) instead of replacing it."""
+    from tb_footprint_plugin.engine.vault import VaultError
+
+    v = Vault(str(tmp_path / ".tb-footprint"))
+    v.ensure()
+    data = b"scalar record " * 10_000
+    sha = _stored(v, tmp_path / "logs" / "A" / "events.out.tfevents.1.host", data)
+    with open(v.blob_path(sha), "ab") as f:
+        f.write(b"LATE step 1001")
+    other = tmp_path / "logs" / "B" / "events.out.tfevents.1.host"
+    other.parent.mkdir()
+    other.write_bytes(data)
+    with pytest.raises(VaultError, match="never replaced"):
+        v.store(str(other), sha)
+    assert Path(v.blob_path(sha)).read_bytes() == data + b"LATE step 1001"

@@ -395,7 +395,16 @@ class Vault:
             if os.path.exists(blob):
                 if sha256_file(blob) == sha:
                     return blob  # same content already backed up (e.g. by an earlier op)
-                fsops.unlink(blob)  # a damaged blob must never stand for a backup
+                st = os.lstat(blob)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                    # other bytes under the name, in a file of its own: records a writer appended
+                    # after an earlier reduction (salvage's), or damage health names; they may
+                    # exist nowhere else, so they are never replaced
+                    raise VaultError(errno.EEXIST, f"cannot back up {path} into {self.root}: "
+                                     f"{os.path.relpath(blob, self.root)} holds other bytes than its name says "
+                                     "(late records salvaged at the next start, or damage `tb-footprint status` "
+                                     "names); it is never replaced")
+                fsops.unlink(blob)  # a link of a live file (its bytes live on under that name): not a backup
             linked = False
             # beside a .zst (an earlier operation's compacted backup) the new plain blob is a
             # copy: a link would make this run's live file, which may still change before its
