@@ -1381,3 +1381,46 @@ def test_reduce_all_matching_never_acts_on_a_run_the_dialog_left_alone(logdir):
         assert file_shas(logdir, "mid") == mid and a.get("/jobs").get_json()["jobs"] == []
     finally:
         a.close()
+
+
+def test_a_job_over_100000_runs_polls_a_bounded_payload(app):
+    # the tab polls /job every 700 ms: a count, the first names and the runs in progress, never 100,000 names
+    from tb_footprint_plugin.plugin.jobs import MOVING_LISTED, RUNS_SAMPLE, Job
+
+    names = [f"sweep/trial_{i:06d}" for i in range(100_000)]
+    go = threading.Event()
+    job = Job("reduce", names, {"policy": "archive"}, cancel_token=api.CancelToken())
+
+    def work(j):
+        for i, n in enumerate(names[:30]):
+            j.report(n, "backup", 0.5)
+            if i < 20:
+                j.finish_run(n, "verified")
+        go.wait(60)
+        return {"outcomes": [], "committed_any": False}
+
+    t0 = time.monotonic()
+    for n in names:  # a report costs the same whatever the number of runs (no sum over all of them)
+        job.report(n, "queued", 0.0)
+    assert time.monotonic() - t0 < 5.0
+    app.plugin.jobs.submit(job, work)
+    try:
+        deadline = time.monotonic() + 30
+        while job.to_dict()["runs_done"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        r = app.get("/job", query_string={"id": job.id})
+        assert r.status_code == 200
+        assert len(r.get_data()) < 12_000, len(r.get_data())
+        d = r.get_json()["job"]
+        assert d["run_count"] == 100_000 and d["runs_truncated"] is True and d["runs"] == names[:RUNS_SAMPLE]
+        assert d["runs_done"] == 20 and abs(d["fraction"] - (20 + 10 * 0.5) / 100_000) < 1e-4
+        moving = [n for n, p in d["per_run"].items() if p["step"] == "backup"]
+        assert moving == names[20:30] and len(d["per_run"]) <= RUNS_SAMPLE + MOVING_LISTED
+        assert d["cancellable"] is True  # every unfinished run is before its commit point
+        job.report(names[25], "swap", 0.8)
+        assert job.to_dict()["cancellable"] is False
+        status = app.get("/status").get_json()
+        assert len(json.dumps(status)) < 20_000
+    finally:
+        go.set()
+        app.plugin.jobs.wait_all(60)

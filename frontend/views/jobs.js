@@ -13,7 +13,9 @@ const STEP_WORDS = {
 };
 
 function title(job) {
-  const what = job.runs.length === 1 ? job.runs[0] : plural(job.runs.length, 'run');
+  // a job carries its run count and a bounded sample of names (never 100,000 names per poll)
+  const n = job.run_count === undefined ? job.runs.length : job.run_count;
+  const what = n === 1 ? job.runs[0] : plural(n, 'run');
   if (job.kind === 'reduce') return 'Reduce ' + what + (job.params.policy ? ' (' + job.params.policy + ')' : '');
   if (job.kind === 'restore') return 'Restore ' + what;
   if (job.kind === 'purge') return 'Purge backups';
@@ -177,8 +179,11 @@ export class JobsView {
       const pct = Math.round(100 * (job.fraction || 0));
       card.appendChild(el('div', {class: 'progress', role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': '100', 'aria-valuenow': String(pct)},
         el('div', {class: 'progress-fill', style: {width: Math.max(2, pct) + '%'}})));
+      const n = job.run_count === undefined ? job.runs.length : job.run_count;
+      const now = Object.entries(job.per_run || {}).find(([, p]) => p.step !== 'queued' && p.fraction < 1);
       card.appendChild(el('div', {class: 'muted job-step', text: (STEP_WORDS[job.step] || job.step) + ' · ' + pct + '%' +
-        (job.cancel_requested ? ' · cancelling…' : '')}));
+        (n > 1 && job.runs_done !== undefined ? ' · ' + job.runs_done + ' of ' + plural(n, 'run') + ' done' : '') +
+        (n > 1 && now ? ' · now ' + now[0] : '') + (job.cancel_requested ? ' · cancelling…' : '')}));
       return card;
     }
     if (job.state === 'failed') {

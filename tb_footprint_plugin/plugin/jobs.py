@@ -20,6 +20,10 @@ logger = logging.getLogger("tb_footprint_plugin.plugin")
 CANCELLABLE_STEPS = ("queued", "waiting", "starting", "backup", "stage", "verify",
                      "hash")  # a retirement hashes every file before anything moves
 MAX_FINISHED = 100
+#: run names a job's dict carries (the first ones, and the runs in progress besides): a job over
+#: 100,000 runs is polled every 700 ms and must not send 100,000 names each time
+RUNS_SAMPLE = 50
+MOVING_LISTED = 10
 
 
 class Busy(Exception):
@@ -49,6 +53,11 @@ class Job:
         self.step = "queued"
         self.fraction = 0.0
         self.per_run: Dict[str, dict] = {r: {"step": "queued", "fraction": 0.0} for r in self.runs}
+        # kept as runs move, so a report and a poll cost the same over 10 runs or 100,000
+        self._sum = 0.0  # of per_run fractions
+        self._unfinished = len(self.per_run)  # runs below fraction 1
+        self._past_commit: set = set()  # unfinished runs at a step past the commit point
+        self._moving: Dict[str, None] = {}  # unfinished runs past "queued", in order of start
         self.result: Optional[dict] = None
         self.error: Optional[str] = None
         self._lock = threading.Lock()
@@ -58,42 +67,63 @@ class Job:
     def active(self) -> bool:
         return self.state in ("queued", "running")
 
+    def _set_run(self, run: str, step: str, fraction: float) -> None:
+        old = self.per_run[run]
+        self.per_run[run] = {"step": step, "fraction": fraction}
+        self._sum += fraction - old["fraction"]
+        self._unfinished += (fraction < 1.0) - (old["fraction"] < 1.0)
+        if fraction < 1.0 and step not in CANCELLABLE_STEPS:
+            self._past_commit.add(run)
+        else:
+            self._past_commit.discard(run)
+        if fraction < 1.0 and step != "queued":
+            self._moving.setdefault(run, None)
+        else:
+            self._moving.pop(run, None)
+        self.fraction = self._sum / (len(self.per_run) or 1)
+
     def report(self, run: Optional[str], step: str, fraction: float) -> None:
         """Progress callback: ``(run, step, fraction of that run)``."""
         with self._lock:
             if run is not None and run in self.per_run:
-                self.per_run[run] = {"step": step, "fraction": max(0.0, min(1.0, float(fraction)))}
+                self._set_run(run, step, max(0.0, min(1.0, float(fraction))))
                 self.step = step
             elif run is None:
                 self.step = step
-            n = len(self.per_run) or 1
-            if self.per_run:
-                self.fraction = sum(p["fraction"] for p in self.per_run.values()) / n
-            else:
-                self.fraction = max(0.0, min(1.0, float(fraction)))
+                if not self.per_run:
+                    self.fraction = max(0.0, min(1.0, float(fraction)))
 
     def finish_run(self, run: str, status: str) -> None:
         with self._lock:
             if run in self.per_run:
-                self.per_run[run] = {"step": status, "fraction": 1.0}
-                n = len(self.per_run) or 1
-                self.fraction = sum(p["fraction"] for p in self.per_run.values()) / n
+                self._set_run(run, status, 1.0)
 
     def to_dict(self) -> dict:
+        """What ``/job`` serves, bounded whatever the number of runs: ``run_count``, the first
+        ``RUNS_SAMPLE`` names (``runs_truncated`` says when there are more), ``runs_done``, and
+        ``per_run`` for those and for up to ``MOVING_LISTED`` runs in progress."""
         with self._lock:
             cancellable = (self.cancellable and self.active and not self.cancel_requested
-                           and all(p["step"] in CANCELLABLE_STEPS or p["fraction"] >= 1.0
-                                   for p in self.per_run.values())
-                           and any(p["fraction"] < 1.0 for p in self.per_run.values()))
+                           and not self._past_commit and self._unfinished > 0)
+            sample = self.runs[:RUNS_SAMPLE]
+            moving = []
+            for r in self._moving:  # insertion order: the runs started first
+                if len(moving) >= MOVING_LISTED:
+                    break
+                moving.append(r)
+            listed = dict.fromkeys(sample + moving)
             return {
                 "id": self.id,
                 "kind": self.kind,
-                "runs": list(self.runs),
+                "runs": sample,
+                "run_count": len(self.runs),
+                "runs_truncated": len(self.runs) > len(sample),
+                "runs_done": len(self.per_run) - self._unfinished,
                 "params": dict(self.params),
                 "state": self.state,
                 "step": self.step,
                 "fraction": round(self.fraction, 4),
-                "per_run": {k: dict(v) for k, v in self.per_run.items()},
+                "per_run": {k: dict(self.per_run[k]) for k in listed if k in self.per_run},
                 "created": self.created,
                 "started": self.started,
                 "finished": self.finished,
