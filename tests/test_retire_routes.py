@@ -114,3 +114,23 @@ def test_read_only_refuses_retire(logdir):  # noqa: F811
         assert tree_hash(logdir) == before
     finally:
         a.close()
+
+
+def test_retired_lists_a_bucket_logdirs_retirements(s3_bucket, logdir):  # noqa: F811
+    # retire works on buckets (engine/bucket_retire.py): the Retire page lists those retirements too
+    from tb_footprint_plugin import api
+
+    for link in (logdir / "linked", logdir / "big" / "plugins" / "linked_profile"):
+        link.unlink()  # a bucket has no symlinks
+    url = s3_bucket.upload(logdir, "logs")
+    a = App(url)
+    try:
+        assert a.get("/retired").get_json() == {"retired": [], "bytes": 0}
+        rep = api.retire(url, api.retire_rule(runs=["small"]), dry_run=False, quiet_period=0)
+        assert [(o.run, o.status) for o in rep.outcomes] == [("small", "verified")], [o.reason for o in rep.outcomes]
+        d = a.get("/retired", query_string={"q": "SMA"}).get_json()
+        assert [(x["run"], x["op_id"]) for x in d["retired"]] == [("small", rep.outcomes[0].op_id)]
+        assert d["bytes"] == rep.outcomes[0].bytes_before > 0
+        assert a.get("/retired", query_string={"q": "zzz"}).get_json()["retired"] == []
+    finally:
+        a.close()

@@ -79,7 +79,8 @@ class RetireRoutes(RouteBase):
 
     def retired(self, request):
         q = (request.args.get("q") or "").lower()
-        rows = api.retired(self.p.logdir, backup_dir=self.p.config.backup_dir) if self.p.local else []
+        # a bucket's retirements too (engine.bucket_retire): api.retired reads its vault's manifests
+        rows = api.retired(self.p.logdir, backup_dir=self.p.config.backup_dir) if self.p.readable else []
         rows = [r for r in rows if not q or q in r["run"].lower()]
         return self._json(request, {"retired": rows, "bytes": sum(r["bytes"] for r in rows)})
 
