@@ -7,7 +7,8 @@ Layout (``<vault>`` is ``<logdir>/.tb-footprint`` unless ``--backup-dir`` says o
     <vault>/tmp/<op_id>/       scratch space for verification views
 
 On the same filesystem a backup is a hard link: no copy, no extra space, and the original
-name stays in place until the transaction's swap removes it. On another filesystem the file
+name stays in place until the transaction's swap removes it (a copy when the blob's ``.zst``
+is there already: a live file is never linked in under a compacted backup's name). On another filesystem the file
 is copied, fsynced and re-hashed before anything else happens. Either way a blob is only
 trusted after its sha256 is checked.
 
