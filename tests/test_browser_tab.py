@@ -231,6 +231,61 @@ def test_check_shows_image_and_audio_samples_before_and_after(browser, tb, demo)
         tab.close()
 
 
+def test_reduce_all_matching_reshows_the_plan_when_its_runs_changed(browser, tmp_path):
+    """Review finding 4 in the browser: the dialog of "Reduce all matching" shows 2 runs; a third
+    matching run lands (and is scanned) before the click. The server refuses the stale plan (409,
+    nothing reduced), the dialog comes back with the new plan and says why; confirming it reduces
+    exactly its 3 runs and leaves the run outside the filter alone."""
+    import time
+
+    from test_plugin_routes import _age, _write_run, file_shas
+
+    root = tmp_path / "logs"
+    for i, name in enumerate(("grp/a", "grp/b", "other")):
+        _write_run(str(root / name), seed=i + 1, sessions=1)
+    _age(str(root))
+    t = TensorBoard(root)
+    tab = None
+    try:
+        tab = Tab(browser, t)
+        f = tab.frame
+        f.locator("input.filter").fill("grp/")
+        expect(f.locator(".count")).to_have_text("2 of 3 runs match")
+        f.locator("button.reduce-all").click()
+        expect(f.locator(".dialog h2")).to_have_text("Reduce 2 runs?")
+        _write_run(str(root / "grp" / "c"), seed=7, sessions=1)
+        _age(str(root / "grp" / "c"))
+        other = file_shas(root, "other")
+        status, _ = tab.frame.locator("body").evaluate(
+            """async () => {
+                 const t = await (await fetch('./token')).json();
+                 const r = await fetch('./rescan', {method: 'POST', headers: {'Content-Type': 'application/json',
+                   [t.header]: t.token}, body: '{}'});
+                 return [r.status, await r.json()];
+               }""")
+        assert status == 202
+        deadline = time.monotonic() + 60
+        while t.json(PREFIX + "/runs?q=grp/")["total"] != 3:
+            assert time.monotonic() < deadline, "the rescan did not see grp/c"
+            time.sleep(0.2)
+        f.locator(".dialog .dialog-confirm").click()
+        # refused: the new plan is shown, with why, and nothing was started
+        expect(f.locator(".dialog h2")).to_have_text("Reduce 3 runs?")
+        expect(f.locator(".dialog .dialog-notice")).to_contain_text("changed since the plan you confirmed")
+        assert t.json(PREFIX + "/jobs")["jobs"] == [] and t.json(PREFIX + "/operations")["operations"] == []
+        tab.shot("tab-07-reduce-matching-plan-changed.png")
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator('.job-card[data-kind="reduce"] .outcome-line[data-status="verified"]')).to_have_count(3, timeout=180000)
+        job = t.json(PREFIX + "/jobs")["jobs"][0]
+        assert sorted(job["runs"]) == ["grp/a", "grp/b", "grp/c"] and job["run_count"] == 3
+        assert file_shas(root, "other") == other
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        if tab is not None:
+            tab.close()
+        t.stop()
+
+
 def test_reduce_all_shown_gives_one_consistent_dashboards_note(browser, tb, demo):
     """Last in this module: it reduces every run. Some runs get rewritten event files, some only
     lose profile data; the note names the former and never says 'nothing to reload' for all."""

@@ -46,7 +46,7 @@ class ActionRoutes(RouteBase):
             raise HttpError(400, "digest is required: send back the digest of the /plan?q= you confirmed")
         _names, _plan, todo, _skipped, now = self.matching_todo(fp, policy, match.get("q"))
         if now != digest:
-            raise HttpError(409, "the runs to reduce changed since the plan you confirmed (runs appeared, "
+            raise HttpError(409, "The runs to reduce changed since the plan you confirmed (runs appeared, "
                                  "changed or left their quiet period); look at the new plan and confirm again",
                             reason_code=api.Skip.NOT_IN_PLAN.value, todo_runs=len(todo))
         if not todo:
