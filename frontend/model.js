@@ -383,7 +383,9 @@ export class Model {
   activeJobFor(run) {
     for (const id of this.state.jobOrder) {
       const j = this.state.jobs[id];
-      if (j && (j.state === 'queued' || j.state === 'running') && j.runs.includes(run)) return j;
+      // a job's dict names a bounded sample of its runs (and those in progress); the overview's
+      // busy map below covers the rest of the shown ones
+      if (j && (j.state === 'queued' || j.state === 'running') && (j.runs.includes(run) || (j.per_run && run in j.per_run))) return j;
     }
     const busy = this.state.overview && this.state.overview.busy;
     return busy && busy[run] ? {id: busy[run]} : null;

@@ -50,6 +50,7 @@ function outcomeLine(model, o) {
 // the user moves to another page, or FOLD_AFTER_MS after it finished. Its line keeps the outcome
 // and a disclosure that opens the card again (and keeps it open).
 const FOLD_AFTER_MS = 15000;
+const MAX_OUTCOME_LINES = 200;
 
 function summaryText(job) {
   const res = job.result || {};
@@ -200,7 +201,17 @@ export class JobsView {
       card.appendChild(el('div', {class: 'muted', text: 'Cancelled before the commit point: nothing was changed.'}));
     }
     const outcomes = res.outcomes || [];
-    for (const o of outcomes) card.appendChild(outcomeLine(this.model, o));
+    // a line per run up to a bound (a job over 100,000 runs must not build 100,000 lines): the
+    // runs that did not verify first, so a rolled-back one is never hidden behind the rest
+    const good = (o) => o.status === 'verified' || o.status === 'restored';
+    const shownLines = outcomes.length > MAX_OUTCOME_LINES
+      ? outcomes.filter((o) => !good(o)).concat(outcomes.filter(good)).slice(0, MAX_OUTCOME_LINES)
+      : outcomes;
+    for (const o of shownLines) card.appendChild(outcomeLine(this.model, o));
+    if (outcomes.length > shownLines.length) {
+      card.appendChild(el('div', {class: 'muted outcome-more', text: '… and ' + plural(outcomes.length - shownLines.length, 'more run') +
+        ' (every one is in Operations and History)'}));
+    }
     if (job.kind === 'reduce' && res.removed_from_logdir_bytes > 0) {
       // the two numbers of the library's reduce_summary (the CLI prints the same): the disk drops only at purge
       card.appendChild(el('div', {class: 'disk-numbers', text: 'Removed ' + bytes(res.removed_from_logdir_bytes) +
