@@ -36,7 +36,6 @@ import contextlib
 import errno
 import fcntl
 import getpass
-import hashlib
 import json
 import os
 import socket
@@ -47,8 +46,9 @@ from typing import BinaryIO, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog
-from tb_footprint_plugin.storage.files import (CHUNK, CopyMismatch, atomic_write_json, copy_file, copy_new, create_new,
-                                               fsync_dir, is_regular, sha256_file)
+from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still, copy_file, copy_new,
+                                               create_new, finish_new_file, fsync_dir, hash_and_count, is_regular,
+                                               sha256_file, sha256_stream)
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage import throttle as fsops
@@ -182,15 +182,6 @@ def note_compaction(vault: "Vault", op_id: str) -> None:
         pass
 
 
-def _hash_stream(f: BinaryIO) -> str:
-    h = hashlib.sha256()
-    while True:
-        b = f.read(CHUNK)
-        if not b:
-            return h.hexdigest()
-        h.update(b)
-
-
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
@@ -286,7 +277,7 @@ class Vault:
             # both forms: a plain blob beside a .zst may hold other bytes (a live file linked
             # in, a late writer's records); it is read only when it hashes to the name
             try:
-                ok = _hash_stream(f) == sha
+                ok = sha256_stream(f) == sha
                 f.seek(0)
             except BaseException:
                 f.close()
@@ -364,19 +355,12 @@ class Vault:
 
     def _write_checked(self, sha: str, out: BinaryIO, size: Optional[int]) -> bool:
         """Stream the blob into ``out``; True when what was written hashes to ``sha``."""
-        h, n = hashlib.sha256(), 0
         try:
             with self.open_blob(sha) as f:
-                while True:
-                    b = f.read(CHUNK)
-                    if not b:
-                        break
-                    h.update(b)
-                    n += len(b)
-                    out.write(b)
+                got, n = hash_and_count(f, out)
         except (FileNotFoundError, zst.DecodeError):
             return False
-        return h.hexdigest() == sha and (size is None or n == size)
+        return got == sha and (size is None or n == size)
 
     def same_filesystem(self, path: str) -> bool:
         try:
@@ -467,17 +451,11 @@ class Vault:
     def check_blob(self, sha: str) -> bool:
         """True when the blob exists and its content (decompressed, for a ``.zst``) still hashes
         to ``sha``."""
-        h = hashlib.sha256()
         try:
             with self.open_blob(sha) as f:
-                while True:
-                    b = f.read(CHUNK)
-                    if not b:
-                        break
-                    h.update(b)
+                return sha256_stream(f) == sha
         except (OSError, ValueError):
             return False
-        return h.hexdigest() == sha
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None) -> None:
@@ -537,18 +515,8 @@ class Vault:
                     raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
                                      f"({os.path.relpath(self.zst_path(sha), self.root)} does not decompress to "
                                      f"sha256 {sha[:12]}…); nothing was written in its place")
-                fo.flush()
-                if mode is not None:
-                    os.fchmod(fo.fileno(), mode & 0o7777)
-                if mtime_ns is not None:
-                    os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
-                elif mtime is not None:
-                    os.utime(fo.fileno(), (mtime, mtime))
-                os.fsync(fo.fileno())
-                ident = os.fstat(fo.fileno())
-            st = os.lstat(tmp)
-            if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
-                raise FileExistsError(errno.EEXIST, "replaced while it was being written; not used", tmp)
+                ident = finish_new_file(fo, mode, mtime_ns, mtime)
+            check_still(tmp, ident)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
         except BaseException:
@@ -742,18 +710,12 @@ class Vault:
     def _zst_ok_file(f: BinaryIO, sha: str, size: Optional[int]) -> bool:
         """Whether the open compressed file decompresses to ``size`` bytes (any, for None)
         hashing to ``sha``."""
-        h, n = hashlib.sha256(), 0
         try:
             with zst.open_decompressed(f) as d:
-                while True:
-                    b = d.read(CHUNK)
-                    if not b:
-                        break
-                    h.update(b)
-                    n += len(b)
+                got, n = hash_and_count(d)
         except OSError:
             return False
-        return (size is None or n == size) and h.hexdigest() == sha
+        return (size is None or n == size) and got == sha
 
     @classmethod
     def _zst_ok(cls, path: str, sha: str, size: Optional[int]) -> bool:

@@ -39,13 +39,45 @@ def stat_sig(path: str):
 
 def sha256_stream(f) -> str:
     """Streaming sha256 of a binary file object (bounded memory)."""
-    h = hashlib.sha256()
+    return hash_and_count(f)[0]
+
+
+def hash_and_count(f, out=None) -> Tuple[str, int]:
+    """Streaming ``(sha256, bytes read)`` of a binary file object, each chunk also written to
+    ``out`` when given (bounded memory): one pass hashes what a copy writes."""
+    h, n = hashlib.sha256(), 0
     while True:
         b = f.read(CHUNK)
         if not b:
             break
         h.update(b)
-    return h.hexdigest()
+        n += len(b)
+        if out is not None:
+            out.write(b)
+    return h.hexdigest(), n
+
+
+def finish_new_file(fo, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
+                    mtime: Optional[float] = None) -> os.stat_result:
+    """Set a freshly written file's mode and modification time through its fd, fsync it, and
+    return its ``fstat`` (whose dev/ino ``check_still`` compares before the caller's rename)."""
+    fo.flush()
+    if mode is not None:
+        os.fchmod(fo.fileno(), mode & 0o7777)
+    if mtime_ns is not None:
+        os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
+    elif mtime is not None:
+        os.utime(fo.fileno(), (mtime, mtime))
+    os.fsync(fo.fileno())
+    return os.fstat(fo.fileno())
+
+
+def check_still(path: str, ident: os.stat_result) -> None:
+    """``FileExistsError`` unless ``path`` is still the file ``ident`` was taken of: a name
+    swapped meanwhile (a folder others may write to) is never renamed into place."""
+    st = os.lstat(path)
+    if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
+        raise FileExistsError(errno.EEXIST, "replaced while it was being written; not used", path)
 
 
 def sha256_file(path: str) -> str:
@@ -349,27 +381,12 @@ def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns:
     fd = create_new(dst)
     try:
         with os.fdopen(fd, "wb") as fo, open_regular(src, follow_symlinks=True) as fi:
-            h = hashlib.sha256()
-            while True:
-                b = fi.read(CHUNK)
-                if not b:
-                    break
-                h.update(b)
-                fo.write(b)
+            got, _ = hash_and_count(fi, fo)
             fo.flush()
-            if h.hexdigest() != sha:
+            if got != sha:
                 raise CopyMismatch(errno.EIO, f"copy of {src} does not match its sha256", dst)
-            if mode is not None:
-                os.fchmod(fo.fileno(), mode & 0o7777)
-            if mtime_ns is not None:
-                os.utime(fo.fileno(), ns=(mtime_ns, mtime_ns))
-            elif mtime is not None:
-                os.utime(fo.fileno(), (mtime, mtime))
-            os.fsync(fo.fileno())
-            ident = os.fstat(fo.fileno())
-        st = os.lstat(dst)
-        if (st.st_dev, st.st_ino) != (ident.st_dev, ident.st_ino):
-            raise FileExistsError(errno.EEXIST, "replaced while it was being written; not used", dst)
+            ident = finish_new_file(fo, mode, mtime_ns, mtime)
+        check_still(dst, ident)
     except BaseException:
         with contextlib.suppress(OSError):
             st = os.lstat(dst)
