@@ -68,6 +68,32 @@ def test_undo_still_cuts_back_this_appends_own_torn_bytes(tmp_path):
         assert path.read_text() == '{"time": 1}\n'
 
 
+def test_a_line_appended_after_one_torn_by_a_crash_is_read_whole(tmp_path):
+    """A crash tore the last line (no undo ran: SIGKILL, power loss); the next append starts a
+    line of its own, so only the torn one is damaged and the new record is read (second review:
+    the oplog's next delta was glued onto the torn line and lost with it)."""
+    from tb_footprint_plugin.storage.files import append_line
+
+    d = tmp_path / "state"
+    d.mkdir(mode=0o700)
+    path = d / "log.jsonl"
+    path.write_text('{"a": 1}\n{"b": 2, "to')  # torn
+    os.chmod(path, 0o600)
+    append_line(str(path), '{"c": 3}\n')
+    got = trust.read_json_lines(str(path))
+    assert got.records == [{"a": 1}, {"c": 3}], got.records
+    assert len(got.damaged) == 1 and not got.torn, got.damaged
+    # the undo of a failed append after the torn line still cuts back only its own bytes
+    before = path.read_text()
+    mine = '{"d": 4}\n'
+    with pytest.raises(OSError):
+        with trust.undo_partial_append(str(path), mine):
+            with open(path, "a") as f:
+                f.write(mine[:3])
+            raise _enospc()
+    assert path.read_text() == before
+
+
 def test_undo_without_the_line_never_cuts_two_lines(tmp_path):
     path = tmp_path / "j.jsonl"
     path.write_text('{"a": 1}\n')

@@ -291,9 +291,9 @@ class Ledger:
                 # stays linear in the runs)
                 self._write(data)
                 return
+            # (the snapshot is written without a newline after it: ``append_line`` starts this
+            # line with one, as after any unterminated last line)
             line = json.dumps({"run": run, "entry": entry}, sort_keys=True, separators=(",", ":")) + "\n"
-            if lines == 0:
-                line = "\n" + line  # the snapshot is written without a newline after it
             # the line is known here, so a failed append's undo can tell its own bytes from another's
             with undo_partial_append(self.path, line):
                 # an in-flight state lost to a power cut reads as the one before it, which a rerun

@@ -194,8 +194,9 @@ def _cut_back(fd: int, path: str, before: os.stat_result, line: Optional[str]) -
     tail = os.pread(fd, extra + 1, before.st_size)
     if len(tail) != extra:
         return  # grew while being read: another writer is at it
-    mine = (line.encode("utf-8").startswith(tail) if line is not None
-            else b"\n" not in tail[:-1])
+    # ``files.append_line`` starts the line with a newline when the file ended in a torn one
+    mine = ((line.encode("utf-8").startswith(tail) or (b"\n" + line.encode("utf-8")).startswith(tail))
+            if line is not None else b"\n" not in tail[:-1].lstrip(b"\n"))
     if mine:
         os.ftruncate(fd, before.st_size)
         os.fsync(fd)

@@ -324,12 +324,16 @@ def append_line(path: str, line: str, *, create: bool = True,
     fsops.op()  # the open
     if expect is not None:
         create = False
-    fd = open_private(path, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0))
+    fd = open_private(path, os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0))
     try:
         st = os.fstat(fd)
         if expect is not None and (st.st_dev, st.st_ino) != tuple(expect):
             raise NotPrivate(path, "is not the file this operation created (replaced meanwhile)",
                              "It was not written; the operation stops and is rolled back")
+        # a line torn by a crash (power loss, a partial write on a full disk) stays one damaged
+        # line its reader skips and names, instead of swallowing this whole line into it
+        if st.st_size and os.pread(fd, 1, st.st_size - 1) != b"\n":
+            line = "\n" + line
     except BaseException:
         os.close(fd)
         raise
