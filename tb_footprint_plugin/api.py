@@ -1260,7 +1260,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
         bk.recover(rfs, vault)
         d = bk.purge(rfs, vault, older_than=older_than, run=run, op=op, yes=yes)
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
-                           kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0, "code": Finding.NOT_RESTORED,
+                           kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
+                                  "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
                                   "detail": h["reason"]} for h in d.get("held", [])])
     ctx = _context(logdir, backup_dir)
     recovered = recover_logdir(logdir, backup_dir)

@@ -251,3 +251,30 @@ def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir):
     report = api.purge(url, yes=True)
     assert [k["run"] for k in report.kept] == [run] and not report.ops
     assert before[key] in set(bucket.hashes("logs/" + STATE + "blobs").values())
+
+
+def test_purge_keeps_the_copies_of_a_retire_still_under_way(s3_bucket, sweep_logdir):
+    """A bucket retire writes its manifest (status verified) before its commit record and may
+    still roll back onto its vault copies: a purge in that window (another process, the tab's
+    Retire page) keeps them and says why (second review: it deleted them, and the rollback then
+    had nothing to put back)."""
+    from tb_footprint_plugin.engine import bucket as bk
+
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    before = _user(s3_bucket)
+    run = "sweep/lr0"
+    faults.arm("bucket.retire.after_manifest")
+    try:
+        with pytest.raises(faults.InjectedFault):
+            api.retire(url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0)
+    finally:
+        faults.disarm_all()
+    copies = _vault_keys(s3_bucket)
+    assert copies and api.status(url)["unfinished_operations"]
+    rfs = RemoteFS(url)
+    d = bk.purge(rfs, bk.BucketVault.for_logdir(rfs, None), yes=True)  # the engine's, no recovery first
+    assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
+    assert _vault_keys(s3_bucket) == copies
+    (rec,) = api.recover_logdir(url)  # rolled back onto the copies it kept
+    assert rec.action == Recovery.ROLLED_BACK, rec.detail
+    assert _user(s3_bucket) == before

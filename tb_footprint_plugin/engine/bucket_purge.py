@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
-from tb_footprint_plugin.engine.bucket_state import BucketState, BucketTxnError, BucketVault, must_delete, now_s
+from tb_footprint_plugin.engine.bucket_state import JOURNAL, BucketState, BucketTxnError, BucketVault, must_delete, now_s
 from tb_footprint_plugin.storage.remote import RemoteFS
 
 
@@ -23,6 +23,11 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     # vault only (``not_restored``): its operation is not purged, and the listing says why
     kept = [m for m in chosen if m.get("status") == "restored" and m.get("not_restored")]
     chosen = [m for m in chosen if m not in kept]
+    # an operation whose journal is still there is under way (a retire writes its manifest before
+    # its commit record and may still roll back onto these copies) or awaits recovery: its
+    # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
+    busy = [m for m in chosen if rfs.ops.head(rfs.path(f"{JOURNAL}/{m.get('op')}.json")) is not None]
+    chosen = [m for m in chosen if m not in busy]
     freed = sum(f["size"] for m in chosen for f in m["files"])
     # a retired run not restored has its only copy in the vault: every object of it goes for good
     # (said, as on a disk: ``originals``)
@@ -34,6 +39,9 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
              "reason": (f"{len(m['not_restored'])} original(s) were not put back by its restore (a file "
                         f"was written again at the name, e.g. {m['not_restored'][0]}): the vault holds the "
                         "only copy")} for m in kept]
+    held += [{"op_id": m["op"], "run": m["run"], "only_copies": [], "code": Skip.LOCKED.value,
+              "reason": "the operation is still under way or awaits recovery (its journal is there); "
+                        "purge it once it has settled"} for m in busy]
     if yes:
         st = BucketState(rfs)
         for m in chosen:
