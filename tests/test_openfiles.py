@@ -207,3 +207,22 @@ def test_regular_file_opens_and_reads(tmp_path):
     p.write_bytes(b"hello")
     with open_regular(str(p)) as f:
         assert f.read() == b"hello"
+
+
+def test_a_file_on_a_filesystem_this_machine_exports_over_nfs_has_no_known_writers(tmp_path, monkeypatch):
+    """An NFS client writes by file handle between short opens, so no descriptor check here can
+    rule a writer out: on an exported filesystem the answer is 'cannot tell' (None), and the
+    vault keeps such a backup plain rather than compact away the inode a client may append to."""
+    from tb_footprint_plugin.storage import openfiles
+
+    f = tmp_path / "events.out.tfevents.1"
+    f.write_bytes(b"x")
+    assert no_writer_anywhere(str(f)) is True
+    exports = tmp_path / "exports"
+    exports.write_text("# exported\n/nowhere/at\\040all\t*(rw)\n")
+    monkeypatch.setattr(openfiles, "NFSD_EXPORTS", str(exports))
+    assert no_writer_anywhere(str(f)) is True  # an export on no filesystem of ours
+    sub = tmp_path / "with space"
+    sub.mkdir()
+    exports.write_text(f"{str(sub).replace(' ', chr(92) + '040')}\t10.0.0.0/8(rw,sync)\n")
+    assert no_writer_anywhere(str(f)) is None
