@@ -12,15 +12,14 @@ import hashlib
 import io
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
     BucketTxnError,
     BucketVault,
     failure_code,
-    lock_failure_code,
-    lock_run,
+    lock_runs,
     must_delete_versioned,
     now_s,
     run_listing,
@@ -49,14 +48,10 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
     out = RunOutcome(run=run, status=Outcome.FAILED, op_id=manifest["op"],
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
     st = BucketState(rfs)
-    try:
-        lock_path, _ = lock_run(st, run, manifest["op"])
-    except BucketTxnError as e:
-        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+    locks: List[str] = []
+    if not lock_runs(st, [run], manifest["op"], locks, out):
         return out
-    except RemoteError as e:
-        out.reason, out.code = str(e), lock_failure_code(e)
-        return out
+    lock_path = locks[0]
     manifest_version = manifest.get("_version")
     displaced: List[dict] = []
     try:

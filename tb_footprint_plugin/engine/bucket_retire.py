@@ -42,8 +42,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     BucketVault,
     commit_recorded,
     failure_code,
-    lock_failure_code,
-    lock_run,
+    lock_runs,
     must_delete,
     now_s,
     run_listing,
@@ -134,14 +133,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
     locks: List[str] = []
     journal = None
     try:
-        try:
-            for r in [run] + along:
-                locks.append(lock_run(st, r, op_id)[0])
-        except BucketTxnError as e:
-            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
-            return out
-        except RemoteError as e:
-            out.reason, out.code = str(e), lock_failure_code(e)
+        if not lock_runs(st, [run] + along, op_id, locks, out):
             return out
         try:
             listing = run_listing(rfs, vault, run)
@@ -368,14 +360,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
     ACTIVE_OPS.add(op_id)
     locks: List[str] = []
     try:
-        try:
-            for r in [run] + along:
-                locks.append(lock_run(st, r, op_id)[0])
-        except BucketTxnError as e:
-            out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
-            return out
-        except RemoteError as e:
-            out.reason, out.code = str(e), lock_failure_code(e)
+        if not lock_runs(st, [run] + along, op_id, locks, out):
             return out
         try:
             # every copy checked before anything moves: a damaged vault changes nothing

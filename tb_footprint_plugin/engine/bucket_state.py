@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Code, Failure, Skip, StoreError
+from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.context import TransactionError, is_no_space
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
@@ -193,6 +193,22 @@ def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
             held, _ = st.read(path)
     who = f"{held.get('host')} pid {held.get('pid')} (operation {held.get('op')})" if held else "another process"
     raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
+
+
+def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[str], out) -> bool:
+    """Take each run's lock, appending its path to ``locks`` (the caller releases them, also
+    after a partial failure). False when one is not taken, with ``out`` (a ``RunOutcome``) saying
+    why: skipped ``locked`` when another process holds it, else the lock's failure code."""
+    try:
+        for r in runs:
+            locks.append(lock_run(st, r, op_id)[0])
+    except BucketTxnError as e:
+        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        return False
+    except RemoteError as e:
+        out.reason, out.code = str(e), lock_failure_code(e)
+        return False
+    return True
 
 
 def _held_lock(st: BucketState, path: str, doc: dict, version: str) -> str:
