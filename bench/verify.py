@@ -122,7 +122,7 @@ def _worker(kind: str, args: dict) -> dict:
         from tb_footprint_plugin.transforms import event_rewrite
 
         api.reduce_run = timed("run", api.reduce_run)
-        transaction._stage = timed("rewrite", transaction._stage)
+        transaction.stage_file = timed("rewrite", transaction.stage_file)
         transaction._verify = timed("verify", transaction._verify)
         # the selection pass (inside the rewrite phase)
         event_rewrite.select_run = timed("select", event_rewrite.select_run)
