@@ -151,11 +151,14 @@ def test_error_banner_goes_after_a_later_success(browser, tb):
             route.fulfill(status=500, content_type="application/json", body='{"error": "disk on fire"}')
 
         tab.page.route("**/data/plugin/footprint/rescan", refuse)
+        # the module's server is shared: an earlier test's job leaves a rescan under way, and the
+        # button is disabled until it lands (CI on 2 busy cores took longer than a click's 30 s)
+        expect(f.locator("button.rescan")).to_be_enabled(timeout=180000)
         f.locator("button.rescan").click()
         expect(f.locator(".banner-error")).to_contain_text("disk on fire")
         tab.shot("tab-04-error-banner.png")
         tab.page.unroute("**/data/plugin/footprint/rescan", refuse)
-        expect(f.locator("button.rescan")).to_be_enabled(timeout=60000)
+        expect(f.locator("button.rescan")).to_be_enabled(timeout=180000)
         f.locator("button.rescan").click()
         expect(f.locator(".banner-error")).to_have_count(0)
     finally:
