@@ -114,7 +114,8 @@ class Tab:
     def __init__(self, browser, tb, color_scheme="light", height=1100):
         self.context = browser.new_context(viewport={"width": 1400, "height": height}, color_scheme=color_scheme)
         self.page = self.context.new_page()
-        self.page.set_default_timeout(30000)
+        # CI runs three test workers on two cores: actions wait for a rescan or a job to land
+        self.page.set_default_timeout(90000)
         self.errors = []
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
