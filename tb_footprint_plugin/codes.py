@@ -166,4 +166,14 @@ class StoreError(Code):
     STORE_ERROR = "store_error"  # any other failure of the store (the message says what)
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "StoreError"]
+class BlobError(Code):
+    """Why a ``storage.blobstore.BlobStore`` refused or flagged a blob (``BlobFailure.code``)."""
+
+    MISMATCH = "blob_mismatch"  # a source's bytes differ from the sha256/size claimed: nothing stored
+    CORRUPT = "blob_corrupt"  # stored bytes do not decode to the blob's sha256/size: refused
+    MISSING = "blob_missing"  # no index entry, or its data object is gone
+    DAMAGED_INDEX = "index_damaged"  # an index object that does not parse or points outside data/: skipped
+    STORE = "blob_store_error"  # the store failed (the message names the object)
+
+
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "StoreError", "BlobError"]
