@@ -53,3 +53,27 @@ def test_sweep_of_the_system_temp_dir_removes_only_dead_scratch_of_ours():
         for p in (ours, live, theirs):
             if os.path.isdir(p):
                 os.rmdir(p)
+
+
+def test_sweep_leaves_alone_scratch_made_in_another_pid_namespace():
+    """Containers sharing /tmp under one uid see each other's pids as dead: a folder whose name
+    says it was made in another pid namespace is never swept, however dead its pid looks here;
+    one made in ours with a dead pid is, and a live maker's is kept."""
+    root = scratch.system_root()
+    dead = _dead_pid()
+    own = scratch.pid_namespace()
+    assert own > 0
+    other = tempfile.mkdtemp(prefix=f"tbfp-bucket-p{dead}-n{own + 1}-", dir=root)
+    mine_dead = tempfile.mkdtemp(prefix=f"tbfp-bucket-p{dead}-n{own}-", dir=root)
+    live = scratch.make("bucket", root)
+    assert f"-p{os.getpid()}-n{own}-" in os.path.basename(live)
+    try:
+        removed = scratch.sweep(root)
+        assert os.path.isdir(other), "scratch of another pid namespace was swept"
+        assert os.path.basename(other) not in removed
+        assert os.path.basename(mine_dead) in removed and not os.path.exists(mine_dead)
+        assert os.path.isdir(live)
+    finally:
+        for p in (other, mine_dead, live):
+            if os.path.isdir(p):
+                os.rmdir(p)

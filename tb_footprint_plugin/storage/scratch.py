@@ -2,8 +2,13 @@
 
 Verification views and the data-server probe need a private directory for a moment. Made in
 ``/tmp`` they outlive a SIGKILL for good; made in the vault's ``tmp/`` and named
-``tbfp-<kind>-p<pid>-<random>``, the next start of any process removes the ones whose owner is
-gone (``sweep``), and nothing is ever written outside the logdir and the vault.
+``tbfp-<kind>-p<pid>-n<pid namespace>-<random>``, the next start of any process removes the ones
+whose owner is gone (``sweep``), and nothing is ever written outside the logdir and the vault.
+
+A pid means something only inside its pid namespace: containers that share ``/tmp`` under one uid
+would see each other's pids as dead (or as someone else). So the name carries the inode of the
+maker's pid namespace, and a sweep judges only folders made in its own namespace; a folder from
+another namespace is left alone (folders named before this tag are judged as before).
 
 The engine points the scratch root at the vault before it verifies (``use_root``); code that
 runs outside any operation (a test reading a view directly) falls back to the system's temp
@@ -22,7 +27,7 @@ from typing import Iterator, List, Optional
 
 from tb_footprint_plugin.storage.private import ensure_private_dir, tool_named
 
-_PATTERN = re.compile(r"^tbfp-[a-z]+-p(\d+)-")
+_PATTERN = re.compile(r"^tbfp-[a-z]+-p(\d+)-(?:n(\d+)-)?")
 _lock = threading.Lock()
 _root: Optional[str] = None
 
@@ -53,12 +58,20 @@ def system_root() -> str:
     return tempfile.gettempdir()
 
 
+def pid_namespace() -> int:
+    """The inode of this process's pid namespace (0 where the kernel does not say)."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def make(kind: str, root: Optional[str] = None) -> str:
-    """A new scratch directory ``<root>/tbfp-<kind>-p<pid>-<random>``."""
+    """A new scratch directory ``<root>/tbfp-<kind>-p<pid>-n<pid namespace>-<random>``."""
     base = root or current_root()
     if base != tempfile.gettempdir():  # the system's: mkdtemp's 0700 folder is private there
         _private(base)
-    return tempfile.mkdtemp(prefix=f"tbfp-{kind}-p{os.getpid()}-", dir=base)
+    return tempfile.mkdtemp(prefix=f"tbfp-{kind}-p{os.getpid()}-n{pid_namespace()}-", dir=base)
 
 
 @contextlib.contextmanager
@@ -96,9 +109,15 @@ def sweep(root: str) -> List[str]:
         names = os.listdir(root)
     except OSError:
         return removed
+    own_ns = pid_namespace()
     for n in names:
         m = _PATTERN.match(n)
-        if not m or _alive(int(m.group(1))):
+        if not m:
+            continue
+        # another namespace's pid says nothing about its maker here: not ours to judge
+        if m.group(2) is not None and int(m.group(2)) != own_ns:
+            continue
+        if _alive(int(m.group(1))):
             continue
         p = os.path.join(root, n)
         try:
@@ -114,4 +133,4 @@ def sweep(root: str) -> List[str]:
     return removed
 
 
-__all__ = ["use_root", "current_root", "system_root", "make", "scratch", "sweep"]
+__all__ = ["use_root", "current_root", "system_root", "pid_namespace", "make", "scratch", "sweep"]
