@@ -7,7 +7,8 @@ TensorBoard plugin at load, and ``tb-footprint recover``):
 2. rebuild manifests that are missing or corrupt from the vault's operation log;
 3. finish purges that were killed after recording their intent (no blob leaks);
 4. remove scratch directories of processes that are gone, and restore temp files;
-   finish compactions of backups into compressed blobs that were killed midway;
+   finish compactions of backups into compressed blobs that were killed midway, then offloads
+   of backups into the remote vault (``engine.offload``) that were killed or could not reach it;
 5. salvage records written into backups after their reduction (late writers).
 
 Each step reports what it did as a ``RecoveryOutcome`` with a code; nothing is dropped
@@ -18,8 +19,8 @@ from __future__ import annotations
 import os
 from typing import List
 
-from tb_footprint_plugin.codes import Finding, Recovery
-from tb_footprint_plugin.engine import oplog, salvage, trust
+from tb_footprint_plugin.codes import Finding, Outcome, Recovery
+from tb_footprint_plugin.engine import offload, oplog, salvage, trust
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
@@ -54,6 +55,9 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
                                             Finding.RECOVERY_FAILED))
         outcomes += _finish_purges(ctx, vault)
         outcomes += _finish_compactions(ctx, vault)
+        if offload.remote_url(vault) is not None:
+            _note_leftover_offloads(vault, manifests_of(ctx))
+            outcomes += _finish_offloads(ctx, vault)
         swept = scratch.sweep(vault.tmp)
         if swept:
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
@@ -145,10 +149,77 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
                                        "compacting them (kept plain; tried again at the next start)",
                                        Finding.BACKUP_OPEN_FOR_WRITING))
             continue
+        if offload.remote_url(vault) is not None:
+            try:
+                offload.note_offload(vault, op_id, shas)  # finished by _finish_offloads, next
+            except OSError as e:
+                out.append(RecoveryOutcome(op_id, run, Recovery.FAILED, f"offload of {op_id}'s backups not noted: "
+                                           f"{reason_of(e)}; they stay in the local vault", Finding.RECOVERY_FAILED))
         out.append(RecoveryOutcome(op_id, run or "", Recovery.COMPLETED,
                                    f"an interrupted compaction of {op_id}'s backups was finished "
                                    f"({sum(1 for v in what.values() if v == COMPRESSED)} of {len(what)} compressed)",
                                    Finding.COMPACTION_FINISHED))
+    return out
+
+
+def _note_leftover_offloads(vault: Vault, manifests: List[dict]) -> None:
+    """A note for every verified reduction of ``vault`` whose backups are still local and that
+    no compaction or offload note names: a kill between a commit and its offload's note (or
+    between two runs of a batch) would otherwise leave them on the local disk for good. Only
+    digests of the right form are noted; ``offload_blobs`` checks each again."""
+    noted = offload.pending_offloads(vault)
+    compacting = vault.pending_compactions()
+    for m in manifests:
+        if (m.get("vault") != vault.root or m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED
+                or m.get("backup_purged") or m.get("restored_by") or m["op_id"] in noted
+                or m["op_id"] in compacting):
+            continue
+        shas = [f["sha256"] for f in m.get("files", []) if isinstance(f, dict) and vault.local_form(f.get("sha256"))]
+        if shas:
+            try:
+                offload.note_offload(vault, m["op_id"], shas)
+            except OSError:
+                continue  # the backups stay local; tried again at the next start
+
+
+def _finish_offloads(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
+    """Offloads killed midway (or that could not reach the store), done again
+    (``offload.offload_blobs``) under their run's lock: each blob is still local, or remote
+    with its record, or both; a local form goes only once its record is written."""
+    pending = offload.pending_offloads(vault)
+    url = offload.remote_url(vault) if pending else None
+    out = []
+    for op_id, shas in pending.items():
+        try:
+            m = vault.read_manifest(op_id)
+            run = m.get("run")
+        except Exception:  # no manifest (yet): the blobs stay local, the note waits
+            continue
+        if not isinstance(run, str) or not run or url is None:
+            continue
+        sizes = {f["sha256"]: f["size"] for f in m.get("files", [])
+                 if isinstance(f, dict) and f.get("sha256") in set(shas) and isinstance(f.get("size"), int)}
+        try:
+            with RunLock(ctx.lock_dir, run):
+                what = offload.offload_blobs(vault, op_id, url, sizes)
+        except RunLocked:
+            out.append(RecoveryOutcome(op_id, run, Recovery.SKIPPED_LIVE, "offload of its backups to the remote "
+                                       "vault waits: the run is being changed by another process", Finding.RUN_LOCKED))
+            continue
+        except Exception as e:  # retried at the next start; every blob is whole locally or remotely
+            out.append(RecoveryOutcome(op_id, run, Recovery.FAILED, f"interrupted offload of {op_id}'s backups to "
+                                       f"{url} not finished: {reason_of(e)}", Finding.RECOVERY_FAILED))
+            continue
+        waiting = sum(1 for v in what.values() if v in offload.RETRY)
+        if waiting:
+            out.append(RecoveryOutcome(op_id, run, Recovery.SKIPPED_LIVE, f"offload of {waiting} of {op_id}'s "
+                                       f"backups to {url} waits (a writer may hold them, or the store failed); "
+                                       "they stay in the local vault, tried again at the next start",
+                                       Finding.RECOVERY_FAILED))
+            continue
+        out.append(RecoveryOutcome(op_id, run, Recovery.COMPLETED, f"an interrupted offload of {op_id}'s backups "
+                                   f"to {url} was finished ({sum(1 for v in what.values() if v == offload.OFFLOADED)} "
+                                   f"of {len(what)} moved)", Finding.COMPACTION_FINISHED))
     return out
 
 

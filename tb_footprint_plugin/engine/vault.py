@@ -29,6 +29,14 @@ is still the inode that was verified. A plain blob is never removed unless it ha
 name, nor a ``.zst`` unless the plain one does (a plain that grew is a late writer's: salvage's).
 Every reader goes through ``open_blob`` / ``check_blob`` / ``restore_blob`` / ``materialise``,
 which read either form, and the ``.zst`` when the plain blob beside it does not verify.
+
+The remote vault (``--backup-dir s3://…|gs://…|az://…`` for a local logdir, ``engine.offload``):
+after compaction a committed operation's backups are added to a ``storage.blobstore.BlobStore``
+in the bucket, and once the store has read each one back and verified it, a record
+``blobs/ab/abcdef….remote`` (sha, store URL, size) is written and only then the local forms are
+unlinked. Every reader above falls back to the bucket for a digest that has such a record and no
+local form: the bytes are streamed from the store and refused
+unless they hash to the digest (``remote_vault.RemoteReadError``, with a code).
 """
 from __future__ import annotations
 
@@ -45,7 +53,7 @@ import time
 from typing import BinaryIO, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding
-from tb_footprint_plugin.engine import faults, oplog
+from tb_footprint_plugin.engine import faults, oplog, remote_vault
 from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still, copy_file, copy_new,
                                                create_new, finish_new_file, fsync_dir, hash_and_count, is_regular,
                                                sha256_file, sha256_stream)
@@ -59,6 +67,7 @@ from tb_footprint_plugin.storage.regular import open_regular
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
+
 
 
 #: temp name of a file being restored: ``<dir>/.footprint-restore-<pid>-<sha12>``
@@ -257,7 +266,40 @@ class Vault:
             with contextlib.suppress(OSError):
                 if stat.S_ISREG(os.lstat(p).st_mode):
                     return form
+        if remote_vault.has_record(self.root, sha):
+            return "remote"  # offloaded: the bytes are in the remote vault (``engine.offload``)
         return None
+
+    def local_form(self, sha: str) -> Optional[str]:
+        """``"plain"``, ``"zst"`` or None: the form of the blob on the local disk (not remote);
+        None for anything that is not a digest."""
+        if not is_sha256(sha):
+            return None
+        form = self.blob_form(sha)
+        return form if form in ("plain", "zst") else None
+
+    def drop_local(self, sha: str) -> int:
+        """Unlink the local forms of a blob the remote vault holds (``engine.offload``'s last
+        step), under the blob's lock; bytes freed as stored. Nothing is unlinked unless the
+        blob's remote record reads back well formed (written and fsynced before this is called),
+        nor a plain blob a live file or a writer may still share (the caller checked writers;
+        a second link means a live file: kept)."""
+        if remote_vault.read_record(self.root, sha) is None:
+            raise VaultError(errno.ENOENT, f"{remote_vault.record_path(self.root, sha)}: no remote record; "
+                             "the local backup is kept")
+        freed = 0
+        with self._blob_lock(sha, wait=True):
+            for p in (self.blob_path(sha), self.zst_path(sha)):
+                try:
+                    st = os.lstat(p)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISREG(st.st_mode) or (p == self.blob_path(sha) and st.st_nlink > 1):
+                    continue
+                fsops.unlink(p)
+                freed += st.st_size
+            fsync_dir(os.path.dirname(self.blob_path(sha)))
+        return freed
 
     def has_blob(self, sha: str) -> bool:
         """Whether the vault holds the blob in either form (present, not checked)."""
@@ -285,6 +327,8 @@ class Vault:
             if ok:
                 return f
             f.close()
+        if not self._has_zst(sha) and remote_vault.has_record(self.root, sha):
+            return remote_vault.open_remote(self.root, sha)
         return zst.open_decompressed(open_regular(self.zst_path(sha)))
 
     def _has_zst(self, sha: str) -> bool:
@@ -468,8 +512,8 @@ class Vault:
         it later, would change the backup too. A compressed blob is decompressed into the temp
         file and hashed on the way; one that does not decode to ``sha`` never takes ``dest``'s
         name (``VaultError`` naming ``dest``)."""
-        if not self._plain_usable(sha) and self._has_zst(sha):
-            return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
+        if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)):
+            return self._restore_zst(sha, dest, mode, mtime, mtime_ns)  # streamed, hashed on the way
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
@@ -502,16 +546,24 @@ class Vault:
 
     def _restore_zst(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
                      mtime_ns: Optional[int]) -> None:
-        """``restore_blob`` from a compressed blob: one pass decompresses, hashes and writes a
-        new temp file (``create_new``, set up through its fd as ``files.copy_new`` does); only a
-        copy that hashes to ``sha`` is renamed to ``dest``."""
+        """``restore_blob`` from a compressed blob, or from the remote vault: one pass
+        decompresses (or downloads), hashes and writes a new temp file (``create_new``, set up
+        through its fd as ``files.copy_new`` does); only a copy that hashes to ``sha`` is renamed
+        to ``dest``. A remote blob that fails raises ``remote_vault.RemoteReadError`` (its code,
+        the object named, and ``dest``); nothing takes ``dest``'s name."""
         d = os.path.dirname(dest)
         os.makedirs(d, exist_ok=True)
         tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
         try:
             fd = create_new(tmp)
             with os.fdopen(fd, "wb") as fo:
-                if not self._write_checked(sha, fo, None):
+                try:
+                    ok = self._write_checked(sha, fo, None)
+                except remote_vault.RemoteReadError as e:
+                    raise remote_vault.RemoteReadError(e.code, e.key, f"backup of {dest} cannot be restored from the "
+                                                       f"remote vault: {e}; nothing was written in its "
+                                                       "place") from None
+                if not ok:
                     raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
                                      f"({os.path.relpath(self.zst_path(sha), self.root)} does not decompress to "
                                      f"sha256 {sha[:12]}…); nothing was written in its place")
@@ -814,7 +866,8 @@ class Vault:
         return refs
 
     def delete_blob(self, sha: str) -> int:
-        """Remove the blob in every form (plain, compressed, a compaction's temp); the bytes
+        """Remove the blob in every local form (plain, compressed, a compaction's temp; a remote
+        copy and its record are ``engine.offload.forget_remote``'s, after the manifests); the bytes
         they held as stored. Waits for a compaction of it under way (the blob's lock): its
         rename would otherwise leave a ``.zst`` no manifest names."""
         size = 0

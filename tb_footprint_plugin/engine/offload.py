@@ -1,0 +1,320 @@
+"""Offload: a committed operation's backups moved from the local vault into the remote vault.
+
+A local logdir reduced with ``--backup-dir s3://…`` (``gs://``, ``az://``) runs the same local
+transaction as any other (backups hard-linked into ``.tb-footprint``, verify, swap, commit,
+compaction); then this step, shaped like compaction, frees the local disk at once:
+
+1. a note ``offload/<op_id>.json`` naming the operation's blobs (the next start finishes a
+   killed offload from it) — failpoint ``offload.note``;
+2. ``BlobStore.add`` of those blobs: the store reads each one back and hashes it before it
+   returns its ref, and the index naming it is durable — ``offload.uploaded``;
+3. for each ref a record ``blobs/ab/<sha>.remote`` in the local vault, fsynced —
+   ``offload.recorded``;
+4. only then the local plain or ``.zst`` blob is unlinked (``Vault.drop_local``) —
+   ``offload.unlinked``;
+5. the note is dropped.
+
+A kill anywhere leaves every blob whole in the local vault, or in the remote vault with its
+record, or both (readers take the local form first). A blob a process may still write into
+(a late writer; only the kernel's no-writer answer lets it go, as for compaction), one a
+transaction under way reads as its original, or one shared with a live file stays local and
+its note stays for the next start. Purge forgets the remote blobs of what it purges after the
+manifests say so (``forget_remote``).
+
+The remote vault of a logdir is a prefix of its own under the URL the user gave
+(``<url>/tbfp-<16 hex>``, remembered in the vault's ``remote.json``): a purge forgets blobs by
+digest, and another logdir offloading to the same URL must never lose a blob it still needs.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import json
+import os
+import secrets
+from typing import Dict, Iterable, List, Optional
+
+from tb_footprint_plugin.engine import faults, remote_vault
+from tb_footprint_plugin.engine.vault import Vault, VaultError
+from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
+from tb_footprint_plugin.storage.files import atomic_write_json
+from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
+from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.remote import is_bucket_url, split_scheme
+
+#: what ``offload_blobs`` did with a blob
+OFFLOADED = "offloaded"          # verified in the remote vault, recorded, local forms unlinked
+ALREADY_REMOTE = "already_remote"  # no local form left, a record stands for it
+KEPT_OPEN = "kept_open"          # a writer may hold it (or the kernel cannot rule one out): local for now
+KEPT_SHARED = "kept_shared"      # a live file shares its inode
+KEPT_IN_USE = "kept_in_use"      # a transaction under way reads it as its original
+KEPT_DAMAGED = "kept_damaged"    # it does not hash to its name: kept local, for health to name
+FAILED = "failed"                # the store failed: local for now, tried again at the next start
+MISSING = "missing"
+
+#: outcomes that keep the note for the next start
+RETRY = frozenset({KEPT_OPEN, KEPT_IN_USE, FAILED})
+
+NAMESPACE_PREFIX = "tbfp-"
+
+
+class OffloadError(ValueError):
+    """A remote vault URL that cannot be used; the message names it."""
+
+
+def configure(vault: Vault, url: str) -> str:
+    """Remember ``url`` (``s3://``, ``gs://``, ``az://``) as the remote vault of ``vault`` and
+    return the store URL its blobs go to: a prefix of this vault's own under ``url``, kept when
+    the same URL is given again."""
+    if not is_bucket_url(url):
+        raise OffloadError(f"{url!r} is not an s3://, gs:// or az:// URL naming a bucket")
+    base = url.rstrip("/")
+    now = remote_vault.configured_url(vault.root)
+    if now is not None and now.rsplit("/", 1)[0] == base and now.rsplit("/", 1)[1].startswith(NAMESPACE_PREFIX):
+        return now
+    vault.ensure()
+    store_url = f"{base}/{NAMESPACE_PREFIX}{secrets.token_hex(8)}"
+    remote_vault.set_configured_url(vault.root, store_url)
+    return store_url
+
+
+def remote_url(vault: Vault) -> Optional[str]:
+    """The store URL ``vault`` offloads to, None when it has no remote vault."""
+    return remote_vault.configured_url(vault.root)
+
+
+def _note_path(vault: Vault, op_id: str) -> str:
+    if not is_op_id(op_id):
+        raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a file name")
+    return os.path.join(vault.root, "offload", f"{op_id}.json")
+
+
+def note_offload(vault: Vault, op_id: str, shas: Iterable[str]) -> None:
+    """Record, before the first step, which blobs an offload works on (``pending_offloads``)."""
+    ensure_private_dir(os.path.join(vault.root, "offload"), vault.root, tighten_root=vault.own_folder)
+    atomic_write_json(_note_path(vault, op_id), {"op_id": op_id, "blobs": [s for s in shas if is_sha256(s)]})
+
+
+def pending_offloads(vault: Vault) -> Dict[str, List[str]]:
+    """op id → digests of offloads noted and not finished (untrusted: only op ids and digests of
+    the right form are taken, never through a link; an unreadable note names nothing)."""
+    out: Dict[str, List[str]] = {}
+    folder = os.path.join(vault.root, "offload")
+    try:
+        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
+    except OSError:
+        return out
+    for n in names:
+        if not n.endswith(".json") or not is_op_id(n[:-5]):
+            continue
+        try:
+            with open_regular(os.path.join(folder, n)) as f:
+                d = json.load(f)
+            blobs = d.get("blobs") if isinstance(d, dict) else None
+            out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
+        except (OSError, ValueError, RecursionError):
+            out[n[:-5]] = []
+    return out
+
+
+def done_offload(vault: Vault, op_id: str) -> None:
+    """Drop an offload's note once every blob it names is settled."""
+    with contextlib.suppress(FileNotFoundError):
+        fsops.unlink(_note_path(vault, op_id))
+
+
+def _sizes(vault: Vault, op_id: str) -> Dict[str, int]:
+    m = vault.read_manifest(op_id)
+    return {f["sha256"]: int(f["size"]) for f in m.get("files", [])
+            if isinstance(f, dict) and is_sha256(f.get("sha256")) and isinstance(f.get("size"), int)}
+
+
+def offload_operation(vault: Vault, op_id: str, in_use: Iterable[str] = ()) -> Dict[str, str]:
+    """After ``op_id`` committed (and its compaction): move its backups into the remote vault
+    (the module's steps); digest → what was done. Nothing when the vault has no remote vault.
+    ``in_use``: digests a transaction under way reads as originals (they stay local for now).
+    Never raises: an offload that fails leaves the backups local (safe), its note for the next
+    start."""
+    url = remote_url(vault)
+    if url is None:
+        return {}
+    try:
+        sizes = _sizes(vault, op_id)
+        note_offload(vault, op_id, sizes)
+        faults.hit("offload.note")
+        return offload_blobs(vault, op_id, url, sizes, in_use)
+    except Exception:  # the reduction stands whatever happens here; the note is finished later
+        return {}
+
+
+def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
+                  in_use: Iterable[str] = ()) -> Dict[str, str]:
+    """Steps 2–5 for the blobs ``sizes`` names (digest → original size) of noted ``op_id``;
+    idempotent, so a killed offload is finished by calling it again. Store failures come back
+    as ``FAILED`` (the note stays)."""
+    busy = set(in_use)
+    out: Dict[str, str] = {}
+    todo: List[str] = []
+    for sha in sizes:
+        form = vault.local_form(sha)
+        if form is None:
+            out[sha] = ALREADY_REMOTE if remote_vault.read_record(vault.root, sha) else MISSING
+        elif sha in busy:
+            out[sha] = KEPT_IN_USE
+        else:
+            todo.append(sha)
+    plain = {sha: vault.blob_path(sha) for sha in todo if vault.local_form(sha) == "plain"}
+    held = {h.path for h in find_writers(list(plain.values())).holders} if plain else set()
+    for sha, p in plain.items():
+        try:
+            shared = os.lstat(p).st_nlink > 1
+        except OSError:
+            continue  # compacted or gone meanwhile: the .zst (or nothing) is what is read
+        if shared:
+            out[sha] = KEPT_SHARED
+        elif p in held or no_writer_anywhere(p) is not True:
+            # a late writer's next records would land in an inode only the vault names
+            out[sha] = KEPT_OPEN
+    todo = [s for s in todo if s not in out]
+    refs = _add(vault, url, todo, sizes, out)
+    faults.hit("offload.uploaded")
+    for ref in refs:
+        remote_vault.write_record(vault.root, ref.sha, url, ref.size, ref.key)
+    faults.hit("offload.recorded")
+    for ref in refs:
+        try:
+            vault.drop_local(ref.sha)
+            out[ref.sha] = OFFLOADED if vault.local_form(ref.sha) is None else KEPT_SHARED
+        except OSError:
+            out[ref.sha] = FAILED
+    faults.hit("offload.unlinked")
+    if not any(v in RETRY for v in out.values()):
+        done_offload(vault, op_id)
+    return out
+
+
+def _add(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Dict[str, str]) -> list:
+    """``BlobStore.add`` of ``shas`` read from the local vault; a blob the store refuses as not
+    matching its digest is kept local (``KEPT_DAMAGED``) and the rest added again; a store
+    failure marks them all ``FAILED``. Returns the verified refs."""
+    left = list(shas)
+    while left:
+        sources = [BlobSource(sha=s, size=sizes[s], open=functools.partial(vault.open_blob, s)) for s in left]
+        try:
+            return [r for r in remote_vault.blobstore(url).add(sources) if r.sha in set(left)]
+        except BlobFailure as e:
+            if getattr(e, "sha", None) in left:
+                out[e.sha] = KEPT_DAMAGED
+                left.remove(e.sha)
+                continue
+            for s in left:
+                out[s] = FAILED
+            return []
+        except OSError:
+            for s in left:
+                out[s] = FAILED
+            return []
+    return []
+
+
+def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
+    """Purge's remote step, after the manifests say the backups are purged: the remote vault
+    forgets those blobs (``BlobStore.forget``), then their records go. Blobs with no record are
+    not the remote vault's. Returns how many were forgotten; a store failure raises (the purge's
+    intent stays, and the next start finishes it)."""
+    by_url: Dict[str, List[str]] = {}
+    for sha in shas:
+        rec = remote_vault.read_record(vault.root, sha)
+        if rec is not None:
+            by_url.setdefault(rec["url"], []).append(sha)
+    n = 0
+    for url, group in by_url.items():
+        remote_vault.blobstore(url).forget(group)
+        for sha in group:
+            remote_vault.drop_record(vault.root, sha)
+            n += 1
+    return n
+
+
+def remote_stats(vault: Vault) -> Optional[dict]:
+    """``BlobStore.stats()`` of the remote vault plus its ``url``, None without one; a store
+    that cannot be reached gives ``{"url", "error"}``."""
+    url = remote_url(vault)
+    if url is None:
+        return None
+    try:
+        return dict(remote_vault.blobstore(url, fresh=True).stats(), url=url)
+    except (OSError, BlobFailure) as e:
+        return {"url": url, "error": str(e)}
+
+
+#: a bucket lifecycle's default grace before the vault's data objects change class
+LIFECYCLE_DAYS = 30
+#: S3 refuses a transition to STANDARD_IA sooner than this many days after creation
+_S3_IA_MIN_DAYS = 30
+#: days an object stays in the infrequent-access class before it goes to the archive class
+ARCHIVE_AFTER_IA_DAYS = 90
+
+
+def lifecycle_rule(store_url: str, days: int = LIFECYCLE_DAYS) -> dict:
+    """The lifecycle rule for a remote vault's ``data/`` objects (never its ``index/``, read at
+    every start), for the store ``store_url`` is on: ``{"scheme", "bucket", "prefix", "rule",
+    "apply", "note"}``. ``rule`` is the JSON document the store's own tool takes: S3's
+    ``aws s3api put-bucket-lifecycle-configuration``, GCS's ``gcloud storage buckets update
+    --lifecycle-file``, Azure's ``az storage account management-policy create --policy``.
+    Infrequent-access class after ``days``, archive class ``ARCHIVE_AFTER_IA_DAYS`` later."""
+    if not is_bucket_url(store_url):
+        raise OffloadError(f"{store_url!r} is not an s3://, gs:// or az:// URL naming a bucket")
+    if isinstance(days, bool) or not isinstance(days, int) or days < 0:
+        raise OffloadError(f"--days must be a whole number of days >= 0, not {days!r}")
+    scheme, rest = split_scheme(store_url)
+    bucket, _, path = rest.strip("/").partition("/")
+    prefix = f"{path.strip('/')}/data/" if path.strip("/") else "data/"
+    rule_id = ("tb-footprint-vault-" + path.strip("/").replace("/", "-"))[:255].rstrip("-")
+    later = days + ARCHIVE_AFTER_IA_DAYS
+    if scheme in ("s3", "s3a"):
+        transitions = ([{"Days": days, "StorageClass": "STANDARD_IA"}, {"Days": later, "StorageClass": "GLACIER"}]
+                       if days >= _S3_IA_MIN_DAYS else [{"Days": days, "StorageClass": "GLACIER"}])
+        rule = {"Rules": [{"ID": rule_id, "Status": "Enabled", "Filter": {"Prefix": prefix},
+                           "Transitions": transitions}]}
+        apply = (f"aws s3api put-bucket-lifecycle-configuration --bucket {bucket} "
+                 "--lifecycle-configuration file://lifecycle.json")
+        note = ("put-bucket-lifecycle-configuration REPLACES the bucket's whole lifecycle configuration: merge "
+                "these Rules with `aws s3api get-bucket-lifecycle-configuration` first. S3 does not transition "
+                "objects under 128 KiB by default (small backups are packed for that reason).")
+        scheme = "s3"
+    elif scheme in ("gs", "gcs"):
+        rule = {"rule": [
+            {"action": {"type": "SetStorageClass", "storageClass": "NEARLINE"},
+             "condition": {"age": days, "matchesPrefix": [prefix], "matchesStorageClass": ["STANDARD"]}},
+            {"action": {"type": "SetStorageClass", "storageClass": "ARCHIVE"},
+             "condition": {"age": later, "matchesPrefix": [prefix],
+                           "matchesStorageClass": ["STANDARD", "NEARLINE"]}}]}
+        apply = f"gcloud storage buckets update gs://{bucket} --lifecycle-file=lifecycle.json"
+        note = ("--lifecycle-file REPLACES the bucket's lifecycle rules: merge with `gcloud storage buckets "
+                "describe` first. Nearline and Archive objects carry minimum storage durations and retrieval fees.")
+        scheme = "gs"
+    else:
+        rule = {"rules": [{"enabled": True, "name": rule_id[:63].rstrip("-") or "tb-footprint-vault",
+                           "type": "Lifecycle",
+                           "definition": {"filters": {"blobTypes": ["blockBlob"], "prefixMatch": [f"{bucket}/{prefix}"]},
+                                          "actions": {"baseBlob": {
+                                              "tierToCool": {"daysAfterModificationGreaterThan": days},
+                                              "tierToArchive": {"daysAfterModificationGreaterThan": later}}}}}]}
+        apply = ("az storage account management-policy create --account-name ACCOUNT --resource-group GROUP "
+                 "--policy @lifecycle.json")
+        note = ("A management policy is one per storage account and REPLACES the existing one: merge with "
+                "`az storage account management-policy show` first. An archived blob must be rehydrated "
+                "(up to 15 h) before a restore can read it.")
+        scheme = "az"
+    return {"scheme": scheme, "bucket": bucket, "prefix": prefix, "days": days, "rule": rule, "apply": apply,
+            "note": note}
+
+
+__all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "FAILED",
+           "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
+           "offload_operation", "offload_blobs", "forget_remote", "remote_stats"]

@@ -1,0 +1,220 @@
+"""The remote half of a local vault: which backups live in a bucket, and reading them back.
+
+A local logdir given ``--backup-dir s3://…`` (``gs://``, ``az://``) keeps its transaction local
+(hard links into ``.tb-footprint``, verify, swap, commit, compaction); ``engine.offload`` then
+moves each committed backup into a ``storage.blobstore.BlobStore`` under that URL. What this
+module keeps, in the local vault (a state folder of ours), is:
+
+* ``remote.json``: ``{"url": <store URL>}``, the remote vault new offloads go to, so
+  ``restore``, ``purge``, ``status`` and the tab work without repeating ``--backup-dir``;
+* ``blobs/ab/<sha>.remote``: one record per blob the store has verified, ``{"sha", "url",
+  "size", "key"}``, written (fsynced) before the local forms of that blob are unlinked.
+
+Both are untrusted input: a record is taken only when it is a regular file (never through a
+link) whose sha is its own name and whose URL is a bucket URL; anything else reads as "no
+record" (the blob is then missing, which restore and purge refuse on, never guess past).
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import threading
+from typing import BinaryIO, Dict, Optional
+
+from tb_footprint_plugin.codes import BlobError
+from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
+from tb_footprint_plugin.storage.files import atomic_write_json, fsync_dir, hash_and_count
+from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.remote import is_bucket_url
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.stores import open_store
+
+#: suffix of the record saying a blob's bytes live in the remote vault
+REMOTE_SUFFIX = ".remote"
+#: the file in a vault naming its remote vault
+REMOTE_CONFIG = "remote.json"
+#: a record or config larger than this is not one of ours (never read whole)
+_RECORD_LIMIT = 64 << 10
+
+_stores: Dict[str, BlobStore] = {}
+_stores_lock = threading.Lock()
+
+
+class RemoteReadError(OSError):
+    """A blob recorded remote could not be read or did not verify. ``code``: a
+    ``codes.BlobError`` or ``codes.StoreError`` member; ``key``: the object the message names."""
+
+    def __init__(self, code, key: str, message: str):
+        super().__init__(errno.EIO, message)
+        self.code = code
+        self.key = key
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def record_path(vault_root: str, sha: str) -> str:
+    """``<vault>/blobs/ab/<sha>.remote`` (the digest is checked by the caller's ``blob_path``)."""
+    return os.path.join(vault_root, "blobs", sha[:2], sha + REMOTE_SUFFIX)
+
+
+def _read_small_json(path: str):
+    with open_regular(path) as f:  # a planted link or FIFO is never followed
+        data = f.read(_RECORD_LIMIT + 1)
+    if len(data) > _RECORD_LIMIT:
+        raise ValueError(f"{path} is larger than any file of ours")
+    return json.loads(data.decode("utf-8"))
+
+
+def read_record(vault_root: str, sha: str) -> Optional[dict]:
+    """The record that ``sha`` lives in the remote vault, or None (absent, or not a record of
+    ours: malformed, a link, a sha that is not its name, a URL that is not a bucket's)."""
+    if not is_sha256(sha):
+        return None
+    try:
+        rec = _read_small_json(record_path(vault_root, sha))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if (not isinstance(rec, dict) or rec.get("sha") != sha or not isinstance(rec.get("url"), str)
+            or not is_bucket_url(rec["url"]) or isinstance(rec.get("size"), bool)
+            or not isinstance(rec.get("size"), int) or rec["size"] < 0):
+        return None
+    return rec
+
+
+def has_record(vault_root: str, sha: str) -> bool:
+    """Whether a record file stands for ``sha`` (present as a regular file; not parsed)."""
+    with contextlib.suppress(OSError):
+        return stat.S_ISREG(os.lstat(record_path(vault_root, sha)).st_mode)
+    return False
+
+
+def write_record(vault_root: str, sha: str, url: str, size: int, key: str) -> None:
+    """Record durably (temp, fsync, rename, folder fsync) that the store at ``url`` holds a
+    verified copy of ``sha``: the step that must precede any unlink of the local blob."""
+    atomic_write_json(record_path(vault_root, sha), {"sha": sha, "url": url, "size": int(size), "key": key},
+                      compact=True)
+
+
+def drop_record(vault_root: str, sha: str) -> bool:
+    """Remove ``sha``'s record (after the store forgot the blob); True when one was there."""
+    p = record_path(vault_root, sha)
+    try:
+        if not stat.S_ISREG(os.lstat(p).st_mode):
+            return False
+        os.unlink(p)
+    except FileNotFoundError:
+        return False
+    fsync_dir(os.path.dirname(p))
+    return True
+
+
+def configured_url(vault_root: str) -> Optional[str]:
+    """The remote vault's URL this vault offloads to (``remote.json``), None when it has none
+    or the file is not one of ours."""
+    try:
+        d = _read_small_json(os.path.join(vault_root, REMOTE_CONFIG))
+    except (OSError, ValueError, RecursionError):
+        return None
+    url = d.get("url") if isinstance(d, dict) else None
+    return url if isinstance(url, str) and is_bucket_url(url) else None
+
+
+def set_configured_url(vault_root: str, url: str) -> None:
+    """Remember ``url`` as the remote vault (the vault folder must exist and be ours)."""
+    if not is_bucket_url(url):
+        raise ValueError(f"{url!r} is not an s3://, gs:// or az:// URL naming a bucket")
+    atomic_write_json(os.path.join(vault_root, REMOTE_CONFIG), {"url": url})
+
+
+def blobstore(url: str, fresh: bool = False) -> BlobStore:
+    """The ``BlobStore`` at ``url``, one per process (its index is loaded once); ``fresh``
+    reloads it (another process may have added blobs since)."""
+    with _stores_lock:
+        bs = _stores.get(url)
+        if bs is None or fresh:
+            bs = _stores[url] = BlobStore(open_store(url))
+        return bs
+
+
+class _Checked:
+    """A blob store stream whose failures are ``RemoteReadError``s naming the object (readers of
+    the vault catch ``OSError``)."""
+
+    def __init__(self, f: BinaryIO, name: str):
+        self.f, self.name = f, name
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self.f.read(n)
+        except BlobFailure as e:
+            raise RemoteReadError(e.code, self.name, f"{self.name}: {e}") from None
+        except StoreFailure as e:
+            raise RemoteReadError(e.code, self.name, f"{self.name}: {e}") from None
+
+    def seek(self, *a):  # readers seek only to rewind a local blob; a remote one is read once
+        raise OSError(errno.ESPIPE, "a remote blob's stream is read once")
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def object_name(rec: dict, bs: Optional[BlobStore] = None) -> str:
+    """``<store URL>/<key>`` of a recorded blob (the store's ref when it knows one)."""
+    ref = bs.ref(rec["sha"]) if bs is not None else None
+    key = ref.key if ref is not None else rec.get("key")
+    return f"{rec['url'].rstrip('/')}/{key}" if isinstance(key, str) else rec["url"]
+
+
+def open_remote(vault_root: str, sha: str) -> BinaryIO:
+    """The original bytes of a blob recorded remote, streamed from its store; reading raises
+    ``RemoteReadError`` (code, object named) when the store fails or the bytes do not hash to
+    ``sha``. ``FileNotFoundError`` when there is no record."""
+    rec = read_record(vault_root, sha)
+    if rec is None:
+        raise FileNotFoundError(errno.ENOENT, f"no backup of sha256 {sha[:12]}… in {vault_root}")
+    try:
+        bs = blobstore(rec["url"])
+        if bs.ref(sha) is None:
+            bs = blobstore(rec["url"], fresh=True)
+        name = object_name(rec, bs)
+        if bs.ref(sha) is None:
+            raise RemoteReadError(BlobError.MISSING, name, f"{name}: the remote vault's index does not list "
+                                  f"sha256 {sha[:12]}… (recorded in {record_path(vault_root, sha)})")
+        return _Checked(bs.open(sha), name)
+    except BlobFailure as e:
+        raise RemoteReadError(e.code, object_name(rec), f"{object_name(rec)}: {e}") from None
+    except StoreFailure as e:
+        raise RemoteReadError(e.code, object_name(rec), f"{object_name(rec)}: {e}") from None
+
+
+def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
+    """None when the recorded remote blob reads back whole and hashes to ``sha``; else why."""
+    try:
+        with open_remote(vault_root, sha) as f:
+            got, n = hash_and_count(f)
+    except RemoteReadError as e:
+        return e
+    except FileNotFoundError as e:
+        return RemoteReadError(BlobError.MISSING, record_path(vault_root, sha), str(e))
+    if got != sha:
+        rec = read_record(vault_root, sha) or {"url": "", "sha": sha}
+        return RemoteReadError(BlobError.CORRUPT, object_name(rec), f"{object_name(rec)} does not hash to "
+                               f"sha256 {sha[:12]}…")
+    return None
+
+
+__all__ = ["REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
+           "write_record", "drop_record", "configured_url", "set_configured_url", "blobstore", "open_remote",
+           "check_remote", "object_name"]

@@ -1,0 +1,198 @@
+"""A local logdir's backups offloaded to a bucket (issue #27 item 3, #26 item 3): the local
+transaction is unchanged, then ``engine.offload`` moves each committed backup into a
+``BlobStore`` in the bucket, records it, and only then unlinks the local blob.
+
+On moto S3, the GCS emulator and Azurite: the local disk is freed at once, every original comes
+back byte-identical with its mtime and mode from the bucket, a corrupted remote blob is refused
+with a code naming the object, a kill at each offload step is settled by the next start with no
+byte lost, and purge forgets the remote blobs.
+"""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_real
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import BlobError
+from tb_footprint_plugin.engine import faults, offload, remote_vault
+from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage.stores import open_store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OLD = time.time() - 3600
+
+
+def du(*paths) -> int:
+    out = subprocess.run(["du", "-sc", "--block-size=1", *map(str, paths)], capture_output=True, text=True,
+                         check=True).stdout
+    return int(out.strip().splitlines()[-1].split()[0])
+
+
+def snapshot(root: Path) -> dict:
+    """rel path -> (sha256, mtime_ns, mode) of every file outside the state folder."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if rel.startswith(".tb-footprint") or not p.is_file() or p.is_symlink():
+            continue
+        st = p.stat()
+        out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+    return out
+
+
+def make_logdir(root: Path) -> Path:
+    """Two aged runs whose profiles the archive policy removes; one file gets an odd mode."""
+    src = copy_real("tf/keras_profiled", root / "src")
+    logdir = root / "logdir"
+    for run in ("a", "b"):
+        shutil.copytree(src / "train", logdir / run, copy_function=shutil.copy2)
+        with open(next((logdir / run).rglob("*.xplane.pb")), "ab") as f:
+            f.write(f"{run}'s own bytes".encode())  # distinct backups (content-addressed)
+    os.chmod(next((logdir / "a").rglob("*.xplane.pb")), 0o640)
+    for p in [logdir, *logdir.rglob("*")]:
+        os.utime(p, (OLD, OLD), follow_symlinks=False)
+    shutil.rmtree(src)
+    return logdir
+
+
+def local_blobs(vault: Vault) -> dict:
+    """sha -> local form names under blobs/ (plain, .zst, .remote)."""
+    out = {}
+    if os.path.isdir(vault.blobs):
+        for sub in os.listdir(vault.blobs):
+            for n in os.listdir(os.path.join(vault.blobs, sub)):
+                out.setdefault(n[:64], set()).add(n[64:] or "plain")
+    return out
+
+
+def reduce_local(logdir: Path):
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
+    assert rep.ok and all(o.status == "verified" for o in rep.outcomes), [o.to_dict() for o in rep.outcomes]
+    return rep
+
+
+def offload_all(logdir: Path, url: str) -> Vault:
+    vault = Context(str(logdir)).vault
+    offload.configure(vault, url)
+    for m in vault.manifests():
+        if m.get("kind") == "reduce":
+            got = offload.offload_operation(vault, m["op_id"])
+            assert got and all(v in (offload.OFFLOADED, offload.ALREADY_REMOTE) for v in got.values()), got
+    return vault
+
+
+def test_offload_frees_local_disk_and_restores_from_bucket(tmp_path, bucket):
+    logdir = make_logdir(tmp_path)
+    before = snapshot(logdir)
+    rep = reduce_local(logdir)
+    removed = rep.removed_from_logdir_bytes
+    assert removed > 0
+    state = logdir / ".tb-footprint"
+    du_compacted = du(logdir)  # logdir + local state (the state folder is inside it)
+    vault = offload_all(logdir, bucket.url("vaults"))
+    du_offloaded = du(logdir)
+    held_locally = sum(os.lstat(os.path.join(r, n)).st_blocks * 512 for r, _d, ns in os.walk(vault.blobs)
+                       for n in ns if not n.endswith(".remote"))
+    assert held_locally == 0, local_blobs(vault)
+    # what the compressed vault still held on the disk is gone now: du of logdir + state is the
+    # reduced logdir plus a few blocks of records
+    assert du_offloaded < du_compacted, (du_offloaded, du_compacted)
+    assert du_offloaded <= du(*[p for p in logdir.iterdir() if p.name != ".tb-footprint"]) + 1024 * 1024
+    forms = local_blobs(vault)
+    assert forms and all(f == {".remote"} for f in forms.values()), forms
+    url = offload.remote_url(vault)
+    assert url.startswith(bucket.url("vaults") + "/tbfp-")
+    st = offload.remote_stats(vault)
+    assert st["blobs"] == len(forms) and st["stored_bytes"] > 0, st
+    # every original back, byte-identical with mtime and mode, streamed from the bucket
+    outs = api.restore(str(logdir))
+    assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
+    assert snapshot(logdir) == before
+
+
+def test_corrupted_remote_blob_is_refused_naming_it(tmp_path, s3_bucket):
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("v"))
+    url = offload.remote_url(vault)
+    store = open_store(url)
+    data_keys = [e.key for e in store.list("data")]
+    assert data_keys
+    for k in data_keys:  # flip a byte in every data object
+        b = bytearray(store.read_all(k))
+        b[len(b) // 2] ^= 0xFF
+        store.delete([k])
+        store.put(k, bytes(b))
+    remote_vault._stores.clear()
+    reduced = snapshot(logdir)
+    sha = next(iter(local_blobs(vault)))
+    err = remote_vault.check_remote(vault.root, sha)
+    assert err is not None and err.code == BlobError.CORRUPT and url in err.key, err
+    assert not vault.check_blob(sha)
+    outcomes = api.restore(str(logdir))
+    assert outcomes and all(o.status == "failed" for o in outcomes), [o.to_dict() for o in outcomes]
+    assert all(o.code == "backup_damaged" for o in outcomes), [o.to_dict() for o in outcomes]
+    assert snapshot(logdir) == reduced  # nothing in the logdir overwritten
+    # the restore path itself (no pre-check) raises a coded error naming the object, writes nothing
+    dest = tmp_path / "x" / "f"
+    with pytest.raises(remote_vault.RemoteReadError) as e:
+        vault.restore_blob(sha, str(dest))
+    assert e.value.code == BlobError.CORRUPT and url in str(e.value) and str(dest) in str(e.value)
+    assert not dest.parent.exists() or not list(dest.parent.iterdir())
+
+
+KILL_SCRIPT = """
+import sys
+from tb_footprint_plugin.engine import offload
+from tb_footprint_plugin.engine.context import Context
+vault = Context(sys.argv[1]).vault
+for op_id in sys.argv[2:]:
+    offload.offload_operation(vault, op_id)
+"""
+
+
+@pytest.mark.parametrize("step", ["offload.note", "offload.uploaded", "offload.recorded", "offload.unlinked"])
+def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, s3_bucket, step):
+    logdir = make_logdir(tmp_path)
+    before = snapshot(logdir)
+    reduce_local(logdir)
+    vault = Context(str(logdir)).vault
+    offload.configure(vault, s3_bucket.url("k"))
+    ops = [m["op_id"] for m in vault.manifests() if m.get("kind") == "reduce"]
+    shas = {f["sha256"] for m in vault.manifests() for f in m["files"]}
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TB_FOOTPRINT_FAILPOINTS=f"{step}=kill")
+    p = subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(logdir), *ops], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    forms = local_blobs(vault)
+    # no byte lost at the instant of the kill: every backup is local, or recorded remote (and
+    # then verified in the store), and a local form went only after its record
+    for sha in shas:
+        got = forms.get(sha, set())
+        assert got - {".remote"} or ".remote" in got, (sha, got)
+        if step in ("offload.note", "offload.uploaded"):
+            assert got - {".remote"}, (step, sha, got)  # not recorded yet: still local
+        if ".remote" in got and not got - {".remote"}:
+            assert remote_vault.check_remote(vault.root, sha) is None
+    assert offload.pending_offloads(vault)  # the note names what is left to do
+    # the next start finishes it: every backup only in the bucket, the note gone
+    remote_vault._stores.clear()
+    outs = api.recover_logdir(str(logdir))
+    assert any(o.detail.startswith("an interrupted offload") for o in outs), [vars(o) for o in outs]
+    forms = local_blobs(vault)
+    assert all(forms.get(sha) == {".remote"} for sha in shas), forms
+    assert not offload.pending_offloads(vault)
+    outs = api.restore(str(logdir))
+    assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
+    assert snapshot(logdir) == before
