@@ -61,6 +61,8 @@ PROBE_BYTES = CHUNK
 REPACK_BELOW = 0.5
 #: the largest index object read (a planted huge one must not exhaust memory); ~400k blobs
 INDEX_READ_LIMIT = 64 << 20
+#: ``forget`` merges the index objects into one when there are more than this many
+CONSOLIDATE_ABOVE = 16
 #: reads of a pack while verifying or repacking it (a few requests per pack, bounded memory)
 PACK_READ = 4 << 20
 #: no object of any store is larger (S3's limit is 5 TiB): offsets beyond are damage
@@ -585,7 +587,7 @@ class BlobStore:
         raise BlobFailure(BlobError.CORRUPT, f"an object of this name is there and is not the blob ({last})",
                           sha=src.sha, key=key)
 
-    def _write_pack(self, blobs: List[Tuple[BlobRef, bytes]]) -> List[BlobRef]:
+    def _write_pack(self, blobs: List[Tuple[BlobRef, bytes]], step: str = "add.data_written") -> List[BlobRef]:
         """Write one pack of ``blobs`` (if absent), read it back and verify every blob in it."""
         pid = secrets.token_hex(16)
         key = f"{DATA}/{pid[:2]}/{pid}.pack"
@@ -593,7 +595,7 @@ class BlobStore:
             self.store.put(key, b"".join(b for _, b in blobs), if_absent=True)
         except StoreFailure as e:
             raise _fail(blobs[0][0].sha, key, e) from None
-        _hit(self.failpoint, "add.data_written")
+        _hit(self.failpoint, step)
         refs = [BlobRef(r.sha, r.size, key, r.offset, r.length, r.form) for r, _ in blobs]
         bad = self._verify_pack(key, refs)
         if bad is not None:
@@ -653,7 +655,128 @@ class BlobStore:
         ``REPACK_BELOW`` (new pack verified before the index points at it), and delete leftovers
         (objects no index lists) older than ``grace_seconds``. Returns figures. Nothing is deleted
         while an index object is damaged (``blocked_by_damaged_index``)."""
-        raise NotImplementedError  # next step
+        self.reload()  # another process's adds since this instance listed the index count too
+        fig = {"forgotten": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0, "objects_deleted": 0,
+               "packs_repacked": 0, "blobs_moved": 0, "leftovers_deleted": 0, "leftovers_kept_young": 0,
+               "bytes_deleted": 0, "bytes_written": 0, "not_repacked": [], "missing_objects": [],
+               "blocked_by_damaged_index": [d["key"] for d in self._damaged]}
+        if self._damaged:
+            return fig  # a damaged index may be the only one listing some blob: nothing is freed
+        refs = dict(self._index())
+        drop = {s for s in set(shas) if s in refs}
+        live = {s: r for s, r in refs.items() if s not in drop}
+        objects = {e.key: e for e in self.store.list(DATA)}
+        live_len: Dict[str, int] = {}
+        by_key: Dict[str, List[BlobRef]] = {}
+        for r in live.values():
+            live_len[r.key] = live_len.get(r.key, 0) + r.length
+            by_key.setdefault(r.key, []).append(r)
+        fig["missing_objects"] = sorted(k for k in live_len if k not in objects)
+        known_dead = {r.key for s, r in refs.items() if s in drop} - set(live_len)
+        repack = sorted(k for k, n in live_len.items()
+                        if k in objects and _PACK.match(k) and n < REPACK_BELOW * objects[k].size)
+
+        moved: Dict[str, BlobRef] = {}
+        repacked: List[str] = []
+        if repack:
+            moved, repacked = self._repack(repack, by_key, fig)
+            live.update(moved)
+        changed = bool(drop or moved or len(self._index_keys) > CONSOLIDATE_ABOVE)
+        old_index = self._index_keys + self._superseded
+        if changed:
+            # the index without the forgotten blobs, pointing at the new packs, comes first and
+            # names every index it replaces: from here on the old ones are dead, whatever crashes
+            self._write_index(list(live.values()), old_index)
+            fig["index_written"] = 1
+            _hit(self.failpoint, "forget.index_written")
+            gone = old_index
+        else:
+            gone = self._superseded  # left by a forget that crashed after its index
+        if gone:
+            self._delete(gone, fig, "index_deleted")
+        _hit(self.failpoint, "forget.old_index_deleted")
+
+        now = time.time()
+        doomed = []
+        for key, e in objects.items():
+            if key in live_len and key not in repacked:
+                continue
+            if not (_LONE.match(key) or _PACK.match(key)):
+                continue  # not a name this layout writes: not ours to delete
+            if key in known_dead or key in repacked:
+                doomed.append(key)
+            elif now - e.mtime >= grace_seconds:
+                doomed.append(key)
+                fig["leftovers_deleted"] += 1
+            else:
+                fig["leftovers_kept_young"] += 1  # maybe another add between its upload and its index
+        if doomed:
+            fig["bytes_deleted"] = sum(objects[k].size for k in doomed)
+            self._delete(doomed, fig, "objects_deleted")
+        _hit(self.failpoint, "forget.objects_deleted")
+        fig["forgotten"] = len(drop)
+        fig["live_blobs"] = len(live)
+        self.reload()
+        return fig
+
+    def _repack(self, packs: List[str], by_key: Dict[str, List[BlobRef]], fig: dict
+                ) -> Tuple[Dict[str, BlobRef], List[str]]:
+        """Copy the live blobs of ``packs`` (as stored, each verified first) into new packs that
+        are read back and verified; returns the moved refs and the packs fully moved out. A pack
+        with a blob that does not verify is left as it is (named in ``not_repacked``)."""
+        moved: Dict[str, BlobRef] = {}
+        done: List[str] = []
+        batch: List[Tuple[BlobRef, bytes]] = []
+        batch_from: List[str] = []
+        size = 0
+
+        def flush() -> None:
+            nonlocal batch, batch_from, size
+            if batch:
+                for ref in self._write_pack(batch, step="forget.pack_written"):
+                    moved[ref.sha] = ref
+                fig["bytes_written"] += size
+                done.extend(batch_from)
+                batch, batch_from, size = [], [], 0
+
+        for key in packs:
+            blobs = sorted(by_key[key], key=lambda r: r.offset)
+            taken = []
+            end = blobs[-1].offset + blobs[-1].length
+            store = self.store
+
+            def fetch(a: int, b: int, key=key, end=end) -> bytes:
+                return store.read_range(key, a, min(b, end))
+
+            try:
+                with io.BufferedReader(RangeReader(fetch, end, name=key), PACK_READ) as f:
+                    for ref in blobs:
+                        f.seek(ref.offset)
+                        stored = f.read(ref.length)
+                        bad = self._check_bytes(ref, stored)
+                        if bad is not None:
+                            raise bad
+                        taken.append((ref, stored))
+            except (BlobFailure, StoreFailure) as e:
+                fig["not_repacked"].append({"key": key, "message": str(e)})
+                continue
+            for ref, stored in taken:
+                batch.append((BlobRef(ref.sha, ref.size, "", size, ref.length, ref.form), stored))
+                size += ref.length
+            batch_from.append(key)
+            fig["packs_repacked"] += 1
+            fig["blobs_moved"] += len(taken)
+            if size >= self.pack_target:
+                flush()
+        flush()
+        return moved, done
+
+    def _delete(self, keys: List[str], fig: dict, what: str) -> None:
+        for res in self.store.delete(keys):
+            if res.ok:
+                fig[what] += 1
+            else:
+                fig.setdefault("delete_failed", []).append({"key": res.key, "message": res.message})
 
 
 __all__ = ["PACK_BELOW", "PACK_TARGET", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT", "STEPS"]

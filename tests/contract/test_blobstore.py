@@ -18,7 +18,7 @@ from objstore_servers import Bucket
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.storage import blobstore
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource, BlobStore
-from tb_footprint_plugin.storage.store import CountingStore, Store
+from tb_footprint_plugin.storage.store import CountingStore, Store, Wrapper
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
@@ -133,14 +133,17 @@ def test_a_source_that_is_not_what_it_claims_is_refused_and_nothing_is_indexed(s
 # --- read back before any ref ------------------------------------------------------------------------
 @pytest.mark.parametrize("step", ["add.data_written", "add.verified"])
 def test_a_crash_between_data_upload_and_index_leaves_no_ref_and_a_second_add_completes(store, step):
-    items = [src(LONE_TEXT), src(LONE_RANDOM)]
+    items = [src(LONE_TEXT), src(LONE_RANDOM), src(b"small and packed " * 20), src(os.urandom(3000))]
     with pytest.raises(Crash):
         BlobStore(store, failpoint=crash_at(step)).add(items)
     fresh = BlobStore(store)
-    assert not fresh.has(items[0].sha) and not fresh.has(items[1].sha) and keys(store, "index") == []
-    refs = fresh.add(items)  # the leftovers are adopted once they read back as the blobs
+    assert not any(fresh.has(i.sha) for i in items) and keys(store, "index") == []
+    refs = fresh.add(items)  # lone leftovers are adopted once they read back as the blobs
     assert [r.sha for r in refs] == [i.sha for i in items]
-    assert read(BlobStore(store), items[0].sha) == LONE_TEXT
+    again = BlobStore(store)
+    for i in items:
+        with i.open() as f:
+            assert read(again, i.sha) == f.read()
 
 
 def test_a_blob_that_does_not_read_back_gets_no_ref(store, monkeypatch):
@@ -256,3 +259,177 @@ def proc_status(field: str) -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     raise AssertionError(f"no {field} in /proc/self/status")
+
+
+# --- packs ---------------------------------------------------------------------------------------------
+def small_items(n: int, seed: int = 0) -> list:
+    out = []
+    for i in range(n):
+        if i % 2:
+            data = f"run {seed}.{i}: loss=0.{i:04d} ".encode() * (20 + i % 50)  # compresses
+        else:
+            data = hashlib.sha256(f"{seed}.{i}".encode()).digest() * (30 + i % 60)  # does not
+            data = bytes(b ^ (k * 131 % 251) for k, b in enumerate(data))
+        out.append(src(data))
+    return out
+
+
+def original(item: BlobSource) -> bytes:
+    with item.open() as f:
+        return f.read()
+
+
+def test_200_small_blobs_cost_one_pack_and_a_handful_of_requests(store):
+    items = small_items(200) + [src(b"")]
+    counting = CountingStore(store)
+    bs = BlobStore(counting)
+    refs = bs.add(items)
+    calls = counting.counts.to_dict()
+    assert len({r.key for r in refs}) == 1 and refs[0].key.endswith(".pack") and refs[0].key.startswith("data/")
+    assert {r.form for r in refs[:200]} == {"zst", "raw"}  # decided per blob
+    assert calls["put"] == 2, calls  # the pack and the index
+    assert calls["requests"] <= 6, calls  # + one listing of index/, one or two reads of the pack back
+    fresh = BlobStore(store)
+    for item in items:
+        assert read(fresh, item.sha) == original(item)
+    st = fresh.stats()
+    assert (st["blobs"], st["objects"], st["packs"]) == (201, 1, 1)
+
+
+def test_packs_close_at_their_target_size_and_duplicates_are_stored_once(store):
+    items = small_items(40)
+    bs = BlobStore(store, pack_target=6_000)
+    refs = bs.add(items + items[:5])
+    assert refs[40:] == refs[:5]
+    packs = {r.key for r in refs}
+    assert 3 <= len(packs) == len(keys(store, "data")), packs
+    for item in items:
+        assert read(BlobStore(store), item.sha) == original(item)
+
+
+def test_a_corrupted_pack_is_found_for_the_blob_hit_and_only_that_blob(store):
+    items = small_items(6)
+    refs = BlobStore(store).add(items)
+    hit = refs[3]
+    raw = bytearray(store.read_all(hit.key))
+    raw[hit.offset + hit.length // 2] ^= 0x10
+    store.put(hit.key, bytes(raw))
+    bs = BlobStore(store)
+    bad = bs.check(hit.sha)
+    assert bad is not None and bad.code == BlobError.CORRUPT and bad.key == hit.key
+    with pytest.raises(BlobFailure):
+        read(bs, hit.sha)
+    for item in items[:3] + items[4:]:
+        assert bs.check(item.sha) is None and read(bs, item.sha) == original(item)
+
+
+# --- forget (prune, repack) ------------------------------------------------------------------------------
+def data_keys_needed(bs: BlobStore) -> list:
+    return sorted({r.key for r in bs.refs()})
+
+
+def assert_all_readable(store: Store, items) -> None:
+    bs = BlobStore(store)
+    for item in items:
+        assert bs.check(item.sha) is None, item.sha
+        assert read(bs, item.sha) == original(item)
+
+
+def test_forget_deletes_lone_objects_and_dead_packs_and_merges_the_index(store):
+    lone = [src(LONE_TEXT), src(LONE_RANDOM)]
+    pack_a, pack_b = small_items(5, seed=1), small_items(5, seed=2)
+    bs = BlobStore(store)
+    bs.add(lone)
+    bs.add(pack_a)
+    bs.add(pack_b)
+    assert len(keys(store, "index")) == 3 and len(keys(store, "data")) == 4
+    fig = BlobStore(store).forget([lone[0].sha] + [i.sha for i in pack_a])
+    assert (fig["forgotten"], fig["objects_deleted"], fig["index_written"], fig["index_deleted"]) == (6, 2, 1, 3)
+    assert fig["packs_repacked"] == 0 and fig["blocked_by_damaged_index"] == []
+    after = BlobStore(store)
+    assert not after.has(lone[0].sha) and not any(after.has(i.sha) for i in pack_a)
+    assert keys(store, "data") == data_keys_needed(after) and len(keys(store, "index")) == 1
+    assert_all_readable(store, [lone[1]] + pack_b)
+
+
+def test_forget_repacks_a_pack_whose_live_share_fell_below_half(store):
+    items = small_items(10)
+    refs = BlobStore(store).add(items)
+    old_pack = refs[0].key
+    keep = [items[i] for i in (1, 4, 8)]
+    fig = BlobStore(store).forget([i.sha for i in items if i not in keep])
+    assert (fig["packs_repacked"], fig["blobs_moved"], fig["objects_deleted"]) == (1, 3, 1)
+    bs = BlobStore(store)
+    [new_pack] = data_keys_needed(bs)
+    assert new_pack != old_pack and keys(store, "data") == [new_pack]
+    assert_all_readable(store, keep)
+    # a pack still more than half alive is left as it is
+    fig = BlobStore(store).forget([keep[0].sha])
+    assert fig["packs_repacked"] == 0 and keys(store, "data") == [new_pack]
+    assert_all_readable(store, keep[1:])
+
+
+class FailingIndexPut(Wrapper):
+    """The store fails the write of any index object (a crash while the index is written)."""
+
+    def put(self, key, data, **kw):
+        if key.startswith("index/"):
+            raise Crash(key)
+        return self.inner.put(key, data, **kw)
+
+
+FORGET_STEPS = ["forget.pack_written", "index put fails", "forget.index_written", "forget.old_index_deleted",
+                "forget.objects_deleted"]
+
+
+@pytest.mark.parametrize("step", FORGET_STEPS)
+def test_a_crash_at_any_step_of_forget_keeps_every_live_blob_and_the_next_forget_finishes(store, step):
+    lone = [src(LONE_TEXT), src(LONE_RANDOM)]
+    items = small_items(10)
+    bs = BlobStore(store)
+    bs.add(lone)
+    bs.add(items)
+    keep = [lone[1]] + [items[i] for i in (2, 7)]
+    drop = [lone[0].sha] + [i.sha for i in items if i not in keep]
+    with pytest.raises(Crash):
+        if step == "index put fails":
+            BlobStore(FailingIndexPut(store)).forget(drop)
+        else:
+            BlobStore(store, failpoint=crash_at(step)).forget(drop)
+    assert_all_readable(store, keep)
+    BlobStore(store).forget(drop, grace_seconds=3600)  # a young leftover (the new pack) stays...
+    assert_all_readable(store, keep)
+    fig = BlobStore(store).forget([], grace_seconds=0)  # ...until its grace is over
+    assert fig["blocked_by_damaged_index"] == []
+    after = BlobStore(store)
+    assert sorted(r.sha for r in after.refs()) == sorted(i.sha for i in keep)
+    assert keys(store, "data") == data_keys_needed(after) and len(keys(store, "index")) == 1
+    assert_all_readable(store, keep)
+
+
+def test_leftovers_of_an_unfinished_add_are_deleted_only_after_their_grace(store):
+    kept = small_items(3, seed=5)
+    BlobStore(store).add(kept)
+    with pytest.raises(Crash):
+        BlobStore(store, failpoint=crash_at("add.verified")).add([src(LONE_RANDOM)] + small_items(3, seed=6))
+    assert len(keys(store, "data")) == 3
+    fig = BlobStore(store).forget([])
+    assert (fig["leftovers_kept_young"], fig["leftovers_deleted"]) == (2, 0) and len(keys(store, "data")) == 3
+    fig = BlobStore(store).forget([], grace_seconds=0)
+    assert (fig["leftovers_deleted"], fig["objects_deleted"]) == (2, 2)
+    assert keys(store, "data") == data_keys_needed(BlobStore(store))
+    assert_all_readable(store, kept)
+
+
+def test_forget_deletes_nothing_while_an_index_object_is_damaged(store):
+    items = small_items(4)
+    BlobStore(store).add(items)
+    with pytest.raises(Crash):  # a leftover, old enough with grace 0
+        BlobStore(store, failpoint=crash_at("add.verified")).add([src(LONE_RANDOM)])
+    store.put(f"index/{'3' * 32}.json", b"\x00garbage")
+    before = (keys(store, "data"), keys(store, "index"))
+    fig = BlobStore(store).forget([items[0].sha], grace_seconds=0)
+    assert fig["blocked_by_damaged_index"] == [f"index/{'3' * 32}.json"]
+    assert (fig["objects_deleted"], fig["index_written"], fig["forgotten"]) == (0, 0, 0)
+    assert (keys(store, "data"), keys(store, "index")) == before
+    assert_all_readable(store, items)
