@@ -13,16 +13,19 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   decompressed and hashed) before a ref to it exists; the index that lists it is written after,
   and ``add`` returns only once that index is durable. A crash anywhere leaves at worst data
   objects no index lists ("leftovers"): the caller got no ref and kept its originals.
-* ``forget`` (restic's prune) writes the index without the forgotten blobs first; that index
-  names the indexes it supersedes, so it takes effect at once and a crash before the old ones are
-  deleted changes nothing. Packs are repacked by copying their live blobs into a new pack that is
+* ``forget`` (restic's prune) writes the index without the forgotten blobs first, then deletes the
+  index objects it replaces, then the data objects no live blob needs. The index is the union of
+  every index object (none can hide another's blobs), so a crash before the old index objects are
+  gone leaves the forgotten blobs listed and their objects in place: the next ``forget`` of them
+  finishes. Packs are repacked by copying their live blobs into a new pack that is
   read back and verified before the index pointing at it is written; old packs and indexes go
   only after. Leftovers are deleted only when older than ``grace_seconds`` (another process may be
   between its data upload and its index write), and nothing at all is deleted while an index
   object is damaged (its blobs would look unreferenced).
 * index objects are untrusted input: one that does not parse is skipped and reported
   (``stats()["damaged_index"]``), an entry whose key is not a data object name of this layout or
-  whose offsets are impossible is ignored, never followed.
+  whose offsets are impossible is ignored, never followed. A sha listed at several places (two
+  adds that raced, a planted entry) keeps every candidate: ``open`` takes the first that verifies.
 
 ``forget`` must not run concurrently with an ``add`` of another ``BlobStore`` on the same store
 (restic takes an exclusive lock for prune too): the caller holds its vault's lock. Each instance
@@ -329,9 +332,9 @@ class BlobStore:
         self.pack_below = pack_below
         self.pack_target = pack_target
         self.failpoint = failpoint
-        self._refs: Optional[Dict[str, BlobRef]] = None
-        self._index_keys: List[str] = []  # the valid, live index objects the cache was built from
-        self._superseded: List[str] = []  # index objects a newer index replaces (deleted by forget)
+        self._refs: Optional[Dict[str, BlobRef]] = None  # sha -> its first ref
+        self._more: Dict[str, List[BlobRef]] = {}  # sha -> its other refs, for the few listed twice
+        self._index_keys: List[str] = []  # the valid index objects the cache was built from
         self._damaged: List[dict] = []
 
     # --- the index ---------------------------------------------------------------------------
@@ -344,8 +347,7 @@ class BlobStore:
                 continue  # not an index name this layout writes
             try:
                 doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
-                if not (isinstance(doc, dict) and doc.get("v") == 1 and isinstance(doc.get("blobs"), list)
-                        and isinstance(doc.get("supersedes", []), list)):
+                if not (isinstance(doc, dict) and doc.get("v") == 1 and isinstance(doc.get("blobs"), list)):
                     raise ValueError("not a blob index (v1)")
             except (ValueError, UnicodeDecodeError, StoreFailure) as err:
                 if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
@@ -353,28 +355,22 @@ class BlobStore:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
                 continue
             docs[e.key] = doc
-        superseded = {k for doc in docs.values() for k in doc.get("supersedes", [])
-                      if isinstance(k, str) and _INDEX.match(k)}
         refs: Dict[str, BlobRef] = {}
-        live_keys = []
-        for key, doc in docs.items():
-            if key in superseded:
-                continue
-            live_keys.append(key)
+        more: Dict[str, List[BlobRef]] = {}
+        for key in sorted(docs):
             ignored = 0
-            for row in doc["blobs"]:
+            for row in docs[key]["blobs"]:
                 ref = _valid_ref(row)
                 if ref is None:
                     ignored += 1
-                else:
-                    refs.setdefault(ref.sha, ref)
+                elif refs.setdefault(ref.sha, ref) != ref and ref not in more.get(ref.sha, ()):
+                    more.setdefault(ref.sha, []).append(ref)
             if ignored:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": key,
                                 "message": f"{key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
-        self._refs = refs
-        self._index_keys = sorted(live_keys)
-        self._superseded = sorted(k for k in superseded if k in docs)
+        self._refs, self._more = refs, more
+        self._index_keys = sorted(docs)
         self._damaged = damaged
 
     def _index(self) -> Dict[str, BlobRef]:
@@ -391,8 +387,13 @@ class BlobStore:
         return self._index().get(sha)
 
     def refs(self) -> Iterator[BlobRef]:
-        """Every indexed blob."""
+        """Every indexed blob (its first ref; ``candidates`` has them all)."""
         return iter(list(self._index().values()))
+
+    def candidates(self, sha: str) -> List[BlobRef]:
+        """Every place the index lists ``sha`` at (usually one)."""
+        first = self._index().get(sha)
+        return [] if first is None else [first] + self._more.get(sha, [])
 
     def damaged_index(self) -> List[dict]:
         """The index objects skipped or partly ignored: ``{"code", "key", "message"}`` each."""
@@ -433,10 +434,12 @@ class BlobStore:
         """The original bytes of ``sha``, streamed (bounded memory); reading raises
         ``BlobFailure(CORRUPT)`` at the latest at its end when they are not the blob's, and
         ``BlobFailure(MISSING)`` when it is not stored."""
-        ref = self.ref(sha)
-        if ref is None:
+        cands = self.candidates(sha)
+        if not cands:
             raise BlobFailure(BlobError.MISSING, "not in the index", sha=sha)
-        return self._open_ref(ref)
+        if len(cands) > 1:  # listed twice (a race, a planted entry): read the first good one
+            cands = [r for r in cands if self._verify(r) is None] or cands
+        return self._open_ref(cands[0])
 
     def _verify(self, ref: BlobRef) -> Optional[BlobFailure]:
         try:
@@ -449,10 +452,16 @@ class BlobStore:
 
     def check(self, sha: str) -> Optional[BlobFailure]:
         """Read ``sha`` whole from the store and hash it: None when good, else the failure."""
-        ref = self.ref(sha)
-        if ref is None:
+        cands = self.candidates(sha)
+        if not cands:
             return BlobFailure(BlobError.MISSING, "not in the index", sha=sha)
-        return self._verify(ref)
+        first = None
+        for ref in cands:
+            bad = self._verify(ref)
+            if bad is None:
+                return None
+            first = first or bad
+        return first
 
     # --- adding -----------------------------------------------------------------------------
     def add(self, items: Iterable[BlobSource]) -> List[BlobRef]:
@@ -508,7 +517,7 @@ class BlobStore:
             out[i] = new[sha]
         _hit(self.failpoint, "add.verified")
         if new:
-            self._write_index(list(new.values()), [])
+            self._write_index(list(new.values()))
             _hit(self.failpoint, "add.index_written")
             for sha, ref in new.items():
                 index.setdefault(sha, ref)
@@ -637,10 +646,10 @@ class BlobStore:
             return e
         return None
 
-    def _write_index(self, refs: List[BlobRef], supersedes: List[str]) -> str:
+    def _write_index(self, refs: List[BlobRef]) -> str:
         """One index object listing ``refs``, written if absent and durable on return."""
         key = f"{INDEX}/{secrets.token_hex(16)}.json"
-        doc = {"v": 1, "created": time.time(), "supersedes": supersedes, "blobs": [_row(r) for r in refs]}
+        doc = {"v": 1, "created": time.time(), "blobs": [_row(r) for r in refs]}
         try:
             self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True)
         except StoreFailure as e:
@@ -650,11 +659,11 @@ class BlobStore:
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600) -> dict:
         """Drop ``shas`` from the live set and free what no live blob needs (restic's prune):
-        write an index without them that supersedes the current ones (durable), delete those,
-        delete data objects with no live blob, repack packs whose live share is below
-        ``REPACK_BELOW`` (new pack verified before the index points at it), and delete leftovers
-        (objects no index lists) older than ``grace_seconds``. Returns figures. Nothing is deleted
-        while an index object is damaged (``blocked_by_damaged_index``)."""
+        write one index of the live blobs (durable), then delete the index objects it replaces,
+        then the data objects no live blob needs; packs whose live share is below
+        ``REPACK_BELOW`` are repacked first (the new pack verified before the index points at it);
+        leftovers (objects no index lists) go once older than ``grace_seconds``. Returns figures.
+        Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``)."""
         self.reload()  # another process's adds since this instance listed the index count too
         fig = {"forgotten": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0, "objects_deleted": 0,
                "packs_repacked": 0, "blobs_moved": 0, "leftovers_deleted": 0, "leftovers_kept_young": 0,
@@ -662,38 +671,43 @@ class BlobStore:
                "blocked_by_damaged_index": [d["key"] for d in self._damaged]}
         if self._damaged:
             return fig  # a damaged index may be the only one listing some blob: nothing is freed
-        refs = dict(self._index())
-        drop = {s for s in set(shas) if s in refs}
-        live = {s: r for s, r in refs.items() if s not in drop}
+        shas = set(shas)
+        drop = {s for s in self._index() if s in shas}
+        live = {s: self.candidates(s) for s in self._index() if s not in drop}
         objects = {e.key: e for e in self.store.list(DATA)}
         live_len: Dict[str, int] = {}
         by_key: Dict[str, List[BlobRef]] = {}
-        for r in live.values():
-            live_len[r.key] = live_len.get(r.key, 0) + r.length
-            by_key.setdefault(r.key, []).append(r)
+        for cands in live.values():
+            for r in cands:
+                live_len[r.key] = live_len.get(r.key, 0) + r.length
+                by_key.setdefault(r.key, []).append(r)
         fig["missing_objects"] = sorted(k for k in live_len if k not in objects)
-        known_dead = {r.key for s, r in refs.items() if s in drop} - set(live_len)
+        known_dead = {r.key for s in drop for r in self.candidates(s)} - set(live_len)
         repack = sorted(k for k, n in live_len.items()
                         if k in objects and _PACK.match(k) and n < REPACK_BELOW * objects[k].size)
 
         moved: Dict[str, BlobRef] = {}
         repacked: List[str] = []
         if repack:
-            moved, repacked = self._repack(repack, by_key, fig)
-            live.update(moved)
-        changed = bool(drop or moved or len(self._index_keys) > CONSOLIDATE_ABOVE)
-        old_index = self._index_keys + self._superseded
-        if changed:
-            # the index without the forgotten blobs, pointing at the new packs, comes first and
-            # names every index it replaces: from here on the old ones are dead, whatever crashes
-            self._write_index(list(live.values()), old_index)
+            # a blob listed twice need not be copied if its other copy stays and reads back well
+            # (checked: the other entry may be a planted or stale one)
+            elsewhere = {s for s, cands in live.items() if len(cands) > 1 and any(
+                r.key in objects and r.key not in repack and self._verify(r) is None for r in cands)}
+            moved, repacked = self._repack(repack, by_key, elsewhere, fig)
+        old_index = list(self._index_keys)
+        if drop or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE:
+            gone = set(repacked)
+            rows = []
+            for sha, cands in live.items():
+                rows.extend(r for r in cands if r.key not in gone)
+                if sha in moved:
+                    rows.append(moved[sha])
+            # the live index first, durable; until the old index objects are deleted the union
+            # still lists the forgotten blobs, whose objects are all still there
+            self._write_index(rows)
             fig["index_written"] = 1
             _hit(self.failpoint, "forget.index_written")
-            gone = old_index
-        else:
-            gone = self._superseded  # left by a forget that crashed after its index
-        if gone:
-            self._delete(gone, fig, "index_deleted")
+            self._delete(old_index, fig, "index_deleted")
         _hit(self.failpoint, "forget.old_index_deleted")
 
         now = time.time()
@@ -719,16 +733,18 @@ class BlobStore:
         self.reload()
         return fig
 
-    def _repack(self, packs: List[str], by_key: Dict[str, List[BlobRef]], fig: dict
+    def _repack(self, packs: List[str], by_key: Dict[str, List[BlobRef]], elsewhere: set, fig: dict
                 ) -> Tuple[Dict[str, BlobRef], List[str]]:
         """Copy the live blobs of ``packs`` (as stored, each verified first) into new packs that
-        are read back and verified; returns the moved refs and the packs fully moved out. A pack
-        with a blob that does not verify is left as it is (named in ``not_repacked``)."""
+        are read back and verified; returns the moved refs and the packs fully moved out. Blobs
+        also listed in an object that stays (``elsewhere``) are not copied again. A pack with a
+        blob that does not verify is left as it is (named in ``not_repacked``)."""
         moved: Dict[str, BlobRef] = {}
         done: List[str] = []
         batch: List[Tuple[BlobRef, bytes]] = []
         batch_from: List[str] = []
         size = 0
+        taken_shas = set(elsewhere)
 
         def flush() -> None:
             nonlocal batch, batch_from, size
@@ -736,33 +752,35 @@ class BlobStore:
                 for ref in self._write_pack(batch, step="forget.pack_written"):
                     moved[ref.sha] = ref
                 fig["bytes_written"] += size
-                done.extend(batch_from)
-                batch, batch_from, size = [], [], 0
+            done.extend(batch_from)
+            batch, batch_from, size = [], [], 0
 
         for key in packs:
-            blobs = sorted(by_key[key], key=lambda r: r.offset)
+            blobs = sorted((r for r in by_key[key] if r.sha not in taken_shas), key=lambda r: r.offset)
             taken = []
-            end = blobs[-1].offset + blobs[-1].length
-            store = self.store
+            if blobs:
+                end = blobs[-1].offset + blobs[-1].length
+                store = self.store
 
-            def fetch(a: int, b: int, key=key, end=end) -> bytes:
-                return store.read_range(key, a, min(b, end))
+                def fetch(a: int, b: int, key=key, end=end) -> bytes:
+                    return store.read_range(key, a, min(b, end))
 
-            try:
-                with io.BufferedReader(RangeReader(fetch, end, name=key), PACK_READ) as f:
-                    for ref in blobs:
-                        f.seek(ref.offset)
-                        stored = f.read(ref.length)
-                        bad = self._check_bytes(ref, stored)
-                        if bad is not None:
-                            raise bad
-                        taken.append((ref, stored))
-            except (BlobFailure, StoreFailure) as e:
-                fig["not_repacked"].append({"key": key, "message": str(e)})
-                continue
+                try:
+                    with io.BufferedReader(RangeReader(fetch, end, name=key), PACK_READ) as f:
+                        for ref in blobs:
+                            f.seek(ref.offset)
+                            stored = f.read(ref.length)
+                            bad = self._check_bytes(ref, stored)
+                            if bad is not None:
+                                raise bad
+                            taken.append((ref, stored))
+                except (BlobFailure, StoreFailure) as e:
+                    fig["not_repacked"].append({"key": key, "message": str(e)})
+                    continue
             for ref, stored in taken:
                 batch.append((BlobRef(ref.sha, ref.size, "", size, ref.length, ref.form), stored))
                 size += ref.length
+                taken_shas.add(ref.sha)
             batch_from.append(key)
             fig["packs_repacked"] += 1
             fig["blobs_moved"] += len(taken)

@@ -325,7 +325,7 @@ def test_a_corrupted_pack_is_found_for_the_blob_hit_and_only_that_blob(store):
 
 # --- forget (prune, repack) ------------------------------------------------------------------------------
 def data_keys_needed(bs: BlobStore) -> list:
-    return sorted({r.key for r in bs.refs()})
+    return sorted({c.key for r in bs.refs() for c in bs.candidates(r.sha)})
 
 
 def assert_all_readable(store: Store, items) -> None:
@@ -433,3 +433,22 @@ def test_forget_deletes_nothing_while_an_index_object_is_damaged(store):
     assert (fig["objects_deleted"], fig["index_written"], fig["forgotten"]) == (0, 0, 0)
     assert (keys(store, "data"), keys(store, "index")) == before
     assert_all_readable(store, items)
+
+
+def test_a_sha_listed_twice_reads_from_the_good_copy_and_forget_keeps_it(store):
+    """A planted (or stale) index entry puts a live blob at the wrong place, listed first: open and
+    check take the copy that verifies, and a repack does not count on the bad copy."""
+    p_items, q_items = small_items(10, seed=7), small_items(10, seed=8)
+    bs = BlobStore(store)
+    p_refs, q_refs = bs.add(p_items), bs.add(q_items)
+    x = p_refs[1]
+    wrong = q_refs[1]  # a real pack, other bytes
+    store.put(f"index/{'0' * 32}.json", json.dumps(
+        {"v": 1, "blobs": [[x.sha, x.size, wrong.key, wrong.offset, wrong.length, wrong.form]]}).encode())
+    fresh = BlobStore(store)
+    assert fresh.candidates(x.sha)[0].key == wrong.key and len(fresh.candidates(x.sha)) == 2
+    assert fresh.check(x.sha) is None and read(fresh, x.sha) == original(p_items[1])
+    fig = BlobStore(store).forget([i.sha for k, i in enumerate(p_items) if k not in (1, 2)], grace_seconds=0)
+    assert fig["packs_repacked"] == 1 and fig["blobs_moved"] == 2
+    assert x.key not in keys(store, "data")
+    assert_all_readable(store, [p_items[1], p_items[2]] + q_items)
