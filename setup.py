@@ -32,6 +32,7 @@ setup(
         "tb_footprint_plugin.transforms",
         "tb_footprint_plugin.verify",
         "tb_footprint_plugin.engine",
+        "tb_footprint_plugin.api",
         "tb_footprint_plugin.plugin",
         "tb_footprint_plugin.synth",
         "tb_footprint_plugin.integrations",

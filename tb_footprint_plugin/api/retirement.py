@@ -1,0 +1,152 @@
+"""``retire``: whole runs out of the logdir into the vault, each as its own journaled operation
+(``restore`` brings them back); the rule, the dry-run plan and the list of retired runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.engine.catalogue import remember_vault
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
+from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetirePlan, RetireRule
+from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.storage.remote import is_remote
+from tb_footprint_plugin.api.common import bucket_of, context_of, RunProgress
+from tb_footprint_plugin.api.settle import recover_logdir
+from tb_footprint_plugin.api.reports import RunOutcomes
+
+
+# ---------------------------------------------------------------------------------------
+# retire: whole runs out of the logdir into the vault (restore brings them back)
+# ---------------------------------------------------------------------------------------
+@dataclass
+class RetireReport(RunOutcomes):
+    """Result of ``retire``: the plan (what the rule chose, with each run's metric) and outcomes."""
+
+    dry_run: bool
+    plan: RetirePlan
+    outcomes: List[RunOutcome] = field(default_factory=list)
+    recovered: List[RecoveryOutcome] = field(default_factory=list)
+
+    @property
+    def retired_bytes(self) -> int:
+        return sum(o.bytes_before for o in self.outcomes if o.status == Outcome.VERIFIED)
+
+    def to_dict(self) -> dict:
+        return {"dry_run": self.dry_run, "plan": self.plan.to_dict(), "bytes": self.plan.bytes,
+                "retired_bytes": self.retired_bytes, "ok": self.ok,
+                "outcomes": [o.to_dict() for o in self.outcomes], "recovered": [vars(r) for r in self.recovered]}
+
+
+def retire_rule(**kw) -> RetireRule:
+    """A ``RetireRule`` from keyword arguments (``keep_list`` may also be a file path: ``keep_list_file``)."""
+    path = kw.pop("keep_list_file", None)
+    rule = RetireRule(**kw)
+    if path:
+        rule.keep_list = list(rule.keep_list) + read_keep_list(path)
+    rule.validate()
+    return rule
+
+
+def retire_plan(logdir: str, rule: RetireRule, *, backup_dir: Optional[str] = None,
+                quiet_period: float = DEFAULT_QUIET_PERIOD, footprint: Optional[LogdirFootprint] = None) -> RetirePlan:
+    """The dry run of a retirement: which runs the rule selects, what each takes along, and why
+    the others stay (with each run's metric for a keep-best rule). Writes nothing."""
+    if is_remote(logdir):
+        bucket_of(logdir.rstrip("/"), backup_dir)  # the same refusals as the retirement's
+    else:
+        context_of(logdir, backup_dir, quiet_period)
+    fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
+    return plan_retire(fp, rule, quiet_period=quiet_period)
+
+
+def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: Optional[str] = None,
+           quiet_period: float = DEFAULT_QUIET_PERIOD, only: Optional[Sequence[str]] = None,
+           progress: Optional[RunProgress] = None, on_outcome: Optional[Callable[[RunOutcome], None]] = None,
+           cancel: Optional[CancelToken] = None, footprint: Optional[LogdirFootprint] = None) -> RetireReport:
+    """Retire the runs ``rule`` selects, each as its own journaled operation (dry run by default).
+
+    ``only`` (run names) limits the retirement to runs of the plan the user confirmed: a run the
+    rule selects now but that was not shown is left alone."""
+    if is_remote(logdir):
+        return _retire_bucket(logdir.rstrip("/"), rule, dry_run=dry_run, backup_dir=backup_dir,
+                              quiet_period=quiet_period, only=only, on_outcome=on_outcome, cancel=cancel,
+                              footprint=footprint)
+    ctx = context_of(logdir, backup_dir, quiet_period)
+    recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+    p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
+    report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
+    if dry_run:
+        report.outcomes = [RunOutcome(run=i.run, status=Outcome.DRY_RUN if i.selected else Outcome.SKIPPED,
+                                      reason=i.reason, code=i.code, bytes_before=i.bytes, bytes_after=0 if i.selected
+                                      else i.bytes) for i in p.items]
+        return report
+    remember_vault(ctx)
+    for item in p.selected:
+        if only is not None and item.run not in only:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.NOT_IN_PLAN, bytes_before=item.bytes,
+                           bytes_after=item.bytes, reason="not in the plan that was confirmed")
+        elif cancel is not None and cancel.cancelled:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                           bytes_before=item.bytes, bytes_after=item.bytes)
+        else:
+            o = retire_run(ctx, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
+                           cancel=CancelToken(parent=cancel),
+                           progress=(lambda step, frac, r=item.run: progress(r, step, frac)) if progress else None)
+        report.outcomes.append(o)
+        if on_outcome:
+            on_outcome(o)
+    return report
+
+
+def _retire_bucket(logdir: str, rule: RetireRule, *, dry_run: bool, backup_dir: Optional[str], quiet_period: float,
+                   only, on_outcome, cancel, footprint) -> RetireReport:
+    """``retire`` on a bucket logdir: settle unfinished operations, plan from one listing, then
+    each selected run as its own bucket retirement (``engine.bucket_retire``)."""
+    from tb_footprint_plugin.engine import bucket as bk
+
+    rfs, vault = bucket_of(logdir, backup_dir)
+    recovered = [] if dry_run else bk.recover(rfs, vault)
+    p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
+    report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
+    for item in (p.items if dry_run else p.selected):
+        if dry_run:
+            o = RunOutcome(run=item.run, status=Outcome.DRY_RUN if item.selected else Outcome.SKIPPED,
+                           reason=item.reason, code=item.code, bytes_before=item.bytes,
+                           bytes_after=0 if item.selected else item.bytes)
+        elif only is not None and item.run not in only:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.NOT_IN_PLAN, bytes_before=item.bytes,
+                           bytes_after=item.bytes, reason="not in the plan that was confirmed")
+        elif cancel is not None and cancel.cancelled:
+            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                           bytes_before=item.bytes, bytes_after=item.bytes)
+        else:
+            o = bk.retire_run(rfs, vault, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
+                              quiet_period=quiet_period)
+        report.outcomes.append(o)
+        if on_outcome and not dry_run:
+            on_outcome(o)
+    return report
+
+
+def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
+    """Retired runs still kept in the vault (restorable), newest first: run, size, date, op id."""
+    if is_remote(logdir):
+        from tb_footprint_plugin.engine import bucket as bk
+
+        rfs, vault = bucket_of(logdir.rstrip("/"), backup_dir)
+        return [{"op_id": m["op"], "run": m["run"], "takes_along": m.get("takes_along") or [],
+                 "bytes": m.get("bytes_before", 0), "files": len(m["files"]), "retired_at": m.get("created"),
+                 "user": m.get("user"), "tree_sha256": None, "rule": m.get("rule")}
+                for m in bk.retirements(bk.manifests(rfs, vault))]
+    ctx = context_of(logdir, backup_dir)
+    return [{"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along", []),
+             "bytes": m.get("bytes_before", 0), "files": len(m.get("tree", [])), "retired_at": m.get("finished_at"),
+             "user": m.get("user"), "tree_sha256": m.get("tree_sha256"), "rule": m.get("rule")}
+            for m in retirements(ctx) if is_restorable_retirement(m)]
+

@@ -1,0 +1,302 @@
+"""Looking before changing anything: ``plan`` (the dry run, with what the vault would free or the
+requests a bucket would take), the run selection every verb applies, whether a folder is a logdir,
+the shard partition of runs over workers, and what a resumed batch's ledger will skip.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from tb_footprint_plugin.codes import Skip
+from tb_footprint_plugin.fmt import human_bytes
+from tb_footprint_plugin.engine import health, usage
+from tb_footprint_plugin.engine.journal import RunLock
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
+from tb_footprint_plugin.plan.model import Plan
+from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone,
+                                              LOCAL_VAULT_NOTE, make_plan, SelectionError)
+from tb_footprint_plugin.plan import select as selecting, shard as sharding
+from tb_footprint_plugin.plan.policies import get_policy
+from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
+from tb_footprint_plugin.scan.discovery import discover
+from tb_footprint_plugin.scan.scanner import scan
+from tb_footprint_plugin.storage.openfiles import find_writers
+from tb_footprint_plugin.storage.paths import is_within, state_dir, state_dirs_in
+from tb_footprint_plugin.storage.remote import is_remote
+from tb_footprint_plugin.api.common import bucket_of, context_of, logdir_keys, partition_name
+from tb_footprint_plugin.api.records import history
+
+
+def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
+         runs: Optional[List[str]] = None, run_glob: Optional[str] = None, min_size: int = 0,
+         older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
+         footprint: Optional[LogdirFootprint] = None,
+         closed_files: Optional[Mapping[str, float]] = None, vault_format: str = DEFAULT_VAULT_FORMAT) -> Plan:
+    """The dry run: what ``policy`` would do. Writes nothing but its cache of selection outcomes
+    (``scan.selcache``, beside the scan cache; the scan cache itself is not written).
+
+    ``closed_files`` (logdir-relative path -> mtime when found closed) are files the caller's
+    own job wrote and closed: the quiet period skips them while unchanged, and only them.
+    A run with an unfinished operation, or with a file some process on this machine holds open
+    for writing, is left alone (``code``; ``writers`` names the processes).
+
+    On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
+    requests and bytes a reduction and a restore would take. ``vault_format``: the vault its note
+    counts with (what is freed now and after purge; see ``reduce_logdir``)."""
+    fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
+    runs = select_runs(fp, runs, run_glob)
+    rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
+    traces = bucket_traces(fp.logdir) if rewrite is None else rewrite
+    p = make_plan(fp, policy, runs=runs, min_size=min_size,
+                  older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
+                  rewrite=rewrite, trace_after=traces.trace_after)
+    warning = traces.save(r.name for r in fp.runs)
+    if warning:
+        p.notes.append(warning)
+    if is_remote(fp.logdir):
+        bucket_notes(p, fp, backup_dir, traces.stats)
+        return p
+    logdir = os.path.abspath(logdir)
+    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [_vault_note(logdir, backup_dir, p, vault_format)]
+    ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
+    if ops:
+        cmd = health.settle_command(logdir, backup_dir)
+        interrupted = 0
+        for o in ops:
+            if o["run"] is None:
+                interrupted += 1
+                continue
+            # an operation whose holder still runs (elsewhere: a live lease) is not interrupted
+            holder = RunLock(os.path.join(state_dir(logdir), "locks"), o["run"]).live_holder()
+            if holder:
+                leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
+                            "left alone", Skip.LOCKED)
+            else:
+                interrupted += 1
+                leave_alone(p, o["run"], f"unfinished {o['kind']} operation {o['op_id']} (interrupted?); "
+                            f"run `{cmd}` to settle it", Skip.UNFINISHED)
+        if interrupted:
+            p.notes.append(f"{interrupted} unfinished operation(s): run `{cmd}` to settle them")
+    live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
+    if live:
+        paths = [os.path.join(logdir, f.path) for r in live for f in (fp.run(r).files if fp.run(r) else [])
+                 if f.kind != "symlink"]
+        apply_open_writers(p, find_writers(paths), logdir)
+    return p
+
+
+def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
+                   vault_format: str = DEFAULT_VAULT_FORMAT) -> Tuple[int, int, bool]:
+    """``(freed now, freed after purge, vault on the logdir's disk)`` of plan ``p`` with the
+    chosen vault. Hard-link vault: on the logdir's disk nothing is freed until purge; on another
+    disk the copies are there, so the logdir's disk gains it all now and purge frees the copies.
+    Compressed vault: the backups keep about their compressed size (``usage.estimate_compressed``,
+    sampled), the rest is freed now; purge frees that size."""
+    removable = p.removable_bytes
+    vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
+    same = usage.device_of(vault) == usage.device_of(logdir)
+    if vault_format != "compressed":
+        return (0 if same else removable), removable, same
+    originals = [(os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
+                 for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
+    kept = usage.estimate_compressed(originals)
+    return (max(0, removable - kept) if same else removable), kept, same
+
+
+def _vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: str = DEFAULT_VAULT_FORMAT) -> str:
+    """What a plan says of its local vault: what is freed now and what only after purge."""
+    now, later, same = freed_estimate(logdir, backup_dir, p, vault_format)
+    if vault_format == "compressed":
+        where = ("on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)")
+        return (f"freed now: ~{human_bytes(now)} {where}: each run's backups are compressed in the vault "
+                f"once it commits (a file that does not compress stays as it is); ~{human_bytes(later)} more "
+                "after `tb-footprint purge` (--vault-format hardlink keeps them as hard links, freed only by purge)")
+    if same:
+        return (f"freed now: ~{human_bytes(now)} on disk (logdir + vault): the backups are hard links in the vault "
+                f"on the same disk; {human_bytes(later)} more after `tb-footprint purge` "
+                "(or put the vault on another disk with --backup-dir)")
+    return (f"freed now: {human_bytes(now)} on the logdir's disk: the backups are copies in the vault on another "
+            f"disk; {human_bytes(later)} more there after `tb-footprint purge`")
+
+
+def _rewrite_of(logdir: str):
+    """The event-file rewrite's own selection, made at plan time (``plan.content``) and cached
+    for the reduce that follows, its outcome kept across plans of unchanged runs
+    (``transforms.plan_cache``); a run it cannot analyse now (changed meanwhile) is estimated.
+    Its ``trace_after`` measures the PyTorch traces' gzip and slim the same way."""
+    from tb_footprint_plugin.transforms.plan_cache import PlanRewrites
+
+    return PlanRewrites(logdir)
+
+
+def bucket_traces(url: str):
+    """A bucket plan's ``trace_after``: its PyTorch traces' gzip and slim measured by ranged reads,
+    cached per object (``transforms.plan_cache.BucketTraces``), as a local plan measures them."""
+    from tb_footprint_plugin.transforms.plan_cache import BucketTraces
+
+    return BucketTraces(url)
+
+
+def bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str], measured=None) -> None:
+    """The request cost of a bucket plan, and when its bytes are really freed on this bucket;
+    ``measured``: the requests the plan's own trace measures issued, counted with its scan's."""
+    from tb_footprint_plugin.engine.bucket import retention_report
+    from tb_footprint_plugin.plan.cost import request_cost
+    from tb_footprint_plugin.storage.remote import protocol_of
+
+    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    if measured is not None:  # the plan read the traces it measures: that is this plan's cost too
+        scanned = p.cost["scan"]
+        for k, v in measured.to_dict().items():
+            scanned[k] = scanned.get(k, 0) + v
+    rfs, vault = bucket_of(fp.logdir, backup_dir)
+    p.cost["freed"] = retention_report(rfs, vault, p.removable_bytes)
+    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
+
+
+def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
+                run_glob: Optional[str] = None) -> Optional[List[str]]:
+    """The runs of ``fp`` a selection names (``runs``: exact names, ``run_glob``: a glob, matched
+    by ``plan.select``, the one rule of every verb), or None when there is no selection; a name
+    or glob that matches no run raises ``SelectionError`` naming it (a typo must not look like
+    "nothing to do")."""
+    if runs is None and not run_glob:
+        return None
+    names = [r.name for r in fp.runs if r.name != UNATTRIBUTED]
+    chosen, missing = selecting.select(names, runs, run_glob)
+    if missing:
+        shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+        raise SelectionError(f"no run of {fp.logdir} matches {', '.join(repr(m) for m in missing)}"
+                             + "".join(selecting.missing_hint(m, names) for m in missing)
+                             + f" (runs: {shown or 'none'})")
+    return chosen
+
+
+def selection_by_logdir(logdirs: Sequence[str], runs: Optional[List[str]], run_glob: Optional[str],
+                        backup_dir: Optional[str] = None) -> Dict[str, dict]:
+    """A ``runs`` / ``run_glob`` selection over several logdirs: each name and the glob must match
+    a run of one of them (else ``SelectionError`` naming what matched nowhere, before anything
+    runs); each logdir gets the part of the selection that names its own runs."""
+    names = {ld: [r.name for r in scan(ld, backup_dir=backup_dir, write_cache=False).runs if r.name != UNATTRIBUTED]
+             for ld in logdirs}
+    every = [n for v in names.values() for n in v]
+    missing = [n for n in runs or [] if n not in every]
+    if run_glob and not any(selecting.matches(n, run_glob) for n in every):
+        missing.append(run_glob)
+    if missing:
+        raise SelectionError(f"no run of {', '.join(logdirs)} matches {', '.join(repr(m) for m in missing)}"
+                             + "".join(selecting.missing_hint(m, every) for m in missing))
+    out = {}
+    for ld, v in names.items():
+        here = None if runs is None else [n for n in runs if n in v]
+        if run_glob and not any(selecting.matches(n, run_glob) for n in v):
+            out[ld] = {"runs": [], "run_glob": None}  # nothing of this logdir is selected
+        else:
+            out[ld] = {"runs": here, "run_glob": run_glob}
+    return out
+
+
+class NotALogdir(ValueError):
+    """A folder with no TensorBoard data and no state of ours: nothing to scan, plan or reduce."""
+
+
+def check_logdir(logdir: str, backup_dir: Optional[str] = None,
+                 footprint: Optional[LogdirFootprint] = None) -> None:
+    """Raise ``NotALogdir`` (naming the folder) unless ``logdir`` holds TensorBoard data (an event
+    file, a profile session, a PyTorch trace: a run as the scan counts them) or a state folder
+    (a logdir whose every run was retired is still one). Reads only; writes nothing.
+    ``footprint``: the caller's scan of it, so the folder is not walked twice."""
+    if is_remote(logdir):
+        return
+    if not os.path.isdir(logdir):
+        raise NotALogdir(f"logdir {logdir} is not a directory")
+    base = os.path.abspath(logdir)
+    if state_dirs_in(base):
+        return
+    if footprint is not None:  # the caller's scan already walked it
+        names = [r.name for r in footprint.runs]
+    else:
+        exclude = [os.path.abspath(backup_dir)] if backup_dir and is_within(backup_dir, base) else []
+        names = list(discover(base, exclude=exclude).runs)
+    if any(name != UNATTRIBUTED for name in names):
+        return
+    raise NotALogdir(f"{logdir} is not a TensorBoard logdir: no event file, profile session or PyTorch trace "
+                     "in it (give the folder you pass to `tensorboard --logdir`)")
+
+
+def shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str] = None) -> Dict[str, int]:
+    """The partition's input over ``logdirs`` sharded together: ``plan.shard.key(logdir, run)`` ->
+    the run's original bytes (its size before any reduction the change log records)."""
+    return scan_shard_sizes(logdirs, backup_dir, {}, write_cache=False)
+
+
+def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: Dict[str, LogdirFootprint],
+                     write_cache: bool) -> Dict[str, int]:
+    """``shard_sizes`` from scans the caller may have made already (``scans``: logdir -> its
+    footprint, filled in with the scans made here)."""
+    out: Dict[str, int] = {}
+    for ld in logdir_keys(logdirs):
+        fp = scans[ld] if ld in scans else scan(ld, backup_dir=backup_dir, write_cache=write_cache)
+        scans[ld] = fp
+        cur = {r.name: r.total_bytes for r in fp.runs if r.name != UNATTRIBUTED}
+        # a run another worker is reducing right now may have been scanned half-swapped: its
+        # journal says the size it had. Read before the change log, which a finished operation
+        # writes before it drops its journal, so one of the two always has it.
+        for run, b in sharding.original_sizes(cur, _in_flight(ld) + history(ld, backup_dir)).items():
+            out[sharding.key(partition_name(ld), run)] = b
+    return out
+
+
+def _in_flight(logdir: str) -> List[dict]:
+    """Reductions under way in a local logdir, as change-log entries of their planned sizes."""
+    if is_remote(logdir):
+        return []  # a bucket's manifests, read as its history, are written before anything is deleted
+    return [{"kind": "reduce", "outcome": "verified", "run": o["run"], "before": o["bytes_before"]}
+            for o in health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
+            if o["kind"] == "reduce" and isinstance(o["run"], str) and o["bytes_before"] is not None]
+
+
+def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optional[str] = None,
+               sizes: Optional[Mapping[str, int]] = None) -> Dict[str, List[str]]:
+    """Which runs of each logdir shard ``shard`` = (index, count) takes: logdir -> runs. Every
+    worker computes the same partition from its own scan (``plan.shard`` says how and its bound)."""
+    sizes = shard_sizes(logdirs, backup_dir) if sizes is None else sizes
+    out: Dict[str, List[str]] = {ld: [] for ld in logdir_keys(logdirs)}
+    names = {partition_name(ld): ld for ld in out}
+    for k in sharding.select(sizes, shard):
+        name, run = k.split("\0", 1)
+        if name in names:
+            out[names[name]].append(run)
+    return out
+
+
+def ledger_skips(p: Plan, policy="archive", *, backup_dir: Optional[str] = None, ledger: Optional[str] = "default",
+                 shard: Optional[Tuple[int, int]] = None) -> List[str]:
+    """Mark in ``p`` each planned run the batch ledger already settled, as a resumed reduce will
+    skip it (``Skip.LEDGER_DONE``, by the ledger's own ``should_run``), and return their names.
+    Reads only: a question asked before a resumed reduce names and counts exactly the runs it
+    will touch. A run with an interrupted attempt of its own stays in (the reduce settles it, and
+    records it in the ledger, before it decides); a ledger of another policy holds nothing (the
+    reduce sets it aside); a bucket logdir's reduce does not skip by its ledger, so neither does this."""
+    from tb_footprint_plugin.engine.ledger import load_ledger
+
+    if not ledger or is_remote(p.logdir):
+        return []
+    ctx = context_of(p.logdir, backup_dir)
+    path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
+    data, _problems = load_ledger(path, ctx.logdir)  # untrusted: refused entries are simply not used
+    name = get_policy(policy).name
+    if data is None or (data.get("policy") != name and data["runs"]):
+        return []
+    book = Ledger(path, name, ctx.logdir)
+    skipped = []
+    for rp in p.runs:
+        if not rp.actions or rp.skipped:
+            continue  # nothing planned, or left alone already (an unfinished attempt: redone)
+        e = data["runs"].get(rp.run)
+        if not book.should_run(e, rp.bytes_before):
+            rp.skipped, rp.code = f"already {e['state']} in the ledger {path}", Skip.LEDGER_DONE
+            skipped.append(rp.run)
+    return skipped
+
