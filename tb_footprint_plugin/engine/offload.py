@@ -233,7 +233,9 @@ def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
             by_url.setdefault(rec["url"], []).append(sha)
     n = 0
     for url, group in by_url.items():
-        remote_vault.blobstore(url).forget(group)
+        fig = remote_vault.blobstore(url).forget(group)
+        if fig.get("blocked_by_damaged_index"):
+            continue  # nothing was forgotten: the records stay, naming what the store still holds
         for sha in group:
             remote_vault.drop_record(vault.root, sha)
             n += 1

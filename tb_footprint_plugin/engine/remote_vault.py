@@ -42,6 +42,10 @@ _RECORD_LIMIT = 64 << 10
 
 _stores: Dict[str, BlobStore] = {}
 _stores_lock = threading.Lock()
+#: the last read failure per (vault, sha), so a caller that only learnt "not readable" (a
+#: restore's pre-check) can name the object and the store's code; bounded
+_failures: Dict[tuple, "RemoteReadError"] = {}
+_FAILURES_KEPT = 256
 
 
 class RemoteReadError(OSError):
@@ -55,6 +59,29 @@ class RemoteReadError(OSError):
 
     def __str__(self) -> str:
         return self.strerror
+
+
+def _code_of(e: Exception):
+    """The most specific code of a blob store failure: the store's own (``permission_denied``
+    for an archived object S3 will not read, ``not_found``, …) when the blob store wrapped one."""
+    inner = e.__cause__ or e.__context__
+    if isinstance(e, BlobFailure) and e.code == BlobError.STORE and isinstance(inner, StoreFailure):
+        return inner.code
+    return e.code
+
+
+def _remember(vault_root: str, sha: str, e: "RemoteReadError") -> "RemoteReadError":
+    with _stores_lock:
+        if len(_failures) >= _FAILURES_KEPT:
+            _failures.pop(next(iter(_failures)))
+        _failures[(vault_root, sha)] = e
+    return e
+
+
+def last_failure(vault_root: str, sha: str) -> Optional["RemoteReadError"]:
+    """The last ``RemoteReadError`` reading ``sha`` from ``vault_root``'s remote vault met in
+    this process (its code and the object it names), None when none."""
+    return _failures.get((vault_root, sha))
 
 
 def record_path(vault_root: str, sha: str) -> str:
@@ -145,16 +172,14 @@ class _Checked:
     """A blob store stream whose failures are ``RemoteReadError``s naming the object (readers of
     the vault catch ``OSError``)."""
 
-    def __init__(self, f: BinaryIO, name: str):
-        self.f, self.name = f, name
+    def __init__(self, f: BinaryIO, name: str, vault_root: str, sha: str):
+        self.f, self.name, self.at = f, name, (vault_root, sha)
 
     def read(self, n: int = -1) -> bytes:
         try:
             return self.f.read(n)
-        except BlobFailure as e:
-            raise RemoteReadError(e.code, self.name, f"{self.name}: {e}") from None
-        except StoreFailure as e:
-            raise RemoteReadError(e.code, self.name, f"{self.name}: {e}") from None
+        except (BlobFailure, StoreFailure) as e:
+            raise _remember(*self.at, RemoteReadError(_code_of(e), self.name, f"{self.name}: {e}")) from None
 
     def seek(self, *a):  # readers seek only to rewind a local blob; a remote one is read once
         raise OSError(errno.ESPIPE, "a remote blob's stream is read once")
@@ -190,13 +215,13 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
             bs = blobstore(rec["url"], fresh=True)
         name = object_name(rec, bs)
         if bs.ref(sha) is None:
-            raise RemoteReadError(BlobError.MISSING, name, f"{name}: the remote vault's index does not list "
-                                  f"sha256 {sha[:12]}… (recorded in {record_path(vault_root, sha)})")
-        return _Checked(bs.open(sha), name)
-    except BlobFailure as e:
-        raise RemoteReadError(e.code, object_name(rec), f"{object_name(rec)}: {e}") from None
-    except StoreFailure as e:
-        raise RemoteReadError(e.code, object_name(rec), f"{object_name(rec)}: {e}") from None
+            raise _remember(vault_root, sha, RemoteReadError(
+                BlobError.MISSING, name, f"{name}: the remote vault's index does not list sha256 {sha[:12]}… "
+                f"(recorded in {record_path(vault_root, sha)})"))
+        return _Checked(bs.open(sha), name, vault_root, sha)
+    except (BlobFailure, StoreFailure) as e:
+        raise _remember(vault_root, sha, RemoteReadError(_code_of(e), object_name(rec), f"{object_name(rec)}: {e}")) \
+            from None
 
 
 def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
@@ -210,11 +235,11 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
         return RemoteReadError(BlobError.MISSING, record_path(vault_root, sha), str(e))
     if got != sha:
         rec = read_record(vault_root, sha) or {"url": "", "sha": sha}
-        return RemoteReadError(BlobError.CORRUPT, object_name(rec), f"{object_name(rec)} does not hash to "
-                               f"sha256 {sha[:12]}…")
+        return _remember(vault_root, sha, RemoteReadError(BlobError.CORRUPT, object_name(rec),
+                                                          f"{object_name(rec)} does not hash to sha256 {sha[:12]}…"))
     return None
 
 
 __all__ = ["REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "set_configured_url", "blobstore", "open_remote",
-           "check_remote", "object_name"]
+           "check_remote", "object_name", "last_failure"]

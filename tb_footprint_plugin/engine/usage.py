@@ -9,6 +9,10 @@ state folders of other users at the top of the logdir (``.tb-footprint`` when it
 
 Memory stays bounded on logdirs of millions of files: only inodes with several links (the
 vault's hard links, mostly) are remembered, as ``(st_dev, st_ino)`` pairs.
+
+A vault whose backups are offloaded to a bucket (``engine.offload``) holds only small records
+for them on the local disk; what the bucket stores is counted apart (``remote_usage``), never
+added to the disk in use: it is not on this disk.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX
+from tb_footprint_plugin.engine import offload
+from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX, Vault
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.regular import open_regular
@@ -237,6 +242,29 @@ class _Head:
         b = self.f.read(self.left if n < 0 else min(n, self.left))
         self.left -= len(b)
         return b
+
+
+def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
+    """What the remote vault(s) of these local vaults store, as the bucket bills it:
+    ``{"remote_vault_bytes", "remote_blobs", "original_bytes", "urls", "errors"}`` from each
+    store's ``BlobStore.stats()`` (one listing of its index); None when no vault offloads.
+    A store that cannot be reached is named in ``errors`` (its bytes unknown, not zero)."""
+    out = None
+    seen = set()
+    for root in vault_roots:
+        st = offload.remote_stats(Vault(root))
+        if st is None or st["url"] in seen:
+            continue
+        seen.add(st["url"])
+        out = out or {"remote_vault_bytes": 0, "remote_blobs": 0, "original_bytes": 0, "urls": [], "errors": []}
+        out["urls"].append(st["url"])
+        if "error" in st:
+            out["errors"].append({"url": st["url"], "error": st["error"]})
+            continue
+        out["remote_vault_bytes"] += int(st.get("stored_bytes", 0))
+        out["remote_blobs"] += int(st.get("blobs", 0))
+        out["original_bytes"] += int(st.get("original_bytes", 0))
+    return out
 
 
 def stored_bytes(sizes: Iterable[int]) -> int:
