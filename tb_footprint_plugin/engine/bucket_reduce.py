@@ -63,6 +63,10 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
         if on_outcome:
             on_outcome(o)
 
+    # neighbours in the key space batched together (not largest first): a batch's checking
+    # listings then cover a few folders of the sweep, not the whole logdir
+    # (``bucket_state.listing_of_runs``)
+    drops.sort(key=lambda rp: rp.run)
     for i in range(0, len(drops), BATCH_RUNS):
         for o in reduce_batch(rfs, vault, started(drops[i:i + BATCH_RUNS]), listing, quiet_period, policy,
                                settled_early=settled, closed_files=closed_files):

@@ -299,15 +299,79 @@ def run_listing(rfs: RemoteFS, vault: BucketVault, run: str) -> Dict[str, Object
             if not k.startswith(STATE_DIR_NAME + "/") and not (vault_rel and k.startswith(vault_rel))}
 
 
-def listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int) -> Dict[str, ObjectInfo]:
-    """The current objects of ``runs``: one listing of the whole logdir when that takes fewer
-    pages than one listing per run prefix, else one listing per run."""
-    if "." in runs or math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
+def listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int,
+                    known: Optional[Mapping[str, ObjectInfo]] = None) -> Dict[str, ObjectInfo]:
+    """The current objects of ``runs`` (and maybe of their neighbours), listed in the fewest
+    pages. Without ``known``: one listing of the whole logdir when that takes fewer pages than
+    one listing per run prefix, else one listing per run. With ``known`` (the listing the plan
+    was made from) the runs are covered by folder prefixes: a folder holding several of them is
+    listed once when its objects take fewer pages than listing them one by one. A batch of a
+    sweep's neighbouring runs then costs a page or two per folder instead of the whole logdir's
+    pages, which grow with the logdir and with the vault and state objects under it."""
+    if "." in runs:
         return run_listing(rfs, vault, ".")
+    if known is None:
+        if math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
+            return run_listing(rfs, vault, ".")
+        prefixes = list(runs)
+    else:
+        prefixes = cover_prefixes(runs, known, logdir_objects)
     out: Dict[str, ObjectInfo] = {}
-    for run in runs:
-        out.update(run_listing(rfs, vault, run))
+    for pre in prefixes:
+        out.update(run_listing(rfs, vault, pre))
     return out
+
+
+def cover_prefixes(runs: List[str], known: Mapping[str, ObjectInfo], logdir_objects: int) -> List[str]:
+    """The folders (run names, their parent folders, or ``"."`` for the whole logdir) whose
+    listings cover every run in ``runs`` in the fewest pages, counted from ``known``. A run's
+    own prefix is always a candidate; a parent folder replaces its runs' listings when its
+    objects (any run's, in ``known``) take fewer pages than they do. Every choice covers every
+    run: a stale count only costs pages, never a run left out."""
+    wanted = {r.strip("/") for r in runs}
+    parents: Dict[str, set] = {}  # folder -> its child folders that lead to a wanted run
+    for r in wanted:
+        parts = r.split("/")
+        for i in range(len(parts)):
+            parents.setdefault("/".join(parts[:i]), set()).add("/".join(parts[:i + 1]))
+    count = folder_counts(known)
+    root = max(logdir_objects, len(known))
+
+    def pages(folder: str) -> int:
+        return max(1, math.ceil((root if folder == "" else count.get(folder, 0)) / LIST_PAGE_KEYS))
+
+    def best(folder: str) -> Tuple[int, List[str]]:
+        if folder in wanted:  # a run is listed whole, with whatever nests under it
+            return pages(folder), [folder]
+        cost, chosen = 0, []
+        for child in sorted(parents.get(folder, ())):
+            c, ch = best(child)
+            cost += c
+            chosen += ch
+        mine = pages(folder)
+        return (mine, [folder or "."]) if mine < cost else (cost, chosen)
+
+    return best("")[1]
+
+
+_last_counts: Tuple[Optional[Tuple[int, int]], Dict[str, int]] = (None, {})
+
+
+def folder_counts(known: Mapping[str, ObjectInfo]) -> Dict[str, int]:
+    """Objects under each folder of a listing. A reduce asks once per batch with the same
+    listing: the last counts are kept (one tuple, swapped whole), so the listing is walked once,
+    not once per batch."""
+    global _last_counts
+    tag, count = _last_counts
+    if tag != (id(known), len(known)):
+        count = {}
+        for key in known:
+            parts = key.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                folder = "/".join(parts[:i])
+                count[folder] = count.get(folder, 0) + 1
+        _last_counts = ((id(known), len(known)), count)
+    return count
 
 
 def vault_url(rfs: RemoteFS, path: str) -> str:
