@@ -4,7 +4,7 @@ backend: issue #27 items 2-3, issue #26 item 2).
 Layout under the store's root::
 
     data/<sha[:2]>/<sha>          one blob of PACK_BELOW bytes or more ("lone"), raw or one zstd frame
-    data/<xx>/<random id>.pack    small blobs of one ``add`` call, concatenated (each raw or a zstd frame)
+    data/<xx>/<random id>.pack    PACK_MAGIC, then small blobs of one ``add`` call (each raw or a zstd frame)
     index/<random id>.json        sha -> key, offset, length, form, size; written if absent, never changed
 
 Why it is safe (invariant 1: the caller deletes an original only after ``add`` returned its ref):
@@ -71,6 +71,9 @@ PACK_READ = 4 << 20
 #: no object of any store is larger (S3's limit is 5 TiB): offsets beyond are damage
 MAX_OBJECT = 5 << 40
 FORMS = ("zst", "raw")
+#: the first bytes of every pack: a pack is recognisable, and never an empty object (some stores
+#: drop those) even when it holds only empty blobs
+PACK_MAGIC = b"tb-footprint pack v1\n"
 #: the two folders (listing prefixes)
 DATA = "data"
 INDEX = "index"
@@ -499,7 +502,7 @@ class BlobStore:
                 out.append(None)  # type: ignore[arg-type]  # filled from its pack below
                 slots.append((len(out) - 1, src.sha))
                 continue
-            if src.size < self.pack_below:
+            if src.size < self.pack_below or src.size == 0:  # (an empty object is not one on every store)
                 form, stored = self._small(src)
                 pack.append((BlobRef(src.sha, src.size, "", pack_bytes, len(stored), form), stored))
                 pack_bytes += len(stored)
@@ -597,15 +600,16 @@ class BlobStore:
                           sha=src.sha, key=key)
 
     def _write_pack(self, blobs: List[Tuple[BlobRef, bytes]], step: str = "add.data_written") -> List[BlobRef]:
-        """Write one pack of ``blobs`` (if absent), read it back and verify every blob in it."""
+        """Write one pack of ``blobs`` (their offsets relative to the pack's first blob) if absent,
+        read it back and verify every blob in it."""
         pid = secrets.token_hex(16)
         key = f"{DATA}/{pid[:2]}/{pid}.pack"
         try:
-            self.store.put(key, b"".join(b for _, b in blobs), if_absent=True)
+            self.store.put(key, PACK_MAGIC + b"".join(b for _, b in blobs), if_absent=True)
         except StoreFailure as e:
-            raise _fail(blobs[0][0].sha, key, e) from None
+            raise _fail("", key, e) from None  # the pack's failure, not one blob's
         _hit(self.failpoint, step)
-        refs = [BlobRef(r.sha, r.size, key, r.offset, r.length, r.form) for r, _ in blobs]
+        refs = [BlobRef(r.sha, r.size, key, len(PACK_MAGIC) + r.offset, r.length, r.form) for r, _ in blobs]
         bad = self._verify_pack(key, refs)
         if bad is not None:
             self.store.delete([key])
@@ -629,7 +633,7 @@ class BlobStore:
                     if bad is not None:
                         return bad
         except StoreFailure as e:
-            return _fail(refs[0].sha, key, e)
+            return _fail("", key, e)
         return None
 
     @staticmethod
@@ -797,4 +801,4 @@ class BlobStore:
                 fig.setdefault("delete_failed", []).append({"key": res.key, "message": res.message})
 
 
-__all__ = ["PACK_BELOW", "PACK_TARGET", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT", "STEPS"]
+__all__ = ["PACK_BELOW", "PACK_TARGET", "PACK_MAGIC", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT", "STEPS"]

@@ -296,6 +296,14 @@ def test_200_small_blobs_cost_one_pack_and_a_handful_of_requests(store):
     assert (st["blobs"], st["objects"], st["packs"]) == (201, 1, 1)
 
 
+def test_empty_originals_round_trip_even_alone(store):
+    empty = src(b"")
+    [ref] = BlobStore(store, pack_below=0).add([empty])  # never a lone object: some stores drop empty ones
+    assert (ref.size, ref.length, ref.form) == (0, 0, "raw") and ref.key.endswith(".pack")
+    fresh = BlobStore(store)
+    assert read(fresh, empty.sha) == b"" and fresh.check(empty.sha) is None
+
+
 def test_packs_close_at_their_target_size_and_duplicates_are_stored_once(store):
     items = small_items(40)
     bs = BlobStore(store, pack_target=6_000)
