@@ -36,7 +36,7 @@ def arm_fault(step, logdir, box):
     def snapshot():
         box["before"] = tree(logdir)
 
-    faults.arm("after_begin", snapshot)  # the run as it was when the transaction started
+    faults.arm("reduce.journal", snapshot)  # the run as it was when the transaction started
     faults.arm(step, "raise")
     return faults.disarm_all
 
@@ -178,7 +178,7 @@ def main():
         logdir = os.path.join(args.root, scenario)
         os.makedirs(logdir)
         box = results[scenario] = {}
-        disarm = arm_fault("after_verify", logdir, box) if scenario == "fault" else None
+        disarm = arm_fault("reduce.verify", logdir, box) if scenario == "fault" else None
         opts = {} if scenario == "dry" else {"policy": args.policy, "dry_run": False}
         if scenario == "crash":  # training raises: nothing is reduced, the outcome still comes
             opts["crash"] = True

@@ -38,7 +38,7 @@ def test_archive_pipeline_on_demo_logs(tmp_path):
     source_before = tree_hashes(src)
 
     # night 1: every reduction fails (injected) -> rolled back, archive = the synced copy, exit 1
-    p = pipeline(tmp_path, TB_FOOTPRINT_FAILPOINTS="after_verify=raise")
+    p = pipeline(tmp_path, TB_FOOTPRINT_FAILPOINTS="reduce.verify=raise")
     assert p.returncode == 1, p.stderr[-3000:]
     assert runs_tree(tmp_path / "archive") == {k: v for k, v in source_before.items()}
     failed = records(tmp_path)

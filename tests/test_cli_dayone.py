@@ -116,7 +116,7 @@ def test_ctrl_c_mid_reduce_rolls_the_run_back_exits_130_and_says_what_next(tmp_p
     copy_real("torch/profiled", logdir / "torchrun")
     before = user_files(logdir)
     flag = tmp_path / "paused"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "after_stage", "reduce", str(logdir),
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "reduce.stage", "reduce", str(logdir),
                           "--policy", "lossless", "--verify", "python", "--yes"],
                          env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
@@ -147,7 +147,7 @@ from tb_footprint_plugin.engine import faults
 def pause():
     open(sys.argv[1], "w").close()
     time.sleep(300)
-faults.arm("after_stage", pause)
+faults.arm("reduce.stage", pause)
 try:
     fp.reduce_logdir(sys.argv[2], policy="lossless", dry_run=False, verify_backends=("python",))
 except fp.Interrupted as e:
@@ -180,7 +180,7 @@ def test_ctrl_c_in_a_notebook_rolls_back_through_the_api_too(tmp_path):
 def test_ctrl_c_mid_retire_puts_the_run_back_and_exits_130(logdir, tmp_path):
     before = user_files(logdir)
     flag = tmp_path / "paused"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "retire_mid_move", "retire", str(logdir),
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "retire.mid_move", "retire", str(logdir),
                           "train", "validation", "--with-nested", "--quiet-period", "0", "--yes"],
                          env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
@@ -201,7 +201,7 @@ def test_after_a_kill_status_says_untouched_and_the_rerun_names_the_run_it_redoe
     copy_real("torch/profiled", logdir / "torchrun")
     before = user_files(logdir)
     p = tbf("reduce", logdir, "--policy", "lossless", "--verify", "python", "--yes",
-            env={"TB_FOOTPRINT_FAILPOINTS": "after_stage=kill"})
+            env={"TB_FOOTPRINT_FAILPOINTS": "reduce.stage=kill"})
     assert p.returncode == -signal.SIGKILL
     run = "torchrun"
     st = tbf("status", logdir)
@@ -276,7 +276,7 @@ def test_after_ctrl_c_the_reruns_question_counts_only_the_runs_it_will_touch(tmp
     policy.write_text(json.dumps({"name": "mine", "base": "lossless"}))
     common = ["--policy", policy, "--verify", "python", "--quiet-period", "0"]  # r1 was just written
     before = user_files(logdir)
-    rc, out, err = interrupt_at(tmp_path, 2, "after_stage", "reduce", logdir, *common, "--yes")
+    rc, out, err = interrupt_at(tmp_path, 2, "reduce.stage", "reduce", logdir, *common, "--yes")
     assert rc == 130, out + err
     assert "✓ r1: verified" in out and "interrupted while changing r2" in err, out + err
     assert staging_files(logdir) == []
@@ -297,7 +297,7 @@ def test_after_ctrl_c_the_reruns_question_counts_only_the_runs_it_will_touch(tmp
     assert "already settled are skipped: r1" in shown and "Reduce 2 run(s)?" in shown, shown
 
     # killed while r2 is staged: the next question names r2 as the attempt it rolls back and redoes
-    p = tbf("reduce", logdir, *common, "--yes", env={"TB_FOOTPRINT_FAILPOINTS": "after_stage=kill"})
+    p = tbf("reduce", logdir, *common, "--yes", env={"TB_FOOTPRINT_FAILPOINTS": "reduce.stage=kill"})
     assert p.returncode == -signal.SIGKILL
     rc, shown = cli_on_terminal("reduce", logdir, *common, answer="y")
     assert rc == 0, shown
@@ -325,7 +325,7 @@ def test_ctrl_c_with_two_jobs_leaves_every_run_untouched_or_reduced_and_the_reru
         copy_real("torch/profiled", logdir / r)
     before = user_files(logdir)
     common = ["--policy", "lossless", "--verify", "python", "--jobs", "2"]
-    rc, out, err = interrupt_at(tmp_path, 1, "after_stage", "reduce", logdir, *common, "--yes")
+    rc, out, err = interrupt_at(tmp_path, 1, "reduce.stage", "reduce", logdir, *common, "--yes")
     assert rc == 130, out + err
     assert staging_files(logdir) == [], staging_files(logdir)
     m = re.search(r"interrupted while changing (\S+)", err)
@@ -373,7 +373,7 @@ def pause():
         deadline = time.monotonic() + 300
         while not os.path.exists(sys.argv[1] + ".release") and time.monotonic() < deadline:
             time.sleep(0.05)
-faults.arm("after_stage", pause)
+faults.arm("reduce.stage", pause)
 try:
     fp.reduce_logdir(sys.argv[2], policy="lossless", dry_run=False, jobs=2, verify_backends=("python",),
                      ledger="default")

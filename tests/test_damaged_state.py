@@ -339,7 +339,7 @@ def test_full_disk_while_staging_names_the_temporary_file(small_fs):
     logdir = copy_real("torch/profiled", small_fs / "logdir")
     before = user_files(logdir)
     fillers = []
-    faults.arm("before_stage", lambda: fillers.append(fill(small_fs, 0)))
+    faults.arm("reduce.stage_record", lambda: fillers.append(fill(small_fs, 0)))
     try:
         rep = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
     finally:

@@ -20,10 +20,10 @@ from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.paths import state_dir
 
-REDUCE_STEPS = ["after_begin", "before_store", "after_backup", "before_stage", "after_stage",
-                "after_verify", "after_swap_record", "mid_swap", "after_swap", "after_commit"]
+REDUCE_STEPS = ["reduce.journal", "reduce.backup_record", "reduce.backup", "reduce.stage_record", "reduce.stage",
+                "reduce.verify", "reduce.swap_record", "reduce.mid_swap", "reduce.swap", "reduce.commit"]
 #: Steps at or past the commit point: a crash there ends fully reduced (finished on recovery).
-COMMITTED_ON_CRASH = {"after_swap_record", "mid_swap", "after_swap", "after_commit"}
+COMMITTED_ON_CRASH = {"reduce.swap_record", "reduce.mid_swap", "reduce.swap", "reduce.commit"}
 SCENARIOS = {
     # one run that gets every kind of action: whole sessions deleted (files + directories),
     # caches and secondary traces deleted, old traces deleted, the newest trace compressed
@@ -84,7 +84,7 @@ def test_in_process_failure_rolls_back(tmp_path, expected_reduced, step, kind):
     rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
     o = rep.outcomes[0]
     assert hits, f"failpoint {step} was never reached"
-    if step == "after_commit":
+    if step == "reduce.commit":
         assert o.status == "verified"
         assert user_files(logdir) == expected_reduced["keep-latest"]
     else:
@@ -129,7 +129,7 @@ def test_sigkill_then_recovery(tmp_path, expected_reduced, scenario, step):
     assert user_files(logdir) == expected_reduced[scenario]
 
 
-@pytest.mark.parametrize("step", ["restore_mid", "restore_file"])
+@pytest.mark.parametrize("step", ["restore.dirs", "restore.file"])
 @pytest.mark.parametrize("mode", ["raise", "kill"])
 def test_restore_interrupted_is_finished(tmp_path, step, mode):
     logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
@@ -174,7 +174,7 @@ def test_file_appended_mid_reduce_is_rolled_back_and_kept(tmp_path):
         with open(victim, "ab") as f:
             f.write(b"late bytes")
 
-    faults.arm("after_stage", append)
+    faults.arm("reduce.stage", append)
     before_victim = victim.read_bytes()
     rep = api.reduce_logdir(str(logdir), policy="lossless", dry_run=False, verify_backends=("python",))
     o = rep.outcomes[0]
@@ -218,7 +218,7 @@ def test_a_file_written_while_it_is_staged_fails_as_changed_since_backup(tmp_pat
                 f.write(b"late bytes")
             written.append(stage["src"])
 
-    faults.arm("before_stage", write_the_source)
+    faults.arm("reduce.stage_record", write_the_source)
     rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
     o = next(o for o in rep.outcomes if o.op_id)
     assert written and o.status == "rolled_back", o.to_dict()
@@ -227,11 +227,11 @@ def test_a_file_written_while_it_is_staged_fails_as_changed_since_backup(tmp_pat
     _no_leftovers(logdir)
 
 
-@pytest.mark.parametrize("step", ["after_swap_record", "after_swap"])
+@pytest.mark.parametrize("step", ["reduce.swap_record", "reduce.swap"])
 def test_a_file_written_at_the_swap_fails_as_changed_since_backup(tmp_path, step):
-    # after_swap_record: the swap finds a backed-up original changed; after_swap: a profile-only
+    # reduce.swap_record: the swap finds a backed-up original changed; reduce.swap: a profile-only
     # run's event file is no longer the bytes hashed under the lock
-    if step == "after_swap_record":
+    if step == "reduce.swap_record":
         logdir, policy = copy_real("viewed/jax_profiled", tmp_path / "logdir"), "archive"
         victim = logdir / "plugins" / "profile" / "2026_11_30_00_21_35" / "vm.trace.json.gz"
     else:
@@ -264,7 +264,7 @@ def test_run_deleted_mid_batch(tmp_path):
             calls.append(1)
             shutil.rmtree(logdir / "a")  # 'b' (larger) runs first; 'a' vanishes meanwhile
 
-    faults.arm("after_verify", delete_other)
+    faults.arm("reduce.verify", delete_other)
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     by_run = {o.run: o for o in rep.outcomes}
     assert by_run["b"].status == "verified"
@@ -346,7 +346,7 @@ def test_restore_refuses_a_symlinked_folder(tmp_path):
 
 def test_crash_then_append_before_recovery_keeps_the_new_bytes(tmp_path):
     logdir = copy_fixture("mixed", tmp_path / "logdir")
-    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="after_swap_record=kill",
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="reduce.swap_record=kill",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir), "keep-latest"], env=env, timeout=300)
     assert p.returncode == -9

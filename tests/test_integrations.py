@@ -219,8 +219,8 @@ def test_training_that_raises_is_not_reduced_and_the_error_propagates(logdir):
 
 def test_failing_reduction_is_logged_and_leaves_the_run_as_it_was(logdir, caplog):
     snap = {}
-    faults.arm("after_begin", lambda: snap.update(tree_hashes(logdir / "job")))
-    faults.arm("after_verify", "raise")
+    faults.arm("reduce.journal", lambda: snap.update(tree_hashes(logdir / "job")))
+    faults.arm("reduce.verify", "raise")
     try:
         with reduce_when_done(str(logdir), dry_run=False, verify_backends=("python",)) as job:
             _write_job(logdir)

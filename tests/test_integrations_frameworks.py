@@ -99,7 +99,7 @@ def test_failing_reduction_leaves_the_run_and_the_job_alone(jobs, framework):
     statuses = {o["run"]: o["status"] for o in out["report"]["outcomes"]}
     assert "rolled_back" in statuses.values(), statuses
     assert res["before"] and res["after"] == res["before"]  # byte for byte, as when it started
-    assert "footprint: failed for" in log and "injected failure at after_verify" in log
+    assert "footprint: failed for" in log and "injected failure at reduce.verify" in log
 
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))

@@ -141,7 +141,7 @@ def test_restore_killed_after_the_late_records_went_back_is_finished_once(tmp_pa
     original = path.read_bytes()
     assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY).ok
     append_by_path(path, 1000)
-    env = dict(ENV, TB_FOOTPRINT_FAILPOINTS="restore_file=kill")
+    env = dict(ENV, TB_FOOTPRINT_FAILPOINTS="restore.file=kill")
     p = subprocess.run([sys.executable, "-c", "import sys; from tb_footprint_plugin import api; "
                         "api.restore(sys.argv[1])", str(logdir)], env=env, timeout=300)
     assert p.returncode == -9

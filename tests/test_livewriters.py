@@ -160,7 +160,7 @@ def test_writer_that_opens_the_file_during_the_reduce_is_caught_before_the_swap(
                                          "time.sleep(120)", str(path)], stdout=subprocess.PIPE, text=True))
         assert holders[0].stdout.readline().strip() == "ready"
 
-    faults.arm("after_verify", open_for_append)
+    faults.arm("reduce.verify", open_for_append)
     try:
         rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY)
     finally:
@@ -270,7 +270,7 @@ def test_purge_keeps_and_reports_a_damaged_backup(tmp_path):
     assert code == 0
 
 
-PURGE_STEPS = ["purge_intent", "purge_blob", "purge_marked"]
+PURGE_STEPS = ["purge.intent", "purge.blob", "purge.marked"]
 
 
 @pytest.mark.parametrize("step", PURGE_STEPS)
@@ -431,7 +431,7 @@ def test_unfinished_operation_is_reported_with_the_command_that_settles_it(tmp_p
     logdir = tmp_path / "logdir"
     image_run(logdir / "run")
     _age(logdir)
-    env = dict(ENV, TB_FOOTPRINT_FAILPOINTS="after_swap_record=kill")
+    env = dict(ENV, TB_FOOTPRINT_FAILPOINTS="reduce.swap_record=kill")
     code = ("import sys; from tb_footprint_plugin import api; "
             "api.reduce_logdir(sys.argv[1], policy='archive', dry_run=False, verify_backends=('python',))")
     assert subprocess.run([sys.executable, "-c", code, str(logdir)], env=env, timeout=300).returncode == -9
@@ -484,7 +484,7 @@ def test_second_reducer_says_another_process_changed_the_run(tmp_path):
 # ---------------------------------------------------------------------------------------
 # 9. kills during restore, at each step: the next start finishes it, no temp file is left
 # ---------------------------------------------------------------------------------------
-RESTORE_STEPS = ["restore_mid", "restore_copied", "restore_file", "restore_checked"]
+RESTORE_STEPS = ["restore.dirs", "restore_copied", "restore.file", "restore.check"]
 
 
 @pytest.mark.parametrize("step", RESTORE_STEPS)

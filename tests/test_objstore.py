@@ -345,8 +345,8 @@ def test_reduce_and_restore_byte_identical(bucket, demo_logdir):
 
 
 # --- crashes, races and store faults ---------------------------------------------------------
-CRASH_POINTS = ["bucket.after_journal", "bucket.after_backup_copy", "bucket.after_backup",
-                "bucket.before_recheck", "bucket.before_delete", "bucket.after_delete"]
+CRASH_POINTS = ["reduce.journal", "reduce.backup_copy", "reduce.backup",
+                "reduce.verify", "reduce.swap_record", "reduce.swap"]
 
 
 def _reduce_in_subprocess(url, policy_file, failpoint=None):
@@ -363,7 +363,7 @@ def _reduce_in_subprocess(url, policy_file, failpoint=None):
 
 # every step on S3; on GCS and Azure one step on each side of the delete record (CI time)
 CRASH_CASES = [("s3", f) for f in CRASH_POINTS] + [
-    (s, f) for s in ("gs", "az") for f in ("bucket.after_backup_copy", "bucket.before_delete")]
+    (s, f) for s in ("gs", "az") for f in ("reduce.backup_copy", "reduce.swap_record")]
 
 
 @pytest.mark.parametrize("scheme,failpoint", CRASH_CASES)
@@ -389,7 +389,7 @@ def test_crash_at_each_step_then_recovery_from_another_process(objstore_pool, de
     assert any(k.startswith(".tb-footprint/locks/") for k in state)
     settled = api.recover_logdir(url)  # this process: the lock's owner is gone
     assert len(settled) == 1 and settled[0].action in ("rolled_back", "completed"), settled
-    expected = "completed" if failpoint in ("bucket.before_delete", "bucket.after_delete") else "rolled_back"
+    expected = "completed" if failpoint in ("reduce.swap_record", "reduce.swap") else "rolled_back"
     assert settled[0].action == expected
     left = [k for k in RemoteFS(url).list_tree() if k.startswith((".tb-footprint/journal/", ".tb-footprint/locks/"))]
     assert left == []
@@ -428,7 +428,7 @@ def test_object_changed_after_backup_is_never_deleted(bucket, demo_logdir):
             hit.append(1)
             bucket.fs.pipe_file(bucket.key("logs/" + victim), b"new bytes written by the trainer")
 
-    faults.arm("bucket.before_recheck", rewrite)
+    faults.arm("reduce.verify", rewrite)
     try:
         rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0)
     finally:
@@ -484,7 +484,7 @@ def test_run_written_during_the_reduce_is_left_alone_by_the_plans_rule(s3_bucket
     pol = DROP_PROFILES if policy == "drop" else "archive"
     time.sleep(4)  # the uploaded objects are older than the quiet period
     fresh = s3_bucket.key(f"logs/{run}/notes-{policy}.txt")
-    faults.arm("bucket.before_recheck", lambda: s3_bucket.fs.pipe_file(fresh, b"written by the trainer"))
+    faults.arm("reduce.verify", lambda: s3_bucket.fs.pipe_file(fresh, b"written by the trainer"))
     try:
         rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=3, runs=[run])
     finally:
@@ -535,7 +535,7 @@ def test_checking_listing_refused_after_the_delete_is_a_store_error(s3_via_proxy
     planned = api.plan(url, DROP_PROFILES, quiet_period=0)
     run = next(rp.run for rp in planned.runs if not rp.skipped)
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "2")  # the fault is permanent: fewer retries
-    faults.arm("bucket.after_delete", lambda: proxy.rules.append(Rule(_is_listing, S3_INTERNAL, times=10 ** 6)))
+    faults.arm("reduce.swap", lambda: proxy.rules.append(Rule(_is_listing, S3_INTERNAL, times=10 ** 6)))
     try:
         rep = api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0, runs=[run])
     finally:
@@ -818,10 +818,10 @@ def test_rewrite_and_gzip_in_the_bucket_then_restore(bucket, rewrite_logdir):
     assert not [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/tmp/")]
 
 
-REWRITE_CRASH_POINTS = ["bucket.after_stage", "bucket.after_upload", "bucket.before_swap",
-                        "bucket.after_swap_one", "bucket.after_swap"]
+REWRITE_CRASH_POINTS = ["reduce.stage", "reduce.upload", "reduce.swap_record",
+                        "reduce.mid_swap", "reduce.swap"]
 REWRITE_CRASH_CASES = [("s3", f) for f in REWRITE_CRASH_POINTS] + [
-    (s, f) for s in ("gs", "az") for f in ("bucket.after_upload", "bucket.after_swap_one")]
+    (s, f) for s in ("gs", "az") for f in ("reduce.upload", "reduce.mid_swap")]
 
 
 @pytest.mark.parametrize("scheme,failpoint", REWRITE_CRASH_CASES)
@@ -853,10 +853,10 @@ def test_rewrite_crash_at_each_new_step_then_recovery(objstore_pool, rewrite_log
         return [n for n in os.listdir(scratch.system_root()) if n.startswith(f"tbfp-bucket-p{proc.pid}-")]
 
     # killed while staging: its local scratch is left behind, and the next start sweeps it
-    assert bool(left_scratch()) == (failpoint in ("bucket.after_stage", "bucket.after_upload"))
+    assert bool(left_scratch()) == (failpoint in ("reduce.stage", "reduce.upload"))
     settled = api.recover_logdir(url)
     assert left_scratch() == []
-    expected = "rolled_back" if failpoint in ("bucket.after_stage", "bucket.after_upload") else "completed"
+    expected = "rolled_back" if failpoint in ("reduce.stage", "reduce.upload") else "completed"
     assert [s.action for s in settled] == [expected], settled
     state = [k for k in RemoteFS(url).list_tree() if k.startswith((".tb-footprint/journal/",
                                                                     ".tb-footprint/locks/", ".tb-footprint/tmp/"))]
@@ -883,7 +883,7 @@ def test_rewrite_original_changed_before_swap_rolls_back(s3_bucket, rewrite_logd
     url = s3_bucket.upload(rewrite_logdir, "logs")
     ev = next(k for k in _logdir_hashes(s3_bucket, "logs") if k.startswith("exp/hist/") and "tfevents" in k)
     new = s3_bucket.fs.cat_file(s3_bucket.key("logs/" + ev)) + b"appended"
-    faults.arm("bucket.before_swap", lambda: s3_bucket.fs.pipe_file(s3_bucket.key("logs/" + ev), new))
+    faults.arm("reduce.swap_record", lambda: s3_bucket.fs.pipe_file(s3_bucket.key("logs/" + ev), new))
     try:
         rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, runs=["exp/hist"])
     finally:

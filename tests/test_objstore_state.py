@@ -174,7 +174,7 @@ def test_a_restore_stopped_after_putting_the_original_back_records_the_late_reco
     from tb_footprint_plugin.engine import faults
 
     url, before, ev, late, framed, grown = _grow_reduced_event_object(s3_bucket, rewrite_logdir)
-    faults.arm("bucket.restore_after_put_back")
+    faults.arm("restore.file")
     try:
         with pytest.raises(faults.InjectedFault):
             api.restore(url)

@@ -617,7 +617,7 @@ def test_cancel_before_commit_point_rolls_back(app, logdir):
         reached.set()
         go.wait(30)
 
-    faults.arm("after_backup", pause)
+    faults.arm("reduce.backup", pause)
     r = app.post("/reduce", {"runs": ["big"]})
     assert r.status_code == 202
     job_id = r.get_json()["job"]["id"]
@@ -751,7 +751,7 @@ def test_crash_recovery_runs_at_load_and_is_reported(logdir):
     def crash():
         raise _Crash()
 
-    faults.arm("after_backup", crash)
+    faults.arm("reduce.backup", crash)
     with pytest.raises(_Crash):
         api.reduce_logdir(str(logdir), policy="archive", dry_run=False, runs=["big"], quiet_period=0)
     faults.disarm_all()

@@ -39,7 +39,7 @@ def _reduce_keeping_journal(logdir: Path):
         for p in _journal_dir(logdir).glob("*.jsonl"):
             kept[p.name] = p.read_bytes()
 
-    faults.arm("after_commit", keep)
+    faults.arm("reduce.commit", keep)
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     faults.disarm_all()
     assert rep.ok, [o.to_dict() for o in rep.outcomes]

@@ -123,7 +123,7 @@ def test_failure_at_each_step_is_settled_by_the_next_start(bucket, sweep_logdir,
     assert api.status(url)["unfinished_operations"]
 
     (rec,) = api.recover_logdir(url)
-    committed = RETIRE_STEPS.index(step) >= RETIRE_STEPS.index("bucket.retire.before_delete")
+    committed = RETIRE_STEPS.index(step) >= RETIRE_STEPS.index("retire.delete_record")
     assert rec.action == (Recovery.COMPLETED if committed else Recovery.ROLLED_BACK), (step, rec.detail)
     assert not api.status(url)["unfinished_operations"]
     if committed:
@@ -139,7 +139,7 @@ def test_failure_at_each_step_is_settled_by_the_next_start(bucket, sweep_logdir,
     assert o.status == Outcome.VERIFIED, o.reason
 
 
-@pytest.mark.parametrize("when", ["bucket.retire.after_copy", "bucket.retire.after_delete"])
+@pytest.mark.parametrize("when", ["retire.move", "retire.delete"])
 def test_run_written_during_the_retire_is_left_alone(s3_bucket, sweep_logdir, when):
     """An object a trainer writes into the run while it is being retired (after the copies, or
     after the originals were deleted): the run is left in the logdir, every original back byte for
@@ -202,7 +202,7 @@ def test_closed_files_let_a_just_closed_run_be_reduced(s3_bucket, rewrite_logdir
     assert o.bytes_after < o.bytes_before
 
 
-@pytest.mark.parametrize("step", ["bucket.retire.mid_copy", "bucket.retire.before_delete"])
+@pytest.mark.parametrize("step", ["retire.mid_move", "retire.delete_record"])
 def test_cli_retire_killed_then_settled_from_another_process(s3_bucket, sweep_logdir, step):
     """`tb-footprint retire URL` SIGKILLed before its commit record and right after it: the journal
     and the run's lock are left in the bucket; the next start (another process) puts the run back,
@@ -220,7 +220,7 @@ def test_cli_retire_killed_then_settled_from_another_process(s3_bucket, sweep_lo
     assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
     assert any(k.startswith(STATE + "locks/") for k in s3_bucket.hashes("logs"))
     (rec,) = api.recover_logdir(url)
-    finished = step == "bucket.retire.before_delete"
+    finished = step == "retire.delete_record"
     assert rec.action == (Recovery.COMPLETED if finished else Recovery.ROLLED_BACK), rec.detail
     assert not any(k.startswith((STATE + "locks/", STATE + "journal/")) for k in s3_bucket.hashes("logs"))
     if finished:
@@ -263,7 +263,7 @@ def test_purge_keeps_the_copies_of_a_retire_still_under_way(s3_bucket, sweep_log
     url = s3_bucket.upload(sweep_logdir, "logs")
     before = _user(s3_bucket)
     run = "sweep/lr0"
-    faults.arm("bucket.retire.after_manifest")
+    faults.arm("retire.manifest")
     try:
         with pytest.raises(faults.InjectedFault):
             api.retire(url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0)

@@ -21,9 +21,9 @@ from tb_footprint_plugin.engine.retire import RETIRE_STEPS, UNRETIRE_STEPS
 from tb_footprint_plugin.storage.paths import state_dir
 
 #: past the manifest: a crash there ends retired (recovery finds the manifest written)
-RETIRED_ON_CRASH = {"retire_after_manifest"}
+RETIRED_ON_CRASH = {"retire.manifest"}
 #: steps that only exist when the vault is on another filesystem
-CROSS_ONLY = {"retire_mid_delete"}
+CROSS_ONLY = {"retire.mid_delete"}
 
 _KILL_SCRIPT = """
 import sys
@@ -235,7 +235,7 @@ def test_retire_racing_a_writer_by_path_settles_and_keeps_every_record(setup, ta
     originals = {p: p.read_bytes() for p in (first, second)}
     victim = second if target == "not_yet_moved" else first
     fired = []
-    faults.arm("retire_mid_move", lambda: (fired.append(1), _append_by_path(victim, 1000)))
+    faults.arm("retire.mid_move", lambda: (fired.append(1), _append_by_path(victim, 1000)))
     rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup,
                      quiet_period=0)
     faults.disarm_all()
@@ -273,7 +273,7 @@ def race():
     subprocess.run([sys.executable, "-c", writer, victim, "1000", "3"], check=True)
     os.kill(os.getpid(), 9)
 # the writer appends, the retirement goes on, sees it and dies in its rollback's place: a crash
-faults.arm("retire_mid_move", race)
+faults.arm("retire.mid_move", race)
 api.retire(logdir, api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
 """
 

@@ -42,7 +42,7 @@ def _journals(logdir: Path):
 # ---------------------------------------------------------------------------------------------
 # 1. hard links to live journals
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("step", ["after_backup", "after_stage", "after_verify"])
+@pytest.mark.parametrize("step", ["reduce.backup", "reduce.stage", "reduce.verify"])
 def test_a_hard_linked_journal_mid_reduce_is_kept_whole(tmp_path, step):
     """A backup tool hard-links the whole logdir (state folder included) while a reduce is between
     its backup and commit records: the reduce goes on writing the same journal (nothing set aside,
@@ -87,8 +87,8 @@ def test_a_hard_linked_journal_then_a_failure_rolls_back_cleanly(tmp_path):
         (j,) = _journals(logdir)
         os.link(j, tmp_path / "linked.jsonl")
 
-    faults.arm("after_backup", cp_al)
-    faults.arm("after_verify", "raise")
+    faults.arm("reduce.backup", cp_al)
+    faults.arm("reduce.verify", "raise")
     rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
     (o,) = rep.outcomes
     assert o.status == "rolled_back", o.to_dict()
@@ -109,7 +109,7 @@ def test_killed_with_a_hard_linked_journal_recovery_settles_it(tmp_path):
     next start's recovery rolls the run back byte for byte and the next reduce works."""
     logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
     before = user_files(logdir)
-    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="after_stage=kill",
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="reduce.stage=kill",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir)], env=env, timeout=300)
     assert p.returncode == -9
@@ -134,7 +134,7 @@ def test_a_journal_replaced_mid_operation_is_never_started_again(tmp_path):
         os.rename(j, kept)
         shutil.copy2(kept, j)  # same bytes, another file
 
-    faults.arm("after_backup", replace)
+    faults.arm("reduce.backup", replace)
     rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
     (o,) = rep.outcomes
     assert o.status != "verified", o.to_dict()
@@ -301,7 +301,7 @@ def test_a_rollback_keeps_the_blob_of_displaced_content_equal_to_another_origina
         written.append((a, b))
         raise RuntimeError("injected after the swap")
 
-    faults.arm("after_swap", write_then_fail)
+    faults.arm("reduce.swap", write_then_fail)
     rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
     (o,) = rep.outcomes
     assert written, o.to_dict()
@@ -375,7 +375,7 @@ def test_a_rollback_never_displaces_a_file_a_live_process_writes(tmp_path):
         holders.append((w, a))
         raise RuntimeError("injected after the swap")
 
-    faults.arm("after_swap", write_then_fail)
+    faults.arm("reduce.swap", write_then_fail)
     try:
         rep = api.reduce_logdir(str(logdir), policy="keep-latest", dry_run=False, verify_backends=("python",))
         (o,) = rep.outcomes

@@ -137,10 +137,10 @@ def _tamper(path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-@pytest.mark.parametrize("step", ["after_backup", "after_swap_record"])
+@pytest.mark.parametrize("step", ["reduce.backup", "reduce.swap_record"])
 def test_an_untouched_event_file_changed_before_the_commit_rolls_the_run_back(tmp_path, step, reader_opens):
     """Changed between the backup and the commit: found by its sha256 at the verification
-    (``after_backup``) or after the swap (``after_swap_record``, the verification had passed);
+    (``reduce.backup``) or after the swap (``reduce.swap_record``, the verification had passed);
     either way the run goes back as it was, its profile data byte for byte."""
     logdir = tmp_path / "logs"
     run = _run(str(logdir), "exp0/run0", 0)

@@ -293,7 +293,7 @@ def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_
     # five workers at once: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is
     # killed (SIGKILL) with its first run backed up, in the middle of its transaction
     procs = [_worker(logdir, s) for s in ("0/2", "1/2", "0/3", "1/3")]
-    killed = _worker(logdir, "2/3", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    killed = _worker(logdir, "2/3", TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
     said = {}  # each worker's own report, to name what happened to a run that is missing below
     for s, p in zip(("0/2", "1/2", "0/3", "1/3", "2/3"), procs + [killed]):
         said[s] = p.communicate(timeout=600)
@@ -339,7 +339,7 @@ def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_
 
 def test_a_stalled_worker_shows_in_the_merged_status(tmp_path):
     logdir = make_logdir(tmp_path / "logs", 4)
-    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
     w.communicate(timeout=300)
     assert w.returncode == -signal.SIGKILL
     b = api.status(logdir)["batch"]
@@ -368,7 +368,7 @@ def test_a_worker_settles_the_run_a_killed_worker_left_and_reduces_it(tmp_path):
     logdir = make_logdir(tmp_path / "logs", 1)
     before = user_files(logdir)
     rp = next(r for r in api.plan(logdir).runs if r.actions)  # planned before the other worker started
-    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
     w.communicate(timeout=300)
     assert w.returncode == -signal.SIGKILL and api.pending_operations(logdir)
     o = reduce_run(Context(logdir, verify_backends=("python",)), rp)
@@ -603,7 +603,7 @@ def test_the_ledger_rereads_a_file_another_process_replaced_and_checks_it_again(
     assert "r2" not in a.read()["runs"] and [p["code"] for p in a.problems] == ["bad_ledger_entry"]
 
 
-@pytest.mark.parametrize("failpoint, settled", [("after_swap", "completed"), ("after_backup", "rolled_back")])
+@pytest.mark.parametrize("failpoint, settled", [("reduce.swap", "completed"), ("reduce.backup", "rolled_back")])
 def test_a_run_recovery_settles_for_a_dead_worker_is_recorded_by_the_worker_that_settled_it(
         tmp_path, failpoint, settled):
     """Worker 0/2 dies inside its first run; worker 1/2 starts later, and its recovery settles that
@@ -738,7 +738,7 @@ def test_status_table_keeps_its_columns_with_odd_run_names(tmp_path):
     pending run (no worker yet) shows no pid."""
     logdir = make_logdir(tmp_path / "logs", 2)
     os.rename(os.path.join(logdir, "exp1", "run001"), os.path.join(logdir, "exp1", "odd\tname"))
-    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
     w.communicate(timeout=300)
     assert w.returncode == -signal.SIGKILL
     cli = subprocess.run(CLI + ["status", logdir, "--runs"], env=env(), capture_output=True, text=True)
@@ -755,7 +755,7 @@ def test_a_run_held_by_a_live_worker_elsewhere_is_planned_as_locked_not_interrup
     being reduced, not interrupted: the plan says locked and names the holder (no "run recover"
     advice that could not help); once the lease is stale it is an interrupted operation."""
     logdir = make_logdir(tmp_path / "logs", 2)
-    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_backup=kill")
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
     w.communicate(timeout=300)
     assert w.returncode == -signal.SIGKILL
     assert len(api.pending_operations(logdir)) == 1
@@ -791,7 +791,7 @@ def test_the_partition_holds_while_another_worker_is_between_its_swap_and_its_ch
     journal says the size the run had."""
     logdir = make_logdir(tmp_path / "logs", 6)
     sizes = api.shard_sizes([logdir])
-    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="after_swap=kill")
+    w = _worker(logdir, "0/1", TB_FOOTPRINT_FAILPOINTS="reduce.swap=kill")
     w.communicate(timeout=300)
     assert w.returncode == -signal.SIGKILL and len(api.pending_operations(logdir)) == 1
     assert {r.name: r.total_bytes for r in api.scan(logdir).runs} != {k.split("\0")[1]: v for k, v in sizes.items()}

@@ -47,7 +47,7 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
         plan = {s: api.shard_plan([url], tuple(map(int, s.split("/"))))[url] for s in ("0/2", "1/2", "2/3")}
         assert sorted(plan["0/2"] + plan["1/2"]) == runs and plan["2/3"]
         procs = [_worker(url, s, pol) for s in ("0/2", "1/2", "0/3", "1/3")]
-        killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="bucket.after_backup=kill")
+        killed = _worker(url, "2/3", pol, TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
         outs = [p.communicate(timeout=600) for p in procs]
         killed.communicate(timeout=600)
         if killed.returncode == -signal.SIGKILL:
@@ -220,8 +220,8 @@ def test_status_reads_ledger_objects_another_worker_wrote_since_its_last_listing
     assert b["problems"] == []
 
 
-@pytest.mark.parametrize("failpoint, settled", [("bucket.before_delete", "completed"),
-                                                ("bucket.after_backup", "rolled_back")])
+@pytest.mark.parametrize("failpoint, settled", [("reduce.swap_record", "completed"),
+                                                ("reduce.backup", "rolled_back")])
 def test_runs_recovery_settles_for_a_dead_worker_are_recorded_by_the_worker_that_settled_them(
         s3_bucket, tmp_path, failpoint, settled):
     """Worker 0/2 dies in its batch; worker 1/2 starts later and settles that batch's journal

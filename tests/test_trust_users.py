@@ -584,7 +584,7 @@ def pause():
     while not os.path.exists(os.path.join(home, "go")) and time.time() < deadline:
         time.sleep(0.05)
 
-faults.arm("after_backup", pause)
+faults.arm("reduce.backup", pause)
 rep = api.reduce_logdir(logdir, None, policy="archive", dry_run=False, runs=[run], quiet_period=0,
                         verify_backends=("python",))
 print("\n" + json.dumps({"outcomes": [o.to_dict() for o in rep.outcomes]}, default=str))

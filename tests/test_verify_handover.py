@@ -374,7 +374,7 @@ def test_failure_during_the_backup_closes_the_early_server(tmp_path, monkeypatch
         made.append(self)
 
     monkeypatch.setattr(orig_mod.OriginalRun, "__init__", tracking_init)
-    faults.arm("before_store", "raise")
+    faults.arm("reduce.backup_record", "raise")
     try:
         rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
     finally:

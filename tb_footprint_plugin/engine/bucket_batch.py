@@ -107,7 +107,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 o = outs[en["run"]]
                 o.status, o.reason, o.code = Outcome.FAILED, str(e), failure_code(e)
             return list(outs.values())
-        faults.hit("bucket.after_journal")
+        faults.hit("reduce.journal")
         # Backups: server-side copies, each conditional on the plan's version. A run whose copy
         # fails is rolled back alone; the others go on.
         live: List[dict] = []
@@ -116,7 +116,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             try:
                 for f in en["files"]:
                     backup_object(rfs, f)
-                    faults.hit("bucket.after_backup_copy")
+                    faults.hit("reduce.backup_copy")
                 bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
                 st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after))
                 live.append(en)
@@ -124,11 +124,11 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 raise
             except (BucketTxnError, RemoteError) as e:
                 _drop_run(rfs, vault, en, outs[en["run"]], e)
-        faults.hit("bucket.after_backup")
+        faults.hit("reduce.backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the
         # version as a condition where the store takes one.
-        faults.hit("bucket.before_recheck")
+        faults.hit("reduce.verify")
         if live:
             try:
                 now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
@@ -164,14 +164,14 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         try:
             # the destructive step is preceded by its record: every backup of these runs verified
             journal.step("swapping")
-            faults.hit("bucket.before_delete")
+            faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, RemoteError) as e:
             _rollback_batch(rfs, vault, journal, live, outs, e)
             ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
             rfs.ops.delete(ours, versions=versions)
             return list(outs.values())
-        faults.hit("bucket.after_delete")
+        faults.hit("reduce.swap")
         # a verification that finds the run not as planned is a failed step (as on a disk); one
         # whose listing the store refused is the store's failure
         unverified = Failure.ERROR

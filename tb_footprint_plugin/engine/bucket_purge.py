@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tb_footprint_plugin.codes import Failure, Skip
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import JOURNAL, BucketState, BucketTxnError, BucketVault, must_delete, now_s
 from tb_footprint_plugin.storage.remote import RemoteFS
@@ -50,7 +51,9 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
             doc = {k: v for k, v in m.items() if not k.startswith("_")}
             doc["purged"] = now
             st.update(m["_path"], doc, m["_version"])
+            faults.hit("purge.intent")
             must_delete(rfs, [f["backup"] for f in m["files"]])
+            faults.hit("purge.blob")
     return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held}
 
 

@@ -91,7 +91,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                         continue
                     raise
                 out.bytes_after += f["size"] - cur.size
-                faults.hit("bucket.restore_after_put_back")
+                faults.hit("restore.file")
                 if kept is not None:
                     displaced.append(kept)
                     late = kept.get("late_records")

@@ -64,9 +64,9 @@ from tb_footprint_plugin.storage.remote import (
 from tb_footprint_plugin.version import __version__
 
 #: failpoints of a bucket retirement, in order (tests inject a failure at each)
-RETIRE_STEPS = ("bucket.retire.after_journal", "bucket.retire.mid_copy", "bucket.retire.after_copy",
-                "bucket.retire.after_manifest", "bucket.retire.before_delete", "bucket.retire.after_delete")
-UNRETIRE_STEPS = ("bucket.unretire.mid_copy", "bucket.unretire.after_copy")
+RETIRE_STEPS = ("retire.journal", "retire.mid_move", "retire.move",
+                "retire.manifest", "retire.delete_record", "retire.delete")
+UNRETIRE_STEPS = ("unretire.mid_move", "unretire.move")
 KIND = "retire"
 
 
@@ -203,14 +203,14 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
                   listing: Dict[str, ObjectInfo], along: List[str], rule: Optional[dict], quiet_period: float,
                   closed_files: Optional[Mapping[str, float]], locks: List[str]) -> None:
     run, op_id, files = entry["run"], entry["op"], entry["files"]
-    faults.hit("bucket.retire.after_journal")
+    faults.hit("retire.journal")
     for i, f in enumerate(files):  # server-side copies, each conditional on the listed version
         backup_object(rfs, f)
         if i == 0:
-            faults.hit("bucket.retire.mid_copy")
-    faults.hit("bucket.retire.after_copy")
+            faults.hit("retire.mid_move")
+    faults.hit("retire.move")
     st.create(vault.manifest(op_id), manifest_doc(rfs, vault, journal.doc, entry, along, rule))
-    faults.hit("bucket.retire.after_manifest")
+    faults.hit("retire.manifest")
     # last look before the destructive step: a writer's object (new, or an original rewritten
     # since its copy) keeps the run in the logdir
     now_objs = run_listing(rfs, vault, run)
@@ -226,9 +226,9 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
     if not all(bucket_lease.still_held(p) for p in locks):
         raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
     journal.step("swapping")  # every copy verified: from here on recovery finishes the retirement
-    faults.hit("bucket.retire.before_delete")
+    faults.hit("retire.delete_record")
     finish_op(rfs, vault, journal.doc, present=now_objs)
-    faults.hit("bucket.retire.after_delete")
+    faults.hit("retire.delete")
     left = run_listing(rfs, vault, run)
     if left:
         raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
@@ -386,14 +386,14 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
                         out.created_files.append(f["path"])
                         out.bytes_after += f["size"]
                         if i == 0:
-                            faults.hit("bucket.unretire.mid_copy")
+                            faults.hit("unretire.mid_move")
                         continue
                 if cur is not None and cur.size == f["size"] and \
                         same_content(content_checksums(cur), f.get("checksums") or {}):
                     out.bytes_after += f["size"]  # back already (a restore stopped midway)
                 else:
                     conflicts.append(f["path"])
-            faults.hit("bucket.unretire.after_copy")
+            faults.hit("unretire.move")
             doc = {k: v for k, v in m.items() if not k.startswith("_")}
             doc.update(status="restored", restored_at=now_s(), restored_with=who(), restored_by=op_id)
             if conflicts:  # their originals stay in the vault only, which purge keeps

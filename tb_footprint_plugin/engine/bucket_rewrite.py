@@ -129,24 +129,24 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         journal = BucketJournal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
                                        "vault": vault.root,
                                        "runs": [en], "logdir_objects": len(listing)})
-        faults.hit("bucket.after_journal")
+        faults.hit("reduce.journal")
         for f in files:
             backup_object(rfs, f)
-            faults.hit("bucket.after_backup_copy")
-        faults.hit("bucket.after_backup")
+            faults.hit("reduce.backup_copy")
+        faults.hit("reduce.backup")
         with scratch.scratch("bucket", scratch.system_root()) as work:
             local = _stage_run(rfs, rp, files, listing, work, verify_backends)
             journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
-            faults.hit("bucket.after_stage")
+            faults.hit("reduce.stage")
             for f in files:
                 if f.get("tmp"):
                     _upload_and_read_back(rfs, f, local["staged"][f["path"]])
             journal.step("uploaded")  # the new objects, their checksums and read-back recorded
-            faults.hit("bucket.after_upload")
+            faults.hit("reduce.upload")
         bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
             sum(f["new_size"] for f in files if f.get("tmp"))
         st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after))
-        faults.hit("bucket.before_recheck")
+        faults.hit("reduce.verify")
         now_objs = listing_of_runs(rfs, vault, [rp.run], len(listing))
         for f in files:
             cur = now_objs.get(f["path"])
@@ -161,9 +161,9 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
-        faults.hit("bucket.before_swap")
+        faults.hit("reduce.swap_record")
         finish_op(rfs, vault, journal.doc, present=now_objs)
-        faults.hit("bucket.after_swap")
+        faults.hit("reduce.swap")
         v = verify_batch(rfs, vault, [en], listing)[rp.run]
         if not v["ok"]:
             raise BucketTxnError(Failure.ERROR, v["error"])  # as a failed verification on a disk

@@ -128,7 +128,7 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
             else:
                 deletes[path] = f["version"]
             if f.get("tmp"):
-                faults.hit("bucket.after_swap_one")
+                faults.hit("reduce.mid_swap")
     if deletes:
         if present is None:
             present = listing_of_runs(rfs, vault, [en["run"] for en in live_entries(doc)],

@@ -1,43 +1,169 @@
-"""Failpoints: named places in the transaction where tests inject a failure or a SIGKILL.
+"""Failpoints: named places in the transactions where tests inject a failure or a SIGKILL.
 
 Set ``TB_FOOTPRINT_FAILPOINTS="step=action[,step=action]"`` with action one of ``raise``,
 ``enospc``, ``eacces`` or ``kill`` (SIGKILL to the own process, as a power cut would stop it
-at that instant). Unset, ``hit`` is one dictionary lookup. Tests may also call ``arm``.
+at that instant). Unset, ``hit`` is two dictionary lookups. Tests may also call ``arm``.
+
+One vocabulary for every engine: ``STEPS`` below declares each name, ``<verb>.<step>`` in the
+order a transaction passes them, and which engines hit it (``local`` = a logdir on a disk,
+``bucket`` = an object-store logdir). Where both engines take the same step they hit the same
+name, so one crash matrix (``tests/contract/test_crash_matrix.py``) runs over every store; a
+step only one engine has is listed for that engine alone. A name not declared here is refused
+at once, by ``hit`` and ``arm`` and in the environment variable: a misspelt failpoint must fail
+its test, not silently never fire.
+
+The vault's own names (``compact_*`` and ``restore_copied``, hit in ``engine/vault.py``) are part
+of this vocabulary under their historical spelling; ``offload.*`` is the vault offload's.
 """
 from __future__ import annotations
 
 import errno
 import os
 import signal
-from typing import Callable, Dict, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+
+LOCAL = "local"
+BUCKET = "bucket"
+_BOTH = (LOCAL, BUCKET)
+ACTIONS = ("raise", "enospc", "eacces", "kill")
+
+
+class Step(NamedTuple):
+    """One declared failpoint: its name, the engines that hit it, and the instant it marks."""
+
+    name: str
+    engines: Tuple[str, ...]
+    where: str
+
+    @property
+    def verb(self) -> str:
+        """The operation the step belongs to (``reduce``, ``restore``, ...)."""
+        return self.name.split(".", 1)[0] if "." in self.name else self.name.split("_", 1)[0]
+
+
+#: Every failpoint, per verb in the order a transaction passes it. ``where`` says what is done
+#: (and durable) when it fires; nothing after it has started.
+STEPS: Tuple[Step, ...] = (
+    # reduce: journal, backups, staging, verification, the swap (commit point), commit
+    Step("reduce.journal", _BOTH, "the begin record / journal object is written; nothing copied yet"),
+    Step("reduce.backup_record", (LOCAL,), "a file's backup record is journaled, its blob not yet in the vault"),
+    Step("reduce.backup_copy", (BUCKET,), "one server-side backup copy is made (hit after each)"),
+    Step("reduce.backup", _BOTH, "every backup of the run is made (bucket: and its manifest, batch path)"),
+    Step("reduce.stage_record", (LOCAL,), "a file's stage record is journaled, its temp not yet written"),
+    Step("reduce.stage", _BOTH, "every new file is staged (and checked by TensorBoard's readers)"),
+    Step("reduce.upload", (BUCKET,), "the staged objects are uploaded beside the originals and read back"),
+    Step("reduce.verify", _BOTH, "the verification is recorded (bucket: the manifest is written); "
+                                 "the last look at the run before the swap is still to come"),
+    Step("reduce.swap_record", _BOTH, "the swap record (bucket: step 'swapping') is durable; nothing replaced yet"),
+    Step("reduce.mid_swap", _BOTH, "one staged file has replaced its original (also when recovery "
+                                   "finishes a swap)"),
+    Step("reduce.swap", _BOTH, "every original is replaced or removed"),
+    Step("reduce.commit", (LOCAL,), "the manifest is written and the commit record appended"),
+    # restore of a reduction
+    Step("restore.dirs", (LOCAL,), "removed folders are made again; no file put back yet"),
+    Step("restore_copied", (LOCAL,), "vault.py: a backup is copied beside its original, not yet renamed"),
+    Step("restore.file", _BOTH, "one original is back in the run (hit after each)"),
+    Step("restore.check", (LOCAL,), "every original is back and checked; the manifest not yet marked"),
+    # purge of the vault
+    Step("purge.intent", _BOTH, "the purge is recorded before any blob goes (local: each operation's "
+                                "intent; bucket: the manifest marked purged)"),
+    Step("purge.blob", _BOTH, "a backup is deleted (local: each blob; bucket: each operation's blobs)"),
+    Step("purge.marked", (LOCAL,), "an operation's manifest is marked purged after its blobs went"),
+    # retire: the whole run into the vault
+    Step("retire.journal", _BOTH, "the begin record / journal object is written; nothing moved"),
+    Step("retire.move_record", (LOCAL,), "the move record is journaled; nothing moved yet"),
+    Step("retire.mid_move", _BOTH, "the first file is in the vault (local: moved or copied; bucket: copied)"),
+    Step("retire.move", _BOTH, "every file is in the vault"),
+    Step("retire.mid_delete", (LOCAL,), "vault on another filesystem: the first original is unlinked"),
+    Step("retire.delete_record", (BUCKET,), "the step 'swapping' is durable; no original deleted yet"),
+    Step("retire.delete", _BOTH, "the run is gone from the logdir (local: its folders removed)"),
+    Step("retire.manifest", _BOTH, "the retirement's manifest is written (local: after the delete; "
+                                   "bucket: before it)"),
+    # unretire: a retired run put back
+    Step("unretire.journal", (LOCAL,), "the restore's begin record is written; nothing put back"),
+    Step("unretire.mid_move", _BOTH, "the first file is back in the logdir"),
+    Step("unretire.move", _BOTH, "every file is back in the logdir"),
+    Step("unretire.manifest", (LOCAL,), "the manifest is marked restored"),
+    # compact (vault.py, historical names): a backup rewritten compressed in the vault
+    Step("compact_written", (LOCAL,), "vault.py: the compressed copy is written beside the blob"),
+    Step("compact_verified", (LOCAL,), "vault.py: the compressed copy decompresses to the blob's sha256"),
+    Step("compact_renamed", (LOCAL,), "vault.py: the compressed copy has its final name"),
+    Step("compact_before_unlink", (LOCAL,), "vault.py: the plain blob is about to be unlinked"),
+    # offload (vault offload to another store)
+    Step("offload.note", (LOCAL,), "the offload's intent is recorded; nothing uploaded"),
+    Step("offload.uploaded", (LOCAL,), "the blob is uploaded and read back"),
+    Step("offload.recorded", (LOCAL,), "the blob's new home is recorded"),
+    Step("offload.unlinked", (LOCAL,), "the local blob is unlinked"),
+)
+
+DECLARED: Dict[str, Step] = {s.name: s for s in STEPS}
+if len(DECLARED) != len(STEPS):  # pragma: no cover - a duplicate in the table above
+    raise RuntimeError("faults.STEPS declares a name twice")
 
 _armed: Dict[str, Union[str, Callable[[], None]]] = {}
+_env_cache: Tuple[Optional[str], Dict[str, str]] = (None, {})
 
 
 class InjectedFault(RuntimeError):
     """The failure a ``raise`` failpoint throws."""
 
 
+class UnknownFailpoint(ValueError):
+    """A failpoint name (or action) that the vocabulary does not declare."""
+
+
+def steps(verb: str, engine: Optional[str] = None) -> List[str]:
+    """The declared names of ``verb`` in table order, only those ``engine`` hits if given."""
+    return [s.name for s in STEPS if s.verb == verb and (engine is None or engine in s.engines)]
+
+
+def _check(name: str) -> None:
+    if name not in DECLARED:
+        raise UnknownFailpoint(f"unknown failpoint {name!r}: not declared in engine/faults.py STEPS")
+
+
 def _from_env() -> Dict[str, str]:
+    global _env_cache
     spec = os.environ.get("TB_FOOTPRINT_FAILPOINTS", "")
+    if _env_cache[0] == spec:
+        return _env_cache[1]
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         name, _, action = part.partition("=")
-        out[name] = action or "raise"
+        name, action = name.strip(), action.strip() or "raise"
+        if name not in DECLARED:
+            raise UnknownFailpoint(f"TB_FOOTPRINT_FAILPOINTS names an unknown step {name!r} "
+                                   f"(declared: see engine/faults.py STEPS)")
+        if action not in ACTIONS:
+            raise UnknownFailpoint(f"TB_FOOTPRINT_FAILPOINTS: unknown action {action!r} for {name!r} "
+                                   f"(one of {', '.join(ACTIONS)})")
+        out[name] = action
+    _env_cache = (spec, out)
     return out
+
+
+def check_env() -> None:
+    """Refuse a ``TB_FOOTPRINT_FAILPOINTS`` naming an undeclared step or action (``UnknownFailpoint``)."""
+    _from_env()
 
 
 def arm(name: str, action: Union[str, Callable[[], None]] = "raise") -> None:
     """Make failpoint ``name`` fire (tests); a callable is called there instead."""
+    _check(name)
+    if not callable(action) and action not in ACTIONS:
+        raise UnknownFailpoint(f"unknown failpoint action {action!r} for {name!r}")
     _armed[name] = action
 
 
 def disarm_all() -> None:
+    """Disarm every failpoint armed by ``arm``."""
     _armed.clear()
 
 
 def hit(name: str) -> None:
-    """Fire failpoint ``name`` if it is armed."""
+    """Fire failpoint ``name`` if it is armed; an undeclared name raises ``UnknownFailpoint``."""
+    if name not in DECLARED:
+        _check(name)
     action = _armed.get(name)
     if action is None and "TB_FOOTPRINT_FAILPOINTS" in os.environ:
         action = _from_env().get(name)

@@ -215,17 +215,17 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
         # a full disk stops the purge here, before any blob goes, naming the log it could not write
         with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
             oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
-    faults.hit("purge_intent")
+    faults.hit("purge.intent")
     for _m, shas, _size in plan:
         for sha in shas:
             vault.delete_blob(sha)
-            faults.hit("purge_blob")
+            faults.hit("purge.blob")
     for m, _shas, size in plan:
         m["backup_purged"] = True
         m["purged_at"] = now
         with writing(vault.manifest_path(m["op_id"]), 2 * len(json.dumps(m)), at=vault.ops):
             vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
-        faults.hit("purge_marked")
+        faults.hit("purge.marked")
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
         _log_purge(ctx, m, size)
 

@@ -136,7 +136,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     _remove_restore_temps(ctx, manifest)
     # folders owner-writable while files go back in; their recorded modes and mtimes at the end
     remade = make_dirs(ctx, manifest.get("removed_dirs", []))
-    faults.hit("restore_mid")
+    faults.hit("restore.dirs")
     created = {c["path"]: c for c in manifest.get("created", [])}
     # what this restore found in an original's place, recorded in the reduction's manifest
     # before the original goes back: a restore finished after a crash still knows it
@@ -156,7 +156,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember)
         if d and d.get("kept_in_place"):
             displaced.append(d)
-        faults.hit("restore_file")
+        faults.hit("restore.file")
     displaced = [{k: v for k, v in d.items() if k != "by"} for d in displaced]
     kept_changed = []
     for c in manifest.get("created", []):
@@ -173,7 +173,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")
     _check_reads(ctx, [f["path"] for f in manifest["files"]])
-    faults.hit("restore_checked")
+    faults.hit("restore.check")
     manifest["restored_by"] = begin["op_id"]
     manifest["restored_at"] = time.time()
     vault.write_manifest(manifest)

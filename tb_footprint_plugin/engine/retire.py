@@ -59,9 +59,9 @@ from tb_footprint_plugin.version import __version__
 RETIRED = "retired"
 FREE_SPACE_MARGIN = 16 << 20
 #: failpoints of a retirement, in order (tests kill the process at each)
-RETIRE_STEPS = ("retire_after_begin", "retire_before_move", "retire_mid_move", "retire_after_move",
-                "retire_mid_delete", "retire_after_rmdir", "retire_after_manifest")
-UNRETIRE_STEPS = ("unretire_after_begin", "unretire_mid_move", "unretire_after_move", "unretire_after_manifest")
+RETIRE_STEPS = ("retire.journal", "retire.move_record", "retire.mid_move", "retire.move",
+                "retire.mid_delete", "retire.delete", "retire.manifest")
+UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move", "unretire.manifest")
 
 
 def retired_dir(vault: Vault, op_id: str) -> str:
@@ -261,7 +261,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": rule,
             "files": files, "dirs": dirs, "bytes": out.bytes_before,
         })
-        faults.hit("retire_after_begin")
+        faults.hit("retire.journal")
         _retire_steps(ctx, journal, out, cancel, report)
         out.status = Outcome.VERIFIED
     except Exception as e:
@@ -313,7 +313,7 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
     cancel.check()  # the last point where a cancel is honoured without a rollback
     _check_writers(ctx, begin["run"])  # again, right before anything moves
     journal.append({"type": "move"})
-    faults.hit("retire_before_move")
+    faults.hit("retire.move_record")
     total = out.bytes_before or 1
     done = 0
     # 2. every file into the vault: a rename, or a checked copy (originals stay until all checked)
@@ -335,12 +335,12 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
             os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
             os.replace(tmp, dst)
         if i == 0:
-            faults.hit("retire_mid_move")
+            faults.hit("retire.mid_move")
         done += f["size"]
         report("move", 0.5 + 0.4 * done / total)
     fsync_dir(dest_dir)
     journal.append({"type": "moved"})
-    faults.hit("retire_after_move")
+    faults.hit("retire.move")
     if not same_fs:
         journal.append({"type": "delete"})
         for i, f in enumerate(files):
@@ -350,7 +350,7 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
             os.unlink(src)
             if i == 0:
-                faults.hit("retire_mid_delete")
+                faults.hit("retire.mid_delete")
     # 3. the emptied directories, deepest first; anything new in them keeps them (and fails)
     for d in sorted(begin["dirs"], key=lambda d: d["path"].count("/"), reverse=True):
         p = ctx.abs(d["path"])
@@ -365,14 +365,14 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
             raise
     with contextlib.suppress(OSError):
         fsync_dir(os.path.dirname(ctx.abs(begin["run"])))
-    faults.hit("retire_after_rmdir")
+    faults.hit("retire.delete")
     # 4. the vault holds exactly the run: every file's size (and for copies, sha256 above)
     for i, f in enumerate(files):
         if os.lstat(os.path.join(dest_dir, str(i))).st_size != f["size"]:
             raise TransactionError(f"{f['path']}: size changed in the vault")
     report("record", 0.95)
     write_retire_manifest(ctx, journal.records(), Outcome.VERIFIED, None)
-    faults.hit("retire_after_manifest")
+    faults.hit("retire.manifest")
     journal.append({"type": "commit"})
     journal.close()
     out.removed_files = [f["path"] for f in files]
@@ -628,7 +628,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         except OSError as e:
             out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
             return out
-        faults.hit("unretire_after_begin")
+        faults.hit("unretire.journal")
         try:
             detail = finish_unretire(ctx, journal.records())
         except Exception as e:
@@ -671,9 +671,9 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     for i, f in enumerate(m["tree"]):
         _put_back(ctx, vault, op_id, i, dict(f), bool(same_fs))
         if i == 0:
-            faults.hit("unretire_mid_move")
+            faults.hit("unretire.mid_move")
     _chmod_dirs(ctx, m["dirs"])
-    faults.hit("unretire_after_move")
+    faults.hit("unretire.move")
     # byte for byte: every file re-hashed where it stands now
     now = []
     for f in m["tree"]:
@@ -688,7 +688,7 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     m["restored_by"] = begin["op_id"]
     m["restored_at"] = time.time()
     vault.write_manifest(m)
-    faults.hit("unretire_after_manifest")
+    faults.hit("unretire.manifest")
     vault.write_manifest({
         "op_id": begin["op_id"], "kind": "restore", "of_op": op_id, "run": m["run"], "logdir": ctx.logdir,
         "vault": vault.root, "tool_version": __version__, **who(), "started_at": begin["t"],

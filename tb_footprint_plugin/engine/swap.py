@@ -54,7 +54,7 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
             fsops.replace(tmp, final)
         dirs.add(os.path.dirname(final))
-        faults.hit("mid_swap")
+        faults.hit("reduce.mid_swap")
     finals = {s["final"] for s in staged}
     for path in backups:
         if path in finals:

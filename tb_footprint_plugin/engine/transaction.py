@@ -238,7 +238,7 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             "verify_backends": list(ctx.verify_backends),
         }
         journal = _create_journal(ctx, op_id, begin)
-        faults.hit("after_begin")
+        faults.hit("reduce.journal")
         handover: list = []
         try:
             _run_steps(ctx, rp, journal, out, cancel, report, handover)
@@ -360,7 +360,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind}
         _append(journal, rec)
-        faults.hit("before_store")
+        faults.hit("reduce.backup_record")
         # a hard link needs no data blocks; a copy to another filesystem needs the whole file
         with writing(vault.blob_path(sha), 0 if vault.same_filesystem(p) else st.st_size):
             vault.store(p, sha)
@@ -371,7 +371,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # destructive step waits on: an fsync each was a fifth of a small run's reduce
     _append(journal, {"type": "backed_up", "count": len(backups),
                       **({"unchanged": unchanged} if unchanged is not None else {})}, sync=False)
-    faults.hit("after_backup")
+    faults.hit("reduce.backup")
 
     # 2. stage new files under names no reader matches
     staged = []
@@ -385,7 +385,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         tmp = os.path.join(os.path.dirname(src), f".footprint-{journal.op_id}-{i}.tmp")
         _append(journal, {"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
                           "src": a.path})
-        faults.hit("before_stage")
+        faults.hit("reduce.stage_record")
         # a rewrite is never bigger than its original; a compressed copy neither, nearly
         with writing(tmp, a.bytes_before):
             try:
@@ -401,7 +401,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
         _append(journal, {"type": "staged", **staged[-1]})
         report("stage", 0.4 + 0.2 * (i + 1) / max(1, len(originals)))
-    faults.hit("after_stage")
+    faults.hit("reduce.stage")
 
     # 3. verify with TensorBoard's readers, original view vs reduced view
     cancel.check()
@@ -412,7 +412,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     else:
         verification = _verify(ctx, rp, journal.op_id, backups, staged, original)
     _append(journal, {"type": "verified", "ok": verification["ok"], "verification": verification}, sync=False)
-    faults.hit("after_verify")
+    faults.hit("reduce.verify")
     out.verification = verification
     if not verification["ok"]:
         raise TransactionError("verification failed: " + "; ".join(verification.get("failed", [])))
@@ -429,10 +429,10 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
 
     # 5. swap: the commit point
     _append(journal, {"type": "swap"})
-    faults.hit("after_swap_record")
+    faults.hit("reduce.swap_record")
     apply_swap(ctx, rp, journal, staged, backups)
     _append(journal, {"type": "swapped"}, sync=False)
-    faults.hit("after_swap")
+    faults.hit("reduce.swap")
     if unchanged is not None:
         # the proof of an untouched run is that its event files are the bytes hashed under the
         # lock: a change since (a writer, a user's edit) rolls the run back before the commit
@@ -449,7 +449,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # the manifest is durable: the commit record and the journal's removal need no fsync (a
     # journal a power cut brings back is settled by recovery, which finds the manifest)
     _append(journal, {"type": "commit"}, sync=False)
-    faults.hit("after_commit")
+    faults.hit("reduce.commit")
     journal.close(durable=False)
     # the manifest holds the whole record now: a batch keeps only what the outcome shows of it
     # (its series, summaries and views would grow with the runs of the batch)
