@@ -12,7 +12,7 @@ from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
-from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetirePlan, RetireRule
+from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetireItem, RetirePlan, RetireRule
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.remote import is_remote
@@ -72,13 +72,26 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
     """Retire the runs ``rule`` selects, each as its own journaled operation (dry run by default).
 
     ``only`` (run names) limits the retirement to runs of the plan the user confirmed: a run the
-    rule selects now but that was not shown is left alone."""
+    rule selects now but that was not shown is left alone. On a bucket logdir each run is a bucket
+    retirement (``engine.bucket_retire``), planned from one listing; ``progress`` is a disk's."""
     if is_remote(logdir):
-        return _retire_bucket(logdir.rstrip("/"), rule, dry_run=dry_run, backup_dir=backup_dir,
-                              quiet_period=quiet_period, only=only, on_outcome=on_outcome, cancel=cancel,
-                              footprint=footprint)
-    ctx = context_of(logdir, backup_dir, quiet_period)
-    recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+        from tb_footprint_plugin.engine import bucket as bk
+
+        logdir = logdir.rstrip("/")
+        rfs, vault = bucket_of(logdir, backup_dir)
+        recovered = [] if dry_run else bk.recover(rfs, vault)
+
+        def retire_one(item: RetireItem) -> RunOutcome:
+            return bk.retire_run(rfs, vault, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
+                                 quiet_period=quiet_period)
+    else:
+        ctx = context_of(logdir, backup_dir, quiet_period)
+        recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+
+        def retire_one(item: RetireItem) -> RunOutcome:
+            return retire_run(ctx, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
+                              cancel=CancelToken(parent=cancel),
+                              progress=(lambda step, frac, r=item.run: progress(r, step, frac)) if progress else None)
     p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
     report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
     if dry_run:
@@ -86,7 +99,9 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
                                       reason=i.reason, code=i.code, bytes_before=i.bytes, bytes_after=0 if i.selected
                                       else i.bytes) for i in p.items]
         return report
-    remember_vault(ctx)
+    if not is_remote(logdir):
+        remember_vault(ctx)
+    # one loop for every store: what is not confirmed or comes after a cancel never reaches an engine
     for item in p.selected:
         if only is not None and item.run not in only:
             o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.NOT_IN_PLAN, bytes_before=item.bytes,
@@ -95,41 +110,9 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
             o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
                            bytes_before=item.bytes, bytes_after=item.bytes)
         else:
-            o = retire_run(ctx, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
-                           cancel=CancelToken(parent=cancel),
-                           progress=(lambda step, frac, r=item.run: progress(r, step, frac)) if progress else None)
+            o = retire_one(item)
         report.outcomes.append(o)
         if on_outcome:
-            on_outcome(o)
-    return report
-
-
-def _retire_bucket(logdir: str, rule: RetireRule, *, dry_run: bool, backup_dir: Optional[str], quiet_period: float,
-                   only, on_outcome, cancel, footprint) -> RetireReport:
-    """``retire`` on a bucket logdir: settle unfinished operations, plan from one listing, then
-    each selected run as its own bucket retirement (``engine.bucket_retire``)."""
-    from tb_footprint_plugin.engine import bucket as bk
-
-    rfs, vault = bucket_of(logdir, backup_dir)
-    recovered = [] if dry_run else bk.recover(rfs, vault)
-    p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
-    report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
-    for item in (p.items if dry_run else p.selected):
-        if dry_run:
-            o = RunOutcome(run=item.run, status=Outcome.DRY_RUN if item.selected else Outcome.SKIPPED,
-                           reason=item.reason, code=item.code, bytes_before=item.bytes,
-                           bytes_after=0 if item.selected else item.bytes)
-        elif only is not None and item.run not in only:
-            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.NOT_IN_PLAN, bytes_before=item.bytes,
-                           bytes_after=item.bytes, reason="not in the plan that was confirmed")
-        elif cancel is not None and cancel.cancelled:
-            o = RunOutcome(run=item.run, status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
-                           bytes_before=item.bytes, bytes_after=item.bytes)
-        else:
-            o = bk.retire_run(rfs, vault, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
-                              quiet_period=quiet_period)
-        report.outcomes.append(o)
-        if on_outcome and not dry_run:
             on_outcome(o)
     return report
 
