@@ -1,9 +1,11 @@
 """What a plan costs on an object store: requests per verb and bytes downloaded.
 
 A pure function of a plan (and the requests its scan actually issued). The reduce side follows
-the bucket transaction protocol (``engine.bucket``):
+the bucket transaction protocol (``engine.bucket_reduce`` cuts the batches, ``engine.bucket_batch``
+reduces one, ``engine.bucket_rewrite`` a run that rewrites files):
 
-* runs that only lose files go in batches of ``BATCH_RUNS`` under one journal object: a batch
+* runs that only lose files go in batches of ``BATCH_RUNS`` (defined here, the one number the
+  engine cuts by) under one journal object: a batch
   pays the journal's create and commit record (2 puts), a listing of its runs before and after
   the delete step (the whole logdir in pages when that is fewer requests than a listing per run)
   and one final batched delete of the journal and the locks; each run pays its lock object and its
@@ -27,7 +29,7 @@ from typing import Dict, Optional
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.scan.model import LogdirFootprint
 
-#: runs that only lose files, reduced under one journal object (``engine.bucket.BATCH_RUNS``)
+#: runs that only lose files, reduced under one journal object (``engine.bucket_reduce`` batches by it)
 BATCH_RUNS = 250
 #: per batch: journal create + commit record
 BATCH_PUTS = 2
