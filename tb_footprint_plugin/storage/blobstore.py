@@ -5,7 +5,7 @@ Layout under the store's root::
 
     data/<sha[:2]>/<sha>          one blob of PACK_BELOW bytes or more ("lone"), raw or one zstd frame
     data/<xx>/<random id>.pack    PACK_MAGIC, then small blobs of one ``add`` call (each raw or a zstd frame)
-    index/<random id>.json        sha -> key, offset, length, form, size; written if absent, never changed
+    index/<random id>.json        sha -> key, offset, length, form, size, owners; written if absent, never changed
 
 Why it is safe (invariant 1: the caller deletes an original only after ``add`` returned its ref):
 
@@ -27,6 +27,10 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   whose offsets are impossible is ignored, never followed. A sha listed at several places (two
   adds that raced, a planted entry) keeps every candidate: ``open`` takes the first that verifies.
 
+Blobs are shared by content: two vaults offloading into one prefix store a common original once.
+Each index row names the owners that added it (``BlobStore(owner=)``, e.g. a vault's identity),
+and ``forget`` drops only its own owner's claim; a blob goes when no owner claims it any more.
+
 ``forget`` must not run concurrently with an ``add`` of another ``BlobStore`` on the same store
 (restic takes an exclusive lock for prune too): the caller holds its vault's lock. Each instance
 caches the index it listed (memory grows with the number of blobs, never with their bytes);
@@ -45,7 +49,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import BinaryIO, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, StoreError
 from tb_footprint_plugin.storage import zst
@@ -88,6 +92,7 @@ _SHA = re.compile(r"[0-9a-f]{64}\Z")
 _LONE = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{64})\Z")
 _PACK = re.compile(r"data/([0-9a-f]{2})/([0-9a-f]{32})\.pack\Z")
 _INDEX = re.compile(r"index/[0-9a-f]{32}\.json\Z")
+_OWNER = re.compile(r"[A-Za-z0-9._:@/+=-]{0,128}\Z")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -299,11 +304,15 @@ class _Verifying(io.RawIOBase):
 
 
 # --- index objects (untrusted input) ---------------------------------------------------------------
-def _valid_ref(row) -> Optional[BlobRef]:
-    """A ref from one index row, or None when the row is not one this layout can have written."""
-    if not (isinstance(row, list) and len(row) == 6):
+def _valid_ref(row) -> Optional[Tuple[BlobRef, FrozenSet[str]]]:
+    """A ref and its owners from one index row, or None when the row is not one this layout can
+    have written (a row of six fields is owned by the default owner '')."""
+    if not (isinstance(row, list) and len(row) in (6, 7)):
         return None
-    sha, size, key, offset, length, form = row
+    sha, size, key, offset, length, form = row[:6]
+    owners = row[6] if len(row) == 7 else [""]
+    if not (isinstance(owners, list) and owners and all(isinstance(o, str) and _OWNER.match(o) for o in owners)):
+        return None
     if not (isinstance(sha, str) and _SHA.match(sha) and isinstance(key, str) and form in FORMS):
         return None
     if not all(type(x) is int for x in (size, offset, length)):
@@ -318,11 +327,11 @@ def _valid_ref(row) -> Optional[BlobRef]:
             return None
     elif not _PACK.match(key):
         return None  # outside data/ or not a name this layout writes: never followed
-    return BlobRef(sha=sha, size=size, key=key, offset=offset, length=length, form=form)
+    return BlobRef(sha=sha, size=size, key=key, offset=offset, length=length, form=form), frozenset(owners)
 
 
-def _row(ref: BlobRef) -> list:
-    return [ref.sha, ref.size, ref.key, ref.offset, ref.length, ref.form]
+def _row(ref: BlobRef, owners: Iterable[str]) -> list:
+    return [ref.sha, ref.size, ref.key, ref.offset, ref.length, ref.form, sorted(owners)]
 
 
 class BlobStore:
@@ -330,13 +339,17 @@ class BlobStore:
     ``open``/``check`` them by sha256, ``forget`` those no longer needed."""
 
     def __init__(self, store: Store, *, pack_below: int = PACK_BELOW, pack_target: int = PACK_TARGET,
-                 failpoint: Optional[Callable[[str], None]] = None) -> None:
+                 owner: str = "", failpoint: Optional[Callable[[str], None]] = None) -> None:
+        if not (isinstance(owner, str) and _OWNER.match(owner)):
+            raise ValueError(f"owner {owner!r}: up to 128 letters, digits and ._:@/+=-")
         self.store = store
+        self.owner = owner
         self.pack_below = pack_below
         self.pack_target = pack_target
         self.failpoint = failpoint
         self._refs: Optional[Dict[str, BlobRef]] = None  # sha -> its first ref
         self._more: Dict[str, List[BlobRef]] = {}  # sha -> its other refs, for the few listed twice
+        self._owners: Dict[str, Set[str]] = {}  # sha -> who added it (forget drops one owner's claim)
         self._index_keys: List[str] = []  # the valid index objects the cache was built from
         self._damaged: List[dict] = []
 
@@ -360,19 +373,23 @@ class BlobStore:
             docs[e.key] = doc
         refs: Dict[str, BlobRef] = {}
         more: Dict[str, List[BlobRef]] = {}
+        owners: Dict[str, Set[str]] = {}
         for key in sorted(docs):
             ignored = 0
             for row in docs[key]["blobs"]:
-                ref = _valid_ref(row)
-                if ref is None:
+                got = _valid_ref(row)
+                if got is None:
                     ignored += 1
-                elif refs.setdefault(ref.sha, ref) != ref and ref not in more.get(ref.sha, ()):
+                    continue
+                ref, who = got
+                owners.setdefault(ref.sha, set()).update(who)
+                if refs.setdefault(ref.sha, ref) != ref and ref not in more.get(ref.sha, ()):
                     more.setdefault(ref.sha, []).append(ref)
             if ignored:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": key,
                                 "message": f"{key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
-        self._refs, self._more = refs, more
+        self._refs, self._more, self._owners = refs, more, owners
         self._index_keys = sorted(docs)
         self._damaged = damaged
 
@@ -392,6 +409,10 @@ class BlobStore:
     def refs(self) -> Iterator[BlobRef]:
         """Every indexed blob (its first ref; ``candidates`` has them all)."""
         return iter(list(self._index().values()))
+
+    def owners(self, sha: str) -> Set[str]:
+        """Who added ``sha`` (``BlobStore(owner=)``); it stays until each of them forgot it."""
+        return set(self._owners.get(sha, ())) if sha in self._index() else set()
 
     def candidates(self, sha: str) -> List[BlobRef]:
         """Every place the index lists ``sha`` at (usually one)."""
@@ -472,10 +493,12 @@ class BlobStore:
         ref returned points at bytes read back from the store and verified, and is listed in an
         index object that is durable when ``add`` returns. A source whose bytes are not what it
         claims raises ``BlobFailure(MISMATCH)``: nothing of this call is indexed then (its data
-        objects stay as leftovers for ``forget``; a retry adopts lone ones)."""
+        objects stay as leftovers for ``forget``; a retry adopts lone ones). A blob stored already
+        is not uploaded again; if another owner added it, this owner's claim is indexed."""
         index = self._index()
         out: List[BlobRef] = []
         new: Dict[str, BlobRef] = {}
+        claims: Dict[str, BlobRef] = {}  # stored blobs this owner now claims too
         present: Dict[str, bool] = {}
         pack: List[Tuple[BlobRef, bytes]] = []  # refs with a placeholder key, and their stored bytes
         pack_bytes = 0
@@ -495,6 +518,8 @@ class BlobStore:
             known = new.get(src.sha) or index.get(src.sha)
             if known is not None and known.size == src.size and self._present(known.key, present):
                 self._read_claimed(src)  # its bytes are still checked against the claim
+                if src.sha not in new and self.owner not in self._owners.get(src.sha, ()):
+                    claims[src.sha] = known
                 out.append(known)
                 continue
             if src.sha in waiting and src.sha not in new:
@@ -519,11 +544,12 @@ class BlobStore:
         for i, sha in slots:
             out[i] = new[sha]
         _hit(self.failpoint, "add.verified")
-        if new:
-            self._write_index(list(new.values()))
+        if new or claims:
+            self._write_index([_row(r, [self.owner]) for r in list(new.values()) + list(claims.values())])
             _hit(self.failpoint, "add.index_written")
-            for sha, ref in new.items():
+            for sha, ref in list(new.items()) + list(claims.items()):
                 index.setdefault(sha, ref)
+                self._owners.setdefault(sha, set()).add(self.owner)
         return out
 
     def _present(self, key: str, cache: Dict[str, bool]) -> bool:
@@ -650,10 +676,10 @@ class BlobStore:
             return e
         return None
 
-    def _write_index(self, refs: List[BlobRef]) -> str:
-        """One index object listing ``refs``, written if absent and durable on return."""
+    def _write_index(self, rows: List[list]) -> str:
+        """One index object of ``rows`` (``_row``), written if absent and durable on return."""
         key = f"{INDEX}/{secrets.token_hex(16)}.json"
-        doc = {"v": 1, "created": time.time(), "blobs": [_row(r) for r in refs]}
+        doc = {"v": 1, "created": time.time(), "blobs": rows}
         try:
             self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True)
         except StoreFailure as e:
@@ -662,21 +688,27 @@ class BlobStore:
 
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600) -> dict:
-        """Drop ``shas`` from the live set and free what no live blob needs (restic's prune):
+        """Drop this owner's claim on ``shas`` (a blob another owner added as well stays, counted
+        in ``released``), and free what no live blob needs (restic's prune):
         write one index of the live blobs (durable), then delete the index objects it replaces,
         then the data objects no live blob needs; packs whose live share is below
         ``REPACK_BELOW`` are repacked first (the new pack verified before the index points at it);
         leftovers (objects no index lists) go once older than ``grace_seconds``. Returns figures.
         Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``)."""
         self.reload()  # another process's adds since this instance listed the index count too
-        fig = {"forgotten": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0, "objects_deleted": 0,
+        fig = {"forgotten": 0, "released": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0, "objects_deleted": 0,
                "packs_repacked": 0, "blobs_moved": 0, "leftovers_deleted": 0, "leftovers_kept_young": 0,
                "bytes_deleted": 0, "bytes_written": 0, "not_repacked": [], "missing_objects": [],
                "blocked_by_damaged_index": [d["key"] for d in self._damaged]}
         if self._damaged:
             return fig  # a damaged index may be the only one listing some blob: nothing is freed
         shas = set(shas)
-        drop = {s for s in self._index() if s in shas}
+        owners = {s: set(self._owners.get(s, ())) for s in self._index()}
+        released = {s for s in shas if self.owner in owners.get(s, ())}
+        for s in released:
+            owners[s].discard(self.owner)
+        drop = {s for s in released if not owners[s]}
+        released -= drop
         live = {s: self.candidates(s) for s in self._index() if s not in drop}
         objects = {e.key: e for e in self.store.list(DATA)}
         live_len: Dict[str, int] = {}
@@ -699,13 +731,13 @@ class BlobStore:
                 r.key in objects and r.key not in repack and self._verify(r) is None for r in cands)}
             moved, repacked = self._repack(repack, by_key, elsewhere, fig)
         old_index = list(self._index_keys)
-        if drop or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE:
+        if drop or released or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE:
             gone = set(repacked)
             rows = []
             for sha, cands in live.items():
-                rows.extend(r for r in cands if r.key not in gone)
+                rows.extend(_row(r, owners[sha]) for r in cands if r.key not in gone)
                 if sha in moved:
-                    rows.append(moved[sha])
+                    rows.append(_row(moved[sha], owners[sha]))
             # the live index first, durable; until the old index objects are deleted the union
             # still lists the forgotten blobs, whose objects are all still there
             self._write_index(rows)
@@ -733,6 +765,7 @@ class BlobStore:
             self._delete(doomed, fig, "objects_deleted")
         _hit(self.failpoint, "forget.objects_deleted")
         fig["forgotten"] = len(drop)
+        fig["released"] = len(released)
         fig["live_blobs"] = len(live)
         self.reload()
         return fig

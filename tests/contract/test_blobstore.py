@@ -460,3 +460,29 @@ def test_a_sha_listed_twice_reads_from_the_good_copy_and_forget_keeps_it(store):
     assert fig["packs_repacked"] == 1 and fig["blobs_moved"] == 2
     assert x.key not in keys(store, "data")
     assert_all_readable(store, [p_items[1], p_items[2]] + q_items)
+
+
+def test_a_blob_two_owners_added_stays_until_both_forgot_it(store):
+    """Two vaults offloading to one prefix share blobs (content addressing): one vault's purge must
+    not take the other's only copy."""
+    shared = [src(LONE_TEXT)] + small_items(4, seed=9)
+    own = small_items(2, seed=10)
+    BlobStore(store, owner="vault-a").add(shared)
+    counting = CountingStore(store)
+    b = BlobStore(counting, owner="vault-b")
+    b.add(shared + own)
+    assert counting.counts.calls["put"] == 2  # b's own pack, and one index with its claims: no shared bytes
+    bs = BlobStore(store)
+    assert all(bs.owners(i.sha) == {"vault-a", "vault-b"} for i in shared)
+    fig = BlobStore(store, owner="vault-a").forget([i.sha for i in shared + own])
+    assert (fig["forgotten"], fig["released"], fig["objects_deleted"]) == (0, 5, 0)
+    assert_all_readable(store, shared + own)
+    assert all(BlobStore(store).owners(i.sha) == {"vault-b"} for i in shared)
+    fig = BlobStore(store, owner="vault-b").forget([i.sha for i in shared])
+    assert (fig["forgotten"], fig["released"]) == (5, 0)
+    after = BlobStore(store)
+    assert not any(after.has(i.sha) for i in shared)
+    assert keys(store, "data") == data_keys_needed(after)
+    assert_all_readable(store, own)
+    with pytest.raises(ValueError):
+        BlobStore(store, owner="../evil\n")
