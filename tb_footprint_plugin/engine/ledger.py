@@ -17,6 +17,10 @@ verified flag, the error, the operation id and who did it (host, pid, shard). Se
 may share one ledger: every update re-reads the file under an exclusive ``flock``. A sharded
 batch keeps one ledger per shard beside the others (``ledger-shard-I-of-N.json``), so no lock
 is shared between machines; ``merged`` reads them all back as one batch.
+
+Why one module: one file format — the snapshot and its transition lines,
+their checks as untrusted input, the flocked update, and the merge of a sharded batch's ledgers
+— read and written by the same entry rules (``check_entry``, ``_replay``).
 """
 from __future__ import annotations
 

@@ -19,6 +19,10 @@ cache. So:
 
 Every refusal is an ``Untrusted`` with a code (``codes`` below), the file and the reason; the
 caller reports it and skips the item, never acts on it.
+
+Why one module: every check of state read back from disk is here on
+purpose — one place to audit what untrusted journals, manifests, ledgers and identities may
+name, with one containment, format and identity rule reused by each.
 """
 from __future__ import annotations
 

@@ -14,6 +14,11 @@ run (as in TensorBoard) and the caller's directories are never written to.
 Everything is read the way plugins read it (``list_*`` then ``read_*`` with a downsample),
 with a downsample large enough to return every stored point. Any exception is recorded in
 ``RunView.errors`` rather than raised: a reader failure is a verification finding.
+
+Why one module: the two backends (the Python multiplexer, the Rust data
+server) are read through the same DataProvider calls in the same order into the same
+``RunView``; kept together, a read or normalisation added for one is seen beside the other's,
+which is what makes the two views comparable.
 """
 from __future__ import annotations
 

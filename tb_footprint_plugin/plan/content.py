@@ -29,6 +29,10 @@ them goes into a parallel list of details (``RunPlan.fidelity_details``).
   a ``meta_graph_def`` record embeds;
 * ``trace``: ``{"whitespace", "drop_python_function", "drop_memory", "keep_steps",
   "min_dur_us"}`` for the PyTorch traces a policy keeps (see ``trace_slim``).
+
+Why one module: event files, traces and profile sessions are planned with
+the same policy keys and said in one vocabulary of fidelity lines (``LINE_MAX``, the loss first,
+details beside); one module keeps what a plan promises worded one way for every content kind.
 """
 from __future__ import annotations
 

@@ -6,6 +6,10 @@ top groups + "other", the matching runs' totals), so neither the payload nor the
 grows with the number of runs. The overview of a scan under a policy is kept (``RunsIndex``)
 until the scan's content changes, a run leaves its quiet period or it is ``MEMO_MAX_AGE_S`` old
 (then rebuilt in the background while the kept one is served).
+
+Why one module: one class of GET routes (``ReadRoutes``) sharing the
+request parsing and the overview's memo (``RunsIndex``, its tiles and validity), so that every
+read route answers from the same kept overview.
 """
 from __future__ import annotations
 

@@ -12,6 +12,11 @@ then put in place by ``link`` (if absent: atomic, fails when the name exists) or
 write takes an ``flock`` on the file it replaces and re-checks that the name still holds that
 inode, so two writers through ``PosixStore`` never both win (a process writing with plain
 ``open`` is not held off: a training job never takes locks).
+
+Why one module: one class, ``PosixStore``, implementing the ``Store``
+interface; the ``openat`` walk, the temporary-file writes and the flocked conditional writes use
+the same descriptor helpers, and splitting a store's methods over files would hide which
+guarantees one method gives the others.
 """
 from __future__ import annotations
 

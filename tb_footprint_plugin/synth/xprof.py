@@ -1,4 +1,10 @@
-"""Profile sessions: XSpace (``xplane.pb``) model and encoders, secondary Chrome traces, caches."""
+"""Profile sessions: XSpace (``xplane.pb``) model and encoders, secondary Chrome traces, caches.
+
+Why one module: one profile session as test data — the XSpace model, its
+two encoders of the same model (the hand-written wire form, always available, and the protobuf
+classes when installed) and the files written beside it (Chrome traces, caches) describe the same
+session with the same ids and timestamps; only the demo command, tests and benches use it.
+"""
 from __future__ import annotations
 
 import calendar

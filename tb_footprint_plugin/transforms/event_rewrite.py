@@ -87,6 +87,13 @@ is kept); the run graph is then verified by the graphs route's graph
 events and ``graph_run_metadata`` summaries: step stats) is dropped only with the opt-in
 ``strip_run_metadata`` (its tags then leave the Graphs dashboard).
 ``graph_run_metadata_graph`` (the traced graph) is always kept.
+
+Why one module: the selection and the rewrite are one contract. What the
+rewrite may skip, re-encode or must copy byte for byte is decided by the selection's rules
+(first record, metadata carrier, fillers, graph repeats, restarts) over one private state
+(``_RunSelection``, the keep mask, ``Selection.subs``), and the rewrite's sha256 and record
+checks rely on exactly those rules; split, a rule and the code relying on it would sit in two
+files. The pieces that stand alone (reservoir probe, even spacing) are small helpers of it.
 """
 from __future__ import annotations
 

@@ -34,6 +34,11 @@ be, in order, exactly the events the rewrite kept (a sha256 over their canonical
 "identical as JSON values"), none of them of a dropped kind, their number must be the
 original count minus the removed counts, and the output's top-level keys and values must
 equal the original's.
+
+Why one module: the streaming reader, the event classifier and the
+writer are one pass with one cut rule (``find_cut``, ``kept_correlations``), and ``verify_slim``
+re-reads the output with that same classifier (``_Classifier``); apart, the rule the check trusts
+could drift from the one the slim applied.
 """
 from __future__ import annotations
 

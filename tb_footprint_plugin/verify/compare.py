@@ -18,6 +18,11 @@ and "default_view_exact" plugins (that view *is* the promise). The Python backen
 stores every point: for "default_view_identical" it checks that the reduced run is a subset
 of the original with the first and last points kept; for "default_view_exact" a subset with
 the last point kept (the first step may be gone on ``--load_fast=false``).
+
+Why one module: the checks run in one order, each assuming the earlier ones,
+into one ``VerificationResult``, and every per-plugin and per-backend comparison shares the same
+payload keys, difference finder and summaries (``_payload_key``, ``_first_difference``,
+``_tag_summaries``): the fidelity contract is judged in one place.
 """
 from __future__ import annotations
 

@@ -20,6 +20,12 @@ Every response is turned into one of three shapes before comparison:
 Blob references (``blob_key=...`` queries, time-series ``imageId``) are replaced by the
 sha256 of the bytes the blob route serves, so two runs are compared by what the browser
 would receive, not by opaque keys.
+
+Why one module: the two applications are crawled in lockstep and each
+response is compared and dropped at once (memory bounded by a few responses), so the per-plugin
+crawlers and the comparison of the three response shapes work on the same ``Response`` /
+``_Side`` values; crawler and comparer apart would need a whole crawl kept or a callback protocol
+between them.
 """
 from __future__ import annotations
 
