@@ -992,14 +992,15 @@ def cmd_recover(args) -> int:
         _dump([dict(vars(o)) for o in outs])
     else:
         for o in outs:
-            mark = "✗" if o.action == "failed" else "✓"
+            mark = "✗" if o.action in (Recovery.FAILED, Recovery.REFUSED) else "✓"
             print(f"{mark} {o.op_id or '-'} ({o.run or 'vault'}): {o.action} [{o.code}] — {o.detail}")
         if not outs:
             print("nothing to recover: no unfinished operation, no damage found")
         left = api.unfinished(args.logdir, args.backup_dir)
         for p in left["problems"]:
             print(f"still: [{p['code']}] {p['detail']}")
-    return EXIT_FAILED if any(o.action == "failed" for o in outs) else EXIT_OK
+    # a journal refused is left exactly as it is for the user to look at: not settled, so not 0
+    return EXIT_FAILED if any(o.action in (Recovery.FAILED, Recovery.REFUSED) for o in outs) else EXIT_OK
 
 
 _VERIFY_BACKENDS = ("python", "rust")

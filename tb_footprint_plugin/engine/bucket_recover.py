@@ -91,7 +91,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         if doc is None:  # finished (or settled) by its owner since the listing
             continue
         if _journal_unreadable(doc):
-            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.FAILED,
+            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
                                        detail=f"{rfs.url_of(key)}: unreadable journal left in place",
                                        code=Finding.DAMAGED_FILE))
             continue
@@ -101,7 +101,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
         if why:
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=f"{why}; left alone",
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED, detail=f"{why}; left alone",
                                        code=trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE))
             continue
         retiring = is_retire_journal(doc)
