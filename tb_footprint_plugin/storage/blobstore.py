@@ -97,8 +97,9 @@ _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class BlobFailure(Exception):
-    """A blob refused or found bad: ``code`` (``codes.BlobError``) says why, ``sha`` and ``key``
-    name the blob and the object (the message names both)."""
+    """A blob refused or found bad: ``code`` (``codes.BlobError``) says why, ``sha`` names the
+    blob at fault (empty when the store failed: ``MISSING``, ``STORE``) and ``key`` the object;
+    the message names both."""
 
     def __init__(self, code: BlobError, message: str, *, sha: str = "", key: str = ""):
         where = ", ".join(x for x in (f"blob {sha}" if sha else "", key) if x)
@@ -137,8 +138,11 @@ class BlobRef:
 
 
 def _fail(sha: str, key: str, e: StoreFailure) -> BlobFailure:
+    """The store's failure on ``key``: ``.sha`` stays empty (not the blob's fault), the message
+    names the blob."""
     code = BlobError.MISSING if e.code == StoreError.NOT_FOUND else BlobError.STORE
-    return BlobFailure(code, f"{e.code.value}: {e}", sha=sha, key=key)
+    about = f" (blob {sha})" if sha else ""
+    return BlobFailure(code, f"{e.code.value}{about}: {e}", key=key)
 
 
 def _hit(hook: Optional[Callable[[str], None]], step: str) -> None:
