@@ -196,3 +196,100 @@ def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, s3_
     outs = api.restore(str(logdir))
     assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
     assert snapshot(logdir) == before
+
+
+def test_purge_forgets_remote_blobs_after_the_manifests(tmp_path, bucket):
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, bucket.url("p"))
+    shas = set(local_blobs(vault))
+    url = offload.remote_url(vault)
+    bs = remote_vault.blobstore(url, fresh=True)
+    assert all(bs.has(s) for s in shas)
+    pr = api.purge(str(logdir), yes=True)
+    assert len(pr.ops) == 2 and not pr.kept, pr.to_dict()
+    assert all(m.get("backup_purged") for m in vault.manifests())
+    bs = remote_vault.blobstore(url, fresh=True)
+    assert not any(bs.has(s) for s in shas)
+    assert bs.stats()["blobs"] == 0
+    assert not local_blobs(vault)  # the records went with them
+    assert not [e for e in open_store(url).list("data")]  # lone objects and packs deleted
+
+
+PURGE_SCRIPT = """
+import sys
+from tb_footprint_plugin import api
+api.purge(sys.argv[1], yes=True)
+"""
+
+
+def test_purge_killed_after_the_marks_forgets_at_the_next_start(tmp_path, s3_bucket):
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("q"))
+    shas = set(local_blobs(vault))
+    url = offload.remote_url(vault)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TB_FOOTPRINT_FAILPOINTS="purge.marked=kill")
+    p = subprocess.run([sys.executable, "-c", PURGE_SCRIPT, str(logdir)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    assert all(remote_vault.blobstore(url, fresh=True).has(s) for s in shas)  # not forgotten yet
+    outs = api.recover_logdir(str(logdir))
+    assert any(o.code == "purge_finished" for o in outs), [vars(o) for o in outs]
+    bs = remote_vault.blobstore(url, fresh=True)
+    assert not any(bs.has(s) for s in shas) and not local_blobs(vault)
+
+
+def test_restore_from_an_archived_object_is_a_coded_failure_naming_it(tmp_path, s3_bucket):
+    """S3 refuses to read a GLACIER object until it is restored: the run's restore is refused
+    before anything is written, with a code, and the object and the store's code are named."""
+    import boto3
+
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("g"))
+    url = offload.remote_url(vault)
+    s3 = boto3.client("s3", endpoint_url=s3_bucket.server.endpoint)
+    prefix = url.split("/", 3)[3] + "/data/"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=s3_bucket.name, Prefix=prefix)["Contents"]]
+    for k in keys:  # what the lifecycle rule does after its grace period
+        s3.copy_object(Bucket=s3_bucket.name, Key=k, CopySource={"Bucket": s3_bucket.name, "Key": k},
+                       StorageClass="GLACIER")
+    remote_vault._stores.clear()
+    reduced = snapshot(logdir)
+    outs = api.restore(str(logdir))
+    assert outs and all(o.status == "failed" and o.code == "backup_damaged" for o in outs), \
+        [o.to_dict() for o in outs]
+    assert snapshot(logdir) == reduced
+    sha = next(iter(local_blobs(vault)))
+    err = remote_vault.last_failure(vault.root, sha)
+    assert err is not None and err.code == "permission_denied", err
+    assert err.key.startswith(url + "/data/") and "storage class" in str(err)
+    assert any(url + "/data/" in o.reason and "[permission_denied]" in o.reason for o in outs), \
+        [o.reason for o in outs]
+
+
+def test_vault_lifecycle_rule_for_each_store(tmp_path):
+    for url, key in (("s3://bkt/vaults/tbfp-0123456789abcdef", "Rules"), ("gs://bkt/tbfp-0123456789abcdef", "rule"),
+                     ("az://cont/v/tbfp-0123456789abcdef", "rules")):
+        r = offload.lifecycle_rule(url, 30)
+        doc = json.loads(json.dumps(r["rule"]))
+        assert key in doc
+        text = json.dumps(doc)
+        assert "/data/" in text and "index" not in text
+        if url.startswith("s3"):
+            rule = doc["Rules"][0]
+            assert rule["Filter"]["Prefix"] == "vaults/tbfp-0123456789abcdef/data/"
+            assert [t["StorageClass"] for t in rule["Transitions"]] == ["STANDARD_IA", "GLACIER"]
+            assert rule["Transitions"][0]["Days"] == 30
+        elif url.startswith("gs"):
+            assert all(x["condition"]["matchesPrefix"] == ["tbfp-0123456789abcdef/data/"] for x in doc["rule"])
+        else:
+            f = doc["rules"][0]["definition"]["filters"]
+            assert f["prefixMatch"] == ["cont/v/tbfp-0123456789abcdef/data/"]
+    # S3 refuses STANDARD_IA before 30 days: a shorter grace goes straight to GLACIER
+    assert [t["StorageClass"] for t in offload.lifecycle_rule("s3://b/x", 7)["rule"]["Rules"][0]["Transitions"]] \
+        == ["GLACIER"]
+    with pytest.raises(offload.OffloadError):
+        offload.lifecycle_rule("/local/path", 30)

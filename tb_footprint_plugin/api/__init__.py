@@ -66,7 +66,7 @@ from tb_footprint_plugin.api.survey import (check_logdir, ledger_skips, NotALogd
                                             selection_by_logdir, shard_plan, shard_sizes)
 from tb_footprint_plugin.api.reduce import reduce_logdir, reduce_logdirs
 from tb_footprint_plugin.api.backups import (NotRestorable, purge, restorable, restore, restore_target, sample,
-                                             SampleUnavailable, verify)
+                                             SampleUnavailable, vault_lifecycle, verify)
 from tb_footprint_plugin.api.retirement import retire, retire_plan, retire_rule, retired, RetireReport
 
 __all__ = [
@@ -78,5 +78,5 @@ __all__ = [
     "history_csv", "overview", "disk_numbers", "restorable", "PolicyError", "SelectionError",
     "reduce_summary", "restore_summary", "restore_target", "NotRestorable", "retire", "retire_plan",
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
-    "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips",
+    "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",
 ]

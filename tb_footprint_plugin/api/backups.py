@@ -11,13 +11,15 @@ from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, is_kept, operation_summary,
                                                   own_manifests, restorable_ops, summarize_operations)
 from tb_footprint_plugin.engine.checks import recheck
+from tb_footprint_plugin.engine import offload
 from tb_footprint_plugin.engine.context import RunOutcome, TransactionError
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
+from tb_footprint_plugin.engine.remote_vault import last_failure
 from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retirements, unretire
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_within, real_within
-from tb_footprint_plugin.storage.remote import is_remote
+from tb_footprint_plugin.storage.remote import is_bucket_url, is_remote
 from tb_footprint_plugin.api.common import bucket_of, context_of, DEFAULT_BACKENDS
 from tb_footprint_plugin.api.settle import recover_logdir, unfinished
 from tb_footprint_plugin.api.records import operations
@@ -94,6 +96,47 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     return results
 
 
+def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = None,
+                    days: int = offload.LIFECYCLE_DAYS) -> dict:
+    """The bucket lifecycle rule for a remote vault's ``data/`` objects (``engine.offload.
+    lifecycle_rule``: S3, GCS or Azure JSON, the command that applies it, and what to merge
+    first): the vault a local ``logdir`` offloads to, else every vault under the ``backup_dir``
+    URL. Reads only. ``ValueError`` naming what is missing when there is no remote vault."""
+    urls: List[str] = []
+    if logdir is not None:
+        if is_remote(logdir):
+            raise ValueError(f"{logdir}: a bucket logdir keeps its backups as copies in its store; the lifecycle "
+                             "rule is for the remote vault of a local logdir")
+        url = offload.remote_url(context_of(logdir, None).vault)
+        if url:
+            urls = [url]
+    if not urls:
+        if not backup_dir or not is_bucket_url(backup_dir):
+            raise ValueError((f"{logdir}: its backups are not offloaded to a bucket; " if logdir else "")
+                             + "give --backup-dir s3://…, gs://… or az://… (the URL given to reduce)")
+        urls = offload.vaults_under(backup_dir)
+        if not urls:
+            raise ValueError(f"{backup_dir}: no remote vault under it yet (a reduce with --backup-dir "
+                             f"{backup_dir} makes one)")
+    return offload.lifecycle_rules(urls, days)
+
+
+def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
+    """A restore refused because backups in the remote vault could not be read: its reason names
+    each object and the store's code (an archived object not yet rehydrated: ``permission_denied``)."""
+    if o.code != Failure.BACKUP_DAMAGED or not isinstance(m.get("vault"), str):
+        return o
+    seen = []
+    for f in m.get("files", []):
+        e = last_failure(m["vault"], f.get("sha256"))
+        if e is not None and str(e) not in seen:
+            seen.append(str(e))
+            o.reason = f"{o.reason}; {e} [{e.code}]"
+        if len(seen) >= 3:
+            break
+    return o
+
+
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
             backup_dir: Optional[str] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
@@ -120,7 +163,7 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         m = find_manifest(ctx, op)
         if m.get("restored_by"):
             return [_already_restored(m)]
-        return [unretire(ctx, m) if m.get("kind") == "retire" else restore_op(ctx, m)]
+        return [unretire(ctx, m) if m.get("kind") == "retire" else _name_remote_failures(m, restore_op(ctx, m))]
     # a retired run comes back first: its reductions can only be restored once it is back
     outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
                 and (run is None or m["run"] == run or run in m.get("takes_along", []))]
@@ -132,7 +175,7 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
                                "no retirement)" + "".join(f"; {why}" for why in hiding_damage(ctx)))
     for m in ops:
-        outcomes.append(restore_op(ctx, m))
+        outcomes.append(_name_remote_failures(m, restore_op(ctx, m)))
     # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
     for why in hiding_damage(ctx):
         outcomes.append(RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why))

@@ -5,7 +5,7 @@ reports and ``status`` count alike (disk in use, freed after purge, the partitio
 from __future__ import annotations
 
 import os
-from typing import Callable, List, Mapping, Optional, Sequence
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.engine.catalogue import known_vaults
 from tb_footprint_plugin.engine import usage
@@ -22,11 +22,23 @@ DEFAULT_BACKENDS = ("python", "rust")
 RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 
 
+def split_backup_dir(logdir: str, backup_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """``(backup dir of the local engine, remote vault URL)``: a local logdir given a bucket URL
+    keeps its local vault (the state folder) and offloads committed backups to that URL
+    (``engine.offload``); anything else is as given, with no remote vault."""
+    if backup_dir and is_remote(backup_dir) and not is_remote(logdir):
+        return None, backup_dir
+    return backup_dir, None
+
+
 def context_of(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
                verify_backends: Sequence[str] = DEFAULT_BACKENDS,
                closed_files: Optional[Mapping[str, float]] = None) -> Context:
     """The engine's context of a local logdir, after the refusals every local verb makes first:
-    not a bucket, an existing folder, a backup dir that does not contain the logdir."""
+    not a bucket, an existing folder, a backup dir that does not contain the logdir. A bucket
+    URL as backup dir is the remote vault (``split_backup_dir``): the context's vault is the
+    local state folder, which remembers that URL once a reduce offloads to it."""
+    backup_dir, _remote = split_backup_dir(logdir, backup_dir)
     if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
         raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage "
                           "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")

@@ -110,6 +110,8 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
             # counts it) and what purging every kept backup would free (purge's own count)
             "disk_in_use_bytes": disk_in_use(ctx).total_bytes,
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
+            # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
+            "remote_vault": usage.remote_usage(known_vaults(ctx)),
             "unfinished_operations": pending, "operations": ops,
             "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
             "unfinished": found["unfinished_operations"],
@@ -144,8 +146,10 @@ def disk_numbers(logdir: str, backup_dir: Optional[str] = None) -> dict:
         freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
         if not m.get("backup_purged"):
             kept_ops.append(m.get("op_id"))
+    remote = usage.remote_usage(vaults)
     return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
-            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops)}
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
+            "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
 
 
 def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import journal_blobs, remember_vault
-from tb_footprint_plugin.engine import lease
+from tb_footprint_plugin.engine import lease, offload, usage
 from tb_footprint_plugin.engine.context import CancelToken, Context, NoSpace, RunOutcome, writing
 from tb_footprint_plugin.engine.history import configure_writer
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
@@ -31,7 +31,7 @@ from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.api.common import (context_of, DEFAULT_BACKENDS, disk_in_use, freed_after_purge,
-                                            logdir_keys, partition_name, RunProgress)
+                                            logdir_keys, partition_name, RunProgress, split_backup_dir)
 from tb_footprint_plugin.api.settle import Interrupted, open_ledger, recover_logdir, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import (freed_estimate, plan, scan_shard_sizes, selection_by_logdir,
@@ -103,6 +103,7 @@ def reduce_logdir(
             RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                        reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                        bytes_after=rp.expected_after_bytes) for rp in p.runs])
+    backup_dir, remote = split_backup_dir(logdir, backup_dir)  # a bucket URL: the local vault offloads there
     ctx = context_of(logdir, backup_dir, quiet_period, verify_backends, closed_files)
     pol = get_policy(policy)
     before_limit = throttle.limit()
@@ -119,7 +120,7 @@ def reduce_logdir(
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
                        shard=shard, shard_with=shard_with, partition_sizes=partition_sizes,
-                       vault_format=vault_format)
+                       vault_format=vault_format, remote=remote)
     except KeyboardInterrupt as e:
         if dry_run or isinstance(e, Interrupted):
             raise
@@ -172,9 +173,12 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
 
 def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
             older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
-            shard, shard_with, partition_sizes, vault_format=DEFAULT_VAULT_FORMAT) -> ReduceReport:
+            shard, shard_with, partition_sizes, vault_format=DEFAULT_VAULT_FORMAT,
+            remote: Optional[str] = None) -> ReduceReport:
     if not dry_run:
         refuse_unless_ours(ctx.state, ctx.vault)  # never a backup where another user can unlink it
+        if remote:  # remembered before any backup is made: every later verb finds the remote vault
+            offload.configure(ctx.vault, remote)
     recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
     # a reduce's scan keeps its passes over big event files for the rewrite (``scan.passes``)
     keeping = contextlib.nullcontext() if dry_run else passes.retaining()
@@ -207,6 +211,8 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
                                           bytes_after=rp.expected_after_bytes) for rp in p.runs]
             report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
                 freed_estimate(ctx.logdir, backup_dir, p, vault_format)
+            if remote or offload.remote_url(ctx.vault):  # the backups leave the local disk at once
+                report.freed_now_bytes, report.freed_on_disk_after_purge_bytes = p.removable_bytes, 0
             return report
         remember_vault(ctx)
         before = disk_in_use(ctx)
@@ -236,6 +242,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
         report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = before.total_bytes, after.total_bytes
         # what the logdir's disk gained: a vault on another disk grew by what it took in
         report.freed_now_bytes = before.on_logdir_disk - after.on_logdir_disk
+        report.remote_vault = usage.remote_usage([ctx.vault.root])
         return report
     finally:
         if token is not None:
@@ -329,6 +336,15 @@ class _Batch:
                 # a lock file the disk refuses (ENOSPC, EMFILE) fails no committed run: the
                 # backups stay hard links and the next start compacts them, as for a busy run
                 note_compaction(self.ctx.vault, o.op_id)
+        if o.status == Outcome.VERIFIED and o.op_id and offload.remote_url(self.ctx.vault):
+            # after the compaction, under the run's lock as it: the backups go to the remote vault
+            # (each verified there before its local copy is unlinked); a run taken meanwhile, or a
+            # store that fails, leaves them local and the next start offloads them
+            try:
+                with RunLock(self.ctx.lock_dir, rp.run):
+                    offload.offload_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
+            except (RunLocked, OSError):
+                pass
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,

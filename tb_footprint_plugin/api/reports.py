@@ -55,6 +55,9 @@ class ReduceReport(RunOutcomes):
     freed_now_bytes: int = 0
     #: what the ledger had that was refused (untrusted input; ``engine.ledger.check_ledger``)
     ledger_problems: List[dict] = field(default_factory=list)
+    #: a local logdir whose backups go to a bucket: what the remote vault stores after the batch
+    #: (``engine.usage.remote_usage``), never counted in the disk in use; None without one
+    remote_vault: Optional[dict] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -89,6 +92,7 @@ class ReduceReport(RunOutcomes):
             "disk_in_use_before_bytes": self.disk_in_use_before_bytes,
             "disk_in_use_after_bytes": self.disk_in_use_after_bytes,
             "freed_now_bytes": self.freed_now_bytes,
+            "remote_vault": self.remote_vault,
             "removed_files": self.removed_files,
             "ok": self.ok,
             "logdir": self.plan.logdir,  # also in the plan: said first, for reports of several logdirs

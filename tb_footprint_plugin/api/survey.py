@@ -9,10 +9,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.engine import health, usage
+from tb_footprint_plugin.engine import health, offload, usage
 from tb_footprint_plugin.engine.journal import RunLock
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path
-from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, Vault
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone,
                                               LOCAL_VAULT_NOTE, make_plan, SelectionError)
@@ -24,7 +24,7 @@ from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir, state_dirs_in
 from tb_footprint_plugin.storage.remote import is_remote
-from tb_footprint_plugin.api.common import bucket_of, context_of, logdir_keys, partition_name
+from tb_footprint_plugin.api.common import bucket_of, context_of, logdir_keys, partition_name, split_backup_dir
 from tb_footprint_plugin.api.records import history
 
 
@@ -44,6 +44,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
     requests and bytes a reduction and a restore would take. ``vault_format``: the vault its note
     counts with (what is freed now and after purge; see ``reduce_logdir``)."""
+    backup_dir, remote = split_backup_dir(logdir, backup_dir)
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     runs = select_runs(fp, runs, run_glob)
     rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
@@ -58,7 +59,9 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
         bucket_notes(p, fp, backup_dir, traces.stats)
         return p
     logdir = os.path.abspath(logdir)
-    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [_vault_note(logdir, backup_dir, p, vault_format)]
+    remote = remote or offload.remote_url(Vault(state_dir(logdir)))
+    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [
+        _offload_note(p, remote) if remote else _vault_note(logdir, backup_dir, p, vault_format)]
     ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
     if ops:
         cmd = health.settle_command(logdir, backup_dir)
@@ -102,6 +105,13 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
                  for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
     kept = usage.estimate_compressed(originals)
     return (max(0, removable - kept) if same else removable), kept, same
+
+
+def _offload_note(p: Plan, remote: str) -> str:
+    """What a plan says when the backups go to a remote vault (``engine.offload``)."""
+    return (f"freed now: ~{human_bytes(p.removable_bytes)} on disk (logdir + local state): each run's backups go to "
+            f"the remote vault {remote} once it commits (read back and verified there before the local copy "
+            "is unlinked); restore streams them back from it; `tb-footprint purge` deletes them there")
 
 
 def _vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: str = DEFAULT_VAULT_FORMAT) -> str:

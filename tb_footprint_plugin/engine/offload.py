@@ -32,6 +32,7 @@ import errno
 import functools
 import json
 import os
+import re
 import secrets
 from typing import Dict, Iterable, List, Optional
 
@@ -44,6 +45,7 @@ from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhe
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.stores import open_store
 from tb_footprint_plugin.storage.remote import is_bucket_url, split_scheme
 
 #: what ``offload_blobs`` did with a blob
@@ -313,10 +315,40 @@ def lifecycle_rule(store_url: str, days: int = LIFECYCLE_DAYS) -> dict:
                 "`az storage account management-policy show` first. An archived blob must be rehydrated "
                 "(up to 15 h) before a restore can read it.")
         scheme = "az"
-    return {"scheme": scheme, "bucket": bucket, "prefix": prefix, "days": days, "rule": rule, "apply": apply,
-            "note": note}
+    return {"scheme": scheme, "bucket": bucket, "prefix": prefix, "prefixes": [prefix], "days": days, "rule": rule,
+            "apply": apply, "note": note}
+
+
+def vaults_under(url: str) -> List[str]:
+    """The remote vaults (``<url>/tbfp-<16 hex>``) under a ``--backup-dir`` URL several logdirs
+    may share, found by their ``index/`` objects (one listing of the prefix); ``[url]`` when
+    ``url`` is a vault itself."""
+    base = url.rstrip("/")
+    if base.rsplit("/", 1)[-1].startswith(NAMESPACE_PREFIX):
+        return [base]
+    found = set()
+    with open_store(base) as store:
+        for e in store.list(""):
+            head, _, rest = e.key.partition("/")
+            if re.fullmatch(NAMESPACE_PREFIX + "[0-9a-f]{16}", head) and rest.startswith("index/"):
+                found.add(f"{base}/{head}")
+    return sorted(found)
+
+
+def lifecycle_rules(store_urls: List[str], days: int = LIFECYCLE_DAYS) -> dict:
+    """``lifecycle_rule`` of several remote vaults on one bucket, merged into one document."""
+    if not store_urls:
+        raise OffloadError("no remote vault to write a lifecycle rule for")
+    rules = [lifecycle_rule(u, days) for u in store_urls]
+    out = dict(rules[0])
+    if len({r["bucket"] for r in rules}) != 1 or len({r["scheme"] for r in rules}) != 1:
+        raise OffloadError("the remote vaults are on different buckets: one rule document per bucket")
+    key = next(iter(out["rule"]))
+    out["rule"] = {key: [x for r in rules for x in r["rule"][key]]}
+    out["prefixes"] = [r["prefix"] for r in rules]
+    return out
 
 
 __all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "FAILED",
-           "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
+           "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "lifecycle_rules", "vaults_under", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
            "offload_operation", "offload_blobs", "forget_remote", "remote_stats"]

@@ -9,7 +9,10 @@ unfinished one needs is never deleted.
 
 A purge first records its intent (which blobs) in the operation's log, then deletes the
 blobs, then marks the manifest purged; a purge killed at any point is finished by the next
-start from that intent, so no blob is ever left belonging to nothing.
+start from that intent, so no blob is ever left belonging to nothing. Blobs offloaded to a
+remote vault (``engine.offload``) are forgotten by its blob store after the manifests are
+marked and before the purge is logged as done, so a kill in between forgets them again at the
+next start (forgetting is idempotent).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Skip
-from tb_footprint_plugin.engine import faults, oplog
+from tb_footprint_plugin.engine import faults, offload, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context, writing
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
@@ -70,6 +73,8 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
     base = {"op_id": m["op_id"], "run": m["run"], "bytes": size}
     for f in m["files"]:
         p = vault.blob_path(f["sha256"])
+        if vault.blob_form(f["sha256"]) == "remote":
+            continue  # verified by its store before it was recorded; it cannot grow
         if vault.blob_form(f["sha256"]) == "zst":
             # compressed after the commit: no writer holds it and it cannot grow; it goes only
             # when it still decompresses to its original (a damaged one may be all there is)
@@ -226,6 +231,10 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
         with writing(vault.manifest_path(m["op_id"]), 2 * len(json.dumps(m)), at=vault.ops):
             vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
         faults.hit("purge.marked")
+    # the remote vault forgets only what the manifests now say is purged; a kill before the
+    # 'purged' records below leaves the intents, which the next start finishes (forget again)
+    offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas])
+    for m, _shas, size in plan:
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
         _log_purge(ctx, m, size)
 
@@ -235,8 +244,10 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
     the blobs they named go (unless an operation not being purged needs them), then the marks."""
     keep = vault.referenced_blobs(exclude_ops=list(intents)) | journal_blobs(ctx)
     details = []
+    done = []
     for op_id, intent in intents.items():
-        freed = sum(vault.delete_blob(sha) for sha in intent.get("blobs", []) if sha not in keep)
+        blobs = [sha for sha in intent.get("blobs", []) if sha not in keep]
+        freed = sum(vault.delete_blob(sha) for sha in blobs)
         try:
             m = vault.read_manifest(op_id)
         except (OSError, ValueError):
@@ -245,6 +256,9 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
             m["backup_purged"] = True
             m["purged_at"] = intent.get("t", time.time())
             vault.write_manifest(m)
+        done.append((op_id, m, freed, blobs))
+    offload.forget_remote(vault, [sha for _o, _m, _f, blobs in done for sha in blobs])  # after the marks
+    for op_id, m, freed, _blobs in done:
         oplog.append(vault.root, op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
         if m is not None:
             _log_purge(ctx, m, freed)
