@@ -68,6 +68,9 @@ PROBE_BYTES = CHUNK
 REPACK_BELOW = 0.5
 #: the largest index object read (a planted huge one must not exhaust memory); ~400k blobs
 INDEX_READ_LIMIT = 64 << 20
+#: a long ``add`` writes an index of what it verified this often (seconds): far below the grace
+#: after which ``forget`` deletes objects no index lists
+INDEX_EVERY = 300.0
 #: ``forget`` merges the index objects into one when there are more than this many
 CONSOLIDATE_ABOVE = 16
 #: reads of a pack while verifying or repacking it (a few requests per pack, bounded memory)
@@ -451,7 +454,7 @@ class BlobStore:
         def fetch(a: int, b: int) -> bytes:
             return store.read_range(key, base + a, base + min(b, length))
 
-        return io.BufferedReader(RangeReader(fetch, length, name=key), CHUNK)
+        return io.BufferedReader(RangeReader(fetch, length, name=key), PACK_READ)  # a request per 4 MB
 
     def _open_ref(self, ref: BlobRef) -> BinaryIO:
         raw = self._stored(ref)
@@ -496,9 +499,11 @@ class BlobStore:
         """Store each source (streamed, its claim verified) and return its ref, in order. Every
         ref returned points at bytes read back from the store and verified, and is listed in an
         index object that is durable when ``add`` returns. A source whose bytes are not what it
-        claims raises ``BlobFailure(MISMATCH)``: nothing of this call is indexed then (its data
-        objects stay as leftovers for ``forget``; a retry adopts lone ones). A blob stored already
-        is not uploaded again; if another owner added it, this owner's claim is indexed."""
+        claims raises ``BlobFailure(MISMATCH)`` and gets no ref (its data objects stay as leftovers
+        for ``forget``; a retry adopts lone ones). A blob stored already is not uploaded again; if
+        another owner added it, this owner's claim is indexed. A long call indexes what it verified
+        every ``INDEX_EVERY`` seconds, so that no object of it stays unindexed for anywhere near
+        ``forget``'s grace."""
         index = self._index()
         out: List[BlobRef] = []
         new: Dict[str, BlobRef] = {}
@@ -509,12 +514,32 @@ class BlobStore:
         slots: List[Tuple[int, str]] = []  # (position in out, sha) of blobs waiting for their pack
         waiting = set()  # the shas in slots
 
+        indexed: Set[str] = set()  # shas of this call already in an index object it wrote
+        since = [None]  # when this call's oldest unindexed object was written
+
+        def write_index() -> None:
+            rows = [r for s, r in list(new.items()) + list(claims.items()) if s not in indexed]
+            if rows:
+                self._write_index([_row(r, [self.owner]) for r in rows])
+                for r in rows:
+                    index.setdefault(r.sha, r)
+                    self._owners.setdefault(r.sha, set()).add(self.owner)
+                    indexed.add(r.sha)
+            since[0] = None
+
+        def wrote() -> None:
+            if since[0] is None:
+                since[0] = time.monotonic()
+            elif time.monotonic() - since[0] > INDEX_EVERY:
+                write_index()
+
         def flush() -> None:
             nonlocal pack, pack_bytes
             if pack:
                 for ref in self._write_pack(pack):
                     new[ref.sha] = ref
                 pack, pack_bytes = [], 0
+                wrote()
 
         for src in items:
             if not (isinstance(src.sha, str) and _SHA.match(src.sha)) or src.size < 0:
@@ -544,16 +569,14 @@ class BlobStore:
                 ref = self._lone(src)
                 new[ref.sha] = ref
                 out.append(ref)
+                wrote()
         flush()
         for i, sha in slots:
             out[i] = new[sha]
         _hit(self.failpoint, "add.verified")
-        if new or claims:
-            self._write_index([_row(r, [self.owner]) for r in list(new.values()) + list(claims.values())])
+        if len(indexed) < len(set(new) | set(claims)):
+            write_index()
             _hit(self.failpoint, "add.index_written")
-            for sha, ref in list(new.items()) + list(claims.items()):
-                index.setdefault(sha, ref)
-                self._owners.setdefault(sha, set()).add(self.owner)
         return out
 
     def _present(self, key: str, cache: Dict[str, bool]) -> bool:

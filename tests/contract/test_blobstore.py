@@ -508,3 +508,17 @@ def test_a_store_failure_during_add_is_coded_blames_no_blob_and_indexes_nothing(
     e = ei.value
     assert e.code == BlobError.STORE and e.sha == "" and e.key.startswith("data/") and "no_space" in str(e)
     assert keys(store) == []
+
+
+def test_a_long_add_indexes_what_it_verified_as_it_goes(store, monkeypatch):
+    """Objects of an add that runs for long must not sit unindexed until they look like old
+    leftovers to a forget elsewhere: every INDEX_EVERY seconds the verified ones are indexed."""
+    monkeypatch.setattr(blobstore, "INDEX_EVERY", -1.0)  # every second object triggers an index
+    items = [src(LONE_TEXT), src(LONE_RANDOM), src(LONE_TEXT[::-1] + b"!")]
+    with pytest.raises(Crash):
+        BlobStore(store, failpoint=crash_at("add.verified")).add(items)
+    fresh = BlobStore(store)
+    assert [fresh.has(i.sha) for i in items] == [True, True, False]
+    assert read(fresh, items[1].sha) == LONE_RANDOM and len(keys(store, "index")) == 1
+    refs = BlobStore(store).add(items)  # and the retry completes
+    assert [r.sha for r in refs] == [i.sha for i in items] and len(keys(store, "index")) == 2
