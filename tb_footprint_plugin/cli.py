@@ -1233,11 +1233,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"tb-footprint {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     for add in (_scan_parser, _policies_parser, _plan_parser, _reduce_parser, _verify_parser, _restore_parser,
-                _purge_parser, _retire_parsers, _status_parser, _recover_parser, _history_parser, _demo_parser):
+                _purge_parser, _retire_parsers, _status_parser, _recover_parser, _history_parser, _demo_parser,
+                _vault_parser):
         add(sub)
     _VERBS.clear()
     _VERBS.update(sub.choices)
     return p
+
+
+def _vault_parser(sub) -> None:
+    s = _verb(sub, "vault", "the vault in a bucket: its lifecycle rule",
+              "`vault lifecycle` prints the bucket lifecycle rule (S3, GCS or Azure JSON) that moves the remote "
+              "vault's data/ objects to an infrequent-access class after --days and to an archive class 90 days "
+              "later (never its index/), and the command that applies it. Reads only.",
+              "tb-footprint vault lifecycle runs\ntb-footprint vault lifecycle --backup-dir s3://bucket/vaults --days 60")
+    s.add_argument("action", choices=("lifecycle",), help="lifecycle: print the rule")
+    s.add_argument("logdir", nargs="?", default=None, help="a local logdir whose backups go to a bucket")
+    s.add_argument("--backup-dir", default=None, help="the bucket URL given to reduce (without a logdir)")
+    s.add_argument("--days", type=int, default=30, help="days before data/ objects change class (default 30)")
+    s.add_argument("--json", action="store_true", help="the whole answer as JSON (rule, prefixes, command, note)")
+    s.set_defaults(func=cmd_vault)
+
+
+def cmd_vault(args) -> int:
+    from tb_footprint_plugin import api
+
+    out = api.vault_lifecycle(args.logdir, args.backup_dir, args.days)
+    if args.json:
+        _dump(out)
+        return EXIT_OK
+    _dump(out["rule"])  # stdout is the rule alone: `> lifecycle.json` gives the file to apply
+    print(f"# apply: {out['apply']}\n# prefixes: {', '.join(out['prefixes'])}\n# {out['note']}", file=sys.stderr)
+    return EXIT_OK
 
 
 def _retire_parsers(sub) -> None:

@@ -293,3 +293,47 @@ def test_vault_lifecycle_rule_for_each_store(tmp_path):
         == ["GLACIER"]
     with pytest.raises(offload.OffloadError):
         offload.lifecycle_rule("/local/path", 30)
+
+
+def cli(*args):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+
+
+def test_cli_round_trip_through_a_bucket(tmp_path, s3_bucket):
+    """The real `tb-footprint`: reduce with --backup-dir s3://…, status and the lifecycle rule
+    without repeating it, restore byte-identical from the bucket."""
+    logdir = make_logdir(tmp_path)
+    before = snapshot(logdir)
+    du_before = du(logdir)
+    url = s3_bucket.url("team-vaults")
+    dry = cli("reduce", logdir, "--backup-dir", url, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    notes = json.loads(dry.stdout)["plan"]["notes"]
+    assert any(url in n and "remote vault" in n for n in notes), notes
+    assert not (logdir / ".tb-footprint").exists()  # a dry run writes no state
+    p = cli("reduce", logdir, "--backup-dir", url, "--yes", "--json", "--verify", "python")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rep = json.loads(p.stdout)
+    removed = rep["removed_from_logdir_bytes"]
+    assert removed > 0 and rep["remote_vault"]["remote_blobs"] >= 2, rep["remote_vault"]
+    # the local disk (logdir + its state, inside it) dropped by what the logdir lost, at once
+    assert du(logdir) <= du_before - removed + 512 * 1024, (du(logdir), du_before, removed)
+    assert rep["disk_in_use_after_bytes"] <= rep["disk_in_use_before_bytes"] - removed + 512 * 1024
+    vault = Context(str(logdir)).vault
+    assert all(f == {".remote"} for f in local_blobs(vault).values())
+    st = cli("status", logdir, "--json")
+    assert st.returncode == 0, st.stderr[-2000:]
+    remote = json.loads(st.stdout)["remote_vault"]
+    assert remote["urls"][0].startswith(url + "/tbfp-") and remote["remote_vault_bytes"] > 0, remote
+    lc = cli("vault", "lifecycle", logdir, "--days", "45")
+    assert lc.returncode == 0, lc.stderr[-2000:]
+    rule = json.loads(lc.stdout)["Rules"][0]
+    assert rule["Filter"]["Prefix"] == remote["urls"][0].split("/", 3)[3] + "/data/"
+    assert rule["Transitions"][0] == {"Days": 45, "StorageClass": "STANDARD_IA"}
+    lc = cli("vault", "lifecycle", "--backup-dir", url, "--json")  # the URL alone: the vaults under it
+    assert lc.returncode == 0 and json.loads(lc.stdout)["prefixes"] == [rule["Filter"]["Prefix"]], lc.stderr
+    r = cli("restore", logdir, "--all", "--yes")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert snapshot(logdir) == before

@@ -201,7 +201,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
                 runs = [r for r in mine if runs is None or r in runs]
                 if ledger is None:
                     ledger = "default"
-            p = plan(logdir, pol, backup_dir=backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
+            p = plan(logdir, pol, backup_dir=remote or backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
                      older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
                      footprint=scans.get(ctx.logdir), vault_format=vault_format)  # the partition's own scan: one scan per worker
         report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
