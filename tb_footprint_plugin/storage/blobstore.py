@@ -362,7 +362,8 @@ class BlobStore:
 
     # --- the index ---------------------------------------------------------------------------
     def reload(self) -> None:
-        """List ``index/`` again (one paginated listing) and rebuild the cached index."""
+        """List ``index/`` again (one paginated listing) and rebuild the cached index; a store
+        failure raises ``BlobFailure(STORE)`` rather than leave a partial index cached."""
         docs: Dict[str, dict] = {}
         damaged: List[dict] = []
         for e in self.store.list(INDEX):
@@ -375,6 +376,8 @@ class BlobStore:
             except (ValueError, UnicodeDecodeError, StoreFailure) as err:
                 if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
                     continue  # deleted since the listing (a forget elsewhere)
+                if isinstance(err, StoreFailure) and err.code != StoreError.TOO_LARGE:
+                    raise _fail("", e.key, err) from None  # the store failed, not the index: no half view
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
                 continue
             docs[e.key] = doc

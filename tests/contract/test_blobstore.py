@@ -522,3 +522,23 @@ def test_a_long_add_indexes_what_it_verified_as_it_goes(store, monkeypatch):
     assert read(fresh, items[1].sha) == LONE_RANDOM and len(keys(store, "index")) == 1
     refs = BlobStore(store).add(items)  # and the retry completes
     assert [r.sha for r in refs] == [i.sha for i in items] and len(keys(store, "index")) == 2
+
+
+class FailingIndexRead(Wrapper):
+    """The store fails reads of index objects (a lost connection)."""
+
+    def read_all(self, key, limit=None):
+        if key.startswith("index/"):
+            raise StoreFailure(StoreError.STORE_ERROR, key, "connection reset")
+        return self.inner.read_all(key, limit)
+
+
+def test_an_index_that_cannot_be_read_now_is_a_store_failure_and_a_huge_one_is_damaged(store, monkeypatch):
+    [ref] = BlobStore(store).add([src(LONE_RANDOM)])
+    with pytest.raises(BlobFailure) as ei:  # never a partial index that says the blob is not there
+        BlobStore(FailingIndexRead(store)).has(ref.sha)
+    assert ei.value.code == BlobError.STORE and ei.value.key.startswith("index/")
+    store.put(f"index/{'4' * 32}.json", b" " * 5000)
+    monkeypatch.setattr(blobstore, "INDEX_READ_LIMIT", 4096)  # a planted huge index is not read whole
+    bs = BlobStore(store)
+    assert [d["key"] for d in bs.damaged_index()] == [f"index/{'4' * 32}.json"] and bs.has(ref.sha)
