@@ -114,6 +114,9 @@ def test_offload_frees_local_disk_and_restores_from_bucket(tmp_path, bucket):
     assert url.startswith(bucket.url("vaults") + "/tbfp-")
     st = offload.remote_stats(vault)
     assert st["blobs"] == len(forms) and st["stored_bytes"] > 0, st
+    # status does not take an offloaded backup for a missing one; verify reads it from the bucket
+    assert not [p for p in api.status(str(logdir))["problems"] if p["code"] == "backup_damaged"]
+    assert all(v["backups_ok"] for v in api.verify(str(logdir))), "verify re-hashes each backup from the bucket"
     # every original back, byte-identical with mtime and mode, streamed from the bucket
     outs = api.restore(str(logdir))
     assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
