@@ -1,0 +1,136 @@
+"""``BlobStore`` killed with SIGKILL at each of its steps (no ``finally``, no cleanup runs), on a
+POSIX folder and moto S3, the GCS emulator and Azurite: every blob an index lists still reads
+back whole, the killed ``add`` or ``forget`` done again completes, and a last ``forget`` leaves
+exactly the objects the live blobs need.
+
+The exception-injected crash matrix of every step is in ``test_blobstore.py``; this file checks
+that a process that dies outright leaves nothing those tests did not foresee.
+"""
+import hashlib
+import io
+import itertools
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from objstore_servers import Bucket
+from tb_footprint_plugin.storage.blobstore import BlobSource, BlobStore
+from tb_footprint_plugin.storage.store import Store
+from tb_footprint_plugin.storage.store_object import ObjectStore
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: the originals, made the same way in the child and here (lone zstd, lone raw, packed ones)
+ITEMS = '''
+import hashlib
+def make_items():
+    lone_text = b"step=1 loss=0.25 " * 40_000
+    lone_random = b"".join(hashlib.sha256(b"r%d" % i).digest() for i in range(20_000))
+    small = [hashlib.sha256(b"s%d" % i).digest() * (40 + i) for i in range(10)]
+    small += [b"epoch %d acc=0.9 " % i * 30 for i in range(10)]
+    return [lone_text, lone_random] + small
+'''
+
+CHILD = ITEMS + '''
+import io, os, signal, sys
+from tb_footprint_plugin.storage import blobstore
+from tb_footprint_plugin.storage.blobstore import BlobSource, BlobStore
+from tb_footprint_plugin.storage.stores import open_store
+
+url, op, step = sys.argv[1:4]
+
+def die(s):
+    if s == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+blobstore.FAILPOINT = die
+store = open_store(url)
+datas = make_items()
+srcs = [BlobSource(hashlib.sha256(d).hexdigest(), len(d), (lambda d=d: io.BytesIO(d))) for d in datas]
+bs = BlobStore(store)
+if op == "add":
+    bs.add(srcs)
+else:
+    bs.forget([s.sha for i, s in enumerate(srcs) if i not in KEEP])
+print("finished without being killed")
+'''
+
+#: positions of the originals a forget keeps (the rest are forgotten: the pack falls below half)
+KEEP = (1, 3, 12)
+
+ns = {}
+exec(ITEMS, ns)
+DATAS = ns["make_items"]()
+SRCS = [BlobSource(hashlib.sha256(d).hexdigest(), len(d), (lambda d=d: io.BytesIO(d))) for d in DATAS]
+
+_prefixes = itertools.count()
+CASES = [("posix", s) for s in ("add.data_written", "add.verified", "add.index_written", "forget.pack_written",
+                                "forget.index_written", "forget.old_index_deleted", "forget.objects_deleted")]
+CASES += [(k, s) for k in ("s3", "gs", "az") for s in ("add.verified", "forget.index_written")]
+
+
+def run_child(url: str, env: dict, op: str, step: str) -> subprocess.CompletedProcess:
+    code = CHILD.replace("KEEP", repr(KEEP))
+    env = dict(env, PYTHONPATH=REPO + os.pathsep + env.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-c", code, url, op, step], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def readable(store: Store, idx) -> None:
+    bs = BlobStore(store)
+    for i in idx:
+        with bs.open(SRCS[i].sha) as f:
+            assert f.read() == DATAS[i], i
+
+
+def every_listed_blob_reads_back(store: Store) -> None:
+    bs = BlobStore(store)
+    by_sha = {s.sha: d for s, d in zip(SRCS, DATAS)}
+    for ref in bs.refs():
+        assert bs.check(ref.sha) is None
+        with bs.open(ref.sha) as f:
+            assert f.read() == by_sha[ref.sha]
+
+
+@pytest.mark.parametrize("kind,step", CASES)
+def test_sigkill_at_each_step_leaves_every_listed_blob_whole_and_the_next_run_finishes(
+        kind, step, tmp_path, objstore_pool):
+    env = dict(os.environ)
+    if kind == "posix":
+        root = tmp_path / "vault"
+        root.mkdir()
+        store: Store = PosixStore(str(root))
+        url = str(root)
+    else:
+        server = objstore_pool.get(kind)
+        env.update(server.env)
+        url = Bucket(server).url(f"k{next(_prefixes)}/vault")
+        store = ObjectStore(url)
+    op = step.split(".")[0]
+    if op == "forget":
+        BlobStore(store).add(SRCS)
+    res = run_child(url, env, op, step)
+    assert res.returncode == -signal.SIGKILL, (res.returncode, res.stdout, res.stderr[-3000:])
+    every_listed_blob_reads_back(store)
+    if op == "add":
+        refs = BlobStore(store).add(SRCS)  # the killed add done again
+        assert [r.sha for r in refs] == [s.sha for s in SRCS]
+        readable(store, range(len(SRCS)))
+        keep = range(len(SRCS))
+    else:
+        readable(store, KEEP)  # the live blobs survived the kill
+        BlobStore(store).forget([s.sha for i, s in enumerate(SRCS) if i not in KEEP])
+        readable(store, KEEP)
+        keep = KEEP
+    BlobStore(store).forget([], grace_seconds=0)  # the kill's leftovers, once their grace is over
+    after = BlobStore(store)
+    assert sorted(r.sha for r in after.refs()) == sorted(SRCS[i].sha for i in keep)
+    needed = sorted({c.key for r in after.refs() for c in after.candidates(r.sha)})
+    assert sorted(e.key for e in store.list("data")) == needed
+    assert len(list(store.list("index"))) == 1
+    every_listed_blob_reads_back(store)
+    store.close()
