@@ -340,3 +340,34 @@ def test_cli_round_trip_through_a_bucket(tmp_path, s3_bucket):
     r = cli("restore", logdir, "--all", "--yes")
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert snapshot(logdir) == before
+
+
+def test_a_damaged_copy_the_store_already_holds_never_replaces_the_local_backup(tmp_path, s3_bucket):
+    """The store does not upload a digest it lists already: that older copy is read back and
+    hashed before the local backup goes; a damaged one keeps the local backup."""
+    from tb_footprint_plugin.storage.blobstore import BlobSource
+
+    vault = Vault(str(tmp_path / "state" / ".tb-footprint"))
+    vault.ensure()
+    src = tmp_path / "orig.bin"
+    src.write_bytes(os.urandom(300_000))
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    url = offload.configure(vault, s3_bucket.url("d"))
+    remote_vault.blobstore(url).add([BlobSource(sha=sha, size=300_000, open=lambda: open(src, "rb"))])
+    store = open_store(url)
+    for e in list(store.list("data")):
+        b = bytearray(store.read_all(e.key))
+        b[-10] ^= 0xFF
+        store.delete([e.key])
+        store.put(e.key, bytes(b))
+    copy = tmp_path / "copy.bin"
+    shutil.copy2(src, copy)  # a file of its own: no live file shares the backup's inode
+    vault.store(str(copy), sha)
+    os.unlink(copy)
+    remote_vault._stores.clear()
+    op_id = "20260101T000000-abcdef"
+    offload.note_offload(vault, op_id, [sha])
+    got = offload.offload_blobs(vault, op_id, url, {sha: 300_000})
+    assert got == {sha: offload.KEPT_REMOTE_BAD}, got
+    assert vault.local_form(sha) == "plain" and vault.check_blob(sha)
+    assert remote_vault.read_record(vault.root, sha) is None

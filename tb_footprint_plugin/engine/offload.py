@@ -55,6 +55,7 @@ KEPT_OPEN = "kept_open"          # a writer may hold it (or the kernel cannot ru
 KEPT_SHARED = "kept_shared"      # a live file shares its inode
 KEPT_IN_USE = "kept_in_use"      # a transaction under way reads it as its original
 KEPT_DAMAGED = "kept_damaged"    # it does not hash to its name: kept local, for health to name
+KEPT_REMOTE_BAD = "kept_remote_bad"  # the store already held it, and that copy does not verify: kept local
 FAILED = "failed"                # the store failed: local for now, tried again at the next start
 MISSING = "missing"
 
@@ -207,7 +208,15 @@ def _add(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Di
     while left:
         sources = [BlobSource(sha=s, size=sizes[s], open=functools.partial(vault.open_blob, s)) for s in left]
         try:
-            return [r for r in remote_vault.blobstore(url).add(sources) if r.sha in set(left)]
+            bs = remote_vault.blobstore(url)
+            # a digest the store lists already is not uploaded again: that older copy is read back
+            # and hashed before the local one goes (it may have been damaged since it was added)
+            known = {s for s in left if bs.has(s)}
+            refs = [r for r in bs.add(sources) if r.sha in set(left)]
+            for r in [r for r in refs if r.sha in known]:
+                if bs.check(r.sha) is not None:
+                    out[r.sha] = KEPT_REMOTE_BAD
+            return [r for r in refs if r.sha not in out]
         except BlobFailure as e:
             if getattr(e, "sha", None) in left:
                 out[e.sha] = KEPT_DAMAGED
@@ -349,6 +358,7 @@ def lifecycle_rules(store_urls: List[str], days: int = LIFECYCLE_DAYS) -> dict:
     return out
 
 
-__all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "FAILED",
+__all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "KEPT_REMOTE_BAD",
+           "FAILED",
            "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "lifecycle_rules", "vaults_under", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
            "offload_operation", "offload_blobs", "forget_remote", "remote_stats"]
