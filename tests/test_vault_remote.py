@@ -371,3 +371,28 @@ def test_a_damaged_copy_the_store_already_holds_never_replaces_the_local_backup(
     assert got == {sha: offload.KEPT_REMOTE_BAD}, got
     assert vault.local_form(sha) == "plain" and vault.check_blob(sha)
     assert remote_vault.read_record(vault.root, sha) is None
+
+
+def test_records_are_untrusted_forget_touches_only_this_vaults_stores(tmp_path, s3_bucket):
+    """A record naming a store this vault never offloaded to is never pruned there; a URL
+    given again keeps its prefix, and one given after another keeps both known."""
+    from tb_footprint_plugin.storage.blobstore import BlobSource
+
+    vault = Vault(str(tmp_path / "state" / ".tb-footprint"))
+    vault.ensure()
+    first = offload.configure(vault, s3_bucket.url("one"))
+    assert offload.configure(vault, s3_bucket.url("one") + "/") == first
+    second = offload.configure(vault, s3_bucket.url("two"))
+    assert second != first and remote_vault.known_urls(vault.root) == [second, first]
+    assert offload.configure(vault, s3_bucket.url("one")) == first  # its old prefix, not a new one
+    other = s3_bucket.url("someone-else/tbfp-0000000000000000")
+    data = os.urandom(1000)
+    sha = hashlib.sha256(data).hexdigest()
+    src = tmp_path / "x"
+    src.write_bytes(data)
+    remote_vault.blobstore(other).add([BlobSource(sha=sha, size=1000, open=lambda: open(src, "rb"))])
+    os.makedirs(os.path.join(vault.blobs, sha[:2]), mode=0o700)
+    remote_vault.write_record(vault.root, sha, other, 1000, "data/x")  # a record naming another store
+    assert offload.forget_remote(vault, [sha]) == 0
+    assert remote_vault.blobstore(other, fresh=True).has(sha)
+    assert remote_vault.read_record(vault.root, sha) is not None

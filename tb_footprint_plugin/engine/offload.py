@@ -76,11 +76,13 @@ def configure(vault: Vault, url: str) -> str:
     if not is_bucket_url(url):
         raise OffloadError(f"{url!r} is not an s3://, gs:// or az:// URL naming a bucket")
     base = url.rstrip("/")
-    now = remote_vault.configured_url(vault.root)
-    if now is not None and now.rsplit("/", 1)[0] == base and now.rsplit("/", 1)[1].startswith(NAMESPACE_PREFIX):
-        return now
+    mine = [u for u in remote_vault.known_urls(vault.root)
+            if u.rsplit("/", 1)[0] == base and u.rsplit("/", 1)[1].startswith(NAMESPACE_PREFIX)]
+    if mine and mine[0] == remote_vault.configured_url(vault.root):
+        return mine[0]
     vault.ensure()
-    store_url = f"{base}/{NAMESPACE_PREFIX}{secrets.token_hex(8)}"
+    # the prefix this vault had under that URL before, if any: its blobs are this vault's too
+    store_url = mine[0] if mine else f"{base}/{NAMESPACE_PREFIX}{secrets.token_hex(8)}"
     remote_vault.set_configured_url(vault.root, store_url)
     return store_url
 
@@ -235,12 +237,15 @@ def _add(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Di
 def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
     """Purge's remote step, after the manifests say the backups are purged: the remote vault
     forgets those blobs (``BlobStore.forget``), then their records go. Blobs with no record are
-    not the remote vault's. Returns how many were forgotten; a store failure raises (the purge's
-    intent stays, and the next start finishes it)."""
+    not the remote vault's, nor those whose record names a store this vault never offloaded to
+    (``remote.json``): they are left as they are. Returns how many were forgotten; a store
+    failure raises (the purge's intent stays, and the next start finishes it)."""
+    ours = set(remote_vault.known_urls(vault.root))
     by_url: Dict[str, List[str]] = {}
     for sha in shas:
         rec = remote_vault.read_record(vault.root, sha)
-        if rec is not None:
+        # a record is untrusted: only a remote vault this vault offloaded to is ever pruned
+        if rec is not None and rec["url"] in ours:
             by_url.setdefault(rec["url"], []).append(sha)
     n = 0
     for url, group in by_url.items():

@@ -22,7 +22,7 @@ import json
 import os
 import stat
 import threading
-from typing import BinaryIO, Dict, Optional
+from typing import BinaryIO, Dict, List, Optional
 
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
@@ -151,11 +151,27 @@ def configured_url(vault_root: str) -> Optional[str]:
     return url if isinstance(url, str) and is_bucket_url(url) else None
 
 
+def known_urls(vault_root: str) -> List[str]:
+    """Every remote vault this vault has offloaded to: the current one and the earlier ones
+    (``remote.json``'s ``previous``). Only these are ever asked to forget a blob, whatever URL
+    a record names."""
+    try:
+        d = _read_small_json(os.path.join(vault_root, REMOTE_CONFIG))
+    except (OSError, ValueError, RecursionError):
+        return []
+    if not isinstance(d, dict):
+        return []
+    urls = [d.get("url")] + (d.get("previous") if isinstance(d.get("previous"), list) else [])
+    return [u for u in urls if isinstance(u, str) and is_bucket_url(u)]
+
+
 def set_configured_url(vault_root: str, url: str) -> None:
-    """Remember ``url`` as the remote vault (the vault folder must exist and be ours)."""
+    """Remember ``url`` as the remote vault (the vault folder must exist and be ours); the one it
+    replaces stays listed as ``previous`` (its blobs are still read, and forgotten by purge)."""
     if not is_bucket_url(url):
         raise ValueError(f"{url!r} is not an s3://, gs:// or az:// URL naming a bucket")
-    atomic_write_json(os.path.join(vault_root, REMOTE_CONFIG), {"url": url})
+    previous = [u for u in known_urls(vault_root) if u != url]
+    atomic_write_json(os.path.join(vault_root, REMOTE_CONFIG), {"url": url, "previous": previous})
 
 
 def blobstore(url: str, fresh: bool = False) -> BlobStore:
@@ -241,5 +257,5 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
 
 
 __all__ = ["REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
-           "write_record", "drop_record", "configured_url", "set_configured_url", "blobstore", "open_remote",
+           "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
            "check_remote", "object_name", "last_failure"]
