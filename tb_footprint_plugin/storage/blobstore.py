@@ -761,6 +761,7 @@ class BlobStore:
                 r.key in objects and r.key not in repack and self._verify(r) is None for r in cands)}
             moved, repacked = self._repack(repack, by_key, elsewhere, fig)
         old_index = list(self._index_keys)
+        written: List[str] = []
         if drop or released or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE:
             gone = set(repacked)
             rows = []
@@ -770,7 +771,7 @@ class BlobStore:
                     rows.append(_row(moved[sha], owners[sha]))
             # the live index first, durable; until the old index objects are deleted the union
             # still lists the forgotten blobs, whose objects are all still there
-            self._write_index(rows)
+            written.append(self._write_index(rows))
             fig["index_written"] = 1
             _hit(self.failpoint, "forget.index_written")
             self._delete(old_index, fig, "index_deleted")
@@ -790,6 +791,14 @@ class BlobStore:
                 fig["leftovers_deleted"] += 1
             else:
                 fig["leftovers_kept_young"] += 1  # maybe another add between its upload and its index
+        if doomed:
+            # an add elsewhere may have indexed one of them since this forget listed the index (it
+            # adopted an old leftover, or claimed a blob): look once more, just before deleting
+            mine = set(old_index) | set(written)
+            for key in self._keys_listed_by_new_index(mine):
+                if key in doomed:
+                    doomed.remove(key)
+                    fig["kept_for_new_index"] = fig.get("kept_for_new_index", 0) + 1
         if doomed:
             fig["bytes_deleted"] = sum(objects[k].size for k in doomed)
             self._delete(doomed, fig, "objects_deleted")
@@ -855,6 +864,24 @@ class BlobStore:
                 flush()
         flush()
         return moved, done
+
+    def _keys_listed_by_new_index(self, seen: Set[str]) -> Set[str]:
+        """The data objects listed by index objects not in ``seen`` (written since it was listed)."""
+        keys: Set[str] = set()
+        for e in self.store.list(INDEX):
+            if e.key in seen or not _INDEX.match(e.key):
+                continue
+            try:
+                doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
+                rows = doc["blobs"] if isinstance(doc, dict) and isinstance(doc.get("blobs"), list) else []
+            except (ValueError, UnicodeDecodeError, StoreFailure):
+                raise BlobFailure(BlobError.DAMAGED_INDEX, "appeared during forget and does not read: nothing "
+                                  "more deleted", key=e.key) from None
+            for row in rows:
+                got = _valid_ref(row)
+                if got is not None:
+                    keys.add(got[0].key)
+        return keys
 
     def _delete(self, keys: List[str], fig: dict, what: str) -> None:
         for res in self.store.delete(keys):

@@ -542,3 +542,20 @@ def test_an_index_that_cannot_be_read_now_is_a_store_failure_and_a_huge_one_is_d
     monkeypatch.setattr(blobstore, "INDEX_READ_LIMIT", 4096)  # a planted huge index is not read whole
     bs = BlobStore(store)
     assert [d["key"] for d in bs.damaged_index()] == [f"index/{'4' * 32}.json"] and bs.has(ref.sha)
+
+
+def test_forget_keeps_an_object_an_add_elsewhere_indexed_while_it_ran(store):
+    """Another process adds a blob back (adopting its object) after forget listed the index:
+    forget looks at the index once more before deleting, and keeps that object."""
+    item = src(LONE_TEXT)
+    BlobStore(store).add([item])
+    concurrent = []
+
+    def add_elsewhere(step: str) -> None:
+        if step == "forget.old_index_deleted":
+            concurrent.extend(BlobStore(store).add([item]))
+
+    fig = BlobStore(store, failpoint=add_elsewhere).forget([item.sha])
+    assert concurrent and fig["forgotten"] == 1 and fig.get("kept_for_new_index") == 1
+    bs = BlobStore(store)
+    assert bs.check(item.sha) is None and read(bs, item.sha) == LONE_TEXT
