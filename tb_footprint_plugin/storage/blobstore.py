@@ -523,7 +523,7 @@ class BlobStore:
         def write_index() -> None:
             rows = [r for s, r in list(new.items()) + list(claims.items()) if s not in indexed]
             if rows:
-                self._write_index([_row(r, [self.owner]) for r in rows])
+                self._index_keys.append(self._write_index([_row(r, [self.owner]) for r in rows]))
                 for r in rows:
                     index.setdefault(r.sha, r)
                     self._owners.setdefault(r.sha, set()).add(self.owner)

@@ -294,7 +294,8 @@ def test_200_small_blobs_cost_one_pack_and_a_handful_of_requests(store):
     for item in items[::10] + items[-2:]:  # a sample: each read is a request or two
         assert read(fresh, item.sha) == original(item)
     st = fresh.stats()
-    assert (st["blobs"], st["objects"], st["packs"]) == (201, 1, 1)
+    assert (st["blobs"], st["objects"], st["packs"], st["index_objects"]) == (201, 1, 1, 1)
+    assert bs.stats()["index_objects"] == 1  # the instance that wrote it counts it too
 
 
 def test_empty_originals_round_trip_even_alone(store):
