@@ -131,7 +131,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         faults.hit("reduce.verify")
         if live:
             try:
-                now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+                now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
             except RemoteError as e:
                 for en in live:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)

@@ -188,12 +188,12 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
                   listing: Dict[str, ObjectInfo]) -> Dict[str, dict]:
     """A fresh listing of the runs: every removed key gone, every rewritten key holding the
     staged bytes (the store's checksum), every other object of the run at the version it had."""
-    now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing))
+    now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
     removed = {f["path"] for en in live for f in en["files"] if f.get("action") != "rewrite"}
     rewritten = {f["path"]: f for en in live for f in en["files"] if f.get("action") == "rewrite"}
+    planned = planned_objects(listing, [en["run"] for en in live])
     out: Dict[str, dict] = {}
     for en in live:
-        pre = run_prefix(en["run"])
         error = None
         mine = [f["path"] for f in en["files"]]
         still = [p for p in mine if p in removed and p in now_objs]
@@ -207,8 +207,8 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
                 error = error or f"{f['final']}: the compressed file is not there after the swap"
         kept = changed = 0
         first_changed = None
-        for rel, o in listing.items():
-            if not rel.startswith(pre) or rel in removed or rel in rewritten:
+        for rel, o in planned[en["run"]]:
+            if rel in removed or rel in rewritten:
                 continue
             kept += 1
             cur = now_objs.get(rel)
@@ -217,7 +217,7 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
                 first_changed = first_changed or rel
         if first_changed:
             error = error or f"{first_changed}: changed during the reduction"
-        events = sum(1 for rel in listing if rel.startswith(pre) and "tfevents" in rel.rsplit("/", 1)[-1])
+        events = sum(1 for rel, _ in planned[en["run"]] if "tfevents" in rel.rsplit("/", 1)[-1])
         out[en["run"]] = {
             "method": "listing", "removed": sum(1 for p in mine if p in removed), "unchanged_objects": kept,
             "event_files_unchanged": events - sum(1 for p in mine if p in rewritten and "tfevents" in p),
@@ -227,6 +227,24 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
             "not_checked": ["TensorBoard's Rust data server cannot reach this endpoint (it reads gs:// "
                             "from Google's endpoint only)"],
             "ok": error is None, **({"error": error} if error else {})}
+    return out
+
+
+def planned_objects(listing: Dict[str, ObjectInfo], runs: List[str]) -> Dict[str, List[tuple]]:
+    """The plan's objects of each run, ``(key, info)``, in one walk of the listing: a key belongs
+    to every run whose prefix it starts with (as ``key.startswith(run_prefix(run))`` says, a
+    nested run's objects also to the run above it). One walk per batch, not one per run: the
+    listing is the whole logdir's, 250 walks of it per batch grew with the logdir."""
+    out: Dict[str, List[tuple]] = {r: [] for r in runs}
+    if "." in out:
+        out["."] = list(listing.items())
+    folders = {run_prefix(r)[:-1]: r for r in runs if r != "."}
+    for key, info in listing.items():
+        parts = key.split("/")
+        for i in range(1, len(parts)):
+            r = folders.get("/".join(parts[:i]))
+            if r is not None:
+                out[r].append((key, info))
     return out
 
 
