@@ -110,6 +110,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                         continue
                     raise
                 out.bytes_after += f["size"]
+                faults.hit("restore.file")  # the same step as the rewrite's put-back above
             if not copy_matches(rfs, res, f, f["backup"], orig):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])

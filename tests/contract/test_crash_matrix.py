@@ -1,0 +1,325 @@
+"""One crash matrix over every store: the same failpoints, the same settling, the same assertions.
+
+store (a POSIX folder, moto's S3, the GCS emulator, Azurite) x verb (reduce, restore, purge,
+retire, unretire) x every declared failpoint of ``engine/faults.py`` that the store's engine hits
+for that verb. A failure is injected in-process at the step (the bucket engine lets it escape, as
+a crash would leave it; the local engine rolls back itself); for a few steps per store a CLI
+process is SIGKILLed there instead. Then the next start (``recover``) settles it and, for every
+store alike: the user's files are exactly as they were before the operation or exactly as the
+clean operation leaves them (never a mix, nothing else in the logdir), nothing is left unfinished,
+nothing is lost (a restore gives back every original byte for byte).
+
+``test_every_declared_step_is_reached`` runs each (store, verb) once with every declared step
+armed to record itself: a step the table declares and the engine no longer hits fails here, so
+the table cannot rot; the clean run's result is what the cases compare with.
+"""
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, tree_hashes
+from objstore_servers import Bucket
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.engine import faults
+
+STORES = ("posix", "s3", "gs", "az")
+ENGINE = {"posix": faults.LOCAL, "s3": faults.BUCKET, "gs": faults.BUCKET, "az": faults.BUCKET}
+VERBS = ("reduce", "restore", "purge", "retire", "unretire")
+STATE = ".tb-footprint"
+RUN = "exp"
+DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+#: a real SIGKILL of the CLI: right before the commit record (put back) and inside the destructive
+#: step (finished) on the disk; one of the two on each object store (a CLI start costs 5-8 s there)
+KILLED = [("posix", "reduce.verify"), ("posix", "reduce.mid_swap"), ("s3", "reduce.mid_swap"),
+          ("gs", "reduce.verify"), ("az", "reduce.mid_swap")]
+
+CASES = [(s, v, step) for s in STORES for v in VERBS for step in faults.steps(v, ENGINE[s])]
+
+
+def _write_template(root: Path) -> Path:
+    """``exp``: an event file archive rewrites (600 histogram steps, scalars, text, hparams) and a
+    profile session of two files in its own folder; ``base``: scalars only (never touched)."""
+    run = root / RUN
+    with synth.EventWriter(str(run)) as w:
+        w.hparams({"lr": 0.1}, ["acc"])
+        for s in range(600):
+            w.histogram("weights", s, [(i, i + 1, (i * s) % 5) for i in range(8)])
+            if s % 50 == 0:
+                w.scalar("acc", s, s / 600)
+                w.text("notes", s, f"step {s}")
+    session = run / "plugins" / "profile" / "2026_01_01_00_00_00"
+    session.mkdir(parents=True)
+    (session / "host.xplane.pb").write_bytes(os.urandom(3000))
+    (session / "host.trace.json.gz").write_bytes(os.urandom(2000))
+    with synth.EventWriter(str(root / "base")) as w:
+        for s in range(5):
+            w.scalar("loss", s, 1.0 / (s + 1))
+    old = 1_700_000_000
+    for d, dirs, files in os.walk(root):
+        for n in files + dirs:
+            os.utime(os.path.join(d, n), (old, old))
+    return root
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    return _write_template(tmp_path_factory.mktemp("matrix") / "logs")
+
+
+@pytest.fixture(scope="module")
+def buckets(objstore_pool):
+    """One bucket per server for the module; each case takes a prefix of its own."""
+    made = {}
+
+    def get(scheme):
+        if scheme not in made:
+            made[scheme] = Bucket(objstore_pool.get(scheme))
+        return made[scheme]
+
+    return get
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+_n = itertools.count()
+
+
+class Place:
+    """One fresh copy of the template logdir on one store, and how to read it back."""
+
+    def __init__(self, store, template, tmp_path, buckets, cross_fs):
+        self.store = store
+        self.backup = None
+        if store == "posix":
+            dest = tmp_path / f"logs{next(_n)}"
+            shutil.copytree(template, dest)
+            self.url = str(dest)
+            if cross_fs:  # the vault on another filesystem: the retire copies, checks, then unlinks
+                vault = Path("/dev/shm") / f"tbfp-matrix-{uuid.uuid4().hex[:8]}"
+                vault.mkdir()
+                assert os.stat(vault).st_dev != os.stat(dest).st_dev
+                self.backup = str(vault)
+        else:
+            self.bucket = buckets(store)
+            self.prefix = f"c{next(_n)}-{uuid.uuid4().hex[:6]}"
+            self.url = self.bucket.upload(template, self.prefix)
+
+    def user(self) -> dict:
+        """rel path -> sha256 of every file of the logdir but the tool's own state."""
+        if self.store == "posix":
+            every = {k: v for k, v in tree_hashes(Path(self.url)).items() if v != "dir"}
+        else:
+            every = self.bucket.hashes(self.prefix)
+        return {k: v for k, v in every.items() if not k.startswith(STATE)}
+
+    def close(self):
+        if self.backup:
+            shutil.rmtree(self.backup, ignore_errors=True)
+
+
+@pytest.fixture
+def place_of(template, tmp_path, buckets):
+    made = []
+
+    def make(store, verb):
+        p = Place(store, template, tmp_path, buckets, cross_fs=verb in ("retire", "unretire"))
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+# --- the verbs, each after its setup --------------------------------------------------------
+def _reduce(p, policy):
+    return api.reduce_logdir(p.url, backup_dir=p.backup, policy=policy, dry_run=False, quiet_period=0,
+                             verify_backends=("python",))
+
+
+def setup(p, verb):
+    """Bring the logdir to where ``verb`` starts; returns that state (the user's files)."""
+    if verb in ("restore", "purge"):
+        rep = _reduce(p, DROP)
+        assert [o.status for o in rep.outcomes if o.run == RUN] == ["verified"], rep.to_dict()
+    elif verb == "unretire":
+        _retire(p)
+    return p.user()
+
+
+def _retire(p):
+    rep = api.retire(p.url, api.retire_rule(runs=[RUN]), dry_run=False, quiet_period=0, backup_dir=p.backup)
+    assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
+
+
+def act(p, verb):
+    """The operation under test (its outcome is not asserted here: the settled state is)."""
+    if verb == "reduce":
+        _reduce(p, "archive")
+    elif verb == "restore":
+        api.restore(p.url, backup_dir=p.backup)
+    elif verb == "purge":
+        api.purge(p.url, yes=True, backup_dir=p.backup)
+    elif verb == "retire":
+        api.retire(p.url, api.retire_rule(runs=[RUN]), dry_run=False, quiet_period=0, backup_dir=p.backup)
+    else:
+        api.restore(p.url, run=RUN, backup_dir=p.backup)
+
+
+CLI = {"reduce": ["reduce", "{url}", "--policy", "archive", "--quiet-period", "0", "--verify", "python", "--yes"]}
+
+
+# --- the clean runs: every declared step reached, and what each verb leaves -------------------
+_clean = {}
+
+
+def clean_run(store, verb, place_of):
+    """Run ``verb`` without a failure on ``store`` (once per module): the steps it reached, the
+    original files, the files it started from and those it left."""
+    if (store, verb) not in _clean:
+        p = place_of(store, verb)
+        original = p.user()
+        start = setup(p, verb)
+        reached = []
+        for step in faults.steps(verb):
+            faults.arm(step, lambda step=step: reached.append(step))
+        act(p, verb)
+        faults.disarm_all()
+        _clean[(store, verb)] = (sorted(set(reached)), original, start, p.user())
+    return _clean[(store, verb)]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("store", STORES)
+def test_every_declared_step_is_reached(store, verb, place_of):
+    """The table says which engine hits which step: a clean run on the store hits exactly those."""
+    reached, original, start, done = clean_run(store, verb, place_of)
+    assert reached == sorted(faults.steps(verb, ENGINE[store])), (store, verb)
+    # the verb did something (a purge frees the vault and never touches the logdir)
+    assert (done == start) if verb == "purge" else (done != start)
+
+
+# --- the matrix ------------------------------------------------------------------------------
+def _unfinished(p):
+    return api.status(p.url, backup_dir=p.backup)["unfinished_operations"]
+
+
+def settled(p, verb, original, start, done):
+    """The logdir is exactly as the operation found it or exactly as the clean operation leaves
+    it, nothing is unfinished, and from there every original comes back byte for byte."""
+    now = p.user()
+    ops = api.operations(p.url, backup_dir=p.backup)
+    assert not _unfinished(p)
+    if verb == "purge":
+        # the logdir is never touched; an operation whose purge was not finished still restores
+        assert now == start
+        if not all(m.get("backup_purged") for m in ops):
+            outs = api.restore(p.url, backup_dir=p.backup)
+            assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+            assert p.user() == original
+        return
+    if verb in ("reduce", "retire") and now == done:
+        # reduced (or retired) and verified: its manifest says so, and a restore gives it all back
+        assert [m["outcome"] for m in ops if m.get("run") == RUN and not m.get("restored_by")] == ["verified"]
+    # nothing lost, whatever the state: a restore from here gives back every original
+    if p.user() != original:
+        outs = api.restore(p.url, run=RUN if verb in ("retire", "unretire") else None, backup_dir=p.backup)
+        assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert p.user() == original
+    assert not _unfinished(p)
+    # never a mix: checked last, so a mix is reported after the round trip above passed
+    assert now in (start, done), sorted(set(now.items()) ^ set(start.items()))[:6]
+
+
+#: Known gap (found by this matrix): a bucket restore has no journal, so one stopped after some
+#: originals are back is finished by the next ``restore``, not by the next start as on a disk.
+MID_RESTORE_ON_BUCKETS = {(s, v, step) for s in ("s3", "gs", "az")
+                          for v, step in (("restore", "restore.file"), ("unretire", "unretire.mid_move"))}
+CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason="bucket restore stopped midway is "
+                                                  "settled by the next restore, not the next start"))
+         if c in MID_RESTORE_ON_BUCKETS else c for c in CASES]
+
+
+@pytest.mark.parametrize("store,verb,step", CASES)
+def test_failure_at_each_step_is_settled(store, verb, step, place_of):
+    """An injected failure at ``step``, then the next start: settled the same way on every store."""
+    _reached, original, start, done = clean_run(store, verb, place_of)
+    p = place_of(store, verb)
+    assert setup(p, verb) == start
+    fired = []
+
+    def fail():
+        faults.disarm_all()  # once: recovery below passes the same step again
+        fired.append(step)
+        raise faults.InjectedFault(f"injected failure at {step}")
+
+    faults.arm(step, fail)
+    try:
+        act(p, verb)
+    except faults.InjectedFault:
+        pass  # the bucket engine stops there, as a crash would
+    assert fired == [step]
+    api.recover_logdir(p.url, p.backup)
+    settled(p, verb, original, start, done)
+
+
+@pytest.mark.parametrize("store,step", KILLED)
+def test_sigkill_of_the_cli_is_settled(store, step, place_of):
+    """A real SIGKILL of ``tb-footprint reduce`` at the step, then ``recover`` in another process."""
+    _reached, original, start, done = clean_run(store, "reduce", place_of)
+    p = place_of(store, "reduce")
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [a.format(url=p.url) for a in CLI["reduce"]]
+    r = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli"] + cmd, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    assert _unfinished(p)
+    api.recover_logdir(p.url, p.backup)
+    # before the commit record the run is put back; inside the swap the next start finishes it
+    assert p.user() == (done if step == "reduce.mid_swap" else start)
+    settled(p, "reduce", original, start, done)
+
+
+def test_vocabulary_refuses_undeclared_names(monkeypatch):
+    """A misspelt failpoint fails at once: in ``hit``, in ``arm`` and in the environment."""
+    with pytest.raises(faults.UnknownFailpoint, match="reduce.swapp"):
+        faults.hit("reduce.swapp")
+    with pytest.raises(faults.UnknownFailpoint, match="after_backup"):
+        faults.arm("after_backup")
+    monkeypatch.setenv("TB_FOOTPRINT_FAILPOINTS", "reduce.swap=kill,retire.mid_copy=raise")
+    with pytest.raises(faults.UnknownFailpoint, match="TB_FOOTPRINT_FAILPOINTS.*retire.mid_copy"):
+        faults.hit("reduce.swap")
+    monkeypatch.setenv("TB_FOOTPRINT_FAILPOINTS", "reduce.swap=kil")
+    with pytest.raises(faults.UnknownFailpoint, match="unknown action 'kil'"):
+        faults.check_env()
+    monkeypatch.setenv("TB_FOOTPRINT_FAILPOINTS", "reduce.swap=raise")
+    faults.hit("reduce.journal")  # declared, not armed: nothing
+    with pytest.raises(faults.InjectedFault, match="reduce.swap"):
+        faults.hit("reduce.swap")
+
+
+def test_vocabulary_is_one_table():
+    """Every name is ``<verb>.<step>`` (or a declared vault.py name), and the table lists the
+    bucket engine and the local engine under the same names where they take the same step."""
+    legacy = {"restore_copied", "compact_written", "compact_verified", "compact_renamed", "compact_before_unlink"}
+    for s in faults.STEPS:
+        assert s.name in legacy or s.name.count(".") == 1, s.name
+        assert s.engines and set(s.engines) <= {faults.LOCAL, faults.BUCKET}
+    both = {s.name for s in faults.STEPS if set(s.engines) == {faults.LOCAL, faults.BUCKET}}
+    assert {"reduce.journal", "reduce.backup", "reduce.stage", "reduce.verify", "reduce.swap_record",
+            "reduce.mid_swap", "reduce.swap", "restore.file", "purge.intent", "purge.blob", "retire.journal",
+            "retire.mid_move", "retire.move", "retire.delete", "retire.manifest"} <= both
+    assert {"offload.note", "offload.uploaded", "offload.recorded", "offload.unlinked"} <= set(faults.DECLARED)
