@@ -15,6 +15,7 @@ from tb_footprint_plugin.engine import offload
 from tb_footprint_plugin.engine.context import RunOutcome, TransactionError
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.remote_vault import last_failure
+from tb_footprint_plugin.engine.upkeep import forget_released
 from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retirements, unretire
 from tb_footprint_plugin.storage import scratch
@@ -176,6 +177,8 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
                                "no retirement)" + "".join(f"; {why}" for why in hiding_damage(ctx)))
     for m in ops:
         outcomes.append(_name_remote_failures(m, restore_op(ctx, m)))
+    if ops and any(o.status == Outcome.RESTORED for o in outcomes):
+        forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
     # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
     for why in hiding_damage(ctx):
         outcomes.append(RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why))

@@ -258,6 +258,21 @@ def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
     return n
 
 
+def forget_released(vault: Vault, manifests: Iterable[dict], keep: Iterable[str]) -> int:
+    """Backups a verified restore let go (``backup_released_by_restore``: the originals stand in
+    the logdir again, matching their digests, and the manifest no longer claims them) go from the
+    remote vault too, as they went from the local one; ``keep``: digests still needed (every
+    claiming manifest's, unfinished operations'). Only blobs with no local form left and a
+    record. Returns how many were forgotten."""
+    keep = set(keep)
+    shas = {f["sha256"] for m in manifests
+            if m.get("backup_released_by_restore") and m.get("vault") == vault.root
+            for f in m.get("files", []) if isinstance(f, dict) and is_sha256(f.get("sha256"))
+            and f["sha256"] not in keep and vault.local_form(f["sha256"]) is None
+            and remote_vault.has_record(vault.root, f["sha256"])}
+    return forget_remote(vault, sorted(shas)) if shas else 0
+
+
 def remote_stats(vault: Vault) -> Optional[dict]:
     """``BlobStore.stats()`` of the remote vault plus its ``url``, None without one; a store
     that cannot be reached gives ``{"url", "error"}``."""
@@ -366,4 +381,4 @@ def lifecycle_rules(store_urls: List[str], days: int = LIFECYCLE_DAYS) -> dict:
 __all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "KEPT_REMOTE_BAD",
            "FAILED",
            "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "lifecycle_rules", "vaults_under", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
-           "offload_operation", "offload_blobs", "forget_remote", "remote_stats"]
+           "offload_operation", "offload_blobs", "forget_remote", "forget_released", "remote_stats"]

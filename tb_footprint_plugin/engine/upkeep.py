@@ -21,6 +21,7 @@ from typing import List
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import offload, oplog, salvage, trust
+from tb_footprint_plugin.engine.catalogue import journal_blobs
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
@@ -56,8 +57,10 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
         outcomes += _finish_purges(ctx, vault)
         outcomes += _finish_compactions(ctx, vault)
         if offload.remote_url(vault) is not None:
-            _note_leftover_offloads(vault, manifests_of(ctx))
+            manifests = manifests_of(ctx)
+            _note_leftover_offloads(vault, manifests)
             outcomes += _finish_offloads(ctx, vault)
+            outcomes += forget_released(ctx, vault, manifests)
         swept = scratch.sweep(vault.tmp)
         if swept:
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
@@ -182,6 +185,23 @@ def _note_leftover_offloads(vault: Vault, manifests: List[dict]) -> None:
                 continue  # the backups stay local; tried again at the next start
 
 
+def forget_released(ctx: Context, vault: Vault, manifests: List[dict]) -> List[RecoveryOutcome]:
+    """Offloaded backups a verified restore let go, forgotten by the remote vault as the local
+    ones were deleted (``offload.forget_released``; a kill between the two is settled here).
+    Never raises: a store that fails leaves them, tried again at the next start."""
+    if not any(m.get("backup_released_by_restore") for m in manifests):
+        return []
+    try:
+        n = offload.forget_released(vault, manifests, vault.referenced_blobs() | journal_blobs(ctx))
+    except Exception as e:  # the records stay: the blobs are forgotten at the next start
+        return [RecoveryOutcome("", "", Recovery.FAILED, f"backups released by a restore not yet deleted from the "
+                                f"remote vault: {reason_of(e)}", Finding.RECOVERY_FAILED)]
+    if not n:
+        return []
+    return [RecoveryOutcome("", "", Recovery.COMPLETED, f"{n} backup(s) a restore released deleted from the remote "
+                            "vault", Finding.PURGE_FINISHED)]
+
+
 def _finish_offloads(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     """Offloads killed midway (or that could not reach the store), done again
     (``offload.offload_blobs``) under their run's lock: each blob is still local, or remote
@@ -242,4 +262,4 @@ def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
     return out
 
 
-__all__ = ["recover_all", "has_state"]
+__all__ = ["recover_all", "has_state", "forget_released"]
