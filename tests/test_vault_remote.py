@@ -401,3 +401,26 @@ def test_records_are_untrusted_forget_touches_only_this_vaults_stores(tmp_path, 
     assert offload.forget_remote(vault, [sha]) == 0
     assert remote_vault.blobstore(other, fresh=True).has(sha)
     assert remote_vault.read_record(vault.root, sha) is not None
+
+
+def test_a_plain_blob_holding_late_records_is_never_unlinked_by_the_offload(tmp_path, s3_bucket):
+    """Beside a compacted backup, a plain blob that does not hash to its name may hold a late
+    writer's records (salvage's): the offload moves the verified backup and leaves those bytes."""
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = Context(str(logdir)).vault
+    m = next(m for m in vault.manifests() if m.get("kind") == "reduce")
+    f = next(f for f in m["files"] if vault.blob_form(f["sha256"]) == "zst")
+    sha = f["sha256"]
+    with vault.open_blob(sha) as src:
+        original = src.read()
+    late = original + b"records a late writer appended"
+    with open(vault.blob_path(sha), "wb") as out:
+        out.write(late)
+    offload.configure(vault, s3_bucket.url("late"))
+    got = offload.offload_operation(vault, m["op_id"])
+    assert got[sha] == offload.KEPT_DAMAGED, got
+    assert remote_vault.read_record(vault.root, sha) is not None  # the verified backup is in the bucket
+    assert open(vault.blob_path(sha), "rb").read() == late  # and the late bytes are where they were
+    with remote_vault.open_remote(vault.root, sha) as r:
+        assert r.read() == original

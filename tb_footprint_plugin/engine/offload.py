@@ -193,7 +193,8 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
     for ref in refs:
         try:
             vault.drop_local(ref.sha)
-            out[ref.sha] = OFFLOADED if vault.local_form(ref.sha) is None else KEPT_SHARED
+            # a plain blob left: a live file shares it, or it holds more than its name (late records)
+            out[ref.sha] = OFFLOADED if vault.local_form(ref.sha) is None else KEPT_DAMAGED
         except OSError:
             out[ref.sha] = FAILED
     faults.hit("offload.unlinked")

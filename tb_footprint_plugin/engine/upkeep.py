@@ -221,7 +221,7 @@ def _finish_offloads(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
                  if isinstance(f, dict) and f.get("sha256") in set(shas) and isinstance(f.get("size"), int)}
         try:
             with RunLock(ctx.lock_dir, run):
-                what = offload.offload_blobs(vault, op_id, url, sizes)
+                what = offload.offload_blobs(vault, op_id, url, sizes, journal_blobs(ctx))
         except RunLocked:
             out.append(RecoveryOutcome(op_id, run, Recovery.SKIPPED_LIVE, "offload of its backups to the remote "
                                        "vault waits: the run is being changed by another process", Finding.RUN_LOCKED))

@@ -283,8 +283,11 @@ class Vault:
         step), under the blob's lock; bytes freed as stored. Nothing is unlinked unless the
         blob's remote record reads back well formed (written and fsynced before this is called),
         nor a plain blob a live file or a writer may still share (the caller checked writers;
-        a second link means a live file: kept)."""
-        if remote_vault.read_record(self.root, sha) is None:
+        a second link means a live file: kept), nor a plain blob that does not hash to its name
+        (beside a ``.zst`` it may hold a late writer's records, which exist nowhere else:
+        salvage's)."""
+        rec = remote_vault.read_record(self.root, sha)
+        if rec is None:
             raise VaultError(errno.ENOENT, f"{remote_vault.record_path(self.root, sha)}: no remote record; "
                              "the local backup is kept")
         freed = 0
@@ -294,8 +297,16 @@ class Vault:
                     st = os.lstat(p)
                 except FileNotFoundError:
                     continue
-                if not stat.S_ISREG(st.st_mode) or (p == self.blob_path(sha) and st.st_nlink > 1):
+                if not stat.S_ISREG(st.st_mode):
                     continue
+                if p == self.blob_path(sha):
+                    if st.st_nlink > 1 or st.st_size != rec["size"]:
+                        continue
+                    try:
+                        if sha256_file(p) != sha:
+                            continue
+                    except OSError:
+                        continue
                 fsops.unlink(p)
                 freed += st.st_size
             fsync_dir(os.path.dirname(self.blob_path(sha)))
