@@ -24,12 +24,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar
 
 from tb_footprint_plugin.storage.store import RangeReader
 
 #: The bytes one ranged GET asks for when streaming an event file (the record reader's chunk).
 READ_CHUNK = 1 << 20
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: URL scheme -> (fsspec protocol, the pip extra that installs it)
 SCHEMES: Dict[str, Tuple[str, str]] = {
@@ -389,6 +391,28 @@ class RangedReader(RangeReader):
     def __init__(self, rfs: RemoteFS, rel: str, size: int, chunk: int = READ_CHUNK):
         super().__init__(lambda start, stop: rfs.read_range(rel, start, stop), size, name=rfs.url_of(rel))
         self.chunk = chunk
+
+
+#: small state objects (manifests, ledger entries) read at once: a store answers each GET in
+#: tens of milliseconds, so 10,000 of them one after the other take minutes
+READ_WORKERS = 16
+
+
+def map_ordered(fn: Callable[[T], R], items: Iterable[T], workers: int = READ_WORKERS) -> Iterator[R]:
+    """``fn`` over ``items`` on ``workers`` threads, the results in the items' order; at most
+    ``2 * workers`` calls in flight, so memory does not grow with the number of items. An
+    exception of ``fn`` is raised where its result would have been yielded."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tbfp-read") as pool:
+        window: deque = deque()
+        for item in items:
+            window.append(pool.submit(fn, item))
+            if len(window) >= 2 * workers:
+                yield window.popleft().result()
+        while window:
+            yield window.popleft().result()
 
 
 def iter_chunks(reader: io.RawIOBase, chunk: int = READ_CHUNK) -> Iterator[bytes]:
