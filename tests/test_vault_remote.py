@@ -347,10 +347,14 @@ def test_cli_round_trip_through_a_bucket(tmp_path, s3_bucket):
     assert snapshot(logdir) == before
 
 
-def test_a_damaged_copy_the_store_already_holds_never_replaces_the_local_backup(tmp_path, s3_bucket):
-    """The store does not upload a digest it lists already: that older copy is read back and
-    hashed before the local backup goes; a damaged one keeps the local backup."""
-    from tb_footprint_plugin.storage.blobstore import BlobSource
+@pytest.mark.parametrize("store_dedupes_blindly", [False, True])
+def test_a_damaged_copy_the_store_already_holds_never_replaces_the_local_backup(tmp_path, s3_bucket, monkeypatch,
+                                                                                 store_dedupes_blindly):
+    """A digest the store lists already: the local backup goes only once a copy in the bucket
+    reads back and hashes — the store stores it again (its add re-checks old copies), and even a
+    store that trusted its index (``store_dedupes_blindly``) cannot make the offload drop the
+    local backup for a damaged copy: the offload checks that copy itself."""
+    from tb_footprint_plugin.storage.blobstore import BlobSource, BlobStore
 
     vault = Vault(str(tmp_path / "state" / ".tb-footprint"))
     vault.ensure()
@@ -371,11 +375,20 @@ def test_a_damaged_copy_the_store_already_holds_never_replaces_the_local_backup(
     os.unlink(copy)
     remote_vault._stores.clear()
     op_id = "20260101T000000-abcdef"
+    if store_dedupes_blindly:
+        monkeypatch.setattr(BlobStore, "add", lambda self, items: [self.ref(i.sha) for i in items])
     offload.note_offload(vault, op_id, [sha])
     got = offload.offload_blobs(vault, op_id, url, {sha: 300_000})
-    assert got == {sha: offload.KEPT_REMOTE_BAD}, got
-    assert vault.local_form(sha) == "plain" and vault.check_blob(sha)
-    assert remote_vault.read_record(vault.root, sha) is None
+    if store_dedupes_blindly:
+        assert got == {sha: offload.KEPT_REMOTE_BAD}, got
+        assert vault.local_form(sha) == "plain" and vault.check_blob(sha)
+        assert remote_vault.read_record(vault.root, sha) is None
+    elif got == {sha: offload.OFFLOADED}:  # the store stored it anew
+        assert vault.local_form(sha) is None
+        assert remote_vault.check_remote(vault.root, sha) is None  # a copy that verifies stands for it
+    else:  # a store that hands back its old copy: the offload's own check kept the local backup
+        assert got == {sha: offload.KEPT_REMOTE_BAD}, got
+        assert vault.local_form(sha) == "plain" and vault.check_blob(sha)
 
 
 def test_records_are_untrusted_forget_touches_only_this_vaults_stores(tmp_path, s3_bucket):

@@ -34,6 +34,7 @@ import json
 import os
 import re
 import secrets
+import threading
 from typing import Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.engine import faults, remote_vault
@@ -63,6 +64,8 @@ MISSING = "missing"
 RETRY = frozenset({KEPT_OPEN, KEPT_IN_USE, FAILED})
 
 NAMESPACE_PREFIX = "tbfp-"
+
+_ADDING = threading.Lock()
 
 
 class OffloadError(ValueError):
@@ -207,6 +210,11 @@ def _add(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Di
     """``BlobStore.add`` of ``shas`` read from the local vault; a blob the store refuses as not
     matching its digest is kept local (``KEPT_DAMAGED``) and the rest added again; a store
     failure marks them all ``FAILED``. Returns the verified refs."""
+    with _ADDING:  # one offload's add at a time per process (a --jobs batch shares the store's index)
+        return _add_locked(vault, url, shas, sizes, out)
+
+
+def _add_locked(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Dict[str, str]) -> list:
     left = list(shas)
     while left:
         sources = [BlobSource(sha=s, size=sizes[s], open=functools.partial(vault.open_blob, s)) for s in left]
