@@ -511,7 +511,7 @@ class BlobStore:
         out: List[BlobRef] = []
         new: Dict[str, BlobRef] = {}
         claims: Dict[str, BlobRef] = {}  # stored blobs this owner now claims too
-        present: Dict[str, bool] = {}
+        present: Dict[BlobRef, bool] = {}  # stored copies read back in this call
         pack: List[Tuple[BlobRef, bytes]] = []  # refs with a placeholder key, and their stored bytes
         pack_bytes = 0
         slots: List[Tuple[int, str]] = []  # (position in out, sha) of blobs waiting for their pack
@@ -525,7 +525,10 @@ class BlobStore:
             if rows:
                 self._index_keys.append(self._write_index([_row(r, [self.owner]) for r in rows]))
                 for r in rows:
-                    index.setdefault(r.sha, r)
+                    old = index.get(r.sha)
+                    if old is not None and old != r:  # stored anew: its old copy did not read back
+                        self._more[r.sha] = [old] + [m for m in self._more.get(r.sha, []) if m != r]
+                    index[r.sha] = r
                     self._owners.setdefault(r.sha, set()).add(self.owner)
                     indexed.add(r.sha)
             since[0] = None
@@ -547,9 +550,8 @@ class BlobStore:
         for src in items:
             if not (isinstance(src.sha, str) and _SHA.match(src.sha)) or src.size < 0:
                 raise BlobFailure(BlobError.MISMATCH, "not a sha256 hex digest and size", sha=str(src.sha))
-            known = new.get(src.sha) or index.get(src.sha)
-            if known is not None and known.size == src.size and self._present(known.key, present):
-                self._read_claimed(src)  # its bytes are still checked against the claim
+            known = new.get(src.sha) or (self._good_copy(src, present) if src.sha in index else None)
+            if known is not None:
                 if src.sha not in new and self.owner not in self._owners.get(src.sha, ()):
                     claims[src.sha] = known
                 out.append(known)
@@ -582,13 +584,20 @@ class BlobStore:
             _hit(self.failpoint, "add.index_written")
         return out
 
-    def _present(self, key: str, cache: Dict[str, bool]) -> bool:
-        if key not in cache:
-            try:
-                cache[key] = self.store.stat(key) is not None
-            except StoreFailure:
-                cache[key] = False
-        return cache[key]
+    def _good_copy(self, src: BlobSource, checked: Dict[BlobRef, bool]) -> Optional[BlobRef]:
+        """A stored copy of ``src`` that reads back as it now (a ref returned must be verified
+        when returned, not only when first stored), after the source is checked against its
+        claim; None when there is none (the caller stores the blob again)."""
+        cands = [r for r in self.candidates(src.sha) if r.size == src.size]
+        if not cands:
+            return None
+        self._read_claimed(src)
+        for ref in cands:
+            if ref not in checked:
+                checked[ref] = self._verify(ref) is None
+            if checked[ref]:
+                return ref
+        return None
 
     def _read_claimed(self, src: BlobSource) -> None:
         with src.open() as f:
