@@ -717,6 +717,8 @@ def _print_reduce(args, report) -> int:
         if report.disk_in_use_after_bytes is not None:
             print(f"disk in use now (logdir + vault): {human_bytes(report.disk_in_use_after_bytes)} "
                   f"(was {human_bytes(report.disk_in_use_before_bytes)})")
+        if report.remote_vault:
+            print(_remote_line(report.remote_vault))
         if done:
             print("A TensorBoard that is already running keeps showing what it loaded before; "
                   "restart it to see the reduced runs.")
@@ -886,6 +888,8 @@ def cmd_status(args) -> int:
     if st.get("disk_in_use_bytes") is not None:
         print(f"  disk in use now (logdir + vault): {human_bytes(st['disk_in_use_bytes'])}; "
               f"{human_bytes(st.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`")
+    if st.get("remote_vault"):
+        print("  " + _remote_line(st["remote_vault"]))
     print(f"  unfinished operations: {len(st['unfinished_operations'])}")
     for line in _unfinished_lines(api, args.logdir, args.backup_dir, st["unfinished"]):
         print(f"    {line}")
@@ -1239,6 +1243,13 @@ def build_parser() -> argparse.ArgumentParser:
     _VERBS.clear()
     _VERBS.update(sub.choices)
     return p
+
+
+def _remote_line(r: dict) -> str:
+    """What the remote vault of a local logdir stores (not on this disk)."""
+    line = (f"in the remote vault (not on this disk): {human_bytes(r['remote_vault_bytes'])} stored for "
+            f"{r['remote_blobs']} backup(s) of {human_bytes(r['original_bytes'])} in {', '.join(r['urls'])}")
+    return line + "".join(f"; cannot read {e['url']}: {e['error']}" for e in r.get("errors", []))
 
 
 def _vault_parser(sub) -> None:

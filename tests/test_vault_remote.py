@@ -335,6 +335,8 @@ def test_cli_round_trip_through_a_bucket(tmp_path, s3_bucket):
     assert st.returncode == 0, st.stderr[-2000:]
     remote = json.loads(st.stdout)["remote_vault"]
     assert remote["urls"][0].startswith(url + "/tbfp-") and remote["remote_vault_bytes"] > 0, remote
+    text = cli("status", logdir).stdout
+    assert "in the remote vault (not on this disk)" in text and remote["urls"][0] in text, text
     lc = cli("vault", "lifecycle", logdir, "--days", "45")
     assert lc.returncode == 0, lc.stderr[-2000:]
     rule = json.loads(lc.stdout)["Rules"][0]
