@@ -47,6 +47,7 @@ import io
 import json
 import re
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Dict, FrozenSet, Iterable, Iterator, List, Optional, Set, Tuple
@@ -359,6 +360,9 @@ class BlobStore:
         self._owners: Dict[str, Set[str]] = {}  # sha -> who added it (forget drops one owner's claim)
         self._index_keys: List[str] = []  # the valid index objects the cache was built from
         self._damaged: List[dict] = []
+        # one instance serves a process's threads (a TensorBoard tab restoring while a purge
+        # forgets): the cached index changes under this lock, and is copied under it
+        self._lock = threading.RLock()
 
     # --- the index ---------------------------------------------------------------------------
     def reload(self) -> None:
@@ -399,9 +403,10 @@ class BlobStore:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": key,
                                 "message": f"{key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
-        self._refs, self._more, self._owners = refs, more, owners
-        self._index_keys = sorted(docs)
-        self._damaged = damaged
+        with self._lock:
+            self._refs, self._more, self._owners = refs, more, owners
+            self._index_keys = sorted(docs)
+            self._damaged = damaged
 
     def _index(self) -> Dict[str, BlobRef]:
         if self._refs is None:
@@ -418,7 +423,9 @@ class BlobStore:
 
     def refs(self) -> Iterator[BlobRef]:
         """Every indexed blob (its first ref; ``candidates`` has them all)."""
-        return iter(list(self._index().values()))
+        index = self._index()
+        with self._lock:
+            return iter(list(index.values()))
 
     def owners(self, sha: str) -> Set[str]:
         """Who added ``sha`` (``BlobStore(owner=)``); it stays until each of them forgot it."""
@@ -426,8 +433,10 @@ class BlobStore:
 
     def candidates(self, sha: str) -> List[BlobRef]:
         """Every place the index lists ``sha`` at (usually one)."""
-        first = self._index().get(sha)
-        return [] if first is None else [first] + self._more.get(sha, [])
+        index = self._index()
+        with self._lock:
+            first = index.get(sha)
+            return [] if first is None else [first] + self._more.get(sha, [])
 
     def damaged_index(self) -> List[dict]:
         """The index objects skipped or partly ignored: ``{"code", "key", "message"}`` each."""
@@ -523,14 +532,11 @@ class BlobStore:
         def write_index() -> None:
             rows = [r for s, r in list(new.items()) + list(claims.items()) if s not in indexed]
             if rows:
-                self._index_keys.append(self._write_index([_row(r, [self.owner]) for r in rows]))
-                for r in rows:
-                    old = index.get(r.sha)
-                    if old is not None and old != r:  # stored anew: its old copy did not read back
-                        self._more[r.sha] = [old] + [m for m in self._more.get(r.sha, []) if m != r]
-                    index[r.sha] = r
-                    self._owners.setdefault(r.sha, set()).add(self.owner)
-                    indexed.add(r.sha)
+                key = self._write_index([_row(r, [self.owner]) for r in rows])
+                with self._lock:
+                    self._index_keys.append(key)
+                    self._record(rows)
+                indexed.update(r.sha for r in rows)
             since[0] = None
 
         def wrote() -> None:
@@ -583,6 +589,16 @@ class BlobStore:
             write_index()
             _hit(self.failpoint, "add.index_written")
         return out
+
+    def _record(self, rows: List[BlobRef]) -> None:
+        """Put refs this instance just indexed into its cached index (hold ``_lock``)."""
+        index = self._index()
+        for r in rows:
+            old = index.get(r.sha)
+            if old is not None and old != r:  # stored anew: its old copy did not read back
+                self._more[r.sha] = [old] + [m for m in self._more.get(r.sha, []) if m != r]
+            index[r.sha] = r
+            self._owners.setdefault(r.sha, set()).add(self.owner)
 
     def _good_copy(self, src: BlobSource, checked: Dict[BlobRef, bool]) -> Optional[BlobRef]:
         """A stored copy of ``src`` that reads back as it now (a ref returned must be verified
