@@ -439,3 +439,27 @@ def test_a_plain_blob_holding_late_records_is_never_unlinked_by_the_offload(tmp_
     assert open(vault.blob_path(sha), "rb").read() == late  # and the late bytes are where they were
     with remote_vault.open_remote(vault.root, sha) as r:
         assert r.read() == original
+
+
+def test_a_store_failing_during_purge_is_named_and_finished_by_the_next_start(tmp_path, s3_bucket, monkeypatch):
+    from tb_footprint_plugin.codes import BlobError
+    from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
+
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("f"))
+    shas = set(local_blobs(vault))
+    url = offload.remote_url(vault)
+
+    def down(self, shas, **kw):
+        raise BlobFailure(BlobError.STORE, "connection refused (injected)")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(BlobStore, "forget", down)
+        with pytest.raises(OSError) as e:  # an error the CLI prints, never a traceback
+            api.purge(str(logdir), yes=True)
+    assert url in str(e.value) and "next start" in str(e.value)
+    assert all(remote_vault.blobstore(url, fresh=True).has(s) for s in shas)
+    outs = api.recover_logdir(str(logdir))
+    assert any(o.code == "purge_finished" for o in outs), [vars(o) for o in outs]
+    assert not any(remote_vault.blobstore(url, fresh=True).has(s) for s in shas) and not local_blobs(vault)

@@ -258,7 +258,11 @@ def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
             by_url.setdefault(rec["url"], []).append(sha)
     n = 0
     for url, group in by_url.items():
-        fig = remote_vault.blobstore(url).forget(group)
+        try:
+            fig = remote_vault.blobstore(url).forget(group)
+        except BlobFailure as e:  # an OSError for the callers: named, and finished by the next start
+            raise remote_vault.RemoteReadError(e.code, url, f"{url}: the remote vault could not delete {len(group)} "
+                                               f"purged backup(s) yet ({e}); the next start does it") from None
         if fig.get("blocked_by_damaged_index"):
             continue  # nothing was forgotten: the records stay, naming what the store still holds
         for sha in group:
