@@ -11,8 +11,9 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
 
 * every data object is written ``if_absent`` and READ BACK (a ranged read of exactly its bytes,
   decompressed and hashed) before a ref to it exists; the index that lists it is written after,
-  and ``add`` returns only once that index is durable. A crash anywhere leaves at worst data
-  objects no index lists ("leftovers"): the caller got no ref and kept its originals.
+  and ``add`` returns only once that index is durable. A blob stored already is read back too
+  before its ref is returned again. A crash anywhere leaves at worst data objects no index lists
+  ("leftovers"): the caller got no ref and kept its originals.
 * ``forget`` (restic's prune) writes the index without the forgotten blobs first, then deletes the
   index objects it replaces, then the data objects no live blob needs. The index is the union of
   every index object (none can hide another's blobs), so a crash before the old index objects are
@@ -31,10 +32,21 @@ Blobs are shared by content: two vaults offloading into one prefix store a commo
 Each index row names the owners that added it (``BlobStore(owner=)``, e.g. a vault's identity),
 and ``forget`` drops only its own owner's claim; a blob goes when no owner claims it any more.
 
-``forget`` must not run concurrently with an ``add`` of another ``BlobStore`` on the same store
-(restic takes an exclusive lock for prune too): the caller holds its vault's lock. Each instance
-caches the index it listed (memory grows with the number of blobs, never with their bytes);
-``reload`` lists it again.
+``forget`` should not run concurrently with an ``add`` on the same store (restic takes an
+exclusive lock for prune): the caller holds its vault's lock. What ``forget`` does about the
+adds it cannot exclude: it deletes leftovers only past their grace, an ``add`` indexes what it
+verified every ``INDEX_EVERY`` seconds, and the index is listed once more right before any data
+object is deleted. Left open: an ``add`` that returns a ref from its cached index (same owner, no
+index write) while another process's ``forget`` of that sha deletes the object.
+
+Each instance caches the index it listed (memory grows with the number of blobs, never with their
+bytes; ``reload`` lists it again) and may serve several threads. ``forget([])`` merges the index
+objects into one once there are more than ``CONSOLIDATE_ABOVE`` (each ``add`` writes one, and
+loading the index reads them all).
+
+Why one module of ~900 lines: the layout, the index rows, the verifying streams and the
+operations over them are one format whose invariants hold only together (every helper is
+private); the storage layer gives this helper no second file.
 
 Tests inject crashes through ``FAILPOINT`` (module level) or the ``failpoint`` argument: a
 callable given the name of the step just done (``STEPS``); storage never imports the engine's
