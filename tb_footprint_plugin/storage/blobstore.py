@@ -45,8 +45,8 @@ objects into one once there are more than ``CONSOLIDATE_ABOVE`` (each ``add`` wr
 loading the index reads them all).
 
 Why one module of ~900 lines: the layout, the index rows, the verifying streams and the
-operations over them are one format whose invariants hold only together (every helper is
-private); the storage layer gives this helper no second file.
+operations over them are one format whose invariants hold only together; split, its private
+helpers would have to become public names of another module.
 
 Tests inject crashes through ``FAILPOINT`` (module level) or the ``failpoint`` argument: a
 callable given the name of the step just done (``STEPS``); storage never imports the engine's

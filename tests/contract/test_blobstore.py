@@ -580,3 +580,17 @@ def test_a_stored_copy_damaged_since_is_not_handed_out_again(store, which):
         with pytest.raises(BlobFailure) as ei:
             bs.add([item])
         assert ei.value.code == BlobError.CORRUPT and ei.value.key == ref.key
+
+
+def test_forget_of_nothing_merges_many_index_objects_into_one(store, monkeypatch):
+    monkeypatch.setattr(blobstore, "CONSOLIDATE_ABOVE", 3)
+    items = small_items(5, seed=11)
+    for item in items:
+        BlobStore(store, owner="v").add([item])  # one index object per add
+    assert len(keys(store, "index")) == 5
+    fig = BlobStore(store).forget([])
+    assert (fig["index_written"], fig["index_deleted"], fig["forgotten"], fig["objects_deleted"]) == (1, 5, 0, 0)
+    assert len(keys(store, "index")) == 1
+    bs = BlobStore(store)
+    assert all(bs.owners(i.sha) == {"v"} for i in items)  # the owners are kept in the merged index
+    assert_all_readable(store, items)
