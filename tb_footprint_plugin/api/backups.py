@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Dict, List, Optional, Sequence
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, is_kept, operation_summary,
                                                   own_manifests, restorable_ops, summarize_operations)
 from tb_footprint_plugin.engine.checks import recheck
@@ -124,17 +124,22 @@ def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = No
 
 def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
     """A restore refused because backups in the remote vault could not be read: its reason names
-    each object and the store's code (an archived object not yet rehydrated: ``permission_denied``)."""
+    each object and the store's code (an archived object not yet rehydrated: ``permission_denied``),
+    and its code is ``store_error`` when no backup is known damaged, only unserved."""
     if o.code != Failure.BACKUP_DAMAGED or not isinstance(m.get("vault"), str):
         return o
-    seen = []
+    seen, codes = [], set()
     for f in m.get("files", []):
         e = last_failure(m["vault"], f.get("sha256"))
-        if e is not None and str(e) not in seen:
-            seen.append(str(e))
-            o.reason = f"{o.reason}; {e} [{e.code}]"
-        if len(seen) >= 3:
-            break
+        if e is not None:
+            codes.add(e.code)
+            if str(e) not in seen and len(seen) < 3:
+                seen.append(str(e))
+                o.reason = f"{o.reason}; {e} [{e.code}]"
+    if codes and not codes & {BlobError.CORRUPT, BlobError.MISSING, BlobError.MISMATCH}:
+        # the store would not serve the bytes (an archived object, a refused or lost connection):
+        # nothing is known damaged; restore again once the store serves them
+        o.code = Failure.STORE_ERROR
     return o
 
 
