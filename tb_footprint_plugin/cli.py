@@ -1249,6 +1249,9 @@ def _remote_line(r: dict) -> str:
     """What the remote vault of a local logdir stores (not on this disk)."""
     line = (f"in the remote vault (not on this disk): {human_bytes(r['remote_vault_bytes'])} stored for "
             f"{r['remote_blobs']} backup(s) of {human_bytes(r['original_bytes'])} in {', '.join(r['urls'])}")
+    if r.get("offloads_pending"):
+        line += (f"; {r['offloads_pending']} operation(s) still to offload (their backups stay on this disk "
+                 "until the next start moves them)")
     return line + "".join(f"; cannot read {e['url']}: {e['error']}" for e in r.get("errors", []))
 
 

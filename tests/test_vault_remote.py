@@ -194,6 +194,7 @@ def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, s3_
         if ".remote" in got and not got - {".remote"}:
             assert remote_vault.check_remote(vault.root, sha) is None
     assert offload.pending_offloads(vault)  # the note names what is left to do
+    assert api.status(str(logdir))["remote_vault"]["offloads_pending"] >= 1  # and status says so
     # the next start finishes it: every backup only in the bucket, the note gone
     remote_vault._stores.clear()
     outs = api.recover_logdir(str(logdir))

@@ -246,7 +246,8 @@ class _Head:
 
 def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
     """What the remote vault(s) of these local vaults store, as the bucket bills it:
-    ``{"remote_vault_bytes", "remote_blobs", "original_bytes", "urls", "errors"}`` from each
+    ``{"remote_vault_bytes", "remote_blobs", "original_bytes", "urls", "errors",
+    "offloads_pending"}`` from each
     store's ``BlobStore.stats()`` (one listing of its index); None when no vault offloads.
     A store that cannot be reached is named in ``errors`` (its bytes unknown, not zero)."""
     out = None
@@ -256,7 +257,10 @@ def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
         if st is None or st["url"] in seen:
             continue
         seen.add(st["url"])
-        out = out or {"remote_vault_bytes": 0, "remote_blobs": 0, "original_bytes": 0, "urls": [], "errors": []}
+        out = out or {"remote_vault_bytes": 0, "remote_blobs": 0, "original_bytes": 0, "urls": [], "errors": [],
+                      "offloads_pending": 0}
+        # operations whose backups are still (partly) local: a writer, a busy run or a failed store
+        out["offloads_pending"] += len(offload.pending_offloads(Vault(root)))
         out["urls"].append(st["url"])
         if "error" in st:
             out["errors"].append({"url": st["url"], "error": st["error"]})
