@@ -91,6 +91,8 @@ PACK_READ = 4 << 20
 #: no object of any store is larger (S3's limit is 5 TiB): offsets beyond are damage
 MAX_OBJECT = 5 << 40
 FORMS = ("zst", "raw")
+#: the mode of every object written where the store keeps modes: originals are the user's alone
+PRIVATE = 0o600
 #: the first bytes of every pack: a pack is recognisable, and never an empty object (some stores
 #: drop those) even when it holds only empty blobs
 PACK_MAGIC = b"tb-footprint pack v1\n"
@@ -655,7 +657,8 @@ class BlobStore:
             zstd = bool(probe) and len(z) <= KEEP_ZST_RATIO * len(probe)
             claimed = _Claimed(f, src, prefix=probe)
             try:
-                entry = self.store.put_file(key, _Deflating(claimed, src.size) if zstd else claimed, if_absent=True)
+                entry = self.store.put_file(key, _Deflating(claimed, src.size) if zstd else claimed, if_absent=True,
+                                             mode=PRIVATE)
             except StoreFailure as e:
                 if e.code != StoreError.ALREADY_EXISTS:
                     raise _fail(src.sha, key, e) from None
@@ -698,7 +701,7 @@ class BlobStore:
         pid = secrets.token_hex(16)
         key = f"{DATA}/{pid[:2]}/{pid}.pack"
         try:
-            self.store.put(key, PACK_MAGIC + b"".join(b for _, b in blobs), if_absent=True)
+            self.store.put(key, PACK_MAGIC + b"".join(b for _, b in blobs), if_absent=True, mode=PRIVATE)
         except StoreFailure as e:
             raise _fail("", key, e) from None  # the pack's failure, not one blob's
         _hit(self.failpoint, step)
@@ -748,7 +751,7 @@ class BlobStore:
         key = f"{INDEX}/{secrets.token_hex(16)}.json"
         doc = {"v": 1, "created": time.time(), "blobs": rows}
         try:
-            self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True)
+            self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True, mode=PRIVATE)
         except StoreFailure as e:
             raise _fail("", key, e) from None
         return key

@@ -594,3 +594,14 @@ def test_forget_of_nothing_merges_many_index_objects_into_one(store, monkeypatch
     bs = BlobStore(store)
     assert all(bs.owners(i.sha) == {"v"} for i in items)  # the owners are kept in the merged index
     assert_all_readable(store, items)
+
+
+def test_objects_are_private_where_the_store_keeps_modes(tmp_path):
+    root = tmp_path / "vault"
+    root.mkdir()
+    store = PosixStore(str(root))
+    BlobStore(store).add([src(LONE_TEXT), src(b"small one")])
+    written = [e for e in store.list("")]
+    assert len(written) == 3  # a lone blob, a pack, an index
+    for e in written:
+        assert (os.stat(root / e.key).st_mode & 0o777) == 0o600, e.key
