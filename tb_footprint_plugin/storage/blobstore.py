@@ -36,8 +36,8 @@ and ``forget`` drops only its own owner's claim; a blob goes when no owner claim
 exclusive lock for prune): the caller holds its vault's lock. What ``forget`` does about the
 adds it cannot exclude: it deletes leftovers only past their grace, an ``add`` indexes what it
 verified every ``INDEX_EVERY`` seconds, and the index is listed once more right before any data
-object is deleted. Left open: an ``add`` that returns a ref from its cached index (same owner, no
-index write) while another process's ``forget`` of that sha deletes the object.
+object is deleted; an ``add`` that finds a blob stored lists it again in its own index. Left
+open: the milliseconds between that last listing and the delete.
 
 Each instance caches the index it listed (memory grows with the number of blobs, never with their
 bytes; ``reload`` lists it again) and may serve several threads. ``forget([])`` merges the index
@@ -527,7 +527,7 @@ class BlobStore:
         index object that is durable when ``add`` returns. A source whose bytes are not what it
         claims raises ``BlobFailure(MISMATCH)`` and gets no ref (its data objects stay as leftovers
         for ``forget``; a retry adopts lone ones). A blob stored already is not uploaded again; if
-        another owner added it, this owner's claim is indexed. A long call indexes what it verified
+        it is listed again (with this owner's claim) in this call's index. A long call indexes what it verified
         every ``INDEX_EVERY`` seconds, so that no object of it stays unindexed for anywhere near
         ``forget``'s grace."""
         index = self._index()
@@ -572,7 +572,9 @@ class BlobStore:
                 raise BlobFailure(BlobError.MISMATCH, "not a sha256 hex digest and size", sha=str(src.sha))
             known = new.get(src.sha) or (self._good_copy(src, present) if src.sha in index else None)
             if known is not None:
-                if src.sha not in new and self.owner not in self._owners.get(src.sha, ()):
+                if src.sha not in new:
+                    # listed again, even by its own owner: a forget elsewhere that dropped it since
+                    # this instance loaded the index sees this row before it deletes the object
                     claims[src.sha] = known
                 out.append(known)
                 continue

@@ -106,7 +106,8 @@ def test_a_blob_already_stored_is_not_uploaded_again_but_its_claim_is_checked(st
     counting = CountingStore(store)
     bs = BlobStore(counting)
     [ref] = bs.add([src(LONE_TEXT)])
-    assert counting.counts.calls["put"] == 0 and ref.form == "zst"
+    assert counting.counts.calls["put"] == 1 and ref.form == "zst"  # its index row only: no data
+    assert counting.counts.bytes_up < 1000 and len(keys(store, "data")) == 1
     other = bytes(len(LONE_TEXT))  # a source claiming a stored sha with other bytes is refused
     with pytest.raises(BlobFailure) as ei:
         bs.add([src(other, sha=ref.sha)])
@@ -605,3 +606,21 @@ def test_objects_are_private_where_the_store_keeps_modes(tmp_path):
     assert len(written) == 3  # a lone blob, a pack, an index
     for e in written:
         assert (os.stat(root / e.key).st_mode & 0o777) == 0o600, e.key
+
+
+def test_an_add_from_a_stale_cache_lists_its_blob_again_so_a_forget_elsewhere_keeps_it(store):
+    """A process whose cached index still lists a blob hands out its ref while another process
+    forgets that blob: the add's own index row makes the forget keep the object."""
+    item = src(LONE_RANDOM)
+    BlobStore(store).add([item])
+    stale = BlobStore(store)
+    assert stale.has(item.sha)  # loaded before the forget below
+    got = []
+
+    def add_from_stale_cache(step: str) -> None:
+        if step == "forget.old_index_deleted":
+            got.extend(stale.add([item]))
+
+    fig = BlobStore(store, failpoint=add_from_stale_cache).forget([item.sha])
+    assert got and fig.get("kept_for_new_index") == 1
+    assert BlobStore(store).check(got[0].sha) is None and read(BlobStore(store), item.sha) == LONE_RANDOM
