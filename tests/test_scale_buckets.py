@@ -98,8 +98,8 @@ def test_a_scan_and_a_plan_of_300_runs_are_one_paginated_listing_each(counted, t
         assert len(res.runs) == RUNS, what
         # one listing of the logdir's prefix, page after page; none of a run or of the state folder
         assert counts.get("list") == pages and prefixes == ["logs/"] * pages, (what, counts, prefixes)
-        if what != "cold scan":  # served by the scan cache: no event file is read again
-            assert counts.get("read", 0) <= 1, (what, counts)
+        if what != "cold scan":  # served by the scan cache, one GET: no event file is read again
+            assert counts.get("read") == 1 and "head" not in counts, (what, counts)
 
 
 def test_a_drop_only_reduce_costs_at_most_1_1x_the_requests_of_a_naive_delete(counted, templates):
@@ -165,6 +165,20 @@ def test_a_batch_lists_the_folders_of_its_runs_not_the_whole_logdir(counted, tem
     objs = listing_of_runs(rfs, vault, mine[:5], len(known), known=known)
     assert listed == ["logs/exp0000/"]
     assert {k for k in known if k.startswith("exp0000/")} == set(objs)
+
+
+def test_status_reads_each_ledger_entry_and_manifest_with_one_request(counted, templates):
+    """``status`` of a reduced bucket logdir reads every ledger object and every manifest: one
+    GET each (s3fs asked for each object's size first, a HEAD, which doubled the requests)."""
+    bucket, proxy, listed = counted
+    n = 20
+    upload(bucket, "logs", n, templates)
+    url = bucket.url("logs")
+    rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, ledger="default")
+    assert all(o.status == "verified" for o in rep.outcomes)
+    st, counts, _ = _measure(proxy, listed, lambda: api.status(url))
+    assert st["batch"]["counts"] == {"done": n} and len(st["operations"]) == n
+    assert counts.get("read") == 2 * n and counts.get("head", 0) <= 2, counts  # was 2n + 2 heads
 
 
 def test_four_shard_workers_reduce_every_run_once_and_status_merges_their_ledgers(s3_bucket, templates):

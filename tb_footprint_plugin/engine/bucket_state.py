@@ -141,7 +141,7 @@ class BucketState:
         if info is None:
             return None, None
         try:
-            data = self.rfs.fs.cat_file(path)
+            data = self.rfs.cat(path)
             self.rfs.stats.add("read", down=len(data))
             doc = json.loads(data.decode("utf-8"))
         except FileNotFoundError:

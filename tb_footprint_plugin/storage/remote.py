@@ -330,9 +330,18 @@ class RemoteFS:
         return RangedReader(self, rel, size, chunk)
 
     def read_bytes(self, rel: str) -> bytes:
-        data = self.fs.cat_file(self.path(rel))
+        """A whole object in one GET (state objects: cache, journal, manifests, ledger entries)."""
+        data = self.cat(self.path(rel))
         self.stats.add("read", down=len(data))
         return data
+
+    def cat(self, path: str) -> bytes:
+        """The whole object at the store path ``path`` in one GET (not counted: the caller counts).
+        s3fs (2024.x on) asks for the size first (a HEAD) to split a large read into parallel
+        ranges; every state object read cost two requests. One range is all a small object needs."""
+        if self.protocol == "s3" and _takes_max_concurrency(self.fs):
+            return self.fs.cat_file(path, max_concurrency=1)
+        return self.fs.cat_file(path)
 
     @property
     def ops(self) -> "_Ops":
@@ -391,6 +400,17 @@ class RangedReader(RangeReader):
     def __init__(self, rfs: RemoteFS, rel: str, size: int, chunk: int = READ_CHUNK):
         super().__init__(lambda start, stop: rfs.read_range(rel, start, stop), size, name=rfs.url_of(rel))
         self.chunk = chunk
+
+
+def _takes_max_concurrency(fs) -> bool:
+    """Whether this s3fs's ``cat_file`` takes ``max_concurrency`` (older ones neither take it nor
+    send the HEAD it avoids)."""
+    import inspect
+
+    try:
+        return "max_concurrency" in inspect.signature(fs._cat_file).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 #: small state objects (manifests, ledger entries) read at once: a store answers each GET in
