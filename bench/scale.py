@@ -3,7 +3,8 @@
     python bench/scale.py                          # 1,000 and 10,000 runs, a reduce of 50 runs each
     python bench/scale.py --sizes 1000 --reduce-runs all
     python bench/scale.py --sizes 100000 --skip reduce,plan_cold --time-limit 900
-    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs
+    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs, 200 in a bucket
+    python bench/scale.py --sizes 0 --buckets 10000 --file-sizes '' --tb-load ''   # the bucket section alone
 
 Input: N runs ``expNNNN/runNNNNNN`` of what a small training job leaves: one TF2 event file
 (4 scalar tags x 100 steps, 2 histogram tags x 10 steps, written by ``synth.EventWriter``;
@@ -33,6 +34,23 @@ Rust server's is the largest child's):
   line; the settled ones fsynced), measured apart since a subset reduce has a small ledger;
 * anchors: ``cp -a`` of the logdir, and one load of it by TensorBoard's Rust data server
   (``--reload=once`` until its "Finished load cycle"), before and after the reduce.
+
+Three more sections (each can be left out):
+
+* ``--buckets N`` (default 10,000; ``--small``: 200): N such runs in moto's S3 server, each request
+  counted where the server sees it (``tests/faulty_proxy.py``): a cold scan, a warm scan and a plan
+  (each one paginated listing: 1,000 keys a page), a drop-only reduce (``archive``: the event files
+  stay, the profile sessions go) next to naive deletes of the same objects (run by run: list the
+  profile folder and delete what it holds in one request; the keys known, one request a run; all
+  keys in requests of 1,000), then ``--shard-workers`` (4) ``tb-footprint reduce --shard i/4`` at
+  once on a copy of the logdir and ``status`` merging their ledgers (every run done once, by its
+  shard, with its manifest's bytes);
+* ``--file-sizes 20,100``: the reduce of one histogram/image event file of each size (the same
+  records at every size), in a fresh process (what the CLI pays) and in a warm one (the tab's
+  TensorBoard, which reduced before); peak RSS of each;
+* ``--tb-load 8x25``: a mid-size logdir (8 runs of one 25 MB histogram/image event file and an
+  xprof session) loaded by TensorBoard's Rust data server and by its Python loader
+  (``--load_fast=false``) before and after the default reduce of every run.
 
 Beside each wall time is the phase's CPU time (its process and the children it waited for): on
 a shared machine contention inflates wall time several times, CPU time far less. Targets are
@@ -226,6 +244,34 @@ def _phase(kind: str, a: dict) -> dict:
         size = os.path.getsize(book.path)
         shutil.rmtree(folder, ignore_errors=True)
         return {"seconds": elapsed, "marks": marks, "ledger_bytes": size}
+    if kind == "py_load":
+        # TensorBoard's Python loader (--load_fast=false) as its LocalDataIngester sets it up
+        from tensorboard.backend.event_processing import data_ingester, plugin_event_multiplexer
+
+        t = time.perf_counter()
+        mux = plugin_event_multiplexer.EventMultiplexer(
+            size_guidance=data_ingester.DEFAULT_SIZE_GUIDANCE,
+            tensor_size_guidance=dict(data_ingester.DEFAULT_TENSOR_SIZE_GUIDANCE))
+        mux.AddRunsFromDirectory(logdir)
+        mux.Reload()
+        return {"seconds": time.perf_counter() - t, "runs": len(mux.Runs())}
+    if kind == "file_reduce":
+        cpu = None
+        if a.get("warm"):
+            # a process that reduced before (the tab's TensorBoard): modules imported, binaries found
+            w = api.reduce_logdir(a["warm"], policy="archive", dry_run=False, quiet_period=0)
+            if [str(getattr(o.status, "value", o.status)) for o in w.outcomes] != ["verified"]:
+                raise SystemExit(f"the warm-up reduce did not reduce: {[(o.status, o.reason) for o in w.outcomes]}")
+            cpu = _cpu()
+        t = time.perf_counter()
+        rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0)
+        statuses = {}
+        for o in rep.outcomes:
+            k = str(getattr(o.status, "value", o.status))
+            statuses[k] = statuses.get(k, 0) + 1
+        return {"seconds": time.perf_counter() - t, "statuses": statuses, "saved_bytes": rep.saved_bytes,
+                "reasons": sorted({f"{o.code}: {o.reason}" for o in rep.outcomes if o.status != "verified"})[:3],
+                **({"cpu": _cpu() - cpu} if cpu is not None else {})}
     if kind == "upkeep":
         t = time.perf_counter()
         outs = api.recover_logdir(logdir)
@@ -250,7 +296,7 @@ def _worker(kind: str, a: dict) -> None:
         prof.enable()
     cpu = _cpu()
     out = _phase(kind, a)
-    out["cpu"] = _cpu() - cpu
+    out.setdefault("cpu", _cpu() - cpu)  # a phase that warmed up first counts its CPU after that
     if prof is not None:
         prof.disable()
         prof.dump_stats(a["profile"])
@@ -387,6 +433,429 @@ def run_size(n: int, scratch: str, templates, args) -> dict:
     shutil.rmtree(warm, ignore_errors=True)
     shutil.rmtree(empty, ignore_errors=True)
     return row
+
+
+# --- buckets at scale (issue 28 item 5) -------------------------------------------------------
+BUCKET_VERBS = ("list", "read", "head", "copy", "put", "delete", "other")
+
+
+def _bucket_upload(bucket, prefix: str, n: int, templates, only=None) -> int:
+    """Put ``n`` runs under ``prefix`` (straight to the server: not counted); returns the objects.
+    ``only(rel)``: upload only the files it accepts (the profile data put back for the naive delete)."""
+    items = [(bucket.key(f"{prefix}/{run_name(i)}/{rel}"), data) for i in range(n)
+             for rel, data in templates[i % len(templates)].items() if only is None or only(rel)]
+    for i in range(0, len(items), 2000):
+        bucket.fs.pipe(dict(items[i:i + 2000]))
+    bucket.fs.invalidate_cache()
+    return len(items)
+
+
+def _counted(proxy, fn) -> tuple:
+    """Run ``fn`` and return the requests the server was sent meanwhile, per verb, and the time."""
+    proxy.reset()
+    cpu = _cpu()
+    t = time.perf_counter()
+    res = fn()
+    out = {"seconds": time.perf_counter() - t, "cpu": _cpu() - cpu, "counts": dict(proxy.counts),
+           "bytes_down": proxy.bytes_down}
+    out["requests"] = sum(out["counts"].values())
+    return out, res
+
+
+def _shard_workers(url: str, workers: int, env: dict, timeout: float) -> dict:
+    """``tb-footprint reduce URL --shard i/N`` in N processes started at once (a Slurm array)."""
+    cmd = [sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy", "archive",
+           "--quiet-period", "0", "--json", "--yes"]
+    procs = [subprocess.Popen(cmd + ["--shard", f"{i}/{workers}"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO) for i in range(workers)]
+    out = {"verified": 0, "others": [], "exit": [], "shard_runs": {}}
+    deadline = time.monotonic() + timeout
+    for i, p in enumerate(procs):
+        try:
+            so, se = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            so, se = p.communicate()
+        out["exit"].append(p.returncode)
+        try:
+            rep = json.loads(so)
+        except ValueError:
+            out["others"].append((f"{i}/{workers}", "no JSON report", se.strip()[-500:]))
+            continue
+        out["shard_runs"][f"{i}/{workers}"] = sorted(rep.get("shard_runs") or [])
+        for o in rep["outcomes"]:
+            if o["status"] == "verified":
+                out["verified"] += 1
+            else:
+                out["others"].append((o["run"], o["status"], f"{o.get('code')}: {str(o.get('reason'))[:150]}"))
+    return out
+
+
+def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = False) -> dict:
+    """N runs in moto's S3 server behind a counting proxy: the requests of a scan, a plan and a
+    drop-only reduce (archive: the event files stay, the profile sessions go) next to a naive
+    delete of the same objects, and 4 shard workers read back as one batch by ``status``."""
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    import objstore_servers as servers
+    from faulty_proxy import FaultyProxy
+
+    srv = servers.start_moto()
+    proxy = None
+    saved = {k: os.environ.get(k) for k in list(srv.env) + ["AWS_ENDPOINT_URL", "S3_ENDPOINT"]}
+    row: dict = {"n": n, "workers": workers}
+    try:
+        os.environ.update(srv.env)
+        proxy = FaultyProxy(upstream=srv.endpoint).start()
+        os.environ["AWS_ENDPOINT_URL"] = os.environ["S3_ENDPOINT"] = proxy.endpoint
+        from tb_footprint_plugin import api
+
+        bucket = servers.Bucket(srv)  # straight to the server: the uploads are not counted
+        t = time.perf_counter()
+        row["objects"] = _bucket_upload(bucket, "a", n, templates)
+        _bucket_upload(bucket, "b", n, templates)
+        row["upload_s"] = time.perf_counter() - t
+        print(f"\nbucket: {n} runs x {len(templates[0])} objects, twice (s3://{bucket.name}/a and /b), "
+              f"uploaded to moto in {row['upload_s']:.1f} s", flush=True)
+        time.sleep(1.1)  # listing mtimes have 1 s resolution: "now" past every upload
+        url = bucket.url("a")
+        # S3 answers 1,000 keys a listing page
+        row["pages"] = -(-row["objects"] // 1000)
+        for name, fn in (("scan_cold", lambda: api.scan(url)), ("scan_warm", lambda: api.scan(url)),
+                         ("plan", lambda: api.plan(url, "archive", quiet_period=0))):
+            row[name], res = _counted(proxy, fn)
+            print(f"  {name:<10} {row[name]['seconds']:7.2f} s  {row[name]['counts']}", flush=True)
+        row["plan"]["drop_only"] = sum(1 for rp in res.runs if rp.actions and not rp.skipped
+                                       and all(a.kind == "delete" for a in rp.actions))
+        row["plan"]["deleted_objects"] = sum(1 for rp in res.runs if not rp.skipped for a in rp.actions
+                                             if a.kind == "delete")
+        row["reduce"], rep = _counted(proxy, lambda: api.reduce_logdir(url, policy="archive", dry_run=False,
+                                                                          quiet_period=0))
+        statuses: Dict[str, int] = {}
+        for o in rep.outcomes:
+            statuses[str(getattr(o.status, "value", o.status))] = statuses.get(str(getattr(o.status, "value", o.status)), 0) + 1
+        row["reduce"]["statuses"] = statuses
+        row["reduce"]["reasons"] = sorted({f"{o.code}: {o.reason}" for o in rep.outcomes
+                                           if str(getattr(o.status, "value", o.status)) != "verified"})[:3]
+        removed = [p for o in rep.outcomes for p in (o.removed_files or [])]
+        row["reduce"]["removed"] = len(removed)
+        print(f"  {'reduce':<10} {row['reduce']['seconds']:7.2f} s  {row['reduce']['counts']} {statuses}", flush=True)
+
+        # the naive deletes of the same objects, put back first (straight to the server)
+        profile = {rel for tpl in templates for rel in tpl if rel.startswith("plugins/")}
+        back = _bucket_upload(bucket, "a", n, templates, only=lambda rel: rel in profile)
+        import boto3
+
+        c = boto3.client("s3", endpoint_url=proxy.endpoint)
+
+        def per_run() -> None:  # what a script does run by run: list its profile folder, delete it
+            for i in range(n):
+                pre = f"a/{run_name(i)}/plugins/profile/"
+                for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket.name, Prefix=pre):
+                    keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if keys:
+                        c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
+
+        def known_keys() -> None:  # the keys known (from the plan): one batched delete a run
+            for i in range(n):
+                keys = [{"Key": f"a/{run_name(i)}/{rel}"} for rel in sorted(templates[i % len(templates)])
+                        if rel in profile]
+                c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
+
+        def batched() -> None:  # all keys known, 1,000 to a request (the store's limit)
+            keys = [{"Key": f"a/{run_name(i)}/{rel}"} for i in range(n) for rel in templates[i % len(templates)]
+                    if rel in profile]
+            for i in range(0, len(keys), 1000):
+                c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+
+        naive = [("naive_per_run", per_run), ("naive_batched", batched)]
+        if not small:  # one request a run, as its name says: measured when there is time
+            naive.insert(1, ("naive_known_keys", known_keys))
+        for name, fn in naive:
+            row[name], _ = _counted(proxy, fn)
+            if name != "naive_batched":
+                _bucket_upload(bucket, "a", n, templates, only=lambda rel: rel in profile)
+        row["put_back"] = back
+
+        # 4 shard workers on the copy at /b, its scan cache written first (each worker reads it)
+        url_b = bucket.url("b")
+        api.scan(url_b)
+        env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+        for k in [k for k in env if k.startswith(("SLURM_", "JOB_COMPLETION_INDEX", "TB_FOOTPRINT_SHARD",
+                                                  "TB_FOOTPRINT_FAILPOINTS"))]:
+            env.pop(k)
+        row["shards"], sh = _counted(proxy, lambda: _shard_workers(url_b, workers, env, timeout))
+        row["shards"].update(sh)
+        print(f"  {workers} shards  {row['shards']['seconds']:7.2f} s  {row['shards']['counts']}", flush=True)
+        row["status"], st = _counted(proxy, lambda: api.status(url_b))
+        b = st.get("batch") or {}
+        ops = st.get("operations") or []  # one per manifest, as api.operations lists them
+        by_op = {m["op_id"]: m for m in ops}
+        plan_of = {r: s for s, rs in sh["shard_runs"].items() for r in rs}
+        wrong = [r for r, e in (b.get("runs") or {}).items()
+                 if e.get("state") != "done" or e.get("shard") != plan_of.get(r)
+                 or by_op.get(e.get("op_id"), {}).get("run") != r
+                 or e.get("original_size_bytes") != by_op.get(e.get("op_id"), {}).get("bytes_before")]
+        row["status"].update(batch_counts=b.get("counts"), stalled=len(b.get("stalled") or []),
+                             problems=len(b.get("problems") or []), runs=len(b.get("runs") or {}),
+                             wrong=wrong[:5], n_wrong=len(wrong), ops=len(ops),
+                             saved_ok=b.get("saved_bytes") == sum(m["bytes_before"] - m["bytes_after"] for m in ops),
+                             unfinished=len(st.get("unfinished_operations") or []),
+                             shard_runs_cover=sorted(plan_of) == sorted(run_name(i) for i in range(n)))
+        print(f"  status     {row['status']['seconds']:7.2f} s  {row['status']['counts']}", flush=True)
+    except Exception as e:  # noqa: BLE001 - a bench reports what stopped it and goes on
+        import traceback
+
+        row["error"] = f"{type(e).__name__}: {e}"
+        row["traceback"] = traceback.format_exc()[-2000:]
+        print(f"  bucket bench stopped: {row['error']}", flush=True)
+    finally:
+        if proxy:
+            proxy.stop()
+        srv.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return row
+
+
+def _verbs(counts: dict) -> str:
+    return ", ".join(f"{v} {counts[v]}" for v in BUCKET_VERBS if counts.get(v))
+
+
+def bucket_report(b: dict) -> bool:
+    """Print the bucket figures next to their anchors; True when every target is met."""
+    n = b["n"]
+    print(f"\nbucket of {n} runs in moto S3 ({b.get('objects', '?')} objects, one listing = {b.get('pages', '?')} "
+          "page(s) of 1,000 keys); requests counted where the server sees them:")
+    if "error" in b and "reduce" not in b:
+        print(f"  stopped: {b['error']}\n{b.get('traceback', '')}")
+        return False
+    ok = True
+    for name in ("scan_cold", "scan_warm", "plan"):
+        r = b[name]
+        lists = r["counts"].get("list", 0)
+        met = lists == b["pages"]
+        ok &= met
+        print(f"  {name:<10} {r['seconds']:7.2f} s, {r['requests']:6d} requests ({_verbs(r['counts'])}); "
+              f"list requests {lists} = one paginated listing of {b['pages']} page(s) {_met(met)}")
+    r = b["reduce"]
+    copies = r["counts"].get("copy", 0)
+    own = r["requests"] - copies
+    print(f"  reduce     {r['seconds']:7.2f} s, {r['requests']:6d} requests ({_verbs(r['counts'])}); "
+          f"{json.dumps(r['statuses'])}; {r['removed']} objects removed; {r['requests'] / n:.2f} a run, "
+          f"{own / n:.2f} without the {copies} backup copies")
+    for reason in r.get("reasons", []):
+        print(f"    not verified: {reason[:200]}")
+    verified = r["statuses"].get("verified", 0)
+    ok &= verified == n
+    for name, what in (("naive_per_run", "per run: list its profile folder, one batched delete"),
+                       ("naive_known_keys", "per run: one batched delete of its known keys"),
+                       ("naive_batched", "all keys known, 1,000 to a delete request")):
+        nv = b.get(name) or {}
+        if "requests" not in nv:
+            continue
+        ratio = own / max(1, nv["requests"])
+        target = name == "naive_per_run"
+        if target:
+            ok &= ratio <= 1.1
+        print(f"  naive delete ({what}): {nv['requests']} requests ({_verbs(nv['counts'])}), {nv['seconds']:.2f} s; "
+              f"reduce without backup copies / naive = {ratio:.2f}x"
+              + (f" (target <= 1.1x) {_met(ratio <= 1.1)}" if target else ""))
+    s, st = b.get("shards") or {}, b.get("status") or {}
+    if "seconds" in s:
+        good = (s["verified"] == n and not s["others"] and st.get("batch_counts") == {"done": n} and st.get("stalled") == 0
+                and st.get("problems") == 0 and st.get("n_wrong") == 0 and st.get("saved_ok")
+                and st.get("unfinished") == 0 and st.get("shard_runs_cover"))
+        ok &= bool(good)
+        print(f"  {b['workers']} shard workers (tb-footprint reduce --shard i/{b['workers']}, at once): "
+              f"{s['seconds']:.1f} s, {s['requests']} requests ({_verbs(s['counts'])}) = {s['requests'] / n:.2f} a run "
+              f"(with the ledger objects: 2 puts a run); {s['verified']}/{n} verified; exits {s['exit']}")
+        for o in s["others"][:3]:
+            print(f"    not verified: {o}")
+        print(f"  status (merged ledgers): {st.get('seconds', 0):.1f} s, {st.get('requests', 0)} requests "
+              f"({_verbs(st.get('counts') or {})}); runs by state {st.get('batch_counts')}, stalled {st.get('stalled')}, problems {st.get('problems')}, runs whose entry is not "
+              f"done by their shard with their manifest's bytes {st.get('n_wrong')} {st.get('wrong') or ''}, "
+              f"saved bytes = the manifests' {st.get('saved_ok')} "
+              f"{_met(bool(good))}")
+    return ok
+
+
+# --- cost grows with the work (item 3) and what the reduction buys TensorBoard (item 6) ---------
+def make_media_event_file(run_dir: str, target_bytes: float) -> str:
+    """A histogram/image event file of about ``target_bytes``: two histogram tags at every step
+    (~8 KB records, a weight tensor's histogram as torch writes it), a scalar every step and an
+    image every 100 steps — the same records at every size, so only the amount of work differs
+    (``bench/rewrite.py`` switches to ~0.7 KB records below 100 MB)."""
+    import random
+
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+
+    from tb_footprint_plugin import synth
+
+    rng = random.Random(0)
+    variants = [synth.legacy_histogram_proto([rng.gauss(0, 1 + i / 10) for _ in range(2000)]) for i in range(8)]
+    png = synth.make_png(32, 32, seed=1)
+    os.makedirs(run_dir, exist_ok=True)
+    with synth.EventWriter(run_dir, style="torch") as w:
+        step = 0
+        while os.path.getsize(w.path) < target_bytes:
+            for _ in range(50):
+                wall = 1795990000.0 + step * 0.05
+                for t, tag in enumerate(("layer1/weight", "layer2/weight")):
+                    v = summary_pb2.Summary.Value(tag=tag, histo=variants[(step + t) % len(variants)])
+                    w.write_event(event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[v])))
+                w.legacy_simple_value("loss", step, 1.0 / (step + 1), wall_time=wall)
+                if step % 100 == 0:
+                    w.legacy_image("sample", step, png, 32, 32, wall_time=wall)
+                step += 1
+            w._file.flush()
+        return w.path
+
+
+def _age_tree(root: str) -> None:
+    old = time.time() - AGE_S
+    for d, dirs, files in os.walk(root):
+        for x in files + dirs:
+            os.utime(os.path.join(d, x), (old, old))
+    os.utime(root, (old, old))
+
+
+def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
+    """Reduce (archive) of one run holding one histogram/image event file of each size, each in
+    its own process: wall and CPU time, peak RSS, the outcome."""
+    rows = []
+    for mb in sizes_mb:
+        logdir = os.path.join(scratch, f"file-{mb:g}MB")
+        src = make_media_event_file(os.path.join(logdir, "run"), mb * 1e6)
+        _age_tree(logdir)
+        size = os.path.getsize(src)
+        cache = os.path.join(scratch, f"file-cache-{mb:g}")
+        keep = os.path.join(scratch, f"file-{mb:g}MB.orig")
+        os.link(src, keep)  # the reduce replaces the file by rename: the link keeps the original
+        r: dict = {}
+        for mode in ("cold", "warm"):
+            if mode == "warm":  # the same file again, in a process that reduced a small one first
+                shutil.rmtree(logdir)
+                os.makedirs(os.path.dirname(src))
+                os.link(keep, src)
+                _age_tree(logdir)
+                warm = os.path.join(scratch, "file-warmup")
+                shutil.rmtree(warm, ignore_errors=True)
+                make_media_event_file(os.path.join(warm, "run"), 2e6)  # > 100 histogram steps: reduced
+                _age_tree(warm)
+            shutil.rmtree(cache, ignore_errors=True)
+            prof = os.path.join(args.profile, f"file_reduce-{mb:g}MB-{mode}.prof") if args.profile else None
+            r[mode] = measure("file_reduce", cache, args.time_limit, logdir=logdir, profile=prof,
+                              warm=warm if mode == "warm" else None)
+            x = r[mode]
+            shown = f"{x['seconds']:.2f} s ({x.get('cpu', 0):.2f} s CPU), peak RSS {x['rss_mb']:.0f} MB, " \
+                    f"{x['statuses']}" if "seconds" in x else x["error"][-300:]
+            print(f"  reduce of one {size / 1e6:.1f} MB histogram/image event file ({mode} process): {shown}", flush=True)
+        r.update(mb=mb, bytes=size)
+        rows.append(r)
+        for p in (logdir, cache, keep, os.path.join(scratch, "file-warmup")):
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.exists(p):
+                os.unlink(p)
+    return rows
+
+
+def file_sizes_report(rows: List[dict]) -> bool:
+    """Both sizes side by side, in a fresh process (what ``tb-footprint reduce`` pays: imports,
+    the data servers' binaries found) and in a warm one (the tab's TensorBoard, which reduced
+    before); the target is judged on the fresh process."""
+    ok = True
+    print("\ncost grows with the work: reduce (archive: plan, backup, rewrite, verification, commit) of one "
+          "histogram/image event file, the same records at each size:")
+    for r in rows:
+        for mode in ("cold", "warm"):
+            x = r.get(mode) or {}
+            if "seconds" not in x:
+                ok = False
+                print(f"  {r['mb']:g} MB ({mode}): {x.get('error', '?')[-500:]}")
+                continue
+            rss_ok = x["rss_mb"] <= 150
+            ok &= rss_ok and x["statuses"].get("verified") == 1
+            print(f"  {r['bytes'] / 1e6:6.1f} MB, {'fresh' if mode == 'cold' else 'warm'} process: {x['seconds']:6.2f} s "
+                  f"wall, {x.get('cpu', 0):6.2f} s CPU (with the data servers it waited for), peak RSS "
+                  f"{x['rss_mb']:.0f} MB, largest child {x.get('child_rss_mb', 0):.0f} MB (target <= 150 MB) "
+                  f"{_met(rss_ok)}; {x['statuses']}")
+            for reason in x.get("reasons", []):
+                print(f"    not verified: {reason[:200]}")
+    done = [r for r in rows if all("seconds" in (r.get(m) or {}) for m in ("cold", "warm"))]
+    if len(done) >= 2:
+        a, b = done[0], done[-1]
+        for mode in ("cold", "warm"):
+            ratio = a[mode]["seconds"] / b[mode]["seconds"]
+            met = (ratio <= 0.5 if a["mb"] * 5 <= b["mb"] else None) if mode == "cold" else None
+            ok &= met is not False
+            cpu = a[mode].get("cpu", 0) / max(1e-9, b[mode].get("cpu", 0))
+            print(f"  {a['mb']:g} MB / {b['mb']:g} MB, {'fresh' if mode == 'cold' else 'warm'} process: {ratio:.2f}x wall, "
+                  f"{cpu:.2f}x CPU" + (f" (target <= 0.5x for 20 MB / 100 MB) {_met(met)}" if mode == "cold" else ""))
+    return ok
+
+
+def tb_load_bench(runs: int, mb: float, scratch: str, templates, args) -> dict:
+    """A mid-size logdir (``runs`` runs, each one histogram/image event file of ``mb`` MB, a
+    byte copy of one written file, and a small xprof session) loaded by TensorBoard's Rust data
+    server before and after the default reduce (archive) of every run."""
+    logdir = os.path.join(scratch, "tbload")
+    one = make_media_event_file(os.path.join(scratch, "tbload-src"), mb * 1e6)
+    with open(one, "rb") as f:
+        data = f.read()
+    profile = {rel: b for rel, b in templates[0].items() if rel.startswith("plugins/")}
+    for i in range(runs):
+        run = os.path.join(logdir, f"run{i:03d}")
+        for rel, b in [(os.path.basename(one), data)] + sorted(profile.items()):
+            os.makedirs(os.path.dirname(os.path.join(run, rel)), exist_ok=True)
+            with open(os.path.join(run, rel), "xb") as f:
+                f.write(b)
+    del data
+    _age_tree(logdir)
+    total = sum(os.path.getsize(os.path.join(d, x)) for d, _, fs in os.walk(logdir) for x in fs)
+    out = {"runs": runs, "mb": mb, "bytes": total}
+    cache = os.path.join(scratch, "tbload-cache")
+    print(f"\nTensorBoard's load before and after the default reduce: {runs} runs x one {mb:g} MB "
+          f"histogram/image event file + an xprof session = {total / 1e6:.0f} MB", flush=True)
+    out["before"] = best(lambda: measure("rust", cache, args.time_limit, logdir=logdir), args.repeat)
+    print(f"  Rust load before: {out['before'].get('seconds', out['before'].get('error'))}", flush=True)
+    out["py_before"] = best(lambda: measure("py_load", cache, args.time_limit, logdir=logdir), args.repeat)
+    print(f"  Python load before: {out['py_before'].get('seconds', out['py_before'].get('error'))}", flush=True)
+    out["reduce"] = measure("file_reduce", cache, args.time_limit, logdir=logdir)
+    print(f"  reduce (archive, every run): {out['reduce'].get('seconds', out['reduce'].get('error'))}", flush=True)
+    out["bytes_after"] = sum(os.path.getsize(os.path.join(d, x)) for d, ds, fs in os.walk(logdir)
+                             for x in fs if ".tb-footprint" not in d)
+    out["after"] = best(lambda: measure("rust", cache, args.time_limit, logdir=logdir), args.repeat)
+    print(f"  Rust load after: {out['after'].get('seconds', out['after'].get('error'))}", flush=True)
+    out["py_after"] = best(lambda: measure("py_load", cache, args.time_limit, logdir=logdir), args.repeat)
+    print(f"  Python load after: {out['py_after'].get('seconds', out['py_after'].get('error'))}", flush=True)
+    shutil.rmtree(logdir, ignore_errors=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    return out
+
+
+def tb_load_report(t: dict) -> bool:
+    b, a, r = t.get("before") or {}, t.get("after") or {}, t.get("reduce") or {}
+    print(f"\nwhat the reduction buys TensorBoard ({t['runs']} runs x one {t['mb']:g} MB histogram/image event file "
+          f"+ an xprof session, {t['bytes'] / 1e6:.0f} MB):")
+    if "seconds" not in b or "seconds" not in a or "seconds" not in r:
+        print(f"  {b.get('error') or a.get('error') or r.get('error')}")
+        return False
+    print(f"  the Rust data server loads it in {b['seconds']:.2f} s before (peak RSS {b.get('child_rss_mb', 0):.0f} MB) "
+          f"and {a['seconds']:.2f} s after (peak RSS {a.get('child_rss_mb', 0):.0f} MB) the default (archive) reduce "
+          f"of every run ({r['seconds']:.0f} s, {r['statuses']}): {b['seconds'] / a['seconds']:.1f}x faster, "
+          f"{t['bytes'] / 1e6:.0f} MB -> {t['bytes_after'] / 1e6:.0f} MB")
+    pb, pa = t.get("py_before") or {}, t.get("py_after") or {}
+    if "seconds" in pb and "seconds" in pa:
+        print(f"  TensorBoard's Python loader (--load_fast=false, its default sampling): {pb['seconds']:.2f} s before "
+              f"(peak RSS {pb['rss_mb']:.0f} MB) and {pa['seconds']:.2f} s after (peak RSS {pa['rss_mb']:.0f} MB): "
+              f"{pb['seconds'] / pa['seconds']:.1f}x faster")
+    else:
+        print(f"  Python loader: {pb.get('error') or pa.get('error')}")
+    return r["statuses"].get("verified") == t["runs"]
 
 
 # --- report -----------------------------------------------------------------------------------
@@ -583,6 +1052,17 @@ def main(argv=None) -> int:
                          "makes archive rewrite every event file)")
     ap.add_argument("--no-ledger", action="store_true",
                     help="reduce without the batch ledger (the CLI's reduce keeps one: <state>/ledger.json)")
+    ap.add_argument("--buckets", type=int, default=10000,
+                    help="runs of the bucket section (moto S3: requests of scan, plan, a drop-only reduce next to "
+                         "a naive delete, shard workers and status); 0 leaves it out (default 10000; --small 200)")
+    ap.add_argument("--shard-workers", type=int, default=4, help="workers of the bucket section's sharded batch")
+    ap.add_argument("--file-sizes", default="20,100",
+                    help="MB of the histogram/image event files whose reduce is timed one by one ('' leaves it out; "
+                         "default 20,100; --small leaves it out)")
+    ap.add_argument("--tb-load", default="8x25",
+                    help="RUNSxMB: a logdir of RUNS runs of one MB-sized histogram/image event file each, loaded by "
+                         "the Rust data server before and after the default reduce ('' leaves it out; default 8x25, "
+                         "200 MB; --small leaves it out)")
     ap.add_argument("--json", default=None, help="also write every measurement to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the generated logdirs (in --scratch)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
@@ -592,9 +1072,10 @@ def main(argv=None) -> int:
         return 0
     if args.small:
         args.sizes, args.reduce_runs, args.reduce_sizes = "50,200", "6", "200"
+        args.buckets, args.file_sizes, args.tb_load = min(args.buckets, 200), "", ""
     if args.reduce_runs != "all" and not args.reduce_runs.isdigit():
         ap.error("--reduce-runs: a number or 'all'")
-    sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
+    sizes = [int(x) for x in args.sizes.split(",") if x.strip() and x.strip() != "0"]
     args.reduce_sizes = {int(x) for x in args.reduce_sizes.split(",") if x.strip()}
     args.skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     if args.profile:
@@ -610,14 +1091,28 @@ def main(argv=None) -> int:
               f"({', '.join(sorted(os.path.basename(p) for p in templates[0]))})")
         for n in sizes:
             rows.append(run_size(n, scratch, templates, args))
+        buckets = bucket_bench(args.buckets, templates, args.shard_workers, args.time_limit or 3600, args.small) \
+            if args.buckets else None
+        files = file_sizes_bench([float(x) for x in args.file_sizes.split(",") if x.strip()], scratch, args)
+        tbload = None
+        if args.tb_load:
+            k, mb = args.tb_load.lower().split("x")
+            tbload = tb_load_bench(int(k), float(mb), scratch, templates, args)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
-    ok = report(rows, load_before, os.getloadavg(), args)
+    ok = report(rows, load_before, os.getloadavg(), args) if rows else True
+    if buckets:
+        ok &= bucket_report(buckets)
+    if files:
+        ok &= file_sizes_report(files)
+    if tbload:
+        ok &= tb_load_report(tbload)
     print(_code_state())
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": rows, "load_before": load_before, "load_after": os.getloadavg(),
+            json.dump({"rows": rows, "buckets": buckets, "file_sizes": files, "tb_load": tbload,
+                       "load_before": load_before, "load_after": os.getloadavg(),
                        "argv": sys.argv[1:], "code": _code_state()}, f, indent=1, default=str)
     return 0 if ok else 1
 
