@@ -465,3 +465,17 @@ def test_a_store_failing_during_purge_is_named_and_finished_by_the_next_start(tm
     outs = api.recover_logdir(str(logdir))
     assert any(o.code == "purge_finished" for o in outs), [vars(o) for o in outs]
     assert not any(remote_vault.blobstore(url, fresh=True).has(s) for s in shas) and not local_blobs(vault)
+
+
+def test_hardlink_vault_format_offloads_the_plain_backups(tmp_path, s3_bucket):
+    """No compaction (``vault_format="hardlink"``): the plain backups, whose originals left the
+    logdir, go to the bucket after the writer check compaction makes."""
+    logdir = make_logdir(tmp_path)
+    before = snapshot(logdir)
+    rep = api.reduce_logdir(str(logdir), backup_dir=s3_bucket.url("h"), policy="archive", dry_run=False,
+                            verify_backends=("python",), vault_format="hardlink")
+    assert rep.ok and rep.remote_vault["remote_blobs"] >= 2, rep.remote_vault
+    vault = Context(str(logdir)).vault
+    assert all(f == {".remote"} for f in local_blobs(vault).values()), local_blobs(vault)
+    assert all(o.status == "restored" for o in api.restore(str(logdir)))
+    assert snapshot(logdir) == before
