@@ -479,3 +479,24 @@ def test_hardlink_vault_format_offloads_the_plain_backups(tmp_path, s3_bucket):
     assert all(f == {".remote"} for f in local_blobs(vault).values()), local_blobs(vault)
     assert all(o.status == "restored" for o in api.restore(str(logdir)))
     assert snapshot(logdir) == before
+
+
+def test_cli_reduce_killed_mid_offload_is_settled_by_recover(tmp_path, s3_bucket):
+    """A real `tb-footprint reduce --backup-dir s3://…` SIGKILLed after the first run's upload,
+    before its records: `recover` finishes that offload, nothing is lost, restore is exact."""
+    logdir = make_logdir(tmp_path)
+    before = snapshot(logdir)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TB_FOOTPRINT_FAILPOINTS="offload.uploaded=kill")
+    p = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", str(logdir), "--backup-dir",
+                        s3_bucket.url("cli-kill"), "--yes", "--verify", "python"], env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-2000:])
+    vault = Context(str(logdir)).vault
+    assert local_blobs(vault) and all(f - {".remote"} for f in local_blobs(vault).values())  # all still local
+    r = cli("recover", logdir)
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert all(f == {".remote"} for f in local_blobs(vault).values()), local_blobs(vault)
+    r = cli("restore", logdir, "--all", "--yes")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    assert snapshot(logdir) == before
