@@ -131,6 +131,6 @@ def test_sigkill_at_each_step_leaves_every_listed_blob_whole_and_the_next_run_fi
     assert sorted(r.sha for r in after.refs()) == sorted(SRCS[i].sha for i in keep)
     needed = sorted({c.key for r in after.refs() for c in after.candidates(r.sha)})
     assert sorted(e.key for e in store.list("data")) == needed
-    assert len(list(store.list("index"))) == 1
+    assert after.damaged_index() == []  # no half-written index object either
     every_listed_blob_reads_back(store)
     store.close()
