@@ -307,6 +307,17 @@ def test_empty_originals_round_trip_even_alone(store):
     assert read(fresh, empty.sha) == b"" and fresh.check(empty.sha) is None
 
 
+def test_adding_200_stored_small_blobs_again_reads_their_pack_once(store):
+    items = small_items(200)
+    BlobStore(store).add(items)
+    counting = CountingStore(store)
+    refs = BlobStore(counting).add(items)  # each read back before its ref is handed out again
+    calls = counting.counts.to_dict()
+    assert len({r.key for r in refs}) == 1 and len(keys(store, "data")) == 1
+    assert calls["put"] == 1 and calls["read"] <= 3, calls  # an index read, one or two of the pack
+    assert calls["requests"] <= 6, calls
+
+
 def test_packs_close_at_their_target_size_and_duplicates_are_stored_once(store):
     items = small_items(40)
     bs = BlobStore(store, pack_target=6_000)
