@@ -635,3 +635,23 @@ def test_an_add_from_a_stale_cache_lists_its_blob_again_so_a_forget_elsewhere_ke
     fig = BlobStore(store, failpoint=add_from_stale_cache).forget([item.sha])
     assert got and fig.get("kept_for_new_index") == 1
     assert BlobStore(store).check(got[0].sha) is None and read(BlobStore(store), item.sha) == LONE_RANDOM
+
+
+def test_a_symlink_where_a_blob_belongs_is_never_followed(tmp_path):
+    root = tmp_path / "vault"
+    root.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(LONE_RANDOM)  # bytes that would even hash right
+    store = PosixStore(str(root))
+    [ref] = BlobStore(store).add([src(LONE_RANDOM)])
+    os.unlink(root / ref.key)
+    os.symlink(secret, root / ref.key)
+    bs = BlobStore(store)
+    bad = bs.check(ref.sha)
+    assert bad is not None and bad.code == BlobError.STORE and "symlink" in str(bad)
+    with pytest.raises(BlobFailure):
+        read(bs, ref.sha)
+    with pytest.raises(BlobFailure) as ei:  # nor adopted as the blob by a new add
+        bs.add([src(LONE_RANDOM)])
+    assert ei.value.key == ref.key
+    assert os.path.islink(root / ref.key) and secret.read_bytes() == LONE_RANDOM
