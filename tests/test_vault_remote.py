@@ -500,3 +500,28 @@ def test_cli_reduce_killed_mid_offload_is_settled_by_recover(tmp_path, s3_bucket
     r = cli("restore", logdir, "--all", "--yes")
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
     assert snapshot(logdir) == before
+
+
+def test_a_forget_rechecks_under_the_lock_what_an_offload_made_needed(tmp_path, s3_bucket):
+    """Purge computes what it may forget, then an operation commits a backup of the same bytes
+    and offloads it (the store already held them): the forget, which rereads what is needed
+    under the lock offloads share, leaves that blob in the store."""
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("race"))
+    sha = next(iter(local_blobs(vault)))
+    url = offload.remote_url(vault)
+    needed = set()  # what another operation's manifest claims by the time the forget runs
+    n = offload.forget_remote(vault, [sha], lambda: needed | {sha})
+    assert n == 0 and remote_vault.blobstore(url, fresh=True).has(sha)
+    assert remote_vault.read_record(vault.root, sha) is not None
+    assert offload.forget_remote(vault, [sha], lambda: set()) == 1
+    assert not remote_vault.blobstore(url, fresh=True).has(sha)
+
+
+def test_purge_of_a_vault_that_never_offloaded_makes_no_offload_state(tmp_path):
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    assert api.purge(str(logdir), yes=True).freed_bytes > 0
+    assert not (logdir / ".tb-footprint" / "offload").exists()
+    assert not (logdir / ".tb-footprint" / "remote.json").exists()

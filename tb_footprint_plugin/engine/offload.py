@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import json
 import os
 import re
 import secrets
 import threading
-from typing import Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.engine import faults, remote_vault
 from tb_footprint_plugin.engine.vault import Vault, VaultError
@@ -188,19 +189,22 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
             # a late writer's next records would land in an inode only the vault names
             out[sha] = KEPT_OPEN
     todo = [s for s in todo if s not in out]
-    refs = _add(vault, url, todo, sizes, out)
-    faults.hit("offload.uploaded")
-    for ref in refs:
-        remote_vault.write_record(vault.root, ref.sha, url, ref.size, ref.key)
-    faults.hit("offload.recorded")
-    for ref in refs:
-        try:
-            vault.drop_local(ref.sha)
-            # a plain blob left: a live file shares it, or it holds more than its name (late records)
-            out[ref.sha] = OFFLOADED if vault.local_form(ref.sha) is None else KEPT_DAMAGED
-        except OSError:
-            out[ref.sha] = FAILED
-    faults.hit("offload.unlinked")
+    # shared with other offloads, exclusive of a forget (``forget_remote``): a purge cannot drop a
+    # digest from the store between this add finding it there and the local copy's unlink
+    with _forget_lock(vault, exclusive=False):
+        refs = _add(vault, url, todo, sizes, out)
+        faults.hit("offload.uploaded")
+        for ref in refs:
+            remote_vault.write_record(vault.root, ref.sha, url, ref.size, ref.key)
+        faults.hit("offload.recorded")
+        for ref in refs:
+            try:
+                vault.drop_local(ref.sha)
+                # a plain blob left: a live file shares it, or it holds more than its name (late records)
+                out[ref.sha] = OFFLOADED if vault.local_form(ref.sha) is None else KEPT_DAMAGED
+            except OSError:
+                out[ref.sha] = FAILED
+        faults.hit("offload.unlinked")
     if not any(v in RETRY for v in out.values()):
         done_offload(vault, op_id)
     return out
@@ -243,12 +247,40 @@ def _add_locked(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], 
     return []
 
 
-def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
+@contextlib.contextmanager
+def _forget_lock(vault: Vault, exclusive: bool):
+    """``flock`` on ``offload/.lock`` in the local vault: offloads share it, a forget takes it
+    alone (the remote prefix is this vault's own, so this vault's lock is the only one needed)."""
+    folder = os.path.join(vault.root, "offload")
+    ensure_private_dir(folder, vault.root, tighten_root=vault.own_folder)
+    fd = os.open(os.path.join(folder, ".lock"),
+                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def forget_remote(vault: Vault, shas: Iterable[str], keep_now: Optional[Callable[[], set]] = None) -> int:
     """Purge's remote step, after the manifests say the backups are purged: the remote vault
     forgets those blobs (``BlobStore.forget``), then their records go. Blobs with no record are
     not the remote vault's, nor those whose record names a store this vault never offloaded to
-    (``remote.json``): they are left as they are. Returns how many were forgotten; a store
-    failure raises (the purge's intent stays, and the next start finishes it)."""
+    (``remote.json``): they are left as they are. ``keep_now`` says, under the lock that keeps
+    offloads out, which digests are needed now (every claiming manifest's, unfinished
+    operations'); those are not forgotten. Returns how many were forgotten; a store failure
+    raises (the purge's intent stays, and the next start finishes it)."""
+    shas = [s for s in shas if remote_vault.has_record(vault.root, s)]
+    if not shas:
+        return 0  # nothing of it in a remote vault (a vault that never offloaded: no lock, no folder)
+    with _forget_lock(vault, exclusive=True):
+        # what is needed is read again under the lock: an operation that committed (or began)
+        # since the caller looked may have backed up the same bytes and offloaded them
+        keep = keep_now() if keep_now is not None else set()
+        return _forget_locked(vault, [s for s in shas if s not in keep])
+
+
+def _forget_locked(vault: Vault, shas: List[str]) -> int:
     ours = set(remote_vault.known_urls(vault.root))
     by_url: Dict[str, List[str]] = {}
     for sha in shas:
@@ -271,7 +303,8 @@ def forget_remote(vault: Vault, shas: Iterable[str]) -> int:
     return n
 
 
-def forget_released(vault: Vault, manifests: Iterable[dict], keep: Iterable[str]) -> int:
+def forget_released(vault: Vault, manifests: Iterable[dict], keep: Iterable[str],
+                    keep_now: Optional[Callable[[], set]] = None) -> int:
     """Backups a verified restore let go (``backup_released_by_restore``: the originals stand in
     the logdir again, matching their digests, and the manifest no longer claims them) go from the
     remote vault too, as they went from the local one; ``keep``: digests still needed (every
@@ -283,7 +316,7 @@ def forget_released(vault: Vault, manifests: Iterable[dict], keep: Iterable[str]
             for f in m.get("files", []) if isinstance(f, dict) and is_sha256(f.get("sha256"))
             and f["sha256"] not in keep and vault.local_form(f["sha256"]) is None
             and remote_vault.has_record(vault.root, f["sha256"])}
-    return forget_remote(vault, sorted(shas)) if shas else 0
+    return forget_remote(vault, sorted(shas), keep_now) if shas else 0
 
 
 def remote_stats(vault: Vault) -> Optional[dict]:

@@ -233,7 +233,8 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
         faults.hit("purge.marked")
     # the remote vault forgets only what the manifests now say is purged; a kill before the
     # 'purged' records below leaves the intents, which the next start finishes (forget again)
-    offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas])
+    offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas],
+                          lambda: vault.referenced_blobs() | journal_blobs(ctx))
     for m, _shas, size in plan:
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
         _log_purge(ctx, m, size)
@@ -257,7 +258,8 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
             m["purged_at"] = intent.get("t", time.time())
             vault.write_manifest(m)
         done.append((op_id, m, freed, blobs))
-    offload.forget_remote(vault, [sha for _o, _m, _f, blobs in done for sha in blobs])  # after the marks
+    offload.forget_remote(vault, [sha for _o, _m, _f, blobs in done for sha in blobs],  # after the marks
+                          lambda: vault.referenced_blobs() | journal_blobs(ctx))
     for op_id, m, freed, _blobs in done:
         oplog.append(vault.root, op_id, {"type": "purged", "freed": freed, "finished_on_recovery": True})
         if m is not None:

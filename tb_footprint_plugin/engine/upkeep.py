@@ -192,7 +192,8 @@ def forget_released(ctx: Context, vault: Vault, manifests: List[dict]) -> List[R
     if not any(m.get("backup_released_by_restore") for m in manifests):
         return []
     try:
-        n = offload.forget_released(vault, manifests, vault.referenced_blobs() | journal_blobs(ctx))
+        n = offload.forget_released(vault, manifests, vault.referenced_blobs() | journal_blobs(ctx),
+                                    lambda: vault.referenced_blobs() | journal_blobs(ctx))
     except Exception as e:  # the records stay: the blobs are forgotten at the next start
         return [RecoveryOutcome("", "", Recovery.FAILED, f"backups released by a restore not yet deleted from the "
                                 f"remote vault: {reason_of(e)}", Finding.RECOVERY_FAILED)]
