@@ -687,7 +687,10 @@ class BlobStore:
         _hit(self.failpoint, "add.data_written")
         bad = self._verify(ref)
         if bad is not None:
-            self.store.delete([key])  # ours, just written, unindexed, and wrong
+            if bad.code == BlobError.CORRUPT:
+                # ours, just written, unindexed and wrong (a read that failed proves nothing: another
+                # add may have adopted the object since, so it stays, a leftover at worst)
+                self.store.delete([key])
             raise bad
         return ref
 

@@ -655,3 +655,24 @@ def test_a_symlink_where_a_blob_belongs_is_never_followed(tmp_path):
         bs.add([src(LONE_RANDOM)])
     assert ei.value.key == ref.key
     assert os.path.islink(root / ref.key) and secret.read_bytes() == LONE_RANDOM
+
+
+class FailingDataRead(Wrapper):
+    """The store fails every read of a data object (a connection lost after the upload)."""
+
+    def read_range(self, key, start, end):
+        if key.startswith("data/"):
+            raise StoreFailure(StoreError.STORE_ERROR, key, "connection reset")
+        return self.inner.read_range(key, start, end)
+
+
+def test_a_read_back_that_fails_gives_no_ref_and_deletes_nothing(store):
+    """Only bytes proven wrong are deleted: an object another add may have adopted meanwhile is
+    not removed because this process could not read it."""
+    item = src(LONE_RANDOM)
+    with pytest.raises(BlobFailure) as ei:
+        BlobStore(FailingDataRead(store)).add([item])
+    assert ei.value.code == BlobError.STORE and keys(store, "index") == []
+    assert keys(store, "data") == [f"data/{item.sha[:2]}/{item.sha}"]
+    [ref] = BlobStore(store).add([item])  # adopted once it reads back
+    assert BlobStore(store).check(ref.sha) is None
