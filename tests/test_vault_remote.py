@@ -150,6 +150,8 @@ def test_corrupted_remote_blob_is_refused_naming_it(tmp_path, s3_bucket):
     outcomes = api.restore(str(logdir))
     assert outcomes and all(o.status == "failed" for o in outcomes), [o.to_dict() for o in outcomes]
     assert all(o.code == "backup_damaged" for o in outcomes), [o.to_dict() for o in outcomes]
+    assert all(url + "/data/" in o.reason and "[blob_corrupt]" in o.reason for o in outcomes), \
+        [o.reason for o in outcomes]  # the object named, with the store's code
     assert snapshot(logdir) == reduced  # nothing in the logdir overwritten
     # the restore path itself (no pre-check) raises a coded error naming the object, writes nothing
     dest = tmp_path / "x" / "f"
