@@ -3,7 +3,7 @@
     python bench/scale.py                          # 1,000 and 10,000 runs, a reduce of 50 runs each
     python bench/scale.py --sizes 1000 --reduce-runs all
     python bench/scale.py --sizes 100000 --skip reduce,plan_cold --time-limit 900
-    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs, 200 in a bucket
+    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs, 100 in a bucket
     python bench/scale.py --sizes 0 --buckets 10000 --file-sizes '' --tb-load ''   # the bucket section alone
 
 Input: N runs ``expNNNN/runNNNNNN`` of what a small training job leaves: one TF2 event file
@@ -37,7 +37,7 @@ Rust server's is the largest child's):
 
 Three more sections (each can be left out):
 
-* ``--buckets N`` (default 10,000; ``--small``: 200): N such runs in moto's S3 server, each request
+* ``--buckets N`` (default 10,000; ``--small``: 100): N such runs in moto's S3 server, each request
   counted where the server sees it (``tests/faulty_proxy.py``): a cold scan, a warm scan and a plan
   (each one paginated listing: 1,000 keys a page), a drop-only reduce (``archive``: the event files
   stay, the profile sessions go) next to naive deletes of the same objects (run by run: list the
@@ -1038,7 +1038,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-runs", default="50", help="runs the reduce takes at each size, or 'all' (default 50)")
     ap.add_argument("--reduce-sizes", default="", help="sizes at which to reduce (default: every size)")
     ap.add_argument("--small", action="store_true",
-                    help="CI: 50 and 200 runs, a reduce of 6 runs at 200 (under a minute)")
+                    help="CI: 50 and 200 runs, a reduce of 6 runs at 200, 100 runs in a bucket (about a minute)")
     ap.add_argument("--scratch", default=None, help="where to write the logdirs (default: a temp dir)")
     ap.add_argument("--repeat", type=int, default=1, help="measure each phase this often, keep the best")
     ap.add_argument("--skip", default="", help="phases to leave out, e.g. reduce,plan_cold,cp_a")
@@ -1054,7 +1054,7 @@ def main(argv=None) -> int:
                     help="reduce without the batch ledger (the CLI's reduce keeps one: <state>/ledger.json)")
     ap.add_argument("--buckets", type=int, default=10000,
                     help="runs of the bucket section (moto S3: requests of scan, plan, a drop-only reduce next to "
-                         "a naive delete, shard workers and status); 0 leaves it out (default 10000; --small 200)")
+                         "a naive delete, shard workers and status); 0 leaves it out (default 10000; --small 100)")
     ap.add_argument("--shard-workers", type=int, default=4, help="workers of the bucket section's sharded batch")
     ap.add_argument("--file-sizes", default="20,100",
                     help="MB of the histogram/image event files whose reduce is timed one by one ('' leaves it out; "
@@ -1072,7 +1072,7 @@ def main(argv=None) -> int:
         return 0
     if args.small:
         args.sizes, args.reduce_runs, args.reduce_sizes = "50,200", "6", "200"
-        args.buckets, args.file_sizes, args.tb_load = min(args.buckets, 200), "", ""
+        args.buckets, args.file_sizes, args.tb_load = min(args.buckets, 100), "", ""
     if args.reduce_runs != "all" and not args.reduce_runs.isdigit():
         ap.error("--reduce-runs: a number or 'all'")
     sizes = [int(x) for x in args.sizes.split(",") if x.strip() and x.strip() != "0"]
