@@ -128,10 +128,10 @@ def test_offload_frees_local_disk_and_restores_from_bucket(tmp_path, bucket):
     assert not local_blobs(vault) and remote_vault.blobstore(url, fresh=True).stats()["blobs"] == 0
 
 
-def test_corrupted_remote_blob_is_refused_naming_it(tmp_path, s3_bucket):
+def test_corrupted_remote_blob_is_refused_naming_it(tmp_path, bucket):
     logdir = make_logdir(tmp_path)
     reduce_local(logdir)
-    vault = offload_all(logdir, s3_bucket.url("v"))
+    vault = offload_all(logdir, bucket.url("v"))
     url = offload.remote_url(vault)
     store = open_store(url)
     data_keys = [e.key for e in store.list("data")]
@@ -172,12 +172,12 @@ for op_id in sys.argv[2:]:
 
 
 @pytest.mark.parametrize("step", ["offload.note", "offload.uploaded", "offload.recorded", "offload.unlinked"])
-def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, s3_bucket, step):
+def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, bucket, step):
     logdir = make_logdir(tmp_path)
     before = snapshot(logdir)
     reduce_local(logdir)
     vault = Context(str(logdir)).vault
-    offload.configure(vault, s3_bucket.url("k"))
+    offload.configure(vault, bucket.url("k"))
     ops = [m["op_id"] for m in vault.manifests() if m.get("kind") == "reduce"]
     shas = {f["sha256"] for m in vault.manifests() for f in m["files"]}
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
