@@ -237,7 +237,8 @@ def _compressor(size: int) -> Tuple[Callable[[bytes], bytes], Callable[[], bytes
         return c.compress, c.flush
     import zstandard
 
-    cobj = zstandard.ZstdCompressor(level=zst.LEVEL, write_checksum=True, write_content_size=True).compressobj(size=size)
+    c = zstandard.ZstdCompressor(level=zst.LEVEL, write_checksum=True, write_content_size=True)
+    cobj = c.compressobj(size=size)
     return cobj.compress, cobj.flush
 
 
@@ -788,8 +789,9 @@ class BlobStore:
         leftovers (objects no index lists) go once older than ``grace_seconds``. Returns figures.
         Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``)."""
         self.reload()  # another process's adds since this instance listed the index count too
-        fig = {"forgotten": 0, "released": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0, "objects_deleted": 0,
-               "packs_repacked": 0, "blobs_moved": 0, "leftovers_deleted": 0, "leftovers_kept_young": 0,
+        fig = {"forgotten": 0, "released": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0,
+               "objects_deleted": 0, "packs_repacked": 0, "blobs_moved": 0, "leftovers_deleted": 0,
+               "leftovers_kept_young": 0,
                "bytes_deleted": 0, "bytes_written": 0, "not_repacked": [], "missing_objects": [],
                "blocked_by_damaged_index": [d["key"] for d in self._damaged]}
         if self._damaged:
@@ -836,7 +838,10 @@ class BlobStore:
             written.append(self._write_index(rows))
             fig["index_written"] = 1
             _hit(self.failpoint, "forget.index_written")
-            self._delete(old_index, fig, "index_deleted")
+            if self._delete(old_index, fig, "index_deleted"):
+                # an old index object stays and still lists the forgotten and moved blobs: their
+                # objects stay with it (the next forget deletes both)
+                known_dead, repacked = set(), []
         _hit(self.failpoint, "forget.old_index_deleted")
 
         now = time.time()
@@ -857,10 +862,10 @@ class BlobStore:
             # an add elsewhere may have indexed one of them since this forget listed the index (it
             # adopted an old leftover, or claimed a blob): look once more, just before deleting
             mine = set(old_index) | set(written)
-            for key in self._keys_listed_by_new_index(mine):
-                if key in doomed:
-                    doomed.remove(key)
-                    fig["kept_for_new_index"] = fig.get("kept_for_new_index", 0) + 1
+            kept = self._keys_listed_by_new_index(mine) & set(doomed)
+            if kept:
+                doomed = [k for k in doomed if k not in kept]
+                fig["kept_for_new_index"] = len(kept)
         if doomed:
             fig["bytes_deleted"] = sum(objects[k].size for k in doomed)
             self._delete(doomed, fig, "objects_deleted")
@@ -945,12 +950,18 @@ class BlobStore:
                     keys.add(got[0].key)
         return keys
 
-    def _delete(self, keys: List[str], fig: dict, what: str) -> None:
+    def _delete(self, keys: List[str], fig: dict, what: str) -> int:
+        """Delete ``keys``, counting them in ``fig[what]``; returns how many stay (named in
+        ``fig["delete_failed"]``)."""
+        failed = 0
         for res in self.store.delete(keys):
             if res.ok:
                 fig[what] += 1
             else:
+                failed += 1
                 fig.setdefault("delete_failed", []).append({"key": res.key, "message": res.message})
+        return failed
 
 
-__all__ = ["PACK_BELOW", "PACK_TARGET", "PACK_MAGIC", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT", "STEPS"]
+__all__ = ["PACK_BELOW", "PACK_TARGET", "PACK_MAGIC", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT",
+           "STEPS"]

@@ -18,7 +18,7 @@ from objstore_servers import Bucket
 from tb_footprint_plugin.codes import BlobError, StoreError
 from tb_footprint_plugin.storage import blobstore
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource, BlobStore
-from tb_footprint_plugin.storage.store import CountingStore, Store, StoreFailure, Wrapper
+from tb_footprint_plugin.storage.store import CountingStore, DeleteResult, Store, StoreFailure, Wrapper
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
@@ -676,3 +676,26 @@ def test_a_read_back_that_fails_gives_no_ref_and_deletes_nothing(store):
     assert keys(store, "data") == [f"data/{item.sha[:2]}/{item.sha}"]
     [ref] = BlobStore(store).add([item])  # adopted once it reads back
     assert BlobStore(store).check(ref.sha) is None
+
+
+class IndexDeleteRefused(Wrapper):
+    """The store refuses to delete index objects (a permission, a retention lock)."""
+
+    def delete(self, keys, versions=None):
+        keys = list(keys)
+        stay = [k for k in keys if k.startswith("index/")]
+        done = {r.key: r for r in self.inner.delete([k for k in keys if k not in stay], versions)}
+        return [done.get(k) or DeleteResult(key=k, ok=False, code=StoreError.PERMISSION, message="refused")
+                for k in keys]
+
+
+def test_an_old_index_that_cannot_be_deleted_keeps_the_objects_it_lists(store):
+    lone, items = src(LONE_RANDOM), small_items(6, seed=12)
+    BlobStore(store).add([lone] + items)
+    fig = BlobStore(IndexDeleteRefused(store)).forget([lone.sha] + [i.sha for i in items[:5]])
+    assert fig["delete_failed"] and fig["objects_deleted"] == 0  # the old index still lists them
+    assert_all_readable(store, [lone] + items)  # whatever the union lists reads back
+    fig = BlobStore(store).forget([lone.sha] + [i.sha for i in items[:5]])  # the next forget finishes
+    after = BlobStore(store)
+    assert sorted(r.sha for r in after.refs()) == [items[5].sha]
+    assert keys(store, "data") == data_keys_needed(after)
