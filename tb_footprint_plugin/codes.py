@@ -115,6 +115,7 @@ class Finding(Code):
     ORPHAN_BLOBS = "orphan_blobs"  # backups no manifest refers to: kept, never purged
     PURGE_FINISHED = "purge_finished"  # a killed purge was finished from its recorded intent
     COMPACTION_FINISHED = "compaction_finished"  # a killed compaction of backups into .zst was finished
+    OFFLOAD_FINISHED = "offload_finished"  # a killed or failed offload of backups to the remote vault was finished
     SCRATCH_SWEPT = "scratch_swept"
     RUN_LOCKED = "locked"  # the run is being changed by another process right now
     RECOVERED = "recovered"  # an unfinished operation was settled
