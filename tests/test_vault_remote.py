@@ -200,7 +200,7 @@ def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, buc
     # the next start finishes it: every backup only in the bucket, the note gone
     remote_vault._stores.clear()
     outs = api.recover_logdir(str(logdir))
-    assert any(o.detail.startswith("an interrupted offload") for o in outs), [vars(o) for o in outs]
+    assert any(o.code == "offload_finished" for o in outs), [vars(o) for o in outs]
     forms = local_blobs(vault)
     assert all(forms.get(sha) == {".remote"} for sha in shas), forms
     assert not offload.pending_offloads(vault)

@@ -238,9 +238,11 @@ def _finish_offloads(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
                                        "they stay in the local vault, tried again at the next start",
                                        Finding.RECOVERY_FAILED))
             continue
+        moved = sum(1 for v in what.values() if v == offload.OFFLOADED)
+        if not moved:
+            continue  # nothing left to move (kept local for a reason the blob's own state says): no news
         out.append(RecoveryOutcome(op_id, run, Recovery.COMPLETED, f"an interrupted offload of {op_id}'s backups "
-                                   f"to {url} was finished ({sum(1 for v in what.values() if v == offload.OFFLOADED)} "
-                                   f"of {len(what)} moved)", Finding.COMPACTION_FINISHED))
+                                   f"to {url} was finished ({moved} of {len(what)} moved)", Finding.OFFLOAD_FINISHED))
     return out
 
 
