@@ -31,7 +31,7 @@ from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, 
                                               report_refusals)
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.remote import RemoteFS, map_ordered
 
 LEDGERS = f"{STATE_DIR_NAME}/ledgers"
 MAX_ENTRY_BYTES = 256 * 1024
@@ -101,7 +101,19 @@ def merged(rfs: RemoteFS) -> Optional[dict]:
         return None
     folders: Dict[str, dict] = {}
     entries, refused = [], []
-    for key in sorted(objs):
+
+    def fetch(key: str):
+        """The object's bytes, or None: not a ledger key, too large (refused below), or gone."""
+        rel = key[len(STATE_DIR_NAME) + 1:] if key.startswith(STATE_DIR_NAME + "/") else key
+        if _KEY.match(rel) is None or objs[key].size > MAX_ENTRY_BYTES:
+            return key, None
+        try:
+            return key, rfs.read_bytes(key)
+        except FileNotFoundError:
+            return key, None
+
+    # read a few at once: one GET after the other, 10,000 runs' entries took minutes
+    for key, data in map_ordered(fetch, sorted(objs)):
         rel = key[len(STATE_DIR_NAME) + 1:] if key.startswith(STATE_DIR_NAME + "/") else key
         where = rfs.url_of(key)
         m = _KEY.match(rel)
@@ -110,10 +122,10 @@ def merged(rfs: RemoteFS) -> Optional[dict]:
                 raise Untrusted(BAD_LEDGER, where, "not a ledger object's key")
             if objs[key].size > MAX_ENTRY_BYTES:
                 raise Untrusted(BAD_LEDGER_ENTRY, where, f"larger than {MAX_ENTRY_BYTES} bytes; not read")
-            try:
-                doc = json.loads(rfs.read_bytes(key).decode("utf-8"))
-            except FileNotFoundError:
+            if data is None:
                 continue  # removed since the listing
+            try:
+                doc = json.loads(data.decode("utf-8"))
             except (ValueError, RecursionError) as e:
                 raise Untrusted(BAD_LEDGER_ENTRY, where, f"not JSON ({str(e)[:200]})") from None
             if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or not isinstance(doc.get("run"), str):
