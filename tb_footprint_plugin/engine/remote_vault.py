@@ -99,7 +99,8 @@ def _read_small_json(path: str):
 
 def read_record(vault_root: str, sha: str) -> Optional[dict]:
     """The record that ``sha`` lives in the remote vault, or None (absent, or not a record of
-    ours: malformed, a link, a sha that is not its name, a URL that is not a bucket's)."""
+    ours: malformed, a link, a sha that is not its name, a URL that is not one of the remote
+    vaults this vault offloaded to, ``remote.json``)."""
     if not is_sha256(sha):
         return None
     try:
@@ -110,6 +111,8 @@ def read_record(vault_root: str, sha: str) -> Optional[dict]:
             or not is_bucket_url(rec["url"]) or isinstance(rec.get("size"), bool)
             or not isinstance(rec.get("size"), int) or rec["size"] < 0):
         return None
+    if rec["url"] not in known_urls(vault_root):
+        return None  # a store this vault never offloaded to: never read from, never pruned
     return rec
 
 
