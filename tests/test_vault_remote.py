@@ -528,3 +528,14 @@ def test_purge_of_a_vault_that_never_offloaded_makes_no_offload_state(tmp_path):
     assert api.purge(str(logdir), yes=True).freed_bytes > 0
     assert not (logdir / ".tb-footprint" / "offload").exists()
     assert not (logdir / ".tb-footprint" / "remote.json").exists()
+
+
+def test_retire_of_a_local_logdir_into_a_bucket_is_refused_by_name(tmp_path):
+    logdir = make_logdir(tmp_path)
+    before = snapshot(logdir)
+    rule = api.retire_rule(runs=["a"])
+    with pytest.raises(ValueError, match="s3://some-bucket/v"):
+        api.retire(str(logdir), rule, dry_run=False, backup_dir="s3://some-bucket/v")
+    with pytest.raises(ValueError, match="not supported"):
+        api.retire_plan(str(logdir), rule, backup_dir="s3://some-bucket/v")
+    assert snapshot(logdir) == before

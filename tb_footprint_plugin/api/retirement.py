@@ -16,7 +16,7 @@ from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetireI
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.remote import is_remote
-from tb_footprint_plugin.api.common import bucket_of, context_of, RunProgress
+from tb_footprint_plugin.api.common import bucket_of, context_of, RunProgress, split_backup_dir
 from tb_footprint_plugin.api.settle import recover_logdir
 from tb_footprint_plugin.api.reports import RunOutcomes
 
@@ -53,6 +53,14 @@ def retire_rule(**kw) -> RetireRule:
     return rule
 
 
+def _no_remote_retire(logdir: str, backup_dir: Optional[str]) -> None:
+    """A local logdir's runs are retired into its local vault only: a bucket URL as backup dir
+    (the offloaded vault of reductions) is refused by name rather than quietly ignored."""
+    if split_backup_dir(logdir, backup_dir)[1]:
+        raise ValueError(f"backup dir {backup_dir}: retiring a local logdir's runs into a bucket is not supported "
+                         "yet (reduce offloads its backups there); retire without --backup-dir, or with a local one")
+
+
 def retire_plan(logdir: str, rule: RetireRule, *, backup_dir: Optional[str] = None,
                 quiet_period: float = DEFAULT_QUIET_PERIOD, footprint: Optional[LogdirFootprint] = None) -> RetirePlan:
     """The dry run of a retirement: which runs the rule selects, what each takes along, and why
@@ -60,6 +68,7 @@ def retire_plan(logdir: str, rule: RetireRule, *, backup_dir: Optional[str] = No
     if is_remote(logdir):
         bucket_of(logdir.rstrip("/"), backup_dir)  # the same refusals as the retirement's
     else:
+        _no_remote_retire(logdir, backup_dir)
         context_of(logdir, backup_dir, quiet_period)
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     return plan_retire(fp, rule, quiet_period=quiet_period)
@@ -85,6 +94,7 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
             return bk.retire_run(rfs, vault, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
                                  quiet_period=quiet_period)
     else:
+        _no_remote_retire(logdir, backup_dir)
         ctx = context_of(logdir, backup_dir, quiet_period)
         recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
 
