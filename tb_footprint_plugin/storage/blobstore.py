@@ -79,8 +79,11 @@ KEEP_ZST_RATIO = 0.9
 PROBE_BYTES = CHUNK
 #: packs whose live blobs fill less than this share of the object are repacked by ``forget``
 REPACK_BELOW = 0.5
-#: the largest index object read (a planted huge one must not exhaust memory); ~400k blobs
+#: the largest index object read (a planted huge one must not exhaust memory)
 INDEX_READ_LIMIT = 64 << 20
+#: rows per index object written: ~200 bytes each, so one object stays far below the read limit
+#: however many blobs a merged index lists (an unreadable one would hide its blobs)
+INDEX_ROWS = 100_000
 #: a long ``add`` writes an index of what it verified this often (seconds): far below the grace
 #: after which ``forget`` deletes objects no index lists
 INDEX_EVERY = 300.0
@@ -548,9 +551,9 @@ class BlobStore:
         def write_index() -> None:
             rows = [r for s, r in list(new.items()) + list(claims.items()) if s not in indexed]
             if rows:
-                key = self._write_index([_row(r, [self.owner]) for r in rows])
+                written = self._write_index([_row(r, [self.owner]) for r in rows])
                 with self._lock:
-                    self._index_keys.append(key)
+                    self._index_keys.extend(written)
                     self._record(rows)
                 indexed.update(r.sha for r in rows)
             since[0] = None
@@ -769,15 +772,19 @@ class BlobStore:
             return e
         return None
 
-    def _write_index(self, rows: List[list]) -> str:
-        """One index object of ``rows`` (``_row``), written if absent and durable on return."""
-        key = f"{INDEX}/{secrets.token_hex(16)}.json"
-        doc = {"v": 1, "created": time.time(), "blobs": rows}
-        try:
-            self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True, mode=PRIVATE)
-        except StoreFailure as e:
-            raise _fail("", key, e) from None
-        return key
+    def _write_index(self, rows: List[list]) -> List[str]:
+        """Index objects of ``rows`` (``_row``), ``INDEX_ROWS`` at most each (every one stays
+        readable within ``INDEX_READ_LIMIT``), written if absent and durable on return."""
+        keys = []
+        for i in range(0, max(1, len(rows)), INDEX_ROWS):
+            key = f"{INDEX}/{secrets.token_hex(16)}.json"
+            doc = {"v": 1, "created": time.time(), "blobs": rows[i:i + INDEX_ROWS]}
+            try:
+                self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True, mode=PRIVATE)
+            except StoreFailure as e:
+                raise _fail("", key, e) from None
+            keys.append(key)
+        return keys
 
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600) -> dict:
@@ -826,7 +833,8 @@ class BlobStore:
             moved, repacked = self._repack(repack, by_key, elsewhere, fig)
         old_index = list(self._index_keys)
         written: List[str] = []
-        if drop or released or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE:
+        merged = -(-len(live) // INDEX_ROWS)  # how many objects a merged index takes
+        if drop or released or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE + merged:
             gone = set(repacked)
             rows = []
             for sha, cands in live.items():
@@ -835,8 +843,8 @@ class BlobStore:
                     rows.append(_row(moved[sha], owners[sha]))
             # the live index first, durable; until the old index objects are deleted the union
             # still lists the forgotten blobs, whose objects are all still there
-            written.append(self._write_index(rows))
-            fig["index_written"] = 1
+            written.extend(self._write_index(rows))
+            fig["index_written"] = len(written)
             _hit(self.failpoint, "forget.index_written")
             if self._delete(old_index, fig, "index_deleted"):
                 # an old index object stays and still lists the forgotten and moved blobs: their

@@ -699,3 +699,19 @@ def test_an_old_index_that_cannot_be_deleted_keeps_the_objects_it_lists(store):
     after = BlobStore(store)
     assert sorted(r.sha for r in after.refs()) == [items[5].sha]
     assert keys(store, "data") == data_keys_needed(after)
+
+
+def test_an_index_is_split_so_that_every_index_object_stays_readable(store, monkeypatch):
+    """A merged index of many blobs is written as several objects, none beyond what a reader
+    reads whole (one that is too large would be skipped as damaged and hide its blobs)."""
+    monkeypatch.setattr(blobstore, "INDEX_ROWS", 3)
+    items = small_items(10, seed=13)
+    BlobStore(store).add(items)
+    assert len(keys(store, "index")) == 4
+    fig = BlobStore(store).forget([items[0].sha])
+    assert fig["forgotten"] == 1 and fig["index_written"] == 3 and fig["index_deleted"] == 4
+    assert len(keys(store, "index")) == 3  # 9 rows
+    bs = BlobStore(store)
+    assert bs.damaged_index() == [] and sorted(r.sha for r in bs.refs()) == sorted(i.sha for i in items[1:])
+    assert_all_readable(store, items[1:])
+    assert BlobStore(store).forget([])["index_written"] == 0  # split is not "too many" to merge again
