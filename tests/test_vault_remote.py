@@ -539,3 +539,40 @@ def test_retire_of_a_local_logdir_into_a_bucket_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="not supported"):
         api.retire_plan(str(logdir), rule, backup_dir="s3://some-bucket/v")
     assert snapshot(logdir) == before
+
+
+def test_a_copy_forgotten_by_another_process_is_indexed_anew_when_backed_up_again(tmp_path, s3_bucket):
+    """A long-lived process (the tab) caches the store's index; another process purges digest X
+    (its bytes stay in a pack other live blobs keep). Backed up again here, X must be uploaded
+    (or at least indexed) anew, never matched to the forgotten copy the next prune deletes."""
+    from tb_footprint_plugin.storage.blobstore import BlobStore
+
+    vault = Vault(str(tmp_path / "state" / ".tb-footprint"))
+    vault.ensure()
+    url = offload.configure(vault, s3_bucket.url("stale"))
+
+    def backup(data: bytes) -> str:
+        p = tmp_path / "f"
+        p.write_bytes(data)
+        sha = hashlib.sha256(data).hexdigest()
+        vault.store(str(p), sha)
+        os.unlink(p)
+        return sha
+
+    blobs = [bytes([65 + i]) * 30_000 + os.urandom(3000) for i in range(4)]
+    sizes = {backup(d): len(d) for d in blobs}
+    assert set(offload.offload_blobs(vault, "20260101T000000-aaaaaa", url, sizes).values()) == {offload.OFFLOADED}
+    sx = hashlib.sha256(blobs[0]).hexdigest()
+    cached = dict(remote_vault._stores)
+    remote_vault._stores.clear()  # another process
+    assert offload.forget_remote(vault, [sx]) == 1
+    remote_vault._stores.clear()
+    remote_vault._stores.update(cached)  # back in the long-lived process, its index now stale
+    backup(blobs[0])
+    got = offload.offload_blobs(vault, "20260101T000001-bbbbbb", url, {sx: len(blobs[0])})
+    assert got == {sx: offload.OFFLOADED}, got
+    assert BlobStore(open_store(url)).has(sx)  # a fresh reader's index lists it
+    others = [s for s in sizes if s != sx]
+    BlobStore(open_store(url)).forget(others[:2], grace_seconds=0)  # the next prune, with repacking
+    remote_vault._stores.clear()
+    assert remote_vault.check_remote(vault.root, sx) is None

@@ -223,7 +223,10 @@ def _add_locked(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], 
     while left:
         sources = [BlobSource(sha=s, size=sizes[s], open=functools.partial(vault.open_blob, s)) for s in left]
         try:
-            bs = remote_vault.blobstore(url)
+            # the index read again under the lock no forget of this vault's store can hold now: a
+            # copy another process has since forgotten (its bytes may linger in a pack) is never
+            # taken for a live one, which the store's next prune would delete
+            bs = remote_vault.blobstore(url, fresh=True)
             # a digest the store lists already is not uploaded again: that older copy is read back
             # and hashed before the local one goes (it may have been damaged since it was added)
             known = {s for s in left if bs.has(s)}
