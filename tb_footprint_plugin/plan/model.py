@@ -1,11 +1,15 @@
 """The plan as data: actions on paths, per-run plans and their totals (what a dry run shows)."""
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
+#: a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+)
+_COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
-@dataclass
+
+@dataclass(**_COMPACT)
 class Action:
     """One change to one path (relative to the logdir)."""
 
@@ -23,7 +27,7 @@ class Action:
     categories: Dict[str, List[int]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(**_COMPACT)
 class RunPlan:
     """What a policy does to one run."""
 

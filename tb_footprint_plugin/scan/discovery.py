@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import UNATTRIBUTED
@@ -24,8 +25,11 @@ from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
+#: a walk of 100,000 runs holds a few files per run until each run's footprint is made
+_COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
-@dataclass
+
+@dataclass(**_COMPACT)
 class FoundFile:
     """One non-directory entry found by the walk."""
 
@@ -47,7 +51,7 @@ class FoundFile:
         return (self.size, self.version) if self.version else (self.size, self.mtime_ns, self.ino)
 
 
-@dataclass
+@dataclass(**_COMPACT)
 class FoundRun:
     """A run directory and the files attributed to it."""
 
@@ -116,24 +120,46 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     ``exclude`` holds absolute directory paths (the vault) that are skipped and counted
     separately.
     """
+    warnings: List[str] = []
+    runs = {r.name: r for r in walk_runs(logdir, warnings, exclude)}
+    return Discovery(runs=runs, warnings=warnings)
+
+
+def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> Iterator[FoundRun]:
+    """The runs of :func:`discover`, each yielded as soon as the walk has left its folder (its
+    files sorted), ``(unattributed)`` last; warnings are appended to ``warnings`` as they are met.
+
+    The walk is depth first, so a run's folder is walked whole before any folder beside it: a
+    scan makes each run's footprint while the walk goes on and never holds the walk of the whole
+    logdir (at 100,000 runs, the walk held whole beside the footprints was the scan's peak)."""
     logdir = os.path.abspath(logdir)
     excluded = {os.path.abspath(p) for p in exclude}
     excluded.add(os.path.join(logdir, STATE_DIR_NAME))
     excluded.update(state_dirs_in(logdir))  # every user's state folder (``.tb-footprint-u<uid>``)
     runs: Dict[str, FoundRun] = {}
-    warnings: List[str] = []
-    seen_dirs = set()  # (dev, ino): bind mounts can loop even without symlinks
+    #: the runs whose folder the walk is in, outermost first (a run may hold another run)
+    open_runs: List[Tuple[Tuple[str, ...], str]] = []
+    # (dev, ino) as one int: bind mounts can loop even without symlinks; a tuple of two ints per
+    # folder was ~60 MB at 100,000 runs (four folders each)
+    seen_dirs = set()
+
+    def done(name: str) -> FoundRun:
+        r = runs.pop(name)
+        r.files.sort(key=lambda f: f.rel)
+        return r
 
     # Stack of (abs dir, rel parts from logdir, owning run name or None, index of run in parts)
     stack: List[Tuple[str, Tuple[str, ...], Optional[str], int]] = [(logdir, (), None, 0)]
     while stack:
         dirpath, parts, owner, owner_depth = stack.pop()
+        while open_runs and parts[:len(open_runs[-1][0])] != open_runs[-1][0]:
+            yield done(open_runs.pop()[1])  # the walk left its folder: nothing more can be its
         try:
             st = fsops.lstat(dirpath)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: cannot stat directory ({e.strerror})")
             continue
-        key = (st.st_dev, st.st_ino)
+        key = st.st_dev << 64 | st.st_ino
         if key in seen_dirs:
             warnings.append(f"{display(_rel(parts))}: directory seen twice (loop), skipped")
             continue
@@ -163,7 +189,9 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
         if run_here:
             owner = _rel(parts)
             owner_depth = len(parts)
-            runs.setdefault(owner, FoundRun(name=owner, abspath=dirpath))
+            if owner not in runs:
+                runs[owner] = FoundRun(name=owner, abspath=dirpath)
+                open_runs.append((parts, owner))
             runs[owner].has_event_files = runs[owner].has_event_files or has_events
         run_name = owner if owner is not None else UNATTRIBUTED
         rel_in_run = parts[owner_depth:] if owner is not None else ()
@@ -182,9 +210,12 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
             if sub in excluded:
                 continue  # the vault: its size is reported separately as backups
             stack.append((sub, parts + (d,), owner, owner_depth))
-    for r in runs.values():
-        r.files.sort(key=lambda f: f.rel)
-    return Discovery(runs=runs, warnings=warnings)
+    while open_runs:
+        yield done(open_runs.pop()[1])
+    if UNATTRIBUTED in runs:
+        yield done(UNATTRIBUTED)
+
+
 
 
 def _rel(parts: Tuple[str, ...]) -> str:

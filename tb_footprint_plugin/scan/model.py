@@ -16,9 +16,10 @@ UNATTRIBUTED = "(unattributed)"
 _COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 
-@dataclass
-class CategoryStat:
-    """Bytes of one category within a run (or a whole logdir)."""
+@dataclass(**_COMPACT)
+class _CategoryFields:
+    """The fields of ``CategoryStat`` (a scan of 100,000 runs holds ~5 per run: without a
+    ``__dict__`` each, ~200 bytes less)."""
 
     name: str
     bytes: int = 0
@@ -31,6 +32,13 @@ class CategoryStat:
     #: tell without reading the run that no per-tag rule has anything to drop
     max_tag_records: int = 0
 
+
+class CategoryStat(_CategoryFields):
+    """Bytes of one category within a run (or a whole logdir)."""
+
+    #: the tag index ``add`` keeps while it folds runs into a total: (the list it indexes, its set)
+    __slots__ = ("_tag_set",)
+
     def add(self, other: "CategoryStat") -> None:
         """Fold another stat of the same category into this one."""
         self.bytes += other.bytes
@@ -40,11 +48,11 @@ class CategoryStat:
         if other.tags:
             # merged into the sorted list in place, only what is new: re-sorting the union at each
             # add was quadratic over a logdir's runs (the totals fold every run's stat)
-            known = self.__dict__.get("_tag_set")
+            known = getattr(self, "_tag_set", None)
             if known is None or known[0] is not self.tags or len(known[1]) != len(self.tags):
                 self.tags = sorted(set(self.tags))  # a list of its own: it is added to in place
                 known = (self.tags, set(self.tags))
-                self.__dict__["_tag_set"] = known
+                self._tag_set = known
             for t in other.tags:
                 if t not in known[1]:
                     known[1].add(t)

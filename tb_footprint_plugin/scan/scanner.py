@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, discover, display, dir_size
+from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, display, dir_size, walk_runs
 from tb_footprint_plugin.scan.model import (
     CategoryStat,
     FileEntry,
@@ -53,9 +53,10 @@ def scan(
     exclude = [sdir]
     if backup_dir and is_within(backup_dir, logdir):
         exclude.append(os.path.abspath(backup_dir))
-    found = discover(logdir, exclude=exclude)
+    warnings: List[str] = []
+    found = walk_runs(logdir, warnings, exclude=exclude)  # each run's footprint made as the walk goes
     cache = ScanCache(cache_dir(logdir) if use_cache else None, write=write_cache)
-    return _assemble(logdir, found, cache, use_cache=use_cache, write_cache=write_cache,
+    return _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
                      progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
 
 
@@ -108,40 +109,46 @@ def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bo
                 pass
         return total
 
-    fp = _assemble(rfs.url, found, cache, use_cache=use_cache, write_cache=write_cache,
-                   progress=progress, vault_bytes=vault_bytes, opener=opener, started=listed_at)
+    def runs():  # each run's listing let go once its footprint is made
+        for name in list(found.runs):
+            yield found.runs.pop(name)
+
+    fp = _assemble(rfs.url, runs(), found.warnings, cache, use_cache=use_cache, write_cache=write_cache,
+                   progress=progress, vault_bytes=vault_bytes, opener=opener, started=listed_at,
+                   total_event_files=sum(1 for r in found.runs.values() for f in r.files if _is_summary_event(f)))
     fp.requests = rfs.stats.to_dict()
     return fp
 
 
-def _assemble(logdir: str, found, cache: ScanCache, *, use_cache: bool, write_cache: bool,
-              progress: Optional[Progress], vault_bytes: Callable[[], int],
-              opener: Optional[Callable] = None, started: Optional[float] = None) -> LogdirFootprint:
+def _assemble(logdir: str, found: Iterator[FoundRun], found_warnings: List[str], cache: ScanCache, *,
+              use_cache: bool, write_cache: bool, progress: Optional[Progress], vault_bytes: Callable[[], int],
+              opener: Optional[Callable] = None, started: Optional[float] = None,
+              total_event_files: Optional[int] = None) -> LogdirFootprint:
     """Footprints of discovered runs (event files read or served from the cache), and totals;
-    ``started``: when the walk or listing began (``scanned_at``)."""
+    ``found``: the runs as the walk yields them (``found_warnings`` filled as it goes);
+    ``started``: when the walk or listing began (``scanned_at``); ``total_event_files``: for the
+    progress, when known before (a listing); else the event files found so far."""
     counters = {"read": 0, "cached": 0}
-    total_event_files = sum(
-        1 for r in found.runs.values() for f in r.files if _is_summary_event(f)
-    )
-    done = [0]
+    seen = [0, 0]  # event files done, event files found
 
     def tick():
-        done[0] += 1
+        seen[0] += 1
         if progress:
-            progress(done[0], total_event_files)
+            progress(seen[0], total_event_files if total_event_files is not None else seen[1])
 
     names: Dict[str, str] = {}
     live = set()  # every event file's path: what the cache keeps
     runs = []
     try:
-        # each run's walk is let go once its footprint is made: memory holds the walk or the
-        # footprints, not both (the scan's peak at 100,000 runs)
-        for name in list(found.runs):
-            r = found.runs.pop(name)
-            live.update(f.rel for f in r.files if _is_summary_event(f))
+        # each run's walk is let go once its footprint is made: memory holds the footprints and
+        # one run's walk, never the whole logdir's walk beside them (the scan's peak at 100,000 runs)
+        for r in found:
+            events = [f.rel for f in r.files if _is_summary_event(f)]
+            live.update(events)
+            seen[1] += len(events)
             runs.append(_run_footprint(r, cache, counters, tick, opener, names))
         runs.sort(key=lambda r: (-r.total_bytes, r.name))
-        warnings = list(found.warnings)
+        warnings = list(found_warnings)
         if use_cache and write_cache:
             cache.retain(live)
             w = cache.save()
