@@ -576,3 +576,50 @@ def test_a_copy_forgotten_by_another_process_is_indexed_anew_when_backed_up_agai
     BlobStore(open_store(url)).forget(others[:2], grace_seconds=0)  # the next prune, with repacking
     remote_vault._stores.clear()
     assert remote_vault.check_remote(vault.root, sx) is None
+
+
+def test_a_salvaged_backups_own_mtime_survives_the_offload(tmp_path, s3_bucket):
+    """A backup that grew by late writes is restored with the blob's own mtime (its writer's last
+    write); the bucket keeps no file times, so the offload keeps it in the blob's record."""
+    vault = Vault(str(tmp_path / "state" / ".tb-footprint"))
+    vault.ensure()
+    url = offload.configure(vault, s3_bucket.url("mt"))
+    data = os.urandom(700_000)
+    sha = hashlib.sha256(data).hexdigest()
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    vault.store(str(p), sha)
+    os.unlink(p)
+    last_write = 1_790_000_000_123_456_789
+    os.utime(vault.blob_path(sha), ns=(last_write, last_write))
+    assert offload.offload_blobs(vault, "20260101T000000-cccccc", url, {sha: len(data)}) == {sha: offload.OFFLOADED}
+    assert vault.local_form(sha) is None
+    assert vault.blob_mtime_ns(sha) == last_write
+
+
+def test_two_reduces_configuring_at_once_agree_on_one_prefix(tmp_path, s3_bucket, monkeypatch):
+    """Two processes (shards) starting at once with the same --backup-dir: the second reads the
+    config again under the lock and takes the first one's prefix (else the last write of
+    remote.json would drop the other's, whose records then name a store this vault disowns)."""
+    import threading
+
+    vault = Vault(str(tmp_path / "state" / ".tb-footprint"))
+    vault.ensure()
+    real = remote_vault.set_configured_url
+    first = threading.Event()
+
+    def slow(root, url):
+        if not first.is_set():
+            first.set()
+            time.sleep(0.5)  # the first writer is slow; the second arrives meanwhile
+        real(root, url)
+
+    monkeypatch.setattr(remote_vault, "set_configured_url", slow)
+    got = []
+    t1 = threading.Thread(target=lambda: got.append(offload.configure(vault, s3_bucket.url("shards"))))
+    t1.start()
+    first.wait(5)
+    got.append(offload.configure(Vault(vault.root), s3_bucket.url("shards")))
+    t1.join(10)
+    assert len(got) == 2 and got[0] == got[1], got
+    assert remote_vault.known_urls(vault.root) == [got[0]]

@@ -80,14 +80,23 @@ def configure(vault: Vault, url: str) -> str:
     if not is_bucket_url(url):
         raise OffloadError(f"{url!r} is not an s3://, gs:// or az:// URL naming a bucket")
     base = url.rstrip("/")
-    mine = [u for u in remote_vault.known_urls(vault.root)
-            if u.rsplit("/", 1)[0] == base and u.rsplit("/", 1)[1].startswith(NAMESPACE_PREFIX)]
-    if mine and mine[0] == remote_vault.configured_url(vault.root):
-        return mine[0]
+
+    def mine() -> List[str]:
+        return [u for u in remote_vault.known_urls(vault.root)
+                if u.rsplit("/", 1)[0] == base and u.rsplit("/", 1)[1].startswith(NAMESPACE_PREFIX)]
+
+    now = mine()
+    if now and now[0] == remote_vault.configured_url(vault.root):
+        return now[0]
     vault.ensure()
-    # the prefix this vault had under that URL before, if any: its blobs are this vault's too
-    store_url = mine[0] if mine else f"{base}/{NAMESPACE_PREFIX}{secrets.token_hex(8)}"
-    remote_vault.set_configured_url(vault.root, store_url)
+    # read again under the lock: two reduces starting at once (two shards) agree on one prefix
+    with _forget_lock(vault, exclusive=True):
+        now = mine()
+        if now and now[0] == remote_vault.configured_url(vault.root):
+            return now[0]
+        # the prefix this vault had under that URL before, if any: its blobs are this vault's too
+        store_url = now[0] if now else f"{base}/{NAMESPACE_PREFIX}{secrets.token_hex(8)}"
+        remote_vault.set_configured_url(vault.root, store_url)
     return store_url
 
 
@@ -195,7 +204,7 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
         refs = _add(vault, url, todo, sizes, out)
         faults.hit("offload.uploaded")
         for ref in refs:
-            remote_vault.write_record(vault.root, ref.sha, url, ref.size, ref.key)
+            remote_vault.write_record(vault.root, ref.sha, url, ref.size, ref.key, vault.blob_mtime_ns(ref.sha))
         faults.hit("offload.recorded")
         for ref in refs:
             try:

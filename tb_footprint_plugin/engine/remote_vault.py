@@ -123,11 +123,16 @@ def has_record(vault_root: str, sha: str) -> bool:
     return False
 
 
-def write_record(vault_root: str, sha: str, url: str, size: int, key: str) -> None:
+def write_record(vault_root: str, sha: str, url: str, size: int, key: str,
+                 mtime_ns: Optional[int] = None) -> None:
     """Record durably (temp, fsync, rename, folder fsync) that the store at ``url`` holds a
-    verified copy of ``sha``: the step that must precede any unlink of the local blob."""
-    atomic_write_json(record_path(vault_root, sha), {"sha": sha, "url": url, "size": int(size), "key": key},
-                      compact=True)
+    verified copy of ``sha``: the step that must precede any unlink of the local blob.
+    ``mtime_ns``: the local blob's modification time (a salvaged backup's restore takes it: its
+    late writer's last write), which the store does not keep."""
+    doc = {"sha": sha, "url": url, "size": int(size), "key": key}
+    if isinstance(mtime_ns, int) and not isinstance(mtime_ns, bool):
+        doc["mtime_ns"] = mtime_ns
+    atomic_write_json(record_path(vault_root, sha), doc, compact=True)
 
 
 def drop_record(vault_root: str, sha: str) -> bool:

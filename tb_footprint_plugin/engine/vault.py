@@ -374,13 +374,16 @@ class Vault:
         return total
 
     def blob_mtime_ns(self, sha: str) -> Optional[int]:
-        """The blob's modification time (compaction keeps the plain blob's on its ``.zst``)."""
+        """The blob's modification time (compaction keeps the plain blob's on its ``.zst``, the
+        offload in the blob's remote record)."""
         for p in (self.blob_path(sha), self.zst_path(sha)):
             with contextlib.suppress(OSError):
                 st = os.lstat(p)
                 if stat.S_ISREG(st.st_mode):
                     return st.st_mtime_ns
-        return None
+        rec = remote_vault.read_record(self.root, sha)
+        ns = rec.get("mtime_ns") if rec is not None else None
+        return ns if isinstance(ns, int) and not isinstance(ns, bool) and ns >= 0 else None
 
     def zst_header_ok(self, sha: str, size: int) -> bool:
         """Cheap check of a compressed blob (no decompression): a zstd frame header that
