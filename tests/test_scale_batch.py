@@ -98,9 +98,11 @@ def test_a_profile_only_removal_starts_no_reader_and_lists_each_event_file_uncha
     for o in rep.outcomes:
         m = ops[o.op_id]
         assert m["verification"]["mode"] == "unchanged" and "views" not in m["verification"]
-        # compact: a built-in policy by its name, actions without their default fields
+        # compact: a built-in policy by its name, the plan's actions as per-category totals and
+        # their digest (files and removed_dirs list what was done)
         assert m["policy"] == {"name": "archive", "builtin": True}
-        assert not any(k in a for a in m["plan"]["actions"] for k in ("params", "categories", "estimated"))
+        assert "actions" not in m["plan"] and len(m["plan"]["actions_sha256"]) == 64
+        assert m["plan"]["changes"]["profile_xplane"][2] == 1, m["plan"]["changes"]
         assert all(set(d) == {"path", "mode", "mtime_ns"} for d in m["removed_dirs"]), m["removed_dirs"]
     after = _user_files(logdir)
     assert {p: after[p] for p in hashes} == {p: before[p] for p in hashes}

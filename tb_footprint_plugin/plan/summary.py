@@ -26,33 +26,49 @@ def plan_run_view(rp, labels: dict) -> dict:
     return d
 
 
-def category_changes(plan_run: dict, labels: dict) -> List[dict]:
-    """Per category touched by a plan: bytes before and after; plus the untouched rest."""
-    per: Dict[str, dict] = {}
-
-    def entry(c: str) -> dict:
-        return per.setdefault(c, {"name": c, "label": labels.get(c) or cat.label(c), "before": 0, "after": 0,
-                                  "files": 0})
-
-    for a in plan_run.get("actions", []):
+def category_totals(actions) -> Dict[str, List[int]]:
+    """Per category the actions touch: [bytes before, bytes after, files] (a rewritten event
+    file counts under each category it holds with that category's own bytes; its framing stays in
+    "everything else"). What a manifest keeps of its plan's actions, which ``files`` and
+    ``removed_dirs`` already list one by one."""
+    per: Dict[str, List[int]] = {}
+    for a in actions or []:
+        if not isinstance(a, dict):
+            continue
         split = a.get("categories") or {}
         if split:
-            # a rewritten event file: each category it holds with its own bytes; the file's
-            # framing stays in "everything else"
             for c, (b, after) in split.items():
                 if b == after:
                     continue
-                e = entry(c)
-                e["before"] += int(b)
-                e["after"] += int(after)
-                e["files"] += 1
+                e = per.setdefault(c, [0, 0, 0])
+                e[0] += int(b)
+                e[1] += int(after)
+                e[2] += 1
             continue
-        e = entry(a.get("category") or "other")
-        e["before"] += int(a.get("bytes_before") or 0)
-        e["after"] += int(a.get("bytes_after") or 0)
+        e = per.setdefault(a.get("category") or "other", [0, 0, 0])
+        e[0] += int(a.get("bytes_before") or 0)
+        e[1] += int(a.get("bytes_after") or 0)
         if a.get("kind") != "remove_dir":
-            e["files"] += 1
-    out = sorted((e for e in per.values() if e["before"] or e["files"]), key=lambda e: -e["before"])
+            e[2] += 1
+    return per
+
+
+def category_changes(plan_run: dict, labels: dict) -> List[dict]:
+    """Per category touched by a plan: bytes before and after; plus the untouched rest. From its
+    actions, or, in a manifest that keeps only their totals, from ``changes`` (``category_totals``)."""
+    if "actions" in plan_run or not isinstance(plan_run.get("changes"), dict):
+        totals = category_totals(plan_run.get("actions", []))
+    else:
+        totals = plan_run["changes"]
+    per = []
+    for c, e in totals.items():
+        try:
+            before, after, files = (int(x) for x in e)
+        except (TypeError, ValueError):
+            continue  # read back from disk: a malformed entry is left out, never guessed
+        per.append({"name": c, "label": labels.get(c) or cat.label(c), "before": before, "after": after,
+                    "files": files})
+    out = sorted((e for e in per if e["before"] or e["files"]), key=lambda e: -e["before"])
     touched = sum(e["before"] for e in out)
     rest = int(plan_run.get("bytes_before") or 0) - touched
     if rest > 0:

@@ -1,0 +1,87 @@
+"""What the vault keeps per reduced run beyond its backups (issue 28 item 2): a manifest keeps its
+plan's actions as per-category totals and a digest, not the actions themselves (``files`` and
+``removed_dirs`` list what was done, path by path); the check page's bytes per category are the
+same from either."""
+import glob
+import hashlib
+import json
+import os
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.engine.catalogue import stored_plan
+from tb_footprint_plugin.plan.summary import category_changes
+from tb_footprint_plugin.storage.paths import state_dir
+
+OLD = 3 * 86400
+
+
+def _small_runs(root, n):
+    """n small runs (scalars, histograms, one xprof session each), aged past the quiet period."""
+    for i in range(n):
+        run = os.path.join(root, f"exp/run{i:03d}")
+        with synth.EventWriter(run, timestamp=1_700_000_000) as w:
+            for step in range(50):
+                for tag in ("loss", "accuracy", "learning_rate", "grad_norm"):
+                    w.scalar(tag, step, 1.0 / (step + 1 + i))
+                if step % 10 == 0:
+                    w.histogram("layer_0/weights", step, [(k - 5.0, k - 4.0, float(k + i)) for k in range(10)])
+        synth.write_profile_session(run, synth.session_name_for(1_700_000_600), "host", n_events=30, seed=i)
+    old = 1_700_000_000 - OLD
+    for dirpath, dirs, names in os.walk(root):
+        for n in names + dirs:
+            os.utime(os.path.join(dirpath, n), (old, old))
+    return str(root)
+
+
+def test_a_manifest_keeps_its_plans_actions_as_totals_and_a_digest(tmp_path, monkeypatch):
+    """Before, each manifest of a small run held its plan's four actions whole (~700 of its ~3,400
+    bytes) beside ``files`` and ``removed_dirs`` that list the same paths: now the per-category
+    totals the check page shows and the sha256 of the actions, and the manifest is under 2,900 bytes."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    logdir = _small_runs(tmp_path / "logdir", 4)
+    plans = {rp.run: rp for rp in api.plan(logdir, "archive").runs}
+    rep = api.reduce_logdir(logdir, policy="archive", dry_run=False)
+    assert [o.status for o in rep.outcomes] == ["verified"] * 4
+    ops = glob.glob(os.path.join(state_dir(logdir), "ops", "*.json"))
+    assert len(ops) == 4
+    for path in ops:
+        size = os.path.getsize(path)
+        with open(path, encoding="utf-8") as f:
+            m = json.load(f)
+        assert size < 2900, size
+        plan = m["plan"]
+        assert "actions" not in plan and "run" not in plan and "removable_bytes" not in plan
+        actions = plans[m["run"]].to_dict()["actions"]
+        assert plan["actions_sha256"] == hashlib.sha256(
+            json.dumps(actions, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        # what the check page shows: the same bytes per category as the plan's own actions give
+        full = plans[m["run"]].to_dict()
+        assert category_changes(plan, {}) == category_changes(full, {})
+        assert any(c["name"] == "profile_xplane" and c["after"] == 0 for c in category_changes(plan, {}))
+        # what restore needs is all there, path by path
+        assert {f["path"] for f in m["files"]} == {a["path"] for a in actions if a["kind"] == "delete"}
+        assert {d["path"] for d in m["removed_dirs"]} <= {a["path"] for a in actions if a["kind"] == "remove_dir"}
+    # and every run comes back
+    outs = api.restore(logdir)
+    assert outs and all(o.status == "restored" for o in outs)
+
+
+def test_a_rewritten_event_files_categories_keep_their_own_bytes_in_the_totals():
+    """A rewrite action's per-category split survives into the manifest's totals (the file's
+    framing stays in "everything else"), and an older manifest with whole actions reads the same."""
+    plan = {"run": "r", "bytes_before": 1000, "expected_after_bytes": 600, "fidelity": ["x"],
+            "actions": [{"kind": "rewrite", "path": "r/events.out.tfevents.1", "category": "histograms",
+                         "bytes_before": 900, "bytes_after": 500, "reason": "thin",
+                         "categories": {"histograms": [700, 320], "images": [150, 130], "scalars": [40, 40]}},
+                        {"kind": "delete", "path": "r/x.pb", "category": "profile_xplane", "bytes_before": 100,
+                         "bytes_after": 0, "reason": "p"},
+                        {"kind": "remove_dir", "path": "r/plugins", "category": "plugin_assets", "bytes_before": 0,
+                         "bytes_after": 0, "reason": "only if empty"}]}
+    kept = stored_plan(plan)
+    assert kept["changes"] == {"histograms": [700, 320, 1], "images": [150, 130, 1],
+                               "profile_xplane": [100, 0, 1], "plugin_assets": [0, 0, 0]}
+    assert category_changes(kept, {}) == category_changes(plan, {})
+    assert category_changes(kept, {})[-1] == {"name": "_unchanged", "label": "everything else (unchanged)",
+                                              "before": 50, "after": 50, "files": 0}
+    # read back from disk: a malformed total is left out, never guessed
+    assert [c["name"] for c in category_changes(dict(kept, changes={"images": "x"}), {})] == ["_unchanged"]
