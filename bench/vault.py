@@ -34,6 +34,8 @@ the bucket's ``BlobStore`` (``engine/offload.py``) and the local blobs unlinked.
 * reduce and restore wall time beside the hard-link vault's: figures, not gates — on loopback they
   measure moto's Python request handling, not a network or a real store;
 * every file back byte for byte (bytes, mode, mtime) — gated.
+
+Exit status 1 if a gated target is missed or a restore is not exact.
 """
 from __future__ import annotations
 
@@ -273,12 +275,14 @@ def run_vault(logdir: str, fmt_name: str) -> dict:
     failed = [o.run for o in rep.outcomes if o.status not in ("verified", "skipped")]
     st = api.status(logdir)
     after, du_after = st["disk_in_use_bytes"], du(logdir)
+    du_vault = du(os.path.join(logdir, ".tb-footprint"))
     blobs = [os.path.join(d, n) for d, _, fs in os.walk(os.path.join(logdir, ".tb-footprint", "blobs")) for n in fs]
     t0 = time.monotonic()
     outs = api.restore(logdir)
     restore_s = time.monotonic() - t0
     exact = all(o.status == "restored" for o in outs) and tree(logdir) == before_tree
-    return {"fmt": fmt_name, "before": in_use_before, "after": after, "du_after": du_after, "reduce_s": reduce_s,
+    return {"fmt": fmt_name, "before": in_use_before, "after": after, "du_after": du_after, "du_vault": du_vault,
+            "reduce_s": reduce_s,
             "restore_s": restore_s, "exact": exact, "failed": failed, "ok": rep.ok,
             "zst": sum(1 for b in blobs if b.endswith(".zst")), "plain": sum(1 for b in blobs if not b.endswith(".zst")),
             "freed_now": rep.freed_now_bytes, "after_purge": rep.freed_on_disk_after_purge_bytes}
@@ -370,7 +374,10 @@ def main(argv=None) -> int:
     agree = all(abs(r["after"] - r["du_after"]) <= 0.01 * r["du_after"] for r in (c, h, b))
     line("  du of logdir + vault after", fmt.human_bytes(c["du_after"]), fmt.human_bytes(b["du_after"]),
          fmt.human_bytes(h["du_after"]), "status ±1%", agree)
-    line("  of which the local vault (du)", "", fmt.human_bytes(b["du_vault"]), "", "", True)
+    line("  of which the local vault (du)", fmt.human_bytes(c["du_vault"]), fmt.human_bytes(b["du_vault"]),
+         fmt.human_bytes(h["du_vault"]), "", True)
+    line("  the logdir alone, % of before", f"{(c['du_after'] - c['du_vault']) / c['before']:.2%}",
+         f"{(b['du_after'] - b['du_vault']) / b['before']:.2%}", "", "", True)
     line("  freed now / freed after purge", f"{fmt.human_bytes(c['freed_now'])}/{fmt.human_bytes(c['after_purge'])}",
          "", f"{fmt.human_bytes(h['freed_now'])}/{fmt.human_bytes(h['after_purge'])}", "", True)
     line("  local blobs .zst / plain (bucket: left local)", f"{c['zst']}/{c['plain']}", f"{b['local_blobs']}",
