@@ -85,3 +85,32 @@ def test_a_rewritten_event_files_categories_keep_their_own_bytes_in_the_totals()
                                               "before": 50, "after": 50, "files": 0}
     # read back from disk: a malformed total is left out, never guessed
     assert [c["name"] for c in category_changes(dict(kept, changes={"images": "x"}), {})] == ["_unchanged"]
+
+
+def test_the_oplog_leaves_out_blob_names_and_the_rebuild_puts_them_back(tmp_path, monkeypatch):
+    """A backup's blob is the one its digest names: the log does not repeat it (~85 bytes a
+    backed-up file), and a manifest rebuilt from the log is the one that was lost, byte for byte
+    in its fields. A blob name that is not its digest's would be logged as it is."""
+    from tb_footprint_plugin.engine import oplog
+    from tb_footprint_plugin.engine.vault import Vault
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    logdir = _small_runs(tmp_path / "logdir", 1)
+    o = api.reduce_logdir(logdir, policy="archive", dry_run=False).outcomes[0]
+    vault = Vault(state_dir(logdir))
+    path = vault.manifest_path(o.op_id)
+    with open(path, encoding="utf-8") as f:
+        before = json.load(f)
+    assert before["files"] and all(f["blob"] for f in before["files"])
+    with open(oplog.log_path(vault.root, o.op_id), encoding="utf-8") as f:
+        first = json.loads(f.readline())["manifest"]
+    assert not any("blob" in f for f in first["files"])
+    os.unlink(path)
+    assert [x.code for x in oplog.rebuild_manifests(vault)] == [oplog.MANIFEST_REBUILT]
+    with open(path, encoding="utf-8") as f:
+        rebuilt = json.load(f)
+    assert rebuilt["files"] == before["files"]
+    assert {k: v for k, v in rebuilt.items() if k not in ("rebuilt", "verification")} == \
+        {k: v for k, v in before.items() if k != "verification"}
+    odd = dict(before, files=[dict(before["files"][0], blob="blobs/elsewhere")])
+    assert oplog._loggable(odd)["files"][0]["blob"] == "blobs/elsewhere"

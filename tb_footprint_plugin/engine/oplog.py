@@ -9,7 +9,8 @@ purge killed half-way is finished from the intent it recorded there before delet
 
 What is logged is what a rebuild needs, once: the first state of an operation in full but for
 its descriptive bulk (``NOT_LOGGED``: the plan's action list, which ``files`` and
-``removed_dirs`` repeat, and the verification's check texts), each later state only as the
+``removed_dirs`` repeat, and the verification's check texts) and what follows from the rest
+(each backup's blob name: put back by the rebuild), each later state only as the
 top-level fields it changed (``manifest_change``); the newest state is the first one with the
 changes folded in (``last_state``). This keeps the log a few hundred bytes an operation.
 
@@ -79,6 +80,30 @@ def _loggable(manifest: dict) -> dict:
     for key, subs in NOT_LOGGED.items():
         if isinstance(out.get(key), dict):
             out[key] = {k: v for k, v in out[key].items() if k not in subs}
+    # what the rebuild derives again (``_derived``): a backup's blob is the one its digest names
+    # (~85 bytes a backed-up file)
+    files = out.get("files")
+    if isinstance(files, list) and files and all(isinstance(f, dict) and f.get("blob") is not None
+                                                 and f["blob"] == _blob_of(f.get("sha256")) for f in files):
+        out["files"] = [{k: v for k, v in f.items() if k != "blob"} for f in files]
+        out[_BLOBS_DERIVED] = True
+    return out
+
+
+#: a logged state whose backups' blob names were left out (every one the blob of its digest)
+_BLOBS_DERIVED = "blobs_by_digest"
+
+
+def _blob_of(sha) -> Optional[str]:
+    return f"blobs/{sha[:2]}/{sha}" if isinstance(sha, str) and len(sha) == 64 else None
+
+
+def _derived(state: dict) -> dict:
+    """A logged state with what ``_loggable`` left out because it follows from the rest put back."""
+    out = dict(state)
+    if out.pop(_BLOBS_DERIVED, None) is True and isinstance(out.get("files"), list):
+        out["files"] = [dict(f, blob=_blob_of(f.get("sha256"))) if isinstance(f, dict) and _blob_of(f.get("sha256"))
+                        else f for f in out["files"]]
     return out
 
 
@@ -195,7 +220,7 @@ def rebuild_manifests(vault) -> List[CatalogueFinding]:
                                         f"{log.path} line {bad.line}, after its last readable state, is damaged; "
                                         "its backups are kept", vault.root))
             continue
-        m = dict(state, rebuilt={"at": time.time(), "was": what, "from": os.path.relpath(
+        m = dict(_derived(state), rebuilt={"at": time.time(), "was": what, "from": os.path.relpath(
             log_path(vault.root, op_id), vault.root), "not_logged": {k: list(v) for k, v in NOT_LOGGED.items()}})
         if what == "corrupt":
             os.replace(path, path + f".corrupt-{int(time.time())}")  # kept for a post-mortem
