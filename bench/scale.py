@@ -491,7 +491,8 @@ def _shard_workers(url: str, workers: int, env: dict, timeout: float) -> dict:
     return out
 
 
-def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = False) -> dict:
+def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = False,
+                 parts=("requests", "shards")) -> dict:
     """N runs in moto's S3 server behind a counting proxy: the requests of a scan, a plan and a
     drop-only reduce (archive: the event files stay, the profile sessions go) next to a naive
     delete of the same objects, and 4 shard workers read back as one batch by ``status``."""
@@ -511,97 +512,102 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
 
         bucket = servers.Bucket(srv)  # straight to the server: the uploads are not counted
         t = time.perf_counter()
-        row["objects"] = _bucket_upload(bucket, "a", n, templates)
-        _bucket_upload(bucket, "b", n, templates)
+        row["parts"] = sorted(parts)
+        if "requests" in parts:
+            row["objects"] = _bucket_upload(bucket, "a", n, templates)
+        if "shards" in parts:
+            row["objects"] = _bucket_upload(bucket, "b", n, templates)
         row["upload_s"] = time.perf_counter() - t
         print(f"\nbucket: {n} runs x {len(templates[0])} objects, twice (s3://{bucket.name}/a and /b), "
               f"uploaded to moto in {row['upload_s']:.1f} s", flush=True)
         time.sleep(1.1)  # listing mtimes have 1 s resolution: "now" past every upload
-        url = bucket.url("a")
-        # S3 answers 1,000 keys a listing page
-        row["pages"] = -(-row["objects"] // 1000)
-        for name, fn in (("scan_cold", lambda: api.scan(url)), ("scan_warm", lambda: api.scan(url)),
-                         ("plan", lambda: api.plan(url, "archive", quiet_period=0))):
-            row[name], res = _counted(proxy, fn)
-            print(f"  {name:<10} {row[name]['seconds']:7.2f} s  {row[name]['counts']}", flush=True)
-        row["plan"]["drop_only"] = sum(1 for rp in res.runs if rp.actions and not rp.skipped
-                                       and all(a.kind == "delete" for a in rp.actions))
-        row["plan"]["deleted_objects"] = sum(1 for rp in res.runs if not rp.skipped for a in rp.actions
-                                             if a.kind == "delete")
-        row["reduce"], rep = _counted(proxy, lambda: api.reduce_logdir(url, policy="archive", dry_run=False,
-                                                                          quiet_period=0))
-        statuses: Dict[str, int] = {}
-        for o in rep.outcomes:
-            statuses[str(getattr(o.status, "value", o.status))] = statuses.get(str(getattr(o.status, "value", o.status)), 0) + 1
-        row["reduce"]["statuses"] = statuses
-        row["reduce"]["reasons"] = sorted({f"{o.code}: {o.reason}" for o in rep.outcomes
-                                           if str(getattr(o.status, "value", o.status)) != "verified"})[:3]
-        removed = [p for o in rep.outcomes for p in (o.removed_files or [])]
-        row["reduce"]["removed"] = len(removed)
-        print(f"  {'reduce':<10} {row['reduce']['seconds']:7.2f} s  {row['reduce']['counts']} {statuses}", flush=True)
+        if "requests" in parts:
+            url = bucket.url("a")
+            # S3 answers 1,000 keys a listing page
+            row["pages"] = -(-row["objects"] // 1000)
+            for name, fn in (("scan_cold", lambda: api.scan(url)), ("scan_warm", lambda: api.scan(url)),
+                             ("plan", lambda: api.plan(url, "archive", quiet_period=0))):
+                row[name], res = _counted(proxy, fn)
+                print(f"  {name:<10} {row[name]['seconds']:7.2f} s  {row[name]['counts']}", flush=True)
+            row["plan"]["drop_only"] = sum(1 for rp in res.runs if rp.actions and not rp.skipped
+                                           and all(a.kind == "delete" for a in rp.actions))
+            row["plan"]["deleted_objects"] = sum(1 for rp in res.runs if not rp.skipped for a in rp.actions
+                                                 if a.kind == "delete")
+            row["reduce"], rep = _counted(proxy, lambda: api.reduce_logdir(url, policy="archive", dry_run=False,
+                                                                              quiet_period=0))
+            statuses: Dict[str, int] = {}
+            for o in rep.outcomes:
+                statuses[str(getattr(o.status, "value", o.status))] = statuses.get(str(getattr(o.status, "value", o.status)), 0) + 1
+            row["reduce"]["statuses"] = statuses
+            row["reduce"]["reasons"] = sorted({f"{o.code}: {o.reason}" for o in rep.outcomes
+                                               if str(getattr(o.status, "value", o.status)) != "verified"})[:3]
+            removed = [p for o in rep.outcomes for p in (o.removed_files or [])]
+            row["reduce"]["removed"] = len(removed)
+            print(f"  {'reduce':<10} {row['reduce']['seconds']:7.2f} s  {row['reduce']['counts']} {statuses}", flush=True)
 
-        # the naive deletes of the same objects, put back first (straight to the server)
-        profile = {rel for tpl in templates for rel in tpl if rel.startswith("plugins/")}
-        back = _bucket_upload(bucket, "a", n, templates, only=lambda rel: rel in profile)
-        import boto3
+            # the naive deletes of the same objects, put back first (straight to the server)
+            profile = {rel for tpl in templates for rel in tpl if rel.startswith("plugins/")}
+            back = _bucket_upload(bucket, "a", n, templates, only=lambda rel: rel in profile)
+            import boto3
 
-        c = boto3.client("s3", endpoint_url=proxy.endpoint)
+            c = boto3.client("s3", endpoint_url=proxy.endpoint)
 
-        def per_run() -> None:  # what a script does run by run: list its profile folder, delete it
-            for i in range(n):
-                pre = f"a/{run_name(i)}/plugins/profile/"
-                for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket.name, Prefix=pre):
-                    keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-                    if keys:
-                        c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
+            def per_run() -> None:  # what a script does run by run: list its profile folder, delete it
+                for i in range(n):
+                    pre = f"a/{run_name(i)}/plugins/profile/"
+                    for page in c.get_paginator("list_objects_v2").paginate(Bucket=bucket.name, Prefix=pre):
+                        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                        if keys:
+                            c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
 
-        def known_keys() -> None:  # the keys known (from the plan): one batched delete a run
-            for i in range(n):
-                keys = [{"Key": f"a/{run_name(i)}/{rel}"} for rel in sorted(templates[i % len(templates)])
+            def known_keys() -> None:  # the keys known (from the plan): one batched delete a run
+                for i in range(n):
+                    keys = [{"Key": f"a/{run_name(i)}/{rel}"} for rel in sorted(templates[i % len(templates)])
+                            if rel in profile]
+                    c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
+
+            def batched() -> None:  # all keys known, 1,000 to a request (the store's limit)
+                keys = [{"Key": f"a/{run_name(i)}/{rel}"} for i in range(n) for rel in templates[i % len(templates)]
                         if rel in profile]
-                c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
+                for i in range(0, len(keys), 1000):
+                    c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
 
-        def batched() -> None:  # all keys known, 1,000 to a request (the store's limit)
-            keys = [{"Key": f"a/{run_name(i)}/{rel}"} for i in range(n) for rel in templates[i % len(templates)]
-                    if rel in profile]
-            for i in range(0, len(keys), 1000):
-                c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys[i:i + 1000], "Quiet": True})
+            naive = [("naive_per_run", per_run), ("naive_batched", batched)]
+            if not small:  # one request a run, as its name says: measured when there is time
+                naive.insert(1, ("naive_known_keys", known_keys))
+            for name, fn in naive:
+                row[name], _ = _counted(proxy, fn)
+                if name != "naive_batched":
+                    _bucket_upload(bucket, "a", n, templates, only=lambda rel: rel in profile)
+            row["put_back"] = back
 
-        naive = [("naive_per_run", per_run), ("naive_batched", batched)]
-        if not small:  # one request a run, as its name says: measured when there is time
-            naive.insert(1, ("naive_known_keys", known_keys))
-        for name, fn in naive:
-            row[name], _ = _counted(proxy, fn)
-            if name != "naive_batched":
-                _bucket_upload(bucket, "a", n, templates, only=lambda rel: rel in profile)
-        row["put_back"] = back
-
-        # 4 shard workers on the copy at /b, its scan cache written first (each worker reads it)
-        url_b = bucket.url("b")
-        api.scan(url_b)
-        env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-        for k in [k for k in env if k.startswith(("SLURM_", "JOB_COMPLETION_INDEX", "TB_FOOTPRINT_SHARD",
-                                                  "TB_FOOTPRINT_FAILPOINTS"))]:
-            env.pop(k)
-        row["shards"], sh = _counted(proxy, lambda: _shard_workers(url_b, workers, env, timeout))
-        row["shards"].update(sh)
-        print(f"  {workers} shards  {row['shards']['seconds']:7.2f} s  {row['shards']['counts']}", flush=True)
-        row["status"], st = _counted(proxy, lambda: api.status(url_b))
-        b = st.get("batch") or {}
-        ops = st.get("operations") or []  # one per manifest, as api.operations lists them
-        by_op = {m["op_id"]: m for m in ops}
-        plan_of = {r: s for s, rs in sh["shard_runs"].items() for r in rs}
-        wrong = [r for r, e in (b.get("runs") or {}).items()
-                 if e.get("state") != "done" or e.get("shard") != plan_of.get(r)
-                 or by_op.get(e.get("op_id"), {}).get("run") != r
-                 or e.get("original_size_bytes") != by_op.get(e.get("op_id"), {}).get("bytes_before")]
-        row["status"].update(batch_counts=b.get("counts"), stalled=len(b.get("stalled") or []),
-                             problems=len(b.get("problems") or []), runs=len(b.get("runs") or {}),
-                             wrong=wrong[:5], n_wrong=len(wrong), ops=len(ops),
-                             saved_ok=b.get("saved_bytes") == sum(m["bytes_before"] - m["bytes_after"] for m in ops),
-                             unfinished=len(st.get("unfinished_operations") or []),
-                             shard_runs_cover=sorted(plan_of) == sorted(run_name(i) for i in range(n)))
-        print(f"  status     {row['status']['seconds']:7.2f} s  {row['status']['counts']}", flush=True)
+        if "shards" in parts:
+            # 4 shard workers on the copy at /b, its scan cache written first (each worker reads it)
+            url_b = bucket.url("b")
+            api.scan(url_b)
+            env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+            for k in [k for k in env if k.startswith(("SLURM_", "JOB_COMPLETION_INDEX", "TB_FOOTPRINT_SHARD",
+                                                      "TB_FOOTPRINT_FAILPOINTS"))]:
+                env.pop(k)
+            row["shards"], sh = _counted(proxy, lambda: _shard_workers(url_b, workers, env, timeout))
+            row["shards"].update(sh)
+            print(f"  {workers} shards  {row['shards']['seconds']:7.2f} s  {row['shards']['counts']}", flush=True)
+            row["status"], st = _counted(proxy, lambda: api.status(url_b))
+            b = st.get("batch") or {}
+            ops = st.get("operations") or []  # one per manifest, as api.operations lists them
+            by_op = {m["op_id"]: m for m in ops}
+            plan_of = {r: s for s, rs in sh["shard_runs"].items() for r in rs}
+            wrong = [r for r, e in (b.get("runs") or {}).items()
+                     if e.get("state") != "done" or e.get("shard") != plan_of.get(r)
+                     or by_op.get(e.get("op_id"), {}).get("run") != r
+                     or e.get("original_size_bytes") != by_op.get(e.get("op_id"), {}).get("bytes_before")]
+            row["status"].update(batch_counts=b.get("counts"), stalled=len(b.get("stalled") or []),
+                                 problems=len(b.get("problems") or []), runs=len(b.get("runs") or {}),
+                                 wrong=wrong[:5], n_wrong=len(wrong), ops=len(ops),
+                                 saved_ok=b.get("saved_bytes") == sum(m["bytes_before"] - m["bytes_after"] for m in ops),
+                                 unfinished=len(st.get("unfinished_operations") or []),
+                                 shard_runs_cover=sorted(plan_of) == sorted(run_name(i) for i in range(n)))
+            print(f"  status     {row['status']['seconds']:7.2f} s  {row['status']['counts']}", flush=True)
     except Exception as e:  # noqa: BLE001 - a bench reports what stopped it and goes on
         import traceback
 
@@ -633,23 +639,27 @@ def bucket_report(b: dict) -> bool:
         print(f"  stopped: {b['error']}\n{b.get('traceback', '')}")
         return False
     ok = True
-    for name in ("scan_cold", "scan_warm", "plan"):
+    for name in ("scan_cold", "scan_warm", "plan") if "reduce" in b else ():
         r = b[name]
         lists = r["counts"].get("list", 0)
         met = lists == b["pages"]
         ok &= met
         print(f"  {name:<10} {r['seconds']:7.2f} s, {r['requests']:6d} requests ({_verbs(r['counts'])}); "
               f"list requests {lists} = one paginated listing of {b['pages']} page(s) {_met(met)}")
-    r = b["reduce"]
+    r = b.get("reduce") or {"counts": {}, "requests": 0, "statuses": {}, "seconds": 0, "removed": 0, "skipped": True}
     copies = r["counts"].get("copy", 0)
     own = r["requests"] - copies
-    print(f"  reduce     {r['seconds']:7.2f} s, {r['requests']:6d} requests ({_verbs(r['counts'])}); "
-          f"{json.dumps(r['statuses'])}; {r['removed']} objects removed; {r['requests'] / n:.2f} a run, "
-          f"{own / n:.2f} without the {copies} backup copies")
+    if r.get("skipped"):
+        print("  (scans, plan, reduce and naive deletes not measured: --bucket-parts)")
+    else:
+        print(f"  reduce     {r['seconds']:7.2f} s, {r['requests']:6d} requests ({_verbs(r['counts'])}); "
+              f"{json.dumps(r['statuses'])}; {r['removed']} objects removed; {r['requests'] / n:.2f} a run, "
+              f"{own / n:.2f} without the {copies} backup copies")
     for reason in r.get("reasons", []):
         print(f"    not verified: {reason[:200]}")
     verified = r["statuses"].get("verified", 0)
-    ok &= verified == n
+    if not r.get("skipped"):
+        ok &= verified == n
     for name, what in (("naive_per_run", "per run: list its profile folder, one batched delete"),
                        ("naive_known_keys", "per run: one batched delete of its known keys"),
                        ("naive_batched", "all keys known, 1,000 to a delete request")):
@@ -1056,6 +1066,9 @@ def main(argv=None) -> int:
                     help="runs of the bucket section (moto S3: requests of scan, plan, a drop-only reduce next to "
                          "a naive delete, shard workers and status); 0 leaves it out (default 10000; --small 100)")
     ap.add_argument("--shard-workers", type=int, default=4, help="workers of the bucket section's sharded batch")
+    ap.add_argument("--bucket-parts", default="requests,shards",
+                    help="what the bucket section measures: 'requests' (scans, plan, reduce, naive deletes) and/or "
+                         "'shards' (the sharded batch and status); each on its own copy of the logdir")
     ap.add_argument("--file-sizes", default="20,100",
                     help="MB of the histogram/image event files whose reduce is timed one by one ('' leaves it out; "
                          "default 20,100; --small leaves it out)")
@@ -1091,7 +1104,8 @@ def main(argv=None) -> int:
               f"({', '.join(sorted(os.path.basename(p) for p in templates[0]))})")
         for n in sizes:
             rows.append(run_size(n, scratch, templates, args))
-        buckets = bucket_bench(args.buckets, templates, args.shard_workers, args.time_limit or 3600, args.small) \
+        buckets = bucket_bench(args.buckets, templates, args.shard_workers, args.time_limit or 3600, args.small,
+                               [x.strip() for x in args.bucket_parts.split(",") if x.strip()]) \
             if args.buckets else None
         files = file_sizes_bench([float(x) for x in args.file_sizes.split(",") if x.strip()], scratch, args)
         tbload = None
