@@ -40,7 +40,10 @@ object is deleted; an ``add`` that finds a blob stored lists it again in its own
 open: the milliseconds between that last listing and the delete.
 
 Each instance caches the index it listed (memory grows with the number of blobs, never with their
-bytes; ``reload`` lists it again) and may serve several threads. ``forget([])`` merges the index
+bytes; ``reload`` lists it again) and may serve several threads. ``open`` of a packed blob reads
+``PACK_READ`` bytes of its pack from the blob on and serves the blobs after it from that window
+for ``WINDOW_SECONDS`` (each still hashed): a restore of a run's small files is a request per
+window, not one per file; ``check`` always reads the store. ``forget([])`` merges the index
 objects into one once there are more than ``CONSOLIDATE_ABOVE`` (each ``add`` writes one, and
 loading the index reads them all).
 
@@ -91,6 +94,10 @@ INDEX_EVERY = 300.0
 CONSOLIDATE_ABOVE = 16
 #: reads of a pack while verifying or repacking it (a few requests per pack, bounded memory)
 PACK_READ = 4 << 20
+#: how long ``open`` may serve a packed blob from the pack window it read last (seconds): a
+#: restore checks then copies a run's small blobs in pack order, a ranged read each would be two
+#: requests a file; ``check`` always reads the store now
+WINDOW_SECONDS = 10.0
 #: no object of any store is larger (S3's limit is 5 TiB): offsets beyond are damage
 MAX_OBJECT = 5 << 40
 FORMS = ("zst", "raw")
@@ -381,6 +388,9 @@ class BlobStore:
         # one instance serves a process's threads (a TensorBoard tab restoring while a purge
         # forgets): the cached index changes under this lock, and is copied under it
         self._lock = threading.RLock()
+        # (pack key, offset, bytes, monotonic time read): one window of at most PACK_READ bytes
+        self._window: Optional[Tuple[str, int, bytes, float]] = None
+        self._window_lock = threading.Lock()
 
     # --- the index ---------------------------------------------------------------------------
     def reload(self) -> None:
@@ -422,6 +432,7 @@ class BlobStore:
                                 "message": f"{key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
         with self._lock:
+            self._window = None
             self._refs, self._more, self._owners = refs, more, owners
             self._index_keys = sorted(docs)
             self._damaged = damaged
@@ -486,8 +497,8 @@ class BlobStore:
 
         return io.BufferedReader(RangeReader(fetch, length, name=key), PACK_READ)  # a request per 4 MB
 
-    def _open_ref(self, ref: BlobRef) -> BinaryIO:
-        raw = self._stored(ref)
+    def _open_ref(self, ref: BlobRef, stored: Optional[bytes] = None) -> BinaryIO:
+        raw = self._stored(ref) if stored is None else io.BytesIO(stored)
         decoded = zst.open_decompressed(raw) if ref.form == "zst" else raw
         return io.BufferedReader(_Verifying(ref, decoded), CHUNK)
 
@@ -500,7 +511,28 @@ class BlobStore:
             raise BlobFailure(BlobError.MISSING, "not in the index", sha=sha)
         if len(cands) > 1:  # listed twice (a race, a planted entry): read the first good one
             cands = [r for r in cands if self._verify(r) is None] or cands
-        return self._open_ref(cands[0])
+        return self._open_ref(cands[0], self._windowed(cands[0]))
+
+    def _windowed(self, ref: BlobRef) -> Optional[bytes]:
+        """The stored bytes of a packed blob out of the pack window read last (one ranged read of
+        ``PACK_READ`` bytes from the blob on serves the blobs after it for ``WINDOW_SECONDS``);
+        None for a lone blob. Packs are never rewritten in place, and every open still hashes
+        what it serves."""
+        if not ref.packed or ref.length > PACK_READ:
+            return None
+        now = time.monotonic()
+        with self._window_lock:
+            w = self._window
+            if (w is not None and w[0] == ref.key and w[1] <= ref.offset <= ref.offset + ref.length <= w[1] + len(w[2])
+                    and now - w[3] < WINDOW_SECONDS):
+                return w[2][ref.offset - w[1]:ref.offset - w[1] + ref.length]
+        try:
+            data = self.store.read_range(ref.key, ref.offset, ref.offset + PACK_READ)
+        except StoreFailure as e:
+            raise _fail(ref.sha, ref.key, e) from None
+        with self._window_lock:
+            self._window = (ref.key, ref.offset, data, now)
+        return data[:ref.length]
 
     def _verify(self, ref: BlobRef) -> Optional[BlobFailure]:
         try:

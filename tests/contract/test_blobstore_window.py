@@ -1,0 +1,57 @@
+"""``BlobStore.open`` of packed blobs through a pack window, on every store (posix, moto S3, the
+GCS emulator, Azurite): a restore checks then copies a run's small files in pack order, and each
+open was a ranged read of its own (bench/vault.py: 96 GETs to restore 42 blobs of two packs).
+The window must never let ``check`` answer from memory, and expires."""
+import pytest
+
+from test_blobstore import KINDS, buckets, original, read, small_items, store  # noqa: F401 - fixtures
+from tb_footprint_plugin.codes import BlobError
+from tb_footprint_plugin.storage import blobstore
+from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
+from tb_footprint_plugin.storage.store import CountingStore
+
+assert KINDS
+
+
+def test_reading_a_packs_small_blobs_in_order_twice_costs_a_read_per_window_not_one_per_blob(store):
+    items = small_items(60)
+    BlobStore(store).add(items)
+    counting = CountingStore(store)
+    bs = BlobStore(counting)
+    bs.reload()
+    before = counting.counts.to_dict().get("read", 0)  # the index
+    for _ in range(2):  # restore's check pass, then its copy pass
+        for item in items:
+            assert read(bs, item.sha) == original(item)
+    reads = counting.counts.to_dict()["read"] - before
+    assert reads <= 2, reads  # was 120: one ranged read per blob per pass
+
+
+def test_check_reads_the_store_now_and_open_sees_damage_once_the_window_expired(store, monkeypatch):
+    items = small_items(6)
+    refs = BlobStore(store).add(items)
+    bs = BlobStore(store)
+    assert read(bs, items[0].sha) == original(items[0])  # the window now holds the whole pack
+    hit = refs[3]
+    raw = bytearray(store.read_all(hit.key))
+    raw[hit.offset + hit.length // 2] ^= 0x10
+    store.put(hit.key, bytes(raw))
+    bad = bs.check(hit.sha)
+    assert bad is not None and bad.code == BlobError.CORRUPT and bad.key == hit.key
+    monkeypatch.setattr(blobstore, "WINDOW_SECONDS", 0.0)
+    with pytest.raises(BlobFailure) as ei:
+        read(bs, hit.sha)
+    assert ei.value.code == BlobError.CORRUPT
+    for item in items[:3] + items[4:]:
+        assert read(bs, item.sha) == original(item)
+
+
+def test_a_forget_drops_the_window(store):
+    items = small_items(8)
+    BlobStore(store).add(items)
+    bs = BlobStore(store)
+    assert read(bs, items[1].sha) == original(items[1])
+    bs.forget([i.sha for i in items], grace_seconds=0)
+    with pytest.raises(BlobFailure) as ei:
+        read(bs, items[2].sha)
+    assert ei.value.code == BlobError.MISSING
