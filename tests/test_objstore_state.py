@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tb_footprint_plugin import api
-from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter
 from tb_footprint_plugin.storage.remote import RemoteFS
 
@@ -168,9 +168,9 @@ def test_records_written_after_a_bucket_rewrite_come_back_beside_the_restored_or
 def test_a_restore_stopped_after_putting_the_original_back_records_the_late_records_when_finished(
         s3_bucket, rewrite_logdir):
     """A restore that stops right after putting the original over a grown object (before the
-    manifest records anything) is finished by the next restore: the records already back in the
-    run are found as they are (no second `.salvaged-` file), and the grown object kept in the
-    vault is recorded and listed by status."""
+    manifest records anything) is finished by the next start from its journal: the records already
+    back in the run are found as they are (no second `.salvaged-` file), and the grown object kept
+    in the vault is recorded and listed by status."""
     from tb_footprint_plugin.engine import faults
 
     url, before, ev, late, framed, grown = _grow_reduced_event_object(s3_bucket, rewrite_logdir)
@@ -181,9 +181,12 @@ def test_a_restore_stopped_after_putting_the_original_back_records_the_late_reco
     finally:
         faults.disarm_all()
     assert api.status(url)["kept_blobs"] == []  # nothing recorded yet
-    (r,) = api.restore(url)
-    assert r.status == Outcome.RESTORED and r.code == Finding.LATE_RECORDS_RESTORED, (r.code, r.reason)
+    assert api.status(url)["unfinished_operations"]  # the restore's journal
+    (r,) = api.recover_logdir(url)
     salvaged = ev + ".salvaged-001"
+    assert r.action == Recovery.COMPLETED and r.code == Finding.RECOVERED, (r.action, r.detail)
+    assert salvaged in r.detail, r.detail
+    assert api.restore(url) == [] and not api.status(url)["unfinished_operations"]
     now = _hashes(s3_bucket, "logs")
     assert {k: h for k, h in now.items() if k != salvaged} == before
     assert s3_bucket.fs.cat_file(s3_bucket.key("logs/" + salvaged)) == framed

@@ -2,7 +2,8 @@
 
 Before its commit record an operation is rolled back (originals untouched, backups and
 temporary keys dropped); from it on (every backup verified, new objects staged and checked) it is
-finished; a retirement's journal is settled by ``engine.bucket_retire.settle``. Journals and
+finished; a retirement's journal is settled by ``engine.bucket_retire.settle``; a restore (or a
+retired run's restore) stopped midway is finished (``_finish_restore``). Journals and
 locks are untrusted input: one that is not a journal's shape, or names a
 key outside the logdir, its vault or its run, is never acted on and is reported with a code.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.engine.bucket_state import (
     COMMITTED_STEPS,
@@ -23,12 +24,15 @@ from tb_footprint_plugin.engine.bucket_state import (
     must_delete,
     owner_gone,
     run_prefix,
+    vault_url,
 )
-from tb_footprint_plugin.engine.bucket_retire import is_retire_journal, journal_runs
+from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
+from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, unretire, journal_runs
 from tb_footprint_plugin.engine.bucket_retire import settle as settle_retire
 from tb_footprint_plugin.engine.bucket_steps import finish_op, live_entries, rollback_entry
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.remote import RemoteError, RemoteFS
 
 
@@ -112,6 +116,9 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running", code=Finding.RUN_LOCKED))
             continue
+        if doc.get("kind") in (RESTORE_KIND, UNRETIRE_KIND):  # a restore stopped midway: finished
+            out.append(_finish_restore(rfs, vault, st, doc, rel[:-5], label))
+            continue
         try:
             if retiring and doc.get("runs"):  # a whole run moved to the vault: ``engine.bucket_retire``
                 settled = [_settled_run(st, vault, en, True) for en in live_entries(doc)]
@@ -148,6 +155,56 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
                                        code=Finding.RECOVERY_FAILED))
     return out
+
+
+def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dict, name: str,
+                    label: str) -> RecoveryOutcome:
+    """Finish a bucket restore (or unretire) whose journal is there: whatever is not back yet is
+    put back from the vault (one already back with the original's checksums is not rewritten),
+    the manifest is marked restored and the journal removed, by the restore itself
+    (``bucket_restore.restore_op`` / ``bucket_retire.unretire`` with ``resume``). The journal is
+    untrusted: it must name the operation of its file name, and the manifest of that operation
+    must name exactly the files and backups the journal does; otherwise it is left alone."""
+    op_id, run = doc.get("op"), str(doc.get("run"))
+    unretiring = doc.get("kind") == UNRETIRE_KIND
+    along = [a for a in doc.get("takes_along") or [] if isinstance(a, str)] \
+        if isinstance(doc.get("takes_along"), list) else []
+    if not is_op_id(op_id) or op_id != name or run == "." and unretiring or \
+            any(not a.startswith(run_prefix(run)) or ".." in a.split("/") for a in along):
+        return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.REFUSED,
+                               detail=f"{rfs.url_of(f'{JOURNAL}/{name}.json')}: {MALFORMED}; left alone",
+                               code=trust.BAD_RECORD)
+    try:
+        m, version = st.read(vault.manifest(op_id))
+        if m is None or m.get("corrupt") or m.get("op") != op_id or m.get("run") != run or \
+                (m.get("kind") == "retire") != unretiring or not isinstance(m.get("files"), list):
+            return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED,
+                                   detail=f"{vault_url(rfs, vault.manifest(op_id))}: the manifest of the restore "
+                                          "is missing, unreadable or names another run; journal left in place",
+                                   code=Finding.RECOVERY_FAILED)
+        wanted = sorted((str(f.get("path")), str(f.get("backup"))) for f in doc.get("files") or [])
+        named = sorted((str(f.get("path")), str(f.get("backup"))) for f in m["files"] if isinstance(f, dict))
+        if wanted != named:
+            return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
+                                   detail="journal and manifest name different files or backups; left alone",
+                                   code=trust.BAD_RECORD)
+        locks = [rfs.path(lock_key(r)) for r in [run] + along]
+        if m.get("status") == "restored":  # stopped after its manifest record: only the journal is left
+            must_delete(rfs, [rfs.path(f"{JOURNAL}/{name}.json")])
+            _drop_locks_of(st, locks, op_id)
+            return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.COMPLETED,
+                                   detail="the restore was recorded; its journal was removed", code=Finding.RECOVERED)
+        _drop_locks_of(st, locks, op_id)  # its holder is gone (checked by the caller): the restore takes them again
+        m["_version"] = version
+        res = unretire(rfs, vault, m, resume=True) if unretiring else restore_op(rfs, vault, m, resume=True)
+    except (BucketTxnError, RemoteError, ValueError) as e:
+        return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.FAILED, detail=str(e),
+                               code=Finding.RECOVERY_FAILED)
+    if res.status != Outcome.RESTORED:
+        return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED,
+                               detail=f"restore not finished: {res.reason}", code=Finding.RECOVERY_FAILED)
+    return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.COMPLETED,
+                           detail=f"a restore stopped midway was finished: {res.reason}", code=Finding.RECOVERED)
 
 
 def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) -> dict:

@@ -4,6 +4,12 @@ An original key that exists again is left alone (its original stays in the vault
 keeps). A reduced event object a resumed writer grew is kept whole in the vault, its complete
 records put back into the run as ``<file>.salvaged-NNN``, and the original put over it; each of
 these steps is idempotent, so a restore stopped midway is finished by the next one.
+
+Before its first put-back a restore writes a journal object (``journal/<op>.json``, named by the
+operation it restores, ``kind: restore``: the run and every file to put back with its backup key,
+from the manifest); it is removed once the manifest says restored. A restore that stops after some
+originals are back (a crash, a failed request) keeps it, and the next start finishes the restore
+(``engine.bucket_recover``). One put and one delete of the journal per restore.
 """
 from __future__ import annotations
 
@@ -15,11 +21,14 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_state import (
+    ACTIVE_OPS,
+    JOURNAL,
     BucketState,
     BucketTxnError,
     BucketVault,
     failure_code,
     lock_runs,
+    must_delete,
     must_delete_versioned,
     now_s,
     run_listing,
@@ -41,28 +50,78 @@ from tb_footprint_plugin.storage.remote import (
 )
 
 
-def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
+#: ``kind`` of the journal a bucket restore writes (``engine.bucket_recover`` finishes it)
+RESTORE_KIND = "restore"
+
+
+def journal_path(rfs: RemoteFS, op_id: str) -> str:
+    """The journal object of a restore of ``op_id`` (named by the operation restored: purge leaves
+    an operation with a journal alone, and a lock naming it is not taken over while it stands)."""
+    return rfs.path(f"{JOURNAL}/{op_id}.json")
+
+
+def restore_journal(rfs: RemoteFS, vault: BucketVault, manifest: dict, kind: str, run: str,
+                    takes_along: Optional[List[str]] = None) -> dict:
+    """The journal a restore of ``manifest`` writes before its first put-back: the operation, the
+    run and every file to put back with its backup key (from the manifest, already checked to be
+    keys of the logdir and of the vault's blobs)."""
+    keep = ("path", "backup", "action", "size", "final", "checksums")
+    return {"op": manifest["op"], "kind": kind, "run": run, "logdir": rfs.url, "vault": vault.root,
+            "step": "restoring", "created": now_s(), "takes_along": list(takes_along or []),
+            "files": [{k: f[k] for k in keep if f.get(k) is not None} for f in manifest["files"]]}
+
+
+def start_journal(st: BucketState, path: str, doc: dict) -> None:
+    """Create a restore's journal (create-only); one already there is an unfinished operation on
+    the same backups, and the restore is refused (``recover`` settles it first)."""
+    try:
+        st.create(path, doc)
+    except RemoteError as e:
+        if e.code != ALREADY_EXISTS:
+            raise
+        raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{st.rfs.url_of(path)}: operation {doc['op']} is unfinished "
+                             "(its journal is there); run `tb-footprint recover` first") from None
+
+
+def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
-    checksums, and mark the manifest restored. An original key that exists again is left alone."""
+    checksums, and mark the manifest restored. An original key that exists again is left alone
+    (one holding the original's bytes counts as back). ``resume``: finish the restore whose
+    journal is there (``engine.bucket_recover``) instead of starting one."""
     run = manifest["run"]
-    out = RunOutcome(run=run, status=Outcome.FAILED, op_id=manifest["op"],
+    op_id = manifest["op"]
+    out = RunOutcome(run=run, status=Outcome.FAILED, op_id=op_id,
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
     st = BucketState(rfs)
     locks: List[str] = []
-    if not lock_runs(st, [run], manifest["op"], locks, out):
+    ACTIVE_OPS.add(op_id)
+    if not lock_runs(st, [run], op_id, locks, out):
+        ACTIVE_OPS.discard(op_id)
         return out
     lock_path = locks[0]
     manifest_version = manifest.get("_version")
     displaced: List[dict] = []
+    jpath: Optional[str] = None  # the journal while it stands (then the lock stays with it)
+    started = resume  # whether an original may have been put back already
     try:
         conflicts = []
+        for f in manifest["files"]:  # every key checked before the journal and the first put-back
+            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
+            rfs.path(f["path"])
+            if f.get("final"):
+                rfs.path(f["final"])
+        if resume:
+            jpath = journal_path(rfs, op_id)
+        else:
+            start_journal(st, journal_path(rfs, op_id), restore_journal(rfs, vault, manifest, RESTORE_KIND, run))
+            jpath = journal_path(rfs, op_id)
         # one listing of the run says which originals exist again: no metadata read per file
         present = run_listing(rfs, vault, run)
         for f in manifest["files"]:
-            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
-                raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
             orig = rfs.path(f["path"])
             action = f.get("action", "delete")
+            started = True
             if action == "rewrite":
                 # put back over the reduced object only while it is the one this operation made
                 cur = rfs.ops.head(orig)
@@ -99,19 +158,24 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
                         out.created_files.append(late["file"])
                         out.bytes_after += late["bytes"]
             else:
-                if f["path"] in present:
+                res = None
+                cur = present.get(f["path"])
+                if cur is not None and not _holds_original(cur, f):
                     conflicts.append(f["path"])
                     continue
-                try:
-                    res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
-                except RemoteError as e:
-                    if e.code == ALREADY_EXISTS:
-                        conflicts.append(f["path"])
-                        continue
-                    raise
+                if cur is None:
+                    try:
+                        res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
+                    except RemoteError as e:
+                        if e.code == ALREADY_EXISTS:
+                            conflicts.append(f["path"])
+                            continue
+                        raise
+                # else: back already (put back by a restore of this operation that stopped midway)
                 out.bytes_after += f["size"]
-                faults.hit("restore.file")  # the same step as the rewrite's put-back above
-            if not copy_matches(rfs, res, f, f["backup"], orig):
+                if res is not None:
+                    faults.hit("restore.file")  # the same step as the rewrite's put-back above
+            if res is not None and not copy_matches(rfs, res, f, f["backup"], orig):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
             if action == "compress" and f.get("final"):
@@ -134,6 +198,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         manifest["restored_with"] = who()
         version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
         st.update(vault.manifest(manifest["op"]), manifest, version)
+        must_delete(rfs, [jpath])
+        jpath = None
         out.status = Outcome.RESTORED
         # an object store keeps no modification time or mode of a file: a restored object is
         # dated by the store at the copy, and the report says so (bytes are checked above)
@@ -155,11 +221,26 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
         return out
     except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
         out.reason, out.code = str(e), failure_code(e)
+        if jpath is not None and not started:  # nothing put back: the run is as it was
+            try:
+                must_delete(rfs, [jpath])
+                jpath = None
+            except (BucketTxnError, RemoteError):
+                pass
+        if jpath is not None:
+            out.reason += "; the journal is kept and the next start finishes the restore"
         return out
     finally:
+        ACTIVE_OPS.discard(op_id)
         ours = unlock_versions(lock_path)
-        if ours:
+        if ours and jpath is None:  # a kept journal keeps its lock until it is settled
             rfs.ops.delete([lock_path], versions=ours)
+
+
+def _holds_original(cur: ObjectInfo, f: dict) -> bool:
+    """Whether the object at an original's key holds the original's bytes (size and the store's
+    checksums agree): put back by this operation's restore, or written again byte for byte."""
+    return cur.size == f.get("size") and bool(same_content(content_checksums(cur), f.get("checksums") or {}))
 
 
 def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],

@@ -50,6 +50,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     unlock_all,
     written_recently,
 )
+from tb_footprint_plugin.engine.bucket_restore import journal_path, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.vault import who
@@ -68,6 +69,8 @@ RETIRE_STEPS = ("retire.journal", "retire.mid_move", "retire.move",
                 "retire.manifest", "retire.delete_record", "retire.delete")
 UNRETIRE_STEPS = ("unretire.mid_move", "unretire.move")
 KIND = "retire"
+#: ``kind`` of the journal a restore of a retired run writes (``engine.bucket_recover`` finishes it)
+UNRETIRE_KIND = "unretire"
 
 
 def stored_key(vault: BucketVault, op_id: str, index: int) -> str:
@@ -332,10 +335,12 @@ def settle(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Tuple[str, str]:
     return Recovery.ROLLED_BACK, detail
 
 
-def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
+def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -> RunOutcome:
     """Copy every object of a retired run back (create-only, never over an object written since),
-    each checked against the store's checksums; mark the manifest restored. Idempotent: an object
-    already back with its bytes counts as back, so a restore stopped midway is finished by the next."""
+    each checked against the store's checksums; mark the manifest restored. Before the first
+    put-back a journal (``kind: unretire``) is written and it is removed after the manifest says
+    restored: one stopped midway is finished by the next start (``engine.bucket_recover`` calls
+    this with ``resume``). Idempotent: an object already back with its bytes counts as back."""
     run = str(m.get("run"))
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, op_id=m.get("op"),
                      bytes_before=0, bytes_after=0)
@@ -357,22 +362,35 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
         return out
     st = BucketState(rfs)
     op_id = new_op_id()
-    ACTIVE_OPS.add(op_id)
+    # the locks and the journal are named by the retirement restored (a lock naming it is not
+    # taken over while its journal stands, and purge leaves its copies alone)
+    held_as = m["op"]
+    ACTIVE_OPS.add(held_as)
     locks: List[str] = []
+    jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
+    started = resume  # whether an object may have been put back already
     try:
-        if not lock_runs(st, [run] + along, op_id, locks, out):
+        if not lock_runs(st, [run] + along, held_as, locks, out):
             return out
         try:
             # every copy checked before anything moves: a damaged vault changes nothing
             damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, f)]
             if damaged:
                 out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
+                if resume:
+                    out.reason += "; the journal is kept"
+                    jpath = journal_path(rfs, held_as)
                 return out
+            if not resume:  # before the first put-back: the next start finishes a restore stopped midway
+                start_journal(st, journal_path(rfs, held_as),
+                              restore_journal(rfs, vault, m, UNRETIRE_KIND, run, along))
+            jpath = journal_path(rfs, held_as)
             present = run_listing(rfs, vault, run)
             conflicts = []
             for i, f in enumerate(m["files"]):
                 cur = present.get(f["path"])
                 if cur is None:
+                    started = True
                     try:
                         res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=True,
                                            size=f["size"])
@@ -399,8 +417,18 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
             if conflicts:  # their originals stay in the vault only, which purge keeps
                 doc["not_restored"] = sorted(conflicts)
             st.update(vault.manifest(m["op"]), doc, m.get("_version") or st.read(vault.manifest(m["op"]))[1])
+            must_delete(rfs, [jpath])
+            jpath = None
         except (BucketTxnError, RemoteError, ValueError) as e:
-            out.reason, out.code = f"{e}; the next restore finishes it", failure_code(e)
+            out.reason, out.code = str(e), failure_code(e)
+            if jpath is not None and not started:  # nothing put back: the run is as it was
+                try:
+                    must_delete(rfs, [jpath])
+                    jpath = None
+                except (BucketTxnError, RemoteError):
+                    pass
+            if jpath is not None:
+                out.reason += "; the journal is kept and the next start finishes the restore"
             return out
         out.status, out.code = Outcome.RESTORED, Finding.MTIME_NOT_KEPT
         out.reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
@@ -410,12 +438,13 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict) -> RunOutcome:
                            f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
         return out
     finally:
-        ACTIVE_OPS.discard(op_id)
+        ACTIVE_OPS.discard(held_as)
         ours, versions = unlock_all(locks)
-        try:
-            rfs.ops.delete(ours, versions=versions)
-        except RemoteError:
-            pass
+        if jpath is None:  # a kept journal keeps its locks until it is settled
+            try:
+                rfs.ops.delete(ours, versions=versions)
+            except RemoteError:
+                pass
 
 
 def _copy_ok(rfs: RemoteFS, f: dict) -> bool:
@@ -433,4 +462,4 @@ def retirements(manifests: List[dict]) -> List[dict]:
 
 
 __all__ = ["retire_run", "unretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
-           "stored_key", "manifest_doc", "RETIRE_STEPS", "UNRETIRE_STEPS"]
+           "stored_key", "manifest_doc", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]

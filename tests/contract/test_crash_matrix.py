@@ -243,15 +243,6 @@ def settled(p, verb, original, start, done):
     assert now in (start, done), sorted(set(now.items()) ^ set(start.items()))[:6]
 
 
-#: Known gap (found by this matrix): a bucket restore has no journal, so one stopped after some
-#: originals are back is finished by the next ``restore``, not by the next start as on a disk.
-MID_RESTORE_ON_BUCKETS = {(s, v, step) for s in ("s3", "gs", "az")
-                          for v, step in (("restore", "restore.file"), ("unretire", "unretire.mid_move"))}
-CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason="bucket restore stopped midway is "
-                                                  "settled by the next restore, not the next start"))
-         if c in MID_RESTORE_ON_BUCKETS else c for c in CASES]
-
-
 @pytest.mark.parametrize("store,verb,step", CASES)
 def test_failure_at_each_step_is_settled(store, verb, step, place_of):
     """An injected failure at ``step``, then the next start: settled the same way on every store."""
