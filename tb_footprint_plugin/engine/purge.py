@@ -156,7 +156,13 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             vault = Vault(root)
             plan = _blob_plan(vault, ms, pending)
             if yes:
-                _purge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+                freed = _purge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+                plan = [(m, shas, freed[m["op_id"]][0], originals) for m, shas, _size, originals in plan]
+                report.kept += [{"op_id": m["op_id"], "run": m["run"], "bytes": vault.blob_size_on_disk(sha),
+                                 "code": Finding.UNFINISHED, "sha256": sha,
+                                 "detail": f"backup {sha[:12]}… was kept: a transaction under way relies on the "
+                                           "same bytes (it backed them up since this purge was planned)"}
+                                for m, _s, _z, _o in plan for sha in freed[m["op_id"]][1]]
             for m, _shas, size, originals in plan:
                 report.freed_bytes += size
                 lost += originals
@@ -213,19 +219,32 @@ def freeable_bytes(ctx: Context, op_ids: Iterable[str]) -> int:
     return sum(size for root, ms in by_vault.items() for _m, _s, size, _o in _blob_plan(Vault(root), ms, pending))
 
 
-def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
+def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> Dict[str, int]:
+    """``Vault.delete_blobs`` with what is needed read afresh under the blobs' locks: the plan
+    was made earlier, and a transaction (this logdir's or another sharing the vault) may have
+    backed up the same bytes since: pinned, or committed with a manifest naming them."""
+    def needed() -> set:
+        return vault.referenced_blobs(exclude_ops=op_ids) | journal_blobs(ctx)
+
+    return vault.delete_blobs(shas, needed, after_each=lambda: faults.hit("purge.blob"))
+
+
+def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> Dict[str, tuple]:
     """Every intent first, then the blobs, then the marks: a kill anywhere is finished from the
-    intents (operations sharing a blob are purged together, so none is left claiming it)."""
+    intents (operations sharing a blob are purged together, so none is left claiming it).
+    Per operation: (bytes freed, digests kept because a transaction under way relies on them);
+    such an operation is marked purged all the same (the bytes stay, named by that
+    transaction's manifest once it commits, or deleted by its rollback)."""
     for m, shas, _size in plan:
         # a full disk stops the purge here, before any blob goes, naming the log it could not write
         with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
             oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
     faults.hit("purge.intent")
-    for _m, shas, _size in plan:
-        for sha in shas:
-            vault.delete_blob(sha)
-            faults.hit("purge.blob")
-    for m, _shas, size in plan:
+    freed = _deleted(ctx, vault, [m["op_id"] for m, _s, _z in plan], [sha for _m, shas, _z in plan for sha in shas])
+    result = {m["op_id"]: (sum(freed.get(sha, 0) for sha in shas),
+                           [sha for sha in shas if not freed.get(sha) and vault.local_form(sha)])
+              for m, shas, _size in plan}
+    for m, _shas, _size in plan:
         m["backup_purged"] = True
         m["purged_at"] = now
         with writing(vault.manifest_path(m["op_id"]), 2 * len(json.dumps(m)), at=vault.ops):
@@ -235,9 +254,11 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> None:
     # 'purged' records below leaves the intents, which the next start finishes (forget again)
     offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas],
                           lambda: vault.referenced_blobs() | journal_blobs(ctx))
-    for m, _shas, size in plan:
+    for m, _shas, _size in plan:
+        size = result[m["op_id"]][0]
         oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
         _log_purge(ctx, m, size)
+    return result
 
 
 def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
@@ -248,7 +269,8 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
     done = []
     for op_id, intent in intents.items():
         blobs = [sha for sha in intent.get("blobs", []) if sha not in keep]
-        freed = sum(vault.delete_blob(sha) for sha in blobs)
+        got = _deleted(ctx, vault, list(intents), blobs)  # pins and manifests checked again, locked
+        freed = sum(got.values())
         try:
             m = vault.read_manifest(op_id)
         except (OSError, ValueError):

@@ -257,10 +257,12 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             out.status = Outcome.VERIFIED  # past the commit point: the reduction stands
             journal.close()
             journal = None
+            ctx.vault.unpin(op_id)
         else:
             try:
                 _append_rollback(journal, reason)
                 rollback(ctx, journal.records(), reason)
+                ctx.vault.unpin(op_id)  # the originals are back
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):
                     out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
@@ -363,7 +365,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         faults.hit("reduce.backup_record")
         # a hard link needs no data blocks; a copy to another filesystem needs the whole file
         with writing(vault.blob_path(sha), 0 if vault.same_filesystem(p) else st.st_size):
-            vault.store(p, sha)
+            vault.store(p, sha, pin=journal.op_id)  # pinned: no purge or compaction anywhere takes it
         backups[a.path] = rec
         done += a.bytes_before
         report("backup", 0.4 * done / total)
@@ -451,6 +453,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     _append(journal, {"type": "commit"}, sync=False)
     faults.hit("reduce.commit")
     journal.close(durable=False)
+    vault.unpin(journal.op_id)  # its manifest, durable, names every backup now
     # the manifest holds the whole record now: a batch keeps only what the outcome shows of it
     # (its series, summaries and views would grow with the runs of the batch)
     out.verification = verification_summary(verification)

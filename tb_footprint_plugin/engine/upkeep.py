@@ -54,6 +54,7 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
             outcomes.append(RecoveryOutcome("", "", Recovery.FAILED,
                                             f"cannot rebuild manifests in {root}: {reason_of(e)}",
                                             Finding.RECOVERY_FAILED))
+        _clear_settled_pins(ctx, vault)
         outcomes += _finish_purges(ctx, vault)
         outcomes += _finish_compactions(ctx, vault)
         if offload.remote_url(vault) is not None:
@@ -84,6 +85,30 @@ def _repair_identity(ctx: Context, vault_roots: List[str]) -> List[RecoveryOutco
              else "a new id (no manifest carries one)")
     return [RecoveryOutcome("", "", Recovery.REBUILT, f"{trust.identity_path(ctx.state)} was damaged: set aside as "
                             f"{done['aside']} and rebuilt with {whose}", Finding.IDENTITY_REBUILT)]
+
+
+def _clear_settled_pins(ctx: Context, vault: Vault) -> None:
+    """Drop the pins (``Vault.pin_blob``) of transactions that are settled: a manifest in the
+    vault says how they ended (it names the backups they kept) and no journal of this logdir
+    is still open for them (recovery, above, could not settle it yet: its pins stay). A
+    transaction with no manifest may be another logdir's under way, or a killed one its own
+    logdir's next start settles: its pins stay until then."""
+    try:
+        open_ops = {j.op_id for j in pending_journals(ctx.journal_dir)}
+    except OSError:
+        return  # unknown: every pin stays
+    for op_id in vault.pinned_ops():
+        if op_id in open_ops:
+            continue
+        try:
+            settled = os.path.isfile(vault.manifest_path(op_id)) and not os.path.islink(vault.manifest_path(op_id))
+        except OSError:
+            settled = False
+        if settled:
+            try:
+                vault.unpin(op_id)
+            except OSError:
+                pass  # retried at the next start; a pin left only keeps bytes
 
 
 def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:

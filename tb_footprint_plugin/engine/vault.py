@@ -292,6 +292,8 @@ class Vault:
                              "the local backup is kept")
         freed = 0
         with self._blob_lock(sha, wait=True):
+            if self.pinned_by(sha):
+                return 0  # a transaction under way reads it as its backup: it stays local for now
             for p in (self.blob_path(sha), self.zst_path(sha)):
                 try:
                     st = os.lstat(p)
@@ -426,11 +428,26 @@ class Vault:
         except OSError:
             return False
 
-    def store(self, path: str, sha: str) -> str:
+    def store(self, path: str, sha: str, pin: Optional[str] = None) -> str:
         """Back up ``path`` (whose sha256 is ``sha``) and return the verified blob path.
 
         The original is left in place. Raises ``VaultError`` naming the file on any failure.
+        With ``pin`` (the op id of a transaction under way) the whole store runs under the blob's
+        lock and ends with a durable pin (``pin_blob``): a purge or compaction in any process
+        sharing this vault, which deletes under the same lock, either ran before (the blob is made
+        afresh here) or sees the pin and keeps the blob.
         """
+        if pin is None:
+            return self._store(path, sha)
+        if not is_op_id(pin):
+            raise VaultError(errno.EINVAL, f"{str(pin)[:80]!r} is not an operation id; refusing it as a pin")
+        self.blob_path(sha)
+        with self._blob_lock(sha, wait=True):
+            blob = self._store(path, sha)
+            self.pin_blob(pin, sha)
+        return blob
+
+    def _store(self, path: str, sha: str) -> str:
         blob = self.blob_path(sha)
         try:
             # checked on every backup: the shard folder must be ours all the way from the root
@@ -593,6 +610,79 @@ class Vault:
             raise
         fsync_dir(d)
 
+    # --- pins: blobs a transaction under way relies on -----------------------------------
+    def _pins_dir(self, op_id: str) -> str:
+        if not is_op_id(op_id):
+            raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a folder name")
+        return os.path.join(self.tmp, op_id, "pins")
+
+    def pin_blob(self, op_id: str, sha: str) -> None:
+        """Record, durably, that transaction ``op_id`` relies on blob ``sha``: an empty file
+        ``tmp/<op_id>/pins/<sha>`` (not a hard link of the blob: a second link is how compaction,
+        offload and store tell a blob a live file still shares). Call under the blob's lock."""
+        self.blob_path(sha)
+        folder = self._pins_dir(op_id)
+        ensure_private_dir(self.tmp, self.root, tighten_root=self.own_folder)
+        ensure_private_dir(os.path.dirname(folder), self.root, tighten_root=self.own_folder)
+        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+        p = os.path.join(folder, sha)
+        if not os.path.lexists(p):
+            os.close(create_new(p))
+            fsync_dir(folder)
+
+    def unpin(self, op_id: str) -> int:
+        """Drop every pin of ``op_id`` (its transaction committed, its manifest durable, or rolled
+        back); pins removed. Only digest-named regular files in a real folder are removed."""
+        try:
+            folder = self._pins_dir(op_id)
+        except VaultError:
+            return 0
+        if os.path.islink(folder) or not os.path.isdir(folder) or os.path.islink(os.path.dirname(folder)):
+            return 0
+        n = 0
+        for name in os.listdir(folder):
+            p = os.path.join(folder, name)
+            if is_sha256(name) and not os.path.islink(p) and os.path.isfile(p):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(p)
+                    n += 1
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(folder))  # an empty op folder (its scratch already gone)
+        return n
+
+    def pinned_ops(self) -> List[str]:
+        """Op ids with a pins folder in ``tmp/`` (untrusted names: op ids only, no symlink)."""
+        try:
+            names = os.listdir(self.tmp) if not os.path.islink(self.tmp) else []
+        except OSError:
+            return []
+        out = []
+        for n in sorted(names):
+            d = os.path.join(self.tmp, n)
+            if is_op_id(n) and not os.path.islink(d) and os.path.isdir(os.path.join(d, "pins")) \
+                    and not os.path.islink(os.path.join(d, "pins")):
+                out.append(n)
+        return out
+
+    def _rolled_back(self, op_id: str) -> bool:
+        """Whether ``op_id``'s manifest says it rolled back: its originals are back, so its pins
+        protect nothing (its own rollback deletes the blobs only it needed). Unreadable: False."""
+        try:
+            with open_regular(self.manifest_path(op_id)) as f:
+                m = json.load(f)
+        except (OSError, ValueError, RecursionError, VaultError):
+            return False
+        return isinstance(m, dict) and m.get("op_id") == op_id and m.get("outcome") == "rolled_back"
+
+    def pinned_by(self, sha: str) -> List[str]:
+        """Op ids of transactions whose live pin names ``sha`` (any logdir sharing this vault)."""
+        if not is_sha256(sha):
+            return []
+        return [op for op in self.pinned_ops()
+                if os.path.lexists(os.path.join(self.tmp, op, "pins", sha)) and not self._rolled_back(op)]
+
     # --- compaction (the compressed vault) --------------------------------------------
     def _pending_path(self, op_id: str) -> str:
         if not is_op_id(op_id):
@@ -712,6 +802,10 @@ class Vault:
             return KEPT_DAMAGED
         if st.st_nlink > 1:
             return KEPT_SHARED  # the original (or a user's link) still holds these blocks
+        if self.pinned_by(sha):
+            # a transaction under way (any logdir sharing this vault) reads it as its original's
+            # backup: it stays plain; the note stays and the next start tries again
+            return KEPT_BUSY
         if held is None:
             held = bool(find_writers([plain]).holders)
         # /proc shows only the processes this user can inspect on this machine; the kernel's
@@ -884,16 +978,48 @@ class Vault:
         copy and its record are ``engine.offload.forget_remote``'s, after the manifests); the bytes
         they held as stored. Waits for a compaction of it under way (the blob's lock): its
         rename would otherwise leave a ``.zst`` no manifest names."""
-        size = 0
         with self._blob_lock(sha, wait=True):
-            for p in (self.blob_path(sha), self.zst_path(sha), *self._tmp_names(sha)):
-                try:
-                    n = os.lstat(p).st_size
-                    fsops.unlink(p)
-                    size += n
-                except FileNotFoundError:
-                    continue
+            return self._delete_locked(sha)
+
+    def _delete_locked(self, sha: str) -> int:
+        """``delete_blob`` under the blob's lock: a blob a live pin names is kept (0 freed)."""
+        if self.pinned_by(sha):
+            # a transaction under way relies on it (``store`` pinned it under this lock); a link
+            # of a live file (a rolled-back run's original) is made a copy of its own first
+            with contextlib.suppress(OSError):
+                self.unshare(sha)
+            return 0
+        size = 0
+        for p in (self.blob_path(sha), self.zst_path(sha), *self._tmp_names(sha)):
+            try:
+                n = os.lstat(p).st_size
+                fsops.unlink(p)
+                size += n
+            except FileNotFoundError:
+                continue
         return size
+
+    def delete_blobs(self, shas: Iterable[str], needed, batch: int = 256,
+                     after_each=None) -> Dict[str, int]:
+        """Delete blobs a purge planned, digest → bytes freed (0: kept). A plan read earlier may
+        be stale: under the locks of each batch (taken in digest order, so two purges never wait
+        on each other), a blob is kept when a live pin names it or when ``needed()`` — the
+        manifests and journals read afresh, once a batch — names it. ``store`` pins under the
+        same lock and a transaction unpins only after its manifest is durable, so a transaction
+        that stored the bytes since the plan is seen one way or the other."""
+        todo = sorted(dict.fromkeys(s for s in shas if is_sha256(s)))
+        out: Dict[str, int] = {}
+        for i in range(0, len(todo), batch):
+            part = todo[i:i + batch]
+            with contextlib.ExitStack() as stack:
+                for sha in part:
+                    stack.enter_context(self._blob_lock(sha, wait=True))
+                keep = needed()
+                for sha in part:
+                    out[sha] = 0 if sha in keep else self._delete_locked(sha)
+                    if after_each is not None:
+                        after_each()  # a failpoint: a kill here is finished from the purge's intent
+        return out
 
     def size(self) -> int:
         """Bytes the vault holds: backups (blobs) and retired runs."""
