@@ -1454,6 +1454,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from tb_footprint_plugin import api
 
     try:
+        api.check_failpoints()  # a misspelt TB_FOOTPRINT_FAILPOINTS is refused before anything runs
         if args.command == "reduce":
             _reduce_positionals(args)
         _merge_names(args)

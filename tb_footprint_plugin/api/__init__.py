@@ -21,6 +21,7 @@ from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, 
                                                   known_vaults, operation_summary, own_manifests, remember_vault,
                                                   restorable_ops, summarize_operations, vault_problems)
 from tb_footprint_plugin.engine import health, lease, trust, usage
+from tb_footprint_plugin.engine.faults import check_env as check_failpoints
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import (CancelToken, Context, NoSpace, RunOutcome, TransactionError,
                                                 writing)
