@@ -4,13 +4,11 @@ open was a ranged read of its own (bench/vault.py: 96 GETs to restore 42 blobs o
 The window must never let ``check`` answer from memory, and expires."""
 import pytest
 
-from test_blobstore import KINDS, buckets, original, read, small_items, store  # noqa: F401 - fixtures
+from test_blobstore import buckets, original, read, small_items, store  # noqa: F401 - the store fixtures
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.storage import blobstore
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
 from tb_footprint_plugin.storage.store import CountingStore
-
-assert KINDS
 
 
 def test_reading_a_packs_small_blobs_in_order_twice_costs_a_read_per_window_not_one_per_blob(store):
@@ -55,3 +53,28 @@ def test_a_forget_drops_the_window(store):
     with pytest.raises(BlobFailure) as ei:
         read(bs, items[2].sha)
     assert ei.value.code == BlobError.MISSING
+
+
+def test_threads_opening_blobs_of_different_packs_each_get_their_own_bytes(store):
+    import random
+    import threading
+
+    items = small_items(40)
+    refs = BlobStore(store, pack_target=6_000).add(items)
+    assert len({r.key for r in refs}) >= 3
+    bs = BlobStore(store)
+    wrong = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(30):
+            item = rng.choice(items)
+            if read(bs, item.sha) != original(item):
+                wrong.append(item.sha)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
