@@ -518,8 +518,10 @@ def bucket_bench(n: int, templates, workers: int, timeout: float, small: bool = 
         if "shards" in parts:
             row["objects"] = _bucket_upload(bucket, "b", n, templates)
         row["upload_s"] = time.perf_counter() - t
-        print(f"\nbucket: {n} runs x {len(templates[0])} objects, twice (s3://{bucket.name}/a and /b), "
-              f"uploaded to moto in {row['upload_s']:.1f} s", flush=True)
+        where = " and ".join(f"s3://{bucket.name}/{p}" for p, part in (("a", "requests"), ("b", "shards"))
+                             if part in parts)
+        print(f"\nbucket: {n} runs x {len(templates[0])} objects at {where}, uploaded to moto in "
+              f"{row['upload_s']:.1f} s", flush=True)
         time.sleep(1.1)  # listing mtimes have 1 s resolution: "now" past every upload
         if "requests" in parts:
             url = bucket.url("a")
