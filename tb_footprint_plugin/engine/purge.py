@@ -9,7 +9,11 @@ unfinished one needs is never deleted.
 
 A purge first records its intent (which blobs) in the operation's log, then deletes the
 blobs, then marks the manifest purged; a purge killed at any point is finished by the next
-start from that intent, so no blob is ever left belonging to nothing. Blobs offloaded to a
+start from that intent, so no blob is ever left belonging to nothing. The plan is read before
+the deletions: under the blobs' locks each is checked again (``Vault.delete_blobs``) and kept
+when a transaction under way pinned it or a manifest written since names it (another reduce
+backed up the same bytes, in this logdir or another sharing the vault); it is reported as kept
+and not counted as freed. Blobs offloaded to a
 remote vault (``engine.offload``) are forgotten by its blob store after the manifests are
 marked and before the purge is logged as done, so a kill in between forgets them again at the
 next start (forgetting is idempotent).

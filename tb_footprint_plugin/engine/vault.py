@@ -5,6 +5,7 @@ Layout (``<vault>`` is ``<logdir>/.tb-footprint`` unless ``--backup-dir`` says o
     <vault>/blobs/ab/abcdef…   sha256-named originals (never a 'tfevents' name)
     <vault>/ops/<op_id>.json   manifest of one operation
     <vault>/tmp/<op_id>/       scratch space for verification views
+    <vault>/tmp/<op_id>/pins/  one empty file per blob a transaction under way relies on
 
 On the same filesystem a backup is a hard link: no copy, no extra space, and the original
 name stays in place until the transaction's swap removes it (a copy when the blob's ``.zst``
@@ -27,6 +28,11 @@ exclusive ``flock`` on ``compact/<sha>.lock`` for the whole of it (busy: the blo
 a temp name of its own per attempt, and the plain blob is unlinked only when the ``.zst`` name
 is still the inode that was verified. A plain blob is never removed unless it hashes to its
 name, nor a ``.zst`` unless the plain one does (a plain that grew is a late writer's: salvage's).
+A transaction's ``store`` pins each digest under the blob's lock (``pin_blob``); every deletion
+(``delete_blob``, ``delete_blobs``, ``drop_local``) and compaction takes the same lock and leaves
+a digest a live pin names, so no process sharing the vault, whatever its logdir, takes a backup
+another relies on. The pins go when the transaction commits (its manifest durable) or rolls back,
+or at the next start that finds it settled (``engine.upkeep``).
 Every reader goes through ``open_blob`` / ``check_blob`` / ``restore_blob`` / ``materialise``,
 which read either form, and the ``.zst`` when the plain blob beside it does not verify.
 
