@@ -234,3 +234,38 @@ def test_a_killed_transactions_pins_are_cleared_once_recovery_settled_it(tmp_pat
     api.recover_logdir(str(logdir), backup_dir=str(vault))
     assert not list(journal.glob("*.jsonl"))
     assert pins(vault) == {}
+
+
+_KILL_PURGE = """
+import sys
+from tb_footprint_plugin import api
+api.purge(sys.argv[1], yes=True, backup_dir=sys.argv[2])
+"""
+
+
+def test_a_purge_finished_at_the_next_start_keeps_what_a_reduce_under_way_relies_on(tmp_path):
+    """Logdir ``b`` (same vault, same bytes as ``a``) is mid-transaction (swapped, not committed)
+    when a purge of ``a`` is killed after its intent and ``a``'s next start finishes it from that
+    intent (``upkeep``/``finish_purges``): the pinned blobs stay, ``a``'s manifest is marked
+    purged, and ``b`` restores byte for byte."""
+    vault = tmp_path / "vault"
+    a, b = copy_real(FIXTURE, tmp_path / "a"), copy_real(FIXTURE, tmp_path / "b")
+    before_b = user_files(b)
+    reduce(a, vault)
+    shared = shas_of(a, vault)
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="purge.intent=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    settled = []
+
+    def kill_purge_then_start_a():
+        # (a start of b, before its transaction, would finish the purge itself: the vault is shared)
+        p = subprocess.run([sys.executable, "-c", _KILL_PURGE, str(a), str(vault)], env=env, timeout=300)
+        assert p.returncode == -9
+        settled.append(api.recover_logdir(str(a), backup_dir=str(vault)))
+    once("reduce.swap", kill_purge_then_start_a)
+    reduce(b, vault)
+    assert any(o.code == Finding.PURGE_FINISHED for o in settled[0]), [o.to_dict() for o in settled[0]]
+    (ma,) = [m for m in api.operations(str(a), backup_dir=str(vault)) if m.get("kind") == "reduce"]
+    assert ma.get("backup_purged")
+    assert all(Vault(str(vault)).check_blob(s) for s in shared)
+    restore_exact(b, vault, before_b)
