@@ -40,7 +40,8 @@ object is deleted; an ``add`` that finds a blob stored lists it again in its own
 open: the milliseconds between that last listing and the delete.
 
 Each instance caches the index it listed (memory grows with the number of blobs, never with their
-bytes; ``reload`` lists it again) and may serve several threads. ``open`` of a packed blob reads
+bytes; ``reload`` lists it again, reading only the index objects this process has not parsed in
+that version yet) and may serve several threads. ``open`` of a packed blob reads
 ``PACK_READ`` bytes of its pack from the blob on and serves the blobs after it from that window
 for ``WINDOW_SECONDS`` (each still hashed): a restore of a run's small files is a request per
 window, not one per file; ``check`` always reads the store. ``forget([])`` merges the index
@@ -367,6 +368,37 @@ def _row(ref: BlobRef, owners: Iterable[str]) -> list:
     return [ref.sha, ref.size, ref.key, ref.offset, ref.length, ref.form, sorted(owners)]
 
 
+# Index objects already parsed in this process, by store location and key, with the listing's
+# version and size when read: an index object is written once and never changed, so a reload
+# (each offload takes a fresh BlobStore) reads only the ones it has not seen; without this the
+# k-th offload of a batch read all k index objects back (N runs: N(N+1)/2 GETs). Bounded by what
+# the stores' index/ folders list now: keys gone from a listing are dropped.
+_PARSED: Dict[Tuple[str, str], Tuple[str, int, dict]] = {}
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed_index(loc: Optional[str], e) -> Optional[dict]:
+    if loc is None or not e.version:
+        return None
+    with _PARSED_LOCK:
+        got = _PARSED.get((loc, e.key))
+    return got[2] if got is not None and (got[0], got[1]) == (e.version, e.size) else None
+
+
+def _remember_index(loc: Optional[str], e, doc: dict) -> None:
+    if loc is not None and e.version:
+        with _PARSED_LOCK:
+            _PARSED[(loc, e.key)] = (e.version, e.size, doc)
+
+
+def _forget_unlisted_indexes(loc: Optional[str], listed: Set[str]) -> None:
+    if loc is None:
+        return
+    with _PARSED_LOCK:
+        for k in [k for k in _PARSED if k[0] == loc and k[1] not in listed]:
+            del _PARSED[k]
+
+
 class BlobStore:
     """Content-addressed blobs on ``store`` (see the module docstring): ``add`` verified originals,
     ``open``/``check`` them by sha256, ``forget`` those no longer needed."""
@@ -398,13 +430,20 @@ class BlobStore:
         failure raises ``BlobFailure(STORE)`` rather than leave a partial index cached."""
         docs: Dict[str, dict] = {}
         damaged: List[dict] = []
+        loc = str(getattr(self.store, "location", "")) or None
         for e in self.store.list(INDEX):
             if not _INDEX.match(e.key):
                 continue  # not an index name this layout writes
+            seen = _parsed_index(loc, e)
+            if seen is not None:
+                docs[e.key] = seen
+                continue
             try:
                 doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
                 if not (isinstance(doc, dict) and doc.get("v") == 1 and isinstance(doc.get("blobs"), list)):
                     raise ValueError("not a blob index (v1)")
+                # only the listing's version of the object is remembered: if it changes, it is read again
+                _remember_index(loc, e, doc)
             except (ValueError, UnicodeDecodeError, StoreFailure) as err:
                 if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
                     continue  # deleted since the listing (a forget elsewhere)
@@ -431,6 +470,7 @@ class BlobStore:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": key,
                                 "message": f"{key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
+        _forget_unlisted_indexes(loc, set(docs) | {d["key"] for d in damaged})
         with self._lock:
             self._window = None
             self._refs, self._more, self._owners = refs, more, owners
