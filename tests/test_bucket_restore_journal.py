@@ -83,7 +83,10 @@ def test_a_bucket_restore_journals_every_put_back_before_the_first_and_removes_i
 
 
 def test_a_restore_stopped_midway_is_finished_at_the_next_start_without_rewriting_what_is_back(
-        s3_bucket, rewrite_logdir, monkeypatch):
+        bucket, rewrite_logdir, monkeypatch):
+    """On every store: what is back already is recognised by the store's checksums (not put back
+    again, and not taken for a file written again at the name)."""
+    s3_bucket = bucket
     prefix, url, before, op_id, manifest = _reduced(s3_bucket, rewrite_logdir)
     reduced = _hashes(s3_bucket, prefix)
     _stop_after_first_put_back(url)
@@ -93,13 +96,14 @@ def test_a_restore_stopped_midway_is_finished_at_the_next_start_without_rewritin
     assert back
     assert api.status(url)["unfinished_operations"] == [op_id]
     copied = []
-    real_copy = remote._S3Ops.copy
+    ops_class = type(RemoteFS(url).ops)
+    real_copy = ops_class.copy
 
     def spy(self, src, dst, **kw):
         copied.append(dst)
         return real_copy(self, src, dst, **kw)
 
-    monkeypatch.setattr(remote._S3Ops, "copy", spy)
+    monkeypatch.setattr(ops_class, "copy", spy)
     (o,) = api.recover_logdir(url)
     assert o.action == Recovery.COMPLETED and o.op_id == op_id, (o.action, o.detail)
     assert _hashes(s3_bucket, prefix) == before
@@ -107,7 +111,8 @@ def test_a_restore_stopped_midway_is_finished_at_the_next_start_without_rewritin
     assert copied and not rel & back, (rel, back)  # what was back already is not put back again
     assert not api.status(url)["unfinished_operations"]
     assert not RemoteFS(url).list_tree(f"{STATE}/locks")
-    assert [m["status"] for m in api.operations(url) if m.get("op_id", m.get("op")) == op_id] in (["restored"], [])
+    m = json.loads(RemoteFS(url).read_bytes(f"{STATE}/manifests/{op_id}.json"))
+    assert m["status"] == "restored" and not m.get("not_restored"), m.get("not_restored")
     assert api.restore(url) == []  # nothing left to restore
 
 
@@ -175,3 +180,29 @@ def test_the_cli_refuses_a_misspelt_failpoint_before_anything_runs(tmp_path, mon
     rc = cli.main(["reduce", str(logdir), "--policy", "archive", "--quiet-period", "0", "--yes"])
     assert rc == cli.EXIT_FAILED
     assert sorted(p.name for p in logdir.iterdir()) == ["run"]  # no state written, nothing changed
+
+
+def test_a_restore_a_store_error_stops_midway_keeps_its_journal_and_the_next_start_finishes_it(
+        s3_bucket, rewrite_logdir, monkeypatch):
+    """Not only a crash: a failed request after the first put-back leaves the journal (and the
+    run's lock) for the next start, and says so; the next start finishes the restore."""
+    prefix, url, before, op_id, manifest = _reduced(s3_bucket, rewrite_logdir)
+    real_copy = remote._S3Ops.copy
+    calls = []
+
+    def second_fails(self, src, dst, **kw):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise remote.RemoteError("unavailable", "store unavailable (injected)")
+        return real_copy(self, src, dst, **kw)
+
+    monkeypatch.setattr(remote._S3Ops, "copy", second_fails)
+    (r,) = api.restore(url)
+    monkeypatch.setattr(remote._S3Ops, "copy", real_copy)
+    assert r.status == Outcome.FAILED and "next start" in r.reason, r.reason
+    assert api.status(url)["unfinished_operations"] == [op_id]
+    assert RemoteFS(url).list_tree(f"{STATE}/locks")  # the journal keeps the run locked
+    (o,) = api.recover_logdir(url)
+    assert o.action == Recovery.COMPLETED, (o.action, o.detail)
+    assert _hashes(s3_bucket, prefix) == before
+    assert not api.status(url)["unfinished_operations"] and not RemoteFS(url).list_tree(f"{STATE}/locks")

@@ -94,9 +94,13 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
     st = BucketState(rfs)
     locks: List[str] = []
+    # named by the operation restored: another restore of it in this process keeps it (its lock
+    # stays live to every check here) and the one that added it takes it out
+    mine = op_id not in ACTIVE_OPS
     ACTIVE_OPS.add(op_id)
     if not lock_runs(st, [run], op_id, locks, out):
-        ACTIVE_OPS.discard(op_id)
+        if mine:
+            ACTIVE_OPS.discard(op_id)
         return out
     lock_path = locks[0]
     manifest_version = manifest.get("_version")
@@ -231,7 +235,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             out.reason += "; the journal is kept and the next start finishes the restore"
         return out
     finally:
-        ACTIVE_OPS.discard(op_id)
+        if mine:
+            ACTIVE_OPS.discard(op_id)
         ours = unlock_versions(lock_path)
         if ours and jpath is None:  # a kept journal keeps its lock until it is settled
             rfs.ops.delete([lock_path], versions=ours)

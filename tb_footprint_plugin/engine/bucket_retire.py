@@ -365,6 +365,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     # the locks and the journal are named by the retirement restored (a lock naming it is not
     # taken over while its journal stands, and purge leaves its copies alone)
     held_as = m["op"]
+    mine = held_as not in ACTIVE_OPS  # another restore of it in this process keeps it live
     ACTIVE_OPS.add(held_as)
     locks: List[str] = []
     jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
@@ -438,7 +439,8 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                            f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
         return out
     finally:
-        ACTIVE_OPS.discard(held_as)
+        if mine:
+            ACTIVE_OPS.discard(held_as)
         ours, versions = unlock_all(locks)
         if jpath is None:  # a kept journal keeps its locks until it is settled
             try:
