@@ -206,3 +206,18 @@ def test_a_restore_a_store_error_stops_midway_keeps_its_journal_and_the_next_sta
     assert o.action == Recovery.COMPLETED, (o.action, o.detail)
     assert _hashes(s3_bucket, prefix) == before
     assert not api.status(url)["unfinished_operations"] and not RemoteFS(url).list_tree(f"{STATE}/locks")
+
+
+def test_a_manifest_naming_a_file_outside_its_run_is_refused_before_any_journal_or_put_back(
+        s3_bucket, rewrite_logdir):
+    """The journal is written from the manifest: one naming a key outside its run (which the next
+    start would refuse to act on, leaving a half-done restore) is refused before anything moves."""
+    prefix, url, before, op_id, manifest = _reduced(s3_bucket, rewrite_logdir)
+    reduced = _hashes(s3_bucket, prefix)
+    manifest["files"][-1]["path"] = "exp/hist/" + manifest["files"][-1]["path"].rsplit("/", 1)[-1]
+    s3_bucket.fs.pipe_file(s3_bucket.key(f"{prefix}/{STATE}/manifests/{op_id}.json"), json.dumps(manifest).encode())
+    outs = api.restore(url)
+    assert [o.status for o in outs] == [Outcome.FAILED] and "outside its run" in outs[0].reason, \
+        [(o.status, o.reason) for o in outs]
+    assert _hashes(s3_bucket, prefix) == reduced
+    assert not api.status(url)["unfinished_operations"] and not RemoteFS(url).list_tree(f"{STATE}/locks")

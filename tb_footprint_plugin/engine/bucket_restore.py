@@ -32,6 +32,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     must_delete_versioned,
     now_s,
     run_listing,
+    run_prefix,
     unlock_versions,
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, staged_match, stream_digest
@@ -112,6 +113,10 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         for f in manifest["files"]:  # every key checked before the journal and the first put-back
             if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
                 raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
+            # the journal written from it must be one the next start acts on: keys inside the run
+            if not str(f["path"]).startswith(run_prefix(run)) or \
+                    (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
+                raise BucketTxnError(Failure.REFUSED, f"manifest of {op_id} names a file outside its run {run!r}")
             rfs.path(f["path"])
             if f.get("final"):
                 rfs.path(f["final"])
