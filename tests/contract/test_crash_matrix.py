@@ -284,6 +284,31 @@ def test_sigkill_of_the_cli_is_settled(store, step, place_of):
     settled(p, "reduce", original, start, done)
 
 
+#: a real SIGKILL of ``tb-footprint restore`` after its first put-back on an object store: the
+#: lock of a dead process and the journal stay, and the next start (another process) finishes it
+KILLED_RESTORES = [("s3", "restore", "restore.file"), ("gs", "unretire", "unretire.mid_move")]
+CLI_RESTORE = {"restore": ["restore", "{url}", "--all", "--yes"], "unretire": ["restore", "{url}", RUN, "--yes"]}
+
+
+@pytest.mark.parametrize("store,verb,step", KILLED_RESTORES)
+def test_sigkill_of_a_bucket_restore_is_finished_at_the_next_start(store, verb, step, place_of):
+    _reached, original, start, done = clean_run(store, verb, place_of)
+    p = place_of(store, verb)
+    assert setup(p, verb) == start
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [a.format(url=p.url) for a in CLI_RESTORE[verb]]
+    r = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli"] + cmd, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    assert _unfinished(p)
+    assert p.user() not in (start, done)  # half restored
+    outs = api.recover_logdir(p.url, p.backup)
+    assert [o.action for o in outs] == ["completed"], [(o.action, o.detail) for o in outs]
+    assert p.user() == done
+    settled(p, verb, original, start, done)
+
+
 def test_vocabulary_refuses_undeclared_names(monkeypatch):
     """A misspelt failpoint fails at once: in ``hit``, in ``arm`` and in the environment."""
     with pytest.raises(faults.UnknownFailpoint, match="reduce.swapp"):
