@@ -1,4 +1,10 @@
-"""``tb-footprint``: the command line over the same library API the TensorBoard plugin uses."""
+"""``tb-footprint``: the command line over the same library API the TensorBoard plugin uses.
+
+Why one module: the command line is one ``argparse`` tree whose subcommands
+share their options (``_common``, ``_filters``, ``_selectors``), their output (text or
+``--json``) and their consent and progress helpers; each subcommand is a thin caller of the API,
+and the length is help texts and printing, not logic.
+"""
 from __future__ import annotations
 
 import argparse
