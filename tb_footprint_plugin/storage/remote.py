@@ -14,6 +14,11 @@ Listing is one recursive paginated listing of the logdir prefix (``list_objects_
 delimiter on S3, ``objects.list`` without a delimiter on GCS, a flat ``list_blobs`` on Azure):
 never a walk one directory level at a time. Event files are read by ranged GETs of one CHUNK
 each through :class:`RangedReader`, never copied to local disk.
+
+Why one module: one client, ``RemoteFS`` over fsspec, with its request
+counting (``RequestStats``), its per-store operations (``_S3Ops``, ``_GCSOps``, ``_AzureOps``) and
+its failure codes (``RemoteError``); every object-store request goes through it, so the request
+economy and the error vocabulary of s3, gs and az are kept in one place.
 """
 from __future__ import annotations
 
