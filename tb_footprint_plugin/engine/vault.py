@@ -43,6 +43,12 @@ in the bucket, and once the store has read each one back and verified it, a reco
 unlinked. Every reader above falls back to the bucket for a digest that has such a record and no
 local form: the bytes are streamed from the store and refused
 unless they hash to the digest (``remote_vault.RemoteReadError``, with a code).
+
+Why one module: the vault is one on-disk format — content-addressed blobs
+(hard links, verified copies, compacted ``.zst``), manifests, compaction and the ownership checks
+(``refuse_unless_ours``) — and every reader and writer of it must agree on that format; the
+offloaded blobs (``offload``, ``remote_vault``) and the operation log (``oplog``) are modules of
+their own.
 """
 from __future__ import annotations
 
