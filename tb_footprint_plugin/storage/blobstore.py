@@ -55,6 +55,11 @@ helpers would have to become public names of another module.
 Tests inject crashes through ``FAILPOINT`` (module level) or the ``failpoint`` argument: a
 callable given the name of the step just done (``STEPS``); storage never imports the engine's
 fault machinery.
+
+Why one module: one content-addressed format on any ``Store`` — blobs,
+packs and index objects — where add, read, check and forget must agree on the same index rules
+(written before a ref exists, damaged ones named); apart, the rule forget trusts could drift from
+the one add writes.
 """
 from __future__ import annotations
 
