@@ -18,6 +18,10 @@ copy checked out. Either way a file is always whole in one place or the other, s
 Every file's sha256 is taken before anything moves (a cancellable step), so a restore proves
 the run came back byte for byte (``tree_sha256``). A run being written (a file changed within
 the quiet period, or while it is being retired) is never retired.
+
+Why one module: one journaled operation — a run's tree moved into the
+vault, verified, committed — with its exact inverse (``unretire``), its rollback, its recovery
+and its purge, whose steps and journal records must match one for one.
 """
 from __future__ import annotations
 
