@@ -44,6 +44,11 @@ record, in file order, so bindings behave exactly as in a full parse. Limitation
 checks the envelope but does not parse the value payload (``TensorProto``, ``HistogramProto``,
 ...), so a record with an intact CRC whose payload alone is malformed protobuf is attributed to
 its tag instead of to ``events_other``.
+
+Why one module: one rule for where every framed byte of an event file
+lands (category, plugin, tag), with the fast path that decodes it in batches; the scan, the
+rewrite's selection and the verification count records by it, so every layer counts a record
+the same way.
 """
 from __future__ import annotations
 
