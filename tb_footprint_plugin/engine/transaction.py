@@ -7,6 +7,10 @@ as it was. The swap starts only after verification passed and is recorded; a cra
 is finished on recovery (every step is idempotent), or rolled back if anything no longer
 checks out. The same ``swap.rollback``/``swap.roll_forward`` code serves failures in process
 and recovery after a crash (``recovery``).
+
+Why one module: the reduce transaction is one sequence of steps
+(journal, back up, stage, verify, swap, commit) whose journal records and rollback must match one
+for one; kept together, each step's record and its undo are read side by side.
 """
 from __future__ import annotations
 
