@@ -32,6 +32,10 @@ share the work:
 
 Memory is bounded by the read size (1 MB, growing to 8 MB while batches hold fewer than 1,024
 records) plus the largest single record, twice (two buffers used in turn).
+
+Why one module: one wire format — the TFRecord framing (lengths, masked
+CRC32C), its reader (CRCs verified, records decoded in batches) and its writer; every reader of
+event bytes goes through it.
 """
 from __future__ import annotations
 
