@@ -420,18 +420,9 @@ def test_every_subpackage_ships():
 LONG_MODULE_LINES = 500
 #: the paragraph of the module docstring that says it
 WHY_ONE_MODULE = "Why one module:"
-#: long modules whose paragraph is still to be written, each with why it is not there yet (their
-#: owners were changing them when the rule came in; a docstring-only hunk is theirs to add).
-WHY_PENDING: Dict[str, str] = {
-    "cli": "being changed by its owner (vault lifecycle command) when the rule came in",
-    "storage.remote": "being changed by its owner (request economy) when the rule came in",
-    "engine.vault": "being changed by its owner (vault offload) when the rule came in",
-    "storage.blobstore": "new, being written by its owner when the rule came in",
-    "engine.retire": "failpoint names being renamed by their owner when the rule came in",
-    "engine.transaction": "failpoint names being renamed by their owner when the rule came in",
-    "scan.eventfile": "scan/* being changed by its owner when the rule came in",
-    "scan.tfrecord": "scan/* being changed by its owner when the rule came in",
-}
+#: long modules whose paragraph is still to be written, each with why it is not there yet (a
+#: module whose owner is changing it gets its paragraph from the owner, as a docstring-only hunk).
+WHY_PENDING: Dict[str, str] = {}
 
 
 def says_why_one_module(source: str) -> bool:
