@@ -145,7 +145,10 @@ class FaultyProxy:
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD's answer has no body but says the object's size: pass the server's on
+                # (len(data) is 0 there, and every stat through the proxy read size 0)
+                size = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", size if size is not None else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -511,6 +511,20 @@ def s3_via_proxy(s3_bucket, monkeypatch):
         proxy.stop()
 
 
+def test_the_fault_proxy_passes_an_objects_size_on_a_head(s3_via_proxy):
+    """A HEAD has no body but names the object's size: the proxy must pass the server's on, or
+    every stat through it reads 0 bytes (the benches that count requests through it saw every
+    lone blob's read-back as empty)."""
+    import fsspec
+
+    bucket, proxy = s3_via_proxy
+    bucket.fs.pipe_file(bucket.key("sized/object.bin"), b"x" * 12345)
+    via = fsspec.filesystem("s3", skip_instance_cache=True, client_kwargs={"endpoint_url": proxy.endpoint})
+    heads = proxy.counts.get("head", 0)
+    assert via.info(bucket.key("sized/object.bin"))["size"] == 12345
+    assert proxy.counts.get("head", 0) == heads + 1, proxy.counts  # it was the HEAD's answer
+
+
 def _is_backup_copy(method, path):
     return method == "PUT" and "/.tb-footprint/blobs/" in path
 
