@@ -24,7 +24,7 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import is_op_id
+from tb_footprint_plugin.storage.paths import is_op_id, plausible_mtime_ns
 
 
 def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
@@ -162,8 +162,7 @@ def remove_scratch(vault: Vault, op_id: str) -> None:
 def recorded_mtime_ns(rec: dict) -> Optional[int]:
     """A record's ``mtime_ns`` when it is a plausible integer (records are untrusted input;
     records written before it was kept have only the float ``mtime``)."""
-    ns = rec.get("mtime_ns")
-    return ns if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 63 else None
+    return plausible_mtime_ns(rec.get("mtime_ns"))
 
 
 def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:

@@ -72,7 +72,8 @@ from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, 
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, is_state_name, other_users_state_dirs
+from tb_footprint_plugin.storage.paths import (is_op_id, is_sha256, is_state_name, other_users_state_dirs,
+                                               plausible_mtime_ns)
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
                                                  untrusted_in, user_name)
 from tb_footprint_plugin.storage.regular import open_regular
@@ -396,8 +397,7 @@ class Vault:
                 if stat.S_ISREG(st.st_mode):
                     return st.st_mtime_ns
         rec = remote_vault.read_record(self.root, sha)
-        ns = rec.get("mtime_ns") if rec is not None else None
-        return ns if isinstance(ns, int) and not isinstance(ns, bool) and ns >= 0 else None
+        return plausible_mtime_ns(rec.get("mtime_ns")) if rec is not None else None
 
     def zst_header_ok(self, sha: str, size: int) -> bool:
         """Cheap check of a compressed blob (no decompression): a zstd frame header that

@@ -174,6 +174,12 @@ def is_sha256(value) -> bool:
     return isinstance(value, str) and SHA256_RE.match(value) is not None
 
 
+def plausible_mtime_ns(value) -> Optional[int]:
+    """``value`` when it can be a file's ``st_mtime_ns`` (an int in [0, 2**63), not a bool), else
+    None: a time read from a record (untrusted input) before ``os.utime`` is given it."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63 else None
+
+
 def safe_rel(rel) -> str:
     """``rel`` if it is a relative path that stays below its root (no ``..``, not absolute,
     no NUL, not empty); ``UnsafePath`` otherwise. ``.`` (the root itself) is allowed."""
