@@ -24,16 +24,26 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome, Recovery
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "old_state"
+#: the state of each landed version kept as a fixture: the latest (made by ``old_state/make.py``)
+#: and the one before it (``old_state_fdcba4e``, the first this test read), each read by today's code
+FIXTURES = [Path(__file__).resolve().parents[1] / "fixtures" / name for name in ("old_state", "old_state_fdcba4e")]
+
+
+@pytest.fixture(params=FIXTURES, ids=lambda p: p.name)
+def old(request) -> Path:
+    """One fixture folder (the run's state as that commit wrote it)."""
+    return request.param
 STATE = ".tb-footprint"
 SETTLED = (Recovery.COMPLETED, Recovery.ROLLED_BACK)
 
 
-def _load(*parts) -> dict:
-    with open(FIXTURE.joinpath(*parts), encoding="utf-8") as f:
+def _load(base: Path, *parts) -> dict:
+    with open(base.joinpath(*parts), encoding="utf-8") as f:
         return json.load(f)
 
 
@@ -48,11 +58,11 @@ def _is_state_json(rel: str) -> bool:
     return rel.endswith((".json", ".jsonl")) and "blobs" not in parts and "files" not in parts and "kept" not in parts
 
 
-def _local_copy(tmp_path: Path) -> tuple:
+def _local_copy(base: Path, tmp_path: Path) -> tuple:
     """The local shape copied to tmp_path/local, as if written there; returns (logdir, meta)."""
-    meta = _load("local", "meta.json")
+    meta = _load(base, "local", "meta.json")
     root = tmp_path / "local"
-    shutil.copytree(FIXTURE / "local", root, symlinks=True)
+    shutil.copytree(base / "local", root, symlinks=True)
     old_root, new_root = os.path.dirname(meta["logdir"]), str(root)
     for top in (root / "logs" / STATE, root / "vault2"):
         for dirpath, _, names in os.walk(top):
@@ -93,21 +103,21 @@ def _logdir_files(logdir) -> dict:
     return out
 
 
-def test_fixture_is_small_and_names_its_commit():
+def test_fixture_is_small_and_names_its_commit(old):
     """The fixture stays small (≤ 2 MB) and says which commit wrote it."""
-    total = sum(p.stat().st_size for p in FIXTURE.rglob("*") if p.is_file())
+    total = sum(p.stat().st_size for p in old.rglob("*") if p.is_file())
     assert total <= 2_000_000, total
-    made = _load("made_with.json")
+    made = _load(old, "made_with.json")
     assert len(made["commit"]) == 40 and int(made["commit"], 16) >= 0
 
 
-def test_old_local_state_recovers_lists_restores_and_purges(tmp_path):
+def test_old_local_state_recovers_lists_restores_and_purges(old, tmp_path):
     """On a disk: the killed reduction is settled, status and history list every operation (a
     purged one as purged), the retired run, the second vault and the ledger; restore of everything
     gives back every original file byte-identical with its mode and mtime (the restored-over-late-
     records run as the old restore left it, the purged run reduced); a restored operation is purged, the others' backups stay."""
-    logdir, meta = _local_copy(tmp_path)
-    expected = _load("local", "expected.json")
+    logdir, meta = _local_copy(old, tmp_path)
+    expected = _load(old, "local", "expected.json")
     journals = os.listdir(os.path.join(logdir, STATE, "journal"))
     assert len(journals) == 1
     killed = journals[0].split(".")[0]
@@ -160,20 +170,20 @@ def test_old_local_state_recovers_lists_restores_and_purges(tmp_path):
     assert _logdir_files(logdir) == now
 
 
-def test_old_bucket_state_recovers_lists_restores_and_purges(s3_bucket):
+def test_old_bucket_state_recovers_lists_restores_and_purges(old, s3_bucket):
     """On S3: the batch killed before its delete record is settled, status and history list every
     operation and the ledger, restore of everything gives back every original object
     byte-identical (the restored-over-late-records run as the old restore left it, its kept
     object listed), and a restored operation is purged."""
-    meta = _load("bucket", "meta.json")
-    expected = _load("bucket", "expected.json")
+    meta = _load(old, "bucket", "meta.json")
+    expected = _load(old, "bucket", "expected.json")
     name = meta["url"].split("/")[2]
     # the state names its bucket (journals, manifests, the ledger): the same name on this server
     if s3_bucket.fs.exists(name):
         s3_bucket.fs.rm(name, recursive=True)
     s3_bucket.fs.mkdir(name)
     s3_bucket.name = name
-    url = s3_bucket.upload(FIXTURE / "bucket" / "logs", "logs")
+    url = s3_bucket.upload(old / "bucket" / "logs", "logs")
     assert url == meta["url"]
     journals = [k for k in s3_bucket.hashes("logs") if k.startswith(f"{STATE}/journal/")]
     assert len(journals) == 1
