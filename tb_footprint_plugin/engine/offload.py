@@ -31,7 +31,6 @@ import contextlib
 import errno
 import fcntl
 import functools
-import json
 import os
 import re
 import secrets
@@ -39,14 +38,13 @@ import threading
 from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.engine import faults, remote_vault
-from tb_footprint_plugin.engine.vault import Vault, VaultError
+from tb_footprint_plugin.engine.vault import Vault, VaultError, read_notes
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.stores import open_store
 from tb_footprint_plugin.storage.remote import is_bucket_url, split_scheme
 
@@ -118,25 +116,8 @@ def note_offload(vault: Vault, op_id: str, shas: Iterable[str]) -> None:
 
 
 def pending_offloads(vault: Vault) -> Dict[str, List[str]]:
-    """op id → digests of offloads noted and not finished (untrusted: only op ids and digests of
-    the right form are taken, never through a link; an unreadable note names nothing)."""
-    out: Dict[str, List[str]] = {}
-    folder = os.path.join(vault.root, "offload")
-    try:
-        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
-    except OSError:
-        return out
-    for n in names:
-        if not n.endswith(".json") or not is_op_id(n[:-5]):
-            continue
-        try:
-            with open_regular(os.path.join(folder, n)) as f:
-                d = json.load(f)
-            blobs = d.get("blobs") if isinstance(d, dict) else None
-            out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
-        except (OSError, ValueError, RecursionError):
-            out[n[:-5]] = []
-    return out
+    """op id → digests of offloads noted and not finished (``vault.read_notes``)."""
+    return read_notes(os.path.join(vault.root, "offload"))
 
 
 def done_offload(vault: Vault, op_id: str) -> None:

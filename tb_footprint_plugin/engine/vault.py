@@ -204,6 +204,28 @@ def note_compaction(vault: "Vault", op_id: str) -> None:
         pass
 
 
+def read_notes(folder: str) -> Dict[str, List[str]]:
+    """op id → blob digests of the notes ``<op id>.json`` in ``folder`` (a compaction's, an
+    offload's): untrusted input, so only op ids and digests of the right form are taken, never
+    through a link; an unreadable note names nothing."""
+    out: Dict[str, List[str]] = {}
+    try:
+        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
+    except OSError:
+        return out
+    for n in names:
+        if not n.endswith(".json") or not is_op_id(n[:-5]):
+            continue
+        try:
+            with open_regular(os.path.join(folder, n)) as f:
+                d = json.load(f)
+            blobs = d.get("blobs") if isinstance(d, dict) else None
+            out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
+        except (OSError, ValueError, RecursionError):
+            out[n[:-5]] = []
+    return out
+
+
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
@@ -708,25 +730,9 @@ class Vault:
         atomic_write_json(self._pending_path(op_id), {"op_id": op_id, "blobs": [s for s in shas if is_sha256(s)]})
 
     def pending_compactions(self) -> Dict[str, List[str]]:
-        """op id → blob digests of compactions noted and not finished (untrusted: only op ids and
-        digests of the right form are taken, never through a link)."""
-        out: Dict[str, List[str]] = {}
-        folder = os.path.join(self.root, "compact")
-        try:
-            names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
-        except OSError:
-            return out
-        for n in names:
-            if not n.endswith(".json") or not is_op_id(n[:-5]):
-                continue
-            try:
-                with open_regular(os.path.join(folder, n)) as f:
-                    d = json.load(f)
-                blobs = d.get("blobs") if isinstance(d, dict) else None
-                out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
-            except (OSError, ValueError, RecursionError):
-                out[n[:-5]] = []  # unreadable: nothing to compact from it; the note is dropped
-        return out
+        """op id → blob digests of compactions noted and not finished (``read_notes``; an
+        unreadable note names nothing to compact, and is dropped)."""
+        return read_notes(os.path.join(self.root, "compact"))
 
     def done_compaction(self, op_id: str) -> None:
         """Drop an operation's compaction note once every blob it names is settled."""
