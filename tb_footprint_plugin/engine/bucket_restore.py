@@ -84,6 +84,21 @@ def start_journal(st: BucketState, path: str, doc: dict) -> None:
                              "(its journal is there); run `tb-footprint recover` first") from None
 
 
+def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
+    """After a restore (or unretire) failed: its journal goes when nothing was put back yet (the
+    run is as it was), else it stays and ``out.reason`` says the next start finishes the restore.
+    Returns the journal's path while it stands (its lock stays with it), else None."""
+    if jpath is not None and not started:
+        try:
+            must_delete(rfs, [jpath])
+            jpath = None
+        except (BucketTxnError, RemoteError):
+            pass
+    if jpath is not None:
+        out.reason += "; the journal is kept and the next start finishes the restore"
+    return jpath
+
+
 def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
     checksums, and mark the manifest restored. An original key that exists again is left alone
@@ -230,14 +245,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         return out
     except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
         out.reason, out.code = str(e), failure_code(e)
-        if jpath is not None and not started:  # nothing put back: the run is as it was
-            try:
-                must_delete(rfs, [jpath])
-                jpath = None
-            except (BucketTxnError, RemoteError):
-                pass
-        if jpath is not None:
-            out.reason += "; the journal is kept and the next start finishes the restore"
+        jpath = settle_failed_journal(rfs, jpath, started, out)
         return out
     finally:
         if mine:

@@ -50,7 +50,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     unlock_all,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_restore import journal_path, restore_journal, start_journal
+from tb_footprint_plugin.engine.bucket_restore import (journal_path, restore_journal, settle_failed_journal,
+                                                        start_journal)
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.vault import who
@@ -422,14 +423,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
             jpath = None
         except (BucketTxnError, RemoteError, ValueError) as e:
             out.reason, out.code = str(e), failure_code(e)
-            if jpath is not None and not started:  # nothing put back: the run is as it was
-                try:
-                    must_delete(rfs, [jpath])
-                    jpath = None
-                except (BucketTxnError, RemoteError):
-                    pass
-            if jpath is not None:
-                out.reason += "; the journal is kept and the next start finishes the restore"
+            jpath = settle_failed_journal(rfs, jpath, started, out)
             return out
         out.status, out.code = Outcome.RESTORED, Finding.MTIME_NOT_KEPT
         out.reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
