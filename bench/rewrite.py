@@ -31,23 +31,27 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 
 # --- inputs ----------------------------------------------------------------------------------
-def make_event_file(run_dir: str, target_bytes: int) -> str:
+def make_event_file(run_dir: str, target_bytes: float, large_records: Optional[bool] = None) -> str:
     """A histogram-heavy run: two legacy histogram tags at every step (~8 KB records, like
     torch ``add_histogram`` of a weight tensor; ~0.7 KB below 100 MB so that a small file
     still has the >10,000 steps per tag dashboard-exact needs to drop anything), a scalar
-    every step and an image every 100 steps."""
+    every step and an image every 100 steps. ``large_records``: the ~8 KB records at any size
+    (bench/scale.py compares sizes with the same records, so only the amount of work differs)."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
 
     from tb_footprint_plugin import synth
 
     rng = random.Random(0)
-    if target_bytes >= 100e6:  # ~8 KB records: a weight tensor's histogram as torch writes it
+    if large_records is None:
+        large_records = target_bytes >= 100e6
+    if large_records:  # ~8 KB records: a weight tensor's histogram as torch writes it
         variants = [synth.legacy_histogram_proto([rng.gauss(0, 1 + i / 10) for _ in range(2000)])
                     for i in range(8)]
     else:  # ~0.7 KB records, so that a small file still has >10,000 steps per tag

@@ -701,34 +701,13 @@ def bucket_report(b: dict) -> bool:
 
 # --- cost grows with the work (item 3) and what the reduction buys TensorBoard (item 6) ---------
 def make_media_event_file(run_dir: str, target_bytes: float) -> str:
-    """A histogram/image event file of about ``target_bytes``: two histogram tags at every step
-    (~8 KB records, a weight tensor's histogram as torch writes it), a scalar every step and an
-    image every 100 steps — the same records at every size, so only the amount of work differs
-    (``bench/rewrite.py`` switches to ~0.7 KB records below 100 MB)."""
-    import random
+    """A histogram/image event file of about ``target_bytes``: bench/rewrite.py's generator with
+    its ~8 KB histogram records at every size, so only the amount of work differs."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from rewrite import make_event_file
 
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-
-    from tb_footprint_plugin import synth
-
-    rng = random.Random(0)
-    variants = [synth.legacy_histogram_proto([rng.gauss(0, 1 + i / 10) for _ in range(2000)]) for i in range(8)]
-    png = synth.make_png(32, 32, seed=1)
     os.makedirs(run_dir, exist_ok=True)
-    with synth.EventWriter(run_dir, style="torch") as w:
-        step = 0
-        while os.path.getsize(w.path) < target_bytes:
-            for _ in range(50):
-                wall = 1795990000.0 + step * 0.05
-                for t, tag in enumerate(("layer1/weight", "layer2/weight")):
-                    v = summary_pb2.Summary.Value(tag=tag, histo=variants[(step + t) % len(variants)])
-                    w.write_event(event_pb2.Event(wall_time=wall, step=step, summary=summary_pb2.Summary(value=[v])))
-                w.legacy_simple_value("loss", step, 1.0 / (step + 1), wall_time=wall)
-                if step % 100 == 0:
-                    w.legacy_image("sample", step, png, 32, 32, wall_time=wall)
-                step += 1
-            w._file.flush()
-        return w.path
+    return make_event_file(run_dir, target_bytes, large_records=True)
 
 
 def _age_tree(root: str) -> None:
