@@ -938,7 +938,8 @@ class BlobStore:
                 continue  # not a name this layout writes: not ours to delete
             if key in known_dead or key in repacked:
                 doomed.append(key)
-            elif now - e.mtime >= grace_seconds:
+            # a listing that says no time (0) says nothing of the object's age: young, kept
+            elif e.mtime > 0 and now - e.mtime >= grace_seconds:
                 doomed.append(key)
                 fig["leftovers_deleted"] += 1
             else:

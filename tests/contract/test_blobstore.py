@@ -443,6 +443,29 @@ def test_leftovers_of_an_unfinished_add_are_deleted_only_after_their_grace(store
     assert_all_readable(store, kept)
 
 
+class NoTimes(Wrapper):
+    """A store whose listing says no time (mtime 0.0, as ``storage.remote`` gives when a listing
+    carries none): an object's age is unknown."""
+
+    def list(self, prefix: str = ""):
+        import dataclasses
+
+        for e in self.inner.list(prefix):
+            yield dataclasses.replace(e, mtime=0.0)
+
+
+def test_a_leftover_whose_age_the_listing_does_not_say_is_kept_as_young(store):
+    """A listing without times must not make every unindexed object look decades old: an add in
+    another process between its upload and its index would lose its object to the grace rule."""
+    kept = small_items(3, seed=7)
+    BlobStore(store).add(kept)
+    with pytest.raises(Crash):
+        BlobStore(store, failpoint=crash_at("add.verified")).add([src(LONE_RANDOM)] + small_items(3, seed=8))
+    fig = BlobStore(NoTimes(store)).forget([])
+    assert (fig["leftovers_kept_young"], fig["leftovers_deleted"]) == (2, 0) and len(keys(store, "data")) == 3
+    assert_all_readable(store, kept)
+
+
 def test_forget_deletes_nothing_while_an_index_object_is_damaged(store):
     items = small_items(4)
     BlobStore(store).add(items)
