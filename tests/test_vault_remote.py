@@ -470,6 +470,30 @@ def test_a_store_failing_during_purge_is_named_and_finished_by_the_next_start(tm
     assert not any(remote_vault.blobstore(url, fresh=True).has(s) for s in shas) and not local_blobs(vault)
 
 
+def test_a_damaged_index_object_keeps_the_purge_unfinished_until_it_is_removed(tmp_path, s3_bucket):
+    """The blob store deletes nothing while one of its index objects is damaged: the purge then
+    says so, naming the object, and stays unfinished (its intent kept) instead of logging the
+    backups purged while their copies stay billed in the bucket; once the damaged object is gone
+    the next start finishes it."""
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("f"))
+    shas = set(local_blobs(vault))
+    url = offload.remote_url(vault)
+    bad = url.split("://", 1)[1] + "/index/" + "7" * 32 + ".json"
+    s3_bucket.fs.pipe_file(bad, b"{ not json")
+    with pytest.raises(OSError) as e:
+        api.purge(str(logdir), yes=True)
+    assert "7" * 32 in str(e.value) and "next start" in str(e.value), str(e.value)
+    assert all(remote_vault.blobstore(url, fresh=True).has(s) for s in shas)
+    assert all(remote_vault.has_record(vault.root, s) for s in shas)
+    s3_bucket.fs.rm(bad)
+    outs = api.recover_logdir(str(logdir))
+    assert any(o.code == "purge_finished" for o in outs), [vars(o) for o in outs]
+    assert not any(remote_vault.blobstore(url, fresh=True).has(s) for s in shas)
+    assert not any(remote_vault.has_record(vault.root, s) for s in shas)
+
+
 def test_hardlink_vault_format_offloads_the_plain_backups(tmp_path, s3_bucket):
     """No compaction (``vault_format="hardlink"``): the plain backups, whose originals left the
     logdir, go to the bucket after the writer check compaction makes."""

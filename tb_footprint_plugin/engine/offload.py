@@ -37,6 +37,7 @@ import secrets
 import threading
 from typing import Callable, Dict, Iterable, List, Optional
 
+from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults, remote_vault
 from tb_footprint_plugin.engine.vault import Vault, VaultError, read_notes
 from tb_footprint_plugin.storage import throttle as fsops
@@ -288,8 +289,15 @@ def _forget_locked(vault: Vault, shas: List[str]) -> int:
         except BlobFailure as e:  # an OSError for the callers: named, and finished by the next start
             raise remote_vault.RemoteReadError(e.code, url, f"{url}: the remote vault could not delete {len(group)} "
                                                f"purged backup(s) yet ({e}); the next start does it") from None
-        if fig.get("blocked_by_damaged_index"):
-            continue  # nothing was forgotten: the records stay, naming what the store still holds
+        blocked = fig.get("blocked_by_damaged_index")
+        if blocked:
+            # nothing was forgotten: the records stay, and so does the purge's intent (the next
+            # start tries again) — a purge that logged 'purged' here would leave the copies billed
+            raise remote_vault.RemoteReadError(
+                BlobError.DAMAGED_INDEX, url,
+                f"{url}: the remote vault kept {len(group)} purged backup(s): its index object(s) "
+                f"{', '.join(blocked[:3])} do not read, and nothing is deleted while one is damaged; "
+                "repair or remove them, then the next start finishes the purge")
         for sha in group:
             remote_vault.drop_record(vault.root, sha)
             n += 1
