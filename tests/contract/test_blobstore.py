@@ -7,49 +7,21 @@ objects skipped and named, corrupted objects found and refused, request economy 
 """
 import hashlib
 import io
-import itertools
 import json
 import os
 import tracemalloc
 
 import pytest
 
-from objstore_servers import Bucket
+from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from tb_footprint_plugin.codes import BlobError, StoreError
 from tb_footprint_plugin.storage import blobstore
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource, BlobStore
 from tb_footprint_plugin.storage.store import CountingStore, DeleteResult, Store, StoreFailure, Wrapper
-from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
-KINDS = ("posix", "s3", "gs", "az")
 
 
-@pytest.fixture(scope="module")
-def buckets(objstore_pool):
-    made = {}
-
-    def get(scheme: str) -> Bucket:
-        if scheme not in made:
-            made[scheme] = Bucket(objstore_pool.get(scheme))
-        return made[scheme]
-
-    return get
-
-
-_prefixes = itertools.count()
-
-
-@pytest.fixture(params=KINDS)
-def store(request, tmp_path) -> Store:
-    if request.param == "posix":
-        root = tmp_path / "vault"
-        root.mkdir()
-        s = PosixStore(str(root))
-    else:
-        s = ObjectStore(request.getfixturevalue("buckets")(request.param).url(f"b{next(_prefixes)}/vault"))
-    yield s
-    s.close()
 
 
 def src(data: bytes, sha: str = None, size: int = None) -> BlobSource:

@@ -4,7 +4,8 @@ writes an index object: the k-th offload of a batch read all k index objects bac
 5,050 reads). An index object is written once and never changed; one that changes anyway (its
 listing's version) is read again, and one deleted is no longer served."""
 
-from test_blobstore import buckets, keys, src, store  # noqa: F401 - the store fixtures
+from contract_stores import buckets, store  # noqa: F401 - the store fixtures
+from test_blobstore import keys, src
 from tb_footprint_plugin.storage.blobstore import BlobStore
 from tb_footprint_plugin.storage.store import CountingStore
 

@@ -4,7 +4,8 @@ open was a ranged read of its own (bench/vault.py: 96 GETs to restore 42 blobs o
 The window must never let ``check`` answer from memory, and expires."""
 import pytest
 
-from test_blobstore import buckets, original, read, small_items, store  # noqa: F401 - the store fixtures
+from contract_stores import buckets, store  # noqa: F401 - the store fixtures
+from test_blobstore import original, read, small_items
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.storage import blobstore
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore

@@ -20,12 +20,12 @@ import signal
 import subprocess
 import sys
 import uuid
+from contract_stores import buckets  # noqa: F401 - the bucket fixture
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, tree_hashes
-from objstore_servers import Bucket
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import faults
 
@@ -74,17 +74,6 @@ def template(tmp_path_factory):
     return _write_template(tmp_path_factory.mktemp("matrix") / "logs")
 
 
-@pytest.fixture(scope="module")
-def buckets(objstore_pool):
-    """One bucket per server for the module; each case takes a prefix of its own."""
-    made = {}
-
-    def get(scheme):
-        if scheme not in made:
-            made[scheme] = Bucket(objstore_pool.get(scheme))
-        return made[scheme]
-
-    return get
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,6 @@ capabilities against behaviour, and the two wrappers (counting, throttling).
 """
 import hashlib
 import io
-import itertools
 import os
 import threading
 import time
@@ -16,6 +15,7 @@ import tracemalloc
 
 import pytest
 
+from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from objstore_servers import Bucket
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.remote import RequestStats
@@ -25,36 +25,9 @@ from tb_footprint_plugin.storage.store_posix import PosixStore
 from tb_footprint_plugin.storage.stores import open_store
 from tb_footprint_plugin.storage.throttle import TokenBucket
 
-KINDS = ("posix", "s3", "gs", "az")
 UNSAFE = ["../x", "a/../../x", "/etc/passwd", "", "a//b", "./a", "a/.", "a\x00b", "~/x"]
 
 
-@pytest.fixture(scope="module")
-def buckets(objstore_pool):
-    """One bucket per server for the module (each test gets a prefix of its own: a fresh store)."""
-    made = {}
-
-    def get(scheme: str) -> Bucket:
-        if scheme not in made:
-            made[scheme] = Bucket(objstore_pool.get(scheme))
-        return made[scheme]
-
-    return get
-
-
-_prefixes = itertools.count()
-
-
-@pytest.fixture(params=KINDS)
-def store(request, tmp_path) -> Store:
-    if request.param == "posix":
-        root = tmp_path / "root"
-        root.mkdir()
-        s = PosixStore(str(root))
-    else:
-        s = ObjectStore(request.getfixturevalue("buckets")(request.param).url(f"t{next(_prefixes)}/root"))
-    yield s
-    s.close()
 
 
 def fails(code, fn, *args, **kw) -> StoreFailure:
