@@ -84,9 +84,8 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     ctx = context_of(logdir, backup_dir)
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
-    vault_bytes = 0
-    for root in known_vaults(ctx):
-        vault_bytes += Vault(root).size()
+    vaults = known_vaults(ctx)
+    vault_bytes = sum(Vault(root).size() for root in vaults)
     for m in own_manifests(ctx):
         ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
                                           "bytes_after", "finished_at", "backup_purged", "restored_by",
@@ -104,14 +103,14 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
             problems.insert(0, e.to_dict())
     kept_ops = [o["op_id"] for o in ops if o["kind"] == "reduce" and o["outcome"] == Outcome.VERIFIED
                 and not o["backup_purged"] and not o["restored_by"]]
-    return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": known_vaults(ctx),
+    return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
             "vault_bytes": vault_bytes,
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
             # counts it) and what purging every kept backup would free (purge's own count)
             "disk_in_use_bytes": disk_in_use(ctx).total_bytes,
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
             # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
-            "remote_vault": usage.remote_usage(known_vaults(ctx)),
+            "remote_vault": usage.remote_usage(vaults),
             "unfinished_operations": pending, "operations": ops,
             "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
             "unfinished": found["unfinished_operations"],

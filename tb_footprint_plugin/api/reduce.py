@@ -209,10 +209,11 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                           reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                                           bytes_after=rp.expected_after_bytes) for rp in p.runs]
-            report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
-                freed_estimate(ctx.logdir, backup_dir, p, vault_format)
             if remote or offload.remote_url(ctx.vault):  # the backups leave the local disk at once
                 report.freed_now_bytes, report.freed_on_disk_after_purge_bytes = p.removable_bytes, 0
+            else:
+                report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
+                    freed_estimate(ctx.logdir, backup_dir, p, vault_format)
             return report
         remember_vault(ctx)
         before = disk_in_use(ctx)

@@ -92,9 +92,10 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
             try:
                 st = os.lstat(vault.blob_path(f["sha256"]))
             except OSError:
-                if vault.blob_form(f["sha256"]) == "remote":
+                form = vault.blob_form(f["sha256"])
+                if form == "remote":
                     continue  # offloaded to the remote vault (verified there, recorded): `verify` reads it
-                if vault.blob_form(f["sha256"]) == "zst":
+                if form == "zst":
                     # compressed: it cannot grow; its frame header must declare the original's size
                     # (cheap; a damaged body is found by `verify`, which decompresses and hashes)
                     if not vault.zst_header_ok(f["sha256"], f["size"]):

@@ -159,6 +159,7 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
     busy = set(in_use)
     out: Dict[str, str] = {}
     todo: List[str] = []
+    plain: Dict[str, str] = {}
     for sha in sizes:
         form = vault.local_form(sha)
         if form is None:
@@ -167,7 +168,8 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
             out[sha] = KEPT_IN_USE
         else:
             todo.append(sha)
-    plain = {sha: vault.blob_path(sha) for sha in todo if vault.local_form(sha) == "plain"}
+            if form == "plain":
+                plain[sha] = vault.blob_path(sha)
     held = {h.path for h in find_writers(list(plain.values())).holders} if plain else set()
     for sha, p in plain.items():
         try:
@@ -221,7 +223,7 @@ def _add_locked(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], 
             # a digest the store lists already is not uploaded again: that older copy is read back
             # and hashed before the local one goes (it may have been damaged since it was added)
             known = {s for s in left if bs.has(s)}
-            refs = [r for r in bs.add(sources) if r.sha in set(left)]
+            refs = bs.add(sources)  # one verified ref per source
             for r in [r for r in refs if r.sha in known]:
                 if bs.check(r.sha) is not None:
                     out[r.sha] = KEPT_REMOTE_BAD
@@ -304,19 +306,17 @@ def _forget_locked(vault: Vault, shas: List[str]) -> int:
     return n
 
 
-def forget_released(vault: Vault, manifests: Iterable[dict], keep: Iterable[str],
-                    keep_now: Optional[Callable[[], set]] = None) -> int:
+def forget_released(vault: Vault, manifests: Iterable[dict], keep_now: Callable[[], set]) -> int:
     """Backups a verified restore let go (``backup_released_by_restore``: the originals stand in
     the logdir again, matching their digests, and the manifest no longer claims them) go from the
-    remote vault too, as they went from the local one; ``keep``: digests still needed (every
-    claiming manifest's, unfinished operations'). Only blobs with no local form left and a
-    record. Returns how many were forgotten."""
-    keep = set(keep)
+    remote vault too, as they went from the local one; ``keep_now``: digests still needed (every
+    claiming manifest's, unfinished operations'), read by ``forget_remote`` under its lock, and
+    only when a released blob still has a record (so a start reads no manifest for it otherwise).
+    Only blobs with no local form left and a record. Returns how many were forgotten."""
     shas = {f["sha256"] for m in manifests
             if m.get("backup_released_by_restore") and m.get("vault") == vault.root
             for f in m.get("files", []) if isinstance(f, dict) and is_sha256(f.get("sha256"))
-            and f["sha256"] not in keep and vault.local_form(f["sha256"]) is None
-            and remote_vault.has_record(vault.root, f["sha256"])}
+            and vault.local_form(f["sha256"]) is None and remote_vault.has_record(vault.root, f["sha256"])}
     return forget_remote(vault, sorted(shas), keep_now) if shas else 0
 
 

@@ -77,9 +77,10 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
     base = {"op_id": m["op_id"], "run": m["run"], "bytes": size}
     for f in m["files"]:
         p = vault.blob_path(f["sha256"])
-        if vault.blob_form(f["sha256"]) == "remote":
+        form = vault.blob_form(f["sha256"])
+        if form == "remote":
             continue  # verified by its store before it was recorded; it cannot grow
-        if vault.blob_form(f["sha256"]) == "zst":
+        if form == "zst":
             # compressed after the commit: no writer holds it and it cannot grow; it goes only
             # when it still decompresses to its original (a damaged one may be all there is)
             if not vault.check_blob(f["sha256"]):

@@ -100,11 +100,8 @@ def _clear_settled_pins(ctx: Context, vault: Vault) -> None:
     for op_id in vault.pinned_ops():
         if op_id in open_ops:
             continue
-        try:
-            settled = os.path.isfile(vault.manifest_path(op_id)) and not os.path.islink(vault.manifest_path(op_id))
-        except OSError:
-            settled = False
-        if settled:
+        manifest = vault.manifest_path(op_id)
+        if os.path.isfile(manifest) and not os.path.islink(manifest):
             try:
                 vault.unpin(op_id)
             except OSError:
@@ -217,8 +214,7 @@ def forget_released(ctx: Context, vault: Vault, manifests: List[dict]) -> List[R
     if not any(m.get("backup_released_by_restore") for m in manifests):
         return []
     try:
-        n = offload.forget_released(vault, manifests, vault.referenced_blobs() | journal_blobs(ctx),
-                                    lambda: vault.referenced_blobs() | journal_blobs(ctx))
+        n = offload.forget_released(vault, manifests, lambda: vault.referenced_blobs() | journal_blobs(ctx))
     except Exception as e:  # the records stay: the blobs are forgotten at the next start
         return [RecoveryOutcome("", "", Recovery.FAILED, f"backups released by a restore not yet deleted from the "
                                 f"remote vault: {reason_of(e)}", Finding.RECOVERY_FAILED)]

@@ -654,10 +654,9 @@ class Vault:
         """Record, durably, that transaction ``op_id`` relies on blob ``sha``: an empty file
         ``tmp/<op_id>/pins/<sha>`` (not a hard link of the blob: a second link is how compaction,
         offload and store tell a blob a live file still shares). Call under the blob's lock."""
-        self.blob_path(sha)
+        self.blob_path(sha)  # refuses a name that is not a digest
         folder = self._pins_dir(op_id)
-        ensure_private_dir(self.tmp, self.root, tighten_root=self.own_folder)
-        ensure_private_dir(os.path.dirname(folder), self.root, tighten_root=self.own_folder)
+        # makes or checks every folder from the vault down to it
         ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
         p = os.path.join(folder, sha)
         if not os.path.lexists(p):

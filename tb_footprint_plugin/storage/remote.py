@@ -22,6 +22,7 @@ economy and the error vocabulary of s3, gs and az are kept in one place.
 """
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -409,11 +410,16 @@ class RangedReader(RangeReader):
 
 def _takes_max_concurrency(fs) -> bool:
     """Whether this s3fs's ``cat_file`` takes ``max_concurrency`` (older ones neither take it nor
-    send the HEAD it avoids)."""
+    send the HEAD it avoids); asked once per client class, not at every read."""
+    return _class_takes_max_concurrency(type(fs))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_takes_max_concurrency(cls) -> bool:
     import inspect
 
     try:
-        return "max_concurrency" in inspect.signature(fs._cat_file).parameters
+        return "max_concurrency" in inspect.signature(cls._cat_file).parameters
     except (AttributeError, TypeError, ValueError):
         return False
 
