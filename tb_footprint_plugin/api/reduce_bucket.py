@@ -82,10 +82,7 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
             report.freed_on_disk_after_purge_bytes = bk.retention_report(rfs, vault, removed)["freed_after_purge"]
         except (OSError, ValueError):
             pass
-    try:
-        in_use_after = bucket_in_use(rfs, vault)
-    except (OSError, ValueError):
-        in_use_after = None
+    in_use_after = bucket_in_use(rfs, vault)  # None when a listing fails
     if in_use_before is not None and in_use_after is not None:
         report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = in_use_before, in_use_after
         report.freed_now_bytes = in_use_before - in_use_after  # the backups are copies in the same store: ~0

@@ -184,7 +184,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             else:
                 res = None
                 cur = present.get(f["path"])
-                if cur is not None and not _holds_original(cur, f):
+                if cur is not None and not holds_original(cur, f):
                     conflicts.append(f["path"])
                     continue
                 if cur is None:
@@ -255,7 +255,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             rfs.ops.delete([lock_path], versions=ours)
 
 
-def _holds_original(cur: ObjectInfo, f: dict) -> bool:
+def holds_original(cur: ObjectInfo, f: dict) -> bool:
     """Whether the object at an original's key holds the original's bytes (size and the store's
     checksums agree): put back by this operation's restore, or written again byte for byte."""
     return cur.size == f.get("size") and bool(same_content(content_checksums(cur), f.get("checksums") or {}))

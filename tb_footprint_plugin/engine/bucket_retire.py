@@ -50,8 +50,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     unlock_all,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_restore import (journal_path, restore_journal, settle_failed_journal,
-                                                        start_journal)
+from tb_footprint_plugin.engine.bucket_restore import (holds_original, journal_path, restore_journal,
+                                                        settle_failed_journal, start_journal)
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.vault import who
@@ -408,8 +408,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                         if i == 0:
                             faults.hit("unretire.mid_move")
                         continue
-                if cur is not None and cur.size == f["size"] and \
-                        same_content(content_checksums(cur), f.get("checksums") or {}):
+                if cur is not None and holds_original(cur, f):
                     out.bytes_after += f["size"]  # back already (a restore stopped midway)
                 else:
                     conflicts.append(f["path"])

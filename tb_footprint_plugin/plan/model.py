@@ -1,15 +1,14 @@
 """The plan as data: actions on paths, per-run plans and their totals (what a dry run shows)."""
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-#: a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+)
-_COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
+# a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+)
+from tb_footprint_plugin.scan.model import COMPACT
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class Action:
     """One change to one path (relative to the logdir)."""
 
@@ -27,7 +26,7 @@ class Action:
     categories: Dict[str, List[int]] = field(default_factory=dict)
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class RunPlan:
     """What a policy does to one run."""
 

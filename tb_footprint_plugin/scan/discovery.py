@@ -15,21 +15,19 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.scan.model import UNATTRIBUTED
+from tb_footprint_plugin.scan.model import COMPACT, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
 
 #: a walk of 100,000 runs holds a few files per run until each run's footprint is made
-_COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class FoundFile:
     """One non-directory entry found by the walk."""
 
@@ -51,7 +49,7 @@ class FoundFile:
         return (self.size, self.version) if self.version else (self.size, self.mtime_ns, self.ino)
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class FoundRun:
     """A run directory and the files attributed to it."""
 
@@ -214,8 +212,6 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
         yield done(open_runs.pop()[1])
     if UNATTRIBUTED in runs:
         yield done(UNATTRIBUTED)
-
-
 
 
 def _rel(parts: Tuple[str, ...]) -> str:

@@ -13,10 +13,11 @@ from typing import Dict, List, Optional
 SCHEMA_VERSION = 1
 UNATTRIBUTED = "(unattributed)"
 #: a scan of 100,000 runs holds a few of these per run: without a __dict__ each (Python 3.10+)
-_COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
+#: dataclass options for the many small per-run records (slots: no per-object dict, where Python has them)
+COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class _CategoryFields:
     """The fields of ``CategoryStat`` (a scan of 100,000 runs holds ~5 per run: without a
     ``__dict__`` each, ~200 bytes less)."""
@@ -64,7 +65,7 @@ class CategoryStat(_CategoryFields):
             self.max_step = s if self.max_step is None else max(self.max_step, s)
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class FileEntry:
     """One file (or symlink) under the logdir, with its bytes split by category."""
 
@@ -76,7 +77,7 @@ class FileEntry:
     warning: Optional[str] = None
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class ProfileSession:
     """One ``plugins/profile/<session>`` directory (or one PyTorch trace file)."""
 
@@ -89,7 +90,7 @@ class ProfileSession:
     kind: str = "xprof"  # 'xprof' or 'torch'
 
 
-@dataclass(**_COMPACT)
+@dataclass(**COMPACT)
 class RunFootprint:
     """Everything the scan attributes to one run directory."""
 
