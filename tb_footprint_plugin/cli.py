@@ -296,6 +296,8 @@ def cmd_policies(args) -> int:
             print(f"    {a:8} {cat.label(c)}")
         if p.compress_torch:
             print("    compress PyTorch traces (.pt.trace.json → .gz)")
+        for verb, what in p.content_lines():
+            print(f"    {verb:8} {what}")
         if p.keep_latest is not None:
             print(f"    keep the newest {p.keep_latest} profile session(s) per run")
     print("\nscalars, hparams and text are never changed by any policy.")

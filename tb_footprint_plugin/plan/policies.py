@@ -10,7 +10,7 @@ import json
 import sys
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.plan.rules import Rules, TraceOptions
 from tb_footprint_plugin.scan import categories as cat
@@ -54,6 +54,29 @@ class Policy:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def content_lines(self) -> List[Tuple[str, str]]:
+        """(verb, what) for each content-level rule, as ``policies`` lists them beside the file
+        rules: a policy says everything it may do, rewrites of event files and traces included."""
+        c = self.content or {}
+        out = []
+        ds = c.get("downsample")
+        if ds:
+            view = "the default dashboard's view" if ds == "default_view" else "what the dashboard shows"
+            out.append(("rewrite", f"event files: keep {view} of images, audio, histograms, PR curves"))
+        for plugin, n in sorted((c.get("keep_per_tag") or {}).items()):
+            out.append(("rewrite", f"event files: keep {n} {plugin} per tag"))
+        if c.get("dedupe_graphs"):
+            out.append(("rewrite", "event files: drop byte-identical repeated graphs"))
+        if c.get("strip_large_graph_attrs"):
+            out.append(("rewrite", "event files: drop graph attribute values too large to show"))
+        if c.get("strip_run_metadata"):
+            out.append(("rewrite", "event files: drop run metadata"))
+        trace = c.get("trace") or {}
+        if any(trace.values()):
+            out.append(("rewrite", "PyTorch traces: slimmed (" + ", ".join(sorted(k for k, v in trace.items() if v))
+                        + ")"))
+        return out
+
 
 class PolicyError(ValueError):
     """A policy that cannot be used, with the reason."""
@@ -92,10 +115,9 @@ def _archive() -> Policy:
         description=(
             "For finished experiments: remove all profile data (xprof sessions, caches, secondary "
             "traces, old-format tool outputs, PyTorch traces); rewrite event files to keep exactly what TensorBoard's default "
-            "dashboard shows of images, audio, histograms and PR curves, drop repeated graphs and "
-            "the graph attribute values (embedded constants) the Graphs dashboard lists as too large "
-            "to show. Every graph and run-metadata tag stays. Scalars, hparams and text are never "
-            "touched."
+            "dashboard shows of images, audio, histograms and PR curves, and drop byte-identical "
+            "repeated graphs. Every graph and run-metadata tag stays. Scalars, hparams and text are "
+            "never touched."
         ),
         file_rules={
             cat.PROFILE_XPLANE: DELETE,

@@ -1,0 +1,132 @@
+"""Issue 29, "Plan = outcome" on the two other surfaces: what the CLI's ``plan --json`` and the
+tab's ``/plan`` say each run will weigh is what ``reduce --yes --json`` and the tab's reduce job
+leave, to the byte, over every vendored real fixture plus the synthetic cases the rewrite's rules
+treat specially (a tag restarting across three files, duplicate steps, wall times going
+backwards, empty and truncated files, repeated identical graphs) in one logdir; and the bytes
+each run holds on disk afterwards are those numbers. ``tests/test_plan_outcome.py`` holds the
+same through the API.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REAL_LOGDIRS, REPO, copy_real
+from test_plan_outcome import _age, _events, _graph, _image, _scalar
+from test_plugin_routes import App
+
+POLICIES = ["archive", "lossless"]
+
+
+def _mixed_logdir(root):
+    """Every real fixture under its own name, and the synthetic oddities beside them."""
+    ld = root / "logdir"
+    for name in REAL_LOGDIRS:
+        copy_real(name, ld / name)
+    syn = ld / "syn"
+    for r in ("restart", "dup", "walls", "plain", "empty", "truncated", "graphs"):
+        (syn / r).mkdir(parents=True)
+    for k in range(3):  # torch.utils.tensorboard: an image tag restarting at step 999 in each file
+        _events(syn / "restart" / f"events.out.tfevents.{1795990000 + k}.host.{k}",
+                [_image("img", s, 1795990000.0 + k * 2000 + s, seed=s) for s in range(0, 1000, 3)])
+    _events(syn / "dup" / "events.out.tfevents.1.h", [_image("img", s // 2, 10.0 + s, seed=s) for s in range(400)])
+    _events(syn / "walls" / "events.out.tfevents.1.h", [_image("img", s, 5000.0 - s, seed=s) for s in range(400)])
+    _events(syn / "plain" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)]
+            + [_scalar("loss", s, 10.0 + s) for s in range(100)])
+    (syn / "empty" / "events.out.tfevents.1.h").write_bytes(b"")
+    _events(syn / "truncated" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)])
+    with open(syn / "truncated" / "events.out.tfevents.1.h", "ab") as f:
+        f.write(b"\x10\x00\x00")  # a writer mid-record
+    _events(syn / "graphs" / "events.out.tfevents.1.h", [_graph(0) for _ in range(7)]
+            + [_scalar("loss", s, 1795990000.0 + s) for s in range(20)])
+    _age(syn)
+    return ld
+
+
+def _on_disk(ld, run, runs):
+    """Bytes of the run's own files now (a nested run's and the state folder's left out)."""
+    base = ld / run if run != "." else ld
+    total = 0
+    for d, dirs, files in os.walk(base):
+        rel = os.path.relpath(d, ld)
+        dirs[:] = [x for x in dirs if not x.startswith(".tb-footprint")
+                   and os.path.normpath(os.path.join(rel, x)) not in runs]
+        total += sum(os.lstat(os.path.join(d, f)).st_size for f in files)
+    return total
+
+
+def _cli(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *args], capture_output=True, text=True,
+                       env=env, cwd=str(REPO), timeout=600)
+    return p
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_cli_plan_json_equals_reduce_json_and_the_disk(tmp_path, policy):
+    ld = _mixed_logdir(tmp_path)
+    p = _cli("plan", str(ld), "--policy", policy, "--json")
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    planned = {r["run"]: r for r in plan["runs"]}
+    assert len(planned) >= 14 and "syn/restart" in planned, sorted(planned)
+    assert any(not r.get("skipped") and r["expected_after_bytes"] < r["bytes_before"] for r in plan["runs"])
+    r = _cli("reduce", str(ld), "--policy", policy, "--yes", "--json")
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-2000:])
+    rep = json.loads(r.stdout)
+    got = {o["run"]: o for o in rep["outcomes"]}
+    assert sorted(got) == sorted(planned)
+    for run, rp in planned.items():
+        o = got[run]
+        assert o["status"] in ("verified", "skipped"), o
+        assert (run, o["bytes_after"]) == (run, rp["expected_after_bytes"]), (rp, o)
+        assert (run, _on_disk(ld, run, set(planned))) == (run, rp["expected_after_bytes"])
+    assert rep["expected_after_bytes"] == plan["expected_after_bytes"]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_tab_plan_route_equals_the_reduce_jobs_bytes_and_the_disk(tmp_path, policy):
+    ld = _mixed_logdir(tmp_path)
+    app = App(ld)
+    try:
+        r = app.get("/plan", query_string={"policy": policy})
+        assert r.status_code == 200, r.get_data(as_text=True)
+        planned = {rp["run"]: rp for rp in r.get_json()["runs"]}
+        assert "syn/restart" in planned and "torch/profiled" in planned, sorted(planned)
+        todo = sorted(n for n, rp in planned.items() if rp["actions"] and not rp.get("skipped"))
+        assert todo
+        r = app.post("/reduce", {"runs": sorted(planned), "policy": policy})
+        assert r.status_code == 202, r.get_data(as_text=True)
+        job = app.wait_job(r.get_json()["job"]["id"], timeout=600)
+        assert job["state"] == "done", job
+        got = {o["run"]: o for o in job["result"]["outcomes"]}
+        assert sorted(n for n, o in got.items() if o["status"] == "verified") == todo
+        for run, rp in planned.items():
+            assert (run, got[run]["bytes_after"]) == (run, rp["expected_after_bytes"]), (rp, got[run])
+            assert (run, _on_disk(ld, run, set(planned))) == (run, rp["expected_after_bytes"])
+    finally:
+        app.close()
+
+
+def test_policies_text_says_lossless_drops_repeated_graphs():
+    """``lossless`` rewrites event files to drop byte-identical repeated graphs: ``policies``
+    says so, in its text and in the list of what it does, on the CLI and in the tab's JSON."""
+    p = _cli("policies")
+    assert p.returncode == 0, p.stderr
+    block = p.stdout.split("\nkeep-latest")[0]
+    assert block.startswith("lossless") and "repeated graphs" in block, block
+    assert any(line.strip().startswith("rewrite") and "repeated graphs" in line for line in block.splitlines()), block
+    js = {d["name"]: d for d in json.loads(_cli("policies", "--json").stdout)}
+    assert js["lossless"]["content"].get("dedupe_graphs") is True
+    assert "repeated graphs" in js["lossless"]["description"]
+
+
+def test_no_policy_text_claims_the_opt_in_graph_attribute_drop():
+    """``strip_large_graph_attrs`` is opt-in: a built-in policy without it does not say it drops
+    graph attribute values (archive's text said so while its reduce kept them)."""
+    for d in json.loads(_cli("policies", "--json").stdout):
+        says = "too large" in d["description"] or "attribute values" in d["description"]
+        assert says == bool(d["content"].get("strip_large_graph_attrs")), d
