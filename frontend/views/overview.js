@@ -102,15 +102,20 @@ export class OverviewView {
           rescan)));
   }
 
-  /** Disk in use now (logdir + vault, as `du` counts it), freed now and after a purge: the
-   * library's numbers (api.disk_numbers, measured after each scan), never computed here. */
+  /** Disk in use now (logdir + vault, as `du` counts it), what a vault in a bucket keeps there,
+   * freed now and after a purge: the library's numbers (api.disk_numbers, measured after each scan), never computed here. */
   diskCard(ov) {
     const d = ov && ov.disk;
     const ready = d && !d.error && d.disk_in_use_bytes !== null && d.disk_in_use_bytes !== undefined;
     const freedNow = ready && d.freed_now_bytes !== null && d.freed_now_bytes !== undefined ? bytes(d.freed_now_bytes) : '—';
+    // a vault in a bucket keeps the backups off this disk: the disk number alone would hide them
+    const remote = ready && d.remote_vault_bytes ? d.remote_vault_bytes : 0;
     return el('div', {class: 'card disk-card', title: d && d.measured_at ? 'measured ' + ago(d.measured_at) : ''},
       el('div', {class: 'card-label', text: 'Disk in use now'}),
-      el('div', {class: 'card-value disk-in-use', text: ready ? bytes(d.disk_in_use_bytes) : (d && d.error ? '—' : '…')}),
+      el('div', {class: 'card-value disk-value'},
+        el('span', {class: 'disk-in-use', text: ready ? bytes(d.disk_in_use_bytes) : (d && d.error ? '—' : '…')}),
+        remote ? el('span', {class: 'remote-vault', title: 'backups kept in the vault in a bucket, not on this disk'},
+          ' + ', el('strong', {class: 'remote-vault-bytes', text: bytes(remote)}), ' in bucket') : null),
       el('div', {class: 'card-sub'}, 'logdir + vault · backups ', el('span', {class: 'vault-bytes', text: ov ? bytes(ov.vault_bytes) : '…'})),
       el('div', {class: 'card-sub disk-freed'},
         'freed now ', el('strong', {class: 'freed-now', text: ready ? freedNow : '…'}),
