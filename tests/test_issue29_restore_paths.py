@@ -139,3 +139,55 @@ def test_bucket_retired_run_restore_says_it_keeps_no_mtime(bucket, tmp_path):
     assert o.status == Outcome.RESTORED, o.to_dict()
     assert user() == before
     assert o.code == Finding.MTIME_NOT_KEPT and "modification times" in o.reason, o.to_dict()
+
+
+# --- the folders a reduce changed and kept: their mtimes come back too ---------------------------
+def _three_runs(tmp_path):
+    ld = tmp_path / "logdir"
+    for name, src in (("a", "tf/summary_mix"), ("b", "torch/profiled"), ("c", "tf/keras_profiled")):
+        copy_real(src, ld / name)
+    dress(ld)
+    return ld
+
+
+def _all_dirs(before):
+    return {rel for rel, (d, _m, _t) in before.items() if d == "dir"}
+
+
+def test_restore_gives_every_folder_of_the_run_its_mtime(tmp_path):
+    """A reduce stages, renames and deletes inside a run's folders, which moves their mtimes: after
+    the restore ``ls -l`` shows each folder (the run's own included) with its mtime as before."""
+    ld = _three_runs(tmp_path)
+    before = snapshot(ld)
+    acted = _reduce(ld, "archive")
+    assert {o.run for o in acted} >= {"a", "b", "c/train"}
+    assert any(snapshot(ld).get(r, (0, 0, 0))[2] != before[r][2] for r in ("a", "b", "c/train"))
+    _restore_all(ld)
+    assert_exact(ld, before, dir_mtimes_of=_all_dirs(before))
+
+
+def test_a_rolled_back_reduce_gives_every_folder_its_mtime(tmp_path):
+    from tb_footprint_plugin.engine import faults
+
+    ld = _three_runs(tmp_path)
+    before = snapshot(ld)
+    faults.arm("reduce.swap", "raise")  # every original replaced or removed, no commit yet
+    try:
+        rep = api.reduce_logdir(str(ld), policy="archive", dry_run=False, quiet_period=0, verify_backends=PY)
+    finally:
+        faults.disarm_all()
+    assert {o.status for o in rep.outcomes if o.run in ("a", "b", "c/train")} == {Outcome.ROLLED_BACK}, \
+        [o.to_dict() for o in rep.outcomes]
+    assert_exact(ld, before, dir_mtimes_of=_all_dirs(before))
+
+
+def test_a_folder_written_to_since_the_reduce_keeps_its_newer_mtime(tmp_path):
+    ld = _three_runs(tmp_path)
+    before = snapshot(ld)
+    _reduce(ld, "archive")
+    (ld / "b" / "notes.txt").write_text("written after the reduce\n")
+    _restore_all(ld)
+    now = snapshot(ld)
+    assert now["b"][2] != before["b"][2]  # the folder did change: its time says so
+    del now["b/notes.txt"]
+    assert now["a"] == before["a"] and now["c/train"] == before["c/train"]

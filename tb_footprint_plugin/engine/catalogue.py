@@ -335,6 +335,8 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         # time say nothing more
         "removed_dirs": [{k: v for k, v in r.items() if k not in ("type", "t")} for r in records
                          if r["type"] == "rmdir"],
+        # the folders it changed and kept, with their mtimes before it: a restore gives them back
+        "dir_times": begin.get("dir_times") or [],
         "verification": ver,
         "backup_purged": outcome != "verified",
         # content newer than the backup, found where an original went back: kept in the vault

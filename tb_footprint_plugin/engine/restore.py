@@ -27,7 +27,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import retired_now
-from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs
+from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -169,6 +169,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         elif os.path.exists(p):
             kept_changed.append(c["path"])
     settle_dirs(ctx, manifest.get("removed_dirs", []), remade)
+    settle_folder_times(ctx, manifest.get("dir_times"))
     bad = [f["path"] for f in manifest["files"] if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
     if bad:
         raise TransactionError(f"restored files do not match their sha256: {', '.join(bad)}")

@@ -116,6 +116,7 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
             if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
                 fsops.unlink(fp)
     settle_dirs(ctx, rmdirs, remade)
+    settle_folder_times(ctx, records[0].get("dir_times"))
     kept = {d["path"] for d in displaced if d.get("kept_in_place")}
     for r in backups if swapped else ():
         if r["path"] not in kept and not matches(ctx.abs(r["path"]), r["sha256"], r["size"]):
@@ -199,6 +200,55 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
         ns = recorded_mtime_ns(d)
         if ns is not None:
             os.utime(p, ns=(ns, ns), follow_symlinks=False)
+
+
+def folder_times(ctx: Context, rp: RunPlan) -> List[dict]:
+    """The mtime and entry count of each folder the reduce changes and keeps (the parents of its
+    paths), taken before anything is staged: a restore or a rollback gives each its mtime back,
+    so ``ls -l`` shows the run as it was. One record per folder, not per file."""
+    removed = {a.path for a in rp.actions if a.kind == "remove_dir"}
+    dirs = {os.path.dirname(p) for a in rp.actions for p in (a.path, a.new_path) if p} - removed
+    out = []
+    for d in sorted(dirs):
+        try:
+            if d:
+                no_symlink(ctx, d)
+            p = ctx.abs(d) if d else ctx.logdir
+            st = os.lstat(p)
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            with os.scandir(p) as it:
+                n = sum(1 for _ in it)
+        except (OSError, ValueError, TransactionError):
+            continue
+        out.append({"path": d, "mtime_ns": st.st_mtime_ns, "entries": n})
+    return out
+
+
+def settle_folder_times(ctx: Context, recs) -> None:
+    """Each folder ``folder_times`` recorded gets back its mtime, deepest first, once every file is
+    back, when it holds as many entries as it did before the reduce: a folder something else
+    added to or took from since keeps its newer time. Records are untrusted input; a folder's
+    time never fails the operation whose bytes are back."""
+    good = [r for r in recs if isinstance(r, dict) and isinstance(r.get("path"), str)
+            and isinstance(r.get("entries"), int)] if isinstance(recs, list) else []
+    for r in sorted(good, key=lambda r: len(r["path"]), reverse=True):
+        ns = recorded_mtime_ns(r)
+        if ns is None:
+            continue
+        try:
+            if r["path"]:
+                no_symlink(ctx, r["path"])
+            p = ctx.abs(r["path"]) if r["path"] else ctx.logdir
+            st = os.lstat(p)
+            if not stat.S_ISDIR(st.st_mode):
+                continue
+            with os.scandir(p) as it:
+                n = sum(1 for _ in it)
+            if n == r["entries"] and st.st_mtime_ns != ns:
+                os.utime(p, ns=(st.st_atime_ns, ns), follow_symlinks=False)
+        except (OSError, ValueError, TransactionError):
+            continue
 
 
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,
