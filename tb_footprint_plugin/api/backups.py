@@ -160,7 +160,9 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         todo.sort(key=lambda m: m.get("kind") != "retire")  # a retired run comes back first, as on disk
         damage = [d["detail"] for d in damaged]
         if (op or run) and not todo:
-            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}" + "".join(f"; {w}" for w in damage))
+            # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
+            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}" + "".join(f"; {w}" for w in damage),
+                                   Failure.RESTORE_BLOCKED if damage else None)
         return [bk.restore_op(rfs, vault, m) for m in todo] + [
             RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
     ctx = context_of(logdir, backup_dir)
@@ -178,8 +180,10 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
         done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
         if done:
             return [_already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
+        hidden = hiding_damage(ctx)
         raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
-                               "no retirement)" + "".join(f"; {why}" for why in hiding_damage(ctx)))
+                               "no retirement)" + "".join(f"; {why}" for why in hidden),
+                               Failure.RESTORE_BLOCKED if hidden else None)
     for m in ops:
         outcomes.append(_name_remote_failures(m, restore_op(ctx, m)))
     if ops and any(o.status == Outcome.RESTORED for o in outcomes):
