@@ -209,7 +209,11 @@ def b_still_works(p: Place, before: dict):
     (o,) = reduce(p, "b")
     assert o.status == codes.Outcome.VERIFIED, (o.status, o.code, o.reason)
     outs = api.restore(p.url, op=o.op_id)
-    assert [x.status for x in outs] == [codes.Outcome.RESTORED], [x.to_dict() for x in outs]
+    # (beside it, a bucket's restore names damage that may hide another backup: a coded failure)
+    assert [x.status for x in outs if x.status != codes.Outcome.FAILED] == [codes.Outcome.RESTORED], \
+        [x.to_dict() for x in outs]
+    assert all(x.code == codes.Failure.RESTORE_BLOCKED for x in outs if x.status == codes.Outcome.FAILED), \
+        [x.to_dict() for x in outs]
     assert {k: v for k, v in p.user().items() if k.startswith("b/")} == \
         {k: v for k, v in before.items() if k.startswith("b/")}
 
@@ -230,13 +234,28 @@ def coded(items) -> list:
 
 
 def named_with_code(items, name: str) -> list:
-    """The items (problems, outcomes) that name ``name`` and carry a known code."""
+    """The reports (dicts or outcomes, at any depth of a status) that name ``name`` and carry a
+    known code."""
     hits = []
-    for it in items:
-        d = it if isinstance(it, dict) else {"code": getattr(it, "code", None), "detail": getattr(it, "detail", ""),
-                                               "reason": getattr(it, "reason", ""), "op_id": getattr(it, "op_id", "")}
-        if name in json.dumps(d, default=str) and d.get("code") is not None and str(d["code"]) in KNOWN_CODES:
-            hits.append(d)
+
+    def walk(it):
+        if isinstance(it, (list, tuple)):
+            for x in it:
+                walk(x)
+            return
+        if not isinstance(it, dict):
+            if not hasattr(it, "code"):
+                return
+            it = {"code": getattr(it, "code", None), "detail": getattr(it, "detail", ""),
+                  "reason": getattr(it, "reason", ""), "op_id": getattr(it, "op_id", "")}
+        c = it.get("code")
+        if c is not None and str(c) in KNOWN_CODES and name in json.dumps(it, default=str):
+            hits.append(it)
+        for v in it.values():
+            if isinstance(v, (dict, list, tuple)):
+                walk(v)
+
+    walk(items)
     return hits
 
 
@@ -428,3 +447,110 @@ def test_planted_manifests_never_lead_a_restore_or_purge_out_of_the_vault(place)
     no_canary_inside(p)
     b_still_works(p, before)
     assert p.outside() == outside
+
+
+# --- damaged state: truncated, not JSON, wrong types -----------------------------------------
+GARBAGE = b"\xff\xfe{not json \x80\x81"
+FORMS = ("truncated", "not_json", "wrong_types")
+
+
+def _lines_damage(good_line: bytes, form: str) -> bytes:
+    """One line appended to an append-only log (history, oplog)."""
+    return {"truncated": good_line[:len(good_line) // 2] + b"\n", "not_json": GARBAGE + b"\n",
+            "wrong_types": json.dumps({"op_id": 7, "time": "yesterday", "manifest": [1, 2]}).encode() + b"\n"}[form]
+
+
+def damage(p: Place, kind: str, form: str, op_a: str) -> str:
+    """Damage one state file of ``kind``; returns its rel path (the file that must be named)."""
+    if kind == "journal":  # an unfinished operation's journal on run a (none is left after a reduce)
+        op = "20260101T000002-abcdef"
+        rel = p.journal(op)
+        good = (_local_journal(p, op, []) if p.posix else _bucket_journal(p, op, [], step="backing_up"))
+        wrong = ([{"type": "begin", "kind": "reduce", "op_id": op, "run": 7, "plan": "x"}] if p.posix
+                 else {"op": op, "runs": 7, "step": 3})
+        # a line-based journal's torn last line is what a crash leaves (settled, not damage): cut
+        # inside a JSON document, then a complete line after it
+        data = {"truncated": good[:len(good) // 2] + (b"\n" + good if p.posix else b""),
+                "not_json": GARBAGE + b"\n", "wrong_types": json.dumps(wrong).encode() + b"\n"}[form]
+    elif kind in ("history", "oplog"):
+        rel = p.history(op_a) if kind == "history" else p.oplog(op_a)
+        old = p.read(rel)
+        assert old, rel
+        data = old + _lines_damage(old.splitlines()[0], form) + (old.splitlines()[0] + b"\n" if kind == "history" else b"")
+    else:
+        rel = {"manifest": p.manifest(op_a), "lock": p.lock("a"), "ledger": p.ledger("a")}[kind]
+        old = p.read(rel)
+        if kind == "lock":  # the run's lock (or its lease) is gone once the reduce released it
+            assert old is None, rel
+            old = json.dumps({"expires": 1.0, "host": "vm", "pid": 1, "pid_start": 1, "renewed": 1.0, "run": "a",
+                              "op": op_a, "at": 1.0, "shard": None, "started": 1.0, "token": "x"}).encode()
+        assert old, rel
+        wrong = {"manifest": {"op_id": op_a, "op": op_a, "files": 5, "run": ["a"], "status": "verified",
+                              "outcome": "verified"},
+                 "lock": {"host": 7, "pid": "x", "expires": "never", "run": ["a"], "op": 5},
+                 "ledger": {"version": "x", "runs": 5, "entry": 5, "run": 7}}[kind]
+        data = {"truncated": old[:len(old) // 2], "not_json": GARBAGE, "wrong_types": json.dumps(wrong).encode()}[form]
+    p.write(rel, data)
+    return rel
+
+
+DAMAGE_CASES = [pytest.param(s, k, f, id=f"{s}-{k}-{f}") for s in KINDS
+                for k in ("journal", "manifest", "lock", "ledger", "history", "oplog") for f in FORMS
+                if s == "posix" or k not in ("history", "oplog")]
+
+
+@pytest.mark.parametrize("place,kind,form", DAMAGE_CASES, indirect=["place"])
+def test_damaged_state_is_named_with_a_code_and_loses_nothing(place, kind, form):
+    p = place
+    before, after, op_a = reduced_a(p)
+    outside = p.outside()
+    blobs = {k for k in p.every() if k.startswith(f"{STATE}/blobs/")}
+    rel = damage(p, kind, form, op_a)
+    name = p.name(rel)
+
+    st = api.status(p.url)
+    coded(st["problems"])
+    recovered = api.recover_logdir(p.url)
+    coded(recovered)
+    said = [st, recovered, api.status(p.url)]
+    assert p.user() == after and p.outside() == outside
+    # nothing lost: every backup is still in the vault; ``a`` restores byte for byte, or (its
+    # manifest unreadable) the restore names the manifest with a code and the backup stays
+    assert blobs <= set(p.every())
+    try:
+        outs = api.restore(p.url, run="a")
+    except Exception as e:  # noqa: BLE001 - a refusal that names the file is what is asked for
+        outs = [e]
+    if [getattr(o, "status", None) for o in outs] == [codes.Outcome.RESTORED]:
+        assert {k: v for k, v in p.user().items() if k.startswith("a/")} == \
+            {k: v for k, v in before.items() if k.startswith("a/")}
+    else:
+        assert kind in ("manifest", "lock", "journal"), [getattr(o, "to_dict", lambda: o)() for o in outs]
+        told = [{"code": getattr(o, "code", None), "detail": getattr(o, "reason", None) or str(o)} for o in outs]
+        assert named_with_code(told, p.manifest(op_a) if kind == "manifest" else rel) or \
+            (kind == "journal" and told and all(str(t["code"]) == codes.Failure.UNSETTLED for t in told)), told
+        assert blobs <= set(p.every())
+    b_still_works(p, before)
+    assert p.outside() == outside
+    # named with a code, by status or by the next start (asked last: the safety above holds anyway)
+    hits = named_with_code(said, name)
+    gap = GAPS.get((p.store if p.posix else "bucket", kind, form)) or GAPS.get((p.store if p.posix else "bucket", kind, "*"))
+    print("NAMED", p.store, kind, form, bool(hits))
+    if gap:
+        assert not hits, f"named now: drop {(kind, form)} from GAPS"
+        pytest.xfail(gap)
+    assert hits, (name, json.dumps(st["problems"], default=str)[:3000],
+                  [(o.op_id, o.action, o.code, o.detail) for o in recovered])
+
+
+#: damage the product does not name with a code yet: (store, kind, form) -> why (each asserted
+#: still unnamed, so a fix makes the case fail until it is dropped from here)
+GAPS = {
+    ("posix", "lock", "wrong_types"): "a run lock's lease that is JSON of the wrong types is named by neither "
+                                      "status nor the next start (a truncated or non-JSON one is: damaged_state_file)",
+    ("posix", "history", "wrong_types"): "a history.jsonl line that is JSON of the wrong shape is skipped unnamed (a "
+                                         "non-JSON line is named: damaged_line)",
+    ("posix", "oplog", "wrong_types"): "an oplog line that is JSON of the wrong shape is skipped unnamed (a non-JSON "
+                                       "line is named: damaged_line)",
+    ("bucket", "lock", "*"): "a damaged run lock object of a bucket logdir is named by neither status nor recover",
+}
