@@ -1459,7 +1459,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     except SystemExit as e:
         return EXIT_USAGE if e.code not in (0, None) else EXIT_OK
     # the library is imported once a verb needs it: --help and --version stay fast
-    from tb_footprint_plugin import api
+    try:
+        from tb_footprint_plugin import api
+    except KeyboardInterrupt:
+        # Ctrl-C while the library loads (a second or more on a busy machine): no verb has begun,
+        # so the user gets the one line every interrupt gets, not a traceback through numpy
+        print(f"\ntb-footprint {args.command}: interrupted while starting; nothing was changed", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
     try:
         api.check_failpoints()  # a misspelt TB_FOOTPRINT_FAILPOINTS is refused before anything runs

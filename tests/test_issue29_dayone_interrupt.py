@@ -1,0 +1,53 @@
+"""Issue 29, day one item 3: Ctrl-C at any moment of a changing verb exits 130 with one line saying
+what was interrupted, never a Python traceback.
+
+Found trying it as a new user (``timeout -s INT 1 tb-footprint reduce logs -y``): the first second
+or so of every verb is spent importing the library (numpy, the verifier), and an interrupt there
+printed a traceback through numpy's import and said nothing of what happened. Here the import is
+paused for real (a module finder that waits while the library's engine loads), SIGINT is sent
+there, and the real CLI must answer as it does for an interrupt later on."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import copy_real, tree_hashes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# pauses the import of the library's engine (after argparse, before any verb runs) until SIGINT
+PAUSED_IMPORT = """
+import importlib.abc, sys, time
+class Pause(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "tb_footprint_plugin.engine":
+            sys.meta_path.remove(self)
+            open(sys.argv[1], "w").close()
+            time.sleep(300)
+        return None
+sys.meta_path.insert(0, Pause())
+from tb_footprint_plugin.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_while_the_library_loads_exits_130_with_one_line_and_no_traceback(tmp_path):
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    before = tree_hashes(logdir)
+    flag = tmp_path / "paused"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_IMPORT, str(flag), "reduce", str(logdir), "-y",
+                          "--verify", "python"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert flag.exists(), p.communicate()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, out + err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "tb-footprint reduce: interrupted while starting; nothing was changed" in err, err
+    assert tree_hashes(logdir) == before and not (logdir / ".tb-footprint").exists()
