@@ -554,3 +554,78 @@ GAPS = {
                                        "line is named: damaged_line)",
     ("bucket", "lock", "*"): "a damaged run lock object of a bucket logdir is named by neither status nor recover",
 }
+
+
+# --- a foreign lock: another live process holds run ``b`` -----------------------------------
+def foreign_lock(p: Place, run: str) -> bytes:
+    import time
+    now = time.time()
+    if p.posix:
+        doc = {"expires": now + 3600, "host": "another-host", "pid": 4242, "pid_start": 1, "renewed": now, "run": run,
+               "shard": None, "started": now, "token": "f" * 32}
+    else:
+        doc = {"at": now, "expires": now + 3600, "host": "another-host", "op": "20260101T000003-abcdef", "pid": 4242,
+               "pid_start": 1, "renewed": now, "run": run, "shard": None}
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+@pytest.mark.parametrize("place", PARAMS, indirect=True)
+def test_a_foreign_lock_is_respected_and_left_alone(place):
+    """A run another host holds by a live lease is skipped (locked, with a code), on every store;
+    the next start leaves the lock as it is; the other run is reduced and restored."""
+    p = place
+    before = p.user()
+    rel = p.lock("b")
+    p.write(rel, foreign_lock(p, "b"))
+    lock = p.read(rel)
+    outs = {o.run: o for o in api.reduce_logdir(p.url, policy=DROP, dry_run=False, quiet_period=0,
+                                                verify_backends=("python",)).outcomes}
+    assert outs["b"].status == codes.Outcome.SKIPPED and outs["b"].code == codes.Skip.LOCKED, outs["b"].to_dict()
+    assert "another-host" in outs["b"].reason
+    assert outs["a"].status == codes.Outcome.VERIFIED, outs["a"].to_dict()
+    assert {k: v for k, v in p.user().items() if k.startswith("b/")} == {k: v for k, v in before.items()
+                                                                         if k.startswith("b/")}
+    api.recover_logdir(p.url)
+    assert p.read(rel) == lock
+    outs = api.restore(p.url, run="a")
+    assert [o.status for o in outs] == [codes.Outcome.RESTORED], [o.to_dict() for o in outs]
+    assert p.user() == before and p.read(rel) == lock
+
+
+# --- odd names: spaces, unicode, '..'-like, very long ------------------------------------------
+ODD_RUNS = ("run with  spaces", "ünïcødé 日本語 run", "x..y", "..dots", "...", "L" * 180)
+
+
+@pytest.fixture(scope="module")
+def odd_template(tmp_path_factory):
+    root = tmp_path_factory.mktemp("odd") / "logs"
+    rnd = random.Random(27)
+    for run in ODD_RUNS:
+        with synth.EventWriter(str(root / run)) as w:
+            for s in range(3):
+                w.scalar("loss", s, 1.0 / (s + 1))
+        sess = root / run / "plugins" / "profile" / "2026 01 01 ü..x"
+        sess.mkdir(parents=True)
+        (sess / "host name ü.xplane.pb").write_bytes(rnd.randbytes(2000))
+    old = 1_700_000_000
+    for d, dirs, files in os.walk(root):
+        for n in files + dirs:
+            os.utime(os.path.join(d, n), (old, old))
+    return root
+
+
+@pytest.mark.parametrize("store", KINDS)
+def test_odd_names_reduce_and_restore_alike_on_every_store(store, odd_template, tmp_path, buckets):
+    """Runs and files named with spaces, unicode, '..' inside a name and 180 characters: each is
+    reduced and verified, nothing lands outside, and a restore gives every byte back."""
+    p = Place(store, odd_template, tmp_path, buckets)
+    before, outside = p.user(), p.outside()
+    rep = api.reduce_logdir(p.url, policy=DROP, dry_run=False, quiet_period=0, verify_backends=("python",))
+    got = {o.run: (o.status, o.code) for o in rep.outcomes}
+    assert got == {r: (codes.Outcome.VERIFIED, None) for r in ODD_RUNS}, got
+    assert all("xplane" not in k for k in p.user())
+    assert p.outside() == outside
+    outs = api.restore(p.url)
+    assert sorted(o.run for o in outs if o.status == codes.Outcome.RESTORED) == sorted(ODD_RUNS), \
+        [o.to_dict() for o in outs]
+    assert p.user() == before and p.outside() == outside
