@@ -54,13 +54,12 @@ def context_of(logdir: str, backup_dir: Optional[str], quiet_period: float = DEF
 
 
 def bucket_of(logdir: str, backup_dir: Optional[str]):
-    """``(RemoteFS, BucketVault)`` of a bucket logdir; its vault must be in a store too."""
+    """``(RemoteFS, BucketVault)`` of a bucket logdir: backups as server-side copies in its store
+    (``backup_dir`` unset or a prefix of the same store), or blobs in a local folder of ours
+    (``backup_dir`` a path; ``NotPrivate`` when it is not ours)."""
     from tb_footprint_plugin.engine.bucket import BucketVault
     from tb_footprint_plugin.storage.remote import RemoteFS
 
-    if backup_dir and not is_remote(backup_dir):
-        raise ValueError(f"backup dir {backup_dir}: a bucket logdir keeps its backups in the same store "
-                         "(server-side copies); give an s3://, gs:// or az:// prefix")
     rfs = RemoteFS(logdir)
     return rfs, BucketVault.for_logdir(rfs, backup_dir)
 

@@ -14,6 +14,7 @@ from typing import Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
+from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -111,19 +112,28 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         # Backups: server-side copies, each conditional on the plan's version. A run whose copy
         # fails is rolled back alone; the others go on.
         live: List[dict] = []
-        for en in entries:
-            rp = plans[en["run"]]
-            try:
-                for f in en["files"]:
-                    backup_object(rfs, f)
-                    faults.hit("reduce.backup_copy")
-                bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
-                st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after))
-                live.append(en)
-            except faults.InjectedFault:
-                raise
-            except (BucketTxnError, RemoteError) as e:
-                _drop_run(rfs, vault, en, outs[en["run"]], e)
+        # with a vault of blobs: one add for the batch (small originals share packs), under the
+        # lock that keeps a purge's forget out until the manifests name the digests
+        with adding(vault):
+            unmade = backup_entries(rfs, vault, entries)
+            if vault.blobs is not None:
+                faults.hit("reduce.blobs_added")
+            for en in entries:
+                rp = plans[en["run"]]
+                try:
+                    if en["run"] in unmade:
+                        raise unmade[en["run"]]
+                    for f in en["files"]:
+                        if not is_blob_entry(f):
+                            backup_object(rfs, f)
+                        faults.hit("reduce.backup_copy")
+                    bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
+                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after))
+                    live.append(en)
+                except faults.InjectedFault:
+                    raise
+                except (BucketTxnError, RemoteError) as e:
+                    _drop_run(rfs, vault, en, outs[en["run"]], e)
         faults.hit("reduce.backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals
 from tb_footprint_plugin.engine.bucket_state import (
     JOURNAL,
@@ -30,7 +31,8 @@ def manifest_damage(doc: Optional[dict]) -> Optional[str]:
             or not isinstance(doc.get("created", 0), (int, float)):
         return "not a manifest (op, run, files or created missing or of the wrong type)"
     for f in files:
-        if not isinstance(f, dict) or not isinstance(f.get("path"), str) or not isinstance(f.get("backup"), str) \
+        if not isinstance(f, dict) or not isinstance(f.get("path"), str) \
+                or not (isinstance(f.get("backup"), str) or (entry_ok(f) and f.get("sha256"))) \
                 or not isinstance(f.get("size"), int) or not isinstance(f.get("checksums", {}), dict):
             return "a file entry is not a path, backup, size and checksums"
     return None
@@ -87,11 +89,12 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
         bad, absent, back = [], 0, []
         listing = run_listing(rfs, vault, m["run"])
         for f in m.get("files", []):
-            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+            if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
-            info = rfs.ops.head(f["backup"])
-            if info is None or info.size != f.get("size") or \
-                    not same_content(content_checksums(info), f.get("checksums") or {}):
+            if is_blob_entry(f):
+                if not check_entry(vault, f):  # read back whole from the blob vault and hashed
+                    bad.append(f["path"])
+            elif not _copy_ok(rfs.ops.head(f["backup"]), f):
                 bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
             if f.get("action") == "rewrite":
                 if staged_match(listing.get(f["path"]), f):
@@ -116,6 +119,12 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
                     "code": p["code"], "verification": {"ok": False, "checks": [
                         {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
     return out
+
+
+def _copy_ok(info, f: dict) -> bool:
+    """A server-side backup copy is there with the store's checksums of the original."""
+    return info is not None and info.size == f.get("size") and \
+        bool(same_content(content_checksums(info), f.get("checksums") or {}))
 
 
 def _kind(m: dict) -> str:
@@ -165,7 +174,8 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
                     "restored_by": "a restore" if m.get("status") == "restored" else None,
                     **({"takes_along": list(m.get("takes_along") or [])} if _kind(m) == "retire" else {})})
     return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
-            "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"], "vault_bytes": vault_bytes,
+            "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
+            "vault_bytes": vault_bytes,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
             "problems": problems + damaged_journals(rfs), "kept_blobs": kept_objects(rfs, vault, found)}
 

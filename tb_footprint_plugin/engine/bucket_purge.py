@@ -6,6 +6,7 @@ from typing import Optional
 
 from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import JOURNAL, BucketState, BucketTxnError, BucketVault, must_delete, now_s
 from tb_footprint_plugin.storage.remote import RemoteFS
@@ -46,14 +47,25 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     if yes:
         st = BucketState(rfs)
         for m in chosen:
-            if not all(str(f.get("backup", "")).startswith(vault.root + "/blobs/") for f in m["files"]):
+            if not all(names_our_backup(vault, f) for f in m["files"]):
                 raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
             doc = {k: v for k, v in m.items() if not k.startswith("_")}
             doc["purged"] = now
             st.update(m["_path"], doc, m["_version"])
             faults.hit("purge.intent")
-            must_delete(rfs, [f["backup"] for f in m["files"]])
+            must_delete(rfs, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
             faults.hit("purge.blob")
+        if vault.blobs is not None:
+            # the blob vault forgets what no manifest or journal in the bucket names any more
+            # (also what a purge stopped after its intent, or a rollback, left behind)
+            fig = collect(rfs, vault)
+            if fig.get("blocked"):
+                raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
+            if fig.get("blocked_by_damaged_index"):
+                raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
+                                     f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
+                                     "deleted while one is damaged: repair or remove them, then purge again")
+            faults.hit("purge.forget")
     return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held}
 
 

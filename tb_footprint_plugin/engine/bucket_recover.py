@@ -13,6 +13,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.engine.bucket_blobs import names_our_backup
 from tb_footprint_plugin.engine.bucket_state import (
     COMMITTED_STEPS,
     JOURNAL,
@@ -57,7 +58,7 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
                     rfs.path(f["final"])
                     if en["run"] != "." and not str(f["final"]).startswith(run_prefix(en["run"])):
                         return "journal names keys outside its run"
-                if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+                if not names_our_backup(vault, f):
                     return "journal names keys outside the logdir or vault"
                 if f.get("tmp") is not None and not str(f["tmp"]).startswith(vault.root + "/tmp/"):
                     return "journal names keys outside the logdir or vault"
@@ -182,8 +183,10 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
                                    detail=f"{vault_url(rfs, vault.manifest(op_id))}: the manifest of the restore "
                                           "is missing, unreadable or names another run; journal left in place",
                                    code=Finding.RECOVERY_FAILED)
-        wanted = sorted((str(f.get("path")), str(f.get("backup"))) for f in doc.get("files") or [])
-        named = sorted((str(f.get("path")), str(f.get("backup"))) for f in m["files"] if isinstance(f, dict))
+        wanted = sorted((str(f.get("path")), str(f.get("backup")), str(f.get("sha256")))
+                        for f in doc.get("files") or [] if isinstance(f, dict))
+        named = sorted((str(f.get("path")), str(f.get("backup")), str(f.get("sha256")))
+                       for f in m["files"] if isinstance(f, dict))
         if wanted != named:
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
                                    detail="journal and manifest name different files or backups; left alone",

@@ -20,6 +20,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.bucket_blobs import blobs_of, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     JOURNAL,
@@ -66,7 +67,7 @@ def restore_journal(rfs: RemoteFS, vault: BucketVault, manifest: dict, kind: str
     """The journal a restore of ``manifest`` writes before its first put-back: the operation, the
     run and every file to put back with its backup key (from the manifest, already checked to be
     keys of the logdir and of the vault's blobs)."""
-    keep = ("path", "backup", "action", "size", "final", "checksums")
+    keep = ("path", "backup", "action", "size", "final", "checksums", "kept_in", "sha256")
     return {"op": manifest["op"], "kind": kind, "run": run, "logdir": rfs.url, "vault": vault.root,
             "step": "restoring", "created": now_s(), "takes_along": list(takes_along or []),
             "files": [{k: f[k] for k in keep if f.get(k) is not None} for f in manifest["files"]]}
@@ -126,8 +127,10 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
     try:
         conflicts = []
         for f in manifest["files"]:  # every key checked before the journal and the first put-back
-            if not str(f.get("backup", "")).startswith(vault.root + "/blobs/"):
+            if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
+            if is_blob_entry(f):
+                blobs_of(vault, f)  # refused before anything is put back when the folder was not given
             # the journal written from it must be one the next start acts on: keys inside the run
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
@@ -167,7 +170,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                         conflicts.append(f["path"])
                         continue
                 try:
-                    res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
+                    res = _put_back(rfs, vault, f, orig, if_version=cur.version_token)
                 except RemoteError as e:
                     if e.code == PRECONDITION_FAILED:
                         conflicts.append(f["path"])
@@ -189,7 +192,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                     continue
                 if cur is None:
                     try:
-                        res = rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
+                        res = _put_back(rfs, vault, f, orig)
                     except RemoteError as e:
                         if e.code == ALREADY_EXISTS:
                             conflicts.append(f["path"])
@@ -199,7 +202,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 out.bytes_after += f["size"]
                 if res is not None:
                     faults.hit("restore.file")  # the same step as the rewrite's put-back above
-            if res is not None and not copy_matches(rfs, res, f, f["backup"], orig):
+            if res is not None and res is not _STREAMED and not copy_matches(rfs, res, f, f["backup"], orig):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
             if action == "compress" and f.get("final"):
@@ -253,6 +256,22 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         ours = unlock_versions(lock_path)
         if ours and jpath is None:  # a kept journal keeps its lock until it is settled
             rfs.ops.delete([lock_path], versions=ours)
+
+
+#: what ``_put_back`` returns for an original streamed from the blob vault (checked there)
+_STREAMED = object()
+
+
+def _put_back(rfs: RemoteFS, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None):
+    """One original back at its key: a server-side copy of its backup (the copy's result, for
+    ``copy_matches``), or streamed from the blob vault and checked there (``_STREAMED``);
+    create-only, or only over ``if_version``."""
+    if is_blob_entry(f):
+        put_back(rfs, vault, f, if_version=if_version)
+        return _STREAMED
+    if if_version is not None:
+        return rfs.ops.copy(f["backup"], orig, if_version=if_version, size=f["size"])
+    return rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
 
 
 def holds_original(cur: ObjectInfo, f: dict) -> bool:

@@ -40,6 +40,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
+from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -106,8 +107,9 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             return out
         f = file_entry(vault, op_id, a, o)
         if a.kind in ("compress", "rewrite"):
-            f.update(backup=replaced_backup(vault, op_id, i), tmp=temp_key(vault, op_id, i),
-                     final=a.new_path or a.path, index=i)
+            f.update(tmp=temp_key(vault, op_id, i), final=a.new_path or a.path, index=i)
+            if not is_blob_entry(f):
+                f["backup"] = replaced_backup(vault, op_id, i)
             if a.kind == "compress" and f["final"] in listing:
                 out.reason, out.code = f"{f['final']}: exists already; run left as it is", Skip.NOT_IN_PLAN
                 return out
@@ -130,9 +132,18 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                                        "vault": vault.root,
                                        "runs": [en], "logdir_objects": len(listing)})
         faults.hit("reduce.journal")
-        for f in files:
-            backup_object(rfs, f)
-            faults.hit("reduce.backup_copy")
+        with adding(vault):  # a purge's forget waits until the journal names the blobs' digests
+            unmade = backup_entries(rfs, vault, [en])
+            if unmade:
+                raise unmade[rp.run]
+            if vault.blobs is not None:
+                faults.hit("reduce.blobs_added")
+            for f in files:
+                if not is_blob_entry(f):
+                    backup_object(rfs, f)
+                faults.hit("reduce.backup_copy")
+            if vault.blobs is not None:
+                journal.step("backed_up")
         faults.hit("reduce.backup")
         with scratch.scratch("bucket", scratch.system_root()) as work:
             local = _stage_run(rfs, rp, files, listing, work, verify_backends)

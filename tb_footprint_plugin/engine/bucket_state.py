@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -27,8 +28,11 @@ from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.context import TransactionError, is_no_space
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
+from tb_footprint_plugin.storage.blobstore import BlobStore
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, ObjectInfo, RemoteError, RemoteFS
+from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, ObjectInfo, RemoteError, RemoteFS, is_remote
+from tb_footprint_plugin.storage.store_posix import PosixStore
 
 JOURNAL = f"{STATE_DIR_NAME}/journal"
 LOCKS = f"{STATE_DIR_NAME}/locks"
@@ -69,14 +73,36 @@ def lock_failure_code(e: BaseException) -> Code:
 
 
 @dataclass
+class BlobVault:
+    """A local folder holding a bucket logdir's backups as blobs (``engine.bucket_blobs``)."""
+
+    folder: str  # absolute path of a private folder of ours
+    store: BlobStore  # over a PosixStore at ``folder``, claims under this logdir's owner name
+
+    @classmethod
+    def at(cls, folder: str, rfs: RemoteFS) -> "BlobVault":
+        """The blob vault in ``folder`` (created 0700 if missing; ``NotPrivate`` when it is not a
+        folder of ours) for the logdir of ``rfs``: its blobs are claimed under an owner name of
+        that logdir, so another logdir sharing the folder never loses one to this one's purge."""
+        folder = ensure_private_dir(os.path.abspath(folder))
+        who = hashlib.sha256(f"{rfs.protocol}://{rfs.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return cls(folder=folder, store=BlobStore(PosixStore(folder), owner=f"bucket:{who}"))
+
+
+@dataclass
 class BucketVault:
-    """Where backups of a bucket logdir go: ``<logdir>/.tb-footprint`` or another bucket/prefix."""
+    """Where backups of a bucket logdir go: ``<logdir>/.tb-footprint`` or another bucket/prefix
+    (server-side copies), or a local folder (``blobs``: a ``BlobStore``; the manifests stay in
+    ``<logdir>/.tb-footprint``)."""
 
     rfs: RemoteFS  # the logdir
-    root: str  # store path (bucket/prefix) of the vault
+    root: str  # store path (bucket/prefix) of the vault's manifests (and server-side copies)
+    blobs: Optional[BlobVault] = None  # a local blob vault: the backups of reductions go there
 
     @classmethod
     def for_logdir(cls, rfs: RemoteFS, backup_dir: Optional[str] = None) -> "BucketVault":
+        if backup_dir and not is_remote(backup_dir):
+            return cls(rfs=rfs, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault.at(backup_dir, rfs))
         if backup_dir:
             other = RemoteFS(backup_dir, stats=rfs.stats)
             if other.protocol != rfs.protocol:

@@ -19,6 +19,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, lease
+from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     BucketTxnError,
     BucketVault,
@@ -43,9 +44,15 @@ from tb_footprint_plugin.storage.remote import (
 
 
 def file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
-    """A journal/manifest entry of one planned file: its action, size, version, checksums and backup key."""
-    return {"path": a.path, "action": a.kind, "size": o.size, "version": o.version_token,
-            "checksums": content_checksums(o), "backup": vault.blob(op_id, a.path)}
+    """A journal/manifest entry of one planned file: its action, size, version, checksums and
+    backup key (a server-side copy), or ``kept_in: blobstore`` with a vault of blobs."""
+    f = {"path": a.path, "action": a.kind, "size": o.size, "version": o.version_token,
+         "checksums": content_checksums(o)}
+    if vault.blobs is not None:  # its sha256 once verified in the blob vault (``bucket_blobs``)
+        f["kept_in"] = KEPT_IN
+    else:
+        f["backup"] = vault.blob(op_id, a.path)
+    return f
 
 
 def backup_object(rfs: RemoteFS, f: dict) -> None:
@@ -263,18 +270,14 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
             if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
                 if not f.get("backup_checksums"):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
-                res = rfs.ops.copy(f["backup"], orig, if_version=cur.version_token, size=f["size"])
-                if not copy_matches(rfs, res, f, f["backup"], orig):
-                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")
+                _copy_back(rfs, vault, f, orig, if_version=cur.version_token)
             continue
         if rfs.ops.head(orig) is None:
             if not f.get("backup_checksums") and not deleted:
                 continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
-            res = rfs.ops.copy(f["backup"], orig, if_absent=True, size=f["size"])
-            if not copy_matches(rfs, res, f, f["backup"], orig):
-                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")
+            _copy_back(rfs, vault, f, orig)
         if f.get("action") == "compress" and f.get("final"):
             # the original is back: the compressed copy made by this operation goes (only if it
             # still holds the staged bytes: anything else there is someone's new file)
@@ -285,5 +288,20 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
     # Originals are all in place: the copies in the vault are redundant now (the manifest first,
     # so no restorable operation ever points at a missing backup).
     must_delete(rfs, [vault.manifest(en["op"])])
-    must_delete(rfs, [f["backup"] for f in en.get("files", [])] + [f["tmp"] for f in en.get("files", [])
-                                                                       if f.get("tmp")])
+    # (blobs stay: another operation may hold the same bytes; purge forgets what none names)
+    must_delete(rfs, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f)] +
+                [f["tmp"] for f in en.get("files", []) if f.get("tmp")])
+
+
+def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None) -> None:
+    """Put an original back from its verified backup: a server-side copy, or streamed from the
+    blob vault; create-only, or only over ``if_version``."""
+    if is_blob_entry(f):
+        put_back(rfs, vault, f, if_version=if_version)
+        return
+    if if_version is None:
+        res = rfs.ops.copy(f["backup"], orig, if_absent=True, size=f["size"])
+    else:
+        res = rfs.ops.copy(f["backup"], orig, if_version=if_version, size=f["size"])
+    if not copy_matches(rfs, res, f, f["backup"], orig):
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")

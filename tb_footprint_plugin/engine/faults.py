@@ -24,6 +24,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 LOCAL = "local"
 BUCKET = "bucket"
+#: the steps only a bucket logdir whose backups go to a vault of blobs takes (``--backup-dir <folder>``)
+BLOBS = "bucket_blobs"
 _BOTH = (LOCAL, BUCKET)
 ACTIONS = ("raise", "enospc", "eacces", "kill")
 
@@ -48,6 +50,8 @@ STEPS: Tuple[Step, ...] = (
     Step("reduce.journal", _BOTH, "the begin record / journal object is written; nothing copied yet"),
     Step("reduce.backup_record", (LOCAL,), "a file's backup record is journaled, its blob not yet in the vault"),
     Step("reduce.backup_copy", (BUCKET,), "one server-side backup copy is made (hit after each)"),
+    Step("reduce.blobs_added", (BLOBS,), "bucket, vault of blobs: the originals are added to it and read back; "
+                                         "no manifest names them yet"),
     Step("reduce.backup", _BOTH, "every backup of the run is made (bucket: and its manifest, batch path)"),
     Step("reduce.stage_record", (LOCAL,), "a file's stage record is journaled, its temp not yet written"),
     Step("reduce.stage", _BOTH, "every new file is staged (and checked by TensorBoard's readers)"),
@@ -68,6 +72,7 @@ STEPS: Tuple[Step, ...] = (
     Step("purge.intent", _BOTH, "the purge is recorded before any blob goes (local: each operation's "
                                 "intent; bucket: the manifest marked purged)"),
     Step("purge.blob", _BOTH, "a backup is deleted (local: each blob; bucket: each operation's blobs)"),
+    Step("purge.forget", (BLOBS,), "bucket, vault of blobs: what no manifest or journal names is forgotten"),
     Step("purge.marked", (LOCAL,), "an operation's manifest is marked purged after its blobs went"),
     # retire: the whole run into the vault
     Step("retire.journal", _BOTH, "the begin record / journal object is written; nothing moved"),

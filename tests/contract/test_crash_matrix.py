@@ -29,8 +29,18 @@ from conftest import REPO, tree_hashes
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import faults
 
-STORES = ("posix", "s3", "gs", "az")
-ENGINE = {"posix": faults.LOCAL, "s3": faults.BUCKET, "gs": faults.BUCKET, "az": faults.BUCKET}
+#: ``s3blobs``: an S3 logdir whose backups go to a local vault of blobs (``--backup-dir <folder>``)
+STORES = ("posix", "s3", "gs", "az", "s3blobs")
+ENGINE = {"posix": faults.LOCAL, "s3": faults.BUCKET, "gs": faults.BUCKET, "az": faults.BUCKET,
+          "s3blobs": faults.BUCKET}
+#: the steps a store takes besides its engine's
+EXTRA = {"s3blobs": faults.BLOBS}
+
+
+def steps_of(store, verb):
+    """The declared steps ``verb`` passes on ``store``."""
+    return faults.steps(verb, ENGINE[store]) + (faults.steps(verb, EXTRA[store]) if store in EXTRA else [])
+
 VERBS = ("reduce", "restore", "purge", "retire", "unretire")
 STATE = ".tb-footprint"
 RUN = "exp"
@@ -39,9 +49,10 @@ DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
 #: a real SIGKILL of the CLI: right before the commit record (put back) and inside the destructive
 #: step (finished) on the disk; one of the two on each object store (a CLI start costs 5-8 s there)
 KILLED = [("posix", "reduce.verify"), ("posix", "reduce.mid_swap"), ("s3", "reduce.mid_swap"),
-          ("gs", "reduce.verify"), ("az", "reduce.mid_swap")]
+          ("gs", "reduce.verify"), ("az", "reduce.mid_swap"), ("s3blobs", "reduce.blobs_added"),
+          ("s3blobs", "reduce.mid_swap")]
 
-CASES = [(s, v, step) for s in STORES for v in VERBS for step in faults.steps(v, ENGINE[s])]
+CASES = [(s, v, step) for s in STORES for v in VERBS for step in steps_of(s, v)]
 
 
 def _write_template(root: Path) -> Path:
@@ -101,9 +112,11 @@ class Place:
                 assert os.stat(vault).st_dev != os.stat(dest).st_dev
                 self.backup = str(vault)
         else:
-            self.bucket = buckets(store)
+            self.bucket = buckets("s3" if store == "s3blobs" else store)
             self.prefix = f"c{next(_n)}-{uuid.uuid4().hex[:6]}"
             self.url = self.bucket.upload(template, self.prefix)
+            if store == "s3blobs":
+                self.backup = str(tmp_path / f"vault{next(_n)}")
 
     def user(self) -> dict:
         """rel path -> sha256 of every file of the logdir but the tool's own state."""
@@ -195,7 +208,7 @@ def clean_run(store, verb, place_of):
 def test_every_declared_step_is_reached(store, verb, place_of):
     """The table says which engine hits which step: a clean run on the store hits exactly those."""
     reached, original, start, done = clean_run(store, verb, place_of)
-    assert reached == sorted(faults.steps(verb, ENGINE[store])), (store, verb)
+    assert reached == sorted(steps_of(store, verb)), (store, verb)
     # the verb did something (a purge frees the vault and never touches the logdir)
     assert (done == start) if verb == "purge" else (done != start)
 
@@ -262,7 +275,7 @@ def test_sigkill_of_the_cli_is_settled(store, step, place_of):
     p = place_of(store, "reduce")
     env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [a.format(url=p.url) for a in CLI["reduce"]]
+    cmd = [a.format(url=p.url) for a in CLI["reduce"]] + (["--backup-dir", p.backup] if p.backup else [])
     r = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli"] + cmd, env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
@@ -322,7 +335,7 @@ def test_vocabulary_is_one_table():
     legacy = {"restore_copied", "compact_written", "compact_verified", "compact_renamed", "compact_before_unlink"}
     for s in faults.STEPS:
         assert s.name in legacy or s.name.count(".") == 1, s.name
-        assert s.engines and set(s.engines) <= {faults.LOCAL, faults.BUCKET}
+        assert s.engines and set(s.engines) <= {faults.LOCAL, faults.BUCKET, faults.BLOBS}
     both = {s.name for s in faults.STEPS if set(s.engines) == {faults.LOCAL, faults.BUCKET}}
     assert {"reduce.journal", "reduce.backup", "reduce.stage", "reduce.verify", "reduce.swap_record",
             "reduce.mid_swap", "reduce.swap", "restore.file", "purge.intent", "purge.blob", "retire.journal",

@@ -1,0 +1,298 @@
+"""A bucket logdir's backups in a blob vault (``storage.blobstore``) instead of server-side copies.
+
+``tb-footprint reduce s3://b/logs --backup-dir /local/vault``: the originals a reduction removes
+or replaces are streamed down once, hashed (sha256, and the store's MD5 where it gives one: an
+object changed while it was read is refused), and added to a ``BlobStore`` over a ``PosixStore``
+at that folder (a private folder of ours, ``storage.private``): content-addressed, zstd where it
+pays, small ones packed. ``BlobStore.add`` reads every blob back and hashes it before it returns
+its ref, so a file entry gets its ``sha256`` (and ``backup_checksums``, the journal's "verified"
+mark) only for bytes that are in the vault; only then may the bucket object be deleted or
+replaced (the swap of ``engine.bucket_steps``). The journal, the locks and the manifests stay in
+the bucket (``<logdir>/.tb-footprint``): coordination between workers is the bucket's. A
+manifest entry names its blob by ``sha256`` (``kept_in: blobstore``) instead of a ``backup`` key.
+
+Restore and rollback stream a blob back (verified while read) into the bucket under the same
+conditions as a server-side copy back: create-only where the original is gone, only over the
+version the reduction made where it was replaced.
+
+Forgetting is safe against other operations through one ``flock`` on the folder (the local
+vault's offload/forget discipline, ``engine.offload``): an operation holds it shared from its
+first blob added until a manifest or journal record in the bucket names those digests; a purge
+holds it alone while it reads which digests the bucket's manifests (not purged) and journals
+still name and forgets the rest of what this logdir added (``BlobStore`` owner claims: another
+logdir sharing the folder keeps its blobs). While a manifest or journal cannot be read nothing
+is forgotten (it may be the only one naming a blob).
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import hashlib
+import io
+import os
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+from tb_footprint_plugin.codes import BlobError, Failure, Skip
+from tb_footprint_plugin.engine.bucket_state import (
+    JOURNAL,
+    BlobVault,
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    must_delete,
+)
+from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.remote import (
+    ALREADY_EXISTS,
+    PRECONDITION_FAILED,
+    RemoteError,
+    RemoteFS,
+    content_checksums,
+    same_content,
+)
+
+#: a file entry whose backup is a blob of the vault's ``BlobStore`` (no ``backup`` key)
+KEPT_IN = "blobstore"
+#: originals up to this size are read whole into memory (down and back up); larger ones go
+#: through a scratch file, so memory never grows with a file's size
+IN_MEMORY = 8 << 20
+
+
+def is_blob_entry(f: dict) -> bool:
+    """Whether a journal/manifest file entry keeps its original in the blob vault."""
+    return isinstance(f, dict) and f.get("kept_in") == KEPT_IN
+
+
+def entry_ok(f: dict) -> bool:
+    """A blob entry's shape (untrusted input): no ``backup`` key, a sha256 when it has one."""
+    return is_blob_entry(f) and f.get("backup") is None and (f.get("sha256") is None or is_sha256(f.get("sha256")))
+
+
+def names_our_backup(vault: BucketVault, f: dict) -> bool:
+    """Whether an entry's backup is one of this vault's (untrusted input): a key under its
+    ``blobs/``, or a blob entry of the right shape."""
+    if is_blob_entry(f):
+        return entry_ok(f)
+    return isinstance(f, dict) and str(f.get("backup", "")).startswith(vault.root + "/blobs/")
+
+
+def blobs_of(vault: BucketVault, f: dict) -> BlobVault:
+    """The blob vault that holds ``f``'s original; a ``BucketTxnError`` when this vault has none
+    (the logdir was reduced with ``--backup-dir <folder>`` and this command was not given it)."""
+    if vault.blobs is None:
+        raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{f.get('path')}: its backup is in a local vault folder; "
+                             "give that folder with --backup-dir")
+    return vault.blobs
+
+
+@contextlib.contextmanager
+def forget_lock(bv: BlobVault, exclusive: bool) -> Iterator[None]:
+    """``flock`` on the vault folder's lock file: operations that add blobs share it until the
+    bucket names their digests, a purge's forget takes it alone."""
+    fd = os.open(os.path.join(bv.folder, ".forget.lock"),
+                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def adding(vault: BucketVault):
+    """The shared lock an operation holds while it adds blobs (a no-op without a blob vault)."""
+    return forget_lock(vault.blobs, exclusive=False) if vault.blobs is not None else contextlib.nullcontext()
+
+
+def _fetch(rfs: RemoteFS, f: dict, work: str, n: int) -> Tuple[str, Callable[[], io.BufferedIOBase]]:
+    """Stream one original down: its sha256 and an opener of the bytes read (memory below
+    ``IN_MEMORY``, else a scratch file). The bytes must have the planned size and, where the
+    store gives one, the MD5 it computed for the planned version: anything else changed since."""
+    size = int(f["size"])
+    h, md5 = hashlib.sha256(), hashlib.md5()
+    reader = rfs.open_ranged(f["path"], size, chunk=CHUNK) if size else io.BytesIO(b"")
+    buf = io.BytesIO() if size <= IN_MEMORY else None
+    path = os.path.join(work, f"{n:06d}.orig")
+    got = 0
+    with (contextlib.nullcontext(buf) if buf is not None else open(path, "wb")) as out:
+        while got < size:
+            b = reader.read(min(CHUNK, size - got))
+            if not b:
+                break
+            h.update(b)
+            md5.update(b)
+            out.write(b)
+            got += len(b)
+        data = buf.getvalue() if buf is not None else None
+    want = (f.get("checksums") or {}).get("md5")
+    if got != size or (want and want != base64.b64encode(md5.digest()).decode("ascii")):
+        raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed while it was read for its backup")
+    if data is not None:
+        return h.hexdigest(), lambda: io.BytesIO(data)
+    return h.hexdigest(), lambda: open(path, "rb")
+
+
+def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Dict[str, Exception]:
+    """Back up every blob entry of ``entries`` (runs of one operation or batch) into the blob
+    vault in one ``BlobStore.add`` (small originals share packs). The caller holds ``adding``
+    until the bucket names the digests. Each entry verified in the vault gets ``sha256`` and
+    ``backup_checksums``; returns run -> the error that left its backups unmade (the others go
+    on). A failure of the vault itself fails every run of the call."""
+    bv = vault.blobs
+    failed: Dict[str, Exception] = {}
+    todo = [(en, f) for en in entries for f in en["files"] if is_blob_entry(f)]
+    if not todo or bv is None:
+        return failed
+    got: Dict[int, str] = {}  # index in todo -> sha of the bytes read
+
+    with scratch.scratch("bucket-backup", scratch.system_root()) as work:
+        def sources() -> Iterator[BlobSource]:
+            last = None
+            for i, (en, f) in enumerate(todo):
+                if last is not None:  # the previous one is in the store's hands now
+                    with contextlib.suppress(OSError):
+                        os.unlink(last)
+                    last = None
+                if en["run"] in failed:
+                    continue
+                try:
+                    sha, opener = _fetch(rfs, f, work, i)
+                except (BucketTxnError, RemoteError, FileNotFoundError) as e:
+                    failed[en["run"]] = e if not isinstance(e, FileNotFoundError) else BucketTxnError(
+                        Skip.NOT_IN_PLAN, f"{f['path']}: gone since the plan")
+                    continue
+                got[i] = sha
+                if int(f["size"]) > IN_MEMORY:
+                    last = os.path.join(work, f"{i:06d}.orig")
+                yield BlobSource(sha=sha, size=int(f["size"]), open=opener)
+
+        try:
+            refs = bv.store.add(sources())
+        except BlobFailure as e:
+            err = BucketTxnError(Failure.STORE_ERROR if e.code == BlobError.STORE else Failure.BACKUP_DAMAGED,
+                                 f"{bv.folder}: the blob vault refused the backups ({e})")
+            for en in entries:
+                failed.setdefault(en["run"], err)
+            return failed
+    verified = {r.sha for r in refs if r is not None}
+    for i, (en, f) in enumerate(todo):
+        if en["run"] in failed:
+            continue
+        sha = got.get(i)
+        if sha is None or sha not in verified:
+            failed[en["run"]] = BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: not verified in the blob vault")
+            continue
+        f["sha256"] = sha
+        f["backup_checksums"] = {"sha256": sha}
+    return failed
+
+
+def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional[str] = None) -> None:
+    """Stream ``f``'s original from the blob vault (hashed while read) back to its key: create-only,
+    or only over ``if_version``. Raises ``RemoteError`` (``already_exists`` / precondition failed)
+    as a server-side copy back would, ``BucketTxnError(BACKUP_DAMAGED)`` when the blob does not
+    verify (nothing is written then) or the object written does not hold the original's bytes."""
+    bv = blobs_of(vault, f)
+    sha = f.get("sha256")
+    if not is_sha256(sha):
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: no verified backup of it in the blob vault")
+    orig = rfs.path(f["path"])
+    size = int(f["size"])
+    try:
+        if size <= IN_MEMORY:
+            with bv.store.open(sha) as src:
+                data = src.read()
+            if len(data) != size:
+                raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its blob holds {len(data)} bytes, not {size}")
+            rfs.ops.put(orig, data, if_absent=if_version is None, if_version=if_version)
+        else:
+            _put_back_large(rfs, vault, bv, f, sha, orig, if_version)
+    except BlobFailure as e:
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {bv.folder} does not read back "
+                             f"({e}); nothing was written") from None
+    cur = rfs.ops.head(orig)
+    if cur is None or cur.size != size or same_content(content_checksums(cur), f.get("checksums") or {}) is False:
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored object does not match the original")
+
+
+def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, sha: str, orig: str,
+                    if_version: Optional[str]) -> None:
+    """A large original back: verified into a scratch file, uploaded under a temporary key of the
+    vault, then copied over its key with the condition (a bucket's only conditional large write)."""
+    tmp = f"{vault.root}/tmp/put-back/{sha}"
+    with scratch.scratch("bucket-restore", scratch.system_root()) as work:
+        local = os.path.join(work, "orig")
+        with bv.store.open(sha) as src, open(local, "wb") as out:
+            while True:
+                b = src.read(CHUNK)
+                if not b:
+                    break
+                out.write(b)
+        rfs.ops.upload_file(tmp, local)
+    try:
+        rfs.ops.copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
+    finally:
+        with contextlib.suppress(RemoteError, BucketTxnError):
+            must_delete(rfs, [tmp])
+
+
+def check_entry(vault: BucketVault, f: dict) -> bool:
+    """Whether ``f``'s blob is in the vault and reads back to its sha256 (re-check, ``verify``)."""
+    if vault.blobs is None or not is_sha256(f.get("sha256")):
+        return False
+    return vault.blobs.store.check(f["sha256"]) is None
+
+
+def _named(doc, out: Set[str]) -> bool:
+    """Add the digests a manifest or journal names to ``out``; False when it is not readable."""
+    if not isinstance(doc, dict) or doc.get("corrupt"):
+        return False
+    runs = doc.get("runs") if isinstance(doc.get("runs"), list) else [doc]
+    for en in runs:
+        files = en.get("files") if isinstance(en, dict) else None
+        for f in files if isinstance(files, list) else []:
+            if isinstance(f, dict) and is_sha256(f.get("sha256")):
+                out.add(f["sha256"])
+    return True
+
+
+def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
+    """Purge's step on the blob vault: under the exclusive lock, forget every blob this logdir
+    added that no manifest (not purged) and no journal in the bucket names; returns the blob
+    store's figures, or ``{"blocked": why}`` when a manifest or journal could not be read."""
+    bv = vault.blobs
+    if bv is None:
+        return {}
+    st = BucketState(rfs)
+    with forget_lock(bv, exclusive=True):
+        needed: Set[str] = set()
+        for prefix in (vault.root + "/manifests", rfs.path(JOURNAL)):
+            try:
+                found = rfs.list_under(prefix, prefix)
+            except FileNotFoundError:
+                continue
+            for key, info in sorted(found.items()):
+                doc, _ = st.read(f"{prefix}/{key}", info)
+                if doc is None:
+                    continue
+                if isinstance(doc, dict) and doc.get("purged") and prefix.endswith("/manifests"):
+                    continue
+                if not _named(doc, needed):
+                    return {"blocked": f"{prefix}/{key} is not readable; nothing forgotten"}
+        bv.store.reload()
+        mine = [r.sha for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
+        drop = [s for s in mine if s not in needed]
+        if not drop:
+            return {"forgotten": 0}
+        try:
+            return bv.store.forget(drop)
+        except BlobFailure as e:
+            raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault could not forget "
+                                 f"{len(drop)} purged backup(s) yet ({e}); the next purge does it") from None
+
+
+__all__ = ["IN_MEMORY", "KEPT_IN", "adding", "backup_entries", "blobs_of", "check_entry", "collect", "entry_ok",
+           "forget_lock", "is_blob_entry", "names_our_backup", "put_back"]

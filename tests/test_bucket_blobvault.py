@@ -1,0 +1,159 @@
+"""A bucket logdir with a local vault of blobs (issue #26 item 3, #27): ``reduce s3://… --backup-dir
+/local/folder`` keeps the originals as verified, packed, content-addressed blobs in that folder;
+the journal, locks and manifests stay in the bucket; restore streams them back byte for byte;
+purge forgets them (never one another operation still names)."""
+import json
+import os
+import stat
+
+import pytest
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.blobstore import BlobStore
+from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+from test_objstore import _write_rewrite_logdir
+
+STATE = ".tb-footprint"
+DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+@pytest.fixture(scope="module")
+def mixed_logdir(tmp_path_factory):
+    """The rewrite logdir (an event file archive samples, PyTorch traces lossless gzips) plus
+    runs of many small profile files (dropped by ``DROP``)."""
+    root = _write_rewrite_logdir(tmp_path_factory.mktemp("blobvault") / "logs")
+    import time as _time
+    for r in range(3):
+        run = root / "prof" / f"r{r}"
+        with synth.EventWriter(str(run)) as w:
+            w.scalar("loss", 0, 1.0)
+        plugins = run / "plugins" / "profile" / "2024_01_01_00_00_00"
+        plugins.mkdir(parents=True)
+        for i in range(12):
+            (plugins / f"host{i}.xplane.pb").write_bytes(os.urandom(64) + bytes(2000 + 37 * i))
+    old = _time.time() - 3600
+    for d, _, names in os.walk(root):
+        for n in names:
+            os.utime(os.path.join(d, n), (old, old))
+    return root
+
+
+_n = iter(range(10_000))
+
+
+def _user(bucket, prefix):
+    return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(STATE + "/")}
+
+
+def _manifests(url):
+    rfs = RemoteFS(url)
+    return [json.loads(rfs.read_bytes(k)) for k in rfs.list_tree(f"{STATE}/manifests")]
+
+
+def _vault_objects(folder):
+    return sorted(os.path.relpath(os.path.join(d, n), folder) for d, _, ns in os.walk(folder) for n in ns
+                  if not n.startswith("."))
+
+
+def test_reduce_keeps_originals_as_verified_blobs_in_the_local_folder_and_restore_gives_them_back(
+        s3_bucket, mixed_logdir, tmp_path):
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket, prefix)
+    rep = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                            verify_backends=("python",))
+    ok = [o for o in rep.outcomes if o.status == Outcome.VERIFIED]
+    assert len(ok) == 4, [(o.run, o.status, o.reason) for o in rep.outcomes]
+    after = _user(s3_bucket, prefix)
+    assert len(after) < len(before)
+    # the backups are blobs in the folder (packed: a few objects for ~38 files), none in the bucket
+    assert not [k for k in s3_bucket.hashes(prefix) if k.startswith(f"{STATE}/blobs/")]
+    assert stat.S_IMODE(os.stat(vault).st_mode) == 0o700
+    objs = _vault_objects(vault)
+    assert any(o.startswith("index/") for o in objs) and any(o.endswith(".pack") for o in objs), objs
+    ms = _manifests(url)
+    files = [f for m in ms for f in m["files"]]
+    assert len(files) == len(before) - len(after)
+    assert all(f.get("kept_in") == "blobstore" and "backup" not in f and len(f["sha256"]) == 64 for f in files)
+    bs = BlobStore(PosixStore(vault))
+    for f in files:  # every manifest entry names a blob that reads back to the original
+        with bs.open(f["sha256"]) as b:
+            assert b.read() is not None
+    # status, history and verify see them
+    st = api.status(url, backup_dir=vault)
+    assert vault in st["vaults"] and not st["unfinished_operations"]
+    checks = api.verify(url, backup_dir=vault)
+    assert checks and all(c["ok"] for c in checks), checks
+    outs = api.restore(url, backup_dir=vault)
+    assert {o.status for o in outs} == {Outcome.RESTORED}, [o.to_dict() for o in outs]
+    assert _user(s3_bucket, prefix) == before
+
+
+def test_a_lossless_rewrite_keeps_the_replaced_originals_as_blobs(s3_bucket, mixed_logdir, tmp_path):
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket, prefix)
+    rep = api.reduce_logdir(url, backup_dir=vault, policy="lossless", dry_run=False, quiet_period=0,
+                            runs=["torch/resnet"], verify_backends=("python",))
+    (o,) = rep.outcomes
+    assert o.status == Outcome.VERIFIED, o.reason
+    assert _user(s3_bucket, prefix) != before
+    (m,) = _manifests(url)
+    assert m["files"] and all(f["kept_in"] == "blobstore" and "backup" not in f for f in m["files"])
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.reason
+    assert _user(s3_bucket, prefix) == before
+
+
+def test_restore_without_the_folder_is_refused_before_anything_is_put_back(s3_bucket, mixed_logdir, tmp_path):
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "vault")
+    rep = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                            runs=["prof/r0"], verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED]
+    reduced = _user(s3_bucket, prefix)
+    (r,) = api.restore(url)
+    assert r.status == Outcome.FAILED and r.code == Failure.RESTORE_BLOCKED, r.to_dict()
+    assert "--backup-dir" in r.reason
+    assert _user(s3_bucket, prefix) == reduced
+
+
+def test_purge_forgets_the_blobs_but_never_one_another_operation_names(s3_bucket, mixed_logdir, tmp_path):
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "vault")
+    # two runs whose profile files are byte-identical: one blob serves both operations
+    rfs = RemoteFS(url)
+    for k in list(rfs.list_tree("prof/r1")):
+        if k.endswith(".xplane.pb"):
+            rfs.write_bytes(k.replace("prof/r1", "prof/r2"), rfs.read_bytes(k))
+    rep = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                            runs=["prof/r1", "prof/r2"], verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 2
+    r2 = next(o for o in rep.outcomes if o.run == "prof/r2")
+    r1 = next(o for o in rep.outcomes if o.run == "prof/r1")
+    res = api.purge(url, yes=True, op=r1.op_id, backup_dir=vault)
+    assert res.ops and not res.kept, res.to_dict()
+    bs = BlobStore(PosixStore(vault))
+    (m2,) = [m for m in _manifests(url) if m["op"] == r2.op_id]
+    assert all(bs.check(f["sha256"]) is None for f in m2["files"])  # still there for r2
+    before = _user(s3_bucket, prefix)
+    (r,) = api.restore(url, run="prof/r2", backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.reason
+    assert len(_user(s3_bucket, prefix)) == len(before) + len(m2["files"])
+    api.purge(url, yes=True, backup_dir=vault)
+    assert BlobStore(PosixStore(vault)).stats()["blobs"] == 0
