@@ -200,6 +200,15 @@ def _selection_counter(monkeypatch):
         return read_view(run_dir, backend, **k)
 
     monkeypatch.setattr(views, "read_view", loads)
+    from tb_footprint_plugin.verify.original import OriginalRun  # a plan's load, kept for its reduce
+
+    load_now = OriginalRun.load_now
+
+    def loads_now(self, *a, **k):
+        made.append("rust:" + os.path.basename(str(self.run_dir)))
+        return load_now(self, *a, **k)
+
+    monkeypatch.setattr(OriginalRun, "load_now", loads_now)
     return made
 
 

@@ -88,8 +88,8 @@ def test_big_run_reduce_reads_the_original_once(tmp_path, monkeypatch):
 
     monkeypatch.setattr(records, "records_subsequence", no_stream)
     # the plan runs the rewrite's selection, which asks a data server of the original which
-    # records to keep (plan = outcome); its outcome is cached, so the reduce that follows a plan
-    # (the tab's and the CLI's flow) loads the original once more, for the verification only
+    # records to keep (plan = outcome); its outcome is cached, and its load is kept for the
+    # reduce that follows (the tab's and the CLI's flow): the reduce loads only the reduced run
     api.plan(str(logdir), "archive")
     assert len(starts) == 1, "the plan's selection: one data-server load of the original"
     starts.clear()
@@ -98,7 +98,7 @@ def test_big_run_reduce_reads_the_original_once(tmp_path, monkeypatch):
     assert len(out) == 1 and out[0].status == "verified", [o.to_dict() for o in out]
     v = out[0].verification
     assert v["ok"], v["failed"]
-    assert len(starts) == 2, "one data-server load of the original and one of the reduced run"
+    assert len(starts) == 1, "the plan's load of the original taken over; one load of the reduced run"
     lines = {c["name"]: c["detail"] for c in v["checks"]}
     assert "each byte-identical to an original record, in order" in lines["record subsequence"]
     assert lines["tag index"].startswith("tag index: 1 identical tags whole")
@@ -381,9 +381,11 @@ def test_failure_during_the_backup_closes_the_early_server(tmp_path, monkeypatch
         faults.disarm_all()
     out = [o for o in rep.outcomes if o.status != "skipped"]
     assert len(out) == 1 and out[0].status == "rolled_back", [o.to_dict() for o in out]
-    assert len(made) == 1
-    o = made[0]
+    # the plan's load (taken over by the reduce) and the reduce's own
+    assert len(made) == 2 and made[0].reader is None and made[0]._thread is None
+    o = made[-1]
     assert o.reader is None and not o._thread.is_alive()  # closed: its data server was stopped
+    assert orig_mod._parked is None  # nothing kept running either
     assert _user_files(logdir) == before
 
 

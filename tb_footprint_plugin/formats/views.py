@@ -251,9 +251,10 @@ def request_context():
 
 
 def read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: int = 1,
-                   only: Optional[Iterable[str]] = None) -> None:
+                   only: Optional[Iterable[str]] = None, payloads: bool = True) -> None:
     """Fill ``view`` from a DataProvider (same calls for both backends); ``only``: just these
-    plugins, and no run graph."""
+    plugins, and no run graph; ``payloads=False``: each point's step and wall time only (no
+    blob fetched, no tensor converted: what a selection needs of the default view)."""
     ctx = request_context()
     runs = provider.list_runs(ctx, experiment_id=EXPERIMENT_ID)
     view.run_present = any(r.run_name == RUN_NAME for r in runs)
@@ -266,7 +267,7 @@ def read_provider(view: RunView, provider, hints: SamplingHints, blob_workers: i
     for plugin in plugins:
         for kind in KINDS:
             try:
-                read_kind(view, provider, ctx, plugin, kind, hints, blob_workers)
+                read_kind(view, provider, ctx, plugin, kind, hints, blob_workers, payloads)
             except Exception as e:  # noqa: BLE001
                 view.errors.append(f"{plugin} ({kind}s): {type(e).__name__}: {e}")
     if only is not None:
@@ -312,8 +313,8 @@ def _metadata_bytes(plugin: str, kind: str, ts) -> bytes:
     return md.SerializeToString(deterministic=True)
 
 
-def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers) -> None:
-    """List and read every tag of one plugin and data class."""
+def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers, payloads: bool = True) -> None:
+    """List and read every tag of one plugin and data class (``payloads``: see ``read_provider``)."""
     list_fn, read_fn = provider_calls(provider, kind)
     kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=run_filter())
     listing = list_fn(ctx, **kw).get(RUN_NAME, {})
@@ -324,7 +325,8 @@ def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers) -> None:
     for tag in sorted(listing):
         tv = TagView(kind=kind, metadata=_metadata_bytes(plugin, kind, listing[tag]))
         try:
-            tv.points = read_points(provider, ctx, kind, data.get(tag, []), blob_workers)
+            tv.points = (read_points(provider, ctx, kind, data.get(tag, []), blob_workers) if payloads
+                         else [(d.step, d.wall_time, None) for d in data.get(tag, [])])
         except Exception as e:  # noqa: BLE001
             view.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
         tags[tag] = tv

@@ -881,15 +881,25 @@ class _RunSelection:
 
         reader = self.original.rust_reader() if self.original is not None else None
         if reader is not None:  # this reduce's one load of the original, started by the engine
-            return reader.read(plugins={self.streams[t].plugin for t in exact})
+            return reader.read(plugins={self.streams[t].plugin for t in exact}, payloads=False)
 
         if views.data_server_binary() is None:
             self.notes.append("dashboard-exact downsampling skipped: the Rust data server is not available")
             for t in exact:
                 self.streams[t].pin("the Rust data server is not available")
             return None
-        rust_view = views.read_view(self.run_dir, "rust", timeout_s=900)
-        if rust_view.fatal:
+        # a plan's selection: its load of the original is kept (``park``) for the reduce of this
+        # run that may follow, which then does not load the original again
+        from tb_footprint_plugin.verify.original import OriginalRun, park
+
+        run = OriginalRun(self.run_dir)
+        reader = run.load_now(timeout_s=900)
+        # only which steps the default view keeps decides (``_choose``): no payload is read
+        rust_view = reader.read(plugins={self.streams[t].plugin for t in exact}, payloads=False)
+        if not rust_view.fatal:
+            park(run)
+        else:
+            run.close()
             self.notes.append(f"dashboard-exact downsampling skipped: {rust_view.fatal}")
             for t in exact:
                 self.streams[t].pin("the Rust data server could not read the run")

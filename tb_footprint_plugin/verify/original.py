@@ -29,6 +29,7 @@ system call per scalar (``records.records_subsequence_indexed``).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from dataclasses import dataclass, field
@@ -104,10 +105,9 @@ class OriginalRun:
     _python_side: Optional[object] = None  # pyside.PythonSide started early, not yet told its run
 
     def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
-        """Start TensorBoard's Rust data server loading the run (default sampling)."""
+        """Start TensorBoard's Rust data server loading the run (default sampling), or take
+        over the load the plan's selection made of the very same files (``park``)."""
         from tb_footprint_plugin.formats import views
-        from tb_footprint_plugin.verify.readers import Reader
-        from tb_footprint_plugin.verify.records import event_file_names
 
         if self.reader is not None or views.data_server_binary() is None:
             return self
@@ -115,6 +115,29 @@ class OriginalRun:
         from tb_footprint_plugin.verify.pyside import PythonSide
 
         routes.prewarm()  # the route crawl's imports, while the backup runs
+        parked = _unpark(self.run_dir)
+        if parked is not None and parked.loaded_as_now():
+            # the plan's load, of files whose (inode, size, mtime) are still those it loaded:
+            # ``rust_reader`` holds it to the selection pass's and the engine to the backup's
+            # sha256, as it would a load of its own
+            self.reader, self._thread = parked.reader, parked._thread
+            self._stat_before, self._stat_loaded = parked._stat_before, parked._stat_loaded
+            parked.reader = parked._thread = None
+        else:
+            if parked is not None:
+                parked.close()
+            self._load(timeout_s)
+        # last (nothing after it can fail and leave it behind): the Python loader's child
+        # imports TensorBoard meanwhile too (~0.5 s of a core that the verification's own
+        # start needs); the verification tells it its run, ``close`` stops it otherwise
+        self._python_side = PythonSide(None, timeout_s).start()
+        return self
+
+    def _load(self, timeout_s: float) -> None:
+        """Start the Rust load on a thread of its own, noting each file's stat before and after."""
+        from tb_footprint_plugin.verify.readers import Reader
+        from tb_footprint_plugin.verify.records import event_file_names
+
         names = event_file_names(self.run_dir)
         self._stat_before = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
         self.reader = Reader(self.run_dir, "rust", None, store_all=False, timeout_s=timeout_s)
@@ -126,11 +149,33 @@ class OriginalRun:
 
         self._thread = threading.Thread(target=load, name="footprint-original-rust", daemon=True)
         self._thread.start()
-        # last (nothing after it can fail and leave it behind): the Python loader's child
-        # imports TensorBoard meanwhile too (~0.5 s of a core that the verification's own
-        # start needs); the verification tells it its run, ``close`` stops it otherwise
-        self._python_side = PythonSide(None, timeout_s).start()
-        return self
+
+    def load_now(self, timeout_s: float = 900.0) -> Optional[object]:
+        """Load the run in TensorBoard's Rust data server (default sampling) and wait for it:
+        a plan's selection reads the default view from it, then ``park``s it for the reduce that
+        may follow. The loaded ``readers.Reader`` (``view.fatal`` says a failure), or None
+        without the data server binary."""
+        from tb_footprint_plugin.formats import views
+
+        if self.reader is None:
+            if views.data_server_binary() is None:
+                return None
+            self._load(timeout_s)
+        self._thread.join()
+        return self.reader
+
+    def loaded_as_now(self) -> bool:
+        """Whether the load finished, without a reader failure, over files whose stat is the
+        same now as before it started and after it finished (and no file came or went)."""
+        from tb_footprint_plugin.verify.records import event_file_names
+
+        if self.reader is None or self._thread is None:
+            return False
+        self._thread.join()
+        if self.reader.view.fatal or not self._stat_before:
+            return False
+        now = {n: stat_sig(os.path.join(self.run_dir, n)) for n in event_file_names(self.run_dir)}
+        return now == self._stat_before == self._stat_loaded
 
     def rust_reader(self):
         """The loaded Reader if its load provably saw the bytes the pass hashed, else None."""
@@ -189,6 +234,70 @@ class OriginalRun:
         self._handed.append(facts)
 
 
+#: How long a plan's Rust load of a run waits for the reduce of that run (``park``) before its
+#: data server is stopped: a reduce starts right after its plan (``tb-footprint reduce``, the
+#: tab's reduce of what it just planned); a plan shown and never reduced pays one idle server
+#: for this long, no more.
+PARK_S = 30.0
+_PARK_LOCK = threading.Lock()
+_parked: Optional[tuple] = None  # (OriginalRun, its expiry Timer): the newest plan-time load
+
+
+def park(run: OriginalRun) -> None:
+    """Keep ``run``'s Rust load (``load_now``) for the reduce of the same run that may follow
+    this plan: its ``start_reader`` takes it over instead of loading the original again (each
+    load is a data server started and the run read: ~0.2 s and a core on a 20 MB run). Only
+    the newest is kept (one idle data server at most: memory stays one run's), for ``PARK_S``
+    seconds; a reduce of another run stops it."""
+    global _parked
+    timer = threading.Timer(PARK_S, _expire, args=(run,))
+    timer.daemon = True
+    with _PARK_LOCK:
+        old, _parked = _parked, (run, timer)
+    if old is not None:
+        old[1].cancel()
+        old[0].close()
+    timer.start()
+
+
+def _expire(run: OriginalRun) -> None:
+    global _parked
+    with _PARK_LOCK:
+        if _parked is None or _parked[0] is not run:
+            return  # taken over or replaced meanwhile: no longer ours to stop
+        _parked = None
+    run.close()
+
+
+def _unpark(run_dir: str) -> Optional[OriginalRun]:
+    """The parked load of ``run_dir``, now the caller's; a parked load of another run is
+    stopped (the reduce of another run started: it will not be taken)."""
+    global _parked
+    with _PARK_LOCK:
+        got, _parked = _parked, None
+    if got is None:
+        return None
+    run, timer = got
+    timer.cancel()
+    if os.path.realpath(run.run_dir) != os.path.realpath(run_dir):
+        run.close()
+        return None
+    return run
+
+
+def release_parked() -> None:
+    """Stop the parked load now, if any (tests; a process about to exit)."""
+    global _parked
+    with _PARK_LOCK:
+        got, _parked = _parked, None
+    if got is not None:
+        got[1].cancel()
+        got[0].close()
+
+
+atexit.register(release_parked)
+
+
 def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
     """``FileFacts`` of one event file read on its own (the rewrite folds the same into its
     selection pass; this is for callers without one, e.g. ``verify`` of a committed run)."""
@@ -216,4 +325,4 @@ def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
                            fold.finish(reader), reader.status)
 
 
-__all__ = ["FileFacts", "OriginalRun", "read_facts", "stat_sig"]
+__all__ = ["FileFacts", "OriginalRun", "PARK_S", "park", "read_facts", "release_parked", "stat_sig"]

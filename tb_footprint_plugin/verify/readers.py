@@ -78,13 +78,14 @@ class Reader:
         self.close()
 
     # -- use ------------------------------------------------------------------------------------
-    def read(self, plugins: Optional[Iterable[str]] = None) -> RunView:
+    def read(self, plugins: Optional[Iterable[str]] = None, payloads: bool = True) -> RunView:
         """Fill the ``RunView`` through the DataProvider API (as ``views.read_view``); only
-        ``plugins``' data (and no run graph) when given."""
+        ``plugins``' data (and no run graph) when given; ``payloads=False``: steps and wall
+        times only (``views.read_provider``)."""
         if self.provider is not None and not self.view.fatal:
             workers = views.RUST_BLOB_WORKERS if self.view.backend == "rust" else 1
             views.read_provider(self.view, self.provider, self.hints, blob_workers=workers,
-                                 only=plugins)
+                                 only=plugins, payloads=payloads)
         return self.view
 
     def app(self):
