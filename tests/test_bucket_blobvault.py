@@ -157,3 +157,64 @@ def test_purge_forgets_the_blobs_but_never_one_another_operation_names(s3_bucket
     assert len(_user(s3_bucket, prefix)) == len(before) + len(m2["files"])
     api.purge(url, yes=True, backup_dir=vault)
     assert BlobStore(PosixStore(vault)).stats()["blobs"] == 0
+
+
+def test_the_report_counts_the_bucket_freed_at_once_and_the_folder_as_stored(s3_bucket, mixed_logdir, tmp_path):
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "vault")
+    rep = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                            verify_backends=("python",))
+    removed = rep.removed_from_logdir_bytes
+    stored = BlobStore(PosixStore(vault)).stats()["stored_bytes"]
+    assert 0 < stored < removed  # compressed, packed
+    # what left the bucket, less the blobs as stored (and the manifests the bucket holds now)
+    assert rep.disk_in_use_before_bytes - rep.disk_in_use_after_bytes == rep.freed_now_bytes
+    assert removed - stored - (64 << 10) < rep.freed_now_bytes < removed - stored
+    from tb_footprint_plugin.api.common import bucket_of
+    from tb_footprint_plugin.engine import bucket as bk
+    rfs, v = bucket_of(url, vault)
+    r = bk.retention_report(rfs, v, removed)
+    assert r["freed_now"] == removed and any(vault in line for line in r["lines"])
+
+
+def test_a_purge_waits_for_an_operation_whose_blobs_no_manifest_names_yet(s3_bucket, mixed_logdir, tmp_path):
+    """The forget lock: a purge of an operation whose blobs a reduce under way has just added
+    again (same bytes, its manifest not written yet) must not forget them."""
+    import threading
+    import time
+
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "vault")
+    rfs = RemoteFS(url)
+    for k in list(rfs.list_tree("prof/r1")):
+        if k.endswith(".xplane.pb"):
+            rfs.write_bytes(k.replace("prof/r1", "prof/r2"), rfs.read_bytes(k))
+    (first,) = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                                 runs=["prof/r1"], verify_backends=("python",)).outcomes
+    assert first.status == Outcome.VERIFIED
+    purged = []
+
+    def purge_now():
+        purged.append(api.purge(url, yes=True, op=first.op_id, backup_dir=vault))
+
+    t = threading.Thread(target=purge_now)
+
+    def at_blobs_added():  # r2's originals are blobs now (the same as r1's), no manifest names them
+        t.start()
+        time.sleep(3)
+        assert not purged, "the purge forgot while an add held the lock"
+
+    faults.arm("reduce.blobs_added", at_blobs_added)
+    (second,) = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                                  runs=["prof/r2"], verify_backends=("python",)).outcomes
+    faults.disarm_all()
+    t.join(60)
+    assert second.status == Outcome.VERIFIED, second.reason
+    assert purged and purged[0].ops
+    (m,) = [m for m in _manifests(url) if m["op"] == second.op_id]
+    bs = BlobStore(PosixStore(vault))
+    assert all(bs.check(f["sha256"]) is None for f in m["files"])
+    (r,) = api.restore(url, run="prof/r2", backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.reason

@@ -10,6 +10,7 @@ from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.ledger import mark_recovered
 from tb_footprint_plugin.plan.planner import make_plan
 from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.remote import RemoteError
 from tb_footprint_plugin.api.common import bucket_in_use, bucket_of, DEFAULT_BACKENDS, logdir_keys
 from tb_footprint_plugin.api.reports import ReduceReport
@@ -31,7 +32,7 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
     rfs, vault = bucket_of(logdir, backup_dir)
     recovered = bk.recover(rfs, vault)
     objects = rfs.list_tree()
-    in_use_before = bucket_in_use(rfs, vault, objects)
+    in_use_before = _with_local_vault(vault, bucket_in_use(rfs, vault, objects))
     fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
     mine = None
     if shard is not None:
@@ -82,11 +83,23 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
             report.freed_on_disk_after_purge_bytes = bk.retention_report(rfs, vault, removed)["freed_after_purge"]
         except (OSError, ValueError):
             pass
-    in_use_after = bucket_in_use(rfs, vault)  # None when a listing fails
+    in_use_after = _with_local_vault(vault, bucket_in_use(rfs, vault))  # None when a listing fails
     if in_use_before is not None and in_use_after is not None:
         report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = in_use_before, in_use_after
-        report.freed_now_bytes = in_use_before - in_use_after  # the backups are copies in the same store: ~0
+        # copies in the same store: ~0; blobs in a local folder: what left, less the blobs' stored size
+        report.freed_now_bytes = in_use_before - in_use_after
     return report
+
+
+def _with_local_vault(vault, in_use: Optional[int]) -> Optional[int]:
+    """What the logdir holds plus what a local vault of blobs holds, as stored (compressed,
+    packed); None when either cannot be listed."""
+    if in_use is None or vault.blobs is None:
+        return in_use
+    try:
+        return in_use + int(vault.blobs.store.stats()["stored_bytes"])
+    except (OSError, ValueError, BlobFailure):
+        return None
 
 
 def _mark_bucket_outcome(book, o: RunOutcome, report: "ReduceReport") -> None:

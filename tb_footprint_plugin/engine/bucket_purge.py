@@ -75,7 +75,8 @@ def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
     versioning or soft delete until its retention passes."""
     bucket = rfs.root.split("/", 1)[0]
     r = rfs.ops.retention(bucket)
-    same_store = True  # backups are server-side copies: always in this store
+    # backups are server-side copies in this store, unless they are blobs in a local folder
+    same_store = vault.blobs is None
     kept_days = None
     never = False
     if r.get("versioning"):
@@ -88,17 +89,19 @@ def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
     lines = [f"removed from the logdir: {removable} bytes, at once"]
     if same_store:
         lines.append("backups are server-side copies in the same store: billed until `purge`")
+    else:
+        lines.append(f"backups are compressed blobs in {vault.blobs.folder}, off the bucket: on that disk until `purge`")
     if never:
         when = ("never, until a lifecycle rule expires noncurrent versions: the bucket is versioned and "
                 "a delete only adds a delete marker")
     elif kept_days:
         when = f"{kept_days:g} day(s) after purge (the bucket keeps deleted objects that long)"
     else:
-        when = "at purge"
-    lines.append(f"freed from the bill: {when}")
+        when = "at purge" if same_store else "at once"
+    lines.append(f"freed from the bucket's bill: {when}" if not same_store else f"freed from the bill: {when}")
     return {
         "removed_from_logdir": removable,
-        "freed_now": 0 if same_store else removable,
+        "freed_now": 0 if same_store or never or kept_days else removable,
         "freed_after_purge": removable if not (never or kept_days) else 0,
         "freed_after_retention": None if never else removable,
         "retention_days": kept_days,
