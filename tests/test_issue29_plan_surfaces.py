@@ -130,3 +130,25 @@ def test_no_policy_text_claims_the_opt_in_graph_attribute_drop():
     for d in json.loads(_cli("policies", "--json").stdout):
         says = "too large" in d["description"] or "attribute values" in d["description"]
         assert says == bool(d["content"].get("strip_large_graph_attrs")), d
+
+
+def test_fidelity_lines_put_the_loss_first_local_and_on_a_bucket(tmp_path, s3_bucket):
+    """"images: 20 of 500 records kept (the default dashboard's view)": what stays first, then the
+    rule, at most LINE_MAX characters, what explains it in the parallel details — from the
+    rewrite's own selection (local) and from the estimate a bucket plan makes alike."""
+    import re
+
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.plan.content import LINE_MAX
+
+    logdir = copy_real("tf/summary_mix", tmp_path / "logdir")
+    url = s3_bucket.upload(logdir, "logs")
+    caps = {"name": "caps", "base": "archive", "content": {"keep_per_tag": {"images": 5}}}
+    for where in (str(logdir), url):
+        for policy, rule in (("archive", r"\(the default dashboard's view\)"), (caps, r"\(at most 5 (records )?per tag\)")):
+            (rp,) = [r for r in api.plan(where, policy, quiet_period=0).runs if r.run == "."]
+            assert len(rp.fidelity) == len(rp.fidelity_details), rp.fidelity
+            assert all(len(line) <= LINE_MAX for line in rp.fidelity), rp.fidelity
+            assert not any(line.endswith("…") for line in rp.fidelity), rp.fidelity  # none cut short
+            assert any(re.match(r"images: ≈?[\d,]+ of [\d,]+ records kept " + rule + "$", line)
+                       for line in rp.fidelity), (where, rp.fidelity)

@@ -78,7 +78,7 @@ def test_plan_fidelity_lines(tmp_path):
     text = "\n".join(rp.fidelity)
     assert "scalars: unchanged (12080 records in 8 tags" in text
     assert "profile: 1 session(s) removed" in text
-    assert "images: the default dashboard" in text
+    assert "images: 20 of 500 records kept (the default dashboard's view)" in text  # the loss first
     kinds = {a.kind for a in rp.actions}
     assert kinds == {"delete", "remove_dir", "rewrite"}
 

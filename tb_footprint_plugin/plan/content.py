@@ -268,21 +268,20 @@ def _exact_fidelity(run, rules: Rules, outcome) -> List[Line]:
                                "evenly spaced by step, first and last kept; every reader and setting shows a "
                                "subset of the original")
             elif mode == DASHBOARD_EXACT:
-                how = None
+                how = "the default dashboard's view"
                 detail = (f"TensorBoard's Rust data server (--load_fast=auto) shows exactly the same {cap} points "
                           "per tag as before; a few extra records keep each tag's first step without changing "
                           f"that view. With --load_fast=false (Python reader) or --samples_per_plugin above {cap}, "
                           "you see the kept records instead: a subset of the original with the first and last "
                           "step of every tag.")
             else:
-                how = None
+                how = "the default dashboard's view"
                 detail = (f"TensorBoard's Rust data server (--load_fast=auto) shows exactly the same {cap} points "
                           f"per tag as before ({len(reduced)} of {len(items)} tag(s) reduced). Where a tag's "
                           "summary metadata is only on a record the default dashboard does not show (TF2 writers "
                           "put it on the first), it is copied onto the first kept record: that record's step, "
                           "wall time and value are unchanged, only its bytes.")
-            head = (f"{label}: the default dashboard's view, {kept:,} of {records:,} records kept" if how is None
-                    else f"{label}: {kept:,} of {records:,} records kept ({how})")
+            head = f"{label}: {kept:,} of {records:,} records kept ({how})"  # the loss first, then the rule
             lines.append(fit(head, detail))
             relaxed = [(t, r) for t, r in reduced if r.get("why", "").startswith("default-view")]
             if relaxed:
@@ -370,7 +369,7 @@ def _event_actions(run, rules: Rules, lines: List[Line]) -> list:
                       categories=per_cat)
                for f, (after, main_cat, what, per_cat) in candidates]
     if rules.active:
-        lines.extend(fit(line) for line in _event_fidelity(run, rules, per_tag, candidates))
+        lines.extend(_event_fidelity(run, rules, per_tag, candidates))
     return actions
 
 
@@ -477,8 +476,10 @@ def _estimate_file(f, run, rules: Rules, per_tag: Dict[str, float]):
     return int(math.ceil(after)), main, what, per_cat
 
 
-def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) -> List[str]:
-    lines = []
+def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) -> List[Line]:
+    """The estimated rewrite's fidelity lines (a plan without the rewrite's own selection, as on
+    a bucket): the loss first and short, what explains it in the detail."""
+    lines: List[Line] = []
     touched = set()
     for f in run.files:
         if f.kind == "event":
@@ -495,68 +496,72 @@ def _event_fidelity(run, rules: Rules, per_tag: Dict[str, float], candidates) ->
         if kept >= n:
             cap = _rust_capacity(c)
             if mode == DASHBOARD_EXACT and n > cap:
-                lines.append(
-                    f"{label}: kept as is (≈{int(n)} records per tag): TensorBoard's default reader shows "
-                    f"{cap} of them but not the first step, and keeping that step without changing what "
-                    f"it shows needs ≥ ~{_EXACT_MIN_RECORDS.get(cap, 100 * cap)} records per tag; "
-                    f"keep_per_tag gives a fixed cap instead")
+                lines.append(fit(
+                    f"{label}: kept as is (≈{int(n):,} records per tag)",
+                    f"TensorBoard's default reader shows {cap} of them but not the first step, and keeping that "
+                    f"step without changing what it shows needs ≥ ~{_EXACT_MIN_RECORDS.get(cap, 100 * cap)} "
+                    "records per tag; keep_per_tag gives a fixed cap instead"))
             continue
+        head = f"{label}: ≈{total:,} of {st.records:,} records kept"
         if mode == DEFAULT_VIEW:
             cap = _rust_capacity(c)
-            lines.append(
-                f"{label}: the default dashboard (TensorBoard's Rust data server, --load_fast=auto) shows "
-                f"exactly the same {cap} points per tag as before (≈{total} of {st.records} records kept). "
-                "Where a tag's summary metadata is only on a record the default dashboard does not show "
-                "(TF2 writers put it on the first), it is copied onto the first kept record: that "
-                "record's step, wall time and value are unchanged, only its bytes.")
+            lines.append(fit(
+                f"{head} (the default dashboard's view)",
+                f"the default dashboard (TensorBoard's Rust data server, --load_fast=auto) shows exactly the same "
+                f"{cap} points per tag as before. Where a tag's summary metadata is only on a record the default "
+                "dashboard does not show (TF2 writers put it on the first), it is copied onto the first kept "
+                "record: that record's step, wall time and value are unchanged, only its bytes."))
             lines.append(_python_view_line(c, st, n, cap))
             continue
         if mode == DASHBOARD_EXACT:
             cap = _rust_capacity(c)
             py = PYTHON_CAPACITY.get(c, 10)
-            lines.append(
-                f"{label}: the default dashboard (TensorBoard's Rust data server, --load_fast=auto) shows "
-                f"exactly the same {cap} points per tag as before (≈{total} of {st.records} records kept in "
-                f"{len(st.tags)} tags; a few extra keep each tag's first step without changing that view). "
-                f"With --load_fast=false (Python reader, up to {py} per tag) or --samples_per_plugin "
-                f"{c}=N above {cap}, you see the kept records instead: a subset of the original with the "
-                "first and last step of every tag.")
+            lines.append(fit(
+                f"{head} (the default dashboard's view)",
+                f"the default dashboard (TensorBoard's Rust data server, --load_fast=auto) shows exactly the same "
+                f"{cap} points per tag as before ({len(st.tags)} tags; a few extra records keep each tag's first "
+                f"step without changing that view). With --load_fast=false (Python reader, up to {py} per tag) "
+                f"or --samples_per_plugin {c}=N above {cap}, you see the kept records instead: a subset of the "
+                "original with the first and last step of every tag."))
         else:
-            lines.append(
-                f"{label}: at most {mode} records per tag, evenly spaced by step, first and last kept "
-                f"(≈{total} of {st.records}); every reader and setting shows a subset of the original.")
+            lines.append(fit(f"{head} (at most {mode} per tag)",
+                             "evenly spaced by step, first and last kept; every reader and setting shows a subset "
+                             "of the original."))
     if rules.strip_run_metadata and candidates:
         n = sum(run.categories[c].records for c in _RUN_METADATA_CATEGORIES if c in run.categories)
         if n:
             tags = sorted({t for c in _RUN_METADATA_CATEGORIES if c in run.categories
                            for t in run.categories[c].tags})
-            lines.append(f"run metadata (opt-in strip_run_metadata): {n} step-stats record(s) removed "
-                         "(tagged_run_metadata / graph_run_metadata): the Graphs dashboard no longer lists "
-                         f"{_names(tags)} and loses their per-step compute time and memory (the Profile "
-                         "view); op graphs and the run graph are kept")
+            lines.append(fit(
+                f"run metadata: {n} step-stats record(s) removed; their tags leave the Graphs dashboard",
+                "opt-in strip_run_metadata (tagged_run_metadata / graph_run_metadata): the Graphs dashboard no "
+                f"longer lists {_names(tags)} and loses their per-step compute time and memory (the Profile "
+                "view); op graphs and the run graph are kept"))
     if rules.strip_large_graph_attrs and candidates:
         st = run.categories.get(cat.GRAPH_DEF)
         if st is not None and st.records and st.bytes / st.records > _GRAPH_STRIPPED_ESTIMATE:
-            lines.append(
-                f"graphs: attribute values over {LIMIT_ATTR_SIZE} bytes (embedded constants) are dropped "
-                f"from the stored graph and listed under {LARGE_ATTRS_KEY}, exactly as TensorBoard's "
+            lines.append(fit(
+                f"graphs: attribute values over {LIMIT_ATTR_SIZE} B dropped (embedded constants)",
+                f"dropped from the stored graph and listed under {LARGE_ATTRS_KEY}, exactly as TensorBoard's "
                 f"graphs route does for limit_attr_size={LIMIT_ATTR_SIZE}: that route returns the "
                 "identical graph and the Graphs dashboard draws the same nodes and edges; a node's info "
                 "card lists those attributes as \"Too large to show...\" instead of printing their values "
                 "(TensorBoard 2.21's op-graph view asks without the limit). Programs reading the raw "
-                "GraphDef from the event file lose the constants; the vault keeps the original until purge.")
+                "GraphDef from the event file lose the constants; the vault keeps the original until purge."))
     if rules.dedupe_graphs and candidates:
         n = sum(run.categories[c].records for c in _GRAPH_CATEGORIES if c in run.categories)
         if n > 2:
-            lines.append(f"graphs: byte-identical repeats among {n} graph records dropped; the copies "
-                         "TensorBoard displays are kept, so the run graph reads identically")
+            # estimated: whether the records are byte-identical is known only once they are read
+            lines.append(fit(f"graphs: byte-identical repeats, if any, among {n} graph records dropped",
+                             "the copies TensorBoard displays are kept, so the run graph reads identically"))
     if candidates:
         graphs = "" if rules.strip_run_metadata else "; every graph and run-metadata tag stays listed"
-        lines.append("event files: kept records are copied byte for byte, in order, under the same file "
-                     "names, except a record that receives its tag's metadata or a graph that loses its large "
-                     "attribute values (re-encoded, same step, wall time and values); file_version, session_log, "
-                     "scalars, hparams and text records are all kept" + graphs + "; a tag with restarts "
-                     "(steps going backwards) or sharing records with another tag is kept in full")
+        lines.append(fit(
+            "event files: kept records copied byte for byte, in order, same names; scalars, hparams, text all kept",
+            "except a record that receives its tag's metadata or a graph that loses its large attribute values "
+            "(re-encoded, same step, wall time and values); file_version and session_log records are kept"
+            + graphs + "; a tag with restarts (steps going backwards) or sharing records with another tag is "
+            "kept in full"))
     return lines
 
 
@@ -566,16 +571,16 @@ def _names(tags: List[str]) -> str:
     return (shown + (f" and {more} more" if more > 0 else "")) or "their tags"
 
 
-def _python_view_line(c: str, st, per_tag: float, cap: int) -> str:
+def _python_view_line(c: str, st, per_tag: float, cap: int) -> Line:
     """What ``--load_fast=false`` users see of a plugin reduced to the default view, per tag."""
     steps = ""
     if st.min_step is not None and st.max_step is not None:
         steps = (f"; the last step ({st.max_step} for the latest tag) is kept, the first "
                  f"({st.min_step} for the earliest) only where the default dashboard shows it")
-    return (f"{cat.label(c)} with --load_fast=false (TensorBoard's Python reader): {_names(st.tags)}: "
-            f"each shows the same ≤{cap} points as the default dashboard instead of up to "
-            f"{min(int(per_tag), PYTHON_CAPACITY.get(c, 10))} of its ≈{int(per_tag)} records{steps}. "
-            "The reduction lists, per tag, the points and steps kept.")
+    return fit(f"{cat.label(c)}, --load_fast=false: the same ≤{cap} points as the default dashboard",
+               f"TensorBoard's Python reader: {_names(st.tags)}: each shows the same ≤{cap} points as the default "
+               f"dashboard instead of up to {min(int(per_tag), PYTHON_CAPACITY.get(c, 10))} of its ≈{int(per_tag)} "
+               f"records{steps}. The reduction lists, per tag, the points and steps kept.")
 
 
 def _trace_fidelity(opts, slimmed) -> Line:
