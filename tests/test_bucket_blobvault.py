@@ -218,3 +218,55 @@ def test_a_purge_waits_for_an_operation_whose_blobs_no_manifest_names_yet(s3_buc
     assert all(bs.check(f["sha256"]) is None for f in m["files"])
     (r,) = api.restore(url, run="prof/r2", backup_dir=vault)
     assert r.status == Outcome.RESTORED, r.reason
+
+
+def _reduced(s3_bucket, mixed_logdir, tmp_path, run="prof/r0"):
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / f"vault{prefix}")
+    rep = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
+                            runs=[run], verify_backends=("python",))
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED]
+    return prefix, url, vault
+
+
+def test_a_damaged_blob_is_refused_before_anything_is_put_back(s3_bucket, mixed_logdir, tmp_path):
+    prefix, url, vault = _reduced(s3_bucket, mixed_logdir, tmp_path)
+    reduced = _user(s3_bucket, prefix)
+    (pack,) = [o for o in _vault_objects(vault) if o.endswith(".pack")]
+    p = os.path.join(vault, pack)
+    data = bytearray(open(p, "rb").read())
+    data[-5] ^= 0xFF  # the last blob of the pack: every earlier one still reads back
+    os.chmod(p, 0o600)
+    open(p, "wb").write(bytes(data))
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.FAILED and r.code == Failure.BACKUP_DAMAGED, r.to_dict()
+    assert vault in r.reason
+    assert _user(s3_bucket, prefix) == reduced  # nothing put back
+    checks = api.verify(url, backup_dir=vault)
+    assert [c["ok"] for c in checks] == [False]
+
+
+def test_a_manifest_naming_a_blob_another_logdir_added_is_refused(s3_bucket, mixed_logdir, tmp_path):
+    """Manifests are untrusted: one edited to name a blob of another logdir sharing the folder
+    never copies that blob's bytes into this bucket."""
+    prefix, url, vault = _reduced(s3_bucket, mixed_logdir, tmp_path)
+    other = s3_bucket.upload(mixed_logdir, prefix + "-other")
+    secret = b"another logdir's private bytes" * 100
+    from tb_footprint_plugin.storage.blobstore import BlobSource
+    import hashlib
+    import io
+    sha = hashlib.sha256(secret).hexdigest()
+    BlobStore(PosixStore(vault), owner="bucket:someone-else").add(
+        [BlobSource(sha=sha, size=len(secret), open=lambda: io.BytesIO(secret))])
+    rfs = RemoteFS(url)
+    (key,) = list(rfs.list_tree(f"{STATE}/manifests"))
+    m = json.loads(rfs.read_bytes(key))
+    m["files"][0]["sha256"] = sha
+    m["files"][0]["size"] = len(secret)
+    m["files"][0]["checksums"] = {}
+    rfs.write_bytes(key, json.dumps(m).encode())
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.FAILED, r.to_dict()
+    assert secret not in b"".join(rfs.read_bytes(k) for k in rfs.list_tree() if not k.startswith(STATE))
+    assert other  # the other logdir is untouched by any of this

@@ -199,6 +199,10 @@ def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional
     sha = f.get("sha256")
     if not is_sha256(sha):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: no verified backup of it in the blob vault")
+    if bv.store.owner not in bv.store.owners(sha):
+        # manifests are untrusted: a blob this logdir never added (another logdir's, sharing the
+        # folder) is never copied into this bucket, whatever a manifest names
+        raise BucketTxnError(Failure.REFUSED, f"{f['path']}: names a blob of {bv.folder} this logdir did not add")
     orig = rfs.path(f["path"])
     size = int(f["size"])
     try:
@@ -240,10 +244,12 @@ def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, s
 
 
 def check_entry(vault: BucketVault, f: dict) -> bool:
-    """Whether ``f``'s blob is in the vault and reads back to its sha256 (re-check, ``verify``)."""
-    if vault.blobs is None or not is_sha256(f.get("sha256")):
+    """Whether ``f``'s blob is in the vault, added by this logdir, and reads back to its sha256
+    (re-check, ``verify``, and a restore before its first put-back)."""
+    bv = vault.blobs
+    if bv is None or not is_sha256(f.get("sha256")) or bv.store.owner not in bv.store.owners(f["sha256"]):
         return False
-    return vault.blobs.store.check(f["sha256"]) is None
+    return bv.store.check(f["sha256"]) is None
 
 
 def _named(doc, out: Set[str]) -> bool:

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine import faults
-from tb_footprint_plugin.engine.bucket_blobs import blobs_of, is_blob_entry, names_our_backup, put_back
+from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     JOURNAL,
@@ -130,7 +130,11 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
             if is_blob_entry(f):
-                blobs_of(vault, f)  # refused before anything is put back when the folder was not given
+                # refused before anything is put back: the folder not given, a blob damaged or missing
+                blobs_of(vault, f)
+                if not check_entry(vault, f):
+                    raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {vault.blobs.folder} "
+                                         "is missing or does not read back to its sha256; nothing was put back")
             # the journal written from it must be one the next start acts on: keys inside the run
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
