@@ -270,3 +270,26 @@ def test_a_manifest_naming_a_blob_another_logdir_added_is_refused(s3_bucket, mix
     assert r.status == Outcome.FAILED, r.to_dict()
     assert secret not in b"".join(rfs.read_bytes(k) for k in rfs.list_tree() if not k.startswith(STATE))
     assert other  # the other logdir is untouched by any of this
+
+
+def test_the_cli_reduces_a_bucket_into_a_local_folder_and_every_verb_finds_the_backups(
+        s3_bucket, mixed_logdir, tmp_path, capsys):
+    from tb_footprint_plugin import cli
+
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = str(tmp_path / "cli-vault")
+    before = _user(s3_bucket, prefix)
+    assert cli.main(["reduce", url, "--policy", "lossless", "--quiet-period", "0", "--verify", "python",
+                     "--backup-dir", vault, "--yes"]) == 0, capsys.readouterr()
+    assert _user(s3_bucket, prefix) != before and os.path.isdir(os.path.join(vault, "index"))
+    capsys.readouterr()
+    assert cli.main(["status", url, "--backup-dir", vault, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert vault in st["vaults"] and st["operations"]
+    assert cli.main(["history", url]) == 0  # the manifests are in the bucket
+    assert cli.main(["verify", url, "--backup-dir", vault]) == 0
+    assert cli.main(["restore", url, "--all", "--backup-dir", vault, "--yes"]) == 0, capsys.readouterr()
+    assert _user(s3_bucket, prefix) == before
+    assert cli.main(["purge", url, "--backup-dir", vault, "--yes"]) == 0, capsys.readouterr()
+    assert BlobStore(PosixStore(vault)).stats()["blobs"] == 0
