@@ -522,7 +522,8 @@ class DataServer:
             contents = _read_text(self.port_file)
             if contents.endswith("\n"):
                 return f"localhost:{int(contents)}"
-            time.sleep(0.02)
+            # the port comes ~20-50 ms after the spawn: every reduce waits for two of these
+            time.sleep(0.005)
         raise VerifyTimeout(f"data server did not report a port within {timeout_s:.0f}s")
 
     def _read_stderr(self) -> None:
@@ -637,7 +638,9 @@ def wait_until_loaded(server: DataServer, provider, timeout_s: float) -> None:
                 f"data server load {state} and listing not stable within {timeout_s:.0f}s"
             )
         if loaded:
-            time.sleep(0.05)
+            # the load cycle committed every run before it said so: the second listing only
+            # confirms it (a reduce waits for this twice, on its critical path)
+            time.sleep(0.01)
         else:
             server.loaded.wait(timeout=0.5)  # wakes up as soon as the load cycle ends
 
