@@ -211,7 +211,9 @@ def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional
                 data = src.read()
             if len(data) != size:
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its blob holds {len(data)} bytes, not {size}")
-            rfs.ops.put(orig, data, if_absent=if_version is None, if_version=if_version)
+            token = rfs.ops.put(orig, data, if_absent=if_version is None, if_version=if_version)
+            if token == hashlib.md5(data).hexdigest():
+                return  # S3's ETag of a single-part put is the MD5 of what it stored: these bytes
         else:
             _put_back_large(rfs, vault, bv, f, sha, orig, if_version)
     except BlobFailure as e:
