@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional
 
-# a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+)
-from tb_footprint_plugin.scan.model import COMPACT
+# a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+), and
+# the empty params/categories/writers most of them have are one shared object (64 bytes a copy)
+from tb_footprint_plugin.scan.model import COMPACT, no_items, no_keys
 
 
 @dataclass(**COMPACT)
@@ -20,10 +21,10 @@ class Action:
     reason: str
     new_path: Optional[str] = None  # compress: the name the new file gets
     estimated: bool = False
-    params: Dict[str, object] = field(default_factory=dict)  # rewrite: what to keep
+    params: Dict[str, object] = field(default_factory=no_keys)  # rewrite: what to keep
     #: rewrite: category -> [bytes before, bytes after] inside the file, so a change is shown
     #: under each category with that category's own bytes (not the whole file's under one name)
-    categories: Dict[str, List[int]] = field(default_factory=dict)
+    categories: Dict[str, List[int]] = field(default_factory=no_keys)
 
 
 @dataclass(**COMPACT)
@@ -42,7 +43,7 @@ class RunPlan:
     code: Optional[str] = None  # the same as a codes.Skip (for programs)
     newest_mtime: float = 0.0
     #: processes holding a file of the run open for writing: {pid, command, path, access, fd}
-    writers: List[dict] = field(default_factory=list)
+    writers: List[dict] = field(default_factory=no_items)
     planned_at: float = 0.0  # when the scan behind this plan was made
 
     @property

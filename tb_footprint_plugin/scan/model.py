@@ -8,13 +8,52 @@ import bisect
 import dataclasses
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple, Union
 
 SCHEMA_VERSION = 1
 UNATTRIBUTED = "(unattributed)"
 #: a scan of 100,000 runs holds a few of these per run: without a __dict__ each (Python 3.10+)
 #: dataclass options for the many small per-run records (slots: no per-object dict, where Python has them)
 COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
+
+
+class FrozenList(list):
+    """An empty list no one may fill: the one default the many records without tags, warnings
+    or writers share (an empty list is 56 bytes, ~5 of them a run). Filling it raises
+    ``TypeError``: a record that gets items is given a list of its own."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_a, **_k):
+        raise TypeError("a shared empty default: assign a list of its own instead")
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+
+
+class FrozenMap(dict):
+    """``FrozenList``'s counterpart for dict fields (an action's params and categories)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_a, **_k):
+        raise TypeError("a shared empty default: assign a dict of its own instead")
+
+    __setitem__ = __delitem__ = __ior__ = setdefault = update = pop = popitem = clear = _refuse
+
+
+NO_ITEMS = FrozenList()
+NO_KEYS = FrozenMap()
+
+
+def no_items() -> List:
+    """The shared empty list (a dataclass ``default_factory``)."""
+    return NO_ITEMS
+
+
+def no_keys() -> Dict:
+    """The shared empty dict (a dataclass ``default_factory``)."""
+    return NO_KEYS
 
 
 @dataclass(**COMPACT)
@@ -26,7 +65,7 @@ class _CategoryFields:
     bytes: int = 0
     files: int = 0  # files wholly or partly in this category
     records: int = 0  # event records (0 for file-level categories)
-    tags: List[str] = field(default_factory=list)
+    tags: List[str] = field(default_factory=no_items)
     min_step: Optional[int] = None
     max_step: Optional[int] = None
     #: the most records one tag of this category has in the run (0: not counted), so a plan can
@@ -65,16 +104,60 @@ class CategoryStat(_CategoryFields):
             self.max_step = s if self.max_step is None else max(self.max_step, s)
 
 
-@dataclass(**COMPACT)
-class FileEntry:
-    """One file (or symlink) under the logdir, with its bytes split by category."""
+#: ``FileEntry``'s categories as kept: one category holding the whole file (its name), or the
+#: pairs flattened (name, bytes, name, bytes, ...)
+_Cats = Union[str, Tuple[Union[str, int], ...]]
 
-    path: str  # relative to the logdir, '/'-separated
-    size: int  # lstat st_size
-    mtime: float
-    kind: str  # 'event', 'file' or 'symlink'
-    categories: Dict[str, int] = field(default_factory=dict)  # category -> bytes; sums to size
-    warning: Optional[str] = None
+
+class FileEntry:
+    """One file (or symlink) under the logdir, with its bytes split by category.
+
+    ``categories`` (category -> bytes; sums to ``size``) is kept as a tuple, or as just the
+    category's name when one category holds the whole file, and handed out as a new dict: a
+    small dict is 184 bytes, and a scan of 100,000 runs holds a few files a run."""
+
+    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning")
+
+    def __init__(self, path: str, size: int, mtime: float, kind: str,
+                 categories: Optional[Dict[str, int]] = None, warning: Optional[str] = None) -> None:
+        self.path = path  # relative to the logdir, '/'-separated
+        self.size = size  # lstat st_size
+        self.mtime = mtime
+        self.kind = kind  # 'event', 'file' or 'symlink'
+        self.categories = categories or {}
+        self.warning = warning
+
+    @property
+    def categories(self) -> Dict[str, int]:
+        """Category -> bytes (a new dict: changing it changes nothing; assign one instead)."""
+        c = self._cats
+        if isinstance(c, str):
+            return {c: self.size}
+        return dict(zip(c[0::2], c[1::2]))
+
+    @categories.setter
+    def categories(self, value: Dict[str, int]) -> None:
+        if len(value) == 1:
+            (name, nbytes), = value.items()
+            if nbytes == self.size and isinstance(name, str):
+                self._cats = name
+                return
+        self._cats = tuple(x for kv in value.items() for x in kv)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict in the documented schema."""
+        return {"path": self.path, "size": self.size, "mtime": self.mtime, "kind": self.kind,
+                "categories": self.categories, "warning": self.warning}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FileEntry):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return "FileEntry(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
 @dataclass(**COMPACT)
@@ -86,7 +169,7 @@ class ProfileSession:
     mtime: float
     bytes: int
     files: int
-    hosts: List[str] = field(default_factory=list)
+    hosts: List[str] = field(default_factory=no_items)
     kind: str = "xprof"  # 'xprof' or 'torch'
 
 
@@ -101,7 +184,7 @@ class RunFootprint:
     categories: Dict[str, CategoryStat] = field(default_factory=dict)
     files: List[FileEntry] = field(default_factory=list)
     sessions: List[ProfileSession] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=no_items)
     has_event_files: bool = False
 
     def biggest_category(self) -> Optional[str]:
@@ -145,11 +228,23 @@ class LogdirFootprint:
 
     def to_dict(self, with_files: bool = True) -> dict:
         """JSON-ready dict in the documented schema."""
-        d = dataclasses.asdict(self)
-        if not with_files:
-            for r in d["runs"]:
-                r.pop("files", None)
-        return d
+        d = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "runs"}
+        d["runs"] = [{f.name: _plain(getattr(r, f.name)) for f in dataclasses.fields(r)
+                      if with_files or f.name != "files"} for r in self.runs]
+        return {f.name: d[f.name] for f in dataclasses.fields(self)}  # in the schema's order
+
+
+def _plain(v):
+    """``dataclasses.asdict`` of one field's value, ``FileEntry`` included (not a dataclass)."""
+    if isinstance(v, FileEntry):
+        return v.to_dict()
+    if dataclasses.is_dataclass(v):
+        return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
 
 
 def footprint_from_dict(d: dict) -> LogdirFootprint:

@@ -241,6 +241,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
         for tag, plugin in st.bindings.items():
             bindings.setdefault(tag, plugin)
     per_tag: Dict[Tuple[str, str], int] = {}  # (category, tag) -> records across the run's files
+    warnings: List[str] = []  # the run's own list only if it has any (else the shared empty one)
     for f, st in event_stats:
         entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning)
         if st.status == "unreadable":
@@ -250,14 +251,16 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
             entry.categories = {names.setdefault(k, k): v for k, v in st.category_bytes(bindings).items()}
             _fold_event_stats(run.categories, st, bindings, per_tag, tags, names)
         if st.warning:
-            run.warnings.append(st.warning)
+            warnings.append(st.warning)
         run.files.append(entry)
     for (name, _tag), n in per_tag.items():
         c = run.categories[name]
         c.max_tag_records = max(c.max_tag_records, n)
     for name, known in tags.items():
         run.categories[name].tags = sorted(known)
-    run.files.sort(key=lambda e: e.path)
+    if warnings:
+        run.warnings = warnings
+    run.files = sorted(run.files, key=lambda e: e.path)  # as long as it is (appended to, it kept spare room)
     run.sessions = _sessions(found)
     return run
 
@@ -305,6 +308,7 @@ def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str
 
 def _sessions(found: FoundRun) -> List[ProfileSession]:
     sessions: Dict[str, ProfileSession] = {}
+    hosts: Dict[str, List[str]] = {}  # session -> its hosts (sessions without any share one empty list)
     out: List[ProfileSession] = []
     for f in found.files:
         parts = f.run_rel_parts
@@ -321,15 +325,16 @@ def _sessions(found: FoundRun) -> List[ProfileSession]:
             s.mtime = max(s.mtime, f.mtime)
             for suffix in (".xplane.pb", ".xplane.riegeli"):
                 if name.endswith(suffix) and len(parts) == 3:
-                    s.hosts.append(name[: -len(suffix)])
+                    hosts.setdefault(parts[2], []).append(name[: -len(suffix)])
         elif not f.is_symlink and cat.is_torch_trace_name(name):
             out.append(ProfileSession(name=name, path=f.rel, mtime=f.mtime, bytes=f.size, files=1,
                                       hosts=[cat.torch_worker(name) or name], kind="torch"))
     for path, mtime in found.empty_sessions:
         out.append(ProfileSession(name=os.path.basename(path), path=path, mtime=mtime, bytes=0, files=0))
+    for key, found_hosts in hosts.items():
+        sessions[key].hosts = found_hosts[:]  # as long as it is (appended to, it kept room for 4)
     out.extend(sessions.values())
-    out.sort(key=lambda s: (s.kind, s.mtime, s.name))
-    return out
+    return sorted(out, key=lambda s: (s.kind, s.mtime, s.name))  # a list as long as it is
 
 
 __all__ = ["scan", "LogdirFootprint", "RunFootprint", "UNATTRIBUTED"]

@@ -1,0 +1,141 @@
+"""What a scan and a plan keep per run (issue 28 item 1: memory <= 300 MB at 100,000 runs).
+
+The figures are the bytes a scan's result and a plan hold per added run, measured with
+tracemalloc between two logdir sizes (the fixed part cancels out), on runs of what a small
+training job leaves: an event file of scalars and a histogram, one xprof session."""
+import json
+import os
+import tracemalloc
+
+import pytest
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.scan.model import NO_ITEMS, FileEntry, LogdirFootprint, footprint_from_dict
+
+
+def _template(root):
+    """One small run's files: {rel: bytes}."""
+    run = os.path.join(root, "template")
+    with synth.EventWriter(run, timestamp=1_700_000_000) as w:
+        for step in range(40):
+            for tag in ("loss", "accuracy", "learning_rate", "grad_norm"):
+                w.scalar(tag, step, 1.0 / (step + 1))
+            if step % 10 == 0:
+                w.histogram("layer_0/weights", step, [(i - 5.0, i - 4.0, float(i)) for i in range(10)])
+    synth.write_profile_session(run, synth.session_name_for(1_700_000_600), "host", n_events=20)
+    out = {}
+    for dirpath, _dirs, names in os.walk(run):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, run)] = f.read()
+    return out
+
+
+def _logdir(root, template, n):
+    old = 1_700_000_000  # long quiet: every run is planned
+    for i in range(n):
+        for rel, data in template.items():
+            p = os.path.join(root, f"exp{i // 100:02d}", f"run{i:05d}", rel)
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            with open(p, "wb") as f:
+                f.write(data)
+            os.utime(p, (old, old))
+    return str(root)
+
+
+def _held(fn):
+    """(result, bytes still allocated once ``fn`` returned, peak bytes while it ran)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        out = fn()
+        now, peak = tracemalloc.get_traced_memory()
+        return out, now - before, peak - before
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.fixture(scope="module")
+def logdirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("records")
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root / "cache")  # module scope: restored below
+    template = _template(str(root))
+    out = {n: _logdir(root / f"n{n}", template, n) for n in (100, 500)}
+    for logdir in out.values():
+        api.scan(logdir)  # the scan cache warm: what is measured is what a result keeps
+    yield out
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
+
+
+def _per_run(logdirs, fn):
+    fn(logdirs[100])  # modules imported and caches made: not a run's cost
+    held, peak = {}, {}
+    for n, logdir in logdirs.items():
+        res, held[n], peak[n] = _held(lambda: fn(logdir))
+        assert len(res.runs) == n
+        del res
+    return (held[500] - held[100]) / 400, (peak[500] - peak[100]) / 400
+
+
+def test_a_scan_keeps_under_2_4_kb_a_run(logdirs):
+    """A scan's result per run. Before: ~2.75 KB here (a dict of categories per file, an empty
+    list per run's warnings and per category without tags); ~3.3 KB a run of RSS at 100,000 runs."""
+    held, peak = _per_run(logdirs, lambda d: api.scan(d))
+    assert held < 2400, f"a scan keeps {held:.0f} bytes a run"
+    assert peak < 3000, f"a scan peaks at {peak:.0f} bytes a run"
+
+
+def test_a_plan_keeps_under_1_7_kb_a_run_and_peaks_under_4_kb(logdirs):
+    """A plan's result per run (its scan let go), and the peak while it plans (scan and plan
+    both alive). Before: ~2.0 KB kept (an empty params and categories dict per action, an empty
+    writers list per run), ~4.5 KB at the peak."""
+    held, peak = _per_run(logdirs, lambda d: api.plan(d, "archive"))
+    assert held < 1700, f"a plan keeps {held:.0f} bytes a run"
+    assert peak < 4000, f"a plan peaks at {peak:.0f} bytes a run"
+
+
+def test_file_entry_categories_round_trip():
+    """A file's categories are kept compactly and handed out as the same dict."""
+    one = FileEntry(path="r/a.pb", size=10, mtime=1.0, kind="file", categories={"profile_xplane": 10})
+    assert one.categories == {"profile_xplane": 10}
+    many = FileEntry(path="r/events", size=10, mtime=1.0, kind="event", categories={"scalars": 7, "other": 3})
+    assert many.categories == {"scalars": 7, "other": 3}
+    many.categories = {"scalars": 10}
+    assert many.categories == {"scalars": 10}
+    split = FileEntry(path="r/x", size=10, mtime=1.0, kind="file", categories={"other": 4})  # not the whole file
+    assert split.categories == {"other": 4}
+    assert FileEntry(path="r/e", size=0, mtime=1.0, kind="event").categories == {}
+    assert one == FileEntry(path="r/a.pb", size=10, mtime=1.0, kind="file", categories={"profile_xplane": 10})
+    assert one != many
+
+
+def test_the_shared_empty_defaults_refuse_to_be_filled():
+    """The one empty list every record without warnings or tags shares cannot be filled by
+    mistake (it would fill every record's)."""
+    with pytest.raises(TypeError):
+        NO_ITEMS.append("x")
+    with pytest.raises(TypeError):
+        NO_ITEMS.extend(["x"])
+    assert NO_ITEMS == []
+
+
+def test_the_json_schema_is_unchanged(logdirs):
+    """``to_dict`` gives the documented schema (files with their categories dict, runs in
+    order), and ``footprint_from_dict`` reads it back to an equal footprint."""
+    fp = api.scan(logdirs[100])
+    d = json.loads(json.dumps(fp.to_dict()))
+    assert list(d) == [f for f in LogdirFootprint.__dataclass_fields__]
+    r = d["runs"][0]
+    assert list(r) == ["name", "path", "total_bytes", "newest_mtime", "categories", "files", "sessions",
+                       "warnings", "has_event_files"]
+    assert list(r["files"][0]) == ["path", "size", "mtime", "kind", "categories", "warning"]
+    assert all(sum(f["categories"].values()) == f["size"] for r in d["runs"] for f in r["files"])
+    assert "files" not in fp.to_dict(with_files=False)["runs"][0]
+    back = footprint_from_dict(d)
+    assert back.to_dict() == fp.to_dict()
+    assert back.runs[0].files == fp.runs[0].files
