@@ -191,3 +191,36 @@ def test_a_folder_written_to_since_the_reduce_keeps_its_newer_mtime(tmp_path):
     assert now["b"][2] != before["b"][2]  # the folder did change: its time says so
     del now["b/notes.txt"]
     assert now["a"] == before["a"] and now["c/train"] == before["c/train"]
+
+
+def _grouped(tmp_path):
+    """Runs inside a group folder (grp/train, grp/validation): retiring one changes grp."""
+    ld = tmp_path / "logdir"
+    copy_real("tf/keras_profiled", ld / "grp")
+    dress(ld)
+    return ld
+
+
+def test_a_retired_runs_restore_gives_its_parent_folder_its_mtime(tmp_path):
+    ld = _grouped(tmp_path)
+    before = snapshot(ld)
+    rep = api.retire(str(ld), api.retire_rule(runs=["grp/train"]), dry_run=False, quiet_period=0)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED], [o.to_dict() for o in rep.outcomes]
+    assert not (ld / "grp" / "train").exists() and snapshot(ld)["grp"][2] != before["grp"][2]
+    (o,) = api.restore(str(ld), run="grp/train")
+    assert o.status == Outcome.RESTORED, o.to_dict()
+    assert_exact(ld, before, dir_mtimes_of=_all_dirs(before))
+
+
+def test_a_rolled_back_retire_gives_its_parent_folder_its_mtime(tmp_path):
+    from tb_footprint_plugin.engine import faults
+
+    ld = _grouped(tmp_path)
+    before = snapshot(ld)
+    faults.arm("retire.delete", "raise")  # the run is gone from the logdir, nothing recorded yet
+    try:
+        rep = api.retire(str(ld), api.retire_rule(runs=["grp/train"]), dry_run=False, quiet_period=0)
+    finally:
+        faults.disarm_all()
+    assert [o.status for o in rep.outcomes] == [Outcome.ROLLED_BACK], [o.to_dict() for o in rep.outcomes]
+    assert_exact(ld, before, dir_mtimes_of=_all_dirs(before))

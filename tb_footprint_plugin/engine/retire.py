@@ -52,6 +52,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
+from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
@@ -264,6 +265,8 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             "type": "begin", "kind": "retire", "op_id": op_id, "run": run, "takes_along": along,
             "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": rule,
             "files": files, "dirs": dirs, "bytes": out.bytes_before,
+            # the folder the run leaves (its own folder and those below come back from ``dirs``)
+            "dir_times": folder_times(ctx, [os.path.dirname(run)]),
         })
         faults.hit("retire.journal")
         _retire_steps(ctx, journal, out, cancel, report)
@@ -404,6 +407,7 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
         if note:
             notes.append(note)
     _chmod_dirs(ctx, begin["dirs"])
+    settle_folder_times(ctx, begin.get("dir_times"))
     missing = []
     for i, f in enumerate(begin["files"]):
         p = ctx.abs(f["path"])
@@ -536,7 +540,7 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
         "tool_version": __version__, **who(), "started_at": begin["t"], "finished_at": time.time(),
         "outcome": str(outcome), "reason": reason, "recovered": recovered,
         "bytes_before": begin["bytes"], "bytes_after": 0 if kept else begin["bytes"],
-        "tree": tree, "dirs": begin["dirs"], "tree_sha256": tree_sha256(tree),
+        "tree": tree, "dirs": begin["dirs"], "dir_times": begin.get("dir_times") or [], "tree_sha256": tree_sha256(tree),
         "stored_in": os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root),
         "files": [],  # no content-addressed blobs: the retired tree is kept as a whole
         "backup_purged": not kept,
@@ -677,6 +681,7 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
         if i == 0:
             faults.hit("unretire.mid_move")
     _chmod_dirs(ctx, m["dirs"])
+    settle_folder_times(ctx, m.get("dir_times"))
     faults.hit("unretire.move")
     # byte for byte: every file re-hashed where it stands now
     now = []

@@ -202,14 +202,18 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
             os.utime(p, ns=(ns, ns), follow_symlinks=False)
 
 
-def folder_times(ctx: Context, rp: RunPlan) -> List[dict]:
-    """The mtime and entry count of each folder the reduce changes and keeps (the parents of its
-    paths), taken before anything is staged: a restore or a rollback gives each its mtime back,
-    so ``ls -l`` shows the run as it was. One record per folder, not per file."""
+def kept_folders(rp: RunPlan) -> List[str]:
+    """The folders a reduce changes and keeps: the parents of its paths, less those it removes."""
     removed = {a.path for a in rp.actions if a.kind == "remove_dir"}
-    dirs = {os.path.dirname(p) for a in rp.actions for p in (a.path, a.new_path) if p} - removed
+    return sorted({os.path.dirname(p) for a in rp.actions for p in (a.path, a.new_path) if p} - removed)
+
+
+def folder_times(ctx: Context, folders: List[str]) -> List[dict]:
+    """The mtime and entry count of each of ``folders`` (logdir-relative, '' the logdir), taken
+    before an operation changes them: a restore or a rollback gives each its mtime back, so
+    ``ls -l`` shows the run as it was. One record per folder, not per file."""
     out = []
-    for d in sorted(dirs):
+    for d in folders:
         try:
             if d:
                 no_symlink(ctx, d)

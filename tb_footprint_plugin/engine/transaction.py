@@ -45,7 +45,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import changes_since
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.recovery import recover
-from tb_footprint_plugin.engine.swap import apply_swap, folder_times, rollback
+from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, rollback
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
@@ -240,7 +240,7 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             "type": "begin", "kind": "reduce", "op_id": op_id, "run": rp.run, "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "plan": rp.to_dict(), "policy": policy,
             "verify_backends": list(ctx.verify_backends),
-            "dir_times": folder_times(ctx, rp),  # before anything is staged in them
+            "dir_times": folder_times(ctx, kept_folders(rp)),  # before anything is staged in them
         }
         journal = _create_journal(ctx, op_id, begin)
         faults.hit("reduce.journal")
