@@ -21,8 +21,9 @@ largest child: the data servers) is its own:
   (``scan.passes``: sha256, record index, the batches' decode); the rewrite's selection
   replays it (``select``, inside ``rewrite``) and the copy reads only the kept records (the
   small ones, scalars mostly, not even those: the pass kept their bytes). It is
-  loaded once by the Rust data server, started before the backup so it loads meanwhile; both
-  are handed to the verification (``verify.original``);
+  loaded once by the Rust data server: by the plan's selection, whose load the reduce takes
+  over (``verify.original.park``), or, when a cached plan made no selection, started before
+  the backup so it loads meanwhile; both are handed to the verification (``verify.original``);
 * ``verify new``: ``verify_reduction`` on its own, as ``tb-footprint verify`` runs it (nothing
   handed over: it streams the original for the records and loads it with the Rust server;
   TensorBoard's routes on the Rust default view, the Python loader on the reduced run, whole

@@ -11,6 +11,11 @@ is the one pass and the one load, shared:
   measured, both in one interpreter take as long together as one after the other, the GIL
   passing between the backup's hashing and the pass's Python.) The selection reads its default view from it
   (``Reader.read``), the verifier crawls TensorBoard's routes over it.
+* ``load_now()`` + ``park()`` (a plan's selection: ``reduce_logdir`` plans first, and makes
+  the selection unless a cached plan had it): the plan's load is kept for ``PARK_S`` seconds,
+  and the reduce's ``start_reader()`` takes it over when the run's files still have the stat
+  it loaded; so a reduce loads its original in Rust once, plan included (it loaded it twice
+  when it made its own plan: issue #28 item 3).
 * ``FileFacts`` per event file, filled by the selection pass (``event_rewrite``): the file's
   sha256, every record's offset, framed size and data CRC (20 bytes a record, no payload),
   and the tag index the verifier compares (``eventfile.StatsFold``, the scan's own fold).
