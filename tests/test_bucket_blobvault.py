@@ -332,3 +332,21 @@ def test_round_trip_on_every_object_store(bucket, mixed_logdir, tmp_path):
     outs = api.restore(url, backup_dir=vault)
     assert [o.status for o in outs] == [Outcome.RESTORED] * 2, [o.to_dict() for o in outs]
     assert _user(bucket, prefix) == before
+
+
+def test_a_plan_writes_nothing_and_a_folder_others_may_write_to_is_refused(s3_bucket, mixed_logdir, tmp_path):
+    from tb_footprint_plugin.storage.private import NotPrivate
+
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    vault = tmp_path / "not-yet"
+    p = api.plan(url, DROP, backup_dir=str(vault), quiet_period=0)
+    assert p.removable_bytes > 0 and not vault.exists()
+    assert any(str(vault) in line for line in p.notes)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    before = _user(s3_bucket, prefix)
+    with pytest.raises(NotPrivate, match=str(shared)):
+        api.reduce_logdir(url, backup_dir=str(shared), policy=DROP, dry_run=False, quiet_period=0)
+    assert _user(s3_bucket, prefix) == before and os.listdir(shared) == []

@@ -30,6 +30,8 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
     from tb_footprint_plugin.scan.scanner import scan_bucket
 
     rfs, vault = bucket_of(logdir, backup_dir)
+    if vault.blobs is not None:
+        vault.blobs.store  # a local vault of blobs: made 0700 (or refused, naming it) before anything starts
     recovered = bk.recover(rfs, vault)
     objects = rfs.list_tree()
     in_use_before = _with_local_vault(vault, bucket_in_use(rfs, vault, objects))
@@ -46,7 +48,8 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
         runs = [r for r in mine if runs is None or r in runs]
     traces = bucket_traces(logdir)  # the dry run's measures, read back: the same bytes after
     p = make_plan(fp, pol, runs=select_runs(fp, runs, run_glob), min_size=min_size, older_than=older_than,
-                  quiet_period=quiet_period, closed_files=closed_files, trace_after=traces.trace_after)
+                  quiet_period=quiet_period, closed_files=closed_files, rewrite=traces,
+                  trace_after=traces.trace_after)
     traces.save(r.name for r in fp.runs)
     bucket_notes(p, fp, backup_dir, traces.stats)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)

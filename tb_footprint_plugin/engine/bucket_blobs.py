@@ -93,6 +93,7 @@ def blobs_of(vault: BucketVault, f: dict) -> BlobVault:
 def forget_lock(bv: BlobVault, exclusive: bool) -> Iterator[None]:
     """``flock`` on the vault folder's lock file: operations that add blobs share it until the
     bucket names their digests, a purge's forget takes it alone."""
+    bv.store  # the folder made (or checked ours) first
     fd = os.open(os.path.join(bv.folder, ".forget.lock"),
                  os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
@@ -249,7 +250,8 @@ def check_entry(vault: BucketVault, f: dict) -> bool:
     """Whether ``f``'s blob is in the vault, added by this logdir, and reads back to its sha256
     (re-check, ``verify``, and a restore before its first put-back)."""
     bv = vault.blobs
-    if bv is None or not is_sha256(f.get("sha256")) or bv.store.owner not in bv.store.owners(f["sha256"]):
+    if bv is None or not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
+            bv.store.owner not in bv.store.owners(f["sha256"]):
         return False
     return bv.store.check(f["sha256"]) is None
 
@@ -272,8 +274,8 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
     added that no manifest (not purged) and no journal in the bucket names; returns the blob
     store's figures, or ``{"blocked": why}`` when a manifest or journal could not be read."""
     bv = vault.blobs
-    if bv is None:
-        return {}
+    if bv is None or not os.path.isdir(bv.folder):
+        return {}  # no blob was ever added there
     st = BucketState(rfs)
     with forget_lock(bv, exclusive=True):
         needed: Set[str] = set()

@@ -72,21 +72,28 @@ def lock_failure_code(e: BaseException) -> Code:
     return Failure.NO_SPACE if failure_code(e) == Failure.NO_SPACE else Failure.LOCK_ERROR
 
 
-@dataclass
 class BlobVault:
     """A local folder holding a bucket logdir's backups as blobs (``engine.bucket_blobs``)."""
 
-    folder: str  # absolute path of a private folder of ours
-    store: BlobStore  # over a PosixStore at ``folder``, claims under this logdir's owner name
-
-    @classmethod
-    def at(cls, folder: str, rfs: RemoteFS) -> "BlobVault":
-        """The blob vault in ``folder`` (created 0700 if missing; ``NotPrivate`` when it is not a
-        folder of ours) for the logdir of ``rfs``: its blobs are claimed under an owner name of
-        that logdir, so another logdir sharing the folder never loses one to this one's purge."""
-        folder = ensure_private_dir(os.path.abspath(folder))
+    def __init__(self, folder: str, rfs: RemoteFS):
+        """The blob vault in ``folder`` for the logdir of ``rfs``; ``NotPrivate`` when the folder
+        exists and is not a folder of ours. It is made (0700) at its first use, not here: a plan
+        or a status names it without writing anything. Its blobs are claimed under an owner name
+        of that logdir, so another logdir sharing the folder never loses one to this one's purge."""
+        self.folder = os.path.abspath(folder)
+        if os.path.lexists(self.folder):
+            ensure_private_dir(self.folder)
         who = hashlib.sha256(f"{rfs.protocol}://{rfs.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        return cls(folder=folder, store=BlobStore(PosixStore(folder), owner=f"bucket:{who}"))
+        self.owner = f"bucket:{who}"
+        self._store: Optional[BlobStore] = None
+
+    @property
+    def store(self) -> BlobStore:
+        """The ``BlobStore`` over a ``PosixStore`` at the folder (made, or checked ours, first)."""
+        if self._store is None:
+            ensure_private_dir(self.folder)
+            self._store = BlobStore(PosixStore(self.folder), owner=self.owner)
+        return self._store
 
 
 @dataclass
@@ -102,7 +109,7 @@ class BucketVault:
     @classmethod
     def for_logdir(cls, rfs: RemoteFS, backup_dir: Optional[str] = None) -> "BucketVault":
         if backup_dir and not is_remote(backup_dir):
-            return cls(rfs=rfs, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault.at(backup_dir, rfs))
+            return cls(rfs=rfs, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault(backup_dir, rfs))
         if backup_dir:
             other = RemoteFS(backup_dir, stats=rfs.stats)
             if other.protocol != rfs.protocol:
