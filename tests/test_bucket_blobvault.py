@@ -287,6 +287,7 @@ def test_the_cli_reduces_a_bucket_into_a_local_folder_and_every_verb_finds_the_b
     assert cli.main(["status", url, "--backup-dir", vault, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)
     assert vault in st["vaults"] and st["operations"]
+    assert 0 < st["vault_stored_bytes"] < st["vault_bytes"] and st["vault_objects"] >= 2
     assert cli.main(["history", url]) == 0  # the manifests are in the bucket
     assert cli.main(["verify", url, "--backup-dir", vault]) == 0
     assert cli.main(["restore", url, "--all", "--backup-dir", vault, "--yes"]) == 0, capsys.readouterr()

@@ -22,6 +22,18 @@ holds it alone while it reads which digests the bucket's manifests (not purged) 
 still name and forgets the rest of what this logdir added (``BlobStore`` owner claims: another
 logdir sharing the folder keeps its blobs). While a manifest or journal cannot be read nothing
 is forgotten (it may be the only one naming a blob).
+
+Not yet the vault in the bucket (issue #27 item 2): the code above takes any ``Store``, but its
+forget lock is a ``flock``, which holds on one machine only, and workers on several machines
+reduce one bucket. The bucket's version would follow restic: an add creates
+``<state>/blob-locks/shared-<op>.json`` (create-only, the run lock's lease document, renewed by
+``engine.bucket_lease``), then lists ``exclusive-*``: one whose holder is not gone (the lease
+rules) makes it delete its own and wait. A purge creates ``exclusive.json`` (create-only), then
+lists ``shared-*``: any live one makes it delete its own and report the purge held (``locked``).
+Each side writes before it looks, so with a strongly consistent listing (S3, GCS, Azure) two of
+them never both go on; a holder paused past its lease is the one case the lease rules already
+accept for run locks. Until that is built and run through the crash matrix on every store,
+server-side copies stay the bucket default.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 objects restores kept, and the re-check of kept reductions without downloading."""
 from __future__ import annotations
 
+import os
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
@@ -173,7 +174,12 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
                     "finished_at": m.get("created"), "backup_purged": bool(m.get("purged")),
                     "restored_by": "a restore" if m.get("status") == "restored" else None,
                     **({"takes_along": list(m.get("takes_along") or [])} if _kind(m) == "retire" else {})})
-    return {"logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
+    local = {}
+    if vault.blobs is not None and os.path.isdir(vault.blobs.folder):
+        # what the folder holds as stored (compressed, packed), beside the originals' sizes above
+        fig = vault.blobs.store.stats()
+        local = {"vault_stored_bytes": fig["stored_bytes"], "vault_objects": fig["objects"] + fig["index_objects"]}
+    return {**local, "logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
