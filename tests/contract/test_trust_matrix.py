@@ -653,3 +653,28 @@ def test_odd_names_reduce_and_restore_alike_on_every_store(store, odd_template, 
     assert sorted(o.run for o in outs if o.status == codes.Outcome.RESTORED) == sorted(ODD_RUNS), \
         [o.to_dict() for o in outs]
     assert p.user() == before and p.outside() == outside
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
+    "a bucket object whose key has '..' segments (S3 stores it as is) is planned with its run; the batch "
+    "reduce's backup_object -> RemoteFS.path raises a bare ValueError out of api.reduce_logdir (no code, "
+    "no outcome for any run of the batch), leaving the batch's journal and run locks for the next start; "
+    "nothing outside the logdir is touched"))
+@pytest.mark.parametrize("place", [pytest.param("s3", id="s3")], indirect=True)
+def test_a_key_with_dotdot_segments_is_refused_with_a_code_and_the_other_run_reduces(place):
+    """S3 keeps a key like ``a/plugins/../../../<neighbour>/x`` as it is (the GCS emulator drops the
+    connection, Azurite refuses it): the run holding it is refused with a code, the other run reduces,
+    the neighbour the key points at is untouched."""
+    p = place
+    evil = f"a/{SESSION}/../../../../../{p.nprefix}/a/{SESSION}/host.xplane.pb"
+    p.bucket.fs.pipe_file(p.bucket.key(f"{p.prefix}/{evil}"), b"planted")
+    p.bucket.fs.invalidate_cache()
+    outside = p.outside()
+    try:
+        outs = {o.run: o for o in api.reduce_logdir(p.url, policy=DROP, dry_run=False, quiet_period=0,
+                                                    verify_backends=("python",)).outcomes}
+    finally:
+        assert p.outside() == outside
+    assert outs["b"].status == codes.Outcome.VERIFIED, outs["b"].to_dict()
+    assert outs["a"].status != codes.Outcome.VERIFIED and str(outs["a"].code) in KNOWN_CODES, outs["a"].to_dict()
+    assert not api.status(p.url)["unfinished_operations"]
