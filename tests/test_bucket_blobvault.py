@@ -351,3 +351,18 @@ def test_a_plan_writes_nothing_and_a_folder_others_may_write_to_is_refused(s3_bu
     with pytest.raises(NotPrivate, match=str(shared)):
         api.reduce_logdir(url, backup_dir=str(shared), policy=DROP, dry_run=False, quiet_period=0)
     assert _user(s3_bucket, prefix) == before and os.listdir(shared) == []
+
+
+def test_a_restore_given_another_folder_says_where_the_blobs_were_kept(s3_bucket, mixed_logdir, tmp_path):
+    """Shard workers on several machines each keep their blobs in their own folder: a restore
+    elsewhere is refused before anything is put back, naming the folder and host to restore on."""
+    import socket
+
+    prefix, url, vault = _reduced(s3_bucket, mixed_logdir, tmp_path)
+    reduced = _user(s3_bucket, prefix)
+    (r,) = api.restore(url, backup_dir=str(tmp_path / "elsewhere"))
+    assert r.status == Outcome.FAILED and r.code == Failure.BACKUP_DAMAGED, r.to_dict()
+    assert repr(vault) in r.reason and socket.gethostname() in r.reason
+    assert _user(s3_bucket, prefix) == reduced
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.reason

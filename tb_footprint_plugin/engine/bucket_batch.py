@@ -128,7 +128,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                             backup_object(rfs, f)
                         faults.hit("reduce.backup_copy")
                     bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
-                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after))
+                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault))
                     live.append(en)
                 except faults.InjectedFault:
                     raise

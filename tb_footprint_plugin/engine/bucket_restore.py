@@ -134,7 +134,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 blobs_of(vault, f)
                 if not check_entry(vault, f):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {vault.blobs.folder} "
-                                         "is missing or does not read back to its sha256; nothing was put back")
+                                         "is missing or does not read back to its sha256; nothing was put back"
+                                         + _made_where(manifest))
             # the journal written from it must be one the next start acts on: keys inside the run
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
@@ -260,6 +261,15 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         ours = unlock_versions(lock_path)
         if ours and jpath is None:  # a kept journal keeps its lock until it is settled
             rfs.ops.delete([lock_path], versions=ours)
+
+
+def _made_where(manifest: dict) -> str:
+    """Where the reduction kept its blobs, when that is another folder or machine than this
+    restore's (the manifest is untrusted: only ever said, never followed)."""
+    folder, host = manifest.get("blob_folder"), manifest.get("host")
+    if not isinstance(folder, str) or not isinstance(host, str):
+        return ""
+    return f" (the reduction kept its backups in {folder[:500]!r} on {host[:200]!r}: restore there)"
 
 
 #: what ``_put_back`` returns for an original streamed from the blob vault (checked there)

@@ -94,11 +94,14 @@ def stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
     return h.hexdigest()
 
 
-def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int) -> dict:
-    """The manifest of one verified run of an operation (what a restore puts back)."""
+def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int,
+                 vault: Optional[BucketVault] = None) -> dict:
+    """The manifest of one verified run of an operation (what a restore puts back); with a local
+    vault of blobs, its folder (with ``host``: where a restore must run, said when it cannot)."""
+    folder = {"blob_folder": vault.blobs.folder} if vault is not None and vault.blobs is not None else {}
     return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": now_s(), "status": "verified",
             "files": entry["files"], "bytes_before": rp.bytes_before, "bytes_after": bytes_after,
-            "policy": policy, "shard": lease.shard_label(), **who()}
+            "policy": policy, "shard": lease.shard_label(), **folder, **who()}
 
 
 def rolled_back(out: RunOutcome, code: Code) -> None:
