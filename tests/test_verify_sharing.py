@@ -182,3 +182,40 @@ def test_python_child_starts_without_remote_clients(tmp_path):
     real = sorted(m for m in imported if m.split(".")[0] in ("boto3", "botocore", "fsspec") and "." in m
                   and m != "botocore.exceptions")
     assert real == [], real
+
+
+_DEFERRED_IO = r"""
+import sys, threading
+from tb_footprint_plugin.formats import views
+if sys.argv[1] == "busy":  # another thread alive: a plain import
+    stop = threading.Event()
+    threading.Thread(target=stop.wait, daemon=True).start()
+assert views.data_server_binary()
+from tensorboard.compat.tensorflow_stub.io import gfile
+imported = {m: m in sys.modules for m in ("boto3", "fsspec")}
+# everything gfile offers is still offered: s3 registered, fsspec paths served
+assert gfile.S3_ENABLED and gfile.FSSPEC_ENABLED
+assert type(gfile.get_filesystem("s3://bucket/key")).__name__ == "S3FileSystem"
+assert gfile.botocore.exceptions.ClientError.__name__ == "ClientError"
+with gfile.GFile("memory://d/f.txt", "w") as f:
+    f.write("x")
+assert gfile.exists("memory://d/f.txt") and "fsspec" in sys.modules
+assert callable(gfile.boto3.client) and "boto3" in sys.modules
+print(imported)
+"""
+
+
+@needs_rust
+@pytest.mark.parametrize("threads", ["alone", "busy"])
+def test_tensorboard_io_defers_its_remote_clients(threads):
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(root)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    proc = subprocess.run([sys.executable, "-c", _DEFERRED_IO, threads], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = eval(proc.stdout.strip().splitlines()[-1])
+    # alone: the readers' start imports neither (they come at a remote path's first use);
+    # with another thread alive, which could import them meanwhile: imported as TensorBoard does
+    assert imported == ({"boto3": False, "fsspec": False} if threads == "alone"
+                        else {"boto3": True, "fsspec": True}), imported

@@ -24,13 +24,17 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import importlib
+import importlib.util
 import logging
 import os
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
@@ -184,9 +188,63 @@ def read_view(
     return view
 
 
+#: TensorBoard's file layer, and what it imports only to offer ``s3://`` and fsspec paths
+_GFILE = "tensorboard.compat.tensorflow_stub.io.gfile"
+_GFILE_CLIENTS = ("botocore", "boto3", "fsspec")
+
+
+class _Deferred(types.ModuleType):
+    """A module imported at its first attribute use (``boto3.client``, ``botocore.exceptions``,
+    ``fsspec.core``: what TensorBoard's gfile reads only when a path needs them)."""
+
+    def __init__(self, name: str, first: Optional[str] = None) -> None:
+        super().__init__(name)
+        self.__dict__["_import"] = (first or name, name)
+
+    def __getattr__(self, attr: str):
+        first, name = self.__dict__["_import"]
+        importlib.import_module(first)
+        return getattr(importlib.import_module(name), attr)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def import_tensorboard_io() -> None:
+    """Import TensorBoard's file layer (``tensorflow_stub.io.gfile``) with its S3 and fsspec
+    clients imported when a path first needs them, not now: importing boto3 and fsspec is ~0.2 s
+    of a core (~0.7 s on a loaded machine) on a reduce's critical path, for paths the readers
+    never get (a run's scratch folder is local). Everything gfile offers stays offered: the
+    ``s3`` filesystem is registered as TensorBoard registers it, over deferred modules. Only in
+    a process with no other thread (one importing them meanwhile would find them missing) and
+    where gfile is not imported yet (TensorBoard's own process: nothing to do); else a plain
+    import."""
+    if _GFILE in sys.modules:
+        return
+    hide = [m for m in _GFILE_CLIENTS if m not in sys.modules] if threading.active_count() == 1 else []
+    for m in hide:
+        sys.modules[m] = None  # gfile's ``import`` of it raises ImportError, which it catches
+    try:
+        gfile = importlib.import_module(_GFILE)
+    finally:
+        for m in hide:
+            if m in sys.modules and sys.modules[m] is None:
+                del sys.modules[m]
+    # what gfile would have set up, had it imported them itself
+    if "boto3" in hide and all(importlib.util.find_spec(m) for m in ("boto3", "botocore")):
+        gfile.boto3 = _Deferred("boto3")
+        gfile.botocore = _Deferred("botocore", "botocore.exceptions")
+        gfile.S3_ENABLED = True
+        gfile.register_filesystem("s3", gfile.S3FileSystem())
+    if "fsspec" in hide and importlib.util.find_spec("fsspec"):
+        gfile.fsspec = _Deferred("fsspec")
+        gfile.FSSPEC_ENABLED = True
+
+
 def data_server_binary() -> Optional[str]:
     """Path of the Rust data server binary, or None when it is not available."""
     try:
+        import_tensorboard_io()
         from tensorboard.data import server_ingester
 
         return server_ingester.get_server_binary().path
