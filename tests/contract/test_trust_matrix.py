@@ -441,6 +441,50 @@ def planted_manifests(p: Place) -> dict:
     return {op: (what, json.dumps(m).encode()) for op, (what, m) in out.items()}
 
 
+def planted_path_manifests(p: Place, op_a: str) -> dict:
+    """op id -> (what, bytes): manifests naming a real backup (``a``'s) but an original path
+    outside the logdir or outside the run: a restore that trusted one would write there."""
+    real = api.operation(p.url, op_a)
+    f0 = dict(real["files"][0])
+    out = {}
+    for i, (what, path) in enumerate((("a path climbing out of the logdir", "../logs-n/written-by-restore"
+                                       if p.posix else f"../{p.nprefix}/written-by-restore"),
+                                      ("an absolute path outside", p.outside_path("written-by-restore")),
+                                      ("a path in another run", "b/written-by-restore"))):
+        op = f"20260101T000004-{i:06d}"
+        m = {k: v for k, v in real.items() if not k.startswith("_")}
+        m.update(op_id=op, op=op, files=[dict(f0, path=path)], restored_by=None)
+        m.pop("status", None) if p.posix else m.update(status="verified")
+        out[op] = (what, json.dumps(m, default=str).encode())
+    return out
+
+
+@pytest.mark.parametrize("place", PARAMS, indirect=True)
+def test_planted_manifests_never_lead_a_restore_to_write_outside(place):
+    p = place
+    before, after, op_a = reduced_a(p)
+    outside = p.outside()
+    planted = planted_path_manifests(p, op_a)
+    for op, (_what, data) in planted.items():
+        p.write(p.manifest(op), data)
+    for op in planted:  # each asked for by its op id: refused or failed, with a code
+        try:
+            outs = api.restore(p.url, op=op)
+            told = [{"code": o.code, "detail": o.reason, "status": o.status} for o in outs]
+        except Exception as e:  # noqa: BLE001 - a refusal with a code is what is asked for
+            told = [{"code": getattr(e, "code", None), "detail": str(e), "status": None}]
+        assert all(t["status"] != codes.Outcome.RESTORED for t in told), (planted[op][0], told)
+        coded(told)
+        # named with a code: by status (a disk: the manifest's path) or the refusal (a bucket: its op id)
+        assert named_with_code([api.status(p.url), told], op), (planted[op][0], told)
+        assert p.outside() == outside, planted[op][0]
+        assert not any(k.endswith("written-by-restore") for k in p.user()), planted[op][0]
+    # the real reduction still restores byte for byte; nothing was written outside
+    outs = api.restore(p.url, op=op_a)
+    assert [o.run for o in outs if o.status == codes.Outcome.RESTORED] == ["a"], [o.to_dict() for o in outs]
+    assert p.user() == before and p.outside() == outside
+
+
 @pytest.mark.parametrize("place", PARAMS, indirect=True)
 def test_planted_manifests_never_lead_a_restore_or_purge_out_of_the_vault(place):
     p = place
