@@ -261,7 +261,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
     if warnings:
         run.warnings = warnings
     run.files = sorted(run.files, key=lambda e: e.path)  # as long as it is (appended to, it kept spare room)
-    run.sessions = _sessions(found)
+    run.sessions = _sessions(found, names)
     return run
 
 
@@ -306,7 +306,10 @@ def _fold_event_stats(cats: Dict[str, CategoryStat], st, bindings: Dict[str, str
         cats[name].files += 1
 
 
-def _sessions(found: FoundRun) -> List[ProfileSession]:
+def _sessions(found: FoundRun, names: Optional[Dict[str, str]] = None) -> List[ProfileSession]:
+    """The run's profile sessions; ``names``: the scan's table of shared strings (a sweep's runs
+    mostly profile on the same few hosts: one string per host name, not one per run)."""
+    names = {} if names is None else names
     sessions: Dict[str, ProfileSession] = {}
     hosts: Dict[str, List[str]] = {}  # session -> its hosts (sessions without any share one empty list)
     out: List[ProfileSession] = []
@@ -325,7 +328,8 @@ def _sessions(found: FoundRun) -> List[ProfileSession]:
             s.mtime = max(s.mtime, f.mtime)
             for suffix in (".xplane.pb", ".xplane.riegeli"):
                 if name.endswith(suffix) and len(parts) == 3:
-                    hosts.setdefault(parts[2], []).append(name[: -len(suffix)])
+                    host = name[: -len(suffix)]
+                    hosts.setdefault(parts[2], []).append(names.setdefault(host, host))
         elif not f.is_symlink and cat.is_torch_trace_name(name):
             out.append(ProfileSession(name=name, path=f.rel, mtime=f.mtime, bytes=f.size, files=1,
                                       hosts=[cat.torch_worker(name) or name], kind="torch"))
