@@ -722,3 +722,42 @@ def test_a_key_with_dotdot_segments_is_refused_with_a_code_and_the_other_run_red
     assert outs["b"].status == codes.Outcome.VERIFIED, outs["b"].to_dict()
     assert outs["a"].status != codes.Outcome.VERIFIED and str(outs["a"].code) in KNOWN_CODES, outs["a"].to_dict()
     assert not api.status(p.url)["unfinished_operations"]
+
+
+@pytest.mark.parametrize("place", PARAMS, indirect=True)
+def test_a_planted_restore_journal_and_its_manifest_read_nothing_from_outside(place):
+    """A restore under way is finished by the next start: a planted pair — a manifest whose backup
+    is the neighbour's canary and a restore journal of it — must not bring the canary in."""
+    p = place
+    before, after, op_a = reduced_a(p)
+    outside = p.outside()
+    ev_a = _event_rel(p, "a")
+    op = "20260101T000005-abcdef"
+    canary_sha = hashlib.sha256(CANARY).hexdigest()
+    if p.posix:
+        real = api.operation(p.url, op_a)
+        m = {k: v for k, v in real.items() if not k.startswith("_")}
+        m.update(op_id=op, files=[{"path": ev_a, "size": len(CANARY), "mode": 420, "mtime": 1.0, "action": "delete",
+                                   "sha256": canary_sha, "blob": "blobs/../../../logs-n/canary.txt"}])
+        p.write(p.manifest(op), json.dumps(m, default=str).encode())
+        rop = "20260101T000006-abcdef"
+        begin = {"type": "begin", "kind": "restore", "op_id": rop, "run": "a", "of_op": op,
+                 "vault": str(p.root / STATE), "logdir": p.url, "logdir_id": _identity(p)["id"], "t": 1.0}
+        jrel = p.journal(rop)
+        p.write(jrel, json.dumps(begin).encode() + b"\n")
+    else:
+        files = [{"action": "delete", "path": ev_a, "backup": p.outside_path("canary.txt"), "size": len(CANARY)}]
+        m = {"op": op, "run": "a", "status": "verified", "logdir": p.url, "created": 1.0, "files": files}
+        p.write(p.manifest(op), json.dumps(m).encode())
+        jrel = p.journal(op)
+        p.write(jrel, json.dumps({"kind": "restore", "op": op, "run": "a", "files": files, "created": 1.0}).encode())
+    outs = api.recover_logdir(p.url)
+    coded(outs)
+    # refused (a bucket: the journal names a backup outside the vault) or failed (a disk: the manifest
+    # it finishes names a blob outside the vault), with a code, never completed
+    assert [o.action for o in outs] in ([codes.Recovery.REFUSED], [codes.Recovery.FAILED]), \
+        [(o.op_id, o.action, o.detail) for o in outs]
+    assert outs[0].code in KNOWN_CODES
+    assert p.user() == after and p.outside() == outside
+    no_canary_inside(p)
+    assert p.exists(jrel)  # left alone, for the user
