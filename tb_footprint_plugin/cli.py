@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Recovery, Skip
@@ -529,6 +530,7 @@ def cmd_reduce(args) -> int:
         bar_.done(o.run, line) if bar_ is not None else print(line, flush=True)
 
     cancel = api.CancelToken()
+    since = time.time()
     try:
         with _interruptible(cancel):
             reports = api.reduce_logdirs(
@@ -539,7 +541,7 @@ def cmd_reduce(args) -> int:
     except KeyboardInterrupt as e:
         if bar_ is not None:
             bar_.close()
-        return _interrupted(args, "reduce", logdirs, shard, current, getattr(e, "settled", None))
+        return _interrupted(args, "reduce", logdirs, shard, current, getattr(e, "settled", None), since)
     if bar_ is not None:
         bar_.close()
     if args.json:
@@ -603,10 +605,11 @@ class _interruptible:
 
 
 def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
-                 settled_already: Optional[List[dict]] = None) -> int:
+                 settled_already: Optional[List[dict]] = None, since: Optional[float] = None) -> int:
     """After Ctrl-C: settle what the interrupted run left (a run not committed goes back to its
     exact original bytes, one past the commit point is finished) with a second Ctrl-C ignored,
-    say what happened and what to run next; exit 130."""
+    say what happened and what to run next; exit 130. ``since``: when this reduce began, to say
+    what became of an interrupted run that left nothing to settle."""
     import signal
 
     from tb_footprint_plugin import api
@@ -617,19 +620,22 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
     reducing = verb == "reduce"
     for ld in logdirs:
         if settled_already is not None:  # the library settled it on its way out (``api.Interrupted``)
-            for o in settled_already:
-                print(f"  {_recovered_line(o)}", file=sys.stderr)
+            settled = settled_already
             settled_already = []  # the other logdirs: nothing under way there; settle what a crash left
-            continue
-        try:
-            settled = api.settle_interrupted(ld, args.backup_dir, policy=_policy(args) if reducing else "archive",
-                                             ledger=(args.ledger or "default") if reducing else None, shard=shard)
-        except (OSError, ValueError) as e:
-            print(f"  {ld}: not settled now ({e}); the next start settles it "
-                  f"(`tb-footprint recover {ld}`)", file=sys.stderr)
-            continue
+        else:
+            try:
+                settled = api.settle_interrupted(ld, args.backup_dir, policy=_policy(args) if reducing else "archive",
+                                                 ledger=(args.ledger or "default") if reducing else None, shard=shard)
+            except (OSError, ValueError) as e:
+                print(f"  {ld}: not settled now ({e}); the next start settles it "
+                      f"(`tb-footprint recover {ld}`)", file=sys.stderr)
+                continue
         for o in settled:
             print(f"  {_recovered_line(o)}", file=sys.stderr)
+        if reducing and since is not None and len(logdirs) == 1 and "://" not in ld:
+            named = {o.get("run") for o in settled}
+            for line in _unsettled_lines(ld, args.backup_dir, [r for r in current if r not in named], since):
+                print(f"  {line}", file=sys.stderr)
     words = sys.argv[1:] if sys.argv[1:2] == [verb] else [verb, *logdirs]
     if "--yes" not in words and "-y" not in words:
         words = [*words, "--yes"]
@@ -639,6 +645,30 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
           f"{' '.join(_quote(w) for w in words)}`" + (" (runs already done are skipped)." if reducing else "."),
           file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+def _unsettled_lines(logdir: str, backup_dir: Optional[str], runs: List[str], since: float) -> List[str]:
+    """What became of each interrupted run that left nothing to settle: the interrupt came
+    before its transaction began (nothing of it changed) or after its commit (a verified
+    reduction, e.g. while its backups were compacted or the ledger written) — said from this
+    command's own operations of the run, so the user is not left guessing."""
+    from tb_footprint_plugin import api
+
+    lines = []
+    for run in runs:
+        try:
+            ops = [o for o in api.operations(logdir, run=run, backup_dir=backup_dir)
+                   if o.get("kind") == "reduce" and isinstance(o.get("started_at"), (int, float))
+                   and o["started_at"] >= since]
+        except (OSError, ValueError):
+            continue  # the manifests cannot be read now: `status` says it
+        if not ops:
+            lines.append(f"✓ {run}: untouched: stopped before it backed up or changed any file")
+        elif str(ops[0].get("outcome")) == "verified":
+            lines.append(f"✓ {run}: reduced and verified before the interrupt took effect — op {ops[0]['op_id']}")
+        elif str(ops[0].get("outcome")) == "rolled_back":
+            lines.append(f"✓ {run}: rolled back: as it was — op {ops[0]['op_id']}")
+    return lines
 
 
 def _recovered_line(o: dict) -> str:

@@ -51,3 +51,47 @@ def test_ctrl_c_while_the_library_loads_exits_130_with_one_line_and_no_traceback
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "tb-footprint reduce: interrupted while starting; nothing was changed" in err, err
     assert tree_hashes(logdir) == before and not (logdir / ".tb-footprint").exists()
+
+
+# pauses the ledger's "done" record of a run (after its reduction committed and its backups were
+# compacted) until SIGINT: the interrupt then finds no journal to settle
+PAUSED_LEDGER = """
+import os, sys, time
+from tb_footprint_plugin.engine import ledger
+mark = ledger.Ledger.mark
+def paused(self, run, state, **kw):
+    if state == "done":
+        open(sys.argv[1], "w").close()
+        time.sleep(300)
+    return mark(self, run, state, **kw)
+ledger.Ledger.mark = paused
+from tb_footprint_plugin.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_after_a_runs_commit_says_it_was_reduced_and_verified(tmp_path):
+    """Interrupted after the run's reduction committed (nothing left for recovery to settle), the
+    command used to name the run ("interrupted while changing train") and say nothing of what it
+    came to; it now says the run was reduced and verified, with its operation."""
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    flag = tmp_path / "paused"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-c", PAUSED_LEDGER, str(flag), "reduce", str(logdir), "-y",
+                          "--verify", "python", "--quiet-period", "0"], env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
+    assert flag.exists(), p.communicate()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, out + err
+    assert "interrupted while changing train" in err, err
+    import tb_footprint_plugin.api as api
+
+    (op,) = [o for o in api.operations(str(logdir), run="train") if o["kind"] == "reduce"]
+    assert str(op["outcome"]) == "verified"
+    settled = err.split("settling what it left")[1]
+    assert f"✓ train: reduced and verified before the interrupt took effect — op {op['op_id']}" in settled, err
+    assert "Traceback" not in err, err
