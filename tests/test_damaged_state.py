@@ -21,7 +21,8 @@ import pytest
 
 from conftest import copy_real, tree_hashes
 from tb_footprint_plugin import api
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, oplog
+from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -72,8 +73,30 @@ def state(logdir: Path) -> Path:
 
 
 # --- the damage, one kind of state file each: (path damaged, line for a line-based file) -----
+def unseal(logdir):
+    """The batch's sealed pieces of the operation log as plain segments (same lines), so a test
+    can damage a line's bytes."""
+    from tb_footprint_plugin.storage import zst
+
+    for p in sorted(Path(oplog.segments_dir(str(state(logdir)))).glob("*" + oplog.SEALED_SUFFIX)):
+        with zst.open_decompressed(open(p, "rb")) as f:
+            text = f.read()
+        p.with_name(p.name.split(".")[0] + "-unsealed.jsonl").write_bytes(text)
+        p.unlink()
+
+
+def segment_of(logdir, op_id):
+    """(the operation log's segment holding ``op_id``'s manifest, the 0-based index of its first line)."""
+    unseal(logdir)
+    for p in sorted(Path(oplog.segments_dir(str(state(logdir)))).glob("*.jsonl")):
+        for n, line in enumerate(p.read_bytes().splitlines()):
+            if line.startswith(b'{"op":"%s"' % op_id.encode()) and b'"type":"manifest"' in line:
+                return p, n
+    raise AssertionError(f"no segment holds {op_id}")
+
+
 def damage_oplog_line(logdir, ops):
-    p = state(logdir) / "oplog" / f"{ops['a']}.jsonl"
+    p, _n = segment_of(logdir, ops["a"])
     n = len(p.read_bytes().splitlines())
     with open(p, "ab") as f:
         f.write(b'\xff\xfe{"type": "manifest", \x80 garbage\n')
@@ -81,14 +104,17 @@ def damage_oplog_line(logdir, ops):
 
 
 def damage_manifest(logdir, ops):
-    p = state(logdir) / "ops" / f"{ops['a']}.json"
-    p.write_bytes(b'{"op_id": "\xff\xfe' + b"\x00garbage" * 10)
-    return p, None
+    """The manifest's record (its first copy: each state is written twice in a row) overwritten."""
+    p, n = segment_of(logdir, ops["a"])
+    lines = p.read_bytes().splitlines(keepends=True)
+    lines[n] = b'{"op_id": "\xff\xfe' + b"\x00garbage" * 10 + b"\n"
+    p.write_bytes(b"".join(lines))
+    return p, n + 1
 
 
 def damage_journal(logdir, ops):
     """An unfinished operation's journal (on a third run) whose second line is not UTF-8."""
-    begin = json.loads((state(logdir) / "oplog" / f"{ops['a']}.jsonl").read_text().splitlines()[0])["manifest"]
+    begin = api.operation(str(logdir), ops["a"])
     op = "20200101T000000-abcdef"
     rec = {"type": "begin", "kind": "reduce", "op_id": op, "run": "c", "logdir": begin["logdir"],
            "logdir_id": begin["logdir_id"], "vault": begin["vault"], "plan": {"run": "c", "actions": []}}
@@ -141,7 +167,7 @@ DAMAGE = {f.__name__[len("damage_"):]: f for f in (damage_oplog_line, damage_man
                                                    damage_identity, damage_vaults_json, damage_history_line,
                                                    damage_lease, damage_scan_cache, damage_ledger)}
 #: what status calls each damage
-CODES = {"oplog_line": "damaged_line", "manifest": "bad_manifest", "journal": "damaged_state_file",
+CODES = {"oplog_line": "damaged_line", "manifest": "damaged_line", "journal": "damaged_state_file",
          "identity": "identity_damaged", "vaults_json": "damaged_state_file", "history_line": "damaged_line",
          "lease": "damaged_state_file", "scan_cache": "damaged_state_file", "ledger": "bad_ledger"}
 
@@ -210,16 +236,30 @@ def test_oplog_damage_never_hides_a_backup_from_the_api(reduced):
     assert user_files(logdir) == before
 
 
+def test_a_damaged_sealed_piece_is_named_and_its_backups_kept(reduced):
+    """A batch's sealed piece of the operation log whose bytes are damaged: status names it, what
+    decoded before the damage is read, and no blob any of its operations named is purged."""
+    logdir, _before, ops = reduced
+    blobs = sorted(p for p in (state(logdir) / "blobs").rglob("*") if p.is_file())
+    (piece,) = Path(oplog.segments_dir(str(state(logdir)))).glob("*" + oplog.SEALED_SUFFIX)
+    raw = bytearray(piece.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    piece.write_bytes(bytes(raw))
+    st = cli("status", logdir)
+    assert st.returncode == 0 and "[damaged_line]" in st.stdout and str(piece) in st.stdout, st.stdout
+    api.purge(str(logdir), older_than=0, yes=True)
+    assert sorted(p for p in (state(logdir) / "blobs").rglob("*") if p.is_file()) == blobs
+
+
 def test_a_damaged_purge_record_never_finishes_a_purge(reduced):
     """A purge intent followed by a damaged line: whether it ended is unknown, so the blobs it
     named are kept (never deleted on a guess)."""
     logdir, _before, ops = reduced
     m = api.operation(str(logdir), ops["a"])
     blobs = sorted((state(logdir) / "blobs").rglob("*"))
-    p = state(logdir) / "oplog" / f"{ops['a']}.jsonl"
-    sha = json.loads(p.read_text().splitlines()[0])["manifest"]["files"][0]["sha256"]
-    with open(p, "ab") as f:
-        f.write(json.dumps({"type": "purge", "blobs": [sha], "run": m["run"], "t": time.time()}).encode() + b"\n")
+    sha = m["files"][0]["sha256"]
+    oplog.append(str(state(logdir)), ops["a"], {"type": "purge", "blobs": [sha], "run": m["run"]})
+    with open(oplog.log_path(str(state(logdir)), ops["a"]), "ab") as f:
         f.write(b"\xff\xfe\n")
     assert not [x for x in api.recover_logdir(str(logdir)) if x.code == "purge_finished"]
     assert sorted((state(logdir) / "blobs").rglob("*")) == blobs
@@ -257,10 +297,8 @@ def test_identity_garbage_with_manifests_of_two_ids_restore_all_names_the_damage
     """Manifests of this logdir carrying two ids: which one is its own cannot be told, so
     identity.json is not rebuilt and `restore --all` exits non-zero naming the damage."""
     logdir, _before, ops = reduced
-    p = state(logdir) / "ops" / f"{ops['b']}.json"
-    m = json.loads(p.read_text())
-    m["logdir_id"] = "f" * 32
-    p.write_text(json.dumps(m))
+    vault = Vault(str(state(logdir)))
+    vault.write_manifest(dict(vault.read_manifest(ops["b"]), logdir_id="f" * 32))
     ident = state(logdir) / "identity.json"
     damage_identity(logdir, ops)
     rec = cli("recover", logdir)
@@ -376,7 +414,8 @@ def test_tab_restore_job_over_a_damaged_oplog(app, logdir):
     ops = {o["run"]: o["op_id"] for o in job["result"]["outcomes"] if o["status"] == "verified"}
     assert set(ops) == {"big", "mid"}, job
     for run in ("big", "mid"):
-        with open(os.path.join(state_dir(str(logdir)), "oplog", f"{ops[run]}.jsonl"), "ab") as f:
+        p, _n = segment_of(logdir, ops[run])
+        with open(p, "ab") as f:
             f.write(b"\xff\xfe\xfd garbage\n")
     for run in ("big", "mid"):
         r = app.post("/restore", {"run": run})

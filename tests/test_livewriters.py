@@ -324,6 +324,36 @@ def test_fifo_named_like_an_event_file_does_not_hang(tmp_path):
 # ---------------------------------------------------------------------------------------
 # 5. a deleted or corrupt manifest is rebuilt from the vault's log
 # ---------------------------------------------------------------------------------------
+def _as_an_older_version_wrote_it(m: dict) -> Path:
+    """Turn a manifest into the state older versions wrote (a manifest file ``ops/<op>.json``
+    and a log ``oplog/<op>.jsonl`` of its own, no line in the shared log): returns the file.
+    Such a manifest is what a rebuild from its log still mends (the shared log is the only
+    record of a manifest written now)."""
+    from tb_footprint_plugin.engine import oplog
+    from tb_footprint_plugin.engine.vault import Vault
+
+    vault = Vault(m["vault"])
+    full = vault.read_manifest(m["op_id"])
+    mpath = Path(vault.manifest_path(m["op_id"]))
+    mpath.write_text(json.dumps(full))
+    logged = {k: v for k, v in oplog._loggable(full).items() if k != "plan_checks_by_fidelity"}
+    Path(oplog.legacy_path(vault.root, m["op_id"])).write_text(
+        json.dumps({"type": "manifest", "manifest": logged, "t": time.time()}) + "\n")
+    from tb_footprint_plugin.storage import zst
+
+    for seg in Path(oplog.segments_dir(vault.root)).iterdir():
+        if seg.name.endswith(oplog.SEALED_SUFFIX):  # a batch's sealed piece: its lines, as a plain segment
+            with zst.open_decompressed(open(seg, "rb")) as f:
+                text = f.read()
+            seg.unlink()
+            seg = seg.with_name(seg.name.split(".")[0] + "-unsealed.jsonl")
+        else:
+            text = seg.read_bytes()
+        seg.write_bytes(b"".join(x for x in text.splitlines(keepends=True)
+                                 if not x.startswith(b'{"op":"%s"' % m["op_id"].encode())))
+    return mpath
+
+
 @pytest.mark.parametrize("damage", ["deleted", "corrupt"])
 def test_lost_manifest_is_rebuilt_by_recover(tmp_path, damage, capsys):
     logdir = tmp_path / "logdir"
@@ -332,7 +362,7 @@ def test_lost_manifest_is_rebuilt_by_recover(tmp_path, damage, capsys):
     before = user_files(logdir)
     assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY).ok
     (m,) = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
-    mpath = Path(m["vault"]) / "ops" / f"{m['op_id']}.json"
+    mpath = _as_an_older_version_wrote_it(m)
     if damage == "deleted":
         mpath.unlink()
     else:
@@ -519,7 +549,7 @@ def test_tab_reports_salvage_at_load_and_damage_when_read_only(tmp_path):
     (m,) = [m for m in api.operations(str(logdir)) if m["kind"] == "reduce"]
     with open(Path(m["vault"]) / m["files"][0]["blob"], "ab") as w:
         w.write(frame(scalar_event("late", 500, 1.0)))
-    mpath = Path(m["vault"]) / "ops" / f"{m['op_id']}.json"
+    mpath = _as_an_older_version_wrote_it(m)
 
     ro = App(logdir, footprint_read_only=True)  # read-only: reports, changes nothing
     try:

@@ -174,14 +174,15 @@ def test_older_records_with_a_float_mtime_still_restore(tmp_path):
     dress(logdir)
     before = snapshot(logdir)
     _reduce(logdir, "archive", None)
-    ops = Path(logdir) / ".tb-footprint" / "ops"
-    for mf in ops.glob("*.json"):
-        m = json.loads(mf.read_text())
+    from tb_footprint_plugin.engine.vault import Vault
+
+    vault = Vault(str(Path(logdir) / ".tb-footprint"))
+    for m in vault.manifests():  # as an older version recorded them: no mtime_ns
         for f in m.get("files", []):
             f.pop("mtime_ns", None)
         for d in m.get("removed_dirs", []):
             d.pop("mtime_ns", None)
-        mf.write_text(json.dumps(m))
+        vault.write_manifest(m)
     _restore(logdir, None)
     now = snapshot(logdir)
     for rel, (digest, mode, mtime_ns) in before.items():

@@ -138,7 +138,7 @@ def test_oplog_append_failure_keeps_a_concurrent_record(tmp_path, monkeypatch):
     real = oplog.append_line
 
     def other_lands_then_fails(path, line, **kw):
-        real(path, json.dumps({"type": "note", "n": 2}) + "\n")  # another process's record
+        real(path, json.dumps({"op": op, "seq": 2, "type": "note", "n": 2}) + "\n")  # another writer's record
         raise _enospc()
 
     monkeypatch.setattr(oplog, "append_line", other_lands_then_fails)

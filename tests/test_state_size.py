@@ -33,6 +33,21 @@ def _small_runs(root, n):
     return str(root)
 
 
+def _logged_line(vault_root: str, op_id: str) -> bytes:
+    """The first line of the operation log that records ``op_id``'s manifest in full."""
+    from tb_footprint_plugin.engine import oplog
+
+    from tb_footprint_plugin.storage import zst
+
+    for p in sorted(glob.glob(os.path.join(oplog.segments_dir(vault_root), "*"))):
+        with open(p, "rb") as f:
+            text = f.read() if p.endswith(".jsonl") else zst.open_decompressed(f).read()  # a batch's end seals it
+        for line in text.splitlines(keepends=True):
+            if line.startswith(b'{"op":"%s"' % op_id.encode()) and b'"type":"manifest"' in line:
+                return line
+    raise AssertionError(f"no record of {op_id}")
+
+
 def test_a_manifest_keeps_its_plans_actions_as_totals_and_a_digest(tmp_path, monkeypatch):
     """Before, each manifest of a small run held its plan's four actions whole (~700 of its ~3,400
     bytes) beside ``files`` and ``removed_dirs`` that list the same paths: now the per-category
@@ -42,12 +57,12 @@ def test_a_manifest_keeps_its_plans_actions_as_totals_and_a_digest(tmp_path, mon
     plans = {rp.run: rp for rp in api.plan(logdir, "archive").runs}
     rep = api.reduce_logdir(logdir, policy="archive", dry_run=False)
     assert [o.status for o in rep.outcomes] == ["verified"] * 4
-    ops = glob.glob(os.path.join(state_dir(logdir), "ops", "*.json"))
-    assert len(ops) == 4
-    for path in ops:
-        size = os.path.getsize(path)
-        with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+    from tb_footprint_plugin.engine.vault import Vault
+
+    ms = Vault(state_dir(logdir)).manifests()
+    assert len(ms) == 4 and not glob.glob(os.path.join(state_dir(logdir), "ops", "*.json"))
+    for m in ms:
+        size = len(_logged_line(state_dir(logdir), m["op_id"]))  # its record in the operation log
         assert size < 2900, size
         plan = m["plan"]
         assert "actions" not in plan and "run" not in plan and "removable_bytes" not in plan
@@ -87,10 +102,10 @@ def test_a_rewritten_event_files_categories_keep_their_own_bytes_in_the_totals()
     assert [c["name"] for c in category_changes(dict(kept, changes={"images": "x"}), {})] == ["_unchanged"]
 
 
-def test_the_oplog_leaves_out_blob_names_and_the_rebuild_puts_them_back(tmp_path, monkeypatch):
-    """A backup's blob is the one its digest names: the log does not repeat it (~85 bytes a
-    backed-up file), and a manifest rebuilt from the log is the one that was lost, byte for byte
-    in its fields. A blob name that is not its digest's would be logged as it is."""
+def test_the_oplog_leaves_out_what_follows_and_the_reader_puts_it_back(tmp_path, monkeypatch):
+    """A backup's blob is the one its digest names, its float mtime is its mtime_ns, the plan
+    checks repeat the fidelity lines: the log (a manifest's only record) does not repeat them, and
+    the manifest read back has them all. A blob name that is not its digest's is logged as it is."""
     from tb_footprint_plugin.engine import oplog
     from tb_footprint_plugin.engine.vault import Vault
 
@@ -98,19 +113,13 @@ def test_the_oplog_leaves_out_blob_names_and_the_rebuild_puts_them_back(tmp_path
     logdir = _small_runs(tmp_path / "logdir", 1)
     o = api.reduce_logdir(logdir, policy="archive", dry_run=False).outcomes[0]
     vault = Vault(state_dir(logdir))
-    path = vault.manifest_path(o.op_id)
-    with open(path, encoding="utf-8") as f:
-        before = json.load(f)
-    assert before["files"] and all(f["blob"] for f in before["files"])
-    with open(oplog.log_path(vault.root, o.op_id), encoding="utf-8") as f:
-        first = json.loads(f.readline())["manifest"]
-    assert not any("blob" in f for f in first["files"])
-    os.unlink(path)
-    assert [x.code for x in oplog.rebuild_manifests(vault)] == [oplog.MANIFEST_REBUILT]
-    with open(path, encoding="utf-8") as f:
-        rebuilt = json.load(f)
-    assert rebuilt["files"] == before["files"]
-    assert {k: v for k, v in rebuilt.items() if k not in ("rebuilt", "verification")} == \
-        {k: v for k, v in before.items() if k != "verification"}
-    odd = dict(before, files=[dict(before["files"][0], blob="blobs/elsewhere")])
+    m = vault.read_manifest(o.op_id)
+    assert m["files"] and all(f["blob"] == f"blobs/{f['sha256'][:2]}/{f['sha256']}" for f in m["files"])
+    assert all(f["mtime"] == f["mtime_ns"] / 1e9 for f in m["files"])
+    assert [c["detail"] for c in m["verification"]["checks"] if c["name"] == "plan"] == m["plan"]["fidelity"]
+    first = json.loads(_logged_line(vault.root, o.op_id))["manifest"]
+    assert not any("blob" in f or "mtime" in f for f in first["files"]) and "vault" not in first
+    assert not [c for c in first["verification"]["checks"] if c["name"] == "plan"]
+    assert oplog.derived(oplog._loggable(m)) == {k: v for k, v in m.items() if k != "vault"}
+    odd = dict(m, files=[dict(m["files"][0], blob="blobs/elsewhere")])
     assert oplog._loggable(odd)["files"][0]["blob"] == "blobs/elsewhere"

@@ -632,13 +632,14 @@ def test_the_next_start_never_compacts_without_its_runs_lock(tmp_path):
     shas = [f["sha256"] for f in vault.read_manifest(o.op_id)["files"]]
     stray = "20260101T000000-abcdef"
     vault.note_compaction(stray, shas)
-    os.rename(vault.manifest_path(o.op_id), tmp_path / "aside.json")
+    from tb_footprint_plugin.engine import oplog
+    os.rename(oplog.segments_dir(vault.root), tmp_path / "aside")  # the manifests' only record
     from tb_footprint_plugin.engine import upkeep
     from tb_footprint_plugin.engine.context import Context
     upkeep._finish_compactions(Context(str(logdir)), vault)
     assert all(vault.blob_form(s) == "plain" for s in shas)
     assert set(vault.pending_compactions()) == {o.op_id, stray}
-    os.rename(tmp_path / "aside.json", vault.manifest_path(o.op_id))
+    os.rename(tmp_path / "aside", oplog.segments_dir(vault.root))
     upkeep._finish_compactions(Context(str(logdir)), vault)
     assert any(vault.blob_form(s) == "zst" for s in shas) and all(vault.check_blob(s) for s in shas)
     assert set(vault.pending_compactions()) == {stray}
@@ -664,12 +665,12 @@ def test_the_next_start_says_a_compaction_waits_for_a_writer(tmp_path, monkeypat
     assert all(vault.blob_form(s) == "plain" for s in shas) and o.op_id in vault.pending_compactions()
 
 
-def test_the_oplog_logs_each_change_once_and_still_rebuilds_the_newest_manifest(tmp_path):
-    """Issue #28 item 2: the manifest is compact JSON; its log holds the first state once (without
-    the plan's action list and the check texts, which nothing acts on) and each later state
-    only as the fields it changed. A deleted manifest is rebuilt from it as its newest state
-    (here: purged), and a damaged line inside the chain of changes stops the rebuild (the
-    backups are kept) rather than rebuilding an older state."""
+def test_the_oplog_logs_each_change_once_and_reads_back_the_newest_manifest(tmp_path):
+    """Issue #28 item 2: the operation log is the manifest's only record (no file of its own):
+    its first state in full, each later state only as the fields it changed, each written twice
+    in a row. The manifest read back is the newest state (here: purged). Both copies of a change
+    damaged: the damage is named, recovery would not replay over it, and every blob its records
+    name stays claimed."""
     import json
 
     from tb_footprint_plugin.engine import oplog
@@ -677,32 +678,26 @@ def test_the_oplog_logs_each_change_once_and_still_rebuilds_the_newest_manifest(
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
     o = reduce(logdir, "archive").outcomes[0]
     vault = Vault(state_dir(str(logdir)))
-    path = Path(vault.manifest_path(o.op_id))
-    assert len(path.read_text().splitlines()) == 1
+    assert not os.path.exists(vault.manifest_path(o.op_id))
     api.purge(str(logdir), yes=True)
-    newest = json.loads(path.read_text())
+    newest = vault.read_manifest(o.op_id)
     assert newest["backup_purged"] is True
-    lines = [json.loads(x) for x in Path(oplog.log_path(vault.root, o.op_id)).read_text().splitlines()]
-    assert [x["type"] for x in lines].count("manifest") == 1
-    assert any(x["type"] == "manifest_change" and x["set"].get("backup_purged") is True for x in lines)
-    first = next(x["manifest"] for x in lines if x["type"] == "manifest")
-    assert "actions" not in first["plan"] and "checks" not in first["verification"]
-    assert sum(len(json.dumps(x)) for x in lines) < path.stat().st_size  # the log is smaller than the manifest
-    path.unlink()
-    found = oplog.rebuild_manifests(vault)
-    assert [f.code for f in found] == [oplog.MANIFEST_REBUILT]
-    rebuilt = json.loads(path.read_text())
-    expect = {k: v for k, v in newest.items()}
-    expect["plan"] = {k: v for k, v in newest["plan"].items() if k not in ("actions", "fidelity_details")}
-    expect["verification"] = {k: v for k, v in newest["verification"].items() if k != "checks"}
-    assert {k: v for k, v in rebuilt.items() if k != "rebuilt"} == expect
-    # a damaged line after the first state: it may have been a change; nothing older is rebuilt
-    log = Path(oplog.log_path(vault.root, o.op_id))
-    text = log.read_bytes().splitlines(keepends=True)
-    log.write_bytes(text[0] + b'\xff{"type": "manifest_change" garbage\n' + b"".join(text[1:]))
-    path.unlink()
-    assert [f.code for f in oplog.rebuild_manifests(vault)] == [oplog.MANIFEST_LOST]
-    assert not path.exists()
+    recs = oplog.records(vault.root, o.op_id)
+    assert [x["type"] for x in recs].count("manifest") == 2  # one state, two copies
+    changes = [x for x in recs if x["type"] == "manifest_change" and x["set"].get("backup_purged") is True]
+    assert len(changes) == 2 and changes[0] == changes[1]
+    assert set(changes[0]["set"]) <= {"backup_purged", "purged_at"}
+    # both copies of the purge's change damaged: what it said is unknown
+    seg = Path(vault.manifest_where(o.op_id))
+    text = seg.read_bytes().splitlines(keepends=True)
+    hit = [n for n, line in enumerate(text) if line.startswith(b'{"op":"%s"' % o.op_id.encode())
+           and b'"backup_purged":true' in line]
+    assert len(hit) == 2
+    for n in hit:
+        text[n] = text[n][:60] + b"\xff garbage\n"
+    seg.write_bytes(b"".join(text))
+    assert vault.manifest_damage(o.op_id) and str(seg) in vault.manifest_damage(o.op_id)
+    assert {f["sha256"] for f in newest["files"]} <= vault.referenced_blobs()
 
 
 def test_a_grown_blob_is_never_replaced_by_another_runs_backup(tmp_path):

@@ -199,7 +199,7 @@ def test_compaction_leaves_a_blob_another_transaction_pinned(tmp_path):
     assert vault.compact(sha) == COMPRESSED
     # a rolled-back op's leftover pin does not keep its blob
     vault.pin_blob("opD", sha)
-    (tmp_path / "vault" / "ops" / "opD.json").write_text(json.dumps({"op_id": "opD", "outcome": "rolled_back"}))
+    vault.write_manifest({"op_id": "opD", "outcome": "rolled_back"})
     assert vault.pinned_by(sha) == []
     assert vault.delete_blob(sha) > 0 and not vault.has_blob(sha)
 

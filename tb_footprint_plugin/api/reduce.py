@@ -239,6 +239,7 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
                 book.compact()  # the batch's end: the ledger is one snapshot again
         report.freed_on_disk_after_purge_bytes = freed_after_purge(ctx, [o.op_id for o in report.outcomes
                                                                           if o.status == Outcome.VERIFIED])
+        ctx.vault.seal_log()  # the batch's manifests, compressed once it ends (``engine.oplog.seal``)
         after = disk_in_use(ctx)
         report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = before.total_bytes, after.total_bytes
         # what the logdir's disk gained: a vault on another disk grew by what it took in

@@ -283,7 +283,7 @@ def hiding_damage(ctx: Context) -> List[str]:
 
 
 def manifest_exists(ctx: Context, records: List[dict]) -> bool:
-    return os.path.exists(vault_of(records, ctx).manifest_path(records[0]["op_id"]))
+    return vault_of(records, ctx).has_manifest(records[0]["op_id"])
 
 
 def bytes_after_of(records: List[dict]) -> int:
@@ -342,12 +342,11 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         # content newer than the backup, found where an original went back: kept in the vault
         "displaced": displaced or [],
     }
-    os.makedirs(vault.ops, exist_ok=True)
-    # logged, then written: about twice its JSON on a full disk (``NoSpace`` names both files)
+    os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
+    # one line of the operation log, its only record (``NoSpace`` names the file)
     size = len(json.dumps(m, sort_keys=True))
     try:
-        with writing(f"{oplog.log_path(vault.root, m['op_id'])} and {vault.manifest_path(m['op_id'])}", 2 * size,
-                     at=vault.ops):
+        with writing(oplog.log_path(vault.root, m["op_id"]), size, at=vault.root):
             vault.write_manifest(m)
     except NoSpace as e:
         if outcome == "verified" or displaced:

@@ -1,38 +1,60 @@
-"""The vault's operation log: the vault describes itself, so a lost manifest is rebuilt.
+"""The vault's operation log: the one durable record of every operation's manifest.
 
-A manifest (``<vault>/ops/<op_id>.json``) is rewritten whenever its operation's state changes
-(committed, restored, salvaged, purged). Each state is first appended to the operation's log
-``<vault>/oplog/<op_id>.jsonl`` (one fsynced JSON line), then the manifest is replaced
-atomically, so the log always knows at least what the manifest says. A manifest that is
-deleted or corrupt is rebuilt from the last state in the log (``rebuild_manifests``), and a
-purge killed half-way is finished from the intent it recorded there before deleting a blob.
+An operation's manifest is the fold of its records (``last_state``): its first state in full,
+each later one (committed, restored, salvaged, purged) as the top-level fields it changed
+(``manifest_change``), beside a purge's intent and end. Records are fsynced JSON lines in
+shared logs, ``<vault>/oplog/segments/<time>-<pid>-<random>.jsonl``, one per process that
+writes (no two processes ever append to one file; a batch of a thousand runs writes one file,
+not two small files a run, which cost a 4 KiB disk block each — issue #28). Each line starts
+with its op id and carries the operation's sequence number, which orders its records across
+segments. ``Index`` finds each operation's records by reading each segment once and then only
+what was appended since, so a command reading 10,000 manifests reads each line about twice.
 
-What is logged is what a rebuild needs, once: the first state of an operation in full but for
-its descriptive bulk (``NOT_LOGGED``: the plan's action list, which ``files`` and
-``removed_dirs`` repeat, and the verification's check texts) and what follows from the rest
-(each backup's blob name: put back by the rebuild), each later state only as the
-top-level fields it changed (``manifest_change``); the newest state is the first one with the
-changes folded in (``last_state``). This keeps the log a few hundred bytes an operation.
+Older versions wrote a manifest file per operation (``<vault>/ops/<op_id>.json``) and a log per
+operation (``<vault>/oplog/<op_id>.jsonl``); both are still read (``engine.vault``): a manifest
+file stands until the segments hold a state of its operation (the next change is logged there
+in full), a lost or corrupt one is rebuilt from its log into the segments (``rebuild_manifests``).
 
-A log is untrusted input read line by line (``trust.read_json_lines``): a line that is not a
-UTF-8 JSON object is skipped and reported with its file and line number (``read_log``),
-every other line still counts. What a damaged line said is unknown, so nothing is decided
-past it: a manifest is not rebuilt when a damaged line follows its first state (it may have
-been a change), and a purge intent followed by one is not finished (its blobs are kept: the
-safe direction).
+What is logged is the whole manifest but what follows from the rest (``_loggable`` /
+``derived``: blob names, float times, the plan checks that repeat the fidelity lines).
+
+A segment is untrusted input read line by line: a line that is not a UTF-8 JSON record of an
+operation is skipped and named with its file and line number; it counts for the operation it
+names (its op id comes first, so a torn or damaged line mostly still says whose it was), or, if
+it names none, for every operation with a record in that segment. What a damaged line said is
+unknown, so nothing is decided past it: a manifest state read past one is not trusted (a
+problem, its blobs kept), and a purge intent followed by one is not finished (its blobs are
+kept: the safe direction).
+
+Why one module: the record format (segment lines, the op id first, sequence numbers, full
+states and changes), its index and its fold are one contract between every writer and reader
+of manifests; splitting the index from the format would let the two disagree on what a line is.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
+import errno
+import io
 import json
 import os
+import re
+import stat
+import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.storage.files import append_line
+from tb_footprint_plugin.storage.paths import is_op_id, is_state_name
+from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.regular import open_regular
 
 OPLOG = "oplog"
+#: the shared logs, ``<vault>/oplog/segments/<time>-<pid>-<random>.jsonl``: one per process that
+#: writes, each line one record of one operation
+SEGMENTS = "segments"
 
 # codes of what a check of the catalogue found
 MANIFEST_REBUILT = "manifest_rebuilt"
@@ -56,80 +78,613 @@ def oplog_dir(vault_root: str) -> str:
     return os.path.join(vault_root, OPLOG)
 
 
-def log_path(vault_root: str, op_id: str) -> str:
+def segments_dir(vault_root: str) -> str:
+    """Where the shared logs are: ``<vault>/oplog/segments/`` (a folder, so no segment name is
+    ever taken for an older version's per-operation log)."""
+    return os.path.join(oplog_dir(vault_root), SEGMENTS)
+
+
+def legacy_path(vault_root: str, op_id: str) -> str:
+    """An older version's log of one operation, ``<vault>/oplog/<op_id>.jsonl`` (read, never written)."""
     return os.path.join(oplog_dir(vault_root), f"{op_id}.jsonl")
 
 
-def append(vault_root: str, op_id: str, record: dict) -> None:
-    """Append one fsynced record to an operation's log (made if the operation predates logs)."""
-    os.makedirs(oplog_dir(vault_root), exist_ok=True)
-    path = log_path(vault_root, op_id)
-    line = json.dumps(dict(record, t=time.time()), sort_keys=True, separators=(",", ":")) + "\n"
-    # the line is known here, so a failed append's undo can tell its own bytes from another writer's
-    with trust.undo_partial_append(path, line):
-        append_line(path, line)
+#: this process's segment per vault: (vault root, pid) -> path; a forked child starts its own
+_MINE: Dict[tuple, str] = {}
+#: held across an append and a seal, so no line is appended to a segment being sealed
+_MINE_LOCK = threading.RLock()
+_AT_EXIT = []
 
 
-#: descriptive parts of a manifest a rebuild does without (bulky, never acted on): top-level
-#: key -> its sub-keys left out of the log
+def _my_segment(vault_root: str) -> str:
+    key = (os.path.abspath(vault_root), os.getpid())
+    with _MINE_LOCK:
+        path = _MINE.get(key)
+        if path is None:
+            name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{os.urandom(4).hex()}.jsonl"
+            path = _MINE[key] = os.path.join(segments_dir(key[0]), name)
+            if not _AT_EXIT:
+                _AT_EXIT.append(atexit.register(seal_all))
+        return path
+
+
+def log_path(vault_root: str, op_id: str) -> str:
+    """The file ``op_id``'s next record goes to (this process's segment), for messages and
+    full-disk reports; an operation's records may be spread over several (``read_log``)."""
+    return _my_segment(vault_root)
+
+
+def append(vault_root: str, op_id: str, record: dict, *, twice: bool = False) -> None:
+    """Append one fsynced record about ``op_id`` to this process's segment. The line starts with
+    the op id (``{"op":…``) so even a damaged line still says whose it was, and carries the
+    operation's next sequence number (its records are ordered by it across segments).
+    ``twice``: the line is written two times in a row, in one write (a manifest state: its only
+    record; one damaged copy loses nothing — the other is read, ``Index.covered``; sealed, the
+    second copy costs a few bytes)."""
+    if not is_op_id(op_id):
+        raise ValueError(f"{str(op_id)[:80]!r} is not an operation id; not logged")
+    with _MINE_LOCK:
+        path = _my_segment(vault_root)
+        # every folder from the vault down, ours (a state folder of ours that an old umask left
+        # group-writable is tightened, as ``Vault.ensure`` does)
+        ensure_private_dir(os.path.dirname(path), vault_root,
+                           tighten_root=is_state_name(os.path.basename(os.path.abspath(vault_root))))
+        seq = index(vault_root).next_seq(op_id)
+        body = json.dumps(dict(record, t=time.time(), seq=seq), sort_keys=True, separators=(",", ":"))
+        line = '{"op":' + json.dumps(op_id) + "," + body[1:] + "\n"
+        # the line is known here, so a failed append's undo can tell its own bytes from another writer's
+        with trust.undo_partial_append(path, line * (2 if twice else 1)):
+            append_line(path, line * (2 if twice else 1))
+
+
+#: a sealed segment is cut into zstd files of about this much text each (``seal``): a reader
+#: holds one of them decompressed at a time, however long the batch was
+SEAL_CHUNK = 1 << 20
+SEALED_SUFFIX = ".zst"
+
+
+def _stem(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def seal(vault_root: str) -> bool:
+    """Compress this process's segment of ``vault_root`` once it writes no more there (a batch's
+    end, the process's exit): its lines, cut at line ends into pieces of ``SEAL_CHUNK``, become
+    ``<stem>.<k>.zst`` files, each written under a temp name, fsynced and decompressed back to
+    exactly its lines before any is renamed; the folder is fsynced, and only then the plain
+    segment unlinked. Readers take the plain segment while it exists (``Index``), so a kill at
+    any step leaves every record readable exactly once. The next record starts a new segment.
+    Never raises (the plain segment stands); True when sealed."""
+    key = (os.path.abspath(vault_root), os.getpid())
+    with _MINE_LOCK:
+        path = _MINE.pop(key, None)
+        if path is None:
+            return False
+        try:
+            return _seal_file(path)
+        except Exception:  # noqa: BLE001 - the plain segment is the record; sealing only saves space
+            return False
+
+
+def seal_all() -> None:
+    """``seal`` every segment this process wrote (registered to run at its exit)."""
+    for root, pid in list(_MINE):
+        if pid == os.getpid():
+            seal(root)
+
+
+def _seal_file(path: str) -> bool:
+    from tb_footprint_plugin.storage import zst
+    from tb_footprint_plugin.storage.files import fsync_dir
+
+    folder, stem = os.path.dirname(path), _stem(os.path.basename(path))
+    made: List[tuple] = []  # (temp, final)
+    try:
+        with open_regular(path) as f:
+            ident = os.fstat(f.fileno())
+            k, rest = 0, b""
+            while True:
+                chunk = f.read(SEAL_CHUNK)
+                data = rest + chunk
+                cut = data.rfind(b"\n") + 1 if chunk else len(data)  # the end: a torn tail goes as it is
+                piece, rest = data[:cut], data[cut:]
+                if piece:
+                    final = os.path.join(folder, f"{stem}.{k:05d}{SEALED_SUFFIX}")
+                    tmp = os.path.join(folder, f".{stem}.{k:05d}.tmp-{os.urandom(4).hex()}")
+                    made.append((tmp, final))
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+                    with os.fdopen(fd, "wb") as out:
+                        zst.compress_stream(io.BytesIO(piece), out, len(piece), level=SEAL_LEVEL, give_up_ratio=None)
+                        out.flush()
+                        os.fsync(out.fileno())
+                    with zst.open_decompressed(open_regular(tmp)) as back:
+                        if back.read() != piece:
+                            raise OSError(errno.EIO, f"{tmp}: does not decompress to the segment's lines")
+                    k += 1
+                if not chunk:
+                    break
+        if (os.lstat(path).st_dev, os.lstat(path).st_ino) != (ident.st_dev, ident.st_ino) or \
+                os.lstat(path).st_size != ident.st_size:
+            raise OSError(errno.EAGAIN, f"{path}: changed while being sealed")
+        for tmp, final in made:
+            os.replace(tmp, final)
+        fsync_dir(folder)
+        os.unlink(path)  # the pieces are durable and verified: the plain segment can go
+        fsync_dir(folder)
+        return True
+    except BaseException:
+        for tmp, final in made:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if os.path.lexists(path):  # the plain segment stands: pieces beside it are never read
+                with contextlib.suppress(OSError):
+                    os.unlink(final)
+        raise
+
+
+#: zstd level of a sealed segment (small, once per batch: the ratio matters more than the speed)
+SEAL_LEVEL = 9
+
+
+#: descriptive parts of a manifest a rebuild of an older version's manifest does without (its
+#: file kept them; its log did not): top-level key -> its sub-keys left out
 NOT_LOGGED = {"plan": ("actions", "fidelity_details"), "verification": ("checks",)}
 
 
 def _loggable(manifest: dict) -> dict:
-    out = dict(manifest)
-    for key, subs in NOT_LOGGED.items():
-        if isinstance(out.get(key), dict):
-            out[key] = {k: v for k, v in out[key].items() if k not in subs}
-    # what the rebuild derives again (``_derived``): a backup's blob is the one its digest names
-    # (~85 bytes a backed-up file)
+    """A manifest as its log line keeps it: all of it (the log is its only record) but what
+    follows from the rest, which ``derived`` puts back — each backup's blob name (the blob of
+    its digest, ~85 bytes a file), the float ``mtime`` beside ``mtime_ns``, the vault (where
+    the line is), and the verification's ``plan`` checks that repeat the plan's fidelity lines."""
+    out = {k: v for k, v in manifest.items() if k != "vault"}
     files = out.get("files")
     if isinstance(files, list) and files and all(isinstance(f, dict) and f.get("blob") is not None
                                                  and f["blob"] == _blob_of(f.get("sha256")) for f in files):
         out["files"] = [{k: v for k, v in f.items() if k != "blob"} for f in files]
         out[_BLOBS_DERIVED] = True
+    if isinstance(out.get("files"), list) and all(
+            isinstance(f, dict) and isinstance(f.get("mtime_ns"), int) and f.get("mtime") == f["mtime_ns"] / 1e9
+            for f in out["files"]):
+        out["files"] = [{k: v for k, v in f.items() if k != "mtime"} for f in out["files"]]
+        out[_MTIME_DERIVED] = True
+    ver, fid = out.get("verification"), (out.get("plan") or {}).get("fidelity") if isinstance(
+        out.get("plan"), dict) else None
+    if isinstance(ver, dict) and isinstance(ver.get("checks"), list) and isinstance(fid, list) and fid:
+        tail = ver["checks"][-len(fid):]
+        if tail == [{"detail": d, "name": "plan", "ok": True} for d in fid]:
+            out["verification"] = dict(ver, checks=ver["checks"][:-len(fid)])
+            out[_PLAN_CHECKS_DERIVED] = True
     return out
 
 
 #: a logged state whose backups' blob names were left out (every one the blob of its digest)
 _BLOBS_DERIVED = "blobs_by_digest"
+#: ... whose backups' float mtime was left out (each ``mtime_ns / 1e9``)
+_MTIME_DERIVED = "mtime_by_ns"
+#: ... whose verification's last checks were the plan's fidelity lines, one ``plan`` check each
+_PLAN_CHECKS_DERIVED = "plan_checks_by_fidelity"
 
 
 def _blob_of(sha) -> Optional[str]:
     return f"blobs/{sha[:2]}/{sha}" if isinstance(sha, str) and len(sha) == 64 else None
 
 
-def _derived(state: dict) -> dict:
+def derived(state: dict) -> dict:
     """A logged state with what ``_loggable`` left out because it follows from the rest put back."""
     out = dict(state)
     if out.pop(_BLOBS_DERIVED, None) is True and isinstance(out.get("files"), list):
         out["files"] = [dict(f, blob=_blob_of(f.get("sha256"))) if isinstance(f, dict) and _blob_of(f.get("sha256"))
                         else f for f in out["files"]]
+    if out.pop(_MTIME_DERIVED, None) is True and isinstance(out.get("files"), list):
+        out["files"] = [dict(f, mtime=f["mtime_ns"] / 1e9) if isinstance(f, dict) and isinstance(
+            f.get("mtime_ns"), int) and not isinstance(f.get("mtime_ns"), bool) else f for f in out["files"]]
+    if out.pop(_PLAN_CHECKS_DERIVED, None) is True:
+        ver, plan = out.get("verification"), out.get("plan")
+        fid = plan.get("fidelity") if isinstance(plan, dict) else None
+        if isinstance(ver, dict) and isinstance(ver.get("checks"), list) and isinstance(fid, list):
+            out["verification"] = dict(ver, checks=ver["checks"] + [{"detail": d, "name": "plan", "ok": True}
+                                                                    for d in fid])
     return out
 
 
 def record_manifest(vault_root: str, manifest: dict) -> None:
-    """Log a manifest's new state (call before the manifest itself is replaced): in full (but
-    ``NOT_LOGGED``) when the log holds no state it can build on, else only the top-level fields
-    that changed since the state the log folds to."""
+    """Log a manifest's new state — the manifest's only durable record: in full when no segment
+    holds a state of it to build on (a new operation, or one an older version recorded in its own
+    files), else only the top-level fields that changed since the state its records fold to."""
     state = _loggable(manifest)
     op_id = manifest["op_id"]
-    prev = None
-    if os.path.exists(log_path(vault_root, op_id)):
-        log = read_log(vault_root, op_id)
-        if not log.damaged_after(last_state_line(log)):  # a damaged line: what it said is unknown
-            prev = last_state(log)
-    if prev is None:
-        append(vault_root, op_id, {"type": "manifest", "manifest": state})
+    prev, damaged = segment_state(vault_root, op_id)
+    if prev is None or damaged is not None:  # a damaged line: what it said is unknown
+        append(vault_root, op_id, {"type": "manifest", "manifest": state}, twice=True)
         return
     changed = {k: v for k, v in state.items() if k not in prev or prev[k] != v}
     gone = sorted(k for k in prev if k not in state)
     if changed or gone:
-        append(vault_root, op_id, {"type": "manifest_change", "set": changed, "unset": gone})
+        append(vault_root, op_id, {"type": "manifest_change", "set": changed, "unset": gone}, twice=True)
 
 
-def read_log(vault_root: str, op_id: str) -> trust.JsonLines:
-    """An operation's log, line by line: its records and its damaged lines."""
-    return trust.read_json_lines(log_path(vault_root, op_id))
+class OpLog(trust.JsonLines):
+    """The log of one operation gathered from an older version's file and the segments:
+    ``records`` in order (that file's first, then by sequence number), ``lines`` their positions
+    in that order, ``damaged`` the lines that may have been this operation's (each naming its
+    file and real line), which count as coming after every record: what they said is unknown."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self._damaged_at: List[int] = []
+
+    def damaged_after(self, line: int) -> bool:
+        return any(at > line for at in self._damaged_at) or super().damaged_after(line)
+
+
+_OP_IN_LINE = re.compile(rb'"op":\s*"([A-Za-z0-9][A-Za-z0-9_-]{0,127})"')
+_DIGEST = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
+#: no record line comes near it; a longer one is damage, indexed as such and never parsed
+MAX_LINE = 64 << 20
+_STATE_TYPES = ("manifest", "manifest_change")
+
+
+class _Segment:
+    __slots__ = ("ident", "offset", "lines", "sealed")
+
+    def __init__(self, ident, sealed: bool = False):
+        self.ident, self.offset, self.lines, self.sealed = ident, 0, 0, sealed
+
+
+class _Gone(Exception):
+    """A segment listed a moment ago is gone (sealed meanwhile): list again."""
+
+
+class Index:
+    """Where each operation's records are in a vault's segments (file, offset, length: never
+    the records, so memory stays a few tuples an operation), brought up to date by reading only
+    what was appended since (``refresh``): a command indexes once, however many operations it
+    reads. Damaged lines are kept with the operation they name, or none."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.lock = threading.RLock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cache = None
+        self.segments: Dict[str, _Segment] = {}
+        #: op id -> [(seq, t, segment, line, offset, length, type)]
+        self.ops: Dict[str, list] = {}
+        #: segment -> [(line, offset, length, op id or None, reason)]
+        self.damaged: Dict[str, list] = {}
+        self.in_segment: Dict[str, set] = {}
+        #: (segment, line) -> (op id, seq) of each state record, and how many copies of each
+        #: (op id, segment, seq) there are: a state is written twice in a row (``append``)
+        self.at: Dict[tuple, tuple] = {}
+        self.copies: Dict[tuple, int] = {}
+        self.damaged_at: set = set()
+
+    def refresh(self) -> "Index":
+        with self.lock:
+            for _attempt in range(20):
+                try:
+                    return self._refresh()
+                except _Gone:
+                    self._reset()  # sealed between the listing and the read: its pieces are there now
+            raise OSError(errno.EAGAIN, f"{segments_dir(self.root)}: segments kept changing while being read")
+
+    def _refresh(self) -> "Index":
+        with self.lock:
+            d = segments_dir(self.root)
+            try:
+                listed = [n for n in os.listdir(d) if not n.startswith(".")] \
+                    if not os.path.islink(d) and not os.path.islink(oplog_dir(self.root)) else []
+            except OSError:
+                listed = []
+            plain = {_stem(n) for n in listed if n.endswith(".jsonl")}
+            # a sealed segment's pieces count only once its plain file is gone (a seal cut short
+            # leaves both: the plain one is the record)
+            names = sorted(n for n in listed if n.endswith(".jsonl")
+                           or (n.endswith(SEALED_SUFFIX) and _stem(n) not in plain))
+            stats = {}
+            for n in names:
+                with contextlib.suppress(OSError):
+                    st = os.lstat(os.path.join(d, n))
+                    if stat.S_ISREG(st.st_mode):
+                        stats[n] = st
+            if any(n not in stats or (s.ident != (stats[n].st_dev, stats[n].st_ino)) or stats[n].st_size < s.offset
+                   for n, s in self.segments.items()):
+                self._reset()  # a segment went, shrank or was replaced: index again from scratch
+            if any(n.endswith(".jsonl") and n not in stats for n in names):
+                raise _Gone()
+            for n, st in stats.items():
+                seg = self.segments.get(n)
+                if seg is None:
+                    seg = self.segments[n] = _Segment((st.st_dev, st.st_ino), n.endswith(SEALED_SUFFIX))
+                if st.st_size > seg.offset:
+                    self._read(os.path.join(d, n), seg)
+                    if seg.sealed:
+                        seg.offset = st.st_size  # read whole: a sealed piece never grows
+            return self
+
+    def _sealed_bytes(self, path: str, ident) -> bytes:
+        from tb_footprint_plugin.storage import zst
+
+        if self._cache is not None and self._cache[0] == (path, ident):
+            return self._cache[1]
+        self._cache = None
+        f = open_regular(path)
+        if (os.fstat(f.fileno()).st_dev, os.fstat(f.fileno()).st_ino) != ident:
+            f.close()
+            raise _Gone()
+        parts, size, err = [], 0, None
+        with zst.open_decompressed(f) as z:
+            while size <= MAX_LINE + SEAL_CHUNK:
+                try:
+                    b = z.read(1 << 16)
+                except OSError as e:  # damaged: what decoded before it still counts
+                    err = e
+                    break
+                if not b:
+                    break
+                parts.append(b)
+                size += len(b)
+        data = b"".join(parts)
+        self._cache = ((path, ident), data, err)
+        return data
+
+    def _read(self, path: str, seg: _Segment) -> None:
+        if seg.sealed:
+            try:
+                data = self._sealed_bytes(path, seg.ident)
+                err = self._cache[2]
+            except FileNotFoundError:
+                raise _Gone() from None
+            except OSError as e:
+                data, err = b"", e
+            start = 0
+            while True:
+                nl = data.find(b"\n", start)
+                if nl < 0:
+                    break
+                self._line(path, seg, data[start:nl], start, nl - start)
+                start = nl + 1
+            if err is not None:
+                # a piece that does not decode to its end: what it held past the damage is unknown,
+                # so it counts for every operation read from it (and for none, when none was)
+                seg.lines += 1
+                name = os.path.basename(path)
+                self.damaged.setdefault(name, []).append((seg.lines, start, len(data) - start, None,
+                                                          f"the compressed piece does not decode past here ({err})"))
+                self.damaged_at.add((name, seg.lines))
+            return
+        try:
+            f = open_regular(path)
+        except FileNotFoundError:
+            raise _Gone() from None
+        except OSError:
+            return
+        with f:
+            if (os.fstat(f.fileno()).st_dev, os.fstat(f.fileno()).st_ino) != seg.ident:
+                return  # replaced between the listing and the open: the next refresh starts over
+            f.seek(seg.offset)
+            pending = b""
+            while True:
+                chunk = f.read(1 << 20)
+                if not chunk:
+                    break
+                pending += chunk
+                start = 0
+                while True:
+                    nl = pending.find(b"\n", start)
+                    if nl < 0:
+                        break
+                    self._line(path, seg, pending[start:nl], seg.offset, nl - start)
+                    seg.offset += nl - start + 1
+                    start = nl + 1
+                pending = pending[start:]
+                if len(pending) > MAX_LINE:
+                    break  # no newline for that long: damage; it waits as a torn tail
+            # what follows the last newline is an append under way or a torn one: read once it ends
+
+    def _line(self, path: str, seg: _Segment, raw: bytes, offset: int, length: int) -> None:
+        seg.lines += 1
+        name = os.path.basename(path)
+        if not raw.strip():
+            return
+        rec, why = None, None
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"not JSON ({str(e)[:80]})"
+        if why is None and not (isinstance(rec, dict) and is_op_id(rec.get("op")) and isinstance(rec.get("seq"), int)
+                                and not isinstance(rec.get("seq"), bool)):
+            why = "not a record of an operation (op id and sequence number)"
+        if why is not None:
+            m = _OP_IN_LINE.search(raw[:4096])
+            op = m.group(1).decode() if m else None
+            self.damaged.setdefault(name, []).append((seg.lines, offset, length, op, why))
+            self.damaged_at.add((name, seg.lines))
+            return
+        t = rec.get("t") if isinstance(rec.get("t"), (int, float)) and not isinstance(rec.get("t"), bool) else 0
+        self.ops.setdefault(rec["op"], []).append((rec["seq"], t, name, seg.lines, offset, length,
+                                                   rec.get("type") if isinstance(rec.get("type"), str) else ""))
+        self.in_segment.setdefault(name, set()).add(rec["op"])
+        if rec.get("type") in _STATE_TYPES:
+            self.at[(name, seg.lines)] = (rec["op"], rec["seq"])
+            key = (rec["op"], name, rec["seq"])
+            self.copies[key] = self.copies.get(key, 0) + 1
+
+    def next_seq(self, op_id: str) -> int:
+        with self.lock:
+            self.refresh()
+            return 1 + max((e[0] for e in self.ops.get(op_id, [])), default=0)
+
+    def entries(self, op_id: str) -> list:
+        """``op_id``'s records in order: by sequence number, then time, segment and line."""
+        with self.lock:
+            return sorted(self.ops.get(op_id, []))
+
+    def covered(self, seg: str, n: int) -> bool:
+        """Whether damaged line ``n`` of ``seg`` was one copy of a state whose other copy reads:
+        a neighbouring state record that stands alone (its twin is missing), and no second
+        damaged line that could be that twin instead. Nothing it said is lost."""
+        with self.lock:
+            lone = [m for m in (n - 1, n + 1) if (seg, m) in self.at
+                    and self.copies.get((self.at[(seg, m)][0], seg, self.at[(seg, m)][1])) == 1]
+            if len(lone) != 1:
+                return False
+            m = lone[0]
+            other = m + (m - n)  # the lone record's other neighbour
+            return (seg, other) not in self.damaged_at
+
+    def damaged_of(self, op_id: str) -> list:
+        """Damaged lines that may have been ``op_id``'s: those naming it, and those naming no
+        operation in a segment that holds a record of it: (segment, line, offset, length,
+        reason, covered — a lost copy of a state whose twin reads, ``covered``)."""
+        with self.lock:
+            out = []
+            for seg, lines in self.damaged.items():
+                mine = op_id in self.in_segment.get(seg, ())
+                out += [(seg, n, off, ln, why, self.covered(seg, n)) for n, off, ln, op, why in lines
+                        if op == op_id or (op is None and mine)]
+            return out
+
+    def damaged_ops(self) -> List[str]:
+        """Operations a damaged line may have been about (``damaged_of``)."""
+        with self.lock:
+            out = set()
+            for seg, lines in self.damaged.items():
+                for _n, _o, _l, op, _w in lines:
+                    out |= {op} if op is not None else set(self.in_segment.get(seg, ()))
+            return sorted(out)
+
+    def op_ids(self) -> List[str]:
+        with self.lock:
+            named = {op for lines in self.damaged.values() for _n, _o, _l, op, _w in lines if op is not None}
+            return sorted(set(self.ops) | named)
+
+    def raw(self, seg: str, offset: int, length: int) -> bytes:
+        """The bytes of one line (``length`` 0 for the rest of a damaged piece: what decoded)."""
+        path = os.path.join(segments_dir(self.root), seg)
+        with self.lock:
+            s = self.segments.get(seg)
+            if s is not None and s.sealed:
+                try:
+                    return self._sealed_bytes(path, s.ident)[offset:offset + length]
+                except _Gone:
+                    raise FileNotFoundError(errno.ENOENT, "sealed segment replaced", path) from None
+        with open_regular(path) as f:
+            f.seek(offset)
+            return f.read(length)
+
+
+_INDEXES: Dict[str, Index] = {}
+_INDEXES_LOCK = threading.Lock()
+#: vaults this thread reads as one snapshot right now (``snapshot``): refreshed once, on entry
+_FROZEN = threading.local()
+
+
+def index(vault_root: str) -> Index:
+    """The vault's segment index, up to date (one per vault and process, kept between calls;
+    inside ``snapshot`` as it was on entry)."""
+    root = os.path.abspath(vault_root)
+    with _INDEXES_LOCK:
+        idx = _INDEXES.get(root)
+        if idx is None:
+            idx = _INDEXES[root] = Index(root)
+    if root in getattr(_FROZEN, "roots", ()):
+        return idx
+    return idx.refresh()
+
+
+@contextlib.contextmanager
+def snapshot(vault_root: str) -> Iterator[Index]:
+    """Read many operations of one vault as of one moment (``Vault.manifests``): the index is
+    brought up to date once, on entry, instead of at every call (what one listing of a folder
+    of manifest files was). A record appended meanwhile is seen by the next read, as a manifest
+    file written after that listing was."""
+    root = os.path.abspath(vault_root)
+    idx = index(root)
+    roots = getattr(_FROZEN, "roots", None)
+    if roots is None:
+        roots = _FROZEN.roots = set()
+    if root in roots:
+        yield idx
+        return
+    roots.add(root)
+    try:
+        yield idx
+    finally:
+        roots.discard(root)
+
+
+def _segment_records(vault_root: str, op_id: str, state_only: bool = False):
+    """``op_id``'s parsed records from the segments, in order, with where each is. A segment
+    sealed while being read is read again from its pieces: a record is never skipped."""
+    idx = index(vault_root)
+    for _attempt in range(20):
+        out = []
+        try:
+            for seq, _t, seg, line, off, ln, typ in idx.entries(op_id):
+                if state_only and typ not in _STATE_TYPES:
+                    continue
+                rec = json.loads(idx.raw(seg, off, ln).decode("utf-8"))
+                if not (isinstance(rec, dict) and rec.get("op") == op_id):
+                    raise _Gone()
+                out.append((rec, seg, line))
+            return out
+        except (_Gone, FileNotFoundError, ValueError):
+            with idx.lock:
+                idx._reset()  # the index no longer matches the files: read them again
+            idx.refresh()
+    raise OSError(errno.EAGAIN, f"{segments_dir(vault_root)}: the records of {op_id} kept changing while being read")
+
+
+def segment_state(vault_root: str, op_id: str):
+    """``(state, damage)``: ``op_id``'s newest manifest state as the segments record it (None when
+    they hold none), and a description of a damaged line that may have been one of its records
+    (None when there is none): a state read past such a line may be an older one."""
+    recs = _segment_records(vault_root, op_id, state_only=True)
+    state = last_state([r for r, _s, _n in recs])
+    bad = [d for d in index(vault_root).damaged_of(op_id) if not d[5]]
+    damage = None
+    if bad:
+        seg, n, _off, _ln, why, _c = bad[0]
+        damage = f"{os.path.join(segments_dir(vault_root), seg)} line {n}: {why}"
+    return state, damage
+
+
+def segment_file(vault_root: str, op_id: str) -> Optional[str]:
+    """The segment holding ``op_id``'s newest state record (None: none does), for messages."""
+    recs = [e for e in index(vault_root).entries(op_id) if e[6] in _STATE_TYPES]
+    return os.path.join(segments_dir(vault_root), recs[-1][2]) if recs else None
+
+
+def has_state(vault_root: str, op_id: str) -> bool:
+    """Whether a segment holds a manifest state of ``op_id``, or a damaged line naming it."""
+    idx = index(vault_root)
+    return any(e[6] in _STATE_TYPES for e in idx.entries(op_id)) or any(
+        op == op_id for lines in idx.damaged.values() for _n, _o, _l, op, _w in lines)
+
+
+def read_log(vault_root: str, op_id: str) -> OpLog:
+    """An operation's log: an older version's file of it first (if any), then its records in
+    the segments, with every damaged line that may have been its."""
+    legacy = trust.read_json_lines(legacy_path(vault_root, op_id))
+    out = OpLog(legacy.path if legacy.records or legacy.damaged else log_path(vault_root, op_id))
+    out.records, out.lines, out.damaged, out.torn = list(legacy.records), list(legacy.lines), \
+        list(legacy.damaged), legacy.torn
+    pos = max([0, *legacy.lines, *(d.line or 0 for d in legacy.damaged)])
+    for rec, _seg, _n in _segment_records(vault_root, op_id):
+        pos += 1
+        out.records.append({k: v for k, v in rec.items() if k not in ("op", "seq")})
+        out.lines.append(pos)
+    for seg, n, _off, _ln, why, covered in index(vault_root).damaged_of(op_id):
+        pos += 1
+        d = trust.Untrusted(trust.DAMAGED_LINE, os.path.join(segments_dir(vault_root), seg), f"line {n}: {why}; skipped"
+                            + ("; it was one copy of a state whose other copy reads" if covered else ""))
+        d.line = n
+        out.damaged.append(d)
+        if not covered:
+            out._damaged_at.append(pos)
+    return out
 
 
 def records(vault_root: str, op_id: str) -> List[dict]:
@@ -138,10 +693,46 @@ def records(vault_root: str, op_id: str) -> List[dict]:
 
 
 def logged_ops(vault_root: str) -> List[str]:
+    """Every operation with a log: an older version's file, or records (or a damaged line
+    naming it) in the segments."""
     d = oplog_dir(vault_root)
-    if not os.path.isdir(d):
-        return []
-    return sorted(n[: -len(".jsonl")] for n in os.listdir(d) if n.endswith(".jsonl") and not n.startswith("."))
+    legacy = set()
+    if os.path.isdir(d):
+        legacy = {n[: -len(".jsonl")] for n in os.listdir(d) if n.endswith(".jsonl") and not n.startswith(".")
+                  and is_op_id(n[: -len(".jsonl")])}
+    return sorted(legacy | set(index(vault_root).op_ids()))
+
+
+def damaged_lines(vault_root: str) -> List[trust.Untrusted]:
+    """Every damaged line (or sealed piece that does not decode) of the vault's segments, named
+    with its file and line: what ``read_log`` gives each operation it may concern, and what
+    concerns none that can be told (``health`` names them all)."""
+    idx = index(vault_root)
+    out = []
+    with idx.lock:
+        for seg, lines in sorted(idx.damaged.items()):
+            for n, _off, _ln, _op, why in lines:
+                d = trust.Untrusted(trust.DAMAGED_LINE, os.path.join(segments_dir(vault_root), seg),
+                                    f"line {n}: {why}; skipped")
+                d.line = n
+                out.append(d)
+    return out
+
+
+def damaged_digests(vault_root: str, op_ids: Iterable[str] = ()) -> set:
+    """Every digest spelled out in a damaged segment line, and in any record of ``op_ids``:
+    blobs kept because a line that cannot be read, or a state that cannot be trusted, may name
+    them (keeping is the safe direction)."""
+    idx = index(vault_root)
+    out = set()
+    with idx.lock:
+        spans = [(seg, off, ln) for seg, lines in idx.damaged.items() for _n, off, ln, _op, _w in lines]
+        for op in op_ids:
+            spans += [(seg, off, ln) for _s, _t, seg, _n, off, ln, _ty in idx.ops.get(op, [])]
+    for seg, off, ln in spans:
+        with contextlib.suppress(OSError):
+            out.update(m.decode() for m in _DIGEST.findall(idx.raw(seg, off, min(ln, MAX_LINE))))
+    return out
 
 
 def _records_and_lines(log) -> list:
@@ -152,19 +743,8 @@ def _records_and_lines(log) -> list:
 
 def last_state(log) -> Optional[dict]:
     """The newest manifest state in a log (its records, or a ``trust.JsonLines``): its last full
-    state with every later change folded in."""
-    state = None
-    for r, _n in _records_and_lines(log):
-        if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict):
-            state = dict(r["manifest"])
-        elif r.get("type") == "manifest_change" and state is not None:
-            if isinstance(r.get("set"), dict):
-                state.update(r["set"])
-            if isinstance(r.get("unset"), list):
-                for k in r["unset"]:
-                    if isinstance(k, str):
-                        state.pop(k, None)
-    return state
+    state with every later change folded in (``trust.fold_states``)."""
+    return trust.fold_states([r for r, _n in _records_and_lines(log)])
 
 
 def last_state_line(log: trust.JsonLines) -> int:
@@ -204,6 +784,14 @@ def rebuild_manifests(vault) -> List[CatalogueFinding]:
     logged = set()
     for op_id in logged_ops(vault.root):
         logged.add(op_id)
+        if has_state(vault.root, op_id):
+            # the segments are its record: nothing to rebuild (a damaged line of it is named by
+            # ``health``; with no readable state at all, the manifest is lost: its blobs are kept)
+            state, damage = segment_state(vault.root, op_id)
+            if state is None:
+                out.append(CatalogueFinding(MANIFEST_LOST, op_id, f"manifest of {op_id} has no readable state: "
+                                            f"{damage}; its backups are kept", vault.root))
+            continue
         path = vault.manifest_path(op_id)
         if manifest_readable(path, op_id):
             continue
@@ -217,14 +805,14 @@ def rebuild_manifests(vault) -> List[CatalogueFinding]:
             # restored backup back; the manifest stays as it is (its blobs are kept) and is named
             bad = next(d for d in log.damaged if d.line > last_state_line(log))
             out.append(CatalogueFinding(MANIFEST_LOST, op_id, f"manifest of {op_id} is {what} and not rebuilt: "
-                                        f"{log.path} line {bad.line}, after its last readable state, is damaged; "
+                                        f"{bad.file} line {bad.line}, after its last readable state, is damaged; "
                                         "its backups are kept", vault.root))
             continue
-        m = dict(_derived(state), rebuilt={"at": time.time(), "was": what, "from": os.path.relpath(
-            log_path(vault.root, op_id), vault.root), "not_logged": {k: list(v) for k, v in NOT_LOGGED.items()}})
+        m = dict(derived(state), rebuilt={"at": time.time(), "was": what, "from": os.path.relpath(
+            legacy_path(vault.root, op_id), vault.root), "not_logged": {k: list(v) for k, v in NOT_LOGGED.items()}})
         if what == "corrupt":
             os.replace(path, path + f".corrupt-{int(time.time())}")  # kept for a post-mortem
-        vault.write_manifest(m)
+        vault.write_manifest(m)  # into the segments, which from now on are its record
         out.append(CatalogueFinding(MANIFEST_REBUILT, op_id, f"manifest of {op_id} was {what}; rebuilt from "
                                     f"the vault's operation log", vault.root))
     if os.path.isdir(vault.ops):
@@ -257,7 +845,7 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
     return out
 
 
-__all__ = ["OPLOG", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "log_path",
-           "append", "record_manifest", "NOT_LOGGED", "records", "read_log", "logged_ops", "last_state",
-           "last_state_line", "purge_intent",
-           "rebuild_manifests", "orphan_blobs", "manifest_readable"]
+__all__ = ["OPLOG", "SEGMENTS", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "segments_dir",
+           "legacy_path", "log_path", "append", "record_manifest", "NOT_LOGGED", "OpLog", "Index", "index",
+           "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "damaged_digests",
+           "derived", "last_state", "last_state_line", "purge_intent", "rebuild_manifests", "orphan_blobs", "manifest_readable"]

@@ -252,7 +252,7 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> Dict[str, tupl
     for m, _shas, _size in plan:
         m["backup_purged"] = True
         m["purged_at"] = now
-        with writing(vault.manifest_path(m["op_id"]), 2 * len(json.dumps(m)), at=vault.ops):
+        with writing(oplog.log_path(vault.root, m["op_id"]), len(json.dumps(m)), at=vault.root):
             vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
         faults.hit("purge.marked")
     # the remote vault forgets only what the manifests now say is purged; a kill before the

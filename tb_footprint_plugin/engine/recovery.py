@@ -176,9 +176,14 @@ def committed_manifest(ctx: Context, records: List[dict],
     or logdir (nothing may be replayed over it)."""
     begin = records[0]
     vault = vault_of(records, ctx)
-    path = vault.manifest_path(begin["op_id"])
-    if not os.path.lexists(path):
+    if not vault.has_manifest(begin["op_id"]):
         return None, None
+    path = vault.manifest_where(begin["op_id"])
+    damage = vault.manifest_damage(begin["op_id"])
+    if damage is not None:
+        # its newest state may be on that line (restored since, say): nothing is replayed over it
+        return None, ManifestDoubt(trust.DAMAGED_LINE, f"{damage}: may have been a state of this operation; the "
+                                   "operation is not replayed over it (left for the next start)")
     if not vault.is_private():
         return None, ManifestDoubt(Failure.STATE_NOT_OURS, f"{path}: its vault is not a folder of ours; the "
                                    "operation is not replayed over it")

@@ -305,12 +305,8 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     """
     if not manifest.get("restored_by"):
         return 0
-    try:
-        listed = [n for n in os.listdir(vault.ops) if n.endswith(".json") and not n.startswith(".")]
-    except OSError:
-        return 0
     others = [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
-    if len(others) + 1 != len(listed):
+    if vault.unread:
         return 0  # a manifest we could not read may claim these blobs
     claimed = set(keep) | journal_blobs(ctx)
     for m in others:

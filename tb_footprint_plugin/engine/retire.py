@@ -727,8 +727,7 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
         return Recovery.COMPLETED, "was committed"
     if any(r["type"] == "moved" for r in records) and not any(r["type"] == "rollback" for r in records):
         vault = Vault(begin["vault"])
-        m_path = vault.manifest_path(begin["op_id"])
-        if os.path.exists(m_path):
+        if vault.has_manifest(begin["op_id"]):
             # the manifest was written: every file was in the vault and checked; the run is retired
             return Recovery.COMPLETED, "retirement was recorded before the crash"
     noted = rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")

@@ -40,7 +40,8 @@ from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, safe_rel
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
-           "read_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids"]
+           "read_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
+           "fold_states", "logged_manifest_states"]
 
 IDENTITY_NAME = "identity.json"
 IDENTITY_FORMAT = 1
@@ -332,6 +333,72 @@ def repair_identity(logdir: str, state: str, vault_roots: Iterable[str] = ()) ->
     return {"identity": ident, "aside": aside, "id_from": "manifests" if taken else "new"}
 
 
+def fold_states(records: Iterable[dict]) -> Optional[dict]:
+    """The newest manifest state in a log's records, in order: its last full state
+    (``{"type": "manifest", "manifest": {…}}``) with every later change (``{"type":
+    "manifest_change", "set": {…}, "unset": […]}``) folded in; None when there is none."""
+    state = None
+    for r in records:
+        if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict):
+            state = dict(r["manifest"])
+        elif r.get("type") == "manifest_change" and state is not None:
+            if isinstance(r.get("set"), dict):
+                state.update(r["set"])
+            if isinstance(r.get("unset"), list):
+                for k in r["unset"]:
+                    if isinstance(k, str):
+                        state.pop(k, None)
+    return state
+
+
+def logged_manifest_states(root: str) -> List[dict]:
+    """The newest manifest state of each operation in the operation log's segments of vault
+    ``root`` (plain or sealed, ``engine.oplog``'s format: each record names its op and sequence
+    number), read as untrusted lines: what ``own_ids`` needs of them (a logdir and its id),
+    without the log's index, which lives above this module. Damaged lines and pieces are
+    skipped here (``engine.oplog`` names them)."""
+    from tb_footprint_plugin.storage import zst
+
+    folder = os.path.join(root, "oplog", "segments")
+    try:
+        names = sorted(n for n in os.listdir(folder) if not n.startswith(".")) if not os.path.islink(folder) else []
+    except OSError:
+        return []
+    by_op: dict = {}
+    for n in names:
+        p = os.path.join(folder, n)
+        if n.endswith(".jsonl"):
+            try:
+                recs = read_json_lines(p).records
+            except OSError:
+                continue
+        elif n.endswith(".zst"):
+            try:
+                with zst.open_decompressed(open_regular(p)) as f:
+                    raw = f.read(MAX_STATE_BYTES)
+            except OSError:
+                continue
+            recs = []
+            for line in raw.split(b"\n"):
+                try:
+                    r = json.loads(line.decode("utf-8"))
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(r, dict):
+                    recs.append(r)
+        else:
+            continue
+        for r in recs:
+            if is_op_id(r.get("op")) and isinstance(r.get("seq"), int):
+                by_op.setdefault(r["op"], []).append(r)
+    out = []
+    for recs in by_op.values():
+        state = fold_states(sorted(recs, key=lambda r: r["seq"]))
+        if state is not None:
+            out.append(state)
+    return out
+
+
 def own_ids(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> set:
     """The logdir ids carried by the manifests (in ``state`` and ``vault_roots``) and the
     journals whose own ``logdir`` field is this logdir: what binds them when identity.json is
@@ -355,6 +422,8 @@ def own_ids(logdir: str, state: str, vault_roots: Iterable[str] = ()) -> set:
             found.append(read_json_file(p))
         except (OSError, Untrusted):
             continue
+    for root in [state, *vault_roots]:
+        found += logged_manifest_states(root)
     for p in jfiles:
         try:
             recs = read_json_lines(p).records

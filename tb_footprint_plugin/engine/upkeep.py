@@ -100,8 +100,7 @@ def _clear_settled_pins(ctx: Context, vault: Vault) -> None:
     for op_id in vault.pinned_ops():
         if op_id in open_ops:
             continue
-        manifest = vault.manifest_path(op_id)
-        if os.path.isfile(manifest) and not os.path.islink(manifest):
+        if vault.has_manifest(op_id):
             try:
                 vault.unpin(op_id)
             except OSError:

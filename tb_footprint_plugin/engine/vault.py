@@ -1,9 +1,10 @@
-"""The backup vault: content-addressed blobs and one manifest per operation.
+"""The backup vault: content-addressed blobs and a manifest per operation.
 
 Layout (``<vault>`` is ``<logdir>/.tb-footprint`` unless ``--backup-dir`` says otherwise)::
 
     <vault>/blobs/ab/abcdef…   sha256-named originals (never a 'tfevents' name)
-    <vault>/ops/<op_id>.json   manifest of one operation
+    <vault>/oplog/segments/    the manifests: every state of every operation (``engine.oplog``)
+    <vault>/ops/<op_id>.json   manifest of one operation, as older versions wrote it (read only)
     <vault>/tmp/<op_id>/       scratch space for verification views
     <vault>/tmp/<op_id>/pins/  one empty file per blob a transaction under way relies on
 
@@ -247,6 +248,8 @@ class Vault:
         self.tmp = os.path.join(self.root, "tmp")
         #: manifests ``manifests()`` refused (``trust.Untrusted``), to report
         self.problems: list = []
+        #: how many manifests ``manifests()`` could not read (their blobs may be claimed)
+        self.unread = 0
 
     @property
     def own_folder(self) -> bool:
@@ -260,6 +263,7 @@ class Vault:
         ``state_not_ours``) naming the folder, its owner and mode when the vault is a symlink,
         another user's folder or writable by others; a stray entry inside it is set aside."""
         ensure_private_dir(self.root, tighten_root=self.own_folder)
+        # ops/ stays (empty now): it is how a vault is told from any folder (``paths.recorded_vaults``)
         for d in (self.blobs, self.ops, self.tmp):
             ensure_private_dir(d, self.root)
 
@@ -703,9 +707,13 @@ class Vault:
         """Whether ``op_id``'s manifest says it rolled back: its originals are back, so its pins
         protect nothing (its own rollback deletes the blobs only it needed). Unreadable: False."""
         try:
-            with open_regular(self.manifest_path(op_id)) as f:
-                m = json.load(f)
-        except (OSError, ValueError, RecursionError, VaultError):
+            if oplog.has_state(self.root, op_id):
+                m, damage = oplog.segment_state(self.root, op_id)
+                m = None if damage is not None else m
+            else:
+                with open_regular(self.manifest_path(op_id)) as f:
+                    m = json.load(f)
+        except (OSError, ValueError, RecursionError):  # VaultError is an OSError
             return False
         return isinstance(m, dict) and m.get("op_id") == op_id and m.get("outcome") == "rolled_back"
 
@@ -905,67 +913,123 @@ class Vault:
 
     # --- manifests ------------------------------------------------------------------
     def manifest_path(self, op_id: str) -> str:
+        """Where an older version kept ``op_id``'s manifest (``ops/<op_id>.json``: read, never
+        written now; the op id is checked, so no name leads out of the vault)."""
         if not is_op_id(op_id):
             raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a file name")
         return os.path.join(self.ops, f"{op_id}.json")
 
+    def manifest_where(self, op_id: str) -> str:
+        """The file that holds ``op_id``'s manifest, for messages: its segment, else its old file."""
+        return oplog.segment_file(self.root, op_id) or self.manifest_path(op_id)
+
+    def has_manifest(self, op_id: str) -> bool:
+        """Whether the vault records a manifest of ``op_id`` (readable or not): a state in the
+        operation log's segments (or a damaged line naming it), or an older version's file."""
+        return oplog.has_state(self.root, op_id) or os.path.lexists(self.manifest_path(op_id))
+
+    def seal_log(self) -> bool:
+        """Compress the manifests this process logged here so far (a batch's end: ``oplog.seal``);
+        never raises. True when there was a segment to seal and it was."""
+        return oplog.seal(self.root)
+
+    def manifest_damage(self, op_id: str) -> Optional[str]:
+        """A damaged log line that may have been one of ``op_id``'s states (file and line), or None."""
+        return oplog.segment_state(self.root, op_id)[1] if oplog.has_state(self.root, op_id) else None
+
     def write_manifest(self, manifest: dict) -> None:
-        """Log the manifest's new state in the vault's operation log (what a rebuild needs:
-        ``oplog.record_manifest``), then replace the file, compact JSON (a lost or corrupt
-        manifest is rebuilt from that log). Only in a vault of ours (``NotPrivate``)."""
+        """Record the manifest's new state in the vault's operation log (``oplog.record_manifest``:
+        one fsynced line in this process's segment, its only durable record — no file of its
+        own). Only in a vault of ours (``NotPrivate``)."""
         self.check_private()
         oplog.record_manifest(self.root, manifest)
-        # one line, no indentation: a third of the bytes, read by the same json.load
-        atomic_write_json(self.manifest_path(manifest["op_id"]), manifest, compact=True)
 
     def read_manifest(self, op_id: str) -> dict:
-        """The manifest of ``op_id``, checked (``trust.check_manifest``: ``Untrusted``, a ValueError)."""
-        from tb_footprint_plugin.engine.trust import check_manifest
+        """The manifest of ``op_id``, checked (``trust.check_manifest``: ``Untrusted``, a ValueError);
+        ``FileNotFoundError`` when the vault has none. A state the segments hold wins over an
+        older version's file (later changes were logged there). A damaged line that may have been
+        one of its records does not hide it: its last readable state is listed, restored from
+        and verified (nothing a lost change said can lose a byte: a restore keeps what it
+        displaces, a purged backup is refused as missing), the line is named by ``health``, the
+        digests it spells out stay claimed (``referenced_blobs``), and recovery does not replay a
+        journal over it (``manifest_damage``). None readable: ``Untrusted`` (``damaged_line``)."""
+        from tb_footprint_plugin.engine.trust import DAMAGED_LINE, Untrusted, check_manifest
 
-        path = self.manifest_path(op_id)
-        with open(path, "r", encoding="utf-8") as f:
-            m = json.load(f)
-        check_manifest(m, path, op_id)
+        if oplog.has_state(self.root, op_id):
+            state, damage = oplog.segment_state(self.root, op_id)
+            where = self.manifest_where(op_id)
+            if state is None:
+                raise Untrusted(DAMAGED_LINE, where, f"manifest of {op_id}: no readable state ({damage}); its backups "
+                                "are kept")
+            m = oplog.derived(state)
+            check_manifest(m, where, op_id)
+        else:
+            path = self.manifest_path(op_id)
+            with open(path, "r", encoding="utf-8") as f:
+                m = json.load(f)
+            check_manifest(m, path, op_id)
         m["vault"] = self.root  # where it was found, not where the file says
         return m
 
-    def manifests(self) -> List[dict]:
-        """Every well-formed manifest, oldest first; refused ones are listed in ``problems``."""
-        from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
+    def manifest_ids(self) -> List[str]:
+        """Every op id the vault records a manifest of (segments and older files), sorted."""
+        ids = {op for op in oplog.index(self.root).op_ids() if oplog.has_state(self.root, op)}
+        if os.path.isdir(self.ops):
+            ids.update(n[:-5] for n in os.listdir(self.ops) if n.endswith(".json") and not n.startswith("."))
+        return sorted(ids)
 
-        out = []
+    def manifests(self) -> List[dict]:
+        """Every well-formed manifest, oldest first; refused ones are listed in ``problems``
+        (and counted in ``unread``: a caller deciding what no manifest claims must see 0)."""
+        from tb_footprint_plugin.engine.trust import Untrusted
+
+        out: List[dict] = []
         self.problems = []
+        self.unread = 0
         try:
             self.check_private()
         except NotPrivate as e:
             # another user's folder, a symlink, writable by others: what it holds could be
             # anyone's; never listed as ours, so never restored from, purged or replayed
             self.problems.append(Untrusted(Failure.STATE_NOT_OURS, self.root, e.why))
+            self.unread = 1
             return out
-        if not os.path.isdir(self.ops):
+        if not os.path.isdir(self.ops) and not os.path.isdir(oplog.oplog_dir(self.root)):
             self.problems += other_users_state_findings(self.root)
             return out
-        for name in sorted(os.listdir(self.ops)):
-            if name.endswith(".json") and not name.startswith("."):
-                try:
-                    out.append(self.read_manifest(name[:-5]))
-                except Untrusted as e:
-                    self.problems.append(e)
-                except VaultError as e:
-                    self.problems.append(Untrusted(BAD_OP_ID, os.path.join(self.ops, name), str(e)))
-                except (OSError, ValueError, RecursionError) as e:
-                    self.problems.append(Untrusted(BAD_MANIFEST, os.path.join(self.ops, name), f"unreadable ({e})"))
+        with oplog.snapshot(self.root):  # one look at the log's files for all of them
+            self._read_all(out)
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         self.problems += set_aside_findings(self.root)
         self.problems += other_users_state_findings(self.root)
         return out
 
+    def _read_all(self, out: List[dict]) -> None:
+        from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
+
+        for op_id in self.manifest_ids():
+            try:
+                out.append(self.read_manifest(op_id))
+            except Untrusted as e:
+                self.problems.append(e)
+                self.unread += 1
+            except VaultError as e:
+                self.problems.append(Untrusted(BAD_OP_ID, os.path.join(self.ops, op_id + ".json"), str(e)))
+                self.unread += 1
+            except FileNotFoundError:
+                continue  # gone meanwhile (a rebuild set a corrupt one aside)
+            except (OSError, ValueError, RecursionError) as e:
+                self.problems.append(Untrusted(BAD_MANIFEST, self.manifest_where(op_id), f"unreadable ({e})"))
+                self.unread += 1
+
     def unreadable_manifests(self) -> List[str]:
-        """Op ids whose manifest file does not parse (reported, never silently skipped)."""
+        """Op ids whose older-version manifest file does not parse and that the segments hold
+        no state of (reported, never silently skipped)."""
         if not os.path.isdir(self.ops) or not self.is_private():
             return []
         return [n[:-5] for n in sorted(os.listdir(self.ops))
-                if n.endswith(".json") and not n.startswith(".")
+                if n.endswith(".json") and not n.startswith(".") and is_op_id(n[:-5])
+                and not oplog.has_state(self.root, n[:-5])
                 and not oplog.manifest_readable(os.path.join(self.ops, n), n[:-5])]
 
     def referenced_blobs(self, exclude_ops: Iterable[str] = ()) -> set:
@@ -986,8 +1050,14 @@ class Vault:
             refs.update(f["sha256"] for f in m.get("files", []) if f.get("sha256"))
         # a manifest refused as malformed is never acted on, but the blobs it names are kept:
         # keeping is the safe direction, and it may be a real backup in a damaged file
+        segments = oplog.segments_dir(self.root) + os.sep
         for problem in self.problems:
-            refs |= _digests_named_in(problem.file)
+            if not problem.file.startswith(segments):  # a segment's are the damaged_digests below
+                refs |= _digests_named_in(problem.file)
+        # and so are those a damaged log line spells out, or any record of an operation it may
+        # have been about (its last readable state may be older than the lost one)
+        with oplog.snapshot(self.root):
+            refs |= oplog.damaged_digests(self.root, oplog.index(self.root).damaged_ops())
         return refs
 
     def delete_blob(self, sha: str) -> int:
