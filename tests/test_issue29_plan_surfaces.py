@@ -152,3 +152,25 @@ def test_fidelity_lines_put_the_loss_first_local_and_on_a_bucket(tmp_path, s3_bu
             assert not any(line.endswith("…") for line in rp.fidelity), rp.fidelity  # none cut short
             assert any(re.match(r"images: ≈?[\d,]+ of [\d,]+ records kept " + rule + "$", line)
                        for line in rp.fidelity), (where, rp.fidelity)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_bucket_plan_equals_reduce_to_the_byte(tmp_path, s3_bucket, policy):
+    """On an object store the event files' rewrite is planned by its own selection too (the run's
+    event files streamed into scratch, as the reduce stages them): nothing estimated, and each
+    run's bytes after are what the reduce leaves — the fixtures and the synthetic oddities."""
+    from tb_footprint_plugin import api
+
+    ld = _mixed_logdir(tmp_path)
+    url = s3_bucket.upload(ld, "logs")
+    plan = api.plan(url, policy, quiet_period=0)
+    assert "syn/restart" in {rp.run for rp in plan.runs}
+    assert [a.path for rp in plan.runs for a in rp.actions if a.estimated] == []
+    rep = api.reduce_logdir(url, policy=policy, dry_run=False, quiet_period=0, verify_backends=("python",))
+    assert rep.ok, [o.to_dict() for o in rep.outcomes]
+    got = {o.run: o for o in rep.outcomes}
+    for rp in plan.runs:
+        o = got[rp.run]
+        assert o.status in ("verified", "skipped"), o.to_dict()
+        assert (rp.run, o.bytes_after) == (rp.run, rp.expected_after_bytes), (rp.to_dict(), o.to_dict())
+    assert sum(o.bytes_after for o in rep.outcomes) == plan.expected_after_bytes

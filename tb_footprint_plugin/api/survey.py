@@ -47,11 +47,10 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     backup_dir, remote = split_backup_dir(logdir, backup_dir)
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     runs = select_runs(fp, runs, run_glob)
-    rewrite = None if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
-    traces = bucket_traces(fp.logdir) if rewrite is None else rewrite
+    traces = bucket_traces(fp.logdir) if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                  rewrite=rewrite, trace_after=traces.trace_after)
+                  rewrite=traces, trace_after=traces.trace_after)
     warning = traces.save(r.name for r in fp.runs)
     if warning:
         p.notes.append(warning)

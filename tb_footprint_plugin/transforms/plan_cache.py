@@ -207,8 +207,57 @@ class BucketTraces(PlanRewrites):
         self.rfs = RemoteFS(url)
         self.stats = self.rfs.stats
 
-    def __call__(self, run, rules: Rules, names):  # pragma: no cover - a bucket plan estimates event rewrites
-        return None
+    def __call__(self, run, rules: Rules, names) -> Optional[RewriteOutcome]:
+        """The rewrite's own selection over the run's event files, streamed from the store into a
+        private scratch folder as the bucket reduce stages them (every event file of the run: a
+        file kept whole is part of what the others' selection keeps), so a bucket plan's bytes
+        after are the reduce's, not an estimate. Cached under each object's size and time; None
+        when the store did not answer or an object changed while it was read (then estimated)."""
+        from tb_footprint_plugin.storage import scratch
+
+        files = {os.path.basename(f.path): f for f in run.files if f.kind == "event"}
+        if not names or any(n not in files for n in names):
+            return None
+        key = self._key(rules, names, [[n, f.size, f.mtime] for n, f in sorted(files.items())])
+        hit = self.cache.get(run.name, key)
+        if hit is not None:
+            try:
+                out = outcome_from_dict(hit)
+            except (KeyError, TypeError, ValueError, IndexError):
+                out = None
+            if out is not None:
+                self.served += 1
+                return out
+        try:
+            with scratch.scratch("plan", scratch.system_root()) as work:
+                run_dir = os.path.join(work, "run")
+                os.makedirs(run_dir, mode=0o700)
+                for n, f in sorted(files.items()):
+                    self._fetch(f.path, f.size, os.path.join(run_dir, n))
+                prev = scratch.current_root()
+                scratch.use_root(os.path.join(work, "readers"))  # the readers' scratch: inside ours
+                try:
+                    out = plan_rewrite(run_dir, rules, names)
+                finally:
+                    scratch.use_root(prev)
+        except (RewriteError, OSError):
+            return None
+        self.made += 1
+        self.cache.put(run.name, key, outcome_to_dict(out))
+        return out
+
+    def _fetch(self, path: str, size: int, dest: str) -> None:
+        """Stream the object ``path`` to ``dest`` in ranged reads (memory one read window); an
+        object that is not ``size`` bytes now changed since the listing (``OSError``)."""
+        reader = self.rfs.open_ranged(path, size)
+        with open(dest, "wb") as fo:
+            while True:
+                b = reader.read(1 << 20)
+                if not b:
+                    break
+                fo.write(b)
+        if os.path.getsize(dest) != size:
+            raise OSError(f"{path}: changed while it was read")
 
     def trace_after(self, run, path: str, trace: Optional[dict] = None) -> Optional[dict]:
         """As ``PlanRewrites.trace_after``, for the object ``path`` (logdir-relative) as the
