@@ -379,13 +379,15 @@ def _reset_state(target: str, demo_files: List[str]) -> None:
     state = state_dir(target)
     if not os.path.isdir(state):
         return
+    from tb_footprint_plugin.engine.vault import Vault
+
     ours = set(demo_files)
-    ops = os.path.join(state, "ops")
     try:
-        names = os.listdir(ops) if os.path.isdir(ops) else []
-        for n in names:
-            with open(os.path.join(ops, n), "r", encoding="utf-8") as f:
-                m = json.load(f)
+        vault = Vault(state)
+        manifests = vault.manifests()  # the operation log's, and an older version's files
+        if vault.unread or any(p.code != "other_users_state" for p in vault.problems):
+            return  # a manifest that cannot be read may name anything: the state stays
+        for m in manifests:
             paths = [x.get("path") for x in m.get("files", [])]  # the backed-up originals
             if m.get("displaced") or m.get("salvaged") or not all(isinstance(p, str) and p in ours for p in paths):
                 return
