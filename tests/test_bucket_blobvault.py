@@ -366,3 +366,23 @@ def test_a_restore_given_another_folder_says_where_the_blobs_were_kept(s3_bucket
     assert _user(s3_bucket, prefix) == reduced
     (r,) = api.restore(url, backup_dir=vault)
     assert r.status == Outcome.RESTORED, r.reason
+
+
+def test_a_key_with_dotdot_segments_leaves_its_run_refused_and_the_others_reduce(s3_bucket, mixed_logdir, tmp_path):
+    """S3 keeps a key like ``run/plugins/../../../<elsewhere>/x`` as it is: with a vault of blobs its
+    run is refused with a code (its backup is never read), the other runs reduce, nothing is left
+    unfinished, and the object it points at is untouched."""
+    prefix = f"bv{next(_n)}"
+    url = s3_bucket.upload(mixed_logdir, prefix)
+    neighbour = f"{prefix}-n"
+    s3_bucket.fs.pipe_file(s3_bucket.key(f"{neighbour}/x.xplane.pb"), b"neighbour")
+    evil = f"prof/r0/plugins/profile/2024_01_01_00_00_00/../../../../../{neighbour}/x.xplane.pb"
+    s3_bucket.fs.pipe_file(s3_bucket.key(f"{prefix}/{evil}"), b"planted")
+    s3_bucket.fs.invalidate_cache()
+    outs = {o.run: o for o in api.reduce_logdir(url, backup_dir=str(tmp_path / "vault"), policy=DROP,
+                                                dry_run=False, quiet_period=0,
+                                                verify_backends=("python",)).outcomes}
+    assert outs["prof/r0"].status != Outcome.VERIFIED and outs["prof/r0"].code == Failure.REFUSED, \
+        outs["prof/r0"].to_dict()
+    assert outs["prof/r1"].status == Outcome.VERIFIED, outs["prof/r1"].to_dict()
+    assert s3_bucket.hashes(neighbour) and not api.status(url, backup_dir=str(tmp_path / "vault"))["unfinished_operations"]

@@ -173,9 +173,14 @@ def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Di
                     continue
                 try:
                     sha, opener = _fetch(rfs, f, work, i)
-                except (BucketTxnError, RemoteError, FileNotFoundError) as e:
-                    failed[en["run"]] = e if not isinstance(e, FileNotFoundError) else BucketTxnError(
-                        Skip.NOT_IN_PLAN, f"{f['path']}: gone since the plan")
+                except FileNotFoundError:
+                    failed[en["run"]] = BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: gone since the plan")
+                    continue
+                except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
+                    failed[en["run"]] = BucketTxnError(Failure.REFUSED, f"{str(f['path'])[:300]!r}: {e}")
+                    continue
+                except (BucketTxnError, RemoteError) as e:
+                    failed[en["run"]] = e
                     continue
                 got[i] = sha
                 if int(f["size"]) > IN_MEMORY:

@@ -124,6 +124,7 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
     (or already the staged bytes), compressed copies created under their new names, then every
     removed original deleted under its version and the temporary keys dropped."""
     deletes: Dict[str, str] = {}
+    rels: Dict[str, str] = {}  # store path -> key in the logdir, of each original deleted
     temps: List[str] = []
     for en in live_entries(doc):
         for f in en["files"]:
@@ -134,16 +135,17 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
             elif f.get("action") == "compress":
                 _put_new(rfs, f["tmp"], rfs.path(f["final"]), f)
                 temps.append(f["tmp"])
-                deletes[path] = f["version"]
+                deletes[path], rels[path] = f["version"], f["path"]
             else:
-                deletes[path] = f["version"]
+                deletes[path], rels[path] = f["version"], f["path"]
             if f.get("tmp"):
                 faults.hit("reduce.mid_swap")
     if deletes:
         if present is None:
             present = listing_of_runs(rfs, vault, [en["run"] for en in live_entries(doc)],
                                        int(doc.get("logdir_objects") or 10 ** 9))
-        present = {rfs.path(k): o for k, o in present.items()}
+        # looked up by the planned keys (a listing may hold keys that are not plain: '..' segments)
+        present = {p: present[rels[p]] for p in deletes if rels[p] in present}
         changed = [p for p in deletes if p in present and present[p].version_token != deletes[p]]
         if changed:  # new bytes under a planned key have no backup: never delete them
             raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{changed[0]}: rewritten since its backup; left as is")
@@ -266,6 +268,10 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
     (e.g. another worker reduced the run since the plan): nothing of ours to put back. One with a
     verified backup is put back either way (its bytes may exist nowhere else)."""
     for f in en.get("files", []):
+        if not deleted and not f.get("backup_checksums"):
+            # never backed up, and nothing is replaced or deleted before the commit record: nothing
+            # of ours to put back (nor a key to check: it may be one that is not a plain key)
+            continue
         orig = rfs.path(f["path"])
         if f.get("action") == "rewrite":
             # overwritten only after the commit record; put back if it holds the staged bytes now
