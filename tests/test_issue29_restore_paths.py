@@ -224,3 +224,19 @@ def test_a_rolled_back_retire_gives_its_parent_folder_its_mtime(tmp_path):
         faults.disarm_all()
     assert [o.status for o in rep.outcomes] == [Outcome.ROLLED_BACK], [o.to_dict() for o in rep.outcomes]
     assert_exact(ld, before, dir_mtimes_of=_all_dirs(before))
+
+
+def test_after_a_restore_older_than_and_the_quiet_period_see_the_run_as_it_was(tmp_path):
+    """The selectors that read times (``--older-than``, the quiet period) treat a restored run as
+    before its reduce: old, not being written — the same plan, run for run, as before the reduce."""
+    ld = _three_runs(tmp_path)  # dressed: every time in 2017
+
+    def shown():
+        p = api.plan(str(ld), "archive", older_than=30 * 86400)  # default quiet period
+        return [(rp.run, rp.code, rp.expected_after_bytes) for rp in p.runs]
+
+    before = shown()
+    assert {r for r, code, _ in before if code is None} >= {"a", "b", "c/train"}, before
+    _reduce(ld, "archive")
+    _restore_all(ld)
+    assert shown() == before
