@@ -589,26 +589,30 @@ def test_damaged_state_is_named_with_a_code_and_loses_nothing(place, kind, form)
         outs = api.restore(p.url, run="a")
     except Exception as e:  # noqa: BLE001 - a refusal that names the file is what is asked for
         outs = [e]
+    unnamed = []  # what is not said (asked last: the safety below holds anyway)
     if [getattr(o, "status", None) for o in outs] == [codes.Outcome.RESTORED]:
         assert {k: v for k, v in p.user().items() if k.startswith("a/")} == \
             {k: v for k, v in before.items() if k.startswith("a/")}
     else:
         assert kind in ("manifest", "oplog", "lock", "journal"), [getattr(o, "to_dict", lambda: o)() for o in outs]
         told = [{"code": getattr(o, "code", None), "detail": getattr(o, "reason", None) or str(o)} for o in outs]
-        assert named_with_code(told, rel) or \
-            (kind == "journal" and told and all(str(t["code"]) == codes.Failure.UNSETTLED for t in told)), told
+        if not (named_with_code(told, rel) or (kind == "journal" and told and
+                                               all(str(t["code"]) == codes.Failure.UNSETTLED for t in told))):
+            unnamed.append(f"restore of 'a' not done and the refusal does not name {rel} with a code: {told}")
         assert blobs <= set(p.every())
     b_still_works(p, before)
     assert p.outside() == outside
-    # named with a code, by status or by the next start (asked last: the safety above holds anyway)
-    hits = named_with_code(said, name)
-    gap = GAPS.get((p.store if p.posix else "bucket", kind, form)) or GAPS.get((p.store if p.posix else "bucket", kind, "*"))
-    print("NAMED", p.store, kind, form, bool(hits))
+    # named with a code, by status or by the next start
+    if not named_with_code(said, name):
+        unnamed.append(f"{name} named by neither status nor the next start: "
+                       f"{json.dumps(st['problems'], default=str)[:1500]} "
+                       f"{[(o.op_id, o.action, o.code, o.detail) for o in recovered]}")
+    where = "posix" if p.posix else "bucket"
+    gap = GAPS.get((where, kind, form)) or GAPS.get((where, kind, "*"))
     if gap:
-        assert not hits, f"named now: drop {(kind, form)} from GAPS"
+        assert unnamed, f"named now: drop {(where, kind, form)} from GAPS"
         pytest.xfail(gap)
-    assert hits, (name, json.dumps(st["problems"], default=str)[:3000],
-                  [(o.op_id, o.action, o.code, o.detail) for o in recovered])
+    assert not unnamed, unnamed
 
 
 #: damage the product does not name with a code yet: (store, kind, form) -> why (each asserted
@@ -621,6 +625,16 @@ GAPS = {
     ("posix", "oplog", "wrong_types"): "an oplog line that is JSON of the wrong shape is skipped unnamed (a non-JSON "
                                        "line is named: damaged_line)",
     ("bucket", "lock", "*"): "a damaged run lock object of a bucket logdir is named by neither status nor recover",
+    # since 867e728 a local manifest's only record is a sealed segment piece of the operation log
+    # (oplog/segments/*.zst): ``manifest`` replaces that piece, ``oplog`` appends to it
+    ("posix", "manifest", "*"): "a damaged sealed oplog segment piece (not zstd, cut in half, JSON text) hides the "
+                                "operation: restore(run) says 'nothing to restore' with no code and without the "
+                                "piece (catalogue.hiding_damage does not count it); a piece cut in half is not named "
+                                "by status either (only orphan_blobs); the backups stay",
+    ("posix", "oplog", "truncated"): "a torn line appended after a sealed segment piece's zstd frame is named by "
+                                     "neither status nor recover",
+    ("posix", "oplog", "not_json"): "a garbage line appended to a sealed segment piece hides the operation from "
+                                    "restore(run) ('nothing to restore', no code), though status names the piece",
 }
 
 
