@@ -771,7 +771,7 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
             shown = f"{x['seconds']:.2f} s ({x.get('cpu', 0):.2f} s CPU), peak RSS {x['rss_mb']:.0f} MB, " \
                     f"{x['statuses']}" if "seconds" in x else x["error"][-300:]
             print(f"  reduce of one {size / 1e6:.1f} MB histogram/image event file ({mode} process): {shown}", flush=True)
-        r.update(mb=mb, bytes=size)
+        r.update(mb=mb, bytes=size, load=os.getloadavg())
         rows.append(r)
         for p in (logdir, cache, keep, warm):
             if os.path.isdir(p):
@@ -792,6 +792,11 @@ def file_sizes_report(rows: List[dict]) -> bool:
           "server's load of the same file, same run):")
     for r in rows:
         anchor = (r.get("anchor") or {}).get("seconds")
+        if r.get("load"):
+            # on a machine shared with other work the wall times follow its load, not the file:
+            # the CPU ratio below is the steadier figure then
+            print(f"  {r['mb']:g} MB measured at a load average of {r['load'][0]:.1f} "
+                  f"({os.cpu_count()} cores)")
         for mode in ("cold", "warm"):
             x = r.get(mode) or {}
             if "seconds" not in x:
