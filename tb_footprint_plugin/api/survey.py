@@ -21,7 +21,7 @@ from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
 from tb_footprint_plugin.scan.discovery import discover
 from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.storage.openfiles import find_writers
+from tb_footprint_plugin.storage.openfiles import JoinedPaths, find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir, state_dirs_in
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.api.common import bucket_of, context_of, logdir_keys, partition_name, split_backup_dir
@@ -82,9 +82,9 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
             p.notes.append(f"{interrupted} unfinished operation(s): run `{cmd}` to settle them")
     live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
     if live:
-        paths = [os.path.join(logdir, f.path) for r in live for f in (fp.run(r).files if fp.run(r) else [])
-                 if f.kind != "symlink"]
-        apply_open_writers(p, find_writers(paths), logdir)
+        # relative paths the scan holds anyway: an absolute one each would be ~170 bytes a file
+        rels = [f.path for r in live for f in (fp.run(r).files if fp.run(r) else []) if f.kind != "symlink"]
+        apply_open_writers(p, find_writers(JoinedPaths(logdir, rels)), logdir)
     return p
 
 
@@ -100,8 +100,9 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     same = usage.device_of(vault) == usage.device_of(logdir)
     if vault_format != "compressed":
         return (0 if same else removable), removable, same
-    originals = [(os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
-                 for a in rp.actions if a.kind in ("delete", "compress", "rewrite")]
+    # one at a time: a list of them all was ~375 bytes a run at the plan's peak (issue 28)
+    originals = ((os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
+                 for a in rp.actions if a.kind in ("delete", "compress", "rewrite"))
     kept = usage.estimate_compressed(originals)
     return (max(0, removable - kept) if same else removable), kept, same
 

@@ -16,6 +16,7 @@ added to the disk in use: it is not on this disk.
 """
 from __future__ import annotations
 
+import heapq
 import os
 import stat
 from dataclasses import dataclass, field
@@ -204,15 +205,25 @@ class _Discard:
         return len(b)
 
 
-def estimate_compressed(originals: Sequence[Tuple[str, int]]) -> int:
+def estimate_compressed(originals: Iterable[Tuple[str, int]]) -> int:
     """Bytes the compressed vault would keep for ``originals`` (path, size) once compacted: the
     ``SAMPLE_FILES`` largest are sampled (their first ``SAMPLE_BYTES`` compressed as compaction
     does, a file saving less than ``MIN_SAVING`` counted whole, as compaction keeps it plain),
     the rest at the sampled files' overall ratio. Bounded reads whatever the logdir; a file that
-    cannot be read counts whole (the estimate errs toward keeping)."""
-    items = sorted(((p, int(n)) for p, n in originals if n > 0), key=lambda x: -x[1])
+    cannot be read counts whole (the estimate errs toward keeping). ``originals`` is read once and
+    not kept: a plan of 100,000 runs passes one (path, size) per action it backs up."""
+    total = [0]
+
+    def counted():
+        for p, n in originals:
+            if n > 0:
+                total[0] += int(n)
+                yield p, int(n)
+
+    # the largest, ties in the order given (as a stable sort would): not a sorted copy of them all
+    items = heapq.nlargest(SAMPLE_FILES, counted(), key=lambda x: x[1])
     stored_sampled = read_in = read_out = 0
-    for path, size in items[:SAMPLE_FILES]:
+    for path, size in items:
         try:
             with open_regular(path) as f:
                 head = _Head(f, SAMPLE_BYTES)
@@ -226,7 +237,7 @@ def estimate_compressed(originals: Sequence[Tuple[str, int]]) -> int:
         stored_sampled += size if ratio > 1 - MIN_SAVING else int(size * ratio)
         read_in += got[0]
         read_out += got[1] if ratio <= 1 - MIN_SAVING else got[0]
-    rest = sum(n for _p, n in items[SAMPLE_FILES:])
+    rest = total[0] - sum(n for _p, n in items)
     return stored_sampled + (int(rest * read_out / read_in) if read_in else rest)
 
 

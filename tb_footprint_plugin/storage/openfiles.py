@@ -28,6 +28,7 @@ import stat
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Dict, Iterable, List, Optional, Tuple, Union
 
 PROC = "/proc"
@@ -36,8 +37,8 @@ O_ACCMODE = 0o3
 MAX_LISTED_UNINSPECTED = 20
 
 FileKey = int  # st_dev << 64 | st_ino: one int a file, not a tuple of two (a plan asks about 200,000)
-#: the path(s) of one file: a string, or a tuple when hard links name it twice
-Names = Union[str, Tuple[str, ...]]
+#: which of the paths asked about name one file: an index, or a tuple when hard links name it twice
+Names = Union[int, Tuple[int, ...]]
 #: fcntl(2) commands Python's ``fcntl`` module does not name on every version
 F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
@@ -89,11 +90,27 @@ class WriterScan:
                 "ruled_out": self.ruled_out, "processes": self.processes, "seconds": round(self.seconds, 4)}
 
 
-def _keys(paths: Iterable[str]) -> Dict[FileKey, Names]:
-    # held while every process is looked at, beside the plan and its scan: ~90 bytes a file
-    # (a (dev, ino) tuple and a list a file were ~250 more, ~50 MB at 100,000 runs)
+class JoinedPaths(Sequence):
+    """``root``'s files named relative to it, joined when asked for: a plan checks every file of
+    its runs (200,000 at 100,000 runs) and need not hold an absolute path of each meanwhile."""
+
+    def __init__(self, root: str, rels: Sequence[str]) -> None:
+        self.root, self.rels = root, rels
+
+    def __len__(self) -> int:
+        return len(self.rels)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [os.path.join(self.root, r) for r in self.rels[i]]
+        return os.path.join(self.root, self.rels[i])
+
+
+def _keys(paths: Sequence[str]) -> Dict[FileKey, Names]:
+    # held while every process is looked at, beside the plan and its scan: an int key and the
+    # path's index, ~120 bytes a file (a (dev, ino) tuple, a list and an absolute path were ~450)
     out: Dict[FileKey, Names] = {}
-    for p in paths:
+    for i, p in enumerate(paths):
         try:
             st = os.lstat(p)
         except OSError:
@@ -101,12 +118,12 @@ def _keys(paths: Iterable[str]) -> Dict[FileKey, Names]:
         if stat.S_ISREG(st.st_mode):
             key = st.st_dev << 64 | st.st_ino
             had = out.get(key)
-            out[key] = p if had is None else _names(had) + (p,)
+            out[key] = i if had is None else _names(had) + (i,)
     return out
 
 
-def _names(n: Names) -> Tuple[str, ...]:
-    return (n,) if isinstance(n, str) else n
+def _names(n: Names) -> Tuple[int, ...]:
+    return (n,) if isinstance(n, int) else n
 
 
 def _command(proc: str, pid: int) -> str:
@@ -213,6 +230,7 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
     cannot be inspected: it is counted in ``uninspected``.
     """
     t0 = time.monotonic()
+    paths = paths if isinstance(paths, Sequence) else list(paths)
     wanted = _keys(paths)
     if not sys.platform.startswith("linux") or not os.path.isdir(os.path.join(proc, "self", "fd")):
         return WriterScan(supported=False, seconds=time.monotonic() - t0)
@@ -263,22 +281,22 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
             if acc not in (os.O_WRONLY, os.O_RDWR):
                 continue
             cmd = _command(proc, pid)
-            for p in _names(wanted[key]):
+            for p in (paths[i] for i in _names(wanted[key])):
                 res.holders.append(Holder(pid=pid, command=cmd, fd=fd, path=p,
                                           access="write" if acc == os.O_WRONLY else "read-write"))
     if res.uninspected:
-        _rule_out(res, wanted)
+        _rule_out(res, wanted, paths)
     res.seconds = time.monotonic() - t0
     return res
 
 
-def _rule_out(res: WriterScan, wanted: Dict[FileKey, Names]) -> None:
+def _rule_out(res: WriterScan, wanted: Dict[FileKey, Names], named: Sequence[str]) -> None:
     """Clear the uninspected processes when the kernel shows that none of the files not
     already accounted for (a holder found) is open for writing anywhere: then none of them
     writes one. One file it cannot answer for, or finds written by nobody we saw, keeps them."""
     held = {h.path for h in res.holders}
     for names in wanted.values():
-        paths = _names(names)
+        paths = [named[i] for i in _names(names)]
         if any(p in held for p in paths):
             continue
         if no_writer_anywhere(paths[0]) is not True:
@@ -308,4 +326,4 @@ def describe_holders(holders: List[Holder], rel=lambda p: p) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["Holder", "WriterScan", "find_writers", "files_under", "describe_holders", "no_writer_anywhere"]
+__all__ = ["Holder", "WriterScan", "JoinedPaths", "find_writers", "files_under", "describe_holders", "no_writer_anywhere"]
