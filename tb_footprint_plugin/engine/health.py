@@ -61,36 +61,8 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
     for m in manifests:  # content displaced by a restore or rollback stays, whatever the outcome
         referenced.update(d["sha256"] for d in m.get("displaced", []) if d.get("sha256"))
     for root in vault_roots:
-        vault = Vault(root)
-        seen = set()  # a segment's damaged line may be about several operations: named once
-        for op_id in oplog.logged_ops(root):
-            try:
-                recs = oplog.read_log(root, op_id)
-            except OSError as e:
-                out.append(_f(Finding.DAMAGED_FILE, op_id, None, f"unreadable ({e.strerror or e})",
-                              file=oplog.log_path(root, op_id)))
-                continue
-            fresh = [d for d in recs.damaged if (d.file, d.line) not in seen]
-            seen.update((d.file, d.line) for d in fresh)
-            out += _lines(fresh, op_id, "the rest of the log is used")
-            path = vault.manifest_path(op_id)
-            if oplog.has_state(root, op_id):
-                pass  # the segments are its record: a damaged line of it is named just above
-            elif oplog.last_state(recs) is not None and not oplog.manifest_readable(path, op_id):
-                what = "corrupt" if os.path.exists(path) else "missing"
-                out.append(_f(Finding.MANIFEST_DAMAGED, op_id, None, f"manifest of {op_id} is {what}; "
-                              "`recover` rebuilds it from the vault's operation log"))
-            intent = oplog.purge_intent(recs)
-            if intent:
-                out.append(_f(Finding.UNFINISHED, op_id, None, f"a purge of {op_id} was interrupted; "
-                              "`recover` finishes it"))
-        # damage that names no operation (a sealed piece that does not decode): named all the same
-        out += _lines([d for d in oplog.damaged_lines(root) if (d.file, d.line) not in seen], None,
-                      "the operations it held are not listed; their backups are kept")
-        for op_id in vault.unreadable_manifests():
-            if not os.path.exists(oplog.legacy_path(root, op_id)):
-                out.append(_f(Finding.MANIFEST_LOST, op_id, None, f"manifest {op_id} in {root} is corrupt and has no "
-                              "log to rebuild it from; its backups are kept"))
+        with oplog.snapshot(root):  # one look at the log's files for every operation
+            out += _log_problems(root)
     for m in manifests:
         if m.get("backup_purged"):
             continue
@@ -246,6 +218,43 @@ def _f(code: Finding, op_id, run, detail: str, nbytes: int = 0, *, file: Optiona
         out["path"] = file
     if line is not None:
         out["line"] = line
+    return out
+
+
+
+def _log_problems(root: str) -> List[dict]:
+    """``catalogue_problems``' findings from one vault's operation log and manifest files."""
+    out: List[dict] = []
+    vault = Vault(root)
+    seen = set()  # a segment's damaged line may be about several operations: named once
+    for op_id in oplog.logged_ops(root):
+        try:
+            recs = oplog.read_log(root, op_id)
+        except OSError as e:
+            out.append(_f(Finding.DAMAGED_FILE, op_id, None, f"unreadable ({e.strerror or e})",
+                          file=oplog.log_path(root, op_id)))
+            continue
+        fresh = [d for d in recs.damaged if (d.file, d.line) not in seen]
+        seen.update((d.file, d.line) for d in fresh)
+        out += _lines(fresh, op_id, "the rest of the log is used")
+        path = vault.manifest_path(op_id)
+        if oplog.has_state(root, op_id):
+            pass  # the segments are its record: a damaged line of it is named just above
+        elif oplog.last_state(recs) is not None and not oplog.manifest_readable(path, op_id):
+            what = "corrupt" if os.path.exists(path) else "missing"
+            out.append(_f(Finding.MANIFEST_DAMAGED, op_id, None, f"manifest of {op_id} is {what}; "
+                          "`recover` rebuilds it from the vault's operation log"))
+        intent = oplog.purge_intent(recs)
+        if intent:
+            out.append(_f(Finding.UNFINISHED, op_id, None, f"a purge of {op_id} was interrupted; "
+                          "`recover` finishes it"))
+    # damage that names no operation (a sealed piece that does not decode): named all the same
+    out += _lines([d for d in oplog.damaged_lines(root) if (d.file, d.line) not in seen], None,
+                  "the operations it held are not listed; their backups are kept")
+    for op_id in vault.unreadable_manifests():
+        if not os.path.exists(oplog.legacy_path(root, op_id)):
+            out.append(_f(Finding.MANIFEST_LOST, op_id, None, f"manifest {op_id} in {root} is corrupt and has no "
+                          "log to rebuild it from; its backups are kept"))
     return out
 
 

@@ -384,13 +384,19 @@ class Index:
                            or (n.endswith(SEALED_SUFFIX) and _stem(n) not in plain))
             stats = {}
             for n in names:
+                known = self.segments.get(n)
+                if known is not None and known.sealed:
+                    continue  # a sealed piece never changes (one replaced is caught where it is read)
                 with contextlib.suppress(OSError):
                     st = os.lstat(os.path.join(d, n))
                     if stat.S_ISREG(st.st_mode):
                         stats[n] = st
-            if any(n not in stats or (s.ident != (stats[n].st_dev, stats[n].st_ino)) or stats[n].st_size < s.offset
+            listed_now = set(names)
+            if any(n not in listed_now or (not s.sealed and (n not in stats or s.ident != (
+                    stats[n].st_dev, stats[n].st_ino) or stats[n].st_size < s.offset))
                    for n, s in self.segments.items()):
                 self._reset()  # a segment went, shrank or was replaced: index again from scratch
+                return self._refresh()
             if any(n.endswith(".jsonl") and n not in stats for n in names):
                 raise _Gone()
             for n, st in stats.items():
@@ -780,6 +786,11 @@ def manifest_readable(path: str, op_id: str) -> bool:
 def rebuild_manifests(vault) -> List[CatalogueFinding]:
     """Rebuild every missing or corrupt manifest of ``vault`` from its log; report the ones
     that cannot be (a manifest file that does not parse and has no log)."""
+    with snapshot(vault.root):  # one look at the log's files for every operation
+        return _rebuild_manifests(vault)
+
+
+def _rebuild_manifests(vault) -> List[CatalogueFinding]:
     out: List[CatalogueFinding] = []
     logged = set()
     for op_id in logged_ops(vault.root):

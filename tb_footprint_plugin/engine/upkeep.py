@@ -111,13 +111,14 @@ def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     from tb_footprint_plugin.engine.purge import finish_purges
 
     intents = {}
-    for op_id in oplog.logged_ops(vault.root):
-        try:
-            intent = oplog.purge_intent(oplog.read_log(vault.root, op_id))
-        except OSError:
-            continue  # an unreadable log finishes nothing: its blobs stay (named by status)
-        if intent:
-            intents[op_id] = intent
+    with oplog.snapshot(vault.root):  # one look at the log's files for every operation
+        for op_id in oplog.logged_ops(vault.root):
+            try:
+                intent = oplog.purge_intent(oplog.read_log(vault.root, op_id))
+            except OSError:
+                continue  # an unreadable log finishes nothing: its blobs stay (named by status)
+            if intent:
+                intents[op_id] = intent
     if not intents:
         return []
     out, locks = [], []
