@@ -219,3 +219,18 @@ def test_tensorboard_io_defers_its_remote_clients(threads):
     # with another thread alive, which could import them meanwhile: imported as TensorBoard does
     assert imported == ({"boto3": False, "fsspec": False} if threads == "alone"
                         else {"boto3": True, "fsspec": True}), imported
+
+
+@needs_rust
+def test_a_bucket_plan_keeps_no_load_of_its_private_copy(tmp_path, s3_bucket, servers):
+    """A bucket plan makes the selection over a private copy of the run's event files, deleted
+    once planned, that no reduce takes over: its data server is stopped with the copy."""
+    logdir = tmp_path / "logdir"
+    _histogram_run(logdir / "run", steps=400)
+    url = s3_bucket.upload(logdir, "logs")
+    _fresh_process()
+    plan = api.plan(url, "archive", quiet_period=0)
+    assert [rp for rp in plan.runs if rp.actions], plan.to_dict()
+    assert servers, "the bucket plan's selection loaded the copy in the Rust data server"
+    assert orig._parked is None
+    assert all(_stopped(s) for s in servers)

@@ -30,6 +30,7 @@ from tb_footprint_plugin.transforms.event_rewrite import (FileOutcome, RewriteEr
                                                           event_file_names, plan_rewrite)
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL, gzip_size
 from tb_footprint_plugin.transforms.trace_slim import TraceFormatError, slim_size
+from tb_footprint_plugin.verify.original import release_parked
 from tb_footprint_plugin.version import __version__
 
 
@@ -240,6 +241,9 @@ class BucketTraces(PlanRewrites):
                     out = plan_rewrite(run_dir, rules, names)
                 finally:
                     scratch.use_root(prev)
+                    # no reduce takes a Rust load of this copy (``verify.original.park``): its
+                    # data server stops before the copy and its scratch are deleted
+                    release_parked(run_dir)
         except (RewriteError, OSError):
             return None
         self.made += 1

@@ -290,11 +290,17 @@ def _unpark(run_dir: str) -> Optional[OriginalRun]:
     return run
 
 
-def release_parked() -> None:
-    """Stop the parked load now, if any (tests; a process about to exit)."""
+def release_parked(run_dir: Optional[str] = None) -> None:
+    """Stop the parked load now, if any (of ``run_dir`` only, when given: a plan of a private
+    copy that no reduce takes, about to be deleted; tests; a process about to exit)."""
     global _parked
     with _PARK_LOCK:
-        got, _parked = _parked, None
+        got = _parked
+        if got is not None and (run_dir is None or
+                                os.path.realpath(got[0].run_dir) == os.path.realpath(run_dir)):
+            _parked = None
+        else:
+            got = None
     if got is not None:
         got[1].cancel()
         got[0].close()
