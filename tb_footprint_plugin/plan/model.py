@@ -6,7 +6,25 @@ from typing import Dict, List, Optional
 
 # a plan of 100,000 runs holds a few actions per run: without a __dict__ each (Python 3.10+), and
 # the empty params/categories/writers most of them have are one shared object (64 bytes a copy)
-from tb_footprint_plugin.scan.model import COMPACT, no_items, no_keys
+from tb_footprint_plugin.scan.model import COMPACT, FrozenList, no_items, no_keys
+
+
+class SharedTexts(dict):
+    """A plan's like strings, one object each however many runs say them (text -> itself), and
+    the lines the last run said per field, so that like runs share one list (two lists of lines
+    a run are ~180 bytes; the runs of a sweep mostly say the same)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: Dict[str, List[str]] = {}
+
+    def lines(self, name: str, lines: List[str]) -> List[str]:
+        """``lines`` as a list no one may change: the last run's when equal."""
+        last = self.last.get(name)
+        if last is not None and last == lines:
+            return last
+        self.last[name] = shared = FrozenList(lines)
+        return shared
 
 
 @dataclass(**COMPACT)

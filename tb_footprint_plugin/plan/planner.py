@@ -15,7 +15,7 @@ from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import Line, fit, plan_content
-from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
+from tb_footprint_plugin.plan.model import Action, Plan, RunPlan, SharedTexts
 from tb_footprint_plugin.plan import select
 from tb_footprint_plugin.plan.policies import COMPRESS, DELETE, Policy, get_policy
 
@@ -102,7 +102,7 @@ def make_plan(
     check_selection(footprint, runs, run_glob)
     chosen = set(runs) if runs is not None else None
     plans = []
-    texts: Dict[str, str] = {}  # the plan's lines and reasons: one string each, however many runs say it
+    texts = SharedTexts()  # the plan's lines and reasons: one string each, however many runs say it
     for r in footprint.runs:
         if r.name == UNATTRIBUTED:
             continue
@@ -195,11 +195,11 @@ def _session_of(path: str, run: RunFootprint) -> Optional[str]:
     return None
 
 
-def _share_texts(rp: RunPlan, texts: Dict[str, str]) -> None:
+def _share_texts(rp: RunPlan, texts: SharedTexts) -> None:
     """Make the plan's like lines one string: the runs of a sweep mostly say the same
     ("scalars: unchanged (...)", "profile xplane: policy archive"), ~100 bytes a copy at 100,000 runs."""
-    rp.fidelity = [texts.setdefault(t, t) for t in rp.fidelity]
-    rp.fidelity_details = [texts.setdefault(t, t) for t in rp.fidelity_details]
+    rp.fidelity = texts.lines("fidelity", [texts.setdefault(t, t) for t in rp.fidelity])
+    rp.fidelity_details = texts.lines("details", [texts.setdefault(t, t) for t in rp.fidelity_details])
     for a in rp.actions:
         a.reason = texts.setdefault(a.reason, a.reason)
 

@@ -18,9 +18,10 @@ COMPACT = {"slots": True} if sys.version_info >= (3, 10) else {}
 
 
 class FrozenList(list):
-    """An empty list no one may fill: the one default the many records without tags, warnings
-    or writers share (an empty list is 56 bytes, ~5 of them a run). Filling it raises
-    ``TypeError``: a record that gets items is given a list of its own."""
+    """A list no one may change, so that many records can share it: the one empty default of
+    the records without tags, warnings or writers (an empty list is 56 bytes, ~5 of them a run),
+    the lines like runs of a plan say. Changing it raises ``TypeError``: a record whose list
+    changes is given a list of its own."""
 
     __slots__ = ()
 
