@@ -725,6 +725,14 @@ def damaged_lines(vault_root: str) -> List[trust.Untrusted]:
     return out
 
 
+def lost_lines(vault_root: str) -> int:
+    """How many damaged lines of the segments may have held something no other line holds (not
+    a lost copy of a state whose twin reads): each may have been a manifest no reader sees."""
+    idx = index(vault_root)
+    with idx.lock:
+        return sum(not idx.covered(seg, n) for seg, lines in idx.damaged.items() for n, *_rest in lines)
+
+
 def damaged_digests(vault_root: str, op_ids: Iterable[str] = ()) -> set:
     """Every digest spelled out in a damaged segment line, and in any record of ``op_ids``:
     blobs kept because a line that cannot be read, or a state that cannot be trusted, may name
@@ -858,5 +866,5 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 
 __all__ = ["OPLOG", "SEGMENTS", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "segments_dir",
            "legacy_path", "log_path", "append", "record_manifest", "NOT_LOGGED", "OpLog", "Index", "index",
-           "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "damaged_digests",
+           "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "lost_lines", "damaged_digests",
            "derived", "last_state", "last_state_line", "purge_intent", "rebuild_manifests", "orphan_blobs", "manifest_readable"]

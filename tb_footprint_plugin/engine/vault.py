@@ -248,7 +248,8 @@ class Vault:
         self.tmp = os.path.join(self.root, "tmp")
         #: manifests ``manifests()`` refused (``trust.Untrusted``), to report
         self.problems: list = []
-        #: how many manifests ``manifests()`` could not read (their blobs may be claimed)
+        #: how many manifests ``manifests()`` could not read, damaged log lines that may have been
+        #: one included (their blobs may be claimed: a release of blobs waits while it is not 0)
         self.unread = 0
 
     @property
@@ -999,6 +1000,8 @@ class Vault:
             return out
         with oplog.snapshot(self.root):  # one look at the log's files for all of them
             self._read_all(out)
+            # a damaged log line may have been a manifest no one can read now (its blobs claimed)
+            self.unread += oplog.lost_lines(self.root)
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         self.problems += set_aside_findings(self.root)
         self.problems += other_users_state_findings(self.root)
