@@ -263,6 +263,25 @@ def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, s
             must_delete(rfs, [tmp])
 
 
+def copy_from_blobs(vault: BucketVault, f: dict, dest: str) -> str:
+    """Write ``f``'s original from the blob vault to the local file ``dest`` (streamed, hashed by
+    the store while read); returns its sha256. A rewrite stages from here instead of downloading
+    the object it has just backed up."""
+    bv = blobs_of(vault, f)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    try:
+        with bv.store.open(f["sha256"]) as src, open(dest, "wb") as out:
+            while True:
+                b = src.read(CHUNK)
+                if not b:
+                    break
+                out.write(b)
+    except BlobFailure as e:
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {bv.folder} does not read "
+                             f"back ({e})") from None
+    return f["sha256"]
+
+
 def check_entry(vault: BucketVault, f: dict) -> bool:
     """Whether ``f``'s blob is in the vault, added by this logdir, and reads back to its sha256
     (re-check, ``verify``, and a restore before its first put-back)."""
@@ -321,5 +340,5 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
                                  f"{len(drop)} purged backup(s) yet ({e}); the next purge does it") from None
 
 
-__all__ = ["IN_MEMORY", "KEPT_IN", "adding", "backup_entries", "blobs_of", "check_entry", "collect", "entry_ok",
+__all__ = ["IN_MEMORY", "KEPT_IN", "adding", "backup_entries", "blobs_of", "check_entry", "copy_from_blobs", "collect", "entry_ok",
            "forget_lock", "is_blob_entry", "names_our_backup", "put_back"]

@@ -40,7 +40,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
-from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
+from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, copy_from_blobs, is_blob_entry
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -146,7 +146,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 journal.step("backed_up")
         faults.hit("reduce.backup")
         with scratch.scratch("bucket", scratch.system_root()) as work:
-            local = _stage_run(rfs, rp, files, listing, work, verify_backends)
+            local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault)
             journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
             faults.hit("reduce.stage")
             for f in files:
@@ -241,10 +241,19 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
 
 
 def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
-               backends: Tuple[str, ...]) -> dict:
+               backends: Tuple[str, ...], vault: Optional[BucketVault] = None) -> dict:
     """Download what the transforms read, produce each new file in ``work`` and verify the run
-    as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}."""
+    as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}. An
+    original backed up into a local vault of blobs is read from there (verified while read), not
+    downloaded a second time; the swap is conditional on the version it was backed up at."""
     from tb_footprint_plugin.engine.transaction import stage_file, stage_line
+
+    kept = {f["path"]: f for f in files if is_blob_entry(f) and f.get("sha256")} if vault and vault.blobs else {}
+
+    def fetch(rel: str, o: ObjectInfo, dest: str) -> str:
+        if rel in kept:
+            return copy_from_blobs(vault, kept[rel], dest)
+        return _download(rfs, rel, o, dest)
 
     pre = run_prefix(rp.run)
     run_dir = os.path.join(work, "run")
@@ -260,11 +269,11 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
         for name, o in sorted(events.items()):
             rel = pre + name
             local[rel] = os.path.join(run_dir, name)
-            shas[rel] = _download(rfs, rel, o, local[rel])
+            shas[rel] = fetch(rel, o, local[rel])
     for f in replaced:
         if f["path"] not in local:
             local[f["path"]] = os.path.join(work, "files", str(f["index"]), os.path.basename(f["path"]))
-            shas[f["path"]] = _download(rfs, f["path"], listing[f["path"]], local[f["path"]])
+            shas[f["path"]] = fetch(f["path"], listing[f["path"]], local[f["path"]])
     actions = {a.path: a for a in rp.actions}
     staged: Dict[str, dict] = {}
     prev_root = scratch.current_root()
