@@ -33,7 +33,10 @@ Rust server's is the largest child's):
 * ``ledger``: one transition of the CLI's batch ledger when it lists all N runs (an appended
   line; the settled ones fsynced), measured apart since a subset reduce has a small ledger;
 * anchors: ``cp -a`` of the logdir, and one load of it by TensorBoard's Rust data server
-  (``--reload=once`` until its "Finished load cycle"), before and after the reduce.
+  (``--reload=once`` until its "Finished load cycle"), before and after the reduce;
+* memory: each phase's peak RSS at each size, what a run adds (the growth between the two
+  largest sizes, from 10,000 runs up) and the peak at 100,000 runs (measured there, else
+  extrapolated), beside the Rust data server's own on the same logdirs.
 
 Three more sections (each can be left out):
 
@@ -923,6 +926,7 @@ def _ratio(row: dict, a: str, b) -> str:
 
 
 MEMORY_AT = 100_000  # the run count the memory target is stated for
+MEMORY_MIN_RUNS = 10_000  # the smallest largest size a run's memory is told from
 
 
 def rss_per_run(rows: List[dict], name: str, key: str = "rss_mb") -> Optional[dict]:
@@ -933,7 +937,8 @@ def rss_per_run(rows: List[dict], name: str, key: str = "rss_mb") -> Optional[di
     if not per:
         return None
     out: dict = {"sizes": per}
-    if len(per) >= 2:
+    # below ~10,000 runs the fixed part (imports, their peak) hides what a run adds
+    if len(per) >= 2 and per[-1][0] >= MEMORY_MIN_RUNS:
         (n0, m0), (n1, m1) = per[-2], per[-1]
         out["bytes_per_run"] = (m1 - m0) * 1024 * 1024 / (n1 - n0)
         out["at_target"] = m1 + (MEMORY_AT - n1) * (m1 - m0) / (n1 - n0)
@@ -953,7 +958,7 @@ def memory_report(rows: List[dict]) -> None:
             continue
         sizes = ", ".join(f"{n}: {mb:.0f} MB" for n, mb in m["sizes"])
         if "at_target" not in m:
-            lines.append(f"  {name:<12} peak RSS {sizes}")
+            lines.append(f"  {name:<12} peak RSS {sizes} (a run's cost is told from {MEMORY_MIN_RUNS:,} runs up)")
             continue
         how = "measured" if m.get("measured") else "extrapolated"
         per = f"{m['bytes_per_run']:.0f} B a run, " if "bytes_per_run" in m else ""
