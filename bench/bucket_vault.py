@@ -3,8 +3,8 @@
 
 Builds an N-run logdir (default 40; ``--small``: 6) in moto's S3 server on loopback, each run an
 event file and an xprof profile session (many small files: xplane.pb, a trace and the xprof
-caches), twice (two prefixes), and drops the profiles of every run: once with today's default
-(each backup a server-side copy in ``<logdir>/.tb-footprint/blobs/``), once with
+caches; each run's profile files differ), twice (two prefixes), and drops the profiles of every
+run: once with today's default (each backup a server-side copy in ``<logdir>/.tb-footprint/blobs/``), once with
 ``--backup-dir <folder>`` (the originals as compressed, packed blobs in a local ``BlobStore``).
 Every request goes through a counting proxy in front of the server. It prints, per vault: the
 vault's objects and bytes (in the bucket, or in the folder), requests and time of the reduce and
@@ -55,8 +55,15 @@ def main(argv=None) -> int:
         files = _one_run_files()
         per_run = sum(len(v) for v in files.values())
         print(f"logdir: {n} runs x {len(files)} objects ({per_run / 1e3:.0f} KB a run, {n * per_run / 1e6:.1f} MB)")
+
+        def of_run(i: int, rel: str, data: bytes) -> bytes:
+            # each run's profile files differ (a few bytes of its own): the vault of blobs keeps a
+            # content-addressed copy once, and identical runs would measure its dedupe, not the store
+            return data + b"run %d" % i if "plugins/profile" in rel else data
+
         for name in ("copies", "blobs"):
-            bucket.fs.pipe({bucket.key(f"{name}/run{i:03d}/{rel}"): data for i in range(n) for rel, data in files.items()})
+            bucket.fs.pipe({bucket.key(f"{name}/run{i:03d}/{rel}"): of_run(i, rel, data)
+                            for i in range(n) for rel, data in files.items()})
         time.sleep(1.1)  # listing mtimes have 1 s resolution: keep "now" past every upload
 
         def measure(label, fn):
