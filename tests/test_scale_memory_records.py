@@ -201,3 +201,18 @@ def test_like_runs_share_their_lines_and_no_one_can_change_them(logdirs):
     with pytest.raises(TypeError):
         a.fidelity.append("x")
     assert json.loads(json.dumps(a.to_dict()))["fidelity"] == list(a.fidelity)
+
+
+def test_a_session_name_is_read_from_its_path():
+    """A profile session's name is the last part of its path, not a second string; a name that
+    is not (JSON from elsewhere) is kept as given; equality and JSON are the dataclass's."""
+    from tb_footprint_plugin.scan.model import ProfileSession
+
+    s = ProfileSession(name="2024_01_01_00_00_00", path="exp/run/plugins/profile/2024_01_01_00_00_00",
+                       mtime=1.0, bytes=10, files=1, hosts=["h"])
+    assert s.name == "2024_01_01_00_00_00" and s._name is None
+    odd = ProfileSession(name="other", path="exp/run/plugins/profile/x", mtime=1.0, bytes=0, files=0)
+    assert odd.name == "other" and odd.hosts == [] and odd.kind == "xprof"
+    assert s.to_dict() == {"name": "2024_01_01_00_00_00", "path": "exp/run/plugins/profile/2024_01_01_00_00_00",
+                           "mtime": 1.0, "bytes": 10, "files": 1, "hosts": ["h"], "kind": "xprof"}
+    assert s == ProfileSession(**s.to_dict()) and s != odd and s in [odd, s]

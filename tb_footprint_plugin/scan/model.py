@@ -161,17 +161,48 @@ class FileEntry:
         return "FileEntry(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
-@dataclass(**COMPACT)
 class ProfileSession:
-    """One ``plugins/profile/<session>`` directory (or one PyTorch trace file)."""
+    """One ``plugins/profile/<session>`` directory (or one PyTorch trace file).
 
-    name: str
-    path: str  # relative to the logdir
-    mtime: float
-    bytes: int
-    files: int
-    hosts: List[str] = field(default_factory=no_items)
-    kind: str = "xprof"  # 'xprof' or 'torch'
+    ``name`` is the last part of ``path`` (the session's folder, the trace's file name) and is
+    not kept twice: it is read from the path (a session name is ~70 bytes a run at 100,000 runs);
+    a name that is not (from JSON written elsewhere) is kept as given."""
+
+    __slots__ = ("path", "mtime", "bytes", "files", "hosts", "kind", "_name")
+
+    def __init__(self, name: str, path: str, mtime: float, bytes: int, files: int,
+                 hosts: Optional[List[str]] = None, kind: str = "xprof") -> None:
+        self.path = path  # relative to the logdir
+        self.mtime = mtime
+        self.bytes = bytes
+        self.files = files
+        self.hosts = no_items() if hosts is None else hosts
+        self.kind = kind  # 'xprof' or 'torch'
+        self.name = name
+
+    @property
+    def name(self) -> str:
+        """The session's name (its folder's, or the trace file's)."""
+        return self._name if self._name is not None else self.path.rsplit("/", 1)[-1]
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = None if value == self.path.rsplit("/", 1)[-1] else value
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict in the documented schema."""
+        return {"name": self.name, "path": self.path, "mtime": self.mtime, "bytes": self.bytes,
+                "files": self.files, "hosts": list(self.hosts), "kind": self.kind}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProfileSession):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return "ProfileSession(" + ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items()) + ")"
 
 
 @dataclass(**COMPACT)
@@ -237,7 +268,7 @@ class LogdirFootprint:
 
 def _plain(v):
     """``dataclasses.asdict`` of one field's value, ``FileEntry`` included (not a dataclass)."""
-    if isinstance(v, FileEntry):
+    if isinstance(v, (FileEntry, ProfileSession)):
         return v.to_dict()
     if dataclasses.is_dataclass(v):
         return {f.name: _plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
