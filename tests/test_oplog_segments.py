@@ -7,9 +7,12 @@ cut short at, and whoever reads meanwhile, every manifest is read exactly once a
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+
+import pytest
 
 from tb_footprint_plugin.engine import oplog
 from tb_footprint_plugin.engine.vault import Vault
@@ -152,3 +155,35 @@ def test_two_processes_each_write_their_own_segment_and_changes_fold_in_order(tm
     assert vault.read_manifest(manifest(1)["op_id"])["restored_by"] == "20260104T000000-cccccc"
     vault.write_manifest(manifest(1, restored_by="20260105T000000-dddddd"))  # a later change, here
     assert Vault(vault.root).read_manifest(manifest(1)["op_id"])["restored_by"] == "20260105T000000-dddddd"
+
+
+@pytest.mark.parametrize("at", ["compress", "replace", "unlink"])
+def test_sigkill_during_a_seal_reads_every_manifest_once(tmp_path, at):
+    """A real SIGKILL of the sealing process at each step (a piece written, a piece renamed, the
+    plain segment unlinked): the next reader sees every manifest, once, whole."""
+    root = str(tmp_path / "vault")
+    code = ("import os, signal, sys; sys.path.insert(0, %r)\n"
+            "from tb_footprint_plugin.engine import oplog\n"
+            "from tb_footprint_plugin.engine.vault import Vault\n"
+            "from test_oplog_segments import manifest\n"
+            "v = Vault(%r); v.ensure()\n"
+            "for i in range(40): v.write_manifest(manifest(i))\n"
+            "oplog.SEAL_CHUNK = 4096  # several pieces\n"
+            "at = %r\n"
+            "def kill(real):\n"
+            "    def f(*a, **k):\n"
+            "        r = real(*a, **k)\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return f\n"
+            "import tb_footprint_plugin.storage.zst as z\n"
+            "if at == 'compress': z.compress_stream = kill(z.compress_stream)\n"
+            "if at == 'replace': oplog.os.replace = kill(oplog.os.replace)\n"
+            "if at == 'unlink': oplog.os.unlink = kill(oplog.os.unlink)\n"
+            "v.seal_log()\n"
+            "print('not killed')\n" % (os.path.join(ROOT, "tests"), root, at))
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr)
+    vault = Vault(root)
+    assert states(vault) == {manifest(i)["op_id"]: manifest(i) for i in range(40)}
+    assert all(len(oplog.records(root, manifest(i)["op_id"])) == 2 for i in range(40))  # each state's two copies, once
