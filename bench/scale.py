@@ -91,6 +91,8 @@ TARGET = {
     "reduce_vs_anchor": 50.0,  # reduce of all runs / (cp -a + one Rust load)
     "state_per_run": 2048,
 }
+#: reduced runs at which the state per run is judged (issue #28 item 2: "at 1,000 small runs")
+STATE_JUDGED_AT = 1000
 
 
 # --- input ------------------------------------------------------------------------------------
@@ -356,7 +358,7 @@ def state_bytes(logdir: str) -> dict:
 
     sdir = state_dir(logdir)
     out = {"state": 0, "state_disk": os.lstat(sdir).st_blocks * 512, "blobs": 0, "blobs_disk": 0, "cache": 0,
-           "files": 0, "by_dir": {}}
+           "files": 0, "by_dir": {}, "fixed_disk": os.lstat(sdir).st_blocks * 512}
     for dirpath, dirs, names in os.walk(sdir):
         rel = os.path.relpath(dirpath, sdir)
         top = rel.split(os.sep)[0] if rel != "." else "."
@@ -371,6 +373,8 @@ def state_bytes(logdir: str) -> dict:
                 out["cache"] += st.st_size
                 continue
             out["state_disk"] += st.st_blocks * 512
+            if (is_dir and top in (".", "oplog")) or (top == "." and n == "identity.json"):
+                out["fixed_disk"] += st.st_blocks * 512  # one of each a vault, whatever its runs
             if not is_dir:
                 out["state"] += st.st_size
                 out["files"] += 1
@@ -1105,9 +1109,15 @@ def report(rows: List[dict], load_before, load_after, args) -> bool:
         st = row.get("state")
         if st and verified:
             per = st["state_disk"] / verified  # as du counts it: allocated blocks
+            # the vault's own folders and identity.json are a fixed ~45 kB whatever the runs: the
+            # issue judges the figure at 1,000 reduced runs, where they are ~45 B a run
+            judged = (_met(per <= TARGET['state_per_run']) if verified >= STATE_JUDGED_AT else
+                      f"(judged at {STATE_JUDGED_AT:,} reduced runs: a vault's fixed folders and identity.json, "
+                      f"{st['fixed_disk'] / 1e3:.0f} kB here, are {st['fixed_disk'] / verified:.0f} B of it at "
+                      f"{verified}; {(st['state_disk'] - st['fixed_disk']) / verified:.0f} B a run without them)")
             print(f"  vault state beyond backups: {st['state_disk'] / 1e3:.1f} kB on disk ({st['state'] / 1e3:.1f} kB "
                   f"in {st['files']} files) = {per:.0f} B a reduced run (target <= {TARGET['state_per_run']} B) "
-                  f"{_met(per <= TARGET['state_per_run'])}, beside backups of {st['blobs_disk'] / 1e3:.1f} kB on disk "
+                  f"{judged}, beside backups of {st['blobs_disk'] / 1e3:.1f} kB on disk "
                   f"({st['blobs_disk'] / verified:.0f} B a run); on disk by file or folder: "
                   + ", ".join(f"{k2} {v / 1e3:.1f} kB" for k2, v in sorted(st["by_dir"].items(), key=lambda x: -x[1])[:7]))
         if row.get("cache_bytes"):
