@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
-from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry
+from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -146,7 +146,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 for en in live:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
                 live, now_objs = [], {}
-            keep = []
+            keep, reread = [], True
             for en in live:
                 changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
                                 or now_objs[f["path"]].version_token != f["version"]), None)
@@ -157,6 +157,12 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 elif active:
                     _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(Skip.ACTIVE, active))
                 else:
+                    try:  # its blobs still there: the delete removes what only they hold
+                        missing_blobs(vault, en["files"], reread=reread)
+                        reread = False
+                    except BucketTxnError as e:
+                        _drop_run(rfs, vault, en, outs[en["run"]], e)
+                        continue
                     keep.append(en)
             live = keep
         keep = []

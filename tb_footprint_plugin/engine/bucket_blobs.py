@@ -292,6 +292,30 @@ def check_entry(vault: BucketVault, f: dict) -> bool:
     return bv.store.check(f["sha256"]) is None
 
 
+def missing_blobs(vault: BucketVault, files: List[dict], reread: bool = True) -> None:
+    """Raise ``BucketTxnError(BACKUP_DAMAGED)`` naming the folder when a blob entry of ``files``
+    is no longer claimed by this logdir in the blob vault (a forget since it was added): the swap
+    that replaces or deletes its original must not go on. The index is read again (another
+    process may have forgotten it; ``reread=False``: read for an earlier run of the same batch);
+    the bytes were read back and hashed when they were added."""
+    todo = [f for f in files if is_blob_entry(f)]
+    if not todo:
+        return
+    bv = vault.blobs
+    try:
+        if reread and bv is not None and os.path.isdir(bv.folder):
+            bv.store.reload()
+    except BlobFailure as e:
+        raise BucketTxnError(Failure.STORE_ERROR, f"{bv.folder}: the blob vault's index does not read ({e}); "
+                             "run left as it was") from None
+    for f in todo:
+        if bv is None or not is_sha256(f.get("sha256")) or not os.path.isdir(bv.folder) or \
+                bv.store.owner not in bv.store.owners(f["sha256"]) or not bv.store.candidates(f["sha256"]):
+            folder = bv.folder if bv is not None else "the blob vault"
+            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup is no longer in {folder} "
+                                 "(forgotten since it was added); run left as it was")
+
+
 def _named(doc, out: Set[str]) -> bool:
     """Add the digests a manifest or journal names to ``out``; False when it is not readable."""
     if not isinstance(doc, dict) or doc.get("corrupt"):
@@ -315,7 +339,9 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
     st = BucketState(rfs)
     with forget_lock(bv, exclusive=True):
         needed: Set[str] = set()
-        for prefix in (vault.root + "/manifests", rfs.path(JOURNAL)):
+        # journals first: an operation's journal names its digests until its manifest exists and
+        # goes only after, so one that commits between the two listings is named by one of them
+        for prefix in (rfs.path(JOURNAL), vault.root + "/manifests"):
             try:
                 found = rfs.list_under(prefix, prefix)
             except FileNotFoundError:
@@ -341,4 +367,4 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
 
 
 __all__ = ["IN_MEMORY", "KEPT_IN", "adding", "backup_entries", "blobs_of", "check_entry", "copy_from_blobs", "collect", "entry_ok",
-           "forget_lock", "is_blob_entry", "names_our_backup", "put_back"]
+           "forget_lock", "is_blob_entry", "missing_blobs", "names_our_backup", "put_back"]

@@ -40,7 +40,13 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
-from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, copy_from_blobs, is_blob_entry
+from tb_footprint_plugin.engine.bucket_blobs import (
+    adding,
+    backup_entries,
+    copy_from_blobs,
+    is_blob_entry,
+    missing_blobs,
+)
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -132,7 +138,9 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                                        "vault": vault.root,
                                        "runs": [en], "logdir_objects": len(listing)})
         faults.hit("reduce.journal")
-        with adding(vault):  # a purge's forget waits until the journal names the blobs' digests
+        # held until the manifest exists (as ``bucket_batch`` does): a purge's forget waits while
+        # only this journal names the blobs' digests, and once it goes on the manifest names them
+        with adding(vault):
             unmade = backup_entries(rfs, vault, [en])
             if unmade:
                 raise unmade[rp.run]
@@ -144,19 +152,19 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 faults.hit("reduce.backup_copy")
             if vault.blobs is not None:
                 journal.step("backed_up")
-        faults.hit("reduce.backup")
-        with scratch.scratch("bucket", scratch.system_root()) as work:
-            local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault)
-            journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
-            faults.hit("reduce.stage")
-            for f in files:
-                if f.get("tmp"):
-                    _upload_and_read_back(rfs, f, local["staged"][f["path"]])
-            journal.step("uploaded")  # the new objects, their checksums and read-back recorded
-            faults.hit("reduce.upload")
-        bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
-            sum(f["new_size"] for f in files if f.get("tmp"))
-        st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault))
+            faults.hit("reduce.backup")
+            with scratch.scratch("bucket", scratch.system_root()) as work:
+                local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault)
+                journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
+                faults.hit("reduce.stage")
+                for f in files:
+                    if f.get("tmp"):
+                        _upload_and_read_back(rfs, f, local["staged"][f["path"]])
+                journal.step("uploaded")  # the new objects, their checksums and read-back recorded
+                faults.hit("reduce.upload")
+            bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
+                sum(f["new_size"] for f in files if f.get("tmp"))
+            st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault))
         faults.hit("reduce.verify")
         now_objs = listing_of_runs(rfs, vault, [rp.run], len(listing))
         for f in files:
@@ -171,6 +179,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             raise BucketTxnError(Skip.ACTIVE, active)
         if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
+        missing_blobs(vault, files)  # the last look: the swap replaces what only these blobs hold
         journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
         faults.hit("reduce.swap_record")
         finish_op(rfs, vault, journal.doc, present=now_objs)
