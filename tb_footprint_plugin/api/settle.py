@@ -5,6 +5,7 @@ unfinished and damaged (read-only), and what a reduce stopped by Ctrl-C settles 
 from __future__ import annotations
 
 import os
+import socket
 from typing import List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
@@ -12,7 +13,8 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, known_vaults, ow
 from tb_footprint_plugin.engine import health
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import pending_journals
-from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, mark_recovered
+from tb_footprint_plugin.engine.lease import holder_alive
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.plan import shard as sharding
@@ -33,7 +35,9 @@ def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[Recove
 
         return bk.recover(*bucket_of(logdir, backup_dir))
     ctx = context_of(logdir, backup_dir)
-    return recover_all(ctx, known_vaults(ctx), own_manifests)
+    out = recover_all(ctx, known_vaults(ctx), own_manifests)
+    settle_stale_ledgers(ctx)
+    return out
 
 
 def unfinished(logdir: str, backup_dir: Optional[str] = None) -> dict:
@@ -125,6 +129,7 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
     book = open_ledger(ctx, ledger, get_policy(policy).name, shard) if ledger else None
     if book is not None and os.path.exists(book.path):
         mark_recovered(book, recovered)
+    settle_stale_ledgers(ctx, mine=True)
     out = _rolled_back_at_interrupt(ctx, rolled_back, book)
     for o in recovered:
         row = dict(op_id=o.op_id, run=o.run, action=o.action, code=o.code, detail=o.detail, untouched=None, files=0)
@@ -142,6 +147,56 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
             row.update(untouched=same == len(backups), files=len(backups))
         out.append(row)
     return out
+
+
+def settle_stale_ledgers(ctx: Context, *, mine: bool = False) -> List[str]:
+    """Record as ``done`` each run a batch ledger leaves ``reducing``/``verifying`` for a worker
+    that is gone (on this host) when the run's reduction committed anyway: an interrupt or a kill
+    between the commit and the ledger's "done" record (while its backups were compacted or the
+    ledger written) left no journal for recovery to settle, so the entry stayed in flight for good
+    and a rerun never revisits a run the reduction left nothing of to plan. The operation is the
+    run's verified reduce whose manifest was finished after the in-flight mark (the commit follows
+    it); its sizes and id go into the entry, as ``mark_recovered`` writes a completed one.
+    ``mine``: this process's own entries count as gone too (its batch was interrupted).
+    Returns the runs recorded; a ledger that cannot be read or written is left as it is."""
+    def gone(e: dict) -> bool:
+        if e.get("host") != socket.gethostname() or not isinstance(e.get("pid"), int) or e["pid"] <= 0:
+            return False
+        if mine and e["pid"] == os.getpid():
+            return True
+        return not holder_alive(e["pid"], e.get("pid_start"))
+
+    done: List[str] = []
+    manifests = None
+    for path in ledger_paths(ctx.state):
+        data, _problems = load_ledger(path, ctx.logdir)
+        if not data:
+            continue
+        stale = {run: e for run, e in data["runs"].items()
+                 if e.get("state") in ("reducing", "verifying") and gone(e)}
+        if not stale:
+            continue
+        if manifests is None:
+            manifests = own_manifests(ctx)
+        book = Ledger(path, data.get("policy") or "", ctx.logdir, shard=None)
+        for run, e in stale.items():
+            since = float(e.get("updated_at") or 0)
+            ops = [m for m in manifests if m.get("run") == run and m.get("kind") == "reduce"
+                   and m.get("outcome") == Outcome.VERIFIED and m.get("host") in (None, e.get("host"))
+                   and isinstance(m.get("finished_at"), (int, float)) and m["finished_at"] >= since
+                   and isinstance(m.get("bytes_before"), int) and isinstance(m.get("bytes_after"), int)]
+            if not ops:
+                continue  # not committed: a rerun reduces it again (``RETRY_STATES``)
+            m = min(ops, key=lambda o: o["finished_at"])  # the attempt that entry was for
+            b, a = m["bytes_before"], m["bytes_after"]
+            book.who["shard"] = e.get("shard")
+            try:
+                book.mark(run, "done", op_id=m["op_id"], verified=True, code=Recovery.COMPLETED, error=None,
+                          original_size_bytes=b, after_size_bytes=a, reduced_ratio=round(1 - a / b, 4) if b else 0.0)
+            except OSError:
+                break  # the ledger is a record: the reduction on disk stands
+            done.append(run)
+    return done
 
 
 def _rolled_back_at_interrupt(ctx: Context, op_ids: Sequence[str], book: Optional[Ledger]) -> List[dict]:
