@@ -134,6 +134,10 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     raise
                 except (BucketTxnError, RemoteError) as e:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
+                except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
+                    bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
+                    _drop_run(rfs, vault, en, outs[en["run"]],
+                              BucketTxnError(Failure.REFUSED, f"{str(bad)[:300]!r}: {e}; run left as it was"))
         faults.hit("reduce.backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the
