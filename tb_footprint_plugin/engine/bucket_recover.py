@@ -106,7 +106,8 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
         if why:
-            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED, detail=f"{why}; left alone",
+            out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
+                                       detail=f"{rfs.url_of(key)}: {why}; left alone",
                                        code=trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE))
             continue
         retiring = is_retire_journal(doc)
@@ -189,7 +190,8 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
                        for f in m["files"] if isinstance(f, dict))
         if wanted != named:
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
-                                   detail="journal and manifest name different files or backups; left alone",
+                                   detail=f"{rfs.url_of(f'{JOURNAL}/{name}.json')}: journal and manifest name "
+                                          "different files or backups; left alone",
                                    code=trust.BAD_RECORD)
         locks = [rfs.path(lock_key(r)) for r in [run] + along]
         if m.get("status") == "restored":  # stopped after its manifest record: only the journal is left

@@ -375,8 +375,6 @@ def test_planted_journals_are_refused_and_touch_nothing(place):
     no_canary_inside(p)
 
 
-@pytest.mark.xfail(strict=True, reason="bucket_recover refuses a planted journal with a detail that does not "
-                   "name the journal object (detail=f'{why}; left alone'); the local engine names its path")
 @pytest.mark.parametrize("place", [pytest.param(s, id=s) for s in ("s3",)], indirect=True)
 def test_a_refused_bucket_journal_is_named_by_its_url(place):
     p = place
