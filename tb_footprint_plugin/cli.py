@@ -875,16 +875,9 @@ def cmd_verify(args) -> int:
 def cmd_purge(args) -> int:
     from tb_footprint_plugin import api
 
-    runs = list(dict.fromkeys(args.run or []))
-    if len(runs) > 1:
-        raise UsageError(f"purge takes one run per call (--run {runs[0]}), not {len(runs)}: a preview of "
-                         "several would not count the bytes and originals they share; without --run it "
-                         "takes every run's backups")
-    run = runs[0] if runs else None
-
-    def purge(yes: bool):
-        return api.purge(args.logdir, older_than=args.older_than, run=run, yes=yes,
-                         backup_dir=args.backup_dir, op=args.op)
+    def purge(yes: bool):  # every selected run in one pass: shared blobs and lost originals counted once
+        return api.purge(args.logdir, older_than=args.older_than, runs=args.runs or None, run_glob=args.run_glob,
+                         yes=yes, backup_dir=args.backup_dir, op=args.op)
 
     rep = purge(bool(args.yes))
     if not args.yes:
@@ -1214,11 +1207,7 @@ def _purge_parser(sub) -> None:
     s.add_argument("logdir", help="the TensorBoard logdir")
     s.add_argument("--older-than", type=_arg(parse_duration), default=None,
                    help="only backups of operations older than this, e.g. 7d")
-    # one run per call: the library's purge counts shared blobs and the originals lost for good
-    # over the operations it purges together, so two runs purged one after the other would be
-    # previewed short; a repeated --run is refused rather than silently keeping the last one
-    s.add_argument("--run", action="append", default=None, metavar="NAME",
-                   help="only this run's backups (one run per call)")
+    _selectors(s)  # the selected runs are purged together: one preview counts what they share once
     s.add_argument("--op", default=None, help="only this operation's backup")
     s.add_argument("--yes", "-y", action="store_true",
                    help="delete without asking; needed without a terminal (otherwise: the list, exit 2)")

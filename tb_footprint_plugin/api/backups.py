@@ -18,6 +18,8 @@ from tb_footprint_plugin.engine.remote_vault import last_failure
 from tb_footprint_plugin.engine.upkeep import forget_released
 from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retirements, unretire
+from tb_footprint_plugin.plan import select as selecting
+from tb_footprint_plugin.plan.planner import SelectionError
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.remote import is_bucket_url, is_remote
@@ -209,31 +211,58 @@ def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
 
 
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
-          yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None) -> PurgeReport:
+          yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None,
+          runs: Optional[Sequence[str]] = None, run_glob: Optional[str] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
+
+    ``run`` / ``runs`` (exact names) and ``run_glob`` (the glob rule of every verb) select the
+    runs whose backups are purged, all in one pass (blobs they share, and the originals lost for
+    good, are counted once); a name or glob that matches no run the vault has operations of
+    raises ``SelectionError`` naming it.
 
     Never deletes a byte that exists nowhere else: a backup that is damaged, grown by a late
     writer, still held open for writing, or needed by another kept or unfinished operation is
     kept and listed in ``kept`` with a code (the preview says so too); a run being changed
     right now is passed over.
     """
+    names = list(dict.fromkeys([*([run] if run is not None else []), *(runs or [])])) if (run is not None or runs) \
+        else None
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
 
         rfs, vault = bucket_of(logdir, backup_dir)
         bk.recover(rfs, vault)
-        d = bk.purge(rfs, vault, older_than=older_than, run=run, op=op, yes=yes)
+        chosen = _purge_selection(logdir, lambda: [m.get("run") for m in bk.manifests(rfs, vault)], names,
+                                  run_glob)
+        d = bk.purge(rfs, vault, older_than=older_than, op=op, yes=yes, runs=chosen)
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
                            kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
                                   "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
                                   "detail": h["reason"]} for h in d.get("held", [])])
     ctx = context_of(logdir, backup_dir)
     recovered = recover_logdir(logdir, backup_dir)
-    report = purge_backups(ctx, older_than=older_than, run=run, yes=yes, op=op)
+    chosen = _purge_selection(logdir, lambda: [m.get("run") for m in own_manifests(ctx)], names, run_glob)
+    report = purge_backups(ctx, older_than=older_than, yes=yes, op=op, runs=chosen)
     # journals recovery refused (planted, copied, malformed) are reported with the vault's
     report.refused[:0] = [{"op_id": r.op_id, "code": r.code, "detail": r.detail}
                           for r in recovered if r.action == "refused"]
     return report
+
+
+def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],
+                     run_glob: Optional[str]) -> Optional[List[str]]:
+    """The runs a purge's selectors name, among the runs the vault has operations of (a run
+    reduced to nothing, or retired, is no longer in a scan); None without a selection."""
+    if names is None and not run_glob:
+        return None
+    every = sorted({r for r in known() if isinstance(r, str)})
+    chosen, missing = selecting.select(every, names, run_glob)
+    if missing:
+        shown = ", ".join(every[:8]) + (" …" if len(every) > 8 else "")
+        raise SelectionError(f"no run of {logdir} with backups matches {', '.join(repr(m) for m in missing)}"
+                             + "".join(selecting.missing_hint(m, every) for m in missing)
+                             + f" (runs with backups: {shown or 'none'})")
+    return chosen
 
 
 class SampleUnavailable(LookupError):

@@ -2,7 +2,7 @@
 original a restore could not put back), and what a reduction frees on this bucket and when."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Collection, Optional
 
 from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
@@ -13,13 +13,15 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
-          run: Optional[str] = None, op: Optional[str] = None, yes: bool = False) -> dict:
+          run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
+          runs: Optional[Collection[str]] = None) -> dict:
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
     The manifest is marked purged before its blobs go, so a restore never points at them."""
     now = now_s()
     chosen = [m for m in manifests(rfs, vault)
               if m.get("status") in ("verified", "restored") and not m.get("purged")
               and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
+              and (runs is None or m.get("run") in runs)
               and (older_than is None or m.get("created", now) <= now - older_than)]
     # a restore that found a file written again at an original's name left that original in the
     # vault only (``not_restored``): its operation is not purged, and the listing says why

@@ -24,7 +24,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional
+from typing import Collection, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import faults, offload, oplog
@@ -114,14 +114,16 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
 
 
 def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Optional[str] = None,
-                  yes: bool = False, op: Optional[str] = None) -> PurgeReport:
-    """Purge (``yes``) or list the backups of this logdir's operations selected by the filters."""
+                  yes: bool = False, op: Optional[str] = None, runs: Optional[Collection[str]] = None) -> PurgeReport:
+    """Purge (``yes``) or list the backups of this logdir's operations selected by the filters
+    (``runs``: these runs' together, so shared blobs and lost originals are counted once)."""
     now = time.time()
     candidates = []
     for m in own_manifests(ctx):
         if m.get("kind") != "reduce" or m.get("backup_purged"):
             continue
-        if (op and m["op_id"] != op) or (run is not None and m["run"] != run):
+        if (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
+                (runs is not None and m["run"] not in runs):
             continue
         if older_than is not None and m.get("finished_at", now) > now - older_than:
             continue
@@ -177,7 +179,8 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
         for lock in locks.values():
             lock.release()
     # retired runs: the same grace (older_than) and the same confirmation
-    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now)
+    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now,
+                                       runs=runs)
     for x in r_listed if yes else ():
         _log(ctx, x["op_id"], x["run"], x["bytes"], f"retired run {x['run']} ({x['op_id']}) deleted from the vault"
              + (" (restored before)" if x.get("restored") else ": its only copy"))

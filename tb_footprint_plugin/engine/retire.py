@@ -33,7 +33,7 @@ import re
 import shutil
 import stat
 import time
-from typing import Iterable, List, Optional, Tuple
+from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults
@@ -735,14 +735,15 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
 
 
 def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
-                  yes: bool, now: float) -> Tuple[List[dict], int]:
+                  yes: bool, now: float, runs: Optional[Collection[str]] = None) -> Tuple[List[dict], int]:
     """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list them.
 
     The manifest stops claiming the run before its files go; a run being restored right now
     (locked) is passed over."""
     listed, freed = [], 0
     for m in retirements(ctx):
-        if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run):
+        if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
+                (runs is not None and m["run"] not in runs):
             continue
         if older_than is not None and m.get("finished_at", now) > now - older_than:
             continue
