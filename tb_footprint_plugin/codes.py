@@ -79,6 +79,7 @@ class Recovery(Code):
     REBUILT = "rebuilt"  # a missing or corrupt manifest was rebuilt from the vault's operation log
     SWEPT = "swept"  # scratch space of ended processes removed
     REFUSED = "refused"  # the journal is not acted on: malformed or not this logdir's (``engine.trust``)
+    RELEASED = "released"  # a restored operation's backup, kept at its restore on a doubt since gone, freed
 
 
 class JobCode(Code):

@@ -9,13 +9,17 @@ import socket
 from typing import List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
-from tb_footprint_plugin.engine.catalogue import journal_blobs, known_vaults, own_manifests
+from tb_footprint_plugin.engine.catalogue import journal_blobs, known_vaults, own_manifests, unsettled_op
 from tb_footprint_plugin.engine import health
 from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
 from tb_footprint_plugin.engine.lease import holder_alive
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.restore import release_restored_backup
+from tb_footprint_plugin.engine.trust import Untrusted
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.engine.upkeep import recover_all
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
@@ -36,7 +40,47 @@ def recover_logdir(logdir: str, backup_dir: Optional[str] = None) -> List[Recove
         return bk.recover(*bucket_of(logdir, backup_dir))
     ctx = context_of(logdir, backup_dir)
     out = recover_all(ctx, known_vaults(ctx), own_manifests)
+    out += release_kept_restores(ctx)
     settle_stale_ledgers(ctx)
+    return out
+
+
+def release_kept_restores(ctx: Context) -> List[RecoveryOutcome]:
+    """Release the backups that a restore kept because something had a claim on them at that
+    moment. A restore gives back its vault copies once the originals stand again
+    (``release_restored_backup``), but on any doubt it keeps them: a manifest it could not read,
+    or a journal or another operation claiming the same bytes. That doubt can be brief, e.g. a
+    concurrent transaction backing up identical bytes, or a log piece being sealed while it was
+    read. Each start asks again, under the run's lock, with the manifests read afresh. A blob that
+    is still claimed stays, and so does one whose file has changed since the restore. Returns one
+    ``released`` outcome per operation whose backup went."""
+    roots = {os.path.realpath(r) for r in known_vaults(ctx)}
+    todo = [m for m in own_manifests(ctx) if m.get("kind") == "reduce" and m.get("restored_by")
+            and not m.get("backup_purged") and isinstance(m.get("run"), str) and isinstance(m.get("vault"), str)
+            and os.path.realpath(m["vault"]) in roots]  # a vault field is untrusted: only one of ours
+    out: List[RecoveryOutcome] = []
+    for m in todo:
+        try:
+            lock = RunLock(ctx.lock_dir, m["run"]).acquire()
+        except (RunLocked, OSError):
+            continue  # being changed now: the next start asks again
+        try:
+            if unsettled_op(ctx, m["run"]):
+                continue  # an operation on the run is open: it may rely on these bytes
+            vault = Vault(m["vault"])
+            fresh = vault.read_manifest(m["op_id"])
+            if fresh.get("backup_purged") or not fresh.get("restored_by"):
+                continue
+            freed = release_restored_backup(ctx, vault, fresh)
+            if vault.read_manifest(m["op_id"]).get("backup_purged"):
+                out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.RELEASED,
+                                           f"backup of restored operation {m['op_id']} released "
+                                           f"({human_bytes(freed)} freed): the claim that kept it at the restore is gone",
+                                           Recovery.RELEASED))
+        except (OSError, ValueError, Untrusted):
+            continue  # unreadable now: it stays kept (purge can free it)
+        finally:
+            lock.release()
     return out
 
 
