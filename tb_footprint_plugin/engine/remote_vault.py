@@ -16,18 +16,23 @@ record" (the blob is then missing, which restore and purge refuse on, never gues
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import json
 import os
+import shutil
 import stat
 import threading
-from typing import BinaryIO, Dict, List, Optional
+import time
+from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
-from tb_footprint_plugin.storage.files import atomic_write_json, fsync_dir, hash_and_count
+from tb_footprint_plugin.storage.files import atomic_write_json, create_new, fsync_dir, hash_and_count
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import is_bucket_url
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -46,6 +51,25 @@ _stores_lock = threading.Lock()
 #: restore's pre-check) can name the object and the store's code; bounded
 _failures: Dict[tuple, "RemoteReadError"] = {}
 _FAILURES_KEPT = 256
+#: ``remote.json`` as last read per vault, with the file's identity then: a restore or purge
+#: reads a record per blob, and each record is checked against the known URLs (read once, then
+#: only ``lstat``-ed until the file changes)
+_urls: Dict[str, Tuple[tuple, List[str]]] = {}
+_URLS_KEPT = 64
+
+# Remote blobs staged on the local disk by a read that went to the end (a restore's check): the
+# restore's copy that follows reads the staged file instead of downloading the blob again (issue
+# #27). A staged file is a cache, never trusted: whoever reads it hashes what it reads (the
+# restore refuses a copy that does not hash to the digest). Kept in a scratch folder of this
+# process under ``<vault>/offload`` (its maker's pid in its name, swept once that process is gone),
+# taken by the first read (unlinked as it is opened), dropped after ``STAGE_SECONDS`` otherwise.
+_staged: Dict[Tuple[str, str], Tuple[str, int, float]] = {}  # (vault, sha) -> (path, size, when)
+_stage_dirs: Dict[str, str] = {}  # vault -> this process's scratch folder in it
+#: a staged copy not read within this many seconds is dropped (a check no restore followed; a
+#: restore checks a whole run before its first copy, minutes for gigabytes)
+STAGE_SECONDS = 300.0
+#: at most this many staged copies at once (memory and disk stay bounded whatever the run count)
+STAGE_KEPT = 4096
 
 
 class RemoteReadError(OSError):
@@ -137,6 +161,8 @@ def write_record(vault_root: str, sha: str, url: str, size: int, key: str,
 
 def drop_record(vault_root: str, sha: str) -> bool:
     """Remove ``sha``'s record (after the store forgot the blob); True when one was there."""
+    with _stores_lock:
+        _drop_staged((vault_root, sha))  # a staged copy of a blob no longer backed up
     p = record_path(vault_root, sha)
     try:
         if not stat.S_ISREG(os.lstat(p).st_mode):
@@ -162,15 +188,31 @@ def configured_url(vault_root: str) -> Optional[str]:
 def known_urls(vault_root: str) -> List[str]:
     """Every remote vault this vault has offloaded to: the current one and the earlier ones
     (``remote.json``'s ``previous``). Only these are ever asked to forget a blob, whatever URL
-    a record names."""
+    a record names. Read once per process while the file stays the same (its inode, size,
+    mtime and ctime): ``read_record`` asks it for every blob."""
+    path = os.path.join(vault_root, REMOTE_CONFIG)
     try:
-        d = _read_small_json(os.path.join(vault_root, REMOTE_CONFIG))
+        st = os.lstat(path)
+    except OSError:
+        return []
+    sig = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+    with _stores_lock:
+        got = _urls.get(vault_root)
+    if got is not None and got[0] == sig:
+        return list(got[1])
+    try:
+        d = _read_small_json(path)
     except (OSError, ValueError, RecursionError):
         return []
     if not isinstance(d, dict):
         return []
     urls = [d.get("url")] + (d.get("previous") if isinstance(d.get("previous"), list) else [])
-    return [u for u in urls if isinstance(u, str) and is_bucket_url(u)]
+    urls = [u for u in urls if isinstance(u, str) and is_bucket_url(u)]
+    with _stores_lock:
+        if len(_urls) >= _URLS_KEPT and vault_root not in _urls:
+            _urls.pop(next(iter(_urls)))
+        _urls[vault_root] = (sig, urls)
+    return list(urls)
 
 
 def set_configured_url(vault_root: str, url: str) -> None:
@@ -194,21 +236,60 @@ def blobstore(url: str, fresh: bool = False) -> BlobStore:
 
 class _Checked:
     """A blob store stream whose failures are ``RemoteReadError``s naming the object (readers of
-    the vault catch ``OSError``)."""
+    the vault catch ``OSError``). With ``stage`` (a new file of ours, and its path) the bytes
+    read are also written there; a stream read to its end — the blob store's stream has then
+    hashed it to ``sha`` — leaves that file staged for the next read of the blob (``_take``)."""
 
-    def __init__(self, f: BinaryIO, name: str, vault_root: str, sha: str):
+    def __init__(self, f: BinaryIO, name: str, vault_root: str, sha: str, size: int = -1,
+                 stage: Optional[Tuple[BinaryIO, str]] = None):
         self.f, self.name, self.at = f, name, (vault_root, sha)
+        self.size, self.n, self.stage = size, 0, stage
 
     def read(self, n: int = -1) -> bytes:
         try:
-            return self.f.read(n)
+            data = self.f.read(n)
         except (BlobFailure, StoreFailure) as e:
+            self._unstage()
             raise _remember(*self.at, RemoteReadError(_code_of(e), self.name, f"{self.name}: {e}")) from None
+        if self.stage is not None:
+            try:
+                if data:
+                    self.n += len(data)
+                    self.stage[0].write(data)
+                elif n != 0:
+                    self._staged()
+            except OSError:  # a full disk only costs the next reader a download
+                self._unstage()
+        return data
+
+    def _staged(self) -> None:
+        fo, path = self.stage
+        self.stage = None
+        fo.close()
+        if self.n != self.size:
+            _unlink_quietly(path)
+            return
+        with _stores_lock:
+            if len(_staged) >= STAGE_KEPT:
+                _drop_staged(next(iter(_staged)))
+            old = _staged.pop(self.at, None)
+            _staged[self.at] = (path, self.n, time.monotonic())
+        if old is not None:
+            _unlink_quietly(old[0])
+
+    def _unstage(self) -> None:
+        if self.stage is not None:
+            fo, path = self.stage
+            self.stage = None
+            with contextlib.suppress(OSError):
+                fo.close()
+            _unlink_quietly(path)
 
     def seek(self, *a):  # readers seek only to rewind a local blob; a remote one is read once
         raise OSError(errno.ESPIPE, "a remote blob's stream is read once")
 
     def close(self) -> None:
+        self._unstage()  # not read to its end: nothing staged
         with contextlib.suppress(Exception):
             self.f.close()
 
@@ -217,6 +298,75 @@ class _Checked:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _drop_staged(at: Tuple[str, str]) -> None:
+    """Forget and unlink one staged copy (hold ``_stores_lock``)."""
+    got = _staged.pop(at, None)
+    if got is not None:
+        _unlink_quietly(got[0])
+
+
+def _expire_staged() -> None:
+    now = time.monotonic()
+    with _stores_lock:
+        for at in [a for a, (_p, _n, t) in _staged.items() if now - t > STAGE_SECONDS]:
+            _drop_staged(at)
+
+
+def _take(vault_root: str, sha: str) -> Optional[BinaryIO]:
+    """The staged copy of ``sha``, opened and unlinked at once (read once: its blocks go when it
+    is closed); None when there is none. Its reader hashes it, as any copy of a backup."""
+    _expire_staged()
+    with _stores_lock:
+        got = _staged.pop((vault_root, sha), None)
+    if got is None:
+        return None
+    try:
+        f = open_regular(got[0])
+    except OSError:
+        return None
+    _unlink_quietly(got[0])
+    return f
+
+
+@atexit.register
+def _drop_stage_dirs() -> None:
+    with _stores_lock:
+        _staged.clear()
+        dirs = list(_stage_dirs.values())
+        _stage_dirs.clear()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _stage_file(vault_root: str, sha: str, size: int) -> Optional[Tuple[BinaryIO, str]]:
+    """A new file to stage ``sha``'s ``size`` bytes in, or None: when the disk would keep less
+    free room than the blob takes (the restore that reads it next writes as much again into the
+    logdir; on a nearly full disk the blob is downloaded twice instead), or when the folder
+    cannot be made ours. Memory and disk stay bounded by ``STAGE_KEPT`` and ``STAGE_SECONDS``."""
+    try:
+        with _stores_lock:
+            folder = _stage_dirs.get(vault_root)
+        if folder is None or not os.path.isdir(folder):
+            base = ensure_private_dir(os.path.join(vault_root, "offload"), vault_root)
+            scratch.sweep(base)  # folders of processes gone (killed mid-restore)
+            folder = scratch.make("stage", base)
+            with _stores_lock:
+                _stage_dirs[vault_root] = folder
+        fs = os.statvfs(folder)
+        if 2 * size > fs.f_bavail * fs.f_frsize:
+            return None
+        path = os.path.join(folder, sha)
+        _unlink_quietly(path)  # an earlier staging of this process not taken: replaced
+        return os.fdopen(create_new(path), "wb"), path
+    except Exception:  # noqa: BLE001 - staging only saves a download; reading goes on without it
+        return None
 
 
 def object_name(rec: dict, bs: Optional[BlobStore] = None) -> str:
@@ -229,10 +379,19 @@ def object_name(rec: dict, bs: Optional[BlobStore] = None) -> str:
 def open_remote(vault_root: str, sha: str) -> BinaryIO:
     """The original bytes of a blob recorded remote, streamed from its store; reading raises
     ``RemoteReadError`` (code, object named) when the store fails or the bytes do not hash to
-    ``sha``. ``FileNotFoundError`` when there is no record."""
+    ``sha``. ``FileNotFoundError`` when there is no record.
+
+    A read to the end leaves the bytes staged on the local disk (``_stage_file``), and the next
+    open of the blob in this process reads them from there: a restore checks every backup of a
+    run before it replaces anything, then copies each, and downloaded each blob twice. The
+    staged copy is hashed by its reader like any other (a restore refuses one that does not
+    hash to ``sha``)."""
     rec = read_record(vault_root, sha)
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"no backup of sha256 {sha[:12]}… in {vault_root}")
+    staged = _take(vault_root, sha)
+    if staged is not None:
+        return staged
     try:
         bs = blobstore(rec["url"])
         if bs.ref(sha) is None:
@@ -242,7 +401,9 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
             raise _remember(vault_root, sha, RemoteReadError(
                 BlobError.MISSING, name, f"{name}: the remote vault's index does not list sha256 {sha[:12]}… "
                 f"(recorded in {record_path(vault_root, sha)})"))
-        return _Checked(bs.open(sha), name, vault_root, sha)
+        size = bs.ref(sha).size
+        stream = bs.open(sha)
+        return _Checked(stream, name, vault_root, sha, size, _stage_file(vault_root, sha, size))
     except (BlobFailure, StoreFailure) as e:
         raise _remember(vault_root, sha, RemoteReadError(_code_of(e), object_name(rec), f"{object_name(rec)}: {e}")) \
             from None
