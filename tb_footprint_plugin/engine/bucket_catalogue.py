@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
-from tb_footprint_plugin.engine.bucket_recover import damaged_journals
+from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     JOURNAL,
     BucketState,
@@ -183,7 +183,8 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
-            "problems": problems + damaged_journals(rfs), "kept_blobs": kept_objects(rfs, vault, found)}
+            "problems": problems + damaged_journals(rfs) + damaged_locks(rfs),
+            "kept_blobs": kept_objects(rfs, vault, found)}
 
 
 #: how to copy an object kept in the vault back, per scheme (the store's own command-line tool)

@@ -13,10 +13,12 @@ from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup
 from tb_footprint_plugin.engine.bucket_state import (
     COMMITTED_STEPS,
     JOURNAL,
+    LOCKS,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -83,6 +85,10 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
     # local vault's tmp/ is at every start
     scratch.sweep(scratch.system_root())
+    # a damaged run lock is named here too (never acted on: a reduce or restore of its run takes
+    # it over once no journal of the operation it names is left)
+    out += [RecoveryOutcome(op_id=d["file"].rsplit("/", 1)[-1], run="?", action=Recovery.REFUSED,
+                            detail=d["detail"], code=d["code"]) for d in damaged_locks(rfs)]
     try:
         journals = rfs.list_tree(JOURNAL)
     except FileNotFoundError:
@@ -254,4 +260,25 @@ def damaged_journals(rfs: RemoteFS) -> List[dict]:
             url = rfs.url_of(key)
             out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
                         "detail": f"{url}: journal not readable; never acted on, left in place"})
+    return out
+
+
+def damaged_locks(rfs: RemoteFS) -> List[dict]:
+    """Run lock objects that are not a lock's shape (not JSON, cut, wrong types), named by URL
+    with a code: they hold no run (the lease rules count their holder gone) and are left in place."""
+    st = BucketState(rfs)
+    out = []
+    try:
+        locks = rfs.list_tree(LOCKS)
+    except FileNotFoundError:
+        return out
+    for key, info in sorted(locks.items()):
+        if not key.endswith(".json"):
+            continue
+        doc, _ = st.read(rfs.path(key), info)
+        if doc is not None and not well_formed(doc):
+            url = rfs.url_of(key)
+            out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
+                        "detail": f"{url}: run lock not readable; it holds no run (a reduce or restore of its "
+                                  "run takes it over), left in place"})
     return out

@@ -327,8 +327,10 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
         checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
         dels = [f for f in files if f["action"] == "delete"]
         if dels:
-            checks.append({"name": "removed files", "ok": True, "detail": f"{len(dels)} file(s) backed up by "
-                           "server-side copy (the store's checksum verified) and removed"})
+            how = (f"into the blob vault {vault.blobs.folder} (read back and hashed)" if kept
+                   else "by server-side copy (the store's checksum verified)")
+            checks.append({"name": "removed files", "ok": True, "detail": f"{len(dels)} file(s) backed up {how} "
+                           "and removed"})
         for line in rp.fidelity:
             checks.append({"name": "plan", "ok": True, "detail": line})
         return res

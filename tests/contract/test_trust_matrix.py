@@ -620,19 +620,6 @@ GAPS = {
                                       "status nor the next start (a truncated or non-JSON one is: damaged_state_file)",
     ("posix", "history", "wrong_types"): "a history.jsonl line that is JSON of the wrong shape is skipped unnamed (a "
                                          "non-JSON line is named: damaged_line)",
-    ("posix", "oplog", "wrong_types"): "an oplog line that is JSON of the wrong shape is skipped unnamed (a non-JSON "
-                                       "line is named: damaged_line)",
-    ("bucket", "lock", "*"): "a damaged run lock object of a bucket logdir is named by neither status nor recover",
-    # since 867e728 a local manifest's only record is a sealed segment piece of the operation log
-    # (oplog/segments/*.zst): ``manifest`` replaces that piece, ``oplog`` appends to it
-    ("posix", "manifest", "*"): "a damaged sealed oplog segment piece (not zstd, cut in half, JSON text) hides the "
-                                "operation: restore(run) says 'nothing to restore' with no code and without the "
-                                "piece (catalogue.hiding_damage does not count it); a piece cut in half is not named "
-                                "by status either (only orphan_blobs); the backups stay",
-    ("posix", "oplog", "truncated"): "a torn line appended after a sealed segment piece's zstd frame is named by "
-                                     "neither status nor recover",
-    ("posix", "oplog", "not_json"): "a garbage line appended to a sealed segment piece hides the operation from "
-                                    "restore(run) ('nothing to restore', no code), though status names the piece",
 }
 
 
