@@ -83,6 +83,7 @@ def unseal(logdir):
             text = f.read()
         p.with_name(p.name.split(".")[0] + "-unsealed.jsonl").write_bytes(text)
         p.unlink()
+        (Path(oplog.twins_dir(str(state(logdir)))) / p.name).unlink()  # its second copy too
 
 
 def segment_of(logdir, op_id):
@@ -242,9 +243,10 @@ def test_a_damaged_sealed_piece_is_named_and_its_backups_kept(reduced):
     logdir, _before, ops = reduced
     blobs = sorted(p for p in (state(logdir) / "blobs").rglob("*") if p.is_file())
     (piece,) = Path(oplog.segments_dir(str(state(logdir)))).glob("*" + oplog.SEALED_SUFFIX)
-    raw = bytearray(piece.read_bytes())
-    raw[len(raw) // 2] ^= 0xFF
-    piece.write_bytes(bytes(raw))
+    for copy in (piece, Path(oplog.twins_dir(str(state(logdir)))) / piece.name):  # both copies
+        raw = bytearray(copy.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        copy.write_bytes(bytes(raw))
     st = cli("status", logdir)
     assert st.returncode == 0 and "[damaged_line]" in st.stdout and str(piece) in st.stdout, st.stdout
     api.purge(str(logdir), older_than=0, yes=True)

@@ -279,6 +279,12 @@ def hiding_damage(ctx: Context) -> List[str]:
         out.append(f"{e}; backups in the vaults it listed are not found (give their folder as --backup-dir)")
     # named until the user removes it: the merge kept what its bytes still said, perhaps not all
     out += [f"{aside}: {damaged_index_advice(aside, ctx.state)}" for aside in damaged_vault_indexes(ctx.state)]
+    # a damaged line of a vault's operation log that may have been a whole manifest no readable
+    # line names (an undecodable sealed piece): the operation it recorded is out of sight
+    for root in known_vaults(ctx):
+        if Vault(root).is_private():
+            out += [f"{where}: the operation log's record there cannot be read and may be a manifest; its "
+                    "backups are all kept; see `tb-footprint recover`" for where in oplog.hiding_damage(root, alone=True)]
     return out
 
 

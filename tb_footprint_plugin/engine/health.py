@@ -248,6 +248,12 @@ def _log_problems(root: str) -> List[dict]:
         if intent:
             out.append(_f(Finding.UNFINISHED, op_id, None, f"a purge of {op_id} was interrupted; "
                           "`recover` finishes it"))
+    # a sealed piece's copy that does not decode (or is missing) while its twin does: `recover`
+    # rewrites it; neither whole: what it held is unknown (every blob is kept)
+    for f in oplog.check_copies(root):
+        code = Finding.MANIFEST_DAMAGED if f.code == oplog.COPY_DAMAGED else Finding.MANIFEST_LOST
+        path = f.detail.split(": ", 1)[0]
+        out.append(dict(_f(code, None, None, f.detail), path=path))
     # damage that names no operation (a sealed piece that does not decode): named all the same
     out += _lines([d for d in oplog.damaged_lines(root) if (d.file, d.line) not in seen], None,
                   "the operations it held are not listed; their backups are kept")

@@ -84,6 +84,18 @@ def segments_dir(vault_root: str) -> str:
     return os.path.join(oplog_dir(vault_root), SEGMENTS)
 
 
+#: the second copy of every sealed piece, ``<vault>/oplog/twins/<stem>.<k>.zst`` (the same bytes
+#: as ``segments/<stem>.<k>.zst``, written and fsynced on their own): a piece is a batch's only
+#: record of its manifests, so one damaged bit must not lose one (``Index`` reads the twin of a
+#: piece that does not decode whole; ``repair_copies`` rewrites the bad copy from the good one)
+TWINS = "twins"
+
+
+def twins_dir(vault_root: str) -> str:
+    """Where each sealed piece's second copy is: ``<vault>/oplog/twins/``."""
+    return os.path.join(oplog_dir(vault_root), TWINS)
+
+
 def legacy_path(vault_root: str, op_id: str) -> str:
     """An older version's log of one operation, ``<vault>/oplog/<op_id>.jsonl`` (read, never written)."""
     return os.path.join(oplog_dir(vault_root), f"{op_id}.jsonl")
@@ -173,12 +185,34 @@ def seal_all() -> None:
             seal(root)
 
 
+def _write_piece(folder: str, name: str, packed: bytes, text: Optional[bytes]) -> str:
+    """``packed`` written under a temp name in ``folder``, fsynced, and read back (decoded to
+    ``text`` when given, else to its end with no damage); returns the temp name."""
+    tmp = os.path.join(folder, f".{name}.tmp-{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(packed)
+        out.flush()
+        os.fsync(out.fileno())
+    try:
+        back, err = _decode_piece(tmp)
+        if err is not None or (text is not None and back != text):
+            raise OSError(errno.EIO, f"{tmp}: does not decompress to the segment's lines")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return tmp
+
+
 def _seal_file(path: str) -> bool:
     from tb_footprint_plugin.storage import zst
     from tb_footprint_plugin.storage.files import fsync_dir
 
     folder, stem = os.path.dirname(path), _stem(os.path.basename(path))
-    made: List[tuple] = []  # (temp, final)
+    root = os.path.dirname(os.path.dirname(folder))
+    twins = ensure_private_dir(twins_dir(root), root)
+    made: List[tuple] = []  # (temp, final), each piece in both folders
     try:
         with open_regular(path) as f:
             ident = os.fstat(f.fileno())
@@ -189,17 +223,11 @@ def _seal_file(path: str) -> bool:
                 cut = data.rfind(b"\n") + 1 if chunk else len(data)  # the end: a torn tail goes as it is
                 piece, rest = data[:cut], data[cut:]
                 if piece:
-                    final = os.path.join(folder, f"{stem}.{k:05d}{SEALED_SUFFIX}")
-                    tmp = os.path.join(folder, f".{stem}.{k:05d}.tmp-{os.urandom(4).hex()}")
-                    made.append((tmp, final))
-                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-                    with os.fdopen(fd, "wb") as out:
-                        zst.compress_stream(io.BytesIO(piece), out, len(piece), level=SEAL_LEVEL, give_up_ratio=None)
-                        out.flush()
-                        os.fsync(out.fileno())
-                    with zst.open_decompressed(open_regular(tmp)) as back:
-                        if back.read() != piece:
-                            raise OSError(errno.EIO, f"{tmp}: does not decompress to the segment's lines")
+                    name = f"{stem}.{k:05d}{SEALED_SUFFIX}"
+                    packed = io.BytesIO()
+                    zst.compress_stream(io.BytesIO(piece), packed, len(piece), level=SEAL_LEVEL, give_up_ratio=None)
+                    for where in (folder, twins):  # two files, each fsynced and read back on its own
+                        made.append((_write_piece(where, name, packed.getvalue(), piece), os.path.join(where, name)))
                     k += 1
                 if not chunk:
                     break
@@ -208,8 +236,9 @@ def _seal_file(path: str) -> bool:
             raise OSError(errno.EAGAIN, f"{path}: changed while being sealed")
         for tmp, final in made:
             os.replace(tmp, final)
+        fsync_dir(twins)
         fsync_dir(folder)
-        os.unlink(path)  # the pieces are durable and verified: the plain segment can go
+        os.unlink(path)  # the pieces are durable and verified, twice: the plain segment can go
         fsync_dir(folder)
         return True
     except BaseException:
@@ -220,6 +249,50 @@ def _seal_file(path: str) -> bool:
                 with contextlib.suppress(OSError):
                     os.unlink(final)
         raise
+
+
+def _decoder():
+    try:
+        from compression import zstd as std  # type: ignore[import-not-found]
+        return std.ZstdDecompressor()
+    except ImportError:
+        import zstandard
+        return zstandard.ZstdDecompressor().decompressobj()
+
+
+def _decode_piece(path: str):
+    """``(text, damage)`` of a sealed piece: what its one zstd frame decodes to (at most
+    ``MAX_LINE + SEAL_CHUNK`` bytes: no piece holds more), and None, or why it is damaged — a
+    frame that does not decode (its checksum catches a flipped bit), ends short, or has bytes
+    after it (a line appended to the file). Fed a KiB at a time, so a hostile frame cannot
+    make it hold much more than the cap. ``FileNotFoundError`` when there is no such file."""
+    d = _decoder()
+    parts, size, err = [], 0, None
+    with open_regular(path) as f:
+        try:
+            while True:
+                b = f.read(1024)
+                if not b:
+                    if not d.eof:
+                        err = "the compressed piece ends before its frame does"
+                    break
+                if d.eof:
+                    err = "bytes after the piece's compressed frame"
+                    break
+                out = d.decompress(b)
+                parts.append(out)
+                size += len(out)
+                if d.eof and (d.unused_data or f.read(1)):
+                    err = "bytes after the piece's compressed frame"
+                    break
+                if size > MAX_LINE + SEAL_CHUNK:
+                    err = "the compressed piece decodes to more than any piece holds"
+                    break
+        except OSError:
+            raise
+        except Exception as e:  # the codecs raise their own error types for bad data
+            err = f"not a valid zstd frame ({str(e)[:120]})"
+    return b"".join(parts), err
 
 
 #: zstd level of a sealed segment (small, once per batch: the ratio matters more than the speed)
@@ -325,10 +398,11 @@ _STATE_TYPES = ("manifest", "manifest_change")
 
 
 class _Segment:
-    __slots__ = ("ident", "offset", "lines", "sealed")
+    __slots__ = ("ident", "offset", "lines", "sealed", "src")
 
     def __init__(self, ident, sealed: bool = False):
         self.ident, self.offset, self.lines, self.sealed = ident, 0, 0, sealed
+        self.src = None  # a sealed piece: the copy its lines were read from
 
 
 class _Gone(Exception):
@@ -359,6 +433,8 @@ class Index:
         self.at: Dict[tuple, tuple] = {}
         self.copies: Dict[tuple, int] = {}
         self.damaged_at: set = set()
+        #: sealed piece -> (path, why) of a copy that does not decode whole while the other does
+        self.bad_copies: Dict[str, tuple] = {}
 
     def refresh(self) -> "Index":
         with self.lock:
@@ -377,16 +453,26 @@ class Index:
                     if not os.path.islink(d) and not os.path.islink(oplog_dir(self.root)) else []
             except OSError:
                 listed = []
+            tw = twins_dir(self.root)
+            try:
+                twins = [n for n in os.listdir(tw) if not n.startswith(".") and n.endswith(SEALED_SUFFIX)] \
+                    if not os.path.islink(tw) and not os.path.islink(oplog_dir(self.root)) else []
+            except OSError:
+                twins = []
             plain = {_stem(n) for n in listed if n.endswith(".jsonl")}
             # a sealed segment's pieces count only once its plain file is gone (a seal cut short
-            # leaves both: the plain one is the record)
-            names = sorted(n for n in listed if n.endswith(".jsonl")
-                           or (n.endswith(SEALED_SUFFIX) and _stem(n) not in plain))
+            # leaves both: the plain one is the record); a piece is read from either copy
+            names = sorted(set(n for n in listed if n.endswith(".jsonl")
+                               or (n.endswith(SEALED_SUFFIX) and _stem(n) not in plain))
+                           | {n for n in twins if _stem(n) not in plain})
             stats = {}
             for n in names:
                 known = self.segments.get(n)
                 if known is not None and known.sealed:
                     continue  # a sealed piece never changes (one replaced is caught where it is read)
+                if n.endswith(SEALED_SUFFIX):
+                    stats[n] = None  # which copy is read is ``_read``'s choice
+                    continue
                 with contextlib.suppress(OSError):
                     st = os.lstat(os.path.join(d, n))
                     if stat.S_ISREG(st.st_mode):
@@ -401,49 +487,73 @@ class Index:
                 raise _Gone()
             for n, st in stats.items():
                 seg = self.segments.get(n)
+                if st is None:  # a sealed piece not read yet: read whole, once
+                    seg = self.segments[n] = _Segment(None, True)
+                    self._read(os.path.join(d, n), seg)
+                    seg.offset = 1
+                    continue
                 if seg is None:
-                    seg = self.segments[n] = _Segment((st.st_dev, st.st_ino), n.endswith(SEALED_SUFFIX))
+                    seg = self.segments[n] = _Segment((st.st_dev, st.st_ino), False)
                 if st.st_size > seg.offset:
                     self._read(os.path.join(d, n), seg)
-                    if seg.sealed:
-                        seg.offset = st.st_size  # read whole: a sealed piece never grows
             return self
 
     def _sealed_bytes(self, path: str, ident) -> bytes:
-        from tb_footprint_plugin.storage import zst
-
+        """What the copy ``path`` of a sealed piece decodes to (the last one read is kept), as
+        long as it is still the file (``ident``) its lines were indexed from."""
         if self._cache is not None and self._cache[0] == (path, ident):
             return self._cache[1]
         self._cache = None
-        f = open_regular(path)
-        if (os.fstat(f.fileno()).st_dev, os.fstat(f.fileno()).st_ino) != ident:
-            f.close()
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise _Gone() from None
+        if (st.st_dev, st.st_ino) != ident:
             raise _Gone()
-        parts, size, err = [], 0, None
-        with zst.open_decompressed(f) as z:
-            while size <= MAX_LINE + SEAL_CHUNK:
-                try:
-                    b = z.read(1 << 16)
-                except OSError as e:  # damaged: what decoded before it still counts
-                    err = e
-                    break
-                if not b:
-                    break
-                parts.append(b)
-                size += len(b)
-        data = b"".join(parts)
+        data, err = _decode_piece(path)
         self._cache = ((path, ident), data, err)
         return data
 
+    def _pick_copy(self, name: str):
+        """``(path, ident, text, damage)`` of the copy of sealed piece ``name`` to read: the first
+        (``segments/``, then ``twins/``) that decodes whole, else the one that decodes furthest;
+        a damaged copy beside a whole one is kept in ``bad_copies`` (named, ``repair_copies``)."""
+        got = []
+        for folder in (segments_dir(self.root), twins_dir(self.root)):
+            p = os.path.join(folder, name)
+            try:
+                st = os.lstat(p)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                got.append((p, None, b"", "not a regular file"))
+                continue
+            try:
+                data, err = _decode_piece(p)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                data, err = b"", f"unreadable ({e.strerror or e})"
+            got.append((p, (st.st_dev, st.st_ino), data, err))
+            if err is None:
+                break
+        if not got:
+            raise _Gone()
+        whole = [g for g in got if g[3] is None]
+        pick = whole[0] if whole else max(got, key=lambda g: len(g[2]))
+        if whole:
+            self.bad_copies.pop(name, None)
+            for g in got:
+                if g[3] is not None:
+                    self.bad_copies[name] = (g[0], g[3])
+        return pick
+
     def _read(self, path: str, seg: _Segment) -> None:
         if seg.sealed:
-            try:
-                data = self._sealed_bytes(path, seg.ident)
-                err = self._cache[2]
-            except FileNotFoundError:
-                raise _Gone() from None
-            except OSError as e:
-                data, err = b"", e
+            src, seg.ident, data, err = self._pick_copy(os.path.basename(path))
+            seg.src = src
+            if seg.ident is not None:
+                self._cache = ((src, seg.ident), data, err)
             start = 0
             while True:
                 nl = data.find(b"\n", start)
@@ -573,7 +683,7 @@ class Index:
             s = self.segments.get(seg)
             if s is not None and s.sealed:
                 try:
-                    return self._sealed_bytes(path, s.ident)[offset:offset + length]
+                    return self._sealed_bytes(s.src, s.ident)[offset:offset + length]
                 except _Gone:
                     raise FileNotFoundError(errno.ENOENT, "sealed segment replaced", path) from None
         with open_regular(path) as f:
@@ -733,6 +843,117 @@ def lost_lines(vault_root: str) -> int:
         return sum(not idx.covered(seg, n) for seg, lines in idx.damaged.items() for n, *_rest in lines)
 
 
+def hiding_damage(vault_root: str, alone: bool = False) -> List[str]:
+    """Damaged lines that may have been a whole record of an operation no readable line names
+    (an undecodable sealed piece, a damaged line naming no operation, a line too long to read
+    whole), each as ``<file> line <n>: <why>``: a manifest may be on one, so nothing may be
+    decided by its absence — every blob is kept (``Vault.referenced_blobs``). A lost copy of a
+    state whose twin reads hides nothing. ``alone``: only those in a segment no readable record
+    comes from (a piece that decodes to nothing): an operation may be out of sight entirely, so
+    a restore names them (``catalogue.hiding_damage``); one beside readable records is counted
+    for each of their operations (``damaged_of``)."""
+    idx = index(vault_root)
+    with idx.lock:
+        return [f"{os.path.join(segments_dir(vault_root), seg)} line {n}: {why}"
+                for seg, lines in sorted(idx.damaged.items()) for n, _off, ln, op, why in lines
+                if (op is None or ln > MAX_LINE) and not idx.covered(seg, n)
+                and not (alone and idx.in_segment.get(seg))]
+
+
+#: codes of what a check of the sealed pieces' two copies found (``check_copies``)
+COPY_DAMAGED = "copy_damaged"  # one copy does not decode whole; the other does (``repair`` rewrites it)
+COPY_REWRITTEN = "copy_rewritten"  # ... and was rewritten from the other
+COPIES_LOST = "copies_lost"  # neither copy decodes whole (or they differ): what it held is unknown
+
+
+def _piece_file(path: str) -> Optional[bytes]:
+    """The compressed bytes of one copy of a piece (None: absent, not a regular file, or larger
+    than any piece is)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 2 * (MAX_LINE + SEAL_CHUNK):
+            return None
+        with open_regular(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def check_copies(vault_root: str, repair: bool = False) -> List[CatalogueFinding]:
+    """Compare the two copies of every sealed piece (``segments/`` and ``twins/``), byte for
+    byte — they are written alike, so a difference is damage: the copy that does not decode
+    whole is named (and with ``repair``, rewritten from the other: written under a temp name,
+    fsynced, read back, renamed); a piece with a copy missing (sealed by a version that wrote
+    one) gets it. Neither copy whole: named, left as it is (``hiding_damage`` keeps every blob)."""
+    seg, tw = segments_dir(vault_root), twins_dir(vault_root)
+    out: List[CatalogueFinding] = []
+
+    def listing(d):
+        try:
+            return {n for n in os.listdir(d) if not n.startswith(".")} if not os.path.islink(d) else set()
+        except OSError:
+            return set()
+    if os.path.islink(oplog_dir(vault_root)):
+        return out
+    here, there = listing(seg), listing(tw)
+    plain = {_stem(n) for n in here if n.endswith(".jsonl")}
+    for name in sorted(n for n in here | there if n.endswith(SEALED_SUFFIX) and _stem(n) not in plain):
+        a_path, b_path = os.path.join(seg, name), os.path.join(tw, name)
+        a, b = _piece_file(a_path), _piece_file(b_path)
+        if a is not None and a == b:
+            continue
+        ok = {p: data is not None and _decode_piece(p)[1] is None for p, data in ((a_path, a), (b_path, b))}
+        if ok[a_path] and ok[b_path]:
+            out.append(CatalogueFinding(COPIES_LOST, None, f"{a_path}: differs from its copy {b_path} though both "
+                                        "decode; both kept as they are", vault_root))
+            continue
+        if not (ok[a_path] or ok[b_path]):
+            out.append(CatalogueFinding(COPIES_LOST, None, f"{a_path}: neither it nor its copy {b_path} decodes "
+                                        "whole; the manifests it held may be lost: every backup of the vault is "
+                                        "kept", vault_root))
+            continue
+        good, bad = (a_path, b_path) if ok[a_path] else (b_path, a_path)
+        what = "is missing" if not os.path.lexists(bad) else "is damaged"
+        if not repair:
+            out.append(CatalogueFinding(COPY_DAMAGED, None, f"{bad}: this copy of a sealed piece of the operation "
+                                        f"log {what}; its other copy {good} reads (the next start rewrites it)",
+                                        vault_root))
+            continue
+        try:
+            _rewrite_copy(vault_root, good, bad)
+        except OSError as e:
+            out.append(CatalogueFinding(COPY_DAMAGED, None, f"{bad}: this copy of a sealed piece {what} and could "
+                                        f"not be rewritten ({e.strerror or e}); its other copy {good} reads",
+                                        vault_root))
+            continue
+        out.append(CatalogueFinding(COPY_REWRITTEN, None, f"{bad}: this copy of a sealed piece of the operation log "
+                                    f"{what[3:]}; rewritten from its other copy {good}", vault_root))
+    return out
+
+
+def _rewrite_copy(vault_root: str, good: str, bad: str) -> None:
+    from tb_footprint_plugin.storage.files import fsync_dir
+
+    folder = os.path.dirname(bad)
+    ensure_private_dir(folder, vault_root)
+    data = _piece_file(good)
+    if data is None:
+        raise OSError(errno.EIO, f"{good}: unreadable")
+    text, err = _decode_piece(good)
+    if err is not None:
+        raise OSError(errno.EIO, f"{good}: {err}")
+    tmp = _write_piece(folder, os.path.basename(bad), data, text)
+    if os.path.lexists(bad) and not os.path.isdir(bad):
+        os.replace(bad, os.path.join(folder, f".{os.path.basename(bad)}.damaged-{int(time.time())}"))  # post-mortem
+    os.replace(tmp, bad)
+    fsync_dir(folder)
+    with _INDEXES_LOCK:
+        idx = _INDEXES.get(os.path.abspath(vault_root))
+    if idx is not None:
+        with idx.lock:
+            idx._reset()  # read the piece again: both copies whole now
+
+
 def damaged_digests(vault_root: str, op_ids: Iterable[str] = ()) -> set:
     """Every digest spelled out in a damaged segment line, and in any record of ``op_ids``:
     blobs kept because a line that cannot be read, or a state that cannot be trusted, may name
@@ -799,7 +1020,9 @@ def rebuild_manifests(vault) -> List[CatalogueFinding]:
 
 
 def _rebuild_manifests(vault) -> List[CatalogueFinding]:
-    out: List[CatalogueFinding] = []
+    # a sealed piece's damaged copy is rewritten from its whole twin first (one bit must not
+    # lose a manifest, nor two bits at different times)
+    out: List[CatalogueFinding] = check_copies(vault.root, repair=True)
     logged = set()
     for op_id in logged_ops(vault.root):
         logged.add(op_id)
@@ -866,5 +1089,7 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 
 __all__ = ["OPLOG", "SEGMENTS", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "segments_dir",
            "legacy_path", "log_path", "append", "record_manifest", "NOT_LOGGED", "OpLog", "Index", "index",
-           "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "lost_lines", "damaged_digests",
+           "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "lost_lines", "hiding_damage",
+           "TWINS", "twins_dir", "check_copies", "COPY_DAMAGED", "COPY_REWRITTEN", "COPIES_LOST",
+           "damaged_digests",
            "derived", "last_state", "last_state_line", "purge_intent", "rebuild_manifests", "orphan_blobs", "manifest_readable"]

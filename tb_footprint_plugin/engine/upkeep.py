@@ -47,7 +47,7 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
         vault = Vault(root)
         try:
             for f in oplog.rebuild_manifests(vault):
-                rebuilt = f.code == oplog.MANIFEST_REBUILT
+                rebuilt = f.code in (oplog.MANIFEST_REBUILT, oplog.COPY_REWRITTEN)
                 outcomes.append(RecoveryOutcome(f.op_id or "", "", Recovery.REBUILT if rebuilt else Recovery.FAILED,
                                                 f.detail, Finding.MANIFEST_REBUILT if rebuilt else Finding.MANIFEST_LOST))
         except OSError as e:

@@ -227,6 +227,32 @@ def read_notes(folder: str) -> Dict[str, List[str]]:
     return out
 
 
+class EveryBlob(set):
+    """What ``Vault.referenced_blobs`` returns while a manifest may be unreadable in a way that
+    hides which blobs it claimed: a set every digest is in (``in`` is always true, and so is it
+    in a union with it, on either side), so no purge, rollback, forget or reset deletes a blob
+    by its absence from the manifests read."""
+
+    def __contains__(self, item) -> bool:
+        return True
+
+    def __or__(self, other) -> "EveryBlob":
+        return EveryBlob(set.__or__(self, set(other)))
+
+    __ror__ = __or__
+
+    def __sub__(self, other) -> "EveryBlob":
+        return EveryBlob(set.__sub__(self, set(other)))
+
+    def __rsub__(self, other) -> set:
+        return set()  # nothing is outside every blob
+
+    def __rand__(self, other) -> set:
+        return set(other)
+
+    __and__ = __rand__
+
+
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
@@ -1002,6 +1028,12 @@ class Vault:
             self._read_all(out)
             # a damaged log line may have been a manifest no one can read now (its blobs claimed)
             self.unread += oplog.lost_lines(self.root)
+            # one that may have been a whole manifest no readable line names is said, with its file
+            for where in oplog.hiding_damage(self.root):
+                file, _sep, why = where.partition(" line ")
+                self.problems.append(Untrusted(Finding.DAMAGED_LINE, file, f"line {why}; a manifest may have been "
+                                               "on it: every backup of the vault is kept until it is settled "
+                                               "(`tb-footprint recover`)"))
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         self.problems += set_aside_findings(self.root)
         self.problems += other_users_state_findings(self.root)
@@ -1061,6 +1093,10 @@ class Vault:
         # have been about (its last readable state may be older than the lost one)
         with oplog.snapshot(self.root):
             refs |= oplog.damaged_digests(self.root, oplog.index(self.root).damaged_ops())
+            if oplog.hiding_damage(self.root):
+                # a damaged line that may have been a whole manifest no readable line names: the
+                # blobs it claimed are unknown, so none is let go by its absence
+                return EveryBlob(refs)
         return refs
 
     def delete_blob(self, sha: str) -> int:
