@@ -417,13 +417,11 @@ class PythonSide:
 def _c_crc32c() -> None:
     """TensorBoard's TensorFlow stub checks record CRCs with a CRC-32C table in pure Python
     (~0.5 us a byte: most of this loader's time on histogram records); the same function
-    in C (``google_crc32c``, already what ``scan.tfrecord`` uses). Only in this child: the
-    loader's logic is untouched, and a CRC it would reject it still rejects."""
-    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+    in C (``readers.fast_stub_crc``): the loader's logic is untouched, and a CRC it would
+    reject it still rejects."""
+    from tb_footprint_plugin.verify.readers import fast_stub_crc
 
-    from tb_footprint_plugin.scan.tfrecord import masked_crc32c
-
-    pywrap_tensorflow.masked_crc32c = masked_crc32c
+    fast_stub_crc()
 
 
 #: What TensorBoard's file layer (``tensorflow_stub.io.gfile``) imports only to offer S3 and
