@@ -368,12 +368,58 @@ def record_manifest(vault_root: str, manifest: dict) -> None:
     op_id = manifest["op_id"]
     prev, damaged = segment_state(vault_root, op_id)
     if prev is None or damaged is not None:  # a damaged line: what it said is unknown
-        append(vault_root, op_id, {"type": "manifest", "manifest": state}, twice=True)
+        rec = {"type": "manifest", "manifest": state}
+        if _too_long(rec):
+            _append_parts(vault_root, op_id, state)
+        else:
+            append(vault_root, op_id, rec, twice=True)
         return
     changed = {k: v for k, v in state.items() if k not in prev or prev[k] != v}
     gone = sorted(k for k in prev if k not in state)
     if changed or gone:
-        append(vault_root, op_id, {"type": "manifest_change", "set": changed, "unset": gone}, twice=True)
+        rec = {"type": "manifest_change", "set": changed, "unset": gone}
+        if _too_long(rec):
+            _append_parts(vault_root, op_id, state)
+        else:
+            append(vault_root, op_id, rec, twice=True)
+
+
+#: a record whose line would be longer than this is logged in parts (``_append_parts``), well
+#: under ``MAX_LINE``, past which a reader takes a line for damage
+SPLIT_AT = 8 << 20
+
+
+def _too_long(record: dict) -> bool:
+    return len(json.dumps(record, sort_keys=True, separators=(",", ":"))) > SPLIT_AT
+
+
+def _append_parts(vault_root: str, op_id: str, state: dict) -> None:
+    """Log a state too large for one line (a run of ~100k files) as a head and its parts: the
+    head is the state with each long list cut to its first items and says how many records
+    make it (``parts``); each part (``manifest_part``) carries the next items of one list.
+    A reader takes the state only once every part follows in order (``trust.fold_states``): a
+    kill midway leaves the state as it was before this write, as a lost line would."""
+    head, parts = dict(state), []
+    budget = SPLIT_AT // 2
+    for key in sorted(k for k, v in state.items() if isinstance(v, list)):
+        chunks, cur, size = [], [], 0
+        for item in state[key]:
+            n = len(json.dumps(item, sort_keys=True, separators=(",", ":"))) + 1
+            if cur and size + n > budget:
+                chunks.append(cur)
+                cur, size = [], 0
+            cur.append(item)
+            size += n
+        chunks.append(cur)
+        head[key] = chunks[0]
+        parts += [(key, c) for c in chunks[1:]]
+    rec = {"type": "manifest", "manifest": head, "parts": 1 + len(parts)}
+    if _too_long(rec):
+        raise ValueError(f"manifest of {op_id} has a field too large to log ({SPLIT_AT} bytes a line); not logged")
+    append(vault_root, op_id, rec, twice=True)
+    for i, (key, items) in enumerate(parts, 1):
+        append(vault_root, op_id, {"type": "manifest_part", "part": i, "of": 1 + len(parts), "key": key,
+                                   "items": items}, twice=True)
 
 
 class OpLog(trust.JsonLines):
@@ -394,7 +440,7 @@ _OP_IN_LINE = re.compile(rb'"op":\s*"([A-Za-z0-9][A-Za-z0-9_-]{0,127})"')
 _DIGEST = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 #: no record line comes near it; a longer one is damage, indexed as such and never parsed
 MAX_LINE = 64 << 20
-_STATE_TYPES = ("manifest", "manifest_change")
+_STATE_TYPES = ("manifest", "manifest_change", "manifest_part")
 
 
 class _Segment:
@@ -581,10 +627,19 @@ class Index:
                 return  # replaced between the listing and the open: the next refresh starts over
             f.seek(seg.offset)
             pending = b""
+            skipping = None  # [its first bytes, its length so far]: a line too long to hold
             while True:
                 chunk = f.read(1 << 20)
                 if not chunk:
                     break
+                if skipping is not None:
+                    nl = chunk.find(b"\n")
+                    if nl < 0:
+                        skipping[1] += len(chunk)
+                        continue
+                    self._long_line(path, seg, skipping[0], seg.offset, skipping[1] + nl)
+                    seg.offset += skipping[1] + nl + 1
+                    skipping, chunk = None, chunk[nl + 1:]
                 pending += chunk
                 start = 0
                 while True:
@@ -596,8 +651,19 @@ class Index:
                     start = nl + 1
                 pending = pending[start:]
                 if len(pending) > MAX_LINE:
-                    break  # no newline for that long: damage; it waits as a torn tail
+                    # no record is that long: damage, skipped to its end (never held whole) and
+                    # indexed with the op id it starts with; what follows it is read as ever
+                    skipping, pending = [pending[:4096], len(pending)], b""
             # what follows the last newline is an append under way or a torn one: read once it ends
+
+    def _long_line(self, path: str, seg: _Segment, head: bytes, offset: int, length: int) -> None:
+        """A line longer than ``MAX_LINE``: damage of the operation it starts with (or none)."""
+        seg.lines += 1
+        name = os.path.basename(path)
+        m = _OP_IN_LINE.search(head)
+        self.damaged.setdefault(name, []).append((seg.lines, offset, length, m.group(1).decode() if m else None,
+                                                  f"a line of {length} bytes, longer than any record; not read"))
+        self.damaged_at.add((name, seg.lines))
 
     def _line(self, path: str, seg: _Segment, raw: bytes, offset: int, length: int) -> None:
         seg.lines += 1

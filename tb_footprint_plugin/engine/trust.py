@@ -336,12 +336,30 @@ def repair_identity(logdir: str, state: str, vault_roots: Iterable[str] = ()) ->
 def fold_states(records: Iterable[dict]) -> Optional[dict]:
     """The newest manifest state in a log's records, in order: its last full state
     (``{"type": "manifest", "manifest": {…}}``) with every later change (``{"type":
-    "manifest_change", "set": {…}, "unset": […]}``) folded in; None when there is none."""
+    "manifest_change", "set": {…}, "unset": […]}``) folded in; None when there is none. A full
+    state logged in parts (its head says ``parts``: n, then ``manifest_part`` records 1..n-1,
+    each adding items to one list) counts only once every part has followed in order."""
     state = None
+    pending = None  # [a state logged in parts, how many records make it, the next part's number]
     for r in records:
-        if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict):
-            state = dict(r["manifest"])
+        parts = r.get("parts", 1)
+        if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict) and isinstance(parts, int) \
+                and not isinstance(parts, bool) and parts > 1:
+            pending = [{k: list(v) if isinstance(v, list) else v for k, v in r["manifest"].items()}, parts, 1]
+        elif r.get("type") == "manifest_part":
+            key, items = r.get("key"), r.get("items")
+            if pending is not None and r.get("part") == pending[2] and r.get("of") == pending[1] and \
+                    isinstance(key, str) and isinstance(items, list) and isinstance(pending[0].get(key), list):
+                pending[0][key].extend(items)
+                pending[2] += 1
+                if pending[2] == pending[1]:  # whole: it is the state from now on
+                    state, pending = pending[0], None
+            elif not (pending is not None and r.get("part") == pending[2] - 1 and r.get("of") == pending[1]):
+                pending = None  # a part out of order (not the second copy of the last): never taken
+        elif r.get("type") == "manifest" and isinstance(r.get("manifest"), dict):
+            state, pending = dict(r["manifest"]), None
         elif r.get("type") == "manifest_change" and state is not None:
+            pending = None
             if isinstance(r.get("set"), dict):
                 state.update(r["set"])
             if isinstance(r.get("unset"), list):
