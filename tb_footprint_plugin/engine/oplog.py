@@ -1096,7 +1096,7 @@ def _rebuild_manifests(vault) -> List[CatalogueFinding]:
             # the segments are its record: nothing to rebuild (a damaged line of it is named by
             # ``health``; with no readable state at all, the manifest is lost: its blobs are kept)
             state, damage = segment_state(vault.root, op_id)
-            if state is None:
+            if state is None and not manifest_readable(vault.manifest_path(op_id), op_id):
                 out.append(CatalogueFinding(MANIFEST_LOST, op_id, f"manifest of {op_id} has no readable state: "
                                             f"{damage}; its backups are kept", vault.root))
             continue

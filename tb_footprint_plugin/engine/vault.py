@@ -970,6 +970,13 @@ class Vault:
         own). Only in a vault of ours (``NotPrivate``)."""
         self.check_private()
         oplog.record_manifest(self.root, manifest)
+        # an older version's file of it is superseded (the log now holds its whole state): it
+        # goes, so a stale state of it (say, "verified" after a restore) can never come back
+        old = self.manifest_path(manifest["op_id"])
+        if os.path.isfile(old) and not os.path.islink(old) and oplog.segment_state(self.root, manifest["op_id"])[0]:
+            with contextlib.suppress(FileNotFoundError):
+                fsops.unlink(old)
+                fsync_dir(self.ops)
 
     def read_manifest(self, op_id: str) -> dict:
         """The manifest of ``op_id``, checked (``trust.check_manifest``: ``Untrusted``, a ValueError);
@@ -982,8 +989,18 @@ class Vault:
         journal over it (``manifest_damage``). None readable: ``Untrusted`` (``damaged_line``)."""
         from tb_footprint_plugin.engine.trust import DAMAGED_LINE, Untrusted, check_manifest
 
+        state = None
         if oplog.has_state(self.root, op_id):
             state, damage = oplog.segment_state(self.root, op_id)
+        if state is None and oplog.has_state(self.root, op_id) and oplog.manifest_readable(
+                self.manifest_path(op_id), op_id):
+            # only a damaged line names it in the log: an older version's readable file of it is
+            # its record still (a state logged after it would have removed that file)
+            path = self.manifest_path(op_id)
+            with open(path, "r", encoding="utf-8") as f:
+                m = json.load(f)
+            check_manifest(m, path, op_id)
+        elif oplog.has_state(self.root, op_id):
             where = self.manifest_where(op_id)
             if state is None:
                 raise Untrusted(DAMAGED_LINE, where, f"manifest of {op_id}: no readable state ({damage}); its backups "
