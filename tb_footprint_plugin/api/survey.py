@@ -14,7 +14,7 @@ from tb_footprint_plugin.engine.journal import RunLock
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, Vault
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone,
+from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, let_go,
                                               LOCAL_VAULT_NOTE, make_plan, SelectionError)
 from tb_footprint_plugin.plan import select as selecting, shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
@@ -48,9 +48,19 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     runs = select_runs(fp, runs, run_glob)
     traces = bucket_traces(fp.logdir) if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
+    # what the open-writer check needs of each planned run: its files' relative paths (strings
+    # the scan holds anyway); the rest of a scan only this plan reads is let go run by run
+    held: Dict[str, Tuple[str, ...]] = {}
+
+    def planned(r, rp) -> None:
+        if rp.actions and not rp.skipped:
+            held[r.name] = tuple(f.path for f in r.files if f.kind != "symlink")
+        let_go(r)
+
+    own = footprint is None and not is_remote(fp.logdir)  # a bucket plan's cost reads the files after
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                  rewrite=traces, trace_after=traces.trace_after)
+                  rewrite=traces, trace_after=traces.trace_after, on_planned=planned if own else None)
     warning = traces.save(r.name for r in fp.runs)
     if warning:
         p.notes.append(warning)
@@ -83,7 +93,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
     if live:
         # relative paths the scan holds anyway: an absolute one each would be ~170 bytes a file
-        rels = [f.path for r in live for f in (fp.run(r).files if fp.run(r) else []) if f.kind != "symlink"]
+        rels = ([path for r in live for path in held.get(r, ())] if own else
+                [f.path for r in live for f in (fp.run(r).files if fp.run(r) else []) if f.kind != "symlink"])
         apply_open_writers(p, find_writers(JoinedPaths(logdir, rels)), logdir)
     return p
 

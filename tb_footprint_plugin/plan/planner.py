@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes, plural
-from tb_footprint_plugin.scan.model import LogdirFootprint, RunFootprint, UNATTRIBUTED
+from tb_footprint_plugin.scan.model import LogdirFootprint, NO_ITEMS, NO_KEYS, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import Line, fit, plan_content
 from tb_footprint_plugin.plan.model import Action, Plan, RunPlan, SharedTexts
 from tb_footprint_plugin.plan import select
@@ -88,6 +88,7 @@ def make_plan(
     closed_files: Optional[Mapping[str, float]] = None,
     rewrite=None,
     trace_after=None,
+    on_planned: Optional[Callable[[RunFootprint, RunPlan], None]] = None,
 ) -> Plan:
     """Plan ``policy`` over ``footprint``; runs not selected by the filters are left out,
     active or unchanged runs are listed with ``skipped`` set. ``closed_files`` (see
@@ -96,7 +97,9 @@ def make_plan(
     the plan says is what the reduce does (``content``); without it, event rewrites are estimates.
     ``trace_after(run, path, trace_options)``: the same for PyTorch traces, the exact size the
     gzip (options None) or the slim leaves (``transforms.plan_cache.PlanRewrites.trace_after``);
-    without it, their sizes are estimates (``Action.estimated``)."""
+    without it, their sizes are estimates (``Action.estimated``).
+    ``on_planned(run, run_plan)``: called once each run is planned (skips set), so a caller that
+    owns the scan may let go of the run's files before the next (``let_go``)."""
     pol = get_policy(policy)
     now = time.time() if now is None else now
     check_selection(footprint, runs, run_glob)
@@ -125,6 +128,8 @@ def make_plan(
             rp.skipped, rp.code = "nothing to reduce under this policy", Skip.NOTHING
         _share_texts(rp, texts)
         plans.append(rp)
+        if on_planned is not None:
+            on_planned(r, rp)
     plans.sort(key=lambda p: (-p.bytes_before, p.run))
     notes = [LOCAL_VAULT_NOTE]
     return Plan(
@@ -135,6 +140,13 @@ def make_plan(
         runs=plans,
         notes=notes,
     )
+
+
+def let_go(run: RunFootprint) -> None:
+    """Drop what a planned run's footprint holds beyond its name and totals (files, sessions,
+    categories): for a scan only its plan reads, so that a plan of 100,000 runs does not hold
+    the whole scan and the whole plan at once (~1.5 KB a run; issue 28 item 1)."""
+    run.files, run.sessions, run.categories = NO_ITEMS, NO_ITEMS, NO_KEYS
 
 
 def leave_alone(plan: Plan, run: str, reason: str, code: str, writers: Optional[List[dict]] = None) -> None:
