@@ -131,6 +131,19 @@ class Finding(Code):
     NOT_RESTORED = "not_restored"  # an original a restore did not put back (its name was written again): vault only, never purged
     MTIME_NOT_KEPT = "mtime_not_kept"  # an object store keeps no file times or modes: restored objects are dated now
     OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
+    # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
+    BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
+    BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)
+    BAD_DIGEST = "bad_digest"  # a sha256 that is not 64 hex digits
+    PATH_OUTSIDE = "path_outside"  # a path outside its run, the logdir or the vault (absolute, '..', a link)
+    FOREIGN_STATE = "foreign_state"  # a state folder bound to another logdir (copied or planted)
+    FOREIGN_JOURNAL = "foreign_journal"  # a journal of another logdir
+    FOREIGN_VAULT = "foreign_vault"  # a vault this logdir does not use
+    FOREIGN_MANIFEST = "foreign_manifest"  # a manifest of another logdir
+    BAD_MANIFEST = "bad_manifest"  # a manifest that does not parse or check
+    BAD_LEDGER = "bad_ledger"  # a ledger file that is no ledger of this version
+    BAD_LEDGER_ENTRY = "bad_ledger_entry"  # a ledger entry of the wrong shape
+    FOREIGN_LEDGER = "foreign_ledger"  # a ledger of another logdir or batch
 
 
 

@@ -47,18 +47,19 @@ IDENTITY_NAME = "identity.json"
 IDENTITY_FORMAT = 1
 
 #: problem codes
-BAD_RECORD = "bad_record"
-BAD_OP_ID = "bad_op_id"
-BAD_DIGEST = "bad_digest"
-PATH_OUTSIDE = "path_outside"
-FOREIGN_STATE = "foreign_state"
-FOREIGN_JOURNAL = "foreign_journal"
-FOREIGN_VAULT = "foreign_vault"
-FOREIGN_MANIFEST = "foreign_manifest"
-BAD_MANIFEST = "bad_manifest"
-BAD_LEDGER = "bad_ledger"  # a ledger file that is no ledger of this version (the ledger's own checks: engine/ledger.py)
-BAD_LEDGER_ENTRY = "bad_ledger_entry"
-FOREIGN_LEDGER = "foreign_ledger"
+#: (members of ``codes.Finding``: one vocabulary programs branch on; equal to their strings)
+BAD_RECORD = Finding.BAD_RECORD
+BAD_OP_ID = Finding.BAD_OP_ID
+BAD_DIGEST = Finding.BAD_DIGEST
+PATH_OUTSIDE = Finding.PATH_OUTSIDE
+FOREIGN_STATE = Finding.FOREIGN_STATE
+FOREIGN_JOURNAL = Finding.FOREIGN_JOURNAL
+FOREIGN_VAULT = Finding.FOREIGN_VAULT
+FOREIGN_MANIFEST = Finding.FOREIGN_MANIFEST
+BAD_MANIFEST = Finding.BAD_MANIFEST
+BAD_LEDGER = Finding.BAD_LEDGER  # a ledger file that is no ledger of this version (the ledger's own checks: engine/ledger.py)
+BAD_LEDGER_ENTRY = Finding.BAD_LEDGER_ENTRY
+FOREIGN_LEDGER = Finding.FOREIGN_LEDGER
 DAMAGED_LINE = Finding.DAMAGED_LINE  # one line of a JSON-lines file that is not a UTF-8 JSON object
 DAMAGED_FILE = Finding.DAMAGED_FILE  # a whole state file that is not UTF-8 JSON of its shape
 IDENTITY_DAMAGED = Finding.IDENTITY_DAMAGED  # identity.json unreadable or malformed: not a foreign state

@@ -387,8 +387,6 @@ def test_a_refused_bucket_journal_is_named_by_its_url(place):
         assert p.name(p.journal(op)) in outs[op].detail, outs[op]
 
 
-@pytest.mark.xfail(strict=True, reason="the refusal codes of engine/trust.py (path_outside, bad_record, bad_digest, "
-                   "foreign_*, bad_manifest, bad_ledger, ...) are module constants, not codes.py members")
 def test_refusal_codes_are_codes_py_members():
     """Every code a refusal carries is a member of codes.py (the one vocabulary programs branch on)."""
     assert TRUST_CODES <= CODES_PY, sorted(TRUST_CODES - CODES_PY)
