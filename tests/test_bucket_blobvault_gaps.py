@@ -25,3 +25,95 @@ def test_a_rewrite_into_a_vault_of_blobs_says_where_the_removed_files_went(s3_bu
     assert any(p.endswith("host.xplane.pb") for p in o.removed_files)
     (line,) = [c["detail"] for c in o.verification["checks"] if c["name"] == "removed files"]
     assert vault in line and "server-side" not in line, line
+
+
+SLIM = {"name": "slim", "content": {"trace": {"whitespace": True, "drop_python_function": True}}}
+
+
+def _slims(url):
+    """original -> the .gz name the plan gives each slimmed trace of torch/resnet."""
+    plan = api.plan(url, SLIM, quiet_period=0)
+    out = {a.path: a.new_path for rp in plan.runs if rp.run == "torch/resnet" for a in rp.actions
+           if a.kind == "rewrite"}
+    assert out and all(new.endswith(".gz") and new != old for old, new in out.items()), out
+    return out
+
+
+def test_a_slimmed_trace_lands_under_the_name_the_plan_gives_and_restores_to_its_own(
+        s3_bucket, mixed_logdir, tmp_path):
+    """Plan = outcome (issue #29): a slimmed trace is written as <name>.pt.trace.json.gz, the plain
+    name deleted only after; the reduce's verification checks the new key; a restore puts the
+    original name back and deletes the new one."""
+    url = s3_bucket.upload(mixed_logdir, "slim")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket, "slim")
+    slims = _slims(url)
+    (o,) = api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
+                             runs=["torch/resnet"], verify_backends=("python",)).outcomes
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    after = _user(s3_bucket, "slim")
+    rfs = RemoteFS(url)
+    for old, new in slims.items():
+        assert old not in after and new in after, (old, new, sorted(after))
+        assert rfs.read_bytes(new)[:2] == b"\x1f\x8b"
+    assert sorted(o.created_files) == sorted(slims.values()) and set(slims) <= set(o.removed_files)
+    assert sorted(o.verification["created"]) == sorted(slims.values())
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.to_dict()
+    assert _user(s3_bucket, "slim") == before
+
+
+def test_a_slim_killed_mid_swap_is_finished_by_the_next_start_under_the_planned_names(
+        s3_bucket, mixed_logdir, tmp_path):
+    """The swap of a renamed rewrite is idempotent: the next start creates what is missing under the
+    new names and deletes the plain ones; an interrupt before the commit leaves no .gz behind."""
+    from tb_footprint_plugin.engine import faults
+
+    url = s3_bucket.upload(mixed_logdir, "slimkill")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket, "slimkill")
+    slims = _slims(url)
+    faults.arm("reduce.mid_swap", "raise")
+    try:
+        api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
+                          runs=["torch/resnet"], verify_backends=("python",))
+    except faults.InjectedFault:
+        pass
+    faults.disarm_all()
+    outs = api.recover_logdir(url, backup_dir=vault)
+    assert [o.action for o in outs] == ["completed"], outs
+    after = _user(s3_bucket, "slimkill")
+    assert all(old not in after and new in after for old, new in slims.items()), sorted(after)
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.to_dict()
+    assert _user(s3_bucket, "slimkill") == before
+
+    faults.arm("reduce.upload", "raise")  # before the commit record: rolled back, nothing new left
+    try:
+        api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
+                          runs=["torch/resnet"], verify_backends=("python",))
+    except faults.InjectedFault:
+        pass
+    faults.disarm_all()
+    outs = api.recover_logdir(url, backup_dir=vault)
+    assert [o.action for o in outs] == ["rolled_back"], outs
+    assert _user(s3_bucket, "slimkill") == before
+
+
+def test_a_slim_an_earlier_version_swapped_in_place_still_restores(s3_bucket, mixed_logdir, tmp_path):
+    """Before the fix a bucket slim put its gzip'd bytes under the plain name (its manifest already
+    named the .gz): such an operation is restored over the plain name, byte for byte."""
+    url = s3_bucket.upload(mixed_logdir, "slimold")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket, "slimold")
+    slims = _slims(url)
+    (o,) = api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
+                             runs=["torch/resnet"], verify_backends=("python",)).outcomes
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    rfs = RemoteFS(url)
+    for old, new in slims.items():  # what the earlier version left
+        rfs.write_bytes(old, rfs.read_bytes(new))
+        rfs.ops.delete([rfs.path(new)])
+    (r,) = api.restore(url, backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.to_dict()
+    assert _user(s3_bucket, "slimold") == before

@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_listing,
     vault_url,
 )
-from tb_footprint_plugin.engine.bucket_steps import staged_match
+from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, map_ordered, same_content
 
@@ -97,7 +97,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
                     bad.append(f["path"])
             elif not _copy_ok(rfs.ops.head(f["backup"]), f):
                 bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
-            if f.get("action") == "rewrite":
+            if in_place(f):
                 if staged_match(listing.get(f["path"]), f):
                     absent += 1  # holds the reduced bytes this operation put there
                 else:

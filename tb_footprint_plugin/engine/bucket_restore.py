@@ -36,7 +36,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_prefix,
     unlock_versions,
 )
-from tb_footprint_plugin.engine.bucket_steps import copy_matches, staged_match, stream_digest
+from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
 from tb_footprint_plugin.engine.vault import who
@@ -152,9 +152,10 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         present = run_listing(rfs, vault, run)
         for f in manifest["files"]:
             orig = rfs.path(f["path"])
-            action = f.get("action", "delete")
             started = True
-            if action == "rewrite":
+            # a slim by an earlier version wrote its new bytes under the original's own name:
+            # put back over them as an in-place rewrite
+            if in_place(f) or (f.get("action") == "rewrite" and staged_match(present.get(f["path"]), f)):
                 # put back over the reduced object only while it is the one this operation made
                 cur = rfs.ops.head(orig)
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
@@ -210,7 +211,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             if res is not None and res is not _STREAMED and not copy_matches(rfs, res, f, f["backup"], orig):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
-            if action == "compress" and f.get("final"):
+            if renamed(f):
                 # the original is back: the compressed copy this operation made goes (a file
                 # someone wrote under that name since is left alone)
                 final = rfs.path(f["final"])

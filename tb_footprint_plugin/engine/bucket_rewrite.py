@@ -68,7 +68,9 @@ from tb_footprint_plugin.engine.bucket_steps import (
     backup_object,
     file_entry,
     finish_op,
+    in_place,
     manifest_doc,
+    renamed,
     rollback_entry,
     rollback_incomplete,
     rolled_back,
@@ -116,7 +118,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             f.update(tmp=temp_key(vault, op_id, i), final=a.new_path or a.path, index=i)
             if not is_blob_entry(f):
                 f["backup"] = replaced_backup(vault, op_id, i)
-            if a.kind == "compress" and f["final"] in listing:
+            if renamed(f) and f["final"] in listing:
                 out.reason, out.code = f"{f['final']}: exists already; run left as it is", Skip.NOT_IN_PLAN
                 return out
         files.append(f)
@@ -172,7 +174,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             if cur is None or cur.version_token != f["version"]:
                 raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP,
                                      f"{f['path']}: changed since its backup; run left as it was")
-            if f["action"] == "compress" and f["final"] in now_objs:
+            if renamed(f) and f["final"] in now_objs:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['final']}: written since the plan; run left as it was")
         active = written_recently(now_objs, rp.run, quiet_period, closed_files)
         if active:
@@ -197,7 +199,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.verification = v
         out.status = Outcome.VERIFIED
         out.bytes_after = bytes_after
-        out.removed_files = [f["path"] for f in files if f["action"] != "rewrite"]
+        out.removed_files = [f["path"] for f in files if not in_place(f)]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
         ours = unlock_versions(lock_path)
         rfs.ops.delete([journal.path] + ([lock_path] if ours else []), versions=ours)

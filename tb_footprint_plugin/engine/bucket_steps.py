@@ -43,6 +43,18 @@ from tb_footprint_plugin.storage.remote import (
 )
 
 
+def renamed(f: dict) -> bool:
+    """Whether an entry's new bytes go under another key than its original (a gzip, or a trace
+    slimmed to ``<name>.gz``): created there, the original deleted after, as the plan says."""
+    final = f.get("final")
+    return f.get("action") in ("compress", "rewrite") and bool(final) and final != f.get("path")
+
+
+def in_place(f: dict) -> bool:
+    """Whether an entry's new bytes replace its original under the same key (an event-file rewrite)."""
+    return f.get("action") == "rewrite" and not renamed(f)
+
+
 def file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
     """A journal/manifest entry of one planned file: its action, size, version, checksums and
     backup key (a server-side copy), or ``kept_in: blobstore`` with a vault of blobs."""
@@ -129,10 +141,10 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
     for en in live_entries(doc):
         for f in en["files"]:
             path = rfs.path(f["path"])
-            if f.get("action") == "rewrite":
+            if in_place(f):
                 _put_over(rfs, f["tmp"], path, f)
                 temps.append(f["tmp"])
-            elif f.get("action") == "compress":
+            elif renamed(f):  # the new name first: the original is deleted only once it exists
                 _put_new(rfs, f["tmp"], rfs.path(f["final"]), f)
                 temps.append(f["tmp"])
                 deletes[path], rels[path] = f["version"], f["path"]
@@ -201,8 +213,8 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
     """A fresh listing of the runs: every removed key gone, every rewritten key holding the
     staged bytes (the store's checksum), every other object of the run at the version it had."""
     now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
-    removed = {f["path"] for en in live for f in en["files"] if f.get("action") != "rewrite"}
-    rewritten = {f["path"]: f for en in live for f in en["files"] if f.get("action") == "rewrite"}
+    removed = {f["path"] for en in live for f in en["files"] if not in_place(f)}
+    rewritten = {f["path"]: f for en in live for f in en["files"] if in_place(f)}
     planned = planned_objects(listing, [en["run"] for en in live])
     out: Dict[str, dict] = {}
     for en in live:
@@ -215,8 +227,8 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
             if p in rewritten and not staged_match(now_objs.get(p), rewritten[p]):
                 error = error or f"{p}: does not hold the reduced file after the swap"
         for f in en["files"]:
-            if f.get("action") == "compress" and not staged_match(now_objs.get(f["final"]), f):
-                error = error or f"{f['final']}: the compressed file is not there after the swap"
+            if renamed(f) and not staged_match(now_objs.get(f["final"]), f):
+                error = error or f"{f['final']}: the reduced file is not there after the swap"
         kept = changed = 0
         first_changed = None
         for rel, o in planned[en["run"]]:
@@ -234,7 +246,7 @@ def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
             "method": "listing", "removed": sum(1 for p in mine if p in removed), "unchanged_objects": kept,
             "event_files_unchanged": events - sum(1 for p in mine if p in rewritten and "tfevents" in p),
             "rewritten": sum(1 for p in mine if p in rewritten),
-            "created": [f["final"] for f in en["files"] if f.get("action") == "compress"],
+            "created": [f["final"] for f in en["files"] if renamed(f)],
             "checked_backends": ["store listing: versions of every kept object (ETag/generation) unchanged"],
             "not_checked": ["TensorBoard's Rust data server cannot reach this endpoint (it reads gs:// "
                             "from Google's endpoint only)"],
@@ -273,7 +285,7 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
             # of ours to put back (nor a key to check: it may be one that is not a plain key)
             continue
         orig = rfs.path(f["path"])
-        if f.get("action") == "rewrite":
+        if in_place(f):
             # overwritten only after the commit record; put back if it holds the staged bytes now
             cur = rfs.ops.head(orig)
             if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
@@ -287,8 +299,8 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
             if not f.get("backup_checksums"):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
             _copy_back(rfs, vault, f, orig)
-        if f.get("action") == "compress" and f.get("final"):
-            # the original is back: the compressed copy made by this operation goes (only if it
+        if renamed(f):
+            # the original is back: the compressed (or slimmed) copy made by this operation goes (only if it
             # still holds the staged bytes: anything else there is someone's new file)
             final = rfs.path(f["final"])
             cur = rfs.ops.head(final)

@@ -264,8 +264,5 @@ def test_plan_reduce_verify_restore_round_trip(store, kind, templates, tmp_path,
         assert not differs, differs
 
 
-_SLIM_GAP = ("plan says a slimmed trace is written as <name>.pt.trace.json.gz (as on a disk); the bucket reduce "
-             "writes the slimmed, gzip'd bytes under the old plain <name>.pt.trace.json (no .gz object), and its "
-             "verification passes: plan != outcome, and a reader going by the name gets gzip (restore is exact)")
 #: (store, kind) whose reduce does not do what its plan says (product bugs, owned elsewhere)
-PLAN_GAPS = {(s, "torch_slim"): _SLIM_GAP for s in ("s3", "gs", "az")}
+PLAN_GAPS: dict = {}
