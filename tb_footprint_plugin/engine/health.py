@@ -8,6 +8,7 @@ one parse per manifest (full hashing of backups is ``verify``'s job).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import stat
@@ -16,7 +17,7 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import oplog, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
-from tb_footprint_plugin.engine.history import history_damage
+from tb_footprint_plugin.engine.history import history_damage, history_files
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import ZST_SUFFIX, Vault
 from tb_footprint_plugin.scan.cache import CACHE_NAME
@@ -170,7 +171,7 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
                           f"journal line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); the operation is "
                           "not replayed from it and its run and backups are left exactly as they are",
                           file=j.path, line=d.line))
-    out += _lines(history_damage(state), None, "the other entries are shown")
+    out += _lines(history_damage(state) + _history_entries_of_no_shape(state), None, "the other entries are shown")
     locks = os.path.join(state, "locks")
     try:
         leases = sorted(n for n in os.listdir(locks) if n.endswith(".lease"))
@@ -178,7 +179,10 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
         leases = []
     for name in leases:
         try:
-            trust.read_json_file(os.path.join(locks, name), what="lease")
+            lease = trust.read_json_file(os.path.join(locks, name), what="lease")
+            why = _lease_shape(lease)
+            if why:
+                raise trust.Untrusted(Finding.DAMAGED_FILE, os.path.join(locks, name), f"lease is JSON but {why}")
         except (FileNotFoundError, IsADirectoryError):
             continue
         except trust.Untrusted as e:
@@ -195,6 +199,39 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     except trust.Untrusted as e:
         out.append(_f(Finding.DAMAGED_FILE, None, None, f"{e.detail}; not used: the next scan reads every file "
                       "and writes it afresh", file=e.file))
+    return out
+
+
+#: a run lock's lease: key -> the types its value may have (a key may be absent)
+_LEASE_TYPES = {"expires": (int, float), "renewed": (int, float), "started": (int, float), "at": (int, float),
+                "pid": (int,), "pid_start": (int,), "host": (str,), "run": (str,), "token": (str,), "op": (str,)}
+
+
+def _lease_shape(lease) -> Optional[str]:
+    """Why a parsed lease is no lease (wrong shape or types), or None."""
+    if not isinstance(lease, dict):
+        return "not a JSON object"
+    bad = sorted(k for k, types in _LEASE_TYPES.items() if k in lease and (
+        isinstance(lease[k], bool) or not isinstance(lease[k], types)))
+    return f"of the wrong types ({', '.join(bad)})" if bad else None
+
+
+def _history_entries_of_no_shape(state: str) -> List["trust.Untrusted"]:
+    """History lines that parse as JSON objects but are no entry (no finite time): the history
+    skips them (``read_history``); named like a line that does not parse."""
+    out = []
+    for path in history_files(state):
+        try:
+            log = trust.read_json_lines(path)
+        except OSError:
+            continue
+        for rec, n in zip(log.records, log.lines):
+            t = rec.get("time") if isinstance(rec, dict) else None
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
+                d = trust.Untrusted(Finding.DAMAGED_LINE, path, f"line {n}: a JSON object but no history entry "
+                                    "(no time); skipped")
+                d.line = n
+                out.append(d)
     return out
 
 

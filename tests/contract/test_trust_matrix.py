@@ -614,10 +614,6 @@ def test_damaged_state_is_named_with_a_code_and_loses_nothing(place, kind, form)
 #: damage the product does not name with a code yet: (store, kind, form) -> why (each asserted
 #: still unnamed, so a fix makes the case fail until it is dropped from here)
 GAPS = {
-    ("posix", "lock", "wrong_types"): "a run lock's lease that is JSON of the wrong types is named by neither "
-                                      "status nor the next start (a truncated or non-JSON one is: damaged_state_file)",
-    ("posix", "history", "wrong_types"): "a history.jsonl line that is JSON of the wrong shape is skipped unnamed (a "
-                                         "non-JSON line is named: damaged_line)",
 }
 
 
