@@ -76,3 +76,12 @@ def test_a_state_whose_parts_were_cut_short_is_not_taken(vault, monkeypatch):
     assert len(got["files"]) == 2  # the state before that write, never a cut list of files
     recs = [json.loads(x) for x in data if x.strip()]
     assert recs and all(r["op"] == OP for r in recs)
+
+
+def test_a_state_record_of_the_wrong_types_is_named_damage_of_its_op(vault):
+    oplog.append(vault.root, OP, {"type": "manifest", "manifest": _manifest(OP, 1)}, twice=True)
+    oplog.append(vault.root, OP, {"type": "manifest_change", "set": [1, 2], "unset": "files"})
+    oplog._INDEXES.clear()
+    damaged = oplog.index(vault.root).damaged_of(OP)
+    assert damaged and "wrong shape" in damaged[0][4], damaged
+    assert any("wrong shape" in d.detail for d in oplog.damaged_lines(vault.root))

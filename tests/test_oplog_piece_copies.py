@@ -131,3 +131,13 @@ def test_demo_overwrite_keeps_the_state_when_a_piece_is_lost(tmp_path, monkeypat
     oplog._INDEXES.clear()
     demo.generate_demo(target, scale=0.05, overwrite=True)
     assert _blobs(target) == blobs
+
+
+def test_the_identity_check_reads_a_pieces_other_copy(six):
+    """``trust.logged_manifest_states`` (what identity.json is rebuilt from) reads the twin of a
+    piece that does not decode, as the index does."""
+    from tb_footprint_plugin.engine import trust
+
+    (piece,) = _pieces(six)
+    _flip(piece)
+    assert len(trust.logged_manifest_states(state_dir(six))) == 6

@@ -443,6 +443,23 @@ MAX_LINE = 64 << 20
 _STATE_TYPES = ("manifest", "manifest_change", "manifest_part")
 
 
+def _state_shape(rec: dict) -> Optional[str]:
+    """Why a record of a manifest state has the wrong shape (its fields of the wrong types), or
+    None: such a line is damage (named), never a state folded in or silently passed over."""
+    typ = rec.get("type")
+    if typ == "manifest":
+        ok = isinstance(rec.get("manifest"), dict) and (
+            "parts" not in rec or (isinstance(rec["parts"], int) and not isinstance(rec["parts"], bool)))
+    elif typ == "manifest_change":
+        ok = isinstance(rec.get("set", {}), dict) and isinstance(rec.get("unset", []), list)
+    elif typ == "manifest_part":
+        ok = isinstance(rec.get("key"), str) and isinstance(rec.get("items"), list) and all(
+            isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) for k in ("part", "of"))
+    else:
+        return None
+    return None if ok else f"a {typ} record of the wrong shape"
+
+
 class _Segment:
     __slots__ = ("ident", "offset", "lines", "sealed", "src")
 
@@ -678,6 +695,8 @@ class Index:
         if why is None and not (isinstance(rec, dict) and is_op_id(rec.get("op")) and isinstance(rec.get("seq"), int)
                                 and not isinstance(rec.get("seq"), bool)):
             why = "not a record of an operation (op id and sequence number)"
+        if why is None:
+            why = _state_shape(rec)
         if why is not None:
             m = _OP_IN_LINE.search(raw[:4096])
             op = m.group(1).decode() if m else None

@@ -379,10 +379,16 @@ def logged_manifest_states(root: str) -> List[dict]:
     from tb_footprint_plugin.storage import zst
 
     folder = os.path.join(root, "oplog", "segments")
-    try:
-        names = sorted(n for n in os.listdir(folder) if not n.startswith(".")) if not os.path.islink(folder) else []
-    except OSError:
+    twins = os.path.join(root, "oplog", "twins")  # each sealed piece's second copy
+
+    def listing(d):
+        try:
+            return {n for n in os.listdir(d) if not n.startswith(".")} if not os.path.islink(d) else set()
+        except OSError:
+            return set()
+    if os.path.islink(os.path.join(root, "oplog")):
         return []
+    names = sorted(listing(folder) | {n for n in listing(twins) if n.endswith(".zst")})
     by_op: dict = {}
     for n in names:
         p = os.path.join(folder, n)
@@ -392,10 +398,15 @@ def logged_manifest_states(root: str) -> List[dict]:
             except OSError:
                 continue
         elif n.endswith(".zst"):
-            try:
-                with zst.open_decompressed(open_regular(p)) as f:
-                    raw = f.read(MAX_STATE_BYTES)
-            except OSError:
+            raw = None
+            for copy in (p, os.path.join(twins, n)):  # the other copy when one does not decode
+                try:
+                    with zst.open_decompressed(open_regular(copy)) as f:
+                        raw = f.read(MAX_STATE_BYTES)
+                    break
+                except OSError:
+                    continue
+            if raw is None:
                 continue
             recs = []
             for line in raw.split(b"\n"):
