@@ -34,6 +34,7 @@ import functools
 import os
 import re
 import secrets
+import stat
 import threading
 from typing import Callable, Dict, Iterable, List, Optional
 
@@ -46,6 +47,7 @@ from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.stores import open_store
 from tb_footprint_plugin.storage.remote import is_bucket_url, split_scheme
 
@@ -211,10 +213,24 @@ def _add(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Di
         return _add_locked(vault, url, shas, sizes, out)
 
 
+def _source(vault: Vault, sha: str, size: int) -> BlobSource:
+    """``sha`` read from the local vault; a compacted one (a ``.zst`` alone) offers its zstd frame
+    too, which the store sends as it is (checked by decoding) instead of decompressing it here
+    and compressing it again there."""
+    frame, frame_size = None, -1
+    if vault.local_form(sha) == "zst":
+        with contextlib.suppress(OSError):
+            st = os.lstat(vault.zst_path(sha))
+            if stat.S_ISREG(st.st_mode):
+                frame, frame_size = functools.partial(open_regular, vault.zst_path(sha)), st.st_size
+    return BlobSource(sha=sha, size=size, open=functools.partial(vault.open_blob, sha), frame=frame,
+                      frame_size=frame_size)
+
+
 def _add_locked(vault: Vault, url: str, shas: List[str], sizes: Dict[str, int], out: Dict[str, str]) -> list:
     left = list(shas)
     while left:
-        sources = [BlobSource(sha=s, size=sizes[s], open=functools.partial(vault.open_blob, s)) for s in left]
+        sources = [_source(vault, s, sizes[s]) for s in left]
         try:
             # the index read again under the lock no forget of this vault's store can hold now: a
             # copy another process has since forgotten (its bytes may linger in a pack) is never

@@ -146,11 +146,20 @@ class BlobFailure(Exception):
 @dataclass(frozen=True)
 class BlobSource:
     """One original to store: its claimed sha256 and size (verified while it is read) and how to
-    open it for streaming."""
+    open it for streaming. ``frame`` (optional) opens one zstd frame of the same original, of
+    ``frame_size`` bytes (a compacted backup): stored as it is when it saves what compressing
+    would (``KEEP_ZST_RATIO``), checked by decoding it while it is sent, instead of being
+    decompressed and compressed again."""
 
     sha: str
     size: int
     open: Callable[[], BinaryIO]
+    frame: Optional[Callable[[], BinaryIO]] = None
+    frame_size: int = -1
+
+    def takes_frame(self) -> bool:
+        """Whether ``add`` stores the frame as it is."""
+        return self.frame is not None and 0 < self.frame_size <= KEEP_ZST_RATIO * self.size
 
 
 @dataclass(frozen=True)
@@ -256,6 +265,88 @@ def _compressor(size: int) -> Tuple[Callable[[bytes], bytes], Callable[[], bytes
     c = zstandard.ZstdCompressor(level=zst.LEVEL, write_checksum=True, write_content_size=True)
     cobj = c.compressobj(size=size)
     return cobj.compress, cobj.flush
+
+
+class _FrameCheck:
+    """A zstd frame pushed in piece by piece; what it decodes to is counted and hashed against
+    the source's claim (``BlobFailure(MISMATCH)`` otherwise), in bounded memory: the decoder
+    hands its output on in pieces of at most ``CHUNK``, however much one piece of frame holds."""
+
+    def __init__(self, src: BlobSource):
+        self._src = src
+        self._h = hashlib.sha256()
+        self._n = 0
+        try:  # Python 3.14+, as in zst.py
+            from compression import zstd as std  # type: ignore[import-not-found]
+        except ImportError:
+            std = None
+        if std is not None:
+            self._d, self._w = std.ZstdDecompressor(), None
+        else:
+            import zstandard
+
+            self._d = None
+            self._w = zstandard.ZstdDecompressor().stream_writer(self, write_size=CHUNK, write_return_read=True)
+
+    def _bad(self, why: str) -> BlobFailure:
+        return BlobFailure(BlobError.MISMATCH, f"its compressed backup {why}", sha=self._src.sha)
+
+    def write(self, out: bytes) -> int:  # the zstandard writer's output
+        self._n += len(out)
+        if self._n > self._src.size:
+            raise self._bad(f"decodes to more than the {self._src.size} bytes claimed")
+        self._h.update(out)
+        return len(out)
+
+    def feed(self, data: bytes) -> None:
+        try:
+            if self._w is not None:
+                self._w.write(data)
+                return
+            out = self._d.decompress(data, max_length=CHUNK)
+            while True:
+                self.write(out)
+                if self._d.eof or self._d.needs_input:
+                    break
+                out = self._d.decompress(b"", max_length=CHUNK)
+            if self._d.eof and self._d.unused_data:
+                raise self._bad("holds bytes after its frame")
+        except BlobFailure:
+            raise
+        except Exception as e:  # noqa: BLE001 - each codec raises its own error for bad data
+            raise self._bad(f"does not decode ({e})") from None
+
+    def end(self) -> None:
+        """Raise unless the frame decoded to exactly the claimed bytes."""
+        if self._d is not None and not self._d.eof:
+            raise self._bad("ends before its frame does")
+        if self._n != self._src.size or self._h.hexdigest() != self._src.sha:
+            raise self._bad(f"decodes to {self._n} bytes that are not the ones claimed")
+
+
+class _Framed(io.RawIOBase):
+    """A source's zstd frame as it is, checked by decoding it as it is read (``_FrameCheck``)."""
+
+    def __init__(self, f: BinaryIO, src: BlobSource):
+        super().__init__()
+        self._f, self._check, self._ended = f, _FrameCheck(src), False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(CHUNK if size is None or size < 0 else size)
+        if data:
+            self._check.feed(data)
+        elif not self._ended:
+            self._ended = True
+            self._check.end()
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
 
 
 def _compress(data: bytes) -> bytes:
@@ -735,6 +826,16 @@ class BlobStore:
 
     def _small(self, src: BlobSource) -> Tuple[str, bytes]:
         """A small source read whole (it is below ``pack_below``), checked, in its stored form."""
+        if src.takes_frame():
+            with src.frame() as f:
+                framed = _Framed(f, src)
+                parts = []
+                while True:
+                    b = framed.read(CHUNK)
+                    if not b:
+                        break
+                    parts.append(b)
+            return "zst", b"".join(parts)
         with src.open() as f:
             c = _Claimed(f, src)
             parts = []
@@ -751,14 +852,18 @@ class BlobStore:
 
     def _lone(self, src: BlobSource) -> BlobRef:
         key = f"{DATA}/{src.sha[:2]}/{src.sha}"
-        with src.open() as f:
-            probe = f.read(PROBE_BYTES)
-            z = _compress(probe) if probe else b""
-            zstd = bool(probe) and len(z) <= KEEP_ZST_RATIO * len(probe)
-            claimed = _Claimed(f, src, prefix=probe)
+        framed = src.takes_frame()
+        with (src.frame if framed else src.open)() as f:
+            if framed:  # compressed already: sent as it is, decoded and hashed on the way
+                zstd, body = True, _Framed(f, src)
+            else:
+                probe = f.read(PROBE_BYTES)
+                z = _compress(probe) if probe else b""
+                zstd = bool(probe) and len(z) <= KEEP_ZST_RATIO * len(probe)
+                claimed = _Claimed(f, src, prefix=probe)
+                body = _Deflating(claimed, src.size) if zstd else claimed
             try:
-                entry = self.store.put_file(key, _Deflating(claimed, src.size) if zstd else claimed, if_absent=True,
-                                             mode=PRIVATE)
+                entry = self.store.put_file(key, body, if_absent=True, mode=PRIVATE)
             except StoreFailure as e:
                 if e.code != StoreError.ALREADY_EXISTS:
                     raise _fail(src.sha, key, e) from None
