@@ -108,3 +108,118 @@ def test_remote_json_is_read_once_for_many_records(tmp_path, s3_bucket, monkeypa
     remote_vault.set_configured_url(vault.root, s3_bucket.url("w"))
     assert remote_vault.known_urls(vault.root)[0] == s3_bucket.url("w")
     assert all(remote_vault.read_record(vault.root, s) for s in shas)  # the old URL stays known
+
+
+def _frame_of(data: bytes) -> bytes:
+    import io
+
+    from tb_footprint_plugin.storage import zst
+    out = io.BytesIO()
+    zst.compress_stream(io.BytesIO(data), out, size=len(data), give_up_ratio=None)
+    return out.getvalue()
+
+
+def _framed_source(data: bytes, frame: bytes):
+    import hashlib
+    import io
+
+    from tb_footprint_plugin.storage.blobstore import BlobSource
+    return BlobSource(sha=hashlib.sha256(data).hexdigest(), size=len(data), open=lambda: io.BytesIO(data),
+                      frame=lambda: io.BytesIO(frame), frame_size=len(frame))
+
+
+@pytest.mark.parametrize("n", [2000, 40000])  # packed, lone
+def test_a_compressed_source_is_stored_as_its_frame_not_compressed_again(tmp_path, s3_bucket, monkeypatch, n):
+    from tb_footprint_plugin.storage import blobstore
+    from tb_footprint_plugin.storage.blobstore import BlobStore
+
+    def no(*a, **k):
+        raise AssertionError("compressed again")
+
+    monkeypatch.setattr(blobstore, "_compressor", no)
+    monkeypatch.setattr(blobstore, "_compress", no)
+    data = b"".join(b"line %06d of a trace: dur=%d\n" % (i, i % 97) for i in range(n))
+    frame = _frame_of(data)
+    src = _framed_source(data, frame)
+    store = open_store(s3_bucket.url("frames"))
+    [ref] = BlobStore(store).add([src])
+    assert ref.form == "zst" and ref.length == len(frame) and ref.packed == (len(data) < blobstore.PACK_BELOW)
+    assert store.read_range(ref.key, ref.offset, ref.offset + ref.length) == frame  # sent as it is
+    with BlobStore(store).open(src.sha) as f:
+        assert f.read() == data
+
+
+@pytest.mark.parametrize("n", [2000, 40000])
+def test_a_frame_that_does_not_decode_to_the_claim_gets_no_ref(tmp_path, s3_bucket, n):
+    from tb_footprint_plugin.codes import BlobError
+    from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
+
+    data = b"".join(b"line %06d of a trace\n" % i for i in range(n))
+    other = _frame_of(data.replace(b"line 000100", b"LINE 000100"))
+    store = open_store(s3_bucket.url("bad-frames"))
+    bs = BlobStore(store)
+    with pytest.raises(BlobFailure) as e:
+        bs.add([_framed_source(data, other)])
+    assert e.value.code == BlobError.MISMATCH
+    truncated = _frame_of(data)[:-20]
+    with pytest.raises(BlobFailure) as e:
+        bs.add([_framed_source(data, truncated)])
+    assert e.value.code == BlobError.MISMATCH
+    assert not BlobStore(store).has(_framed_source(data, other).sha)
+
+
+def test_the_offload_sends_a_compacted_backup_as_its_frame(tmp_path, s3_bucket, monkeypatch):
+    from tb_footprint_plugin.storage import blobstore
+
+    logdir = make_big_logdir(tmp_path)
+    before = snapshot(logdir)
+    reduce_local(logdir)
+    vault = Context(str(logdir)).vault
+    big = max((f for m in vault.manifests() if m.get("kind") == "reduce" for f in m["files"]), key=lambda f: f["size"])
+    assert big["size"] >= blobstore.PACK_BELOW and vault.local_form(big["sha256"]) == "zst"
+    with open(vault.zst_path(big["sha256"]), "rb") as f:
+        local_frame = f.read()
+    compressed = []
+    real = blobstore._compressor
+    monkeypatch.setattr(blobstore, "_compressor", lambda size: (compressed.append(size), real(size))[1])
+    vault = offload_all(logdir, s3_bucket.url("v"))
+    assert compressed == []  # was: the lone .zst decompressed here and compressed again
+    url = remote_vault.configured_url(vault.root)
+    ref = remote_vault.blobstore(url, fresh=True).ref(big["sha256"])
+    assert ref.form == "zst" and open_store(url).read_all(ref.key) == local_frame
+    remote_vault._stores.clear()
+    outs = api.restore(str(logdir))
+    assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
+    assert snapshot(logdir) == before
+
+
+def test_a_lone_blob_is_created_with_one_conditional_put(tmp_path, bucket):
+    import io
+    import os as _os
+
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.storage.store import StoreFailure
+    from tb_footprint_plugin.storage.store_object import STAGE_PREFIX
+
+    store = open_store(bucket.url("lone"))
+    data = _os.urandom(600 * 1024)
+    before = store.stats.to_dict()
+    entry = store.put_file("data/ab/one", io.BytesIO(data), if_absent=True)
+    after = store.stats.to_dict()
+    spent = {k: after[k] - before[k] for k in ("put", "head", "copy", "delete", "read", "list")}
+    # one conditional put and the head the entry is read from (the GCS emulator ignores
+    # ifGenerationMatch=0: a head before the put there); was head, upload, copy (+head), delete, head
+    emulated = bucket.url("x").startswith("gs://")
+    assert spent["put"] == 1 and spent["copy"] == spent["delete"] == 0, spent
+    assert sum(spent.values()) <= (3 if emulated else 2), spent
+    assert entry.size == len(data) and store.read_all("data/ab/one") == data
+    with pytest.raises(StoreFailure) as e:  # the server (or the emulator's check) refuses a second create
+        store.put_file("data/ab/one", io.BytesIO(b"other bytes"), if_absent=True)
+    assert e.value.code == StoreError.ALREADY_EXISTS and store.read_all("data/ab/one") == data
+    # above a part: the staged path, still conditional, and no stage left behind
+    big = _os.urandom(6 << 20)
+    assert store.put_file("data/ab/big", io.BytesIO(big), if_absent=True).size == len(big)
+    with pytest.raises(StoreFailure) as e:
+        store.put_file("data/ab/big", io.BytesIO(big[:100]), if_absent=True)
+    assert e.value.code == StoreError.ALREADY_EXISTS
+    assert not [k for k in bucket.fs.find(bucket.key("lone")) if STAGE_PREFIX in k]
