@@ -141,3 +141,14 @@ def test_the_identity_check_reads_a_pieces_other_copy(six):
     (piece,) = _pieces(six)
     _flip(piece)
     assert len(trust.logged_manifest_states(state_dir(six))) == 6
+
+
+def test_every_blob_stays_every_blob_in_the_unions_callers_make():
+    """swap.py, purge.py, upkeep.py and health.py union it with journal blobs on either side and
+    test digests with ``in``: each result still holds every digest."""
+    every = EveryBlob({"a" * 64})
+    sha = "b" * 64
+    for keep in (every | {"c"}, {"c"} | every, every | set() | {"d"}, every - {sha}):
+        assert sha in keep and isinstance(keep, EveryBlob)
+    assert [s for s in (sha, "e" * 64) if s not in every] == []
+    assert {sha} - every == set()
