@@ -35,7 +35,13 @@ the bucket's ``BlobStore`` (``engine/offload.py``) and the local blobs unlinked.
   measure moto's Python request handling, not a network or a real store;
 * every file back byte for byte (bytes, mode, mtime) — gated;
 * peak RSS of a process reducing the big-trace run with its backup offloaded to the bucket (the
-  trace compressed and streamed into a lone object, read back and hashed) — gated <= 200 MB.
+  trace compressed and streamed into a lone object, read back and hashed) — gated <= 200 MB;
+* the bucket's costs beside the figures this bench printed before the fixes of issue #27's
+  remains (``BEFORE``, ``--small`` on the same machine at 10790de): requests and bytes per
+  command, the bytes a restore downloads per byte stored (each blob once: its check stages what
+  the copy reads), the lone blobs the offload compressed again (a compacted ``.zst`` is sent as
+  its frame), the requests a lone blob's conditional create costs (one put where the store takes
+  ``If-None-Match``).
 
 Exit status 1 if a gated target is missed or a restore is not exact.
 """
@@ -60,6 +66,11 @@ TARGET_TIME_RATIO = 1.5
 TARGET_RSS_MB = 200
 #: below this a wall time is mostly start-up noise: ratios of two such times are not gated
 NOISE_S = 2.0
+#: the bucket column of ``--small`` at 10790de, before a restore downloaded each blob once, a
+#: lone blob took one conditional put and a compacted backup was sent as its frame (2026-12-02,
+#: the shared 2-core machine under load): printed beside today's figures, not compared by code
+BEFORE = {"reduce_req": 38, "reduce_down": 3.0e6, "reduce_s": 5.1,
+          "restore_req": 16, "restore_down": 4.4e6, "restore_s": 1.56, "stored": 3.0e6}
 
 
 def tree(root: str) -> dict:
@@ -108,12 +119,20 @@ def run_bucket(logdir: str, url: str, moto, client, bucket: str) -> dict:
     from tb_footprint_plugin import api
     from tb_footprint_plugin.storage.blobstore import PACK_BELOW
 
+    from tb_footprint_plugin.storage import blobstore
+
     before_tree = tree(logdir)
     in_use_before = du(logdir)
     small = sum(1 for p in before_tree if os.path.getsize(os.path.join(logdir, p)) < PACK_BELOW)
+    # lone blobs compressed by the offload (a compacted one is sent as its frame instead)
+    recompressed, real_compressor = [], blobstore._compressor
+    blobstore._compressor = lambda size: (recompressed.append(size), real_compressor(size))[1]
     moto.counts()
     t0 = time.monotonic()
-    rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, backup_dir=url)
+    try:
+        rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, backup_dir=url)
+    finally:
+        blobstore._compressor = real_compressor
     reduce_s = time.monotonic() - t0
     reduce_req = moto.counts()
     failed = [o.run for o in rep.outcomes if o.status not in ("verified", "skipped")]
@@ -143,7 +162,21 @@ def run_bucket(logdir: str, url: str, moto, client, bucket: str) -> dict:
             "large_blobs": len(shas) - small_shas, "ops": len(ops), "ops_small": ops_small,
             "small_files_before": small, "stored": stored,
             "local_blobs": len(local_blobs), "reduce_req": reduce_req, "restore_req": restore_req,
-            "remote": rep.remote_vault}
+            "remote": rep.remote_vault, "recompressed": len(recompressed), "lone_put": lone_put_cost(url)}
+
+
+def lone_put_cost(url: str) -> dict:
+    """Requests one conditional create of a 600 KB lone blob costs (``ObjectStore.put_file``)."""
+    import io
+
+    from tb_footprint_plugin.storage.stores import open_store
+
+    store = open_store(url + "-probe")
+    before = store.stats.to_dict()
+    store.put_file("data/00/probe", io.BytesIO(os.urandom(600 << 10)), if_absent=True)
+    after = store.stats.to_dict()
+    store.delete(["data/00/probe"])
+    return {k: after[k] - before[k] for k in ("head", "put", "copy", "delete") if after[k] != before[k]}
 
 
 # moto's S3 server in a child process, each request counted where the server sees it (per verb,
@@ -424,7 +457,14 @@ def main(argv=None) -> int:
         req = dict(b[what + "_req"])
         down = req.pop("bytes_down", 0)
         print(f"bucket requests during {what}: " + (", ".join(f"{v} {n}" for v, n in sorted(req.items())) or "none")
-              + f"; {fmt.human_bytes(down)} sent back by GETs")
+              + f"; {fmt.human_bytes(down)} sent back by GETs"
+              + (f" (before: {BEFORE[what + '_req']} requests, {fmt.human_bytes(int(BEFORE[what + '_down']))}, "
+                 f"{BEFORE[what + '_s']}s)" if args.small else ""))
+    down = b["restore_req"].get("bytes_down", 0)
+    print(f"bucket restore downloads {down / max(1, sb['bytes']):.2f}x the bytes the bucket holds"
+          + (f" (before: {BEFORE['restore_down'] / BEFORE['stored']:.2f}x)" if args.small else "")
+          + f"; lone blobs compressed again by the offload: {b['recompressed']}"
+          + f"; one lone blob's conditional create: {b['lone_put']} (before: head 3, put 1, copy 1, delete 1)")
     print(f"bucket objects: {sb['packs']} packs ({fmt.human_bytes(sb['pack_bytes'])}), {sb['lone']} lone blobs, "
           f"{sb['index']} index objects, {sb['other']} others; {b['verified']} runs reduced; remote usage "
           f"reported: {b['remote']}")
