@@ -117,3 +117,37 @@ def test_a_slim_an_earlier_version_swapped_in_place_still_restores(s3_bucket, mi
     (r,) = api.restore(url, backup_dir=vault)
     assert r.status == Outcome.RESTORED, r.to_dict()
     assert _user(s3_bucket, "slimold") == before
+
+
+def test_a_purge_lists_a_planted_or_damaged_manifest_and_purges_the_rest(s3_bucket, mixed_logdir, tmp_path):
+    """As on a disk: one manifest naming a backup outside the vault, one that is not JSON — each is
+    listed with a code and left in place, the real operation's backups are purged (the bucket
+    purge stopped at the first planted one with an error)."""
+    from tb_footprint_plugin.codes import Failure, Finding
+    from test_bucket_blobvault import DROP
+
+    url = s3_bucket.upload(mixed_logdir, "purgebad")
+    s3_bucket.fs.pipe_file(s3_bucket.key("purgebad-n/canary"), b"canary")
+    (o,) = api.reduce_logdir(url, policy=DROP, dry_run=False, quiet_period=0, runs=["prof/r0"],
+                             verify_backends=("python",)).outcomes
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    rfs = RemoteFS(url)
+    backups = [f["backup"] for f in api.operation(url, o.op_id)["files"]]
+    assert backups and all(rfs.ops.head(b) is not None for b in backups)
+    planted = {"op": "20260101T000001-aaaaaa", "run": "prof/r0", "status": "verified", "created": 1.0,
+               "logdir": url, "files": [{"action": "delete", "path": "prof/r0/x", "size": 6,
+                                         "backup": s3_bucket.key("purgebad-n/canary")}]}
+    bad = f"{STATE}/manifests/20260101T000001-aaaaaa.json"
+    damaged = f"{STATE}/manifests/20260101T000002-bbbbbb.json"
+    rfs.write_bytes(bad, json.dumps(planted).encode())
+    rfs.write_bytes(damaged, b"\xff{not json")
+    preview = api.purge(url)
+    assert [x["op_id"] for x in preview.ops] == [o.op_id]
+    rep = api.purge(url, yes=True)
+    assert [x["op_id"] for x in rep.ops] == [o.op_id]
+    said = {str(r["code"]): r["detail"] for r in rep.refused}
+    assert bad in said.get(Failure.REFUSED.value, ""), rep.refused
+    assert damaged in said.get(Finding.MANIFEST_DAMAGED.value, ""), rep.refused
+    assert all(rfs.ops.head(b) is None for b in backups)
+    assert rfs.read_bytes(bad) == json.dumps(planted).encode() and rfs.read_bytes(damaged) == b"\xff{not json"
+    assert s3_bucket.hashes("purgebad-n")

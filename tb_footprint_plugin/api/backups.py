@@ -231,14 +231,17 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
         from tb_footprint_plugin.engine import bucket as bk
 
         rfs, vault = bucket_of(logdir, backup_dir)
-        bk.recover(rfs, vault)
+        recovered = bk.recover(rfs, vault)
         chosen = _purge_selection(logdir, lambda: [m.get("run") for m in bk.manifests(rfs, vault)], names,
                                   run_glob)
         d = bk.purge(rfs, vault, older_than=older_than, op=op, yes=yes, runs=chosen)
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
                            kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
                                   "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
-                                  "detail": h["reason"]} for h in d.get("held", [])])
+                                  "detail": h["reason"]} for h in d.get("held", [])],
+                           # as on a disk: journals recovery refused, manifests the purge did not act on
+                           refused=[{"op_id": r.op_id, "code": r.code, "detail": r.detail}
+                                    for r in recovered if r.action == "refused"] + d.get("refused", []))
     ctx = context_of(logdir, backup_dir)
     recovered = recover_logdir(logdir, backup_dir)
     chosen = _purge_selection(logdir, lambda: [m.get("run") for m in own_manifests(ctx)], names, run_glob)

@@ -2,13 +2,21 @@
 original a restore could not put back), and what a reduction frees on this bucket and when."""
 from __future__ import annotations
 
-from typing import Collection, Optional
+from typing import Collection, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
-from tb_footprint_plugin.engine.bucket_state import JOURNAL, BucketState, BucketTxnError, BucketVault, must_delete, now_s
+from tb_footprint_plugin.engine.bucket_state import (
+    JOURNAL,
+    BucketState,
+    BucketTxnError,
+    BucketVault,
+    must_delete,
+    now_s,
+    vault_url,
+)
 from tb_footprint_plugin.storage.remote import RemoteFS
 
 
@@ -18,7 +26,16 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
     The manifest is marked purged before its blobs go, so a restore never points at them."""
     now = now_s()
-    chosen = [m for m in manifests(rfs, vault)
+    # a manifest that does not read, or names a backup outside this vault (planted, copied from
+    # another logdir), is listed and left as it is; the other operations are purged
+    refused: List[dict] = []
+    every = manifests(rfs, vault, refused)
+    for m in [m for m in every if not all(names_our_backup(vault, f) for f in m.get("files") or [])]:
+        url = vault_url(rfs, m["_path"])
+        refused.append({"code": Failure.REFUSED, "file": url, "op_id": m.get("op"), "run": m.get("run"),
+                        "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
+        every.remove(m)
+    chosen = [m for m in every
               if m.get("status") in ("verified", "restored") and not m.get("purged")
               and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
               and (runs is None or m.get("run") in runs)
@@ -49,8 +66,6 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     if yes:
         st = BucketState(rfs)
         for m in chosen:
-            if not all(names_our_backup(vault, f) for f in m["files"]):
-                raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
             doc = {k: v for k, v in m.items() if not k.startswith("_")}
             doc["purged"] = now
             st.update(m["_path"], doc, m["_version"])
@@ -68,7 +83,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
                                      f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
                                      "deleted while one is damaged: repair or remove them, then purge again")
             faults.hit("purge.forget")
-    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held}
+    return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held, "refused": refused}
 
 
 def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
