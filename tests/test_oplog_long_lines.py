@@ -51,12 +51,15 @@ def test_a_line_over_max_line_is_damage_of_its_op_and_what_follows_is_read(vault
 def test_a_state_too_large_for_one_line_is_written_in_parts_and_read_whole(vault, monkeypatch):
     monkeypatch.setattr(oplog, "SPLIT_AT", 8000)
     m = _manifest(OP, 400)
+    # the plan's actions are logged too: a list one level down is cut into parts as well
+    m["plan"] = {"bytes_before": 1, "actions": [{"path": f"r/f{i:06d}", "action": "delete"} for i in range(400)]}
     vault.write_manifest(m)
     seg = oplog.log_path(vault.root, OP)
     lines = open(seg, "rb").read().splitlines()
     assert len(lines) > 6 and max(len(x) for x in lines) < 8000 + 2000
     got = vault.read_manifest(OP)
     assert [f["sha256"] for f in got["files"]] == [f["sha256"] for f in m["files"]]
+    assert got["plan"] == m["plan"]
     # a change after it is logged as a change; the state stays whole
     vault.write_manifest(dict(m, outcome="restored"))
     assert vault.read_manifest(OP)["outcome"] == "restored" and len(vault.read_manifest(OP)["files"]) == 400

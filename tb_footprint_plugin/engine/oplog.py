@@ -401,18 +401,30 @@ def _append_parts(vault_root: str, op_id: str, state: dict) -> None:
     kill midway leaves the state as it was before this write, as a lost line would."""
     head, parts = dict(state), []
     budget = SPLIT_AT // 2
-    for key in sorted(k for k, v in state.items() if isinstance(v, list)):
+
+    def chunked(items: list) -> List[list]:
         chunks, cur, size = [], [], 0
-        for item in state[key]:
+        for item in items:
             n = len(json.dumps(item, sort_keys=True, separators=(",", ":"))) + 1
             if cur and size + n > budget:
                 chunks.append(cur)
                 cur, size = [], 0
             cur.append(item)
             size += n
-        chunks.append(cur)
-        head[key] = chunks[0]
-        parts += [(key, c) for c in chunks[1:]]
+        return chunks + [cur]
+
+    def big(items) -> bool:  # a list the head leaves empty, its items all in parts
+        return isinstance(items, list) and len(json.dumps(items, separators=(",", ":"))) > SPLIT_AT // 16
+    for key in sorted(state):
+        if big(state[key]):  # the backed-up files
+            head[key] = []
+            parts += [(key, c) for c in chunked(state[key])]
+        elif isinstance(state[key], dict):  # a list one level down: the plan's actions
+            sub = dict(state[key])
+            for k2 in sorted(k for k, v in sub.items() if big(v)):
+                parts += [([key, k2], c) for c in chunked(sub[k2])]
+                sub[k2] = []
+            head[key] = sub
     rec = {"type": "manifest", "manifest": head, "parts": 1 + len(parts)}
     if _too_long(rec):
         raise ValueError(f"manifest of {op_id} has a field too large to log ({SPLIT_AT} bytes a line); not logged")
@@ -453,7 +465,9 @@ def _state_shape(rec: dict) -> Optional[str]:
     elif typ == "manifest_change":
         ok = isinstance(rec.get("set", {}), dict) and isinstance(rec.get("unset", []), list)
     elif typ == "manifest_part":
-        ok = isinstance(rec.get("key"), str) and isinstance(rec.get("items"), list) and all(
+        key = rec.get("key")
+        ok = (isinstance(key, str) or (isinstance(key, list) and len(key) == 2 and all(
+            isinstance(k, str) for k in key))) and isinstance(rec.get("items"), list) and all(
             isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool) for k in ("part", "of"))
     else:
         return None

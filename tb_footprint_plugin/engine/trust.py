@@ -346,12 +346,22 @@ def fold_states(records: Iterable[dict]) -> Optional[dict]:
         parts = r.get("parts", 1)
         if r.get("type") == "manifest" and isinstance(r.get("manifest"), dict) and isinstance(parts, int) \
                 and not isinstance(parts, bool) and parts > 1:
-            pending = [{k: list(v) if isinstance(v, list) else v for k, v in r["manifest"].items()}, parts, 1]
+            # lists copied (a top-level one, or one in a top-level object): the parts extend them
+            pending = [{k: list(v) if isinstance(v, list) else {k2: list(v2) if isinstance(v2, list) else v2
+                                                                  for k2, v2 in v.items()}
+                        if isinstance(v, dict) else v for k, v in r["manifest"].items()}, parts, 1]
         elif r.get("type") == "manifest_part":
             key, items = r.get("key"), r.get("items")
-            if pending is not None and r.get("part") == pending[2] and r.get("of") == pending[1] and \
-                    isinstance(key, str) and isinstance(items, list) and isinstance(pending[0].get(key), list):
-                pending[0][key].extend(items)
+            target = None  # the list this part extends: a top-level one, or one in a top-level object
+            if pending is not None and isinstance(key, str) and isinstance(pending[0].get(key), list):
+                target = pending[0][key]
+            elif pending is not None and isinstance(key, list) and len(key) == 2 and all(
+                    isinstance(k, str) for k in key) and isinstance(pending[0].get(key[0]), dict) and \
+                    isinstance(pending[0][key[0]].get(key[1]), list):
+                target = pending[0][key[0]][key[1]]
+            if target is not None and r.get("part") == pending[2] and r.get("of") == pending[1] and \
+                    isinstance(items, list):
+                target.extend(items)
                 pending[2] += 1
                 if pending[2] == pending[1]:  # whole: it is the state from now on
                     state, pending = pending[0], None
