@@ -16,7 +16,15 @@ file stands until the segments hold a state of its operation (the next change is
 in full), a lost or corrupt one is rebuilt from its log into the segments (``rebuild_manifests``).
 
 What is logged is the whole manifest but what follows from the rest (``_loggable`` /
-``derived``: blob names, float times, the plan checks that repeat the fidelity lines).
+``derived``: blob names, float times, the plan checks that repeat the fidelity lines). A state
+too large for one line is logged in parts, taken only once all of them are read (``SPLIT_AT``).
+
+A segment is sealed at a batch's end into zstd pieces, each written as two files
+(``segments/`` and ``twins/``): a piece is its batch's only record, so one damaged bit must
+not lose a manifest — the other copy is read, status names the bad one, and the next start
+rewrites it (``check_copies``). Damage that may have been a whole manifest no readable line
+names (both copies bad, a line naming no op, a line too long to read) keeps every blob of the
+vault (``hiding_damage``, ``Vault.referenced_blobs``): nothing is deleted by its absence.
 
 A segment is untrusted input read line by line: a line that is not a UTF-8 JSON record of an
 operation is skipped and named with its file and line number; it counts for the operation it
