@@ -4,7 +4,9 @@ Layout (``<vault>`` is ``<logdir>/.tb-footprint`` unless ``--backup-dir`` says o
 
     <vault>/blobs/ab/abcdef…   sha256-named originals (never a 'tfevents' name)
     <vault>/oplog/segments/    the manifests: every state of every operation (``engine.oplog``)
-    <vault>/ops/<op_id>.json   manifest of one operation, as older versions wrote it (read only)
+    <vault>/oplog/twins/       the second copy of each sealed piece of those segments
+    <vault>/ops/<op_id>.json   manifest of one operation, as older versions wrote it (read; removed
+                               once the log holds a newer state of it)
     <vault>/tmp/<op_id>/       scratch space for verification views
     <vault>/tmp/<op_id>/pins/  one empty file per blob a transaction under way relies on
 
