@@ -223,3 +223,24 @@ def test_a_lone_blob_is_created_with_one_conditional_put(tmp_path, bucket):
         store.put_file("data/ab/big", io.BytesIO(big[:100]), if_absent=True)
     assert e.value.code == StoreError.ALREADY_EXISTS
     assert not [k for k in bucket.fs.find(bucket.key("lone")) if STAGE_PREFIX in k]
+
+
+def test_a_staged_copy_no_restore_takes_is_dropped_on_its_own(tmp_path, s3_bucket, monkeypatch):
+    import time
+
+    logdir = make_big_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("v"))
+    remote_vault._stores.clear()
+    monkeypatch.setattr(remote_vault, "STAGE_SECONDS", 0.4)
+    for t in remote_vault._expiry:  # a timer an earlier test started runs on the old period
+        t.cancel()
+    remote_vault._expiry.clear()
+    sha = next(m["files"][0]["sha256"] for m in vault.manifests() if m.get("kind") == "reduce")
+    assert vault.check_blob(sha)  # a verify: read whole, staged, never taken
+    path = remote_vault._staged[(vault.root, sha)][0]
+    assert os.path.exists(path)
+    deadline = time.monotonic() + 10
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(path) and (vault.root, sha) not in remote_vault._staged

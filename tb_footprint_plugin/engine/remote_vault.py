@@ -21,6 +21,7 @@ import contextlib
 import errno
 import json
 import os
+import secrets
 import shutil
 import stat
 import threading
@@ -276,6 +277,7 @@ class _Checked:
             _staged[self.at] = (path, self.n, time.monotonic())
         if old is not None:
             _unlink_quietly(old[0])
+        _expire_later()
 
     def _unstage(self) -> None:
         if self.stage is not None:
@@ -317,6 +319,29 @@ def _expire_staged() -> None:
     with _stores_lock:
         for at in [a for a, (_p, _n, t) in _staged.items() if now - t > STAGE_SECONDS]:
             _drop_staged(at)
+
+
+_expiry: List[threading.Timer] = []
+
+
+def _expire_later() -> None:
+    """Expire staged copies even when no read follows (a verify in a long-lived TensorBoard):
+    one daemon timer at a time, running again while copies are staged."""
+    def run() -> None:
+        _expire_staged()
+        with _stores_lock:
+            _expiry.clear()
+            more = bool(_staged)
+        if more:
+            _expire_later()
+
+    with _stores_lock:
+        if _expiry:
+            return
+        t = threading.Timer(STAGE_SECONDS / 2, run)
+        t.daemon = True
+        _expiry.append(t)
+    t.start()
 
 
 def _take(vault_root: str, sha: str) -> Optional[BinaryIO]:
@@ -362,8 +387,9 @@ def _stage_file(vault_root: str, sha: str, size: int) -> Optional[Tuple[BinaryIO
         fs = os.statvfs(folder)
         if 2 * size > fs.f_bavail * fs.f_frsize:
             return None
-        path = os.path.join(folder, sha)
-        _unlink_quietly(path)  # an earlier staging of this process not taken: replaced
+        # a name of its own: two threads reading one blob at once (two runs sharing a file) each
+        # write their own file; the one staged last replaces the other's
+        path = os.path.join(folder, f"{sha}-{secrets.token_hex(6)}")
         return os.fdopen(create_new(path), "wb"), path
     except Exception:  # noqa: BLE001 - staging only saves a download; reading goes on without it
         return None
