@@ -49,12 +49,12 @@ def counted(monkeypatch):
     return total, reset
 
 
-def test_a_restore_from_the_bucket_downloads_each_blob_once(tmp_path, s3_bucket, counted):
+def test_a_restore_from_the_bucket_downloads_each_blob_once(tmp_path, bucket, counted):
     total, reset = counted
     logdir = make_big_logdir(tmp_path)
     before = snapshot(logdir)
     reduce_local(logdir)
-    vault = offload_all(logdir, s3_bucket.url("v"))
+    vault = offload_all(logdir, bucket.url("v"))
     url = remote_vault.configured_url(vault.root)
     stored = sum(e.size for e in open_store(url).list("data"))
     reset()
