@@ -129,7 +129,7 @@ def _framed_source(data: bytes, frame: bytes):
 
 
 @pytest.mark.parametrize("n", [2000, 40000])  # packed, lone
-def test_a_compressed_source_is_stored_as_its_frame_not_compressed_again(tmp_path, s3_bucket, monkeypatch, n):
+def test_a_compressed_source_is_stored_as_its_frame_not_compressed_again(tmp_path, bucket, monkeypatch, n):
     from tb_footprint_plugin.storage import blobstore
     from tb_footprint_plugin.storage.blobstore import BlobStore
 
@@ -141,7 +141,7 @@ def test_a_compressed_source_is_stored_as_its_frame_not_compressed_again(tmp_pat
     data = b"".join(b"line %06d of a trace: dur=%d\n" % (i, i % 97) for i in range(n))
     frame = _frame_of(data)
     src = _framed_source(data, frame)
-    store = open_store(s3_bucket.url("frames"))
+    store = open_store(bucket.url("frames"))
     [ref] = BlobStore(store).add([src])
     assert ref.form == "zst" and ref.length == len(frame) and ref.packed == (len(data) < blobstore.PACK_BELOW)
     assert store.read_range(ref.key, ref.offset, ref.offset + ref.length) == frame  # sent as it is
@@ -150,13 +150,13 @@ def test_a_compressed_source_is_stored_as_its_frame_not_compressed_again(tmp_pat
 
 
 @pytest.mark.parametrize("n", [2000, 40000])
-def test_a_frame_that_does_not_decode_to_the_claim_gets_no_ref(tmp_path, s3_bucket, n):
+def test_a_frame_that_does_not_decode_to_the_claim_gets_no_ref(tmp_path, bucket, n):
     from tb_footprint_plugin.codes import BlobError
     from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
 
     data = b"".join(b"line %06d of a trace\n" % i for i in range(n))
     other = _frame_of(data.replace(b"line 000100", b"LINE 000100"))
-    store = open_store(s3_bucket.url("bad-frames"))
+    store = open_store(bucket.url("bad-frames"))
     bs = BlobStore(store)
     with pytest.raises(BlobFailure) as e:
         bs.add([_framed_source(data, other)])
