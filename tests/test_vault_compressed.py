@@ -634,12 +634,14 @@ def test_the_next_start_never_compacts_without_its_runs_lock(tmp_path):
     vault.note_compaction(stray, shas)
     from tb_footprint_plugin.engine import oplog
     os.rename(oplog.segments_dir(vault.root), tmp_path / "aside")  # the manifests' only record
+    os.rename(oplog.twins_dir(vault.root), tmp_path / "aside-twins")  # ... and its pieces' second copies
     from tb_footprint_plugin.engine import upkeep
     from tb_footprint_plugin.engine.context import Context
     upkeep._finish_compactions(Context(str(logdir)), vault)
     assert all(vault.blob_form(s) == "plain" for s in shas)
     assert set(vault.pending_compactions()) == {o.op_id, stray}
     os.rename(tmp_path / "aside", oplog.segments_dir(vault.root))
+    os.rename(tmp_path / "aside-twins", oplog.twins_dir(vault.root))
     upkeep._finish_compactions(Context(str(logdir)), vault)
     assert any(vault.blob_form(s) == "zst" for s in shas) and all(vault.check_blob(s) for s in shas)
     assert set(vault.pending_compactions()) == {stray}
