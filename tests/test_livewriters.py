@@ -346,6 +346,7 @@ def _as_an_older_version_wrote_it(m: dict) -> Path:
             with zst.open_decompressed(open(seg, "rb")) as f:
                 text = f.read()
             seg.unlink()
+            (Path(oplog.twins_dir(vault.root)) / seg.name).unlink()  # and its second copy
             seg = seg.with_name(seg.name.split(".")[0] + "-unsealed.jsonl")
         else:
             text = seg.read_bytes()
