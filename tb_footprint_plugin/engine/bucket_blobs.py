@@ -89,7 +89,10 @@ def names_our_backup(vault: BucketVault, f: dict) -> bool:
     ``blobs/``, or a blob entry of the right shape."""
     if is_blob_entry(f):
         return entry_ok(f)
-    return isinstance(f, dict) and str(f.get("backup", "")).startswith(vault.root + "/blobs/")
+    key = f.get("backup") if isinstance(f, dict) else None
+    # a plain key: S3 keeps 'blobs/../../elsewhere' as it is, a store that resolves it would not
+    return isinstance(key, str) and key.startswith(vault.root + "/blobs/") and \
+        not any(p in ("", ".", "..") for p in key[len(vault.root) + 1:].split("/"))
 
 
 def blobs_of(vault: BucketVault, f: dict) -> BlobVault:
