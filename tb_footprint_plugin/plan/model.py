@@ -96,6 +96,18 @@ class Plan:
         return self.total_bytes - self.removable_bytes
 
     def run(self, name: str) -> Optional[RunPlan]:
+        """The plan of the run with this exact name, or None. Indexed: ``leave_alone`` looks up
+        each run an unfinished operation or a writer names (a search each was quadratic)."""
+        idx = self.__dict__.get("_by_name")
+        if idx is None or idx[0] is not self.runs or idx[1] != len(self.runs):
+            by_name: Dict[str, RunPlan] = {}
+            for r in self.runs:
+                by_name.setdefault(r.run, r)  # the first of a name, as the search found it
+            idx = self.__dict__["_by_name"] = (self.runs, len(self.runs), by_name)
+        r = idx[2].get(name)
+        if r is not None and r.run == name:
+            return r
+        # renamed or replaced in place since the index was made: the list is the truth
         return next((r for r in self.runs if r.run == name), None)
 
     def to_dict(self) -> dict:
