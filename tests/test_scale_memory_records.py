@@ -234,3 +234,104 @@ def test_a_footprint_the_caller_keeps_is_left_whole(logdirs):
     p = api.plan(logdirs[100], "archive", footprint=fp)
     assert p.runs and all(rp.actions for rp in p.runs)
     assert sum(len(r.files) for r in fp.runs) == files and all(r.sessions and r.categories for r in fp.runs)
+
+
+def test_a_warm_scan_peaks_little_above_what_it_keeps(logdirs):
+    """What a scan holds only while it runs, per run: the cache's index (a dict of a bytes object
+    an entry, ~150 bytes), the set of every event file's path it kept for the cache (~110), the
+    walk's set of folders (an int and a slot each, four folders a run: ~300) and a key tuple a run
+    to sort them (~100). Before ~530 bytes a run at 10,000 runs; now ~160."""
+    held, peak = _per_run(logdirs, lambda d: api.scan(d))
+    assert peak - held < 300, f"a warm scan peaks {peak - held:.0f} bytes a run above what it keeps"
+
+
+def test_the_scan_cache_index_is_a_few_dozen_bytes_an_entry(logdirs):
+    """Loaded, the cache holds per entry its key and place in 49 bytes of arrays, no object each."""
+    from tb_footprint_plugin.scan.cache import ScanCache
+    from tb_footprint_plugin.storage.paths import cache_dir
+
+    ScanCache(cache_dir(logdirs[100])).close()
+    caches = []
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        caches.append(ScanCache(cache_dir(logdirs[500])))
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert len(caches[0]) == 500
+    caches[0].close()
+    assert held / 500 < 90, f"{held / 500:.0f} bytes an entry"
+
+
+def test_the_cache_keeps_what_the_scan_looked_up_and_drops_the_rest(tmp_path, monkeypatch, logdirs):
+    """The scan no longer hands the cache a set of every path it found: the cache keeps the
+    entries it was asked for, a re-read file's new entry, and drops a file that is gone."""
+    import shutil
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    logdir = str(tmp_path / "ld")
+    shutil.copytree(logdirs[100], logdir)
+    first = api.scan(logdir)
+    assert (first.files_read, first.files_cached) == (100, 0)
+    gone = next(f for r in first.runs for f in r.files if f.kind == "event")
+    os.unlink(os.path.join(logdir, gone.path))
+    changed = next(f for r in first.runs for f in r.files if f.kind == "event" and f.path != gone.path)
+    with open(os.path.join(logdir, changed.path), "ab") as f:
+        f.write(b"\0" * 16)  # a torn record at the end: read again
+    again = api.scan(logdir)
+    assert (again.files_read, again.files_cached) == (1, 98)
+    third = api.scan(logdir)
+    assert (third.files_read, third.files_cached) == (0, 99)
+    from tb_footprint_plugin.scan.cache import ScanCache
+    from tb_footprint_plugin.storage.paths import cache_dir
+
+    c = ScanCache(cache_dir(logdir))
+    assert len(c) == 99
+    c.close()
+
+
+def test_the_walk_knows_each_folder_once_in_a_few_bytes():
+    """The walk's set of folders entered (a bind mount can loop): exact, and ~16-32 bytes a folder."""
+    from tb_footprint_plugin.scan.discovery import _InodeSet
+
+    s = _InodeSet()
+    s.add(7, 1)  # the first folder's device is the table's; any other is kept in a plain set
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        assert all(s.add(7, i * 7919 + 3) for i in range(40_000))
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert not any(s.add(7, i * 7919 + 3) for i in range(0, 40_000, 97))
+    assert s.add(8, 3) and not s.add(8, 3) and s.add(7, 0) and not s.add(7, 0) and not s.add(7, 1)
+    assert held / 40_000 < 40, f"{held / 40_000:.0f} bytes a folder"
+
+
+def test_like_runs_share_one_list_of_tags(logdirs):
+    """A sweep's runs log the same tags: one list of them, which refuses to be changed in place
+    (a list a category a run was ~160 bytes a run); the logdir's totals have lists of their own."""
+    fp = api.scan(logdirs[100])
+    a, b = fp.runs[0].categories["scalars"], fp.runs[-1].categories["scalars"]
+    assert a.tags == ["accuracy", "grad_norm", "learning_rate", "loss"] and a.tags is b.tags
+    with pytest.raises(TypeError):
+        a.tags.append("x")
+    assert fp.categories["scalars"].tags == a.tags and fp.categories["scalars"].tags is not a.tags
+    assert json.loads(json.dumps(fp.to_dict()))["runs"][0]["categories"]["scalars"]["tags"] == list(a.tags)
+
+
+def test_a_plan_finds_a_run_by_its_name_without_a_search():
+    """``Plan.run`` is indexed: ``leave_alone`` over many runs was quadratic (a linear search each)."""
+    import time
+
+    from tb_footprint_plugin.plan.model import Plan, RunPlan
+
+    p = Plan(logdir="/x", policy={}, created_at=0.0, total_bytes=0,
+             runs=[RunPlan(run=f"exp/run{i:06d}", bytes_before=1, expected_after_bytes=1) for i in range(20_000)])
+    t = time.process_time()
+    assert all(p.run(f"exp/run{i:06d}").run == f"exp/run{i:06d}" for i in range(20_000))
+    assert time.process_time() - t < 2.0
+    assert p.run("nope") is None
+    p.runs = p.runs[:10]  # a new list: the index follows it
+    assert p.run("exp/run000011") is None and p.run("exp/run000009").run == "exp/run000009"

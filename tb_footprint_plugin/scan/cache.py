@@ -11,6 +11,8 @@ or foreign-version cache simply starts afresh.
 """
 from __future__ import annotations
 
+from array import array
+import bisect
 import contextlib
 import json
 import os
@@ -76,14 +78,21 @@ class ScanCache:
         self.state_dir = state_dir
         self.write = write and state_dir is not None
         self.dirty = False
-        #: hash(rel) -> _REC of the cache file read: no copy of the path (~120 bytes an entry); a hit's
-        #: own line names its path, so a collision is only a miss
-        self._index: Dict[int, bytes] = {}
+        #: the cache file read, indexed without a copy of any path (a hit's own line names its path,
+        #: so a collision is only a miss) and without an object per entry: ``_recs`` holds each
+        #: entry's _REC in file order, ``_hashes`` the hash(rel) of each sorted, ``_pos`` the entry
+        #: each sorted hash is, ``_seen`` a byte an entry (looked up by this scan); 49 bytes an
+        #: entry, where a dict of bytes was ~150 held through the whole scan (issue 28)
+        self._recs = bytearray()
+        self._hashes = array("q")
+        self._pos = array("I")
+        self._seen = bytearray()
+        self._dropped = 0  # entries superseded by a put (their length zeroed: never copied over)
         self._src: Optional[int] = None  # fd of the cache file read
         self._tmp: Optional[str] = None  # the cache being written
         self._out = None
         self._count = 0  # entries written to it
-        self._live: Optional[set] = None
+        self._live: Optional[bool] = None  # retain asked: only the entries looked up are kept
         self._warning: Optional[str] = None
         self._load()
 
@@ -92,7 +101,13 @@ class ScanCache:
         return os.path.join(self.state_dir, CACHE_NAME) if self.state_dir else None
 
     def __len__(self) -> int:
-        return len(self._index) + self._count
+        return len(self._seen) - self._dropped + self._count
+
+    def _find(self, rel: str) -> int:
+        """The entry of the cache read whose path hashes as ``rel``'s (the last in the file), or -1."""
+        h = hash(rel)
+        i = bisect.bisect_right(self._hashes, h) - 1
+        return self._pos[i] if i >= 0 and self._hashes[i] == h else -1
 
     def _load(self) -> None:
         if not self.path:
@@ -101,7 +116,7 @@ class ScanCache:
             f = open_regular(self.path)  # never through a symlink, never a FIFO
         except OSError:
             return
-        index: Dict[str, bytes] = {}
+        recs, hashes = bytearray(), array("q")
         ok = False
         try:
             with f:
@@ -117,22 +132,29 @@ class ScanCache:
                             head = None
                         # read back from disk: entries of another shape are dropped (rescanned)
                         if head is not None:
-                            index[hash(head[0])] = _REC.pack(*head[1], offset, len(raw))
+                            recs += _REC.pack(*head[1], offset, len(raw))
+                            hashes.append(hash(head[0]))
                         offset += len(raw)
                 if ok:
                     self._src = os.dup(f.fileno())
         except (OSError, ValueError):
             return  # a damaged cache is only a slower scan
         if ok:
-            self._index = index
+            # sorted by hash (stable: of equal hashes the last in the file is found, as a dict kept it)
+            order = sorted(range(len(hashes)), key=hashes.__getitem__)
+            self._hashes = array("q", (hashes[i] for i in order))
+            self._pos = array("I", order)
+            self._recs = recs
+            self._seen = bytearray(len(hashes))
 
     def get(self, rel: str, key: Key) -> Optional[dict]:
         """Cached stats for ``rel`` if its (size, mtime_ns, inode) still match."""
-        rec = self._index.get(hash(rel))
-        if rec is None or self._src is None:
+        i = self._find(rel)
+        if i < 0 or self._src is None:
             return None
-        size, mtime_ns, ino, offset, length = _REC.unpack(rec)
-        if (size, mtime_ns, ino) != tuple(key):
+        self._seen[i] = 1  # this scan found the file: its entry is kept (``retain_looked_up``)
+        size, mtime_ns, ino, offset, length = _REC.unpack_from(self._recs, i * _REC.size)
+        if not length or (size, mtime_ns, ino) != tuple(key):
             return None
         try:
             raw = os.pread(self._src, length, offset)
@@ -144,7 +166,10 @@ class ScanCache:
 
     def put(self, rel: str, key: Key, stats: dict) -> None:
         """Record fresh stats: streamed to the cache being written (dropped when not writing)."""
-        self._index.pop(hash(rel), None)  # superseded: never copied over
+        i = self._find(rel)
+        if i >= 0 and _REC.unpack_from(self._recs, i * _REC.size)[4]:  # superseded: never copied over
+            struct.pack_into("<I", self._recs, i * _REC.size + _REC.size - 4, 0)
+            self._dropped += 1
         self.dirty = True
         if not self.write or self._warning:
             return
@@ -170,9 +195,18 @@ class ScanCache:
 
     def retain(self, live: Iterable[str]) -> None:
         """Forget files that no longer exist, so the cache does not grow forever."""
-        live = {hash(rel) for rel in live}
-        self._live = live
-        if any(k not in live for k in self._index):
+        self._seen = bytearray(len(self._seen))
+        for rel in live:
+            i = self._find(rel)
+            if i >= 0:
+                self._seen[i] = 1
+        self.retain_looked_up()
+
+    def retain_looked_up(self) -> None:
+        """Forget the entries of files this scan did not look up (``get``): every event file it
+        found is looked up, so those are gone (a set of every path found was ~110 bytes a run)."""
+        self._live = True
+        if self._seen.count(0):
             self.dirty = True
 
     def save(self) -> Optional[str]:
@@ -182,10 +216,12 @@ class ScanCache:
                 return self._warning
             live = self._live
             try:
-                for h, rec in self._index.items():  # the kept entries, in file order: sequential reads
-                    if live is not None and h not in live:
+                for i in range(len(self._seen)):  # the kept entries, in file order: sequential reads
+                    if live is not None and not self._seen[i]:
                         continue
-                    _s, _m, _i, offset, length = _REC.unpack(rec)
+                    _s, _m, _i, offset, length = _REC.unpack_from(self._recs, i * _REC.size)
+                    if not length:
+                        continue  # superseded by a put
                     raw = os.pread(self._src, length, offset).lstrip(b",").rstrip(b"\n")
                     self._emit(raw)
                 self._open_out()  # (nothing kept, nothing new: an empty cache)
@@ -252,6 +288,7 @@ class RemoteScanCache:
         self._present = present  # known from the listing: no request to find out
         self.entries: Dict[str, dict] = {}
         self.dirty = False
+        self._looked: set = set()  # the paths this scan looked up (``retain_looked_up``)
         self._load()
 
     @property
@@ -270,6 +307,7 @@ class RemoteScanCache:
 
     def get(self, rel: str, key: Key) -> Optional[dict]:
         """Cached stats for ``rel`` if its (size, version) still match."""
+        self._looked.add(rel)
         e = self.entries.get(rel)
         if isinstance(e, dict) and isinstance(e.get("key"), list) and tuple(e["key"]) == tuple(key):
             return e.get("stats")
@@ -286,6 +324,10 @@ class RemoteScanCache:
         for k in gone:
             del self.entries[k]
         self.dirty = self.dirty or bool(gone)
+
+    def retain_looked_up(self) -> None:
+        """Forget the objects this scan did not look up (every event file it found)."""
+        self.retain(self._looked)
 
     def save(self) -> Optional[str]:
         """Write the cache object; returns a warning string instead of raising."""

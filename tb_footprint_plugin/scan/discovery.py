@@ -13,6 +13,7 @@ become warnings, not errors.
 """
 from __future__ import annotations
 
+from array import array
 import os
 import stat
 from dataclasses import dataclass, field
@@ -139,7 +140,7 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
     open_runs: List[Tuple[Tuple[str, ...], str]] = []
     # (dev, ino) as one int: bind mounts can loop even without symlinks; a tuple of two ints per
     # folder was ~60 MB at 100,000 runs (four folders each)
-    seen_dirs = set()
+    seen_dirs = _InodeSet()
 
     def done(name: str) -> FoundRun:
         r = runs.pop(name)
@@ -157,11 +158,9 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: cannot stat directory ({e.strerror})")
             continue
-        key = st.st_dev << 64 | st.st_ino
-        if key in seen_dirs:
+        if not seen_dirs.add(st.st_dev, st.st_ino):
             warnings.append(f"{display(_rel(parts))}: directory seen twice (loop), skipped")
             continue
-        seen_dirs.add(key)
         try:
             with fsops.scandir(dirpath) as it:
                 entries = list(it)
@@ -212,6 +211,56 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
         yield done(open_runs.pop()[1])
     if UNATTRIBUTED in runs:
         yield done(UNATTRIBUTED)
+
+
+class _InodeSet:
+    """The folders a walk has entered, as (device, inode): the inodes of the first device seen
+    (the logdir's) in an open-addressing table of 8-byte slots, any other in a plain set. A set
+    of ints was ~300 bytes a run at the scan's peak (four folders a run, an int object and a
+    slot of a table that grows fourfold each); this is ~16-32 bytes a folder."""
+
+    __slots__ = ("_dev", "_table", "_mask", "_used", "_other")
+
+    def __init__(self) -> None:
+        self._dev: Optional[int] = None
+        self._table = array("q", bytes(8 * 1024))  # 0: empty; an inode i is kept as i + 1
+        self._mask = 1023
+        self._used = 0
+        self._other: set = set()
+
+    def add(self, dev: int, ino: int) -> bool:
+        """Add the folder; False when it was there already."""
+        if self._dev is None:
+            self._dev = dev
+        if dev != self._dev or not 0 <= ino < (1 << 63) - 1:
+            key = (dev, ino)
+            if key in self._other:
+                return False
+            self._other.add(key)
+            return True
+        v = ino + 1
+        table, mask = self._table, self._mask
+        i = (v * 0x9E3779B97F4A7C15 >> 20) & mask
+        while table[i]:
+            if table[i] == v:
+                return False
+            i = (i + 1) & mask
+        table[i] = v
+        self._used += 1
+        if self._used * 2 > mask:
+            self._grow()
+        return True
+
+    def _grow(self) -> None:
+        old = self._table
+        self._mask = mask = 2 * len(old) - 1
+        self._table = table = array("q", bytes(8 * (mask + 1)))
+        for v in old:
+            if v:
+                i = (v * 0x9E3779B97F4A7C15 >> 20) & mask
+                while table[i]:
+                    i = (i + 1) & mask
+                table[i] = v
 
 
 def _rel(parts: Tuple[str, ...]) -> str:
