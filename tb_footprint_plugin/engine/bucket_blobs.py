@@ -17,11 +17,14 @@ version the reduction made where it was replaced.
 
 Forgetting is safe against other operations through one ``flock`` on the folder (the local
 vault's offload/forget discipline, ``engine.offload``): an operation holds it shared from its
-first blob added until a manifest or journal record in the bucket names those digests; a purge
-holds it alone while it reads which digests the bucket's manifests (not purged) and journals
-still name and forgets the rest of what this logdir added (``BlobStore`` owner claims: another
-logdir sharing the folder keeps its blobs). While a manifest or journal cannot be read nothing
-is forgotten (it may be the only one naming a blob).
+first blob added until its manifest in the bucket names those digests (its journal names them
+from the backup on, and goes only after the manifest exists); a purge holds it alone while it
+reads which digests the bucket's journals, then manifests (not purged), still name — journals
+first, so an operation that commits between the two listings is named by one of them — and
+forgets the rest of what this logdir added (``BlobStore`` owner claims: another logdir sharing
+the folder keeps its blobs). While a manifest or journal cannot be read nothing is forgotten (it
+may be the only one naming a blob). Right before its swap an operation reads the folder's index
+again: a blob forgotten anyway (by hand, by an older version) rolls the run back.
 
 Not yet the vault in the bucket (issue #27 item 2): the code above takes any ``Store``, but its
 forget lock is a ``flock``, which holds on one machine only, and workers on several machines
