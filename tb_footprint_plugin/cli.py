@@ -214,6 +214,17 @@ def _merge_names(args) -> None:
         args.runs = list(args.runs or []) + [n for n in names if n not in (args.runs or [])]
 
 
+def _check_selectors(args) -> None:
+    """An empty or blank run name or glob (``--glob "$RUNS"`` with RUNS unset) is a usage
+    error for every verb: read as "no selector" it would act on every run."""
+    glob = getattr(args, "run_glob", None)
+    if isinstance(glob, str) and not glob.strip():
+        raise UsageError(f"an empty run glob ({glob!r}) selects no run; leave --glob out to mean every run")
+    names = getattr(args, "runs", None)  # `status --runs` is a flag, not names
+    if isinstance(names, list) and any(not str(n).strip() for n in names):
+        raise UsageError("an empty run name selects no run")
+
+
 def _per_tag(text: str) -> dict:
     out = {}
     for part in filter(None, text.split(",")):
@@ -1502,6 +1513,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "reduce":
             _reduce_positionals(args)
         _merge_names(args)
+        _check_selectors(args)
         _check_logdir(args)
         return args.func(args)
     except (UsageError, api.PolicyError, api.SelectionError, api.NotALogdir) as e:

@@ -256,8 +256,11 @@ def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional
                      run_glob: Optional[str]) -> Optional[List[str]]:
     """The runs a purge's selectors name, among the runs the vault has operations of (a run
     reduced to nothing, or retired, is no longer in a scan); None without a selection."""
-    if names is None and not run_glob:
+    if names is None and run_glob is None:
         return None
+    if (run_glob is not None and not run_glob.strip()) or any(not str(n).strip() for n in names or []):
+        # "" read as "no selector" would purge every run's backups (--glob "$RUNS", RUNS unset)
+        raise SelectionError(f"an empty run name or glob selects no run of {logdir}")
     every = sorted({r for r in known() if isinstance(r, str)})
     chosen, missing = selecting.select(every, names, run_glob)
     if missing:

@@ -93,8 +93,9 @@ def select(names: Sequence[str], runs: Optional[Sequence[str]] = None,
     ``run_glob``: a glob), in their order; ``missing`` lists each name and the glob that match no
     run at all, each with a hint when the old ``fnmatch`` rule would have matched it."""
     known, wanted = set(names), (set(runs) if runs is not None else None)  # not O(runs x names)
-    missing = [r for r in (runs or []) if r not in known]
-    if run_glob and not any(matches(n, run_glob) for n in names):
+    missing = [r for r in (runs or []) if r not in known or not r.strip()]
+    # a blank glob is not "no glob": read so, `--glob "$UNSET"` would select every run
+    if run_glob is not None and (not run_glob.strip() or not any(matches(n, run_glob) for n in names)):
         missing.append(run_glob)
     chosen = [n for n in names if (wanted is None or n in wanted) and (not run_glob or matches(n, run_glob))]
     return chosen, missing
