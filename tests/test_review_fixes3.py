@@ -52,3 +52,52 @@ def test_the_shared_selection_rule_counts_a_blank_glob_or_name_as_matching_nothi
     assert missing == [""]
     chosen, missing = api.selecting.select(["a", "b"], [" "], None)
     assert missing == [" "]
+
+
+# --- A1: the start's release of a kept restore deleted a blob a reduce committed meanwhile -----
+def test_release_of_a_kept_restore_keeps_a_blob_a_reduce_committed_meanwhile(tmp_path, monkeypatch):
+    """Run train is reduced, then restored while a claim keeps its blobs; train2 holds the same
+    profile bytes. While the next start's release looks at the blobs (after its first read of
+    the claims) a reduce of train2 runs to the end. Its backup must survive the release."""
+    from tb_footprint_plugin.api import settle
+    from tb_footprint_plugin.engine import restore as restore_mod
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    shutil.copytree(logdir / "train", logdir / "train2")
+    before2 = tree_hashes(logdir / "train2")
+    rep = api.reduce_logdir(str(logdir), dry_run=False, runs=["train"], quiet_period=0)
+    (op,) = [o.op_id for o in rep.outcomes if o.op_id]
+    vault = Vault(str(logdir / ".tb-footprint"))
+    shas = {f["sha256"] for f in vault.read_manifest(op)["files"]}
+    real_jb = restore_mod.journal_blobs
+    with monkeypatch.context() as m:
+        m.setattr(restore_mod, "journal_blobs", lambda ctx, *a, **k: real_jb(ctx, *a, **k) | shas)
+        (out,) = api.restore(str(logdir), "train")
+    assert all(vault.has_blob(s) for s in shas), "the claim kept the blobs at the restore"
+
+    state = {"armed": False, "reduced": None}
+    real_release, real_has = settle.release_restored_backup, Vault.has_blob
+
+    def release(*a, **k):
+        state["armed"] = True
+        return real_release(*a, **k)
+
+    def has_blob(self, sha):
+        if state["armed"]:
+            state["armed"] = False  # the reduce runs once, inside the release's window
+            state["reduced"] = api.reduce_logdir(str(logdir), dry_run=False, runs=["train2"], quiet_period=0)
+        return real_has(self, sha)
+
+    monkeypatch.setattr(settle, "release_restored_backup", release)
+    monkeypatch.setattr(Vault, "has_blob", has_blob)
+    api.recover_logdir(str(logdir))
+    monkeypatch.undo()
+    assert state["reduced"] is not None and any(o.op_id for o in state["reduced"].outcomes)
+    (op2,) = [m["op_id"] for m in vault.manifests() if m.get("run") == "train2"]
+    m2 = vault.read_manifest(op2)
+    assert not m2.get("backup_purged")
+    missing = [f["path"] for f in m2["files"] if not vault.has_blob(f["sha256"])]
+    assert missing == [], f"train2's backup lost: {missing}"
+    outs = api.restore(str(logdir), "train2")
+    assert [o.code for o in outs if o.code] == [], outs
+    assert tree_hashes(logdir / "train2") == before2

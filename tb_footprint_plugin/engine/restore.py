@@ -305,33 +305,49 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     """
     if not manifest.get("restored_by"):
         return 0
-    others = [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
-    if vault.unread:
-        return 0  # a manifest we could not read may claim these blobs
-    claimed = set(keep) | journal_blobs(ctx)
-    for m in others:
-        # a restored operation's originals stand in its logdir: its backup is no claim any more
-        if not m.get("backup_purged") and not m.get("restored_by"):
-            claimed.update(f.get("sha256") for f in m.get("files", []))
-        claimed.update(d.get("sha256") for d in m.get("displaced", []))  # bytes a restore set aside
-    shas = []
-    for f in manifest.get("files", []):
-        sha = f["sha256"]
-        if sha in claimed or sha in shas:
-            continue
-        if vault.has_blob(sha) and matches(ctx.abs(f["path"]), sha, f["size"]):
-            shas.append(sha)
-    if not shas:
-        return 0
-    gone = set(shas)
-    for m in [manifest] + others:  # every restored operation left with no blob stops claiming one
-        if m.get("restored_by") and not m.get("backup_purged") and all(
+    files = {f["sha256"]: f for f in manifest.get("files", [])}  # one file per digest is enough
+    candidates = [sha for sha in files if vault.has_blob(sha)]
+    kept: set = set()
+
+    def needed() -> set:
+        claimed = _claimed_now(ctx, vault, manifest, files, keep)
+        kept.update(claimed)
+        return claimed
+
+    freed = vault.delete_blobs(candidates, needed) if candidates else {}
+    # a blob let go is one no claim kept under the locks and, if it has local forms, one they
+    # went from (not kept for a live pin); one only the remote vault holds goes from there once
+    # the manifests say so. Only then, and only for those, the marks: a kill before them is
+    # finished by the next start, which marks an operation whose blobs are all absent
+    gone = {sha for sha in candidates if sha not in kept and (freed.get(sha) or vault.local_form(sha) is None)}
+    ms = [manifest] + [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
+    for m in ms:  # every restored operation left with no blob stops claiming one
+        if m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
                 f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])):
             m["backup_purged"] = True
             m["backup_released_by_restore"] = manifest["restored_by"]
             m["purged_at"] = time.time()
             vault.write_manifest(m)
-    return sum(vault.delete_blob(sha) for sha in shas)
+    return sum(freed.values())
+
+
+def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep) -> set:
+    """The digests of ``files`` that must stay, read under the blobs' locks (the manifests,
+    journals and pins of now, not of when the release began: a reduce of identical bytes may
+    have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay."""
+    every = set(files)
+    ms = vault.manifests()
+    if vault.unread:
+        return every  # a manifest we could not read may claim these blobs
+    # a restored operation's originals stand in its logdir: its backup is no claim any more
+    restored = [m["op_id"] for m in ms if m.get("restored_by") and not m.get("backup_purged")]
+    refs = vault.referenced_blobs(exclude_ops=[manifest["op_id"]] + restored)
+    if vault.unread:
+        return every
+    claimed = {sha for sha in every if sha in refs} | (set(keep) & every) | (journal_blobs(ctx) & every)
+    # the file in place must still be these bytes now, or its only copy is the blob
+    return claimed | {sha for sha, f in files.items()
+                      if sha not in claimed and not matches(ctx.abs(f["path"]), sha, f["size"])}
 
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:

@@ -129,12 +129,15 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     # Blobs this rollback just kept for displaced content are needed too, even when their
     # content equals another original of this operation (same digest, same blob).
     keep = {d["sha256"] for d in displaced if d.get("sha256")}
-    needed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"]) | keep
-    for r in backups:
-        if r["sha256"] not in needed:
-            vault.delete_blob(r["sha256"])
-        else:
-            vault.unshare(r["sha256"])
+
+    def needed() -> set:
+        # read under the blobs' locks: a reduce of identical bytes elsewhere may commit while
+        # this rollback runs (it pins, writes its manifest, unpins), a read before would miss it
+        return vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"]) | keep
+
+    freed = vault.delete_blobs([r["sha256"] for r in backups], needed)
+    for sha in {r["sha256"] for r in backups if not freed.get(r["sha256"])}:
+        vault.unshare(sha)  # kept: a copy of its own (it may be a link of a live file)
 
 
 def remove_scratch(vault: Vault, op_id: str) -> None:
