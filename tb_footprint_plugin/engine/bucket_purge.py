@@ -22,7 +22,7 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
-          runs: Optional[Collection[str]] = None) -> dict:
+          runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None) -> dict:
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
     The manifest is marked purged before its blobs go, so a restore never points at them."""
     now = now_s()
@@ -38,7 +38,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     chosen = [m for m in every
               if m.get("status") in ("verified", "restored") and not m.get("purged")
               and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
-              and (runs is None or m.get("run") in runs)
+              and (runs is None or m.get("run") in runs) and (op_ids is None or m.get("op") in op_ids)
               and (older_than is None or m.get("created", now) <= now - older_than)]
     # a restore that found a file written again at an original's name left that original in the
     # vault only (``not_restored``): its operation is not purged, and the listing says why

@@ -735,7 +735,8 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
 
 
 def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
-                  yes: bool, now: float, runs: Optional[Collection[str]] = None) -> Tuple[List[dict], int]:
+                  yes: bool, now: float, runs: Optional[Collection[str]] = None,
+                  op_ids: Optional[Collection[str]] = None) -> Tuple[List[dict], int]:
     """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list them.
 
     The manifest stops claiming the run before its files go; a run being restored right now
@@ -743,7 +744,7 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
     listed, freed = [], 0
     for m in retirements(ctx):
         if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
-                (runs is not None and m["run"] not in runs):
+                (runs is not None and m["run"] not in runs) or (op_ids is not None and m["op_id"] not in op_ids):
             continue
         if older_than is not None and m.get("finished_at", now) > now - older_than:
             continue
