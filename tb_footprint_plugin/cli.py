@@ -886,9 +886,9 @@ def cmd_verify(args) -> int:
 def cmd_purge(args) -> int:
     from tb_footprint_plugin import api
 
-    def purge(yes: bool):  # every selected run in one pass: shared blobs and lost originals counted once
+    def purge(yes: bool, op_ids=None):  # every selected run in one pass: shared blobs and lost originals counted once
         return api.purge(args.logdir, older_than=args.older_than, runs=args.runs or None, run_glob=args.run_glob,
-                         yes=yes, backup_dir=args.backup_dir, op=args.op)
+                         yes=yes, backup_dir=args.backup_dir, op=args.op, op_ids=op_ids)
 
     rep = purge(bool(args.yes))
     if not args.yes:
@@ -903,7 +903,17 @@ def cmd_purge(args) -> int:
                 print("nothing deleted (dry run): add --yes to purge these backups (their runs can no longer "
                       "be restored)")
             return rc
-        rep = purge(True)
+        # the answer was to what the preview showed: only those operations may go (one committed
+        # while the question was on screen is never purged unseen), and only if purging them
+        # still loses what was said
+        shown = [o["op_id"] for o in rep.ops]
+        again = purge(False, op_ids=shown)
+        if sorted(o["op_id"] for o in again.ops) != sorted(shown) or again.originals_lost != rep.originals_lost:
+            print(f"tb-footprint purge: nothing deleted: what this purge would delete changed since the preview "
+                  f"({len(again.ops)} backup(s), {again.originals_lost} original(s) lost for good, not "
+                  f"{len(rep.ops)} and {rep.originals_lost}); run it again to see the new preview", file=sys.stderr)
+            return EXIT_FAILED
+        rep = purge(True, op_ids=shown)
     if args.json:
         _dump(rep.to_dict())
         return EXIT_OK

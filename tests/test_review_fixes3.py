@@ -101,3 +101,94 @@ def test_release_of_a_kept_restore_keeps_a_blob_a_reduce_committed_meanwhile(tmp
     outs = api.restore(str(logdir), "train2")
     assert [o.code for o in outs if o.code] == [], outs
     assert tree_hashes(logdir / "train2") == before2
+
+
+# --- A2: a confirmed purge ran again from scratch and deleted backups the preview never showed -
+def _reduce(logdir: Path, run: str) -> str:
+    rep = api.reduce_logdir(str(logdir), dry_run=False, runs=[run], quiet_period=0)
+    (op,) = [o.op_id for o in rep.outcomes if o.op_id]
+    return op
+
+
+def test_cli_purge_answered_yes_deletes_nothing_when_what_it_would_delete_changed(tmp_path, monkeypatch, capsys):
+    """The preview lists train's backup; while the question is on screen a reduce of `other`
+    (the same bytes) commits. The answer must not purge `other`'s backup, never shown."""
+    logdir = _two_runs(tmp_path)
+    op_train = _reduce(logdir, "train")
+    seen = {}
+
+    def ask(question):
+        seen["op"] = _reduce(logdir, "other")
+        return True
+
+    monkeypatch.setattr(cli, "_ask", ask)
+    monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
+    rc = cli.main(["purge", str(logdir)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "nothing deleted" in err and "changed since the preview" in err, err
+    assert _purged(logdir) == {op_train: False, seen["op"]: False}
+
+
+def test_cli_purge_answered_yes_purges_only_the_operations_it_showed(tmp_path, monkeypatch):
+    """Same, with a run of other bytes: the shown purge goes ahead, the new one is untouched."""
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    copy_real("jax/profiled", tmp_path / "jax")
+    shutil.copytree(tmp_path / "jax", logdir / "other")  # a run of other bytes
+    op_train = _reduce(logdir, "train")
+    before_other = tree_hashes(logdir / "other")
+    seen = {}
+
+    def ask(question):
+        seen["op"] = _reduce(logdir, "other")
+        return True
+
+    monkeypatch.setattr(cli, "_ask", ask)
+    monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
+    assert cli.main(["purge", str(logdir)]) == 0
+    assert _purged(logdir) == {op_train: True, seen["op"]: False}
+    api.restore(str(logdir), "other")
+    assert tree_hashes(logdir / "other") == before_other
+
+
+def test_purge_op_ids_limits_the_engine_to_those_operations(tmp_path):
+    logdir = _two_runs(tmp_path)
+    ops = [_reduce(logdir, "train"), _reduce(logdir, "other")]
+    rep = api.purge(str(logdir), yes=True, op_ids=[ops[0]])
+    assert [o["op_id"] for o in rep.ops] == [ops[0]]
+    assert _purged(logdir) == {ops[0]: True, ops[1]: False}
+    assert api.purge(str(logdir), yes=True, op_ids=[]).ops == []
+    assert _purged(logdir) == {ops[0]: True, ops[1]: False}
+
+
+def test_tab_purge_deletes_only_the_operations_its_preview_listed(tmp_path):
+    """The tab's confirmed purge carries the previewed op ids: a reduce of `mid` committed after
+    the preview is not purged, and a preview that no longer holds is refused (409)."""
+    from test_plugin_routes import App, _age, _write_run
+
+    root = tmp_path / "logs"
+    for name, seed in (("big", 1), ("mid", 2)):
+        _write_run(str(root / name), seed=seed, sessions=1)
+    _age(str(root))
+    app = App(root)
+    try:
+        r = app.post("/reduce", {"runs": ["big"], "policy": "archive"})
+        assert app.wait_job(r.get_json()["job"]["id"])["state"] == "done"
+        pv = app.post("/purge", {"confirm": False}).get_json()["preview"]
+        shown = [o["op_id"] for o in pv["ops"]]
+        assert len(shown) == 1
+        (mid,) = [o.op_id for o in api.reduce_logdir(str(root), dry_run=False, runs=["mid"], policy="archive",
+                                                     quiet_period=0).outcomes if o.op_id]
+        stale = app.post("/purge", {"confirm": True, "originals_lost": pv["originals_lost"], "op_ids": shown + ["x"]})
+        assert stale.status_code == 409, stale.get_json()
+        assert app.post("/purge", {"confirm": True, "op_ids": "nope"}).status_code == 400
+        r = app.post("/purge", {"confirm": True, "originals_lost": pv["originals_lost"], "op_ids": shown})
+        if r.status_code == 409:  # mid backed up bytes big's backup shares: fewer lost; the tab looks again
+            lost = r.get_json()["originals_lost"]
+            assert lost < pv["originals_lost"]
+            r = app.post("/purge", {"confirm": True, "originals_lost": lost, "op_ids": shown})
+        assert r.status_code == 202, r.get_json()
+        job = app.wait_job(r.get_json()["job"]["id"])
+        assert job["state"] == "done" and [o["op_id"] for o in job["result"]["ops"]] == shown
+        assert _purged(root) == {shown[0]: True, mid: False}
+    finally:
+        app.close()

@@ -225,7 +225,7 @@ export async function purgeFlow(model, opts, onError) {
     body: second, confirm: lost ? 'Delete ' + plural(lost, 'original') + ' for good' : 'Delete the backups', danger: true});
   if (!sure) return null;
   try {
-    return await model.purge(Object.assign({}, opts, {originals_lost: lost}));
+    return await model.purge(Object.assign({}, opts, {originals_lost: lost, op_ids: preview.ops.map((o) => o.op_id)}));
   } catch (e) {
     onError(e.message);
     return null;

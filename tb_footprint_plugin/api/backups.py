@@ -212,7 +212,8 @@ def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
 
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
           yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None,
-          runs: Optional[Sequence[str]] = None, run_glob: Optional[str] = None) -> PurgeReport:
+          runs: Optional[Sequence[str]] = None, run_glob: Optional[str] = None,
+          op_ids: Optional[Sequence[str]] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
 
     ``run`` / ``runs`` (exact names) and ``run_glob`` (the glob rule of every verb) select the
@@ -223,7 +224,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     Never deletes a byte that exists nowhere else: a backup that is damaged, grown by a late
     writer, still held open for writing, or needed by another kept or unfinished operation is
     kept and listed in ``kept`` with a code (the preview says so too); a run being changed
-    right now is passed over.
+    right now is passed over. ``op_ids``: purge only these operations (those a preview showed
+    and the user confirmed; one committed since is never purged unseen).
     """
     names = list(dict.fromkeys([*([run] if run is not None else []), *(runs or [])])) if (run is not None or runs) \
         else None
@@ -234,7 +236,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
         recovered = bk.recover(rfs, vault)
         chosen = _purge_selection(logdir, lambda: [m.get("run") for m in bk.manifests(rfs, vault)], names,
                                   run_glob)
-        d = bk.purge(rfs, vault, older_than=older_than, op=op, yes=yes, runs=chosen)
+        d = bk.purge(rfs, vault, older_than=older_than, op=op, yes=yes, runs=chosen,
+                     op_ids=set(op_ids) if op_ids is not None else None)
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
                            kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
                                   "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
@@ -245,7 +248,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     ctx = context_of(logdir, backup_dir)
     recovered = recover_logdir(logdir, backup_dir)
     chosen = _purge_selection(logdir, lambda: [m.get("run") for m in own_manifests(ctx)], names, run_glob)
-    report = purge_backups(ctx, older_than=older_than, yes=yes, op=op, runs=chosen)
+    report = purge_backups(ctx, older_than=older_than, yes=yes, op=op, runs=chosen,
+                           op_ids=set(op_ids) if op_ids is not None else None)
     # journals recovery refused (planted, copied, malformed) are reported with the vault's
     report.refused[:0] = [{"op_id": r.op_id, "code": r.code, "detail": r.detail}
                           for r in recovered if r.action == "refused"]

@@ -114,16 +114,18 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
 
 
 def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Optional[str] = None,
-                  yes: bool = False, op: Optional[str] = None, runs: Optional[Collection[str]] = None) -> PurgeReport:
+                  yes: bool = False, op: Optional[str] = None, runs: Optional[Collection[str]] = None,
+                  op_ids: Optional[Collection[str]] = None) -> PurgeReport:
     """Purge (``yes``) or list the backups of this logdir's operations selected by the filters
-    (``runs``: these runs' together, so shared blobs and lost originals are counted once)."""
+    (``runs``: these runs' together, so shared blobs and lost originals are counted once;
+    ``op_ids``: only these operations, the ones a preview showed and the user confirmed)."""
     now = time.time()
     candidates = []
     for m in own_manifests(ctx):
         if m.get("kind") != "reduce" or m.get("backup_purged"):
             continue
         if (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
-                (runs is not None and m["run"] not in runs):
+                (runs is not None and m["run"] not in runs) or (op_ids is not None and m["op_id"] not in op_ids):
             continue
         if older_than is not None and m.get("finished_at", now) > now - older_than:
             continue
@@ -180,7 +182,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             lock.release()
     # retired runs: the same grace (older_than) and the same confirmation
     r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now,
-                                       runs=runs)
+                                       runs=runs, op_ids=op_ids)
     for x in r_listed if yes else ():
         _log(ctx, x["op_id"], x["run"], x["bytes"], f"retired run {x['run']} ({x['op_id']}) deleted from the vault"
              + (" (restored before)" if x.get("restored") else ": its only copy"))

@@ -113,8 +113,15 @@ class ActionRoutes(RouteBase):
         confirm = body.get("confirm", False)
         if not isinstance(confirm, bool):
             raise HttpError(400, "confirm must be true or false")
+        shown = body.get("op_ids")
+        if shown is not None and (not isinstance(shown, list) or not all(isinstance(x, str) for x in shown)):
+            raise HttpError(400, "op_ids must be a list of operation ids")
         p = self.p
         kwargs = dict(older_than=older, run=run, backup_dir=p.config.backup_dir, op=op_id)
+        if confirm and shown is not None:
+            # the tab's preview listed these operations: only they may go (an operation committed
+            # since was never shown), whatever this purge would select now
+            kwargs["op_ids"] = sorted(set(shown))
         if not confirm:
             if p.jobs.any_active():
                 raise HttpError(409, "a job is running; purge once it has finished")
@@ -126,10 +133,14 @@ class ActionRoutes(RouteBase):
             # if that is still what would happen (nothing reduced or restored meanwhile)
             if isinstance(confirmed, bool) or not isinstance(confirmed, int) or confirmed < 0:
                 raise HttpError(400, "originals_lost must be a non-negative whole number")
-            now = api.purge(p.logdir, yes=False, **kwargs).originals_lost
+            again = api.purge(p.logdir, yes=False, **kwargs)
+            now = again.originals_lost
             if now != confirmed:
                 raise HttpError(409, f"this purge would now lose {now} original file(s) for good, not the {confirmed} "
                                      "you confirmed; look again", originals_lost=now)
+            if shown is not None and sorted(o["op_id"] for o in again.ops) != kwargs["op_ids"]:
+                raise HttpError(409, "the backups this purge would delete changed since the preview; look again",
+                                originals_lost=now)
         job = Job("purge", [], {k: v for k, v in kwargs.items() if k != "backup_dir"}, cancel_token=None,
                   cancellable=False)
 
