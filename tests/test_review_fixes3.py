@@ -192,3 +192,31 @@ def test_tab_purge_deletes_only_the_operations_its_preview_listed(tmp_path):
         assert _purged(root) == {shown[0]: True, mid: False}
     finally:
         app.close()
+
+
+# --- W2 suspicion (b): a parked plan-time Rust load taken over on (inode, size, mtime) only ----
+def test_a_parked_load_is_not_taken_over_after_a_same_size_rewrite_that_restores_the_mtime(tmp_path):
+    """`cp -p` over an event file between the plan's load and the reduce: same inode, size and
+    mtime, other bytes. The reduce must load the original itself, not crawl the plan's load."""
+    import os
+
+    from tb_footprint_plugin.verify.original import OriginalRun
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    run_dir = logdir / "train"
+    (ev,) = [p for p in run_dir.iterdir() if p.name.startswith("events.out.tfevents")]
+    run = OriginalRun(str(run_dir))
+    try:
+        assert run.load_now(timeout_s=120) is not None
+        assert run.loaded_as_now(), "unchanged files: the parked load may be taken over"
+        st = os.stat(ev)
+        data = bytearray(ev.read_bytes())
+        data[-5] ^= 0xFF  # a record's payload/CRC: same size, other bytes
+        with open(ev, "r+b") as f:  # in place: same inode
+            f.write(data)
+        os.utime(ev, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime restored, as `cp -p` does
+        st2 = os.stat(ev)
+        assert (st2.st_ino, st2.st_size, st2.st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+        assert not run.loaded_as_now()
+    finally:
+        run.close()

@@ -107,6 +107,11 @@ class OriginalRun:
     _thread: Optional[threading.Thread] = None
     _stat_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
     _stat_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
+    # (device, ctime) of each file before and after the load: a parked load is taken over only
+    # if they are unchanged (a same-size rewrite that restores the mtime, `cp -p` over the file,
+    # changes the ctime; the backup's hard link, which changes it too, comes after the take-over)
+    _ctime_before: Dict[str, Optional[tuple]] = field(default_factory=dict)
+    _ctime_loaded: Dict[str, Optional[tuple]] = field(default_factory=dict)
     _python_side: Optional[object] = None  # pyside.PythonSide started early, not yet told its run
 
     def start_reader(self, timeout_s: float = 900.0) -> "OriginalRun":
@@ -122,7 +127,7 @@ class OriginalRun:
         routes.prewarm()  # the route crawl's imports, while the backup runs
         parked = _unpark(self.run_dir)
         if parked is not None and parked.loaded_as_now():
-            # the plan's load, of files whose (inode, size, mtime) are still those it loaded:
+            # the plan's load, of files whose (inode, size, mtime, device, ctime) are still those it loaded:
             # ``rust_reader`` holds it to the selection pass's and the engine to the backup's
             # sha256, as it would a load of its own
             self.reader, self._thread = parked.reader, parked._thread
@@ -145,12 +150,15 @@ class OriginalRun:
 
         names = event_file_names(self.run_dir)
         self._stat_before = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
+        self._ctime_before = {n: _dev_ctime(os.path.join(self.run_dir, n)) for n in names}
         self.reader = Reader(self.run_dir, "rust", None, store_all=False, timeout_s=timeout_s)
 
         def load() -> None:
             self.reader.open()
             self._stat_loaded = {n: stat_sig(os.path.join(self.run_dir, n))
                                  for n in event_file_names(self.run_dir)}
+            self._ctime_loaded = {n: _dev_ctime(os.path.join(self.run_dir, n))
+                                  for n in event_file_names(self.run_dir)}
 
         self._thread = threading.Thread(target=load, name="footprint-original-rust", daemon=True)
         self._thread.start()
@@ -179,8 +187,10 @@ class OriginalRun:
         self._thread.join()
         if self.reader.view.fatal or not self._stat_before:
             return False
-        now = {n: stat_sig(os.path.join(self.run_dir, n)) for n in event_file_names(self.run_dir)}
-        return now == self._stat_before == self._stat_loaded
+        names = event_file_names(self.run_dir)
+        now = {n: stat_sig(os.path.join(self.run_dir, n)) for n in names}
+        ctimes = {n: _dev_ctime(os.path.join(self.run_dir, n)) for n in names}
+        return now == self._stat_before == self._stat_loaded and ctimes == self._ctime_before == self._ctime_loaded
 
     def rust_reader(self):
         """The loaded Reader if its load provably saw the bytes the pass hashed, else None."""
@@ -307,6 +317,15 @@ def release_parked(run_dir: Optional[str] = None) -> None:
 
 
 atexit.register(release_parked)
+
+
+def _dev_ctime(path: str) -> Optional[tuple]:
+    """``(st_dev, st_ctime_ns)`` of ``path`` (symlinks followed), or None."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ctime_ns)
 
 
 def read_facts(path: str, name: Optional[str] = None) -> FileFacts:
