@@ -24,7 +24,8 @@ Trust: the facts describe bytes whose sha256 the engine compares with the backup
 hands them on; the Rust server read the live files, so its load is used only when every file's
 ``(inode, size, mtime)`` is the same before the server started, after it finished loading, and
 around the selection pass (a write changes mtime; the ctime is left out because the backup's
-hard link changes it). Otherwise the verifier loads the original from the vault itself, as
+hard link changes it). A plan's parked load is taken over only if each file's device and ctime
+are unchanged too (the take-over precedes the backup's link). Otherwise the verifier loads the original from the vault itself, as
 before. A write that restores the mtime is still caught: the engine re-hashes the backup (the
 same inode when linked) before the commit. The record index is only a finder: every reduced
 record is still compared byte for byte with the original's bytes: read from the vault, or
