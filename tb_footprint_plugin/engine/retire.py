@@ -696,6 +696,11 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
     m["restored_by"] = begin["op_id"]
     m["restored_at"] = time.time()
+    # the retired tree just went (the run stands verified in the logdir): nothing is kept, so
+    # purge has nothing to offer of it; a restore's release marked this only as a side effect
+    m["backup_purged"] = True
+    m["backup_released_by_restore"] = begin["op_id"]
+    m["purged_at"] = m["restored_at"]
     vault.write_manifest(m)
     faults.hit("unretire.manifest")
     vault.write_manifest({
