@@ -47,6 +47,19 @@ def test_an_empty_glob_or_run_name_is_a_usage_error_for_every_verb(tmp_path, ver
     assert tree_hashes(logdir) == before
 
 
+@pytest.mark.parametrize("sel", [{"run_glob": ""}, {"run_glob": "  "}, {"runs": [" "]}])
+def test_the_api_refuses_a_blank_glob_or_name_for_plan_and_reduce(tmp_path, sel):
+    """A notebook's ``reduce_logdir(logdir, run_glob=os.environ.get("RUNS", ""))`` must not act
+    on every run: the API's plan and reduce raise the selection error the CLI turns into exit 2."""
+    logdir = _two_runs(tmp_path)
+    before = tree_hashes(logdir)
+    with pytest.raises(api.SelectionError):
+        api.plan(str(logdir), **sel)
+    with pytest.raises(api.SelectionError):
+        api.reduce_logdir(str(logdir), dry_run=False, quiet_period=0, **sel)
+    assert tree_hashes(logdir) == before
+
+
 def test_the_shared_selection_rule_counts_a_blank_glob_or_name_as_matching_nothing():
     chosen, missing = api.selecting.select(["a", "b"], None, "")
     assert missing == [""]

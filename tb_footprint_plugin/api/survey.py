@@ -182,7 +182,7 @@ def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
     by ``plan.select``, the one rule of every verb), or None when there is no selection; a name
     or glob that matches no run raises ``SelectionError`` naming it (a typo must not look like
     "nothing to do")."""
-    if runs is None and not run_glob:
+    if runs is None and run_glob is None:  # a blank glob is a selection of nothing, never of all
         return None
     names = [r.name for r in fp.runs if r.name != UNATTRIBUTED]
     chosen, missing = selecting.select(names, runs, run_glob)
@@ -203,7 +203,7 @@ def selection_by_logdir(logdirs: Sequence[str], runs: Optional[List[str]], run_g
              for ld in logdirs}
     every = [n for v in names.values() for n in v]
     missing = [n for n in runs or [] if n not in every]
-    if run_glob and not any(selecting.matches(n, run_glob) for n in every):
+    if run_glob is not None and (not run_glob.strip() or not any(selecting.matches(n, run_glob) for n in every)):
         missing.append(run_glob)
     if missing:
         raise SelectionError(f"no run of {', '.join(logdirs)} matches {', '.join(repr(m) for m in missing)}"

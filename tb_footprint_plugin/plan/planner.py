@@ -66,8 +66,9 @@ def check_selection(footprint: LogdirFootprint, runs: Optional[List[str]], run_g
     a typo must not look like "nothing to do"."""
     names = [r.name for r in footprint.runs if r.name != UNATTRIBUTED]
     known = set(names)  # membership per selected name: a list made a whole-logdir selection quadratic
-    missing = [n for n in (runs or []) if n not in known]
-    if run_glob and not any(select.matches(n, run_glob) for n in names):
+    missing = [n for n in (runs or []) if n not in known or not n.strip()]
+    # a blank glob selects nothing (plan.select's rule), never every run
+    if run_glob is not None and (not run_glob.strip() or not any(select.matches(n, run_glob) for n in names)):
         missing.append(run_glob)
     if missing:
         shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
