@@ -7,8 +7,9 @@ import threading
 
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome
-from tb_footprint_plugin.engine import bucket_blobs, faults
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_state import BlobVault
+from tb_footprint_plugin.storage import lock as lock_mod
 from tb_footprint_plugin.storage.remote import RemoteFS
 
 from test_bucket_blobvault import _disarm, _user, mixed_logdir  # noqa: F401 - fixtures
@@ -44,7 +45,7 @@ def test_a_purge_forgetting_while_a_rewrite_commits_keeps_the_rewrites_blobs(
         return real_flock(fd, op)
 
     monkeypatch.setattr(RemoteFS, "list_under", list_under)
-    monkeypatch.setattr(bucket_blobs.fcntl, "flock", flock)
+    monkeypatch.setattr(lock_mod.fcntl, "flock", flock)  # the one lock helper (storage.lock.held)
     t = threading.Thread(target=lambda: purged.append(api.purge(url, yes=True, backup_dir=vault)))
 
     def after_backup():  # the blobs are in the vault and the journal names their digests

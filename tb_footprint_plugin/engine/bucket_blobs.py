@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import hashlib
 import io
 import os
@@ -60,6 +59,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.lock import held
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -112,13 +112,8 @@ def forget_lock(bv: BlobVault, exclusive: bool) -> Iterator[None]:
     """``flock`` on the vault folder's lock file: operations that add blobs share it until the
     bucket names their digests, a purge's forget takes it alone."""
     bv.store  # the folder made (or checked ours) first
-    fd = os.open(os.path.join(bv.folder, ".forget.lock"),
-                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    with held(os.path.join(bv.folder, ".forget.lock"), shared=not exclusive):
         yield
-    finally:
-        os.close(fd)
 
 
 def adding(vault: BucketVault):

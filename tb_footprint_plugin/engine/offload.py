@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import functools
 import os
 import re
@@ -44,6 +43,7 @@ from tb_footprint_plugin.engine.vault import Vault, VaultError, read_notes
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import atomic_write_json
+from tb_footprint_plugin.storage.lock import held
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
@@ -265,13 +265,8 @@ def _forget_lock(vault: Vault, exclusive: bool):
     alone (the remote prefix is this vault's own, so this vault's lock is the only one needed)."""
     folder = os.path.join(vault.root, "offload")
     ensure_private_dir(folder, vault.root, tighten_root=vault.own_folder)
-    fd = os.open(os.path.join(folder, ".lock"),
-                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    with held(os.path.join(folder, ".lock"), shared=not exclusive):
         yield
-    finally:
-        os.close(fd)
 
 
 def forget_remote(vault: Vault, shas: Iterable[str], keep_now: Optional[Callable[[], set]] = None) -> int:

@@ -15,19 +15,26 @@ class Locked(RuntimeError):
 
 
 @contextlib.contextmanager
-def exclusive(path: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created if missing) for the ``with`` block.
+def held(path: str, *, shared: bool = False) -> Iterator[None]:
+    """Hold a ``flock`` on ``path`` (created if missing) for the ``with`` block: exclusive, or
+    ``shared`` with other shared holders (operations that add to a vault share it, the forget
+    that deletes from it takes it alone).
 
     The lock file is a regular file of ours in a folder of ours (``private.open_private``): a
     symlink planted in its place is set aside, never followed (``O_CREAT`` through it would
     create a file wherever it points)."""
     fd = open_private(path, os.O_RDWR | os.O_CREAT)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def exclusive(path: str):
+    """Hold an exclusive ``flock`` on ``path`` for the ``with`` block (``held``)."""
+    return held(path)
 
 
 def try_exclusive(path: str) -> int:
@@ -52,4 +59,4 @@ def release(fd: int) -> None:
     os.close(fd)
 
 
-__all__ = ["Locked", "exclusive", "try_exclusive", "release"]
+__all__ = ["Locked", "held", "exclusive", "try_exclusive", "release"]
