@@ -18,14 +18,13 @@ from tb_footprint_plugin.engine.remote_vault import last_failure
 from tb_footprint_plugin.engine.upkeep import forget_released
 from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retirements, unretire
-from tb_footprint_plugin.plan import select as selecting
-from tb_footprint_plugin.plan.planner import SelectionError
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.remote import is_bucket_url, is_remote
 from tb_footprint_plugin.api.common import bucket_of, context_of, DEFAULT_BACKENDS
 from tb_footprint_plugin.api.settle import recover_logdir, unfinished
 from tb_footprint_plugin.api.records import operations
+from tb_footprint_plugin.api.survey import select_among
 
 
 class NotRestorable(ValueError):
@@ -259,20 +258,12 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
 def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],
                      run_glob: Optional[str]) -> Optional[List[str]]:
     """The runs a purge's selectors name, among the runs the vault has operations of (a run
-    reduced to nothing, or retired, is no longer in a scan); None without a selection."""
+    reduced to nothing, or retired, is no longer in a scan); None without a selection (a blank
+    name or glob selects nothing: read as "no selector" it would purge every run's backups)."""
     if names is None and run_glob is None:
         return None
-    if (run_glob is not None and not run_glob.strip()) or any(not str(n).strip() for n in names or []):
-        # "" read as "no selector" would purge every run's backups (--glob "$RUNS", RUNS unset)
-        raise SelectionError(f"an empty run name or glob selects no run of {logdir}")
     every = sorted({r for r in known() if isinstance(r, str)})
-    chosen, missing = selecting.select(every, names, run_glob)
-    if missing:
-        shown = ", ".join(every[:8]) + (" …" if len(every) > 8 else "")
-        raise SelectionError(f"no run of {logdir} with backups matches {', '.join(repr(m) for m in missing)}"
-                             + "".join(selecting.missing_hint(m, every) for m in missing)
-                             + f" (runs with backups: {shown or 'none'})")
-    return chosen
+    return select_among(logdir, every, names, run_glob, "runs with backups")
 
 
 class SampleUnavailable(LookupError):

@@ -184,13 +184,20 @@ def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
     "nothing to do")."""
     if runs is None and run_glob is None:  # a blank glob is a selection of nothing, never of all
         return None
-    names = [r.name for r in fp.runs if r.name != UNATTRIBUTED]
+    return select_among(fp.logdir, [r.name for r in fp.runs if r.name != UNATTRIBUTED], runs, run_glob)
+
+
+def select_among(where: str, names: Sequence[str], runs: Optional[Sequence[str]], run_glob: Optional[str],
+                 label: str = "runs") -> List[str]:
+    """The ``names`` a selection takes (``plan.select``'s rule: a blank name or glob matches
+    nothing); ``SelectionError`` naming each name or glob that matches none, with the ``label``ed
+    names there are (``where``: the logdir, for the message)."""
     chosen, missing = selecting.select(names, runs, run_glob)
     if missing:
         shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
-        raise SelectionError(f"no run of {fp.logdir} matches {', '.join(repr(m) for m in missing)}"
+        raise SelectionError(f"no run of {where} matches {', '.join(repr(m) for m in missing)}"
                              + "".join(selecting.missing_hint(m, names) for m in missing)
-                             + f" (runs: {shown or 'none'})")
+                             + f" ({label}: {shown or 'none'})")
     return chosen
 
 
