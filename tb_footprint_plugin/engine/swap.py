@@ -130,14 +130,22 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     # content equals another original of this operation (same digest, same blob).
     keep = {d["sha256"] for d in displaced if d.get("sha256")}
 
+    shas = {r["sha256"] for r in backups}
+    kept: set = set()
+
     def needed() -> set:
         # read under the blobs' locks: a reduce of identical bytes elsewhere may commit while
         # this rollback runs (it pins, writes its manifest, unpins), a read before would miss it
-        return vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"]) | keep
+        claimed = vault.referenced_blobs(exclude_ops=[begin["op_id"]]) | journal_blobs(ctx, begin["op_id"]) | keep
+        kept.update(sha for sha in shas if sha in claimed)
+        return claimed
 
-    freed = vault.delete_blobs([r["sha256"] for r in backups], needed)
-    for sha in {r["sha256"] for r in backups if not freed.get(r["sha256"])}:
-        vault.unshare(sha)  # kept: a copy of its own (it may be a link of a live file)
+    vault.delete_blobs(sorted(shas), needed)
+    # a blob kept for a claim gets a copy of its own (it may be a link of a live file); one
+    # deleted freed 0 bytes when it was such a link, so "freed" does not tell which were kept
+    for sha in kept:
+        if vault.has_blob(sha):
+            vault.unshare(sha)
 
 
 def remove_scratch(vault: Vault, op_id: str) -> None:
