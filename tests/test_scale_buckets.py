@@ -178,7 +178,8 @@ def test_status_reads_each_ledger_entry_and_manifest_with_one_request(counted, t
     assert all(o.status == "verified" for o in rep.outcomes)
     st, counts, _ = _measure(proxy, listed, lambda: api.status(url))
     assert st["batch"]["counts"] == {"done": n} and len(st["operations"]) == n
-    assert counts.get("read") == 2 * n and counts.get("head", 0) <= 2, counts  # was 2n + 2 heads
+    # was 2n + 2 heads; one more HEAD is the run-lock listing status makes to name damaged locks
+    assert counts.get("read") == 2 * n and counts.get("head", 0) <= 3, counts
 
 
 def test_four_shard_workers_reduce_every_run_once_and_status_merges_their_ledgers(s3_bucket, templates):
