@@ -29,9 +29,14 @@ import pytest
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome, Recovery
 
-#: the state of each landed version kept as a fixture: the latest (made by ``old_state/make.py``)
-#: and the one before it (``old_state_fdcba4e``, the first this test read), each read by today's code
-FIXTURES = [Path(__file__).resolve().parents[1] / "fixtures" / name for name in ("old_state", "old_state_fdcba4e")]
+#: the state of each landed version kept as a fixture, each read by today's code: ``old_state``
+#: (made by ``old_state/make.py``), the one before it (``old_state_fdcba4e``, the first this test
+#: read) and ``old_state_282b743`` (the last before one manifest schema; small, with a bucket
+#: retirement and a bucket logdir whose backups are a local folder of blobs)
+FIXTURES = [Path(__file__).resolve().parents[1] / "fixtures" / name
+            for name in ("old_state", "old_state_fdcba4e", "old_state_282b743")]
+#: the fixtures holding a bucket logdir with a local folder of blobs (``bucket_blobs/``)
+BLOB_FIXTURES = [p for p in FIXTURES if (p / "bucket_blobs").is_dir()]
 
 
 @pytest.fixture(params=FIXTURES, ids=lambda p: p.name)
@@ -58,6 +63,17 @@ def _is_state_json(rel: str) -> bool:
     return rel.endswith((".json", ".jsonl")) and "blobs" not in parts and "files" not in parts and "kept" not in parts
 
 
+def _rebind_sealed_piece(path: str, old_root: str, new_root: str) -> None:
+    """A sealed oplog piece (one zstd frame of JSON lines, from 282b743 on) with the recorded
+    path put in place of the old one, as the plain JSON state gets it."""
+    import zstandard
+
+    with open(path, "rb") as f:
+        text = zstandard.ZstdDecompressor().decompressobj().decompress(f.read())
+    with open(path, "wb") as f:
+        f.write(zstandard.ZstdCompressor(level=9).compress(text.replace(old_root.encode(), new_root.encode())))
+
+
 def _local_copy(base: Path, tmp_path: Path) -> tuple:
     """The local shape copied to tmp_path/local, as if written there; returns (logdir, meta)."""
     meta = _load(base, "local", "meta.json")
@@ -73,6 +89,8 @@ def _local_copy(base: Path, tmp_path: Path) -> tuple:
                         text = f.read()
                     with open(p, "w", encoding="utf-8") as f:
                         f.write(text.replace(old_root, new_root))
+                elif n.endswith(".zst") and os.path.basename(dirpath) in ("segments", "twins"):
+                    _rebind_sealed_piece(p, old_root, new_root)
     for rel, m in meta["paths"].items():
         if m["dir"]:  # an empty folder (git keeps none)
             os.makedirs(root / rel, exist_ok=True)
@@ -107,6 +125,8 @@ def test_fixture_is_small_and_names_its_commit(old):
     """The fixture stays small (≤ 2 MB) and says which commit wrote it."""
     total = sum(p.stat().st_size for p in old.rglob("*") if p.is_file())
     assert total <= 2_000_000, total
+    if old.name == "old_state_282b743":  # synthetic runs only: the repository keeps every version
+        assert total <= 320_000, total
     made = _load(old, "made_with.json")
     assert len(made["commit"]) == 40 and int(made["commit"], 16) >= 0
 
@@ -170,6 +190,89 @@ def test_old_local_state_recovers_lists_restores_and_purges(old, tmp_path):
     assert _logdir_files(logdir) == now
 
 
+def _bucket_copy(base: Path, shape: str, s3_bucket, vault_from: str = "", vault_to: str = "") -> str:
+    """The dumped objects of ``shape`` put back into a bucket of the recorded name (journals,
+    manifests and the ledger name it), the local folder's recorded path replaced by its copy's
+    in the state's JSON; returns the logdir URL."""
+    meta = _load(base, shape, "meta.json")
+    name = meta["url"].split("/")[2]
+    if s3_bucket.fs.exists(name):
+        s3_bucket.fs.rm(name, recursive=True)
+    s3_bucket.fs.mkdir(name)
+    s3_bucket.name = name
+    prefix = meta["url"].split("/", 3)[3]
+    src = base / shape / "logs"
+    for dirpath, _, names in os.walk(src):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            rel = os.path.relpath(p, src)
+            data = Path(p).read_bytes()
+            if vault_from and rel.startswith(STATE + os.sep) and _is_state_json(rel):
+                data = data.replace(json.dumps(vault_from)[1:-1].encode(), json.dumps(vault_to)[1:-1].encode())
+            s3_bucket.fs.pipe_file(f"{name}/{prefix}/{rel}", data)
+    s3_bucket.fs.invalidate_cache()
+    return meta["url"]
+
+
+def _blob_vault_copy(base: Path, tmp_path: Path) -> str:
+    """The local folder of blobs copied as a private folder of ours (git keeps no mode)."""
+    vault = tmp_path / "vault"
+    shutil.copytree(base / "bucket_blobs" / "vault", vault)
+    for dirpath, dirs, names in os.walk(vault):
+        os.chmod(dirpath, 0o700)
+        for n in names:
+            os.chmod(os.path.join(dirpath, n), 0o600)
+    return str(vault)
+
+
+@pytest.mark.parametrize("old", BLOB_FIXTURES, ids=lambda p: p.name)
+def test_old_bucket_with_local_blob_folder_recovers_lists_restores_and_purges(old, s3_bucket, tmp_path):
+    """A bucket logdir whose backups are a local folder of blobs (``--backup-dir /folder``): the
+    batch killed after its blobs were added is settled, status and history list every operation,
+    restore of everything streams every original back byte-identical (the restored-over-late-
+    records run as the old restore left it), and purging then frees the folder's blobs of
+    restored operations without touching the logdir."""
+    meta = _load(old, "bucket_blobs", "meta.json")
+    expected = _load(old, "bucket_blobs", "expected.json")
+    vault = _blob_vault_copy(old, tmp_path)
+    url = _bucket_copy(old, "bucket_blobs", s3_bucket, meta["vault"], vault)
+    prefix = url.split("/", 3)[3]
+    journals = [k for k in s3_bucket.hashes(prefix) if k.startswith(f"{STATE}/journal/")]
+    assert len(journals) == 1
+
+    settled = api.recover_logdir(url, backup_dir=vault)
+    assert settled and all(s.action in SETTLED for s in settled), [vars(s) for s in settled]
+    assert not [k for k in s3_bucket.hashes(prefix) if k.startswith((f"{STATE}/journal/", f"{STATE}/locks/"))]
+
+    st = api.status(url, backup_dir=vault)
+    assert st["problems"] == [], st["problems"]
+    listed = {o["op_id"]: o for o in st["operations"]}
+    assert set(meta["ops"].values()) <= set(listed), (meta["ops"], sorted(listed))
+    ops = {o["op_id"]: o for o in api.operations(url, backup_dir=vault)}
+    for op in meta["ops"].values():
+        assert ops[op]["kind"] == "reduce" and ops[op]["started_at"], ops[op]
+    assert ops[meta["ops"]["exp/late"]]["restored_by"], ops[meta["ops"]["exp/late"]]
+    kinds = [(e["kind"], e.get("run")) for e in api.history(url, backup_dir=vault)]
+    for run in ("torch/resnet", "jax/prof", "exp/late"):
+        assert ("reduce", run) in kinds, kinds
+
+    outs = api.restore(url, backup_dir=vault)
+    assert outs and all(o.status == Outcome.RESTORED for o in outs), [(o.run, o.status, o.reason) for o in outs]
+    assert {"torch/resnet", "jax/prof"} <= {o.run for o in outs}
+    now = {k: h for k, h in s3_bucket.hashes(prefix).items() if not k.startswith(f"{STATE}/")}
+    assert sorted(now) == sorted(expected)
+    for rel, want in expected.items():
+        assert now[rel] == want["sha256"], rel
+
+    rep = api.purge(url, backup_dir=vault, yes=True)
+    assert rep.refused == [], rep.to_dict()
+    purged = {o["op_id"] for o in rep.ops} | {k["op_id"] for k in rep.kept}
+    assert meta["ops"]["torch/resnet"] in purged, rep.to_dict()
+    assert {k: h for k, h in s3_bucket.hashes(prefix).items() if not k.startswith(f"{STATE}/")} == now
+    ops = {o["op_id"]: o for o in api.operations(url, backup_dir=vault)}
+    assert ops[meta["ops"]["torch/resnet"]]["backup_purged"], ops[meta["ops"]["torch/resnet"]]
+
+
 def test_old_bucket_state_recovers_lists_restores_and_purges(old, s3_bucket):
     """On S3: the batch killed before its delete record is settled, status and history list every
     operation and the ledger, restore of everything gives back every original object
@@ -202,6 +305,11 @@ def test_old_bucket_state_recovers_lists_restores_and_purges(old, s3_bucket):
     kinds = [(e["kind"], e.get("run")) for e in api.history(url)]
     for run in ("torch/resnet", "jax/prof", "exp/late"):
         assert ("reduce", run) in kinds, kinds
+    retired_op = meta["ops"].get("retire:keras/validation")
+    if retired_op:  # a bucket retirement (fixtures from 282b743 on)
+        assert [(r["run"], r["op_id"]) for r in api.retired(url)] == [("keras/validation", retired_op)]
+        assert ("retire", "keras/validation") in kinds, kinds
+        assert {o["op_id"]: o for o in st["operations"]}[retired_op]["kind"] == "retire"
 
     outs = api.restore(url)
     assert outs and all(o.status == Outcome.RESTORED for o in outs), [(o.run, o.status, o.reason) for o in outs]
