@@ -92,6 +92,9 @@ def test_a_kept_load_is_taken_only_for_the_same_files(tmp_path, servers):
     # the same files: the reduce's start takes the loaded server over, starts none
     taken = orig.OriginalRun(str(run)).start_reader(timeout_s=120)
     try:
+        # wait for the load start_reader has (a load of its own starts its server on a thread:
+        # counted before it exists, a new load would pass unseen)
+        assert taken.load_now(timeout_s=120) is reader
         assert taken.reader is reader and len(servers) == 1
         assert orig._parked is None and kept.reader is None
     finally:
@@ -106,6 +109,10 @@ def test_a_kept_load_is_taken_only_for_the_same_files(tmp_path, servers):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     fresh = orig.OriginalRun(str(run)).start_reader(timeout_s=120)
     try:
+        # the new load's server is started on the load's own thread: wait for it before counting
+        # (under load the count was taken before that thread had started it)
+        loaded = fresh.load_now(timeout_s=120)
+        assert loaded is not None and not loaded.view.fatal
         assert len(servers) == 3 and _stopped(servers[1])
         assert fresh.reader is not None and fresh.reader is not kept.reader
     finally:
