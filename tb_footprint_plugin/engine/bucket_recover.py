@@ -9,7 +9,7 @@ key outside the logdir, its vault or its run, is never acted on and is reported 
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import trust
@@ -246,39 +246,34 @@ def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:
     must_delete(st.rfs, list(versions), versions=versions)
 
 
-def damaged_journals(rfs: RemoteFS) -> List[dict]:
-    """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
+def _damaged(rfs: RemoteFS, prefix: str, suffix: str, bad: Callable[[dict], bool], what: str) -> List[dict]:
+    """The objects under ``prefix`` (names ending in ``suffix``) whose document ``bad`` rejects,
+    each named by URL with a code and ``what`` is said of it; they are left in place."""
     st = BucketState(rfs)
-    out = []
+    out: List[dict] = []
     try:
-        journals = rfs.list_tree(JOURNAL)
+        listing = rfs.list_tree(prefix)
     except FileNotFoundError:
         return out
-    for key, info in sorted(journals.items()):
+    for key, info in sorted(listing.items()):
+        if not key.endswith(suffix):
+            continue
         doc, _ = st.read(rfs.path(key), info)
-        if doc is not None and _journal_unreadable(doc):
+        if doc is not None and bad(doc):
             url = rfs.url_of(key)
             out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
-                        "detail": f"{url}: journal not readable; never acted on, left in place"})
+                        "detail": f"{url}: {what}"})
     return out
+
+
+def damaged_journals(rfs: RemoteFS) -> List[dict]:
+    """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
+    return _damaged(rfs, JOURNAL, "", _journal_unreadable, "journal not readable; never acted on, left in place")
 
 
 def damaged_locks(rfs: RemoteFS) -> List[dict]:
     """Run lock objects that are not a lock's shape (not JSON, cut, wrong types), named by URL
     with a code: they hold no run (the lease rules count their holder gone) and are left in place."""
-    st = BucketState(rfs)
-    out = []
-    try:
-        locks = rfs.list_tree(LOCKS)
-    except FileNotFoundError:
-        return out
-    for key, info in sorted(locks.items()):
-        if not key.endswith(".json"):
-            continue
-        doc, _ = st.read(rfs.path(key), info)
-        if doc is not None and not well_formed(doc):
-            url = rfs.url_of(key)
-            out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
-                        "detail": f"{url}: run lock not readable; it holds no run (a reduce or restore of its "
-                                  "run takes it over), left in place"})
-    return out
+    return _damaged(rfs, LOCKS, ".json", lambda doc: not well_formed(doc),
+                    "run lock not readable; it holds no run (a reduce or restore of its run takes it over), "
+                    "left in place")
