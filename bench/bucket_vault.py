@@ -25,7 +25,7 @@ for p in (str(REPO), str(REPO / "tests"), str(REPO / "bench")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-from objectstore import DROP_PROFILES, _one_run_files, _row  # noqa: E402 - after the path setup
+from objectstore import DROP_PROFILES, counting_s3, one_run_files  # noqa: E402 - after the path setup
 
 STATE = ".tb-footprint"
 
@@ -37,22 +37,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     n = 6 if args.small else args.runs
 
-    import objstore_servers as servers
-    from faulty_proxy import FaultyProxy
-
-    srv = servers.start_moto()
-    proxy = None
     ok = True
-    try:
-        os.environ.update(srv.env)
-        proxy = FaultyProxy(upstream=srv.endpoint).start()
-        os.environ["AWS_ENDPOINT_URL"] = os.environ["S3_ENDPOINT"] = proxy.endpoint
+    with counting_s3() as s3:
         from tb_footprint_plugin import api
         from tb_footprint_plugin.storage.blobstore import BlobStore
         from tb_footprint_plugin.storage.store_posix import PosixStore
 
-        bucket = servers.Bucket(srv)  # talks to the server directly: uploads are not counted
-        files = _one_run_files()
+        bucket = s3.bucket
+        files = one_run_files()
         per_run = sum(len(v) for v in files.values())
         print(f"logdir: {n} runs x {len(files)} objects ({per_run / 1e3:.0f} KB a run, {n * per_run / 1e6:.1f} MB)")
 
@@ -67,12 +59,8 @@ def main(argv=None) -> int:
         time.sleep(1.1)  # listing mtimes have 1 s resolution: keep "now" past every upload
 
         def measure(label, fn):
-            proxy.reset()
-            t = time.perf_counter()
-            res = fn()
-            secs = time.perf_counter() - t
-            print(_row(label, dict(proxy.counts), proxy.bytes_down, secs))
-            return res, sum(proxy.counts.values()), secs
+            res, counts, _, secs = s3.measure(label, fn)
+            return res, sum(counts.values()), secs
 
         with tempfile.TemporaryDirectory() as tmp:
             folder = os.path.join(tmp, "vault")
@@ -106,10 +94,6 @@ def main(argv=None) -> int:
         print(f"\nblobs vs copies: vault objects {b[2]}/{c[2]}, vault bytes {b[3] / max(1, c[3]):.2f}x, "
               f"reduce {b[5] / max(1e-9, c[5]):.2f}x time, {b[4] / max(1, c[4]):.2f}x requests; "
               f"restore {b[7] / max(1e-9, c[7]):.2f}x time, {b[6] / max(1, c[6]):.2f}x requests")
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        srv.stop()
     print("OK" if ok else "FAILED: a restore did not give every original back")
     return 0 if ok else 1
 

@@ -19,11 +19,13 @@ objects) plus one read of the cache. The exit status is 0 only when every target
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, Iterator, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 for p in (str(REPO), str(REPO / "tests")):
@@ -34,7 +36,7 @@ DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
     "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
 
 
-def _one_run_files() -> dict:
+def one_run_files() -> dict:
     """rel path -> bytes of one run: an event file from the demo writers and a profile session."""
     from tb_footprint_plugin.demo import generate_demo
 
@@ -48,11 +50,50 @@ def _one_run_files() -> dict:
     return out
 
 
-def _row(name: str, counts: dict, down: int, secs: float) -> str:
+def row(name: str, counts: dict, down: int, secs: float) -> str:
+    """One printed line: requests per verb, MB downloaded and wall time."""
     verbs = ("list", "read", "head", "copy", "put", "delete", "other")
     total = sum(counts.get(v, 0) for v in verbs)
     parts = ", ".join(f"{v} {counts.get(v, 0)}" for v in verbs if counts.get(v))
     return f"{name:34} {total:7d} requests ({parts}); {down / 1e6:8.2f} MB down; {secs:7.2f} s"
+
+
+class CountingS3:
+    """moto's S3 server on loopback behind a counting proxy: ``bucket`` talks to the server directly
+    (what it uploads is not counted), the library talks to ``proxy.endpoint``."""
+
+    def __init__(self, bucket, proxy):
+        self.bucket, self.proxy = bucket, proxy
+
+    def measure(self, name: str, fn: Callable) -> Tuple[object, dict, int, float]:
+        """Run ``fn`` with the counts reset and print its row: (result, requests per verb, bytes
+        downloaded, seconds)."""
+        self.proxy.reset()
+        t = time.perf_counter()
+        res = fn()
+        secs = time.perf_counter() - t
+        print(row(name, dict(self.proxy.counts), self.proxy.bytes_down, secs))
+        return res, dict(self.proxy.counts), self.proxy.bytes_down, secs
+
+
+@contextlib.contextmanager
+def counting_s3() -> Iterator[CountingS3]:
+    """Start moto and the counting proxy, point this process's S3 clients at the proxy, and stop
+    both on the way out."""
+    import objstore_servers as servers
+    from faulty_proxy import FaultyProxy
+
+    srv = servers.start_moto()
+    proxy = None
+    try:
+        os.environ.update(srv.env)
+        proxy = FaultyProxy(upstream=srv.endpoint).start()
+        os.environ["AWS_ENDPOINT_URL"] = os.environ["S3_ENDPOINT"] = proxy.endpoint
+        yield CountingS3(servers.Bucket(srv), proxy)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        srv.stop()
 
 
 def main(argv=None) -> int:
@@ -63,20 +104,13 @@ def main(argv=None) -> int:
     n = 10 if args.small else args.runs
 
     import boto3
-    import objstore_servers as servers
-    from faulty_proxy import FaultyProxy
 
-    srv = servers.start_moto()
-    proxy = None
-    try:
-        os.environ.update(srv.env)
-        proxy = FaultyProxy(upstream=srv.endpoint).start()
-        os.environ["AWS_ENDPOINT_URL"] = os.environ["S3_ENDPOINT"] = proxy.endpoint
+    with counting_s3() as s3:
         from tb_footprint_plugin import api
         from tb_footprint_plugin.scan import scan
 
-        bucket = servers.Bucket(srv)  # talks to the server directly: uploads are not counted
-        files = _one_run_files()
+        bucket = s3.bucket
+        files = one_run_files()
         t0 = time.time()
         blobs = {bucket.key(f"logs/exp{i // 100:02d}/run{i:04d}/{rel}"): data
                  for i in range(n) for rel, data in files.items()}
@@ -88,24 +122,16 @@ def main(argv=None) -> int:
               f"{n * per_run / 1e6:.1f} MB) uploaded in {time.time() - t0:.1f} s")
         time.sleep(1.1)  # listing mtimes have 1 s resolution: keep "now" past every upload
 
-        def measure(name, fn):
-            proxy.reset()
-            t = time.perf_counter()
-            res = fn()
-            secs = time.perf_counter() - t
-            print(_row(name, dict(proxy.counts), proxy.bytes_down, secs))
-            return res, dict(proxy.counts), proxy.bytes_down
-
-        cold, _, _ = measure("scan (cold)", lambda: scan(url))
-        warm, warm_counts, _ = measure("re-scan (unchanged)", lambda: scan(url))
-        plan, _, _ = measure("plan (drop profiles)", lambda: api.plan(url, DROP_PROFILES, quiet_period=0))
-        rep, red_counts, red_down = measure(
+        cold, *_ = s3.measure("scan (cold)", lambda: scan(url))
+        warm, warm_counts, *_ = s3.measure("re-scan (unchanged)", lambda: scan(url))
+        plan, *_ = s3.measure("plan (drop profiles)", lambda: api.plan(url, DROP_PROFILES, quiet_period=0))
+        rep, red_counts, red_down, _ = s3.measure(
             "reduce (drop profiles)",
             lambda: api.reduce_logdir(url, policy=DROP_PROFILES, dry_run=False, quiet_period=0))
         ok = sum(1 for o in rep.outcomes if o.status == "verified")
-        outs, _, _ = measure("restore (every run)", lambda: api.restore(url))
+        outs, *_ = s3.measure("restore (every run)", lambda: api.restore(url))
 
-        c = boto3.client("s3", endpoint_url=proxy.endpoint)
+        c = boto3.client("s3", endpoint_url=s3.proxy.endpoint)
 
         def naive():
             for i in range(n):
@@ -115,7 +141,7 @@ def main(argv=None) -> int:
                     if keys:
                         c.delete_objects(Bucket=bucket.name, Delete={"Objects": keys, "Quiet": True})
 
-        _, naive_counts, _ = measure("naive boto3 delete (no backup)", naive)
+        _, naive_counts, *_ = s3.measure("naive boto3 delete (no backup)", naive)
         print()
         print(f"runs reduced and verified: {ok}/{n}; restored: {sum(o.status == 'restored' for o in outs)}")
         print(f"re-scan: {warm_counts.get('list', 0)} listing page(s) (one listing), {warm.files_read} event files read, "
@@ -135,10 +161,6 @@ def main(argv=None) -> int:
         # S3 returns 1,000 keys a listing page; the listing also holds the scan cache object
         pages = -(-(len(blobs) + 1) // 1000)
         return 0 if ok == n and warm_counts.get("list", 0) == pages and ratio <= 2.0 else 1
-    finally:
-        if proxy:
-            proxy.stop()
-        srv.stop()
 
 
 if __name__ == "__main__":
