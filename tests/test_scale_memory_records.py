@@ -9,39 +9,10 @@ import tracemalloc
 
 import pytest
 
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.scan.model import NO_ITEMS, FileEntry, LogdirFootprint, footprint_from_dict
 
-
-def _template(root):
-    """One small run's files: {rel: bytes}."""
-    run = os.path.join(root, "template")
-    with synth.EventWriter(run, timestamp=1_700_000_000) as w:
-        for step in range(40):
-            for tag in ("loss", "accuracy", "learning_rate", "grad_norm"):
-                w.scalar(tag, step, 1.0 / (step + 1))
-            if step % 10 == 0:
-                w.histogram("layer_0/weights", step, [(i - 5.0, i - 4.0, float(i)) for i in range(10)])
-    synth.write_profile_session(run, synth.session_name_for(1_700_000_600), "host", n_events=20)
-    out = {}
-    for dirpath, _dirs, names in os.walk(run):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, run)] = f.read()
-    return out
-
-
-def _logdir(root, template, n):
-    old = 1_700_000_000  # long quiet: every run is planned
-    for i in range(n):
-        for rel, data in template.items():
-            p = os.path.join(root, f"exp{i // 100:02d}", f"run{i:05d}", rel)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "wb") as f:
-                f.write(data)
-            os.utime(p, (old, old))
-    return str(root)
+from helpers_runs import WRITTEN_AT, copy_runs, small_run_template
 
 
 def _held(fn):
@@ -61,8 +32,9 @@ def logdirs(tmp_path_factory):
     root = tmp_path_factory.mktemp("records")
     saved = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(root / "cache")  # module scope: restored below
-    template = _template(str(root))
-    out = {n: _logdir(root / f"n{n}", template, n) for n in (100, 500)}
+    template = small_run_template(str(root))
+    # long quiet: every run is planned
+    out = {n: copy_runs(root / f"n{n}", template, n, mtime=WRITTEN_AT) for n in (100, 500)}
     for logdir in out.values():
         api.scan(logdir)  # the scan cache warm: what is measured is what a result keeps
     yield out

@@ -3,39 +3,11 @@ per run is a compact record, so 100,000 runs fit in a few hundred MB."""
 import os
 import tracemalloc
 
-from tb_footprint_plugin import synth
 from tb_footprint_plugin.scan.cache import ScanCache
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.paths import cache_dir
 
-
-def _template(root):
-    """One small run's files (an event file of scalars and histograms, an xprof session): {rel: bytes}."""
-    run = os.path.join(root, "template")
-    with synth.EventWriter(run, timestamp=1_700_000_000) as w:
-        for step in range(40):
-            for tag in ("loss", "accuracy", "learning_rate", "grad_norm"):
-                w.scalar(tag, step, 1.0 / (step + 1))
-            if step % 10 == 0:
-                w.histogram("layer_0/weights", step, [(i - 5.0, i - 4.0, float(i)) for i in range(10)])
-    synth.write_profile_session(run, synth.session_name_for(1_700_000_600), "host", n_events=20)
-    out = {}
-    for dirpath, _dirs, names in os.walk(run):
-        for n in names:
-            p = os.path.join(dirpath, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, run)] = f.read()
-    return out
-
-
-def _logdir(root, template, n):
-    for i in range(n):
-        for rel, data in template.items():
-            p = os.path.join(root, f"exp{i // 100:02d}", f"run{i:05d}", rel)
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            with open(p, "wb") as f:
-                f.write(data)
-    return str(root)
+from helpers_runs import copy_runs, small_run_template
 
 
 def _peak(fn):
@@ -53,9 +25,9 @@ def test_scan_memory_per_run_is_a_compact_record(tmp_path, monkeypatch):
     the runs' walks were let go and a run's stats were folded in place, a scan grew by ~7 KB
     (cold) and ~8.4 KB (warm) a run here (900 MB at 100,000 runs); now under 3.5 KB."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    template = _template(str(tmp_path))
-    small = _logdir(tmp_path / "small", template, 100)
-    big = _logdir(tmp_path / "big", template, 1000)
+    template = small_run_template(str(tmp_path))
+    small = copy_runs(tmp_path / "small", template, 100)
+    big = copy_runs(tmp_path / "big", template, 1000)
     for phase in ("cold", "warm"):
         peaks = {}
         for n, logdir in ((100, small), (1000, big)):
@@ -76,7 +48,7 @@ def test_the_cache_is_read_a_line_at_a_time(tmp_path, monkeypatch):
     """Loading the cache of N event files keeps their keys and places, not their stats: a few
     hundred bytes per entry (the stats a hit parses are its own line's)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    logdir = _logdir(tmp_path / "logdir", _template(str(tmp_path)), 400)
+    logdir = copy_runs(tmp_path / "logdir", small_run_template(str(tmp_path)), 400)
     scan(logdir)
     path = cache_dir(logdir)
     assert os.path.getsize(os.path.join(path, "scan-cache.json")) > 400 * 500
@@ -92,8 +64,8 @@ def test_a_killed_scans_temp_cache_is_swept_by_the_next_save(tmp_path, monkeypat
     """A scan streams its new cache to a temp file; one killed before its save leaves it behind,
     and the next save removes it once it is an hour old (a live scan's is never that old)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    template = _template(str(tmp_path))
-    logdir = _logdir(tmp_path / "logdir", template, 3)
+    template = small_run_template(str(tmp_path))
+    logdir = copy_runs(tmp_path / "logdir", template, 3)
     scan(logdir)
     folder = cache_dir(logdir)
     stale, fresh = os.path.join(folder, ".scan-cache.killed"), os.path.join(folder, ".scan-cache.running")
@@ -101,7 +73,7 @@ def test_a_killed_scans_temp_cache_is_swept_by_the_next_save(tmp_path, monkeypat
         with open(p, "wb") as f:
             f.write(b'{"version": 3, "files": {\n')
     os.utime(stale, (1, 1))
-    _logdir(tmp_path / "new", template, 4)
+    copy_runs(tmp_path / "new", template, 4)
     os.rename(tmp_path / "new" / "exp00" / "run00003", tmp_path / "logdir" / "exp00" / "run00003")  # the next scan saves
     assert scan(logdir).files_read == 1
     assert not os.path.exists(stale) and os.path.exists(fresh)
