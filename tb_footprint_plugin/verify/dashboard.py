@@ -131,9 +131,11 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
         more = f" (+{len(res.diffs) - SHOWN_DIFFS} more)" if len(res.diffs) > SHOWN_DIFFS else ""
         return Check("routes", False, f"{name}: {shown}{more}")
     per = ", ".join(f"{p} {n}" for p, n in sorted(res.by_plugin.items()) if p != "<core>")
+    off = (f"; not crawled, disabled on both sides in TensorBoard's plugins listing: "
+           f"{', '.join(res.skipped)}" if res.skipped else "")
     return Check("routes", True,
                  f"{name}: {res.routes} routes and {res.blobs} blobs the dashboards fetch "
-                 f"compared, within the contract ({per})")
+                 f"compared, within the contract ({per}){off}")
 
 
 def profile_removed_check(removed: dict) -> list:

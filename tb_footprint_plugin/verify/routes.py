@@ -94,6 +94,9 @@ class CrawlResult:
     by_plugin: dict = field(default_factory=dict)  # plugin -> routes compared
     diffs: list = field(default_factory=list)  # RouteDiff, in crawl order
     notes: list = field(default_factory=list)
+    #: dashboards TensorBoard's plugins listing shows disabled on both sides whose routes were
+    #: therefore not crawled (``INACTIVE_SKIPPABLE``)
+    skipped: list = field(default_factory=list)
 
 
 # --- the application -------------------------------------------------------------------------
@@ -175,8 +178,9 @@ class _Client:
 
         self.client = Client(app)
         self.blobs = 0
-        #: blob key -> digest: the images and time-series routes point at the same blobs.
-        self._digests: dict[str, str] = {}
+        #: blob key -> future digest: the images and time-series routes point at the same
+        #: blobs, and their groups run at once: the second asker waits for the first fetch
+        self._digests: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
 
     def get(self, path: str, data: Optional[dict] = None) -> tuple[int, bytes, str]:
@@ -200,15 +204,25 @@ class _Client:
 
     def blob_digest(self, path: str, key: Optional[str] = None) -> str:
         """sha256 of what ``path`` serves (once per blob ``key`` when given)."""
-        if key is not None and key in self._digests:
-            return self._digests[key]
+        if key is None:
+            return self._fetch_digest(path)
+        with self._lock:  # blobs are asked for by several threads and groups
+            got = self._digests.get(key)
+            mine = got is None
+            if mine:
+                got = self._digests[key] = concurrent.futures.Future()
+        if mine:
+            try:
+                got.set_result(self._fetch_digest(path))
+            except BaseException as e:  # noqa: BLE001 - every asker gets the same failure
+                got.set_exception(e)
+        return got.result()
+
+    def _fetch_digest(self, path: str) -> str:
         status, body, _ = self.get(path)
-        with self._lock:  # blobs of a series are fetched by several threads
+        with self._lock:
             self.blobs += 1
-        digest = f"<HTTP {status}>" if status != 200 else hashlib.sha256(body).hexdigest()
-        if key is not None:
-            self._digests[key] = digest
-        return digest
+        return f"<HTTP {status}>" if status != 200 else hashlib.sha256(body).hexdigest()
 
 
 def _json(status: int, body: bytes) -> Any:
@@ -281,14 +295,57 @@ def _with_blobs(side: _Side, points: list, key: str, route: str, extra: str = ""
     return out
 
 
+#: Dashboards whose routes are not crawled when TensorBoard's own plugins listing
+#: (``/data/plugins_listing``, compared as any listing) shows them disabled on *both* sides.
+#: Checked in TensorBoard 2.21's code: each of these plugins' ``is_active()`` is ``False``
+#: ("``list_plugins`` as called by TB core suffices"), so ``enabled`` is exactly "the data
+#: provider's ``list_plugins`` holds one of its ``data_plugin_names()``" (its own name), and
+#: every route the crawl asks of it reads the provider under that name only: pr_curves, text,
+#: mesh (``list_tensors``/``read_tensors``), audio (``list_blob_sequences``/``read_blob*``),
+#: custom_scalars (``/layout`` reads its own tensors; ``/scalars`` is crawled only for the
+#: regexes that layout names). hparams also asks the provider's ``list_hyperparameters`` /
+#: ``read_hyperparameters``: it is skipped only when both providers keep the base class's
+#: (empty) ones, as both of ours do (``_provider_hparams_empty``). Disabled on both sides,
+#: those routes read nothing on either: there is nothing to compare, and a reduction that
+#: adds or removes such data changes the listing, which is compared. Graphs, images, scalars,
+#: histograms and the time series are always crawled (the Python loader shows a run graph
+#: without listing a plugin for it).
+INACTIVE_SKIPPABLE = ("pr_curves", "text", "audio", "mesh", "custom_scalars", "hparams")
+
+
+def _provider_hparams_empty(provider) -> bool:
+    """Whether ``provider`` answers hyperparameter calls with the base class's empty result."""
+    from tensorboard.data import provider as tb_provider
+
+    base = tb_provider.DataProvider
+    return provider is not None and all(
+        getattr(type(provider), m, None) is getattr(base, m)
+        for m in ("list_hyperparameters", "read_hyperparameters"))
+
+
+def _disabled_on_both(pair: tuple, providers: tuple) -> frozenset:
+    """The ``INACTIVE_SKIPPABLE`` dashboards both sides' plugins listings show disabled."""
+    out = set()
+    for name in INACTIVE_SKIPPABLE:
+        if all(r.status == 200 and isinstance(r.value, dict) and r.value.get(name) is False
+               for r in pair):
+            out.add(name)
+    if "hparams" in out and not all(_provider_hparams_empty(p) for p in providers):
+        out.discard("hparams")
+    return frozenset(out)
+
+
 def crawl_pair(app_before, app_after, sides: Optional[list] = None,
-               providers: Optional[tuple] = None) -> Iterator[tuple[Response, Response]]:
+               providers: Optional[tuple] = None, skipped: Optional[list] = None
+               ) -> Iterator[tuple[Response, Response]]:
     """Yield ``(before, after)`` normalized responses for every route the dashboards fetch.
 
     Which series to fetch is the union of both sides' listings, so a series that vanished
     is fetched (and found missing) as well as one that appeared. With ``providers`` (the
     two apps' data providers), the histogram series behind the histograms, distributions
     and time-series routes are compared where those routes read them (``_heavy_histograms``).
+    The routes of a dashboard in ``INACTIVE_SKIPPABLE`` that both plugins listings show
+    disabled are not fetched; ``skipped`` (a list) receives their names.
     """
     if sides is None:
         sides = []
@@ -328,7 +385,14 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
 
         return tuple(both(one))
 
-    groups = _crawl_groups(sides, listing, fetch, heavy)
+    # the plugins listing first: the groups leave out what it shows disabled on both sides
+    plugins = listing("/data/plugins_listing", "<core>",
+                      lambda v: {p: bool(i.get("enabled")) for p, i in v.items()})
+    off = (_disabled_on_both(plugins, (sides[0].provider, sides[1].provider))
+           if providers is not None else _disabled_on_both(plugins, (None, None)))
+    if skipped is not None:
+        skipped[:] = sorted(off)
+    groups = _crawl_groups(sides, listing, fetch, heavy, plugins, off)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(groups),
                                                  thread_name_prefix="footprint-crawl-group")
     stop = threading.Event()  # the caller is done (stopped early, or failed): groups end
@@ -379,19 +443,22 @@ def _produce(group: Callable[[], Iterator[tuple]], q: "queue.Queue", stop: threa
 
 
 #: ``_crawl_groups``' number of groups
-_GROUPS = 6
+_GROUPS = 8
 
 
-def _crawl_groups(sides, listing, fetch, heavy: bool) -> list:
-    """``crawl_pair``'s routes as ``_GROUPS`` groups that share nothing (each lists what it
-    fetches), in the dashboards' order but for the time-series routes, which follow the images
-    whose blobs they point at: callables returning an iterator of response pairs."""
+def _crawl_groups(sides, listing, fetch, heavy: bool, plugins: tuple,
+                  off: frozenset = frozenset()) -> list:
+    """``crawl_pair``'s routes as ``_GROUPS`` groups that share nothing but the blobs' digests
+    (each lists what it fetches), in the dashboards' order: callables returning an iterator of
+    response pairs. ``plugins``:
+    the plugins listing's pair, fetched already; ``off``: dashboards not crawled (disabled on
+    both sides). hparams is a group of its own: its session groups are the slowest route of a
+    run without hyperparameters (~70 ms), and behind four listings it was the crawl's longest."""
 
     def core() -> Iterator[tuple]:
         # runs and the plugin listing the dashboard tabs come from, then the scalars
         yield listing("/data/runs", "<core>", lambda v: {r: True for r in v})
-        yield listing("/data/plugins_listing", "<core>",
-                      lambda v: {p: bool(i.get("enabled")) for p, i in v.items()})
+        yield plugins
         yield from _scalar_like(sides, listing, fetch, "scalars", "/scalars")
 
     def histograms() -> Iterator[tuple]:
@@ -402,21 +469,33 @@ def _crawl_groups(sides, listing, fetch, heavy: bool) -> list:
             yield from _scalar_like(sides, listing, fetch, "distributions", "/distributions")
 
     def small() -> Iterator[tuple]:
-        yield from _scalar_like(sides, listing, fetch, "pr_curves", "/pr_curves")
-        yield from _text(listing, fetch)
+        if "pr_curves" not in off:
+            yield from _scalar_like(sides, listing, fetch, "pr_curves", "/pr_curves")
+        if "text" not in off:
+            yield from _text(listing, fetch)
 
     def rest() -> Iterator[tuple]:
-        yield from _blobs(listing, fetch, "audio", "/audio", "/individualAudio")
-        yield from _mesh(listing, fetch)
-        yield from _custom_scalars(sides, fetch)
-        yield from _hparams(fetch)
+        if "audio" not in off:
+            yield from _blobs(listing, fetch, "audio", "/audio", "/individualAudio")
+        if "mesh" not in off:
+            yield from _mesh(listing, fetch)
+        if "custom_scalars" not in off:
+            yield from _custom_scalars(sides, fetch)
 
-    def images_and_timeseries() -> Iterator[tuple]:
-        # one group: the time-series image routes point at the images' blobs, fetched once
+    def hparams() -> Iterator[tuple]:
+        if "hparams" not in off:
+            yield from _hparams(fetch)
+
+    def images() -> Iterator[tuple]:
         yield from _blobs(listing, fetch, "images", "/images", "/individualImage")
+
+    def timeseries() -> Iterator[tuple]:
+        # the time-series image routes point at the images' blobs: each is fetched once, by
+        # whichever group asks first (``_Client.blob_digest``)
         yield from _timeseries(listing, fetch, skip=("histograms",) if heavy else ())
 
-    return [core, histograms, small, images_and_timeseries, rest, lambda: _graphs(listing, fetch)]
+    return [core, histograms, small, images, timeseries, rest, hparams,
+            lambda: _graphs(listing, fetch)]
 
 
 def _points_by_series(series: str):
@@ -823,7 +902,7 @@ def compare_crawl(app_before, app_after, contract: Contract, *, sampled: bool,
     ``crawl_pair``)."""
     res = CrawlResult()
     sides: list = []
-    for before, after in crawl_pair(app_before, app_after, sides, providers):
+    for before, after in crawl_pair(app_before, app_after, sides, providers, res.skipped):
         res.routes += 1
         res.by_plugin[before.plugin] = res.by_plugin.get(before.plugin, 0) + 1
         if (graph_attrs_dropped and before.plugin == "graphs" and before.route.startswith("/data/plugin/graphs/graph?")
