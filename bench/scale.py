@@ -3,7 +3,7 @@
     python bench/scale.py                          # 1,000 and 10,000 runs, a reduce of 50 runs each
     python bench/scale.py --sizes 1000 --reduce-runs all
     python bench/scale.py --sizes 100000 --skip reduce,plan_cold --time-limit 900
-    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs, 100 in a bucket
+    python bench/scale.py --small                  # CI: 50 and 200 runs, a reduce of 6 runs, 100 in a bucket, 20/100 MB files
     python bench/scale.py --sizes 0 --buckets 10000 --file-sizes '' --tb-load ''   # the bucket section alone
 
 Input: N runs ``expNNNN/runNNNNNN`` of what a small training job leaves: one TF2 event file
@@ -48,7 +48,7 @@ Three more sections (each can be left out):
   keys in requests of 1,000), then ``--shard-workers`` (4) ``tb-footprint reduce --shard i/4`` at
   once on a copy of the logdir and ``status`` merging their ledgers (every run done once, by its
   shard, with its manifest's bytes);
-* ``--file-sizes 20,100``: the reduce of one histogram/image event file of each size (the same
+* ``--file-sizes 20,100`` (``--small`` too): the reduce of one histogram/image event file of each size (the same
   records at every size), in a fresh process (what the CLI pays) and in a warm one (the tab's
   TensorBoard, which reduced before); peak RSS of each;
 * ``--tb-load 8x25``: a mid-size logdir (8 runs of one 25 MB histogram/image event file and an
@@ -788,11 +788,13 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
     return rows
 
 
-def file_sizes_report(rows: List[dict]) -> bool:
+def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
     """Both sizes side by side, in a fresh process (what ``tb-footprint reduce`` pays: imports,
     the data servers' binaries found) and in a warm one (the tab's TensorBoard, which reduced
     before), each beside its anchor (the Rust data server's load of the same file, measured in
-    the same run); the target is judged on the fresh process."""
+    the same run); the target is judged on the fresh process. ``gate_time=False`` (``--small``,
+    CI on a shared machine): the time ratio is printed and judged but does not fail the bench;
+    every reduce verified and the peak RSS still do."""
     ok = True
     print("\ncost grows with the work: reduce (archive: plan, backup, rewrite, verification, commit) of one "
           "histogram/image event file, the same records at each size, beside the anchor (the Rust data "
@@ -828,10 +830,12 @@ def file_sizes_report(rows: List[dict]) -> bool:
         for mode in ("cold", "warm"):
             ratio = a[mode]["seconds"] / b[mode]["seconds"]
             met = (ratio <= 0.5 if a["mb"] * 5 <= b["mb"] else None) if mode == "cold" else None
-            ok &= met is not False
+            if gate_time:
+                ok &= met is not False
             cpu = a[mode].get("cpu", 0) / max(1e-9, b[mode].get("cpu", 0))
             print(f"  {a['mb']:g} MB / {b['mb']:g} MB, {'fresh' if mode == 'cold' else 'warm'} process: {ratio:.2f}x wall, "
-                  f"{cpu:.2f}x CPU" + (f" (target <= 0.5x for 20 MB / 100 MB) {_met(met)}" if mode == "cold" else ""))
+                  f"{cpu:.2f}x CPU" + (f" (target <= 0.5x for 20 MB / 100 MB) {_met(met)}" if mode == "cold" else "")
+                  + ("" if gate_time or met is not False or mode != "cold" else " (--small: printed, not a gate)"))
     return ok
 
 
@@ -1135,7 +1139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reduce-runs", default="50", help="runs the reduce takes at each size, or 'all' (default 50)")
     ap.add_argument("--reduce-sizes", default="", help="sizes at which to reduce (default: every size)")
     ap.add_argument("--small", action="store_true",
-                    help="CI: 50 and 200 runs, a reduce of 6 runs at 200, 100 runs in a bucket (about a minute)")
+                    help="CI: 50 and 200 runs, a reduce of 6 runs at 200, 100 runs in a bucket, one 20 MB and one 100 MB file (about a minute and a half)")
     ap.add_argument("--scratch", default=None, help="where to write the logdirs (default: a temp dir)")
     ap.add_argument("--repeat", type=int, default=1, help="measure each phase this often, keep the best")
     ap.add_argument("--skip", default="", help="phases to leave out, e.g. reduce,plan_cold,cp_a")
@@ -1158,7 +1162,7 @@ def main(argv=None) -> int:
                          "'shards' (the sharded batch and status); each on its own copy of the logdir")
     ap.add_argument("--file-sizes", default="20,100",
                     help="MB of the histogram/image event files whose reduce is timed one by one ('' leaves it out; "
-                         "default 20,100; --small leaves it out)")
+                         "default 20,100, --small too)")
     ap.add_argument("--tb-load", default="8x25",
                     help="RUNSxMB: a logdir of RUNS runs of one MB-sized histogram/image event file each, loaded by "
                          "the Rust data server before and after the default reduce ('' leaves it out; default 8x25, "
@@ -1172,7 +1176,8 @@ def main(argv=None) -> int:
         return 0
     if args.small:
         args.sizes, args.reduce_runs, args.reduce_sizes = "50,200", "6", "200"
-        args.buckets, args.file_sizes, args.tb_load = min(args.buckets, 100), "", ""
+        # item 3 at its own sizes (~15 s): a 20 MB and a 100 MB file, the ratio the issue states
+        args.buckets, args.tb_load = min(args.buckets, 100), ""
     if args.reduce_runs != "all" and not args.reduce_runs.isdigit():
         ap.error("--reduce-runs: a number or 'all'")
     sizes = [int(x) for x in args.sizes.split(",") if x.strip() and x.strip() != "0"]
@@ -1206,7 +1211,7 @@ def main(argv=None) -> int:
     if buckets:
         ok &= bucket_report(buckets)
     if files:
-        ok &= file_sizes_report(files)
+        ok &= file_sizes_report(files, gate_time=not args.small)
     if tbload:
         ok &= tb_load_report(tbload)
     print(_code_state())
