@@ -8,32 +8,17 @@ adds is a few lines there, in the history and in the ledger.
 """
 import os
 
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import oplog
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
-OLD = 3 * 86400
+from helpers_runs import aged_small_runs
+
+#: each run's scalar tags (the runs are aged past the quiet period)
+TAGS = ("loss", "accuracy")
 #: the issue's target, per reduced run, beyond its backups
 CEILING = 2048
-
-
-def _small_runs(root, first, n):
-    """Runs ``first .. first+n-1`` (scalars, histograms, one xprof session each), aged past the quiet period."""
-    for i in range(first, first + n):
-        run = os.path.join(root, f"exp/run{i:03d}")
-        with synth.EventWriter(run, timestamp=1_700_000_000) as w:
-            for step in range(50):
-                for tag in ("loss", "accuracy"):
-                    w.scalar(tag, step, 1.0 / (step + 1 + i))
-                if step % 10 == 0:
-                    w.histogram("layer_0/weights", step, [(k - 5.0, k - 4.0, float(k + i)) for k in range(10)])
-        synth.write_profile_session(run, synth.session_name_for(1_700_000_600), "host", n_events=30, seed=i)
-    old = 1_700_000_000 - OLD
-    for dirpath, dirs, names in os.walk(root):
-        for name in names + dirs:
-            os.utime(os.path.join(dirpath, name), (old, old))
-    return str(root)
 
 
 def state_on_disk(logdir: str):
@@ -59,12 +44,12 @@ def state_on_disk(logdir: str):
 
 def test_a_reduced_run_adds_at_most_2kb_of_state_on_disk(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    logdir = _small_runs(tmp_path / "logdir", 0, 24)
+    logdir = aged_small_runs(tmp_path / "logdir", 24, tags=TAGS)
     rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, ledger="default")
     assert [o.status for o in rep.outcomes] == ["verified"] * 24
     first, files_first = state_on_disk(logdir)
 
-    _small_runs(tmp_path / "logdir", 24, 48)  # a second batch of 48 more runs
+    aged_small_runs(tmp_path / "logdir", 48, first=24, tags=TAGS)  # a second batch of 48 more runs
     rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, ledger="default")
     assert sum(o.status == "verified" for o in rep.outcomes) == 48, [o.to_dict() for o in rep.outcomes]
     second, files_second = state_on_disk(logdir)

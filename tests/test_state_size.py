@@ -7,30 +7,12 @@ import hashlib
 import json
 import os
 
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.engine.catalogue import stored_plan
 from tb_footprint_plugin.plan.summary import category_changes
 from tb_footprint_plugin.storage.paths import state_dir
 
-OLD = 3 * 86400
-
-
-def _small_runs(root, n):
-    """n small runs (scalars, histograms, one xprof session each), aged past the quiet period."""
-    for i in range(n):
-        run = os.path.join(root, f"exp/run{i:03d}")
-        with synth.EventWriter(run, timestamp=1_700_000_000) as w:
-            for step in range(50):
-                for tag in ("loss", "accuracy", "learning_rate", "grad_norm"):
-                    w.scalar(tag, step, 1.0 / (step + 1 + i))
-                if step % 10 == 0:
-                    w.histogram("layer_0/weights", step, [(k - 5.0, k - 4.0, float(k + i)) for k in range(10)])
-        synth.write_profile_session(run, synth.session_name_for(1_700_000_600), "host", n_events=30, seed=i)
-    old = 1_700_000_000 - OLD
-    for dirpath, dirs, names in os.walk(root):
-        for n in names + dirs:
-            os.utime(os.path.join(dirpath, n), (old, old))
-    return str(root)
+from helpers_runs import aged_small_runs  # aged past the quiet period
 
 
 def _logged_line(vault_root: str, op_id: str) -> bytes:
@@ -53,7 +35,7 @@ def test_a_manifest_keeps_its_plans_actions_as_totals_and_a_digest(tmp_path, mon
     bytes) beside ``files`` and ``removed_dirs`` that list the same paths: now the per-category
     totals the check page shows and the sha256 of the actions, and the manifest is under 2,900 bytes."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    logdir = _small_runs(tmp_path / "logdir", 4)
+    logdir = aged_small_runs(tmp_path / "logdir", 4)
     plans = {rp.run: rp for rp in api.plan(logdir, "archive").runs}
     rep = api.reduce_logdir(logdir, policy="archive", dry_run=False)
     assert [o.status for o in rep.outcomes] == ["verified"] * 4
@@ -110,7 +92,7 @@ def test_the_oplog_leaves_out_what_follows_and_the_reader_puts_it_back(tmp_path,
     from tb_footprint_plugin.engine.vault import Vault
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    logdir = _small_runs(tmp_path / "logdir", 1)
+    logdir = aged_small_runs(tmp_path / "logdir", 1)
     o = api.reduce_logdir(logdir, policy="archive", dry_run=False).outcomes[0]
     vault = Vault(state_dir(logdir))
     m = vault.read_manifest(o.op_id)
