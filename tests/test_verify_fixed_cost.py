@@ -110,3 +110,100 @@ def test_each_image_blob_is_fetched_once_a_side_by_the_concurrent_groups(tmp_pat
     # 6 images a side (steps 0, 10, ..., 50), each fetched once although both groups point at it
     assert len(blobs) == 12, blobs
     assert "and 12 blobs" in check.detail, check.detail
+
+
+# --- the Python loader of a reduce: in this process for a small input, else a child ----------
+
+
+def _logdir_with_a_big_run(tmp_path: Path) -> Path:
+    from test_verify_handover import _age, _histogram_run
+
+    logdir = tmp_path / "logdir"
+    _histogram_run(logdir / "run", steps=300)
+    _age(logdir)
+    return logdir
+
+
+@pytest.fixture
+def sides(monkeypatch):
+    """Every ``PythonSide`` told its run, with where it chose to read it; the big-run path."""
+    from tb_footprint_plugin.verify import pyside
+
+    told = []
+    real_go = pyside.PythonSide.go
+
+    def noting_go(self, *a, **kw):
+        out = real_go(self, *a, **kw)
+        told.append(self)
+        return out
+
+    monkeypatch.setattr(pyside.PythonSide, "go", noting_go)
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)
+    yield told
+    from tb_footprint_plugin.verify import original
+
+    original.release_parked()
+
+
+@needs_rust
+def test_a_reduce_reads_a_small_reduced_run_with_the_python_loader_in_process(tmp_path, sides):
+    from tb_footprint_plugin import api
+    from test_verify_handover import BOTH
+
+    logdir = _logdir_with_a_big_run(tmp_path)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert [o.status for o in out] == ["verified"], [o.to_dict() for o in out]
+    assert [s.where for s in sides] == ["in-process"]
+    assert sides[0]._proc is None  # no interpreter started for it
+    python = [c for c in out[0].verification["checks"] if c["name"] == "python"]
+    assert python and python[0]["ok"] and "tags listed as before" in python[0]["detail"], python
+
+
+@needs_rust
+def test_a_bigger_loader_input_still_goes_to_a_child(tmp_path, sides, monkeypatch):
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.verify import pyside
+    from test_verify_handover import BOTH
+
+    monkeypatch.setattr(pyside, "IN_PROCESS_BYTES", 0)
+    logdir = _logdir_with_a_big_run(tmp_path)
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert [o.status for o in out] == ["verified"], [o.to_dict() for o in out]
+    assert [s.where for s in sides] == ["child"] and sides[0]._proc is not None
+    assert sides[0]._proc.poll() is not None  # it answered and is gone
+
+
+@needs_rust
+@pytest.mark.parametrize("planted", ["tag missing", "loader fails"])
+def test_what_the_in_process_loader_sees_wrong_rolls_the_run_back(tmp_path, sides, monkeypatch,
+                                                                   planted):
+    """The in-process Python loader's view decides as the child's did: a tag it does not list
+    (a reduction the Python reader shows wrong) or a loader that breaks fails the verification,
+    and the run is rolled back to its exact bytes."""
+    from conftest import tree_hashes
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.verify import pyside
+    from test_verify_handover import BOTH
+
+    real = pyside.read_listing
+
+    def wrong(run_dir, timeout_s):
+        if planted == "loader fails":
+            raise RuntimeError("planted loader failure")
+        listing = real(run_dir, timeout_s)
+        listing.plugins["histograms"].pop("layer2/weight")
+        return listing
+
+    monkeypatch.setattr(pyside, "read_listing", wrong)
+    logdir = _logdir_with_a_big_run(tmp_path)
+    before = {k: v for k, v in tree_hashes(logdir).items() if not k.startswith(".tb-footprint")}
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
+    out = [o for o in rep.outcomes if o.status != "skipped"]
+    assert [o.status for o in out] == ["rolled_back"], [o.to_dict() for o in out]
+    assert [s.where for s in sides] == ["in-process"]
+    why = "missing from the Python listing" if planted == "tag missing" else "planted loader failure"
+    assert why in out[0].reason, out[0].reason
+    after = {k: v for k, v in tree_hashes(logdir).items() if not k.startswith(".tb-footprint")}
+    assert after == before

@@ -177,12 +177,14 @@ def verify_reduction(
         if python_side is not None:
             python_side.timeout_s = timeout_s  # what this verification waits for its answer
         else:
-            python_side = PythonSide(None, timeout_s).start()
+            # inside a reduce (``original``) TensorBoard's loader is imported here already: a
+            # small input is read in this process, not in a child (``PythonSide.lazy``)
+            python_side = PythonSide(None, timeout_s, lazy=original is not None).start()
         python_side.probe_dir = scratch.make("python-probe")
         python_side.probe = None
         if not (exp.records_subsequence and original is not None and original.index() is not None):
             python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir)
-            python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
+            _tell(python_side, reduced_dir)
         # else: the record subsequence's pass over the reduced run classifies its records for
         # the probe (``_verify_rest``), and the child is told its run then
     if "rust" in wanted and views.data_server_binary() is None:
@@ -229,6 +231,16 @@ def verify_reduction(
                 pass
 
 
+def _tell(python_side, reduced_dir: str) -> None:
+    """Tell the Python loader what it reads: the thinned copy (with its record count) if the
+    probe made one, else the reduced run."""
+    probe = python_side.probe
+    if probe:
+        python_side.go(python_side.probe_dir, probe.get("records"))
+    else:
+        python_side.go(reduced_dir)
+
+
 def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
             big, python_side, rust_opening, start, original=None) -> VerificationResult:
     from tb_footprint_plugin.verify import dashboard
@@ -273,7 +285,7 @@ def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, rout
 
         tap = reduced_pass.probe if reduced_pass is not None and reduced_pass.complete else None
         python_side.probe = python_probe(reduced_dir, exp, python_side.probe_dir, tap=tap)
-        python_side.go(python_side.probe_dir if python_side.probe else reduced_dir)
+        _tell(python_side, reduced_dir)
     if not wanted:
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 

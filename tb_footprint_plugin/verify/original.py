@@ -138,10 +138,13 @@ class OriginalRun:
             if parked is not None:
                 parked.close()
             self._load(timeout_s)
-        # last (nothing after it can fail and leave it behind): the Python loader's child
-        # imports TensorBoard meanwhile too (~0.5 s of a core that the verification's own
-        # start needs); the verification tells it its run, ``close`` stops it otherwise
-        self._python_side = PythonSide(None, timeout_s).start()
+        # last (nothing after it can fail and leave it behind): for a run over
+        # ``EARLY_CHILD_BYTES`` the Python loader's child imports TensorBoard meanwhile too
+        # (~0.5 s of a core that the verification's own start needs); the verification tells it
+        # its run, ``close`` stops it otherwise. A smaller run's side is lazy: its reduced run
+        # (a thinned copy, mostly) is read in this process, or a child is started then
+        self._python_side = PythonSide(
+            None, timeout_s, lazy=_event_bytes(self.run_dir) <= EARLY_CHILD_BYTES).start()
         return self
 
     def _load(self, timeout_s: float) -> None:
@@ -248,6 +251,18 @@ class OriginalRun:
         """What the rewrite's selection learnt of event file ``name``."""
         self.files[name] = facts
         self._handed.append(facts)
+
+
+#: Runs of more event bytes than this have the Python loader's child started with the reduce
+#: (``start_reader``): their reduced run is likelier too big to read in the engine's process,
+#: and a child started late would add its start (~0.3 s) to a long verification anyway.
+EARLY_CHILD_BYTES = 256 * 1024 * 1024
+
+
+def _event_bytes(run_dir: str) -> int:
+    from tb_footprint_plugin.verify import dashboard
+
+    return dashboard.event_bytes(run_dir)
 
 
 #: How long a plan's Rust load of a run waits for the reduce of that run (``park``) before its
