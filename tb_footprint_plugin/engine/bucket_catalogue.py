@@ -6,6 +6,7 @@ import os
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
@@ -17,32 +18,38 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, map_ordered, same_content
 
 
 def manifest_damage(doc: Optional[dict]) -> Optional[str]:
-    """Why a manifest read from the vault cannot be used (untrusted input), or None."""
+    """Why a bucket manifest read from the vault cannot be used (untrusted input), or None: the
+    one schema's checks (``engine.manifest.read``) and a bucket file entry's own (a backup key,
+    or a blob of the folder with its digest; the store's checksums)."""
     if doc is None:
         return None
-    if doc.get("corrupt"):
-        return "not UTF-8 JSON"
-    files = doc.get("files")
-    if not isinstance(doc.get("op"), str) or not isinstance(doc.get("run"), str) or not isinstance(files, list) \
-            or not isinstance(doc.get("created", 0), (int, float)):
-        return "not a manifest (op, run, files or created missing or of the wrong type)"
-    for f in files:
-        if not isinstance(f, dict) or not isinstance(f.get("path"), str) \
-                or not (isinstance(f.get("backup"), str) or (entry_ok(f) and f.get("sha256"))) \
-                or not isinstance(f.get("size"), int) or not isinstance(f.get("checksums", {}), dict):
+    try:
+        doc = manifest.read(doc, "")
+    except Untrusted as e:
+        return e.detail
+    return _entries_damage(doc)
+
+
+def _entries_damage(doc: dict) -> Optional[str]:
+    for f in doc["files"]:
+        if not (isinstance(f.get("backup"), str) or (entry_ok(f) and f.get("sha256"))) \
+                or not isinstance(f.get("checksums", {}), dict):
             return "a file entry is not a path, backup, size and checksums"
     return None
 
 
 def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
-    """Every usable manifest in the vault, newest first. One that cannot be read or is not a
+    """Every usable manifest in the vault, newest first, read through ``engine.manifest.read``:
+    the one schema, with the aliases a bucket also keeps for older readers (``bucket_form``) and
+    ``_version``/``_path`` (the object's version and key). One that cannot be read or is not a
     manifest is left out (its backups stay) and, with ``problems``, named there by its URL
-    (``Finding.MANIFEST_DAMAGED``)."""
+    (``Finding.MANIFEST_DAMAGED``, with the reader's own code as ``why``)."""
     st = BucketState(rfs)
     prefix = vault.root + "/manifests"
     try:
@@ -58,19 +65,28 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
     # read a few at once: one after the other, a vault of 10,000 operations took minutes to list
     wanted = ((key, info) for key, info in sorted(found.items()) if key.startswith("manifests/"))
     for p, doc, version in map_ordered(read, wanted):
-        why = manifest_damage(doc)
+        if doc is None:
+            continue
+        url = vault_url(rfs, p)
+        why, code = None, None
+        try:
+            m = manifest.read(doc, url)
+            why = _entries_damage(m)
+            code = Finding.BAD_MANIFEST if why else None
+        except Untrusted as e:
+            why, code = e.detail, e.code
         if why:
             if problems is not None:
-                url = vault_url(rfs, p)
-                problems.append({"code": Finding.MANIFEST_DAMAGED, "file": url, "op_id": None, "run": None,
+                problems.append({"code": Finding.MANIFEST_DAMAGED, "why": code, "file": url, "op_id": None,
+                                 "run": None,
                                  "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
                                            "it is mended or moved aside"})
             continue
-        if doc:
-            doc["_version"] = version
-            doc["_path"] = p
-            out.append(doc)
-    out.sort(key=lambda d: -d.get("created", 0))
+        m = manifest.bucket_form(m)
+        m["_version"] = version
+        m["_path"] = p
+        out.append(m)
+    out.sort(key=lambda d: -(d.get("started_at") or 0))
     return out
 
 
@@ -83,9 +99,9 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
     out = []
     damaged: List[dict] = []
     for m in manifests(rfs, vault, damaged):
-        if m.get("status") != "verified" or m.get("purged"):
+        if m["restored_by"] or m["backup_purged"]:
             continue
-        if (op is not None and m.get("op") != op) or (run is not None and m.get("run") != run):
+        if (op is not None and m["op_id"] != op) or (run is not None and m["run"] != run):
             continue
         bad, absent, back = [], 0, []
         listing = run_listing(rfs, vault, m["run"])
@@ -113,7 +129,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
              "reduction left them"
              + (f"; {len(back)} exist again (written since), e.g. {back[0]}" if back else "")},
         ]
-        out.append({"op_id": m["op"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
+        out.append({"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
                     "verification": {"ok": not bad, "checks": checks}, "ok": not bad})
     for p in damaged if op is None else []:
         out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
@@ -128,30 +144,24 @@ def _copy_ok(info, f: dict) -> bool:
         bool(same_content(content_checksums(info), f.get("checksums") or {}))
 
 
-def _kind(m: dict) -> str:
-    """A manifest's verb: ``retire`` (``engine.bucket_retire``) or ``reduce`` (every other; older
-    manifests name none)."""
-    return "retire" if m.get("kind") == "retire" else "reduce"
-
-
 def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """The change log of a bucket logdir, oldest first, from its manifests (a bucket has no
     append: each operation's manifest is its record, marked when restored or purged)."""
     out = []
     for m in manifests(rfs, vault):
-        kept = not m.get("purged") and m.get("status") == "verified"
-        out.append({"time": m.get("created"), "op_id": m.get("op"), "kind": _kind(m), "run": m.get("run"),
+        kept = not m["backup_purged"] and not m["restored_by"]
+        out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
                     "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
                     "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
                     "user": m.get("user"), "host": m.get("host"),
                     "shard": m["shard"] if isinstance(m.get("shard"), str) else None})
-        if m.get("restored_at"):
-            out.append({"time": m["restored_at"], "op_id": m.get("op"), "kind": "restore", "run": m.get("run"),
-                        "of_op": m.get("op"), "before": m.get("bytes_after"), "after": m.get("bytes_before"),
-                        "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m.get("purged"),
+        if m["restored_at"]:
+            out.append({"time": m["restored_at"], "op_id": m["op_id"], "kind": "restore", "run": m["run"],
+                        "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),
+                        "verified": True, "outcome": Outcome.RESTORED, "backup_kept": not m["backup_purged"],
                         "policy": m.get("policy"), **(m.get("restored_with") or {})})
-        if m.get("purged"):
-            out.append({"time": m["purged"], "op_id": m.get("op"), "kind": "purge", "run": m.get("run"),
+        if m["backup_purged"]:
+            out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
                         "outcome": "purged", "backup_kept": False})
     out.sort(key=lambda e: e.get("time") or 0)
     return out
@@ -167,13 +177,13 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
     found = manifests(rfs, vault, problems)
     for m in found:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
-        if not m.get("purged"):
+        if not m["backup_purged"]:
             vault_bytes += size
-        ops.append({"op_id": m.get("op"), "kind": _kind(m), "run": m.get("run"), "outcome": Outcome.VERIFIED,
-                    "reason": None, "bytes_before": m.get("bytes_before"), "bytes_after": m.get("bytes_after"),
-                    "finished_at": m.get("created"), "backup_purged": bool(m.get("purged")),
-                    "restored_by": "a restore" if m.get("status") == "restored" else None,
-                    **({"takes_along": list(m.get("takes_along") or [])} if _kind(m) == "retire" else {})})
+        ops.append({**{k: m[k] for k in (manifest.OP_ID, manifest.KIND, manifest.RUN, manifest.OUTCOME,
+                                         manifest.REASON, manifest.BYTES_BEFORE, manifest.BYTES_AFTER,
+                                         manifest.STARTED_AT, manifest.FINISHED_AT, manifest.BACKUP_PURGED,
+                                         manifest.RESTORED_BY)},
+                    **({"takes_along": list(m.get("takes_along") or [])} if m["kind"] == "retire" else {})})
     local = {}
     if vault.blobs is not None and os.path.isdir(vault.blobs.folder):
         # what the folder holds as stored (compressed, packed), beside the originals' sizes above
@@ -213,10 +223,10 @@ def kept_objects(rfs: RemoteFS, vault: BucketVault, found: Optional[List[dict]] 
             # twice next to the restored original
             folder = d["path"].rsplit("/", 1)[0] + "/" if "/" in d["path"] else ""
             try:
-                dest = rfs.url_of(f"{folder}kept-{m['op']}.tfrecord")
+                dest = rfs.url_of(f"{folder}kept-{m['op_id']}.tfrecord")
             except ValueError:  # a path that is not a plain key of the logdir: never shown as one
                 continue
-            out.append({"op_id": m.get("op"), "kind": "restore", "of_op": m.get("op"), "run": m.get("run"),
+            out.append({"op_id": m["op_id"], "kind": "restore", "of_op": m["op_id"], "run": m["run"],
                         "path": d["path"], "sha256": None, "size": size, "blob": blob,
                         "present": rfs.ops.head(d["kept"]) is not None,
                         "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Collection, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.engine import faults, manifest
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -32,43 +32,42 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     every = manifests(rfs, vault, refused)
     for m in [m for m in every if not all(names_our_backup(vault, f) for f in m.get("files") or [])]:
         url = vault_url(rfs, m["_path"])
-        refused.append({"code": Failure.REFUSED, "file": url, "op_id": m.get("op"), "run": m.get("run"),
+        refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
                         "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
         every.remove(m)
+    # manifests in the one schema (``engine.manifest``): a bucket keeps only verified ones
     chosen = [m for m in every
-              if m.get("status") in ("verified", "restored") and not m.get("purged")
-              and (op is None or m.get("op") == op) and (run is None or m.get("run") == run)
-              and (runs is None or m.get("run") in runs) and (op_ids is None or m.get("op") in op_ids)
-              and (older_than is None or m.get("created", now) <= now - older_than)]
+              if m["outcome"] == Outcome.VERIFIED and not m["backup_purged"]
+              and (op is None or m["op_id"] == op) and (run is None or m["run"] == run)
+              and (runs is None or m["run"] in runs) and (op_ids is None or m["op_id"] in op_ids)
+              and (older_than is None or (m["finished_at"] or now) <= now - older_than)]
     # a restore that found a file written again at an original's name left that original in the
     # vault only (``not_restored``): its operation is not purged, and the listing says why
-    kept = [m for m in chosen if m.get("status") == "restored" and m.get("not_restored")]
+    kept = [m for m in chosen if m["restored_by"] and m.get("not_restored")]
     chosen = [m for m in chosen if m not in kept]
     # an operation whose journal is still there is under way (a retire writes its manifest before
     # its commit record and may still roll back onto these copies) or awaits recovery: its
     # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
-    busy = [m for m in chosen if rfs.ops.head(rfs.path(f"{JOURNAL}/{m.get('op')}.json")) is not None]
+    busy = [m for m in chosen if rfs.ops.head(rfs.path(f"{JOURNAL}/{m['op_id']}.json")) is not None]
     chosen = [m for m in chosen if m not in busy]
     freed = sum(f["size"] for m in chosen for f in m["files"])
     # a retired run not restored has its only copy in the vault: every object of it goes for good
     # (said, as on a disk: ``originals``)
-    ops = [{"op_id": m["op"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
-            "restored": m["status"] == "restored", "kind": "retire" if m.get("kind") == "retire" else "reduce",
-            "originals": len(m["files"]) if m.get("kind") == "retire" and m["status"] != "restored" else 0}
+    ops = [{"op_id": m["op_id"], "run": m["run"], "bytes": sum(f["size"] for f in m["files"]),
+            "restored": bool(m["restored_by"]), "kind": m["kind"],
+            "originals": len(m["files"]) if m["kind"] == "retire" and not m["restored_by"] else 0}
            for m in chosen]
-    held = [{"op_id": m["op"], "run": m["run"], "only_copies": list(m["not_restored"])[:1000],
+    held = [{"op_id": m["op_id"], "run": m["run"], "only_copies": list(m["not_restored"])[:1000],
              "reason": (f"{len(m['not_restored'])} original(s) were not put back by its restore (a file "
                         f"was written again at the name, e.g. {m['not_restored'][0]}): the vault holds the "
                         "only copy")} for m in kept]
-    held += [{"op_id": m["op"], "run": m["run"], "only_copies": [], "code": Skip.LOCKED.value,
+    held += [{"op_id": m["op_id"], "run": m["run"], "only_copies": [], "code": Skip.LOCKED.value,
               "reason": "the operation is still under way or awaits recovery (its journal is there); "
                         "purge it once it has settled"} for m in busy]
     if yes:
         st = BucketState(rfs)
         for m in chosen:
-            doc = {k: v for k, v in m.items() if not k.startswith("_")}
-            doc["purged"] = now
-            st.update(m["_path"], doc, m["_version"])
+            st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=now)), m["_version"])
             faults.hit("purge.intent")
             must_delete(rfs, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
             faults.hit("purge.blob")

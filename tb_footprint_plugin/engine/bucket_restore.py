@@ -35,9 +35,13 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_listing,
     run_prefix,
     unlock_versions,
+    vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form
+from tb_footprint_plugin.engine.manifest import read as read_manifest
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.scan.tfrecord import RecordReader
@@ -68,7 +72,7 @@ def restore_journal(rfs: RemoteFS, vault: BucketVault, manifest: dict, kind: str
     run and every file to put back with its backup key (from the manifest, already checked to be
     keys of the logdir and of the vault's blobs)."""
     keep = ("path", "backup", "action", "size", "final", "checksums", "kept_in", "sha256")
-    return {"op": manifest["op"], "kind": kind, "run": run, "logdir": rfs.url, "vault": vault.root,
+    return {"op": manifest["op_id"], "kind": kind, "run": run, "logdir": rfs.url, "vault": vault.root,
             "step": "restoring", "created": now_s(), "takes_along": list(takes_along or []),
             "files": [{k: f[k] for k in keep if f.get(k) is not None} for f in manifest["files"]]}
 
@@ -105,8 +109,14 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
     checksums, and mark the manifest restored. An original key that exists again is left alone
     (one holding the original's bytes counts as back). ``resume``: finish the restore whose
     journal is there (``engine.bucket_recover``) instead of starting one."""
+    try:  # any shape ever written (a recovery passes the manifest as it reads it)
+        manifest = read_manifest(manifest, vault_url(rfs, manifest["_path"]) if isinstance(manifest.get("_path"), str)
+                                 else "the operation's manifest")
+    except Untrusted as e:
+        return RunOutcome(run=str(manifest.get("run")), status=Outcome.FAILED, code=Failure.REFUSED,
+                          op_id=str(manifest.get("op_id") or manifest.get("op")), reason=f"{e}; nothing was changed")
     run = manifest["run"]
-    op_id = manifest["op"]
+    op_id = manifest["op_id"]
     out = RunOutcome(run=run, status=Outcome.FAILED, op_id=op_id,
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
     st = BucketState(rfs)
@@ -161,9 +171,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
                     # the original bytes are there already; a grown object kept by a restore of
                     # this operation that stopped before its record is recorded now
-                    kept_info = rfs.ops.head(f"{vault.root}/{_kept_key(manifest['op'], f)}")
+                    kept_info = rfs.ops.head(f"{vault.root}/{_kept_key(manifest['op_id'], f)}")
                     if kept_info is not None and isinstance(f.get("new_size"), int):
-                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(manifest["op"], f),
+                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(manifest["op_id"], f),
                                                          kept_info, present))
                     continue
                 kept = None
@@ -171,7 +181,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                     # a writer that resumed "appended" by writing the reduced bytes plus new records:
                     # the grown object goes to the vault, its records back into the run, and then
                     # the original over it (anything else written there is left as it is)
-                    kept = _keep_grown(rfs, vault, manifest["op"], f, cur, present)
+                    kept = _keep_grown(rfs, vault, manifest["op_id"], f, cur, present)
                     if kept is None:
                         conflicts.append(f["path"])
                         continue
@@ -221,7 +231,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                     out.removed_files.append(f["final"])
                     out.bytes_after -= int(f.get("new_size") or 0)
         manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
-        manifest["status"] = "restored"
+        manifest["restored_by"] = A_RESTORE  # a bucket restore has no op id of its own
         if conflicts:
             # their originals were not put back: the vault holds the only copy, which purge keeps
             manifest["not_restored"] = sorted(set(conflicts) | set(manifest.get("not_restored") or []))
@@ -229,8 +239,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             manifest["displaced"] = displaced
         manifest["restored_at"] = now_s()
         manifest["restored_with"] = who()
-        version = manifest_version or (rfs.ops.head(vault.manifest(manifest["op"])) or ObjectInfo("", 0, 0)).version_token
-        st.update(vault.manifest(manifest["op"]), manifest, version)
+        version = manifest_version or (rfs.ops.head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
+        st.update(vault.manifest(op_id), bucket_form(manifest), version)
         must_delete(rfs, [jpath])
         jpath = None
         out.status = Outcome.RESTORED

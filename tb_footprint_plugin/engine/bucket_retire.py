@@ -33,7 +33,7 @@ import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import bucket_lease, faults, lease
+from tb_footprint_plugin.engine import bucket_lease, faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -48,12 +48,14 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_listing,
     run_prefix,
     unlock_all,
+    vault_url,
     written_recently,
 )
 from tb_footprint_plugin.engine.bucket_restore import (holds_original, journal_path, restore_journal,
                                                         settle_failed_journal, start_journal)
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
@@ -242,18 +244,17 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
 
 def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, along: List[str],
                  rule: Optional[dict]) -> dict:
-    """The retirement's manifest: the bucket catalogue's fields (``op``, ``run``, ``files`` with
-    their copies, ``created``, ``status``) and the local retirement's (``op_id``, ``kind``,
-    ``takes_along``, ``tree``, ``stored_in``, ``outcome``...); an object store keeps no mode, and
-    its checksums stand for the sha256 a disk's tree records."""
+    """The retirement's manifest in the one schema (``engine.manifest``) with a retirement's own
+    fields (``takes_along``, ``tree``, ``stored_in``, ``rule``); an object store keeps no mode,
+    and its checksums stand for the sha256 a disk's tree records."""
     files = entry["files"]
     total = sum(f["size"] for f in files)
-    return {"op": entry["op"], "op_id": entry["op"], "kind": KIND, "run": entry["run"], "takes_along": along,
-            "logdir": rfs.url, "vault": vault.root, "rule": rule, "created": now_s(), "started_at": doc["created"],
-            "finished_at": now_s(), "status": "verified", "outcome": str(Outcome.VERIFIED), "reason": None,
-            "files": files, "tree": [{k: f[k] for k in ("path", "size", "mtime", "checksums")} for f in files],
-            "bytes_before": total, "bytes_after": 0, "stored_in": f"blobs/{entry['op']}/files",
-            "policy": None, "shard": lease.shard_label(), "tool_version": __version__, **who()}
+    started = doc.get("created") if isinstance(doc.get("created"), (int, float)) else now_s()
+    return manifest.bucket_form(manifest.new(
+        op_id=entry["op"], kind=KIND, run=entry["run"], logdir=rfs.url, started_at=started, finished_at=now_s(),
+        outcome=Outcome.VERIFIED, files=files, bytes_before=total, bytes_after=0, takes_along=along,
+        vault=vault.root, rule=rule, tree=[{k: f[k] for k in ("path", "size", "mtime", "checksums")} for f in files],
+        stored_in=f"blobs/{entry['op']}/files", shard=lease.shard_label(), tool_version=__version__, **who()))
 
 
 def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
@@ -299,13 +300,16 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
         mpath = vault.manifest(en["op"])
         if held:
             m, version = BucketState(rfs).read(mpath)
+            held_doc = {"restored_by": manifest.A_RESTORE, "not_restored": held, "restored_at": now_s()}
             if m is None:
-                BucketState(rfs).create(mpath, {**manifest_doc(rfs, vault, doc, en, doc.get("takes_along") or [],
-                                                                doc.get("rule")),
-                                                "status": "restored", "not_restored": held, "restored_at": now_s()})
-            elif not m.get("corrupt"):
-                BucketState(rfs).update(mpath, {**m, "status": "restored", "not_restored": held,
-                                                "restored_at": now_s()}, version)
+                BucketState(rfs).create(mpath, manifest.bucket_form(
+                    {**manifest_doc(rfs, vault, doc, en, doc.get("takes_along") or [], doc.get("rule")), **held_doc}))
+            else:
+                try:
+                    m = manifest.read(m, vault_url(rfs, mpath))
+                except Untrusted:
+                    continue  # damaged: no purge takes it (its copies stay), status names it
+                BucketState(rfs).update(mpath, manifest.bucket_form({**m, **held_doc}), version)
             continue
         # every original stands as it was: the copies are redundant (the manifest first, so no
         # restorable retirement ever points at a missing copy)
@@ -343,12 +347,17 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     restored: one stopped midway is finished by the next start (``engine.bucket_recover`` calls
     this with ``resume``). Idempotent: an object already back with its bytes counts as back."""
     run = str(m.get("run"))
-    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, op_id=m.get("op"),
-                     bytes_before=0, bytes_after=0)
-    if m.get("status") != "verified" or m.get("purged"):
-        out.reason = f"retirement {m.get('op')} holds no objects to put back (restored, purged or never committed)"
+    out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
+                     op_id=str(m.get("op_id") or m.get("op")), bytes_before=0, bytes_after=0)
+    try:  # any shape ever written (a recovery passes the manifest as it reads it)
+        m = manifest.read(m, m.get("_path") and vault_url(rfs, m["_path"]) or "the retirement's manifest")
+    except Untrusted as e:
+        out.reason, out.code = f"{e}; nothing was changed", e.code
         return out
-    prefix = f"{vault.root}/blobs/{m['op']}/files/"
+    if m["restored_by"] or m["backup_purged"]:
+        out.reason = f"retirement {m['op_id']} holds no objects to put back (restored, purged or never committed)"
+        return out
+    prefix = f"{vault.root}/blobs/{m['op_id']}/files/"
     along = [a for a in m.get("takes_along") or [] if isinstance(a, str)]
     try:
         why = _refuse(run, along, rfs, vault)
@@ -365,7 +374,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     op_id = new_op_id()
     # the locks and the journal are named by the retirement restored (a lock naming it is not
     # taken over while its journal stands, and purge leaves its copies alone)
-    held_as = m["op"]
+    held_as = m["op_id"]
     mine = held_as not in ACTIVE_OPS  # another restore of it in this process keeps it live
     ACTIVE_OPS.add(held_as)
     locks: List[str] = []
@@ -413,11 +422,11 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                 else:
                     conflicts.append(f["path"])
             faults.hit("unretire.move")
-            doc = {k: v for k, v in m.items() if not k.startswith("_")}
-            doc.update(status="restored", restored_at=now_s(), restored_with=who(), restored_by=op_id)
+            doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=op_id)
             if conflicts:  # their originals stay in the vault only, which purge keeps
                 doc["not_restored"] = sorted(conflicts)
-            st.update(vault.manifest(m["op"]), doc, m.get("_version") or st.read(vault.manifest(m["op"]))[1])
+            st.update(vault.manifest(held_as), manifest.bucket_form(doc),
+                      m.get("_version") or st.read(vault.manifest(held_as))[1])
             must_delete(rfs, [jpath])
             jpath = None
         except (BucketTxnError, RemoteError, ValueError) as e:
@@ -453,7 +462,7 @@ def _copy_ok(rfs: RemoteFS, f: dict) -> bool:
 
 def retirements(manifests: List[dict]) -> List[dict]:
     """The retirements of a bucket catalogue that keep a run out of the logdir now, newest first."""
-    return [m for m in manifests if m.get("kind") == KIND and m.get("status") == "verified" and not m.get("purged")]
+    return [m for m in manifests if m["kind"] == KIND and not m["restored_by"] and not m["backup_purged"]]
 
 
 __all__ = ["retire_run", "unretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",

@@ -18,7 +18,7 @@ import hashlib
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults, lease
+from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     BucketTxnError,
@@ -111,9 +111,12 @@ def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_af
     """The manifest of one verified run of an operation (what a restore puts back); with a local
     vault of blobs, its folder (with ``host``: where a restore must run, said when it cannot)."""
     folder = {"blob_folder": vault.blobs.folder} if vault is not None and vault.blobs is not None else {}
-    return {"op": entry["op"], "run": entry["run"], "logdir": rfs.url, "created": now_s(), "status": "verified",
-            "files": entry["files"], "bytes_before": rp.bytes_before, "bytes_after": bytes_after,
-            "policy": policy, "shard": lease.shard_label(), **folder, **who()}
+    now = now_s()
+    # written once the backups are verified, before the swap: what a restore needs from then on
+    return manifest.bucket_form(manifest.new(
+        op_id=entry["op"], kind="reduce", run=entry["run"], logdir=rfs.url, started_at=now, finished_at=now,
+        outcome=Outcome.VERIFIED, files=entry["files"], bytes_before=rp.bytes_before, bytes_after=bytes_after,
+        policy=policy, shard=lease.shard_label(), **folder, **who()))
 
 
 def rolled_back(out: RunOutcome, code: Code) -> None:

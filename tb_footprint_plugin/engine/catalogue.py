@@ -12,7 +12,7 @@ import time
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Outcome
-from tb_footprint_plugin.engine import oplog
+from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, history_path
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
@@ -157,8 +157,16 @@ def own_manifests(ctx: Context) -> List[dict]:
                 continue  # written for another logdir that once stood at this path
             if m["op_id"] not in seen:
                 seen.add(m["op_id"])
-                out.append(m)
+                try:  # the one schema (``engine.manifest``); a refused one is named by ``vault_problems``
+                    out.append(manifest.read(m, _manifest_file(root, m["op_id"])))
+                except trust.Untrusted:
+                    continue  # never acted on; its blobs stay (``Vault.referenced_blobs`` reads every manifest)
     return out
+
+
+def _manifest_file(root: str, op_id: str) -> str:
+    """How a refusal names a manifest of the vault at ``root`` (its records are in the oplog)."""
+    return f"{root}: the manifest of operation {op_id}"
 
 
 def manifest_binding(ctx: Context):
@@ -242,7 +250,11 @@ def vault_problems(ctx: Context) -> List["trust.Untrusted"]:
     out = []
     for root in known_vaults(ctx):
         v = Vault(root)
-        v.manifests()
+        for m in v.manifests():
+            try:
+                manifest.read(m, _manifest_file(root, m.get("op_id")))
+            except trust.Untrusted as e:  # a field of the wrong type: the one schema's check
+                out.append(e)
         out += v.problems
     return out
 
@@ -314,40 +326,32 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         # it), and it was the bulk of a small run's record after its series
         ver = {k: v for k, v in ver.items() if k != "views"}
     after = bytes_after_of(records) if outcome == "verified" else plan["bytes_before"]
-    m = {
-        "op_id": begin["op_id"],
-        "kind": "reduce",
-        "run": begin["run"],
-        "logdir": begin["logdir"],
+    m = manifest.new(
+        op_id=begin["op_id"], kind="reduce", run=begin["run"], logdir=begin["logdir"],
+        started_at=begin["t"], finished_at=time.time(), outcome=outcome, reason=reason,
+        policy=stored_policy(begin.get("policy")), bytes_before=plan["bytes_before"], bytes_after=after,
+        files=[{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
+                "mtime_ns": b.get("mtime_ns"),
+                "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
+                "action": b["action"]} for b in backups],
+        backup_purged=outcome != "verified",
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
-        "vault": vault.root,
-        "policy": stored_policy(begin.get("policy")),
-        "plan": stored_plan(plan),
-        "tool_version": __version__,
+        vault=vault.root,
+        plan=stored_plan(plan),
+        tool_version=__version__,
         **who(),
-        "started_at": begin["t"],
-        "finished_at": time.time(),
-        "outcome": outcome,
-        "reason": reason,
-        "recovered": recovered,
-        "bytes_before": plan["bytes_before"],
-        "bytes_after": after,
-        "files": [{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
-                   "mtime_ns": b.get("mtime_ns"),
-                   "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
-                   "action": b["action"]} for b in backups],
-        "created": [{"path": s["final"], "size": s["size"], "sha256": s["sha256"]} for s in staged],
+        recovered=recovered,
+        created=[{"path": s["final"], "size": s["size"], "sha256": s["sha256"]} for s in staged],
         # what restore re-creates them from (path, mode, mtime): the journal record's own type and
         # time say nothing more
-        "removed_dirs": [{k: v for k, v in r.items() if k not in ("type", "t")} for r in records
-                         if r["type"] == "rmdir"],
+        removed_dirs=[{k: v for k, v in r.items() if k not in ("type", "t")} for r in records
+                      if r["type"] == "rmdir"],
         # the folders it changed and kept, with their mtimes before it: a restore gives them back
-        "dir_times": begin.get("dir_times") or [],
-        "verification": ver,
-        "backup_purged": outcome != "verified",
+        dir_times=begin.get("dir_times") or [],
+        verification=ver,
         # content newer than the backup, found where an original went back: kept in the vault
-        "displaced": displaced or [],
-    }
+        displaced=displaced or [],
+    )
     os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
     # one line of the operation log, its only record (``NoSpace`` names the file)
     size = len(json.dumps(m, sort_keys=True))

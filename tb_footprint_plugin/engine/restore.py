@@ -14,6 +14,7 @@ from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust
+from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import journal_blobs, restorable_ops, unsettled_op
 from tb_footprint_plugin.engine.context import (
     Context,
@@ -179,15 +180,12 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     manifest["restored_at"] = time.time()
     vault.write_manifest(manifest)
     released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced})
-    vault.write_manifest({
-        "op_id": begin["op_id"], "kind": "restore", "of_op": manifest["op_id"], "run": manifest["run"],
-        "logdir": ctx.logdir, **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
-        "vault": vault.root, "tool_version": __version__, **who(),
-        "started_at": begin["t"], "finished_at": time.time(), "outcome": "restored",
-        "files": [], "restored_files": sorted(originals), "kept_changed": kept_changed,
-        "displaced": displaced,
-        "backup_purged": True,
-    })
+    vault.write_manifest(one_schema.new(
+        op_id=begin["op_id"], kind="restore", run=manifest["run"], logdir=ctx.logdir, started_at=begin["t"],
+        finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=manifest["op_id"],
+        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
+        vault=vault.root, tool_version=__version__, **who(),
+        restored_files=sorted(originals), kept_changed=kept_changed, displaced=displaced))
     append_history(ctx.state, {
         "op_id": begin["op_id"], "kind": "restore", "run": manifest["run"], "policy": None,
         "before": manifest.get("bytes_after"), "after": manifest.get("bytes_before"), "verified": True,

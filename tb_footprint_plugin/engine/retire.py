@@ -37,6 +37,7 @@ from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import (
     Cancelled,
@@ -534,17 +535,16 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
     vault = Vault(begin["vault"])
     tree = [{k: f[k] for k in ("path", "size", "mode", "mtime_ns", "sha256")} for f in begin["files"]]
     kept = outcome == Outcome.VERIFIED
-    m = {
-        "op_id": begin["op_id"], "kind": "retire", "run": begin["run"], "takes_along": begin.get("takes_along", []),
-        "logdir": begin["logdir"], "vault": vault.root, "same_fs": begin["same_fs"], "rule": begin.get("rule"),
-        "tool_version": __version__, **who(), "started_at": begin["t"], "finished_at": time.time(),
-        "outcome": str(outcome), "reason": reason, "recovered": recovered,
-        "bytes_before": begin["bytes"], "bytes_after": 0 if kept else begin["bytes"],
-        "tree": tree, "dirs": begin["dirs"], "dir_times": begin.get("dir_times") or [], "tree_sha256": tree_sha256(tree),
-        "stored_in": os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root),
-        "files": [],  # no content-addressed blobs: the retired tree is kept as a whole
-        "backup_purged": not kept,
-    }
+    m = one_schema.new(
+        op_id=begin["op_id"], kind="retire", run=begin["run"], logdir=begin["logdir"], started_at=begin["t"],
+        finished_at=time.time(), outcome=str(outcome), reason=reason,
+        bytes_before=begin["bytes"], bytes_after=0 if kept else begin["bytes"],
+        files=[],  # no content-addressed blobs: the retired tree is kept as a whole
+        backup_purged=not kept,
+        takes_along=begin.get("takes_along", []), vault=vault.root, same_fs=begin["same_fs"], rule=begin.get("rule"),
+        tool_version=__version__, **who(), recovered=recovered,
+        tree=tree, dirs=begin["dirs"], dir_times=begin.get("dir_times") or [], tree_sha256=tree_sha256(tree),
+        stored_in=os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root))
     os.makedirs(vault.ops, exist_ok=True)
     vault.write_manifest(m)
     append_history(ctx.state, {
@@ -703,12 +703,11 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     m["purged_at"] = m["restored_at"]
     vault.write_manifest(m)
     faults.hit("unretire.manifest")
-    vault.write_manifest({
-        "op_id": begin["op_id"], "kind": "restore", "of_op": op_id, "run": m["run"], "logdir": ctx.logdir,
-        "vault": vault.root, "tool_version": __version__, **who(), "started_at": begin["t"],
-        "finished_at": time.time(), "outcome": "restored", "files": [], "restored_files": [f["path"] for f in m["tree"]],
-        "tree_sha256": m["tree_sha256"], "backup_purged": True,
-    })
+    vault.write_manifest(one_schema.new(
+        op_id=begin["op_id"], kind="restore", run=m["run"], logdir=ctx.logdir, started_at=begin["t"],
+        finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=op_id,
+        vault=vault.root, tool_version=__version__, **who(),
+        restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
     append_history(ctx.state, {
         "op_id": begin["op_id"], "kind": "restore", "run": m["run"], "policy": None, "before": 0,
         "after": m.get("bytes_before"), "verified": True, "outcome": "restored",
