@@ -31,26 +31,14 @@ def operation(logdir: str, op_id: str, backup_dir: Optional[str] = None) -> dict
     return find_manifest(context_of(logdir, backup_dir), op_id)
 
 
-def _bucket_op_view(m: dict) -> dict:
-    """A bucket manifest in the shape of a local one (``op_id``, ``kind``, ``outcome``,
-    ``restored_by``, ``backup_purged``), so one set of rules and views serves both."""
-    out = {k: v for k, v in m.items() if not k.startswith("_")}
-    status = m.get("status")
-    out.update(op_id=m.get("op"), kind="retire" if m.get("kind") == "retire" else "reduce",
-               started_at=m.get("created"), finished_at=m.get("created"),
-               outcome=Outcome.VERIFIED if status in ("verified", "restored") else status,
-               restored_by="a restore" if status == "restored" else None,
-               backup_purged=bool(m.get("purged")))
-    return out
-
-
 def operations(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """Every operation's manifest (newest first), optionally for one run."""
     if is_remote(logdir):
         from tb_footprint_plugin.engine import bucket as bk
 
         rfs, vault = bucket_of(logdir, backup_dir)
-        return [_bucket_op_view(m) for m in bk.manifests(rfs, vault) if run is None or m.get("run") == run]
+        return [{k: v for k, v in m.items() if not k.startswith("_")} for m in bk.manifests(rfs, vault)
+                if run is None or m.get("run") == run]
     ctx = context_of(logdir, backup_dir)
     out = [m for m in own_manifests(ctx) if run is None or m.get("run") == run]
     out.sort(key=lambda m: m.get("started_at", 0), reverse=True)
