@@ -251,6 +251,9 @@ def test_old_bucket_with_local_blob_folder_recovers_lists_restores_and_purges(ol
     ops = {o["op_id"]: o for o in api.operations(url, backup_dir=vault)}
     for op in meta["ops"].values():
         assert ops[op]["kind"] == "reduce" and ops[op]["started_at"], ops[op]
+        # status answers the one manifest schema too (engine.manifest): as a disk's status does
+        assert (listed[op]["kind"], listed[op]["started_at"], listed[op]["backup_purged"]) == \
+            ("reduce", ops[op]["started_at"], False), listed[op]
     assert ops[meta["ops"]["exp/late"]]["restored_by"], ops[meta["ops"]["exp/late"]]
     kinds = [(e["kind"], e.get("run")) for e in api.history(url, backup_dir=vault)]
     for run in ("torch/resnet", "jax/prof", "exp/late"):
@@ -300,6 +303,9 @@ def test_old_bucket_state_recovers_lists_restores_and_purges(old, s3_bucket):
     assert st["problems"] == [], st["problems"]
     listed = {o["op_id"] for o in st["operations"]}
     assert set(meta["ops"].values()) <= listed, (meta["ops"], listed)
+    # every operation in the one manifest schema (engine.manifest), whichever shape wrote it
+    late = {o["op_id"]: o for o in st["operations"]}[meta["ops"]["exp/late"]]
+    assert late["restored_by"] and isinstance(late["started_at"], float) and late["outcome"] == Outcome.VERIFIED
     assert any(o.get("run") == "jax/killed" for o in st["operations"]) or \
         all(s.action == Recovery.ROLLED_BACK for s in settled)
     kinds = [(e["kind"], e.get("run")) for e in api.history(url)]
