@@ -14,28 +14,16 @@ import time
 import pytest
 
 from conftest import copy_real, tree_hashes
+from helpers_cli import cli_env, run_cli as cli
 from tb_footprint_plugin.cli import build_parser
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    return e
-
-
-def cli(*args, stdin=subprocess.DEVNULL):
-    """``tb-footprint ARGS`` without a terminal (stdin from /dev/null, as in CI)."""
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env(),
-                          stdin=stdin, capture_output=True, text=True, timeout=600)
 
 
 def cli_on_terminal(*args, answer: str, timeout: float = 600):
     """``tb-footprint ARGS`` with a pseudo-terminal as stdin/stdout/stderr; ``answer`` is typed once a
     question ending in '[y/N] ' shows. Returns (exit code, everything the terminal showed)."""
     master, slave = pty.openpty()
-    p = subprocess.Popen([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env(),
+    p = subprocess.Popen([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=cli_env(),
                          stdin=slave, stdout=slave, stderr=slave, close_fds=True)
     os.close(slave)
     seen, answered, deadline = b"", False, time.monotonic() + timeout

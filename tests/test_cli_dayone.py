@@ -18,24 +18,17 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_real, tree_hashes
+from helpers_cli import cli_env, interrupt, start_paused
 from test_cli import cli_on_terminal
 
-ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent / "tb-footprint"
 TB_FOOTPRINT = [str(BIN)] if BIN.exists() else [sys.executable, "-m", "tb_footprint_plugin.cli"]
-
-
-def env(**extra):
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
-    e.update(extra)
-    return e
 
 
 def tbf(*args, **kw):
     """``tb-footprint ARGS`` without a terminal (stdin from /dev/null, as in CI or a notebook)."""
     extra = kw.pop("env", {})
-    return subprocess.run(TB_FOOTPRINT + [str(a) for a in args], env=env(**extra), stdin=subprocess.DEVNULL,
+    return subprocess.run(TB_FOOTPRINT + [str(a) for a in args], env=cli_env(**extra), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=600, **kw)
 
 
@@ -115,18 +108,10 @@ def test_ctrl_c_mid_reduce_rolls_the_run_back_exits_130_and_says_what_next(tmp_p
     logdir = tmp_path / "logdir"
     copy_real("torch/profiled", logdir / "torchrun")
     before = user_files(logdir)
-    flag = tmp_path / "paused"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "reduce.stage", "reduce", str(logdir),
-                          "--policy", "lossless", "--verify", "python", "--yes"],
-                         env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.1)
-    assert flag.exists(), p.communicate()
+    p = start_paused(PAUSED_CLI, tmp_path / "paused", "reduce.stage", "reduce", logdir, "--policy", "lossless",
+                     "--verify", "python", "--yes")
     assert staging_files(logdir), "the test must interrupt while staging files exist"
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=300)
+    out, err = interrupt(p)
     assert p.returncode == 130, out + err
     assert staging_files(logdir) == []
     assert user_files(logdir) == before
@@ -162,15 +147,9 @@ def test_ctrl_c_in_a_notebook_rolls_back_through_the_api_too(tmp_path):
     logdir = tmp_path / "logdir"
     copy_real("torch/profiled", logdir / "torchrun")
     before = user_files(logdir)
-    flag = tmp_path / "paused"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_API, str(flag), str(logdir)], env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.1)
-    assert flag.exists() and staging_files(logdir), p.communicate()
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=300)
+    p = start_paused(PAUSED_API, tmp_path / "paused", logdir)
+    assert staging_files(logdir), p.communicate()
+    out, err = interrupt(p)
     assert p.returncode == 3, out + err
     assert "('torchrun', 'rolled_back', True)" in out, out
     assert staging_files(logdir) == [] and user_files(logdir) == before
@@ -179,17 +158,9 @@ def test_ctrl_c_in_a_notebook_rolls_back_through_the_api_too(tmp_path):
 
 def test_ctrl_c_mid_retire_puts_the_run_back_and_exits_130(logdir, tmp_path):
     before = user_files(logdir)
-    flag = tmp_path / "paused"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_CLI, str(flag), "retire.mid_move", "retire", str(logdir),
-                          "train", "validation", "--with-nested", "--quiet-period", "0", "--yes"],
-                         env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.1)
-    assert flag.exists(), p.communicate()
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=300)
+    p = start_paused(PAUSED_CLI, tmp_path / "paused", "retire.mid_move", "retire", logdir, "train", "validation",
+                     "--with-nested", "--quiet-period", "0", "--yes")
+    out, err = interrupt(p)
     assert p.returncode == 130, out + err
     assert "interrupted while changing train" in err and "rolled back" in err, err
     assert user_files(logdir) == before
@@ -242,13 +213,7 @@ def interrupt_at(tmp_path, nth: int, failpoint: str, *args):
     worker thread), send SIGINT there and let the paused step end a second later; returns
     (exit code, stdout, stderr)."""
     flag = tmp_path / f"paused-{time.monotonic_ns()}"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_NTH_CLI, str(flag), str(nth), failpoint, *map(str, args)],
-                         env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.1)
-    assert flag.exists(), p.communicate()
+    p = start_paused(PAUSED_NTH_CLI, flag, nth, failpoint, *args)
     p.send_signal(signal.SIGINT)
     time.sleep(1)
     Path(str(flag) + ".release").touch()
@@ -393,12 +358,7 @@ def test_ctrl_c_in_a_notebook_with_two_jobs_stops_the_other_threads_run_too(tmp_
         copy_real("torch/profiled", logdir / r)
     before = user_files(logdir)
     flag = tmp_path / "paused"
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_API_JOBS, str(flag), str(logdir)], env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.1)
-    assert flag.exists(), p.communicate()
+    p = start_paused(PAUSED_API_JOBS, flag, logdir)
     p.send_signal(signal.SIGINT)
     time.sleep(1)
     Path(str(flag) + ".release").touch()
@@ -560,7 +520,7 @@ def _fastest(cmds, **kw) -> list:
 
 def test_help_and_version_start_fast_without_heavy_imports():
     # compiled once as an installed package is (pip writes the .pyc files at install time)
-    e = {k: v for k, v in env().items() if k != "PYTHONDONTWRITEBYTECODE"}
+    e = {k: v for k, v in cli_env().items() if k != "PYTHONDONTWRITEBYTECODE"}
     for args in (["--help"], ["--version"], ["reduce", "--help"]):
         subprocess.run(TB_FOOTPRINT + args, capture_output=True, env=e, check=True)
     bare, help_, version = _fastest([[sys.executable, "-c", "import argparse"], TB_FOOTPRINT + ["--help"],

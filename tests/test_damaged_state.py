@@ -13,27 +13,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import copy_real, tree_hashes
+from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = time.time() - 3600
-
-
-def cli(*args):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
 
 
 def user_files(root: Path) -> dict:

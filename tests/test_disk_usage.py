@@ -11,25 +11,17 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import copy_real
+from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine.usage import disk_usage
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = time.time() - 3600
-
-
-def cli(*args):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
 
 
 def du(*paths) -> int:

@@ -6,16 +6,8 @@ or so of every verb is spent importing the library (numpy, the verifier), and an
 printed a traceback through numpy's import and said nothing of what happened. Here the import is
 paused for real (a module finder that waits while the library's engine loads), SIGINT is sent
 there, and the real CLI must answer as it does for an interrupt later on."""
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 from conftest import copy_real, tree_hashes
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers_cli import interrupt, start_paused
 
 # pauses the import of the library's engine (after argparse, before any verb runs) until SIGINT
 PAUSED_IMPORT = """
@@ -36,17 +28,8 @@ sys.exit(main(sys.argv[2:]))
 def test_ctrl_c_while_the_library_loads_exits_130_with_one_line_and_no_traceback(tmp_path):
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
     before = tree_hashes(logdir)
-    flag = tmp_path / "paused"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_IMPORT, str(flag), "reduce", str(logdir), "-y",
-                          "--verify", "python"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.05)
-    assert flag.exists(), p.communicate()
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
+    p = start_paused(PAUSED_IMPORT, tmp_path / "paused", "reduce", logdir, "-y", "--verify", "python", wait=120)
+    out, err = interrupt(p, timeout=120)
     assert p.returncode == 130, out + err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "tb-footprint reduce: interrupted while starting; nothing was changed" in err, err
@@ -76,17 +59,9 @@ def test_ctrl_c_after_a_runs_commit_says_it_was_reduced_and_verified(tmp_path):
     command used to name the run ("interrupted while changing train") and say nothing of what it
     came to; it now says the run was reduced and verified, with its operation."""
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
-    flag = tmp_path / "paused"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_LEDGER, str(flag), "reduce", str(logdir), "-y",
-                          "--verify", "python", "--quiet-period", "0"], env=env, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.05)
-    assert flag.exists(), p.communicate()
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=300)
+    p = start_paused(PAUSED_LEDGER, tmp_path / "paused", "reduce", logdir, "-y", "--verify", "python",
+                     "--quiet-period", "0")
+    out, err = interrupt(p)
     assert p.returncode == 130, out + err
     assert "interrupted while changing train" in err, err
     import tb_footprint_plugin.api as api

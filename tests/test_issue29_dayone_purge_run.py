@@ -3,21 +3,10 @@
 user had asked for both. Purge now takes every selector and purges the selected runs together:
 never fewer or other runs than asked; the same name twice is one run."""
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 from conftest import copy_real, tree_hashes
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def tbf(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+from helpers_cli import run_cli as tbf
 
 
 def test_purge_of_two_runs_purges_both_and_no_other(tmp_path):

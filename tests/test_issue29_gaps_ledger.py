@@ -4,40 +4,25 @@ advised a rerun that does nothing for a run the reduction left nothing of (a pro
 the plan), and the batch's "saved" total left it out. The interrupted process, and any later start,
 now record such a run as done with its operation and sizes."""
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 from conftest import copy_real
+from helpers_cli import interrupt, run_cli, start_paused
 from test_issue29_dayone_interrupt import PAUSED_LEDGER
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _paused_reduce(tmp_path, sig):
     logdir = tmp_path / "logs"
     copy_real("jax/profiled", logdir / "jax_profile")
     copy_real("tf/keras_profiled", logdir / "train")
-    flag = tmp_path / "paused"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    p = subprocess.Popen([sys.executable, "-c", PAUSED_LEDGER, str(flag), "reduce", str(logdir), "-y",
-                          "--run", "jax_profile", "--quiet-period", "0"], env=env, stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not flag.exists() and time.monotonic() < deadline and p.poll() is None:
-        time.sleep(0.05)
-    assert flag.exists(), p.communicate()
-    p.send_signal(sig)
-    out, err = p.communicate(timeout=300)
-    return logdir, env, p.returncode, out + err
+    p = start_paused(PAUSED_LEDGER, tmp_path / "paused", "reduce", logdir, "-y", "--run", "jax_profile",
+                     "--quiet-period", "0")
+    out, err = interrupt(p, sig)
+    return logdir, p.returncode, out + err
 
 
-def _status(logdir, env):
-    p = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "status", str(logdir), "--runs", "--json"],
-                       env=env, capture_output=True, text=True, timeout=300)
+def _status(logdir):
+    p = run_cli("status", logdir, "--runs", "--json", timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     return json.loads(p.stdout)
 
@@ -56,18 +41,16 @@ def _assert_done(st):
 
 
 def test_ctrl_c_after_the_commit_leaves_the_run_done_in_the_ledger_with_its_savings(tmp_path):
-    logdir, env, rc, text = _paused_reduce(tmp_path, signal.SIGINT)
+    logdir, rc, text = _paused_reduce(tmp_path, signal.SIGINT)
     assert rc == 130, text
-    _assert_done(_status(logdir, env))
+    _assert_done(_status(logdir))
 
 
 def test_a_kill_after_the_commit_is_settled_in_the_ledger_by_the_next_start(tmp_path):
-    logdir, env, rc, text = _paused_reduce(tmp_path, signal.SIGKILL)
+    logdir, rc, text = _paused_reduce(tmp_path, signal.SIGKILL)
     assert rc == -signal.SIGKILL, text
-    assert _status(logdir, env)["batch"]["runs"]["jax_profile"]["state"] == "verifying"  # the gap's state
+    assert _status(logdir)["batch"]["runs"]["jax_profile"]["state"] == "verifying"  # the gap's state
     # any later changing verb starts by settling: here a reduce of another run
-    p = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", str(logdir), "-y", "--run",
-                        "train/train", "--quiet-period", "0"], env=env, capture_output=True, text=True, timeout=600,
-                       stdin=subprocess.DEVNULL)
+    p = run_cli("reduce", logdir, "-y", "--run", "train/train", "--quiet-period", "0")
     assert p.returncode == 0, p.stdout + p.stderr
-    _assert_done(_status(logdir, env))
+    _assert_done(_status(logdir))

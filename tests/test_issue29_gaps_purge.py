@@ -5,10 +5,7 @@ counts the blobs they share, and the originals lost for good, once (a loop of on
 preview 0 B and no lost original for two runs that share every backup). A name or glob matching
 no run is exit 2 with nothing changed, as for reduce and retire."""
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +13,7 @@ import pytest
 from tb_footprint_plugin import api, synth
 
 from conftest import copy_real, tree_hashes
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def tbf(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+from helpers_cli import run_cli as tbf
 
 
 @pytest.fixture(scope="module")

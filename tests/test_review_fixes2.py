@@ -4,8 +4,6 @@ import errno
 import json
 import os
 import shutil
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -13,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_real, tree_hashes
+from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import history, oplog, trust
 from tb_footprint_plugin.storage.paths import state_dir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = time.time() - 3600
 
 
@@ -148,13 +146,6 @@ def test_oplog_append_failure_keeps_a_concurrent_record(tmp_path, monkeypatch):
 
 
 # --- 4: a damaged vaults.json never hides other vaults' backups ---------------------------
-def cli(*args):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
-
-
 def user_files(root: Path) -> dict:
     return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 

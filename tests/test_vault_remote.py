@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_real
+from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults, offload, remote_vault
@@ -305,12 +306,6 @@ def test_vault_lifecycle_rule_for_each_store(tmp_path):
         == ["GLACIER"]
     with pytest.raises(offload.OffloadError):
         offload.lifecycle_rule("/local/path", 30)
-
-
-def cli(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
 
 
 def test_cli_round_trip_through_a_bucket(tmp_path, s3_bucket):
