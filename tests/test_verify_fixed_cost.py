@@ -207,3 +207,52 @@ def test_what_the_in_process_loader_sees_wrong_rolls_the_run_back(tmp_path, side
     assert why in out[0].reason, out[0].reason
     after = {k: v for k, v in tree_hashes(logdir).items() if not k.startswith(".tb-footprint")}
     assert after == before
+
+
+# --- a data server's load: the end of its load cycle is the signal -------------------------------
+
+
+class _FakeServer:
+    def __init__(self):
+        import threading
+
+        self.proc = None
+        self.loaded = threading.Event()
+
+
+class _CountingProvider:
+    """A data provider whose listings are counted (one run, no plugins)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def list_runs(self, ctx, *, experiment_id):
+        from tb_footprint_plugin.formats import views
+
+        self.calls += 1
+        return [type("Run", (), {"run_name": views.RUN_NAME})()]
+
+    def list_plugins(self, ctx, *, experiment_id):
+        self.calls += 1
+        return []
+
+
+def test_a_finished_load_cycle_is_waited_for_without_listings():
+    """With --reload=once the server commits every run before it logs the end of its load cycle
+    and loads no more: once that line is seen nothing is asked of the server; before it, the
+    wait ends as soon as the line comes (not after a stable-listing delay)."""
+    import threading
+    import time
+
+    from tb_footprint_plugin.formats import views
+
+    server, provider = _FakeServer(), _CountingProvider()
+    server.loaded.set()
+    views.wait_until_loaded(server, provider, 10)
+    assert provider.calls == 0
+
+    server = _FakeServer()
+    threading.Timer(0.2, server.loaded.set).start()
+    t = time.monotonic()
+    views.wait_until_loaded(server, provider, 10)
+    assert server.loaded.is_set() and time.monotonic() - t < views.UNSIGNALLED_STABLE_S / 2
