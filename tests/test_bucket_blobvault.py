@@ -56,6 +56,14 @@ def _user(bucket, prefix):
     return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(STATE + "/")}
 
 
+def _twin_profiles(url):
+    """prof/r2's xplane files made byte copies of prof/r1's: the two runs share every profile blob."""
+    rfs = RemoteFS(url)
+    for k in list(rfs.list_tree("prof/r1")):
+        if k.endswith(".xplane.pb"):
+            rfs.write_bytes(k.replace("prof/r1", "prof/r2"), rfs.read_bytes(k))
+
+
 def _manifests(url):
     rfs = RemoteFS(url)
     return [json.loads(rfs.read_bytes(k)) for k in rfs.list_tree(f"{STATE}/manifests")]
@@ -140,11 +148,7 @@ def test_purge_forgets_the_blobs_but_never_one_another_operation_names(s3_bucket
     prefix = f"bv{next(_n)}"
     url = s3_bucket.upload(mixed_logdir, prefix)
     vault = str(tmp_path / "vault")
-    # two runs whose profile files are byte-identical: one blob serves both operations
-    rfs = RemoteFS(url)
-    for k in list(rfs.list_tree("prof/r1")):
-        if k.endswith(".xplane.pb"):
-            rfs.write_bytes(k.replace("prof/r1", "prof/r2"), rfs.read_bytes(k))
+    _twin_profiles(url)  # one blob serves both operations
     rep = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
                             runs=["prof/r1", "prof/r2"], verify_backends=("python",))
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 2
@@ -191,10 +195,7 @@ def test_a_purge_waits_for_an_operation_whose_blobs_no_manifest_names_yet(s3_buc
     prefix = f"bv{next(_n)}"
     url = s3_bucket.upload(mixed_logdir, prefix)
     vault = str(tmp_path / "vault")
-    rfs = RemoteFS(url)
-    for k in list(rfs.list_tree("prof/r1")):
-        if k.endswith(".xplane.pb"):
-            rfs.write_bytes(k.replace("prof/r1", "prof/r2"), rfs.read_bytes(k))
+    _twin_profiles(url)
     (first,) = api.reduce_logdir(url, backup_dir=vault, policy=DROP, dry_run=False, quiet_period=0,
                                  runs=["prof/r1"], verify_backends=("python",)).outcomes
     assert first.status == Outcome.VERIFIED

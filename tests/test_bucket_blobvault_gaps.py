@@ -63,24 +63,29 @@ def test_a_slimmed_trace_lands_under_the_name_the_plan_gives_and_restores_to_its
     assert _user(s3_bucket, "slim") == before
 
 
-def test_a_slim_killed_mid_swap_is_finished_by_the_next_start_under_the_planned_names(
-        s3_bucket, mixed_logdir, tmp_path):
-    """The swap of a renamed rewrite is idempotent: the next start creates what is missing under the
-    new names and deletes the plain ones; an interrupt before the commit leaves no .gz behind."""
+def _slim_stopped_at(url, vault, point):
+    """Slim torch/resnet with a fault raised at ``point``, then the next start's recovery: its outcomes."""
     from tb_footprint_plugin.engine import faults
 
-    url = s3_bucket.upload(mixed_logdir, "slimkill")
-    vault = str(tmp_path / "vault")
-    before = _user(s3_bucket, "slimkill")
-    slims = _slims(url)
-    faults.arm("reduce.mid_swap", "raise")
+    faults.arm(point, "raise")
     try:
         api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
                           runs=["torch/resnet"], verify_backends=("python",))
     except faults.InjectedFault:
         pass
     faults.disarm_all()
-    outs = api.recover_logdir(url, backup_dir=vault)
+    return api.recover_logdir(url, backup_dir=vault)
+
+
+def test_a_slim_killed_mid_swap_is_finished_by_the_next_start_under_the_planned_names(
+        s3_bucket, mixed_logdir, tmp_path):
+    """The swap of a renamed rewrite is idempotent: the next start creates what is missing under the
+    new names and deletes the plain ones; an interrupt before the commit leaves no .gz behind."""
+    url = s3_bucket.upload(mixed_logdir, "slimkill")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket, "slimkill")
+    slims = _slims(url)
+    outs = _slim_stopped_at(url, vault, "reduce.mid_swap")
     assert [o.action for o in outs] == ["completed"], outs
     after = _user(s3_bucket, "slimkill")
     assert all(old not in after and new in after for old, new in slims.items()), sorted(after)
@@ -88,14 +93,7 @@ def test_a_slim_killed_mid_swap_is_finished_by_the_next_start_under_the_planned_
     assert r.status == Outcome.RESTORED, r.to_dict()
     assert _user(s3_bucket, "slimkill") == before
 
-    faults.arm("reduce.upload", "raise")  # before the commit record: rolled back, nothing new left
-    try:
-        api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
-                          runs=["torch/resnet"], verify_backends=("python",))
-    except faults.InjectedFault:
-        pass
-    faults.disarm_all()
-    outs = api.recover_logdir(url, backup_dir=vault)
+    outs = _slim_stopped_at(url, vault, "reduce.upload")  # before the commit record: rolled back, nothing new left
     assert [o.action for o in outs] == ["rolled_back"], outs
     assert _user(s3_bucket, "slimkill") == before
 
