@@ -338,14 +338,20 @@ def planted_journals(p: Place) -> dict:
     return out
 
 
+def plant(p: Place, planted: dict, where) -> dict:
+    """Write each planted record (op id -> (what, bytes)) at ``where(op)``, the place's journal or
+    manifest key; returns ``planted``."""
+    for op, (_what, data) in planted.items():
+        p.write(where(op), data)
+    return planted
+
+
 @pytest.mark.parametrize("place", PARAMS, indirect=True)
 def test_planted_journals_are_refused_and_touch_nothing(place):
     p = place
     before, after, op_a = reduced_a(p)
     outside = p.outside()
-    planted = planted_journals(p)
-    for op, (_what, data) in planted.items():
-        p.write(p.journal(op), data)
+    planted = plant(p, planted_journals(p), p.journal)
 
     outs = api.recover_logdir(p.url)
     coded(outs)
@@ -375,13 +381,12 @@ def test_planted_journals_are_refused_and_touch_nothing(place):
     no_canary_inside(p)
 
 
-@pytest.mark.parametrize("place", [pytest.param(s, id=s) for s in ("s3",)], indirect=True)
-def test_a_refused_bucket_journal_is_named_by_its_url(place):
+@pytest.mark.parametrize("place", [pytest.param(s, id=s) for s in ("s3", "posix")], indirect=True)
+def test_a_refused_journal_is_named_by_its_url_or_path(place):
+    """A bucket's refused journal is named by its URL, a disk's by its path."""
     p = place
     reduced_a(p)
-    planted = planted_journals(p)
-    for op, (_what, data) in planted.items():
-        p.write(p.journal(op), data)
+    planted = plant(p, planted_journals(p), p.journal)
     outs = {o.op_id: o for o in api.recover_logdir(p.url)}
     for op in planted:
         assert p.name(p.journal(op)) in outs[op].detail, outs[op]
@@ -390,18 +395,6 @@ def test_a_refused_bucket_journal_is_named_by_its_url(place):
 def test_refusal_codes_are_codes_py_members():
     """Every code a refusal carries is a member of codes.py (the one vocabulary programs branch on)."""
     assert TRUST_CODES <= CODES_PY, sorted(TRUST_CODES - CODES_PY)
-
-
-@pytest.mark.parametrize("place", [pytest.param("posix", id="posix")], indirect=True)
-def test_a_refused_local_journal_is_named_by_its_path(place):
-    p = place
-    reduced_a(p)
-    planted = planted_journals(p)
-    for op, (_what, data) in planted.items():
-        p.write(p.journal(op), data)
-    outs = {o.op_id: o for o in api.recover_logdir(p.url)}
-    for op in planted:
-        assert p.name(p.journal(op)) in outs[op].detail, outs[op]
 
 
 # --- planted manifests: backups outside the vault ---------------------------------------------
@@ -460,9 +453,7 @@ def test_planted_manifests_never_lead_a_restore_to_write_outside(place):
     p = place
     before, after, op_a = reduced_a(p)
     outside = p.outside()
-    planted = planted_path_manifests(p, op_a)
-    for op, (_what, data) in planted.items():
-        p.write(p.manifest(op), data)
+    planted = plant(p, planted_path_manifests(p, op_a), p.manifest)
     for op in planted:  # each asked for by its op id: refused or failed, with a code
         try:
             outs = api.restore(p.url, op=op)
@@ -486,9 +477,7 @@ def test_planted_manifests_never_lead_a_restore_or_purge_out_of_the_vault(place)
     p = place
     before, after, op_a = reduced_a(p)
     outside = p.outside()
-    planted = planted_manifests(p)
-    for op, (_what, data) in planted.items():
-        p.write(p.manifest(op), data)
+    planted = plant(p, planted_manifests(p), p.manifest)
 
     # restore everything: the real reduction comes back; nothing is read from outside the vault
     outs = api.restore(p.url)
