@@ -25,6 +25,7 @@ from test_restore_exact import assert_exact, dress, snapshot
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import vault as vault_mod
 from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_INCOMPRESSIBLE, KEPT_SHARED, Vault, compact_operation
 from tb_footprint_plugin.storage.paths import state_dir
 from tb_footprint_plugin.synth import EventWriter, make_png
@@ -44,6 +45,13 @@ COMPACT_STEPS = ["compact_written", "compact_verified", "compact_renamed"]
 def _disarm():
     yield
     faults.disarm_all()
+
+
+@pytest.fixture(autouse=True)
+def _one_zst_a_blob(monkeypatch):
+    """This file pins the ``.zst`` form (a blob each); small blobs go into packs by default since
+    issue #27 item 2, tested in test_vault_packs.py: here no blob is packed (in-process calls)."""
+    monkeypatch.setattr(vault_mod, "PACK_BELOW", 0)
 
 
 def blobs(logdir: Path) -> dict:

@@ -172,6 +172,17 @@ for op_id in sys.argv[2:]:
 """
 
 
+@pytest.fixture
+def one_zst_a_blob(monkeypatch):
+    """No packs (issue #27 item 2): a test that reads the offload's steps off the blob files
+    (plain, ``.zst``, ``.remote``) keeps each backup a file; offloading packed backups is tested
+    in test_vault_packs.py."""
+    from tb_footprint_plugin.engine import vault as vault_mod
+
+    monkeypatch.setattr(vault_mod, "PACK_BELOW", 0)
+
+
+@pytest.mark.usefixtures("one_zst_a_blob")
 @pytest.mark.parametrize("step", ["offload.note", "offload.uploaded", "offload.recorded", "offload.unlinked"])
 def test_sigkill_at_each_offload_step_is_settled_by_the_next_start(tmp_path, bucket, step):
     logdir = make_logdir(tmp_path)
@@ -418,6 +429,7 @@ def test_records_are_untrusted_forget_touches_only_this_vaults_stores(tmp_path, 
     assert remote_vault.has_record(vault.root, sha)  # left as it is, for someone to look at
 
 
+@pytest.mark.usefixtures("one_zst_a_blob")
 def test_a_plain_blob_holding_late_records_is_never_unlinked_by_the_offload(tmp_path, s3_bucket):
     """Beside a compacted backup, a plain blob that does not hash to its name may hold a late
     writer's records (salvage's): the offload moves the verified backup and leaves those bytes."""

@@ -99,6 +99,16 @@ STEPS: Tuple[Step, ...] = (
     Step("offload.uploaded", (LOCAL,), "the blob is uploaded and read back"),
     Step("offload.recorded", (LOCAL,), "the blob's new home is recorded"),
     Step("offload.unlinked", (LOCAL,), "the local blob is unlinked"),
+    # the local vault's packs (vault.py compact_all / delete_blobs through remote_vault.pack_store)
+    Step("reduce.pack_written", (LOCAL,), "after the commit: a pack of small backups is written, not yet read back"),
+    Step("reduce.pack_verified", (LOCAL,), "every blob of the pack is read back and hashed; no index names it"),
+    Step("reduce.pack_indexed", (LOCAL,), "the pack's index object is durable; the plain blobs are all still there"),
+    Step("reduce.pack_unlinked", (LOCAL,), "a packed backup's plain blob is unlinked (hit after each)"),
+    Step("purge.pack_index_written", (LOCAL,), "the packs' index without the purged blobs is durable"),
+    Step("purge.pack_old_index_deleted", (LOCAL,), "the index objects it replaces are deleted"),
+    Step("purge.pack_objects_deleted", (LOCAL,), "the packs no live blob needs are deleted"),
+    Step("vault.repack_written", (LOCAL,), "a purge's repack: the live blobs of half-dead packs are in a new, "
+         "verified pack; no index names it yet"),
 )
 
 DECLARED: Dict[str, Step] = {s.name: s for s in STEPS}

@@ -14,7 +14,7 @@ import shlex
 import stat
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import BlobError, Finding
 from tb_footprint_plugin.engine import oplog, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage, history_files
@@ -74,8 +74,8 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                 st = os.lstat(vault.blob_path(f["sha256"]))
             except OSError:
                 form = vault.blob_form(f["sha256"])
-                if form == "remote":
-                    continue  # offloaded to the remote vault (verified there, recorded): `verify` reads it
+                if form in ("remote", "packed"):
+                    continue  # offloaded, or in a verified pack of the vault: `verify` reads it
                 if form == "zst":
                     # compressed: it cannot grow; its frame header must declare the original's size
                     # (cheap; a damaged body is found by `verify`, which decompresses and hashes)
@@ -95,6 +95,9 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                               f"{st.st_size - f['size']} byte(s) were written to {f['path']} after the reduction; "
                               "`recover` puts the complete records back into the run", st.st_size - f["size"]))
     for root in vault_roots:
+        for p in Vault(root).pack_problems():  # an index that does not read, a pack gone or cut short
+            out.append(_f(Finding.DAMAGED_FILE if p["code"] == BlobError.DAMAGED_INDEX.value else Finding.BACKUP_DAMAGED,
+                          None, None, p["message"], file=p["file"]))
         # a blob another logdir's manifest (shared vault) needs is not an orphan either
         refs = referenced | Vault(root).referenced_blobs()
         orphans = oplog.orphan_blobs(Vault(root), refs)

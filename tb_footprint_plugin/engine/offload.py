@@ -162,10 +162,20 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
     out: Dict[str, str] = {}
     todo: List[str] = []
     plain: Dict[str, str] = {}
+    packed: List[str] = []  # in the vault's own packs: offloaded too, then forgotten there
     for sha in sizes:
         form = vault.local_form(sha)
-        if form is None:
+        if form is None and vault.blob_form(sha) == "packed":
+            # packed before the vault had a remote vault: read from its pack (hashed as read)
+            if sha in busy:
+                out[sha] = KEPT_IN_USE
+            else:
+                todo.append(sha)
+                packed.append(sha)
+        elif form is None:
             out[sha] = ALREADY_REMOTE if remote_vault.read_record(vault.root, sha) else MISSING
+            if out[sha] == ALREADY_REMOTE and remote_vault.packed_ref(vault.root, sha) is not None:
+                packed.append(sha)  # recorded, and its pack copy not forgotten yet (a kill between)
         elif sha in busy:
             out[sha] = KEPT_IN_USE
         else:
@@ -200,6 +210,16 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
             except OSError:
                 out[ref.sha] = FAILED
         faults.hit("offload.unlinked")
+    done = {r.sha for r in refs} | {s for s, v in out.items() if v == ALREADY_REMOTE}
+    if any(s in done for s in packed):
+        # the pack copies go once the records are durable: a forget of the vault's packs, which
+        # no add may run beside (the lock alone, after the shared one above is let go)
+        try:
+            vault.forget_packed_copies([s for s in packed if s in done])
+        except OSError:
+            for s in packed:
+                if out.get(s) == OFFLOADED:
+                    out[s] = FAILED  # the pack copy stays (read second to the record): tried again
     if not any(v in RETRY for v in out.values()):
         done_offload(vault, op_id)
     return out

@@ -80,12 +80,13 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
         form = vault.blob_form(f["sha256"])
         if form == "remote":
             continue  # verified by its store before it was recorded; it cannot grow
-        if form == "zst":
-            # compressed after the commit: no writer holds it and it cannot grow; it goes only
-            # when it still decompresses to its original (a damaged one may be all there is)
+        if form in ("zst", "packed"):
+            # compressed or packed after the commit: no writer holds it and it cannot grow; it goes
+            # only when it still reads back as its original (a damaged one may be all there is)
             if not vault.check_blob(f["sha256"]):
+                what = "packed" if form == "packed" else "compressed"
                 return dict(base, code=Finding.BACKUP_DAMAGED,
-                            detail=f"compressed backup of {f['path']} does not decompress to its sha256 "
+                            detail=f"{what} backup of {f['path']} does not read back as its sha256 "
                                    "(damaged); it may be the only copy of those bytes, so it is kept")
             continue
         if p in held:
@@ -252,7 +253,8 @@ def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> Dict[str, tupl
     faults.hit("purge.intent")
     freed = _deleted(ctx, vault, [m["op_id"] for m, _s, _z in plan], [sha for _m, shas, _z in plan for sha in shas])
     result = {m["op_id"]: (sum(freed.get(sha, 0) for sha in shas),
-                           [sha for sha in shas if not freed.get(sha) and vault.local_form(sha)])
+                           [sha for sha in shas if not freed.get(sha)
+                            and (vault.local_form(sha) or vault.blob_form(sha) == "packed")])
               for m, shas, _size in plan}
     for m, _shas, _size in plan:
         m["backup_purged"] = True

@@ -13,6 +13,17 @@ module keeps, in the local vault (a state folder of ours), is:
 Both are untrusted input: a record is taken only when it is a regular file (never through a
 link) whose sha is its own name and whose URL is a bucket URL; anything else reads as "no
 record" (the blob is then missing, which restore and purge refuse on, never guess past).
+
+The local vault's own packs (issue #27 item 2) are the same format read through the same code:
+small backups go into a ``BlobStore`` over a ``PosixStore`` at ``<vault>/packs``
+(``Vault.compact_all``, ``pack_store``), whose index says which digests it holds (no record file
+per blob: on a local disk that file would cost the block the pack saves). ``open_packed`` and
+``check_packed`` read them as ``open_remote`` and ``check_remote`` read an offloaded one: a
+``_Checked`` stream that hashes every byte, failures as ``RemoteReadError`` naming the pack file.
+
+Why one module: the vault's blob stores other than its own files — the remote vault and the
+local packs — are read through one checked stream, one failure type and one cache of stores;
+apart, the local packs would need a second copy of the stream that hashes and names what it read.
 """
 from __future__ import annotations
 
@@ -29,6 +40,7 @@ import time
 from typing import BinaryIO, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import BlobError
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
 from tb_footprint_plugin.storage.files import atomic_write_json, create_new, fsync_dir, hash_and_count
 from tb_footprint_plugin.storage import scratch
@@ -37,12 +49,15 @@ from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import is_bucket_url
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_posix import PosixStore
 from tb_footprint_plugin.storage.stores import open_store
 
 #: suffix of the record saying a blob's bytes live in the remote vault
 REMOTE_SUFFIX = ".remote"
 #: the file in a vault naming its remote vault
 REMOTE_CONFIG = "remote.json"
+#: the folder of the vault's own pack store inside the vault
+PACKS_DIR = "packs"
 #: a record or config larger than this is not one of ours (never read whole)
 _RECORD_LIMIT = 64 << 10
 
@@ -233,6 +248,118 @@ def blobstore(url: str, fresh: bool = False) -> BlobStore:
         if bs is None or fresh:
             bs = _stores[url] = BlobStore(open_store(url))
         return bs
+
+
+#: ``BlobStore`` step -> the engine's failpoint for the vault's own packs (``faults.STEPS``): adds
+#: happen in a reduce's compaction, forgets in a purge (or a restore's release)
+PACK_STEPS = {"add.data_written": "reduce.pack_written", "add.verified": "reduce.pack_verified",
+              "add.index_written": "reduce.pack_indexed", "forget.pack_written": "vault.repack_written",
+              "forget.index_written": "purge.pack_index_written",
+              "forget.old_index_deleted": "purge.pack_old_index_deleted",
+              "forget.objects_deleted": "purge.pack_objects_deleted"}
+
+
+def _pack_failpoint(step: str) -> None:
+    faults.hit(PACK_STEPS[step])
+
+
+#: every blob given to the vault's pack store goes into a pack (the vault chose it as small)
+_PACK_ALL = 1 << 62
+
+
+def packs_root(vault_root: str) -> str:
+    """``<vault>/packs``: the folder of the vault's own pack store."""
+    return os.path.join(os.path.abspath(vault_root), PACKS_DIR)
+
+
+def has_packs(vault_root: str) -> bool:
+    """Whether the vault has a pack store (a real folder, not a link)."""
+    p = packs_root(vault_root)
+    return os.path.isdir(p) and not os.path.islink(p)
+
+
+def pack_store(vault_root: str, fresh: bool = False, create: bool = False) -> Optional[BlobStore]:
+    """The vault's own pack store (``<vault>/packs``), one per process and vault (its index
+    listed once; ``fresh`` lists it again); None when the vault has none and ``create`` is not
+    given (a reader makes nothing). ``create`` makes the folder (0700, checked ours from the
+    vault down) first."""
+    root = packs_root(vault_root)
+    if create:
+        ensure_private_dir(root, os.path.abspath(vault_root))
+    elif not has_packs(vault_root):
+        return None
+    key = "packs:" + root
+    with _stores_lock:
+        bs = _stores.get(key)
+        if bs is None or fresh:
+            bs = _stores[key] = BlobStore(PosixStore(root), pack_below=_PACK_ALL, failpoint=_pack_failpoint)
+        return bs
+
+
+def packed_ref(vault_root: str, sha: str):
+    """The ``BlobRef`` of ``sha`` in the vault's packs, or None (no packs, not listed, or the
+    index unreadable: a reader then finds the blob missing, never guesses). The cached index is
+    listed again whenever ``<vault>/packs/index`` changed since (another process packed or
+    forgot blobs; index objects already parsed are not read again): one ``lstat`` a look-up."""
+    try:
+        bs = pack_store(vault_root)
+        if bs is None:
+            return None
+        sig = _index_signature(vault_root)
+        with _stores_lock:
+            seen = _listed_at.get(id(bs))
+        if seen != sig:
+            bs.reload()  # the signature was taken first: a change during the listing is seen next time
+            with _stores_lock:
+                if len(_listed_at) >= _URLS_KEPT:
+                    _listed_at.clear()
+                _listed_at[id(bs)] = sig
+        return bs.ref(sha)
+    except (BlobFailure, StoreFailure, OSError):
+        return None
+
+
+#: the signature of ``<vault>/packs/index`` each cached pack store (by id) was listed at
+_listed_at: Dict[int, tuple] = {}
+
+
+def _index_signature(vault_root: str) -> tuple:
+    try:
+        st = os.lstat(os.path.join(packs_root(vault_root), "index"))
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_nlink)
+    except OSError:
+        return ()
+
+
+def open_packed(vault_root: str, sha: str) -> BinaryIO:
+    """The original bytes of a backup in the vault's packs, streamed and hashed as they are read
+    (``RemoteReadError`` naming the pack file, with the store's code, when the pack is damaged
+    or gone); ``FileNotFoundError`` when the packs do not list it."""
+    ref = packed_ref(vault_root, sha)
+    if ref is None:
+        raise FileNotFoundError(errno.ENOENT, f"no backup of sha256 {sha[:12]}… in {vault_root}")
+    bs = pack_store(vault_root)
+    name = os.path.join(packs_root(vault_root), ref.key)
+    try:
+        return _Checked(bs.open(sha), name, vault_root, sha, ref.size)
+    except (BlobFailure, StoreFailure) as e:
+        raise _remember(vault_root, sha, RemoteReadError(_code_of(e), name, f"{name}: {e}")) from None
+
+
+def check_packed(vault_root: str, sha: str) -> Optional[RemoteReadError]:
+    """None when the packed backup reads back whole and hashes to ``sha``; else why (coded)."""
+    try:
+        with open_packed(vault_root, sha) as f:
+            got, _n = hash_and_count(f)
+    except RemoteReadError as e:
+        return e
+    except FileNotFoundError as e:
+        return RemoteReadError(BlobError.MISSING, packs_root(vault_root), str(e))
+    if got != sha:
+        name = packs_root(vault_root)
+        return _remember(vault_root, sha, RemoteReadError(BlobError.CORRUPT, name,
+                                                          f"{name}: sha256 {sha[:12]}… reads back as other bytes"))
+    return None
 
 
 class _Checked:
@@ -451,6 +578,7 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
     return None
 
 
-__all__ = ["REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
+__all__ = ["PACKS_DIR", "PACK_STEPS", "packs_root", "has_packs", "pack_store", "packed_ref",
+           "open_packed", "check_packed", "REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
            "check_remote", "object_name", "last_failure"]

@@ -39,6 +39,26 @@ or at the next start that finds it settled (``engine.upkeep``).
 Every reader goes through ``open_blob`` / ``check_blob`` / ``restore_blob`` / ``materialise``,
 which read either form, and the ``.zst`` when the plain blob beside it does not verify.
 
+Packs (issue #27 item 2): a compaction's blobs smaller than ``PACK_BELOW`` — a profile session's
+hundreds of small files, a small run's few — go together into one pack of the vault's own
+``BlobStore`` over a ``PosixStore`` at ``<vault>/packs`` (``remote_vault.pack_store``: the same
+format and code as the remote vault's) instead of a ``.zst`` each: one pack and one index object
+per compaction, however many blobs. Under the rules a compaction obeys (the shared pack lock,
+then each blob's lock, taken without waiting; a blob a live file shares, a live pin names, or a
+writer anywhere may hold stays plain), ``BlobStore.add`` writes the pack, reads it back and
+hashes every blob, then writes its index object durably; only once ``add`` returned a blob's
+verified ref is its plain blob unlinked (``_drop_plain``: still the inode read, one link, hashing
+to its name). A kill anywhere leaves each blob plain, or packed and listed, or both; the
+compaction's note finishes it at the next start. Readers find a packed blob through the pack
+index (``blob_form`` "packed", ``open_blob`` → ``remote_vault.open_packed``, hashed as read).
+A purge, a restore's release and a rollback forget packed blobs in ``delete_blobs``:
+``BlobStore.forget`` (restic's prune: new index first, then the old index objects, then the
+packs no live blob needs; half-dead packs repacked and verified first) under the pack lock held
+exclusively and the blobs' locks, after ``needed()`` was read under them; nothing is forgotten
+while an index object is damaged (``RemoteReadError``, code ``index_damaged``). A blob a later
+salvage made (its mtime is its late writer's last write, which a pack does not keep) and blobs of
+a vault that offloads to a bucket are not packed.
+
 The remote vault (``--backup-dir s3://…|gs://…|az://…`` for a local logdir, ``engine.offload``):
 after compaction a committed operation's backups are added to a ``storage.blobstore.BlobStore``
 in the bucket, and once the store has read each one back and verified it, a record
@@ -58,6 +78,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import getpass
 import json
 import os
@@ -67,7 +88,7 @@ import tempfile
 import time
 from typing import BinaryIO, Dict, Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding
+from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog, remote_vault
 from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still, copy_file, copy_new,
                                                create_new, finish_new_file, fsync_dir, hash_and_count, is_regular,
@@ -79,6 +100,9 @@ from tb_footprint_plugin.storage.paths import (is_op_id, is_sha256, is_state_nam
                                                plausible_mtime_ns)
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
                                                  untrusted_in, user_name)
+from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
+from tb_footprint_plugin.storage.lock import held as lock_held
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.regular import open_regular
 
 class VaultError(OSError):
@@ -98,6 +122,12 @@ ZST_SUFFIX = ".zst"
 ZST_TMP_SUFFIX = ".zst.tmp"
 #: a blob is compressed only when that frees at least this share of its disk blocks
 MIN_SAVING = 0.10
+#: a compaction puts blobs smaller than this into a pack of the vault's pack store instead of a
+#: ``.zst`` each (0: never). Measured with bench/vault.py --packs (a profile-heavy logdir): below
+#: 64 KiB a file's last, part-used block is a large share of what it stores
+PACK_BELOW = 256 << 10
+#: at most this many blobs a pack (their locks are held while the pack is written and verified)
+PACK_BATCH = 512
 
 #: what ``Vault.compact`` did with a blob (the bench and the tests count them)
 COMPRESSED = "compressed"
@@ -106,6 +136,7 @@ KEPT_OPEN = "kept_open"              # a writer holds it open, or the kernel can
 KEPT_BUSY = "kept_busy"              # another process is compacting it right now
 KEPT_INCOMPRESSIBLE = "kept_incompressible"
 KEPT_DAMAGED = "kept_damaged"        # it does not hash to its name: kept as it is, for health to name
+PACKED = "packed"                    # in a verified pack of the vault's pack store, its plain blob unlinked
 MISSING = "missing"
 
 
@@ -327,15 +358,17 @@ class Vault:
         return self.blob_path(sha) + ZST_SUFFIX
 
     def blob_form(self, sha: str) -> Optional[str]:
-        """``"plain"``, ``"zst"`` or None: which form of the blob the vault holds as a regular
-        file (plain first: during a transaction, and while compaction is under way, it is the
-        original's own inode)."""
+        """``"plain"``, ``"zst"``, ``"remote"``, ``"packed"`` or None: which form of the blob the
+        vault holds (plain first: during a transaction, and while compaction is under way, it is
+        the original's own inode; then its ``.zst``, an offloaded copy's record, a pack)."""
         for form, p in (("plain", self.blob_path(sha)), ("zst", self.zst_path(sha))):
             with contextlib.suppress(OSError):
                 if stat.S_ISREG(os.lstat(p).st_mode):
                     return form
         if remote_vault.has_record(self.root, sha):
             return "remote"  # offloaded: the bytes are in the remote vault (``engine.offload``)
+        if remote_vault.packed_ref(self.root, sha) is not None:
+            return "packed"  # in a pack of the vault's own pack store
         return None
 
     def local_form(self, sha: str) -> Optional[str]:
@@ -410,6 +443,8 @@ class Vault:
             f.close()
         if not self._has_zst(sha) and remote_vault.has_record(self.root, sha):
             return remote_vault.open_remote(self.root, sha)
+        if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is not None:
+            return remote_vault.open_packed(self.root, sha)
         return zst.open_decompressed(open_regular(self.zst_path(sha)))
 
     def _has_zst(self, sha: str) -> bool:
@@ -441,7 +476,8 @@ class Vault:
                 st = os.lstat(p)
                 if stat.S_ISREG(st.st_mode):
                     total += st.st_size
-        return total
+        ref = remote_vault.packed_ref(self.root, sha) if remote_vault.has_packs(self.root) else None
+        return total + (ref.length if ref is not None else 0)  # its share of a pack, as stored
 
     def blob_mtime_ns(self, sha: str) -> Optional[int]:
         """The blob's modification time (compaction keeps the plain blob's on its ``.zst``, the
@@ -610,7 +646,8 @@ class Vault:
         it later, would change the backup too. A compressed blob is decompressed into the temp
         file and hashed on the way; one that does not decode to ``sha`` never takes ``dest``'s
         name (``VaultError`` naming ``dest``)."""
-        if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)):
+        if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)
+                                            or remote_vault.packed_ref(self.root, sha) is not None):
             return self._restore_zst(sha, dest, mode, mtime, mtime_ns)  # streamed, hashed on the way
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
@@ -658,8 +695,9 @@ class Vault:
                 try:
                     ok = self._write_checked(sha, fo, None)
                 except remote_vault.RemoteReadError as e:
-                    raise remote_vault.RemoteReadError(e.code, e.key, f"backup of {dest} cannot be restored from the "
-                                                       f"remote vault: {e}; nothing was written in its "
+                    where = "its pack" if self.blob_form(sha) == "packed" else "the remote vault"
+                    raise remote_vault.RemoteReadError(e.code, e.key, f"backup of {dest} cannot be restored from "
+                                                       f"{where}: {e}; nothing was written in its "
                                                        "place") from None
                 if not ok:
                     raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
@@ -783,10 +821,190 @@ class Vault:
         shas = list(dict.fromkeys(s for s in shas if is_sha256(s)))
         self.note_compaction(op_id, shas)
         held = {h.path for h in find_writers([self.blob_path(s) for s in shas]).holders}
-        out = {s: self.compact(s, held=self.blob_path(s) in held) for s in shas}
+        small = self._pack_candidates(op_id, shas)
+        out = {s: self.compact(s, held=self.blob_path(s) in held) for s in shas if s not in small}
+        for i in range(0, len(small), PACK_BATCH):
+            # a store failure raises: the note stays and the blobs stay plain (the next start packs them)
+            out.update(self.pack(small[i:i + PACK_BATCH], held))
         if not any(v in (KEPT_OPEN, KEPT_BUSY) for v in out.values()):
             self.done_compaction(op_id)
         return out
+
+    # --- packs: small blobs together in the vault's pack store ----------------------------
+    @contextlib.contextmanager
+    def pack_lock(self, exclusive: bool):
+        """The lock of the vault's pack store (``compact/packs.lock``): a compaction's packing
+        shares it, a forget of packed blobs takes it alone (``BlobStore.forget`` must not run
+        beside an add). Always taken before any blob's lock (the offload's lock is another)."""
+        folder = os.path.join(self.root, "compact")
+        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+        with lock_held(os.path.join(folder, "packs.lock"), shared=not exclusive):
+            yield
+
+    def _pack_candidates(self, op_id: str, shas: List[str]) -> List[str]:
+        """The digests a compaction packs: a plain blob alone (no ``.zst`` beside it), smaller than
+        ``PACK_BELOW``, in a vault that does not offload to a bucket (those go there), and not a
+        salvaged backup (its mtime, its late writer's last write, lives on the blob only)."""
+        if PACK_BELOW <= 0 or remote_vault.configured_url(self.root) is not None:
+            return []
+        try:
+            m = self.read_manifest(op_id)
+            grown = {f.get("sha256") for f in m.get("files", []) if isinstance(f, dict) and f.get("grew_from")}
+        except Exception:  # noqa: BLE001 - no manifest readable: nothing packed, compaction as before
+            return []
+        out = []
+        for sha in shas:
+            if sha in grown or self._has_zst(sha):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.lstat(self.blob_path(sha))
+                if stat.S_ISREG(st.st_mode) and st.st_size < PACK_BELOW:
+                    out.append(sha)
+        return sorted(out)
+
+    def pack(self, shas: List[str], held: Iterable[str] = ()) -> Dict[str, str]:
+        """Put the plain blobs ``shas`` into one pack of the vault's pack store (the module's
+        docstring: locks, checks, ``add``, then each plain blob unlinked); digest → what was done
+        (``PACKED`` or a ``KEPT_*`` as ``compact`` says it). ``held``: paths a ``/proc`` scan found
+        open for writing. A store failure raises ``BlobFailure``/``OSError`` with every blob still
+        plain; a blob that does not hash to its name is ``KEPT_DAMAGED`` and the rest are packed."""
+        held = set(held)
+        out: Dict[str, str] = {}
+        with self.pack_lock(exclusive=False), contextlib.ExitStack() as stack:
+            todo: Dict[str, os.stat_result] = {}
+            for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
+                if not stack.enter_context(self._blob_lock(sha)):
+                    out[sha] = KEPT_BUSY  # another process compacts or deletes it now
+                    continue
+                why, st = self._packable(sha, self.blob_path(sha) in held)
+                if why is None:
+                    todo[sha] = st
+                else:
+                    out[sha] = why
+            if not todo:
+                return out
+            bs = remote_vault.pack_store(self.root, fresh=True, create=True)
+            refs = self._add_plain(bs, todo, out)
+            for ref in refs:
+                out[ref.sha] = PACKED if self._drop_plain(ref.sha, todo[ref.sha]) else KEPT_DAMAGED
+                faults.hit("reduce.pack_unlinked")
+            for folder in sorted({os.path.dirname(self.blob_path(r.sha)) for r in refs}):
+                fsync_dir(folder)
+        return out
+
+    def _packable(self, sha: str, held: bool):
+        """(None, its stat) when the plain blob may be packed now (under its lock), else
+        (why not, None): the checks ``_compact_locked`` makes before it compresses."""
+        try:
+            st = os.lstat(self.blob_path(sha))
+        except FileNotFoundError:
+            form = self.blob_form(sha)
+            return (PACKED if form == "packed" else COMPRESSED if form == "zst" else MISSING), None
+        if not stat.S_ISREG(st.st_mode):
+            return KEPT_DAMAGED, None
+        if st.st_nlink > 1:
+            return KEPT_SHARED, None  # the original (or a user's link) still holds these blocks
+        if self.pinned_by(sha):
+            return KEPT_BUSY, None  # a transaction under way reads it as its original's backup
+        # the kernel's lease answers for every descriptor anywhere; None (NFS, …) keeps it plain
+        if held or no_writer_anywhere(self.blob_path(sha)) is not True:
+            return KEPT_OPEN, None
+        return None, st
+
+    def _add_plain(self, bs, todo: Dict[str, os.stat_result], out: Dict[str, str]) -> list:
+        """``BlobStore.add`` of the plain blobs ``todo``: verified refs; a blob whose bytes are not
+        its name's is ``KEPT_DAMAGED`` and the others are added again."""
+        left = sorted(todo)
+        while left:
+            sources = [BlobSource(sha=s, size=todo[s].st_size, open=functools.partial(open_regular, self.blob_path(s)))
+                       for s in left]
+            try:
+                return bs.add(sources)
+            except BlobFailure as e:
+                if e.sha in left and e.code == BlobError.MISMATCH:
+                    out[e.sha] = KEPT_DAMAGED  # other bytes than its name: kept, for health to name
+                    left.remove(e.sha)
+                    continue
+                raise
+        return []
+
+    def _drop_plain(self, sha: str, was: os.stat_result) -> bool:
+        """Unlink a packed blob's plain form (under its lock, after ``add`` returned its verified
+        ref): only while its name is still the inode that was read, with one link, the same size
+        and time, and hashing to its name; True when it went."""
+        p = self.blob_path(sha)
+        try:
+            st = os.lstat(p)
+            if not (_same_file(st, was) and st.st_nlink == 1 and st.st_size == was.st_size
+                    and st.st_mtime_ns == was.st_mtime_ns) or sha256_file(p) != sha:
+                return False
+        except OSError:
+            return False
+        fsops.unlink(p)
+        return True
+
+    def forget_packed_copies(self, shas: List[str]) -> int:
+        """Forget from the vault's packs the blobs a remote vault now holds (``engine.offload``:
+        each has a record, durable before this is called); how many went. Under the pack lock
+        alone and each blob's lock; a blob a live pin names, or without a well-formed record, stays."""
+        with self.pack_lock(exclusive=True), contextlib.ExitStack() as stack:
+            todo = []
+            for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
+                stack.enter_context(self._blob_lock(sha, wait=True))
+                if remote_vault.read_record(self.root, sha) is not None and not self.pinned_by(sha):
+                    todo.append(sha)
+            return sum(1 for n in self._forget_packed(todo).values() if n)
+
+    def pack_problems(self) -> List[dict]:
+        """Damage in the vault's packs that a look without reading any blob finds: index objects
+        that do not read (``index_damaged``: no packed backup is forgotten while one is, and the
+        blobs only it listed read as missing) and packs gone or shorter than a blob the index
+        places in them (``blob_missing``, ``blob_corrupt``); ``verify`` hashes every packed blob.
+        Each: ``{"code", "file", "message"}`` (a ``codes.BlobError`` value; the message is about the file)."""
+        bs = remote_vault.pack_store(self.root, fresh=True)
+        if bs is None:
+            return []
+        root = remote_vault.packs_root(self.root)
+        try:
+            damaged = bs.damaged_index()
+            ends: Dict[str, int] = {}
+            for ref in bs.refs():
+                ends[ref.key] = max(ends.get(ref.key, 0), ref.offset + ref.length)
+            sizes = {e.key: e.size for e in bs.store.list("data")}
+        except (BlobFailure, StoreFailure, OSError) as e:
+            return [{"code": BlobError.STORE.value, "file": root, "message": f"the vault's packs do not list ({e}); "
+                     "their backups cannot be read now"}]
+        out = [{"code": BlobError.DAMAGED_INDEX.value, "file": os.path.join(root, d["key"]),
+                "message": f"the vault's pack index does not read ({d['message']}); "
+                           "no packed backup is deleted while it is damaged, and those only it lists read as "
+                           "missing"} for d in damaged]
+        for key, end in sorted(ends.items()):
+            f = os.path.join(root, key)
+            if key not in sizes:
+                out.append({"code": BlobError.MISSING.value, "file": f,
+                            "message": "a pack of backups is missing from the vault"})
+            elif sizes[key] < end:
+                out.append({"code": BlobError.CORRUPT.value, "file": f,
+                            "message": f"a pack of backups is shorter ({sizes[key]} bytes) than its index "
+                                       f"says ({end}); the backups in it are damaged"})
+        return out
+
+    def _forget_packed(self, shas: List[str]) -> Dict[str, int]:
+        """``BlobStore.forget`` of packed blobs (hold the pack lock alone and their locks); digest →
+        bytes they took in their packs. Nothing is forgotten while an index object is damaged:
+        ``RemoteReadError`` (``index_damaged``) naming it, so a purge stays unfinished and says why."""
+        bs = remote_vault.pack_store(self.root, fresh=True)
+        if bs is None or not shas:
+            return {}
+        sizes = {s: (bs.ref(s).length if bs.ref(s) is not None else 0) for s in shas}
+        fig = bs.forget(shas)
+        blocked = fig.get("blocked_by_damaged_index")
+        if blocked:
+            names = ", ".join(os.path.join(remote_vault.packs_root(self.root), k) for k in blocked[:3])
+            raise remote_vault.RemoteReadError(BlobError.DAMAGED_INDEX, blocked[0],
+                                               f"{names}: the vault's pack index does not read; no packed backup is "
+                                               f"deleted while one is damaged ({len(shas)} kept); repair or remove it")
+        return {s: (n if not bs.has(s) else 0) for s, n in sizes.items()}
 
     @contextlib.contextmanager
     def _blob_lock(self, sha: str, wait: bool = False):
@@ -851,7 +1069,8 @@ class Vault:
         try:
             st = os.lstat(plain)
         except FileNotFoundError:
-            return COMPRESSED if self.blob_form(sha) == "zst" else MISSING
+            form = self.blob_form(sha)
+            return COMPRESSED if form == "zst" else PACKED if form == "packed" else MISSING
         if not stat.S_ISREG(st.st_mode):
             return KEPT_DAMAGED
         if st.st_nlink > 1:
@@ -1154,22 +1373,34 @@ class Vault:
         that stored the bytes since the plan is seen one way or the other."""
         todo = sorted(dict.fromkeys(s for s in shas if is_sha256(s)))
         out: Dict[str, int] = {}
-        for i in range(0, len(todo), batch):
-            part = todo[i:i + batch]
-            with contextlib.ExitStack() as stack:
-                for sha in part:
-                    stack.enter_context(self._blob_lock(sha, wait=True))
-                keep = needed()
-                for sha in part:
-                    out[sha] = 0 if sha in keep else self._delete_locked(sha)
-                    if after_each is not None:
-                        after_each()  # a failpoint: a kill here is finished from the purge's intent
+        packs = remote_vault.has_packs(self.root) and any(remote_vault.packed_ref(self.root, s) is not None
+                                                          for s in todo)
+        # packed blobs are forgotten by the pack store, which no add may run beside: its lock
+        # first (alone), then the blobs' (the order a compaction's packing takes them in)
+        with (self.pack_lock(exclusive=True) if packs else contextlib.nullcontext()):
+            for i in range(0, len(todo), batch):
+                part = todo[i:i + batch]
+                with contextlib.ExitStack() as stack:
+                    for sha in part:
+                        stack.enter_context(self._blob_lock(sha, wait=True))
+                    keep = needed()
+                    forget = []
+                    for sha in part:
+                        out[sha] = 0 if sha in keep else self._delete_locked(sha)
+                        if packs and sha not in keep and not self.pinned_by(sha) \
+                                and remote_vault.packed_ref(self.root, sha) is not None:
+                            forget.append(sha)
+                        if after_each is not None:
+                            after_each()  # a failpoint: a kill here is finished from the purge's intent
+                    for sha, n in self._forget_packed(forget).items():
+                        out[sha] += n
         return out
 
     def size(self) -> int:
-        """Bytes the vault holds: backups (blobs) and retired runs."""
+        """Bytes the vault holds: backups (blobs, packs as stored) and retired runs."""
         total = 0
-        for root, _dirs, files in [w for d in (self.blobs, os.path.join(self.root, "retired")) for w in os.walk(d)]:
+        folders = (self.blobs, os.path.join(self.root, "retired"), remote_vault.packs_root(self.root))
+        for root, _dirs, files in [w for d in folders for w in os.walk(d)]:
             for n in files:
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(root, n)).st_size

@@ -1,0 +1,296 @@
+"""Packs for the local vault (issue #27 item 2, issue #26 "one vault on any store"): a compaction
+puts small backups into one pack of the vault's own BlobStore over a PosixStore
+(``<vault>/packs``) instead of a ``.zst`` each; every reader finds them, purge forgets them through
+``BlobStore.forget`` (repacking half-dead packs), and a kill or damage at any step loses nothing."""
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from test_restore_exact import assert_exact, dress, snapshot
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import BlobError, Finding
+from tb_footprint_plugin.engine import faults, remote_vault
+from tb_footprint_plugin.engine import vault as vault_mod
+from tb_footprint_plugin.engine.vault import KEPT_OPEN, KEPT_SHARED, PACKED, Vault
+from tb_footprint_plugin.storage.paths import state_dir
+
+DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+OLD = 1_700_000_000
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+def make_logdir(root: Path, runs=("a",), files: int = 30, shared: int = 0, big: int = 0) -> Path:
+    """Runs of scalars, each with a profile session of ``files`` small files (distinct bytes per
+    run, but the first ``shared`` the same in every run) and ``big`` compressible files of 600 KiB."""
+    for r in runs:
+        with synth.EventWriter(str(root / r)) as w:
+            for s in range(20):
+                w.scalar("acc", s, s / 20)
+        sess = root / r / "plugins" / "profile" / "2026_01_01_00_00_00"
+        sess.mkdir(parents=True)
+        for i in range(files):
+            seed = b"shared" if i < shared else r.encode()
+            body = hashlib.sha256(seed + bytes([i])).digest() * (30 + 7 * i)
+            (sess / f"h{i}.xplane.pb").write_bytes(body)
+        for i in range(big):
+            (sess / f"big{i}.trace.json").write_bytes((b'{"ph":"X","name":"op%d"},' % i) * 25_000)
+    dress(root)
+    for d, ds, fs in os.walk(root):
+        for n in fs + ds:
+            os.utime(os.path.join(d, n), (OLD, OLD))
+    return root
+
+
+def reduce(root: Path):
+    rep = api.reduce_logdir(str(root), policy=DROP, dry_run=False, quiet_period=0, verify_backends=("python",))
+    assert {o.status.value for o in rep.outcomes} == {"verified"}, rep.to_dict()
+    return rep
+
+
+def vault_files(root: Path) -> dict:
+    """rel path -> size of every file under the vault's blobs/ and packs/."""
+    v = Path(state_dir(str(root)))
+    return {str(p.relative_to(v)): p.stat().st_size for d in ("blobs", "packs") for p in (v / d).rglob("*")
+            if p.is_file()}
+
+
+def packs(root: Path):
+    return [k for k in vault_files(root) if k.endswith(".pack")]
+
+
+def test_small_backups_go_into_one_pack_and_restore_exactly(tmp_path):
+    """30 small backups of a profile session: one pack and one index object, no blob file each;
+    restore gives back every file byte for byte with its mode and mtime."""
+    root = make_logdir(tmp_path / "logs")
+    before = snapshot(root)
+    reduce(root)
+    held = vault_files(root)
+    assert len(packs(root)) == 1 and len([k for k in held if k.startswith("packs/index/")]) == 1, held
+    assert not [k for k in held if k.startswith("blobs/")], held  # no plain, no .zst: all packed
+    vault = Vault(state_dir(str(root)))
+    m = api.operations(str(root))[0]
+    assert {vault.blob_form(f["sha256"]) for f in m["files"]} == {"packed"}
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+def test_a_big_backup_is_still_its_own_zst(tmp_path):
+    """Above PACK_BELOW a compressible backup is compacted to a .zst of its own, as before."""
+    root = make_logdir(tmp_path / "logs", files=3, big=1)
+    before = snapshot(root)
+    reduce(root)
+    held = vault_files(root)
+    assert len([k for k in held if k.endswith(".zst")]) == 1 and len(packs(root)) == 1, held
+    api.restore(str(root))
+    assert_exact(root, before)
+
+
+def test_packed_backups_are_read_by_verify_status_and_usage(tmp_path):
+    """verify re-hashes packed backups, status names no problem, and the disk in use counts the
+    pack as stored (within 1% of du)."""
+    root = make_logdir(tmp_path / "logs", files=60)
+    reduce(root)
+    res = api.verify(str(root), verify_backends=("python",))
+    assert res and all(r["ok"] and r["backups_ok"] for r in res), res
+    st = api.status(str(root))
+    assert not [p for p in st["problems"] if p["code"] in (Finding.BACKUP_DAMAGED, Finding.DAMAGED_FILE)], st["problems"]
+    du = subprocess.run(["du", "-sc", "--block-size=1", str(root)], capture_output=True, text=True).stdout
+    total = int(du.strip().splitlines()[-1].split()[0])
+    got = st["disk_in_use_bytes"] if "disk_in_use_bytes" in st else st["disk"]["disk_in_use_bytes"]
+    assert abs(got - total) <= 0.01 * total, (got, total)
+    vault = Vault(state_dir(str(root)))
+    m = api.operations(str(root))[0]
+    ref = remote_vault.packed_ref(vault.root, m["files"][0]["sha256"])
+    assert vault.blob_size_on_disk(m["files"][0]["sha256"]) == ref.length > 0
+
+
+def test_a_blob_a_writer_may_hold_or_a_live_file_shares_stays_plain(tmp_path):
+    """The compaction's rules: a plain blob held open for writing, or with a second link, is not
+    packed and stays."""
+    vault = Vault(str(tmp_path / "v"))
+    vault.ensure()
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(b"a" * 5000)
+    b.write_bytes(b"b" * 5000)
+    sa, sb = (hashlib.sha256(p.read_bytes()).hexdigest() for p in (a, b))
+    vault.store(str(a), sa)  # a hard link: the live file shares it
+    vault.store(str(b), sb)
+    os.unlink(b)
+    out = vault.pack([sa, sb], held=[vault.blob_path(sb)])
+    assert out == {sa: KEPT_SHARED, sb: KEPT_OPEN}
+    assert os.path.exists(vault.blob_path(sa)) and os.path.exists(vault.blob_path(sb))
+    assert remote_vault.packed_ref(vault.root, sa) is None and remote_vault.packed_ref(vault.root, sb) is None
+    assert vault.pack([sb]) == {sb: PACKED}
+    assert not os.path.exists(vault.blob_path(sb)) and vault.check_blob(sb)
+
+
+def test_purge_forgets_packed_blobs_and_repacks_a_half_dead_pack(tmp_path):
+    """Run b shares 3 of run a's 30 backups: purging a forgets 27, and a's pack (3/30 live) is
+    repacked into a new verified pack; b still restores exactly, then the vault holds no pack."""
+    root = make_logdir(tmp_path / "logs", runs=("a", "b"), files=30, shared=3)
+    before = snapshot(root)
+    reduce(root)
+    assert len(packs(root)) == 2
+    old = set(packs(root))
+    rep = api.purge(str(root), run="a", yes=True)
+    assert rep.to_dict()["ops"] and not rep.to_dict()["kept"], rep.to_dict()
+    now = set(packs(root))
+    assert len(now) == 2 and len(now & old) == 1, (old, now)  # a's pack replaced by a new one
+    bs = remote_vault.pack_store(state_dir(str(root)), fresh=True)
+    assert len(list(bs.refs())) == 30  # b's 27 own + the 3 shared
+    api.restore(str(root), run="b")
+    after = snapshot(root)
+    assert {k: v for k, v in after.items() if k.startswith("b")} == {k: v for k, v in before.items()
+                                                                     if k.startswith("b")}
+    api.purge(str(root), yes=True)
+    assert not packs(root)
+
+
+def test_a_corrupted_pack_is_named_and_nothing_is_restored(tmp_path):
+    """One flipped byte in the pack: status names the pack file, verify fails with its code,
+    the restore refuses before any original goes back, and purge keeps it."""
+    root = make_logdir(tmp_path / "logs")
+    reduce(root)
+    start = snapshot(root)
+    pack = Path(state_dir(str(root))) / packs(root)[0]
+    data = bytearray(pack.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.chmod(pack, 0o600)
+    pack.write_bytes(bytes(data))
+    res = api.verify(str(root), verify_backends=("python",))
+    assert not res[0]["backups_ok"], res
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["failed"], [o.to_dict() for o in outs]
+    assert str(pack) in outs[0].reason and outs[0].code, outs[0].to_dict()
+    assert snapshot(root) == start  # nothing put back, nothing removed
+    rep = api.purge(str(root), yes=True).to_dict()
+    assert rep["kept"] and rep["freed_bytes"] == 0, rep
+    assert pack.exists()
+
+
+def test_a_damaged_index_is_named_and_blocks_every_forget(tmp_path):
+    """An index object that does not parse: status names it (damaged_state_file), a purge
+    forgets nothing (its blobs may be listed only there) and stays unfinished with the code."""
+    root = make_logdir(tmp_path / "logs", runs=("a", "b"))
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    index = sorted((v / "packs" / "index").iterdir())[0]
+    index.write_bytes(b"{not json")
+    st = api.status(str(root))
+    named = [p for p in st["problems"] if p["code"] == Finding.DAMAGED_FILE and str(index) in p["detail"]]
+    assert named, st["problems"]
+    held = set(packs(root))
+    problems = Vault(str(v)).pack_problems()
+    assert [p["code"] for p in problems] == [BlobError.DAMAGED_INDEX.value]
+    with pytest.raises(OSError) as e:
+        Vault(str(v)).delete_blobs([hashlib.sha256(b"x").hexdigest()] + [
+            f["sha256"] for m in api.operations(str(root)) for f in m["files"]], lambda: set())
+    assert getattr(e.value, "code", None) == BlobError.DAMAGED_INDEX and str(index.name) in str(e.value)
+    assert set(packs(root)) == held
+
+
+def test_a_pack_that_does_not_read_back_is_refused_and_the_blobs_stay_plain(tmp_path):
+    """The pack is damaged between its write and its read-back: add refuses it, every plain blob
+    stays, the note stays, and the next start packs them."""
+    root = make_logdir(tmp_path / "logs")
+
+    def corrupt():
+        faults.disarm_all()
+        for p in (Path(state_dir(str(root))) / "packs" / "data").rglob("*.pack"):
+            data = bytearray(p.read_bytes())
+            data[-1] ^= 0xFF
+            p.write_bytes(bytes(data))
+
+    faults.arm("reduce.pack_written", corrupt)
+    before = snapshot(root)
+    reduce(root)
+    held = vault_files(root)
+    assert not packs(root) and len([k for k in held if k.startswith("blobs/")]) == 30, held
+    assert Vault(state_dir(str(root))).pending_compactions()
+    api.recover_logdir(str(root))
+    assert len(packs(root)) == 1 and not [k for k in vault_files(root) if k.startswith("blobs/")]
+    api.restore(str(root))
+    assert_exact(root, before)
+
+
+def _cli(args, step):
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS=f"{step}=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli"] + args, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("step", ["reduce.pack_written", "reduce.pack_verified", "reduce.pack_indexed",
+                                  "reduce.pack_unlinked"])
+def test_sigkill_while_packing_loses_nothing(tmp_path, step):
+    """SIGKILL of the CLI's reduce at each packing step: the next start finishes the packing
+    and every original comes back byte for byte."""
+    root = make_logdir(tmp_path / "logs")
+    before = snapshot(root)
+    r = _cli(["reduce", str(root), "--quiet-period", "0", "--verify", "python", "--yes",
+              "--delete", "profile_xplane"], step)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    api.recover_logdir(str(root))
+    assert len(packs(root)) >= 1 and not [k for k in vault_files(root) if k.startswith("blobs/")]
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+@pytest.mark.parametrize("step", ["purge.pack_index_written", "purge.pack_old_index_deleted",
+                                  "purge.pack_objects_deleted", "vault.repack_written"])
+def test_sigkill_while_forgetting_packed_blobs_loses_nothing(tmp_path, step):
+    """SIGKILL of the CLI's purge of run a at each forget/repack step (b shares 3 blobs): the
+    next start finishes the purge, and b still restores byte for byte."""
+    root = make_logdir(tmp_path / "logs", runs=("a", "b"), files=30, shared=3)
+    before = snapshot(root)
+    reduce(root)
+    r = _cli(["purge", str(root), "--run", "a", "--yes"], step)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    api.recover_logdir(str(root))
+    ops = {m["run"]: m for m in api.operations(str(root))}
+    assert ops["a"].get("backup_purged") and not ops["b"].get("backup_purged")
+    assert not api.status(str(root))["unfinished_operations"]
+    bs = remote_vault.pack_store(state_dir(str(root)), fresh=True)
+    assert len(list(bs.refs())) == 30 and not Vault(state_dir(str(root))).pack_problems()
+    outs = api.restore(str(root), run="b")
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    after = snapshot(root)
+    assert {k: v for k, v in after.items() if k.startswith("b")} == {k: v for k, v in before.items()
+                                                                     if k.startswith("b")}
+    assert not list(remote_vault.pack_store(state_dir(str(root)), fresh=True).refs())  # released by the restore
+
+
+def test_packed_backups_are_offloaded_when_a_remote_vault_is_added_later(tmp_path, s3_bucket):
+    """A vault that packed its backups, then given a remote vault: the offload reads each from its
+    pack (hashed), records it, and only then forgets the pack copy; restore from the bucket exact."""
+    from tb_footprint_plugin.engine import offload
+    from tb_footprint_plugin.engine.context import Context
+
+    root = make_logdir(tmp_path / "logs")
+    before = snapshot(root)
+    reduce(root)
+    assert len(packs(root)) == 1
+    vault = Context(str(root)).vault
+    offload.configure(vault, s3_bucket.url("later"))
+    m = next(m for m in vault.manifests() if m.get("kind") == "reduce")
+    got = offload.offload_operation(vault, m["op_id"])
+    assert got and set(got.values()) == {offload.OFFLOADED}, got
+    assert all(remote_vault.read_record(vault.root, f["sha256"]) for f in m["files"])
+    assert not packs(root)  # the pack copies forgotten once the records were durable
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
