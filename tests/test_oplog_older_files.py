@@ -10,7 +10,12 @@ from tb_footprint_plugin.engine import oplog
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
-from test_state_per_run import _small_runs
+from helpers_runs import aged_small_runs
+
+
+def _small_runs(root, first, n):
+    """Runs ``first .. first+n-1`` of two scalar tags, a histogram and an xprof session, aged."""
+    return aged_small_runs(root, n, first=first, tags=("loss", "accuracy"))
 
 
 def _as_older_version(logdir) -> tuple:

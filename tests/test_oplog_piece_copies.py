@@ -12,10 +12,25 @@ import pytest
 
 from tb_footprint_plugin import api, codes, demo
 from tb_footprint_plugin.engine import oplog
+from tb_footprint_plugin.engine import vault as vault_mod
 from tb_footprint_plugin.engine.vault import EveryBlob, Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
-from test_state_per_run import OLD, _small_runs
+from helpers_runs import aged_small_runs
+
+OLD = 3 * 86400  # aged past the quiet period
+
+
+def _small_runs(root, first, n):
+    """Runs ``first .. first+n-1`` of two scalar tags, a histogram and an xprof session, aged."""
+    return aged_small_runs(root, n, first=first, tags=("loss", "accuracy"))
+
+
+@pytest.fixture(autouse=True)
+def _a_file_a_blob(monkeypatch):
+    """These tests count the backups kept as files in ``blobs/``; small blobs go into packs by
+    default since d9db951 (where a kept blob is not a file of its own): here none is packed."""
+    monkeypatch.setattr(vault_mod, "PACK_BELOW", 0)
 
 
 def _flip(path) -> None:
