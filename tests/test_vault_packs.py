@@ -294,3 +294,16 @@ def test_packed_backups_are_offloaded_when_a_remote_vault_is_added_later(tmp_pat
     outs = api.restore(str(root))
     assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
     assert_exact(root, before)
+
+
+def test_history_counts_a_packed_backup_as_what_it_keeps_on_the_disk(tmp_path):
+    """freed now / freed after purge of a reduction whose backups are packed: the pack's share
+    is kept on the logdir's disk (not freed yet) and is what a purge would free."""
+    root = make_logdir(tmp_path / "logs", files=40)
+    reduce(root)
+    e = next(e for e in api.history(str(root)) if e.get("kind") == "reduce")
+    bs = remote_vault.pack_store(state_dir(str(root)), fresh=True)
+    stored = sum(r.length for r in bs.refs())
+    assert stored > 0
+    assert e["freed_after_purge_bytes"] == stored, e
+    assert e["freed_now_bytes"] == e["removed_from_logdir_bytes"] - stored, e

@@ -3,7 +3,8 @@
 Counted as ``du`` counts (allocated blocks, ``st_blocks * 512``; each inode once across every
 path walked), because that is what a full disk is made of: a backup hard-linked into the vault
 costs nothing until its original leaves both places, a copy on another filesystem costs its
-blocks there, and a compressed blob (``<sha>.zst``) costs what it holds compressed. Nothing is followed (symlinks count as themselves), nothing is written, and the
+blocks there, a compressed blob (``<sha>.zst``) costs what it holds compressed, and the vault's
+packs (``<vault>/packs``) what they hold (``freed_by_op`` counts a packed backup's share). Nothing is followed (symlinks count as themselves), nothing is written, and the
 state folders of other users at the top of the logdir (``.tb-footprint`` when it is not ours,
 ``.tb-footprint-u<uid>`` of another uid) are skipped: their bytes are theirs to account for.
 
@@ -22,7 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from tb_footprint_plugin.engine import offload
+from tb_footprint_plugin.engine import offload, remote_vault
 from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX, Vault
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.files import CHUNK
@@ -174,12 +175,14 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
     if not isinstance(root, str) or root not in vault_roots:
         return removed_bytes, 0
     held_here = kept = 0
+    packs_device: Optional[int] = None
     seen: Set[str] = set()
     for f in m.get("files") or []:
         sha = f.get("sha256") if isinstance(f, dict) else None
         if not is_sha256(sha) or sha in seen:
             continue
         seen.add(sha)
+        found = False
         for name in (sha, sha + ZST_SUFFIX):  # plain (a hard link, or a copy) or compressed, as stored
             try:
                 st = os.lstat(os.path.join(root, "blobs", sha[:2], name))
@@ -187,9 +190,17 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
+            found = True
             kept += st.st_size
             if st.st_dev == logdir_device:
                 held_here += st.st_blocks * BLOCK
+        ref = None if found else remote_vault.packed_ref(root, sha)
+        if ref is not None:  # its share of a pack of the vault, as stored
+            kept += ref.length
+            if packs_device is None:
+                packs_device = device_of(remote_vault.packs_root(root))
+            if packs_device == logdir_device:
+                held_here += ref.length
     return max(0, removed_bytes - held_here), kept
 
 
