@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import REAL_LOGDIRS, REPO, copy_real
-from test_plan_outcome import _age, _events, _graph, _image, _scalar
+from test_plan_outcome import _age, _events, _graph, _image, _scalar, write_oddities
 from test_plugin_routes import App
 
 POLICIES = ["archive", "lossless"]
@@ -27,19 +27,12 @@ def _mixed_logdir(root):
     for name in REAL_LOGDIRS:
         copy_real(name, ld / name)
     syn = ld / "syn"
-    for r in ("restart", "dup", "walls", "plain", "empty", "truncated", "graphs"):
+    for r in ("restart", "graphs"):
         (syn / r).mkdir(parents=True)
     for k in range(3):  # torch.utils.tensorboard: an image tag restarting at step 999 in each file
         _events(syn / "restart" / f"events.out.tfevents.{1795990000 + k}.host.{k}",
                 [_image("img", s, 1795990000.0 + k * 2000 + s, seed=s) for s in range(0, 1000, 3)])
-    _events(syn / "dup" / "events.out.tfevents.1.h", [_image("img", s // 2, 10.0 + s, seed=s) for s in range(400)])
-    _events(syn / "walls" / "events.out.tfevents.1.h", [_image("img", s, 5000.0 - s, seed=s) for s in range(400)])
-    _events(syn / "plain" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)]
-            + [_scalar("loss", s, 10.0 + s) for s in range(100)])
-    (syn / "empty" / "events.out.tfevents.1.h").write_bytes(b"")
-    _events(syn / "truncated" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)])
-    with open(syn / "truncated" / "events.out.tfevents.1.h", "ab") as f:
-        f.write(b"\x10\x00\x00")  # a writer mid-record
+    write_oddities(syn)
     _events(syn / "graphs" / "events.out.tfevents.1.h", [_graph(0) for _ in range(7)]
             + [_scalar("loss", s, 1795990000.0 + s) for s in range(20)])
     _age(syn)

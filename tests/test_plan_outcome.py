@@ -147,10 +147,9 @@ def test_repeated_identical_graphs_are_counted_in_the_plan(tmp_path):
     assert rp.removable_bytes > 0 and any("byte-identical repeats" in line for line in rp.fidelity)
 
 
-def test_synthetic_oddities_plan_equals_reduce(tmp_path):
-    """Duplicate steps, wall times going backwards, an empty file, a truncated file and a long
-    plain tag in one logdir: per run, the plan's bytes are the reduce's."""
-    ld = tmp_path / "logdir"
+def write_oddities(ld):
+    """One run each under ``ld``: duplicate steps (dup), wall times going backwards (walls), 400
+    images and a plain scalar tag (plain), an empty file (empty), a file cut mid-record (truncated)."""
     for r in ("dup", "walls", "plain", "empty", "truncated"):
         (ld / r).mkdir(parents=True)
     _events(ld / "dup" / "events.out.tfevents.1.h", [_image("img", s // 2, 10.0 + s, seed=s) for s in range(400)])
@@ -161,6 +160,13 @@ def test_synthetic_oddities_plan_equals_reduce(tmp_path):
     _events(ld / "truncated" / "events.out.tfevents.1.h", [_image("img", s, 10.0 + s, seed=s) for s in range(400)])
     with open(ld / "truncated" / "events.out.tfevents.1.h", "ab") as f:
         f.write(b"\x10\x00\x00")  # a writer mid-record
+
+
+def test_synthetic_oddities_plan_equals_reduce(tmp_path):
+    """Duplicate steps, wall times going backwards, an empty file, a truncated file and a long
+    plain tag in one logdir: per run, the plan's bytes are the reduce's."""
+    ld = tmp_path / "logdir"
+    write_oddities(ld)
     _age(ld)
     plan, rep = _assert_plan_is_outcome(ld, "archive")
     assert plan.run("plain").removable_bytes > 0  # 400 images: the default view keeps 10
