@@ -460,3 +460,33 @@ def test_the_why_check_reads_the_docstring_paragraph():
     assert not says_why_one_module('"""Title: why one module is not said here."""\n')
     assert not says_why_one_module('x = 1\n# Why one module: a comment is not the docstring\n')
     assert not says_why_one_module('"""Title.\n\nIt says Why one module: mid-paragraph."""\n')
+
+
+#: The API reaches an engine only through ``engine.front`` (``open_engine`` chooses it once): no
+#: ``engine.bucket*`` module, and ``is_remote`` only where it reads URL syntax — ``api.common``
+#: (a logdir's name in the shard partition: a URL as written, a path made absolute), ``api.survey``
+#: (a plan measures a footprint made from a listing or from a walk) — and the package's re-export.
+API_URL_SYNTAX = ("api", "api.common", "api.survey")
+
+
+def api_engine_choices() -> List[str]:
+    """Every place an API module picks an engine itself instead of asking ``engine.front``."""
+    out = []
+    for rel, path in module_names():
+        if _top(rel) != "api":
+            continue
+        with open(path, encoding="utf-8") as f:
+            src = f.read()
+        for line, target in imports_of(src, rel, path.endswith("__init__.py")):
+            if target.split(".")[:2][-1].startswith("bucket") and target.startswith("engine."):
+                out.append(f"{PKG}.{rel}:{line} imports {PKG}.{target}: open the engine with engine.front")
+        if rel in API_URL_SYNTAX:
+            continue
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, ast.ImportFrom) and any(a.name == "is_remote" for a in node.names):
+                out.append(f"{PKG}.{rel}:{node.lineno} imports is_remote: engine.front.open_engine chooses the engine")
+    return out
+
+
+def test_the_api_chooses_no_engine_itself():
+    assert api_engine_choices() == []

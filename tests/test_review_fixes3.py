@@ -72,8 +72,8 @@ def test_release_of_a_kept_restore_keeps_a_blob_a_reduce_committed_meanwhile(tmp
     """Run train is reduced, then restored while a claim keeps its blobs; train2 holds the same
     profile bytes. While the next start's release looks at the blobs (after its first read of
     the claims) a reduce of train2 runs to the end. Its backup must survive the release."""
-    from tb_footprint_plugin.api import settle
     from tb_footprint_plugin.engine import restore as restore_mod
+    from tb_footprint_plugin.engine import upkeep as settle  # the start's release lives there
 
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
     shutil.copytree(logdir / "train", logdir / "train2")

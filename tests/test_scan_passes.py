@@ -140,8 +140,8 @@ def test_in_place_change_after_the_scan_is_never_reduced_from_the_stale_pass(tmp
         changed.update(_user_files(logdir))
         return real_reduce_run(*a, **kw)
 
-    from tb_footprint_plugin.api import reduce as api_reduce  # where the batch looks it up
-    monkeypatch.setattr(api_reduce, "reduce_run", change_then_reduce)
+    from tb_footprint_plugin.engine import front_local  # where the batch's run looks it up
+    monkeypatch.setattr(front_local, "reduce_run", change_then_reduce)
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH)
     out = [o for o in rep.outcomes if o.status != "skipped"]
     assert changed, "the change was made"

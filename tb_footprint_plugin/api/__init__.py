@@ -5,13 +5,16 @@ Every verb that can change something first settles unfinished operations (crash 
 Failures come back as values (per-run outcomes with reasons); only bad arguments raise.
 
 The verbs live in modules by verb group, each importing only the groups below it
-(``tests/test_layering.py``): ``common`` (the local context, the bucket routing, shared counts) →
+(``tests/test_layering.py``): ``common`` (the local context, shared counts) →
 ``settle`` (recovery, what is unfinished, Ctrl-C) → ``reports`` (what verbs return and front ends
 show) → ``records`` (operations, status, disk numbers, history) → ``survey`` (plan, run selection,
 shards) → ``reduce_bucket`` → ``reduce`` → ``backups`` (verify, restore, purge, samples) →
 ``retirement``. This package re-exports every public name the one-module ``api`` had, so
 ``from tb_footprint_plugin import api; api.X`` keeps working for the front ends; a test that
 replaces a name the API calls patches the verb group's module that looks it up.
+
+Each verb opens the logdir's engine with ``engine.front.open_engine`` (local or bucket, chosen
+there once) and calls it; no verb group picks an engine by the logdir's URL itself.
 """
 # The names below are this package's public surface (the front ends use ``api.<name>``), so
 # each import is a re-export, not a use.

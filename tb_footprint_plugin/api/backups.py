@@ -7,22 +7,16 @@ from __future__ import annotations
 import os
 from typing import Callable, Dict, List, Optional, Sequence
 
-from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Skip
-from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, is_kept, operation_summary,
-                                                  own_manifests, restorable_ops, summarize_operations)
-from tb_footprint_plugin.engine.checks import recheck
+from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.engine.catalogue import find_manifest, is_kept
 from tb_footprint_plugin.engine import offload
-from tb_footprint_plugin.engine.context import RunOutcome, TransactionError
-from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
-from tb_footprint_plugin.engine.remote_vault import last_failure
-from tb_footprint_plugin.engine.upkeep import forget_released
-from tb_footprint_plugin.engine.restore import restore_op
-from tb_footprint_plugin.engine.retire import is_restorable_retirement, retirements, unretire
+from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_within, real_within
-from tb_footprint_plugin.storage.remote import is_bucket_url, is_remote
-from tb_footprint_plugin.api.common import bucket_of, context_of, DEFAULT_BACKENDS
-from tb_footprint_plugin.api.settle import recover_logdir, unfinished
+from tb_footprint_plugin.storage.remote import is_bucket_url
+from tb_footprint_plugin.api.common import context_of, DEFAULT_BACKENDS
 from tb_footprint_plugin.api.records import operations
 from tb_footprint_plugin.api.survey import select_among
 
@@ -77,25 +71,7 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     On a bucket logdir every backup object is checked against the checksums the store computed for
     its original, removed keys must still be absent and replaced keys must still hold the reduced
     bytes (the store's checksum), with nothing downloaded."""
-    if is_remote(logdir):
-        from tb_footprint_plugin.engine import bucket as bk
-
-        rfs, vault = bucket_of(logdir, backup_dir)
-        bk.recover(rfs, vault)
-        return bk.recheck(rfs, vault, run=run, op=op)
-    ctx = context_of(logdir, backup_dir, verify_backends=verify_backends)
-    recover_logdir(logdir, backup_dir)
-    hook = None if progress is None else (lambda m, i, n: progress(operation_summary(m), i, n))
-    results = recheck(ctx, run, op, progress=hook)
-    if not op:  # damage no operation's check shows: lost manifests, blobs of no operation
-        for p in unfinished(logdir, backup_dir)["problems"]:
-            if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS,
-                             Finding.IDENTITY_DAMAGED):
-                results.append({"op_id": p["op_id"] or "-", "run": p["run"] or "(vault)", "ok": False,
-                                "backups_ok": False, "damaged_backups": [], "code": p["code"],
-                                "verification": {"ok": False, "checks": [
-                                    {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
-    return results
+    return open_engine(logdir, backup_dir, verify_backends=verify_backends).recheck(run, op, progress)
 
 
 def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = None,
@@ -106,10 +82,7 @@ def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = No
     URL. Reads only. ``ValueError`` naming what is missing when there is no remote vault."""
     urls: List[str] = []
     if logdir is not None:
-        if is_remote(logdir):
-            raise ValueError(f"{logdir}: a bucket logdir keeps its backups as copies in its store; the lifecycle "
-                             "rule is for the remote vault of a local logdir")
-        url = offload.remote_url(context_of(logdir, None).vault)
+        url = open_engine(logdir).offload_url()
         if url:
             urls = [url]
     if not urls:
@@ -123,90 +96,17 @@ def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = No
     return offload.lifecycle_rules(urls, days)
 
 
-def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
-    """A restore refused because backups in the remote vault could not be read: its reason names
-    each object and the store's code (an archived object not yet rehydrated: ``permission_denied``),
-    and its code is ``store_error`` when no backup is known damaged, only unserved."""
-    if o.code != Failure.BACKUP_DAMAGED or not isinstance(m.get("vault"), str):
-        return o
-    seen, codes = [], set()
-    for f in m.get("files", []):
-        e = last_failure(m["vault"], f.get("sha256"))
-        if e is not None:
-            codes.add(e.code)
-            if str(e) not in seen and len(seen) < 3:
-                seen.append(str(e))
-                o.reason = f"{o.reason}; {e} [{e.code}]"
-    if codes and not codes & {BlobError.CORRUPT, BlobError.MISSING, BlobError.MISMATCH}:
-        # the store would not serve the bytes (an archived object, a refused or lost connection):
-        # nothing is known damaged; restore again once the store serves them
-        o.code = Failure.STORE_ERROR
-    return o
-
-
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
             backup_dir: Optional[str] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
-    newest first, or (neither given) every restorable operation of the logdir."""
-
-    if is_remote(logdir):
-        from tb_footprint_plugin.engine import bucket as bk
-
-        rfs, vault = bucket_of(logdir, backup_dir)
-        bk.recover(rfs, vault)
-        damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
-        todo = [m for m in bk.manifests(rfs, vault, damaged) if m.get("status") == "verified" and not m.get("purged")
-                and (op is None or m.get("op") == op)
-                and (run is None or m.get("run") == run or run in (m.get("takes_along") or []))]
-        todo.sort(key=lambda m: m.get("kind") != "retire")  # a retired run comes back first, as on disk
-        damage = [d["detail"] for d in damaged]
-        if (op or run) and not todo:
-            # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
-            raise TransactionError(f"nothing to restore for {op or run!r} in {logdir}" + "".join(f"; {w}" for w in damage),
-                                   Failure.RESTORE_BLOCKED if damage else None)
-        return [bk.restore_op(rfs, vault, m) for m in todo] + [
-            RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
-    ctx = context_of(logdir, backup_dir)
-    recover_logdir(logdir, backup_dir)
-    if op:
-        m = find_manifest(ctx, op)
-        if m.get("restored_by"):
-            return [_already_restored(m)]
-        return [unretire(ctx, m) if m.get("kind") == "retire" else _name_remote_failures(m, restore_op(ctx, m))]
-    # a retired run comes back first: its reductions can only be restored once it is back
-    outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
-                and (run is None or m["run"] == run or run in m.get("takes_along", []))]
-    ops = restorable_ops(ctx, run)
-    if run is not None and not ops and not outcomes:
-        done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
-        if done:
-            return [_already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
-        hidden = hiding_damage(ctx)
-        raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
-                               "no retirement)" + "".join(f"; {why}" for why in hidden),
-                               Failure.RESTORE_BLOCKED if hidden else None)
-    for m in ops:
-        outcomes.append(_name_remote_failures(m, restore_op(ctx, m)))
-    if ops and any(o.status == Outcome.RESTORED for o in outcomes):
-        forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
-    # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
-    for why in hiding_damage(ctx):
-        outcomes.append(RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why))
-    return outcomes
-
-
-def _already_restored(m: dict) -> RunOutcome:
-    """A restore asked for again: its originals are back already, nothing is done (said so)."""
-    return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
-                      reason=f"already restored: operation {m['op_id']} was restored by {m['restored_by']}",
-                      bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
+    newest first, or (neither given) every restorable operation of the logdir. Settles what is
+    unfinished first (``Engine.restore``)."""
+    return open_engine(logdir, backup_dir).restore(run, op)
 
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
     """What ``restore`` would put back (newest first), as operation summaries; changes nothing."""
-    if is_remote(logdir):
-        return summarize_operations([m for m in operations(logdir, run=run, backup_dir=backup_dir) if is_kept(m)])
-    return summarize_operations(restorable_ops(context_of(logdir, backup_dir), run))
+    return open_engine(logdir, backup_dir).restorable(run)
 
 
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
@@ -228,31 +128,10 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     """
     names = list(dict.fromkeys([*([run] if run is not None else []), *(runs or [])])) if (run is not None or runs) \
         else None
-    if is_remote(logdir):
-        from tb_footprint_plugin.engine import bucket as bk
-
-        rfs, vault = bucket_of(logdir, backup_dir)
-        recovered = bk.recover(rfs, vault)
-        chosen = _purge_selection(logdir, lambda: [m.get("run") for m in bk.manifests(rfs, vault)], names,
-                                  run_glob)
-        d = bk.purge(rfs, vault, older_than=older_than, op=op, yes=yes, runs=chosen,
-                     op_ids=set(op_ids) if op_ids is not None else None)
-        return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
-                           kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
-                                  "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
-                                  "detail": h["reason"]} for h in d.get("held", [])],
-                           # as on a disk: journals recovery refused, manifests the purge did not act on
-                           refused=[{"op_id": r.op_id, "code": r.code, "detail": r.detail}
-                                    for r in recovered if r.action == "refused"] + d.get("refused", []))
-    ctx = context_of(logdir, backup_dir)
-    recovered = recover_logdir(logdir, backup_dir)
-    chosen = _purge_selection(logdir, lambda: [m.get("run") for m in own_manifests(ctx)], names, run_glob)
-    report = purge_backups(ctx, older_than=older_than, yes=yes, op=op, runs=chosen,
-                           op_ids=set(op_ids) if op_ids is not None else None)
-    # journals recovery refused (planted, copied, malformed) are reported with the vault's
-    report.refused[:0] = [{"op_id": r.op_id, "code": r.code, "detail": r.detail}
-                          for r in recovered if r.action == "refused"]
-    return report
+    eng = open_engine(logdir, backup_dir)
+    recovered = eng.recover()
+    chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob)
+    return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered)
 
 
 def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],

@@ -11,16 +11,14 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine.catalogue import journal_blobs, remember_vault
+from tb_footprint_plugin.engine.catalogue import remember_vault
 from tb_footprint_plugin.engine import lease, offload, usage
-from tb_footprint_plugin.engine.context import CancelToken, Context, NoSpace, RunOutcome, writing
+from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, writing
+from tb_footprint_plugin.engine.front import BucketEngine, LocalEngine, open_engine
 from tb_footprint_plugin.engine.history import configure_writer
-from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.ledger import Ledger, mark_recovered
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.transaction import reduce_run
-from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
-                                              refuse_unless_ours, VAULT_FORMATS)
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, refuse_unless_ours, VAULT_FORMATS
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.plan import shard as sharding
@@ -29,10 +27,9 @@ from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
-from tb_footprint_plugin.storage.remote import is_remote
-from tb_footprint_plugin.api.common import (context_of, DEFAULT_BACKENDS, disk_in_use, freed_after_purge,
-                                            logdir_keys, partition_name, RunProgress, split_backup_dir)
-from tb_footprint_plugin.api.settle import Interrupted, open_ledger, recover_logdir, settle_interrupted
+from tb_footprint_plugin.api.common import (DEFAULT_BACKENDS, disk_in_use, freed_after_purge, logdir_keys,
+                                            partition_name, RunProgress)
+from tb_footprint_plugin.api.settle import Interrupted, recover_logdir, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import (freed_estimate, plan, scan_shard_sizes, selection_by_logdir,
                                             shard_plan, shard_sizes)
@@ -84,10 +81,14 @@ def reduce_logdir(
     """
     if vault_format not in VAULT_FORMATS:
         raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
-    if is_remote(logdir):
+    eng = open_engine(logdir, backup_dir, quiet_period=quiet_period, verify_backends=verify_backends,
+                      closed_files=closed_files)
+    if isinstance(eng, BucketEngine):
+        # the one reduce that is not the engine's alone: a bucket plans from one listing that its
+        # transactions share, and its ledgers are objects (``api.reduce_bucket``)
         if not dry_run:
             lease.configure(lease_seconds, sharding.label(shard))
-            return reduce_on_bucket(logdir.rstrip("/"), backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
+            return reduce_on_bucket(eng, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
                                     min_size=min_size, older_than=older_than, quiet_period=quiet_period,
                                     on_outcome=on_outcome, verify_backends=verify_backends, shard=shard,
                                     shard_with=shard_with, partition_sizes=partition_sizes, ledger=ledger,
@@ -103,8 +104,8 @@ def reduce_logdir(
             RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                        reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                        bytes_after=rp.expected_after_bytes) for rp in p.runs])
-    backup_dir, remote = split_backup_dir(logdir, backup_dir)  # a bucket URL: the local vault offloads there
-    ctx = context_of(logdir, backup_dir, quiet_period, verify_backends, closed_files)
+    backup_dir, remote = eng.local_backup_dir, eng.remote_vault  # a bucket URL: the local vault offloads there
+    ctx = eng.ctx
     pol = get_policy(policy)
     before_limit = throttle.limit()
     if max_file_ops_per_second is not None:
@@ -116,7 +117,7 @@ def reduce_logdir(
     if cancel is None:  # one token for the batch: an interrupt stops the runs of other threads too
         cancel = CancelToken()
     try:
-        return _reduce(ctx, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
+        return _reduce(eng, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
                        shard=shard, shard_with=shard_with, partition_sizes=partition_sizes,
@@ -171,10 +172,11 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
         throttle.configure(before_limit)
 
 
-def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
+def _reduce(eng: LocalEngine, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
             older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
             shard, shard_with, partition_sizes, vault_format=DEFAULT_VAULT_FORMAT,
             remote: Optional[str] = None) -> ReduceReport:
+    ctx = eng.ctx
     if not dry_run:
         refuse_unless_ours(ctx.state, ctx.vault)  # never a backup where another user can unlink it
         if remote:  # remembered before any backup is made: every later verb finds the remote vault
@@ -217,11 +219,12 @@ def _reduce(ctx: Context, logdir: str, backup_dir: Optional[str], pol, dry_run: 
             return report
         remember_vault(ctx)
         before = disk_in_use(ctx)
-        book = open_ledger(ctx, ledger, pol.name, shard)
+        book = eng.open_ledger(ledger, pol.name, shard)
         if book:
             report.ledger_path = book.path
+            eng.settle_ledger(book.path)  # a custom --ledger PATH: the start settled only the default ones
         todo = _ledger_filter(book, p, report, on_outcome, recovered)
-        batch = _Batch(ctx, pol.to_dict(), book, timeout, cancel, progress, on_outcome, vault_format)
+        batch = _Batch(eng, pol.to_dict(), book, timeout, cancel, progress, on_outcome, vault_format)
         if jobs > 1:
             with ThreadPoolExecutor(max_workers=jobs) as ex:
                 try:
@@ -279,9 +282,10 @@ def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_out
 
 @dataclass
 class _Batch:
-    """One run of a batch: its own transaction, recorded in the ledger step by step."""
+    """One run of a batch: its own transaction (``LocalEngine.reduce_run``), recorded in the ledger
+    step by step."""
 
-    ctx: Context
+    eng: LocalEngine
     policy: dict
     book: Optional[Ledger]
     timeout: Optional[float]
@@ -324,29 +328,7 @@ class _Batch:
             if self.progress:
                 self.progress(rp.run, name, frac)
 
-        o = reduce_run(self.ctx, rp, policy=self.policy, cancel=token, progress=step)
-        if o.status == Outcome.VERIFIED and o.op_id and self.vault_format == "compressed":
-            # after the commit, never inside the transaction: its verification read the backup as
-            # the original's own inode; a failure here leaves hard links (safe, freed by purge);
-            # a blob another run's transaction backs up too stays plain until that one's turn.
-            # Under the run's lock, so no restore or purge of the run races it; a run taken
-            # meanwhile is compacted by the next start (the note)
-            try:
-                with RunLock(self.ctx.lock_dir, rp.run):
-                    compact_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
-            except (RunLocked, OSError):
-                # a lock file the disk refuses (ENOSPC, EMFILE) fails no committed run: the
-                # backups stay hard links and the next start compacts them, as for a busy run
-                note_compaction(self.ctx.vault, o.op_id)
-        if o.status == Outcome.VERIFIED and o.op_id and offload.remote_url(self.ctx.vault):
-            # after the compaction, under the run's lock as it: the backups go to the remote vault
-            # (each verified there before its local copy is unlinked); a run taken meanwhile, or a
-            # store that fails, leaves them local and the next start offloads them
-            try:
-                with RunLock(self.ctx.lock_dir, rp.run):
-                    offload.offload_operation(self.ctx.vault, o.op_id, journal_blobs(self.ctx))
-            except (RunLocked, OSError):
-                pass
+        o = self.eng.reduce_run(rp, policy=self.policy, cancel=token, progress=step, vault_format=self.vault_format)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
             self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,

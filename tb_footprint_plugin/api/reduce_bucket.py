@@ -7,35 +7,31 @@ from typing import Optional
 
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.front import BucketEngine
 from tb_footprint_plugin.engine.ledger import mark_recovered
 from tb_footprint_plugin.plan.planner import make_plan
 from tb_footprint_plugin.plan import shard as sharding
-from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.remote import RemoteError
-from tb_footprint_plugin.api.common import bucket_in_use, bucket_of, DEFAULT_BACKENDS, logdir_keys
+from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, logdir_keys
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import bucket_notes, bucket_traces, scan_shard_sizes, select_runs, shard_plan
 
 
-def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
+def reduce_on_bucket(eng: BucketEngine, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
                      quiet_period, on_outcome, verify_backends=DEFAULT_BACKENDS, shard=None, shard_with=None,
                      partition_sizes=None, ledger=None, closed_files=None) -> "ReduceReport":
     """Reduce a bucket logdir: settle unfinished operations, one listing to scan and plan from,
     then each run as its own bucket transaction. With ``shard``, only this shard's runs (the
     partition of ``shard_plan``), and every transition recorded in the shard's ledger objects
     (``engine.bucket_ledger``; also with ``ledger`` set, unsharded)."""
-    from tb_footprint_plugin.engine import bucket as bk
-    from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
-    from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
     from tb_footprint_plugin.scan.scanner import scan_bucket
 
-    rfs, vault = bucket_of(logdir, backup_dir)
-    if vault.blobs is not None:
-        vault.blobs.store  # a local vault of blobs: made 0700 (or refused, naming it) before anything starts
-    recovered = bk.recover(rfs, vault)
-    objects = rfs.list_tree()
-    in_use_before = _with_local_vault(vault, bucket_in_use(rfs, vault, objects))
-    fp = scan_bucket(rfs, objects, backup_dir=backup_dir)
+    logdir = eng.logdir.rstrip("/")
+    eng.prepare_vault()
+    recovered = eng.recover()
+    objects = eng.rfs.list_tree()
+    in_use_before = eng.stored(objects)
+    fp = scan_bucket(eng.rfs, objects, backup_dir=backup_dir)
     mine = None
     if shard is not None:
         shard = sharding.check_shard(*shard)
@@ -53,7 +49,7 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
     traces.save(r.name for r in fp.runs)
     bucket_notes(p, fp, backup_dir, traces.stats)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
-    book = BucketLedger(rfs, pol.name, sharding.label(shard)) if (shard is not None or ledger) else None
+    book = eng.open_ledger(pol.name, sharding.label(shard)) if (shard is not None or ledger) else None
     if book:
         report.ledger_path = book.url
         report.ledger_problems += mark_recovered(book, recovered)
@@ -76,33 +72,22 @@ def reduce_on_bucket(logdir: str, backup_dir: Optional[str], pol, *, runs, run_g
             on_outcome(o)
 
     todo = [rp for rp in p.runs if not rp.skipped]
-    report.outcomes += reduce_runs(rfs, vault, todo, objects, quiet_period,
-                                   policy=(p.policy or {}).get("name"), on_outcome=settled,
-                                   verify_backends=tuple(verify_backends), begin=begin, closed_files=closed_files)
-    report.requests = rfs.stats.to_dict()
+    report.outcomes += eng.reduce_runs(todo, objects, quiet_period, policy=(p.policy or {}).get("name"),
+                                       on_outcome=settled, verify_backends=tuple(verify_backends), begin=begin,
+                                       closed_files=closed_files)
+    report.requests = eng.rfs.stats.to_dict()
     removed = report.removed_from_logdir_bytes
     if removed:  # the backups are whole copies in the store: what purge frees is the bucket's retention's say
         try:
-            report.freed_on_disk_after_purge_bytes = bk.retention_report(rfs, vault, removed)["freed_after_purge"]
+            report.freed_on_disk_after_purge_bytes = eng.retention(removed)["freed_after_purge"]
         except (OSError, ValueError):
             pass
-    in_use_after = _with_local_vault(vault, bucket_in_use(rfs, vault))  # None when a listing fails
+    in_use_after = eng.stored()  # None when a listing fails
     if in_use_before is not None and in_use_after is not None:
         report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = in_use_before, in_use_after
         # copies in the same store: ~0; blobs in a local folder: what left, less the blobs' stored size
         report.freed_now_bytes = in_use_before - in_use_after
     return report
-
-
-def _with_local_vault(vault, in_use: Optional[int]) -> Optional[int]:
-    """What the logdir holds plus what a local vault of blobs holds, as stored (compressed,
-    packed); None when either cannot be listed."""
-    if in_use is None or vault.blobs is None:
-        return in_use
-    try:
-        return in_use + int(vault.blobs.store.stats()["stored_bytes"])
-    except (OSError, ValueError, BlobFailure):
-        return None
 
 
 def _mark_bucket_outcome(book, o: RunOutcome, report: "ReduceReport") -> None:

@@ -7,17 +7,14 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence
 
 from tb_footprint_plugin.codes import Outcome, Skip
-from tb_footprint_plugin.engine.catalogue import remember_vault
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
+from tb_footprint_plugin.engine.front import open_engine
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.plan.retire import plan_retire, read_keep_list, RetireItem, RetirePlan, RetireRule
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.storage.remote import is_remote
-from tb_footprint_plugin.api.common import bucket_of, context_of, RunProgress, split_backup_dir
-from tb_footprint_plugin.api.settle import recover_logdir
+from tb_footprint_plugin.api.common import RunProgress
 from tb_footprint_plugin.api.reports import RunOutcomes
 
 
@@ -53,23 +50,11 @@ def retire_rule(**kw) -> RetireRule:
     return rule
 
 
-def _no_remote_retire(logdir: str, backup_dir: Optional[str]) -> None:
-    """A local logdir's runs are retired into its local vault only: a bucket URL as backup dir
-    (the offloaded vault of reductions) is refused by name rather than quietly ignored."""
-    if split_backup_dir(logdir, backup_dir)[1]:
-        raise ValueError(f"backup dir {backup_dir}: retiring a local logdir's runs into a bucket is not supported "
-                         "yet (reduce offloads its backups there); retire without --backup-dir, or with a local one")
-
-
 def retire_plan(logdir: str, rule: RetireRule, *, backup_dir: Optional[str] = None,
                 quiet_period: float = DEFAULT_QUIET_PERIOD, footprint: Optional[LogdirFootprint] = None) -> RetirePlan:
     """The dry run of a retirement: which runs the rule selects, what each takes along, and why
     the others stay (with each run's metric for a keep-best rule). Writes nothing."""
-    if is_remote(logdir):
-        bucket_of(logdir.rstrip("/"), backup_dir)  # the same refusals as the retirement's
-    else:
-        _no_remote_retire(logdir, backup_dir)
-        context_of(logdir, backup_dir, quiet_period)
+    open_engine(logdir, backup_dir, quiet_period=quiet_period).check_retire()  # the retirement's refusals
     fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
     return plan_retire(fp, rule, quiet_period=quiet_period)
 
@@ -83,24 +68,13 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
     ``only`` (run names) limits the retirement to runs of the plan the user confirmed: a run the
     rule selects now but that was not shown is left alone. On a bucket logdir each run is a bucket
     retirement (``engine.bucket_retire``), planned from one listing; ``progress`` is a disk's."""
-    if is_remote(logdir):
-        from tb_footprint_plugin.engine import bucket as bk
+    eng = open_engine(logdir, backup_dir, quiet_period=quiet_period)
+    eng.check_retire()
+    recovered = [] if dry_run else eng.recover()
 
-        logdir = logdir.rstrip("/")
-        rfs, vault = bucket_of(logdir, backup_dir)
-        recovered = [] if dry_run else bk.recover(rfs, vault)
-
-        def retire_one(item: RetireItem) -> RunOutcome:
-            return bk.retire_run(rfs, vault, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
-                                 quiet_period=quiet_period)
-    else:
-        _no_remote_retire(logdir, backup_dir)
-        ctx = context_of(logdir, backup_dir, quiet_period)
-        recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
-
-        def retire_one(item: RetireItem) -> RunOutcome:
-            return retire_run(ctx, item.run, takes_along=item.takes_along, rule=rule.to_dict(),
-                              cancel=CancelToken(parent=cancel),
+    def retire_one(item: RetireItem) -> RunOutcome:
+        return eng.retire_run(item.run, takes_along=item.takes_along, rule=rule.to_dict(), quiet_period=quiet_period,
+                              cancel=cancel,
                               progress=(lambda step, frac, r=item.run: progress(r, step, frac)) if progress else None)
     p = retire_plan(logdir, rule, backup_dir=backup_dir, quiet_period=quiet_period, footprint=footprint)
     report = RetireReport(dry_run=dry_run, plan=p, recovered=recovered)
@@ -109,8 +83,7 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
                                       reason=i.reason, code=i.code, bytes_before=i.bytes, bytes_after=0 if i.selected
                                       else i.bytes) for i in p.items]
         return report
-    if not is_remote(logdir):
-        remember_vault(ctx)
+    eng.remember_vault()
     # one loop for every store: what is not confirmed or comes after a cancel never reaches an engine
     for item in p.selected:
         if only is not None and item.run not in only:
@@ -129,17 +102,4 @@ def retire(logdir: str, rule: RetireRule, *, dry_run: bool = True, backup_dir: O
 
 def retired(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     """Retired runs still kept in the vault (restorable), newest first: run, size, date, op id."""
-    if is_remote(logdir):
-        from tb_footprint_plugin.engine import bucket as bk
-
-        rfs, vault = bucket_of(logdir.rstrip("/"), backup_dir)
-        return [{"op_id": m["op"], "run": m["run"], "takes_along": m.get("takes_along") or [],
-                 "bytes": m.get("bytes_before", 0), "files": len(m["files"]), "retired_at": m.get("created"),
-                 "user": m.get("user"), "tree_sha256": None, "rule": m.get("rule")}
-                for m in bk.retirements(bk.manifests(rfs, vault))]
-    ctx = context_of(logdir, backup_dir)
-    return [{"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along", []),
-             "bytes": m.get("bytes_before", 0), "files": len(m.get("tree", [])), "retired_at": m.get("finished_at"),
-             "user": m.get("user"), "tree_sha256": m.get("tree_sha256"), "rule": m.get("rule")}
-            for m in retirements(ctx) if is_restorable_retirement(m)]
-
+    return open_engine(logdir, backup_dir).retired()

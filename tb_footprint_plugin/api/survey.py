@@ -9,9 +9,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.engine import health, offload, usage
-from tb_footprint_plugin.engine.journal import RunLock
-from tb_footprint_plugin.engine.ledger import Ledger, ledger_path
+from tb_footprint_plugin.engine import offload, usage
+from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, Vault
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, let_go,
@@ -24,7 +24,7 @@ from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.openfiles import JoinedPaths, find_writers
 from tb_footprint_plugin.storage.paths import is_within, state_dir, state_dirs_in
 from tb_footprint_plugin.storage.remote import is_remote
-from tb_footprint_plugin.api.common import bucket_of, context_of, logdir_keys, partition_name, split_backup_dir
+from tb_footprint_plugin.api.common import logdir_keys, partition_name, split_backup_dir
 from tb_footprint_plugin.api.records import history
 
 
@@ -71,25 +71,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     remote = remote or offload.remote_url(Vault(state_dir(logdir)))
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [
         _offload_note(p, remote) if remote else _vault_note(logdir, backup_dir, p, vault_format)]
-    ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
-    if ops:
-        cmd = health.settle_command(logdir, backup_dir)
-        interrupted = 0
-        for o in ops:
-            if o["run"] is None:
-                interrupted += 1
-                continue
-            # an operation whose holder still runs (elsewhere: a live lease) is not interrupted
-            holder = RunLock(os.path.join(state_dir(logdir), "locks"), o["run"]).live_holder()
-            if holder:
-                leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
-                            "left alone", Skip.LOCKED)
-            else:
-                interrupted += 1
-                leave_alone(p, o["run"], f"unfinished {o['kind']} operation {o['op_id']} (interrupted?); "
-                            f"run `{cmd}` to settle it", Skip.UNFINISHED)
-        if interrupted:
-            p.notes.append(f"{interrupted} unfinished operation(s): run `{cmd}` to settle them")
+    open_engine(logdir, backup_dir, lazy=True).leave_alone_unfinished(p)
     live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
     if live:
         # relative paths the scan holds anyway: an absolute one each would be ~170 bytes a file
@@ -162,7 +144,6 @@ def bucket_traces(url: str):
 def bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str], measured=None) -> None:
     """The request cost of a bucket plan, and when its bytes are really freed on this bucket;
     ``measured``: the requests the plan's own trace measures issued, counted with its scan's."""
-    from tb_footprint_plugin.engine.bucket import retention_report
     from tb_footprint_plugin.plan.cost import request_cost
     from tb_footprint_plugin.storage.remote import protocol_of
 
@@ -171,8 +152,7 @@ def bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str], measur
         scanned = p.cost["scan"]
         for k, v in measured.to_dict().items():
             scanned[k] = scanned.get(k, 0) + v
-    rfs, vault = bucket_of(fp.logdir, backup_dir)
-    p.cost["freed"] = retention_report(rfs, vault, p.removable_bytes)
+    p.cost["freed"] = open_engine(fp.logdir, backup_dir).retention(p.removable_bytes)
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
 
 
@@ -277,12 +257,8 @@ def scan_shard_sizes(logdirs: Sequence[str], backup_dir: Optional[str], scans: D
 
 
 def _in_flight(logdir: str) -> List[dict]:
-    """Reductions under way in a local logdir, as change-log entries of their planned sizes."""
-    if is_remote(logdir):
-        return []  # a bucket's manifests, read as its history, are written before anything is deleted
-    return [{"kind": "reduce", "outcome": "verified", "run": o["run"], "before": o["bytes_before"]}
-            for o in health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
-            if o["kind"] == "reduce" and isinstance(o["run"], str) and o["bytes_before"] is not None]
+    """Reductions under way, as change-log entries of their planned sizes (``Engine.in_flight``)."""
+    return open_engine(logdir, lazy=True).in_flight()
 
 
 def shard_plan(logdirs: Sequence[str], shard: Tuple[int, int], backup_dir: Optional[str] = None,
@@ -307,17 +283,16 @@ def ledger_skips(p: Plan, policy="archive", *, backup_dir: Optional[str] = None,
     will touch. A run with an interrupted attempt of its own stays in (the reduce settles it, and
     records it in the ledger, before it decides); a ledger of another policy holds nothing (the
     reduce sets it aside); a bucket logdir's reduce does not skip by its ledger, so neither does this."""
-    from tb_footprint_plugin.engine.ledger import load_ledger
-
-    if not ledger or is_remote(p.logdir):
+    if not ledger:
         return []
-    ctx = context_of(p.logdir, backup_dir)
-    path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
-    data, _problems = load_ledger(path, ctx.logdir)  # untrusted: refused entries are simply not used
+    found = open_engine(p.logdir, backup_dir).resumable_ledger(ledger, shard)
+    if found is None:
+        return []
+    path, data, base = found  # untrusted: refused entries are simply not used
     name = get_policy(policy).name
-    if data is None or (data.get("policy") != name and data["runs"]):
+    if data.get("policy") != name and data["runs"]:
         return []
-    book = Ledger(path, name, ctx.logdir)
+    book = Ledger(path, name, base)
     skipped = []
     for rp in p.runs:
         if not rp.actions or rp.skipped:

@@ -9,7 +9,13 @@ TensorBoard plugin at load, and ``tb-footprint recover``):
 4. remove scratch directories of processes that are gone, and restore temp files;
    finish compactions of backups into compressed blobs that were killed midway, then offloads
    of backups into the remote vault (``engine.offload``) that were killed or could not reach it;
-5. salvage records written into backups after their reduction (late writers).
+5. salvage records written into backups after their reduction (late writers);
+6. release the backups a restore kept on doubt once nothing claims them (``release_kept_restores``);
+7. record as done the runs a gone worker's batch ledger left in flight although their reduction
+   committed (``settle_stale_ledgers``).
+
+``start`` runs them all; steps 5-7 share one read of the manifests (each only picks candidates
+from it and reads again what it acts on, under the run's lock).
 
 Each step reports what it did as a ``RecoveryOutcome`` with a code; nothing is dropped
 silently, and a step that cannot be done now is retried at the next start.
@@ -17,16 +23,24 @@ silently, and a step that cannot be done now is retried at the next start.
 from __future__ import annotations
 
 import os
-from typing import List
+import socket
+from typing import Callable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import offload, oplog, salvage, trust
-from tb_footprint_plugin.engine.catalogue import journal_blobs
+from tb_footprint_plugin.engine.catalogue import journal_blobs, known_vaults, unsettled_op
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
+from tb_footprint_plugin.engine.lease import holder_alive
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_paths, load_ledger
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
+from tb_footprint_plugin.engine.restore import release_restored_backup
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_BUSY, KEPT_OPEN, Vault
+from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage import scratch
+
+Manifests = Callable[[Context], List[dict]]
 
 
 def has_state(ctx: Context, vault_roots: List[str]) -> bool:
@@ -34,8 +48,34 @@ def has_state(ctx: Context, vault_roots: List[str]) -> bool:
     return any(os.path.isdir(r) for r in [ctx.state, *vault_roots])
 
 
-def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[RecoveryOutcome]:
-    """Run every start-up step; ``manifests_of(ctx)`` lists this logdir's manifests."""
+def start(ctx: Context, manifests_of: Manifests) -> List[RecoveryOutcome]:
+    """What every start does (steps 0-7 above), with one read of the manifests for steps 5-7:
+    ``manifests_of(ctx)`` lists this logdir's manifests (``catalogue.own_manifests``); it is
+    called once, after the steps that write manifests (journals settled, manifests rebuilt,
+    purges, compactions and offloads finished), and its list is shared by the salvage, the
+    release of kept restores and the stale ledgers. Those only choose candidates from it: each
+    reads again, under the run's lock, what it acts on."""
+    vault_roots = known_vaults(ctx)
+    if not has_state(ctx, vault_roots):
+        return []
+    snapshot: List[List[dict]] = []
+
+    def once(c: Context) -> List[dict]:
+        if not snapshot:
+            snapshot.append(manifests_of(c))
+        return snapshot[0]
+
+    out = recover_all(ctx, vault_roots, manifests_of, settled=once)
+    out += release_kept_restores(ctx, once(ctx))
+    settle_stale_ledgers(ctx, once(ctx))
+    return out
+
+
+def recover_all(ctx: Context, vault_roots: List[str], manifests_of: Manifests,
+                settled: Optional[Manifests] = None) -> List[RecoveryOutcome]:
+    """Run the start-up steps 0-5; ``manifests_of(ctx)`` lists this logdir's manifests (read
+    again after each step that may change them); ``settled``: what lists them for the salvage,
+    the last step (``start`` passes its one shared read)."""
     if not has_state(ctx, vault_roots):
         return []
     outcomes: List[RecoveryOutcome] = _repair_identity(ctx, vault_roots)
@@ -66,8 +106,101 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of) -> List[Reco
         if swept:
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
                                             f"processes removed from {vault.tmp}", Finding.SCRATCH_SWEPT))
-    outcomes += _salvage(ctx, manifests_of(ctx))
+    outcomes += _salvage(ctx, (settled or manifests_of)(ctx))
     return outcomes
+
+
+def release_kept_restores(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
+    """Release the backups that a restore kept because something had a claim on them at that
+    moment. A restore gives back its vault copies once the originals stand again
+    (``release_restored_backup``), but on any doubt it keeps them: a manifest it could not read,
+    or a journal or another operation claiming the same bytes. That doubt can be brief, e.g. a
+    concurrent transaction backing up identical bytes, or a log piece being sealed while it was
+    read. Each start asks again, under the run's lock, with the manifest read afresh
+    (``manifests`` only names the candidates: the start's one read). A blob that is still
+    claimed stays, and so does one whose file has changed since the restore. Returns one
+    ``released`` outcome per operation whose backup went."""
+    roots = {os.path.realpath(r) for r in known_vaults(ctx)}
+    todo = [m for m in manifests if m.get("kind") == "reduce" and m.get("restored_by")
+            and not m.get("backup_purged") and isinstance(m.get("run"), str) and isinstance(m.get("vault"), str)
+            and os.path.realpath(m["vault"]) in roots]  # a vault field is untrusted: only one of ours
+    out: List[RecoveryOutcome] = []
+    for m in todo:
+        try:
+            lock = RunLock(ctx.lock_dir, m["run"]).acquire()
+        except (RunLocked, OSError):
+            continue  # being changed now: the next start asks again
+        try:
+            if unsettled_op(ctx, m["run"]):
+                continue  # an operation on the run is open: it may rely on these bytes
+            vault = Vault(m["vault"])
+            fresh = vault.read_manifest(m["op_id"])
+            if fresh.get("backup_purged") or not fresh.get("restored_by"):
+                continue
+            freed = release_restored_backup(ctx, vault, fresh)
+            if vault.read_manifest(m["op_id"]).get("backup_purged"):
+                out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.RELEASED,
+                                           f"backup of restored operation {m['op_id']} released "
+                                           f"({human_bytes(freed)} freed): the claim that kept it at the restore is gone",
+                                           Recovery.RELEASED))
+        except (OSError, ValueError, Untrusted):
+            continue  # unreadable now: it stays kept (purge can free it)
+        finally:
+            lock.release()
+    return out
+
+
+def settle_stale_ledgers(ctx: Context, manifests, *, mine: bool = False,
+                         paths: Optional[List[str]] = None) -> List[str]:
+    """Record as ``done`` each run a batch ledger leaves ``reducing``/``verifying`` for a worker
+    that is gone (on this host) when the run's reduction committed anyway: an interrupt or a kill
+    between the commit and the ledger's "done" record (while its backups were compacted or the
+    ledger written) left no journal for recovery to settle, so the entry stayed in flight for good
+    and a rerun never revisits a run the reduction left nothing of to plan. The operation is the
+    run's verified reduce whose manifest was finished after the in-flight mark (the commit follows
+    it); its sizes and id go into the entry, as ``mark_recovered`` writes a completed one.
+    ``manifests``: the logdir's manifests (a list, or a callable of ``ctx`` called only when some
+    entry is stale). ``mine``: this process's own entries count as gone too (its batch was
+    interrupted). ``paths``: the ledgers to look at (default: every default ledger of the state
+    folder, ``ledger_paths``; a custom ``--ledger PATH`` is settled by the reduce that names it).
+    Returns the runs recorded; a ledger that cannot be read or written is left as it is."""
+    def gone(e: dict) -> bool:
+        if e.get("host") != socket.gethostname() or not isinstance(e.get("pid"), int) or e["pid"] <= 0:
+            return False
+        if mine and e["pid"] == os.getpid():
+            return True
+        return not holder_alive(e["pid"], e.get("pid_start"))
+
+    done: List[str] = []
+    for path in ledger_paths(ctx.state) if paths is None else paths:
+        data, _problems = load_ledger(path, ctx.logdir)
+        if not data:
+            continue
+        stale = {run: e for run, e in data["runs"].items()
+                 if e.get("state") in ("reducing", "verifying") and gone(e)}
+        if not stale:
+            continue
+        if callable(manifests):
+            manifests = manifests(ctx)
+        book = Ledger(path, data.get("policy") or "", ctx.logdir, shard=None)
+        for run, e in stale.items():
+            since = float(e.get("updated_at") or 0)
+            ops = [m for m in manifests if m.get("run") == run and m.get("kind") == "reduce"
+                   and m.get("outcome") == Outcome.VERIFIED and m.get("host") in (None, e.get("host"))
+                   and isinstance(m.get("finished_at"), (int, float)) and m["finished_at"] >= since
+                   and isinstance(m.get("bytes_before"), int) and isinstance(m.get("bytes_after"), int)]
+            if not ops:
+                continue  # not committed: a rerun reduces it again (``RETRY_STATES``)
+            m = min(ops, key=lambda o: o["finished_at"])  # the attempt that entry was for
+            b, a = m["bytes_before"], m["bytes_after"]
+            book.who["shard"] = e.get("shard")
+            try:
+                book.mark(run, "done", op_id=m["op_id"], verified=True, code=Recovery.COMPLETED, error=None,
+                          original_size_bytes=b, after_size_bytes=a, reduced_ratio=round(1 - a / b, 4) if b else 0.0)
+            except OSError:
+                break  # the ledger is a record: the reduction on disk stands
+            done.append(run)
+    return done
 
 
 def _repair_identity(ctx: Context, vault_roots: List[str]) -> List[RecoveryOutcome]:
@@ -286,4 +419,4 @@ def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
     return out
 
 
-__all__ = ["recover_all", "has_state", "forget_released"]
+__all__ = ["recover_all", "has_state", "forget_released", "release_kept_restores", "settle_stale_ledgers", "start"]

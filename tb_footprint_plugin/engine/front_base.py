@@ -1,0 +1,165 @@
+"""The one interface between the API and the engines (issue #26): ``Engine``, one method per thing
+the API's verbs need of a logdir's state and backups, whichever store holds them. Implemented once
+for a local logdir (``engine.front_local.LocalEngine``) and once for a bucket logdir
+(``engine.front_bucket.BucketEngine``); ``engine.front.open_engine`` chooses between them, once.
+
+Both answer the same types (``RecoveryOutcome``, ``RunOutcome``, ``PurgeReport``, manifests in the
+one shape, dicts of one shape); where the two differ today, the implementation's docstring says so.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Collection, List, Optional, Sequence, Tuple
+
+from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
+from tb_footprint_plugin.engine.purge import PurgeReport
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+
+DEFAULT_BACKENDS = ("python", "rust")
+
+Progress = Optional[Callable[[str, float], None]]  # (step, fraction) of one run
+
+
+class Engine(ABC):
+    """What the API needs of a logdir's state and backups, whichever store holds them."""
+
+    #: ``"local"`` or ``"bucket"``, for what is reported (never for choosing code paths)
+    kind: str = ""
+    logdir: str
+    backup_dir: Optional[str]
+
+    # -- settling ----------------------------------------------------------------------------
+    @abstractmethod
+    def recover(self) -> List[RecoveryOutcome]:
+        """Settle what was left unfinished (every changing verb's first step): each outcome has an
+        action and a code."""
+
+    @abstractmethod
+    def unfinished(self) -> dict:
+        """Unfinished operations and damage, read-only: ``{unfinished_operations, problems,
+        settle_command}``."""
+
+    @abstractmethod
+    def interrupted_state(self) -> List[dict]:
+        """Each unfinished operation said plainly, read-only: ``{op_id, run, kind, untouched, files,
+        changed}``."""
+
+    @abstractmethod
+    def settle_interrupted(self, *, policy_name: str, ledger: Optional[str], shard: Optional[Tuple[int, int]],
+                           rolled_back: Sequence[str]) -> List[dict]:
+        """After this process's reduce was interrupted: settle what it left, as the next start
+        would, and record it in the batch ledger; one dict per settled operation ``{op_id, run,
+        action, code, detail, untouched, files}``."""
+
+    # -- the catalogue -------------------------------------------------------------------------
+    @abstractmethod
+    def operations(self, run: Optional[str] = None) -> List[dict]:
+        """Every operation's manifest in the local shape (``op_id``, ``kind``, ``outcome``,
+        ``restored_by``, ``backup_purged``, ``started_at``), newest first; optionally of one run."""
+
+    def operation(self, op_id: str) -> dict:
+        """One operation's full manifest; ``TransactionError`` when there is none."""
+        for m in self.operations():
+            if m.get("op_id") == op_id:
+                return m
+        raise TransactionError(f"no operation {op_id!r} in the vault of {self.logdir}")
+
+    @abstractmethod
+    def status(self) -> dict:
+        """Unfinished operations, damage, the batch ledgers merged, the vault and its operations,
+        the disk in use and what purge frees (the keys ``api.status`` documents)."""
+
+    @abstractmethod
+    def disk_numbers(self) -> dict:
+        """The tab's header numbers: ``disk_in_use_bytes``, ``freed_now_bytes``,
+        ``freed_after_purge_bytes`` (and ``remote_vault_bytes`` where a remote vault is known)."""
+
+    @abstractmethod
+    def history(self) -> List[dict]:
+        """The change log, oldest first (the entries ``api.history`` documents)."""
+
+    # -- backups -----------------------------------------------------------------------------
+    @abstractmethod
+    def recheck(self, run: Optional[str], op: Optional[str],
+                progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+        """Re-check committed reductions (``api.verify``), after settling what is unfinished."""
+
+    @abstractmethod
+    def restore(self, run: Optional[str], op: Optional[str]) -> List[RunOutcome]:
+        """Put back the exact original bytes (``api.restore``), after settling what is unfinished."""
+
+    @abstractmethod
+    def restorable(self, run: Optional[str] = None) -> List[dict]:
+        """What ``restore`` would put back, as operation summaries, newest first."""
+
+    @abstractmethod
+    def backup_runs(self) -> List:
+        """The run every operation's manifest names (untrusted: maybe not a string), for purge's
+        selection among the runs with backups."""
+
+    @abstractmethod
+    def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
+              runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
+              recovered: Sequence[RecoveryOutcome] = ()) -> PurgeReport:
+        """Delete (``yes``) or list the backups of verified or restored operations; the journals
+        ``recovered`` refused are reported first in ``refused``."""
+
+    # -- retire --------------------------------------------------------------------------------
+    @abstractmethod
+    def check_retire(self) -> None:
+        """The refusals a retirement makes before it plans (``ValueError`` naming why)."""
+
+    @abstractmethod
+    def retire_run(self, run: str, *, takes_along: Sequence[str], rule: dict, quiet_period: float,
+                   cancel: Optional[CancelToken] = None, progress: Progress = None) -> RunOutcome:
+        """Retire one run (and what it takes along) as its own journaled operation."""
+
+    @abstractmethod
+    def retired(self) -> List[dict]:
+        """Retired runs still kept in the vault, newest first: ``{op_id, run, takes_along, bytes,
+        files, retired_at, user, tree_sha256, rule}``."""
+
+    def remember_vault(self) -> None:
+        """Record the vault before a changing verb writes its first backup (so later verbs find it)."""
+
+    @abstractmethod
+    def offload_url(self) -> Optional[str]:
+        """The remote vault (a bucket URL) the logdir's committed backups are offloaded to, or None."""
+
+    # -- planning ------------------------------------------------------------------------------
+    @abstractmethod
+    def in_flight(self) -> List[dict]:
+        """Reductions under way, as change-log entries of their planned sizes (``{kind, outcome,
+        run, before}``), for the shard partition's original sizes."""
+
+    @abstractmethod
+    def leave_alone_unfinished(self, p) -> None:
+        """Mark in plan ``p`` the runs an unfinished operation holds (``Skip.LOCKED`` when its
+        holder still runs, else ``Skip.UNFINISHED`` with the command that settles it)."""
+
+    @abstractmethod
+    def resumable_ledger(self, ledger: str, shard: Optional[Tuple[int, int]] = None
+                         ) -> Optional[Tuple[str, dict, str]]:
+        """``(path, entries, logdir)`` of the batch ledger a resumed reduce will skip by, or None."""
+
+    # -- what a reduction frees ------------------------------------------------------------------
+    @abstractmethod
+    def retention(self, removable: int) -> Optional[dict]:
+        """When the bytes a reduction removes are really freed on this store (``lines`` to show,
+        ``freed_after_purge``); None where that is not a store's question (a local disk)."""
+
+
+def refused_rows(recovered: Sequence[RecoveryOutcome]) -> List[dict]:
+    """What a purge reports of the journals ``recovered`` refused (planted, copied, malformed)."""
+    return [{"op_id": r.op_id, "code": r.code, "detail": r.detail} for r in recovered if r.action == "refused"]
+
+
+def already_restored(m: dict) -> RunOutcome:
+    """A restore asked for again: its originals are back already, nothing is done (said so)."""
+    return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.ALREADY_RESTORED, op_id=m["op_id"],
+                      reason=f"already restored: operation {m['op_id']} was restored by {m['restored_by']}",
+                      bytes_before=m.get("bytes_before", 0), bytes_after=m.get("bytes_before", 0))
+
+
+__all__ = ["DEFAULT_BACKENDS", "Engine", "Progress", "already_restored", "refused_rows"]

@@ -1,0 +1,269 @@
+"""The engine of a logdir in object storage (S3, GCS, Azure): ``Engine`` over ``engine.bucket``'s
+front, a ``RemoteFS`` and its ``BucketVault`` (server-side copies in the store, or blobs in a
+local folder). ``engine.bucket`` is imported at first use: it loads the object-store clients.
+"""
+from __future__ import annotations
+
+from typing import Callable, Collection, List, Optional, Sequence, Tuple
+
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.engine import health, usage
+from tb_footprint_plugin.engine.catalogue import summarize_operations
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
+from tb_footprint_plugin.engine.front_base import Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.ledger import with_restores
+from tb_footprint_plugin.engine.purge import PurgeReport
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.storage.remote import RemoteError
+
+
+def bucket_of(logdir: str, backup_dir: Optional[str]):
+    """``(RemoteFS, BucketVault)`` of a bucket logdir: backups as server-side copies in its store
+    (``backup_dir`` unset or a prefix of the same store), or blobs in a local folder of ours
+    (``backup_dir`` a path; ``NotPrivate`` when it is not ours)."""
+    from tb_footprint_plugin.engine.bucket import BucketVault
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
+    rfs = RemoteFS(logdir)
+    return rfs, BucketVault.for_logdir(rfs, backup_dir)
+
+
+def op_view(m: dict) -> dict:
+    """A bucket manifest in the local shape (``op_id``, ``kind``, ``outcome``, ``restored_by``,
+    ``backup_purged``, ``started_at``), so one set of rules and views serves both; one in that
+    shape already is returned as it is (without private ``_`` keys)."""
+    out = {k: v for k, v in m.items() if not k.startswith("_")}
+    if "op_id" in m and "outcome" in m:
+        return out
+    status = m.get("status")
+    out.update(op_id=m.get("op"), kind="retire" if m.get("kind") == "retire" else "reduce",
+               started_at=m.get("created"), finished_at=m.get("created"),
+               outcome=Outcome.VERIFIED if status in ("verified", "restored") else status,
+               restored_by="a restore" if status == "restored" else None,
+               backup_purged=bool(m.get("purged")))
+    return out
+
+
+class BucketEngine(Engine):
+    """A logdir in object storage (S3, GCS, Azure): ``engine.bucket``'s front over a ``RemoteFS``
+    and its ``BucketVault`` (server-side copies in the store, or blobs in a local folder)."""
+
+    kind = "bucket"
+
+    def __init__(self, logdir: str, backup_dir: Optional[str] = None):
+        self.logdir, self.backup_dir = logdir, backup_dir
+        self.rfs, self.vault = bucket_of(logdir, backup_dir)
+
+    @property
+    def bk(self):
+        """``engine.bucket``, imported at first use (it loads the object-store clients)."""
+        from tb_footprint_plugin.engine import bucket
+
+        return bucket
+
+    # -- settling ----------------------------------------------------------------------------
+    def recover(self) -> List[RecoveryOutcome]:
+        """Unfinished bucket operations settled from their journal objects, from any machine.
+        Differs today: the batch ledgers in the bucket are not settled at a start (a run a dead
+        worker left ``reducing`` is settled when its journal is)."""
+        return self.bk.recover(self.rfs, self.vault)
+
+    def unfinished(self) -> dict:
+        """Not available on a bucket today (``RemoteError`` ``not_supported``): its unfinished
+        operations are in ``status`` (``unfinished_operations``), its damage reported per verb."""
+        raise RemoteError("not_supported", f"{self.logdir}: this verb is not available on object storage "
+                          "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
+
+    def interrupted_state(self) -> List[dict]:
+        """Empty today: a bucket's journals are settled by ``recover`` from any machine, not said
+        file by file before."""
+        return []
+
+    def settle_interrupted(self, *, policy_name: str, ledger: Optional[str], shard: Optional[Tuple[int, int]],
+                           rolled_back: Sequence[str]) -> List[dict]:
+        """The bucket's recovery, each outcome said with ``untouched`` None and ``files`` 0 (a
+        bucket's originals are not re-hashed here); its ledger objects are not written."""
+        return [dict(vars(o), untouched=None, files=0) for o in self.recover()]
+
+    # -- the catalogue -------------------------------------------------------------------------
+    def operations(self, run: Optional[str] = None) -> List[dict]:
+        return [op_view(m) for m in self.bk.manifests(self.rfs, self.vault) if run is None or m.get("run") == run]
+
+    def status(self) -> dict:
+        """The bucket's own status (``engine.bucket_catalogue.status``) with the keys a local one
+        has: ``unfinished``, ``problems``, ``late_writes``, ``kept_blobs`` empty where the bucket
+        does not say (its damage is reported per verb); ``batch`` from the ledger objects."""
+        from tb_footprint_plugin.engine import bucket_ledger
+
+        st = self.bk.status(self.rfs, self.vault)
+        st["batch"] = with_restores(bucket_ledger.merged(self.rfs), st["operations"])
+        for k in ("unfinished", "problems", "late_writes", "kept_blobs"):
+            st.setdefault(k, [])
+        st.setdefault("settle_command",
+                      health.settle_command(self.logdir, self.backup_dir) if st["unfinished_operations"] else None)
+        st["disk_in_use_bytes"] = self.in_use()
+        try:
+            st["freed_after_purge_bytes"] = self.bk.retention_report(self.rfs, self.vault,
+                                                                     st["vault_bytes"])["freed_after_purge"]
+        except (OSError, ValueError):
+            st["freed_after_purge_bytes"] = st["vault_bytes"]
+        return st
+
+    def in_use(self, objects=None) -> Optional[int]:
+        """What the logdir and its vault hold, as stored (the listing's sizes; a vault in another
+        prefix listed too); None when a listing fails."""
+        rfs, vault = self.rfs, self.vault
+        try:
+            objects = rfs.list_tree() if objects is None else objects
+            total = usage.stored_bytes(o.size for o in objects.values())
+            if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
+                try:
+                    total += usage.stored_bytes(o.size for o in rfs.list_under(vault.root, vault.root).values())
+                except FileNotFoundError:
+                    pass  # no backup made yet
+            return total
+        except (OSError, ValueError):
+            return None
+
+    def disk_numbers(self) -> dict:
+        """``freed_now_bytes`` is None: a bucket's backups are copies in the store, not measured per
+        operation; no ``remote_vault_bytes``."""
+        st = self.status()
+        return {"disk_in_use_bytes": st.get("disk_in_use_bytes"), "freed_now_bytes": None,
+                "freed_after_purge_bytes": st.get("freed_after_purge_bytes")}
+
+    def history(self) -> List[dict]:
+        """From the manifests (a bucket has no append: each operation's manifest is its record)."""
+        return self.bk.history(self.rfs, self.vault)
+
+    # -- backups -----------------------------------------------------------------------------
+    def recheck(self, run: Optional[str], op: Optional[str],
+                progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+        """Every backup object checked against the checksums the store computed for its original,
+        removed keys still absent, replaced keys still the reduced bytes, nothing downloaded.
+        Differs: no ``progress`` calls, no separate results for damage no operation shows."""
+        self.recover()
+        return self.bk.recheck(self.rfs, self.vault, run=run, op=op)
+
+    def restore(self, run: Optional[str], op: Optional[str]) -> List[RunOutcome]:
+        """A retired run comes back first; a damaged manifest that may hide a backup is a failed
+        outcome (``Failure.RESTORE_BLOCKED``). Differs: an operation restored already is not
+        listed again (no ``already_restored`` skip); nothing found is a ``TransactionError`` for
+        ``op`` as for ``run``."""
+        bk, rfs, vault = self.bk, self.rfs, self.vault
+        self.recover()
+        damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
+        todo = []
+        for m in bk.manifests(rfs, vault, damaged):
+            v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
+            if (v.get("outcome") == Outcome.VERIFIED and not v.get("restored_by") and not v.get("backup_purged")
+                    and (op is None or v.get("op_id") == op)
+                    and (run is None or m.get("run") == run or run in (m.get("takes_along") or []))):
+                todo.append((v.get("kind") != "retire", m))
+        todo = [m for _later, m in sorted(todo, key=lambda t: t[0])]  # a retired run comes back first, as on disk
+        damage = [d["detail"] for d in damaged]
+        if (op or run) and not todo:
+            # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
+            raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"
+                                   + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else None)
+        return [bk.restore_op(rfs, vault, m) for m in todo] + [
+            RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
+
+    def restorable(self, run: Optional[str] = None) -> List[dict]:
+        from tb_footprint_plugin.engine.catalogue import is_kept
+
+        return summarize_operations([m for m in self.operations(run) if is_kept(m)])
+
+    def backup_runs(self) -> List:
+        return [m.get("run") for m in self.bk.manifests(self.rfs, self.vault)]
+
+    def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
+              runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
+              recovered: Sequence[RecoveryOutcome] = ()) -> PurgeReport:
+        """Differs: a held backup is listed with 0 bytes (its size is not counted) and
+        ``Finding.NOT_RESTORED`` when the bucket gives no code."""
+        d = self.bk.purge(self.rfs, self.vault, older_than=older_than, op=op, yes=yes, runs=runs,
+                          op_ids=set(op_ids) if op_ids is not None else None)
+        return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
+                           kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
+                                  "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
+                                  "detail": h["reason"]} for h in d.get("held", [])],
+                           # as on a disk: journals recovery refused, manifests the purge did not act on
+                           refused=refused_rows(recovered) + d.get("refused", []))
+
+    # -- retire --------------------------------------------------------------------------------
+    def check_retire(self) -> None:
+        """Nothing more than opening the engine (the vault's refusals)."""
+
+    def retire_run(self, run: str, *, takes_along: Sequence[str], rule: dict, quiet_period: float,
+                   cancel: Optional[CancelToken] = None, progress: Progress = None) -> RunOutcome:
+        """Differs: no ``progress`` calls and no cancel inside a run (a cancel stops the next run)."""
+        return self.bk.retire_run(self.rfs, self.vault, run, takes_along=takes_along, rule=rule,
+                                  quiet_period=quiet_period)
+
+    def retired(self) -> List[dict]:
+        """Differs: ``tree_sha256`` is None (a bucket retirement lists objects, no tree digest)."""
+        out = []
+        for m in self.bk.retirements(self.bk.manifests(self.rfs, self.vault)):
+            v = op_view(m)
+            out.append({"op_id": v["op_id"], "run": m["run"], "takes_along": m.get("takes_along") or [],
+                        "bytes": m.get("bytes_before", 0), "files": len(m["files"]), "retired_at": v["started_at"],
+                        "user": m.get("user"), "tree_sha256": None, "rule": m.get("rule")})
+        return out
+
+    def offload_url(self) -> Optional[str]:
+        """Refused (``ValueError``): a bucket logdir keeps its backups in its store or a local folder,
+        never offloaded."""
+        raise ValueError(f"{self.logdir}: a bucket logdir keeps its backups as copies in its store; the lifecycle "
+                         "rule is for the remote vault of a local logdir")
+
+    def in_flight(self) -> List[dict]:
+        """Empty: a bucket's manifests, read as its history, are written before anything is deleted."""
+        return []
+
+    def leave_alone_unfinished(self, p) -> None:
+        """Nothing today: a bucket's reduce settles its journals first (``recover``) and its lock
+        objects keep a run another machine changes (the plan does not say so beforehand)."""
+
+    def resumable_ledger(self, ledger: str, shard: Optional[Tuple[int, int]] = None
+                         ) -> Optional[Tuple[str, dict, str]]:
+        """None: a bucket logdir's reduce does not skip by its ledger objects (it records in them)."""
+        return None
+
+    def retention(self, removable: int) -> Optional[dict]:
+        return self.bk.retention_report(self.rfs, self.vault, removable)
+
+    # -- reduce (what ``api.reduce_bucket`` drives) ------------------------------------------------
+    def prepare_vault(self) -> None:
+        """A local vault of blobs made 0700 (or refused, naming it) before anything starts."""
+        if self.vault.blobs is not None:
+            self.vault.blobs.store  # noqa: B018 - opening it makes or refuses the folder
+
+    def stored(self, objects=None) -> Optional[int]:
+        """``in_use`` plus what a local vault of blobs holds, as stored (compressed, packed); None
+        when either cannot be listed."""
+        from tb_footprint_plugin.storage.blobstore import BlobFailure
+
+        total = self.in_use(objects)
+        if total is None or self.vault.blobs is None:
+            return total
+        try:
+            return total + int(self.vault.blobs.store.stats()["stored_bytes"])
+        except (OSError, ValueError, BlobFailure):
+            return None
+
+    def open_ledger(self, policy_name: str, shard_label: Optional[str]):
+        """The shard's ledger objects in the bucket (``engine.bucket_ledger.BucketLedger``)."""
+        from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
+
+        return BucketLedger(self.rfs, policy_name, shard_label)
+
+    def reduce_runs(self, todo: list, objects, quiet_period: float, **kw) -> List[RunOutcome]:
+        """Each planned run as its own bucket transaction, drop-only runs in batches
+        (``engine.bucket_reduce.reduce_runs``; ``kw``: its keyword arguments)."""
+        from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
+
+        return reduce_runs(self.rfs, self.vault, todo, objects, quiet_period, **kw)
+
+
+__all__ = ["BucketEngine", "bucket_of", "op_view"]

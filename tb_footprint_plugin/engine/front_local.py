@@ -1,0 +1,474 @@
+"""The engine of a logdir on a local file system (``Engine`` over ``engine.context.Context`` and
+the local engine's modules), and what moved down from the API with it: the settling of an
+interrupted reduce, the views of status, disk numbers, history and retired runs, the batch
+ledger's place.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
+
+from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Recovery, Skip
+from tb_footprint_plugin.engine import health, offload, trust, usage
+from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, journal_blobs, known_vaults,
+                                                  operation_summary, own_manifests, remember_vault, restorable_ops,
+                                                  summarize_operations, vault_problems)
+from tb_footprint_plugin.engine.checks import recheck
+from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
+from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.history import read_history
+from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
+from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
+from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered, merged,
+                                               with_restores)
+from tb_footprint_plugin.engine.purge import freeable_bytes, purge_backups, PurgeReport
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.remote_vault import last_failure
+from tb_footprint_plugin.engine.restore import kept_blobs, restore_op
+from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
+from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
+from tb_footprint_plugin.engine.transaction import reduce_run
+from tb_footprint_plugin.engine.vault import compact_operation, DEFAULT_VAULT_FORMAT, note_compaction, Vault
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, leave_alone
+from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.storage.remote import is_remote, RemoteError
+
+
+def split_backup_dir(logdir: str, backup_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """``(backup dir of the local engine, remote vault URL)``: a local logdir given a bucket URL
+    keeps its local vault (the state folder) and offloads committed backups to that URL
+    (``engine.offload``); anything else is as given, with no remote vault."""
+    if backup_dir and is_remote(backup_dir) and not is_remote(logdir):
+        return None, backup_dir
+    return backup_dir, None
+
+
+def local_context(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
+                  verify_backends: Sequence[str] = DEFAULT_BACKENDS,
+                  closed_files: Optional[Mapping[str, float]] = None) -> Context:
+    """The engine's context of a local logdir, after the refusals every local verb makes first:
+    not a bucket, an existing folder, a backup dir that does not contain the logdir. A bucket
+    URL as backup dir is the remote vault (``split_backup_dir``): the context's vault is the
+    local state folder, which remembers that URL once a reduce offloads to it."""
+    backup_dir, _remote = split_backup_dir(logdir, backup_dir)
+    if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
+        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage "
+                          "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
+    logdir = os.path.abspath(logdir)
+    if not os.path.isdir(logdir):
+        raise NotADirectoryError(f"logdir {logdir} is not a directory")
+    if backup_dir is not None:
+        backup_dir = os.path.abspath(backup_dir)
+        if is_within(logdir, backup_dir):
+            raise ValueError(f"backup dir {backup_dir} contains the logdir; choose a separate folder")
+    return Context(logdir=logdir, backup_dir=backup_dir, quiet_period=quiet_period,
+                   verify_backends=tuple(verify_backends), closed_files=dict(closed_files or {}))
+
+
+class LocalEngine(Engine):
+    """A logdir on a local file system: ``engine.context.Context`` and the local engine's modules."""
+
+    kind = "local"
+
+    def __init__(self, logdir: str, backup_dir: Optional[str] = None, *, quiet_period: float = DEFAULT_QUIET_PERIOD,
+                 verify_backends: Sequence[str] = DEFAULT_BACKENDS,
+                 closed_files: Optional[Mapping[str, float]] = None):
+        self.logdir, self.backup_dir = logdir, backup_dir
+        self.local_backup_dir, self.remote_vault = split_backup_dir(logdir, backup_dir)
+        self._args = (quiet_period, tuple(verify_backends), closed_files)
+        self._ctx: Optional[Context] = None
+
+    @property
+    def ctx(self) -> Context:
+        """The logdir's context (``local_context``'s refusals at the first use)."""
+        if self._ctx is None:
+            self._ctx = local_context(self.logdir, self.backup_dir, *self._args)
+        return self._ctx
+
+    def recover(self) -> List[RecoveryOutcome]:
+        """Every start-up step (``engine.upkeep.start``): journals settled, lost manifests rebuilt,
+        purges, compactions and offloads finished, scratch swept, late records salvaged, kept
+        restores released, stale batch ledgers settled; one read of the manifests for the last three."""
+        return start(self.ctx, own_manifests)
+
+    def unfinished(self) -> dict:
+        ctx = self.ctx
+        ops = health.unfinished_ops(ctx.journal_dir)
+        problems = health.state_problems(ctx.logdir, ctx.state, ctx.journal_dir)
+        problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx), frozenset(journal_blobs(ctx)))
+        # a damaged line or file is named for the user to look at: `recover` cannot mend it
+        settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE) for p in problems)
+        return {"unfinished_operations": ops, "problems": problems,
+                "settle_command": health.settle_command(ctx.logdir, self.backup_dir) if settles else None}
+
+    def interrupted_state(self) -> List[dict]:
+        """``engine.interrupted.interrupted_rows``: read from the journals, no refusal of the
+        logdir first."""
+        return interrupted_rows(self.logdir)
+
+    def open_ledger(self, ledger: Optional[str], policy_name: str,
+                    shard: Optional[Tuple[int, int]] = None) -> Optional[Ledger]:
+        """The batch ledger of a reduce (``open_ledger``)."""
+        return open_ledger(self.ctx, ledger, policy_name, shard)
+
+    def settle_ledger(self, path: str) -> List[str]:
+        """Settle one batch ledger as a start settles the default ones (``settle_stale_ledgers``):
+        a custom ``--ledger PATH`` is not known to a start, so the reduce that names it settles it;
+        the manifests are read only when an entry is stale. Returns the runs recorded done."""
+        if path in ledger_paths(self.ctx.state):
+            return []  # the start settled it already
+        return settle_stale_ledgers(self.ctx, own_manifests, paths=[path])
+
+    def settle_interrupted(self, *, policy_name: str, ledger: Optional[str], shard: Optional[Tuple[int, int]],
+                           rolled_back: Sequence[str]) -> List[dict]:
+        """A run not committed goes back to its exact original bytes (its staging files removed);
+        one past the commit point is finished; the ledger (also a custom ``ledger`` path, and this
+        process's own in-flight entries) says so. ``rolled_back``: operations the batch's worker
+        threads rolled back themselves at the interrupt, said as the others (``untouched``: every
+        original its manifest names has its sha256 from before)."""
+        before = {j.op_id: [r for r in recs if r.get("type") == "backup"] for j, recs in journal_records(self.logdir)}
+        recovered = self.recover()
+        ctx = self.ctx
+        book = self.open_ledger(ledger, policy_name, shard) if ledger else None
+        if book is not None and os.path.exists(book.path):
+            mark_recovered(book, recovered)
+        manifests = own_manifests(ctx)  # after the settling: the rolled-back operations' manifests
+        paths = ledger_paths(ctx.state)
+        if book is not None and os.path.exists(book.path) and book.path not in paths:
+            paths.append(book.path)  # a custom --ledger PATH: this process's entries in it too
+        settle_stale_ledgers(ctx, manifests, mine=True, paths=paths)
+        out = rolled_back_rows(ctx, manifests, rolled_back, book)
+        for o in recovered:
+            row = dict(op_id=o.op_id, run=o.run, action=o.action, code=o.code, detail=o.detail, untouched=None,
+                       files=0)
+            backups = before.get(o.op_id)
+            if o.action == Recovery.ROLLED_BACK and backups:  # a reduce's backups (a retire moves whole trees)
+                same = sum(1 for r in backups if same_file(ctx.logdir, r))
+                row.update(untouched=same == len(backups), files=len(backups))
+            out.append(row)
+        return out
+
+    # -- the catalogue -------------------------------------------------------------------------
+    def reduce_run(self, rp, *, policy: dict, cancel: Optional[CancelToken] = None,
+                   progress: Optional[Callable[[str, float], None]] = None,
+                   vault_format: str = DEFAULT_VAULT_FORMAT) -> RunOutcome:
+        """One planned run (``RunPlan``) as its own verified transaction (``transaction.reduce_run``);
+        once committed, its backups compacted (``vault_format`` ``compressed``) and offloaded to a
+        remote vault, each under the run's lock. Differs from a bucket's ``reduce_runs``: one run a
+        call (a batch's runs may go on threads); the ledger is the caller's."""
+        ctx = self.ctx
+        o = reduce_run(ctx, rp, policy=policy, cancel=cancel, progress=progress)
+        if o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed":
+            # after the commit, never inside the transaction: its verification read the backup as
+            # the original's own inode; a failure here leaves hard links (safe, freed by purge);
+            # a blob another run's transaction backs up too stays plain until that one's turn.
+            # Under the run's lock, so no restore or purge of the run races it; a run taken
+            # meanwhile is compacted by the next start (the note)
+            try:
+                with RunLock(ctx.lock_dir, rp.run):
+                    compact_operation(ctx.vault, o.op_id, journal_blobs(ctx))
+            except (RunLocked, OSError):
+                # a lock file the disk refuses (ENOSPC, EMFILE) fails no committed run: the
+                # backups stay hard links and the next start compacts them, as for a busy run
+                note_compaction(ctx.vault, o.op_id)
+        if o.status == Outcome.VERIFIED and o.op_id and offload.remote_url(ctx.vault):
+            # after the compaction, under the run's lock as it: the backups go to the remote vault
+            # (each verified there before its local copy is unlinked); a run taken meanwhile, or a
+            # store that fails, leaves them local and the next start offloads them
+            try:
+                with RunLock(ctx.lock_dir, rp.run):
+                    offload.offload_operation(ctx.vault, o.op_id, journal_blobs(ctx))
+            except (RunLocked, OSError):
+                pass
+        return o
+
+    def operations(self, run: Optional[str] = None) -> List[dict]:
+        out = [m for m in own_manifests(self.ctx) if run is None or m.get("run") == run]
+        out.sort(key=lambda m: m.get("started_at", 0), reverse=True)
+        return out
+
+    def operation(self, op_id: str) -> dict:
+        return find_manifest(self.ctx, op_id)
+
+    def status(self) -> dict:
+        ctx = self.ctx
+        pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
+        ops = []
+        vaults = known_vaults(ctx)
+        vault_bytes = sum(Vault(root).size() for root in vaults)
+        manifests = own_manifests(ctx)
+        for m in manifests:
+            ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
+                                              "bytes_after", "finished_at", "backup_purged", "restored_by",
+                                              "rebuilt")})
+            ops[-1]["salvaged"] = len(m.get("salvaged", []))
+        lp = ledger_path(ctx.state)
+        led = Ledger(lp, "", ctx.logdir).summary() if os.path.exists(lp) else None
+        paths = ledger_paths(ctx.state)
+        found = self.unfinished()
+        problems = [p.to_dict() for p in vault_problems(ctx)]
+        try:
+            trust.bind(ctx.logdir, ctx.state, adopt=False)
+        except trust.Untrusted as e:
+            if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
+                problems.insert(0, e.to_dict())
+        kept_ops = [o["op_id"] for o in ops if o["kind"] == "reduce" and o["outcome"] == Outcome.VERIFIED
+                    and not o["backup_purged"] and not o["restored_by"]]
+        return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
+                "vault_bytes": vault_bytes,
+                # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
+                # counts it) and what purging every kept backup would free (purge's own count)
+                "disk_in_use_bytes": self.disk_in_use().total_bytes,
+                "freed_after_purge_bytes": self.freed_after_purge(kept_ops),
+                # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
+                "remote_vault": usage.remote_usage(vaults),
+                "unfinished_operations": pending, "operations": ops,
+                "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
+                "unfinished": found["unfinished_operations"],
+                "problems": problems + found["problems"],
+                "settle_command": found["settle_command"], "late_writes": health.late_writes(manifests),
+                # bytes a restore or rollback found in a file's place, kept in the vault: what each
+                # holds and how to bring it back (``engine.restore.kept_blobs``)
+                "kept_blobs": kept_blobs(ctx, manifests)}
+
+    def disk_in_use(self) -> "usage.DiskUsage":
+        """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
+        return usage.disk_usage(self.ctx.logdir, known_vaults(self.ctx))
+
+    def freed_after_purge(self, op_ids: List[str]) -> int:
+        """What purging these operations' backups would free, counted by purge's own rule."""
+        if not op_ids:
+            return 0
+        try:
+            return freeable_bytes(self.ctx, op_ids)
+        except OSError:
+            return 0
+
+    def disk_numbers(self) -> dict:
+        """``freed_now_bytes``: what the verified reductions not restored freed on disk as things
+        stand (``usage.freed_by_op``: ~0 while hard-linked backups are kept)."""
+        ctx = self.ctx
+        vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
+        freed_now, kept_ops = 0, []
+        for m in own_manifests(ctx):  # untrusted: a malformed count counts as nothing
+            if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
+                continue
+            try:
+                removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
+            except (TypeError, ValueError):
+                removed = 0
+            freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
+            if not m.get("backup_purged"):
+                kept_ops.append(m.get("op_id"))
+        remote = usage.remote_usage(vaults)
+        return {"disk_in_use_bytes": self.disk_in_use().total_bytes, "freed_now_bytes": freed_now,
+                "freed_after_purge_bytes": self.freed_after_purge(kept_ops),
+                "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
+
+    def history(self) -> List[dict]:
+        """Read from the change log of the state folder; when the logdir is refused (not a folder,
+        a backup dir inside it) the entries come without the backups' state (``backup``:
+        ``unknown``)."""
+        entries = read_history(state_dir(self.logdir))
+        try:
+            ctx = self.ctx
+            manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
+            kept = kept_blobs(ctx, list(manifests.values()))
+            vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
+        except (OSError, ValueError):
+            manifests, kept, vaults, device = {}, [], [], None
+        for e in entries:
+            if e.get("kind") in ("restore", "reduce"):  # blobs kept in a file's place, as they are now
+                mine = [k for k in kept if k["op_id"] == e.get("op_id")]
+                if mine:
+                    e["kept_blobs"] = mine
+            if e.get("kind") != "reduce":
+                continue
+            m = manifests.get(e.get("op_id"))
+            if e.get("outcome") == Outcome.VERIFIED:
+                e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
+                if m is not None:  # as things stand now: a backup hard-linked on the logdir's disk frees nothing yet
+                    e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.freed_by_op(
+                        m, vaults, device, e["removed_from_logdir_bytes"])
+            if not e.get("backup_kept") or m is None:
+                e["backup"] = "none" if not e.get("backup_kept") else "unknown"
+            elif m.get("backup_released_by_restore"):
+                e["backup"] = "released"
+            elif m.get("backup_purged"):
+                e["backup"] = "purged"
+            else:
+                e["backup"] = "kept"
+        return entries
+
+    # -- backups -----------------------------------------------------------------------------
+    def recheck(self, run: Optional[str], op: Optional[str],
+                progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+        """Every backup re-hashed and the run as it is now read by TensorBoard's readers against
+        the original; without ``op`` also the damage no operation's check shows (lost manifests,
+        blobs of no operation, a damaged identity), each as a failed result with its code."""
+        ctx = self.ctx
+        self.recover()
+        hook = None if progress is None else (lambda m, i, n: progress(operation_summary(m), i, n))
+        results = recheck(ctx, run, op, progress=hook)
+        if not op:
+            for p in self.unfinished()["problems"]:
+                if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS,
+                                 Finding.IDENTITY_DAMAGED):
+                    results.append({"op_id": p["op_id"] or "-", "run": p["run"] or "(vault)", "ok": False,
+                                    "backups_ok": False, "damaged_backups": [], "code": p["code"],
+                                    "verification": {"ok": False, "checks": [
+                                        {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
+        return results
+
+    def restore(self, run: Optional[str], op: Optional[str]) -> List[RunOutcome]:
+        """A retired run comes back first; an operation restored already is said so
+        (``Skip.ALREADY_RESTORED``); damage that may hide backups is a failed outcome (or, when
+        nothing is found for ``run``, a ``TransactionError`` with ``Failure.RESTORE_BLOCKED``)."""
+        ctx = self.ctx
+        self.recover()
+        if op:
+            m = find_manifest(ctx, op)
+            if m.get("restored_by"):
+                return [already_restored(m)]
+            return [unretire(ctx, m) if m.get("kind") == "retire" else _name_remote_failures(m, restore_op(ctx, m))]
+        # a retired run comes back first: its reductions can only be restored once it is back
+        outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
+                    and (run is None or m["run"] == run or run in m.get("takes_along", []))]
+        ops = restorable_ops(ctx, run)
+        if run is not None and not ops and not outcomes:
+            done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
+            if done:
+                return [already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
+            hidden = hiding_damage(ctx)
+            raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
+                                   "no retirement)" + "".join(f"; {why}" for why in hidden),
+                                   Failure.RESTORE_BLOCKED if hidden else None)
+        for m in ops:
+            outcomes.append(_name_remote_failures(m, restore_op(ctx, m)))
+        if ops and any(o.status == Outcome.RESTORED for o in outcomes):
+            forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
+        # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
+        for why in hiding_damage(ctx):
+            outcomes.append(RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why))
+        return outcomes
+
+    def restorable(self, run: Optional[str] = None) -> List[dict]:
+        return summarize_operations(restorable_ops(self.ctx, run))
+
+    def backup_runs(self) -> List:
+        return [m.get("run") for m in own_manifests(self.ctx)]
+
+    def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
+              runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
+              recovered: Sequence[RecoveryOutcome] = ()) -> PurgeReport:
+        report = purge_backups(self.ctx, older_than=older_than, yes=yes, op=op, runs=runs,
+                               op_ids=set(op_ids) if op_ids is not None else None)
+        # journals recovery refused (planted, copied, malformed) are reported with the vault's
+        report.refused[:0] = refused_rows(recovered)
+        return report
+
+    # -- retire --------------------------------------------------------------------------------
+    def check_retire(self) -> None:
+        """A local logdir's runs are retired into its local vault only: a bucket URL as backup dir
+        (the offloaded vault of reductions) is refused by name rather than quietly ignored."""
+        if self.remote_vault:
+            raise ValueError(f"backup dir {self.backup_dir}: retiring a local logdir's runs into a bucket is not "
+                             "supported yet (reduce offloads its backups there); retire without --backup-dir, or "
+                             "with a local one")
+        self.ctx  # noqa: B018 - the logdir's refusals
+
+    def retire_run(self, run: str, *, takes_along: Sequence[str], rule: dict, quiet_period: float,
+                   cancel: Optional[CancelToken] = None, progress: Progress = None) -> RunOutcome:
+        """``quiet_period`` is the context's (given to ``open_engine``)."""
+        return retire_run(self.ctx, run, takes_along=takes_along, rule=rule, cancel=CancelToken(parent=cancel),
+                          progress=progress)
+
+    def retired(self) -> List[dict]:
+        return [{"op_id": m["op_id"], "run": m["run"], "takes_along": m.get("takes_along", []),
+                 "bytes": m.get("bytes_before", 0), "files": len(m.get("tree", [])),
+                 "retired_at": m.get("finished_at"), "user": m.get("user"), "tree_sha256": m.get("tree_sha256"),
+                 "rule": m.get("rule")}
+                for m in retirements(self.ctx) if is_restorable_retirement(m)]
+
+    def remember_vault(self) -> None:
+        remember_vault(self.ctx)
+
+    def offload_url(self) -> Optional[str]:
+        return offload.remote_url(self.ctx.vault)
+
+    def in_flight(self) -> List[dict]:
+        """From the journals (no refusal of the logdir first)."""
+        return [{"kind": "reduce", "outcome": "verified", "run": o["run"], "before": o["bytes_before"]}
+                for o in health.unfinished_ops(os.path.join(state_dir(self.logdir), "journal"))
+                if o["kind"] == "reduce" and isinstance(o["run"], str) and o["bytes_before"] is not None]
+
+    def leave_alone_unfinished(self, p) -> None:
+        logdir = os.path.abspath(self.logdir)
+        ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
+        if not ops:
+            return
+        cmd = health.settle_command(logdir, self.backup_dir)
+        interrupted = 0
+        for o in ops:
+            if o["run"] is None:
+                interrupted += 1
+                continue
+            # an operation whose holder still runs (elsewhere: a live lease) is not interrupted
+            holder = RunLock(os.path.join(state_dir(logdir), "locks"), o["run"]).live_holder()
+            if holder:
+                leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
+                            "left alone", Skip.LOCKED)
+            else:
+                interrupted += 1
+                leave_alone(p, o["run"], f"unfinished {o['kind']} operation {o['op_id']} (interrupted?); "
+                            f"run `{cmd}` to settle it", Skip.UNFINISHED)
+        if interrupted:
+            p.notes.append(f"{interrupted} unfinished operation(s): run `{cmd}` to settle them")
+
+    def resumable_ledger(self, ledger: str, shard: Optional[Tuple[int, int]] = None
+                         ) -> Optional[Tuple[str, dict, str]]:
+        ctx = self.ctx
+        path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
+        data, _problems = load_ledger(path, ctx.logdir)  # untrusted: refused entries are simply not used
+        return None if data is None else (path, data, ctx.logdir)
+
+    def retention(self, removable: int) -> Optional[dict]:
+        """None: a local disk frees a reduction's bytes at once or at purge (``freed_estimate``)."""
+        return None
+
+
+def open_ledger(ctx: Context, ledger: Optional[str], policy_name: str,
+                shard: Optional[Tuple[int, int]] = None) -> Optional[Ledger]:
+    """The batch ledger (``"default"``: ``<state>/ledger.json``, or the shard's own), only inside
+    the logdir or the vault."""
+    if not ledger:
+        return None
+    path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
+    if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
+        raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
+    return Ledger(path, policy_name, ctx.logdir, shard=sharding.label(shard))
+
+
+def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
+    """A restore refused because backups in the remote vault could not be read: its reason names
+    each object and the store's code (an archived object not yet rehydrated: ``permission_denied``),
+    and its code is ``store_error`` when no backup is known damaged, only unserved."""
+    if o.code != Failure.BACKUP_DAMAGED or not isinstance(m.get("vault"), str):
+        return o
+    seen, codes = [], set()
+    for f in m.get("files", []):
+        e = last_failure(m["vault"], f.get("sha256"))
+        if e is not None:
+            codes.add(e.code)
+            if str(e) not in seen and len(seen) < 3:
+                seen.append(str(e))
+                o.reason = f"{o.reason}; {e} [{e.code}]"
+    if codes and not codes & {BlobError.CORRUPT, BlobError.MISSING, BlobError.MISMATCH}:
+        # the store would not serve the bytes (an archived object, a refused or lost connection):
+        # nothing is known damaged; restore again once the store serves them
+        o.code = Failure.STORE_ERROR
+    return o
+
+
+__all__ = ["LocalEngine", "local_context", "open_ledger", "split_backup_dir"]
