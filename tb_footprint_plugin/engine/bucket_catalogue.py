@@ -23,20 +23,9 @@ from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, map_ordered, same_content
 
 
-def manifest_damage(doc: Optional[dict]) -> Optional[str]:
-    """Why a bucket manifest read from the vault cannot be used (untrusted input), or None: the
-    one schema's checks (``engine.manifest.read``) and a bucket file entry's own (a backup key,
-    or a blob of the folder with its digest; the store's checksums)."""
-    if doc is None:
-        return None
-    try:
-        doc = manifest.read(doc, "")
-    except Untrusted as e:
-        return e.detail
-    return _entries_damage(doc)
-
-
 def _entries_damage(doc: dict) -> Optional[str]:
+    """What a bucket's file entries need beyond the one schema's checks (``engine.manifest.read``):
+    a backup key, or a blob of the folder with its digest; the store's checksums as an object."""
     for f in doc["files"]:
         if not (isinstance(f.get("backup"), str) or (entry_ok(f) and f.get("sha256"))) \
                 or not isinstance(f.get("checksums", {}), dict):
