@@ -26,6 +26,12 @@ thinned copy of the reduced run: every record, except that a tag of an "identica
 only its first and last records and every record carrying summary metadata (the loader binds
 the tag there). The loader still lists every tag, reads every point of every reduced tag, and
 checks its CRCs; the line says how many records of whole tags it was spared.
+
+Why one module: the loader's answer crosses a process boundary one way (``PythonListing`` as
+JSON, written by ``_main`` in the child, read by ``PythonSide`` in the parent) and is made by one
+``read_listing`` in either process (a reduce reads a small input in its own, ``PythonSide.lazy``);
+the probe writes the copy that same reader is given. Split, the child's entry point, the
+parent's side and the wire format would each import the others.
 """
 from __future__ import annotations
 
