@@ -256,3 +256,28 @@ def test_a_finished_load_cycle_is_waited_for_without_listings():
     t = time.monotonic()
     views.wait_until_loaded(server, provider, 10)
     assert server.loaded.is_set() and time.monotonic() - t < views.UNSIGNALLED_STABLE_S / 2
+
+
+def test_the_data_server_binary_is_found_as_tensorboard_finds_it(tmp_path, monkeypatch):
+    """``views.data_server_binary`` finds the binary without importing TensorBoard's server
+    ingester (gRPC: imported while the server starts instead), as that ingester finds it."""
+    from tensorboard.data import server_ingester
+
+    from tb_footprint_plugin.formats import views
+
+    monkeypatch.delenv(views.DATA_SERVER_BINARY_ENV, raising=False)
+    try:
+        theirs = server_ingester.get_server_binary().path
+    except server_ingester.NoDataServerError:
+        theirs = None
+    assert views.data_server_binary() == theirs
+    assert views.DATA_SERVER_BINARY_ENV == server_ingester._ENV_DATA_SERVER_BINARY
+
+    fake = tmp_path / "server"
+    fake.write_bytes(b"")
+    monkeypatch.setenv(views.DATA_SERVER_BINARY_ENV, str(fake))
+    assert views.data_server_binary() == server_ingester.get_server_binary().path == str(fake)
+    monkeypatch.setenv(views.DATA_SERVER_BINARY_ENV, str(tmp_path / "missing"))
+    with pytest.raises(server_ingester.NoDataServerError):
+        server_ingester.get_server_binary()
+    assert views.data_server_binary() is None

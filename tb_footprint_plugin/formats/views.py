@@ -242,14 +242,49 @@ def import_tensorboard_io() -> None:
 
 
 def data_server_binary() -> Optional[str]:
-    """Path of the Rust data server binary, or None when it is not available."""
+    """Path of the Rust data server binary, or None when it is not available.
+
+    Found as TensorBoard's ``server_ingester.get_server_binary`` finds it (its environment
+    variable, its bundled binary, the ``tensorboard_data_server`` package; a test holds the two
+    equal) without importing that module: it imports gRPC and the provider's protos (~50 ms of
+    a core), which ``DataServer.start`` imports while the server starts instead, on a reduce's
+    critical path (the plan's load of the original comes first thing)."""
     try:
         import_tensorboard_io()
-        from tensorboard.data import server_ingester
-
-        return server_ingester.get_server_binary().path
+        return _server_binary_path()
     except Exception:  # noqa: BLE001 - any failure means "not available"
         return None
+
+
+#: ``server_ingester._ENV_DATA_SERVER_BINARY``
+DATA_SERVER_BINARY_ENV = "TENSORBOARD_DATA_SERVER_BINARY"
+
+
+def _server_binary_path() -> str:
+    """``server_ingester.get_server_binary().path`` (TensorBoard 2.21), or an error."""
+    env = os.environ.get(DATA_SERVER_BINARY_ENV)
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(env)
+        return env
+    import tensorboard.data
+
+    bundled = os.path.join(os.path.dirname(tensorboard.data.__file__), "server", "server")
+    if os.path.exists(bundled):
+        return bundled
+    import tensorboard_data_server
+
+    path = tensorboard_data_server.server_binary()
+    if path is None:
+        raise FileNotFoundError("TensorBoard data server not supported on this platform")
+    return path
+
+
+def _rust_client_imports() -> None:
+    """What talking to a data server needs (gRPC, TensorBoard's provider): imported while one
+    starts (``DataServer.start``)."""
+    import grpc  # noqa: F401
+    from tensorboard.data import grpc_provider  # noqa: F401
 
 
 # --- shared reading through a DataProvider -----------------------------------------------
@@ -574,6 +609,7 @@ class DataServer:
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
         deadline = time.monotonic() + timeout_s
+        _rust_client_imports()  # while the server starts (the first time in a process: ~50 ms)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"data server exited with {self.proc.returncode}: {self._why()}")
@@ -702,9 +738,6 @@ def wait_until_loaded(server: DataServer, provider, timeout_s: float) -> None:
 
 def _read_rust(view: RunView, logdir: str, workdir: str, hints: dict, store_all: bool,
                timeout_s: float) -> None:
-    import grpc
-    from tensorboard.data import grpc_provider
-
     binary = data_server_binary()
     if binary is None:
         raise RuntimeError("tensorboard-data-server binary is not available")
@@ -713,6 +746,9 @@ def _read_rust(view: RunView, logdir: str, workdir: str, hints: dict, store_all:
     server = DataServer(binary, logdir, workdir, samples)
     try:
         addr = server.start(timeout_s=min(30.0, timeout_s))
+        import grpc  # imported by ``start`` while the server started
+        from tensorboard.data import grpc_provider
+
         server.channel = grpc.insecure_channel(
             addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
         )

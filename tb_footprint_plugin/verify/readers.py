@@ -156,9 +156,6 @@ class Reader:
         self.provider = data_provider.MultiplexerDataProvider(mux, self.logdir)
 
     def _open_rust(self) -> None:
-        import grpc
-        from tensorboard.data import grpc_provider
-
         binary = views.data_server_binary()
         if binary is None:
             raise RuntimeError("tensorboard-data-server binary is not available")
@@ -166,6 +163,10 @@ class Reader:
         self.view.storage = f"--samples-per-plugin={self.samples}"
         self._server = views.DataServer(binary, self.logdir, self._tmp, self.samples)
         addr = self._server.start(timeout_s=min(30.0, self.timeout_s))
+        # imported by ``start`` while the server started
+        import grpc
+        from tensorboard.data import grpc_provider
+
         self._server.channel = grpc.insecure_channel(
             addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
         grpc.channel_ready_future(self._server.channel).result(timeout=min(30.0, self.timeout_s))
