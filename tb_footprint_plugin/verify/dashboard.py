@@ -20,10 +20,13 @@ What is run depends on the size of the original's event data (``full_read_bytes`
     record of an "identical" tag is still there, byte for byte;
   - Python (``--load_fast=false``): the reduced run (small after a reduction) is loaded and
     checked against the original's index: the same tags per plugin, every point for
-    "identical" tags, and the first/last steps each contract keeps. That loader costs ~0.3 ms
-    per record: it runs in its own interpreter (``pyside``), started first, so it overlaps
-    the rest instead of adding to it. Should the reduced run
-    itself be too big for that loader, the line says so and the record-level proof stands.
+    "identical" tags, and the first/last steps each contract keeps. That loader costs ~0.05-0.3
+    ms per record: in a reduce it reads a small input (``pyside.IN_PROCESS_BYTES``, a thinned
+    copy mostly) on a thread of the engine's process, where TensorBoard is imported already,
+    and anything bigger in its own interpreter (``pyside``, started with the reduce for a run
+    over ``original.EARLY_CHILD_BYTES``), so it overlaps the rest instead of adding to it.
+    Should the reduced run itself be too big for that loader, the line says so and the
+    record-level proof stands.
 
 Every line names the route (or tag) and the first difference.
 """
