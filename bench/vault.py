@@ -43,6 +43,14 @@ the bucket's ``BlobStore`` (``engine/offload.py``) and the local blobs unlinked.
   its frame), the requests a lone blob's conditional create costs (one put where the store takes
   ``If-None-Match``).
 
+A last table (issue #27 item 2), measured in the same run: the compressed vault as it is now —
+backups below ``engine.vault.PACK_BELOW`` put together into packs of the vault's own
+``BlobStore`` (``<vault>/packs``) — beside its anchor, the same vault with one ``.zst`` a blob
+(``PACK_BELOW = 0``, what it did before packs), on the mixed project above and on a profile-heavy
+logdir (``--heavy-runs`` runs of scalars, each with an xprof session of ``--heavy-files`` small
+``.xplane.pb`` files, all dropped by the reduce): files the vault holds (blobs, packs, index
+objects), ``du`` of the vault, reduce and restore time. Every restore gated byte for byte.
+
 Exit status 1 if a gated target is missed or a restore is not exact.
 """
 from __future__ import annotations
@@ -299,19 +307,46 @@ def in_moto(tmp: str, fn):
                 os.environ[k] = v
 
 
-def run_vault(logdir: str, fmt_name: str) -> dict:
+#: the profile-heavy logdir's reduce: every profile file goes (its backups are the small files)
+DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
+    "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
+
+
+def write_profile_heavy(root: str, runs: int, files: int) -> int:
+    """``runs`` runs of scalars, each with one xprof session of ``files`` small ``.xplane.pb``
+    files (a few KB each, as a multi-host session or a profile taken every few steps leaves);
+    returns how many files it wrote."""
+    from tb_footprint_plugin import synth as sp
+
+    n = 0
+    for r in range(runs):
+        run = os.path.join(root, f"run{r:03d}")
+        with sp.EventWriter(run) as w:
+            for step in range(50):
+                w.scalar("loss", step, 1.0 / (step + 1))
+        session = os.path.join(run, "plugins", "profile", "2026_01_01_00_00_00")
+        os.makedirs(session)
+        for i in range(files):
+            sp.write_xplane(os.path.join(session, f"host{i:03d}.xplane.pb"), 20 + (i % 7) * 15, seed=r * 1000 + i)
+            n += 1
+    sp.age(root)
+    return n
+
+
+def run_vault(logdir: str, fmt_name: str, policy="archive") -> dict:
     from tb_footprint_plugin import api
 
     before_tree = tree(logdir)
     in_use_before = du(logdir)  # no vault yet
     t0 = time.monotonic()
-    rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, vault_format=fmt_name)
+    rep = api.reduce_logdir(logdir, policy=policy, dry_run=False, vault_format=fmt_name)
     reduce_s = time.monotonic() - t0
     failed = [o.run for o in rep.outcomes if o.status not in ("verified", "skipped")]
     st = api.status(logdir)
     after, du_after = st["disk_in_use_bytes"], du(logdir)
     du_vault = du(os.path.join(logdir, ".tb-footprint"))
     blobs = [os.path.join(d, n) for d, _, fs in os.walk(os.path.join(logdir, ".tb-footprint", "blobs")) for n in fs]
+    packs = [n for d, _, fs in os.walk(os.path.join(logdir, ".tb-footprint", "packs")) for n in fs]
     t0 = time.monotonic()
     outs = api.restore(logdir)
     restore_s = time.monotonic() - t0
@@ -320,6 +355,7 @@ def run_vault(logdir: str, fmt_name: str) -> dict:
             "reduce_s": reduce_s,
             "restore_s": restore_s, "exact": exact, "failed": failed, "ok": rep.ok,
             "zst": sum(1 for b in blobs if b.endswith(".zst")), "plain": sum(1 for b in blobs if not b.endswith(".zst")),
+            "vault_files": len(blobs) + len(packs), "packs": sum(1 for n in packs if n.endswith(".pack")),
             "freed_now": rep.freed_now_bytes, "after_purge": rep.freed_on_disk_after_purge_bytes}
 
 
@@ -365,12 +401,20 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="30 MB project, 50 MB trace (CI)")
     ap.add_argument("--project-mb", type=float, default=None, help="mixed project size in MB (default 300)")
     ap.add_argument("--trace-mb", type=int, default=None, help="the big trace in MB (default 2000)")
+    ap.add_argument("--heavy-runs", type=int, default=None, help="profile-heavy logdir: runs (default 100)")
+    ap.add_argument("--heavy-files", type=int, default=None, help="small profile files a run (default 100)")
+    ap.add_argument("--pack-below", type=int, default=None, help="engine.vault.PACK_BELOW for the packed columns "
+                    "(bytes; default: the engine's)")
     args = ap.parse_args(argv)
     from tb_footprint_plugin import fmt
     from tb_footprint_plugin import synth as sp
     from tb_footprint_plugin.storage import zst
     from tb_footprint_plugin.storage.blobstore import PACK_BELOW
 
+    if args.pack_below is not None:  # measuring the threshold: every compressed column takes it
+        from tb_footprint_plugin.engine import vault as vault_engine
+
+        vault_engine.PACK_BELOW = args.pack_below
     # 30 MB: at 20 MB the vault's own records and folders (a few blocks each) weigh ~1% more
     project_mb = args.project_mb or (30 if args.small else 300)
     trace_mb = args.trace_mb or (50 if args.small else 2000)
@@ -387,6 +431,30 @@ def main(argv=None) -> int:
             d = os.path.join(tmp, name)
             shutil.copytree(src, d, copy_function=shutil.copy2)
             rows[name] = run_vault(d, name)
+            shutil.rmtree(d, ignore_errors=True)
+        from tb_footprint_plugin.engine import vault as vault_mod
+
+        packed_below = vault_mod.PACK_BELOW
+        d = os.path.join(tmp, "no-packs")
+        shutil.copytree(src, d, copy_function=shutil.copy2)
+        vault_mod.PACK_BELOW = 0  # the anchor: one .zst a blob, as before packs
+        try:
+            rows["no-packs"] = run_vault(d, "compressed")
+        finally:
+            vault_mod.PACK_BELOW = packed_below
+        shutil.rmtree(d, ignore_errors=True)
+        heavy_runs = args.heavy_runs or (20 if args.small else 100)
+        heavy_files = args.heavy_files or (40 if args.small else 100)
+        heavy = os.path.join(tmp, "heavy-src")
+        heavy_n = write_profile_heavy(heavy, heavy_runs, heavy_files)
+        for name, below in (("heavy-no-packs", 0), ("heavy-packed", packed_below)):  # the anchor first
+            d = os.path.join(tmp, name)
+            shutil.copytree(heavy, d, copy_function=shutil.copy2)
+            vault_mod.PACK_BELOW = below
+            try:
+                rows[name] = run_vault(d, "compressed", DROP_PROFILES)
+            finally:
+                vault_mod.PACK_BELOW = packed_below
             shutil.rmtree(d, ignore_errors=True)
         d = os.path.join(tmp, "bucket")
         shutil.copytree(src, d, copy_function=shutil.copy2)
@@ -468,7 +536,26 @@ def main(argv=None) -> int:
     print(f"bucket objects: {sb['packs']} packs ({fmt.human_bytes(sb['pack_bytes'])}), {sb['lone']} lone blobs, "
           f"{sb['index']} index objects, {sb['other']} others; {b['verified']} runs reduced; remote usage "
           f"reported: {b['remote']}")
-    return 0 if ok else 1
+    print(f"\npacks for the local vault (issue #27 item 2): backups < {packed_below // 1024} KiB packed (default) beside "
+          f"one .zst a blob (the anchor); profile-heavy: {heavy_runs} runs x {heavy_files} small xprof files "
+          f"({heavy_n} files) dropped")
+    print(f"{'figure':<40} {'mixed: packed':>14} {'one .zst each':>14} {'heavy: packed':>14} {'one .zst each':>14}")
+    pairs = [(c, rows["no-packs"]), (rows["heavy-packed"], rows["heavy-no-packs"])]
+
+    def row(label: str, f) -> None:
+        print(f"{label:<40}" + "".join(f" {f(r):>14}" for pair in pairs for r in pair))
+
+    row("vault files (blobs + packs + index)", lambda r: str(r["vault_files"]))
+    row("  of which packs / .zst / plain", lambda r: f"{r['packs']}/{r['zst']}/{r['plain']}")
+    row("du of the vault", lambda r: fmt.human_bytes(r["du_vault"]))
+    row("disk in use after reduce, % of before", lambda r: f"{r['after'] / r['before']:.2%}")
+    row("reduce time", lambda r: f"{r['reduce_s']:.1f}s")
+    row("restore time", lambda r: f"{r['restore_s']:.2f}s")
+    row("every file restored byte for byte", lambda r: "yes" if r["exact"] and not r["failed"] else "NO")
+    exact = all(r["exact"] and not r["failed"] for pair in pairs for r in pair)
+    if not exact:
+        print("packs: a restore was not exact   <-- MISSED")
+    return 0 if ok and exact else 1
 
 
 if __name__ == "__main__":
