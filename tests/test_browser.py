@@ -14,6 +14,7 @@ import importlib.metadata
 import json
 import os
 import re
+import time
 
 import pytest
 
@@ -58,6 +59,15 @@ class TensorBoard(_TensorBoard):
         status, body = self.get(path)
         assert status == 200, (path, status, body[:300])
         return json.loads(body)
+
+    def wait_job(self, job_id, timeout=180):
+        """The job once it is no longer queued or running (or as it is after ``timeout`` s)."""
+        deadline = time.time() + timeout
+        while True:
+            job = self.json(PREFIX + "/job?id=" + job_id)["job"]
+            if job["state"] not in ("queued", "running") or time.time() > deadline:
+                return job
+            time.sleep(0.3)
 
 
 
@@ -126,6 +136,22 @@ class Tab:
     def shot(self, name):
         self.page.wait_for_timeout(250)  # let CSS transitions settle
         self.page.screenshot(path=os.path.join(SHOTS, name))
+
+    def post(self, path, body):
+        """A write through the tab's own same-origin fetch with its token (as its buttons do):
+        [status, JSON answer]."""
+        return self.frame.locator("body").evaluate(
+            """async (_, [path, body]) => {
+                 const t = await (await fetch('./token')).json();
+                 const r = await fetch('./' + path, {method: 'POST', headers: {'Content-Type': 'application/json', [t.header]: t.token},
+                                                      body: JSON.stringify(body)});
+                 return [r.status, await r.json()];
+               }""", [path, body])
+
+    def to_dark(self):
+        """Turn TensorBoard's own dark mode on and wait until the tab follows it."""
+        self.page.evaluate("() => document.body.classList.add('dark-mode')")
+        self.frame.locator("html[data-theme='dark']").wait_for()
 
     def our_errors(self):
         return [e for e in self.errors if "Refused" in e or "footprint" in e.lower() or "Content Security" in e]

@@ -14,7 +14,6 @@ Screenshots (light and dark) go to test-artifacts/screenshots/day1-*.png.
 from __future__ import annotations
 
 import json
-import time
 
 from playwright.sync_api import expect
 
@@ -47,26 +46,6 @@ def _dark(tab):
 
 def _ops(tb):
     return tb.json(PREFIX + "/operations")["operations"]
-
-
-def _post_from_page(tab, path, body):
-    """A write through the tab's own same-origin fetch with its token (as the tab's buttons do)."""
-    return tab.frame.locator("body").evaluate(
-        """async (_, [path, body]) => {
-             const t = await (await fetch('./token')).json();
-             const r = await fetch('./' + path, {method: 'POST', headers: {'Content-Type': 'application/json', [t.header]: t.token},
-                                                  body: JSON.stringify(body)});
-             return [r.status, await r.json()];
-           }""", [path, body])
-
-
-def _wait_job(tb, job_id, timeout=180):
-    deadline = time.time() + timeout
-    while True:
-        job = tb.json(PREFIX + "/job?id=" + job_id)["job"]
-        if job["state"] not in ("queued", "running") or time.time() > deadline:
-            return job
-        time.sleep(0.3)
 
 
 def test_legend_groups_the_grey_categories(browser, tb):
@@ -262,8 +241,7 @@ def test_check_images_restore_and_job_cards(browser, tb, demo):
         expect(folded.locator(".outcome-line")).to_have_count(0)
         section.scroll_into_view_if_needed()
         tab.shot("day1-check-images.png")
-        tab.page.evaluate("() => document.body.classList.add('dark-mode')")  # TensorBoard's own dark mode
-        _dark(tab)
+        tab.to_dark()  # TensorBoard's own dark mode
         tab.shot("day1-check-images-dark.png")
         tab.page.evaluate("() => document.body.classList.remove('dark-mode')")
         # its disclosure opens it again, in full
@@ -299,8 +277,7 @@ def test_check_images_restore_and_job_cards(browser, tb, demo):
         expect(section.locator(".thumb.unavailable, .thumb.failed, .thumb.absent")).to_have_count(0)
         section.scroll_into_view_if_needed()
         tab.shot("day1-restored-check.png")
-        tab.page.evaluate("() => document.body.classList.add('dark-mode')")
-        _dark(tab)
+        tab.to_dark()
         tab.shot("day1-restored-check-dark.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:
@@ -313,17 +290,17 @@ def test_restored_retirement_keeps_nothing(browser, tb):
     tab = Tab(browser, tb)
     f = tab.frame
     try:
-        status, res = _post_from_page(tab, "retire", {"runs": [small]})
+        status, res = tab.post("retire", {"runs": [small]})
         assert status == 202, res
-        job = _wait_job(tb, res["job"]["id"])
+        job = tb.wait_job(res["job"]["id"])
         assert [o["status"] for o in (job["result"] or {}).get("outcomes", [])] == ["verified"], json.dumps(job)[:1500]
         retire = next(o for o in _ops(tb) if o["kind"] == "retire" and o["run"] == small)
         f.locator('.nav-item[data-view="operations"]').click()
         row = f.locator(f'table.operations tbody tr[data-op="{retire["op_id"]}"]')
         expect(row.locator("td.backup")).to_contain_text("whole run")  # kept in the vault while retired
-        status, res = _post_from_page(tab, "unretire", {"op": retire["op_id"]})
+        status, res = tab.post("unretire", {"op": retire["op_id"]})
         assert status == 202, res
-        job = _wait_job(tb, res["job"]["id"])
+        job = tb.wait_job(res["job"]["id"])
         assert [o["status"] for o in (job["result"] or {}).get("outcomes", [])] == ["restored"], json.dumps(job)[:1500]
         f.locator('.nav-item[data-view="history"]').click()
         f.locator('.nav-item[data-view="operations"]').click()
@@ -340,9 +317,9 @@ def test_operations_lists_what_a_restore_kept_in_a_files_place(browser, tb, demo
     tab = Tab(browser, tb)
     f = tab.frame
     try:
-        status, res = _post_from_page(tab, "reduce", {"runs": [run]})
+        status, res = tab.post("reduce", {"runs": [run]})
         assert status == 202, res
-        job = _wait_job(tb, res["job"]["id"])
+        job = tb.wait_job(res["job"]["id"])
         assert [o["status"] for o in (job["result"] or {}).get("outcomes", [])] == ["verified"], json.dumps(job)[:1500]
         op = next(o for o in _ops(tb) if o["run"] == run and o["kind"] == "reduce")
         removed = [x["path"] for x in tb.json(PREFIX + "/operation?op=" + op["op_id"])["files"] if x["action"] == "delete"]
@@ -351,9 +328,9 @@ def test_operations_lists_what_a_restore_kept_in_a_files_place(browser, tb, demo
         late = demo / removed[0]
         late.parent.mkdir(parents=True, exist_ok=True)
         late.write_bytes(b"written after the reduction\n" * 10)
-        status, res = _post_from_page(tab, "restore", {"op": op["op_id"]})
+        status, res = tab.post("restore", {"op": op["op_id"]})
         assert status == 202, res
-        job = _wait_job(tb, res["job"]["id"])
+        job = tb.wait_job(res["job"]["id"])
         assert job["state"] == "done", json.dumps(job)[:1500]
         kept = tb.json(PREFIX + "/operations")["kept_blobs"]
         assert [k["path"] for k in kept if k["run"] == run] == [removed[0]], kept
@@ -365,8 +342,7 @@ def test_operations_lists_what_a_restore_kept_in_a_files_place(browser, tb, demo
         assert row.get_attribute("data-code") == kept[0]["code"]
         f.locator(".kept-blobs").scroll_into_view_if_needed()
         tab.shot("day1-kept-blobs.png")
-        tab.page.evaluate("() => document.body.classList.add('dark-mode')")
-        _dark(tab)
+        tab.to_dark()
         tab.shot("day1-kept-blobs-dark.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:

@@ -259,13 +259,7 @@ def test_reduce_all_matching_reshows_the_plan_when_its_runs_changed(browser, tmp
         _write_run(str(root / "grp" / "c"), seed=7, sessions=1)
         _age(str(root / "grp" / "c"))
         other = file_shas(root, "other")
-        status, _ = tab.frame.locator("body").evaluate(
-            """async () => {
-                 const t = await (await fetch('./token')).json();
-                 const r = await fetch('./rescan', {method: 'POST', headers: {'Content-Type': 'application/json',
-                   [t.header]: t.token}, body: '{}'});
-                 return [r.status, await r.json()];
-               }""")
+        status, _ = tab.post("rescan", {})
         assert status == 202
         deadline = time.monotonic() + 60
         while t.json(PREFIX + "/runs?q=grp/")["total"] != 3:

@@ -7,23 +7,13 @@ and dark) go to test-artifacts/screenshots/tab-remote-vault-*.png.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 from playwright.sync_api import expect
 
 from test_browser import PREFIX, Tab, TensorBoard, browser  # noqa: F401  (fixtures)
+from helpers_cli import run_cli
 from test_vault_remote import make_logdir
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULE = PREFIX + "/views/common.js"
-
-
-def _cli(*args):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
 
 
 def _bytes_in_tab(tab, n: int) -> str:
@@ -44,7 +34,7 @@ def test_the_disk_card_shows_the_bytes_the_vault_keeps_in_a_bucket(browser, s3_b
         assert f.locator(".disk-card .remote-vault").count() == 0  # no bucket yet: nothing said of one
 
         url = s3_bucket.url("team-vaults")
-        p = _cli("reduce", logdir, "--backup-dir", url, "--yes", "--verify", "python", "--quiet-period", "0")
+        p = run_cli("reduce", logdir, "--backup-dir", url, "--yes", "--verify", "python", "--quiet-period", "0")
         assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
         f.locator("button.rescan").click()
         remote = None
@@ -63,8 +53,7 @@ def test_the_disk_card_shows_the_bytes_the_vault_keeps_in_a_bucket(browser, s3_b
         expect(f.locator(".disk-card .disk-in-use")).to_have_text(_bytes_in_tab(tab, disk))
         f.locator(".disk-card").scroll_into_view_if_needed()
         tab.shot("tab-remote-vault-light.png")
-        tab.page.evaluate("() => document.body.classList.add('dark-mode')")  # TensorBoard's own toggle
-        f.locator("html[data-theme='dark']").wait_for()
+        tab.to_dark()  # TensorBoard's own toggle
         tab.shot("tab-remote-vault-dark.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:

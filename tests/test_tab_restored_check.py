@@ -11,7 +11,6 @@ to test-artifacts/screenshots/tab-restored-rewrite-check*.png.
 from __future__ import annotations
 
 import json
-import time
 
 from playwright.sync_api import expect
 
@@ -19,26 +18,6 @@ from test_browser import PREFIX, Tab, TensorBoard, browser  # noqa: F401  (fixtu
 from tbproc import make_demo
 
 RUN = "mnist/baseline/train"  # 8 image tags of 5 steps each in the demo
-
-
-def _post(tab, path, body):
-    """A write through the tab's own same-origin fetch with its token (as its buttons do)."""
-    return tab.frame.locator("body").evaluate(
-        """async (_, [path, body]) => {
-             const t = await (await fetch('./token')).json();
-             const r = await fetch('./' + path, {method: 'POST', headers: {'Content-Type': 'application/json', [t.header]: t.token},
-                                                  body: JSON.stringify(body)});
-             return [r.status, await r.json()];
-           }""", [path, body])
-
-
-def _wait_job(t, job_id, timeout=240):
-    deadline = time.time() + timeout
-    while True:
-        job = t.json(PREFIX + "/job?id=" + job_id)["job"]
-        if job["state"] not in ("queued", "running") or time.time() > deadline:
-            return job
-        time.sleep(0.3)
 
 
 def test_a_restored_rewrite_shows_the_originals_and_says_why_the_reduced_side_is_gone(browser, tmp_path):
@@ -50,17 +29,17 @@ def test_a_restored_rewrite_shows_the_originals_and_says_why_the_reduced_side_is
     try:
         tab = Tab(browser, t)
         f = tab.frame
-        status, res = _post(tab, "reduce", {"runs": [RUN]})
+        status, res = tab.post("reduce", {"runs": [RUN]})
         assert status == 202, res
-        job = _wait_job(t, res["job"]["id"])
+        job = t.wait_job(res["job"]["id"], timeout=240)
         assert [o["status"] for o in (job["result"] or {}).get("outcomes", [])] == ["verified"], json.dumps(job)[:1500]
         op = next(o for o in t.json(PREFIX + "/operations")["operations"] if o["run"] == RUN and o["kind"] == "reduce")
         v = t.json(PREFIX + "/operation?op=" + op["op_id"])["verification"]
         assert v.get("mode") != "unchanged", v.get("mode")  # the event file was rewritten: a real after side
 
-        status, res = _post(tab, "restore", {"op": op["op_id"]})
+        status, res = tab.post("restore", {"op": op["op_id"]})
         assert status == 202, res
-        assert _wait_job(t, res["job"]["id"])["state"] == "done"
+        assert t.wait_job(res["job"]["id"], timeout=240)["state"] == "done"
         assert next(o for o in t.json(PREFIX + "/operations")["operations"] if o["op_id"] == op["op_id"])["restored_by"]
 
         f.locator('.nav-item[data-view="operations"]').click()
@@ -80,8 +59,7 @@ def test_a_restored_rewrite_shows_the_originals_and_says_why_the_reduced_side_is
         expect(section.locator(".thumb-note").first).to_contain_text("the reduced files exist no more")
         section.scroll_into_view_if_needed()
         tab.shot("tab-restored-rewrite-check.png")
-        tab.page.evaluate("() => document.body.classList.add('dark-mode')")  # TensorBoard's own toggle
-        f.locator("html[data-theme='dark']").wait_for()
+        tab.to_dark()  # TensorBoard's own toggle
         tab.shot("tab-restored-rewrite-check-dark.png")
         assert tab.our_errors() == [], tab.our_errors()
     finally:
