@@ -43,6 +43,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fcntl
 import io
 import json
 import os
@@ -56,7 +57,7 @@ from typing import Dict, Iterable, Iterator, List, Optional
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.storage.files import append_line
 from tb_footprint_plugin.storage.paths import is_op_id, is_state_name
-from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.private import ensure_private_dir, open_private
 from tb_footprint_plugin.storage.regular import open_regular
 
 OPLOG = "oplog"
@@ -114,6 +115,48 @@ _MINE: Dict[tuple, str] = {}
 #: held across an append and a seal, so no line is appended to a segment being sealed
 _MINE_LOCK = threading.RLock()
 _AT_EXIT = []
+#: (vault root, pid) -> the fd of the flock this process holds on its segment's lock file
+#: (``oplog/locks/<stem>.lock``) from before its first line until it is sealed: while it is held
+#: no other process seals the segment (``seal_leftovers``), on this host or another sharing it
+_HELD: Dict[tuple, int] = {}
+_SEGMENT_NAME = re.compile(r"^\d{8}T\d{6}-(\d{1,10})-[0-9a-f]{8}\.jsonl$")
+
+
+#: the segments' lock files, ``<vault>/oplog/locks/<stem>.lock`` (a file of no blocks each, gone
+#: with its segment's seal)
+LOCKS = "locks"
+
+
+def _lock_path(segment: str) -> str:
+    """The lock file of a segment, ``oplog/locks/<stem>.lock``."""
+    return os.path.join(os.path.dirname(os.path.dirname(segment)), LOCKS, f"{_stem(os.path.basename(segment))}.lock")
+
+
+def _hold_writer_lock(key: tuple, path: str) -> None:
+    """Take (once) the exclusive flock that says ``path`` is being written by a live process.
+    Where locks are not to be had (ENOLCK) the append goes on without it: no other process can
+    then take the lock either, so none seals the segment (``seal_leftovers``)."""
+    if key in _HELD:
+        return
+    ensure_private_dir(os.path.dirname(_lock_path(path)), key[0])
+    fd = open_private(_lock_path(path), os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        pass  # held elsewhere (a name of four random bytes: not expected) or no locks here: kept open anyway
+    _HELD[key] = fd
+
+
+def _drop_writer_lock(key: tuple, path: str, sealed: bool) -> None:
+    """Release the segment's lock; its file goes with a sealed segment (nothing left to guard),
+    and stays beside one left plain, so a later start can tell it is a leftover to seal."""
+    fd = _HELD.pop(key, None)
+    if fd is None:
+        return
+    if sealed:
+        with contextlib.suppress(OSError):
+            os.unlink(_lock_path(path))
+    os.close(fd)
 
 
 def _my_segment(vault_root: str) -> str:
@@ -149,6 +192,8 @@ def append(vault_root: str, op_id: str, record: dict, *, twice: bool = False) ->
         # group-writable is tightened, as ``Vault.ensure`` does)
         ensure_private_dir(os.path.dirname(path), vault_root,
                            tighten_root=is_state_name(os.path.basename(os.path.abspath(vault_root))))
+        # before the segment's first byte: a live writer's segment is never taken for a leftover
+        _hold_writer_lock((os.path.abspath(vault_root), os.getpid()), path)
         seq = index(vault_root).next_seq(op_id)
         body = json.dumps(dict(record, t=time.time(), seq=seq), sort_keys=True, separators=(",", ":"))
         line = '{"op":' + json.dumps(op_id) + "," + body[1:] + "\n"
@@ -180,10 +225,13 @@ def seal(vault_root: str) -> bool:
         path = _MINE.pop(key, None)
         if path is None:
             return False
+        sealed = False
         try:
-            return _seal_file(path)
+            sealed = _seal_file(path)
         except Exception:  # noqa: BLE001 - the plain segment is the record; sealing only saves space
-            return False
+            pass
+        _drop_writer_lock(key, path, sealed)
+        return sealed
 
 
 def seal_all() -> None:
@@ -191,6 +239,123 @@ def seal_all() -> None:
     for root, pid in list(_MINE):
         if pid == os.getpid():
             seal(root)
+
+
+def _pid_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs on this host (another user's process counts as running)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def seal_leftovers(vault_root: str) -> List[str]:
+    """Seal the plain segments of writers that are provably gone — a batch killed before its
+    end, a process that died before its exit handler ran — which would otherwise stay plain
+    (a few KB a run) until that very process's next batch, i.e. for good. Gone means both: its
+    lock file (``oplog/locks/<stem>.lock``, taken before the segment's first byte) exists, is ours and is
+    free (this flock is taken here and held through the seal, so no writer anywhere sharing the
+    vault holds it, and no two starts seal one segment), and no process with the pid its name
+    carries runs here. A segment of an older version (no lock file), of this process, or of a
+    live or unknown writer is left as it is. The seal is ``seal``'s: pieces written twice,
+    fsynced and decoded back before the plain segment goes; a kill midway leaves the plain
+    segment, the record, and the next start seals it again. Returns the segments sealed; never
+    raises (a segment left plain loses nothing)."""
+    root = os.path.abspath(vault_root)
+    folder = segments_dir(root)
+    out: List[str] = []
+    try:
+        if os.path.islink(oplog_dir(root)) or os.path.islink(folder) or not os.path.isdir(folder):
+            return out
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    with _MINE_LOCK:
+        mine = {os.path.basename(p) for p in _MINE.values()}
+    for name in names:
+        m = _SEGMENT_NAME.match(name)
+        if m is None or name in mine or int(m.group(1)) == os.getpid():
+            continue
+        path = os.path.join(folder, name)
+        try:
+            fd = open_private(_lock_path(path), os.O_RDWR)  # never created here: no lock file, no seal
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: its writer lives (or this file system has no locks): left plain
+            try:
+                # the name still this lock (another start sealed it and removed the file meanwhile?)
+                same = (os.fstat(fd).st_dev, os.fstat(fd).st_ino) == (
+                    os.lstat(_lock_path(path)).st_dev, os.lstat(_lock_path(path)).st_ino)
+            except OSError:
+                same = False
+            if not same or not os.path.lexists(path) or not _pid_gone(int(m.group(1))):
+                continue
+            _drop_temp_pieces(root, _stem(name))
+            try:
+                sealed = _seal_file(path)
+            except Exception:  # noqa: BLE001 - the plain segment stands: the next start tries again
+                sealed = False
+            if sealed:
+                with contextlib.suppress(OSError):
+                    os.unlink(_lock_path(path))
+                out.append(name)
+        finally:
+            os.close(fd)
+    _drop_stale_locks(root, names)
+    return out
+
+
+def _drop_stale_locks(root: str, names: List[str]) -> None:
+    """Remove the lock files no plain segment stands beside, of writers gone (killed between
+    their seal's last step and the lock's removal, or before their first line): free and their
+    pid not running; a live writer's (held) stays."""
+    folder = os.path.join(oplog_dir(root), LOCKS)
+    try:
+        held = os.listdir(folder) if not os.path.islink(folder) else []
+    except OSError:
+        return
+    plain = {_stem(n) for n in names if n.endswith(".jsonl")}
+    for n in held:
+        stem = n[:-len(".lock")]
+        m = _SEGMENT_NAME.match(stem + ".jsonl")
+        if not n.endswith(".lock") or m is None or stem in plain or int(m.group(1)) == os.getpid() \
+                or not _pid_gone(int(m.group(1))):
+            continue
+        try:
+            fd = open_private(os.path.join(folder, n), os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not os.path.lexists(os.path.join(segments_dir(root), stem + ".jsonl")):
+                os.unlink(os.path.join(folder, n))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _drop_temp_pieces(root: str, stem: str) -> None:
+    """Remove the temp files a seal of ``stem`` killed midway left (``.<stem>.<k>.zst.tmp-…``):
+    never read, and the segment they were cut from is still there to be sealed again."""
+    for folder in (segments_dir(root), twins_dir(root)):
+        try:
+            names = os.listdir(folder) if not os.path.islink(folder) else []
+        except OSError:
+            continue
+        for n in names:
+            if n.startswith(f".{stem}.") and ".tmp-" in n and not n.endswith(".lock"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, n))
 
 
 def _write_piece(folder: str, name: str, packed: bytes, text: Optional[bytes]) -> str:
@@ -1121,7 +1286,10 @@ def manifest_readable(path: str, op_id: str) -> bool:
 
 def rebuild_manifests(vault) -> List[CatalogueFinding]:
     """Rebuild every missing or corrupt manifest of ``vault`` from its log; report the ones
-    that cannot be (a manifest file that does not parse and has no log)."""
+    that cannot be (a manifest file that does not parse and has no log). Every start calls it,
+    so it first seals the segments whose writers are gone (``seal_leftovers``: a killed batch's
+    log would stay plain for good) — before the snapshot, which then reads their pieces."""
+    seal_leftovers(vault.root)
     with snapshot(vault.root):  # one look at the log's files for every operation
         return _rebuild_manifests(vault)
 
@@ -1195,7 +1363,7 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 
 
 __all__ = ["OPLOG", "SEGMENTS", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "segments_dir",
-           "legacy_path", "log_path", "append", "record_manifest", "NOT_LOGGED", "OpLog", "Index", "index",
+           "legacy_path", "log_path", "append", "record_manifest", "seal", "seal_all", "seal_leftovers", "NOT_LOGGED", "OpLog", "Index", "index",
            "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "lost_lines", "hiding_damage",
            "TWINS", "twins_dir", "check_copies", "COPY_DAMAGED", "COPY_REWRITTEN", "COPIES_LOST",
            "damaged_digests",
