@@ -465,7 +465,7 @@ def test_the_why_check_reads_the_docstring_paragraph():
 #: The API reaches an engine only through ``engine.front`` (``open_engine`` chooses it once): no
 #: ``engine.bucket*`` module, and ``is_remote`` only where it reads URL syntax — ``api.common``
 #: (a logdir's name in the shard partition: a URL as written, a path made absolute), ``api.survey``
-#: (a plan measures a footprint made from a listing or from a walk) — and the package's re-export.
+#: (whether a folder is a logdir: a URL names no folder) — and the package's re-export.
 API_URL_SYNTAX = ("api", "api.common", "api.survey")
 
 

@@ -16,6 +16,7 @@ from tb_footprint_plugin.engine import lease, offload, usage
 from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, writing
 from tb_footprint_plugin.engine.front import BucketEngine, LocalEngine, open_engine
 from tb_footprint_plugin.engine.history import configure_writer
+from tb_footprint_plugin.engine.plan_notes import freed_estimate
 from tb_footprint_plugin.engine.ledger import Ledger, mark_recovered
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, refuse_unless_ours, VAULT_FORMATS
@@ -31,7 +32,7 @@ from tb_footprint_plugin.api.common import (DEFAULT_BACKENDS, disk_in_use, freed
                                             partition_name, RunProgress)
 from tb_footprint_plugin.api.settle import Interrupted, recover_logdir, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
-from tb_footprint_plugin.api.survey import (freed_estimate, plan, scan_shard_sizes, selection_by_logdir,
+from tb_footprint_plugin.api.survey import (plan, scan_shard_sizes, selection_by_logdir,
                                             shard_plan, shard_sizes)
 from tb_footprint_plugin.api.reduce_bucket import reduce_on_bucket
 

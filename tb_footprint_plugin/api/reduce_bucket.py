@@ -14,7 +14,7 @@ from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.storage.remote import RemoteError
 from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, logdir_keys
 from tb_footprint_plugin.api.reports import ReduceReport
-from tb_footprint_plugin.api.survey import bucket_notes, bucket_traces, scan_shard_sizes, select_runs, shard_plan
+from tb_footprint_plugin.api.survey import scan_shard_sizes, select_runs, shard_plan
 
 
 def reduce_on_bucket(eng: BucketEngine, backup_dir: Optional[str], pol, *, runs, run_glob, min_size, older_than,
@@ -42,12 +42,12 @@ def reduce_on_bucket(eng: BucketEngine, backup_dir: Optional[str], pol, *, runs,
             scan_shard_sizes(logdirs, backup_dir, {logdir: fp}, write_cache=True)
         mine = shard_plan(logdirs, shard, backup_dir, sizes).get(logdir, [])
         runs = [r for r in mine if runs is None or r in runs]
-    traces = bucket_traces(logdir)  # the dry run's measures, read back: the same bytes after
+    traces = eng.plan_measures()  # the dry run's measures, read back: the same bytes after
     p = make_plan(fp, pol, runs=select_runs(fp, runs, run_glob), min_size=min_size, older_than=older_than,
                   quiet_period=quiet_period, closed_files=closed_files, rewrite=traces,
                   trace_after=traces.trace_after)
     traces.save(r.name for r in fp.runs)
-    bucket_notes(p, fp, backup_dir, traces.stats)
+    eng.note_plan(p, fp, measures=traces)
     report = ReduceReport(dry_run=False, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
     book = eng.open_ledger(pol.name, sharding.label(shard)) if (shard is not None or ledger) else None
     if book:

@@ -8,21 +8,17 @@ import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
-from tb_footprint_plugin.fmt import human_bytes
-from tb_footprint_plugin.engine import offload, usage
 from tb_footprint_plugin.engine.front import open_engine
 from tb_footprint_plugin.engine.ledger import Ledger
-from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, Vault
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import (apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, let_go,
-                                              LOCAL_VAULT_NOTE, make_plan, SelectionError)
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError
 from tb_footprint_plugin.plan import select as selecting, shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
 from tb_footprint_plugin.scan.discovery import discover
 from tb_footprint_plugin.scan.scanner import scan
-from tb_footprint_plugin.storage.openfiles import JoinedPaths, find_writers
-from tb_footprint_plugin.storage.paths import is_within, state_dir, state_dirs_in
+from tb_footprint_plugin.storage.paths import is_within, state_dirs_in
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.api.common import logdir_keys, partition_name, split_backup_dir
 from tb_footprint_plugin.api.records import history
@@ -44,10 +40,10 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
     requests and bytes a reduction and a restore would take. ``vault_format``: the vault its note
     counts with (what is freed now and after purge; see ``reduce_logdir``)."""
-    backup_dir, remote = split_backup_dir(logdir, backup_dir)
-    fp = footprint or scan(logdir, backup_dir=backup_dir, write_cache=False)
+    eng = open_engine(logdir, backup_dir, lazy=True)  # the plan's notes are the engine's to say
+    fp = footprint or scan(logdir, backup_dir=split_backup_dir(logdir, backup_dir)[0], write_cache=False)
     runs = select_runs(fp, runs, run_glob)
-    traces = bucket_traces(fp.logdir) if is_remote(fp.logdir) else _rewrite_of(os.path.abspath(logdir))
+    traces = eng.plan_measures()
     # what the open-writer check needs of each planned run: its files' relative paths (strings
     # the scan holds anyway); the rest of a scan only this plan reads is let go run by run
     held: Dict[str, Tuple[str, ...]] = {}
@@ -57,103 +53,15 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
             held[r.name] = tuple(f.path for f in r.files if f.kind != "symlink")
         let_go(r)
 
-    own = footprint is None and not is_remote(fp.logdir)  # a bucket plan's cost reads the files after
+    own = footprint is None and eng.lets_go_while_planning
     p = make_plan(fp, policy, runs=runs, min_size=min_size,
                   older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
                   rewrite=traces, trace_after=traces.trace_after, on_planned=planned if own else None)
     warning = traces.save(r.name for r in fp.runs)
     if warning:
         p.notes.append(warning)
-    if is_remote(fp.logdir):
-        bucket_notes(p, fp, backup_dir, traces.stats)
-        return p
-    logdir = os.path.abspath(logdir)
-    remote = remote or offload.remote_url(Vault(state_dir(logdir)))
-    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [
-        _offload_note(p, remote) if remote else _vault_note(logdir, backup_dir, p, vault_format)]
-    open_engine(logdir, backup_dir, lazy=True).leave_alone_unfinished(p)
-    live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
-    if live:
-        # relative paths the scan holds anyway: an absolute one each would be ~170 bytes a file
-        rels = ([path for r in live for path in held.get(r, ())] if own else
-                [f.path for r in live for f in (fp.run(r).files if fp.run(r) else []) if f.kind != "symlink"])
-        apply_open_writers(p, find_writers(JoinedPaths(logdir, rels)), logdir)
+    eng.note_plan(p, fp, measures=traces, vault_format=vault_format, held=held if own else None)
     return p
-
-
-def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
-                   vault_format: str = DEFAULT_VAULT_FORMAT) -> Tuple[int, int, bool]:
-    """``(freed now, freed after purge, vault on the logdir's disk)`` of plan ``p`` with the
-    chosen vault. Hard-link vault: on the logdir's disk nothing is freed until purge; on another
-    disk the copies are there, so the logdir's disk gains it all now and purge frees the copies.
-    Compressed vault: the backups keep about their compressed size (``usage.estimate_compressed``,
-    sampled), the rest is freed now; purge frees that size."""
-    removable = p.removable_bytes
-    vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
-    same = usage.device_of(vault) == usage.device_of(logdir)
-    if vault_format != "compressed":
-        return (0 if same else removable), removable, same
-    # one at a time: a list of them all was ~375 bytes a run at the plan's peak (issue 28)
-    originals = ((os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
-                 for a in rp.actions if a.kind in ("delete", "compress", "rewrite"))
-    kept = usage.estimate_compressed(originals)
-    return (max(0, removable - kept) if same else removable), kept, same
-
-
-def _offload_note(p: Plan, remote: str) -> str:
-    """What a plan says when the backups go to a remote vault (``engine.offload``)."""
-    return (f"freed now: ~{human_bytes(p.removable_bytes)} on disk (logdir + local state): each run's backups go to "
-            f"the remote vault {remote} once it commits (read back and verified there before the local copy "
-            "is unlinked); restore streams them back from it; `tb-footprint purge` deletes them there")
-
-
-def _vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: str = DEFAULT_VAULT_FORMAT) -> str:
-    """What a plan says of its local vault: what is freed now and what only after purge."""
-    now, later, same = freed_estimate(logdir, backup_dir, p, vault_format)
-    if vault_format == "compressed":
-        where = ("on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)")
-        return (f"freed now: ~{human_bytes(now)} {where}: each run's backups are compressed in the vault "
-                f"once it commits (a file that does not compress stays as it is); ~{human_bytes(later)} more "
-                "after `tb-footprint purge` (--vault-format hardlink keeps them as hard links, freed only by purge)")
-    if same:
-        return (f"freed now: ~{human_bytes(now)} on disk (logdir + vault): the backups are hard links in the vault "
-                f"on the same disk; {human_bytes(later)} more after `tb-footprint purge` "
-                "(or put the vault on another disk with --backup-dir)")
-    return (f"freed now: {human_bytes(now)} on the logdir's disk: the backups are copies in the vault on another "
-            f"disk; {human_bytes(later)} more there after `tb-footprint purge`")
-
-
-def _rewrite_of(logdir: str):
-    """The event-file rewrite's own selection, made at plan time (``plan.content``) and cached
-    for the reduce that follows, its outcome kept across plans of unchanged runs
-    (``transforms.plan_cache``); a run it cannot analyse now (changed meanwhile) is estimated.
-    Its ``trace_after`` measures the PyTorch traces' gzip and slim the same way."""
-    from tb_footprint_plugin.transforms.plan_cache import PlanRewrites
-
-    return PlanRewrites(logdir)
-
-
-def bucket_traces(url: str):
-    """A bucket plan's ``trace_after``: its PyTorch traces' gzip and slim measured by ranged reads,
-    cached per object (``transforms.plan_cache.BucketTraces``), as a local plan measures them."""
-    from tb_footprint_plugin.transforms.plan_cache import BucketTraces
-
-    return BucketTraces(url)
-
-
-def bucket_notes(p: Plan, fp: LogdirFootprint, backup_dir: Optional[str], measured=None) -> None:
-    """The request cost of a bucket plan, and when its bytes are really freed on this bucket;
-    ``measured``: the requests the plan's own trace measures issued, counted with its scan's."""
-    from tb_footprint_plugin.plan.cost import request_cost
-    from tb_footprint_plugin.storage.remote import protocol_of
-
-    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
-    if measured is not None:  # the plan read the traces it measures: that is this plan's cost too
-        scanned = p.cost["scan"]
-        for k, v in measured.to_dict().items():
-            scanned[k] = scanned.get(k, 0) + v
-    p.cost["freed"] = open_engine(fp.logdir, backup_dir).retention(p.removable_bytes)
-    p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
 
 
 def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
@@ -215,7 +123,7 @@ def check_logdir(logdir: str, backup_dir: Optional[str] = None,
     file, a profile session, a PyTorch trace: a run as the scan counts them) or a state folder
     (a logdir whose every run was retired is still one). Reads only; writes nothing.
     ``footprint``: the caller's scan of it, so the folder is not walked twice."""
-    if is_remote(logdir):
+    if is_remote(logdir):  # URL syntax: a bucket URL names no folder to look into here
         return
     if not os.path.isdir(logdir):
         raise NotALogdir(f"logdir {logdir} is not a directory")

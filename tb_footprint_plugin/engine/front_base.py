@@ -128,6 +128,24 @@ class Engine(ABC):
         """The remote vault (a bucket URL) the logdir's committed backups are offloaded to, or None."""
 
     # -- planning ------------------------------------------------------------------------------
+    #: whether a plan may let go of each run's scan as it is planned (a bucket plan's cost reads
+    #: the footprint after)
+    lets_go_while_planning: bool = True
+
+    @abstractmethod
+    def plan_measures(self):
+        """What a plan measures a rewrite's outcome with, cached for the reduce that follows
+        (``transforms.plan_cache``: ``PlanRewrites`` on a disk, ``BucketTraces`` on a bucket)."""
+
+    @abstractmethod
+    def note_plan(self, p, fp, *, measures=None, vault_format: str = "compressed",
+                  held: Optional[dict] = None) -> None:
+        """Say in plan ``p`` (of footprint ``fp``) where its bytes go and what is left alone: a disk's
+        vault note (freed now / after purge), the runs an unfinished operation or an open writer
+        holds (``held``: each planned run's file paths, when the plan let the scan go); a bucket's
+        request cost and retention (with the requests ``measures``, the plan's ``plan_measures``,
+        issued)."""
+
     @abstractmethod
     def in_flight(self) -> List[dict]:
         """Reductions under way, as change-log entries of their planned sizes (``{kind, outcome,

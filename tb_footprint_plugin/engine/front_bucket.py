@@ -12,6 +12,7 @@ from tb_footprint_plugin.engine.catalogue import summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.ledger import with_restores
+from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.storage.remote import RemoteError
@@ -29,19 +30,9 @@ def bucket_of(logdir: str, backup_dir: Optional[str]):
 
 
 def op_view(m: dict) -> dict:
-    """A bucket manifest in the local shape (``op_id``, ``kind``, ``outcome``, ``restored_by``,
-    ``backup_purged``, ``started_at``), so one set of rules and views serves both; one in that
-    shape already is returned as it is (without private ``_`` keys)."""
-    out = {k: v for k, v in m.items() if not k.startswith("_")}
-    if "op_id" in m and "outcome" in m:
-        return out
-    status = m.get("status")
-    out.update(op_id=m.get("op"), kind="retire" if m.get("kind") == "retire" else "reduce",
-               started_at=m.get("created"), finished_at=m.get("created"),
-               outcome=Outcome.VERIFIED if status in ("verified", "restored") else status,
-               restored_by="a restore" if status == "restored" else None,
-               backup_purged=bool(m.get("purged")))
-    return out
+    """A bucket manifest as the API shows it: the one schema ``bucket_catalogue.manifests`` reads
+    every shape into (``engine.manifest``), without the reader's private ``_version``/``_path``."""
+    return {k: v for k, v in m.items() if not k.startswith("_")}
 
 
 class BucketEngine(Engine):
@@ -216,6 +207,18 @@ class BucketEngine(Engine):
         never offloaded."""
         raise ValueError(f"{self.logdir}: a bucket logdir keeps its backups as copies in its store; the lifecycle "
                          "rule is for the remote vault of a local logdir")
+
+    lets_go_while_planning = False  # its request cost reads the footprint after the plan
+
+    def plan_measures(self):
+        """The PyTorch traces' gzip and slim measured by ranged reads, cached per object."""
+        return bucket_traces(self.rfs.url)
+
+    def note_plan(self, p, fp, *, measures=None, vault_format: str = "compressed",
+                  held: Optional[dict] = None) -> None:
+        """Differs: no unfinished operation or open writer is named beforehand (the reduce settles
+        journals first and its lock objects keep a run another machine changes)."""
+        bucket_cost(p, fp, self.retention(p.removable_bytes), measures.stats if measures is not None else None)
 
     def in_flight(self) -> List[dict]:
         """Empty: a bucket's manifests, read as its history, are written before anything is deleted."""

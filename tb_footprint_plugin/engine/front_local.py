@@ -29,7 +29,9 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_r
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import compact_operation, DEFAULT_VAULT_FORMAT, note_compaction, Vault
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, leave_alone
+from tb_footprint_plugin.engine.plan_notes import offload_note, plan_rewrites, vault_note
+from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
+from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 from tb_footprint_plugin.storage.remote import is_remote, RemoteError
@@ -396,6 +398,25 @@ class LocalEngine(Engine):
 
     def offload_url(self) -> Optional[str]:
         return offload.remote_url(self.ctx.vault)
+
+    def plan_measures(self):
+        return plan_rewrites(os.path.abspath(self.logdir))
+
+    def note_plan(self, p, fp, *, measures=None, vault_format: str = "compressed",
+                  held: Optional[dict] = None) -> None:
+        """Reads the state folder's vault and journals without the logdir's refusals (a plan
+        writes nothing)."""
+        logdir = os.path.abspath(self.logdir)
+        remote = self.remote_vault or offload.remote_url(Vault(state_dir(logdir)))
+        p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [
+            offload_note(p, remote) if remote else vault_note(logdir, self.local_backup_dir, p, vault_format)]
+        self.leave_alone_unfinished(p)
+        live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
+        if live:
+            # relative paths the scan holds anyway: an absolute one each would be ~170 bytes a file
+            rels = ([path for r in live for path in held.get(r, ())] if held is not None else
+                    [f.path for r in live for f in (fp.run(r).files if fp.run(r) else []) if f.kind != "symlink"])
+            apply_open_writers(p, find_writers(JoinedPaths(logdir, rels)), logdir)
 
     def in_flight(self) -> List[dict]:
         """From the journals (no refusal of the logdir first)."""
