@@ -1376,11 +1376,12 @@ class Vault:
         that stored the bytes since the plan is seen one way or the other."""
         todo = sorted(dict.fromkeys(s for s in shas if is_sha256(s)))
         out: Dict[str, int] = {}
-        packs = remote_vault.has_packs(self.root) and any(remote_vault.packed_ref(self.root, s) is not None
-                                                          for s in todo)
-        # packed blobs are forgotten by the pack store, which no add may run beside: its lock
-        # first (alone), then the blobs' (the order a compaction's packing takes them in)
-        with (self.pack_lock(exclusive=True) if packs else contextlib.nullcontext()):
+        # packed blobs are forgotten by the pack store, which no add may run beside: its lock first
+        # (alone), then the blobs' (the order a compaction's packing takes them in). Taken whether
+        # or not a digest is packed now: a packing that held a blob's lock when this looked would
+        # otherwise leave its pack copy behind once it let go
+        with (self.pack_lock(exclusive=True) if todo else contextlib.nullcontext()):
+            packs = remote_vault.has_packs(self.root)
             for i in range(0, len(todo), batch):
                 part = todo[i:i + batch]
                 with contextlib.ExitStack() as stack:
