@@ -30,6 +30,19 @@ def test_a_rewrite_into_a_vault_of_blobs_says_where_the_removed_files_went(s3_bu
 SLIM = {"name": "slim", "content": {"trace": {"whitespace": True, "drop_python_function": True}}}
 
 
+def _reduce_slim(url, vault):
+    """The slim policy over torch/resnet, its backups in the folder ``vault``: the report."""
+    return api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
+                             runs=["torch/resnet"], verify_backends=("python",))
+
+
+def _slimmed(url, vault):
+    """torch/resnet slimmed and verified: its outcome."""
+    (o,) = _reduce_slim(url, vault).outcomes
+    assert o.status == Outcome.VERIFIED, o.to_dict()
+    return o
+
+
 def _slims(url):
     """original -> the .gz name the plan gives each slimmed trace of torch/resnet."""
     plan = api.plan(url, SLIM, quiet_period=0)
@@ -48,9 +61,7 @@ def test_a_slimmed_trace_lands_under_the_name_the_plan_gives_and_restores_to_its
     vault = str(tmp_path / "vault")
     before = _user(s3_bucket, "slim")
     slims = _slims(url)
-    (o,) = api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
-                             runs=["torch/resnet"], verify_backends=("python",)).outcomes
-    assert o.status == Outcome.VERIFIED, o.to_dict()
+    o = _slimmed(url, vault)
     after = _user(s3_bucket, "slim")
     rfs = RemoteFS(url)
     for old, new in slims.items():
@@ -69,8 +80,7 @@ def _slim_stopped_at(url, vault, point):
 
     faults.arm(point, "raise")
     try:
-        api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
-                          runs=["torch/resnet"], verify_backends=("python",))
+        _reduce_slim(url, vault)
     except faults.InjectedFault:
         pass
     faults.disarm_all()
@@ -105,9 +115,7 @@ def test_a_slim_an_earlier_version_swapped_in_place_still_restores(s3_bucket, mi
     vault = str(tmp_path / "vault")
     before = _user(s3_bucket, "slimold")
     slims = _slims(url)
-    (o,) = api.reduce_logdir(url, backup_dir=vault, policy=SLIM, dry_run=False, quiet_period=0,
-                             runs=["torch/resnet"], verify_backends=("python",)).outcomes
-    assert o.status == Outcome.VERIFIED, o.to_dict()
+    o = _slimmed(url, vault)
     rfs = RemoteFS(url)
     for old, new in slims.items():  # what the earlier version left
         rfs.write_bytes(old, rfs.read_bytes(new))

@@ -3,18 +3,13 @@
 user had asked for both. Purge now takes every selector and purges the selected runs together:
 never fewer or other runs than asked; the same name twice is one run."""
 import json
-import shutil
 
-from conftest import copy_real, tree_hashes
 from helpers_cli import run_cli as tbf
+from test_issue29_gaps_purge import reduced_copies
 
 
 def test_purge_of_two_runs_purges_both_and_no_other(tmp_path):
-    src = copy_real("tf/keras_profiled", tmp_path / "src") / "train"
-    logdir = tmp_path / "logdir"
-    for run in ("a", "b", "c"):
-        shutil.copytree(src, logdir / run)
-    assert tbf("reduce", logdir, "--verify", "python", "--quiet-period", "0", "-y").returncode == 0
+    logdir = reduced_copies(tmp_path, ("a", "b", "c"))
     p = tbf("purge", logdir, "--run", "a", "--run", "a", "--older-than", "0s", "-n", "--json")
     assert p.returncode == 0, p.stderr
     assert {o["run"] for o in json.loads(p.stdout)["ops"]} == {"a"}

@@ -16,18 +16,25 @@ from conftest import copy_real, tree_hashes
 from helpers_cli import run_cli as tbf
 
 
-@pytest.fixture(scope="module")
-def reduced(tmp_path_factory):
-    """grp/a and grp/b: the same run twice (their backups are the same blobs); c: another run."""
-    tmp = tmp_path_factory.mktemp("purge_sel")
+def reduced_copies(tmp, runs, others=None):
+    """keras_profiled's ``train`` copied as each of ``runs`` (the same backups) and each real fixture
+    of ``others`` (run -> fixture) under ``tmp/logdir``, all reduced by the CLI: the logdir."""
     src = copy_real("tf/keras_profiled", tmp / "src") / "train"
     logdir = tmp / "logdir"
-    for run in ("grp/a", "grp/b"):
+    for run in runs:
         shutil.copytree(src, logdir / run)
-    copy_real("jax/profiled", logdir / "c")  # backups of its own
+    for run, name in (others or {}).items():
+        copy_real(name, logdir / run)
     p = tbf("reduce", logdir, "--verify", "python", "--quiet-period", "0", "-y")
     assert p.returncode == 0, p.stdout + p.stderr
     return logdir
+
+
+@pytest.fixture(scope="module")
+def reduced(tmp_path_factory):
+    """grp/a and grp/b: the same run twice (their backups are the same blobs); c: another run."""
+    return reduced_copies(tmp_path_factory.mktemp("purge_sel"), ("grp/a", "grp/b"),
+                          others={"c": "jax/profiled"})  # c: backups of its own
 
 
 def _preview(logdir, *sel):
@@ -64,11 +71,7 @@ def test_a_name_or_glob_matching_nothing_is_exit_2_and_nothing_changes(reduced):
 
 
 def test_purge_by_glob_purges_exactly_the_selected_runs(tmp_path):
-    src = copy_real("tf/keras_profiled", tmp_path / "src") / "train"
-    logdir = tmp_path / "logdir"
-    for run in ("grp/a", "grp/b", "c"):
-        shutil.copytree(src, logdir / run)
-    assert tbf("reduce", logdir, "--verify", "python", "--quiet-period", "0", "-y").returncode == 0
+    logdir = reduced_copies(tmp_path, ("grp/a", "grp/b", "c"))
     preview = _preview(logdir, "--glob", "grp/*")
     p = tbf("purge", logdir, "--glob", "grp/*", "-y", "--json")
     assert p.returncode == 0, p.stdout + p.stderr

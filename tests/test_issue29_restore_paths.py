@@ -106,13 +106,14 @@ def test_restore_with_late_records_gives_the_original_its_mode_and_mtime(tmp_pat
     assert {k: v[:2] for k, v in now.items()} == {k: v[:2] for k, v in before.items()}
 
 
+def _uploaded(bucket, tmp_path):
+    """keras_profiled uploaded as ``logs``: (its URL, a function giving the hashes of its user objects)."""
+    url = bucket.upload(copy_real("tf/keras_profiled", tmp_path / "logdir"), "logs")
+    return url, lambda: {k: v for k, v in bucket.hashes("logs").items() if not k.startswith(".tb-footprint/")}
+
+
 def test_bucket_restore_on_every_store_says_it_keeps_no_mtime(bucket, tmp_path):
-    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
-    url = bucket.upload(logdir, "logs")
-
-    def user():
-        return {k: v for k, v in bucket.hashes("logs").items() if not k.startswith(".tb-footprint/")}
-
+    url, user = _uploaded(bucket, tmp_path)
     before = user()
     rep = api.reduce_logdir(url, policy="archive", dry_run=False, quiet_period=0, verify_backends=PY)
     assert any(o.status == Outcome.VERIFIED for o in rep.outcomes), [o.to_dict() for o in rep.outcomes]
@@ -125,12 +126,7 @@ def test_bucket_restore_on_every_store_says_it_keeps_no_mtime(bucket, tmp_path):
 
 
 def test_bucket_retired_run_restore_says_it_keeps_no_mtime(bucket, tmp_path):
-    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
-    url = bucket.upload(logdir, "logs")
-
-    def user():
-        return {k: v for k, v in bucket.hashes("logs").items() if not k.startswith(".tb-footprint/")}
-
+    url, user = _uploaded(bucket, tmp_path)
     before = user()
     rep = api.retire(url, api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0)
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED], [o.to_dict() for o in rep.outcomes]
