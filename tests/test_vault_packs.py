@@ -307,3 +307,21 @@ def test_history_counts_a_packed_backup_as_what_it_keeps_on_the_disk(tmp_path):
     assert stored > 0
     assert e["freed_after_purge_bytes"] == stored, e
     assert e["freed_now_bytes"] == e["removed_from_logdir_bytes"] - stored, e
+
+
+def test_a_plain_blob_growing_beside_a_packed_backup_is_never_taken_for_its_runs_late_records(tmp_path):
+    """A packed backup was packed once nothing wrote it: a plain blob that later stands and grows
+    under its digest (another run's live file backed up again) is not this run's late writer's,
+    as beside a .zst (salvage.grown_backups leaves it)."""
+    from tb_footprint_plugin.engine import salvage
+
+    root = make_logdir(tmp_path / "logs", files=5)
+    reduce(root)
+    vault = Vault(state_dir(str(root)))
+    m = next(m for m in vault.manifests() if m.get("kind") == "reduce")
+    f = m["files"][0]
+    assert vault.blob_form(f["sha256"]) == "packed"
+    with vault.open_blob(f["sha256"]) as src:
+        grown = src.read() + b"records someone appended"
+    Path(vault.blob_path(f["sha256"])).write_bytes(grown)
+    assert not [x for x in salvage.grown_backups(vault.manifests()) if x[1]["sha256"] == f["sha256"]]

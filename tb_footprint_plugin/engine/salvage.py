@@ -32,6 +32,7 @@ from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
+from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.storage.regular import open_regular
@@ -183,14 +184,16 @@ def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
 
 
 def _compacted(vault: Vault, sha: str) -> bool:
-    """Whether the backup also exists as a ``.zst``: it was compacted, which only ever happens
-    once no descriptor anywhere writes the inode, so a plain blob beside it is not this run's
-    writer's (another run's file stored under that digest, or a killed compaction's remains):
-    its bytes are never attributed to this run."""
+    """Whether the backup also exists as a ``.zst`` or in a pack of the vault: it was compacted or
+    packed, which only ever happens once no descriptor anywhere writes the inode, so a plain blob
+    beside it is not this run's writer's (another run's file stored under that digest, or a
+    killed compaction's remains): its bytes are never attributed to this run."""
     try:
-        return stat.S_ISREG(os.lstat(vault.zst_path(sha)).st_mode)
+        if stat.S_ISREG(os.lstat(vault.zst_path(sha)).st_mode):
+            return True
     except OSError:
-        return False
+        pass
+    return remote_vault.packed_ref(vault.root, sha) is not None
 
 
 def _salvage_name(ctx, m: dict, path: str) -> str:
