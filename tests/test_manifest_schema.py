@@ -244,3 +244,20 @@ def test_a_local_manifest_of_the_wrong_type_is_left_out_and_named(tmp_path):
     assert [(r["code"], o.op_id in r["file"]) for r in rep.refused] == [(Finding.BAD_MANIFEST, True)], rep.refused
     assert o.op_id not in [x["op_id"] for x in rep.ops]
     assert sorted(p.name for p in Path(logdir, STATE, "blobs").rglob("*") if p.is_file()) == blobs
+
+
+def test_an_older_workers_marks_on_a_manifest_of_this_version_count():
+    """A worker of 282b743 sharing the bucket marks a restore (``status``) and a purge (``purged``)
+    under its own names only: both are one-way, so either name saying so counts — else this
+    version would offer to restore from backups an older worker's purge deleted."""
+    doc = manifest.bucket_form(manifest.new(
+        op_id=OP, kind="reduce", run="exp/a", logdir="s3://b/l", started_at=1.0, finished_at=2.0,
+        outcome="verified", files=[{"path": "exp/a/x", "size": 3, "backup": "b/l/.tb-footprint/blobs/x"}],
+        bytes_before=3, bytes_after=0))
+    assert manifest.read(doc, "m.json")["restored_by"] is None
+    doc.update(status="restored", restored_at=5.0)  # 282b743's restore
+    assert manifest.read(doc, "m.json")["restored_by"] == manifest.A_RESTORE
+    doc["purged"] = 9.0  # 282b743's purge
+    m = manifest.read(doc, "m.json")
+    assert (m["backup_purged"], m["purged_at"]) == (True, 9.0)
+    assert manifest.bucket_form(m)["purged"] == 9.0

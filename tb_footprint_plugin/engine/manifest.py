@@ -22,7 +22,8 @@ the bucket (several machines reduce one bucket), and their recovery, purge and b
 read those names; without them an older worker would take a manifest for missing. Readers of this
 version that still read them (``engine.bucket_recover``, ``engine.bucket_blobs``, parts of the
 API) are served by ``engine.bucket_catalogue.manifests``, which answers ``bucket_form(read(...))``.
-``read`` never takes an alias over a one-schema field.
+``read`` takes the one schema's fields first; only "restored" and "purged", which are one-way and
+which an older worker marks under its own names alone, count from either name.
 
 A manifest is untrusted input (anyone who can write the vault can write one): ``read`` refuses
 one whose op id is not of the op-id format (it becomes a key or file name), whose run or file
@@ -172,23 +173,23 @@ def read(doc, file: str) -> dict:
     out[FINISHED_AT] = doc.get(FINISHED_AT, when)
     out[OUTCOME] = doc.get(OUTCOME) if OUTCOME in doc else (
         str(Outcome.VERIFIED) if status in (None, "verified", "restored") else status)
-    if RESTORED_BY in doc:
-        out[RESTORED_BY] = doc[RESTORED_BY]
-    else:
-        out[RESTORED_BY] = A_RESTORE if status == "restored" else None
+    # restored and purged are one-way: on a bucket either name saying so counts (an older worker
+    # sharing the bucket marks only its own names, ``status`` and ``purged``, on a manifest of ours)
+    out[RESTORED_BY] = doc.get(RESTORED_BY)
+    if out[RESTORED_BY] is None and status == "restored":
+        out[RESTORED_BY] = A_RESTORE
     out.setdefault(RESTORED_AT, None)
     out.setdefault(REASON, None)
     out.setdefault(POLICY, None)
     out.setdefault(LOGDIR, None)
     out.setdefault(BYTES_BEFORE, None)
     out.setdefault(BYTES_AFTER, None)
-    if BACKUP_PURGED in doc:
-        out[BACKUP_PURGED] = doc[BACKUP_PURGED]
-        out.setdefault(PURGED_AT, None)
-    else:
-        if purged is not None and not isinstance(purged, (bool, int, float)):
-            raise _bad(file, f"purged: {str(purged)[:40]!r} is neither a time nor true")
-        out[BACKUP_PURGED] = bool(purged)
+    if purged is not None and not isinstance(purged, (bool, int, float)):
+        raise _bad(file, f"purged: {str(purged)[:40]!r} is neither a time nor true")
+    out[BACKUP_PURGED] = doc.get(BACKUP_PURGED, False)
+    out.setdefault(PURGED_AT, None)
+    if bucket and purged and out[BACKUP_PURGED] is False:
+        out[BACKUP_PURGED] = True
         out[PURGED_AT] = purged if isinstance(purged, (int, float)) and not isinstance(purged, bool) else None
     if not isinstance(out[BACKUP_PURGED], bool):
         raise _bad(file, f"backup_purged: {str(out[BACKUP_PURGED])[:40]!r} is not true or false")
