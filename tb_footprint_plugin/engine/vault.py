@@ -886,7 +886,10 @@ class Vault:
                     out[sha] = why
             if not todo:
                 return out
-            bs = remote_vault.pack_store(self.root, fresh=True, create=True)
+            # this process's cached index (a batch of runs lists it once, not once a run): under the
+            # shared lock no forget runs, and a stale entry only costs a read-back (``add`` checks a
+            # stored copy before it claims it, and lists it again) or a second copy
+            bs = remote_vault.pack_store(self.root, create=True)
             refs = self._add_plain(bs, todo, out)
             for ref in refs:
                 out[ref.sha] = PACKED if self._drop_plain(ref.sha, todo[ref.sha]) else KEPT_DAMAGED
@@ -996,7 +999,7 @@ class Vault:
         """``BlobStore.forget`` of packed blobs (hold the pack lock alone and their locks); digest →
         bytes they took in their packs. Nothing is forgotten while an index object is damaged:
         ``RemoteReadError`` (``index_damaged``) naming it, so a purge stays unfinished and says why."""
-        bs = remote_vault.pack_store(self.root, fresh=True)
+        bs = remote_vault.pack_store(self.root)  # ``forget`` lists the index again itself
         if bs is None or not shas:
             return {}
         sizes = {s: (bs.ref(s).length if bs.ref(s) is not None else 0) for s in shas}
