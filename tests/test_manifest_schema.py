@@ -194,15 +194,24 @@ DAMAGE = [
     ("bytes a string", {"bytes_before": "3"}, Finding.BAD_MANIFEST),
     ("restored_by a number", {"restored_by": 7}, Finding.BAD_MANIFEST),
     ("not an object", None, Finding.BAD_MANIFEST),
+    ("a disk's manifest naming no kind", {"kind": None}, Finding.BAD_MANIFEST),
 ]
 
 
 @pytest.mark.parametrize("what,change,code", DAMAGE, ids=[d[0] for d in DAMAGE])
 def test_a_damaged_field_is_named_with_its_code_and_file(what, change, code):
-    doc = ["a list"] if change is None else {**GOOD, **change}
+    doc = ["a list"] if change is None else {k: v for k, v in {**GOOD, **change}.items() if v is not None}
     with pytest.raises(Untrusted) as e:
         manifest.read(doc, "vault/manifests/x.json")
     assert (e.value.code, e.value.file) == (code, "vault/manifests/x.json"), str(e.value)
+
+
+def test_a_disks_manifest_naming_no_outcome_is_no_verified_operation():
+    """Only a bucket's manifest (which a bucket writes for verified operations alone) may leave
+    its outcome unsaid; a disk's without one is not taken for verified (restorable)."""
+    doc = {k: v for k, v in GOOD.items() if k != "outcome"}
+    assert manifest.read(doc, "m")["outcome"] is None
+    assert manifest.read({**doc, "op": OP}, "m")["outcome"] == Outcome.VERIFIED
 
 
 def test_a_legacy_purged_field_of_the_wrong_type_is_named():

@@ -156,7 +156,8 @@ def read(doc, file: str) -> dict:
         size = f.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise _bad(file, f"the size of {str(f.get('path'))[:120]!r} is not a non-negative integer")
-    kind = doc.get(KIND) or "reduce"  # 282b743's bucket reductions named none
+    bucket = "op" in doc  # a bucket's: its aliases are read below, never kept as the store's own keys
+    kind = doc.get(KIND) or ("reduce" if bucket else None)  # 282b743's bucket reductions named none
     if kind not in KINDS:
         raise _bad(file, f"unknown kind {str(kind)[:40]!r}")
     status = doc.get("status")
@@ -165,13 +166,14 @@ def read(doc, file: str) -> dict:
     created = doc.get("created")
     when = created if isinstance(created, (int, float)) and not isinstance(created, bool) else None
     purged = doc.get("purged")
-    bucket = "op" in doc  # its aliases are read below, never kept as the store's own keys
     out = {k: v for k, v in doc.items()
            if not (bucket and k in ("op", "status", "purged") or k == "created" and when is not None)}
     out.update({OP_ID: op_id, KIND: kind, RUN: run, FILES: files})
     out[STARTED_AT] = doc.get(STARTED_AT, when)
     out[FINISHED_AT] = doc.get(FINISHED_AT, when)
-    out[OUTCOME] = doc.get(OUTCOME) if OUTCOME in doc else (
+    # a bucket keeps only verified operations' manifests (282b743's said so by ``status``); a
+    # disk's manifest without an outcome is no verified operation's
+    out[OUTCOME] = doc.get(OUTCOME) if OUTCOME in doc or not bucket else (
         str(Outcome.VERIFIED) if status in (None, "verified", "restored") else status)
     # restored and purged are one-way: on a bucket either name saying so counts (an older worker
     # sharing the bucket marks only its own names, ``status`` and ``purged``, on a manifest of ours)
@@ -205,7 +207,6 @@ def read(doc, file: str) -> dict:
     return out
 
 
-__all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read"] + \
-    [k for k in ("OP_ID", "KIND", "RUN", "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY",
-                 "FILES", "BYTES_BEFORE", "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED",
-                 "PURGED_AT")]
+__all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "OP_ID", "KIND", "RUN",
+           "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
+           "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT"]
