@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from test_browser import PREFIX, SHOTS, Tab, TensorBoard, disk_state, expect  # noqa: F401  (skips with it)
+from test_browser import PREFIX, Tab, TensorBoard, browser, disk_state, expect  # noqa: F401  (skips with it; fixtures)
 
 RELOAD_S = 2
 OLD = time.time() - 7 * 86400
@@ -49,19 +49,6 @@ def tb(logdir):
     t = TensorBoard(logdir, f"--reload_interval={RELOAD_S}")
     yield t
     t.stop()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    from test_browser import CHROMIUM, CHROMIUM_ARGS
-
-    os.makedirs(SHOTS, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def tb_runs(tb):

@@ -22,7 +22,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from test_browser import CHROMIUM, CHROMIUM_ARGS, FRAME, PREFIX, REPO, SHOTS, TensorBoard  # noqa: F401
+from test_browser import FRAME, PREFIX, REPO, SHOTS, TensorBoard, browser  # noqa: F401  (browser: a fixture)
 from tb_footprint_plugin.plugin.read_routes import MAP_TILES
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -78,17 +78,6 @@ class _TensorBoardLong(TensorBoard):
     def get(self, path):
         status, _, body = self.request("GET", path, timeout=120)
         return status, body
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    os.makedirs(SHOTS, exist_ok=True)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def _timed(tb, path):
