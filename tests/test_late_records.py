@@ -27,7 +27,7 @@ from tb_footprint_plugin.synth import EventWriter, make_png
 
 PY = ("python",)
 ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-_PATH_WRITER = r"""
+PATH_WRITER = r"""
 import sys, time
 from tensorboard.compat.proto import event_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
@@ -48,7 +48,7 @@ def _disarm():
 
 
 def append_by_path(path, first, n=3):
-    subprocess.run([sys.executable, "-c", _PATH_WRITER, str(path), str(first), str(n)], env=ENV, check=True,
+    subprocess.run([sys.executable, "-c", PATH_WRITER, str(path), str(first), str(n)], env=ENV, check=True,
                    timeout=120)
 
 

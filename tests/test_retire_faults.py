@@ -20,6 +20,9 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.retire import RETIRE_STEPS, UNRETIRE_STEPS
 from tb_footprint_plugin.storage.paths import state_dir
 
+from helpers_cli import cli_env
+from test_late_records import PATH_WRITER, append_by_path
+
 #: past the manifest: a crash there ends retired (recovery finds the manifest written)
 RETIRED_ON_CRASH = {"retire.manifest"}
 #: steps that only exist when the vault is on another filesystem
@@ -171,28 +174,8 @@ def test_planted_journal_cannot_lead_recovery_out_of_the_logdir(tmp_path):
 # ---------------------------------------------------------------------------------------
 # issue 25.6: a writer appending by path while the run is being retired
 # ---------------------------------------------------------------------------------------
-#: a training job's writer that opens its event file by path, appends records and closes it
-#: (what a job resumed into the same run does), with TensorBoard's own record writer
-_PATH_WRITER = r"""
-import sys, time
-from tensorboard.compat.proto import event_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
-path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(path, "ab") as f:
-    w = RecordWriter(f)
-    for step in range(first, first + n):
-        ev = event_pb2.Event(wall_time=time.time(), step=step)
-        ev.summary.value.add(tag="late", simple_value=float(step))
-        w.write(ev.SerializeToString())
-"""
-_ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def _append_by_path(path, first, n=3):
-    subprocess.run([sys.executable, "-c", _PATH_WRITER, str(path), str(first), str(n)], env=_ENV, check=True,
-                   timeout=120)
-
-
+# the writer racing the retire is test_late_records' PATH_WRITER (append_by_path): a training job's
+# writer that opens its event file by path, appends records and closes it, as a resumed job does
 def _two_file_run(logdir):
     """Run 'train' with two event files (retired in name order) and scalars in each."""
     from tb_footprint_plugin.synth import EventWriter
@@ -235,7 +218,7 @@ def test_retire_racing_a_writer_by_path_settles_and_keeps_every_record(setup, ta
     originals = {p: p.read_bytes() for p in (first, second)}
     victim = second if target == "not_yet_moved" else first
     fired = []
-    faults.arm("retire.mid_move", lambda: (fired.append(1), _append_by_path(victim, 1000)))
+    faults.arm("retire.mid_move", lambda: (fired.append(1), append_by_path(victim, 1000)))
     rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup,
                      quiet_period=0)
     faults.disarm_all()
@@ -282,7 +265,7 @@ def test_recover_settles_a_retire_killed_while_a_writer_appended(tmp_path):
     logdir = tmp_path / "race"
     first, second = _two_file_run(logdir)
     originals = {p: p.read_bytes() for p in (first, second)}
-    p = subprocess.run([sys.executable, "-c", _KILLED_RACE, str(logdir), str(second), _PATH_WRITER], env=_ENV,
+    p = subprocess.run([sys.executable, "-c", _KILLED_RACE, str(logdir), str(second), PATH_WRITER], env=cli_env(),
                        timeout=300)
     assert p.returncode == -9
     journal = Path(state_dir(str(logdir))) / "journal"

@@ -22,6 +22,7 @@ from conftest import REPO, copy_real, tree_hashes
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.paths import state_dir
+from test_late_records import append_by_path, image_run
 
 
 def user_files(root):
@@ -182,36 +183,6 @@ def test_state_files_of_ours_with_several_links_are_used_not_set_aside(tmp_path)
 # ---------------------------------------------------------------------------------------------
 # 3. temp files inside run folders are never opened through a planted symlink
 # ---------------------------------------------------------------------------------------------
-_PATH_WRITER = r"""
-import sys, time
-from tensorboard.compat.proto import event_pb2
-from tensorboard.summary.writer.record_writer import RecordWriter
-path, first, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-with open(path, "ab") as f:
-    w = RecordWriter(f)
-    for step in range(first, first + n):
-        ev = event_pb2.Event(wall_time=time.time(), step=step)
-        ev.summary.value.add(tag="late", simple_value=float(step))
-        w.write(ev.SerializeToString())
-"""
-ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def _image_run(run_dir: Path) -> Path:
-    import time
-
-    from tb_footprint_plugin.synth import EventWriter, make_png
-
-    with EventWriter(str(run_dir)) as w:
-        for s in range(30):
-            w.scalar("loss", s, 1.0 / (s + 1))
-            w.image("img", s, make_png(32, 32, seed=s), 32, 32)
-        path = Path(w.path)
-    old = time.time() - 7200
-    os.utime(path, (old, old))
-    return path
-
-
 def test_planted_symlinks_at_restore_temp_names_are_never_followed(tmp_path):
     """A stranger who can write into the run folder plants symlinks at the (guessable) temp
     names a restore uses — the late-records file and the restored copy — pointing at a file
@@ -221,12 +192,12 @@ def test_planted_symlinks_at_restore_temp_names_are_never_followed(tmp_path):
 
     logdir = tmp_path / "logdir"
     run = logdir / "run"
-    path = _image_run(run)
+    path = image_run(run)
     original = path.read_bytes()
     sha12 = hashlib.sha256(original).hexdigest()[:12]
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     assert rep.ok, [o.to_dict() for o in rep.outcomes]
-    subprocess.run([sys.executable, "-c", _PATH_WRITER, str(path), "1000", "3"], env=ENV, check=True, timeout=120)
+    append_by_path(path, 1000, 3)
     victims = []
     for name in (f".footprint-restore-late-{os.getpid()}-{sha12}", f".footprint-restore-{os.getpid()}-{sha12}"):
         v = tmp_path / f"victim-{len(victims)}"
@@ -332,7 +303,7 @@ def test_restore_refuses_while_a_writer_holds_a_file_of_the_run(tmp_path):
     """A resumed job holds the reduced event file open for append: the restore refuses with
     ``open_for_writing`` naming the pid and changes nothing; once the writer is gone it restores."""
     logdir = tmp_path / "logdir"
-    path = _image_run(logdir / "run")
+    path = image_run(logdir / "run")
     original = path.read_bytes()
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     assert rep.ok, [o.to_dict() for o in rep.outcomes]
