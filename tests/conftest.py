@@ -74,6 +74,11 @@ def tree_hashes(root: Path) -> dict:
     return out
 
 
+def user_files(root) -> dict:
+    """``tree_hashes`` of a logdir without the tool's own state folder (``.tb-footprint*``)."""
+    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+
+
 @pytest.fixture
 def real_copy(tmp_path):
     def make(name: str) -> Path:
