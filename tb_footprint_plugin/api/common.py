@@ -1,18 +1,15 @@
 """What every verb group of the API shares: the local context of a logdir (the refusals every
-local verb makes first; the engine itself is opened by ``engine.front.open_engine``), and the
-numbers reports and ``status`` count alike (disk in use, freed after purge, the partition's
-logdir names). ``bucket_of`` and ``split_backup_dir`` are the engine front's, re-exported.
+local verb makes first; the engine itself is opened by ``engine.front.open_engine``) and the
+partition's logdir names. ``bucket_of`` and ``split_backup_dir`` are the engine front's,
+re-exported.
 """
 from __future__ import annotations
 
 import os
 from typing import Callable, List, Mapping, Optional, Sequence
 
-from tb_footprint_plugin.engine.catalogue import known_vaults
-from tb_footprint_plugin.engine import usage
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.front import bucket_of, DEFAULT_BACKENDS, local_context, split_backup_dir  # noqa: F401 - re-exported
-from tb_footprint_plugin.engine.purge import freeable_bytes
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.storage.remote import is_remote
 
@@ -41,19 +38,3 @@ def partition_name(logdir: str) -> str:
     local path after symlinks; workers that named one logdir by two paths split it differently
     and left runs in no shard)."""
     return logdir if is_remote(logdir) else os.path.realpath(logdir)
-
-
-def disk_in_use(ctx: Context) -> "usage.DiskUsage":
-    """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
-    return usage.disk_usage(ctx.logdir, known_vaults(ctx))
-
-
-def freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
-    """What purging these operations' backups would free, counted by purge's own rule."""
-    if not op_ids:
-        return 0
-    try:
-        return freeable_bytes(ctx, op_ids)
-    except OSError:
-        return 0
-

@@ -11,15 +11,14 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine.catalogue import remember_vault
-from tb_footprint_plugin.engine import lease, offload, usage
+from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, writing
 from tb_footprint_plugin.engine.front import BucketEngine, LocalEngine, open_engine
 from tb_footprint_plugin.engine.history import configure_writer
-from tb_footprint_plugin.engine.plan_notes import freed_estimate
 from tb_footprint_plugin.engine.ledger import Ledger, mark_recovered
+from tb_footprint_plugin.engine.plan_notes import freed_estimate
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, refuse_unless_ours, VAULT_FORMATS
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, VAULT_FORMATS
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.plan import shard as sharding
@@ -28,9 +27,8 @@ from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
-from tb_footprint_plugin.api.common import (DEFAULT_BACKENDS, disk_in_use, freed_after_purge, logdir_keys,
-                                            partition_name, RunProgress)
-from tb_footprint_plugin.api.settle import Interrupted, recover_logdir, settle_interrupted
+from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, logdir_keys, partition_name, RunProgress
+from tb_footprint_plugin.api.settle import Interrupted, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import (plan, scan_shard_sizes, selection_by_logdir,
                                             shard_plan, shard_sizes)
@@ -106,7 +104,6 @@ def reduce_logdir(
                        reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                        bytes_after=rp.expected_after_bytes) for rp in p.runs])
     backup_dir, remote = eng.local_backup_dir, eng.remote_vault  # a bucket URL: the local vault offloads there
-    ctx = eng.ctx
     pol = get_policy(policy)
     before_limit = throttle.limit()
     if max_file_ops_per_second is not None:
@@ -179,10 +176,8 @@ def _reduce(eng: LocalEngine, logdir: str, backup_dir: Optional[str], pol, dry_r
             remote: Optional[str] = None) -> ReduceReport:
     ctx = eng.ctx
     if not dry_run:
-        refuse_unless_ours(ctx.state, ctx.vault)  # never a backup where another user can unlink it
-        if remote:  # remembered before any backup is made: every later verb finds the remote vault
-            offload.configure(ctx.vault, remote)
-    recovered = [] if dry_run else recover_logdir(logdir, backup_dir)
+        eng.prepare_reduce()  # the vault ours, a remote vault remembered, before any backup is made
+    recovered = [] if dry_run else eng.recover()
     # a reduce's scan keeps its passes over big event files for the rewrite (``scan.passes``)
     keeping = contextlib.nullcontext() if dry_run else passes.retaining()
     token = None
@@ -212,14 +207,14 @@ def _reduce(eng: LocalEngine, logdir: str, backup_dir: Optional[str], pol, dry_r
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                           reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                                           bytes_after=rp.expected_after_bytes) for rp in p.runs]
-            if remote or offload.remote_url(ctx.vault):  # the backups leave the local disk at once
+            if eng.offloads():  # the backups leave the local disk at once
                 report.freed_now_bytes, report.freed_on_disk_after_purge_bytes = p.removable_bytes, 0
             else:
                 report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
                     freed_estimate(ctx.logdir, backup_dir, p, vault_format)
             return report
-        remember_vault(ctx)
-        before = disk_in_use(ctx)
+        eng.remember_vault()
+        before = eng.disk_in_use()
         book = eng.open_ledger(ledger, pol.name, shard)
         if book:
             report.ledger_path = book.path
@@ -241,14 +236,14 @@ def _reduce(eng: LocalEngine, logdir: str, backup_dir: Optional[str], pol, dry_r
         if book:
             with contextlib.suppress(OSError):  # the appended transitions stand as they are
                 book.compact()  # the batch's end: the ledger is one snapshot again
-        report.freed_on_disk_after_purge_bytes = freed_after_purge(ctx, [o.op_id for o in report.outcomes
+        report.freed_on_disk_after_purge_bytes = eng.freed_after_purge([o.op_id for o in report.outcomes
                                                                           if o.status == Outcome.VERIFIED])
-        ctx.vault.seal_log()  # the batch's manifests, compressed once it ends (``engine.oplog.seal``)
-        after = disk_in_use(ctx)
+        remote_usage = eng.end_batch()  # the batch's manifests sealed
+        after = eng.disk_in_use()
         report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = before.total_bytes, after.total_bytes
         # what the logdir's disk gained: a vault on another disk grew by what it took in
         report.freed_now_bytes = before.on_logdir_disk - after.on_logdir_disk
-        report.remote_vault = usage.remote_usage([ctx.vault.root])
+        report.remote_vault = remote_usage
         return report
     finally:
         if token is not None:

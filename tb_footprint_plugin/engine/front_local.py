@@ -9,30 +9,31 @@ import os
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Recovery, Skip
-from tb_footprint_plugin.engine import health, offload, trust, usage
+from tb_footprint_plugin.engine import health, offload, usage
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, journal_blobs, known_vaults,
                                                   operation_summary, own_manifests, remember_vault, restorable_ops,
-                                                  summarize_operations, vault_problems)
+                                                  summarize_operations)
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
-from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
-from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
-from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered, merged,
-                                               with_restores)
-from tb_footprint_plugin.engine.purge import freeable_bytes, purge_backups, PurgeReport
+from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
+from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_numbers_view, freed_after_purge, history_view,
+                                                    status_view)
+from tb_footprint_plugin.engine.plan_notes import offload_note, plan_rewrites, vault_note
+from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.remote_vault import last_failure
-from tb_footprint_plugin.engine.restore import kept_blobs, restore_op
+from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
-from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.transaction import reduce_run
-from tb_footprint_plugin.engine.vault import compact_operation, DEFAULT_VAULT_FORMAT, note_compaction, Vault
-from tb_footprint_plugin.engine.plan_notes import offload_note, plan_rewrites, vault_note
+from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
+from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
+                                              refuse_unless_ours, Vault)
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
-from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
 from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 from tb_footprint_plugin.storage.remote import is_remote, RemoteError
 
@@ -194,116 +195,45 @@ class LocalEngine(Engine):
         return find_manifest(self.ctx, op_id)
 
     def status(self) -> dict:
-        ctx = self.ctx
-        pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
-        ops = []
-        vaults = known_vaults(ctx)
-        vault_bytes = sum(Vault(root).size() for root in vaults)
-        manifests = own_manifests(ctx)
-        for m in manifests:
-            ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
-                                              "bytes_after", "finished_at", "backup_purged", "restored_by",
-                                              "rebuilt")})
-            ops[-1]["salvaged"] = len(m.get("salvaged", []))
-        lp = ledger_path(ctx.state)
-        led = Ledger(lp, "", ctx.logdir).summary() if os.path.exists(lp) else None
-        paths = ledger_paths(ctx.state)
-        found = self.unfinished()
-        problems = [p.to_dict() for p in vault_problems(ctx)]
-        try:
-            trust.bind(ctx.logdir, ctx.state, adopt=False)
-        except trust.Untrusted as e:
-            if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
-                problems.insert(0, e.to_dict())
-        kept_ops = [o["op_id"] for o in ops if o["kind"] == "reduce" and o["outcome"] == Outcome.VERIFIED
-                    and not o["backup_purged"] and not o["restored_by"]]
-        return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
-                "vault_bytes": vault_bytes,
-                # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
-                # counts it) and what purging every kept backup would free (purge's own count)
-                "disk_in_use_bytes": self.disk_in_use().total_bytes,
-                "freed_after_purge_bytes": self.freed_after_purge(kept_ops),
-                # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
-                "remote_vault": usage.remote_usage(vaults),
-                "unfinished_operations": pending, "operations": ops,
-                "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
-                "unfinished": found["unfinished_operations"],
-                "problems": problems + found["problems"],
-                "settle_command": found["settle_command"], "late_writes": health.late_writes(manifests),
-                # bytes a restore or rollback found in a file's place, kept in the vault: what each
-                # holds and how to bring it back (``engine.restore.kept_blobs``)
-                "kept_blobs": kept_blobs(ctx, manifests)}
+        return status_view(self.ctx, self.unfinished())
 
     def disk_in_use(self) -> "usage.DiskUsage":
         """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
-        return usage.disk_usage(self.ctx.logdir, known_vaults(self.ctx))
+        return disk_in_use(self.ctx)
 
     def freed_after_purge(self, op_ids: List[str]) -> int:
         """What purging these operations' backups would free, counted by purge's own rule."""
-        if not op_ids:
-            return 0
-        try:
-            return freeable_bytes(self.ctx, op_ids)
-        except OSError:
-            return 0
+        return freed_after_purge(self.ctx, op_ids)
 
     def disk_numbers(self) -> dict:
         """``freed_now_bytes``: what the verified reductions not restored freed on disk as things
         stand (``usage.freed_by_op``: ~0 while hard-linked backups are kept)."""
-        ctx = self.ctx
-        vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
-        freed_now, kept_ops = 0, []
-        for m in own_manifests(ctx):  # untrusted: a malformed count counts as nothing
-            if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
-                continue
-            try:
-                removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
-            except (TypeError, ValueError):
-                removed = 0
-            freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
-            if not m.get("backup_purged"):
-                kept_ops.append(m.get("op_id"))
-        remote = usage.remote_usage(vaults)
-        return {"disk_in_use_bytes": self.disk_in_use().total_bytes, "freed_now_bytes": freed_now,
-                "freed_after_purge_bytes": self.freed_after_purge(kept_ops),
-                "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
+        return disk_numbers_view(self.ctx)
 
     def history(self) -> List[dict]:
         """Read from the change log of the state folder; when the logdir is refused (not a folder,
         a backup dir inside it) the entries come without the backups' state (``backup``:
         ``unknown``)."""
-        entries = read_history(state_dir(self.logdir))
-        try:
-            ctx = self.ctx
-            manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
-            kept = kept_blobs(ctx, list(manifests.values()))
-            vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
-        except (OSError, ValueError):
-            manifests, kept, vaults, device = {}, [], [], None
-        for e in entries:
-            if e.get("kind") in ("restore", "reduce"):  # blobs kept in a file's place, as they are now
-                mine = [k for k in kept if k["op_id"] == e.get("op_id")]
-                if mine:
-                    e["kept_blobs"] = mine
-            if e.get("kind") != "reduce":
-                continue
-            m = manifests.get(e.get("op_id"))
-            if e.get("outcome") == Outcome.VERIFIED:
-                e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
-                if m is not None:  # as things stand now: a backup hard-linked on the logdir's disk frees nothing yet
-                    e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.freed_by_op(
-                        m, vaults, device, e["removed_from_logdir_bytes"])
-            if not e.get("backup_kept") or m is None:
-                e["backup"] = "none" if not e.get("backup_kept") else "unknown"
-            elif m.get("backup_released_by_restore"):
-                e["backup"] = "released"
-            elif m.get("backup_purged"):
-                e["backup"] = "purged"
-            else:
-                e["backup"] = "kept"
-        return entries
+        return history_view(self.logdir, lambda: self.ctx)
 
-    # -- backups -----------------------------------------------------------------------------
+    # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
+    def prepare_reduce(self) -> None:
+        """Before a reduce writes its first backup: the vault refused unless ours (never a backup
+        where another user can unlink it), and a remote vault remembered (every later verb finds it)."""
+        refuse_unless_ours(self.ctx.state, self.ctx.vault)
+        if self.remote_vault:
+            offload.configure(self.ctx.vault, self.remote_vault)
+
+    def offloads(self) -> bool:
+        """Whether committed backups leave the local disk at once (a remote vault)."""
+        return bool(self.remote_vault or offload.remote_url(self.ctx.vault))
+
+    def end_batch(self) -> Optional[dict]:
+        """A batch's end: its manifests sealed (``engine.oplog.seal``); returns what the remote
+        vault holds (``usage.remote_usage``; None without one)."""
+        self.ctx.vault.seal_log()
+        return usage.remote_usage([self.ctx.vault.root])
+
     def recheck(self, run: Optional[str], op: Optional[str],
                 progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
         """Every backup re-hashed and the run as it is now read by TensorBoard's readers against

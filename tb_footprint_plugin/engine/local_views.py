@@ -1,0 +1,136 @@
+"""What a local logdir's state says, read-only, as ``status``, the tab's disk numbers and ``history``
+show it (``LocalEngine.status`` / ``disk_numbers`` / ``history``): the operations and their
+vaults, the batch ledgers merged, damage, the disk in use and what purge frees.
+"""
+from __future__ import annotations
+
+import os
+from typing import List
+
+from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.engine import health, trust, usage
+from tb_footprint_plugin.engine.catalogue import known_vaults, own_manifests, vault_problems
+from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine.history import read_history
+from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, merged, with_restores
+from tb_footprint_plugin.engine.purge import freeable_bytes
+from tb_footprint_plugin.engine.restore import kept_blobs
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage.paths import state_dir
+
+
+def disk_in_use(ctx: Context) -> "usage.DiskUsage":
+    """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
+    return usage.disk_usage(ctx.logdir, known_vaults(ctx))
+
+
+def freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
+    """What purging these operations' backups would free, counted by purge's own rule."""
+    if not op_ids:
+        return 0
+    try:
+        return freeable_bytes(ctx, op_ids)
+    except OSError:
+        return 0
+
+
+def status_view(ctx: Context, found: dict) -> dict:
+    """``api.status`` of a local logdir; ``found``: what ``LocalEngine.unfinished`` found."""
+    pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
+    ops = []
+    vaults = known_vaults(ctx)
+    vault_bytes = sum(Vault(root).size() for root in vaults)
+    manifests = own_manifests(ctx)
+    for m in manifests:
+        ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
+                                          "bytes_after", "finished_at", "backup_purged", "restored_by",
+                                          "rebuilt")})
+        ops[-1]["salvaged"] = len(m.get("salvaged", []))
+    lp = ledger_path(ctx.state)
+    led = Ledger(lp, "", ctx.logdir).summary() if os.path.exists(lp) else None
+    paths = ledger_paths(ctx.state)
+    problems = [p.to_dict() for p in vault_problems(ctx)]
+    try:
+        trust.bind(ctx.logdir, ctx.state, adopt=False)
+    except trust.Untrusted as e:
+        if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
+            problems.insert(0, e.to_dict())
+    kept_ops = [o["op_id"] for o in ops if o["kind"] == "reduce" and o["outcome"] == Outcome.VERIFIED
+                and not o["backup_purged"] and not o["restored_by"]]
+    return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
+            "vault_bytes": vault_bytes,
+            # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
+            # counts it) and what purging every kept backup would free (purge's own count)
+            "disk_in_use_bytes": disk_in_use(ctx).total_bytes,
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
+            # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
+            "remote_vault": usage.remote_usage(vaults),
+            "unfinished_operations": pending, "operations": ops,
+            "ledger": led, "batch": with_restores(merged(paths, ctx.logdir), ops) if paths else None,
+            "unfinished": found["unfinished_operations"],
+            "problems": problems + found["problems"],
+            "settle_command": found["settle_command"], "late_writes": health.late_writes(manifests),
+            # bytes a restore or rollback found in a file's place, kept in the vault: what each
+            # holds and how to bring it back (``engine.restore.kept_blobs``)
+            "kept_blobs": kept_blobs(ctx, manifests)}
+
+
+def disk_numbers_view(ctx: Context) -> dict:
+    """The tab's header numbers of a local logdir; ``freed_now_bytes``: what the verified
+    reductions not restored freed on disk as things stand (``usage.freed_by_op``)."""
+    vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
+    freed_now, kept_ops = 0, []
+    for m in own_manifests(ctx):  # untrusted: a malformed count counts as nothing
+        if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
+            continue
+        try:
+            removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
+        except (TypeError, ValueError):
+            removed = 0
+        freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
+        if not m.get("backup_purged"):
+            kept_ops.append(m.get("op_id"))
+    remote = usage.remote_usage(vaults)
+    return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
+            "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
+
+
+def history_view(logdir: str, context) -> List[dict]:
+    """``api.history`` of a local logdir, from the change log of its state folder; ``context()``
+    gives the logdir's context or raises its refusal (``OSError``, ``ValueError``): then the
+    entries come without the backups' state (``backup``: ``unknown``)."""
+    entries = read_history(state_dir(logdir))
+    try:
+        ctx = context()
+        manifests = {m.get("op_id"): m for m in own_manifests(ctx)}
+        kept = kept_blobs(ctx, list(manifests.values()))
+        vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
+    except (OSError, ValueError):
+        manifests, kept, vaults, device = {}, [], [], None
+    for e in entries:
+        if e.get("kind") in ("restore", "reduce"):  # blobs kept in a file's place, as they are now
+            mine = [k for k in kept if k["op_id"] == e.get("op_id")]
+            if mine:
+                e["kept_blobs"] = mine
+        if e.get("kind") != "reduce":
+            continue
+        m = manifests.get(e.get("op_id"))
+        if e.get("outcome") == Outcome.VERIFIED:
+            e["removed_from_logdir_bytes"] = max(0, (e.get("before") or 0) - (e.get("after") or 0))
+            if m is not None:  # as things stand now: a backup hard-linked on the logdir's disk frees nothing yet
+                e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.freed_by_op(
+                    m, vaults, device, e["removed_from_logdir_bytes"])
+        if not e.get("backup_kept") or m is None:
+            e["backup"] = "none" if not e.get("backup_kept") else "unknown"
+        elif m.get("backup_released_by_restore"):
+            e["backup"] = "released"
+        elif m.get("backup_purged"):
+            e["backup"] = "purged"
+        else:
+            e["backup"] = "kept"
+    return entries
+
+
+__all__ = ["disk_in_use", "disk_numbers_view", "freed_after_purge", "history_view", "status_view"]
