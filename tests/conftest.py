@@ -80,6 +80,16 @@ def user_files(root) -> dict:
 
 
 @pytest.fixture
+def disarm_faults():
+    """Disarm every failpoint after the test, whatever its outcome (a module that arms them uses it
+    for each test: ``pytestmark = pytest.mark.usefixtures("disarm_faults")``)."""
+    from tb_footprint_plugin.engine import faults
+
+    yield
+    faults.disarm_all()
+
+
+@pytest.fixture
 def real_copy(tmp_path):
     def make(name: str) -> Path:
         return copy_real(name, tmp_path / name.replace("/", "__"))
