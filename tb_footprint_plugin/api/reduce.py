@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, writing
-from tb_footprint_plugin.engine.front import BucketEngine, LocalEngine, open_engine
+from tb_footprint_plugin.engine.front import LocalEngine, open_engine
 from tb_footprint_plugin.engine.history import configure_writer
 from tb_footprint_plugin.engine.ledger import Ledger, mark_recovered
 from tb_footprint_plugin.engine.plan_notes import freed_estimate
@@ -82,9 +82,9 @@ def reduce_logdir(
         raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
     eng = open_engine(logdir, backup_dir, quiet_period=quiet_period, verify_backends=verify_backends,
                       closed_files=closed_files)
-    if isinstance(eng, BucketEngine):
-        # the one reduce that is not the engine's alone: a bucket plans from one listing that its
-        # transactions share, and its ledgers are objects (``api.reduce_bucket``)
+    if eng.batch_from_listing:
+        # a bucket plans from one listing that its transactions share, and its ledgers are
+        # objects (``api.reduce_bucket``)
         if not dry_run:
             lease.configure(lease_seconds, sharding.label(shard))
             return reduce_on_bucket(eng, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,

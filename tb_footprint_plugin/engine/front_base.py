@@ -127,6 +127,14 @@ class Engine(ABC):
     def offload_url(self) -> Optional[str]:
         """The remote vault (a bucket URL) the logdir's committed backups are offloaded to, or None."""
 
+    # -- reduce ---------------------------------------------------------------------------------
+    #: whether a reduce is one batch over one listing that its plan and its transactions share
+    #: (a bucket: ``BucketEngine.reduce_runs``, ledgers as objects), rather than a transaction per
+    #: run over a walk of the disk (``LocalEngine.reduce_run``, a batch ledger file, ``--jobs``
+    #: threads, Ctrl-C settled at once). The two reduces differ that much today: ``api.reduce``
+    #: drives each its own way, chosen by this capability
+    batch_from_listing: bool = False
+
     # -- planning ------------------------------------------------------------------------------
     #: whether a plan may let go of each run's scan as it is planned (a bucket plan's cost reads
     #: the footprint after)

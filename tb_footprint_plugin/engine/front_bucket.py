@@ -209,6 +209,7 @@ class BucketEngine(Engine):
                          "rule is for the remote vault of a local logdir")
 
     lets_go_while_planning = False  # its request cost reads the footprint after the plan
+    batch_from_listing = True
 
     def plan_measures(self):
         """The PyTorch traces' gzip and slim measured by ranged reads, cached per object."""
