@@ -28,10 +28,10 @@ def state_on_disk(logdir: str):
     total, files = os.lstat(sdir).st_blocks * 512, 0
     for dirpath, dirs, names in os.walk(sdir):
         rel = os.path.relpath(dirpath, sdir)
-        if rel.split(os.sep)[0] == "blobs":
-            continue
+        if rel.split(os.sep)[0] == "blobs" or rel.split(os.sep)[:2] == ["packs", "data"]:
+            continue  # backups: blob files, and the packs small ones are kept in (their index is state)
         for d in dirs:
-            if not (rel == "." and d == "blobs"):
+            if not (rel == "." and d == "blobs") and not (rel == "packs" and d == "data"):
                 total += os.lstat(os.path.join(dirpath, d)).st_blocks * 512
         for name in names:
             if rel == "." and name.startswith("scan-cache"):

@@ -170,7 +170,9 @@ def files_under(root) -> list:
 
 
 def blobs_of(vault) -> list:
-    return [p for p in files_under(os.path.join(vault, "blobs"))]
+    """The backups a vault holds: blob files, and the packs small ones go into (issue #27 item 2)."""
+    return [p for p in files_under(os.path.join(vault, "blobs"))] + \
+        [p for p in files_under(os.path.join(vault, "packs", "data"))]
 
 
 def plant_vault(user: User, where: str) -> None:

@@ -285,7 +285,8 @@ def pack_store(vault_root: str, fresh: bool = False, create: bool = False) -> Op
     vault down) first."""
     root = packs_root(vault_root)
     if create:
-        ensure_private_dir(root, os.path.abspath(vault_root))
+        for sub in ("data", "index"):  # made 0700 here: the store would make them with the umask's mode
+            ensure_private_dir(os.path.join(root, sub), os.path.abspath(vault_root))
     elif not has_packs(vault_root):
         return None
     key = "packs:" + root
@@ -294,6 +295,18 @@ def pack_store(vault_root: str, fresh: bool = False, create: bool = False) -> Op
         if bs is None or fresh:
             bs = _stores[key] = BlobStore(PosixStore(root), pack_below=_PACK_ALL, failpoint=_pack_failpoint)
         return bs
+
+
+def tighten_pack_dirs(vault_root: str, keys) -> None:
+    """The folders (``data/xx``) the pack store made for ``keys`` made 0700, as every folder of
+    the vault is (the store makes them with the umask's mode); only real folders of ours."""
+    root = packs_root(vault_root)
+    for folder in sorted({os.path.dirname(k) for k in keys if isinstance(k, str)}):
+        p = os.path.join(root, folder)
+        with contextlib.suppress(OSError):
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and st.st_mode & 0o077:
+                os.chmod(p, 0o700)  # inside the vault, a folder of ours: no one else can swap it
 
 
 def packed_ref(vault_root: str, sha: str):
@@ -578,7 +591,7 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
     return None
 
 
-__all__ = ["PACKS_DIR", "PACK_STEPS", "packs_root", "has_packs", "pack_store", "packed_ref",
+__all__ = ["PACKS_DIR", "PACK_STEPS", "tighten_pack_dirs", "packs_root", "has_packs", "pack_store", "packed_ref",
            "open_packed", "check_packed", "REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
            "check_remote", "object_name", "last_failure"]

@@ -101,7 +101,7 @@ from tb_footprint_plugin.storage.paths import (is_op_id, is_sha256, is_state_nam
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
                                                  untrusted_in, user_name)
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
-from tb_footprint_plugin.storage.lock import held as lock_held
+from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.regular import open_regular
 
@@ -891,6 +891,7 @@ class Vault:
             # stored copy before it claims it, and lists it again) or a second copy
             bs = remote_vault.pack_store(self.root, create=True)
             refs = self._add_plain(bs, todo, out)
+            remote_vault.tighten_pack_dirs(self.root, [r.key for r in refs])
             for ref in refs:
                 out[ref.sha] = PACKED if self._drop_plain(ref.sha, todo[ref.sha]) else KEPT_DAMAGED
                 faults.hit("reduce.pack_unlinked")
@@ -1004,6 +1005,7 @@ class Vault:
             return {}
         sizes = {s: (bs.ref(s).length if bs.ref(s) is not None else 0) for s in shas}
         fig = bs.forget(shas)
+        remote_vault.tighten_pack_dirs(self.root, [r.key for r in bs.refs()])  # a repack's new pack
         blocked = fig.get("blocked_by_damaged_index")
         if blocked:
             names = ", ".join(os.path.join(remote_vault.packs_root(self.root), k) for k in blocked[:3])
@@ -1183,9 +1185,37 @@ class Vault:
         return oplog.has_state(self.root, op_id) or os.path.lexists(self.manifest_path(op_id))
 
     def seal_log(self) -> bool:
-        """Compress the manifests this process logged here so far (a batch's end: ``oplog.seal``);
+        """Compress the manifests this process logged here so far (a batch's end: ``oplog.seal``),
+        and merge the pack index objects the batch's compactions wrote (``merge_pack_index``);
         never raises. True when there was a segment to seal and it was."""
-        return oplog.seal(self.root)
+        sealed = oplog.seal(self.root)
+        self.merge_pack_index()
+        return sealed
+
+    def merge_pack_index(self) -> bool:
+        """A batch's end: the index objects of the vault's packs (each compaction writes one)
+        merged into one by ``BlobStore.forget([])`` — the merged index durable before the ones it
+        replaces go, so a kill leaves both and the union lists every blob — keeping what the vault
+        holds beyond its backups a few files however many runs a batch reduced (issue #28 item 2).
+        Only when no compaction or purge holds the pack lock (never waits); never raises. True
+        when a merged index was written. Its steps are the purge's forget failpoints."""
+        if not remote_vault.has_packs(self.root):
+            return False
+        try:
+            folder = os.path.join(self.root, "compact")
+            ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+            fd = try_exclusive(os.path.join(folder, "packs.lock"))
+        except Locked:
+            return False  # a compaction or a purge is using the packs now: the next batch's end merges
+        except OSError:
+            return False
+        try:
+            bs = remote_vault.pack_store(self.root)
+            return bs is not None and bool(bs.forget([], consolidate_above=1).get("index_written"))
+        except Exception:  # noqa: BLE001 - the index objects stay as they are (all still read)
+            return False
+        finally:
+            release(fd)
 
     def manifest_damage(self, op_id: str) -> Optional[str]:
         """A damaged log line that may have been one of ``op_id``'s states (file and line), or None."""

@@ -969,13 +969,16 @@ class BlobStore:
         return keys
 
     # --- forgetting (prune) -----------------------------------------------------------------
-    def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600) -> dict:
+    def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600,
+               consolidate_above: int = CONSOLIDATE_ABOVE) -> dict:
         """Drop this owner's claim on ``shas`` (a blob another owner added as well stays, counted
         in ``released``), and free what no live blob needs (restic's prune):
         write one index of the live blobs (durable), then delete the index objects it replaces,
         then the data objects no live blob needs; packs whose live share is below
         ``REPACK_BELOW`` are repacked first (the new pack verified before the index points at it);
-        leftovers (objects no index lists) go once older than ``grace_seconds``. Returns figures.
+        leftovers (objects no index lists) go once older than ``grace_seconds``; the index objects
+        are merged when there are more than ``consolidate_above`` beyond what the merge takes.
+        Returns figures.
         Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``)."""
         self.reload()  # another process's adds since this instance listed the index count too
         fig = {"forgotten": 0, "released": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0,
@@ -1016,7 +1019,7 @@ class BlobStore:
         old_index = list(self._index_keys)
         written: List[str] = []
         merged = -(-len(live) // INDEX_ROWS)  # how many objects a merged index takes
-        if drop or released or moved or repacked or len(old_index) > CONSOLIDATE_ABOVE + merged:
+        if drop or released or moved or repacked or len(old_index) > consolidate_above + merged:
             gone = set(repacked)
             rows = []
             for sha, cands in live.items():
