@@ -325,3 +325,22 @@ def test_a_plain_blob_growing_beside_a_packed_backup_is_never_taken_for_its_runs
         grown = src.read() + b"records someone appended"
     Path(vault.blob_path(f["sha256"])).write_bytes(grown)
     assert not [x for x in salvage.grown_backups(vault.manifests()) if x[1]["sha256"] == f["sha256"]]
+
+
+def test_packed_backups_no_manifest_names_are_reported_and_never_purged(tmp_path):
+    """The manifests lost: status reports the packed backups as orphan blobs (with their bytes),
+    and a purge forgets none of them."""
+    import shutil
+
+    root = make_logdir(tmp_path / "logs")
+    reduce(root)
+    vault = Path(state_dir(str(root)))
+    held = set(packs(root))
+    shutil.rmtree(vault / "ops")
+    shutil.rmtree(vault / "oplog")
+    st = api.status(str(root))
+    (x,) = [x for x in st["problems"] if x["code"] == Finding.ORPHAN_BLOBS]
+    assert x["bytes"] > 0 and "30 backup blob(s)" in x["detail"], x
+    api.purge(str(root), older_than=0, yes=True)
+    assert set(packs(root)) == held
+    assert len(list(remote_vault.pack_store(str(vault), fresh=True).refs())) == 30

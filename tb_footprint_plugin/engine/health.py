@@ -102,6 +102,7 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
         refs = referenced | Vault(root).referenced_blobs()
         orphans = oplog.orphan_blobs(Vault(root), refs)
         orphans.update(_compressed_orphans(Vault(root), refs))
+        orphans.update(Vault(root).packed_orphans(refs))
         if orphans:
             out.append(_f(Finding.ORPHAN_BLOBS, None, None,
                           f"{len(orphans)} backup blob(s) in {root} belong to no operation (a lost manifest?); "

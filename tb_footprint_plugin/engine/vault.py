@@ -962,6 +962,19 @@ class Vault:
                     todo.append(sha)
             return sum(1 for n in self._forget_packed(todo).values() if n)
 
+    def packed_orphans(self, referenced) -> Dict[str, int]:
+        """Packed blobs no manifest refers to (``referenced`` does not name them): sha256 → bytes
+        they take in their packs. Reported like the plain and compressed ones, never forgotten
+        (they may be the only copy of something whose manifest was lost)."""
+        bs = remote_vault.pack_store(self.root)
+        if bs is None:
+            return {}
+        try:
+            bs.reload()
+            return {r.sha: r.length for r in bs.refs() if r.sha not in referenced}
+        except (BlobFailure, StoreFailure, OSError):
+            return {}  # the packs do not list: pack_problems names that
+
     def pack_problems(self) -> List[dict]:
         """Damage in the vault's packs that a look without reading any blob finds: index objects
         that do not read (``index_damaged``: no packed backup is forgotten while one is, and the
