@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, user_files
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin import synth as sp
 from tb_footprint_plugin.transforms import event_rewrite as er
@@ -35,10 +35,6 @@ needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="tensorboar
 
 #: What the Graphs dashboard's attribute filter passes (process_graph's defaults).
 GRAPH_QS = {"limit_attr_size": "1024", "large_attrs_key": "_too_large_attrs"}
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def user_bytes(root) -> int:

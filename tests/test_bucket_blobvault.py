@@ -22,10 +22,7 @@ DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
     "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 @pytest.fixture(scope="module")

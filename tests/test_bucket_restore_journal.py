@@ -22,10 +22,7 @@ def rewrite_logdir(tmp_path_factory):
     return _write_rewrite_logdir(tmp_path_factory.mktemp("restore-journal") / "logs")
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 _n = iter(range(10_000))

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, tree_hashes, user_files
 from helpers_cli import cli_env, run_cli as cli
 from tb_footprint_plugin.cli import build_parser
 
@@ -49,10 +49,6 @@ def cli_on_terminal(*args, answer: str, timeout: float = 600):
         if p.poll() is None:
             p.kill()
     return rc, seen.decode("utf-8", "replace").replace("\r\n", "\n")
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 @pytest.fixture

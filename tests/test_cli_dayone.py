@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, tree_hashes, user_files
 from helpers_cli import cli_env, interrupt, start_paused
 from test_cli import cli_on_terminal
 
@@ -30,10 +30,6 @@ def tbf(*args, **kw):
     extra = kw.pop("env", {})
     return subprocess.run(TB_FOOTPRINT + [str(a) for a in args], env=cli_env(**extra), stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=600, **kw)
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def staging_files(root):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, user_files
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.plan import rules as content_rules
@@ -35,10 +35,6 @@ LOSSLESS_CONTENT = {"dedupe_graphs": True}
 def archive_like(**content):
     return policy_from_dict({"name": "archive-content", "base": "archive",
                              "content": dict(ARCHIVE_CONTENT, **content)})
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def age(root, seconds=3600.0):

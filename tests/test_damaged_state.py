@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, user_files
 from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import faults, oplog
@@ -26,10 +26,6 @@ from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
 OLD = time.time() - 3600
-
-
-def user_files(root: Path) -> dict:
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def two_runs(root: Path) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.scan import tfrecord
 from tb_footprint_plugin.verify import Expectations, data_server_binary, verify_reduction
@@ -32,10 +32,6 @@ def _full_read_path(monkeypatch):
 BOTH = ("python", "rust")
 
 needs_rust = pytest.mark.skipif(data_server_binary() is None, reason="no data server binary")
-
-
-def user_files(root: Path) -> dict:
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def _event_files(run_dir: Path) -> list:

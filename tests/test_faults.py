@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_real, tree_hashes
+from conftest import REPO, copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import faults
@@ -31,10 +31,6 @@ SCENARIOS = {
     # compresses traces: new files written under temp names, then renamed into place
     "lossless": ("torch/profiled", "lossless"),
 }
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def copy_fixture(name, dest: Path) -> Path:
@@ -61,10 +57,7 @@ def expected_reduced(tmp_path_factory):
     return out
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def _no_leftovers(logdir: Path):

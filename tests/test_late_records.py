@@ -21,7 +21,6 @@ from conftest import REPO
 from tb_footprint_plugin import api
 from tb_footprint_plugin.cli import main as cli_main
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.synth import EventWriter, make_png
 
@@ -41,10 +40,7 @@ with open(path, "ab") as f:  # a job resumed into the run: its writer appends by
 """
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def append_by_path(path, first, n=3):

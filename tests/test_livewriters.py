@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, tree_hashes
+from conftest import REPO, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.cli import main as cli_main
 from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip
@@ -28,14 +28,7 @@ PY = ("python",)
 ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def _age(root, seconds=7200):

@@ -11,21 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import faults, oplog
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
 
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
-
-
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def _journal_dir(logdir: Path) -> Path:

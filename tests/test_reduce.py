@@ -7,18 +7,13 @@ import threading
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, tree_hashes, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.cli import main as cli_main
 from tb_footprint_plugin.scan.scanner import scan
 
 BACKENDS = ("python", "rust")
-
-
-def user_files(root):
-    """Tree hashes without the tool's own state directory."""
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 @pytest.mark.parametrize("name", ["tf/keras_profiled", "tf/summary_mix", "jax/profiled",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_real, tree_hashes
+from conftest import REPO, copy_real, user_files
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.scan.scanner import scan
 
@@ -23,10 +23,6 @@ def age(root: Path, t: float = OLD) -> None:
     for dirpath, _dirs, files in os.walk(root):
         for n in files:
             os.utime(os.path.join(dirpath, n), (t, t), follow_symlinks=False)
-
-
-def user_files(root: Path) -> dict:
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def write_run(logdir: Path, name: str, losses, tag: str = "val/loss", extra: bool = False) -> None:

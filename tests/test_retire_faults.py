@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_real, tree_hashes
+from conftest import REPO, copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.retire import RETIRE_STEPS, UNRETIRE_STEPS
@@ -40,14 +40,7 @@ else:
 """
 
 
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
-
-
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 #: (vault placement, step): the delete phase exists only across filesystems

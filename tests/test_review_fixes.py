@@ -18,21 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_real, tree_hashes
+from conftest import REPO, copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.paths import state_dir
 from test_late_records import append_by_path, image_run
 
 
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
-
-
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def _journals(logdir: Path):

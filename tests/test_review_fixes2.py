@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import copy_real, tree_hashes
+from conftest import copy_real, user_files
 from helpers_cli import run_cli as cli
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import history, oplog, trust
@@ -146,8 +146,6 @@ def test_oplog_append_failure_keeps_a_concurrent_record(tmp_path, monkeypatch):
 
 
 # --- 4: a damaged vaults.json never hides other vaults' backups ---------------------------
-def user_files(root: Path) -> dict:
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def runs_logdir(root: Path, names) -> Path:

@@ -66,10 +66,7 @@ def reader_opens(monkeypatch):
     return opened
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def test_a_profile_only_removal_starts_no_reader_and_lists_each_event_file_unchanged(tmp_path, reader_opens):

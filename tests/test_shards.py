@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from conftest import REPO, tree_hashes
+from conftest import REPO, tree_hashes, user_files
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
@@ -40,10 +40,6 @@ def make_logdir(root, n_runs, seed=0):
         for f in files:
             os.utime(os.path.join(d, f), (OLD, OLD))
     return str(root)
-
-
-def user_files(root):
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
 
 
 def env(**kw):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, copy_real, tree_hashes
+from conftest import REPO, copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import faults
@@ -29,14 +29,7 @@ PY = ("python",)
 FIXTURE, POLICY = "jax/profiled", "archive"  # whole sessions deleted: every original is only in the vault
 
 
-@pytest.fixture(autouse=True)
-def _disarm():
-    yield
-    faults.disarm_all()
-
-
-def user_files(root: Path) -> dict:
-    return {k: v for k, v in tree_hashes(root).items() if not k.startswith(".tb-footprint")}
+pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def reduce(logdir: Path, vault: Path):
