@@ -123,23 +123,30 @@ def _reduce(logdir: Path, run: str) -> str:
     return op
 
 
-def test_cli_purge_answered_yes_deletes_nothing_when_what_it_would_delete_changed(tmp_path, monkeypatch, capsys):
-    """The preview lists train's backup; while the question is on screen a reduce of `other`
-    (the same bytes) commits. The answer must not purge `other`'s backup, never shown."""
-    logdir = _two_runs(tmp_path)
-    op_train = _reduce(logdir, "train")
+def _purge_answered_yes_after_reducing(logdir, run, monkeypatch):
+    """``tb-footprint purge LOGDIR`` on a terminal, answered yes once a reduce of ``run`` committed
+    while its question was on screen: (exit code, that reduce's op id)."""
     seen = {}
 
     def ask(question):
-        seen["op"] = _reduce(logdir, "other")
+        seen["op"] = _reduce(logdir, run)
         return True
 
     monkeypatch.setattr(cli, "_ask", ask)
     monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
     rc = cli.main(["purge", str(logdir)])
+    return rc, seen["op"]
+
+
+def test_cli_purge_answered_yes_deletes_nothing_when_what_it_would_delete_changed(tmp_path, monkeypatch, capsys):
+    """The preview lists train's backup; while the question is on screen a reduce of `other`
+    (the same bytes) commits. The answer must not purge `other`'s backup, never shown."""
+    logdir = _two_runs(tmp_path)
+    op_train = _reduce(logdir, "train")
+    rc, op_other = _purge_answered_yes_after_reducing(logdir, "other", monkeypatch)
     err = capsys.readouterr().err
     assert rc == 1 and "nothing deleted" in err and "changed since the preview" in err, err
-    assert _purged(logdir) == {op_train: False, seen["op"]: False}
+    assert _purged(logdir) == {op_train: False, op_other: False}
 
 
 def test_cli_purge_answered_yes_purges_only_the_operations_it_showed(tmp_path, monkeypatch):
@@ -149,16 +156,9 @@ def test_cli_purge_answered_yes_purges_only_the_operations_it_showed(tmp_path, m
     shutil.copytree(tmp_path / "jax", logdir / "other")  # a run of other bytes
     op_train = _reduce(logdir, "train")
     before_other = tree_hashes(logdir / "other")
-    seen = {}
-
-    def ask(question):
-        seen["op"] = _reduce(logdir, "other")
-        return True
-
-    monkeypatch.setattr(cli, "_ask", ask)
-    monkeypatch.setattr(cli.sys.stdin, "isatty", lambda: True)
-    assert cli.main(["purge", str(logdir)]) == 0
-    assert _purged(logdir) == {op_train: True, seen["op"]: False}
+    rc, op_other = _purge_answered_yes_after_reducing(logdir, "other", monkeypatch)
+    assert rc == 0
+    assert _purged(logdir) == {op_train: True, op_other: False}
     api.restore(str(logdir), "other")
     assert tree_hashes(logdir / "other") == before_other
 
