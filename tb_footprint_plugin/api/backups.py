@@ -4,19 +4,17 @@ before/after ``sample``.
 """
 from __future__ import annotations
 
-import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from tb_footprint_plugin.codes import Outcome
-from tb_footprint_plugin.engine.catalogue import find_manifest, is_kept
+from tb_footprint_plugin.engine.catalogue import is_kept
 from tb_footprint_plugin.engine import offload
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine.local_sample import SampleUnavailable
 from tb_footprint_plugin.engine.purge import PurgeReport
-from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.remote import is_bucket_url
-from tb_footprint_plugin.api.common import context_of, DEFAULT_BACKENDS
+from tb_footprint_plugin.api.common import DEFAULT_BACKENDS
 from tb_footprint_plugin.api.records import operations
 from tb_footprint_plugin.api.survey import select_among
 
@@ -145,14 +143,6 @@ def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional
     return select_among(logdir, every, names, run_glob, "runs with backups")
 
 
-class SampleUnavailable(LookupError):
-    """A sample the check page asked for cannot be shown; ``code`` says why (for programs)."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-
-
 def sample(logdir: str, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0,
            backup_dir: Optional[str] = None) -> tuple:
     """``(bytes, content type)`` of one image/audio sample of operation ``op_id``'s run as the
@@ -164,49 +154,4 @@ def sample(logdir: str, op_id: str, side: str, plugin: str, tag: str, step: int,
 
     if side not in ("before", "after") or plugin not in (samples.IMAGES, samples.AUDIO):
         raise SampleUnavailable("bad_request", "side must be before or after, plugin images or audio")
-    ctx = context_of(logdir, backup_dir)
-    m = find_manifest(ctx, op_id)
-    run = m.get("run")
-    run_dir = os.path.normpath(os.path.join(ctx.logdir, run if isinstance(run, str) else "\0"))
-    if not isinstance(run, str) or not is_within(run_dir, ctx.logdir) or not os.path.isdir(run_dir):
-        raise SampleUnavailable("not_found", f"the run of {op_id} is not in the logdir")
-    restored = bool(m.get("restored_by"))
-    if side == "after" and restored:
-        raise SampleUnavailable("restored", f"{op_id} was restored: the reduced run exists no more")
-
-    def direct_events(names) -> dict:
-        out = {}
-        for n in names:
-            p = os.path.join(run_dir, n)
-            if "tfevents" in n and os.path.isfile(p) and not os.path.islink(p) and real_within(p, ctx.logdir):
-                out[os.path.relpath(p, ctx.logdir)] = p
-        return out
-
-    current = direct_events(sorted(os.listdir(run_dir)))
-    backups: Dict[str, str] = {}  # backed-up event files: rel → sha256
-    if side == "after" or restored:
-        files = current  # after a restore the run holds the originals again
-    else:
-        created = {c.get("path") for c in m.get("created", [])}
-        files = {rel: p for rel, p in current.items() if rel not in created}
-        for f in m.get("files", []):
-            rel, sha = f.get("path"), f.get("sha256")
-            if not (isinstance(rel, str) and isinstance(sha, str) and len(sha) == 64
-                    and all(ch in "0123456789abcdef" for ch in sha)):
-                continue
-            if os.path.dirname(os.path.normpath(rel)) != os.path.relpath(run_dir, ctx.logdir) or "tfevents" not in rel:
-                continue
-            if m.get("backup_purged"):
-                raise SampleUnavailable("purged", f"the backup of {op_id} was purged: the original is gone")
-            if ctx.vault.has_blob(sha):
-                files[rel] = None
-                backups[rel] = sha
-    # the sample reader takes paths: a compressed backup is decompressed into a scratch folder
-    # of the vault (swept with this process), a plain one is read where it is
-    with scratch.scratch("sample", ctx.vault.tmp) as tmp:
-        paths = [ctx.vault.materialise(backups[k], tmp) if k in backups else files[k] for k in sorted(files)]
-        data = samples.read_sample(paths, plugin, tag, int(step), int(index))
-    if data is None:
-        raise SampleUnavailable("not_found", f"no {plugin} sample {index} of {tag!r} at step {step} {side}")
-    return data, samples.sniff(data)
-
+    return open_engine(logdir, backup_dir).sample(op_id, side, plugin, tag, step, index)

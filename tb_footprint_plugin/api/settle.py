@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.front import open_engine
-from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.plan.policies import get_policy
 
@@ -32,7 +30,7 @@ def unfinished(logdir: str, backup_dir: Optional[str] = None) -> dict:
 
 def pending_operations(logdir: str) -> List[str]:
     """Ids of unfinished operations (journals left behind), oldest first; nothing is settled."""
-    return [j.op_id for j in pending_journals(Context(logdir).journal_dir)]
+    return open_engine(logdir, lazy=True).pending_operations()
 
 
 def interrupted_state(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:

@@ -41,6 +41,10 @@ class Engine(ABC):
         settle_command}``."""
 
     @abstractmethod
+    def pending_operations(self) -> List[str]:
+        """Ids of unfinished operations (journals left behind), oldest first; nothing is settled."""
+
+    @abstractmethod
     def interrupted_state(self) -> List[dict]:
         """Each unfinished operation said plainly, read-only: ``{op_id, run, kind, untouched, files,
         changed}``."""
@@ -104,6 +108,11 @@ class Engine(ABC):
               recovered: Sequence[RecoveryOutcome] = ()) -> PurgeReport:
         """Delete (``yes``) or list the backups of verified or restored operations; the journals
         ``recovered`` refused are reported first in ``refused``."""
+
+    @abstractmethod
+    def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:
+        """``(bytes, content type)`` of one image/audio sample of ``op_id``'s run ``before`` the
+        reduction or ``after`` (the check page); ``SampleUnavailable`` with a code."""
 
     # -- retire --------------------------------------------------------------------------------
     @abstractmethod

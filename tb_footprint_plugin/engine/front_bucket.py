@@ -65,6 +65,11 @@ class BucketEngine(Engine):
         raise RemoteError("not_supported", f"{self.logdir}: this verb is not available on object storage "
                           "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
 
+    def pending_operations(self) -> List[str]:
+        """Empty today, as before the interface: a bucket's journal objects are listed by ``status``
+        (``unfinished_operations``) and settled by ``recover``."""
+        return []
+
     def interrupted_state(self) -> List[dict]:
         """Empty today: a bucket's journals are settled by ``recover`` from any machine, not said
         file by file before."""
@@ -181,6 +186,11 @@ class BucketEngine(Engine):
                                   "detail": h["reason"]} for h in d.get("held", [])],
                            # as on a disk: journals recovery refused, manifests the purge did not act on
                            refused=refused_rows(recovered) + d.get("refused", []))
+
+    def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:
+        """Not available on a bucket today (``RemoteError`` ``not_supported``)."""
+        raise RemoteError("not_supported", f"{self.logdir}: this verb is not available on object storage "
+                          "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
 
     # -- retire --------------------------------------------------------------------------------
     def check_retire(self) -> None:

@@ -17,8 +17,9 @@ from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
-from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
+from tb_footprint_plugin.engine.local_sample import sample as local_sample
 from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_numbers_view, freed_after_purge, history_view,
                                                     status_view)
 from tb_footprint_plugin.engine.plan_notes import offload_note, plan_rewrites, vault_note
@@ -104,6 +105,10 @@ class LocalEngine(Engine):
         settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE) for p in problems)
         return {"unfinished_operations": ops, "problems": problems,
                 "settle_command": health.settle_command(ctx.logdir, self.backup_dir) if settles else None}
+
+    def pending_operations(self) -> List[str]:
+        """From the journal folder (no refusal of the logdir first)."""
+        return [j.op_id for j in pending_journals(Context(self.logdir).journal_dir)]
 
     def interrupted_state(self) -> List[dict]:
         """``engine.interrupted.interrupted_rows``: read from the journals, no refusal of the
@@ -299,6 +304,9 @@ class LocalEngine(Engine):
         # journals recovery refused (planted, copied, malformed) are reported with the vault's
         report.refused[:0] = refused_rows(recovered)
         return report
+
+    def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:
+        return local_sample(self.ctx, op_id, side, plugin, tag, step, index)
 
     # -- retire --------------------------------------------------------------------------------
     def check_retire(self) -> None:
