@@ -130,7 +130,7 @@ MIN_SAVING = 0.10
 #: this) and copied again when a purge repacks its pack
 PACK_BELOW = 256 << 10
 #: at most this many blobs a pack (their locks are held while the pack is written and verified)
-PACK_BATCH = 512
+PACK_BATCH = 256
 
 #: what ``Vault.compact`` did with a blob (the bench and the tests count them)
 COMPRESSED = "compressed"
@@ -1447,9 +1447,9 @@ class Vault:
         return out
 
     def size(self) -> int:
-        """Bytes the vault holds: backups (blobs, packs as stored) and retired runs."""
+        """Bytes the vault holds: backups (blobs, packs as stored; not their index) and retired runs."""
         total = 0
-        folders = (self.blobs, os.path.join(self.root, "retired"), remote_vault.packs_root(self.root))
+        folders = (self.blobs, os.path.join(self.root, "retired"), os.path.join(remote_vault.packs_root(self.root), "data"))
         for root, _dirs, files in [w for d in folders for w in os.walk(d)]:
             for n in files:
                 with contextlib.suppress(OSError):

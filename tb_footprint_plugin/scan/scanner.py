@@ -175,12 +175,14 @@ def _assemble(logdir: str, found: Iterator[FoundRun], found_warnings: List[str],
 
 
 def _backup_bytes(sdir: str, backup_dir: Optional[str]) -> int:
-    """Bytes of backups (blobs) in the default vault and in every vault this logdir used."""
+    """Bytes of backups (blobs, and the packs small ones are kept in) in the default vault and in
+    every vault this logdir used."""
     roots = {sdir}
     if backup_dir:
         roots.add(os.path.abspath(backup_dir))
     roots.update(recorded_vaults(sdir))
-    return sum(dir_size(os.path.join(r, "blobs")) for r in roots if os.path.isdir(os.path.join(r, "blobs")))
+    return sum(dir_size(os.path.join(r, sub)) for r in roots for sub in ("blobs", os.path.join("packs", "data"))
+               if os.path.isdir(os.path.join(r, sub)))
 
 
 def _is_summary_event(f: FoundFile) -> bool:
