@@ -281,3 +281,45 @@ def test_the_data_server_binary_is_found_as_tensorboard_finds_it(tmp_path, monke
     with pytest.raises(server_ingester.NoDataServerError):
         server_ingester.get_server_binary()
     assert views.data_server_binary() is None
+
+
+@needs_rust
+def test_a_crawl_whose_core_group_fails_first_ends_the_groups_waiting_for_the_listing(tmp_path,
+                                                                                   monkeypatch):
+    """The groups that may leave a dashboard out wait for the plugins listing the core group
+    asks for: a core group that fails before it must not leave them waiting (the crawl ends,
+    its failure reaches the caller, no group thread is left)."""
+    import threading
+
+    real_json = routes._Side.json
+
+    def failing_json(self, path):
+        if path == "/data/runs":
+            raise RuntimeError("planted failure")
+        return real_json(self, path)
+
+    orig = _run(tmp_path / "orig").parent
+    monkeypatch.setattr(routes._Side, "json", failing_json)
+    readers = dashboard.open_pair(str(orig), str(orig), "rust", None, store_all=False, timeout_s=120)
+    try:
+        crawl = routes.crawl_pair(readers["before"].app(), readers["after"].app(),
+                                  providers=(readers["before"].provider, readers["after"].provider))
+        done = []
+
+        def drain():
+            try:
+                for _ in crawl:
+                    pass
+            except RuntimeError as e:
+                done.append(str(e))
+
+        t = threading.Thread(target=drain, daemon=True)
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "the crawl did not end"
+        assert done == ["planted failure"], done
+    finally:
+        for r in readers.values():
+            r.close()
+    alive = [th.name for th in threading.enumerate() if th.name.startswith("footprint-crawl")]
+    assert not alive, alive

@@ -385,14 +385,25 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
 
         return tuple(both(one))
 
-    # the plugins listing first: the groups leave out what it shows disabled on both sides
-    plugins = listing("/data/plugins_listing", "<core>",
-                      lambda v: {p: bool(i.get("enabled")) for p, i in v.items()})
-    off = (_disabled_on_both(plugins, (sides[0].provider, sides[1].provider))
-           if providers is not None else _disabled_on_both(plugins, (None, None)))
-    if skipped is not None:
-        skipped[:] = sorted(off)
-    groups = _crawl_groups(sides, listing, fetch, heavy, plugins, off)
+    listed: concurrent.futures.Future = concurrent.futures.Future()
+
+    def plugins_listing() -> tuple:
+        """The plugins listing's pair (the core group asks for it first); the groups that may
+        leave a dashboard out wait for what it shows disabled on both sides (``listed``)."""
+        try:
+            pair = listing("/data/plugins_listing", "<core>",
+                           lambda v: {p: bool(i.get("enabled")) for p, i in v.items()})
+            off = _disabled_on_both(pair, (sides[0].provider, sides[1].provider)
+                                    if providers is not None else (None, None))
+        except BaseException as e:
+            listed.set_exception(e)
+            raise
+        if skipped is not None:
+            skipped[:] = sorted(off)
+        listed.set_result(off)
+        return pair
+
+    groups = _crawl_groups(sides, listing, fetch, heavy, plugins_listing, listed.result)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(groups),
                                                  thread_name_prefix="footprint-crawl-group")
     stop = threading.Event()  # the caller is done (stopped early, or failed): groups end
@@ -412,6 +423,8 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
                 yield item
     finally:
         stop.set()
+        if not listed.done():  # the core group ended before the listing: nobody waits on
+            listed.set_exception(RuntimeError("the crawl stopped before the plugins listing"))
         pool.shutdown(wait=True, cancel_futures=True)
         other.shutdown(wait=True)
 
@@ -446,19 +459,20 @@ def _produce(group: Callable[[], Iterator[tuple]], q: "queue.Queue", stop: threa
 _GROUPS = 8
 
 
-def _crawl_groups(sides, listing, fetch, heavy: bool, plugins: tuple,
-                  off: frozenset = frozenset()) -> list:
+def _crawl_groups(sides, listing, fetch, heavy: bool, plugins: Callable[[], tuple],
+                  disabled: Callable[[], frozenset]) -> list:
     """``crawl_pair``'s routes as ``_GROUPS`` groups that share nothing but the blobs' digests
     (each lists what it fetches), in the dashboards' order: callables returning an iterator of
-    response pairs. ``plugins``:
-    the plugins listing's pair, fetched already; ``off``: dashboards not crawled (disabled on
-    both sides). hparams is a group of its own: its session groups are the slowest route of a
-    run without hyperparameters (~70 ms), and behind four listings it was the crawl's longest."""
+    response pairs. ``plugins`` fetches the plugins listing's pair (the core group's second);
+    ``disabled`` is what it shows disabled on both sides, waited for only by the groups that
+    may leave a dashboard out. hparams is a group of its own: its session groups are the
+    slowest route of a run without hyperparameters (~70 ms), and behind four listings it was
+    the crawl's longest."""
 
     def core() -> Iterator[tuple]:
         # runs and the plugin listing the dashboard tabs come from, then the scalars
         yield listing("/data/runs", "<core>", lambda v: {r: True for r in v})
-        yield plugins
+        yield plugins()
         yield from _scalar_like(sides, listing, fetch, "scalars", "/scalars")
 
     def histograms() -> Iterator[tuple]:
@@ -469,12 +483,14 @@ def _crawl_groups(sides, listing, fetch, heavy: bool, plugins: tuple,
             yield from _scalar_like(sides, listing, fetch, "distributions", "/distributions")
 
     def small() -> Iterator[tuple]:
+        off = disabled()
         if "pr_curves" not in off:
             yield from _scalar_like(sides, listing, fetch, "pr_curves", "/pr_curves")
         if "text" not in off:
             yield from _text(listing, fetch)
 
     def rest() -> Iterator[tuple]:
+        off = disabled()
         if "audio" not in off:
             yield from _blobs(listing, fetch, "audio", "/audio", "/individualAudio")
         if "mesh" not in off:
@@ -483,7 +499,7 @@ def _crawl_groups(sides, listing, fetch, heavy: bool, plugins: tuple,
             yield from _custom_scalars(sides, fetch)
 
     def hparams() -> Iterator[tuple]:
-        if "hparams" not in off:
+        if "hparams" not in disabled():
             yield from _hparams(fetch)
 
     def images() -> Iterator[tuple]:
