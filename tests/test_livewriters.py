@@ -31,6 +31,17 @@ ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHO
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
+
+@pytest.fixture
+def one_file_a_backup(monkeypatch):
+    """No packs (issue #27 item 2): these tests write into, damage or look for a backup's own
+    file in ``blobs/`` (an incompressible one stays plain); packed backups' late writers, damage
+    and orphans are tested in test_vault_packs.py."""
+    from tb_footprint_plugin.engine import vault as vault_mod
+
+    monkeypatch.setattr(vault_mod, "PACK_BELOW", 0)
+
+
 def _age(root, seconds=7200):
     old = time.time() - seconds
     for dirpath, _dirs, files in os.walk(root):
@@ -171,6 +182,7 @@ def test_writer_that_opens_the_file_during_the_reduce_is_caught_before_the_swap(
 # ---------------------------------------------------------------------------------------
 # 2. a writer out of sight (another machine): its records land in the backup and are salvaged
 # ---------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("one_file_a_backup")
 def test_records_appended_to_the_backup_are_salvaged_into_the_run(tmp_path):
     logdir = tmp_path / "logdir"
     run = logdir / "run"
@@ -241,6 +253,7 @@ def test_purge_keeps_a_backup_a_writer_still_holds(tmp_path):
 # ---------------------------------------------------------------------------------------
 # 3. purge never deletes a byte that exists nowhere else
 # ---------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("one_file_a_backup")
 def test_purge_keeps_and_reports_a_damaged_backup(tmp_path):
     logdir = tmp_path / "logdir"
     image_run(logdir / "run")
@@ -373,6 +386,7 @@ def test_lost_manifest_is_rebuilt_by_recover(tmp_path, damage, capsys):
     assert o.status == "restored" and user_files(logdir) == before
 
 
+@pytest.mark.usefixtures("one_file_a_backup")
 def test_backup_without_any_manifest_is_reported_and_never_purged(tmp_path):
     logdir = tmp_path / "logdir"
     image_run(logdir / "run")
@@ -533,6 +547,7 @@ def test_restore_killed_at_each_step_is_finished_by_the_next_start(tmp_path, ste
 # ---------------------------------------------------------------------------------------
 # 10. the tab: late writes and damage are reported, and the hint names a command that exists
 # ---------------------------------------------------------------------------------------
+@pytest.mark.usefixtures("one_file_a_backup")
 def test_tab_reports_salvage_at_load_and_damage_when_read_only(tmp_path):
     from test_plugin_routes import App
 
