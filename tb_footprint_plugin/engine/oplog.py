@@ -46,6 +46,7 @@ import errno
 import fcntl
 import io
 import json
+import marshal
 import os
 import re
 import stat
@@ -685,6 +686,44 @@ class Index:
         self.damaged_at: set = set()
         #: sealed piece -> (path, why) of a copy that does not decode whole while the other does
         self.bad_copies: Dict[str, tuple] = {}
+        #: bumped at each damaged line indexed: a memo entry read before it may miss one (``memo``)
+        self.damage_gen = 0
+        #: op id -> (key, its records marshalled): ``_segment_records``' last read of each whose
+        #: records are all in sealed pieces, so the passes of one command (status reads every
+        #: manifest in several) decode the log once
+        self.memo: Dict[str, tuple] = {}
+        self.memo_bytes = 0
+
+    def memo_key(self, op_id: str) -> tuple:
+        """What a memo entry of ``op_id`` is valid for: its records (append-only; a segment that
+        went, shrank or was replaced resets the index and the memo) and the damage indexed."""
+        return self.damage_gen, len(self.ops.get(op_id, ()))
+
+    def memo_get(self, op_id: str) -> Optional[list]:
+        """``op_id``'s records as last read (fresh objects: a caller may change them), or None."""
+        with self.lock:
+            hit = self.memo.get(op_id)
+            if hit is None or hit[0] != self.memo_key(op_id):
+                return None
+            return marshal.loads(hit[1])
+
+    def memo_put(self, op_id: str, key: tuple, recs: list) -> None:
+        """Keep ``recs`` (read under ``key``) while the memo holds less than ``MEMO_BYTES``: a
+        pass over more than that keeps its first operations (a scan evicting as it goes would
+        keep none for the next pass)."""
+        with self.lock:
+            if key != self.memo_key(op_id):
+                return  # records came in meanwhile: what was read may be short of them
+            try:
+                raw = marshal.dumps(recs)
+            except ValueError:
+                return
+            old = self.memo.pop(op_id, None)
+            if old is not None:
+                self.memo_bytes -= len(old[1])
+            if self.memo_bytes + len(raw) <= MEMO_BYTES:
+                self.memo[op_id] = (key, raw)
+                self.memo_bytes += len(raw)
 
     def refresh(self) -> "Index":
         with self.lock:
@@ -819,6 +858,7 @@ class Index:
                 self.damaged.setdefault(name, []).append((seg.lines, start, len(data) - start, None,
                                                           f"the compressed piece does not decode past here ({err})"))
                 self.damaged_at.add((name, seg.lines))
+                self.damage_gen += 1
             return
         try:
             f = open_regular(path)
@@ -868,6 +908,7 @@ class Index:
         self.damaged.setdefault(name, []).append((seg.lines, offset, length, m.group(1).decode() if m else None,
                                                   f"a line of {length} bytes, longer than any record; not read"))
         self.damaged_at.add((name, seg.lines))
+        self.damage_gen += 1
 
     def _line(self, path: str, seg: _Segment, raw: bytes, offset: int, length: int) -> None:
         seg.lines += 1
@@ -889,6 +930,7 @@ class Index:
             op = m.group(1).decode() if m else None
             self.damaged.setdefault(name, []).append((seg.lines, offset, length, op, why))
             self.damaged_at.add((name, seg.lines))
+            self.damage_gen += 1
             return
         t = rec.get("t") if isinstance(rec.get("t"), (int, float)) and not isinstance(rec.get("t"), bool) else 0
         self.ops.setdefault(rec["op"], []).append((rec["seq"], t, name, seg.lines, offset, length,
@@ -969,6 +1011,11 @@ _INDEXES_LOCK = threading.Lock()
 _FROZEN = threading.local()
 
 
+#: the most ``Index.memo`` holds (marshalled records): a status of a thousand small runs' operations
+#: fits, a long-lived process (the tab's TensorBoard) keeps no more than this between commands
+MEMO_BYTES = 8 << 20
+
+
 def index(vault_root: str) -> Index:
     """The vault's segment index, up to date (one per vault and process, kept between calls;
     inside ``snapshot`` as it was on entry)."""
@@ -1005,18 +1052,32 @@ def snapshot(vault_root: str) -> Iterator[Index]:
 
 def _segment_records(vault_root: str, op_id: str, state_only: bool = False):
     """``op_id``'s parsed records from the segments, in order, with where each is. A segment
-    sealed while being read is read again from its pieces: a record is never skipped."""
+    sealed while being read is read again from its pieces: a record is never skipped. The last
+    read of each operation is kept (``Index.memo``) while no record of it and no damage came in
+    since, when all of them are in sealed pieces: a command's later passes over the same
+    manifests decode none of them again."""
     idx = index(vault_root)
     for _attempt in range(20):
+        with idx.lock:
+            key, entries = idx.memo_key(op_id), idx.entries(op_id)
+        recs = idx.memo_get(op_id)
+        if recs is not None:
+            return [(r, seg, line) for r, seg, line in recs if not state_only or r.get("type") in _STATE_TYPES]
         out = []
         try:
-            for seq, _t, seg, line, off, ln, typ in idx.entries(op_id):
-                if state_only and typ not in _STATE_TYPES:
-                    continue
+            for seq, _t, seg, line, off, ln, typ in entries:
                 rec = json.loads(idx.raw(seg, off, ln).decode("utf-8"))
                 if not (isinstance(rec, dict) and rec.get("op") == op_id):
                     raise _Gone()
                 out.append((rec, seg, line))
+            with idx.lock:
+                sealed = all(idx.segments.get(e[2]) is not None and idx.segments[e[2]].sealed for e in entries)
+            if sealed:
+                # a sealed piece never changes (zstd-checked when decoded); a plain segment's lines
+                # are read again each time, so one damaged in place is still noticed when read
+                idx.memo_put(op_id, key, out)
+            if state_only:  # the indexed type is the record's ``type`` (``Index._line``)
+                out = [(r, seg, line) for r, seg, line in out if r.get("type") in _STATE_TYPES]
             return out
         except (_Gone, FileNotFoundError, ValueError):
             with idx.lock:
