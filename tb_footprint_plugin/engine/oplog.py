@@ -8,7 +8,10 @@ writes (no two processes ever append to one file; a batch of a thousand runs wri
 not two small files a run, which cost a 4 KiB disk block each — issue #28). Each line starts
 with its op id and carries the operation's sequence number, which orders its records across
 segments. ``Index`` finds each operation's records by reading each segment once and then only
-what was appended since, so a command reading 10,000 manifests reads each line about twice.
+what was appended since, so a command reading 10,000 manifests reads each line about twice, and
+a run late in a batch reads no more of the log than the first (``tests/test_oplog_hot_path.py``).
+The last read of each operation whose records are all sealed is kept (``Index.memo``, bounded):
+a command's several passes over the manifests (``status`` makes six) decode the log once.
 
 Older versions wrote a manifest file per operation (``<vault>/ops/<op_id>.json``) and a log per
 operation (``<vault>/oplog/<op_id>.jsonl``); both are still read (``engine.vault``): a manifest
@@ -18,6 +21,11 @@ in full), a lost or corrupt one is rebuilt from its log into the segments (``reb
 What is logged is the whole manifest but what follows from the rest (``_loggable`` /
 ``derived``: blob names, float times, the plan checks that repeat the fidelity lines). A state
 too large for one line is logged in parts, taken only once all of them are read (``SPLIT_AT``).
+
+A writer holds an flock on ``oplog/locks/<stem>.lock`` from before its segment's first line
+until its seal. A batch killed before its end leaves its segment plain: every start seals the
+segments whose lock is free and whose pid runs no more (``seal_leftovers``); without a lock file
+(an older version's) or with a live pid, a segment is left as it is.
 
 A segment is sealed at a batch's end into zstd pieces, each written as two files
 (``segments/`` and ``twins/``): a piece is its batch's only record, so one damaged bit must
