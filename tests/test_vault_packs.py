@@ -344,3 +344,27 @@ def test_packed_backups_no_manifest_names_are_reported_and_never_purged(tmp_path
     api.purge(str(root), older_than=0, yes=True)
     assert set(packs(root)) == held
     assert len(list(remote_vault.pack_store(str(vault), fresh=True).refs())) == 30
+
+
+def test_a_damaged_pack_holding_the_same_bytes_is_never_taken_for_a_new_backup(tmp_path):
+    """Run a's pack is damaged; run b backs up the same bytes later: b's compaction reads the
+    stored copy back before it would claim it, refuses it, and packs b's own copy anew before
+    any of b's plain blobs goes; b restores exactly."""
+    root = make_logdir(tmp_path / "logs", runs=("a",), files=10, shared=10)
+    rep = api.reduce_logdir(str(root), policy=DROP, dry_run=False, quiet_period=0, run_glob="a",
+                            verify_backends=("python",))
+    assert {o.status.value for o in rep.outcomes} == {"verified"}
+    (pack,) = [Path(state_dir(str(root))) / k for k in packs(root)]
+    data = bytearray(pack.read_bytes())
+    for i in range(len(data) // 3, len(data) - 10, 97):
+        data[i] ^= 0xFF
+    pack.write_bytes(bytes(data))
+    make_logdir(tmp_path / "logs", runs=("b",), files=10, shared=10)
+    before_b = {k: v for k, v in snapshot(root).items() if k.startswith("b")}
+    rep = api.reduce_logdir(str(root), policy=DROP, dry_run=False, quiet_period=0, run_glob="b",
+                            verify_backends=("python",))
+    assert {o.status.value for o in rep.outcomes} == {"verified"}
+    assert len(packs(root)) == 2 and not [k for k in vault_files(root) if k.startswith("blobs/")]
+    outs = api.restore(str(root), run="b")
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert {k: v for k, v in snapshot(root).items() if k.startswith("b")} == before_b
