@@ -1072,9 +1072,12 @@ def _segment_records(vault_root: str, op_id: str, state_only: bool = False):
         if recs is not None:
             return [(r, seg, line) for r, seg, line in recs if not state_only or r.get("type") in _STATE_TYPES]
         out = []
+        prev = (None, None)  # a state is written twice in a row: its second copy is not parsed again
         try:
             for seq, _t, seg, line, off, ln, typ in entries:
-                rec = json.loads(idx.raw(seg, off, ln).decode("utf-8"))
+                raw = idx.raw(seg, off, ln)
+                rec = prev[1] if raw == prev[0] else json.loads(raw.decode("utf-8"))
+                prev = (raw, rec)
                 if not (isinstance(rec, dict) and rec.get("op") == op_id):
                     raise _Gone()
                 out.append((rec, seg, line))
