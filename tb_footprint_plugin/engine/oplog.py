@@ -556,7 +556,9 @@ def record_manifest(vault_root: str, manifest: dict) -> None:
         else:
             append(vault_root, op_id, rec, twice=True)
         return
-    changed = {k: v for k, v in state.items() if k not in prev or prev[k] != v}
+    # a field the state read back answers as None (manifest.read fills every field) and the log
+    # never held is not a change: folded, it reads None either way, and logging it cost bytes a run
+    changed = {k: v for k, v in state.items() if (k in prev and prev[k] != v) or (k not in prev and v is not None)}
     gone = sorted(k for k in prev if k not in state)
     if changed or gone:
         rec = {"type": "manifest_change", "set": changed, "unset": gone}
