@@ -6,7 +6,10 @@ from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.storage.remote import RemoteFS
 
-from test_bucket_blobvault import STATE, _disarm, _user, mixed_logdir  # noqa: F401 - fixtures
+import pytest
+from test_bucket_blobvault import STATE, _user, mixed_logdir  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")  # conftest's, after every test
 
 SESSION = "plugins/profile/2024_01_01_00_00_00"
 #: lossless gzips the PyTorch traces (a rewrite transaction); the xplane files are deleted with it

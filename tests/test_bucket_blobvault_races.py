@@ -12,7 +12,10 @@ from tb_footprint_plugin.engine.bucket_state import BlobVault
 from tb_footprint_plugin.storage import lock as lock_mod
 from tb_footprint_plugin.storage.remote import RemoteFS
 
-from test_bucket_blobvault import _disarm, _user, mixed_logdir  # noqa: F401 - fixtures
+import pytest
+from test_bucket_blobvault import _user, mixed_logdir  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")  # conftest's, after every test
 
 RUN = "torch/resnet"  # a lossless rewrite: its PyTorch traces are replaced by .gz copies
 

@@ -970,7 +970,7 @@ class BlobStore:
 
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600,
-               consolidate_above: int = CONSOLIDATE_ABOVE) -> dict:
+               consolidate_above: Optional[int] = None) -> dict:
         """Drop this owner's claim on ``shas`` (a blob another owner added as well stays, counted
         in ``released``), and free what no live blob needs (restic's prune):
         write one index of the live blobs (durable), then delete the index objects it replaces,
@@ -1019,6 +1019,8 @@ class BlobStore:
         old_index = list(self._index_keys)
         written: List[str] = []
         merged = -(-len(live) // INDEX_ROWS)  # how many objects a merged index takes
+        if consolidate_above is None:  # read at call time, not at definition: tests set the module constant
+            consolidate_above = CONSOLIDATE_ABOVE
         if drop or released or moved or repacked or len(old_index) > consolidate_above + merged:
             gone = set(repacked)
             rows = []
