@@ -105,7 +105,7 @@ def _worker(kind: str, args: dict) -> dict:
         return {"kind": kind, "seconds": elapsed, **_rss()}
     if kind == "reduce":
         from tb_footprint_plugin import api
-        from tb_footprint_plugin.api import reduce as api_reduce  # where the batch looks reduce_run up
+        from tb_footprint_plugin.engine import front_local  # where the local engine looks reduce_run up
         from tb_footprint_plugin.engine import transaction
 
         # Where the time goes, by phase: wrap the engine's own steps (measurement only).
@@ -123,7 +123,7 @@ def _worker(kind: str, args: dict) -> dict:
 
         from tb_footprint_plugin.transforms import event_rewrite
 
-        api_reduce.reduce_run = timed("run", api_reduce.reduce_run)
+        front_local.reduce_run = timed("run", front_local.reduce_run)
         transaction.stage_file = timed("rewrite", transaction.stage_file)
         transaction._verify = timed("verify", transaction._verify)
         # the selection pass (inside the rewrite phase)
