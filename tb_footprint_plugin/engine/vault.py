@@ -86,7 +86,7 @@ import socket
 import stat
 import tempfile
 import time
-from typing import BinaryIO, Dict, Iterable, List, Optional
+from typing import BinaryIO, Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog, remote_vault
@@ -1292,9 +1292,11 @@ class Vault:
             ids.update(n[:-5] for n in os.listdir(self.ops) if n.endswith(".json") and not n.startswith("."))
         return sorted(ids)
 
-    def manifests(self) -> List[dict]:
+    def manifests(self, keep: Optional[Callable[[dict], dict]] = None) -> List[dict]:
         """Every well-formed manifest, oldest first; refused ones are listed in ``problems``
-        (and counted in ``unread``: a caller deciding what no manifest claims must see 0)."""
+        (and counted in ``unread``: a caller deciding what no manifest claims must see 0).
+        ``keep``: what of each is held, applied as it is read (a projection keeping ``op_id``
+        and ``started_at``), so a pass needing a few fields of thousands holds only those."""
         from tb_footprint_plugin.engine.trust import Untrusted
 
         out: List[dict] = []
@@ -1312,7 +1314,7 @@ class Vault:
             self.problems += other_users_state_findings(self.root)
             return out
         with oplog.snapshot(self.root):  # one look at the log's files for all of them
-            self._read_all(out)
+            self._read_all(out, keep)
             # a damaged log line may have been a manifest no one can read now (its blobs claimed)
             self.unread += oplog.lost_lines(self.root)
             # one that may have been a whole manifest no readable line names is said, with its file
@@ -1326,12 +1328,13 @@ class Vault:
         self.problems += other_users_state_findings(self.root)
         return out
 
-    def _read_all(self, out: List[dict]) -> None:
+    def _read_all(self, out: List[dict], keep: Optional[Callable[[dict], dict]] = None) -> None:
         from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
 
         for op_id in self.manifest_ids():
             try:
-                out.append(self.read_manifest(op_id))
+                m = self.read_manifest(op_id)
+                out.append(keep(m) if keep is not None else m)
             except Untrusted as e:
                 self.problems.append(e)
                 self.unread += 1
@@ -1354,15 +1357,17 @@ class Vault:
                 and not oplog.has_state(self.root, n[:-5])
                 and not oplog.manifest_readable(os.path.join(self.ops, n), n[:-5])]
 
-    def referenced_blobs(self, exclude_ops: Iterable[str] = ()) -> set:
+    def referenced_blobs(self, exclude_ops: Iterable[str] = (), manifests: Optional[List[dict]] = None) -> set:
         """Blob hashes that some manifest still needs: the backups of operations not purged nor
         excluded, and the blobs any manifest kept for content it displaced (``displaced``,
         ``restore_displaced``: bytes a rollback or restore found in an original's place, which
         exist nowhere else) — those of excluded and purged operations too: only their backups
-        are let go, never what they kept."""
+        are let go, never what they kept. ``manifests``: what this object's ``manifests()``
+        returned a moment ago (its ``problems`` go with them; one read shared by a command's
+        passes), else read now."""
         ex = set(exclude_ops)
         refs = set()
-        for m in self.manifests():
+        for m in (self.manifests() if manifests is None else manifests):
             for key in ("displaced", "restore_displaced"):
                 kept = m.get(key)
                 if isinstance(kept, list):
