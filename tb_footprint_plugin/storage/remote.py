@@ -361,17 +361,25 @@ class RemoteFS:
         self.fs.pipe_file(self.path(rel), data)
         self.stats.add("put", up=len(data))
 
-    def upload_stream(self, rel: str, src, part: int = 8 << 20, chunk: int = READ_CHUNK) -> int:
+    def upload_stream(self, rel: str, src, part: int = 8 << 20, chunk: int = READ_CHUNK, *,
+                      exclusive: bool = False) -> int:
         """Stream the binary file object ``src`` into the object ``rel`` through the store's
         buffered writer (S3 multipart, GCS resumable, Azure staged blocks, each of ``part`` bytes):
         memory stays about one part whatever the size, where the clients' whole-file uploads read
         up to 50-64 MiB at once. Returns the bytes written; a failed upload leaves no object
         (the writer's parts are discarded, never committed: closing it would commit what was
         written so far). Requests counted: one per part, plus the start and the completion of a
-        multipart upload."""
+        multipart upload.
+
+        ``exclusive``: the object is created only if absent, the condition sent with the request
+        that commits the upload (the writers' ``"xb"`` mode: S3 ``If-None-Match: *`` on
+        CompleteMultipartUpload, Azure ``If-None-Match: *`` on Put Block List, GCS
+        ``ifGenerationMatch=0`` on the resumable upload), so the key is never written over and
+        nothing is staged; a key that exists raises ``RemoteError(already_exists)`` and leaves
+        no upload behind."""
         n = 0
         path = self.path(rel)
-        out = self.fs.open(path, "wb", block_size=part)
+        out = self.fs.open(path, "xb" if exclusive else "wb", block_size=part)
         try:
             while True:
                 data = src.read(chunk)
@@ -380,7 +388,7 @@ class RemoteFS:
                 out.write(data)
                 n += len(data)
             out.close()
-        except BaseException:
+        except BaseException as e:
             if self.protocol == "s3":
                 # an incomplete multipart upload stays (and is billed) until aborted; an unfinished
                 # GCS resumable session and uncommitted Azure blocks expire by themselves (and
@@ -390,12 +398,30 @@ class RemoteFS:
                 except Exception:  # noqa: BLE001 - the upload's own error is the one to report
                     pass
             out.closed = True  # so that nothing commits what was written so far
+            if exclusive and _refused_as_existing(e):
+                raise RemoteError(ALREADY_EXISTS, f"{self.scheme}://{path}: already exists") from e
             raise
         finally:
             self._forget_listings(path)
             parts = max(1, math.ceil(n / part))
             self.stats.add("put", parts + (2 if parts > 1 else 0), up=n)
         return n
+
+
+def _refused_as_existing(e: BaseException) -> bool:
+    """Whether a create-only upload failed because the key exists: s3fs, gcsfs and adlfs say
+    ``FileExistsError`` (S3 412 on If-None-Match, GCS 412, Azure 409 BlobAlreadyExists); adlfs
+    wraps Azure's 412 ConditionNotMet in a ``RuntimeError`` whose cause says it. Decided by the
+    exception types and HTTP status, never by a message's wording."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, FileExistsError):
+            return True
+        if type(e).__name__ in ("ResourceExistsError", "ResourceModifiedError") or \
+                getattr(e, "status_code", None) == 412:
+            return True
+        e, seen = e.__cause__, seen + 1
+    return False
 
 
 class RangedReader(RangeReader):
@@ -544,6 +570,11 @@ class _Ops:
     def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
         """Like ``delete``, each refused key's error a coded :class:`RemoteError`."""
         raise NotImplementedError  # pragma: no cover - every store overrides
+
+    def check_absent(self, path: str) -> None:
+        """Before a create-only streamed upload (``RemoteFS.upload_stream(exclusive=True)``):
+        nothing where the server enforces the condition sent with the upload (S3, Azure, GCS);
+        a store whose server ignores it overrides this with a metadata read."""
 
     def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """Delete ``paths`` (batched where the store allows); returns {path: error} for the keys
@@ -810,6 +841,13 @@ class _GCSOps(_Ops):
             raise RemoteError(ALREADY_EXISTS, f"{path}: already exists")
         if if_version and (cur is None or cur.generation != if_version):
             raise RemoteError(PRECONDITION_FAILED, f"{path}: changed since it was read (precondition failed)")
+
+    def check_absent(self, path: str) -> None:
+        # gcp-storage-emulator ignores ifGenerationMatch=0 on a resumable upload as on a media
+        # one: the metadata read is the emulator's only guard (GCS itself refuses at the upload's
+        # last request, atomically). A staged upload and a rewrite would be guarded by the same
+        # read there, so the emulator loses nothing by the direct upload.
+        self._check(path, if_absent=True)
 
     def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
         b, k = self.split(path)

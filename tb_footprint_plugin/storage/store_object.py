@@ -32,7 +32,7 @@ from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_
                                                Entry, RangeReader, ReplaceResult, Source, Store, StoreFailure,
                                                check_key)
 
-#: names of uploads in progress (a conditional streaming put stages here, then copies); never listed
+#: names of uploads in progress (a streaming put conditional on a version stages here, then copies); never listed
 STAGE_PREFIX = TMP_PREFIX
 #: attempts of one bucket append against concurrent writers before ``StoreError.CONFLICT``
 APPEND_TRIES = 32
@@ -215,8 +215,7 @@ class ObjectStore(Store):
                 # up to a part read first: an object that small is created in one conditional put
                 # (S3 If-None-Match: *, GCS ifGenerationMatch=0, Azure If-None-Match: *; moto 5.2
                 # and Azurite enforce it, the GCS emulator does not and ``ops.put`` checks it with
-                # a metadata read there), where the staged path below costs a head, an upload, a
-                # conditional copy (and its head), a delete and a head: ~6 requests a lone blob
+                # a metadata read there)
                 parts, ended = _read_upto(f, STREAM_PART)
                 if ended:
                     with _coded(key):
@@ -224,16 +223,25 @@ class ObjectStore(Store):
                     return self._stat_written(key)
                 f = _Prefixed(parts, f)
                 del parts
-            if if_absent and self._head(key) is not None:  # fail before uploading megabytes
-                raise StoreFailure(StoreError.ALREADY_EXISTS, key, "already exists")
+                # a larger one in one streamed upload whose completing request carries the
+                # condition (S3 If-None-Match: * on CompleteMultipartUpload, Azure on Put Block
+                # List, GCS ifGenerationMatch=0 on the resumable upload; moto 5.2 and Azurite
+                # refuse a second create there, the emulator is guarded by ``check_absent``): no
+                # staged copy, no server-side copy, no delete. A key that exists is refused at the
+                # end of the upload, which leaves nothing (the writer's parts are aborted)
+                with _coded(key):
+                    self.ops.check_absent(path)
+                    self.rfs.upload_stream(key, f, part=STREAM_PART, exclusive=True)
+                return self._stat_written(key)
             if not (if_absent or if_version):
                 with _coded(key):
                     self.rfs.upload_stream(key, f, part=STREAM_PART)
             else:
-                # no store takes a precondition on a streamed upload through these clients (S3
-                # would on the multipart completion, but s3fs's writer sends none): stage the
-                # bytes beside the key, then copy them over it on the condition (server side);
-                # for objects above a part only, where the upload's own requests dominate
+                # conditional on a version: s3fs's, gcsfs's and adlfs's writers send no If-Match
+                # (S3 and Azure would take one on the completing request, GCS ifGenerationMatch=<n>
+                # on the upload, but no writer passes it on): stage the bytes beside the key, then
+                # copy them over it on the condition (server side); for objects above a part only,
+                # where the upload's own requests dominate
                 parent = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
                 stage = f"{parent}{STAGE_PREFIX}{secrets.token_hex(8)}"
                 try:
