@@ -17,6 +17,7 @@ from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionErro
 from tb_footprint_plugin.engine.history import append_history, history_path
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.storage import lock
@@ -141,15 +142,25 @@ def damaged_index_advice(aside: str, state: str) -> str:
             f"--backup-dir is missing from `tb-footprint status`, give it as --backup-dir; then delete this file")
 
 
-def own_manifests(ctx: Context) -> List[dict]:
-    """Every manifest of operations on this logdir, in every vault it used."""
+def read_vaults(ctx: Context, slim: bool = False) -> List[VaultRead]:
+    """Every vault of this logdir (``known_vaults``) read once, for the passes of one command to
+    share (``own_manifests``, ``vault_problems``, ``health.catalogue_problems``,
+    ``purge.freeable_bytes``). ``slim``: each manifest without its verification, plan and policy
+    (``_HEAVY``), as it is read: what counting, checking blobs and listing need of thousands."""
+    return read_roots(known_vaults(ctx), slim)
+
+
+def own_manifests(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[dict]:
+    """Every manifest of operations on this logdir, in every vault it used (from ``reads``,
+    ``read_vaults``' of this command, when given: nothing is read again)."""
     out, seen = [], set()
     here = os.path.realpath(ctx.logdir)
     identity = manifest_binding(ctx)
     if identity is False:
         return []  # a state directory copied or planted from elsewhere: none of it is ours
-    for root in known_vaults(ctx):
-        for m in Vault(root).manifests():
+    for r in (read_vaults(ctx) if reads is None else reads):
+        root = r.vault.root
+        for m in r.manifests:
             # a vault shared by several logdirs holds their operations side by side
             if not isinstance(m.get("logdir"), str) or os.path.realpath(m["logdir"]) != here:
                 continue
@@ -158,15 +169,10 @@ def own_manifests(ctx: Context) -> List[dict]:
             if m["op_id"] not in seen:
                 seen.add(m["op_id"])
                 try:  # the one schema (``engine.manifest``); a refused one is named by ``vault_problems``
-                    out.append(manifest.read(m, _manifest_file(root, m["op_id"])))
+                    out.append(manifest.read(m, manifest_file(root, m["op_id"])))
                 except trust.Untrusted:
                     continue  # never acted on; its blobs stay (``Vault.referenced_blobs`` reads every manifest)
     return out
-
-
-def _manifest_file(root: str, op_id: str) -> str:
-    """How a refusal names a manifest of the vault at ``root`` (its records are in the oplog)."""
-    return f"{root}: the manifest of operation {op_id}"
 
 
 def manifest_binding(ctx: Context):
@@ -245,17 +251,17 @@ def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
 _DIGEST = re.compile(rb"(?<![0-9a-f])[0-9a-f]{64}(?![0-9a-f])")
 
 
-def vault_problems(ctx: Context) -> List["trust.Untrusted"]:
-    """Manifests in this logdir's vaults that were refused as malformed, to report."""
+def vault_problems(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List["trust.Untrusted"]:
+    """Manifests in this logdir's vaults that were refused as malformed, to report (from
+    ``reads`` when given)."""
     out = []
-    for root in known_vaults(ctx):
-        v = Vault(root)
-        for m in v.manifests():
+    for r in (read_vaults(ctx) if reads is None else reads):
+        for m in r.manifests:
             try:
-                manifest.read(m, _manifest_file(root, m.get("op_id")))
+                manifest.read(m, manifest_file(r.vault.root, m.get("op_id")))
             except trust.Untrusted as e:  # a field of the wrong type: the one schema's check
                 out.append(e)
-        out += v.problems
+        out += r.vault.problems
     return out
 
 

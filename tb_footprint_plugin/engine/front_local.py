@@ -11,8 +11,8 @@ from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tupl
 from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import health, offload, usage
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, journal_blobs, known_vaults,
-                                                  operation_summary, own_manifests, remember_vault, restorable_ops,
-                                                  summarize_operations)
+                                                  operation_summary, own_manifests, read_vaults, remember_vault,
+                                                  restorable_ops, summarize_operations)
 from tb_footprint_plugin.engine.checks import recheck
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
@@ -32,6 +32,7 @@ from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
                                               refuse_unless_ours, Vault)
+from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
@@ -96,11 +97,14 @@ class LocalEngine(Engine):
         restores released, stale batch ledgers settled; one read of the manifests for the last three."""
         return start(self.ctx, own_manifests)
 
-    def unfinished(self) -> dict:
+    def unfinished(self, reads: Optional[List[VaultRead]] = None) -> dict:
+        """``reads``: the command's one read of the manifests (``catalogue.read_vaults``), else read here."""
         ctx = self.ctx
         ops = health.unfinished_ops(ctx.journal_dir)
         problems = health.state_problems(ctx.logdir, ctx.state, ctx.journal_dir)
-        problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx), frozenset(journal_blobs(ctx)))
+        reads = read_vaults(ctx) if reads is None else reads
+        problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx, reads),
+                                              frozenset(journal_blobs(ctx)), reads)
         # a damaged line or file is named for the user to look at: `recover` cannot mend it
         settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE) for p in problems)
         return {"unfinished_operations": ops, "problems": problems,
@@ -200,7 +204,9 @@ class LocalEngine(Engine):
         return find_manifest(self.ctx, op_id)
 
     def status(self) -> dict:
-        return status_view(self.ctx, self.unfinished())
+        """The manifests read once, for every check and count of it (issue #28)."""
+        reads = read_vaults(self.ctx)
+        return status_view(self.ctx, self.unfinished(reads), reads)
 
     def disk_in_use(self) -> "usage.DiskUsage":
         """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""

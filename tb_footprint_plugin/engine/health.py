@@ -20,6 +20,7 @@ from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_v
 from tb_footprint_plugin.engine.history import history_damage, history_files
 from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import ZST_SUFFIX, Vault
+from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256
 
@@ -54,9 +55,13 @@ def unfinished_ops(journal_dir: str) -> List[dict]:
     return out
 
 
-def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: frozenset = frozenset()) -> List[dict]:
+def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: frozenset = frozenset(),
+                       reads: Optional[List[VaultRead]] = None) -> List[dict]:
     """Damage in the vaults: lost manifests, backups grown / missing / shrunk, orphan blobs,
-    purges that did not finish. Each finding: {code, op_id, run, detail, bytes}."""
+    purges that did not finish. Each finding: {code, op_id, run, detail, bytes}. ``reads``: the
+    command's one read of the vaults' manifests (``catalogue.read_vaults``), what the blobs any
+    manifest claims come from; a vault not in it is read here."""
+    shared = {r.vault.root: r for r in reads or ()}
     out: List[dict] = []
     referenced = set(in_use)  # blobs of operations under way
     for m in manifests:  # content displaced by a restore or rollback stays, whatever the outcome
@@ -99,7 +104,8 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
             out.append(_f(Finding.DAMAGED_FILE if p["code"] == BlobError.DAMAGED_INDEX.value else Finding.BACKUP_DAMAGED,
                           None, None, p["message"], file=p["file"]))
         # a blob another logdir's manifest (shared vault) needs is not an orphan either
-        refs = referenced | Vault(root).referenced_blobs()
+        r = shared.get(os.path.abspath(root))
+        refs = referenced | (r.vault.referenced_blobs(manifests=r.manifests) if r else Vault(root).referenced_blobs())
         orphans = oplog.orphan_blobs(Vault(root), refs)
         orphans.update(_compressed_orphans(Vault(root), refs))
         orphans.update(Vault(root).packed_orphans(refs))

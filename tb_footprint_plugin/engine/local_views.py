@@ -5,11 +5,11 @@ vaults, the batch ledgers merged, damage, the disk in use and what purge frees.
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Optional
 
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import health, trust, usage
-from tb_footprint_plugin.engine.catalogue import known_vaults, own_manifests, vault_problems
+from tb_footprint_plugin.engine.catalogue import known_vaults, own_manifests, read_vaults, vault_problems
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.history import read_history
 from tb_footprint_plugin.engine.journal import pending_journals
@@ -17,6 +17,7 @@ from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths,
 from tb_footprint_plugin.engine.purge import freeable_bytes
 from tb_footprint_plugin.engine.restore import kept_blobs
 from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.paths import state_dir
 
 
@@ -25,23 +26,26 @@ def disk_in_use(ctx: Context) -> "usage.DiskUsage":
     return usage.disk_usage(ctx.logdir, known_vaults(ctx))
 
 
-def freed_after_purge(ctx: Context, op_ids: List[str]) -> int:
-    """What purging these operations' backups would free, counted by purge's own rule."""
+def freed_after_purge(ctx: Context, op_ids: List[str], reads: Optional[List[VaultRead]] = None) -> int:
+    """What purging these operations' backups would free, counted by purge's own rule (from the
+    command's one read of the manifests, ``reads``, when given)."""
     if not op_ids:
         return 0
     try:
-        return freeable_bytes(ctx, op_ids)
+        return freeable_bytes(ctx, op_ids, reads)
     except OSError:
         return 0
 
 
-def status_view(ctx: Context, found: dict) -> dict:
-    """``api.status`` of a local logdir; ``found``: what ``LocalEngine.unfinished`` found."""
+def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = None) -> dict:
+    """``api.status`` of a local logdir; ``found``: what ``LocalEngine.unfinished`` found (from
+    ``reads``, the command's one read of the manifests every pass here shares)."""
     pending = [j.op_id for j in pending_journals(ctx.journal_dir)]
     ops = []
     vaults = known_vaults(ctx)
     vault_bytes = sum(Vault(root).size() for root in vaults)
-    manifests = own_manifests(ctx)
+    reads = read_vaults(ctx) if reads is None else reads
+    manifests = own_manifests(ctx, reads)
     for m in manifests:
         ops.append({k: m.get(k) for k in ("op_id", "kind", "run", "outcome", "reason", "bytes_before",
                                           "bytes_after", "finished_at", "backup_purged", "restored_by",
@@ -50,7 +54,7 @@ def status_view(ctx: Context, found: dict) -> dict:
     lp = ledger_path(ctx.state)
     led = Ledger(lp, "", ctx.logdir).summary() if os.path.exists(lp) else None
     paths = ledger_paths(ctx.state)
-    problems = [p.to_dict() for p in vault_problems(ctx)]
+    problems = [p.to_dict() for p in vault_problems(ctx, reads)]
     try:
         trust.bind(ctx.logdir, ctx.state, adopt=False)
     except trust.Untrusted as e:
@@ -63,7 +67,7 @@ def status_view(ctx: Context, found: dict) -> dict:
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
             # counts it) and what purging every kept backup would free (purge's own count)
             "disk_in_use_bytes": disk_in_use(ctx).total_bytes,
-            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
             # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
             "remote_vault": usage.remote_usage(vaults),
             "unfinished_operations": pending, "operations": ops,
@@ -81,7 +85,8 @@ def disk_numbers_view(ctx: Context) -> dict:
     reductions not restored freed on disk as things stand (``usage.freed_by_op``)."""
     vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
     freed_now, kept_ops = 0, []
-    for m in own_manifests(ctx):  # untrusted: a malformed count counts as nothing
+    reads = read_vaults(ctx, slim=True)  # one read for both counts, without the verifications
+    for m in own_manifests(ctx, reads):  # untrusted: a malformed count counts as nothing
         if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
             continue
         try:
@@ -93,7 +98,7 @@ def disk_numbers_view(ctx: Context) -> dict:
             kept_ops.append(m.get("op_id"))
     remote = usage.remote_usage(vaults)
     return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
-            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops),
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
             "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
 
 

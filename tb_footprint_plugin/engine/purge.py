@@ -28,12 +28,13 @@ from typing import Collection, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import faults, offload, oplog
-from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, unsettled_op, vault_problems
+from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context, writing
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.retire import purge_retired
 from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.files import CHUNK, sha256_file
 from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.version import __version__
@@ -196,10 +197,11 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     return report
 
 
-def _blob_plan(vault: Vault, ms: List[dict], pending: set) -> list:
+def _blob_plan(vault: Vault, ms: List[dict], pending: set, known: Optional[List[dict]] = None) -> list:
     """Per operation of ``ms`` (all in ``vault``): the blobs purging them deletes, their bytes and
-    how many originals go for good, as ``(manifest, shas, size, originals)``."""
-    keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms]) | pending
+    how many originals go for good, as ``(manifest, shas, size, originals)``. ``known``: what
+    ``vault.manifests()`` returned a moment ago (``Vault.referenced_blobs``), else read now."""
+    keep = vault.referenced_blobs(exclude_ops=[m["op_id"] for m in ms], manifests=known) | pending
     seen: set = set()
     plan = []
     # every blob this purge deletes from this vault (a blob two operations share is
@@ -216,18 +218,29 @@ def _blob_plan(vault: Vault, ms: List[dict], pending: set) -> list:
     return plan
 
 
-def freeable_bytes(ctx: Context, op_ids: Iterable[str]) -> int:
+def freeable_bytes(ctx: Context, op_ids: Iterable[str], reads: Optional[List[VaultRead]] = None) -> int:
     """What purging these operations' backups would free on disk, counted as purge counts it,
-    without purge's checks (no re-hash, no open-file scan): the figure a reduce reports."""
+    without purge's checks (no re-hash, no open-file scan): the figure a reduce reports. The
+    manifests are read once (``reads``: the command's own read, ``catalogue.read_vaults``), and
+    slim when read here: a batch's end counts a thousand runs without holding their verifications."""
     ids = set(op_ids)
+    if not ids:
+        return 0
+    reads = read_vaults(ctx, slim=True) if reads is None else reads
     by_vault: Dict[str, List[dict]] = {}
-    for m in own_manifests(ctx):
+    for m in own_manifests(ctx, reads):
         if m.get("kind") == "reduce" and not m.get("backup_purged") and m["op_id"] in ids:
             by_vault.setdefault(m["vault"], []).append(m)
     if not by_vault:
         return 0
     pending = journal_blobs(ctx)
-    return sum(size for root, ms in by_vault.items() for _m, _s, size, _o in _blob_plan(Vault(root), ms, pending))
+    shared = {r.vault.root: r for r in reads}
+    total = 0
+    for root, ms in by_vault.items():
+        r = shared.get(root)
+        vault, known = (r.vault, r.manifests) if r else (Vault(root), None)
+        total += sum(size for _m, _s, size, _o in _blob_plan(vault, ms, pending, known))
+    return total
 
 
 def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> Dict[str, int]:
