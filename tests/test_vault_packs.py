@@ -251,7 +251,7 @@ def test_sigkill_while_packing_loses_nothing(tmp_path, step):
 
 
 @pytest.mark.parametrize("step", ["purge.pack_index_written", "purge.pack_old_index_deleted",
-                                  "purge.pack_objects_deleted", "vault.repack_written"])
+                                  "purge.pack_objects_deleted", "repack.pack_written"])
 def test_sigkill_while_forgetting_packed_blobs_loses_nothing(tmp_path, step):
     """SIGKILL of the CLI's purge of run a at each forget/repack step (b shares 3 blobs): the
     next start finishes the purge, and b still restores byte for byte."""

@@ -13,7 +13,9 @@ at once, by ``hit`` and ``arm`` and in the environment variable: a misspelt fail
 its test, not silently never fire.
 
 The vault's own names (``compact_*`` and ``restore_copied``, hit in ``engine/vault.py``) are part
-of this vocabulary under their historical spelling; ``offload.*`` is the vault offload's.
+of this vocabulary under their historical spelling; ``offload.*`` is the vault offload's;
+``repack.*`` and ``merge.*`` are the vault's packs' own (a repack inside a forget, a batch's end
+merging the pack index), outside the crash matrix's verbs.
 """
 from __future__ import annotations
 
@@ -104,11 +106,25 @@ STEPS: Tuple[Step, ...] = (
     Step("reduce.pack_verified", (LOCAL,), "every blob of the pack is read back and hashed; no index names it"),
     Step("reduce.pack_indexed", (LOCAL,), "the pack's index object is durable; the plain blobs are all still there"),
     Step("reduce.pack_unlinked", (LOCAL,), "a packed backup's plain blob is unlinked (hit after each)"),
-    Step("purge.pack_index_written", (LOCAL,), "the packs' index without the purged blobs is durable"),
-    Step("purge.pack_old_index_deleted", (LOCAL,), "the index objects it replaces are deleted"),
+    # a forget of packed blobs (vault.py ``_forget_packed``: a purge, a restore's release, a
+    # rollback, an offload's forget of the pack copies); only the index objects listing a
+    # forgotten blob are written anew
+    Step("purge.pack_index_written", (LOCAL,), "the packs' index objects that listed the purged blobs are written "
+                                               "anew without them, durable; the ones they replace are all still there"),
+    Step("purge.pack_old_index_deleted", (LOCAL,), "the index objects they replace are deleted"),
     Step("purge.pack_objects_deleted", (LOCAL,), "the packs no live blob needs are deleted"),
-    Step("vault.repack_written", (LOCAL,), "a purge's repack: the live blobs of half-dead packs are in a new, "
-         "verified pack; no index names it yet"),
+    # a half-dead pack's live blobs copied out, in a forget of packed blobs or a batch's merge
+    # (not in the crash matrix: a clean purge of a whole run leaves no half-dead pack; covered
+    # by tests/test_vault_packs.py)
+    Step("repack.pack_written", (LOCAL,), "the live blobs of half-dead packs are in a new, verified pack; "
+                                          "no index names it yet"),
+    # a batch's end (vault.py ``merge_pack_index``): the small index objects its compactions
+    # wrote merged, and the packs' leftovers past their grace swept (tests/test_vault_packs.py)
+    Step("merge.pack_index_written", (LOCAL,), "the merged index object is durable; the ones it replaces are all "
+                                               "still there"),
+    Step("merge.pack_old_index_deleted", (LOCAL,), "the index objects the merged one replaces are deleted"),
+    Step("merge.pack_swept", (LOCAL,), "the packs no index lists, older than their grace, are deleted (the "
+                                       "batch's end is done with the packs)"),
 )
 
 DECLARED: Dict[str, Step] = {s.name: s for s in STEPS}

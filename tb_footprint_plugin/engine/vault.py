@@ -129,6 +129,23 @@ MIN_SAVING = 0.10
 #: block is under 1% of it, while a pack's blob is read whole into memory when added (bounded by
 #: this) and copied again when a purge repacks its pack
 PACK_BELOW = 256 << 10
+#: ``BlobStore.forget``'s steps -> the failpoints (``faults.STEPS``) of a forget of packed blobs
+#: (a purge, a restore's release, a rollback) and of a batch's end merging the pack index
+FORGET_STEPS = {"forget.pack_written": "repack.pack_written", "forget.index_written": "purge.pack_index_written",
+                "forget.old_index_deleted": "purge.pack_old_index_deleted",
+                "forget.objects_deleted": "purge.pack_objects_deleted"}
+MERGE_STEPS = {"forget.pack_written": "repack.pack_written", "forget.index_written": "merge.pack_index_written",
+               "forget.old_index_deleted": "merge.pack_old_index_deleted", "forget.objects_deleted": "merge.pack_swept"}
+
+
+def _forget_failpoint(step: str) -> None:
+    faults.hit(FORGET_STEPS[step])
+
+
+def _merge_failpoint(step: str) -> None:
+    faults.hit(MERGE_STEPS[step])
+
+
 #: at most this many blobs a pack (their locks are held while the pack is written and verified)
 PACK_BATCH = 256
 
@@ -1017,7 +1034,9 @@ class Vault:
         if bs is None or not shas:
             return {}
         sizes = {s: (bs.ref(s).length if bs.ref(s) is not None else 0) for s in shas}
-        fig = bs.forget(shas)
+        # no sweep: a restore's release of one run touches the packs its blobs are in, not the
+        # whole vault (leftovers are swept at a batch's end, ``merge_pack_index``)
+        fig = bs.forget(shas, sweep=False, failpoint=_forget_failpoint)
         remote_vault.tighten_pack_dirs(self.root, [r.key for r in bs.refs()])  # a repack's new pack
         blocked = fig.get("blocked_by_damaged_index")
         if blocked:
@@ -1207,11 +1226,15 @@ class Vault:
 
     def merge_pack_index(self) -> bool:
         """A batch's end: the index objects of the vault's packs (each compaction writes one)
-        merged into one by ``BlobStore.forget([])`` — the merged index durable before the ones it
-        replaces go, so a kill leaves both and the union lists every blob — keeping what the vault
-        holds beyond its backups a few files however many runs a batch reduced (issue #28 item 2).
-        Only when no compaction or purge holds the pack lock (never waits); never raises. True
-        when a merged index was written. Its steps are the purge's forget failpoints."""
+        merged by ``BlobStore.forget([])`` (those of fewer than ``INDEX_ROWS // 2`` rows, into
+        objects of at most ``INDEX_ROWS``) — the merged index durable before the ones it replaces
+        go, so a kill leaves both and the union lists every blob — keeping what the vault holds
+        beyond its backups a few files however many runs a batch reduced (issue #28 item 2); and
+        the packs' leftovers (a killed compaction's pack no index lists) deleted past their grace,
+        the one full listing of the packs a batch pays (a forget of packed blobs looks only at
+        the packs it touches). Only when no compaction or purge holds the pack lock (never
+        waits); never raises. True when a merged index was written. Its failpoints are
+        ``merge.*`` (and ``repack.pack_written``)."""
         if not remote_vault.has_packs(self.root):
             return False
         try:
@@ -1224,7 +1247,8 @@ class Vault:
             return False
         try:
             bs = remote_vault.pack_store(self.root)
-            return bs is not None and bool(bs.forget([], consolidate_above=1).get("index_written"))
+            return bs is not None and bool(bs.forget([], consolidate_above=1, sweep=True,
+                                                     failpoint=_merge_failpoint).get("index_written"))
         except Exception:  # noqa: BLE001 - the index objects stay as they are (all still read)
             return False
         finally:

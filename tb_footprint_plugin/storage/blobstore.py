@@ -14,11 +14,13 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   and ``add`` returns only once that index is durable. A blob stored already is read back too
   before its ref is returned again. A crash anywhere leaves at worst data objects no index lists
   ("leftovers"): the caller got no ref and kept its originals.
-* ``forget`` (restic's prune) writes the index without the forgotten blobs first, then deletes the
-  index objects it replaces, then the data objects no live blob needs. The index is the union of
-  every index object (none can hide another's blobs), so a crash before the old index objects are
-  gone leaves the forgotten blobs listed and their objects in place: the next ``forget`` of them
-  finishes. Packs are repacked by copying their live blobs into a new pack that is
+* ``forget`` (restic's prune) writes anew, without the forgotten blobs, only the index objects
+  that list one (or a blob whose owners change, or that a repack moves) first, then deletes the
+  index objects they replace, then the data objects no live blob needs; every other index object
+  stays as it is, so a release of one run's blobs costs the objects listing them, not the vault.
+  The index is the union of every index object (none can hide another's blobs), so a crash
+  before the old index objects are gone leaves the forgotten blobs listed and their objects in
+  place: the next ``forget`` of them finishes. Packs are repacked by copying their live blobs into a new pack that is
   read back and verified before the index pointing at it is written; old packs and indexes go
   only after. Leftovers are deleted only when older than ``grace_seconds`` (another process may be
   between its data upload and its index write), and nothing at all is deleted while an index
@@ -45,8 +47,11 @@ that version yet) and may serve several threads. ``open`` of a packed blob reads
 ``PACK_READ`` bytes of its pack from the blob on and serves the blobs after it from that window
 for ``WINDOW_SECONDS`` (each still hashed): a restore of a run's small files is a request per
 window, not one per file; ``check`` always reads the store. ``forget([])`` merges the index
-objects into one once there are more than ``CONSOLIDATE_ABOVE`` (each ``add`` writes one, and
-loading the index reads them all).
+objects of fewer than ``INDEX_ROWS // 2`` rows once there are more than ``CONSOLIDATE_ABOVE``
+(each ``add`` writes one, and loading the index reads them all); a pack's rows stay together in
+one object. Leftovers are looked for (a listing of every data object) only when ``forget`` is
+asked to ``sweep`` (the default; the local vault's release of a run does not, its batch's end
+does).
 
 Why one module of ~900 lines: the layout, the index rows, the verifying streams and the
 operations over them are one format whose invariants hold only together; split, its private
@@ -90,13 +95,17 @@ PROBE_BYTES = CHUNK
 REPACK_BELOW = 0.5
 #: the largest index object read (a planted huge one must not exhaust memory)
 INDEX_READ_LIMIT = 64 << 20
-#: rows per index object written: ~200 bytes each, so one object stays far below the read limit
-#: however many blobs a merged index lists (an unreadable one would hide its blobs)
-INDEX_ROWS = 100_000
+#: rows per index object written (~200 bytes each, ~400 KB an object): far below the read limit
+#: (an unreadable one would hide its blobs), and what a ``forget`` of one run's blobs rewrites at
+#: most beside them — it rewrites only the objects listing a blob it changes, so an index merged
+#: into one object of every blob made each release cost the whole vault (restic's index files
+#: are bounded alike). An object holding fewer than half of this is merged with others
+INDEX_ROWS = 2048
 #: a long ``add`` writes an index of what it verified this often (seconds): far below the grace
 #: after which ``forget`` deletes objects no index lists
 INDEX_EVERY = 300.0
-#: ``forget`` merges the index objects into one when there are more than this many
+#: ``forget`` merges the index objects of fewer than ``INDEX_ROWS // 2`` rows when there are more
+#: than this many of them beyond the objects the merge takes
 CONSOLIDATE_ABOVE = 16
 #: reads of a pack while verifying or repacking it (a few requests per pack, bounded memory)
 PACK_READ = 4 << 20
@@ -464,16 +473,57 @@ def _row(ref: BlobRef, owners: Iterable[str]) -> list:
     return [ref.sha, ref.size, ref.key, ref.offset, ref.length, ref.form, sorted(owners)]
 
 
+def _chunks(rows: List[Tuple[BlobRef, FrozenSet[str]]]) -> Iterator[Tuple[Tuple[BlobRef, FrozenSet[str]], ...]]:
+    """``rows`` cut into index objects of at most ``INDEX_ROWS``, a new one begun rather than a
+    pack's rows split (a forget of one run's blobs, packed together, then rewrites one object)."""
+    cur: List[Tuple[BlobRef, FrozenSet[str]]] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while j < len(rows) and rows[j][0].key == rows[i][0].key:
+            j += 1
+        group = rows[i:j]
+        if cur and len(cur) + len(group) > INDEX_ROWS:
+            yield tuple(cur)
+            cur = []
+        while len(group) > INDEX_ROWS:  # one pack of more blobs than an object lists
+            yield tuple(group[:INDEX_ROWS])
+            group = group[INDEX_ROWS:]
+        cur.extend(group)
+        i = j
+    if cur:
+        yield tuple(cur)
+
+
+#: one index object as read: its valid rows (ref, owners) and how many rows were ignored
+_Rows = Tuple[Tuple[BlobRef, FrozenSet[str]], ...]
+
+
+def _parse_rows(doc: dict) -> Tuple[_Rows, int]:
+    """The valid rows of an index object's document, and how many were ignored (``_valid_ref``)."""
+    rows = []
+    ignored = 0
+    for row in doc["blobs"]:
+        got = _valid_ref(row)
+        if got is None:
+            ignored += 1
+        else:
+            rows.append(got)
+    return tuple(rows), ignored
+
+
 # Index objects already parsed in this process, by store location and key, with the listing's
 # version and size when read: an index object is written once and never changed, so a reload
-# (each offload takes a fresh BlobStore) reads only the ones it has not seen; without this the
-# k-th offload of a batch read all k index objects back (N runs: N(N+1)/2 GETs). Bounded by what
-# the stores' index/ folders list now: keys gone from a listing are dropped.
-_PARSED: Dict[Tuple[str, str], Tuple[str, int, dict]] = {}
+# (each offload takes a fresh BlobStore, each forget lists again) reads only the ones it has not
+# seen; without this the k-th offload of a batch read all k index objects back (N runs: N(N+1)/2
+# GETs). The rows are kept validated (a reload of 10,000 rows is dict updates, not 10,000 regex
+# checks), and an object this process wrote is remembered as written (never read back). Bounded
+# by what the stores' index/ folders list now: keys gone from a listing are dropped.
+_PARSED: Dict[Tuple[str, str], Tuple[str, int, Tuple[_Rows, int]]] = {}
 _PARSED_LOCK = threading.Lock()
 
 
-def _parsed_index(loc: Optional[str], e) -> Optional[dict]:
+def _parsed_index(loc: Optional[str], e) -> Optional[Tuple[_Rows, int]]:
     if loc is None or not e.version:
         return None
     with _PARSED_LOCK:
@@ -481,10 +531,10 @@ def _parsed_index(loc: Optional[str], e) -> Optional[dict]:
     return got[2] if got is not None and (got[0], got[1]) == (e.version, e.size) else None
 
 
-def _remember_index(loc: Optional[str], e, doc: dict) -> None:
-    if loc is not None and e.version:
+def _remember_index(loc: Optional[str], key: str, version: str, size: int, parsed: Tuple[_Rows, int]) -> None:
+    if loc is not None and version:
         with _PARSED_LOCK:
-            _PARSED[(loc, e.key)] = (e.version, e.size, doc)
+            _PARSED[(loc, key)] = (version, size, parsed)
 
 
 def _forget_unlisted_indexes(loc: Optional[str], listed: Set[str]) -> None:
@@ -493,6 +543,55 @@ def _forget_unlisted_indexes(loc: Optional[str], listed: Set[str]) -> None:
     with _PARSED_LOCK:
         for k in [k for k in _PARSED if k[0] == loc and k[1] not in listed]:
             del _PARSED[k]
+
+
+def _built(docs: Dict[str, _Rows], prev) -> tuple:
+    """(refs, more, owners, where) of the index objects ``docs``. ``prev``: the same of the docs
+    cached before, or None; when few objects came or went since (a forget rewrote two of fifty),
+    only the blobs they list are worked out again, on copies (a thread may be reading the old
+    ones), instead of every row of every object. The first ref of a sha is the one of the lowest
+    index key listing it either way."""
+    if prev is not None:
+        odocs, orefs, omore, oowners, owhere = prev
+        added = [k for k in docs if odocs.get(k) is not docs[k]]
+        removed = [k for k in odocs if docs.get(k) is not odocs[k]]
+        if sum(len(odocs[k]) for k in removed) + sum(len(docs[k]) for k in added) <= len(orefs) // 4:
+            shas = {r.sha for k in removed for r, _ in odocs[k]} | {r.sha for k in added for r, _ in docs[k]}
+            refs, more, owners, where = dict(orefs), dict(omore), dict(oowners), dict(owhere)
+            look = set(added)
+            for sha in shas:
+                refs.pop(sha, None)
+                more.pop(sha, None)
+                owners.pop(sha, None)
+                look.update(k for k in where.pop(sha, ()) if k in docs)
+            _take(docs, sorted(look), refs, more, owners, where, shas)
+            return refs, more, owners, where
+    refs, more, owners, where = {}, {}, {}, {}
+    _take(docs, sorted(docs), refs, more, owners, where, None)
+    return refs, more, owners, where
+
+
+def _take(docs: Dict[str, _Rows], keys: List[str], refs: dict, more: dict, owners: dict, where: dict,
+          only: Optional[Set[str]]) -> None:
+    """Add the rows of ``docs[k]`` for ``k`` in ``keys`` (sorted) — only those of ``only`` shas
+    when given — to the maps (their entries for those shas are new objects, never shared)."""
+    for key in keys:
+        for ref, who in docs[key]:
+            sha = ref.sha
+            if only is not None and sha not in only:
+                continue
+            first = refs.get(sha)
+            if first is None:
+                refs[sha] = ref
+                owners[sha] = set(who)
+                where[sha] = [key]
+                continue
+            owners[sha].update(who)
+            if first is not ref and first != ref and ref not in more.get(sha, ()):
+                more.setdefault(sha, []).append(ref)
+            w = where[sha]
+            if w[-1] != key:
+                w.append(key)
 
 
 class BlobStore:
@@ -512,6 +611,8 @@ class BlobStore:
         self._more: Dict[str, List[BlobRef]] = {}  # sha -> its other refs, for the few listed twice
         self._owners: Dict[str, Set[str]] = {}  # sha -> who added it (forget drops one owner's claim)
         self._index_keys: List[str] = []  # the valid index objects the cache was built from
+        self._docs: Dict[str, _Rows] = {}  # index object -> its rows (forget rewrites only those it changes)
+        self._where: Dict[str, List[str]] = {}  # sha -> the index objects listing it
         self._damaged: List[dict] = []
         # one instance serves a process's threads (a TensorBoard tab restoring while a purge
         # forgets): the cached index changes under this lock, and is copied under it
@@ -524,54 +625,48 @@ class BlobStore:
     def reload(self) -> None:
         """List ``index/`` again (one paginated listing) and rebuild the cached index; a store
         failure raises ``BlobFailure(STORE)`` rather than leave a partial index cached."""
-        docs: Dict[str, dict] = {}
+        docs: Dict[str, _Rows] = {}
         damaged: List[dict] = []
-        loc = str(getattr(self.store, "location", "")) or None
+        loc = self._loc()
         for e in self.store.list(INDEX):
             if not _INDEX.match(e.key):
                 continue  # not an index name this layout writes
-            seen = _parsed_index(loc, e)
-            if seen is not None:
-                docs[e.key] = seen
-                continue
-            try:
-                doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
-                if not (isinstance(doc, dict) and doc.get("v") == 1 and isinstance(doc.get("blobs"), list)):
-                    raise ValueError("not a blob index (v1)")
-                # only the listing's version of the object is remembered: if it changes, it is read again
-                _remember_index(loc, e, doc)
-            except (ValueError, UnicodeDecodeError, StoreFailure) as err:
-                if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
-                    continue  # deleted since the listing (a forget elsewhere)
-                if isinstance(err, StoreFailure) and err.code != StoreError.TOO_LARGE:
-                    raise _fail("", e.key, err) from None  # the store failed, not the index: no half view
-                damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
-                continue
-            docs[e.key] = doc
-        refs: Dict[str, BlobRef] = {}
-        more: Dict[str, List[BlobRef]] = {}
-        owners: Dict[str, Set[str]] = {}
-        for key in sorted(docs):
-            ignored = 0
-            for row in docs[key]["blobs"]:
-                got = _valid_ref(row)
-                if got is None:
-                    ignored += 1
+            parsed = _parsed_index(loc, e)
+            if parsed is None:
+                try:
+                    doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
+                    if not (isinstance(doc, dict) and doc.get("v") == 1 and isinstance(doc.get("blobs"), list)):
+                        raise ValueError("not a blob index (v1)")
+                    parsed = _parse_rows(doc)
+                    # only the listing's version of the object is remembered: if it changes, it is read again
+                    _remember_index(loc, e.key, e.version, e.size, parsed)
+                except (ValueError, UnicodeDecodeError, StoreFailure) as err:
+                    if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
+                        continue  # deleted since the listing (a forget elsewhere)
+                    if isinstance(err, StoreFailure) and err.code != StoreError.TOO_LARGE:
+                        raise _fail("", e.key, err) from None  # the store failed, not the index: no half view
+                    damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
                     continue
-                ref, who = got
-                owners.setdefault(ref.sha, set()).update(who)
-                if refs.setdefault(ref.sha, ref) != ref and ref not in more.get(ref.sha, ()):
-                    more.setdefault(ref.sha, []).append(ref)
+            rows, ignored = parsed
+            docs[e.key] = rows
             if ignored:
-                damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": key,
-                                "message": f"{key}: {ignored} entries ignored (not a data object of this store, "
+                damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key,
+                                "message": f"{e.key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
+        with self._lock:
+            prev = None if self._refs is None else (self._docs, self._refs, self._more, self._owners, self._where)
+        refs, more, owners, where = _built(docs, prev)
+        damaged.sort(key=lambda d: d["key"])
         _forget_unlisted_indexes(loc, set(docs) | {d["key"] for d in damaged})
         with self._lock:
             self._window = None
             self._refs, self._more, self._owners = refs, more, owners
             self._index_keys = sorted(docs)
+            self._docs, self._where = docs, where
             self._damaged = damaged
+
+    def _loc(self) -> Optional[str]:
+        return str(getattr(self.store, "location", "")) or None
 
     def _index(self) -> Dict[str, BlobRef]:
         if self._refs is None:
@@ -719,9 +814,14 @@ class BlobStore:
         def write_index() -> None:
             rows = [r for s, r in list(new.items()) + list(claims.items()) if s not in indexed]
             if rows:
-                written = self._write_index([_row(r, [self.owner]) for r in rows])
+                mine = frozenset([self.owner])
+                written = self._write_index([(r, mine) for r in rows])
                 with self._lock:
-                    self._index_keys.extend(written)
+                    for key, chunk in written:
+                        self._index_keys.append(key)
+                        self._docs[key] = chunk
+                        for r, _ in chunk:
+                            self._where.setdefault(r.sha, []).append(key)
                     self._record(rows)
                 indexed.update(r.sha for r in rows)
             since[0] = None
@@ -903,7 +1003,8 @@ class BlobStore:
         raise BlobFailure(BlobError.CORRUPT, f"an object of this name is there and is not the blob ({last})",
                           sha=src.sha, key=key)
 
-    def _write_pack(self, blobs: List[Tuple[BlobRef, bytes]], step: str = "add.data_written") -> List[BlobRef]:
+    def _write_pack(self, blobs: List[Tuple[BlobRef, bytes]], step: str = "add.data_written",
+                    hook: Optional[Callable[[str], None]] = None) -> List[BlobRef]:
         """Write one pack of ``blobs`` (their offsets relative to the pack's first blob) if absent,
         read it back and verify every blob in it."""
         pid = secrets.token_hex(16)
@@ -912,7 +1013,7 @@ class BlobStore:
             self.store.put(key, PACK_MAGIC + b"".join(b for _, b in blobs), if_absent=True, mode=PRIVATE)
         except StoreFailure as e:
             raise _fail("", key, e) from None  # the pack's failure, not one blob's
-        _hit(self.failpoint, step)
+        _hit(hook if hook is not None else self.failpoint, step)
         refs = [BlobRef(r.sha, r.size, key, len(PACK_MAGIC) + r.offset, r.length, r.form) for r, _ in blobs]
         bad = self._verify_pack(key, refs)
         if bad is not None:
@@ -954,32 +1055,45 @@ class BlobStore:
             return e
         return None
 
-    def _write_index(self, rows: List[list]) -> List[str]:
-        """Index objects of ``rows`` (``_row``), ``INDEX_ROWS`` at most each (every one stays
-        readable within ``INDEX_READ_LIMIT``), written if absent and durable on return."""
-        keys = []
-        for i in range(0, max(1, len(rows)), INDEX_ROWS):
+    def _write_index(self, rows: List[Tuple[BlobRef, FrozenSet[str]]]) -> List[Tuple[str, _Rows]]:
+        """Index objects of ``rows`` ((ref, owners) each; none for no rows), ``INDEX_ROWS`` at most
+        each (every one stays readable within ``INDEX_READ_LIMIT``), a pack's rows in one object
+        where they fit, written if absent and durable on return: (key, its rows) each. Each is
+        remembered as written, so that no reload of this process reads it back."""
+        out = []
+        loc = self._loc()
+        for chunk in _chunks(rows):
             key = f"{INDEX}/{secrets.token_hex(16)}.json"
-            doc = {"v": 1, "created": time.time(), "blobs": rows[i:i + INDEX_ROWS]}
+            doc = {"v": 1, "created": time.time(), "blobs": [_row(r, who) for r, who in chunk]}
+            data = json.dumps(doc, separators=(",", ":")).encode()
             try:
-                self.store.put(key, json.dumps(doc, separators=(",", ":")).encode(), if_absent=True, mode=PRIVATE)
+                version = self.store.put(key, data, if_absent=True, mode=PRIVATE)
             except StoreFailure as e:
                 raise _fail("", key, e) from None
-            keys.append(key)
-        return keys
+            _remember_index(loc, key, version if isinstance(version, str) else "", len(data), (chunk, 0))
+            out.append((key, chunk))
+        return out
 
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600,
-               consolidate_above: Optional[int] = None) -> dict:
+               consolidate_above: Optional[int] = None, sweep: bool = True,
+               failpoint: Optional[Callable[[str], None]] = None) -> dict:
         """Drop this owner's claim on ``shas`` (a blob another owner added as well stays, counted
-        in ``released``), and free what no live blob needs (restic's prune):
-        write one index of the live blobs (durable), then delete the index objects it replaces,
-        then the data objects no live blob needs; packs whose live share is below
-        ``REPACK_BELOW`` are repacked first (the new pack verified before the index points at it);
-        leftovers (objects no index lists) go once older than ``grace_seconds``; the index objects
-        are merged when there are more than ``consolidate_above`` beyond what the merge takes.
-        Returns figures.
+        in ``released``), and free what no live blob needs (restic's prune): the index objects
+        listing a blob that goes, whose owners change or that moves are written anew without
+        it (durable), then those they replace are deleted, then the data objects no live blob
+        needs; every other index object is left as it is. Packs holding a forgotten blob whose
+        live share falls below ``REPACK_BELOW`` are repacked first (the new pack verified before
+        the index points at it). The index objects of fewer than ``INDEX_ROWS // 2`` rows are
+        merged when there are more than ``consolidate_above`` of them beyond what the merge takes.
+
+        ``sweep`` (one listing of every data object): also repack any pack below its live share,
+        and delete leftovers (objects no index lists) older than ``grace_seconds``; without it
+        only the objects the forgotten blobs live in are looked at (a ``stat`` each), so a
+        release of one run's blobs costs what it touches, not the whole vault. ``failpoint``:
+        this call's hook instead of the instance's. Returns figures.
         Nothing is deleted while an index object is damaged (``blocked_by_damaged_index``)."""
+        hook = failpoint if failpoint is not None else self.failpoint
         self.reload()  # another process's adds since this instance listed the index count too
         fig = {"forgotten": 0, "released": 0, "live_blobs": 0, "index_written": 0, "index_deleted": 0,
                "objects_deleted": 0, "packs_repacked": 0, "blobs_moved": 0, "leftovers_deleted": 0,
@@ -988,23 +1102,35 @@ class BlobStore:
                "blocked_by_damaged_index": [d["key"] for d in self._damaged]}
         if self._damaged:
             return fig  # a damaged index may be the only one listing some blob: nothing is freed
+        with self._lock:  # this reload's view (forget runs alone on the store: the caller's lock)
+            index, docs, where, old_index = self._refs, self._docs, self._where, list(self._index_keys)
+            owners_of, more = self._owners, self._more
+
+        def cands(sha: str) -> List[BlobRef]:
+            first = index.get(sha)
+            return [] if first is None else [first] + more.get(sha, [])
+
         shas = set(shas)
-        owners = {s: set(self._owners.get(s, ())) for s in self._index()}
-        released = {s for s in shas if self.owner in owners.get(s, ())}
-        for s in released:
-            owners[s].discard(self.owner)
+        released = {s for s in shas if self.owner in owners_of.get(s, ())}
+        owners = {s: frozenset(owners_of[s] - {self.owner}) for s in released}
         drop = {s for s in released if not owners[s]}
         released -= drop
-        live = {s: self.candidates(s) for s in self._index() if s not in drop}
-        objects = {e.key: e for e in self.store.list(DATA)}
-        live_len: Dict[str, int] = {}
-        by_key: Dict[str, List[BlobRef]] = {}
-        for cands in live.values():
-            for r in cands:
-                live_len[r.key] = live_len.get(r.key, 0) + r.length
-                by_key.setdefault(r.key, []).append(r)
+        by_key: Dict[str, List[BlobRef]] = {}  # data object -> the live refs in it
+        for s, first in index.items():
+            if s not in drop:
+                by_key.setdefault(first.key, []).append(first)
+                for r in more.get(s, ()):
+                    by_key.setdefault(r.key, []).append(r)
+        touched = {r.key for s in drop for r in cands(s)}
+        if sweep:
+            objects = {e.key: e for e in self.store.list(DATA)}
+            looked = set(objects) | set(by_key)
+        else:
+            objects = self._stat_all(touched)
+            looked = set(touched)
+        live_len = {k: sum(r.length for r in by_key[k]) for k in looked if k in by_key}
         fig["missing_objects"] = sorted(k for k in live_len if k not in objects)
-        known_dead = {r.key for s in drop for r in self.candidates(s)} - set(live_len)
+        known_dead = touched - set(live_len)
         repack = sorted(k for k, n in live_len.items()
                         if k in objects and _PACK.match(k) and n < REPACK_BELOW * objects[k].size)
 
@@ -1013,47 +1139,63 @@ class BlobStore:
         if repack:
             # a blob listed twice need not be copied if its other copy stays and reads back well
             # (checked: the other entry may be a planted or stale one)
-            elsewhere = {s for s, cands in live.items() if len(cands) > 1 and any(
-                r.key in objects and r.key not in repack and self._verify(r) is None for r in cands)}
-            moved, repacked = self._repack(repack, by_key, elsewhere, fig)
-        old_index = list(self._index_keys)
-        written: List[str] = []
-        merged = -(-len(live) // INDEX_ROWS)  # how many objects a merged index takes
+            twice = {ref.sha for k in repack for ref in by_key[k] if len(cands(ref.sha)) > 1}
+            seen = self._stat_all({r.key for s in twice for r in cands(s)} - set(objects)) if not sweep else {}
+            exists = set(objects) | set(seen)
+            elsewhere = {s for s in twice if any(
+                r.key in exists and r.key not in repack and self._verify(r) is None for r in cands(s))}
+            moved, repacked = self._repack(repack, {k: by_key[k] for k in repack}, elsewhere, fig, hook)
+        gone = set(repacked)
+
+        # the index objects to write anew: those listing a changed blob, and the small ones to merge
+        changed = drop | released | {r.sha for k in gone for r in by_key[k]}
+        affected = sorted({ik for s in changed for ik in where.get(s, ())})
         if consolidate_above is None:  # read at call time, not at definition: tests set the module constant
             consolidate_above = CONSOLIDATE_ABOVE
-        if drop or released or moved or repacked or len(old_index) > consolidate_above + merged:
-            gone = set(repacked)
-            rows = []
-            for sha, cands in live.items():
-                rows.extend(_row(r, owners[sha]) for r in cands if r.key not in gone)
-                if sha in moved:
-                    rows.append(_row(moved[sha], owners[sha]))
-            # the live index first, durable; until the old index objects are deleted the union
-            # still lists the forgotten blobs, whose objects are all still there
-            written.extend(self._write_index(rows))
+        taken = set(affected)
+        small = [ik for ik in old_index if ik not in taken and len(docs[ik]) < max(1, INDEX_ROWS // 2)]
+        if len(small) > consolidate_above + -(-sum(len(docs[ik]) for ik in small) // INDEX_ROWS):
+            affected += small
+        written: List[str] = []
+        still: Set[str] = set()  # data objects a superseded index object that could not go still lists
+        if affected:
+            rows: Dict[tuple, Tuple[BlobRef, Set[str]]] = {}
+            for ik in affected:
+                for ref, who in docs[ik]:
+                    if ref.sha in drop or ref.key in gone:
+                        continue
+                    put = rows.setdefault((ref.sha, ref.key, ref.offset), (ref, set()))
+                    put[1].update(owners.get(ref.sha, who))
+            for sha, ref in moved.items():
+                rows.setdefault((sha, ref.key, ref.offset), (ref, set()))[1].update(owners.get(sha, owners_of[sha]))
+            ordered = sorted(((r, frozenset(w)) for r, w in rows.values()), key=lambda x: (x[0].key, x[0].offset))
+            # the new index objects first, durable; until the ones they replace are deleted the
+            # union still lists the forgotten blobs, whose objects are all still there
+            written = [k for k, _ in self._write_index(ordered)]
             fig["index_written"] = len(written)
-            _hit(self.failpoint, "forget.index_written")
-            if self._delete(old_index, fig, "index_deleted"):
-                # an old index object stays and still lists the forgotten and moved blobs: their
-                # objects stay with it (the next forget deletes both)
-                known_dead, repacked = set(), []
-        _hit(self.failpoint, "forget.old_index_deleted")
+            _hit(hook, "forget.index_written")
+            for ik in self._delete(affected, fig, "index_deleted"):
+                # a superseded index object stays and still lists forgotten and moved blobs: their
+                # objects stay with it (the next forget of them deletes both)
+                still.update(ref.key for ref, _ in docs[ik])
+            _hit(hook, "forget.old_index_deleted")
 
         now = time.time()
-        doomed = []
-        for key, e in objects.items():
-            if key in live_len and key not in repacked:
-                continue
-            if not (_LONE.match(key) or _PACK.match(key)):
-                continue  # not a name this layout writes: not ours to delete
-            if key in known_dead or key in repacked:
-                doomed.append(key)
-            # a listing that says no time (0) says nothing of the object's age: young, kept
-            elif e.mtime > 0 and now - e.mtime >= grace_seconds:
-                doomed.append(key)
-                fig["leftovers_deleted"] += 1
-            else:
-                fig["leftovers_kept_young"] += 1  # maybe another add between its upload and its index
+        doomed = [k for k in sorted(known_dead | gone)
+                  if k in objects and k not in still and (_LONE.match(k) or _PACK.match(k))]
+        if sweep:
+            listed = set(by_key) | {r.key for r in moved.values()} | still
+            for key, e in sorted(objects.items()):
+                if key in listed or key in known_dead or key in gone:
+                    continue
+                if not (_LONE.match(key) or _PACK.match(key)):
+                    continue  # not a name this layout writes: not ours to delete
+                # a listing that says no time (0) says nothing of the object's age: young, kept
+                if e.mtime > 0 and now - e.mtime >= grace_seconds:
+                    doomed.append(key)
+                    fig["leftovers_deleted"] += 1
+                else:
+                    fig["leftovers_kept_young"] += 1  # maybe another add between its upload and its index
         if doomed:
             # an add elsewhere may have indexed one of them since this forget listed the index (it
             # adopted an old leftover, or claimed a blob): look once more, just before deleting
@@ -1063,17 +1205,30 @@ class BlobStore:
                 doomed = [k for k in doomed if k not in kept]
                 fig["kept_for_new_index"] = len(kept)
         if doomed:
-            fig["bytes_deleted"] = sum(objects[k].size for k in doomed)
+            fig["bytes_deleted"] = sum(objects[k].size for k in doomed if k in objects)
             self._delete(doomed, fig, "objects_deleted")
-        _hit(self.failpoint, "forget.objects_deleted")
+        _hit(hook, "forget.objects_deleted")
         fig["forgotten"] = len(drop)
         fig["released"] = len(released)
-        fig["live_blobs"] = len(live)
+        fig["live_blobs"] = len(index) - len(drop)
+        fig["index_kept"] = len(old_index) - len(affected)
         self.reload()
         return fig
 
-    def _repack(self, packs: List[str], by_key: Dict[str, List[BlobRef]], elsewhere: set, fig: dict
-                ) -> Tuple[Dict[str, BlobRef], List[str]]:
+    def _stat_all(self, keys: Iterable[str]) -> Dict[str, object]:
+        """key -> its ``Entry`` for those of ``keys`` that exist (a ``stat`` each)."""
+        out = {}
+        for k in sorted(keys):
+            try:
+                e = self.store.stat(k)
+            except StoreFailure as err:
+                raise _fail("", k, err) from None
+            if e is not None:
+                out[k] = e
+        return out
+
+    def _repack(self, packs: List[str], by_key: Dict[str, List[BlobRef]], elsewhere: set, fig: dict,
+                hook: Optional[Callable[[str], None]] = None) -> Tuple[Dict[str, BlobRef], List[str]]:
         """Copy the live blobs of ``packs`` (as stored, each verified first) into new packs that
         are read back and verified; returns the moved refs and the packs fully moved out. Blobs
         also listed in an object that stays (``elsewhere``) are not copied again. A pack with a
@@ -1088,7 +1243,7 @@ class BlobStore:
         def flush() -> None:
             nonlocal batch, batch_from, size
             if batch:
-                for ref in self._write_pack(batch, step="forget.pack_written"):
+                for ref in self._write_pack(batch, step="forget.pack_written", hook=hook):
                     moved[ref.sha] = ref
                 fig["bytes_written"] += size
             done.extend(batch_from)
@@ -1146,15 +1301,15 @@ class BlobStore:
                     keys.add(got[0].key)
         return keys
 
-    def _delete(self, keys: List[str], fig: dict, what: str) -> int:
-        """Delete ``keys``, counting them in ``fig[what]``; returns how many stay (named in
+    def _delete(self, keys: List[str], fig: dict, what: str) -> List[str]:
+        """Delete ``keys``, counting them in ``fig[what]``; returns those that stay (named in
         ``fig["delete_failed"]``)."""
-        failed = 0
+        failed = []
         for res in self.store.delete(keys):
             if res.ok:
                 fig[what] += 1
             else:
-                failed += 1
+                failed.append(res.key)
                 fig.setdefault("delete_failed", []).append({"key": res.key, "message": res.message})
         return failed
 
