@@ -368,3 +368,61 @@ def test_a_damaged_pack_holding_the_same_bytes_is_never_taken_for_a_new_backup(t
     outs = api.restore(str(root), run="b")
     assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
     assert {k: v for k, v in snapshot(root).items() if k.startswith("b")} == before_b
+
+
+def _index_files(root: Path) -> dict:
+    d = Path(state_dir(str(root))) / "packs" / "index"
+    return {p.name: p.stat().st_ino for p in d.iterdir()}
+
+
+def test_a_restore_of_one_run_rewrites_only_the_pack_index_listing_its_backups(tmp_path, monkeypatch):
+    """Four runs, each run's backups in a pack and an index object of its own: restoring run b
+    releases its backups by deleting b's pack and the one index object listing it; the three
+    others (and their packs) stay the same files (issue #27 item 2: a release costs what it
+    touches, not the whole vault)."""
+    from tb_footprint_plugin.storage import blobstore
+
+    monkeypatch.setattr(blobstore, "INDEX_ROWS", 40)  # 30 rows a run: full, so no batch's end merges them
+    root = make_logdir(tmp_path / "logs", runs=("a", "b", "c", "d"), files=30)
+    before = snapshot(root)
+    reduce(root)
+    index = _index_files(root)
+    held = set(packs(root))
+    assert len(index) == 4 and len(held) == 4
+    vault = Vault(state_dir(str(root)))
+    b_shas = {f["sha256"] for m in api.operations(str(root)) if m["run"] == "b" for f in m["files"]}
+    b_pack = {remote_vault.packed_ref(vault.root, s).key for s in b_shas}
+    outs = api.restore(str(root), run="b")
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    after = _index_files(root)
+    assert len(after) == 3 and all(index[k] == ino for k, ino in after.items())  # the same files
+    assert set(packs(root)) == held - {"packs/" + k for k in b_pack}
+    outs = api.restore(str(root))
+    assert {o.status.value for o in outs} == {"restored"}, [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+@pytest.mark.parametrize("step", ["merge.pack_index_written", "merge.pack_old_index_deleted", "merge.pack_swept"])
+def test_sigkill_while_a_batchs_end_merges_the_pack_index_loses_nothing(tmp_path, step):
+    """SIGKILL of the CLI's reduce of four runs at each step of its batch's end merging their
+    four index objects into one: the union of the index objects lists every packed backup, the
+    next batch's end merges what is left, and every original comes back byte for byte."""
+    root = make_logdir(tmp_path / "logs", runs=("a", "b", "c", "d"), files=20)
+    before = snapshot(root)
+    r = _cli(["reduce", str(root), "--quiet-period", "0", "--verify", "python", "--yes",
+              "--delete", "profile_xplane"], step)
+    assert r.returncode == -signal.SIGKILL, r.stdout[-2000:] + r.stderr[-2000:]
+    api.recover_logdir(str(root))
+    assert not api.status(str(root))["unfinished_operations"]
+    v = state_dir(str(root))
+    bs = remote_vault.pack_store(v, fresh=True)
+    shas = {f["sha256"] for m in api.operations(str(root)) for f in m["files"]}
+    assert len(shas) == 80 and all(bs.check(s) is None for s in shas) and not Vault(v).pack_problems()
+    left = len(_index_files(root))
+    # killed after the merged object was durable: the four it replaces are still there beside it
+    assert left == (5 if step == "merge.pack_index_written" else 1), left
+    assert Vault(v).merge_pack_index() is (left == 5)  # the next batch's end merges them
+    assert len(_index_files(root)) == 1
+    outs = api.restore(str(root))
+    assert {o.status.value for o in outs} == {"restored"}, [o.to_dict() for o in outs]
+    assert_exact(root, before)
