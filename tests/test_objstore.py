@@ -328,8 +328,8 @@ def test_reduce_and_restore_byte_identical(bucket, demo_logdir):
     good = bucket.fs.cat_file(victim["backup"])
     bucket.fs.pipe_file(victim["backup"], b"not the original" + good[16:])
     bad = {r["op_id"]: r for r in api.verify(url)}
-    assert bad[mans[0]["op"]]["damaged_backups"] == [victim["path"]] and not bad[mans[0]["op"]]["ok"]
-    assert all(r["ok"] for k, r in bad.items() if k != mans[0]["op"])
+    assert bad[mans[0]["op_id"]]["damaged_backups"] == [victim["path"]] and not bad[mans[0]["op_id"]]["ok"]
+    assert all(r["ok"] for k, r in bad.items() if k != mans[0]["op_id"])
     bucket.fs.pipe_file(victim["backup"], good)
     assert all(r["ok"] for r in api.verify(url))
     outs = api.restore(url)

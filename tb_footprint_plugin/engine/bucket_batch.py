@@ -128,7 +128,8 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                             backup_object(rfs, f)
                         faults.hit("reduce.backup_copy")
                     bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
-                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault))
+                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault,
+                                                                     journal.doc))
                     live.append(en)
                 except faults.InjectedFault:
                     raise

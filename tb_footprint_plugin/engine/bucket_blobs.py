@@ -48,6 +48,8 @@ import os
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import BlobError, Failure, Skip
+from tb_footprint_plugin.engine import manifest
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.bucket_state import (
     JOURNAL,
     BlobVault,
@@ -330,6 +332,15 @@ def _named(doc, out: Set[str]) -> bool:
     return True
 
 
+def _purged(doc, file: str) -> bool:
+    """Whether a manifest (any shape ever written, read by ``engine.manifest.read``) says its
+    backups were purged; one that does not read counts as not purged: what it names is kept."""
+    try:
+        return bool(manifest.read(doc, file)[manifest.BACKUP_PURGED])
+    except Untrusted:
+        return False
+
+
 def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
     """Purge's step on the blob vault: under the exclusive lock, forget every blob this logdir
     added that no manifest (not purged) and no journal in the bucket names; returns the blob
@@ -351,7 +362,7 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
                 doc, _ = st.read(f"{prefix}/{key}", info)
                 if doc is None:
                     continue
-                if isinstance(doc, dict) and doc.get("purged") and prefix.endswith("/manifests"):
+                if prefix.endswith("/manifests") and _purged(doc, f"{prefix}/{key}"):
                     continue
                 if not _named(doc, needed):
                     return {"blocked": f"{prefix}/{key} is not readable; nothing forgotten"}

@@ -35,10 +35,11 @@ def _entries_damage(doc: dict) -> Optional[str]:
 
 def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
     """Every usable manifest in the vault, newest first, read through ``engine.manifest.read``:
-    the one schema, with the aliases a bucket also keeps for older readers (``bucket_form``) and
-    ``_version``/``_path`` (the object's version and key). One that cannot be read or is not a
-    manifest is left out (its backups stay) and, with ``problems``, named there by its URL
-    (``Finding.MANIFEST_DAMAGED``, with the reader's own code as ``why``)."""
+    the one schema (without the aliases a bucket also writes for older workers: a writer puts
+    them back with ``manifest.bucket_form``) and ``_version``/``_path`` (the object's version
+    and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
+    with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
+    own code as ``why``)."""
     st = BucketState(rfs)
     prefix = vault.root + "/manifests"
     try:
@@ -71,7 +72,6 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
                                  "detail": f"{url}: {why}; its backups are kept, and it is not restored until "
                                            "it is mended or moved aside"})
             continue
-        m = manifest.bucket_form(m)
         m["_version"] = version
         m["_path"] = p
         out.append(m)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
-from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup
 from tb_footprint_plugin.engine.bucket_state import (
@@ -32,8 +32,9 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
 from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, unretire, journal_runs
 from tb_footprint_plugin.engine.bucket_retire import settle as settle_retire
-from tb_footprint_plugin.engine.bucket_steps import finish_op, live_entries, rollback_entry
+from tb_footprint_plugin.engine.bucket_steps import finish_op, journal_entries, live_entries, rollback_entry
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.remote import RemoteError, RemoteFS
@@ -47,7 +48,7 @@ MALFORMED = "journal is malformed"
 def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
     """Why a journal must not be acted on (untrusted input), or None: every key it names is a
     plain key of this logdir or this vault's blobs/tmp, and its runs are runs of this logdir."""
-    for en in doc.get("runs", []) if "runs" in doc else [doc]:
+    for en in journal_entries(doc):
         if not isinstance(en, dict) or not isinstance(en.get("run"), str) or not isinstance(en.get("files", []), list):
             return MALFORMED
         try:
@@ -107,7 +108,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                                        code=Finding.DAMAGED_FILE))
             continue
         op_id = str(doc.get("op", rel[:-5]))
-        every = doc["runs"] if "runs" in doc else [dict(doc)]
+        every = journal_entries(doc)
         why = _trusted(rfs, vault, doc)
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
@@ -140,7 +141,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                                            code=Finding.RECOVERED, runs=settled))
                 continue
             if "runs" not in doc:  # one run at top level (journals of earlier versions)
-                doc = {**doc, "runs": live_entries(doc)}
+                doc = {**doc, "runs": journal_entries(doc)}
             dropped = [en for en in doc["runs"] if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
                 rollback_entry(rfs, vault, en, deleted=False)
@@ -183,9 +184,12 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
                                detail=f"{rfs.url_of(f'{JOURNAL}/{name}.json')}: {MALFORMED}; left alone",
                                code=trust.BAD_RECORD)
     try:
-        m, version = st.read(vault.manifest(op_id))
-        if m is None or m.get("corrupt") or m.get("op") != op_id or m.get("run") != run or \
-                (m.get("kind") == "retire") != unretiring or not isinstance(m.get("files"), list):
+        doc_m, version = st.read(vault.manifest(op_id))
+        try:  # any shape ever written, in the one schema (untrusted: refused when it does not read)
+            m = manifest.read(doc_m, vault_url(rfs, vault.manifest(op_id))) if doc_m is not None else None
+        except Untrusted:
+            m = None
+        if m is None or m["op_id"] != op_id or m["run"] != run or (m["kind"] == "retire") != unretiring:
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED,
                                    detail=f"{vault_url(rfs, vault.manifest(op_id))}: the manifest of the restore "
                                           "is missing, unreadable or names another run; journal left in place",
@@ -200,7 +204,7 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
                                           "different files or backups; left alone",
                                    code=trust.BAD_RECORD)
         locks = [rfs.path(lock_key(r)) for r in [run] + along]
-        if m.get("status") == "restored":  # stopped after its manifest record: only the journal is left
+        if m["restored_by"]:  # stopped after its manifest record: only the journal is left
             must_delete(rfs, [rfs.path(f"{JOURNAL}/{name}.json")])
             _drop_locks_of(st, locks, op_id)
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.COMPLETED,
@@ -224,12 +228,13 @@ def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) 
     sizes: Dict[str, Optional[int]] = {"bytes_before": None, "bytes_after": None}
     try:
         doc, _ = st.read(vault.manifest(en["op"]))
-    except OSError:  # sizes are for the record: never a reason to leave a journal unsettled
-        doc = None
-    if isinstance(doc, dict) and not doc.get("corrupt"):
+        m = manifest.read(doc, vault_url(st.rfs, vault.manifest(en["op"]))) if doc is not None else None
+    except (OSError, Untrusted):  # sizes are for the record: never a reason to leave a journal unsettled
+        m = None
+    if m is not None:
         for k in sizes:
-            v = doc.get(k)
-            sizes[k] = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+            v = m[k]
+            sizes[k] = v if isinstance(v, int) and v >= 0 else None
     if not finished:
         sizes["bytes_after"] = sizes["bytes_before"]
     return {"run": str(en["run"]), "op_id": str(en["op"]), **sizes}

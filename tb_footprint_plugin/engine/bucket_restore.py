@@ -39,7 +39,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome
-from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form
+from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
@@ -114,7 +114,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                                  else "the operation's manifest")
     except Untrusted as e:
         return RunOutcome(run=str(manifest.get("run")), status=Outcome.FAILED, code=Failure.REFUSED,
-                          op_id=str(manifest.get("op_id") or manifest.get("op")), reason=f"{e}; nothing was changed")
+                          op_id=op_id_of(manifest), reason=f"{e}; nothing was changed")
     run = manifest["run"]
     op_id = manifest["op_id"]
     out = RunOutcome(run=run, status=Outcome.FAILED, op_id=op_id,

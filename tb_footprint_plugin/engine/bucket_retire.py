@@ -53,7 +53,8 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.bucket_restore import (holds_original, journal_path, restore_journal,
                                                         settle_failed_journal, start_journal)
-from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, stream_digest
+from tb_footprint_plugin.engine.bucket_steps import (backup_object, copy_matches, finish_op, journal_entries,
+                                                      journal_started, stream_digest)
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
@@ -89,7 +90,7 @@ def is_retire_journal(doc: dict) -> bool:
 def journal_runs(doc: dict) -> List[str]:
     """The runs a retirement's journal locked: its run and the nested runs it takes along (each
     checked to be inside the run: journals are untrusted input; one that is not is left out)."""
-    runs = [str(en.get("run")) for en in doc.get("runs", []) if isinstance(en, dict)]
+    runs = [str(en.get("run")) for en in journal_entries(doc) if isinstance(en, dict)]
     along = doc.get("takes_along") if isinstance(doc.get("takes_along"), list) else []
     return runs + [a for a in along if isinstance(a, str) and runs and a.startswith(run_prefix(runs[0]))
                    and ".." not in a.split("/")]
@@ -249,7 +250,7 @@ def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, alon
     and its checksums stand for the sha256 a disk's tree records."""
     files = entry["files"]
     total = sum(f["size"] for f in files)
-    started = doc.get("created") if isinstance(doc.get("created"), (int, float)) else now_s()
+    started = journal_started(doc) or now_s()
     return manifest.bucket_form(manifest.new(
         op_id=entry["op"], kind=KIND, run=entry["run"], logdir=rfs.url, started_at=started, finished_at=now_s(),
         outcome=Outcome.VERIFIED, files=files, bytes_before=total, bytes_after=0, takes_along=along,
@@ -348,7 +349,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     this with ``resume``). Idempotent: an object already back with its bytes counts as back."""
     run = str(m.get("run"))
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
-                     op_id=str(m.get("op_id") or m.get("op")), bytes_before=0, bytes_after=0)
+                     op_id=manifest.op_id_of(m), bytes_before=0, bytes_after=0)
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
         m = manifest.read(m, m.get("_path") and vault_url(rfs, m["_path"]) or "the retirement's manifest")
     except Untrusted as e:

@@ -166,7 +166,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 faults.hit("reduce.upload")
             bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
                 sum(f["new_size"] for f in files if f.get("tmp"))
-            st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault))
+            st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault, journal.doc))
         faults.hit("reduce.verify")
         now_objs = listing_of_runs(rfs, vault, [rp.run], len(listing))
         for f in files:

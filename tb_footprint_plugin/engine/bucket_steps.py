@@ -106,15 +106,28 @@ def stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
     return h.hexdigest()
 
 
+def journal_started(doc: dict) -> Optional[float]:
+    """When an operation's journal object was created (its ``created``: the transaction began),
+    or None when the journal (untrusted) does not say it as a number."""
+    t = doc.get("created") if isinstance(doc, dict) else None
+    return t if isinstance(t, (int, float)) and not isinstance(t, bool) and t == t else None
+
+
 def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int,
-                 vault: Optional[BucketVault] = None) -> dict:
+                 vault: Optional[BucketVault] = None, journal: Optional[dict] = None) -> dict:
     """The manifest of one verified run of an operation (what a restore puts back); with a local
-    vault of blobs, its folder (with ``host``: where a restore must run, said when it cannot)."""
+    vault of blobs, its folder (with ``host``: where a restore must run, said when it cannot).
+    ``started_at`` is when the run's transaction began (the creation of ``journal``, its journal
+    object); ``finished_at`` when this manifest is written: every backup of the run verified, the
+    last write before the commit record (``swapping``), which follows at once. (A write of the
+    commit record's own time into the manifest would cost one more request per run.)"""
     folder = {"blob_folder": vault.blobs.folder} if vault is not None and vault.blobs is not None else {}
     now = now_s()
+    started = journal_started(journal) if journal is not None else None
     # written once the backups are verified, before the swap: what a restore needs from then on
     return manifest.bucket_form(manifest.new(
-        op_id=entry["op"], kind="reduce", run=entry["run"], logdir=rfs.url, started_at=now, finished_at=now,
+        op_id=entry["op"], kind="reduce", run=entry["run"], logdir=rfs.url,
+        started_at=min(started, now) if started is not None else now, finished_at=now,
         outcome=Outcome.VERIFIED, files=entry["files"], bytes_before=rp.bytes_before, bytes_after=bytes_after,
         policy=policy, shard=lease.shard_label(), **folder, **who()))
 
@@ -204,11 +217,19 @@ def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['final']}: the compressed copy does not match the staged file")
 
 
-def live_entries(doc: dict) -> List[dict]:
-    """The runs of a journal (a batch or one run; older journals held one run at top level)."""
+def journal_entries(doc: dict) -> list:
+    """Every run entry a journal object names, in either shape ever written: a batch's ``runs``
+    (as written, dropped ones too; untrusted: an entry may be of any type, its callers check),
+    or the one run a journal of an earlier version held at top level, as such an entry. The one
+    reader of that difference (``live_entries``, recovery's checks and settling)."""
     if "runs" in doc:
-        return [en for en in doc["runs"] if isinstance(en, dict) and not en.get("dropped")]
+        return list(doc["runs"]) if isinstance(doc["runs"], list) else []
     return [{"run": doc.get("run"), "op": doc.get("op"), "lock": doc.get("lock"), "files": doc.get("files", [])}]
+
+
+def live_entries(doc: dict) -> List[dict]:
+    """The runs of a journal still in it (``journal_entries`` less those taken out: ``dropped``)."""
+    return [en for en in journal_entries(doc) if isinstance(en, dict) and not en.get("dropped")]
 
 
 def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],

@@ -17,11 +17,13 @@ Shapes read (``read``):
   ``kind`` for a reduction — each put in the one schema's fields.
 
 A bucket manifest still carries ``op``, ``created``, ``status`` and ``purged`` beside the one
-schema (``BUCKET_ALIASES``, set from it by ``bucket_form``): workers of an older version may share
-the bucket (several machines reduce one bucket), and their recovery, purge and blob-folder forget
-read those names; without them an older worker would take a manifest for missing. Readers of this
-version that still read them (``engine.bucket_recover``, ``engine.bucket_blobs``, parts of the
-API) are served by ``engine.bucket_catalogue.manifests``, which answers ``bucket_form(read(...))``.
+schema (``BUCKET_ALIASES``, set from it by ``bucket_form``): workers of an older version (282b743
+and before) may share the bucket (several machines reduce one bucket), and their recovery, purge
+and blob-folder forget read those names; without them an older worker would take a manifest for
+missing. They are written only for those older workers and read by no current code: every reader
+of this version goes through ``read`` (``engine.bucket_catalogue.manifests`` answers ``read(...)``
+of each object, without the aliases; recovery, the blob vault's forget, restore and retire read
+the objects they hold through ``read`` too), and names an unreadable one by ``op_id_of``.
 ``read`` takes the one schema's fields first; only "restored" and "purged", which are one-way and
 which an older worker marks under its own names alone, count from either name.
 
@@ -60,7 +62,7 @@ FIELDS = (OP_ID, KIND, RUN, LOGDIR, STARTED_AT, FINISHED_AT, OUTCOME, REASON, PO
 KINDS = ("reduce", "restore", "retire")
 
 #: the names a bucket manifest of 282b743 and before used, still written beside the one schema
-#: for older workers sharing the bucket (module docstring): ``op`` = ``op_id``, ``created`` =
+#: for older workers sharing the bucket and read by no current code (module docstring): ``op`` = ``op_id``, ``created`` =
 #: ``finished_at``, ``status`` = ``restored`` once restored else ``verified``, ``purged`` =
 #: ``purged_at`` once purged
 BUCKET_ALIASES = ("op", "created", "status", "purged")
@@ -104,6 +106,14 @@ def bucket_form(m: dict) -> dict:
     else:
         out.pop("purged", None)
     return out
+
+
+def op_id_of(doc) -> str:
+    """The operation id a manifest of any shape names, as text, to name it in a refusal when it
+    does not read (``read`` refused it): never trusted, never a key or a file name."""
+    if not isinstance(doc, dict):
+        return "?"
+    return str(doc.get(OP_ID) or doc.get("op") or "?")[:128]
 
 
 def _bad(file: str, detail: str, code: str = Finding.BAD_MANIFEST) -> Untrusted:
@@ -207,6 +217,6 @@ def read(doc, file: str) -> dict:
     return out
 
 
-__all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "OP_ID", "KIND", "RUN",
-           "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
+__all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "op_id_of", "OP_ID",
+           "KIND", "RUN", "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
            "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT"]
