@@ -13,6 +13,18 @@ an object whose key is not a ledger key, whose run does not hash to its key, or 
 fails ``engine.ledger.check_entry`` is refused with a code and reported, never used. The view
 is the one ``engine.ledger.merged_view`` builds for ledgers on disk.
 
+A worker killed between a run's commit and its "done" PUT (the batch's journal and locks gone,
+so recovery has nothing to settle) would leave the run ``reducing`` for good. So while a worker
+has runs in flight it keeps one marker object, ``<logdir>/.tb-footprint/ledger-inflight/<folder>/
+<sha256(host, pid, start)[:32]>.json`` = ``{version, host, pid, pid_start, folder, since}``: put
+at its first in-flight mark, deleted once none is in flight (two requests a batch, not a run).
+Every start (``settle_stale``, from ``BucketEngine.recover``) lists that prefix once; only for a
+marker whose worker is gone (this host, its pid ended, as ``engine.upkeep.settle_stale_ledgers``
+rules for a disk) does it read that folder's entries and the manifests, record as ``done`` each
+of the dead worker's in-flight runs whose reduction committed (a verified reduce manifest of the
+run finished after the in-flight mark: its id and sizes, code ``completed``), and delete the
+marker. A run that did not commit stays in flight (a rerun reduces it again: ``RETRY_STATES``).
+
 The ledger is a record for people and ``status``; a rerun does not read it: what a bucket run
 still needs is what its plan finds (a reduced run has nothing left to remove, a locked one is
 skipped as such), so resuming costs no extra request per run.
@@ -24,9 +36,10 @@ import json
 import re
 import socket
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
-from tb_footprint_plugin.engine.lease import me
+from tb_footprint_plugin.codes import Outcome, Recovery
+from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, keeps_done, merged_view,
                                               report_refusals)
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
@@ -34,8 +47,13 @@ from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, map_ordered
 
 LEDGERS = f"{STATE_DIR_NAME}/ledgers"
+#: the in-flight markers of live (or killed) workers, one per worker and ledger folder (module doc)
+INFLIGHT = f"{STATE_DIR_NAME}/ledger-inflight"
+IN_FLIGHT_STATES = ("reducing", "verifying")
 MAX_ENTRY_BYTES = 256 * 1024
 _KEY = re.compile(r"^ledgers/(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
+_MARKER = re.compile(r"^(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
+MAX_MARKER_BYTES = 4096
 
 
 def _run_hash(run: str) -> str:
@@ -58,6 +76,8 @@ class BucketLedger:
         self.folder = _folder(shard)
         self.who = {"host": socket.gethostname(), **me(), "shard": shard}
         self._entries: Dict[str, dict] = {}
+        self._inflight: set = set()  # runs this worker marked in flight and not settled yet
+        self._marker: Optional[str] = None  # its in-flight marker's key while it stands
 
     @property
     def url(self) -> str:
@@ -75,10 +95,33 @@ class BucketLedger:
                 return
         if isinstance(fields.get("error"), str):
             fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
+        flying = state in IN_FLIGHT_STATES
+        if flying and self._marker is None:
+            self._put_marker()  # before the entry: a kill from here on is found by the next start
         entry = self._entries.setdefault(run, {})
         entry.update(fields, state=state, updated_at=time.time(), **self.who)
         doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy, "entry": entry}
         self.rfs.ops.put(key, json.dumps(doc, sort_keys=True).encode())
+        if flying:
+            self._inflight.add(run)
+        else:
+            self._inflight.discard(run)
+            if not self._inflight and self._marker is not None:
+                try:  # a marker left costs the next start one read of this folder, nothing more
+                    if not self.rfs.ops.delete([self._marker]):
+                        self._marker = None
+                except OSError:
+                    pass
+
+    def _put_marker(self) -> None:
+        """This worker's in-flight marker (module doc), one PUT."""
+        token = hashlib.sha256(f"{self.who['host']}\0{self.who['pid']}\0{self.who.get('pid_start')}"
+                               .encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        key = self.rfs.path(f"{INFLIGHT}/{self.folder}/{token}.json")
+        doc = {"version": LEDGER_VERSION, "host": self.who["host"], "pid": self.who["pid"],
+               "pid_start": self.who.get("pid_start"), "folder": self.folder, "since": time.time()}
+        self.rfs.ops.put(key, json.dumps(doc, sort_keys=True).encode())
+        self._marker = key
 
     def _stored(self, run: str, rel: str) -> Optional[dict]:
         """The shard's entry for ``run`` as stored (untrusted: checked; None when absent or refused)."""
@@ -91,15 +134,9 @@ class BucketLedger:
             return None
 
 
-def merged(rfs: RemoteFS) -> Optional[dict]:
-    """Every ledger object of the bucket logdir as one view of the batch (None when there is none)."""
-    try:
-        objs = rfs.list_tree(LEDGERS)
-    except FileNotFoundError:
-        return None
-    if not objs:
-        return None
-    folders: Dict[str, dict] = {}
+def _checked_entries(rfs: RemoteFS, objs: dict) -> tuple:
+    """The ledger objects ``objs`` (a listing under ``LEDGERS``: key -> info) read back as
+    untrusted input: ``([(run, entry, folder name, policy)], [Untrusted refusals])``."""
     entries, refused = [], []
 
     def fetch(key: str):
@@ -136,12 +173,104 @@ def merged(rfs: RemoteFS) -> Optional[dict]:
         except Untrusted as u:
             refused.append(u)
             continue
-        folder = rfs.url_of(f"{LEDGERS}/{m.group(1)}")
         pol = doc.get("policy") if isinstance(doc.get("policy"), str) else None
+        entries.append((doc["run"], entry, m.group(1), pol))
+    return entries, refused
+
+
+def merged(rfs: RemoteFS) -> Optional[dict]:
+    """Every ledger object of the bucket logdir as one view of the batch (None when there is none)."""
+    try:
+        objs = rfs.list_tree(LEDGERS)
+    except FileNotFoundError:
+        return None
+    if not objs:
+        return None
+    folders: Dict[str, dict] = {}
+    checked, refused = _checked_entries(rfs, objs)
+    entries = []
+    for run, entry, name, pol in checked:
+        folder = rfs.url_of(f"{LEDGERS}/{name}")
         folders.setdefault(folder, {"path": folder, "policy": pol})
-        entries.append((doc["run"], entry, folder))
+        entries.append((run, entry, folder))
     problems: List[dict] = report_refusals(rfs.url_of(LEDGERS), refused)
     return merged_view(sorted(folders.values(), key=lambda d: d["path"]), entries, problems)
 
 
-__all__ = ["BucketLedger", "merged", "LEDGERS"]
+def _gone_marker(rfs: RemoteFS, key: str, info) -> Optional[dict]:
+    """The marker at ``key`` (untrusted) when its worker is gone: on this host, its pid ended
+    (or reused by another process); None when it is alive, on another host, or not a marker."""
+    rel = key[len(INFLIGHT) + 1:] if key.startswith(INFLIGHT + "/") else None
+    if rel is None or _MARKER.match(rel) is None or info.size > MAX_MARKER_BYTES:
+        return None
+    try:
+        doc = json.loads(rfs.read_bytes(key).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or \
+            doc.get("folder") != rel.split("/", 1)[0] or \
+            doc.get("host") != socket.gethostname() or isinstance(doc.get("pid"), bool) or \
+            not isinstance(doc.get("pid"), int) or doc["pid"] <= 0:
+        return None
+    if holder_alive(doc["pid"], doc.get("pid_start")):
+        return None
+    return doc
+
+
+def _committed(manifests: Iterable[dict], run: str, e: dict) -> Optional[dict]:
+    """The verified reduction of ``run`` an in-flight entry ``e`` was for: the first finished
+    after the mark (manifests in the one schema; sizes numbers), or None (not committed)."""
+    since = float(e.get("updated_at") or 0)
+    ops = [m for m in manifests if m.get("run") == run and m.get("kind") == "reduce"
+           and m.get("outcome") == Outcome.VERIFIED and m.get("host") in (None, e.get("host"))
+           and isinstance(m.get("finished_at"), (int, float)) and m["finished_at"] >= since
+           and isinstance(m.get("bytes_before"), int) and isinstance(m.get("bytes_after"), int)]
+    return min(ops, key=lambda o: o["finished_at"]) if ops else None
+
+
+def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]]) -> List[str]:
+    """At a start: record as ``done`` each run a gone worker's ledger left in flight although its
+    reduction committed (module doc). One listing of the markers when none is stale; the
+    folder's entries and ``manifests_of()`` (the vault's manifests in the one schema) are read
+    only for a gone worker's marker. Returns the runs recorded; a write that fails leaves the
+    marker, and the next start tries again (the ledger is a record: the reductions stand)."""
+    try:
+        markers = rfs.list_tree(INFLIGHT)
+    except FileNotFoundError:
+        return []
+    done: List[str] = []
+    manifests: Optional[List[dict]] = None
+    for key, info in sorted(markers.items()):
+        mk = _gone_marker(rfs, key, info)
+        if mk is None:
+            continue
+        try:
+            objs = rfs.list_tree(f"{LEDGERS}/{mk['folder']}")
+        except FileNotFoundError:
+            objs = {}
+        checked, _refused = _checked_entries(rfs, objs)  # refusals are named by ``merged`` (status)
+        stale = [(run, e, pol) for run, e, _f, pol in checked if e.get("state") in IN_FLIGHT_STATES
+                 and e.get("host") == mk["host"] and e.get("pid") == mk["pid"]]
+        try:
+            if stale and manifests is None:
+                manifests = manifests_of()
+            for run, e, pol in stale:
+                m = _committed(manifests or [], run, e)
+                if m is None:
+                    continue  # not committed: a rerun reduces it again
+                b, a = m["bytes_before"], m["bytes_after"]
+                entry = dict(e, state="done", op_id=m["op_id"], verified=True, code=str(Recovery.COMPLETED),
+                             error=None, original_size_bytes=b, after_size_bytes=a,
+                             reduced_ratio=round(1 - a / b, 4) if b else 0.0, updated_at=time.time(),
+                             host=socket.gethostname(), **me())
+                doc = {"version": LEDGER_VERSION, "run": run, "policy": pol or "", "entry": entry}
+                rfs.ops.put(rfs.path(f"{LEDGERS}/{mk['folder']}/{_run_hash(run)}.json"),
+                            json.dumps(doc, sort_keys=True).encode())
+                done.append(run)
+            rfs.ops.delete([rfs.path(key)])
+        except OSError:
+            continue  # the marker stays: the next start tries again
+    return done
+
+
+__all__ = ["BucketLedger", "merged", "settle_stale", "LEDGERS", "INFLIGHT"]

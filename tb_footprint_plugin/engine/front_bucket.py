@@ -54,10 +54,18 @@ class BucketEngine(Engine):
 
     # -- settling ----------------------------------------------------------------------------
     def recover(self) -> List[RecoveryOutcome]:
-        """Unfinished bucket operations settled from their journal objects, from any machine.
-        Differs today: the batch ledgers in the bucket are not settled at a start (a run a dead
-        worker left ``reducing`` is settled when its journal is)."""
-        return self.bk.recover(self.rfs, self.vault)
+        """Unfinished bucket operations settled from their journal objects, from any machine;
+        then the ledger objects a gone worker of this host left in flight for runs whose
+        reduction committed are recorded ``done`` (``bucket_ledger.settle_stale``, as a disk's
+        start settles its ledgers: one listing when nothing is stale)."""
+        from tb_footprint_plugin.engine import bucket_ledger
+
+        out = self.bk.recover(self.rfs, self.vault)
+        try:
+            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault))
+        except (OSError, ValueError):
+            pass  # the ledger is a record: the next start settles it
+        return out
 
     def unfinished(self) -> dict:
         """Not available on a bucket today (``RemoteError`` ``not_supported``): its unfinished
