@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import socket
 import time
@@ -197,9 +198,10 @@ def merged(rfs: RemoteFS) -> Optional[dict]:
     return merged_view(sorted(folders.values(), key=lambda d: d["path"]), entries, problems)
 
 
-def _gone_marker(rfs: RemoteFS, key: str, info) -> Optional[dict]:
+def _gone_marker(rfs: RemoteFS, key: str, info, mine: bool = False) -> Optional[dict]:
     """The marker at ``key`` (untrusted) when its worker is gone: on this host, its pid ended
-    (or reused by another process); None when it is alive, on another host, or not a marker."""
+    (or reused by another process), or with ``mine`` this process; None when it is alive, on
+    another host, or not a marker."""
     rel = key[len(INFLIGHT) + 1:] if key.startswith(INFLIGHT + "/") else None
     if rel is None or _MARKER.match(rel) is None or info.size > MAX_MARKER_BYTES:
         return None
@@ -212,6 +214,8 @@ def _gone_marker(rfs: RemoteFS, key: str, info) -> Optional[dict]:
             doc.get("host") != socket.gethostname() or isinstance(doc.get("pid"), bool) or \
             not isinstance(doc.get("pid"), int) or doc["pid"] <= 0:
         return None
+    if mine and doc["pid"] == os.getpid():
+        return doc
     if holder_alive(doc["pid"], doc.get("pid_start")):
         return None
     return doc
@@ -228,11 +232,12 @@ def _committed(manifests: Iterable[dict], run: str, e: dict) -> Optional[dict]:
     return min(ops, key=lambda o: o["finished_at"]) if ops else None
 
 
-def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]]) -> List[str]:
+def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine: bool = False) -> List[str]:
     """At a start: record as ``done`` each run a gone worker's ledger left in flight although its
     reduction committed (module doc). One listing of the markers when none is stale; the
     folder's entries and ``manifests_of()`` (the vault's manifests in the one schema) are read
-    only for a gone worker's marker. Returns the runs recorded; a write that fails leaves the
+    only for a gone worker's marker. ``mine``: this process's own markers count as gone too (its
+    batch was interrupted), as ``engine.upkeep.settle_stale_ledgers`` rules. Returns the runs recorded; a write that fails leaves the
     marker, and the next start tries again (the ledger is a record: the reductions stand)."""
     try:
         markers = rfs.list_tree(INFLIGHT)
@@ -241,7 +246,7 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]]) -> List[
     done: List[str] = []
     manifests: Optional[List[dict]] = None
     for key, info in sorted(markers.items()):
-        mk = _gone_marker(rfs, key, info)
+        mk = _gone_marker(rfs, key, info, mine)
         if mk is None:
             continue
         try:

@@ -86,8 +86,18 @@ class BucketEngine(Engine):
     def settle_interrupted(self, *, policy_name: str, ledger: Optional[str], shard: Optional[Tuple[int, int]],
                            rolled_back: Sequence[str]) -> List[dict]:
         """The bucket's recovery, each outcome said with ``untouched`` None and ``files`` 0 (a
-        bucket's originals are not re-hashed here); its ledger objects are not written."""
-        return [dict(vars(o), untouched=None, files=0) for o in self.recover()]
+        bucket's originals are not re-hashed here); then this process's own in-flight ledger
+        entries whose run committed are recorded ``done`` (``bucket_ledger.settle_stale`` with
+        ``mine``, as a disk's interrupt settles its own); a run rolled back stays in flight for
+        a rerun (the disk's ``pending`` mark of it is not written)."""
+        from tb_footprint_plugin.engine import bucket_ledger
+
+        out = [dict(vars(o), untouched=None, files=0) for o in self.recover()]
+        try:
+            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), mine=True)
+        except (OSError, ValueError):
+            pass  # the ledger is a record: the next start settles it
+        return out
 
     # -- the catalogue -------------------------------------------------------------------------
     def operations(self, run: Optional[str] = None) -> List[dict]:
