@@ -1,5 +1,6 @@
 """What a local vault offloaded to a bucket costs in requests (issue #27, its remains): a restore
-downloads each remote blob once (its check stages the bytes the copy then reads), a lone blob is
+downloads each remote blob once (its check keeps the bytes the copy then reads, in memory up to
+``remote_vault.STAGE_BYTES``), a lone blob is
 created with one conditional put, a compacted ``.zst`` backup is sent as its zstd frame instead
 of being decompressed and compressed again, and ``remote.json`` is read once, not per record."""
 import os
@@ -65,10 +66,9 @@ def test_a_restore_from_the_bucket_downloads_each_blob_once(tmp_path, bucket, co
     down = total("bytes_down")
     # every data object read once (and the index objects, small): was twice, check then copy
     assert stored <= down < 1.5 * stored, (down, stored)
-    # nothing staged is left behind once the restore took it
+    # nothing kept is left behind once the restore took it, and nothing was staged on disk
     assert not [at for at in remote_vault._staged if at[0] == vault.root]
-    stage_dirs = [d for d in os.listdir(os.path.join(vault.root, "offload")) if d.startswith("tbfp-stage-")]
-    assert all(not os.listdir(os.path.join(vault.root, "offload", d)) for d in stage_dirs)
+    assert not [d for d in os.listdir(os.path.join(vault.root, "offload")) if d.startswith("tbfp-stage-")]
 
 
 def test_a_staged_copy_changed_before_the_restore_reads_it_is_refused(tmp_path, s3_bucket):
@@ -77,16 +77,13 @@ def test_a_staged_copy_changed_before_the_restore_reads_it_is_refused(tmp_path, 
     vault = offload_all(logdir, s3_bucket.url("v"))
     remote_vault._stores.clear()
     sha = next(m["files"][0]["sha256"] for m in vault.manifests() if m.get("kind") == "reduce")
-    assert vault.check_blob(sha)  # read whole from the bucket: staged
-    path = remote_vault._staged[(vault.root, sha)][0]
-    with open(path, "r+b") as f:
-        b = f.read(1)
-        f.seek(0)
-        f.write(bytes([b[0] ^ 0xFF]))
+    assert vault.check_blob(sha)  # read whole from the bucket: kept (in memory)
+    chunks, when = remote_vault._staged[(vault.root, sha)]
+    remote_vault._staged[(vault.root, sha)] = ([bytes([chunks[0][0] ^ 0xFF]) + chunks[0][1:]] + chunks[1:], when)
     dest = tmp_path / "out" / "f"
     with pytest.raises(OSError):
         vault.restore_blob(sha, str(dest))
-    assert not dest.exists() and not os.path.exists(path)
+    assert not dest.exists() and (vault.root, sha) not in remote_vault._staged
     vault.restore_blob(sha, str(dest))  # read from the bucket again, whole and checked
     assert dest.exists()
 
@@ -216,7 +213,7 @@ def test_a_lone_blob_is_created_with_one_conditional_put(tmp_path, bucket):
     with pytest.raises(StoreFailure) as e:  # the server (or the emulator's check) refuses a second create
         store.put_file("data/ab/one", io.BytesIO(b"other bytes"), if_absent=True)
     assert e.value.code == StoreError.ALREADY_EXISTS and store.read_all("data/ab/one") == data
-    # above a part: the staged path, still conditional, and no stage left behind
+    # above a part: one conditional streamed upload (tests/test_objstore_create_once.py), no stage
     big = _os.urandom(6 << 20)
     assert store.put_file("data/ab/big", io.BytesIO(big), if_absent=True).size == len(big)
     with pytest.raises(StoreFailure) as e:
@@ -237,10 +234,9 @@ def test_a_staged_copy_no_restore_takes_is_dropped_on_its_own(tmp_path, s3_bucke
         t.cancel()
     remote_vault._expiry.clear()
     sha = next(m["files"][0]["sha256"] for m in vault.manifests() if m.get("kind") == "reduce")
-    assert vault.check_blob(sha)  # a verify: read whole, staged, never taken
-    path = remote_vault._staged[(vault.root, sha)][0]
-    assert os.path.exists(path)
+    assert vault.check_blob(sha)  # a verify: read whole, kept, never taken
+    assert (vault.root, sha) in remote_vault._staged
     deadline = time.monotonic() + 10
-    while os.path.exists(path) and time.monotonic() < deadline:
+    while (vault.root, sha) in remote_vault._staged and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not os.path.exists(path) and (vault.root, sha) not in remote_vault._staged
+    assert (vault.root, sha) not in remote_vault._staged

@@ -27,13 +27,10 @@ apart, the local packs would need a second copy of the stream that hashes and na
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import errno
 import json
 import os
-import secrets
-import shutil
 import stat
 import threading
 import time
@@ -42,7 +39,7 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
-from tb_footprint_plugin.storage.files import atomic_write_json, create_new, fsync_dir, hash_and_count
+from tb_footprint_plugin.storage.files import atomic_write_json, fsync_dir, hash_and_count
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
@@ -73,19 +70,25 @@ _FAILURES_KEPT = 256
 _urls: Dict[str, Tuple[tuple, List[str]]] = {}
 _URLS_KEPT = 64
 
-# Remote blobs staged on the local disk by a read that went to the end (a restore's check): the
-# restore's copy that follows reads the staged file instead of downloading the blob again (issue
-# #27). A staged file is a cache, never trusted: whoever reads it hashes what it reads (the
-# restore refuses a copy that does not hash to the digest). Kept in a scratch folder of this
-# process under ``<vault>/offload`` (its maker's pid in its name, swept once that process is gone),
-# taken by the first read (unlinked as it is opened), dropped after ``STAGE_SECONDS`` otherwise.
-_staged: Dict[Tuple[str, str], Tuple[str, int, float]] = {}  # (vault, sha) -> (path, size, when)
-_stage_dirs: Dict[str, str] = {}  # vault -> this process's scratch folder in it
-#: a staged copy not read within this many seconds is dropped (a check no restore followed; a
+# A remote blob read whole by a check (a restore checks every backup of a run before it replaces
+# anything) is kept for the copy that follows, which then does not download it again (issue #27)
+# — in memory, and only while it and the copies kept beside it fit in ``STAGE_BYTES``. Nothing is
+# staged on the local disk: a restore needs no free room beyond the files it puts back, each
+# streamed into a temporary name beside its target, hashed on the way, and renamed into place
+# (``Vault.restore_blob``); memory stays bounded whatever the blob's size or the run count, and a
+# larger blob is streamed from the store again by the copy. A kept copy is a cache, never trusted:
+# its reader hashes what it reads (the restore refuses a copy that does not hash to the digest);
+# taken by the first read, dropped after ``STAGE_SECONDS`` otherwise.
+_staged: Dict[Tuple[str, str], Tuple[List[bytes], float]] = {}  # (vault, sha) -> (chunks as read, when)
+#: a kept copy not read within this many seconds is dropped (a check no restore followed; a
 #: restore checks a whole run before its first copy, minutes for gigabytes)
 STAGE_SECONDS = 300.0
-#: at most this many staged copies at once (memory and disk stay bounded whatever the run count)
+#: the bytes of every kept copy together (and so the largest blob kept): a fixed bound of memory
+STAGE_BYTES = 32 << 20
+#: at most this many kept copies at once (empty blobs weigh nothing)
 STAGE_KEPT = 4096
+#: vaults whose ``offload`` folder was swept of the disk stages an earlier version left
+_swept: set = set()
 
 
 class RemoteReadError(OSError):
@@ -377,12 +380,12 @@ def check_packed(vault_root: str, sha: str) -> Optional[RemoteReadError]:
 
 class _Checked:
     """A blob store stream whose failures are ``RemoteReadError``s naming the object (readers of
-    the vault catch ``OSError``). With ``stage`` (a new file of ours, and its path) the bytes
-    read are also written there; a stream read to its end — the blob store's stream has then
-    hashed it to ``sha`` — leaves that file staged for the next read of the blob (``_take``)."""
+    the vault catch ``OSError``). With ``stage`` (an empty list) the chunks read are also kept
+    there (as read: never joined, so never held twice); a stream read to its end — the blob store's stream has then hashed it to ``sha``
+    — leaves them kept for the next read of the blob (``_take``)."""
 
     def __init__(self, f: BinaryIO, name: str, vault_root: str, sha: str, size: int = -1,
-                 stage: Optional[Tuple[BinaryIO, str]] = None):
+                 stage: Optional[List[bytes]] = None):
         self.f, self.name, self.at = f, name, (vault_root, sha)
         self.size, self.n, self.stage = size, 0, stage
 
@@ -390,48 +393,36 @@ class _Checked:
         try:
             data = self.f.read(n)
         except (BlobFailure, StoreFailure) as e:
-            self._unstage()
+            self.stage = None
             raise _remember(*self.at, RemoteReadError(_code_of(e), self.name, f"{self.name}: {e}")) from None
         if self.stage is not None:
-            try:
-                if data:
-                    self.n += len(data)
-                    self.stage[0].write(data)
-                elif n != 0:
-                    self._staged()
-            except OSError:  # a full disk only costs the next reader a download
-                self._unstage()
+            if data:
+                self.n += len(data)
+                if self.n > min(self.size, STAGE_BYTES):
+                    self.stage = None  # more than the blob's size: never kept (the reader is told by the hash)
+                else:
+                    self.stage.append(bytes(data))
+            elif n != 0:
+                self._staged()
         return data
 
     def _staged(self) -> None:
-        fo, path = self.stage
-        self.stage = None
-        fo.close()
+        chunks, self.stage = self.stage, None
         if self.n != self.size:
-            _unlink_quietly(path)
             return
         with _stores_lock:
-            if len(_staged) >= STAGE_KEPT:
-                _drop_staged(next(iter(_staged)))
-            old = _staged.pop(self.at, None)
-            _staged[self.at] = (path, self.n, time.monotonic())
-        if old is not None:
-            _unlink_quietly(old[0])
+            _staged.pop(self.at, None)
+            while _staged and (len(_staged) >= STAGE_KEPT
+                               or _staged_bytes() + self.n > STAGE_BYTES):
+                _staged.pop(next(iter(_staged)))  # the oldest first
+            _staged[self.at] = (chunks, time.monotonic())
         _expire_later()
-
-    def _unstage(self) -> None:
-        if self.stage is not None:
-            fo, path = self.stage
-            self.stage = None
-            with contextlib.suppress(OSError):
-                fo.close()
-            _unlink_quietly(path)
 
     def seek(self, *a):  # readers seek only to rewind a local blob; a remote one is read once
         raise OSError(errno.ESPIPE, "a remote blob's stream is read once")
 
     def close(self) -> None:
-        self._unstage()  # not read to its end: nothing staged
+        self.stage = None  # not read to its end: nothing kept
         with contextlib.suppress(Exception):
             self.f.close()
 
@@ -442,22 +433,51 @@ class _Checked:
         self.close()
 
 
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+def _staged_bytes() -> int:
+    """Bytes of every kept copy (hold ``_stores_lock``)."""
+    return sum(len(c) for chunks, _t in _staged.values() for c in chunks)
+
+
+class _Kept:
+    """A kept copy read back: its chunks served in order, each let go as it is read."""
+
+    def __init__(self, chunks: List[bytes]):
+        self._chunks, self._at = list(chunks), 0
+
+    def read(self, n: int = -1) -> bytes:
+        if not self._chunks:
+            return b""
+        cur = self._chunks[0]
+        end = len(cur) if n is None or n < 0 else min(len(cur), self._at + n)
+        out = cur if (self._at, end) == (0, len(cur)) else cur[self._at:end]
+        self._at = end
+        if end >= len(cur):
+            self._chunks.pop(0)
+            self._at = 0
+        return out
+
+    def seek(self, *a):
+        raise OSError(errno.ESPIPE, "a remote blob's stream is read once")
+
+    def close(self) -> None:
+        self._chunks = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _drop_staged(at: Tuple[str, str]) -> None:
-    """Forget and unlink one staged copy (hold ``_stores_lock``)."""
-    got = _staged.pop(at, None)
-    if got is not None:
-        _unlink_quietly(got[0])
+    """Forget one kept copy (hold ``_stores_lock``)."""
+    _staged.pop(at, None)
 
 
 def _expire_staged() -> None:
     now = time.monotonic()
     with _stores_lock:
-        for at in [a for a, (_p, _n, t) in _staged.items() if now - t > STAGE_SECONDS]:
+        for at in [a for a, (_d, t) in _staged.items() if now - t > STAGE_SECONDS]:
             _drop_staged(at)
 
 
@@ -485,54 +505,24 @@ def _expire_later() -> None:
 
 
 def _take(vault_root: str, sha: str) -> Optional[BinaryIO]:
-    """The staged copy of ``sha``, opened and unlinked at once (read once: its blocks go when it
-    is closed); None when there is none. Its reader hashes it, as any copy of a backup."""
+    """The kept copy of ``sha`` as a stream, forgotten at once (read once); None when there is
+    none. Its reader hashes it, as any copy of a backup."""
     _expire_staged()
     with _stores_lock:
         got = _staged.pop((vault_root, sha), None)
-    if got is None:
-        return None
-    try:
-        f = open_regular(got[0])
-    except OSError:
-        return None
-    _unlink_quietly(got[0])
-    return f
+    return None if got is None else _Kept(got[0])
 
 
-@atexit.register
-def _drop_stage_dirs() -> None:
+def _sweep_disk_stages(vault_root: str) -> None:
+    """Remove the disk stages (``<vault>/offload/tbfp-stage-…``) an earlier version of this
+    module left when its process was killed mid-restore (copies of remote blobs): once per vault
+    and process, only folders of processes gone, only in a real folder of ours."""
     with _stores_lock:
-        _staged.clear()
-        dirs = list(_stage_dirs.values())
-        _stage_dirs.clear()
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def _stage_file(vault_root: str, sha: str, size: int) -> Optional[Tuple[BinaryIO, str]]:
-    """A new file to stage ``sha``'s ``size`` bytes in, or None: when the disk would keep less
-    free room than the blob takes (the restore that reads it next writes as much again into the
-    logdir; on a nearly full disk the blob is downloaded twice instead), or when the folder
-    cannot be made ours. Memory and disk stay bounded by ``STAGE_KEPT`` and ``STAGE_SECONDS``."""
-    try:
-        with _stores_lock:
-            folder = _stage_dirs.get(vault_root)
-        if folder is None or not os.path.isdir(folder):
-            base = ensure_private_dir(os.path.join(vault_root, "offload"), vault_root)
-            scratch.sweep(base)  # folders of processes gone (killed mid-restore)
-            folder = scratch.make("stage", base)
-            with _stores_lock:
-                _stage_dirs[vault_root] = folder
-        fs = os.statvfs(folder)
-        if 2 * size > fs.f_bavail * fs.f_frsize:
-            return None
-        # a name of its own: two threads reading one blob at once (two runs sharing a file) each
-        # write their own file; the one staged last replaces the other's
-        path = os.path.join(folder, f"{sha}-{secrets.token_hex(6)}")
-        return os.fdopen(create_new(path), "wb"), path
-    except Exception:  # noqa: BLE001 - staging only saves a download; reading goes on without it
-        return None
+        if vault_root in _swept:
+            return
+        _swept.add(vault_root)
+    with contextlib.suppress(OSError):
+        scratch.sweep(os.path.join(vault_root, "offload"))
 
 
 def object_name(rec: dict, bs: Optional[BlobStore] = None) -> str:
@@ -547,17 +537,18 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
     ``RemoteReadError`` (code, object named) when the store fails or the bytes do not hash to
     ``sha``. ``FileNotFoundError`` when there is no record.
 
-    A read to the end leaves the bytes staged on the local disk (``_stage_file``), and the next
-    open of the blob in this process reads them from there: a restore checks every backup of a
-    run before it replaces anything, then copies each, and downloaded each blob twice. The
-    staged copy is hashed by its reader like any other (a restore refuses one that does not
-    hash to ``sha``)."""
+    A read to the end of a blob of at most ``STAGE_BYTES`` keeps its bytes in memory, and the
+    next open of the blob in this process reads them from there: a restore checks every backup
+    of a run before it replaces anything, then copies each. The kept copy is hashed by its
+    reader like any other (a restore refuses one that does not hash to ``sha``); nothing is
+    written to the local disk here."""
     rec = read_record(vault_root, sha)
     if rec is None:
         raise FileNotFoundError(errno.ENOENT, f"no backup of sha256 {sha[:12]}… in {vault_root}")
     staged = _take(vault_root, sha)
     if staged is not None:
         return staged
+    _sweep_disk_stages(vault_root)
     try:
         bs = blobstore(rec["url"])
         if bs.ref(sha) is None:
@@ -569,7 +560,7 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
                 f"(recorded in {record_path(vault_root, sha)})"))
         size = bs.ref(sha).size
         stream = bs.open(sha)
-        return _Checked(stream, name, vault_root, sha, size, _stage_file(vault_root, sha, size))
+        return _Checked(stream, name, vault_root, sha, size, [] if size <= STAGE_BYTES else None)
     except (BlobFailure, StoreFailure) as e:
         raise _remember(vault_root, sha, RemoteReadError(_code_of(e), object_name(rec), f"{object_name(rec)}: {e}")) \
             from None
