@@ -97,7 +97,7 @@ def test_a_blob_above_the_memory_bound_is_streamed_from_the_store(tmp_path, s3_b
     big = max((f for m in vault.manifests() if m.get("kind") == "reduce" for f in m["files"]),
               key=lambda f: f["size"])
     assert big["size"] > 32 << 20
-    monkeypatch.setattr(remote_vault, "STAGE_BYTES", 1 << 20)
+    monkeypatch.setattr(remote_vault, "STAGE_BYTES", 64 << 10)  # below its frame too
     remote_vault._stores.clear()
     assert vault.check_blob(big["sha256"])  # warms the clients too
     assert (vault.root, big["sha256"]) not in remote_vault._staged  # above the bound: not kept
@@ -130,9 +130,48 @@ def test_a_blob_within_the_bound_is_kept_in_memory_not_on_disk(tmp_path, s3_buck
     remote_vault._stores.clear()
     grown = tree_bytes(vault.root)
     assert vault.check_blob(big["sha256"])
-    assert sum(map(len, remote_vault._staged[(vault.root, big["sha256"])][0])) == big["size"]
+    ref = remote_vault.blobstore(remote_vault.configured_url(vault.root)).ref(big["sha256"])
+    chunks, _when, form = remote_vault._staged[(vault.root, big["sha256"])]
+    assert (sum(map(len, chunks)), form) == (ref.length, ref.form)  # as stored: its zstd frame
     assert tree_bytes(vault.root) == grown  # the check wrote nothing to the disk
     dest = tmp_path / "out" / "f.bin"
     vault.restore_blob(big["sha256"], str(dest))
     assert (vault.root, big["sha256"]) not in remote_vault._staged  # taken by the copy
     assert hashlib.sha256(dest.read_bytes()).hexdigest() == big["sha256"]
+
+
+def test_a_blob_many_times_the_bound_is_downloaded_once_when_its_frame_fits(tmp_path, s3_bucket, monkeypatch):
+    """A lone blob is kept as stored (its zstd frame), so a 40 MB original whose frame is under
+    ``STAGE_BYTES`` is read from the store once by a check and the copy that follows."""
+    from tb_footprint_plugin.storage.store import CountingStore
+    from tb_footprint_plugin.storage.stores import open_store
+
+    logdir = make_logdir(tmp_path)
+    grow_profile(logdir, "a", 750000)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("v"))
+    big = max((f for m in vault.manifests() if m.get("kind") == "reduce" for f in m["files"]),
+              key=lambda f: f["size"])
+    assert big["size"] > remote_vault.STAGE_BYTES
+    wrapped = []
+    monkeypatch.setattr(remote_vault, "open_store", lambda url: wrapped.append(CountingStore(open_store(url))) or wrapped[-1])
+    remote_vault._stores.clear()
+    ref = remote_vault.blobstore(remote_vault.configured_url(vault.root)).ref(big["sha256"])
+    assert ref.form == "zst" and ref.length < remote_vault.STAGE_BYTES < big["size"]
+    down = sum(c.counts.bytes_down for c in wrapped)
+    dest = tmp_path / "out" / "f.bin"
+    tracemalloc.start()
+    try:
+        assert vault.check_blob(big["sha256"])
+        vault.restore_blob(big["sha256"], str(dest))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    down = sum(c.counts.bytes_down for c in wrapped) - down
+    assert ref.length <= down < 1.5 * ref.length, (down, ref.length)  # once, not twice
+    assert peak < (16 << 20) + ref.length, f"peak {peak >> 20} MiB"
+    h = hashlib.sha256()
+    with open(dest, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    assert h.hexdigest() == big["sha256"] and (vault.root, big["sha256"]) not in remote_vault._staged

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -39,8 +40,8 @@ from typing import BinaryIO, Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import BlobError
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
-from tb_footprint_plugin.storage.files import atomic_write_json, fsync_dir, hash_and_count
-from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.files import CHUNK, atomic_write_json, fsync_dir, hash_and_count
+from tb_footprint_plugin.storage import scratch, zst
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.regular import open_regular
@@ -79,11 +80,14 @@ _URLS_KEPT = 64
 # larger blob is streamed from the store again by the copy. A kept copy is a cache, never trusted:
 # its reader hashes what it reads (the restore refuses a copy that does not hash to the digest);
 # taken by the first read, dropped after ``STAGE_SECONDS`` otherwise.
-_staged: Dict[Tuple[str, str], Tuple[List[bytes], float]] = {}  # (vault, sha) -> (chunks as read, when)
+# A lone blob (an object of its own, not packed) is kept as stored — its zstd frame, a fraction of
+# its size for most backups — and decoded again by the read that takes it; a packed one (small) as
+# decoded.
+_staged: Dict[Tuple[str, str], Tuple[List[bytes], float, str]] = {}  # (vault, sha) -> (chunks, when, form)
 #: a kept copy not read within this many seconds is dropped (a check no restore followed; a
 #: restore checks a whole run before its first copy, minutes for gigabytes)
 STAGE_SECONDS = 300.0
-#: the bytes of every kept copy together (and so the largest blob kept): a fixed bound of memory
+#: the bytes of every kept copy together, as kept (and so the largest kept): a fixed bound of memory
 STAGE_BYTES = 32 << 20
 #: at most this many kept copies at once (empty blobs weigh nothing)
 STAGE_KEPT = 4096
@@ -408,15 +412,8 @@ class _Checked:
 
     def _staged(self) -> None:
         chunks, self.stage = self.stage, None
-        if self.n != self.size:
-            return
-        with _stores_lock:
-            _staged.pop(self.at, None)
-            while _staged and (len(_staged) >= STAGE_KEPT
-                               or _staged_bytes() + self.n > STAGE_BYTES):
-                _staged.pop(next(iter(_staged)))  # the oldest first
-            _staged[self.at] = (chunks, time.monotonic())
-        _expire_later()
+        if self.n == self.size:
+            _keep(self.at, chunks, "raw")
 
     def seek(self, *a):  # readers seek only to rewind a local blob; a remote one is read once
         raise OSError(errno.ESPIPE, "a remote blob's stream is read once")
@@ -435,7 +432,100 @@ class _Checked:
 
 def _staged_bytes() -> int:
     """Bytes of every kept copy (hold ``_stores_lock``)."""
-    return sum(len(c) for chunks, _t in _staged.values() for c in chunks)
+    return sum(len(c) for chunks, _t, _f in _staged.values() for c in chunks)
+
+
+def _keep(at: Tuple[str, str], chunks: List[bytes], form: str) -> None:
+    """Keep a blob read whole and verified (``chunks`` as stored in ``form``), the oldest kept
+    copies let go first to stay within ``STAGE_BYTES`` and ``STAGE_KEPT``."""
+    n = sum(map(len, chunks))
+    if n > STAGE_BYTES:
+        return
+    with _stores_lock:
+        _staged.pop(at, None)
+        while _staged and (len(_staged) >= STAGE_KEPT or _staged_bytes() + n > STAGE_BYTES):
+            _staged.pop(next(iter(_staged)))
+        _staged[at] = (chunks, time.monotonic(), form)
+    _expire_later()
+
+
+#: stored bytes one ranged read of a lone blob asks for (as the blob store's reads)
+STORED_READ = 4 << 20
+
+
+class _Stored:
+    """The stored bytes of a lone blob (``ref``: its whole object) in ranged reads of
+    ``STORED_READ``, each also appended to ``keep`` while they stay within ``STAGE_BYTES``."""
+
+    def __init__(self, store, ref, keep: Optional[List[bytes]]):
+        self.store, self.ref, self.keep = store, ref, keep
+        self.at, self.buf, self.pos = 0, b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if self.pos >= len(self.buf):
+            left = self.ref.length - self.at
+            if left <= 0:
+                return b""
+            start = self.ref.offset + self.at
+            data = self.store.read_range(self.ref.key, start, start + min(left, STORED_READ))
+            if not data:  # shorter than the index says: the verification below names it
+                raise BlobFailure(BlobError.CORRUPT, f"ends after {self.at} of its {self.ref.length} stored bytes",
+                                  sha=self.ref.sha, key=self.ref.key)
+            self.at += len(data)
+            self.buf, self.pos = data, 0
+            if self.keep is not None:
+                self.keep.append(data)
+        end = len(self.buf) if n is None or n < 0 else min(len(self.buf), self.pos + n)
+        out = self.buf if (self.pos, end) == (0, len(self.buf)) else self.buf[self.pos:end]
+        self.pos = end
+        return out
+
+    def close(self) -> None:
+        self.buf = b""
+
+
+class _Lone:
+    """A lone blob read from its object, decoded and hashed: at the end (or past its size)
+    ``BlobFailure(CORRUPT)`` unless the bytes are exactly the blob's, as the blob store's own
+    stream; read whole and verified, its stored bytes are kept (``_keep``)."""
+
+    def __init__(self, store, ref, at: Tuple[str, str]):
+        self.ref, self.at = ref, at
+        self.raw = _Stored(store, ref, [] if ref.length <= STAGE_BYTES else None)
+        self.dec = zst.open_decompressed(self.raw) if ref.form == "zst" else self.raw
+        self.h, self.n, self.ended = hashlib.sha256(), 0, False
+
+    def _corrupt(self, why: str) -> BlobFailure:
+        return BlobFailure(BlobError.CORRUPT, why, sha=self.ref.sha, key=self.ref.key)
+
+    def read(self, n: int = -1) -> bytes:
+        if self.ended:
+            return b""
+        try:
+            data = self.dec.read(CHUNK if n is None or n < 0 else n)
+        except zst.DecodeError as e:
+            raise self._corrupt(f"does not decode: {e}") from None
+        if data:
+            self.n += len(data)
+            if self.n > self.ref.size:
+                raise self._corrupt(f"decodes to more than its {self.ref.size} bytes")
+            self.h.update(data)
+            return data
+        if n == 0:
+            return data
+        self.ended = True
+        if self.n != self.ref.size or self.h.hexdigest() != self.ref.sha:
+            raise self._corrupt(f"decodes to {self.n} bytes that do not hash to its sha256")
+        if self.raw.keep is not None:
+            _keep(self.at, self.raw.keep, self.ref.form)
+        return b""
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.dec.close()
 
 
 class _Kept:
@@ -477,7 +567,7 @@ def _drop_staged(at: Tuple[str, str]) -> None:
 def _expire_staged() -> None:
     now = time.monotonic()
     with _stores_lock:
-        for at in [a for a, (_d, t) in _staged.items() if now - t > STAGE_SECONDS]:
+        for at in [a for a, (_d, t, _f) in _staged.items() if now - t > STAGE_SECONDS]:
             _drop_staged(at)
 
 
@@ -510,7 +600,10 @@ def _take(vault_root: str, sha: str) -> Optional[BinaryIO]:
     _expire_staged()
     with _stores_lock:
         got = _staged.pop((vault_root, sha), None)
-    return None if got is None else _Kept(got[0])
+    if got is None:
+        return None
+    kept = _Kept(got[0])
+    return zst.open_decompressed(kept) if got[2] == "zst" else kept
 
 
 def _sweep_disk_stages(vault_root: str) -> None:
@@ -537,8 +630,8 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
     ``RemoteReadError`` (code, object named) when the store fails or the bytes do not hash to
     ``sha``. ``FileNotFoundError`` when there is no record.
 
-    A read to the end of a blob of at most ``STAGE_BYTES`` keeps its bytes in memory, and the
-    next open of the blob in this process reads them from there: a restore checks every backup
+    A read to the end of a blob of at most ``STAGE_BYTES`` as stored keeps those bytes in memory,
+    and the next open of the blob in this process reads them from there: a restore checks every backup
     of a run before it replaces anything, then copies each. The kept copy is hashed by its
     reader like any other (a restore refuses one that does not hash to ``sha``); nothing is
     written to the local disk here."""
@@ -558,9 +651,13 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
             raise _remember(vault_root, sha, RemoteReadError(
                 BlobError.MISSING, name, f"{name}: the remote vault's index does not list sha256 {sha[:12]}… "
                 f"(recorded in {record_path(vault_root, sha)})"))
-        size = bs.ref(sha).size
-        stream = bs.open(sha)
-        return _Checked(stream, name, vault_root, sha, size, [] if size <= STAGE_BYTES else None)
+        ref = bs.ref(sha)
+        if not ref.packed and len(bs.candidates(sha)) == 1:
+            # read here rather than through ``bs.open`` so that its stored bytes (a zstd frame,
+            # mostly) are what is kept, not the decoded ones: a blob many times the bound is
+            # still downloaded once
+            return _Checked(_Lone(bs.store, ref, (vault_root, sha)), name, vault_root, sha, ref.size)
+        return _Checked(bs.open(sha), name, vault_root, sha, ref.size, [] if ref.size <= STAGE_BYTES else None)
     except (BlobFailure, StoreFailure) as e:
         raise _remember(vault_root, sha, RemoteReadError(_code_of(e), object_name(rec), f"{object_name(rec)}: {e}")) \
             from None
