@@ -175,3 +175,32 @@ def test_a_blob_many_times_the_bound_is_downloaded_once_when_its_frame_fits(tmp_
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     assert h.hexdigest() == big["sha256"] and (vault.root, big["sha256"]) not in remote_vault._staged
+
+
+def test_disk_stages_an_earlier_version_left_are_swept(tmp_path, s3_bucket):
+    """A process of the earlier version killed mid-restore left copies of remote blobs under
+    ``<vault>/offload/tbfp-stage-…``: the first remote read of the vault removes its folder (its
+    process is gone), and leaves a live process's folder and everything else there alone."""
+    import subprocess
+    import sys
+
+    from tb_footprint_plugin.storage import scratch
+
+    logdir = make_logdir(tmp_path)
+    reduce_local(logdir)
+    vault = offload_all(logdir, s3_bucket.url("v"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    base = Path(vault.root) / "offload"
+    gone = base / f"tbfp-stage-p{dead.pid}-n{scratch.pid_namespace()}-abc123"
+    alive = base / f"tbfp-stage-p{os.getpid()}-n{scratch.pid_namespace()}-def456"
+    for d in (gone, alive):
+        d.mkdir(mode=0o700)
+        (d / ("0" * 64 + "-1a2b3c")).write_bytes(b"a staged copy")
+    notes = sorted(p.name for p in base.iterdir() if not p.name.startswith("tbfp-stage-"))
+    remote_vault._swept.discard(vault.root)
+    remote_vault._stores.clear()
+    sha = next(f["sha256"] for m in vault.manifests() if m.get("kind") == "reduce" for f in m["files"])
+    assert vault.check_blob(sha)
+    assert not gone.exists() and alive.exists()
+    assert sorted(p.name for p in base.iterdir() if not p.name.startswith("tbfp-stage-")) == notes
