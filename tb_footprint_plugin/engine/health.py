@@ -100,12 +100,14 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                               f"{st.st_size - f['size']} byte(s) were written to {f['path']} after the reduction; "
                               "`recover` puts the complete records back into the run", st.st_size - f["size"]))
     for root in vault_roots:
-        for p in Vault(root).pack_problems():  # an index that does not read, a pack gone or cut short
+        r = shared.get(os.path.abspath(root))
+        own = r.vault.referenced_blobs(manifests=r.manifests) if r else Vault(root).referenced_blobs()
+        # an index that does not read or is gone, a pack gone or cut short, backups nothing lists
+        for p in Vault(root).pack_problems(own):
             out.append(_f(Finding.DAMAGED_FILE if p["code"] == BlobError.DAMAGED_INDEX.value else Finding.BACKUP_DAMAGED,
                           None, None, p["message"], file=p["file"]))
         # a blob another logdir's manifest (shared vault) needs is not an orphan either
-        r = shared.get(os.path.abspath(root))
-        refs = referenced | (r.vault.referenced_blobs(manifests=r.manifests) if r else Vault(root).referenced_blobs())
+        refs = referenced | own
         orphans = oplog.orphan_blobs(Vault(root), refs)
         orphans.update(_compressed_orphans(Vault(root), refs))
         orphans.update(Vault(root).packed_orphans(refs))

@@ -82,6 +82,7 @@ import functools
 import getpass
 import json
 import os
+import re
 import socket
 import stat
 import tempfile
@@ -102,7 +103,7 @@ from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_priva
                                                  untrusted_in, user_name)
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
-from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store import TMP_PREFIX, StoreFailure
 from tb_footprint_plugin.storage.regular import open_regular
 
 class VaultError(OSError):
@@ -116,6 +117,8 @@ RESTORE_TMP_PREFIX = ".footprint-restore-"
 #: how backups are kept once their operation is committed: compressed blobs (the default: the
 #: disk is freed at once) or the hard links themselves (no compression time; freed by purge)
 VAULT_FORMATS = ("compressed", "hardlink")
+#: the name of an index object in ``<vault>/packs/index`` (``storage.blobstore``'s layout)
+_INDEX_NAME = re.compile(r"[0-9a-f]{32}\.json\Z")
 DEFAULT_VAULT_FORMAT = "compressed"
 #: suffix of a compressed blob, and of one being written
 ZST_SUFFIX = ".zst"
@@ -992,12 +995,14 @@ class Vault:
         except (BlobFailure, StoreFailure, OSError):
             return {}  # the packs do not list: pack_problems names that
 
-    def pack_problems(self) -> List[dict]:
+    def pack_problems(self, referenced: Optional[Iterable[str]] = None) -> List[dict]:
         """Damage in the vault's packs that a look without reading any blob finds: index objects
         that do not read (``index_damaged``: no packed backup is forgotten while one is, and the
         blobs only it listed read as missing) and packs gone or shorter than a blob the index
         places in them (``blob_missing``, ``blob_corrupt``); ``verify`` hashes every packed blob.
-        Each: ``{"code", "file", "message"}`` (a ``codes.BlobError`` value; the message is about the file)."""
+        Each: ``{"code", "file", "message"}`` (a ``codes.BlobError`` value; the message is about the file).
+        And ``pack_index_gaps(referenced)``: an index folder gone, replaced or holding a renamed
+        object, or backups the operations need that nothing lists (no leftover is swept then)."""
         bs = remote_vault.pack_store(self.root, fresh=True)
         if bs is None:
             return []
@@ -1024,7 +1029,75 @@ class Vault:
                 out.append({"code": BlobError.CORRUPT.value, "file": f,
                             "message": f"a pack of backups is shorter ({sizes[key]} bytes) than its index "
                                        f"says ({end}); the backups in it are damaged"})
-        return out
+        return out + self.pack_index_gaps(referenced)
+
+    def pack_index_gaps(self, referenced: Optional[Iterable[str]] = None) -> List[dict]:
+        """Why the packs' index cannot be trusted to list every packed backup, as ``pack_problems``
+        entries (code ``index_damaged``, the file: ``<vault>/packs/index``): the folder gone while
+        packs exist, something else standing there, a name in it that is not an index object (a
+        renamed one), or a blob ``referenced`` (default: ``referenced_blobs()``) that no index lists
+        and the vault holds neither plain, compressed nor offloaded (recorded). Every pack no index
+        lists counts as a killed compaction's leftover and is deleted past its grace, so while any
+        of these stands no leftover is (``merge_pack_index``): the pack may be the only copy of those
+        backups. Nothing when the vault has no packs or an index object is damaged (named already,
+        and it blocks every forget)."""
+        if not remote_vault.has_packs(self.root):
+            return []
+        root = remote_vault.packs_root(self.root)
+        folder = os.path.join(root, "index")
+
+        def gap(message: str) -> dict:
+            return {"code": BlobError.DAMAGED_INDEX.value, "file": folder, "message": message}
+
+        try:
+            st = os.lstat(folder)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            return [gap(f"the vault's pack index cannot be looked at ({e}); no pack is deleted as a leftover")]
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            return [gap("the vault's pack index is not a folder; no pack is deleted as a leftover, and the backups "
+                        "in the packs read as missing until the index folder is put back")]
+        if st is None:
+            data = os.path.join(root, "data")
+            with contextlib.suppress(OSError):
+                for sub in sorted(os.listdir(data)):
+                    if os.path.isdir(os.path.join(data, sub)) and os.listdir(os.path.join(data, sub)):
+                        return [gap("the vault's pack index folder is missing while packs exist; no pack is "
+                                    "deleted as a leftover, and the backups in them read as missing until it is "
+                                    "put back")]
+            return []
+        try:
+            strays = sorted(n for n in os.listdir(folder) if not _INDEX_NAME.match(n) and not n.startswith(TMP_PREFIX))
+        except OSError as e:
+            return [gap(f"the vault's pack index does not list ({e}); no pack is deleted as a leftover")]
+        if strays:
+            return [gap(f"the vault's pack index holds {len(strays)} file(s) that are not index objects "
+                        f"({', '.join(strays[:3])}): a renamed index object hides the backups it lists; no pack "
+                        "is deleted as a leftover until it is put back or removed")]
+        bs = remote_vault.pack_store(self.root)
+        try:
+            bs.reload()
+            if bs.damaged_index():
+                return []  # named by pack_problems, and no forget deletes anything meanwhile
+            listed = bs.has
+        except (BlobFailure, StoreFailure, OSError) as e:
+            return [gap(f"the vault's pack index does not read ({e}); no pack is deleted as a leftover")]
+        missing = []
+        for sha in sorted(set(self.referenced_blobs() if referenced is None else referenced)):
+            if not is_sha256(sha) or listed(sha):
+                continue
+            held = False
+            for p in (self.blob_path(sha), self.zst_path(sha)):
+                with contextlib.suppress(OSError):
+                    held = held or stat.S_ISREG(os.lstat(p).st_mode)
+            if not held and remote_vault.read_record(self.root, sha) is None:
+                missing.append(sha)
+        if missing:
+            return [gap(f"{len(missing)} backup(s) the operations need are listed by no index object and are not in "
+                        f"the blobs folder (sha256 {', '.join(s[:12] + '…' for s in missing[:3])}): an index object "
+                        "may be gone; no pack is deleted as a leftover, since one may be their only copy")]
+        return []
 
     def _forget_packed(self, shas: List[str]) -> Dict[str, int]:
         """``BlobStore.forget`` of packed blobs (hold the pack lock alone and their locks); digest →
@@ -1246,6 +1319,8 @@ class Vault:
         except OSError:
             return False
         try:
+            if self.pack_index_gaps():
+                return False  # a pack no index lists may be a backup's only copy: nothing is swept (status names it)
             bs = remote_vault.pack_store(self.root)
             return bs is not None and bool(bs.forget([], consolidate_above=1, sweep=True,
                                                      failpoint=_merge_failpoint).get("index_written"))

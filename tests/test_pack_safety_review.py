@@ -1,0 +1,156 @@
+"""The J6 safety review of the local vault's packs (notes/r6/review_J6.md): each test reproduces
+one finding where a packed backup's only copy was lost, or an intact one refused, and asserts
+that it no longer is."""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from test_restore_exact import assert_exact, snapshot
+from test_vault_packs import DROP, make_logdir, packs, reduce
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import BlobError, Finding
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage.blobstore import PACK_MAGIC
+from tb_footprint_plugin.storage.paths import state_dir
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+def _age_packs(v: Path, hours: float = 2) -> None:
+    old = time.time() - hours * 3600  # reduced long ago: every pack is past the leftovers' grace
+    for p in (v / "packs" / "data").rglob("*.pack"):
+        os.utime(p, (old, old))
+
+
+def _index_problems(v: Path) -> list:
+    folder = str(v / "packs" / "index")
+    return [p for p in Vault(str(v)).pack_problems()
+            if p["code"] == BlobError.DAMAGED_INDEX.value and p["file"] == folder]
+
+
+# --- F8: a pack index gone, replaced or renamed must not turn every pack into a leftover -------
+@pytest.mark.parametrize("how", ["missing", "file"])
+def test_a_batch_end_deletes_no_pack_while_the_pack_index_folder_is_gone_or_a_file(tmp_path, how):
+    """``packs/index`` moved away (or a file in its place) and packs older than the grace: the
+    batch end's merge deleted every pack, the only copy of run a's backups. Now nothing is
+    deleted, pack_problems and status name the index folder, and with the index put back the
+    restore is exact."""
+    root = make_logdir(tmp_path / "logs", runs=("a",), files=10)
+    before = snapshot(root)
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    _age_packs(v)
+    held = packs(root)
+    assert held
+    aside = tmp_path / "index-aside"
+    shutil.move(str(v / "packs" / "index"), str(aside))
+    if how == "file":
+        (v / "packs" / "index").write_bytes(b"")
+    assert Vault(str(v)).merge_pack_index() is False
+    assert packs(root) == held
+    assert _index_problems(v), Vault(str(v)).pack_problems()
+    st = api.status(str(root))
+    assert [p for p in st["problems"] if p["code"] == Finding.DAMAGED_FILE
+            and str(v / "packs" / "index") in p.get("file", p["detail"])], st["problems"]
+    if how == "file":
+        (v / "packs" / "index").unlink()
+    shutil.move(str(aside), str(v / "packs" / "index"))
+    assert not _index_problems(v)
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+def test_a_reduce_of_another_run_keeps_the_packs_an_absent_index_listed(tmp_path):
+    """The same through an ordinary reduce of run b (its batch end merges and sweeps): b's
+    compaction makes a new index folder listing only b's pack, a's pack stays (its backups are
+    listed nowhere and held nowhere else), and a restores exactly once its index is back."""
+    root = make_logdir(tmp_path / "logs", runs=("a",), files=10)
+    before = snapshot(root / "a")
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    _age_packs(v)
+    a_pack = packs(root)
+    aside = tmp_path / "index-aside"
+    shutil.move(str(v / "packs" / "index"), str(aside))
+    make_logdir(tmp_path / "logs", runs=("b",), files=10)
+    rep = api.reduce_logdir(str(root), policy=DROP, dry_run=False, runs=["b"], quiet_period=0,
+                            verify_backends=("python",))
+    assert {o.status.value for o in rep.outcomes} == {"verified"}, rep.to_dict()
+    assert set(a_pack) <= set(packs(root))
+    assert _index_problems(v)  # a's backups are listed by no index object: named, nothing swept
+    for p in (v / "packs" / "index").iterdir():
+        shutil.move(str(p), str(aside / p.name))
+    (v / "packs" / "index").rmdir()
+    shutil.move(str(aside), str(v / "packs" / "index"))
+    outs = api.restore(str(root), run="a")
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root / "a", before)
+
+
+def test_a_renamed_index_object_keeps_the_pack_it_listed(tmp_path):
+    """Two runs, an index object each; one renamed ``<hex>.json.bak`` (a name the index skips):
+    the batch end deleted the pack only it listed. Now the stray name is damage, nothing is
+    deleted, and both runs restore once it is renamed back."""
+    root = make_logdir(tmp_path / "logs", runs=("a", "b"), files=5)
+    before = snapshot(root)
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    _age_packs(v)
+    held = packs(root)
+    idx = sorted((v / "packs" / "index").iterdir())
+    assert len(idx) == 2
+    bak = idx[0].with_name(idx[0].name + ".bak")
+    idx[0].rename(bak)
+    Vault(str(v)).merge_pack_index()
+    assert packs(root) == held
+    problems = _index_problems(v)
+    assert problems and bak.name in problems[0]["message"]
+    bak.rename(idx[0])
+    outs = api.restore(str(root))
+    assert sorted(o.status.value for o in outs) == ["restored", "restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+def test_an_index_object_deleted_outright_keeps_every_pack(tmp_path):
+    """One of two index objects deleted (no stray name left): the backups only it listed are
+    referenced by a manifest and held nowhere else, so no pack is swept and the gap is named."""
+    root = make_logdir(tmp_path / "logs", runs=("a", "b"), files=5)
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    _age_packs(v)
+    held = packs(root)
+    sorted((v / "packs" / "index").iterdir())[0].unlink()
+    Vault(str(v)).merge_pack_index()
+    assert packs(root) == held
+    problems = _index_problems(v)
+    assert problems and "listed by no index object" in problems[0]["message"]
+
+
+def test_a_killed_compactions_unindexed_pack_is_still_swept_past_the_grace(tmp_path):
+    """A pack no index lists whose blobs are held elsewhere (a compaction killed before its
+    index: its blobs are still plain) is a leftover: the batch end deletes it once past the
+    grace, and reports nothing."""
+    root = make_logdir(tmp_path / "logs", runs=("a",), files=5)
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    held = packs(root)
+    stray = v / "packs" / "data" / "ab" / f"{secrets.token_hex(16)}.pack"
+    stray.parent.mkdir(mode=0o700, exist_ok=True)
+    stray.write_bytes(PACK_MAGIC + b"x" * 100)
+    _age_packs(v)
+    assert not _index_problems(v)
+    Vault(str(v)).merge_pack_index()
+    assert not stray.exists()
+    assert packs(root) == held
