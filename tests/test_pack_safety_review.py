@@ -154,3 +154,65 @@ def test_a_killed_compactions_unindexed_pack_is_still_swept_past_the_grace(tmp_p
     Vault(str(v)).merge_pack_index()
     assert not stray.exists()
     assert packs(root) == held
+
+
+# --- F5: a remote record beside a packed blob is not the remote copy ---------------------------
+def test_a_record_the_bucket_does_not_back_never_makes_the_offload_forget_the_pack_copy(tmp_path, s3_bucket):
+    """A well-formed record of packed blob x (known URL) while the bucket holds no x: the offload
+    took it for already remote and forgot the pack copy, x's only one. Now x is read from its
+    pack and uploaded (the store's copy verified) before the pack copy goes, and the restore from
+    the bucket is exact."""
+    from tb_footprint_plugin.engine import offload, remote_vault
+    from tb_footprint_plugin.engine.context import Context
+
+    root = make_logdir(tmp_path / "logs", files=4)
+    before = snapshot(root)
+    reduce(root)
+    vault = Context(str(root)).vault
+    url = s3_bucket.url("later")
+    offload.configure(vault, url)
+    m = next(m for m in vault.manifests() if m.get("kind") == "reduce")
+    x = m["files"][0]["sha256"]
+    assert vault.blob_form(x) == "packed"
+    url = remote_vault.configured_url(vault.root)
+    remote_vault.write_record(vault.root, x, url, m["files"][0]["size"], f"data/{x[:2]}/{x}")
+    got = offload.offload_operation(vault, m["op_id"])
+    assert got[x] == offload.OFFLOADED, got
+    assert remote_vault.blobstore(url, fresh=True).check(x) is None  # the bucket holds x, verified
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+def test_a_damaged_remote_copy_is_sent_again_before_the_pack_copy_goes(tmp_path, s3_bucket):
+    """The bucket lists x (a record names it) but its bytes are damaged: the pack copy is not
+    forgotten on the record's word; x is sent again, and the bucket's copy verifies before the
+    pack copy goes (the restore from the bucket is exact)."""
+    import io
+
+    from tb_footprint_plugin.engine import offload, remote_vault
+    from tb_footprint_plugin.engine.context import Context
+    from tb_footprint_plugin.storage.blobstore import BlobSource
+
+    root = make_logdir(tmp_path / "logs", files=4)
+    before = snapshot(root)
+    reduce(root)
+    vault = Context(str(root)).vault
+    offload.configure(vault, s3_bucket.url("later"))
+    url = remote_vault.configured_url(vault.root)
+    m = next(m for m in vault.manifests() if m.get("kind") == "reduce")
+    x = m["files"][0]["sha256"]
+    bs = remote_vault.blobstore(url, fresh=True)
+    with remote_vault.open_packed(vault.root, x) as f:
+        body = f.read()
+    ref = bs.add([BlobSource(sha=x, size=len(body), open=lambda: io.BytesIO(body))])[0]
+    remote_vault.write_record(vault.root, x, url, ref.size, ref.key)
+    data = bytearray(bs.store.read_all(ref.key))
+    data[ref.offset + ref.length // 2] ^= 0xFF
+    bs.store.put(ref.key, bytes(data))
+    got = offload.offload_operation(vault, m["op_id"])
+    assert got[x] == offload.OFFLOADED, got
+    assert remote_vault.blobstore(url, fresh=True).check(x) is None
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)

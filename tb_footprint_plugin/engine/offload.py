@@ -165,8 +165,12 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
     packed: List[str] = []  # in the vault's own packs: offloaded too, then forgotten there
     for sha in sizes:
         form = vault.local_form(sha)
-        if form is None and vault.blob_form(sha) == "packed":
-            # packed before the vault had a remote vault: read from its pack (hashed as read)
+        if form is None and remote_vault.packed_ref(vault.root, sha) is not None:
+            # packed before the vault had a remote vault: read from its pack (hashed as read). A
+            # record beside it (a kill between the record and the pack's forget, or a stale or
+            # planted one) is not taken at its word: the pack copy is the only one known to be
+            # good, so it goes through ``_add`` (the store's copy read back, or sent again) and is
+            # forgotten only for a verified ref
             if sha in busy:
                 out[sha] = KEPT_IN_USE
             else:
@@ -174,8 +178,6 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
                 packed.append(sha)
         elif form is None:
             out[sha] = ALREADY_REMOTE if remote_vault.read_record(vault.root, sha) else MISSING
-            if out[sha] == ALREADY_REMOTE and remote_vault.packed_ref(vault.root, sha) is not None:
-                packed.append(sha)  # recorded, and its pack copy not forgotten yet (a kill between)
         elif sha in busy:
             out[sha] = KEPT_IN_USE
         else:
@@ -210,7 +212,7 @@ def offload_blobs(vault: Vault, op_id: str, url: str, sizes: Dict[str, int],
             except OSError:
                 out[ref.sha] = FAILED
         faults.hit("offload.unlinked")
-    done = {r.sha for r in refs} | {s for s, v in out.items() if v == ALREADY_REMOTE}
+    done = {r.sha for r in refs}  # a pack copy goes only for a ref this add verified in the store
     if any(s in done for s in packed):
         # the pack copies go once the records are durable: a forget of the vault's packs, which
         # no add may run beside (the lock alone, after the shared one above is let go)
@@ -238,6 +240,9 @@ def _source(vault: Vault, sha: str, size: int) -> BlobSource:
     too, which the store sends as it is (checked by decoding) instead of decompressing it here
     and compressing it again there."""
     frame, frame_size = None, -1
+    if vault.local_form(sha) is None and remote_vault.packed_ref(vault.root, sha) is not None:
+        # the pack copy, not whatever a record beside it names (the record is what is checked)
+        return BlobSource(sha=sha, size=size, open=functools.partial(remote_vault.open_packed, vault.root, sha))
     if vault.local_form(sha) == "zst":
         with contextlib.suppress(OSError):
             st = os.lstat(vault.zst_path(sha))
