@@ -104,6 +104,9 @@ INDEX_ROWS = 2048
 #: a long ``add`` writes an index of what it verified this often (seconds): far below the grace
 #: after which ``forget`` deletes objects no index lists
 INDEX_EVERY = 300.0
+#: how many listings of ``index/`` a ``reload`` makes at most when a listed object is gone by
+#: its read (replaced by another process's forget: its replacement is in the next listing)
+RELISTS = 5
 #: ``forget`` merges the index objects of fewer than ``INDEX_ROWS // 2`` rows when there are more
 #: than this many of them beyond the objects the merge takes
 CONSOLIDATE_ABOVE = 16
@@ -624,7 +627,34 @@ class BlobStore:
     # --- the index ---------------------------------------------------------------------------
     def reload(self) -> None:
         """List ``index/`` again (one paginated listing) and rebuild the cached index; a store
-        failure raises ``BlobFailure(STORE)`` rather than leave a partial index cached."""
+        failure raises ``BlobFailure(STORE)`` rather than leave a partial index cached. An index
+        object listed but gone when read was replaced by another process's forget or merge (the
+        replacement is written before it is deleted): the folder is listed again, so the blobs
+        it listed are read from their new object, never taken for missing (``RELISTS`` times at
+        most, then ``BlobFailure(STORE)``)."""
+        for _ in range(RELISTS):
+            got = self._read_listing()
+            if got is not None:
+                break
+        else:
+            raise BlobFailure(BlobError.STORE, f"the index changed under each of {RELISTS} listings; "
+                              "no partial index is cached", key=INDEX)
+        docs, damaged, loc = got
+        with self._lock:
+            prev = None if self._refs is None else (self._docs, self._refs, self._more, self._owners, self._where)
+        refs, more, owners, where = _built(docs, prev)
+        damaged.sort(key=lambda d: d["key"])
+        _forget_unlisted_indexes(loc, set(docs) | {d["key"] for d in damaged})
+        with self._lock:
+            self._window = None
+            self._refs, self._more, self._owners = refs, more, owners
+            self._index_keys = sorted(docs)
+            self._docs, self._where = docs, where
+            self._damaged = damaged
+
+    def _read_listing(self) -> Optional[Tuple[Dict[str, _Rows], List[dict], Optional[str]]]:
+        """One listing of ``index/`` read: (rows by index object, damaged ones, location), or None
+        when a listed object was gone by its read (``reload`` lists again)."""
         docs: Dict[str, _Rows] = {}
         damaged: List[dict] = []
         loc = self._loc()
@@ -642,7 +672,7 @@ class BlobStore:
                     _remember_index(loc, e.key, e.version, e.size, parsed)
                 except (ValueError, UnicodeDecodeError, StoreFailure) as err:
                     if isinstance(err, StoreFailure) and err.code == StoreError.NOT_FOUND:
-                        continue  # deleted since the listing (a forget elsewhere)
+                        return None  # replaced since the listing (a forget elsewhere): list again
                     if isinstance(err, StoreFailure) and err.code != StoreError.TOO_LARGE:
                         raise _fail("", e.key, err) from None  # the store failed, not the index: no half view
                     damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
@@ -653,17 +683,7 @@ class BlobStore:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key,
                                 "message": f"{e.key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
-        with self._lock:
-            prev = None if self._refs is None else (self._docs, self._refs, self._more, self._owners, self._where)
-        refs, more, owners, where = _built(docs, prev)
-        damaged.sort(key=lambda d: d["key"])
-        _forget_unlisted_indexes(loc, set(docs) | {d["key"] for d in damaged})
-        with self._lock:
-            self._window = None
-            self._refs, self._more, self._owners = refs, more, owners
-            self._index_keys = sorted(docs)
-            self._docs, self._where = docs, where
-            self._damaged = damaged
+        return docs, damaged, loc
 
     def _loc(self) -> Optional[str]:
         return str(getattr(self.store, "location", "")) or None
