@@ -216,3 +216,85 @@ def test_a_damaged_remote_copy_is_sent_again_before_the_pack_copy_goes(tmp_path,
     outs = api.restore(str(root))
     assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
     assert_exact(root, before)
+
+
+# --- F1 / F1b: a packed backup hidden for a moment by another process's index rewrite ----------
+def test_an_index_object_replaced_between_the_listing_and_its_read_is_read_from_its_replacement(tmp_path):
+    """A reader lists ``index/``; before it reads the object listing its blobs, another process's
+    forget of one of them writes the replacement and deletes that object. The reader skipped the
+    gone object and never listed again: the other blobs read as missing. Now it lists again and
+    finds them in the replacement."""
+    import hashlib
+    import io
+
+    from tb_footprint_plugin.storage import blobstore
+    from tb_footprint_plugin.storage.blobstore import BlobSource, BlobStore
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    bodies = [bytes([i]) * (100 + i) for i in range(4)]
+    shas = [hashlib.sha256(b).hexdigest() for b in bodies]
+    writer = BlobStore(PosixStore(str(tmp_path / "packs"), create=True))
+    writer.add([BlobSource(sha=s, size=len(b), open=lambda b=b: io.BytesIO(b)) for s, b in zip(shas, bodies)])
+    reader = BlobStore(PosixStore(str(tmp_path / "packs")))
+    with blobstore._PARSED_LOCK:
+        blobstore._PARSED.clear()  # a fresh process: it has parsed no index object yet
+    real = reader.store.read_all
+    raced = []
+
+    def read_all(key, *a, **kw):
+        if key.startswith("index/") and not raced:
+            raced.append(key)
+            writer.forget([shas[0]], sweep=False)  # writes the replacement, then deletes `key`
+        return real(key, *a, **kw)
+
+    reader.store.read_all = read_all
+    reader.reload()
+    assert raced
+    assert [reader.has(s) for s in shas] == [False, True, True, True]
+    assert all(reader.check(s) is None for s in shas[1:])
+
+
+def test_a_backup_hidden_for_a_moment_never_marks_another_restored_operation_purged(tmp_path, monkeypatch):
+    """r2 and r3 hold the same file X (packed once); r2 is restored (X kept: r3 claims it) and
+    its file then edited, so X is r2's original's only copy. While r1's restore releases its
+    backups, one look-up of X misses (another process rewriting the pack index): r2 was marked
+    purged on that word, and a purge of r3 then forgot X. Now the miss is looked at again after a
+    fresh listing: r2 keeps its claim and X survives the purge of r3."""
+    from tb_footprint_plugin.engine import remote_vault
+
+    root = make_logdir(tmp_path / "logs", runs=("r2", "r3"), files=1, shared=1)
+    make_logdir(tmp_path / "logs", runs=("r1",), files=1)
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    ops = {m["run"]: m for m in api.operations(str(root))}
+    x = ops["r2"]["files"][0]["sha256"]
+    assert ops["r3"]["files"][0]["sha256"] == x and Vault(str(v)).blob_form(x) == "packed"
+    assert [o.status.value for o in api.restore(str(root), run="r2")] == ["restored"]
+    assert Vault(str(v)).blob_form(x) == "packed"  # r3 still claims it
+    f2 = root / ops["r2"]["files"][0]["path"]
+    f2.write_bytes(b"the user's new bytes")
+    real = remote_vault.packed_ref
+    real_delete = Vault.delete_blobs
+    hidden = []
+
+    def delete_blobs(self, *a, **kw):
+        got = real_delete(self, *a, **kw)
+        hidden.append("armed")  # the release's blobs are dealt with: its look at the others follows
+        return got
+
+    def packed_ref(vault_root, sha):
+        if sha == x and hidden == ["armed"]:
+            hidden.append(sha)
+            return None  # one look-up misses it, as while another process swaps the index object
+        return real(vault_root, sha)
+
+    monkeypatch.setattr(Vault, "delete_blobs", delete_blobs)
+    monkeypatch.setattr(remote_vault, "packed_ref", packed_ref)
+    assert [o.status.value for o in api.restore(str(root), run="r1")] == ["restored"]
+    monkeypatch.setattr(remote_vault, "packed_ref", real)
+    assert hidden[:2] == ["armed", x]
+    ops = {m["run"]: m for m in api.operations(str(root))}
+    assert not ops["r2"].get("backup_purged"), ops["r2"]
+    api.purge(str(root), run="r3", yes=True)
+    assert {m["run"]: m for m in api.operations(str(root))}["r3"].get("backup_purged")
+    assert Vault(str(v)).check_blob(x)  # r2's original still exists, r2's claim kept it

@@ -13,7 +13,7 @@ import time
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
-from tb_footprint_plugin.engine import faults, trust
+from tb_footprint_plugin.engine import faults, remote_vault, trust
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import journal_blobs, restorable_ops, unsettled_op
 from tb_footprint_plugin.engine.context import (
@@ -32,7 +32,9 @@ from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, se
 from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
+from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.files import matches
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
@@ -321,12 +323,29 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     ms = [manifest] + [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
     for m in ms:  # every restored operation left with no blob stops claiming one
         if m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
-                f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])):
+                f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
+                _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone])):
             m["backup_purged"] = True
             m["backup_released_by_restore"] = manifest["restored_by"]
             m["purged_at"] = time.time()
             vault.write_manifest(m)
     return sum(freed.values())
+
+
+def _absent_on_a_fresh_look(vault: Vault, shas: List[str]) -> bool:
+    """Whether the vault holds none of ``shas``, asked again once its packs' index is listed
+    anew: a look-up may have raced another process's rewrite of that index (a packed backup
+    hidden for a moment is not one gone, and an operation marked purged on that word would let
+    a later purge forget its only copy). Any doubt (the index does not list): False."""
+    if not shas:
+        return True
+    try:
+        bs = remote_vault.pack_store(vault.root)
+        if bs is not None:
+            bs.reload()
+    except (BlobFailure, StoreFailure, OSError):
+        return False
+    return not any(vault.has_blob(s) for s in shas)
 
 
 def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep) -> set:
