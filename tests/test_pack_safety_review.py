@@ -298,3 +298,56 @@ def test_a_backup_hidden_for_a_moment_never_marks_another_restored_operation_pur
     api.purge(str(root), run="r3", yes=True)
     assert {m["run"]: m for m in api.operations(str(root))}["r3"].get("backup_purged")
     assert Vault(str(v)).check_blob(x)  # r2's original still exists, r2's claim kept it
+
+
+# --- F4 / F6: restore reads the pack when the plain blob went, or a record beside it is bad ----
+def test_a_restore_whose_plain_blob_another_runs_packing_unlinked_reads_the_pack(tmp_path, monkeypatch):
+    """Run b's transaction left a plain blob of bytes already packed for run a; a's restore chose
+    it, and b's compaction packed and unlinked it before the copy: the restore failed
+    (FileNotFoundError re-raised, only a .zst was a fallback). Now it falls back to the pack."""
+    from tb_footprint_plugin.engine import remote_vault
+    from tb_footprint_plugin.engine import vault as vault_mod
+
+    root = make_logdir(tmp_path / "logs", files=3)
+    reduce(root)
+    v = Vault(state_dir(str(root)))
+    m = next(m for m in v.manifests() if m.get("kind") == "reduce")
+    x = m["files"][0]["sha256"]
+    assert v.blob_form(x) == "packed"
+    with remote_vault.open_packed(v.root, x) as f:
+        body = f.read()
+    plain = Path(v.blob_path(x))
+    plain.parent.mkdir(mode=0o700, exist_ok=True)
+    plain.write_bytes(body)  # b's backup of the same bytes, not compacted yet
+    real = vault_mod.copy_new
+
+    def racing(src, *a, **kw):
+        if src == str(plain) and plain.exists():
+            plain.unlink()  # b's compaction packed it (verified) and unlinked the plain blob
+        return real(src, *a, **kw)
+
+    monkeypatch.setattr(vault_mod, "copy_new", racing)
+    dest = tmp_path / "out" / "h0.xplane.pb"
+    v.restore_blob(x, str(dest), mode=0o640, mtime_ns=1_700_000_000_000_000_000)
+    assert not plain.exists()
+    assert dest.read_bytes() == body and dest.stat().st_mtime_ns == 1_700_000_000_000_000_000
+
+
+def test_a_malformed_record_never_hides_an_intact_packed_backup(tmp_path):
+    """An unparsable ``.remote`` record beside a packed blob won over the pack: blob_form said
+    remote, open_blob tried only the record, the restore was refused. Now the pack is read."""
+    from tb_footprint_plugin.engine import remote_vault
+
+    root = make_logdir(tmp_path / "logs", files=4)
+    before = snapshot(root)
+    reduce(root)
+    v = Vault(state_dir(str(root)))
+    m = next(m for m in v.manifests() if m.get("kind") == "reduce")
+    x = m["files"][0]["sha256"]
+    rec = Path(remote_vault.record_path(v.root, x))
+    rec.parent.mkdir(mode=0o700, exist_ok=True)
+    rec.write_text("{not json")
+    assert v.blob_form(x) == "packed" and v.check_blob(x)
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)

@@ -388,10 +388,13 @@ class Vault:
             with contextlib.suppress(OSError):
                 if stat.S_ISREG(os.lstat(p).st_mode):
                     return form
-        if remote_vault.has_record(self.root, sha):
-            return "remote"  # offloaded: the bytes are in the remote vault (``engine.offload``)
+        # the packs before a record: a record beside a packed blob (a kill between the offload's
+        # record and the pack copy's forget, or a stale, planted or malformed one) must not hide
+        # the local copy; the offload then checks the remote one before the pack copy goes
         if remote_vault.packed_ref(self.root, sha) is not None:
             return "packed"  # in a pack of the vault's own pack store
+        if remote_vault.has_record(self.root, sha):
+            return "remote"  # offloaded: the bytes are in the remote vault (``engine.offload``)
         return None
 
     def local_form(self, sha: str) -> Optional[str]:
@@ -464,10 +467,10 @@ class Vault:
             if ok:
                 return f
             f.close()
+        if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is not None:
+            return remote_vault.open_packed(self.root, sha)  # local, verified: before any record
         if not self._has_zst(sha) and remote_vault.has_record(self.root, sha):
             return remote_vault.open_remote(self.root, sha)
-        if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is not None:
-            return remote_vault.open_packed(self.root, sha)
         return zst.open_decompressed(open_regular(self.zst_path(sha)))
 
     def _has_zst(self, sha: str) -> bool:
@@ -685,10 +688,11 @@ class Vault:
             try:
                 copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
             except (FileNotFoundError, CopyMismatch):
-                if not self._has_zst(sha):
+                if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is None:
                     raise
-                # compacted between the check and the copy, or the plain blob beside the .zst
-                # changed: the compressed form is the backup (``copy_new`` removed its temp)
+                # compacted or packed (by another run's compaction) between the check and the
+                # copy, or the plain blob beside the .zst changed: the compressed or packed form is
+                # the backup (``copy_new`` removed its temp)
                 return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
