@@ -351,3 +351,43 @@ def test_a_malformed_record_never_hides_an_intact_packed_backup(tmp_path):
     outs = api.restore(str(root))
     assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
     assert_exact(root, before)
+
+
+# --- F3 / F7: a plain blob beside a packed backup ---------------------------------------------
+def test_a_grown_plain_blob_beside_a_packed_backup_never_hides_it(tmp_path):
+    """A plain blob standing and grown under a packed backup's digest was read unhashed (only a
+    .zst beside it made readers hash it): the intact packed backup read as damaged and the
+    restore was refused. Now it is hashed, passed over, and the pack restores exactly."""
+    root = make_logdir(tmp_path / "logs", files=5)
+    before = snapshot(root)
+    reduce(root)
+    v = Vault(state_dir(str(root)))
+    m = next(m for m in v.manifests() if m.get("kind") == "reduce")
+    x = m["files"][0]["sha256"]
+    with v.open_blob(x) as src:
+        grown = src.read() + b"records someone appended"
+    plain = Path(v.blob_path(x))
+    plain.parent.mkdir(mode=0o700, exist_ok=True)
+    plain.write_bytes(grown)
+    os.chmod(plain, 0o600)
+    assert v.check_blob(x)
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [o.to_dict() for o in outs]
+    assert_exact(root, before)
+
+
+def test_bytes_already_packed_are_backed_up_again_as_a_copy_never_a_link(tmp_path):
+    """Run b's file holding bytes packed for run a: its backup linked b's live inode under the
+    digest, where a late writer of b could grow it beside a's pack (salvage disowns it, readers
+    took it). Now the backup is a copy of its own."""
+    root = make_logdir(tmp_path / "logs", files=3)
+    reduce(root)
+    v = Vault(state_dir(str(root)))
+    m = next(m for m in v.manifests() if m.get("kind") == "reduce")
+    x = m["files"][0]["sha256"]
+    assert v.blob_form(x) == "packed"
+    live = tmp_path / "logs" / "b_live.pb"
+    with v.open_blob(x) as src:
+        live.write_bytes(src.read())
+    blob = v.store(str(live), x)
+    assert os.stat(blob).st_ino != live.stat().st_ino and live.stat().st_nlink == 1

@@ -454,10 +454,10 @@ class Vault:
         except FileNotFoundError:
             f = None  # compacted meanwhile, or only ever compressed
         if f is not None:
-            if not self._has_zst(sha):
+            if not self._has_zst(sha) and not self._is_packed(sha):
                 return f
-            # both forms: a plain blob beside a .zst may hold other bytes (a live file linked
-            # in, a late writer's records); it is read only when it hashes to the name
+            # both forms: a plain blob beside a .zst or a pack copy may hold other bytes (a live
+            # file linked in, a late writer's records); it is read only when it hashes to the name
             try:
                 ok = sha256_stream(f) == sha
                 f.seek(0)
@@ -478,15 +478,18 @@ class Vault:
             return stat.S_ISREG(os.lstat(self.zst_path(sha)).st_mode)
         return False
 
+    def _is_packed(self, sha: str) -> bool:
+        return remote_vault.has_packs(self.root) and remote_vault.packed_ref(self.root, sha) is not None
+
     def _plain_usable(self, sha: str) -> bool:
         """Whether the plain blob is the one to read: present, and either alone or hashing to
-        ``sha`` (beside a ``.zst`` it may hold other bytes)."""
+        ``sha`` (beside a ``.zst`` or a pack copy it may hold other bytes)."""
         try:
             if not stat.S_ISREG(os.lstat(self.blob_path(sha)).st_mode):
                 return False
         except OSError:
             return False
-        if not self._has_zst(sha):
+        if not self._has_zst(sha) and not self._is_packed(sha):
             return True
         try:
             return sha256_file(self.blob_path(sha)) == sha
@@ -595,10 +598,10 @@ class Vault:
                                      "names); it is never replaced")
                 fsops.unlink(blob)  # a link of a live file (its bytes live on under that name): not a backup
             linked = False
-            # beside a .zst (an earlier operation's compacted backup) the new plain blob is a
-            # copy: a link would make this run's live file, which may still change before its
-            # swap, stand under that backup's name
-            if self.same_filesystem(path) and not self._has_zst(sha):
+            # beside a .zst or a pack copy (an earlier operation's compacted or packed backup)
+            # the new plain blob is a copy: a link would make this run's live file, which may
+            # still change before its swap (a late writer), stand under that backup's name
+            if self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha):
                 try:
                     fsops.link(path, blob, follow_symlinks=False)
                     linked = True
