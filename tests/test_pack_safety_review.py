@@ -391,3 +391,22 @@ def test_bytes_already_packed_are_backed_up_again_as_a_copy_never_a_link(tmp_pat
         live.write_bytes(src.read())
     blob = v.store(str(live), x)
     assert os.stat(blob).st_ino != live.stat().st_ino and live.stat().st_nlink == 1
+
+
+def test_status_never_promises_a_salvage_of_a_plain_blob_grown_beside_a_pack(tmp_path):
+    """A plain blob grown beside a packed backup is not the run's late records (salvage leaves
+    it), yet status said ``late_writes_pending`` ("`recover` puts the complete records back"),
+    which no start ever did. Now it says ``backup_changed``: kept as is, not salvaged."""
+    root = make_logdir(tmp_path / "logs", files=3)
+    reduce(root)
+    v = Vault(state_dir(str(root)))
+    m = next(m for m in v.manifests() if m.get("kind") == "reduce")
+    f = m["files"][0]
+    with v.open_blob(f["sha256"]) as src:
+        grown = src.read() + b"records someone appended"
+    plain = Path(v.blob_path(f["sha256"]))
+    plain.parent.mkdir(mode=0o700, exist_ok=True)
+    plain.write_bytes(grown)
+    os.chmod(plain, 0o600)
+    codes = [p["code"] for p in api.status(str(root))["problems"]]
+    assert Finding.LATE_WRITES_PENDING not in codes and Finding.BACKUP_CHANGED in codes, codes

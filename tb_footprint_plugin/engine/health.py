@@ -15,7 +15,7 @@ import stat
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import BlobError, Finding
-from tb_footprint_plugin.engine import oplog, trust
+from tb_footprint_plugin.engine import oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage, history_files
 from tb_footprint_plugin.engine.journal import pending_journals
@@ -95,6 +95,14 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
             if not stat.S_ISREG(st.st_mode) or st.st_size < f["size"]:
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} in {vault.root} is shorter than it was"))
+            elif st.st_size > f["size"] and m.get("kind") == "reduce" and m.get("outcome") == "verified" and (
+                    os.path.lexists(vault.zst_path(f["sha256"]))
+                    or remote_vault.packed_ref(vault.root, f["sha256"]) is not None):
+                # compacted or packed once nothing wrote it: a plain file grown beside that copy is
+                # not this run's late records (salvage leaves it), so no start will put them back
+                out.append(_f(Finding.BACKUP_CHANGED, m["op_id"], m.get("run"),
+                              f"a plain file grew beside the compacted backup of {f['path']} in {vault.root}: not "
+                              "this run's records; kept as is, not salvaged (the backup itself is intact)"))
             elif st.st_size > f["size"] and m.get("kind") == "reduce" and m.get("outcome") == "verified":
                 out.append(_f(Finding.LATE_WRITES_PENDING, m["op_id"], m.get("run"),
                               f"{st.st_size - f['size']} byte(s) were written to {f['path']} after the reduction; "
