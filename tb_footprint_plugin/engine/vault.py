@@ -1042,8 +1042,9 @@ class Vault:
         """Why the packs' index cannot be trusted to list every packed backup, as ``pack_problems``
         entries (code ``index_damaged``, the file: ``<vault>/packs/index``): the folder gone while
         packs exist, something else standing there, a name in it that is not an index object (a
-        renamed one), or a blob ``referenced`` (default: ``referenced_blobs()``) that no index lists
-        and the vault holds neither plain, compressed nor offloaded (recorded). Every pack no index
+        renamed one), or — while some data object is listed by no index — a blob ``referenced``
+        (default: ``referenced_blobs()``, read only then) that no index lists and the vault holds
+        neither plain, compressed nor offloaded (recorded). Every pack no index
         lists counts as a killed compaction's leftover and is deleted past its grace, so while any
         of these stands no leftover is (``merge_pack_index``): the pack may be the only copy of those
         backups. Nothing when the vault has no packs or an index object is damaged (named already,
@@ -1088,8 +1089,12 @@ class Vault:
             if bs.damaged_index():
                 return []  # named by pack_problems, and no forget deletes anything meanwhile
             listed = bs.has
+            keys = {r.key for ref in bs.refs() for r in bs.candidates(ref.sha)}
+            unlisted = any(e.key not in keys for e in bs.store.list("data"))
         except (BlobFailure, StoreFailure, OSError) as e:
             return [gap(f"the vault's pack index does not read ({e}); no pack is deleted as a leftover")]
+        if not unlisted:
+            return []  # no leftover to take for one: a backup missing here is health's "missing" alone
         missing = []
         for sha in sorted(set(self.referenced_blobs() if referenced is None else referenced)):
             if not is_sha256(sha) or listed(sha):
