@@ -5,7 +5,19 @@ journal, locks and vault.
 Where a retired run lives: ``<vault>/blobs/<op_id>/files/<n>``, one numbered object per object of
 the run (the keys, sizes, versions and the store's checksums are in the journal and the manifest).
 Numbered names matter as on a disk: the default vault is inside the logdir, and TensorBoard would
-take any object named ``*tfevents*`` there for a run.
+take any object named ``*tfevents*`` there for a run. With a local folder as the vault
+(``--backup-dir /folder``, ``engine.bucket_blobs``) every object goes there as a blob instead, as a
+reduction's originals do: streamed down once (size and the store's MD5 checked), added and read
+back, each entry naming its blob by ``sha256`` (``kept_in: blobstore``); the bucket then no longer
+holds (nor bills) the run at all. Step 3 is then that add, under the folder's shared forget lock
+until the manifest names the digests, and the index is read again before the commit record (a blob
+forgotten since rolls the run back); the commit record names every digest, so from it on a purge
+keeps them. A restore or rollback streams each blob back create-only (``bucket_blobs.put_back``).
+
+Why one module: the retirement, its rollback, its settling at the next start and its restore
+(``unretire``) are one contract over one entry shape (a numbered copy or a blob), one refusal rule
+for runs and keys (``_refuse``) and one put-back (``_copy_back``, ``_same``); split, those private
+helpers would cross modules and the four halves could drift apart.
 
 The steps, each preceded by its journal record (``engine.bucket_state.BucketJournal``):
 
@@ -34,6 +46,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults, lease, manifest
+from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
+                                                      entry_ok, is_blob_entry, missing_blobs, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketJournal,
@@ -58,6 +72,7 @@ from tb_footprint_plugin.engine.bucket_steps import (backup_object, copy_matches
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
+from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.remote import (
     ALREADY_EXISTS,
     ObjectInfo,
@@ -158,9 +173,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
             out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
             out.reason, out.code = str(e), code
             return out
-        files = [{"path": k, "action": "delete", "size": o.size, "version": o.version_token, "mtime": o.mtime,
-                  "checksums": content_checksums(o), "backup": stored_key(vault, op_id, i)}
-                 for i, (k, o) in enumerate(sorted(listing.items()))]
+        files = [_file_entry(vault, op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]
         out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
         out.op_id = op_id
         entry = {"run": run, "op": op_id, "lock": locks[0], "files": files}
@@ -206,17 +219,38 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
         out.duration_s = round(time.monotonic() - t0, 3)
 
 
+def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectInfo) -> dict:
+    """The journal/manifest entry of one object of the run: its numbered copy in the vault, or
+    ``kept_in: blobstore`` with a local vault of blobs (its ``sha256`` once verified there)."""
+    f = {"path": key, "action": "delete", "size": o.size, "version": o.version_token, "mtime": o.mtime,
+         "checksums": content_checksums(o)}
+    if vault.blobs is not None:
+        f["kept_in"] = KEPT_IN
+    else:
+        f["backup"] = stored_key(vault, op_id, index)
+    return f
+
+
 def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: BucketJournal, entry: dict,
                   listing: Dict[str, ObjectInfo], along: List[str], rule: Optional[dict], quiet_period: float,
                   closed_files: Optional[Mapping[str, float]], locks: List[str]) -> None:
     run, op_id, files = entry["run"], entry["op"], entry["files"]
     faults.hit("retire.journal")
-    for i, f in enumerate(files):  # server-side copies, each conditional on the listed version
-        backup_object(rfs, f)
-        if i == 0:
+    # a purge's forget waits until the manifest names the blobs added here (no-op without blobs)
+    with adding(vault):
+        if vault.blobs is not None:  # one add for the run: small objects share packs
+            unmade = backup_entries(rfs, vault, [entry])
+            if run in unmade:
+                raise unmade[run]
             faults.hit("retire.mid_move")
-    faults.hit("retire.move")
-    st.create(vault.manifest(op_id), manifest_doc(rfs, vault, journal.doc, entry, along, rule))
+        for i, f in enumerate(files):  # server-side copies, each conditional on the listed version
+            if is_blob_entry(f):
+                continue
+            backup_object(rfs, f)
+            if i == 0:
+                faults.hit("retire.mid_move")
+        faults.hit("retire.move")
+        st.create(vault.manifest(op_id), manifest_doc(rfs, vault, journal.doc, entry, along, rule))
     faults.hit("retire.manifest")
     # last look before the destructive step: a writer's object (new, or an original rewritten
     # since its copy) keeps the run in the logdir
@@ -232,6 +266,7 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
         raise BucketTxnError(Skip.ACTIVE, active)
     if not all(bucket_lease.still_held(p) for p in locks):
         raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
+    missing_blobs(vault, files)  # a blob forgotten since its add: the delete would lose its bytes
     journal.step("swapping")  # every copy verified: from here on recovery finishes the retirement
     faults.hit("retire.delete_record")
     finish_op(rfs, vault, journal.doc, present=now_objs)
@@ -251,11 +286,14 @@ def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, alon
     files = entry["files"]
     total = sum(f["size"] for f in files)
     started = journal_started(doc) or now_s()
+    # with a vault of blobs: the folder (a restore must be given it) instead of the copies' prefix
+    where = {"blob_folder": vault.blobs.folder, "stored_in": vault.blobs.folder} if vault.blobs is not None \
+        else {"stored_in": f"blobs/{entry['op']}/files"}
     return manifest.bucket_form(manifest.new(
         op_id=entry["op"], kind=KIND, run=entry["run"], logdir=rfs.url, started_at=started, finished_at=now_s(),
         outcome=Outcome.VERIFIED, files=files, bytes_before=total, bytes_after=0, takes_along=along,
         vault=vault.root, rule=rule, tree=[{k: f[k] for k in ("path", "size", "mtime", "checksums")} for f in files],
-        stored_in=f"blobs/{entry['op']}/files", shard=lease.shard_label(), tool_version=__version__, **who()))
+        shard=lease.shard_label(), tool_version=__version__, **where, **who()))
 
 
 def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
@@ -267,8 +305,22 @@ def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
         return False
     ok = same_content(content_checksums(info), f.get("checksums") or {})
     if ok is None:
-        ok = stream_digest(rfs, rfs.path(f["path"]), f["size"]) == stream_digest(rfs, f["backup"], f["size"])
+        theirs = f.get("sha256") if is_blob_entry(f) else stream_digest(rfs, f["backup"], f["size"])
+        ok = stream_digest(rfs, rfs.path(f["path"]), f["size"]) == theirs
     return bool(ok)
+
+
+def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, listed_absent: bool = False) -> None:
+    """One original back at its key from its verified backup, create-only: a server-side copy
+    checked by the store's checksums, or its blob streamed back and checked (``put_back``).
+    Raises ``RemoteError`` (``already_exists``) when an object stands at the key."""
+    if is_blob_entry(f):
+        put_back(rfs, vault, f)
+        return
+    res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=listed_absent,
+                       size=f["size"])
+    if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
+        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
 
 
 def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> List[str]:
@@ -287,14 +339,12 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
                         continue  # never copied, never deleted by us: someone else removed it
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified copy of it")
                 try:
-                    res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, size=f["size"])
+                    _copy_back(rfs, vault, f)
                 except RemoteError as e:
                     if e.code != ALREADY_EXISTS:
                         raise
                     cur = rfs.ops.head(rfs.path(f["path"]))
                 else:
-                    if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
-                        raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
                     continue
             if cur is not None and not _same(rfs, cur, f) and f.get("backup_checksums"):
                 held.append(f["path"])
@@ -313,7 +363,8 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
                 BucketState(rfs).update(mpath, manifest.bucket_form({**m, **held_doc}), version)
             continue
         # every original stands as it was: the copies are redundant (the manifest first, so no
-        # restorable retirement ever points at a missing copy)
+        # restorable retirement ever points at a missing copy; blobs stay until a purge forgets
+        # what nothing names: another operation may hold the same bytes)
         must_delete(rfs, [mpath])
         must_delete(rfs, [f["backup"] for f in en.get("files", []) if f.get("backup")])
     return held
@@ -326,6 +377,11 @@ def settle(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Tuple[str, str]:
     writer's object, an original rewritten since its copy) is put back instead, as before it."""
     en = doc["runs"][0]
     finish = doc.get("step") in ("swapping", "done") and all(f.get("backup_checksums") for f in en["files"])
+    if finish and vault.blobs is not None:
+        try:  # a blob forgotten since the commit record (by hand): keep what is left in the logdir
+            missing_blobs(vault, en["files"])
+        except BucketTxnError:
+            finish = False
     if finish:
         try:
             finish_op(rfs, vault, doc)
@@ -366,8 +422,12 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
             raise BucketTxnError(Failure.REFUSED, why)
         for f in m["files"]:
             rfs.path(f["path"])
-            if not str(f.get("backup", "")).startswith(prefix) or not f["path"].startswith(run_prefix(run)):
+            ours = entry_ok(f) and is_sha256(f.get("sha256")) if is_blob_entry(f) else \
+                str(f.get("backup", "")).startswith(prefix)
+            if not ours or not f["path"].startswith(run_prefix(run)):
                 raise BucketTxnError(Failure.REFUSED, f"{m.get('_path')}: names a key outside the run or the vault")
+            if is_blob_entry(f):
+                blobs_of(vault, f)  # the folder not given: said before anything moves
     except (BucketTxnError, ValueError) as e:
         out.reason = f"{e}; nothing was changed"
         return out
@@ -386,7 +446,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
             return out
         try:
             # every copy checked before anything moves: a damaged vault changes nothing
-            damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, f)]
+            damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, vault, f)]
             if damaged:
                 out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
                 if resume:
@@ -404,15 +464,12 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                 if cur is None:
                     started = True
                     try:
-                        res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=True,
-                                           size=f["size"])
+                        _copy_back(rfs, vault, f, listed_absent=True)
                     except RemoteError as e:
                         if e.code != ALREADY_EXISTS:
                             raise
                         cur = rfs.ops.head(rfs.path(f["path"]))
                     else:
-                        if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
-                            raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
                         out.created_files.append(f["path"])
                         out.bytes_after += f["size"]
                         if i == 0:
@@ -452,7 +509,11 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                 pass
 
 
-def _copy_ok(rfs: RemoteFS, f: dict) -> bool:
+def _copy_ok(rfs: RemoteFS, vault: BucketVault, f: dict) -> bool:
+    """Whether ``f``'s backup is there with its bytes: a blob added by this logdir that reads back
+    to its sha256, or a copy of its size and checksums."""
+    if is_blob_entry(f):
+        return check_entry(vault, f)
     info = rfs.ops.head(f["backup"])
     if info is None or info.size != f["size"]:
         return False

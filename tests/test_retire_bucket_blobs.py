@@ -1,0 +1,276 @@
+"""Issue #26 item 3: a bucket retire with a local folder as its vault (``--backup-dir /folder``)
+puts every object of the run into the folder's blob store, as a bucket reduce does (streamed,
+size and MD5 checked, read back and hashed), leaves no copy in the bucket, names each blob by
+sha256 in the journal's commit record and the manifest (``kind: retire``), and a restore streams
+them back create-only, byte for byte. Purge forgets them only once nothing unpurged names them.
+A SIGKILL at each step of the retire leaves the run as it was or retired and verified, and the
+next start settles it."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.bucket_retire import RETIRE_STEPS
+from tb_footprint_plugin.engine.bucket_state import BlobVault
+from tb_footprint_plugin.storage.blobstore import BlobStore
+from tb_footprint_plugin.storage.store_posix import PosixStore
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+STATE = ".tb-footprint/"
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+
+@pytest.fixture(scope="module")
+def sweep_logdir(tmp_path_factory):
+    """Two runs of a sweep (one with a config file in a sub-folder) and a baseline, written an
+    hour ago (no quiet period keeps them)."""
+    root = tmp_path_factory.mktemp("retireblobs") / "logs"
+    for name, final in (("sweep/lr0", 0.3), ("sweep/lr1", 0.1), ("baseline", 0.05)):
+        with synth.EventWriter(str(root / name)) as w:
+            for step, v in enumerate([1.0, 0.6, final]):
+                w.scalar("val/loss", step, v)
+                w.text("notes", step, f"{name} step {step}")
+    (root / "sweep" / "lr0" / "notes").mkdir()
+    (root / "sweep" / "lr0" / "notes" / "config.yaml").write_bytes(b"lr: 0.1\n" * 50)
+    return root
+
+
+def _user(bucket):
+    return {k: v for k, v in bucket.hashes("logs").items() if not k.startswith(STATE)}
+
+
+def _of(hashes, run):
+    return {k: v for k, v in hashes.items() if k.startswith(run + "/")}
+
+
+def _bucket_copies(bucket):
+    return [k for k in bucket.hashes("logs") if k.startswith(STATE + "blobs/")]
+
+
+def _blobs(vault):
+    """sha256 of every blob the folder holds now (read again from its index)."""
+    if not os.path.isdir(vault):
+        return set()
+    return {r.sha for r in BlobStore(PosixStore(vault)).refs()}
+
+
+def _manifests(url):
+    rfs = RemoteFS(url)
+    try:
+        keys = rfs.list_tree(STATE + "manifests")
+    except FileNotFoundError:
+        return []
+    return [json.loads(rfs.read_bytes(k)) for k in keys]
+
+
+def _retire(url, run, vault):
+    (o,) = api.retire(url, api.retire_rule(runs=[run]), dry_run=False, backup_dir=vault, quiet_period=0).outcomes
+    return o
+
+
+def test_retire_into_the_folder_then_restore_and_purge(bucket, sweep_logdir, tmp_path):
+    """On each store: two runs retired into the folder leave the bucket entirely (no copy under
+    ``.tb-footprint/blobs``), the folder holds every object's bytes under its sha256, the manifests
+    name them; status, history and retired list the retirements; a purge of one restored run
+    forgets its blobs and keeps the other's (still retired), whose restore is byte for byte; a last
+    purge leaves the folder empty."""
+    url = bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(bucket)
+    dry = api.retire(url, api.retire_rule(run_glob="sweep/*"), backup_dir=vault, quiet_period=0)
+    assert {o.status for o in dry.outcomes} == {Outcome.DRY_RUN} and not os.path.exists(vault)
+
+    rep = api.retire(url, api.retire_rule(run_glob="sweep/*"), dry_run=False, backup_dir=vault, quiet_period=0)
+    assert sorted(o.run for o in rep.outcomes) == ["sweep/lr0", "sweep/lr1"]
+    assert all(o.status == Outcome.VERIFIED for o in rep.outcomes), [(o.run, o.reason) for o in rep.outcomes]
+    assert _user(bucket) == {k: v for k, v in before.items() if not k.startswith("sweep/")}
+    assert not _bucket_copies(bucket)  # nothing of the runs is billed on the bucket any more
+    want = {k: v for k, v in before.items() if k.startswith("sweep/")}
+    assert set(want.values()) <= _blobs(vault)
+    ms = {m["run"]: m for m in _manifests(url)}
+    assert {m["kind"] for m in ms.values()} == {"retire"}
+    for run, m in ms.items():
+        assert m["blob_folder"] == os.path.abspath(vault)
+        assert {f["path"]: f["sha256"] for f in m["files"]} == _of(want, run)
+        assert all(f["kept_in"] == "blobstore" and "backup" not in f for f in m["files"])
+    ops = {o.run: o.op_id for o in rep.outcomes}
+    st = api.status(url, backup_dir=vault)
+    assert {(o["run"], o["kind"]) for o in st["operations"]} == {("sweep/lr0", "retire"), ("sweep/lr1", "retire")}
+    assert not st["unfinished_operations"]
+    assert {(e["run"], e["kind"]) for e in api.history(url, backup_dir=vault)} >= \
+        {("sweep/lr0", "retire"), ("sweep/lr1", "retire")}
+    assert {r["run"] for r in api.retired(url, backup_dir=vault)} == {"sweep/lr0", "sweep/lr1"}
+
+    (back,) = api.restore(url, run="sweep/lr0", backup_dir=vault)
+    assert back.status == Outcome.RESTORED, back.reason
+    assert _of(_user(bucket), "sweep/lr0") == _of(before, "sweep/lr0")
+    assert {r["run"] for r in api.retired(url, backup_dir=vault)} == {"sweep/lr1"}
+
+    # purge of the restored one: its blobs go, the retired run's (its only copy) stay
+    done = api.purge(url, yes=True, op=ops["sweep/lr0"], backup_dir=vault)
+    assert [o["op_id"] for o in done.ops] == [ops["sweep/lr0"]], done.to_dict()
+    left = _blobs(vault)
+    assert set(_of(want, "sweep/lr1").values()) <= left
+    assert not (set(_of(want, "sweep/lr0").values()) - set(_of(want, "sweep/lr1").values())) & left
+    (back,) = api.restore(url, run="sweep/lr1", backup_dir=vault)
+    assert back.status == Outcome.RESTORED, back.reason
+    assert _user(bucket) == before
+    api.purge(url, yes=True, backup_dir=vault)
+    assert _blobs(vault) == set()
+    assert _user(bucket) == before
+
+
+def test_without_a_folder_the_retire_still_makes_server_side_copies(s3_bucket, sweep_logdir):
+    """No ``--backup-dir`` (or a prefix of the bucket): today's numbered copies in the bucket."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    o = _retire(url, "sweep/lr1", None)
+    assert o.status == Outcome.VERIFIED, o.reason
+    (m,) = _manifests(url)
+    assert all(f.get("backup") and "kept_in" not in f for f in m["files"])
+    assert len(_bucket_copies(s3_bucket)) == len(m["files"])
+
+
+def test_restore_never_overwrites_an_object_written_since(s3_bucket, sweep_logdir, tmp_path):
+    """A key of the retired run written again before the restore: the restore streams back every
+    other blob, leaves the new object as it is and says so; purge keeps that original's blob."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+    run = "sweep/lr0"
+    assert _retire(url, run, vault).status == Outcome.VERIFIED
+    key = f"{run}/notes/config.yaml"
+    s3_bucket.fs.pipe_file(s3_bucket.key(f"logs/{key}"), b"written since the retirement\n")
+    s3_bucket.fs.invalidate_cache()
+    (back,) = api.restore(url, run=run, backup_dir=vault)
+    assert back.status == Outcome.RESTORED and key in back.reason, back.reason
+    assert s3_bucket.fs.cat_file(s3_bucket.key(f"logs/{key}")) == b"written since the retirement\n"
+    now = _user(s3_bucket)
+    assert {k: v for k, v in now.items() if k != key} == {k: v for k, v in before.items() if k != key}
+    report = api.purge(url, yes=True, backup_dir=vault)
+    assert [k["run"] for k in report.kept] == [run] and not report.ops
+    assert before[key] in _blobs(vault)
+
+
+def test_restore_without_the_folder_is_refused_and_changes_nothing(s3_bucket, sweep_logdir, tmp_path):
+    """A retirement into a folder restored without ``--backup-dir``: refused with a code, naming
+    the option, nothing put back; given the folder, every byte comes back."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+    assert _retire(url, "sweep/lr1", vault).status == Outcome.VERIFIED
+    after = _user(s3_bucket)
+    (r,) = api.restore(url, run="sweep/lr1")
+    assert r.status == Outcome.FAILED and "--backup-dir" in r.reason, r.reason
+    assert _user(s3_bucket) == after and not api.status(url)["unfinished_operations"]
+    (r,) = api.restore(url, run="sweep/lr1", backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.reason
+    assert _user(s3_bucket) == before
+
+
+@pytest.mark.parametrize("when", ["retire.move", "retire.delete"])
+def test_run_written_during_the_retire_is_put_back_beside_the_writer(s3_bucket, sweep_logdir, tmp_path, when):
+    """An object written into the run while it is retired into the folder (after the blobs are
+    added, or after the originals were deleted): every original streamed back byte for byte beside
+    the new object, ``Skip.ACTIVE``, no retirement recorded, nothing left unfinished."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+    run = "sweep/lr1"
+    fresh = s3_bucket.key(f"logs/{run}/events.out.tfevents.999.host")
+    faults.arm(when, lambda: s3_bucket.fs.pipe_file(fresh, b"written by the trainer"))
+    try:
+        o = _retire(url, run, vault)
+    finally:
+        faults.disarm_all()
+    assert o.status == Outcome.SKIPPED and o.code == Skip.ACTIVE, (o.status, o.code, o.reason)
+    now = _user(s3_bucket)
+    assert now.pop(f"{run}/events.out.tfevents.999.host")
+    assert now == before
+    assert api.retired(url, backup_dir=vault) == [] and not _manifests(url)
+    assert not api.status(url, backup_dir=vault)["unfinished_operations"]
+    # the run went through the folder (no copy in the bucket); nothing names its blobs now
+    assert set(_of(before, run).values()) <= _blobs(vault) and not _bucket_copies(s3_bucket)
+    api.purge(url, yes=True, backup_dir=vault)
+    assert _blobs(vault) == set() and _user(s3_bucket) == {**before, f"{run}/events.out.tfevents.999.host":
+                                                           hashlib.sha256(b"written by the trainer").hexdigest()}
+
+
+def test_a_blob_forgotten_before_the_commit_record_rolls_the_run_back(s3_bucket, sweep_logdir, tmp_path):
+    """The folder's index is read again right before the commit record: a blob forgotten after
+    its add (by hand, an older purge) keeps every original in the bucket (``backup_damaged``)."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+
+    def forget_all():  # as this logdir's owner (a forget drops one owner's claim)
+        bs = BlobVault(vault, RemoteFS(url)).store
+        bs.forget([r.sha for r in bs.refs()])
+
+    faults.arm("retire.manifest", forget_all)
+    try:
+        o = _retire(url, "sweep/lr0", vault)
+    finally:
+        faults.disarm_all()
+    assert o.status == Outcome.ROLLED_BACK and o.code == Failure.BACKUP_DAMAGED, (o.status, o.code, o.reason)
+    assert _user(s3_bucket) == before and not _manifests(url)
+
+
+@pytest.mark.parametrize("step", RETIRE_STEPS)
+def test_cli_retire_into_a_folder_killed_at_each_step_then_settled(s3_bucket, sweep_logdir, tmp_path, step):
+    """`tb-footprint retire URL RUN --backup-dir FOLDER` SIGKILLed at each step: at that instant
+    every object of the run is in the bucket as it was or its bytes are a blob of the folder; the
+    next start (another process) puts the run back before the commit record and finishes it from
+    there on; a finished one's restore gives back every byte, and the run retires again."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+    run = "sweep/lr0"
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TB_FOOTPRINT_FAILPOINTS": f"{step}=kill"}
+    proc = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "retire", url, run,
+                           "--backup-dir", vault, "--quiet-period", "0", "--yes"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    now, held = _user(s3_bucket), _blobs(vault)
+    for k, h in _of(before, run).items():
+        assert now.get(k) == h or h in held, (step, k)
+    assert {k: v for k, v in now.items() if not k.startswith(run + "/")} == \
+        {k: v for k, v in before.items() if not k.startswith(run + "/")}
+    assert not _bucket_copies(s3_bucket)
+    assert api.status(url, backup_dir=vault)["unfinished_operations"]
+
+    (rec,) = api.recover_logdir(url, backup_dir=vault)
+    committed = RETIRE_STEPS.index(step) >= RETIRE_STEPS.index("retire.delete_record")
+    assert rec.action == (Recovery.COMPLETED if committed else Recovery.ROLLED_BACK), (step, rec.detail)
+    assert not any(k.startswith((STATE + "locks/", STATE + "journal/")) for k in s3_bucket.hashes("logs"))
+    if committed:
+        assert not _of(_user(s3_bucket), run)
+        assert [r["run"] for r in api.retired(url, backup_dir=vault)] == [run]
+        (o,) = api.restore(url, run=run, backup_dir=vault)
+        assert o.status == Outcome.RESTORED, o.reason
+    else:
+        assert api.retired(url, backup_dir=vault) == [] and not _manifests(url)
+    assert _user(s3_bucket) == before
+    o = _retire(url, run, vault)
+    assert o.status == Outcome.VERIFIED, o.reason
+    assert set(_of(before, run).values()) <= _blobs(vault)
+
+
+def test_blobs_are_the_original_bytes(s3_bucket, sweep_logdir, tmp_path):
+    """Each blob the folder holds for a retired object reads back to that object's bytes."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    rfs = RemoteFS(url)
+    originals = {k: rfs.read_bytes(k) for k in rfs.list_tree("baseline")}
+    assert _retire(url, "baseline", vault).status == Outcome.VERIFIED
+    bs = BlobStore(PosixStore(vault))
+    for k, data in originals.items():
+        with bs.open(hashlib.sha256(data).hexdigest()) as b:
+            assert b.read() == data, k
