@@ -95,8 +95,9 @@ class Journal:
 
     def append(self, record: dict, sync: bool = True) -> None:
         """Append one record and fsync it before returning (to this journal's own file only).
-        ``sync=False``: a marker no destructive step waits on (``backed_up``, ``verified``,
-        ``swapped``, ``commit``), made durable by the next record's fsync; lost to a power cut,
+        ``sync=False``: a marker no destructive step waits on (``backed_up``, ``staged``,
+        ``verified``, ``swapped``, ``commit``), made durable by the next record's fsync (the
+        ``swap`` record's, before anything is replaced); lost to a power cut,
         recovery decides as without it, which is the safe direction (e.g. no ``verified``
         before a ``swap`` rolls the run back)."""
         record = dict(record, t=time.time())
