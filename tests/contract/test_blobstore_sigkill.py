@@ -54,8 +54,8 @@ srcs = [BlobSource(hashlib.sha256(d).hexdigest(), len(d), (lambda d=d: io.BytesI
 bs = BlobStore(store)
 if op == "add":
     bs.add(srcs)
-else:
-    bs.forget([s.sha for i, s in enumerate(srcs) if i not in KEEP])
+else:  # "forgetfew": the local vault's release, which lists no data object
+    bs.forget([s.sha for i, s in enumerate(srcs) if i not in KEEP], sweep=op != "forgetfew")
 print("finished without being killed")
 '''
 
@@ -134,3 +134,58 @@ def test_sigkill_at_each_step_leaves_every_listed_blob_whole_and_the_next_run_fi
     assert after.damaged_index() == []  # no half-written index object either
     every_listed_blob_reads_back(store)
     store.close()
+
+
+#: more blobs, added apart: a forget of SRCS leaves the index objects listing them as they are
+OTHERS = [BlobSource(hashlib.sha256(d).hexdigest(), len(d), (lambda d=d: io.BytesIO(d)))
+          for d in (b"other %d " % i * (50 + i) for i in range(6))]
+
+
+@pytest.mark.parametrize("kind,step", [("posix", "forget.index_written"), ("posix", "forget.old_index_deleted"),
+                                       ("s3", "forget.index_written")])
+def test_sigkill_between_the_new_index_objects_and_the_old_ones_going_loses_nothing(
+        kind, step, tmp_path, objstore_pool):
+    """A forget that rewrites some of many index objects, killed once the new ones are durable
+    (or the old ones gone): every blob still reads back, the index objects listing none of the
+    forgotten blobs are untouched, and the forget done again finishes."""
+    env = dict(os.environ)
+    if kind == "posix":
+        root = tmp_path / "vault"
+        root.mkdir()
+        store: Store = PosixStore(str(root))
+        url = str(root)
+    else:
+        server = objstore_pool.get(kind)
+        env.update(server.env)
+        url = Bucket(server).url(f"k{next(_prefixes)}/vault")
+        store = ObjectStore(url)
+    for i in range(0, len(SRCS), 6):
+        BlobStore(store).add(SRCS[i:i + 6])
+    before = {e.key for e in store.list("index")}
+    for item in OTHERS:
+        BlobStore(store).add([item])
+    apart = {e.key: e.version for e in store.list("index") if e.key not in before}
+    res = run_child(url, env, "forgetfew", step)
+    assert res.returncode == -signal.SIGKILL, (res.returncode, res.stdout, res.stderr[-3000:])
+    every_listed_blob_reads_back_or_is_other(store)
+    readable(store, KEEP)
+    assert {e.key: e.version for e in store.list("index") if e.key in apart} == apart
+    BlobStore(store).forget([s.sha for i, s in enumerate(SRCS) if i not in KEEP], sweep=False)
+    after = BlobStore(store)
+    assert sorted(r.sha for r in after.refs()) == sorted([SRCS[i].sha for i in KEEP] + [o.sha for o in OTHERS])
+    assert {e.key: e.version for e in store.list("index") if e.key in apart} == apart
+    readable(store, KEEP)
+    for o in OTHERS:
+        with after.open(o.sha) as f:
+            assert hashlib.sha256(f.read()).hexdigest() == o.sha
+    store.close()
+
+
+def every_listed_blob_reads_back_or_is_other(store: Store) -> None:
+    bs = BlobStore(store)
+    by_sha = {s.sha: d for s, d in zip(SRCS, DATAS)}
+    for ref in bs.refs():
+        assert bs.check(ref.sha) is None
+        with bs.open(ref.sha) as f:
+            data = f.read()
+        assert data == by_sha[ref.sha] if ref.sha in by_sha else hashlib.sha256(data).hexdigest() == ref.sha
