@@ -16,6 +16,7 @@ import pytest
 
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
+from tb_footprint_plugin.engine import bucket as bk
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_retire import RETIRE_STEPS
 from tb_footprint_plugin.engine.bucket_state import BlobVault
@@ -246,8 +247,19 @@ def test_cli_retire_into_a_folder_killed_at_each_step_then_settled(s3_bucket, sw
     assert not _bucket_copies(s3_bucket)
     assert api.status(url, backup_dir=vault)["unfinished_operations"]
 
-    (rec,) = api.recover_logdir(url, backup_dir=vault)
     committed = RETIRE_STEPS.index(step) >= RETIRE_STEPS.index("retire.delete_record")
+    if committed:
+        # the commit record names every object's blob by sha256 before any original is deleted
+        rfs = RemoteFS(url)
+        (jkey,) = rfs.list_tree(STATE + "journal")
+        doc = json.loads(rfs.read_bytes(jkey))
+        assert doc["step"] == "swapping"
+        assert {f["path"]: f["sha256"] for f in doc["runs"][0]["files"]} == _of(before, run)
+        # a purge in this window (the engine's, no recovery first) forgets none of them
+        d = bk.purge(rfs, bk.BucketVault.for_logdir(rfs, vault), yes=True)
+        assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
+        assert set(_of(before, run).values()) <= _blobs(vault)
+    (rec,) = api.recover_logdir(url, backup_dir=vault)
     assert rec.action == (Recovery.COMPLETED if committed else Recovery.ROLLED_BACK), (step, rec.detail)
     assert not any(k.startswith((STATE + "locks/", STATE + "journal/")) for k in s3_bucket.hashes("logs"))
     if committed:
@@ -274,3 +286,75 @@ def test_blobs_are_the_original_bytes(s3_bucket, sweep_logdir, tmp_path):
     for k, data in originals.items():
         with bs.open(hashlib.sha256(data).hexdigest()) as b:
             assert b.read() == data, k
+
+
+@pytest.mark.parametrize("step", ["unretire.mid_move", "unretire.move"])
+def test_a_restore_stopped_midway_is_finished_by_the_next_start(s3_bucket, sweep_logdir, tmp_path, step):
+    """A restore of a retirement into the folder that stops after its first put-back (or after
+    every one, before its record): the next start streams back what is missing, marks the
+    retirement restored; the run is byte for byte as before."""
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+    run = "sweep/lr0"
+    assert _retire(url, run, vault).status == Outcome.VERIFIED
+    assert not _bucket_copies(s3_bucket) and set(_of(before, run).values()) <= _blobs(vault)
+    faults.arm(step)
+    try:
+        with pytest.raises(faults.InjectedFault):
+            api.restore(url, run=run, backup_dir=vault)
+    finally:
+        faults.disarm_all()
+    assert _of(_user(s3_bucket), run) and api.status(url, backup_dir=vault)["unfinished_operations"]
+    (rec,) = api.recover_logdir(url, backup_dir=vault)
+    assert rec.action == Recovery.COMPLETED, rec.detail
+    assert _user(s3_bucket) == before and api.retired(url, backup_dir=vault) == []
+    assert not api.status(url, backup_dir=vault)["unfinished_operations"]
+
+
+def test_an_object_larger_than_memory_goes_through_scratch_files(s3_bucket, sweep_logdir, tmp_path):
+    """An object above ``bucket_blobs.IN_MEMORY`` is streamed through a scratch file both ways
+    (down into the folder, back up under a temporary key then copied create-only): byte for byte,
+    and no temporary key is left in the bucket; ``verify`` reads the blobs back."""
+    from tb_footprint_plugin.engine.bucket_blobs import IN_MEMORY
+
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    big = os.urandom(1 << 16) * ((IN_MEMORY >> 16) + 2)
+    s3_bucket.fs.pipe_file(s3_bucket.key("logs/baseline/checkpoint.bin"), big)
+    s3_bucket.fs.invalidate_cache()
+    before = _user(s3_bucket)
+    o = _retire(url, "baseline", vault)
+    assert o.status == Outcome.VERIFIED, o.reason
+    assert hashlib.sha256(big).hexdigest() in _blobs(vault) and not _of(_user(s3_bucket), "baseline")
+    checks = api.verify(url, backup_dir=vault)
+    assert checks and all(c["ok"] for c in checks), checks
+    (r,) = api.restore(url, run="baseline", backup_dir=vault)
+    assert r.status == Outcome.RESTORED, r.reason
+    assert _user(s3_bucket) == before
+    assert not [k for k in s3_bucket.hashes("logs") if k.startswith(STATE + "tmp/")]
+
+
+def test_a_local_disk_failure_while_adding_the_blobs_leaves_the_run_as_it_was(s3_bucket, sweep_logdir, tmp_path,
+                                                                            monkeypatch):
+    """The local side failing (a full disk under the scratch folder) while the run's objects are
+    added: the run is rolled back with ``no_space``, every object in the bucket as it was, no
+    journal, lock or manifest left (it raised out of the retire with the journal standing)."""
+    import errno
+
+    from tb_footprint_plugin.engine import bucket_blobs
+
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", "/tmp/scratch")
+
+    monkeypatch.setattr(bucket_blobs.scratch, "scratch", full)
+    o = _retire(url, "sweep/lr0", vault)
+    monkeypatch.undo()
+    assert o.status == Outcome.ROLLED_BACK and o.code == Failure.NO_SPACE, (o.status, o.code, o.reason)
+    assert _user(s3_bucket) == before and not _manifests(url)
+    assert not any(k.startswith((STATE + "locks/", STATE + "journal/")) for k in s3_bucket.hashes("logs"))
+    assert _retire(url, "sweep/lr0", vault).status == Outcome.VERIFIED

@@ -191,7 +191,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
             out.removed_files = [f["path"] for f in files]
         except faults.InjectedFault:
             raise
-        except (BucketTxnError, RemoteError, ValueError) as e:
+        except (BucketTxnError, RemoteError, ValueError, OSError) as e:  # OSError: the local blob folder or scratch
             code = failure_code(e)
             out.reason = str(e)
             try:
@@ -204,7 +204,8 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
                 if held:
                     out.reason += (f"; {len(held)} object(s) were written again at their key meanwhile, e.g. "
                                    f"{held[0]}: their originals stay in the vault")
-            except (BucketTxnError, RemoteError, ValueError) as e2:  # the journal stays: the next start settles it
+            except (BucketTxnError, RemoteError, ValueError, OSError) as e2:  # the journal stays: the next start
+                # settles it
                 out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
                 out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
         return out
@@ -487,7 +488,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                       m.get("_version") or st.read(vault.manifest(held_as))[1])
             must_delete(rfs, [jpath])
             jpath = None
-        except (BucketTxnError, RemoteError, ValueError) as e:
+        except (BucketTxnError, RemoteError, ValueError, OSError) as e:
             out.reason, out.code = str(e), failure_code(e)
             jpath = settle_failed_journal(rfs, jpath, started, out)
             return out
