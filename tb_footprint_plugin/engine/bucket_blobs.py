@@ -15,6 +15,10 @@ Restore and rollback stream a blob back (verified while read) into the bucket un
 conditions as a server-side copy back: create-only where the original is gone, only over the
 version the reduction made where it was replaced.
 
+A bucket retire with a folder (``engine.bucket_retire``) uses the same steps for every object of
+the run (``backup_entries`` under ``adding``, ``missing_blobs`` before its commit record,
+``put_back`` create-only for its rollback and restore): the bucket keeps no copy of a retired run.
+
 Forgetting is safe against other operations through one ``flock`` on the folder (the local
 vault's offload/forget discipline, ``engine.offload``): an operation holds it shared from its
 first blob added until its manifest in the bucket names those digests (its journal names them

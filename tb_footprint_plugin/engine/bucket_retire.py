@@ -243,7 +243,7 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
             unmade = backup_entries(rfs, vault, [entry])
             if run in unmade:
                 raise unmade[run]
-            faults.hit("retire.mid_move")
+            faults.hit("retire.mid_move")  # every blob is in, none named yet
         for i, f in enumerate(files):  # server-side copies, each conditional on the listed version
             if is_blob_entry(f):
                 continue
