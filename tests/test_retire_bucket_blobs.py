@@ -358,3 +358,40 @@ def test_a_local_disk_failure_while_adding_the_blobs_leaves_the_run_as_it_was(s3
     assert _user(s3_bucket) == before and not _manifests(url)
     assert not any(k.startswith((STATE + "locks/", STATE + "journal/")) for k in s3_bucket.hashes("logs"))
     assert _retire(url, "sweep/lr0", vault).status == Outcome.VERIFIED
+
+
+def test_a_purge_waits_for_a_retire_whose_blobs_no_manifest_names_yet(s3_bucket, sweep_logdir, tmp_path):
+    """The forget lock: a purge of a restored retirement while the same run is retired again (its
+    blobs, the same bytes, added but named by no manifest yet) waits for the retire's manifest and
+    forgets none of them; the second retirement's restore is byte for byte."""
+    import threading
+    import time
+
+    url = s3_bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(s3_bucket)
+    run = "sweep/lr0"
+    first = _retire(url, run, vault)
+    assert first.status == Outcome.VERIFIED, first.reason
+    (back,) = api.restore(url, run=run, backup_dir=vault)
+    assert back.status == Outcome.RESTORED, back.reason
+    purged = []
+    t = threading.Thread(target=lambda: purged.append(api.purge(url, yes=True, op=first.op_id, backup_dir=vault)))
+
+    def at_blobs_added():  # the run's objects are blobs again (the first's), no manifest of this one yet
+        t.start()
+        time.sleep(3)
+        assert not purged, "the purge forgot while a retire's add held the lock"
+
+    faults.arm("retire.mid_move", at_blobs_added)
+    try:
+        second = _retire(url, run, vault)
+    finally:
+        faults.disarm_all()
+    t.join(60)
+    assert second.status == Outcome.VERIFIED, second.reason
+    assert purged and [o["op_id"] for o in purged[0].ops] == [first.op_id], purged[0].to_dict()
+    assert set(_of(before, run).values()) <= _blobs(vault)
+    (back,) = api.restore(url, run=run, backup_dir=vault)
+    assert back.status == Outcome.RESTORED, back.reason
+    assert _user(s3_bucket) == before
