@@ -139,21 +139,22 @@ def test_without_a_folder_the_retire_still_makes_server_side_copies(s3_bucket, s
     assert len(_bucket_copies(s3_bucket)) == len(m["files"])
 
 
-def test_restore_never_overwrites_an_object_written_since(s3_bucket, sweep_logdir, tmp_path):
-    """A key of the retired run written again before the restore: the restore streams back every
-    other blob, leaves the new object as it is and says so; purge keeps that original's blob."""
-    url = s3_bucket.upload(sweep_logdir, "logs")
+def test_restore_never_overwrites_an_object_written_since(bucket, sweep_logdir, tmp_path):
+    """On each store: a key of the retired run written again before the restore: the restore
+    streams back every other blob, leaves the new object as it is and says so; purge keeps that
+    original's blob."""
+    url = bucket.upload(sweep_logdir, "logs")
     vault = str(tmp_path / "vault")
-    before = _user(s3_bucket)
+    before = _user(bucket)
     run = "sweep/lr0"
     assert _retire(url, run, vault).status == Outcome.VERIFIED
     key = f"{run}/notes/config.yaml"
-    s3_bucket.fs.pipe_file(s3_bucket.key(f"logs/{key}"), b"written since the retirement\n")
-    s3_bucket.fs.invalidate_cache()
+    bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"written since the retirement\n")
+    bucket.fs.invalidate_cache()
     (back,) = api.restore(url, run=run, backup_dir=vault)
     assert back.status == Outcome.RESTORED and key in back.reason, back.reason
-    assert s3_bucket.fs.cat_file(s3_bucket.key(f"logs/{key}")) == b"written since the retirement\n"
-    now = _user(s3_bucket)
+    assert bucket.fs.cat_file(bucket.key(f"logs/{key}")) == b"written since the retirement\n"
+    now = _user(bucket)
     assert {k: v for k, v in now.items() if k != key} == {k: v for k, v in before.items() if k != key}
     report = api.purge(url, yes=True, backup_dir=vault)
     assert [k["run"] for k in report.kept] == [run] and not report.ops
@@ -395,3 +396,27 @@ def test_a_purge_waits_for_a_retire_whose_blobs_no_manifest_names_yet(s3_bucket,
     (back,) = api.restore(url, run=run, backup_dir=vault)
     assert back.status == Outcome.RESTORED, back.reason
     assert _user(s3_bucket) == before
+
+
+def test_an_object_written_during_the_restore_is_never_overwritten(bucket, sweep_logdir, tmp_path):
+    """On each store: a key of the run written by someone after the restore listed it absent (right
+    after the first put-back): the blob's put is create-only, so the new object stays as it is, the
+    restore says so, and the original's blob is kept by purge."""
+    url = bucket.upload(sweep_logdir, "logs")
+    vault = str(tmp_path / "vault")
+    before = _user(bucket)
+    run = "sweep/lr0"
+    assert _retire(url, run, vault).status == Outcome.VERIFIED
+    key = f"{run}/notes/config.yaml"  # put back after the event file (keys in order)
+    faults.arm("unretire.mid_move", lambda: bucket.fs.pipe_file(bucket.key(f"logs/{key}"), b"a late writer\n"))
+    try:
+        (back,) = api.restore(url, run=run, backup_dir=vault)
+    finally:
+        faults.disarm_all()
+    assert back.status == Outcome.RESTORED and key in back.reason, back.reason
+    bucket.fs.invalidate_cache()
+    assert bucket.fs.cat_file(bucket.key(f"logs/{key}")) == b"a late writer\n"
+    now = _user(bucket)
+    assert {k: v for k, v in now.items() if k != key} == {k: v for k, v in before.items() if k != key}
+    report = api.purge(url, yes=True, backup_dir=vault)
+    assert [k["run"] for k in report.kept] == [run] and before[key] in _blobs(vault)
