@@ -1179,15 +1179,17 @@ class BlobStore:
         written: List[str] = []
         still: Set[str] = set()  # data objects a superseded index object that could not go still lists
         if affected:
-            rows: Dict[tuple, Tuple[BlobRef, Set[str]]] = {}
+            rows: Dict[BlobRef, Tuple[BlobRef, Set[str]]] = {}
             for ik in affected:
                 for ref, who in docs[ik]:
                     if ref.sha in drop or ref.key in gone:
                         continue
-                    put = rows.setdefault((ref.sha, ref.key, ref.offset), (ref, set()))
+                    # keyed by the whole entry: two entries of one blob at one place may differ
+                    # (length, form: a stale or planted one), and open() needs the good one kept
+                    put = rows.setdefault(ref, (ref, set()))
                     put[1].update(owners.get(ref.sha, who))
             for sha, ref in moved.items():
-                rows.setdefault((sha, ref.key, ref.offset), (ref, set()))[1].update(owners.get(sha, owners_of[sha]))
+                rows.setdefault(ref, (ref, set()))[1].update(owners.get(sha, owners_of[sha]))
             ordered = sorted(((r, frozenset(w)) for r, w in rows.values()), key=lambda x: (x[0].key, x[0].offset))
             # the new index objects first, durable; until the ones they replace are deleted the
             # union still lists the forgotten blobs, whose objects are all still there

@@ -9,6 +9,8 @@ ones keeps every blob readable, and an old index object that cannot be deleted k
 object it lists, whatever the grace.
 """
 import hashlib
+import json
+import random
 import io
 
 import pytest
@@ -222,3 +224,37 @@ def test_consolidation_merges_the_small_index_objects_and_leaves_the_full_ones(s
     after = versions(store, "index")
     assert len(after) == 2 and all(after.get(k) == v for k, v in full_index.items())
     assert_all_readable(store, full + singles)
+
+
+@pytest.mark.parametrize("how", ["release", "merge"])
+def test_a_stale_entry_of_a_blob_never_replaces_its_good_one_when_index_objects_are_rewritten(store, how):
+    """An index object whose key sorts first lists the same blob at the same object and offset
+    with another form (stale, planted, or an older writer's): ``open`` skips it and reads the good
+    entry. A forget that rewrites both index objects (another owner's release, or the batch end's
+    merge) must keep both entries — it kept only the first of each (sha, key, offset), and the
+    only backup of the blob stopped reading (review J7 F1)."""
+    data = random.Random(71).randbytes(700 * 1024)  # a lone raw object (incompressible), above PACK_BELOW
+    item = src(data)
+    BlobStore(store, owner="A").add([item])
+    b = BlobStore(store, owner="B")
+    b.add([item])  # B claims it too: its release below changes the good entry's owners
+    good = b.ref(item.sha)
+    assert good.form == "raw"
+    stale = [item.sha, item.size, good.key, good.offset, good.length, "zst", ["B"]]
+    store.put("index/" + "0" * 32 + ".json",
+              json.dumps({"v": 1, "created": 0, "blobs": [stale]}).encode(), if_absent=True)
+    b.reload()
+    assert len(b.candidates(item.sha)) == 2
+    assert original_read(b, item.sha) == data  # open skips the stale entry
+    if how == "release":
+        b.forget([item.sha], sweep=False)
+    else:
+        b.forget([], consolidate_above=0, sweep=True)
+    a = BlobStore(store, owner="A")
+    assert "A" in a.owners(item.sha)
+    assert original_read(a, item.sha) == data
+
+
+def original_read(bs: BlobStore, sha: str) -> bytes:
+    with bs.open(sha) as f:
+        return f.read()
