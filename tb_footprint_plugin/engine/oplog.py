@@ -11,7 +11,8 @@ segments. ``Index`` finds each operation's records by reading each segment once 
 what was appended since, so a command reading 10,000 manifests reads each line about twice, and
 a run late in a batch reads no more of the log than the first (``tests/test_oplog_hot_path.py``).
 The last read of each operation whose records are all sealed is kept (``Index.memo``, bounded):
-a command's several passes over the manifests (``status`` makes six) decode the log once.
+a command's several reads of the manifests decode the log once (``status`` and a batch's end
+read them once, ``catalogue.read_vaults``, and share that read among their passes).
 
 Older versions wrote a manifest file per operation (``<vault>/ops/<op_id>.json``) and a log per
 operation (``<vault>/oplog/<op_id>.jsonl``); both are still read (``engine.vault``): a manifest
