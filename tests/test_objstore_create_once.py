@@ -51,10 +51,10 @@ def test_a_large_object_is_created_if_absent_in_one_upload(bucket, monkeypatch):
     # the key itself, created only if absent: was an upload under .footprint-tmp-…, then a copy
     assert uploads == [("data/ab/big", True)]
     parts = math.ceil(SIZE / STREAM_PART)
-    emulated = bucket.scheme == "gs"  # gcp-storage-emulator ignores ifGenerationMatch=0: a head first
+    # a head first (an existing blob is never overwritten by a server ignoring the condition),
     # start + parts + completion, and the head the entry is read from; before: a head to fail
     # early, the staged upload, a head and a copy (the condition), a delete of the stage, a head
-    assert spent == {"put": parts + 2, "head": 2 if emulated else 1, "copy": 0, "delete": 0, "read": 0,
+    assert spent == {"put": parts + 2, "head": 2, "copy": 0, "delete": 0, "read": 0,
                      "list": 0}, spent
     assert entry.size == SIZE
     assert hashlib.sha256(store.read_range("data/ab/big", 0, SIZE)).digest() == hashlib.sha256(data).digest()
@@ -71,14 +71,14 @@ def test_a_large_object_is_created_if_absent_in_one_upload(bucket, monkeypatch):
 
 
 def test_the_server_itself_refuses_the_second_create(bucket, monkeypatch):
-    """No metadata read before the upload on S3 and Azure: the refusal is the server's, at the
-    completing request (the bytes are sent, then not committed). On the GCS emulator the only
-    guard is the read (it takes ifGenerationMatch=0 and writes anyway): checked to be there."""
+    """Without the metadata read (a create racing another), the refusal is the server's on S3 and
+    Azure, at the completing request (the bytes are sent, then not committed). The GCS emulator
+    takes ifGenerationMatch=0 and writes anyway: the read is its only guard."""
     store = open_store(bucket.url("srv"))
     data = os.urandom(SIZE)
     store.put_file("k", io.BytesIO(data), if_absent=True)
+    monkeypatch.setattr(store.ops, "check_absent", lambda path: None)  # as if raced after the read
     if bucket.scheme == "gs":
-        monkeypatch.setattr(store.ops, "check_absent", lambda path: None)
         store.put_file("k", io.BytesIO(b"z" * SIZE), if_absent=True)  # the emulator overwrites: why the read stays
         assert store.read_range("k", 0, 4) == b"zzzz"
         return
@@ -148,3 +148,19 @@ def test_a_refused_source_leaves_no_object(bucket):
     with pytest.raises(StoreFailure):
         store.put_file("gone", Breaks(), if_absent=True)
     assert store.stat("gone") is None and list(store.list("")) == []
+
+
+def test_an_object_already_stored_is_refused_before_any_byte_is_sent(bucket, monkeypatch):
+    """A server that ignores the completing request's condition (some S3-compatible servers; the
+    GCS emulator) would overwrite a stored blob with a second writer's copy — another encoding of
+    the same original, which the first owner's index entry no longer reads (review J7 F2). The
+    metadata read first refuses it, before an upload is even started."""
+    store = open_store(bucket.url("pre"))
+    data = os.urandom(SIZE)
+    first = store.put_file("k", io.BytesIO(data), if_absent=True)
+    uploads = _spy_uploads(store, monkeypatch)
+    with pytest.raises(StoreFailure) as e:
+        store.put_file("k", io.BytesIO(b"y" * SIZE), if_absent=True)
+    assert e.value.code == StoreError.ALREADY_EXISTS
+    assert uploads == []
+    assert store.read_range("k", 0, SIZE) == data and store.stat("k").version == first.version

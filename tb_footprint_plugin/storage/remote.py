@@ -572,9 +572,14 @@ class _Ops:
         raise NotImplementedError  # pragma: no cover - every store overrides
 
     def check_absent(self, path: str) -> None:
-        """Before a create-only streamed upload (``RemoteFS.upload_stream(exclusive=True)``):
-        nothing where the server enforces the condition sent with the upload (S3, Azure, GCS);
-        a store whose server ignores it overrides this with a metadata read."""
+        """Before a create-only streamed upload (``RemoteFS.upload_stream(exclusive=True)``): a
+        metadata read, one request beside a multipart upload. The condition the upload's last
+        request carries decides a race where the server enforces it (S3, Azure, GCS, moto,
+        Azurite); the read keeps an object already there from being overwritten by a server that
+        ignores it (gcp-storage-emulator, some S3-compatible servers) and spares a whole upload
+        that would be refused."""
+        if self.head(path) is not None:
+            raise RemoteError(ALREADY_EXISTS, f"{path}: already exists")
 
     def delete(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """Delete ``paths`` (batched where the store allows); returns {path: error} for the keys
@@ -841,13 +846,6 @@ class _GCSOps(_Ops):
             raise RemoteError(ALREADY_EXISTS, f"{path}: already exists")
         if if_version and (cur is None or cur.generation != if_version):
             raise RemoteError(PRECONDITION_FAILED, f"{path}: changed since it was read (precondition failed)")
-
-    def check_absent(self, path: str) -> None:
-        # gcp-storage-emulator ignores ifGenerationMatch=0 on a resumable upload as on a media
-        # one: the metadata read is the emulator's only guard (GCS itself refuses at the upload's
-        # last request, atomically). A staged upload and a rewrite would be guarded by the same
-        # read there, so the emulator loses nothing by the direct upload.
-        self._check(path, if_absent=True)
 
     def put(self, path, data: bytes, *, if_absent=False, if_version: Optional[str] = None) -> str:
         b, k = self.split(path)

@@ -226,9 +226,11 @@ class ObjectStore(Store):
                 # a larger one in one streamed upload whose completing request carries the
                 # condition (S3 If-None-Match: * on CompleteMultipartUpload, Azure on Put Block
                 # List, GCS ifGenerationMatch=0 on the resumable upload; moto 5.2 and Azurite
-                # refuse a second create there, the emulator is guarded by ``check_absent``): no
-                # staged copy, no server-side copy, no delete. A key that exists is refused at the
-                # end of the upload, which leaves nothing (the writer's parts are aborted)
+                # refuse a second create there): no staged copy, no server-side copy, no delete.
+                # ``check_absent`` reads the key's metadata first: a server ignoring the condition
+                # (the GCS emulator, some S3-compatible ones) never overwrites a blob already
+                # stored (review J7 F2); one racing it is refused at the end of the upload, which
+                # leaves nothing (the writer's parts are aborted)
                 with _coded(key):
                     self.ops.check_absent(path)
                     self.rfs.upload_stream(key, f, part=STREAM_PART, exclusive=True)
