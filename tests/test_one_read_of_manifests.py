@@ -56,6 +56,12 @@ def test_status_reads_each_manifest_once(tmp_path, monkeypatch):
     assert st["freed_after_purge_bytes"] > 0  # the count that read them twice more is still made
     assert reads[0] <= N + 2, reads[0]  # six passes read each one six times before
 
+    # the tab's header numbers: the same count, from one read (three before)
+    reads[0] = 0
+    numbers = api.disk_numbers(logdir)
+    assert numbers["freed_after_purge_bytes"] == st["freed_after_purge_bytes"]
+    assert reads[0] <= N + 2, reads[0]
+
 
 def test_a_batch_end_reads_each_manifest_once_and_holds_no_verification(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
