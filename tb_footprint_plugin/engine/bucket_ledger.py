@@ -18,12 +18,19 @@ so recovery has nothing to settle) would leave the run ``reducing`` for good. So
 has runs in flight it keeps one marker object, ``<logdir>/.tb-footprint/ledger-inflight/<folder>/
 <sha256(host, pid, start)[:32]>.json`` = ``{version, host, pid, pid_start, folder, since}``: put
 at its first in-flight mark, deleted once none is in flight (two requests a batch, not a run).
-Every start (``settle_stale``, from ``BucketEngine.recover``) lists that prefix once; only for a
-marker whose worker is gone (this host, its pid ended, as ``engine.upkeep.settle_stale_ledgers``
-rules for a disk) does it read that folder's entries and the manifests, record as ``done`` each
-of the dead worker's in-flight runs whose reduction committed (a verified reduce manifest of the
-run finished after the in-flight mark: its id and sizes, code ``completed``), and delete the
-marker. A run that did not commit stays in flight (a rerun reduces it again: ``RETRY_STATES``).
+The marker's name hashes a random token of the ledger too: two batches of one process (the
+TensorBoard plugin runs several jobs) keep two markers, and one's end or settling leaves the
+other's. Every start (``settle_stale``, from ``BucketEngine.recover``) lists that prefix once;
+only for a marker whose worker is gone (this host, its pid ended, as
+``engine.upkeep.settle_stale_ledgers`` rules for a disk) does it read that folder's entries, the
+manifests and the journals left, and settle each of the dead worker's in-flight runs:
+``done`` only when its commit is proven (a verified reduce manifest of the run finished after
+the in-flight mark AND no journal left in the bucket names its operation or run: the manifest
+is written before the commit record, so alone it proves nothing, and a journal recovery could
+not settle may still be rolled back); ``pending`` (code ``rolled_back``) when this start's
+recovery rolled it back, as ``engine.ledger.mark_recovered`` records it. A run some journal
+still names keeps the marker (the next start looks again); one that did not commit and is named
+by none stays in flight (a rerun reduces it again: ``RETRY_STATES``) and the marker goes.
 
 The ledger is a record for people and ``status``; a rerun does not read it: what a bucket run
 still needs is what its plan finds (a reduced run has nothing left to remove, a locked one is
@@ -35,11 +42,14 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import socket
+import threading
 import time
 from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Outcome, Recovery
+from tb_footprint_plugin.engine.bucket_state import JOURNAL
 from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, keeps_done, merged_view,
                                               report_refusals)
@@ -55,6 +65,10 @@ MAX_ENTRY_BYTES = 256 * 1024
 _KEY = re.compile(r"^ledgers/(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
 _MARKER = re.compile(r"^(shard-\d+-of-\d+|batch)/([0-9a-f]{32})\.json$")
 MAX_MARKER_BYTES = 4096
+#: the markers this process's ledgers hold now (``<folder>/<name>.json``) -> the thread that opened
+#: the ledger: an interrupt settles its own batch's only (``settle_stale`` with ``mine``)
+_HELD: Dict[str, int] = {}
+_HELD_LOCK = threading.Lock()
 
 
 def _run_hash(run: str) -> str:
@@ -79,6 +93,8 @@ class BucketLedger:
         self._entries: Dict[str, dict] = {}
         self._inflight: set = set()  # runs this worker marked in flight and not settled yet
         self._marker: Optional[str] = None  # its in-flight marker's key while it stands
+        self._token = secrets.token_hex(16)  # this batch's, beside others of the same process
+        self._thread = threading.get_ident()  # the batch's: the one an interrupt of it settles in
 
     @property
     def url(self) -> str:
@@ -111,16 +127,21 @@ class BucketLedger:
                 try:  # a marker left costs the next start one read of this folder, nothing more
                     if not self.rfs.ops.delete([self._marker]):
                         self._marker = None
+                        with _HELD_LOCK:
+                            _HELD.pop(self._marker_rel, None)
                 except OSError:
                     pass
 
     def _put_marker(self) -> None:
         """This worker's in-flight marker (module doc), one PUT."""
-        token = hashlib.sha256(f"{self.who['host']}\0{self.who['pid']}\0{self.who.get('pid_start')}"
+        token = hashlib.sha256(f"{self.who['host']}\0{self.who['pid']}\0{self.who.get('pid_start')}\0{self._token}"
                                .encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        key = self.rfs.path(f"{INFLIGHT}/{self.folder}/{token}.json")
+        self._marker_rel = f"{self.folder}/{token}.json"
+        key = self.rfs.path(f"{INFLIGHT}/{self._marker_rel}")
         doc = {"version": LEDGER_VERSION, "host": self.who["host"], "pid": self.who["pid"],
                "pid_start": self.who.get("pid_start"), "folder": self.folder, "since": time.time()}
+        with _HELD_LOCK:  # before the PUT: a settle of another batch of this process never takes it
+            _HELD[self._marker_rel] = self._thread
         self.rfs.ops.put(key, json.dumps(doc, sort_keys=True).encode())
         self._marker = key
 
@@ -200,8 +221,9 @@ def merged(rfs: RemoteFS) -> Optional[dict]:
 
 def _gone_marker(rfs: RemoteFS, key: str, info, mine: bool = False) -> Optional[dict]:
     """The marker at ``key`` (untrusted) when its worker is gone: on this host, its pid ended
-    (or reused by another process), or with ``mine`` this process; None when it is alive, on
-    another host, or not a marker."""
+    (or reused by another process), or with ``mine`` this process's batch run by this thread
+    (or one no ledger of this process holds any more); None when it is alive, on another host,
+    another batch of this process, or not a marker."""
     rel = key[len(INFLIGHT) + 1:] if key.startswith(INFLIGHT + "/") else None
     if rel is None or _MARKER.match(rel) is None or info.size > MAX_MARKER_BYTES:
         return None
@@ -215,7 +237,9 @@ def _gone_marker(rfs: RemoteFS, key: str, info, mine: bool = False) -> Optional[
             not isinstance(doc.get("pid"), int) or doc["pid"] <= 0:
         return None
     if mine and doc["pid"] == os.getpid():
-        return doc
+        with _HELD_LOCK:
+            holder = _HELD.get(rel)
+        return doc if holder in (None, threading.get_ident()) else None
     if holder_alive(doc["pid"], doc.get("pid_start")):
         return None
     return doc
@@ -232,19 +256,62 @@ def _committed(manifests: Iterable[dict], run: str, e: dict) -> Optional[dict]:
     return min(ops, key=lambda o: o["finished_at"]) if ops else None
 
 
-def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine: bool = False) -> List[str]:
-    """At a start: record as ``done`` each run a gone worker's ledger left in flight although its
-    reduction committed (module doc). One listing of the markers when none is stale; the
-    folder's entries and ``manifests_of()`` (the vault's manifests in the one schema) are read
-    only for a gone worker's marker. ``mine``: this process's own markers count as gone too (its
-    batch was interrupted), as ``engine.upkeep.settle_stale_ledgers`` rules. Returns the runs recorded; a write that fails leaves the
-    marker, and the next start tries again (the ledger is a record: the reductions stand)."""
+def _journals_left(rfs: RemoteFS) -> tuple:
+    """``(op ids, runs)`` named by the journal objects left in the bucket (an operation some
+    journal still holds may yet be rolled back); raises ``OSError`` when one cannot be read
+    (nothing is proven then)."""
+    try:
+        objs = rfs.list_tree(JOURNAL)
+    except FileNotFoundError:
+        return set(), set()
+    ops, runs = set(), set()
+    for key in sorted(objs):
+        ops.add(key.rsplit("/", 1)[-1][:-5] if key.endswith(".json") else key)
+        try:
+            doc = json.loads(rfs.read_bytes(key).decode("utf-8"))
+        except FileNotFoundError:
+            continue  # settled since the listing
+        except (ValueError, RecursionError):
+            raise OSError(f"{rfs.url_of(key)}: unreadable journal; no commit of its runs is proven") from None
+        if not isinstance(doc, dict):
+            raise OSError(f"{rfs.url_of(key)}: not a journal; no commit of its runs is proven")
+        for en in [doc] + (doc["runs"] if isinstance(doc.get("runs"), list) else []):
+            if isinstance(en, dict):
+                ops.update(v for v in (en.get("op"),) if isinstance(v, str))
+                runs.update(v for v in (en.get("run"),) if isinstance(v, str))
+    return ops, runs
+
+
+def _rolled_back_by(recovered: Iterable) -> Dict[str, tuple]:
+    """run -> (its settled run row, the outcome's detail) for each run ``recovered`` rolled back."""
+    out: Dict[str, tuple] = {}
+    for r in recovered:
+        if getattr(r, "action", None) == Recovery.ROLLED_BACK:
+            for s in getattr(r, "runs", None) or ():
+                if isinstance(s, dict) and isinstance(s.get("run"), str):
+                    out[s["run"]] = (s, r.detail)
+    return out
+
+
+def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine: bool = False,
+                 recovered: Iterable = ()) -> List[str]:
+    """At a start: settle each run a gone worker's ledger left in flight (module doc): ``done``
+    when its commit is proven (a verified manifest after the mark, no journal left naming it),
+    ``pending`` (code ``rolled_back``) when ``recovered`` (this start's recovery outcomes) rolled
+    it back. One listing of the markers when none is stale; the folder's entries,
+    ``manifests_of()`` and the journals are read only for a gone worker's marker. ``mine``: this
+    process's marker of the batch run by this thread counts as gone too (its batch was
+    interrupted), never another batch's. Returns the runs recorded done; a write that fails, or a
+    run a journal still names, leaves the marker, and the next start tries again (the ledger is a
+    record: the reductions stand)."""
     try:
         markers = rfs.list_tree(INFLIGHT)
     except FileNotFoundError:
         return []
+    undone = _rolled_back_by(recovered)
     done: List[str] = []
     manifests: Optional[List[dict]] = None
+    journals: Optional[tuple] = None
     for key, info in sorted(markers.items()):
         mk = _gone_marker(rfs, key, info, mine)
         if mk is None:
@@ -256,26 +323,74 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine:
         checked, _refused = _checked_entries(rfs, objs)  # refusals are named by ``merged`` (status)
         stale = [(run, e, pol) for run, e, _f, pol in checked if e.get("state") in IN_FLIGHT_STATES
                  and e.get("host") == mk["host"] and e.get("pid") == mk["pid"]]
+        keep = False  # the marker stays while a run of it is not settled for sure
         try:
             if stale and manifests is None:
                 manifests = manifests_of()
+                journals = _journals_left(rfs)
+            held_ops, held_runs = journals or (set(), set())
             for run, e, pol in stale:
-                m = _committed(manifests or [], run, e)
-                if m is None:
-                    continue  # not committed: a rerun reduces it again
-                b, a = m["bytes_before"], m["bytes_after"]
-                entry = dict(e, state="done", op_id=m["op_id"], verified=True, code=str(Recovery.COMPLETED),
-                             error=None, original_size_bytes=b, after_size_bytes=a,
-                             reduced_ratio=round(1 - a / b, 4) if b else 0.0, updated_at=time.time(),
-                             host=socket.gethostname(), **me())
+                if run in undone:  # as ``engine.ledger.mark_recovered`` records it
+                    s, why = undone[run]
+                    sizes = {k: v for k, v in (("original_size_bytes", s.get("bytes_before")),
+                                               ("after_size_bytes", s.get("bytes_after"))) if isinstance(v, int)}
+                    entry = dict(e, state="pending", op_id=s.get("op_id") or e.get("op_id"), verified=False,
+                                 code=str(Recovery.ROLLED_BACK),
+                                 error=f"its worker stopped; recovery rolled it back ({why})"[:MAX_ERROR_CHARS],
+                                 **sizes)
+                else:
+                    m = _committed(manifests or [], run, e)
+                    if run in held_runs or (m is not None and m["op_id"] in held_ops):
+                        keep = True  # a journal still holds it: recovery may yet roll it back
+                        continue
+                    if m is None:
+                        continue  # not committed: a rerun reduces it again
+                    b, a = m["bytes_before"], m["bytes_after"]
+                    entry = dict(e, state="done", op_id=m["op_id"], verified=True, code=str(Recovery.COMPLETED),
+                                 error=None, original_size_bytes=b, after_size_bytes=a,
+                                 reduced_ratio=round(1 - a / b, 4) if b else 0.0)
+                entry.update(updated_at=time.time(), host=socket.gethostname(), **me())
                 doc = {"version": LEDGER_VERSION, "run": run, "policy": pol or "", "entry": entry}
                 rfs.ops.put(rfs.path(f"{LEDGERS}/{mk['folder']}/{_run_hash(run)}.json"),
                             json.dumps(doc, sort_keys=True).encode())
-                done.append(run)
-            rfs.ops.delete([rfs.path(key)])
+                if entry["state"] == "done":
+                    done.append(run)
+            if not keep:
+                rfs.ops.delete([rfs.path(key)])
+                rel = key[len(INFLIGHT) + 1:]
+                with _HELD_LOCK:
+                    if _HELD.get(rel) == threading.get_ident():
+                        _HELD.pop(rel, None)
         except OSError:
             continue  # the marker stays: the next start tries again
     return done
 
 
-__all__ = ["BucketLedger", "merged", "settle_stale", "LEDGERS", "INFLIGHT"]
+def record_rolled_back(rfs: RemoteFS, shard: Optional[str], op_ids: Iterable[str]) -> List[str]:
+    """After an interrupt: the runs of the shard's ledger folder (``shard`` "i/n", or None for the
+    unsharded batch) whose operation is one of ``op_ids`` (rolled back by the batch's own threads)
+    are recorded ``pending`` (code ``rolled_back``), as a disk's ledger records them: the run is to
+    do again, not a failure. Read only when ``op_ids`` is not empty; returns the runs recorded."""
+    wanted = set(op_ids)
+    if not wanted:
+        return []
+    folder = _folder(shard)
+    try:
+        objs = rfs.list_tree(f"{LEDGERS}/{folder}")
+    except FileNotFoundError:
+        return []
+    out = []
+    checked, _refused = _checked_entries(rfs, objs)
+    for run, e, _f, pol in checked:
+        if e.get("op_id") not in wanted or e.get("state") == "pending":
+            continue
+        entry = dict(e, state="pending", verified=False, code=str(Recovery.ROLLED_BACK),
+                     error="interrupted; its worker thread rolled it back before the commit point",
+                     updated_at=time.time(), host=socket.gethostname(), **me())
+        doc = {"version": LEDGER_VERSION, "run": run, "policy": pol or "", "entry": entry}
+        rfs.ops.put(rfs.path(f"{LEDGERS}/{folder}/{_run_hash(run)}.json"), json.dumps(doc, sort_keys=True).encode())
+        out.append(run)
+    return out
+
+
+__all__ = ["BucketLedger", "merged", "settle_stale", "record_rolled_back", "LEDGERS", "INFLIGHT"]

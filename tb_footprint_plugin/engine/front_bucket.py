@@ -55,14 +55,15 @@ class BucketEngine(Engine):
     # -- settling ----------------------------------------------------------------------------
     def recover(self) -> List[RecoveryOutcome]:
         """Unfinished bucket operations settled from their journal objects, from any machine;
-        then the ledger objects a gone worker of this host left in flight for runs whose
-        reduction committed are recorded ``done`` (``bucket_ledger.settle_stale``, as a disk's
-        start settles its ledgers: one listing when nothing is stale)."""
+        then the ledger objects a gone worker of this host left in flight are settled: ``done``
+        when the commit is proven, ``pending`` when this recovery rolled the run back
+        (``bucket_ledger.settle_stale``, as a disk's start settles its ledgers: one listing when
+        nothing is stale)."""
         from tb_footprint_plugin.engine import bucket_ledger
 
         out = self.bk.recover(self.rfs, self.vault)
         try:
-            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault))
+            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), recovered=out)
         except (OSError, ValueError):
             pass  # the ledger is a record: the next start settles it
         return out
@@ -87,14 +88,20 @@ class BucketEngine(Engine):
                            rolled_back: Sequence[str]) -> List[dict]:
         """The bucket's recovery, each outcome said with ``untouched`` None and ``files`` 0 (a
         bucket's originals are not re-hashed here); then this process's own in-flight ledger
-        entries whose run committed are recorded ``done`` (``bucket_ledger.settle_stale`` with
-        ``mine``, as a disk's interrupt settles its own); a run rolled back stays in flight for
-        a rerun (the disk's ``pending`` mark of it is not written)."""
+        entries (its batch's, run by this thread) are settled (``bucket_ledger.settle_stale`` with
+        ``mine``, as a disk's interrupt settles its own): ``done`` when the commit is proven,
+        ``pending`` (code ``rolled_back``) when recovery or the batch's own thread (``rolled_back``)
+        rolled it back."""
         from tb_footprint_plugin.engine import bucket_ledger
 
-        out = [dict(vars(o), untouched=None, files=0) for o in self.recover()]
+        recovered = self.recover()
+        out = [dict(vars(o), untouched=None, files=0) for o in recovered]
         try:
-            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), mine=True)
+            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), mine=True,
+                                       recovered=recovered)
+            if ledger or shard is not None:  # the folder ``reduce_on_bucket`` recorded the batch in
+                bucket_ledger.record_rolled_back(self.rfs, None if shard is None else f"{shard[0]}/{shard[1]}",
+                                                 rolled_back)
         except (OSError, ValueError):
             pass  # the ledger is a record: the next start settles it
         return out

@@ -1,0 +1,113 @@
+"""Review J7 S2: a bucket ledger's settling records a run ``done`` only when its commit is proven,
+records a rolled-back run ``pending`` (code ``rolled_back``) as a disk's ledger does, and an
+interrupt's settling (``mine``) takes only its own batch's marker, never that of another batch of
+the same process (TensorBoard's plugin process runs several jobs). On moto S3."""
+import json
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from test_bucket_state_schema import KILLED_BEFORE_DONE, STATE, _keys, _logdir
+from test_shards import env
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import bucket_ledger, bucket_recover
+from tb_footprint_plugin.engine.bucket_state import BucketTxnError
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+
+def _batch(url):
+    return api.status(url)["batch"]
+
+
+def test_a_run_whose_journal_recovery_could_not_roll_back_is_not_recorded_done(s3_bucket, tmp_path, monkeypatch):
+    """Killed after the runs' verified manifests, before the commit record; the next start's
+    rollback fails (store error: journal and manifests kept). The ledger must not say done for
+    runs a later start rolls back; that later start records them pending (rolled_back)."""
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    p = subprocess.run([sys.executable, "-c", KILLED_BEFORE_DONE.replace('state == "done"', "False"), url, pol],
+                       env=env(TB_FOOTPRINT_FAILPOINTS="reduce.verify=kill"), capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    assert len(_keys(url, f"{STATE}/journal/")) == 1
+    verified = [m for m in api.operations(url) if m["kind"] == "reduce" and m["outcome"] == "verified"]
+    assert len(verified) == 2  # written before the commit record: they prove nothing
+
+    def refuse(*a, **k):
+        raise BucketTxnError("store_error", "simulated: the store refused the rollback's delete")
+
+    monkeypatch.setattr(bucket_recover, "rollback_entry", refuse)
+    (rec,) = api.recover_logdir(url)
+    assert rec.action == "failed"
+    assert len(_keys(url, f"{STATE}/journal/")) == 1  # kept: the next start rolls it back
+    b = _batch(url)
+    assert b["counts"] == {"reducing": 2}, b  # before the fix: {"done": 2}
+    assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 1  # kept for the next start
+
+    monkeypatch.undo()
+    (rec,) = api.recover_logdir(url)
+    assert rec.action == "rolled_back"
+    b = _batch(url)
+    assert b["counts"] == {"pending": 2}, b
+    assert {e["code"] for e in b["runs"].values()} == {"rolled_back"}
+    assert _keys(url, f"{STATE}/ledger-inflight/") == []
+
+
+def test_an_interrupt_settles_its_own_batch_marker_not_another_batch_of_the_same_process(s3_bucket, tmp_path,
+                                                                                          monkeypatch):
+    """Another batch of this process (another thread, its own ledger) has a run in flight while
+    this thread's reduce is interrupted: settling the interrupt leaves that batch's marker and
+    entry, and a start of another process does not take them (this process is alive)."""
+    url, pol = _logdir(s3_bucket, tmp_path)
+    other = {}
+
+    def other_batch():
+        book = bucket_ledger.BucketLedger(RemoteFS(url), "archive", "1/2")
+        book.mark("elsewhere/run", "reducing", original_size_bytes=10)
+        other["book"] = book
+
+    t = threading.Thread(target=other_batch)
+    t.start()
+    t.join()
+    (other_marker,) = _keys(url, f"{STATE}/ledger-inflight/")
+
+    real = bucket_ledger.BucketLedger.mark
+
+    def mark(self, run, state, **kw):
+        if state == "done":
+            raise KeyboardInterrupt
+        return real(self, run, state, **kw)
+
+    monkeypatch.setattr(bucket_ledger.BucketLedger, "mark", mark)
+    with pytest.raises(KeyboardInterrupt):
+        api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default")
+    monkeypatch.setattr(bucket_ledger.BucketLedger, "mark", real)
+    assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 2  # one marker per batch
+    api.settle_interrupted(url, policy=pol, ledger="default")
+    assert _keys(url, f"{STATE}/ledger-inflight/") == [other_marker]  # before the fix: []
+    b = _batch(url)
+    assert b["runs"]["elsewhere/run"]["state"] == "reducing"
+    assert b["counts"] == {"done": 3, "reducing": 1}, b
+    # the other batch goes on: its end deletes its own marker
+    other["book"].mark("elsewhere/run", "failed", error="gone")
+    assert _keys(url, f"{STATE}/ledger-inflight/") == []
+
+
+def test_a_run_its_own_thread_rolled_back_at_an_interrupt_is_recorded_pending(s3_bucket, tmp_path):
+    """``settle_interrupted(rolled_back=...)``: the operations the batch's threads rolled back
+    themselves are recorded pending (code rolled_back) as a disk's ledger records them; before,
+    the argument was ignored on a bucket."""
+    url, pol = _logdir(s3_bucket, tmp_path, n=1)
+    rfs = RemoteFS(url)
+    book = bucket_ledger.BucketLedger(rfs, "archive", None)
+    book.mark("exp0/run000", "reducing", original_size_bytes=10)
+    book.mark("exp0/run000", "failed", op_id="op-rolled", code="rolled_back", error="interrupted")
+    api.settle_interrupted(url, policy=pol, ledger="default", rolled_back=["op-rolled"])
+    e = _batch(url)["runs"]["exp0/run000"]
+    assert (e["state"], e["code"], e["op_id"]) == ("pending", "rolled_back", "op-rolled"), e
+    assert json.loads(rfs.read_bytes(f"{STATE}/ledgers/batch/"
+                                     f"{bucket_ledger._run_hash('exp0/run000')}.json"))["entry"]["state"] == "pending"
