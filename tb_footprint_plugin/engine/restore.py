@@ -8,6 +8,7 @@ interrupted restore is simply finished on the next start.
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import time
 from typing import List, Optional
@@ -29,11 +30,12 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import retired_now
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
-from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault, who
+from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, restore_tmp_path, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.files import matches
+from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
@@ -98,6 +100,8 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
             journal = Journal.create(ctx.journal_dir, op_id, {
                 "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
                 "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
+                # the token of its temp names: recovery of a killed restore removes exactly those
+                "tmp_token": secrets.token_hex(16),
             })
         except trust.Untrusted as e:
             out.reason, out.code = str(e), Failure.REFUSED
@@ -136,7 +140,9 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     vault = Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
-    _remove_restore_temps(ctx, manifest)
+    token = begin.get("tmp_token")
+    token = token if isinstance(token, str) and RESTORE_TOKEN.fullmatch(token) else None
+    _remove_restore_temps(ctx, manifest, token)
     # folders owner-writable while files go back in; their recorded modes and mtimes at the end
     remade = make_dirs(ctx, manifest.get("removed_dirs", []))
     faults.hit("restore.dirs")
@@ -156,7 +162,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     for f in manifest["files"]:
         # bytes written there since the reduction are kept in the vault, never lost, and the
         # records among them go back into the run beside the original
-        d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember)
+        d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember, tmp_token=token)
         if d and d.get("kept_in_place"):
             displaced.append(d)
         faults.hit("restore.file")
@@ -272,23 +278,26 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
     return out
 
 
-def _remove_restore_temps(ctx: Context, manifest: dict) -> List[str]:
-    """Temp copies a killed restore of this operation left next to its files (we hold the run's
-    lock, so none of them is being written now)."""
-    removed = []
-    shas = {f["sha256"][:12] for f in manifest.get("files", [])}
-    for d in sorted({os.path.dirname(f["path"]) for f in manifest.get("files", [])}):
+def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str]) -> List[str]:
+    """Temp copies a killed attempt of this restore left next to its files: exactly the names
+    its journaled ``token`` gives (``vault.restore_tmp_path``), never another file that merely
+    looks like one (a user's own). We hold the run's lock, so none of them is being written now;
+    a restore journaled without a token (an earlier version) leaves its temps where they are."""
+    removed: List[str] = []
+    if token is None:
+        return removed
+    for f in manifest.get("files", []):
+        if not is_sha256(f.get("sha256")):
+            continue  # untrusted: only a digest's first characters go into the name
+        d = os.path.dirname(f["path"])
         try:
             no_symlink(ctx, os.path.join(d, "x") if d else "x")
-            names = os.listdir(ctx.abs(d) if d else ctx.logdir)
+            p = restore_tmp_path(ctx.abs(d) if d else ctx.logdir, f["sha256"], token)
+            if os.path.isfile(p) and not os.path.islink(p):
+                os.unlink(p)
+                removed.append(os.path.relpath(p, ctx.logdir))
         except (OSError, TransactionError):
             continue
-        for n in names:
-            if n.startswith(RESTORE_TMP_PREFIX) and n.rsplit("-", 1)[-1] in shas:
-                p = os.path.join(ctx.abs(d) if d else ctx.logdir, n)
-                if os.path.isfile(p) and not os.path.islink(p):
-                    os.unlink(p)
-                    removed.append(os.path.relpath(p, ctx.logdir))
     return removed
 
 

@@ -267,7 +267,8 @@ def settle_folder_times(ctx: Context, recs) -> None:
 
 
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,
-             on_displaced: Optional[Callable[[dict], None]] = None) -> Optional[dict]:
+             on_displaced: Optional[Callable[[dict], None]] = None,
+             tmp_token: Optional[str] = None) -> Optional[dict]:
     """Put the original bytes of ``rec`` back at its path.
 
     Content found there that is neither the original nor what the operation itself produced
@@ -278,6 +279,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     (``<file>.salvaged-NNN``, ``displaced["late_records"]``): TensorBoard keeps showing them.
     ``on_displaced`` is called with that record before the original takes the path, so a caller
     can make it durable first (a restore finished after a crash finds the path already restored).
+    ``tmp_token``: a restore's journaled token of its temp names (``vault.restore_tmp_path``).
     """
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
@@ -305,7 +307,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             displaced["late_records"] = late
         if on_displaced is not None:
             on_displaced(displaced)
-    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], **_time_of(vault, rec))
+    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token, **_time_of(vault, rec))
     return displaced
 
 

@@ -83,6 +83,7 @@ import getpass
 import json
 import os
 import re
+import secrets
 import socket
 import stat
 import tempfile
@@ -92,8 +93,9 @@ from typing import BinaryIO, Callable, Dict, Iterable, List, Optional
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog, remote_vault
 from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still, copy_file, copy_new,
-                                               create_new, finish_new_file, fsync_dir, hash_and_count, is_regular,
-                                               sha256_file, sha256_stream)
+                                               create_exclusive, create_new, finish_new_file, fsync_dir,
+                                               hash_and_count, is_regular, sha256_file, sha256_stream,
+                                               unlink_if_same)
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage import throttle as fsops
@@ -111,8 +113,20 @@ class VaultError(OSError):
 
 
 
-#: temp name of a file being restored: ``<dir>/.footprint-restore-<pid>-<sha12>``
+#: temp name of a file being restored: ``<dir>/.footprint-restore-<token>-<sha12>``, the token
+#: random (a restore's journal names its own: ``engine.restore``), made only where nothing stands
+#: (``create_exclusive``): no file of a user's is ever taken for a leftover of ours, and recovery
+#: of a killed restore removes exactly the names its journal's token gives
 RESTORE_TMP_PREFIX = ".footprint-restore-"
+RESTORE_TOKEN = re.compile(r"[0-9a-f]{32}")
+
+
+def restore_tmp_path(d: str, sha: str, token: Optional[str] = None) -> str:
+    """The temp name for restoring blob ``sha`` into folder ``d``: ``token`` (a restore's
+    journaled one, ``RESTORE_TOKEN``) or a new random one."""
+    if token is None or not RESTORE_TOKEN.fullmatch(token):
+        token = secrets.token_hex(16)
+    return os.path.join(d, f"{RESTORE_TMP_PREFIX}{token}-{sha[:12]}")
 
 #: how backups are kept once their operation is committed: compressed blobs (the default: the
 #: disk is freed at once) or the hard links themselves (no compression time; freed by purge)
@@ -665,7 +679,8 @@ class Vault:
             return False
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
-                     mtime: Optional[float] = None, mtime_ns: Optional[int] = None) -> None:
+                     mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
+                     tmp_token: Optional[str] = None) -> None:
         """Put the blob's bytes at ``dest`` atomically (temp name in the same dir, then rename),
         with ``mode`` and the modification time (``mtime_ns`` to the nanosecond, else the older
         records' float ``mtime``) set on the copy before it takes the name.
@@ -674,53 +689,56 @@ class Vault:
         file it backs up, so setting the restored file's mode or time, or a writer appending to
         it later, would change the backup too. A compressed blob is decompressed into the temp
         file and hashed on the way; one that does not decode to ``sha`` never takes ``dest``'s
-        name (``VaultError`` naming ``dest``)."""
+        name (``VaultError`` naming ``dest``). ``tmp_token``: the restore's journaled token of its
+        temp names (``restore_tmp_path``; a random one without)."""
         if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)
                                             or remote_vault.packed_ref(self.root, sha) is not None):
-            return self._restore_zst(sha, dest, mode, mtime, mtime_ns)  # streamed, hashed on the way
+            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token)  # streamed, hashed on the way
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
         d = os.path.dirname(dest)
         os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
-        # a copy, so the blob stays valid whatever happens to dest later; made anew, never
-        # through a link planted at that guessable name, and hashed, chmod'ed and timed through
+        tmp = restore_tmp_path(d, sha, tmp_token)
+        made = None  # the temp file this call made: the only one its cleanup removes
+        # a copy, so the blob stays valid whatever happens to dest later; made where nothing
+        # stands (never over or instead of a file there), and hashed, chmod'ed and timed through
         # its fd (``files.copy_new``): a name swapped meanwhile is never followed
         try:
             try:
-                copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
+                made = copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime, exclusive=True)
             except (FileNotFoundError, CopyMismatch):
                 if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is None:
                     raise
                 # compacted or packed (by another run's compaction) between the check and the
                 # copy, or the plain blob beside the .zst changed: the compressed or packed form is
                 # the backup (``copy_new`` removed its temp)
-                return self._restore_zst(sha, dest, mode, mtime, mtime_ns)
+                return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
         except CopyMismatch:
             raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash") from None
         except BaseException:
-            with contextlib.suppress(OSError):
-                st = os.lstat(tmp)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                    fsops.unlink(tmp)  # a failure after the copy leaves no temp file behind
+            if made is not None:
+                with contextlib.suppress(OSError):
+                    unlink_if_same(tmp, made)  # a failure after the copy leaves no temp file behind
             raise
         fsync_dir(d)
 
     def _restore_zst(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
-                     mtime_ns: Optional[int]) -> None:
+                     mtime_ns: Optional[int], tmp_token: Optional[str] = None) -> None:
         """``restore_blob`` from a compressed blob, or from the remote vault: one pass
-        decompresses (or downloads), hashes and writes a new temp file (``create_new``, set up
+        decompresses (or downloads), hashes and writes a new temp file (``create_exclusive``, set up
         through its fd as ``files.copy_new`` does); only a copy that hashes to ``sha`` is renamed
         to ``dest``. A remote blob that fails raises ``remote_vault.RemoteReadError`` (its code,
         the object named, and ``dest``); nothing takes ``dest``'s name."""
         d = os.path.dirname(dest)
         os.makedirs(d, exist_ok=True)
-        tmp = os.path.join(d, f"{RESTORE_TMP_PREFIX}{os.getpid()}-{sha[:12]}")
+        tmp = restore_tmp_path(d, sha, tmp_token)
+        made = None  # the temp file this call made: the only one its cleanup removes
         try:
-            fd = create_new(tmp)
+            fd = create_exclusive(tmp)
+            made = os.fstat(fd)
             with os.fdopen(fd, "wb") as fo:
                 try:
                     ok = self._write_checked(sha, fo, None)
@@ -738,10 +756,9 @@ class Vault:
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
         except BaseException:
-            with contextlib.suppress(OSError):
-                st = os.lstat(tmp)
-                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                    fsops.unlink(tmp)  # garbage never stays, not even under a temp name
+            if made is not None:
+                with contextlib.suppress(OSError):
+                    unlink_if_same(tmp, made)  # garbage never stays, not even under a temp name
             raise
         fsync_dir(d)
 

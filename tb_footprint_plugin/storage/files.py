@@ -370,19 +370,44 @@ def create_new(path: str, mode: int = 0o600) -> int:
     raise FileExistsError(errno.EEXIST, "not created", path)  # pragma: no cover
 
 
+def create_exclusive(path: str, mode: int = 0o600) -> int:
+    """A write fd of a file made anew at ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``), never over
+    nor instead of anything standing there: ``FileExistsError``, and whatever is there stays
+    (unlike ``create_new``, no file of that name is taken for a leftover of ours). For temporary
+    names with a random part, beside a user's own files."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode)
+
+
+def unlink_if_same(path: str, made: os.stat_result) -> bool:
+    """Remove ``path`` only while it is still the file ``made`` (its fstat when this process
+    created it: same device and inode, a regular file); True when removed. A name another
+    process or user put there since is left alone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (made.st_dev, made.st_ino):
+        return False
+    fsops.unlink(path)
+    return True
+
+
 class CopyMismatch(OSError):
     """A copy made by ``copy_new`` does not hash to what it should (the source changed or is
     damaged); the copy was removed."""
 
 
 def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-             mtime: Optional[float] = None) -> None:
+             mtime: Optional[float] = None, exclusive: bool = False) -> os.stat_result:
     """Copy the regular file ``src`` into a new file ``dst`` (``create_new``) that must hash to
     ``sha`` (``CopyMismatch`` otherwise), with ``mode`` and the modification time set, all
     through its fd: a name swapped for a link meanwhile (a folder others may write to) is never
     followed. The copy is fsynced; ``dst`` is checked to still be that file before returning,
-    so the caller's rename moves this copy."""
-    fd = create_new(dst)
+    so the caller's rename moves this copy. ``exclusive``: made by ``create_exclusive`` (nothing
+    standing at ``dst`` is removed: ``FileExistsError``). On failure only the file this call made
+    is removed. Returns that file's fstat (``unlink_if_same`` removes only it)."""
+    fd = create_exclusive(dst) if exclusive else create_new(dst)
+    made = os.fstat(fd)
     try:
         with os.fdopen(fd, "wb") as fo, open_regular(src, follow_symlinks=True) as fi:
             got, _ = hash_and_count(fi, fo)
@@ -393,10 +418,9 @@ def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns:
         check_still(dst, ident)
     except BaseException:
         with contextlib.suppress(OSError):
-            st = os.lstat(dst)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
-                fsops.unlink(dst)  # a full disk or a failed check leaves no temp file behind
+            unlink_if_same(dst, made)  # a full disk or a failed check leaves no temp file behind
         raise
+    return made
 
 
 def copy_file(src: str, dst: str) -> None:
@@ -415,4 +439,5 @@ def copy_file(src: str, dst: str) -> None:
 
 
 __all__ = ["CHUNK", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
-           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "copy_new", "CopyMismatch"]
+           "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
+           "CopyMismatch"]
