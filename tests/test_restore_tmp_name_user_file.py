@@ -67,3 +67,53 @@ def test_recovery_of_a_killed_restore_removes_only_the_temporary_its_journal_nam
     assert not (logdir / "run" / left.pop()).exists()  # the journaled one is gone
     after = user_files(logdir)
     assert {k: v for k, v in after.items() if not k.endswith(tuple(f.name for f in lookalikes))} == before
+
+
+def test_a_users_file_at_the_old_late_records_temporary_name_survives_a_restore(tmp_path):
+    """The late records a writer appended after the reduction go back beside the original
+    through a temp file; its name was ``.footprint-restore-late-<pid>-<sha12>``, and a user's file
+    there was removed as a leftover (``create_new``)."""
+    from test_late_records import append_by_path
+
+    logdir = tmp_path / "logdir"
+    path = image_run(logdir / "run")
+    original = path.read_bytes()
+    _age(logdir)
+    assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY).ok
+    append_by_path(path, 1000, 3)
+    mine = logdir / "run" / f".footprint-restore-late-{os.getpid()}-{hashlib.sha256(original).hexdigest()[:12]}"
+    mine.write_bytes(USER_BYTES)
+    (o,) = api.restore(str(logdir))
+    assert o.status == "restored", o.to_dict()
+    assert path.read_bytes() == original
+    assert (logdir / "run" / (path.name + ".salvaged-001")).is_file()
+    assert mine.read_bytes() == USER_BYTES  # before the fix: gone
+
+
+KILLED_IN_LATE_RECORDS = """
+import os, signal, sys
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import salvage
+def kill(*a, **k):
+    os.kill(os.getpid(), signal.SIGKILL)
+salvage.RecordReader = kill  # the late records' temp file is open, nothing in it yet
+api.restore(sys.argv[1])
+"""
+
+
+def test_recovery_of_a_restore_killed_while_putting_late_records_back_removes_its_temp(tmp_path):
+    from test_late_records import append_by_path
+
+    logdir = tmp_path / "logdir"
+    path = image_run(logdir / "run")
+    original = path.read_bytes()
+    _age(logdir)
+    assert api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY).ok
+    append_by_path(path, 1000, 3)
+    p = subprocess.run([sys.executable, "-c", KILLED_IN_LATE_RECORDS, str(logdir)], env=ENV, timeout=300)
+    assert p.returncode == -signal.SIGKILL
+    (left,) = [n for n in os.listdir(logdir / "run") if n.startswith(".footprint-restore-late-")]
+    api.recover_logdir(str(logdir))
+    assert path.read_bytes() == original
+    assert not (logdir / "run" / left).exists()
+    assert not [n for n in os.listdir(logdir / "run") if n.startswith(".footprint-restore-")]

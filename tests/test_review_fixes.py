@@ -203,12 +203,11 @@ def test_planted_symlinks_at_restore_temp_names_are_never_followed(tmp_path):
     for v in victims:
         assert v.read_bytes() == b"must survive"
     assert (run / (path.name + ".salvaged-001")).is_file()
-    aside = [p for p in run.iterdir() if ".refused-" in p.name]
-    # the late-records file's name is guessable: the link there is set aside; the restored copy's
-    # temp name carries a random token now (review J7 S3), so a link at the old name is not ours
-    # and stays where it is, untouched
-    assert len(aside) == 1 and all(p.is_symlink() for p in aside)
+    # a restore's temp names carry its journaled random token now (review J7 S3): a link at the
+    # old guessable names is not ours, is never followed, and stays where it is
+    assert not [p for p in run.iterdir() if ".refused-" in p.name]
     assert (run / f".footprint-restore-{os.getpid()}-{sha12}").is_symlink()
+    assert (run / f".footprint-restore-late-{os.getpid()}-{sha12}").is_symlink()
 
 
 def test_create_new_sets_aside_a_planted_link_and_replaces_only_our_leftovers(tmp_path):

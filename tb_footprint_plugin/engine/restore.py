@@ -30,7 +30,7 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import retired_now
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
-from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, restore_tmp_path, who
+from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -292,10 +292,11 @@ def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str]) ->
         d = os.path.dirname(f["path"])
         try:
             no_symlink(ctx, os.path.join(d, "x") if d else "x")
-            p = restore_tmp_path(ctx.abs(d) if d else ctx.logdir, f["sha256"], token)
-            if os.path.isfile(p) and not os.path.islink(p):
-                os.unlink(p)
-                removed.append(os.path.relpath(p, ctx.logdir))
+            folder = ctx.abs(d) if d else ctx.logdir
+            for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
+                if os.path.isfile(p) and not os.path.islink(p):
+                    os.unlink(p)
+                    removed.append(os.path.relpath(p, ctx.logdir))
         except (OSError, TransactionError):
             continue
     return removed

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from typing import Callable, Dict, List, Optional
 
@@ -18,7 +19,7 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
-from tb_footprint_plugin.engine.vault import RESTORE_TMP_PREFIX, Vault
+from tb_footprint_plugin.engine.vault import Vault, late_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
@@ -302,7 +303,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         blob = vault.store(p, sha)
         displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
                      "blob": os.path.relpath(blob, vault.root)}
-        late = _late_records(ctx, rec, produced, blob, displaced["size"])
+        late = _late_records(ctx, rec, produced, blob, displaced["size"], tmp_token)
         if late:
             displaced["late_records"] = late
         if on_displaced is not None:
@@ -311,7 +312,8 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     return displaced
 
 
-def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int) -> Optional[dict]:
+def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int,
+                  tmp_token: Optional[str] = None) -> Optional[dict]:
     """Records a writer added to ``rec``'s event file after the reduction, from the displaced
     copy ``blob``, written back into the run beside it; None for other files or when there are
     none. Appended to the reduced file: what follows its bytes; where the reduce left no file
@@ -324,7 +326,9 @@ def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, 
         start = produced["size"]
     else:
         return None
-    tmp = f"{RESTORE_TMP_PREFIX}late-{os.getpid()}-{rec['sha256'][:12]}"
+    # a restore's temp name from its journaled token (recovery of a killed one removes exactly
+    # it), else a random one: never a name a user's file may have (``create_new`` clears it)
+    tmp = os.path.basename(late_tmp_path("", rec["sha256"], tmp_token or secrets.token_hex(16)))
     return keep_late_records(ctx, rec["path"], blob, start, size, tmp)
 
 

@@ -128,6 +128,12 @@ def restore_tmp_path(d: str, sha: str, token: Optional[str] = None) -> str:
         token = secrets.token_hex(16)
     return os.path.join(d, f"{RESTORE_TMP_PREFIX}{token}-{sha[:12]}")
 
+
+def late_tmp_path(d: str, sha: str, token: str) -> str:
+    """The temp name of the late records a restore with journaled ``token`` puts back beside
+    the original of blob ``sha`` in folder ``d`` (``engine.swap``)."""
+    return os.path.join(d, f"{RESTORE_TMP_PREFIX}late-{token}-{sha[:12]}")
+
 #: how backups are kept once their operation is committed: compressed blobs (the default: the
 #: disk is freed at once) or the hard links themselves (no compression time; freed by purge)
 VAULT_FORMATS = ("compressed", "hardlink")
