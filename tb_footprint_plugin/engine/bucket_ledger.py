@@ -327,8 +327,9 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine:
         try:
             if stale and manifests is None:
                 manifests = manifests_of()
+            if stale and journals is None:  # read again for the next marker when it failed
                 journals = _journals_left(rfs)
-            held_ops, held_runs = journals or (set(), set())
+            held_ops, held_runs = journals if journals is not None else (set(), set())
             for run, e, pol in stale:
                 if run in undone:  # as ``engine.ledger.mark_recovered`` records it
                     s, why = undone[run]
