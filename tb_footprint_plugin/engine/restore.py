@@ -187,7 +187,9 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     manifest["restored_by"] = begin["op_id"]
     manifest["restored_at"] = time.time()
     vault.write_manifest(manifest)
-    released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced})
+    changed: set = set()
+    released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced},
+                                       changed=changed)
     vault.write_manifest(one_schema.new(
         op_id=begin["op_id"], kind="restore", run=manifest["run"], logdir=ctx.logdir, started_at=begin["t"],
         finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=manifest["op_id"],
@@ -207,6 +209,11 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
         detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"
     if kept_changed:
         detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
+    if changed:
+        names = sorted(f["path"] for f in manifest["files"] if f["sha256"] in changed)
+        detail += (f"; the vault's backup of {', '.join(names)} was kept: it changed since the reduction "
+                   f"({Finding.BACKUP_CHANGED.value}; bytes written to it may exist nowhere else, "
+                   "`tb-footprint status` names it)")
     late = [d["late_records"] for d in displaced if d.get("late_records")]
     if late:
         detail += ("; " + ", ".join(f"{x['records']} record(s) written after the reduction kept in the run as "
@@ -302,7 +309,8 @@ def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str]) ->
     return removed
 
 
-def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset()) -> int:
+def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset(),
+                            changed: Optional[set] = None) -> int:
     """After a verified restore the originals stand in the logdir again; the vault's copies of
     them are then redundant and are dropped, so a restore leaves the disk no fuller than before
     the reduce (the backup of a reduction is a hard link until the purge; the restore writes a
@@ -312,6 +320,9 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     no other operation of any logdir using this vault still claims it (nor an unfinished one, nor
     ``keep``), and every manifest of the vault could be read — on any doubt the blob stays (and
     ``purge`` can free it later). The manifest stops claiming the backup before any blob goes.
+    A plain blob goes only while it hashes to its name: one a late writer grew holds bytes that
+    may exist nowhere else, so it stays with its other forms, its digest added to ``changed``
+    (``status`` names it), and the manifest keeps claiming it.
     """
     if not manifest.get("restored_by"):
         return 0
@@ -324,12 +335,16 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
         kept.update(claimed)
         return claimed
 
-    freed = vault.delete_blobs(candidates, needed) if candidates else {}
+    grown: set = set()
+    freed = vault.delete_blobs(candidates, needed, changed=grown) if candidates else {}
+    if changed is not None:
+        changed.update(grown)
     # a blob let go is one no claim kept under the locks and, if it has local forms, one they
     # went from (not kept for a live pin); one only the remote vault holds goes from there once
     # the manifests say so. Only then, and only for those, the marks: a kill before them is
     # finished by the next start, which marks an operation whose blobs are all absent
-    gone = {sha for sha in candidates if sha not in kept and (freed.get(sha) or vault.local_form(sha) is None)}
+    gone = {sha for sha in candidates if sha not in kept and sha not in grown
+            and (freed.get(sha) or vault.local_form(sha) is None)}
     ms = [manifest] + [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
     for m in ms:  # every restored operation left with no blob stops claiming one
         if m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(

@@ -1551,14 +1551,41 @@ class Vault:
                 continue
         return size
 
+    def _release_locked(self, sha: str, changed: set) -> int:
+        """``_delete_locked`` for a restore's release, under the blob's lock: its plain blob goes
+        only by ``_drop_plain`` (still the inode read, one link, hashing to its name). One that
+        does not (grown by a late writer of a linked original: bytes that may be nowhere else)
+        is kept with every other form of the digest, and named in ``changed`` unless it is only
+        shared (another link holds it: kept, not changed). 0 freed when kept."""
+        if self.pinned_by(sha):
+            return self._delete_locked(sha)
+        p = self.blob_path(sha)
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            return self._delete_locked(sha)
+        except OSError:
+            changed.add(sha)
+            return 0
+        if not stat.S_ISREG(st.st_mode):
+            changed.add(sha)
+            return 0
+        if not self._drop_plain(sha, st):
+            if st.st_nlink == 1:
+                changed.add(sha)
+            return 0
+        return st.st_size + self._delete_locked(sha)
+
     def delete_blobs(self, shas: Iterable[str], needed, batch: int = 256,
-                     after_each=None) -> Dict[str, int]:
+                     after_each=None, changed: Optional[set] = None) -> Dict[str, int]:
         """Delete blobs a purge planned, digest → bytes freed (0: kept). A plan read earlier may
         be stale: under the locks of each batch (taken in digest order, so two purges never wait
         on each other), a blob is kept when a live pin names it or when ``needed()`` — the
         manifests and journals read afresh, once a batch — names it. ``store`` pins under the
         same lock and a transaction unpins only after its manifest is durable, so a transaction
-        that stored the bytes since the plan is seen one way or the other."""
+        that stored the bytes since the plan is seen one way or the other. ``changed`` (a
+        restore's release): a plain blob goes only while intact (``_release_locked``); one kept
+        as changed is added to it, and its pack copy stays too."""
         todo = sorted(dict.fromkeys(s for s in shas if is_sha256(s)))
         out: Dict[str, int] = {}
         # packed blobs are forgotten by the pack store, which no add may run beside: its lock first
@@ -1575,7 +1602,14 @@ class Vault:
                     keep = needed()
                     forget = []
                     for sha in part:
-                        out[sha] = 0 if sha in keep else self._delete_locked(sha)
+                        if sha in keep:
+                            out[sha] = 0
+                        elif changed is not None:
+                            out[sha] = self._release_locked(sha, changed)
+                            if sha in changed or self.local_form(sha) is not None:
+                                continue  # kept (changed, shared or pinned): so is its pack copy
+                        else:
+                            out[sha] = self._delete_locked(sha)
                         if packs and sha not in keep and not self.pinned_by(sha) \
                                 and remote_vault.packed_ref(self.root, sha) is not None:
                             forget.append(sha)

@@ -1,0 +1,63 @@
+"""The J6 safety review of the local vault's packs (notes/r6/review_J6.md), the findings left
+after tests/test_pack_safety_review.py: a restore's release of a grown plain blob, the memory
+one planted index object costs (F2), and a planted ``.remote`` record while the pack index
+folder is gone. Each test fails on the code before its fix."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from test_restore_exact import assert_exact, snapshot
+from test_vault_packs import make_logdir, reduce
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.storage.paths import state_dir
+
+
+@pytest.fixture(autouse=True)
+def _disarm():
+    yield
+    faults.disarm_all()
+
+
+# --- 1: a restore's release never unlinks a plain blob that does not hash to its name --------
+def test_a_restore_keeps_a_grown_plain_blob_beside_a_pack_and_says_so(tmp_path):
+    """A plain blob under a packed backup's digest that a late writer grew (a link of a live
+    file that kept being appended to) holds appended bytes that exist nowhere else. The restore
+    reads the intact pack copy; its release then unlinked the grown plain blob (and forgot the
+    pack copy). Now both stay, the manifest keeps claiming them, the restore says
+    ``backup_changed`` and status names it."""
+    root = make_logdir(tmp_path / "logs", files=3)
+    before = snapshot(root)
+    reduce(root)
+    v = Vault(state_dir(str(root)))
+    m = next(m for m in v.manifests() if m.get("kind") == "reduce")
+    f = m["files"][0]
+    assert v.blob_form(f["sha256"]) == "packed"
+    with v.open_blob(f["sha256"]) as src:
+        grown = src.read() + b"records a late writer appended: only here"
+    plain = Path(v.blob_path(f["sha256"]))
+    plain.parent.mkdir(mode=0o700, exist_ok=True)
+    plain.write_bytes(grown)
+    os.chmod(plain, 0o600)
+
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [(o.status, o.reason) for o in outs]
+    assert_exact(root, before)
+    assert plain.read_bytes() == grown  # the appended bytes are still in the vault
+    assert Finding.BACKUP_CHANGED.value in outs[0].reason and f["path"] in outs[0].reason, outs[0].reason
+    fresh = Vault(state_dir(str(root))).read_manifest(m["op_id"])
+    assert fresh.get("restored_by") and not fresh.get("backup_purged")
+    assert Vault(state_dir(str(root))).check_blob(f["sha256"])  # the pack copy stays beside it
+    codes = [p["code"] for p in api.status(str(root))["problems"]]
+    assert Finding.BACKUP_CHANGED in codes, codes
+    # the other files' backups were released as before
+    for g in m["files"][1:]:
+        assert Vault(state_dir(str(root))).blob_form(g["sha256"]) is None
+    # and a later start asks again, and keeps it again
+    api.recover_logdir(str(root))
+    assert plain.read_bytes() == grown
