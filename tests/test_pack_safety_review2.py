@@ -4,13 +4,16 @@ one planted index object costs (F2), and a planted ``.remote`` record while the 
 folder is gone. Each test fails on the code before its fix."""
 from __future__ import annotations
 
+import functools
+import io
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from test_restore_exact import assert_exact, snapshot
-from test_vault_packs import make_logdir, reduce
+from test_vault_packs import make_logdir, packs, reduce
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import faults
@@ -61,3 +64,49 @@ def test_a_restore_keeps_a_grown_plain_blob_beside_a_pack_and_says_so(tmp_path):
     # and a later start asks again, and keeps it again
     api.recover_logdir(str(root))
     assert plain.read_bytes() == grown
+
+
+# --- 3: a planted .remote record never makes a pack no index lists a sweepable leftover --------
+def _age_packs(v: Path, hours: float = 2) -> None:
+    old = time.time() - hours * 3600  # reduced long ago: every pack is past the leftovers' grace
+    for p in (v / "packs" / "data").rglob("*.pack"):
+        os.utime(p, (old, old))
+
+
+def test_a_planted_record_never_lets_an_unlisted_pack_be_swept(tmp_path, s3_bucket):
+    """The pack index's objects deleted (the folder left, empty) and a well-formed ``.remote``
+    record (the configured remote vault's URL) planted for every backup while the bucket holds
+    none of them: ``pack_index_gaps`` counted each record as a copy, found no gap, and the batch
+    end swept the pack, the only copy. A record now counts only when its remote vault's index
+    lists the blob: the gap is named and the pack stays; once the bucket does hold them all,
+    the records count again."""
+    from tb_footprint_plugin.engine import offload, remote_vault
+    from tb_footprint_plugin.engine.context import Context
+    from tb_footprint_plugin.storage.blobstore import BlobSource
+
+    root = make_logdir(tmp_path / "logs", files=4)
+    reduce(root)
+    vault = Context(str(root)).vault
+    offload.configure(vault, s3_bucket.url("planted"))
+    url = remote_vault.configured_url(vault.root)
+    m = next(m for m in vault.manifests() if m.get("kind") == "reduce")
+    bodies = {}
+    for f in m["files"]:
+        with remote_vault.open_packed(vault.root, f["sha256"]) as src:
+            bodies[f["sha256"]] = src.read()
+    v = Path(vault.root)
+    _age_packs(v)
+    held = packs(root)
+    assert held
+    for obj in list((v / "packs" / "index").iterdir()):
+        obj.unlink()
+    for sha, body in bodies.items():
+        remote_vault.write_record(vault.root, sha, url, len(body), f"data/{sha[:2]}/{sha}")
+    gaps = Vault(str(v)).pack_index_gaps()
+    assert gaps and "listed by no index object" in gaps[0]["message"], gaps
+    Vault(str(v)).merge_pack_index()
+    assert packs(root) == held  # the only copy of run a's backups stays
+    # the bucket holds every blob now (verified by its store): the records stand for copies
+    bs = remote_vault.blobstore(url, fresh=True)
+    bs.add([BlobSource(sha=s, size=len(b), open=functools.partial(io.BytesIO, b)) for s, b in bodies.items()])
+    assert Vault(str(v)).pack_index_gaps() == []

@@ -1067,7 +1067,8 @@ class Vault:
         packs exist, something else standing there, a name in it that is not an index object (a
         renamed one), or — while some data object is listed by no index — a blob ``referenced``
         (default: ``referenced_blobs()``, read only then) that no index lists and the vault holds
-        neither plain, compressed nor offloaded (recorded). Every pack no index
+        neither plain, compressed nor offloaded (a record whose remote vault lists it now:
+        ``_remote_holds``). Every pack no index
         lists counts as a killed compaction's leftover and is deleted past its grace, so while any
         of these stands no leftover is (``merge_pack_index``): the pack may be the only copy of those
         backups. Nothing when the vault has no packs or an index object is damaged (named already,
@@ -1119,6 +1120,7 @@ class Vault:
         if not unlisted:
             return []  # no leftover to take for one: a backup missing here is health's "missing" alone
         missing = []
+        remote: Dict[str, object] = {}  # URL -> its blob store (None: it does not read now)
         for sha in sorted(set(self.referenced_blobs() if referenced is None else referenced)):
             if not is_sha256(sha) or listed(sha):
                 continue
@@ -1126,13 +1128,34 @@ class Vault:
             for p in (self.blob_path(sha), self.zst_path(sha)):
                 with contextlib.suppress(OSError):
                     held = held or stat.S_ISREG(os.lstat(p).st_mode)
-            if not held and remote_vault.read_record(self.root, sha) is None:
+            if not held and not self._remote_holds(sha, remote):
                 missing.append(sha)
         if missing:
             return [gap(f"{len(missing)} backup(s) the operations need are listed by no index object and are not in "
                         f"the blobs folder (sha256 {', '.join(s[:12] + '…' for s in missing[:3])}): an index object "
                         "may be gone; no pack is deleted as a leftover, since one may be their only copy")]
         return []
+
+    def _remote_holds(self, sha: str, stores: Dict[str, object]) -> bool:
+        """Whether ``sha``'s ``.remote`` record stands for a copy: a record is untrusted input (a
+        planted or stale one would let the only pack holding ``sha`` be swept as a leftover), so
+        it counts only when it names a remote vault this vault offloaded to and that vault's own
+        index lists ``sha`` now (read afresh once per URL in ``stores``). Any doubt: False."""
+        rec = remote_vault.read_record(self.root, sha)
+        if rec is None:
+            return False
+        url = rec["url"]
+        if url not in stores:
+            try:
+                stores[url] = remote_vault.blobstore(url, fresh=True)
+            except Exception:  # noqa: BLE001 - a store that does not open backs nothing now
+                stores[url] = None
+        bs = stores[url]
+        try:
+            return bs is not None and bs.ref(sha) is not None
+        except Exception:  # noqa: BLE001 - unreachable or unreadable: the record proves nothing
+            stores[url] = None
+            return False
 
     def _forget_packed(self, shas: List[str]) -> Dict[str, int]:
         """``BlobStore.forget`` of packed blobs (hold the pack lock alone and their locks); digest →
