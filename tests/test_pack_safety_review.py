@@ -238,16 +238,16 @@ def test_an_index_object_replaced_between_the_listing_and_its_read_is_read_from_
     reader = BlobStore(PosixStore(str(tmp_path / "packs")))
     with blobstore._PARSED_LOCK:
         blobstore._PARSED.clear()  # a fresh process: it has parsed no index object yet
-    real = reader.store.read_all
+    real = reader.store.open_read  # index objects are read as a stream
     raced = []
 
-    def read_all(key, *a, **kw):
+    def open_read(key, *a, **kw):
         if key.startswith("index/") and not raced:
             raced.append(key)
             writer.forget([shas[0]], sweep=False)  # writes the replacement, then deletes `key`
         return real(key, *a, **kw)
 
-    reader.store.read_all = read_all
+    reader.store.open_read = open_read
     reader.reload()
     assert raced
     assert [reader.has(s) for s in shas] == [False, True, True, True]

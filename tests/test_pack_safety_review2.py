@@ -5,8 +5,10 @@ folder is gone. Each test fails on the code before its fix."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -110,3 +112,97 @@ def test_a_planted_record_never_lets_an_unlisted_pack_be_swept(tmp_path, s3_buck
     bs = remote_vault.blobstore(url, fresh=True)
     bs.add([BlobSource(sha=s, size=len(b), open=functools.partial(io.BytesIO, b)) for s, b in bodies.items()])
     assert Vault(str(v)).pack_index_gaps() == []
+
+
+# --- 2 (F2): one planted index object must not cost memory by its size --------------------------
+def _plant_huge_index(folder: Path) -> Path:
+    """An index object of valid-looking rows just under ``INDEX_READ_LIMIT`` (the review's r3:
+    66 MB, 475,948 rows), written a batch of rows at a time."""
+    from tb_footprint_plugin.storage.blobstore import INDEX_READ_LIMIT
+
+    pid = secrets.token_hex(16)
+    key = f"data/{pid[:2]}/{pid}.pack"
+    row_len = len(f'["{0:064x}",1,"{key}",{21 + 999_999},1,"raw",[""]],')
+    count = (INDEX_READ_LIMIT - 100) // row_len
+    path = folder / f"{secrets.token_hex(16)}.json"
+    with open(path, "w") as f:
+        f.write('{"v":1,"created":0,"blobs":[')
+        for start in range(0, count, 10_000):
+            f.write(",".join(f'["{i:064x}",1,"{key}",{21 + i},1,"raw",[""]]'
+                             for i in range(start, min(count, start + 10_000))))
+            if start + 10_000 < count:
+                f.write(",")
+        f.write("]}")
+    assert 60_000_000 < path.stat().st_size <= INDEX_READ_LIMIT
+    return path
+
+
+def test_a_planted_huge_index_object_is_refused_as_damaged_in_bounded_memory(tmp_path):
+    """A planted index object of 66 MB (475,948 rows) was parsed whole: ~490 MB traced (about
+    as much again resident) for one reload. Now it is read as a stream and refused as damaged
+    once it lists more rows than any index object of this layout (named, ``index_damaged``):
+    the reload's traced peak stays below 64 MiB, nothing is deleted, and the backups the real
+    index lists restore exactly."""
+    import tracemalloc
+
+    from tb_footprint_plugin.codes import BlobError
+    from tb_footprint_plugin.engine import remote_vault
+    from tb_footprint_plugin.storage import blobstore
+
+    root = make_logdir(tmp_path / "logs", files=4)
+    before = snapshot(root)
+    reduce(root)
+    v = Path(state_dir(str(root)))
+    planted = _plant_huge_index(v / "packs" / "index")
+    held = packs(root)
+    with blobstore._PARSED_LOCK:
+        blobstore._PARSED.clear()  # a fresh process: nothing parsed yet
+    bs = remote_vault.pack_store(str(v), fresh=True)
+    tracemalloc.start()
+    try:
+        bs.reload()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, f"{peak >> 20} MiB traced for one reload"
+    damaged = bs.damaged_index()
+    assert [d["key"] for d in damaged] == [f"index/{planted.name}"], damaged
+    assert damaged[0]["code"] == BlobError.DAMAGED_INDEX.value
+    problems = Vault(str(v)).pack_problems()
+    assert any(p["code"] == BlobError.DAMAGED_INDEX.value and p["file"] == str(planted) for p in problems), problems
+    Vault(str(v)).merge_pack_index()
+    assert packs(root) == held and planted.exists()
+    planted.unlink()  # the user removes what status named; the restore reads the real index
+    outs = api.restore(str(root))
+    assert [o.status.value for o in outs] == ["restored"], [(o.status, o.reason) for o in outs]
+    assert_exact(root, before)
+
+
+def test_the_parsed_index_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
+    """The module cache of parsed index objects kept every object read for the life of the
+    process; it now keeps at most ``INDEX_CACHE_BYTES`` of them as stored, the least recently
+    used going first, and a store reads an evicted object again as it was."""
+    import io as _io
+
+    from tb_footprint_plugin.storage import blobstore
+    from tb_footprint_plugin.storage.blobstore import BlobSource, BlobStore
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    monkeypatch.setattr(blobstore, "_PARSED", {})
+    monkeypatch.setattr(blobstore, "INDEX_CACHE_BYTES", 2000, raising=False)
+    stores = []
+    for n in range(6):  # six vaults' pack stores, one index object each (~700 bytes)
+        d = tmp_path / f"s{n}"
+        d.mkdir()
+        bs = BlobStore(PosixStore(str(d)))
+        bodies = [os.urandom(100) for _ in range(3)]
+        bs.add([BlobSource(sha=hashlib.sha256(b).hexdigest(), size=len(b), open=functools.partial(_io.BytesIO, b))
+                for b in bodies])
+        stores.append((d, bodies))
+        fresh = BlobStore(PosixStore(str(d)))
+        fresh.reload()
+    cached = blobstore._PARSED
+    assert 1 <= len(cached) < 6 and sum(v[1] for v in cached.values()) <= 2000, {k: v[1] for k, v in cached.items()}
+    d, bodies = stores[0]  # the first store's object went first; read again, it is whole
+    again = BlobStore(PosixStore(str(d)))
+    assert all(again.has(hashlib.sha256(b).hexdigest()) for b in bodies) and not again.damaged_index()

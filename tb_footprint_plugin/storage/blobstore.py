@@ -95,6 +95,13 @@ PROBE_BYTES = CHUNK
 REPACK_BELOW = 0.5
 #: the largest index object read (a planted huge one must not exhaust memory)
 INDEX_READ_LIMIT = 64 << 20
+#: the most rows an index object is read with: the most any version of this layout wrote in
+#: one (100,000: a35cd7b; ``INDEX_ROWS`` since). One with more is not ours (a planted object of
+#: 64 MB lists ~475,000 rows, half a gigabyte parsed): refused as damaged, read no further
+INDEX_ROWS_READ = 100_000
+#: the stored bytes of index objects this process keeps parsed after their stores let go of
+#: them (least recently used first out): a long-lived process (TensorBoard's) meets many vaults
+INDEX_CACHE_BYTES = 64 << 20
 #: rows per index object written (~200 bytes each, ~400 KB an object): far below the read limit
 #: (an unreadable one would hide its blobs), and what a ``forget`` of one run's blobs rewrites at
 #: most beside them — it rewrites only the objects listing a blob it changes, so an index merged
@@ -178,6 +185,9 @@ class BlobSource:
 class BlobRef:
     """Where a verified blob lives: bytes ``[offset, offset+length)`` of ``key``, stored as
     ``form`` ("zst": one zstd frame; "raw": the original bytes), ``size`` bytes once decoded."""
+
+    # no __dict__ per ref: a vault lists one per backup, every process holds them all
+    __slots__ = ("sha", "size", "key", "offset", "length", "form")
 
     sha: str
     size: int
@@ -502,16 +512,121 @@ def _chunks(rows: List[Tuple[BlobRef, FrozenSet[str]]]) -> Iterator[Tuple[Tuple[
 _Rows = Tuple[Tuple[BlobRef, FrozenSet[str]], ...]
 
 
-def _parse_rows(doc: dict) -> Tuple[_Rows, int]:
-    """The valid rows of an index object's document, and how many were ignored (``_valid_ref``)."""
-    rows = []
+_JSON = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+#: the largest value of an index object's document read at once (a row, or a header field)
+_VALUE_MAX = 1 << 20
+#: what an index object is read in (one ranged read each, a descriptor held on a disk)
+_INDEX_READ = 1 << 20
+
+
+class _Doc:
+    """An index object's JSON text, decoded as its bytes come (``_INDEX_READ`` at a time): the
+    rows are parsed one by one, never the whole document at once (memory: a chunk, a value and
+    the compact rows, whatever the object's size)."""
+
+    def __init__(self, reader: BinaryIO) -> None:
+        import codecs
+
+        self._reader = reader
+        self._utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.buf, self.pos, self.eof = "", 0, False
+
+    def _fill(self) -> bool:
+        if self.eof:
+            return False
+        data = self._reader.read(_INDEX_READ)
+        if self.pos > _INDEX_READ:
+            self.buf, self.pos = self.buf[self.pos:], 0
+        self.buf += self._utf8.decode(data, final=not data)
+        self.eof = not data
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ('' at the end)."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()
+            if self.pos < len(self.buf) or not self._fill():
+                return self.buf[self.pos:self.pos + 1]
+
+    def take(self, ch: str) -> None:
+        if self.peek() != ch:
+            raise ValueError(f"not JSON of an index object ({ch!r} expected at character {self.pos})")
+        self.pos += 1
+
+    def value(self):
+        """The next JSON value (at most ``_VALUE_MAX`` characters)."""
+        self.peek()
+        while True:
+            try:
+                got, end = _JSON.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError:
+                got, end = None, -1
+            except RecursionError:
+                raise ValueError(f"not an index object (nested too deep at character {self.pos})") from None
+            # a value ending where the text read so far ends may go on (a number cut in two)
+            if end != -1 and (end < len(self.buf) or self.eof):
+                self.pos = end
+                return got
+            if len(self.buf) - self.pos > _VALUE_MAX or not self._fill():
+                raise ValueError(f"not JSON of an index object (at character {self.pos})")
+
+
+def _read_index(store: Store, key: str, size: int) -> Tuple[_Rows, int]:
+    """The valid rows of index object ``key`` (listed at ``size`` bytes) and how many were
+    ignored, read as a stream. ``ValueError`` (a damaged index: not JSON, not a v1 blob index,
+    more than ``INDEX_ROWS_READ`` rows, more than ``INDEX_READ_LIMIT`` bytes — the last refused
+    before a byte is read); ``StoreFailure`` as the store fails."""
+    if size > INDEX_READ_LIMIT:
+        raise StoreFailure(StoreError.TOO_LARGE, key, f"{size} bytes, larger than {INDEX_READ_LIMIT}; not read")
+    keys: Dict[str, str] = {}  # one string per data object named, one set per set of owners
+    owner_sets: Dict[FrozenSet[str], FrozenSet[str]] = {}
+    rows: List[Tuple[BlobRef, FrozenSet[str]]] = []
     ignored = 0
-    for row in doc["blobs"]:
-        got = _valid_ref(row)
-        if got is None:
-            ignored += 1
-        else:
-            rows.append(got)
+    head: dict = {}
+    with store.open_read(key, size) as f:
+        doc = _Doc(f)
+        doc.take("{")
+        while doc.peek() != "}":
+            name = doc.value()
+            if not isinstance(name, str) or name in head:
+                raise ValueError("not a blob index (v1)")
+            doc.take(":")
+            if name != "blobs":
+                head[name] = doc.value()
+            else:
+                head[name] = True
+                doc.take("[")
+                while doc.peek() != "]":
+                    if len(rows) + ignored >= INDEX_ROWS_READ:
+                        raise ValueError(f"more than {INDEX_ROWS_READ} rows, more than any index object of "
+                                         "this layout; not read")
+                    row = doc.value()
+                    if isinstance(row, list) and len(row) > 2 and isinstance(row[2], str):
+                        row[2] = keys.setdefault(row[2], row[2])
+                    got = _valid_ref(row)
+                    if got is None:
+                        ignored += 1
+                    else:
+                        rows.append((got[0], owner_sets.setdefault(got[1], got[1])))
+                    if doc.peek() == ",":
+                        doc.take(",")
+                        if doc.peek() == "]":
+                            raise ValueError("not JSON of an index object (a trailing comma)")
+                    elif doc.peek() != "]":
+                        raise ValueError(f"not JSON of an index object (at character {doc.pos})")
+                doc.take("]")
+            if doc.peek() == ",":
+                doc.take(",")
+                if doc.peek() == "}":
+                    raise ValueError("not JSON of an index object (a trailing comma)")
+            elif doc.peek() != "}":
+                raise ValueError(f"not JSON of an index object (at character {doc.pos})")
+        doc.take("}")
+        if doc.peek() != "":
+            raise ValueError("not JSON of an index object (more after its end)")
+    if head.get("v") != 1 or "blobs" not in head:
+        raise ValueError("not a blob index (v1)")
     return tuple(rows), ignored
 
 
@@ -521,7 +636,9 @@ def _parse_rows(doc: dict) -> Tuple[_Rows, int]:
 # seen; without this the k-th offload of a batch read all k index objects back (N runs: N(N+1)/2
 # GETs). The rows are kept validated (a reload of 10,000 rows is dict updates, not 10,000 regex
 # checks), and an object this process wrote is remembered as written (never read back). Bounded
-# by what the stores' index/ folders list now: keys gone from a listing are dropped.
+# by what the stores' index/ folders list now: keys gone from a listing are dropped; and by
+# ``INDEX_CACHE_BYTES`` of objects as stored, the least recently used going first (a store
+# still in use holds its rows itself; one let go re-reads what went).
 _PARSED: Dict[Tuple[str, str], Tuple[str, int, Tuple[_Rows, int]]] = {}
 _PARSED_LOCK = threading.Lock()
 
@@ -530,14 +647,20 @@ def _parsed_index(loc: Optional[str], e) -> Optional[Tuple[_Rows, int]]:
     if loc is None or not e.version:
         return None
     with _PARSED_LOCK:
-        got = _PARSED.get((loc, e.key))
+        got = _PARSED.pop((loc, e.key), None)
+        if got is not None:
+            _PARSED[(loc, e.key)] = got  # the most recently used last
     return got[2] if got is not None and (got[0], got[1]) == (e.version, e.size) else None
 
 
 def _remember_index(loc: Optional[str], key: str, version: str, size: int, parsed: Tuple[_Rows, int]) -> None:
     if loc is not None and version:
         with _PARSED_LOCK:
+            _PARSED.pop((loc, key), None)
             _PARSED[(loc, key)] = (version, size, parsed)
+            total = sum(v[1] for v in _PARSED.values())
+            while total > INDEX_CACHE_BYTES and len(_PARSED) > 1:
+                total -= _PARSED.pop(next(iter(_PARSED)))[1]
 
 
 def _forget_unlisted_indexes(loc: Optional[str], listed: Set[str]) -> None:
@@ -617,6 +740,9 @@ class BlobStore:
         self._docs: Dict[str, _Rows] = {}  # index object -> its rows (forget rewrites only those it changes)
         self._where: Dict[str, List[str]] = {}  # sha -> the index objects listing it
         self._damaged: List[dict] = []
+        # the index objects the last listing read: (key -> (version, size, rows)); a reload reads
+        # again none of these, whatever the module cache let go
+        self._seen: Dict[str, Tuple[str, int, Tuple[_Rows, int]]] = {}
         # one instance serves a process's threads (a TensorBoard tab restoring while a purge
         # forgets): the cached index changes under this lock, and is copied under it
         self._lock = threading.RLock()
@@ -658,16 +784,16 @@ class BlobStore:
         docs: Dict[str, _Rows] = {}
         damaged: List[dict] = []
         loc = self._loc()
+        seen, had = {}, self._seen
         for e in self.store.list(INDEX):
             if not _INDEX.match(e.key):
                 continue  # not an index name this layout writes
-            parsed = _parsed_index(loc, e)
+            mine = had.get(e.key)
+            parsed = mine[2] if mine is not None and e.version and mine[:2] == (e.version, e.size) else None
+            parsed = parsed if parsed is not None else _parsed_index(loc, e)
             if parsed is None:
                 try:
-                    doc = json.loads(self.store.read_all(e.key, INDEX_READ_LIMIT))
-                    if not (isinstance(doc, dict) and doc.get("v") == 1 and isinstance(doc.get("blobs"), list)):
-                        raise ValueError("not a blob index (v1)")
-                    parsed = _parse_rows(doc)
+                    parsed = _read_index(self.store, e.key, e.size)
                     # only the listing's version of the object is remembered: if it changes, it is read again
                     _remember_index(loc, e.key, e.version, e.size, parsed)
                 except (ValueError, UnicodeDecodeError, StoreFailure) as err:
@@ -678,11 +804,14 @@ class BlobStore:
                     damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
                     continue
             rows, ignored = parsed
+            if e.version:
+                seen[e.key] = (e.version, e.size, parsed)
             docs[e.key] = rows
             if ignored:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key,
                                 "message": f"{e.key}: {ignored} entries ignored (not a data object of this store, "
                                            "or impossible offsets)"})
+        self._seen = seen
         return docs, damaged, loc
 
     def _loc(self) -> Optional[str]:
