@@ -206,3 +206,53 @@ def test_the_parsed_index_cache_is_bounded_by_bytes(tmp_path, monkeypatch):
     d, bodies = stores[0]  # the first store's object went first; read again, it is whole
     again = BlobStore(PosixStore(str(d)))
     assert all(again.has(hashlib.sha256(b).hexdigest()) for b in bodies) and not again.damaged_index()
+
+
+@pytest.mark.parametrize("shape", ["compact", "spaced", "blobs_first", "cut_in_chunks"])
+def test_an_index_object_read_as_a_stream_lists_what_json_says(tmp_path, monkeypatch, shape):
+    """The streamed read of an index object lists the same rows as the document parsed whole,
+    whatever its spacing or field order, and across read chunks that cut rows and numbers."""
+    import json
+
+    from tb_footprint_plugin.storage import blobstore
+    from tb_footprint_plugin.storage.blobstore import BlobStore
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    pid = secrets.token_hex(16)
+    rows = [[f"{i:064x}", 10 + i, f"data/{pid[:2]}/{pid}.pack", 21 + 100 * i, 10 + i, "raw", ["", "x"]]
+            for i in range(50)]
+    doc = {"v": 1, "created": 123.5, "blobs": rows}
+    if shape == "blobs_first":
+        doc = {"blobs": rows, "created": 123.5, "v": 1}
+    text = json.dumps(doc, indent=2) if shape == "spaced" else json.dumps(doc, separators=(",", ":"))
+    if shape == "cut_in_chunks":
+        monkeypatch.setattr(blobstore, "_INDEX_READ", 7)
+    monkeypatch.setattr(blobstore, "_PARSED", {})
+    (tmp_path / "index").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "index" / f"{secrets.token_hex(16)}.json").write_text(text)
+    bs = BlobStore(PosixStore(str(tmp_path)))
+    assert not bs.damaged_index()
+    got = sorted((r.sha, r.size, r.key, r.offset, r.length, r.form, sorted(bs.owners(r.sha))) for r in bs.refs())
+    assert got == [tuple(r[:6]) + (sorted(r[6]),) for r in rows]
+
+
+@pytest.mark.parametrize("text", [
+    '{"v":1,"blobs":[]} x', '{"v":1,"blobs":[[1] [2]]}', '{"v":1,"blobs":[[1],]}', '{"v":2,"blobs":[]}',
+    '{"v":1}', '{"v":1,"blobs":{}}', '[]', '', '{"v":1,"blobs":[', '{"v":1,"v":1,"blobs":[]}',
+    '{"v":1,"blobs":[' + "[" * 100_000 + "]" * 100_000 + "]}"])
+def test_an_index_object_that_is_not_one_is_damaged(tmp_path, monkeypatch, text):
+    """Whatever is not a whole v1 index document is a damaged index object, named; nothing it
+    says is taken."""
+    from tb_footprint_plugin.codes import BlobError
+    from tb_footprint_plugin.storage import blobstore
+    from tb_footprint_plugin.storage.blobstore import BlobStore
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    monkeypatch.setattr(blobstore, "_PARSED", {})
+    (tmp_path / "index").mkdir()
+    (tmp_path / "data").mkdir()
+    name = f"{secrets.token_hex(16)}.json"
+    (tmp_path / "index" / name).write_text(text)
+    damaged = BlobStore(PosixStore(str(tmp_path))).damaged_index()
+    assert [(d["key"], d["code"]) for d in damaged] == [(f"index/{name}", BlobError.DAMAGED_INDEX.value)]

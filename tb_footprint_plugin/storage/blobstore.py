@@ -514,6 +514,7 @@ _Rows = Tuple[Tuple[BlobRef, FrozenSet[str]], ...]
 
 _JSON = json.JSONDecoder()
 _WS = re.compile(r"[ \t\n\r]*")
+_NUMBER_TAIL = re.compile(r"[0-9.eE+\-]*")
 #: the largest value of an index object's document read at once (a row, or a header field)
 _VALUE_MAX = 1 << 20
 #: what an index object is read in (one ranged read each, a descriptor held on a disk)
@@ -564,8 +565,11 @@ class _Doc:
                 got, end = None, -1
             except RecursionError:
                 raise ValueError(f"not an index object (nested too deep at character {self.pos})") from None
-            # a value ending where the text read so far ends may go on (a number cut in two)
-            if end != -1 and (end < len(self.buf) or self.eof):
+            # a number ending where the text read so far ends, or before a '.', 'e' or digit
+            # there, may go on in the next chunk ("123." + "5"): it is read again with more
+            cut = (end != -1 and not self.eof and isinstance(got, (int, float))
+                   and _NUMBER_TAIL.fullmatch(self.buf, end) is not None)
+            if end != -1 and not cut and (end < len(self.buf) or self.eof):
                 self.pos = end
                 return got
             if len(self.buf) - self.pos > _VALUE_MAX or not self._fill():
