@@ -328,6 +328,14 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
         return 0
     files = {f["sha256"]: f for f in manifest.get("files", [])}  # one file per digest is enough
     candidates = [sha for sha in files if vault.has_blob(sha)]
+    # a plain blob of another size than its original was written to since (a late writer of a
+    # linked original): the whole backup stays, not the rest of it, so the operation is not left
+    # claiming blobs that went (status would call them missing); ``delete_blobs`` checks again
+    grew = {sha for sha in candidates if _plain_size(vault, sha) not in (None, files[sha]["size"])}
+    if grew:
+        if changed is not None:
+            changed.update(grew)
+        return 0
     kept: set = set()
 
     def needed() -> set:
@@ -355,6 +363,14 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
             m["purged_at"] = time.time()
             vault.write_manifest(m)
     return sum(freed.values())
+
+
+def _plain_size(vault: Vault, sha: str) -> Optional[int]:
+    """The size of ``sha``'s plain blob, or None when there is none."""
+    try:
+        return os.lstat(vault.blob_path(sha)).st_size
+    except OSError:
+        return None
 
 
 def _absent_on_a_fresh_look(vault: Vault, shas: List[str]) -> bool:
