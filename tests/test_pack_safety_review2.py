@@ -169,6 +169,11 @@ def test_a_planted_huge_index_object_is_refused_as_damaged_in_bounded_memory(tmp
     damaged = bs.damaged_index()
     assert [d["key"] for d in damaged] == [f"index/{planted.name}"], damaged
     assert damaged[0]["code"] == BlobError.DAMAGED_INDEX.value
+    reads = []
+    real = bs.store.open_read
+    bs.store.open_read = lambda key, *a, **kw: reads.append(key) or real(key, *a, **kw)
+    bs.reload()  # found damaged as it is: not parsed again by this store
+    assert f"index/{planted.name}" not in reads and [d["key"] for d in bs.damaged_index()] == [d["key"] for d in damaged]
     problems = Vault(str(v)).pack_problems()
     assert any(p["code"] == BlobError.DAMAGED_INDEX.value and p["file"] == str(planted) for p in problems), problems
     Vault(str(v)).merge_pack_index()

@@ -744,9 +744,9 @@ class BlobStore:
         self._docs: Dict[str, _Rows] = {}  # index object -> its rows (forget rewrites only those it changes)
         self._where: Dict[str, List[str]] = {}  # sha -> the index objects listing it
         self._damaged: List[dict] = []
-        # the index objects the last listing read: (key -> (version, size, rows)); a reload reads
-        # again none of these, whatever the module cache let go
-        self._seen: Dict[str, Tuple[str, int, Tuple[_Rows, int]]] = {}
+        # the index objects the last listing read: key -> (version, size, rows, or the damage
+        # found); a reload reads none of these again, whatever the module cache let go
+        self._seen: Dict[str, tuple] = {}
         # one instance serves a process's threads (a TensorBoard tab restoring while a purge
         # forgets): the cached index changes under this lock, and is copied under it
         self._lock = threading.RLock()
@@ -792,9 +792,13 @@ class BlobStore:
         for e in self.store.list(INDEX):
             if not _INDEX.match(e.key):
                 continue  # not an index name this layout writes
-            mine = had.get(e.key)
-            parsed = mine[2] if mine is not None and e.version and mine[:2] == (e.version, e.size) else None
-            parsed = parsed if parsed is not None else _parsed_index(loc, e)
+            mine = had.get(e.key) if e.version else None
+            mine = mine if mine is not None and mine[:2] == (e.version, e.size) else None
+            if mine is not None and mine[3] is not None:
+                seen[e.key] = mine  # found damaged as it is now: not read (parsed) again
+                damaged.append(dict(mine[3]))
+                continue
+            parsed = mine[2] if mine is not None else _parsed_index(loc, e)
             if parsed is None:
                 try:
                     parsed = _read_index(self.store, e.key, e.size)
@@ -806,10 +810,12 @@ class BlobStore:
                     if isinstance(err, StoreFailure) and err.code != StoreError.TOO_LARGE:
                         raise _fail("", e.key, err) from None  # the store failed, not the index: no half view
                     damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key, "message": f"{e.key}: {err}"})
+                    if e.version:
+                        seen[e.key] = (e.version, e.size, None, dict(damaged[-1]))
                     continue
             rows, ignored = parsed
             if e.version:
-                seen[e.key] = (e.version, e.size, parsed)
+                seen[e.key] = (e.version, e.size, parsed, None)
             docs[e.key] = rows
             if ignored:
                 damaged.append({"code": BlobError.DAMAGED_INDEX.value, "key": e.key,
