@@ -111,3 +111,35 @@ def test_a_run_its_own_thread_rolled_back_at_an_interrupt_is_recorded_pending(s3
     assert (e["state"], e["code"], e["op_id"]) == ("pending", "rolled_back", "op-rolled"), e
     assert json.loads(rfs.read_bytes(f"{STATE}/ledgers/batch/"
                                      f"{bucket_ledger._run_hash('exp0/run000')}.json"))["entry"]["state"] == "pending"
+
+
+def test_a_journal_read_that_fails_for_one_marker_is_read_again_for_the_next(s3_bucket, tmp_path, monkeypatch):
+    """Two stale markers; the journals' read fails while settling the first (it stays). The
+    second's run, whose verified manifest a kept journal still names, must not be recorded done
+    with no journal checked."""
+    import time
+
+    from tb_footprint_plugin.engine.bucket_state import JOURNAL
+
+    url, _pol = _logdir(s3_bucket, tmp_path, n=1)
+    rfs = RemoteFS(url)
+    for shard, run in (("1/2", "run-a"), ("2/2", "run-b")):
+        bucket_ledger.BucketLedger(rfs, "archive", shard).mark(run, "reducing", original_size_bytes=10)
+    rfs.ops.put(rfs.path(f"{JOURNAL}/op-x.json"),
+                json.dumps({"op": "op-x", "runs": [{"run": "run-b", "op": "op-b", "files": []}]}).encode())
+    later = time.time() + 5
+    manifests = [{"run": r, "kind": "reduce", "outcome": "verified", "finished_at": later, "bytes_before": 10,
+                  "bytes_after": 5, "op_id": f"op-{r[-1]}"} for r in ("run-a", "run-b")]
+    real, calls = bucket_ledger._journals_left, []
+
+    def flaky(r):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("simulated: the journal listing failed")
+        return real(r)
+
+    monkeypatch.setattr(bucket_ledger, "_journals_left", flaky)
+    assert bucket_ledger.settle_stale(rfs, lambda: manifests, mine=True) == []  # before the fix: ["run-b"]
+    assert len(calls) == 2
+    assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 2  # both stay: the next start looks again
+    assert {r: e["state"] for r, e in _batch(url)["runs"].items()} == {"run-a": "reducing", "run-b": "reducing"}
