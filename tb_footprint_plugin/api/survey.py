@@ -4,6 +4,7 @@ the shard partition of runs over workers, and what a resumed batch's ledger will
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -39,7 +40,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
 
     On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
     requests and bytes a reduction and a restore would take. ``vault_format``: the vault its note
-    counts with (what is freed now and after purge; see ``reduce_logdir``)."""
+    counts with (what is freed now and after purge; see ``reduce_logdir``). A local logdir's plan
+    carries ``disk_in_use_bytes``: the logdir and its vault(s) on disk now, as ``du`` counts them."""
     eng = open_engine(logdir, backup_dir, lazy=True)  # the plan's notes are the engine's to say
     fp = footprint or scan(logdir, backup_dir=split_backup_dir(logdir, backup_dir)[0], write_cache=False)
     runs = select_runs(fp, runs, run_glob)
@@ -61,6 +63,11 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     if warning:
         p.notes.append(warning)
     eng.note_plan(p, fp, measures=traces, vault_format=vault_format, held=held if own else None)
+    if eng.kind == "local":  # a bucket's is a listing of its own: its plan counts requests, not blocks
+        # the reduce's, status's and the tab's one count (``engine.usage.disk_usage`` via the engine);
+        # a logdir the verbs refuse (said by them) is still planned, without the figure
+        with contextlib.suppress(OSError, ValueError):
+            p.disk_in_use_bytes = eng.disk_in_use().total_bytes
     return p
 
 

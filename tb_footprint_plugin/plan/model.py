@@ -86,6 +86,9 @@ class Plan:
     notes: List[str] = field(default_factory=list)
     #: bucket logdirs: requests and bytes per phase (plan.cost.request_cost); None on disk
     cost: Optional[Dict[str, dict]] = None
+    #: disk in use now by the logdir and its vault(s), as ``du`` counts it (``engine.usage``, the
+    #: count the reduce's report, ``status`` and the tab give); None where not measured (a bucket)
+    disk_in_use_bytes: Optional[int] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -121,4 +124,5 @@ class Plan:
             "runs": [r.to_dict() for r in self.runs],
             "notes": self.notes,
             "cost": self.cost,
+            "disk_in_use_bytes": self.disk_in_use_bytes,
         }
