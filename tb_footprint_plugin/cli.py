@@ -272,6 +272,8 @@ def _print_plan(p, verbose: bool = False) -> None:
               + ", ".join(rp.run for rp in idle[:6]) + (" …" if len(idle) > 6 else ""))
     print(f"\ntotal: {human_bytes(p.total_bytes)} → {human_bytes(p.expected_after_bytes)} "
           f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()})")
+    if p.disk_in_use_bytes is not None:
+        print(f"disk in use now (logdir + vault): {human_bytes(p.disk_in_use_bytes)}")
     for n in p.notes:
         print(f"note: {n}")
     if p.cost:
@@ -946,7 +948,8 @@ def cmd_status(args) -> int:
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
     if st.get("disk_in_use_bytes") is not None:
         print(f"  disk in use now (logdir + vault): {human_bytes(st['disk_in_use_bytes'])}; "
-              f"{human_bytes(st.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`")
+              + _freed_now(st.get("freed_now_bytes"))
+              + f"{human_bytes(st.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`")
     if st.get("remote_vault"):
         print("  " + _remote_line(st["remote_vault"]))
     print(f"  unfinished operations: {len(st['unfinished_operations'])}")
@@ -1004,6 +1007,11 @@ def _print_batch(b: dict, per_run: bool, logdir: str = "LOGDIR") -> None:
                   f"{after:>9}  {who}{extra}")
 
 
+def _freed_now(n: Optional[int]) -> str:
+    """"freed now …; " of a status or history line; nothing where it is not measured (a bucket)."""
+    return "" if n is None else f"freed now {human_bytes(n)} on disk by the kept reductions; "
+
+
 def _shown(name: str) -> str:
     """A run name for one table cell: control characters (a tab, a newline) written as escapes,
     so a name cannot break the columns or the lines."""
@@ -1021,22 +1029,41 @@ def cmd_history(args) -> int:
     else:
         import datetime
 
-        rows = [("TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "BACKUP", "OP")]
+        rows = [("TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "FREED NOW", "AFTER PURGE", "BACKUP", "OP")]
         for e in entries:
             t = datetime.datetime.fromtimestamp(e.get("time", 0)).strftime("%Y-%m-%d %H:%M")
             if e.get("kind") == "purge":
                 sizes = (f"freed {human_bytes(e.get('freed') or 0)}", "")
             else:
                 sizes = (human_bytes(e.get("before") or 0), human_bytes(e.get("after") or 0))
+            # the entry's own figures (``api.history``): blank where it has none (not a verified reduce)
+            freed = tuple("" if e.get(k) is None else human_bytes(e[k])
+                          for k in ("freed_now_bytes", "freed_after_purge_bytes"))
             rows.append((t, str(e.get("kind", "")), str(e.get("outcome", "")), str(e.get("run", "")), *sizes,
-                         "gone" if e.get("backup") in ("purged", "released") else str(e.get("backup", "")),
+                         *freed, "gone" if e.get("backup") in ("purged", "released") else str(e.get("backup", "")),
                          str(e.get("op_id", ""))))
         if entries:
-            _print_table(rows, right=(4, 5))
+            _print_disk_line(api, args.logdir, getattr(args, "backup_dir", None))
+            _print_table(rows, right=(4, 5, 6, 7))
         else:
             print("no changes recorded")
     _warn_unsettled(args.logdir)
     return EXIT_OK
+
+
+def _print_disk_line(api, logdir: str, backup_dir: Optional[str]) -> None:
+    """The history's header: the disk in use now and what is freed now / after purge, once, by the
+    tab's count (``api.disk_numbers``); nothing when the logdir is refused (its refusal is said
+    elsewhere: the history still lists what its change log holds)."""
+    try:
+        nums = api.disk_numbers(logdir, backup_dir)
+    except (OSError, ValueError):
+        return
+    if nums.get("disk_in_use_bytes") is None:
+        return
+    print(f"disk in use now (logdir + vault): {human_bytes(nums['disk_in_use_bytes'])}; "
+          + _freed_now(nums.get("freed_now_bytes"))
+          + f"{human_bytes(nums.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`\n")
 
 
 def _iso(t) -> str:

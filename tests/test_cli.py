@@ -291,7 +291,10 @@ def test_purge_is_in_the_change_log_and_history_marks_the_backup_gone(logdir):
     purge = next(e for e in hist if e["kind"] == "purge")
     assert red["backup"] == "purged" and purge["op_id"] == red["op_id"] and purge["freed"] > 0
     text = cli("history", logdir).stdout.splitlines()
-    assert text[0].split() == ["TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "BACKUP", "OP"]
+    assert text[0].startswith("disk in use now (logdir + vault):") and not text[1]  # the header line, once
+    text = text[2:]
+    assert text[0].split() == ["TIME", "KIND", "OUTCOME", "RUN", "BEFORE", "AFTER", "FREED", "NOW", "AFTER", "PURGE",
+                               "BACKUP", "OP"]
     row = next(line for line in text if " reduce " in line and " train " in line)
     assert " gone " in row
     assert any(" purge " in line and "freed" in line for line in text)
