@@ -28,14 +28,7 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     the run, ``bring_back``: the command that copies it out, ``code``). ``disk_in_use_bytes``,
     ``freed_now_bytes`` and ``freed_after_purge_bytes``: the tab's ``disk_numbers``, counted once
     by the same rule (a bucket's ``freed_now_bytes`` is None, as there). Changes nothing."""
-    eng = open_engine(logdir, backup_dir)
-    st = eng.status()
-    if eng.kind != "local":  # a bucket's status is what its disk_numbers reads: no second listing
-        st["freed_now_bytes"] = None
-    else:  # the three numbers from one count, so status and the tab never disagree
-        nums = eng.disk_numbers()
-        st.update({k: nums[k] for k in ("disk_in_use_bytes", "freed_now_bytes", "freed_after_purge_bytes")})
-    return st
+    return open_engine(logdir, backup_dir).status()
 
 
 def disk_numbers(logdir: str, backup_dir: Optional[str] = None) -> dict:

@@ -123,6 +123,7 @@ class BucketEngine(Engine):
         st.setdefault("settle_command",
                       health.settle_command(self.logdir, self.backup_dir) if st["unfinished_operations"] else None)
         st["disk_in_use_bytes"] = self.in_use()
+        st["freed_now_bytes"] = None  # as ``disk_numbers``: a bucket's backups are not measured per operation
         try:
             st["freed_after_purge_bytes"] = self.bk.retention_report(self.rfs, self.vault,
                                                                      st["vault_bytes"])["freed_after_purge"]

@@ -5,7 +5,7 @@ vaults, the batch ledgers merged, damage, the disk in use and what purge frees.
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import health, trust, usage
@@ -60,13 +60,12 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
     except trust.Untrusted as e:
         if e.code != trust.IDENTITY_DAMAGED:  # a damaged one is among ``unfinished``'s problems
             problems.insert(0, e.to_dict())
-    kept_ops = [o["op_id"] for o in ops if o["kind"] == "reduce" and o["outcome"] == Outcome.VERIFIED
-                and not o["backup_purged"] and not o["restored_by"]]
+    freed_now, kept_ops = _freed_now(ctx, manifests, vaults)
     return {"logdir": ctx.logdir, "state_dir": ctx.state, "vaults": vaults,
             "vault_bytes": vault_bytes,
             # the same numbers a reduce reports: disk in use now (logdir + vaults, as ``du``
             # counts it) and what purging every kept backup would free (purge's own count)
-            "disk_in_use_bytes": disk_in_use(ctx).total_bytes,
+            "disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
             "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
             # backups offloaded to a bucket: what it stores, apart from the local disk (None: no remote vault)
             "remote_vault": usage.remote_usage(vaults),
@@ -83,10 +82,22 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
 def disk_numbers_view(ctx: Context) -> dict:
     """The tab's header numbers of a local logdir; ``freed_now_bytes``: what the verified
     reductions not restored freed on disk as things stand (``usage.freed_by_op``)."""
-    vaults, device = known_vaults(ctx), usage.device_of(ctx.logdir)
-    freed_now, kept_ops = 0, []
+    vaults = known_vaults(ctx)
     reads = read_vaults(ctx, slim=True)  # one read for both counts, without the verifications
-    for m in own_manifests(ctx, reads):  # untrusted: a malformed count counts as nothing
+    freed_now, kept_ops = _freed_now(ctx, own_manifests(ctx, reads), vaults)
+    remote = usage.remote_usage(vaults)
+    return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
+            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
+            "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
+
+
+def _freed_now(ctx: Context, manifests: List[dict], vaults: List[str]) -> Tuple[int, List[str]]:
+    """What the verified reductions not restored freed on disk as things stand
+    (``usage.freed_by_op``), and the operations whose backups are kept (what a purge would free):
+    one rule for status and the tab's numbers."""
+    device = usage.device_of(ctx.logdir)
+    freed_now, kept_ops = 0, []
+    for m in manifests:  # untrusted: a malformed count counts as nothing
         if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("restored_by"):
             continue
         try:
@@ -96,10 +107,7 @@ def disk_numbers_view(ctx: Context) -> dict:
         freed_now += usage.freed_by_op(m, vaults, device, removed)[0]
         if not m.get("backup_purged"):
             kept_ops.append(m.get("op_id"))
-    remote = usage.remote_usage(vaults)
-    return {"disk_in_use_bytes": disk_in_use(ctx).total_bytes, "freed_now_bytes": freed_now,
-            "freed_after_purge_bytes": freed_after_purge(ctx, kept_ops, reads),
-            "remote_vault_bytes": remote["remote_vault_bytes"] if remote else None}
+    return freed_now, kept_ops
 
 
 def history_view(logdir: str, context) -> List[dict]:
