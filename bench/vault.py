@@ -53,6 +53,24 @@ objects), ``du`` of the vault, reduce and restore time; the profile-heavy logdir
 hard-link vault (issue #27's anchor for the restore: <= 1.5x its time, printed, not gated).
 Every restore gated byte for byte.
 
+The zstd level (issue #27 item 1), measured on its own with ``--levels`` (the tables above are
+not run then):
+
+    python bench/vault.py --levels 1,3,6,9,19    # 300 MB mixed project + the 2 GB trace
+    python bench/vault.py --small --levels       # 30 MB project + 50 MB trace, levels 1,3,9 (~20 s)
+
+The same inputs (the mixed project and the big trace, the builders above) are compressed file by
+file through the product's own streaming compressor (``storage.zst.compress_stream`` with its
+give-up probe, a file kept plain unless it saves ``engine.vault.MIN_SAVING``, as a compaction
+decides) at each level, each level in a fresh process: per level and input, the bytes stored
+(share of the originals), the compress time, the time to decompress and hash it all back
+(``zst.open_decompressed`` + sha256: a restore's cost) and the process's peak RSS. Anchors in the
+same run and process kind: the uncompressed size and a plain copy (plus its read-back and hash).
+Every decompressed file's sha256 is checked against the original's. The level the product uses
+(``zst.LEVEL``, always measured) is marked, with a verdict line against its measured neighbours.
+Small files go into packs in the product (``PACK_BELOW``): here each file is compressed alone,
+which is the big blobs' path and what a level changes most; no fsync on either side.
+
 Exit status 1 if a gated target is missed or a restore is not exact.
 """
 from __future__ import annotations
@@ -398,6 +416,138 @@ def big_trace_rss(tmp: str, trace_mb: int, fmt_name: str, backup_dir: str = "") 
     return int(rss), float(secs)
 
 
+# One level (or the plain-copy anchor, level "copy") over every file under a folder, in a fresh
+# process so that its VmHWM is this measurement's own peak
+_LEVEL_CHILD = r"""
+import hashlib, json, os, sys, time
+from tb_footprint_plugin.storage import zst
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.engine.vault import MIN_SAVING
+root, level, out, passes = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def one_pass():
+    res = {"in": 0, "stored": 0, "plain_files": 0, "files": 0, "comp_s": 0.0, "dec_s": 0.0, "sha": {}}
+    for d, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for n in sorted(files):
+            p = os.path.join(d, n)
+            size = os.path.getsize(p)
+            t0 = time.monotonic()
+            with open(p, "rb") as src, open(out, "wb") as dst:
+                if level == "copy":
+                    while True:
+                        b = src.read(CHUNK)
+                        if not b:
+                            break
+                        dst.write(b)
+                    got = None
+                else:
+                    got = zst.compress_stream(src, dst, size, level=int(level))
+            res["comp_s"] += time.monotonic() - t0
+            kept = got is not None and got[1] <= (1 - MIN_SAVING) * got[0]
+            res["in"] += size
+            res["files"] += 1
+            res["stored"] += got[1] if kept else size
+            res["plain_files"] += 0 if kept or level == "copy" else 1
+            t0 = time.monotonic()
+            h = hashlib.sha256()
+            if kept:
+                f = zst.open_decompressed(open(out, "rb"))
+            else:  # kept plain: the restore reads the original's copy (the copy's own time stands for it)
+                f = open(out if level == "copy" else p, "rb")
+            with f:
+                for b in iter(lambda: f.read(CHUNK), b""):
+                    h.update(b)
+            res["dec_s"] += time.monotonic() - t0
+            res["sha"][os.path.relpath(p, root)] = h.hexdigest()
+            os.unlink(out)
+    return res
+runs = [one_pass() for _ in range(passes)]  # the fastest pass: short times are mostly noise
+res = dict(runs[0], comp_s=min(r["comp_s"] for r in runs), dec_s=min(r["dec_s"] for r in runs))
+res["rss_mb"] = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) // 1024
+print(json.dumps(res))
+"""
+
+
+def measure_level(root: str, level: str, scratch: str, passes: int = 1) -> dict:
+    """``_LEVEL_CHILD``'s figures for one level (or ``"copy"``) over every file under ``root``
+    (times: the fastest of ``passes`` passes)."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _LEVEL_CHILD, root, level, os.path.join(scratch, f"out-{level}"), str(passes)],
+                       capture_output=True, text=True, env=env, timeout=7200)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-2000:])
+    return __import__("json").loads(p.stdout.splitlines()[-1])
+
+
+def level_verdict(level: int, rows: dict, levels: list) -> str:
+    """One line: the product's level against its measured neighbours, on all inputs together."""
+    def tot(lv, k):
+        return sum(r[k] for r in rows[lv].values())
+
+    def saving(lv):
+        return tot(lv, "in") - tot(lv, "stored")
+
+    parts = []
+    lower = [x for x in levels if x < level]
+    higher = [x for x in levels if x > level]
+    others = ([lower[-1]] if lower else []) + ([higher[0]] if higher else [])
+    if higher and higher[-1] not in others:
+        others.append(higher[-1])  # the most saving measured, beside the neighbours
+    for other in others:
+        parts.append(f"{saving(level) / max(1, saving(other)):.1%} of level {other}'s saving at "
+                     f"{tot(level, 'comp_s') / max(1e-9, tot(other, 'comp_s')):.0%} of its compress time, "
+                     f"storing {tot(level, 'stored') / max(1, tot(other, 'stored')):.0%} of its bytes "
+                     f"({tot(level, 'dec_s') / max(1e-9, tot(other, 'dec_s')):.0%} of its decompress+hash, "
+                     f"{max(r['rss_mb'] for r in rows[level].values())} vs "
+                     f"{max(r['rss_mb'] for r in rows[other].values())} MB peak)")
+    return f"level {level} (the product's): " + ("; ".join(parts) or "no other level measured")
+
+
+def run_levels(levels: list, project_mb: float, trace_mb: int, passes: int = 1) -> int:
+    """The ``--levels`` table: each level on the mixed project and the big trace, with anchors."""
+    from tb_footprint_plugin import fmt
+    from tb_footprint_plugin import synth as sp
+    from tb_footprint_plugin.storage import zst
+
+    levels = sorted(set(levels) | {zst.LEVEL})
+    tmp = tempfile.mkdtemp(prefix="tbfp-levels-")
+    try:
+        inputs = {"project": os.path.join(tmp, "project"), "trace": os.path.join(tmp, "trace")}
+        sp.write_profiled_project(inputs["project"], int(project_mb * 1e6))
+        os.makedirs(os.path.join(inputs["trace"], "run"))
+        sp.write_torch_trace(os.path.join(inputs["trace"], "run", sp.torch_trace_name()),
+                             n_steps=max(1, int(trace_mb / 0.9)))
+        scratch = os.path.join(tmp, "scratch")
+        os.makedirs(scratch)
+        print(f"zstd: {zst.backend()}; product level zst.LEVEL = {zst.LEVEL}; levels measured: "
+              f"{', '.join(map(str, levels))}; each level a fresh process, file by file through zst.compress_stream; "
+              f"times: the fastest of {passes} pass(es)")
+        rows = {lv: {} for lv in ["copy"] + levels}
+        for name, root in inputs.items():  # the anchor first: it warms the page cache for every level
+            for lv in rows:
+                rows[lv][name] = measure_level(root, str(lv), scratch, passes)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ok = True
+    for name in inputs:
+        base = rows["copy"][name]
+        print(f"\n{name}: {base['files']} files, {fmt.human_bytes(base['in'])} "
+              f"({base['in']} bytes) uncompressed")
+        print(f"{'level':<10} {'stored':>12} {'% of orig':>10} {'kept plain':>10} {'compress':>10} "
+              f"{'x copy':>7} {'decomp+hash':>12} {'x copy':>7} {'peak RSS':>9}")
+        for lv, by in rows.items():
+            r = by[name]
+            exact = r["sha"] == base["sha"]
+            ok &= exact
+            label = "plain copy" if lv == "copy" else f"{lv}" + (" <- LEVEL" if lv == zst.LEVEL else "")
+            print(f"{label:<10} {fmt.human_bytes(r['stored']):>12} {r['stored'] / max(1, r['in']):>10.2%} "
+                  f"{r['plain_files']:>10} {r['comp_s']:>9.2f}s {r['comp_s'] / max(1e-9, base['comp_s']):>6.1f}x "
+                  f"{r['dec_s']:>11.2f}s {r['dec_s'] / max(1e-9, base['dec_s']):>6.1f}x {r['rss_mb']:>6} MB"
+                  + ("" if exact else "   <-- NOT EXACT"))
+    print("\n" + level_verdict(zst.LEVEL, {lv: rows[lv] for lv in levels}, levels))
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--small", action="store_true", help="30 MB project, 50 MB trace (CI)")
@@ -407,6 +557,9 @@ def main(argv=None) -> int:
     ap.add_argument("--heavy-files", type=int, default=None, help="small profile files a run (default 100)")
     ap.add_argument("--pack-below", type=int, default=None, help="engine.vault.PACK_BELOW for the packed columns "
                     "(bytes; default: the engine's)")
+    ap.add_argument("--levels", nargs="?", const="", default=None, metavar="1,3,6,9,19",
+                    help="measure these zstd levels instead of the vault tables (bare: 1,3,9 with --small, "
+                         "else 1,3,6,9,19; zst.LEVEL always measured)")
     args = ap.parse_args(argv)
     from tb_footprint_plugin import fmt
     from tb_footprint_plugin import synth as sp
@@ -420,6 +573,9 @@ def main(argv=None) -> int:
     # 30 MB: at 20 MB the vault's own records and folders (a few blocks each) weigh ~1% more
     project_mb = args.project_mb or (30 if args.small else 300)
     trace_mb = args.trace_mb or (50 if args.small else 2000)
+    if args.levels is not None:
+        spec = args.levels or ("1,3,9" if args.small else "1,3,6,9,19")
+        return run_levels([int(x) for x in spec.split(",") if x.strip()], project_mb, trace_mb, 3 if args.small else 1)
     tmp = tempfile.mkdtemp(prefix="tbfp-vault-")
     try:
         src = os.path.join(tmp, "src")
