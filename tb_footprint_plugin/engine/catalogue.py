@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, history_path
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
-from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
 from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.engine import trust
@@ -142,12 +142,12 @@ def damaged_index_advice(aside: str, state: str) -> str:
             f"--backup-dir is missing from `tb-footprint status`, give it as --backup-dir; then delete this file")
 
 
-def read_vaults(ctx: Context, slim: bool = False) -> List[VaultRead]:
+def read_vaults(ctx: Context, slim: bool = False, memo: Optional[ManifestMemo] = None) -> List[VaultRead]:
     """Every vault of this logdir (``known_vaults``) read once, for the passes of one command to
     share (``own_manifests``, ``vault_problems``, ``health.catalogue_problems``,
     ``purge.freeable_bytes``). ``slim``: each manifest without its verification, plan and policy
     (``_HEAVY``), as it is read: what counting, checking blobs and listing need of thousands."""
-    return read_roots(known_vaults(ctx), slim)
+    return read_roots(known_vaults(ctx), slim, memo)
 
 
 def own_manifests(ctx: Context, reads: Optional[List[VaultRead]] = None) -> List[dict]:
@@ -213,11 +213,12 @@ def is_kept(m: dict) -> bool:
     return _is_verified_reduction(m) and not m.get("backup_purged") and not m.get("restored_by")
 
 
-def restorable_ops(ctx: Context, run: Optional[str] = None) -> List[dict]:
-    """Verified reductions whose backup is kept and that were not restored yet, newest first.
+def restorable_ops(ctx: Context, run: Optional[str] = None, reads: Optional[List[VaultRead]] = None) -> List[dict]:
+    """Verified reductions whose backup is kept and that were not restored yet, newest first
+    (from ``reads``, this command's ``read_vaults``, when given).
 
     Of one run, only the newest can be restored first (``restore.restore_op`` refuses older ones)."""
-    ops = [m for m in own_manifests(ctx) if is_kept(m) and (run is None or m["run"] == run)]
+    ops = [m for m in own_manifests(ctx, reads) if is_kept(m) and (run is None or m["run"] == run)]
     ops.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
     return ops
 

@@ -30,7 +30,7 @@ from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
-from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
+from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, ManifestMemo, note_compaction,
                                               refuse_unless_ours, Vault)
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
@@ -278,7 +278,8 @@ class LocalEngine(Engine):
         # a retired run comes back first: its reductions can only be restored once it is back
         outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
                     and (run is None or m["run"] == run or run in m.get("takes_along", []))]
-        ops = restorable_ops(ctx, run)
+        memo = ManifestMemo()  # the manifests each run's checks and release read: unchanged ones once
+        ops = restorable_ops(ctx, run, read_vaults(ctx, memo=memo))
         if run is not None and not ops and not outcomes:
             done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
             if done:
@@ -288,7 +289,7 @@ class LocalEngine(Engine):
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
                                    Failure.RESTORE_BLOCKED if hidden else None)
         for m in ops:
-            outcomes.append(_name_remote_failures(m, restore_op(ctx, m)))
+            outcomes.append(_name_remote_failures(m, restore_op(ctx, m, memo)))
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"

@@ -16,7 +16,7 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, remote_vault, trust
 from tb_footprint_plugin.engine import manifest as one_schema
-from tb_footprint_plugin.engine.catalogue import journal_blobs, restorable_ops, unsettled_op
+from tb_footprint_plugin.engine.catalogue import is_kept, journal_blobs, own_manifests, read_vaults, unsettled_op
 from tb_footprint_plugin.engine.context import (
     Context,
     RunOutcome,
@@ -28,9 +28,9 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
-from tb_footprint_plugin.engine.retire import retired_now
+from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
-from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path, who
+from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, ManifestMemo, Vault, late_tmp_path, restore_tmp_path, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -42,13 +42,19 @@ from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
 
 
-def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
-    """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason)."""
+def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None) -> RunOutcome:
+    """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason).
+    ``memo``: the command's (a restore of many runs): the manifests its checks and its release
+    read afresh are read through it, so only those changed since its last read are read again."""
     t0 = time.monotonic()
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
                      bytes_after=manifest.get("bytes_after", 0))
-    newer = [m for m in restorable_ops(ctx, run) if m.get("started_at", 0) > manifest.get("started_at", 0)]
+    # one read of now (through the memo) for both checks: a newer reduction, a retirement
+    mine = own_manifests(ctx, read_vaults(ctx, memo=memo))
+    newer = sorted((m for m in mine if is_kept(m) and m["run"] == run
+                    and m.get("started_at", 0) > manifest.get("started_at", 0)),
+                   key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)  # as restorable_ops
     if newer:
         out.reason = (f"operation {newer[0]['op_id']} on this run is newer; restore it first "
                       f"(or restore the whole run: tb-footprint restore LOGDIR {run})")
@@ -56,7 +62,7 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
     if manifest.get("backup_purged"):
         out.reason = f"the backup of {manifest['op_id']} was purged; nothing to restore from"
         return out
-    retired = retired_now(ctx, run)
+    retired = _retired_now(mine, run)
     if retired:
         out.reason = f"run {run!r} is retired ({retired['op_id']}); restore the retirement first"
         return out
@@ -111,7 +117,7 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
             out.code = Failure.ERROR
             return out
         try:
-            detail = finish_restore(ctx, journal.records())
+            detail = finish_restore(ctx, journal.records(), memo)
         except Exception as e:
             # Restores only add originals back: leave the journal so the next start finishes it.
             out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
@@ -134,8 +140,9 @@ def restore_op(ctx: Context, manifest: dict) -> RunOutcome:
     return out
 
 
-def finish_restore(ctx: Context, records: List[dict]) -> str:
-    """Do (or finish) the restore described by its journal records; idempotent."""
+def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None) -> str:
+    """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
+    ``restore_op``."""
     begin = records[0]
     vault = Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -189,7 +196,7 @@ def finish_restore(ctx: Context, records: List[dict]) -> str:
     vault.write_manifest(manifest)
     changed: set = set()
     released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced},
-                                       changed=changed)
+                                       changed=changed, memo=memo)
     vault.write_manifest(one_schema.new(
         op_id=begin["op_id"], kind="restore", run=manifest["run"], logdir=ctx.logdir, started_at=begin["t"],
         finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=manifest["op_id"],
@@ -310,7 +317,7 @@ def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str]) ->
 
 
 def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset(),
-                            changed: Optional[set] = None) -> int:
+                            changed: Optional[set] = None, memo: Optional[ManifestMemo] = None) -> int:
     """After a verified restore the originals stand in the logdir again; the vault's copies of
     them are then redundant and are dropped, so a restore leaves the disk no fuller than before
     the reduce (the backup of a reduction is a hard link until the purge; the restore writes a
@@ -322,7 +329,8 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     ``purge`` can free it later). The manifest stops claiming the backup before any blob goes.
     A plain blob goes only while it hashes to its name: one a late writer grew holds bytes that
     may exist nowhere else, so it stays with its other forms, its digest added to ``changed``
-    (``status`` names it), and the manifest keeps claiming it.
+    (``status`` names it), and the manifest keeps claiming it. ``memo``: the manifests are
+    still read afresh under the locks, only through it (those unchanged since are not parsed again).
     """
     if not manifest.get("restored_by"):
         return 0
@@ -339,7 +347,7 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     kept: set = set()
 
     def needed() -> set:
-        claimed = _claimed_now(ctx, vault, manifest, files, keep)
+        claimed = _claimed_now(ctx, vault, manifest, files, keep, memo)
         kept.update(claimed)
         return claimed
 
@@ -353,7 +361,7 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     # finished by the next start, which marks an operation whose blobs are all absent
     gone = {sha for sha in candidates if sha not in kept and sha not in grown
             and (freed.get(sha) or vault.local_form(sha) is None)}
-    ms = [manifest] + [m for m in vault.manifests() if m.get("op_id") != manifest["op_id"]]
+    ms = [manifest] + [m for m in vault.manifests(memo=memo) if m.get("op_id") != manifest["op_id"]]
     for m in ms:  # every restored operation left with no blob stops claiming one
         if m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
                 f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
@@ -363,6 +371,14 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
             m["purged_at"] = time.time()
             vault.write_manifest(m)
     return sum(freed.values())
+
+
+def _retired_now(mine: List[dict], run: str) -> Optional[dict]:
+    """``retire.retired_now`` over ``mine`` (this logdir's manifests, just read): the newest
+    retirement keeping ``run`` (or a parent taking it along) out of the logdir."""
+    ms = sorted((m for m in mine if is_restorable_retirement(m)),
+                key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
+    return next((m for m in ms if m["run"] == run or run in m.get("takes_along", [])), None)
 
 
 def _plain_size(vault: Vault, sha: str) -> Optional[int]:
@@ -389,17 +405,19 @@ def _absent_on_a_fresh_look(vault: Vault, shas: List[str]) -> bool:
     return not any(vault.has_blob(s) for s in shas)
 
 
-def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep) -> set:
+def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep,
+                 memo: Optional[ManifestMemo] = None) -> set:
     """The digests of ``files`` that must stay, read under the blobs' locks (the manifests,
     journals and pins of now, not of when the release began: a reduce of identical bytes may
     have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay."""
     every = set(files)
-    ms = vault.manifests()
+    ms = vault.manifests(memo=memo)
     if vault.unread:
         return every  # a manifest we could not read may claim these blobs
     # a restored operation's originals stand in its logdir: its backup is no claim any more
     restored = [m["op_id"] for m in ms if m.get("restored_by") and not m.get("backup_purged")]
-    refs = vault.referenced_blobs(exclude_ops=[manifest["op_id"]] + restored)
+    # the read just made, with its problems (a second full read gave nothing more)
+    refs = vault.referenced_blobs(exclude_ops=[manifest["op_id"]] + restored, manifests=ms)
     if vault.unread:
         return every
     claimed = {sha for sha in every if sha in refs} | (set(keep) & every) | (journal_blobs(ctx) & every)

@@ -81,6 +81,7 @@ import fcntl
 import functools
 import getpass
 import json
+import marshal
 import os
 import re
 import secrets
@@ -327,6 +328,58 @@ class EveryBlob(set):
         return set(other)
 
     __and__ = __rand__
+
+
+class ManifestMemo:
+    """The manifests one command read, each with the key of the records it was read from
+    (``Vault.manifests(memo=…)``): a restore of N runs re-reads, at each run's checks and under
+    the blob locks of its release, only what changed since (issue #28: N full reads each).
+
+    The key of an operation is everything its state is derived from: its entries in the log's
+    index (sequence, segment, line, offset, length of each: records are only appended, and a
+    seal or a re-indexed segment changes them) and the stat of an older version's file of it.
+    While the index holds a damaged line nothing is reused; a manifest refused is never held
+    (it is read, and refused, again).
+    Held marshalled, so no caller's change to a manifest it was given reaches the next one;
+    memory is one full read's worth, for the length of the command."""
+
+    def __init__(self) -> None:
+        self._held: Dict[tuple, tuple] = {}
+        #: reads that were answered from the memo, and those that read the manifest (for tests)
+        self.hits = 0
+
+    def usable(self, root: str, keep) -> bool:
+        """Whether this pass may reuse: a full read (no projection) of a log without damage."""
+        if keep is not None:
+            return False
+        idx = oplog.index(root)
+        return not any(idx.damaged.values()) and not oplog.hiding_damage(root)
+
+    def key(self, vault: "Vault", op_id: str) -> Optional[tuple]:
+        """What ``op_id``'s manifest is read from now (None: it cannot be told, read it)."""
+        if not is_op_id(op_id):
+            return None
+        try:
+            st = os.lstat(vault.manifest_path(op_id))
+            legacy = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except FileNotFoundError:
+            legacy = None
+        except OSError:
+            return None
+        return tuple(oplog.index(vault.root).entries(op_id)), legacy
+
+    def get(self, root: str, op_id: str, key: tuple) -> Optional[dict]:
+        held = self._held.get((root, op_id))
+        if held is None or held[0] != key:
+            return None
+        self.hits += 1
+        return marshal.loads(held[1])
+
+    def put(self, root: str, op_id: str, key: tuple, m: dict) -> None:
+        try:
+            self._held[(root, op_id)] = (key, marshal.dumps(m))
+        except ValueError:
+            self._held.pop((root, op_id), None)
 
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
@@ -1449,11 +1502,16 @@ class Vault:
             ids.update(n[:-5] for n in os.listdir(self.ops) if n.endswith(".json") and not n.startswith("."))
         return sorted(ids)
 
-    def manifests(self, keep: Optional[Callable[[dict], dict]] = None) -> List[dict]:
+    def manifests(self, keep: Optional[Callable[[dict], dict]] = None,
+                  memo: Optional["ManifestMemo"] = None) -> List[dict]:
         """Every well-formed manifest, oldest first; refused ones are listed in ``problems``
         (and counted in ``unread``: a caller deciding what no manifest claims must see 0).
         ``keep``: what of each is held, applied as it is read (a projection keeping ``op_id``
-        and ``started_at``), so a pass needing a few fields of thousands holds only those."""
+        and ``started_at``), so a pass needing a few fields of thousands holds only those.
+        ``memo`` (one command's, e.g. a restore of many runs): a manifest whose records did not
+        change since it was last read through it is not read again — the list is what a fresh
+        read gives (the log's index is brought up to date first; while it holds a damaged line
+        every one is read afresh)."""
         from tb_footprint_plugin.engine.trust import Untrusted
 
         out: List[dict] = []
@@ -1471,7 +1529,7 @@ class Vault:
             self.problems += other_users_state_findings(self.root)
             return out
         with oplog.snapshot(self.root):  # one look at the log's files for all of them
-            self._read_all(out, keep)
+            self._read_all(out, keep, memo)
             # a damaged log line may have been a manifest no one can read now (its blobs claimed)
             self.unread += oplog.lost_lines(self.root)
             # one that may have been a whole manifest no readable line names is said, with its file
@@ -1485,12 +1543,20 @@ class Vault:
         self.problems += other_users_state_findings(self.root)
         return out
 
-    def _read_all(self, out: List[dict], keep: Optional[Callable[[dict], dict]] = None) -> None:
+    def _read_all(self, out: List[dict], keep: Optional[Callable[[dict], dict]] = None,
+                  memo: Optional["ManifestMemo"] = None) -> None:
         from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
 
+        if memo is not None and not memo.usable(self.root, keep):
+            memo = None
         for op_id in self.manifest_ids():
             try:
-                m = self.read_manifest(op_id)
+                key = memo.key(self, op_id) if memo is not None else None
+                m = memo.get(self.root, op_id, key) if key is not None else None
+                if m is None:
+                    m = self.read_manifest(op_id)
+                    if key is not None:
+                        memo.put(self.root, op_id, key, m)
                 out.append(keep(m) if keep is not None else m)
             except Untrusted as e:
                 self.problems.append(e)

@@ -5,10 +5,10 @@ need, not its verification (the series the check page draws: ~46 KB of a rewritt
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, List, NamedTuple
+from typing import Callable, Iterable, List, NamedTuple, Optional
 
 from tb_footprint_plugin.engine import manifest, trust
-from tb_footprint_plugin.engine.vault import Vault
+from tb_footprint_plugin.engine.vault import ManifestMemo, Vault
 
 
 class VaultRead(NamedTuple):
@@ -42,13 +42,15 @@ def slim(root: str) -> Callable[[dict], dict]:
     return keep
 
 
-def read_roots(roots: Iterable[str], slim_read: bool = False) -> List[VaultRead]:
+def read_roots(roots: Iterable[str], slim_read: bool = False,
+               memo: Optional[ManifestMemo] = None) -> List[VaultRead]:
     """The vaults at ``roots`` read once each; ``slim_read``: each manifest projected by ``slim``
-    as it is read, so a pass over thousands holds no verification."""
+    as it is read, so a pass over thousands holds no verification. ``memo``: the command's
+    (``Vault.manifests``), so what did not change since its last read is not read again."""
     out = []
     for root in roots:
         v = Vault(root)
-        out.append(VaultRead(v, v.manifests(slim(v.root) if slim_read else None)))
+        out.append(VaultRead(v, v.manifests(slim(v.root) if slim_read else None, memo=memo)))
     return out
 
 
