@@ -30,6 +30,7 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
+from tb_footprint_plugin.engine.vault_reads import slim
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, ManifestMemo, Vault, late_tmp_path, restore_tmp_path, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -51,7 +52,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
                      bytes_after=manifest.get("bytes_after", 0))
     # one read of now (through the memo) for both checks: a newer reduction, a retirement
-    mine = own_manifests(ctx, read_vaults(ctx, memo=memo))
+    mine = own_manifests(ctx, read_vaults(ctx, slim=True, memo=memo))
     newer = sorted((m for m in mine if is_kept(m) and m["run"] == run
                     and m.get("started_at", 0) > manifest.get("started_at", 0)),
                    key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)  # as restorable_ops
@@ -361,11 +362,20 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     # finished by the next start, which marks an operation whose blobs are all absent
     gone = {sha for sha in candidates if sha not in kept and sha not in grown
             and (freed.get(sha) or vault.local_form(sha) is None)}
-    ms = [manifest] + [m for m in vault.manifests(memo=memo) if m.get("op_id") != manifest["op_id"]]
+    def left_with_none(m: dict) -> bool:
+        return bool(m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
+            f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
+            _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone])))
+
+    # looked over slim (what says which blobs each claims), the one marked written whole
+    ms = [manifest] + [m for m in vault.manifests(slim(vault.root), memo=memo) if m.get("op_id") != manifest["op_id"]]
     for m in ms:  # every restored operation left with no blob stops claiming one
-        if m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
-                f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
-                _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone])):
+        if m is not manifest and left_with_none(m):
+            try:
+                m = vault.read_manifest(m["op_id"])
+            except (OSError, ValueError):
+                continue  # unread: it keeps claiming (the next start, or a purge, settles it)
+        if left_with_none(m):
             m["backup_purged"] = True
             m["backup_released_by_restore"] = manifest["restored_by"]
             m["purged_at"] = time.time()
@@ -411,7 +421,7 @@ def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep,
     journals and pins of now, not of when the release began: a reduce of identical bytes may
     have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay."""
     every = set(files)
-    ms = vault.manifests(memo=memo)
+    ms = vault.manifests(slim(vault.root), memo=memo)  # all a claim is said by, without verifications
     if vault.unread:
         return every  # a manifest we could not read may claim these blobs
     # a restored operation's originals stand in its logdir: its backup is no claim any more

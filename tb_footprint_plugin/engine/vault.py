@@ -341,45 +341,58 @@ class ManifestMemo:
     While the index holds a damaged line nothing is reused; a manifest refused is never held
     (it is read, and refused, again).
     Held marshalled, so no caller's change to a manifest it was given reaches the next one;
-    memory is one full read's worth, for the length of the command."""
+    memory is one full read's worth (and one slim read's: a projection with a ``memo_name``,
+    such as ``vault_reads.slim``, is held apart), for the length of the command."""
 
     def __init__(self) -> None:
         self._held: Dict[tuple, tuple] = {}
-        #: reads that were answered from the memo, and those that read the manifest (for tests)
+        #: vault root -> whether it had no older version's manifest files when the pass began
+        self._no_files: Dict[str, bool] = {}
+        #: reads answered from the memo (for tests)
         self.hits = 0
 
-    def usable(self, root: str, keep) -> bool:
-        """Whether this pass may reuse: a full read (no projection) of a log without damage."""
-        if keep is not None:
+    def usable(self, vault: "Vault", keep) -> bool:
+        """Whether this pass may reuse: a full read, or a projection with a ``memo_name``, of a
+        log without damage."""
+        if keep is not None and not isinstance(getattr(keep, "memo_name", None), str):
             return False
-        idx = oplog.index(root)
-        return not any(idx.damaged.values()) and not oplog.hiding_damage(root)
+        idx = oplog.index(vault.root)
+        if any(idx.damaged.values()) or oplog.hiding_damage(vault.root):
+            return False
+        # no folder of older-version files (none is written now): no file to look for per operation
+        self._no_files[vault.root] = not os.path.lexists(vault.ops)
+        return True
 
     def key(self, vault: "Vault", op_id: str) -> Optional[tuple]:
         """What ``op_id``'s manifest is read from now (None: it cannot be told, read it)."""
         if not is_op_id(op_id):
             return None
-        try:
-            st = os.lstat(vault.manifest_path(op_id))
-            legacy = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except FileNotFoundError:
-            legacy = None
-        except OSError:
-            return None
+        legacy = None
+        if not self._no_files.get(vault.root):
+            try:
+                st = os.lstat(vault.manifest_path(op_id))
+                legacy = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+            except FileNotFoundError:
+                legacy = None
+            except OSError:
+                return None
         return tuple(oplog.index(vault.root).entries(op_id)), legacy
 
-    def get(self, root: str, op_id: str, key: tuple) -> Optional[dict]:
-        held = self._held.get((root, op_id))
+    def get(self, root: str, op_id: str, key: tuple, keep=None) -> Optional[dict]:
+        """What was held of ``op_id`` (in ``keep``'s projection) if read from ``key``, else None."""
+        held = self._held.get((root, op_id, getattr(keep, "memo_name", None)))
         if held is None or held[0] != key:
             return None
         self.hits += 1
         return marshal.loads(held[1])
 
-    def put(self, root: str, op_id: str, key: tuple, m: dict) -> None:
+    def put(self, root: str, op_id: str, key: tuple, m: dict, keep=None) -> None:
+        """Hold ``m`` (``op_id``'s manifest, in ``keep``'s projection) as read from ``key``."""
+        name = (root, op_id, getattr(keep, "memo_name", None))
         try:
-            self._held[(root, op_id)] = (key, marshal.dumps(m))
+            self._held[name] = (key, marshal.dumps(m))
         except ValueError:
-            self._held.pop((root, op_id), None)
+            self._held.pop(name, None)
 
 
 def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
@@ -1547,17 +1560,18 @@ class Vault:
                   memo: Optional["ManifestMemo"] = None) -> None:
         from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
 
-        if memo is not None and not memo.usable(self.root, keep):
+        if memo is not None and not memo.usable(self, keep):
             memo = None
         for op_id in self.manifest_ids():
             try:
                 key = memo.key(self, op_id) if memo is not None else None
-                m = memo.get(self.root, op_id, key) if key is not None else None
-                if m is None:
+                got = memo.get(self.root, op_id, key, keep) if key is not None else None
+                if got is None:
                     m = self.read_manifest(op_id)
+                    got = keep(m) if keep is not None else m
                     if key is not None:
-                        memo.put(self.root, op_id, key, m)
-                out.append(keep(m) if keep is not None else m)
+                        memo.put(self.root, op_id, key, got, keep)
+                out.append(got)
             except Untrusted as e:
                 self.problems.append(e)
                 self.unread += 1

@@ -39,6 +39,7 @@ def slim(root: str) -> Callable[[dict], dict]:
         except trust.Untrusted:
             return m
         return {k: v for k, v in checked.items() if k not in HEAVY}
+    keep.memo_name = "slim"  # a ``Vault.ManifestMemo`` holds it apart from full reads
     return keep
 
 
