@@ -51,7 +51,9 @@ def read_roots(roots: Iterable[str], slim_read: bool = False,
     out = []
     for root in roots:
         v = Vault(root)
-        out.append(VaultRead(v, v.manifests(slim(v.root) if slim_read else None, memo=memo)))
+        # a plain read passes nothing: what a caller (or a test counting reads) wraps is the bare call
+        kw = {"memo": memo} if memo is not None else {}
+        out.append(VaultRead(v, v.manifests(slim(v.root), **kw) if slim_read else v.manifests(**kw)))
     return out
 
 
