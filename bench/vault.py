@@ -71,6 +71,14 @@ Every decompressed file's sha256 is checked against the original's. The level th
 Small files go into packs in the product (``PACK_BELOW``): here each file is compressed alone,
 which is the big blobs' path and what a level changes most; no fsync on either side.
 
+Measured (2026-12-03, zstandard 0.25.0, the shared 2-core machine; ``--levels 1,3,6,9,19
+--trace-mb 500``, 14 min, level 19 nearly all of it): stored share of the 300.5 MB project /
+483.7 MB trace, compress seconds (plain copy 0.20 / 0.25 s), peak RSS:
+level 1 11.06% / 6.22%, 0.54 / 0.59 s, 31 MB; level 3 11.15% / 6.44%, 0.70 / 0.83 s, 35 MB;
+level 6 10.42% / 5.57%, 2.1 / 2.7 s; level 9 9.78% / 5.10%, 5.0 / 4.0 s, 49 MB;
+level 19 8.74% / 4.18%, 286 / 497 s, 134 MB. Decompress+hash 0.3-0.6 s at every level.
+Level 1: 100.2% of level 3's saving at 74% of its time; 97.7% of level 19's at 0.1% of its time.
+
 Exit status 1 if a gated target is missed or a restore is not exact.
 """
 from __future__ import annotations
@@ -495,7 +503,7 @@ def level_verdict(level: int, rows: dict, levels: list) -> str:
         others.append(higher[-1])  # the most saving measured, beside the neighbours
     for other in others:
         parts.append(f"{saving(level) / max(1, saving(other)):.1%} of level {other}'s saving at "
-                     f"{tot(level, 'comp_s') / max(1e-9, tot(other, 'comp_s')):.0%} of its compress time, "
+                     f"{tot(level, 'comp_s') / max(1e-9, tot(other, 'comp_s')):.1%} of its compress time, "
                      f"storing {tot(level, 'stored') / max(1, tot(other, 'stored')):.0%} of its bytes "
                      f"({tot(level, 'dec_s') / max(1e-9, tot(other, 'dec_s')):.0%} of its decompress+hash, "
                      f"{max(r['rss_mb'] for r in rows[level].values())} vs "
