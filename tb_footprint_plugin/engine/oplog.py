@@ -394,10 +394,12 @@ def _seal_file(path: str) -> bool:
 
     folder, stem = os.path.dirname(path), _stem(os.path.basename(path))
     root = os.path.dirname(os.path.dirname(folder))
-    twins = ensure_private_dir(twins_dir(root), root)
     made: List[tuple] = []  # (temp, final), each piece in both folders
     try:
         with open_regular(path) as f:
+            # only once the segment opened: a vault removed meanwhile (a logdir deleted while
+            # TensorBoard runs, a bench's temporary folder) is never made again by the exit's seal
+            twins = ensure_private_dir(twins_dir(root), root)
             ident = os.fstat(f.fileno())
             k, rest = 0, b""
             while True:
