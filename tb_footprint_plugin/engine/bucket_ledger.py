@@ -325,10 +325,13 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine:
                  and e.get("host") == mk["host"] and e.get("pid") == mk["pid"]]
         keep = False  # the marker stays while a run of it is not settled for sure
         try:
-            if stale and manifests is None:
-                manifests = manifests_of()
+            # the journals listed before the manifests are read: a rollback deletes the manifest
+            # first and its journal last, so a manifest read after a listing that found no journal
+            # is not one a concurrent start is rolling back (review R3 F2)
             if stale and journals is None:  # read again for the next marker when it failed
                 journals = _journals_left(rfs)
+            if stale and manifests is None:
+                manifests = manifests_of()
             held_ops, held_runs = journals if journals is not None else (set(), set())
             for run, e, pol in stale:
                 if run in undone:  # as ``engine.ledger.mark_recovered`` records it
