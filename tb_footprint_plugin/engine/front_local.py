@@ -279,7 +279,8 @@ class LocalEngine(Engine):
         outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
                     and (run is None or m["run"] == run or run in m.get("takes_along", []))]
         memo = ManifestMemo()  # the manifests each run's checks and release read: unchanged ones once
-        ops = restorable_ops(ctx, run, read_vaults(ctx, memo=memo))
+        # the one full read is not memoised: every later read is slim, and ``ops`` holds what it needs
+        ops = restorable_ops(ctx, run, read_vaults(ctx))
         if run is not None and not ops and not outcomes:
             done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
             if done:
