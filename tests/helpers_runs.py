@@ -3,6 +3,7 @@ synth writers, for the tests that measure what a scan, a plan or the vault costs
 import os
 
 from tb_footprint_plugin import synth
+from tb_footprint_plugin.engine.vault import Vault
 
 #: the scalar tags of a small run
 TAGS = ("loss", "accuracy", "learning_rate", "grad_norm")
@@ -69,3 +70,15 @@ def aged_small_runs(root, n: int, first: int = 0, tags=TAGS, age: float = 3 * 86
         write_small_run(os.path.join(root, f"exp/run{i:03d}"), i, tags=tags)
     age_tree(root, WRITTEN_AT - age)
     return str(root)
+
+
+def count_manifest_reads(monkeypatch) -> list:
+    """Every ``Vault.read_manifest`` call from now on (the one reader of a manifest): ``[n]``."""
+    reads = [0]
+    real = Vault.read_manifest
+
+    def counted(self, op_id):
+        reads[0] += 1
+        return real(self, op_id)
+    monkeypatch.setattr(Vault, "read_manifest", counted)
+    return reads

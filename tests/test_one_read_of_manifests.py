@@ -16,21 +16,9 @@ from tb_footprint_plugin.engine.front_local import local_context
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
-from helpers_runs import aged_small_runs
+from helpers_runs import aged_small_runs, count_manifest_reads
 
 N = 50
-
-
-def _count_reads(monkeypatch) -> list:
-    """Every ``Vault.read_manifest`` call from now on: the one reader of a manifest."""
-    reads = [0]
-    real = Vault.read_manifest
-
-    def counted(self, op_id):
-        reads[0] += 1
-        return real(self, op_id)
-    monkeypatch.setattr(Vault, "read_manifest", counted)
-    return reads
 
 
 def test_status_reads_each_manifest_once(tmp_path, monkeypatch):
@@ -48,7 +36,7 @@ def test_status_reads_each_manifest_once(tmp_path, monkeypatch):
     vault.seal_log()
     oplog._INDEXES.clear()  # a fresh process's status
 
-    reads = _count_reads(monkeypatch)
+    reads = count_manifest_reads(monkeypatch)
     st = api.status(logdir)
 
     assert len(st["operations"]) == N + 2
@@ -66,7 +54,7 @@ def test_status_reads_each_manifest_once(tmp_path, monkeypatch):
 def test_a_batch_end_reads_each_manifest_once_and_holds_no_verification(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     logdir = aged_small_runs(tmp_path / "logdir", 3)
-    reads = _count_reads(monkeypatch)
+    reads = count_manifest_reads(monkeypatch)
     held = []
     real_manifests = Vault.manifests
 

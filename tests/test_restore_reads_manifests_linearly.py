@@ -12,21 +12,9 @@ from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
-from helpers_runs import aged_small_runs
+from helpers_runs import aged_small_runs, count_manifest_reads
 
 N = 30
-
-
-def _count_reads(monkeypatch) -> list:
-    """Every ``Vault.read_manifest`` call from now on: the one reader of a manifest."""
-    reads = [0]
-    real = Vault.read_manifest
-
-    def counted(self, op_id):
-        reads[0] += 1
-        return real(self, op_id)
-    monkeypatch.setattr(Vault, "read_manifest", counted)
-    return reads
 
 
 def _reduced(tmp_path, monkeypatch, n: int) -> str:
@@ -39,7 +27,7 @@ def _reduced(tmp_path, monkeypatch, n: int) -> str:
 
 def test_restore_of_every_run_reads_each_manifest_a_few_times(tmp_path, monkeypatch):
     logdir = _reduced(tmp_path, monkeypatch, N)
-    reads = _count_reads(monkeypatch)
+    reads = count_manifest_reads(monkeypatch)
     outs = api.restore(logdir)
     assert [o.status for o in outs] == [Outcome.RESTORED] * N
     # before: ~5 full reads per run (30 runs: 5,490 reads); now a few passes of the call's and
