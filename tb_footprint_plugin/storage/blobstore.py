@@ -89,7 +89,8 @@ PACK_BELOW: int = 512 * 1024
 PACK_TARGET: int = 16 << 20
 #: zstd is kept only when the compressed form is at most this share of the original (saves >= 10%)
 KEEP_ZST_RATIO = 0.9
-#: how much of a lone blob is compressed in memory to decide its form (small blobs: all of them)
+#: how much of a lone blob read from a stream that cannot seek is compressed in memory to decide
+#: its form; one that seeks is sampled over its whole length (``zst.sample``); small blobs: all
 PROBE_BYTES = CHUNK
 #: packs whose live blobs fill less than this share of the object are repacked by ``forget``
 REPACK_BELOW = 0.5
@@ -1116,9 +1117,16 @@ class BlobStore:
             if framed:  # compressed already: sent as it is, decoded and hashed on the way
                 zstd, body = True, _Framed(f, src)
             else:
-                probe = f.read(PROBE_BYTES)
-                z = _compress(probe) if probe else b""
-                zstd = bool(probe) and len(z) <= KEEP_ZST_RATIO * len(probe)
+                # a source that seeks is judged by windows spread over all of it (a file random at
+                # its start and compressible after is compressed); a stream by its first chunk
+                got = zst.sample(f, src.size)
+                if got is not None:
+                    probe = b""
+                    zstd = got[0] > 0 and got[1] <= KEEP_ZST_RATIO * got[0]
+                else:
+                    probe = f.read(PROBE_BYTES)
+                    z = _compress(probe) if probe else b""
+                    zstd = bool(probe) and len(z) <= KEEP_ZST_RATIO * len(probe)
                 claimed = _Claimed(f, src, prefix=probe)
                 body = _Deflating(claimed, src.size) if zstd else claimed
             try:

@@ -26,10 +26,18 @@ else:
 #: files: level 1 kept as much as level 3 (a 191 MB trace: 11.9 MB vs 12.3 MB) at ~1.5x its
 #: speed, and level 9 saved ~15% more at ~6x the time: compaction is on the reduce's clock
 LEVEL = 1
-#: after this many input bytes a file whose output is still above ``GIVE_UP_RATIO`` of its input
-#: is abandoned (gzipped traces, PNG-heavy files): the rest of a big file is not worth compressing
+#: a file of more bytes is compressed only if samples spread over it (``sample``) say it is worth
+#: it; a file that cannot seek is abandoned once, past this many input bytes, its output is still
+#: above ``GIVE_UP_RATIO`` of its input (a stream read once cannot be sampled ahead)
 PROBE_BYTES = 8 * CHUNK
 GIVE_UP_RATIO = 0.97
+#: the decision on a file that can seek reads ``SAMPLES`` windows of ``SAMPLE_BYTES``: its start,
+#: its end and evenly spaced ones between (restic/borg-style sampling), as many bytes as the old
+#: probe of its first ``PROBE_BYTES`` read, so an incompressible file costs what giving up did;
+#: a file random at its start and compressible after (a profile of packed headers then zeros, an
+#: event file whose first records are PNGs) is no longer judged by its start alone
+SAMPLES = 16
+SAMPLE_BYTES = PROBE_BYTES // SAMPLES
 
 
 #: the longest zstd frame header: what ``content_size`` needs to read
@@ -57,11 +65,55 @@ def backend() -> str:
     return "compression.zstd" if _std is not None else f"zstandard {_zs.__version__}"
 
 
+def _seekable(f: BinaryIO) -> bool:
+    try:
+        return bool(f.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _one_shot(data: bytes, level: int) -> int:
+    """The size of ``data`` compressed on its own (a sample's; the bytes are dropped)."""
+    if _std is not None:
+        return len(_std.compress(data, level=level))
+    return len(_zs.ZstdCompressor(level=level).compress(data))
+
+
+def sample(f: BinaryIO, size: int, level: int = LEVEL) -> Optional[Tuple[int, int]]:
+    """``(bytes read, their size compressed)`` of windows of ``SAMPLE_BYTES`` spread over the
+    seekable file ``f`` of ``size`` bytes: every window of a file of at most ``PROBE_BYTES``,
+    else ``SAMPLES`` of them, the first at its start, the last at its end, the others evenly
+    between; each compressed alone, one at a time (memory: one window). ``f`` is left where it
+    was. None when ``f`` cannot seek."""
+    if not _seekable(f):
+        return None
+    here = f.tell()
+    if size <= PROBE_BYTES:
+        starts = list(range(0, size, SAMPLE_BYTES))
+    else:
+        last = size - SAMPLE_BYTES
+        starts = sorted({last * i // (SAMPLES - 1) for i in range(SAMPLES)})
+    n_in = n_out = 0
+    try:
+        for at in starts:
+            f.seek(at)
+            b = f.read(SAMPLE_BYTES)
+            if b:
+                n_in += len(b)
+                n_out += _one_shot(b, level)
+    finally:
+        f.seek(here)
+    return n_in, n_out
+
+
 def compress_stream(src: BinaryIO, dst: BinaryIO, size: Optional[int] = None, level: int = LEVEL,
                     give_up_ratio: Optional[float] = GIVE_UP_RATIO) -> Optional[Tuple[int, int]]:
-    """Compress ``src`` into ``dst`` chunk by chunk; ``(bytes in, bytes out)``, or None when,
-    past ``PROBE_BYTES``, the output is still above ``give_up_ratio`` of the input (the caller
-    drops what was written)."""
+    """Compress ``src`` into ``dst`` chunk by chunk; ``(bytes in, bytes out)``, or None when
+    it is not worth it by ``give_up_ratio`` (None: always compress; the caller drops what was
+    written). A ``src`` that can seek, of a known ``size`` above ``PROBE_BYTES``, is judged
+    before anything is written by ``sample`` (windows over the whole file: nothing written when
+    they say no, and when they say yes no give-up, however its start looks); any other is
+    abandoned once, past ``PROBE_BYTES``, its output is still above the ratio."""
     if _std is not None:
         c = _std.ZstdCompressor(level=level, options={_std.CompressionParameter.checksum_flag: 1})
         if size is not None:
@@ -73,6 +125,12 @@ def compress_stream(src: BinaryIO, dst: BinaryIO, size: Optional[int] = None, le
         step, end = cobj.compress, cobj.flush
     n_in = n_out = 0
     probing = give_up_ratio is not None
+    if probing and size is not None and size > PROBE_BYTES:
+        got = sample(src, size, level)
+        if got is not None:
+            if got[0] and got[1] > give_up_ratio * got[0]:
+                return None
+            probing = False  # the samples said yes: the final size decides (the caller's check)
     while True:
         b = src.read(CHUNK)
         if not b:
@@ -132,5 +190,5 @@ def open_decompressed(f: BinaryIO) -> BinaryIO:
     return io.BufferedReader(_Checked(inner, f), CHUNK)
 
 
-__all__ = ["HEADER_MAX", "content_size", "LEVEL", "PROBE_BYTES", "GIVE_UP_RATIO", "DecodeError", "backend", "compress_stream",
-           "open_decompressed"]
+__all__ = ["HEADER_MAX", "content_size", "LEVEL", "PROBE_BYTES", "GIVE_UP_RATIO", "SAMPLES", "SAMPLE_BYTES",
+           "DecodeError", "backend", "sample", "compress_stream", "open_decompressed"]
