@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.engine.front import open_engine
 from tb_footprint_plugin.engine.ledger import Ledger
+from tb_footprint_plugin.engine.local_views import disk_in_use_after_scan
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError
@@ -63,12 +65,31 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     if warning:
         p.notes.append(warning)
     eng.note_plan(p, fp, measures=traces, vault_format=vault_format, held=held if own else None)
-    if eng.kind == "local":  # a bucket's is a listing of its own: its plan counts requests, not blocks
-        # the reduce's, status's and the tab's one count (``engine.usage.disk_usage`` via the engine);
-        # a logdir the verbs refuse (said by them) is still planned, without the figure
+    if eng.kind == "local":
+        # the reduce's, status's and the tab's one count (``engine.usage``); a logdir the verbs
+        # refuse (said by them) is still planned, without the figure
         with contextlib.suppress(OSError, ValueError):
-            p.disk_in_use_bytes = eng.disk_in_use().total_bytes
+            p.disk_in_use_bytes = _disk_in_use_now(eng, fp, own=footprint is None)
     return p
+
+
+#: a caller's footprint whose walk began longer ago than this is not taken for "now": the logdir
+#: is walked again (a tab's scan may be minutes old; a reduce's dry run hands its own, just made)
+FRESH_WALK_S = 60.0
+
+
+def _disk_in_use_now(eng, fp: LogdirFootprint, own: bool) -> int:
+    """The logdir and its vaults on disk now, as ``du`` counts them: the logdir's part from the
+    walk the scan just made (``fp.disk``), so a plan of 100,000 runs does not lstat every file
+    twice; only the state folders, a vault inside it and the vaults elsewhere are walked here
+    (``engine.local_views.disk_in_use_after_scan``). A footprint without that walk, of another
+    folder, or whose walk is not recent (``FRESH_WALK_S``, unless this plan made it) is counted
+    by a walk of its own (``eng.disk_in_use``)."""
+    walked = fp.disk
+    ctx = eng.ctx
+    if walked is None or fp.logdir != ctx.logdir or (not own and time.time() - walked.started > FRESH_WALK_S):
+        return eng.disk_in_use().total_bytes
+    return disk_in_use_after_scan(ctx, walked).total_bytes
 
 
 def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,

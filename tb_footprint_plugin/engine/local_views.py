@@ -26,6 +26,14 @@ def disk_in_use(ctx: Context) -> "usage.DiskUsage":
     return usage.disk_usage(ctx.logdir, known_vaults(ctx))
 
 
+def disk_in_use_after_scan(ctx: Context, walked) -> "usage.DiskUsage":
+    """``disk_in_use`` from a scan's walk of the logdir (``walked``: its footprint's ``DiskTally``)
+    and a walk of what that scan set aside and of the vaults outside the logdir only
+    (``engine.usage.disk_usage_after_scan``): a plan's scan is not followed by a second walk of
+    every file of the logdir."""
+    return usage.disk_usage_after_scan(ctx.logdir, known_vaults(ctx), walked)
+
+
 def freed_after_purge(ctx: Context, op_ids: List[str], reads: Optional[List[VaultRead]] = None) -> int:
     """What purging these operations' backups would free, counted by purge's own rule (from the
     command's one read of the manifests, ``reads``, when given)."""
@@ -146,4 +154,4 @@ def history_view(logdir: str, context) -> List[dict]:
     return entries
 
 
-__all__ = ["disk_in_use", "disk_numbers_view", "freed_after_purge", "history_view", "status_view"]
+__all__ = ["disk_in_use", "disk_in_use_after_scan", "disk_numbers_view", "freed_after_purge", "history_view", "status_view"]

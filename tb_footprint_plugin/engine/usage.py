@@ -8,6 +8,9 @@ packs (``<vault>/packs``) what they hold (``freed_by_op`` counts a packed backup
 state folders of other users at the top of the logdir (``.tb-footprint`` when it is not ours,
 ``.tb-footprint-u<uid>`` of another uid) are skipped: their bytes are theirs to account for.
 
+A plan counts the logdir's part from its scan's own walk (``disk_usage_after_scan``: the same
+rule, ``scan.model.DiskTally``), walking only what the scan set aside and the vaults elsewhere.
+
 Memory stays bounded on logdirs of millions of files: only inodes with several links (the
 vault's hard links, mostly) are remembered, as ``(st_dev, st_ino)`` pairs.
 
@@ -25,12 +28,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from tb_footprint_plugin.engine import offload, remote_vault
 from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX, Vault
+from tb_footprint_plugin.scan.model import BLOCK
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.paths import is_sha256, is_state_name, is_within
-
-BLOCK = 512  # st_blocks is counted in 512-byte units on every Unix, whatever the filesystem's block
 
 
 @dataclass
@@ -103,6 +105,41 @@ def disk_usage(logdir: str, vaults: Sequence[str] = ()) -> DiskUsage:
     except OSError:
         pass
     seen: Set[Tuple[int, int]] = set()
+    for root in roots:
+        _walk(out, seen, root, logdir, roots)
+    return out
+
+
+def disk_usage_after_scan(logdir: str, vaults: Sequence[str], walked) -> DiskUsage:
+    """``disk_usage`` of ``logdir`` plus ``vaults`` without walking the logdir again: its part is
+    what the scan's own walk counted (``walked``: the footprint's ``scan.model.DiskTally``, same
+    rule: blocks, each inode once, symlinks as themselves), and only what that walk set aside (the
+    state folders at its top, a vault inside it; another user's state folder skipped as
+    ``disk_usage`` skips it) and the vaults outside the logdir are walked now, hard links to a file
+    the scan met still counted once. ``logdir`` must be the folder that scan walked."""
+    logdir = os.path.abspath(logdir)
+    roots, skipped = _walk_roots(logdir, vaults)
+    out = DiskUsage(total_bytes=walked.bytes, by_device=dict(walked.by_device), logdir_device=walked.device,
+                    roots=roots, skipped=skipped + [dict(s) for s in walked.skipped])
+    seen: Set[Tuple[int, int]] = set(walked.linked)  # a copy: the scan's tally stays as its walk left it
+    for aside in walked.set_aside:
+        if os.path.dirname(aside) == logdir and is_state_name(os.path.basename(aside)):
+            try:
+                st = os.lstat(aside)
+            except OSError:
+                continue
+            if not _ours(st):  # another user's state and backups: theirs (as ``disk_usage`` says)
+                out.skipped.append({"path": aside, "why": "not a state folder of ours"})
+                continue
+        _walk(out, seen, aside, logdir, roots)
+    for root in roots[1:]:  # roots[0] is the logdir, which the scan walked
+        _walk(out, seen, root, logdir, roots)
+    return out
+
+
+def _walk(out: DiskUsage, seen: Set[Tuple[int, int]], root: str, logdir: str, roots: Sequence[str]) -> None:
+    """Count ``root`` and everything under it into ``out`` (``seen``: the inodes with several links
+    counted already); a folder that is another of ``roots`` is left to its own walk."""
 
     def count(st: os.stat_result) -> None:
         if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
@@ -114,38 +151,36 @@ def disk_usage(logdir: str, vaults: Sequence[str] = ()) -> DiskUsage:
         out.total_bytes += b
         out.by_device[st.st_dev] = out.by_device.get(st.st_dev, 0) + b
 
-    for root in roots:
+    try:
+        st = os.lstat(root)
+    except OSError:
+        return
+    count(st)
+    if not stat.S_ISDIR(st.st_mode):
+        return
+    stack = [root]
+    while stack:
+        folder = stack.pop()
         try:
-            st = os.lstat(root)
-        except OSError:
+            it = os.scandir(folder)
+        except OSError as e:
+            out.skipped.append({"path": folder, "why": f"unreadable ({e.strerror})"})
             continue
-        count(st)
-        if not stat.S_ISDIR(st.st_mode):
-            continue
-        stack = [root]
-        while stack:
-            folder = stack.pop()
-            try:
-                it = os.scandir(folder)
-            except OSError as e:
-                out.skipped.append({"path": folder, "why": f"unreadable ({e.strerror})"})
-                continue
-            with it:
-                for entry in it:
-                    try:
-                        est = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if folder == logdir and is_state_name(entry.name) and not _ours(est):
-                        # another user's state and backups (or a symlink planted as one): theirs
-                        out.skipped.append({"path": entry.path, "why": "not a state folder of ours"})
-                        continue
-                    if stat.S_ISDIR(est.st_mode) and any(entry.path == r for r in roots if r != root):
-                        continue  # a vault walked as its own root: once
-                    count(est)
-                    if stat.S_ISDIR(est.st_mode):
-                        stack.append(entry.path)
-    return out
+        with it:
+            for entry in it:
+                try:
+                    est = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if folder == logdir and is_state_name(entry.name) and not _ours(est):
+                    # another user's state and backups (or a symlink planted as one): theirs
+                    out.skipped.append({"path": entry.path, "why": "not a state folder of ours"})
+                    continue
+                if stat.S_ISDIR(est.st_mode) and any(entry.path == r for r in roots if r != root):
+                    continue  # a vault walked as its own root: once
+                count(est)
+                if stat.S_ISDIR(est.st_mode):
+                    stack.append(entry.path)
 
 
 def device_of(path: str) -> Optional[int]:

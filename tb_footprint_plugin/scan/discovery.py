@@ -14,13 +14,14 @@ become warnings, not errors.
 from __future__ import annotations
 
 from array import array
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.scan import categories as cat
-from tb_footprint_plugin.scan.model import COMPACT, UNATTRIBUTED
+from tb_footprint_plugin.scan.model import COMPACT, DiskTally, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, STATE_DIR_NAME, is_state_name, is_within, state_dirs_in
 from tb_footprint_plugin.storage.regular import kind_of
@@ -124,9 +125,12 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     return Discovery(runs=runs, warnings=warnings)
 
 
-def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> Iterator[FoundRun]:
+def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
+              tally: Optional[DiskTally] = None) -> Iterator[FoundRun]:
     """The runs of :func:`discover`, each yielded as soon as the walk has left its folder (its
     files sorted), ``(unattributed)`` last; warnings are appended to ``warnings`` as they are met.
+    ``tally``: counts what the walk lstats as ``du`` would (every folder and file it meets, the
+    folders it sets aside named), so the disk in use needs no second walk of the logdir.
 
     The walk is depth first, so a run's folder is walked whole before any folder beside it: a
     scan makes each run's footprint while the walk goes on and never holds the walk of the whole
@@ -161,16 +165,25 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
         if not seen_dirs.add(st.st_dev, st.st_ino):
             warnings.append(f"{display(_rel(parts))}: directory seen twice (loop), skipped")
             continue
+        if tally is not None:
+            tally.count(st)
+            if not parts:
+                tally.device = st.st_dev
         try:
             with fsops.scandir(dirpath) as it:
                 entries = list(it)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: unreadable directory ({e.strerror}), skipped")
+            if tally is not None:
+                tally.skipped.append({"path": dirpath, "why": f"unreadable ({e.strerror})"})
             continue
 
         files, subdirs = [], []
         for e in entries:
             if not parts and e.name == DEMO_MARKER and e.is_file(follow_symlinks=False):
+                if tally is not None:  # not a run's file, but on the disk all the same
+                    with contextlib.suppress(OSError):
+                        tally.count(e.stat(follow_symlinks=False))
                 continue  # the demo's bookkeeping, not a file of "(unattributed)"
             if not parts and is_state_name(e.name) and not e.is_dir(follow_symlinks=False):
                 continue  # a state name that is a link or file (planted): the tool's name, never a run's file
@@ -195,7 +208,7 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
         if not entries and len(rel_in_run) == 3 and rel_in_run[:2] == ("plugins", "profile"):
             runs[owner].empty_sessions.append((_rel(parts), st.st_mtime))
         for e in files:
-            ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings)
+            ff = _found_file(e, parts, logdir, owner_depth if owner is not None else 0, warnings, tally)
             if ff is None:
                 continue
             bucket = runs.setdefault(
@@ -205,6 +218,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = ()) -> 
         for d in sorted(subdirs, reverse=True):
             sub = os.path.join(dirpath, d)
             if sub in excluded:
+                if tally is not None:
+                    tally.set_aside.append(sub)
                 continue  # the vault: its size is reported separately as backups
             stack.append((sub, parts + (d,), owner, owner_depth))
     while open_runs:
@@ -267,7 +282,7 @@ def _rel(parts: Tuple[str, ...]) -> str:
     return "/".join(parts) if parts else "."
 
 
-def _found_file(entry, parts, logdir, owner_depth, warnings) -> Optional[FoundFile]:
+def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[DiskTally] = None) -> Optional[FoundFile]:
     rel = "/".join(parts + (entry.name,))
     try:
         fsops.op()  # the entry's lstat
@@ -275,6 +290,8 @@ def _found_file(entry, parts, logdir, owner_depth, warnings) -> Optional[FoundFi
     except OSError as e:
         warnings.append(f"{display(rel)}: cannot stat ({e.strerror}), not counted")
         return None
+    if tally is not None:  # a FIFO or a symlink holds blocks too (du counts them), whether or not a run's
+        tally.count(st)
     is_link = stat.S_ISLNK(st.st_mode)
     if not is_link and not stat.S_ISREG(st.st_mode):
         # a FIFO, socket or device: opening it could block forever; it holds no logged bytes

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import stat
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 SCHEMA_VERSION = 1
 UNATTRIBUTED = "(unattributed)"
@@ -226,6 +227,43 @@ class RunFootprint:
         return max(self.categories.values(), key=lambda c: (c.bytes, c.name)).name
 
 
+#: st_blocks is counted in 512-byte units on every Unix, whatever the filesystem's block
+BLOCK = 512
+
+
+@dataclass
+class DiskTally:
+    """What the scan's walk of a local logdir found allocated on disk, counted as ``du`` counts
+    (``st_blocks * 512``, each inode with several links once), so "disk in use now" needs no
+    second walk of the logdir (``engine.usage.disk_usage_after_scan`` walks only what the scan
+    set aside: its state folders and a vault inside it). Memory: only the inodes with several
+    links are remembered, as ``du`` does; never part of the scan's JSON."""
+
+    bytes: int = 0
+    by_device: Dict[int, int] = field(default_factory=dict)
+    #: the logdir's own filesystem (its folder's ``st_dev``)
+    device: Optional[int] = None
+    #: (st_dev, st_ino) of every file met with several links (a restored hard link, mostly)
+    linked: Set[Tuple[int, int]] = field(default_factory=set)
+    #: folders the walk did not enter (absolute paths): state folders, a vault inside the logdir
+    set_aside: List[str] = field(default_factory=list)
+    #: folders it could not read: ``{"path", "why"}``, as ``DiskUsage.skipped`` says them
+    skipped: List[Dict[str, str]] = field(default_factory=list)
+    #: when the walk started (``time.time()``)
+    started: float = 0.0
+
+    def count(self, st) -> None:
+        """Add one lstat result: a file with several links only the first time it is met."""
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key in self.linked:
+                return
+            self.linked.add(key)
+        b = st.st_blocks * BLOCK
+        self.bytes += b
+        self.by_device[st.st_dev] = self.by_device.get(st.st_dev, 0) + b
+
+
 @dataclass
 class LogdirFootprint:
     """The scan of a whole logdir."""
@@ -242,6 +280,14 @@ class LogdirFootprint:
     #: requests the scan issued to an object store, per verb, and bytes downloaded (None on disk)
     requests: Optional[Dict[str, int]] = None
     schema_version: int = SCHEMA_VERSION
+
+    # Not fields: neither in the JSON schema nor compared (set by the scan that walked or listed).
+    #: what the walk found allocated on disk (``DiskTally``: a local scan's own walk); None when
+    #: not walked here (read back from JSON, a bucket)
+    disk = None
+    #: a bucket scan's listing summed (int): every object under the logdir's prefix, its state
+    #: folder and a vault inside it included, as stored; None when not listed here
+    listed_bytes = None
 
     def run(self, name: str) -> Optional[RunFootprint]:
         """The run with this exact name, or None. Indexed: callers look up every run of a logdir

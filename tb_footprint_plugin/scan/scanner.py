@@ -14,6 +14,7 @@ from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, display, dir_size, walk_runs
 from tb_footprint_plugin.scan.model import (
     CategoryStat,
+    DiskTally,
     FileEntry,
     FrozenList,
     LogdirFootprint,
@@ -55,10 +56,14 @@ def scan(
     if backup_dir and is_within(backup_dir, logdir):
         exclude.append(os.path.abspath(backup_dir))
     warnings: List[str] = []
-    found = walk_runs(logdir, warnings, exclude=exclude)  # each run's footprint made as the walk goes
+    # the blocks the walk's own lstats say, so the disk in use needs no second walk of the logdir
+    tally = DiskTally(started=started)
+    found = walk_runs(logdir, warnings, exclude=exclude, tally=tally)  # each run's footprint made as the walk goes
     cache = ScanCache(cache_dir(logdir) if use_cache else None, write=write_cache)
-    return _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
-                     progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
+    fp = _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
+                   progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
+    fp.disk = tally
+    return fp
 
 
 def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_cache: bool,
