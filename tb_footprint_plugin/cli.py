@@ -273,7 +273,7 @@ def _print_plan(p, verbose: bool = False) -> None:
     print(f"\ntotal: {human_bytes(p.total_bytes)} → {human_bytes(p.expected_after_bytes)} "
           f"(removable {human_bytes(p.removable_bytes)}, {share(p.removable_bytes, p.total_bytes).strip()})")
     if p.disk_in_use_bytes is not None:
-        print(f"disk in use now (logdir + vault): {human_bytes(p.disk_in_use_bytes)}")
+        print(f"{_in_use_now(p.logdir)} (logdir + vault): {human_bytes(p.disk_in_use_bytes)}")
     for n in p.notes:
         print(f"note: {n}")
     if p.cost:
@@ -281,6 +281,14 @@ def _print_plan(p, verbose: bool = False) -> None:
 
         print("\nrequests to the store:")
         print(format_cost(p.cost))
+
+
+def _in_use_now(logdir: str) -> str:
+    """What the in-use figure is called: "disk in use now" on a disk, "stored now" in a bucket
+    (what the store keeps and bills: the objects' sizes, not blocks)."""
+    from tb_footprint_plugin import api
+
+    return "stored now" if api.is_remote(logdir) else "disk in use now"
 
 
 def cmd_plan(args) -> int:
@@ -1061,7 +1069,7 @@ def _print_disk_line(api, logdir: str, backup_dir: Optional[str]) -> None:
         return
     if nums.get("disk_in_use_bytes") is None:
         return
-    print(f"disk in use now (logdir + vault): {human_bytes(nums['disk_in_use_bytes'])}; "
+    print(f"{_in_use_now(logdir)} (logdir + vault): {human_bytes(nums['disk_in_use_bytes'])}; "
           + _freed_now(nums.get("freed_now_bytes"))
           + f"{human_bytes(nums.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`\n")
 

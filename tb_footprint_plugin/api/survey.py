@@ -11,6 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.engine.front import open_engine
+from tb_footprint_plugin.engine import usage
 from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.local_views import disk_in_use_after_scan
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
@@ -42,8 +43,10 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
 
     On a bucket logdir the plan also carries ``cost``: the requests its scan issued and the
     requests and bytes a reduction and a restore would take. ``vault_format``: the vault its note
-    counts with (what is freed now and after purge; see ``reduce_logdir``). A local logdir's plan
-    carries ``disk_in_use_bytes``: the logdir and its vault(s) on disk now, as ``du`` counts them."""
+    counts with (what is freed now and after purge; see ``reduce_logdir``). ``disk_in_use_bytes``:
+    a local logdir and its vault(s) on disk now, as ``du`` counts them (from the scan's own walk);
+    a bucket's, what it and its vault store now (from the scan's listing), as its reduce's report
+    counts it."""
     eng = open_engine(logdir, backup_dir, lazy=True)  # the plan's notes are the engine's to say
     fp = footprint or scan(logdir, backup_dir=split_backup_dir(logdir, backup_dir)[0], write_cache=False)
     runs = select_runs(fp, runs, run_glob)
@@ -65,11 +68,11 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     if warning:
         p.notes.append(warning)
     eng.note_plan(p, fp, measures=traces, vault_format=vault_format, held=held if own else None)
-    if eng.kind == "local":
-        # the reduce's, status's and the tab's one count (``engine.usage``); a logdir the verbs
-        # refuse (said by them) is still planned, without the figure
-        with contextlib.suppress(OSError, ValueError):
-            p.disk_in_use_bytes = _disk_in_use_now(eng, fp, own=footprint is None)
+    # the reduce's, status's and the tab's one count (``engine.usage``); a logdir the verbs
+    # refuse (said by them) is still planned, without the figure
+    with contextlib.suppress(OSError, ValueError):
+        p.disk_in_use_bytes = (_disk_in_use_now(eng, fp, own=footprint is None) if eng.kind == "local"
+                               else _stored_now(eng, fp, own=footprint is None))
     return p
 
 
@@ -90,6 +93,15 @@ def _disk_in_use_now(eng, fp: LogdirFootprint, own: bool) -> int:
     if walked is None or fp.logdir != ctx.logdir or (not own and time.time() - walked.started > FRESH_WALK_S):
         return eng.disk_in_use().total_bytes
     return disk_in_use_after_scan(ctx, walked).total_bytes
+
+
+def _stored_now(eng, fp: LogdirFootprint, own: bool) -> int:
+    """A bucket logdir's disk in use: what it and its vault store now (the reduce report's
+    ``stored``), from the listing the scan made (``fp.listed_bytes``): no listing more. A
+    caller's footprint listed longer ago than ``FRESH_WALK_S`` is listed again."""
+    fresh = own or time.time() - fp.scanned_at <= FRESH_WALK_S
+    return usage.bucket_stored(eng.rfs, eng.vault, fp.listed_bytes if fresh else None,
+                               fp.listed_vault if fresh else None)
 
 
 def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,

@@ -6,7 +6,7 @@ import os
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
-from tb_footprint_plugin.engine import manifest
+from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
@@ -144,6 +144,12 @@ def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
                     "outcome": Outcome.VERIFIED, "backup_kept": kept, "policy": m.get("policy"),
                     "user": m.get("user"), "host": m.get("host"),
                     "shard": m["shard"] if isinstance(m.get("shard"), str) else None})
+        if m["kind"] == "reduce":  # the columns a local history has (``local_views.history_view``)
+            e = out[-1]
+            e["removed_from_logdir_bytes"] = max(0, (e["before"] or 0) - (e["after"] or 0))
+            e["freed_now_bytes"], e["freed_after_purge_bytes"] = usage.bucket_freed_by_op(
+                m, e["removed_from_logdir_bytes"])
+            e["backup"] = "purged" if m["backup_purged"] else "kept"  # a restore keeps the copies: purge frees them
         if m["restored_at"]:
             out.append({"time": m["restored_at"], "op_id": m["op_id"], "kind": "restore", "run": m["run"],
                         "of_op": m["op_id"], "before": m.get("bytes_after"), "after": m.get("bytes_before"),

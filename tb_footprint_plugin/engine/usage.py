@@ -239,6 +239,19 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
     return max(0, removed_bytes - held_here), kept
 
 
+def bucket_freed_by_op(m: dict, removed_bytes: int) -> Tuple[int, int]:
+    """``(freed_now, freed_after_purge)`` of one reduction of a bucket logdir as things stand, in
+    what the store and its vault hold (``bucket_stored``): its backups (whole server-side copies,
+    or blobs in a local folder) stay until ``purge`` (a restore keeps them too), counted at the
+    originals' sizes as the bucket's purge counts what it frees; so what the logdir lost is freed
+    now only beyond them, and purge frees them. ``m``: the manifest as
+    ``bucket_catalogue.manifests`` reads it (one schema, sizes checked)."""
+    if m.get("backup_purged"):
+        return removed_bytes, 0
+    held = sum(int(f.get("size") or 0) for f in m.get("files") or [] if isinstance(f, dict))
+    return max(0, removed_bytes - held), held
+
+
 #: what ``estimate_compressed`` reads at most: the largest files, the head of each
 SAMPLE_FILES = 32
 SAMPLE_BYTES = 4 * CHUNK
@@ -326,6 +339,34 @@ def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
         out["remote_blobs"] += int(st.get("blobs", 0))
         out["original_bytes"] += int(st.get("original_bytes", 0))
     return out
+
+
+def bucket_stored(rfs, vault, listed_bytes: Optional[int] = None,
+                  listed_vault: Optional[Tuple[str, int]] = None) -> int:
+    """What a bucket logdir and its vault store now, as ``BucketEngine.stored`` counts it (the
+    logdir's prefix, its vault in another prefix, a local folder of blobs as stored), from the
+    listings a scan made already: ``listed_bytes`` (the logdir's prefix summed, its state folder
+    and a vault inside it included; listed here when None) and ``listed_vault`` ((store path,
+    bytes) of a vault in another prefix; listed here when it is not that vault's). ``rfs``,
+    ``vault``: the engine's ``RemoteFS`` and ``BucketVault``. A folder of blobs not made yet holds
+    nothing and is not made (a plan writes nothing). Raises ``OSError`` when a listing fails."""
+    total = stored_bytes(o.size for o in rfs.list_tree().values()) if listed_bytes is None else int(listed_bytes)
+    if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
+        if listed_vault is not None and listed_vault[0] == vault.root:
+            total += int(listed_vault[1])
+        else:
+            try:
+                total += stored_bytes(o.size for o in rfs.list_under(vault.root, vault.root).values())
+            except FileNotFoundError:
+                pass  # no backup made yet
+    if vault.blobs is not None and os.path.isdir(vault.blobs.folder):
+        from tb_footprint_plugin.storage.blobstore import BlobFailure
+
+        try:
+            total += int(vault.blobs.store.stats()["stored_bytes"])
+        except BlobFailure as e:
+            raise OSError(f"{vault.blobs.folder}: {e}") from e
+    return total
 
 
 def stored_bytes(sizes: Iterable[int]) -> int:

@@ -288,6 +288,8 @@ class LogdirFootprint:
     #: a bucket scan's listing summed (int): every object under the logdir's prefix, its state
     #: folder and a vault inside it included, as stored; None when not listed here
     listed_bytes = None
+    #: a bucket scan's listing of a vault in another prefix: (its store path, bytes it stores)
+    listed_vault = None
 
     def run(self, name: str) -> Optional[RunFootprint]:
         """The run with this exact name, or None. Indexed: callers look up every run of a logdir

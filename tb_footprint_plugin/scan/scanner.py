@@ -105,15 +105,23 @@ def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bo
     def opener(f: FoundFile):
         return rfs.open_ranged(f.rel, f.size)
 
+    vault_listed: List[Tuple[str, int]] = []  # (store path, bytes) of a vault in another prefix
+
     def vault_bytes() -> int:
         total = sum(o.size for k, o in objects.items() if any(k.startswith(p) for p in vault_prefixes))
         if backup_dir and is_remote(backup_dir) and not backup_dir.rstrip("/").startswith(rfs.url + "/"):
             try:
                 other = RemoteFS(backup_dir, stats=rfs.stats)
-                total += sum(o.size for o in other.list_tree("blobs").values())
+                # the whole vault in one listing (its blobs are most of it): what it stores is
+                # then known too, without a listing more (``listed_vault``)
+                held = other.list_tree()
+                total += sum(o.size for k, o in held.items() if k.startswith("blobs/"))
+                vault_listed.append((other.root, sum(o.size for o in held.values())))
             except (OSError, ValueError):
                 pass
         return total
+
+    listed = sum(o.size for o in objects.values())  # before the runs' listings are let go
 
     def runs():  # each run's listing let go once its footprint is made
         for name in list(found.runs):
@@ -123,6 +131,8 @@ def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bo
                    progress=progress, vault_bytes=vault_bytes, opener=opener, started=listed_at,
                    total_event_files=sum(1 for r in found.runs.values() for f in r.files if _is_summary_event(f)))
     fp.requests = rfs.stats.to_dict()
+    fp.listed_bytes = listed
+    fp.listed_vault = vault_listed[0] if vault_listed else None
     return fp
 
 
