@@ -240,9 +240,11 @@ class LocalEngine(Engine):
         return bool(self.remote_vault or offload.remote_url(self.ctx.vault))
 
     def end_batch(self) -> Optional[dict]:
-        """A batch's end: its manifests sealed (``engine.oplog.seal``); returns what the remote
-        vault holds (``usage.remote_usage``; None without one)."""
+        """A batch's end: its manifests sealed (``engine.oplog.seal``), the remote vault's small
+        packs repacked together (``offload.merge_remote_packs``); returns what the remote vault
+        holds (``usage.remote_usage``; None without one)."""
         self.ctx.vault.seal_log()
+        offload.merge_remote_packs(self.ctx.vault)
         return usage.remote_usage([self.ctx.vault.root])
 
     def recheck(self, run: Optional[str], op: Optional[str],

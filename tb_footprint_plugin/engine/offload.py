@@ -21,6 +21,10 @@ transaction under way reads as its original, or one shared with a live file stay
 its note stays for the next start. Purge forgets the remote blobs of what it purges after the
 manifests say so (``forget_remote``).
 
+Each run's offload is its own ``add``, so its small backups make a pack of their own; a batch's
+end (``merge_remote_packs``) and a purge repack the packs under ``blobstore.MIN_PACK`` together
+(restic's prune of small packs), so a batch of small runs leaves one small pack, not one a run.
+
 The remote vault of a logdir is a prefix of its own under the URL the user gave
 (``<url>/tbfp-<16 hex>``, remembered in the vault's ``remote.json``): a purge forgets blobs by
 digest, and another logdir offloading to the same URL must never lose a blob it still needs.
@@ -43,7 +47,7 @@ from tb_footprint_plugin.engine.vault import Vault, VaultError, read_notes
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.files import atomic_write_json
-from tb_footprint_plugin.storage.lock import held
+from tb_footprint_plugin.storage.lock import Locked, held, release, try_exclusive
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
 from tb_footprint_plugin.storage.private import ensure_private_dir
@@ -66,6 +70,9 @@ MISSING = "missing"
 RETRY = frozenset({KEPT_OPEN, KEPT_IN_USE, FAILED})
 
 NAMESPACE_PREFIX = "tbfp-"
+#: a batch's end and a purge repack the remote vault's packs under ``blobstore.MIN_PACK`` together
+#: once there are this many: each object costs requests, and S3 moves none under 128 KiB to a colder class
+SMALL_PACKS = 2
 
 _ADDING = threading.Lock()
 
@@ -294,6 +301,30 @@ def _forget_lock(vault: Vault, exclusive: bool):
         yield
 
 
+def merge_remote_packs(vault: Vault) -> dict:
+    """A batch's end for a vault that offloads: the remote vault's small packs repacked together
+    and its index objects merged by a sweeping ``BlobStore.forget([])`` (new pack verified, then
+    its index, then the old ones: a kill leaves every blob readable, the next end finishes).
+    Under the forget lock taken without waiting (an offload or purge under way: the next batch's
+    end does it). Never raises; the forget's figures, ``{}`` when it did not run."""
+    url = remote_url(vault)
+    if url is None:
+        return {}
+    try:
+        folder = os.path.join(vault.root, "offload")
+        ensure_private_dir(folder, vault.root, tighten_root=vault.own_folder)
+        fd = try_exclusive(os.path.join(folder, ".lock"))
+    except (Locked, OSError):
+        return {}
+    try:
+        return remote_vault.blobstore(url, fresh=True).forget([], consolidate_above=1, sweep=True,
+                                                             small_packs=SMALL_PACKS)
+    except Exception:  # noqa: BLE001 - the packs stay as they are, every one still listed and read
+        return {}
+    finally:
+        release(fd)
+
+
 def forget_remote(vault: Vault, shas: Iterable[str], keep_now: Optional[Callable[[], set]] = None) -> int:
     """Purge's remote step, after the manifests say the backups are purged: the remote vault
     forgets those blobs (``BlobStore.forget``), then their records go. Blobs with no record are
@@ -323,7 +354,7 @@ def _forget_locked(vault: Vault, shas: List[str]) -> int:
     n = 0
     for url, group in by_url.items():
         try:
-            fig = remote_vault.blobstore(url).forget(group)
+            fig = remote_vault.blobstore(url).forget(group, small_packs=SMALL_PACKS)
         except BlobFailure as e:  # an OSError for the callers: named, and finished by the next start
             raise remote_vault.RemoteReadError(e.code, url, f"{url}: the remote vault could not delete {len(group)} "
                                                f"purged backup(s) yet ({e}); the next start does it") from None
@@ -464,4 +495,4 @@ def lifecycle_rules(store_urls: List[str], days: int = LIFECYCLE_DAYS) -> dict:
 __all__ = ["OFFLOADED", "ALREADY_REMOTE", "KEPT_OPEN", "KEPT_SHARED", "KEPT_IN_USE", "KEPT_DAMAGED", "KEPT_REMOTE_BAD",
            "FAILED",
            "MISSING", "OffloadError", "LIFECYCLE_DAYS", "lifecycle_rule", "lifecycle_rules", "vaults_under", "configure", "remote_url", "note_offload", "pending_offloads", "done_offload",
-           "offload_operation", "offload_blobs", "forget_remote", "forget_released", "remote_stats"]
+           "offload_operation", "offload_blobs", "merge_remote_packs", "forget_remote", "forget_released", "remote_stats"]

@@ -153,6 +153,11 @@ MIN_SAVING = 0.10
 #: block is under 1% of it, while a pack's blob is read whole into memory when added (bounded by
 #: this) and copied again when a purge repacks its pack
 PACK_BELOW = 256 << 10
+#: a batch's end (``merge_pack_index``) repacks the packs under ``blobstore.MIN_PACK`` together once
+#: there are this many (each compaction writes its own pack: a batch of small runs, one of a few KB
+#: a run). More than a bucket's 2: on a local disk a small pack costs a file, not requests or a
+#: storage class, and a run's pack of its own lets its release delete it without copying others
+MERGE_SMALL_PACKS = 8
 #: ``BlobStore.forget``'s steps -> the failpoints (``faults.STEPS``) of a forget of packed blobs
 #: (a purge, a restore's release, a rollback) and of a batch's end merging the pack index
 FORGET_STEPS = {"forget.pack_written": "repack.pack_written", "forget.index_written": "purge.pack_index_written",
@@ -1446,8 +1451,12 @@ class Vault:
             if self.pack_index_gaps():
                 return False  # a pack no index lists may be a backup's only copy: nothing is swept (status names it)
             bs = remote_vault.pack_store(self.root)
-            return bs is not None and bool(bs.forget([], consolidate_above=1, sweep=True,
-                                                     failpoint=_merge_failpoint).get("index_written"))
+            if bs is None:
+                return False
+            fig = bs.forget([], consolidate_above=1, sweep=True, small_packs=MERGE_SMALL_PACKS,
+                            failpoint=_merge_failpoint)
+            remote_vault.tighten_pack_dirs(self.root, [r.key for r in bs.refs()])  # a repack's new pack
+            return bool(fig.get("index_written"))
         except Exception:  # noqa: BLE001 - the index objects stay as they are (all still read)
             return False
         finally:

@@ -22,7 +22,10 @@ Why it is safe (invariant 1: the caller deletes an original only after ``add`` r
   before the old index objects are gone leaves the forgotten blobs listed and their objects in
   place: the next ``forget`` of them finishes. Packs are repacked by copying their live blobs into a new pack that is
   read back and verified before the index pointing at it is written; old packs and indexes go
-  only after. Leftovers are deleted only when older than ``grace_seconds`` (another process may be
+  only after. A sweeping ``forget`` asked to (``small_packs``) also repacks the packs smaller
+  than ``MIN_PACK`` together, once there are that many (each ``add`` writes its own pack: a run's
+  offload of a few small files leaves one of a few KB, which S3 never moves to a colder class).
+  Leftovers are deleted only when older than ``grace_seconds`` (another process may be
   between its data upload and its index write), and nothing at all is deleted while an index
   object is damaged (its blobs would look unreferenced).
 * index objects are untrusted input: one that does not parse is skipped and reported
@@ -94,6 +97,11 @@ KEEP_ZST_RATIO = 0.9
 PROBE_BYTES = CHUNK
 #: packs whose live blobs fill less than this share of the object are repacked by ``forget``
 REPACK_BELOW = 0.5
+#: packs smaller than this (stored bytes) are repacked together by a sweeping ``forget`` when
+#: there are at least two (restic's prune of small packs): S3 transitions no object under
+#: 128 KiB to a colder class by default, and every object costs requests, while each ``add``
+#: writes its own pack (a small run's offload, a small compaction: a pack of a few KB each)
+MIN_PACK = 128 << 10
 #: the largest index object read (a planted huge one must not exhaust memory)
 INDEX_READ_LIMIT = 64 << 20
 #: the most rows an index object is read with: the most any version of this layout wrote in
@@ -1243,7 +1251,7 @@ class BlobStore:
 
     # --- forgetting (prune) -----------------------------------------------------------------
     def forget(self, shas: Iterable[str], *, grace_seconds: float = 3600,
-               consolidate_above: Optional[int] = None, sweep: bool = True,
+               consolidate_above: Optional[int] = None, sweep: bool = True, small_packs: int = 0,
                failpoint: Optional[Callable[[str], None]] = None) -> dict:
         """Drop this owner's claim on ``shas`` (a blob another owner added as well stays, counted
         in ``released``), and free what no live blob needs (restic's prune): the index objects
@@ -1255,7 +1263,9 @@ class BlobStore:
         merged when there are more than ``consolidate_above`` of them beyond what the merge takes.
 
         ``sweep`` (one listing of every data object): also repack any pack below its live share,
-        and delete leftovers (objects no index lists) older than ``grace_seconds``; without it
+        with ``small_packs`` (0: never) every pack smaller than ``MIN_PACK`` together once there
+        are at least that many (at least two; then at most one small pack stays: restic's prune
+        of small packs, a batch's end), and delete leftovers (objects no index lists) older than ``grace_seconds``; without it
         only the objects the forgotten blobs live in are looked at (a ``stat`` each), so a
         release of one run's blobs costs what it touches, not the whole vault. ``failpoint``:
         this call's hook instead of the instance's. Returns figures.
@@ -1300,6 +1310,14 @@ class BlobStore:
         known_dead = touched - set(live_len)
         repack = sorted(k for k, n in live_len.items()
                         if k in objects and _PACK.match(k) and n < REPACK_BELOW * objects[k].size)
+        if sweep and small_packs:
+            # small packs go together into new ones, exactly as a half-dead pack's live blobs do
+            # (new pack verified, then the index, then the old ones): at most one small one stays
+            small = sorted(k for k in live_len if k in objects and _PACK.match(k) and k not in repack
+                           and objects[k].size < MIN_PACK)
+            if len(small) >= max(2, small_packs):
+                fig["small_packs"] = len(small)
+                repack = sorted(repack + small)
 
         moved: Dict[str, BlobRef] = {}
         repacked: List[str] = []
@@ -1483,5 +1501,5 @@ class BlobStore:
         return failed
 
 
-__all__ = ["PACK_BELOW", "PACK_TARGET", "PACK_MAGIC", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT",
+__all__ = ["PACK_BELOW", "PACK_TARGET", "MIN_PACK", "PACK_MAGIC", "BlobSource", "BlobRef", "BlobFailure", "BlobStore", "FAILPOINT",
            "STEPS"]
