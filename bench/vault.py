@@ -110,6 +110,18 @@ profile-heavy 100 x 100 (10,000 files dropped): vault 105 files (100 packs), 26.
 10,000 files, 60.2 MB hard-link; reduce 20.1 s packed / 11.3 s hard-link = 1.78x (over 1.5x;
 one .zst a blob 23.0 s), restore 21.6 / 13.9 s = 1.55x (over; one .zst a blob 16.9 s).
 
+Measured with ``--small`` as it is now (six runs, 2026-12-03 04:13-04:32 UTC, commits 14bc4e5 and
+b5942f2 with other sessions' uncommitted engine changes in the shared checkout, load 2-5 from
+them): 86-246 s wall (before the time table and the slope: 30 s); disk in use 18.45-18.48% of
+before (bucket 9.22-9.25%); peak RSS 46-47 MB compressed, 112-114 MB offloaded, 44 MB hard-link, at
+50 and at 200 MB alike (growth -1 to +2 MB). Time table: mixed reduce median 0.99-1.20x (gated,
+met); mixed restore 0.64-1.13x (0.2-0.9 s: not gated); profile-heavy (30 x 50) reduce median wall
+ratio 0.53, 1.51, 1.77, 1.56, 0.51, 1.43x (missed in three runs of six), CPU ratio 1.58, 1.57,
+1.59x in the three runs that printed it; heavy restore 0.98, 1.84, 2.05, 1.47, 1.02, 1.49x (CPU
+1.53, 1.39, 1.48x). The median of three does not steady the wall ratio when other sessions' disk
+writes slow one column's fsyncs (hard-link 1.9-14.3 s for the same reduce); the CPU ratio, steady,
+puts the packed reduce of a profile-heavy logdir at ~1.6x the hard-link vault's.
+
 Exit status 1 if a gated target is missed or a restore is not exact.
 """
 from __future__ import annotations
