@@ -97,10 +97,10 @@ KEEP_ZST_RATIO = 0.9
 PROBE_BYTES = CHUNK
 #: packs whose live blobs fill less than this share of the object are repacked by ``forget``
 REPACK_BELOW = 0.5
-#: packs smaller than this (stored bytes) are repacked together by a sweeping ``forget`` when
-#: there are at least two (restic's prune of small packs): S3 transitions no object under
-#: 128 KiB to a colder class by default, and every object costs requests, while each ``add``
-#: writes its own pack (a small run's offload, a small compaction: a pack of a few KB each)
+#: packs smaller than this (stored bytes) are repacked together by a sweeping ``forget`` asked to
+#: (``small_packs``: restic's prune of small packs): S3 transitions no object under 128 KiB to a
+#: colder class by default, and every object costs requests, while each ``add`` writes its own
+#: pack (a small run's offload, a small compaction: a pack of a few KB each)
 MIN_PACK = 128 << 10
 #: the largest index object read (a planted huge one must not exhaust memory)
 INDEX_READ_LIMIT = 64 << 20
@@ -1264,8 +1264,9 @@ class BlobStore:
 
         ``sweep`` (one listing of every data object): also repack any pack below its live share,
         with ``small_packs`` (0: never) every pack smaller than ``MIN_PACK`` together once there
-        are at least that many (at least two; then at most one small pack stays: restic's prune
-        of small packs, a batch's end), and delete leftovers (objects no index lists) older than ``grace_seconds``; without it
+        are at least that many (and two; then at most one small pack stays: restic's prune of
+        small packs, at a batch's end), and delete leftovers (objects no index lists) older than
+        ``grace_seconds``; without it
         only the objects the forgotten blobs live in are looked at (a ``stat`` each), so a
         release of one run's blobs costs what it touches, not the whole vault. ``failpoint``:
         this call's hook instead of the instance's. Returns figures.
