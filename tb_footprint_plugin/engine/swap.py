@@ -11,7 +11,7 @@ import errno
 import os
 import secrets
 import stat
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
@@ -19,13 +19,13 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
-from tb_footprint_plugin.engine.vault import Vault, late_tmp_path
+from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.paths import is_op_id, plausible_mtime_ns
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
 
 
 def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
@@ -98,11 +98,16 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     originals = {r["path"] for r in backups}
     swapped = any(r["type"] == "swap" for r in records)
     produced = {r["final"]: r for r in staged.values()}
+    # the temp names of the put-backs carry the journaled token: a rollback killed while putting
+    # a file back left exactly those, removed now (a journal without one: random names, left)
+    token = put_back_token(records[0])
+    if swapped:
+        remove_put_back_temps(ctx, backups, token)
     # Before the swap no original was touched (backups are links or copies): the files in
     # place are the truth, even if a writer appended to one meanwhile.
     displaced = []
     for r in backups if swapped else ():
-        d = put_back(ctx, vault, r, produced.get(r["path"]))
+        d = put_back(ctx, vault, r, produced.get(r["path"]), tmp_token=token)
         if d:
             displaced.append(d)
     for tmp_rel, r in stages.items():
@@ -265,6 +270,44 @@ def settle_folder_times(ctx: Context, recs) -> None:
                 os.utime(p, ns=(st.st_atime_ns, ns), follow_symlinks=False)
         except (OSError, ValueError, TransactionError):
             continue
+
+
+def new_put_back_token() -> str:
+    """A token for the temp names of an operation's put-backs, journaled in its begin record
+    (``tmp_token``) before any temp is made."""
+    return secrets.token_hex(16)
+
+
+def put_back_token(begin: dict) -> Optional[str]:
+    """The journaled token of an operation's put-back temp names, or None (absent, or not the
+    shape this code writes: a journal is untrusted input and the token goes into file names)."""
+    token = begin.get("tmp_token")
+    return token if isinstance(token, str) and RESTORE_TOKEN.fullmatch(token) else None
+
+
+def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[str]) -> List[str]:
+    """Temp copies a killed put-back of these records (``path`` and ``sha256`` each) left next to
+    their files: exactly the names the journaled ``token`` gives (``vault.restore_tmp_path``,
+    ``vault.late_tmp_path``), never another file that merely looks like one (a user's own). The
+    caller holds the run's lock, so none of them is being written now; without a token (an
+    earlier version's journal) nothing is removed. Returns the removed paths, logdir-relative."""
+    removed: List[str] = []
+    if token is None:
+        return removed
+    for f in recs:
+        if not is_sha256(f.get("sha256")) or not isinstance(f.get("path"), str):
+            continue  # untrusted: only a digest's first characters go into the name
+        d = os.path.dirname(f["path"])
+        try:
+            no_symlink(ctx, os.path.join(d, "x") if d else "x")
+            folder = ctx.abs(d) if d else ctx.logdir
+            for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
+                if os.path.isfile(p) and not os.path.islink(p):
+                    fsops.unlink(p)
+                    removed.append(os.path.relpath(p, ctx.logdir))
+        except (OSError, TransactionError):
+            continue
+    return removed
 
 
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,

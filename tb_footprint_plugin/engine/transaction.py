@@ -45,7 +45,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import changes_since
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.recovery import recover
-from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, rollback
+from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, rollback
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
@@ -241,6 +241,8 @@ def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
             "logdir": ctx.logdir, "vault": ctx.vault.root, "plan": rp.to_dict(), "policy": policy,
             "verify_backends": list(ctx.verify_backends),
             "dir_times": folder_times(ctx, kept_folders(rp)),  # before anything is staged in them
+            # a rollback's put-backs name their temps by it: a killed one's are removed, exactly those
+            "tmp_token": new_put_back_token(),
         }
         journal = _create_journal(ctx, op_id, begin)
         faults.hit("reduce.journal")
