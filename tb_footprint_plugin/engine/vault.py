@@ -1013,11 +1013,13 @@ class Vault:
             bs = remote_vault.pack_store(self.root, create=True)
             refs = self._add_plain(bs, todo, out)
             remote_vault.tighten_pack_dirs(self.root, [r.key for r in refs])
+            # no fsync of the folders after the unlinks: the pack and its index are durable (``add``),
+            # so an unlink a crash undoes only leaves a second copy of the same verified bytes, which
+            # the next compaction drops again; syncing each blob folder cost a run of 100 small
+            # backups ~80 folder fsyncs (a third of the compressed vault's extra reduce time)
             for ref in refs:
                 out[ref.sha] = PACKED if self._drop_plain(ref.sha, todo[ref.sha]) else KEPT_DAMAGED
                 faults.hit("reduce.pack_unlinked")
-            for folder in sorted({os.path.dirname(self.blob_path(r.sha)) for r in refs}):
-                fsync_dir(folder)
         return out
 
     def _packable(self, sha: str, held: bool):
