@@ -89,8 +89,8 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
             res["ok"] = not bad
             results.append(res)
             continue
-        scratch.use_root(vault.tmp)  # the readers' scratch space too: swept at the next start
-        with scratch.scratch("check", vault.tmp) as tmp:
+        # the readers' scratch space too (swept at the next start), for this check only
+        with scratch.rooted(vault.tmp), scratch.scratch("check", vault.tmp) as tmp:
             try:
                 pairs = _committed_pairs(ctx, m, vault, tmp)
             except VaultError as e:  # a damaged compressed backup is never read as the original

@@ -197,6 +197,13 @@ UNCOUNTED_RUN_OPS, UNCOUNTED_FILE_OPS = 200, 20
 def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
     """Reduce one run as ``rp`` says; returns an outcome, never raises for a failed run."""
+    # the readers' scratch goes into this vault while the run is reduced, and only then
+    with scratch.rooted(ctx.vault.tmp):
+        return _reduce_run(ctx, rp, policy=policy, cancel=cancel, progress=progress)
+
+
+def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
+                cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
     t0 = time.monotonic()
     out = RunOutcome(run=rp.run, status=Outcome.FAILED, bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
     if rp.skipped:

@@ -41,6 +41,36 @@ def use_root(path: Optional[str]) -> None:
         _root = path
 
 
+_depth = 0
+_before: Optional[str] = None
+
+
+@contextlib.contextmanager
+def rooted(path: str) -> Iterator[None]:
+    """``use_root(path)`` for the ``with`` block, the root before it back once the last block
+    still open ends (threads of one batch nest): an operation's vault is the scratch root only
+    while an operation runs, so a process that goes on to another logdir never makes scratch in
+    the previous one's vault, nor recreates it when that logdir was removed."""
+    global _depth, _before
+    with _lock:
+        if _depth == 0:
+            _before = _root
+        _depth += 1
+    try:
+        use_root(path)
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                _set(_before)
+
+
+def _set(path: Optional[str]) -> None:
+    global _root
+    _root = path
+
+
 def _private(path: str) -> None:
     """A scratch root in the vault is a folder of ours, made 0700 (``storage.private``): never
     a symlink to somewhere else, never a folder another user can write to."""
