@@ -76,8 +76,9 @@ _URLS_KEPT = 64
 # — in memory, and only while it and the copies kept beside it fit in ``STAGE_BYTES``. Nothing is
 # staged on the local disk: a restore needs no free room beyond the files it puts back, each
 # streamed into a temporary name beside its target, hashed on the way, and renamed into place
-# (``Vault.restore_blob``); memory stays bounded whatever the blob's size or the run count, and a
-# larger blob is streamed from the store again by the copy. A kept copy is a cache, never trusted:
+# (``Vault.restore_blob``); memory stays bounded whatever the blob's size or the run count. A larger
+# blob (``read_twice``) is checked by a restore by streaming it into its target's temporary, which
+# the put-back renames (``engine.restore_staged``): one download too. A kept copy is a cache, never trusted:
 # its reader hashes what it reads (the restore refuses a copy that does not hash to the digest);
 # taken by the first read, dropped after ``STAGE_SECONDS`` otherwise.
 # A lone blob (an object of its own, not packed) is kept as stored — its zstd frame, a fraction of
@@ -664,6 +665,28 @@ def open_remote(vault_root: str, sha: str) -> BinaryIO:
             from None
 
 
+def read_twice(vault_root: str, sha: str) -> bool:
+    """Whether a check's read of ``sha`` from the remote vault would not be kept for the copy that
+    follows (``open_remote``: its stored bytes, or for a packed one its decoded bytes, above
+    ``STAGE_BYTES``), so a check and a copy would each download it. False when it is not a
+    remote blob this vault recorded, or the store cannot say (the restore then checks it as any
+    other: a failure is found by that read)."""
+    rec = read_record(vault_root, sha)
+    if rec is None:
+        return False
+    try:
+        bs = blobstore(rec["url"])
+        if bs.ref(sha) is None:
+            bs = blobstore(rec["url"], fresh=True)
+        ref = bs.ref(sha)
+        if ref is None:
+            return False
+        lone = not ref.packed and len(bs.candidates(sha)) == 1
+    except (BlobFailure, StoreFailure, OSError):
+        return False
+    return (ref.length if lone else ref.size) > STAGE_BYTES
+
+
 def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
     """None when the recorded remote blob reads back whole and hashes to ``sha``; else why."""
     try:
@@ -683,4 +706,4 @@ def check_remote(vault_root: str, sha: str) -> Optional[RemoteReadError]:
 __all__ = ["PACKS_DIR", "PACK_STEPS", "tighten_pack_dirs", "packs_root", "has_packs", "pack_store", "packed_ref",
            "open_packed", "check_packed", "REMOTE_SUFFIX", "REMOTE_CONFIG", "RemoteReadError", "record_path", "read_record", "has_record",
            "write_record", "drop_record", "configured_url", "known_urls", "set_configured_url", "blobstore", "open_remote",
-           "check_remote", "object_name", "last_failure"]
+           "check_remote", "object_name", "last_failure", "read_twice"]

@@ -30,8 +30,10 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
+from tb_footprint_plugin.engine.restore_staged import Prepared, PreparedVault, checked_in_place, prepare_streamed
 from tb_footprint_plugin.engine.vault_reads import slim
-from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, ManifestMemo, Vault, late_tmp_path, restore_tmp_path, who
+from tb_footprint_plugin.engine.vault import (RESTORE_TOKEN, ManifestMemo, Vault, VaultError, late_tmp_path,
+                                              restore_tmp_path, who)
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -68,7 +70,12 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
         out.reason = f"run {run!r} is retired ({retired['op_id']}); restore the retirement first"
         return out
     vault = Vault(manifest["vault"])
-    damaged = [f["path"] for f in manifest.get("files", []) if not vault.check_blob(f["sha256"])]
+    # a remote backup a check would download and not keep (issue #27): checked under the run's
+    # lock and journal instead, by streaming it into its target's temporary, which the put-back
+    # then renames; every other backup is checked here, before anything is locked or made
+    streamed = [f for f in manifest.get("files", []) if checked_in_place(vault, f)]
+    damaged = [f["path"] for f in manifest.get("files", [])
+               if not any(f is g for g in streamed) and not vault.check_blob(f["sha256"])]
     if damaged:
         out.reason = (f"backup damaged or missing in {vault.root} for: {', '.join(damaged)}; "
                       "nothing was changed")
@@ -102,13 +109,17 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
             return out
         op_id = new_op_id()
         out.op_id = op_id
+        token = secrets.token_hex(16)
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
             journal = Journal.create(ctx.journal_dir, op_id, {
                 "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
                 "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
                 # the token of its temp names: recovery of a killed restore removes exactly those
-                "tmp_token": secrets.token_hex(16),
+                "tmp_token": token,
+                # backups checked after this record (``streamed``): until its ``verified`` record
+                # nothing may be put back, and recovery only removes the temporaries
+                **({"checks_first": True} if streamed else {}),
             })
         except trust.Untrusted as e:
             out.reason, out.code = str(e), Failure.REFUSED
@@ -117,13 +128,33 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
             out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
             out.code = Failure.ERROR
             return out
+        prepared = Prepared()
         try:
-            detail = finish_restore(ctx, journal.records(), memo)
-        except Exception as e:
-            # Restores only add originals back: leave the journal so the next start finishes it.
-            out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
-            out.code = Failure.INTERRUPTED
-            return out
+            if streamed:
+                try:
+                    prepare_streamed(ctx, vault, streamed, token, prepared)
+                except (VaultError, remote_vault.RemoteReadError, FileNotFoundError) as e:
+                    out.reason = f"{reason_of(e)}; nothing was changed"
+                    out.code = Failure.BACKUP_DAMAGED
+                    prepared.abandon()
+                    journal.close()
+                    return out
+                except (OSError, TransactionError) as e:
+                    out.reason = f"cannot stage the backups from the remote vault: {reason_of(e)}; nothing was changed"
+                    out.code = Failure.ERROR
+                    prepared.abandon()
+                    journal.close()
+                    return out
+                journal.append({"type": "verified", "ok": True})  # every backup read back whole
+            try:
+                detail = finish_restore(ctx, journal.records(), memo, prepared)
+            except Exception as e:
+                # Restores only add originals back: leave the journal so the next start finishes it.
+                out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
+                out.code = Failure.INTERRUPTED
+                return out
+        finally:
+            prepared.discard()  # a temporary no put-back took (the original stood there already)
         journal.close()
         out.status, out.code = Outcome.RESTORED, None
         out.reason = detail
@@ -141,16 +172,24 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     return out
 
 
-def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None) -> str:
+def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
+                   prepared: Optional["Prepared"] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
-    ``restore_op``."""
+    ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
+    backups into (``prepare_streamed``), renamed into place instead of downloading them again.
+    A restore journaled to check backups after its begin (``checks_first``) and killed before
+    its ``verified`` record had put nothing back: its temporaries are removed, nothing else."""
     begin = records[0]
-    vault = Vault(begin["vault"])
+    vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
     token = begin.get("tmp_token")
     token = token if isinstance(token, str) and RESTORE_TOKEN.fullmatch(token) else None
-    _remove_restore_temps(ctx, manifest, token)
+    if begin.get("checks_first") and not any(r.get("type") == "verified" for r in records[1:]):
+        removed = _remove_restore_temps(ctx, manifest, token)
+        return (f"stopped while its backups were being checked, before anything was put back; "
+                f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
+    _remove_restore_temps(ctx, manifest, token, spare=prepared)
     # folders owner-writable while files go back in; their recorded modes and mtimes at the end
     remade = make_dirs(ctx, manifest.get("removed_dirs", []))
     faults.hit("restore.dirs")
@@ -293,27 +332,39 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
     return out
 
 
-def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str]) -> List[str]:
+def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str],
+                          spare: Optional["Prepared"] = None) -> List[str]:
     """Temp copies a killed attempt of this restore left next to its files: exactly the names
     its journaled ``token`` gives (``vault.restore_tmp_path``), never another file that merely
     looks like one (a user's own). We hold the run's lock, so none of them is being written now;
-    a restore journaled without a token (an earlier version) leaves its temps where they are."""
+    a restore journaled without a token (an earlier version) leaves its temps where they are.
+    A file's folder and the folders above it in the logdir are looked in: a check streams a
+    backup whose folder the reduce removed into the nearest one standing (``prepare_streamed``).
+    ``spare``: this process's verified temporaries, left for the put-back."""
     removed: List[str] = []
     if token is None:
         return removed
+    kept = spare.paths() if spare is not None else set()
+    looked: set = set()
     for f in manifest.get("files", []):
         if not is_sha256(f.get("sha256")):
             continue  # untrusted: only a digest's first characters go into the name
         d = os.path.dirname(f["path"])
-        try:
-            no_symlink(ctx, os.path.join(d, "x") if d else "x")
-            folder = ctx.abs(d) if d else ctx.logdir
-            for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
-                if os.path.isfile(p) and not os.path.islink(p):
-                    os.unlink(p)
-                    removed.append(os.path.relpath(p, ctx.logdir))
-        except (OSError, TransactionError):
-            continue
+        while True:
+            if (d, f["sha256"]) not in looked:
+                looked.add((d, f["sha256"]))
+                try:
+                    no_symlink(ctx, os.path.join(d, "x") if d else "x")
+                    folder = ctx.abs(d) if d else ctx.logdir
+                    for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
+                        if p not in kept and os.path.isfile(p) and not os.path.islink(p):
+                            os.unlink(p)
+                            removed.append(os.path.relpath(p, ctx.logdir))
+                except (OSError, TransactionError):
+                    pass
+            if not d:
+                break
+            d = os.path.dirname(d)
     return removed
 
 
