@@ -686,6 +686,11 @@ class Index:
 
     def _reset(self) -> None:
         self._cache = None
+        #: bumped at each reset: a mark of an earlier epoch says nothing of what changed since
+        self.epoch = getattr(self, "epoch", 0) + 1
+        #: the change feed: the op id of each record indexed, in order (``mark``, ``changed_since``);
+        #: one reference a record, beside the record's own entry in ``ops``
+        self.changes: List[str] = []
         self.segments: Dict[str, _Segment] = {}
         #: op id -> [(seq, t, segment, line, offset, length, type)]
         self.ops: Dict[str, list] = {}
@@ -706,6 +711,21 @@ class Index:
         #: manifest in several) decode the log once
         self.memo: Dict[str, tuple] = {}
         self.memo_bytes = 0
+
+    def mark(self) -> tuple:
+        """Where the change feed stands now (``changed_since``)."""
+        with self.lock:
+            return id(self), self.epoch, len(self.changes), self.damage_gen
+
+    def changed_since(self, mark) -> Optional[set]:
+        """The op ids whose entries changed (a record of theirs indexed) since ``mark``; None when
+        that cannot be told (the index was reset: a segment went, shrank, was replaced or sealed
+        meanwhile; or a damaged line came in): everything may have changed."""
+        with self.lock:
+            if not isinstance(mark, tuple) or len(mark) != 4 or mark[:2] != (id(self), self.epoch) \
+                    or mark[3] != self.damage_gen or not 0 <= mark[2] <= len(self.changes):
+                return None
+            return set(self.changes[mark[2]:])
 
     def memo_key(self, op_id: str) -> tuple:
         """What a memo entry of ``op_id`` is valid for: its records (append-only; a segment that
@@ -948,6 +968,7 @@ class Index:
         t = rec.get("t") if isinstance(rec.get("t"), (int, float)) and not isinstance(rec.get("t"), bool) else 0
         self.ops.setdefault(rec["op"], []).append((rec["seq"], t, name, seg.lines, offset, length,
                                                    rec.get("type") if isinstance(rec.get("type"), str) else ""))
+        self.changes.append(rec["op"])
         self.in_segment.setdefault(name, set()).add(rec["op"])
         if rec.get("type") in _STATE_TYPES:
             self.at[(name, seg.lines)] = (rec["op"], rec["seq"])

@@ -30,15 +30,14 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
-from tb_footprint_plugin.engine.restore_staged import Prepared, PreparedVault, checked_in_place, prepare_streamed
-from tb_footprint_plugin.engine.vault_reads import slim
-from tb_footprint_plugin.engine.vault import (RESTORE_TOKEN, ManifestMemo, Vault, VaultError, late_tmp_path,
-                                              restore_tmp_path, who)
+from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
+                                                       remove_restore_temps)
+from tb_footprint_plugin.engine.vault_reads import VaultRead, slim
+from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.files import matches
-from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
@@ -53,8 +52,11 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
                      bytes_after=manifest.get("bytes_after", 0))
-    # one read of now (through the memo) for both checks: a newer reduction, a retirement
-    mine = own_manifests(ctx, read_vaults(ctx, slim=True, memo=memo))
+    # one read of now (through the memo) for both checks: a newer reduction, a retirement; of it only
+    # this run's operations and the retirements are checked as this logdir's (not N times each)
+    mine = own_manifests(ctx, [VaultRead(r.vault, [m for m in r.manifests
+                                                   if m.get("run") == run or m.get("kind") == "retire"])
+                               for r in read_vaults(ctx, slim=True, memo=memo)])
     newer = sorted((m for m in mine if is_kept(m) and m["run"] == run
                     and m.get("started_at", 0) > manifest.get("started_at", 0)),
                    key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)  # as restorable_ops
@@ -133,15 +135,11 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
             if streamed:
                 try:
                     prepare_streamed(ctx, vault, streamed, token, prepared)
-                except (VaultError, remote_vault.RemoteReadError, FileNotFoundError) as e:
-                    out.reason = f"{reason_of(e)}; nothing was changed"
-                    out.code = Failure.BACKUP_DAMAGED
-                    prepared.abandon()
-                    journal.close()
-                    return out
-                except (OSError, TransactionError) as e:
-                    out.reason = f"cannot stage the backups from the remote vault: {reason_of(e)}; nothing was changed"
-                    out.code = Failure.ERROR
+                except (OSError, TransactionError) as e:  # a backup that does not verify, or no temporary
+                    bad = isinstance(e, (VaultError, remote_vault.RemoteReadError, FileNotFoundError))
+                    out.reason = ("" if bad else "cannot stage a backup from the remote vault: ") + \
+                        f"{reason_of(e)}; nothing was changed"
+                    out.code = Failure.BACKUP_DAMAGED if bad else Failure.ERROR
                     prepared.abandon()
                     journal.close()
                     return out
@@ -186,10 +184,10 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     token = begin.get("tmp_token")
     token = token if isinstance(token, str) and RESTORE_TOKEN.fullmatch(token) else None
     if begin.get("checks_first") and not any(r.get("type") == "verified" for r in records[1:]):
-        removed = _remove_restore_temps(ctx, manifest, token)
+        removed = remove_restore_temps(ctx, manifest, token)
         return (f"stopped while its backups were being checked, before anything was put back; "
                 f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
-    _remove_restore_temps(ctx, manifest, token, spare=prepared)
+    remove_restore_temps(ctx, manifest, token, spare=prepared)
     # folders owner-writable while files go back in; their recorded modes and mtimes at the end
     remade = make_dirs(ctx, manifest.get("removed_dirs", []))
     faults.hit("restore.dirs")
@@ -332,42 +330,6 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
     return out
 
 
-def _remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str],
-                          spare: Optional["Prepared"] = None) -> List[str]:
-    """Temp copies a killed attempt of this restore left next to its files: exactly the names
-    its journaled ``token`` gives (``vault.restore_tmp_path``), never another file that merely
-    looks like one (a user's own). We hold the run's lock, so none of them is being written now;
-    a restore journaled without a token (an earlier version) leaves its temps where they are.
-    A file's folder and the folders above it in the logdir are looked in: a check streams a
-    backup whose folder the reduce removed into the nearest one standing (``prepare_streamed``).
-    ``spare``: this process's verified temporaries, left for the put-back."""
-    removed: List[str] = []
-    if token is None:
-        return removed
-    kept = spare.paths() if spare is not None else set()
-    looked: set = set()
-    for f in manifest.get("files", []):
-        if not is_sha256(f.get("sha256")):
-            continue  # untrusted: only a digest's first characters go into the name
-        d = os.path.dirname(f["path"])
-        while True:
-            if (d, f["sha256"]) not in looked:
-                looked.add((d, f["sha256"]))
-                try:
-                    no_symlink(ctx, os.path.join(d, "x") if d else "x")
-                    folder = ctx.abs(d) if d else ctx.logdir
-                    for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
-                        if p not in kept and os.path.isfile(p) and not os.path.islink(p):
-                            os.unlink(p)
-                            removed.append(os.path.relpath(p, ctx.logdir))
-                except (OSError, TransactionError):
-                    pass
-            if not d:
-                break
-            d = os.path.dirname(d)
-    return removed
-
-
 def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset(),
                             changed: Optional[set] = None, memo: Optional[ManifestMemo] = None) -> int:
     """After a verified restore the originals stand in the logdir again; the vault's copies of
@@ -397,9 +359,10 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
             changed.update(grew)
         return 0
     kept: set = set()
+    last: List[List[dict]] = []  # the manifests the last ``needed`` read under the locks
 
     def needed() -> set:
-        claimed = _claimed_now(ctx, vault, manifest, files, keep, memo)
+        claimed = _claimed_now(ctx, vault, manifest, files, keep, memo, read=last)
         kept.update(claimed)
         return claimed
 
@@ -418,8 +381,11 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
             f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
             _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone])))
 
-    # looked over slim (what says which blobs each claims), the one marked written whole
-    ms = [manifest] + [m for m in vault.manifests(slim(vault.root), memo=memo) if m.get("op_id") != manifest["op_id"]]
+    # looked over slim (what says which blobs each claims), the one marked written whole: the
+    # read the release's last decision made under the locks, a moment ago (a manifest committed
+    # since claims none of the blobs that went; one this misses is marked by the next start)
+    read = last[-1] if last else vault.manifests(slim(vault.root), memo=memo)
+    ms = [manifest] + [m for m in read if m.get("op_id") != manifest["op_id"]]
     for m in ms:  # every restored operation left with no blob stops claiming one
         if m is not manifest and left_with_none(m):
             try:
@@ -467,12 +433,16 @@ def _absent_on_a_fresh_look(vault: Vault, shas: List[str]) -> bool:
 
 
 def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep,
-                 memo: Optional[ManifestMemo] = None) -> set:
+                 memo: Optional[ManifestMemo] = None, read: Optional[List[List[dict]]] = None) -> set:
     """The digests of ``files`` that must stay, read under the blobs' locks (the manifests,
     journals and pins of now, not of when the release began: a reduce of identical bytes may
-    have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay."""
+    have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay.
+    ``read``: the manifests read are appended to it."""
     every = set(files)
     ms = vault.manifests(slim(vault.root), memo=memo)  # all a claim is said by, without verifications
+    if read is not None:
+        read.append(ms)
+        del read[:-1]
     if vault.unread:
         return every  # a manifest we could not read may claim these blobs
     # a restored operation's originals stand in its logdir: its backup is no claim any more

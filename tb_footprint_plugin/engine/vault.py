@@ -343,6 +343,11 @@ class ManifestMemo:
     The key of an operation is everything its state is derived from: its entries in the log's
     index (sequence, segment, line, offset, length of each: records are only appended, and a
     seal or a re-indexed segment changes them) and the stat of an older version's file of it.
+    A pass after the first asks the log's change feed (``oplog.Index.changed_since``) which
+    operations had a record indexed since the last pass, and reads only those (and any older
+    version's file, and any manifest not held): the others' keys cannot have changed, so a pass
+    costs what changed, not one look-up per operation. When the feed cannot tell (the index was
+    reset: a segment sealed, went or was replaced), the pass looks at every key, as the first.
     While the index holds a damaged line nothing is reused; a manifest refused is never held
     (it is read, and refused, again).
     Held marshalled, so no caller's change to a manifest it was given reaches the next one;
@@ -353,6 +358,8 @@ class ManifestMemo:
         self._held: Dict[tuple, tuple] = {}
         #: vault root -> whether it had no older version's manifest files when the pass began
         self._no_files: Dict[str, bool] = {}
+        #: (vault root, projection) -> (the feed's mark when the last pass began, its op ids)
+        self._passes: Dict[tuple, tuple] = {}
         #: reads answered from the memo (for tests)
         self.hits = 0
 
@@ -367,6 +374,21 @@ class ManifestMemo:
         # no folder of older-version files (none is written now): no file to look for per operation
         self._no_files[vault.root] = not os.path.lexists(vault.ops)
         return True
+
+    def since(self, vault: "Vault", keep) -> tuple:
+        """``(mark, changed, logged)`` for a pass beginning now: the feed's mark (give it to
+        ``passed``), the op ids whose records changed since the last pass in ``keep``'s
+        projection and the op ids the log held a state of then — ``changed`` None when every
+        key must be looked at (no earlier pass, or the feed cannot tell)."""
+        idx = oplog.index(vault.root)
+        mark = idx.mark()
+        last = self._passes.get((vault.root, getattr(keep, "memo_name", None)))
+        changed = idx.changed_since(last[0]) if last is not None else None
+        return mark, changed, (last[1] if last is not None else None)
+
+    def passed(self, vault: "Vault", keep, mark: tuple, ids: Iterable[str]) -> None:
+        """Remember a pass that began at ``mark``, when the log held a state of each of ``ids``."""
+        self._passes[(vault.root, getattr(keep, "memo_name", None))] = (mark, frozenset(ids))
 
     def key(self, vault: "Vault", op_id: str) -> Optional[tuple]:
         """What ``op_id``'s manifest is read from now (None: it cannot be told, read it)."""
@@ -383,13 +405,18 @@ class ManifestMemo:
                 return None
         return tuple(oplog.index(vault.root).entries(op_id)), legacy
 
-    def get(self, root: str, op_id: str, key: tuple, keep=None) -> Optional[dict]:
-        """What was held of ``op_id`` (in ``keep``'s projection) if read from ``key``, else None."""
+    def get(self, root: str, op_id: str, key: Optional[tuple], keep=None) -> Optional[dict]:
+        """What was held of ``op_id`` (in ``keep``'s projection) if read from ``key`` (None: as
+        last read, the caller knowing nothing of it changed since), else None."""
         held = self._held.get((root, op_id, getattr(keep, "memo_name", None)))
-        if held is None or held[0] != key:
+        if held is None or (key is not None and held[0] != key):
             return None
         self.hits += 1
         return marshal.loads(held[1])
+
+    def forget(self, root: str, op_id: str, keep=None) -> None:
+        """Hold nothing of ``op_id`` (in ``keep``'s projection): it is being read again."""
+        self._held.pop((root, op_id, getattr(keep, "memo_name", None)), None)
 
     def put(self, root: str, op_id: str, key: tuple, m: dict, keep=None) -> None:
         """Hold ``m`` (``op_id``'s manifest, in ``keep``'s projection) as read from ``key``."""
@@ -1522,9 +1549,14 @@ class Vault:
     def manifest_ids(self) -> List[str]:
         """Every op id the vault records a manifest of (segments and older files), sorted."""
         ids = {op for op in oplog.index(self.root).op_ids() if oplog.has_state(self.root, op)}
-        if os.path.isdir(self.ops):
-            ids.update(n[:-5] for n in os.listdir(self.ops) if n.endswith(".json") and not n.startswith("."))
+        ids.update(self._legacy_ids())
         return sorted(ids)
+
+    def _legacy_ids(self) -> List[str]:
+        """The op ids of an older version's manifest files (``ops/<op_id>.json``)."""
+        if not os.path.isdir(self.ops):
+            return []
+        return [n[:-5] for n in os.listdir(self.ops) if n.endswith(".json") and not n.startswith(".")]
 
     def manifests(self, keep: Optional[Callable[[dict], dict]] = None,
                   memo: Optional["ManifestMemo"] = None) -> List[dict]:
@@ -1573,11 +1605,34 @@ class Vault:
 
         if memo is not None and not memo.usable(self, keep):
             memo = None
-        for op_id in self.manifest_ids():
+        changed = None
+        files = self._legacy_ids()
+        if memo is not None:
+            mark, changed, logged = memo.since(self, keep)
+            if changed is not None:
+                # only what the log's feed says changed, and older-version files (few: none is
+                # written now), are looked at again; the rest is as the last pass read it (a
+                # state, once logged, stays until the index is reset, which the feed reports)
+                logged = set(logged) | {op for op in changed if oplog.has_state(self.root, op)}
+                changed = set(changed) | set(files)
+            else:
+                logged = {op for op in oplog.index(self.root).op_ids() if oplog.has_state(self.root, op)}
+            memo.passed(self, keep, mark, logged)
+            ids = sorted(logged.union(files))
+        else:
+            ids = sorted({op for op in oplog.index(self.root).op_ids()
+                          if oplog.has_state(self.root, op)}.union(files))
+        for op_id in ids:
             try:
-                key = memo.key(self, op_id) if memo is not None else None
-                got = memo.get(self.root, op_id, key, keep) if key is not None else None
+                got = None
+                if changed is not None and op_id not in changed:
+                    got = memo.get(self.root, op_id, None, keep)
+                key = memo.key(self, op_id) if memo is not None and got is None else None
+                if got is None and key is not None:
+                    got = memo.get(self.root, op_id, key, keep)
                 if got is None:
+                    if memo is not None:
+                        memo.forget(self.root, op_id, keep)  # unread, it is never taken as read
                     m = self.read_manifest(op_id)
                     got = keep(m) if keep is not None else m
                     if key is not None:
