@@ -110,3 +110,14 @@ def test_an_older_versions_file_and_a_seal_are_read_again(vault, looked):
     got = vault.manifests(slim(vault.root), memo=memo)
     assert len(looked["keys"]) == N + 1  # the index was reset: every key is looked at again
     assert got == fresh(vault)
+
+
+def test_the_feed_is_bounded_and_says_so(vault, monkeypatch):
+    monkeypatch.setattr(oplog, "FEED_KEPT", 3)
+    idx = oplog.index(vault.root)
+    mark = idx.mark()
+    for i in range(4):  # a state is logged twice: 8 records, past the bound
+        vault.write_manifest(dict(a_manifest(N + i), outcome="verified"))
+    idx = oplog.index(vault.root)
+    assert len(idx.changes) <= 3
+    assert idx.changed_since(mark) is None  # cannot tell: every key is looked at

@@ -969,6 +969,8 @@ class Index:
         self.ops.setdefault(rec["op"], []).append((rec["seq"], t, name, seg.lines, offset, length,
                                                    rec.get("type") if isinstance(rec.get("type"), str) else ""))
         self.changes.append(rec["op"])
+        if len(self.changes) > FEED_KEPT:  # a long-lived process: a pass marked before reads every key
+            self.changes, self.epoch = [], self.epoch + 1
         self.in_segment.setdefault(name, set()).add(rec["op"])
         if rec.get("type") in _STATE_TYPES:
             self.at[(name, seg.lines)] = (rec["op"], rec["seq"])
@@ -1044,6 +1046,10 @@ _INDEXES_LOCK = threading.Lock()
 #: vaults this thread reads as one snapshot right now (``snapshot``): refreshed once, on entry
 _FROZEN = threading.local()
 
+
+#: the most op ids the change feed keeps (``Index.changes``); past it the feed starts again and a
+#: mark taken before says nothing (its pass looks at every key): bounded in a long-lived process
+FEED_KEPT = 1 << 20
 
 #: the most ``Index.memo`` holds (marshalled records): a status of a thousand small runs' operations
 #: fits, a long-lived process (the tab's TensorBoard) keeps no more than this between commands
