@@ -121,3 +121,22 @@ def test_the_feed_is_bounded_and_says_so(vault, monkeypatch):
     idx = oplog.index(vault.root)
     assert len(idx.changes) <= 3
     assert idx.changed_since(mark) is None  # cannot tell: every key is looked at
+
+
+def test_a_pass_copies_out_only_what_its_caller_takes(vault, monkeypatch):
+    """``where(run, kind)`` is judged on what the memo holds beside each manifest: one it does not
+    take is never copied out (a restore's checks want one run's operations and the retirements)."""
+    from tb_footprint_plugin.engine import vault as vault_mod
+
+    memo = ManifestMemo()
+    vault.manifests(slim(vault.root), memo=memo)
+    run = a_manifest(5)["run"]
+    loads = []
+    real = vault_mod.marshal.loads
+    monkeypatch.setattr(vault_mod.marshal, "loads", lambda b: loads.append(1) or real(b))
+    got = vault.manifests(slim(vault.root), memo=memo, where=lambda r, kind: r == run)
+    assert [m["op_id"] for m in got] == [a_manifest(5)["op_id"]] and len(loads) == 1
+    monkeypatch.undo()
+    assert got == [m for m in fresh(vault) if m["run"] == run]
+    # and without a memo, the same answer
+    assert Vault(vault.root).manifests(slim(vault.root), where=lambda r, kind: r == run) == got

@@ -16,7 +16,7 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, remote_vault, trust
 from tb_footprint_plugin.engine import manifest as one_schema
-from tb_footprint_plugin.engine.catalogue import is_kept, journal_blobs, own_manifests, read_vaults, unsettled_op
+from tb_footprint_plugin.engine.catalogue import is_kept, journal_blobs, known_vaults, own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import (
     Context,
     RunOutcome,
@@ -32,7 +32,7 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps)
-from tb_footprint_plugin.engine.vault_reads import VaultRead, slim
+from tb_footprint_plugin.engine.vault_reads import read_roots, slim
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -52,11 +52,10 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
                      bytes_after=manifest.get("bytes_after", 0))
-    # one read of now (through the memo) for both checks: a newer reduction, a retirement; of it only
-    # this run's operations and the retirements are checked as this logdir's (not N times each)
-    mine = own_manifests(ctx, [VaultRead(r.vault, [m for m in r.manifests
-                                                   if m.get("run") == run or m.get("kind") == "retire"])
-                               for r in read_vaults(ctx, slim=True, memo=memo)])
+    # one read of now (through the memo) for both checks: a newer reduction, a retirement; only this
+    # run's operations and the retirements are copied out of it and checked as this logdir's
+    mine = own_manifests(ctx, read_roots(known_vaults(ctx), True, memo,
+                                         where=lambda r, kind: r == run or kind == "retire"))
     newer = sorted((m for m in mine if is_kept(m) and m["run"] == run
                     and m.get("started_at", 0) > manifest.get("started_at", 0)),
                    key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)  # as restorable_ops

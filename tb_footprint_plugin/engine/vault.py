@@ -405,13 +405,19 @@ class ManifestMemo:
                 return None
         return tuple(oplog.index(vault.root).entries(op_id)), legacy
 
-    def get(self, root: str, op_id: str, key: Optional[tuple], keep=None) -> Optional[dict]:
+    #: what ``get`` answers for a manifest held that ``where`` does not take (not copied out)
+    PASSED_OVER: dict = {}
+
+    def get(self, root: str, op_id: str, key: Optional[tuple], keep=None, where=None) -> Optional[dict]:
         """What was held of ``op_id`` (in ``keep``'s projection) if read from ``key`` (None: as
-        last read, the caller knowing nothing of it changed since), else None."""
+        last read, the caller knowing nothing of it changed since), else None; ``PASSED_OVER``
+        when ``where(run, kind)`` does not take it (judged on its fields held beside it)."""
         held = self._held.get((root, op_id, getattr(keep, "memo_name", None)))
         if held is None or (key is not None and held[0] != key):
             return None
         self.hits += 1
+        if where is not None and not where(*held[2]):
+            return self.PASSED_OVER
         return marshal.loads(held[1])
 
     def forget(self, root: str, op_id: str, keep=None) -> None:
@@ -422,7 +428,7 @@ class ManifestMemo:
         """Hold ``m`` (``op_id``'s manifest, in ``keep``'s projection) as read from ``key``."""
         name = (root, op_id, getattr(keep, "memo_name", None))
         try:
-            self._held[name] = (key, marshal.dumps(m))
+            self._held[name] = (key, marshal.dumps(m), (m.get("run"), m.get("kind")))
         except ValueError:
             self._held.pop(name, None)
 
@@ -1559,7 +1565,8 @@ class Vault:
         return [n[:-5] for n in os.listdir(self.ops) if n.endswith(".json") and not n.startswith(".")]
 
     def manifests(self, keep: Optional[Callable[[dict], dict]] = None,
-                  memo: Optional["ManifestMemo"] = None) -> List[dict]:
+                  memo: Optional["ManifestMemo"] = None,
+                  where: Optional[Callable[[object, object], bool]] = None) -> List[dict]:
         """Every well-formed manifest, oldest first; refused ones are listed in ``problems``
         (and counted in ``unread``: a caller deciding what no manifest claims must see 0).
         ``keep``: what of each is held, applied as it is read (a projection keeping ``op_id``
@@ -1567,7 +1574,9 @@ class Vault:
         ``memo`` (one command's, e.g. a restore of many runs): a manifest whose records did not
         change since it was last read through it is not read again — the list is what a fresh
         read gives (the log's index is brought up to date first; while it holds a damaged line
-        every one is read afresh)."""
+        every one is read afresh). ``where(run, kind)``: only the manifests it takes (by their
+        ``run`` and ``kind`` fields as stored) are listed — one the memo holds is judged before it
+        is copied out; every refusal is still listed and counted, whatever its run."""
         from tb_footprint_plugin.engine.trust import Untrusted
 
         out: List[dict] = []
@@ -1585,7 +1594,7 @@ class Vault:
             self.problems += other_users_state_findings(self.root)
             return out
         with oplog.snapshot(self.root):  # one look at the log's files for all of them
-            self._read_all(out, keep, memo)
+            self._read_all(out, keep, memo, where)
             # a damaged log line may have been a manifest no one can read now (its blobs claimed)
             self.unread += oplog.lost_lines(self.root)
             # one that may have been a whole manifest no readable line names is said, with its file
@@ -1600,7 +1609,8 @@ class Vault:
         return out
 
     def _read_all(self, out: List[dict], keep: Optional[Callable[[dict], dict]] = None,
-                  memo: Optional["ManifestMemo"] = None) -> None:
+                  memo: Optional["ManifestMemo"] = None,
+                  where: Optional[Callable[[object, object], bool]] = None) -> None:
         from tb_footprint_plugin.engine.trust import BAD_MANIFEST, BAD_OP_ID, Untrusted
 
         if memo is not None and not memo.usable(self, keep):
@@ -1626,10 +1636,10 @@ class Vault:
             try:
                 got = None
                 if changed is not None and op_id not in changed:
-                    got = memo.get(self.root, op_id, None, keep)
+                    got = memo.get(self.root, op_id, None, keep, where)
                 key = memo.key(self, op_id) if memo is not None and got is None else None
                 if got is None and key is not None:
-                    got = memo.get(self.root, op_id, key, keep)
+                    got = memo.get(self.root, op_id, key, keep, where)
                 if got is None:
                     if memo is not None:
                         memo.forget(self.root, op_id, keep)  # unread, it is never taken as read
@@ -1637,7 +1647,10 @@ class Vault:
                     got = keep(m) if keep is not None else m
                     if key is not None:
                         memo.put(self.root, op_id, key, got, keep)
-                out.append(got)
+                    if where is not None and not where(got.get("run"), got.get("kind")):
+                        got = ManifestMemo.PASSED_OVER
+                if got is not ManifestMemo.PASSED_OVER:
+                    out.append(got)
             except Untrusted as e:
                 self.problems.append(e)
                 self.unread += 1

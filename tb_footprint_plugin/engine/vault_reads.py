@@ -47,15 +47,18 @@ def slim(root: str) -> Callable[[dict], dict]:
 
 
 def read_roots(roots: Iterable[str], slim_read: bool = False,
-               memo: Optional[ManifestMemo] = None) -> List[VaultRead]:
+               memo: Optional[ManifestMemo] = None, where=None) -> List[VaultRead]:
     """The vaults at ``roots`` read once each; ``slim_read``: each manifest projected by ``slim``
     as it is read, so a pass over thousands holds no verification. ``memo``: the command's
-    (``Vault.manifests``), so what did not change since its last read is not read again."""
+    (``Vault.manifests``), so what did not change since its last read is not read again;
+    ``where(run, kind)``: only the manifests it takes are listed (``Vault.manifests``)."""
     out = []
     for root in roots:
         v = Vault(root)
         # a plain read passes nothing: what a caller (or a test counting reads) wraps is the bare call
         kw = {"memo": memo} if memo is not None else {}
+        if where is not None:
+            kw["where"] = where
         out.append(VaultRead(v, v.manifests(slim(v.root), **kw) if slim_read else v.manifests(**kw)))
     return out
 
