@@ -168,3 +168,24 @@ def test_a_restore_killed_while_checking_leaves_the_run_as_it_was(tmp_path, s3_b
     assert not temps_in(logdir)
     assert snapshot(logdir) == files_before
     assert not os.listdir(ctx.journal_dir)
+
+
+def test_a_verified_temporary_goes_into_a_folder_gone_since_with_its_mode_and_time(tmp_path):
+    """The put-back of a staged backup makes its target's folder when it is gone (as a copy from
+    the vault does), sets mode and time through the file, and leaves no temporary."""
+    import hashlib
+
+    data = b"original bytes" * 1000
+    sha = hashlib.sha256(data).hexdigest()
+    tmp = tmp_path / (RESTORE_TMP_PREFIX + "0" * 32 + "-" + sha[:12])
+    fd = restore_staged.create_exclusive(str(tmp))
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        made = restore_staged.finish_new_file(f)
+    prepared = restore_staged.Prepared()
+    prepared.temps[sha] = (str(tmp), made)
+    dest = tmp_path / "gone" / "deeper" / "f.xplane.pb"
+    assert prepared.put(sha, str(dest), 0o640, None, 1_600_000_000_123_456_789)
+    st = dest.stat()
+    assert dest.read_bytes() == data and st.st_mode & 0o777 == 0o640 and st.st_mtime_ns == 1_600_000_000_123_456_789
+    assert not tmp.exists() and not prepared.holds(sha)

@@ -75,6 +75,7 @@ class Prepared:
                     raise VaultError(errno.EIO, f"{tmp}: changed since its backup was verified; not used")
                 ident = finish_new_file(f, mode, mtime_ns, mtime)
             check_still(tmp, ident)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)  # as ``Vault.restore_blob``: a folder gone since
             fsops.replace(tmp, dest)
         except OSError as e:
             if e.errno != errno.EXDEV:
