@@ -143,7 +143,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
             else:
-                rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery")
+                rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery", j)
                 action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
             j.close()
             before = begin["plan"]["bytes_before"]

@@ -29,11 +29,11 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
-from tb_footprint_plugin.engine.swap import make_dirs, put_back, settle_dirs, settle_folder_times
+from tb_footprint_plugin.engine.swap import make_dirs, put_back, put_back_token, settle_dirs, settle_folder_times
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps)
 from tb_footprint_plugin.engine.vault_reads import read_roots, slim
-from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, ManifestMemo, Vault, VaultError, who
+from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -180,8 +180,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
-    token = begin.get("tmp_token")
-    token = token if isinstance(token, str) and RESTORE_TOKEN.fullmatch(token) else None
+    token = put_back_token(begin)
     if begin.get("checks_first") and not any(r.get("type") == "verified" for r in records[1:]):
         removed = remove_restore_temps(ctx, manifest, token)
         return (f"stopped while its backups were being checked, before anything was put back; "

@@ -22,8 +22,9 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.engine import remote_vault
-from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
-from tb_footprint_plugin.engine.vault import Vault, VaultError, late_tmp_path, restore_tmp_path
+from tb_footprint_plugin.engine.context import Context, no_symlink
+from tb_footprint_plugin.engine.swap import remove_put_back_temps
+from tb_footprint_plugin.engine.vault import Vault, VaultError, restore_tmp_path
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import (check_still, create_exclusive, finish_new_file, fsync_dir,
                                                hash_and_count, unlink_if_same)
@@ -170,38 +171,11 @@ def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, 
 
 def remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str],
                          spare: Optional["Prepared"] = None) -> List[str]:
-    """Temp copies a killed attempt of this restore left next to its files: exactly the names
-    its journaled ``token`` gives (``vault.restore_tmp_path``), never another file that merely
-    looks like one (a user's own). We hold the run's lock, so none of them is being written now;
-    a restore journaled without a token (an earlier version) leaves its temps where they are.
-    A file's folder and the folders above it in the logdir are looked in: a check streams a
-    backup whose folder the reduce removed into the nearest one standing (``prepare_streamed``).
-    ``spare``: this process's verified temporaries, left for the put-back."""
-    removed: List[str] = []
-    if token is None:
-        return removed
-    kept = spare.paths() if spare is not None else set()
-    looked: set = set()
-    for f in manifest.get("files", []):
-        if not is_sha256(f.get("sha256")):
-            continue  # untrusted: only a digest's first characters go into the name
-        d = os.path.dirname(f["path"])
-        while True:
-            if (d, f["sha256"]) not in looked:
-                looked.add((d, f["sha256"]))
-                try:
-                    no_symlink(ctx, os.path.join(d, "x") if d else "x")
-                    folder = ctx.abs(d) if d else ctx.logdir
-                    for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
-                        if p not in kept and os.path.isfile(p) and not os.path.islink(p):
-                            os.unlink(p)
-                            removed.append(os.path.relpath(p, ctx.logdir))
-                except (OSError, TransactionError):
-                    pass
-            if not d:
-                break
-            d = os.path.dirname(d)
-    return removed
+    """Temp copies a killed attempt of this restore left next to its files
+    (``swap.remove_put_back_temps``: the one rule for a restore's and a rollback's). ``spare``:
+    this process's verified temporaries, left for the put-back."""
+    return remove_put_back_temps(ctx, manifest.get("files", []), token,
+                                 keep=spare.paths() if spare is not None else ())
 
 
 __all__ = ["checked_in_place", "Prepared", "PreparedVault", "prepare_streamed", "remove_restore_temps"]

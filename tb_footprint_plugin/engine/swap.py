@@ -11,7 +11,7 @@ import errno
 import os
 import secrets
 import stat
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Collection, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
@@ -87,8 +87,11 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             fsync_dir(d)
 
 
-def rollback(ctx: Context, records: List[dict], reason: str) -> None:
-    """Put every original back byte for byte and remove what the operation created."""
+def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None) -> None:
+    """Put every original back byte for byte and remove what the operation created. With
+    ``journal`` (the operation's), newer bytes found in an original's place are journaled as
+    ``displaced`` before the original takes the path, so a rollback killed after it still names
+    them in its manifest (they are in the vault; without the record only as a nameless blob)."""
     vault = vault_of(records, ctx)
     backups = [r for r in records if r["type"] == "backup"]
     stages = {r["tmp"]: r for r in records if r["type"] in ("stage", "staged")}
@@ -103,12 +106,21 @@ def rollback(ctx: Context, records: List[dict], reason: str) -> None:
     token = put_back_token(records[0])
     if swapped:
         remove_put_back_temps(ctx, backups, token)
+        if not put_back_names_free(ctx, backups, token):
+            token = None  # something else stands at a journaled name: fresh random names instead
+    # what an earlier, killed attempt of this rollback found in an original's place (journaled
+    # before that original went back: the path no longer shows it)
+    displaced = _displaced_records(records)
+
+    def remember(d: dict) -> None:
+        if journal is not None and not _listed(displaced, d):
+            _journal_displaced(journal, d)
+
     # Before the swap no original was touched (backups are links or copies): the files in
     # place are the truth, even if a writer appended to one meanwhile.
-    displaced = []
     for r in backups if swapped else ():
-        d = put_back(ctx, vault, r, produced.get(r["path"]), tmp_token=token)
-        if d:
+        d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token)
+        if d and not _listed(displaced, d):
             displaced.append(d)
     for tmp_rel, r in stages.items():
         no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
@@ -272,6 +284,52 @@ def settle_folder_times(ctx: Context, recs) -> None:
             continue
 
 
+#: the fields of a ``displaced`` journal record that go into the manifest
+_DISPLACED_KEYS = ("path", "sha256", "size", "blob", "late_records", "kept_in_place")
+
+
+def _displaced_records(records: List[dict]) -> List[dict]:
+    """The ``displaced`` records of a journal (checked by ``trust.check_journal``), as the
+    manifest lists them, each once."""
+    out: List[dict] = []
+    for r in records:
+        if r.get("type") == "displaced":
+            d = {k: r[k] for k in _DISPLACED_KEYS if k in r}
+            if not _listed(out, d):
+                out.append(d)
+    return out
+
+
+def _listed(displaced: List[dict], d: dict) -> bool:
+    return any(x.get("path") == d.get("path") and x.get("sha256") == d.get("sha256") for x in displaced)
+
+
+def _journal_displaced(journal: Journal, d: dict) -> None:
+    """Journal newer bytes a rollback found in an original's place (stored in the vault already),
+    durably, before the original takes the path."""
+    journal.append({"type": "displaced", **{k: d[k] for k in _DISPLACED_KEYS if k in d}})
+
+
+def put_back_names_free(ctx: Context, recs: Iterable[dict], token: Optional[str]) -> bool:
+    """Whether no entry stands at a put-back temp name ``token`` gives these records (after
+    ``remove_put_back_temps`` removed what it may): one that is not a regular file (a folder, a
+    link) would make every put-back under that name fail, at every start."""
+    if token is None:
+        return True
+    for f in recs:
+        if not is_sha256(f.get("sha256")) or not isinstance(f.get("path"), str):
+            continue
+        d = os.path.dirname(f["path"])
+        try:
+            folder = ctx.abs(d) if d else ctx.logdir
+        except TransactionError:
+            continue
+        if any(os.path.lexists(p) for p in (restore_tmp_path(folder, f["sha256"], token),
+                                            late_tmp_path(folder, f["sha256"], token))):
+            return False
+    return True
+
+
 def new_put_back_token() -> str:
     """A token for the temp names of an operation's put-backs, journaled in its begin record
     (``tmp_token``) before any temp is made."""
@@ -285,28 +343,42 @@ def put_back_token(begin: dict) -> Optional[str]:
     return token if isinstance(token, str) and RESTORE_TOKEN.fullmatch(token) else None
 
 
-def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[str]) -> List[str]:
-    """Temp copies a killed put-back of these records (``path`` and ``sha256`` each) left next to
-    their files: exactly the names the journaled ``token`` gives (``vault.restore_tmp_path``,
-    ``vault.late_tmp_path``), never another file that merely looks like one (a user's own). The
-    caller holds the run's lock, so none of them is being written now; without a token (an
-    earlier version's journal) nothing is removed. Returns the removed paths, logdir-relative."""
+def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[str],
+                          keep: Collection[str] = ()) -> List[str]:
+    """Temp copies a killed put-back of these records (``path`` and ``sha256`` each: a rollback's
+    backups, a restore's files) left next to their files: exactly the names the journaled
+    ``token`` gives (``vault.restore_tmp_path``, ``vault.late_tmp_path``), never another file that
+    merely looks like one (a user's own). A file's folder and the folders above it in the logdir
+    are looked in (a restore's check streams a backup whose folder the reduce removed into the
+    nearest one standing). The caller holds the run's lock, so none of them is being written
+    now; without a token (an earlier version's journal) nothing is removed. ``keep``: this
+    process's own verified temporaries, left for the put-back. Returns the removed paths,
+    logdir-relative."""
     removed: List[str] = []
     if token is None:
         return removed
+    looked: set = set()
     for f in recs:
         if not is_sha256(f.get("sha256")) or not isinstance(f.get("path"), str):
             continue  # untrusted: only a digest's first characters go into the name
         d = os.path.dirname(f["path"])
-        try:
-            no_symlink(ctx, os.path.join(d, "x") if d else "x")
-            folder = ctx.abs(d) if d else ctx.logdir
-            for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
-                if os.path.isfile(p) and not os.path.islink(p):
-                    fsops.unlink(p)
-                    removed.append(os.path.relpath(p, ctx.logdir))
-        except (OSError, TransactionError):
-            continue
+        while True:
+            if (d, f["sha256"]) not in looked:
+                looked.add((d, f["sha256"]))
+                try:
+                    no_symlink(ctx, os.path.join(d, "x") if d else "x")
+                    folder = ctx.abs(d) if d else ctx.logdir
+                    for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
+                        # a regular file or a link at a name only our journaled token gives (a
+                        # link is removed, never followed); a folder there is left alone
+                        if p not in keep and (os.path.islink(p) or os.path.isfile(p)):
+                            fsops.unlink(p)
+                            removed.append(os.path.relpath(p, ctx.logdir))
+                except (OSError, TransactionError):
+                    pass
+            if not d:
+                break
+            d = os.path.dirname(d)
     return removed
 
 

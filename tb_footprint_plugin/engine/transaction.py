@@ -275,7 +275,7 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         else:
             try:
                 _append_rollback(journal, reason)
-                rollback(ctx, journal.records(), reason)
+                rollback(ctx, journal.records(), reason, journal)
                 ctx.vault.unpin(op_id)  # the originals are back
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):

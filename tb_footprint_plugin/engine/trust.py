@@ -69,7 +69,7 @@ MAX_STATE_BYTES = 256 << 20
 
 _RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback"}
 _RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",
-                 "rollback", "rmdir"}
+                 "rollback", "rmdir", "displaced"}
 
 
 class Untrusted(ValueError):
@@ -618,6 +618,15 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
         elif t == "rmdir":
             _in_run(_rel(r.get("path"), file, "directory"), run, file, "directory")
             _int(r.get("mode"), file, "directory mode")
+        elif t == "displaced":  # newer bytes a rollback kept in the vault: go into its manifest
+            _in_run(_rel(r.get("path"), file, "displaced path"), run, file, "displaced path")
+            if not r.get("kept_in_place"):
+                _sha(r.get("sha256"), file, "displaced digest")
+                if r.get("blob") is not None and r["blob"] != f"blobs/{r['sha256'][:2]}/{r['sha256']}":
+                    raise Untrusted(PATH_OUTSIDE, file, "a displaced record names a blob not of its digest")
+            _int(r.get("size"), file, "displaced size")
+            if r.get("late_records") is not None and not isinstance(r["late_records"], dict):
+                raise Untrusted(BAD_RECORD, file, "a displaced record's late records are not an object")
 
 
 # ---------------------------------------------------------------------------------------
