@@ -357,28 +357,35 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
     removed: List[str] = []
     if token is None:
         return removed
-    looked: set = set()
+    # the names each folder may hold: a file's own folder and every one above it in the logdir
+    names: Dict[str, set] = {}
     for f in recs:
         if not is_sha256(f.get("sha256")) or not isinstance(f.get("path"), str):
             continue  # untrusted: only a digest's first characters go into the name
+        mine = {os.path.basename(restore_tmp_path("", f["sha256"], token)),
+                os.path.basename(late_tmp_path("", f["sha256"], token))}
         d = os.path.dirname(f["path"])
         while True:
-            if (d, f["sha256"]) not in looked:
-                looked.add((d, f["sha256"]))
-                try:
-                    no_symlink(ctx, os.path.join(d, "x") if d else "x")
-                    folder = ctx.abs(d) if d else ctx.logdir
-                    for p in (restore_tmp_path(folder, f["sha256"], token), late_tmp_path(folder, f["sha256"], token)):
-                        # a regular file or a link at a name only our journaled token gives (a
-                        # link is removed, never followed); a folder there is left alone
-                        if p not in keep and (os.path.islink(p) or os.path.isfile(p)):
-                            fsops.unlink(p)
-                            removed.append(os.path.relpath(p, ctx.logdir))
-                except (OSError, TransactionError):
-                    pass
+            names.setdefault(d, set()).update(mine)
             if not d:
                 break
             d = os.path.dirname(d)
+    # one listing a folder, not a look-up per file and folder (a profile session: 100s of files)
+    for d, wanted in names.items():
+        try:
+            no_symlink(ctx, os.path.join(d, "x") if d else "x")
+            folder = ctx.abs(d) if d else ctx.logdir
+            with os.scandir(folder) as entries:
+                hits = [e for e in entries if e.name in wanted]
+            for e in hits:
+                p = os.path.join(folder, e.name)
+                # a regular file or a link at a name only our journaled token gives (a link is
+                # removed, never followed); a folder there is left alone
+                if p not in keep and (e.is_symlink() or e.is_file(follow_symlinks=False)):
+                    fsops.unlink(p)
+                    removed.append(os.path.relpath(p, ctx.logdir))
+        except (OSError, TransactionError):
+            continue
     return removed
 
 
