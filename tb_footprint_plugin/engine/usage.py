@@ -252,7 +252,8 @@ def bucket_freed_by_op(m: dict, removed_bytes: int) -> Tuple[int, int]:
     return max(0, removed_bytes - held), held
 
 
-#: what ``estimate_compressed`` reads at most: the largest files, the head of each
+#: what ``estimate_compressed`` reads at most: the largest files, ``zst.PROBE_BYTES`` of each in
+#: windows spread over it (a file that cannot seek: its first ``SAMPLE_BYTES``)
 SAMPLE_FILES = 32
 SAMPLE_BYTES = 4 * CHUNK
 
@@ -266,8 +267,9 @@ class _Discard:
 
 def estimate_compressed(originals: Iterable[Tuple[str, int]]) -> int:
     """Bytes the compressed vault would keep for ``originals`` (path, size) once compacted: the
-    ``SAMPLE_FILES`` largest are sampled (their first ``SAMPLE_BYTES`` compressed as compaction
-    does, a file saving less than ``MIN_SAVING`` counted whole, as compaction keeps it plain),
+    ``SAMPLE_FILES`` largest are sampled (windows over each compressed, as compaction decides
+    from them: ``zst.sample``; a file saving less than ``MIN_SAVING`` counted whole, as
+    compaction keeps it plain),
     the rest at the sampled files' overall ratio. Bounded reads whatever the logdir; a file that
     cannot be read counts whole (the estimate errs toward keeping). ``originals`` is read once and
     not kept: a plan of 100,000 runs passes one (path, size) per action it backs up."""
@@ -285,8 +287,12 @@ def estimate_compressed(originals: Iterable[Tuple[str, int]]) -> int:
     for path, size in items:
         try:
             with open_regular(path) as f:
-                head = _Head(f, SAMPLE_BYTES)
-                got = zst.compress_stream(head, _Discard(), None, give_up_ratio=None)
+                # the windows a compaction decides from (``zst.sample``: spread over the whole
+                # file), so a file random at its start and compressible after is estimated as it
+                # will be stored; a file that cannot seek, by its head
+                got = zst.sample(f, size)
+                if got is None:
+                    got = zst.compress_stream(_Head(f, SAMPLE_BYTES), _Discard(), None, give_up_ratio=None)
         except OSError:
             got = None
         if not got or not got[0]:
