@@ -164,7 +164,8 @@ def test_a_restore_killed_while_checking_leaves_the_run_as_it_was(tmp_path, s3_b
     monkeypatch.undo()
     monkeypatch.setattr(remote_vault, "STAGE_BYTES", 256 << 10)
     rec = api.recover_logdir(str(logdir))
-    assert rec and all(r.action == "completed" for r in rec), [r.to_dict() for r in rec]
+    # undone, and said so: nothing was put back (it was "completed", its detail alone saying so)
+    assert [r.action for r in rec] == ["rolled_back"], [r.to_dict() for r in rec]
     assert not temps_in(logdir)
     assert snapshot(logdir) == files_before
     assert not os.listdir(ctx.journal_dir)

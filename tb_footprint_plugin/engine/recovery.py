@@ -25,7 +25,7 @@ from tb_footprint_plugin.engine.catalogue import (
 )
 from tb_footprint_plugin.engine.context import Context, reason_of
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
-from tb_footprint_plugin.engine.restore import finish_restore
+from tb_footprint_plugin.engine.restore import finish_restore, restore_abandoned
 from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
 
@@ -114,8 +114,12 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 from tb_footprint_plugin.engine.salvage import finish_salvage
 
                 finish = finish_restore if begin["kind"] == "restore" else finish_salvage
+                # a restore stopped while still checking its backups put nothing back: it is
+                # undone (its temporaries removed), not finished, and said so
+                undone = begin["kind"] == "restore" and restore_abandoned(records)
                 detail = finish(ctx, records)
-                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.COMPLETED, detail, Finding.RECOVERED))
+                outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED,
+                                                detail, Finding.RECOVERED))
                 j.close()
                 continue
             types = {r["type"] for r in records}

@@ -169,6 +169,14 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     return out
 
 
+def restore_abandoned(records: List[dict]) -> bool:
+    """Whether this restore journal is one stopped while checking its backups (``checks_first``
+    and no ``verified`` record): nothing was put back, and finishing it only removes its
+    temporaries."""
+    return bool(records) and bool(records[0].get("checks_first")) and \
+        not any(r.get("type") == "verified" for r in records[1:])
+
+
 def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
                    prepared: Optional["Prepared"] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
@@ -181,7 +189,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     manifest = vault.read_manifest(begin["of_op"])
     originals = {f["path"] for f in manifest["files"]}
     token = put_back_token(begin)
-    if begin.get("checks_first") and not any(r.get("type") == "verified" for r in records[1:]):
+    if restore_abandoned(records):
         removed = remove_restore_temps(ctx, manifest, token)
         return (f"stopped while its backups were being checked, before anything was put back; "
                 f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
@@ -463,4 +471,4 @@ def _check_reads(ctx: Context, paths: List[str]) -> None:
         raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
 
 
-__all__ = ["restore_op", "finish_restore", "kept_blobs", "restore_code"]
+__all__ = ["restore_op", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code"]
