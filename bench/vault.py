@@ -48,8 +48,9 @@ the bucket's ``BlobStore`` (``engine/offload.py``) and the local blobs unlinked.
 * bytes and objects the bucket holds (data objects: packs and lone blobs; index objects) beside
   the number of backed-up files — gated: data objects <= files / 10 + the lone blobs (files of
   ``PACK_BELOW`` bytes or more get an object each, by design) + one pack per offloaded operation
-  (each run's offload is its own ``add``, and an ``add`` writes its own pack: packs are not shared
-  across adds). That is the honest bound: one object per small file is what it catches;
+  (each run's offload is its own ``add``, and an ``add`` writes its own pack; the batch's end
+  repacks packs under ``blobstore.MIN_PACK`` together, so the count is usually lower). That is the
+  honest bound: one object per small file is what it catches;
 * the requests the bucket received during the reduce and during the restore, per verb;
 * reduce and restore wall time beside the hard-link vault's: figures, not gates — on loopback they
   measure moto's Python request handling, not a network or a real store;
