@@ -32,9 +32,12 @@ recovery rolled it back, as ``engine.ledger.mark_recovered`` records it. A run s
 still names keeps the marker (the next start looks again); one that did not commit and is named
 by none stays in flight (a rerun reduces it again: ``RETRY_STATES``) and the marker goes.
 
-The ledger is a record for people and ``status``; a rerun does not read it: what a bucket run
-still needs is what its plan finds (a reduced run has nothing left to remove, a locked one is
-skipped as such), so resuming costs no extra request per run.
+A batch reads its shard's entries once, at its start (``start``: one GET per entry — none in a
+fresh batch — found in the listing of the logdir the reduce made anyway, so no listing more), and
+skips a run the ledger settled and that did not change since (``engine.ledger.should_run``, the
+rule of a ledger on disk), said as ``Skip.LEDGER_DONE``; a run it skips so is not marked again,
+so its entry costs the GET a skip's mark took before, not one more. ``start`` writes nothing (a
+``pending`` PUT per run would double the ledger's requests).
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ from tb_footprint_plugin.codes import Outcome, Recovery
 from tb_footprint_plugin.engine.bucket_state import JOURNAL
 from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, keeps_done, merged_view,
-                                              report_refusals)
+                                              report_refusals, should_run)
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, map_ordered
@@ -85,8 +88,10 @@ def _folder(shard: Optional[str]) -> str:
 class BucketLedger:
     """The ledger objects one worker (one shard) writes."""
 
-    def __init__(self, rfs: RemoteFS, policy: str, shard: Optional[str] = None):
+    def __init__(self, rfs: RemoteFS, policy: str, shard: Optional[str] = None, listing: Optional[dict] = None):
         self.rfs = rfs
+        #: the logdir's listing the batch made already (key -> info), so ``start`` lists nothing more
+        self._listing = listing
         self.policy = policy
         self.folder = _folder(shard)
         self.who = {"host": socket.gethostname(), **me(), "shard": shard}
@@ -95,20 +100,61 @@ class BucketLedger:
         self._marker: Optional[str] = None  # its in-flight marker's key while it stands
         self._token = secrets.token_hex(16)  # this batch's, beside others of the same process
         self._thread = threading.get_ident()  # the batch's: the one an interrupt of it settles in
+        self._read = False  # whether ``start`` read the shard's entries (then ``_entries`` is all of them)
+        #: refusals of ``start``'s read (entries not used), as ``engine.ledger.Ledger.problems``
+        self.problems: List[dict] = []
 
     @property
     def url(self) -> str:
         return self.rfs.url_of(f"{LEDGERS}/{self.folder}")
 
+    @property
+    def path(self) -> str:
+        """Where the ledger is (its folder's URL), as ``Ledger.path`` names a ledger file."""
+        return self.url
+
+    def start(self, runs: Iterable[str] = (), sizes: Optional[Dict[str, int]] = None,
+              since: Optional[float] = None) -> Dict[str, dict]:
+        """Read the shard's entries once (module doc): one listing of its folder and one GET per
+        entry; entries refused as untrusted input are named in ``problems`` and not used, and so
+        are entries of another policy (their states say nothing about this one). Writes nothing:
+        ``runs``, ``sizes`` and ``since`` are taken for the interface of ``Ledger.start``."""
+        objs = None
+        if self._listing is not None:
+            prefix = f"{LEDGERS}/{self.folder}/"
+            objs = {k: v for k, v in self._listing.items() if k.startswith(prefix)}
+        entries, self.problems = read_folder(self.rfs, self.folder, objs)
+        for run, (entry, pol) in entries.items():
+            if pol == self.policy:
+                self._entries.setdefault(run, entry)  # a mark of this process before the read stands
+        # a listing of the batch's may miss an entry written since (an overlapping worker of this
+        # shard): a skip then still reads its run's entry before it writes (``mark``)
+        self._read = self._listing is None
+        return dict(self._entries)
+
+    def read(self) -> dict:
+        """The entries ``start`` read, with this worker's marks since (no request)."""
+        return {"version": LEDGER_VERSION, "policy": self.policy, "runs": dict(self._entries)}
+
+    def should_run(self, entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
+        """The resume rule of every ledger (``engine.ledger.should_run``)."""
+        return should_run(entry, current_bytes)
+
+    def compact(self) -> None:
+        """Nothing to compact: each run's entry is one object, written whole."""
+
     def mark(self, run: str, state: str, **fields) -> None:
         """Record a transition of ``run`` (one PUT; the entry keeps the fields of earlier ones).
         A skip is not written over a done entry it does not contradict (``ledger.keeps_done``):
-        the shard's object is read first (one GET, for skips only — in a rerun, the runs done
-        before), and this process's own marks are known without a read."""
+        the shard's object is read first (one GET, for skips only, unless ``start`` read them all),
+        and this process's own marks are known without a read."""
         rel = f"{LEDGERS}/{self.folder}/{_run_hash(run)}.json"
         key = self.rfs.path(rel)
         if state == "skipped":
-            if keeps_done(self._entries.get(run) or self._stored(run, rel), state, fields):
+            known = self._entries.get(run)
+            if known is None and not self._read:  # after ``start``, an entry not read is none
+                known = self._stored(run, rel)
+            if keeps_done(known, state, fields):
                 return
         if isinstance(fields.get("error"), str):
             fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
@@ -198,6 +244,25 @@ def _checked_entries(rfs: RemoteFS, objs: dict) -> tuple:
         pol = doc.get("policy") if isinstance(doc.get("policy"), str) else None
         entries.append((doc["run"], entry, m.group(1), pol))
     return entries, refused
+
+
+def read_folder(rfs: RemoteFS, folder: str, objs: Optional[dict] = None) -> tuple:
+    """One ledger folder (``batch`` or ``shard-I-of-N``) read back as untrusted input: ``({run:
+    (entry, policy)}, problems)`` — one listing (none when ``objs``, its objects from a listing
+    made already, is given), one GET per entry."""
+    if objs is None:
+        try:
+            objs = rfs.list_tree(f"{LEDGERS}/{folder}")
+        except FileNotFoundError:
+            objs = {}
+    checked, refused = _checked_entries(rfs, objs)
+    return ({run: (entry, pol) for run, entry, _f, pol in checked},
+            report_refusals(rfs.url_of(f"{LEDGERS}/{folder}"), refused))
+
+
+def folder_of(shard: Optional[str]) -> str:
+    """The ledger folder of a shard label (``"i/n"``), or of an unsharded batch (None)."""
+    return _folder(shard)
 
 
 def merged(rfs: RemoteFS) -> Optional[dict]:
@@ -397,4 +462,4 @@ def record_rolled_back(rfs: RemoteFS, shard: Optional[str], op_ids: Iterable[str
     return out
 
 
-__all__ = ["BucketLedger", "merged", "settle_stale", "record_rolled_back", "LEDGERS", "INFLIGHT"]
+__all__ = ["BucketLedger", "folder_of", "merged", "read_folder", "settle_stale", "record_rolled_back", "LEDGERS", "INFLIGHT"]

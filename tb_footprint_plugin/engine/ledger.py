@@ -35,6 +35,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import PASSING_SKIPS, Recovery, Skip
+from tb_footprint_plugin.engine.context import NoSpace
 from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.trust import (BAD_LEDGER, BAD_LEDGER_ENTRY, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted,
                                               undo_partial_append)
@@ -327,16 +328,8 @@ class Ledger:
         self._mine = ((st.st_ino, st.st_size, st.st_mtime_ns), data)
 
     def should_run(self, entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
-        """Resume rule: pending, interrupted and failed runs are retried; done and skipped are not,
-        except runs skipped for a passing reason (active or locked: ``codes.PASSING_SKIPS``) and
-        stale entries (``is_stale``)."""
-        if not entry:
-            return True
-        if entry.get("state") in RETRY_STATES:
-            return True
-        if is_stale(entry, current_bytes):
-            return True
-        return entry.get("state") == "skipped" and _skip_code(entry) in PASSING_SKIPS
+        """The resume rule (``should_run``)."""
+        return should_run(entry, current_bytes)
 
     def summary(self) -> dict:
         data = self.read()
@@ -368,6 +361,19 @@ def keeps_done(existing: Optional[dict], state: str, fields: dict, since: Option
         mine = existing.get("pid") == os.getpid() and existing.get("host") == socket.gethostname()
         return not mine and float(existing.get("updated_at") or 0) >= since
     return False
+
+
+def should_run(entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
+    """The resume rule of every batch ledger (a file, or a bucket's objects): pending, interrupted
+    and failed runs are retried; done and skipped are not, except runs skipped for a passing
+    reason (active or locked: ``codes.PASSING_SKIPS``) and stale entries (``is_stale``)."""
+    if not entry:
+        return True
+    if entry.get("state") in RETRY_STATES:
+        return True
+    if is_stale(entry, current_bytes):
+        return True
+    return entry.get("state") == "skipped" and _skip_code(entry) in PASSING_SKIPS
 
 
 def is_stale(entry: dict, current_bytes: Optional[int]) -> bool:
@@ -459,7 +465,7 @@ def mark_recovered(book, recovered: Iterable) -> List[dict]:
                 else:
                     book.mark(s["run"], "pending", op_id=s["op_id"], verified=False, code=Recovery.ROLLED_BACK,
                               error=f"its worker stopped; recovery rolled it back ({r.detail})", **sizes)
-            except OSError as e:
+            except (OSError, NoSpace) as e:  # a disk ledger's full disk is named (``LocalEngine.open_ledger``)
                 problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
                                  "detail": f"{s['run']}: ledger not written ({e})"})
     return problems
