@@ -83,15 +83,15 @@ def test_an_interrupt_settles_its_own_batch_marker_not_another_batch_of_the_same
         return real(self, run, state, **kw)
 
     monkeypatch.setattr(bucket_ledger.BucketLedger, "mark", mark)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(api.Interrupted):  # the reduce settles its own batch on its way out, as on a disk
         api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default")
     monkeypatch.setattr(bucket_ledger.BucketLedger, "mark", real)
-    assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 2  # one marker per batch
-    api.settle_interrupted(url, policy=pol, ledger="default")
-    assert _keys(url, f"{STATE}/ledger-inflight/") == [other_marker]  # before the fix: []
-    b = _batch(url)
-    assert b["runs"]["elsewhere/run"]["state"] == "reducing"
-    assert b["counts"] == {"done": 3, "reducing": 1}, b
+    for _settling in range(2):  # the reduce's own settling, then the CLI's again: the same
+        assert _keys(url, f"{STATE}/ledger-inflight/") == [other_marker]  # before the fix: []
+        b = _batch(url)
+        assert b["runs"]["elsewhere/run"]["state"] == "reducing"
+        assert b["counts"] == {"done": 3, "reducing": 1}, b
+        api.settle_interrupted(url, policy=pol, ledger="default")
     # the other batch goes on: its end deletes its own marker
     other["book"].mark("elsewhere/run", "failed", error="gone")
     assert _keys(url, f"{STATE}/ledger-inflight/") == []

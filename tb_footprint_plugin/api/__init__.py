@@ -8,7 +8,7 @@ The verbs live in modules by verb group, each importing only the groups below it
 (``tests/test_layering.py``): ``common`` (the local context, shared counts) →
 ``settle`` (recovery, what is unfinished, Ctrl-C) → ``reports`` (what verbs return and front ends
 show) → ``records`` (operations, status, disk numbers, history) → ``survey`` (plan, run selection,
-shards) → ``reduce_bucket`` → ``reduce`` → ``backups`` (verify, restore, purge, samples) →
+shards) → ``reduce`` (one driver for every store) → ``backups`` (verify, restore, purge, samples) →
 ``retirement``. This package re-exports every public name the one-module ``api`` had, so
 ``from tb_footprint_plugin import api; api.X`` keeps working for the front ends; a test that
 replaces a name the API calls patches the verb group's module that looks it up.

@@ -1,22 +1,23 @@
 """``reduce_logdir`` / ``reduce_logdirs``: each run its own verified transaction, largest first,
 in a batch recorded in the ledger (resumable, shardable, cancellable; Ctrl-C settles at once).
-A bucket logdir goes to ``api.reduce_bucket``.
+
+One driver for every store: the sequence below runs once, calling the logdir's ``Engine``
+(``engine.front_base``) — a disk's or a bucket's — with one signature: prepare the vault →
+recover → the footprint (a bucket's from its one listing, kept for its transactions) → the shard
+partition → the plan → the ledger (what it settled is skipped) → the runs (``Engine.reduce_runs``)
+with their ledger marks → the batch's end → the numbers in use before and after.
 """
 from __future__ import annotations
 
 import contextlib
-import os
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine import lease
-from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, writing
-from tb_footprint_plugin.engine.front import LocalEngine, open_engine
+from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome
+from tb_footprint_plugin.engine.front import Engine, open_engine
 from tb_footprint_plugin.engine.history import configure_writer
-from tb_footprint_plugin.engine.ledger import Ledger, mark_recovered
-from tb_footprint_plugin.engine.plan_notes import freed_estimate
+from tb_footprint_plugin.engine.ledger import mark_recovered
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, VAULT_FORMATS
 from tb_footprint_plugin.plan.model import Plan
@@ -25,14 +26,12 @@ from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan import passes
 from tb_footprint_plugin.scan.model import LogdirFootprint
-from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, logdir_keys, partition_name, RunProgress
 from tb_footprint_plugin.api.settle import Interrupted, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
 from tb_footprint_plugin.api.survey import (plan, scan_shard_sizes, selection_by_logdir,
                                             shard_plan, shard_sizes)
-from tb_footprint_plugin.api.reduce_bucket import reduce_on_bucket
 
 
 def reduce_logdir(
@@ -77,33 +76,15 @@ def reduce_logdir(
     ``lease_seconds`` sets the run locks' lease (``engine.lease``).
     ``vault_format``: ``"compressed"`` (each committed run's backups are compacted into verified
     zstd blobs, so the disk is freed at once) or ``"hardlink"`` (kept as hard links until purge).
+    On a bucket logdir the same sequence runs over its one listing; ``jobs``, a per-run
+    ``timeout`` and ``vault_format`` are a disk's (``Engine.reduce_runs`` of each store says what
+    it does with ``cancel`` and ``progress``), and a custom ``ledger`` path names no other place
+    than the bucket's own ledger folder.
     """
     if vault_format not in VAULT_FORMATS:
         raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
     eng = open_engine(logdir, backup_dir, quiet_period=quiet_period, verify_backends=verify_backends,
                       closed_files=closed_files)
-    if eng.batch_from_listing:
-        # a bucket plans from one listing that its transactions share, and its ledgers are
-        # objects (``api.reduce_bucket``)
-        if not dry_run:
-            lease.configure(lease_seconds, sharding.label(shard))
-            return reduce_on_bucket(eng, backup_dir, get_policy(policy), runs=runs, run_glob=run_glob,
-                                    min_size=min_size, older_than=older_than, quiet_period=quiet_period,
-                                    on_outcome=on_outcome, verify_backends=verify_backends, shard=shard,
-                                    shard_with=shard_with, partition_sizes=partition_sizes, ledger=ledger,
-                                    closed_files=closed_files)
-        mine = None
-        if shard is not None:
-            shard = sharding.check_shard(*shard)
-            mine = shard_plan(shard_with or [logdir], shard, backup_dir, partition_sizes).get(logdir.rstrip("/"), [])
-            runs = [r for r in mine if runs is None or r in runs]
-        p = plan(logdir, get_policy(policy), backup_dir=backup_dir, runs=runs, run_glob=run_glob,
-                 min_size=min_size, older_than=older_than, quiet_period=quiet_period, closed_files=closed_files)
-        return ReduceReport(dry_run=True, plan=p, shard=shard, shard_runs=mine, outcomes=[
-            RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
-                       reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
-                       bytes_after=rp.expected_after_bytes) for rp in p.runs])
-    backup_dir, remote = eng.local_backup_dir, eng.remote_vault  # a bucket URL: the local vault offloads there
     pol = get_policy(policy)
     before_limit = throttle.limit()
     if max_file_ops_per_second is not None:
@@ -115,11 +96,11 @@ def reduce_logdir(
     if cancel is None:  # one token for the batch: an interrupt stops the runs of other threads too
         cancel = CancelToken()
     try:
-        return _reduce(eng, logdir, backup_dir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
+        return _reduce(eng, logdir, pol, dry_run, runs=runs, run_glob=run_glob, min_size=min_size,
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
                        shard=shard, shard_with=shard_with, partition_sizes=partition_sizes,
-                       vault_format=vault_format, remote=remote)
+                       vault_format=vault_format)
     except KeyboardInterrupt as e:
         if dry_run or isinstance(e, Interrupted):
             raise
@@ -128,7 +109,7 @@ def reduce_logdir(
         if cancel is not None:
             cancel.cancel()  # runs on other threads stop at their next step
         rolled = [o.op_id for o in list(seen) if o.status == Outcome.ROLLED_BACK and o.op_id]
-        raise Interrupted(settle_interrupted(logdir, backup_dir, policy=pol, ledger=ledger, shard=shard,
+        raise Interrupted(settle_interrupted(logdir, eng.backup_dir, policy=pol, ledger=ledger, shard=shard,
                                              rolled_back=rolled)) from e
     finally:
         if max_file_ops_per_second is not None:
@@ -170,87 +151,79 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
         throttle.configure(before_limit)
 
 
-def _reduce(eng: LocalEngine, logdir: str, backup_dir: Optional[str], pol, dry_run: bool, *, runs, run_glob, min_size,
-            older_than, quiet_period, closed_files, jobs, timeout, ledger, progress, on_outcome, cancel,
-            shard, shard_with, partition_sizes, vault_format=DEFAULT_VAULT_FORMAT,
-            remote: Optional[str] = None) -> ReduceReport:
-    ctx = eng.ctx
+def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min_size, older_than, quiet_period,
+            closed_files, jobs, timeout, ledger, progress, on_outcome, cancel, shard, shard_with, partition_sizes,
+            vault_format=DEFAULT_VAULT_FORMAT) -> ReduceReport:
     if not dry_run:
         eng.prepare_reduce()  # the vault ours, a remote vault remembered, before any backup is made
     recovered = [] if dry_run else eng.recover()
+    backup_dir = eng.scan_backup_dir
     # a reduce's scan keeps its passes over big event files for the rewrite (``scan.passes``)
     keeping = contextlib.nullcontext() if dry_run else passes.retaining()
     token = None
     try:
         with keeping as token:
             mine = None
-            scans: Dict[str, LogdirFootprint] = {}
+            key = logdir_keys([logdir])[0]
+            # a dry run writes nothing, not even the scan cache
+            fp = eng.survey_for_reduce(write_cache=not dry_run, eager=shard is not None and partition_sizes is not None)
+            scans: Dict[str, LogdirFootprint] = {} if fp is None else {key: fp}
             if shard is not None:
                 shard = sharding.check_shard(*shard)
-                logdirs = logdir_keys(shard_with or [ctx.logdir])
-                if ctx.logdir not in logdirs:
-                    raise ValueError(f"shard_with must list the logdir {ctx.logdir} itself")
-                if partition_sizes is not None:
-                    scans[ctx.logdir] = scan(ctx.logdir, backup_dir=backup_dir, write_cache=not dry_run)
-                    sizes = partition_sizes
-                else:  # a dry run writes nothing, not even the scan cache
-                    sizes = scan_shard_sizes(logdirs, backup_dir, scans, write_cache=not dry_run)
-                mine = shard_plan(logdirs, shard, backup_dir, sizes).get(ctx.logdir, [])
+                logdirs = logdir_keys(shard_with or [key])
+                if key not in logdirs:
+                    raise ValueError(f"shard_with must list the logdir {key} itself")
+                sizes = partition_sizes if partition_sizes is not None else \
+                    scan_shard_sizes(logdirs, backup_dir, scans, write_cache=not dry_run)
+                mine = shard_plan(logdirs, shard, backup_dir, sizes).get(key, [])
                 runs = [r for r in mine if runs is None or r in runs]
                 if ledger is None:
                     ledger = "default"
-            p = plan(logdir, pol, backup_dir=remote or backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
+            # the partition's own scan, or the bucket's listing: one scan per worker
+            p = plan(logdir, pol, backup_dir=eng.backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
                      older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
-                     footprint=scans.get(ctx.logdir), vault_format=vault_format)  # the partition's own scan: one scan per worker
+                     footprint=scans.get(key), vault_format=vault_format, engine=eng)
         report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
         if dry_run:
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                           reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,
                                           bytes_after=rp.expected_after_bytes) for rp in p.runs]
-            if eng.offloads():  # the backups leave the local disk at once
-                report.freed_now_bytes, report.freed_on_disk_after_purge_bytes = p.removable_bytes, 0
-            else:
-                report.freed_now_bytes, report.freed_on_disk_after_purge_bytes, _same = \
-                    freed_estimate(ctx.logdir, backup_dir, p, vault_format)
+            freed = eng.dry_run_freed(p, vault_format)
+            if freed is not None:
+                report.freed_now_bytes, report.freed_on_disk_after_purge_bytes = freed
             return report
         eng.remember_vault()
-        before = eng.disk_in_use()
+        before = eng.reduce_usage()
         book = eng.open_ledger(ledger, pol.name, shard)
         if book:
             report.ledger_path = book.path
             eng.settle_ledger(book.path)  # a custom --ledger PATH: the start settled only the default ones
         todo = _ledger_filter(book, p, report, on_outcome, recovered)
-        batch = _Batch(eng, pol.to_dict(), book, timeout, cancel, progress, on_outcome, vault_format)
-        if jobs > 1:
-            with ThreadPoolExecutor(max_workers=jobs) as ex:
-                try:
-                    report.outcomes += list(ex.map(batch.run, todo))
-                except KeyboardInterrupt:
-                    # before the pool waits for its threads: each run under way stops at its next
-                    # step and rolls back (a notebook's interrupt has no handler of its own to do it)
-                    if cancel is not None:
-                        cancel.cancel()
-                    raise
-        else:
-            report.outcomes += [batch.run(rp) for rp in todo]
+        hooks = _Marks(book, report, progress, on_outcome)
+        report.outcomes += eng.reduce_runs(todo, policy=pol, vault_format=vault_format, jobs=jobs, timeout=timeout,
+                                           cancel=cancel, progress=hooks.step, begin=hooks.begin if book else None,
+                                           on_outcome=hooks.settled)
         if book:
             with contextlib.suppress(OSError):  # the appended transitions stand as they are
                 book.compact()  # the batch's end: the ledger is one snapshot again
-        report.freed_on_disk_after_purge_bytes = eng.freed_after_purge([o.op_id for o in report.outcomes
-                                                                          if o.status == Outcome.VERIFIED])
-        remote_usage = eng.end_batch()  # the batch's manifests sealed
-        after = eng.disk_in_use()
-        report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = before.total_bytes, after.total_bytes
-        # what the logdir's disk gained: a vault on another disk grew by what it took in
-        report.freed_now_bytes = before.on_logdir_disk - after.on_logdir_disk
-        report.remote_vault = remote_usage
+        report.requests = eng.request_counts()
+        freed_later = eng.freed_after_purge([o.op_id for o in report.outcomes if o.status == Outcome.VERIFIED],
+                                            report.removed_from_logdir_bytes)
+        if freed_later is not None:
+            report.freed_on_disk_after_purge_bytes = freed_later
+        report.remote_vault = eng.end_batch()  # the batch's manifests sealed
+        after = eng.reduce_usage()
+        if before is not None and after is not None:
+            report.disk_in_use_before_bytes, report.disk_in_use_after_bytes = before[0], after[0]
+            # what the logdir's disk gained: a vault on another disk grew by what it took in
+            report.freed_now_bytes = before[1] - after[1]
         return report
     finally:
         if token is not None:
             passes.release(token)
 
 
-def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_outcome,
+def _ledger_filter(book, p: Plan, report: ReduceReport, on_outcome,
                    recovered: Sequence[RecoveryOutcome] = ()) -> list:
     """The plan's runs still to do; a run the ledger settled (and that did not change since) is
     reported skipped with ``Skip.LEDGER_DONE`` — said as such, not silently counted as nothing.
@@ -276,62 +249,38 @@ def _ledger_filter(book: Optional[Ledger], p: Plan, report: ReduceReport, on_out
     return todo
 
 
-@dataclass
-class _Batch:
-    """One run of a batch: its own transaction (``LocalEngine.reduce_run``), recorded in the ledger
-    step by step."""
+class _Marks:
+    """What a batch's runs tell as they go (called by ``Engine.reduce_runs``, maybe from worker
+    threads): each run's ledger marks (``reducing`` as it starts, ``verifying`` at its verify step,
+    then ``done`` / ``failed`` / ``skipped``), its progress, the caller's ``on_outcome``."""
 
-    eng: LocalEngine
-    policy: dict
-    book: Optional[Ledger]
-    timeout: Optional[float]
-    cancel: Optional[CancelToken]
-    progress: Optional[RunProgress]
-    on_outcome: Optional[Callable[[RunOutcome], None]]
-    vault_format: str = DEFAULT_VAULT_FORMAT
+    def __init__(self, book, report: ReduceReport, progress: Optional[RunProgress],
+                 on_outcome: Optional[Callable[[RunOutcome], None]]):
+        self.book, self.report, self.progress, self.on_outcome = book, report, progress, on_outcome
 
-    def run(self, rp) -> RunOutcome:
-        try:
-            return self._one(rp)
-        except NoSpace as e:  # the ledger's disk is full: named, this run failed, the batch goes on
-            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=e.code,
-                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-        except Exception as e:
-            return RunOutcome(run=rp.run, status=Outcome.FAILED, reason=f"{type(e).__name__}: {e}", code=Failure.ERROR,
-                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
+    def begin(self, rp) -> None:
+        """A failure raises: the run fails, untouched (the engine says so)."""
+        self.book.mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
 
-    def _mark(self, run: str, state: str, **fields) -> None:
-        """Record a run's state in the ledger; a full disk names the ledger (rewritten whole)."""
-        try:
-            need = os.path.getsize(self.book.path) + 4096
-        except OSError:
-            need = 4096
-        with writing(self.book.path, need):
-            self.book.mark(run, state, **fields)
+    def step(self, run: str, name: str, frac: float) -> None:
+        if self.book and name == "verify":
+            self.book.mark(run, "verifying")
+        if self.progress:
+            self.progress(run, name, frac)
 
-    def _one(self, rp) -> RunOutcome:
+    def settled(self, o: RunOutcome) -> None:
+        """The run's last mark; one that fails is reported (``ledger_problems``), the run's outcome
+        stands (the ledger is a record: a rerun reduces a run it does not show done again)."""
         book = self.book
-        if self.cancel is not None and self.cancel.cancelled:
-            return RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason="batch cancelled", code=Skip.CANCELLED,
-                              bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-        token = CancelToken(self.timeout, parent=self.cancel)  # one cancel stops every run at its next step
-        if book:
-            self._mark(rp.run, "reducing", original_size_bytes=rp.bytes_before)
-
-        def step(name, frac):
-            if book and name == "verify":
-                self._mark(rp.run, "verifying")
-            if self.progress:
-                self.progress(rp.run, name, frac)
-
-        o = self.eng.reduce_run(rp, policy=self.policy, cancel=token, progress=step, vault_format=self.vault_format)
         if book:
             state = {Outcome.VERIFIED: "done", Outcome.SKIPPED: "skipped"}.get(o.status, "failed")
-            self._mark(rp.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
-                       reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
-                       verified=o.verified, error=o.reason if state != "done" else None, op_id=o.op_id,
-                       code=o.code if state != "done" else None)
+            try:
+                book.mark(o.run, state, original_size_bytes=o.bytes_before, after_size_bytes=o.bytes_after,
+                          reduced_ratio=round(1 - o.bytes_after / o.bytes_before, 4) if o.bytes_before else 0.0,
+                          verified=o.status == Outcome.VERIFIED, error=o.reason if state != "done" else None,
+                          op_id=o.op_id, code=o.code if state != "done" else None)
+            except (OSError, NoSpace) as e:
+                self.report.ledger_problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
+                                                    "detail": f"{o.run}: ledger not written ({e})"})
         if self.on_outcome:
             self.on_outcome(o)
-        return o
-

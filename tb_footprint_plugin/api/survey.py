@@ -32,7 +32,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
          runs: Optional[List[str]] = None, run_glob: Optional[str] = None, min_size: int = 0,
          older_than: Optional[float] = None, quiet_period: float = DEFAULT_QUIET_PERIOD,
          footprint: Optional[LogdirFootprint] = None,
-         closed_files: Optional[Mapping[str, float]] = None, vault_format: str = DEFAULT_VAULT_FORMAT) -> Plan:
+         closed_files: Optional[Mapping[str, float]] = None, vault_format: str = DEFAULT_VAULT_FORMAT,
+         engine=None) -> Plan:
     """The dry run: what ``policy`` would do. Writes nothing but its cache of selection outcomes
     (``scan.selcache``, beside the scan cache; the scan cache itself is not written).
 
@@ -47,7 +48,8 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     a local logdir and its vault(s) on disk now, as ``du`` counts them (from the scan's own walk);
     a bucket's, what it and its vault store now (from the scan's listing), as its reduce's report
     counts it."""
-    eng = open_engine(logdir, backup_dir, lazy=True)  # the plan's notes are the engine's to say
+    # the plan's notes are the engine's to say (``engine``: the reduce's own, whose requests it counts)
+    eng = engine or open_engine(logdir, backup_dir, lazy=True)
     fp = footprint or scan(logdir, backup_dir=split_backup_dir(logdir, backup_dir)[0], write_cache=False)
     runs = select_runs(fp, runs, run_glob)
     traces = eng.plan_measures()

@@ -6,13 +6,13 @@ Above both, so neither imports the other's way back.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
 from tb_footprint_plugin.engine.bucket_state import BucketVault, failure_code
 from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
-from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.plan.cost import BATCH_RUNS
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 
@@ -20,65 +20,79 @@ from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                 quiet_period: float, policy: Optional[str] = None, on_outcome=None,
                 verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None,
-                closed_files: Optional[Mapping[str, float]] = None) -> List[RunOutcome]:
-    """Reduce runs of a bucket logdir by their plans. Drop-only runs go in batches (one journal
-    object per batch, one lock object per run); a run whose plan rewrites or compresses files
-    is its own transaction (stage locally, upload under a temporary key, verify, swap with a
-    precondition). Never raises for a store failure: each run ends verified, rolled back, or
-    skipped, with a reason. ``begin(rp)`` is called for each run right before its batch or
-    transaction starts (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that
-    run alone, untouched. ``closed_files`` (key -> mtime when the caller's own job closed it):
-    the quiet period's one exception, as in the plan and on a disk."""
+                closed_files: Optional[Mapping[str, float]] = None, cancel: Optional[CancelToken] = None,
+                progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
+    """Reduce runs of a bucket logdir by their plans, in the plan's order. A run the plan skipped
+    is said so (its reason and code). Drop-only runs go in batches (one journal object per batch,
+    one lock object per run); a run whose plan rewrites or compresses files is its own
+    transaction (stage locally, upload under a temporary key, verify, swap with a precondition).
+    Never raises for a store failure: each run ends verified, rolled back, or skipped, with a
+    reason. ``begin(rp)`` is called for each run right before its batch or transaction starts
+    (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that run alone, untouched.
+    ``closed_files`` (key -> mtime when the caller's own job closed it): the quiet period's one
+    exception, as in the plan and on a disk. ``cancel``: looked at before each batch and each
+    transaction (not inside one: a batch's steps are few and its journal settles it); the runs
+    not started are skipped with ``Skip.CANCELLED`` and, as on a disk, not passed to
+    ``on_outcome``. ``progress(run, step, fraction)``: ``start`` (0.0) as a run's batch or
+    transaction starts, ``done`` (1.0) when it is verified."""
     outcomes: Dict[str, RunOutcome] = {}
+
+    def settled(o: RunOutcome) -> None:
+        outcomes[o.run] = o
+        if progress and o.status == Outcome.VERIFIED:
+            progress(o.run, "done", 1.0)
+        if on_outcome:
+            on_outcome(o)
 
     def started(group: List) -> List:
         ok = []
         for rp in group:
+            if cancel is not None and cancel.cancelled:
+                outcomes[rp.run] = RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason="batch cancelled",
+                                              code=Skip.CANCELLED, bytes_before=rp.bytes_before,
+                                              bytes_after=rp.bytes_before)
+                continue
             try:
                 if begin:
                     begin(rp)
                 ok.append(rp)
             except RemoteError as e:
-                o = RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=failure_code(e),
-                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
-                outcomes[rp.run] = o
-                if on_outcome:
-                    on_outcome(o)
+                settled(RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=failure_code(e),
+                                   bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
+                continue
+            if progress:
+                progress(rp.run, "start", 0.0)
         return ok
 
     drops, heavy = [], []
     for rp in rps:
-        if any(a.kind in ("compress", "rewrite") for a in rp.actions):
+        if rp.skipped:
+            settled(RunOutcome(run=rp.run, status=Outcome.SKIPPED, reason=rp.skipped, code=rp.code,
+                               bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
+        elif any(a.kind in ("compress", "rewrite") for a in rp.actions):
             heavy.append(rp)
         elif not any(a.kind == "delete" for a in rp.actions):
-            o = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
-                           bytes_after=rp.bytes_before, reason="nothing to remove", code=Skip.NOTHING)
-            outcomes[rp.run] = o
-            if on_outcome:
-                on_outcome(o)
+            settled(RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                               bytes_after=rp.bytes_before, reason="nothing to remove", code=Skip.NOTHING))
         else:
             drops.append(rp)
-    def settled(o: RunOutcome) -> None:
-        outcomes[o.run] = o
-        if on_outcome:
-            on_outcome(o)
 
     # neighbours in the key space batched together (not largest first): a batch's checking
     # listings then cover a few folders of the sweep, not the whole logdir
     # (``bucket_state.listing_of_runs``)
     drops.sort(key=lambda rp: rp.run)
     for i in range(0, len(drops), BATCH_RUNS):
-        for o in reduce_batch(rfs, vault, started(drops[i:i + BATCH_RUNS]), listing, quiet_period, policy,
-                               settled_early=settled, closed_files=closed_files):
+        group = started(drops[i:i + BATCH_RUNS])
+        if not group:
+            continue
+        for o in reduce_batch(rfs, vault, group, listing, quiet_period, policy,
+                              settled_early=settled, closed_files=closed_files):
             if o.run not in outcomes:
                 settled(o)
     for rp in heavy:
         if not started([rp]):
             continue
-        o = reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files)
-        outcomes[rp.run] = o
-        if on_outcome:
-            on_outcome(o)
+        settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files))
     return [outcomes[rp.run] for rp in rps]
 
 

@@ -23,7 +23,8 @@ def open_engine(logdir: str, backup_dir: Optional[str] = None, *, quiet_period: 
     here; with ``lazy`` a local engine makes them at its first use of the logdir instead (a
     read-only view such as ``history`` answers what it can without them)."""
     if is_remote(logdir):  # URL syntax: which store holds the logdir
-        return BucketEngine(logdir, backup_dir)
+        return BucketEngine(logdir, backup_dir, quiet_period=quiet_period, verify_backends=verify_backends,
+                            closed_files=closed_files)
     eng = LocalEngine(logdir, backup_dir, quiet_period=quiet_period, verify_backends=verify_backends,
                       closed_files=closed_files)
     if not lazy:

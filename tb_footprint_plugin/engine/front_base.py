@@ -15,6 +15,7 @@ from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.scan.model import LogdirFootprint
 
 DEFAULT_BACKENDS = ("python", "rust")
 
@@ -136,13 +137,70 @@ class Engine(ABC):
     def offload_url(self) -> Optional[str]:
         """The remote vault (a bucket URL) the logdir's committed backups are offloaded to, or None."""
 
-    # -- reduce ---------------------------------------------------------------------------------
-    #: whether a reduce is one batch over one listing that its plan and its transactions share
-    #: (a bucket: ``BucketEngine.reduce_runs``, ledgers as objects), rather than a transaction per
-    #: run over a walk of the disk (``LocalEngine.reduce_run``, a batch ledger file, ``--jobs``
-    #: threads, Ctrl-C settled at once). The two reduces differ that much today: ``api.reduce``
-    #: drives each its own way, chosen by this capability
-    batch_from_listing: bool = False
+    # -- reduce: the steps ``api.reduce`` drives, the same sequence on every store -------------
+    #: the backup dir a scan of the logdir leaves out (a local logdir's local vault; a bucket's)
+    scan_backup_dir: Optional[str] = None
+
+    @abstractmethod
+    def prepare_reduce(self) -> None:
+        """Before a reduce writes its first backup: the vault made or refused unless ours (never a
+        backup where another user can unlink it), a remote vault remembered."""
+
+    @abstractmethod
+    def survey_for_reduce(self, *, write_cache: bool, eager: bool) -> Optional[LogdirFootprint]:
+        """The footprint a reduce plans from. A bucket's comes from its one listing, which is kept
+        for its transactions (and its first ``reduce_usage``); a disk's only when ``eager`` (a
+        shard's partition scans first), else None and the plan scans. ``write_cache``: False in a
+        dry run (it writes nothing)."""
+
+    @abstractmethod
+    def dry_run_freed(self, p, vault_format: str) -> Optional[Tuple[int, int]]:
+        """``(freed now, freed after purge)`` a dry run of plan ``p`` reports, or None where the
+        store does not estimate them (a bucket: its plan's cost and retention say it)."""
+
+    @abstractmethod
+    def reduce_usage(self) -> Optional[Tuple[int, int]]:
+        """``(in use by the logdir and its vaults, of which on the logdir's disk)`` now, for the
+        report's before and after (what the logdir's disk gained); None when it cannot be known."""
+
+    @abstractmethod
+    def open_ledger(self, ledger: Optional[str], policy_name: str, shard: Optional[Tuple[int, int]] = None):
+        """The batch ledger of a reduce (None without ``ledger``): a book with ``path``,
+        ``problems``, ``start``, ``read``, ``should_run``, ``mark``, ``compact``
+        (``engine.ledger.Ledger`` on a disk, ``engine.bucket_ledger.BucketLedger`` on a bucket)."""
+
+    @abstractmethod
+    def settle_ledger(self, path: str) -> List[str]:
+        """Settle a batch ledger a start did not know of (a custom ``--ledger PATH``); the runs
+        recorded done."""
+
+    @abstractmethod
+    def reduce_runs(self, todo: list, *, policy, vault_format: str, jobs: int, timeout: Optional[float],
+                    cancel: Optional[CancelToken], progress: Optional[Callable[[str, str, float], None]],
+                    begin: Optional[Callable], on_outcome: Optional[Callable[[RunOutcome], None]]
+                    ) -> List[RunOutcome]:
+        """Each planned run (``RunPlan``; the plan's skips included, said as such) as its own
+        verified transaction, one outcome each in ``todo``'s order; never raises for a failed run.
+        ``begin(rp)`` right before a run starts (a ledger's ``reducing`` mark: an ``OSError`` from
+        it fails that run alone, untouched); ``on_outcome(o)`` as each run settles (a run a cancel
+        kept from starting is returned ``Skip.CANCELLED``, not passed to it);
+        ``progress(run, step, fraction)``; ``cancel`` stops the runs not started (a disk's also
+        at a running one's next step); ``timeout`` per run and ``jobs`` threads where the store
+        runs them (each implementation says)."""
+
+    def request_counts(self) -> Optional[dict]:
+        """The requests this engine issued, per verb (a bucket's), or None (a disk)."""
+        return None
+
+    @abstractmethod
+    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> Optional[int]:
+        """What purging these verified operations' backups would free (``removed_bytes``: what
+        they removed from the logdir), or None where it cannot be told."""
+
+    @abstractmethod
+    def end_batch(self) -> Optional[dict]:
+        """A reduce batch's end (the manifests sealed where a log keeps them); returns what a
+        remote vault holds (None without one)."""
 
     # -- planning ------------------------------------------------------------------------------
     #: whether a plan may let go of each run's scan as it is planned (a bucket plan's cost reads

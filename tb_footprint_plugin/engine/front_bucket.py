@@ -4,17 +4,21 @@ local folder). ``engine.bucket`` is imported at first use: it loads the object-s
 """
 from __future__ import annotations
 
-from typing import Callable, Collection, List, Optional, Sequence, Tuple
+import time
+from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.catalogue import summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
-from tb_footprint_plugin.engine.front_base import Engine, Progress, refused_rows
+from tb_footprint_plugin.engine.front_base import DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.ledger import with_restores
 from tb_footprint_plugin.engine.plan_notes import bucket_cost, bucket_traces
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
+from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.storage.remote import RemoteError
 
 
@@ -41,9 +45,16 @@ class BucketEngine(Engine):
 
     kind = "bucket"
 
-    def __init__(self, logdir: str, backup_dir: Optional[str] = None):
+    def __init__(self, logdir: str, backup_dir: Optional[str] = None, *, quiet_period: float = DEFAULT_QUIET_PERIOD,
+                 verify_backends: Sequence[str] = DEFAULT_BACKENDS,
+                 closed_files: Optional[Mapping[str, float]] = None):
         self.logdir, self.backup_dir = logdir, backup_dir
+        self.scan_backup_dir = backup_dir
+        self.quiet_period, self.verify_backends = quiet_period, tuple(verify_backends)
+        self.closed_files = dict(closed_files or {})
         self.rfs, self.vault = bucket_of(logdir, backup_dir)
+        self._listing: Optional[dict] = None  # the reduce's one listing, which its transactions share
+        self._listing_measured = False  # whether ``reduce_usage`` took its "before" from that listing
 
     @property
     def bk(self):
@@ -99,7 +110,7 @@ class BucketEngine(Engine):
         try:
             bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), mine=True,
                                        recovered=recovered)
-            if ledger or shard is not None:  # the folder ``reduce_on_bucket`` recorded the batch in
+            if ledger or shard is not None:  # the folder the reduce recorded the batch in (``open_ledger``)
                 bucket_ledger.record_rolled_back(self.rfs, None if shard is None else f"{shard[0]}/{shard[1]}",
                                                  rolled_back)
         except (OSError, ValueError):
@@ -248,7 +259,6 @@ class BucketEngine(Engine):
                          "rule is for the remote vault of a local logdir")
 
     lets_go_while_planning = False  # its request cost reads the footprint after the plan
-    batch_from_listing = True
 
     def plan_measures(self):
         """The PyTorch traces' gzip and slim measured by ranged reads, cached per object."""
@@ -270,17 +280,62 @@ class BucketEngine(Engine):
 
     def resumable_ledger(self, ledger: str, shard: Optional[Tuple[int, int]] = None
                          ) -> Optional[Tuple[str, dict, str]]:
-        """None: a bucket logdir's reduce does not skip by its ledger objects (it records in them)."""
-        return None
+        """The shard's ledger folder (``ledger`` names no other place on a bucket), read as the
+        reduce's ``BucketLedger.start`` reads it: one listing, one GET per entry; ``policy`` is
+        the entries' one policy (None when they name several: then nothing is skipped by them)."""
+        from tb_footprint_plugin.engine import bucket_ledger
+
+        folder = bucket_ledger.folder_of(sharding.label(shard))
+        try:
+            entries, _problems = bucket_ledger.read_folder(self.rfs, folder)
+        except (OSError, ValueError):
+            return None
+        if not entries:
+            return None
+        policies = {pol for _e, pol in entries.values()}
+        return (self.rfs.url_of(f"{bucket_ledger.LEDGERS}/{folder}"),
+                {"policy": policies.pop() if len(policies) == 1 else None,
+                 "runs": {run: e for run, (e, _pol) in entries.items()}}, self.logdir)
 
     def retention(self, removable: int) -> Optional[dict]:
         return self.bk.retention_report(self.rfs, self.vault, removable)
 
-    # -- reduce (what ``api.reduce_bucket`` drives) ------------------------------------------------
+    # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
     def prepare_vault(self) -> None:
         """A local vault of blobs made 0700 (or refused, naming it) before anything starts."""
         if self.vault.blobs is not None:
             self.vault.blobs.store  # noqa: B018 - opening it makes or refuses the folder
+
+    def prepare_reduce(self) -> None:
+        """``prepare_vault``: the bucket's own vault needs nothing made before."""
+        self.prepare_vault()
+
+    def survey_for_reduce(self, *, write_cache: bool, eager: bool) -> Optional[LogdirFootprint]:
+        """One listing of the logdir (``NotADirectoryError`` when there is no bucket), kept for the
+        transactions (they check versions against what was planned) and the first
+        ``reduce_usage``, and the scan from it (``scan.scanner.scan_bucket``)."""
+        from tb_footprint_plugin.scan.scanner import scan_bucket
+
+        started = time.time()
+        try:
+            objects = self.rfs.list_tree()
+        except FileNotFoundError:
+            raise NotADirectoryError(f"logdir {self.rfs.url}: no such bucket") from None
+        self._listing, self._listing_measured = objects, False
+        return scan_bucket(self.rfs, objects, backup_dir=self.backup_dir, write_cache=write_cache, listed_at=started)
+
+    def dry_run_freed(self, p, vault_format: str) -> Optional[Tuple[int, int]]:
+        """None: the plan's cost and retention say what a bucket frees (``note_plan``)."""
+        return None
+
+    def reduce_usage(self) -> Optional[Tuple[int, int]]:
+        """``stored`` twice over (a bucket is its own disk): the first call counts the reduce's
+        listing (no request more), later ones list again; None when a listing fails."""
+        objects = None
+        if self._listing is not None and not self._listing_measured:
+            objects, self._listing_measured = self._listing, True
+        n = self.stored(objects)
+        return None if n is None else (n, n)
 
     def stored(self, objects=None) -> Optional[int]:
         """``in_use`` plus what a local vault of blobs holds, as stored (compressed, packed); None
@@ -295,18 +350,54 @@ class BucketEngine(Engine):
         except (OSError, ValueError, BlobFailure):
             return None
 
-    def open_ledger(self, policy_name: str, shard_label: Optional[str]):
-        """The shard's ledger objects in the bucket (``engine.bucket_ledger.BucketLedger``)."""
+    def open_ledger(self, ledger: Optional[str], policy_name: str, shard: Optional[Tuple[int, int]] = None):
+        """The shard's ledger objects in the bucket (``engine.bucket_ledger.BucketLedger``; None
+        without ``ledger``). Differs: their place is the bucket's (a custom ledger path names no
+        other)."""
         from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
 
-        return BucketLedger(self.rfs, policy_name, shard_label)
+        if not ledger:
+            return None
+        # its entries found in the reduce's listing (``survey_for_reduce``): no listing more
+        return BucketLedger(self.rfs, policy_name, sharding.label(shard), listing=self._listing)
 
-    def reduce_runs(self, todo: list, objects, quiet_period: float, **kw) -> List[RunOutcome]:
-        """Each planned run as its own bucket transaction, drop-only runs in batches
-        (``engine.bucket_reduce.reduce_runs``; ``kw``: its keyword arguments)."""
+    def settle_ledger(self, path: str) -> List[str]:
+        """Nothing: ``recover`` settled every ledger folder of the bucket (``settle_stale``)."""
+        return []
+
+    def reduce_runs(self, todo: list, *, policy, vault_format: str, jobs: int, timeout: Optional[float],
+                    cancel: Optional[CancelToken], progress: Optional[Callable[[str, str, float], None]],
+                    begin: Optional[Callable], on_outcome: Optional[Callable[[RunOutcome], None]]
+                    ) -> List[RunOutcome]:
+        """Over the listing ``survey_for_reduce`` kept: drop-only runs in batches under one
+        journal object, a run that rewrites or compresses files as its own transaction
+        (``engine.bucket_reduce.reduce_runs``). Differs: one thread (``jobs`` unused: a batch
+        shares its journal and listings), no ``timeout`` and the cancel looked at between
+        batches and transactions, not inside one; ``progress`` says ``start`` and ``done`` of a
+        run, no steps between; ``vault_format`` unused (the bucket's vault has its own)."""
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
-        return reduce_runs(self.rfs, self.vault, todo, objects, quiet_period, **kw)
+        listing = self._listing if self._listing is not None else self.rfs.list_tree()
+        return reduce_runs(self.rfs, self.vault, todo, listing, self.quiet_period, policy=policy.name,
+                           on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
+                           closed_files=self.closed_files, cancel=cancel, progress=progress)
+
+    def request_counts(self) -> Optional[dict]:
+        return self.rfs.stats.to_dict()
+
+    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> Optional[int]:
+        """The backups are whole copies in the store: what purge frees is the bucket's retention's
+        say (None when nothing was removed or it cannot be told)."""
+        if not removed_bytes:
+            return None
+        try:
+            return self.retention(removed_bytes)["freed_after_purge"]
+        except (OSError, ValueError):
+            return None
+
+    def end_batch(self) -> Optional[dict]:
+        """Nothing to seal (each manifest is an object of its own); no remote vault."""
+        return None
 
 
 __all__ = ["BucketEngine", "bucket_of", "op_view"]

@@ -19,10 +19,11 @@ from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACK
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
 from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
+from tb_footprint_plugin.engine.local_batch import DiskLedger, run_batch
 from tb_footprint_plugin.engine.local_sample import sample as local_sample
 from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_numbers_view, freed_after_purge, history_view,
                                                     status_view)
-from tb_footprint_plugin.engine.plan_notes import offload_note, plan_rewrites, vault_note
+from tb_footprint_plugin.engine.plan_notes import freed_estimate, offload_note, plan_rewrites, vault_note
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.remote_vault import last_failure
@@ -35,6 +36,8 @@ from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_F
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
 from tb_footprint_plugin.plan import shard as sharding
+from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
 from tb_footprint_plugin.storage.paths import is_within, state_dir
 from tb_footprint_plugin.storage.remote import is_remote, RemoteError
@@ -121,8 +124,9 @@ class LocalEngine(Engine):
 
     def open_ledger(self, ledger: Optional[str], policy_name: str,
                     shard: Optional[Tuple[int, int]] = None) -> Optional[Ledger]:
-        """The batch ledger of a reduce (``open_ledger``)."""
-        return open_ledger(self.ctx, ledger, policy_name, shard)
+        """The batch ledger of a reduce (``open_ledger``), whose marks name a full disk
+        (``NoSpace`` naming the ledger file)."""
+        return open_ledger(self.ctx, ledger, policy_name, shard, book=DiskLedger)
 
     def settle_ledger(self, path: str) -> List[str]:
         """Settle one batch ledger as a start settles the default ones (``settle_stale_ledgers``):
@@ -212,7 +216,7 @@ class LocalEngine(Engine):
         """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""
         return disk_in_use(self.ctx)
 
-    def freed_after_purge(self, op_ids: List[str]) -> int:
+    def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> int:
         """What purging these operations' backups would free, counted by purge's own rule."""
         return freed_after_purge(self.ctx, op_ids)
 
@@ -228,6 +232,45 @@ class LocalEngine(Engine):
         return history_view(self.logdir, lambda: self.ctx)
 
     # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
+    @property
+    def scan_backup_dir(self) -> Optional[str]:
+        """The local vault a scan leaves out (a bucket URL as backup dir is the remote vault)."""
+        return self.local_backup_dir
+
+    def survey_for_reduce(self, *, write_cache: bool, eager: bool) -> Optional[LogdirFootprint]:
+        """Only when ``eager`` (a shard's partition given: the one scan of this worker); else None
+        and the plan scans, letting each run's scan go as it is planned."""
+        if not eager:
+            return None
+        return scan(self.ctx.logdir, backup_dir=self.local_backup_dir, write_cache=write_cache)
+
+    def dry_run_freed(self, p, vault_format: str) -> Optional[Tuple[int, int]]:
+        """A remote vault: all of it now, nothing at purge; else ``plan_notes.freed_estimate``."""
+        if self.offloads():  # the backups leave the local disk at once
+            return p.removable_bytes, 0
+        now, after, _same = freed_estimate(self.ctx.logdir, self.local_backup_dir, p, vault_format)
+        return now, after
+
+    def reduce_usage(self) -> Optional[Tuple[int, int]]:
+        """``engine.usage.disk_usage``: the logdir and every vault of it, and what of it is on the
+        logdir's disk (a vault on another disk grows by what it takes in)."""
+        u = disk_in_use(self.ctx)
+        return u.total_bytes, u.on_logdir_disk
+
+    def reduce_runs(self, todo: list, *, policy, vault_format: str, jobs: int, timeout: Optional[float],
+                    cancel: Optional[CancelToken], progress: Optional[Callable[[str, str, float], None]],
+                    begin: Optional[Callable], on_outcome: Optional[Callable[[RunOutcome], None]]
+                    ) -> List[RunOutcome]:
+        """Each run its own transaction (``reduce_run``) on ``jobs`` threads, each with its own
+        ``timeout`` and a cancel that stops it at its next step (``engine.local_batch.run_batch``)."""
+        pol = policy.to_dict()
+
+        def one(rp, token: CancelToken, step) -> RunOutcome:
+            return self.reduce_run(rp, policy=pol, cancel=token, progress=step, vault_format=vault_format)
+
+        return run_batch(one, todo, jobs=jobs, timeout=timeout, cancel=cancel, progress=progress, begin=begin,
+                         on_outcome=on_outcome)
+
     def prepare_reduce(self) -> None:
         """Before a reduce writes its first backup: the vault refused unless ours (never a backup
         where another user can unlink it), and a remote vault remembered (every later verb finds it)."""
@@ -408,15 +451,15 @@ class LocalEngine(Engine):
 
 
 def open_ledger(ctx: Context, ledger: Optional[str], policy_name: str,
-                shard: Optional[Tuple[int, int]] = None) -> Optional[Ledger]:
+                shard: Optional[Tuple[int, int]] = None, book: type = Ledger) -> Optional[Ledger]:
     """The batch ledger (``"default"``: ``<state>/ledger.json``, or the shard's own), only inside
-    the logdir or the vault."""
+    the logdir or the vault; ``book``: the ``Ledger`` class it is opened as."""
     if not ledger:
         return None
     path = ledger_path(ctx.state, shard) if ledger == "default" else os.path.abspath(ledger)
     if not (is_within(path, ctx.logdir) or is_within(path, ctx.vault.root)):
         raise ValueError(f"ledger {path} must be inside the logdir or the backup vault")
-    return Ledger(path, policy_name, ctx.logdir, shard=sharding.label(shard))
+    return book(path, policy_name, ctx.logdir, shard=sharding.label(shard))
 
 
 def _name_remote_failures(m: dict, o: RunOutcome) -> RunOutcome:
