@@ -97,3 +97,21 @@ def test_ctrl_c_in_a_bucket_transaction_puts_the_run_back_at_once(s3_bucket, tmp
     # and a rerun reduces both
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default")
     assert [o.status for o in rep.outcomes] == ["verified"] * 2
+
+
+def test_the_question_before_a_resumed_bucket_reduce_skips_what_the_reduce_skips(s3_bucket, tmp_path):
+    """The CLI's question counts a resumed batch by ``ledger_skips``: on a bucket it now reads the
+    shard's ledger folder as the reduce does, so both name the same run (here one another worker
+    of the shard recorded done at its present size)."""
+    from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
+    from tb_footprint_plugin.storage.remote import RemoteFS
+
+    url, pol = _logdir(s3_bucket, tmp_path, n=3)
+    rp = next(r for r in api.plan(url, pol, quiet_period=0).runs if r.actions)
+    BucketLedger(RemoteFS(url), "drop-profiles", "0/1").mark(
+        rp.run, "done", original_size_bytes=rp.bytes_before, after_size_bytes=rp.bytes_before, op_id="elsewhere")
+    q = api.plan(url, pol, quiet_period=0)
+    assert api.ledger_skips(q, pol, ledger="default", shard=(0, 1)) == [rp.run]  # before: [] on a bucket
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, shard=(0, 1))
+    assert {o.run: (o.status, o.code) for o in rep.outcomes} == {
+        o.run: ("skipped", Skip.LEDGER_DONE) if o.run == rp.run else ("verified", None) for o in rep.outcomes}

@@ -232,7 +232,7 @@ def ledger_skips(p: Plan, policy="archive", *, backup_dir: Optional[str] = None,
     Reads only: a question asked before a resumed reduce names and counts exactly the runs it
     will touch. A run with an interrupted attempt of its own stays in (the reduce settles it, and
     records it in the ledger, before it decides); a ledger of another policy holds nothing (the
-    reduce sets it aside); a bucket logdir's reduce does not skip by its ledger, so neither does this."""
+    reduce sets it aside); on a bucket, the shard's ledger folder (entries of its one policy)."""
     if not ledger:
         return []
     found = open_engine(p.logdir, backup_dir).resumable_ledger(ledger, shard)
