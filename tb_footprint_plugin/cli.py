@@ -774,7 +774,7 @@ def _print_reduce(args, report) -> int:
               + f"{human_bytes(report.freed_on_disk_after_purge_bytes)} more after `tb-footprint purge` "
               f"(backups stay in the vault until then). Ledger: {report.ledger_path}")
         if report.disk_in_use_after_bytes is not None:
-            print(f"disk in use now (logdir + vault): {human_bytes(report.disk_in_use_after_bytes)} "
+            print(f"{_in_use_now(report.plan.logdir)} (logdir + vault): {human_bytes(report.disk_in_use_after_bytes)} "
                   f"(was {human_bytes(report.disk_in_use_before_bytes)})")
         if report.remote_vault:
             print(_remote_line(report.remote_vault))
@@ -955,7 +955,7 @@ def cmd_status(args) -> int:
         return EXIT_OK
     print(f"{st['logdir']}\n  vault: {human_bytes(st['vault_bytes'])} in {', '.join(st['vaults'])}")
     if st.get("disk_in_use_bytes") is not None:
-        print(f"  disk in use now (logdir + vault): {human_bytes(st['disk_in_use_bytes'])}; "
+        print(f"  {_in_use_now(args.logdir)} (logdir + vault): {human_bytes(st['disk_in_use_bytes'])}; "
               + _freed_now(st.get("freed_now_bytes"))
               + f"{human_bytes(st.get('freed_after_purge_bytes') or 0)} more freed after `tb-footprint purge`")
     if st.get("remote_vault"):

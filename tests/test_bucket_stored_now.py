@@ -126,3 +126,17 @@ def test_a_vault_in_another_prefix_costs_no_listing_more_either(counted, demo_lo
     # the scan's two listings (it lists the vault for its backups' bytes): the whole vault in it
     assert sorted(listed) == ["logs/", "vault/"], listed
     assert p.disk_in_use_bytes == stored(bucket, "logs") + stored(bucket, "vault")
+
+
+def test_bucket_status_says_freed_now_as_the_history_sums_it(s3_bucket, demo_logdir):  # noqa: F811
+    """A bucket's status and the history's header said no "freed now" (None): the per-operation
+    figures the history has, summed, as a local status sums its own."""
+    url = reduced(s3_bucket, demo_logdir)
+    red = [e for e in api.history(url) if e.get("kind") == "reduce"]
+    st = api.status(url)
+    assert st["freed_now_bytes"] == sum(e["freed_now_bytes"] for e in red)
+    assert api.disk_numbers(url)["freed_now_bytes"] == st["freed_now_bytes"]
+    out = cli("status", url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"^  stored now \(logdir \+ vault\): ", out.stdout, re.M), out.stdout
+    assert "disk in use now" not in out.stdout

@@ -168,12 +168,15 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
         pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in rfs.list_tree(JOURNAL))
     except FileNotFoundError:
         pending = []
-    ops, vault_bytes, problems = [], 0, []
+    ops, vault_bytes, freed_now, problems = [], 0, 0, []
     found = manifests(rfs, vault, problems)
     for m in found:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m["backup_purged"]:
             vault_bytes += size
+        if m["kind"] == "reduce":  # per operation as ``history`` counts it (``usage.bucket_freed_by_op``)
+            removed = max(0, int(m.get("bytes_before") or 0) - int(m.get("bytes_after") or 0))
+            freed_now += usage.bucket_freed_by_op(m, removed)[0]
         ops.append({**{k: m[k] for k in (manifest.OP_ID, manifest.KIND, manifest.RUN, manifest.OUTCOME,
                                          manifest.REASON, manifest.BYTES_BEFORE, manifest.BYTES_AFTER,
                                          manifest.STARTED_AT, manifest.FINISHED_AT, manifest.BACKUP_PURGED,
@@ -186,7 +189,7 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
         local = {"vault_stored_bytes": fig["stored_bytes"], "vault_objects": fig["objects"] + fig["index_objects"]}
     return {**local, "logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
-            "vault_bytes": vault_bytes,
+            "vault_bytes": vault_bytes, "freed_now_bytes": freed_now,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
             "problems": problems + damaged_journals(rfs) + damaged_locks(rfs),
             "kept_blobs": kept_objects(rfs, vault, found)}

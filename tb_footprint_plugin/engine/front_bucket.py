@@ -134,7 +134,6 @@ class BucketEngine(Engine):
         st.setdefault("settle_command",
                       health.settle_command(self.logdir, self.backup_dir) if st["unfinished_operations"] else None)
         st["disk_in_use_bytes"] = self.in_use()
-        st["freed_now_bytes"] = None  # as ``disk_numbers``: a bucket's backups are not measured per operation
         try:
             st["freed_after_purge_bytes"] = self.bk.retention_report(self.rfs, self.vault,
                                                                      st["vault_bytes"])["freed_after_purge"]
@@ -159,10 +158,11 @@ class BucketEngine(Engine):
             return None
 
     def disk_numbers(self) -> dict:
-        """``freed_now_bytes`` is None: a bucket's backups are copies in the store, not measured per
-        operation; no ``remote_vault_bytes``."""
+        """What the logdir and its vault store now, what the reductions freed now (summed as the
+        history counts each: what left the logdir beyond its backups' copies) and after purge;
+        no ``remote_vault_bytes``."""
         st = self.status()
-        return {"disk_in_use_bytes": st.get("disk_in_use_bytes"), "freed_now_bytes": None,
+        return {"disk_in_use_bytes": st.get("disk_in_use_bytes"), "freed_now_bytes": st.get("freed_now_bytes"),
                 "freed_after_purge_bytes": st.get("freed_after_purge_bytes")}
 
     def history(self) -> List[dict]:
