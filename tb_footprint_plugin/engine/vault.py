@@ -272,7 +272,7 @@ def compact_operation(vault: "Vault", op_id: str, in_use: Iterable[str] = ()) ->
     try:
         m = vault.read_manifest(op_id)
         return vault.compact_all(op_id, [f["sha256"] for f in m.get("files", [])
-                                         if isinstance(f, dict) and f.get("sha256") not in busy])
+                                         if isinstance(f, dict) and f.get("sha256") not in busy], manifest=m)
     except Exception:  # the reduction stands whatever happens here
         return {}
 
@@ -508,10 +508,9 @@ class Vault:
         """``"plain"``, ``"zst"``, ``"remote"``, ``"packed"`` or None: which form of the blob the
         vault holds (plain first: during a transaction, and while compaction is under way, it is
         the original's own inode; then its ``.zst``, an offloaded copy's record, a pack)."""
-        for form, p in (("plain", self.blob_path(sha)), ("zst", self.zst_path(sha))):
-            with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(p).st_mode):
-                    return form
+        form = self._local_form(sha)
+        if form is not None:
+            return form
         # the packs before a record: a record beside a packed blob (a kill between the offload's
         # record and the pack copy's forget, or a stale, planted or malformed one) must not hide
         # the local copy; the offload then checks the remote one before the pack copy goes
@@ -526,8 +525,14 @@ class Vault:
         None for anything that is not a digest."""
         if not is_sha256(sha):
             return None
-        form = self.blob_form(sha)
-        return form if form in ("plain", "zst") else None
+        return self._local_form(sha)  # the two lstats only: a pack index or record is never asked
+
+    def _local_form(self, sha: str) -> Optional[str]:
+        for form, p in (("plain", self.blob_path(sha)), ("zst", self.zst_path(sha))):
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    return form
+        return None
 
     def drop_local(self, sha: str) -> int:
         """Unlink the local forms of a blob the remote vault holds (``engine.offload``'s last
@@ -591,8 +596,9 @@ class Vault:
             if ok:
                 return f
             f.close()
-        if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is not None:
-            return remote_vault.open_packed(self.root, sha)  # local, verified: before any record
+        ref = None if self._has_zst(sha) else remote_vault.packed_ref(self.root, sha)
+        if ref is not None:
+            return remote_vault.open_packed(self.root, sha, ref)  # local, verified: before any record
         if not self._has_zst(sha) and remote_vault.has_record(self.root, sha):
             return remote_vault.open_remote(self.root, sha)
         return zst.open_decompressed(open_regular(self.zst_path(sha)))
@@ -970,15 +976,15 @@ class Vault:
         with contextlib.suppress(FileNotFoundError):
             fsops.unlink(self._pending_path(op_id))
 
-    def compact_all(self, op_id: str, shas: Iterable[str]) -> Dict[str, str]:
+    def compact_all(self, op_id: str, shas: Iterable[str], manifest: Optional[dict] = None) -> Dict[str, str]:
         """Compact the blobs of committed operation ``op_id`` (``compact`` each, noted first so a
         kill is finished at the next start); digest → what was done. One scan of ``/proc`` for
-        writers covers them all. The note stays while a blob was kept because a writer may hold
+        writers covers them all. ``manifest``: ``op_id``'s, when the caller read it already. The note stays while a blob was kept because a writer may hold
         it or another process was compacting it: the next start tries again."""
         shas = list(dict.fromkeys(s for s in shas if is_sha256(s)))
         self.note_compaction(op_id, shas)
         held = {h.path for h in find_writers([self.blob_path(s) for s in shas]).holders}
-        small = self._pack_candidates(op_id, shas)
+        small = self._pack_candidates(op_id, shas, manifest)
         out = {s: self.compact(s, held=self.blob_path(s) in held) for s in shas if s not in small}
         for i in range(0, len(small), PACK_BATCH):
             # a store failure raises: the note stays and the blobs stay plain (the next start packs them)
@@ -998,14 +1004,14 @@ class Vault:
         with lock_held(os.path.join(folder, "packs.lock"), shared=not exclusive):
             yield
 
-    def _pack_candidates(self, op_id: str, shas: List[str]) -> List[str]:
+    def _pack_candidates(self, op_id: str, shas: List[str], manifest: Optional[dict] = None) -> List[str]:
         """The digests a compaction packs: a plain blob alone (no ``.zst`` beside it), smaller than
         ``PACK_BELOW``, in a vault that does not offload to a bucket (those go there), and not a
         salvaged backup (its mtime, its late writer's last write, lives on the blob only)."""
         if PACK_BELOW <= 0 or remote_vault.configured_url(self.root) is not None:
             return []
         try:
-            m = self.read_manifest(op_id)
+            m = self.read_manifest(op_id) if manifest is None else manifest
             grown = {f.get("sha256") for f in m.get("files", []) if isinstance(f, dict) and f.get("grew_from")}
         except Exception:  # noqa: BLE001 - no manifest readable: nothing packed, compaction as before
             return []
@@ -1030,7 +1036,7 @@ class Vault:
         with self.pack_lock(exclusive=False), contextlib.ExitStack() as stack:
             todo: Dict[str, os.stat_result] = {}
             for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
-                if not stack.enter_context(self._blob_lock(sha)):
+                if not stack.enter_context(self._blob_lock(sha, checked=True)):
                     out[sha] = KEPT_BUSY  # another process compacts or deletes it now
                     continue
                 why, st = self._packable(sha, self.blob_path(sha) in held)
@@ -1113,7 +1119,7 @@ class Vault:
         with self.pack_lock(exclusive=True), contextlib.ExitStack() as stack:
             todo = []
             for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
-                stack.enter_context(self._blob_lock(sha, wait=True))
+                stack.enter_context(self._blob_lock(sha, wait=True, checked=True))
                 if remote_vault.read_record(self.root, sha) is not None and not self.pinned_by(sha):
                     todo.append(sha)
             return sum(1 for n in self._forget_packed(todo).values() if n)
@@ -1284,15 +1290,18 @@ class Vault:
         return {s: (n if not bs.has(s) else 0) for s, n in sizes.items()}
 
     @contextlib.contextmanager
-    def _blob_lock(self, sha: str, wait: bool = False):
+    def _blob_lock(self, sha: str, wait: bool = False, checked: bool = False):
         """An exclusive ``flock`` on ``compact/<sha>.lock`` for one compaction (or deletion) of
         the blob; without ``wait`` it yields False when another process holds it. The lock file
         is removed by its holder, so a lock taken on a name removed meanwhile is not the lock
-        (inode checked): refused, or taken again on the new name when waiting."""
+        (inode checked): refused, or taken again on the new name when waiting. ``checked``: the
+        caller holds ``pack_lock``, which checked ``compact/`` ours in this same call (once for a
+        pack's hundreds of blobs instead of once a blob)."""
         if not is_sha256(sha):
             raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest")
         folder = os.path.join(self.root, "compact")
-        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+        if not checked:
+            ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
         path = os.path.join(folder, f"{sha}.lock")
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
@@ -1780,7 +1789,7 @@ class Vault:
                 part = todo[i:i + batch]
                 with contextlib.ExitStack() as stack:
                     for sha in part:
-                        stack.enter_context(self._blob_lock(sha, wait=True))
+                        stack.enter_context(self._blob_lock(sha, wait=True, checked=True))
                     keep = needed()
                     forget = []
                     for sha in part:
