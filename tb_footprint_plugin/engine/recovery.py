@@ -10,6 +10,7 @@ live process is left for that process.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
@@ -143,11 +144,18 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 action, detail = Recovery.COMPLETED, "was committed"
                 if not manifest_exists(ctx, records):
                     write_manifest(ctx, records, "verified", None, recovered=True)
-            elif "swap" in types and verified_ok and "rollback" not in types and roll_forward(ctx, records):
+            elif "swap" in types and verified_ok and "rollback" not in types and "displaced" not in types \
+                    and roll_forward(ctx, records):
+                # (``displaced`` records come only from a rollback that began: never rolled forward)
                 write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
             else:
-                rollback(ctx, records, "interrupted (crash or kill); rolled back on recovery", j)
+                reason = "interrupted (crash or kill); rolled back on recovery"
+                # recorded first, as a rollback in process is: a start after a kill in this one
+                # rolls back again, never forward over what this one put back (review R5 F2)
+                with contextlib.suppress(OSError):
+                    j.append({"type": "rollback", "reason": reason})
+                rollback(ctx, records, reason, j)
                 action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
             j.close()
             before = begin["plan"]["bytes_before"]

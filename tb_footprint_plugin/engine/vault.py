@@ -1036,7 +1036,7 @@ class Vault:
         with self.pack_lock(exclusive=False), contextlib.ExitStack() as stack:
             todo: Dict[str, os.stat_result] = {}
             for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
-                if not stack.enter_context(self._blob_lock(sha, checked=True)):
+                if not stack.enter_context(self._blob_lock(sha)):
                     out[sha] = KEPT_BUSY  # another process compacts or deletes it now
                     continue
                 why, st = self._packable(sha, self.blob_path(sha) in held)
@@ -1119,7 +1119,7 @@ class Vault:
         with self.pack_lock(exclusive=True), contextlib.ExitStack() as stack:
             todo = []
             for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
-                stack.enter_context(self._blob_lock(sha, wait=True, checked=True))
+                stack.enter_context(self._blob_lock(sha, wait=True))
                 if remote_vault.read_record(self.root, sha) is not None and not self.pinned_by(sha):
                     todo.append(sha)
             return sum(1 for n in self._forget_packed(todo).values() if n)
@@ -1290,18 +1290,17 @@ class Vault:
         return {s: (n if not bs.has(s) else 0) for s, n in sizes.items()}
 
     @contextlib.contextmanager
-    def _blob_lock(self, sha: str, wait: bool = False, checked: bool = False):
+    def _blob_lock(self, sha: str, wait: bool = False):
         """An exclusive ``flock`` on ``compact/<sha>.lock`` for one compaction (or deletion) of
         the blob; without ``wait`` it yields False when another process holds it. The lock file
         is removed by its holder, so a lock taken on a name removed meanwhile is not the lock
-        (inode checked): refused, or taken again on the new name when waiting. ``checked``: the
-        caller holds ``pack_lock``, which checked ``compact/`` ours in this same call (once for a
-        pack's hundreds of blobs instead of once a blob)."""
+        (inode checked): refused, or taken again on the new name when waiting. ``compact/`` is
+        checked ours at every lock, not once a pack (review R5 F3: a folder swapped for a link
+        between a pack's locks led every later lock file out of the vault)."""
         if not is_sha256(sha):
             raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest")
         folder = os.path.join(self.root, "compact")
-        if not checked:
-            ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
         path = os.path.join(folder, f"{sha}.lock")
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
@@ -1789,7 +1788,7 @@ class Vault:
                 part = todo[i:i + batch]
                 with contextlib.ExitStack() as stack:
                     for sha in part:
-                        stack.enter_context(self._blob_lock(sha, wait=True, checked=True))
+                        stack.enter_context(self._blob_lock(sha, wait=True))
                     keep = needed()
                     forget = []
                     for sha in part:
