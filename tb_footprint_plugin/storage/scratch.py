@@ -57,7 +57,10 @@ def rooted(path: str) -> Iterator[None]:
             _before = _root
         _depth += 1
     try:
-        use_root(path)
+        # set, not made: a run with nothing to do makes no folder (``make`` checks and makes it
+        # when a scratch folder is first asked for)
+        with _lock:
+            _set(path)
         yield
     finally:
         with _lock:
