@@ -152,9 +152,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             else:
                 reason = "interrupted (crash or kill); rolled back on recovery"
                 # recorded first, as a rollback in process is: a start after a kill in this one
-                # rolls back again, never forward over what this one put back (review R5 F2)
-                with contextlib.suppress(OSError):
-                    j.append({"type": "rollback", "reason": reason})
+                # rolls back again, never forward over what this one put back (review R5 F2).
+                # Before a swap record nothing could roll forward: the journal is left as it is
+                if "swap" in types:
+                    with contextlib.suppress(OSError):
+                        j.append({"type": "rollback", "reason": reason})
                 rollback(ctx, records, reason, j)
                 action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
             j.close()
