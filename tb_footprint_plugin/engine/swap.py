@@ -324,10 +324,14 @@ def put_back_names_free(ctx: Context, recs: Iterable[dict], token: Optional[str]
             folder = ctx.abs(d) if d else ctx.logdir
         except TransactionError:
             continue
-        if any(os.path.lexists(p) for p in (restore_tmp_path(folder, f["sha256"], token),
-                                            late_tmp_path(folder, f["sha256"], token))):
+        if any(os.path.lexists(os.path.join(folder, n)) for n in _temp_names(f["sha256"], token)):
             return False
     return True
+
+
+def _temp_names(sha: str, token: str) -> set:
+    """The names of the put-back temps of blob ``sha`` under ``token`` (the copy, its late records)."""
+    return {os.path.basename(restore_tmp_path("", sha, token)), os.path.basename(late_tmp_path("", sha, token))}
 
 
 def new_put_back_token() -> str:
@@ -362,8 +366,7 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
     for f in recs:
         if not is_sha256(f.get("sha256")) or not isinstance(f.get("path"), str):
             continue  # untrusted: only a digest's first characters go into the name
-        mine = {os.path.basename(restore_tmp_path("", f["sha256"], token)),
-                os.path.basename(late_tmp_path("", f["sha256"], token))}
+        mine = _temp_names(f["sha256"], token)
         d = os.path.dirname(f["path"])
         while True:
             names.setdefault(d, set()).update(mine)

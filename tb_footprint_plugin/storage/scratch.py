@@ -47,31 +47,24 @@ _before: Optional[str] = None
 
 @contextlib.contextmanager
 def rooted(path: str) -> Iterator[None]:
-    """``use_root(path)`` for the ``with`` block, the root before it back once the last block
-    still open ends (threads of one batch nest): an operation's vault is the scratch root only
-    while an operation runs, so a process that goes on to another logdir never makes scratch in
-    the previous one's vault, nor recreates it when that logdir was removed."""
-    global _depth, _before
+    """``path`` is the scratch root for the ``with`` block, the root before it back once the last
+    block still open ends (threads of one batch nest): an operation's vault is the scratch root
+    only while an operation runs, so a process that goes on to another logdir never makes scratch
+    in the previous one's vault, nor recreates it when that logdir was removed. Set, not made: a
+    run with nothing to do makes no folder (``make`` checks and makes it when first asked)."""
+    global _depth, _before, _root
     with _lock:
         if _depth == 0:
             _before = _root
         _depth += 1
+        _root = path
     try:
-        # set, not made: a run with nothing to do makes no folder (``make`` checks and makes it
-        # when a scratch folder is first asked for)
-        with _lock:
-            _set(path)
         yield
     finally:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                _set(_before)
-
-
-def _set(path: Optional[str]) -> None:
-    global _root
-    _root = path
+                _root = _before
 
 
 def _private(path: str) -> None:
