@@ -7,9 +7,10 @@ import hashlib
 
 import pytest
 
+from helpers_crash import Killed, kill, killed_after_a_displacing_put_back
 from test_vault_remote import make_logdir
 from tb_footprint_plugin import api
-from tb_footprint_plugin.engine import faults, swap
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import Context
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -17,15 +18,7 @@ pytestmark = pytest.mark.usefixtures("disarm_faults")
 LATE = b"the profiler wrote this profile again after the swap " * 500
 
 
-class Killed(BaseException):
-    """A SIGKILL at that instant: nothing after it runs."""
-
-
-def kill():
-    raise Killed()
-
-
-def test_a_recovery_rollback_killed_after_displacing_is_rolled_back_again_and_names_them(tmp_path, monkeypatch):
+def test_a_recovery_rollback_killed_after_displacing_is_rolled_back_again_and_names_them(tmp_path):
     logdir = make_logdir(tmp_path)
     prof = next((logdir / "a").rglob("*.xplane.pb"))
     original = prof.read_bytes()
@@ -41,19 +34,8 @@ def test_a_recovery_rollback_killed_after_displacing_is_rolled_back_again_and_na
     prof.write_bytes(LATE)
     # 3. the next start: roll_forward refuses (changed), rollback displaces LATE, journals it,
     #    puts the original back ... killed
-    real, seen = swap.put_back, []
-
-    def put_back_then_killed(*a, **kw):
-        d = real(*a, **kw)
-        if d and d.get("sha256"):
-            seen.append(d)
-            raise Killed()
-        return d
-
-    monkeypatch.setattr(swap, "put_back", put_back_then_killed)
-    with pytest.raises(Killed):
+    with killed_after_a_displacing_put_back() as seen:
         api.recover_logdir(str(logdir))
-    monkeypatch.undo()
     assert seen and prof.read_bytes() == original
     # 4. the start after
     api.recover_logdir(str(logdir))

@@ -18,10 +18,11 @@ import sys
 
 import pytest
 
+from helpers_crash import killed_after_a_displacing_put_back
 from test_livewriters import ENV, _age, image_run
 from test_vault_remote import make_logdir
 from tb_footprint_plugin import api
-from tb_footprint_plugin.engine import faults, swap
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import Context
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -29,12 +30,8 @@ pytestmark = pytest.mark.usefixtures("disarm_faults")
 LATE = b"the profiler wrote this profile again after the swap " * 500
 
 
-class Killed(BaseException):
-    """Stands for a SIGKILL at that instant: nothing after it runs (not an Exception)."""
-
-
 @pytest.mark.parametrize("vault_format", ["compressed", "hardlink"])
-def test_a_rollback_killed_after_displacing_newer_bytes_still_names_them(tmp_path, monkeypatch, vault_format):
+def test_a_rollback_killed_after_displacing_newer_bytes_still_names_them(tmp_path, vault_format):
     logdir = make_logdir(tmp_path)
     prof = next((logdir / "a").rglob("*.xplane.pb"))
     late_sha = hashlib.sha256(LATE).hexdigest()
@@ -45,20 +42,9 @@ def test_a_rollback_killed_after_displacing_newer_bytes_still_names_them(tmp_pat
         raise RuntimeError("verification failed after the swap (simulated)")
 
     faults.arm("reduce.swap", late_writer_then_fail)
-    real, seen = swap.put_back, []
-
-    def put_back_then_killed(*a, **kw):
-        d = real(*a, **kw)
-        if d and d.get("sha256"):
-            seen.append(d)
-            raise Killed()
-        return d
-
-    monkeypatch.setattr(swap, "put_back", put_back_then_killed)
-    with pytest.raises(Killed):
+    with killed_after_a_displacing_put_back() as seen:
         api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",),
                           vault_format=vault_format)
-    monkeypatch.undo()
     faults.disarm_all()
     assert seen and prof.read_bytes() != LATE  # the original took the path: the late bytes only in the vault
     api.recover_logdir(str(logdir))
