@@ -704,8 +704,10 @@ def _recovered_line(o: dict) -> str:
         else:
             state = f"rolled back: as it was ({o['detail']})"
         return f"{'✗' if o['untouched'] is False else '✓'} {o['run']}: {state} — op {o['op_id']}"
-    if o["action"] == Recovery.COMPLETED:
+    if o["action"] == Recovery.COMPLETED and o.get("kind") == "reduce":
         return f"✓ {o['run']}: was past the commit point: reduced and verified — op {o['op_id']}"
+    if o["action"] == Recovery.COMPLETED:  # a restore, salvage, retire, purge or vault upkeep, finished
+        return f"✓ {o['run'] or 'vault'}: finished — {o['detail']}" + (f" — op {o['op_id']}" if o["op_id"] else "")
     mark = "✗" if o["action"] == Recovery.FAILED else "·"
     return f"{mark} {o['run'] or 'vault'}: {o['action']} [{o['code']}] — {o['detail']}"
 

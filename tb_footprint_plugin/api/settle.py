@@ -65,7 +65,8 @@ def settle_interrupted(logdir: str, backup_dir: Optional[str] = None, *, policy=
     ledger as pending again, not as a failure.
 
     Returns one dict per settled operation: ``{op_id, run, action, code, detail, untouched,
-    files}``; ``untouched`` is checked after the fact (every backed-up file's sha256 equal to
+    files, kind}`` (``kind`` ``"reduce"`` for a reduction, else what was settled is in
+    ``detail``); ``untouched`` is checked after the fact (every backed-up file's sha256 equal to
     the one it had before the reduce)."""
     return open_engine(logdir, backup_dir).settle_interrupted(policy_name=get_policy(policy).name, ledger=ledger,
                                                               shard=shard, rolled_back=rolled_back)

@@ -159,7 +159,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             must_delete(rfs, [path])
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
-                                       runs=settled))
+                                       runs=settled, kind="reduce"))
         except (BucketTxnError, RemoteError) as e:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
                                        code=Finding.RECOVERY_FAILED))

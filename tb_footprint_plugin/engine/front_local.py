@@ -157,7 +157,7 @@ class LocalEngine(Engine):
         out = rolled_back_rows(ctx, manifests, rolled_back, book)
         for o in recovered:
             row = dict(op_id=o.op_id, run=o.run, action=o.action, code=o.code, detail=o.detail, untouched=None,
-                       files=0)
+                       files=0, kind=o.kind)
             backups = before.get(o.op_id)
             if o.action == Recovery.ROLLED_BACK and backups:  # a reduce's backups (a retire moves whole trees)
                 same = sum(1 for r in backups if same_file(ctx.logdir, r))

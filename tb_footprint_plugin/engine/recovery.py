@@ -41,6 +41,10 @@ class RecoveryOutcome:
     #: the reductions this outcome settled, one per run (``run``, ``op_id``, ``bytes_before``,
     #: ``bytes_after``): what a batch ledger records for runs a dead worker left (``ledger.mark_recovered``)
     runs: Optional[List[dict]] = None
+    #: ``"reduce"`` when the operation settled was a reduction (its outcome says the run is now
+    #: reduced and verified, or as it was); None for the others (restore, salvage, retire, purge,
+    #: vault upkeep), whose ``detail`` says what was finished
+    kind: Optional[str] = None
 
 
 def recover(ctx: Context) -> List[RecoveryOutcome]:
@@ -164,7 +168,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             after = bytes_after_of(records) if action == Recovery.COMPLETED else before
             outcomes.append(RecoveryOutcome(begin["op_id"], run, action, detail, Finding.RECOVERED,
                                             runs=[{"run": run, "op_id": begin["op_id"], "bytes_before": before,
-                                                   "bytes_after": after}]))
+                                                   "bytes_after": after}], kind="reduce"))
         except Exception as e:  # leave the journal for the next start, say why
             outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, reason_of(e), Finding.RECOVERY_FAILED))
         finally:
