@@ -40,20 +40,27 @@ from tb_footprint_plugin.engine.bucket_steps import (
     rolled_back,
     verify_batch,
 )
-from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 
 
 def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                   quiet_period: float, policy: Optional[str], settled_early=None,
-                  closed_files: Optional[Mapping[str, float]] = None) -> List[RunOutcome]:
+                  closed_files: Optional[Mapping[str, float]] = None,
+                  cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
     """Drop-only runs under one journal object. Each run has its own lock object (two machines
     never reduce one run at once), its own operation id, backups and manifest (restorable on its
     own); the journal records the batch's steps, so a crash is settled from any machine.
     ``settled_early(outcome)`` hears of each run left out before the journal is written (gone
     since the plan, locked by another worker) as soon as that is known. ``closed_files``: keys
-    the caller's own job closed, not counted by the quiet period while unchanged."""
+    the caller's own job closed, not counted by the quiet period while unchanged.
+    ``cancel``: the batch's runs start together, so one token (each run's ``timeout`` counted from
+    the batch's start, and the batch's cancel) is checked before each run's backups and before the
+    checking listing and the commit record; past it every run not committed is rolled back
+    (its backups and manifest dropped, its originals untouched: "timed out before the commit
+    point", ``Failure.ERROR`` as on a disk); once the commit record is written the batch finishes."""
     t0 = time.monotonic()
+    cancel = cancel or CancelToken()
     st = BucketState(rfs)
     batch_id = new_op_id()
     outs: Dict[str, RunOutcome] = {}
@@ -121,6 +128,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             for en in entries:
                 rp = plans[en["run"]]
                 try:
+                    cancel.check()
                     if en["run"] in unmade:
                         raise unmade[en["run"]]
                     for f in en["files"]:
@@ -133,7 +141,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     live.append(en)
                 except faults.InjectedFault:
                     raise
-                except (BucketTxnError, RemoteError) as e:
+                except (BucketTxnError, RemoteError, Cancelled) as e:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
                 except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
                     bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
@@ -144,6 +152,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         # must not be deleted (its new bytes have no backup). Each delete also carries the
         # version as a condition where the store takes one.
         faults.hit("reduce.verify")
+        live = _in_time(rfs, vault, live, outs, cancel)
         if live:
             try:
                 now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
@@ -177,7 +186,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             else:
                 _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
                     Skip.LOCKED, f"run {en['run']}: its lock was taken over; left as it was"))
-        live = keep
+        live = _in_time(rfs, vault, keep, outs, cancel)  # the last point where a cancel is honoured
         if not live:
             ours, versions = unlock_all([en["lock"] for en in entries])
             rfs.ops.delete([journal.path] + ours, versions=versions)
@@ -229,6 +238,18 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         dt = (time.monotonic() - t0) / max(1, len(rps))
         for o in outs.values():
             o.duration_s = dt
+
+
+def _in_time(rfs: RemoteFS, vault: BucketVault, live: List[dict], outs: Dict[str, RunOutcome],
+             cancel: CancelToken) -> List[dict]:
+    """``live`` while ``cancel`` stands; past it (cancelled or timed out) every one is dropped."""
+    try:
+        cancel.check()
+    except Cancelled as e:
+        for en in live:
+            _drop_run(rfs, vault, en, outs[en["run"]], e)
+        return []
+    return live
 
 
 def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: Exception) -> None:

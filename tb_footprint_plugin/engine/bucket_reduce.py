@@ -21,7 +21,8 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                 quiet_period: float, policy: Optional[str] = None, on_outcome=None,
                 verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None,
                 closed_files: Optional[Mapping[str, float]] = None, cancel: Optional[CancelToken] = None,
-                progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
+                progress: Optional[Callable[[str, str, float], None]] = None,
+                timeout: Optional[float] = None) -> List[RunOutcome]:
     """Reduce runs of a bucket logdir by their plans, in the plan's order. A run the plan skipped
     is said so (its reason and code). Drop-only runs go in batches (one journal object per batch,
     one lock object per run); a run whose plan rewrites or compresses files is its own
@@ -30,10 +31,12 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     reason. ``begin(rp)`` is called for each run right before its batch or transaction starts
     (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that run alone, untouched.
     ``closed_files`` (key -> mtime when the caller's own job closed it): the quiet period's one
-    exception, as in the plan and on a disk. ``cancel``: looked at before each batch and each
-    transaction (not inside one: a batch's steps are few and its journal settles it); the runs
-    not started are skipped with ``Skip.CANCELLED`` and, as on a disk, not passed to
-    ``on_outcome``. ``progress(run, step, fraction)``: ``start`` (0.0) as a run's batch or
+    exception, as in the plan and on a disk. ``cancel`` and ``timeout`` (seconds per run), as on a
+    disk: looked at before each batch and each transaction, and between their steps up to the
+    commit record, where a cancelled or timed-out run is rolled back ("timed out before the commit
+    point", ``Failure.ERROR``); a batch's runs start together, so their timeout counts from the
+    batch's start (``bucket_batch.reduce_batch``). The runs not started are skipped with
+    ``Skip.CANCELLED`` and, as on a disk, not passed to ``on_outcome``. ``progress(run, step, fraction)``: ``start`` (0.0) as a run's batch or
     transaction starts, ``done`` (1.0) when it is verified."""
     outcomes: Dict[str, RunOutcome] = {}
 
@@ -85,14 +88,15 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
         group = started(drops[i:i + BATCH_RUNS])
         if not group:
             continue
-        for o in reduce_batch(rfs, vault, group, listing, quiet_period, policy,
-                              settled_early=settled, closed_files=closed_files):
+        for o in reduce_batch(rfs, vault, group, listing, quiet_period, policy, settled_early=settled,
+                              closed_files=closed_files, cancel=CancelToken(timeout, parent=cancel)):
             if o.run not in outcomes:
                 settled(o)
     for rp in heavy:
         if not started([rp]):
             continue
-        settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files))
+        settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
+                                   cancel=CancelToken(timeout, parent=cancel)))
     return [outcomes[rp.run] for rp in rps]
 
 

@@ -77,7 +77,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
     verify_batch,
 )
 from tb_footprint_plugin.engine.checks import compare_views
-from tb_footprint_plugin.engine.context import RunOutcome, TransactionError, new_op_id, reason_of
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
@@ -100,10 +100,15 @@ def temp_key(vault: BucketVault, op_id: str, i: int) -> str:
 def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
                        quiet_period: float, policy: Optional[str],
                        verify_backends: Tuple[str, ...] = ("python", "rust"),
-                       closed_files: Optional[Mapping[str, float]] = None) -> RunOutcome:
+                       closed_files: Optional[Mapping[str, float]] = None,
+                       cancel: Optional[CancelToken] = None) -> RunOutcome:
     """One run whose plan rewrites or compresses files, as one bucket transaction (module doc);
-    ``closed_files``: keys the caller's own job closed (the quiet period skips them while unchanged)."""
+    ``closed_files``: keys the caller's own job closed (the quiet period skips them while unchanged).
+    ``cancel`` (its timeout and the batch's cancel): checked between steps up to the commit record,
+    as on a disk; past it the run is rolled back (``Cancelled``: "timed out before the commit point",
+    ``Failure.ERROR``, the disk's code), after it the swap finishes."""
     t0 = time.monotonic()
+    cancel = cancel or CancelToken()
     out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
                      bytes_after=rp.bytes_before)
     op_id = new_op_id()
@@ -140,6 +145,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                                        "vault": vault.root,
                                        "runs": [en], "logdir_objects": len(listing)})
         faults.hit("reduce.journal")
+        cancel.check()
         # held until the manifest exists (as ``bucket_batch`` does): a purge's forget waits while
         # only this journal names the blobs' digests, and once it goes on the manifest names them
         with adding(vault):
@@ -149,18 +155,21 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             if vault.blobs is not None:
                 faults.hit("reduce.blobs_added")
             for f in files:
+                cancel.check()
                 if not is_blob_entry(f):
                     backup_object(rfs, f)
                 faults.hit("reduce.backup_copy")
             if vault.blobs is not None:
                 journal.step("backed_up")
             faults.hit("reduce.backup")
+            cancel.check()
             with scratch.scratch("bucket", scratch.system_root()) as work:
                 local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault)
                 journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
                 faults.hit("reduce.stage")
                 for f in files:
                     if f.get("tmp"):
+                        cancel.check()
                         _upload_and_read_back(rfs, f, local["staged"][f["path"]])
                 journal.step("uploaded")  # the new objects, their checksums and read-back recorded
                 faults.hit("reduce.upload")
@@ -182,6 +191,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         missing_blobs(vault, files)  # the last look: the swap replaces what only these blobs hold
+        cancel.check()  # the last point where a cancel or the run's timeout is honoured
         journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
         faults.hit("reduce.swap_record")
         finish_op(rfs, vault, journal.doc, present=now_objs)

@@ -371,16 +371,17 @@ class BucketEngine(Engine):
                     ) -> List[RunOutcome]:
         """Over the listing ``survey_for_reduce`` kept: drop-only runs in batches under one
         journal object, a run that rewrites or compresses files as its own transaction
-        (``engine.bucket_reduce.reduce_runs``). Differs: one thread (``jobs`` unused: a batch
-        shares its journal and listings), no ``timeout`` and the cancel looked at between
-        batches and transactions, not inside one; ``progress`` says ``start`` and ``done`` of a
-        run, no steps between; ``vault_format`` unused (the bucket's vault has its own)."""
+        (``engine.bucket_reduce.reduce_runs``). As on a disk, ``timeout`` (per run) and the
+        cancel are checked between steps up to the commit record, a run past them rolled back;
+        a batch's runs count their timeout from the batch's start. Differs: one thread (``jobs``
+        unused: a batch shares its journal and listings); ``progress`` says ``start`` and
+        ``done`` of a run, no steps between; ``vault_format`` unused (the bucket's vault has its own)."""
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
         listing = self._listing if self._listing is not None else self.rfs.list_tree()
         return reduce_runs(self.rfs, self.vault, todo, listing, self.quiet_period, policy=policy.name,
                            on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
-                           closed_files=self.closed_files, cancel=cancel, progress=progress)
+                           closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout)
 
     def request_counts(self) -> Optional[dict]:
         return self.rfs.stats.to_dict()
