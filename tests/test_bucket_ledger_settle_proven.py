@@ -45,7 +45,7 @@ def test_a_run_whose_journal_recovery_could_not_roll_back_is_not_recorded_done(s
     assert rec.action == "failed"
     assert len(_keys(url, f"{STATE}/journal/")) == 1  # kept: the next start rolls it back
     b = _batch(url)
-    assert b["counts"] == {"reducing": 2}, b  # before the fix: {"done": 2}
+    assert b["counts"] == {"verifying": 2}, b  # in flight (before the fix: {"done": 2})
     assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 1  # kept for the next start
 
     monkeypatch.undo()

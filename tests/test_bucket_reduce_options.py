@@ -67,3 +67,84 @@ def test_a_drop_batch_past_its_timeout_rolls_back_every_run_and_leaves_nothing(b
     faults.disarm_all()
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=600)
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 3
+
+
+# -- 2. progress steps and the ledger's verifying mark ---------------------------------------------
+def _marks(monkeypatch) -> list:
+    """(run, state) of every ledger mark the reduce writes."""
+    from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
+
+    seen, real = [], BucketLedger.mark
+
+    def mark(self, run, state, **kw):
+        seen.append((run, state))
+        return real(self, run, state, **kw)
+
+    monkeypatch.setattr(BucketLedger, "mark", mark)
+    return seen
+
+
+def _steps(calls, run) -> list:
+    out = []
+    for r, step, _frac in calls:
+        if r == run and (not out or out[-1] != step):
+            out.append(step)
+    return out
+
+
+def test_a_drop_batch_reports_the_disks_steps_and_marks_each_run_verifying(s3_bucket, tmp_path, monkeypatch):
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    marks = _marks(monkeypatch)
+    calls = []
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default",
+                            progress=lambda run, step, frac: calls.append((run, step, frac)))
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 2
+    for o in rep.outcomes:
+        # before: start and done only
+        assert _steps(calls, o.run) == ["start", "backup", "verify", "done"], calls
+        assert [s for r, s in marks if r == o.run] == ["reducing", "verifying", "done"], marks
+    fracs = [f for _r, _s, f in calls]
+    assert all(0.0 <= f <= 1.0 for f in fracs)
+
+
+def test_a_rewrite_transaction_reports_the_disks_steps_and_marks_its_run_verifying(
+        s3_bucket, rewrite_logdir, monkeypatch):
+    url = s3_bucket.upload(rewrite_logdir, f"t{next(_n)}")
+    marks = _marks(monkeypatch)
+    calls = []
+    (o,) = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, runs=["torch/resnet"],
+                             verify_backends=("python",), ledger="default",
+                             progress=lambda run, step, frac: calls.append((run, step, frac))).outcomes
+    assert o.status == Outcome.VERIFIED, o.reason
+    assert _steps(calls, o.run) == ["start", "backup", "stage", "verify", "done"], calls
+    assert [f for _r, _s, f in calls] == sorted(f for _r, _s, f in calls)  # never backwards
+    assert [s for r, s in marks if r == o.run] == ["reducing", "verifying", "done"], marks
+
+
+# -- 5. finished_at is the commit record's time ----------------------------------------------------
+def test_each_run_of_a_batch_is_finished_at_its_commit_record_not_its_own_backups(s3_bucket, tmp_path, monkeypatch):
+    import json
+
+    from tb_footprint_plugin.engine.bucket_state import BucketJournal
+
+    url, pol = _logdir(s3_bucket, tmp_path, n=3)
+    commits = []
+    real = BucketJournal.step
+
+    def step(self, name, **kw):
+        real(self, name, **kw)
+        if name == "swapping":  # the commit record as the store holds it
+            s3_bucket.fs.invalidate_cache()
+            doc = json.loads(s3_bucket.fs.cat_file(self.path))
+            commits.append([t for s, t in doc["steps"] if s == "swapping"][0])
+
+    monkeypatch.setattr(BucketJournal, "step", step)
+    faults.arm("reduce.backup_copy", lambda: time.sleep(0.2))  # each run's backups take time
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 3
+    (commit,) = commits  # one batch, one commit record
+    finished = {m["run"]: m["finished_at"] for m in api.operations(url)}
+    # before: each run dated when its own backups were made, the first ones long before the commit
+    assert set(finished.values()) == {commit}, (finished, commit)
+    hist = [h for h in api.history(url) if h["kind"] == "reduce"]
+    assert len(hist) == 3 and {h["time"] for h in hist} == {commit}, hist

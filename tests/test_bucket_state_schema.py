@@ -27,7 +27,7 @@ DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
 STATE = ".tb-footprint"
 
 #: a reduce with a ledger, SIGKILLed right before its first ledger "done" PUT: every run of the
-#: batch committed, its journal and locks deleted, its ledger entries still "reducing"
+#: batch committed, its journal and locks deleted, its ledger entries still "verifying" (in flight)
 KILLED_BEFORE_DONE = """
 import os, signal, sys
 from tb_footprint_plugin import api
@@ -103,7 +103,7 @@ def test_a_start_records_done_the_runs_a_worker_killed_before_its_ledger_done_ha
     assert len(runs) == 3  # every run committed ...
     assert _keys(url, f"{STATE}/journal/") == [] and _keys(url, f"{STATE}/locks/") == []  # ... nothing to recover
     b = api.status(url)["batch"]
-    assert {r: e["state"] for r, e in b["runs"].items()} == {r: "reducing" for r in runs}
+    assert {r: e["state"] for r, e in b["runs"].items()} == {r: "verifying" for r in runs}
     assert sorted(b["stalled"]) == runs
     assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 1  # the killed worker's marker
 

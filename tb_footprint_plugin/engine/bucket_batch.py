@@ -10,7 +10,7 @@ from any machine by ``engine.bucket_recover``.
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
@@ -47,7 +47,8 @@ from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                   quiet_period: float, policy: Optional[str], settled_early=None,
                   closed_files: Optional[Mapping[str, float]] = None,
-                  cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
+                  cancel: Optional[CancelToken] = None,
+                  progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
     """Drop-only runs under one journal object. Each run has its own lock object (two machines
     never reduce one run at once), its own operation id, backups and manifest (restorable on its
     own); the journal records the batch's steps, so a crash is settled from any machine.
@@ -58,7 +59,9 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
     the batch's start, and the batch's cancel) is checked before each run's backups and before the
     checking listing and the commit record; past it every run not committed is rolled back
     (its backups and manifest dropped, its originals untouched: "timed out before the commit
-    point", ``Failure.ERROR`` as on a disk); once the commit record is written the batch finishes."""
+    point", ``Failure.ERROR`` as on a disk); once the commit record is written the batch finishes.
+    ``progress(run, step, fraction)``: a disk's steps of a run that only loses files, ``backup``
+    (0.4) once its backups are made and ``verify`` (0.65) as the batch's checks begin."""
     t0 = time.monotonic()
     cancel = cancel or CancelToken()
     st = BucketState(rfs)
@@ -135,10 +138,9 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                         if not is_blob_entry(f):
                             backup_object(rfs, f)
                         faults.hit("reduce.backup_copy")
-                    bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
-                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault,
-                                                                     journal.doc))
                     live.append(en)
+                    if progress:
+                        progress(en["run"], "backup", 0.4)
                 except faults.InjectedFault:
                     raise
                 except (BucketTxnError, RemoteError, Cancelled) as e:
@@ -147,12 +149,30 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
                     _drop_run(rfs, vault, en, outs[en["run"]],
                               BucketTxnError(Failure.REFUSED, f"{str(bad)[:300]!r}: {e}; run left as it was"))
+            live = _in_time(rfs, vault, live, outs, cancel)
+            if progress:
+                for en in live:  # as on a disk: a ledger marks each run "verifying" here
+                    progress(en["run"], "verify", 0.65)
+            # every run's manifest once the batch's backups are all made, each dated with the
+            # time the commit record then carries (``finished_at``, a disk's commit time; no
+            # request more): a run's first backups are not its commit
+            committed_at = now_s()
+            made = []
+            for en in live:
+                rp = plans[en["run"]]
+                bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
+                try:
+                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault,
+                                                                     journal.doc, committed_at=committed_at))
+                    made.append(en)
+                except (BucketTxnError, RemoteError) as e:
+                    _drop_run(rfs, vault, en, outs[en["run"]], e)
+            live = made
         faults.hit("reduce.backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the
         # version as a condition where the store takes one.
         faults.hit("reduce.verify")
-        live = _in_time(rfs, vault, live, outs, cancel)
         if live:
             try:
                 now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
@@ -193,7 +213,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             return list(outs.values())
         try:
             # the destructive step is preceded by its record: every backup of these runs verified
-            journal.step("swapping")
+            journal.step("swapping", at=committed_at)
             faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, RemoteError) as e:

@@ -37,7 +37,8 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     point", ``Failure.ERROR``); a batch's runs start together, so their timeout counts from the
     batch's start (``bucket_batch.reduce_batch``). The runs not started are skipped with
     ``Skip.CANCELLED`` and, as on a disk, not passed to ``on_outcome``. ``progress(run, step, fraction)``: ``start`` (0.0) as a run's batch or
-    transaction starts, ``done`` (1.0) when it is verified."""
+    transaction starts, then the disk's steps (``backup``, ``stage`` for a rewrite, ``verify``:
+    a ledger marks the run ``verifying`` there), ``done`` (1.0) when it is verified."""
     outcomes: Dict[str, RunOutcome] = {}
 
     def settled(o: RunOutcome) -> None:
@@ -89,14 +90,17 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
         if not group:
             continue
         for o in reduce_batch(rfs, vault, group, listing, quiet_period, policy, settled_early=settled,
-                              closed_files=closed_files, cancel=CancelToken(timeout, parent=cancel)):
+                              closed_files=closed_files, cancel=CancelToken(timeout, parent=cancel),
+                              progress=progress):
             if o.run not in outcomes:
                 settled(o)
     for rp in heavy:
         if not started([rp]):
             continue
         settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
-                                   cancel=CancelToken(timeout, parent=cancel)))
+                                   cancel=CancelToken(timeout, parent=cancel),
+                                   progress=None if progress is None else
+                                   (lambda step, frac, run=rp.run: progress(run, step, frac))))
     return [outcomes[rp.run] for rp in rps]
 
 

@@ -36,7 +36,7 @@ import base64
 import hashlib
 import os
 import time
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import bucket_lease, faults
@@ -101,14 +101,18 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                        quiet_period: float, policy: Optional[str],
                        verify_backends: Tuple[str, ...] = ("python", "rust"),
                        closed_files: Optional[Mapping[str, float]] = None,
-                       cancel: Optional[CancelToken] = None) -> RunOutcome:
+                       cancel: Optional[CancelToken] = None,
+                       progress: Optional[Callable[[str, float], None]] = None) -> RunOutcome:
     """One run whose plan rewrites or compresses files, as one bucket transaction (module doc);
     ``closed_files``: keys the caller's own job closed (the quiet period skips them while unchanged).
     ``cancel`` (its timeout and the batch's cancel): checked between steps up to the commit record,
     as on a disk; past it the run is rolled back (``Cancelled``: "timed out before the commit point",
-    ``Failure.ERROR``, the disk's code), after it the swap finishes."""
+    ``Failure.ERROR``, the disk's code), after it the swap finishes. ``progress(step, fraction)``:
+    the disk's steps, ``backup`` (to 0.4), ``stage`` (0.6), ``verify`` (0.65, before the readers,
+    the read-back and the listing check)."""
     t0 = time.monotonic()
     cancel = cancel or CancelToken()
+    report = progress or (lambda step, frac: None)
     out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
                      bytes_after=rp.bytes_before)
     op_id = new_op_id()
@@ -154,17 +158,21 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 raise unmade[rp.run]
             if vault.blobs is not None:
                 faults.hit("reduce.blobs_added")
+            total = sum(f["size"] for f in files) or 1
+            done = 0
             for f in files:
                 cancel.check()
                 if not is_blob_entry(f):
                     backup_object(rfs, f)
                 faults.hit("reduce.backup_copy")
+                done += f["size"]
+                report("backup", 0.4 * done / total)
             if vault.blobs is not None:
                 journal.step("backed_up")
             faults.hit("reduce.backup")
             cancel.check()
             with scratch.scratch("bucket", scratch.system_root()) as work:
-                local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault)
+                local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault, report)
                 journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
                 faults.hit("reduce.stage")
                 for f in files:
@@ -175,7 +183,10 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 faults.hit("reduce.upload")
             bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
                 sum(f["new_size"] for f in files if f.get("tmp"))
-            st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault, journal.doc))
+            # dated with the time the commit record then carries (``finished_at``, as on a disk)
+            committed_at = now_s()
+            st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault, journal.doc,
+                                                          committed_at=committed_at))
         faults.hit("reduce.verify")
         now_objs = listing_of_runs(rfs, vault, [rp.run], len(listing))
         for f in files:
@@ -192,7 +203,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         missing_blobs(vault, files)  # the last look: the swap replaces what only these blobs hold
         cancel.check()  # the last point where a cancel or the run's timeout is honoured
-        journal.step("swapping")  # the commit record: backups verified, new objects staged and read back
+        journal.step("swapping", at=committed_at)  # the commit record: backups verified, new objects staged and read back
         faults.hit("reduce.swap_record")
         finish_op(rfs, vault, journal.doc, present=now_objs)
         faults.hit("reduce.swap")
@@ -262,7 +273,8 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
 
 
 def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
-               backends: Tuple[str, ...], vault: Optional[BucketVault] = None) -> dict:
+               backends: Tuple[str, ...], vault: Optional[BucketVault] = None,
+               report: Callable[[str, float], None] = lambda step, frac: None) -> dict:
     """Download what the transforms read, produce each new file in ``work`` and verify the run
     as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}. An
     original backed up into a local vault of blobs is read from there (verified while read), not
@@ -306,6 +318,8 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
             info = stage_file(actions[f["path"]], local[f["path"]], tmp, shas[f["path"]])
             info["local"], info["final"] = tmp, f["final"]
             staged[f["path"]] = info
+            report("stage", 0.4 + 0.2 * len(staged) / len(replaced))
+        report("verify", 0.65)
         checks: List[dict] = []
         res: dict = {"staged": staged, "checks": checks, "backends": []}
         if rewrites_events:

@@ -193,9 +193,11 @@ class BucketJournal:
         self.doc = doc
         self.version = st.create(self.path, doc)
 
-    def step(self, name: str, **extra) -> None:
+    def step(self, name: str, *, at: Optional[float] = None, **extra) -> None:
+        """Record step ``name`` (one conditional PUT); ``at``: its time when the caller wrote it
+        elsewhere too (the commit record's, in the manifests), else now."""
         self.doc["step"] = name
-        self.doc.setdefault("steps", []).append([name, now_s()])
+        self.doc.setdefault("steps", []).append([name, now_s() if at is None else at])
         self.doc.update(extra)
         self.version = self.st.update(self.path, self.doc, self.version)
 

@@ -114,15 +114,18 @@ def journal_started(doc: dict) -> Optional[float]:
 
 
 def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int,
-                 vault: Optional[BucketVault] = None, journal: Optional[dict] = None) -> dict:
+                 vault: Optional[BucketVault] = None, journal: Optional[dict] = None,
+                 committed_at: Optional[float] = None) -> dict:
     """The manifest of one verified run of an operation (what a restore puts back); with a local
     vault of blobs, its folder (with ``host``: where a restore must run, said when it cannot).
     ``started_at`` is when the run's transaction began (the creation of ``journal``, its journal
-    object); ``finished_at`` when this manifest is written: every backup of the run verified, the
-    last write before the commit record (``swapping``), which follows at once. (A write of the
-    commit record's own time into the manifest would cost one more request per run.)"""
+    object); ``finished_at`` is ``committed_at``, the time the operation's commit record
+    (``swapping``) then carries, as a disk's manifest is dated at its commit. The manifests are
+    written once every backup of the operation is made (a rewrite's new objects staged and read
+    back), before the last look and that record: dating both with one time costs no request (a
+    manifest whose commit record never follows is removed by the rollback). Now when not given."""
     folder = {"blob_folder": vault.blobs.folder} if vault is not None and vault.blobs is not None else {}
-    now = now_s()
+    now = now_s() if committed_at is None else committed_at
     started = journal_started(journal) if journal is not None else None
     # written once the backups are verified, before the swap: what a restore needs from then on
     return manifest.bucket_form(manifest.new(

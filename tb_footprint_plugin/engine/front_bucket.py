@@ -374,8 +374,10 @@ class BucketEngine(Engine):
         (``engine.bucket_reduce.reduce_runs``). As on a disk, ``timeout`` (per run) and the
         cancel are checked between steps up to the commit record, a run past them rolled back;
         a batch's runs count their timeout from the batch's start. Differs: one thread (``jobs``
-        unused: a batch shares its journal and listings); ``progress`` says ``start`` and
-        ``done`` of a run, no steps between; ``vault_format`` unused (the bucket's vault has its own)."""
+        unused: a batch shares its journal and listings); ``progress`` also says ``start`` (0.0)
+        before the disk's steps (``backup``, ``stage``, ``verify`` where the ledger marks the run
+        ``verifying``, ``done``); ``vault_format`` unused (the bucket's vault has its own). A run's
+        ``finished_at`` is its commit record's time, as on a disk."""
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
         listing = self._listing if self._listing is not None else self.rfs.list_tree()
