@@ -898,6 +898,15 @@ class _RunSelection:
         rust_view = reader.read(plugins={self.streams[t].plugin for t in exact}, payloads=False)
         if not rust_view.fatal:
             park(run)
+            if passes.wanted(self.run_dir, passes.MIN_BYTES):
+                # a reduce's own plan (its scan keeps passes: ``passes.retaining``), so this run's
+                # transaction follows at once: TensorBoard's app imports (~0.13 s of a core, which
+                # its route crawl waits for) start now, beside the rest of the plan, the run's lock
+                # and journal and the backup, not with the backup only (a plan shown, not reduced,
+                # never pays them)
+                from tb_footprint_plugin.verify import routes
+
+                routes.prewarm()
         else:
             run.close()
             self.notes.append(f"dashboard-exact downsampling skipped: {rust_view.fatal}")
