@@ -25,6 +25,18 @@ def rewrite_logdir(tmp_path_factory):
     return _write_rewrite_logdir(tmp_path_factory.mktemp("options") / "logs")
 
 
+@pytest.fixture(scope="module")
+def torch_runs(tmp_path_factory):
+    """Three runs of PyTorch traces the lossless policy gzips: three rewrite transactions."""
+    import shutil
+
+    root = _write_rewrite_logdir(tmp_path_factory.mktemp("jobs") / "logs")
+    shutil.rmtree(root / "exp")
+    for i in (2, 3):
+        shutil.copytree(root / "torch" / "resnet", root / "torch" / f"resnet{i}")
+    return root
+
+
 def _data(bucket, prefix) -> dict:
     """rel key -> sha256 of the logdir's objects, our state left out."""
     return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(STATE + "/")}
@@ -148,3 +160,45 @@ def test_each_run_of_a_batch_is_finished_at_its_commit_record_not_its_own_backup
     assert set(finished.values()) == {commit}, (finished, commit)
     hist = [h for h in api.history(url) if h["kind"] == "reduce"]
     assert len(hist) == 3 and {h["time"] for h in hist} == {commit}, hist
+
+
+# -- 3. jobs ---------------------------------------------------------------------------------------
+def test_jobs_run_a_buckets_rewrite_transactions_at_once_with_the_same_requests(s3_bucket, torch_runs):
+    import threading
+
+    serial_url = s3_bucket.upload(torch_runs, f"t{next(_n)}")
+    serial = api.reduce_logdir(serial_url, policy="lossless", dry_run=False, quiet_period=0,
+                               verify_backends=("python",), jobs=1, ledger="default")
+    assert [o.status for o in serial.outcomes] == [Outcome.VERIFIED] * 3, [o.reason for o in serial.outcomes]
+
+    url = s3_bucket.upload(torch_runs, f"t{next(_n)}")
+    before = _data(s3_bucket, url.split("/")[-1])
+    met = threading.Barrier(2, timeout=20)
+    waited = []
+
+    def two_at_once():  # each transaction's uploads are read back: two of them must be here together
+        if not waited:
+            waited.append(1)
+            met.wait()
+        elif len(waited) == 1:
+            waited.append(2)
+            met.wait()
+
+    faults.arm("reduce.upload", two_at_once)
+    rep = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, verify_backends=("python",),
+                            jobs=3, ledger="default")
+    # before: one thread, the first transaction waited alone and was rolled back (a broken barrier)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 3, [o.reason for o in rep.outcomes]
+    assert [o.run for o in rep.outcomes] == [rp.run for rp in rep.plan.runs]  # the plan's order
+    assert api.status(url)["batch"]["counts"] == {"done": 3}
+    assert not _keys(url, f"{STATE}/ledger-inflight/") and not _keys(url, f"{STATE}/journal/")
+    # no request more than one thread makes: the same but for the worker's in-flight ledger marker,
+    # put and deleted once for runs in flight together instead of once per run (and the bytes up of
+    # the ledger entries, which name their times)
+    got, one = rep.requests, serial.requests
+    assert {k: v for k, v in got.items() if k not in ("put", "delete", "requests", "bytes_up")} == \
+        {k: v for k, v in one.items() if k not in ("put", "delete", "requests", "bytes_up")}, (got, one)
+    assert one["put"] - 2 <= got["put"] <= one["put"] and one["delete"] - 2 <= got["delete"] <= one["delete"]
+    # and restore gives every object back
+    assert all(r.status == Outcome.RESTORED for r in api.restore(url))
+    assert _data(s3_bucket, url.split("/")[-1]) == before

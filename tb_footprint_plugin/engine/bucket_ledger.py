@@ -101,6 +101,9 @@ class BucketLedger:
         self._token = secrets.token_hex(16)  # this batch's, beside others of the same process
         self._thread = threading.get_ident()  # the batch's: the one an interrupt of it settles in
         self._read = False  # whether ``start`` read the shard's entries (then ``_entries`` is all of them)
+        #: one mark at a time: a batch's threads mark their runs, and a run set in flight must never
+        #: find its worker's marker deleted by another run's settling mark (``_inflight``)
+        self._mu = threading.Lock()
         #: refusals of ``start``'s read (entries not used), as ``engine.ledger.Ledger.problems``
         self.problems: List[dict] = []
 
@@ -147,7 +150,11 @@ class BucketLedger:
         """Record a transition of ``run`` (one PUT; the entry keeps the fields of earlier ones).
         A skip is not written over a done entry it does not contradict (``ledger.keeps_done``):
         the shard's object is read first (one GET, for skips only, unless ``start`` read them all),
-        and this process's own marks are known without a read."""
+        and this process's own marks are known without a read. Safe from several threads."""
+        with self._mu:
+            self._mark(run, state, **fields)
+
+    def _mark(self, run: str, state: str, **fields) -> None:
         rel = f"{LEDGERS}/{self.folder}/{_run_hash(run)}.json"
         key = self.rfs.path(rel)
         if state == "skipped":

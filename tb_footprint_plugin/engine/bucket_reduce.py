@@ -6,6 +6,8 @@ Above both, so neither imports the other's way back.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
@@ -14,6 +16,7 @@ from tb_footprint_plugin.engine.bucket_state import BucketVault, failure_code
 from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.plan.cost import BATCH_RUNS
+from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
 
 
@@ -22,7 +25,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                 verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None,
                 closed_files: Optional[Mapping[str, float]] = None, cancel: Optional[CancelToken] = None,
                 progress: Optional[Callable[[str, str, float], None]] = None,
-                timeout: Optional[float] = None) -> List[RunOutcome]:
+                timeout: Optional[float] = None, jobs: int = 1) -> List[RunOutcome]:
     """Reduce runs of a bucket logdir by their plans, in the plan's order. A run the plan skipped
     is said so (its reason and code). Drop-only runs go in batches (one journal object per batch,
     one lock object per run); a run whose plan rewrites or compresses files is its own
@@ -38,8 +41,15 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     batch's start (``bucket_batch.reduce_batch``). The runs not started are skipped with
     ``Skip.CANCELLED`` and, as on a disk, not passed to ``on_outcome``. ``progress(run, step, fraction)``: ``start`` (0.0) as a run's batch or
     transaction starts, then the disk's steps (``backup``, ``stage`` for a rewrite, ``verify``:
-    a ledger marks the run ``verifying`` there), ``done`` (1.0) when it is verified."""
+    a ledger marks the run ``verifying`` there), ``done`` (1.0) when it is verified.
+    ``jobs``: the rewrite transactions run on that many threads (their requests, downloads and
+    uploads are I/O bound; each its own lock, journal and scratch), the drop-only batches one
+    after the other before them (a batch already shares its requests); outcomes in plan order.
+    Shared between the threads: the listing (read only), the store's clients and request counts
+    (locked), the ledger (``BucketLedger.mark`` locked), one readers' scratch root for all of
+    them (``reduce_rewrite_run``'s ``readers_root``)."""
     outcomes: Dict[str, RunOutcome] = {}
+    cancel = cancel or CancelToken()  # one token: an interrupt stops the runs of every thread
 
     def settled(o: RunOutcome) -> None:
         outcomes[o.run] = o
@@ -94,13 +104,34 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                               progress=progress):
             if o.run not in outcomes:
                 settled(o)
-    for rp in heavy:
-        if not started([rp]):
-            continue
-        settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
-                                   cancel=CancelToken(timeout, parent=cancel),
-                                   progress=None if progress is None else
-                                   (lambda step, frac, run=rp.run: progress(run, step, frac))))
+    if heavy:
+        # one scratch root for the readers of every transaction, set for as long as they run (the
+        # root is the process's: a transaction that set its own would move another thread's)
+        with scratch.scratch("bucket", scratch.system_root()) as shared:
+            readers = os.path.join(shared, "readers")
+
+            def rewrite(rp) -> None:
+                if not started([rp]):
+                    return
+                settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends,
+                                           closed_files, cancel=CancelToken(timeout, parent=cancel),
+                                           progress=None if progress is None else
+                                           (lambda step, frac, run=rp.run: progress(run, step, frac)),
+                                           readers_root=readers))
+
+            with scratch.rooted(readers):
+                if jobs <= 1 or len(heavy) == 1:
+                    for rp in heavy:
+                        rewrite(rp)
+                else:
+                    with ThreadPoolExecutor(max_workers=jobs) as ex:
+                        try:
+                            list(ex.map(rewrite, heavy))
+                        except KeyboardInterrupt:
+                            # before the pool waits for its threads: each transaction under way
+                            # stops at its next step and rolls back (as ``local_batch``)
+                            cancel.cancel()
+                            raise
     return [outcomes[rp.run] for rp in rps]
 
 

@@ -33,8 +33,10 @@ precondition failure during the swap rolls the run back from its verified backup
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
+import threading
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -83,6 +85,13 @@ from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
 
+#: Transactions of one process on several threads (``bucket_reduce.reduce_runs``'s ``jobs``) add
+#: to a local vault of blobs one at a time (one ``BlobStore`` instance, its packs appended), and
+#: read their uploads back through TensorBoard's S3 reader one at a time (it makes a boto3 client on
+#: the default session for each read, which is not safe from several threads at once)
+_BLOB_ADDS = threading.Lock()
+_S3_READS = threading.Lock()
+
 #: Failures of a step that leave the run as it was (rolled back), never a stray exception.
 _STEP_ERRORS = (BucketTxnError, RemoteError, TransactionError, OSError, ValueError, RuntimeError)
 
@@ -102,14 +111,16 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                        verify_backends: Tuple[str, ...] = ("python", "rust"),
                        closed_files: Optional[Mapping[str, float]] = None,
                        cancel: Optional[CancelToken] = None,
-                       progress: Optional[Callable[[str, float], None]] = None) -> RunOutcome:
+                       progress: Optional[Callable[[str, float], None]] = None,
+                       readers_root: Optional[str] = None) -> RunOutcome:
     """One run whose plan rewrites or compresses files, as one bucket transaction (module doc);
     ``closed_files``: keys the caller's own job closed (the quiet period skips them while unchanged).
     ``cancel`` (its timeout and the batch's cancel): checked between steps up to the commit record,
     as on a disk; past it the run is rolled back (``Cancelled``: "timed out before the commit point",
     ``Failure.ERROR``, the disk's code), after it the swap finishes. ``progress(step, fraction)``:
     the disk's steps, ``backup`` (to 0.4), ``stage`` (0.6), ``verify`` (0.65, before the readers,
-    the read-back and the listing check)."""
+    the read-back and the listing check). ``readers_root``: the scratch root the caller set for
+    the readers of every transaction it runs at once (else each sets its own while it stages)."""
     t0 = time.monotonic()
     cancel = cancel or CancelToken()
     report = progress or (lambda step, frac: None)
@@ -153,7 +164,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         # held until the manifest exists (as ``bucket_batch`` does): a purge's forget waits while
         # only this journal names the blobs' digests, and once it goes on the manifest names them
         with adding(vault):
-            unmade = backup_entries(rfs, vault, [en])
+            with _BLOB_ADDS if vault.blobs is not None else contextlib.nullcontext():
+                unmade = backup_entries(rfs, vault, [en])
             if unmade:
                 raise unmade[rp.run]
             if vault.blobs is not None:
@@ -172,7 +184,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             faults.hit("reduce.backup")
             cancel.check()
             with scratch.scratch("bucket", scratch.system_root()) as work:
-                local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault, report)
+                local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault, report,
+                                   readers_root=readers_root)
                 journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
                 faults.hit("reduce.stage")
                 for f in files:
@@ -274,7 +287,8 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
 
 def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
                backends: Tuple[str, ...], vault: Optional[BucketVault] = None,
-               report: Callable[[str, float], None] = lambda step, frac: None) -> dict:
+               report: Callable[[str, float], None] = lambda step, frac: None,
+               readers_root: Optional[str] = None) -> dict:
     """Download what the transforms read, produce each new file in ``work`` and verify the run
     as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}. An
     original backed up into a local vault of blobs is read from there (verified while read), not
@@ -310,7 +324,8 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
     actions = {a.path: a for a in rp.actions}
     staged: Dict[str, dict] = {}
     prev_root = scratch.current_root()
-    scratch.use_root(os.path.join(work, "readers"))  # the readers' scratch space: inside ours
+    if readers_root is None:
+        scratch.use_root(os.path.join(work, "readers"))  # the readers' scratch space: inside ours
     try:
         for f in replaced:
             tmp = os.path.join(work, "new", f"{f['index']:05d}.tmp")
@@ -361,7 +376,8 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
             checks.append({"name": "plan", "ok": True, "detail": line})
         return res
     finally:
-        scratch.use_root(prev_root)
+        if readers_root is None:
+            scratch.use_root(prev_root)
 
 
 def _upload_and_read_back(rfs: RemoteFS, f: dict, staged: dict) -> None:
@@ -371,12 +387,13 @@ def _upload_and_read_back(rfs: RemoteFS, f: dict, staged: dict) -> None:
     if info.size != staged["size"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
     url = f"{rfs.scheme}://{f['tmp']}"
-    got = _tensorboard_sha256(url, rfs)
+    with _S3_READS if rfs.scheme == "s3" else contextlib.nullcontext():
+        got = _tensorboard_sha256(url, rfs)
+        n = _tensorboard_records(url) if "records_after" in staged else None
     if got != staged["sha256"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: the uploaded copy read back through TensorBoard "
                              "differs from the staged file")
     if "records_after" in staged:
-        n = _tensorboard_records(url)
         if n != staged["records_after"]:
             raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: TensorBoard reads {n} records from the "
                                  f"uploaded copy, {staged['records_after']} were written")

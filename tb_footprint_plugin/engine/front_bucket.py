@@ -373,8 +373,9 @@ class BucketEngine(Engine):
         journal object, a run that rewrites or compresses files as its own transaction
         (``engine.bucket_reduce.reduce_runs``). As on a disk, ``timeout`` (per run) and the
         cancel are checked between steps up to the commit record, a run past them rolled back;
-        a batch's runs count their timeout from the batch's start. Differs: one thread (``jobs``
-        unused: a batch shares its journal and listings); ``progress`` also says ``start`` (0.0)
+        a batch's runs count their timeout from the batch's start. ``jobs``: the rewrite
+        transactions on that many threads, the drop-only batches one after the other before them
+        (a batch shares its journal and listings already). Differs: ``progress`` also says ``start`` (0.0)
         before the disk's steps (``backup``, ``stage``, ``verify`` where the ledger marks the run
         ``verifying``, ``done``); ``vault_format`` unused (the bucket's vault has its own). A run's
         ``finished_at`` is its commit record's time, as on a disk."""
@@ -383,7 +384,8 @@ class BucketEngine(Engine):
         listing = self._listing if self._listing is not None else self.rfs.list_tree()
         return reduce_runs(self.rfs, self.vault, todo, listing, self.quiet_period, policy=policy.name,
                            on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
-                           closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout)
+                           closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout,
+                           jobs=jobs)
 
     def request_counts(self) -> Optional[dict]:
         return self.rfs.stats.to_dict()
