@@ -6,7 +6,6 @@ Above both, so neither imports the other's way back.
 """
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -47,7 +46,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     after the other before them (a batch already shares its requests); outcomes in plan order.
     Shared between the threads: the listing (read only), the store's clients and request counts
     (locked), the ledger (``BucketLedger.mark`` locked), one readers' scratch root for all of
-    them (``reduce_rewrite_run``'s ``readers_root``)."""
+    them (``reduce_rewrite_run``'s ``readers_root``; a killed process's is swept by the next start)."""
     outcomes: Dict[str, RunOutcome] = {}
     cancel = cancel or CancelToken()  # one token: an interrupt stops the runs of every thread
 
@@ -104,34 +103,31 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                               progress=progress):
             if o.run not in outcomes:
                 settled(o)
-    if heavy:
-        # one scratch root for the readers of every transaction, set for as long as they run (the
-        # root is the process's: a transaction that set its own would move another thread's)
-        with scratch.scratch("bucket", scratch.system_root()) as shared:
-            readers = os.path.join(shared, "readers")
 
-            def rewrite(rp) -> None:
-                if not started([rp]):
-                    return
-                settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends,
-                                           closed_files, cancel=CancelToken(timeout, parent=cancel),
-                                           progress=None if progress is None else
-                                           (lambda step, frac, run=rp.run: progress(run, step, frac)),
-                                           readers_root=readers))
+    def rewrite(rp, readers: Optional[str] = None) -> None:
+        if not started([rp]):
+            return
+        settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
+                                   cancel=CancelToken(timeout, parent=cancel),
+                                   progress=None if progress is None else
+                                   (lambda step, frac, run=rp.run: progress(run, step, frac)),
+                                   readers_root=readers))
 
-            with scratch.rooted(readers):
-                if jobs <= 1 or len(heavy) == 1:
-                    for rp in heavy:
-                        rewrite(rp)
-                else:
-                    with ThreadPoolExecutor(max_workers=jobs) as ex:
-                        try:
-                            list(ex.map(rewrite, heavy))
-                        except KeyboardInterrupt:
-                            # before the pool waits for its threads: each transaction under way
-                            # stops at its next step and rolls back (as ``local_batch``)
-                            cancel.cancel()
-                            raise
+    if jobs <= 1 or len(heavy) <= 1:
+        for rp in heavy:
+            rewrite(rp)  # each sets the readers' scratch root inside its own scratch while it stages
+    else:
+        # one scratch root for the readers of every transaction, set while they run (the root is
+        # the process's: a transaction that set its own would move it under another thread)
+        with scratch.scratch("readers", scratch.system_root()) as shared, scratch.rooted(shared):
+            with ThreadPoolExecutor(max_workers=jobs) as ex:
+                try:
+                    list(ex.map(lambda rp: rewrite(rp, shared), heavy))
+                except KeyboardInterrupt:
+                    # before the pool waits for its threads: each transaction under way stops at
+                    # its next step and rolls back (as ``local_batch``)
+                    cancel.cancel()
+                    raise
     return [outcomes[rp.run] for rp in rps]
 
 
