@@ -117,6 +117,9 @@ INDEX_CACHE_BYTES = 64 << 20
 #: into one object of every blob made each release cost the whole vault (restic's index files
 #: are bounded alike). An object holding fewer than half of this is merged with others
 INDEX_ROWS = 2048
+#: a blob of at most this many original bytes whose stored bytes are in memory (a pack window's,
+#: a pack read back) is decoded and checked at once instead of streamed: its size bounds the memory
+SMALL_DECODE = CHUNK
 #: a long ``add`` writes an index of what it verified this often (seconds): far below the grace
 #: after which ``forget`` deletes objects no index lists
 INDEX_EVERY = 300.0
@@ -462,6 +465,43 @@ class _Verifying(io.RawIOBase):
             self._in.close()
         finally:
             super().close()
+
+
+def _decoded(ref: BlobRef, stored: bytes) -> Tuple[bytes, Optional[BlobFailure]]:
+    """A small blob's original bytes from its stored bytes in memory, and None; or (b"", why)
+    when they are not exactly the blob's (the checks ``_Verifying`` makes, at once). The
+    decoder stops past the blob's size whatever the frame declares (``SMALL_DECODE`` bounds it)."""
+    def corrupt(why: str) -> Tuple[bytes, BlobFailure]:
+        return b"", BlobFailure(BlobError.CORRUPT, why, sha=ref.sha, key=ref.key)
+
+    if ref.form == "zst":
+        try:
+            data = zst.decompress_bounded(stored, ref.size + 1)
+        except zst.DecodeError as e:
+            return corrupt(f"does not decode: {e}")
+    else:
+        data = bytes(stored)
+    if len(data) > ref.size:
+        return corrupt(f"decodes to more than its {ref.size} bytes")
+    if len(data) != ref.size:
+        return corrupt(f"decodes to {len(data)} bytes, not {ref.size}")
+    if hashlib.sha256(data).hexdigest() != ref.sha:
+        return corrupt("its bytes do not hash to its sha256")
+    return data, None
+
+
+class _Failing(io.RawIOBase):
+    """A stream whose first read raises ``failure`` (a blob found bad when it was opened)."""
+
+    def __init__(self, failure: BlobFailure):
+        super().__init__()
+        self._failure = failure
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        raise self._failure
 
 
 # --- index objects (untrusted input) ---------------------------------------------------------------
@@ -897,6 +937,11 @@ class BlobStore:
         return io.BufferedReader(RangeReader(fetch, length, name=key), PACK_READ)  # a request per 4 MB
 
     def _open_ref(self, ref: BlobRef, stored: Optional[bytes] = None) -> BinaryIO:
+        if stored is not None and ref.size <= SMALL_DECODE:
+            # a pack window's small blob: decoded and checked at once (no stream, no 1 MiB
+            # buffers, no decoder made per blob); damage is raised by the first read, as a stream's
+            data, bad = _decoded(ref, stored)
+            return io.BytesIO(data) if bad is None else io.BufferedReader(_Failing(bad))
         raw = self._stored(ref) if stored is None else io.BytesIO(stored)
         decoded = zst.open_decompressed(raw) if ref.form == "zst" else raw
         return io.BufferedReader(_Verifying(ref, decoded), CHUNK)
@@ -1221,6 +1266,8 @@ class BlobStore:
         if len(stored) != ref.length:
             return BlobFailure(BlobError.CORRUPT, f"{len(stored)} bytes stored where {ref.length} were written",
                                sha=ref.sha, key=ref.key)
+        if ref.size <= SMALL_DECODE:
+            return _decoded(ref, stored)[1]
         decoded = io.BytesIO(stored) if ref.form == "raw" else zst.open_decompressed(io.BytesIO(stored))
         v = _Verifying(ref, decoded)
         try:
