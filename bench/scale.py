@@ -906,6 +906,16 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
             print(f"  {a['mb']:g} MB / {b['mb']:g} MB, {'fresh' if mode == 'cold' else 'warm'} process: {ratio:.2f}x wall, "
                   f"{cpu:.2f}x CPU" + (f" (target <= 0.5x for 20 MB / 100 MB) {_met(met)}" if mode == "cold" else "")
                   + ("" if gate_time or met is not False or mode != "cold" else " (--small: printed, not a gate)"))
+            if mode == "cold" and b["bytes"] > a["bytes"]:
+                # the two sizes as a line through both (fixed + per MB): what does not grow with
+                # the file, and what it may be for the 0.5x target (fixed <= (b - 2a) x per MB)
+                for what, key in (("wall", "seconds"), ("CPU", "cpu")):
+                    ta, tb = a[mode].get(key, 0), b[mode].get(key, 0)
+                    per_mb = (tb - ta) / ((b["bytes"] - a["bytes"]) / 1e6)
+                    fixed = ta - a["bytes"] / 1e6 * per_mb
+                    room = (b["bytes"] - 2 * a["bytes"]) / 1e6 * per_mb
+                    print(f"    {what}: fixed part {fixed:.2f} s (extrapolated to an empty file) + "
+                          f"{per_mb * 1e3:.1f} ms a MB; 0.5x needs a fixed part <= {room:.2f} s at this rate")
             ca, cb = a[mode].get("all_cpu") or [], b[mode].get("all_cpu") or []
             if len(ca) > 1 and len(cb) > 1:
                 # --repeat: every measurement's CPU, and the ratio's spread over them
