@@ -581,7 +581,7 @@ def _reduce_kwargs(args) -> dict:
     return dict(backup_dir=args.backup_dir, policy=_policy(args), runs=args.runs, run_glob=args.run_glob,
                 min_size=args.min_size, older_than=args.older_than, quiet_period=args.quiet_period, jobs=args.jobs,
                 timeout=args.timeout, verify_backends=args.verify,
-                vault_format=getattr(args, "vault_format", "compressed"))
+                vault_format=getattr(args, "vault_format", None))
 
 
 def _batch_head(logdirs: List[str], logdir: str, shard, report) -> None:
@@ -1220,9 +1220,10 @@ def _reduce_parser(sub) -> None:
     s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
                    help="reader backends to verify with: python, rust or python,rust (default)")
     # the API's VAULT_FORMATS, spelled out: building the parser imports no engine
-    s.add_argument("--vault-format", choices=("compressed", "hardlink"), default="compressed",
+    s.add_argument("--vault-format", choices=("compressed", "hardlink"), default=None,
                    help="how backups are kept after each run commits: compressed (default: zstd, checked, the "
-                        "disk is freed at once) or hardlink (faster; the disk is freed only by purge)")
+                        "disk is freed at once) or hardlink (faster; the disk is freed only by purge); a bucket "
+                        "logdir keeps whole copies (or compressed blobs with a local --backup-dir) and refuses another")
     s.set_defaults(func=cmd_reduce)
 
 

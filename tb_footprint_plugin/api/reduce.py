@@ -58,7 +58,7 @@ def reduce_logdir(
     partition_sizes: Optional[Mapping[str, int]] = None,
     max_file_ops_per_second: Optional[float] = None,
     lease_seconds: Optional[float] = None,
-    vault_format: str = DEFAULT_VAULT_FORMAT,
+    vault_format: Optional[str] = None,
 ) -> ReduceReport:
     """Reduce runs largest first, each as its own verified transaction.
 
@@ -75,16 +75,18 @@ def reduce_logdir(
     ``max_file_ops_per_second`` caps this process's metadata operations (``storage.throttle``);
     ``lease_seconds`` sets the run locks' lease (``engine.lease``).
     ``vault_format``: ``"compressed"`` (each committed run's backups are compacted into verified
-    zstd blobs, so the disk is freed at once) or ``"hardlink"`` (kept as hard links until purge).
-    On a bucket logdir the same sequence runs over its one listing; ``jobs``, a per-run
-    ``timeout`` and ``vault_format`` are a disk's (``Engine.reduce_runs`` of each store says what
-    it does with ``cancel`` and ``progress``), and a custom ``ledger`` path names no other place
-    than the bucket's own ledger folder.
+    zstd blobs, so the disk is freed at once) or ``"hardlink"`` (kept as hard links until purge);
+    None: the store's own (a disk's ``"compressed"``). On a bucket logdir the same sequence runs
+    over its one listing with the same ``jobs``, ``timeout``, ``cancel`` and ``progress``
+    (``Engine.reduce_runs`` of each store says how); its backups are whole server-side copies or,
+    with a local ``backup_dir``, compressed blobs, and another ``vault_format`` is refused
+    (``Engine.vault_format``), as is a ``ledger`` path other than its own ledger folder's.
     """
-    if vault_format not in VAULT_FORMATS:
+    if vault_format is not None and vault_format not in VAULT_FORMATS:
         raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
     eng = open_engine(logdir, backup_dir, quiet_period=quiet_period, verify_backends=verify_backends,
                       closed_files=closed_files)
+    vault_format = eng.vault_format(vault_format)  # refused before anything is planned or changed
     pol = get_policy(policy)
     before_limit = throttle.limit()
     if max_file_ops_per_second is not None:

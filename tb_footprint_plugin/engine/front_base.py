@@ -153,6 +153,12 @@ class Engine(ABC):
         shard's partition scans first), else None and the plan scans. ``write_cache``: False in a
         dry run (it writes nothing)."""
 
+    def vault_format(self, requested: Optional[str]) -> str:
+        """The form a reduce's backups take here: ``requested`` (``engine.vault.VAULT_FORMATS``)
+        when given, else the store's own (a disk's: ``"compressed"``). A store that cannot honour
+        a requested one refuses it (a bucket: ``RemoteError`` ``StoreError.NOT_SUPPORTED``)."""
+        return requested or "compressed"
+
     @abstractmethod
     def dry_run_freed(self, p, vault_format: str) -> Optional[Tuple[int, int]]:
         """``(freed now, freed after purge)`` a dry run of plan ``p`` reports, or None where the

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
 from tb_footprint_plugin.engine.catalogue import summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
@@ -269,6 +269,15 @@ class BucketEngine(Engine):
         """Differs: no unfinished operation or open writer is named beforehand (the reduce settles
         journals first and its lock objects keep a run another machine changes)."""
         bucket_cost(p, fp, self.retention(p.removable_bytes), measures.stats if measures is not None else None)
+        p.notes.append(self.backup_note())
+
+    def backup_note(self) -> str:
+        """The plan's line on the form its backups take (``vault_format``)."""
+        if self.vault.blobs is not None:
+            return (f"backups: compressed blobs in {self.vault.blobs.folder} (verified, zstd where it pays, small ones "
+                    "packed); --vault-format hardlink cannot be honoured for a bucket")
+        return (f"backups: whole server-side copies under {self.rfs.scheme}://{self.vault.root} (the store's checksum "
+                "verified), kept until `tb-footprint purge`; --backup-dir FOLDER keeps compressed blobs instead")
 
     def in_flight(self) -> List[dict]:
         """Empty: a bucket's manifests, read as its history, are written before anything is deleted."""
@@ -280,12 +289,12 @@ class BucketEngine(Engine):
 
     def resumable_ledger(self, ledger: str, shard: Optional[Tuple[int, int]] = None
                          ) -> Optional[Tuple[str, dict, str]]:
-        """The shard's ledger folder (``ledger`` names no other place on a bucket), read as the
+        """The shard's ledger folder (``ledger_folder``: another place is refused), read as the
         reduce's ``BucketLedger.start`` reads it: one listing, one GET per entry; ``policy`` is
         the entries' one policy (None when they name several: then nothing is skipped by them)."""
         from tb_footprint_plugin.engine import bucket_ledger
 
-        folder = bucket_ledger.folder_of(sharding.label(shard))
+        folder = self.ledger_folder(ledger, shard)
         try:
             entries, _problems = bucket_ledger.read_folder(self.rfs, folder)
         except (OSError, ValueError):
@@ -299,6 +308,36 @@ class BucketEngine(Engine):
 
     def retention(self, removable: int) -> Optional[dict]:
         return self.bk.retention_report(self.rfs, self.vault, removable)
+
+    def ledger_folder(self, ledger: str, shard: Optional[Tuple[int, int]] = None) -> str:
+        """The ledger folder of the shard in the bucket, what ``ledger`` means here as
+        ``<logdir>/.tb-footprint/ledger.json`` (or the shard's) does on a disk: ``"default"`` or
+        that folder's own URL. Any other path is refused (``RemoteError``
+        ``StoreError.NOT_SUPPORTED``, naming it): a bucket's ledger is objects in its state folder,
+        where every worker and ``status`` find it, never a file elsewhere."""
+        from tb_footprint_plugin.engine import bucket_ledger
+
+        folder = bucket_ledger.folder_of(sharding.label(shard))
+        own = self.rfs.url_of(f"{bucket_ledger.LEDGERS}/{folder}")
+        if ledger != "default" and ledger.rstrip("/") != own:
+            raise RemoteError(StoreError.NOT_SUPPORTED, f"ledger {ledger}: a bucket logdir keeps its batch ledger as "
+                              f"objects in {own}; give --ledger default (or that URL), not another path")
+        return folder
+
+    def vault_format(self, requested: Optional[str]) -> str:
+        """``"compressed"`` with a local vault of blobs (``engine.bucket_blobs``: verified,
+        content-addressed, zstd where it pays, small ones packed); ``"copies"`` with the bucket's
+        own vault (whole server-side copies, kept until purge). A requested format the vault
+        cannot take is refused (``RemoteError`` ``StoreError.NOT_SUPPORTED``, naming the vault):
+        ``hardlink`` on either (no hard link from a bucket), ``compressed`` on server-side copies."""
+        own = "compressed" if self.vault.blobs is not None else "copies"
+        if requested is None or requested == own:
+            return own
+        where = (f"the folder {self.vault.blobs.folder} keeps them as compressed blobs" if self.vault.blobs is not None
+                 else f"the bucket keeps them as whole server-side copies under {self.rfs.scheme}://{self.vault.root}; "
+                 "--backup-dir FOLDER keeps them as compressed blobs in a local folder")
+        raise RemoteError(StoreError.NOT_SUPPORTED, f"vault format {requested!r} cannot be honoured for the bucket "
+                          f"logdir {self.logdir}: {where}")
 
     # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
     def prepare_vault(self) -> None:
@@ -352,12 +391,13 @@ class BucketEngine(Engine):
 
     def open_ledger(self, ledger: Optional[str], policy_name: str, shard: Optional[Tuple[int, int]] = None):
         """The shard's ledger objects in the bucket (``engine.bucket_ledger.BucketLedger``; None
-        without ``ledger``). Differs: their place is the bucket's (a custom ledger path names no
-        other)."""
+        without ``ledger``): ``ledger`` is ``"default"`` or their folder's URL, another path is
+        refused (``ledger_folder``)."""
         from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
 
         if not ledger:
             return None
+        self.ledger_folder(ledger, shard)  # another place is refused before any run is touched
         # its entries found in the reduce's listing (``survey_for_reduce``): no listing more
         return BucketLedger(self.rfs, policy_name, sharding.label(shard), listing=self._listing)
 
