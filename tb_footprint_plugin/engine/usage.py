@@ -28,7 +28,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from tb_footprint_plugin.engine import offload, remote_vault
 from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX, Vault
-from tb_footprint_plugin.scan.model import BLOCK
+from tb_footprint_plugin.scan.model import BLOCK, DiskTally
 from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.regular import open_regular
@@ -104,9 +104,10 @@ def disk_usage(logdir: str, vaults: Sequence[str] = ()) -> DiskUsage:
         out.logdir_device = os.lstat(logdir).st_dev
     except OSError:
         pass
-    seen: Set[Tuple[int, int]] = set()
+    tally = DiskTally()  # one rule for "allocated", the scan's (blocks, each inode once)
     for root in roots:
-        _walk(out, seen, root, logdir, roots)
+        _walk(out, tally, root, logdir, roots)
+    out.total_bytes, out.by_device = tally.bytes, tally.by_device
     return out
 
 
@@ -119,9 +120,9 @@ def disk_usage_after_scan(logdir: str, vaults: Sequence[str], walked) -> DiskUsa
     the scan met still counted once. ``logdir`` must be the folder that scan walked."""
     logdir = os.path.abspath(logdir)
     roots, skipped = _walk_roots(logdir, vaults)
-    out = DiskUsage(total_bytes=walked.bytes, by_device=dict(walked.by_device), logdir_device=walked.device,
-                    roots=roots, skipped=skipped + [dict(s) for s in walked.skipped])
-    seen: Set[Tuple[int, int]] = set(walked.linked)  # a copy: the scan's tally stays as its walk left it
+    out = DiskUsage(logdir_device=walked.device, roots=roots, skipped=skipped + [dict(s) for s in walked.skipped])
+    # a copy: the scan's tally stays as its walk left it
+    tally = DiskTally(bytes=walked.bytes, by_device=dict(walked.by_device), linked=set(walked.linked))
     for aside in walked.set_aside:
         if os.path.dirname(aside) == logdir and is_state_name(os.path.basename(aside)):
             try:
@@ -131,25 +132,18 @@ def disk_usage_after_scan(logdir: str, vaults: Sequence[str], walked) -> DiskUsa
             if not _ours(st):  # another user's state and backups: theirs (as ``disk_usage`` says)
                 out.skipped.append({"path": aside, "why": "not a state folder of ours"})
                 continue
-        _walk(out, seen, aside, logdir, roots)
+        _walk(out, tally, aside, logdir, roots)
     for root in roots[1:]:  # roots[0] is the logdir, which the scan walked
-        _walk(out, seen, root, logdir, roots)
+        _walk(out, tally, root, logdir, roots)
+    out.total_bytes, out.by_device = tally.bytes, tally.by_device
     return out
 
 
-def _walk(out: DiskUsage, seen: Set[Tuple[int, int]], root: str, logdir: str, roots: Sequence[str]) -> None:
-    """Count ``root`` and everything under it into ``out`` (``seen``: the inodes with several links
-    counted already); a folder that is another of ``roots`` is left to its own walk."""
-
-    def count(st: os.stat_result) -> None:
-        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-            key = (st.st_dev, st.st_ino)
-            if key in seen:
-                return
-            seen.add(key)
-        b = st.st_blocks * BLOCK
-        out.total_bytes += b
-        out.by_device[st.st_dev] = out.by_device.get(st.st_dev, 0) + b
+def _walk(out: DiskUsage, tally: DiskTally, root: str, logdir: str, roots: Sequence[str]) -> None:
+    """Count ``root`` and everything under it into ``tally`` (``DiskTally.count``: the scan's rule,
+    the inodes with several links counted once across every walk of it) and what it could not
+    read into ``out``; a folder that is another of ``roots`` is left to its own walk."""
+    count = tally.count
 
     try:
         st = os.lstat(root)
