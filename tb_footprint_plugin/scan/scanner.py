@@ -20,6 +20,7 @@ from tb_footprint_plugin.scan.model import (
     LogdirFootprint,
     ProfileSession,
     RunFootprint,
+    SharedStat,
     UNATTRIBUTED,
 )
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, cache_dir, is_within, recorded_vaults, state_dir
@@ -282,11 +283,36 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
         if shared is None:
             shared = names[key] = FrozenList(key)
         run.categories[name].tags = shared
+    _share_stats(run.categories, names)
     if warnings:
         run.warnings = warnings
     run.files = sorted(run.files, key=lambda e: e.path)  # as long as it is (appended to, it kept spare room)
     run.sessions = _sessions(found, names)
     return run
+
+
+#: ``names``' key of its table of shared category stats (``_share_stats``)
+_STATS = object()
+#: the shared stats remembered at most (then forgotten, not grown: runs unlike each other must not
+#: cost a table entry each on top of their own stats)
+_STATS_KEPT = 256
+
+
+def _share_stats(cats: Dict[str, CategoryStat], names: dict) -> None:
+    """Replace each of a finished run's stats by an equal one a like run already holds (one object
+    for all of them: ~120 bytes a category a run at 100,000 runs), else make it the one to share."""
+    table = names.get(_STATS)
+    if table is None:
+        table = names[_STATS] = {}
+    for name, c in cats.items():
+        # the tags list is itself shared by like runs (one per set of tags): its identity is its value
+        key = (name, c.bytes, c.files, c.records, id(c.tags), c.min_step, c.max_step, c.max_tag_records)
+        shared = table.get(key)
+        if shared is None:
+            if len(table) >= _STATS_KEPT:
+                table.clear()
+            shared = table[key] = SharedStat.share(c)
+        cats[name] = shared
 
 
 def _add(cats: Dict[str, CategoryStat], name: str, nbytes: int, *, files: int = 0,
@@ -360,7 +386,12 @@ def _sessions(found: FoundRun, names: Optional[Dict[str, str]] = None) -> List[P
     for path, mtime in found.empty_sessions:
         out.append(ProfileSession(name=os.path.basename(path), path=path, mtime=mtime, bytes=0, files=0))
     for key, found_hosts in hosts.items():
-        sessions[key].hosts = found_hosts[:]  # as long as it is (appended to, it kept room for 4)
+        # like runs profile on the same hosts: one list no one may change for each list of them
+        hkey = tuple(found_hosts)
+        shared = names.get(hkey)
+        if shared is None:
+            shared = names[hkey] = FrozenList(hkey)
+        sessions[key].hosts = shared
     out.extend(sessions.values())
     return sorted(out, key=lambda s: (s.kind, s.mtime, s.name))  # a list as long as it is
 
