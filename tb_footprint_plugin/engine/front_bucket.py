@@ -415,10 +415,11 @@ class BucketEngine(Engine):
         cancel are checked between steps up to the commit record, a run past them rolled back;
         a batch's runs count their timeout from the batch's start. ``jobs``: the rewrite
         transactions on that many threads, the drop-only batches one after the other before them
-        (a batch shares its journal and listings already). Differs: ``progress`` also says ``start`` (0.0)
-        before the disk's steps (``backup``, ``stage``, ``verify`` where the ledger marks the run
-        ``verifying``, ``done``); ``vault_format`` unused (the bucket's vault has its own). A run's
-        ``finished_at`` is its commit record's time, as on a disk."""
+        (a batch shares its journal and listings already). ``progress``: the disk's steps
+        (``backup``, ``stage``, ``verify`` where the ledger marks the run ``verifying``,
+        ``done``), after a ``start`` (0.0) a disk does not say. ``vault_format`` is the one
+        ``vault_format`` gave (the vault's own: a requested other was refused before the plan).
+        A run's ``finished_at`` is its commit record's time, as on a disk."""
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
         listing = self._listing if self._listing is not None else self.rfs.list_tree()
