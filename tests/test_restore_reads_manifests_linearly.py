@@ -49,23 +49,29 @@ def _extra_claim(vault: Vault, sha: str, size: int, claimant: dict) -> None:
 
 def _hook_second_release(monkeypatch, vault_root: str, act) -> dict:
     """Call ``act(vault, candidates)`` just before the second run's release takes its blob locks
-    (after the call's memo holds every manifest); record what that release freed and whether the
-    first candidate is still held right after it."""
-    real = Vault.delete_blobs
+    (after the call's memo holds every manifest) — or, for packed backups, before the release
+    of every run's pack copies together at the end of the call (``restore.Releases``); record
+    what that release freed and whether the first candidate is still held right after it."""
     seen = {"calls": 0, "shas": None}
 
-    def hooked(self, shas, needed, *a, **kw):
-        seen["calls"] += 1
-        if seen["calls"] != 2:
-            return real(self, shas, needed, *a, **kw)
-        shas = list(shas)
-        seen["shas"] = shas
-        act(Vault(vault_root), shas)
-        out = real(self, shas, needed, *a, **kw)
-        seen["freed"] = dict(out)
-        seen["held"] = Vault(vault_root).has_blob(shas[0])
-        return out
-    monkeypatch.setattr(Vault, "delete_blobs", hooked)
+    def hook(name: str, at_call: int):
+        real = getattr(Vault, name)
+
+        def hooked(self, shas, needed, *a, **kw):
+            seen["calls"] += 1
+            if seen["shas"] is not None or seen["calls"] < at_call:
+                return real(self, shas, needed, *a, **kw)
+            shas = sorted(shas)
+            seen["shas"] = shas
+            act(Vault(vault_root), shas)
+            out = real(self, shas, needed, *a, **kw)
+            seen["freed"] = dict(out)
+            seen["held"] = Vault(vault_root).has_blob(shas[0])
+            return out
+        monkeypatch.setattr(Vault, name, hooked)
+
+    hook("delete_blobs", 2)
+    hook("forget_packed_released", 1)
     return seen
 
 

@@ -27,7 +27,7 @@ from tb_footprint_plugin.engine.plan_notes import freed_estimate, offload_note, 
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.remote_vault import last_failure
-from tb_footprint_plugin.engine.restore import restore_op
+from tb_footprint_plugin.engine.restore import restore_op, restore_ops
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
@@ -334,8 +334,8 @@ class LocalEngine(Engine):
             raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
                                    Failure.RESTORE_BLOCKED if hidden else None)
-        for m in ops:
-            outcomes.append(_name_remote_failures(m, restore_op(ctx, m, memo)))
+        # one after the other, their pack copies let go together at the end (``restore_ops``)
+        outcomes += restore_ops(ctx, ops, memo, each=_name_remote_failures)
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"

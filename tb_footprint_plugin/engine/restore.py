@@ -4,14 +4,21 @@ created, check the run reads as the original, and record it.
 A restore is journaled too. It only ever adds original bytes back and removes files the
 reduction itself created (recognized by their sha256), so every step is idempotent and an
 interrupted restore is simply finished on the next start.
+
+Why one module: the put-back and the release of the backups it made redundant are one rule of
+invariant 1 — a blob goes only once the file it backs stands in place with its digest, and only
+when no claim (``_claimed_now``: manifests, journals, pins, files in place) keeps it — whether
+the release runs at the end of a run's restore, of a restore of many runs (``Releases``) or at
+the next start; apart, the claims check and the order of marks could drift from the put-back's.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shlex
 import time
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, remote_vault, trust
@@ -44,10 +51,33 @@ from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
 
 
-def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None) -> RunOutcome:
+def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = None,
+                each: Optional[Callable[[dict, RunOutcome], RunOutcome]] = None) -> List[RunOutcome]:
+    """Restore reductions one after the other (``restore_op`` each, its outcome then given to
+    ``each``), their pack copies let go together once every run is back (``Releases``: one
+    forget for the call, not one a run); each outcome's detail then says what its release
+    freed. An interrupt before that leaves the restored operations' backups kept: the next
+    start releases them (``upkeep``)."""
+    releases = Releases()
+    outcomes = []
+    for m in ops:
+        o = restore_op(ctx, m, memo, releases)
+        outcomes.append(o if each is None else each(m, o))
+    freed = releases.finish(ctx, memo)
+    for m, o in zip(ops, outcomes):
+        n = freed.get(m["op_id"], 0) if o.status == Outcome.RESTORED else 0
+        if n:
+            o.reason = (o.reason or "") + f"; the vault's now redundant copy freed ({human_bytes(n)})"
+    return outcomes
+
+
+def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None,
+               releases: Optional["Releases"] = None) -> RunOutcome:
     """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason).
     ``memo``: the command's (a restore of many runs): the manifests its checks and its release
-    read afresh are read through it, so only those changed since its last read are read again."""
+    read afresh are read through it, so only those changed since its last read are read again.
+    ``releases``: the command's; the pack copies this restore lets go are forgotten with the
+    other runs' by its ``finish`` (``restore_ops``), else at once."""
     t0 = time.monotonic()
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
@@ -144,7 +174,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
                     return out
                 journal.append({"type": "verified", "ok": True})  # every backup read back whole
             try:
-                detail = finish_restore(ctx, journal.records(), memo, prepared)
+                detail = finish_restore(ctx, journal.records(), memo, prepared, releases)
             except Exception as e:
                 # Restores only add originals back: leave the journal so the next start finishes it.
                 out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
@@ -178,12 +208,13 @@ def restore_abandoned(records: List[dict]) -> bool:
 
 
 def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
-                   prepared: Optional["Prepared"] = None) -> str:
+                   prepared: Optional["Prepared"] = None, releases: Optional["Releases"] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
     ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
     backups into (``prepare_streamed``), renamed into place instead of downloading them again.
     A restore journaled to check backups after its begin (``checks_first``) and killed before
-    its ``verified`` record had put nothing back: its temporaries are removed, nothing else."""
+    its ``verified`` record had put nothing back: its temporaries are removed, nothing else.
+    ``releases``: see ``restore_op``."""
     begin = records[0]
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -240,7 +271,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     vault.write_manifest(manifest)
     changed: set = set()
     released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced},
-                                       changed=changed, memo=memo)
+                                       changed=changed, memo=memo, releases=releases)
     vault.write_manifest(one_schema.new(
         op_id=begin["op_id"], kind="restore", run=manifest["run"], logdir=ctx.logdir, started_at=begin["t"],
         finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=manifest["op_id"],
@@ -256,8 +287,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
            if displaced else {}),
     })
     detail = f"{len(originals)} file(s) restored byte for byte (sha256 checked)"
-    if released:
-        detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"
+    if released and not (releases is not None and releases.defers(manifest["op_id"])):
+        detail += f"; the vault's now redundant copy freed ({human_bytes(released)})"  # else said once finished
     if kept_changed:
         detail += f"; {len(kept_changed)} file(s) changed since the reduction were left in place"
     if changed:
@@ -337,7 +368,8 @@ def kept_blobs(ctx: Context, manifests: List[dict]) -> List[dict]:
 
 
 def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=frozenset(),
-                            changed: Optional[set] = None, memo: Optional[ManifestMemo] = None) -> int:
+                            changed: Optional[set] = None, memo: Optional[ManifestMemo] = None,
+                            releases: Optional["Releases"] = None) -> int:
     """After a verified restore the originals stand in the logdir again; the vault's copies of
     them are then redundant and are dropped, so a restore leaves the disk no fuller than before
     the reduce (the backup of a reduction is a hard link until the purge; the restore writes a
@@ -351,6 +383,9 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     may exist nowhere else, so it stays with its other forms, its digest added to ``changed``
     (``status`` names it), and the manifest keeps claiming it. ``memo``: the manifests are
     still read afresh under the locks, only through it (those unchanged since are not parsed again).
+    ``releases`` (a restore of many runs): a blob held only in the vault's packs is left to its
+    ``finish`` (the same checks, under the same locks, for every run's at once), and this
+    operation is marked released there, once they went; the bytes returned are the local forms'.
     """
     if not manifest.get("restored_by"):
         return 0
@@ -364,11 +399,17 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
         if changed is not None:
             changed.update(grew)
         return 0
+    deferred = []
+    if releases is not None:  # packed only, no local form: nothing to do here but wait for the others
+        deferred = [sha for sha in candidates if vault.local_form(sha) is None
+                    and remote_vault.packed_ref(vault.root, sha) is not None]
+        left = set(deferred)
+        candidates = [sha for sha in candidates if sha not in left]
     kept: set = set()
     last: List[List[dict]] = []  # the manifests the last ``needed`` read under the locks
 
     def needed() -> set:
-        claimed = _claimed_now(ctx, vault, manifest, files, keep, memo, read=last)
+        claimed = _claimed_now(ctx, vault, [manifest["op_id"]], files, keep, memo, read=last)
         kept.update(claimed)
         return claimed
 
@@ -376,34 +417,106 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     freed = vault.delete_blobs(candidates, needed, changed=grown) if candidates else {}
     if changed is not None:
         changed.update(grown)
+    if deferred:
+        releases.add(vault, manifest, {sha: files[sha] for sha in deferred}, keep, sum(freed.values()))
     # a blob let go is one no claim kept under the locks and, if it has local forms, one they
     # went from (not kept for a live pin); one only the remote vault holds goes from there once
     # the manifests say so. Only then, and only for those, the marks: a kill before them is
     # finished by the next start, which marks an operation whose blobs are all absent
     gone = {sha for sha in candidates if sha not in kept and sha not in grown
             and (freed.get(sha) or vault.local_form(sha) is None)}
+    # looked over slim (what says which blobs each claims), the one marked written whole: the
+    # read the release's last decision made under the locks, a moment ago (a manifest committed
+    # since claims none of the blobs that went; one this misses is marked by the next start).
+    # Nothing went (every blob left to ``releases``): no other operation's state changed
+    read = last[-1] if last else (vault.manifests(slim(vault.root), memo=memo) if gone else [])
+    _mark_released(vault, [manifest], read, gone, manifest["restored_by"])
+    return sum(freed.values())
+
+
+def _mark_released(vault: Vault, mine: List[dict], read: List[dict], gone: set, by: Optional[str]) -> None:
+    """Every restored operation left with no blob (``mine``, then the others of ``read``) stops
+    claiming one: marked ``backup_purged``, released by restore ``by`` (each of ``read``'s own
+    ``restored_by`` when None). ``gone``: the digests just let go; any other must be absent on a
+    fresh look of the packs' index."""
     def left_with_none(m: dict) -> bool:
         return bool(m.get("restored_by") and not m.get("backup_purged") and m.get("files") and all(
             f["sha256"] in gone or not vault.has_blob(f["sha256"]) for f in m.get("files", [])) and (
             _absent_on_a_fresh_look(vault, [f["sha256"] for f in m["files"] if f["sha256"] not in gone])))
 
-    # looked over slim (what says which blobs each claims), the one marked written whole: the
-    # read the release's last decision made under the locks, a moment ago (a manifest committed
-    # since claims none of the blobs that went; one this misses is marked by the next start)
-    read = last[-1] if last else vault.manifests(slim(vault.root), memo=memo)
-    ms = [manifest] + [m for m in read if m.get("op_id") != manifest["op_id"]]
-    for m in ms:  # every restored operation left with no blob stops claiming one
-        if m is not manifest and left_with_none(m):
+    ids = {m.get("op_id") for m in mine}
+    for m in list(mine) + [m for m in read if m.get("op_id") not in ids]:
+        if not any(m is x for x in mine) and left_with_none(m):
             try:
                 m = vault.read_manifest(m["op_id"])
             except (OSError, ValueError):
                 continue  # unread: it keeps claiming (the next start, or a purge, settles it)
         if left_with_none(m):
             m["backup_purged"] = True
-            m["backup_released_by_restore"] = manifest["restored_by"]
+            m["backup_released_by_restore"] = by or m["restored_by"]
             m["purged_at"] = time.time()
             vault.write_manifest(m)
-    return sum(freed.values())
+
+
+class Releases:
+    """The pack copies the restores of one command let go, forgotten together at its end
+    (``finish``) instead of one forget a run (issue #27 item 5: each rewrote the pack index and
+    repacked the packs it left half dead; at the end every pack of the restored runs is dead
+    and simply goes). Holds digests, their files and op ids: memory grows with the blobs
+    restored, never with their bytes. Not finished (an interrupt, a kill): the operations stay
+    restored and unreleased, and the next start releases them (``upkeep.release_kept_restores``)."""
+
+    def __init__(self) -> None:
+        #: vault root -> {"files": digest -> file, "keep": set, "ops": {op_id: (manifest, local bytes)}}
+        self._by_vault: Dict[str, dict] = {}
+
+    def add(self, vault: Vault, manifest: dict, files: Dict[str, dict], keep, freed: int) -> None:
+        """Leave ``files`` (digest → its file record) of restored ``manifest`` to ``finish``;
+        ``keep``: digests its restore keeps (displaced bytes); ``freed``: what its release freed."""
+        b = self._by_vault.setdefault(vault.root, {"files": {}, "keep": set(), "ops": {}})
+        for sha, f in files.items():
+            b["files"].setdefault(sha, f)
+        b["keep"].update(k for k in keep if k)
+        b["ops"][manifest["op_id"]] = (manifest, freed)
+
+    def defers(self, op_id: str) -> bool:
+        """Whether ``op_id``'s release is finished by ``finish``."""
+        return any(op_id in b["ops"] for b in self._by_vault.values())
+
+    def finish(self, ctx: Context, memo: Optional[ManifestMemo] = None) -> Dict[str, int]:
+        """Forget the pack copies no claim keeps now (``Vault.forget_packed_released``: the pack
+        lock, the blobs' locks, the claims read afresh under them, ``_claimed_now``: every
+        manifest, unfinished operation, pin and file in place), then mark each operation left
+        with no blob; op id → bytes its release freed (the local forms' and its packed ones; a
+        digest shared by two operations counted once). A failure leaves the rest kept."""
+        out: Dict[str, int] = {}
+        for root, b in self._by_vault.items():
+            vault = Vault(root)
+            files, ops = b["files"], b["ops"]
+            kept: set = set()
+            last: List[List[dict]] = []
+
+            def needed(part: List[str]) -> set:
+                claimed = _claimed_now(ctx, vault, list(ops), {sha: files[sha] for sha in part}, b["keep"], memo,
+                                       read=last)
+                kept.update(claimed)
+                return claimed
+
+            try:
+                freed = vault.forget_packed_released(files, needed)
+            except (OSError, BlobFailure, StoreFailure):
+                freed = {}  # kept: the next start releases them
+            gone = {sha for sha, n in freed.items() if n and sha not in kept}
+            counted: set = set()
+            for op_id, (m, local) in ops.items():
+                mine = {f["sha256"] for f in m.get("files", [])} & gone
+                out[op_id] = local + sum(freed[sha] for sha in mine - counted)
+                counted |= mine
+            if last:  # each operation as read under the locks, read whole again before it is marked
+                with contextlib.suppress(OSError, ValueError):
+                    _mark_released(vault, [], last[-1], gone, None)
+        self._by_vault.clear()
+        return out
 
 
 def _retired_now(mine: List[dict], run: str) -> Optional[dict]:
@@ -438,12 +551,12 @@ def _absent_on_a_fresh_look(vault: Vault, shas: List[str]) -> bool:
     return not any(vault.has_blob(s) for s in shas)
 
 
-def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep,
+def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, keep,
                  memo: Optional[ManifestMemo] = None, read: Optional[List[List[dict]]] = None) -> set:
     """The digests of ``files`` that must stay, read under the blobs' locks (the manifests,
     journals and pins of now, not of when the release began: a reduce of identical bytes may
     have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay.
-    ``read``: the manifests read are appended to it."""
+    ``releasing``: the op ids whose backups are let go. ``read``: the manifests read are appended to it."""
     every = set(files)
     ms = vault.manifests(slim(vault.root), memo=memo)  # all a claim is said by, without verifications
     if read is not None:
@@ -454,7 +567,7 @@ def _claimed_now(ctx: Context, vault: Vault, manifest: dict, files: dict, keep,
     # a restored operation's originals stand in its logdir: its backup is no claim any more
     restored = [m["op_id"] for m in ms if m.get("restored_by") and not m.get("backup_purged")]
     # the read just made, with its problems (a second full read gave nothing more)
-    refs = vault.referenced_blobs(exclude_ops=[manifest["op_id"]] + restored, manifests=ms)
+    refs = vault.referenced_blobs(exclude_ops=list(releasing) + restored, manifests=ms)
     if vault.unread:
         return every
     claimed = {sha for sha in every if sha in refs} | (set(keep) & every) | (journal_blobs(ctx) & every)
@@ -471,4 +584,4 @@ def _check_reads(ctx: Context, paths: List[str]) -> None:
         raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
 
 
-__all__ = ["restore_op", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code"]
+__all__ = ["restore_ops", "restore_op", "Releases", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code"]

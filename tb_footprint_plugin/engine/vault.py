@@ -1809,6 +1809,41 @@ class Vault:
                         out[sha] += n
         return out
 
+    def forget_packed_released(self, shas: Iterable[str], needed, batch: int = 256) -> Dict[str, int]:
+        """Forget the pack copies of blobs restores let go (``engine.restore.Releases``: one
+        forget for a restore of many runs, not one a run), digest → bytes they took in their
+        packs (0: kept). The rules of ``delete_blobs``: the pack lock alone, then each batch's
+        blob locks (digest order), ``needed(batch)`` read afresh under them once a batch; a
+        digest it names, a live pin names, or that has a local form again (stored anew since: its
+        pack copy stays with it, as ``delete_blobs`` keeps one) stays."""
+        todo = sorted(dict.fromkeys(s for s in shas if is_sha256(s)))
+        out: Dict[str, int] = {s: 0 for s in todo}
+        if not todo:
+            return out
+        with self.pack_lock(exclusive=True):
+            if not remote_vault.has_packs(self.root):
+                return out
+            for i in range(0, len(todo), batch):
+                part = todo[i:i + batch]
+                with contextlib.ExitStack() as stack:
+                    for sha in part:
+                        stack.enter_context(self._blob_lock(sha, wait=True))
+                    keep = needed(part)
+                    pinned = self._pinned_among(part)
+                    forget = [sha for sha in part if sha not in keep and sha not in pinned
+                              and self._local_form(sha) is None
+                              and remote_vault.packed_ref(self.root, sha) is not None]
+                    out.update(self._forget_packed(forget))
+        return out
+
+    def _pinned_among(self, shas: List[str]) -> set:
+        """Those of ``shas`` a live pin names (``pinned_by`` of each, the pins folder listed once)."""
+        ops = self.pinned_ops()
+        if not ops:
+            return set()
+        return {sha for sha in shas if any(os.path.lexists(os.path.join(self.tmp, op, "pins", sha))
+                                           and not self._rolled_back(op) for op in ops)}
+
     def size(self) -> int:
         """Bytes the vault holds: backups (blobs, packs as stored; not their index) and retired runs."""
         total = 0
