@@ -30,6 +30,13 @@ def test_like_runs_share_their_stats_and_hosts(logdir):
         assert all(r.categories[name] is c for r in like[1:]), name  # before: an object a run
     assert other.categories["scalars"] is not like[0].categories["scalars"]
     assert other.categories["scalars"].records == 80 * 4 and like[0].categories["scalars"].records == 40 * 4
+    # and the maps of them, and the event files' splits by category
+    assert all(r.categories is like[0].categories for r in like[1:])
+    assert other.categories is not like[0].categories
+    events = [next(f for f in r.files if f.kind == "event") for r in like]
+    assert all(e._cats is events[0]._cats for e in events[1:])
+    assert events[0].categories == {"file_version": 78, **{k: v for k, v in events[0].categories.items()
+                                                           if k != "file_version"}}
     hosts = [r.sessions[0].hosts for r in like + [other]]
     assert hosts[0] == ["host"] and all(h is hosts[0] for h in hosts)
 
@@ -60,6 +67,8 @@ def test_a_shared_stat_refuses_change_and_folds_into_one_of_its_own(logdir):
         c.add(b.categories["scalars"])
     with pytest.raises(TypeError):
         a.sessions[0].hosts.append("elsewhere")
+    with pytest.raises(TypeError):
+        a.categories["scalars"] = CategoryStat(name="scalars")
     assert b.categories["scalars"].bytes == c.bytes and b.sessions[0].hosts == ["host"]
     # what the CLI does to sum a selection: another of the same type, folded into
     total = type(c)(name="scalars")

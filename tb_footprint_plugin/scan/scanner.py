@@ -17,6 +17,7 @@ from tb_footprint_plugin.scan.model import (
     DiskTally,
     FileEntry,
     FrozenList,
+    FrozenMap,
     LogdirFootprint,
     ProfileSession,
     RunFootprint,
@@ -283,7 +284,7 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
         if shared is None:
             shared = names[key] = FrozenList(key)
         run.categories[name].tags = shared
-    _share_stats(run.categories, names)
+    _share_stats(run, names)
     if warnings:
         run.warnings = warnings
     run.files = sorted(run.files, key=lambda e: e.path)  # as long as it is (appended to, it kept spare room)
@@ -298,21 +299,38 @@ _STATS = object()
 _STATS_KEPT = 256
 
 
-def _share_stats(cats: Dict[str, CategoryStat], names: dict) -> None:
+def _shared(table: dict, key, value):
+    """The value ``table`` holds for ``key``, else ``value``, made the one to share."""
+    shared = table.get(key)
+    if shared is None:
+        if len(table) >= _STATS_KEPT:
+            table.clear()
+        shared = table[key] = value
+    return shared
+
+
+def _share_stats(run: RunFootprint, names: dict) -> None:
     """Replace each of a finished run's stats by an equal one a like run already holds (one object
-    for all of them: ~120 bytes a category a run at 100,000 runs), else make it the one to share."""
+    for all of them: ~120 bytes a category a run at 100,000 runs), else make it the one to share;
+    then the same for the run's whole map of them (~300 bytes) and its files' category splits."""
     table = names.get(_STATS)
     if table is None:
         table = names[_STATS] = {}
+    cats = run.categories
     for name, c in cats.items():
         # the tags list is itself shared by like runs (one per set of tags): its identity is its value
         key = (name, c.bytes, c.files, c.records, id(c.tags), c.min_step, c.max_step, c.max_tag_records)
         shared = table.get(key)
         if shared is None:
-            if len(table) >= _STATS_KEPT:
-                table.clear()
-            shared = table[key] = SharedStat.share(c)
+            shared = _shared(table, key, SharedStat.share(c))
         cats[name] = shared
+    # keys of three kinds in one table, never equal: a stat's (a name, then ints), a map's (ints
+    # only: its shared stats, which the map keeps alive), a file's split (name, int, name, ...)
+    if cats:  # (an empty key would be an empty split's too)
+        run.categories = _shared(table, tuple(id(c) for c in cats.values()), FrozenMap(cats))
+    for f in run.files:
+        if isinstance(f._cats, tuple) and f._cats:
+            f._cats = _shared(table, f._cats, f._cats)
 
 
 def _add(cats: Dict[str, CategoryStat], name: str, nbytes: int, *, files: int = 0,
