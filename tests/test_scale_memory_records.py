@@ -193,10 +193,14 @@ def test_a_session_name_is_read_from_its_path():
 def test_a_plan_lets_go_of_its_own_scan_run_by_run(logdirs):
     """A plan that made its own scan lets go of each run's files, sessions and categories once
     the run is planned: the scan and the plan were both held whole at the plan's peak (~3.3 KB a
-    run here, ~400 MB at 100,000 runs). Now the peak is the scan's own (~2.6 KB)."""
+    run here, ~400 MB at 100,000 runs). Now the peak is the scan's own (~2.6 KB). Since like runs
+    share their category stats (3b749dd, 5f051da) those are no run's own to let go, and the scan's
+    peak fell to ~1.2-1.35 KB: the plan peaks ~330 bytes a run above it, ~1.5 KB in all (without
+    letting go: ~840 above, ~2.2 KB)."""
     _held_, peak = _per_run(logdirs, lambda d: api.plan(d, "archive"))
     _s, scan_peak = _per_run(logdirs, lambda d: api.scan(d, write_cache=False))
-    assert peak < scan_peak + 300, f"a plan peaks at {peak:.0f} bytes a run, its scan at {scan_peak:.0f}"
+    assert peak < scan_peak + 500, f"a plan peaks at {peak:.0f} bytes a run, its scan at {scan_peak:.0f}"
+    assert peak < 1900, f"a plan peaks at {peak:.0f} bytes a run"
 
 
 def test_a_footprint_the_caller_keeps_is_left_whole(logdirs):
