@@ -150,6 +150,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     _drop_run(rfs, vault, en, outs[en["run"]],
                               BucketTxnError(Failure.REFUSED, f"{str(bad)[:300]!r}: {e}; run left as it was"))
             live = _in_time(rfs, vault, live, outs, cancel)
+            faults.hit("reduce.backup")
             if progress:
                 for en in live:  # as on a disk: a ledger marks each run "verifying" here
                     progress(en["run"], "verify", 0.65)
@@ -168,7 +169,6 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 except (BucketTxnError, RemoteError) as e:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
             live = made
-        faults.hit("reduce.backup")
         # Last look before the destructive step: an object rewritten since its backup was made
         # must not be deleted (its new bytes have no backup). Each delete also carries the
         # version as a condition where the store takes one.

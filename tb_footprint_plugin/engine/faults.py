@@ -54,7 +54,7 @@ STEPS: Tuple[Step, ...] = (
     Step("reduce.backup_copy", (BUCKET,), "one server-side backup copy is made (hit after each)"),
     Step("reduce.blobs_added", (BLOBS,), "bucket, vault of blobs: the originals are added to it and read back; "
                                          "no manifest names them yet"),
-    Step("reduce.backup", _BOTH, "every backup of the run is made (bucket: and its manifest, batch path)"),
+    Step("reduce.backup", _BOTH, "every backup of the run is made (bucket: no manifest yet)"),
     Step("reduce.stage_record", (LOCAL,), "a file's stage record is journaled, its temp not yet written"),
     Step("reduce.stage", _BOTH, "every new file is staged (and checked by TensorBoard's readers)"),
     Step("reduce.upload", (BUCKET,), "the staged objects are uploaded beside the originals and read back"),
