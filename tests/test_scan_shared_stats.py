@@ -77,3 +77,25 @@ def test_a_shared_stat_refuses_change_and_folds_into_one_of_its_own(logdir):
     total.add(b.categories["scalars"])
     assert total.bytes == 2 * c.bytes and total.records == 2 * c.records and total.tags == c.tags
     assert c.bytes == b.categories["scalars"].bytes  # neither run's stat changed
+
+
+def test_a_scan_copies_and_pickles_into_plain_records(logdir):
+    """deepcopy and pickle of a scan (a worker's result, a cached one) give records of their own,
+    equal to the original and changeable without touching it (before: TypeError from the shared
+    tags' list, and a SharedStat had no way to be made again)."""
+    import copy
+    import pickle
+
+    fp = scan(logdir)
+    for again in (copy.deepcopy(fp), pickle.loads(pickle.dumps(fp))):
+        assert again == fp
+        r = again.run("exp00/run00000")
+        assert type(r.categories["scalars"]) is CategoryStat and type(r.categories) is dict
+        r.categories["scalars"].bytes += 1
+        r.categories["scalars"].tags.append("more")
+        r.sessions[0].hosts.append("elsewhere")
+        assert again != fp
+        for name in ("exp00/run00000", "exp00/run00001"):  # the original's shared records untouched
+            assert "more" not in fp.run(name).categories["scalars"].tags
+            assert fp.run(name).sessions[0].hosts == ["host"]
+        assert fp == footprint_from_dict(fp.to_dict())

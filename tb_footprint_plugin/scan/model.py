@@ -30,6 +30,10 @@ class FrozenList(list):
         raise TypeError("a shared empty default: assign a list of its own instead")
 
     append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+
+    def __reduce__(self):
+        # a copy (copy, deepcopy, pickle) is a plain list: filled in, it is no one else's
+        return list, (list(self),)
     __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
 
 
@@ -42,6 +46,9 @@ class FrozenMap(dict):
         raise TypeError("a shared empty default: assign a dict of its own instead")
 
     __setitem__ = __delitem__ = __ior__ = setdefault = update = pop = popitem = clear = _refuse
+
+    def __reduce__(self):
+        return dict, (dict(self),)  # a copy is a plain dict, as ``FrozenList``'s is a list
 
 
 NO_ITEMS = FrozenList()
@@ -135,6 +142,10 @@ class SharedStat(CategoryStat):
         return all(getattr(self, f) == getattr(other, f) for f in _STAT_FIELDS)
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self):
+        # a copy (copy, deepcopy, pickle) is a plain stat of its own, with equal fields
+        return CategoryStat, tuple(getattr(self, f) for f in _STAT_FIELDS)
 
     def __repr__(self) -> str:
         r = CategoryStat.__repr__(self)
