@@ -155,3 +155,46 @@ def test_a_call_stopped_before_its_end_keeps_every_backup_and_the_next_start_rel
     assert all(m.get("backup_purged") for m in reduces)
     assert not any(vault.has_blob(f["sha256"]) for m in reduces for f in m["files"])
     assert all(matches(os.path.join(root, f["path"]), f["sha256"], f["size"]) for m in reduces for f in m["files"])
+
+
+def test_many_lock_batches_still_make_one_forget_and_no_repack(tmp_path, monkeypatch):
+    """The blobs' locks are taken a batch at a time (open files stay bounded), the forget is one:
+    a forget a batch repacked every pack each left half dead (60x80 files: 71 repacks)."""
+    root = _profiled(tmp_path, monkeypatch)
+    real = Vault.forget_packed_released
+    monkeypatch.setattr(Vault, "forget_packed_released",
+                        lambda self, shas, needed, batch=256: real(self, shas, needed, batch=5))
+    figs = []
+    real_forget = blobstore.BlobStore.forget
+
+    def counted(self, shas, **kw):
+        figs.append(real_forget(self, shas, **kw))
+        return figs[-1]
+    monkeypatch.setattr(blobstore.BlobStore, "forget", counted)
+    outs = api.restore(root)
+    assert [o.status for o in outs] == [Outcome.RESTORED] * RUNS
+    assert len(figs) == 1 and figs[0]["packs_repacked"] == 0 and figs[0]["forgotten"] == RUNS * FILES
+    assert _pack_files(root) == []
+
+
+def test_a_backup_stored_and_pinned_after_the_checks_keeps_its_own_copy(tmp_path, monkeypatch):
+    """Between a batch's checks and the one forget only a transaction's store can touch a digest
+    (packing and purges wait for the pack lock): it makes a plain copy of its own, never relies
+    on the pack copy the forget drops."""
+    root = _profiled(tmp_path, monkeypatch)
+    vault = Vault(state_dir(root))
+    m0 = min((m for m in vault.manifests() if m["kind"] == "reduce"), key=lambda m: m["run"])
+    f0 = m0["files"][0]
+    op = "20990101T000000-abcdef"
+    real = Vault._forget_packed
+
+    def late_store(self, shas):
+        assert f0["sha256"] in shas
+        self.store(os.path.join(root, f0["path"]), f0["sha256"], pin=op)  # a reduce of identical bytes
+        return real(self, shas)
+    monkeypatch.setattr(Vault, "_forget_packed", late_store)
+    outs = api.restore(root)
+    assert all(o.status == Outcome.RESTORED for o in outs)
+    monkeypatch.undo()
+    assert vault.pinned_by(f0["sha256"]) == [op]
+    assert vault.local_form(f0["sha256"]) == "plain" and vault.check_blob(f0["sha256"])

@@ -1815,7 +1815,14 @@ class Vault:
         packs (0: kept). The rules of ``delete_blobs``: the pack lock alone, then each batch's
         blob locks (digest order), ``needed(batch)`` read afresh under them once a batch; a
         digest it names, a live pin names, or that has a local form again (stored anew since: its
-        pack copy stays with it, as ``delete_blobs`` keeps one) stays."""
+        pack copy stays with it, as ``delete_blobs`` keeps one) stays.
+
+        One ``forget`` of every batch's digests at the end, under the pack lock held throughout
+        (a forget a batch repacked the packs each left half dead: 60x80 profile files, 19
+        forgets moved 3,692 blobs through 71 repacks). Between a batch's check and that forget
+        only a transaction's ``store`` can touch its digests (packing, purges and offloads take
+        the pack lock): a digest with no local form is stored as a fresh plain copy, never as
+        the pack copy, so a pin made after the check relies on nothing this forgets."""
         todo = sorted(dict.fromkeys(s for s in shas if is_sha256(s)))
         out: Dict[str, int] = {s: 0 for s in todo}
         if not todo:
@@ -1823,6 +1830,7 @@ class Vault:
         with self.pack_lock(exclusive=True):
             if not remote_vault.has_packs(self.root):
                 return out
+            forget: List[str] = []
             for i in range(0, len(todo), batch):
                 part = todo[i:i + batch]
                 with contextlib.ExitStack() as stack:
@@ -1830,10 +1838,10 @@ class Vault:
                         stack.enter_context(self._blob_lock(sha, wait=True))
                     keep = needed(part)
                     pinned = self._pinned_among(part)
-                    forget = [sha for sha in part if sha not in keep and sha not in pinned
-                              and self._local_form(sha) is None
-                              and remote_vault.packed_ref(self.root, sha) is not None]
-                    out.update(self._forget_packed(forget))
+                    forget += [sha for sha in part if sha not in keep and sha not in pinned
+                               and self._local_form(sha) is None
+                               and remote_vault.packed_ref(self.root, sha) is not None]
+            out.update(self._forget_packed(forget))
         return out
 
     def _pinned_among(self, shas: List[str]) -> set:
