@@ -109,3 +109,45 @@ def test_a_kill_after_an_incomplete_drop_never_records_the_runs_done(s3_bucket, 
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default")
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 2  # a resumed reduce still reduces them
 
+
+
+# -- F1 ------------------------------------------------------------------------------------------
+def test_a_refused_verifying_mark_fails_the_batch_runs_and_never_escapes(s3_bucket, tmp_path, monkeypatch):
+    from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
+    from tb_footprint_plugin.storage.remote import RemoteError
+
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    before = _data(s3_bucket, "logs")
+    real = BucketLedger.mark
+
+    def mark(self, run, state, **kw):
+        if state == "verifying":
+            raise RemoteError("store_error", "injected: the ledger PUT refused")
+        return real(self, run, state, **kw)
+
+    monkeypatch.setattr(BucketLedger, "mark", mark)
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default")  # no raise
+    assert [(o.status, o.code) for o in rep.outcomes] == [(Outcome.ROLLED_BACK, Failure.STORE_ERROR)] * 2
+    assert all("ledger PUT refused" in o.reason for o in rep.outcomes)
+    assert _state(url, "journal", "locks", "manifests", "ledger-inflight") == []
+    runs = api.status(url)["batch"]["runs"]
+    assert sorted(e["state"] for e in runs.values()) == ["failed", "failed"], runs
+    assert _data(s3_bucket, "logs") == before
+
+
+def test_a_refused_start_mark_fails_that_run_alone_untouched(s3_bucket, tmp_path):
+    from tb_footprint_plugin.storage.remote import RemoteError
+
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    first = []
+
+    def progress(run, step, frac):
+        if step == "start" and not first:
+            first.append(run)
+            raise RemoteError("store_error", "injected: the start mark refused")
+
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default", progress=progress)
+    got = {o.run: (o.status, o.code) for o in rep.outcomes}
+    assert got.pop(first[0]) == (Outcome.FAILED, Failure.STORE_ERROR)
+    assert list(got.values()) == [(Outcome.VERIFIED, None)]
+    assert _state(url, "journal", "locks", "ledger-inflight") == []

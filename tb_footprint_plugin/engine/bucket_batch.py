@@ -139,8 +139,6 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                             backup_object(rfs, f)
                         faults.hit("reduce.backup_copy")
                     live.append(en)
-                    if progress:
-                        progress(en["run"], "backup", 0.4)
                 except faults.InjectedFault:
                     raise
                 except (BucketTxnError, RemoteError, Cancelled) as e:
@@ -149,11 +147,13 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
                     _drop_run(rfs, vault, en, outs[en["run"]],
                               BucketTxnError(Failure.REFUSED, f"{str(bad)[:300]!r}: {e}; run left as it was"))
+                if live and live[-1] is en:  # told outside the try: a callback's error is not a bad key
+                    live[-1:] = _told(rfs, vault, [en], outs, progress, (("backup", 0.4),))
             live = _in_time(rfs, vault, live, outs, cancel)
             faults.hit("reduce.backup")
-            if progress:
-                for en in live:  # as on a disk: a ledger marks each run "verifying" here
-                    progress(en["run"], "verify", 0.65)
+            # as on a disk: a ledger marks each run "verifying" here; a mark the store refuses is
+            # a failed step of that run (R6 F1)
+            live = _told(rfs, vault, live, outs, progress, (("verify", 0.65),))
             # every run's manifest once the batch's backups are all made, each dated with the
             # time the commit record then carries (``finished_at``, a disk's commit time; no
             # request more): a run's first backups are not its commit
@@ -274,6 +274,23 @@ def _in_time(rfs: RemoteFS, vault: BucketVault, live: List[dict], outs: Dict[str
             _drop_run(rfs, vault, en, outs[en["run"]], e)
         return []
     return live
+
+
+def _told(rfs: RemoteFS, vault: BucketVault, live: List[dict], outs: Dict[str, RunOutcome],
+          progress: Optional[Callable[[str, str, float], None]], steps) -> List[dict]:
+    """``live`` less the runs whose ``progress`` call (a ledger's mark: one request) raised a
+    store failure: each is taken out of the batch before its destructive step, as a failed step."""
+    if not progress:
+        return live
+    kept = []
+    for en in live:
+        try:
+            for name, frac in steps:
+                progress(en["run"], name, frac)
+            kept.append(en)
+        except (BucketTxnError, OSError) as e:  # a ledger's refused write (``RemoteError``) among them
+            _drop_run(rfs, vault, en, outs[en["run"]], e)
+    return kept
 
 
 def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: Exception) -> None:

@@ -68,13 +68,12 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
             try:
                 if begin:
                     begin(rp)
+                if progress:  # a mark the store refuses here fails the run, untouched (R6 F1)
+                    progress(rp.run, "start", 0.0)
                 ok.append(rp)
             except RemoteError as e:
                 settled(RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=failure_code(e),
                                    bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
-                continue
-            if progress:
-                progress(rp.run, "start", 0.0)
         return ok
 
     drops, heavy = [], []
