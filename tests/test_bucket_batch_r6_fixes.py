@@ -151,3 +151,79 @@ def test_a_refused_start_mark_fails_that_run_alone_untouched(s3_bucket, tmp_path
     assert got.pop(first[0]) == (Outcome.FAILED, Failure.STORE_ERROR)
     assert list(got.values()) == [(Outcome.VERIFIED, None)]
     assert _state(url, "journal", "locks", "ledger-inflight") == []
+
+
+# -- F3 / F4: the rewrite transactions on threads -----------------------------------------------
+def _rewrite_logdir(root, copies):
+    import shutil
+
+    from test_objstore import _write_rewrite_logdir
+
+    root = _write_rewrite_logdir(root)
+    shutil.rmtree(root / "exp")
+    for c in copies:  # copies of torch/resnet (two PyTorch traces 'lossless' gzips)
+        shutil.copytree(root / "torch" / "resnet", root / "torch" / c)
+    return root
+
+
+@pytest.fixture(scope="module")
+def nested_runs(tmp_path_factory):
+    return _rewrite_logdir(tmp_path_factory.mktemp("r6nested") / "logs", ["resnet/inner", "resnet2"])
+
+
+def test_nested_groups_put_runs_one_inside_another_together_in_plan_order():
+    from types import SimpleNamespace as R
+
+    from tb_footprint_plugin.engine.bucket_reduce import nested_groups
+
+    def runs(groups):
+        return [[rp.run for rp in g] for g in groups]
+
+    plan = [R(run=r) for r in ["a/b", "a-x", "c", "a", "a/b/c", "ab"]]
+    assert runs(nested_groups(plan)) == [["a/b", "a", "a/b/c"], ["a-x"], ["c"], ["ab"]]
+    assert runs(nested_groups([R(run="x"), R(run="."), R(run="y/z")])) == [["x", ".", "y/z"]]
+
+
+_sequence = iter(range(10_000))
+
+
+@pytest.mark.parametrize("runs", [("torch/resnet", "torch/resnet/inner"),
+                                  ("torch/resnet", "torch/resnet/inner", "torch/resnet2")])
+def test_jobs_never_run_two_nested_runs_at_once(s3_bucket, nested_runs, monkeypatch, runs):
+    import threading
+
+    from tb_footprint_plugin.engine import bucket_reduce
+
+    prefix = f"nest{next(_sequence)}"
+    url = s3_bucket.upload(nested_runs, prefix)
+    before = _data(s3_bucket, prefix)
+    real = bucket_reduce.reduce_rewrite_run
+    lock, flying, nested_at_once, peak = threading.Lock(), set(), [], [0]
+
+    def inside(a, b):
+        return a == "." or b.startswith(a + "/")
+
+    def watched(rfs, vault, rp, *a, **kw):
+        with lock:
+            nested_at_once.extend((rp.run, o) for o in flying if inside(o, rp.run) or inside(rp.run, o))
+            flying.add(rp.run)
+            peak[0] = max(peak[0], len(flying))
+        try:
+            time.sleep(0.5)  # long enough for another thread's start to overlap this one
+            return real(rfs, vault, rp, *a, **kw)
+        finally:
+            with lock:
+                flying.discard(rp.run)
+
+    monkeypatch.setattr(bucket_reduce, "reduce_rewrite_run", watched)
+    rep = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, verify_backends=("python",),
+                            jobs=2, runs=list(runs))
+    assert nested_at_once == []
+    assert sorted(o.run for o in rep.outcomes) == sorted(runs)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * len(runs), \
+        [(o.run, o.status, o.reason) for o in rep.outcomes]
+    if len(runs) == 3:
+        assert peak[0] == 2  # the run beside them still went on another thread
+    assert all(r.status == Outcome.RESTORED for r in api.restore(url))
+    assert _data(s3_bucket, prefix) == before
+

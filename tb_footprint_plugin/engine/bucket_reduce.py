@@ -44,6 +44,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     ``jobs``: the rewrite transactions run on that many threads (their requests, downloads and
     uploads are I/O bound; each its own lock, journal and scratch), the drop-only batches one
     after the other before them (a batch already shares its requests); outcomes in plan order.
+    Runs one inside another go one after the other on one thread (``nested_groups``).
     Shared between the threads: the listing (read only), the store's clients and request counts
     (locked), the ledger (``BucketLedger.mark`` locked), one readers' scratch root for all of
     them (``reduce_rewrite_run``'s ``readers_root``; a killed process's is swept by the next start)."""
@@ -112,22 +113,48 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                                    (lambda step, frac, run=rp.run: progress(run, step, frac)),
                                    readers_root=readers))
 
-    if jobs <= 1 or len(heavy) <= 1:
+    groups = nested_groups(heavy) if jobs > 1 else [heavy]
+    if len(groups) <= 1:
         for rp in heavy:
             rewrite(rp)  # each sets the readers' scratch root inside its own scratch while it stages
     else:
+        def worker(group: List, shared: str) -> None:
+            for rp in group:  # runs one inside another, one after the other
+                rewrite(rp, shared)
+
         # one scratch root for the readers of every transaction, set while they run (the root is
         # the process's: a transaction that set its own would move it under another thread)
         with scratch.scratch("readers", scratch.system_root()) as shared, scratch.rooted(shared):
             with ThreadPoolExecutor(max_workers=jobs) as ex:
                 try:
-                    list(ex.map(lambda rp: rewrite(rp, shared), heavy))
+                    list(ex.map(lambda g: worker(g, shared), groups))
                 except KeyboardInterrupt:
                     # before the pool waits for its threads: each transaction under way stops at
                     # its next step and rolls back (as ``local_batch``)
                     cancel.cancel()
                     raise
     return [outcomes[rp.run] for rp in rps]
+
+
+def nested_groups(rps: List) -> List[List]:
+    """Runs in groups that may run at once: a run inside another (``a/b`` in ``a``, every run in
+    ``.``) goes in the group of the top-most run holding it, since the outer run's checks list
+    the inner run's objects (its last look, quiet period and verification would see the other's
+    swap: review R6 F3). Each group in the runs' order, the groups by their first run."""
+    order = {rp.run: i for i, rp in enumerate(rps)}
+    groups: List[List] = []
+    top: Optional[str] = None
+    # by path segments: every run below ``a`` sorts right after it (plain text puts ``a-x`` between)
+    for rp in sorted(rps, key=lambda rp: [] if rp.run == "." else rp.run.split("/")):
+        if top is not None and (top == "." or rp.run.startswith(top + "/")):
+            groups[-1].append(rp)
+        else:
+            top = rp.run
+            groups.append([rp])
+    for g in groups:
+        g.sort(key=lambda rp: order[rp.run])
+    groups.sort(key=lambda g: order[g[0].run])
+    return groups
 
 
 def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
