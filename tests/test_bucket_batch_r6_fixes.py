@@ -227,3 +227,40 @@ def test_jobs_never_run_two_nested_runs_at_once(s3_bucket, nested_runs, monkeypa
     assert all(r.status == Outcome.RESTORED for r in api.restore(url))
     assert _data(s3_bucket, prefix) == before
 
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory):
+    return _rewrite_logdir(tmp_path_factory.mktemp("r6three") / "logs", ["resnet2", "resnet3"])
+
+
+def test_an_unexpected_error_in_one_worker_cancels_the_others_then_is_raised(s3_bucket, three_runs):
+    import threading
+
+    prefix = f"boom{next(_sequence)}"
+    url = s3_bucket.upload(three_runs, prefix)
+    before = _data(s3_bucket, prefix)
+    raised, starts, lock = threading.Event(), [], threading.Lock()
+
+    def progress(run, step, frac):
+        if step != "start":
+            return
+        with lock:
+            starts.append(run)
+            first = len(starts) == 1
+        if first:  # raised once the second worker's run is in flight too
+            second.wait(30)
+            raised.set()
+            raise RuntimeError("progress callback bug")
+        second.set()
+        raised.wait(30)
+        time.sleep(0.3)  # the failing worker has cancelled by now
+
+    second = threading.Event()
+    with pytest.raises(RuntimeError, match="progress callback bug"):
+        api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, verify_backends=("python",),
+                          jobs=2, progress=progress)
+    # two workers: the first failed at its run's start, the second's run in flight rolled back at
+    # its next step, the third run never started (its worker's thread found the cancel)
+    assert len(starts) == 2
+    assert _data(s3_bucket, prefix) == before  # the runs in flight rolled back, none reduced
+    assert _state(url, "journal", "locks", "tmp", "manifests") == []

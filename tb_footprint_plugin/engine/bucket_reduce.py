@@ -6,7 +6,7 @@ Above both, so neither imports the other's way back.
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
@@ -44,7 +44,8 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     ``jobs``: the rewrite transactions run on that many threads (their requests, downloads and
     uploads are I/O bound; each its own lock, journal and scratch), the drop-only batches one
     after the other before them (a batch already shares its requests); outcomes in plan order.
-    Runs one inside another go one after the other on one thread (``nested_groups``).
+    Runs one inside another go one after the other on one thread (``nested_groups``); an
+    unexpected error in one thread cancels the others (as Ctrl-C) and is raised once they settle.
     Shared between the threads: the listing (read only), the store's clients and request counts
     (locked), the ledger (``BucketLedger.mark`` locked), one readers' scratch root for all of
     them (``reduce_rewrite_run``'s ``readers_root``; a killed process's is swept by the next start)."""
@@ -119,20 +120,31 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
             rewrite(rp)  # each sets the readers' scratch root inside its own scratch while it stages
     else:
         def worker(group: List, shared: str) -> None:
-            for rp in group:  # runs one inside another, one after the other
-                rewrite(rp, shared)
+            try:
+                for rp in group:  # runs one inside another, one after the other
+                    rewrite(rp, shared)
+            except BaseException:
+                # as Ctrl-C: the transactions of the other threads stop at their next step and
+                # roll back, the runs not started are skipped (``Skip.CANCELLED``); raised below
+                # once they settle, as one thread raises it (review R6 F4)
+                cancel.cancel()
+                raise
 
         # one scratch root for the readers of every transaction, set while they run (the root is
         # the process's: a transaction that set its own would move it under another thread)
         with scratch.scratch("readers", scratch.system_root()) as shared, scratch.rooted(shared):
             with ThreadPoolExecutor(max_workers=jobs) as ex:
+                futures = [ex.submit(worker, g, shared) for g in groups]
                 try:
-                    list(ex.map(lambda g: worker(g, shared), groups))
+                    wait(futures)
                 except KeyboardInterrupt:
                     # before the pool waits for its threads: each transaction under way stops at
                     # its next step and rolls back (as ``local_batch``)
                     cancel.cancel()
                     raise
+        for f in futures:  # the first group's error in plan order, once every thread has settled
+            if f.exception() is not None:
+                raise f.exception()
     return [outcomes[rp.run] for rp in rps]
 
 
