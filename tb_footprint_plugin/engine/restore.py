@@ -467,7 +467,8 @@ class Releases:
     restored and unreleased, and the next start releases them (``upkeep.release_kept_restores``)."""
 
     def __init__(self) -> None:
-        #: vault root -> {"files": digest -> file, "keep": set, "ops": {op_id: (manifest, local bytes)}}
+        #: vault root -> {"files": digest -> file, "keep": set, "ops": {op_id: (its digests, local bytes)}}
+        #: (the digests only, not the manifest: a restore of 100,000 runs holds no manifest whole)
         self._by_vault: Dict[str, dict] = {}
 
     def add(self, vault: Vault, manifest: dict, files: Dict[str, dict], keep, freed: int) -> None:
@@ -477,7 +478,7 @@ class Releases:
         for sha, f in files.items():
             b["files"].setdefault(sha, f)
         b["keep"].update(k for k in keep if k)
-        b["ops"][manifest["op_id"]] = (manifest, freed)
+        b["ops"][manifest["op_id"]] = (frozenset(f["sha256"] for f in manifest.get("files", [])), freed)
 
     def defers(self, op_id: str) -> bool:
         """Whether ``op_id``'s release is finished by ``finish``."""
@@ -508,8 +509,8 @@ class Releases:
                 freed = {}  # kept: the next start releases them
             gone = {sha for sha, n in freed.items() if n and sha not in kept}
             counted: set = set()
-            for op_id, (m, local) in ops.items():
-                mine = {f["sha256"] for f in m.get("files", [])} & gone
+            for op_id, (digests, local) in ops.items():
+                mine = digests & gone
                 out[op_id] = local + sum(freed[sha] for sha in mine - counted)
                 counted |= mine
             if last:  # each operation as read under the locks, read whole again before it is marked
