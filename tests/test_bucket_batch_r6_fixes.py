@@ -69,6 +69,37 @@ def test_a_timed_out_batch_whose_drop_is_incomplete_keeps_its_journal_and_locks(
     assert _data(s3_bucket, "logs") == before
 
 
+
+def test_a_manifest_whose_journal_has_not_committed_is_never_listed_as_a_reduction(s3_bucket, tmp_path,
+                                                                                    monkeypatch):
+    from tb_footprint_plugin.engine import bucket_steps
+
+    url, pol = _logdir(s3_bucket, tmp_path, n=2)
+    seen = []
+
+    def listed():
+        return ([o["run"] for o in api.operations(url) if o["kind"] == "reduce"],
+                [h["run"] for h in api.history(url)], [o["run"] for o in api.status(url)["operations"]])
+
+    # under way: both manifests written, the commit record not yet
+    faults.arm("reduce.verify", lambda: seen.append((len(_state(url, "manifests")), listed())))
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED] * 2
+    assert seen == [(2, ([], [], []))]
+    assert [len(x) for x in listed()] == [2, 2, 2]  # committed: listed
+
+    # rolled back with the manifest deletes refused: the journal kept until the next start
+    (tmp_path / "again").mkdir()
+    url, pol = _logdir(s3_bucket, tmp_path / "again", n=2, prefix="again")
+    real = _refuse_manifest_deletes(monkeypatch)
+    faults.arm("reduce.verify", lambda: time.sleep(1.0))
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=0.5)
+    assert [o.code for o in rep.outcomes] == [Failure.ROLLBACK_INCOMPLETE] * 2
+    monkeypatch.setattr(bucket_steps, "must_delete", real)
+    assert len(_state(url, "manifests")) == 2
+    assert listed() == ([], [], [])
+
+
 CHILD_KILLED_AS_THE_BATCH_RETURNS = textwrap.dedent("""
     import os, signal, sys, time
     from tb_footprint_plugin import api

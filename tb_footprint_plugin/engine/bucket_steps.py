@@ -21,8 +21,11 @@ from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, put_back
 from tb_footprint_plugin.engine.bucket_state import (
+    JOURNAL,
+    BucketState,
     BucketTxnError,
     BucketVault,
+    commit_recorded,
     delete_all,
     listing_of_runs,
     must_delete,
@@ -233,6 +236,30 @@ def journal_entries(doc: dict) -> list:
 def live_entries(doc: dict) -> List[dict]:
     """The runs of a journal still in it (``journal_entries`` less those taken out: ``dropped``)."""
     return [en for en in journal_entries(doc) if isinstance(en, dict) and not en.get("dropped")]
+
+
+def uncommitted_ops(rfs: RemoteFS) -> set:
+    """The operation ids whose manifests are no reduction (yet): every run a reduce's journal left
+    in the bucket names before its commit record, and those it took out (``dropped``) before it.
+    Their manifests are written before that record, dated with its time; the rollback, or the next
+    start's recovery, removes them (review R6 F2). One listing of the journals, each one read
+    (usually none). Untrusted: a journal that does not read as a reduce's names nothing."""
+    st = BucketState(rfs)
+    try:
+        found = rfs.list_tree(JOURNAL)
+    except FileNotFoundError:
+        return set()
+    out: set = set()
+    for key, info in sorted(found.items()):
+        doc, _ = st.read(rfs.path(key), info)
+        if not isinstance(doc, dict) or doc.get("corrupt") or "kind" in doc:  # a restore's, a retirement's
+            continue
+        committed = commit_recorded(doc)
+        if not committed and isinstance(doc.get("op"), str):
+            out.add(doc["op"])
+        out.update(en["op"] for en in journal_entries(doc) if isinstance(en, dict) and isinstance(en.get("op"), str)
+                   and (not committed or en.get("dropped")))
+    return out
 
 
 def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],

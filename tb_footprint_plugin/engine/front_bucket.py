@@ -119,7 +119,19 @@ class BucketEngine(Engine):
 
     # -- the catalogue -------------------------------------------------------------------------
     def operations(self, run: Optional[str] = None) -> List[dict]:
-        return [op_view(m) for m in self.bk.manifests(self.rfs, self.vault) if run is None or m.get("run") == run]
+        """The vault's manifests, less those of runs a journal has not committed (``_unreduced``)."""
+        found = self.bk.manifests(self.rfs, self.vault)
+        held = self._unreduced()
+        return [op_view(m) for m in found if (run is None or m.get("run") == run) and m.get("op_id") not in held]
+
+    def _unreduced(self) -> set:
+        """The operations whose manifest exists but whose journal has not recorded the commit (or
+        took the run out before it): a reduction under way, or one being rolled back that the next
+        start settles, never shown as a verified reduction. Read after the manifests: a manifest is
+        written after its journal, and a rollback drops the manifest before the journal."""
+        from tb_footprint_plugin.engine.bucket_steps import uncommitted_ops
+
+        return uncommitted_ops(self.rfs)
 
     def status(self) -> dict:
         """The bucket's own status (``engine.bucket_catalogue.status``) with the keys a local one
@@ -128,6 +140,8 @@ class BucketEngine(Engine):
         from tb_footprint_plugin.engine import bucket_ledger
 
         st = self.bk.status(self.rfs, self.vault)
+        held = self._unreduced() if st.get("unfinished_operations") else set()
+        st["operations"] = [o for o in st["operations"] if o.get("op_id") not in held]
         st["batch"] = with_restores(bucket_ledger.merged(self.rfs), st["operations"])
         for k in ("unfinished", "problems", "late_writes", "kept_blobs"):
             st.setdefault(k, [])
@@ -166,8 +180,11 @@ class BucketEngine(Engine):
                 "freed_after_purge_bytes": st.get("freed_after_purge_bytes")}
 
     def history(self) -> List[dict]:
-        """From the manifests (a bucket has no append: each operation's manifest is its record)."""
-        return self.bk.history(self.rfs, self.vault)
+        """From the manifests (a bucket has no append: each operation's manifest is its record),
+        less those of runs a journal has not committed (``_unreduced``)."""
+        found = self.bk.history(self.rfs, self.vault)
+        held = self._unreduced()
+        return [e for e in found if e.get("op_id") not in held]
 
     # -- backups -----------------------------------------------------------------------------
     def recheck(self, run: Optional[str], op: Optional[str],
