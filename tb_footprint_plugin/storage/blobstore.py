@@ -384,9 +384,7 @@ class _Framed(io.RawIOBase):
 
 
 def _compress(data: bytes) -> bytes:
-    out = io.BytesIO()
-    zst.compress_stream(io.BytesIO(data), out, size=len(data), give_up_ratio=None)
-    return out.getvalue()
+    return zst.compress_whole(data)
 
 
 class _Deflating(io.RawIOBase):

@@ -191,9 +191,26 @@ def open_decompressed(f: BinaryIO) -> BinaryIO:
     return io.BufferedReader(_Checked(inner, f), CHUNK)
 
 
-#: one decoder context a thread, reused by ``decompress_bounded`` (making one costs more than
+#: one decoder (and one encoder) context a thread, reused by ``decompress_bounded`` (``compress_whole``) (making one costs more than
 #: decoding a profile file's few KB: a restore of 1,500 packed backups made 5,400)
 _local = threading.local()
+
+
+def compress_whole(data: bytes) -> bytes:
+    """One zstd frame of ``data`` at ``LEVEL`` (content size and checksum in it, as
+    ``compress_stream`` writes them), by a compressor context reused within the thread: making
+    one per call cost more than compressing a profile file's few KB (a pack of 100 made 100).
+    For small inputs held in memory (a pack's blobs)."""
+    if _std is not None:
+        c = getattr(_local, "std_cctx", None)
+        if c is None:
+            c = _local.std_cctx = _std.ZstdCompressor(level=LEVEL, options={_std.CompressionParameter.checksum_flag: 1})
+        c.set_pledged_input_size(len(data))  # a frame ended by FLUSH_FRAME leaves it at a frame's start
+        return c.compress(data, mode=_std.ZstdCompressor.FLUSH_FRAME)
+    c = getattr(_local, "cctx", None)
+    if c is None:
+        c = _local.cctx = _zs.ZstdCompressor(level=LEVEL, write_checksum=True, write_content_size=True)
+    return c.compress(data)  # one call, one frame: nothing of an earlier call carries over
 
 
 def decompress_bounded(data: bytes, limit: int) -> bytes:
@@ -214,4 +231,4 @@ def decompress_bounded(data: bytes, limit: int) -> bytes:
 
 
 __all__ = ["HEADER_MAX", "content_size", "LEVEL", "PROBE_BYTES", "GIVE_UP_RATIO", "SAMPLES", "SAMPLE_BYTES",
-           "DecodeError", "backend", "sample", "compress_stream", "open_decompressed", "decompress_bounded"]
+           "DecodeError", "backend", "sample", "compress_stream", "compress_whole", "open_decompressed", "decompress_bounded"]
