@@ -979,13 +979,19 @@ class Vault:
     def compact_all(self, op_id: str, shas: Iterable[str], manifest: Optional[dict] = None) -> Dict[str, str]:
         """Compact the blobs of committed operation ``op_id`` (``compact`` each, noted first so a
         kill is finished at the next start); digest → what was done. One scan of ``/proc`` for
-        writers covers them all. ``manifest``: ``op_id``'s, when the caller read it already. The note stays while a blob was kept because a writer may hold
+        writers covers all those compressed one by one; none is made for the ones packed, whose
+        lease probe under their lock (``_packable``) already answers for every descriptor on the
+        machine, those /proc shows included, and later. ``manifest``: ``op_id``'s, when the caller read it already. The note stays while a blob was kept because a writer may hold
         it or another process was compacting it: the next start tries again."""
         shas = list(dict.fromkeys(s for s in shas if is_sha256(s)))
         self.note_compaction(op_id, shas)
-        held = {h.path for h in find_writers([self.blob_path(s) for s in shas]).holders}
         small = self._pack_candidates(op_id, shas, manifest)
-        out = {s: self.compact(s, held=self.blob_path(s) in held) for s in shas if s not in small}
+        packed = set(small)
+        alone = [s for s in shas if s not in packed]
+        # a profile-heavy run's backups all go to a pack: its /proc walk cost ~2.5 ms a run for
+        # nothing (a read lease is refused while any process holds the inode open for writing)
+        held = {h.path for h in find_writers([self.blob_path(s) for s in alone]).holders} if alone else set()
+        out = {s: self.compact(s, held=self.blob_path(s) in held) for s in alone}
         for i in range(0, len(small), PACK_BATCH):
             # a store failure raises: the note stays and the blobs stay plain (the next start packs them)
             out.update(self.pack(small[i:i + PACK_BATCH], held))
