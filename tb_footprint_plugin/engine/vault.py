@@ -947,11 +947,12 @@ class Vault:
             return False
         return isinstance(m, dict) and m.get("op_id") == op_id and m.get("outcome") == "rolled_back"
 
-    def pinned_by(self, sha: str) -> List[str]:
-        """Op ids of transactions whose live pin names ``sha`` (any logdir sharing this vault)."""
+    def pinned_by(self, sha: str, ops: Optional[List[str]] = None) -> List[str]:
+        """Op ids of transactions whose live pin names ``sha`` (any logdir sharing this vault);
+        ``ops``: ``pinned_ops()`` when the caller listed them already (for many digests at once)."""
         if not is_sha256(sha):
             return []
-        return [op for op in self.pinned_ops()
+        return [op for op in (self.pinned_ops() if ops is None else ops)
                 if os.path.lexists(os.path.join(self.tmp, op, "pins", sha)) and not self._rolled_back(op)]
 
     # --- compaction (the compressed vault) --------------------------------------------
@@ -1853,10 +1854,7 @@ class Vault:
     def _pinned_among(self, shas: List[str]) -> set:
         """Those of ``shas`` a live pin names (``pinned_by`` of each, the pins folder listed once)."""
         ops = self.pinned_ops()
-        if not ops:
-            return set()
-        return {sha for sha in shas if any(os.path.lexists(os.path.join(self.tmp, op, "pins", sha))
-                                           and not self._rolled_back(op) for op in ops)}
+        return {sha for sha in shas if self.pinned_by(sha, ops)} if ops else set()
 
     def size(self) -> int:
         """Bytes the vault holds: backups (blobs, packs as stored; not their index) and retired runs."""

@@ -191,8 +191,9 @@ def open_decompressed(f: BinaryIO) -> BinaryIO:
     return io.BufferedReader(_Checked(inner, f), CHUNK)
 
 
-#: one decoder (and one encoder) context a thread, reused by ``decompress_bounded`` (``compress_whole``) (making one costs more than
-#: decoding a profile file's few KB: a restore of 1,500 packed backups made 5,400)
+#: one decoder and one encoder context a thread, reused by ``decompress_bounded`` and
+#: ``compress_whole`` (making one costs more than coding a profile file's few KB: a restore of
+#: 1,500 packed backups made 5,400 decoders)
 _local = threading.local()
 
 
