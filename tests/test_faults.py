@@ -372,8 +372,9 @@ def test_a_lock_file_the_disk_refuses_after_the_commit_leaves_the_compaction_to_
             return None
 
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
-    from tb_footprint_plugin.engine import front_local  # where the batch's run looks the lock up
-    monkeypatch.setattr(front_local, "RunLock", RefusedLock)  # the engine's use after the commit
+    from tb_footprint_plugin.engine import compactor, front_local
+    monkeypatch.setattr(front_local, "RunLock", RefusedLock)  # a lone run's compaction after the commit
+    monkeypatch.setattr(compactor, "RunLock", RefusedLock)  # a batch's compaction round
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     monkeypatch.undo()
     acted = [o for o in rep.outcomes if o.op_id]

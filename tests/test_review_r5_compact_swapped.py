@@ -41,3 +41,33 @@ def test_compact_swapped_after_the_pack_lock(tmp_path, monkeypatch):
 
     through = [p for p, real in seen if real == str(outside)]
     assert not through, f"blob lock files made through the link, outside the vault: {through}"
+    # the locks are taken through a descriptor of the folder checked once a pack (``_lock_folder``),
+    # which the spy above does not see by path: nothing was made through the link either way
+    assert os.listdir(outside) == []
+
+
+def test_compact_swapped_between_two_blob_locks_of_a_pack(tmp_path, monkeypatch):
+    """The blob locks of a pack go through one descriptor of compact/, checked ours once: the
+    folder swapped for a link after the first lock leads none of the others out of the vault."""
+    vault, shas = _vault_with_plain(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    compact = os.path.join(vault.root, "compact")
+    real_lock = Vault._blob_lock
+    swapped = []
+
+    @contextlib.contextmanager
+    def lock_then_swap(self, sha, *a, **kw):
+        with real_lock(self, sha, *a, **kw) as mine:
+            if not swapped:
+                os.rename(compact, compact + ".old")
+                os.symlink(str(outside), compact)
+                swapped.append(sha)
+            yield mine
+
+    monkeypatch.setattr(Vault, "_blob_lock", lock_then_swap)
+    out = vault.pack(shas)
+    monkeypatch.undo()
+    assert swapped and os.listdir(outside) == []
+    assert out == {s: "packed" for s in shas}
+    assert [n for n in os.listdir(compact + ".old") if n.endswith(".lock") and n != "packs.lock"] == []

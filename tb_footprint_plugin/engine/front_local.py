@@ -14,6 +14,7 @@ from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, 
                                                   operation_summary, own_manifests, read_vaults, remember_vault,
                                                   restorable_ops, summarize_operations)
 from tb_footprint_plugin.engine.checks import recheck
+from tb_footprint_plugin.engine.compactor import BatchCompactor
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
@@ -168,14 +169,22 @@ class LocalEngine(Engine):
     # -- the catalogue -------------------------------------------------------------------------
     def reduce_run(self, rp, *, policy: dict, cancel: Optional[CancelToken] = None,
                    progress: Optional[Callable[[str, float], None]] = None,
-                   vault_format: str = DEFAULT_VAULT_FORMAT) -> RunOutcome:
+                   vault_format: str = DEFAULT_VAULT_FORMAT, compactor: Optional[BatchCompactor] = None
+                   ) -> RunOutcome:
         """One planned run (``RunPlan``) as its own verified transaction (``transaction.reduce_run``);
         once committed, its backups compacted (``vault_format`` ``compressed``) and offloaded to a
         remote vault, each under the run's lock. Differs from a bucket's ``reduce_runs``: one run a
-        call (a batch's runs may go on threads); the ledger is the caller's."""
+        call (a batch's runs may go on threads); the ledger is the caller's. ``compactor``: a
+        batch's, which compacts the run in a round with others (noted here, before this returns)."""
         ctx = self.ctx
-        o = reduce_run(ctx, rp, policy=policy, cancel=cancel, progress=progress)
-        if o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed":
+        was, ctx.vault.compacts = ctx.vault.compacts, vault_format == "compressed"
+        try:
+            o = reduce_run(ctx, rp, policy=policy, cancel=cancel, progress=progress)
+        finally:
+            ctx.vault.compacts = was  # a batch's threads share the vault: ``reduce_runs`` sets it for all
+        if o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed" and compactor is not None:
+            compactor.submit(o.op_id, rp.run)
+        elif o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed":
             # after the commit, never inside the transaction: its verification read the backup as
             # the original's own inode; a failure here leaves hard links (safe, freed by purge);
             # a blob another run's transaction backs up too stays plain until that one's turn.
@@ -262,14 +271,28 @@ class LocalEngine(Engine):
                     begin: Optional[Callable], on_outcome: Optional[Callable[[RunOutcome], None]]
                     ) -> List[RunOutcome]:
         """Each run its own transaction (``reduce_run``) on ``jobs`` threads, each with its own
-        ``timeout`` and a cancel that stops it at its next step (``engine.local_batch.run_batch``)."""
+        ``timeout`` and a cancel that stops it at its next step (``engine.local_batch.run_batch``);
+        a compressed vault's compaction on a thread beside them (``engine.compactor``; a remote
+        vault's offload stays in each run's turn), done before this returns — after an interrupt
+        only its round under way, the rest left to the next start."""
         pol = policy.to_dict()
+        compactor = BatchCompactor(self.ctx) if vault_format == "compressed" and not self.offloads() else None
 
         def one(rp, token: CancelToken, step) -> RunOutcome:
-            return self.reduce_run(rp, policy=pol, cancel=token, progress=step, vault_format=vault_format)
+            return self.reduce_run(rp, policy=pol, cancel=token, progress=step, vault_format=vault_format,
+                                   compactor=compactor)
 
-        return run_batch(one, todo, jobs=jobs, timeout=timeout, cancel=cancel, progress=progress, begin=begin,
-                         on_outcome=on_outcome)
+        finished = False
+        was, self.ctx.vault.compacts = self.ctx.vault.compacts, vault_format == "compressed"
+        try:
+            out = run_batch(one, todo, jobs=jobs, timeout=timeout, cancel=cancel, progress=progress, begin=begin,
+                            on_outcome=on_outcome)
+            finished = True
+            return out
+        finally:
+            self.ctx.vault.compacts = was
+            if compactor is not None:
+                compactor.close(finish=finished)
 
     def prepare_reduce(self) -> None:
         """Before a reduce writes its first backup: the vault refused unless ours (never a backup

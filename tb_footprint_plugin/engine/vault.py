@@ -89,7 +89,7 @@ import socket
 import stat
 import tempfile
 import time
-from typing import BinaryIO, Callable, Dict, Iterable, List, Optional
+from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog, remote_vault
@@ -457,6 +457,9 @@ class Vault:
         #: how many manifests ``manifests()`` could not read, damaged log lines that may have been
         #: one included (their blobs may be claimed: a release of blobs waits while it is not 0)
         self.unread = 0
+        #: a reduce compacts each committed run's backups (``vault_format`` ``compressed``): a
+        #: backup's blob lock leaves its lock file for that compaction's lock (``_blob_lock``)
+        self.compacts = False
 
     @property
     def own_folder(self) -> bool:
@@ -704,7 +707,7 @@ class Vault:
         if not is_op_id(pin):
             raise VaultError(errno.EINVAL, f"{str(pin)[:80]!r} is not an operation id; refusing it as a pin")
         self.blob_path(sha)
-        with self._blob_lock(sha, wait=True):
+        with self._blob_lock(sha, wait=True, leave=self.compacts):
             blob = self._store(path, sha)
             self.pin_blob(pin, sha)
         return blob
@@ -978,26 +981,53 @@ class Vault:
             fsops.unlink(self._pending_path(op_id))
 
     def compact_all(self, op_id: str, shas: Iterable[str], manifest: Optional[dict] = None) -> Dict[str, str]:
-        """Compact the blobs of committed operation ``op_id`` (``compact`` each, noted first so a
-        kill is finished at the next start); digest → what was done. One scan of ``/proc`` for
-        writers covers all those compressed one by one; none is made for the ones packed, whose
-        lease probe under their lock (``_packable``) already answers for every descriptor on the
-        machine, those /proc shows included, and later. ``manifest``: ``op_id``'s, when the caller read it already. The note stays while a blob was kept because a writer may hold
-        it or another process was compacting it: the next start tries again."""
-        shas = list(dict.fromkeys(s for s in shas if is_sha256(s)))
-        self.note_compaction(op_id, shas)
-        small = self._pack_candidates(op_id, shas, manifest)
-        packed = set(small)
-        alone = [s for s in shas if s not in packed]
+        """Compact the blobs of committed operation ``op_id`` (``compact_ops`` of it alone, noted
+        first so a kill is finished at the next start); digest → what was done. ``manifest``:
+        ``op_id``'s, when the caller read it already."""
+        return self.compact_ops({op_id: list(shas)}, {op_id: manifest} if manifest is not None else None)[op_id]
+
+    def compact_ops(self, ops: Mapping[str, List[str]], manifests: Optional[Mapping[str, dict]] = None, *,
+                    busy: Iterable[str] = (), noted: bool = False) -> Dict[str, Dict[str, str]]:
+        """Compact the backups of committed operations together (``op id → digests``): each
+        operation noted first (unless ``noted``: its caller did), so a kill is finished at the
+        next start; every small blob of them all in as few packs as they fill (``PACK_BATCH``
+        blobs a pack, not one pack an operation), the others compressed one by one. One scan of
+        ``/proc`` for writers covers those compressed one by one; none is made for the ones
+        packed, whose lease probe under their lock (``_packable``) already answers for every
+        descriptor on the machine, those /proc shows included, and later. ``busy``: digests a
+        transaction under way backs up too (it reads that blob as its original): left plain and
+        said ``KEPT_BUSY``. An operation's note stays while one of its blobs was kept because a
+        writer may hold it or another transaction or process was using it: it is tried again
+        (the next start, or the batch's end). op id → digest → what was done."""
+        manifests = manifests or {}
+        busy = set(busy)
+        todo = {op: list(dict.fromkeys(s for s in shas if is_sha256(s))) for op, shas in ops.items()}
+        if not noted:
+            for op, shas in todo.items():
+                self.note_compaction(op, shas)
+        small: set = set()
+        rest: set = set()
+        for op, shas in todo.items():
+            free = [s for s in shas if s not in busy]
+            cand = set(self._pack_candidates(op, free, manifests.get(op)))
+            small |= cand
+            rest.update(s for s in free if s not in cand)
+        small -= rest  # a salvaged backup in one operation stays a blob of its own for all (its mtime)
+        alone = sorted(rest)
         # a profile-heavy run's backups all go to a pack: its /proc walk cost ~2.5 ms a run for
         # nothing (a read lease is refused while any process holds the inode open for writing)
         held = {h.path for h in find_writers([self.blob_path(s) for s in alone]).holders} if alone else set()
-        out = {s: self.compact(s, held=self.blob_path(s) in held) for s in alone}
-        for i in range(0, len(small), PACK_BATCH):
-            # a store failure raises: the note stays and the blobs stay plain (the next start packs them)
-            out.update(self.pack(small[i:i + PACK_BATCH], held))
-        if not any(v in (KEPT_OPEN, KEPT_BUSY) for v in out.values()):
-            self.done_compaction(op_id)
+        done: Dict[str, str] = {s: self.compact(s, held=self.blob_path(s) in held) for s in alone}
+        packed = sorted(small)
+        for i in range(0, len(packed), PACK_BATCH):
+            # a store failure raises: the notes stay and the blobs stay plain (the next start packs them)
+            done.update(self.pack(packed[i:i + PACK_BATCH], held))
+        done.update((s, KEPT_BUSY) for s in busy)
+        out: Dict[str, Dict[str, str]] = {}
+        for op, shas in todo.items():
+            out[op] = {s: done[s] for s in shas if s in done}
+            if not any(v in (KEPT_OPEN, KEPT_BUSY) for v in out[op].values()):
+                self.done_compaction(op)
         return out
 
     # --- packs: small blobs together in the vault's pack store ----------------------------
@@ -1042,8 +1072,9 @@ class Vault:
         out: Dict[str, str] = {}
         with self.pack_lock(exclusive=False), contextlib.ExitStack() as stack:
             todo: Dict[str, os.stat_result] = {}
+            folder = stack.enter_context(self._lock_folder())
             for sha in sorted(dict.fromkeys(s for s in shas if is_sha256(s))):
-                if not stack.enter_context(self._blob_lock(sha)):
+                if not stack.enter_context(self._blob_lock(sha, dir_fd=folder)):
                     out[sha] = KEPT_BUSY  # another process compacts or deletes it now
                     continue
                 why, st = self._packable(sha, self.blob_path(sha) in held)
@@ -1297,21 +1328,49 @@ class Vault:
         return {s: (n if not bs.has(s) else 0) for s, n in sizes.items()}
 
     @contextlib.contextmanager
-    def _blob_lock(self, sha: str, wait: bool = False):
+    def _lock_folder(self):
+        """A descriptor of ``compact/``, the blob locks' folder, checked ours (made if missing):
+        the blob locks of a pack are taken through it, so a folder swapped for a link after this
+        check can lead none of them out of the vault (review R5 F3), with one check a pack instead
+        of one a lock."""
+        folder = os.path.join(self.root, "compact")
+        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                raise VaultError(errno.EPERM, f"{folder} changed under the check (not a private folder of ours); "
+                                 "no blob lock is taken in it")
+            yield fd
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _blob_lock(self, sha: str, wait: bool = False, *, dir_fd: Optional[int] = None, leave: bool = False):
         """An exclusive ``flock`` on ``compact/<sha>.lock`` for one compaction (or deletion) of
         the blob; without ``wait`` it yields False when another process holds it. The lock file
         is removed by its holder, so a lock taken on a name removed meanwhile is not the lock
         (inode checked): refused, or taken again on the new name when waiting. ``compact/`` is
         checked ours at every lock, not once a pack (review R5 F3: a folder swapped for a link
-        between a pack's locks led every later lock file out of the vault)."""
+        between a pack's locks led every later lock file out of the vault), unless ``dir_fd`` is
+        ``_lock_folder``'s (checked once; the lock files made through that descriptor).
+        ``leave``: the lock file stays after the release, for the compaction soon to lock the
+        blob again (a backup in a vault that compacts after each commit): making a lock file and
+        unlinking it while it is open costs the disk ~4× reopening it (ext4's orphan list). Any
+        holder may remove it, so a lock file left is the same lock for everyone."""
         if not is_sha256(sha):
             raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest")
-        folder = os.path.join(self.root, "compact")
-        ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
-        path = os.path.join(folder, f"{sha}.lock")
+        if dir_fd is None:
+            folder = os.path.join(self.root, "compact")
+            ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+            path = os.path.join(folder, f"{sha}.lock")
+            at: dict = {}
+        else:
+            path, at = f"{sha}.lock", {"dir_fd": dir_fd}
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-                         0o600)
+                         0o600, **at)
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -1319,7 +1378,7 @@ class Vault:
                     yield False
                     return
                 try:
-                    mine = _same_file(os.fstat(fd), os.lstat(path))
+                    mine = _same_file(os.fstat(fd), os.lstat(path, **at))
                 except FileNotFoundError:
                     mine = False
                 if not mine and wait:
@@ -1327,9 +1386,9 @@ class Vault:
                 try:
                     yield mine
                 finally:
-                    if mine:
+                    if mine and not leave:
                         with contextlib.suppress(OSError):
-                            os.unlink(path)  # removed while held: a waiter's inode check refuses it
+                            os.unlink(path, **at)  # removed while held: a waiter's inode check refuses it
                 return
             finally:
                 os.close(fd)
