@@ -372,9 +372,8 @@ def test_a_lock_file_the_disk_refuses_after_the_commit_leaves_the_compaction_to_
             return None
 
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
-    from tb_footprint_plugin.engine import compactor, front_local
-    monkeypatch.setattr(front_local, "RunLock", RefusedLock)  # a lone run's compaction after the commit
-    monkeypatch.setattr(compactor, "RunLock", RefusedLock)  # a batch's compaction round
+    from tb_footprint_plugin.engine import compactor  # where a run's compaction looks its lock up
+    monkeypatch.setattr(compactor, "RunLock", RefusedLock)
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     monkeypatch.undo()
     acted = [o for o in rep.outcomes if o.op_id]

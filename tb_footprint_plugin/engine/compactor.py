@@ -27,7 +27,7 @@ from typing import Dict, List, Tuple
 from tb_footprint_plugin.engine.catalogue import journal_blobs
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
-from tb_footprint_plugin.engine.vault import KEPT_BUSY, PACK_BATCH
+from tb_footprint_plugin.engine.vault import compact_operation, KEPT_BUSY, note_compaction, PACK_BATCH
 from tb_footprint_plugin.storage.paths import is_sha256
 
 #: one noted compaction: (op id, run, its backups' digests, its manifest)
@@ -109,4 +109,16 @@ class BatchCompactor:
             pass
 
 
-__all__ = ["BatchCompactor"]
+def compact_committed(ctx: Context, op_id: str, run: str) -> None:
+    """A lone run's compaction (no batch) right after its commit, under the run's lock, so no
+    restore or purge of the run races it; a blob another run's transaction backs up too stays
+    plain until that one's turn. Never raises: a run taken meanwhile, or a lock file the disk
+    refuses (ENOSPC, EMFILE), leaves the note for the next start and the backups hard links."""
+    try:
+        with RunLock(ctx.lock_dir, run):
+            compact_operation(ctx.vault, op_id, journal_blobs(ctx))
+    except (RunLocked, OSError):
+        note_compaction(ctx.vault, op_id)
+
+
+__all__ = ["BatchCompactor", "compact_committed"]

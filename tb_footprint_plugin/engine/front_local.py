@@ -14,7 +14,7 @@ from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, 
                                                   operation_summary, own_manifests, read_vaults, remember_vault,
                                                   restorable_ops, summarize_operations)
 from tb_footprint_plugin.engine.checks import recheck
-from tb_footprint_plugin.engine.compactor import BatchCompactor
+from tb_footprint_plugin.engine.compactor import BatchCompactor, compact_committed
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
@@ -32,8 +32,7 @@ from tb_footprint_plugin.engine.restore import restore_op, restore_ops
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
-from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, ManifestMemo, note_compaction,
-                                              refuse_unless_ours, Vault)
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, ManifestMemo, refuse_unless_ours, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
 from tb_footprint_plugin.plan import shard as sharding
@@ -182,21 +181,13 @@ class LocalEngine(Engine):
             o = reduce_run(ctx, rp, policy=policy, cancel=cancel, progress=progress)
         finally:
             ctx.vault.compacts = was  # a batch's threads share the vault: ``reduce_runs`` sets it for all
-        if o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed" and compactor is not None:
-            compactor.submit(o.op_id, rp.run)
-        elif o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed":
+        if o.status == Outcome.VERIFIED and o.op_id and vault_format == "compressed":
             # after the commit, never inside the transaction: its verification read the backup as
-            # the original's own inode; a failure here leaves hard links (safe, freed by purge);
-            # a blob another run's transaction backs up too stays plain until that one's turn.
-            # Under the run's lock, so no restore or purge of the run races it; a run taken
-            # meanwhile is compacted by the next start (the note)
-            try:
-                with RunLock(ctx.lock_dir, rp.run):
-                    compact_operation(ctx.vault, o.op_id, journal_blobs(ctx))
-            except (RunLocked, OSError):
-                # a lock file the disk refuses (ENOSPC, EMFILE) fails no committed run: the
-                # backups stay hard links and the next start compacts them, as for a busy run
-                note_compaction(ctx.vault, o.op_id)
+            # the original's own inode; a failure there leaves hard links (safe, freed by purge)
+            if compactor is not None:
+                compactor.submit(o.op_id, rp.run)
+            else:
+                compact_committed(ctx, o.op_id, rp.run)
         if o.status == Outcome.VERIFIED and o.op_id and offload.remote_url(ctx.vault):
             # after the compaction, under the run's lock as it: the backups go to the remote vault
             # (each verified there before its local copy is unlinked); a run taken meanwhile, or a
