@@ -74,6 +74,7 @@ import os
 import re
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -401,8 +402,11 @@ def best(fn, repeat: int) -> dict:
 def state_bytes(logdir: str) -> dict:
     """The vault/state folder beyond its backups as a user's ``du`` counts it: allocated blocks
     of every file and folder (a small file costs a whole block), with the apparent bytes beside;
-    the backups (``blobs/``, allocated and apparent) and the scan cache apart. ``by_dir``: the
-    allocated bytes of each top-level file or folder, its own entry included."""
+    the backups and the scan cache apart. The backups are the files holding originals' bytes:
+    each regular file under ``blobs/`` (plain or ``.zst``) and each ``.pack`` under
+    ``packs/data/`` (a compressed vault packs small backups); every folder (``blobs/xx`` left
+    empty by packing included), pack index, note, log and lock is state. ``by_dir``: the
+    allocated bytes of each top-level file or folder beyond the backups, its own entry included."""
     from tb_footprint_plugin.storage.paths import state_dir
 
     sdir = state_dir(logdir)
@@ -414,9 +418,11 @@ def state_bytes(logdir: str) -> dict:
         for n, is_dir in [(d, True) for d in dirs] + [(n, False) for n in names]:
             st = os.lstat(os.path.join(dirpath, n))
             key = top if top != "." else n
-            if key == "blobs":
+            backup = not is_dir and stat.S_ISREG(st.st_mode) and (
+                key == "blobs" or (rel.split(os.sep)[:2] == ["packs", "data"] and n.endswith(".pack")))
+            if backup:
                 out["blobs_disk"] += st.st_blocks * 512
-                out["blobs"] += 0 if is_dir else st.st_size
+                out["blobs"] += st.st_size
                 continue
             if top == "." and n.startswith("scan-cache"):
                 out["cache"] += st.st_size

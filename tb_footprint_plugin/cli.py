@@ -13,7 +13,7 @@ import sys
 import time
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import Recovery, Skip
+from tb_footprint_plugin.codes import Finding, Recovery, Skip
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
 from tb_footprint_plugin.version import __version__
 
@@ -706,6 +706,9 @@ def _recovered_line(o: dict) -> str:
         return f"{'✗' if o['untouched'] is False else '✓'} {o['run']}: {state} — op {o['op_id']}"
     if o["action"] == Recovery.COMPLETED and o.get("kind") == "reduce":
         return f"✓ {o['run']}: was past the commit point: reduced and verified — op {o['op_id']}"
+    if o["action"] == Recovery.COMPLETED and o.get("code") == Finding.COMPACTION_FINISHED:
+        # a batch compacts its committed runs in rounds: one the interrupt came before is done here
+        return f"✓ {o['run']}: reduced and verified; its backups compacted now — op {o['op_id']}"
     if o["action"] == Recovery.COMPLETED:  # a restore, salvage, retire, purge or vault upkeep, finished
         return f"✓ {o['run'] or 'vault'}: finished — {o['detail']}" + (f" — op {o['op_id']}" if o["op_id"] else "")
     mark = "✗" if o["action"] == Recovery.FAILED else "·"

@@ -10,6 +10,7 @@ backup for the compaction that follows, never left behind).
 """
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ from conftest import REPO
 from helpers_crash import Killed, kill
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import compactor as cm
-from tb_footprint_plugin.engine import faults, front_local, remote_vault
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.engine import faults, front_local, lease, remote_vault
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.vault import KEPT_BUSY, PACKED, Vault
 from tb_footprint_plugin.storage.store_posix import PosixStore
@@ -275,3 +277,112 @@ def test_a_lock_file_a_backup_left_is_the_same_lock_for_everyone(tmp_path):
                                cwd=REPO, check=True).stdout.strip()
         assert other == "False"  # another process is refused while this one holds the left file
     assert not os.path.exists(lock)  # a lock without ``leave`` removes it
+
+
+def test_a_round_of_two_operations_sharing_a_salvaged_backup_packs_it_for_neither(tmp_path):
+    """``compact_ops`` across operations: a digest both name is compacted once, and one whose
+    backup an operation salvaged (``grew_from``: its mtime lives on the blob) is kept a blob of
+    its own for both, as ``compact_all`` keeps it for one."""
+    v = Vault(str(tmp_path / "v"))
+    v.ensure()
+    shas = []
+    for i in range(3):
+        p = tmp_path / f"f{i}.xplane.pb"
+        p.write_bytes(hashlib.sha256(b"%d" % i).digest() * 200)
+        shas.append(hashlib.sha256(p.read_bytes()).hexdigest())
+        v.store(str(p), shas[-1])
+        os.unlink(p)
+    s1, s2, s3 = shas
+    a, b = "20260101T000000-aaaaaa", "20260101T000001-bbbbbb"
+    manifests = {a: {"files": [{"sha256": s1, "grew_from": "x"}, {"sha256": s2}]},
+                 b: {"files": [{"sha256": s1}, {"sha256": s3}]}}
+    out = v.compact_ops({a: [s1, s2], b: [s1, s3]}, manifests)
+    assert out[a][s2] == PACKED and out[b][s3] == PACKED
+    assert out[a][s1] == out[b][s1] != PACKED and v.blob_form(s1) != "packed"
+    assert v.pending_compactions() == {}
+    for s in shas:
+        assert v.check_blob(s)
+
+
+def _noted_reduction(tmp_path, waits_for):
+    """One run reduced into a hard-link vault, then its compaction noted as a batch would note it."""
+    logdir = small_runs(tmp_path, runs=1)
+    rep = reduce(logdir, vault_format="hardlink")
+    assert rep.ok
+    vault = Context(str(logdir)).vault
+    (m,) = vault.manifests()
+    shas = [f["sha256"] for f in m["files"]]
+    vault.note_compaction(m["op_id"], shas, waits_for=waits_for)
+    return logdir, vault, m["op_id"], shas
+
+
+def test_a_start_beside_a_running_batch_leaves_that_batchs_notes_to_it(tmp_path):
+    """R8 F3: a note waits outside the run's lock until its round; another process starting
+    meanwhile (status, the tab, another reduce) compacted it one pack a run and said it finished
+    "an interrupted compaction" of a batch still running. A note naming a live process of this
+    host is left to it; once that process is gone the next start finishes it."""
+    batch = subprocess.Popen(["sleep", "60"])  # the batch's process, still running
+    try:
+        who = {"host": socket.gethostname(), "pid": batch.pid, "pid_start": lease.process_start(batch.pid)}
+        logdir, vault, op, shas = _noted_reduction(tmp_path, who)
+        assert vault.compaction_waits_for(op) == who
+        got = api.recover_logdir(str(logdir))
+        assert not any(r.code == Finding.COMPACTION_FINISHED for r in got), [r.to_dict() for r in got]
+        assert op in vault.pending_compactions() and all(vault.blob_form(s) == "plain" for s in shas)
+    finally:
+        batch.kill()
+        batch.wait()
+    got = api.recover_logdir(str(logdir))  # the batch is gone: its note is anyone's to finish
+    assert any(r.code == Finding.COMPACTION_FINISHED and r.op_id == op for r in got), [r.to_dict() for r in got]
+    assert vault.pending_compactions() == {} and all(vault.blob_form(s) == "packed" for s in shas)
+
+
+@pytest.mark.parametrize("who", ["this process", "another host", "malformed"])
+def test_a_note_of_this_process_or_of_no_live_batch_here_is_finished_at_once(tmp_path, who):
+    me = {"host": socket.gethostname(), **lease.me()}
+    waits_for = {"this process": me, "another host": dict(me, host=me["host"] + ".elsewhere"),
+                 "malformed": {"host": me["host"], "pid": str(os.getpid())}}[who]
+    logdir, vault, op, shas = _noted_reduction(tmp_path, waits_for)
+    got = api.recover_logdir(str(logdir))
+    assert any(r.code == Finding.COMPACTION_FINISHED and r.op_id == op for r in got), [r.to_dict() for r in got]
+    assert vault.pending_compactions() == {}
+
+
+def test_the_batch_ends_retries_go_in_rounds_of_max_ops_and_hold_no_manifest(tmp_path, monkeypatch):
+    """R8 F1: every run that found a blob busy was retried in one round at the batch's end (two
+    descriptors a run lock, unbounded) and kept its manifest till then."""
+    logdir = small_runs(tmp_path, runs=5)
+    ctx = Context(str(logdir))
+    first = []
+
+    def busy_in_the_first_round(c):
+        if not first:
+            first.append(True)
+            return set(backups(ctx.vault))  # every backup of the batch is busy in its round
+        return set()
+
+    monkeypatch.setattr(cm, "journal_blobs", busy_in_the_first_round)
+    real_init, real_compact = cm.BatchCompactor.__init__, cm.BatchCompactor._compact
+    monkeypatch.setattr(cm.BatchCompactor, "__init__", lambda self, c: real_init(self, c, max_ops=5))
+    retries = []
+
+    def spy(self, group, retry):
+        if not retry:
+            retries.append([(len(i[2]), i[3]) for i in group])
+        return real_compact(self, group, retry)
+
+    monkeypatch.setattr(cm.BatchCompactor, "_compact", spy)
+    before = tree(logdir)
+    real_close = cm.BatchCompactor.close
+
+    def close_with_rounds_of_two(self, finish=True):
+        self.max_ops = 2
+        real_close(self, finish)
+
+    monkeypatch.setattr(cm.BatchCompactor, "close", close_with_rounds_of_two)
+    assert reduce(logdir).ok
+    assert [len(r) for r in retries] == [2, 2, 1]
+    assert all(m is None and n == 3 for r in retries for n, m in r)
+    vault = Context(str(logdir)).vault
+    assert all(vault.blob_form(s) == "packed" for s in backups(vault)) and vault.pending_compactions() == {}
+    restored_exactly(logdir, before)

@@ -15,23 +15,28 @@ or purge of that run never races it; a run taken meanwhile keeps its note for th
 every blob under its own lock, and a blob a transaction under way backs up too (another run of
 this batch with ``--jobs``, any process's) stays plain, ``KEPT_BUSY`` — tried again at the
 batch's end, when no transaction of this batch is under way, and else by the next start (the
-note stays). A kill at any instant leaves each backup whole in one form and its note for the
-next start.
+note stays). A kill at any instant leaves each backup whole in one form; from the note on
+(written right after the run's commit, as the old per-run compaction wrote it first) the next
+start compacts it. The note names this process (``waits_for``): a start of another process while
+the batch runs leaves it to the batch's rounds. A kill between a run's commit and its note leaves
+its backups plain, as it did before this module (safe; freed by a purge).
 """
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.catalogue import journal_blobs
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked
 from tb_footprint_plugin.engine.vault import compact_operation, KEPT_BUSY, note_compaction, PACK_BATCH
 from tb_footprint_plugin.storage.paths import is_sha256
 
-#: one noted compaction: (op id, run, its backups' digests, its manifest)
-Item = Tuple[str, str, List[str], dict]
+#: one noted compaction: (op id, run, its backups' digests, its manifest or None: read again)
+Item = Tuple[str, str, List[str], Optional[dict]]
 
 
 class BatchCompactor:
@@ -58,7 +63,7 @@ class BatchCompactor:
             m = vault.read_manifest(op_id)
             shas = list(dict.fromkeys(f["sha256"] for f in m.get("files", [])
                                       if isinstance(f, dict) and is_sha256(f.get("sha256"))))
-            vault.note_compaction(op_id, shas)
+            vault.note_compaction(op_id, shas, waits_for={"host": socket.gethostname(), **lease.me()})
         except Exception:  # noqa: BLE001 - the reduction stands; its backups stay plain
             return False
         with self._lock:
@@ -80,8 +85,8 @@ class BatchCompactor:
             if group:
                 self._compact(group, retry=True)
             again, self._again = list(self._again.values()), {}
-            if again:
-                self._compact(again, retry=False)
+            for i in range(0, len(again), self.max_ops):  # rounds of max_ops: run locks and fds bounded
+                self._compact(again[i:i + self.max_ops], retry=False)
 
     def _compact(self, group: List[Item], retry: bool) -> None:
         """One round: each operation under its run's lock (a run taken meanwhile keeps its note),
@@ -96,7 +101,9 @@ class BatchCompactor:
                         stack.enter_context(RunLock(ctx.lock_dir, run))
                     except (RunLocked, OSError):
                         continue  # a restore or purge has it now: the next start compacts it
-                    ops[op_id], manifests[op_id] = shas, m
+                    ops[op_id] = shas
+                    if m is not None:
+                        manifests[op_id] = m
                 if not ops:
                     return
                 done = ctx.vault.compact_ops(ops, manifests, busy=journal_blobs(ctx), noted=True)
@@ -104,7 +111,8 @@ class BatchCompactor:
                 items = {i[0]: i for i in group}
                 for op_id, what in done.items():
                     if KEPT_BUSY in what.values():
-                        self._again[op_id] = items[op_id]
+                        op, run, shas, _m = items[op_id]
+                        self._again[op_id] = (op, run, shas, None)  # its manifest is read again then
         except Exception:  # noqa: BLE001 - the reductions stand; the notes stay for the next start
             pass
 

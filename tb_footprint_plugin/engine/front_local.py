@@ -263,9 +263,9 @@ class LocalEngine(Engine):
                     ) -> List[RunOutcome]:
         """Each run its own transaction (``reduce_run``) on ``jobs`` threads, each with its own
         ``timeout`` and a cancel that stops it at its next step (``engine.local_batch.run_batch``);
-        a compressed vault's compaction on a thread beside them (``engine.compactor``; a remote
+        a compressed vault's compaction in rounds of many runs (``engine.compactor``; a remote
         vault's offload stays in each run's turn), done before this returns — after an interrupt
-        only its round under way, the rest left to the next start."""
+        no further round: the notes are settled as any other."""
         pol = policy.to_dict()
         compactor = BatchCompactor(self.ctx) if vault_format == "compressed" and not self.offloads() else None
 

@@ -281,6 +281,8 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     or as its verified ``.zst``, or both."""
     out = []
     for op_id, shas in vault.pending_compactions().items():
+        if _compacted_by_a_live_batch(vault, op_id):
+            continue  # noted by a batch still running on this host: its next round compacts it
         try:
             run = vault.read_manifest(op_id).get("run")
         except Exception:  # no manifest (yet): rebuilt above or reported; the blobs stay as they are
@@ -318,6 +320,18 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
                                    f"({sum(1 for v in what.values() if v == COMPRESSED)} of {len(what)} compressed)",
                                    Finding.COMPACTION_FINISHED))
     return out
+
+
+def _compacted_by_a_live_batch(vault: Vault, op_id: str) -> bool:
+    """Whether ``op_id``'s compaction note names another process of this host that still runs
+    (a batch compacting its committed runs in rounds, ``engine.compactor``): left to it, so a
+    start beside a running batch neither says it finished an interrupted compaction nor packs
+    that batch's runs one by one. A note of this process (an interrupt's settling) or of a gone
+    one is finished here, as any other."""
+    w = vault.compaction_waits_for(op_id)
+    if w is None or w["host"] != socket.gethostname() or w["pid"] == os.getpid():
+        return False
+    return holder_alive(w["pid"], w["pid_start"])
 
 
 def _note_leftover_offloads(vault: Vault, manifests: List[dict]) -> None:

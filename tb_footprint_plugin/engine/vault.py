@@ -964,11 +964,32 @@ class Vault:
             raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a file name")
         return os.path.join(self.root, "compact", f"{op_id}.json")
 
-    def note_compaction(self, op_id: str, shas: List[str]) -> None:
+    def note_compaction(self, op_id: str, shas: List[str], waits_for: Optional[dict] = None) -> None:
         """Record, before the first step, which blobs an operation's compaction works on: a kill
-        midway is finished by the next start (``pending_compactions``)."""
+        midway is finished by the next start (``pending_compactions``). ``waits_for``: the
+        process (``{host, pid, pid_start}``) whose batch compacts it in a later round; another
+        process's start leaves the note to it while it runs (``compaction_waits_for``)."""
         ensure_private_dir(os.path.join(self.root, "compact"), self.root, tighten_root=self.own_folder)
-        atomic_write_json(self._pending_path(op_id), {"op_id": op_id, "blobs": [s for s in shas if is_sha256(s)]})
+        doc = {"op_id": op_id, "blobs": [s for s in shas if is_sha256(s)]}
+        if waits_for:
+            doc["waits_for"] = waits_for
+        atomic_write_json(self._pending_path(op_id), doc)
+
+    def compaction_waits_for(self, op_id: str) -> Optional[dict]:
+        """The process a compaction note says will compact it (``note_compaction``'s
+        ``waits_for``: ``host`` a str, ``pid`` an int, ``pid_start`` an int or None), or None
+        (no such field, or not of that form: the note is anyone's to finish)."""
+        try:
+            with open_regular(self._pending_path(op_id)) as f:
+                d = json.load(f)
+        except (OSError, ValueError, RecursionError):
+            return None
+        w = d.get("waits_for") if isinstance(d, dict) else None
+        if not (isinstance(w, dict) and isinstance(w.get("host"), str) and isinstance(w.get("pid"), int)
+                and not isinstance(w.get("pid"), bool)
+                and (w.get("pid_start") is None or isinstance(w.get("pid_start"), int))):
+            return None
+        return {"host": w["host"], "pid": w["pid"], "pid_start": w.get("pid_start")}
 
     def pending_compactions(self) -> Dict[str, List[str]]:
         """op id → blob digests of compactions noted and not finished (``read_notes``; an
