@@ -136,6 +136,7 @@ import hashlib
 import os
 import shutil
 import signal
+import json
 import subprocess
 import statistics
 import sys
@@ -446,6 +447,32 @@ def run_vault(logdir: str, fmt_name: str, policy="archive") -> dict:
             "freed_now": rep.freed_now_bytes, "after_purge": rep.freed_on_disk_after_purge_bytes}
 
 
+# One measured reduce + restore (``run_vault``) in a process of its own, as a user's CLI run is:
+# within one process each 100-run reduce of the profile-heavy logdir took ~1.3-2.5 s more kernel
+# time than the one before it (ext4's inode allocation, perf: find_get_block/recently_deleted,
+# grew per process; a fresh process was flat at 12.3-12.7 s), and the pairs ran anchor first, so
+# that drift fell on the compressed column of every pair (2026-12-03)
+_RUN_CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[5])
+import vault as bench
+from tb_footprint_plugin.engine import vault as vault_mod
+vault_mod.PACK_BELOW = int(sys.argv[4])
+row = bench.run_vault(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]))
+print(json.dumps(row))
+"""
+
+
+def run_vault_apart(logdir: str, fmt_name: str, policy, pack_below: int) -> dict:
+    """``run_vault`` in a fresh process (``_RUN_CHILD``): its figures, timed in that process."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _RUN_CHILD, logdir, fmt_name, json.dumps(policy), str(pack_below),
+                        HERE], capture_output=True, text=True, env=env, timeout=3600)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 # The child's own peak (VmHWM of its memory map): getrusage's ru_maxrss would carry over the
 # bench process's peak from the fork (Linux keeps it across exec), not the reduce's
 _RSS_CHILD = r"""
@@ -721,19 +748,18 @@ def main(argv=None) -> int:
             d = tempfile.mkdtemp(prefix=name + "-", dir=tmp)
             os.rmdir(d)
             shutil.copytree(src_dir, d, copy_function=shutil.copy2)
-            vault_mod.PACK_BELOW = below
             try:
-                return run_vault(d, fmt_name, policy)
+                return run_vault_apart(d, fmt_name, policy, below)
             finally:
-                vault_mod.PACK_BELOW = packed_below
                 shutil.rmtree(d, ignore_errors=True)
 
         heavy = os.path.join(tmp, "heavy-src")
         heavy_n = write_profile_heavy(heavy, heavy_runs, heavy_files)
         reps = {k: [] for k in ("hardlink", "compressed", "heavy-hardlink", "heavy-packed")}
-        # interleaved, the anchor first in each pair (a warm page cache helps it, not us): a load
-        # swing on the shared machine hits both columns of a repeat alike, and the median ratio
-        # keeps one swung repeat from deciding
+        # interleaved, the anchor first in each pair (a warm page cache helps it, not us), each
+        # reduce + restore in a process of its own (``run_vault_apart``): a load swing on the
+        # shared machine hits both columns of a repeat alike, and the median ratio keeps one
+        # swung repeat from deciding
         for _ in range(args.repeat):
             reps["hardlink"].append(one(src, "hardlink", "hardlink", packed_below))
             reps["compressed"].append(one(src, "compressed", "compressed", packed_below))
