@@ -19,7 +19,8 @@ import pytest
 
 from conftest import REPO
 from helpers_crash import Killed, kill
-from tb_footprint_plugin import api, synth
+from test_small_packs import small_runs as small_runs_of, tree
+from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import compactor as cm
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import faults, front_local, lease, remote_vault
@@ -33,29 +34,7 @@ DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
 
 
 def small_runs(root: Path, runs: int = RUNS, files: int = 3) -> Path:
-    logdir = root / "logs"
-    for r in range(runs):
-        run = logdir / f"run{r:02d}"
-        with synth.EventWriter(str(run)) as w:
-            for step in range(5):
-                w.scalar("loss", step, 1.0 / (step + 1))
-        session = run / "plugins" / "profile" / "2026_01_01_00_00_00"
-        session.mkdir(parents=True)
-        for i in range(files):
-            synth.write_xplane(str(session / f"host{i}.xplane.pb"), 20 + i * 15, seed=r * 10 + i)
-    synth.age(str(logdir))
-    return logdir
-
-
-def tree(root: Path) -> dict:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if rel.startswith(".tb-footprint") or not p.is_file():
-            continue
-        st = p.stat()
-        out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mtime_ns, st.st_mode)
-    return out
+    return small_runs_of(root, runs, files)
 
 
 def reduce(logdir: Path, **kw):

@@ -153,18 +153,18 @@ def test_a_failure_at_the_new_pack_keeps_every_old_pack_and_blob(posix):
 
 
 # --- end to end: a batch of small runs -------------------------------------------------------
-def small_runs(root: Path) -> Path:
-    """``RUNS`` runs of scalars, each with an xprof session of two small ``.xplane.pb`` files the
-    archive policy removes (a few KB of backups a run)."""
+def small_runs(root: Path, runs: int = RUNS, files: int = 2) -> Path:
+    """``runs`` runs of scalars, each with an xprof session of ``files`` small ``.xplane.pb``
+    files the archive policy removes (a few KB of backups a run)."""
     logdir = root / "logdir"
-    for r in range(RUNS):
+    for r in range(runs):
         run = logdir / f"run{r:02d}"
         with synth.EventWriter(str(run)) as w:
             for step in range(5):
                 w.scalar("loss", step, 1.0 / (step + 1))
         session = run / "plugins" / "profile" / "2026_01_01_00_00_00"
         session.mkdir(parents=True)
-        for i in range(2):
+        for i in range(files):
             synth.write_xplane(str(session / f"host{i}.xplane.pb"), 20 + i * 15, seed=r * 10 + i)
     synth.age(str(logdir))
     return logdir
