@@ -428,8 +428,9 @@ def state_bytes(logdir: str) -> dict:
                 out["cache"] += st.st_size
                 continue
             out["state_disk"] += st.st_blocks * 512
-            if (is_dir and top in (".", "oplog")) or (top == "." and n == "identity.json"):
-                out["fixed_disk"] += st.st_blocks * 512  # one of each a vault, whatever its runs
+            if (is_dir and top in (".", "oplog", "blobs")) or (top == "." and n == "identity.json"):
+                # one of each a vault, whatever its runs (blobs/xx: 256 at most)
+                out["fixed_disk"] += st.st_blocks * 512
             if not is_dir:
                 out["state"] += st.st_size
                 out["files"] += 1
