@@ -374,7 +374,28 @@ def _worker(kind: str, a: dict) -> None:
         prof.dump_stats(a["profile"])
     out["rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out["child_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    own = own_peak_mb()
+    if own is not None:
+        out["own_rss_mb"] = own
     print(json.dumps(out))
+
+
+def own_peak_mb() -> Optional[float]:
+    """This process's own peak RSS since it started (``VmHWM``), or None off Linux.
+
+    ``ru_maxrss`` is not that: Linux folds into it the high-water mark of the address space an
+    ``exec`` replaced, which for a child started by ``subprocess`` (vfork + exec) is its
+    parent's. A worker started by a bench that holds 60 MB (the generated event files' writer)
+    begins with ``ru_maxrss`` = 60 MB before it has done anything; a data server's ``ru_maxrss``
+    (``child_rss_mb``) starts at the RSS of the reduce that started it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def measure(kind: str, cache: str, timeout: Optional[float] = None, **a) -> dict:
@@ -415,6 +436,8 @@ def best(fn, repeat: int) -> dict:
     out["all_seconds"] = [round(r["seconds"], 3) for r in runs]
     if all("cpu" in r for r in runs):
         out["all_cpu"] = [round(r["cpu"], 3) for r in runs]
+    # a memory target is judged on the largest peak, not the fastest measurement's
+    out["max_own_rss_mb"] = max(r.get("own_rss_mb", r.get("rss_mb", 0.0)) for r in runs)
     return out
 
 
@@ -867,10 +890,10 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
 
             r[mode] = best(once, args.repeat)
             x = r[mode]
-            shown = f"{x['seconds']:.2f} s ({x.get('cpu', 0):.2f} s CPU), peak RSS {x['rss_mb']:.0f} MB, " \
+            shown = f"{x['seconds']:.2f} s ({x.get('cpu', 0):.2f} s CPU), peak RSS {x.get('own_rss_mb', x['rss_mb']):.0f} MB, " \
                     f"{x['statuses']}" if "seconds" in x else x["error"][-300:]
             print(f"  reduce of one {size / 1e6:.1f} MB histogram/image event file ({mode} process): {shown}", flush=True)
-        r.update(mb=mb, bytes=size, load=os.getloadavg())
+        r.update(mb=mb, bytes=size, load=os.getloadavg(), bench_rss_mb=_rss_now_mb())
         rows.append(r)
         for p in (logdir, cache, keep, warm):
             if os.path.isdir(p):
@@ -878,6 +901,15 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
             elif os.path.exists(p):
                 os.unlink(p)
     return rows
+
+
+def _rss_now_mb() -> float:
+    """This process's RSS now (0 off Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next((int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:")), 0.0)
+    except OSError:
+        return 0.0
 
 
 def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
@@ -904,13 +936,18 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
                 ok = False
                 print(f"  {r['mb']:g} MB ({mode}): {x.get('error', '?')[-500:]}")
                 continue
-            rss_ok = x["rss_mb"] <= 150
+            # the reduce's own peak (VmHWM), not ru_maxrss: that one also holds the bench's RSS
+            # when it started the worker (``own_peak_mb``); both are printed
+            peak = x.get("max_own_rss_mb", x.get("own_rss_mb", x["rss_mb"]))
+            rss_ok = peak <= 150
             ok &= rss_ok and x["statuses"].get("verified") == 1
             vs = f" = {x['seconds'] / anchor:.0f}x the anchor ({anchor:.3f} s)" if anchor else ""
             print(f"  {r['bytes'] / 1e6:6.1f} MB, {'fresh' if mode == 'cold' else 'warm'} process: {x['seconds']:6.2f} s "
                   f"wall{vs}, {x.get('cpu', 0):6.2f} s CPU (with the data servers it waited for), peak RSS "
-                  f"{x['rss_mb']:.0f} MB, largest child {x.get('child_rss_mb', 0):.0f} MB (target <= 150 MB) "
-                  f"{_met(rss_ok)}; {x['statuses']}")
+                  f"{peak:.0f} MB (target <= 150 MB) {_met(rss_ok)} (ru_maxrss {x['rss_mb']:.0f} MB, which "
+                  f"counts the bench's {r.get('bench_rss_mb', 0):.0f} MB at the worker's start; largest child's "
+                  f"ru_maxrss {x.get('child_rss_mb', 0):.0f} MB, which counts this process's at its start); "
+                  f"{x['statuses']}")
             for reason in x.get("reasons", []):
                 print(f"    not verified: {reason[:200]}")
             if x.get("cpu_split"):
