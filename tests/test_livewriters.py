@@ -230,6 +230,7 @@ def test_records_appended_to_the_backup_are_salvaged_into_the_run(tmp_path):
     assert path.read_bytes() == original + b"".join(late) + partial
 
 
+@pytest.mark.usefixtures("one_file_a_backup")  # the writer holds the backup's own file (packed, it has none)
 def test_purge_keeps_a_backup_a_writer_still_holds(tmp_path):
     logdir = tmp_path / "logdir"
     path = image_run(logdir / "run")

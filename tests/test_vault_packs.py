@@ -332,6 +332,8 @@ def test_a_plain_blob_growing_beside_a_packed_backup_is_never_taken_for_its_runs
     assert vault.blob_form(f["sha256"]) == "packed"
     with vault.open_blob(f["sha256"]) as src:
         grown = src.read() + b"records someone appended"
+    # its shard folder, emptied by the packing, went with it (``Vault.prune_shards``): made again
+    Path(vault.blob_path(f["sha256"])).parent.mkdir(mode=0o700, exist_ok=True)
     Path(vault.blob_path(f["sha256"])).write_bytes(grown)
     assert not [x for x in salvage.grown_backups(vault.manifests()) if x[1]["sha256"] == f["sha256"]]
 

@@ -136,7 +136,11 @@ def _compressed_orphans(vault: Vault, referenced: set) -> dict:
         d = os.path.join(vault.blobs, sub)
         if not os.path.isdir(d) or os.path.islink(d):
             continue
-        for n in os.listdir(d):
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            continue  # an empty shard folder pruned meanwhile (``Vault.prune_shards``)
+        for n in names:
             sha = n[:-len(ZST_SUFFIX)] if n.endswith(ZST_SUFFIX) else None
             if sha and is_sha256(sha) and sha not in referenced:
                 with contextlib.suppress(OSError):

@@ -1457,7 +1457,11 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
         d = os.path.join(vault.blobs, sub)
         if not os.path.isdir(d) or os.path.islink(d):
             continue
-        for n in os.listdir(d):
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            continue  # an empty shard folder pruned meanwhile (``Vault.prune_shards``)
+        for n in names:
             if len(n) == 64 and n not in referenced:
                 try:
                     out[n] = os.lstat(os.path.join(d, n)).st_size

@@ -44,7 +44,7 @@ from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobStore
 from tb_footprint_plugin.storage.files import CHUNK, atomic_write_json, fsync_dir, hash_and_count
 from tb_footprint_plugin.storage import scratch, zst
 from tb_footprint_plugin.storage.paths import is_sha256
-from tb_footprint_plugin.storage.private import ensure_private_dir
+from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import is_bucket_url
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -181,7 +181,16 @@ def write_record(vault_root: str, sha: str, url: str, size: int, key: str,
     doc = {"sha": sha, "url": url, "size": int(size), "key": key}
     if isinstance(mtime_ns, int) and not isinstance(mtime_ns, bool):
         doc["mtime_ns"] = mtime_ns
-    atomic_write_json(record_path(vault_root, sha), doc, compact=True)
+    for attempt in range(4):
+        try:
+            atomic_write_json(record_path(vault_root, sha), doc, compact=True)
+            return
+        except (FileNotFoundError, NotPrivate) as e:
+            # its shard folder, empty while the blob was only packed, removed meanwhile by a
+            # compaction's ``Vault.prune_shards`` (a folder of ours found missing when checked):
+            # made again (``atomic_write_json``) and tried again
+            if attempt == 3 or (isinstance(e, NotPrivate) and os.path.lexists(e.path)):
+                raise  # a folder there that is not ours: refused as ever
 
 
 def drop_record(vault_root: str, sha: str) -> bool:
@@ -195,7 +204,8 @@ def drop_record(vault_root: str, sha: str) -> bool:
         os.unlink(p)
     except FileNotFoundError:
         return False
-    fsync_dir(os.path.dirname(p))
+    with contextlib.suppress(FileNotFoundError):  # the emptied shard folder pruned meanwhile: gone with it
+        fsync_dir(os.path.dirname(p))
     return True
 
 

@@ -260,10 +260,13 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
         corrupt = False
     # the grown backup under its new digest: a hard link, so the writer's inode stays the blob
     new_blob = vault.blob_path(new_sha)
-    os.makedirs(os.path.dirname(new_blob), exist_ok=True)
-    if not os.path.lexists(new_blob):
-        os.link(blob, new_blob)
-    fsync_dir(os.path.dirname(new_blob))
+
+    def link_in() -> None:
+        if not os.path.lexists(new_blob):
+            os.link(blob, new_blob)
+        fsync_dir(os.path.dirname(new_blob))
+
+    vault.in_shard(new_sha, link_in)  # its shard folder made (ours) again if a prune took it
     if salv:
         os.replace(tmp, ctx.abs(final))
         fsync_dir(os.path.dirname(ctx.abs(final)))
@@ -283,7 +286,8 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
                for x in mm.get("files", [])):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(blob)
-        fsync_dir(os.path.dirname(blob))
+        with contextlib.suppress(FileNotFoundError):  # the emptied shard folder pruned meanwhile
+            fsync_dir(os.path.dirname(blob))
     journal.close()
     out.records, out.bytes, out.file = records, nbytes, entry["file"]
     if salv:

@@ -59,6 +59,12 @@ while an index object is damaged (``RemoteReadError``, code ``index_damaged``). 
 salvage made (its mtime is its late writer's last write, which a pack does not keep) and blobs of
 a vault that offloads to a bucket are not packed.
 
+Shard folders: a packing, a purge and a restore's release remove the ``blobs/ab`` folders they
+left empty (``prune_shards``: ``rmdir``, never a link or another user's folder): 4 KiB each, they
+were 1 kB a run of a vault of 1,000 small packed runs. Every write into a shard folder (a backup,
+a remote record, salvage's link) goes through ``in_shard``, which makes the folder again when a
+prune in any process took it between its check and the write.
+
 The remote vault (``--backup-dir s3://…|gs://…|az://…`` for a local logdir, ``engine.offload``):
 after compaction a committed operation's backups are added to a ``storage.blobstore.BlobStore``
 in the bucket, and once the store has read each one back and verified it, a record
@@ -89,7 +95,7 @@ import socket
 import stat
 import tempfile
 import time
-from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog, remote_vault
@@ -108,6 +114,9 @@ from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
 from tb_footprint_plugin.storage.store import TMP_PREFIX, StoreFailure
 from tb_footprint_plugin.storage.regular import open_regular
+
+_T = TypeVar("_T")
+
 
 class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
@@ -177,6 +186,9 @@ def _merge_failpoint(step: str) -> None:
 
 #: at most this many blobs a pack (their locks are held while the pack is written and verified)
 PACK_BATCH = 256
+#: tries of a write into a blob's shard folder (``blobs/ab``): any process's ``prune_shards`` may
+#: remove the folder, while empty, between its making and the write, which then makes it again
+SHARD_TRIES = 4
 
 #: what ``Vault.compact`` did with a blob (the bench and the tests count them)
 COMPRESSED = "compressed"
@@ -712,45 +724,64 @@ class Vault:
             self.pin_blob(pin, sha)
         return blob
 
+    def in_shard(self, sha: str, write: Callable[[], _T]) -> _T:
+        """``write()``, which makes a file in ``sha``'s shard folder (``blobs/ab``), after that
+        folder is made or checked ours all the way from the vault (``ensure_private_dir``). Any
+        process's ``prune_shards`` removes the folder while it is empty (a packed blob's plain
+        form gone), also between the check and the write: a ``FileNotFoundError`` makes the
+        folder again and tries again, ``SHARD_TRIES`` times in all (one the folder's removal did
+        not cause, e.g. a source file gone, is raised after the last)."""
+        folder = os.path.dirname(self.blob_path(sha))
+        for attempt in range(SHARD_TRIES):
+            try:
+                ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
+                return write()
+            except (FileNotFoundError, NotPrivate) as e:
+                # NotPrivate of a folder found missing when checked: the prune's too; of one
+                # there (a link, another user's) it is refused as ever
+                if attempt + 1 >= SHARD_TRIES or (isinstance(e, NotPrivate) and os.path.lexists(e.path)):
+                    raise
+        raise AssertionError("unreachable")
+
+    def prune_shards(self, shas: Iterable[str]) -> int:
+        """Remove the shard folders (``blobs/ab``) of ``shas`` that are empty now (their blobs
+        packed or deleted): 256 of them took a vault ~1 MB on disk, 1 kB a run at 1,000 small
+        runs whose backups all went to packs. Only an empty folder goes (``rmdir``), only a real
+        folder of ours (never a symlink, never followed: through a descriptor of ``blobs/``
+        checked ours), with no fsync (a crash that undoes a removal leaves an empty folder). A
+        writer into a shard folder goes through ``in_shard``, which makes it again. How many went."""
+        names = sorted({s[:2] for s in shas if is_sha256(s)})
+        if not names:
+            return 0
+        try:
+            fd = os.open(self.blobs, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+                         | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return 0  # no blobs folder, or a link in its place: nothing removed through it
+        gone = 0
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                return 0
+            for name in names:
+                try:
+                    sub = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if not stat.S_ISDIR(sub.st_mode) or sub.st_uid != os.geteuid():
+                        continue  # a link or someone else's: never removed (health names it)
+                    os.rmdir(name, dir_fd=fd)  # unlinkat(AT_REMOVEDIR): refused unless empty
+                    gone += 1
+                except OSError:
+                    continue  # not empty (a blob, a record, a temp file), or gone already
+        finally:
+            os.close(fd)
+        return gone
+
     def _store(self, path: str, sha: str) -> str:
         blob = self.blob_path(sha)
         try:
             # checked on every backup: the shard folder must be ours all the way from the root
-            ensure_private_dir(os.path.dirname(blob), self.root, tighten_root=self.own_folder)
-            if os.path.exists(blob):
-                if sha256_file(blob) == sha:
-                    return blob  # same content already backed up (e.g. by an earlier op)
-                st = os.lstat(blob)
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                    # other bytes under the name, in a file of its own: records a writer appended
-                    # after an earlier reduction (salvage's), or damage health names; they may
-                    # exist nowhere else, so they are never replaced
-                    raise VaultError(errno.EEXIST, f"cannot back up {path} into {self.root}: "
-                                     f"{os.path.relpath(blob, self.root)} holds other bytes than its name says "
-                                     "(late records salvaged at the next start, or damage `tb-footprint status` "
-                                     "names); it is never replaced")
-                fsops.unlink(blob)  # a link of a live file (its bytes live on under that name): not a backup
-            linked = False
-            # beside a .zst or a pack copy (an earlier operation's compacted or packed backup)
-            # the new plain blob is a copy: a link would make this run's live file, which may
-            # still change before its swap (a late writer), stand under that backup's name
-            if self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha):
-                try:
-                    fsops.link(path, blob, follow_symlinks=False)
-                    linked = True
-                except OSError:
-                    linked = False  # e.g. fs.protected_hardlinks; fall back to a copy
-            if not linked:
-                fd, tmp = tempfile.mkstemp(prefix=".in-", dir=os.path.dirname(blob))
-                os.close(fd)
-                try:
-                    copy_file(path, tmp)
-                    fsops.replace(tmp, blob)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        fsops.unlink(tmp)
-                    raise
-            fsync_dir(os.path.dirname(blob))
+            if self.in_shard(sha, lambda: self._put(path, sha, blob)):
+                return blob  # same content already backed up (e.g. by an earlier op)
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
         if not is_regular(blob):  # never a link standing for a backup
@@ -760,6 +791,47 @@ class Vault:
         if got != sha:
             raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
         return blob
+
+    def _put(self, path: str, sha: str, blob: str) -> bool:
+        """``_store``'s writes into the shard folder (made and checked by ``in_shard``): True when
+        ``blob`` holds ``sha`` already, else ``path`` linked or copied in and the folder synced."""
+        if os.path.exists(blob):
+            if sha256_file(blob) == sha:
+                return True
+            st = os.lstat(blob)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                # other bytes under the name, in a file of its own: records a writer appended
+                # after an earlier reduction (salvage's), or damage health names; they may
+                # exist nowhere else, so they are never replaced
+                raise VaultError(errno.EEXIST, f"cannot back up {path} into {self.root}: "
+                                 f"{os.path.relpath(blob, self.root)} holds other bytes than its name says "
+                                 "(late records salvaged at the next start, or damage `tb-footprint status` "
+                                 "names); it is never replaced")
+            fsops.unlink(blob)  # a link of a live file (its bytes live on under that name): not a backup
+        linked = False
+        # beside a .zst or a pack copy (an earlier operation's compacted or packed backup)
+        # the new plain blob is a copy: a link would make this run's live file, which may
+        # still change before its swap (a late writer), stand under that backup's name
+        if self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha):
+            try:
+                fsops.link(path, blob, follow_symlinks=False)
+                linked = True
+            except FileNotFoundError:
+                raise  # the shard folder pruned meanwhile (``in_shard`` tries again), or the file gone
+            except OSError:
+                linked = False  # e.g. fs.protected_hardlinks; fall back to a copy
+        if not linked:
+            fd, tmp = tempfile.mkstemp(prefix=".in-", dir=os.path.dirname(blob))
+            os.close(fd)
+            try:
+                copy_file(path, tmp)
+                fsops.replace(tmp, blob)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    fsops.unlink(tmp)
+                raise
+        fsync_dir(os.path.dirname(blob))
+        return False
 
     def unshare(self, sha: str) -> None:
         """Make the blob a file of its own (a copy) if it is still a hard link of a live file,
@@ -1118,6 +1190,8 @@ class Vault:
             for ref in refs:
                 out[ref.sha] = PACKED if self._drop_plain(ref.sha, todo[ref.sha]) else KEPT_DAMAGED
                 faults.hit("reduce.pack_unlinked")
+            # the shard folders the packed blobs leave empty (4 KiB each, up to 256 a vault)
+            self.prune_shards(sha for sha, what in out.items() if what == PACKED)
         return out
 
     def _packable(self, sha: str, held: bool):
@@ -1894,6 +1968,7 @@ class Vault:
                             after_each()  # a failpoint: a kill here is finished from the purge's intent
                     for sha, n in self._forget_packed(forget).items():
                         out[sha] += n
+        self.prune_shards(sha for sha, n in out.items() if n)  # the shard folders the deletes emptied
         return out
 
     def forget_packed_released(self, shas: Iterable[str], needed, batch: int = 256) -> Dict[str, int]:
