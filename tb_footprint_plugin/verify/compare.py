@@ -33,7 +33,7 @@ import shutil
 import struct
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 from tb_footprint_plugin.fmt import plural
 from tb_footprint_plugin.formats import views
@@ -526,9 +526,20 @@ _TAB_KINDS = (("scalars", views.SCALAR, 1), ("histograms", views.TENSOR, 1),
               ("images", views.BLOB_SEQUENCE, 8), ("audio", views.BLOB_SEQUENCE, 8))
 
 
+class PayloadDigest(NamedTuple):
+    """A tensor payload the tab's check needs only to tell apart: its dtype, shape and the
+    sha256 of its bytes (two are equal exactly when their payloads are; never equal to a
+    ``TensorPayload``)."""
+
+    dtype: str
+    shape: tuple
+    sha256: str
+
+
 def _read_for_tab(reader: Reader) -> None:
     """What the tab's before/after check shows, as the reader stores it (the default view);
-    the comparison itself is the routes' and the records'."""
+    the comparison itself is the routes' and the records'. Of a histogram tag only the points
+    the summary draws keep their payload (``_digest_undrawn``)."""
     if reader.provider is None or reader.view.fatal or not reader.view.run_present:
         return
     for plugin, kind, workers in _TAB_KINDS:
@@ -537,6 +548,41 @@ def _read_for_tab(reader: Reader) -> None:
                              kind, {}, workers)
         except Exception as e:  # noqa: BLE001 - a reader failure is a finding
             reader.view.errors.append(f"{plugin}: {type(e).__name__}: {e}")
+        if kind == views.TENSOR:
+            for tag in reader.view.plugins.get(plugin, {}).values():
+                _digest_undrawn(tag)
+
+
+def _digested(payload: Any) -> Any:
+    """``payload``'s ``PayloadDigest`` if it is a ``TensorPayload``, else itself."""
+    import hashlib
+
+    if isinstance(payload, TensorPayload):
+        return PayloadDigest(payload.dtype, payload.shape, hashlib.sha256(payload.data).hexdigest())
+    return payload
+
+
+def _same_payload(a: Any, b: Any) -> bool:
+    """Bit-exact equality of two payloads, one of them possibly digested (``_digest_undrawn``
+    kept a different step whole on each side)."""
+    if isinstance(a, PayloadDigest) != isinstance(b, PayloadDigest):
+        a, b = _digested(a), _digested(b)
+    return _payload_key(a) == _payload_key(b)
+
+
+def _digest_undrawn(tag: TagView) -> None:
+    """Replace the payload of every point but the last one and the last shown step's (the
+    distribution ``_tag_summaries`` draws is at a side's last shown step, and a reduced run's
+    steps are the original's: the other side's last shown step is one of these or absent) by
+    its ``PayloadDigest``, which is all ``same_shown`` compares. The default view holds up to
+    500 histograms a tag, ~4 KB each for a weight tensor's: a 100 MB run's two sides held
+    ~8 MB of them through the rest of the route crawl, at the reduce's peak memory."""
+    if not tag.points:
+        return
+    keep = {tag.points[-1][0]}
+    if tag.display_steps:
+        keep.add(tag.display_steps[-1])
+    tag.points = [p if p[0] in keep else (p[0], p[1], _digested(p[2])) for p in tag.points]
 
 
 def _merge_route_lines(lines: list[Check]) -> list[Check]:
@@ -705,6 +751,8 @@ def _fmt_payload(payload: Any) -> str:
         return repr(payload)
     if isinstance(payload, TensorPayload):
         return f"<{payload.dtype}{list(payload.shape)} {len(payload.data)} bytes>"
+    if isinstance(payload, PayloadDigest):
+        return f"<{payload.dtype}{list(payload.shape)} sha256 {payload.sha256[:12]}>"
     return f"<{len(payload)} blobs {','.join(d[:8] for d in payload)}>"
 
 
@@ -949,7 +997,7 @@ def _tag_summaries(pairs) -> dict:
                 "points": [len(tb.points) if tb else 0, len(ta.points) if ta else 0],
                 "shown": [sb[-SUMMARY_MAX_STEPS:], sa[-SUMMARY_MAX_STEPS:]],
                 "same_shown": sb == sa and all(
-                    _payload_key(x[2]) == _payload_key(y[2])
+                    _same_payload(x[2], y[2])
                     for x, y in zip([p for p in (tb.points if tb else []) if p[0] in set(sb)],
                                     [p for p in (ta.points if ta else []) if p[0] in set(sa)])),
             }
