@@ -72,3 +72,24 @@ def test_a_digest_equals_only_the_same_payload():
     assert not compare._same_payload(compare._digested(a), b)
     assert not compare._same_payload(a, compare._digested(b))
     assert compare._digested(a) != a and compare._digested(1.5) == 1.5
+
+
+@needs_rust
+def test_a_verification_result_converts_to_what_asdict_made_without_copying(tmp_path):
+    """``VerificationResult.to_dict`` hands its plain fields over instead of deep-copying them
+    (a fixed cost of every verification): the dict is the one ``dataclasses.asdict`` made."""
+    import dataclasses
+    import json
+
+    orig = _run(tmp_path / "orig")
+    red = _run(tmp_path / "red", changed_at=60)
+    res = compare.verify_reduction(str(orig), str(red), Expectations(), full_read_bytes=0)
+    assert res.tag_summaries and res.scalar_series and res.checks
+    want = dataclasses.asdict(res)
+    want["duration_s"] = round(res.duration_s, 3)
+    got = res.to_dict()
+    assert got == want and list(got) == list(want)
+    assert json.dumps(got, sort_keys=False) == json.dumps(want, sort_keys=False)
+    assert all(type(c) is dict for c in got["checks"])
+    # handed over, not copied
+    assert got["tag_summaries"] is res.tag_summaries and got["scalar_series"] is res.scalar_series
