@@ -99,7 +99,9 @@ def test_rounds_start_when_enough_backups_wait(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Vault, "compact_ops", spy)
     real_init = cm.BatchCompactor.__init__
-    monkeypatch.setattr(cm.BatchCompactor, "__init__", lambda self, ctx: real_init(self, ctx, max_blobs=7))
+    # the rounds in this process, where the spy sees them (test_compact_worker: in a worker's)
+    monkeypatch.setattr(cm.BatchCompactor, "__init__", lambda self, ctx: real_init(self, ctx, max_blobs=7,
+                                                                                   use_worker=False))
     logdir = small_runs(tmp_path, runs=6)
     rep = reduce(logdir)
     assert rep.ok
@@ -342,7 +344,7 @@ def test_the_batch_ends_retries_go_in_rounds_of_max_ops_and_hold_no_manifest(tmp
 
     monkeypatch.setattr(cm, "journal_blobs", busy_in_the_first_round)
     real_init, real_compact = cm.BatchCompactor.__init__, cm.BatchCompactor._compact
-    monkeypatch.setattr(cm.BatchCompactor, "__init__", lambda self, c: real_init(self, c, max_ops=5))
+    monkeypatch.setattr(cm.BatchCompactor, "__init__", lambda self, c: real_init(self, c, max_ops=5, use_worker=False))
     retries = []
 
     def spy(self, group, retry):

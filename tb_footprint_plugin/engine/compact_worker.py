@@ -1,0 +1,57 @@
+"""The worker process of a reduce batch's compaction rounds (``compactor.CompactWorker``).
+
+Reads JSON lines on stdin: first ``{"logdir", "backup_dir", "pack_below", "pack_batch"}`` (its
+parent's thresholds), then one round a line
+(``{"n", "round": [[op id, run, digests], ...]}``); compacts each (``compactor.compact_round``:
+each run under its lock, each blob under its own, as any process sharing the vault) and answers
+``{"n", "failed", "busy": [op ids that found a blob busy]}`` on stdout (after ``{"ready"}`` once
+its signal handlers are set and its logdir's context made). Ctrl-C is its parent's
+(ignored here); ``SIGTERM`` ends it after the round under way. Its stdin closed, it ends after the
+rounds it was given.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+
+from tb_footprint_plugin.engine.compactor import compact_round
+from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine import vault as vault_mod
+from tb_footprint_plugin.engine.vault import KEPT_BUSY
+
+
+def main() -> int:
+    """Run rounds until stdin ends or ``SIGTERM``; 0, or 2 when the first line is not a logdir."""
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    first = sys.stdin.buffer.readline()
+    try:
+        head = json.loads(first)
+        ctx = Context(head["logdir"], head.get("backup_dir"))
+        vault_mod.PACK_BELOW, vault_mod.PACK_BATCH = int(head["pack_below"]), int(head["pack_batch"])
+    except (ValueError, TypeError, KeyError, OSError):
+        return 2
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")  # its handlers are set
+    sys.stdout.flush()
+    for line in sys.stdin.buffer:
+        if stop.is_set():
+            break
+        try:
+            msg = json.loads(line)
+            n = int(msg["n"])
+            group = [(str(op), str(run), [str(s) for s in shas], None) for op, run, shas in msg["round"]]
+        except (ValueError, TypeError, KeyError):
+            continue  # never from our parent; a round not understood is left to its notes
+        done = compact_round(ctx, group)
+        reply = {"n": n, "failed": done is None,
+                 "busy": [op for op, what in (done or {}).items() if KEPT_BUSY in what.values()]}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
