@@ -109,7 +109,7 @@ from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import (is_op_id, is_sha256, is_state_name, other_users_state_dirs,
                                                plausible_mtime_ns)
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
-                                                 untrusted_in, user_name)
+                                                 set_aside, set_aside_at, untrusted_in, user_name)
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
 from tb_footprint_plugin.storage.lock import Locked, held as lock_held, release, try_exclusive
 from tb_footprint_plugin.storage.store import TMP_PREFIX, StoreFailure
@@ -1456,16 +1456,39 @@ class Vault:
         holder may remove it, so a lock file left is the same lock for everyone."""
         if not is_sha256(sha):
             raise VaultError(errno.EINVAL, f"{str(sha)[:80]!r} is not a sha256 digest")
+        folder = os.path.join(self.root, "compact")
         if dir_fd is None:
-            folder = os.path.join(self.root, "compact")
             ensure_private_dir(folder, self.root, tighten_root=self.own_folder)
             path = os.path.join(folder, f"{sha}.lock")
             at: dict = {}
         else:
             path, at = f"{sha}.lock", {"dir_fd": dir_fd}
+        strangers = 0
         while True:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
-                         0o600, **at)
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                             0o600, **at)
+            except OSError as e:
+                named = os.path.join(folder, f"{sha}.lock")
+                if e.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP):
+                    raise VaultError(e.errno or errno.EIO, f"cannot take the lock {named}: {e.strerror or e}") from e
+                if strangers >= 2:
+                    raise NotPrivate(named, f"not a lock file of ours ({e.strerror}) and still there after being set "
+                                            "aside twice") from e
+                strangers += 1  # a link, folder or socket at the lock's name (review R8 F4)
+                self._set_lock_aside(path, dir_fd)
+                continue
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink > 1:
+                # a FIFO, another user's file or a second name of some file (a blob's) stands there:
+                # never the lock, nor removed by its holder; kept aside for status to name
+                os.close(fd)
+                if strangers >= 2:
+                    raise NotPrivate(os.path.join(folder, f"{sha}.lock"), f"not a lock file of ours ({describe(st)}, "
+                                     f"{st.st_nlink} links) and still there after being set aside twice")
+                strangers += 1
+                self._set_lock_aside(path, dir_fd)
+                continue
             try:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -1487,6 +1510,15 @@ class Vault:
                 return
             finally:
                 os.close(fd)
+
+    def _set_lock_aside(self, path: str, dir_fd: Optional[int]) -> None:
+        """A stranger at a blob lock's name set aside (``storage.private``: renamed beside itself,
+        never followed or deleted; ``set_aside_findings`` names it in status); gone meanwhile: fine."""
+        with contextlib.suppress(FileNotFoundError):
+            if dir_fd is None:
+                set_aside(path)
+            else:
+                set_aside_at(dir_fd, path)
 
     def _tmp_names(self, sha: str) -> List[str]:
         """Temp files of compactions of ``sha`` (``<sha>.zst.tmp``, ``<sha>.zst.tmp-<pid>-…``)."""

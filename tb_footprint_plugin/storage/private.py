@@ -199,6 +199,18 @@ def set_aside(path: str) -> str:
     return dest
 
 
+def set_aside_at(dir_fd: int, name: str) -> str:
+    """``set_aside`` of the entry ``name`` in the folder open as ``dir_fd`` (a folder checked ours
+    once, whose path may have been swapped since: the rename stays in that very folder)."""
+    global _count
+    with _mu:
+        _count += 1
+        n = _count
+    dest = f"{name}{UNTRUSTED_MARK}{int(time.time())}-{os.getpid()}{n}"
+    os.rename(name, dest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    return dest
+
+
 def set_aside_stranger(path: str) -> Optional[str]:
     """Set ``path`` aside unless it is absent or a regular file of ours with one link (what a
     rename is about to replace: the link or stranger's file is kept, and reported, instead of
