@@ -171,3 +171,24 @@ def test_runs_sharing_backups_with_the_worker_at_work_beside_them_all_restore(tm
     vault = all_packed(logdir)
     assert len(backups(vault)) == 3
     restored_exactly(logdir, before)
+
+
+def test_ctrl_c_while_the_batch_end_waits_for_the_worker_stops_it(tmp_path):
+    """Ctrl-C while ``close`` waits for the worker to end its rounds: the worker is told to stop
+    after the round under way (``stop``: SIGTERM, then waited for) before the interrupt goes on,
+    so the interrupt's settling does not race a worker still going through its queue."""
+    logdir = small_runs(tmp_path, runs=1)
+    w = cm.CompactWorker(Context(str(logdir)))
+    assert w.ready.wait(60)
+    real_wait, waits = w.proc.wait, []
+
+    def interrupted_once(timeout=None):
+        waits.append(timeout)
+        if len(waits) == 1:
+            raise KeyboardInterrupt
+        return real_wait(timeout)
+
+    w.proc.wait = interrupted_once
+    with pytest.raises(KeyboardInterrupt):
+        w.finish()
+    assert waits == [None, 60.0] and w.proc.returncode is not None

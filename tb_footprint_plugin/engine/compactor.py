@@ -217,7 +217,11 @@ class CompactWorker:
         found a blob busy, the rounds it never answered: to do here)."""
         with contextlib.suppress(OSError, ValueError):
             self.proc.stdin.close()
-        self.proc.wait()
+        try:
+            self.proc.wait()
+        except BaseException:  # Ctrl-C while it ends its rounds: it stops after the one under way
+            self.stop()
+            raise
         self._reader.join()
         self.proc.stdout.close()
         with self._mu:
