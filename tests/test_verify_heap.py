@@ -63,11 +63,15 @@ class _Trim:
         return 1
 
 
-def test_a_verification_releases_the_free_heap_at_its_end(tmp_path, monkeypatch):
+def test_a_big_runs_verification_releases_the_free_heap_at_its_end(tmp_path, monkeypatch):
     orig = _run(tmp_path / "orig")
     shutil.copytree(orig, tmp_path / "red")
     trim = _Trim()
     monkeypatch.setattr(compare, "_MALLOC_TRIM", [trim])
+    # the big-run path (threads by the dozen) when the run is above full_read_bytes
+    res = compare.verify_reduction(str(orig), str(tmp_path / "red"), Expectations(), full_read_bytes=0)
+    assert res.ok and trim.calls == [0]
+    # a small run's (a batch of many: no per-run cost added)
     res = compare.verify_reduction(str(orig), str(tmp_path / "red"), Expectations())
     assert res.ok and trim.calls == [0]
 
@@ -83,7 +87,7 @@ def test_a_failed_verification_releases_it_too(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compare, "_verify", broken)
     with pytest.raises(RuntimeError):
-        compare.verify_reduction(str(orig), str(tmp_path / "red"), Expectations())
+        compare.verify_reduction(str(orig), str(tmp_path / "red"), Expectations(), full_read_bytes=0)
     assert trim.calls == [0]
 
 
