@@ -21,7 +21,7 @@ from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, Va
 from tb_footprint_plugin.storage.files import atomic_write_json
 from tb_footprint_plugin.engine import trust
 from tb_footprint_plugin.storage import lock
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import open_regular, read_capped
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
 from tb_footprint_plugin.version import __version__
 
@@ -109,7 +109,7 @@ def salvage_vault_paths(path: str) -> List[str]:
     be read. Only remembered: whether one is used is decided when the index is read back."""
     try:
         with open_regular(path) as f:
-            raw = f.read(trust.MAX_STATE_BYTES)
+            raw = read_capped(f, trust.MAX_STATE_BYTES - 1)
     except OSError:
         return []
     out: List[str] = []
@@ -245,7 +245,7 @@ def journal_blobs(ctx: Context, exclude_op: Optional[str] = None) -> set:
             # a damaged line may have named a backup: every digest its bytes spell out is kept
             with contextlib.suppress(OSError):
                 with open(j.path, "rb") as f:
-                    out.update(m.decode() for m in _DIGEST.findall(f.read(trust.MAX_STATE_BYTES)))
+                    out.update(m.decode() for m in _DIGEST.findall(read_capped(f, trust.MAX_STATE_BYTES - 1)))
     return out
 
 

@@ -43,7 +43,7 @@ from tb_footprint_plugin.storage.files import append_line, atomic_write_json
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import is_state_name
 from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import open_regular, read_capped
 
 LEDGER_VERSION = 1
 RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
@@ -132,7 +132,7 @@ def _load(path: str, logdir: Optional[str]) -> Tuple[Optional[dict], List[Untrus
     must rewrite the file whole (a torn last line; an earlier version's indented ledger)."""
     try:
         with open_regular(path) as f:  # a symlink or FIFO in its place is refused, never followed
-            raw = f.read(MAX_LEDGER_BYTES + 1)
+            raw = read_capped(f, MAX_LEDGER_BYTES)
     except FileNotFoundError:
         return None, [], (0, False)
     except OSError as e:

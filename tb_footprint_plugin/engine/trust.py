@@ -36,7 +36,7 @@ import time
 from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd
+from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, read_capped
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, safe_rel
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
@@ -118,7 +118,7 @@ def read_json_lines(path: str) -> JsonLines:
     try:
         # a symlink or FIFO planted under a state file's name is never followed nor opened
         with open_regular(path) as f:
-            raw = f.read(MAX_STATE_BYTES + 1)
+            raw = read_capped(f, MAX_STATE_BYTES)
     except FileNotFoundError:
         return out
     if len(raw) > MAX_STATE_BYTES:
@@ -213,7 +213,7 @@ def read_json_file(path: str, code: str = DAMAGED_FILE, what: str = "state file"
     the file when it cannot be read or is not UTF-8 JSON."""
     try:
         with open_regular(path) as f:
-            raw = f.read(MAX_STATE_BYTES + 1)
+            raw = read_capped(f, MAX_STATE_BYTES)
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -412,7 +412,7 @@ def logged_manifest_states(root: str) -> List[dict]:
             for copy in (p, os.path.join(twins, n)):  # the other copy when one does not decode
                 try:
                     with zst.open_decompressed(open_regular(copy)) as f:
-                        raw = f.read(MAX_STATE_BYTES)
+                        raw = read_capped(f, MAX_STATE_BYTES - 1)
                     break
                 except OSError:
                     continue

