@@ -192,3 +192,37 @@ def test_ctrl_c_while_the_batch_end_waits_for_the_worker_stops_it(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         w.finish()
     assert waits == [None, 60.0] and w.proc.returncode is not None
+
+
+def test_the_worker_never_imports_code_from_the_current_folder(tmp_path, spied, monkeypatch):
+    """Review R9 F1: ``python -m`` put the current folder first on the worker's ``sys.path``, so a
+    ``tb_footprint_plugin/`` planted in a shared logdir one stood in ran as this user (and the
+    rounds, its replies missing, went on quietly in the parent)."""
+    planted = tmp_path / "shared"
+    pkg = planted / "tb_footprint_plugin"
+    (pkg / "engine").mkdir(parents=True)
+    marker = tmp_path / "planted-code-ran"
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    (pkg / "engine" / "__init__.py").write_text("")
+    (pkg / "engine" / "compact_worker.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\ndef main():\n    return 0\n")
+    monkeypatch.chdir(planted)
+    monkeypatch.setenv("PYTHONPATH", str(planted))
+    logdir = small_runs(tmp_path, runs=6)
+    assert reduce(logdir).ok
+    assert not marker.exists()
+    w = spied["workers"][0]
+    assert w.answered == w.sent == 2 and spied["here"] == []  # our worker did the rounds
+    all_packed(logdir)
+
+
+def test_no_interpreter_to_start_a_worker_with_leaves_the_rounds_here_and_every_run_verified(tmp_path, spied,
+                                                                                             monkeypatch):
+    """Review R9 F4: with ``sys.executable`` None the start raised TypeError out of ``submit``,
+    after the commit: verified runs were reported failed."""
+    monkeypatch.setattr(cm.sys, "executable", None)
+    logdir = small_runs(tmp_path, runs=6)
+    rep = reduce(logdir)
+    assert rep.ok and [o.status for o in rep.outcomes] == ["verified"] * 6
+    assert spied["workers"] == [] and [len(r) for r in spied["here"]] == [3, 3]
+    all_packed(logdir)

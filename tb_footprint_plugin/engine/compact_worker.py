@@ -1,7 +1,9 @@
 """The worker process of a reduce batch's compaction rounds (``compactor.CompactWorker``).
 
-Reads JSON lines on stdin: first ``{"logdir", "backup_dir", "pack_below", "pack_batch"}`` (its
-parent's thresholds), then one round a line
+Started by its parent (``python -I -c``, the package root as its argument: nothing of the current
+folder or of ``PYTHONPATH`` is imported). Reads JSON lines on stdin: first ``{"logdir",
+"backup_dir", "vault", "pack_below", "pack_batch"}`` (its parent's context, vault and thresholds;
+another vault than the one named and it ends), then one round a line
 (``{"n", "round": [[op id, run, digests], ...]}``); compacts each (``compactor.compact_round``:
 each run under its lock, each blob under its own, as any process sharing the vault) and answers
 ``{"n", "failed", "busy": [op ids that found a blob busy]}`` on stdout (after ``{"ready"}`` once
@@ -31,6 +33,8 @@ def main() -> int:
     try:
         head = json.loads(first)
         ctx = Context(head["logdir"], head.get("backup_dir"))
+        if ctx.vault.root != head["vault"]:
+            return 2  # never another vault than its parent's (a relative path read elsewhere)
         vault_mod.PACK_BELOW, vault_mod.PACK_BATCH = int(head["pack_below"]), int(head["pack_batch"])
     except (ValueError, TypeError, KeyError, OSError):
         return 2

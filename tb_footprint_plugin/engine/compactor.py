@@ -54,6 +54,11 @@ Item = Tuple[str, str, List[str], Optional[dict]]
 #: a batch's rounds run in a worker process of their own (``CompactWorker``)
 USE_WORKER = True
 
+#: the worker's start: ``sys.path[0]`` the package root its parent imports from (``-I`` puts neither
+#: the current folder nor ``PYTHONPATH`` there)
+_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+         "from tb_footprint_plugin.engine.compact_worker import main; sys.exit(main())")
+
 
 class BatchCompactor:
     """Compacts the committed operations ``submit`` is given in rounds: when ``max_blobs``
@@ -141,7 +146,7 @@ class BatchCompactor:
         if self._worker is None and self.use_worker and not self._worker_failed:
             try:
                 self._worker = CompactWorker(self.ctx)
-            except OSError:
+            except Exception:  # noqa: BLE001 - no worker (review R9 F4: never a committed run's failure)
                 self._worker_failed = True
         return self._worker
 
@@ -155,13 +160,15 @@ class CompactWorker:
     to the batch's end here or to the next start."""
 
     def __init__(self, ctx: Context):
-        env = dict(os.environ)
-        # the child imports this very package, wherever it was imported from (a checkout, a wheel)
+        if not sys.executable:
+            raise OSError(errno.ENOENT, "no Python interpreter to start the compaction worker with")
+        # the child imports this very package from where this process did (a checkout, a wheel),
+        # isolated (-I): never the current folder (a shared logdir one may stand in, review R9
+        # F1: ``python -m`` put it first on sys.path), nor PYTHON* variables, nor user site-packages
         root = os.path.dirname(os.path.dirname(os.path.abspath(tb_footprint_plugin.__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tb_footprint_plugin.engine.compact_worker"],
+        self.proc = subprocess.Popen([sys.executable, "-I", "-c", _BOOT, root],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env=env, close_fds=True)
+                                     close_fds=True)
         self.sent = 0  # rounds given
         self.answered = 0  # rounds it said it ended
         self.ready = threading.Event()  # it answered its first line: its signal handlers are set
@@ -171,8 +178,8 @@ class CompactWorker:
         self._reader = threading.Thread(target=self._read, name="compact-worker-replies", daemon=True)
         self._reader.start()
         # what this process packs, the worker packs (a caller may have set another threshold)
-        head = {"logdir": ctx.logdir, "backup_dir": ctx.backup_dir, "pack_below": vault_mod.PACK_BELOW,
-                "pack_batch": vault_mod.PACK_BATCH}
+        head = {"logdir": ctx.logdir, "backup_dir": ctx.backup_dir, "vault": ctx.vault.root,
+                "pack_below": vault_mod.PACK_BELOW, "pack_batch": vault_mod.PACK_BATCH}
         if not self._write(head):
             self.stop()
             raise OSError(errno.EPIPE, "the compaction worker did not start")
