@@ -226,3 +226,28 @@ def test_no_interpreter_to_start_a_worker_with_leaves_the_rounds_here_and_every_
     assert rep.ok and [o.status for o in rep.outcomes] == ["verified"] * 6
     assert spied["workers"] == [] and [len(r) for r in spied["here"]] == [3, 3]
     all_packed(logdir)
+
+
+def test_a_batchs_rounds_leave_the_shard_folders_to_its_end(tmp_path, monkeypatch):
+    """Each round's packing emptied most shard folders (``blobs/ab``) and removed them, and the
+    next runs' backups made them again at once (up to 256 mkdir + rmdir a round of 256 blobs): the
+    rounds leave them, and the batch's end removes those left empty, once."""
+    real_init, real_prune = cm.BatchCompactor.__init__, Vault.prune_shards
+    monkeypatch.setattr(cm.BatchCompactor, "__init__", lambda self, ctx: real_init(self, ctx, max_blobs=7,
+                                                                                   use_worker=False))
+    prunes = []
+
+    def spy(self, shas):
+        shas = list(shas)
+        prunes.append(len({s[:2] for s in shas}))
+        return real_prune(self, shas)
+
+    monkeypatch.setattr(Vault, "prune_shards", spy)
+    logdir = small_runs(tmp_path, runs=6)
+    before = tree(logdir)
+    assert reduce(logdir).ok
+    vault = all_packed(logdir)
+    assert len(prunes) == 1 and prunes[0] == len({s[:2] for s in backups(vault)})  # once, every folder used
+    blobs = os.path.join(vault.root, "blobs")
+    assert not os.path.isdir(blobs) or os.listdir(blobs) == []
+    restored_exactly(logdir, before)

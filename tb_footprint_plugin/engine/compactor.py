@@ -77,6 +77,7 @@ class BatchCompactor:
         self._again: Dict[str, Item] = {}  # a blob was kept busy: tried again at the batch's end
         self._worker: Optional[CompactWorker] = None
         self._worker_failed = False
+        self._shards: Dict[str, str] = {}  # shard folder (blobs/ab) → a digest in it: pruned at the end
 
     def submit(self, op_id: str, run: str) -> bool:
         """After committed ``op_id`` (of ``run``) released its run: its compaction noted (from here
@@ -94,6 +95,7 @@ class BatchCompactor:
         with self._lock:
             self._waiting.append((op_id, run, shas, m))
             self._blobs += len(shas)
+            self._shards.update((s[:2], s) for s in shas)
             if self._blobs >= self.max_blobs or len(self._waiting) >= self.max_ops:
                 group, self._waiting, self._blobs = self._waiting, [], 0
                 self._compact(group, retry=True)
@@ -122,6 +124,9 @@ class BatchCompactor:
             again, self._again = list(self._again.values()), {}
             for i in range(0, len(again), self.max_ops):  # rounds of max_ops: run locks and fds bounded
                 self._compact(again[i:i + self.max_ops], retry=False)
+            shards, self._shards = list(self._shards.values()), {}
+            with contextlib.suppress(OSError):
+                self.ctx.vault.prune_shards(shards)  # those the rounds' packing left empty
 
     def _compact(self, group: List[Item], retry: bool) -> None:
         """One round, in the worker process when one runs (``retry``: an operation that found a
@@ -268,7 +273,9 @@ def compact_round(ctx: Context, group: List[Item]) -> Optional[Dict[str, Dict[st
                     manifests[op_id] = m
             if not ops:
                 return {}
-            return ctx.vault.compact_ops(ops, manifests, busy=journal_blobs(ctx), noted=True)
+            # the shard folders its packing empties stay till the batch's end (``close``): the
+            # next runs' backups would make most of them again at once
+            return ctx.vault.compact_ops(ops, manifests, busy=journal_blobs(ctx), noted=True, prune=False)
     except Exception:  # noqa: BLE001 - the reductions stand; the notes stay for the next start
         return None
 

@@ -1080,7 +1080,8 @@ class Vault:
         return self.compact_ops({op_id: list(shas)}, {op_id: manifest} if manifest is not None else None)[op_id]
 
     def compact_ops(self, ops: Mapping[str, List[str]], manifests: Optional[Mapping[str, dict]] = None, *,
-                    busy: Iterable[str] = (), noted: bool = False) -> Dict[str, Dict[str, str]]:
+                    busy: Iterable[str] = (), noted: bool = False, prune: bool = True
+                    ) -> Dict[str, Dict[str, str]]:
         """Compact the backups of committed operations together (``op id → digests``): each
         operation noted first (unless ``noted``: its caller did), so a kill is finished at the
         next start; every small blob of them all in as few packs as they fill (``PACK_BATCH``
@@ -1091,7 +1092,9 @@ class Vault:
         transaction under way backs up too (it reads that blob as its original): left plain and
         said ``KEPT_BUSY``. An operation's note stays while one of its blobs was kept because a
         writer may hold it or another transaction or process was using it: it is tried again
-        (the next start, or the batch's end). op id → digest → what was done."""
+        (the next start, or the batch's end). ``prune``: the shard folders the packing empties
+        removed (``prune_shards``; a batch's rounds leave it to the batch's end). op id → digest →
+        what was done."""
         manifests = manifests or {}
         busy = set(busy)
         todo = {op: list(dict.fromkeys(s for s in shas if is_sha256(s))) for op, shas in ops.items()}
@@ -1114,7 +1117,7 @@ class Vault:
         packed = sorted(small)
         for i in range(0, len(packed), PACK_BATCH):
             # a store failure raises: the notes stay and the blobs stay plain (the next start packs them)
-            done.update(self.pack(packed[i:i + PACK_BATCH], held))
+            done.update(self.pack(packed[i:i + PACK_BATCH], held, prune=prune))
         done.update((s, KEPT_BUSY) for s in busy)
         out: Dict[str, Dict[str, str]] = {}
         for op, shas in todo.items():
@@ -1155,7 +1158,7 @@ class Vault:
                     out.append(sha)
         return sorted(out)
 
-    def pack(self, shas: List[str], held: Iterable[str] = ()) -> Dict[str, str]:
+    def pack(self, shas: List[str], held: Iterable[str] = (), prune: bool = True) -> Dict[str, str]:
         """Put the plain blobs ``shas`` into one pack of the vault's pack store (the module's
         docstring: locks, checks, ``add``, then each plain blob unlinked); digest → what was done
         (``PACKED`` or a ``KEPT_*`` as ``compact`` says it). ``held``: paths a ``/proc`` scan found
@@ -1190,8 +1193,10 @@ class Vault:
             for ref in refs:
                 out[ref.sha] = PACKED if self._drop_plain(ref.sha, todo[ref.sha]) else KEPT_DAMAGED
                 faults.hit("reduce.pack_unlinked")
-            # the shard folders the packed blobs leave empty (4 KiB each, up to 256 a vault)
-            self.prune_shards(sha for sha, what in out.items() if what == PACKED)
+            # the shard folders the packed blobs leave empty (4 KiB each, up to 256 a vault); a
+            # batch's rounds leave that to its end (``prune``), or the next backups make them again
+            if prune:
+                self.prune_shards(sha for sha, what in out.items() if what == PACKED)
         return out
 
     def _packable(self, sha: str, held: bool):
