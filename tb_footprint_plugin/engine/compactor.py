@@ -76,7 +76,6 @@ class BatchCompactor:
         self._blobs = 0
         self._again: Dict[str, Item] = {}  # a blob was kept busy: tried again at the batch's end
         self._worker: Optional[CompactWorker] = None
-        self._worker_failed = False
         self._shards: Dict[str, str] = {}  # shard folder (blobs/ab) → a digest in it: pruned at the end
 
     def submit(self, op_id: str, run: str) -> bool:
@@ -148,11 +147,11 @@ class BatchCompactor:
         """The batch's worker process, started at its first full round (a batch of a few runs,
         compacted once at its end, never pays the start); None when workers are off or it could
         not start (the rounds then run here)."""
-        if self._worker is None and self.use_worker and not self._worker_failed:
+        if self._worker is None and self.use_worker:
             try:
                 self._worker = CompactWorker(self.ctx)
             except Exception:  # noqa: BLE001 - no worker (review R9 F4: never a committed run's failure)
-                self._worker_failed = True
+                self.use_worker = False
         return self._worker
 
 
