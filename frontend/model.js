@@ -317,6 +317,18 @@ export class Model {
     }
   }
 
+  /** The open check read again (after a job: a restore changes what it says), kept on screen meanwhile. */
+  async reloadCheck(opId) {
+    try {
+      const check = await fetchJSON('operation' + query({op: opId}));
+      // drawn again only when it says something else: a new drawing reloads every picture
+      const same = this.state.check && JSON.stringify(this.state.check) === JSON.stringify(check);
+      if (!same && this.state.view === 'check' && this.state.checkOp === opId) this.set({check});
+    } catch (e) {
+      // the check on screen stays; the next open reads it again
+    }
+  }
+
   go(view) {
     this.set({view});
     if (view === 'operations') this.loadOperations();
@@ -448,6 +460,7 @@ export class Model {
     if (this.state.view === 'run' && this.state.selectedRun) await this.loadRun(this.state.selectedRun);
     if (this.state.view === 'operations') await this.loadOperations();
     if (this.state.view === 'history') await this.loadHistory();
+    if (this.state.view === 'check' && this.state.checkOp) await this.reloadCheck(this.state.checkOp);
     setTimeout(() => this.loadRuns(), 1500);
   }
 

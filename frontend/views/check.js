@@ -433,17 +433,34 @@ export class CheckView {
     this.onError = onError;
     this.el = el('section', {class: 'check-page'});
     this._last = {};
+    this._restoreButton = null;
+  }
+
+  /** The restore button follows the actions and the jobs without drawing the page again. */
+  _syncRestore() {
+    if (!this._restoreButton) return;
+    const st = this.model.state;
+    const lock = !st.actions.enabled ? 'Actions are off: ' + st.actions.reasons.join(' ')
+      : this.model.activeJobFor(this._restoreButton.run) ? 'A job is running on this run' : null;
+    const b = this._restoreButton.button;
+    b.disabled = !!lock;
+    b.title = lock || 'Put the original bytes back';
   }
 
   update(state) {
-    const key = {c: state.check, e: state.checkError, a: state.actions, j: state.jobs};
+    this._syncRestore();
+    // The page is drawn again only when its check changes: jobs and actions change every poll
+    // while a job runs, and drawing it again then reloaded every picture and lost the scroll.
+    const key = {c: state.check, e: state.checkError};
     if (Object.keys(key).every((k) => key[k] === this._last[k])) return;
     this._last = key;
+    this._restoreButton = null;
     clear(this.el);
     const back = el('a', {href: '#', class: 'back', text: '← Back'});
     back.addEventListener('click', (ev) => {
       ev.preventDefault();
-      if (state.check && state.selectedRun === state.check.operation.run) this.model.openRun(state.selectedRun);
+      const st = this.model.state;
+      if (st.check && st.selectedRun === st.check.operation.run) this.model.openRun(st.selectedRun);
       else this.model.go('runs');
     });
     this.el.appendChild(back);
@@ -471,11 +488,10 @@ export class CheckView {
       op.restored_by ? el('div', {class: 'restored-note', text: 'Restored since: the run holds its original bytes again. ' +
         'Below is what this reduction\'s verification saw; the original pictures are read from the restored run.'}) : null);
     if (op.restorable) {
-      const st = this.model.state;
-      const lock = !st.actions.enabled ? 'Actions are off: ' + st.actions.reasons.join(' ')
-        : this.model.activeJobFor(op.run) ? 'A job is running on this run' : null;
-      const rb = button('Restore…', () => restoreFlow(this.model, op, this.onError), {kind: 'flat', disabled: !!lock, title: lock || 'Put the original bytes back'});
+      const rb = button('Restore…', () => restoreFlow(this.model, op, this.onError), {kind: 'flat'});
       rb.classList.add('restore-op');
+      this._restoreButton = {button: rb, run: op.run};
+      this._syncRestore();
       head.appendChild(rb);
     }
     this.el.appendChild(head);
