@@ -21,6 +21,13 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
+# The batch's timeout, and a verification slower than it. The timeout runs from the batch's start,
+# so it has to outlast the backups of two small runs on a loaded CI machine, or the batch stops
+# before its manifests are written and the rollback these tests are about never happens (0.5 s
+# did not, once, in a fresh-clone CI).
+TIMEOUT = 3.0
+SLOW_VERIFY = TIMEOUT + 1.0
+
 
 def _data(bucket, prefix):
     return {k: v for k, v in bucket.hashes(prefix).items() if not k.startswith(STATE + "/")}
@@ -52,8 +59,8 @@ def test_a_timed_out_batch_whose_drop_is_incomplete_keeps_its_journal_and_locks(
     url, pol = _logdir(s3_bucket, tmp_path, n=2)
     before = _data(s3_bucket, "logs")
     real = _refuse_manifest_deletes(monkeypatch)
-    faults.arm("reduce.verify", lambda: time.sleep(1.0))  # past the timeout before the last look
-    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=0.5, ledger="default")
+    faults.arm("reduce.verify", lambda: time.sleep(SLOW_VERIFY))  # past the timeout before the last look
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=TIMEOUT, ledger="default")
     assert [(o.status, o.code) for o in rep.outcomes] == [(Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE)] * 2
     monkeypatch.setattr(bucket_steps, "must_delete", real)
     faults.disarm_all()
@@ -92,8 +99,8 @@ def test_a_manifest_whose_journal_has_not_committed_is_never_listed_as_a_reducti
     (tmp_path / "again").mkdir()
     url, pol = _logdir(s3_bucket, tmp_path / "again", n=2, prefix="again")
     real = _refuse_manifest_deletes(monkeypatch)
-    faults.arm("reduce.verify", lambda: time.sleep(1.0))
-    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=0.5)
+    faults.arm("reduce.verify", lambda: time.sleep(SLOW_VERIFY))
+    rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, timeout=TIMEOUT)
     assert [o.code for o in rep.outcomes] == [Failure.ROLLBACK_INCOMPLETE] * 2
     monkeypatch.setattr(bucket_steps, "must_delete", real)
     assert len(_state(url, "manifests")) == 2
@@ -113,12 +120,12 @@ CHILD_KILLED_AS_THE_BATCH_RETURNS = textwrap.dedent("""
             raise BucketTxnError(Failure.STORE_ERROR, "injected: manifest delete refused")
         return real(rfs, keys, *a, **kw)
     bucket_steps.must_delete = refusing
-    faults.arm("reduce.verify", lambda: time.sleep(1.0))
+    faults.arm("reduce.verify", lambda: time.sleep(%(slow)s))
     # a real SIGKILL as the batch returns, before its runs' last ledger marks ('failed')
     api_reduce._Marks.settled = lambda self, o: os.kill(os.getpid(), signal.SIGKILL)
-    api.reduce_logdir(sys.argv[1], policy=sys.argv[2], dry_run=False, quiet_period=0, timeout=0.5, ledger="default")
+    api.reduce_logdir(sys.argv[1], policy=sys.argv[2], dry_run=False, quiet_period=0, timeout=%(timeout)s, ledger="default")
     print("NOT KILLED")
-""")
+""") % {"slow": SLOW_VERIFY, "timeout": TIMEOUT}
 
 
 def test_a_kill_after_an_incomplete_drop_never_records_the_runs_done(s3_bucket, tmp_path):
