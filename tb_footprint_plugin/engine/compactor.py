@@ -21,9 +21,12 @@ batch's end, when no transaction of this batch is under way, and else by the nex
 note stays). A kill at any instant leaves each backup whole in one form; from the note on
 (written right after the run's commit, as the old per-run compaction wrote it first) the next
 start compacts it. The note names this process (``waits_for``): a start of another process while
-the batch runs leaves it to the batch's rounds. A kill between a run's commit and its note leaves
-its backups plain, as it did before this module (safe; freed by a purge). A kill of the batch's
-process leaves its worker to end the rounds it was given, then end (its stdin closes).
+the batch runs leaves it to the batch's rounds. The transaction writes that note before its swap
+record (``note_before_swap``), so a kill anywhere from the swap on (before the commit, recovery
+rolling it forward; between the commit and the round) leaves the note for the next start; a run
+rolled back drops it (here, or at the next start: a note whose operation has neither a journal nor a
+manifest names nothing to compact). A kill of the batch's process leaves its worker to end the
+rounds it was given, then end (its stdin closes).
 """
 from __future__ import annotations
 
@@ -60,6 +63,30 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
          "from tb_footprint_plugin.engine.compact_worker import main; sys.exit(main())")
 
 
+def this_process() -> dict:
+    """This process as a compaction note's ``waits_for`` names it: ``{host, pid, pid_start}``."""
+    return {"host": socket.gethostname(), **lease.me()}
+
+
+def note_before_swap(ctx: Context, op_id: str, shas: List[str]) -> bool:
+    """A compressing reduce's compaction noted before its swap record, naming this process (which
+    compacts it right after the commit, alone or in a batch's round): a kill from the swap on
+    leaves the note to the next start, which compacts the run once its manifest says it committed.
+    False when the note could not be written (a full disk): the reduction goes on, and its backups
+    stay the hard links they are (safe; freed by a purge), as they did before this note."""
+    try:
+        ctx.vault.note_compaction(op_id, shas, waits_for=this_process())
+        return True
+    except OSError:
+        return False
+
+
+def noted_here(ctx: Context, op_id: str) -> bool:
+    """Whether ``op_id``'s compaction note is there and names this process (written before the
+    swap): the note need not be written again after the commit."""
+    return ctx.vault.compaction_waits_for(op_id) == this_process()
+
+
 class BatchCompactor:
     """Compacts the committed operations ``submit`` is given in rounds: when ``max_blobs``
     backups or ``max_ops`` operations wait, and at ``close``. Safe to share between a batch's
@@ -88,7 +115,8 @@ class BatchCompactor:
             m = vault.read_manifest(op_id)
             shas = list(dict.fromkeys(f["sha256"] for f in m.get("files", [])
                                       if isinstance(f, dict) and is_sha256(f.get("sha256"))))
-            vault.note_compaction(op_id, shas, waits_for={"host": socket.gethostname(), **lease.me()})
+            if not noted_here(self.ctx, op_id):  # the transaction's note names the same blobs
+                vault.note_compaction(op_id, shas, waits_for=this_process())
         except Exception:  # noqa: BLE001 - the reduction stands; its backups stay plain
             return False
         with self._lock:
@@ -286,9 +314,10 @@ def compact_committed(ctx: Context, op_id: str, run: str) -> None:
     refuses (ENOSPC, EMFILE), leaves the note for the next start and the backups hard links."""
     try:
         with RunLock(ctx.lock_dir, run):
-            compact_operation(ctx.vault, op_id, journal_blobs(ctx))
+            compact_operation(ctx.vault, op_id, journal_blobs(ctx), noted=noted_here(ctx, op_id))
     except (RunLocked, OSError):
         note_compaction(ctx.vault, op_id)
 
 
-__all__ = ["BatchCompactor", "compact_committed", "compact_round", "CompactWorker", "USE_WORKER"]
+__all__ = ["BatchCompactor", "compact_committed", "compact_round", "CompactWorker", "note_before_swap", "noted_here",
+           "this_process", "USE_WORKER"]

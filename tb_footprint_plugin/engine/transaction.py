@@ -27,6 +27,7 @@ from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
 from tb_footprint_plugin.engine.checks import compare_views
+from tb_footprint_plugin.engine.compactor import note_before_swap
 from tb_footprint_plugin.engine.context import (
     Cancelled,
     CancelToken,
@@ -277,6 +278,8 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                 _append_rollback(journal, reason)
                 rollback(ctx, journal.records(), reason, journal)
                 ctx.vault.unpin(op_id)  # the originals are back
+                with contextlib.suppress(OSError):
+                    ctx.vault.done_compaction(op_id)  # noted before a swap that did not stand
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):
                     out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
@@ -446,7 +449,11 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     _check_writers(ctx, rp)
     cancel.check()  # the last point where a cancel is honoured
 
-    # 5. swap: the commit point
+    # 5. swap: the commit point. A compressing reduce notes its compaction first: from the swap on
+    # a kill leaves the run committed (or rolled forward) with that note, which the next start
+    # finishes; noted after the commit, a kill in between left the backups plain for good
+    if vault.compacts:
+        note_before_swap(ctx, journal.op_id, list(dict.fromkeys(r["sha256"] for r in backups.values())))
     _append(journal, {"type": "swap"})
     faults.hit("reduce.swap_record")
     apply_swap(ctx, rp, journal, staged, backups)

@@ -274,17 +274,19 @@ def refuse_unless_ours(state: str, vault: "Vault") -> None:
     vault.check_private()
 
 
-def compact_operation(vault: "Vault", op_id: str, in_use: Iterable[str] = ()) -> Dict[str, str]:
+def compact_operation(vault: "Vault", op_id: str, in_use: Iterable[str] = (), noted: bool = False) -> Dict[str, str]:
     """After ``op_id`` committed: compact its backups (``Vault.compact_all``); digest → what was
     done. ``in_use``: digests an operation under way backs up too (another run's transaction,
-    ``--jobs``): it reads that blob as its original, so it stays plain for now. Never raises: a
-    compaction that fails leaves the backups as the hard links they are (safe; purge frees them),
-    and a note it left is finished by the next start."""
+    ``--jobs``): it reads that blob as its original, so it stays plain for now. ``noted``: its
+    note is there already (written before the swap). Never raises: a compaction that fails leaves
+    the backups as the hard links they are (safe; purge frees them), and a note it left is
+    finished by the next start."""
     busy = set(in_use)
     try:
         m = vault.read_manifest(op_id)
         return vault.compact_all(op_id, [f["sha256"] for f in m.get("files", [])
-                                         if isinstance(f, dict) and f.get("sha256") not in busy], manifest=m)
+                                         if isinstance(f, dict) and f.get("sha256") not in busy], manifest=m,
+                                 noted=noted)
     except Exception:  # the reduction stands whatever happens here
         return {}
 
@@ -1073,11 +1075,13 @@ class Vault:
         with contextlib.suppress(FileNotFoundError):
             fsops.unlink(self._pending_path(op_id))
 
-    def compact_all(self, op_id: str, shas: Iterable[str], manifest: Optional[dict] = None) -> Dict[str, str]:
+    def compact_all(self, op_id: str, shas: Iterable[str], manifest: Optional[dict] = None,
+                    noted: bool = False) -> Dict[str, str]:
         """Compact the blobs of committed operation ``op_id`` (``compact_ops`` of it alone, noted
-        first so a kill is finished at the next start); digest → what was done. ``manifest``:
-        ``op_id``'s, when the caller read it already."""
-        return self.compact_ops({op_id: list(shas)}, {op_id: manifest} if manifest is not None else None)[op_id]
+        first so a kill is finished at the next start, unless ``noted``: its note names them
+        already); digest → what was done. ``manifest``: ``op_id``'s, when the caller read it already."""
+        return self.compact_ops({op_id: list(shas)}, {op_id: manifest} if manifest is not None else None,
+                                noted=noted)[op_id]
 
     def compact_ops(self, ops: Mapping[str, List[str]], manifests: Optional[Mapping[str, dict]] = None, *,
                     busy: Iterable[str] = (), noted: bool = False, prune: bool = True
