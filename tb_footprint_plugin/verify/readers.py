@@ -169,7 +169,7 @@ class Reader:
 
         self._server.channel = grpc.insecure_channel(
             addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
-        grpc.channel_ready_future(self._server.channel).result(timeout=min(30.0, self.timeout_s))
+        views.connect(self._server.channel, min(30.0, self.timeout_s))
         self.provider = grpc_provider.GrpcDataProvider(
             addr, grpc_provider.make_stub(self._server.channel))
         views.wait_until_loaded(self._server, self.provider, self.timeout_s)
