@@ -120,15 +120,34 @@ class _Prefixed:
 class ObjectStore(Store):
     """The objects under one bucket prefix (``s3://bucket/logdir``, ``gs://…``, ``az://…``)."""
 
-    def __init__(self, url: str, rfs: Optional[RemoteFS] = None):
+    def __init__(self, url: str, rfs: Optional[RemoteFS] = None, *, ops=None):
+        """The objects under ``url``, through ``rfs`` (a ``RemoteFS`` at ``url``: made when not
+        given) and ``ops``, the scheme's conditional client (``rfs.ops`` when not given; it takes
+        whole store paths, so one client serves every bucket of its store)."""
         with _coded(url):
             self.rfs = rfs or RemoteFS(url)
-            self.ops = self.rfs.ops  # the scheme's conditional client (``not_supported`` for others)
+            self.ops = ops if ops is not None else self.rfs.ops  # ``not_supported`` for other schemes
         self.location = self.rfs.url
         self.stats = self.rfs.stats
         self.capabilities = BUCKET_CAPABILITIES
         #: keys a listing found that no Store call can address ('a/../b', 'a//b'): reported, not listed
         self.unaddressable: List[str] = []
+
+    @classmethod
+    def on_client(cls, rfs: RemoteFS, url: str) -> "ObjectStore":
+        """An ``ObjectStore`` at ``url`` (``rfs``'s own root, or another prefix or bucket of its
+        store) on ``rfs``'s client: the same fsspec filesystem, conditional client and request
+        counters (``stats``), so what both do is counted together and no second client is made
+        (a boto3 client costs tens of milliseconds to build). ``NOT_SUPPORTED`` for a URL of
+        another store."""
+        url = url.rstrip("/")
+        if url == rfs.url:
+            return cls(url, rfs=rfs)
+        with _coded(url):
+            view = RemoteFS(url, stats=rfs.stats)
+        if view.protocol != rfs.protocol:
+            raise StoreFailure(StoreError.NOT_SUPPORTED, url, f"not on the store of {rfs.url}")
+        return cls(url, rfs=view, ops=rfs.ops)
 
     def _path(self, key: str) -> str:
         return self.rfs.path(check_key(key))
@@ -293,7 +312,8 @@ class ObjectStore(Store):
                                f"copied to {dst}, but the source stays ({res.message}): both keys exist")
         return ReplaceResult(version=new, atomic=False)
 
-    def delete(self, keys: Iterable[str], versions: Optional[Dict[str, str]] = None) -> List[DeleteResult]:
+    def delete(self, keys: Iterable[str], versions: Optional[Dict[str, str]] = None, *,
+               precheck: bool = True) -> List[DeleteResult]:
         versions = versions or {}
         keys = [keys] if isinstance(keys, str) else list(keys)
         results: Dict[int, DeleteResult] = {}
@@ -305,7 +325,9 @@ class ObjectStore(Store):
             except StoreFailure as e:
                 results[i] = DeleteResult(key=str(key), ok=False, code=e.code, message=str(e))
                 continue
-            if versions.get(key):
+            if versions.get(key) and not precheck:
+                conds[path] = versions[key]  # the server's check alone: no read first
+            elif versions.get(key):
                 # checked before the request too: the emulators ignore a delete's precondition
                 # (S3, GCS and Azure themselves enforce the one sent with it)
                 try:

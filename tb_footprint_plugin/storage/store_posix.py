@@ -432,7 +432,9 @@ class PosixStore(Store):
             self.stats.add("put")
             return self._entry(dst, os.stat(dname, dir_fd=ddfd, follow_symlinks=False))
 
-    def delete(self, keys: Iterable[str], versions: Optional[Dict[str, str]] = None) -> List[DeleteResult]:
+    def delete(self, keys: Iterable[str], versions: Optional[Dict[str, str]] = None, *,
+               precheck: bool = True) -> List[DeleteResult]:
+        # ``precheck`` changes nothing here: a version is checked under the file's lock, always
         versions = versions or {}
         out = []
         for key in ([keys] if isinstance(keys, str) else keys):
