@@ -3,8 +3,8 @@
 What every bucket verb shares (the journal-and-lock part of the bucket engine):
 
 * ``BucketVault``: where backups go (``<logdir>/.tb-footprint`` or another bucket/prefix);
-* ``BucketState``: small JSON objects written with the store's conditions (create-only, or only
-  over the version read last);
+* ``BucketState`` (``engine.bucket_objects``, through the ``Store`` interface): small JSON objects
+  written with the store's conditions (create-only, or only over the version read last);
 * ``BucketJournal``: one operation's journal object, every record written under the previous
   version (the one that wrote the last record writes the next);
 * the **per-run lock** object (``lock_run``), created with a create-only condition and renewed by
@@ -16,7 +16,6 @@ What every bucket verb shares (the journal-and-lock part of the bucket engine):
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import time
@@ -25,6 +24,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
+from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import TransactionError, is_no_space
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
@@ -154,36 +154,6 @@ def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float,
     return f"run {run!r} is {active}" if active else None
 
 
-class BucketState:
-    """Small JSON state objects (journal, lock, manifest) with conditional writes."""
-
-    def __init__(self, rfs: RemoteFS):
-        self.rfs = rfs
-        self.ops = rfs.ops
-
-    def create(self, path: str, doc: dict) -> str:
-        return self.ops.put(path, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
-
-    def update(self, path: str, doc: dict, version: str) -> str:
-        return self.ops.put(path, json.dumps(doc, sort_keys=True).encode(), if_version=version)
-
-    def read(self, path: str, info: Optional[ObjectInfo] = None) -> Tuple[Optional[dict], Optional[str]]:
-        """The JSON object at ``path`` and its version token; ``info`` from a listing spares the
-        metadata read (a write conditional on that version fails if it is stale anyway)."""
-        info = info or self.ops.head(path)
-        if info is None:
-            return None, None
-        try:
-            data = self.rfs.cat(path)
-            self.rfs.stats.add("read", down=len(data))
-            doc = json.loads(data.decode("utf-8"))
-        except FileNotFoundError:
-            return None, None
-        except ValueError:
-            return {"corrupt": True}, info.version_token
-        return (doc if isinstance(doc, dict) else {"corrupt": True}), info.version_token
-
-
 class BucketJournal:
     """One operation's journal object: every record rewrites it under the previous version."""
 
@@ -202,7 +172,7 @@ class BucketJournal:
         self.version = self.st.update(self.path, self.doc, self.version)
 
     def remove(self) -> None:
-        self.st.ops.delete([self.path])
+        self.st.delete([self.path])
 
 
 def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
@@ -216,10 +186,10 @@ def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
             raise
     held, version = st.read(path)
     if held is not None and owner_gone(held, st) and version and \
-            st.ops.head(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
+            st.stat(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
         # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
         # is conditional on the lock's version, so of two takers only one wins)
-        if not st.ops.delete([path], versions={path: version}):
+        if not st.delete([path], versions={path: version}):
             try:
                 return path, _held_lock(st, path, doc, st.create(path, doc))
             except RemoteError as e:
@@ -288,7 +258,7 @@ def owner_gone(lock: dict, st: Optional[BucketState] = None) -> bool:
     """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
     progress read from the bucket (``st``) when the lease of another host expired."""
     def journal_mtime(op: str) -> Optional[float]:
-        info = st.ops.head(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
+        info = st.stat(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
         return info.mtime if info is not None else None
 
     return bucket_lease.holder_gone(lock, journal_mtime, ACTIVE_OPS)
@@ -298,14 +268,14 @@ def must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, st
     """Delete ``paths`` (at ``versions`` where given); ``BucketTxnError`` when one could not be."""
     if not paths:
         return
-    failed = rfs.ops.delete(paths, versions=versions)
+    failed = BucketState(rfs).delete(paths, versions=versions)
     if failed:
         key = sorted(failed)[0]
         raise BucketTxnError(Failure.STORE_ERROR, f"{key}: could not be deleted ({failed[key]})")
 
 
 def must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
-    failed = rfs.ops.delete([path], versions={path: version})
+    failed = BucketState(rfs).delete([path], versions={path: version})
     if failed:
         raise BucketTxnError(Failure.STORE_ERROR, f"{path}: could not be deleted ({failed[path]})")
 
@@ -313,10 +283,11 @@ def must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
 def delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
                 versions: Optional[Dict[str, str]] = None) -> None:
     """Delete ``paths`` in batches; keys the store refused are retried; raises if any remain."""
+    st = BucketState(rfs)
     todo = list(paths)
     failed: Dict[str, str] = {}
     for i in range(attempts):
-        failed = rfs.ops.delete(todo, versions=versions)
+        failed = st.delete(todo, versions=versions)
         if not failed:
             return
         todo = sorted(failed)

@@ -1,0 +1,150 @@
+"""A bucket logdir's small state objects (journals, locks, manifests) through the ``Store``
+interface (issue #26: the bucket engine's state moves onto ``storage.store.Store``).
+
+``BucketState`` reads and writes them with ``ObjectStore`` (conditional ``put``, ``stat``,
+``read_all``, ``delete(versions=)``), one store per bucket on the logdir's own client
+(``ObjectStore.on_client``: the same conditional client and request counters, so a state object
+costs the requests it cost over ``RemoteFS`` directly, no more). Keys and JSON formats are the
+ones the bucket engine always wrote (``json.dumps(doc, sort_keys=True)``). The rest of the bucket
+engine still branches on the client's ``RemoteError`` codes: a ``StoreFailure`` reaches it as the
+same code (``as_client_error``), until those callers take ``StoreFailure`` themselves.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, StoreFailure, check_key
+from tb_footprint_plugin.storage.store_object import ObjectStore
+
+#: the largest state object read (a planted huge "journal" or "lock" is never read whole: corrupt)
+STATE_LIMIT = READ_ALL_LIMIT
+
+
+class BucketState:
+    """Small JSON state objects (journal, lock, manifest) with conditional writes, through the
+    ``Store`` interface: one ``ObjectStore`` per bucket on the logdir's client (its conditional
+    client and request counters, ``ObjectStore.on_client``), each state object addressed by its
+    store path (``bucket/key``, as the engine names them: the vault may be in another prefix or
+    bucket). A store's refusal reaches the engine's callers as they branch on it today
+    (``client_errors``)."""
+
+    def __init__(self, rfs: RemoteFS):
+        self.rfs = rfs
+        self._stores: Dict[str, ObjectStore] = {}
+
+    @property
+    def ops(self):
+        """The client below the stores (for callers not moved onto ``Store`` yet)."""
+        return self.rfs.ops
+
+    def where(self, path: str) -> Tuple[ObjectStore, str]:
+        """The store of ``path``'s bucket and the key there; ``ValueError`` for a path that is no
+        plain key of its bucket (as ``RemoteFS.path`` refuses one), before anything is touched."""
+        bucket, _, key = path.partition("/")
+        try:
+            check_key(key)
+        except StoreFailure as e:
+            raise ValueError(f"{path}: not a plain key of its bucket ({e})") from None
+        store = self._stores.get(bucket)
+        if store is None:
+            with client_errors():
+                store = ObjectStore.on_client(self.rfs, f"{self.rfs.scheme}://{bucket}")
+            self._stores[bucket] = store
+        return store, key
+
+    def create(self, path: str, doc: dict) -> str:
+        store, key = self.where(path)
+        with client_errors():
+            return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
+
+    def update(self, path: str, doc: dict, version: str) -> str:
+        store, key = self.where(path)
+        with client_errors():
+            return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_version=version)
+
+    def stat(self, path: str) -> Optional[Entry]:
+        """The object's entry (size, time, version), None when there is none (nor can be: a path
+        that is no plain key, named by an untrusted document): one metadata read."""
+        try:
+            store, key = self.where(path)
+        except ValueError:
+            return None
+        with client_errors():
+            return store.stat(key)
+
+    def read(self, path: str, info: Optional[ObjectInfo] = None) -> Tuple[Optional[dict], Optional[str]]:
+        """The JSON object at ``path`` and its version token; ``info`` from a listing spares the
+        metadata read (a write conditional on that version fails if it is stale anyway). An
+        object that does not parse, or is larger than ``STATE_LIMIT`` (state is untrusted), is
+        ``{"corrupt": True}``; a path that is no plain key holds nothing (``stat``)."""
+        try:
+            store, key = self.where(path)
+        except ValueError:
+            return None, None
+        with client_errors():
+            version = info.version_token if info is not None else getattr(store.stat(key), "version", None)
+        if version is None:
+            return None, None
+        try:
+            data = store.read_all(key, STATE_LIMIT)
+            doc = json.loads(data.decode("utf-8"))
+        except StoreFailure as e:
+            if e.code == StoreError.NOT_FOUND:
+                return None, None
+            if e.code == StoreError.TOO_LARGE:
+                return {"corrupt": True}, version
+            raise as_client_error(e) from e
+        except ValueError:
+            return {"corrupt": True}, version
+        return (doc if isinstance(doc, dict) else {"corrupt": True}), version
+
+    def delete(self, paths: List[str], versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        """Delete ``paths`` (each at its version in ``versions``, store path -> version, where
+        given), batched per bucket; {path: why} for those the store refused (a missing one is
+        no refusal; a path that is no plain key is refused, nothing sent). The condition goes
+        with the request alone (``precheck=False``), as the engine's deletes always did: no
+        metadata read added."""
+        versions = versions or {}
+        groups: Dict[int, Tuple[ObjectStore, List[Tuple[str, str]]]] = {}
+        failed: Dict[str, str] = {}
+        for p in paths:
+            try:
+                store, key = self.where(p)
+            except ValueError as e:
+                failed[p] = str(e)
+                continue
+            groups.setdefault(id(store), (store, []))[1].append((p, key))
+        for store, items in groups.values():
+            conds = {key: versions[p] for p, key in items if versions.get(p)}
+            for (p, _), res in zip(items, store.delete([key for _, key in items], conds or None, precheck=False)):
+                if not res.ok:
+                    failed[p] = res.message or str(res.code)
+        return failed
+
+
+@contextlib.contextmanager
+def client_errors() -> Iterator[None]:
+    """Inside, a ``StoreFailure`` is handed on as the failure the bucket engine's callers branch on
+    (``as_client_error``)."""
+    try:
+        yield
+    except StoreFailure as e:
+        raise as_client_error(e) from e
+
+
+def as_client_error(e: StoreFailure) -> Exception:
+    """A store's coded failure as the bucket engine branches on it until every caller takes
+    ``StoreFailure``: a key the store refuses as the ``ValueError`` ``RemoteFS.path`` raises
+    (``failure_code``: ``Failure.REFUSED``), any other as the ``RemoteError`` of the same code
+    (``codes.StoreError`` keeps the client's values: ``already_exists``, ``precondition_failed``,
+    ``not_found``, ``no_space``, ...). Codes only, never a message's wording."""
+    if e.code == StoreError.UNSAFE_KEY:
+        return ValueError(str(e))
+    return RemoteError(e.code.value, str(e))
+
+
+__all__ = ["BucketState", "STATE_LIMIT", "as_client_error", "client_errors"]
