@@ -573,7 +573,9 @@ def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], sta
     # records a rewrite re-encoded on purpose, each standing for one original record
     substitutes = {r["sha256"]: [r["original_sha256"], r["original_size"]]
                    for s in staged for r in (s.get("substituted") or ())}
-    d = compare_views(os.path.join(ctx.vault.tmp, op_id), pairs, modes, ctx.verify_backends, substitutes,
+    # a folder of its own inside the operation's: ``compare_views`` removes it whole, and the
+    # operation's folder holds its pins until the commit
+    d = compare_views(os.path.join(ctx.vault.tmp, op_id, "views"), pairs, modes, ctx.verify_backends, substitutes,
                       label=rp.run, handover=_handed_over(ctx, run_dir, handover, backups, pairs))
     # kept so `verify` can re-check the run later under the same contract
     d["expectations"] = modes
