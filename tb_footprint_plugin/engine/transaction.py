@@ -378,11 +378,17 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         sha = sha256_file(p)
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind}
-        _append(journal, rec)
+        # no fsync of its own, nor of the blob's and the pin's folders: nothing is destroyed until
+        # the swap, before which ``sync_pinned`` and the swap record's fsync make them all durable
+        # (three fsyncs a file were half of a profile-heavy run's reduce). A power cut before
+        # that may lose them with the run untouched: recovery rolls back as without them, and a
+        # blob linked meanwhile stays a hard link of the original no manifest names
+        _append(journal, rec, sync=False)
         faults.hit("reduce.backup_record")
         # a hard link needs no data blocks; a copy to another filesystem needs the whole file
         with writing(vault.blob_path(sha), 0 if vault.same_filesystem(p) else st.st_size):
-            vault.store(p, sha, pin=journal.op_id)  # pinned: no purge or compaction anywhere takes it
+            # pinned: no purge or compaction anywhere takes it
+            vault.store(p, sha, pin=journal.op_id, sync=False)
         backups[a.path] = rec
         done += a.bytes_before
         report("backup", 0.4 * done / total)
@@ -449,6 +455,8 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     _check_writers(ctx, rp)
     cancel.check()  # the last point where a cancel is honoured
 
+    # the backups and their pins durable (each folder once), then the swap record's fsync the journal
+    vault.sync_pinned(journal.op_id)
     # 5. swap: the commit point. A compressing reduce notes its compaction first: from the swap on
     # a kill leaves the run committed (or rolled forward) with that note, which the next start
     # finishes; noted after the commit, a kill in between left the backups plain for good

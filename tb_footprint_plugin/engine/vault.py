@@ -94,6 +94,7 @@ import secrets
 import socket
 import stat
 import tempfile
+import threading
 import time
 from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar
 
@@ -474,6 +475,10 @@ class Vault:
         #: a reduce compacts each committed run's backups (``vault_format`` ``compressed``): a
         #: backup's blob lock leaves its lock file for that compaction's lock (``_blob_lock``)
         self.compacts = False
+        #: op id → folders whose new entries (its backups' blobs, its pins) are not yet synced:
+        #: ``sync_pinned`` syncs each once before the operation's first destructive step
+        self._unsynced: Dict[str, set] = {}
+        self._unsynced_lock = threading.Lock()
 
     @property
     def own_folder(self) -> bool:
@@ -707,14 +712,17 @@ class Vault:
         except OSError:
             return False
 
-    def store(self, path: str, sha: str, pin: Optional[str] = None) -> str:
+    def store(self, path: str, sha: str, pin: Optional[str] = None, sync: bool = True) -> str:
         """Back up ``path`` (whose sha256 is ``sha``) and return the verified blob path.
 
         The original is left in place. Raises ``VaultError`` naming the file on any failure.
         With ``pin`` (the op id of a transaction under way) the whole store runs under the blob's
-        lock and ends with a durable pin (``pin_blob``): a purge or compaction in any process
-        sharing this vault, which deletes under the same lock, either ran before (the blob is made
-        afresh here) or sees the pin and keeps the blob.
+        lock and ends with a pin (``pin_blob``): a purge or compaction in any process sharing this
+        vault, which deletes under the same lock, either ran before (the blob is made afresh here)
+        or sees the pin and keeps the blob. ``sync=False`` (with ``pin``): the blob's and the pin's
+        folders are synced by the transaction's ``sync_pinned`` before its first destructive step,
+        once each, not once a backup (two folder fsyncs a file were most of a profile-heavy run's
+        reduce); until then a power cut may undo the link and the pin, never a byte of the original.
         """
         if pin is None:
             return self._store(path, sha)
@@ -722,9 +730,28 @@ class Vault:
             raise VaultError(errno.EINVAL, f"{str(pin)[:80]!r} is not an operation id; refusing it as a pin")
         self.blob_path(sha)
         with self._blob_lock(sha, wait=True, leave=self.compacts):
-            blob = self._store(path, sha)
-            self.pin_blob(pin, sha)
+            blob = self._store(path, sha, sync=sync)
+            self.pin_blob(pin, sha, sync=sync)
+        if not sync:
+            # the blob's folder also when the blob was there already: another transaction's
+            # unsynced link, which this one's swap may come before
+            self._defer_sync(pin, os.path.dirname(blob), self._pins_dir(pin))
         return blob
+
+    def _defer_sync(self, op_id: str, *folders: str) -> None:
+        with self._unsynced_lock:
+            self._unsynced.setdefault(op_id, set()).update(folders)
+
+    def sync_pinned(self, op_id: str) -> int:
+        """Make ``op_id``'s unsynced backups and pins durable (``store(..., sync=False)``): each
+        folder they went into synced once. Called before the operation's swap record; on ext4 the
+        first sync commits the file system's journal and the rest find their entries committed.
+        How many folders were synced."""
+        with self._unsynced_lock:
+            folders = sorted(self._unsynced.pop(op_id, ()))
+        for folder in folders:
+            fsync_dir(folder)
+        return len(folders)
 
     def in_shard(self, sha: str, write: Callable[[], _T]) -> _T:
         """``write()``, which makes a file in ``sha``'s shard folder (``blobs/ab``), after that
@@ -778,11 +805,11 @@ class Vault:
             os.close(fd)
         return gone
 
-    def _store(self, path: str, sha: str) -> str:
+    def _store(self, path: str, sha: str, sync: bool = True) -> str:
         blob = self.blob_path(sha)
         try:
             # checked on every backup: the shard folder must be ours all the way from the root
-            if self.in_shard(sha, lambda: self._put(path, sha, blob)):
+            if self.in_shard(sha, lambda: self._put(path, sha, blob, sync)):
                 return blob  # same content already backed up (e.g. by an earlier op)
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
@@ -794,9 +821,10 @@ class Vault:
             raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
         return blob
 
-    def _put(self, path: str, sha: str, blob: str) -> bool:
+    def _put(self, path: str, sha: str, blob: str, sync: bool = True) -> bool:
         """``_store``'s writes into the shard folder (made and checked by ``in_shard``): True when
-        ``blob`` holds ``sha`` already, else ``path`` linked or copied in and the folder synced."""
+        ``blob`` holds ``sha`` already, else ``path`` linked or copied in and the folder synced
+        (unless ``sync`` is False: the caller syncs it later)."""
         if os.path.exists(blob):
             if sha256_file(blob) == sha:
                 return True
@@ -832,7 +860,8 @@ class Vault:
                 with contextlib.suppress(OSError):
                     fsops.unlink(tmp)
                 raise
-        fsync_dir(os.path.dirname(blob))
+        if sync:
+            fsync_dir(os.path.dirname(blob))
         return False
 
     def unshare(self, sha: str) -> None:
@@ -961,10 +990,11 @@ class Vault:
             raise VaultError(errno.EINVAL, f"{str(op_id)[:80]!r} is not an operation id; refusing it as a folder name")
         return os.path.join(self.tmp, op_id, "pins")
 
-    def pin_blob(self, op_id: str, sha: str) -> None:
-        """Record, durably, that transaction ``op_id`` relies on blob ``sha``: an empty file
-        ``tmp/<op_id>/pins/<sha>`` (not a hard link of the blob: a second link is how compaction,
-        offload and store tell a blob a live file still shares). Call under the blob's lock."""
+    def pin_blob(self, op_id: str, sha: str, sync: bool = True) -> None:
+        """Record, durably (``sync``; else at the transaction's ``sync_pinned``), that transaction
+        ``op_id`` relies on blob ``sha``: an empty file ``tmp/<op_id>/pins/<sha>`` (not a hard link
+        of the blob: a second link is how compaction, offload and store tell a blob a live file
+        still shares). Call under the blob's lock."""
         self.blob_path(sha)  # refuses a name that is not a digest
         folder = self._pins_dir(op_id)
         # makes or checks every folder from the vault down to it
@@ -972,11 +1002,14 @@ class Vault:
         p = os.path.join(folder, sha)
         if not os.path.lexists(p):
             os.close(create_new(p))
-            fsync_dir(folder)
+            if sync:
+                fsync_dir(folder)
 
     def unpin(self, op_id: str) -> int:
         """Drop every pin of ``op_id`` (its transaction committed, its manifest durable, or rolled
         back); pins removed. Only digest-named regular files in a real folder are removed."""
+        with self._unsynced_lock:
+            self._unsynced.pop(op_id, None)  # nothing of it needs syncing any more
         try:
             folder = self._pins_dir(op_id)
         except VaultError:
