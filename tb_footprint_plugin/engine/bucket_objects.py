@@ -26,11 +26,11 @@ STATE_LIMIT = READ_ALL_LIMIT
 
 class BucketState:
     """Small JSON state objects (journal, lock, manifest) with conditional writes, through the
-    ``Store`` interface: one ``ObjectStore`` per bucket on the logdir's client (its conditional
-    client and request counters, ``ObjectStore.on_client``), each state object addressed by its
-    store path (``bucket/key``, as the engine names them: the vault may be in another prefix or
-    bucket). A store's refusal reaches the engine's callers as they branch on it today
-    (``client_errors``)."""
+    ``Store`` interface: the logdir's ``ObjectStore`` over its own ``RemoteFS``, and one per other
+    bucket on the same client and request counters (``ObjectStore.on_client``), each state object
+    addressed by its store path (``bucket/key``, as the engine names them: the vault may be in
+    another prefix or bucket). A store's refusal reaches the engine's callers as they branch on
+    it today (``client_errors``)."""
 
     def __init__(self, rfs: RemoteFS):
         self.rfs = rfs
@@ -41,19 +41,26 @@ class BucketState:
         """The client below the stores (for callers not moved onto ``Store`` yet)."""
         return self.rfs.ops
 
-    def where(self, path: str) -> Tuple[ObjectStore, str]:
-        """The store of ``path``'s bucket and the key there; ``ValueError`` for a path that is no
-        plain key of its bucket (as ``RemoteFS.path`` refuses one), before anything is touched."""
-        bucket, _, key = path.partition("/")
+    def where(self, path: str, *, whole_bucket: bool = False) -> Tuple[ObjectStore, str]:
+        """The store of ``path`` and its key there: the logdir's own (``rfs`` itself) for a path
+        under the logdir, else the store of its bucket (or that one always: ``whole_bucket``);
+        ``ValueError`` for a path that is no plain key there (as ``RemoteFS.path`` refuses one),
+        before anything is touched."""
+        root = self.rfs.root + "/"
+        if path.startswith(root) and not whole_bucket:
+            url, key = self.rfs.url, path[len(root):]
+        else:
+            bucket, _, key = path.partition("/")
+            url = f"{self.rfs.scheme}://{bucket}"
         try:
             check_key(key)
         except StoreFailure as e:
-            raise ValueError(f"{path}: not a plain key of its bucket ({e})") from None
-        store = self._stores.get(bucket)
+            raise ValueError(f"{path}: not a plain key of {url} ({e})") from None
+        store = self._stores.get(url)
         if store is None:
             with client_errors():
-                store = ObjectStore.on_client(self.rfs, f"{self.rfs.scheme}://{bucket}")
-            self._stores[bucket] = store
+                store = ObjectStore.on_client(self.rfs, url)
+            self._stores[url] = store
         return store, key
 
     def create(self, path: str, doc: dict) -> str:
@@ -105,20 +112,33 @@ class BucketState:
     def delete(self, paths: List[str], versions: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         """Delete ``paths`` (each at its version in ``versions``, store path -> version, where
         given), batched per bucket; {path: why} for those the store refused (a missing one is
-        no refusal; a path that is no plain key is refused, nothing sent). The condition goes
-        with the request alone (``precheck=False``), as the engine's deletes always did: no
-        metadata read added."""
+        no refusal). A path that is no plain key holds nothing of ours (no write of the engine
+        makes one, ``stat``): nothing is sent for it, and nothing is refused (a rollback that
+        drops the backup key of a planted ``a/../x`` object, never copied, is complete; the
+        object the literal key names, someone else's, is kept). The condition goes with the
+        request alone (``precheck=False``), as the engine's deletes always did: no metadata read
+        added."""
         versions = versions or {}
-        groups: Dict[int, Tuple[ObjectStore, List[Tuple[str, str]]]] = {}
-        failed: Dict[str, str] = {}
+        by_bucket: Dict[str, List[str]] = {}
         for p in paths:
-            try:
-                store, key = self.where(p)
-            except ValueError as e:
-                failed[p] = str(e)
-                continue
-            groups.setdefault(id(store), (store, []))[1].append((p, key))
-        for store, items in groups.values():
+            by_bucket.setdefault(p.partition("/")[0], []).append(p)
+        groups: List[Tuple[ObjectStore, List[Tuple[str, str]]]] = []
+        failed: Dict[str, str] = {}
+        for ps in by_bucket.values():
+            # one batch a bucket, as the client sent it: through the bucket's store when the
+            # logdir's paths and others (a vault in another prefix) are deleted together
+            whole = len({p.startswith(self.rfs.root + "/") for p in ps}) > 1
+            items: List[Tuple[str, str]] = []
+            store = None
+            for p in ps:
+                try:
+                    store, key = self.where(p, whole_bucket=whole)
+                except ValueError:
+                    continue
+                items.append((p, key))
+            if store is not None:
+                groups.append((store, items))
+        for store, items in groups:
             conds = {key: versions[p] for p, key in items if versions.get(p)}
             for (p, _), res in zip(items, store.delete([key for _, key in items], conds or None, precheck=False)):
                 if not res.ok:
