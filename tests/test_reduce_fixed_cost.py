@@ -1,7 +1,7 @@
 """A single-run reduce's fixed work outside the verification (issue #28 item 3).
 
 * The journal of a run whose event file is rewritten is fsynced once per record a step waits on
-  (stage, swap; a backup record rides on them, its blob and pin synced before the swap): the ``staged`` record is made durable by the swap record's fsync, which
+  (the last backup's, stage, swap; the blobs and pins synced once before the swap): the ``staged`` record is made durable by the swap record's fsync, which
   comes before anything in place is replaced, so the swap still finds every record it needs
   on disk.
 """
@@ -65,9 +65,9 @@ def test_the_staged_record_is_made_durable_by_the_swap_records_fsync(tmp_path, m
     (o,) = rep.outcomes
     assert o.status == "verified", o.to_dict()
     assert any("tfevents" in f for f in o.created_files)
-    # appends fsynced: stage (before the temp file), swap (before the swap); backup (its blob and
-    # pin synced by ``sync_pinned`` before the swap record), staged, backed_up, verified, swapped
-    # and commit ride on the next one
-    assert [s[-1] for s in journal_syncs] == ["stage", "swap"], journal_syncs
+    # appends fsynced: the last backup record (every record before its blob; the blobs' and the pins'
+    # folders synced by ``sync_pinned`` before the swap record), stage (before the temp file), swap
+    # (before the swap); staged, backed_up, verified, swapped and commit ride on the next one
+    assert [s[-1] for s in journal_syncs] == ["backup", "stage", "swap"], journal_syncs
     # the staged file replaced the original only once its staged record was durable
     assert durable_at_swap and {"stage", "staged", "swap"} <= set(durable_at_swap[0]), durable_at_swap

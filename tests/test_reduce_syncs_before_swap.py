@@ -3,9 +3,10 @@
 Each file a reduce backed up cost three fsyncs: its journal record, the blob's shard folder after
 the link, and the pin's folder. For a profile-heavy run (a hundred small files dropped) that was
 most of its reduce (~0.7 s of a run's ~1 s on this machine's ext4). Nothing before the swap
-destroys anything, so the transaction now syncs each folder its backups and pins went into once
-(``Vault.sync_pinned``), then appends the swap record, whose fsync makes every earlier record
-durable. These tests watch every fsync of a real reduce:
+destroys anything, so the transaction now appends every backup record and fsyncs the journal once
+before the first blob is linked (a power cut never leaves a blob no record names, review R10 F1),
+then syncs each folder its backups and pins went into once (``Vault.sync_pinned``) before the swap
+record. These tests watch every fsync of a real reduce:
 - nothing in place is replaced or removed before every blob's folder, the pins' folder and the
   journal (with every backup record) were fsynced after their last change;
 - the fsyncs of a run of 60 dropped files no longer grow three a file;
@@ -46,9 +47,16 @@ def _watch(monkeypatch):
         events.append(("replace", os.path.abspath(dst)))
         return real_replace(src, dst, *a, **kw)
 
+    real_link = throttle.link
+
+    def link(src, dst, *a, **kw):
+        events.append(("link", os.path.abspath(dst)))
+        return real_link(src, dst, *a, **kw)
+
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(throttle, "unlink", unlink)
     monkeypatch.setattr(throttle, "replace", replace)
+    monkeypatch.setattr(throttle, "link", link)
     return events
 
 
@@ -65,11 +73,15 @@ def test_nothing_in_place_goes_before_the_backups_pins_and_records_are_durable(t
     events = _watch(monkeypatch)
     real_fsync = os.fsync
 
+    linked_after_records: list = []  # at the first link: every backup record in the journal's last fsync
+
     def fsync(fd):
         real_fsync(fd)
         path = events[-1][1] if events and events[-1][0] == "fsync" else ""
         if path.endswith(".jsonl") and os.sep + "journal" + os.sep in path and os.path.isfile(path):
             journal_at_sync.append(_journal_types(path))
+            if not any(kind == "link" for kind, _ in events) and journal_at_sync[-1].count("backup") == FILES:
+                linked_after_records.append(True)
 
     monkeypatch.setattr(os, "fsync", fsync)
     rep = api.reduce_logdir(str(logdir), policy=DROP, dry_run=False, quiet_period=0, verify_backends=("python",),
@@ -87,8 +99,14 @@ def test_nothing_in_place_goes_before_the_backups_pins_and_records_are_durable(t
     assert folders <= synced_before, sorted(folders - synced_before)[:5]
     pins = os.path.join(vault.tmp, m["op_id"], "pins")
     assert pins in synced_before
+    # the folders a store may have made are named durably in theirs (review R10 F4)
+    assert {vault.blobs, os.path.dirname(pins), vault.tmp} <= synced_before
     # the journal's last fsync before the swap holds every backup record and the swap record
     assert journal_at_sync and journal_at_sync[-1].count("backup") == FILES
+    # and an fsync of it held every backup record before the first blob was linked into the vault
+    first_link = next(i for i, (kind, p) in enumerate(events) if kind == "link")
+    journal_syncs_before_link = [p for kind, p in events[:first_link] if kind == "fsync" and p.endswith(".jsonl")]
+    assert journal_syncs_before_link and linked_after_records, (journal_syncs_before_link, linked_after_records)
     assert api.restore(str(logdir)) and tree(logdir) == before
 
 
@@ -100,9 +118,10 @@ def test_a_run_of_many_dropped_files_pays_no_fsyncs_a_file(tmp_path, monkeypatch
     assert [o.status for o in rep.outcomes] == ["verified"]
     syncs = [p for kind, p in events if kind == "fsync"]
     journal = [p for p in syncs if p.endswith(".jsonl") and os.sep + "journal" + os.sep in p]
-    # the swap record's, and one for each of the 3 emptied folders' rmdir record (the begin record
-    # is fsynced under its temporary name); was one more for each of the 60 backup records
-    assert len(journal) <= 4, journal
+    # the last backup record's, the swap record's, and one for each of the 3 emptied folders' rmdir
+    # record (the begin record is fsynced under its temporary name); was one for each of the 60
+    # backup records
+    assert len(journal) <= 5, journal
     # the rest: each shard folder once (at most 256) and a fixed few, not three a file (was ~190)
     vault = Context(str(logdir)).vault
     shards = {os.path.dirname(vault.blob_path(f["sha256"])) for m in vault.manifests() for f in m["files"]}
@@ -129,7 +148,8 @@ def test_a_blob_another_transaction_linked_unsynced_is_synced_by_this_one_too(tm
     vault.store(str(a), sha, pin=first, sync=False)
     vault.store(str(b), sha, pin=second, sync=False)  # the blob is there: no link of its own
     assert os.path.dirname(vault.blob_path(sha)) not in synced
-    assert vault.sync_pinned(second) == 2  # the blob's folder and its own pins' folder
+    # the blob's folder and its own pins' folder, and the folders above them (blobs/, tmp/<op>, tmp/)
+    assert vault.sync_pinned(second) == 5
     assert os.path.dirname(vault.blob_path(sha)) in synced
     assert os.path.join(vault.tmp, second, "pins") in synced
     vault.unpin(first)

@@ -171,22 +171,26 @@ def remove_scratch(vault: Vault, op_id: str) -> None:
     made and the then empty folders, never a whole tree (the op id came from a file)."""
     if not is_op_id(op_id):
         return
-    views = os.path.join(vault.tmp, op_id)
-    if os.path.islink(views) or not os.path.isdir(views):
+    folder = os.path.join(vault.tmp, op_id)
+    if os.path.islink(folder) or not os.path.isdir(folder):
         return
-    for sub in ("original", "reduced"):
-        d = os.path.join(views, sub)
-        if os.path.islink(d) or not os.path.isdir(d):
+    # the views' own folder (``tmp/<op>/views``), then where older versions made them (``tmp/<op>``)
+    for views in (os.path.join(folder, "views"), folder):
+        if os.path.islink(views) or not os.path.isdir(views):
             continue
-        for name in os.listdir(d):
-            p = os.path.join(d, name)
-            if os.path.islink(p):
-                with contextlib.suppress(OSError):
-                    os.unlink(p)
+        for sub in ("original", "reduced"):
+            d = os.path.join(views, sub)
+            if os.path.islink(d) or not os.path.isdir(d):
+                continue
+            for name in os.listdir(d):
+                p = os.path.join(d, name)
+                if os.path.islink(p):
+                    with contextlib.suppress(OSError):
+                        os.unlink(p)
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
         with contextlib.suppress(OSError):
-            os.rmdir(d)
-    with contextlib.suppress(OSError):
-        os.rmdir(views)
+            os.rmdir(views)  # the op folder stays while its pins are in it
 
 
 def recorded_mtime_ns(rec: dict) -> Optional[int]:

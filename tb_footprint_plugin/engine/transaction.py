@@ -366,9 +366,13 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # event data is proven the same by identity, hashed now under the run's lock and again at
     # the verification and after the swap, not by reading each file against itself
     unchanged = _unchanged_event_files(ctx, rp)
-    # 1. back up every original that will be removed or replaced
+    # 1. back up every original that will be removed or replaced: first every backup record, made
+    # durable by one fsync (the last record's), then every blob linked or copied in. A record
+    # precedes its blob on disk as it did with an fsync each (three fsyncs a file, journal, blob
+    # folder and pin folder, were half of a profile-heavy run's reduce): a power cut can never
+    # leave a blob, a second name of a live original, that no record names for the rollback
     backups: Dict[str, dict] = {}
-    for a in originals:
+    for n, a in enumerate(originals, 1):
         cancel.check()
         p = ctx.abs(a.path)
         no_symlink(ctx, a.path)
@@ -378,20 +382,23 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
         sha = sha256_file(p)
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind}
-        # no fsync of its own, nor of the blob's and the pin's folders: nothing is destroyed until
-        # the swap, before which ``sync_pinned`` and the swap record's fsync make them all durable
-        # (three fsyncs a file were half of a profile-heavy run's reduce). A power cut before
-        # that may lose them with the run untouched: recovery rolls back as without them, and a
-        # blob linked meanwhile stays a hard link of the original no manifest names
-        _append(journal, rec, sync=False)
+        _append(journal, rec, sync=n == len(originals))
         faults.hit("reduce.backup_record")
-        # a hard link needs no data blocks; a copy to another filesystem needs the whole file
-        with writing(vault.blob_path(sha), 0 if vault.same_filesystem(p) else st.st_size):
-            # pinned: no purge or compaction anywhere takes it
-            vault.store(p, sha, pin=journal.op_id, sync=False)
         backups[a.path] = rec
         done += a.bytes_before
-        report("backup", 0.4 * done / total)
+        report("backup", 0.2 * done / total)
+    done = 0
+    for a in originals:
+        cancel.check()
+        p, rec = ctx.abs(a.path), backups[a.path]
+        # a hard link needs no data blocks; a copy to another filesystem needs the whole file
+        with writing(vault.blob_path(rec["sha256"]), 0 if vault.same_filesystem(p) else rec["size"]):
+            # pinned: no purge or compaction anywhere takes it. The blob's and the pin's folders
+            # are synced once each before the swap (``sync_pinned``), not once a file: nothing is
+            # destroyed before it, and the records name every blob for a rollback meanwhile
+            vault.store(p, rec["sha256"], pin=journal.op_id, sync=False)
+        done += a.bytes_before
+        report("backup", 0.2 + 0.2 * done / total)
     # markers below are made durable by the next fsynced record (the swap's), which every
     # destructive step waits on: an fsync each was a fifth of a small run's reduce
     _append(journal, {"type": "backed_up", "count": len(backups),

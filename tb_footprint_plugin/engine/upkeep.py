@@ -284,24 +284,20 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     for op_id, shas in vault.pending_compactions().items():
         if _compacted_by_a_live_batch(vault, op_id):
             continue  # noted by a batch still running on this host: its next round compacts it
-        journal = os.path.join(ctx.journal_dir, f"{op_id}.jsonl")
-        in_flight = os.path.lexists(journal)  # looked at before the manifest: a commit writes it first
         try:
-            run = vault.read_manifest(op_id).get("run")
-        except FileNotFoundError:
-            run = None
-            w = vault.compaction_waits_for(op_id)
-            if not in_flight and w is not None and w["host"] == socket.gethostname():
-                # noted before a swap that did not stand (the transaction rolled back, or recovery
-                # did above; its process is gone, ``_compacted_by_a_live_batch``): no manifest will
-                # name these blobs by this note. One of another host may be a transaction under
-                # way there, whose journal is in its own logdir's state: left to it; one that names
-                # no process was written after a commit, and waits for its manifest to be readable
-                with contextlib.suppress(OSError):
-                    vault.done_compaction(op_id)
-                continue
-        except Exception:  # no readable manifest: rebuilt above or reported; the blobs stay as they are
-            run = None
+            m = vault.read_manifest(op_id)
+            run = m.get("run")
+        except Exception:  # no manifest (yet): rebuilt above or reported; the blobs stay as they are
+            m, run = None, None
+        if m is not None and m.get("outcome") == Outcome.ROLLED_BACK:
+            # noted before a swap that did not stand (a kill between the note and the swap, its
+            # rollback by recovery above): its rollback dropped the blobs only it needed, and those
+            # it kept are other operations' to compact; nothing to do or report. A note with no
+            # manifest may be a transaction under way of another logdir sharing this vault (its
+            # journal is in that logdir's state): it waits for its manifest
+            with contextlib.suppress(OSError):
+                vault.done_compaction(op_id)
+            continue
         if not isinstance(run, str) or not run:
             # never compacted without its run's lock (a purge of that run could race it and
             # leave a .zst no manifest names): the note waits for a manifest to name the run

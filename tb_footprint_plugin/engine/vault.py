@@ -734,8 +734,10 @@ class Vault:
             self.pin_blob(pin, sha, sync=sync)
         if not sync:
             # the blob's folder also when the blob was there already: another transaction's
-            # unsynced link, which this one's swap may come before
-            self._defer_sync(pin, os.path.dirname(blob), self._pins_dir(pin))
+            # unsynced link, which this one's swap may come before; and the folders above the shard
+            # and the pins, whose entries name folders this store may just have made (review R10 F4)
+            pins = self._pins_dir(pin)
+            self._defer_sync(pin, os.path.dirname(blob), self.blobs, pins, os.path.dirname(pins), self.tmp)
         return blob
 
     def _defer_sync(self, op_id: str, *folders: str) -> None:
@@ -827,6 +829,11 @@ class Vault:
         (unless ``sync`` is False: the caller syncs it later)."""
         if os.path.exists(blob):
             if sha256_file(blob) == sha:
+                if os.lstat(blob).st_nlink > 1 and not self.pinned_by(sha):
+                    # a second name of a live file no transaction under way relies on (a blob an
+                    # older version or damage left): a write to that file would change this
+                    # backup, so it becomes a copy of its own first (review R10 F1)
+                    self.unshare(sha)
                 return True
             st = os.lstat(blob)
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
