@@ -23,9 +23,9 @@ note stays). A kill at any instant leaves each backup whole in one form; from th
 start compacts it. The note names this process (``waits_for``): a start of another process while
 the batch runs leaves it to the batch's rounds. The transaction writes that note before its swap
 record (``note_before_swap``), so a kill anywhere from the swap on (before the commit, recovery
-rolling it forward; between the commit and the round) leaves the note for the next start; a run
-rolled back drops it (here, or at the next start: a note whose operation has neither a journal nor a
-manifest names nothing to compact). A kill of the batch's process leaves its worker to end the
+rolling it forward; between the commit and the round) leaves the note for the next start; a run's
+rollback drops it (``swap.rollback``, in this process or in recovery; a note left beside a
+``rolled_back`` manifest is dropped by the next start). A kill of the batch's process leaves its worker to end the
 rounds it was given, then end (its stdin closes).
 """
 from __future__ import annotations
@@ -68,17 +68,14 @@ def this_process() -> dict:
     return {"host": socket.gethostname(), **lease.me()}
 
 
-def note_before_swap(ctx: Context, op_id: str, shas: List[str]) -> bool:
+def note_before_swap(ctx: Context, op_id: str, shas: List[str]) -> None:
     """A compressing reduce's compaction noted before its swap record, naming this process (which
     compacts it right after the commit, alone or in a batch's round): a kill from the swap on
     leaves the note to the next start, which compacts the run once its manifest says it committed.
-    False when the note could not be written (a full disk): the reduction goes on, and its backups
-    stay the hard links they are (safe; freed by a purge), as they did before this note."""
-    try:
+    A note that cannot be written (a full disk) is none: the reduction goes on, and the batch or the
+    lone compaction writes it after the commit, as before."""
+    with contextlib.suppress(OSError):
         ctx.vault.note_compaction(op_id, shas, waits_for=this_process())
-        return True
-    except OSError:
-        return False
 
 
 def noted_here(ctx: Context, op_id: str) -> bool:

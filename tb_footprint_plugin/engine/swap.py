@@ -142,6 +142,8 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     begin = records[0]
     remove_scratch(vault, begin["op_id"])
     write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
+    with contextlib.suppress(OSError):
+        vault.done_compaction(begin["op_id"])  # noted before a swap that did not stand
     # Blobs only this operation needed are dropped: the originals are back in place. A blob
     # another operation needs stays, as a copy of its own (it may be a link of a live file).
     # Blobs this rollback just kept for displaced content are needed too, even when their

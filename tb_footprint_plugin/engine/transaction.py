@@ -278,8 +278,6 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                 _append_rollback(journal, reason)
                 rollback(ctx, journal.records(), reason, journal)
                 ctx.vault.unpin(op_id)  # the originals are back
-                with contextlib.suppress(OSError):
-                    ctx.vault.done_compaction(op_id)  # noted before a swap that did not stand
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):
                     out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
