@@ -67,7 +67,9 @@ class Capabilities:
     writing. ``server_side_copy``: ``copy`` moves no bytes through this process.
     ``conditional_put``: if-absent and if-version writes are enforced. ``folders``: ``mkdir``
     makes something (buckets have only keys). ``append``: how ``append`` works
-    (``"o_append"`` or ``"conditional_rewrite"``).
+    (``"o_append"`` or ``"conditional_rewrite"``). ``retention_query``: ``retention`` can say
+    whether deleted bytes stay stored (a bucket's versioning, lifecycle and soft delete); a
+    folder cannot tell (its filesystem's snapshots are out of its sight).
     """
 
     rename_atomic: bool
@@ -81,6 +83,7 @@ class Capabilities:
     conditional_put: bool
     folders: bool
     append: str
+    retention_query: bool = False
 
     def to_dict(self) -> dict:
         """The capabilities as JSON (what a status or a dry run can show)."""
@@ -111,6 +114,16 @@ class DeleteResult:
     existed: Optional[bool] = None  # True/False where the store says, None where it cannot tell
     code: Optional[StoreError] = None
     message: str = ""
+
+
+@dataclass(frozen=True)
+class Copied:
+    """A copy's destination (``copy(detail=True)``): its version, and the checksums the store
+    computed for it ({} where it computes none, and for a copy it made in parts): what a caller
+    compares with the source's checksums instead of reading both."""
+
+    version: str
+    checksums: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -256,10 +269,23 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
-             if_version: Optional[str] = None) -> str:
+             if_version: Optional[str] = None, source: Optional["Store"] = None, size: Optional[int] = None,
+             precheck: bool = True, listed_absent: bool = False, detail: bool = False) -> Union[str, Copied]:
         """Copy ``src`` to ``dst`` (server side on buckets, with file time and mode on POSIX);
         ``if_source_version``: ``PRECONDITION_FAILED`` (and no ``dst`` written) when ``src``
-        changed. Returns the version of ``dst``."""
+        changed. Returns the version of ``dst`` (``detail``: a ``Copied``, with the checksums the
+        store computed for the copy).
+
+        ``source``: the store holding ``src`` when it is not this one (another prefix or bucket of
+        the same object store, on the same client: still one server-side copy; another folder for
+        a ``PosixStore``); ``NOT_SUPPORTED`` for a store of another kind. ``size``: ``src``'s
+        size as a listing gave it (spares the metadata read a store makes to choose how to copy).
+        ``precheck`` (``ObjectStore``, as ``delete``'s): False sends the source's condition with
+        the copy alone, no read of ``src`` first (S3, GCS and Azure enforce it; on S3 a single-part
+        copy's ETag is compared too, and a copy of a source that moved is removed and refused);
+        ``listed_absent``: with ``if_absent``, the caller's fresh listing found no ``dst``, so no
+        read of it is made first (the condition still goes with the copy). A store that checks
+        conditions itself (``PosixStore``) always checks."""
 
     @abc.abstractmethod
     def replace(self, src: str, dst: str, *, if_source_version: Optional[str] = None,
@@ -301,6 +327,13 @@ class Store(abc.ABC):
     def open_writers(self, keys: Iterable[str]) -> Optional[Dict[str, List[str]]]:
         """key -> the processes holding it open for writing (one line each), for those held; None
         where the store cannot tell (``capabilities.open_writer_detection`` False)."""
+        return None
+
+    def retention(self) -> Optional[dict]:
+        """Whether bytes deleted from the store stay stored (and billed) for a while:
+        ``{"versioning": bool, "noncurrent_expiry_days": int|None, "soft_delete_seconds":
+        int|None}`` of the store's bucket (and ``"error"`` when the store would not say); None
+        where the store cannot tell (``capabilities.retention_query`` False)."""
         return None
 
     # --- accounting --------------------------------------------------------------------------
@@ -424,8 +457,18 @@ class Wrapper(Store):
     def open_writers(self, keys):
         return self._call("writers", self.inner.open_writers, keys)
 
+    def retention(self):
+        return self._call("stat", self.inner.retention)
+
     def close(self) -> None:
         self.inner.close()
+
+
+def unwrapped(store: Store) -> Store:
+    """The store below every ``Wrapper`` around ``store`` (what a ``copy``'s ``source`` is compared as)."""
+    while isinstance(store, Wrapper):
+        store = store.inner
+    return store
 
 
 class StoreStats:
@@ -489,6 +532,6 @@ class ThrottledStore(Wrapper):
                 self.bucket.take(n)
 
 
-__all__ = ["Capabilities", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
-           "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper",
+__all__ = ["Capabilities", "Copied", "CountingStore", "DeleteResult", "Entry", "RangeReader", "READ_ALL_LIMIT", "ReplaceResult",
+           "STREAM_PART", "Store", "StoreFailure", "StoreStats", "ThrottledStore", "TMP_PREFIX", "VERBS", "Wrapper", "unwrapped",
            "check_key"]

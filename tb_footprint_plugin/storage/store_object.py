@@ -23,14 +23,14 @@ import random
 import secrets
 import threading
 import time
-from typing import Dict, Iterable, Iterator, List, Optional
+from typing import Dict, Iterable, Iterator, List, Optional, Union
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
-from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, DeleteResult,
-                                               Entry, RangeReader, ReplaceResult, Source, Store, StoreFailure,
-                                               check_key)
+from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, Copied,
+                                               DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
+                                               StoreFailure, check_key, unwrapped)
 
 #: names of uploads in progress (a streaming put conditional on a version stages here, then copies); never listed
 STAGE_PREFIX = TMP_PREFIX
@@ -44,7 +44,7 @@ _APPENDING_MU = threading.Lock()
 BUCKET_CAPABILITIES = Capabilities(
     rename_atomic=False, hard_link=False, fsync=False, versions=True, mtime_kept=False, mode_kept=False,
     open_writer_detection=False, server_side_copy=True, conditional_put=True, folders=False,
-    append="conditional_rewrite")
+    append="conditional_rewrite", retention_query=True)
 
 _CODES = {c.value: c for c in StoreError}
 
@@ -282,20 +282,32 @@ class ObjectStore(Store):
         return self._entry(key, info)
 
     def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
-             if_version: Optional[str] = None) -> str:
-        psrc, pdst = self._path(src), self._path(dst)
-        if if_source_version:
+             if_version: Optional[str] = None, source: Optional[Store] = None, size: Optional[int] = None,
+             precheck: bool = True, listed_absent: bool = False, detail: bool = False) -> Union[str, Copied]:
+        origin = self if source is None else unwrapped(source)
+        if not isinstance(origin, ObjectStore) or origin.rfs.protocol != self.rfs.protocol:
+            raise StoreFailure(StoreError.NOT_SUPPORTED, src,
+                               f"no server-side copy from {origin.location} into {self.location}")
+        psrc, pdst = origin._path(src), self._path(dst)
+        if if_source_version and precheck:
             # checked first as well: a server that ignores CopySourceIfMatch (moto) would copy,
             # and the client's check after the copy removes the destination, which may have
             # held bytes of its own; S3, GCS and Azure enforce the condition sent with the copy
-            info = self._head(src)
+            info = origin._head(src)
             if info is None:
                 raise StoreFailure(StoreError.NOT_FOUND, src, "no such object")
             if info.version_token != if_source_version:
                 raise StoreFailure(StoreError.PRECONDITION_FAILED, src, "changed since it was read; nothing copied")
         with _coded(src if if_source_version else dst):
-            return self.ops.copy(psrc, pdst, if_source_version=if_source_version, if_absent=if_absent,
-                                 if_version=if_version).version
+            res = self.ops.copy(psrc, pdst, if_source_version=if_source_version, if_absent=if_absent,
+                                if_version=if_version, listed_absent=listed_absent and if_absent, size=size)
+        return Copied(res.version, dict(res.checksums)) if detail else res.version
+
+    def retention(self) -> Optional[dict]:
+        """The bucket's versioning, noncurrent-version expiry and soft delete (Azure: the
+        account's delete retention): the client's metadata reads of the bucket, one or two."""
+        with _coded(self.location):
+            return self.ops.retention(self.rfs.root.partition("/")[0])
 
     def replace(self, src: str, dst: str, *, if_source_version: Optional[str] = None,
                 if_absent: bool = False, if_version: Optional[str] = None) -> ReplaceResult:

@@ -27,7 +27,7 @@ import os
 import secrets
 import stat
 import sys
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage import throttle as fsops
@@ -36,8 +36,9 @@ from tb_footprint_plugin.storage.openfiles import find_writers
 from tb_footprint_plugin.storage.paths import UnsafePath, contained
 from tb_footprint_plugin.storage.regular import kind_of, open_regular
 from tb_footprint_plugin.storage.remote import RequestStats
-from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, TMP_PREFIX, Capabilities, DeleteResult, Entry, RangeReader,
-                                               ReplaceResult, Source, Store, StoreFailure, check_key)
+from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, TMP_PREFIX, Capabilities, Copied, DeleteResult, Entry,
+                                               RangeReader, ReplaceResult, Source, Store, StoreFailure, check_key,
+                                               unwrapped)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -81,7 +82,7 @@ class PosixStore(Store):
         self.capabilities = Capabilities(
             rename_atomic=True, hard_link=True, fsync=True, versions=True, mtime_kept=True, mode_kept=True,
             open_writer_detection=sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd"),
-            server_side_copy=False, conditional_put=True, folders=True, append="o_append")
+            server_side_copy=False, conditional_put=True, folders=True, append="o_append", retention_query=False)
 
     # --- walking ------------------------------------------------------------------------------
     def _parts(self, key: str, allow_root: bool = False) -> List[str]:
@@ -379,9 +380,15 @@ class PosixStore(Store):
         return self._entry(key, st)
 
     def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
-             if_version: Optional[str] = None) -> str:
-        with self._at(src) as (sdfd, sname):
-            sfd = self._open_file(sdfd, sname, src)
+             if_version: Optional[str] = None, source: Optional[Store] = None, size: Optional[int] = None,
+             precheck: bool = True, listed_absent: bool = False, detail: bool = False) -> Union[str, Copied]:
+        # ``size``, ``precheck`` and ``listed_absent`` spare reads a bucket would make: a folder
+        # checks its conditions itself, under its lock, always
+        origin = self if source is None else unwrapped(source)
+        if not isinstance(origin, PosixStore):
+            raise StoreFailure(StoreError.NOT_SUPPORTED, src, f"no copy from {origin.location} into a folder")
+        with origin._at(src) as (sdfd, sname):
+            sfd = origin._open_file(sdfd, sname, src)
         try:
             before = os.fstat(sfd)
             if if_source_version is not None and version_of(before) != if_source_version:
@@ -404,7 +411,7 @@ class PosixStore(Store):
         finally:
             os.close(sfd)
         self.stats.add("copy")
-        return version_of(st)
+        return Copied(version_of(st)) if detail else version_of(st)
 
     def replace(self, src: str, dst: str, *, if_source_version: Optional[str] = None,
                 if_absent: bool = False, if_version: Optional[str] = None) -> ReplaceResult:

@@ -173,6 +173,74 @@ def test_copy_and_its_conditions(store):
     fails(StoreError.NOT_FOUND, store.copy, "missing.bin", "dst/x.bin")
 
 
+def _another_store_beside(store, tmp_path):
+    """A second store of the same kind: another folder, or another prefix on the same client."""
+    if isinstance(store, ObjectStore):
+        return ObjectStore.on_client(store.rfs, store.location.rsplit("/", 1)[0] + "/other side")
+    (tmp_path / "other side").mkdir()
+    return PosixStore(str(tmp_path / "other side"))
+
+
+def test_copy_from_another_store_with_the_copy_s_checksums(store, tmp_path):
+    other = _another_store_beside(store, tmp_path)
+    v = other.put("vault/ü b.bin", b"kept bytes")
+    res = store.copy("vault/ü b.bin", "run/back.bin", source=other, if_source_version=v, if_absent=True, detail=True)
+    assert store.read_all("run/back.bin") == b"kept bytes" and other.read_all("vault/ü b.bin") == b"kept bytes"
+    e = store.stat("run/back.bin")
+    assert res.version == e.version
+    assert res.checksums == {k: c for k, c in e.checksums.items() if k in res.checksums}  # the copy's own
+    if isinstance(store, ObjectStore):
+        assert res.checksums, "a bucket's copy says the checksum it computed"
+    fails(StoreError.ALREADY_EXISTS, store.copy, "vault/ü b.bin", "run/back.bin", source=other, if_absent=True)
+    other.put("vault/ü b.bin", b"moved on")
+    fails(StoreError.PRECONDITION_FAILED, store.copy, "vault/ü b.bin", "run/new.bin", source=other,
+          if_source_version=v)
+    assert store.stat("run/new.bin") is None
+    # CountingStore around the source is the same source
+    assert store.copy("vault/ü b.bin", "run/counted.bin", source=CountingStore(other)) == store.stat("run/counted.bin").version
+    # a store of another kind has no copy into this one
+    if isinstance(store, ObjectStore):
+        (tmp_path / "folder").mkdir()
+        (tmp_path / "folder" / "f.bin").write_bytes(b"local")
+        fails(StoreError.NOT_SUPPORTED, store.copy, "f.bin", "run/x.bin", source=PosixStore(str(tmp_path / "folder")))
+        assert store.stat("run/x.bin") is None
+
+
+def test_copy_without_reads_first_keeps_its_conditions(store):
+    """``precheck=False``, ``size`` and ``listed_absent`` spare metadata reads (a bucket's heads),
+    never a condition: a source that moved is refused and leaves no destination."""
+    v = store.put("s/a.bin", b"abc")
+
+    def heads(fn):
+        before = store.stats.head
+        fn()
+        return store.stats.head - before
+
+    checked = heads(lambda: store.copy("s/a.bin", "d/1.bin", if_source_version=v, size=3))
+    spared = heads(lambda: store.copy("s/a.bin", "d/2.bin", if_source_version=v, size=3, precheck=False))
+    listed = heads(lambda: store.copy("s/a.bin", "d/3.bin", if_absent=True, size=3, listed_absent=True))
+    unlisted = heads(lambda: store.copy("s/a.bin", "d/4.bin", if_absent=True, size=3))
+    for k in ("d/1.bin", "d/2.bin", "d/3.bin", "d/4.bin"):
+        assert store.read_all(k) == b"abc"
+    if isinstance(store, ObjectStore):
+        assert spared < checked and listed <= unlisted
+    else:
+        assert spared == checked and listed == unlisted  # a folder checks under its lock, always
+    store.put("s/a.bin", b"abcd")
+    fails(StoreError.PRECONDITION_FAILED, store.copy, "s/a.bin", "d/5.bin", if_source_version=v, size=3,
+          precheck=False)
+    assert store.stat("d/5.bin") is None
+
+
+def test_retention_is_said_where_the_store_can_tell(store):
+    r = store.retention()
+    assert (r is not None) == store.capabilities.retention_query
+    if r is not None:
+        assert {"versioning", "noncurrent_expiry_days", "soft_delete_seconds"} <= set(r)
+        assert r["versioning"] is False  # the test servers' buckets keep no old versions
+    assert CountingStore(store).retention() == r
+
+
 def test_replace_semantics(store):
     store.put("a/tmp.bin", b"new bytes")
     store.put("b/final.bin", b"old bytes")
