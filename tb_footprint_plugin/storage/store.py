@@ -19,6 +19,10 @@ batch deletes return one ``DeleteResult`` per key instead of raising. Callers br
 Implementations: ``store_posix.PosixStore`` and ``store_object.ObjectStore``; wrappers around
 any store: ``CountingStore`` (calls per verb, bytes up and down) and ``ThrottledStore`` (a token
 bucket on metadata operations). ``storage.stores.open_store(url_or_path)`` picks the implementation.
+
+Why one module: the interface, its value types and the wrappers that forward each of its
+methods change together; a wrapper kept elsewhere would silently miss a method or an argument
+the interface gains (``copy``'s ``source``/``detail``, ``retention``).
 """
 from __future__ import annotations
 
