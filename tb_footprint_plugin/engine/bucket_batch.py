@@ -213,7 +213,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             # them, as at the end, so the next start rolls the batch back (review R6 F2)
             if not _incomplete(entries, outs):
                 ours, versions = unlock_all([en["lock"] for en in entries])
-                rfs.ops.delete([journal.path] + ours, versions=versions)
+                BucketState.of(rfs).delete([journal.path] + ours, versions=versions)
             return list(outs.values())
         try:
             # the destructive step is preceded by its record: every backup of these runs verified
@@ -223,7 +223,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         except (BucketTxnError, RemoteError) as e:
             if _rollback_batch(rfs, vault, journal, live, outs, e, entries):
                 ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
-                rfs.ops.delete(ours, versions=versions)
+                BucketState.of(rfs).delete(ours, versions=versions)
             return list(outs.values())
         faults.hit("reduce.swap")
         # a verification that finds the run not as planned is a failed step (as on a disk); one
@@ -249,7 +249,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         # failed keeps the journal: the next start finishes that cleanup.
         if not _incomplete(entries, outs):
             ours, versions = unlock_all([en["lock"] for en in entries])
-            rfs.ops.delete([journal.path] + ours, versions=versions)
+            BucketState.of(rfs).delete([journal.path] + ours, versions=versions)
         else:
             journal.step("done")
         return list(outs.values())

@@ -236,7 +236,7 @@ def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional
                 data = src.read()
             if len(data) != size:
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its blob holds {len(data)} bytes, not {size}")
-            token = rfs.ops.put(orig, data, if_absent=if_version is None, if_version=if_version)
+            token = BucketState.of(rfs).put(orig, data, if_absent=if_version is None, if_version=if_version)
             if token == hashlib.md5(data).hexdigest():
                 return  # S3's ETag of a single-part put is the MD5 of what it stored: these bytes
         else:
@@ -244,7 +244,7 @@ def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional
     except BlobFailure as e:
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {bv.folder} does not read back "
                              f"({e}); nothing was written") from None
-    cur = rfs.ops.head(orig)
+    cur = BucketState.of(rfs).head(orig)
     if cur is None or cur.size != size or same_content(content_checksums(cur), f.get("checksums") or {}) is False:
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored object does not match the original")
 
@@ -262,9 +262,9 @@ def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, s
                 if not b:
                     break
                 out.write(b)
-        rfs.ops.upload_file(tmp, local)
+        BucketState.of(rfs).put_file(tmp, local)
     try:
-        rfs.ops.copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
+        BucketState.of(rfs).copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
     finally:
         with contextlib.suppress(RemoteError, BucketTxnError):
             must_delete(rfs, [tmp])

@@ -100,7 +100,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
             if is_blob_entry(f):
                 if not check_entry(vault, f):  # read back whole from the blob vault and hashed
                     bad.append(f["path"])
-            elif not _copy_ok(rfs.ops.head(f["backup"]), f):
+            elif not _copy_ok(BucketState.of(rfs).head(f["backup"]), f):
                 bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
             if in_place(f):
                 if staged_match(listing.get(f["path"]), f):
@@ -226,7 +226,7 @@ def kept_objects(rfs: RemoteFS, vault: BucketVault, found: Optional[List[dict]] 
                 continue
             out.append({"op_id": m["op_id"], "kind": "restore", "of_op": m["op_id"], "run": m["run"],
                         "path": d["path"], "sha256": None, "size": size, "blob": blob,
-                        "present": rfs.ops.head(d["kept"]) is not None,
+                        "present": BucketState.of(rfs).head(d["kept"]) is not None,
                         "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,
                         "late_records": late.get("records", 0), "late_records_file": late.get("file"),
                         "holds": holds,

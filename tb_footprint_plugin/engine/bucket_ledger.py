@@ -52,6 +52,7 @@ import time
 from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Outcome, Recovery
+from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.bucket_state import JOURNAL
 from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, keeps_done, merged_view,
@@ -171,14 +172,14 @@ class BucketLedger:
         entry = self._entries.setdefault(run, {})
         entry.update(fields, state=state, updated_at=time.time(), **self.who)
         doc = {"version": LEDGER_VERSION, "run": run, "policy": self.policy, "entry": entry}
-        self.rfs.ops.put(key, json.dumps(doc, sort_keys=True).encode())
+        BucketState.of(self.rfs).put(key, json.dumps(doc, sort_keys=True).encode())
         if flying:
             self._inflight.add(run)
         else:
             self._inflight.discard(run)
             if not self._inflight and self._marker is not None:
                 try:  # a marker left costs the next start one read of this folder, nothing more
-                    if not self.rfs.ops.delete([self._marker]):
+                    if not BucketState.of(self.rfs).delete([self._marker]):
                         self._marker = None
                         with _HELD_LOCK:
                             _HELD.pop(self._marker_rel, None)
@@ -195,7 +196,7 @@ class BucketLedger:
                "pid_start": self.who.get("pid_start"), "folder": self.folder, "since": time.time()}
         with _HELD_LOCK:  # before the PUT: a settle of another batch of this process never takes it
             _HELD[self._marker_rel] = self._thread
-        self.rfs.ops.put(key, json.dumps(doc, sort_keys=True).encode())
+        BucketState.of(self.rfs).put(key, json.dumps(doc, sort_keys=True).encode())
         self._marker = key
 
     def _stored(self, run: str, rel: str) -> Optional[dict]:
@@ -427,12 +428,12 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine:
                                  reduced_ratio=round(1 - a / b, 4) if b else 0.0)
                 entry.update(updated_at=time.time(), host=socket.gethostname(), **me())
                 doc = {"version": LEDGER_VERSION, "run": run, "policy": pol or "", "entry": entry}
-                rfs.ops.put(rfs.path(f"{LEDGERS}/{mk['folder']}/{_run_hash(run)}.json"),
+                BucketState.of(rfs).put(rfs.path(f"{LEDGERS}/{mk['folder']}/{_run_hash(run)}.json"),
                             json.dumps(doc, sort_keys=True).encode())
                 if entry["state"] == "done":
                     done.append(run)
             if not keep:
-                rfs.ops.delete([rfs.path(key)])
+                BucketState.of(rfs).delete([rfs.path(key)])
                 rel = key[len(INFLIGHT) + 1:]
                 with _HELD_LOCK:
                     if _HELD.get(rel) == threading.get_ident():
@@ -464,7 +465,7 @@ def record_rolled_back(rfs: RemoteFS, shard: Optional[str], op_ids: Iterable[str
                      error="interrupted; its worker thread rolled it back before the commit point",
                      updated_at=time.time(), host=socket.gethostname(), **me())
         doc = {"version": LEDGER_VERSION, "run": run, "policy": pol or "", "entry": entry}
-        rfs.ops.put(rfs.path(f"{LEDGERS}/{folder}/{_run_hash(run)}.json"), json.dumps(doc, sort_keys=True).encode())
+        BucketState.of(rfs).put(rfs.path(f"{LEDGERS}/{folder}/{_run_hash(run)}.json"), json.dumps(doc, sort_keys=True).encode())
         out.append(run)
     return out
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import weakref
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
-from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, StoreFailure, check_key
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore
+
+#: one ``BucketState`` per client (``BucketState.of``), dropped with it
+_OF: "weakref.WeakKeyDictionary[RemoteFS, BucketState]" = weakref.WeakKeyDictionary()
 
 #: the largest state object read (a planted huge "journal" or "lock" is never read whole: corrupt)
 STATE_LIMIT = READ_ALL_LIMIT
@@ -36,10 +40,13 @@ class BucketState:
         self.rfs = rfs
         self._stores: Dict[str, ObjectStore] = {}
 
-    @property
-    def ops(self):
-        """The client below the stores (for callers not moved onto ``Store`` yet)."""
-        return self.rfs.ops
+    @classmethod
+    def of(cls, rfs: RemoteFS) -> "BucketState":
+        """The ``BucketState`` of ``rfs``, made once per client (its stores are kept with it)."""
+        st = _OF.get(rfs)
+        if st is None:
+            st = _OF.setdefault(rfs, cls(rfs))
+        return st
 
     def where(self, path: str, *, whole_bucket: bool = False) -> Tuple[ObjectStore, str]:
         """The store of ``path`` and its key there: the logdir's own (``rfs`` itself) for a path
@@ -62,6 +69,45 @@ class BucketState:
                 store = ObjectStore.on_client(self.rfs, url)
             self._stores[url] = store
         return store, key
+
+    def head(self, path: str) -> Optional[ObjectInfo]:
+        """The object's metadata as a listing gives it (size, time, version, the store's
+        checksums), None when there is none (nor can be: ``stat``): one metadata read, what the
+        client's head cost."""
+        e = self.stat(path)
+        return None if e is None else info_of(e)
+
+    def put(self, path: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None) -> str:
+        """Write ``data`` whole at ``path`` (create-only, or only over ``if_version``): one request."""
+        store, key = self.where(path)
+        with client_errors():
+            return store.put(key, data, if_absent=if_absent, if_version=if_version)
+
+    def put_file(self, path: str, local: str) -> ObjectInfo:
+        """Upload the local file ``local`` to ``path`` with the store's checksum of the whole
+        object (``whole_checksum``: what a staged object is compared by), then its metadata."""
+        store, key = self.where(path)
+        with client_errors():
+            return info_of(store.put_file(key, local, whole_checksum=True))
+
+    def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
+             if_version: Optional[str] = None, listed_absent: bool = False, size: Optional[int] = None) -> Copied:
+        """A server-side copy of the store path ``src`` to ``dst`` (another prefix or bucket of the
+        same store, on the same client), its conditions sent with the request and no metadata read
+        first (``precheck=False``: what the engine's copies always cost; a single-part S3 copy's
+        ETag is compared after it). The copy's version and the store's checksums of it."""
+        sstore, skey = self.where(src)
+        dstore, dkey = self.where(dst)
+        with client_errors():
+            return dstore.copy(skey, dkey, source=None if sstore is dstore else sstore, detail=True, precheck=False,
+                               if_source_version=if_source_version, if_absent=if_absent, if_version=if_version,
+                               listed_absent=listed_absent, size=size)
+
+    def retention(self, bucket: str) -> dict:
+        """Whether bytes deleted from ``bucket`` stay stored (``Store.retention``)."""
+        store, _ = self.where(f"{bucket}/x", whole_bucket=True)
+        with client_errors():
+            return store.retention() or {}
 
     def create(self, path: str, doc: dict) -> str:
         store, key = self.where(path)
@@ -146,6 +192,12 @@ class BucketState:
         return failed
 
 
+def info_of(e: Entry) -> ObjectInfo:
+    """A store's ``Entry`` as the listing's ``ObjectInfo`` the engine compares it with (its
+    version the token preconditions take, its checksums those the store computed)."""
+    return ObjectInfo(key=e.key, size=e.size, mtime=e.mtime, etag=e.version, checksums=dict(e.checksums))
+
+
 @contextlib.contextmanager
 def client_errors() -> Iterator[None]:
     """Inside, a ``StoreFailure`` is handed on as the failure the bucket engine's callers branch on
@@ -167,4 +219,4 @@ def as_client_error(e: StoreFailure) -> Exception:
     return RemoteError(e.code.value, str(e))
 
 
-__all__ = ["BucketState", "STATE_LIMIT", "as_client_error", "client_errors"]
+__all__ = ["BucketState", "STATE_LIMIT", "as_client_error", "client_errors", "info_of"]

@@ -48,7 +48,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     # an operation whose journal is still there is under way (a retire writes its manifest before
     # its commit record and may still roll back onto these copies) or awaits recovery: its
     # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
-    busy = [m for m in chosen if rfs.ops.head(rfs.path(f"{JOURNAL}/{m['op_id']}.json")) is not None]
+    busy = [m for m in chosen if BucketState.of(rfs).head(rfs.path(f"{JOURNAL}/{m['op_id']}.json")) is not None]
     chosen = [m for m in chosen if m not in busy]
     freed = sum(f["size"] for m in chosen for f in m["files"])
     # a retired run not restored has its only copy in the vault: every object of it goes for good
@@ -90,7 +90,7 @@ def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
     (server-side copies in the vault) billed until purge; deleted bytes kept by the bucket's
     versioning or soft delete until its retention passes."""
     bucket = rfs.root.split("/", 1)[0]
-    r = rfs.ops.retention(bucket)
+    r = BucketState.of(rfs).retention(bucket)
     # backups are server-side copies in this store, unless they are blobs in a local folder
     same_store = vault.blobs is None
     kept_days = None

@@ -167,11 +167,11 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             # put back over them as an in-place rewrite
             if in_place(f) or (f.get("action") == "rewrite" and staged_match(present.get(f["path"]), f)):
                 # put back over the reduced object only while it is the one this operation made
-                cur = rfs.ops.head(orig)
+                cur = BucketState.of(rfs).head(orig)
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
                     # the original bytes are there already; a grown object kept by a restore of
                     # this operation that stopped before its record is recorded now
-                    kept_info = rfs.ops.head(f"{vault.root}/{_kept_key(manifest['op_id'], f)}")
+                    kept_info = BucketState.of(rfs).head(f"{vault.root}/{_kept_key(manifest['op_id'], f)}")
                     if kept_info is not None and isinstance(f.get("new_size"), int):
                         displaced.append(_late_from_kept(rfs, vault, f, _kept_key(manifest["op_id"], f),
                                                          kept_info, present))
@@ -225,7 +225,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 # the original is back: the compressed copy this operation made goes (a file
                 # someone wrote under that name since is left alone)
                 final = rfs.path(f["final"])
-                cur = rfs.ops.head(final)
+                cur = BucketState.of(rfs).head(final)
                 if staged_match(cur, f):
                     must_delete_versioned(rfs, final, cur.version_token)
                     out.removed_files.append(f["final"])
@@ -239,7 +239,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             manifest["displaced"] = displaced
         manifest["restored_at"] = now_s()
         manifest["restored_with"] = who()
-        version = manifest_version or (rfs.ops.head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
+        version = manifest_version or (BucketState.of(rfs).head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
         st.update(vault.manifest(op_id), bucket_form(manifest), version)
         must_delete(rfs, [jpath])
         jpath = None
@@ -271,7 +271,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             ACTIVE_OPS.discard(op_id)
         ours = unlock_versions(lock_path)
         if ours and jpath is None:  # a kept journal keeps its lock until it is settled
-            rfs.ops.delete([lock_path], versions=ours)
+            BucketState.of(rfs).delete([lock_path], versions=ours)
 
 
 def _made_where(manifest: dict) -> str:
@@ -295,8 +295,8 @@ def _put_back(rfs: RemoteFS, vault: BucketVault, f: dict, orig: str, if_version:
         put_back(rfs, vault, f, if_version=if_version)
         return _STREAMED
     if if_version is not None:
-        return rfs.ops.copy(f["backup"], orig, if_version=if_version, size=f["size"])
-    return rfs.ops.copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
+        return BucketState.of(rfs).copy(f["backup"], orig, if_version=if_version, size=f["size"])
+    return BucketState.of(rfs).copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
 
 
 def holds_original(cur: ObjectInfo, f: dict) -> bool:
@@ -320,7 +320,7 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     kept_key = _kept_key(op_id, f)
     kept = f"{vault.root}/{kept_key}"
     try:
-        res = rfs.ops.copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
+        res = BucketState.of(rfs).copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
     except RemoteError as e:
         if e.code in (PRECONDITION_FAILED, "not_found"):
             return None  # changed again since it was looked at: left as it is
@@ -329,7 +329,7 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy kept in the vault does not match it")
     # read from the kept copy, which no writer changes: it must begin with the reduced bytes
     if stream_digest(rfs, kept, new_size) != new_sha:
-        rfs.ops.delete([kept])  # a copy of an object left in the run as it is: not needed
+        BucketState.of(rfs).delete([kept])  # a copy of an object left in the run as it is: not needed
         return None  # not an append to the reduced object
     return _late_from_kept(rfs, vault, f, kept_key, cur, present)
 
@@ -372,15 +372,15 @@ def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, Ob
     k = 1
     while True:
         name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
-        info = present.get(name) or rfs.ops.head(rfs.path(name))
+        info = present.get(name) or BucketState.of(rfs).head(rfs.path(name))
         if info is None:
             try:
-                rfs.ops.put(rfs.path(name), data, if_absent=True)
+                BucketState.of(rfs).put(rfs.path(name), data, if_absent=True)
                 return name
             except RemoteError as e:
                 if e.code != ALREADY_EXISTS:
                     raise
-                info = rfs.ops.head(rfs.path(name))
+                info = BucketState.of(rfs).head(rfs.path(name))
         if info is not None and info.size == len(data) and \
                 same_content(content_checksums(info), {"md5": md5}) and rfs.read_bytes(name) == data:
             return name

@@ -214,7 +214,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
         ours, versions = unlock_all(locks)
         if journal is None or out.status == Outcome.VERIFIED:  # a kept journal keeps its locks for recovery
             try:
-                rfs.ops.delete(ours, versions=versions)
+                BucketState.of(rfs).delete(ours, versions=versions)
             except RemoteError:
                 pass  # a stale lock of no journal is taken over by the next taker
         out.duration_s = round(time.monotonic() - t0, 3)
@@ -318,7 +318,7 @@ def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, listed_absent: bool =
     if is_blob_entry(f):
         put_back(rfs, vault, f)
         return
-    res = rfs.ops.copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=listed_absent,
+    res = BucketState.of(rfs).copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=listed_absent,
                        size=f["size"])
     if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
@@ -344,7 +344,7 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
                 except RemoteError as e:
                     if e.code != ALREADY_EXISTS:
                         raise
-                    cur = rfs.ops.head(rfs.path(f["path"]))
+                    cur = BucketState.of(rfs).head(rfs.path(f["path"]))
                 else:
                     continue
             if cur is not None and not _same(rfs, cur, f) and f.get("backup_checksums"):
@@ -469,7 +469,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                     except RemoteError as e:
                         if e.code != ALREADY_EXISTS:
                             raise
-                        cur = rfs.ops.head(rfs.path(f["path"]))
+                        cur = BucketState.of(rfs).head(rfs.path(f["path"]))
                     else:
                         out.created_files.append(f["path"])
                         out.bytes_after += f["size"]
@@ -505,7 +505,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
         ours, versions = unlock_all(locks)
         if jpath is None:  # a kept journal keeps its locks until it is settled
             try:
-                rfs.ops.delete(ours, versions=versions)
+                BucketState.of(rfs).delete(ours, versions=versions)
             except RemoteError:
                 pass
 
@@ -515,7 +515,7 @@ def _copy_ok(rfs: RemoteFS, vault: BucketVault, f: dict) -> bool:
     to its sha256, or a copy of its size and checksums."""
     if is_blob_entry(f):
         return check_entry(vault, f)
-    info = rfs.ops.head(f["backup"])
+    info = BucketState.of(rfs).head(f["backup"])
     if info is None or info.size != f["size"]:
         return False
     want = f.get("backup_checksums") or f.get("checksums") or {}

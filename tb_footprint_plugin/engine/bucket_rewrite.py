@@ -236,7 +236,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.removed_files = [f["path"] for f in files if not in_place(f)]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
         ours = unlock_versions(lock_path)
-        rfs.ops.delete([journal.path] + ([lock_path] if ours else []), versions=ours)
+        BucketState.of(rfs).delete([journal.path] + ([lock_path] if ours else []), versions=ours)
         return out
     except faults.InjectedFault:
         raise
@@ -383,7 +383,7 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
 def _upload_and_read_back(rfs: RemoteFS, f: dict, staged: dict) -> None:
     """Upload the staged file under ``f['tmp']`` (streamed) and read it back through
     TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
-    info = rfs.ops.upload_file(f["tmp"], staged["local"])
+    info = BucketState.of(rfs).put_file(f["tmp"], staged["local"])
     if info.size != staged["size"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
     url = f"{rfs.scheme}://{f['tmp']}"

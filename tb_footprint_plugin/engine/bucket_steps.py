@@ -75,7 +75,7 @@ def backup_object(rfs: RemoteFS, f: dict) -> None:
     integrity is the store's checksum of the copy equal to the original's. An original changed
     or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
     try:
-        res = rfs.ops.copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
+        res = BucketState.of(rfs).copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
     except RemoteError as e:
         if e.code in (PRECONDITION_FAILED, "not_found"):
             raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
@@ -198,11 +198,11 @@ def staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
 
 def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
     try:
-        res = rfs.ops.copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
+        res = BucketState.of(rfs).copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
     except RemoteError as e:
         if e.code not in (PRECONDITION_FAILED, "not_found"):
             raise
-        if staged_match(rfs.ops.head(path), f):
+        if staged_match(BucketState.of(rfs).head(path), f):
             return  # put over already (a crash after the copy)
         raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP,
                              f"{f['path']}: changed since its backup; the reduced copy was not put over it") from e
@@ -212,11 +212,11 @@ def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
 
 def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
     try:
-        res = rfs.ops.copy(tmp, path, if_absent=True, size=f.get("new_size"))
+        res = BucketState.of(rfs).copy(tmp, path, if_absent=True, size=f.get("new_size"))
     except RemoteError as e:
-        if e.code == ALREADY_EXISTS and staged_match(rfs.ops.head(path), f):
+        if e.code == ALREADY_EXISTS and staged_match(BucketState.of(rfs).head(path), f):
             return
-        if e.code == "not_found" and staged_match(rfs.ops.head(path), f):
+        if e.code == "not_found" and staged_match(BucketState.of(rfs).head(path), f):
             return  # the temporary key is gone: a crash after the copy and the cleanup
         raise
     if same_content(res.checksums, f.get("new_checksums") or {}) is False:
@@ -341,13 +341,13 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
         orig = rfs.path(f["path"])
         if in_place(f):
             # overwritten only after the commit record; put back if it holds the staged bytes now
-            cur = rfs.ops.head(orig)
+            cur = BucketState.of(rfs).head(orig)
             if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
                 if not f.get("backup_checksums"):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
                 _copy_back(rfs, vault, f, orig, if_version=cur.version_token)
             continue
-        if rfs.ops.head(orig) is None:
+        if BucketState.of(rfs).head(orig) is None:
             if not f.get("backup_checksums") and not deleted:
                 continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
@@ -357,7 +357,7 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
             # the original is back: the compressed (or slimmed) copy made by this operation goes (only if it
             # still holds the staged bytes: anything else there is someone's new file)
             final = rfs.path(f["final"])
-            cur = rfs.ops.head(final)
+            cur = BucketState.of(rfs).head(final)
             if staged_match(cur, f):
                 must_delete_versioned(rfs, final, cur.version_token)
     # Originals are all in place: the copies in the vault are redundant now (the manifest first,
@@ -375,8 +375,8 @@ def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, orig: str, if_version
         put_back(rfs, vault, f, if_version=if_version)
         return
     if if_version is None:
-        res = rfs.ops.copy(f["backup"], orig, if_absent=True, size=f["size"])
+        res = BucketState.of(rfs).copy(f["backup"], orig, if_absent=True, size=f["size"])
     else:
-        res = rfs.ops.copy(f["backup"], orig, if_version=if_version, size=f["size"])
+        res = BucketState.of(rfs).copy(f["backup"], orig, if_version=if_version, size=f["size"])
     if not copy_matches(rfs, res, f, f["backup"], orig):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")

@@ -267,9 +267,19 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def put_file(self, key: str, src: Source, *, if_absent: bool = False, if_version: Optional[str] = None,
-                 mtime_ns: Optional[int] = None, mode: Optional[int] = None) -> Entry:
+                 mtime_ns: Optional[int] = None, mode: Optional[int] = None,
+                 whole_checksum: bool = False) -> Entry:
         """Stream a local file (a path) or a binary file object into ``key`` in bounded memory,
-        with ``put``'s conditions; ``mtime_ns`` and ``mode`` are kept where the capabilities say."""
+        with ``put``'s conditions; ``mtime_ns`` and ``mode`` are kept where the capabilities say.
+
+        ``whole_checksum`` (a path, no condition): the entry's ``checksums`` are of the whole
+        object where the store can compute one: an object store uploads it with its client's file
+        uploader, one request up to that uploader's part size (64 MiB on S3 and Azure: S3's ETag
+        is then the MD5, Azure computes the Content-MD5; GCS hashes every object), memory up to a
+        part or two; a larger object goes in parts and carries no such checksum on S3 and Azure.
+        (A streamed upload in small parts has none on S3 above a part, nor on Azure at all: its
+        blocks are committed as a list.) A folder computes none (``{}``). ``NOT_SUPPORTED``
+        with a condition or a file object."""
 
     @abc.abstractmethod
     def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,

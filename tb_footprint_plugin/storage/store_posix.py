@@ -363,7 +363,11 @@ class PosixStore(Store):
         return version_of(st)
 
     def put_file(self, key: str, src: Source, *, if_absent: bool = False, if_version: Optional[str] = None,
-                 mtime_ns: Optional[int] = None, mode: Optional[int] = None) -> Entry:
+                 mtime_ns: Optional[int] = None, mode: Optional[int] = None,
+                 whole_checksum: bool = False) -> Entry:
+        if whole_checksum and (if_absent or if_version or not isinstance(src, (str, os.PathLike))):
+            raise StoreFailure(StoreError.NOT_SUPPORTED, key, "a whole-object checksum is asked of an "
+                               "unconditional upload of a local file only")
         def fill(fd: int) -> None:
             with contextlib.ExitStack() as stack:
                 f = src

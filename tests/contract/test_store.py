@@ -232,6 +232,28 @@ def test_copy_without_reads_first_keeps_its_conditions(store):
     assert store.stat("d/5.bin") is None
 
 
+def test_put_file_with_the_whole_object_s_checksum(store, tmp_path):
+    import base64
+
+    data = os.urandom(6 << 20)  # above a streamed upload's part
+    src = tmp_path / "staged.bin"
+    src.write_bytes(data)
+    e = store.put_file("up/staged.bin", str(src), whole_checksum=True)
+    assert store.read_all("up/staged.bin") == data and e.size == len(data)
+    assert e.version == store.stat("up/staged.bin").version and e.checksums == store.stat("up/staged.bin").checksums
+    if isinstance(store, ObjectStore):
+        want = {"md5": base64.b64encode(hashlib.md5(data).digest()).decode(),
+                "sha256": base64.b64encode(hashlib.sha256(data).digest()).decode()}
+        common = [k for k in e.checksums if k in want]
+        assert common, f"a checksum of the whole object: {e.checksums}"
+        assert all(e.checksums[k] == want[k] for k in common)
+    else:
+        assert e.checksums == {}
+    fails(StoreError.NOT_SUPPORTED, store.put_file, "up/x.bin", str(src), whole_checksum=True, if_absent=True)
+    fails(StoreError.NOT_SUPPORTED, store.put_file, "up/x.bin", io.BytesIO(b"x"), whole_checksum=True)
+    assert store.stat("up/x.bin") is None
+
+
 def test_retention_is_said_where_the_store_can_tell(store):
     r = store.retention()
     assert (r is not None) == store.capabilities.retention_query

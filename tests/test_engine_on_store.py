@@ -1,0 +1,57 @@
+"""The engine reaches object stores through the ``Store`` interface only (issue #26, item 1): no
+module under ``tb_footprint_plugin/engine/`` calls the object-store client below ``ObjectStore``
+(``RemoteFS.ops``: ``_S3Ops``/``_GCSOps``/``_AzureOps``) any more, and ``BucketState`` offers no
+way to it. Read with ``ast`` (as ``test_layering.py`` reads imports): an attribute ``.ops`` of a
+``RemoteFS`` (a name or attribute ending in ``rfs``), or any ``X.ops.<one of the client's
+methods>``, is a finding.
+"""
+import ast
+from pathlib import Path
+
+from tb_footprint_plugin.engine.bucket_objects import BucketState
+
+ENGINE = Path(__file__).resolve().parents[1] / "tb_footprint_plugin" / "engine"
+#: what the client below ``ObjectStore`` offers (``storage.remote._Ops`` and its subclasses)
+CLIENT_METHODS = {"head", "put", "copy", "upload_file", "delete", "delete_coded", "retention", "check_absent"}
+#: the client's own names: no engine module imports them
+CLIENT_NAMES = {"ops_for", "_Ops", "_S3Ops", "_GCSOps", "_AzureOps"}
+
+
+def _ends_in_rfs(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name == "rfs" or name.endswith("_rfs")
+
+
+def client_uses(source: str, filename: str = "<module>") -> list:
+    """``(line, text)`` of each use of the object-store client in ``source``."""
+    tree = ast.parse(source, filename)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "ops" and _ends_in_rfs(node.value):
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Attribute) and node.attr in CLIENT_METHODS and \
+                isinstance(node.value, ast.Attribute) and node.value.attr == "ops":
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and node.module == "tb_footprint_plugin.storage.remote":
+            found += [(node.lineno, f"import {a.name}") for a in node.names if a.name in CLIENT_NAMES]
+    return sorted(set(found))
+
+
+def test_the_checker_sees_each_way_to_the_client():
+    src = ("from tb_footprint_plugin.storage.remote import ops_for, RemoteFS\n"
+           "rfs.ops.copy(a, b)\nself.rfs.ops.head(p)\nx = st.ops\nx.ops.delete([p])\nv = src_rfs.ops\n"
+           "vault.ops\nidx.ops.get(op)\nos.makedirs(vault.ops)\n")
+    assert sorted({n for n, _ in client_uses(src)}) == [1, 2, 3, 5, 6]
+
+
+def test_no_engine_module_calls_the_object_store_client():
+    found = {}
+    for path in sorted(ENGINE.rglob("*.py")):
+        uses = client_uses(path.read_text(encoding="utf-8"), str(path))
+        if uses:
+            found[path.name] = uses
+    assert not found, f"engine modules past the Store interface, onto RemoteFS.ops: {found}"
+
+
+def test_bucket_state_offers_no_way_to_the_client():
+    assert not hasattr(BucketState, "ops")
