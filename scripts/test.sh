@@ -48,8 +48,10 @@ export PATH="$PWD/$VENV/bin:$PATH"
 # Three workers on two cores: much of a test's wall time is waiting for a TensorBoard process, a store
 # server or the browser, which another file's work can overlap. A file stays on one worker, so its
 # module fixtures (a TensorBoard process, a reduced copy) are built once. TB_FOOTPRINT_TEST_WORKERS=0
-# runs everything in this process.
-"$VENV"/bin/python -m pytest -q -p no:cacheprovider -n "${TB_FOOTPRINT_TEST_WORKERS:-3}" --dist loadfile tests "$@"
+# runs everything in this process. The slowest tests are listed at the end: the suite has to stay well
+# under CI's 30 minutes on two cores, and that list says where its time goes.
+"$VENV"/bin/python -m pytest -q -p no:cacheprovider -n "${TB_FOOTPRINT_TEST_WORKERS:-3}" --dist loadfile \
+  --durations=25 tests "$@"
 for b in bench/*.py; do
   echo "== $b --small"
   "$VENV"/bin/python "$b" --small
