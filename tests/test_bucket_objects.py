@@ -13,12 +13,13 @@ import json
 
 import pytest
 
-from tb_footprint_plugin.codes import Failure, Skip
+from tb_footprint_plugin.codes import Failure, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_objects, bucket_state
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, failure_code, lock_key, lock_run,
                                                       must_delete, must_delete_versioned, unlock_all)
 from tb_footprint_plugin.engine.context import new_op_id
-from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, PRECONDITION_FAILED, RemoteError, RemoteFS
+from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, PRECONDITION_FAILED, RemoteFS
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from objstore_servers import Bucket
 
@@ -75,14 +76,15 @@ def test_state_objects_go_through_the_store_at_the_clients_cost(bucket, monkeypa
     assert st.read(new, info) == (doc, info.version_token)
     assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0) | {"read": 1}
 
-    # failures keep their codes
-    with pytest.raises(RemoteError) as ei:
+    # failures are the store's, with its codes (the client's values)
+    with pytest.raises(StoreFailure) as ei:
         st.create(new, doc)
-    assert ei.value.code == ALREADY_EXISTS
+    assert ei.value.code == StoreError.ALREADY_EXISTS == ALREADY_EXISTS
     st.update(new, dict(doc, n=2), info.version_token)
-    with pytest.raises(RemoteError) as ei:
+    with pytest.raises(StoreFailure) as ei:
         st.update(new, doc, info.version_token)  # a stale version
-    assert ei.value.code == PRECONDITION_FAILED and failure_code(ei.value) == Failure.STORE_ERROR
+    assert ei.value.code == StoreError.PRECONDITION_FAILED == PRECONDITION_FAILED
+    assert failure_code(ei.value) == Failure.STORE_ERROR
     assert st.stat(rfs.path(".tb-footprint/journal/none.json")) is None
     assert st.read(rfs.path(".tb-footprint/journal/none.json")) == (None, None)
 

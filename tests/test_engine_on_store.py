@@ -55,3 +55,22 @@ def test_no_engine_module_calls_the_object_store_client():
 
 def test_bucket_state_offers_no_way_to_the_client():
     assert not hasattr(BucketState, "ops")
+
+
+def test_a_store_s_failure_is_caught_and_coded_as_it_is():
+    """The engine takes a ``Store`` call's ``StoreFailure`` itself (no translation into the
+    client's ``RemoteError`` any more) and gives it the code the local engine gives the same
+    failure: a refused key is ``refused``, a full store ``no_space``, any other ``store_error``."""
+    from tb_footprint_plugin.codes import Failure, StoreError
+    from tb_footprint_plugin.engine import bucket_objects
+    from tb_footprint_plugin.engine.bucket_state import STORE_FAILURES, failure_code
+    from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.storage.store import StoreFailure
+
+    assert not hasattr(bucket_objects, "as_client_error") and not hasattr(bucket_objects, "client_errors")
+    assert StoreFailure in STORE_FAILURES
+    assert failure_code(StoreFailure(StoreError.UNSAFE_KEY, "a/../b", "refused")) == Failure.REFUSED
+    assert failure_code(StoreFailure(StoreError.NO_SPACE, "k", "quota")) == Failure.NO_SPACE
+    for code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND, StoreError.STORE_ERROR):
+        assert failure_code(StoreFailure(code, "k", "x")) == Failure.STORE_ERROR
+    assert failure_code(RemoteError("list_failed", "a listing")) == Failure.STORE_ERROR

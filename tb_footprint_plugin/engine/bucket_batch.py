@@ -27,6 +27,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     lock_run,
     must_delete,
     now_s,
+    STORE_FAILURES,
     unlock_all,
     written_recently,
 )
@@ -41,7 +42,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
     verify_batch,
 )
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 
 
 def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
@@ -95,7 +96,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             except BucketTxnError as e:
                 out.reason, out.code = str(e), Skip.LOCKED
                 continue
-            except RemoteError as e:
+            except STORE_FAILURES as e:
                 out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
                 continue
             out.op_id = op_id
@@ -111,7 +112,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             journal = BucketJournal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
                                               "vault": vault.root, "runs": entries,
                                               "logdir_objects": len(listing)})
-        except RemoteError as e:
+        except STORE_FAILURES as e:
             ours, versions = unlock_all([en["lock"] for en in entries])
             must_delete(rfs, ours, versions=versions)
             for en in entries:
@@ -141,7 +142,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     live.append(en)
                 except faults.InjectedFault:
                     raise
-                except (BucketTxnError, RemoteError, Cancelled) as e:
+                except (BucketTxnError, *STORE_FAILURES, Cancelled) as e:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
                 except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
                     bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
@@ -166,7 +167,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                     st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault,
                                                                      journal.doc, committed_at=committed_at))
                     made.append(en)
-                except (BucketTxnError, RemoteError) as e:
+                except (BucketTxnError, *STORE_FAILURES) as e:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
             live = made
         # Last look before the destructive step: an object rewritten since its backup was made
@@ -176,7 +177,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         if live:
             try:
                 now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
-            except RemoteError as e:
+            except STORE_FAILURES as e:
                 for en in live:
                     _drop_run(rfs, vault, en, outs[en["run"]], e)
                 live, now_objs = [], {}
@@ -220,7 +221,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             journal.step("swapping", at=committed_at)
             faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
-        except (BucketTxnError, RemoteError) as e:
+        except (BucketTxnError, *STORE_FAILURES) as e:
             if _rollback_batch(rfs, vault, journal, live, outs, e, entries):
                 ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
                 BucketState.of(rfs).delete(ours, versions=versions)
@@ -231,7 +232,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         unverified = Failure.ERROR
         try:
             verification = verify_batch(rfs, vault, live, listing)
-        except RemoteError as e:  # past the commit point: the reduction stands, unverified
+        except STORE_FAILURES as e:  # past the commit point: the reduction stands, unverified
             unverified = failure_code(e)
             verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
                                         "run `verify` to check it"} for en in live}
@@ -288,7 +289,7 @@ def _told(rfs: RemoteFS, vault: BucketVault, live: List[dict], outs: Dict[str, R
             for name, frac in steps:
                 progress(en["run"], name, frac)
             kept.append(en)
-        except (BucketTxnError, OSError) as e:  # a ledger's refused write (``RemoteError``) among them
+        except (BucketTxnError, OSError) as e:  # a ledger's refused write (``StoreFailure``) among them
             _drop_run(rfs, vault, en, outs[en["run"]], e)
     return kept
 
@@ -302,7 +303,7 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: E
     try:
         rollback_entry(rfs, vault, en, deleted=False)
         rolled_back(out, code)
-    except (BucketTxnError, RemoteError, OSError) as e2:
+    except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
         rollback_incomplete(out, e2)
     en["dropped"] = True
 
@@ -322,7 +323,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
     code = failure_code(e)
     try:
         journal.step("rolling_back")
-    except RemoteError:
+    except STORE_FAILURES:
         pass
     incomplete = None
     for en in live:
@@ -331,7 +332,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
         try:
             rollback_entry(rfs, vault, en)
             o.status, o.code = Outcome.ROLLED_BACK, code
-        except (BucketTxnError, RemoteError, OSError) as e2:
+        except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
             incomplete = e2
             o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
             o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"

@@ -55,12 +55,13 @@ from tb_footprint_plugin.codes import BlobError, Failure, Skip
 from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.bucket_state import (
-    JOURNAL,
     BlobVault,
     BucketState,
     BucketTxnError,
     BucketVault,
+    JOURNAL,
     must_delete,
+    STORE_FAILURES,
 )
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.blobstore import BlobFailure, BlobSource
@@ -68,9 +69,6 @@ from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.lock import held
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.remote import (
-    ALREADY_EXISTS,
-    PRECONDITION_FAILED,
-    RemoteError,
     RemoteFS,
     content_checksums,
     same_content,
@@ -186,7 +184,7 @@ def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Di
                 except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
                     failed[en["run"]] = BucketTxnError(Failure.REFUSED, f"{str(f['path'])[:300]!r}: {e}")
                     continue
-                except (BucketTxnError, RemoteError) as e:
+                except (BucketTxnError, *STORE_FAILURES) as e:
                     failed[en["run"]] = e
                     continue
                 got[i] = sha
@@ -217,7 +215,7 @@ def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Di
 
 def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional[str] = None) -> None:
     """Stream ``f``'s original from the blob vault (hashed while read) back to its key: create-only,
-    or only over ``if_version``. Raises ``RemoteError`` (``already_exists`` / precondition failed)
+    or only over ``if_version``. Raises ``StoreFailure`` (``already_exists`` / ``precondition_failed``)
     as a server-side copy back would, ``BucketTxnError(BACKUP_DAMAGED)`` when the blob does not
     verify (nothing is written then) or the object written does not hold the original's bytes."""
     bv = blobs_of(vault, f)
@@ -266,7 +264,7 @@ def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, s
     try:
         BucketState.of(rfs).copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
     finally:
-        with contextlib.suppress(RemoteError, BucketTxnError):
+        with contextlib.suppress(*STORE_FAILURES, BucketTxnError):
             must_delete(rfs, [tmp])
 
 

@@ -28,9 +28,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.storage.paths import is_op_id
-from tb_footprint_plugin.storage.remote import PRECONDITION_FAILED, RemoteError
+from tb_footprint_plugin.storage.store import StoreFailure
 
 HOST = socket.gethostname()
 
@@ -122,8 +123,8 @@ def renew_all(now: Optional[float] = None) -> None:
             try:
                 h.version = h.put(doc, h.version)
                 h.doc = doc
-            except RemoteError as e:
-                if e.code in (PRECONDITION_FAILED, "not_found"):
+            except StoreFailure as e:
+                if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
                     h.lost = True  # taken over (or removed) by another worker: never written back
                 # any other store error: tried again at the next wake-up, the lease still runs
 

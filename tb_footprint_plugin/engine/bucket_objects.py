@@ -6,18 +6,19 @@ interface (issue #26: the bucket engine's state moves onto ``storage.store.Store
 (``ObjectStore.on_client``: the same conditional client and request counters, so a state object
 costs the requests it cost over ``RemoteFS`` directly, no more). Keys and JSON formats are the
 ones the bucket engine always wrote (``json.dumps(doc, sort_keys=True)``). The rest of the bucket
-engine still branches on the client's ``RemoteError`` codes: a ``StoreFailure`` reaches it as the
-same code (``as_client_error``), until those callers take ``StoreFailure`` themselves.
+engine reaches the store through it too: heads (``head``: an ``Entry`` as the listing's
+``ObjectInfo``), puts, uploads, server-side copies (with the store's checksums of the copy) and
+the retention query (``Store.retention``). A store's refusal reaches the engine as the
+``StoreFailure`` it is, and the engine branches on its ``codes.StoreError`` code.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import weakref
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -33,8 +34,7 @@ class BucketState:
     ``Store`` interface: the logdir's ``ObjectStore`` over its own ``RemoteFS``, and one per other
     bucket on the same client and request counters (``ObjectStore.on_client``), each state object
     addressed by its store path (``bucket/key``, as the engine names them: the vault may be in
-    another prefix or bucket). A store's refusal reaches the engine's callers as they branch on
-    it today (``client_errors``)."""
+    another prefix or bucket). A store's refusal is the ``StoreFailure`` it raised."""
 
     def __init__(self, rfs: RemoteFS):
         self.rfs = rfs
@@ -65,8 +65,7 @@ class BucketState:
             raise ValueError(f"{path}: not a plain key of {url} ({e})") from None
         store = self._stores.get(url)
         if store is None:
-            with client_errors():
-                store = ObjectStore.on_client(self.rfs, url)
+            store = ObjectStore.on_client(self.rfs, url)
             self._stores[url] = store
         return store, key
 
@@ -80,15 +79,13 @@ class BucketState:
     def put(self, path: str, data: bytes, *, if_absent: bool = False, if_version: Optional[str] = None) -> str:
         """Write ``data`` whole at ``path`` (create-only, or only over ``if_version``): one request."""
         store, key = self.where(path)
-        with client_errors():
-            return store.put(key, data, if_absent=if_absent, if_version=if_version)
+        return store.put(key, data, if_absent=if_absent, if_version=if_version)
 
     def put_file(self, path: str, local: str) -> ObjectInfo:
         """Upload the local file ``local`` to ``path`` with the store's checksum of the whole
         object (``whole_checksum``: what a staged object is compared by), then its metadata."""
         store, key = self.where(path)
-        with client_errors():
-            return info_of(store.put_file(key, local, whole_checksum=True))
+        return info_of(store.put_file(key, local, whole_checksum=True))
 
     def copy(self, src: str, dst: str, *, if_source_version: Optional[str] = None, if_absent: bool = False,
              if_version: Optional[str] = None, listed_absent: bool = False, size: Optional[int] = None) -> Copied:
@@ -98,26 +95,22 @@ class BucketState:
         ETag is compared after it). The copy's version and the store's checksums of it."""
         sstore, skey = self.where(src)
         dstore, dkey = self.where(dst)
-        with client_errors():
-            return dstore.copy(skey, dkey, source=None if sstore is dstore else sstore, detail=True, precheck=False,
-                               if_source_version=if_source_version, if_absent=if_absent, if_version=if_version,
-                               listed_absent=listed_absent, size=size)
+        return dstore.copy(skey, dkey, source=None if sstore is dstore else sstore, detail=True, precheck=False,
+                           if_source_version=if_source_version, if_absent=if_absent, if_version=if_version,
+                           listed_absent=listed_absent, size=size)
 
     def retention(self, bucket: str) -> dict:
         """Whether bytes deleted from ``bucket`` stay stored (``Store.retention``)."""
         store, _ = self.where(f"{bucket}/x", whole_bucket=True)
-        with client_errors():
-            return store.retention() or {}
+        return store.retention() or {}
 
     def create(self, path: str, doc: dict) -> str:
         store, key = self.where(path)
-        with client_errors():
-            return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
+        return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_absent=True)
 
     def update(self, path: str, doc: dict, version: str) -> str:
         store, key = self.where(path)
-        with client_errors():
-            return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_version=version)
+        return store.put(key, json.dumps(doc, sort_keys=True).encode(), if_version=version)
 
     def stat(self, path: str) -> Optional[Entry]:
         """The object's entry (size, time, version), None when there is none (nor can be: a path
@@ -126,8 +119,7 @@ class BucketState:
             store, key = self.where(path)
         except ValueError:
             return None
-        with client_errors():
-            return store.stat(key)
+        return store.stat(key)
 
     def read(self, path: str, info: Optional[ObjectInfo] = None) -> Tuple[Optional[dict], Optional[str]]:
         """The JSON object at ``path`` and its version token; ``info`` from a listing spares the
@@ -138,8 +130,7 @@ class BucketState:
             store, key = self.where(path)
         except ValueError:
             return None, None
-        with client_errors():
-            version = info.version_token if info is not None else getattr(store.stat(key), "version", None)
+        version = info.version_token if info is not None else getattr(store.stat(key), "version", None)
         if version is None:
             return None, None
         try:
@@ -150,7 +141,7 @@ class BucketState:
                 return None, None
             if e.code == StoreError.TOO_LARGE:
                 return {"corrupt": True}, version
-            raise as_client_error(e) from e
+            raise
         except ValueError:
             return {"corrupt": True}, version
         return (doc if isinstance(doc, dict) else {"corrupt": True}), version
@@ -198,25 +189,4 @@ def info_of(e: Entry) -> ObjectInfo:
     return ObjectInfo(key=e.key, size=e.size, mtime=e.mtime, etag=e.version, checksums=dict(e.checksums))
 
 
-@contextlib.contextmanager
-def client_errors() -> Iterator[None]:
-    """Inside, a ``StoreFailure`` is handed on as the failure the bucket engine's callers branch on
-    (``as_client_error``)."""
-    try:
-        yield
-    except StoreFailure as e:
-        raise as_client_error(e) from e
-
-
-def as_client_error(e: StoreFailure) -> Exception:
-    """A store's coded failure as the bucket engine branches on it until every caller takes
-    ``StoreFailure``: a key the store refuses as the ``ValueError`` ``RemoteFS.path`` raises
-    (``failure_code``: ``Failure.REFUSED``), any other as the ``RemoteError`` of the same code
-    (``codes.StoreError`` keeps the client's values: ``already_exists``, ``precondition_failed``,
-    ``not_found``, ``no_space``, ...). Codes only, never a message's wording."""
-    if e.code == StoreError.UNSAFE_KEY:
-        return ValueError(str(e))
-    return RemoteError(e.code.value, str(e))
-
-
-__all__ = ["BucketState", "STATE_LIMIT", "as_client_error", "client_errors", "info_of"]
+__all__ = ["BucketState", "STATE_LIMIT", "info_of"]

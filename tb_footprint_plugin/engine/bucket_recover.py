@@ -16,17 +16,18 @@ from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup
 from tb_footprint_plugin.engine.bucket_state import (
-    COMMITTED_STEPS,
-    JOURNAL,
-    LOCKS,
     BucketState,
     BucketTxnError,
     BucketVault,
     commit_recorded,
+    COMMITTED_STEPS,
+    JOURNAL,
     lock_key,
+    LOCKS,
     must_delete,
     owner_gone,
     run_prefix,
+    STORE_FAILURES,
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
@@ -37,7 +38,7 @@ from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_op_id
-from tb_footprint_plugin.storage.remote import RemoteError, RemoteFS
+from tb_footprint_plugin.storage.remote import RemoteFS
 
 
 #: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
@@ -160,7 +161,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
                                        runs=settled, kind="reduce"))
-        except (BucketTxnError, RemoteError) as e:
+        except (BucketTxnError, *STORE_FAILURES) as e:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
                                        code=Finding.RECOVERY_FAILED))
     return out
@@ -212,7 +213,7 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
         _drop_locks_of(st, locks, op_id)  # its holder is gone (checked by the caller): the restore takes them again
         m["_version"] = version
         res = unretire(rfs, vault, m, resume=True) if unretiring else restore_op(rfs, vault, m, resume=True)
-    except (BucketTxnError, RemoteError, ValueError) as e:
+    except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
         return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.FAILED, detail=str(e),
                                code=Finding.RECOVERY_FAILED)
     if res.status != Outcome.RESTORED:

@@ -11,12 +11,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
-from tb_footprint_plugin.engine.bucket_state import BucketVault, failure_code
+from tb_footprint_plugin.engine.bucket_state import STORE_FAILURES, BucketVault, failure_code
 from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.plan.cost import BATCH_RUNS
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 
 
 def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
@@ -31,7 +31,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     transaction (stage locally, upload under a temporary key, verify, swap with a precondition).
     Never raises for a store failure: each run ends verified, rolled back, or skipped, with a
     reason. ``begin(rp)`` is called for each run right before its batch or transaction starts
-    (e.g. a ledger's "reducing" mark); a ``RemoteError`` from it fails that run alone, untouched.
+    (e.g. a ledger's "reducing" mark); a store's failure (``STORE_FAILURES``) from it fails that run alone, untouched.
     ``closed_files`` (key -> mtime when the caller's own job closed it): the quiet period's one
     exception, as in the plan and on a disk. ``cancel`` and ``timeout`` (seconds per run), as on a
     disk: looked at before each batch and each transaction, and between their steps up to the
@@ -73,7 +73,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
                 if progress:  # a mark the store refuses here fails the run, untouched (R6 F1)
                     progress(rp.run, "start", 0.0)
                 ok.append(rp)
-            except RemoteError as e:
+            except STORE_FAILURES as e:
                 settled(RunOutcome(run=rp.run, status=Outcome.FAILED, reason=str(e), code=failure_code(e),
                                    bytes_before=rp.bytes_before, bytes_after=rp.bytes_before))
         return ok

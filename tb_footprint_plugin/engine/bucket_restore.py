@@ -18,22 +18,23 @@ import hashlib
 import io
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
-    JOURNAL,
     BucketState,
     BucketTxnError,
     BucketVault,
     failure_code,
+    JOURNAL,
     lock_runs,
     must_delete,
     must_delete_versioned,
     now_s,
     run_listing,
     run_prefix,
+    STORE_FAILURES,
     unlock_versions,
     vault_url,
 )
@@ -46,14 +47,12 @@ from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.remote import (
-    ALREADY_EXISTS,
-    PRECONDITION_FAILED,
     ObjectInfo,
-    RemoteError,
     RemoteFS,
     content_checksums,
     same_content,
 )
+from tb_footprint_plugin.storage.store import StoreFailure
 
 
 #: ``kind`` of the journal a bucket restore writes (``engine.bucket_recover`` finishes it)
@@ -82,8 +81,8 @@ def start_journal(st: BucketState, path: str, doc: dict) -> None:
     the same backups, and the restore is refused (``recover`` settles it first)."""
     try:
         st.create(path, doc)
-    except RemoteError as e:
-        if e.code != ALREADY_EXISTS:
+    except StoreFailure as e:
+        if e.code != StoreError.ALREADY_EXISTS:
             raise
         raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{st.rfs.url_of(path)}: operation {doc['op']} is unfinished "
                              "(its journal is there); run `tb-footprint recover` first") from None
@@ -97,7 +96,7 @@ def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, ou
         try:
             must_delete(rfs, [jpath])
             jpath = None
-        except (BucketTxnError, RemoteError):
+        except (BucketTxnError, *STORE_FAILURES):
             pass
     if jpath is not None:
         out.reason += "; the journal is kept and the next start finishes the restore"
@@ -187,8 +186,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                         continue
                 try:
                     res = _put_back(rfs, vault, f, orig, if_version=cur.version_token)
-                except RemoteError as e:
-                    if e.code == PRECONDITION_FAILED:
+                except StoreFailure as e:
+                    if e.code == StoreError.PRECONDITION_FAILED:
                         conflicts.append(f["path"])
                         continue
                     raise
@@ -209,8 +208,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 if cur is None:
                     try:
                         res = _put_back(rfs, vault, f, orig)
-                    except RemoteError as e:
-                        if e.code == ALREADY_EXISTS:
+                    except StoreFailure as e:
+                        if e.code == StoreError.ALREADY_EXISTS:
                             conflicts.append(f["path"])
                             continue
                         raise
@@ -262,7 +261,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             out.reason += (f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}: "
                            "their originals stay in the vault, and purge keeps them")
         return out
-    except (BucketTxnError, RemoteError, ValueError) as e:  # ValueError: a key the manifest names is not plain
+    except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key the manifest names is not plain
         out.reason, out.code = str(e), failure_code(e)
         jpath = settle_failed_journal(rfs, jpath, started, out)
         return out
@@ -321,8 +320,8 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     kept = f"{vault.root}/{kept_key}"
     try:
         res = BucketState.of(rfs).copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
-    except RemoteError as e:
-        if e.code in (PRECONDITION_FAILED, "not_found"):
+    except StoreFailure as e:
+        if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             return None  # changed again since it was looked at: left as it is
         raise
     if same_content(res.checksums, content_checksums(cur)) is False:
@@ -377,8 +376,8 @@ def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, Ob
             try:
                 BucketState.of(rfs).put(rfs.path(name), data, if_absent=True)
                 return name
-            except RemoteError as e:
-                if e.code != ALREADY_EXISTS:
+            except StoreFailure as e:
+                if e.code != StoreError.ALREADY_EXISTS:
                     raise
                 info = BucketState.of(rfs).head(rfs.path(name))
         if info is not None and info.size == len(data) and \

@@ -44,7 +44,7 @@ from __future__ import annotations
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease, faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
                                                       entry_ok, is_blob_entry, missing_blobs, put_back)
@@ -61,6 +61,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     now_s,
     run_listing,
     run_prefix,
+    STORE_FAILURES,
     unlock_all,
     vault_url,
     written_recently,
@@ -74,13 +75,12 @@ from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.remote import (
-    ALREADY_EXISTS,
     ObjectInfo,
-    RemoteError,
     RemoteFS,
     content_checksums,
     same_content,
 )
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.version import __version__
 
 #: failpoints of a bucket retirement, in order (tests inject a failure at each)
@@ -168,7 +168,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
             active = written_recently(listing, run, quiet_period, closed_files)
             if active:
                 raise BucketTxnError(Skip.ACTIVE, active)
-        except (BucketTxnError, RemoteError, ValueError) as e:
+        except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             code = failure_code(e)
             out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
             out.reason, out.code = str(e), code
@@ -182,7 +182,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
                 "op": op_id, "kind": KIND, "logdir": rfs.url, "step": "planned", "created": now_s(),
                 "vault": vault.root, "runs": [entry], "takes_along": along, "rule": rule,
                 "logdir_objects": len(listing)})
-        except RemoteError as e:
+        except STORE_FAILURES as e:
             out.reason, out.code = str(e), failure_code(e)
             return out
         try:
@@ -191,7 +191,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
             out.removed_files = [f["path"] for f in files]
         except faults.InjectedFault:
             raise
-        except (BucketTxnError, RemoteError, ValueError, OSError) as e:  # OSError: the local blob folder or scratch
+        except (BucketTxnError, *STORE_FAILURES, ValueError, OSError) as e:  # OSError: the local blob folder or scratch
             code = failure_code(e)
             out.reason = str(e)
             try:
@@ -204,7 +204,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
                 if held:
                     out.reason += (f"; {len(held)} object(s) were written again at their key meanwhile, e.g. "
                                    f"{held[0]}: their originals stay in the vault")
-            except (BucketTxnError, RemoteError, ValueError, OSError) as e2:  # the journal stays: the next start
+            except (BucketTxnError, *STORE_FAILURES, ValueError, OSError) as e2:  # the journal stays: the next start
                 # settles it
                 out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
                 out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
@@ -215,7 +215,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
         if journal is None or out.status == Outcome.VERIFIED:  # a kept journal keeps its locks for recovery
             try:
                 BucketState.of(rfs).delete(ours, versions=versions)
-            except RemoteError:
+            except STORE_FAILURES:
                 pass  # a stale lock of no journal is taken over by the next taker
         out.duration_s = round(time.monotonic() - t0, 3)
 
@@ -314,7 +314,7 @@ def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
 def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, listed_absent: bool = False) -> None:
     """One original back at its key from its verified backup, create-only: a server-side copy
     checked by the store's checksums, or its blob streamed back and checked (``put_back``).
-    Raises ``RemoteError`` (``already_exists``) when an object stands at the key."""
+    Raises ``StoreFailure`` (``already_exists``) when an object stands at the key."""
     if is_blob_entry(f):
         put_back(rfs, vault, f)
         return
@@ -341,8 +341,8 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified copy of it")
                 try:
                     _copy_back(rfs, vault, f)
-                except RemoteError as e:
-                    if e.code != ALREADY_EXISTS:
+                except StoreFailure as e:
+                    if e.code != StoreError.ALREADY_EXISTS:
                         raise
                     cur = BucketState.of(rfs).head(rfs.path(f["path"]))
                 else:
@@ -466,8 +466,8 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                     started = True
                     try:
                         _copy_back(rfs, vault, f, listed_absent=True)
-                    except RemoteError as e:
-                        if e.code != ALREADY_EXISTS:
+                    except StoreFailure as e:
+                        if e.code != StoreError.ALREADY_EXISTS:
                             raise
                         cur = BucketState.of(rfs).head(rfs.path(f["path"]))
                     else:
@@ -488,7 +488,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                       m.get("_version") or st.read(vault.manifest(held_as))[1])
             must_delete(rfs, [jpath])
             jpath = None
-        except (BucketTxnError, RemoteError, ValueError, OSError) as e:
+        except (BucketTxnError, *STORE_FAILURES, ValueError, OSError) as e:
             out.reason, out.code = str(e), failure_code(e)
             jpath = settle_failed_journal(rfs, jpath, started, out)
             return out
@@ -506,7 +506,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
         if jpath is None:  # a kept journal keeps its locks until it is settled
             try:
                 BucketState.of(rfs).delete(ours, versions=versions)
-            except RemoteError:
+            except STORE_FAILURES:
                 pass
 
 

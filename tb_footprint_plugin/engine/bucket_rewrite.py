@@ -63,6 +63,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     must_delete,
     now_s,
     run_prefix,
+    STORE_FAILURES,
     unlock_versions,
     written_recently,
 )
@@ -83,7 +84,7 @@ from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, Transact
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, content_checksums
 
 #: Transactions of one process on several threads (``bucket_reduce.reduce_runs``'s ``jobs``) add
 #: to a local vault of blobs one at a time (one ``BlobStore`` instance, its packs appended), and
@@ -93,7 +94,7 @@ _BLOB_ADDS = threading.Lock()
 _S3_READS = threading.Lock()
 
 #: Failures of a step that leave the run as it was (rolled back), never a stray exception.
-_STEP_ERRORS = (BucketTxnError, RemoteError, TransactionError, OSError, ValueError, RuntimeError)
+_STEP_ERRORS = (BucketTxnError, *STORE_FAILURES, TransactionError, OSError, ValueError, RuntimeError)
 
 
 def replaced_backup(vault: BucketVault, op_id: str, i: int) -> str:
@@ -148,7 +149,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
     except BucketTxnError as e:
         out.reason, out.code = str(e), Skip.LOCKED
         return out
-    except RemoteError as e:
+    except STORE_FAILURES as e:
         out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
         return out
     out.op_id = op_id
@@ -255,7 +256,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             if ours:
                 must_delete(rfs, [lock_path], versions=ours)
             rolled_back(out, code)
-        except (BucketTxnError, RemoteError, OSError) as e2:
+        except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
             rollback_incomplete(out, e2)
         return out
     finally:

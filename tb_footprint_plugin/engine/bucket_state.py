@@ -31,8 +31,14 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.blobstore import BlobStore
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, ObjectInfo, RemoteError, RemoteFS, is_remote
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, is_remote
+from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import PosixStore
+
+#: a failed request to the store, as the engine catches it: a ``Store`` call's ``StoreFailure``,
+#: or the ``RemoteError`` of a listing (the listings still go through ``RemoteFS.list_tree``);
+#: both carry a ``codes.StoreError`` value as ``code``, which is what a catch site branches on
+STORE_FAILURES = (StoreFailure, RemoteError)
 
 JOURNAL = f"{STATE_DIR_NAME}/journal"
 LOCKS = f"{STATE_DIR_NAME}/locks"
@@ -51,7 +57,8 @@ def failure_code(e: BaseException) -> Code:
     """The ``codes.py`` code of a failed bucket step, the local engine's for the same failure: a
     ``BucketTxnError``'s own; ``Failure.NO_SPACE`` for a full disk (local staging) or a store out
     of space or quota; ``Failure.STORE_ERROR`` for any other failed store request;
-    ``Failure.REFUSED`` for a key that is not a plain key of the store (``ValueError``);
+    ``Failure.REFUSED`` for a key that is not a plain key of the store (``ValueError``, or a
+    ``StoreFailure`` ``UNSAFE_KEY``);
     ``Failure.ERROR`` for a failed step of ours (a verification, the transform)."""
     if isinstance(e, BucketTxnError):
         return e.code
@@ -59,7 +66,9 @@ def failure_code(e: BaseException) -> Code:
         return e.code or Failure.ERROR
     if getattr(e, "code", None) == StoreError.NO_SPACE or (isinstance(e, OSError) and is_no_space(e)):
         return Failure.NO_SPACE
-    if isinstance(e, RemoteError):
+    if isinstance(e, StoreFailure) and e.code == StoreError.UNSAFE_KEY:
+        return Failure.REFUSED
+    if isinstance(e, STORE_FAILURES):
         return Failure.STORE_ERROR
     if isinstance(e, ValueError):
         return Failure.REFUSED
@@ -181,8 +190,8 @@ def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
     doc = bucket_lease.new_lock_doc(run, op_id)
     try:
         return path, _held_lock(st, path, doc, st.create(path, doc))
-    except RemoteError as e:
-        if e.code != ALREADY_EXISTS:
+    except StoreFailure as e:
+        if e.code != StoreError.ALREADY_EXISTS:
             raise
     held, version = st.read(path)
     if held is not None and owner_gone(held, st) and version and \
@@ -192,8 +201,8 @@ def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
         if not st.delete([path], versions={path: version}):
             try:
                 return path, _held_lock(st, path, doc, st.create(path, doc))
-            except RemoteError as e:
-                if e.code != ALREADY_EXISTS:
+            except StoreFailure as e:
+                if e.code != StoreError.ALREADY_EXISTS:
                     raise
             held, _ = st.read(path)
     who = f"{held.get('host')} pid {held.get('pid')} (operation {held.get('op')})" if held else "another process"
@@ -210,7 +219,7 @@ def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[str], ou
     except BucketTxnError as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
         return False
-    except RemoteError as e:
+    except STORE_FAILURES as e:
         out.reason, out.code = str(e), lock_failure_code(e)
         return False
     return True

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, put_back
 from tb_footprint_plugin.engine.bucket_state import (
@@ -36,14 +36,12 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
-    ALREADY_EXISTS,
-    PRECONDITION_FAILED,
     ObjectInfo,
-    RemoteError,
     RemoteFS,
     content_checksums,
     same_content,
 )
+from tb_footprint_plugin.storage.store import StoreFailure
 
 
 def renamed(f: dict) -> bool:
@@ -76,8 +74,8 @@ def backup_object(rfs: RemoteFS, f: dict) -> None:
     or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
     try:
         res = BucketState.of(rfs).copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
-    except RemoteError as e:
-        if e.code in (PRECONDITION_FAILED, "not_found"):
+    except StoreFailure as e:
+        if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
         raise
     if not copy_matches(rfs, res, f, rfs.path(f["path"]), f["backup"]):
@@ -199,8 +197,8 @@ def staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
 def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
     try:
         res = BucketState.of(rfs).copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
-    except RemoteError as e:
-        if e.code not in (PRECONDITION_FAILED, "not_found"):
+    except StoreFailure as e:
+        if e.code not in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             raise
         if staged_match(BucketState.of(rfs).head(path), f):
             return  # put over already (a crash after the copy)
@@ -213,10 +211,10 @@ def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
 def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
     try:
         res = BucketState.of(rfs).copy(tmp, path, if_absent=True, size=f.get("new_size"))
-    except RemoteError as e:
-        if e.code == ALREADY_EXISTS and staged_match(BucketState.of(rfs).head(path), f):
+    except StoreFailure as e:
+        if e.code == StoreError.ALREADY_EXISTS and staged_match(BucketState.of(rfs).head(path), f):
             return
-        if e.code == "not_found" and staged_match(BucketState.of(rfs).head(path), f):
+        if e.code == StoreError.NOT_FOUND and staged_match(BucketState.of(rfs).head(path), f):
             return  # the temporary key is gone: a crash after the copy and the cleanup
         raise
     if same_content(res.checksums, f.get("new_checksums") or {}) is False:
