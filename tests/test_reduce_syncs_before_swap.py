@@ -146,8 +146,9 @@ def test_a_blob_another_transaction_linked_unsynced_is_synced_by_this_one_too(tm
 
     monkeypatch.setattr(os, "fsync", fsync)
     vault.store(str(a), sha, pin=first, sync=False)
-    vault.store(str(b), sha, pin=second, sync=False)  # the blob is there: no link of its own
-    assert os.path.dirname(vault.blob_path(sha)) not in synced
+    vault.store(str(b), sha, pin=second, sync=False)  # the blob is there: no link of its own,
+    # but not adopted as the first one's link of its live file either: a copy of its own (review R11 F1)
+    assert os.stat(vault.blob_path(sha)).st_ino != os.stat(a).st_ino
     # the blob's folder and its own pins' folder, and the folders above them (blobs/, tmp/<op>, tmp/)
     assert vault.sync_pinned(second) == 5
     assert os.path.dirname(vault.blob_path(sha)) in synced

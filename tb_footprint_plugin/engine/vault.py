@@ -730,7 +730,7 @@ class Vault:
             raise VaultError(errno.EINVAL, f"{str(pin)[:80]!r} is not an operation id; refusing it as a pin")
         self.blob_path(sha)
         with self._blob_lock(sha, wait=True, leave=self.compacts):
-            blob = self._store(path, sha, sync=sync)
+            blob = self._store(path, sha, sync=sync, own=pin)
             self.pin_blob(pin, sha, sync=sync)
         if not sync:
             # the blob's folder also when the blob was there already: another transaction's
@@ -807,11 +807,11 @@ class Vault:
             os.close(fd)
         return gone
 
-    def _store(self, path: str, sha: str, sync: bool = True) -> str:
+    def _store(self, path: str, sha: str, sync: bool = True, own: Optional[str] = None) -> str:
         blob = self.blob_path(sha)
         try:
             # checked on every backup: the shard folder must be ours all the way from the root
-            if self.in_shard(sha, lambda: self._put(path, sha, blob, sync)):
+            if self.in_shard(sha, lambda: self._put(path, sha, blob, sync, own)):
                 return blob  # same content already backed up (e.g. by an earlier op)
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
@@ -823,17 +823,21 @@ class Vault:
             raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
         return blob
 
-    def _put(self, path: str, sha: str, blob: str, sync: bool = True) -> bool:
+    def _put(self, path: str, sha: str, blob: str, sync: bool = True, own: Optional[str] = None) -> bool:
         """``_store``'s writes into the shard folder (made and checked by ``in_shard``): True when
         ``blob`` holds ``sha`` already, else ``path`` linked or copied in and the folder synced
-        (unless ``sync`` is False: the caller syncs it later)."""
+        (unless ``sync`` is False: the caller syncs it later). ``own``: the transaction storing
+        it (its pin), whose own links (another file of its run, same bytes) are adopted as they
+        stand: its originals go at its swap, or none of them does."""
         if os.path.exists(blob):
-            if sha256_file(blob) == sha:
-                if os.lstat(blob).st_nlink > 1 and not self.pinned_by(sha):
-                    # a second name of a live file no transaction under way relies on (a blob an
-                    # older version or damage left): a write to that file would change this
-                    # backup, so it becomes a copy of its own first (review R10 F1)
-                    self.unshare(sha)
+            if sha256_file(blob) == sha and (self._own_link(sha, own) or self.unshare(sha)):
+                # a second name of a live file (another transaction's link of its original, pinned
+                # or not, or one an older version or damage left) is never adopted as it stands:
+                # that transaction may never swap, and a write to its file in place would then
+                # change this backup too. ``unshare`` made it a copy of its own first (reviews R10
+                # F1, R11 F1); one whose bytes changed meanwhile is no backup of ``sha``: made anew
+                if sync:
+                    fsync_dir(os.path.dirname(blob))  # adopted: durable before anything relies on it
                 return True
             st = os.lstat(blob)
             if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
@@ -871,15 +875,22 @@ class Vault:
             fsync_dir(os.path.dirname(blob))
         return False
 
-    def unshare(self, sha: str) -> None:
+    def _own_link(self, sha: str, own: Optional[str]) -> bool:
+        """Whether the blob is pinned by the transaction ``own`` alone: a link it made of a file
+        of its own run (every blob it adopted from others was made a copy of its own first)."""
+        return own is not None and self.pinned_by(sha) == [own]
+
+    def unshare(self, sha: str) -> bool:
         """Make the blob a file of its own (a copy) if it is still a hard link of a live file,
-        so a later write to that file cannot change the backup."""
+        so a later write to that file cannot change the backup. False when the link's bytes no
+        longer hash to ``sha`` (the live file changed since it was linked in: left as it is);
+        True otherwise (a file of its own now, or already, or gone)."""
         p = self.blob_path(sha)
         try:
             if os.lstat(p).st_nlink <= 1:
-                return
+                return True
         except FileNotFoundError:
-            return
+            return True
         fd, tmp = tempfile.mkstemp(prefix=".unshare-", dir=os.path.dirname(p))
         os.close(fd)
         os.unlink(tmp)  # ``copy_file`` makes it anew (``create_new``)
@@ -890,13 +901,14 @@ class Vault:
                 # and never take its name; the link is left as it is (readers fall back to the
                 # .zst, compaction keeps it as shared, salvage skips it)
                 fsops.unlink(tmp)
-                return
+                return False
             fsops.replace(tmp, p)
         except BaseException:
             with contextlib.suppress(OSError):
                 fsops.unlink(tmp)
             raise
         fsync_dir(os.path.dirname(p))
+        return True
 
     def check_blob(self, sha: str) -> bool:
         """True when the blob exists and its content (decompressed, for a ``.zst``) still hashes
