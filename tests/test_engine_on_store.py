@@ -74,3 +74,25 @@ def test_a_store_s_failure_is_caught_and_coded_as_it_is():
     for code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND, StoreError.STORE_ERROR):
         assert failure_code(StoreFailure(code, "k", "x")) == Failure.STORE_ERROR
     assert failure_code(RemoteError("list_failed", "a listing")) == Failure.STORE_ERROR
+
+
+def test_the_state_of_a_client_is_reused_and_keeps_few_clients_alive():
+    """``BucketState.of`` makes one ``BucketState`` per client and reuses it (its stores with it),
+    without keeping every client it ever saw alive (a weak-keyed cache whose values hold their
+    keys would: a long-lived plugin process opens a client per request)."""
+    import gc
+    import weakref
+
+    from tb_footprint_plugin.engine import bucket_objects
+
+    class Client:  # what BucketState's constructor keeps: the client, nothing is requested
+        pass
+
+    first = Client()
+    assert BucketState.of(first) is BucketState.of(first)
+    gone = weakref.ref(first)
+    del first
+    for _ in range(4 * bucket_objects.OF_KEPT):
+        BucketState.of(Client())
+    gc.collect()
+    assert gone() is None

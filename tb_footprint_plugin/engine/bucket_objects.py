@@ -14,7 +14,8 @@ the retention query (``Store.retention``). A store's refusal reaches the engine 
 from __future__ import annotations
 
 import json
-import weakref
+import threading
+from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
@@ -22,8 +23,12 @@ from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
-#: one ``BucketState`` per client (``BucketState.of``), dropped with it
-_OF: "weakref.WeakKeyDictionary[RemoteFS, BucketState]" = weakref.WeakKeyDictionary()
+#: the ``BucketState`` of the clients used last (``BucketState.of``), by ``id`` of the client;
+#: each holds its client, so an id is never reused while cached, and at most ``OF_KEPT`` clients
+#: are kept alive by the cache (a weak-keyed one would keep every client: its value holds it)
+_OF: "OrderedDict[int, BucketState]" = OrderedDict()
+_OF_MU = threading.Lock()
+OF_KEPT = 16
 
 #: the largest state object read (a planted huge "journal" or "lock" is never read whole: corrupt)
 STATE_LIMIT = READ_ALL_LIMIT
@@ -43,9 +48,13 @@ class BucketState:
     @classmethod
     def of(cls, rfs: RemoteFS) -> "BucketState":
         """The ``BucketState`` of ``rfs``, made once per client (its stores are kept with it)."""
-        st = _OF.get(rfs)
-        if st is None:
-            st = _OF.setdefault(rfs, cls(rfs))
+        with _OF_MU:
+            st = _OF.get(id(rfs))
+            if st is None or st.rfs is not rfs:
+                st = _OF[id(rfs)] = cls(rfs)
+            _OF.move_to_end(id(rfs))
+            while len(_OF) > OF_KEPT:
+                _OF.popitem(last=False)
         return st
 
     def where(self, path: str, *, whole_bucket: bool = False) -> Tuple[ObjectStore, str]:
