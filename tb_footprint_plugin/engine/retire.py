@@ -60,6 +60,7 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_file, copy_new, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir, why_not_ours
 from tb_footprint_plugin.version import __version__
 
 RETIRED = "retired"
@@ -77,6 +78,52 @@ def retired_dir(vault: Vault, op_id: str) -> str:
 
 def _stored(vault: Vault, op_id: str, index: int) -> str:
     return os.path.join(retired_dir(vault, op_id), "files", str(index))
+
+
+def check_retired_dir(vault: Vault, op_id: str) -> None:
+    """Refuse (``Failure.REFUSED``, naming the folder) unless every folder from the vault down to
+    the retirement's ``files`` that exists is a real folder of ours: a planted ``retired`` link
+    would send a retirement's moves, an unretire's reads and a purge's deletes outside the vault
+    (review R11 F4). A folder not there yet passes (nothing is followed through it)."""
+    cur = vault.root
+    for part in (RETIRED, op_id, "files"):
+        cur = os.path.join(cur, part)
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return
+        why = why_not_ours(st)
+        if why:
+            raise TransactionError(f"{cur} {why}; the retirement's files are not looked for through it",
+                                   Failure.REFUSED)
+
+
+def _drop_retired(vault: Vault, op_id: str, n: int) -> Optional[str]:
+    """Remove what a rolled-back retirement left in the vault: the ``n`` entries its journal names
+    (each file put back or found in place first), then the folders if that emptied them. Never a
+    whole tree: a journal is untrusted, and one naming fewer files than the folder holds must not
+    take the others with it (review R11 F2). Returns a note when something else stays."""
+    d = retired_dir(vault, op_id)
+    files = os.path.join(d, "files")
+    check_retired_dir(vault, op_id)
+    for i in range(n):
+        for name in (str(i), f"{i}.partial"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(files, name))
+    left = []
+    for folder in (files, d):
+        try:
+            os.rmdir(folder)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            with contextlib.suppress(OSError):
+                left = sorted(os.listdir(folder))
+            break
+    if left:
+        return (f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} its journal does not name stay in {d}: "
+                f"{', '.join(left[:5])}")
+    return None
 
 
 _OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
@@ -278,7 +325,9 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
             if isinstance(e, Cancelled):
                 out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
-        elif any(r["type"] == "commit" for r in journal.records()):
+        elif any(r["type"] == "commit" for r in journal.records()) or _retirement_recorded(ctx.vault, journal.op_id):
+            # committed, or its verified manifest written (every file in the vault and checked):
+            # retired, as a crash there leaves it; never rolled back past its record
             out.status = Outcome.VERIFIED
             journal.close()
         else:
@@ -316,8 +365,12 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
     op_id, files, same_fs = begin["op_id"], begin["files"], begin["same_fs"]
     vault = ctx.vault
     dest_dir = os.path.join(retired_dir(vault, op_id), "files")
-    os.makedirs(dest_dir, exist_ok=True)
+    try:  # folders of ours all the way from the vault: a planted link is set aside, never followed
+        ensure_private_dir(dest_dir, vault.root)
+    except NotPrivate as e:
+        raise TransactionError(str(e), Failure.REFUSED) from None
     fsync_dir(os.path.dirname(dest_dir))
+    fsync_dir(os.path.dirname(os.path.dirname(dest_dir)))
     cancel.check()  # the last point where a cancel is honoured without a rollback
     _check_writers(ctx, begin["run"])  # again, right before anything moves
     journal.append({"type": "move"})
@@ -401,6 +454,10 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
     _check_record(ctx, begin)
     vault = Vault(begin["vault"])
     op_id = begin["op_id"]
+    if _retirement_recorded(vault, op_id):
+        raise TransactionError(f"retirement {op_id} is recorded as verified in {vault.root}: the run is retired; "
+                               "its files are not taken out of the vault on a journal's word", Failure.REFUSED)
+    check_retired_dir(vault, op_id)
     _make_dirs(ctx, begin["dirs"])
     notes = []
     for i, f in enumerate(begin["files"]):
@@ -425,7 +482,9 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
             notes.append(f"{f['path']}: changed in place by another process after it was put back; left as it is")
     if missing:
         raise TransactionError(f"could not put back: {', '.join(missing)}")
-    shutil.rmtree(retired_dir(vault, op_id), ignore_errors=True)
+    left = _drop_retired(vault, op_id, len(begin["files"]))
+    if left:
+        notes.append(left)
     detail = "; ".join(dict.fromkeys(notes))
     write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, f"{reason}; {detail}" if detail else reason)
     return detail
@@ -598,6 +657,11 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         out.reason = str(e)
         return out
     vault = Vault(manifest["vault"])
+    try:
+        check_retired_dir(vault, manifest["op_id"])
+    except TransactionError as e:
+        out.reason = f"{e}; nothing was changed"
+        return out
     top = ctx.abs(run)
     if os.path.lexists(top) and (not os.path.isdir(top) or os.path.islink(top) or os.listdir(top)):
         out.reason = (f"{run}: something stands there now (a new run of the same name?); move it away first — "
@@ -674,6 +738,7 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     if m.get("restored_by") == begin["op_id"]:
         return "already restored"
     op_id = m["op_id"]
+    check_retired_dir(vault, op_id)
     _make_dirs(ctx, m["dirs"])
     same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
     for i, f in enumerate(m["tree"]):
@@ -720,6 +785,20 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
 # ---------------------------------------------------------------------------------------
 # recovery and purge
 # ---------------------------------------------------------------------------------------
+def _retirement_recorded(vault: Vault, op_id: str) -> bool:
+    """Whether the vault holds a verified manifest of retirement ``op_id`` (it took the run out of
+    the logdir for good): a damaged one that cannot be read counts too, as recorded: doubt keeps."""
+    if not vault.has_manifest(op_id):
+        return False
+    try:
+        m = vault.read_manifest(op_id)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
+
+
 def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail)."""
     from tb_footprint_plugin.codes import Recovery
@@ -729,11 +808,12 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
         return Recovery.COMPLETED, finish_unretire(ctx, records)
     if any(r["type"] == "commit" for r in records):
         return Recovery.COMPLETED, "was committed"
-    if any(r["type"] == "moved" for r in records) and not any(r["type"] == "rollback" for r in records):
-        vault = Vault(begin["vault"])
-        if vault.has_manifest(begin["op_id"]):
-            # the manifest was written: every file was in the vault and checked; the run is retired
-            return Recovery.COMPLETED, "retirement was recorded before the crash"
+    _check_record(ctx, begin)
+    if _retirement_recorded(Vault(begin["vault"]), begin["op_id"]):
+        # its verified manifest was written: every file was in the vault and checked; the run is
+        # retired, whatever the journal says next (a journal is untrusted: a planted or damaged one
+        # never undoes a recorded retirement, review R11 F2)
+        return Recovery.COMPLETED, "retirement was recorded before the crash"
     noted = rollback_retire(ctx, records, "interrupted (crash or kill); run put back on recovery")
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
@@ -754,6 +834,10 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             continue
         vault = Vault(m["vault"])
         d = retired_dir(vault, m["op_id"])
+        try:
+            check_retired_dir(vault, m["op_id"])
+        except TransactionError:
+            continue  # never deleted through a link or a stranger's folder: health names it
         size = _tree_size(d)
         if yes:
             try:
