@@ -152,3 +152,25 @@ def test_a_planted_retired_link_is_never_followed(tmp_path):
     assert set_aside, sorted(os.listdir(ctx.vault.root))  # the planted link, renamed aside where health names it
     api.purge(str(logdir), yes=True, older_than=0)
     assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == kept  # nothing deleted there
+
+
+# --- F6: folders a restore or an unretire makes are named durably in their parents --------------
+def test_folders_a_restore_remakes_are_fsynced_in_their_parents(tmp_path, monkeypatch):
+    from tb_footprint_plugin.engine import retire, swap
+
+    ctx = Context(str(tmp_path / "logdir"))
+    os.makedirs(ctx.logdir)
+    synced = []
+    real = swap.fsync_dir
+
+    def spy(path):
+        synced.append(os.path.relpath(path, ctx.logdir))
+        real(path)
+
+    monkeypatch.setattr(swap, "fsync_dir", spy)
+    monkeypatch.setattr(retire, "fsync_dir", spy)
+    swap.make_dirs(ctx, [{"path": "run/plugins/profile/s"}])  # makedirs: three folders above it too
+    assert synced == [".", "run", "run/plugins", "run/plugins/profile"]
+    synced.clear()
+    retire._make_dirs(ctx, [{"path": "other"}, {"path": "other/a"}])
+    assert synced == [".", "other"]

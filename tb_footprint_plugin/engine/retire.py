@@ -520,6 +520,7 @@ def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
         p = ctx.abs(d["path"])
         if not os.path.lexists(p):
             os.mkdir(p, 0o700)
+            fsync_dir(os.path.dirname(p))  # named durably before the vault's copy goes (review R11 F6)
 
 
 def _chmod_dirs(ctx: Context, dirs: List[dict]) -> None:

@@ -3,6 +3,10 @@
 Each helper is idempotent, because recovery after a crash runs it again on the same journal
 records: the swap is finished (roll forward) only when verification passed and the swap was
 recorded, otherwise the run is rolled back to its exact original bytes.
+
+Why one module: the swap and its inverse are the two directions over the same journal records
+and share their idempotence rules (what counts as done, what may be replaced); apart, the half
+recovery runs forward and the half it runs back would drift.
 """
 from __future__ import annotations
 
@@ -210,7 +214,14 @@ def make_dirs(ctx: Context, dirs: List[dict]) -> List[str]:
         no_symlink(ctx, d["path"])
         p = ctx.abs(d["path"])
         if not os.path.lexists(p):
+            new = [p]
+            while not os.path.lexists(os.path.dirname(new[-1])):
+                new.append(os.path.dirname(new[-1]))
             os.makedirs(p, mode=0o700, exist_ok=True)
+            # each named durably in its parent before its copy in the vault may go: a folder's own
+            # fsync does not order its parent's entry on every filesystem (review R11 F6)
+            for q in reversed(new):
+                fsync_dir(os.path.dirname(q))
             made.append(d["path"])
     return made
 
