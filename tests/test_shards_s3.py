@@ -139,7 +139,7 @@ def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or
         # another worker takes the lock over (its holder looked gone to it): our next renewal
         # fails its precondition; the lock is never written back, nor deleted as ours
         theirs = dict(renewed, host="other-node", pid=4242, op=new_op_id())
-        st.ops.delete([path])  # a takeover as _lock does it: delete, then create-only
+        st.delete([path])  # a takeover as _lock does it: delete, then create-only
         st.create(path, theirs)
         deadline = time.time() + 5
         while bucket_lease.still_held(path) and time.time() < deadline:
