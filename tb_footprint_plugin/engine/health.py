@@ -15,7 +15,7 @@ import stat
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import BlobError, Finding
-from tb_footprint_plugin.engine import oplog, remote_vault, trust
+from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage, history_files
 from tb_footprint_plugin.engine.journal import pending_journals
@@ -89,6 +89,8 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                                       f"compressed backup of {f['path']} in {vault.root} is damaged "
                                       f"({os.path.relpath(vault.zst_path(f['sha256']), vault.root)})"))
                     continue
+                if form is None and f["sha256"] in manifest.released(m):
+                    continue  # let go by its restore (the original stands again), not missing
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} is missing from {vault.root}"))
                 continue

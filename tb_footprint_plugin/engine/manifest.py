@@ -38,7 +38,7 @@ from typing import Any, Dict, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine.trust import Untrusted
-from tb_footprint_plugin.storage.paths import UnsafePath, is_op_id, safe_rel
+from tb_footprint_plugin.storage.paths import UnsafePath, is_op_id, is_sha256, safe_rel
 
 #: the operation's fields of every manifest, on every store (what ``read`` answers)
 OP_ID = "op_id"  # the operation's id (op-id format: it names the manifest's file or object)
@@ -60,6 +60,11 @@ PURGED_AT = "purged_at"
 FIELDS = (OP_ID, KIND, RUN, LOGDIR, STARTED_AT, FINISHED_AT, OUTCOME, REASON, POLICY, FILES, BYTES_BEFORE,
           BYTES_AFTER, RESTORED_BY, RESTORED_AT, BACKUP_PURGED, PURGED_AT)
 KINDS = ("reduce", "restore", "retire")
+#: a disk's extra (not in ``FIELDS``; absent from manifests written before it): the digests of a
+#: restored operation's backup its release let go, recorded (one fsynced log line) before the
+#: first of them is deleted. Some may stay, claimed by another operation; one of them absent is
+#: released, not missing (``released``). Its claims are unchanged: only what is reported reads it
+RELEASED = "released"
 
 #: the names a bucket manifest of 282b743 and before used, still written beside the one schema
 #: for older workers sharing the bucket and read by no current code (module docstring): ``op`` = ``op_id``, ``created`` =
@@ -90,6 +95,16 @@ def new(*, op_id: str, kind: str, run: str, logdir: str, started_at: float, fini
             m[k] = v
     m.update({k: v for k, v in more.items() if k not in FIELDS})
     return m
+
+
+def released(m: dict) -> frozenset:
+    """The digests of restored manifest ``m``'s backup a release let go (``RELEASED``): none
+    for an operation not restored (its originals exist only in its backup, so an absent blob
+    of it is missing whatever the manifest says), and only well-formed digests (untrusted)."""
+    got = m.get(RELEASED) if m.get(RESTORED_BY) else None
+    if not isinstance(got, list):
+        return frozenset()
+    return frozenset(x for x in got if is_sha256(x))
 
 
 def bucket_form(m: dict) -> dict:
@@ -219,4 +234,4 @@ def read(doc, file: str) -> dict:
 
 __all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "op_id_of", "OP_ID",
            "KIND", "RUN", "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
-           "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT"]
+           "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT", "RELEASED", "released"]

@@ -405,6 +405,11 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
                     and remote_vault.packed_ref(vault.root, sha) is not None]
         left = set(deferred)
         candidates = [sha for sha in candidates if sha not in left]
+    # the record before the deletes: what this release may let go, so an operation left with
+    # some of its blobs (another operation claims them) or killed half way is known as released,
+    # not damaged (``health``, ``purge``); what stays is taken out of it below
+    prior = one_schema.released(manifest)
+    _record_released(vault, manifest, prior | set(candidates) | set(deferred))
     kept: set = set()
     last: List[List[dict]] = []  # the manifests the last ``needed`` read under the locks
 
@@ -425,6 +430,9 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     # finished by the next start, which marks an operation whose blobs are all absent
     gone = {sha for sha in candidates if sha not in kept and sha not in grown
             and (freed.get(sha) or vault.local_form(sha) is None)}
+    # what stayed (claimed, changed, pinned) is no release: the record says only what went, and
+    # what ``finish`` may still let go (its own record is trimmed there)
+    _record_released(vault, manifest, prior | gone | set(deferred), trim=True)
     # looked over slim (what says which blobs each claims), the one marked written whole: the
     # read the release's last decision made under the locks, a moment ago (a manifest committed
     # since claims none of the blobs that went; one this misses is marked by the next start).
@@ -432,6 +440,21 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     read = last[-1] if last else (vault.manifests(slim(vault.root), memo=memo) if gone else [])
     _mark_released(vault, [manifest], read, gone, manifest["restored_by"])
     return sum(freed.values())
+
+
+def _record_released(vault: Vault, manifest: dict, shas: set, trim: bool = False) -> None:
+    """Set ``manifest``'s ``released`` record (``engine.manifest.RELEASED``) to ``shas`` (of its
+    own digests), written (one fsynced log line) when it changes; a record only ever grows
+    before deletes (``trim``: after them, it may shrink to what went)."""
+    own = {f["sha256"] for f in manifest.get("files", [])}
+    now = one_schema.released(manifest)
+    want = frozenset(shas) & own
+    if not trim:
+        want |= now
+    if sorted(want) == manifest.get(one_schema.RELEASED) or (not want and one_schema.RELEASED not in manifest):
+        return
+    manifest[one_schema.RELEASED] = sorted(want)
+    vault.write_manifest(manifest)
 
 
 def _mark_released(vault: Vault, mine: List[dict], read: List[dict], gone: set, by: Optional[str]) -> None:
@@ -513,6 +536,12 @@ class Releases:
                 mine = digests & gone
                 out[op_id] = local + sum(freed[sha] for sha in mine - counted)
                 counted |= mine
+            for op_id, (digests, _local) in ops.items():  # what stayed is no release (rare: a claim)
+                stayed = digests & set(files) - gone
+                if stayed:
+                    with contextlib.suppress(OSError, ValueError):
+                        m = vault.read_manifest(op_id)
+                        _record_released(vault, m, one_schema.released(m) - stayed, trim=True)
             if last:  # each operation as read under the locks, read whole again before it is marked
                 with contextlib.suppress(OSError, ValueError):
                     _mark_released(vault, [], last[-1], gone, None)
@@ -572,9 +601,27 @@ def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, 
     if vault.unread:
         return every
     claimed = {sha for sha in every if sha in refs} | (set(keep) & every) | (journal_blobs(ctx) & every)
-    # the file in place must still be these bytes now, or its only copy is the blob
+    # the file in place must still be these bytes now, or its only copy is the blob; unless a
+    # restore of an older reduction of the run put its original back over them since: they were
+    # what that reduction made (its ``created``), which its restore removes by design (a run
+    # reduced twice and restored: the newer one's backup of the older one's output)
+    undone = _undone_outputs(ctx, ms)
     return claimed | {sha for sha, f in files.items()
-                      if sha not in claimed and not matches(ctx.abs(f["path"]), sha, f["size"])}
+                      if sha not in claimed and (f["path"], sha) not in undone
+                      and not matches(ctx.abs(f["path"]), sha, f["size"])}
+
+
+def _undone_outputs(ctx: Context, ms: List[dict]) -> set:
+    """``(path, sha256)`` of every file a restored reduction of this logdir had made (its
+    ``created``): its restore removed them and put the original back at that path."""
+    here = os.path.realpath(ctx.logdir)
+    out = set()
+    for m in ms:
+        if m.get("kind") != "reduce" or not m.get("restored_by") or not isinstance(m.get("logdir"), str) \
+                or os.path.realpath(m["logdir"]) != here or not isinstance(m.get("created"), list):
+            continue
+        out.update((c.get("path"), c.get("sha256")) for c in m["created"] if isinstance(c, dict))
+    return out
 
 
 def _check_reads(ctx: Context, paths: List[str]) -> None:
