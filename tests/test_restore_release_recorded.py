@@ -1,4 +1,5 @@
-"""A restored operation's released copies are known as released (review R11 F3).
+"""A restored operation's released copies are known as released (review R11 F3), and a purge
+counts as lost only the originals whose blobs went (R11 F7).
 
 F3 (a): two runs hold a file of the same bytes (a profile or config file copied from run to run:
 one blob for both). Restoring one run let go of its own blobs and kept the shared one, which the
@@ -24,6 +25,7 @@ import pytest
 from tb_footprint_plugin import api
 from tb_footprint_plugin import synth as sp
 from tb_footprint_plugin.codes import Finding, Outcome
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.storage.paths import state_dir
 
@@ -154,3 +156,24 @@ def test_a_run_reduced_twice_and_restored_in_one_command_leaves_no_pack_and_no_d
     api.recover_logdir(root)
     assert _damaged(root) == []
 
+
+def test_a_purge_counts_as_lost_only_the_originals_whose_blob_went(tmp_path, monkeypatch):
+    """A transaction under way pins a blob of the purged operation between the plan and the
+    deletes (R11 F7: ``conc2.py``): it is kept, reported kept, and its original is not lost."""
+    root = _shared_runs(tmp_path, monkeypatch, "hardlink", runs=("r0",))
+    vault = Vault(state_dir(root))
+    (m,) = [m for m in vault.manifests() if m["kind"] == "reduce"]
+    assert len(m["files"]) == 2
+    pinned = m["files"][0]["sha256"]
+
+    def pin():
+        with vault._blob_lock(pinned, wait=True):
+            vault.pin_blob("20990101T000000-abcdef", pinned)
+    faults.arm("purge.intent", pin)
+    try:
+        rep = api.purge(root, yes=True)
+    finally:
+        faults.disarm_all()
+    assert [k["sha256"] for k in rep.kept] == [pinned]
+    assert vault.has_blob(pinned)
+    assert rep.originals_lost == 1  # was 2: the pinned blob's original was counted as lost

@@ -170,7 +170,12 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             plan = _blob_plan(vault, ms, pending)
             if yes:
                 freed = _purge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
-                plan = [(m, shas, freed[m["op_id"]][0], originals) for m, shas, _size, originals in plan]
+                # a blob kept under the locks (a transaction under way pinned or claimed it) keeps
+                # its originals too: only the files whose blob actually went are lost
+                stayed = {sha for _f, kept in freed.values() for sha in kept}
+                plan = [(m, shas, freed[m["op_id"]][0],
+                         originals - (0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in stayed)))
+                        for m, shas, _size, originals in plan]
                 report.kept += [{"op_id": m["op_id"], "run": m["run"], "bytes": vault.blob_size_on_disk(sha),
                                  "code": Finding.UNFINISHED, "sha256": sha,
                                  "detail": f"backup {sha[:12]}… was kept: a transaction under way relies on the "
