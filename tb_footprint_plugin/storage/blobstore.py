@@ -947,7 +947,23 @@ class BlobStore:
     def open(self, sha: str) -> BinaryIO:
         """The original bytes of ``sha``, streamed (bounded memory); reading raises
         ``BlobFailure(CORRUPT)`` at the latest at its end when they are not the blob's, and
-        ``BlobFailure(MISSING)`` when it is not stored."""
+        ``BlobFailure(MISSING)`` when it is not stored.
+
+        A pack the cached index names but the store no longer holds was repacked by another
+        process's ``forget`` after this one listed the index (its blobs are in a new pack, listed
+        by an index object written before the old pack went): the index is listed once more and
+        the blob opened from it (a packed blob is read whole here, so a gone pack is seen at the
+        open, not in the middle of the stream). Still missing then: ``MISSING``."""
+        try:
+            return self._open_listed(sha)
+        except BlobFailure as e:
+            if e.code != BlobError.MISSING or not e.key:  # not listed at all: no object to chase
+                raise
+        self.reload()
+        return self._open_listed(sha)
+
+    def _open_listed(self, sha: str) -> BinaryIO:
+        """``open`` from the index as cached now."""
         cands = self.candidates(sha)
         if not cands:
             raise BlobFailure(BlobError.MISSING, "not in the index", sha=sha)
