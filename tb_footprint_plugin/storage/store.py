@@ -231,10 +231,16 @@ class Store(abc.ABC):
 
     # --- reading -----------------------------------------------------------------------------
     @abc.abstractmethod
-    def list(self, prefix: str = "") -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
         """Every file under ``prefix`` (one recursive listing; paginated by the store), in no
         promised order. Only regular files and objects: folders, symlinks and special files are
-        not entries. A missing prefix lists nothing."""
+        not entries. A missing prefix lists nothing.
+
+        ``every_key``: also what a listing finds that is no data of the store's own: keys no other
+        call can address (a bucket's planted ``a/../b`` or ``a//b``: ``Entry.key`` is the name as
+        listed, to be seen and kept, never passed back to a call) and the names of writes in
+        progress (``TMP_PREFIX``), which are otherwise left out. What a caller that must not
+        overlook anything (trust checks, a run's current objects) lists; still one listing."""
 
     @abc.abstractmethod
     def stat(self, key: str) -> Optional[Entry]:
@@ -388,10 +394,10 @@ class Wrapper(Store):
         finally:
             self._after(verb, up=up)
 
-    def list(self, prefix: str = "") -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
         self._before("list")
         try:
-            yield from self.inner.list(prefix)
+            yield from self.inner.list(prefix, every_key=every_key)
         finally:
             self._after("list")
 

@@ -162,7 +162,7 @@ class ObjectStore(Store):
             return self.ops.head(path)
 
     # --- reading ------------------------------------------------------------------------------
-    def list(self, prefix: str = "") -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
         prefix = check_key(prefix, allow_root=True)
         with _coded(prefix or self.location):
             try:
@@ -172,13 +172,14 @@ class ObjectStore(Store):
         for key in sorted(found):
             if prefix and not key.startswith(prefix + "/"):
                 continue
-            try:
-                check_key(key)
-            except StoreFailure:
-                self.unaddressable.append(key)
-                continue
-            if key.rsplit("/", 1)[-1].startswith(STAGE_PREFIX):
-                continue
+            if not every_key:
+                try:
+                    check_key(key)
+                except StoreFailure:
+                    self.unaddressable.append(key)
+                    continue
+                if key.rsplit("/", 1)[-1].startswith(STAGE_PREFIX):
+                    continue
             yield self._entry(key, found[key])
 
     def stat(self, key: str) -> Optional[Entry]:

@@ -19,7 +19,7 @@ from contract_stores import buckets, store  # noqa: F401 - the store fixtures
 from objstore_servers import Bucket
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.remote import RequestStats
-from tb_footprint_plugin.storage.store import CountingStore, Store, StoreFailure, ThrottledStore, check_key
+from tb_footprint_plugin.storage.store import TMP_PREFIX, CountingStore, Store, StoreFailure, ThrottledStore, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
 from tb_footprint_plugin.storage.stores import open_store
@@ -58,6 +58,29 @@ def test_list_after_put_with_spaces_and_unicode(store):
     assert keys_of(store, "run") == []  # a prefix is a folder, not a name's beginning
     assert keys_of(store, "nothing/here") == []
     assert store.stat("run 1/missing") is None and store.stat("no/such/folder") is None
+
+
+def test_every_key_lists_staged_writes_and_keys_no_call_can_address(store):
+    """``list(every_key=True)`` also yields the names of writes in progress and, on a bucket, a
+    planted key with ``..`` or empty parts (as listed, never normalised): what the trust checks
+    must see to keep them; a plain listing leaves both out. Still one listing request."""
+    store.put("run/events.bin", b"data")
+    store.put(f"run/{TMP_PREFIX}0123", b"staged")  # what a killed write leaves behind
+    planted = []  # (the GCS emulator and Azurite refuse to store such names; S3 keeps them)
+    if isinstance(store, ObjectStore) and store.rfs.protocol == "s3":
+        for name in ("run/a/../b/x.bin", "run/c//d.bin"):
+            store.rfs.fs.pipe_file(f"{store.rfs.root}/{name}", b"planted")
+            planted.append(name)
+    assert keys_of(store, "run") == ["run/events.bin"]
+    before = store.stats.list
+    every = {e.key: e for e in store.list("run", every_key=True)}
+    assert store.stats.list - before == 1
+    assert sorted(every) == sorted(["run/events.bin", f"run/{TMP_PREFIX}0123", *planted])
+    for name in planted:
+        assert every[name].size == len(b"planted") and every[name].version
+        fails(StoreError.UNSAFE_KEY, store.stat, name)  # seen, and still no call takes it
+    assert sorted(e.key for e in store.list(every_key=True)) == sorted(every)
+    assert [e.key for e in store.list("nothing", every_key=True)] == []
 
 
 def test_checksums_where_the_store_gives_them(store):
