@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
 from tb_footprint_plugin.engine import faults, remote_vault, trust
 from tb_footprint_plugin.engine import manifest as one_schema
-from tb_footprint_plugin.engine.catalogue import is_kept, journal_blobs, known_vaults, own_manifests, unsettled_op
+from tb_footprint_plugin.engine.catalogue import (is_kept, journal_blobs, known_vaults, manifest_binding, own_manifests,
+                                                   unsettled_op)
 from tb_footprint_plugin.engine.context import (
     Context,
     RunOutcome,
@@ -40,7 +41,7 @@ from tb_footprint_plugin.engine.swap import make_dirs, put_back, put_back_token,
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps)
 from tb_footprint_plugin.engine.vault_reads import read_roots, slim
-from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, VaultError, who
+from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
@@ -268,6 +269,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     faults.hit("restore.check")
     manifest["restored_by"] = begin["op_id"]
     manifest["restored_at"] = time.time()
+    # what its release may let go, recorded in the same line, before any of it goes; the
+    # release takes out of it what stays (``release_restored_backup``)
+    manifest[one_schema.RELEASED] = sorted(one_schema.released(manifest) | {f["sha256"] for f in manifest["files"]})
     vault.write_manifest(manifest)
     changed: set = set()
     released = release_restored_backup(ctx, vault, manifest, keep={d.get("sha256") for d in displaced},
@@ -398,6 +402,7 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     if grew:
         if changed is not None:
             changed.update(grew)
+        _settle_released(vault, manifest, set(), set())
         return 0
     deferred = []
     if releases is not None:  # packed only, no local form: nothing to do here but wait for the others
@@ -407,14 +412,15 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
         candidates = [sha for sha in candidates if sha not in left]
     # the record before the deletes: what this release may let go, so an operation left with
     # some of its blobs (another operation claims them) or killed half way is known as released,
-    # not damaged (``health``, ``purge``); what stays is taken out of it below
-    prior = one_schema.released(manifest)
-    _record_released(vault, manifest, prior | set(candidates) | set(deferred))
+    # not damaged (``health``, ``purge``); what stays is taken out of it below. A restore wrote
+    # it with its mark already (``restore_op``): no line more here
+    _record_released(vault, manifest, set(candidates) | set(deferred))
     kept: set = set()
+    by_others: set = set()  # kept for another operation's claim (not for this one's own doubt)
     last: List[List[dict]] = []  # the manifests the last ``needed`` read under the locks
 
     def needed() -> set:
-        claimed = _claimed_now(ctx, vault, [manifest["op_id"]], files, keep, memo, read=last)
+        claimed = _claimed_now(ctx, vault, [manifest["op_id"]], files, keep, memo, read=last, others=by_others)
         kept.update(claimed)
         return claimed
 
@@ -430,9 +436,10 @@ def release_restored_backup(ctx: Context, vault: Vault, manifest: dict, keep=fro
     # finished by the next start, which marks an operation whose blobs are all absent
     gone = {sha for sha in candidates if sha not in kept and sha not in grown
             and (freed.get(sha) or vault.local_form(sha) is None)}
-    # what stayed (claimed, changed, pinned) is no release: the record says only what went, and
-    # what ``finish`` may still let go (its own record is trimmed there)
-    _record_released(vault, manifest, prior | gone | set(deferred), trim=True)
+    # what stayed for this operation's own doubt (its file in place changed, its blob grew, a
+    # pin, an unread manifest) is no release: out of the record; one another operation claims
+    # stays in it (that one's health names it), as does what ``finish`` may still let go
+    _settle_released(vault, manifest, gone | set(deferred), by_others)
     # looked over slim (what says which blobs each claims), the one marked written whole: the
     # read the release's last decision made under the locks, a moment ago (a manifest committed
     # since claims none of the blobs that went; one this misses is marked by the next start).
@@ -455,6 +462,15 @@ def _record_released(vault: Vault, manifest: dict, shas: set, trim: bool = False
         return
     manifest[one_schema.RELEASED] = sorted(want)
     vault.write_manifest(manifest)
+
+
+def _settle_released(vault: Vault, manifest: dict, let_go: set, by_others: set) -> None:
+    """After a release's deletes: ``manifest``'s record keeps the digests it let go (``let_go``:
+    gone, or left to ``Releases.finish``), those another operation claims (``by_others``) and
+    those absent from the vault; not one that stayed for this operation's own sake."""
+    rec = one_schema.released(manifest)
+    _record_released(vault, manifest, {sha for sha in rec if sha in let_go or sha in by_others
+                                       or not vault.has_blob(sha)}, trim=True)
 
 
 def _mark_released(vault: Vault, mine: List[dict], read: List[dict], gone: set, by: Optional[str]) -> None:
@@ -518,11 +534,12 @@ class Releases:
             vault = Vault(root)
             files, ops = b["files"], b["ops"]
             kept: set = set()
+            by_others: set = set()
             last: List[List[dict]] = []
 
             def needed(part: List[str]) -> set:
                 claimed = _claimed_now(ctx, vault, list(ops), {sha: files[sha] for sha in part}, b["keep"], memo,
-                                       read=last)
+                                       read=last, others=by_others)
                 kept.update(claimed)
                 return claimed
 
@@ -537,7 +554,7 @@ class Releases:
                 out[op_id] = local + sum(freed[sha] for sha in mine - counted)
                 counted |= mine
             for op_id, (digests, _local) in ops.items():  # what stayed is no release (rare: a claim)
-                stayed = digests & set(files) - gone
+                stayed = digests & set(files) - gone - by_others
                 if stayed:
                     with contextlib.suppress(OSError, ValueError):
                         m = vault.read_manifest(op_id)
@@ -582,11 +599,14 @@ def _absent_on_a_fresh_look(vault: Vault, shas: List[str]) -> bool:
 
 
 def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, keep,
-                 memo: Optional[ManifestMemo] = None, read: Optional[List[List[dict]]] = None) -> set:
+                 memo: Optional[ManifestMemo] = None, read: Optional[List[List[dict]]] = None,
+                 others: Optional[set] = None) -> set:
     """The digests of ``files`` that must stay, read under the blobs' locks (the manifests,
     journals and pins of now, not of when the release began: a reduce of identical bytes may
     have committed meanwhile). On any doubt (a manifest unread, damage hiding one) all stay.
-    ``releasing``: the op ids whose backups are let go. ``read``: the manifests read are appended to it."""
+    ``releasing``: the op ids whose backups are let go. ``read``: the manifests read are appended to it.
+    ``others``: the digests another operation's manifest claims are added to it (none while a
+    damaged record may hide what one claims)."""
     every = set(files)
     ms = vault.manifests(slim(vault.root), memo=memo)  # all a claim is said by, without verifications
     if read is not None:
@@ -600,26 +620,33 @@ def _claimed_now(ctx: Context, vault: Vault, releasing: List[str], files: dict, 
     refs = vault.referenced_blobs(exclude_ops=list(releasing) + restored, manifests=ms)
     if vault.unread:
         return every
+    if others is not None and not isinstance(refs, EveryBlob):
+        others.update(sha for sha in every if sha in refs)
     claimed = {sha for sha in every if sha in refs} | (set(keep) & every) | (journal_blobs(ctx) & every)
     # the file in place must still be these bytes now, or its only copy is the blob; unless a
     # restore of an older reduction of the run put its original back over them since: they were
     # what that reduction made (its ``created``), which its restore removes by design (a run
     # reduced twice and restored: the newer one's backup of the older one's output)
-    undone = _undone_outputs(ctx, ms)
-    return claimed | {sha for sha, f in files.items()
-                      if sha not in claimed and (f["path"], sha) not in undone
-                      and not matches(ctx.abs(f["path"]), sha, f["size"])}
+    moved = {sha for sha, f in files.items() if sha not in claimed and not matches(ctx.abs(f["path"]), sha, f["size"])}
+    undone = _undone_outputs(ctx, ms) if moved else set()
+    return claimed | {sha for sha in moved if (files[sha]["path"], sha) not in undone}
 
 
 def _undone_outputs(ctx: Context, ms: List[dict]) -> set:
     """``(path, sha256)`` of every file a restored reduction of this logdir had made (its
-    ``created``): its restore removed them and put the original back at that path."""
+    ``created``): its restore removed them and put the original back at that path. Only this
+    logdir's (its path, and its identity as ``catalogue.own_manifests`` takes it)."""
+    identity = manifest_binding(ctx)
+    if identity is False:
+        return set()  # a foreign state directory: none of it is ours
     here = os.path.realpath(ctx.logdir)
     out = set()
     for m in ms:
         if m.get("kind") != "reduce" or not m.get("restored_by") or not isinstance(m.get("logdir"), str) \
                 or os.path.realpath(m["logdir"]) != here or not isinstance(m.get("created"), list):
             continue
+        if identity is not None and m.get("logdir_id") not in (None, identity["id"]):
+            continue  # written for another logdir that once stood at this path
         out.update((c.get("path"), c.get("sha256")) for c in m["created"] if isinstance(c, dict))
     return out
 
