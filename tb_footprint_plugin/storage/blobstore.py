@@ -959,7 +959,11 @@ class BlobStore:
         except BlobFailure as e:
             if e.code != BlobError.MISSING or not e.key:  # not listed at all: no object to chase
                 raise
-        self.reload()
+            gone = e
+        try:
+            self.reload()
+        except BlobFailure:
+            raise gone from None  # the index does not list now: what the open found stands
         return self._open_listed(sha)
 
     def _open_listed(self, sha: str) -> BinaryIO:
