@@ -152,7 +152,8 @@ def test_a_kill_after_an_incomplete_drop_never_records_the_runs_done(s3_bucket, 
 # -- F1 ------------------------------------------------------------------------------------------
 def test_a_refused_verifying_mark_fails_the_batch_runs_and_never_escapes(s3_bucket, tmp_path, monkeypatch):
     from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
-    from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.storage.store import StoreFailure  # what a Store call raises
 
     url, pol = _logdir(s3_bucket, tmp_path, n=2)
     before = _data(s3_bucket, "logs")
@@ -160,7 +161,7 @@ def test_a_refused_verifying_mark_fails_the_batch_runs_and_never_escapes(s3_buck
 
     def mark(self, run, state, **kw):
         if state == "verifying":
-            raise RemoteError("store_error", "injected: the ledger PUT refused")
+            raise StoreFailure(StoreError.STORE_ERROR, "", "injected: the ledger PUT refused")
         return real(self, run, state, **kw)
 
     monkeypatch.setattr(BucketLedger, "mark", mark)
@@ -174,7 +175,8 @@ def test_a_refused_verifying_mark_fails_the_batch_runs_and_never_escapes(s3_buck
 
 
 def test_a_refused_start_mark_fails_that_run_alone_untouched(s3_bucket, tmp_path):
-    from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.storage.store import StoreFailure  # what a Store call raises
 
     url, pol = _logdir(s3_bucket, tmp_path, n=2)
     first = []
@@ -182,7 +184,7 @@ def test_a_refused_start_mark_fails_that_run_alone_untouched(s3_bucket, tmp_path
     def progress(run, step, frac):
         if step == "start" and not first:
             first.append(run)
-            raise RemoteError("store_error", "injected: the start mark refused")
+            raise StoreFailure(StoreError.STORE_ERROR, "", "injected: the start mark refused")
 
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger="default", progress=progress)
     got = {o.run: (o.status, o.code) for o in rep.outcomes}

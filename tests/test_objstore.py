@@ -456,12 +456,14 @@ def test_failure_codes_are_the_local_engines():
     from tb_footprint_plugin.engine.bucket import BucketTxnError, failure_code
     from tb_footprint_plugin.engine.bucket_state import lock_failure_code
     from tb_footprint_plugin.engine.context import TransactionError
+    from tb_footprint_plugin.codes import StoreError
     from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.storage.store import StoreFailure  # what the bucket engine's Store calls raise
 
     assert failure_code(BucketTxnError(Failure.CHANGED_SINCE_BACKUP, "x")) == Failure.CHANGED_SINCE_BACKUP
-    assert failure_code(RemoteError("store_error", "500")) == Failure.STORE_ERROR
-    assert failure_code(RemoteError("precondition_failed", "412")) == Failure.STORE_ERROR
-    assert failure_code(RemoteError("no_space", "quota")) == Failure.NO_SPACE
+    assert failure_code(StoreFailure(StoreError.STORE_ERROR, "k", "500")) == Failure.STORE_ERROR
+    assert failure_code(StoreFailure(StoreError.PRECONDITION_FAILED, "k", "412")) == Failure.STORE_ERROR
+    assert failure_code(StoreFailure(StoreError.NO_SPACE, "k", "quota")) == Failure.NO_SPACE
     assert failure_code(OSError(errno.ENOSPC, "full")) == Failure.NO_SPACE  # local staging of a rewrite
     assert failure_code(ValueError("../escape")) == Failure.REFUSED
     assert failure_code(TransactionError("verification failed")) == Failure.ERROR

@@ -51,7 +51,7 @@ import io
 import os
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from tb_footprint_plugin.codes import BlobError, Failure, Skip
+from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.bucket_state import (
@@ -73,6 +73,7 @@ from tb_footprint_plugin.storage.remote import (
     content_checksums,
     same_content,
 )
+from tb_footprint_plugin.storage.store import StoreFailure
 
 #: a file entry whose backup is a blob of the vault's ``BlobStore`` (no ``backup`` key)
 KEPT_IN = "blobstore"
@@ -131,7 +132,7 @@ def _fetch(rfs: RemoteFS, f: dict, work: str, n: int) -> Tuple[str, Callable[[],
     store gives one, the MD5 it computed for the planned version: anything else changed since."""
     size = int(f["size"])
     h, md5 = hashlib.sha256(), hashlib.md5()
-    reader = rfs.open_ranged(f["path"], size, chunk=CHUNK) if size else io.BytesIO(b"")
+    reader = BucketState.of(rfs).open_read(rfs.path(f["path"]), size) if size else io.BytesIO(b"")
     buf = io.BytesIO() if size <= IN_MEMORY else None
     path = os.path.join(work, f"{n:06d}.orig")
     got = 0
@@ -178,8 +179,9 @@ def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Di
                     continue
                 try:
                     sha, opener = _fetch(rfs, f, work, i)
-                except FileNotFoundError:
-                    failed[en["run"]] = BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: gone since the plan")
+                except (FileNotFoundError, StoreFailure) as e:
+                    failed[en["run"]] = e if isinstance(e, StoreFailure) and e.code != StoreError.NOT_FOUND else \
+                        BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: gone since the plan")
                     continue
                 except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
                     failed[en["run"]] = BucketTxnError(Failure.REFUSED, f"{str(f['path'])[:300]!r}: {e}")
@@ -356,10 +358,7 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
         # journals first: an operation's journal names its digests until its manifest exists and
         # goes only after, so one that commits between the two listings is named by one of them
         for prefix in (rfs.path(JOURNAL), vault.root + "/manifests"):
-            try:
-                found = rfs.list_under(prefix, prefix)
-            except FileNotFoundError:
-                continue
+            found = st.listing(prefix, missing_ok=True)
             for key, info in sorted(found.items()):
                 doc, _ = st.read(f"{prefix}/{key}", info)
                 if doc is None:

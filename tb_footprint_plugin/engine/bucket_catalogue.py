@@ -42,10 +42,7 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
     own code as ``why``)."""
     st = BucketState(rfs)
     prefix = vault.root + "/manifests"
-    try:
-        found = rfs.list_under(prefix, vault.root)
-    except FileNotFoundError:
-        return []
+    found = st.listing(prefix, vault.root, missing_ok=True)
     out = []
 
     def read(item):
@@ -164,10 +161,7 @@ def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
 
 def status(rfs: RemoteFS, vault: BucketVault) -> dict:
     """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
-    try:
-        pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in rfs.list_tree(JOURNAL))
-    except FileNotFoundError:
-        pending = []
+    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in BucketState.of(rfs).tree(JOURNAL, missing_ok=True))
     ops, vault_bytes, freed_now, problems = [], 0, 0, []
     found = manifests(rfs, vault, problems)
     for m in found:

@@ -51,7 +51,7 @@ import threading
 import time
 from typing import Callable, Dict, Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Outcome, Recovery
+from tb_footprint_plugin.codes import Outcome, Recovery, StoreError
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.bucket_state import JOURNAL
 from tb_footprint_plugin.engine.lease import holder_alive, me
@@ -60,6 +60,7 @@ from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, 
 from tb_footprint_plugin.engine.trust import BAD_LEDGER, BAD_LEDGER_ENTRY, Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, map_ordered
+from tb_footprint_plugin.storage.store import StoreFailure
 
 LEDGERS = f"{STATE_DIR_NAME}/ledgers"
 #: the in-flight markers of live (or killed) workers, one per worker and ledger folder (module doc)
@@ -202,7 +203,7 @@ class BucketLedger:
     def _stored(self, run: str, rel: str) -> Optional[dict]:
         """The shard's entry for ``run`` as stored (untrusted: checked; None when absent or refused)."""
         try:
-            doc = json.loads(self.rfs.read_bytes(rel).decode("utf-8"))
+            doc = json.loads(BucketState.of(self.rfs).read_bytes(self.rfs.path(rel)).decode("utf-8"))
             if not isinstance(doc, dict) or doc.get("run") != run or doc.get("version") != LEDGER_VERSION:
                 return None
             return check_entry(run, doc.get("entry"), self.rfs.url_of(rel))
@@ -221,9 +222,11 @@ def _checked_entries(rfs: RemoteFS, objs: dict) -> tuple:
         if _KEY.match(rel) is None or objs[key].size > MAX_ENTRY_BYTES:
             return key, None
         try:
-            return key, rfs.read_bytes(key)
-        except FileNotFoundError:
-            return key, None
+            return key, BucketState.of(rfs).read_bytes(rfs.path(key))
+        except StoreFailure as e:
+            if e.code == StoreError.NOT_FOUND:
+                return key, None
+            raise
 
     # read a few at once: one GET after the other, 10,000 runs' entries took minutes
     for key, data in map_ordered(fetch, sorted(objs)):
@@ -259,10 +262,7 @@ def read_folder(rfs: RemoteFS, folder: str, objs: Optional[dict] = None) -> tupl
     (entry, policy)}, problems)`` — one listing (none when ``objs``, its objects from a listing
     made already, is given), one GET per entry."""
     if objs is None:
-        try:
-            objs = rfs.list_tree(f"{LEDGERS}/{folder}")
-        except FileNotFoundError:
-            objs = {}
+        objs = BucketState.of(rfs).tree(f"{LEDGERS}/{folder}", missing_ok=True)
     checked, refused = _checked_entries(rfs, objs)
     return ({run: (entry, pol) for run, entry, _f, pol in checked},
             report_refusals(rfs.url_of(f"{LEDGERS}/{folder}"), refused))
@@ -275,10 +275,7 @@ def folder_of(shard: Optional[str]) -> str:
 
 def merged(rfs: RemoteFS) -> Optional[dict]:
     """Every ledger object of the bucket logdir as one view of the batch (None when there is none)."""
-    try:
-        objs = rfs.list_tree(LEDGERS)
-    except FileNotFoundError:
-        return None
+    objs = BucketState.of(rfs).tree(LEDGERS, missing_ok=True)
     if not objs:
         return None
     folders: Dict[str, dict] = {}
@@ -301,7 +298,7 @@ def _gone_marker(rfs: RemoteFS, key: str, info, mine: bool = False) -> Optional[
     if rel is None or _MARKER.match(rel) is None or info.size > MAX_MARKER_BYTES:
         return None
     try:
-        doc = json.loads(rfs.read_bytes(key).decode("utf-8"))
+        doc = json.loads(BucketState.of(rfs).read_bytes(rfs.path(key)).decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict) or doc.get("version") != LEDGER_VERSION or \
@@ -333,17 +330,16 @@ def _journals_left(rfs: RemoteFS) -> tuple:
     """``(op ids, runs)`` named by the journal objects left in the bucket (an operation some
     journal still holds may yet be rolled back); raises ``OSError`` when one cannot be read
     (nothing is proven then)."""
-    try:
-        objs = rfs.list_tree(JOURNAL)
-    except FileNotFoundError:
-        return set(), set()
+    objs = BucketState.of(rfs).tree(JOURNAL, missing_ok=True)
     ops, runs = set(), set()
     for key in sorted(objs):
         ops.add(key.rsplit("/", 1)[-1][:-5] if key.endswith(".json") else key)
         try:
-            doc = json.loads(rfs.read_bytes(key).decode("utf-8"))
-        except FileNotFoundError:
-            continue  # settled since the listing
+            doc = json.loads(BucketState.of(rfs).read_bytes(rfs.path(key)).decode("utf-8"))
+        except StoreFailure as e:
+            if e.code == StoreError.NOT_FOUND:
+                continue  # settled since the listing
+            raise
         except (ValueError, RecursionError):
             raise OSError(f"{rfs.url_of(key)}: unreadable journal; no commit of its runs is proven") from None
         if not isinstance(doc, dict):
@@ -377,10 +373,7 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine:
     interrupted), never another batch's. Returns the runs recorded done; a write that fails, or a
     run a journal still names, leaves the marker, and the next start tries again (the ledger is a
     record: the reductions stand)."""
-    try:
-        markers = rfs.list_tree(INFLIGHT)
-    except FileNotFoundError:
-        return []
+    markers = BucketState.of(rfs).tree(INFLIGHT, missing_ok=True)
     undone = _rolled_back_by(recovered)
     done: List[str] = []
     manifests: Optional[List[dict]] = None
@@ -389,10 +382,7 @@ def settle_stale(rfs: RemoteFS, manifests_of: Callable[[], List[dict]], *, mine:
         mk = _gone_marker(rfs, key, info, mine)
         if mk is None:
             continue
-        try:
-            objs = rfs.list_tree(f"{LEDGERS}/{mk['folder']}")
-        except FileNotFoundError:
-            objs = {}
+        objs = BucketState.of(rfs).tree(f"{LEDGERS}/{mk['folder']}", missing_ok=True)
         checked, _refused = _checked_entries(rfs, objs)  # refusals are named by ``merged`` (status)
         stale = [(run, e, pol) for run, e, _f, pol in checked if e.get("state") in IN_FLIGHT_STATES
                  and e.get("host") == mk["host"] and e.get("pid") == mk["pid"]]
@@ -452,10 +442,7 @@ def record_rolled_back(rfs: RemoteFS, shard: Optional[str], op_ids: Iterable[str
     if not wanted:
         return []
     folder = _folder(shard)
-    try:
-        objs = rfs.list_tree(f"{LEDGERS}/{folder}")
-    except FileNotFoundError:
-        return []
+    objs = BucketState.of(rfs).tree(f"{LEDGERS}/{folder}", missing_ok=True)
     out = []
     checked, _refused = _checked_entries(rfs, objs)
     for run, e, _f, pol in checked:

@@ -6,7 +6,9 @@ interface (issue #26: the bucket engine's state moves onto ``storage.store.Store
 (``ObjectStore.on_client``: the same conditional client and request counters, so a state object
 costs the requests it cost over ``RemoteFS`` directly, no more). Keys and JSON formats are the
 ones the bucket engine always wrote (``json.dumps(doc, sort_keys=True)``). The rest of the bucket
-engine reaches the store through it too: heads (``head``: an ``Entry`` as the listing's
+engine reaches the store through it too: listings (``listing``/``tree``: ``Store.list(every_key=True)``,
+one paginated listing, every key the store holds seen, a planted ``a/../b`` one and a staged write
+included), ranged and whole reads (``read_range``, ``open_read``, ``read_bytes``), heads (``head``: an ``Entry`` as the listing's
 ``ObjectInfo``), puts, uploads, server-side copies (with the store's checksums of the copy) and
 the retention query (``Store.retention``). A store's refusal reaches the engine as the
 ``StoreFailure`` it is, and the engine branches on its ``codes.StoreError`` code.
@@ -77,6 +79,61 @@ class BucketState:
             store = ObjectStore.on_client(self.rfs, url)
             self._stores[url] = store
         return store, key
+
+    def _store_at(self, root: str) -> ObjectStore:
+        """The store rooted at the store path ``root`` (the logdir's own for its root), on this client."""
+        url = self.rfs.url if root == self.rfs.root else f"{self.rfs.scheme}://{root}"
+        store = self._stores.get(url)
+        if store is None:
+            store = ObjectStore.on_client(self.rfs, url)
+            self._stores[url] = store
+        return store
+
+    def listing(self, base: str, root: Optional[str] = None, *, missing_ok: bool = False) -> Dict[str, ObjectInfo]:
+        """Every object under the store path ``base`` (one recursive paginated listing), keyed by
+        its path relative to the store path ``root`` (``base`` itself when not given: the logdir, a
+        vault in another prefix or bucket), as the listing's ``ObjectInfo``. Every key the
+        listing finds (``Store.list(every_key=True)``): one no call can address (a planted
+        ``a/../b``) and a staged write are seen, for the trust checks to keep them. ``ValueError``
+        for a ``base`` that is no plain key under ``root``; a bucket that does not exist is
+        ``StoreFailure`` ``NOT_FOUND``, or nothing with ``missing_ok``."""
+        root = base if root is None else root
+        if base == root:
+            prefix = ""
+        elif base.startswith(root + "/"):
+            prefix = base[len(root) + 1:]
+        else:
+            raise ValueError(f"{base}: not under {root}")
+        try:
+            check_key(prefix, allow_root=True)
+        except StoreFailure as e:
+            raise ValueError(f"{base}: not a plain key under {root} ({e})") from None
+        try:
+            return {e.key: info_of(e) for e in self._store_at(root).list(prefix, every_key=True)}
+        except StoreFailure as e:
+            if missing_ok and e.code == StoreError.NOT_FOUND:
+                return {}
+            raise
+
+    def tree(self, rel: str = "", *, missing_ok: bool = False) -> Dict[str, ObjectInfo]:
+        """``listing`` of ``rel`` under the logdir, keyed relative to the logdir."""
+        return self.listing(self.rfs.path(rel), self.rfs.root, missing_ok=missing_ok)
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object at ``path``: one ranged read."""
+        store, key = self.where(path)
+        return store.read_range(key, start, end)
+
+    def open_read(self, path: str, size: int):
+        """A seekable reader of the object at ``path`` of the listed ``size`` (no request to open;
+        one ranged read per ``read``)."""
+        store, key = self.where(path)
+        return store.open_read(key, size)
+
+    def read_bytes(self, path: str, limit: int = READ_ALL_LIMIT) -> bytes:
+        """The whole object at ``path`` in one read (``StoreFailure`` ``TOO_LARGE`` past ``limit``)."""
+        store, key = self.where(path)
+        return store.read_all(key, limit)
 
     def head(self, path: str) -> Optional[ObjectInfo]:
         """The object's metadata as a listing gives it (size, time, version, the store's

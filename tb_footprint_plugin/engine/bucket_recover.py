@@ -91,10 +91,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     # it over once no journal of the operation it names is left)
     out += [RecoveryOutcome(op_id=d["file"].rsplit("/", 1)[-1], run="?", action=Recovery.REFUSED,
                             detail=d["detail"], code=d["code"]) for d in damaged_locks(rfs)]
-    try:
-        journals = rfs.list_tree(JOURNAL)
-    except FileNotFoundError:
-        return out
+    journals = BucketState.of(rfs).tree(JOURNAL, missing_ok=True)
     for key in sorted(journals):
         rel = key.rsplit("/", 1)[-1]
         if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
@@ -257,10 +254,7 @@ def _damaged(rfs: RemoteFS, prefix: str, suffix: str, bad: Callable[[dict], bool
     each named by URL with a code and ``what`` is said of it; they are left in place."""
     st = BucketState(rfs)
     out: List[dict] = []
-    try:
-        listing = rfs.list_tree(prefix)
-    except FileNotFoundError:
-        return out
+    listing = st.tree(prefix, missing_ok=True)
     for key, info in sorted(listing.items()):
         if not key.endswith(suffix):
             continue

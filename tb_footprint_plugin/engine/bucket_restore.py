@@ -344,8 +344,7 @@ def _late_from_kept(rfs: RemoteFS, vault: BucketVault, f: dict, kept_key: str, i
     """The ``displaced`` record of a grown object kept in the vault at ``kept_key`` (``info``: its
     metadata), its complete records after the reduced bytes salvaged into the run (idempotent)."""
     new_size = int(f["new_size"])
-    vfs = RemoteFS(f"{rfs.scheme}://{vault.root}", stats=rfs.stats)
-    src = vfs.open_ranged(kept_key, info.size)
+    src = BucketState.of(rfs).open_read(f"{vault.root}/{kept_key}", info.size)
     src.seek(new_size)
     reader = RecordReader(src, raw=True, display_name=f"late records of {f['path']}")
     buf = io.BytesIO()
@@ -381,6 +380,7 @@ def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, Ob
                     raise
                 info = BucketState.of(rfs).head(rfs.path(name))
         if info is not None and info.size == len(data) and \
-                same_content(content_checksums(info), {"md5": md5}) and rfs.read_bytes(name) == data:
+                same_content(content_checksums(info), {"md5": md5}) and \
+                BucketState.of(rfs).read_bytes(rfs.path(name), limit=len(data)) == data:
             return name
         k += 1

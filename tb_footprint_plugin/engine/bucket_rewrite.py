@@ -269,7 +269,7 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
     """Stream an object to a local file in ranged reads; return its sha256. The bytes must match
     the store's checksum of the version that was backed up (when the store gives one)."""
     h, md5 = hashlib.sha256(), hashlib.md5()
-    reader = rfs.open_ranged(rel, o.size, chunk=CHUNK)
+    reader = BucketState.of(rfs).open_read(rfs.path(rel), o.size)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(dest, "wb") as fo:
         while True:

@@ -31,14 +31,14 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.blobstore import BlobStore
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, is_remote
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, is_remote
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
-#: a failed request to the store, as the engine catches it: a ``Store`` call's ``StoreFailure``,
-#: or the ``RemoteError`` of a listing (the listings still go through ``RemoteFS.list_tree``);
-#: both carry a ``codes.StoreError`` value as ``code``, which is what a catch site branches on
-STORE_FAILURES = (StoreFailure, RemoteError)
+#: a failed request to the store, as the engine catches it: a ``Store`` call's ``StoreFailure``
+#: (listings and ranged reads included: every request of the bucket engine goes through the
+#: ``Store`` interface); its ``codes.StoreError`` ``code`` is what a catch site branches on
+STORE_FAILURES = (StoreFailure,)
 
 JOURNAL = f"{STATE_DIR_NAME}/journal"
 LOCKS = f"{STATE_DIR_NAME}/locks"
@@ -308,7 +308,7 @@ def delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
 def run_listing(rfs: RemoteFS, vault: BucketVault, run: str) -> Dict[str, ObjectInfo]:
     """One listing of the run's prefix (keys relative to the logdir), the state and vault left out."""
     pre = run_prefix(run)
-    objs = rfs.list_tree(pre.rstrip("/"))
+    objs = BucketState.of(rfs).tree(pre.rstrip("/"))
     vault_rel = vault.root[len(rfs.root) + 1:] + "/" if vault.root.startswith(rfs.root + "/") else None
     return {k: o for k, o in objs.items()
             if not k.startswith(STATE_DIR_NAME + "/") and not (vault_rel and k.startswith(vault_rel))}

@@ -100,8 +100,7 @@ def stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
     pos = 0
     while pos < size:
         end = min(size, pos + (1 << 20))
-        data = rfs.fs.cat_file(path, start=pos, end=end)
-        rfs.stats.add("read", down=len(data))
+        data = BucketState.of(rfs).read_range(path, pos, end)
         h.update(data)
         pos = end
     return h.hexdigest()
@@ -243,10 +242,7 @@ def uncommitted_ops(rfs: RemoteFS) -> set:
     start's recovery, removes them (review R6 F2). One listing of the journals, each one read
     (usually none). Untrusted: a journal that does not read as a reduce's names nothing."""
     st = BucketState(rfs)
-    try:
-        found = rfs.list_tree(JOURNAL)
-    except FileNotFoundError:
-        return set()
+    found = st.tree(JOURNAL, missing_ok=True)
     out: set = set()
     for key, info in sorted(found.items()):
         doc, _ = st.read(rfs.path(key), info)
