@@ -201,3 +201,36 @@ def test_a_logdir_whose_prefix_starts_with_a_tilde_keeps_its_state(s3_bucket):
     ours, versions = unlock_all([path])
     must_delete(rfs, ours, versions=versions)
     assert st.stat(path) is None
+
+
+def test_the_engine_s_listings_and_reads_go_through_the_store_and_see_every_key(s3_bucket):
+    """``BucketState.listing``/``tree`` (every listing of the bucket engine) are one paginated
+    listing each, keyed as ``RemoteFS.list_tree``/``list_under`` keyed them (relative to the
+    logdir, or to a vault elsewhere), and see a planted 'a/../b' key and a staged write, which the
+    trust checks keep; a missing bucket is ``NOT_FOUND`` or, asked, nothing. Ranged and whole
+    reads cost one read each."""
+    rfs = RemoteFS(s3_bucket.url("logs"))
+    st = BucketState(rfs)
+    s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/run/a/../b/x.bin", b"planted")
+    s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/run/.footprint-tmp-1", b"staged")
+    s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/run/events.bin", b"0123456789")
+    s3_bucket.fs.pipe_file(f"{s3_bucket.key('vault')}/manifests/op.json", b"{}")
+    c0 = counts(rfs)
+    tree = st.tree("run")
+    assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0) | {"list": 1}
+    assert sorted(tree) == ["run/.footprint-tmp-1", "run/a/../b/x.bin", "run/events.bin"]
+    assert tree["run/events.bin"].size == 10 and tree["run/events.bin"].version_token
+    assert list(st.listing(f"{s3_bucket.key('vault')}/manifests", s3_bucket.key("vault"))) == ["manifests/op.json"]
+    assert list(st.listing(f"{s3_bucket.key('vault')}/manifests")) == ["op.json"]
+    with pytest.raises(ValueError):
+        st.tree("a/../b")
+    c0 = counts(rfs)
+    assert st.read_range(rfs.path("run/events.bin"), 2, 5) == b"234"
+    assert st.open_read(rfs.path("run/events.bin"), 10).read(4) == b"0123"
+    assert st.read_bytes(rfs.path("run/events.bin")) == b"0123456789"
+    assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0) | {"read": 3}
+    gone = BucketState(RemoteFS(f"s3://no-such-bucket-{new_op_id().lower()}/logs"))
+    assert gone.tree(missing_ok=True) == {}
+    with pytest.raises(StoreFailure) as e:
+        gone.tree()
+    assert e.value.code == StoreError.NOT_FOUND
