@@ -221,7 +221,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             journal.step("swapping", at=committed_at)
             faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
-        except (BucketTxnError, *STORE_FAILURES) as e:
+        except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key no call can address
             if _rollback_batch(rfs, vault, journal, live, outs, e, entries):
                 ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
                 BucketState.of(rfs).delete(ours, versions=versions)

@@ -64,7 +64,8 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
                         return "journal names keys outside its run"
                 if not names_our_backup(vault, f):
                     return "journal names keys outside the logdir or vault"
-                if f.get("tmp") is not None and not str(f["tmp"]).startswith(vault.root + "/tmp/"):
+                if f.get("tmp") is not None and not _plain_under(str(f["tmp"]), vault.root + "/tmp/"):
+                    # '<vault>/tmp/../x' starts with the prefix: every part must be a plain one (review R12 F1)
                     return "journal names keys outside the logdir or vault"
                 if not f["path"].startswith(run_prefix(en["run"])) and en["run"] != ".":
                     return "journal names keys outside its run"
@@ -96,7 +97,13 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         rel = key.rsplit("/", 1)[-1]
         if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
             continue
-        path = rfs.path(key)
+        try:
+            path = rfs.path(key)
+        except ValueError:  # S3 keeps 'journal/x/../<op>.json' as written: never read nor acted on (R12 F2)
+            out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
+                                       detail=f"{_named(rfs, key)}: not a plain key of the logdir; left in place",
+                                       code=trust.PATH_OUTSIDE))
+            continue
         doc, version = st.read(path)
         if doc is None:  # finished (or settled) by its owner since the listing
             continue
@@ -158,10 +165,24 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
                                        runs=settled, kind="reduce"))
-        except (BucketTxnError, *STORE_FAILURES) as e:
+        except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
+            # ValueError: a key the journal names that no store call can address (the trust check
+            # above refuses those it knows of; one it misses must not stop every verb, review R12 F1)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
                                        code=Finding.RECOVERY_FAILED))
     return out
+
+
+def _plain_under(key: str, prefix: str) -> bool:
+    """Whether ``key`` lies under ``prefix`` with nothing but plain parts below it (no empty,
+    ``.`` or ``..`` part, no NUL)."""
+    return key.startswith(prefix) and "\0" not in key and \
+        not any(part in ("", ".", "..") for part in key[len(prefix):].split("/"))
+
+
+def _named(rfs: RemoteFS, key: str) -> str:
+    """A listed key's URL as the listing gave it (``url_of`` refuses a key that is not plain)."""
+    return f"{rfs.scheme}://{rfs.root}/{key}"
 
 
 def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dict, name: str,
@@ -258,7 +279,12 @@ def _damaged(rfs: RemoteFS, prefix: str, suffix: str, bad: Callable[[dict], bool
     for key, info in sorted(listing.items()):
         if not key.endswith(suffix):
             continue
-        doc, _ = st.read(rfs.path(key), info)
+        try:
+            doc, _ = st.read(rfs.path(key), info)
+        except ValueError:  # not a plain key (S3 keeps '..' segments as written): named, never read
+            out.append({"code": trust.PATH_OUTSIDE, "file": _named(rfs, key), "op_id": None, "run": None,
+                        "detail": f"{_named(rfs, key)}: not a plain key of the logdir; never acted on, left in place"})
+            continue
         if doc is not None and bad(doc):
             url = rfs.url_of(key)
             out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,

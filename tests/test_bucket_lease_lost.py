@@ -1,0 +1,30 @@
+"""A bucket run lock taken over or removed under its holder is lost at its next renewal, on each
+object store: never renewed, never released as the holder's (review R12 F5: the renewal's catch
+site moved from the client's RemoteError to the Store's StoreFailure, and nothing exercised it)."""
+import json
+import time
+
+import pytest
+
+from tb_footprint_plugin.engine import bucket_lease, lease
+from tb_footprint_plugin.engine.bucket_state import BucketState, lock_run, unlock_all
+from tb_footprint_plugin.engine.context import new_op_id
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+
+@pytest.mark.parametrize("how", ["taken_over", "removed"])
+def test_a_lock_changed_under_its_holder_is_lost_at_its_next_renewal(bucket, how):
+    rfs = RemoteFS(bucket.url(f"logs-{how}"))
+    st = BucketState(rfs)
+    path, _version = lock_run(st, "exp/run", new_op_id())
+    assert bucket_lease.still_held(path)
+    if how == "taken_over":
+        st.put(path, json.dumps({"run": "exp/run", "op": new_op_id()}).encode())
+    else:
+        st.delete([path])
+    bucket_lease.renew_all(now=time.time() + lease.lease_seconds())
+    assert not bucket_lease.still_held(path)
+    ours, _versions = unlock_all([path])
+    assert ours == []  # not released as the holder's: another's lock (or none) stays as it is
+    if how == "taken_over":
+        assert json.loads(st.read_bytes(path))["op"] != "", "the other holder's lock is still there"
