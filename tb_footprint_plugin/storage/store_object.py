@@ -293,7 +293,9 @@ class ObjectStore(Store):
              if_version: Optional[str] = None, source: Optional[Store] = None, size: Optional[int] = None,
              precheck: bool = True, listed_absent: bool = False, detail: bool = False) -> Union[str, Copied]:
         origin = self if source is None else unwrapped(source)
-        if not isinstance(origin, ObjectStore) or origin.rfs.protocol != self.rfs.protocol:
+        # one server-side copy needs one client: the same endpoint and credentials on both sides
+        # (review R12 F7: a protocol check alone let another endpoint's store through)
+        if not isinstance(origin, ObjectStore) or origin.ops is not self.ops:
             raise StoreFailure(StoreError.NOT_SUPPORTED, src,
                                f"no server-side copy from {origin.location} into {self.location}")
         psrc, pdst = origin._path(src), self._path(dst)

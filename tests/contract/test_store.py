@@ -227,6 +227,11 @@ def test_copy_from_another_store_with_the_copy_s_checksums(store, tmp_path):
         (tmp_path / "folder" / "f.bin").write_bytes(b"local")
         fails(StoreError.NOT_SUPPORTED, store.copy, "f.bin", "run/x.bin", source=PosixStore(str(tmp_path / "folder")))
         assert store.stat("run/x.bin") is None
+        # nor does one on a client of its own (another endpoint or credentials, as far as this
+        # store can tell): one server-side copy needs one client (review R12 F7)
+        apart = ObjectStore(other.location)
+        fails(StoreError.NOT_SUPPORTED, store.copy, "vault/ü b.bin", "run/y.bin", source=apart)
+        assert store.stat("run/y.bin") is None
 
 
 def test_copy_without_reads_first_keeps_its_conditions(store):
