@@ -9,6 +9,7 @@ from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tupl
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import health, usage
+from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.catalogue import summarize_operations
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import DEFAULT_BACKENDS, Engine, Progress, refused_rows
@@ -20,6 +21,7 @@ from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.storage.remote import RemoteError
+from tb_footprint_plugin.storage.store import StoreFailure
 
 
 def bucket_of(logdir: str, backup_dir: Optional[str]):
@@ -55,6 +57,11 @@ class BucketEngine(Engine):
         self.rfs, self.vault = bucket_of(logdir, backup_dir)
         self._listing: Optional[dict] = None  # the reduce's one listing, which its transactions share
         self._listing_measured = False  # whether ``reduce_usage`` took its "before" from that listing
+
+    @property
+    def state(self) -> BucketState:
+        """The logdir's ``BucketState``: its listings and reads through the ``Store`` interface."""
+        return BucketState.of(self.rfs)
 
     @property
     def bk(self):
@@ -157,16 +164,14 @@ class BucketEngine(Engine):
 
     def in_use(self, objects=None) -> Optional[int]:
         """What the logdir and its vault hold, as stored (the listing's sizes; a vault in another
-        prefix listed too); None when a listing fails."""
+        prefix listed too: ``BucketState`` listings, one each); None when a listing fails."""
         rfs, vault = self.rfs, self.vault
         try:
-            objects = rfs.list_tree() if objects is None else objects
+            objects = self.state.tree() if objects is None else objects
             total = usage.stored_bytes(o.size for o in objects.values())
             if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
-                try:
-                    total += usage.stored_bytes(o.size for o in rfs.list_under(vault.root, vault.root).values())
-                except FileNotFoundError:
-                    pass  # no backup made yet
+                # a vault in a bucket not made yet holds no backup yet
+                total += usage.stored_bytes(o.size for o in self.state.listing(vault.root, missing_ok=True).values())
             return total
         except (OSError, ValueError):
             return None
@@ -374,8 +379,10 @@ class BucketEngine(Engine):
 
         started = time.time()
         try:
-            objects = self.rfs.list_tree()
-        except FileNotFoundError:
+            objects = self.state.tree()
+        except StoreFailure as e:
+            if e.code != StoreError.NOT_FOUND:
+                raise
             raise NotADirectoryError(f"logdir {self.rfs.url}: no such bucket") from None
         self._listing, self._listing_measured = objects, False
         return scan_bucket(self.rfs, objects, backup_dir=self.backup_dir, write_cache=write_cache, listed_at=started)
@@ -439,7 +446,7 @@ class BucketEngine(Engine):
         A run's ``finished_at`` is its commit record's time, as on a disk."""
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
-        listing = self._listing if self._listing is not None else self.rfs.list_tree()
+        listing = self._listing if self._listing is not None else self.state.tree()
         return reduce_runs(self.rfs, self.vault, todo, listing, self.quiet_period, policy=policy.name,
                            on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
                            closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout,

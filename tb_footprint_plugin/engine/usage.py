@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from tb_footprint_plugin.engine import offload, remote_vault
+from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.vault import MIN_SAVING, ZST_SUFFIX, Vault
 from tb_footprint_plugin.scan.model import BLOCK, DiskTally
 from tb_footprint_plugin.storage import zst
@@ -349,16 +350,16 @@ def bucket_stored(rfs, vault, listed_bytes: Optional[int] = None,
     and a vault inside it included; listed here when None) and ``listed_vault`` ((store path,
     bytes) of a vault in another prefix; listed here when it is not that vault's). ``rfs``,
     ``vault``: the engine's ``RemoteFS`` and ``BucketVault``. A folder of blobs not made yet holds
-    nothing and is not made (a plan writes nothing). Raises ``OSError`` when a listing fails."""
-    total = stored_bytes(o.size for o in rfs.list_tree().values()) if listed_bytes is None else int(listed_bytes)
+    nothing and is not made (a plan writes nothing). Raises ``OSError`` when a listing fails (the
+    ``Store``'s ``StoreFailure``: the listings go through ``BucketState``, one each, as before)."""
+    st = BucketState.of(rfs)
+    total = stored_bytes(o.size for o in st.tree().values()) if listed_bytes is None else int(listed_bytes)
     if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
         if listed_vault is not None and listed_vault[0] == vault.root:
             total += int(listed_vault[1])
         else:
-            try:
-                total += stored_bytes(o.size for o in rfs.list_under(vault.root, vault.root).values())
-            except FileNotFoundError:
-                pass  # no backup made yet
+            # a vault in a bucket not made yet holds no backup yet
+            total += stored_bytes(o.size for o in st.listing(vault.root, missing_ok=True).values())
     if vault.blobs is not None and os.path.isdir(vault.blobs.folder):
         from tb_footprint_plugin.storage.blobstore import BlobFailure
 
