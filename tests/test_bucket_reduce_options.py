@@ -207,12 +207,12 @@ def test_jobs_run_a_buckets_rewrite_transactions_at_once_with_the_same_requests(
 # -- 4. a custom ledger path and vault_format ------------------------------------------------------
 def test_a_ledger_path_elsewhere_is_refused_naming_it_and_the_buckets_own_is_honoured(s3_bucket, tmp_path):
     from tb_footprint_plugin.codes import StoreError
-    from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.storage.store import StoreFailure
 
     url, pol = _logdir(s3_bucket, tmp_path, n=2)
     before = _data(s3_bucket, "logs")
     elsewhere = str(tmp_path / "my-ledger.json")
-    with pytest.raises(RemoteError) as e:  # before: reduced, the path silently ignored
+    with pytest.raises(StoreFailure) as e:  # before: reduced, the path silently ignored
         api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, ledger=elsewhere)
     assert e.value.code == StoreError.NOT_SUPPORTED and elsewhere in str(e.value)
     assert _data(s3_bucket, "logs") == before and _keys(url, f"{STATE}/ledgers/") == []
@@ -225,11 +225,11 @@ def test_a_ledger_path_elsewhere_is_refused_naming_it_and_the_buckets_own_is_hon
 @pytest.mark.parametrize("fmt", ["compressed", "hardlink"])
 def test_a_vault_format_the_buckets_vault_cannot_take_is_refused_and_its_own_is_said(s3_bucket, tmp_path, fmt):
     from tb_footprint_plugin.codes import StoreError
-    from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.storage.store import StoreFailure
 
     url, pol = _logdir(s3_bucket, tmp_path, n=1)
     before = _data(s3_bucket, "logs")
-    with pytest.raises(RemoteError) as e:  # before: reduced, the format silently ignored
+    with pytest.raises(StoreFailure) as e:  # before: reduced, the format silently ignored
         api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0, vault_format=fmt)
     assert e.value.code == StoreError.NOT_SUPPORTED and repr(fmt) in str(e.value) and url in str(e.value)
     assert _data(s3_bucket, "logs") == before
@@ -241,11 +241,11 @@ def test_a_vault_format_the_buckets_vault_cannot_take_is_refused_and_its_own_is_
 
 def test_a_local_blob_vault_takes_compressed_and_refuses_hardlink(s3_bucket, tmp_path):
     from tb_footprint_plugin.codes import StoreError
-    from tb_footprint_plugin.storage.remote import RemoteError
+    from tb_footprint_plugin.storage.store import StoreFailure
 
     url, pol = _logdir(s3_bucket, tmp_path, n=2)
     vault = str(tmp_path / "vault")
-    with pytest.raises(RemoteError) as e:
+    with pytest.raises(StoreFailure) as e:
         api.reduce_logdir(url, backup_dir=vault, policy=pol, dry_run=False, quiet_period=0, vault_format="hardlink")
     assert e.value.code == StoreError.NOT_SUPPORTED and vault in str(e.value)
     rep = api.reduce_logdir(url, backup_dir=vault, policy=pol, dry_run=False, quiet_period=0,

@@ -102,9 +102,6 @@ def test_the_state_of_a_client_is_reused_and_keeps_few_clients_alive():
 #: and the client's exception type, ``RemoteError``
 PAST_THE_STORE_ANY = {"list_tree", "list_under", "cat_file"}
 PAST_THE_STORE_RFS = {"open_ranged", "read_bytes", "read_range", "write_bytes", "upload_stream", "fs"}
-#: engine modules whose "not on a bucket" refusals are still the client's ``RemoteError`` (issue
-#: #26); their listings go through ``Store`` like every other module's. No other module may join them
-RAISES_CLIENT_ERROR_YET = {"front_bucket.py", "front_local.py"}
 
 
 def store_bypasses(source: str, filename: str = "<module>") -> list:
@@ -132,13 +129,30 @@ def test_the_bucket_engine_lists_and_reads_through_the_store_only():
     """Every listing and read of the engine goes through ``Store`` (``BucketState.listing``,
     ``tree``, ``read_range``, ``open_read``, ``read_bytes``; the front ends' usage listings
     included: ``front_bucket.py`` and ``usage.py`` listed with ``RemoteFS`` before), and only
-    ``StoreFailure`` reaches its catch sites: no module of ``engine/`` lists with ``RemoteFS``,
-    reads with it or its filesystem, or (outside ``RAISES_CLIENT_ERROR_YET``) imports ``RemoteError``."""
+    ``StoreFailure`` reaches its catch sites or leaves the engine: no module of ``engine/`` lists
+    with ``RemoteFS``, reads with it or its filesystem, or imports ``RemoteError`` (the front ends
+    raised it for a verb a bucket lacks before)."""
     found = {}
     for path in sorted(ENGINE.rglob("*.py")):
         uses = store_bypasses(path.read_text(encoding="utf-8"), str(path))
-        if path.name in RAISES_CLIENT_ERROR_YET:
-            uses = [(n, text) for n, text in uses if "RemoteError" not in text]
         if uses:
             found[path.name] = uses
     assert not found, f"engine modules listing or reading past the Store interface: {found}"
+
+
+def test_a_verb_a_store_cannot_do_is_refused_with_the_stores_code():
+    """A local verb asked of a bucket logdir is refused as a value with a ``codes.py`` code: the
+    ``Store``'s ``StoreFailure`` ``StoreError.NOT_SUPPORTED`` (an ``OSError``: the CLI's exit 1 and
+    its message unchanged), no longer the client's ``RemoteError``."""
+    import pytest
+
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.engine.front import local_context
+    from tb_footprint_plugin.storage.store import StoreFailure
+
+    for logdir, backup_dir in (("s3://bucket/logs", None), ("gs://bucket/logs", "az://acct/vault")):
+        with pytest.raises(StoreFailure) as e:
+            local_context(logdir, backup_dir)
+        assert e.value.code == StoreError.NOT_SUPPORTED and isinstance(e.value, OSError)
+        assert str(e.value) == (f"{logdir}: this verb is not available on object storage (scan, plan, reduce, "
+                                "retire, verify, restore, purge, status, history and operations are)")

@@ -156,7 +156,7 @@ class Engine(ABC):
     def vault_format(self, requested: Optional[str]) -> str:
         """The form a reduce's backups take here: ``requested`` (``engine.vault.VAULT_FORMATS``)
         when given, else the store's own (a disk's: ``"compressed"``). A store that cannot honour
-        a requested one refuses it (a bucket: ``RemoteError`` ``StoreError.NOT_SUPPORTED``)."""
+        a requested one refuses it (a bucket: ``StoreFailure`` ``StoreError.NOT_SUPPORTED``)."""
         return requested or "compressed"
 
     @abstractmethod

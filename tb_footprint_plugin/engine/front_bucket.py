@@ -20,7 +20,6 @@ from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD
 from tb_footprint_plugin.scan.model import LogdirFootprint
-from tb_footprint_plugin.storage.remote import RemoteError
 from tb_footprint_plugin.storage.store import StoreFailure
 
 
@@ -87,9 +86,9 @@ class BucketEngine(Engine):
         return out
 
     def unfinished(self) -> dict:
-        """Not available on a bucket today (``RemoteError`` ``not_supported``): its unfinished
+        """Not available on a bucket today (``StoreFailure`` ``StoreError.NOT_SUPPORTED``): its unfinished
         operations are in ``status`` (``unfinished_operations``), its damage reported per verb."""
-        raise RemoteError("not_supported", f"{self.logdir}: this verb is not available on object storage "
+        raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"{self.logdir}: this verb is not available on object storage "
                           "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
 
     def pending_operations(self) -> List[str]:
@@ -247,8 +246,8 @@ class BucketEngine(Engine):
                            refused=refused_rows(recovered) + d.get("refused", []))
 
     def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:
-        """Not available on a bucket today (``RemoteError`` ``not_supported``)."""
-        raise RemoteError("not_supported", f"{self.logdir}: this verb is not available on object storage "
+        """Not available on a bucket today (``StoreFailure`` ``StoreError.NOT_SUPPORTED``)."""
+        raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"{self.logdir}: this verb is not available on object storage "
                           "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
 
     # -- retire --------------------------------------------------------------------------------
@@ -334,7 +333,7 @@ class BucketEngine(Engine):
     def ledger_folder(self, ledger: str, shard: Optional[Tuple[int, int]] = None) -> str:
         """The ledger folder of the shard in the bucket, what ``ledger`` means here as
         ``<logdir>/.tb-footprint/ledger.json`` (or the shard's) does on a disk: ``"default"`` or
-        that folder's own URL. Any other path is refused (``RemoteError``
+        that folder's own URL. Any other path is refused (``StoreFailure``
         ``StoreError.NOT_SUPPORTED``, naming it): a bucket's ledger is objects in its state folder,
         where every worker and ``status`` find it, never a file elsewhere."""
         from tb_footprint_plugin.engine import bucket_ledger
@@ -342,15 +341,15 @@ class BucketEngine(Engine):
         folder = bucket_ledger.folder_of(sharding.label(shard))
         own = self.rfs.url_of(f"{bucket_ledger.LEDGERS}/{folder}")
         if ledger != "default" and ledger.rstrip("/") != own:
-            raise RemoteError(StoreError.NOT_SUPPORTED, f"ledger {ledger}: a bucket logdir keeps its batch ledger as "
-                              f"objects in {own}; give --ledger default (or that URL), not another path")
+            raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"ledger {ledger}: a bucket logdir keeps its batch "
+                               f"ledger as objects in {own}; give --ledger default (or that URL), not another path")
         return folder
 
     def vault_format(self, requested: Optional[str]) -> str:
         """``"compressed"`` with a local vault of blobs (``engine.bucket_blobs``: verified,
         content-addressed, zstd where it pays, small ones packed); ``"copies"`` with the bucket's
         own vault (whole server-side copies, kept until purge). A requested format the vault
-        cannot take is refused (``RemoteError`` ``StoreError.NOT_SUPPORTED``, naming the vault):
+        cannot take is refused (``StoreFailure`` ``StoreError.NOT_SUPPORTED``, naming the vault):
         ``hardlink`` on either (no hard link from a bucket), ``compressed`` on server-side copies."""
         own = "compressed" if self.vault.blobs is not None else "copies"
         if requested is None or requested == own:
@@ -358,8 +357,8 @@ class BucketEngine(Engine):
         where = (f"the folder {self.vault.blobs.folder} keeps them as compressed blobs" if self.vault.blobs is not None
                  else f"the bucket keeps them as whole server-side copies under {self.rfs.scheme}://{self.vault.root}; "
                  "--backup-dir FOLDER keeps them as compressed blobs in a local folder")
-        raise RemoteError(StoreError.NOT_SUPPORTED, f"vault format {requested!r} cannot be honoured for the bucket "
-                          f"logdir {self.logdir}: {where}")
+        raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"vault format {requested!r} cannot be honoured for the "
+                           f"bucket logdir {self.logdir}: {where}")
 
     # -- reduce (what ``api.reduce`` drives) -----------------------------------------------------
     def prepare_vault(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Collection, List, Mapping, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Recovery, Skip
+from tb_footprint_plugin.codes import BlobError, Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.engine import health, offload, usage
 from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, journal_blobs, known_vaults,
                                                   operation_summary, own_manifests, read_vaults, remember_vault,
@@ -40,7 +40,8 @@ from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
 from tb_footprint_plugin.storage.paths import is_within, state_dir
-from tb_footprint_plugin.storage.remote import is_remote, RemoteError
+from tb_footprint_plugin.storage.remote import is_remote
+from tb_footprint_plugin.storage.store import StoreFailure
 
 
 def split_backup_dir(logdir: str, backup_dir: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
@@ -61,7 +62,7 @@ def local_context(logdir: str, backup_dir: Optional[str], quiet_period: float = 
     local state folder, which remembers that URL once a reduce offloads to it."""
     backup_dir, _remote = split_backup_dir(logdir, backup_dir)
     if is_remote(logdir) or (backup_dir and is_remote(backup_dir)):
-        raise RemoteError("not_supported", f"{logdir}: this verb is not available on object storage "
+        raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"{logdir}: this verb is not available on object storage "
                           "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
     logdir = os.path.abspath(logdir)
     if not os.path.isdir(logdir):
@@ -118,8 +119,7 @@ class LocalEngine(Engine):
         return [j.op_id for j in pending_journals(Context(self.logdir).journal_dir)]
 
     def interrupted_state(self) -> List[dict]:
-        """``engine.interrupted.interrupted_rows``: read from the journals, no refusal of the
-        logdir first."""
+        """``engine.interrupted.interrupted_rows``: read from the journals, no refusal of the logdir first."""
         return interrupted_rows(self.logdir)
 
     def open_ledger(self, ledger: Optional[str], policy_name: str,
