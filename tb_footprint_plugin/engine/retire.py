@@ -60,7 +60,7 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_file, copy_new, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
-from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir, why_not_ours
+from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, ensure_private_dir
 from tb_footprint_plugin.version import __version__
 
 RETIRED = "retired"
@@ -81,21 +81,22 @@ def _stored(vault: Vault, op_id: str, index: int) -> str:
 
 
 def check_retired_dir(vault: Vault, op_id: str) -> None:
-    """Refuse (``Failure.REFUSED``, naming the folder) unless every folder from the vault down to
-    the retirement's ``files`` that exists is a real folder of ours: a planted ``retired`` link
-    would send a retirement's moves, an unretire's reads and a purge's deletes outside the vault
-    (review R11 F4). A folder not there yet passes (nothing is followed through it)."""
-    cur = vault.root
-    for part in (RETIRED, op_id, "files"):
-        cur = os.path.join(cur, part)
-        try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            return
-        why = why_not_ours(st)
-        if why:
-            raise TransactionError(f"{cur} {why}; the retirement's files are not looked for through it",
-                                   Failure.REFUSED)
+    """Refuse (``Failure.REFUSED``, naming the folder, and a link's target) unless every folder
+    from the vault down to the retirement's ``files`` that exists is a real folder of ours
+    (``Vault.check_private``, then ``check_private_dir`` for each below it): a planted ``retired``
+    link would send a retirement's moves, an unretire's reads and a purge's deletes outside the
+    vault (review R11 F4). A folder not there yet passes (nothing is followed through it)."""
+    try:
+        vault.check_private()  # the vault itself (our own state folder an old umask left 0775 passes)
+        cur = vault.root
+        for part in (RETIRED, op_id, "files"):
+            cur = os.path.join(cur, part)
+            check_private_dir(cur)
+    except NotPrivate as e:
+        if not os.path.lexists(e.path):
+            return  # not there (yet): nothing is followed through it
+        raise TransactionError(f"{e.path} {e.why}; the retirement's files are not looked for through it",
+                               Failure.REFUSED) from None
 
 
 def _drop_retired(vault: Vault, op_id: str, n: int) -> Optional[str]:

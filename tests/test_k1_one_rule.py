@@ -1,0 +1,69 @@
+"""Task K1 (session r13): one rule in one place — the checks that had been written twice now call
+the one function that holds their rule, and what that changes is pinned here."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.engine.context import Context, TransactionError, new_op_id
+
+
+# --- 1: check_retired_dir is check_private_dir for each folder, vault -> retired -> op -> files -----
+def test_a_planted_retired_link_is_refused_naming_where_it_points(tmp_path):
+    from tb_footprint_plugin.engine.retire import check_retired_dir
+
+    ctx = Context(str(tmp_path / "logs"))
+    os.makedirs(ctx.logdir)
+    ctx.vault.ensure()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, os.path.join(ctx.vault.root, "retired"))
+    with pytest.raises(TransactionError) as e:
+        check_retired_dir(ctx.vault, new_op_id())
+    assert e.value.code == Failure.REFUSED
+    assert os.path.join(ctx.vault.root, "retired") in str(e.value)
+    assert str(outside) in str(e.value)  # the link's target is named (check_private_dir's words)
+
+
+def test_a_retirement_folder_not_there_yet_passes(tmp_path):
+    from tb_footprint_plugin.engine.retire import check_retired_dir
+
+    ctx = Context(str(tmp_path / "logs"))
+    os.makedirs(ctx.logdir)
+    check_retired_dir(ctx.vault, new_op_id())  # no vault yet
+    ctx.vault.ensure()
+    op = new_op_id()
+    check_retired_dir(ctx.vault, op)  # no retired/
+    os.makedirs(os.path.join(ctx.vault.root, "retired", op), mode=0o700)
+    check_retired_dir(ctx.vault, op)  # no files/
+
+
+def test_a_strangers_files_folder_is_refused(tmp_path):
+    from tb_footprint_plugin.engine.retire import check_retired_dir
+
+    ctx = Context(str(tmp_path / "logs"))
+    os.makedirs(ctx.logdir)
+    ctx.vault.ensure()
+    op = new_op_id()
+    files = os.path.join(ctx.vault.root, "retired", op, "files")
+    os.makedirs(files, mode=0o700)
+    os.chmod(files, 0o777)
+    with pytest.raises(TransactionError) as e:
+        check_retired_dir(ctx.vault, op)
+    assert e.value.code == Failure.REFUSED and files in str(e.value)
+
+
+def test_a_vault_that_is_a_link_is_refused_before_its_retired_folder_is_looked_through(tmp_path):
+    from tb_footprint_plugin.engine.retire import check_retired_dir
+    from tb_footprint_plugin.engine.vault import Vault
+
+    real = tmp_path / "real-vault"
+    (real / "retired").mkdir(parents=True, mode=0o700)
+    os.chmod(real, 0o700)
+    link = tmp_path / "vault"
+    os.symlink(real, link)
+    with pytest.raises(TransactionError) as e:
+        check_retired_dir(Vault(str(link)), new_op_id())
+    assert e.value.code == Failure.REFUSED and str(real) in str(e.value)
