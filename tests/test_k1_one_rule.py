@@ -67,3 +67,31 @@ def test_a_vault_that_is_a_link_is_refused_before_its_retired_folder_is_looked_t
     with pytest.raises(TransactionError) as e:
         check_retired_dir(Vault(str(link)), new_op_id())
     assert e.value.code == Failure.REFUSED and str(real) in str(e.value)
+
+
+# --- 2: a bucket journal's backup and tmp keys are plain by storage.store.check_key's rule ----------
+@pytest.mark.parametrize("below", ["ab/" + "a" * 64, "a/../b", "a//b", "./a", "a/.", "", "a\0b", "~x", "/a", "ü b/c"])
+def test_a_key_is_plain_under_its_prefix_exactly_when_check_key_takes_its_part_below(below):
+    from tb_footprint_plugin.engine.bucket_blobs import plain_under
+    from tb_footprint_plugin.storage.store import StoreFailure, check_key
+
+    try:
+        check_key(below)
+        plain = True
+    except StoreFailure:
+        plain = False
+    assert plain_under("bkt/logs/.tb-footprint/tmp/" + below, "bkt/logs/.tb-footprint/tmp/") is plain
+    assert not plain_under("elsewhere/" + below, "bkt/logs/.tb-footprint/tmp/")
+
+
+def test_a_backup_key_with_a_nul_is_not_one_of_our_backups():
+    from types import SimpleNamespace
+
+    from tb_footprint_plugin.engine.bucket_blobs import names_our_backup
+
+    vault = SimpleNamespace(root="bkt/logs/.tb-footprint")
+    assert names_our_backup(vault, {"backup": "bkt/logs/.tb-footprint/blobs/ab/" + "a" * 64})
+    # the rule names_our_backup wrote out again missed the NUL check_key refuses
+    assert not names_our_backup(vault, {"backup": "bkt/logs/.tb-footprint/blobs/ab/a\0b"})
+    assert not names_our_backup(vault, {"backup": "bkt/logs/.tb-footprint/blobs/../../elsewhere"})
+

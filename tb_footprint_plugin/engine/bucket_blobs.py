@@ -73,7 +73,7 @@ from tb_footprint_plugin.storage.remote import (
     content_checksums,
     same_content,
 )
-from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store import StoreFailure, check_key
 
 #: a file entry whose backup is a blob of the vault's ``BlobStore`` (no ``backup`` key)
 KEPT_IN = "blobstore"
@@ -99,8 +99,20 @@ def names_our_backup(vault: BucketVault, f: dict) -> bool:
         return entry_ok(f)
     key = f.get("backup") if isinstance(f, dict) else None
     # a plain key: S3 keeps 'blobs/../../elsewhere' as it is, a store that resolves it would not
-    return isinstance(key, str) and key.startswith(vault.root + "/blobs/") and \
-        not any(p in ("", ".", "..") for p in key[len(vault.root) + 1:].split("/"))
+    return isinstance(key, str) and plain_under(key, vault.root + "/blobs/")
+
+
+def plain_under(key: str, prefix: str) -> bool:
+    """Whether ``key`` lies under ``prefix`` and its part below it is a plain key
+    (``storage.store.check_key``: no empty, ``.`` or ``..`` part, no NUL): '<vault>/tmp/../x'
+    starts with '<vault>/tmp/' (review R12 F1)."""
+    if not key.startswith(prefix):
+        return False
+    try:
+        check_key(key[len(prefix):])
+    except StoreFailure:
+        return False
+    return True
 
 
 def blobs_of(vault: BucketVault, f: dict) -> BlobVault:
@@ -380,4 +392,5 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
 
 
 __all__ = ["IN_MEMORY", "KEPT_IN", "adding", "backup_entries", "blobs_of", "check_entry", "copy_from_blobs", "collect", "entry_ok",
-           "forget_lock", "is_blob_entry", "missing_blobs", "names_our_backup", "put_back"]
+           "forget_lock", "is_blob_entry", "missing_blobs", "names_our_backup", "plain_under",
+           "put_back"]

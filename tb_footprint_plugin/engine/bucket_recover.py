@@ -13,33 +13,33 @@ from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, trust
+from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
 from tb_footprint_plugin.engine.bucket_lease import well_formed
-from tb_footprint_plugin.engine.bucket_blobs import names_our_backup
+from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
+from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, journal_runs
+from tb_footprint_plugin.engine.bucket_retire import settle as settle_retire
+from tb_footprint_plugin.engine.bucket_retire import unretire
 from tb_footprint_plugin.engine.bucket_state import (
+    COMMITTED_STEPS,
+    JOURNAL,
+    LOCKS,
+    STORE_FAILURES,
     BucketState,
     BucketTxnError,
     BucketVault,
     commit_recorded,
-    COMMITTED_STEPS,
-    JOURNAL,
     lock_key,
-    LOCKS,
     must_delete,
     owner_gone,
     run_prefix,
-    STORE_FAILURES,
     vault_url,
 )
-from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
-from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, unretire, journal_runs
-from tb_footprint_plugin.engine.bucket_retire import settle as settle_retire
 from tb_footprint_plugin.engine.bucket_steps import finish_op, journal_entries, live_entries, rollback_entry
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.remote import RemoteFS
-
 
 #: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
 #: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
@@ -64,7 +64,7 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
                         return "journal names keys outside its run"
                 if not names_our_backup(vault, f):
                     return "journal names keys outside the logdir or vault"
-                if f.get("tmp") is not None and not _plain_under(str(f["tmp"]), vault.root + "/tmp/"):
+                if f.get("tmp") is not None and not plain_under(str(f["tmp"]), vault.root + "/tmp/"):
                     # '<vault>/tmp/../x' starts with the prefix: every part must be a plain one (review R12 F1)
                     return "journal names keys outside the logdir or vault"
                 if not f["path"].startswith(run_prefix(en["run"])) and en["run"] != ".":
@@ -171,13 +171,6 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
                                        code=Finding.RECOVERY_FAILED))
     return out
-
-
-def _plain_under(key: str, prefix: str) -> bool:
-    """Whether ``key`` lies under ``prefix`` with nothing but plain parts below it (no empty,
-    ``.`` or ``..`` part, no NUL)."""
-    return key.startswith(prefix) and "\0" not in key and \
-        not any(part in ("", ".", "..") for part in key[len(prefix):].split("/"))
 
 
 def _named(rfs: RemoteFS, key: str) -> str:
