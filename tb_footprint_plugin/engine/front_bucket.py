@@ -86,10 +86,12 @@ class BucketEngine(Engine):
         return out
 
     def unfinished(self) -> dict:
-        """Not available on a bucket today (``StoreFailure`` ``StoreError.NOT_SUPPORTED``): its unfinished
-        operations are in ``status`` (``unfinished_operations``), its damage reported per verb."""
-        raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"{self.logdir}: this verb is not available on object storage "
-                          "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
+        """From the journal and lock objects (``engine.bucket_unfinished``): one row per run a
+        journal holds (``bytes_before`` None), unreadable journals and damaged locks as problems.
+        Differs: the manifests' damage is not read here (one read each: ``status`` names it)."""
+        from tb_footprint_plugin.engine.bucket_unfinished import unfinished
+
+        return unfinished(self.rfs, self.logdir, self.backup_dir)
 
     def pending_operations(self) -> List[str]:
         """Empty today, as before the interface: a bucket's journal objects are listed by ``status``
@@ -246,9 +248,11 @@ class BucketEngine(Engine):
                            refused=refused_rows(recovered) + d.get("refused", []))
 
     def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:
-        """Not available on a bucket today (``StoreFailure`` ``StoreError.NOT_SUPPORTED``)."""
-        raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"{self.logdir}: this verb is not available on object storage "
-                          "(scan, plan, reduce, retire, verify, restore, purge, status, history and operations are)")
+        """The run's event objects and the operation's backups of them (server-side copies, or
+        blobs of a local vault) read through ``BucketState`` (``engine.bucket_sample``)."""
+        from tb_footprint_plugin.engine.bucket_sample import sample
+
+        return sample(self.rfs, self.vault, op_id, side, plugin, tag, step, index)
 
     # -- retire --------------------------------------------------------------------------------
     def check_retire(self) -> None:

@@ -1,0 +1,146 @@
+"""One image or audio sample of an operation's run of a bucket logdir as the dashboard showed it
+before the reduction or shows it after (the check page's before/after, ``BucketEngine.sample``),
+the same answer ``engine.local_sample`` gives on a disk.
+
+Only event objects directly in the run's prefix (as TensorBoard reads a run) and the operation's
+own backups of them are read: a backup is the server-side copy under the vault's prefix
+(``backup``) or, with a vault of blobs, the blob of its sha256 in that folder (``kept_in``), as a
+restore finds an original. Every object is read through ``BucketState`` (the ``Store``
+interface: one listing of the run's prefix, one ranged read per MiB of each event object) into a
+scratch folder the sample reader reads, removed when it is done. The manifest is untrusted
+(``engine.manifest.read``; a backup key outside the vault's blobs is never read).
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional
+
+from tb_footprint_plugin.engine import manifest as manifest_schema
+from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, names_our_backup
+from tb_footprint_plugin.engine.bucket_objects import BucketState
+from tb_footprint_plugin.engine.bucket_state import BucketVault, run_prefix, STORE_FAILURES, vault_url
+from tb_footprint_plugin.engine.bucket_steps import renamed, uncommitted_ops
+from tb_footprint_plugin.engine.context import TransactionError
+from tb_footprint_plugin.engine.local_sample import SampleUnavailable
+from tb_footprint_plugin.engine.trust import Untrusted
+from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.files import CHUNK
+from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
+
+
+def find_manifest(rfs: RemoteFS, vault: BucketVault, op_id: str) -> dict:
+    """The manifest of ``op_id`` in the one schema (one read of its object), as the local
+    ``catalogue.find_manifest``: ``TransactionError`` when there is none, it does not read as a
+    manifest, or its reduction is not committed (a journal of the bucket still names it)."""
+    st = BucketState.of(rfs)
+    path = vault.manifest(op_id) if is_op_id(op_id) else None
+    doc = st.read(path)[0] if path is not None else None
+    if doc is None:
+        raise TransactionError(f"no operation {op_id!r} in the vault")
+    try:
+        m = manifest_schema.read(doc, vault_url(rfs, path))
+    except Untrusted as e:
+        raise TransactionError(f"no usable operation {op_id!r} in the vault ({e})") from None
+    if m["op_id"] != op_id or op_id in uncommitted_ops(rfs):
+        raise TransactionError(f"no operation {op_id!r} in the vault")
+    return m
+
+
+def _direct_events(listing: Dict[str, ObjectInfo], prefix: str) -> Dict[str, ObjectInfo]:
+    """The event objects directly in the run's prefix (``prefix``: ``run_prefix``), as TensorBoard
+    reads a run: no object of a deeper folder, none of the state folder."""
+    out = {}
+    for key, info in listing.items():
+        name = key[len(prefix):]
+        if key.startswith(prefix) and "/" not in name and "tfevents" in name:
+            out[key] = info
+    return out
+
+
+def _download(reader, size: int, dest: str) -> None:
+    """``size`` bytes of ``reader`` into the local file ``dest`` (CHUNK at a time)."""
+    with open(dest, "wb") as out:
+        left = size
+        while left > 0:
+            b = reader.read(min(CHUNK, left))
+            if not b:
+                raise SampleUnavailable("not_found", f"{dest}: the object is shorter than listed")
+            out.write(b)
+            left -= len(b)
+
+
+def sample(rfs: RemoteFS, vault: BucketVault, op_id: str, side: str, plugin: str, tag: str, step: int,
+           index: int = 0) -> tuple:
+    """``(bytes, content type)`` of sample ``index`` of ``tag`` at ``step`` (``plugin``: images or
+    audio) of operation ``op_id``'s run, ``before`` or ``after``; ``SampleUnavailable`` (code
+    ``not_found`` / ``restored`` / ``purged``) as on a disk; ``TransactionError`` for an operation
+    the vault does not hold."""
+    from tb_footprint_plugin.verify import samples
+
+    m = find_manifest(rfs, vault, op_id)
+    run = m["run"]
+    prefix = run_prefix(run)
+    st = BucketState.of(rfs)
+    try:
+        current = _direct_events(st.tree(prefix.rstrip("/"), missing_ok=True), prefix)
+    except (*STORE_FAILURES, ValueError):
+        current = {}
+    if not current:
+        raise SampleUnavailable("not_found", f"the run of {op_id} is not in the logdir")
+    restored = bool(m.get("restored_by"))
+    if side == "after" and restored:
+        raise SampleUnavailable("restored", f"{op_id} was restored: the reduced run exists no more")
+    files: Dict[str, Optional[ObjectInfo]] = dict(current)  # key -> listed object (None: its backup)
+    backups: Dict[str, dict] = {}  # key -> the manifest's entry of its backed-up original
+    if side == "before" and not restored:  # after a restore the run holds the originals again
+        for f in m["files"]:
+            if renamed(f) and isinstance(f.get("final"), str):
+                files.pop(f["final"], None)  # made by the reduction: not there before
+        for f in m["files"]:
+            rel = f["path"]
+            if not (rel.startswith(prefix) and "/" not in rel[len(prefix):] and "tfevents" in rel):
+                continue
+            if m.get("backup_purged"):
+                raise SampleUnavailable("purged", f"the backup of {op_id} was purged: the original is gone")
+            if not names_our_backup(vault, f) or (is_blob_entry(f) and not is_sha256(f.get("sha256"))):
+                continue  # a backup this vault does not hold: never read
+            files[rel] = None
+            backups[rel] = f
+    with scratch.scratch("sample", scratch.system_root()) as tmp:
+        paths = []
+        for n, key in enumerate(sorted(files)):
+            dest = os.path.join(tmp, f"{n}.tfevents")
+            try:
+                if key in backups:
+                    _original(st, vault, backups[key], dest)
+                else:
+                    _download(st.open_read(rfs.path(key), files[key].size), files[key].size, dest)
+            except (*STORE_FAILURES, OSError, ValueError) as e:
+                raise SampleUnavailable("not_found", f"{rfs.url_of(key)} could not be read ({e})") from None
+            paths.append(dest)
+        data = samples.read_sample(paths, plugin, tag, int(step), int(index))
+    if data is None:
+        raise SampleUnavailable("not_found", f"no {plugin} sample {index} of {tag!r} at step {step} {side}")
+    return data, samples.sniff(data)
+
+
+def _original(st: BucketState, vault: BucketVault, f: dict, dest: str) -> None:
+    """The original bytes of entry ``f`` into ``dest``: its server-side copy in the vault's prefix,
+    or its blob in the vault's folder (``SampleUnavailable`` ``not_found`` when neither is there)."""
+    if is_blob_entry(f):
+        from tb_footprint_plugin.storage.blobstore import BlobFailure
+
+        if vault.blobs is None or not os.path.isdir(vault.blobs.folder):
+            raise SampleUnavailable("not_found", f"{f['path']}: its backup is in a local vault folder; give that "
+                                    "folder with --backup-dir")
+        try:
+            with vault.blobs.store.open(f["sha256"]) as src:
+                _download(src, f["size"], dest)
+        except BlobFailure as e:
+            raise SampleUnavailable("not_found", f"{f['path']}: its backup does not read back ({e})") from None
+        return
+    _download(st.open_read(f["backup"], f["size"]), f["size"], dest)
+
+
+__all__ = ["find_manifest", "sample"]

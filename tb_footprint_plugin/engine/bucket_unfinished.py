@@ -1,0 +1,79 @@
+"""A bucket logdir's unfinished operations and the damage its state shows, read-only
+(``BucketEngine.unfinished``), in the shape a disk's ``LocalEngine.unfinished`` answers:
+``{unfinished_operations, problems, settle_command}``.
+
+Each journal object left in ``.tb-footprint/journal`` is an unfinished operation, one row per run
+it still holds (a batch journal holds several): ``{op_id, run, kind, bytes_before}`` as
+``engine.health.unfinished_ops`` gives them on a disk (``bytes_before`` None: a bucket's journal
+does not record its plan's size). A journal that does not read as one, or a key no store call can
+address, is a problem named by its URL with its code, as ``status`` names it, never an operation;
+so is a damaged run lock (``bucket_recover.damaged_locks``). The cost: one listing of the
+journals and one of the locks, and one read of each object found there (usually none). The
+manifests are not read here (one read each): their damage is named by ``status``, ``verify`` and
+``restore``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.engine import health, trust
+from tb_footprint_plugin.engine.bucket_objects import BucketState
+from tb_footprint_plugin.engine.bucket_recover import damaged_locks
+from tb_footprint_plugin.engine.bucket_state import JOURNAL
+from tb_footprint_plugin.engine.bucket_steps import live_entries
+from tb_footprint_plugin.storage.paths import is_op_id
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+
+def _unreadable(doc: dict) -> bool:
+    """A journal object that is not UTF-8 JSON of a journal's shape (``recover`` never acts on it)."""
+    return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
+        ("runs" in doc and not isinstance(doc["runs"], list))
+
+
+def journal_rows(rfs: RemoteFS) -> tuple:
+    """``(operations, problems)`` from the journal objects: one row per run a journal still holds
+    (untrusted: an id that is not one is the journal's name, a run that is not a string None), a
+    problem per journal that cannot be read or addressed."""
+    st = BucketState.of(rfs)
+    ops: List[dict] = []
+    problems: List[dict] = []
+    for key, info in sorted(st.tree(JOURNAL, missing_ok=True).items()):
+        named = f"{rfs.scheme}://{rfs.root}/{key}"
+        try:
+            doc, _ = st.read(rfs.path(key), info)
+        except ValueError:  # S3 keeps 'journal/x/../y' as written: named, never read
+            problems.append({"code": trust.PATH_OUTSIDE, "file": named, "op_id": None, "run": None,
+                             "detail": f"{named}: not a plain key of the logdir; never acted on, left in place"})
+            continue
+        if doc is None:  # settled by its owner since the listing
+            continue
+        if _unreadable(doc):
+            url = rfs.url_of(key)
+            problems.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
+                             "detail": f"{url}: journal not readable; never acted on, left in place"})
+            continue
+        if not key.endswith(".json"):
+            continue  # not a journal recovery reads
+        name = key.rsplit("/", 1)[-1][:-len(".json")]
+        op = doc.get("op") if is_op_id(doc.get("op")) else name
+        kind = doc.get("kind") if isinstance(doc.get("kind"), str) else "reduce"
+        entries = live_entries(doc) or [{}]
+        for en in entries:
+            ops.append({"op_id": en.get("op") if is_op_id(en.get("op")) else op,
+                        "run": en.get("run") if isinstance(en.get("run"), str) else None,
+                        "kind": kind, "bytes_before": None})
+    return ops, problems
+
+
+def unfinished(rfs: RemoteFS, logdir: str, backup_dir: Optional[str]) -> dict:
+    """``{unfinished_operations, problems, settle_command}``: the settle command when an operation
+    is unfinished (the problems named here are left in place by ``recover``: it cannot mend them)."""
+    ops, problems = journal_rows(rfs)
+    problems += damaged_locks(rfs)
+    return {"unfinished_operations": ops, "problems": problems,
+            "settle_command": health.settle_command(logdir, backup_dir) if ops else None}
+
+
+__all__ = ["journal_rows", "unfinished"]
