@@ -17,6 +17,7 @@ from helpers_crash import Killed, kill
 from tb_footprint_plugin import api, cli, synth
 from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.storage.paths import is_op_id
 
@@ -48,7 +49,7 @@ def _answer(logdir, *a, backup_dir=None):
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs", "az", "s3blobs"])
-def test_a_bucket_s_samples_before_and_after_are_the_local_copy_s(objstore_pool, tmp_path, scheme):
+def test_a_bucket_s_samples_before_and_after_are_the_local_copy_s(objstore_pool, tmp_path, monkeypatch, scheme):
     from objstore_servers import Bucket
 
     bucket = Bucket(objstore_pool.get(scheme[:2]))
@@ -70,6 +71,12 @@ def test_a_bucket_s_samples_before_and_after_are_the_local_copy_s(objstore_pool,
     assert seen[("before", "images", "img", dropped, 0)] == (synth.make_png(8, 8, seed=dropped), "image/png")
     assert seen[("after", "images", "img", dropped, 0)] == ("unavailable", "not_found")
     assert {a: _answer(url, bop, *a, backup_dir=vault) for a in asks} == seen  # before: not_supported
+    # the page's next sample reads what the last ones downloaded: no event object read again
+    reads = []
+    real = BucketState.open_read
+    monkeypatch.setattr(BucketState, "open_read", lambda self, path, size: reads.append(path) or real(self, path, size))
+    assert [_answer(url, bop, *a, backup_dir=vault) for a in asks] == [seen[a] for a in asks] and reads == []
+    monkeypatch.undo()
     with pytest.raises(TransactionError):
         api.sample(url, "20200101-000000-0000-nope", "before", "images", "img", kept, 0, backup_dir=vault)
 

@@ -6,14 +6,22 @@ Only event objects directly in the run's prefix (as TensorBoard reads a run) and
 own backups of them are read: a backup is the server-side copy under the vault's prefix
 (``backup``) or, with a vault of blobs, the blob of its sha256 in that folder (``kept_in``), as a
 restore finds an original. Every object is read through ``BucketState`` (the ``Store``
-interface: one listing of the run's prefix, one ranged read per MiB of each event object) into a
-scratch folder the sample reader reads, removed when it is done. The manifest is untrusted
-(``engine.manifest.read``; a backup key outside the vault's blobs is never read).
+interface: one listing of the run's prefix, one ranged read per 8 MiB of each event object) into a
+scratch folder the sample reader reads. The check page asks for its samples one at a time, each
+reading the whole run: what was downloaded is kept for the next sample (``Downloads``: keyed by the
+object's store path, listed version and size, or the blob's sha256; at most ``Downloads.LIMIT``
+bytes, the oldest let go first; removed when the process ends), so a page costs each event object
+once, not once per picture. The manifest is untrusted (``engine.manifest.read``; a backup key
+outside the vault's blobs is never read).
 """
 from __future__ import annotations
 
+import atexit
 import os
-from typing import Dict, Optional
+import shutil
+import threading
+from collections import OrderedDict
+from typing import Callable, Dict, Optional, Tuple
 
 from tb_footprint_plugin.engine import manifest as manifest_schema
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, names_our_backup
@@ -58,16 +66,86 @@ def _direct_events(listing: Dict[str, ObjectInfo], prefix: str) -> Dict[str, Obj
     return out
 
 
-def _download(reader, size: int, dest: str) -> None:
-    """``size`` bytes of ``reader`` into the local file ``dest`` (CHUNK at a time)."""
+#: one ranged read of an event object or a server-side backup (a read is a request: a 64 MiB
+#: event file costs 8 of them, not 64)
+READ_BYTES = 8 * CHUNK
+
+
+def _download(reader, size: int, dest: str, chunk: int = CHUNK) -> None:
+    """``size`` bytes of ``reader`` into the local file ``dest`` (``chunk`` at a time)."""
     with open(dest, "wb") as out:
         left = size
         while left > 0:
-            b = reader.read(min(CHUNK, left))
+            b = reader.read(min(chunk, left))
             if not b:
                 raise SampleUnavailable("not_found", f"{dest}: the object is shorter than listed")
             out.write(b)
             left -= len(b)
+
+
+class Downloads:
+    """Local copies of the objects samples read, kept for the next sample (one per process:
+    ``DOWNLOADS``). ``LIMIT`` bytes at most; the copies a sample reads are held for its whole
+    read (``lock``: one bucket sample at a time in a process), so none goes while read."""
+
+    LIMIT = 256 << 20
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self._files: "OrderedDict[Tuple, Tuple[str, int]]" = OrderedDict()
+        self._root: Optional[str] = None
+        self._n = 0
+        self._bytes = 0
+
+    def get(self, key: Tuple, size: int, fetch: Callable[[str], None]) -> str:
+        """The local copy of ``key`` (``size`` bytes), fetched into it (``fetch(path)``) unless kept;
+        the caller holds ``lock``."""
+        got = self._files.get(key)
+        if got is not None and os.path.isfile(got[0]):
+            self._files.move_to_end(key)
+            return got[0]
+        if self._root is None or not os.path.isdir(self._root):
+            self._root = scratch.make("sample", scratch.system_root())
+            self._files.clear()
+            self._bytes = 0
+        self._n += 1
+        path = os.path.join(self._root, f"{self._n}.tfevents")
+        try:
+            fetch(path)
+        except BaseException:
+            _remove(path)
+            raise
+        self._files[key] = (path, size)
+        self._bytes += size
+        return path
+
+    def trim(self, keep: set) -> None:
+        """Let the oldest copies go, down to ``LIMIT`` bytes (those in ``keep`` stay: just read)."""
+        for key in list(self._files):
+            if self._bytes <= self.LIMIT:
+                break
+            if key in keep:
+                continue
+            path, size = self._files.pop(key)
+            self._bytes -= size
+            _remove(path)
+
+    def close(self) -> None:
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+        self._root, self._bytes = None, 0
+        self._files.clear()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+DOWNLOADS = Downloads()
+atexit.register(DOWNLOADS.close)
 
 
 def sample(rfs: RemoteFS, vault: BucketVault, op_id: str, side: str, plugin: str, tag: str, step: int,
@@ -107,19 +185,31 @@ def sample(rfs: RemoteFS, vault: BucketVault, op_id: str, side: str, plugin: str
                 continue  # a backup this vault does not hold: never read
             files[rel] = None
             backups[rel] = f
-    with scratch.scratch("sample", scratch.system_root()) as tmp:
-        paths = []
-        for n, key in enumerate(sorted(files)):
-            dest = os.path.join(tmp, f"{n}.tfevents")
+    with DOWNLOADS.lock:
+        paths, used = [], set()
+        for key in sorted(files):
+            f, info = backups.get(key), files[key]
+            if f is not None:  # an original: its copy under the vault's prefix, or its blob
+                ident = ("blob", f["sha256"]) if is_blob_entry(f) else ("copy", f["backup"], f["size"])
+                size = f["size"]
+
+                def fetch(dest, f=f):
+                    _original(st, vault, f, dest)
+            else:
+                ident = ("object", rfs.path(key), info.version_token, info.size)
+                size = info.size
+
+                def fetch(dest, key=key, info=info):
+                    _download(st.open_read(rfs.path(key), info.size), info.size, dest, READ_BYTES)
             try:
-                if key in backups:
-                    _original(st, vault, backups[key], dest)
-                else:
-                    _download(st.open_read(rfs.path(key), files[key].size), files[key].size, dest)
+                paths.append(DOWNLOADS.get(ident, size, fetch))
             except (*STORE_FAILURES, OSError, ValueError) as e:
                 raise SampleUnavailable("not_found", f"{rfs.url_of(key)} could not be read ({e})") from None
-            paths.append(dest)
-        data = samples.read_sample(paths, plugin, tag, int(step), int(index))
+            used.add(ident)
+        try:
+            data = samples.read_sample(paths, plugin, tag, int(step), int(index))
+        finally:
+            DOWNLOADS.trim(used)
     if data is None:
         raise SampleUnavailable("not_found", f"no {plugin} sample {index} of {tag!r} at step {step} {side}")
     return data, samples.sniff(data)
@@ -140,7 +230,7 @@ def _original(st: BucketState, vault: BucketVault, f: dict, dest: str) -> None:
         except BlobFailure as e:
             raise SampleUnavailable("not_found", f"{f['path']}: its backup does not read back ({e})") from None
         return
-    _download(st.open_read(f["backup"], f["size"]), f["size"], dest)
+    _download(st.open_read(f["backup"], f["size"]), f["size"], dest, READ_BYTES)
 
 
-__all__ = ["find_manifest", "sample"]
+__all__ = ["DOWNLOADS", "Downloads", "find_manifest", "sample"]
