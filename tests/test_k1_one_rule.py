@@ -95,3 +95,33 @@ def test_a_backup_key_with_a_nul_is_not_one_of_our_backups():
     assert not names_our_backup(vault, {"backup": "bkt/logs/.tb-footprint/blobs/ab/a\0b"})
     assert not names_our_backup(vault, {"backup": "bkt/logs/.tb-footprint/blobs/../../elsewhere"})
 
+
+# --- 3: adopting a committed blob (one name) lists no pins ------------------------------------------
+def test_a_one_name_blob_is_adopted_without_listing_the_pins(tmp_path, monkeypatch):
+    from tb_footprint_plugin.engine.vault import Vault
+    from tb_footprint_plugin.storage.files import sha256_file
+
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    data = os.urandom(5000)
+    first, second = logdir / "a.pb", logdir / "b.pb"
+    first.write_bytes(data)
+    second.write_bytes(data)
+    sha = sha256_file(str(first))
+    vault = Context(str(logdir)).vault
+    vault.ensure()
+    blob = vault.store(str(first), sha, pin=new_op_id())
+    os.unlink(first)  # its transaction swapped: the blob is the one name of those bytes
+    assert os.stat(blob).st_nlink == 1
+    asked = []
+    real = Vault.pinned_by
+    monkeypatch.setattr(Vault, "pinned_by", lambda self, *a, **k: asked.append(a) or real(self, *a, **k))
+    assert vault.store(str(second), sha, pin=new_op_id()) == blob
+    assert asked == []  # no listing of tmp/ for a blob nobody else names
+    assert os.stat(blob).st_ino != os.stat(second).st_ino and os.stat(blob).st_nlink == 1
+    # a second name still goes through _own_link, then unshare (R11 F1)
+    os.unlink(blob)
+    assert vault.store(str(second), sha, pin=new_op_id()) == blob and os.stat(blob).st_nlink == 2
+    assert vault.store(str(second), sha, pin=new_op_id()) == blob
+    assert asked, "a blob of two names is looked up among the pins"
+

@@ -452,6 +452,14 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+def _one_name(path: str) -> bool:
+    """Whether ``path`` is one name of its file, or gone (``Vault.unshare``'s first, cheap test)."""
+    try:
+        return os.lstat(path).st_nlink <= 1
+    except FileNotFoundError:
+        return True
+
+
 def _blocks(n: int, st: os.stat_result) -> int:
     """Filesystem blocks ``n`` bytes take (what a compression must save: a small file's block
     costs the same compressed or not)."""
@@ -830,7 +838,9 @@ class Vault:
         it (its pin), whose own links (another file of its run, same bytes) are adopted as they
         stand: its originals go at its swap, or none of them does."""
         if os.path.exists(blob):
-            if sha256_file(blob) == sha and (self._own_link(sha, own) or self.unshare(sha)):
+            if sha256_file(blob) == sha and (_one_name(blob) or self._own_link(sha, own) or self.unshare(sha)):
+                # a blob of one name (a committed backup) is adopted as it stands, without
+                # ``_own_link``'s listing of every pin (``unshare`` would say True for it too);
                 # a second name of a live file (another transaction's link of its original, pinned
                 # or not, or one an older version or damage left) is never adopted as it stands:
                 # that transaction may never swap, and a write to its file in place would then
@@ -886,10 +896,7 @@ class Vault:
         longer hash to ``sha`` (the live file changed since it was linked in: left as it is);
         True otherwise (a file of its own now, or already, or gone)."""
         p = self.blob_path(sha)
-        try:
-            if os.lstat(p).st_nlink <= 1:
-                return True
-        except FileNotFoundError:
+        if _one_name(p):
             return True
         fd, tmp = tempfile.mkstemp(prefix=".unshare-", dir=os.path.dirname(p))
         os.close(fd)
