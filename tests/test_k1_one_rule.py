@@ -125,3 +125,15 @@ def test_a_one_name_blob_is_adopted_without_listing_the_pins(tmp_path, monkeypat
     assert vault.store(str(second), sha, pin=new_op_id()) == blob
     assert asked, "a blob of two names is looked up among the pins"
 
+
+# --- 4: "released, not missing" is one function of the one schema -----------------------------------
+def test_released_not_missing_is_an_absent_blob_its_restore_let_go():
+    from tb_footprint_plugin.engine import manifest
+
+    a, b = "a" * 64, "b" * 64
+    m = {manifest.RESTORED_BY: new_op_id(), manifest.RELEASED: [a, "../x"]}
+    assert manifest.released_not_missing(m, a, None)
+    assert not manifest.released_not_missing(m, a, "plain")  # there: judged as any backup
+    assert not manifest.released_not_missing(m, b, None)  # not let go: missing
+    assert not manifest.released_not_missing({manifest.RELEASED: [a]}, a, None)  # never restored: missing
+

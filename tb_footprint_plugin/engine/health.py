@@ -89,7 +89,7 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                                       f"compressed backup of {f['path']} in {vault.root} is damaged "
                                       f"({os.path.relpath(vault.zst_path(f['sha256']), vault.root)})"))
                     continue
-                if form is None and f["sha256"] in manifest.released(m):
+                if manifest.released_not_missing(m, f["sha256"], form):
                     continue  # let go by its restore (the original stands again), not missing
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} is missing from {vault.root}"))

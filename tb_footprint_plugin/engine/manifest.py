@@ -107,6 +107,13 @@ def released(m: dict) -> frozenset:
     return frozenset(x for x in got if is_sha256(x))
 
 
+def released_not_missing(m: dict, sha: str, form: Optional[str]) -> bool:
+    """Whether a backup of ``m`` the vault holds in no form (``form`` None: ``Vault.blob_form``)
+    was let go by its restore (``released``): the original stands again, so it is not missing.
+    The one rule ``health`` and ``purge`` judge an absent blob by."""
+    return form is None and sha in released(m)
+
+
 def bucket_form(m: dict) -> dict:
     """What a bucket keeps of manifest ``m`` (one schema): without the reader's private ``_``
     keys, with ``BUCKET_ALIASES`` set from the one schema's fields (never the other way)."""
@@ -234,4 +241,5 @@ def read(doc, file: str) -> dict:
 
 __all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "op_id_of", "OP_ID",
            "KIND", "RUN", "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
-           "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT", "RELEASED", "released"]
+           "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT", "RELEASED", "released",
+           "released_not_missing"]

@@ -98,7 +98,7 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
             st = os.lstat(p)
             ok = st.st_size == f["size"] and sha256_file(p) == f["sha256"]
         except OSError:
-            if form is None and f["sha256"] in manifest.released(m):
+            if manifest.released_not_missing(m, f["sha256"], form):
                 continue  # let go by its restore (the original stands again), not missing
             return dict(base, code=Finding.BACKUP_DAMAGED,
                         detail=f"backup of {f['path']} is missing from {vault.root}; the rest is kept")
