@@ -19,6 +19,7 @@ restore of an older reduction of the run removed as its own output (its ``create
 """
 import hashlib
 import os
+from typing import Optional
 
 import pytest
 
@@ -107,26 +108,29 @@ def test_a_run_restored_beside_a_shared_blob_is_released_not_damaged(tmp_path, m
     assert all(m.get("backup_purged") for m in vault.manifests() if m["kind"] == "reduce")
 
 
+def _write_steps(run: str, timestamp: int, steps: range, hparams: Optional[dict] = None) -> None:
+    """One event file of ``run`` written at ``timestamp``: ``hparams`` (with metric ``acc``) when
+    given, a ``weights`` histogram at each of ``steps`` and, every 50 steps, ``acc`` = step / ``steps.stop``."""
+    with sp.EventWriter(run, timestamp=timestamp) as w:
+        if hparams:
+            w.hparams(hparams, ["acc"])
+        for s in steps:
+            w.histogram("weights", s, [(k, k + 1, (k * s) % 5) for k in range(8)])
+            if s % 50 == 0:
+                w.scalar("acc", s, s / steps.stop)
+
+
 def _reduced_twice(tmp_path, monkeypatch) -> str:
     """r0 reduced (its event file rewritten), a second event file written, r0 reduced again:
     the second reduction backs up the first one's output (small, packed)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     root = str(tmp_path / "logdir")
     run = os.path.join(root, "r0")
-    with sp.EventWriter(run, timestamp=1795990000) as w:
-        w.hparams({"lr": 0.1}, ["acc"])
-        for s in range(300):
-            w.histogram("weights", s, [(k, k + 1, (k * s) % 5) for k in range(8)])
-            if s % 50 == 0:
-                w.scalar("acc", s, s / 300)
+    _write_steps(run, 1795990000, range(300), hparams={"lr": 0.1})
     sp.age(root)
     rep = api.reduce_logdir(root, policy=ARCHIVE, dry_run=False, vault_format="compressed")
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED]
-    with sp.EventWriter(run, timestamp=1795990500) as w:
-        for s in range(300, 400):
-            w.histogram("weights", s, [(k, k + 1, (k * s) % 5) for k in range(8)])
-            if s % 50 == 0:
-                w.scalar("acc", s, s / 400)
+    _write_steps(run, 1795990500, range(300, 400))
     sp.age(root)
     rep = api.reduce_logdir(root, policy=ARCHIVE, dry_run=False, vault_format="compressed")
     assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED]
