@@ -20,9 +20,8 @@ RunProgress = Callable[[str, str, float], None]  # (run, step, fraction)
 def context_of(logdir: str, backup_dir: Optional[str], quiet_period: float = DEFAULT_QUIET_PERIOD,
                verify_backends: Sequence[str] = DEFAULT_BACKENDS,
                closed_files: Optional[Mapping[str, float]] = None) -> Context:
-    """The engine's context of a local logdir, for the verbs a local logdir alone has (``sample``,
-    ``unfinished``, the reduce's batch): ``engine.front.local_context``'s refusals first (a bucket
-    logdir is ``RemoteError`` ``not_supported``)."""
+    """The engine's context of a local logdir: ``engine.front.local_context``'s refusals first (a
+    bucket logdir is ``StoreFailure`` ``StoreError.NOT_SUPPORTED``)."""
     return local_context(logdir, backup_dir, quiet_period, verify_backends, closed_files)
 
 
