@@ -47,3 +47,30 @@ def test_a_first_prewarm_imports_no_s3_or_fsspec_client(tmp_path):
     # installed, fsspec paths where fsspec is (each imported at its first use)
     assert got["s3"] == got["s3_registered"] == got["boto3_installed"], got
     assert got["fsspec"] == got["fsspec_installed"], got
+
+
+_WAIT = textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, {repo!r})
+    from tb_footprint_plugin.verify import routes
+    none = routes.prewarm_waited()
+    routes.prewarm()
+    routes.make_app({logdir!r}, None)  # at once: the imports are under way
+    first = routes.prewarm_waited()
+    routes.make_app({logdir!r}, None)  # the prewarm is done: no wait
+    print(json.dumps({{"none": none, "first": first, "second": routes.prewarm_waited()}}))
+""")
+
+
+def test_make_app_counts_the_seconds_it_waited_for_the_prewarm(tmp_path):
+    """``routes.prewarm_waited``: what the bench prints beside a reduce (how long the route
+    crawl stood still until TensorBoard's app imports were done)."""
+    code = _WAIT.format(repo=str(REPO), logdir=str(tmp_path / "nothing-here"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["none"] == 0.0, got
+    # TensorBoard's first-party plugins take tens of milliseconds to import at the very least
+    assert got["first"] > 0.02, got
+    assert got["second"] == got["first"], got
