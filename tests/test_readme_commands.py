@@ -7,11 +7,12 @@ blank. Here, in a copy of the repository (the developer's own ``./.venv`` is nev
 demo is started exactly as the README says, the tab is loaded, the test command's install step
 (``scripts/test.sh --install-only``) runs beside it, and the tab must still load.
 
-The copy's demo environment is built for real (``python3 -m venv`` and ``pip install .``, as a
-newcomer gets it). The copy's test environment is seeded first, so the install step stays quick:
-a venv whose ``.pth`` points at this suite's own site-packages (every dependency is then already
-satisfied and pip installs only the project, editable, into the copy), and links to the
-TensorFlow folder and Azurite this suite already has. The install step's code path is unchanged.
+Both of the copy's environments are seeded first, so their installs stay quick: a venv whose
+``.pth`` points at this suite's own site-packages (every dependency is then already satisfied and
+pip installs only the project into the copy: ``./.venv`` from the copy's files as the demo
+script does, ``./.venv-test`` editable), and for the test environment links to the TensorFlow
+folder and Azurite this suite already has. Both scripts' code paths are unchanged. A newcomer's
+full ``pip install .`` into a fresh venv, dependencies and all, is ``tests/test_packaging.py``'s.
 """
 from __future__ import annotations
 
@@ -64,15 +65,20 @@ def _get(url, timeout=30):
         return e.code, e.read()
 
 
-def _seed_test_env(repo) -> None:
-    """The copy's ./.venv-test with this suite's packages on its path (see the module docstring)."""
-    venv = repo / ".venv-test"
+def _seed_env(venv) -> None:
+    """A venv with this suite's packages on its path (see the module docstring)."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=_env(), timeout=120)
     purelib = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True, env=_env()).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     with open(os.path.join(purelib, "zz-suite-packages.pth"), "w") as f:
         f.write("\n".join(sorted(ours)) + "\n")
+
+
+def _seed_test_env(repo) -> None:
+    """The copy's ./.venv-test seeded, with the suite's TensorFlow folder and Azurite linked in."""
+    venv = repo / ".venv-test"
+    _seed_env(venv)
     tf = os.environ.get("TB_FOOTPRINT_TEST_TENSORFLOW") or str(REPO / ".venv-test" / "tensorflow")
     if os.path.isdir(os.path.join(tf, "tensorflow")):
         os.symlink(tf, venv / "tensorflow")
@@ -109,6 +115,13 @@ def _tab_loads(base) -> None:
 def test_test_command_install_leaves_the_running_demo_tab_alone(tmp_path):
     repo = tmp_path / "repo"
     _copy_repo(repo)
+    _seed_env(repo / ".venv")
+    # TensorBoard's console script, as pip writes it into a venv it installs TensorBoard into (the
+    # seeded venv finds TensorBoard on the suite's path, so pip writes none)
+    launcher = repo / ".venv" / "bin" / "tensorboard"
+    launcher.write_text(f"#!{repo / '.venv' / 'bin' / 'python'}\nimport sys\nfrom tensorboard.main import run_main\n"
+                        "if __name__ == '__main__':\n    sys.exit(run_main())\n")
+    launcher.chmod(0o755)
     _seed_test_env(repo)
     port = _free_port()
     log = open(tmp_path / "demo.log", "wb")
