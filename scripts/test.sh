@@ -52,9 +52,14 @@ export PATH="$PWD/$VENV/bin:$PATH"
 # under CI's 30 minutes on two cores, and that list says where its time goes.
 "$VENV"/bin/python -m pytest -q -p no:cacheprovider -n "${TB_FOOTPRINT_TEST_WORKERS:-3}" --dist loadfile \
   --durations=25 tests "$@"
+# Each benchmark's wall time is printed after it, so the CI's budget can be read off the log.
 for b in bench/*.py; do
   echo "== $b --small"
+  start=$SECONDS
   "$VENV"/bin/python "$b" --small
+  echo "== $b --small took $((SECONDS - start)) s"
 done
 echo "== bench/verify.py --small --scanned"
+start=$SECONDS
 "$VENV"/bin/python bench/verify.py --small --scanned
+echo "== bench/verify.py --small --scanned took $((SECONDS - start)) s; the whole command $SECONDS s"
