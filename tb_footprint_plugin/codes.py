@@ -110,6 +110,7 @@ class Finding(Code):
     BACKUP_CHANGED = "backup_changed"  # a backup's own bytes changed (not an append): kept as is
     BACKUP_DAMAGED = "backup_damaged"  # a backup is missing, shorter, or does not match its sha256
     BACKUP_OPEN_FOR_WRITING = "backup_open_for_writing"  # a process still writes into a backup's inode
+    BACKUP_SHARED = "backup_shared"  # a backup is still a hard link of a name outside the vault (a snapshot's)
     MANIFEST_DAMAGED = "manifest_damaged"  # missing or corrupt; `recover` rebuilds it from the log
     MANIFEST_REBUILT = "manifest_rebuilt"
     MANIFEST_LOST = "manifest_unrecoverable"  # corrupt, and no log to rebuild it from

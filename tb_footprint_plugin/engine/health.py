@@ -69,6 +69,7 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
     for root in vault_roots:
         with oplog.snapshot(root):  # one look at the log's files for every operation
             out += _log_problems(root)
+    shared_named = set()  # a blob several manifests name is named once
     for m in manifests:
         if m.get("backup_purged"):
             continue
@@ -94,6 +95,18 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} is missing from {vault.root}"))
                 continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and m.get("outcome") == "verified" \
+                    and f["sha256"] not in in_use and (vault.root, f["sha256"]) not in shared_named \
+                    and not vault.pinned_by(f["sha256"]):
+                # committed, pinned by no transaction under way: its original's name went at the
+                # swap, so the other name is outside the vault (a ``cp -al`` / ``rsync --link-dest``
+                # snapshot an older version linked in, review R13 F1): a write there changes the backup
+                shared_named.add((vault.root, f["sha256"]))
+                out.append(_f(Finding.BACKUP_SHARED, m["op_id"], m.get("run"),
+                              f"the backup of {f['path']} is one inode with {st.st_nlink - 1} other name(s) outside "
+                              "the vault (a hard-linked snapshot of the run?): a write through such a name changes "
+                              "this backup; leave them unwritten, or remove them if they are copies",
+                              file=vault.blob_path(f["sha256"])))
             if not stat.S_ISREG(st.st_mode) or st.st_size < f["size"]:
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} in {vault.root} is shorter than it was"))

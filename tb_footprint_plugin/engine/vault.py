@@ -12,7 +12,8 @@ Layout (``<vault>`` is ``<logdir>/.tb-footprint`` unless ``--backup-dir`` says o
 
 On the same filesystem a backup is a hard link: no copy, no extra space, and the original
 name stays in place until the transaction's swap removes it (a copy when the blob's ``.zst``
-is there already: a live file is never linked in under a compacted backup's name). On another filesystem the file
+is there already: a live file is never linked in under a compacted backup's name; a copy when
+the original has other names, a snapshot's: the swap would leave the backup their inode). On another filesystem the file
 is copied, fsynced and re-hashed before anything else happens. Either way a blob is only
 trusted after its sha256 is checked.
 
@@ -862,8 +863,12 @@ class Vault:
         linked = False
         # beside a .zst or a pack copy (an earlier operation's compacted or packed backup)
         # the new plain blob is a copy: a link would make this run's live file, which may
-        # still change before its swap (a late writer), stand under that backup's name
-        if self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha):
+        # still change before its swap (a late writer), stand under that backup's name.
+        # An original with other names (a ``cp -al`` or ``rsync --link-dest`` snapshot, a
+        # hard-linked copy of the run) is copied too: its swap removes one name only, so a link
+        # would leave the backup an inode the user still writes through the other (review R13 F1)
+        if self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha) \
+                and _one_name(path):
             try:
                 fsops.link(path, blob, follow_symlinks=False)
                 linked = True
@@ -871,6 +876,9 @@ class Vault:
                 raise  # the shard folder pruned meanwhile (``in_shard`` tries again), or the file gone
             except OSError:
                 linked = False  # e.g. fs.protected_hardlinks; fall back to a copy
+            if linked and os.lstat(blob).st_nlink > 2:
+                fsops.unlink(blob)  # a name made meanwhile (a snapshot under way): our link goes, a copy
+                linked = False
         if not linked:
             fd, tmp = tempfile.mkstemp(prefix=".in-", dir=os.path.dirname(blob))
             os.close(fd)
