@@ -9,11 +9,13 @@ each run under its lock, each blob under its own, as any process sharing the vau
 ``{"n", "failed", "busy": [op ids that found a blob busy]}`` on stdout (after ``{"ready"}`` once
 its signal handlers are set and its logdir's context made). Ctrl-C is its parent's
 (ignored here); ``SIGTERM`` ends it after the round under way. Its stdin closed, it ends after the
-rounds it was given.
+rounds it was given. Its parent gone (a killed batch: the replies' pipe closed), it answers no
+more and goes on with the rounds it was given (their notes are done then, or at the next start).
 """
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import threading
@@ -22,6 +24,19 @@ from tb_footprint_plugin.engine.compactor import compact_round
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine import vault as vault_mod
 from tb_footprint_plugin.engine.vault import KEPT_BUSY
+
+
+def _reply(msg: dict) -> bool:
+    """Write one reply line straight to fd 1 (nothing buffered: nothing left to fail at exit);
+    False when nobody reads the replies any more (review R13 F4: ``BrokenPipeError`` killed the
+    worker at its next reply, dropping the rounds still on its stdin)."""
+    data = (json.dumps(msg) + "\n").encode()
+    try:
+        while data:
+            data = data[os.write(1, data):]
+    except OSError:
+        return False
+    return True
 
 
 def main() -> int:
@@ -38,8 +53,7 @@ def main() -> int:
         vault_mod.PACK_BELOW, vault_mod.PACK_BATCH = int(head["pack_below"]), int(head["pack_batch"])
     except (ValueError, TypeError, KeyError, OSError):
         return 2
-    sys.stdout.write(json.dumps({"ready": True}) + "\n")  # its handlers are set
-    sys.stdout.flush()
+    heard = _reply({"ready": True})  # its handlers are set
     for line in sys.stdin.buffer:
         if stop.is_set():
             break
@@ -52,8 +66,8 @@ def main() -> int:
         done = compact_round(ctx, group)
         reply = {"n": n, "failed": done is None,
                  "busy": [op for op, what in (done or {}).items() if KEPT_BUSY in what.values()]}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        if heard:
+            heard = _reply(reply)  # the parent gone: the rounds given still done, unanswered
     return 0
 
 

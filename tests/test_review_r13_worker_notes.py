@@ -1,0 +1,36 @@
+"""Review R13 F4, F5 and F6 (compaction's worker, notes and recovery line).
+
+- F4: the compaction worker whose parent is gone (a killed batch: nobody reads its replies) goes
+  on with the rounds it was given and ends 0, instead of dying with ``BrokenPipeError`` at its
+  next reply.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import tb_footprint_plugin
+from tb_footprint_plugin.engine import compactor as cm
+from tb_footprint_plugin.engine.context import Context
+
+
+def test_the_worker_goes_on_with_its_rounds_after_its_parent_is_gone(tmp_path):
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    ctx = Context(str(logdir))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tb_footprint_plugin.__file__)))
+    p = subprocess.Popen([sys.executable, "-I", "-c", cm._BOOT, root], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = {"logdir": ctx.logdir, "backup_dir": None, "vault": ctx.vault.root, "pack_below": 262144,
+            "pack_batch": 256}
+    p.stdin.write(json.dumps(head).encode() + b"\n")
+    p.stdin.flush()
+    assert json.loads(p.stdout.readline()) == {"ready": True}
+    p.stdout.close()  # the parent is gone: nobody reads the replies any more
+    for n in range(3):
+        p.stdin.write(json.dumps({"n": n, "round": [[f"20260101T00000{n}-abcdef", f"run{n}", []]]}).encode() + b"\n")
+    p.stdin.close()
+    assert p.wait(60) == 0
+    assert p.stderr.read() == b""
