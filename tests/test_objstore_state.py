@@ -50,12 +50,16 @@ def _two_reductions(bucket, logdir):
     return url, before, ops[0], ops[1]
 
 
-def test_damaged_state_objects_block_nothing_and_are_named(bucket, rewrite_logdir):
+def test_damaged_state_objects_block_nothing_and_are_named(s3_bucket, rewrite_logdir):
     """Non-UTF-8 bytes in one manifest and one ledger object, JSON of the wrong shape in one
     journal object of a bucket logdir: `status` (exit 0), `verify` (exit 1), `recover` (exit 1: a
     journal it could not settle) and `restore --all --yes` (exit 1: a manifest it could not read
     may hide a backup) each name the damaged objects by their URL; the intact reduction is still
-    listed and restored byte for byte, and the damaged reduction's backups stay in the vault."""
+    listed and restored byte for byte, and the damaged reduction's backups stay in the vault.
+
+    On S3 alone (CI time): a state object is read by the same ``Store`` call on every store, and
+    the contract trust matrix plants damaged state on each (tests/contract/test_trust_matrix.py)."""
+    bucket = s3_bucket
     url, before, damaged_op, intact_op = _two_reductions(bucket, rewrite_logdir)
     rfs = RemoteFS(url)
     state = rfs.list_tree(".tb-footprint")
