@@ -34,3 +34,43 @@ def test_the_worker_goes_on_with_its_rounds_after_its_parent_is_gone(tmp_path):
     p.stdin.close()
     assert p.wait(60) == 0
     assert p.stderr.read() == b""
+
+
+# --- F5: a compaction note that names nothing is named by status ---------------------------------
+def test_unreadable_compaction_notes_are_named_by_status(tmp_path):
+    from tb_footprint_plugin import api, synth
+    from tb_footprint_plugin.codes import Finding
+
+    logdir = tmp_path / "logs"
+    with synth.EventWriter(str(logdir / "run"), timestamp=1_700_000_000) as w:
+        w.scalar("loss", 0, 1.0)
+    ctx = Context(str(logdir))
+    ctx.vault.ensure()
+    folder = os.path.join(ctx.vault.root, "compact")
+    os.makedirs(folder, exist_ok=True)
+    planted = {
+        "20260101T000001-aaaaaa": "garbage",
+        "20260101T000002-bbbbbb": "fifo",
+        "20260101T000003-cccccc": "symlink",
+        "20260101T000004-dddddd": "list",
+    }
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"blobs": []}')
+    for op, kind in planted.items():
+        p = os.path.join(folder, f"{op}.json")
+        if kind == "garbage":
+            with open(p, "wb") as f:
+                f.write(b"\x00not json")
+        elif kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "symlink":
+            os.symlink(outside, p)
+        else:
+            with open(p, "w") as f:
+                f.write("[1, 2]")
+    good = os.path.join(folder, "20260101T000005-eeeeee.json")
+    with open(good, "w") as f:
+        f.write('{"op_id": "20260101T000005-eeeeee", "blobs": []}')
+    named = {p.get("path") for p in api.status(str(logdir))["problems"] if p["code"] == Finding.DAMAGED_FILE}
+    assert {os.path.join(folder, f"{op}.json") for op in planted} <= named
+    assert good not in named

@@ -19,7 +19,7 @@ from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage, history_files
 from tb_footprint_plugin.engine.journal import pending_journals
-from tb_footprint_plugin.engine.vault import ZST_SUFFIX, Vault
+from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256
@@ -123,6 +123,10 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                               f"{st.st_size - f['size']} byte(s) were written to {f['path']} after the reduction; "
                               "`recover` puts the complete records back into the run", st.st_size - f["size"]))
     for root in vault_roots:
+        # a compaction note that names nothing is never finished nor dropped (review R13 F5)
+        for path, why in damaged_notes(os.path.join(root, "compact")):
+            out.append(_f(Finding.DAMAGED_FILE, None, None, f"compaction note {why}: it names no backup, so "
+                          "nothing finishes it; the backups stay as they are (remove the note)", file=path))
         r = shared.get(os.path.abspath(root))
         own = r.vault.referenced_blobs(manifests=r.manifests) if r else Vault(root).referenced_blobs()
         # an index that does not read or is gone, a pack gone or cut short, backups nothing lists

@@ -97,7 +97,7 @@ import stat
 import tempfile
 import threading
 import time
-from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, TypeVar
+from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, oplog, remote_vault
@@ -322,6 +322,36 @@ def read_notes(folder: str) -> Dict[str, List[str]]:
             out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
         except (OSError, ValueError, RecursionError):
             out[n[:-5]] = []
+    return out
+
+
+def damaged_notes(folder: str) -> List[Tuple[str, str]]:
+    """The notes ``<op id>.json`` in ``folder`` that ``read_notes`` takes as naming nothing:
+    (path, why) for each that is no regular file, does not read or parse, or is no note (no list
+    of blobs). Such a note is never finished nor dropped; ``status`` names it (review R13 F5)."""
+    out: List[Tuple[str, str]] = []
+    try:
+        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
+    except OSError:
+        return out
+    for n in names:
+        if not n.endswith(".json") or not is_op_id(n[:-5]):
+            continue
+        p = os.path.join(folder, n)
+        try:
+            with open_regular(p) as f:
+                d = json.load(f)
+        except FileNotFoundError:
+            continue  # finished meanwhile
+        except OSError as e:
+            kind = getattr(e, "kind", None)  # ``NotRegularFile``: a link, FIFO, folder, ...
+            out.append((p, f"is {kind}, not a regular file" if kind else f"unreadable ({e.strerror or e})"))
+            continue
+        except (ValueError, RecursionError):
+            out.append((p, "does not parse as JSON"))
+            continue
+        if not isinstance(d, dict) or not isinstance(d.get("blobs"), list):
+            out.append((p, "is JSON but no note (no list of blobs)"))
     return out
 
 
