@@ -23,6 +23,7 @@ import stat
 import time
 from typing import Iterator, List, Optional, Tuple
 
+from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import lease as leases
 from tb_footprint_plugin.storage.files import append_line, fsync_dir
 from tb_footprint_plugin.storage.lock import Locked, release, try_exclusive
@@ -52,6 +53,17 @@ def ensure_state_subdir(path: str) -> str:
     return ensure_private_dir(path, root, tighten_root=is_state_name(os.path.basename(root)))
 
 
+class JournalGone(RuntimeError):
+    """The operation's own journal is no longer at its path (removed, or its folder moved away)
+    or is another file now: its records cannot be read back. ``code``: ``Failure.JOURNAL_GONE``;
+    ``path``: the journal file. The operation stops; what it did is in ``Journal.written``."""
+
+    def __init__(self, path: str, what: str, code: Failure = Failure.JOURNAL_GONE):
+        super().__init__(f"{path}: the operation's journal {what}; its records cannot be read back")
+        self.path = path
+        self.code = code
+
+
 class Journal:
     """An operation's journal file.
 
@@ -66,6 +78,9 @@ class Journal:
         self.op_id = os.path.basename(path)[: -len(".jsonl")]
         self.may_create = may_create
         self.identity: Optional[Tuple[int, int]] = None
+        #: every record this object wrote, as written (a failure path's account of the operation
+        #: when the file itself cannot be read back: ``JournalGone``)
+        self.written: List[dict] = []
 
     @classmethod
     def create(cls, journal_dir: str, op_id: str, first: dict) -> "Journal":
@@ -91,6 +106,7 @@ class Journal:
                 os.unlink(tmp)
         fsync_dir(journal_dir)
         j.identity = (st.st_dev, st.st_ino)
+        j.written.append(json.loads(line))
         return j
 
     def append(self, record: dict, sync: bool = True) -> None:
@@ -104,13 +120,32 @@ class Journal:
         self.identity = append_line(self.path, json.dumps(record, sort_keys=True) + "\n",
                                     create=self.may_create and self.identity is None, expect=self.identity,
                                     sync=sync)
+        self.written.append(record)
 
     def records(self) -> List[dict]:
-        """Every complete record; a torn last line (crash mid-write) is ignored."""
+        """Every complete record; a torn last line (crash mid-write) is ignored. The journal of
+        an operation this object made or wrote (its identity is known) must still be that file:
+        gone, or another file at its path, raises ``JournalGone`` (an empty list would read as an
+        operation that recorded nothing). A journal read back by recovery that is gone, a link
+        or a FIFO holds no record of ours: ``[]``."""
         out = []
         try:
             # a symlink or FIFO in a journal's place is never read through (``NotRegularFile``)
-            with io.TextIOWrapper(open_regular(self.path), encoding="utf-8") as f:
+            raw = open_regular(self.path)
+        except (OSError, NotRegularFile) as e:
+            if self.identity is not None:
+                raise JournalGone(self.path, "was replaced by something that is not a file"
+                                  if isinstance(e, NotRegularFile) else f"is gone ({e.strerror or e})") from None
+            if not isinstance(e, (FileNotFoundError, NotRegularFile)):
+                raise
+            return out  # a link or FIFO planted as a journal holds no record of ours
+        if self.identity is not None:
+            st = os.fstat(raw.fileno())
+            if (st.st_dev, st.st_ino) != self.identity:
+                raw.close()
+                raise JournalGone(self.path, "was replaced by another file")
+        try:
+            with io.TextIOWrapper(raw, encoding="utf-8") as f:
                 for line in f:
                     if not line.endswith("\n"):
                         break
@@ -121,8 +156,8 @@ class Journal:
                     if not isinstance(rec, dict):
                         break  # not a record this tool writes; trust.check_journal judges the rest
                     out.append(rec)
-        except (FileNotFoundError, NotRegularFile):
-            pass  # a link or FIFO planted as a journal holds no record of ours
+        finally:
+            raw.close()
         return out
 
     def close(self, durable: bool = True) -> None:

@@ -326,7 +326,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
             if isinstance(e, Cancelled):
                 out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
-        elif any(r["type"] == "commit" for r in journal.records()) or _retirement_recorded(ctx.vault, journal.op_id):
+        elif any(r["type"] == "commit" for r in journal.written) or _retirement_recorded(ctx.vault, journal.op_id):
             # committed, or its verified manifest written (every file in the vault and checked):
             # retired, as a crash there leaves it; never rolled back past its record
             out.status = Outcome.VERIFIED

@@ -44,7 +44,7 @@ from tb_footprint_plugin.engine.context import (
     writing,
 )
 from tb_footprint_plugin.engine.history import changes_since
-from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLock, RunLocked
 from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, rollback
 from tb_footprint_plugin.plan.model import RunPlan
@@ -266,9 +266,19 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         code = Failure.NO_SPACE if isinstance(e, NoSpace) or is_no_space(e) else Failure.ERROR
         if isinstance(e, TransactionError) and isinstance(e.code, Failure):
             code = e.code  # a failure the step named (a file changed since its backup): as the bucket engine says it
+        gone = e if isinstance(e, JournalGone) else None
+        records: List[dict] = []
+        if journal is not None and gone is None:
+            try:
+                records = journal.records()
+            except JournalGone as g:
+                gone = g
         if journal is None:
             out.status, out.reason, out.code = Outcome.FAILED, reason, code
-        elif any(r["type"] == "commit" for r in journal.records()):
+        elif gone is not None:
+            _journal_gone(ctx, journal, gone, reason, out)
+            journal = None  # never removed: whatever stands at its path now is not ours to unlink
+        elif any(r["type"] == "commit" for r in records):
             out.status = Outcome.VERIFIED  # past the commit point: the reduction stands
             journal.close()
             journal = None
@@ -281,6 +291,9 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):
                     out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
+            except JournalGone as g:  # lost during the rollback itself
+                _journal_gone(ctx, journal, g, reason, out)
+                journal = None
             except Exception as e2:  # the journal stays: recovery will try again
                 out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
                 out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
@@ -294,6 +307,43 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
     return out
 
 
+
+
+def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str, out: RunOutcome) -> None:
+    """``out`` for a run whose journal cannot be read back (``JournalGone``), from what this
+    process wrote to it (``Journal.written``). Before the swap record no original was touched:
+    the temp files it staged in the run are removed and the run is as it was (its backups, now
+    extra names, stay pinned in the vault until recovery meets the journal again). From the swap
+    record on the run is reduced (verified first) or partly swapped: nothing is undone without a
+    journal to record it, and the reason names where the backups are."""
+    written = journal.written
+    code = getattr(gone, "code", None) or Failure.JOURNAL_GONE
+    where = f"its backups are in {ctx.vault.root} (operation {journal.op_id})"
+    if any(r.get("type") == "commit" for r in written):
+        out.status = Outcome.VERIFIED  # committed: its manifest was durable before the commit record
+        return
+    if not any(r.get("type") == "swap" for r in written):
+        left = []
+        for r in written:
+            if r.get("type") != "stage" or not isinstance(r.get("tmp"), str):
+                continue
+            try:
+                no_symlink(ctx, r["tmp"])
+                fsops.unlink(ctx.abs(r["tmp"]))
+            except FileNotFoundError:
+                pass
+            except (OSError, TransactionError):
+                left.append(r["tmp"])
+        out.status, out.code = Outcome.ROLLED_BACK, code
+        out.reason = (f"{reason}; the run is as it was (nothing in it was replaced yet)"
+                      + (f", temp files left: {', '.join(left)}" if left else "") + f"; {where}")
+        if reason != str(gone):
+            out.reason += f" ({gone})"
+        return
+    out.status, out.code = Outcome.FAILED, code
+    out.reason = (f"{reason}; the run was swapped after its verification passed, but the operation cannot "
+                  f"be committed or rolled back without its journal: {where}"
+                  + (f" ({gone})" if reason != str(gone) else ""))
 
 
 def _append(journal: Journal, record: dict, sync: bool = True) -> None:
@@ -326,7 +376,7 @@ def _append_rollback(journal: Journal, reason: str) -> None:
     try:
         _append(journal, {"type": "rollback", "reason": reason})
     except NoSpace:
-        if any(r["type"] == "swap" for r in journal.records()):
+        if any(r["type"] == "swap" for r in journal.written):
             raise
 
 

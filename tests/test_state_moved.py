@@ -1,0 +1,93 @@
+"""A journal or state folder taken away mid-operation (review R13 F2, task L2).
+
+A group member of a group-writable logdir without the sticky bit can rename the owner's
+``.tb-footprint`` (tests/test_trust_users.py's users show the kernel rule); here the same user
+does it, or removes the journal, at a failpoint of a reduce. The run's outcome must say so with a
+code that names the file or folder, and the run is left as it was (before the swap) or reduced
+with the failure naming where its backups are (after it)."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+from helpers_runs import aged_small_runs
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine import faults
+
+
+def _tree(logdir):
+    out = {}
+    for dp, ds, fs in os.walk(logdir):
+        ds[:] = [d for d in ds if not d.startswith(".tb-footprint") and d != ".hidden"]
+        for f in fs:
+            p = os.path.join(dp, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, logdir)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def _reduce(logdir):
+    rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0, verify_backends=("python",))
+    assert len(rep.outcomes) == 1
+    return rep.outcomes[0]
+
+
+def _journals(logdir):
+    return os.path.join(logdir, ".tb-footprint", "journal")
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    yield aged_small_runs(str(tmp_path / "logs"), 1)
+    faults.disarm_all()
+
+
+def _remove_journal(logdir):
+    def act():
+        d = _journals(logdir)
+        for n in os.listdir(d):
+            if n.endswith(".jsonl"):
+                os.unlink(os.path.join(d, n))
+    return act
+
+
+def test_journal_gone_after_swap_is_coded_and_names_journal_and_backups(logdir):
+    """Before: the outcome's reason was a bare 'list index out of range' (write_manifest on the
+    [] records() returned), coded rollback_incomplete."""
+    faults.arm("reduce.swap", _remove_journal(logdir))
+    out = _reduce(logdir)
+    assert out.status == Outcome.FAILED
+    assert out.code == Failure.JOURNAL_GONE
+    assert "list index out of range" not in out.reason
+    assert os.path.join(_journals(logdir), f"{out.op_id}.jsonl") in out.reason
+    assert os.path.join(logdir, ".tb-footprint") in out.reason and out.op_id in out.reason
+
+
+def test_journal_gone_before_swap_leaves_the_run_as_it_was(logdir):
+    """Before: rollback_incomplete (the rollback record could not be appended) and the staged
+    temp files of the run were left in it."""
+    before = _tree(logdir)
+    faults.arm("reduce.stage", _remove_journal(logdir))
+    out = _reduce(logdir)
+    assert out.status == Outcome.ROLLED_BACK, out.reason
+    assert out.code == Failure.JOURNAL_GONE
+    assert os.path.join(_journals(logdir), f"{out.op_id}.jsonl") in out.reason
+    assert _tree(logdir) == before  # no staged temp file left, every original as it was
+
+
+def test_records_of_a_vanished_own_journal_raise_coded(tmp_path):
+    from tb_footprint_plugin.engine.journal import Journal, JournalGone
+
+    j = Journal.create(str(tmp_path / "journal"), "op1", {"type": "begin", "op_id": "op1"})
+    j.append({"type": "backup"})
+    assert [r["type"] for r in j.records()] == ["begin", "backup"]
+    os.unlink(j.path)
+    with pytest.raises(JournalGone) as e:
+        j.records()
+    assert e.value.code == Failure.JOURNAL_GONE and j.path in str(e.value)
+    assert [r["type"] for r in j.written] == ["begin", "backup"]
+    # a journal read back by recovery (identity unknown) that is gone holds nothing
+    assert Journal(j.path, may_create=False).records() == []
