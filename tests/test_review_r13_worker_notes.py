@@ -3,6 +3,9 @@
 - F4: the compaction worker whose parent is gone (a killed batch: nobody reads its replies) goes
   on with the rounds it was given and ends 0, instead of dying with ``BrokenPipeError`` at its
   next reply.
+- F5: a compaction note that names nothing (no regular file, no JSON, no list of blobs) is named by
+  `status` as `damaged_state_file`.
+- F6: the recovery line of a finished compaction counts packed backups with the compressed ones.
 """
 from __future__ import annotations
 
@@ -74,3 +77,28 @@ def test_unreadable_compaction_notes_are_named_by_status(tmp_path):
     named = {p.get("path") for p in api.status(str(logdir))["problems"] if p["code"] == Finding.DAMAGED_FILE}
     assert {os.path.join(folder, f"{op}.json") for op in planted} <= named
     assert good not in named
+
+
+# --- F6: the recovery line counts packed backups -------------------------------------------------
+def test_a_finished_compaction_counts_its_packed_backups(tmp_path):
+    from tb_footprint_plugin import api, synth
+    from tb_footprint_plugin.codes import Finding
+
+    logdir = tmp_path / "logs"
+    run = logdir / "run"
+    with synth.EventWriter(str(run), timestamp=1_700_000_000) as w:
+        for s in range(20):
+            w.scalar("loss", s, 1.0 / (s + 1))
+    synth.write_profile_session(str(run), synth.session_name_for(1_700_000_600), "host", n_events=200, seed=1)
+    for p in list(logdir.rglob("*")) + [logdir]:
+        os.utime(p, (1_600_000_000, 1_600_000_000))
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0,
+                            verify_backends=("python",), vault_format="hardlink")
+    (out,) = rep.outcomes
+    vault = Context(str(logdir)).vault
+    shas = [f["sha256"] for f in vault.read_manifest(out.op_id)["files"]]
+    assert shas and all(vault.blob_form(s) == "plain" for s in shas)
+    vault.note_compaction(out.op_id, shas)  # what a kill before the compaction leaves
+    done = [o for o in api.recover_logdir(str(logdir)) if o.code == Finding.COMPACTION_FINISHED]
+    assert all(vault.blob_form(s) == "packed" for s in shas)
+    assert len(done) == 1 and f"({len(shas)} of {len(shas)} compressed or packed)" in done[0].detail

@@ -37,7 +37,7 @@ from tb_footprint_plugin.engine.ledger import Ledger, ledger_paths, load_ledger
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
 from tb_footprint_plugin.engine.restore import release_restored_backup
 from tb_footprint_plugin.engine.trust import Untrusted
-from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_BUSY, KEPT_OPEN, Vault
+from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_BUSY, KEPT_OPEN, PACKED, Vault
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage import scratch
 
@@ -328,7 +328,8 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
                                            f"{reason_of(e)}; they stay in the local vault", Finding.RECOVERY_FAILED))
         out.append(RecoveryOutcome(op_id, run or "", Recovery.COMPLETED,
                                    f"an interrupted compaction of {op_id}'s backups was finished "
-                                   f"({sum(1 for v in what.values() if v == COMPRESSED)} of {len(what)} compressed)",
+                                   f"({sum(1 for v in what.values() if v in (COMPRESSED, PACKED))} of {len(what)} "
+                                   "compressed or packed)",
                                    Finding.COMPACTION_FINISHED))
     return out
 
