@@ -176,7 +176,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                                                          kept_info, present))
                     continue
                 kept = None
-                if not staged_match(cur, f):
+                if cur is not None and not staged_match(cur, f):
                     # a writer that resumed "appended" by writing the reduced bytes plus new records:
                     # the grown object goes to the vault, its records back into the run, and then
                     # the original over it (anything else written there is left as it is)
@@ -185,13 +185,28 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                         conflicts.append(f["path"])
                         continue
                 try:
-                    res = _put_back(rfs, vault, f, orig, if_version=cur.version_token)
+                    res = _put_back(rfs, vault, f, orig, if_version=None if cur is None else cur.version_token)
                 except StoreFailure as e:
-                    if e.code == StoreError.PRECONDITION_FAILED:
+                    if e.code == StoreError.PRECONDITION_FAILED and kept is None and \
+                            BucketState.of(rfs).head(orig) is None:
+                        # deleted between the HEAD and the put (S3 and Azure answer a conditional
+                        # put on a missing key so): back create-only, as below
+                        cur = None
+                        try:
+                            res = _put_back(rfs, vault, f, orig)
+                        except StoreFailure as e2:
+                            if e2.code != StoreError.ALREADY_EXISTS:
+                                raise
+                            conflicts.append(f["path"])
+                            continue
+                    elif e.code in (StoreError.PRECONDITION_FAILED, StoreError.ALREADY_EXISTS):
                         conflicts.append(f["path"])
                         continue
-                    raise
-                out.bytes_after += f["size"] - cur.size
+                    else:
+                        raise
+                # a reduced object deleted since the reduce (cur None) was counted in bytes_after
+                gone = f.get("new_size") if isinstance(f.get("new_size"), int) else 0
+                out.bytes_after += f["size"] - (gone if cur is None else cur.size)
                 faults.hit("restore.file")
                 if kept is not None:
                     displaced.append(kept)
@@ -258,7 +273,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             out.reason += (f"; {len(displaced)} object(s) as they stood before the restore kept in the vault "
                            "(`tb-footprint status` shows where)")
         if conflicts:
-            out.reason += (f"; {len(conflicts)} file(s) exist again and were left as they are, e.g. {conflicts[0]}: "
+            out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
+                           f"they are, e.g. {conflicts[0]}: "
                            "their originals stay in the vault, and purge keeps them")
         return out
     except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key the manifest names is not plain
