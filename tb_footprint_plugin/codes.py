@@ -65,6 +65,7 @@ class Failure(Code):
     STATE_NOT_OURS = "state_not_ours"  # the vault or state folder is a symlink, another user's, or writable by others
     CHANGED_SINCE_BACKUP = "changed_since_backup"  # a file was written after its backup: its new bytes have no backup, left as they are
     STORE_ERROR = "store_error"  # the object store failed or refused a request (the reason names it); nothing is left half-done
+    STATE_MOVED = "state_moved"  # the state folder was moved away or replaced mid-operation (the reason names it, and where it is now)
     JOURNAL_GONE = "journal_gone"  # the operation's own journal vanished or was replaced mid-operation (the reason names it)
 
 

@@ -64,6 +64,40 @@ class JournalGone(RuntimeError):
         self.code = code
 
 
+class StateMoved(JournalGone):
+    """The state folder holding the operation's journal (``<logdir>/.tb-footprint``) is no longer
+    the folder the operation started with: moved away or replaced meanwhile (in a logdir other
+    users may write without the sticky bit, any of them can rename it). ``code``:
+    ``Failure.STATE_MOVED``; ``path``: the folder; ``now_at``: where the folder the operation
+    started with is now, when found beside it (its journal and backups are there), else None."""
+
+    def __init__(self, state: str, now_at: Optional[str]):
+        RuntimeError.__init__(
+            self, f"{state}: the state folder is no longer the one this operation started with (moved away or "
+            "replaced meanwhile: in a logdir others may write without the sticky bit, any of them can rename it); "
+            + (f"the folder it started with (its journal, and the backups it holds) is now {now_at}: move it back to {state} "
+               "(once the folder there now is moved away) and run `tb-footprint recover`" if now_at else
+               "the folder it started with (its journal and backups) was not found beside it"))
+        self.path = state
+        self.now_at = now_at
+        self.code = Failure.STATE_MOVED
+
+
+def _moved_to(state: str, identity: Tuple[int, int]) -> Optional[str]:
+    """Where the folder of ``identity`` is now among ``state``'s neighbours (one listing; only on
+    the failure path), or None."""
+    parent = os.path.dirname(state)
+    with contextlib.suppress(OSError):
+        with os.scandir(parent) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    if entry.inode() == identity[1] and entry.is_dir(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                        if (st.st_dev, st.st_ino) == identity:
+                            return entry.path
+    return None
+
+
 class Journal:
     """An operation's journal file.
 
@@ -81,6 +115,10 @@ class Journal:
         #: every record this object wrote, as written (a failure path's account of the operation
         #: when the file itself cannot be read back: ``JournalGone``)
         self.written: List[dict] = []
+        #: the state folder holding the journal folder, and its ``(st_dev, st_ino)`` when this
+        #: object made the journal: checked at every append (``check_state``)
+        self.state = os.path.dirname(os.path.dirname(os.path.abspath(path)))
+        self.state_identity: Optional[Tuple[int, int]] = None
 
     @classmethod
     def create(cls, journal_dir: str, op_id: str, first: dict) -> "Journal":
@@ -90,6 +128,8 @@ class Journal:
         to guess whether one without it is an operation that did nothing."""
         ensure_state_subdir(journal_dir)
         j = cls(os.path.join(journal_dir, f"{op_id}.jsonl"))
+        st_state = os.lstat(j.state)  # the folder this operation holds to (ensured ours just now)
+        j.state_identity = (st_state.st_dev, st_state.st_ino)
         line = json.dumps(dict(first, t=time.time()), sort_keys=True) + "\n"
         tmp = os.path.join(journal_dir, f".{op_id}.jsonl.new-{os.getpid()}")
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -116,11 +156,29 @@ class Journal:
         ``swap`` record's, before anything is replaced); lost to a power cut,
         recovery decides as without it, which is the safe direction (e.g. no ``verified``
         before a ``swap`` rolls the run back)."""
+        self.check_state()
         record = dict(record, t=time.time())
         self.identity = append_line(self.path, json.dumps(record, sort_keys=True) + "\n",
                                     create=self.may_create and self.identity is None, expect=self.identity,
                                     sync=sync)
         self.written.append(record)
+
+    def state_moved(self) -> bool:
+        """Whether the state folder is no longer the one this journal was made in (one lstat)."""
+        if self.state_identity is None:
+            return False
+        try:
+            st = os.lstat(self.state)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self.state_identity or not stat.S_ISDIR(st.st_mode)
+
+    def check_state(self) -> None:
+        """``StateMoved`` when the state folder is no longer the one this journal was made in:
+        nothing more is written through its path (another user's folder, or a link, may stand
+        there now)."""
+        if self.state_moved():
+            raise StateMoved(self.state, _moved_to(self.state, self.state_identity))
 
     def records(self) -> List[dict]:
         """Every complete record; a torn last line (crash mid-write) is ignored. The journal of
@@ -129,6 +187,8 @@ class Journal:
         operation that recorded nothing). A journal read back by recovery that is gone, a link
         or a FIFO holds no record of ours: ``[]``."""
         out = []
+        if self.identity is not None:
+            self.check_state()
         try:
             # a symlink or FIFO in a journal's place is never read through (``NotRegularFile``)
             raw = open_regular(self.path)
@@ -163,7 +223,11 @@ class Journal:
     def close(self, durable: bool = True) -> None:
         """The operation is fully settled: remove the journal. ``durable=False`` (a committed
         reduction whose manifest is durable): the removal is not fsynced; a journal a power cut
-        brings back is settled again by recovery, which finds the manifest and changes nothing."""
+        brings back is settled again by recovery, which finds the manifest and changes nothing.
+        A state folder moved away meanwhile: nothing is removed through its path (the journal
+        stays in the moved folder; recovery settles it there)."""
+        if self.state_moved():
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
         if durable:

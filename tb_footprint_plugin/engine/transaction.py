@@ -318,7 +318,13 @@ def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str
     journal to record it, and the reason names where the backups are."""
     written = journal.written
     code = getattr(gone, "code", None) or Failure.JOURNAL_GONE
-    where = f"its backups are in {ctx.vault.root} (operation {journal.op_id})"
+    moved = getattr(gone, "now_at", None)
+    vault = ctx.vault.root
+    if moved and is_within(vault, journal.state):  # the vault was in the moved folder: it went along
+        vault = os.path.normpath(os.path.join(moved, os.path.relpath(vault, journal.state)))
+    where = f"its backups are in {vault} (operation {journal.op_id})"
+    if moved:
+        where = f"its journal is in {os.path.join(moved, 'journal')}, " + where
     if any(r.get("type") == "commit" for r in written):
         out.status = Outcome.VERIFIED  # committed: its manifest was durable before the commit record
         return
