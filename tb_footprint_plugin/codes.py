@@ -134,6 +134,7 @@ class Finding(Code):
     NOT_RESTORED = "not_restored"  # an original a restore did not put back (its name was written again): vault only, never purged
     MTIME_NOT_KEPT = "mtime_not_kept"  # an object store keeps no file times or modes: restored objects are dated now
     OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
+    LOGDIR_NOT_STICKY = "logdir_not_sticky"  # others may write the logdir, no sticky bit: they can move the state folder away
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
     BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from tb_footprint_plugin import synth
+from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan import categories
 from tb_footprint_plugin.storage.paths import DEMO_MARKER, state_dir
 
@@ -385,7 +386,8 @@ def _reset_state(target: str, demo_files: List[str]) -> None:
     try:
         vault = Vault(state)
         manifests = vault.manifests()  # the operation log's, and an older version's files
-        if vault.unread or any(p.code != "other_users_state" for p in vault.problems):
+        if vault.unread or any(p.code not in (Finding.OTHER_USERS_STATE, Finding.LOGDIR_NOT_STICKY)
+                               for p in vault.problems):
             return  # a manifest that cannot be read may name anything: the state stays
         for m in manifests:
             paths = [x.get("path") for x in m.get("files", [])]  # the backed-up originals

@@ -109,6 +109,7 @@ from tb_footprint_plugin.storage import zst
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import (is_op_id, is_sha256, is_state_name, other_users_state_dirs,
+                                               writable_by_others_unsticky,
                                                plausible_mtime_ns)
 from tb_footprint_plugin.storage.private import (ADVICE, NotPrivate, check_private_dir, describe, ensure_private_dir,
                                                  set_aside, set_aside_at, untrusted_in, user_name)
@@ -237,15 +238,20 @@ def set_aside_findings(folder: str) -> list:
 def other_users_state_findings(root: str) -> list:
     """For a vault that is a state folder in a logdir: every other user's state folder beside it,
     as a ``trust.Untrusted`` finding with code ``other_users_state`` (``status`` names it: its
-    backups are never used by this user, and the user should know they exist)."""
+    backups are never used by this user, and the user should know they exist), and the logdir
+    itself with code ``logdir_not_sticky`` when others may write it without the sticky bit."""
     from tb_footprint_plugin.engine.trust import Untrusted
 
     if not is_state_name(os.path.basename(os.path.abspath(root))):
         return []
-    return [Untrusted(Finding.OTHER_USERS_STATE, p,
-                      f"another user's state folder {os.path.basename(p)} (owned by {user_name(uid)}): its backups "
-                      "are not used by you (ask its owner to restore from it)")
-            for p, uid in other_users_state_dirs(os.path.dirname(os.path.abspath(root)))]
+    logdir = os.path.dirname(os.path.abspath(root))
+    out = [Untrusted(Finding.OTHER_USERS_STATE, p,
+                     f"another user's state folder {os.path.basename(p)} (owned by {user_name(uid)}): its backups "
+                     "are not used by you (ask its owner to restore from it)")
+           for p, uid in other_users_state_dirs(logdir)]
+    # a logdir others may write without the sticky bit: any of them can move this folder away
+    why = writable_by_others_unsticky(logdir)
+    return out + ([Untrusted(Finding.LOGDIR_NOT_STICKY, logdir, why)] if why else [])
 
 
 def _digests_named_in(path: str) -> set:

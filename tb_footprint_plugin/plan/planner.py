@@ -162,11 +162,13 @@ def leave_alone(plan: Plan, run: str, reason: str, code: str, writers: Optional[
 
 def apply_open_writers(plan: Plan, found, logdir: str) -> None:
     """Leave alone every planned run with a file open for writing (``found``: a ``WriterScan``
-    over the runs' files), naming the process; say so if some processes could not be checked."""
+    over the runs' files), naming the process; say so if some processes could not be checked, and
+    when others may write the logdir without its sticky bit (``logdir_not_sticky``)."""
     import os
 
     from tb_footprint_plugin.codes import Finding, Skip
     from tb_footprint_plugin.storage.openfiles import describe_holders
+    from tb_footprint_plugin.storage.paths import writable_by_others_unsticky
 
     rel = lambda p: os.path.relpath(p, logdir)  # noqa: E731
     by_run = {}
@@ -185,6 +187,11 @@ def apply_open_writers(plan: Plan, found, logdir: str) -> None:
                           "be inspected for open files (pids " + ", ".join(map(str, found.uninspected_pids))
                           + "); a writer among them is not ruled out — its late records would be salvaged "
                           "into the run at the next start")
+    # others who may write the logdir without its sticky bit can move the state folder away mid-run
+    # (review R13 F2): the operation would stop with state_moved; said here, before it starts
+    unsticky = writable_by_others_unsticky(logdir)
+    if unsticky:
+        plan.notes.append(f"{Finding.LOGDIR_NOT_STICKY}: {unsticky}")
 
 
 def _run_of(plan: Plan, path: str) -> Optional[str]:

@@ -87,6 +87,22 @@ def other_users_state_dirs(logdir: str) -> List[Tuple[str, int]]:
     return out
 
 
+def writable_by_others_unsticky(logdir: str) -> Optional[str]:
+    """Why others can move this user's state folder out of ``logdir`` (its mode lets the group or
+    anyone write it and it has no sticky bit, so any of them may rename entries they do not own:
+    review R13 F2), or None. A changing verb stops when that happens (``state_moved``); this says
+    so before."""
+    try:
+        st = os.stat(logdir)
+    except OSError:
+        return None
+    who = [w for bit, w in ((stat.S_IWGRP, "its group"), (stat.S_IWOTH, "anyone")) if st.st_mode & bit]
+    if not who or st.st_mode & stat.S_ISVTX:
+        return None
+    return (f"{' and '.join(who)} may write {logdir} (mode {stat.S_IMODE(st.st_mode):04o}, no sticky bit): another "
+            f"user can move {STATE_DIR_NAME} away; `chmod +t {logdir}` keeps each user's entries theirs")
+
+
 def cache_dir(logdir: str) -> str:
     """Where the scan cache of ``logdir`` lives: its state directory once the user changed
     something there (a reduce made it), otherwise the user's cache directory
