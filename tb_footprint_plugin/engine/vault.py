@@ -309,25 +309,28 @@ def note_compaction(vault: "Vault", op_id: str) -> None:
         pass
 
 
+def _note_paths(folder: str) -> List[Tuple[str, str]]:
+    """(op id, path) of every note ``<op id>.json`` in ``folder``, sorted; none through a link."""
+    try:
+        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
+    except OSError:
+        return []
+    return [(n[:-5], os.path.join(folder, n)) for n in names if n.endswith(".json") and is_op_id(n[:-5])]
+
+
 def read_notes(folder: str) -> Dict[str, List[str]]:
     """op id → blob digests of the notes ``<op id>.json`` in ``folder`` (a compaction's, an
     offload's): untrusted input, so only op ids and digests of the right form are taken, never
     through a link; an unreadable note names nothing."""
     out: Dict[str, List[str]] = {}
-    try:
-        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
-    except OSError:
-        return out
-    for n in names:
-        if not n.endswith(".json") or not is_op_id(n[:-5]):
-            continue
+    for op_id, p in _note_paths(folder):
         try:
-            with open_regular(os.path.join(folder, n)) as f:
+            with open_regular(p) as f:
                 d = json.load(f)
             blobs = d.get("blobs") if isinstance(d, dict) else None
-            out[n[:-5]] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
+            out[op_id] = [s for s in blobs if is_sha256(s)] if isinstance(blobs, list) else []
         except (OSError, ValueError, RecursionError):
-            out[n[:-5]] = []
+            out[op_id] = []
     return out
 
 
@@ -336,14 +339,7 @@ def damaged_notes(folder: str) -> List[Tuple[str, str]]:
     (path, why) for each that is no regular file, does not read or parse, or is no note (no list
     of blobs). Such a note is never finished nor dropped; ``status`` names it (review R13 F5)."""
     out: List[Tuple[str, str]] = []
-    try:
-        names = sorted(os.listdir(folder)) if not os.path.islink(folder) else []
-    except OSError:
-        return out
-    for n in names:
-        if not n.endswith(".json") or not is_op_id(n[:-5]):
-            continue
-        p = os.path.join(folder, n)
+    for _op_id, p in _note_paths(folder):
         try:
             with open_regular(p) as f:
                 d = json.load(f)
