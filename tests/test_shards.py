@@ -286,10 +286,17 @@ def test_overlapping_workers_and_a_killed_one_reduce_every_run_exactly_once(tmp_
     before = user_files(logdir)
     runs = sorted(r.name for r in api.scan(logdir).runs)
     assert len(runs) == 24
-    # five workers at once: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is
-    # killed (SIGKILL) with its first run backed up, in the middle of its transaction
-    procs = [_worker(logdir, s) for s in ("0/2", "1/2", "0/3", "1/3")]
+    # five workers: 0/2 and 1/2 cover everything, 0/3 and 1/3 overlap them, and 2/3 is killed
+    # (SIGKILL) with its first run backed up, in the middle of its transaction. 2/3 starts first
+    # and the others the moment its first journal exists: started together, the others could lock
+    # every run of 2/3 first, and it then ended without a backup to be killed at (a CI flake)
     killed = _worker(logdir, "2/3", TB_FOOTPRINT_FAILPOINTS="reduce.backup=kill")
+    journals = os.path.join(state_dir(str(logdir)), "journal")
+    deadline = time.monotonic() + 120
+    while killed.poll() is None and time.monotonic() < deadline and \
+            not (os.path.isdir(journals) and any(n.endswith(".jsonl") for n in os.listdir(journals))):
+        time.sleep(0.005)
+    procs = [_worker(logdir, s) for s in ("0/2", "1/2", "0/3", "1/3")]
     said = {}  # each worker's own report, to name what happened to a run that is missing below
     for s, p in zip(("0/2", "1/2", "0/3", "1/3", "2/3"), procs + [killed]):
         said[s] = p.communicate(timeout=600)
