@@ -74,7 +74,7 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
     return None
 
 
-def _journal_unreadable(doc: dict) -> bool:
+def journal_unreadable(doc: dict) -> bool:
     """A journal object that is not UTF-8 JSON of a journal's shape: never acted on."""
     return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
         ("runs" in doc and not isinstance(doc["runs"], list))
@@ -107,7 +107,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         doc, version = st.read(path)
         if doc is None:  # finished (or settled) by its owner since the listing
             continue
-        if _journal_unreadable(doc):
+        if journal_unreadable(doc):
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
                                        detail=f"{rfs.url_of(key)}: unreadable journal left in place",
                                        code=Finding.DAMAGED_FILE))
@@ -287,7 +287,7 @@ def _damaged(rfs: RemoteFS, prefix: str, suffix: str, bad: Callable[[dict], bool
 
 def damaged_journals(rfs: RemoteFS) -> List[dict]:
     """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
-    return _damaged(rfs, JOURNAL, "", _journal_unreadable, "journal not readable; never acted on, left in place")
+    return _damaged(rfs, JOURNAL, "", journal_unreadable, "journal not readable; never acted on, left in place")
 
 
 def damaged_locks(rfs: RemoteFS) -> List[dict]:

@@ -19,17 +19,11 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_recover import damaged_locks
+from tb_footprint_plugin.engine.bucket_recover import damaged_locks, journal_unreadable
 from tb_footprint_plugin.engine.bucket_state import JOURNAL
 from tb_footprint_plugin.engine.bucket_steps import live_entries
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.remote import RemoteFS
-
-
-def _unreadable(doc: dict) -> bool:
-    """A journal object that is not UTF-8 JSON of a journal's shape (``recover`` never acts on it)."""
-    return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
-        ("runs" in doc and not isinstance(doc["runs"], list))
 
 
 def journal_rows(rfs: RemoteFS) -> tuple:
@@ -49,7 +43,7 @@ def journal_rows(rfs: RemoteFS) -> tuple:
             continue
         if doc is None:  # settled by its owner since the listing
             continue
-        if _unreadable(doc):
+        if journal_unreadable(doc):  # ``recover`` never acts on it
             url = rfs.url_of(key)
             problems.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
                              "detail": f"{url}: journal not readable; never acted on, left in place"})

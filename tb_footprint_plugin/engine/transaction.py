@@ -317,7 +317,7 @@ def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str
     record on the run is reduced (verified first) or partly swapped: nothing is undone without a
     journal to record it, and the reason names where the backups are."""
     written = journal.written
-    code = getattr(gone, "code", None) or Failure.JOURNAL_GONE
+    code = gone.code
     moved = getattr(gone, "now_at", None)
     vault = ctx.vault.root
     if moved and is_within(vault, journal.state):  # the vault was in the moved folder: it went along
