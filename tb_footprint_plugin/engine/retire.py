@@ -36,7 +36,7 @@ import time
 from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import (
@@ -308,10 +308,17 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             out.reason, out.code = reason_of(e), code
             return out
         cancel.check()
+        try:
+            # a state folder copied or planted from another logdir is refused, as a reduce refuses it
+            identity = trust.bind(ctx.logdir, ctx.state)
+        except trust.Untrusted as e:
+            out.reason, out.code = str(e), Failure.REFUSED
+            return out
         op_id = new_op_id()
         out.op_id = op_id
         journal = Journal.create(ctx.journal_dir, op_id, {
             "type": "begin", "kind": "retire", "op_id": op_id, "run": run, "takes_along": along,
+            "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": rule,
             "files": files, "dirs": dirs, "bytes": out.bytes_before,
             # the folder the run leaves (its own folder and those below come back from ``dirs``)
@@ -604,6 +611,7 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
         backup_purged=not kept,
         takes_along=begin.get("takes_along", []), vault=vault.root, same_fs=begin["same_fs"], rule=begin.get("rule"),
         tool_version=__version__, **who(), recovered=recovered,
+        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         tree=tree, dirs=begin["dirs"], dir_times=begin.get("dir_times") or [], tree_sha256=tree_sha256(tree),
         stored_in=os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root))
     os.makedirs(vault.ops, exist_ok=True)
@@ -695,10 +703,14 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         op_id = new_op_id()
         out.op_id = op_id
         try:
+            identity = trust.bind(ctx.logdir, ctx.state)
             journal = Journal.create(ctx.journal_dir, op_id, {
                 "type": "begin", "kind": "unretire", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
-                "vault": manifest["vault"], "logdir": ctx.logdir,
+                "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
             })
+        except trust.Untrusted as e:
+            out.reason, out.code = str(e), Failure.REFUSED
+            return out
         except OSError as e:
             out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
             return out
@@ -774,6 +786,7 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
         op_id=begin["op_id"], kind="restore", run=m["run"], logdir=ctx.logdir, started_at=begin["t"],
         finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=op_id,
         vault=vault.root, tool_version=__version__, **who(),
+        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
     append_history(ctx.state, {
         "op_id": begin["op_id"], "kind": "restore", "run": m["run"], "policy": None, "before": 0,
