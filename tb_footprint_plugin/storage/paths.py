@@ -201,7 +201,9 @@ def safe_rel(rel) -> str:
     no NUL, not empty); ``UnsafePath`` otherwise. ``.`` (the root itself) is allowed."""
     if not isinstance(rel, str) or not rel or "\x00" in rel:
         raise UnsafePath(f"{rel!r}: not a path")
-    if os.path.isabs(rel) or rel.startswith(("/", "~")):
+    # a leading '~' is an ordinary name (a run called '~old'): no code here expands it, and
+    # joining it under a root keeps it there
+    if os.path.isabs(rel) or rel.startswith("/"):
         raise UnsafePath(f"{rel!r}: an absolute path where a path inside the logdir or vault belongs")
     if ".." in rel.replace(os.sep, "/").split("/"):
         raise UnsafePath(f"{rel!r}: leads out of its root ('..')")

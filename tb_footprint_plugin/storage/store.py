@@ -155,7 +155,7 @@ def check_key(key, *, allow_root: bool = False) -> str:
         raise StoreFailure(StoreError.UNSAFE_KEY, repr(key), "not a key")
     if "\x00" in key:
         raise StoreFailure(StoreError.UNSAFE_KEY, repr(key), "a key with a NUL byte")
-    if key.startswith(("/", "~")):
+    if key.startswith("/"):  # '~x' is a plain key: stores join every key under their root, never expand it
         raise StoreFailure(StoreError.UNSAFE_KEY, key, "an absolute path where a key under the store's root belongs")
     parts = key.split("/")
     if ".." in parts:
