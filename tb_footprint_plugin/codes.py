@@ -82,6 +82,7 @@ class Recovery(Code):
     SWEPT = "swept"  # scratch space of ended processes removed
     REFUSED = "refused"  # the journal is not acted on: malformed or not this logdir's (``engine.trust``)
     RELEASED = "released"  # a restored operation's backup, kept at its restore on a doubt since gone, freed
+    REPAIRED = "repaired"  # a backup that shared its inode with a name outside the vault made a copy of its own
 
 
 class JobCode(Code):
@@ -113,6 +114,7 @@ class Finding(Code):
     BACKUP_DAMAGED = "backup_damaged"  # a backup is missing, shorter, or does not match its sha256
     BACKUP_OPEN_FOR_WRITING = "backup_open_for_writing"  # a process still writes into a backup's inode
     BACKUP_SHARED = "backup_shared"  # a backup is still a hard link of a name outside the vault (a snapshot's)
+    BACKUP_UNSHARED = "backup_unshared"  # `recover` made such a backup a verified copy of its own
     MANIFEST_DAMAGED = "manifest_damaged"  # missing or corrupt; `recover` rebuilds it from the log
     MANIFEST_REBUILT = "manifest_rebuilt"
     MANIFEST_LOST = "manifest_unrecoverable"  # corrupt, and no log to rebuild it from
@@ -135,6 +137,7 @@ class Finding(Code):
     MTIME_NOT_KEPT = "mtime_not_kept"  # an object store keeps no file times or modes: restored objects are dated now
     OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
     LOGDIR_NOT_STICKY = "logdir_not_sticky"  # others may write the logdir, no sticky bit: they can move the state folder away
+    STATE_MOVED = "state_moved"  # this logdir's state folder (ours, its identity) stands under another name in the logdir
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
     BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)
