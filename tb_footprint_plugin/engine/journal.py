@@ -1,6 +1,13 @@
-"""Write-ahead journal: every destructive step is preceded by an fsynced record of it.
+"""Write-ahead journal: every destructive step is preceded by a durable record of it.
 
-One append-only JSON-lines file per operation in ``<logdir>/.tb-footprint/journal/``. A
+The one journal interface of both engines is ``OpJournal`` (``create`` with its first record,
+``append``, ``records``, ``close``, and ``written``: what this object wrote), its record vocabulary
+``Rec`` (every record type either journal writes, named once). Two implementations, chosen by
+what the store declares (``journal_object.journal_class(Capabilities)``): where the store appends
+durably (``append == "o_append"``: a folder), ``Journal`` here; where an append is a
+conditional rewrite (a bucket), ``engine.journal_object.ObjectJournal``.
+
+``Journal``: one append-only JSON-lines file per operation in ``<logdir>/.tb-footprint/journal/``. A
 journal that still exists after its process is gone is an unfinished operation; recovery
 reads it and either rolls the run back to its exact original bytes or finishes the swap
 (only when verification and the start of the swap were recorded).
@@ -12,6 +19,7 @@ machines sharing an NFS or Lustre logdir, where ``flock`` may not hold, still ke
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import fcntl
@@ -21,7 +29,7 @@ import json
 import os
 import stat
 import time
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import lease as leases
@@ -51,6 +59,74 @@ def ensure_state_subdir(path: str) -> str:
     a symlink or a stranger's folder in its place is set aside, never written through."""
     root = os.path.dirname(os.path.abspath(path))
     return ensure_private_dir(path, root, tighten_root=is_state_name(os.path.basename(root)))
+
+
+class Rec:
+    """The record vocabulary of both journals, named once: a record is a JSON object whose
+    ``type`` is one of these, the first one of every journal ``BEGIN``.
+
+    A disk's operations (``engine.transaction``, ``swap``, ``restore``, ``retire``, ``salvage``,
+    ``recovery``) write one record per step: ``BACKUP`` (one per file) and ``BACKED_UP``,
+    ``STAGE``/``STAGED``, ``VERIFIED``, ``SWAP`` (the commit point: from it on recovery finishes),
+    ``RMDIR``, ``DISPLACED``, ``SWAPPED``, ``COMMIT``, ``ROLLBACK``; a retirement ``MOVE``,
+    ``MOVED``, ``DELETE``. A bucket's operations record the step they stand at (the object journal
+    keeps it as ``step``): ``PLANNED`` (its begin record's), ``BACKED_UP``, ``STAGED``,
+    ``UPLOADED``, ``SWAPPING`` (the commit point), ``DONE``, ``ROLLING_BACK``; a restore begins at
+    ``RESTORING``; ``DELETING`` is what older bucket journals called ``SWAPPING``."""
+
+    BEGIN = "begin"
+    BACKUP = "backup"
+    BACKED_UP = "backed_up"
+    STAGE = "stage"
+    STAGED = "staged"
+    VERIFIED = "verified"
+    SWAP = "swap"
+    RMDIR = "rmdir"
+    DISPLACED = "displaced"
+    SWAPPED = "swapped"
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    MOVE = "move"
+    MOVED = "moved"
+    DELETE = "delete"
+    PLANNED = "planned"
+    RESTORING = "restoring"
+    UPLOADED = "uploaded"
+    SWAPPING = "swapping"
+    DELETING = "deleting"
+    DONE = "done"
+    ROLLING_BACK = "rolling_back"
+
+
+class OpJournal(abc.ABC):
+    """One operation's write-ahead journal, whatever holds it: every destructive step is preceded
+    by its record, made durable before ``append`` returns (``sync``), and a journal left behind
+    is an unfinished operation recovery settles. ``op_id``: the operation; ``written``: every
+    record this object wrote, as written (its account of the operation when the journal cannot
+    be read back)."""
+
+    op_id: str
+    written: List[dict]
+
+    @classmethod
+    @abc.abstractmethod
+    def create(cls, where: Any, op_id: str, first: dict) -> "OpJournal":
+        """The journal of a new operation at ``where`` (a folder or an object store's journal
+        folder), holding ``first`` (its ``Rec.BEGIN`` record) from the moment it exists; fails
+        when one of that operation exists already."""
+
+    @abc.abstractmethod
+    def append(self, record: dict, sync: bool = True) -> None:
+        """Record one step (``record["type"]`` a ``Rec`` name), durable before returning unless
+        ``sync=False`` where the store allows a deferred sync."""
+
+    @abc.abstractmethod
+    def records(self) -> List[dict]:
+        """The journal's records, its begin record first."""
+
+    @abc.abstractmethod
+    def close(self, durable: bool = True) -> Any:
+        """The operation is settled: remove the journal."""
 
 
 class JournalGone(RuntimeError):
@@ -98,8 +174,8 @@ def _moved_to(state: str, identity: Tuple[int, int]) -> Optional[str]:
     return None
 
 
-class Journal:
-    """An operation's journal file.
+class Journal(OpJournal):
+    """An operation's journal file (the ``OpJournal`` of a store that appends durably).
 
     One file from its first record to its last: once this object made or wrote it, its
     ``(st_dev, st_ino)`` is kept and every later append goes to that file only — a journal
