@@ -105,7 +105,8 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                 out.append(_f(Finding.BACKUP_SHARED, m["op_id"], m.get("run"),
                               f"the backup of {f['path']} is one inode with {st.st_nlink - 1} other name(s) outside "
                               "the vault (a hard-linked snapshot of the run?): a write through such a name changes "
-                              "this backup; leave them unwritten, or remove them if they are copies",
+                              "this backup; leave them unwritten until `recover` (every start) makes it a copy of "
+                              "its own, which it does while it still holds the original's bytes",
                               file=vault.blob_path(f["sha256"])))
             if not stat.S_ISREG(st.st_mode) or st.st_size < f["size"]:
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),

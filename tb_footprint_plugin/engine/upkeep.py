@@ -9,7 +9,9 @@ TensorBoard plugin at load, and ``tb-footprint recover``):
 4. remove scratch directories of processes that are gone, and restore temp files;
    finish compactions of backups into compressed blobs that were killed midway, then offloads
    of backups into the remote vault (``engine.offload``) that were killed or could not reach it;
-5. salvage records written into backups after their reduction (late writers);
+5. make backups an older version linked in while their original had other names (a hard-linked
+   snapshot's) copies of their own (``repair_shared_backups``), then salvage records written into
+   backups after their reduction (late writers);
 6. release the backups a restore kept on doubt once nothing claims them (``release_kept_restores``);
 7. record as done the runs a gone worker's batch ledger left in flight although their reduction
    committed (``settle_stale_ledgers``).
@@ -19,12 +21,18 @@ from it and reads again what it acts on, under the run's lock).
 
 Each step reports what it did as a ``RecoveryOutcome`` with a code; nothing is dropped
 silently, and a step that cannot be done now is retried at the next start.
+
+Why one module: it is the start's one ordered sequence; each step is a short function over the
+modules that own its state, and the order between them is the point (manifests rebuilt before
+purges and compactions, pins cleared before compactions, shared backups repaired before the
+salvage reads them). Split, that order would live in no one place.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+import stat
 from typing import Callable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
@@ -37,9 +45,11 @@ from tb_footprint_plugin.engine.ledger import Ledger, ledger_paths, load_ledger
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
 from tb_footprint_plugin.engine.restore import release_restored_backup
 from tb_footprint_plugin.engine.trust import Untrusted
-from tb_footprint_plugin.engine.vault import COMPRESSED, KEPT_BUSY, KEPT_OPEN, PACKED, Vault
+from tb_footprint_plugin.engine.vault import (COMPRESSED, KEPT_BUSY, KEPT_DAMAGED, KEPT_OPEN, PACKED, UNSHARED,
+                                              Vault)
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.storage.paths import is_sha256
 
 Manifests = Callable[[Context], List[dict]]
 
@@ -107,8 +117,71 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of: Manifests,
         if swept:
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
                                             f"processes removed from {vault.tmp}", Finding.SCRATCH_SWEPT))
-    outcomes += _salvage(ctx, (settled or manifests_of)(ctx))
+    manifests = (settled or manifests_of)(ctx)
+    outcomes += repair_shared_backups(ctx, vault_roots, manifests)
+    outcomes += _salvage(ctx, manifests)
     return outcomes
+
+
+def repair_shared_backups(ctx: Context, vault_roots: List[str], manifests: List[dict]) -> List[RecoveryOutcome]:
+    """Backups an older version linked in while their original had other names (a ``cp -al`` /
+    ``rsync --link-dest`` snapshot, review R13 F1; ``status`` names them ``backup_shared``) made
+    copies of their own (``Vault.repair_shared``): a write through the other name then changes
+    no backup. The same candidates as ``status``: a committed operation's backup in one of this
+    logdir's vaults, with other names, that no operation under way backs up. Costs one ``lstat``
+    a backup; only a shared one is read (copied and hashed). One that no longer hashes to its
+    name was changed through the other name: named ``backup_damaged`` and left as it is."""
+    roots = {os.path.realpath(r) for r in vault_roots}
+    vaults = {}  # a manifest's vault field -> its Vault, or None when not one of ours (untrusted)
+    todo = {}  # (vault root, sha) -> (manifest, file entry): a blob several manifests name, once
+    for m in manifests:
+        if m.get("outcome") != Outcome.VERIFIED or m.get("backup_purged") or not isinstance(m.get("vault"), str):
+            continue
+        if m["vault"] not in vaults:
+            vaults[m["vault"]] = Vault(m["vault"]) if os.path.realpath(m["vault"]) in roots else None
+        vault = vaults[m["vault"]]
+        if vault is None:
+            continue
+        for f in m.get("files", []):
+            sha = f.get("sha256") if isinstance(f, dict) else None
+            if not is_sha256(sha) or (vault.root, sha) in todo:
+                continue
+            try:
+                st = os.lstat(vault.blob_path(sha))
+            except OSError:
+                continue  # compacted, packed, offloaded or missing: nothing shares it here
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                todo[(vault.root, sha)] = (m, f)
+    if not todo:
+        return []
+    try:
+        in_use = journal_blobs(ctx)
+    except Exception:  # cannot tell which backups operations under way rely on: none repaired now
+        return []
+    out = []
+    for (root, sha), (m, f) in todo.items():
+        if sha in in_use:
+            continue  # an operation under way backs these bytes up too: tried at the next start
+        vault, run = Vault(root), m.get("run") if isinstance(m.get("run"), str) else ""
+        blob = vault.blob_path(sha)
+        try:
+            done = vault.repair_shared(sha)
+        except Exception as e:  # the backup stays as it is (shared), named by status; tried again
+            out.append(RecoveryOutcome(m["op_id"], run, Recovery.FAILED, f"the backup of {f.get('path')} ({blob}) "
+                                       f"still shares its inode with a name outside the vault: {reason_of(e)}",
+                                       Finding.RECOVERY_FAILED))
+            continue
+        if done == UNSHARED:
+            out.append(RecoveryOutcome(m["op_id"], run, Recovery.REPAIRED, f"the backup of {f.get('path')} ({blob}) "
+                                       "shared its inode with a name outside the vault (a hard-linked snapshot?): "
+                                       "now a verified copy of its own, so a write there changes no backup",
+                                       Finding.BACKUP_UNSHARED))
+        elif done == KEPT_DAMAGED:
+            out.append(RecoveryOutcome(m["op_id"], run, Recovery.FAILED, f"the backup of {f.get('path')} ({blob}) "
+                                       "shares its inode with a name outside the vault and no longer holds the "
+                                       "original's bytes (written through that name?): left as it is, not a backup "
+                                       "of the original", Finding.BACKUP_DAMAGED))
+    return out
 
 
 def release_kept_restores(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
@@ -445,4 +518,4 @@ def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
     return out
 
 
-__all__ = ["recover_all", "has_state", "forget_released", "release_kept_restores", "settle_stale_ledgers", "start"]
+__all__ = ["recover_all", "has_state", "repair_shared_backups", "forget_released", "release_kept_restores", "settle_stale_ledgers", "start"]

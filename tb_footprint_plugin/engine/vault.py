@@ -202,6 +202,9 @@ KEPT_INCOMPRESSIBLE = "kept_incompressible"
 KEPT_DAMAGED = "kept_damaged"        # it does not hash to its name: kept as it is, for health to name
 PACKED = "packed"                    # in a verified pack of the vault's pack store, its plain blob unlinked
 MISSING = "missing"
+#: what ``Vault.repair_shared`` did besides (``KEPT_BUSY``, ``KEPT_DAMAGED``)
+UNSHARED = "unshared"                # a backup sharing its inode with a name outside the vault, now a copy
+ALONE = "alone"                      # one name already (or gone): nothing to repair
 
 
 def who() -> dict:
@@ -956,6 +959,25 @@ class Vault:
             raise
         fsync_dir(os.path.dirname(p))
         return True
+
+    def repair_shared(self, sha: str) -> str:
+        """A committed backup an older version linked in while its original had other names (a
+        snapshot's, review R13 F1) made a copy of its own (``unshare``: copied, hashed, fsynced,
+        renamed over the link), under the blob's lock so no compaction or purge of it runs
+        meanwhile. Returns ``UNSHARED``; ``ALONE`` (one name already, or gone); ``KEPT_BUSY``
+        (another process holds its lock, or a transaction under way pins it: it may be that
+        transaction's own link, which its swap settles; tried again at the next start);
+        ``KEPT_DAMAGED`` (its bytes no longer hash to ``sha``: written through the other name, so
+        no backup of ``sha``; left exactly as it is, never made a copy under that name)."""
+        self.blob_path(sha)  # the digest is checked before any name is made from it
+        with self._blob_lock(sha) as mine:
+            if not mine:
+                return KEPT_BUSY
+            if _one_name(self.blob_path(sha)):
+                return ALONE
+            if self.pinned_by(sha):
+                return KEPT_BUSY
+            return UNSHARED if self.unshare(sha) else KEPT_DAMAGED
 
     def check_blob(self, sha: str) -> bool:
         """True when the blob exists and its content (decompressed, for a ``.zst``) still hashes
