@@ -40,6 +40,7 @@ from tb_footprint_plugin.engine import offload, oplog, salvage, trust
 from tb_footprint_plugin.engine.catalogue import journal_blobs, known_vaults, unsettled_op
 from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
+from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.lease import holder_alive
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_paths, load_ledger
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
@@ -412,11 +413,54 @@ def _compacted_by_a_live_batch(vault: Vault, op_id: str) -> bool:
     (a batch compacting its committed runs in rounds, ``engine.compactor``): left to it, so a
     start beside a running batch neither says it finished an interrupted compaction nor packs
     that batch's runs one by one. A note of this process (an interrupt's settling) or of a gone
-    one is finished here, as any other."""
+    one is finished here, as any other; so is one whose pid a process that is not the note's
+    writer holds now (``noting_process_runs``), else the note would wait for as long as that
+    unrelated process runs. Finishing a note of a batch that does run is safe either way (run and
+    blob locks): waiting only spares it a duplicate of its own rounds."""
     w = vault.compaction_waits_for(op_id)
     if w is None or w["host"] != socket.gethostname() or w["pid"] == os.getpid():
         return False
-    return holder_alive(w["pid"], w["pid_start"])
+    return noting_process_runs(w["pid"], w["pid_start"], vault.compaction_noted_ns(op_id))
+
+
+#: a process counts as started after a note only this long after its mtime: the boot time
+#: ``/proc/stat`` gives is whole seconds, file times are a clock tick coarse
+NOTE_START_SLACK_NS = 1_000_000_000
+
+
+def noting_process_runs(pid: int, pid_start: Optional[int], noted_ns: Optional[int]) -> bool:
+    """Whether the process that wrote a compaction note naming ``pid`` (and ``pid_start``, its
+    start time in clock ticks since boot, when the note has it) still runs on this host. With a
+    start time: only a process at ``pid`` with that start time; one whose start time cannot be
+    read while ``/proc`` shows ours is another user's (``hidepid``), so not the writer. An older
+    note without one (``noted_ns``: its mtime): a live process at ``pid`` that started before
+    the note was written (it may be the writer); one started after it cannot be, so the note
+    waits at most as long as a process that was already running when it was written. Where
+    ``/proc`` tells nothing (not even this process's start), a live pid counts, as before."""
+    if not holder_alive(pid):
+        return False
+    now = lease.process_start(pid)
+    if now is None:
+        return lease.process_start(os.getpid()) is None
+    if pid_start is not None:
+        return now == pid_start
+    started = _started_ns(now)
+    if noted_ns is None or started is None:
+        return noted_ns is not None  # no note any more: nothing waits; no boot time: as before
+    return started <= noted_ns + NOTE_START_SLACK_NS
+
+
+def _started_ns(ticks: int) -> Optional[int]:
+    """A process start (clock ticks since boot, ``process_start``) as wall-clock ns, never
+    later than the true start (the boot time is whole seconds, rounded down); None if unknown."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return int(line.split()[1]) * 1_000_000_000 + ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _note_leftover_offloads(vault: Vault, manifests: List[dict]) -> None:
@@ -518,4 +562,4 @@ def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
     return out
 
 
-__all__ = ["recover_all", "has_state", "repair_shared_backups", "forget_released", "release_kept_restores", "settle_stale_ledgers", "start"]
+__all__ = ["recover_all", "has_state", "repair_shared_backups", "noting_process_runs", "forget_released", "release_kept_restores", "settle_stale_ledgers", "start"]

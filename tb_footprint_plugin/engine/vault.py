@@ -1186,6 +1186,15 @@ class Vault:
             return None
         return {"host": w["host"], "pid": w["pid"], "pid_start": w.get("pid_start")}
 
+    def compaction_noted_ns(self, op_id: str) -> Optional[int]:
+        """When ``op_id``'s compaction note was last written (its mtime, ns), or None (no note, or
+        not a regular file): a process that started after that cannot have written it."""
+        try:
+            st = os.lstat(self._pending_path(op_id))
+        except OSError:
+            return None
+        return st.st_mtime_ns if stat.S_ISREG(st.st_mode) else None
+
     def pending_compactions(self) -> Dict[str, List[str]]:
         """op id → blob digests of compactions noted and not finished (``read_notes``; an
         unreadable note names nothing to compact, and is dropped)."""
