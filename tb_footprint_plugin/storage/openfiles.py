@@ -15,7 +15,12 @@ on a file that no process at all, of any user, holds open for writing. That is w
 container's init process (pid 1), whose descriptors even root may list but not ``stat``.
 
 One pass over ``/proc`` answers for any number of files: ``stat`` of each descriptor is one
-system call, and flags are read only for the few descriptors that match.
+system call, and flags are read only for the few descriptors that match. That pass costs every
+descriptor of every process on the machine (10-40 ms on a shared one, three passes in a run's
+reduce: issue #28 item 3), so for a few files the kernel is asked first: a read lease granted on
+each of them (``no_writer_anywhere``) says no descriptor anywhere writes any, which is all the
+pass could have found; only when one is refused or cannot be asked is ``/proc`` walked, to name
+the writers.
 """
 from __future__ import annotations
 
@@ -76,6 +81,9 @@ class WriterScan:
     ruled_out: int = 0
     processes: int = 0
     seconds: float = 0.0
+    #: files the kernel cleared by a read lease each (``LEASE_FIRST_MAX``): then no process was
+    #: looked at (``processes`` is 0), as none can hold one of them open for writing
+    cleared_by_lease: int = 0
 
     def holders_of(self, path: str) -> List[Holder]:
         return [h for h in self.holders if h.path == path]
@@ -87,7 +95,8 @@ class WriterScan:
     def to_dict(self) -> dict:
         return {"supported": self.supported, "holders": [h.to_dict() for h in self.holders],
                 "uninspected": self.uninspected, "uninspected_pids": list(self.uninspected_pids),
-                "ruled_out": self.ruled_out, "processes": self.processes, "seconds": round(self.seconds, 4)}
+                "ruled_out": self.ruled_out, "processes": self.processes, "seconds": round(self.seconds, 4),
+                "cleared_by_lease": self.cleared_by_lease}
 
 
 class JoinedPaths(Sequence):
@@ -173,6 +182,12 @@ def no_writer_anywhere(path: str) -> Optional[bool]:
     nowhere; it is released at once. A writer opening the file in between waits for that release
     (microseconds) instead of the lease-break time, and the break's signal is SIGURG, ignored by
     default, not SIGIO, which would end this process."""
+    return _lease_probe(path, None)
+
+
+def _lease_probe(path: str, key: Optional[FileKey]) -> Optional[bool]:
+    """``no_writer_anywhere(path)``; with ``key``, None unless the file opened is that inode
+    (the name may have been given to another file since it was looked at)."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(path, flags)
@@ -180,7 +195,7 @@ def no_writer_anywhere(path: str) -> Optional[bool]:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or (key is not None and st.st_dev << 64 | st.st_ino != key):
             return None
         if nfs_exported_device(st.st_dev):
             return None  # NFS clients write by file handle, holding no descriptor here
@@ -223,11 +238,18 @@ def nfs_exported_device(dev: int, exports: Optional[str] = None) -> bool:
     return False
 
 
+#: ``find_writers`` asks the kernel first (a read lease a file, ~20 us each) when it is asked about
+#: at most this many files, instead of walking every descriptor of every process (``/proc``)
+LEASE_FIRST_MAX = 256
+
+
 def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
     """Every process on this machine that holds one of ``paths`` open for writing.
 
     ``paths`` name regular files (others are ignored). Never raises for a process that
-    cannot be inspected: it is counted in ``uninspected``.
+    cannot be inspected: it is counted in ``uninspected``. At most ``LEASE_FIRST_MAX`` files
+    on this machine's ``/proc``: when the kernel grants a read lease on each, nobody writes
+    any and no process is looked at (``cleared_by_lease``); else ``/proc`` is walked.
     """
     t0 = time.monotonic()
     paths = paths if isinstance(paths, Sequence) else list(paths)
@@ -236,6 +258,10 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
         return WriterScan(supported=False, seconds=time.monotonic() - t0)
     res = WriterScan(supported=True)
     if not wanted:
+        res.seconds = time.monotonic() - t0
+        return res
+    if proc == PROC and len(wanted) <= LEASE_FIRST_MAX and _all_leased(wanted, paths):
+        res.cleared_by_lease = len(wanted)
         res.seconds = time.monotonic() - t0
         return res
     devs = {k >> 64 for k in wanted}
@@ -288,6 +314,13 @@ def find_writers(paths: Iterable[str], *, proc: str = PROC) -> WriterScan:
         _rule_out(res, wanted, paths)
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _all_leased(wanted: Dict[FileKey, Names], named: Sequence[str]) -> bool:
+    """Whether the kernel grants a read lease on every file of ``wanted`` (each the inode it was
+    when looked at), i.e. no descriptor or writable mapping anywhere writes one of them. The
+    first refusal or "cannot tell" stops: the walk over ``/proc`` then names who writes."""
+    return all(_lease_probe(named[_names(names)[0]], key) is True for key, names in wanted.items())
 
 
 def _rule_out(res: WriterScan, wanted: Dict[FileKey, Names], named: Sequence[str]) -> None:
