@@ -182,7 +182,7 @@ def late_writes(manifests: List[dict]) -> List[dict]:
 def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     """Damage in the state directory's own files, each named (file, and line for a log): a
     damaged identity.json, vaults.json, journal, history line, lease or scan cache. Read only."""
-    out: List[dict] = []
+    out: List[dict] = moved_state_problems(logdir, state)
     damage = trust.identity_damage(logdir, state)
     if damage is not None:
         out.append(_f(Finding.IDENTITY_DAMAGED, None, None,
@@ -243,6 +243,58 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     except trust.Untrusted as e:
         out.append(_f(Finding.DAMAGED_FILE, None, None, f"{e.detail}; not used: the next scan reads every file "
                       "and writes it afresh", file=e.file))
+    return out
+
+
+def moved_state_problems(logdir: str, state: str) -> List[dict]:
+    """A state folder of ours standing in ``logdir`` under another name than ``state`` (renamed
+    aside: in a logdir others may write without the sticky bit any of them can, review R13 F2),
+    as a ``state_moved`` finding naming it and what to do: its journals and backups are seen
+    from nowhere else. One listing of the logdir's top level and one ``lstat`` a folder in it;
+    only a real folder of this user that others may not write, holding a regular identity.json
+    of this user bound to this logdir (its inode, as ``trust.bind`` checks), is read: nothing is
+    followed, and nothing that is not ours is opened."""
+    me = os.geteuid()
+    here = os.path.abspath(state)
+    base = os.path.abspath(logdir)
+    try:
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return []
+    found = []
+    try:
+        log = os.fstat(fd)
+        with os.scandir(fd) as it:
+            names = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for name in names:
+            try:
+                # the one lstat of a folder without one, relative to the listed folder (cheap)
+                ist = os.lstat(f"{name}/{trust.IDENTITY_NAME}", dir_fd=fd)
+                if stat.S_ISREG(ist.st_mode) and ist.st_uid == me:
+                    found.append((os.path.join(base, name), os.lstat(name, dir_fd=fd)))
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
+    out = []
+    for folder, st in found:
+        if folder == here:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != me or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            continue  # not ours (another user's, or anyone may have written it): never read
+        try:
+            ident = trust.read_identity(folder)
+        except trust.Untrusted:
+            continue
+        if ident is None or ident["ino"] != log.st_ino or ident.get("dev", log.st_dev) != log.st_dev:
+            continue  # another logdir's (a copy): not this one's state
+        there = ("once the folder there now is moved away" if os.path.lexists(here)
+                 else "nothing stands there now")
+        out.append(_f(Finding.STATE_MOVED, None, None,
+                      f"a state folder of yours bound to this logdir stands here, not at {here}: its journals and "
+                      f"backups are seen from nowhere else (moved aside: in a logdir others may write without the "
+                      f"sticky bit, any of them can rename it). Nothing here changes it; move it back to {here} "
+                      f"({there}), then run `{settle_command(logdir)}`", file=folder))
     return out
 
 
@@ -345,4 +397,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["settle_command", "unfinished_ops", "catalogue_problems", "state_problems", "late_writes"]
+__all__ = ["settle_command", "unfinished_ops", "catalogue_problems", "state_problems", "moved_state_problems",
+           "late_writes"]
