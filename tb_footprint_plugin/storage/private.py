@@ -161,6 +161,7 @@ def ensure_private_dir(path: str, root: Optional[str] = None, *, tighten_root: b
     root = os.path.abspath(root) if root else path
     if not (path == root or path.startswith(root.rstrip(os.sep) + os.sep)):
         raise ValueError(f"{path} is not below {root}")
+    _check_state_above(root, advice)
     if not os.path.lexists(root):
         missing = []
         cur = root
@@ -184,6 +185,24 @@ def ensure_private_dir(path: str, root: Optional[str] = None, *, tighten_root: b
             if not _mkdir_private(cur):
                 check_private_dir(cur)  # someone raced us to it: refuse, never follow
     return path
+
+
+def _check_state_above(root: str, advice: str) -> None:
+    """Every existing folder from the outermost state folder in ``root``'s path (``.tb-footprint``,
+    ``.tb-footprint-u<uid>``) down to ``root``'s parent is ours (``check_private_dir``, tightened as
+    the tool's own), else ``NotPrivate``: a root below a state folder (``<state>/tmp``, the scratch
+    root) is never made, nor used, in a stranger's folder or through a symlink standing at the
+    state folder's name. Root (uid 0) may write any folder, so only this check keeps it out of
+    one another uid owns (task N2 item 4). Missing ones are this call's to make, 0700."""
+    parts = root.split(os.sep)
+    first = next((i for i, part in enumerate(parts[:-1]) if is_state_name(part)), None)
+    if first is None:
+        return  # the user's own folders (a logdir, a --backup-dir): anchored where the caller says
+    for i in range(first, len(parts) - 1):
+        cur = os.sep.join(parts[:i + 1])
+        if not os.path.lexists(cur):
+            return
+        check_private_dir(cur, tighten=True, advice=advice)
 
 
 def set_aside(path: str) -> str:
