@@ -138,6 +138,7 @@ class Finding(Code):
     OTHER_USERS_STATE = "other_users_state"  # another user's state folder in the logdir: its backups are not yours to use
     LOGDIR_NOT_STICKY = "logdir_not_sticky"  # others may write the logdir, no sticky bit: they can move the state folder away
     STATE_MOVED = "state_moved"  # this logdir's state folder (ours, its identity) stands under another name in the logdir
+    HARD_LINKED = "hard_linked_elsewhere"  # a planned original has other hard links (a snapshot's): its swap frees nothing while they stand
     # why a record read from the state was refused as untrusted input (``engine.trust.Untrusted``)
     BAD_RECORD = "bad_record"  # a journal or manifest record of the wrong shape or types
     BAD_OP_ID = "bad_op_id"  # an operation id that is no id (it could name a path)
