@@ -17,7 +17,6 @@ from tb_footprint_plugin.engine import bucket_lease, faults
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
-    BucketJournal,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -25,7 +24,9 @@ from tb_footprint_plugin.engine.bucket_state import (
     listing_of_runs,
     lock_failure_code,
     lock_run,
+    must_close,
     must_delete,
+    new_journal,
     now_s,
     STORE_FAILURES,
     unlock_all,
@@ -42,6 +43,8 @@ from tb_footprint_plugin.engine.bucket_steps import (
     verify_batch,
 )
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
+from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.journal_object import ObjectJournal
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 
 
@@ -109,9 +112,9 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         if not entries:
             return list(outs.values())
         try:
-            journal = BucketJournal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
-                                              "vault": vault.root, "runs": entries,
-                                              "logdir_objects": len(listing)})
+            journal = new_journal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": Rec.PLANNED,
+                                                 "created": now_s(), "vault": vault.root, "runs": entries,
+                                                 "logdir_objects": len(listing)})
         except STORE_FAILURES as e:
             ours, versions = unlock_all([en["lock"] for en in entries])
             must_delete(rfs, ours, versions=versions)
@@ -214,11 +217,12 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             # them, as at the end, so the next start rolls the batch back (review R6 F2)
             if not _incomplete(entries, outs):
                 ours, versions = unlock_all([en["lock"] for en in entries])
-                BucketState.of(rfs).delete([journal.path] + ours, versions=versions)
+                journal.close(also=ours, versions=versions)
             return list(outs.values())
         try:
             # the destructive step is preceded by its record: every backup of these runs verified
-            journal.step("swapping", at=committed_at)
+            # (the entries as they stand: their backups' checksums, the runs taken out)
+            journal.step(Rec.SWAPPING, at=committed_at, runs=entries)
             faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key no call can address
@@ -250,9 +254,9 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         # failed keeps the journal: the next start finishes that cleanup.
         if not _incomplete(entries, outs):
             ours, versions = unlock_all([en["lock"] for en in entries])
-            BucketState.of(rfs).delete([journal.path] + ours, versions=versions)
+            journal.close(also=ours, versions=versions)
         else:
-            journal.step("done")
+            journal.step(Rec.DONE, runs=entries)
         return list(outs.values())
     except faults.InjectedFault:
         raise
@@ -314,7 +318,7 @@ def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:
     return any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries)
 
 
-def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal", live: List[dict],
+def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal, live: List[dict],
                     outs: Dict[str, RunOutcome], e: Exception, entries: List[dict]) -> bool:
     """The destructive step failed: recorded first (a recovery that finds this journal must
     finish the rollback, not roll forward), then every run put back from its backups. The
@@ -322,7 +326,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
     dropped before too) was rolled back in full; returns whether they went."""
     code = failure_code(e)
     try:
-        journal.step("rolling_back")
+        journal.step(Rec.ROLLING_BACK, runs=entries)
     except STORE_FAILURES:
         pass
     incomplete = None
@@ -339,7 +343,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: "BucketJournal",
     if incomplete is None and not _incomplete(entries, outs):
         try:
             ours, versions = unlock_all([en["lock"] for en in live])
-            must_delete(rfs, [journal.path] + ours, versions=versions)
+            must_close(journal, ours, versions=versions)
             return True
         except BucketTxnError as e3:
             for en in live:

@@ -19,7 +19,8 @@ Why one module: the retirement, its rollback, its settling at the next start and
 for runs and keys (``_refuse``) and one put-back (``_copy_back``, ``_same``); split, those private
 helpers would cross modules and the four halves could drift apart.
 
-The steps, each preceded by its journal record (``engine.bucket_state.BucketJournal``):
+The steps, each preceded by its journal record (``engine.bucket_state.new_journal``: the one
+journal interface, an object journal on a bucket):
 
 1. the run's lock objects (the run and every nested run it takes along), one listing, the quiet
    period (``plan.planner.active_reason`` with ``closed_files``, the one rule of every store);
@@ -50,14 +51,15 @@ from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_ent
                                                       entry_ok, is_blob_entry, missing_blobs, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
-    BucketJournal,
     BucketState,
     BucketTxnError,
     BucketVault,
     commit_recorded,
     failure_code,
     lock_runs,
+    must_close,
     must_delete,
+    new_journal,
     now_s,
     run_listing,
     run_prefix,
@@ -71,6 +73,8 @@ from tb_footprint_plugin.engine.bucket_restore import (holds_original, journal_p
 from tb_footprint_plugin.engine.bucket_steps import (backup_object, copy_matches, finish_op, journal_entries,
                                                       journal_started, stream_digest)
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.journal_object import ObjectJournal
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -178,8 +182,8 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
         out.op_id = op_id
         entry = {"run": run, "op": op_id, "lock": locks[0], "files": files}
         try:
-            journal = BucketJournal(st, op_id, {
-                "op": op_id, "kind": KIND, "logdir": rfs.url, "step": "planned", "created": now_s(),
+            journal = new_journal(st, op_id, {
+                "op": op_id, "kind": KIND, "logdir": rfs.url, "step": Rec.PLANNED, "created": now_s(),
                 "vault": vault.root, "runs": [entry], "takes_along": along, "rule": rule,
                 "logdir_objects": len(listing)})
         except STORE_FAILURES as e:
@@ -195,9 +199,9 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
             code = failure_code(e)
             out.reason = str(e)
             try:
-                journal.step("rolling_back")
-                held = rollback(rfs, vault, journal.doc, deleted=commit_recorded(journal.doc))
-                must_delete(rfs, [journal.path])
+                journal.step(Rec.ROLLING_BACK, runs=[entry])
+                held = rollback(rfs, vault, journal.doc, deleted=journal.committed())
+                must_close(journal)
                 journal = None
                 out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.ROLLED_BACK
                 out.code = code
@@ -232,7 +236,7 @@ def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectI
     return f
 
 
-def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: BucketJournal, entry: dict,
+def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: ObjectJournal, entry: dict,
                   listing: Dict[str, ObjectInfo], along: List[str], rule: Optional[dict], quiet_period: float,
                   closed_files: Optional[Mapping[str, float]], locks: List[str]) -> None:
     run, op_id, files = entry["run"], entry["op"], entry["files"]
@@ -268,7 +272,7 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
     if not all(bucket_lease.still_held(p) for p in locks):
         raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
     missing_blobs(vault, files)  # a blob forgotten since its add: the delete would lose its bytes
-    journal.step("swapping")  # every copy verified: from here on recovery finishes the retirement
+    journal.step(Rec.SWAPPING, runs=[entry])  # every copy verified: from here on recovery finishes the retirement
     faults.hit("retire.delete_record")
     finish_op(rfs, vault, journal.doc, present=now_objs)
     faults.hit("retire.delete")
@@ -276,7 +280,7 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: B
     if left:
         raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
                              "run put back beside it")
-    must_delete(rfs, [journal.path])
+    must_close(journal)
 
 
 def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, along: List[str],
@@ -377,7 +381,7 @@ def settle(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Tuple[str, str]:
     originals left are deleted at their version; a run that holds anything else by then (a
     writer's object, an original rewritten since its copy) is put back instead, as before it."""
     en = doc["runs"][0]
-    finish = doc.get("step") in ("swapping", "done") and all(f.get("backup_checksums") for f in en["files"])
+    finish = doc.get("step") in (Rec.SWAPPING, Rec.DONE) and all(f.get("backup_checksums") for f in en["files"])
     if finish and vault.blobs is not None:
         try:  # a blob forgotten since the commit record (by hand): keep what is left in the logdir
             missing_blobs(vault, en["files"])

@@ -51,16 +51,16 @@ from tb_footprint_plugin.engine.bucket_blobs import (
 )
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
-    BucketJournal,
     BucketState,
     BucketTxnError,
     BucketVault,
-    commit_recorded,
     failure_code,
     listing_of_runs,
     lock_failure_code,
     lock_run,
+    must_close,
     must_delete,
+    new_journal,
     now_s,
     run_prefix,
     STORE_FAILURES,
@@ -81,6 +81,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
 )
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
+from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
@@ -157,9 +158,8 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
     journal = None
     ACTIVE_OPS.add(op_id)
     try:
-        journal = BucketJournal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": "planned", "created": now_s(),
-                                       "vault": vault.root,
-                                       "runs": [en], "logdir_objects": len(listing)})
+        journal = new_journal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": Rec.PLANNED, "created": now_s(),
+                                          "vault": vault.root, "runs": [en], "logdir_objects": len(listing)})
         faults.hit("reduce.journal")
         cancel.check()
         # held until the manifest exists (as ``bucket_batch`` does): a purge's forget waits while
@@ -181,19 +181,19 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 done += f["size"]
                 report("backup", 0.4 * done / total)
             if vault.blobs is not None:
-                journal.step("backed_up")
+                journal.step(Rec.BACKED_UP, runs=[en])  # the blobs' digests
             faults.hit("reduce.backup")
             cancel.check()
             with scratch.scratch("bucket", scratch.system_root()) as work:
                 local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault, report,
                                    readers_root=readers_root)
-                journal.step("staged")  # progress: a long rewrite's lock is not taken for a dead one's
+                journal.step(Rec.STAGED, runs=[en])  # progress: a long rewrite's lock is not taken for a dead one's
                 faults.hit("reduce.stage")
                 for f in files:
                     if f.get("tmp"):
                         cancel.check()
                         _upload_and_read_back(rfs, f, local["staged"][f["path"]])
-                journal.step("uploaded")  # the new objects, their checksums and read-back recorded
+                journal.step(Rec.UPLOADED, runs=[en])  # the new objects, their checksums and read-back recorded
                 faults.hit("reduce.upload")
             bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
                 sum(f["new_size"] for f in files if f.get("tmp"))
@@ -217,7 +217,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         missing_blobs(vault, files)  # the last look: the swap replaces what only these blobs hold
         cancel.check()  # the last point where a cancel or the run's timeout is honoured
-        journal.step("swapping", at=committed_at)  # the commit record: backups verified, new objects staged and read back
+        journal.step(Rec.SWAPPING, at=committed_at, runs=[en])  # the commit record: backups verified, new objects staged and read back
         faults.hit("reduce.swap_record")
         finish_op(rfs, vault, journal.doc, present=now_objs)
         faults.hit("reduce.swap")
@@ -237,7 +237,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.removed_files = [f["path"] for f in files if not in_place(f)]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
         ours = unlock_versions(lock_path)
-        BucketState.of(rfs).delete([journal.path] + ([lock_path] if ours else []), versions=ours)
+        journal.close(also=[lock_path] if ours else [], versions=ours)
         return out
     except faults.InjectedFault:
         raise
@@ -249,9 +249,9 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 # recorded first: a recovery that finds this journal must finish the rollback,
                 # not roll the reduction forward (also after the commit record: a swap refused by
                 # a precondition is undone from the verified backups)
-                journal.step("rolling_back")
-                rollback_entry(rfs, vault, en, deleted=commit_recorded(journal.doc))
-                must_delete(rfs, [journal.path])
+                journal.step(Rec.ROLLING_BACK, runs=[en])
+                rollback_entry(rfs, vault, en, deleted=journal.committed())
+                must_close(journal)
             ours = unlock_versions(lock_path)
             if ours:
                 must_delete(rfs, [lock_path], versions=ours)

@@ -5,8 +5,9 @@ What every bucket verb shares (the journal-and-lock part of the bucket engine):
 * ``BucketVault``: where backups go (``<logdir>/.tb-footprint`` or another bucket/prefix);
 * ``BucketState`` (``engine.bucket_objects``, through the ``Store`` interface): small JSON objects
   written with the store's conditions (create-only, or only over the version read last);
-* ``BucketJournal``: one operation's journal object, every record written under the previous
-  version (the one that wrote the last record writes the next);
+* the journal: ``new_journal`` (the one journal interface, ``engine.journal.OpJournal``, in the
+  implementation the store declares: an ``engine.journal_object.ObjectJournal``, every record
+  written under the previous version), ``must_close``, ``journal_path``;
 * the **per-run lock** object (``lock_run``), created with a create-only condition and renewed by
   ``engine.bucket_lease``; a lock whose holder is gone and left no journal is taken over;
 * listings of runs, batched deletes, and the codes of failures (``failure_code``: the local
@@ -26,6 +27,15 @@ from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import TransactionError, is_no_space
+from tb_footprint_plugin.engine.journal import OpJournal, Rec
+from tb_footprint_plugin.engine.journal_object import (  # noqa: F401  (COMMITTED_STEPS, commit_recorded: re-exported)
+    COMMITTED_STEPS,
+    OBJECT_JOURNALS,
+    ObjectFolder,
+    ObjectJournal,
+    commit_recorded,
+    journal_class,
+)
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.blobstore import BlobStore
@@ -40,7 +50,7 @@ from tb_footprint_plugin.storage.store_posix import PosixStore
 #: ``Store`` interface); its ``codes.StoreError`` ``code`` is what a catch site branches on
 STORE_FAILURES = (StoreFailure,)
 
-JOURNAL = f"{STATE_DIR_NAME}/journal"
+JOURNAL = OBJECT_JOURNALS
 LOCKS = f"{STATE_DIR_NAME}/locks"
 
 
@@ -163,25 +173,35 @@ def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float,
     return f"run {run!r} is {active}" if active else None
 
 
-class BucketJournal:
-    """One operation's journal object: every record rewrites it under the previous version."""
+#: the bucket engine's name for its journal: the object-store implementation of the one journal
+#: interface (``engine.journal_object.ObjectJournal``, over ``engine.journal.OpJournal``)
+BucketJournal = ObjectJournal
 
-    def __init__(self, st: BucketState, op_id: str, doc: dict):
-        self.st = st
-        self.path = st.rfs.path(f"{JOURNAL}/{op_id}.json")
-        self.doc = doc
-        self.version = st.create(self.path, doc)
 
-    def step(self, name: str, *, at: Optional[float] = None, **extra) -> None:
-        """Record step ``name`` (one conditional PUT); ``at``: its time when the caller wrote it
-        elsewhere too (the commit record's, in the manifests), else now."""
-        self.doc["step"] = name
-        self.doc.setdefault("steps", []).append([name, now_s() if at is None else at])
-        self.doc.update(extra)
-        self.version = self.st.update(self.path, self.doc, self.version)
+def journal_path(rfs: RemoteFS, op_id: str) -> str:
+    """The store path of operation ``op_id``'s journal object (its lock names it by ``op``)."""
+    return rfs.path(f"{JOURNAL}/{op_id}.json")
 
-    def remove(self) -> None:
-        self.st.delete([self.path])
+
+def new_journal(st: BucketState, op_id: str, first: dict) -> OpJournal:
+    """The journal of a new operation of this bucket logdir, holding ``first`` (its begin record's
+    fields: the operation, its runs, the step it begins at) from the moment it exists: the
+    implementation the logdir's store declares (``journal_object.journal_class``: an object
+    rewritten under its version where an append is a conditional rewrite), created create-only
+    (``StoreFailure`` ``ALREADY_EXISTS`` when one of that operation is there)."""
+    folder = st.rfs.path(JOURNAL)
+    store, _ = st.where(folder)
+    return journal_class(store.capabilities).create(ObjectFolder(st, folder), op_id, dict(first, type=Rec.BEGIN))
+
+
+def must_close(journal: ObjectJournal, also: Optional[List[str]] = None,
+               versions: Optional[Dict[str, str]] = None) -> None:
+    """Remove an operation's journal object (with ``also``, its locks at ``versions``, in the same
+    batched delete); ``BucketTxnError`` when one could not be deleted."""
+    failed = journal.close(also=also or [], versions=versions)
+    if failed:
+        key = sorted(failed)[0]
+        raise BucketTxnError(Failure.STORE_ERROR, f"{key}: could not be deleted ({failed[key]})")
 
 
 def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
@@ -195,7 +215,7 @@ def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
             raise
     held, version = st.read(path)
     if held is not None and owner_gone(held, st) and version and \
-            st.stat(st.rfs.path(f"{JOURNAL}/{held.get('op')}.json")) is None:
+            st.stat(journal_path(st.rfs, str(held.get('op')))) is None:
         # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
         # is conditional on the lock's version, so of two takers only one wins)
         if not st.delete([path], versions={path: version}):
@@ -246,19 +266,6 @@ def unlock_all(lock_paths: List[str]) -> Tuple[List[str], Dict[str, str]]:
     return list(versions), versions
 
 
-#: The steps from which a journal is rolled forward: every backup verified and (for rewrites)
-#: every new object staged and checked; ``deleting`` is the name older journals used.
-COMMITTED_STEPS = ("swapping", "deleting", "done")
-
-
-def commit_recorded(doc: dict) -> bool:
-    """Whether an operation's journal recorded its commit step (from then on it may have deleted
-    or replaced originals)."""
-    steps = doc.get("steps") if isinstance(doc.get("steps"), list) else []
-    return doc.get("step") in COMMITTED_STEPS or \
-        any(isinstance(s, list) and s and s[0] in COMMITTED_STEPS for s in steps)
-
-
 #: operations this process is running right now (a lock of this pid naming another op is stale)
 ACTIVE_OPS: set = set()
 
@@ -267,7 +274,7 @@ def owner_gone(lock: dict, st: Optional[BucketState] = None) -> bool:
     """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
     progress read from the bucket (``st``) when the lease of another host expired."""
     def journal_mtime(op: str) -> Optional[float]:
-        info = st.stat(st.rfs.path(f"{JOURNAL}/{op}.json")) if st is not None else None
+        info = st.stat(journal_path(st.rfs, op)) if st is not None else None
         return info.mtime if info is not None else None
 
     return bucket_lease.holder_gone(lock, journal_mtime, ACTIVE_OPS)
