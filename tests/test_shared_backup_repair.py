@@ -87,3 +87,24 @@ def test_a_shared_backup_changed_through_its_other_name_is_named_not_repaired(tm
     assert not vault.check_blob(orig)
     codes = {p["code"] for p in api.status(str(logdir))["problems"]}
     assert Finding.BACKUP_SHARED in codes
+
+
+def test_a_shared_backup_appended_to_is_the_salvages_then_a_copy_of_its_own(tmp_path):
+    """Appended through the other name, the shared inode is no longer the original's digest: the
+    salvage keeps it whole under its new digest (late writes, as before), and the repair, which
+    runs after it, makes that backup a copy of its own: a later write through the snapshot's name
+    changes no backup."""
+    logdir, vault, orig, other = _old_way_link(tmp_path)
+    with open(other, "ab") as f:
+        f.write(b"appended by a job resumed in the snapshot")
+    outs = api.recover_logdir(str(logdir))
+    assert not [o for o in outs if o.code == Finding.BACKUP_DAMAGED], outs
+    assert [o.code for o in outs if o.code in (Finding.LATE_WRITES_KEPT, Finding.BACKUP_UNSHARED)] == [
+        Finding.LATE_WRITES_KEPT, Finding.BACKUP_UNSHARED]
+    assert not [p for p in api.status(str(logdir))["problems"] if p["code"] == Finding.BACKUP_SHARED]
+    (m,) = vault.manifests()
+    shas = [f["sha256"] for f in m["files"]]
+    with open(other, "r+b") as f:
+        f.write(b"X" * 64)
+    assert all(vault.check_blob(s) for s in shas)
+    assert all(os.lstat(vault.blob_path(s)).st_nlink == 1 for s in shas if vault.blob_form(s) == "plain")

@@ -9,9 +9,9 @@ TensorBoard plugin at load, and ``tb-footprint recover``):
 4. remove scratch directories of processes that are gone, and restore temp files;
    finish compactions of backups into compressed blobs that were killed midway, then offloads
    of backups into the remote vault (``engine.offload``) that were killed or could not reach it;
-5. make backups an older version linked in while their original had other names (a hard-linked
-   snapshot's) copies of their own (``repair_shared_backups``), then salvage records written into
-   backups after their reduction (late writers);
+5. salvage records written into backups after their reduction (late writers), then make backups
+   an older version linked in while their original had other names (a hard-linked snapshot's)
+   copies of their own (``repair_shared_backups``);
 6. release the backups a restore kept on doubt once nothing claims them (``release_kept_restores``);
 7. record as done the runs a gone worker's batch ledger left in flight although their reduction
    committed (``settle_stale_ledgers``).
@@ -24,8 +24,8 @@ silently, and a step that cannot be done now is retried at the next start.
 
 Why one module: it is the start's one ordered sequence; each step is a short function over the
 modules that own its state, and the order between them is the point (manifests rebuilt before
-purges and compactions, pins cleared before compactions, shared backups repaired before the
-salvage reads them). Split, that order would live in no one place.
+purges and compactions, pins cleared before compactions, shared backups repaired after the
+salvage took what grew). Split, that order would live in no one place.
 """
 from __future__ import annotations
 
@@ -119,8 +119,10 @@ def recover_all(ctx: Context, vault_roots: List[str], manifests_of: Manifests,
             outcomes.append(RecoveryOutcome("", "", Recovery.SWEPT, f"{len(swept)} scratch folder(s) of ended "
                                             f"processes removed from {vault.tmp}", Finding.SCRATCH_SWEPT))
     manifests = (settled or manifests_of)(ctx)
-    outcomes += repair_shared_backups(ctx, vault_roots, manifests)
     outcomes += _salvage(ctx, manifests)
+    # after the salvage: a shared backup that grew is the salvage's (it keeps the grown inode
+    # under its new digest, which the next start finds here); one changed in place is named here
+    outcomes += repair_shared_backups(ctx, vault_roots, manifests)
     return outcomes
 
 
@@ -179,9 +181,9 @@ def repair_shared_backups(ctx: Context, vault_roots: List[str], manifests: List[
                                        Finding.BACKUP_UNSHARED))
         elif done == KEPT_DAMAGED:
             out.append(RecoveryOutcome(m["op_id"], run, Recovery.FAILED, f"the backup of {f.get('path')} ({blob}) "
-                                       "shares its inode with a name outside the vault and no longer holds the "
-                                       "original's bytes (written through that name?): left as it is, not a backup "
-                                       "of the original", Finding.BACKUP_DAMAGED))
+                                       "shares its inode with a name outside the vault and its bytes no longer hash "
+                                       "to the original's digest (written or appended to through that name?): left "
+                                       "as it is, never made a copy under the original's name", Finding.BACKUP_DAMAGED))
     return out
 
 
