@@ -108,3 +108,17 @@ def test_a_shared_backup_appended_to_is_the_salvages_then_a_copy_of_its_own(tmp_
         f.write(b"X" * 64)
     assert all(vault.check_blob(s) for s in shas)
     assert all(os.lstat(vault.blob_path(s)).st_nlink == 1 for s in shas if vault.blob_form(s) == "plain")
+
+
+def test_the_tab_s_recovery_summary_says_a_backup_was_repaired(tmp_path):
+    """The tab's start-up recovery (the plugin's ``Recovery``) counts a repaired backup in its
+    summary line, as the CLI's ``recover`` prints it; before, the line said nothing of it."""
+    from tb_footprint_plugin.plugin.plugin import Recovery as TabRecovery
+
+    logdir, vault, orig, other = _old_way_link(tmp_path)
+    rec = TabRecovery(str(logdir), None, enabled=True)
+    rec.start()
+    assert rec.done.wait(60)
+    assert rec.state == "done", rec.detail
+    assert [o["action"] for o in rec.outcomes if o["code"] == Finding.BACKUP_UNSHARED] == [Recovery.REPAIRED]
+    assert "1 backup(s) that shared their bytes with a file outside the vault made copies of their own" in rec.detail

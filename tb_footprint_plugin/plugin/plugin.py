@@ -298,6 +298,7 @@ class Recovery:
             self.state = "done"
             settled = [o for o in outs if o.action in ("rolled_back", "completed", "rebuilt", "swept")]
             salvaged = [o for o in outs if o.action in ("salvaged", "kept")]
+            repaired = [o for o in outs if o.action == "repaired"]
             live = [o for o in outs if o.action == "skipped_live"]
             refused = [o for o in outs if o.action == "refused"]
             failed = [o for o in outs if o.action == "failed"]
@@ -307,6 +308,9 @@ class Recovery:
             if salvaged:
                 parts.append(f"late writes found in {len(salvaged)} backup(s) and put back where TensorBoard reads "
                              "them (restart TensorBoard, or wait for its next reload, to see them)")
+            if repaired:
+                parts.append(f"{len(repaired)} backup(s) that shared their bytes with a file outside the vault "
+                             "made copies of their own (a write through that file can no longer change them)")
             if live:
                 parts.append(f"{len(live)} left alone (another process is working on it)")
             if refused:
