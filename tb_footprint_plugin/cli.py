@@ -254,6 +254,9 @@ def _print_plan(p, verbose: bool = False) -> None:
             print(f"{head}  [skipped: {rp.skipped}]")
             continue
         print(f"{head}  (frees {human_bytes(rp.removable_bytes)})")
+        if rp.linked_files:  # what the swap cannot free: another name keeps it (the plan's note says more)
+            print(f"  ! {rp.linked_files} file(s) hard-linked elsewhere ({human_bytes(rp.linked_bytes)}): "
+                  f"their bytes stay on disk, their backups are copies [{Finding.HARD_LINKED}]")
         if verbose:
             _print_fidelity(rp)
         else:

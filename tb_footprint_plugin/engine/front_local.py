@@ -24,7 +24,7 @@ from tb_footprint_plugin.engine.local_batch import DiskLedger, run_batch
 from tb_footprint_plugin.engine.local_sample import sample as local_sample
 from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_numbers_view, freed_after_purge, history_view,
                                                     status_view)
-from tb_footprint_plugin.engine.plan_notes import freed_estimate, offload_note, plan_rewrites, vault_note
+from tb_footprint_plugin.engine.plan_notes import freed_estimate, local_notes, offload_freed, plan_rewrites
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.remote_vault import last_failure
@@ -246,8 +246,8 @@ class LocalEngine(Engine):
 
     def dry_run_freed(self, p, vault_format: str) -> Optional[Tuple[int, int]]:
         """A remote vault: all of it now, nothing at purge; else ``plan_notes.freed_estimate``."""
-        if self.offloads():  # the backups leave the local disk at once
-            return p.removable_bytes, 0
+        if self.offloads():  # the backups leave the local disk at once (but what other hard links keep)
+            return offload_freed(self.ctx.logdir, p)
         now, after, _same = freed_estimate(self.ctx.logdir, self.local_backup_dir, p, vault_format)
         return now, after
 
@@ -255,7 +255,7 @@ class LocalEngine(Engine):
         """``engine.usage.disk_usage``: the logdir and every vault of it, and what of it is on the
         logdir's disk (a vault on another disk grows by what it takes in)."""
         u = disk_in_use(self.ctx)
-        return u.total_bytes, u.on_logdir_disk
+        return u.total_bytes, u.freeable_on_logdir_disk  # less what a snapshot's names keep: what the disk gains
 
     def reduce_runs(self, todo: list, *, policy, vault_format: str, jobs: int, timeout: Optional[float],
                     cancel: Optional[CancelToken], progress: Optional[Callable[[str, str, float], None]],
@@ -413,8 +413,8 @@ class LocalEngine(Engine):
         writes nothing)."""
         logdir = os.path.abspath(self.logdir)
         remote = self.remote_vault or offload.remote_url(Vault(state_dir(logdir)))
-        p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + [
-            offload_note(p, remote) if remote else vault_note(logdir, self.local_backup_dir, p, vault_format)]
+        p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + local_notes(
+            logdir, self.local_backup_dir, p, vault_format, remote)
         self.leave_alone_unfinished(p)
         live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
         if live:

@@ -50,11 +50,27 @@ class DiskUsage:
     logdir_device: Optional[int] = None
     roots: List[str] = field(default_factory=list)
     skipped: List[Dict[str, str]] = field(default_factory=list)
+    #: per ``st_dev``: blocks of the files counted here that have names outside everything walked
+    #: (``DiskTally.outside_by_device``: a ``cp -al`` snapshot's); removing what was walked frees none
+    outside_by_device: Dict[int, int] = field(default_factory=dict)
 
     @property
     def on_logdir_disk(self) -> int:
         """Bytes on the logdir's filesystem (logdir, plus any vault that shares its disk)."""
         return self.by_device.get(self.logdir_device, 0) if self.logdir_device is not None else self.total_bytes
+
+    @property
+    def linked_outside_bytes(self) -> int:
+        """Bytes on the logdir's disk counted here whose files have other names outside the logdir
+        and its vaults (hard links: a snapshot's): they stay on disk whatever the logdir loses."""
+        return self.outside_by_device.get(self.logdir_device, 0) if self.logdir_device is not None else \
+            sum(self.outside_by_device.values())
+
+    @property
+    def freeable_on_logdir_disk(self) -> int:
+        """``on_logdir_disk`` without ``linked_outside_bytes``: what the logdir and its vaults hold
+        on that disk alone, so that its change is what the disk gained (a reduce's "freed now")."""
+        return self.on_logdir_disk - self.linked_outside_bytes
 
     @property
     def elsewhere_bytes(self) -> int:
@@ -63,7 +79,8 @@ class DiskUsage:
 
     def to_dict(self) -> dict:
         return {"disk_in_use_bytes": self.total_bytes, "on_logdir_disk_bytes": self.on_logdir_disk,
-                "elsewhere_bytes": self.elsewhere_bytes, "roots": list(self.roots), "skipped": list(self.skipped)}
+                "elsewhere_bytes": self.elsewhere_bytes, "linked_outside_bytes": self.linked_outside_bytes,
+                "roots": list(self.roots), "skipped": list(self.skipped)}
 
 
 def _ours(st: os.stat_result) -> bool:
@@ -108,7 +125,7 @@ def disk_usage(logdir: str, vaults: Sequence[str] = ()) -> DiskUsage:
     tally = DiskTally()  # one rule for "allocated", the scan's (blocks, each inode once)
     for root in roots:
         _walk(out, tally, root, logdir, roots)
-    out.total_bytes, out.by_device = tally.bytes, tally.by_device
+    out.total_bytes, out.by_device, out.outside_by_device = tally.bytes, tally.by_device, tally.outside_by_device
     return out
 
 
@@ -122,8 +139,7 @@ def disk_usage_after_scan(logdir: str, vaults: Sequence[str], walked) -> DiskUsa
     logdir = os.path.abspath(logdir)
     roots, skipped = _walk_roots(logdir, vaults)
     out = DiskUsage(logdir_device=walked.device, roots=roots, skipped=skipped + [dict(s) for s in walked.skipped])
-    # a copy: the scan's tally stays as its walk left it
-    tally = DiskTally(bytes=walked.bytes, by_device=dict(walked.by_device), linked=set(walked.linked))
+    tally = walked.copy()  # the scan's tally stays as its walk left it
     for aside in walked.set_aside:
         if os.path.dirname(aside) == logdir and is_state_name(os.path.basename(aside)):
             try:
@@ -136,7 +152,7 @@ def disk_usage_after_scan(logdir: str, vaults: Sequence[str], walked) -> DiskUsa
         _walk(out, tally, aside, logdir, roots)
     for root in roots[1:]:  # roots[0] is the logdir, which the scan walked
         _walk(out, tally, root, logdir, roots)
-    out.total_bytes, out.by_device = tally.bytes, tally.by_device
+    out.total_bytes, out.by_device, out.outside_by_device = tally.bytes, tally.by_device, tally.outside_by_device
     return out
 
 
@@ -198,12 +214,19 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
     the vault hold their bytes (on the logdir's disk, a hard-linked backup freed nothing yet), so
     what the logdir lost counts as freed now only for backups elsewhere or gone; purge frees the
     kept backups (their sizes, as purge counts them). A manifest is untrusted: its vault must be
-    one of ``vault_roots`` and its digests well formed, else its backups are not counted."""
-    if m.get("backup_purged") or m.get("backup_released_by_restore") or m.get("restored_by"):
+    one of ``vault_roots`` and its digests well formed, else its backups are not counted.
+
+    Originals whose other hard links kept their bytes on disk (its plan's ``linked_bytes``: a
+    snapshot's) freed nothing when they left the logdir, and their backups are copies: so "freed
+    now" is that much less (below zero while such a copy is kept: the reduce cost disk)."""
+    linked = _linked_bytes(m)
+    if m.get("backup_released_by_restore") or m.get("restored_by"):
         return removed_bytes, 0
+    if m.get("backup_purged"):
+        return removed_bytes - linked, 0
     root = m.get("vault")
     if not isinstance(root, str) or root not in vault_roots:
-        return removed_bytes, 0
+        return removed_bytes - linked, 0
     held_here = kept = 0
     packs_device: Optional[int] = None
     seen: Set[str] = set()
@@ -231,7 +254,19 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
                 packs_device = device_of(remote_vault.packs_root(root))
             if packs_device == logdir_device:
                 held_here += ref.length
-    return max(0, removed_bytes - held_here), kept
+    return max(0, removed_bytes - held_here) - linked, kept
+
+
+def _linked_bytes(m: dict) -> int:
+    """The manifest plan's ``linked_bytes`` (``RunPlan.linked_bytes``: untrusted, an int within
+    the run's ``bytes_before``), 0 when it has none (an older manifest, a bucket's)."""
+    plan = m.get("plan")
+    if not isinstance(plan, dict):
+        return 0
+    n, before = plan.get("linked_bytes"), plan.get("bytes_before")
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0 or not isinstance(before, int):
+        return 0
+    return min(n, max(0, before))
 
 
 def bucket_freed_by_op(m: dict, removed_bytes: int) -> Tuple[int, int]:

@@ -43,6 +43,9 @@ class Action:
     #: rewrite: category -> [bytes before, bytes after] inside the file, so a change is shown
     #: under each category with that category's own bytes (not the whole file's under one name)
     categories: Dict[str, List[int]] = field(default_factory=no_keys)
+    #: the original's hard links at the scan (``FileEntry.links``): more than 1, other names keep
+    #: its bytes on disk when this one goes (its backup is then a copy, not a link)
+    links: int = 1
 
 
 @dataclass(**COMPACT)
@@ -63,6 +66,11 @@ class RunPlan:
     #: processes holding a file of the run open for writing: {pid, command, path, access, fd}
     writers: List[dict] = field(default_factory=no_items)
     planned_at: float = 0.0  # when the scan behind this plan was made
+    #: originals of this run's actions whose bytes stay on disk after the swap: other hard links
+    #: (a snapshot's, or another run's this plan leaves) keep their inode (code
+    #: ``hard_linked_elsewhere``); their count and ``bytes_before``. "Freed now" leaves them out
+    linked_files: int = 0
+    linked_bytes: int = 0
 
     @property
     def removable_bytes(self) -> int:
@@ -89,6 +97,9 @@ class Plan:
     #: disk in use now by the logdir and its vault(s), as ``du`` counts it (``engine.usage``, the
     #: count the reduce's report, ``status`` and the tab give); None where not measured (a bucket)
     disk_in_use_bytes: Optional[int] = None
+    #: originals whose other hard links keep their bytes on disk (``RunPlan.linked_*`` summed,
+    #: with the code ``hard_linked_elsewhere``), as the engine's note counted them; None: none
+    hard_links: Optional[Dict[str, object]] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -125,4 +136,5 @@ class Plan:
             "notes": self.notes,
             "cost": self.cost,
             "disk_in_use_bytes": self.disk_in_use_bytes,
+            "hard_links": self.hard_links,
         }

@@ -194,6 +194,22 @@ def apply_open_writers(plan: Plan, found, logdir: str) -> None:
         plan.notes.append(f"{Finding.LOGDIR_NOT_STICKY}: {unsticky}")
 
 
+def _mark_links(run: RunFootprint, rp: RunPlan) -> None:
+    """Each action on a file with other hard links (``FileEntry.links``) says so, and the run
+    counts them as kept on disk (``linked_*``): removing one name frees nothing while another
+    stands. Counted here without a look at the disk; the engine's note refines it (names that
+    all go in this plan free their inode once: ``engine.plan_notes.linked_cut``)."""
+    links = {f.path: f.links for f in run.files if f.links > 1}  # none, mostly
+    if not links:
+        return
+    for a in rp.actions:
+        n = links.get(a.path)
+        if n and a.kind != "remove_dir":
+            a.links = n
+            rp.linked_files += 1
+            rp.linked_bytes += a.bytes_before
+
+
 def _run_of(plan: Plan, path: str) -> Optional[str]:
     """The planned run a logdir-relative path belongs to (the deepest run directory above it)."""
     best = None
@@ -306,6 +322,7 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
         rp.actions.append(Action("remove_dir", os.path.dirname(profile_dir), cat.PLUGIN_ASSETS, 0, 0,
                                  "only if empty"))
     rp.expected_after_bytes = run.total_bytes - sum(a.bytes_before - a.bytes_after for a in rp.actions)
+    _mark_links(run, rp)
     if kept_tool_outputs:
         lines.append(fit(f"profile tool outputs (old format): {kept_tool_outputs} kept, their session has no xplane",
                          "without an xplane.pb they are the session's only profile data: older "

@@ -44,6 +44,8 @@ class FoundFile:
     run_rel_parts: Tuple[str, ...] = ()  # directories between the run dir and the file
     #: object stores: what changes whenever the bytes change (GCS generation, else ETag)
     version: str = ""
+    #: lstat st_nlink (1 in a bucket): more than 1, other names share the file's inode
+    nlink: int = 1
 
     @property
     def cache_key(self) -> tuple:
@@ -320,6 +322,7 @@ def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[Dis
         is_symlink=is_link,
         link_target=target,
         run_rel_parts=tuple(parts[owner_depth:]),
+        nlink=st.st_nlink,
     )
 
 

@@ -167,16 +167,22 @@ class FileEntry:
     category's name when one category holds the whole file, and handed out as a new dict: a
     small dict is 184 bytes, and a scan of 100,000 runs holds a few files a run."""
 
-    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning")
+    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning", "links")
 
     def __init__(self, path: str, size: int, mtime: float, kind: str,
-                 categories: Optional[Dict[str, int]] = None, warning: Optional[str] = None) -> None:
+                 categories: Optional[Dict[str, int]] = None, warning: Optional[str] = None,
+                 links: int = 1) -> None:
         self.path = path  # relative to the logdir, '/'-separated
         self.size = size  # lstat st_size
         self.mtime = mtime
         self.kind = kind  # 'event', 'file' or 'symlink'
         self.categories = categories or {}
         self.warning = warning
+        #: lstat st_nlink as the walk found it (1 in a bucket): more than 1, the file has other
+        #: names (a ``cp -al`` or ``rsync --link-dest`` snapshot), which keep its bytes on disk
+        #: when this name goes. Read afresh by every walk, never from the scan cache (one slot:
+        #: a small int, shared)
+        self.links = links
 
     @property
     def categories(self) -> Dict[str, int]:
@@ -197,8 +203,11 @@ class FileEntry:
 
     def to_dict(self) -> dict:
         """JSON-ready dict in the documented schema."""
-        return {"path": self.path, "size": self.size, "mtime": self.mtime, "kind": self.kind,
-                "categories": self.categories, "warning": self.warning}
+        d = {"path": self.path, "size": self.size, "mtime": self.mtime, "kind": self.kind,
+             "categories": self.categories, "warning": self.warning}
+        if self.links != 1:  # only a file with other hard links says it (the schema's files stay as they were)
+            d["links"] = self.links
+        return d
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FileEntry):
@@ -286,14 +295,21 @@ class DiskTally:
     (``st_blocks * 512``, each inode with several links once), so "disk in use now" needs no
     second walk of the logdir (``engine.usage.disk_usage_after_scan`` walks only what the scan
     set aside: its state folders and a vault inside it). Memory: only the inodes with several
-    links are remembered, as ``du`` does; never part of the scan's JSON."""
+    links are remembered, as ``du`` does (with a small count each); never part of the scan's JSON.
+
+    Besides, ``outside_by_device``: the blocks of the inodes whose other names no walk into this
+    tally has met (a ``cp -al`` snapshot beside the logdir): ``du`` counts them here, but removing
+    the names met frees none of them, so "freed now" leaves them out (``engine.usage``)."""
 
     bytes: int = 0
     by_device: Dict[int, int] = field(default_factory=dict)
     #: the logdir's own filesystem (its folder's ``st_dev``)
     device: Optional[int] = None
-    #: (st_dev, st_ino) of every file met with several links (a restored hard link, mostly)
-    linked: Set[Tuple[int, int]] = field(default_factory=set)
+    #: (st_dev, st_ino) of every file met with several links (a restored hard link, a snapshot's)
+    #: -> how many of its names (``st_nlink``) no walk has met yet
+    linked: Dict[Tuple[int, int], int] = field(default_factory=dict)
+    #: per ``st_dev``: blocks of the linked inodes with names not met (``linked`` value > 0)
+    outside_by_device: Dict[int, int] = field(default_factory=dict)
     #: folders the walk did not enter (absolute paths): state folders, a vault inside the logdir
     set_aside: List[str] = field(default_factory=list)
     #: folders it could not read: ``{"path", "why"}``, as ``DiskUsage.skipped`` says them
@@ -302,15 +318,28 @@ class DiskTally:
     started: float = 0.0
 
     def count(self, st) -> None:
-        """Add one lstat result: a file with several links only the first time it is met."""
+        """Add one lstat result: a file with several links only the first time it is met (its
+        blocks counted ``outside`` until every one of its names has been met)."""
+        b = st.st_blocks * BLOCK
         if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
             key = (st.st_dev, st.st_ino)
-            if key in self.linked:
+            left = self.linked.get(key)
+            if left is not None:
+                if left > 0:  # another of its names: once all are met, none is outside
+                    self.linked[key] = left - 1
+                    if left == 1:
+                        self.outside_by_device[st.st_dev] = self.outside_by_device.get(st.st_dev, 0) - b
                 return
-            self.linked.add(key)
-        b = st.st_blocks * BLOCK
+            self.linked[key] = st.st_nlink - 1
+            self.outside_by_device[st.st_dev] = self.outside_by_device.get(st.st_dev, 0) + b
         self.bytes += b
         self.by_device[st.st_dev] = self.by_device.get(st.st_dev, 0) + b
+
+    def copy(self) -> "DiskTally":
+        """A tally to go on counting from (another walk's), this one left as its walk left it."""
+        return DiskTally(bytes=self.bytes, by_device=dict(self.by_device), device=self.device,
+                         linked=dict(self.linked), outside_by_device=dict(self.outside_by_device),
+                         started=self.started)
 
 
 @dataclass
