@@ -120,11 +120,18 @@ def test_snapshot_outside_hardlink_vault_plan_measured_and_du_agree(tmp_path):
     # status and the history say the same as things stand: the copies cost disk until purge
     st = api.status(str(logdir))
     assert near(st["freed_now_bytes"], rep.freed_now_bytes, rep.removed_from_logdir_bytes), st["freed_now_bytes"]
+    entries = [e for e in api.history(str(logdir)) if e.get("kind") == "reduce"]
+    assert len(entries) == 2 and near(sum(e["freed_now_bytes"] for e in entries), rep.freed_now_bytes,
+                                      rep.removed_from_logdir_bytes), entries
     before = du(logdir, snap)
     pr = api.purge(str(logdir), yes=True)
     assert pr.freed_bytes > 0
     gained = before - du(logdir, snap)
     assert near(gained, dry.freed_on_disk_after_purge_bytes, rep.removed_from_logdir_bytes), gained
+    # purged: the reductions freed nothing, as the snapshot still holds every original
+    entries = [e for e in api.history(str(logdir)) if e.get("kind") == "reduce"]
+    assert all(e["freed_now_bytes"] == 0 and e["freed_after_purge_bytes"] == 0 for e in entries), entries
+    assert api.status(str(logdir))["freed_now_bytes"] == 0
 
 
 def test_snapshot_outside_compressed_vault_plan_measured_and_du_agree(tmp_path):
@@ -174,3 +181,39 @@ def test_cli_dry_run_text_and_json_name_them(tmp_path):
     assert sum(r["linked_files"] for r in plan["runs"]) == 2
     assert sum(1 for r in plan["runs"] for a in r["actions"] if a["links"] == 2) == 2
     assert js.get("freed_now_bytes", plan["hard_links"]["bytes"] * -1) == -plan["hard_links"]["bytes"]
+
+
+def test_vault_on_another_filesystem_frees_nothing_of_them_now(tmp_path):
+    """The backups go to another disk (a real tmpfs): the logdir's disk would gain the removed
+    bytes at once (tests/test_disk_usage.py), but not those a snapshot keeps."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt)], capture_output=True,
+                       text=True)
+    assert p.returncode == 0, f"cannot mount a tmpfs (tests run as root): {p.stderr}"
+    try:
+        logdir = make_logdir(tmp_path)
+        snap = tmp_path / "snap"
+        snapshot(logdir, snap)
+        dry, rep, real = check_agrees(logdir, [logdir, snap], backup_dir=str(mnt / "vault"), vault_format="hardlink")
+        removed = rep.removed_from_logdir_bytes
+        assert abs(real) <= 0.01 * removed and abs(dry.freed_now_bytes) <= 0.01 * removed, (real, dry.freed_now_bytes)
+        assert dry.freed_on_disk_after_purge_bytes == dry.plan.removable_bytes  # the copies there
+        assert any("on another disk" in n and Finding.HARD_LINKED in n for n in dry.plan.notes), dry.plan.notes
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_bucket_plan_has_no_hard_links(s3_bucket, tmp_path):  # noqa: F811
+    """Objects have no hard links: a logdir uploaded from a disk where its files had other names
+    plans as any (every ``links`` 1, no note, no ``hard_links``)."""
+    logdir = make_logdir(tmp_path, size=64 * 1024)
+    snapshot(logdir, tmp_path / "snap")
+    url = s3_bucket.upload(logdir, "logs")
+    fp = scan(url, write_cache=False)
+    assert all(f.links == 1 for r in fp.runs for f in r.files)
+    p = api.plan(url, "archive", quiet_period=0)
+    assert any(rp.actions for rp in p.runs)
+    assert p.hard_links is None and all(rp.linked_files == 0 for rp in p.runs)
+    assert all(a.links == 1 for rp in p.runs for a in rp.actions)
+    assert not any(Finding.HARD_LINKED in n for n in p.notes), p.notes
