@@ -163,3 +163,28 @@ def test_an_object_journal_on_s3_is_one_put_a_record_and_reads_back(s3_bucket):
     assert ObjectJournal.read(st, j.path).committed()
     assert j.close() == {}
     assert ObjectJournal.read(st, j.path) is None
+
+
+#: the bucket engine's modules that write or read journals through the interface (issue #26); a
+#: journal document built, listed or parsed by hand in one of them fails the test below
+_THROUGH_THE_INTERFACE = ("bucket.py", "bucket_state.py", "bucket_batch.py", "bucket_rewrite.py", "bucket_retire.py",
+                          "bucket_recover.py", "bucket_unfinished.py", "bucket_steps.py")
+
+
+def test_the_bucket_engine_writes_and_reads_its_journals_only_through_the_interface():
+    """No module of the bucket engine builds a journal object (``BucketJournal(`` / a create of a
+    journal path), sets or parses its ``step``/``steps`` or lists the journal folder itself: the
+    object journal (``journal_object``) is the one writer and parser of that document. (Still by
+    hand, in modules of other owners: ``bucket_restore.start_journal`` creates a restore's journal
+    with ``BucketState.create``; ``bucket_ledger._journals_left``, ``bucket_catalogue.status`` and
+    ``bucket_blobs`` list or read the journal folder themselves.)"""
+    import re
+    from pathlib import Path
+
+    import tb_footprint_plugin.engine as engine
+
+    folder = Path(engine.__file__).parent
+    by_hand = re.compile(r"BucketJournal\(|[\"']steps[\"']|\.get\([\"']step[\"']\)|\[[\"']step[\"']\]|tree\(JOURNAL")
+    found = {name: [ln.strip() for ln in (folder / name).read_text().splitlines() if by_hand.search(ln)]
+             for name in _THROUGH_THE_INTERFACE}
+    assert not {k: v for k, v in found.items() if v}, found

@@ -20,21 +20,27 @@ from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_jo
 from tb_footprint_plugin.engine.bucket_retire import settle as settle_retire
 from tb_footprint_plugin.engine.bucket_retire import unretire
 from tb_footprint_plugin.engine.bucket_state import (
-    COMMITTED_STEPS,
     JOURNAL,
     LOCKS,
     STORE_FAILURES,
     BucketState,
     BucketTxnError,
     BucketVault,
-    commit_recorded,
     lock_key,
+    must_close,
     must_delete,
     owner_gone,
     run_prefix,
     vault_url,
 )
-from tb_footprint_plugin.engine.bucket_steps import finish_op, journal_entries, live_entries, rollback_entry
+from tb_footprint_plugin.engine.bucket_steps import finish_op, rollback_entry
+from tb_footprint_plugin.engine.journal_object import (
+    COMMITTED_STEPS,
+    ObjectJournal,
+    journal_entries,
+    journal_unreadable,
+    pending_objects,
+)
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
@@ -74,12 +80,6 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
     return None
 
 
-def journal_unreadable(doc: dict) -> bool:
-    """A journal object that is not UTF-8 JSON of a journal's shape: never acted on."""
-    return bool(doc.get("corrupt")) or not ("run" in doc or "runs" in doc) or \
-        ("runs" in doc and not isinstance(doc["runs"], list))
-
-
 def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     """Settle unfinished bucket operations of this logdir, from any machine: before the commit
     record, roll back; from it on (backups verified, new objects staged and checked), finish."""
@@ -92,8 +92,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     # it over once no journal of the operation it names is left)
     out += [RecoveryOutcome(op_id=d["file"].rsplit("/", 1)[-1], run="?", action=Recovery.REFUSED,
                             detail=d["detail"], code=d["code"]) for d in damaged_locks(rfs)]
-    journals = BucketState.of(rfs).tree(JOURNAL, missing_ok=True)
-    for key in sorted(journals):
+    for key, _info in pending_objects(BucketState.of(rfs)):
         rel = key.rsplit("/", 1)[-1]
         if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
             continue
@@ -104,16 +103,17 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                                        detail=f"{_named(rfs, key)}: not a plain key of the logdir; left in place",
                                        code=trust.PATH_OUTSIDE))
             continue
-        doc, version = st.read(path)
-        if doc is None:  # finished (or settled) by its owner since the listing
+        journal = ObjectJournal.read(st, path)  # read now (not at the listing's version): its owner may have moved on
+        if journal is None:  # finished (or settled) by its owner since the listing
             continue
-        if journal_unreadable(doc):
+        doc = journal.doc
+        if journal.unreadable():
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
                                        detail=f"{rfs.url_of(key)}: unreadable journal left in place",
                                        code=Finding.DAMAGED_FILE))
             continue
         op_id = str(doc.get("op", rel[:-5]))
-        every = journal_entries(doc)
+        every = journal.entries()
         why = _trusted(rfs, vault, doc)
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
@@ -130,28 +130,27 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running", code=Finding.RUN_LOCKED))
             continue
-        if doc.get("kind") in (RESTORE_KIND, UNRETIRE_KIND):  # a restore stopped midway: finished
-            out.append(_finish_restore(rfs, vault, st, doc, rel[:-5], label))
+        if journal.kind in (RESTORE_KIND, UNRETIRE_KIND):  # a restore stopped midway: finished
+            out.append(_finish_restore(rfs, vault, st, journal, rel[:-5], label))
             continue
         try:
             if retiring and doc.get("runs"):  # a whole run moved to the vault: ``engine.bucket_retire``
-                settled = [_settled_run(st, vault, en, True) for en in live_entries(doc)]
-                action, detail = settle_retire(rfs, vault, doc)
+                settled = [_settled_run(st, vault, en, True) for en in journal.live_entries()]
+                action, detail = settle_retire(rfs, vault, journal)
                 if action != Recovery.COMPLETED:
                     for r in settled:
                         r["bytes_after"] = r["bytes_before"]
-                must_delete(rfs, [path])
+                must_close(journal)
                 _drop_locks_of(st, locks, op_id)
                 out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail,
                                            code=Finding.RECOVERED, runs=settled))
                 continue
-            if "runs" not in doc:  # one run at top level (journals of earlier versions)
-                doc = {**doc, "runs": journal_entries(doc)}
-            dropped = [en for en in doc["runs"] if en.get("dropped")]
+            # ``entries``: a batch's runs, or the one run journals of earlier versions held at top level
+            dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
                 rollback_entry(rfs, vault, en, deleted=False)
-            live = live_entries(doc)
-            finish = doc.get("step") in COMMITTED_STEPS and \
+            live = journal.live_entries()
+            finish = journal.step_name in COMMITTED_STEPS and \
                 all(f.get("backup_checksums") for en in live for f in en["files"])
             settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
@@ -159,9 +158,9 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
             else:
                 for en in live:
-                    rollback_entry(rfs, vault, en, deleted=commit_recorded(doc))
-                action, detail = Recovery.ROLLED_BACK, f"stopped at step {doc.get('step')}; run left as it was"
-            must_delete(rfs, [path])
+                    rollback_entry(rfs, vault, en, deleted=journal.committed())
+                action, detail = Recovery.ROLLED_BACK, f"stopped at step {journal.step_name}; run left as it was"
+            must_close(journal)
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
                                        runs=settled, kind="reduce"))
@@ -178,7 +177,7 @@ def _named(rfs: RemoteFS, key: str) -> str:
     return f"{rfs.scheme}://{rfs.root}/{key}"
 
 
-def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dict, name: str,
+def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: ObjectJournal, name: str,
                     label: str) -> RecoveryOutcome:
     """Finish a bucket restore (or unretire) whose journal is there: whatever is not back yet is
     put back from the vault (one already back with the original's checksums is not rewritten),
@@ -186,8 +185,9 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
     (``bucket_restore.restore_op`` / ``bucket_retire.unretire`` with ``resume``). The journal is
     untrusted: it must name the operation of its file name, and the manifest of that operation
     must name exactly the files and backups the journal does; otherwise it is left alone."""
+    doc = journal.doc
     op_id, run = doc.get("op"), str(doc.get("run"))
-    unretiring = doc.get("kind") == UNRETIRE_KIND
+    unretiring = journal.kind == UNRETIRE_KIND
     along = [a for a in doc.get("takes_along") or [] if isinstance(a, str)] \
         if isinstance(doc.get("takes_along"), list) else []
     if not is_op_id(op_id) or op_id != name or run == "." and unretiring or \
@@ -217,7 +217,7 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, doc: dic
                                    code=trust.BAD_RECORD)
         locks = [rfs.path(lock_key(r)) for r in [run] + along]
         if m["restored_by"]:  # stopped after its manifest record: only the journal is left
-            must_delete(rfs, [rfs.path(f"{JOURNAL}/{name}.json")])
+            must_close(journal)
             _drop_locks_of(st, locks, op_id)
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.COMPLETED,
                                    detail="the restore was recorded; its journal was removed", code=Finding.RECOVERED)

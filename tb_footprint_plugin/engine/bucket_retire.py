@@ -54,7 +54,6 @@ from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
     BucketTxnError,
     BucketVault,
-    commit_recorded,
     failure_code,
     lock_runs,
     must_close,
@@ -70,11 +69,10 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.bucket_restore import (holds_original, journal_path, restore_journal,
                                                         settle_failed_journal, start_journal)
-from tb_footprint_plugin.engine.bucket_steps import (backup_object, copy_matches, finish_op, journal_entries,
-                                                      journal_started, stream_digest)
+from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
-from tb_footprint_plugin.engine.journal_object import ObjectJournal
+from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
@@ -375,13 +373,14 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
     return held
 
 
-def settle(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Tuple[str, str]:
+def settle(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal) -> Tuple[str, str]:
     """Settle an unfinished retirement from its journal (``engine.bucket_recover``); returns
     (``codes.Recovery`` value, detail). From the commit record on (every copy verified) the
     originals left are deleted at their version; a run that holds anything else by then (a
     writer's object, an original rewritten since its copy) is put back instead, as before it."""
+    doc = journal.doc
     en = doc["runs"][0]
-    finish = doc.get("step") in (Rec.SWAPPING, Rec.DONE) and all(f.get("backup_checksums") for f in en["files"])
+    finish = journal.step_name in (Rec.SWAPPING, Rec.DONE) and all(f.get("backup_checksums") for f in en["files"])
     if finish and vault.blobs is not None:
         try:  # a blob forgotten since the commit record (by hand): keep what is left in the logdir
             missing_blobs(vault, en["files"])
@@ -395,8 +394,8 @@ def settle(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Tuple[str, str]:
         except BucketTxnError as e:
             if e.code != Failure.CHANGED_SINCE_BACKUP:
                 raise
-    held = rollback(rfs, vault, doc, deleted=commit_recorded(doc))
-    detail = f"stopped at step {doc.get('step')}; every object of the run put back"
+    held = rollback(rfs, vault, doc, deleted=journal.committed())
+    detail = f"stopped at step {journal.step_name}; every object of the run put back"
     if held:
         detail += f"; {len(held)} written again meanwhile keep their originals in the vault, e.g. {held[0]}"
     return Recovery.ROLLED_BACK, detail

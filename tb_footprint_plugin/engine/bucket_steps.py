@@ -21,11 +21,9 @@ from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import KEPT_IN, is_blob_entry, put_back
 from tb_footprint_plugin.engine.bucket_state import (
-    JOURNAL,
     BucketState,
     BucketTxnError,
     BucketVault,
-    commit_recorded,
     delete_all,
     listing_of_runs,
     must_delete,
@@ -34,6 +32,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_prefix,
 )
 from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
@@ -220,21 +219,6 @@ def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['final']}: the compressed copy does not match the staged file")
 
 
-def journal_entries(doc: dict) -> list:
-    """Every run entry a journal object names, in either shape ever written: a batch's ``runs``
-    (as written, dropped ones too; untrusted: an entry may be of any type, its callers check),
-    or the one run a journal of an earlier version held at top level, as such an entry. The one
-    reader of that difference (``live_entries``, recovery's checks and settling)."""
-    if "runs" in doc:
-        return list(doc["runs"]) if isinstance(doc["runs"], list) else []
-    return [{"run": doc.get("run"), "op": doc.get("op"), "lock": doc.get("lock"), "files": doc.get("files", [])}]
-
-
-def live_entries(doc: dict) -> List[dict]:
-    """The runs of a journal still in it (``journal_entries`` less those taken out: ``dropped``)."""
-    return [en for en in journal_entries(doc) if isinstance(en, dict) and not en.get("dropped")]
-
-
 def uncommitted_ops(rfs: RemoteFS) -> set:
     """The operation ids whose manifests are no reduction (yet): every run a reduce's journal left
     in the bucket names before its commit record, and those it took out (``dropped``) before it.
@@ -242,16 +226,15 @@ def uncommitted_ops(rfs: RemoteFS) -> set:
     start's recovery, removes them (review R6 F2). One listing of the journals, each one read
     (usually none). Untrusted: a journal that does not read as a reduce's names nothing."""
     st = BucketState(rfs)
-    found = st.tree(JOURNAL, missing_ok=True)
     out: set = set()
-    for key, info in sorted(found.items()):
-        doc, _ = st.read(rfs.path(key), info)
-        if not isinstance(doc, dict) or doc.get("corrupt") or "kind" in doc:  # a restore's, a retirement's
+    for key, info in pending_objects(st):
+        j = ObjectJournal.read(st, rfs.path(key), info)
+        if j is None or j.doc.get("corrupt") or "kind" in j.doc:  # gone, damaged, a restore's, a retirement's
             continue
-        committed = commit_recorded(doc)
-        if not committed and isinstance(doc.get("op"), str):
-            out.add(doc["op"])
-        out.update(en["op"] for en in journal_entries(doc) if isinstance(en, dict) and isinstance(en.get("op"), str)
+        committed = j.committed()
+        if not committed and isinstance(j.doc.get("op"), str):
+            out.add(j.doc["op"])
+        out.update(en["op"] for en in j.entries() if isinstance(en, dict) and isinstance(en.get("op"), str)
                    and (not committed or en.get("dropped")))
     return out
 

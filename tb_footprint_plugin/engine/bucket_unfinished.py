@@ -19,9 +19,8 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_recover import damaged_locks, journal_unreadable
-from tb_footprint_plugin.engine.bucket_state import JOURNAL
-from tb_footprint_plugin.engine.bucket_steps import live_entries
+from tb_footprint_plugin.engine.bucket_recover import damaged_locks
+from tb_footprint_plugin.engine.journal_object import ObjectJournal, pending_objects
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.remote import RemoteFS
 
@@ -33,17 +32,17 @@ def journal_rows(rfs: RemoteFS) -> tuple:
     st = BucketState.of(rfs)
     ops: List[dict] = []
     problems: List[dict] = []
-    for key, info in sorted(st.tree(JOURNAL, missing_ok=True).items()):
+    for key, info in pending_objects(st):
         named = f"{rfs.scheme}://{rfs.root}/{key}"
         try:
-            doc, _ = st.read(rfs.path(key), info)
+            j = ObjectJournal.read(st, rfs.path(key), info)
         except ValueError:  # S3 keeps 'journal/x/../y' as written: named, never read
             problems.append({"code": trust.PATH_OUTSIDE, "file": named, "op_id": None, "run": None,
                              "detail": f"{named}: not a plain key of the logdir; never acted on, left in place"})
             continue
-        if doc is None:  # settled by its owner since the listing
+        if j is None:  # settled by its owner since the listing
             continue
-        if journal_unreadable(doc):  # ``recover`` never acts on it
+        if j.unreadable():  # ``recover`` never acts on it
             url = rfs.url_of(key)
             problems.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
                              "detail": f"{url}: journal not readable; never acted on, left in place"})
@@ -51,9 +50,9 @@ def journal_rows(rfs: RemoteFS) -> tuple:
         if not key.endswith(".json"):
             continue  # not a journal recovery reads
         name = key.rsplit("/", 1)[-1][:-len(".json")]
-        op = doc.get("op") if is_op_id(doc.get("op")) else name
-        kind = doc.get("kind") if isinstance(doc.get("kind"), str) else "reduce"
-        entries = live_entries(doc) or [{}]
+        op = j.doc.get("op") if is_op_id(j.doc.get("op")) else name
+        kind = j.kind or "reduce"
+        entries = j.live_entries() or [{}]
         for en in entries:
             ops.append({"op_id": en.get("op") if is_op_id(en.get("op")) else op,
                         "run": en.get("run") if isinstance(en.get("run"), str) else None,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Protocol, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Protocol, Tuple
 
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
@@ -60,6 +60,8 @@ class StateObjects(Protocol):
     def read(self, path: str, info=None) -> Tuple[Optional[dict], Optional[str]]: ...
 
     def delete(self, paths: List[str], versions: Optional[Dict[str, str]] = None) -> Dict[str, str]: ...
+
+    def tree(self, rel: str = "", *, missing_ok: bool = False) -> Dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,14 @@ class ObjectJournal(OpJournal):
         return journal_unreadable(self.doc)
 
 
+def pending_objects(st: StateObjects, folder: str = OBJECT_JOURNALS) -> List[Tuple[str, Any]]:
+    """The journal objects left under ``folder`` (relative to the logdir): unfinished operations,
+    as ``(key, listing entry)`` in key order, from one listing (every key the store holds there,
+    one no call can address included: the readers name those, never read them). The object form
+    of ``journal.pending_journals``; each is read with ``ObjectJournal.read``."""
+    return sorted(st.tree(folder, missing_ok=True).items())
+
+
 def commit_recorded(doc: dict) -> bool:
     """Whether an operation's journal document recorded its commit step (from then on it may have
     deleted or replaced originals)."""
@@ -220,4 +230,4 @@ def journal_unreadable(doc: dict) -> bool:
 
 
 __all__ = ["COMMITTED_STEPS", "OBJECT_JOURNALS", "ObjectFolder", "ObjectJournal", "StateObjects", "commit_recorded",
-           "journal_class", "journal_entries", "journal_unreadable", "live_entries", "step_record"]
+           "journal_class", "journal_entries", "journal_unreadable", "live_entries", "pending_objects", "step_record"]
