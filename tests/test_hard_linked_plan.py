@@ -142,6 +142,12 @@ def test_snapshot_outside_compressed_vault_plan_measured_and_du_agree(tmp_path):
     # the compressed copies cost about half the originals; the originals free nothing
     assert real < -0.3 * rep.removed_from_logdir_bytes, (real, rep.removed_from_logdir_bytes)
     assert dry.plan.hard_links["files"] == 2
+    # purge frees the compressed copies, as the dry run said (the snapshot keeps the originals)
+    before = du(logdir, snap)
+    assert api.purge(str(logdir), yes=True).freed_bytes > 0
+    gained = before - du(logdir, snap)
+    assert near(gained, dry.freed_on_disk_after_purge_bytes, rep.removed_from_logdir_bytes), \
+        (gained, dry.freed_on_disk_after_purge_bytes)
 
 
 def test_snapshot_inside_another_run_only_the_run_reduced(tmp_path):
@@ -195,7 +201,8 @@ def test_vault_on_another_filesystem_frees_nothing_of_them_now(tmp_path):
         logdir = make_logdir(tmp_path)
         snap = tmp_path / "snap"
         snapshot(logdir, snap)
-        dry, rep, real = check_agrees(logdir, [logdir, snap], backup_dir=str(mnt / "vault"), vault_format="hardlink")
+        dry, rep, real = check_agrees(logdir, [logdir, snap], backup_dir=str(mnt / "vault"),
+                                      vault_format="hardlink")
         removed = rep.removed_from_logdir_bytes
         assert abs(real) <= 0.01 * removed and abs(dry.freed_now_bytes) <= 0.01 * removed, (real, dry.freed_now_bytes)
         assert dry.freed_on_disk_after_purge_bytes == dry.plan.removable_bytes  # the copies there
@@ -217,3 +224,15 @@ def test_a_bucket_plan_has_no_hard_links(s3_bucket, tmp_path):  # noqa: F811
     assert p.hard_links is None and all(rp.linked_files == 0 for rp in p.runs)
     assert all(a.links == 1 for rp in p.runs for a in rp.actions)
     assert not any(Finding.HARD_LINKED in n for n in p.notes), p.notes
+
+
+def test_a_plan_from_an_older_scan_looks_at_its_originals_again(tmp_path):
+    """A tab plans from a scan it keeps for minutes: a snapshot made since is seen all the same."""
+    logdir = make_logdir(tmp_path, size=64 * 1024)
+    fp = scan(str(logdir), write_cache=False)
+    snapshot(logdir, tmp_path / "snap")
+    fp.scanned_at -= 120  # walked two minutes ago, before the snapshot
+    p = api.plan(str(logdir), "archive", quiet_period=0, footprint=fp)
+    assert p.hard_links is not None and p.hard_links["files"] == 2, p.hard_links
+    assert sum(1 for rp in p.runs for a in rp.actions if a.links == 2) == 2
+    assert any(n.startswith(f"{Finding.HARD_LINKED}: 2 file(s)") for n in p.notes), p.notes

@@ -6,6 +6,7 @@ measures a plan takes of what a rewrite would leave (``plan_rewrites`` on a disk
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -36,27 +37,41 @@ class LinkedCut:
     twins: Set[Tuple[str, str]] = field(default_factory=set)
 
 
+#: a plan whose scan walked longer ago than this (a tab's scan, kept for minutes) may not know of
+#: a snapshot made since: its originals are all looked at again, not only those with links
+FRESH_SCAN_S = 60.0
+
+
 def linked_cut(logdir: str, p: Plan) -> LinkedCut:
     """The originals of ``p``'s runs (not skipped) with other hard links at the scan
-    (``Action.links``), looked at again now (one ``lstat`` each; only those): grouped by inode,
-    an inode whose every name (``st_nlink`` now) the plan removes is freed once (its other names
-    are ``twins``); any other keeps its bytes on disk (a ``cp -al`` / ``rsync --link-dest``
-    snapshot beside the logdir, or a run this plan leaves). One that cannot be looked at counts
-    as kept (the figure errs toward freeing less). Memory: the linked originals only."""
+    (``Action.links``), looked at again now (one ``lstat`` each; only those, or every original
+    of a run whose scan is older than ``FRESH_SCAN_S``, whose ``links`` are then set to what the
+    disk says now): grouped by inode, an inode whose every name (``st_nlink`` now) the plan
+    removes is freed once (its other names are ``twins``); any other keeps its bytes on disk (a
+    ``cp -al`` / ``rsync --link-dest`` snapshot beside the logdir, or a run this plan leaves).
+    One that cannot be looked at counts as kept when the scan saw links (the figure errs toward
+    freeing less). Memory: the linked originals only."""
     cut = LinkedCut()
     groups: Dict[Tuple[int, int], Tuple[int, List[Tuple[str, object]]]] = {}
     kept: List[Tuple[str, object]] = []
+    now = time.time()
     for rp in p.runs:
         if rp.skipped:
             continue
+        stale = now - rp.planned_at > FRESH_SCAN_S
         for a in rp.actions:
-            if a.links <= 1 or a.kind == "remove_dir":
+            if (a.links <= 1 and not stale) or a.kind == "remove_dir":
                 continue
             try:
                 st = os.lstat(os.path.join(logdir, a.path))
             except OSError:
-                kept.append((rp.run, a))
+                if a.links > 1:
+                    kept.append((rp.run, a))
                 continue
+            if stale:
+                a.links = st.st_nlink
+            if st.st_nlink <= 1:
+                continue  # its other names went since the scan: it frees as any
             nlink, names = groups.setdefault((st.st_dev, st.st_ino), (st.st_nlink, []))
             names.append((rp.run, a))
     for nlink, names in groups.values():
@@ -76,7 +91,7 @@ def linked_cut(logdir: str, p: Plan) -> LinkedCut:
 
 
 def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
-                   vault_format: str = DEFAULT_VAULT_FORMAT) -> Tuple[int, int, bool]:
+                   vault_format: str = DEFAULT_VAULT_FORMAT, cut: Optional[LinkedCut] = None) -> Tuple[int, int, bool]:
     """``(freed now, freed after purge, vault on the logdir's disk)`` of plan ``p`` with the
     chosen vault. Hard-link vault: on the logdir's disk nothing is freed until purge; on another
     disk the copies are there, so the logdir's disk gains it all now and purge frees the copies.
@@ -88,11 +103,12 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     the other), so "freed now" is its size less (it may be below zero: the reduce then costs
     disk until purge), while purge frees its copy as any backup; a twin frees nothing and has no
     backup of its own. Counted per name at its ``bytes_before``, as ``du`` counts blocks: the
-    reduce's measured "freed now" (``usage.DiskUsage.freeable_on_logdir_disk``) agrees."""
+    reduce's measured "freed now" (``usage.DiskUsage.freeable_on_logdir_disk``) agrees. ``cut``:
+    ``linked_cut(logdir, p)`` when the caller has it already."""
     removable = p.removable_bytes
     vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
     same = usage.device_of(vault) == usage.device_of(logdir)
-    cut = linked_cut(logdir, p)
+    cut = cut or linked_cut(logdir, p)
     if vault_format != "compressed":
         later = removable - cut.twin_bytes
         return (-cut.bytes if same else removable - cut.bytes - cut.twin_bytes), later, same
@@ -107,18 +123,18 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     return now, kept, same
 
 
-def offload_freed(logdir: str, p: Plan) -> Tuple[int, int]:
+def offload_freed(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> Tuple[int, int]:
     """``(freed now, freed after purge)`` with a remote vault: the backups leave the local disk
     at once, so all of it now but what other hard links keep (``linked_cut``), nothing at purge."""
-    cut = linked_cut(logdir, p)
+    cut = cut or linked_cut(logdir, p)
     return p.removable_bytes - cut.bytes - cut.twin_bytes, 0
 
 
-def note_links(logdir: str, p: Plan) -> List[str]:
+def note_links(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> List[str]:
     """Sets each run's ``linked_files`` / ``linked_bytes`` and the plan's ``hard_links`` from
     ``linked_cut``, and returns the plan's note of them (code ``hard_linked_elsewhere``), or
     nothing when no original has other hard links."""
-    cut = linked_cut(logdir, p)
+    cut = cut or linked_cut(logdir, p)
     for rp in p.runs:
         rp.linked_files, rp.linked_bytes = cut.runs.get(rp.run, (0, 0))
     if not cut.files and not cut.twin_files:
@@ -139,18 +155,19 @@ def note_links(logdir: str, p: Plan) -> List[str]:
     return out
 
 
-def offload_note(p: Plan, remote: str, logdir: Optional[str] = None) -> str:
+def offload_note(p: Plan, remote: str, logdir: Optional[str] = None, cut: Optional[LinkedCut] = None) -> str:
     """What a plan says when the backups go to a remote vault (``engine.offload``); ``logdir``:
     where its originals are, to leave out what other hard links keep (``offload_freed``)."""
-    now = offload_freed(logdir, p)[0] if logdir else p.removable_bytes
+    now = offload_freed(logdir, p, cut)[0] if logdir else p.removable_bytes
     return (f"freed now: ~{human_bytes(now)} on disk (logdir + local state): each run's backups go to "
             f"the remote vault {remote} once it commits (read back and verified there before the local copy "
             "is unlinked); restore streams them back from it; `tb-footprint purge` deletes them there")
 
 
-def vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: str = DEFAULT_VAULT_FORMAT) -> str:
+def vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: str = DEFAULT_VAULT_FORMAT,
+               cut: Optional[LinkedCut] = None) -> str:
     """What a plan says of its local vault: what is freed now and what only after purge."""
-    now, later, same = freed_estimate(logdir, backup_dir, p, vault_format)
+    now, later, same = freed_estimate(logdir, backup_dir, p, vault_format, cut)
     linked = (p.hard_links or {}).get("bytes", 0)
     if linked:  # originals other hard links keep: said with the figure (``note_links`` says why)
         where = "on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)"
@@ -175,8 +192,10 @@ def local_notes(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: s
     """A local plan's notes of where its bytes go: the vault's (``vault_note``, or ``offload_note``
     with a ``remote`` vault) and, when originals have other hard links, ``note_links``' (made
     first: it sets the runs' ``linked_*`` and the plan's ``hard_links`` the vault's note uses)."""
-    links = note_links(logdir, p)
-    return [offload_note(p, remote, logdir) if remote else vault_note(logdir, backup_dir, p, vault_format)] + links
+    cut = linked_cut(logdir, p)  # one look at the originals for both notes
+    links = note_links(logdir, p, cut)
+    return [offload_note(p, remote, logdir, cut) if remote else vault_note(logdir, backup_dir, p, vault_format, cut)
+            ] + links
 
 
 def plan_rewrites(logdir: str):
