@@ -183,7 +183,8 @@ def test_cli_dry_run_text_and_json_name_them(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     js = json.loads(p.stdout)
     plan = js["plans"][0] if "plans" in js else js["plan"]
-    assert plan["hard_links"]["code"] == "hard_linked_elsewhere" and plan["hard_links"]["files"] == 2, plan["hard_links"]
+    assert plan["hard_links"]["code"] == "hard_linked_elsewhere", plan["hard_links"]
+    assert plan["hard_links"]["files"] == 2, plan["hard_links"]
     assert sum(r["linked_files"] for r in plan["runs"]) == 2
     assert sum(1 for r in plan["runs"] for a in r["actions"] if a["links"] == 2) == 2
     assert js.get("freed_now_bytes", plan["hard_links"]["bytes"] * -1) == -plan["hard_links"]["bytes"]

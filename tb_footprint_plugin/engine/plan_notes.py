@@ -171,8 +171,9 @@ def vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: st
     linked = (p.hard_links or {}).get("bytes", 0)
     if linked:  # originals other hard links keep: said with the figure (``note_links`` says why)
         where = "on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)"
-        return (f"freed now: ~{human_bytes(now)} {where}: {human_bytes(linked)} of the originals stay on disk through "
-                f"their other hard links ({Finding.HARD_LINKED}) and their backups are copies; "
+        cost = " (a cost until purge)" if now < 0 else ""
+        return (f"freed now: ~{human_bytes(now)} {where}{cost}: {human_bytes(linked)} of the originals stay on disk "
+                f"through their other hard links ({Finding.HARD_LINKED}) and their backups are copies; "
                 f"~{human_bytes(later)} more after `tb-footprint purge`")
     if vault_format == "compressed":
         where = ("on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)")
