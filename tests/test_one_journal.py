@@ -168,23 +168,26 @@ def test_an_object_journal_on_s3_is_one_put_a_record_and_reads_back(s3_bucket):
 #: the bucket engine's modules that write or read journals through the interface (issue #26); a
 #: journal document built, listed or parsed by hand in one of them fails the test below
 _THROUGH_THE_INTERFACE = ("bucket.py", "bucket_state.py", "bucket_batch.py", "bucket_rewrite.py", "bucket_retire.py",
-                          "bucket_recover.py", "bucket_unfinished.py", "bucket_steps.py")
+                          "bucket_recover.py", "bucket_unfinished.py", "bucket_steps.py", "bucket_restore.py")
 
 
 def test_the_bucket_engine_writes_and_reads_its_journals_only_through_the_interface():
     """No module of the bucket engine builds a journal object (``BucketJournal(`` / a create of a
-    journal path), sets or parses its ``step``/``steps`` or lists the journal folder itself: the
-    object journal (``journal_object``) is the one writer and parser of that document. (Still by
-    hand, in modules of other owners: ``bucket_restore.start_journal`` creates a restore's journal
-    with ``BucketState.create``; ``bucket_ledger._journals_left``, ``bucket_catalogue.status`` and
-    ``bucket_blobs`` list or read the journal folder themselves.)"""
+    journal path), builds a journal's key, sets or parses its ``step``/``steps`` or lists the journal
+    folder itself: the object journal (``journal_object``) is the one writer and parser of that
+    document (a restore's and an unretire's journals too, since ``bucket_restore.start_journal``
+    creates them with ``bucket_state.new_journal``). (Still by hand: ``bucket_ledger._journals_left``,
+    ``bucket_catalogue.status`` and ``bucket_blobs`` list or read the journal folder themselves.)"""
     import re
     from pathlib import Path
 
     import tb_footprint_plugin.engine as engine
 
     folder = Path(engine.__file__).parent
-    by_hand = re.compile(r"BucketJournal\(|[\"']steps[\"']|\.get\([\"']step[\"']\)|\[[\"']step[\"']\]|tree\(JOURNAL")
+    # a journal's key built by hand (``{JOURNAL}/<op>.json``) is one a create-only put could make
+    # by hand too: the key is the object journal's (``ObjectFolder.key``)
+    by_hand = re.compile(r"BucketJournal\(|[\"']steps[\"']|\.get\([\"']step[\"']\)|\[[\"']step[\"']\]|tree\(JOURNAL"
+                         r"|\{JOURNAL\}/|\{OBJECT_JOURNALS\}/")
     found = {name: [ln.strip() for ln in (folder / name).read_text().splitlines() if by_hand.search(ln)]
              for name in _THROUGH_THE_INTERFACE}
     assert not {k: v for k, v in found.items() if v}, found

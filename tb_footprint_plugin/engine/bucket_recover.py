@@ -38,6 +38,7 @@ from tb_footprint_plugin.engine.journal_object import (
     COMMITTED_STEPS,
     ObjectJournal,
     journal_entries,
+    journal_key,
     journal_unreadable,
     pending_objects,
 )
@@ -193,7 +194,7 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal:
     if not is_op_id(op_id) or op_id != name or run == "." and unretiring or \
             any(not a.startswith(run_prefix(run)) or ".." in a.split("/") for a in along):
         return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.REFUSED,
-                               detail=f"{rfs.url_of(f'{JOURNAL}/{name}.json')}: {MALFORMED}; left alone",
+                               detail=f"{rfs.url_of(journal_key(JOURNAL, name))}: {MALFORMED}; left alone",
                                code=trust.BAD_RECORD)
     try:
         doc_m, version = st.read(vault.manifest(op_id))
@@ -212,7 +213,7 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal:
                        for f in m["files"] if isinstance(f, dict))
         if wanted != named:
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
-                                   detail=f"{rfs.url_of(f'{JOURNAL}/{name}.json')}: journal and manifest name "
+                                   detail=f"{rfs.url_of(journal_key(JOURNAL, name))}: journal and manifest name "
                                           "different files or backups; left alone",
                                    code=trust.BAD_RECORD)
         locks = [rfs.path(lock_key(r)) for r in [run] + along]

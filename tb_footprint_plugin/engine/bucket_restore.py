@@ -27,10 +27,11 @@ from tb_footprint_plugin.engine.bucket_state import (
     BucketTxnError,
     BucketVault,
     failure_code,
-    JOURNAL,
+    journal_path,
     lock_runs,
     must_delete,
     must_delete_versioned,
+    new_journal,
     now_s,
     run_listing,
     run_prefix,
@@ -40,6 +41,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -59,12 +61,6 @@ from tb_footprint_plugin.storage.store import StoreFailure
 RESTORE_KIND = "restore"
 
 
-def journal_path(rfs: RemoteFS, op_id: str) -> str:
-    """The journal object of a restore of ``op_id`` (named by the operation restored: purge leaves
-    an operation with a journal alone, and a lock naming it is not taken over while it stands)."""
-    return rfs.path(f"{JOURNAL}/{op_id}.json")
-
-
 def restore_journal(rfs: RemoteFS, vault: BucketVault, manifest: dict, kind: str, run: str,
                     takes_along: Optional[List[str]] = None) -> dict:
     """The journal a restore of ``manifest`` writes before its first put-back: the operation, the
@@ -76,16 +72,19 @@ def restore_journal(rfs: RemoteFS, vault: BucketVault, manifest: dict, kind: str
             "files": [{k: f[k] for k in keep if f.get(k) is not None} for f in manifest["files"]]}
 
 
-def start_journal(st: BucketState, path: str, doc: dict) -> None:
-    """Create a restore's journal (create-only); one already there is an unfinished operation on
-    the same backups, and the restore is refused (``recover`` settles it first)."""
+def start_journal(st: BucketState, doc: dict) -> OpJournal:
+    """Create a restore's journal through the one journal interface (``bucket_state.new_journal``,
+    create-only), named by the operation restored (``doc['op']``: purge leaves an operation with a
+    journal alone, and a lock naming it is not taken over while it stands); one already there is
+    an unfinished operation on the same backups, and the restore is refused with
+    ``RESTORE_BLOCKED`` (``recover`` settles it first)."""
     try:
-        st.create(path, doc)
+        return new_journal(st, doc["op"], doc)
     except StoreFailure as e:
         if e.code != StoreError.ALREADY_EXISTS:
             raise
-        raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{st.rfs.url_of(path)}: operation {doc['op']} is unfinished "
-                             "(its journal is there); run `tb-footprint recover` first") from None
+        raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{st.rfs.url_of(journal_path(st.rfs, doc['op']))}: operation "
+                             f"{doc['op']} is unfinished (its journal is there); run `tb-footprint recover` first") from None
 
 
 def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
@@ -152,11 +151,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             rfs.path(f["path"])
             if f.get("final"):
                 rfs.path(f["final"])
-        if resume:
-            jpath = journal_path(rfs, op_id)
-        else:
-            start_journal(st, journal_path(rfs, op_id), restore_journal(rfs, vault, manifest, RESTORE_KIND, run))
-            jpath = journal_path(rfs, op_id)
+        if not resume:
+            start_journal(st, restore_journal(rfs, vault, manifest, RESTORE_KIND, run))
+        jpath = journal_path(rfs, op_id)
         # one listing of the run says which originals exist again: no metadata read per file
         present = run_listing(rfs, vault, run)
         for f in manifest["files"]:

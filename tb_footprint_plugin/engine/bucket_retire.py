@@ -55,6 +55,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     BucketTxnError,
     BucketVault,
     failure_code,
+    journal_path,
     lock_runs,
     must_close,
     must_delete,
@@ -67,8 +68,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_restore import (holds_original, journal_path, restore_journal,
-                                                        settle_failed_journal, start_journal)
+from tb_footprint_plugin.engine.bucket_restore import (holds_original, restore_journal, settle_failed_journal,
+                                                        start_journal)
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
@@ -458,8 +459,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
                     jpath = journal_path(rfs, held_as)
                 return out
             if not resume:  # before the first put-back: the next start finishes a restore stopped midway
-                start_journal(st, journal_path(rfs, held_as),
-                              restore_journal(rfs, vault, m, UNRETIRE_KIND, run, along))
+                start_journal(st, restore_journal(rfs, vault, m, UNRETIRE_KIND, run, along))
             jpath = journal_path(rfs, held_as)
             present = run_listing(rfs, vault, run)
             conflicts = []

@@ -35,6 +35,7 @@ from tb_footprint_plugin.engine.journal_object import (  # noqa: F401  (COMMITTE
     ObjectJournal,
     commit_recorded,
     journal_class,
+    journal_key,
 )
 from tb_footprint_plugin.plan.cost import LIST_PAGE_KEYS
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
@@ -180,7 +181,7 @@ BucketJournal = ObjectJournal
 
 def journal_path(rfs: RemoteFS, op_id: str) -> str:
     """The store path of operation ``op_id``'s journal object (its lock names it by ``op``)."""
-    return rfs.path(f"{JOURNAL}/{op_id}.json")
+    return journal_key(rfs.path(JOURNAL), op_id)
 
 
 def new_journal(st: BucketState, op_id: str, first: dict) -> OpJournal:

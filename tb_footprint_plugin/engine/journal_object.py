@@ -72,6 +72,16 @@ class ObjectFolder:
     st: StateObjects
     path: str
 
+    def key(self, op_id: str) -> str:
+        """``journal_key(self.path, op_id)``."""
+        return journal_key(self.path, op_id)
+
+
+def journal_key(folder: str, op_id: str) -> str:
+    """The store path of operation ``op_id``'s journal object in the journal folder ``folder``
+    (a store path): the one place that key is built."""
+    return f"{folder}/{op_id}.json"
+
 
 def step_record(name: str, at: Optional[float] = None, **fields) -> dict:
     """A step's record: its ``Rec`` name, its time ``at`` (when the caller wrote that time
@@ -105,7 +115,7 @@ class ObjectJournal(OpJournal):
         fields = {k: v for k, v in first.items() if k != "type"}
         if first.get("type", Rec.BEGIN) != Rec.BEGIN:
             raise ValueError(f"a journal begins with a {Rec.BEGIN!r} record, not {first.get('type')!r}")
-        j = cls(where.st, f"{where.path}/{op_id}.json", copy.deepcopy(fields))
+        j = cls(where.st, where.key(op_id), copy.deepcopy(fields))
         j.version = where.st.create(j.path, j.doc)
         j.written.append(dict(fields, type=Rec.BEGIN))
         return j
@@ -230,4 +240,4 @@ def journal_unreadable(doc: dict) -> bool:
 
 
 __all__ = ["COMMITTED_STEPS", "OBJECT_JOURNALS", "ObjectFolder", "ObjectJournal", "StateObjects", "commit_recorded",
-           "journal_class", "journal_entries", "journal_unreadable", "live_entries", "pending_objects", "step_record"]
+           "journal_class", "journal_entries", "journal_key", "journal_unreadable", "live_entries", "pending_objects", "step_record"]
