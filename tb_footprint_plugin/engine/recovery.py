@@ -151,6 +151,9 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             elif "swap" in types and verified_ok and "rollback" not in types and "displaced" not in types \
                     and roll_forward(ctx, records):
                 # (``displaced`` records come only from a rollback that began: never rolled forward)
+                # read again: the roll-forward journaled the folders it removed (``rmdir``, with
+                # their mode and mtime), which the manifest must name for a restore to remake them
+                records = j.records() or records
                 write_manifest(ctx, records, "verified", None, recovered=True)
                 action, detail = Recovery.COMPLETED, "swap finished after a crash (verification had passed)"
             else:
