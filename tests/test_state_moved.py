@@ -60,7 +60,9 @@ def test_journal_gone_after_swap_is_coded_and_names_journal_and_backups(logdir):
     [] records() returned), coded rollback_incomplete."""
     faults.arm("reduce.swap", _remove_journal(logdir))
     out = _reduce(logdir)
-    assert out.status == Outcome.FAILED
+    # the journal is written again and the run rolled back (task N3: tests/test_journal_lost_again.py;
+    # where it cannot be, the outcome is failed, naming the vault: the same test file)
+    assert out.status == Outcome.ROLLED_BACK
     assert out.code == Failure.JOURNAL_GONE
     assert "list index out of range" not in out.reason
     assert os.path.join(_journals(logdir), f"{out.op_id}.jsonl") in out.reason

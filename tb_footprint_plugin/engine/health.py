@@ -22,7 +22,7 @@ from tb_footprint_plugin.engine.journal import pending_journals
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
-from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256
+from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
 
 #: damaged lines named one by one per file; the rest are counted
 LINES_NAMED = 5
@@ -215,6 +215,7 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
                           f"journal line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); the operation is "
                           "not replayed from it and its run and backups are left exactly as they are",
                           file=j.path, line=d.line))
+    out += unsettled_pins(state, journal_dir)
     out += _lines(history_damage(state) + _history_entries_of_no_shape(state), None, "the other entries are shown")
     locks = os.path.join(state, "locks")
     try:
@@ -243,6 +244,40 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     except trust.Untrusted as e:
         out.append(_f(Finding.DAMAGED_FILE, None, None, f"{e.detail}; not used: the next scan reads every file "
                       "and writes it afresh", file=e.file))
+    return out
+
+
+def unsettled_pins(state: str, journal_dir: str) -> List[dict]:
+    """Backups pinned by an operation that has neither a journal in this logdir nor a manifest
+    in the vault holding the pins (``Finding.PINS_UNSETTLED``, one finding an operation): a
+    reduction whose journal was lost and could not be written again (``engine.transaction``)
+    leaves its originals there, possibly as their only copy, and nothing else names them; the
+    start-up upkeep keeps such pins, so nothing purges them. A reduce of another logdir sharing
+    the vault, under way right now, is named too, in passing (its journal is in its logdir).
+    Cost: one listing of each vault's ``tmp/``, and of each pinned operation's pins."""
+    out: List[dict] = []
+    for root in [state] + [r for r in recorded_vaults(state) if r != state]:
+        vault = Vault(root)
+        pinned = vault.pinned_ops()
+        if not pinned:
+            continue
+        # listed after the pins: an operation pins only once its journal exists, and removes the
+        # journal only once its manifest is written, so one of the two is seen for a live one
+        open_ops = {j.op_id for j in pending_journals(journal_dir)}
+        for op_id in pinned:
+            if op_id in open_ops or vault.has_manifest(op_id):
+                continue
+            shas = vault.pins_of(op_id)
+            if not shas:
+                continue
+            nbytes = sum(vault.blob_size_on_disk(sha) for sha in shas)
+            pins = os.path.join(vault.tmp, op_id, "pins")
+            out.append(_f(Finding.PINS_UNSETTLED, op_id, None,
+                          f"{len(shas)} backup(s) in {root} are pinned by operation {op_id}, which has neither a "
+                          "journal in this logdir nor a manifest (unless a reduce of another logdir sharing this "
+                          "vault is under way now): the originals of a reduction whose journal was lost, perhaps "
+                          "their only copy; kept and never purged (their digests are the file names here)",
+                          nbytes, file=pins))
     return out
 
 
@@ -398,4 +433,4 @@ def _log_problems(root: str) -> List[dict]:
 
 
 __all__ = ["settle_command", "unfinished_ops", "catalogue_problems", "state_problems", "moved_state_problems",
-           "late_writes"]
+           "unsettled_pins", "late_writes"]

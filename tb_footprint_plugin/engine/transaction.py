@@ -44,7 +44,7 @@ from tb_footprint_plugin.engine.context import (
     writing,
 )
 from tb_footprint_plugin.engine.history import changes_since
-from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLock, RunLocked
+from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLock, RunLocked, StateMoved
 from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, rollback
 from tb_footprint_plugin.plan.model import RunPlan
@@ -52,9 +52,10 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import matches, sha256_file
+from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.storage.private import is_ours
 from tb_footprint_plugin.storage.regular import kind_of
 
 
@@ -311,13 +312,28 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
 
 def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str, out: RunOutcome) -> None:
     """``out`` for a run whose journal cannot be read back (``JournalGone``), from what this
-    process wrote to it (``Journal.written``). Before the swap record no original was touched:
-    the temp files it staged in the run are removed and the run is as it was (its backups, now
-    extra names, stay pinned in the vault until recovery meets the journal again). From the swap
-    record on the run is reduced (verified first) or partly swapped: nothing is undone without a
-    journal to record it, and the reason names where the backups are."""
+    process wrote to it (``Journal.written``). Committed: its manifest was durable before the
+    commit record, the reduction stands. Otherwise, when the state folder is still the one the
+    journal was made in and nothing stands at the journal's path, the journal is written again
+    from those records (``_journal_again``) and the run is settled the normal way, rolled back:
+    a lost journal must not leave the originals only in the vault, named by no manifest.
+
+    When it cannot be written again (something stands at its path, the state folder moved or is
+    not ours): before the swap record no original was touched, so the temp files it staged in
+    the run are removed and the run is as it was (its backups, now extra names, stay pinned in
+    the vault; ``status`` names the pins: ``Finding.PINS_UNSETTLED``). From the swap record on
+    the run is reduced (verified first) or partly swapped: nothing is undone without a journal
+    to record it, and the reason names where the backups are."""
     written = journal.written
     code = gone.code
+    if any(r.get("type") == "commit" for r in written):
+        out.status = Outcome.VERIFIED  # committed: its manifest was durable before the commit record
+        with contextlib.suppress(OSError):
+            ctx.vault.unpin(journal.op_id)  # the manifest names every backup now
+        return
+    again = _journal_again(ctx, journal, gone)
+    if again is not None and _settle_again(ctx, again, gone, reason, out):
+        return
     moved = getattr(gone, "now_at", None)
     vault = ctx.vault.root
     if moved and is_within(vault, journal.state):  # the vault was in the moved folder: it went along
@@ -325,9 +341,6 @@ def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str
     where = f"its backups are in {vault} (operation {journal.op_id})"
     if moved:
         where = f"its journal is in {os.path.join(moved, 'journal')}, " + where
-    if any(r.get("type") == "commit" for r in written):
-        out.status = Outcome.VERIFIED  # committed: its manifest was durable before the commit record
-        return
     if not any(r.get("type") == "swap" for r in written):
         left = []
         for r in written:
@@ -350,6 +363,86 @@ def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str
     out.reason = (f"{reason}; the run was swapped after its verification passed, but the operation cannot "
                   f"be committed or rolled back without its journal: {where}"
                   + (f" ({gone})" if reason != str(gone) else ""))
+
+
+#: a journal written again is first written whole under this name in the journal folder (a
+#: dot name: ``journal.pending_journals`` never lists it), then linked to the journal's own name
+AGAIN_PREFIX = ".again-"
+
+
+def _journal_again(ctx: Context, journal: Journal, gone: JournalGone) -> Optional[Journal]:
+    """The operation's journal written again at its own path from every record this process
+    wrote (``journal.written``, in order), or None when it may not be: the state folder moved
+    (``StateMoved``, or ``state_moved()`` now), the state or journal folder is not a real folder
+    of ours, or anything stands at the journal's path (another file, a link: never ours to
+    replace). Made as ``Journal.create`` makes one, but whole: every record is written to a
+    temp journal (``Journal.create`` + ``append``, the last one fsynced) and only then linked
+    into place (fails if the name is taken), so a kill at any instant leaves either no journal
+    or all of it — a prefix without its swap record would be rolled back by recovery as if no
+    original had been replaced."""
+    written = journal.written
+    if isinstance(gone, StateMoved) or gone.code != Failure.JOURNAL_GONE or journal.state_moved():
+        return None
+    if not written or written[0].get("type") != "begin" or written[0].get("op_id") != journal.op_id:
+        return None
+    folder = os.path.dirname(journal.path)
+    try:
+        if not is_ours(os.lstat(journal.state)):
+            return None
+        try:
+            if not is_ours(os.lstat(folder)):
+                return None  # a link or a stranger's folder there: not set aside by us now
+        except FileNotFoundError:
+            pass  # the whole journal folder went: made again, as any journal's is
+        if os.path.lexists(journal.path):
+            return None
+    except OSError:
+        return None
+    staged: Optional[Journal] = None
+    try:
+        staged = Journal.create(folder, AGAIN_PREFIX + journal.op_id, written[0])
+        if staged.state_identity != journal.state_identity:
+            return None  # the state folder changed meanwhile: nothing is linked into it
+        rest = written[1:]
+        for n, r in enumerate(rest, 1):
+            staged.append(r, sync=n == len(rest))  # one fsync: the whole file before its link
+        os.link(staged.path, journal.path)  # FileExistsError: something came to stand there
+    except OSError:  # NotPrivate is one
+        return None
+    finally:
+        if staged is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(staged.path)
+    again = Journal(journal.path)
+    again.identity, again.state_identity = staged.identity, staged.state_identity
+    again.written = list(staged.written)
+    with contextlib.suppress(OSError):
+        # the link's name made durable; lost to a power cut, the run is as this process left it
+        # and the rollback's manifest below (durable) says how it ended
+        fsync_dir(folder)
+    return again
+
+
+def _settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str, out: RunOutcome) -> bool:
+    """Settle the run through ``journal``, written again after ``gone``: rolled back as any
+    failure before the commit is (its manifest says so, its pins go, its journal is closed).
+    False when the journal is lost again (the caller says so as without it); a rollback that
+    fails otherwise leaves the journal for recovery."""
+    reason = (f"{reason}; its journal {journal.path} was gone and was written again from the records this "
+              f"process wrote to it")
+    try:
+        _append_rollback(journal, reason)
+        rollback(ctx, journal.records(), reason, journal)
+        ctx.vault.unpin(journal.op_id)  # the originals are back
+    except JournalGone:
+        return False
+    except Exception as e2:  # the journal stays: recovery will try again
+        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+        out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
+        return True
+    out.status, out.code, out.reason = Outcome.ROLLED_BACK, gone.code, f"{reason}; the run is as it was"
+    journal.close()
+    return True
 
 
 def _append(journal: Journal, record: dict, sync: bool = True) -> None:

@@ -1131,6 +1131,21 @@ class Vault:
                 out.append(n)
         return out
 
+    def pins_of(self, op_id: str) -> List[str]:
+        """The digests ``op_id`` pins (digest-named regular files in its real pins folder; read
+        only, untrusted names skipped), sorted; [] when it pins nothing."""
+        try:
+            folder = self._pins_dir(op_id)
+        except VaultError:
+            return []
+        if os.path.islink(folder) or os.path.islink(os.path.dirname(folder)) or not os.path.isdir(folder):
+            return []
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return []
+        return sorted(n for n in names if is_sha256(n) and not os.path.islink(os.path.join(folder, n)))
+
     def _rolled_back(self, op_id: str) -> bool:
         """Whether ``op_id``'s manifest says it rolled back: its originals are back, so its pins
         protect nothing (its own rollback deletes the blobs only it needed). Unreadable: False."""
