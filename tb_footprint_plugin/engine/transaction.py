@@ -334,6 +334,10 @@ def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str
     again = _journal_again(ctx, journal, gone)
     if again is not None and _settle_again(ctx, again, gone, reason, out):
         return
+    if isinstance(gone, StateMoved) and reason != str(gone):
+        # what happened leads: a step's own failure since the move is its consequence (it read or
+        # wrote through whatever stands at the state folder's name now)
+        reason = f"{gone}; the step under way then failed: {reason}"
     moved = getattr(gone, "now_at", None)
     vault = ctx.vault.root
     if moved and is_within(vault, journal.state):  # the vault was in the moved folder: it went along
@@ -356,13 +360,13 @@ def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str
         out.status, out.code = Outcome.ROLLED_BACK, code
         out.reason = (f"{reason}; the run is as it was (nothing in it was replaced yet)"
                       + (f", temp files left: {', '.join(left)}" if left else "") + f"; {where}")
-        if reason != str(gone):
+        if not reason.startswith(str(gone)):
             out.reason += f" ({gone})"
         return
     out.status, out.code = Outcome.FAILED, code
     out.reason = (f"{reason}; the run was swapped after its verification passed, but the operation cannot "
                   f"be committed or rolled back without its journal: {where}"
-                  + (f" ({gone})" if reason != str(gone) else ""))
+                  + (f" ({gone})" if not reason.startswith(str(gone)) else ""))
 
 
 #: a journal written again is first written whole under this name in the journal folder (a
@@ -602,6 +606,9 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # 4. nothing may have changed since the backup (an appending writer, a user edit)
     for path, rec in backups.items():
         if _changed_since_backup(ctx, path, rec) or not vault.check_blob(rec["sha256"]):
+            # a state folder moved away meanwhile takes the vault in it along, and the blob was
+            # read through whatever stands at its name now: that is what happened (StateMoved)
+            journal.check_state()
             raise TransactionError(f"{path}: changed during the reduction (is the run still being written?)",
                                    Failure.CHANGED_SINCE_BACKUP)
     # a writer that opened a file since the plan: its next records would land in the backup
