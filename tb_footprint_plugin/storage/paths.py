@@ -191,9 +191,11 @@ def is_sha256(value) -> bool:
 
 
 def plausible_mtime_ns(value) -> Optional[int]:
-    """``value`` when it can be a file's ``st_mtime_ns`` (an int in [0, 2**63), not a bool), else
-    None: a time read from a record (untrusted input) before ``os.utime`` is given it."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63 else None
+    """``value`` when it can be a file's ``st_mtime_ns`` (an int in (-2**63, 2**63), not a bool:
+    times before 1970 are negative and given back exactly), else None: a time read from a record
+    (untrusted input) before ``os.utime`` is given it."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) < value < 1 << 63 \
+        else None
 
 
 def safe_rel(rel) -> str:
