@@ -168,7 +168,13 @@ def test_an_object_journal_on_s3_is_one_put_a_record_and_reads_back(s3_bucket):
 #: the bucket engine's modules that write or read journals through the interface (issue #26); a
 #: journal document built, listed or parsed by hand in one of them fails the test below
 _THROUGH_THE_INTERFACE = ("bucket.py", "bucket_state.py", "bucket_batch.py", "bucket_rewrite.py", "bucket_retire.py",
-                          "bucket_recover.py", "bucket_unfinished.py", "bucket_steps.py", "bucket_restore.py")
+                          "bucket_recover.py", "bucket_unfinished.py", "bucket_steps.py", "bucket_restore.py",
+                          "bucket_ledger.py", "bucket_catalogue.py", "bucket_purge.py", "bucket_blobs.py")
+#: of these, the ones that name the journal folder only through ``journal_object.pending_objects`` and
+#: ``bucket_state.journal_path`` (never ``JOURNAL`` itself: a listing, key or read of their own)
+_NO_FOLDER_OF_THEIR_OWN = ("bucket_batch.py", "bucket_rewrite.py", "bucket_retire.py", "bucket_unfinished.py",
+                           "bucket_steps.py", "bucket_restore.py", "bucket_ledger.py", "bucket_catalogue.py",
+                           "bucket_purge.py", "bucket_blobs.py")
 
 
 def test_the_bucket_engine_writes_and_reads_its_journals_only_through_the_interface():
@@ -176,8 +182,10 @@ def test_the_bucket_engine_writes_and_reads_its_journals_only_through_the_interf
     journal path), builds a journal's key, sets or parses its ``step``/``steps`` or lists the journal
     folder itself: the object journal (``journal_object``) is the one writer and parser of that
     document (a restore's and an unretire's journals too, since ``bucket_restore.start_journal``
-    creates them with ``bucket_state.new_journal``). (Still by hand: ``bucket_ledger._journals_left``,
-    ``bucket_catalogue.status`` and ``bucket_blobs`` list or read the journal folder themselves.)"""
+    creates them with ``bucket_state.new_journal``); and none but ``bucket_state`` (the engine's
+    ``journal_path``) and ``bucket_recover`` (which names damaged journals by key) names the journal
+    folder: the ledger's commit proof, status, purge and the blob vault's collect list it with
+    ``pending_objects`` and read it with ``ObjectJournal.read``."""
     import re
     from pathlib import Path
 
@@ -190,4 +198,8 @@ def test_the_bucket_engine_writes_and_reads_its_journals_only_through_the_interf
                          r"|\{JOURNAL\}/|\{OBJECT_JOURNALS\}/")
     found = {name: [ln.strip() for ln in (folder / name).read_text().splitlines() if by_hand.search(ln)]
              for name in _THROUGH_THE_INTERFACE}
+    assert not {k: v for k, v in found.items() if v}, found
+    folder_named = re.compile(r"\bJOURNAL\b|OBJECT_JOURNALS")
+    found = {name: [ln.strip() for ln in (folder / name).read_text().splitlines() if folder_named.search(ln)]
+             for name in _NO_FOLDER_OF_THEIR_OWN}
     assert not {k: v for k, v in found.items() if v}, found

@@ -54,12 +54,12 @@ from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 from tb_footprint_plugin.codes import BlobError, Failure, Skip, StoreError
 from tb_footprint_plugin.engine import manifest
 from tb_footprint_plugin.engine.trust import Untrusted
+from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.bucket_state import (
     BlobVault,
     BucketState,
     BucketTxnError,
     BucketVault,
-    JOURNAL,
     must_delete,
     STORE_FAILURES,
 )
@@ -369,16 +369,18 @@ def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
         needed: Set[str] = set()
         # journals first: an operation's journal names its digests until its manifest exists and
         # goes only after, so one that commits between the two listings is named by one of them
-        for prefix in (rfs.path(JOURNAL), vault.root + "/manifests"):
-            found = st.listing(prefix, missing_ok=True)
-            for key, info in sorted(found.items()):
-                doc, _ = st.read(f"{prefix}/{key}", info)
-                if doc is None:
-                    continue
-                if prefix.endswith("/manifests") and _purged(doc, f"{prefix}/{key}"):
-                    continue
-                if not _named(doc, needed):
-                    return {"blocked": f"{prefix}/{key} is not readable; nothing forgotten"}
+        # (the journal folder through its one listing, ``journal_object.pending_objects``)
+        journals = [(f"{rfs.root}/{key}", info) for key, info in pending_objects(st)]
+        manifests = vault.root + "/manifests"
+        for path, info in journals + [(f"{manifests}/{key}", info)
+                                      for key, info in sorted(st.listing(manifests, missing_ok=True).items())]:
+            doc, _ = st.read(path, info)
+            if doc is None:
+                continue
+            if path.startswith(manifests + "/") and _purged(doc, path):
+                continue
+            if not _named(doc, needed):
+                return {"blocked": f"{path} is not readable; nothing forgotten"}
         bv.store.reload()
         mine = [r.sha for r in bv.store.refs() if bv.store.owner in bv.store.owners(r.sha)]
         drop = [s for s in mine if s not in needed]

@@ -10,7 +10,6 @@ from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
-    JOURNAL,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -18,6 +17,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
+from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, map_ordered, same_content
@@ -161,7 +161,7 @@ def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
 
 def status(rfs: RemoteFS, vault: BucketVault) -> dict:
     """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
-    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k in BucketState.of(rfs).tree(JOURNAL, missing_ok=True))
+    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in pending_objects(BucketState.of(rfs)))
     ops, vault_bytes, freed_now, problems = [], 0, 0, []
     found = manifests(rfs, vault, problems)
     for m in found:

@@ -53,7 +53,7 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Outcome, Recovery, StoreError
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_state import JOURNAL
+from tb_footprint_plugin.engine.journal_object import ObjectJournal, pending_objects
 from tb_footprint_plugin.engine.lease import holder_alive, me
 from tb_footprint_plugin.engine.ledger import (LEDGER_VERSION, MAX_ERROR_CHARS, check_entry, keeps_done, merged_view,
                                               report_refusals, should_run)
@@ -330,21 +330,22 @@ def _journals_left(rfs: RemoteFS) -> tuple:
     """``(op ids, runs)`` named by the journal objects left in the bucket (an operation some
     journal still holds may yet be rolled back); raises ``OSError`` when one cannot be read
     (nothing is proven then)."""
-    objs = BucketState.of(rfs).tree(JOURNAL, missing_ok=True)
+    st = BucketState.of(rfs)
     ops, runs = set(), set()
-    for key in sorted(objs):
+    # the one listing and parser of journal objects (``engine.journal_object``)
+    for key, info in pending_objects(st):
         ops.add(key.rsplit("/", 1)[-1][:-5] if key.endswith(".json") else key)
+        unproven = OSError(f"{rfs.scheme}://{rfs.root}/{key}: unreadable journal; no commit of its runs is proven")
         try:
-            doc = json.loads(BucketState.of(rfs).read_bytes(rfs.path(key)).decode("utf-8"))
-        except StoreFailure as e:
-            if e.code == StoreError.NOT_FOUND:
-                continue  # settled since the listing
-            raise
-        except (ValueError, RecursionError):
-            raise OSError(f"{rfs.url_of(key)}: unreadable journal; no commit of its runs is proven") from None
-        if not isinstance(doc, dict):
-            raise OSError(f"{rfs.url_of(key)}: not a journal; no commit of its runs is proven")
-        for en in [doc] + (doc["runs"] if isinstance(doc.get("runs"), list) else []):
+            journal = ObjectJournal.read(st, rfs.path(key), info)
+        except ValueError:  # a key no call can address: never read, and nothing is proven
+            raise unproven from None
+        if journal is None:
+            continue  # settled since the listing
+        if journal.unreadable():
+            raise unproven
+        # the top level names the batch's (or a restore's) op and run, each entry its run's
+        for en in [journal.doc] + journal.entries():
             if isinstance(en, dict):
                 ops.update(v for v in (en.get("op"),) if isinstance(v, str))
                 runs.update(v for v in (en.get("run"),) if isinstance(v, str))

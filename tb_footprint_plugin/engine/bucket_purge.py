@@ -9,7 +9,7 @@ from tb_footprint_plugin.engine import faults, manifest
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import (
-    JOURNAL,
+    journal_path,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -48,7 +48,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     # an operation whose journal is still there is under way (a retire writes its manifest before
     # its commit record and may still roll back onto these copies) or awaits recovery: its
     # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
-    busy = [m for m in chosen if BucketState.of(rfs).head(rfs.path(f"{JOURNAL}/{m['op_id']}.json")) is not None]
+    busy = [m for m in chosen if BucketState.of(rfs).head(journal_path(rfs, m["op_id"])) is not None]
     chosen = [m for m in chosen if m not in busy]
     freed = sum(f["size"] for m in chosen for f in m["files"])
     # a retired run not restored has its only copy in the vault: every object of it goes for good
