@@ -78,15 +78,15 @@ def linked_cut(logdir: str, p: Plan) -> LinkedCut:
         if len(names) >= nlink:  # every name goes: the last one frees the inode
             for run, a in names[:-1]:
                 cut.twin_files += 1
-                cut.twin_bytes += a.bytes_before
+                cut.twin_bytes += a.disk_before
                 cut.twins.add((run, a.path))
         else:
             kept.extend(names)
     for run, a in kept:
         n, b = cut.runs.get(run, (0, 0))
-        cut.runs[run] = (n + 1, b + a.bytes_before)
+        cut.runs[run] = (n + 1, b + a.disk_before)
         cut.files += 1
-        cut.bytes += a.bytes_before
+        cut.bytes += a.disk_before
     return cut
 
 
@@ -102,23 +102,31 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     and its backup is a copy (on the logdir's disk: whole in the hard-link vault, compressed in
     the other), so "freed now" is its size less (it may be below zero: the reduce then costs
     disk until purge), while purge frees its copy as any backup; a twin frees nothing and has no
-    backup of its own. Counted per name at its ``bytes_before``, as ``du`` counts blocks: the
+    backup of its own. Counted per name at what it holds on disk (``Action.disk_before``: a
+    sparse file's allocated blocks, its holes free nothing), as ``du`` counts blocks: the
     reduce's measured "freed now" (``usage.DiskUsage.freeable_on_logdir_disk``) agrees. ``cut``:
     ``linked_cut(logdir, p)`` when the caller has it already."""
-    removable = p.removable_bytes
+    removable = p.disk_removable_bytes
     vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
     same = usage.device_of(vault) == usage.device_of(logdir)
     cut = cut or linked_cut(logdir, p)
     if vault_format != "compressed":
-        later = removable - cut.twin_bytes
-        return (-cut.bytes if same else removable - cut.bytes - cut.twin_bytes), later, same
+        if not same:
+            return removable - cut.bytes - cut.twin_bytes, removable - cut.twin_bytes, same
+        # every original stays (a hard link in the vault) and what the reduce writes takes its
+        # own blocks until purge frees the originals: that is the cost now, purge frees the rest
+        written = sum(a.bytes_after for rp in p.runs if not rp.skipped for a in rp.actions
+                      if a.kind in ("compress", "rewrite"))
+        return -cut.bytes - written, removable - cut.twin_bytes + written, same
     # one at a time: a list of them all was ~375 bytes a run at the plan's peak (issue 28)
     originals = ((os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
                  for a in rp.actions if a.kind in ("delete", "compress", "rewrite")
                  and not (cut.twins and (rp.run, a.path) in cut.twins))
     kept = usage.estimate_compressed(originals)
     if not cut.files and not cut.twin_files:
-        return (max(0, removable - kept) if same else removable), kept, same
+        # below zero when what the reduce writes takes more disk than the originals held (a
+        # sparse trace gzipped: its holes freed nothing, its .gz is data): a cost until purge
+        return (removable - kept if same else removable), kept, same
     now = (removable - kept if same else removable) - cut.bytes - cut.twin_bytes
     return now, kept, same
 
@@ -127,7 +135,7 @@ def offload_freed(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> Tupl
     """``(freed now, freed after purge)`` with a remote vault: the backups leave the local disk
     at once, so all of it now but what other hard links keep (``linked_cut``), nothing at purge."""
     cut = cut or linked_cut(logdir, p)
-    return p.removable_bytes - cut.bytes - cut.twin_bytes, 0
+    return p.disk_removable_bytes - cut.bytes - cut.twin_bytes, 0
 
 
 def note_links(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> List[str]:
@@ -158,7 +166,7 @@ def note_links(logdir: str, p: Plan, cut: Optional[LinkedCut] = None) -> List[st
 def offload_note(p: Plan, remote: str, logdir: Optional[str] = None, cut: Optional[LinkedCut] = None) -> str:
     """What a plan says when the backups go to a remote vault (``engine.offload``); ``logdir``:
     where its originals are, to leave out what other hard links keep (``offload_freed``)."""
-    now = offload_freed(logdir, p, cut)[0] if logdir else p.removable_bytes
+    now = offload_freed(logdir, p, cut)[0] if logdir else p.disk_removable_bytes
     return (f"freed now: ~{human_bytes(now)} on disk (logdir + local state): each run's backups go to "
             f"the remote vault {remote} once it commits (read back and verified there before the local copy "
             "is unlinked); restore streams them back from it; `tb-footprint purge` deletes them there")
@@ -177,11 +185,14 @@ def vault_note(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: st
                 f"~{human_bytes(later)} more after `tb-footprint purge`")
     if vault_format == "compressed":
         where = ("on disk (logdir + vault)" if same else "on the logdir's disk (the vault is on another disk)")
+        if now < 0:
+            where += " (a cost until purge)"
         return (f"freed now: ~{human_bytes(now)} {where}: each run's backups are compressed in the vault "
                 f"once it commits (a file that does not compress stays as it is); ~{human_bytes(later)} more "
                 "after `tb-footprint purge` (--vault-format hardlink keeps them as hard links, freed only by purge)")
     if same:
-        return (f"freed now: ~{human_bytes(now)} on disk (logdir + vault): the backups are hard links in the vault "
+        cost = " (a cost until purge: what the reduce writes)" if now < 0 else ""
+        return (f"freed now: ~{human_bytes(now)} on disk (logdir + vault){cost}: the backups are hard links in the vault "
                 f"on the same disk; {human_bytes(later)} more after `tb-footprint purge` "
                 "(or put the vault on another disk with --backup-dir)")
     return (f"freed now: {human_bytes(now)} on the logdir's disk: the backups are copies in the vault on another "

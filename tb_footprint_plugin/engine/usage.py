@@ -218,10 +218,15 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
 
     Originals whose other hard links kept their bytes on disk (its plan's ``linked_bytes``: a
     snapshot's) freed nothing when they left the logdir, and their backups are copies: so "freed
-    now" is that much less (below zero while such a copy is kept: the reduce cost disk)."""
+    now" is that much less (below zero while such a copy is kept: the reduce cost disk). A sparse
+    original's holes (its plan's ``hole_bytes``) left the logdir's size but no disk: left out too."""
     linked = _linked_bytes(m)
     if m.get("backup_released_by_restore") or m.get("restored_by"):
         return removed_bytes, 0
+    holes = _plan_bytes(m, "hole_bytes")
+    # a sparse original's removal may free less than its replacement takes (a .gz of its holes is
+    # data): then the figure goes below zero, as ``du`` does
+    removed_bytes -= holes
     if m.get("backup_purged"):
         return removed_bytes - linked, 0
     root = m.get("vault")
@@ -254,16 +259,22 @@ def freed_by_op(m: dict, vault_roots: Sequence[str], logdir_device: Optional[int
                 packs_device = device_of(remote_vault.packs_root(root))
             if packs_device == logdir_device:
                 held_here += ref.length
-    return max(0, removed_bytes - held_here) - linked, kept
+    return (removed_bytes - held_here if holes else max(0, removed_bytes - held_here)) - linked, kept
 
 
 def _linked_bytes(m: dict) -> int:
     """The manifest plan's ``linked_bytes`` (``RunPlan.linked_bytes``: untrusted, an int within
     the run's ``bytes_before``), 0 when it has none (an older manifest, a bucket's)."""
+    return _plan_bytes(m, "linked_bytes")
+
+
+def _plan_bytes(m: dict, key: str) -> int:
+    """The manifest plan's count ``key`` (``linked_bytes``, ``hole_bytes``: untrusted, an int
+    within the run's ``bytes_before``), 0 when it has none (an older manifest, a bucket's)."""
     plan = m.get("plan")
     if not isinstance(plan, dict):
         return 0
-    n, before = plan.get("linked_bytes"), plan.get("bytes_before")
+    n, before = plan.get(key), plan.get("bytes_before")
     if not isinstance(n, int) or isinstance(n, bool) or n <= 0 or not isinstance(before, int):
         return 0
     return min(n, max(0, before))

@@ -46,6 +46,14 @@ class Action:
     #: the original's hard links at the scan (``FileEntry.links``): more than 1, other names keep
     #: its bytes on disk when this one goes (its backup is then a copy, not a link)
     links: int = 1
+    #: a sparse original's allocated bytes at the scan (``FileEntry.allocated``), below
+    #: ``bytes_before`` (its logical size): what removing it frees on disk. None: as its size
+    allocated: Optional[int] = None
+
+    @property
+    def disk_before(self) -> int:
+        """What the original takes on disk (its allocated blocks when sparse, else its size)."""
+        return self.bytes_before if self.allocated is None else self.allocated
 
 
 @dataclass(**COMPACT)
@@ -71,14 +79,25 @@ class RunPlan:
     #: ``hard_linked_elsewhere``); their count and ``bytes_before``. "Freed now" leaves them out
     linked_files: int = 0
     linked_bytes: int = 0
+    #: logical bytes of this run's changed originals that take no disk (sparse files' holes:
+    #: ``bytes_before - allocated``): "removable" counts them (the data the plan removes), "freed
+    #: now / after purge" do not (``disk_removable_bytes``, what ``du`` sees go)
+    hole_bytes: int = 0
 
     @property
     def removable_bytes(self) -> int:
+        """Logical bytes the plan removes from the run (apparent sizes, as ``ls -l`` counts)."""
         return self.bytes_before - self.expected_after_bytes
+
+    @property
+    def disk_removable_bytes(self) -> int:
+        """What the plan removes from the disk (allocated blocks: sparse holes left out)."""
+        return self.removable_bytes - self.hole_bytes
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["removable_bytes"] = self.removable_bytes
+        d["disk_removable_bytes"] = self.disk_removable_bytes
         return d
 
 
@@ -106,6 +125,11 @@ class Plan:
         return sum(r.removable_bytes for r in self.runs if not r.skipped)
 
     @property
+    def disk_removable_bytes(self) -> int:
+        """``removable_bytes`` as the disk counts it: sparse files' holes left out (``RunPlan.hole_bytes``)."""
+        return sum(r.disk_removable_bytes for r in self.runs if not r.skipped)
+
+    @property
     def expected_after_bytes(self) -> int:
         return self.total_bytes - self.removable_bytes
 
@@ -131,6 +155,7 @@ class Plan:
             "created_at": self.created_at,
             "total_bytes": self.total_bytes,
             "removable_bytes": self.removable_bytes,
+            "disk_removable_bytes": self.disk_removable_bytes,
             "expected_after_bytes": self.expected_after_bytes,
             "runs": [r.to_dict() for r in self.runs],
             "notes": self.notes,

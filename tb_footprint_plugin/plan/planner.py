@@ -198,16 +198,24 @@ def _mark_links(run: RunFootprint, rp: RunPlan) -> None:
     """Each action on a file with other hard links (``FileEntry.links``) says so, and the run
     counts them as kept on disk (``linked_*``): removing one name frees nothing while another
     stands. Counted here without a look at the disk; the engine's note refines it (names that
-    all go in this plan free their inode once: ``engine.plan_notes.linked_cut``)."""
-    links = {f.path: f.links for f in run.files if f.links > 1}  # none, mostly
+    all go in this plan free their inode once: ``engine.plan_notes.linked_cut``). Likewise a
+    sparse original (``FileEntry.allocated``) says what it holds on disk, and the run counts its
+    holes (``hole_bytes``): removed data, but no disk freed."""
+    links = {f.path: (f.links, f.allocated) for f in run.files
+             if f.links > 1 or f.allocated is not None}  # none, mostly
     if not links:
         return
     for a in rp.actions:
-        n = links.get(a.path)
-        if n and a.kind != "remove_dir":
+        n, held = links.get(a.path, (1, None))
+        if a.kind == "remove_dir":
+            continue
+        if n > 1:
             a.links = n
             rp.linked_files += 1
-            rp.linked_bytes += a.bytes_before
+            rp.linked_bytes += a.disk_before if held is None else held
+        if held is not None and held < a.bytes_before:
+            a.allocated = held
+            rp.hole_bytes += a.bytes_before - held
 
 
 def _run_of(plan: Plan, path: str) -> Optional[str]:

@@ -46,6 +46,9 @@ class FoundFile:
     version: str = ""
     #: lstat st_nlink (1 in a bucket): more than 1, other names share the file's inode
     nlink: int = 1
+    #: a sparse file's allocated bytes (lstat ``st_blocks * 512``, what ``du`` counts) when below
+    #: ``size``; None for any other (most files: nothing more held)
+    allocated: Optional[int] = None
 
     @property
     def cache_key(self) -> tuple:
@@ -323,7 +326,18 @@ def _found_file(entry, parts, logdir, owner_depth, warnings, tally: Optional[Dis
         link_target=target,
         run_rel_parts=tuple(parts[owner_depth:]),
         nlink=st.st_nlink,
+        allocated=sparse_allocated(st),
     )
+
+
+def sparse_allocated(st) -> Optional[int]:
+    """A regular file's allocated bytes (``st_blocks * 512``, as ``du`` counts) when fewer than
+    its ``st_size`` (a sparse file: holes take no disk), else None: "freed now" counts what the
+    disk holds, "removable" the file's logical bytes."""
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    held = st.st_blocks * 512
+    return held if held < st.st_size else None
 
 
 def discover_listing(logdir_url: str, objects: Dict[str, "ObjectInfo"],

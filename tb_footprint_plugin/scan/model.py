@@ -167,11 +167,11 @@ class FileEntry:
     category's name when one category holds the whole file, and handed out as a new dict: a
     small dict is 184 bytes, and a scan of 100,000 runs holds a few files a run."""
 
-    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning", "links")
+    __slots__ = ("path", "size", "mtime", "kind", "_cats", "warning", "links", "allocated")
 
     def __init__(self, path: str, size: int, mtime: float, kind: str,
                  categories: Optional[Dict[str, int]] = None, warning: Optional[str] = None,
-                 links: int = 1) -> None:
+                 links: int = 1, allocated: Optional[int] = None) -> None:
         self.path = path  # relative to the logdir, '/'-separated
         self.size = size  # lstat st_size
         self.mtime = mtime
@@ -183,6 +183,11 @@ class FileEntry:
         #: when this name goes. Read afresh by every walk, never from the scan cache (one slot:
         #: a small int, shared)
         self.links = links
+        #: a sparse file's allocated bytes (``st_blocks * 512``, what ``du`` counts) when below
+        #: ``size``, else None (the shared None: memory flat for every other file). ``size`` is
+        #: its logical bytes ("removable"); this is what removing it frees on disk ("freed now").
+        #: Read afresh by every walk, as ``links``
+        self.allocated = allocated
 
     @property
     def categories(self) -> Dict[str, int]:
@@ -207,6 +212,8 @@ class FileEntry:
              "categories": self.categories, "warning": self.warning}
         if self.links != 1:  # only a file with other hard links says it (the schema's files stay as they were)
             d["links"] = self.links
+        if self.allocated is not None:  # only a sparse file says it
+            d["allocated"] = self.allocated
         return d
 
     def __eq__(self, other: object) -> bool:

@@ -252,7 +252,8 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
         )
         run.files.append(
             FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="symlink" if f.is_symlink else "file",
-                      categories={category: f.size}, links=f.nlink)
+                      categories={category: f.size}, links=f.nlink,
+                      allocated=f.allocated)
         )
         _add(run.categories, category, f.size, files=1)
 
@@ -264,7 +265,8 @@ def _run_footprint(found: FoundRun, cache: ScanCache, counters: dict, tick,
     warnings: List[str] = []  # the run's own list only if it has any (else the shared empty one)
     for f, st in event_stats:
         # links from this walk's lstat, never from the cache (a snapshot made since changes no key)
-        entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning, links=f.nlink)
+        entry = FileEntry(path=f.rel, size=f.size, mtime=f.mtime, kind="event", warning=st.warning, links=f.nlink,
+                          allocated=f.allocated)
         if st.status == "unreadable":
             entry.categories = {cat.OTHER: f.size}
             _add(run.categories, cat.OTHER, f.size, files=1)
