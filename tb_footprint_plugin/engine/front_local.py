@@ -410,11 +410,14 @@ class LocalEngine(Engine):
     def note_plan(self, p, fp, *, measures=None, vault_format: str = "compressed",
                   held: Optional[dict] = None) -> None:
         """Reads the state folder's vault and journals without the logdir's refusals (a plan
-        writes nothing)."""
+        writes nothing). The vault's and the hard links' notes are made last, on the runs left
+        once every skip is known (unfinished operations, open writers): made before, they
+        counted runs the plan then skips, and text and JSON disagreed (review R14 F3); they keep
+        their place before the skips' own notes."""
         logdir = os.path.abspath(self.logdir)
         remote = self.remote_vault or offload.remote_url(Vault(state_dir(logdir)))
-        p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + local_notes(
-            logdir, self.local_backup_dir, p, vault_format, remote)
+        p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE]
+        at = len(p.notes)
         self.leave_alone_unfinished(p)
         live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
         if live:
@@ -422,6 +425,7 @@ class LocalEngine(Engine):
             rels = ([path for r in live for path in held.get(r, ())] if held is not None else
                     [f.path for r in live for f in (fp.run(r).files if fp.run(r) else []) if f.kind != "symlink"])
             apply_open_writers(p, find_writers(JoinedPaths(logdir, rels)), logdir)
+        p.notes[at:at] = local_notes(logdir, self.local_backup_dir, p, vault_format, remote)
 
     def in_flight(self) -> List[dict]:
         """From the journals (no refusal of the logdir first)."""
