@@ -2,6 +2,10 @@
 the local engine's modules), and what moved down from the API with it: the settling of an
 interrupted reduce, the views of status, disk numbers, history and retired runs, the batch
 ledger's place.
+
+Why one module: it is one class, ``LocalEngine``, one short method per ``Engine`` verb, each
+handing to the local engine's modules (``local_views``, ``local_batch``, ``plan_notes``,
+``recovery``, ``purge``); split, one interface's implementation would be read across files.
 """
 from __future__ import annotations
 
