@@ -203,3 +203,28 @@ def test_the_bucket_engine_writes_and_reads_its_journals_only_through_the_interf
     found = {name: [ln.strip() for ln in (folder / name).read_text().splitlines() if folder_named.search(ln)]
              for name in _NO_FOLDER_OF_THEIR_OWN}
     assert not {k: v for k, v in found.items() if v}, found
+
+
+#: the disk engine's modules of this owner that write and read their journals' record types only
+#: as ``journal.Rec`` names (issue #26); a literal record type in one of them fails the test below
+_RECORD_TYPES_BY_NAME = ("retire.py", "salvage.py", "recovery.py")
+
+
+def test_local_journals_name_their_record_types_through_rec():
+    """``retire``, ``salvage`` and ``recovery`` write and compare record types only as
+    ``journal.Rec`` members (same values, so the same bytes): no line there pairs a journal
+    record's ``type`` (or the set of ``types`` read back) with a literal of the vocabulary."""
+    import re
+    from pathlib import Path
+
+    import tb_footprint_plugin.engine as engine
+
+    values = sorted({v for k, v in vars(Rec).items() if k.isupper()})
+    literal = re.compile(r"[\"'](%s)[\"']" % "|".join(values))
+    folder = Path(engine.__file__).parent
+    found = {name: [ln.strip() for ln in (folder / name).read_text().splitlines()
+                    if re.search(r"[\"']type[\"']|\btypes\b", ln) and literal.search(ln)]
+             for name in _RECORD_TYPES_BY_NAME}
+    assert not {k: v for k, v in found.items() if v}, found
+    assert all(isinstance(v, str) for v in values)  # a Rec is its string: JSON writes the same bytes
+

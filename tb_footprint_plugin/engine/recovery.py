@@ -25,7 +25,7 @@ from tb_footprint_plugin.engine.catalogue import (
     write_manifest,
 )
 from tb_footprint_plugin.engine.context import Context, reason_of
-from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
+from tb_footprint_plugin.engine.journal import Rec, RunLock, RunLocked, pending_journals
 from tb_footprint_plugin.engine.restore import finish_restore, restore_abandoned
 from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
@@ -86,7 +86,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
             # operation's journal is never empty and this cannot race one.)
             j.close()
             continue
-        if records[0].get("type") != "begin":
+        if records[0].get("type") != Rec.BEGIN:
             # records without their begin (an older version split a hard-linked journal in two):
             # something happened and nothing says which run; never deleted, never replayed
             outcomes.append(RecoveryOutcome(j.op_id, None, Recovery.REFUSED,
@@ -128,8 +128,8 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 j.close()
                 continue
             types = {r["type"] for r in records}
-            verified_ok = any(r["type"] == "verified" and r.get("ok") for r in records)
-            committed, doubt = (None, None) if "commit" in types or "rollback" in types else \
+            verified_ok = any(r["type"] == Rec.VERIFIED and r.get("ok") for r in records)
+            committed, doubt = (None, None) if Rec.COMMIT in types or Rec.ROLLBACK in types else \
                 committed_manifest(ctx, records, identity)
             if doubt is not None:
                 # a manifest of this very operation is there but cannot be taken at its word:
@@ -144,11 +144,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # since; the manifest is the truth, so neither the run nor it is touched
                 action, detail = Recovery.COMPLETED, "was committed (its manifest says so; the journal had lost " \
                                                      "its commit record)"
-            elif "commit" in types:
+            elif Rec.COMMIT in types:
                 action, detail = Recovery.COMPLETED, "was committed"
                 if not manifest_exists(ctx, records):
                     write_manifest(ctx, records, "verified", None, recovered=True)
-            elif "swap" in types and verified_ok and "rollback" not in types and "displaced" not in types \
+            elif Rec.SWAP in types and verified_ok and Rec.ROLLBACK not in types and Rec.DISPLACED not in types \
                     and roll_forward(ctx, records):
                 # (``displaced`` records come only from a rollback that began: never rolled forward)
                 # read again: the roll-forward journaled the folders it removed (``rmdir``, with
@@ -161,9 +161,9 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # recorded first, as a rollback in process is: a start after a kill in this one
                 # rolls back again, never forward over what this one put back (review R5 F2).
                 # Before a swap record nothing could roll forward: the journal is left as it is
-                if "swap" in types:
+                if Rec.SWAP in types:
                     with contextlib.suppress(OSError):
-                        j.append({"type": "rollback", "reason": reason})
+                        j.append({"type": Rec.ROLLBACK, "reason": reason})
                 rollback(ctx, records, reason, j)
                 action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
             j.close()

@@ -51,7 +51,7 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.journal import Journal, RunLock, RunLocked
+from tb_footprint_plugin.engine.journal import Journal, Rec, RunLock, RunLocked
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
 from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -317,7 +317,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
         op_id = new_op_id()
         out.op_id = op_id
         journal = Journal.create(ctx.journal_dir, op_id, {
-            "type": "begin", "kind": "retire", "op_id": op_id, "run": run, "takes_along": along,
+            "type": Rec.BEGIN, "kind": "retire", "op_id": op_id, "run": run, "takes_along": along,
             "logdir_id": identity["id"],
             "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": rule,
             "files": files, "dirs": dirs, "bytes": out.bytes_before,
@@ -333,14 +333,14 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
             if isinstance(e, Cancelled):
                 out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
-        elif any(r["type"] == "commit" for r in journal.written) or _retirement_recorded(ctx.vault, journal.op_id):
+        elif any(r["type"] == Rec.COMMIT for r in journal.written) or _retirement_recorded(ctx.vault, journal.op_id):
             # committed, or its verified manifest written (every file in the vault and checked):
             # retired, as a crash there leaves it; never rolled back past its record
             out.status = Outcome.VERIFIED
             journal.close()
         else:
             try:
-                journal.append({"type": "rollback", "reason": reason})
+                journal.append({"type": Rec.ROLLBACK, "reason": reason})
                 noted = rollback_retire(ctx, journal.records(), reason)
                 out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
                 out.reason = f"{reason}; {noted}" if noted else reason
@@ -381,7 +381,7 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
     fsync_dir(os.path.dirname(os.path.dirname(dest_dir)))
     cancel.check()  # the last point where a cancel is honoured without a rollback
     _check_writers(ctx, begin["run"])  # again, right before anything moves
-    journal.append({"type": "move"})
+    journal.append({"type": Rec.MOVE})
     faults.hit("retire.move_record")
     total = out.bytes_before or 1
     done = 0
@@ -408,10 +408,10 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
         done += f["size"]
         report("move", 0.5 + 0.4 * done / total)
     fsync_dir(dest_dir)
-    journal.append({"type": "moved"})
+    journal.append({"type": Rec.MOVED})
     faults.hit("retire.move")
     if not same_fs:
-        journal.append({"type": "delete"})
+        journal.append({"type": Rec.DELETE})
         for i, f in enumerate(files):
             src = ctx.abs(f["path"])
             no_symlink(ctx, f["path"])
@@ -442,7 +442,7 @@ def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: Cance
     report("record", 0.95)
     write_retire_manifest(ctx, journal.records(), Outcome.VERIFIED, None)
     faults.hit("retire.manifest")
-    journal.append({"type": "commit"})
+    journal.append({"type": Rec.COMMIT})
     journal.close()
     out.removed_files = [f["path"] for f in files]
     out.bytes_after = 0
@@ -705,7 +705,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
             journal = Journal.create(ctx.journal_dir, op_id, {
-                "type": "begin", "kind": "unretire", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
+                "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
                 "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
             })
         except trust.Untrusted as e:
@@ -821,7 +821,7 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     begin = records[0]
     if begin["kind"] == "unretire":
         return Recovery.COMPLETED, finish_unretire(ctx, records)
-    if any(r["type"] == "commit" for r in records):
+    if any(r["type"] == Rec.COMMIT for r in records):
         return Recovery.COMPLETED, "was committed"
     _check_record(ctx, begin)
     if _retirement_recorded(Vault(begin["vault"]), begin["op_id"]):

@@ -34,7 +34,7 @@ from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.engine.journal import Journal, Rec
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -231,7 +231,7 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
         check_no_symlink(ctx.logdir, final)
         tmp = os.path.join(os.path.dirname(ctx.abs(final)), f".footprint-{op_id}-salvage.tmp")
     journal = Journal.create(ctx.journal_dir, op_id, {
-        "type": "begin", "kind": "salvage", "op_id": op_id, "of_op": m["op_id"], "run": m["run"],
+        "type": Rec.BEGIN, "kind": "salvage", "op_id": op_id, "of_op": m["op_id"], "run": m["run"],
         "logdir": ctx.logdir, "vault": vault.root, "path": f["path"], "old_sha256": f["sha256"],
         "old_size": f["size"], "new_sha256": new_sha, "new_size": size, "from": start,
         "tmp": os.path.relpath(tmp, ctx.logdir) if tmp else None, "final": final,
@@ -252,7 +252,7 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
         upto = start + reader.valid_bytes
         if records:
             salv = {"sha256": sha256_file(tmp), "size": nbytes}
-            journal.append({"type": "staged", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final, **salv})
+            journal.append({"type": Rec.STAGED, "tmp": os.path.relpath(tmp, ctx.logdir), "final": final, **salv})
         else:
             os.unlink(tmp)
         corrupt = reader.status == "corrupt"
@@ -279,7 +279,7 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
         entry.update(sha256=salv["sha256"], size=salv["size"])
     _apply(m, f, entry, vault)
     vault.write_manifest(m)
-    journal.append({"type": "commit"})
+    journal.append({"type": Rec.COMMIT})
     # the old name goes once nothing refers to it (the same inode lives on under the new one)
     # only that name: a form of the old digest in any other file is no part of this inode
     if not any(x["sha256"] == old_sha for mm in vault.manifests() if not mm.get("backup_purged")
@@ -328,12 +328,12 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     """Recovery of an interrupted salvage: committed → only tidy up; else undo (it is redone)."""
     begin = records[0]
     vault = Vault(begin["vault"])
-    if any(r["type"] == "commit" for r in records):
+    if any(r["type"] == Rec.COMMIT for r in records):
         return "salvage had been recorded"
     if begin.get("tmp"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(begin["tmp"]))
-    staged = next((r for r in records if r["type"] == "staged"), None)
+    staged = next((r for r in records if r["type"] == Rec.STAGED), None)
     if staged and begin.get("final") and matches(ctx.abs(begin["final"]), staged["sha256"], staged["size"]):
         os.unlink(ctx.abs(begin["final"]))
     old, new = vault.blob_path(begin["old_sha256"]), vault.blob_path(begin["new_sha256"])
