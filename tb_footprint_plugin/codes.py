@@ -43,11 +43,12 @@ class Skip(Code):
     NOT_REGULAR = "not_regular_file"  # a FIFO, socket or device where a file was planned: never opened
     NOT_ON_STORE = "not_supported_on_store"  # the plan needs a step this object store run cannot take yet
     ALREADY_RESTORED = "already_restored"  # the operation was restored before: its originals are back
+    PLAN_CHANGED = "plan_changed"  # the run's plan is not the one the user confirmed (it changed meanwhile): plan again
 
 
 #: Skips that pass with time: a resumed batch tries these runs again.
 PASSING_SKIPS = frozenset({Skip.ACTIVE, Skip.LOCKED, Skip.OPEN_FOR_WRITING, Skip.CHANGED_BY_OTHER,
-                           Skip.UNFINISHED})
+                           Skip.UNFINISHED, Skip.PLAN_CHANGED})
 
 
 class Failure(Code):
