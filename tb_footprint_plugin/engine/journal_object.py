@@ -17,6 +17,15 @@ never interleave: a writer whose journal was rewritten by someone else fails (th
 unfinished operations, a sample's uncommitted operations) read it through ``ObjectJournal.read``
 and its accessors (``step``, ``committed``, ``entries``, ``live_entries``, ``unreadable``):
 the one parser of every shape ever written (untrusted input: a wrong type reads as nothing).
+
+Why the journals left are listed by two functions (``pending_objects`` here,
+``journal.pending_journals`` for a folder): what each listing must refuse differs in kind. A
+folder's journals are trusted only from a real folder of this user (an ``lstat`` of the folder:
+a link or a stranger's folder is never listed) and are opened one by one as ``Journal`` files;
+a bucket's are every key one listing finds, those no call can address included (the readers name
+them as refused, never read them), with the listing's version sparing a metadata read per
+journal. One function would be these two bodies behind a test of the store; each caller already
+holds the one its store needs.
 """
 from __future__ import annotations
 
