@@ -62,10 +62,10 @@ def test_a_restore_of_n_blobs_stages_nothing_beyond_one_temporary_copy(tmp_path,
     vault_before = tree_bytes(vault.root)
     seen = []
     checked = []
-    real_check = type(vault).check_blob
+    real_check = type(vault).check_blob_extents
 
-    def check_blob(self, sha):  # the restore reads every backup of a run before its first copy
-        ok = real_check(self, sha)
+    def check_blob(self, sha, block):  # the restore reads every backup of a run before its first copy
+        ok = real_check(self, sha, block)  # (and counts what its put-back allocates: task N3)
         checked.append(tree_bytes(vault.root) - vault_before)
         return ok
 
@@ -74,7 +74,7 @@ def test_a_restore_of_n_blobs_stages_nothing_beyond_one_temporary_copy(tmp_path,
         seen.append(([p.stat().st_size for p in temps], tree_bytes(vault.root) - vault_before))
 
     faults.arm("restore_copied", at_copy)
-    with mock.patch.object(type(vault), "check_blob", check_blob):
+    with mock.patch.object(type(vault), "check_blob_extents", check_blob):
         outs = api.restore(str(logdir))
     assert outs and all(o.status == "restored" for o in outs), [o.to_dict() for o in outs]
     assert snapshot(logdir) == before  # bytes, mtime and mode of every file

@@ -17,6 +17,7 @@ import contextlib
 import os
 import secrets
 import shlex
+import shutil
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -26,10 +27,10 @@ from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import (is_kept, journal_blobs, known_vaults, manifest_binding, own_manifests,
                                                    unsettled_op)
 from tb_footprint_plugin.engine.context import (
+    FREE_SPACE_MARGIN,
     Context,
     RunOutcome,
     TransactionError,
-    check_space,
     new_op_id,
     no_symlink,
     reason_of,
@@ -46,10 +47,51 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
 from tb_footprint_plugin.storage.files import matches
+from tb_footprint_plugin.storage.paths import is_within
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.verify.records import check_file
 from tb_footprint_plugin.version import __version__
+
+
+def run_folder(ctx: Context, run: str) -> str:
+    """The run's folder, or the nearest folder above it that stands (within the logdir): where
+    its originals go back, on its file system."""
+    d = ctx.abs(run)
+    while not os.path.isdir(d) and is_within(os.path.dirname(d), ctx.logdir) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    return d if os.path.isdir(d) else ctx.logdir
+
+
+def run_block_size(ctx: Context, run: str) -> int:
+    """The block size of the run's file system (``st_blksize``): the size a hole is made of."""
+    try:
+        return os.stat(run_folder(ctx, run)).st_blksize or 4096
+    except OSError:
+        return 4096
+
+
+def free_space(path: str) -> int:
+    """Bytes free to this user on ``path``'s file system (tests replace it)."""
+    return shutil.disk_usage(path).free
+
+
+def check_restore_space(ctx: Context, run: str, allocates: int, size: int) -> None:
+    """Refuse a restore (``TransactionError``, ``Failure.NO_SPACE``) unless the run's file system
+    has room for what its put-backs allocate (``allocates``: the backups' blocks that are not all
+    zeros; ``size``: their files' length, holes included) and a margin: said before anything is
+    written, naming the run, the bytes needed and the bytes free, never found half-way."""
+    if allocates <= 0:
+        return
+    where = run_folder(ctx, run)
+    free = free_space(where)
+    need = allocates + FREE_SPACE_MARGIN
+    if free < need:
+        holes = f" (its files are {human_bytes(size)}; holes go back as holes)" if size > allocates else ""
+        raise TransactionError(
+            f"not enough free space to restore run {run!r}: its originals need {human_bytes(allocates)}{holes} "
+            f"plus a {human_bytes(FREE_SPACE_MARGIN)} margin ({need} bytes) on {where}, which has "
+            f"{human_bytes(free)} ({free} bytes) free; nothing was changed", Failure.NO_SPACE)
 
 
 def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = None,
@@ -106,8 +148,18 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     # lock and journal instead, by streaming it into its target's temporary, which the put-back
     # then renames; every other backup is checked here, before anything is locked or made
     streamed = [f for f in manifest.get("files", []) if checked_in_place(vault, f)]
-    damaged = [f["path"] for f in manifest.get("files", [])
-               if not any(f is g for g in streamed) and not vault.check_blob(f["sha256"])]
+    # the one read of each backup's check also counts what its put-back allocates (zero blocks
+    # go back as holes: a sparse original needs its data extents, not its size)
+    block, allocates, damaged = run_block_size(ctx, run), 0, []
+    for f in manifest.get("files", []):
+        if any(f is g for g in streamed):
+            allocates += f["size"]  # checked later, as it is streamed in: counted whole
+            continue
+        n = vault.check_blob_extents(f["sha256"], block)
+        if n is None:
+            damaged.append(f["path"])
+        else:
+            allocates += n
     if damaged:
         out.reason = (f"backup damaged or missing in {vault.root} for: {', '.join(damaged)}; "
                       "nothing was changed")
@@ -134,8 +186,8 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
                           + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
                           + "; not restored (stop the writer, then restore)")
             return out
-        try:  # every original is written as a full copy before anything is removed
-            check_space(ctx.logdir, sum(f["size"] for f in manifest.get("files", [])))
+        try:  # every original is written as a copy of its own before anything is removed
+            check_restore_space(ctx, run, allocates, sum(f["size"] for f in manifest.get("files", [])))
         except TransactionError as e:
             out.reason, out.code = str(e), e.code
             return out

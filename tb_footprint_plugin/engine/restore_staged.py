@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.context import Context, no_symlink
 from tb_footprint_plugin.engine.swap import remove_put_back_temps
-from tb_footprint_plugin.engine.vault import Vault, VaultError, restore_tmp_path
+from tb_footprint_plugin.engine.vault import SparseWriter, Vault, VaultError, restore_tmp_path
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import (check_still, create_exclusive, finish_new_file, fsync_dir,
                                                hash_and_count, unlink_if_same)
@@ -158,8 +158,10 @@ def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, 
         made = os.fstat(fd)
         prepared.temps[sha] = (tmp, made)
         with os.fdopen(fd, "wb") as fo:
+            sink = SparseWriter(fo)  # its zero blocks left holes, as every put-back leaves them
             with vault.open_blob(sha) as src:
-                got, n = hash_and_count(src, fo)
+                got, n = hash_and_count(src, sink)
+            sink.finish(n)
             if (got, n) != (sha, f["size"]):
                 raise VaultError(errno.EIO, f"backup of {f['path']} in {vault.root} does not read back as its "
                                  f"sha256 {sha[:12]}… ({n} bytes)")
