@@ -58,10 +58,13 @@ def _remove_journal(logdir, whole_folder=False, plant=False):
         d = _journal_dir(logdir)
         for n in os.listdir(d):
             if n.endswith(".jsonl"):
-                os.unlink(os.path.join(d, n))
-                if plant:  # something else comes to stand at the journal's name
-                    with open(os.path.join(d, n), "w") as f:
+                if plant:  # something else comes to stand at the journal's name: made first, so
+                    # it cannot reuse the journal's inode number (it would then pass for it)
+                    with open(os.path.join(d, "planted"), "w") as f:
                         f.write("not a journal of this operation\n")
+                    os.replace(os.path.join(d, "planted"), os.path.join(d, n))
+                else:
+                    os.unlink(os.path.join(d, n))
         if whole_folder:
             os.rmdir(d)
     return act
@@ -173,3 +176,42 @@ def test_something_at_the_journal_path_is_left_and_the_pins_are_named(logdir):
     assert [p["op_id"] for p in found] == [out.op_id], st["problems"]
     vault = Context(logdir).vault
     assert vault.tmp in found[0]["detail"] and found[0]["bytes"] > 0
+
+
+CHILD = r"""
+import os, signal, sys
+from tb_footprint_plugin import api
+from tb_footprint_plugin.engine import faults, transaction
+logdir = sys.argv[1]
+journals = os.path.join(logdir, ".tb-footprint", "journal")
+
+def remove():
+    for n in os.listdir(journals):
+        if n.endswith(".jsonl"):
+            os.unlink(os.path.join(journals, n))
+
+def sigkill(*a, **kw):  # the instant after the journal is back at its name
+    os.kill(os.getpid(), signal.SIGKILL)
+
+transaction._append_rollback = sigkill
+faults.arm("reduce.swap", remove)
+api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0, verify_backends=("python",))
+"""
+
+
+def test_a_real_sigkill_after_the_journal_is_written_again(logdir):
+    """The same in a process of its own killed by SIGKILL (its locks let go by the kernel): the
+    next start finds the journal whole and settles the run; restore gives every original back."""
+    import subprocess
+    import sys
+
+    before = _tree(logdir)
+    proc = subprocess.run([sys.executable, "-c", CHILD, logdir], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-2000:]
+    (name,) = _journal_files(logdir)
+    rec = api.recover_logdir(logdir)
+    assert _journal_files(logdir) == []
+    assert {m["op_id"]: m["outcome"] for m in api.operations(logdir)} == {name[:-len(".jsonl")]: Outcome.VERIFIED}, rec
+    assert all(o.verified for o in api.restore(logdir))
+    assert _tree(logdir) == before
+    assert _pins(logdir) == []
