@@ -337,8 +337,14 @@ export class Model {
   }
 
   // --- jobs -----------------------------------------------------------------------------
-  async reduce(runs) {
-    const res = await this.post('reduce', {runs, policy: this.state.policy});
+  /**
+   * Reduce these runs as the dialog showed them: `digests` (each run's plan digest from the dry
+   * run) make the server leave alone, with reason plan_changed, a run whose plan changed since.
+   */
+  async reduce(runs, digests) {
+    const body = {runs, policy: this.state.policy};
+    if (digests) body.digests = digests;
+    const res = await this.post('reduce', body);
     this._track(res.job);
     this._pollJob(res.job.id);
     this.loadRuns();

@@ -528,6 +528,7 @@ def cmd_reduce(args) -> int:
         return EXIT_OK
     showing = not args.json and sys.stderr.isatty()
     plans = _upfront_plans(args, logdirs, shard) if showing or not args.yes else []
+    confirmed = None  # --yes: no question was asked, the reduce does its own plan
     if not args.yes:
         n = _plan_summary(plans, sys.stderr if args.json else sys.stdout, args.verbose)
         rc = _consent(args, "reduce", n, f"Reduce {n} run(s)?")
@@ -537,6 +538,8 @@ def cmd_reduce(args) -> int:
             elif n == 0:
                 print("nothing to reduce.")
             return rc
+        # the plan said yes to: a run whose plan changed while the question was open is left alone
+        confirmed = api.confirmed_digests(plans)
     todo = {rp.run: rp.bytes_before for _, rp in _todo(plans)}
     bar_ = _Progress(todo, "reducing") if showing else None
     current: List[str] = []  # the runs under way (several with --jobs), for what an interrupt says
@@ -561,7 +564,7 @@ def cmd_reduce(args) -> int:
                 logdirs, shard=shard, dry_run=False, ledger=args.ledger or "default",
                 on_outcome=None if args.json else on_outcome, progress=progress, cancel=cancel,
                 max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
-                **_reduce_kwargs(args))
+                confirmed=confirmed, **_reduce_kwargs(args))
     except KeyboardInterrupt as e:
         if bar_ is not None:
             bar_.close()

@@ -92,7 +92,8 @@ export async function reduceFlow(model, runNames, onError) {
   });
   if (!ok) return null;
   try {
-    return await model.reduce(todo.map((rp) => rp.run));
+    // the plans shown: a run whose plan changes before the job plans it is left alone (plan_changed)
+    return await model.reduce(todo.map((rp) => rp.run), todo.map((rp) => rp.digest));
   } catch (e) {
     onError(e.message);
     return null;

@@ -66,8 +66,9 @@ from tb_footprint_plugin.api.settle import (Interrupted, interrupted_state, pend
                                             settle_interrupted, unfinished)
 from tb_footprint_plugin.api.reports import reduce_summary, ReduceReport, restore_summary
 from tb_footprint_plugin.api.records import disk_numbers, history, operation, operations, status
-from tb_footprint_plugin.api.survey import (check_logdir, ledger_skips, NotALogdir, plan, select_runs,
-                                            selection_by_logdir, shard_plan, shard_sizes)
+from tb_footprint_plugin.api.survey import (check_logdir, confirmed_digests, hold_to_confirmed, ledger_skips,
+                                            NotALogdir, plan, plan_digest, select_runs, selection_by_logdir,
+                                            shard_plan, shard_sizes)
 from tb_footprint_plugin.api.reduce import reduce_logdir, reduce_logdirs
 from tb_footprint_plugin.api.backups import (NotRestorable, purge, restorable, restore, restore_target, sample,
                                              SampleUnavailable, vault_lifecycle, verify)
@@ -83,4 +84,5 @@ __all__ = [
     "reduce_summary", "restore_summary", "restore_target", "NotRestorable", "retire", "retire_plan",
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
     "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",
+    "plan_digest", "confirmed_digests", "hold_to_confirmed",
 ]

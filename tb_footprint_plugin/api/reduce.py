@@ -10,7 +10,7 @@ with their ledger marks → the batch's end → the numbers in use before and af
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine import lease
@@ -30,7 +30,7 @@ from tb_footprint_plugin.storage import throttle
 from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, logdir_keys, partition_name, RunProgress
 from tb_footprint_plugin.api.settle import Interrupted, settle_interrupted
 from tb_footprint_plugin.api.reports import ReduceReport
-from tb_footprint_plugin.api.survey import (plan, scan_shard_sizes, selection_by_logdir,
+from tb_footprint_plugin.api.survey import (hold_to_confirmed, plan, scan_shard_sizes, selection_by_logdir,
                                             shard_plan, shard_sizes)
 
 
@@ -59,6 +59,7 @@ def reduce_logdir(
     max_file_ops_per_second: Optional[float] = None,
     lease_seconds: Optional[float] = None,
     vault_format: Optional[str] = None,
+    confirmed: Optional[Collection[str]] = None,
 ) -> ReduceReport:
     """Reduce runs largest first, each as its own verified transaction.
 
@@ -81,6 +82,9 @@ def reduce_logdir(
     (``Engine.reduce_runs`` of each store says how); its backups are whole server-side copies or,
     with a local ``backup_dir``, compressed blobs, and another ``vault_format`` is refused
     (``Engine.vault_format``), as is a ``ledger`` path other than its own ledger folder's.
+    ``confirmed``: the ``plan_digest`` of each run's plan the user said yes to (``confirmed_digests``
+    of the plan shown): a run whose plan is now another is left alone with ``Skip.PLAN_CHANGED``
+    (``hold_to_confirmed``), the others reduced; None: no question was asked (``--yes``, a job).
     """
     if vault_format is not None and vault_format not in VAULT_FORMATS:
         raise ValueError(f"vault_format must be one of {', '.join(VAULT_FORMATS)}")
@@ -102,7 +106,7 @@ def reduce_logdir(
                        older_than=older_than, quiet_period=quiet_period, closed_files=closed_files, jobs=jobs,
                        timeout=timeout, ledger=ledger, progress=progress, on_outcome=on_outcome, cancel=cancel,
                        shard=shard, shard_with=shard_with, partition_sizes=partition_sizes,
-                       vault_format=vault_format)
+                       vault_format=vault_format, confirmed=confirmed)
     except KeyboardInterrupt as e:
         if dry_run or isinstance(e, Interrupted):
             raise
@@ -155,7 +159,7 @@ def reduce_logdirs(logdirs: Sequence[str], *, shard: Optional[Tuple[int, int]] =
 
 def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min_size, older_than, quiet_period,
             closed_files, jobs, timeout, ledger, progress, on_outcome, cancel, shard, shard_with, partition_sizes,
-            vault_format=DEFAULT_VAULT_FORMAT) -> ReduceReport:
+            vault_format=DEFAULT_VAULT_FORMAT, confirmed: Optional[Collection[str]] = None) -> ReduceReport:
     if not dry_run:
         eng.prepare_reduce()  # the vault ours, a remote vault remembered, before any backup is made
     recovered = [] if dry_run else eng.recover()
@@ -185,6 +189,8 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
             p = plan(logdir, pol, backup_dir=eng.backup_dir, runs=runs, run_glob=run_glob, min_size=min_size,
                      older_than=older_than, quiet_period=quiet_period, closed_files=closed_files,
                      footprint=scans.get(key), vault_format=vault_format, engine=eng)
+            if confirmed is not None and not dry_run:
+                hold_to_confirmed(p, confirmed)  # what the user said yes to, or nothing for that run
         report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
         if dry_run:
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.engine.front import open_engine
@@ -253,3 +253,46 @@ def ledger_skips(p: Plan, policy="archive", *, backup_dir: Optional[str] = None,
             skipped.append(rp.run)
     return skipped
 
+
+
+def plan_digest(rp) -> str:
+    """What a user confirms of one run's plan, as a digest: the run's size and every action
+    (kind, path, the file's size, its new name). The same plan made again digests the same; a
+    file added, removed, grown or shrunk since changes it (``confirmed_digests``,
+    ``hold_to_confirmed``). Not the sizes after: a plan may estimate them where the reduce's
+    own plan measures (a tab's plan of a run the rewrite cache has not seen)."""
+    import hashlib
+    import json
+
+    what = [rp.run, rp.bytes_before,
+            sorted((a.kind, a.path, a.bytes_before, a.new_path or "") for a in rp.actions)]
+    return hashlib.sha256(json.dumps(what, default=str).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def confirmed_digests(plans) -> List[str]:
+    """The ``plan_digest`` of every run a plan (or several: a batch's, one per logdir; the digest
+    names its run) would change, or that only its ledger leaves (a resumed batch: the reduce
+    skips it as the question did): what a front end hands back as ``reduce_logdir(confirmed=)``
+    once the user said yes."""
+    plans = [plans] if isinstance(plans, Plan) else plans
+    return sorted({plan_digest(rp) for p in plans for rp in p.runs
+                   if rp.actions and (not rp.skipped or rp.code == Skip.LEDGER_DONE)})
+
+
+def hold_to_confirmed(p: Plan, confirmed: Collection[str]) -> List[str]:
+    """The one rule of "the reduce does what the user confirmed" (the CLI's question, the tab's
+    per-run dialog): each run ``p`` would change whose plan is not one confirmed (its
+    ``plan_digest`` is not in ``confirmed``: the run changed since, or was not shown) is left
+    alone with ``Skip.PLAN_CHANGED`` and a message to plan again; the others go on. Per run, not
+    the whole batch. Returns the names left alone."""
+    confirmed = set(confirmed)
+    changed = []
+    for rp in p.runs:
+        if not rp.actions or rp.skipped or plan_digest(rp) in confirmed:
+            continue
+        rp.skipped = ("its plan is not the one you confirmed (files appeared, changed or went since, or it "
+                      "was not shown); nothing done: plan again (`tb-footprint plan`, the tab) and confirm the "
+                      "new one")
+        rp.code = Skip.PLAN_CHANGED
+        changed.append(rp.run)
+    return changed

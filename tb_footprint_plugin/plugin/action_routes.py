@@ -20,6 +20,10 @@ class ActionRoutes(RouteBase):
             names = self._confirmed_matching(fp, policy, body)
         else:
             names = self._run_names(fp, body.get("runs", body.get("run")), changing=True)
+        confirmed = body.get("digests")  # the plans the dialog showed (``/plan``'s per-run ``digest``)
+        if confirmed is not None and (not isinstance(confirmed, list)
+                                      or not all(isinstance(x, str) for x in confirmed)):
+            raise HttpError(400, "digests must be a list of the confirmed plans' digests")
         token = _cancel_token()
         job = Job("reduce", names, {"policy": policy.name}, cancel_token=token)
         before = {n: {c.name: c.bytes for c in fp.run(n).categories.values()} for n in names}
@@ -27,7 +31,8 @@ class ActionRoutes(RouteBase):
 
         def work(job: Job) -> dict:
             report = api.reduce_logdir(p.logdir, p.config.backup_dir, policy=policy, dry_run=False, runs=names,
-                                       quiet_period=p.config.quiet_period, progress=job.report, cancel=token)
+                                       quiet_period=p.config.quiet_period, progress=job.report, cancel=token,
+                                       confirmed=confirmed)
             d = api.reduce_summary(report, names, before, with_files=False)
             for o in d["outcomes"]:
                 job.finish_run(o["run"], o["status"])

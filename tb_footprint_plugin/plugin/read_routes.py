@@ -442,7 +442,9 @@ class ReadRoutes(RouteBase):
         d = plan.to_dict()
         cats = {a.category for rp in plan.runs for a in rp.actions}
         labels = self._labels(cats)
-        d["runs"] = [api.plan_run_view(rp, labels) for rp in plan.runs]
+        # each run's plan digest: the dialog's "Reduce" sends back those it showed, and the reduce
+        # leaves alone a run whose plan is another by then (``api.hold_to_confirmed``)
+        d["runs"] = [dict(api.plan_run_view(rp, labels), digest=api.plan_digest(rp)) for rp in plan.runs]
         d["labels"] = labels
         d["scan"] = meta
         d["policy_key"] = self._policy_key(request)
