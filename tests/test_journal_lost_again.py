@@ -215,3 +215,35 @@ def test_a_real_sigkill_after_the_journal_is_written_again(logdir):
     assert all(o.verified for o in api.restore(logdir))
     assert _tree(logdir) == before
     assert _pins(logdir) == []
+
+
+def _overwrite_journal(logdir):
+    """The journal's own inode given other content (what a file planted after its removal is
+    when it gets the removed journal's inode number back)."""
+    def act():
+        d = _journal_dir(logdir)
+        for n in os.listdir(d):
+            if n.endswith(".jsonl"):
+                with open(os.path.join(d, n), "r+") as f:
+                    f.truncate(0)
+                    f.write("not a journal of this operation\n")
+    return act
+
+
+@pytest.mark.parametrize("step", ["reduce.swap", "reduce.stage"])
+def test_a_journal_holding_other_lines_is_said_so_not_read_as_the_operation(logdir, step):
+    """Before: 'list index out of range; rollback incomplete' (after the swap: the manifest was
+    written from no records; before it: the rollback read no begin record)."""
+    before = _tree(logdir)
+    faults.arm(step, _overwrite_journal(logdir))
+    out = _reduce(logdir)
+    assert out.code == Failure.JOURNAL_GONE, out.reason
+    assert "list index out of range" not in out.reason
+    assert "no longer holds this operation's records" in out.reason
+    path = os.path.join(_journal_dir(logdir), f"{out.op_id}.jsonl")
+    with open(path) as f:  # never removed or rewritten (records appended until the check are)
+        assert f.read().startswith("not a journal of this operation\n")
+    if step == "reduce.stage":  # found before the swap: nothing replaced
+        assert out.status == Outcome.ROLLED_BACK and _tree(logdir) == before
+    else:
+        assert out.status == Outcome.FAILED and out.op_id in out.reason

@@ -271,7 +271,7 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         records: List[dict] = []
         if journal is not None and gone is None:
             try:
-                records = journal.records()
+                records = own_records(journal)
             except JournalGone as g:
                 gone = g
         if journal is None:
@@ -287,7 +287,7 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         else:
             try:
                 _append_rollback(journal, reason)
-                rollback(ctx, journal.records(), reason, journal)
+                rollback(ctx, own_records(journal), reason, journal)
                 ctx.vault.unpin(op_id)  # the originals are back
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
                 if isinstance(e, TransactionError) and isinstance(e.code, Skip):
@@ -436,7 +436,7 @@ def _settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str
               f"process wrote to it")
     try:
         _append_rollback(journal, reason)
-        rollback(ctx, journal.records(), reason, journal)
+        rollback(ctx, own_records(journal), reason, journal)
         ctx.vault.unpin(journal.op_id)  # the originals are back
     except JournalGone:
         return False
@@ -447,6 +447,20 @@ def _settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str
     out.status, out.code, out.reason = Outcome.ROLLED_BACK, gone.code, f"{reason}; the run is as it was"
     journal.close()
     return True
+
+
+def own_records(journal: Journal) -> List[dict]:
+    """``journal.records()``, but ``JournalGone`` unless they are this operation's: its begin
+    record first and at least every record this process wrote. A file written at the journal's
+    path after it was removed may get the removed journal's inode number back and pass the
+    ``(st_dev, st_ino)`` check; its lines are not this operation's (before: 'list index out of
+    range', the rollback left incomplete)."""
+    records = journal.records()
+    first = records[0] if records else {}
+    if first.get("type") != "begin" or first.get("op_id") != journal.op_id or len(records) < len(journal.written):
+        raise JournalGone(journal.path, "no longer holds this operation's records (another file, or other content, "
+                          "stands at its name)")
+    return records
 
 
 def _append(journal: Journal, record: dict, sync: bool = True) -> None:
@@ -616,6 +630,9 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     _check_writers(ctx, rp)
     cancel.check()  # the last point where a cancel is honoured
 
+    # the journal recovery would read must hold every record so far before anything is replaced
+    # (one read of a file just written: page cache): other lines at its name leave the run as it was
+    own_records(journal)
     # the backups and their pins durable (each folder once), then the swap record's fsync the journal
     vault.sync_pinned(journal.op_id)
     # 5. swap: the commit point. A compressing reduce notes its compaction first: from the swap on
@@ -640,7 +657,7 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     out.created_files = [s["final"] for s in staged]
     out.bytes_after = (rp.bytes_before - sum(b["size"] for b in backups.values())
                        + sum(s["size"] for s in staged))
-    write_manifest(ctx, journal.records(), "verified", None)
+    write_manifest(ctx, own_records(journal), "verified", None)
     # the manifest is durable: the commit record and the journal's removal need no fsync (a
     # journal a power cut brings back is settled by recovery, which finds the manifest)
     _append(journal, {"type": "commit"}, sync=False)
