@@ -435,7 +435,9 @@ GO = None  # what ``_consent`` returns when the verb may change things
 #: the rule, as every changing verb's --help says it
 CONSENT_RULE = ("The plan is shown first. On a terminal you are asked; --yes (-y) acts without asking; "
                 "without a terminal and without --yes nothing changes and the exit code is 2; "
-                "--dry-run (-n) only shows the plan (exit 0). Ctrl-C rolls back the run under way (exit 130).")
+                "--dry-run (-n) only shows the plan (exit 0). Ctrl-C settles the operation under way before "
+                "it exits 130, as the next start would: a reduce or retire of a run not yet committed goes back "
+                "to its exact bytes (one past its commit is finished); a restore or purge under way is finished.")
 
 
 def _consent(args, verb: str, changes: int, question: str) -> Optional[int]:
@@ -603,16 +605,15 @@ class _interruptible:
     """While a verb changes things, Ctrl-C cancels the batch (a run on another thread stops at its
     next step and rolls back) and interrupts this thread (its run is settled by ``_interrupted``)."""
 
-    def __init__(self, cancel):
-        self.cancel, self.before = cancel, None
+    def __init__(self, cancel, settles: str = "each run under way stops at its next step and is rolled back"):
+        self.cancel, self.before, self.settles = cancel, None, settles
 
     def _handler(self, signum, frame):
         if self.cancel.cancelled:  # settling now: a second Ctrl-C must not cut a rollback short
             print("\nstill settling the interrupted run (Ctrl-\\ quits at once; the next start settles "
                   "what is left)", file=sys.stderr, flush=True)
             return
-        print("\ninterrupting: each run under way stops at its next step and is rolled back…",
-              file=sys.stderr, flush=True)
+        print(f"\ninterrupting: {self.settles}…", file=sys.stderr, flush=True)
         self.cancel.cancel()
         raise KeyboardInterrupt
 
@@ -666,8 +667,9 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
     words = sys.argv[1:] if sys.argv[1:2] == [verb] else [verb, *logdirs]
     if "--yes" not in words and "-y" not in words:
         words = [*words, "--yes"]
-    done = "reduced and verified" if reducing else "retired"
-    print(f"Runs {done} before the interrupt stay so; no other run was changed. `tb-footprint status "
+    done = {"reduce": "Runs reduced and verified", "restore": "Runs restored",
+            "purge": "Backups deleted"}.get(verb, "Runs retired")
+    print(f"{done} before the interrupt stay so; nothing else was changed. `tb-footprint status "
           f"{_quote(logdirs[0])}` shows the logdir. To go on: `tb-footprint "
           f"{' '.join(_quote(w) for w in words)}`" + (" (runs already done are skipped)." if reducing else "."),
           file=sys.stderr)
@@ -834,8 +836,15 @@ def cmd_restore(args) -> int:
         print("nothing to restore")
         return EXIT_OK
     outs = []
-    for c in calls:
-        outs += api.restore(args.logdir, backup_dir=args.backup_dir, **c)
+    cancel = api.CancelToken()
+    try:  # Ctrl-C: the restore under way is finished now (as the next start would), then exit 130
+        with _interruptible(cancel, "the restore under way is finished before exiting"):
+            for c in calls:
+                outs += api.restore(args.logdir, backup_dir=args.backup_dir, **c)
+    except KeyboardInterrupt:
+        for o in outs if not args.json else ():
+            print(_outcome_line(o))
+        return _interrupted(args, "restore", [args.logdir], None, [])
     if args.json:
         _dump(api.restore_summary(outs)["outcomes"])
     else:
@@ -907,10 +916,30 @@ def cmd_verify(args) -> int:
 def cmd_purge(args) -> int:
     from tb_footprint_plugin import api
 
-    def purge(yes: bool, op_ids=None):  # every selected run in one pass: shared blobs and lost originals counted once
-        return api.purge(args.logdir, older_than=args.older_than, runs=args.runs or None, run_glob=args.run_glob,
-                         yes=yes, backup_dir=args.backup_dir, op=args.op, op_ids=op_ids)
+    purging = []  # set once backups are being deleted: a Ctrl-C then settles the purge
 
+    def purge(yes: bool, op_ids=None):  # every selected run in one pass: shared blobs and lost originals counted once
+        def call():
+            return api.purge(args.logdir, older_than=args.older_than, runs=args.runs or None, run_glob=args.run_glob,
+                             yes=yes, backup_dir=args.backup_dir, op=args.op, op_ids=op_ids)
+
+        if not yes:
+            return call()
+        purging.append(True)
+        # Ctrl-C: the purge under way is finished now (from its recorded intent), then exit 130
+        with _interruptible(api.CancelToken(), "the purge under way is finished before exiting"):
+            return call()
+
+    try:
+        return _purge_asked(args, purge)
+    except KeyboardInterrupt:
+        if not purging:
+            raise  # at the preview or the question: nothing was being deleted
+        return _interrupted(args, "purge", [args.logdir], None, [])
+
+
+def _purge_asked(args, purge) -> int:
+    """``cmd_purge``'s preview, question and purge (``purge(yes, op_ids)``: ``api.purge`` of the selection)."""
     rep = purge(bool(args.yes))
     if not args.yes:
         if not args.json:
