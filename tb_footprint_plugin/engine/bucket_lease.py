@@ -21,7 +21,6 @@ it names is only used to build a journal key when it has the op-id format.
 from __future__ import annotations
 
 import math
-import os
 import socket
 import threading
 import time
@@ -72,16 +71,10 @@ def holder_gone(lock, journal_mtime: Callable[[str], Optional[float]], active_op
     ``active_ops`` are the operations this process runs now."""
     if not well_formed(lock):
         return True
-    now = time.time() if now is None else now
-    if lock["host"] == HOST:
-        if lock["pid"] == os.getpid():
-            return lock.get("op") not in active_ops
-        return not lease.holder_alive(lock["pid"], lock.get("pid_start"))
-    if now < lock["expires"]:
-        return False
     op = lock.get("op")
-    written = journal_mtime(op) if is_op_id(op) else None
-    return written is None or written <= now - lease.lease_seconds()
+    # the one staleness rule (``engine.lease.holder_gone``); progress: the operation's journal object
+    return lease.holder_gone(lock, lambda: journal_mtime(op) if is_op_id(op) else None,
+                             ours_live=isinstance(op, str) and op in active_ops, now=now)
 
 
 def hold(path: str, doc: dict, version: str, put: Callable[[dict, str], str]) -> None:

@@ -324,12 +324,14 @@ def pending_journals(journal_dir: str) -> Iterator[Journal]:
             yield Journal(os.path.join(journal_dir, name), may_create=False)
 
 
-class RunLocked(RuntimeError):
-    """Another process holds this run's lock."""
+class RunLocked(leases.LockRefused):
+    """Another process holds this run's lock (``Skip.LOCKED``; ``holder`` named where a live
+    lease says who)."""
 
 
-class RunLock:
-    """Exclusive, non-blocking lock on one run of one logdir: a ``flock`` plus a lease."""
+class RunLock(leases.RunLease):
+    """Exclusive, non-blocking lock on one run of one logdir: a ``flock`` plus a lease (the
+    folder implementation of ``engine.lease.RunLease``)."""
 
     def __init__(self, lock_dir: str, run: str):
         self.lock_dir = lock_dir
@@ -361,7 +363,7 @@ class RunLock:
             self._lock_run_dir()
             holder = self.live_holder()
             if holder:
-                raise RunLocked(f"run {self.run!r} is being changed by another process ({holder})")
+                raise RunLocked(f"run {self.run!r} is being changed by another process ({holder})", holder)
             if not leases.take(self.lease_path, self.run):
                 raise RunLocked(f"run {self.run!r} was taken over by another process at the same moment")
         except BaseException:
@@ -403,7 +405,13 @@ class RunLock:
             os.close(self.dir_fd)
             self.dir_fd = None
 
+    def still_held(self) -> bool:
+        """Whether this object holds the run: its ``flock`` taken and its lease not found taken
+        over by a renewal."""
+        return self.fd is not None and leases.holds(self.lease_path)
+
     def release(self) -> None:
+        """Drop the lease (if still ours) and the ``flock``s."""
         if self.fd is not None:
             try:
                 leases.drop(self.lease_path)
@@ -411,9 +419,3 @@ class RunLock:
                 self._unlock_run_dir()
                 release(self.fd)
                 self.fd = None
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()

@@ -14,6 +14,12 @@ Another worker that gets the ``flock`` still leaves the run alone while the leas
   progress within the last lease period (a holder whose renewals stall but whose transaction
   still writes its journal is not robbed).
 
+These rules are written once, ``holder_gone``, for both engines: a folder's run lock
+(``journal.RunLock``: this file, progress read from the run's journal files) and a bucket's
+(``bucket_lease.ObjectRunLock``: the lock object itself carries the lease, progress read from its
+operation's journal object). Both are a ``RunLease`` (acquire, still_held, release); a lock not
+taken is a ``LockRefused``, coded ``Skip.LOCKED`` and naming its holder.
+
 A stale lease is taken over: the new holder writes its own lease and reads it back to check
 that its token won (two takers racing on NFS: the last rename wins, the loser skips the run).
 The lease length is ``DEFAULT_LEASE_S`` seconds (``TB_FOOTPRINT_LEASE_SECONDS`` or
@@ -21,6 +27,7 @@ The lease length is ``DEFAULT_LEASE_S`` seconds (``TB_FOOTPRINT_LEASE_SECONDS`` 
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 import json
 import math
@@ -29,8 +36,9 @@ import socket
 import threading
 import time
 import uuid
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
+from tb_footprint_plugin.codes import Code, Skip
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import check_parent, open_private
 from tb_footprint_plugin.storage.regular import open_regular
@@ -173,17 +181,74 @@ def journal_progress(journal_dir: str, run: str) -> Optional[float]:
     return newest
 
 
-def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional[float] = None) -> bool:
-    """Whether ``lease`` still belongs to a live holder other than this process (rules above)."""
-    if lease is None:
-        return False
+def holder_gone(lease: dict, progress: Callable[[], Optional[float]], *, ours_live: bool = False,
+                now: Optional[float] = None) -> bool:
+    """Whether the holder of a well-formed ``lease`` (``host``, ``pid``, ``expires``; ``pid_start``
+    where recorded) is gone, so its lock may be taken over: THE staleness rule of every run lock.
+    Same host: its process no longer runs (a pid reused since counts as gone); this very process:
+    ``ours_live`` (whether it still runs what the lease was taken for). Other host: the lease
+    expired and ``progress()`` (the newest write of the holder's journal, None when there is none;
+    asked only then, so a live lease costs no read) is older than one lease."""
     now = time.time() if now is None else now
     if lease["host"] == HOST:
-        return lease["pid"] != os.getpid() and holder_alive(lease["pid"], lease.get("pid_start"))
+        if lease["pid"] == os.getpid():
+            return not ours_live
+        return not holder_alive(lease["pid"], lease.get("pid_start"))
     if now < lease["expires"]:
-        return True
-    progress = journal_progress(journal_dir, run)
-    return progress is not None and progress > now - _lease_s
+        return False
+    written = progress()
+    return written is None or written <= now - _lease_s
+
+
+def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional[float] = None) -> bool:
+    """Whether ``lease`` still belongs to a live holder other than this process (``holder_gone``,
+    progress from the run's journal files)."""
+    if lease is None:
+        return False
+    return not holder_gone(lease, lambda: journal_progress(journal_dir, run), now=now)
+
+
+class LockRefused(RuntimeError):
+    """A run lock that was not taken: another process holds the run. ``code`` is
+    ``Skip.LOCKED`` (what a caller branches on), ``holder`` names the holder where known
+    (``"HOST pid PID ..."``), the message says it in prose."""
+
+    code: Code = Skip.LOCKED
+
+    def __init__(self, message: str, holder: Optional[str] = None):
+        super().__init__(message)
+        self.holder = holder
+
+
+class RunLease(abc.ABC):
+    """The one run-lock interface of both engines: ``acquire`` takes the run (``LockRefused``
+    when a live holder has it; a holder gone by ``holder_gone`` is taken over) and from then on
+    renews its lease in the background; ``still_held`` says whether it is still ours (a renewal
+    that found it taken over says no); ``release`` stops the renewal and gives the lock up.
+    Implementations: ``journal.RunLock`` (a folder: ``flock`` + a lease file beside it) and
+    ``bucket_lease.ObjectRunLock`` (a bucket: the lock object carries the lease, renewed by
+    conditional writes), chosen by the store's ``Capabilities`` (``bucket_lease.lock_class``)."""
+
+    run: str
+
+    @abc.abstractmethod
+    def acquire(self) -> "RunLease":
+        """Take the run (``LockRefused`` naming the holder when another live process has it)."""
+
+    @abc.abstractmethod
+    def still_held(self) -> bool:
+        """Whether this process still holds the lock (False once another took it over)."""
+
+    @abc.abstractmethod
+    def release(self) -> object:
+        """Stop renewing and give the lock up (what an implementation leaves its caller to
+        remove, e.g. a bucket lock's version to delete it at with its journal, else None)."""
+
+    def __enter__(self) -> "RunLease":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def take(path: str, run: str) -> bool:
@@ -199,6 +264,13 @@ def take(path: str, run: str) -> bool:
         _held[path] = lease
         _start_renewer()
     return True
+
+
+def holds(path: str) -> bool:
+    """Whether this process holds the lease at ``path`` (taken, not dropped, not found taken over
+    by a renewal)."""
+    with _mu:
+        return path in _held
 
 
 def drop(path: str) -> None:
@@ -248,5 +320,5 @@ def _start_renewer() -> None:
     _renewer.start()
 
 
-__all__ = ["DEFAULT_LEASE_S", "HOST", "configure", "lease_seconds", "read_lease", "live_holder", "take", "drop",
-           "renew_all", "journal_progress"]
+__all__ = ["DEFAULT_LEASE_S", "HOST", "LockRefused", "RunLease", "configure", "drop", "holder_gone", "holds",
+           "journal_progress", "lease_seconds", "live_holder", "read_lease", "renew_all", "take"]

@@ -1,0 +1,107 @@
+"""One lock with its lease (issue #26): the run lock's staleness rule is written once
+(``engine.lease.holder_gone``) and judged alike by a folder's ``journal.RunLock`` and a bucket's
+lock (``engine.bucket_lease``); both are an ``engine.lease.RunLease`` whose refusal is a coded
+``LockRefused`` (``Skip.LOCKED``) naming the holder."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tb_footprint_plugin.codes import Skip
+from tb_footprint_plugin.engine import bucket_lease, lease
+from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _cases(now: float):
+    """(name, lease, journal progress, expected gone) for a holder other than this process."""
+    live_pid = os.getppid()
+    n = lease.lease_seconds()
+    return [
+        ("same host, holder runs", {"host": lease.HOST, "pid": live_pid, "expires": now - 5}, None, False),
+        ("same host, holder gone", {"host": lease.HOST, "pid": _dead_pid(), "expires": now + n}, now, True),
+        ("same host, pid reused", {"host": lease.HOST, "pid": live_pid, "pid_start": -7, "expires": now + n}, None, True),
+        ("other host, lease runs", {"host": "elsewhere", "pid": 1, "expires": now + 5}, None, False),
+        ("other host, expired, journal written lately", {"host": "elsewhere", "pid": 1, "expires": now - 5}, now - 1, False),
+        ("other host, expired, journal idle", {"host": "elsewhere", "pid": 1, "expires": now - 5}, now - 2 * n, True),
+        ("other host, expired, no journal", {"host": "elsewhere", "pid": 1, "expires": now - 5}, None, True),
+    ]
+
+
+def test_one_staleness_rule_for_both_engines(tmp_path):
+    """Every case is judged the same by the rule, by a folder's lease (``live_holder``, progress
+    from its journal files) and by a bucket lock (``bucket_lease.holder_gone``, progress from its
+    journal object); the progress is asked only of an expired lease of another host."""
+    now = time.time()
+    for name, held, progress, gone in _cases(now):
+        asked = []
+
+        def prog(p=progress):
+            asked.append(1)
+            return p
+
+        assert lease.holder_gone(held, prog, now=now) is gone, name
+        assert bool(asked) == (held["host"] != lease.HOST and now >= held["expires"]), name
+        lock = dict(held, op="20260101T000000Z-abcdef12", run="r")
+        assert bucket_lease.holder_gone(lock, lambda op, p=progress: p, now=now) is gone, name
+        journals = tmp_path / name.replace(" ", "_").replace(",", "")
+        journals.mkdir()
+        if progress is not None:  # the run's journal file, last written at ``progress``
+            (journals / "op.jsonl").write_text(json.dumps({"type": "begin", "run": "r"}) + "\n")
+            os.utime(journals / "op.jsonl", (progress, progress))
+        assert lease.live_holder(dict(held, token="t", renewed=now), str(journals), "r", now=now) is (not gone), name
+
+
+def test_this_process_is_live_only_while_it_runs_the_operation():
+    now = time.time()
+    mine = {"host": lease.HOST, "pid": os.getpid(), "expires": now - 100}
+    assert lease.holder_gone(mine, lambda: None, ours_live=True, now=now) is False
+    assert lease.holder_gone(mine, lambda: None, now=now) is True
+    op = "20260101T000000Z-abcdef12"
+    assert bucket_lease.holder_gone(dict(mine, op=op), lambda o: None, {op}, now=now) is False
+    assert bucket_lease.holder_gone(dict(mine, op=op), lambda o: None, set(), now=now) is True
+    # an op of a type a set cannot hold is untrusted input, never an error
+    assert bucket_lease.holder_gone(dict(mine, op=["x"]), lambda o: None, {op}, now=now) is True
+
+
+def test_the_bucket_lease_has_no_staleness_rule_of_its_own():
+    """``bucket_lease`` judges a holder only through ``lease.holder_gone``: no expiry compared,
+    no process looked up there."""
+    import inspect
+
+    src = inspect.getsource(bucket_lease)
+    assert "lease.holder_gone(" in src
+    for own in ('< lock["expires"]', "holder_alive(", "os.getpid()", "lease_seconds() <", "<= now"):
+        assert own not in src, own
+
+
+def test_a_folder_run_lock_is_a_run_lease_refused_with_a_code_naming_the_holder(tmp_path):
+    locks = tmp_path / ".tb-footprint" / "locks"
+    locks.mkdir(parents=True)
+    first = RunLock(str(locks), "run1")
+    assert isinstance(first, lease.RunLease)
+    with first:
+        assert first.still_held()
+        with pytest.raises(lease.LockRefused) as e:
+            RunLock(str(locks), "run1").acquire()
+        assert isinstance(e.value, RunLocked) and e.value.code == Skip.LOCKED
+    assert not first.still_held()
+    # a live lease of another process on this host (its flock on another client, as on NFS)
+    other = RunLock(str(locks), "run2")
+    now = time.time()
+    with open(other.lease_path, "w") as f:
+        json.dump({"run": "run2", "host": lease.HOST, "pid": os.getppid(), "token": "x", "renewed": now,
+                   "expires": now + 60}, f)
+    with pytest.raises(lease.LockRefused) as e:
+        other.acquire()
+    assert e.value.code == Skip.LOCKED and f"pid {os.getppid()}" in e.value.holder
