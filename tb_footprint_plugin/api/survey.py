@@ -273,10 +273,13 @@ def confirmed_digests(plans) -> List[str]:
     """The ``plan_digest`` of every run a plan (or several: a batch's, one per logdir; the digest
     names its run) would change, or that only its ledger leaves (a resumed batch: the reduce
     skips it as the question did): what a front end hands back as ``reduce_logdir(confirmed=)``
-    once the user said yes."""
+    once the user said yes. A run with an interrupted attempt of its own (``Skip.UNFINISHED``:
+    the question says it is rolled back first, then reduced again, so planned afresh) is
+    confirmed by name, ``redo:<run>``: its plan before the rollback is not the one it will have."""
     plans = [plans] if isinstance(plans, Plan) else plans
-    return sorted({plan_digest(rp) for p in plans for rp in p.runs
-                   if rp.actions and (not rp.skipped or rp.code == Skip.LEDGER_DONE)})
+    return sorted({("redo:" + rp.run) if rp.code == Skip.UNFINISHED else plan_digest(rp)
+                   for p in plans for rp in p.runs
+                   if rp.actions and (not rp.skipped or rp.code in (Skip.LEDGER_DONE, Skip.UNFINISHED))})
 
 
 def hold_to_confirmed(p: Plan, confirmed: Collection[str]) -> List[str]:
@@ -288,7 +291,7 @@ def hold_to_confirmed(p: Plan, confirmed: Collection[str]) -> List[str]:
     confirmed = set(confirmed)
     changed = []
     for rp in p.runs:
-        if not rp.actions or rp.skipped or plan_digest(rp) in confirmed:
+        if not rp.actions or rp.skipped or plan_digest(rp) in confirmed or "redo:" + rp.run in confirmed:
             continue
         rp.skipped = ("its plan is not the one you confirmed (files appeared, changed or went since, or it "
                       "was not shown); nothing done: plan again (`tb-footprint plan`, the tab) and confirm the "
