@@ -59,21 +59,6 @@ from tb_footprint_plugin.storage.private import is_ours
 from tb_footprint_plugin.storage.regular import kind_of
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 # ---------------------------------------------------------------------------------------
 # preflight: refuse before anything is written
 # ---------------------------------------------------------------------------------------
