@@ -100,7 +100,7 @@ import time
 from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, TypeVar
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
-from tb_footprint_plugin.engine import faults, oplog, remote_vault
+from tb_footprint_plugin.engine import faults, lease, oplog, remote_vault
 from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still, copy_file,
                                                create_exclusive, create_new, finish_new_file, fsync_dir,
                                                hash_and_count, is_regular, sha256_file, sha256_stream,
@@ -596,6 +596,26 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
+#: the middle of an ``unshare`` copy's temp name: ``<sha>.unshare-<pid>-<random>``
+UNSHARE_TMP = ".unshare-"
+
+
+def _sweep_unshare_leftovers(folder: str, sha: str) -> None:
+    """Remove the copies killed ``unshare`` calls of ``sha`` left in ``folder``: those whose
+    process is gone (a live one's is its copy in progress)."""
+    pre = sha + UNSHARE_TMP
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(pre)]
+    except OSError:
+        return
+    for n in names:
+        pid = n[len(pre):].split("-", 1)[0]
+        if pid.isdigit() and lease.holder_alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            fsops.unlink(os.path.join(folder, n))
+
+
 def _one_name(path: str) -> bool:
     """Whether ``path`` is one name of its file, or gone (``Vault.unshare``'s first, cheap test)."""
     try:
@@ -1050,10 +1070,12 @@ class Vault:
         p = self.blob_path(sha)
         if _one_name(p):
             return True
-        fd, tmp = tempfile.mkstemp(prefix=".unshare-", dir=os.path.dirname(p))
-        os.close(fd)
-        os.unlink(tmp)  # ``copy_file`` makes it anew (``create_new``)
+        folder = os.path.dirname(p)
+        _sweep_unshare_leftovers(folder, sha)
+        # named by digest and pid: a killed unshare's copy is removed by the next one of this blob
+        tmp = os.path.join(folder, f"{sha}{UNSHARE_TMP}{os.getpid()}-{secrets.token_hex(4)}")
         try:
+            st = os.lstat(p)
             copy_file(p, tmp)
             if sha256_file(tmp) != sha:
                 # the live file changed since it was linked in: its bytes are not this backup's
@@ -1061,6 +1083,15 @@ class Vault:
                 # .zst, compaction keeps it as shared, salvage skips it)
                 fsops.unlink(tmp)
                 return False
+            # the blob's mode and times go with it: a grown backup's mtime is the only record of
+            # its last write, which a restore gives back (``swap._time_of``; review R15 F1)
+            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, stat.S_IMODE(st.st_mode))
+                os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             fsops.replace(tmp, p)
         except BaseException:
             with contextlib.suppress(OSError):
