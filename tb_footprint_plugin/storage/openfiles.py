@@ -179,37 +179,93 @@ def no_writer_anywhere(path: str) -> Optional[bool]:
     ``CAP_LEASE``; not a regular file).
 
     A read lease (``F_SETLEASE``/``F_RDLCK``) is granted only when the inode is open for writing
-    nowhere; it is released at once. A writer opening the file in between waits for that release
-    (microseconds) instead of the lease-break time, and the break's signal is SIGURG, ignored by
-    default, not SIGIO, which would end this process."""
+    nowhere; it is released at once, by the next C call (``_lease_calls``: the interpreter lock
+    is kept across both, so no thread of this process runs between them). A writer opening the
+    file in between waits for that release (microseconds); only if this process is stopped
+    exactly there (SIGSTOP) does it wait up to the lease-break time. The break's signal is SIGURG,
+    ignored by default, not SIGIO, which would end this process. The file is looked at through an
+    ``O_PATH`` descriptor first: a folder of ``path`` replaced by a link to ``/dev`` never has a
+    device opened (only a regular file is opened for reading)."""
     return _lease_probe(path, None)
+
+
+def _lease_calls():
+    """``fcntl`` of the C library, called without releasing the interpreter lock (``PyDLL``),
+    so the lease taken and the release that follows are not separated by another thread of
+    this process; None where ctypes cannot give it (then Python's ``fcntl``, which releases it)."""
+    try:
+        import ctypes
+
+        fn = ctypes.PyDLL(None, use_errno=True).fcntl
+        fn.restype = ctypes.c_int
+        fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_long)
+        return fn
+    except (OSError, AttributeError, ImportError):
+        return None
+
+
+_LEASE_FCNTL = _lease_calls()
+
+
+def _take_and_drop_read_lease(fd: int) -> bool:
+    """Take a read lease on ``fd`` and drop it at once: True when it was granted, False when a
+    writer holds the file (EAGAIN/EBUSY); OSError for any other refusal."""
+    if _LEASE_FCNTL is None:
+        try:
+            fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EBUSY):
+                return False
+            raise
+        fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
+        return True
+    import ctypes
+
+    if _LEASE_FCNTL(fd, F_SETLEASE, fcntl.F_RDLCK) == 0:
+        _LEASE_FCNTL(fd, F_SETLEASE, fcntl.F_UNLCK)
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EAGAIN, errno.EBUSY):
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 def _lease_probe(path: str, key: Optional[FileKey]) -> Optional[bool]:
     """``no_writer_anywhere(path)``; with ``key``, None unless the file opened is that inode
     (the name may have been given to another file since it was looked at)."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NOCTTY", 0)
+    o_path = getattr(os, "O_PATH", 0)
     try:
-        fd = os.open(path, flags)
+        # an O_PATH descriptor opens nothing (no device, no FIFO): what it names is looked at
+        # first, and only a regular file is then opened for reading, through it
+        pfd = os.open(path, (o_path or os.O_RDONLY | os.O_NONBLOCK) | getattr(os, "O_NOFOLLOW", 0)
+                      | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None
+    fd = -1
     try:
-        st = os.fstat(fd)
+        st = os.fstat(pfd)
         if not stat.S_ISREG(st.st_mode) or (key is not None and st.st_dev << 64 | st.st_ino != key):
             return None
+        if o_path:
+            fd = os.open(f"/proc/self/fd/{pfd}", os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+            st2 = os.fstat(fd)
+            if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
+                return None
+        else:
+            fd, pfd = pfd, -1
         if nfs_exported_device(st.st_dev):
             return None  # NFS clients write by file handle, holding no descriptor here
         fcntl.fcntl(fd, F_SETSIG, signal.SIGURG)
         try:
-            fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
-        except OSError as e:
-            return False if e.errno in (errno.EAGAIN, errno.EBUSY) else None
-        fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
-        return True
+            return _take_and_drop_read_lease(fd)
+        except OSError:
+            return None
     except OSError:
         return None
     finally:
-        os.close(fd)
+        for d in (fd, pfd):
+            if d >= 0:
+                os.close(d)
 
 
 #: the kernel NFS server's export table (present while nfsd runs)
