@@ -199,6 +199,8 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
             freed = eng.dry_run_freed(p, vault_format)
             if freed is not None:
                 report.freed_now_bytes, report.freed_on_disk_after_purge_bytes = freed
+            else:  # not known before the reduce (a bucket: its plan's retention note says when): null, not 0
+                report.freed_now_bytes = report.freed_on_disk_after_purge_bytes = None
             return report
         eng.remember_vault()
         before = eng.reduce_usage()

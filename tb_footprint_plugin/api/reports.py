@@ -43,16 +43,17 @@ class ReduceReport(RunOutcomes):
     shard: Optional[Tuple[int, int]] = None
     #: the runs of the logdir this shard took (None without a shard)
     shard_runs: Optional[List[str]] = None
-    #: what ``purge`` of this batch's backups would free on disk (purge's own count)
-    freed_on_disk_after_purge_bytes: int = 0
+    #: what ``purge`` of this batch's backups would free on disk (purge's own count); a dry run
+    #: that cannot know it (a bucket): None
+    freed_on_disk_after_purge_bytes: Optional[int] = 0
     #: disk in use by the logdir and its vault(s) before and after the batch, as ``du`` counts it
     #: (allocated blocks, hard links once; a bucket: the sizes as stored). A dry run: None
     disk_in_use_before_bytes: Optional[int] = None
     disk_in_use_after_bytes: Optional[int] = None
     #: what the logdir's disk gained now: ~0 with the default vault (its backups are hard links
     #: on that disk), the removed bytes with a vault on another disk. A dry run: the estimate
-    #: for the chosen vault (``engine.usage``)
-    freed_now_bytes: int = 0
+    #: for the chosen vault (``engine.usage``), None where it is not known before (a bucket)
+    freed_now_bytes: Optional[int] = 0
     #: what the ledger had that was refused (untrusted input; ``engine.ledger.check_ledger``)
     ledger_problems: List[dict] = field(default_factory=list)
     #: a local logdir whose backups go to a bucket: what the remote vault stores after the batch

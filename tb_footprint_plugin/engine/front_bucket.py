@@ -293,14 +293,16 @@ class BucketEngine(Engine):
                   held: Optional[dict] = None) -> None:
         """Differs: no unfinished operation or open writer is named beforehand (the reduce settles
         journals first and its lock objects keep a run another machine changes)."""
-        bucket_cost(p, fp, self.retention(p.removable_bytes), measures.stats if measures is not None else None)
+        bucket_cost(p, fp, self.retention(p.removable_bytes), measures.stats if measures is not None else None,
+                    blob_vault=self.vault.blobs is not None)
         p.notes.append(self.backup_note())
 
     def backup_note(self) -> str:
         """The plan's line on the form its backups take (``vault_format``)."""
         if self.vault.blobs is not None:
+            # (a --vault-format it cannot take is refused before the plan: ``vault_format``)
             return (f"backups: compressed blobs in {self.vault.blobs.folder} (verified, zstd where it pays, small ones "
-                    "packed); --vault-format hardlink cannot be honoured for a bucket")
+                    "packed)")
         return (f"backups: whole server-side copies under {self.rfs.scheme}://{self.vault.root} (the store's checksum "
                 "verified), kept until `tb-footprint purge`; --backup-dir FOLDER keeps compressed blobs instead")
 

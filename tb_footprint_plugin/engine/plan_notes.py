@@ -228,14 +228,15 @@ def bucket_traces(url: str):
     return BucketTraces(url)
 
 
-def bucket_cost(p: Plan, fp: LogdirFootprint, freed: dict, measured=None) -> None:
+def bucket_cost(p: Plan, fp: LogdirFootprint, freed: dict, measured=None, blob_vault: bool = False) -> None:
     """The request cost of a bucket plan and when its bytes are really freed on this bucket
     (``freed``: the bucket's retention report); ``measured``: the requests the plan's own trace
-    measures issued, counted with its scan's."""
+    measures issued, counted with its scan's; ``blob_vault``: the backups go to a local folder
+    of blobs (``--backup-dir``), downloaded rather than copied server-side."""
     from tb_footprint_plugin.plan.cost import request_cost
     from tb_footprint_plugin.storage.remote import protocol_of
 
-    p.cost = request_cost(p, fp, protocol_of(fp.logdir))
+    p.cost = request_cost(p, fp, protocol_of(fp.logdir), blob_vault=blob_vault)
     if measured is not None:  # the plan read the traces it measures: that is this plan's cost too
         scanned = p.cost["scan"]
         for k, v in measured.to_dict().items():

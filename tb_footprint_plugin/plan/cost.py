@@ -20,6 +20,10 @@ reduces one, ``engine.bucket_rewrite`` a run that rewrites files):
 
 Restore lists the run once, copies every backup back server-side, marks the manifest and removes
 what the reduction added (the ``.gz`` copies).
+
+With a local vault of blobs (``--backup-dir FOLDER``, ``blob_vault``) a backup is not a
+server-side copy: each removed or replaced file is downloaded whole into the folder (its bytes
+counted as downloaded), and a restore uploads it back (a put, its bytes up) instead of copying.
 """
 from __future__ import annotations
 
@@ -43,9 +47,11 @@ def _zero() -> Dict[str, int]:
     return {"list": 0, "read": 0, "head": 0, "copy": 0, "put": 0, "delete": 0, "bytes_down": 0, "bytes_up": 0}
 
 
-def request_cost(plan: Plan, footprint: LogdirFootprint, protocol: str) -> Dict[str, dict]:
+def request_cost(plan: Plan, footprint: LogdirFootprint, protocol: str, blob_vault: bool = False) -> Dict[str, dict]:
     """{'scan': measured requests of the scan, 'reduce': estimated requests of the reduction,
-    'restore': estimated requests to restore every reduced run}, each per verb with bytes."""
+    'restore': estimated requests to restore every reduced run}, each per verb with bytes.
+    ``blob_vault``: the backups go to a local folder of blobs (downloaded, uploaded back on
+    restore), not server-side copies."""
     from tb_footprint_plugin.storage.remote import DELETE_BATCH
 
     batch = DELETE_BATCH.get(protocol, 1)
@@ -60,11 +66,18 @@ def request_cost(plan: Plan, footprint: LogdirFootprint, protocol: str) -> Dict[
         files = [a for a in rp.actions if a.kind != "remove_dir"]
         deletes = [a for a in files if a.kind == "delete"]
         replaced = [a for a in files if a.kind in ("rewrite", "compress")]
-        red["copy"] += len(files)  # backups, server-side
+        if blob_vault:  # each backup downloaded into the folder, uploaded back by a restore
+            for a in files:
+                red["read"] += max(1, math.ceil(a.bytes_before / READ_CHUNK))
+                red["bytes_down"] += a.bytes_before
+                res["put"] += 1
+                res["bytes_up"] += a.bytes_before
+        else:
+            red["copy"] += len(files)  # backups, server-side
+            res["copy"] += len(files)
         red["put"] += RUN_PUTS
         res["put"] += 2  # lock, manifest marked restored
         res["list"] += 1
-        res["copy"] += len(files)
         res["delete"] += 1  # the lock
         if not replaced:
             drops.append(len(deletes))
