@@ -32,8 +32,40 @@ from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
 
 
-def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict]) -> None:
-    """Idempotent: rename staged files into place, unlink originals, remove emptied dirs."""
+def removed_dirs_before(ctx: Context, rp: RunPlan) -> List[dict]:
+    """The mode and mtime of each folder the plan removes, taken before the swap changes any of
+    them (the ``swap`` record keeps them): a swap killed after some unlinks and finished by
+    recovery would otherwise find the folders' mtimes already changed by the unlinks."""
+    out = []
+    for a in rp.actions:
+        if a.kind == "remove_dir":
+            with contextlib.suppress(OSError, TransactionError):
+                no_symlink(ctx, a.path)
+                st = os.lstat(ctx.abs(a.path))
+                if stat.S_ISDIR(st.st_mode):
+                    out.append({"path": a.path, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns})
+    return out
+
+
+def _recorded_dirs(rp: RunPlan, recorded) -> Dict[str, dict]:
+    """The swap record's folders (untrusted input) that the plan removes, with an integer mode and
+    a plausible mtime; others are ignored (then taken from the folder, as before)."""
+    removed = {a.path for a in rp.actions if a.kind == "remove_dir"}
+    out: Dict[str, dict] = {}
+    for d in recorded if isinstance(recorded, list) else ():
+        if (isinstance(d, dict) and d.get("path") in removed and isinstance(d.get("mode"), int)
+                and not isinstance(d.get("mode"), bool) and recorded_mtime_ns(d) is not None):
+            out[d["path"]] = d
+    return out
+
+
+def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict],
+               recorded_dirs: Optional[List[dict]] = None) -> None:
+    """Idempotent: rename staged files into place, unlink originals, remove emptied dirs.
+    ``recorded_dirs``: the removed folders' mode and mtime from before the first change (the
+    ``swap`` record's ``dirs``, ``removed_dirs_before``); without them (an older journal) each is
+    taken from the folder at this call's start."""
+    recorded = _recorded_dirs(rp, recorded_dirs)
     dirs = set()
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
@@ -78,8 +110,9 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             continue
         if not stat.S_ISDIR(st.st_mode):
             continue  # a symlink or a file now: not ours to remove
-        journal.append({"type": "rmdir", "path": a.path, "mode": st.st_mode & 0o7777,
-                        "mtime_ns": dir_mtimes.get(a.path, st.st_mtime_ns)})
+        r = recorded.get(a.path)
+        journal.append({"type": "rmdir", "path": a.path, "mode": r["mode"] & 0o7777 if r else st.st_mode & 0o7777,
+                        "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns)})
         try:
             fsops.rmdir(p)
             dirs.add(os.path.dirname(p))
@@ -507,5 +540,6 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
                  expected_after_bytes=plan["expected_after_bytes"],
                  actions=[Action(**{k: v for k, v in a.items()}) for a in plan["actions"]])
     j = Journal(os.path.join(ctx.journal_dir, f"{records[0]['op_id']}.jsonl"), may_create=False)
-    apply_swap(ctx, rp, j, staged, backups)
+    swap = next((r for r in records if r["type"] == "swap"), {})
+    apply_swap(ctx, rp, j, staged, backups, swap.get("dirs"))
     return True

@@ -46,7 +46,8 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import changes_since
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLock, RunLocked, StateMoved
 from tb_footprint_plugin.engine.recovery import recover
-from tb_footprint_plugin.engine.swap import apply_swap, folder_times, kept_folders, new_put_back_token, rollback
+from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before,
+                                             rollback)
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
@@ -625,9 +626,12 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
     # finishes; noted after the commit, a kill in between left the backups plain for good
     if vault.compacts:
         note_before_swap(ctx, journal.op_id, list(dict.fromkeys(r["sha256"] for r in backups.values())))
-    _append(journal, {"type": "swap"})
+    # the removed folders' mode and mtime from before any change, so a swap finished by recovery
+    # after a kill between two unlinks journals these, not the times its unlinks left (R14 F1)
+    removed_dirs = removed_dirs_before(ctx, rp)
+    _append(journal, {"type": "swap", "dirs": removed_dirs})
     faults.hit("reduce.swap_record")
-    apply_swap(ctx, rp, journal, staged, backups)
+    apply_swap(ctx, rp, journal, staged, backups, removed_dirs)
     _append(journal, {"type": "swapped"}, sync=False)
     faults.hit("reduce.swap")
     if unchanged is not None:
