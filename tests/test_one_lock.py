@@ -105,3 +105,100 @@ def test_a_folder_run_lock_is_a_run_lease_refused_with_a_code_naming_the_holder(
     with pytest.raises(lease.LockRefused) as e:
         other.acquire()
     assert e.value.code == Skip.LOCKED and f"pid {os.getppid()}" in e.value.holder
+
+
+class _Objects:
+    """In-memory state objects with versions (one call a request), as ``BucketState`` answers."""
+
+    def __init__(self):
+        self.objs, self.calls, self.n = {}, [], 0
+
+    def _put(self, path, doc):
+        self.n += 1
+        self.objs[path] = (json.dumps(doc, sort_keys=True), f"v{self.n}")
+        return f"v{self.n}"
+
+    def create(self, path, doc):
+        from tb_footprint_plugin.codes import StoreError
+        from tb_footprint_plugin.storage.store import StoreFailure
+
+        self.calls.append("create")
+        if path in self.objs:
+            raise StoreFailure(StoreError.ALREADY_EXISTS, path, "exists")
+        return self._put(path, doc)
+
+    def update(self, path, doc, version):
+        from tb_footprint_plugin.codes import StoreError
+        from tb_footprint_plugin.storage.store import StoreFailure
+
+        self.calls.append("update")
+        if path not in self.objs or self.objs[path][1] != version:
+            raise StoreFailure(StoreError.PRECONDITION_FAILED, path, "version")
+        return self._put(path, doc)
+
+    def read(self, path, info=None):
+        self.calls.append("read")
+        if path not in self.objs:
+            return None, None
+        return json.loads(self.objs[path][0]), self.objs[path][1]
+
+    def delete(self, paths, versions=None):
+        self.calls.append("delete")
+        for p in paths:
+            if versions and p in versions and self.objs.get(p, (None, None))[1] != versions[p]:
+                return {p: "version"}
+            self.objs.pop(p, None)
+        return {}
+
+
+def test_the_run_lock_is_chosen_by_the_stores_capabilities(tmp_path):
+    from tb_footprint_plugin.storage.store_object import BUCKET_CAPABILITIES
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    assert bucket_lease.lock_class(PosixStore(str(tmp_path)).capabilities) is RunLock
+    assert bucket_lease.lock_class(BUCKET_CAPABILITIES) is bucket_lease.ObjectRunLock
+    assert issubclass(bucket_lease.ObjectRunLock, lease.RunLease)
+
+
+def test_a_bucket_run_lock_is_taken_refused_naming_its_holder_and_taken_over_once_stale():
+    objs, journals = _Objects(), {}
+    ops = {"op-a", "op-b"}
+    place = bucket_lease.LockPlace(objs, lambda r: f"b/logs/.tb-footprint/locks/{r}.json", journals.get, ops)
+    first = bucket_lease.ObjectRunLock(place, "run1", "op-a").acquire()
+    try:
+        assert objs.calls == ["create"] and first.still_held()  # one create-only put
+        with pytest.raises(lease.LockRefused) as e:
+            bucket_lease.ObjectRunLock(place, "run1", "op-b").acquire()
+        assert e.value.code == Skip.LOCKED and f"pid {os.getpid()} (operation op-a)" in e.value.holder
+        version = first.release()
+        assert version == objs.objs[first.path][1] and not first.still_held()
+    finally:
+        bucket_lease.release(first.path)
+    # its holder is gone (this process no longer runs op-a) and no journal of op-a is left: taken over
+    ops.discard("op-a")
+    objs.calls.clear()
+    second = bucket_lease.ObjectRunLock(place, "run1", "op-b").acquire()
+    try:
+        assert objs.calls == ["create", "read", "delete", "create"]
+        assert json.loads(objs.objs[second.path][0])["op"] == "op-b"
+    finally:
+        bucket_lease.release(second.path)
+    # a gone holder whose journal is still there is not taken over (recovery settles it first)
+    ops.discard("op-b")
+    journals["op-b"] = type("Info", (), {"mtime": time.time()})()
+    with pytest.raises(lease.LockRefused):
+        bucket_lease.ObjectRunLock(place, "run1", "op-c").acquire()
+
+
+def test_the_bucket_engine_takes_its_run_locks_through_the_interface():
+    """``bucket_state.lock_run`` is ``run_lock(...).acquire()``: it neither writes a lock object
+    nor judges a holder itself (the create, the takeover and the rule live in ``ObjectRunLock``
+    and ``lease.holder_gone``)."""
+    import inspect
+
+    from tb_footprint_plugin.engine import bucket_state
+
+    src = inspect.getsource(bucket_state.lock_run)
+    assert "run_lock(" in src and ".acquire()" in src
+    for own in ("st.create(", "st.delete(", "owner_gone(", "new_lock_doc("):
+        assert own not in src, own

@@ -25,12 +25,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import lease
+from tb_footprint_plugin.engine.journal import RunLock
 from tb_footprint_plugin.storage.paths import is_op_id
-from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store import Capabilities, StoreFailure
 
 HOST = socket.gethostname()
 
@@ -104,6 +105,100 @@ def release(path: str) -> Optional[str]:
     return h.version
 
 
+class LockObjects(Protocol):
+    """What a bucket run lock needs of the engine's way to its store (``bucket_objects.BucketState``):
+    small JSON objects written create-only or over a version, read with their version, deleted at
+    a version."""
+
+    def create(self, path: str, doc: dict) -> str: ...
+
+    def update(self, path: str, doc: dict, version: str) -> str: ...
+
+    def read(self, path: str, info=None) -> Tuple[Optional[dict], Optional[str]]: ...
+
+    def delete(self, paths: List[str], versions: Optional[Dict[str, str]] = None) -> Dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class LockPlace:
+    """Where a bucket's run locks live and what judging a holder reads: the state objects, the
+    store path of a run's lock (``lock_path(run)``), the metadata of an operation's journal object
+    (``journal_info(op)``: an object with ``mtime``, None when there is none) and the operations
+    this process runs now (its own lock naming another is stale)."""
+
+    st: LockObjects
+    lock_path: Callable[[str], str]
+    journal_info: Callable[[str], Any]
+    active_ops: Any = frozenset()
+
+
+class ObjectRunLock(lease.RunLease):
+    """A bucket's run lock (the object-store implementation of ``engine.lease.RunLease``): the
+    object ``<logdir>/.tb-footprint/locks/<hash>.json`` carrying its own lease (``new_lock_doc``),
+    created create-only, renewed in the background by writes conditional on the version written
+    last (``hold``). A lock whose holder is gone (``holder_gone``) and that left no journal guards
+    nothing and is taken over: deleted at the version read (of two takers only one wins), then
+    created again. ``release`` gives the version to delete it at (with the operation's journal,
+    in one batched delete), None when it is not ours any more."""
+
+    def __init__(self, where: LockPlace, run: str, op_id: str):
+        self.where = where
+        self.run = run
+        self.op_id = op_id
+        self.path = where.lock_path(run)
+        self.version: Optional[str] = None
+
+    def _take(self, doc: dict) -> Optional["ObjectRunLock"]:
+        """Create the lock object (create-only) and renew it from now on; None when one is there."""
+        st = self.where.st
+        try:
+            self.version = st.create(self.path, doc)
+        except StoreFailure as e:
+            if e.code != StoreError.ALREADY_EXISTS:
+                raise
+            return None
+        hold(self.path, doc, self.version, lambda d, v: st.update(self.path, d, v))
+        return self
+
+    def acquire(self) -> "ObjectRunLock":
+        """Take the run's lock (one create-only put; a stale one taken over); ``lease.LockRefused``
+        naming the holder when another live process has it."""
+        doc = new_lock_doc(self.run, self.op_id)
+        if self._take(doc):
+            return self
+        st, where = self.where.st, self.where
+        held, version = st.read(self.path)
+        if held is not None and version and \
+                holder_gone(held, lambda op: getattr(where.journal_info(op), "mtime", None), where.active_ops) and \
+                where.journal_info(str(held.get("op"))) is None:
+            if not st.delete([self.path], versions={self.path: version}) and self._take(doc):
+                return self
+            held, _ = st.read(self.path)
+        who = f"{held.get('host')} pid {held.get('pid')} (operation {held.get('op')})" if held else None
+        raise lease.LockRefused(f"run {self.run} is being changed by {who or 'another process'}; left alone", who)
+
+    def still_held(self) -> bool:
+        """``still_held(self.path)``: False once a renewal found the lock taken over."""
+        return self.version is not None and still_held(self.path)
+
+    def release(self) -> Optional[str]:
+        """Stop renewing; the version to delete the lock at, None when it is no longer ours (then
+        it must not be deleted: someone else holds it now)."""
+        return release(self.path)
+
+
+def lock_class(caps: Capabilities) -> type:
+    """The run-lock implementation for a store of these capabilities (as
+    ``journal_object.journal_class`` chooses the journal): ``journal.RunLock`` (``flock`` + a lease
+    file) where the store is a folder that appends durably in place, ``ObjectRunLock`` (the lock
+    object carrying its lease, renewed by conditional writes) where writes are conditional."""
+    if caps.append == "o_append" and caps.fsync:
+        return RunLock
+    if caps.conditional_put:
+        return ObjectRunLock
+    raise ValueError(f"no run lock for a store that neither locks files nor puts conditionally ({caps})")
+
+
 def renew_all(now: Optional[float] = None) -> None:
     """Push forward every held lock renewed a third of a lease ago or more."""
     period = lease.lease_seconds()
@@ -131,4 +226,5 @@ def _loop() -> None:
             pass
 
 
-__all__ = ["new_lock_doc", "well_formed", "holder_gone", "hold", "still_held", "release", "renew_all"]
+__all__ = ["LockObjects", "LockPlace", "ObjectRunLock", "hold", "holder_gone", "lock_class", "new_lock_doc", "release",
+           "renew_all", "still_held", "well_formed"]

@@ -28,6 +28,7 @@ from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import TransactionError, is_no_space
 from tb_footprint_plugin.engine.journal import OpJournal, Rec
+from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.journal_object import (  # noqa: F401  (COMMITTED_STEPS, commit_recorded: re-exported)
     COMMITTED_STEPS,
     OBJECT_JOURNALS,
@@ -205,29 +206,27 @@ def must_close(journal: ObjectJournal, also: Optional[List[str]] = None,
         raise BucketTxnError(Failure.STORE_ERROR, f"{key}: could not be deleted ({failed[key]})")
 
 
+def run_lock(st: BucketState, run: str, op_id: str) -> RunLease:
+    """The run lock of ``run`` for operation ``op_id`` (not taken yet): the one run-lock interface
+    (``engine.lease.RunLease``) in the implementation the logdir's store declares
+    (``bucket_lease.lock_class``: the lock object carrying its lease on a bucket), its holder
+    judged gone by progress of its operation's journal object (one metadata read, only for an
+    expired lease of another host, or before a takeover)."""
+    store, _ = st.where(st.rfs.path(LOCKS))
+    place = bucket_lease.LockPlace(st, lambda r: st.rfs.path(lock_key(r)),
+                                   lambda op: st.stat(journal_path(st.rfs, op)), ACTIVE_OPS)
+    return bucket_lease.lock_class(store.capabilities)(place, run, op_id)
+
+
 def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
-    """Take the run's lock; raises BucketTxnError('locked') naming the holder."""
-    path = st.rfs.path(lock_key(run))
-    doc = bucket_lease.new_lock_doc(run, op_id)
+    """Take the run's lock (``run_lock(...).acquire()``): its path and version; raises
+    BucketTxnError(``Skip.LOCKED``) naming the holder."""
+    lock = run_lock(st, run, op_id)
     try:
-        return path, _held_lock(st, path, doc, st.create(path, doc))
-    except StoreFailure as e:
-        if e.code != StoreError.ALREADY_EXISTS:
-            raise
-    held, version = st.read(path)
-    if held is not None and owner_gone(held, st) and version and \
-            st.stat(journal_path(st.rfs, str(held.get('op')))) is None:
-        # a lock whose owner is gone and left no journal guards nothing: take it over (the delete
-        # is conditional on the lock's version, so of two takers only one wins)
-        if not st.delete([path], versions={path: version}):
-            try:
-                return path, _held_lock(st, path, doc, st.create(path, doc))
-            except StoreFailure as e:
-                if e.code != StoreError.ALREADY_EXISTS:
-                    raise
-            held, _ = st.read(path)
-    who = f"{held.get('host')} pid {held.get('pid')} (operation {held.get('op')})" if held else "another process"
-    raise BucketTxnError(Skip.LOCKED, f"run {run} is being changed by {who}; left alone")
+        lock.acquire()
+    except LockRefused as e:
+        raise BucketTxnError(e.code, str(e)) from None
+    return lock.path, lock.version
 
 
 def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[str], out) -> bool:
@@ -244,12 +243,6 @@ def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[str], ou
         out.reason, out.code = str(e), lock_failure_code(e)
         return False
     return True
-
-
-def _held_lock(st: BucketState, path: str, doc: dict, version: str) -> str:
-    """Renew the lock just taken while this process holds it (``engine.bucket_lease``)."""
-    bucket_lease.hold(path, doc, version, lambda d, v: st.update(path, d, v))
-    return version
 
 
 def unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
