@@ -14,7 +14,7 @@ import time
 from typing import List, Optional
 
 from tb_footprint_plugin.codes import Finding, Recovery, Skip
-from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share
+from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share, shown
 from tb_footprint_plugin.version import __version__
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -249,7 +249,7 @@ def _print_plan(p, verbose: bool = False) -> None:
     for rp in p.runs:
         if rp in idle:
             continue
-        head = f"\n{rp.run}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}"
+        head = f"\n{shown(rp.run)}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}"
         if rp.skipped:
             print(f"{head}  [skipped: {rp.skipped}]")
             continue
@@ -331,13 +331,13 @@ def cmd_policies(args) -> int:
 
 def _outcome_line(o) -> str:
     if o.status == "verified":
-        return (f"✓ {o.run}: verified, {human_bytes(o.bytes_before)} → {human_bytes(o.bytes_after)}"
+        return (f"✓ {shown(o.run)}: verified, {human_bytes(o.bytes_before)} → {human_bytes(o.bytes_after)}"
                 f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})")
     if o.status == "restored":
-        return f"✓ {o.run}: restored ({o.reason}; op {o.op_id})"
+        return f"✓ {shown(o.run)}: restored ({o.reason}; op {o.op_id})"
     mark = "·" if o.status in ("skipped", "dry_run") else "✗"
     code = f" [{o.code}]" if o.code else ""
-    return f"{mark} {o.run}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
+    return f"{mark} {shown(o.run)}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
 
 
 class _Progress:
@@ -388,7 +388,7 @@ class _Progress:
             if delta > 0:
                 self.credit[run] = new
                 self.bar.update(delta)
-            self.bar.set_description_str(run[-30:], refresh=False)
+            self.bar.set_description_str(shown(run)[-30:], refresh=False)
 
     def done(self, run: str, line: str) -> None:
         """``run`` finished; ``line`` says how."""
@@ -473,7 +473,7 @@ def _plan_summary(plans: list, out, verbose: bool = False) -> int:
           f"{human_bytes(removable)} removable ({share(removable, size).strip()}); "
           "backups stay in the vault until `tb-footprint purge`.", file=out)
     for p, rp in todo[:10]:
-        name = rp.run if len(plans) == 1 else f"{p.logdir}: {rp.run}"
+        name = shown(rp.run) if len(plans) == 1 else f"{p.logdir}: {shown(rp.run)}"
         redo = "  (its interrupted attempt is rolled back first, then it is reduced again)" \
             if rp.code == Skip.UNFINISHED else ""
         print(f"  {name}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}{redo}", file=out)
@@ -711,16 +711,16 @@ def _recovered_line(o: dict) -> str:
             state = f"rolled back, but not every file has its sha256 from before ({o['detail']}): see `status`"
         else:
             state = f"rolled back: as it was ({o['detail']})"
-        return f"{'✗' if o['untouched'] is False else '✓'} {o['run']}: {state} — op {o['op_id']}"
+        return f"{'✗' if o['untouched'] is False else '✓'} {shown(o['run'])}: {state} — op {o['op_id']}"
     if o["action"] == Recovery.COMPLETED and o.get("kind") == "reduce":
-        return f"✓ {o['run']}: was past the commit point: reduced and verified — op {o['op_id']}"
+        return f"✓ {shown(o['run'])}: was past the commit point: reduced and verified — op {o['op_id']}"
     if o["action"] == Recovery.COMPLETED and o.get("code") == Finding.COMPACTION_FINISHED:
         # a batch compacts its committed runs in rounds: one the interrupt came before is done here
-        return f"✓ {o['run']}: reduced and verified; its backups compacted now — op {o['op_id']}"
+        return f"✓ {shown(o['run'])}: reduced and verified; its backups compacted now — op {o['op_id']}"
     if o["action"] == Recovery.COMPLETED:  # a restore, salvage, retire, purge or vault upkeep, finished
-        return f"✓ {o['run'] or 'vault'}: finished — {o['detail']}" + (f" — op {o['op_id']}" if o["op_id"] else "")
+        return f"✓ {shown(o['run'] or 'vault')}: finished — {o['detail']}" + (f" — op {o['op_id']}" if o["op_id"] else "")
     mark = "✗" if o["action"] == Recovery.FAILED else "·"
-    return f"{mark} {o['run'] or 'vault'}: {o['action']} [{o['code']}] — {o['detail']}"
+    return f"{mark} {shown(o['run'] or 'vault')}: {o['action']} [{o['code']}] — {o['detail']}"
 
 
 def _batch_args(args):
@@ -769,7 +769,7 @@ def _print_reduce(args, report) -> int:
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
         for r in report.recovered:
-            print(f"recovered {r.op_id} ({r.run}): {r.action} — {r.detail}" if r.action != "refused"
+            print(f"recovered {r.op_id} ({shown(r.run)}): {r.action} — {r.detail}" if r.action != "refused"
                   else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
         for prob in report.ledger_problems:
             print(f"refused [{prob['code']}] ledger: {prob['detail']}" +
@@ -822,7 +822,7 @@ def cmd_restore(args) -> int:
         calls = [dict(run=n) for n in names]
     if not args.json:
         for r in targets:
-            print(f"  {r['run']}: {r['what']} {r['op_id']}  {human_bytes(r['bytes'] or 0)}")
+            print(f"  {shown(r['run'])}: {r['what']} {r['op_id']}  {human_bytes(r['bytes'] or 0)}")
         if targets:
             print(f"{len({r['run'] for r in targets})} run(s) to restore byte for byte "
                   f"({len(targets)} operation(s), newest first).")
@@ -904,7 +904,7 @@ def cmd_verify(args) -> int:
         _dump(res)
     else:
         for r in res:
-            print(f"{'✓' if r['ok'] else '✗'} {r['run']} (op {r['op_id']}): backups "
+            print(f"{'✓' if r['ok'] else '✗'} {shown(r['run'])} (op {r['op_id']}): backups "
                   f"{'intact' if r['backups_ok'] else 'DAMAGED: ' + ', '.join(r['damaged_backups'])}")
             for c in r["verification"].get("checks", []):
                 print(f"    {'✓' if c['ok'] else '✗'} {c['detail']}")
@@ -975,13 +975,13 @@ def _print_purge(rep) -> None:
     for r in rep.refused:
         print(f"refused [{r['code']}]: {r['detail'] if 'file' not in r else r['file'] + ': ' + r['detail']}")
     for o in rep.ops:
-        print(f"  {o['op_id']}  {o['run']}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else "")
+        print(f"  {o['op_id']}  {shown(o['run'])}  {human_bytes(o['bytes'])}" + ("  (restored)" if o["restored"] else "")
               + ("  (retired run: its only copy)" if o.get("kind") == "retire" and not o["restored"] else ""))
     verb = "would free" if rep.dry_run else "freed"
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
     for k in rep.kept:
-        print(f"  kept {k['op_id']}  {k['run']}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
+        print(f"  kept {k['op_id']}  {shown(k['run'])}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
     if rep.kept:
         print(f"{len(rep.kept)} backup(s) kept: purging them could destroy bytes that exist nowhere else")
 
@@ -1087,7 +1087,7 @@ def cmd_history(args) -> int:
             # the entry's own figures (``api.history``): blank where it has none (not a verified reduce)
             freed = tuple("" if e.get(k) is None else human_bytes(e[k])
                           for k in ("freed_now_bytes", "freed_after_purge_bytes"))
-            rows.append((t, str(e.get("kind", "")), str(e.get("outcome", "")), str(e.get("run", "")), *sizes,
+            rows.append((t, str(e.get("kind", "")), str(e.get("outcome", "")), shown(e.get("run", "")), *sizes,
                          *freed, "gone" if e.get("backup") in ("purged", "released") else str(e.get("backup", "")),
                          str(e.get("op_id", ""))))
         if entries:
@@ -1131,7 +1131,7 @@ def cmd_recover(args) -> int:
     else:
         for o in outs:
             mark = "✗" if o.action in (Recovery.FAILED, Recovery.REFUSED) else "✓"
-            print(f"{mark} {o.op_id or '-'} ({o.run or 'vault'}): {o.action} [{o.code}] — {o.detail}")
+            print(f"{mark} {o.op_id or '-'} ({shown(o.run or 'vault')}): {o.action} [{o.code}] — {o.detail}")
         if not outs:
             print("nothing to recover: no unfinished operation, no damage found")
         left = api.unfinished(args.logdir, args.backup_dir)
@@ -1514,7 +1514,7 @@ def cmd_retire(args) -> int:
 
 def _retire_line(o) -> str:
     if o.status == "verified":
-        return f"✓ {o.run}: retired, {human_bytes(o.bytes_before)} into the vault (op {o.op_id})"
+        return f"✓ {shown(o.run)}: retired, {human_bytes(o.bytes_before)} into the vault (op {o.op_id})"
     return _outcome_line(o)
 
 
@@ -1531,7 +1531,7 @@ def cmd_retired(args) -> int:
     for r in rows:
         when = datetime.datetime.fromtimestamp(r["retired_at"] or 0).strftime("%Y-%m-%d %H:%M")
         along = f" (+{len(r['takes_along'])} nested)" if r["takes_along"] else ""
-        print(f"  {r['run']}{along}  {human_bytes(r['bytes'])}  {when}  op {r['op_id']}")
+        print(f"  {shown(r['run'])}{along}  {human_bytes(r['bytes'])}  {when}  op {r['op_id']}")
     print(f"{len(rows)} retired run(s), {human_bytes(sum(r['bytes'] for r in rows))}; "
           f"restore one with `tb-footprint restore {args.logdir} RUN`")
     return EXIT_OK

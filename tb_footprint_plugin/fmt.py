@@ -64,3 +64,15 @@ def bar(part: float, whole: float, width: int = 20) -> str:
     full, rem = divmod(eighths, 8)
     s = "█" * full + ("" if rem == 0 else "▏▎▍▌▋▊▉"[rem - 1])
     return s[:width].ljust(width)
+
+
+def shown(name: object) -> str:
+    """A name (a run, a path) as one printable line: a byte not valid UTF-8 (held as a surrogate)
+    as ``\\xNN`` and a control character (a newline, a tab, an escape) as its escape, so a run
+    named with a newline stays one row of a table and cannot move the terminal's cursor. Only for
+    display: the name itself (``--json``, the api) is unchanged."""
+    text = str(name)
+    if text.isprintable():
+        return text  # nearly every name: no copy
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
