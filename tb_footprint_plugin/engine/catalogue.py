@@ -338,7 +338,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         started_at=begin["t"], finished_at=time.time(), outcome=outcome, reason=reason,
         policy=stored_policy(begin.get("policy")), bytes_before=plan["bytes_before"], bytes_after=after,
         files=[{"path": b["path"], "size": b["size"], "mode": b["mode"], "mtime": b["mtime"],
-                "mtime_ns": b.get("mtime_ns"),
+                "mtime_ns": b.get("mtime_ns"), **{k: b[k] for k in ("uid", "gid") if k in b},
                 "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
                 "action": b["action"]} for b in backups],
         backup_purged=outcome != "verified",

@@ -60,9 +60,9 @@ class Prepared:
         return sha in self.temps
 
     def put(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
-            mtime_ns: Optional[int]) -> bool:
-        """Rename ``sha``'s verified temporary to ``dest`` with ``mode`` and the modification time
-        set through its fd first; True when done, False when there is none (or ``dest`` is on
+            mtime_ns: Optional[int], owner: Optional[Tuple[int, int]] = None) -> bool:
+        """Rename ``sha``'s verified temporary to ``dest`` with ``mode``, the modification time and
+        (when root) ``owner`` set through its fd first; True when done, False when there is none (or ``dest`` is on
         another filesystem: the temporary is removed and the caller copies as without one).
         ``VaultError`` when the temporary is no longer the file verified."""
         got = self.temps.pop(sha, None)
@@ -74,7 +74,7 @@ class Prepared:
                 st = os.fstat(f.fileno())
                 if (st.st_dev, st.st_ino, st.st_size) != (made.st_dev, made.st_ino, made.st_size):
                     raise VaultError(errno.EIO, f"{tmp}: changed since its backup was verified; not used")
-                ident = finish_new_file(f, mode, mtime_ns, mtime)
+                ident = finish_new_file(f, mode, mtime_ns, mtime, owner)
             check_still(tmp, ident)
             os.makedirs(os.path.dirname(dest), exist_ok=True)  # as ``Vault.restore_blob``: a folder gone since
             fsops.replace(tmp, dest)
@@ -127,10 +127,10 @@ class PreparedVault(Vault):
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
-                     tmp_token: Optional[str] = None) -> None:
+                     tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None) -> None:
         """As ``Vault.restore_blob``, from the verified temporary where there is one."""
-        if not self.prepared.put(sha, dest, mode, mtime, mtime_ns):
-            super().restore_blob(sha, dest, mode, mtime, mtime_ns=mtime_ns, tmp_token=tmp_token)
+        if not self.prepared.put(sha, dest, mode, mtime, mtime_ns, owner):
+            super().restore_blob(sha, dest, mode, mtime, mtime_ns=mtime_ns, tmp_token=tmp_token, owner=owner)
 
 
 def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, prepared: Prepared) -> None:

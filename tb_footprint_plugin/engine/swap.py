@@ -26,14 +26,14 @@ from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage.files import fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
 
 
 def removed_dirs_before(ctx: Context, rp: RunPlan) -> List[dict]:
-    """The mode and mtime of each folder the plan removes, taken before the swap changes any of
+    """The mode, mtime and owner of each folder the plan removes, taken before the swap changes any of
     them (the ``swap`` record keeps them): a swap killed after some unlinks and finished by
     recovery would otherwise find the folders' mtimes already changed by the unlinks."""
     out = []
@@ -43,7 +43,8 @@ def removed_dirs_before(ctx: Context, rp: RunPlan) -> List[dict]:
                 no_symlink(ctx, a.path)
                 st = os.lstat(ctx.abs(a.path))
                 if stat.S_ISDIR(st.st_mode):
-                    out.append({"path": a.path, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns})
+                    out.append({"path": a.path, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns,
+                                "uid": st.st_uid, "gid": st.st_gid})
     return out
 
 
@@ -111,8 +112,10 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         if not stat.S_ISDIR(st.st_mode):
             continue  # a symlink or a file now: not ours to remove
         r = recorded.get(a.path)
+        owner = recorded_owner(r) or (st.st_uid, st.st_gid)
         journal.append({"type": "rmdir", "path": a.path, "mode": r["mode"] & 0o7777 if r else st.st_mode & 0o7777,
-                        "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns)})
+                        "mtime_ns": r["mtime_ns"] if r else dir_mtimes.get(a.path, st.st_mtime_ns),
+                        "uid": owner[0], "gid": owner[1]})
         try:
             fsops.rmdir(p)
             dirs.add(os.path.dirname(p))
@@ -275,6 +278,14 @@ def settle_dirs(ctx: Context, dirs: List[dict], made) -> None:
             continue
         if d["path"] not in made and (st.st_mode & 0o7777) != 0o700:
             continue  # a folder this operation did not make (or already settled): left as it is
+        owner = recorded_owner(d)
+        if owner is not None and os.geteuid() == 0:
+            # root re-made a user's folder: it is theirs again (through an fd: never a link)
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                give_owner(fd, owner)
+            finally:
+                os.close(fd)
         os.chmod(p, d["mode"] & 0o7777)
         ns = recorded_mtime_ns(d)
         if ns is not None:
@@ -483,7 +494,8 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             displaced["late_records"] = late
         if on_displaced is not None:
             on_displaced(displaced)
-    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token, **_time_of(vault, rec))
+    vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token, owner=recorded_owner(rec),
+                       **_time_of(vault, rec))
     return displaced
 
 

@@ -53,7 +53,7 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage.files import fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.private import is_ours
@@ -532,7 +532,8 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
             raise TransactionError(f"{a.path}: no longer a regular file (replaced by a symlink?)")
         sha = sha256_file(p)
         rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
-               "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind}
+               "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind,
+               "uid": st.st_uid, "gid": st.st_gid}  # the owner: root gives it back (review R14 F5)
         _append(journal, rec, sync=n == len(originals))
         faults.hit("reduce.backup_record")
         backups[a.path] = rec
@@ -581,6 +582,15 @@ def _run_steps(ctx: Context, rp: RunPlan, journal: Journal, out: RunOutcome,
                     raise TransactionError(f"{a.path}: changed during the reduction (is the run still being "
                                            f"written?): {reason_of(e)}", Failure.CHANGED_SINCE_BACKUP) from e
                 raise
+        # root reducing a user's run: the file that takes the original's place stays theirs
+        # (through its fd, never a link; a chown changes neither its bytes nor its mtime)
+        owner = recorded_owner(backups[a.path])
+        if owner is not None and os.geteuid() == 0:
+            fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            try:
+                give_owner(fd, owner)
+            finally:
+                os.close(fd)
         staged.append({"tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel, "src": a.path, **info})
         # no fsync of its own: the swap record's fsync makes it durable before anything in place
         # is replaced, and without it recovery rolls back by the durable stage record, which

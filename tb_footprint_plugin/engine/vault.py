@@ -213,7 +213,7 @@ def hash_count_sparse(src: BinaryIO, out: BinaryIO) -> Tuple[str, int]:
 
 
 def copy_new_sparse(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-                    mtime: Optional[float] = None) -> os.stat_result:
+                    mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None) -> os.stat_result:
     """``files.copy_new(src, dst, sha, mode, mtime_ns, mtime, exclusive=True)`` with the zero
     blocks of ``src`` left holes in ``dst`` (``SparseWriter``): a new file made where nothing
     stands, hashed (``CopyMismatch``), mode and time set through its fd, fsynced, checked to be
@@ -225,7 +225,7 @@ def copy_new_sparse(src: str, dst: str, sha: str, mode: Optional[int] = None, mt
             got, _ = hash_count_sparse(fi, fo)
             if got != sha:
                 raise CopyMismatch(errno.EIO, f"copy of {src} does not match its sha256", dst)
-            ident = finish_new_file(fo, mode, mtime_ns, mtime)
+            ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
         check_still(dst, ident)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -1146,10 +1146,11 @@ class Vault:
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
-                     tmp_token: Optional[str] = None) -> None:
+                     tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None) -> None:
         """Put the blob's bytes at ``dest`` atomically (temp name in the same dir, then rename),
-        with ``mode`` and the modification time (``mtime_ns`` to the nanosecond, else the older
-        records' float ``mtime``) set on the copy before it takes the name.
+        with ``mode``, the modification time (``mtime_ns`` to the nanosecond, else the older
+        records' float ``mtime``) and, when root, the recorded ``owner`` (``files.give_owner``)
+        set on the copy before it takes the name.
 
         Always a copy, never a link of the blob: a hard-linked blob shares its inode with the
         file it backs up, so setting the restored file's mode or time, or a writer appending to
@@ -1160,7 +1161,7 @@ class Vault:
         restore's journaled token of its temp names (``restore_tmp_path``; a random one without)."""
         if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)
                                             or remote_vault.packed_ref(self.root, sha) is not None):
-            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token)  # streamed, hashed on the way
+            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner)  # streamed, hashed
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
@@ -1174,14 +1175,14 @@ class Vault:
         try:
             try:
                 # holes put back as holes: a sparse original never comes back allocated whole
-                made = copy_new_sparse(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime)
+                made = copy_new_sparse(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime, owner=owner)
             except (FileNotFoundError, CopyMismatch):
                 if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is None:
                     raise
                 # compacted or packed (by another run's compaction) between the check and the
                 # copy, or the plain blob beside the .zst changed: the compressed or packed form is
                 # the backup (``copy_new`` removed its temp)
-                return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token)
+                return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)
         except CopyMismatch:
@@ -1194,7 +1195,8 @@ class Vault:
         fsync_dir(d)
 
     def _restore_zst(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
-                     mtime_ns: Optional[int], tmp_token: Optional[str] = None) -> None:
+                     mtime_ns: Optional[int], tmp_token: Optional[str] = None,
+                     owner: Optional[Tuple[int, int]] = None) -> None:
         """``restore_blob`` from a compressed blob, or from the remote vault: one pass
         decompresses (or downloads), hashes and writes a new temp file (``create_exclusive``, set up
         through its fd as ``files.copy_new`` does); only a copy that hashes to ``sha`` is renamed
@@ -1219,7 +1221,7 @@ class Vault:
                     raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} "
                                      f"({os.path.relpath(self.zst_path(sha), self.root)} does not decompress to "
                                      f"sha256 {sha[:12]}…); nothing was written in its place")
-                ident = finish_new_file(fo, mode, mtime_ns, mtime)
+                ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
             check_still(tmp, ident)
             faults.hit("restore_copied")
             fsops.replace(tmp, dest)

@@ -57,11 +57,35 @@ def hash_and_count(f, out=None) -> Tuple[str, int]:
     return h.hexdigest(), n
 
 
+def recorded_owner(rec) -> Optional[Tuple[int, int]]:
+    """``(uid, gid)`` of a record (a backup, manifest or rmdir record: untrusted input) when both
+    are plausible ids; None otherwise (records written before the owner was kept have none)."""
+    if not isinstance(rec, dict):
+        return None
+    ids = (rec.get("uid"), rec.get("gid"))
+    if all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 1 << 32 for i in ids):
+        return ids[0], ids[1]
+    return None
+
+
+def give_owner(fd: int, owner: Optional[Tuple[int, int]]) -> None:
+    """Give the file or folder open at ``fd`` the recorded ``owner`` (``recorded_owner``), only
+    when this process is root (anyone else could give away only their own files, and root
+    reducing a user's logdir must leave it theirs); through the fd, so a link is never followed."""
+    if owner is None or os.geteuid() != 0:
+        return
+    st = os.fstat(fd)
+    if (st.st_uid, st.st_gid) != owner:
+        os.fchown(fd, owner[0], owner[1])
+
+
 def finish_new_file(fo, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-                    mtime: Optional[float] = None) -> os.stat_result:
-    """Set a freshly written file's mode and modification time through its fd, fsync it, and
-    return its ``fstat`` (whose dev/ino ``check_still`` compares before the caller's rename)."""
+                    mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None) -> os.stat_result:
+    """Set a freshly written file's owner (when root, ``give_owner``), mode and modification time
+    through its fd, fsync it, and return its ``fstat`` (whose dev/ino ``check_still`` compares
+    before the caller's rename)."""
     fo.flush()
+    give_owner(fo.fileno(), owner)  # first: a chown clears the set-id bits the mode may hold
     if mode is not None:
         os.fchmod(fo.fileno(), mode & 0o7777)
     if mtime_ns is not None:
