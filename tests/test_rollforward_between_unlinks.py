@@ -66,3 +66,46 @@ def test_removed_folders_keep_their_time_after_a_kill_between_two_unlinks(tmp_pa
     after = _tree(logdir)
     assert {k: v for k, v in after.items() if v != before.get(k)} == {}
     assert after.keys() == before.keys()
+
+
+@pytest.mark.parametrize("dirs", [None, [{"path": "../../x", "mode": "0", "mtime_ns": 1}, "x", {"path": 3}]],
+                         ids=["older_journal", "untrusted_dirs"])
+def test_a_swap_record_without_usable_dirs_rolls_forward_as_before(tmp_path, monkeypatch, dirs):
+    """A journal of an earlier version (a ``swap`` record without ``dirs``) or one whose ``dirs``
+    are not of the shape written (state files are untrusted input) rolls forward as before: the
+    folders' mode and mtime are taken from the folders at the roll-forward's start."""
+    import json
+
+    logdir = copy_real("tf", tmp_path / "L" / "tf").parent
+    run = logdir / "tf" / "summary_mix"
+    (session,) = (run / "plugins" / "profile").iterdir()
+    os.chmod(session, 0o700)
+    real = throttle.unlink
+
+    def unlink_then_killed(p, *a, **kw):
+        real(p, *a, **kw)
+        if os.path.dirname(str(p)) == str(session):
+            raise Killed()
+
+    monkeypatch.setattr(throttle, "unlink", unlink_then_killed)
+    with pytest.raises(Killed):
+        api.reduce_logdir(str(logdir), policy="archive", dry_run=False, quiet_period=0, runs=["tf/summary_mix"])
+    monkeypatch.setattr(throttle, "unlink", real)
+    (journal,) = [os.path.join(d, n) for d, _, ns in os.walk(logdir / ".tb-footprint") for n in ns
+                  if n.endswith(".jsonl") and os.path.basename(d) == "journal"]
+    lines = []
+    for line in open(journal).read().splitlines():
+        r = json.loads(line)
+        if r["type"] == "swap":
+            assert r.pop("dirs")  # written by this version
+            if dirs is not None:
+                r["dirs"] = dirs
+        lines.append(json.dumps(r, sort_keys=True))
+    open(journal, "w").write("\n".join(lines) + "\n")
+    crash_time = os.lstat(session).st_mtime_ns
+    outs = api.recover_logdir(str(logdir))
+    assert [o.action for o in outs if o.run == "tf/summary_mix" and "swap finished" in o.detail] == \
+        [Recovery.COMPLETED], [vars(o) for o in outs]
+    (m,) = [m for m in api.operations(str(logdir)) if m.get("kind") == "reduce"]
+    (rec,) = [d for d in m.get("removed_dirs") or [] if d["path"] == os.path.relpath(session, logdir)]
+    assert (rec["mode"], rec["mtime_ns"]) == (0o700, crash_time)
