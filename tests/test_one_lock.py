@@ -202,3 +202,25 @@ def test_the_bucket_engine_takes_its_run_locks_through_the_interface():
     assert "run_lock(" in src and ".acquire()" in src
     for own in ("st.create(", "st.delete(", "owner_gone(", "new_lock_doc("):
         assert own not in src, own
+
+
+def test_the_lease_document_is_written_in_one_place(tmp_path):
+    """Both run locks write ``lease.lease_doc`` (their own fields beside it), push it forward with
+    ``lease.renewed`` and read it back with ``lease.well_formed``: the bucket module builds no
+    expiry itself."""
+    import inspect
+
+    now = time.time()
+    core = set(lease.lease_doc("r", now))
+    assert core == {"run", "host", "pid", "pid_start", "shard", "renewed", "expires"}
+    doc = bucket_lease.new_lock_doc("r", "op1")
+    assert set(doc) == core | {"op", "at"} and doc["expires"] - doc["renewed"] == lease.lease_seconds()
+    locks = tmp_path / ".tb-footprint" / "locks"
+    locks.mkdir(parents=True)
+    with RunLock(str(locks), "r") as lk:
+        assert set(lease.read_lease(lk.lease_path)) == core | {"started", "token"}
+    src = inspect.getsource(bucket_lease)
+    for own in ('"expires":', "expires=", '"renewed":', "renewed=", 'isinstance(lock.get("'):
+        assert own not in src, own
+    assert lease.renewed(doc, now + 10)["expires"] == now + 10 + lease.lease_seconds()
+    assert not bucket_lease.well_formed(dict(doc, corrupt=True)) and not lease.well_formed(dict(doc, expires=True))

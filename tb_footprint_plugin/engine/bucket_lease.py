@@ -20,8 +20,6 @@ it names is only used to build a journal key when it has the op-id format.
 """
 from __future__ import annotations
 
-import math
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -33,7 +31,7 @@ from tb_footprint_plugin.engine.journal import RunLock
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.store import Capabilities, StoreFailure
 
-HOST = socket.gethostname()
+HOST = lease.HOST  # one host name for both engines' leases
 
 
 @dataclass
@@ -53,16 +51,12 @@ _renewer: Optional[threading.Thread] = None
 def new_lock_doc(run: str, op_id: str) -> dict:
     """The lock object of ``run`` for operation ``op_id`` taken now by this process."""
     now = time.time()
-    return {"run": run, "op": op_id, "host": HOST, **lease.me(), "shard": lease.shard_label(),
-            "at": now, "renewed": now, "expires": now + lease.lease_seconds()}
+    return lease.lease_doc(run, now, op=op_id, at=now)  # the one lease document (``engine.lease``)
 
 
 def well_formed(lock) -> bool:
     """A lock read back from the store has the fields the rules above read, with their types."""
-    return (isinstance(lock, dict) and not lock.get("corrupt") and isinstance(lock.get("host"), str)
-            and isinstance(lock.get("pid"), int) and not isinstance(lock.get("pid"), bool)
-            and isinstance(lock.get("expires"), (int, float)) and not isinstance(lock.get("expires"), bool)
-            and math.isfinite(lock["expires"]))
+    return lease.well_formed(lock) and not lock.get("corrupt")
 
 
 def holder_gone(lock, journal_mtime: Callable[[str], Optional[float]], active_ops=frozenset(),
@@ -207,7 +201,7 @@ def renew_all(now: Optional[float] = None) -> None:
             t = time.time() if now is None else now
             if h.lost or t - h.doc.get("renewed", 0) < period / 3:
                 continue
-            doc = dict(h.doc, renewed=t, expires=t + period)
+            doc = lease.renewed(h.doc, t)
             try:
                 h.version = h.put(doc, h.version)
                 h.doc = doc

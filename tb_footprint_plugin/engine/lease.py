@@ -97,6 +97,30 @@ def _write(path: str, lease: dict) -> None:
         raise
 
 
+def lease_doc(run: str, now: float, **fields) -> dict:
+    """The lease document of ``run`` taken at ``now`` by this process, the one shape of both run
+    locks: ``{run, host, pid, pid_start, shard, renewed, expires}`` and an implementation's own
+    ``fields`` (a folder's ``started`` and ``token``, a bucket lock's ``op`` and ``at``)."""
+    return {"run": run, "host": HOST, **me(), "shard": _shard, "renewed": now, "expires": now + _lease_s, **fields}
+
+
+def renewed(lease: dict, now: float) -> dict:
+    """``lease`` pushed forward one lease length from ``now`` (what every renewal writes)."""
+    return dict(lease, renewed=now, expires=now + _lease_s)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def well_formed(lease) -> bool:
+    """A lease read back (untrusted) has the fields ``holder_gone`` reads, with their types:
+    ``host`` a string, ``pid`` an integer, ``expires`` a finite number. One that is not is read
+    as held by nobody."""
+    return (isinstance(lease, dict) and isinstance(lease.get("host"), str) and isinstance(lease.get("pid"), int)
+            and not isinstance(lease.get("pid"), bool) and _number(lease.get("expires")))
+
+
 def read_lease(path: str) -> Optional[dict]:
     """The lease at ``path`` if well formed, else None (absent, torn or hostile)."""
     try:
@@ -106,9 +130,8 @@ def read_lease(path: str) -> Optional[dict]:
         return None
     if not isinstance(d, dict):
         return None
-    ok = (isinstance(d.get("host"), str) and isinstance(d.get("pid"), int) and not isinstance(d.get("pid"), bool)
-          and isinstance(d.get("token"), str)
-          and all(isinstance(d.get(k), (int, float)) and math.isfinite(d[k]) for k in ("expires", "renewed")))
+    # a folder's lease also names its token (whose lease won a race) and when it was renewed
+    ok = well_formed(d) and isinstance(d.get("token"), str) and _number(d.get("renewed"))
     return d if ok else None
 
 
@@ -254,8 +277,7 @@ class RunLease(abc.ABC):
 def take(path: str, run: str) -> bool:
     """Write this process's lease for ``run`` at ``path``; True if it is ours on reading back."""
     now = time.time()
-    lease = {"run": run, "host": HOST, **me(), "shard": _shard, "started": now,
-             "renewed": now, "expires": now + _lease_s, "token": uuid.uuid4().hex}
+    lease = lease_doc(run, now, started=now, token=uuid.uuid4().hex)
     _write(path, lease)
     back = read_lease(path)
     if not back or back["token"] != lease["token"]:
@@ -298,7 +320,7 @@ def renew_all() -> None:
             with _mu:
                 _held.pop(path, None)
             continue
-        lease = dict(lease, renewed=now, expires=now + _lease_s)
+        lease = renewed(lease, now)
         with contextlib.suppress(OSError):
             _write(path, lease)
             with _mu:
@@ -321,4 +343,5 @@ def _start_renewer() -> None:
 
 
 __all__ = ["DEFAULT_LEASE_S", "HOST", "LockRefused", "RunLease", "configure", "drop", "holder_gone", "holds",
-           "journal_progress", "lease_seconds", "live_holder", "read_lease", "renew_all", "take"]
+           "journal_progress", "lease_doc", "lease_seconds", "live_holder", "read_lease", "renew_all", "renewed", "take",
+           "well_formed"]
