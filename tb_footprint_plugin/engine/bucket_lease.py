@@ -1,19 +1,18 @@
-"""Leases on bucket run locks: the object-store twin of ``engine.lease``.
+"""The bucket run lock: the object-store implementation (``ObjectRunLock``) of the one run-lock
+interface ``engine.lease.RunLease``, and ``lock_class`` (which implementation a store gets).
 
 A bucket run lock (``<logdir>/.tb-footprint/locks/<hash>.json``, created with the store's
-create-only condition by ``engine.bucket``) carries ``{run, op, host, pid, shard, at, renewed,
-expires}``. While a process holds it, a background thread renews it every third of the lease
+create-only condition, ``ObjectRunLock.acquire``) carries the one lease document
+(``engine.lease.lease_doc``: ``{run, host, pid, pid_start, shard, renewed, expires}``) with
+``op`` and ``at``. While a process holds it, a background thread renews it every third of the lease
 (``engine.lease.lease_seconds()``: 120 s by default, ``--lease`` / ``TB_FOOTPRINT_LEASE_SECONDS``)
 by a write conditional on the version it wrote last, so a lock someone else took over is never
 written back: the renewal fails its precondition and the lock is marked lost.
 
-Whether a lock's holder is gone (the lock may be taken over, its journal settled):
-
-* same host: its pid no longer exists (a dead holder's lock is stale at once);
-* other host: its lease expired **and** its journal object (``journal/<op>.json``) was not
-  written within the last lease (a holder whose renewals stall but whose transaction still
-  writes its journal is not robbed — the same rule as ``engine.lease``, checked against the
-  bucket's journal instead of the local one).
+Whether a lock's holder is gone (the lock may be taken over, its journal settled) is
+``engine.lease.holder_gone``, the one rule of both engines, with the progress of the lock's
+operation's journal object (``journal/<op>.json``): same host, its process no longer runs;
+other host, its lease expired **and** that journal was not written within the last lease.
 
 Locks are untrusted input: one that is malformed is treated as held by nobody, and the op id
 it names is only used to build a journal key when it has the op-id format.

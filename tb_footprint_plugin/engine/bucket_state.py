@@ -8,8 +8,10 @@ What every bucket verb shares (the journal-and-lock part of the bucket engine):
 * the journal: ``new_journal`` (the one journal interface, ``engine.journal.OpJournal``, in the
   implementation the store declares: an ``engine.journal_object.ObjectJournal``, every record
   written under the previous version), ``must_close``, ``journal_path``;
-* the **per-run lock** object (``lock_run``), created with a create-only condition and renewed by
-  ``engine.bucket_lease``; a lock whose holder is gone and left no journal is taken over;
+* the **per-run lock** (``run_lock`` / ``lock_run``): the one run-lock interface
+  (``engine.lease.RunLease``) in the implementation the store declares, on a bucket
+  ``engine.bucket_lease.ObjectRunLock`` (created create-only, renewed by conditional writes; a
+  lock whose holder is gone and left no journal is taken over);
 * listings of runs, batched deletes, and the codes of failures (``failure_code``: the local
   engine's ``codes.py`` code for the same failure, never prose) and of the one "still being
   written" rule (``written_recently``, over ``plan.planner.active_reason``).
