@@ -24,11 +24,12 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.context import Context, no_symlink
 from tb_footprint_plugin.engine.swap import remove_put_back_temps
-from tb_footprint_plugin.engine.vault import SparseWriter, Vault, VaultError, restore_tmp_path
+from tb_footprint_plugin.engine.vault import Vault, VaultError, restore_tmp_path
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import (check_still, create_exclusive, finish_new_file, fsync_dir,
                                                hash_and_count, unlink_if_same)
 from tb_footprint_plugin.storage.paths import is_sha256
+from tb_footprint_plugin.storage.sparse import SparseWriter
 from tb_footprint_plugin.storage.regular import open_regular
 
 

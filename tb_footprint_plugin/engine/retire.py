@@ -585,7 +585,8 @@ def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: 
     else:
         tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
         try:  # made anew and set up through its fd: a link planted at that name is never followed
-            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"])
+            # holes stay holes, as every restore's put-back leaves them
+            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True)
         except CopyMismatch:
             raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
         os.replace(tmp, dst)

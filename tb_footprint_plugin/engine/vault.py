@@ -101,11 +101,12 @@ from typing import BinaryIO, Callable, Dict, Iterable, List, Mapping, Optional, 
 
 from tb_footprint_plugin.codes import BlobError, Failure, Finding
 from tb_footprint_plugin.engine import faults, lease, oplog, remote_vault
-from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still, copy_file,
-                                               create_exclusive, create_new, finish_new_file, fsync_dir,
-                                               hash_and_count, is_regular, sha256_file, sha256_stream,
-                                               unlink_if_same)
+from tb_footprint_plugin.storage.files import (CopyMismatch, atomic_write_json, check_still,
+                                               copy_file, copy_new, create_exclusive, create_new, finish_new_file,
+                                               fsync_dir, hash_and_count, hash_count_sparse, is_regular,
+                                               sha256_file, sha256_stream, unlink_if_same)
 from tb_footprint_plugin.storage import zst
+from tb_footprint_plugin.storage.sparse import SparseWriter
 from tb_footprint_plugin.storage.openfiles import find_writers, no_writer_anywhere
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import (is_op_id, is_sha256, is_state_name, other_users_state_dirs,
@@ -125,68 +126,6 @@ class VaultError(OSError):
     """A backup could not be made or checked; the message names the file."""
 
 
-
-class SparseWriter:
-    """A binary sink that puts a backup's bytes back as they were laid out: each block-aligned
-    run of zero bytes at least one filesystem block long (``block``: the destination's
-    ``st_blksize``) is skipped by a seek, left a hole, instead of written; ``finish(size)`` sets
-    the file's length (a trailing hole has no write to extend it). The bytes read back are the
-    same; a sparse 4 GiB file with a few data extents allocates those extents, not 4 GiB (review
-    R13 F3). Memory: one partial block kept between writes (a stream may hand over chunks of any
-    length), whatever the file's size. ``data_bytes``: the bytes of the blocks written."""
-
-    def __init__(self, out: BinaryIO, block: Optional[int] = None):
-        self.out = out
-        if block is None:
-            block = os.fstat(out.fileno()).st_blksize
-        self.block = max(512, int(block or 4096))
-        self.zero = bytes(self.block)
-        self.carry = b""  # the bytes after the last full block (less than one block)
-        self.data_bytes = 0
-
-    def write(self, b: bytes) -> int:
-        """Take ``b`` (any length); full blocks go out now, data written or zeros skipped."""
-        data = self.carry + bytes(b) if self.carry else bytes(b)
-        full = len(data) - len(data) % self.block
-        self.carry = data[full:]
-        if full:
-            self._emit(data, full)
-        return len(b)
-
-    def _emit(self, data: bytes, end: int) -> None:
-        bs, zero, out = self.block, self.zero, self.out
-        i = 0  # written (or skipped) up to here; always block-aligned
-        at = 0  # where the next search for a zero block starts
-        while True:
-            j = data.find(zero, at, end)
-            if j < 0:
-                break
-            a = -(-j // bs) * bs  # the first aligned block that zero run may cover whole
-            z = a
-            while z + bs <= end and data[z:z + bs] == zero:
-                z += bs
-            if z == a:
-                at = a + 1  # no aligned zero block there: search on after it
-                continue
-            if a > i:
-                out.write(data[i:a])
-                self.data_bytes += a - i
-            out.seek(z - a, os.SEEK_CUR)  # a hole: the file system allocates nothing for it
-            i = at = z
-        if end > i:
-            out.write(data[i:end])
-            self.data_bytes += end - i
-
-    def finish(self, size: int) -> None:
-        """The last partial block out (skipped when all zeros), and the file's length ``size``."""
-        if self.carry.strip(b"\0"):
-            self.out.write(self.carry)
-            self.data_bytes += len(self.carry)
-        self.carry = b""
-        self.out.flush()
-        self.out.truncate(size)
-
-
 class _NoFile:
     """A sink that keeps nothing: ``SparseWriter`` over it counts what a put-back would write."""
 
@@ -201,37 +140,6 @@ class _NoFile:
 
     def truncate(self, size: int) -> int:
         return size
-
-
-def hash_count_sparse(src: BinaryIO, out: BinaryIO) -> Tuple[str, int]:
-    """``files.hash_and_count(src, out)`` writing ``out`` through a ``SparseWriter``: zero blocks
-    become holes, the file's length is what was read."""
-    sink = SparseWriter(out)
-    got, n = hash_and_count(src, sink)
-    sink.finish(n)
-    return got, n
-
-
-def copy_new_sparse(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-                    mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None) -> os.stat_result:
-    """``files.copy_new(src, dst, sha, mode, mtime_ns, mtime, exclusive=True)`` with the zero
-    blocks of ``src`` left holes in ``dst`` (``SparseWriter``): a new file made where nothing
-    stands, hashed (``CopyMismatch``), mode and time set through its fd, fsynced, checked to be
-    still at ``dst``; on failure only the file this call made is removed. Its fstat."""
-    fd = create_exclusive(dst)
-    made = os.fstat(fd)
-    try:
-        with os.fdopen(fd, "wb") as fo, open_regular(src, follow_symlinks=True) as fi:
-            got, _ = hash_count_sparse(fi, fo)
-            if got != sha:
-                raise CopyMismatch(errno.EIO, f"copy of {src} does not match its sha256", dst)
-            ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
-        check_still(dst, ident)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            unlink_if_same(dst, made)  # a full disk or a failed check leaves no temp file behind
-        raise
-    return made
 
 
 #: temp name of a file being restored: ``<dir>/.footprint-restore-<token>-<sha12>``, the token
@@ -1175,7 +1083,8 @@ class Vault:
         try:
             try:
                 # holes put back as holes: a sparse original never comes back allocated whole
-                made = copy_new_sparse(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime, owner=owner)
+                made = copy_new(blob, tmp, sha, mode, mtime_ns=mtime_ns, mtime=mtime, exclusive=True, sparse=True,
+                                owner=owner)
             except (FileNotFoundError, CopyMismatch):
                 if not self._has_zst(sha) and remote_vault.packed_ref(self.root, sha) is None:
                     raise

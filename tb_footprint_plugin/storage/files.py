@@ -14,7 +14,9 @@ import os
 import shutil
 import stat
 import tempfile
-from typing import Optional, Tuple
+from typing import BinaryIO, Optional, Tuple
+
+from tb_footprint_plugin.storage.sparse import SparseWriter
 
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import (NotPrivate, check_private_dir, ensure_private_dir, open_private,
@@ -416,29 +418,41 @@ def unlink_if_same(path: str, made: os.stat_result) -> bool:
     return True
 
 
+def hash_count_sparse(src: BinaryIO, out: BinaryIO) -> Tuple[str, int]:
+    """``hash_and_count(src, out)`` writing ``out`` through a ``SparseWriter``: zero blocks
+    become holes, the file's length is what was read."""
+    sink = SparseWriter(out)
+    got, n = hash_and_count(src, sink)
+    sink.finish(n)
+    return got, n
+
+
 class CopyMismatch(OSError):
     """A copy made by ``copy_new`` does not hash to what it should (the source changed or is
     damaged); the copy was removed."""
 
 
 def copy_new(src: str, dst: str, sha: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
-             mtime: Optional[float] = None, exclusive: bool = False) -> os.stat_result:
+             mtime: Optional[float] = None, exclusive: bool = False, sparse: bool = False,
+             owner: Optional[Tuple[int, int]] = None) -> os.stat_result:
     """Copy the regular file ``src`` into a new file ``dst`` (``create_new``) that must hash to
     ``sha`` (``CopyMismatch`` otherwise), with ``mode`` and the modification time set, all
     through its fd: a name swapped for a link meanwhile (a folder others may write to) is never
     followed. The copy is fsynced; ``dst`` is checked to still be that file before returning,
     so the caller's rename moves this copy. ``exclusive``: made by ``create_exclusive`` (nothing
     standing at ``dst`` is removed: ``FileExistsError``). On failure only the file this call made
-    is removed. Returns that file's fstat (``unlink_if_same`` removes only it)."""
+    is removed. Returns that file's fstat (``unlink_if_same`` removes only it). ``sparse``: the
+    zero blocks of ``src`` are left holes in ``dst`` (``SparseWriter``: a put-back allocates what
+    the original did); ``owner``: given back when root (``finish_new_file``)."""
     fd = create_exclusive(dst) if exclusive else create_new(dst)
     made = os.fstat(fd)
     try:
         with os.fdopen(fd, "wb") as fo, open_regular(src, follow_symlinks=True) as fi:
-            got, _ = hash_and_count(fi, fo)
+            got, _ = hash_count_sparse(fi, fo) if sparse else hash_and_count(fi, fo)
             fo.flush()
             if got != sha:
                 raise CopyMismatch(errno.EIO, f"copy of {src} does not match its sha256", dst)
-            ident = finish_new_file(fo, mode, mtime_ns, mtime)
+            ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
         check_still(dst, ident)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -462,6 +476,6 @@ def copy_file(src: str, dst: str) -> None:
             raise
 
 
-__all__ = ["CHUNK", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
+__all__ = ["CHUNK", "hash_count_sparse", "sha256_stream", "sha256_file", "HashingReader", "matches", "is_regular", "fsync_file",
            "fsync_dir", "atomic_write_json", "create_json", "append_line", "copy_file", "create_new", "create_exclusive", "unlink_if_same", "copy_new",
            "CopyMismatch"]
