@@ -13,7 +13,8 @@ SHA = "ab" + "0" * 62
 def test_plausible_mtime_ns_takes_only_what_a_file_can_have():
     assert plausible_mtime_ns(1_790_000_000_123_456_789) == 1_790_000_000_123_456_789
     assert plausible_mtime_ns(0) == 0
-    for bad in (-1, 1 << 63, 1 << 70, True, 1.5e18, "1790000000", None, [1]):
+    assert plausible_mtime_ns(-1) == -1  # before 1970: a time a file can have (review R14 F7)
+    for bad in (-(1 << 63), 1 << 63, 1 << 70, -(1 << 70), True, 1.5e18, "1790000000", None, [1]):
         assert plausible_mtime_ns(bad) is None, bad
     assert recorded_mtime_ns({"mtime_ns": 1 << 63}) is None
 
