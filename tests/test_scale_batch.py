@@ -100,7 +100,9 @@ def test_a_profile_only_removal_starts_no_reader_and_lists_each_event_file_uncha
         assert m["policy"] == {"name": "archive", "builtin": True}
         assert "actions" not in m["plan"] and len(m["plan"]["actions_sha256"]) == 64
         assert m["plan"]["changes"]["profile_xplane"][2] == 1, m["plan"]["changes"]
-        assert all(set(d) == {"path", "mode", "mtime_ns"} for d in m["removed_dirs"]), m["removed_dirs"]
+        # each removed folder: its path, mode, mtime and (since e558d46, given back as root) owner
+        assert all(set(d) == {"path", "mode", "mtime_ns", "uid", "gid"} for d in m["removed_dirs"]), \
+            m["removed_dirs"]
     after = _user_files(logdir)
     assert {p: after[p] for p in hashes} == {p: before[p] for p in hashes}
     assert not [p for p in after if "plugins/profile" in p]
