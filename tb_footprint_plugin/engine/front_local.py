@@ -113,8 +113,11 @@ class LocalEngine(Engine):
         reads = read_vaults(ctx) if reads is None else reads
         problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx, reads),
                                               frozenset(journal_blobs(ctx)), reads)
-        # a damaged line or file is named for the user to look at: `recover` cannot mend it
-        settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE) for p in problems)
+        # a damaged line or file is named for the user to look at: `recover` cannot mend it; nor
+        # does it release unsettled pins (they may hold the only copy of a run's originals, and no
+        # record says whether the run still needs them): their finding names what the user can do
+        settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE, Finding.PINS_UNSETTLED)
+                             for p in problems)
         return {"unfinished_operations": ops, "problems": problems,
                 "settle_command": health.settle_command(ctx.logdir, self.backup_dir) if settles else None}
 

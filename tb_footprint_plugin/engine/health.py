@@ -140,6 +140,13 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
         orphans.update(_compressed_orphans(Vault(root), refs))
         orphans.update(Vault(root).packed_orphans(refs))
         if orphans:
+            # a pinned blob is an operation's (``unsettled_pins`` names those whose operation is
+            # gone): counted here too, it was said twice and `recover` advised for it
+            pv = Vault(root)
+            for op_id in pv.pinned_ops():
+                for sha in pv.pins_of(op_id):
+                    orphans.pop(sha, None)
+        if orphans:
             out.append(_f(Finding.ORPHAN_BLOBS, None, None,
                           f"{len(orphans)} backup blob(s) in {root} belong to no operation (a lost manifest?); "
                           "kept, never purged", sum(orphans.values())))
@@ -276,7 +283,11 @@ def unsettled_pins(state: str, journal_dir: str) -> List[dict]:
                           f"{len(shas)} backup(s) in {root} are pinned by operation {op_id}, which has neither a "
                           "journal in this logdir nor a manifest (unless a reduce of another logdir sharing this "
                           "vault is under way now): the originals of a reduction whose journal was lost, perhaps "
-                          "their only copy; kept and never purged (their digests are the file names here)",
+                          "their only copy; kept and never purged (their digests are the file names here). "
+                          "`recover` does not release them: no record says whether the run still needs them. "
+                          "Compare the run's files with these digests (sha256sum); an original you miss is "
+                          f"{vault.blobs}/<first 2 digits>/<digest> (or <digest>.zst, zstd-compressed); once "
+                          "none is needed, removing this folder lets `tb-footprint purge` free them",
                           nbytes, file=pins))
     return out
 
