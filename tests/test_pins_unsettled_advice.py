@@ -48,6 +48,6 @@ def test_status_does_not_offer_recover_for_pins_recover_keeps(tmp_path):
         assert [p for p in st["problems"] if p["code"] != Finding.PINS_UNSETTLED] == [], st["problems"]
         assert st["settle_command"] is None, st["settle_command"]
         assert api.unfinished(logdir)["settle_command"] is None
-        assert "`recover` does not release them" in found["detail"] and "purge" in found["detail"]
+        assert "`recover` does not release them" in found["detail"] and "remove them and this folder yourself" in found["detail"]
         api.recover_logdir(logdir)
         assert sorted(os.listdir(pins)) == held  # recover keeps them: they may be the only copy

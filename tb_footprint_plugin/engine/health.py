@@ -286,8 +286,9 @@ def unsettled_pins(state: str, journal_dir: str) -> List[dict]:
                           "their only copy; kept and never purged (their digests are the file names here). "
                           "`recover` does not release them: no record says whether the run still needs them. "
                           "Compare the run's files with these digests (sha256sum); an original you miss is "
-                          f"{vault.blobs}/<first 2 digits>/<digest> (or <digest>.zst, zstd-compressed); once "
-                          "none is needed, removing this folder lets `tb-footprint purge` free them",
+                          f"{vault.blobs}/<first 2 digits>/<digest> (or <digest>.zst, zstd-compressed). No "
+                          "verb frees them (purge never deletes a blob no manifest names): once none is needed, "
+                          "remove them and this folder yourself",
                           nbytes, file=pins))
     return out
 
