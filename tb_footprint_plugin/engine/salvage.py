@@ -38,7 +38,7 @@ from tb_footprint_plugin.engine.journal import Journal, Rec
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, matches, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.version import __version__
 
 SALVAGE_SUFFIX = ".salvaged-"
@@ -115,7 +115,20 @@ def starts_with(path: str, size: int, sha: str) -> bool:
     return h.hexdigest() == sha
 
 
-def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_name: str) -> Optional[dict]:
+def _owner_here(folder: str, owner: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
+    """Who a salvage file belongs to: the recorded owner of the file it is salvaged from (the
+    restored file's own), else (a record written before owners were kept) the folder's owner."""
+    if owner is not None:
+        return owner
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    return st.st_uid, st.st_gid
+
+
+def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_name: str,
+                      owner: Optional[Tuple[int, int]] = None) -> Optional[dict]:
     """Put the complete records ``source`` holds between ``start`` and ``size`` back into the run
     beside ``path`` (relative to the logdir), as the next free ``<path>.salvaged-NNN``.
 
@@ -125,7 +138,8 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     holds exactly these records is reused, so a restore finished after a crash writes it once.
     Returns ``{file, records, bytes, sha256, size, partial_bytes, corrupt}``, or None when no
     complete record is there. ``tmp_name``: the temporary file's name in that folder (one the
-    caller sweeps after a crash)."""
+    caller sweeps after a crash). ``owner``: the recorded owner of ``path`` (``recorded_owner``),
+    given to the salvage file when root (``_owner_here``), as to the file restored beside it."""
     from tb_footprint_plugin.storage.paths import check_no_symlink
 
     check_no_symlink(ctx.logdir, path)
@@ -143,6 +157,8 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
             records += 1
             nbytes += len(rec)
         dst.flush()
+        # root restoring a user's run: the records are the user's, as the file beside them
+        give_owner(dst.fileno(), _owner_here(folder, owner))
         os.fsync(dst.fileno())
     if not records:
         os.unlink(tmp)
@@ -248,6 +264,7 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
                 records += 1
                 nbytes += len(rec)
             dst.flush()
+            give_owner(dst.fileno(), _owner_here(os.path.dirname(tmp), recorded_owner(f)))
             os.fsync(dst.fileno())
         upto = start + reader.valid_bytes
         if records:

@@ -516,7 +516,7 @@ def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, 
     # a restore's temp name from its journaled token (recovery of a killed one removes exactly
     # it), else a random one: never a name a user's file may have (``create_new`` clears it)
     tmp = os.path.basename(late_tmp_path("", rec["sha256"], tmp_token or secrets.token_hex(16)))
-    return keep_late_records(ctx, rec["path"], blob, start, size, tmp)
+    return keep_late_records(ctx, rec["path"], blob, start, size, tmp, owner=recorded_owner(rec))
 
 
 def _time_of(vault: Vault, rec: dict) -> dict:
