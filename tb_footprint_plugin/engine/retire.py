@@ -57,7 +57,9 @@ from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
-from tb_footprint_plugin.storage.files import CopyMismatch, copy_file, copy_new, fsync_dir, sha256_file
+from tb_footprint_plugin.storage.files import (
+    CopyMismatch, copy_file, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file,
+)
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, ensure_private_dir
@@ -165,8 +167,9 @@ def tree_sha256(entries: Iterable[dict]) -> str:
 # inventory: what the run's directory holds (nothing followed, nothing special)
 # ---------------------------------------------------------------------------------------
 def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
-    """Files (path, size, mode, mtime_ns, ino) and directories (path, mode, mtime_ns) of ``run``'s tree,
-    paths relative to the logdir. Refuses symlinks and special files, naming them."""
+    """Files (path, size, mode, mtime_ns, ino, uid, gid) and directories (path, mode, mtime_ns, uid,
+    gid) of ``run``'s tree, paths relative to the logdir. Refuses symlinks and special files, naming
+    them. The owner is kept so that root's unretire gives every file and folder back to its user."""
     top = ctx.abs(run)
     files, dirs = [], []
 
@@ -176,7 +179,8 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
     for root, dnames, fnames in os.walk(top, onerror=onerror, followlinks=False):
         rel_root = os.path.relpath(root, ctx.logdir)
         st = os.lstat(root)
-        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns})
+        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns,
+                     "uid": st.st_uid, "gid": st.st_gid})
         for d in list(dnames):
             p = os.path.join(root, d)
             if os.path.islink(p):
@@ -191,7 +195,7 @@ def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
                 raise TransactionError(f"{rel}: {what}; a retirement moves regular files only; left alone",
                                        Failure.REFUSED)
             files.append({"path": rel, "size": st.st_size, "mode": st.st_mode & 0o7777,
-                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino})
+                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "uid": st.st_uid, "gid": st.st_gid})
     files.sort(key=lambda f: f["path"])
     return files, dirs
 
@@ -538,10 +542,25 @@ def _chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
     for d in dirs:
         p = ctx.abs(d["path"])
         if os.path.isdir(p) and not os.path.islink(p):
+            _give_back_owner(p, d, os.O_DIRECTORY)  # first: a chown clears set-id bits of the mode
             os.chmod(p, d["mode"])
             ns = _mtime_ns(d)
             if ns is not None:
                 os.utime(p, ns=(ns, ns), follow_symlinks=False)
+
+
+def _give_back_owner(path: str, rec: dict, kind: int = 0) -> None:
+    """Root puts a user's file or folder back: it is theirs again (``rec``'s recorded owner, as a
+    restore gives it, e558d46). Through an fd opened without following a link; nothing when not
+    root or when the record has no plausible owner (written before owners were kept)."""
+    owner = recorded_owner(rec)
+    if owner is None or os.geteuid() != 0:
+        return
+    fd = os.open(path, os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        give_owner(fd, owner)
+    finally:
+        os.close(fd)
 
 
 def _mtime_ns(rec: dict) -> Optional[int]:
@@ -582,11 +601,13 @@ def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: 
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     if same_fs or vault.same_filesystem(os.path.dirname(dst)):
         os.rename(stored, dst)
+        _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
     else:
         tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
         try:  # made anew and set up through its fd: a link planted at that name is never followed
             # holes stay holes, as every restore's put-back leaves them
-            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True)
+            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True,
+                     owner=recorded_owner(f))
         except CopyMismatch:
             raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
         os.replace(tmp, dst)
@@ -602,7 +623,9 @@ def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reaso
     """The retirement's manifest and change-log line."""
     begin = records[0]
     vault = Vault(begin["vault"])
-    tree = [{k: f[k] for k in ("path", "size", "mode", "mtime_ns", "sha256")} for f in begin["files"]]
+    # the owner where recorded (a retirement from before owners were kept has none)
+    tree = [{k: f[k] for k in ("path", "size", "mode", "mtime_ns", "sha256", "uid", "gid") if k in f}
+            for f in begin["files"]]
     kept = outcome == Outcome.VERIFIED
     m = one_schema.new(
         op_id=begin["op_id"], kind="retire", run=begin["run"], logdir=begin["logdir"], started_at=begin["t"],
