@@ -16,15 +16,16 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 def test_a_lock_changed_under_its_holder_is_lost_at_its_next_renewal(bucket, how):
     rfs = RemoteFS(bucket.url(f"logs-{how}"))
     st = BucketState(rfs)
-    path, _version = lock_run(st, "exp/run", new_op_id())
-    assert bucket_lease.still_held(path)
+    lock = lock_run(st, "exp/run", new_op_id())  # the lock object, held
+    path = lock.path
+    assert lock.still_held() and bucket_lease.still_held(path)
     if how == "taken_over":
         st.put(path, json.dumps({"run": "exp/run", "op": new_op_id()}).encode())
     else:
         st.delete([path])
     bucket_lease.renew_all(now=time.time() + lease.lease_seconds())
-    assert not bucket_lease.still_held(path)
-    ours, _versions = unlock_all([path])
+    assert not lock.still_held()
+    ours, _versions = unlock_all([lock])
     assert ours == []  # not released as the holder's: another's lock (or none) stays as it is
     if how == "taken_over":
         assert json.loads(st.read_bytes(path))["op"] != "", "the other holder's lock is still there"

@@ -10,6 +10,7 @@ interface (issue #26, ``engine.bucket_objects``), on moto's S3, the GCS emulator
   no plain key (named by an untrusted document) is never sent to the store.
 """
 import json
+import os
 
 import pytest
 
@@ -92,7 +93,8 @@ def test_state_objects_go_through_the_store_at_the_clients_cost(bucket, monkeypa
 def test_run_locks_through_the_store(bucket):
     rfs = RemoteFS(bucket.url("logs"))
     st = BucketState(rfs)
-    path, version = lock_run(st, "exp/run", new_op_id())
+    lock = lock_run(st, "exp/run", new_op_id())  # the lock object, held
+    path, version = lock.path, lock.version
     assert path == rfs.path(lock_key("exp/run"))
     held, v = st.read(path)
     assert held["run"] == "exp/run" and v == version
@@ -101,9 +103,10 @@ def test_run_locks_through_the_store(bucket):
         with pytest.raises(BucketTxnError) as ei:
             lock_run(st, "exp/run", new_op_id())
         assert ei.value.code == Skip.LOCKED
+        assert ei.value.holder and f"pid {os.getpid()}" in ei.value.holder  # the holder, a field
     finally:
         bucket_state.ACTIVE_OPS.discard(held["op"])
-    ours, versions = unlock_all([path])
+    ours, versions = unlock_all([lock])
     assert ours == [path]
     c0 = counts(rfs)
     must_delete(rfs, ours, versions=versions)
@@ -196,9 +199,10 @@ def test_a_logdir_whose_prefix_starts_with_a_tilde_keeps_its_state(s3_bucket):
     """'~' is special on a disk, not in a bucket: the logdir's state is keyed under the logdir."""
     rfs = RemoteFS(s3_bucket.url("~logs"))
     st = BucketState(rfs)
-    path, version = lock_run(st, "run", new_op_id())
+    lock = lock_run(st, "run", new_op_id())
+    path, version = lock.path, lock.version
     assert st.read(path)[1] == version
-    ours, versions = unlock_all([path])
+    ours, versions = unlock_all([lock])
     must_delete(rfs, ours, versions=versions)
     assert st.stat(path) is None
 

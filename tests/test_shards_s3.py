@@ -130,7 +130,7 @@ def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or
     st = bk.BucketState(RemoteFS(url))
     lease.configure(lease_seconds=0.6)
     try:
-        path, _ = bk.lock_run(st, "exp0/run000", new_op_id())
+        path = bk.lock_run(st, "exp0/run000", new_op_id()).path
         first, _ = st.read(path)
         time.sleep(1.5)  # the renewer wakes at least every 0.1 s at this lease; renews after 0.2 s
         renewed, _ = st.read(path)

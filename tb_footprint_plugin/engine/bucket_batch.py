@@ -13,7 +13,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import bucket_lease, faults
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -23,6 +23,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     failure_code,
     listing_of_runs,
     lock_failure_code,
+    lock_refused,
     lock_run,
     must_close,
     must_delete,
@@ -45,6 +46,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal
+from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 
 
@@ -73,6 +75,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
     outs: Dict[str, RunOutcome] = {}
     entries: List[dict] = []
     plans = {rp.run: rp for rp in rps}
+    held: Dict[str, RunLease] = {}  # each run's lock object (its entry names only the lock's path)
     ACTIVE_OPS.add(batch_id)
     journal = None
     try:
@@ -95,15 +98,15 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                 out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
                 continue
             try:
-                lock_path, _ = lock_run(st, rp.run, batch_id)
+                held[rp.run] = lock_run(st, rp.run, batch_id)
             except BucketTxnError as e:
-                out.reason, out.code = str(e), Skip.LOCKED
+                lock_refused(out, e)
                 continue
             except STORE_FAILURES as e:
                 out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
                 continue
             out.op_id = op_id
-            entries.append({"run": rp.run, "op": op_id, "lock": lock_path, "files": files})
+            entries.append({"run": rp.run, "op": op_id, "lock": held[rp.run].path, "files": files})
         if settled_early:
             taken = {en["run"] for en in entries}
             for run, o in outs.items():
@@ -116,7 +119,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
                                                  "created": now_s(), "vault": vault.root, "runs": entries,
                                                  "logdir_objects": len(listing)})
         except STORE_FAILURES as e:
-            ours, versions = unlock_all([en["lock"] for en in entries])
+            ours, versions = unlock_all([held[en["run"]] for en in entries])
             must_delete(rfs, ours, versions=versions)
             for en in entries:
                 o = outs[en["run"]]
@@ -205,7 +208,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             live = keep
         keep = []
         for en in live:  # a run whose lock another worker took over stops before its delete step
-            if bucket_lease.still_held(en["lock"]):
+            if held[en["run"]].still_held():
                 keep.append(en)
             else:
                 _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
@@ -216,7 +219,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             # whose rollback did not (its manifest may still be there, dated as committed) keeps
             # them, as at the end, so the next start rolls the batch back (review R6 F2)
             if not _incomplete(entries, outs):
-                ours, versions = unlock_all([en["lock"] for en in entries])
+                ours, versions = unlock_all([held[en["run"]] for en in entries])
                 journal.close(also=ours, versions=versions)
             return list(outs.values())
         try:
@@ -226,8 +229,8 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             faults.hit("reduce.swap_record")
             finish_op(rfs, vault, journal.doc, present=now_objs)
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key no call can address
-            if _rollback_batch(rfs, vault, journal, live, outs, e, entries):
-                ours, versions = unlock_all([en["lock"] for en in entries if en not in live])
+            if _rollback_batch(rfs, vault, journal, live, outs, e, entries, held):
+                ours, versions = unlock_all([held[en["run"]] for en in entries if en not in live])
                 BucketState.of(rfs).delete(ours, versions=versions)
             return list(outs.values())
         faults.hit("reduce.swap")
@@ -253,7 +256,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
         # failed keeps the journal: the next start finishes that cleanup.
         if not _incomplete(entries, outs):
-            ours, versions = unlock_all([en["lock"] for en in entries])
+            ours, versions = unlock_all([held[en["run"]] for en in entries])
             journal.close(also=ours, versions=versions)
         else:
             journal.step(Rec.DONE, runs=entries)
@@ -262,8 +265,8 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
         raise
     finally:
         ACTIVE_OPS.discard(batch_id)
-        for en in entries:  # no lock of an ended batch is renewed (those kept are stale now)
-            bucket_lease.release(en["lock"])
+        for lock in held.values():  # no lock of an ended batch is renewed (those kept are stale now)
+            lock.release()
         dt = (time.monotonic() - t0) / max(1, len(rps))
         for o in outs.values():
             o.duration_s = dt
@@ -319,7 +322,8 @@ def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:
 
 
 def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal, live: List[dict],
-                    outs: Dict[str, RunOutcome], e: Exception, entries: List[dict]) -> bool:
+                    outs: Dict[str, RunOutcome], e: Exception, entries: List[dict],
+                    held: Dict[str, RunLease]) -> bool:
     """The destructive step failed: recorded first (a recovery that finds this journal must
     finish the rollback, not roll forward), then every run put back from its backups. The
     journal and the locks of ``live`` go only when every run of the batch (``entries``, those
@@ -342,7 +346,7 @@ def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal, l
             o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
     if incomplete is None and not _incomplete(entries, outs):
         try:
-            ours, versions = unlock_all([en["lock"] for en in live])
+            ours, versions = unlock_all([held[en["run"]] for en in live])
             must_close(journal, ours, versions=versions)
             return True
         except BucketTxnError as e3:

@@ -42,6 +42,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
+from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -118,7 +119,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
     out = RunOutcome(run=run, status=Outcome.FAILED, op_id=op_id,
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
     st = BucketState(rfs)
-    locks: List[str] = []
+    locks: List[RunLease] = []
     # named by the operation restored: another restore of it in this process keeps it (its lock
     # stays live to every check here) and the one that added it takes it out
     mine = op_id not in ACTIVE_OPS
@@ -127,7 +128,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         if mine:
             ACTIVE_OPS.discard(op_id)
         return out
-    lock_path = locks[0]
+    lock = locks[0]  # the lock object held (its path is deleted with the journal's end)
     manifest_version = manifest.get("_version")
     displaced: List[dict] = []
     jpath: Optional[str] = None  # the journal while it stands (then the lock stays with it)
@@ -281,9 +282,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
     finally:
         if mine:
             ACTIVE_OPS.discard(op_id)
-        ours = unlock_versions(lock_path)
+        ours = unlock_versions(lock)
         if ours and jpath is None:  # a kept journal keeps its lock until it is settled
-            BucketState.of(rfs).delete([lock_path], versions=ours)
+            BucketState.of(rfs).delete(list(ours), versions=ours)
 
 
 def _made_where(manifest: dict) -> str:

@@ -46,7 +46,7 @@ import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
-from tb_footprint_plugin.engine import bucket_lease, faults, lease, manifest
+from tb_footprint_plugin.engine import faults, lease, manifest
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
                                                       entry_ok, is_blob_entry, missing_blobs, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -155,7 +155,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
     st = BucketState(rfs)
     op_id = new_op_id()
     ACTIVE_OPS.add(op_id)
-    locks: List[str] = []
+    locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
     journal = None
     try:
         if not lock_runs(st, [run] + along, op_id, locks, out):
@@ -179,7 +179,7 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
         files = [_file_entry(vault, op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]
         out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
         out.op_id = op_id
-        entry = {"run": run, "op": op_id, "lock": locks[0], "files": files}
+        entry = {"run": run, "op": op_id, "lock": locks[0].path, "files": files}
         try:
             journal = new_journal(st, op_id, {
                 "op": op_id, "kind": KIND, "logdir": rfs.url, "step": Rec.PLANNED, "created": now_s(),
@@ -237,7 +237,7 @@ def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectI
 
 def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: ObjectJournal, entry: dict,
                   listing: Dict[str, ObjectInfo], along: List[str], rule: Optional[dict], quiet_period: float,
-                  closed_files: Optional[Mapping[str, float]], locks: List[str]) -> None:
+                  closed_files: Optional[Mapping[str, float]], locks: List[lease.RunLease]) -> None:
     run, op_id, files = entry["run"], entry["op"], entry["files"]
     faults.hit("retire.journal")
     # a purge's forget waits until the manifest names the blobs added here (no-op without blobs)
@@ -268,7 +268,7 @@ def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: O
     active = written_recently(now_objs, run, quiet_period, closed_files)
     if active:
         raise BucketTxnError(Skip.ACTIVE, active)
-    if not all(bucket_lease.still_held(p) for p in locks):
+    if not all(lock.still_held() for lock in locks):
         raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
     missing_blobs(vault, files)  # a blob forgotten since its add: the delete would lose its bytes
     journal.step(Rec.SWAPPING, runs=[entry])  # every copy verified: from here on recovery finishes the retirement
@@ -443,7 +443,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     held_as = m["op_id"]
     mine = held_as not in ACTIVE_OPS  # another restore of it in this process keeps it live
     ACTIVE_OPS.add(held_as)
-    locks: List[str] = []
+    locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
     jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
     started = resume  # whether an object may have been put back already
     try:

@@ -41,7 +41,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import bucket_lease, faults
+from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_blobs import (
     adding,
     backup_entries,
@@ -57,6 +57,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     failure_code,
     listing_of_runs,
     lock_failure_code,
+    lock_refused,
     lock_run,
     must_close,
     must_delete,
@@ -146,14 +147,15 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         files.append(f)
     st = BucketState(rfs)
     try:
-        lock_path, _ = lock_run(st, rp.run, op_id)
+        lock = lock_run(st, rp.run, op_id)
     except BucketTxnError as e:
-        out.reason, out.code = str(e), Skip.LOCKED
+        lock_refused(out, e)
         return out
     except STORE_FAILURES as e:
         out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
         return out
     out.op_id = op_id
+    lock_path = lock.path  # what the journal names; the lock object is what this operation holds
     en = {"run": rp.run, "op": op_id, "lock": lock_path, "files": files}
     journal = None
     ACTIVE_OPS.add(op_id)
@@ -213,7 +215,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         active = written_recently(now_objs, rp.run, quiet_period, closed_files)
         if active:
             raise BucketTxnError(Skip.ACTIVE, active)
-        if not bucket_lease.still_held(lock_path):  # another worker took the run over: stop before the swap
+        if not lock.still_held():  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
         missing_blobs(vault, files)  # the last look: the swap replaces what only these blobs hold
         cancel.check()  # the last point where a cancel or the run's timeout is honoured
@@ -236,7 +238,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         out.bytes_after = bytes_after
         out.removed_files = [f["path"] for f in files if not in_place(f)]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
-        ours = unlock_versions(lock_path)
+        ours = unlock_versions(lock)
         journal.close(also=[lock_path] if ours else [], versions=ours)
         return out
     except faults.InjectedFault:
@@ -252,7 +254,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 journal.step(Rec.ROLLING_BACK, runs=[en])
                 rollback_entry(rfs, vault, en, deleted=journal.committed())
                 must_close(journal)
-            ours = unlock_versions(lock_path)
+            ours = unlock_versions(lock)
             if ours:
                 must_delete(rfs, [lock_path], versions=ours)
             rolled_back(out, code)
@@ -261,7 +263,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
         return out
     finally:
         ACTIVE_OPS.discard(op_id)
-        bucket_lease.release(lock_path)  # an ended operation's lock is not renewed (one kept is stale now)
+        lock.release()  # an ended operation's lock is not renewed (one kept is stale now)
         out.duration_s = round(time.monotonic() - t0, 3)
 
 

@@ -62,9 +62,10 @@ class BucketTxnError(RuntimeError):
     """A step of a bucket transaction failed; ``code`` (a ``codes.py`` member) says which kind of
     failure, the message says what happened in prose (never a code)."""
 
-    def __init__(self, code: Code, message: str):
+    def __init__(self, code: Code, message: str, holder: Optional[str] = None):
         super().__init__(message)
         self.code = code
+        self.holder = holder  # a refused lock's holder (``"HOST pid PID (operation OP)"``), else None
 
 
 def failure_code(e: BaseException) -> Code:
@@ -220,26 +221,32 @@ def run_lock(st: BucketState, run: str, op_id: str) -> RunLease:
     return bucket_lease.lock_class(store.capabilities)(place, run, op_id)
 
 
-def lock_run(st: BucketState, run: str, op_id: str) -> Tuple[str, str]:
-    """Take the run's lock (``run_lock(...).acquire()``): its path and version; raises
-    BucketTxnError(``Skip.LOCKED``) naming the holder."""
+def lock_run(st: BucketState, run: str, op_id: str) -> RunLease:
+    """Take the run's lock (``run_lock(...).acquire()``) and return it, held: the caller keeps
+    the lock object (``still_held``, ``unlock_versions``), never its path. Raises
+    BucketTxnError with the refusal's code (``Skip.LOCKED``) and its ``holder``."""
     lock = run_lock(st, run, op_id)
     try:
-        lock.acquire()
+        return lock.acquire()
     except LockRefused as e:
-        raise BucketTxnError(e.code, str(e)) from None
-    return lock.path, lock.version
+        raise BucketTxnError(e.code, str(e), holder=e.holder) from None
 
 
-def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[str], out) -> bool:
-    """Take each run's lock, appending its path to ``locks`` (the caller releases them, also
+def lock_refused(out, e: BucketTxnError) -> None:
+    """Say in ``out`` (a ``RunOutcome``) that its run's lock was refused: skipped, with the
+    refusal's code (``Skip.LOCKED``) and its holder as fields, the message for people."""
+    out.status, out.reason, out.code, out.holder = Outcome.SKIPPED, str(e), e.code, e.holder
+
+
+def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[RunLease], out) -> bool:
+    """Take each run's lock, appending the held lock to ``locks`` (the caller releases them, also
     after a partial failure). False when one is not taken, with ``out`` (a ``RunOutcome``) saying
-    why: skipped ``locked`` when another process holds it, else the lock's failure code."""
+    why: skipped ``locked`` (``lock_refused``) when another process holds it, else the lock's failure code."""
     try:
         for r in runs:
-            locks.append(lock_run(st, r, op_id)[0])
+            locks.append(lock_run(st, r, op_id))
     except BucketTxnError as e:
-        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        lock_refused(out, e)
         return False
     except STORE_FAILURES as e:
         out.reason, out.code = str(e), lock_failure_code(e)
@@ -247,18 +254,19 @@ def lock_runs(st: BucketState, runs: List[str], op_id: str, locks: List[str], ou
     return True
 
 
-def unlock_versions(lock_path: str) -> Optional[Dict[str, str]]:
-    """Stop renewing the lock; the version to delete it at, None if it is not ours any more."""
-    v = bucket_lease.release(lock_path)
-    return None if v is None else {lock_path: v}
+def unlock_versions(lock: RunLease) -> Optional[Dict[str, str]]:
+    """Stop renewing the lock; its path and the version to delete it at, None if it is not ours
+    any more (or leaves nothing to delete)."""
+    v = lock.release()
+    return {lock.path: v} if isinstance(v, str) else None
 
 
-def unlock_all(lock_paths: List[str]) -> Tuple[List[str], Dict[str, str]]:
-    """Stop renewing these locks; the ones still ours and the versions to delete them at (a lock
-    another worker took over is never deleted as ours)."""
+def unlock_all(locks: List[RunLease]) -> Tuple[List[str], Dict[str, str]]:
+    """Stop renewing these locks; the paths of the ones still ours and the versions to delete
+    them at (a lock another worker took over is never deleted as ours)."""
     versions: Dict[str, str] = {}
-    for p in lock_paths:
-        versions.update(unlock_versions(p) or {})
+    for lock in locks:
+        versions.update(unlock_versions(lock) or {})
     return list(versions), versions
 
 

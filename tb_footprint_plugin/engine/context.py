@@ -72,6 +72,7 @@ class RunOutcome:
     created_files: List[str] = field(default_factory=list)
     verification: Optional[dict] = None
     duration_s: float = 0.0
+    holder: Optional[str] = None  # ``Skip.LOCKED``: who holds the run, where known ("HOST pid PID ...")
 
     @property
     def saved_bytes(self) -> int:
