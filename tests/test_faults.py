@@ -373,7 +373,7 @@ def test_a_lock_file_the_disk_refuses_after_the_commit_leaves_the_compaction_to_
 
     logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
     from tb_footprint_plugin.engine import compactor  # where a run's compaction looks its lock up
-    monkeypatch.setattr(compactor, "RunLock", RefusedLock)
+    monkeypatch.setattr(compactor, "run_lock", RefusedLock)
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=("python",))
     monkeypatch.undo()
     acted = [o for o in rep.outcomes if o.op_id]

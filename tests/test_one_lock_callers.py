@@ -57,3 +57,50 @@ def test_a_locked_bucket_run_is_skipped_locked_with_its_holder_as_a_field(s3_buc
     # the other host's lock is left as it was; ours is gone with the batch's journal
     assert st.read(rfs.path(bucket_state.lock_key("exp0/run000")))[0]["host"] == "other-node"
     assert st.stat(rfs.path(bucket_state.lock_key("exp1/run001"))) is None
+
+
+#: where ``journal.RunLock`` may be named as a constructor: its own module, and the one place that
+#: chooses it by the store's capabilities (``bucket_lease.lock_class``, which returns the class)
+MAY_BUILD = {"journal.py"}
+#: shared with another engineer's work this session; their lock lines move in their own commit
+NOT_YET = {"retire.py", "front_local.py"}
+
+
+def test_no_engine_module_constructs_runlock_itself():
+    """The local engine builds its locks through ``engine.run_lock`` (``lock_class`` of a folder's
+    capabilities), as the bucket engine through ``bucket_state.run_lock``: a ``RunLock(`` call
+    anywhere else is a lock whose implementation the store did not choose."""
+    found = []
+    for name in sorted(os.listdir(ENGINE)):
+        if not name.endswith(".py") or name in MAY_BUILD | NOT_YET:
+            continue
+        with open(os.path.join(ENGINE, name), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call):
+                fn = n.func
+                called = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
+                if called == "RunLock":
+                    found.append(f"{name}:{n.lineno}")
+    assert not found, f"RunLock constructed directly (use engine.run_lock): {found}"
+
+
+def test_a_local_lock_is_the_implementation_a_folder_store_chooses(tmp_path):
+    from tb_footprint_plugin.engine import bucket_lease, run_lock
+    from tb_footprint_plugin.engine.context import Context
+    from tb_footprint_plugin.engine.journal import RunLock
+    from tb_footprint_plugin.storage.store_posix import PosixStore
+
+    assert run_lock.folder_capabilities() == PosixStore(str(tmp_path)).capabilities
+    (tmp_path / "logs" / "r").mkdir(parents=True)
+    ctx = Context(str(tmp_path / "logs"))
+    lk = run_lock.run_lock(ctx, "r")
+    assert type(lk) is bucket_lease.lock_class(PosixStore(ctx.logdir).capabilities) is RunLock
+    with lk:  # the same flock and lease file as ever
+        assert lk.still_held() and os.path.exists(lk.path) and os.path.exists(lk.lease_path)
+        try:
+            run_lock.run_lock(ctx, "r").acquire()
+            raise AssertionError("a second lock of the run was taken")
+        except lease.LockRefused as e:
+            assert e.code == Skip.LOCKED
+    assert not lk.still_held()

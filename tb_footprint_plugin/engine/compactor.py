@@ -47,7 +47,8 @@ from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.catalogue import journal_blobs
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine import vault as vault_mod
-from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.lease import LockRefused
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.vault import compact_operation, KEPT_BUSY, note_compaction, PACK_BATCH
 from tb_footprint_plugin.storage.paths import is_sha256
 
@@ -289,8 +290,8 @@ def compact_round(ctx: Context, group: List[Item]) -> Optional[Dict[str, Dict[st
             manifests: Dict[str, dict] = {}
             for op_id, run, shas, m in group:
                 try:
-                    stack.enter_context(RunLock(ctx.lock_dir, run))
-                except (RunLocked, OSError):
+                    stack.enter_context(run_lock(ctx, run))
+                except (LockRefused, OSError):
                     continue  # a restore or purge has it now: the next start compacts it
                 ops[op_id] = shas
                 if m is not None:
@@ -310,9 +311,9 @@ def compact_committed(ctx: Context, op_id: str, run: str) -> None:
     plain until that one's turn. Never raises: a run taken meanwhile, or a lock file the disk
     refuses (ENOSPC, EMFILE), leaves the note for the next start and the backups hard links."""
     try:
-        with RunLock(ctx.lock_dir, run):
+        with run_lock(ctx, run):
             compact_operation(ctx.vault, op_id, journal_blobs(ctx), noted=noted_here(ctx, op_id))
-    except (RunLocked, OSError):
+    except (LockRefused, OSError):
         note_compaction(ctx.vault, op_id)
 
 

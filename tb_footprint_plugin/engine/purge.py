@@ -30,7 +30,8 @@ from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import faults, manifest, offload, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context, writing
-from tb_footprint_plugin.engine.journal import RunLock, RunLocked
+from tb_footprint_plugin.engine.lease import LockRefused, RunLease
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.retire import purge_retired
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -137,14 +138,14 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     blob_paths = [Vault(m["vault"]).blob_path(f["sha256"]) for m in candidates for f in m["files"]]
     held = {h.path for h in find_writers(blob_paths).holders}
     report = PurgeReport(dry_run=not yes, ops=[], freed_bytes=0)
-    locks: Dict[str, RunLock] = {}
+    locks: Dict[str, RunLease] = {}
     try:
         chosen = []
         for m in candidates:
             if yes and m["run"] not in locks:
                 try:
-                    locks[m["run"]] = RunLock(ctx.lock_dir, m["run"]).acquire()
-                except (RunLocked, OSError):
+                    locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
+                except (LockRefused, OSError):
                     report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0, "code": Skip.LOCKED,
                                         "detail": "the run is being changed by another process; purge it later"})
                     continue

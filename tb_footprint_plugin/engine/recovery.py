@@ -25,7 +25,9 @@ from tb_footprint_plugin.engine.catalogue import (
     write_manifest,
 )
 from tb_footprint_plugin.engine.context import Context, reason_of
-from tb_footprint_plugin.engine.journal import Rec, RunLock, RunLocked, pending_journals
+from tb_footprint_plugin.engine.journal import Rec, pending_journals
+from tb_footprint_plugin.engine.lease import LockRefused
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.restore import finish_restore, restore_abandoned
 from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
@@ -102,8 +104,8 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
         begin = records[0]
         run = begin["run"]
         try:
-            lock = RunLock(ctx.lock_dir, run).acquire()
-        except RunLocked:
+            lock = run_lock(ctx, run).acquire()
+        except LockRefused:
             outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.SKIPPED_LIVE, "held by a running process",
                                             Finding.RUN_LOCKED))
             continue

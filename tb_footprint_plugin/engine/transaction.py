@@ -44,7 +44,9 @@ from tb_footprint_plugin.engine.context import (
     writing,
 )
 from tb_footprint_plugin.engine.history import changes_since
-from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLock, RunLocked, StateMoved
+from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked, StateMoved
+from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before,
                                              rollback)
@@ -154,14 +156,14 @@ _check_space = check_space  # one rule, shared with restore (engine.context)
 # ---------------------------------------------------------------------------------------
 # the transaction
 # ---------------------------------------------------------------------------------------
-def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Optional[RunLock]:
+def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Optional[RunLease]:
     """The lock of ``out.run`` (after settling unfinished operations with ``settle_first``), or
     None with ``out`` saying why: held by another process is a skip, anything else a failure."""
     errors = Exception if settle_first else OSError  # a failed settle must not escape either
     try:
         if settle_first:
             recover(ctx)
-        return RunLock(ctx.lock_dir, out.run).acquire()
+        return run_lock(ctx, out.run).acquire()
     except RunLocked as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
     except errors as e:

@@ -38,7 +38,9 @@ from typing import Callable, List, Optional
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import offload, oplog, salvage, trust
 from tb_footprint_plugin.engine.catalogue import journal_blobs, known_vaults, unsettled_op
-from tb_footprint_plugin.engine.journal import RunLock, RunLocked, pending_journals
+from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.lease import LockRefused
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.lease import holder_alive
@@ -204,8 +206,8 @@ def release_kept_restores(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     out: List[RecoveryOutcome] = []
     for m in todo:
         try:
-            lock = RunLock(ctx.lock_dir, m["run"]).acquire()
-        except (RunLocked, OSError):
+            lock = run_lock(ctx, m["run"]).acquire()
+        except (LockRefused, OSError):
             continue  # being changed now: the next start asks again
         try:
             if unsettled_op(ctx, m["run"]):
@@ -335,8 +337,8 @@ def _finish_purges(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
     try:
         for op_id, intent in list(intents.items()):
             try:
-                locks.append(RunLock(ctx.lock_dir, intent.get("run", "")).acquire())
-            except RunLocked:
+                locks.append(run_lock(ctx, intent.get("run", "")).acquire())
+            except LockRefused:
                 del intents[op_id]  # its blobs stay until its run is free
                 out.append(RecoveryOutcome(op_id, intent.get("run", ""), Recovery.SKIPPED_LIVE,
                                            "held by a running process", Finding.RUN_LOCKED))
@@ -379,9 +381,9 @@ def _finish_compactions(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
             # leave a .zst no manifest names): the note waits for a manifest to name the run
             continue
         try:
-            with RunLock(ctx.lock_dir, run):
+            with run_lock(ctx, run):
                 what = vault.compact_all(op_id, shas)
-        except RunLocked:
+        except LockRefused:
             out.append(RecoveryOutcome(op_id, run or "", Recovery.SKIPPED_LIVE, "compaction of its backups waits: "
                                        "the run is being changed by another process", Finding.RUN_LOCKED))
             continue
@@ -520,9 +522,9 @@ def _finish_offloads(ctx: Context, vault: Vault) -> List[RecoveryOutcome]:
         sizes = {f["sha256"]: f["size"] for f in m.get("files", [])
                  if isinstance(f, dict) and f.get("sha256") in set(shas) and isinstance(f.get("size"), int)}
         try:
-            with RunLock(ctx.lock_dir, run):
+            with run_lock(ctx, run):
                 what = offload.offload_blobs(vault, op_id, url, sizes, journal_blobs(ctx))
-        except RunLocked:
+        except LockRefused:
             out.append(RecoveryOutcome(op_id, run, Recovery.SKIPPED_LIVE, "offload of its backups to the remote "
                                        "vault waits: the run is being changed by another process", Finding.RUN_LOCKED))
             continue
@@ -549,11 +551,11 @@ def _salvage(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
     out = []
     for m, f, _size in salvage.grown_backups(manifests):
         try:
-            with RunLock(ctx.lock_dir, m["run"]):
+            with run_lock(ctx, m["run"]):
                 s = salvage.salvage_one(ctx, m, f, new_op_id)
             action = Recovery.SALVAGED if s.code == salvage.SALVAGED else Recovery.KEPT
             out.append(RecoveryOutcome(m["op_id"], m["run"], action, s.detail, Finding(s.code)))
-        except RunLocked:
+        except LockRefused:
             out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.SKIPPED_LIVE,
                                        "late writes found; the run is being changed by another process, "
                                        "salvaged at the next start", Finding.LATE_WRITES_PENDING))

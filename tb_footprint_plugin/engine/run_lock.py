@@ -1,0 +1,42 @@
+"""The run lock of a logdir on a folder, built in one place (issue #26, one lock with its lease).
+
+Both engines take a run through the one run-lock interface (``engine.lease.RunLease``) in the
+implementation their store declares (``bucket_lease.lock_class(Capabilities)``): a bucket's
+through ``bucket_state.run_lock``, a folder's here. The local engine's verbs call ``run_lock``
+(or ``folder_lock`` where they hold no ``Context``) and never construct ``journal.RunLock``
+themselves, so the choice of implementation is made by the store's capabilities alone; on a
+folder it is ``journal.RunLock`` (``flock`` + a lease file), with the same bytes on disk as before.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from tb_footprint_plugin.engine.bucket_lease import lock_class
+from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.storage.store import Capabilities
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+
+@functools.lru_cache(maxsize=1)
+def folder_capabilities() -> Capabilities:
+    """What a folder store (``PosixStore``) declares. Its capabilities depend on the platform,
+    never on the folder, so they are read once from a store at the root (which always exists):
+    a lock taken for a logdir that is gone fails where it did before (making its lock folder),
+    not here."""
+    return PosixStore(os.sep).capabilities
+
+
+def folder_lock(lock_dir: str, run: str) -> RunLease:
+    """The run lock (not taken yet) of ``run`` whose lock files live in ``lock_dir`` (a logdir's
+    ``<state>/locks``): the implementation a folder's capabilities choose."""
+    return lock_class(folder_capabilities())(lock_dir, run)
+
+
+def run_lock(ctx: Context, run: str) -> RunLease:
+    """The run lock (not taken yet) of ``run`` in the local logdir of ``ctx``."""
+    return folder_lock(ctx.lock_dir, run)
+
+
+__all__ = ["folder_capabilities", "folder_lock", "run_lock"]
