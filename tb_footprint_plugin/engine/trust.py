@@ -27,8 +27,10 @@ name, with one containment, format and identity rule reused by each.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
+import math
 import os
 import re
 import secrets
@@ -37,7 +39,8 @@ from typing import Iterable, Iterator, List, Optional
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.storage.regular import open_regular, open_regular_fd, read_capped
-from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, safe_rel
+from tb_footprint_plugin.plan.model import Action
+from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns, safe_rel
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
            "read_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
@@ -68,6 +71,12 @@ IDENTITY_DAMAGED = Finding.IDENTITY_DAMAGED  # identity.json unreadable or malfo
 MAX_STATE_BYTES = 256 << 20
 
 _RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback"}
+#: the fields a planned action may carry (recovery rebuilds each as ``Action(**fields)``)
+_ACTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Action))
+#: a journaled put-back token (``swap.new_put_back_token``): it goes into file names
+_TOKEN = re.compile(r"[0-9a-f]{32}")
+#: user and group ids are 32-bit
+_ID_LIMIT = 1 << 32
 _RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",
                  "rollback", "rmdir", "displaced"}
 
@@ -510,9 +519,65 @@ def _int(value, file: str, what: str) -> int:
 
 
 def _num(value, file: str, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    # finite: an infinite time given to os.utime raises OverflowError in the middle of a recovery
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise Untrusted(BAD_RECORD, file, f"{what}: {str(value)[:40]!r} is not a number")
     return value
+
+
+def _mode(value, file: str, what: str) -> int:
+    """A recorded permission mode (``st_mode & 0o7777`` is written; a 32-bit mode is tolerated)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _ID_LIMIT:
+        raise Untrusted(BAD_RECORD, file, f"{what}: {str(value)[:40]!r} is not a file mode")
+    return value
+
+
+def _mtime_ns(rec: dict, file: str, what: str, required: bool = False) -> None:
+    """``rec``'s ``mtime_ns``: absent where an older version did not write it (unless
+    ``required``), else a time ``os.utime`` takes (``plausible_mtime_ns``)."""
+    if "mtime_ns" not in rec and not required:
+        return
+    if plausible_mtime_ns(rec.get("mtime_ns")) is None:
+        raise Untrusted(BAD_RECORD, file, f"{what} mtime_ns: {str(rec.get('mtime_ns'))[:40]!r} is not a time")
+
+
+def _owner(rec: dict, file: str, what: str) -> None:
+    """``rec``'s owner: neither ``uid`` nor ``gid`` (written before owners were kept), or both,
+    each a 32-bit id (root gives a file to them: ``files.give_owner``)."""
+    if "uid" not in rec and "gid" not in rec:
+        return
+    for key in ("uid", "gid"):
+        v = rec.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < _ID_LIMIT:
+            raise Untrusted(BAD_RECORD, file, f"{what} {key}: {str(v)[:40]!r} is not a user or group id")
+
+
+def _folders(entries, file: str, run: str, what: str) -> None:
+    """Folders a record keeps to make again (a swap record's ``dirs``, a retirement's): objects,
+    each inside the run, with a mode, and where written an mtime and an owner."""
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise Untrusted(BAD_RECORD, file, f"{what} is not a list of objects")
+    for e in entries:
+        path = _rel(e.get("path"), file, what)
+        if path != run:
+            _in_run(path, run, file, what)
+        _mode(e.get("mode"), file, f"{what} mode")
+        _mtime_ns(e, file, what)
+        _owner(e, file, what)
+
+
+def _folder_times(entries, file: str) -> None:
+    """A begin record's ``dir_times`` (``swap.folder_times``): absent, or folders of the logdir
+    ('' the logdir itself) with an entry count and an mtime."""
+    if entries is None:
+        return
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise Untrusted(BAD_RECORD, file, "dir_times is not a list of objects")
+    for e in entries:
+        if e.get("path") != "":
+            _rel(e.get("path"), file, "folder time")
+        _int(e.get("entries"), file, "folder entries")
+        _mtime_ns(e, file, "folder time", required=True)
 
 
 def _same_dir(a: str, b: str) -> bool:
@@ -547,20 +612,41 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
     if not isinstance(vault, str) or not any(_same_dir(vault, v) for v in vaults):
         raise Untrusted(FOREIGN_VAULT, file, f"names the vault {str(vault)[:200]!r}, which this logdir does not use")
     run = _rel(begin.get("run"), file, "run")
+    # fields every kind may carry, each read by recovery or a restore
+    if "t" in begin:
+        _num(begin["t"], file, "start time")
+    token = begin.get("tmp_token")
+    if token is not None and not (isinstance(token, str) and _TOKEN.fullmatch(token)):
+        raise Untrusted(BAD_RECORD, file, f"put-back token {str(token)[:40]!r} is not one this tool writes")
+    _folder_times(begin.get("dir_times"), file)
     tmp_name = re.compile(r"^\.footprint-" + re.escape(op_id) + r"-[0-9]{1,9}\.tmp$")
     if begin["kind"] in ("restore", "unretire"):
         if not is_op_id(begin.get("of_op")):
             raise Untrusted(BAD_OP_ID, file, "restores an operation whose id is not of the op-id format")
     elif begin["kind"] == "retire":
-        # a retirement moves every recorded file and directory: each must lie inside its run
-        for key in ("files", "dirs"):
-            entries = begin.get(key)
-            if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-                raise Untrusted(BAD_RECORD, file, f"{key} is not a list of objects")
-            for e in entries:
-                path = _rel(e.get("path"), file, "retired path")
-                if path != run:
-                    _in_run(path, run, file, "retired path")
+        # a retirement moves every recorded file and directory: each must lie inside its run,
+        # with what a rollback gives it back (bytes checked by digest, mode, time, owner)
+        files = begin.get("files")
+        if not isinstance(files, list) or not all(isinstance(e, dict) for e in files):
+            raise Untrusted(BAD_RECORD, file, "files is not a list of objects")
+        for e in files:
+            _in_run(_rel(e.get("path"), file, "retired path"), run, file, "retired path")
+            _sha(e.get("sha256"), file, "retired file digest")
+            _int(e.get("size"), file, "retired file size")
+            _mode(e.get("mode"), file, "retired file mode")
+            _mtime_ns(e, file, "retired file", required=True)
+            if "ino" in e:
+                _int(e["ino"], file, "retired file inode")
+            _owner(e, file, "retired file")
+        _folders(begin.get("dirs"), file, run, "retired folder")
+        if not isinstance(begin.get("same_fs"), bool):
+            raise Untrusted(BAD_RECORD, file, "same_fs is not true or false")
+        _int(begin.get("bytes"), file, "retired bytes")
+        along = begin.get("takes_along", [])
+        if not isinstance(along, list):
+            raise Untrusted(BAD_RECORD, file, "takes_along is not a list")
+        for r in along:
+            _in_run(_rel(r, file, "nested run"), run, file, "nested run")
         for r in records[1:]:
             if r["type"] not in _RETIRE_RECORD_TYPES:
                 raise Untrusted(BAD_RECORD, file, f"unknown record type {r['type'][:40]!r}")
@@ -586,9 +672,16 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
         plan = begin.get("plan")
         if not isinstance(plan, dict) or plan.get("run") != run or not isinstance(plan.get("actions"), list):
             raise Untrusted(BAD_RECORD, file, "the plan does not match the journal's run")
+        _int(plan.get("bytes_before"), file, "planned bytes")
+        _int(plan.get("expected_after_bytes"), file, "planned bytes after")
         for a in plan["actions"]:
             if not isinstance(a, dict):
                 raise Untrusted(BAD_RECORD, file, "a planned action is not an object")
+            if not _ACTION_FIELDS.issuperset(a):
+                raise Untrusted(BAD_RECORD, file, f"a planned action has fields no plan writes: "
+                                                  f"{sorted(str(k)[:40] for k in set(a) - _ACTION_FIELDS)[:5]}")
+            if a.get("kind") not in ("delete", "compress", "rewrite", "remove_dir"):
+                raise Untrusted(BAD_RECORD, file, f"a planned action of unknown kind {str(a.get('kind'))[:40]!r}")
             _in_run(_rel(a.get("path"), file, "planned path"), run, file, "planned path")
             if a.get("new_path") is not None:
                 _in_run(_rel(a.get("new_path"), file, "planned new path"), run, file, "planned new path")
@@ -602,8 +695,13 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
             _in_run(_rel(r.get("path"), file, "backup path"), run, file, "backup path")
             _sha(r.get("sha256"), file, "backup digest")
             _int(r.get("size"), file, "backup size")
-            _int(r.get("mode"), file, "backup mode")
+            _mode(r.get("mode"), file, "backup mode")
             _num(r.get("mtime"), file, "backup mtime")
+            _mtime_ns(r, file, "backup")
+            _owner(r, file, "backup")
+        elif t == "swap":  # the removed folders' mode, mtime and owner, taken before the swap
+            if r.get("dirs") is not None:
+                _folders(r["dirs"], file, run, "removed folder")
         elif t in ("stage", "staged"):
             tmp = _rel(r.get("tmp"), file, "temporary file")
             _in_run(tmp, run, file, "temporary file")
@@ -617,7 +715,9 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
                 _int(r.get("size"), file, "staged size")
         elif t == "rmdir":
             _in_run(_rel(r.get("path"), file, "directory"), run, file, "directory")
-            _int(r.get("mode"), file, "directory mode")
+            _mode(r.get("mode"), file, "directory mode")
+            _mtime_ns(r, file, "directory")
+            _owner(r, file, "directory")
         elif t == "displaced":  # newer bytes a rollback kept in the vault: go into its manifest
             _in_run(_rel(r.get("path"), file, "displaced path"), run, file, "displaced path")
             if not r.get("kept_in_place"):
