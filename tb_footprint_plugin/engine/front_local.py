@@ -22,7 +22,8 @@ from tb_footprint_plugin.engine.compactor import BatchCompactor, compact_committ
 from tb_footprint_plugin.engine.context import CancelToken, Context, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.front_base import already_restored, DEFAULT_BACKENDS, Engine, Progress, refused_rows
 from tb_footprint_plugin.engine.interrupted import interrupted_rows, journal_records, rolled_back_rows, same_file
-from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
+from tb_footprint_plugin.engine.journal import pending_journals, RunLocked
+from tb_footprint_plugin.engine.run_lock import folder_lock, run_lock
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
 from tb_footprint_plugin.engine.local_batch import DiskLedger, run_batch
 from tb_footprint_plugin.engine.local_sample import sample as local_sample
@@ -200,7 +201,7 @@ class LocalEngine(Engine):
             # (each verified there before its local copy is unlinked); a run taken meanwhile, or a
             # store that fails, leaves them local and the next start offloads them
             try:
-                with RunLock(ctx.lock_dir, rp.run):
+                with run_lock(ctx, rp.run):
                     offload.offload_operation(ctx.vault, o.op_id, journal_blobs(ctx))
             except (RunLocked, OSError):
                 pass
@@ -452,7 +453,7 @@ class LocalEngine(Engine):
                 interrupted += 1
                 continue
             # an operation whose holder still runs (elsewhere: a live lease) is not interrupted
-            holder = RunLock(os.path.join(state_dir(logdir), "locks"), o["run"]).live_holder()
+            holder = folder_lock(os.path.join(state_dir(logdir), "locks"), o["run"]).live_holder()
             if holder:
                 leave_alone(p, o["run"], f"run {o['run']} is being changed by another process ({holder}); "
                             "left alone", Skip.LOCKED)

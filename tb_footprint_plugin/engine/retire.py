@@ -51,7 +51,8 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.journal import Journal, Rec, RunLock, RunLocked
+from tb_footprint_plugin.engine.journal import Journal, Rec, RunLocked
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
 from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -260,7 +261,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     locks = []
     try:
         for r in [run] + along:
-            locks.append(RunLock(ctx.lock_dir, r).acquire())
+            locks.append(run_lock(ctx, r).acquire())
     except RunLocked as e:
         for lk in locks:
             lk.release()
@@ -705,7 +706,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     locks = []
     try:
         for r in runs:
-            locks.append(RunLock(ctx.lock_dir, r).acquire())
+            locks.append(run_lock(ctx, r).acquire())
     except (RunLocked, OSError) as e:
         for lk in locks:
             lk.release()
@@ -880,7 +881,7 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
         size = _tree_size(d)
         if yes:
             try:
-                lock = RunLock(ctx.lock_dir, m["run"]).acquire()
+                lock = run_lock(ctx, m["run"]).acquire()
             except (RunLocked, OSError):
                 continue
             try:
