@@ -5,19 +5,25 @@ measures a plan takes of what a rewrite would leave (``plan_rewrites`` on a disk
 """
 from __future__ import annotations
 
+import bisect
+import hashlib
 import os
+import stat
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 from tb_footprint_plugin.codes import Finding
-from tb_footprint_plugin.engine import usage
-from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
+from tb_footprint_plugin.engine import remote_vault, usage
+from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, Vault, blob_sizes
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import LOCAL_VAULT_NOTE
 from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import state_dir
+from tb_footprint_plugin.storage.regular import open_regular
 
 
 @dataclass
@@ -90,6 +96,162 @@ def linked_cut(logdir: str, p: Plan) -> LinkedCut:
     return cut
 
 
+#: the kinds of action whose original the reduce backs up into the vault
+BACKED_UP = ("delete", "compress", "rewrite")
+
+
+@dataclass
+class ContentDups:
+    """Originals a plan backs up whose bytes the vault will hold already when their turn comes
+    (the vault keeps one blob per sha256, ``Vault.store`` adopts it): an earlier original of the
+    same plan (``in_plan``) or a blob present now (``in_vault``). Such an original costs the vault
+    nothing: it is freed now whole, and purging this plan's operations frees nothing of it (the
+    blob is the earlier original's, or another operation's). Found by hashing only the originals
+    whose size is another planned original's or a present blob's (``hashed_*``); every other
+    original counts as before. A duplicate's blob is adopted as it stands (an earlier original of
+    the plan, a plain blob of one name: ``adopted_bytes``) or the vault keeps a ``.zst``, a packed
+    copy or a plain blob with other names: then a plain copy is made beside it, which a
+    compressed vault's compaction drops again and a hard-link vault keeps."""
+
+    #: ``id()`` of each such ``Action`` of the plan, sorted (8 bytes each; ``is_dup``)
+    dup_ids: "array" = field(default_factory=lambda: array("Q"))
+    files: int = 0
+    bytes: int = 0
+    in_plan_files: int = 0
+    in_vault_files: int = 0
+    hashed_files: int = 0
+    hashed_bytes: int = 0
+    #: originals of a colliding size that could not be read (counted as any other)
+    unreadable: int = 0
+    #: the originals' ``disk_before`` freed now by a hard-link vault on the logdir's disk: those
+    #: whose blob is adopted as it stands (no copy made)
+    adopted_bytes: int = 0
+
+    def is_dup(self, a) -> bool:
+        """Whether the plan's ``Action`` ``a`` is one of these originals."""
+        if not self.dup_ids:
+            return False
+        i = bisect.bisect_left(self.dup_ids, id(a))
+        return i < len(self.dup_ids) and self.dup_ids[i] == id(a)
+
+    def to_dict(self) -> dict:
+        """The plan's ``content_dups``: what rests on hashing, and which figures it changed."""
+        return {"files": self.files, "bytes": self.bytes, "in_plan_files": self.in_plan_files,
+                "in_vault_files": self.in_vault_files, "hashed_files": self.hashed_files,
+                "hashed_bytes": self.hashed_bytes, "unreadable_files": self.unreadable,
+                "figures": ["freed_now_bytes", "freed_on_disk_after_purge_bytes"] if self.files else []}
+
+
+def _held_form(vault: Vault, sha: str) -> Optional[str]:
+    """How the vault holds ``sha`` now, as a backup of those bytes would find it: ``"plain"``
+    (one name: adopted), ``"copy"`` (a ``.zst``, packed, or a plain blob with other names: a copy
+    of its own is made), None (absent). Two ``lstat`` and the pack index's look-up."""
+    try:
+        st = os.lstat(vault.blob_path(sha))
+        if stat.S_ISREG(st.st_mode):
+            return "plain" if st.st_nlink <= 1 else "copy"
+    except OSError:
+        pass
+    try:
+        if stat.S_ISREG(os.lstat(vault.zst_path(sha)).st_mode):
+            return "copy"
+    except OSError:
+        pass
+    return "copy" if remote_vault.packed_ref(vault.root, sha) is not None else None
+
+
+def _sha256_of(path: str) -> Optional[str]:
+    """The streamed sha256 of a regular file (a ``CHUNK`` at a time), or None when it cannot be read."""
+    try:
+        with open_regular(path) as f:
+            h = hashlib.sha256()
+            for b in iter(lambda: f.read(CHUNK), b""):
+                h.update(b)
+            return h.hexdigest()
+    except OSError:
+        return None
+
+
+def _count_in(sizes: "array", n: int) -> int:
+    """How many of the sorted ``sizes`` are ``n``."""
+    return bisect.bisect_right(sizes, n) - bisect.bisect_left(sizes, n)
+
+
+def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut] = None) -> ContentDups:
+    """``ContentDups`` of plan ``p``'s runs (not skipped) backing up into the vault at
+    ``vault_root``. Bounded: the planned originals' sizes as one sorted array (8 bytes each, below
+    what the plan holds of them), the vault's blobs streamed once (``vault.blob_sizes``: their
+    sizes only tested against it, nothing kept but the planned sizes some blob has), and only an
+    original whose size collides is hashed (streamed), 8 bytes of its digest kept while the plan
+    is looked at (a set of ints: ~60 bytes a distinct content hashed), and each duplicate as its
+    action's ``id`` (8 bytes). The first original of a digest in plan order is the one backed
+    up; the reduce may take them in another order (``--jobs``), which changes which one, not the
+    figures. Twins
+    (``linked_cut``: another name of an inode this plan removes) are left out: backed up once."""
+    cut = cut or linked_cut(logdir, p)
+    out = ContentDups()
+
+    def originals():
+        for rp in p.runs:
+            if rp.skipped:
+                continue
+            for a in rp.actions:
+                if a.kind in BACKED_UP and a.bytes_before > 0 and not (cut.twins and (rp.run, a.path) in cut.twins):
+                    yield rp.run, a
+
+    sizes = array("q", sorted(a.bytes_before for _r, a in originals()))
+    if not sizes:
+        return out
+    in_vault: Set[int] = set()
+    for _sha, n, _form in blob_sizes(vault_root):
+        if _count_in(sizes, n):
+            in_vault.add(n)
+    vault = Vault(vault_root)
+    seen: Set[int] = set()
+    dups = array("Q")
+    for _run, a in originals():
+        n = a.bytes_before
+        if n not in in_vault and _count_in(sizes, n) < 2:
+            continue  # no other original and no blob of its size: its bytes are its own
+        sha = _sha256_of(os.path.join(logdir, a.path))
+        if sha is None:
+            out.unreadable += 1
+            continue
+        out.hashed_files += 1
+        out.hashed_bytes += n
+        key = int(sha[:16], 16)  # 64 bits of the digest: two contents sharing them, ~2**-64 a pair
+        if key in seen:
+            held = "plan"
+            out.in_plan_files += 1
+        else:
+            seen.add(key)
+            held = _held_form(vault, sha) if n in in_vault else None
+            if held is None:
+                continue  # the first of its bytes: backed up as any
+            out.in_vault_files += 1
+        dups.append(id(a))
+        out.files += 1
+        out.bytes += a.disk_before
+        if held != "copy":
+            out.adopted_bytes += a.disk_before
+    out.dup_ids = array("Q", sorted(dups))
+    return out
+
+
+def plan_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut] = None) -> ContentDups:
+    """``content_dups`` once per plan and vault: the plan's note and the dry run's figures ask
+    for it both, and the files it hashes are not hashed twice. Kept on the plan (not in its JSON)
+    while its runs left to do stay the same; sets the plan's ``content_dups``."""
+    key = (os.path.abspath(vault_root), tuple(rp.run for rp in p.runs if not rp.skipped))
+    memo = p.__dict__.get("_dups_memo")
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    dd = content_dups(logdir, vault_root, p, cut)
+    p.__dict__["_dups_memo"] = (key, dd)
+    p.content_dups = dd.to_dict() if dd.hashed_files or dd.unreadable else None
+    return dd
+
+
 def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
                    vault_format: str = DEFAULT_VAULT_FORMAT, cut: Optional[LinkedCut] = None) -> Tuple[int, int, bool]:
     """``(freed now, freed after purge, vault on the logdir's disk)`` of plan ``p`` with the
@@ -105,23 +267,30 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
     backup of its own. Counted per name at what it holds on disk (``Action.disk_before``: a
     sparse file's allocated blocks, its holes free nothing), as ``du`` counts blocks: the
     reduce's measured "freed now" (``usage.DiskUsage.freeable_on_logdir_disk``) agrees. ``cut``:
-    ``linked_cut(logdir, p)`` when the caller has it already."""
+    ``linked_cut(logdir, p)`` when the caller has it already.
+
+    Originals whose bytes the vault will hold already (``plan_dups``: an earlier original of the
+    plan, or a blob there now) get no backup of their own: the compressed vault's estimate leaves
+    them out; a hard-link vault frees them now (unless it must copy beside a ``.zst`` or packed
+    blob) and its purge frees nothing of them (reviews R14 F9, R15 F6)."""
     removable = p.disk_removable_bytes
     vault = os.path.abspath(backup_dir) if backup_dir else state_dir(logdir)
     same = usage.device_of(vault) == usage.device_of(logdir)
     cut = cut or linked_cut(logdir, p)
+    dd = plan_dups(logdir, vault, p, cut)
     if vault_format != "compressed":
         if not same:
-            return removable - cut.bytes - cut.twin_bytes, removable - cut.twin_bytes, same
+            return removable - cut.bytes - cut.twin_bytes, removable - cut.twin_bytes - dd.bytes, same
         # every original stays (a hard link in the vault) and what the reduce writes takes its
-        # own blocks until purge frees the originals: that is the cost now, purge frees the rest
+        # own blocks until purge frees the originals: that is the cost now, purge frees the rest;
+        # an original the vault holds already goes now (its blob is another's), or is a copy
         written = sum(a.bytes_after for rp in p.runs if not rp.skipped for a in rp.actions
                       if a.kind in ("compress", "rewrite"))
-        return -cut.bytes - written, removable - cut.twin_bytes + written, same
+        return (-cut.bytes - written + dd.adopted_bytes, removable - cut.twin_bytes + written - dd.bytes, same)
     # one at a time: a list of them all was ~375 bytes a run at the plan's peak (issue 28)
     originals = ((os.path.join(logdir, a.path), a.bytes_before) for rp in p.runs if not rp.skipped
-                 for a in rp.actions if a.kind in ("delete", "compress", "rewrite")
-                 and not (cut.twins and (rp.run, a.path) in cut.twins))
+                 for a in rp.actions if a.kind in BACKED_UP
+                 and not (cut.twins and (rp.run, a.path) in cut.twins) and not dd.is_dup(a))
     kept = usage.estimate_compressed(originals)
     if not cut.files and not cut.twin_files:
         # below zero when what the reduce writes takes more disk than the originals held (a
@@ -206,8 +375,16 @@ def local_notes(logdir: str, backup_dir: Optional[str], p: Plan, vault_format: s
     first: it sets the runs' ``linked_*`` and the plan's ``hard_links`` the vault's note uses)."""
     cut = linked_cut(logdir, p)  # one look at the originals for both notes
     links = note_links(logdir, p, cut)
-    return [offload_note(p, remote, logdir, cut) if remote else vault_note(logdir, backup_dir, p, vault_format, cut)
-            ] + links
+    if remote:
+        return [offload_note(p, remote, logdir, cut)] + links
+    out = [vault_note(logdir, backup_dir, p, vault_format, cut)] + links
+    dd = plan_dups(logdir, os.path.abspath(backup_dir) if backup_dir else state_dir(logdir), p, cut)  # vault_note's
+    if dd.files:
+        out.append(f"{dd.files} file(s) to be backed up ({human_bytes(dd.bytes)}) hold bytes the vault will have "
+                   f"already ({dd.in_plan_files} the same as an earlier file of this plan, {dd.in_vault_files} "
+                   "backed up before): stored once, so they cost the vault nothing and purge frees nothing of "
+                   f"them (found by hashing the {dd.hashed_files} file(s) whose size another shares)")
+    return out
 
 
 def plan_rewrites(logdir: str):
@@ -245,5 +422,6 @@ def bucket_cost(p: Plan, fp: LogdirFootprint, freed: dict, measured=None, blob_v
     p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE] + p.cost["freed"]["lines"]
 
 
-__all__ = ["LinkedCut", "bucket_cost", "bucket_traces", "freed_estimate", "linked_cut", "local_notes", "note_links",
-           "offload_freed", "offload_note", "plan_rewrites", "vault_note"]
+__all__ = ["BACKED_UP", "bucket_cost", "bucket_traces", "content_dups", "ContentDups", "freed_estimate",
+           "linked_cut", "LinkedCut", "local_notes", "note_links", "offload_freed", "offload_note", "plan_dups",
+           "plan_rewrites", "vault_note"]

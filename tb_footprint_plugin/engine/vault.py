@@ -2275,3 +2275,67 @@ class Vault:
                 with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(root, n)).st_size
         return total
+
+
+#: what ``blob_sizes`` reads of a ``.zst`` blob: its frame header (``zst.content_size``)
+ZST_HEADER_BYTES = 18
+
+
+def blob_sizes(root: str) -> "Iterable[Tuple[str, int, str]]":
+    """The blobs the vault at ``root`` holds on this machine, one at a time, as ``(sha, size,
+    form)``: ``size`` is the original's (what a file backed up as that blob measures), ``form``
+    ``"plain"`` (a blob of one name: a committed backup, adopted as it stands by a backup of the
+    same bytes), ``"linked"`` (a plain blob with other names: such a backup makes a copy of its
+    own), ``"zst"`` (its size from the frame header, 18 bytes read) or ``"packed"`` (the vault's
+    pack index). A read for a plan (``engine.plan_notes``): nothing is written or locked, the
+    shard folders are listed one entry at a time (memory flat in the vault's size), nothing is followed,
+    and a name that is not a digest, a blob that is no regular file and a header without its
+    size are left out (the caller then counts those bytes as it would without them). A vault
+    that is absent or not a folder of ours yields nothing."""
+    vault = Vault(root)
+    if not os.path.isdir(vault.root) or os.path.islink(vault.root) or not vault.is_private():
+        return
+    try:
+        shards = sorted(e.name for e in os.scandir(vault.blobs) if len(e.name) == 2
+                        and e.is_dir(follow_symlinks=False))
+    except OSError:
+        shards = []
+    for shard in shards:
+        folder = os.path.join(vault.blobs, shard)
+        try:
+            it = os.scandir(folder)
+        except OSError:
+            continue
+        with it:
+            yield from _shard_blobs(folder, shard, it)
+    if remote_vault.has_packs(vault.root):
+        try:
+            bs = remote_vault.pack_store(vault.root)
+            refs = bs.refs() if bs is not None else iter(())
+        except (BlobFailure, StoreFailure, OSError):
+            refs = iter(())
+        for ref in refs:
+            yield ref.sha, ref.size, "packed"
+
+
+def _shard_blobs(folder: str, shard: str, entries) -> "Iterable[Tuple[str, int, str]]":
+    """``blob_sizes`` of one shard folder's ``entries`` (a ``scandir`` of ``folder``, streamed)."""
+    for e in entries:
+        name = e.name
+        sha, form = (name[:-len(ZST_SUFFIX)], "zst") if name.endswith(ZST_SUFFIX) else (name, "plain")
+        if not is_sha256(sha) or sha[:2] != shard:
+            continue  # a temp, a lock, a planted name: no blob
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if form == "plain":
+                yield sha, st.st_size, "plain" if st.st_nlink <= 1 else "linked"
+                continue
+            with open_regular(path) as f:
+                size = zst.content_size(f.read(ZST_HEADER_BYTES))
+        except OSError:
+            continue
+        if size is not None:
+            yield sha, size, "zst"

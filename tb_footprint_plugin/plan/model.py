@@ -119,6 +119,11 @@ class Plan:
     #: originals whose other hard links keep their bytes on disk (``RunPlan.linked_*`` summed,
     #: with the code ``hard_linked_elsewhere``), as the engine's note counted them; None: none
     hard_links: Optional[Dict[str, object]] = None
+    #: originals whose bytes the vault holds already when their backup comes (an earlier one of
+    #: this plan, or a blob there now: ``engine.plan_notes.content_dups``), found by hashing only
+    #: the originals of a colliding size: their counts and which figures rest on that hashing
+    #: (``figures``); None when nothing was hashed
+    content_dups: Optional[Dict[str, object]] = None
 
     @property
     def removable_bytes(self) -> int:
@@ -162,4 +167,5 @@ class Plan:
             "cost": self.cost,
             "disk_in_use_bytes": self.disk_in_use_bytes,
             "hard_links": self.hard_links,
+            "content_dups": self.content_dups,
         }
