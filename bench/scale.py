@@ -351,10 +351,76 @@ def _thread_cpu_split() -> Dict[str, float]:
     return split
 
 
+class _ImportMeter:
+    """A ``sys.meta_path`` finder that makes every module imported from now on add the CPU time
+    of its own loading (``time.thread_time`` of its loader's ``create_module`` + ``exec_module``,
+    the modules it imports in turn left out) to ``by_thread`` under the importing thread's
+    ``_split_name`` (the main thread as ``<main thread>``). It finds nothing itself: it asks the
+    finders after it and times the loader they return (a class, as the built-in and frozen
+    importers are, is left untimed: those load in microseconds). What a reduce's fixed part owes
+    to imports is then measured, not estimated from ``-X importtime``, whose figures are wall
+    time and, with threads importing at once, hold other threads' work and lock waits."""
+
+    def __init__(self) -> None:
+        self.by_thread: Dict[str, float] = {}
+        self.modules = 0
+        self._lock = threading.Lock()
+        self._tls = threading.local()
+
+    def install(self) -> "_ImportMeter":
+        sys.meta_path.insert(0, self)
+        return self
+
+    def find_spec(self, name, path=None, target=None):
+        if getattr(self._tls, "finding", False):
+            return None
+        self._tls.finding = True
+        try:
+            spec = None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self._tls.finding = False
+        loader = getattr(spec, "loader", None)
+        if loader is None or isinstance(loader, type) or getattr(loader, "_bench_timed", False):
+            return spec
+        for attr in ("create_module", "exec_module"):
+            real = getattr(loader, attr, None)
+            if real is not None:
+                setattr(loader, attr, self._timed(real))
+        loader._bench_timed = True
+        return spec
+
+    def _timed(self, real):
+        def call(*args):
+            stack = self._tls.__dict__.setdefault("stack", [])
+            start = time.thread_time()
+            stack.append(0.0)
+            try:
+                return real(*args)
+            finally:
+                spent = time.thread_time() - start
+                nested = stack.pop()
+                if stack:
+                    stack[-1] += spent  # the importer's own time leaves this module's out
+                if real.__name__ == "exec_module":
+                    self.modules += 1
+                t = threading.current_thread()
+                key = "<main thread>" if t is threading.main_thread() else _split_name(t.name)
+                with self._lock:
+                    self.by_thread[key] = self.by_thread.get(key, 0.0) + spent - nested
+        return call
+
+
 def _worker(kind: str, a: dict) -> None:
     from tb_footprint_plugin import api  # noqa: F401  (imports are the process's, not the phase's)
 
     split = _thread_cpu_split() if a.get("split") else None
+    meter = _ImportMeter().install() if a.get("imports") else None
     main0 = time.thread_time()
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     prof = None
@@ -375,6 +441,9 @@ def _worker(kind: str, a: dict) -> None:
         # renewer) are in the total only
         split["<threads not ended>"] = max(0.0, out["cpu"] - sum(split.values()))
         out["cpu_split"] = {k: round(v, 4) for k, v in sorted(split.items(), key=lambda kv: -kv[1])}
+    if meter is not None:
+        out["import_cpu"] = {k: round(v, 4) for k, v in sorted(meter.by_thread.items(), key=lambda kv: -kv[1])}
+        out["import_modules"] = meter.modules
     if prof is not None:
         prof.disable()
         prof.dump_stats(a["profile"])
@@ -442,6 +511,8 @@ def best(fn, repeat: int) -> dict:
     out["all_seconds"] = [round(r["seconds"], 3) for r in runs]
     if all("cpu" in r for r in runs):
         out["all_cpu"] = [round(r["cpu"], 3) for r in runs]
+    if all("import_cpu" in r for r in runs):
+        out["all_import_cpu"] = [round(sum(r["import_cpu"].values()), 3) for r in runs]
     if all("app_wait_s" in r for r in runs):
         out["all_app_wait_s"] = [round(r["app_wait_s"], 3) for r in runs]
     # a memory target is judged on the largest peak, not the fastest measurement's
@@ -898,7 +969,8 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
             def once(mode=mode, prof=prof) -> dict:
                 fresh(mode)
                 return measure("file_reduce", cache, args.time_limit, logdir=logdir, profile=prof,
-                               warm=warm if mode == "warm" else None, split=mode == "cold")
+                               warm=warm if mode == "warm" else None, split=mode == "cold",
+                               imports=mode == "cold" and getattr(args, "imports", False))
 
             r[mode] = best(once, args.repeat)
             x = r[mode]
@@ -967,6 +1039,15 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
                 # of a reduce is what does not grow from one size to the next
                 shown = [f"{k} {v:.3f}" for k, v in x["cpu_split"].items() if v >= 0.005]
                 print(f"    CPU by thread (s): {', '.join(shown)}")
+            if "import_cpu" in x:
+                # of that CPU, what loading modules took (``_ImportMeter``: each module's own
+                # loading, by the thread that imported it): a fresh process pays it, a warm one not
+                imp = sum(x["import_cpu"].values())
+                shown = [f"{k} {v:.3f}" for k, v in x["import_cpu"].items() if v >= 0.005]
+                every = x.get("all_import_cpu") or []
+                print(f"    CPU importing {x.get('import_modules', 0)} modules during the reduce: {imp:.3f} s "
+                      f"of {x.get('cpu', 0):.3f} s ({', '.join(shown)})"
+                      + (f"; in each measurement: {every}" if len(every) > 1 else ""))
             if "app_wait_s" in x:
                 # wall time the verification's route crawl stood still until TensorBoard's app
                 # imports (started by the plan, ``routes.prewarm``) were done: the most an
@@ -1347,6 +1428,9 @@ def main(argv=None) -> int:
                     help="RUNSxMB: a logdir of RUNS runs of one MB-sized histogram/image event file each, loaded by "
                          "the Rust data server before and after the default reduce ('' leaves it out; default 8x25, "
                          "200 MB; --small leaves it out)")
+    ap.add_argument("--imports", action="store_true",
+                    help="file sizes: also measure, in each fresh reduce, the CPU its module imports take, "
+                         "by thread (a meta-path finder times each loader: a few ms more)")
     ap.add_argument("--json", default=None, help="also write every measurement to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the generated logdirs (in --scratch)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
