@@ -152,57 +152,157 @@ def ensure_private_dir(path: str, root: Optional[str] = None, *, tighten_root: b
     return ``path`` (absolute).
 
     ``root`` (default ``path`` itself) is the trusted anchor: created 0700 if missing (its
-    missing parents too), then checked (``check_private_dir``; ``NotPrivate`` if it is not
-    ours — it is never moved). Below it, a missing folder is created 0700; a symlink, file or
-    another user's folder in its place is set aside (``set_aside``) and a fresh one made; one
-    of ours that others may write to loses those bits.
+    missing parents too), then checked (``NotPrivate`` if it is not ours — it is never moved).
+    Below it, a missing folder is created 0700; a symlink, file or another user's folder in its
+    place is set aside (``set_aside``) and a fresh one made; one of ours that others may write
+    to loses those bits. Every state folder above ``root`` (``.tb-footprint…`` in its path) must
+    be ours too (``_chain``). Race-free: see ``open_private_dir``.
     """
+    os.close(open_private_dir(path, root, tighten_root=tighten_root, advice=advice))
+    return os.path.abspath(path)
+
+
+def open_private_dir(path: str, root: Optional[str] = None, *, tighten_root: bool = False,
+                     advice: str = ADVICE) -> int:
+    """``ensure_private_dir``, returning a read fd of ``path`` itself (the caller closes it): a
+    folder made relative to it (``dir_fd=``) is made in the very folder checked.
+
+    Why by fds (review R15 F4): root may write any folder, so checking a folder by path and then
+    making its subfolder by path let a stranger who can write the logdir swap the state folder
+    for theirs in between, and root's ``tmp/`` was made inside it. Now each folder from the
+    first one that must be ours down to ``path`` is made with ``mkdir(dir_fd=)`` of its checked
+    parent and opened ``O_NOFOLLOW | O_DIRECTORY`` relative to it, then judged by ``fstat`` of
+    that fd: a name swapped meanwhile for a link is never followed, and one swapped for a
+    stranger's folder is refused (or, below ``root``, set aside in our own parent)."""
     path = os.path.abspath(path)
     root = os.path.abspath(root) if root else path
     if not (path == root or path.startswith(root.rstrip(os.sep) + os.sep)):
         raise ValueError(f"{path} is not below {root}")
-    _check_state_above(root, advice)
-    if not os.path.lexists(root):
+    anchor, chain = _chain(root)
+    below = [p for p in os.path.relpath(path, root).split(os.sep) if p not in ("", ".")]
+    if not os.path.lexists(anchor):  # the user's own folders above: made as named, 0700
         missing = []
-        cur = root
+        cur = anchor
         while not os.path.lexists(cur) and os.path.dirname(cur) != cur:
             missing.append(cur)
             cur = os.path.dirname(cur)
         for d in reversed(missing):
             _mkdir_private(d)
-    check_private_dir(root, tighten=tighten_root, advice=advice)
-    cur = root
-    for part in os.path.relpath(path, root).split(os.sep):
-        if part in ("", "."):
-            continue
-        cur = os.path.join(cur, part)
-        if _mkdir_private(cur):
-            continue
-        try:
-            check_private_dir(cur, tighten=True)
-        except NotPrivate:
-            set_aside(cur)
-            if not _mkdir_private(cur):
-                check_private_dir(cur)  # someone raced us to it: refuse, never follow
-    return path
+    # the anchor is the user's own folder (a logdir, a --backup-dir's parent), as they name it
+    fd = os.open(anchor, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    cur = anchor
+    try:
+        for i, name in enumerate(chain + below):
+            cur = os.path.join(cur, name)
+            at_root = i == len(chain) - 1
+            if i < len(chain):  # a state folder above root, or root: never moved, refused
+                child = _ours_at(fd, name, cur, tighten=tighten_root if at_root else True, advice=advice)
+            else:
+                child = _ours_below(fd, name, cur)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
-def _check_state_above(root: str, advice: str) -> None:
-    """Every existing folder from the outermost state folder in ``root``'s path (``.tb-footprint``,
-    ``.tb-footprint-u<uid>``) down to ``root``'s parent is ours (``check_private_dir``, tightened as
-    the tool's own), else ``NotPrivate``: a root below a state folder (``<state>/tmp``, the scratch
-    root) is never made, nor used, in a stranger's folder or through a symlink standing at the
-    state folder's name. Root (uid 0) may write any folder, so only this check keeps it out of
-    one another uid owns (task N2 item 4). Missing ones are this call's to make, 0700."""
+def _chain(root: str):
+    """(anchor, names): the folder the checks start from, as the user names it, and the names
+    from there down to ``root``. With a state folder in ``root``'s path (``<state>/tmp``, the
+    scratch root) the anchor is the folder holding the outermost one, each state folder down to
+    ``root`` must be ours (task N2 item 4: only this keeps root out of a folder another uid
+    owns); else the anchor is ``root``'s parent (the user's own folders: a logdir, a
+    --backup-dir, anchored where the caller says)."""
     parts = root.split(os.sep)
-    first = next((i for i, part in enumerate(parts[:-1]) if is_state_name(part)), None)
+    first = next((i for i, part in enumerate(parts[:-1]) if part and is_state_name(part)), None)
     if first is None:
-        return  # the user's own folders (a logdir, a --backup-dir): anchored where the caller says
-    for i in range(first, len(parts) - 1):
-        cur = os.sep.join(parts[:i + 1])
-        if not os.path.lexists(cur):
-            return
-        check_private_dir(cur, tighten=True, advice=advice)
+        return os.path.dirname(root) or os.sep, [parts[-1]] if parts[-1] else []
+    return os.sep.join(parts[:first]) or os.sep, parts[first:]
+
+
+def _made_at(fd: int, name: str) -> bool:
+    """``mkdir(name, 0700, dir_fd=fd)``; False when something is already there."""
+    try:
+        os.mkdir(name, 0o700, dir_fd=fd)
+    except FileExistsError:
+        return False
+    return True
+
+
+def _open_at(fd: int, name: str) -> Optional[int]:
+    """A read fd of the folder ``name`` in ``fd``, never through a link; None when ``name`` is
+    not a folder (a link, a file) or is gone."""
+    try:
+        return os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return None
+        raise
+
+
+def _why_at(fd: int, name: str, child: Optional[int], tighten: bool) -> Optional[str]:
+    """Why the folder open as ``child`` (``name`` in ``fd``) is not ours, or None; ``tighten``: a
+    folder of ours others may write to loses those bits through its fd first."""
+    if child is None:
+        try:
+            return why_not_ours(os.stat(name, dir_fd=fd, follow_symlinks=False)) or "changed while it was checked"
+        except FileNotFoundError:
+            return "does not exist"
+    st = os.fstat(child)
+    why = why_not_ours(st)
+    if why and tighten and st.st_uid == os.geteuid():
+        os.fchmod(child, stat.S_IMODE(st.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+        why = why_not_ours(os.fstat(child))
+    return why
+
+
+def _refused_at(fd: int, name: str, path: str, why: str, advice: str) -> NotPrivate:
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        try:
+            why += f"; it points to {os.readlink(name, dir_fd=fd)}"
+        except OSError:
+            pass
+    return _refuse(path, st, why, advice)
+
+
+def _ours_at(fd: int, name: str, path: str, *, tighten: bool, advice: str) -> int:
+    """The folder ``name`` in ``fd`` (made 0700 when missing), opened and ours; ``NotPrivate``
+    otherwise (it is never moved: a state folder or the anchor's own ``root``)."""
+    _made_at(fd, name)
+    child = _open_at(fd, name)
+    why = _why_at(fd, name, child, tighten)
+    if why:
+        if child is not None:
+            os.close(child)
+        raise _refused_at(fd, name, path, why, advice)
+    return child
+
+
+def _ours_below(fd: int, name: str, path: str) -> int:
+    """The folder ``name`` in our folder ``fd``, ours: made 0700 when missing; a stray entry in its
+    place (a link, a file, another user's folder) set aside in ``fd`` and a fresh one made."""
+    _made_at(fd, name)
+    child = _open_at(fd, name)
+    if _why_at(fd, name, child, tighten=True) is None:
+        return child
+    if child is not None:
+        os.close(child)
+    set_aside_at(fd, name)
+    _made_at(fd, name)
+    child = _open_at(fd, name)
+    why = _why_at(fd, name, child, tighten=False)
+    if why:  # someone raced us to it: refuse, never follow
+        if child is not None:
+            os.close(child)
+        raise _refused_at(fd, name, path, why, ADVICE)
+    return child
 
 
 def set_aside(path: str) -> str:

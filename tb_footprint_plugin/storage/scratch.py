@@ -17,15 +17,17 @@ directory with the same naming.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
 import threading
 from typing import Iterator, List, Optional
 
-from tb_footprint_plugin.storage.private import ensure_private_dir, tool_named
+from tb_footprint_plugin.storage.private import ensure_private_dir, open_private_dir, tool_named
 
 _PATTERN = re.compile(r"^tbfp-[a-z]+-p(\d+)-(?:n(\d+)-)?")
 _lock = threading.Lock()
@@ -95,9 +97,23 @@ def pid_namespace() -> int:
 def make(kind: str, root: Optional[str] = None) -> str:
     """A new scratch directory ``<root>/tbfp-<kind>-p<pid>-n<pid namespace>-<random>``."""
     base = root or current_root()
-    if base != tempfile.gettempdir():  # the system's: mkdtemp's 0700 folder is private there
-        _private(base)
-    return tempfile.mkdtemp(prefix=f"tbfp-{kind}-p{os.getpid()}-n{pid_namespace()}-", dir=base)
+    prefix = f"tbfp-{kind}-p{os.getpid()}-n{pid_namespace()}-"
+    if base == tempfile.gettempdir():  # the system's: mkdtemp's 0700 folder is private there
+        return tempfile.mkdtemp(prefix=prefix, dir=base)
+    # made relative to the fd of the folder just checked ours, not by its path: a state folder
+    # swapped for a stranger's in between never receives it (review R15 F4)
+    fd = open_private_dir(base, tighten_root=tool_named(base))
+    try:
+        for _ in range(100):
+            name = prefix + secrets.token_hex(4)
+            try:
+                os.mkdir(name, 0o700, dir_fd=fd)
+            except FileExistsError:
+                continue
+            return os.path.join(os.path.abspath(base), name)
+    finally:
+        os.close(fd)
+    raise FileExistsError(errno.EEXIST, "no free scratch folder name", base)
 
 
 @contextlib.contextmanager
