@@ -159,3 +159,18 @@ def test_blob_sizes_reads_plain_and_compressed_blobs(tmp_path):
     assert got and {f for _s, _n, f in got} <= {"plain", "zst", "packed"}, got
     big = max(got, key=lambda x: x[1])
     assert big[2] == "zst" and big[1] > 6 * MB, big  # the profile, compressed: its original's size
+
+
+@pytest.mark.parametrize("first,second", [("compressed", "hardlink"), ("hardlink", "compressed")])
+def test_a_blob_of_the_other_vault_format(tmp_path, first, second):
+    """a's bytes went into the vault under one format, b's plan is for the other: a hard-link
+    reduce copies beside a ``.zst`` (nothing freed now, nothing by purge), a compressed one
+    adopts a's plain blob and compacts it with its own (what that saves is freed now too)."""
+    logdir = make_logdir(tmp_path)
+    assert reduce(logdir, False, vault_format=first, runs=["a"]).ok
+    dry, rep, real = plan_then_reduce(logdir, vault_format=second, runs=["b"])
+    removed = rep.removed_from_logdir_bytes
+    assert near(rep.freed_now_bytes, real, removed), (rep.freed_now_bytes, real, removed)
+    assert near(dry.freed_now_bytes, rep.freed_now_bytes, removed), (dry.freed_now_bytes, rep.freed_now_bytes)
+    assert near(dry.freed_on_disk_after_purge_bytes, rep.freed_on_disk_after_purge_bytes, removed), \
+        (dry.freed_on_disk_after_purge_bytes, rep.freed_on_disk_after_purge_bytes)

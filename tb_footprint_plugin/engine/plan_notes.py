@@ -115,6 +115,9 @@ class ContentDups:
 
     #: ``id()`` of each such ``Action`` of the plan, sorted (8 bytes each; ``is_dup``)
     dup_ids: "array" = field(default_factory=lambda: array("Q"))
+    #: those whose blob is in the vault now as a plain file of one name: a compressed vault's
+    #: compaction of this reduce's backups compresses it too (an earlier hard-link vault's)
+    plain_ids: "array" = field(default_factory=lambda: array("Q"))
     files: int = 0
     bytes: int = 0
     in_plan_files: int = 0
@@ -129,10 +132,11 @@ class ContentDups:
 
     def is_dup(self, a) -> bool:
         """Whether the plan's ``Action`` ``a`` is one of these originals."""
-        if not self.dup_ids:
-            return False
-        i = bisect.bisect_left(self.dup_ids, id(a))
-        return i < len(self.dup_ids) and self.dup_ids[i] == id(a)
+        return _among(self.dup_ids, id(a))
+
+    def is_plain_in_vault(self, a) -> bool:
+        """Whether ``a``'s blob is in the vault now, plain (``plain_ids``)."""
+        return _among(self.plain_ids, id(a))
 
     def to_dict(self) -> dict:
         """The plan's ``content_dups``: what rests on hashing, and which figures it changed."""
@@ -140,6 +144,12 @@ class ContentDups:
                 "in_vault_files": self.in_vault_files, "hashed_files": self.hashed_files,
                 "hashed_bytes": self.hashed_bytes, "unreadable_files": self.unreadable,
                 "figures": ["freed_now_bytes", "freed_on_disk_after_purge_bytes"] if self.files else []}
+
+
+def _among(ids: "array", n: int) -> bool:
+    """Whether ``n`` is in the sorted ``ids``."""
+    i = bisect.bisect_left(ids, n)
+    return i < len(ids) and ids[i] == n
 
 
 def _held_form(vault: Vault, sha: str) -> Optional[str]:
@@ -208,7 +218,7 @@ def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut]
             in_vault.add(n)
     vault = Vault(vault_root)
     seen: Set[int] = set()
-    dups = array("Q")
+    dups, plain = array("Q"), array("Q")
     for _run, a in originals():
         n = a.bytes_before
         if n not in in_vault and _count_in(sizes, n) < 2:
@@ -229,12 +239,14 @@ def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut]
             if held is None:
                 continue  # the first of its bytes: backed up as any
             out.in_vault_files += 1
+            if held == "plain":
+                plain.append(id(a))
         dups.append(id(a))
         out.files += 1
         out.bytes += a.disk_before
         if held != "copy":
             out.adopted_bytes += a.disk_before
-    out.dup_ids = array("Q", sorted(dups))
+    out.dup_ids, out.plain_ids = array("Q", sorted(dups)), array("Q", sorted(plain))
     return out
 
 
@@ -292,6 +304,20 @@ def freed_estimate(logdir: str, backup_dir: Optional[str], p: Plan,
                  for a in rp.actions if a.kind in BACKED_UP
                  and not (cut.twins and (rp.run, a.path) in cut.twins) and not dd.is_dup(a))
     kept = usage.estimate_compressed(originals)
+    if dd.plain_ids and same:
+        # a plain blob this reduce adopts is compacted with its backups (``Vault.compact_all``):
+        # what that saves is freed now too (nothing when it stays plain: it does not compress)
+        plain = [0]
+
+        def adopted():
+            for rp in p.runs:
+                for a in () if rp.skipped else rp.actions:
+                    if dd.is_plain_in_vault(a):
+                        plain[0] += a.bytes_before
+                        yield os.path.join(logdir, a.path), a.bytes_before
+
+        stays = usage.estimate_compressed(adopted())
+        removable += plain[0] - stays
     if not cut.files and not cut.twin_files:
         # below zero when what the reduce writes takes more disk than the originals held (a
         # sparse trace gzipped: its holes freed nothing, its .gz is data): a cost until purge
