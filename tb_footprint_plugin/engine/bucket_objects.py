@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
-from tb_footprint_plugin.storage.store_object import ObjectStore
+from tb_footprint_plugin.storage.store_object import ObjectStore, info_of, listing_of
 
 #: the ``BucketState`` of the clients used last (``BucketState.of``), by ``id`` of the client;
 #: each holds its client, so an id is never reused while cached, and at most ``OF_KEPT`` clients
@@ -109,7 +109,7 @@ class BucketState:
         except StoreFailure as e:
             raise ValueError(f"{base}: not a plain key under {root} ({e})") from None
         try:
-            return {e.key: info_of(e) for e in self._store_at(root).list(prefix, every_key=True)}
+            return listing_of(self._store_at(root), prefix)
         except StoreFailure as e:
             if missing_ok and e.code == StoreError.NOT_FOUND:
                 return {}
@@ -247,12 +247,6 @@ class BucketState:
                 if not res.ok:
                     failed[p] = res.message or str(res.code)
         return failed
-
-
-def info_of(e: Entry) -> ObjectInfo:
-    """A store's ``Entry`` as the listing's ``ObjectInfo`` the engine compares it with (its
-    version the token preconditions take, its checksums those the store computed)."""
-    return ObjectInfo(key=e.key, size=e.size, mtime=e.mtime, etag=e.version, checksums=dict(e.checksums))
 
 
 __all__ = ["BucketState", "STATE_LIMIT", "info_of"]

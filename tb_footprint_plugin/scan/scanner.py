@@ -70,24 +70,46 @@ def scan(
 
 def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_cache: bool,
                  progress: Optional[Progress]) -> LogdirFootprint:
-    """Scan a bucket logdir: one recursive listing, event files streamed by ranged reads,
-    the cache (in the bucket) keyed on size + ETag/generation."""
+    """Scan a bucket logdir: one recursive listing (through the ``Store`` interface, as the
+    engine lists), event files streamed by ranged reads, the cache (in the bucket) keyed on
+    size + ETag/generation."""
     from tb_footprint_plugin.storage.remote import RemoteFS
 
     rfs = RemoteFS(url)
     started = time.time()
     try:
-        objects = rfs.list_tree()
+        objects = _listing(rfs)
     except FileNotFoundError:
         raise NotADirectoryError(f"logdir {rfs.url}: no such bucket") from None
     return scan_bucket(rfs, objects, backup_dir=backup_dir, use_cache=use_cache,
                        write_cache=write_cache, progress=progress, listed_at=started)
 
 
+def _listing(rfs) -> dict:
+    """Every object under the root of ``rfs`` (a logdir, or a vault in another prefix or bucket),
+    keyed relative to it: one paginated listing through the ``Store`` interface
+    (``ObjectStore.list``, every key: the listing the bucket engine makes), on ``rfs``'s client and
+    request counters. A scheme of fsspec's without a ``Store`` (scanned and planned only, never
+    changed) is listed by ``RemoteFS.list_tree``. ``FileNotFoundError`` when there is no such bucket."""
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.storage.remote import is_bucket_url
+    from tb_footprint_plugin.storage.store import StoreFailure
+    from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
+
+    if not is_bucket_url(rfs.url):
+        return rfs.list_tree()
+    try:
+        return listing_of(ObjectStore(rfs.url, rfs=rfs))
+    except StoreFailure as e:
+        if e.code == StoreError.NOT_FOUND:
+            raise FileNotFoundError(str(e)) from None
+        raise
+
+
 def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bool = True,
                 write_cache: bool = True, progress: Optional[Progress] = None,
                 listed_at: Optional[float] = None) -> LogdirFootprint:
-    """The scan of a bucket logdir from a listing already made (``RemoteFS.list_tree()``), so a
+    """The scan of a bucket logdir from a listing already made (the ``Store``'s, ``_listing``), so a
     reduction plans and checks versions against the very listing it scanned; ``listed_at``: when
     that listing started (the scan's ``scanned_at``; now when not given)."""
     from tb_footprint_plugin.scan.discovery import discover_listing
@@ -116,7 +138,7 @@ def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bo
                 other = RemoteFS(backup_dir, stats=rfs.stats)
                 # the whole vault in one listing (its blobs are most of it): what it stores is
                 # then known too, without a listing more (``listed_vault``)
-                held = other.list_tree()
+                held = _listing(other)
                 total += sum(o.size for k, o in held.items() if k.startswith("blobs/"))
                 vault_listed.append((other.root, sum(o.size for o in held.values())))
             except (OSError, ValueError):

@@ -126,7 +126,9 @@ class ObjectStore(Store):
         whole store paths, so one client serves every bucket of its store)."""
         with _coded(url):
             self.rfs = rfs or RemoteFS(url)
-            self.ops = ops if ops is not None else self.rfs.ops  # ``not_supported`` for other schemes
+        # made at its first use (``ops``): a listing or a read needs no conditional client, and
+        # building one (a boto3 client: tens of milliseconds) would slow a scan that only lists
+        self._ops = ops
         self.location = self.rfs.url
         self.stats = self.rfs.stats
         self.capabilities = BUCKET_CAPABILITIES
@@ -148,6 +150,15 @@ class ObjectStore(Store):
         if view.protocol != rfs.protocol:
             raise StoreFailure(StoreError.NOT_SUPPORTED, url, f"not on the store of {rfs.url}")
         return cls(url, rfs=view, ops=rfs.ops)
+
+    @property
+    def ops(self):
+        """The scheme's conditional client (``rfs.ops``, or the one given), made at first use;
+        ``StoreFailure`` ``NOT_SUPPORTED`` for a scheme without one."""
+        if self._ops is None:
+            with _coded(self.location):
+                self._ops = self.rfs.ops
+        return self._ops
 
     def _path(self, key: str) -> str:
         return self.rfs.path(check_key(key))
@@ -412,4 +423,17 @@ class ObjectStore(Store):
         self._path(key)  # buckets have no folders: a key's parents exist once it does
 
 
-__all__ = ["ObjectStore", "BUCKET_CAPABILITIES", "STAGE_PREFIX", "APPEND_TRIES"]
+def info_of(e: Entry) -> ObjectInfo:
+    """A store's ``Entry`` as the listing's ``ObjectInfo`` the engine and the scan compare it with
+    (its version the token preconditions take, its checksums those the store computed)."""
+    return ObjectInfo(key=e.key, size=e.size, mtime=e.mtime, etag=e.version, checksums=dict(e.checksums))
+
+
+def listing_of(store: "ObjectStore", prefix: str = "") -> Dict[str, ObjectInfo]:
+    """Every key under ``prefix`` of ``store`` (one paginated listing, ``list(every_key=True)``:
+    a key no call can address and a staged write are seen, for the trust checks to keep them),
+    keyed relative to the store's root, as ``ObjectInfo``."""
+    return {e.key: info_of(e) for e in store.list(prefix, every_key=True)}
+
+
+__all__ = ["ObjectStore", "BUCKET_CAPABILITIES", "STAGE_PREFIX", "APPEND_TRIES", "info_of", "listing_of"]
