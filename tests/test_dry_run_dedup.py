@@ -174,3 +174,57 @@ def test_a_blob_of_the_other_vault_format(tmp_path, first, second):
     assert near(dry.freed_now_bytes, rep.freed_now_bytes, removed), (dry.freed_now_bytes, rep.freed_now_bytes)
     assert near(dry.freed_on_disk_after_purge_bytes, rep.freed_on_disk_after_purge_bytes, removed), \
         (dry.freed_on_disk_after_purge_bytes, rep.freed_on_disk_after_purge_bytes)
+
+
+def _synthetic_plan(logdir: Path, n: int, size_of):
+    """A plan of ``n`` one-action runs (no scan: the pass only reads the actions and the files
+    whose sizes collide), each deleting ``runNNNNN/f`` of ``size_of(i)`` bytes."""
+    from tb_footprint_plugin.plan.model import Action, Plan, RunPlan
+
+    runs = [RunPlan(run=f"run{i:05d}", bytes_before=size_of(i), expected_after_bytes=0,
+                    actions=[Action("delete", f"run{i:05d}/f", "profile", size_of(i), 0, "test")],
+                    planned_at=time.time())
+            for i in range(n)]
+    return Plan(logdir=str(logdir), policy={}, created_at=time.time(), total_bytes=0, runs=runs)
+
+
+def test_the_pass_stays_small_beside_the_plan(tmp_path, monkeypatch):
+    """Memory: a few bytes an original (the sizes array, the duplicates' ids), not a structure a
+    file; the vault listed once per plan, however many runs and figures ask."""
+    import tracemalloc
+
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    n = 20_000
+    # no size in common: nothing hashed, nothing read but the (empty) vault
+    p = _synthetic_plan(logdir, n, lambda i: 1000 + i)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    dd = plan_notes.content_dups(str(logdir), str(logdir / ".tb-footprint"), p)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    assert dd.hashed_files == 0 and dd.files == 0
+    assert peak < 24 * n, f"{peak / n:.1f} bytes an original"
+    # every original the same bytes (the worst case for duplicates): what grows with them is
+    # 8 bytes of id each (the hashing's read buffer, a CHUNK, comes and goes: measured as the
+    # growth from 1,000 to 3,000 originals)
+    for i in range(3000):
+        (logdir / f"run{i:05d}").mkdir()
+        (logdir / f"run{i:05d}" / "f").write_bytes(b"x" * 512)
+    peaks = []
+    for k in (1000, 3000):
+        p = _synthetic_plan(logdir, k, lambda i: 512)
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        dd = plan_notes.content_dups(str(logdir), str(logdir / ".tb-footprint"), p)
+        peaks.append(tracemalloc.get_traced_memory()[1] - base)
+        tracemalloc.stop()
+        assert dd.hashed_files == k and dd.in_plan_files == dd.files == k - 1
+    assert (peaks[1] - peaks[0]) / 2000 < 48, peaks
+    # once per plan: its note and the dry run's figures share one listing of the vault
+    listed = []
+    real = plan_notes.blob_sizes
+    monkeypatch.setattr(plan_notes, "blob_sizes", lambda root: listed.append(root) or real(root))
+    lg = make_logdir(tmp_path / "small")
+    dry = reduce(lg, True)
+    assert dry.plan.content_dups and len(listed) == 1, listed
