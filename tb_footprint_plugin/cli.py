@@ -13,7 +13,7 @@ import sys
 import time
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import Finding, Recovery, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share, shown
 from tb_footprint_plugin.version import __version__
 
@@ -966,9 +966,13 @@ def _purge_asked(args, purge) -> int:
         rep = purge(True, op_ids=shown)
     if args.json:
         _dump(rep.to_dict())
-        return EXIT_OK
-    _print_purge(rep)
-    return EXIT_OK
+    else:
+        _print_purge(rep)
+    # a backup kept for an error (a full disk, a lock that could not be taken) is a failed purge
+    return EXIT_FAILED if any(k["code"] in _FAILURES for k in rep.kept) else EXIT_OK
+
+
+_FAILURES = frozenset(c.value for c in Failure)
 
 
 def _print_purge(rep) -> None:
@@ -982,8 +986,15 @@ def _print_purge(rep) -> None:
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
     for k in rep.kept:
         print(f"  kept {k['op_id']}  {shown(k['run'])}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
-    if rep.kept:
-        print(f"{len(rep.kept)} backup(s) kept: purging them could destroy bytes that exist nowhere else")
+    failed = sum(k["code"] in _FAILURES for k in rep.kept)
+    busy = sum(k["code"] == Skip.LOCKED for k in rep.kept)
+    guarded = len(rep.kept) - failed - busy
+    if guarded:
+        print(f"{guarded} backup(s) kept: purging them could destroy bytes that exist nowhere else")
+    if busy:
+        print(f"{busy} backup(s) not purged: their runs are being changed by another process; purge them later")
+    if failed:
+        print(f"{failed} backup(s) not purged for the error named above; nothing of theirs was deleted")
 
 
 def cmd_status(args) -> int:

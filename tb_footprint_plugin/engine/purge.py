@@ -31,7 +31,7 @@ from tb_footprint_plugin.engine import faults, manifest, offload, oplog
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import Context, writing
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
-from tb_footprint_plugin.engine.run_lock import run_lock
+from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.retire import purge_retired
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -73,10 +73,14 @@ def _prefix_matches(path: str, sha: str, size: int) -> bool:
     return h.hexdigest() == sha
 
 
+def _backup_size(m: dict, vault: Vault) -> int:
+    """What an operation's backups take in ``vault`` (each blob once)."""
+    return sum(vault.blob_size_on_disk(s) for s in {f["sha256"] for f in m["files"]})
+
+
 def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) -> Optional[dict]:
     """Why this operation's backup must be kept, or None."""
-    size = sum(vault.blob_size_on_disk(s) for s in {f["sha256"] for f in m["files"]})
-    base = {"op_id": m["op_id"], "run": m["run"], "bytes": size}
+    base = {"op_id": m["op_id"], "run": m["run"], "bytes": _backup_size(m, vault)}
     for f in m["files"]:
         p = vault.blob_path(f["sha256"])
         form = vault.blob_form(f["sha256"])
@@ -145,9 +149,12 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             if yes and m["run"] not in locks:
                 try:
                     locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
-                except (LockRefused, OSError):
-                    report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0, "code": Skip.LOCKED,
-                                        "detail": "the run is being changed by another process; purge it later"})
+                except (LockRefused, OSError) as e:
+                    code, detail = lock_failure(e, m["run"], ctx.lock_dir)
+                    if code == Skip.LOCKED:
+                        detail = "the run is being changed by another process; purge it later"
+                    report.kept.append({"op_id": m["op_id"], "run": m["run"], "code": code, "detail": detail,
+                                        "bytes": _backup_size(m, Vault(m["vault"]))})
                     continue
             if unsettled_op(ctx, m["run"]):
                 report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0,

@@ -37,7 +37,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
-from tb_footprint_plugin.engine.run_lock import run_lock
+from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, put_back_token, settle_dirs, settle_folder_times
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
@@ -169,7 +169,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     try:
         lock = run_lock(ctx, run).acquire()
     except (RunLocked, OSError) as e:
-        out.reason, out.code = str(e), (Skip.LOCKED if isinstance(e, RunLocked) else Failure.LOCK_ERROR)
+        out.code, out.reason = lock_failure(e, run, ctx.lock_dir)
         return out
     try:
         unsettled = unsettled_op(ctx, run)

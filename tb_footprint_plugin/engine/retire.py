@@ -52,7 +52,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, Rec, RunLocked
-from tb_footprint_plugin.engine.run_lock import run_lock
+from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
 from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -270,7 +270,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     except OSError as e:
         for lk in locks:
             lk.release()
-        out.reason, out.code = f"cannot lock run {run!r} in {ctx.lock_dir}: {e.strerror or e}", Failure.LOCK_ERROR
+        out.code, out.reason = lock_failure(e, r, ctx.lock_dir)
         return out
     journal = None
     try:
@@ -710,7 +710,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     except (RunLocked, OSError) as e:
         for lk in locks:
             lk.release()
-        out.reason, out.code = str(e), (Skip.LOCKED if isinstance(e, RunLocked) else Failure.LOCK_ERROR)
+        out.code, out.reason = lock_failure(e, r, ctx.lock_dir)
         return out
     try:
         unsettled = next((u for u in (unsettled_op(ctx, r) for r in runs) if u), None)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Tuple
 
+from tb_footprint_plugin.codes import Code, Failure, Skip
 from tb_footprint_plugin.engine.bucket_lease import lock_class
-from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.engine.context import Context, NoSpace, is_no_space
+from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.storage.store import Capabilities
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
@@ -39,4 +41,20 @@ def run_lock(ctx: Context, run: str) -> RunLease:
     return folder_lock(ctx.lock_dir, run)
 
 
-__all__ = ["folder_capabilities", "folder_lock", "run_lock"]
+def lock_failure(e: BaseException, run: str, lock_dir: str) -> Tuple[Code, str]:
+    """The coded outcome of a run lock not taken, one rule for every verb: held by another
+    process is ``Skip.LOCKED`` (its text names the holder); a full disk or quota ``Failure.NO_SPACE``
+    naming the lock's file, the bytes it needs and the free space; any other error
+    ``Failure.LOCK_ERROR`` naming the file. A full disk is never reported as another process:
+    the user's remedy (free space) differs from waiting."""
+    if isinstance(e, LockRefused):
+        return Skip.LOCKED, str(e)
+    where = (getattr(e, "filename", None) or os.path.join(lock_dir, "")) if isinstance(e, OSError) else lock_dir
+    if isinstance(e, OSError) and is_no_space(e):
+        # the lock file and its lease: a few KB
+        return Failure.NO_SPACE, f"cannot lock run {run!r}: {NoSpace(str(where), 8192, e, at=os.path.dirname(lock_dir.rstrip(os.sep)))}"
+    why = (e.strerror if isinstance(e, OSError) and e.strerror else None) or str(e) or type(e).__name__
+    return Failure.LOCK_ERROR, f"cannot lock run {run!r}: {where}: {why}"
+
+
+__all__ = ["folder_capabilities", "folder_lock", "lock_failure", "run_lock"]

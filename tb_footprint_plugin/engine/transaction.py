@@ -46,7 +46,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import changes_since
 from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked, StateMoved
 from tb_footprint_plugin.engine.lease import RunLease
-from tb_footprint_plugin.engine.run_lock import run_lock
+from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before,
                                              rollback)
@@ -167,12 +167,9 @@ def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Opti
     except RunLocked as e:
         out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
     except errors as e:
-        out.code = Failure.LOCK_ERROR
-        out.reason = (f"cannot settle or lock run {out.run!r}: {reason_of(e)}" if settle_first
-                      else f"cannot lock run {out.run!r} in {ctx.lock_dir}: {e.strerror or e}")
-        if is_no_space(e):  # the lock file and its lease: a few KB
-            out.code = Failure.NO_SPACE
-            out.reason = f"cannot lock run {out.run!r}: {NoSpace(e.filename or ctx.lock_dir, 8192, e)}"
+        out.code, out.reason = lock_failure(e, out.run, ctx.lock_dir)
+        if settle_first and out.code == Failure.LOCK_ERROR:  # the error may be the settling's
+            out.reason = f"cannot settle or lock run {out.run!r}: {reason_of(e)}"
     return None
 
 
