@@ -121,3 +121,45 @@ def test_a_folder_swapped_for_a_link_after_its_mkdir_is_not_followed(shared, mon
     aside = [n for n in os.listdir(vault / "blobs") if n.startswith("ab" + private.UNTRUSTED_MARK)]
     assert len(aside) == 1 and os.path.islink(vault / "blobs" / aside[0])  # kept for inspection
     assert _strangers_entries(stranger) == before
+
+
+
+@pytest.fixture
+def open_tmp():
+    """A folder in /tmp others may reach (pytest's own is root's 0700)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = tempfile.mkdtemp()
+    os.chmod(d, 0o755)
+    yield Path(d)
+    for dp, ds, _ in os.walk(d):
+        for n in ds:
+            os.chmod(os.path.join(dp, n), 0o700)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_logdir_the_user_may_search_but_not_list_still_gets_its_state_folder(open_tmp):
+    """A guard, not a repro (the path-based code passed it too): the chain's anchor is opened
+    O_PATH, so a logdir of mode 0311 (searchable, not listable) keeps working. Run as nobody in
+    a forked child (root reads any folder)."""
+    log = open_tmp / "logdir"
+    log.mkdir(mode=0o700)
+    os.chown(log, NOBODY, NOBODY)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.chmod(log, 0o311)
+            private.ensure_private_dir(str(log / ".tb-footprint" / "tmp"), tighten_root=True)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    os.chmod(log, 0o700)
+    assert os.waitstatus_to_exitcode(status) == 0
+    st = os.lstat(log / ".tb-footprint" / "tmp")
+    assert st.st_uid == NOBODY and (st.st_mode & 0o777) == 0o700

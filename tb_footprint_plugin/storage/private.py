@@ -188,8 +188,9 @@ def open_private_dir(path: str, root: Optional[str] = None, *, tighten_root: boo
             cur = os.path.dirname(cur)
         for d in reversed(missing):
             _mkdir_private(d)
-    # the anchor is the user's own folder (a logdir, a --backup-dir's parent), as they name it
-    fd = os.open(anchor, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    # the anchor is the user's own folder (a logdir, a --backup-dir's parent), as they name it;
+    # O_PATH where there is one: a folder we may search but not list (0711) is used as before
+    fd = os.open(anchor, getattr(os, "O_PATH", os.O_RDONLY) | _DIRECTORY | _CLOEXEC)
     cur = anchor
     try:
         for i, name in enumerate(chain + below):
