@@ -228,3 +228,19 @@ def test_the_pass_stays_small_beside_the_plan(tmp_path, monkeypatch):
     lg = make_logdir(tmp_path / "small")
     dry = reduce(lg, True)
     assert dry.plan.content_dups and len(listed) == 1, listed
+
+
+def test_a_symlink_of_a_colliding_size_is_not_followed_nor_called_unreadable(tmp_path):
+    """A planned symlink whose size (its target's length) another original shares: never opened
+    through (invariant 4), and not counted among the files that could not be read."""
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"y" * 64)
+    logdir = tmp_path / "logdir"
+    (logdir / "run00000").mkdir(parents=True)
+    (logdir / "run00001").mkdir()
+    target = str(outside)
+    (logdir / "run00000" / "f").symlink_to(target)
+    (logdir / "run00001" / "f").write_bytes(b"z" * len(target))
+    p = _synthetic_plan(logdir, 2, lambda i: len(target))
+    dd = plan_notes.content_dups(str(logdir), str(logdir / ".tb-footprint"), p)
+    assert dd.unreadable == 0 and dd.hashed_files == 1 and dd.files == 0, dd

@@ -23,7 +23,7 @@ from tb_footprint_plugin.plan.planner import LOCAL_VAULT_NOTE
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import state_dir
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
 
 @dataclass
@@ -171,13 +171,16 @@ def _held_form(vault: Vault, sha: str) -> Optional[str]:
 
 
 def _sha256_of(path: str) -> Optional[str]:
-    """The streamed sha256 of a regular file (a ``CHUNK`` at a time), or None when it cannot be read."""
+    """The streamed sha256 of a regular file (a ``CHUNK`` at a time), ``""`` for anything else
+    (a symlink is never followed: it has no blob of a file's bytes), None when it cannot be read."""
     try:
         with open_regular(path) as f:
             h = hashlib.sha256()
             for b in iter(lambda: f.read(CHUNK), b""):
                 h.update(b)
             return h.hexdigest()
+    except NotRegularFile:
+        return ""
     except OSError:
         return None
 
@@ -224,8 +227,8 @@ def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut]
         if n not in in_vault and _count_in(sizes, n) < 2:
             continue  # no other original and no blob of its size: its bytes are its own
         sha = _sha256_of(os.path.join(logdir, a.path))
-        if sha is None:
-            out.unreadable += 1
+        if not sha:
+            out.unreadable += sha is None
             continue
         out.hashed_files += 1
         out.hashed_bytes += n
