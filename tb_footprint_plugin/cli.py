@@ -1143,9 +1143,12 @@ def cmd_recover(args) -> int:
         for o in outs:
             mark = "✗" if o.action in (Recovery.FAILED, Recovery.REFUSED) else "✓"
             print(f"{mark} {o.op_id or '-'} ({shown(o.run or 'vault')}): {o.action} [{o.code}] — {o.detail}")
-        if not outs:
-            print("nothing to recover: no unfinished operation, no damage found")
         left = api.unfinished(args.logdir, args.backup_dir)
+        if not outs:
+            # never "no damage found" above the damage it lists; and a backup's bytes are hashed by verify, not here
+            print("nothing to recover: no unfinished operation" + (
+                "; what is left below is not for recover to mend" if left["problems"] else
+                ", no damage found in the state (backups' contents are hashed by `tb-footprint verify`)"))
         for p in left["problems"]:
             print(f"still: [{p['code']}] {p['detail']}")
     # a journal refused is left exactly as it is for the user to look at: not settled, so not 0

@@ -114,11 +114,10 @@ class LocalEngine(Engine):
         reads = read_vaults(ctx) if reads is None else reads
         problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx, reads),
                                               frozenset(journal_blobs(ctx)), reads)
-        # a damaged line or file is named for the user to look at: `recover` cannot mend it; nor
-        # does it release unsettled pins (they may hold the only copy of a run's originals, and no
-        # record says whether the run still needs them): their finding names what the user can do
-        settles = ops or any(p["code"] not in (Finding.DAMAGED_LINE, Finding.DAMAGED_FILE, Finding.PINS_UNSETTLED)
-                             for p in problems)
+        # recover is offered only for what it settles (health.RECOVER_SETTLES): a damaged line,
+        # file or backup is named for the user to look at, and unsettled pins may hold the only
+        # copy of a run's originals: their findings name what the user can do
+        settles = ops or any(p["code"] in health.RECOVER_SETTLES for p in problems)
         return {"unfinished_operations": ops, "problems": problems,
                 "settle_command": health.settle_command(ctx.logdir, self.backup_dir) if settles else None}
 

@@ -24,6 +24,14 @@ from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
 
+#: the findings `tb-footprint recover` settles (settle_command is offered for these alone): an
+#: unfinished operation, late writes to salvage, a manifest or identity to rebuild from the log, a
+#: backup shared with a snapshot to unshare. Damage to a backup or a state file, orphan or pinned
+#: blobs, a moved state folder are the user's to look at: advising recover for them sent the user
+#: to a command that then said "no damage found" (review R16 F1)
+RECOVER_SETTLES = frozenset({Finding.UNFINISHED, Finding.LATE_WRITES_PENDING, Finding.MANIFEST_DAMAGED,
+                             Finding.IDENTITY_DAMAGED, Finding.BACKUP_SHARED})
+
 #: damaged lines named one by one per file; the rest are counted
 LINES_NAMED = 5
 #: a scan cache up to this size is checked by every status
