@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
@@ -21,6 +21,8 @@ from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, map_ordered, same_content
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import listing_of
 
 
 def _entries_damage(doc: dict) -> Optional[str]:
@@ -41,8 +43,12 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
     own code as ``why``)."""
     st = BucketState(rfs)
-    prefix = vault.root + "/manifests"
-    found = st.listing(prefix, vault.root, missing_ok=True)
+    try:  # one paginated listing of the vault's own store, keyed under it (``manifests/…``)
+        found = listing_of(vault.store, "manifests")
+    except StoreFailure as e:
+        if e.code != StoreError.NOT_FOUND:
+            raise
+        found = {}  # no such bucket (yet): no manifest
     out = []
 
     def read(item):

@@ -22,8 +22,8 @@ import hashlib
 import math
 import os
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
@@ -47,6 +47,7 @@ from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, is_remote
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
 #: a failed request to the store, as the engine catches it: a ``Store`` call's ``StoreFailure``
@@ -124,16 +125,26 @@ class BlobVault:
 class BucketVault:
     """Where backups of a bucket logdir go: ``<logdir>/.tb-footprint`` or another bucket/prefix
     (server-side copies), or a local folder (``blobs``: a ``BlobStore``; the manifests stay in
-    ``<logdir>/.tb-footprint``)."""
+    ``<logdir>/.tb-footprint``). Built over the ``Store`` interface: ``logdir`` is the logdir's
+    store and ``store`` the vault's own (the objects under ``root``, on the logdir's client and
+    request counters: ``ObjectStore.on_client``), through which its manifests are listed."""
 
-    rfs: RemoteFS  # the logdir
+    logdir: ObjectStore  # the logdir's store
     root: str  # store path (bucket/prefix) of the vault's manifests (and server-side copies)
     blobs: Optional[BlobVault] = None  # a local blob vault: the backups of reductions go there
+    #: the vault's own store, made at its first use (on the logdir's client: no request, no client)
+    _store: Optional[ObjectStore] = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def for_logdir(cls, rfs: RemoteFS, backup_dir: Optional[str] = None) -> "BucketVault":
+    def for_logdir(cls, logdir: Union[ObjectStore, RemoteFS], backup_dir: Optional[str] = None) -> "BucketVault":
+        """The vault of the logdir whose store is ``logdir`` (a ``RemoteFS`` is taken as the store
+        at its root, on its client): ``backup_dir`` a local folder (blobs), another prefix or
+        bucket of the same store (``ValueError`` for another store, or one holding the logdir),
+        else ``<logdir>/.tb-footprint``."""
+        store = logdir if isinstance(logdir, ObjectStore) else ObjectStore.on_client(logdir, logdir.url)
+        rfs = store.rfs
         if backup_dir and not is_remote(backup_dir):
-            return cls(rfs=rfs, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault(backup_dir, rfs))
+            return cls(logdir=store, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault(backup_dir, rfs))
         if backup_dir:
             other = RemoteFS(backup_dir, stats=rfs.stats)
             if other.protocol != rfs.protocol:
@@ -142,8 +153,22 @@ class BucketVault:
             root = other.root
             if rfs.root == root or rfs.root.startswith(root + "/"):
                 raise ValueError(f"backup dir {backup_dir} contains the logdir; choose a separate prefix")
-            return cls(rfs=rfs, root=root)
-        return cls(rfs=rfs, root=rfs.path(STATE_DIR_NAME))
+            vault = cls(logdir=store, root=root)
+            vault._store = ObjectStore(other.url, rfs=other, ops_of=rfs)  # on the logdir's client
+            return vault
+        return cls(logdir=store, root=rfs.path(STATE_DIR_NAME))
+
+    @property
+    def rfs(self) -> RemoteFS:
+        """The logdir's ``RemoteFS`` (its store's client)."""
+        return self.logdir.rfs
+
+    @property
+    def store(self) -> ObjectStore:
+        """The vault's own store: the objects under ``root`` (keys ``manifests/…``, ``blobs/…``)."""
+        if self._store is None:
+            self._store = ObjectStore.on_client(self.logdir.rfs, f"{self.logdir.rfs.scheme}://{self.root}")
+        return self._store
 
     def blob(self, op_id: str, rel: str) -> str:
         return f"{self.root}/blobs/{op_id}/{rel}"

@@ -120,15 +120,16 @@ class _Prefixed:
 class ObjectStore(Store):
     """The objects under one bucket prefix (``s3://bucket/logdir``, ``gs://…``, ``az://…``)."""
 
-    def __init__(self, url: str, rfs: Optional[RemoteFS] = None, *, ops=None):
+    def __init__(self, url: str, rfs: Optional[RemoteFS] = None, *, ops=None, ops_of: Optional[RemoteFS] = None):
         """The objects under ``url``, through ``rfs`` (a ``RemoteFS`` at ``url``: made when not
-        given) and ``ops``, the scheme's conditional client (``rfs.ops`` when not given; it takes
-        whole store paths, so one client serves every bucket of its store)."""
+        given) and ``ops``, the scheme's conditional client (else ``ops_of.ops`` or ``rfs.ops``
+        at first use; it takes whole store paths, so one client serves every bucket of its store)."""
         with _coded(url):
             self.rfs = rfs or RemoteFS(url)
         # made at its first use (``ops``): a listing or a read needs no conditional client, and
         # building one (a boto3 client: tens of milliseconds) would slow a scan that only lists
         self._ops = ops
+        self._ops_of = ops_of if ops_of is not None else self.rfs
         self.location = self.rfs.url
         self.stats = self.rfs.stats
         self.capabilities = BUCKET_CAPABILITIES
@@ -149,7 +150,7 @@ class ObjectStore(Store):
             view = RemoteFS(url, stats=rfs.stats)
         if view.protocol != rfs.protocol:
             raise StoreFailure(StoreError.NOT_SUPPORTED, url, f"not on the store of {rfs.url}")
-        return cls(url, rfs=view, ops=rfs.ops)
+        return cls(url, rfs=view, ops_of=rfs)
 
     @property
     def ops(self):
@@ -157,7 +158,7 @@ class ObjectStore(Store):
         ``StoreFailure`` ``NOT_SUPPORTED`` for a scheme without one."""
         if self._ops is None:
             with _coded(self.location):
-                self._ops = self.rfs.ops
+                self._ops = self._ops_of.ops
         return self._ops
 
     def _path(self, key: str) -> str:
