@@ -840,7 +840,7 @@ def cmd_restore(args) -> int:
     try:  # Ctrl-C: the restore under way is finished now (as the next start would), then exit 130
         with _interruptible(cancel, "the restore under way is finished before exiting"):
             for c in calls:
-                outs += api.restore(args.logdir, backup_dir=args.backup_dir, **c)
+                outs += _restore_call(api, args, c)
     except KeyboardInterrupt:
         for o in outs if not args.json else ():
             print(_outcome_line(o))
@@ -853,6 +853,20 @@ def cmd_restore(args) -> int:
         if not outs:
             print("nothing to restore")
     return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
+
+
+def _restore_call(api, args, call: dict) -> list:
+    """``api.restore`` of one call; a run or operation of which nothing is recorded is a usage
+    error (exit 2, as a name matching no run is on every verb), while damage that may hide its
+    backups stays a failure (``restore_blocked``, exit 1)."""
+    try:
+        return api.restore(args.logdir, backup_dir=args.backup_dir, **call)
+    except api.TransactionError as e:
+        if e.code == Failure.NOT_FOUND:
+            rows = sorted({r["run"] for r in _restorable_rows(api, args)})
+            raise UsageError(f"{e} (runs with something to restore: "
+                             f"{', '.join(shown(n) for n in rows[:8]) or 'none'})") from e
+        raise
 
 
 def _restorable_rows(api, args) -> List[dict]:
@@ -869,8 +883,14 @@ def cmd_verify(args) -> int:
     from tb_footprint_plugin import api
 
     names = list(args.runs or [])
-    if args.run_glob:
+    if args.run_glob or names:
         kept = sorted({o["run"] for o in api.restorable(args.logdir, backup_dir=args.backup_dir)})
+        # a named run without a kept reduction is a usage error (exit 2), never "nothing to verify"
+        unknown = [n for n in names if n not in kept]
+        if unknown:
+            raise UsageError(f"run {shown(unknown[0])!r} has no kept reduction to verify "
+                             f"(runs with one: {', '.join(shown(n) for n in kept[:8]) or 'none'})")
+    if args.run_glob:
         found, missing = api.selecting.select(kept, None, args.run_glob)
         if missing:
             raise UsageError(f"no kept reduction of a run matches {args.run_glob!r} "
@@ -1421,6 +1441,9 @@ def _vault_parser(sub) -> None:
 def cmd_vault(args) -> int:
     from tb_footprint_plugin import api
 
+    if args.logdir is None and not args.backup_dir:
+        raise UsageError("give a logdir whose backups are offloaded, or --backup-dir s3://…, gs://… or az://… "
+                         "(the URL given to reduce)")
     out = api.vault_lifecycle(args.logdir, args.backup_dir, args.days)
     if args.json:
         _dump(out)

@@ -221,7 +221,7 @@ class BucketEngine(Engine):
         if (op or run) and not todo:
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
             raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"
-                                   + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else None)
+                                   + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
         return [bk.restore_op(rfs, vault, m) for m in todo] + [
             RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
 

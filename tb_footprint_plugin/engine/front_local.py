@@ -354,7 +354,7 @@ class LocalEngine(Engine):
             hidden = hiding_damage(ctx)
             raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
-                                   Failure.RESTORE_BLOCKED if hidden else None)
+                                   Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
         # one after the other, their pack copies let go together at the end (``restore_ops``)
         outcomes += restore_ops(ctx, ops, memo, each=_name_remote_failures)
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
