@@ -836,14 +836,19 @@ def cmd_restore(args) -> int:
         print("nothing to restore")
         return EXIT_OK
     outs = []
+    landed = []  # each run's outcome as it lands: one call restores every run of --all
     cancel = api.CancelToken()
     try:  # Ctrl-C: the restore under way is finished now (as the next start would), then exit 130
         with _interruptible(cancel, "the restore under way is finished before exiting"):
             for c in calls:
-                outs += _restore_call(api, args, c)
+                outs += _restore_call(api, args, c, landed.append)
     except KeyboardInterrupt:
-        for o in outs if not args.json else ():
-            print(_outcome_line(o))
+        # the runs restored before the interrupt are named (stdout stays JSON with --json)
+        if args.json:
+            _dump(api.restore_summary(landed)["outcomes"])
+        else:
+            for o in landed:
+                print(_outcome_line(o))
         return _interrupted(args, "restore", [args.logdir], None, [])
     if args.json:
         _dump(api.restore_summary(outs)["outcomes"])
@@ -855,12 +860,12 @@ def cmd_restore(args) -> int:
     return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
-def _restore_call(api, args, call: dict) -> list:
+def _restore_call(api, args, call: dict, on_outcome) -> list:
     """``api.restore`` of one call; a run or operation of which nothing is recorded is a usage
     error (exit 2, as a name matching no run is on every verb), while damage that may hide its
     backups stays a failure (``restore_blocked``, exit 1)."""
     try:
-        return api.restore(args.logdir, backup_dir=args.backup_dir, **call)
+        return api.restore(args.logdir, backup_dir=args.backup_dir, on_outcome=on_outcome, **call)
     except api.TransactionError as e:
         if e.code == Failure.NOT_FOUND:
             rows = sorted({r["run"] for r in _restorable_rows(api, args)})

@@ -95,11 +95,12 @@ def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = No
 
 
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
-            backup_dir: Optional[str] = None) -> List[RunOutcome]:
+            backup_dir: Optional[str] = None,
+            on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir. Settles what is
-    unfinished first (``Engine.restore``)."""
-    return open_engine(logdir, backup_dir).restore(run, op)
+    unfinished first (``Engine.restore``). ``on_outcome`` gets each run's outcome as it lands."""
+    return open_engine(logdir, backup_dir).restore(run, op, on_outcome)
 
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:

@@ -91,8 +91,10 @@ class Engine(ABC):
         """Re-check committed reductions (``api.verify``), after settling what is unfinished."""
 
     @abstractmethod
-    def restore(self, run: Optional[str], op: Optional[str]) -> List[RunOutcome]:
-        """Put back the exact original bytes (``api.restore``), after settling what is unfinished."""
+    def restore(self, run: Optional[str], op: Optional[str],
+                on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
+        """Put back the exact original bytes (``api.restore``), after settling what is unfinished;
+        ``on_outcome`` is given each run's outcome as it lands (an interrupt then loses none)."""
 
     @abstractmethod
     def restorable(self, run: Optional[str] = None) -> List[dict]:

@@ -201,7 +201,8 @@ class BucketEngine(Engine):
         self.recover()
         return self.bk.recheck(self.rfs, self.vault, run=run, op=op)
 
-    def restore(self, run: Optional[str], op: Optional[str]) -> List[RunOutcome]:
+    def restore(self, run: Optional[str], op: Optional[str],
+                on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
         """A retired run comes back first; a damaged manifest that may hide a backup is a failed
         outcome (``Failure.RESTORE_BLOCKED``). Differs: an operation restored already is not
         listed again (no ``already_restored`` skip); nothing found is a ``TransactionError`` for
@@ -222,7 +223,12 @@ class BucketEngine(Engine):
             # damage that may hide its backup is a refusal programs can tell (a code), as on a disk
             raise TransactionError(f"nothing to restore for {op or run!r} in {self.logdir}"
                                    + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
-        return [bk.restore_op(rfs, vault, m) for m in todo] + [
+        outcomes = []
+        for m in todo:
+            outcomes.append(bk.restore_op(rfs, vault, m))
+            if on_outcome is not None:
+                on_outcome(outcomes[-1])
+        return outcomes + [
             RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
 
     def restorable(self, run: Optional[str] = None) -> List[dict]:

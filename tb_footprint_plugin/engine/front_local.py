@@ -330,19 +330,27 @@ class LocalEngine(Engine):
                                         {"name": str(p["code"]), "ok": False, "detail": p["detail"]}]}})
         return results
 
-    def restore(self, run: Optional[str], op: Optional[str]) -> List[RunOutcome]:
+    def restore(self, run: Optional[str], op: Optional[str],
+                on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
         """A retired run comes back first; an operation restored already is said so
         (``Skip.ALREADY_RESTORED``); damage that may hide backups is a failed outcome (or, when
         nothing is found for ``run``, a ``TransactionError`` with ``Failure.RESTORE_BLOCKED``)."""
         ctx = self.ctx
+        landed = on_outcome or (lambda o: None)
+
+        def said(o: RunOutcome) -> RunOutcome:
+            landed(o)
+            return o
+
         self.recover()
         if op:
             m = find_manifest(ctx, op)
             if m.get("restored_by"):
-                return [already_restored(m)]
-            return [unretire(ctx, m) if m.get("kind") == "retire" else _name_remote_failures(m, restore_op(ctx, m))]
+                return [said(already_restored(m))]
+            return [said(unretire(ctx, m) if m.get("kind") == "retire"
+                         else _name_remote_failures(m, restore_op(ctx, m)))]
         # a retired run comes back first: its reductions can only be restored once it is back
-        outcomes = [unretire(ctx, m) for m in retirements(ctx) if is_restorable_retirement(m)
+        outcomes = [said(unretire(ctx, m)) for m in retirements(ctx) if is_restorable_retirement(m)
                     and (run is None or m["run"] == run or run in m.get("takes_along", []))]
         memo = ManifestMemo()  # the manifests each run's checks and release read: unchanged ones once
         # the one full read is not memoised: every later read is slim, and ``ops`` holds what it needs
@@ -350,13 +358,13 @@ class LocalEngine(Engine):
         if run is not None and not ops and not outcomes:
             done = [m for m in own_manifests(ctx) if m.get("run") == run and m.get("restored_by")]
             if done:
-                return [already_restored(max(done, key=lambda m: m.get("started_at", 0)))]
+                return [said(already_restored(max(done, key=lambda m: m.get("started_at", 0))))]
             hidden = hiding_damage(ctx)
             raise TransactionError(f"nothing to restore for run {run!r} (no kept backup of a verified reduction, "
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
                                    Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
         # one after the other, their pack copies let go together at the end (``restore_ops``)
-        outcomes += restore_ops(ctx, ops, memo, each=_name_remote_failures)
+        outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)))
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
