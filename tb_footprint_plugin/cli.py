@@ -1619,9 +1619,48 @@ def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]):
 _VERBS: dict = {}  # verb name -> its parser (filled by build_parser)
 
 
+EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped by `timeout`, systemd, Slurm or Kubernetes
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM (a job's stop signal, its grace period meant for this) is taken as Ctrl-C: the
+    run under way is settled (rolled back, or finished past its commit point), and the exit
+    code is 143. While a rollback runs (SIGINT ignored) it is ignored too: the grace period's
+    SIGKILL, if it comes, leaves what any crash leaves for the next start."""
+    import signal
+
+    _TERMINATED.append(signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if handler == signal.SIG_IGN:
+        return
+    if callable(handler) and handler is not signal.default_int_handler:
+        handler(signal.SIGINT, frame)  # a verb's own (``_interruptible``): cancels the batch, raises
+    raise KeyboardInterrupt
+
+
+_TERMINATED: List[int] = []
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error (and
-    a changing verb without --yes and without a terminal), 130 interrupted (Ctrl-C)."""
+    a changing verb without --yes and without a terminal), 130 interrupted (Ctrl-C), 143
+    stopped by SIGTERM (settled as Ctrl-C is)."""
+    import signal
+    import threading
+
+    before = None
+    if threading.current_thread() is threading.main_thread():
+        before = signal.signal(signal.SIGTERM, _on_sigterm)
+    del _TERMINATED[:]
+    try:
+        rc = _main(argv)
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+    return EXIT_TERMINATED if _TERMINATED and rc == EXIT_INTERRUPTED else rc
+
+
+def _main(argv: Optional[List[str]]) -> int:
     parser = build_parser()
     try:
         args = _parse(parser, argv)
