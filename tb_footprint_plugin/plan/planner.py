@@ -269,6 +269,7 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
             kept = items[len(items) - policy.keep_latest:] if policy.keep_latest else []
             drop_traces |= {s.path for s in items if s not in kept}
     sessions_with_xplane = {s.path for s in xprof if s.hosts}
+    linked = _sessions_holding_links(run, xprof)
     deleted_per_session: Dict[str, int] = {}
     existing = {f.path for f in run.files}
     lines: List[Line] = []
@@ -279,6 +280,8 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
             continue  # event files are content-level; symlinks are never acted on
         c = _file_category(f)
         session = _session_of(f.path, run)
+        if session in linked:
+            continue  # kept whole, said by _fidelity
         action = policy.rule(c)
         reason = f"{cat.label(c)}: policy {policy.name}"
         if session and session in drop_sessions:
@@ -312,15 +315,17 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
     if policy.content:
         # Content-level rules (event-file rewriting, trace slimming) plan their own actions.
         content_actions, content_lines = plan_content(run, policy, rp.actions, rewrite, trace_after)
+        if linked:  # a trace in a session kept whole is not slimmed either
+            content_actions = [a for a in content_actions if _session_of(a.path, run) not in linked]
         rp.actions.extend(content_actions)
         lines.extend(content_lines)
     if trace_after is not None:
         _measure_compress(run, rp.actions, trace_after)
     # A session emptied of files is still listed by xprof: remove its directory too.
     removes_sessions = policy.rule(cat.PROFILE_XPLANE) == DELETE
-    emptied = [s for s in xprof
-               if (s.files and deleted_per_session.get(s.path, 0) == s.files)
-               or (not s.files and (removes_sessions or s.path in drop_sessions))]
+    emptied = [s for s in xprof if s.path not in linked and (
+               (s.files and deleted_per_session.get(s.path, 0) == s.files)
+               or (not s.files and (removes_sessions or s.path in drop_sessions)))]
     for s in emptied:
         rp.actions.append(Action("remove_dir", s.path, cat.PROFILE_XPLANE, 0, 0, "emptied profile session"))
     if xprof and len(emptied) == len(xprof):
@@ -336,10 +341,42 @@ def plan_run(run: RunFootprint, policy: Policy, rewrite=None, trace_after=None) 
                          "without an xplane.pb they are the session's only profile data: older "
                          "tensorboard-plugin-profile versions show their tools from these files (xprof 2.2x "
                          "reads only xplanes)"))
-    lines = _fidelity(run, rp, emptied, xprof) + lines
+    lines = _fidelity(run, rp, emptied, xprof) + _linked_lines(run, linked) + lines
     rp.fidelity = [line for line, _ in lines]
     rp.fidelity_details = [detail for _, detail in lines]
     return rp
+
+
+def _sessions_holding_links(run: RunFootprint, xprof) -> Dict[str, str]:
+    """Each xprof session holding a symbolic link -> the first such link's path.
+
+    Such a session is kept whole: a link is never followed (invariant 4), so what it points at is
+    unknown, and it may be one of the session's own files (``host.xplane.pb -> vm.xplane.pb``).
+    Deleting those would leave the user's link dangling in a folder xprof still lists, while the
+    plan counted the session as kept."""
+    linked: Dict[str, str] = {}
+    if not xprof:
+        return linked
+    for f in run.files:
+        if f.kind == "symlink":
+            session = _session_of(f.path, run)
+            if session is not None:
+                linked.setdefault(session, f.path)
+    return linked
+
+
+def _linked_lines(run: RunFootprint, linked: Dict[str, str]) -> List[Line]:
+    """The fidelity line naming the sessions kept whole for a link they hold."""
+    if not linked:
+        return []
+    first = sorted(linked)[0]
+    link = os.path.relpath(linked[first], os.path.dirname(first))
+    more = f" and {len(linked) - 1} more" if len(linked) > 1 else ""
+    return [fit(f"profile: {plural(len(linked), 'session')} kept whole, holding a symbolic link "
+                f"({link}{more})",
+                "a link is never followed, so what it points at is unknown and may be one of the session's "
+                "own files: none of such a session's files is removed. Remove or replace the link to let "
+                "the policy reduce it.")]
 
 
 def _measure_compress(run: RunFootprint, actions: List[Action], trace_after) -> None:
