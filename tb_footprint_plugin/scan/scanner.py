@@ -420,7 +420,8 @@ def _sessions(found: FoundRun, names: Optional[Dict[str, str]] = None) -> List[P
             s.files += 1
             s.mtime = max(s.mtime, f.mtime)
             for suffix in (".xplane.pb", ".xplane.riegeli"):
-                if name.endswith(suffix) and len(parts) == 3:
+                # a link named like an xplane is no host: it is never followed, so nothing says it holds one
+                if name.endswith(suffix) and len(parts) == 3 and not f.is_symlink:
                     host = name[: -len(suffix)]
                     hosts.setdefault(parts[2], []).append(names.setdefault(host, host))
         elif not f.is_symlink and cat.is_torch_trace_name(name):
