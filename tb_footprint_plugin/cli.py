@@ -337,7 +337,8 @@ def _outcome_line(o) -> str:
         return f"✓ {shown(o.run)}: restored ({o.reason}; op {o.op_id})"
     mark = "·" if o.status in ("skipped", "dry_run") else "✗"
     code = f" [{o.code}]" if o.code else ""
-    return f"{mark} {shown(o.run)}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
+    who = shown(o.run) if o.run else "(the logdir's state)"  # damage of the state is no run's
+    return f"{mark} {who}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
 
 
 class _Progress:

@@ -302,8 +302,8 @@ def hiding_damage(ctx: Context) -> List[str]:
     # line names (an undecodable sealed piece): the operation it recorded is out of sight
     for root in known_vaults(ctx):
         if Vault(root).is_private():
-            out += [f"{where}: the operation log's record there cannot be read and may be a manifest; its "
-                    "backups are all kept; see `tb-footprint recover`" for where in oplog.hiding_damage(root, alone=True)]
+            out += [f"{where}: the operation log's record there cannot be read and may be a manifest; "
+                    f"{oplog.DAMAGED_LINE_ADVICE}" for where in oplog.hiding_damage(root, alone=True)]
     return out
 
 

@@ -229,7 +229,7 @@ class BucketEngine(Engine):
             if on_outcome is not None:
                 on_outcome(outcomes[-1])
         return outcomes + [
-            RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
+            RunOutcome(run="", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=w) for w in damage]
 
     def restorable(self, run: Optional[str] = None) -> List[dict]:
         from tb_footprint_plugin.engine.catalogue import is_kept

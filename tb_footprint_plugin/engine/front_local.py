@@ -109,8 +109,18 @@ class LocalEngine(Engine):
     def unfinished(self, reads: Optional[List[VaultRead]] = None) -> dict:
         """``reads``: the command's one read of the manifests (``catalogue.read_vaults``), else read here."""
         ctx = self.ctx
-        ops = health.unfinished_ops(ctx.journal_dir)
-        problems = health.state_problems(ctx.logdir, ctx.state, ctx.journal_dir)
+        # judged by recovery's own rule: a journal recover will not replay is no operation it
+        # settles but a finding naming the journal and the code it is refused with (review R16 F6)
+        judged = health.unfinished_ops(ctx.journal_dir, logdir=ctx.logdir, state=ctx.state,
+                                       vaults=[ctx.state, ctx.vault.root] + known_vaults(ctx))
+        ops, problems = [], []
+        for o in judged:
+            why = o.pop("refused")
+            if why is None:
+                ops.append(o)
+            else:
+                problems.append(why)
+        problems += health.state_problems(ctx.logdir, ctx.state, ctx.journal_dir)
         reads = read_vaults(ctx) if reads is None else reads
         problems += health.catalogue_problems(known_vaults(ctx), own_manifests(ctx, reads),
                                               frozenset(journal_blobs(ctx)), reads)
@@ -368,8 +378,9 @@ class LocalEngine(Engine):
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"
+        # named as the state's, not a run's: a run restored above is not also said to have failed
         for why in hiding_damage(ctx):
-            outcomes.append(RunOutcome(run=run or "", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why))
+            outcomes.append(said(RunOutcome(run="", status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, reason=why)))
         return outcomes
 
     def restorable(self, run: Optional[str] = None) -> List[dict]:

@@ -1237,6 +1237,10 @@ def hiding_damage(vault_root: str, alone: bool = False) -> List[str]:
 
 
 #: codes of what a check of the sealed pieces' two copies found (``check_copies``)
+#: what the user does about a damaged line that may have held a manifest (FAILSAFE "damaged"):
+#: recover cannot mend it, so it is never the advice
+DAMAGED_LINE_ADVICE = ("every backup of the vault is kept meanwhile; recover does not mend it: look at the file "
+                       "and, once you know what it held, move it aside (docs/FAILSAFE.md, 'damaged')")
 COPY_DAMAGED = "copy_damaged"  # one copy does not decode whole; the other does (``repair`` rewrites it)
 COPY_REWRITTEN = "copy_rewritten"  # ... and was rewritten from the other
 COPIES_LOST = "copies_lost"  # neither copy decodes whole (or they differ): what it held is unknown
@@ -1473,6 +1477,6 @@ def orphan_blobs(vault, referenced: set) -> Dict[str, int]:
 __all__ = ["OPLOG", "SEGMENTS", "CatalogueFinding", "MANIFEST_REBUILT", "MANIFEST_LOST", "oplog_dir", "segments_dir",
            "legacy_path", "log_path", "append", "record_manifest", "seal", "seal_all", "seal_leftovers", "NOT_LOGGED", "OpLog", "Index", "index",
            "snapshot", "segment_state", "segment_file", "has_state", "records", "read_log", "logged_ops", "damaged_lines", "lost_lines", "hiding_damage",
-           "TWINS", "twins_dir", "check_copies", "COPY_DAMAGED", "COPY_REWRITTEN", "COPIES_LOST",
+           "TWINS", "twins_dir", "check_copies", "DAMAGED_LINE_ADVICE", "COPY_DAMAGED", "COPY_REWRITTEN", "COPIES_LOST",
            "damaged_digests",
            "derived", "last_state", "last_state_line", "purge_intent", "rebuild_manifests", "orphan_blobs", "manifest_readable"]

@@ -2025,8 +2025,7 @@ class Vault:
             for where in oplog.hiding_damage(self.root):
                 file, _sep, why = where.partition(" line ")
                 self.problems.append(Untrusted(Finding.DAMAGED_LINE, file, f"line {why}; a manifest may have been "
-                                               "on it: every backup of the vault is kept until it is settled "
-                                               "(`tb-footprint recover`)"))
+                                               f"on it: {oplog.DAMAGED_LINE_ADVICE}"))
         out.sort(key=lambda m: (m.get("started_at", 0), m.get("op_id", "")))
         self.problems += set_aside_findings(self.root)
         self.problems += other_users_state_findings(self.root)
