@@ -4,6 +4,10 @@
 name the command that settles them (``tb-footprint recover LOGDIR``); nothing here changes a
 byte. Checks are cheap enough for every call: directory listings, one ``lstat`` per backup and
 one parse per manifest (full hashing of backups is ``verify``'s job).
+
+Why one module: every finding ``status`` shows is made here with one shape (``_f``) and one
+notion of what ``recover`` settles (``RECOVER_SETTLES``, ``journal_refusal``); split, the
+front ends would again offer ``recover`` for what it then refuses (review R16 F1, F6).
 """
 from __future__ import annotations
 
@@ -46,21 +50,87 @@ def settle_command(logdir: str, backup_dir: Optional[str] = None) -> str:
     return cmd
 
 
-def unfinished_ops(journal_dir: str) -> List[dict]:
+def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Optional[str] = None,
+                   vaults: Optional[List[str]] = None) -> List[dict]:
     """Operations whose journal is still there: {op_id, run, kind, bytes_before} (the size its
-    plan saw; None where the journal does not say)."""
+    plan saw; None where the journal does not say). With ``logdir``, ``state`` and ``vaults``
+    (the vaults recovery accepts: the state folder, the vault and ``known_vaults``), each also
+    has ``refused``: None when recovery will replay it, else the finding (code, the journal file)
+    saying why it will not (``journal_refusal``, recovery's rule)."""
+    judge = logdir is not None and state is not None and vaults is not None
+    identity: object = _UNREAD
     out = []
     for j in pending_journals(journal_dir):
         try:
-            recs = trust.read_json_lines(j.path).records
-        except OSError:
-            recs = []
+            log: object = trust.read_json_lines(j.path)
+        except OSError as e:
+            log = e
+        recs = log.records if isinstance(log, trust.JsonLines) else []
         begin = recs[0] if recs and recs[0].get("type") == "begin" else {}
         plan = begin.get("plan") if isinstance(begin.get("plan"), dict) else {}
         before = plan.get("bytes_before")
-        out.append({"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"),
-                    "bytes_before": before if isinstance(before, int) and not isinstance(before, bool) else None})
+        op = {"op_id": j.op_id, "run": begin.get("run"), "kind": begin.get("kind"),
+              "bytes_before": before if isinstance(before, int) and not isinstance(before, bool) else None}
+        if judge:
+            if identity is _UNREAD:
+                identity = _identity_for_journals(logdir, state)
+            op["refused"] = journal_refusal(j.path, j.op_id, log, logdir=logdir, vaults=vaults, identity=identity)
+        out.append(op)
     return out
+
+
+_UNREAD = object()
+
+
+def _identity_for_journals(logdir: str, state: str):
+    """The identity recovery binds the journals to, read only: ``trust.bind`` without adopting
+    (what adopting would take: the one id the logdir's own manifests carry, else a new one no
+    journal names), or the ``Untrusted`` that makes recovery refuse every journal."""
+    try:
+        ident = trust.bind(logdir, state, adopt=False)
+        if ident is None:
+            ids = trust.own_ids(logdir, state)
+            ident = {"id": next(iter(ids))} if len(ids) == 1 else None
+        return ident
+    except trust.Untrusted as e:
+        return e
+    except OSError:
+        return None
+
+
+def journal_refusal(path: str, op_id: str, log, *, logdir: str, vaults: List[str], identity) -> Optional[dict]:
+    """The finding naming why recovery will not replay this journal, or None when it will
+    (``engine.recovery.recover``'s rule, in its order: the identity bound, the journal read, no
+    damaged line, a begin record first, then ``trust.check_journal``). ``log``: the journal
+    read (``trust.JsonLines``) or the ``OSError`` reading it; ``identity``: from
+    ``_identity_for_journals``."""
+    where = "not replayed by `tb-footprint recover`: its run and backups are left exactly as they are"
+    if isinstance(log, OSError):  # recover fails on it at each start until it can be read
+        return _f(Finding.DAMAGED_FILE, op_id, None, f"unreadable journal ({log.strerror or log}); {where} "
+                  "until it can be read", file=path)
+    if isinstance(identity, trust.Untrusted):
+        if identity.code == trust.IDENTITY_DAMAGED:
+            return None  # recover rebuilds the identity first (upkeep.recover_all), then judges
+        return _f(identity.code, op_id, None, f"the state's identity is refused ({identity.file}: "
+                  f"{identity.detail}); {where}", file=path)
+    if log.damaged:
+        d = log.damaged[0]
+        return _f(Finding.DAMAGED_FILE, op_id, None, f"journal line {d.line} does not parse "
+                  f"({d.detail.split(': ', 1)[-1]}); {where}. Look at it, and move it aside once you know "
+                  "what it was", file=path, line=d.line)
+    records = log.records
+    if not records:
+        return None  # an empty journal of an older version: recovery removes it, nothing happened
+    if records[0].get("type") != "begin":
+        return _f(Finding.DAMAGED_FILE, op_id, None, f"journal has no begin record; {where}", file=path)
+    try:
+        trust.check_journal(path, op_id, records, logdir=logdir, vaults=vaults, identity=identity)
+    except trust.Untrusted as e:
+        run = records[0].get("run")
+        return _f(e.code, op_id, run if isinstance(run, str) else None,
+                  f"journal refused: {e.detail}; {where}. Look at it, and move it aside once you know "
+                  "what it was", file=path)
+    return None
 
 
 def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: frozenset = frozenset(),
@@ -218,18 +288,8 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     # a damaged index set aside stays named until the user removes it: its vaults may be unknown
     for aside in damaged_vault_indexes(state):
         out.append(_f(Finding.DAMAGED_FILE, None, None, damaged_index_advice(aside, state), file=aside))
-    for j in pending_journals(journal_dir):
-        try:
-            log = trust.read_json_lines(j.path)
-        except OSError as e:
-            out.append(_f(Finding.DAMAGED_FILE, j.op_id, None, f"unreadable journal ({e.strerror or e})", file=j.path))
-            continue
-        if log.damaged:
-            d = log.damaged[0]
-            out.append(_f(Finding.DAMAGED_FILE, j.op_id, None,
-                          f"journal line {d.line} is damaged ({d.detail.split(': ', 1)[-1]}); the operation is "
-                          "not replayed from it and its run and backups are left exactly as they are",
-                          file=j.path, line=d.line))
+    # a journal that cannot be read or does not parse is named by ``unfinished_ops`` (judged):
+    # the finding recover's own rule gives it, once
     out += unsettled_pins(state, journal_dir)
     out += _lines(history_damage(state) + _history_entries_of_no_shape(state), None, "the other entries are shown")
     locks = os.path.join(state, "locks")
@@ -452,5 +512,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["settle_command", "unfinished_ops", "catalogue_problems", "state_problems", "moved_state_problems",
+__all__ = ["settle_command", "unfinished_ops", "journal_refusal", "catalogue_problems", "state_problems", "moved_state_problems",
            "unsettled_pins", "late_writes"]
