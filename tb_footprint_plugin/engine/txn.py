@@ -1,0 +1,175 @@
+"""One transaction as a sequence of named steps, and the one driver that runs it (issue #26).
+
+Every reduce of a run, on a disk or in a bucket, passes the same steps in the same order
+(``STEPS``): journal → backup → stage → transform → verify → swap → commit, and on any failure a
+rollback. What each step does differs by store (a hard link or a server-side copy, a rename or
+a conditional copy); the order, the journal record that comes before each destructive step,
+where a cancel is honoured and where a failpoint fires do not, so they live here, once:
+
+- the **swap** (the step that changes the user's files) runs only after the last look at the
+  run (``Txn.last_look``, read-only), a last ``cancel.check()`` and its journal record (the
+  commit record) are done;
+- the **rollback** runs only after its record (a recovery that finds the journal then finishes
+  the rollback instead of rolling the reduction forward);
+- a cancel (or a run's timeout) is honoured after each step up to the commit record, never
+  after it: past the commit point the swap finishes;
+- after each step the driver hits that step's failpoint (``Txn.failpoint``: ``<verb>.<step>``
+  by default, declared in ``engine.faults.STEPS``; the crash matrices fire them). A failpoint a
+  step hits between one of its own records and its action (``reduce.backup_copy``,
+  ``reduce.stage_record``) stays inside that step, at its instant.
+
+A step's failure is a value: the driver rolls back and the transaction's outcome says why
+(``Txn.failed``). An injected fault (``faults.InjectedFault``, a crash simulated by a test)
+is never rolled back: it propagates as a crash would stop the process.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Callable, Optional, Tuple, Type
+
+from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine.context import CancelToken
+
+#: The steps of a transaction, in the order the driver runs them.
+STEPS: Tuple[str, ...] = ("journal", "backup", "stage", "transform", "verify", "swap", "commit")
+
+#: The steps after which a cancel is honoured (the last check comes right before the commit record).
+CANCELLABLE: Tuple[str, ...] = STEPS[:STEPS.index("swap")]
+
+#: ``report(step, fraction)``: a step's progress, for a front end's progress bar.
+Report = Callable[[str, float], None]
+
+
+class NotStarted(Exception):
+    """Raised by ``Txn.journal`` when the run is refused before anything is recorded or held (its
+    lock is another's, the lock could not be taken): the transaction has set its outcome, and
+    there is nothing to roll back."""
+
+
+class Txn(abc.ABC):
+    """One transaction: one method per step of ``STEPS``, run by ``run`` in that order.
+
+    ``errors``: the failures of a step that ``run`` rolls back (anything else propagates);
+    ``rollback_errors``: those of the rollback (its record included) that leave it incomplete
+    (``incomplete``). ``verb``: the failpoints' prefix."""
+
+    verb: str = "reduce"
+    errors: Tuple[Type[BaseException], ...] = (Exception,)
+    rollback_errors: Tuple[Type[BaseException], ...] = (OSError,)
+
+    def failpoint(self, step: str) -> Optional[str]:
+        """The failpoint ``run`` hits after ``step`` (None: none at that instant for this engine):
+        ``<verb>.<step>`` where ``engine.faults`` declares it."""
+        name = f"{self.verb}.{step}"
+        return name if name in faults.DECLARED else None
+
+    @abc.abstractmethod
+    def journal(self, report: Report) -> None:
+        """Take the run's lock and write the journal's begin record (``NotStarted`` if refused)."""
+
+    @abc.abstractmethod
+    def backup(self, report: Report) -> None:
+        """Back up every original the plan removes or replaces, verified, each after its record."""
+
+    @abc.abstractmethod
+    def stage(self, report: Report) -> None:
+        """Produce each new file in scratch space (never under its final name)."""
+
+    @abc.abstractmethod
+    def transform(self, report: Report) -> None:
+        """Put each staged file where the swap takes it from, read back."""
+
+    @abc.abstractmethod
+    def verify(self, report: Report) -> None:
+        """Verify and record the verification (the reduced run is what the plan says)."""
+
+    @abc.abstractmethod
+    def last_look(self) -> None:
+        """The last, read-only look at the run before the commit record: raise to refuse the swap."""
+
+    @abc.abstractmethod
+    def record(self, step: str) -> None:
+        """Journal the record that must be durable before the destructive ``step`` (``swap``:
+        the commit record; ``rollback``) starts."""
+
+    @abc.abstractmethod
+    def swap(self, report: Report) -> None:
+        """Replace and remove the originals (past the commit record: finished by recovery)."""
+
+    @abc.abstractmethod
+    def commit(self, report: Report) -> None:
+        """Check the result, close the journal, release what the transaction held."""
+
+    @abc.abstractmethod
+    def journaled(self) -> bool:
+        """Whether a journal exists to hold a rollback record."""
+
+    @abc.abstractmethod
+    def committed(self) -> bool:
+        """Whether the commit record is durable, as the journal says (not as the driver assumes:
+        a record whose write failed half-way is judged by the journal)."""
+
+    @abc.abstractmethod
+    def failed(self, error: BaseException) -> None:
+        """Note why the transaction failed in its outcome, before the rollback."""
+
+    @abc.abstractmethod
+    def rollback(self, committed: bool) -> None:
+        """Undo what the steps did (from the verified backups when ``committed``), after its record."""
+
+    @abc.abstractmethod
+    def incomplete(self, error: BaseException) -> None:
+        """A rollback that could not finish: say so in the outcome (the journal stays for recovery)."""
+
+    def unwind(self) -> None:
+        """Leave what the steps entered (scratch space, shared locks) before a rollback or on
+        the way out; called more than once."""
+
+    def end(self) -> None:
+        """Always last, whatever happened: release what is held for the transaction's life."""
+
+
+def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
+    """Run ``txn`` step by step (module doc): the one place that orders records, destructive
+    steps, cancel checks, failpoints and the rollback."""
+    report = report or (lambda step, frac: None)
+    try:
+        try:
+            for step in STEPS:
+                if step == "swap":
+                    txn.last_look()
+                    cancel.check()  # the last point where a cancel or the run's timeout is honoured
+                    txn.record("swap")
+                    _hit(txn, "swap_record")
+                getattr(txn, step)(report)
+                _hit(txn, step)
+                if step in CANCELLABLE:
+                    cancel.check()
+        except faults.InjectedFault:
+            raise  # a simulated crash: left as a crash leaves it, for recovery
+        except NotStarted:
+            return
+        except txn.errors as e:
+            txn.unwind()
+            txn.failed(e)
+            try:
+                if txn.journaled():
+                    # recorded first: a recovery that finds this journal must finish the rollback,
+                    # not roll the reduction forward (also past the commit record: a swap refused
+                    # by a precondition is undone from the verified backups)
+                    txn.record("rollback")
+                txn.rollback(txn.committed())
+            except txn.rollback_errors as e2:
+                txn.incomplete(e2)
+    finally:
+        txn.unwind()
+        txn.end()
+
+
+def _hit(txn: Txn, step: str) -> None:
+    name = txn.failpoint(step)
+    if name is not None:
+        faults.hit(name)
+
+
+__all__ = ["CANCELLABLE", "NotStarted", "Report", "STEPS", "Txn", "run"]
