@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share, shown
@@ -553,9 +553,14 @@ def cmd_reduce(args) -> int:
         if bar_ is not None:
             bar_.step(run, todo.get(run, 0), frac)
 
+    landed = []  # every run's outcome as it lands: an interrupt with --json still reports them
+
     def on_outcome(o):
+        landed.append(o)
         if o.run in current and not cancel.cancelled:  # after an interrupt: still the runs it stopped
             current.remove(o.run)
+        if args.json:
+            return
         line = _outcome_line(o)
         bar_.done(o.run, line) if bar_ is not None else print(line, flush=True)
 
@@ -565,13 +570,14 @@ def cmd_reduce(args) -> int:
         with _interruptible(cancel):
             reports = api.reduce_logdirs(
                 logdirs, shard=shard, dry_run=False, ledger=args.ledger or "default",
-                on_outcome=None if args.json else on_outcome, progress=progress, cancel=cancel,
+                on_outcome=on_outcome, progress=progress, cancel=cancel,
                 max_file_ops_per_second=args.max_file_ops_per_second, lease_seconds=args.lease,
                 confirmed=confirmed, **_reduce_kwargs(args))
     except KeyboardInterrupt as e:
         if bar_ is not None:
             bar_.close()
-        return _interrupted(args, "reduce", logdirs, shard, current, getattr(e, "settled", None), since)
+        return _interrupted(args, "reduce", logdirs, shard, current, getattr(e, "settled", None), since,
+                            landed=landed)
     if bar_ is not None:
         bar_.close()
     if args.json:
@@ -634,11 +640,14 @@ class _interruptible:
 
 
 def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
-                 settled_already: Optional[List[dict]] = None, since: Optional[float] = None) -> int:
+                 settled_already: Optional[List[dict]] = None, since: Optional[float] = None,
+                 landed: Sequence = ()) -> int:
     """After Ctrl-C: settle what the interrupted run left (a run not committed goes back to its
     exact original bytes, one past the commit point is finished) with a second Ctrl-C ignored,
     say what happened and what to run next; exit 130. ``since``: when this reduce began, to say
-    what became of an interrupted run that left nothing to settle."""
+    what became of an interrupted run that left nothing to settle. ``landed``: the outcomes of the
+    runs finished before the interrupt; with ``--json`` stdout is one JSON document of those and
+    of what was settled (a script resuming the work parses it, never an empty stdout)."""
     import signal
 
     from tb_footprint_plugin import api
@@ -647,6 +656,7 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
     where = f" while changing {', '.join(current)}" if current else ""
     print(f"\ntb-footprint {verb}: interrupted{where}; settling what it left…", file=sys.stderr, flush=True)
     reducing = verb == "reduce"
+    all_settled: List[dict] = []
     for ld in logdirs:
         if settled_already is not None:  # the library settled it on its way out (``api.Interrupted``)
             settled = settled_already
@@ -659,6 +669,7 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
                 print(f"  {ld}: not settled now ({e}); the next start settles it "
                       f"(`tb-footprint recover {ld}`)", file=sys.stderr)
                 continue
+        all_settled.extend(settled)
         for o in settled:
             print(f"  {_recovered_line(o)}", file=sys.stderr)
         if reducing and since is not None and len(logdirs) == 1 and "://" not in ld:
@@ -674,6 +685,9 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
           f"{_quote(logdirs[0])}` shows the logdir. To go on: `tb-footprint "
           f"{' '.join(_quote(w) for w in words)}`" + (" (runs already done are skipped)." if reducing else "."),
           file=sys.stderr)
+    if getattr(args, "json", False):
+        _dump({"interrupted": True, "verb": verb, "outcomes": [o.to_dict() for o in landed],
+               "settled": [dict(o) for o in all_settled]})
     return EXIT_INTERRUPTED
 
 
@@ -844,13 +858,10 @@ def cmd_restore(args) -> int:
             for c in calls:
                 outs += _restore_call(api, args, c, landed.append)
     except KeyboardInterrupt:
-        # the runs restored before the interrupt are named (stdout stays JSON with --json)
-        if args.json:
-            _dump(api.restore_summary(landed)["outcomes"])
-        else:
-            for o in landed:
-                print(_outcome_line(o))
-        return _interrupted(args, "restore", [args.logdir], None, [])
+        # the runs restored before the interrupt are named (with --json in _interrupted's document)
+        for o in landed if not args.json else ():
+            print(_outcome_line(o))
+        return _interrupted(args, "restore", [args.logdir], None, [], landed=landed)
     if args.json:
         _dump(api.restore_summary(outs)["outcomes"])
     else:
@@ -1620,6 +1631,22 @@ def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]):
 _VERBS: dict = {}  # verb name -> its parser (filled by build_parser)
 
 
+def _error_code(e: BaseException) -> str:
+    """The code of a failure that stopped a whole command: its own (``NotPrivate``, a
+    ``TransactionError``, ...), else one from the kind of OS error; never taken from the text."""
+    import errno
+
+    code = getattr(e, "code", None)
+    if isinstance(code, str) and code:
+        return str(code)
+    if isinstance(e, OSError):
+        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            return Failure.NO_SPACE.value
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return Failure.REFUSED.value  # permissions or a read-only filesystem: nothing was written
+    return Failure.ERROR.value
+
+
 EXIT_TERMINATED = 143  # 128 + SIGTERM: stopped by `timeout`, systemd, Slurm or Kubernetes
 
 
@@ -1688,7 +1715,10 @@ def _main(argv: Optional[List[str]]) -> int:
         print(f"tb-footprint {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except (OSError, ValueError, RuntimeError) as e:
-        print(f"tb-footprint: error: {e}", file=sys.stderr)
+        code = _error_code(e)
+        print(f"tb-footprint {args.command}: error [{code}]: {e}", file=sys.stderr)
+        if getattr(args, "json", False):  # a script gets the refusal as JSON, not an empty stdout
+            _dump({"error": {"code": code, "message": str(e), "file": getattr(e, "filename", None)}})
         return EXIT_FAILED
     except KeyboardInterrupt:
         # a verb that changes things settles its own interrupt; this one read only, or had not begun

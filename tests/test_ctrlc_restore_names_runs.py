@@ -51,5 +51,6 @@ def test_ctrl_c_in_restore_all_json_stays_json(tmp_path):
     logdir = reduced_logdir(tmp_path)
     r = _interrupt_second_run(logdir, "--json")
     assert r.returncode == 130, (r.stdout, r.stderr)
-    outs = json.loads(r.stdout)
-    assert [o["status"] for o in outs] == ["restored"], outs
+    doc = json.loads(r.stdout)
+    assert doc["interrupted"] is True and doc["verb"] == "restore", doc
+    assert [o["status"] for o in doc["outcomes"]] == ["restored"], doc
