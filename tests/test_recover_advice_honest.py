@@ -2,10 +2,11 @@
 ``recover`` then printed "no damage found" above its own ``still: [backup_damaged]`` line.
 Recover is offered only for what it settles (``health.RECOVER_SETTLES``), and never says
 "no damage found" above damage it lists."""
-import json
 import os
+import shutil
 
-from helpers_cli import run_cli as tbf
+from conftest import copy_real
+from helpers_cli import cli_env, run_cli as tbf
 from test_issue29_gaps_purge import reduced_copies
 from tb_footprint_plugin import api
 
@@ -34,10 +35,12 @@ def test_missing_backup_is_not_sent_to_recover(tmp_path):
 
 
 def test_unfinished_operation_is_still_sent_to_recover(tmp_path):
-    """The advice stays where recover does settle: a journal left by a killed operation."""
-    logdir = reduced_copies(tmp_path, ("a",))
-    journal = logdir / ".tb-footprint" / "journal"
-    op = json.loads(tbf("status", logdir, "--json").stdout)["operations"][0]["op_id"]
-    (journal / f"{op}.jsonl").write_text(json.dumps({"type": "begin", "op_id": op}) + "\n")
+    """The advice stays where recover does settle: a reduce killed (SIGKILL) mid-swap."""
+    logdir = tmp_path / "logdir"
+    shutil.copytree(copy_real("tf/keras_profiled", tmp_path / "src") / "train", logdir / "a")
+    env = dict(cli_env(), TB_FOOTPRINT_FAILPOINTS="reduce.swap=kill")
+    p = tbf("reduce", logdir, "--verify", "python", "--quiet-period", "0", "-y", env=env)
+    assert p.returncode == -9, p.stdout + p.stderr
     left = api.unfinished(str(logdir))
+    assert left["unfinished_operations"], left
     assert left["settle_command"] and "recover" in left["settle_command"], left
