@@ -53,7 +53,7 @@ from tb_footprint_plugin.engine.context import (
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, Rec, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX, starts_with
+from tb_footprint_plugin.engine.salvage import salvage_name, starts_with
 from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
@@ -514,9 +514,9 @@ def _grown(path: str, f: dict) -> bool:
 
 def _aside_name(ctx: Context, path: str) -> str:
     k = 1
-    while os.path.lexists(ctx.abs(f"{path}{SALVAGE_SUFFIX}{k:03d}")):
+    while os.path.lexists(ctx.abs(salvage_name(path, k))):
         k += 1
-    return f"{path}{SALVAGE_SUFFIX}{k:03d}"
+    return salvage_name(path, k)
 
 
 def _sized(path: str, size: int) -> bool:

@@ -42,6 +42,38 @@ from tb_footprint_plugin.storage.files import CHUNK, create_new, fsync_dir, give
 from tb_footprint_plugin.version import __version__
 
 SALVAGE_SUFFIX = ".salvaged-"
+#: the longest file name (bytes) the file systems a logdir lives on take (Linux, macOS, ext4, xfs)
+NAME_MAX = 255
+_MARK = "~"  # sorts after every ASCII character but itself: what makes a shortened name sort after its file's
+
+
+def salvage_name(path: str, k: int) -> str:
+    """The ``k``-th name for records set aside beside ``path`` (relative or absolute): the
+    file's own name plus ``.salvaged-NNN``, so it sorts right after it (TensorBoard's Python
+    loader reads a run's event files in name order and moves forward only).
+
+    When that would be longer than ``NAME_MAX`` bytes (a file named near the limit) the rename
+    into it would fail with ENAMETOOLONG at every attempt, leaving a restore that can never
+    finish (review R16 F14). The name is then a prefix of the file's name, ``~`` where the prefix
+    ends (or the character after the file's own there, so the name still sorts after it),
+    a short digest of the whole name (two long names with one prefix get two names), and the
+    suffix; it keeps ``tfevents`` (what makes TensorBoard read a file) when the file's had it."""
+    head, base = os.path.split(path)
+    name = f"{base}{SALVAGE_SUFFIX}{k:03d}"
+    if len(os.fsencode(name)) <= NAME_MAX:
+        return os.path.join(head, name)
+    digest = hashlib.sha256(os.fsencode(base)).hexdigest()[:12]
+    for n in range(len(base) - 1, -1, -1):  # cut between characters, never inside one
+        # the character put where the prefix ends must be above the file's own there
+        mark = _MARK if base[n] < _MARK else chr(ord(base[n]) + 1)
+        tag = "tfevents" if "tfevents" in base and "tfevents" not in base[:n] else ""
+        try:
+            name = f"{base[:n]}{mark}{tag}{SALVAGE_SUFFIX}{digest}-{k:03d}"
+            if len(os.fsencode(name)) <= NAME_MAX:
+                return os.path.join(head, name)
+        except (UnicodeEncodeError, ValueError):
+            continue  # no next character to write (an undecodable byte, the last code point)
+    return os.path.join(head, f"{_MARK}tfevents{SALVAGE_SUFFIX}{digest}-{k:03d}")
 
 SALVAGED = Finding.LATE_WRITES_SALVAGED  # complete records put back into the run
 LATE_BYTES_KEPT = Finding.LATE_WRITES_KEPT  # grown, but nothing readable to put back (yet): kept in the vault
@@ -166,7 +198,7 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     sha = h.hexdigest()
     k, final = 1, None
     while True:
-        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        name = salvage_name(path, k)
         if not os.path.lexists(ctx.abs(name)):
             break
         if matches(ctx.abs(name), sha, nbytes):
@@ -216,7 +248,7 @@ def _salvage_name(ctx, m: dict, path: str) -> str:
     used = {s.get("file") for s in m.get("salvaged", [])}
     k = 1 + sum(1 for s in m.get("salvaged", []) if s.get("path") == path)
     while True:
-        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        name = salvage_name(path, k)
         if name not in used and not os.path.lexists(ctx.abs(name)):
             return name
         k += 1
@@ -361,4 +393,5 @@ def finish_salvage(ctx, records: List[dict]) -> str:
 
 
 __all__ = ["SalvageOutcome", "grown_backups", "starts_with", "keep_late_records", "salvage_one", "finish_salvage", "SALVAGE_SUFFIX",
+           "NAME_MAX", "salvage_name",
            "SALVAGED", "LATE_BYTES_KEPT", "BACKUP_CHANGED"]
