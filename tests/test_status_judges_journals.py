@@ -82,3 +82,37 @@ def test_a_journal_recover_replays_is_still_an_unfinished_operation(tmp_path):
     assert [o["op_id"] for o in st["unfinished"]] == [op_id] and "refused" not in st["unfinished"][0]
     assert not [p for p in st["problems"] if p.get("op_id") == op_id]
     assert st["settle_command"]
+
+
+def _snap(logdir):
+    out = {}
+    for d, _, ns in os.walk(logdir):
+        if ".tb-footprint" in d:
+            continue
+        for n in ns:
+            p = os.path.join(d, n)
+            out[p] = (open(p, "rb").read(), os.lstat(p).st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("point, action", [("reduce.verify", Recovery.ROLLED_BACK),
+                                           ("reduce.swap", Recovery.COMPLETED)])
+def test_status_says_what_recover_will_do(tmp_path, point, action):
+    """A reduce killed before its swap: status said 'untouched ... settling only removes the
+    attempt's staging files' while recover said 'originals put back byte for byte'. status now
+    carries recover's own forecast (``recover_will``), and it is what recover does."""
+    logdir = str(copy_real("tf", tmp_path / "L" / "tf").parent)
+    before = _snap(logdir)
+    faults.arm(point, kill)
+    with pytest.raises(Killed):
+        api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0, runs=[RUN])
+    faults.disarm_all()
+    (op,) = api.status(logdir)["unfinished"]
+    will = op["recover_will"]
+    assert will["action"] == action, will
+    # the journal's own outcome (the vault's upkeep may add its own about the same operation)
+    (out,) = [o for o in api.recover_logdir(logdir) if o.op_id == op["op_id"] and o.kind == "reduce"]
+    assert out.action == action, vars(out)
+    if action == Recovery.ROLLED_BACK:  # 'never changed' is true: every file as it was
+        assert "never changed" in will["detail"] and "put back" not in will["detail"]
+        assert _snap(logdir) == before

@@ -18,11 +18,11 @@ import shlex
 import stat
 from typing import List, Optional
 
-from tb_footprint_plugin.codes import BlobError, Finding
+from tb_footprint_plugin.codes import BlobError, Finding, Recovery
 from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage, history_files
-from tb_footprint_plugin.engine.journal import pending_journals
+from tb_footprint_plugin.engine.journal import pending_journals, Rec
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
@@ -56,7 +56,8 @@ def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Opt
     plan saw; None where the journal does not say). With ``logdir``, ``state`` and ``vaults``
     (the vaults recovery accepts: the state folder, the vault and ``known_vaults``), each also
     has ``refused``: None when recovery will replay it, else the finding (code, the journal file)
-    saying why it will not (``journal_refusal``, recovery's rule)."""
+    saying why it will not (``journal_refusal``, recovery's rule), and each one it replays
+    ``recover_will``: what it will do (``recover_will``)."""
     judge = logdir is not None and state is not None and vaults is not None
     identity: object = _UNREAD
     out = []
@@ -75,11 +76,39 @@ def unfinished_ops(journal_dir: str, *, logdir: Optional[str] = None, state: Opt
             if identity is _UNREAD:
                 identity = _identity_for_journals(logdir, state)
             op["refused"] = journal_refusal(j.path, j.op_id, log, logdir=logdir, vaults=vaults, identity=identity)
+            if op["refused"] is None:
+                op["recover_will"] = recover_will(recs)
         out.append(op)
     return out
 
 
 _UNREAD = object()
+
+#: what recover does to a reduce stopped before its swap, said by status and recover alike: no
+#: original was touched (its backups are links or copies), so nothing is "put back"
+BEFORE_SWAP = ("stopped before its swap, so its run was never changed: recover removes the attempt's "
+               "staging files and backups and records it as rolled back")
+#: ... and to one stopped at or after its swap without a verification that passed
+AFTER_SWAP = "originals put back byte for byte"
+
+
+def recover_will(records: List[dict]) -> Optional[dict]:
+    """What ``recover`` will do with a reduce's journal (one it replays): ``{action, detail}``
+    (``action`` a ``codes.Recovery``), by recovery's branches on the records alone; None for
+    the other kinds. A manifest of the operation saying it committed (a lost commit record)
+    makes recovery finish it instead; status does not read it here."""
+    if not records or records[0].get("kind") != "reduce":
+        return None
+    types = {r.get("type") for r in records}
+    if Rec.COMMIT in types:
+        return {"action": Recovery.COMPLETED, "detail": "was committed: recover only removes its journal"}
+    verified_ok = any(r.get("type") == Rec.VERIFIED and r.get("ok") for r in records)
+    if Rec.SWAP in types and verified_ok and Rec.ROLLBACK not in types and Rec.DISPLACED not in types:
+        return {"action": Recovery.COMPLETED, "detail": "verification had passed: recover finishes its swap, "
+                                                        "the run ends reduced and verified"}
+    if Rec.SWAP in types:
+        return {"action": Recovery.ROLLED_BACK, "detail": AFTER_SWAP}
+    return {"action": Recovery.ROLLED_BACK, "detail": BEFORE_SWAP}
 
 
 def _identity_for_journals(logdir: str, state: str):
@@ -512,5 +541,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["settle_command", "unfinished_ops", "journal_refusal", "catalogue_problems", "state_problems", "moved_state_problems",
+__all__ = ["settle_command", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
            "unsettled_pins", "late_writes"]
