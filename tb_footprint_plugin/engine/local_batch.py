@@ -53,8 +53,9 @@ def run_batch(reduce_one: ReduceOne, todo: list, *, jobs: int, timeout: Optional
             o = reduce_one(rp, token, None if progress is None else (lambda name, frac: progress(rp.run, name, frac)))
         except NoSpace as e:  # the ledger's disk is full: named, this run failed, the batch goes on
             o = _failed(rp, str(e), e.code)
-        except Exception as e:
-            o = _failed(rp, f"{type(e).__name__}: {e}", Failure.ERROR)
+        except Exception as e:  # once the batch is cancelled, a failure is the interrupt's (review R16 F13)
+            o = _failed(rp, f"{type(e).__name__}: {e}",
+                        Failure.INTERRUPTED if cancel is not None and cancel.cancelled else Failure.ERROR)
         if on_outcome:
             try:
                 on_outcome(o)

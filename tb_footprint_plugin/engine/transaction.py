@@ -179,6 +179,8 @@ def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Opti
 #: starts, so a worker's average stays under ``--max-file-ops-per-second`` (strace had found it
 #: 10x over: only the scan and the engine's own file operations were counted).
 UNCOUNTED_RUN_OPS, UNCOUNTED_FILE_OPS = 200, 20
+#: the reason of a run that failed once its batch was cancelled (``Failure.INTERRUPTED``)
+INTERRUPTED_REASON = "interrupted before the commit point (the batch was cancelled)"
 
 
 def reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
@@ -252,6 +254,12 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
         code = Failure.NO_SPACE if isinstance(e, NoSpace) or is_no_space(e) else Failure.ERROR
         if isinstance(e, TransactionError) and isinstance(e.code, Failure):
             code = e.code  # a failure the step named (a file changed since its backup): as the bucket engine says it
+        interrupted = cancel.cancelled  # the batch's cancel (Ctrl-C, the tab's Cancel), not a timeout
+        if interrupted:
+            # whatever the step under way then said is the interrupt's consequence (a helper
+            # process it stopped, a read cut short), never a finding about the policy: said
+            # and recorded (manifest, history) as what the single-job path says
+            reason, code = INTERRUPTED_REASON, Failure.INTERRUPTED
         gone = e if isinstance(e, JournalGone) else None
         records: List[dict] = []
         if journal is not None and gone is None:
@@ -275,7 +283,7 @@ def _reduce_run(ctx: Context, rp: RunPlan, *, policy: Optional[dict] = None,
                 rollback(ctx, own_records(journal), reason, journal)
                 ctx.vault.unpin(op_id)  # the originals are back
                 out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
-                if isinstance(e, TransactionError) and isinstance(e.code, Skip):
+                if isinstance(e, TransactionError) and isinstance(e.code, Skip) and not interrupted:
                     out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
             except JournalGone as g:  # lost during the rollback itself
                 _journal_gone(ctx, journal, g, reason, out)

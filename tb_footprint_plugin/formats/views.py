@@ -624,8 +624,14 @@ class DataServer:
 
     def start(self, timeout_s: float) -> str:
         """Spawn the server and return its ``host:port`` once the port file is written."""
+        # Its own session: a Ctrl-C at the terminal signals the whole foreground process group,
+        # and a server in it died mid-verification, whose reader then reported "connection
+        # refused" as a difference the policy made (review R16 F13). Stopped by us (``stop``),
+        # and never outliving us: ``--die-after-stdin`` ends it when its stdin closes, which the
+        # kernel does when this process ends, however it ends (SIGKILL too).
         self.proc = subprocess.Popen(
-            self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            self.args, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()

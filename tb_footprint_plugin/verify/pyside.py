@@ -380,10 +380,14 @@ class PythonSide:
         self._out = tempfile.TemporaryFile()
         self._err = tempfile.TemporaryFile()
         try:
+            # Its own session: the terminal's Ctrl-C signals the foreground process group, and a
+            # loader killed by it was a failed verification, not the interrupt it was (review
+            # R16 F13). Our end of its stdin is its lifeline (``LIFELINE``): the kernel closes it
+            # when this process ends, however it ends, and the child then ends too.
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s)],
-                stdin=subprocess.DEVNULL if self.run_dir else subprocess.PIPE,
-                stdout=self._out, stderr=self._err, env=env)
+                [sys.executable, "-m", __name__, self.run_dir or "-", str(self.timeout_s), LIFELINE],
+                stdin=subprocess.PIPE, stdout=self._out, stderr=self._err, env=env,
+                start_new_session=True)
         except OSError:
             self._proc = None  # no interpreter to start: result() reads in this process
         return self
@@ -400,10 +404,10 @@ class PythonSide:
                 self._thread.start()
                 return self
             return self.start()  # a child told its run on its command line
-        if self._proc is not None and self._proc.stdin is not None:
-            try:
+        if self._proc is not None and self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:  # stdin stays open: it is the child's lifeline (closed by ``_close``)
                 self._proc.stdin.write(os.fsencode(self.run_dir) + b"\n")
-                self._proc.stdin.close()
+                self._proc.stdin.flush()
             except OSError:  # the child is gone: result() reports how it exited
                 pass
         return self
@@ -462,6 +466,11 @@ class PythonSide:
         self._close()
 
     def _close(self) -> None:
+        if self._proc is not None and self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:  # the lifeline: a child still running ends at its end of file
+                self._proc.stdin.close()
+            except OSError:
+                pass
         for f in (self._out, self._err):
             if f is not None:
                 f.close()
@@ -510,8 +519,30 @@ def local_only_imports() -> None:
         sys.modules.setdefault(name, None)  # an import of a None entry raises ImportError
 
 
+#: the child's third argument when its stdin is its parent's lifeline: the parent never closes
+#: it before the answer is read, so an end of file means the parent gave up or is gone
+LIFELINE = "lifeline"
+
+
+def end_with_parent() -> None:
+    """End this child (``os._exit``) once its stdin reaches its end: the parent closed it or
+    ended. In its own session no terminal signal reaches it, and nothing else would stop a
+    loader whose parent was killed from reading on to its timeout."""
+    def watch() -> None:
+        try:
+            sys.stdin.buffer.read()  # the parent writes nothing more: returns at end of file
+        except (OSError, ValueError):
+            pass
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="footprint-parent-watch").start()
+
+
 def _main(argv: list) -> int:
     run_dir, timeout_s = argv[0], float(argv[1])
+    lifeline = len(argv) > 2 and argv[2] == LIFELINE
+    if lifeline and run_dir != "-":
+        end_with_parent()
     local_only_imports()
     _c_crc32c()
     if run_dir == "-":  # imports first, while the parent prepares the run; then its name
@@ -524,6 +555,8 @@ def _main(argv: list) -> int:
         run_dir = os.fsdecode(sys.stdin.buffer.readline().rstrip(b"\n"))
         if not run_dir:
             return 1  # the parent gave up
+        if lifeline:
+            end_with_parent()
 
     listing = read_listing(run_dir, timeout_s)
     sys.stdout.write(json.dumps(listing.to_json()) + "\n")
