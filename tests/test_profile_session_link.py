@@ -90,3 +90,26 @@ def test_a_session_holding_a_link_is_kept_whole_as_the_plan_says(tmp_path, polic
                                                                     if v[0] != "dir"}
     assert set(restored) == set(before)
     assert run_dir.is_dir()
+
+
+@pytest.mark.parametrize("name, target", [("latest", "{newer}"), ("latest.xplane.pb", "{newer}/vm.xplane.pb")])
+@pytest.mark.parametrize("policy", ["archive", "keep-latest"])
+def test_a_link_beside_the_sessions_keeps_them_all(tmp_path, policy, name, target):
+    """A link in plugins/profile itself (``latest -> <session>``): xprof lists it as a session and
+    it may lead to any of them. Before, archive planned every session's files and the profile and
+    plugins folders removed; the reduce left both folders and the link dangling."""
+    logdir = copy_real("jax", tmp_path / "L" / "jax").parent
+    base = logdir / "jax" / "profiled" / "plugins" / "profile"
+    newer = sorted(base.iterdir())[-1]
+    link = base / name
+    os.symlink(target.format(newer=newer.name), link)
+    before = _snapshot(logdir)
+    plan = api.plan(str(logdir), policy=policy, runs=[RUN], quiet_period=0)
+    (rp,) = [r for r in plan.runs if r.run == RUN]
+    profile_rel = os.path.relpath(base, logdir)
+    assert not [a for a in rp.actions if a.path.startswith(profile_rel) or profile_rel.startswith(a.path)], \
+        rp.actions
+    assert any("2 sessions kept whole" in line and name in line for line in rp.fidelity), rp.fidelity
+    api.reduce_logdir(str(logdir), policy=policy, dry_run=False, quiet_period=0, runs=[RUN])
+    after = {k: v for k, v in _snapshot(logdir).items() if not k.startswith(".tb-footprint")}
+    assert after == before and os.path.exists(link)

@@ -357,26 +357,33 @@ def _sessions_holding_links(run: RunFootprint, xprof) -> Dict[str, str]:
     linked: Dict[str, str] = {}
     if not xprof:
         return linked
+    profile_dirs = {os.path.dirname(s.path) for s in xprof}
     for f in run.files:
         if f.kind == "symlink":
             session = _session_of(f.path, run)
             if session is not None:
                 linked.setdefault(session, f.path)
+            elif os.path.dirname(f.path) in profile_dirs:
+                # beside the sessions (``latest -> <session>``): xprof lists it as a session and it
+                # may lead to any of them, so every session of that folder is kept whole
+                for s in xprof:
+                    if os.path.dirname(s.path) == os.path.dirname(f.path):
+                        linked.setdefault(s.path, f.path)
     return linked
 
 
 def _linked_lines(run: RunFootprint, linked: Dict[str, str]) -> List[Line]:
-    """The fidelity line naming the sessions kept whole for a link they hold."""
+    """The fidelity line naming the sessions kept whole for a link (in them, or beside them)."""
     if not linked:
         return []
     first = sorted(linked)[0]
     link = os.path.relpath(linked[first], os.path.dirname(first))
-    more = f" and {len(linked) - 1} more" if len(linked) > 1 else ""
-    return [fit(f"profile: {plural(len(linked), 'session')} kept whole, holding a symbolic link "
-                f"({link}{more})",
-                "a link is never followed, so what it points at is unknown and may be one of the session's "
-                "own files: none of such a session's files is removed. Remove or replace the link to let "
-                "the policy reduce it.")]
+    links = len(set(linked.values()))
+    more = f" and {links - 1} more" if links > 1 else ""
+    return [fit(f"profile: {plural(len(linked), 'session')} kept whole for a symbolic link ({link}{more})",
+                "a link is never followed, so what it points at is unknown and may be one of these "
+                "sessions' files (a link beside the sessions, as xprof lists it, may lead to any of them): "
+                "none of their files is removed. Remove or replace the link to let the policy reduce them.")]
 
 
 def _measure_compress(run: RunFootprint, actions: List[Action], trace_after) -> None:
