@@ -29,6 +29,14 @@ steps of ``engine.bucket_steps``):
 Before the commit record a crash or failure rolls back (originals untouched, backups and
 temporary keys dropped); after it, recovery finishes the swap (every step is idempotent); a
 precondition failure during the swap rolls the run back from its verified backups.
+
+The steps are ``ObjectReduce``'s methods, run in the order of ``engine.txn.STEPS`` by the one
+driver ``engine.txn.run``, which alone writes the commit and rollback records before what they
+guard, honours a cancel and hits the failpoints.
+
+Why one module: the transaction's steps and the staging, upload and read-back they run share
+one run entry (its files' keys, versions, temporary keys and staged checksums) that each step
+fills for the next; apart, the entry's shape would be written in one module and read in another.
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import (
     adding,
     backup_entries,
@@ -116,114 +124,212 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                        cancel: Optional[CancelToken] = None,
                        progress: Optional[Callable[[str, float], None]] = None,
                        readers_root: Optional[str] = None) -> RunOutcome:
-    """One run whose plan rewrites or compresses files, as one bucket transaction (module doc);
-    ``closed_files``: keys the caller's own job closed (the quiet period skips them while unchanged).
+    """One run whose plan rewrites or compresses files, as one bucket transaction (module doc),
+    ``ObjectReduce`` run by ``engine.txn.run``; ``closed_files``: keys the caller's own job closed
+    (the quiet period skips them while unchanged).
     ``cancel`` (its timeout and the batch's cancel): checked between steps up to the commit record,
     as on a disk; past it the run is rolled back (``Cancelled``: "timed out before the commit point",
     ``Failure.ERROR``, the disk's code), after it the swap finishes. ``progress(step, fraction)``:
     the disk's steps, ``backup`` (to 0.4), ``stage`` (0.6), ``verify`` (0.65, before the readers,
     the read-back and the listing check). ``readers_root``: the scratch root the caller set for
     the readers of every transaction it runs at once (else each sets its own while it stages)."""
-    t0 = time.monotonic()
-    cancel = cancel or CancelToken()
-    report = progress or (lambda step, frac: None)
-    out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
-                     bytes_after=rp.bytes_before)
-    op_id = new_op_id()
-    files: List[dict] = []
-    for i, a in enumerate(x for x in rp.actions if x.kind in ("delete", "compress", "rewrite")):
-        o = listing.get(a.path)
-        if o is None:
-            out.reason, out.code = f"{a.path}: gone since the plan", Skip.NOT_IN_PLAN
-            return out
-        f = file_entry(vault, op_id, a, o)
-        if a.kind in ("compress", "rewrite"):
-            f.update(tmp=temp_key(vault, op_id, i), final=a.new_path or a.path, index=i)
-            if not is_blob_entry(f):
-                f["backup"] = replaced_backup(vault, op_id, i)
-            if renamed(f) and f["final"] in listing:
-                out.reason, out.code = f"{f['final']}: exists already; run left as it is", Skip.NOT_IN_PLAN
-                return out
-        files.append(f)
-    st = BucketState(rfs)
-    try:
-        lock = lock_run(st, rp.run, op_id)
-    except BucketTxnError as e:
-        lock_refused(out, e)
-        return out
-    except STORE_FAILURES as e:
-        out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
-        return out
-    out.op_id = op_id
-    lock_path = lock.path  # what the journal names; the lock object is what this operation holds
-    en = {"run": rp.run, "op": op_id, "lock": lock_path, "files": files}
-    journal = None
-    ACTIVE_OPS.add(op_id)
-    try:
-        journal = new_journal(st, op_id, {"op": op_id, "logdir": rfs.url, "step": Rec.PLANNED, "created": now_s(),
-                                          "vault": vault.root, "runs": [en], "logdir_objects": len(listing)})
-        faults.hit("reduce.journal")
-        cancel.check()
+    t = ObjectReduce(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
+                     cancel or CancelToken(), readers_root)
+    if t.planned() and t.take_lock():
+        txn.run(t, t.cancel, progress)
+    return t.out
+
+
+class ObjectReduce(txn.Txn):
+    """The steps of one bucket run's reduce (the module doc's 1-6) for ``engine.txn.run``:
+
+    - **journal**: the journal object (step ``planned``), its run entry naming every file;
+    - **backup**: server-side copies (or blobs of a local vault, step ``backed_up``), holding the
+      vault's shared ``adding`` lock until the manifest exists (a purge's forget waits while only
+      this journal names the blobs' digests);
+    - **stage**: the originals streamed down, transformed and checked by TensorBoard's readers in
+      local scratch (step ``staged``: progress, a long rewrite's lock is not taken for a dead one's);
+    - **transform**: each new file uploaded under its temporary key and read back (step
+      ``uploaded``; failpoint ``reduce.upload``);
+    - **verify**: the manifest written (a bucket's swap is several requests: recovery rolls it
+      forward from ``swapping``, so the manifest exists before), dated as the commit record;
+    - the **last look**: a fresh listing (unchanged since the backup, nothing written within the
+      quiet period), the lock still ours, the blobs still there; then the commit record
+      (``swapping``, the driver's);
+    - **swap**: ``finish_op``; **commit**: the final listing check, the journal closed with the lock.
+
+    The lock is taken before the transaction starts (``take_lock``): a refusal is a skip with
+    nothing to roll back, and anything else a lock raises propagates as it always did."""
+
+    errors = _STEP_ERRORS
+    rollback_errors = (BucketTxnError, *STORE_FAILURES, OSError)
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
+                 quiet_period: float, policy: Optional[str], verify_backends: Tuple[str, ...],
+                 closed_files: Optional[Mapping[str, float]], cancel: CancelToken,
+                 readers_root: Optional[str]) -> None:
+        self.t0 = time.monotonic()
+        self.rfs, self.vault, self.rp, self.listing = rfs, vault, rp, listing
+        self.quiet_period, self.policy, self.backends = quiet_period, policy, verify_backends
+        self.closed_files, self.cancel, self.readers_root = closed_files, cancel, readers_root
+        self.out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                              bytes_after=rp.bytes_before)
+        self.op_id = new_op_id()
+        self.files: List[dict] = []
+        self.st = BucketState(rfs)
+        self.lock = None
+        self.jnl = None
+        self.en: dict = {}
+        self.local: dict = {}
+        self.code = None
+        self.bytes_after = rp.bytes_before
+        self.committed_at = 0.0
+        self.now_objs: Dict[str, ObjectInfo] = {}
+        # entered by a step, left once the step that needs them is done (or on the way out):
+        # the scratch space (stage to transform), then the vault's shared adding lock (backup to verify)
+        self._scratch = contextlib.ExitStack()
+        self._adding = contextlib.ExitStack()
+
+    def failpoint(self, step: str) -> Optional[str]:
+        """The disk's names, but ``reduce.upload`` after the upload and none after the commit
+        (the bucket's commit record is ``swapping``; nothing is hit once the journal closes)."""
+        if step == "transform":
+            return "reduce.upload"
+        if step == "commit":
+            return None
+        return super().failpoint(step)
+
+    def planned(self) -> bool:
+        """Each file of the plan as the journal names it; False (the outcome a skip) when one is
+        gone since the plan or a compressed copy's name is taken already."""
+        vault, out = self.vault, self.out
+        for i, a in enumerate(x for x in self.rp.actions if x.kind in ("delete", "compress", "rewrite")):
+            o = self.listing.get(a.path)
+            if o is None:
+                out.reason, out.code = f"{a.path}: gone since the plan", Skip.NOT_IN_PLAN
+                return False
+            f = file_entry(vault, self.op_id, a, o)
+            if a.kind in ("compress", "rewrite"):
+                f.update(tmp=temp_key(vault, self.op_id, i), final=a.new_path or a.path, index=i)
+                if not is_blob_entry(f):
+                    f["backup"] = replaced_backup(vault, self.op_id, i)
+                if renamed(f) and f["final"] in self.listing:
+                    out.reason, out.code = f"{f['final']}: exists already; run left as it is", Skip.NOT_IN_PLAN
+                    return False
+            self.files.append(f)
+        return True
+
+    def take_lock(self) -> bool:
+        """The run's lock; False (the outcome says why) when another holds it or it is not taken."""
+        out = self.out
+        try:
+            self.lock = lock_run(self.st, self.rp.run, self.op_id)
+        except BucketTxnError as e:
+            lock_refused(out, e)
+            return False
+        except STORE_FAILURES as e:
+            out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
+            return False
+        out.op_id = self.op_id
+        # what the journal names; the lock object is what this operation holds
+        self.en = {"run": self.rp.run, "op": self.op_id, "lock": self.lock.path, "files": self.files}
+        ACTIVE_OPS.add(self.op_id)
+        return True
+
+    def journal(self, report: txn.Report) -> None:
+        """The journal object, step ``planned``."""
+        self.jnl = new_journal(self.st, self.op_id, {
+            "op": self.op_id, "logdir": self.rfs.url, "step": Rec.PLANNED, "created": now_s(),
+            "vault": self.vault.root, "runs": [self.en], "logdir_objects": len(self.listing)})
+
+    def backup(self, report: txn.Report) -> None:
+        """Every original into the vault, a cancel looked at before each copy."""
+        rfs, vault, en = self.rfs, self.vault, self.en
         # held until the manifest exists (as ``bucket_batch`` does): a purge's forget waits while
         # only this journal names the blobs' digests, and once it goes on the manifest names them
-        with adding(vault):
-            with _BLOB_ADDS if vault.blobs is not None else contextlib.nullcontext():
-                unmade = backup_entries(rfs, vault, [en])
-            if unmade:
-                raise unmade[rp.run]
-            if vault.blobs is not None:
-                faults.hit("reduce.blobs_added")
-            total = sum(f["size"] for f in files) or 1
-            done = 0
-            for f in files:
-                cancel.check()
-                if not is_blob_entry(f):
-                    backup_object(rfs, f)
-                faults.hit("reduce.backup_copy")
-                done += f["size"]
-                report("backup", 0.4 * done / total)
-            if vault.blobs is not None:
-                journal.step(Rec.BACKED_UP, runs=[en])  # the blobs' digests
-            faults.hit("reduce.backup")
-            cancel.check()
-            with scratch.scratch("bucket", scratch.system_root()) as work:
-                local = _stage_run(rfs, rp, files, listing, work, verify_backends, vault, report,
-                                   readers_root=readers_root)
-                journal.step(Rec.STAGED, runs=[en])  # progress: a long rewrite's lock is not taken for a dead one's
-                faults.hit("reduce.stage")
-                for f in files:
-                    if f.get("tmp"):
-                        cancel.check()
-                        _upload_and_read_back(rfs, f, local["staged"][f["path"]])
-                journal.step(Rec.UPLOADED, runs=[en])  # the new objects, their checksums and read-back recorded
-                faults.hit("reduce.upload")
-            bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
-                sum(f["new_size"] for f in files if f.get("tmp"))
-            # dated with the time the commit record then carries (``finished_at``, as on a disk)
-            committed_at = now_s()
-            st.create(vault.manifest(op_id), manifest_doc(rfs, en, rp, policy, bytes_after, vault, journal.doc,
-                                                          committed_at=committed_at))
-        faults.hit("reduce.verify")
-        now_objs = listing_of_runs(rfs, vault, [rp.run], len(listing))
-        for f in files:
+        self._adding.enter_context(adding(vault))
+        with _BLOB_ADDS if vault.blobs is not None else contextlib.nullcontext():
+            unmade = backup_entries(rfs, vault, [en])
+        if unmade:
+            raise unmade[self.rp.run]
+        if vault.blobs is not None:
+            faults.hit("reduce.blobs_added")
+        total = sum(f["size"] for f in self.files) or 1
+        done = 0
+        for f in self.files:
+            self.cancel.check()
+            if not is_blob_entry(f):
+                backup_object(rfs, f)
+            faults.hit("reduce.backup_copy")
+            done += f["size"]
+            report("backup", 0.4 * done / total)
+        if vault.blobs is not None:
+            self.jnl.step(Rec.BACKED_UP, runs=[en])  # the blobs' digests
+
+    def stage(self, report: txn.Report) -> None:
+        """The new files in local scratch, verified by TensorBoard's readers; step ``staged``."""
+        work = self._scratch.enter_context(scratch.scratch("bucket", scratch.system_root()))
+        self.local = _stage_run(self.rfs, self.rp, self.files, self.listing, work, self.backends, self.vault,
+                                report, readers_root=self.readers_root)
+        self.jnl.step(Rec.STAGED, runs=[self.en])  # progress: a long rewrite's lock is not taken for a dead one's
+
+    def transform(self, report: txn.Report) -> None:
+        """Each new file uploaded under its temporary key and read back; step ``uploaded``."""
+        for f in self.files:
+            if f.get("tmp"):
+                self.cancel.check()
+                _upload_and_read_back(self.rfs, f, self.local["staged"][f["path"]])
+        self.jnl.step(Rec.UPLOADED, runs=[self.en])  # the new objects, their checksums and read-back recorded
+
+    def verify(self, report: txn.Report) -> None:
+        """The scratch space left, then the manifest written (the adding lock left after it)."""
+        self._scratch.close()
+        rp, files = self.rp, self.files
+        self.bytes_after = rp.bytes_before - sum(f["size"] for f in files) + \
+            sum(f["new_size"] for f in files if f.get("tmp"))
+        # dated with the time the commit record then carries (``finished_at``, as on a disk)
+        self.committed_at = now_s()
+        self.st.create(self.vault.manifest(self.op_id), manifest_doc(
+            self.rfs, self.en, rp, self.policy, self.bytes_after, self.vault, self.jnl.doc,
+            committed_at=self.committed_at))
+        self._adding.close()
+
+    def last_look(self) -> None:
+        """A fresh listing of the run: nothing changed since its backup, no compressed copy's name
+        taken, nothing written within the quiet period, the lock still ours, the blobs there."""
+        rp = self.rp
+        now_objs = self.now_objs = listing_of_runs(self.rfs, self.vault, [rp.run], len(self.listing))
+        for f in self.files:
             cur = now_objs.get(f["path"])
             if cur is None or cur.version_token != f["version"]:
                 raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP,
                                      f"{f['path']}: changed since its backup; run left as it was")
             if renamed(f) and f["final"] in now_objs:
                 raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['final']}: written since the plan; run left as it was")
-        active = written_recently(now_objs, rp.run, quiet_period, closed_files)
+        active = written_recently(now_objs, rp.run, self.quiet_period, self.closed_files)
         if active:
             raise BucketTxnError(Skip.ACTIVE, active)
-        if not lock.still_held():  # another worker took the run over: stop before the swap
+        if not self.lock.still_held():  # another worker took the run over: stop before the swap
             raise BucketTxnError(Skip.LOCKED, f"run {rp.run}: its lock was taken over; left as it was")
-        missing_blobs(vault, files)  # the last look: the swap replaces what only these blobs hold
-        cancel.check()  # the last point where a cancel or the run's timeout is honoured
-        journal.step(Rec.SWAPPING, at=committed_at, runs=[en])  # the commit record: backups verified, new objects staged and read back
-        faults.hit("reduce.swap_record")
-        finish_op(rfs, vault, journal.doc, present=now_objs)
-        faults.hit("reduce.swap")
-        v = verify_batch(rfs, vault, [en], listing)[rp.run]
+        missing_blobs(self.vault, self.files)  # the last look: the swap replaces what only these blobs hold
+
+    def record(self, step: str) -> None:
+        """``swapping`` (the commit record: backups verified, new objects staged and read back),
+        dated as the manifest; ``rolling_back``."""
+        if step == "swap":
+            self.jnl.step(Rec.SWAPPING, at=self.committed_at, runs=[self.en])
+        else:
+            self.jnl.step(Rec.ROLLING_BACK, runs=[self.en])
+
+    def swap(self, report: txn.Report) -> None:
+        """Each new object over its original at the backed-up version, the removed ones deleted."""
+        finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
+
+    def commit(self, report: txn.Report) -> None:
+        """The final listing proves the run holds exactly the staged objects; the journal closes
+        with the lock object."""
+        rp, files, local, out = self.rp, self.files, self.local, self.out
+        v = verify_batch(self.rfs, self.vault, [self.en], self.listing)[rp.run]
         if not v["ok"]:
             raise BucketTxnError(Failure.ERROR, v["error"])  # as a failed verification on a disk
         v["checks"] = local["checks"] + [{"name": "store listing", "ok": True, "detail": (
@@ -235,36 +341,44 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
                 v[k] = local[k]
         out.verification = v
         out.status = Outcome.VERIFIED
-        out.bytes_after = bytes_after
+        out.bytes_after = self.bytes_after
         out.removed_files = [f["path"] for f in files if not in_place(f)]
         out.created_files = [f["final"] for f in files if f.get("tmp")]
-        ours = unlock_versions(lock)
-        journal.close(also=[lock_path] if ours else [], versions=ours)
-        return out
-    except faults.InjectedFault:
-        raise
-    except _STEP_ERRORS as e:
-        code = failure_code(e)
-        out.reason = reason_of(e)
-        try:
-            if journal is not None:
-                # recorded first: a recovery that finds this journal must finish the rollback,
-                # not roll the reduction forward (also after the commit record: a swap refused by
-                # a precondition is undone from the verified backups)
-                journal.step(Rec.ROLLING_BACK, runs=[en])
-                rollback_entry(rfs, vault, en, deleted=journal.committed())
-                must_close(journal)
-            ours = unlock_versions(lock)
-            if ours:
-                must_delete(rfs, [lock_path], versions=ours)
-            rolled_back(out, code)
-        except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
-            rollback_incomplete(out, e2)
-        return out
-    finally:
-        ACTIVE_OPS.discard(op_id)
-        lock.release()  # an ended operation's lock is not renewed (one kept is stale now)
-        out.duration_s = round(time.monotonic() - t0, 3)
+        ours = unlock_versions(self.lock)
+        self.jnl.close(also=[self.lock.path] if ours else [], versions=ours)
+
+    def journaled(self) -> bool:
+        return self.jnl is not None
+
+    def committed(self) -> bool:
+        return self.jnl is not None and self.jnl.committed()
+
+    def failed(self, error: BaseException) -> None:
+        self.code = failure_code(error)
+        self.out.reason = reason_of(error)
+
+    def rollback(self, committed: bool) -> None:
+        """From the verified backups (``deleted``: past the commit record), the journal closed,
+        the lock object deleted at its version."""
+        if self.jnl is not None:
+            rollback_entry(self.rfs, self.vault, self.en, deleted=committed)
+            must_close(self.jnl)
+        ours = unlock_versions(self.lock)
+        if ours:
+            must_delete(self.rfs, [self.lock.path], versions=ours)
+        rolled_back(self.out, self.code)
+
+    def incomplete(self, error: BaseException) -> None:
+        rollback_incomplete(self.out, error)
+
+    def unwind(self) -> None:
+        self._scratch.close()
+        self._adding.close()
+
+    def end(self) -> None:
+        ACTIVE_OPS.discard(self.op_id)
+        self.lock.release()  # an ended operation's lock is not renewed (one kept is stale now)
+        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Optional[str] = None) -> str:
@@ -445,4 +559,4 @@ def _tensorboard_records(url: str) -> int:
     return sum(1 for _ in event_file_loader.RawEventFileLoader(url).Load())
 
 
-__all__ = ["reduce_rewrite_run", "replaced_backup", "temp_key"]
+__all__ = ["ObjectReduce", "reduce_rewrite_run", "replaced_backup", "temp_key"]
