@@ -20,10 +20,10 @@ pytestmark = pytest.mark.usefixtures("disarm_faults")
 RUN = "tf/summary_mix"
 
 
-def _killed_reduce(tmp_path):
-    """A logdir whose reduce of RUN was killed mid-swap; its journal's path."""
+def _killed_reduce(tmp_path, point="reduce.swap"):
+    """A logdir whose reduce of RUN was killed at ``point``; its journal's path."""
     logdir = str(copy_real("tf", tmp_path / "L" / "tf").parent)
-    faults.arm("reduce.swap", kill)
+    faults.arm(point, kill)
     with pytest.raises(Killed):
         api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0, runs=[RUN])
     faults.disarm_all()
@@ -116,3 +116,29 @@ def test_status_says_what_recover_will_do(tmp_path, point, action):
     if action == Recovery.ROLLED_BACK:  # 'never changed' is true: every file as it was
         assert "never changed" in will["detail"] and "put back" not in will["detail"]
         assert _snap(logdir) == before
+
+
+@pytest.mark.parametrize("plant", ["garbage", "outside"])
+def test_the_plan_names_a_refused_journal_and_does_not_send_to_recover(tmp_path, plant):
+    """The plan's skip of a run an unfinished operation holds said "run `tb-footprint recover` to
+    settle it" for a journal recover then refused: now the journal is named with its code, and
+    the run (named by the journal) stays left alone."""
+    logdir, journal = _killed_reduce(tmp_path, "reduce.verify")  # the run untouched: planned again
+    if plant == "garbage":
+        with open(journal, "wb") as f:
+            f.write(b"garbage\n")
+        code = Finding.DAMAGED_FILE
+    else:
+        records = [json.loads(line) for line in open(journal)]
+        for r in records:
+            if r["type"] == "backup":
+                r["path"] = "../victim/" + os.path.basename(r["path"])
+        with open(journal, "w") as f:
+            f.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        code = Finding.PATH_OUTSIDE
+    p = api.plan(logdir, policy="archive", runs=[RUN], quiet_period=0)
+    assert not [n for n in p.notes if "to settle" in n], p.notes
+    assert [n for n in p.notes if n.startswith(f"[{code}] {journal}")], p.notes
+    if plant == "outside":
+        (rp,) = [r for r in p.runs if r.run == RUN]
+        assert rp.skipped.startswith(journal) and "to settle" not in rp.skipped, rp.skipped

@@ -44,7 +44,7 @@ from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.scan.model import LogdirFootprint
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.openfiles import find_writers, JoinedPaths
-from tb_footprint_plugin.storage.paths import is_within, state_dir
+from tb_footprint_plugin.storage.paths import is_within, recorded_vaults, state_dir
 from tb_footprint_plugin.storage.remote import is_remote
 from tb_footprint_plugin.storage.store import StoreFailure
 
@@ -461,12 +461,25 @@ class LocalEngine(Engine):
 
     def leave_alone_unfinished(self, p) -> None:
         logdir = os.path.abspath(self.logdir)
-        ops = health.unfinished_ops(os.path.join(state_dir(logdir), "journal"))
+        state = state_dir(logdir)
+        # judged as recover judges them, with its vaults (``known_vaults`` of the context a
+        # changing verb makes; a plan makes none): recover is not offered for what it refuses
+        root = os.path.abspath(self.local_backup_dir) if self.local_backup_dir else state
+        ops = health.unfinished_ops(os.path.join(state, "journal"), logdir=logdir, state=state,
+                                    vaults=[state, root] + recorded_vaults(state))
         if not ops:
             return
         cmd = health.settle_command(logdir, self.backup_dir)
         interrupted = 0
         for o in ops:
+            why = o["refused"]
+            if why is not None:
+                # its run stays left alone (a damaged journal may be a real half-done operation's)
+                # and the journal is named with its code, never sent to recover, which refuses it
+                if isinstance(o["run"], str):
+                    leave_alone(p, o["run"], why["detail"], Skip.UNFINISHED)
+                p.notes.append(f"[{why['code']}] {why['detail']}")
+                continue
             if o["run"] is None:
                 interrupted += 1
                 continue
