@@ -1207,12 +1207,15 @@ def _arg(parse):
     return convert
 
 
-def _positive(parse):
-    """``parse`` whose value must also be a finite number above zero (a rate, a lease)."""
+def _positive(parse, most: float = float("inf")):
+    """``parse`` whose value must also be a finite number above zero (a rate, a lease), and at
+    most ``most``."""
     def convert(text: str) -> float:
         v = parse(text)
         if not (0 < v < float("inf")):
             raise ValueError(f"{text!r}: must be a finite number above 0")
+        if v > most:
+            raise ValueError(f"{text!r}: must be at most {most:g}")
         return v
     convert.__name__ = parse.__name__
     return convert
@@ -1294,8 +1297,8 @@ def _reduce_parser(sub) -> None:
                         "(array indices are then the shards, from 0)")
     s.add_argument("--max-file-ops-per-second", type=_arg(_positive(float)), default=None, metavar="RATE",
                    help="cap metadata operations (stat, open, rename, unlink, link) for shared filesystems")
-    s.add_argument("--lease", type=_arg(_positive(parse_duration)), default=None, metavar="DURATION",
-                   help="run lock lease (default 120s): a dead worker's runs are taken over after it")
+    s.add_argument("--lease", type=_arg(_positive(parse_duration, most=86400.0)), default=None, metavar="DURATION",
+                   help="run lock lease (default 120s, at most 1d): a dead worker's runs are taken over after it")
     _common(s)
     _filters(s)
     s.add_argument("--dry-run", "-n", action="store_true", help="only plan (exit 0)")

@@ -351,7 +351,7 @@ class RunLock(leases.RunLease):
             return None
         return (f"{held['host']} pid {held['pid']}"
                 + (f", shard {held['shard']}" if isinstance(held.get("shard"), str) else "")
-                + f", lease until {time.strftime('%H:%M:%S', time.localtime(held['expires']))}")
+                + f", lease until {leases.until_text(leases.effective_expiry(held, time.time()))}")
 
     def acquire(self) -> "RunLock":
         ensure_state_subdir(self.lock_dir)

@@ -44,7 +44,12 @@ from tb_footprint_plugin.storage.private import check_parent, open_private
 from tb_footprint_plugin.storage.regular import open_regular
 
 DEFAULT_LEASE_S = 120.0
-_lease_s = float(os.environ.get("TB_FOOTPRINT_LEASE_SECONDS") or DEFAULT_LEASE_S)
+#: the longest a lease may claim past its last renewal, and a renewal past now: a lease read
+#: back with more (a host whose clock was years ahead, a hand-edited file) is read as ending
+#: there, so no lease can keep a run locked for longer than a day after its holder stopped
+#: renewing it; ``configure`` refuses longer leases
+MAX_LEASE_S = 86400.0
+_lease_s = min(float(os.environ.get("TB_FOOTPRINT_LEASE_SECONDS") or DEFAULT_LEASE_S), MAX_LEASE_S)
 _shard: Optional[str] = None
 _held: Dict[str, dict] = {}  # lease path -> the lease this process holds
 _mu = threading.Lock()
@@ -62,6 +67,8 @@ def configure(lease_seconds: Optional[float] = None, shard=_KEEP) -> None:
     if lease_seconds is not None:
         if not (isinstance(lease_seconds, (int, float)) and math.isfinite(lease_seconds) and lease_seconds > 0):
             raise ValueError(f"lease of {lease_seconds!r} seconds: must be a positive number")
+        if lease_seconds > MAX_LEASE_S:  # others read a longer one as ending a day after its renewal
+            raise ValueError(f"lease of {lease_seconds!r} seconds: at most {MAX_LEASE_S:.0f} (a day)")
         _lease_s = float(lease_seconds)
     if shard is not _KEEP:
         _shard = shard
@@ -217,10 +224,33 @@ def holder_gone(lease: dict, progress: Callable[[], Optional[float]], *, ours_li
         if lease["pid"] == os.getpid():
             return not ours_live
         return not holder_alive(lease["pid"], lease.get("pid_start"))
-    if now < lease["expires"]:
+    if now < effective_expiry(lease, now):
         return False
     written = progress()
     return written is None or written <= now - _lease_s
+
+
+def effective_expiry(lease: dict, now: float) -> float:
+    """When a well-formed ``lease`` of another host ends: its ``expires``, but never more than
+    ``MAX_LEASE_S`` past its renewal: a clock years ahead or a hand-edited date cannot lock a run
+    for good. A renewal dated more than ``MAX_LEASE_S`` ahead of now says nothing of when its
+    holder last wrote: such a lease is read as ended, and ``holder_gone`` then asks the holder's
+    journal whether it still writes (a live holder keeps its run)."""
+    renewed_at = lease.get("renewed")
+    if not _number(renewed_at):
+        return lease["expires"]  # an older shape: its own date, as before
+    if renewed_at > now + MAX_LEASE_S:
+        return now
+    return min(lease["expires"], renewed_at + MAX_LEASE_S)
+
+
+def until_text(expires: float, now: Optional[float] = None) -> str:
+    """When a lease ends, as a person reads it: the time of day if today, else the date too."""
+    now = time.time() if now is None else now
+    if not math.isfinite(expires) or abs(expires) > 1e11:
+        return "an impossible date"
+    same_day = time.localtime(expires)[:3] == time.localtime(now)[:3]
+    return time.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S", time.localtime(expires))
 
 
 def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional[float] = None) -> bool:
@@ -342,6 +372,6 @@ def _start_renewer() -> None:
     _renewer.start()
 
 
-__all__ = ["DEFAULT_LEASE_S", "HOST", "LockRefused", "RunLease", "configure", "drop", "holder_gone", "holds",
+__all__ = ["DEFAULT_LEASE_S", "MAX_LEASE_S", "effective_expiry", "until_text", "HOST", "LockRefused", "RunLease", "configure", "drop", "holder_gone", "holds",
            "journal_progress", "lease_doc", "lease_seconds", "live_holder", "read_lease", "renew_all", "renewed", "take",
            "well_formed"]
