@@ -778,6 +778,16 @@ def _upfront_plans(args, logdirs: List[str], shard) -> list:
     return plans
 
 
+def _why_nothing_freed(args, done) -> str:
+    """Why a reduce freed no disk space, from the facts: no run reduced (the state's records
+    alone took the space), hard-linked backups holding every byte, or backups kept until purge."""
+    if not done:
+        return "no run was reduced; that is the state's own records"
+    if getattr(args, "vault_format", None) == "hardlink":
+        return "the backups are hard links there"
+    return "the backups stay in the vault until `tb-footprint purge`"
+
+
 def _print_reduce(args, report) -> int:
     if args.dry_run:
         _print_plan(report.plan, args.verbose)
@@ -796,9 +806,8 @@ def _print_reduce(args, report) -> int:
               + f"; removed {human_bytes(report.removed_from_logdir_bytes)} from the logdir; "
               + (f"freed now {human_bytes(report.freed_now_bytes)} on disk (logdir + vault); "
                  if report.freed_now_bytes > 0 else
-                 # hard-linked backups hold every byte; the vault's records even add a few blocks
-                 f"freed now nothing on disk (logdir + vault: {human_bytes(-report.freed_now_bytes)} more, the "
-                 "backups are hard links there); ")
+                 f"freed now nothing on disk (logdir + vault: {human_bytes(-report.freed_now_bytes)} more, "
+                 + _why_nothing_freed(args, done) + "); ")
               + f"{human_bytes(report.freed_on_disk_after_purge_bytes)} more after `tb-footprint purge` "
               f"(backups stay in the vault until then). Ledger: {report.ledger_path}")
         if report.disk_in_use_after_bytes is not None:
