@@ -1731,7 +1731,8 @@ def _main(argv: Optional[List[str]]) -> int:
         print(f"tb-footprint {args.command}: error [{code}]: {e}", file=sys.stderr)
         if getattr(args, "json", False):  # a script gets the refusal as JSON, not an empty stdout
             _dump({"error": {"code": code, "message": str(e), "file": getattr(e, "filename", None)}})
-        return EXIT_FAILED
+        # a run or operation id that names nothing is a usage error, on every verb
+        return EXIT_USAGE if code == Failure.NOT_FOUND else EXIT_FAILED
     except KeyboardInterrupt:
         # a verb that changes things settles its own interrupt; this one read only, or had not begun
         ld = _quote(str(getattr(args, "logdir", None) or "LOGDIR"))

@@ -29,3 +29,16 @@ def test_vault_lifecycle_without_a_logdir_or_url_is_a_usage_error():
     p = tbf("vault", "lifecycle")
     assert p.returncode == 2, p.stdout + p.stderr
     assert "--backup-dir" in p.stderr
+
+
+def test_mistyped_operation_id_is_a_usage_error_on_restore_verify_purge(tmp_path):
+    """R16 F4's rest: a mistyped --op exited 1 on restore and verify, and 0 on purge having purged
+    nothing. An id that names no operation is a usage error (exit 2) on each, coded not_found."""
+    logdir = reduced_copies(tmp_path, ("a",))
+    bad = "20990101T000000-abcdef"
+    for verb in (("restore", "--op", bad, "--yes"), ("verify", "--op", bad), ("purge", "--op", bad, "--yes")):
+        p = tbf(verb[0], logdir, *verb[1:])
+        assert p.returncode == 2, (verb, p.stdout + p.stderr)
+        assert bad in p.stderr and "no operation" in p.stderr, (verb, p.stderr)
+    p = tbf("purge", logdir, "-n", "--json")  # nothing was purged
+    assert [o["run"] for o in json.loads(p.stdout)["ops"]] == ["a"], p.stdout

@@ -129,6 +129,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
         else None
     eng = open_engine(logdir, backup_dir)
     recovered = eng.recover()
+    if op is not None:
+        eng.operation(op)  # a mistyped id raises (Failure.NOT_FOUND) rather than purge nothing, exit 0
     chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob)
     return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered)
 

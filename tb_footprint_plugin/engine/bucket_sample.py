@@ -23,6 +23,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Dict, Optional, Tuple
 
+from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import manifest as manifest_schema
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_objects import BucketState
@@ -45,13 +46,13 @@ def find_manifest(rfs: RemoteFS, vault: BucketVault, op_id: str) -> dict:
     path = vault.manifest(op_id) if is_op_id(op_id) else None
     doc = st.read(path)[0] if path is not None else None
     if doc is None:
-        raise TransactionError(f"no operation {op_id!r} in the vault")
+        raise TransactionError(f"no operation {op_id!r} in the vault", Failure.NOT_FOUND)
     try:
         m = manifest_schema.read(doc, vault_url(rfs, path))
     except Untrusted as e:
         raise TransactionError(f"no usable operation {op_id!r} in the vault ({e})") from None
     if m["op_id"] != op_id or op_id in uncommitted_ops(rfs):
-        raise TransactionError(f"no operation {op_id!r} in the vault")
+        raise TransactionError(f"no operation {op_id!r} in the vault", Failure.NOT_FOUND)
     return m
 
 

@@ -11,7 +11,7 @@ import re
 import time
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, history_path
@@ -201,7 +201,10 @@ def find_manifest(ctx: Context, op_id: str) -> dict:
     for m in own_manifests(ctx):
         if m["op_id"] == op_id:
             return m
-    raise TransactionError(f"no operation {op_id!r} in the vault")
+    # not found is said as such (a mistyped id is the user's to fix) unless damage may hide it
+    hidden = hiding_damage(ctx)
+    raise TransactionError(f"no operation {op_id!r} in the vault" + "".join(f"; {why}" for why in hidden),
+                           Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
 
 
 def _is_verified_reduction(m: dict) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
@@ -68,7 +68,7 @@ class Engine(ABC):
         for m in self.operations():
             if m.get("op_id") == op_id:
                 return m
-        raise TransactionError(f"no operation {op_id!r} in the vault of {self.logdir}")
+        raise TransactionError(f"no operation {op_id!r} in the vault of {self.logdir}", Failure.NOT_FOUND)
 
     @abstractmethod
     def status(self) -> dict:
