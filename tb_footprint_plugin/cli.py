@@ -1233,10 +1233,12 @@ def _positive(parse, most: float = float("inf")):
 def _backends(text: str) -> tuple:
     """``--verify``: checked before anything runs (a typo must not back up and transform first)."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if names == ("both",):  # the error below offers it by that word
+        return _VERIFY_BACKENDS
     bad = [n for n in names if n not in _VERIFY_BACKENDS]
     if bad or not names:
         raise argparse.ArgumentTypeError(f"unknown reader backend {', '.join(bad) or repr(text)}: "
-                                         f"use {', '.join(_VERIFY_BACKENDS)} or both, comma-separated")
+                                         f"use {', '.join(_VERIFY_BACKENDS)} (comma-separated) or both")
     return names
 
 

@@ -13,3 +13,9 @@ def test_reason_follows_the_facts():
     assert "hard links" in cli._why_nothing_freed(argparse.Namespace(vault_format="hardlink"), ["a"])
     why = cli._why_nothing_freed(default, ["a"])
     assert "hard links" not in why and "purge" in why, why
+
+
+def test_verify_both_is_accepted_as_offered():
+    """The --verify error offers 'both' (N10's note): it is accepted, as python and rust."""
+    assert cli._backends("both") == ("python", "rust")
+    assert cli._backends("rust") == ("rust",)
