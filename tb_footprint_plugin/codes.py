@@ -61,7 +61,7 @@ class Failure(Code):
     ROLLBACK_INCOMPLETE = "rollback_incomplete"  # retried by recovery on the next start
     RESTORE_BLOCKED = "restore_blocked"  # a newer operation, a purged or damaged backup
     NOT_FOUND = "not_found"  # no operation of that run or id is recorded (and no damage could hide one)
-    INTERRUPTED = "interrupted"  # a restore stopped midway; finished on the next start
+    INTERRUPTED = "interrupted"  # stopped by Ctrl-C/SIGTERM or its batch's cancel: a reduce run rolled back, a restore finished on the next start
     NO_SPACE = "no_space"  # not enough free space to do it safely; nothing was changed
     BACKUP_DAMAGED = "backup_damaged"  # a backup is missing or does not match its sha256
     STATE_NOT_OURS = "state_not_ours"  # the vault or state folder is a symlink, another user's, or writable by others
