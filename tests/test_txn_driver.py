@@ -150,6 +150,15 @@ def test_a_cancel_is_honoured_after_each_step_up_to_verify(step):
     assert "rollback:False" in t.log and "cancelled before the commit point" in t.outcome
 
 
+def test_a_cancel_during_verify_is_honoured_after_the_last_look():
+    # no check between verify and the last look: a bucket's manifest is followed by its last look
+    cancel = CancelToken()
+    t = Spy(on={"verify": cancel.cancel})
+    txn.run(t, cancel)
+    assert t.log.index("verify") < t.log.index("last_look") < t.log.index("rollback:False")
+    assert "record:swap" not in t.log
+
+
 def test_a_cancel_during_the_last_look_stops_before_the_commit_record():
     cancel = CancelToken()
     t = Spy(on={"last_look": cancel.cancel})

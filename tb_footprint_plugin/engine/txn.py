@@ -11,8 +11,8 @@ where a cancel is honoured and where a failpoint fires do not, so they live here
   commit record) are done;
 - the **rollback** runs only after its record (a recovery that finds the journal then finishes
   the rollback instead of rolling the reduction forward);
-- a cancel (or a run's timeout) is honoured after each step up to the commit record, never
-  after it: past the commit point the swap finishes;
+- a cancel (or a run's timeout) is honoured after each step before verify and right before the
+  commit record, never after it: past the commit point the swap finishes;
 - after each step the driver hits that step's failpoint (``Txn.failpoint``: ``<verb>.<step>``
   by default, declared in ``engine.faults.STEPS``; the crash matrices fire them). A failpoint a
   step hits between one of its own records and its action (``reduce.backup_copy``,
@@ -33,8 +33,10 @@ from tb_footprint_plugin.engine.context import CancelToken
 #: The steps of a transaction, in the order the driver runs them.
 STEPS: Tuple[str, ...] = ("journal", "backup", "stage", "transform", "verify", "swap", "commit")
 
-#: The steps after which a cancel is honoured (the last check comes right before the commit record).
-CANCELLABLE: Tuple[str, ...] = STEPS[:STEPS.index("swap")]
+#: The steps after which a cancel is honoured; the last check comes after the verify step and its
+#: last look, right before the commit record (a bucket's manifest, written in verify, is followed
+#: by the last look at once, as it always was).
+CANCELLABLE: Tuple[str, ...] = STEPS[:STEPS.index("verify")]
 
 #: ``report(step, fraction)``: a step's progress, for a front end's progress bar.
 Report = Callable[[str, float], None]
