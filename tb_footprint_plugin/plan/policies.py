@@ -229,9 +229,18 @@ def _check_custom(delete, keep, keep_latest, keep_per_tag) -> None:
             _count(n, f"keep_per_tag[{plugin!r}]")
 
 
+#: the keys a policy file may have at its top level (``policy_from_dict``)
+POLICY_KEYS = frozenset({"name", "description", "base", "rules", "keep_latest", "secondary_only_with_xplane",
+                         "compress_torch", "content"})
+
+
 def policy_from_dict(d: dict) -> Policy:
     """Custom policy: ``{"name", "base": "lossless"|..., "rules": {category: action},
-    "keep_latest": N, "compress_torch": bool, "content": {...}}``."""
+    "keep_latest": N, "compress_torch": bool, "content": {...}}``. An unknown key is refused (a
+    typo'd ``base`` must not silently change what the policy does), as unknown content options are."""
+    unknown = sorted(str(k) for k in d if k not in POLICY_KEYS)
+    if unknown:
+        raise PolicyError(f"unknown key(s) {unknown} in the policy (known: {', '.join(sorted(POLICY_KEYS))})")
     base_name = d.get("base")
     base = get_policy(base_name) if base_name else Policy(name="custom", description="")
     rules = dict(base.file_rules)
