@@ -19,9 +19,9 @@ import secrets
 import shlex
 import shutil
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, remote_vault, trust
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import (is_kept, journal_blobs, known_vaults, manifest_binding, own_manifests,
@@ -47,6 +47,7 @@ from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, Vau
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.storage.blobstore import BlobFailure
+from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
 from tb_footprint_plugin.storage.files import matches
 from tb_footprint_plugin.storage.paths import is_within
 from tb_footprint_plugin.storage.store import StoreFailure
@@ -93,6 +94,27 @@ def check_restore_space(ctx: Context, run: str, allocates: int, size: int) -> No
             f"not enough free space to restore run {run!r}: its originals need {human_bytes(allocates)}{holes} "
             f"plus a {human_bytes(FREE_SPACE_MARGIN)} margin ({need} bytes) on {where}, which has "
             f"{human_bytes(free)} ({free} bytes) free; nothing was changed", Failure.NO_SPACE)
+
+
+def restore_access(manifest: dict) -> Tuple[List[str], List[str]]:
+    """What a restore of ``manifest`` reads where it stands (the files at the originals' paths,
+    the files the reduction made) and the folders it changes (theirs, and those of the folders it
+    makes again): ``files.access_refusal``'s arguments."""
+    created = [c["path"] for c in manifest.get("created", [])]
+    read = [f["path"] for f in manifest.get("files", [])] + created
+    change = [os.path.dirname(p) for p in read] + [os.path.dirname(d["path"]) for d in manifest.get("removed_dirs", [])]
+    return read, change
+
+
+def stopped_half_way(ctx: Context, e: BaseException) -> Tuple[str, Code]:
+    """The reason and code of a put-back (restore, unretire) that failed after its journal: left
+    for the next start to finish. A permission error is no interruption: every start fails the
+    same way until the mode is fixed (review R16 F8), so it says so, with the system's code."""
+    if is_permission_error(e):
+        return (f"restore stopped: {reason_of(e)}; the run is partly restored, nothing is lost (its originals stay "
+                f"in the vault); once this user may write there, `tb-footprint recover {shlex.quote(ctx.logdir)}` "
+                "finishes it", StoreError.PERMISSION)
+    return f"restore interrupted: {reason_of(e)}; it will be finished on the next start", Failure.INTERRUPTED
 
 
 def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = None,
@@ -187,6 +209,10 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
                           + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
                           + "; not restored (stop the writer, then restore)")
             return out
+        refusal = access_refusal(ctx.logdir, *restore_access(manifest))
+        if refusal:  # said before the first file moves, as reduce says it (never found half-way)
+            out.reason, out.code = f"{refusal}; nothing was changed", Failure.REFUSED
+            return out
         try:  # every original is written as a copy of its own before anything is removed
             check_restore_space(ctx, run, allocates, sum(f["size"] for f in manifest.get("files", [])))
         except TransactionError as e:
@@ -231,8 +257,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
                 detail = finish_restore(ctx, journal.records(), memo, prepared, releases)
             except Exception as e:
                 # Restores only add originals back: leave the journal so the next start finishes it.
-                out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
-                out.code = Failure.INTERRUPTED
+                out.reason, out.code = stopped_half_way(ctx, e)
                 return out
         finally:
             prepared.discard()  # a temporary no put-back took (the original stood there already)
@@ -712,4 +737,5 @@ def _check_reads(ctx: Context, paths: List[str]) -> None:
         raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
 
 
-__all__ = ["restore_ops", "restore_op", "Releases", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code"]
+__all__ = ["restore_ops", "restore_op", "Releases", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code",
+           "restore_access", "stopped_half_way"]

@@ -30,12 +30,13 @@ import errno
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import stat
 import time
 from typing import Collection, Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, trust
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import own_manifests, unsettled_op
@@ -58,6 +59,7 @@ from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
+from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
 from tb_footprint_plugin.storage.files import (
     CopyMismatch, copy_file, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file,
 )
@@ -725,6 +727,12 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
             out.reason = (f"retired files missing or damaged in {retired_dir(vault, manifest['op_id'])}: "
                           f"{', '.join(damaged[:5])}; nothing was changed")
             return out
+        # the run's folder (or where it is made again) writable, refused before anything moves
+        # as reduce and restore refuse (review R16 F8); its folders below are made by this user
+        refusal = access_refusal(ctx.logdir, (), [run])
+        if refusal:
+            out.reason, out.code = f"{refusal}; nothing was changed", Failure.REFUSED
+            return out
         op_id = new_op_id()
         out.op_id = op_id
         try:
@@ -743,8 +751,14 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         try:
             detail = finish_unretire(ctx, journal.records())
         except Exception as e:
-            out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
-            out.code = Failure.INTERRUPTED
+            if is_permission_error(e):  # no interruption: every start fails so until the mode is fixed
+                out.reason = (f"restore stopped: {reason_of(e)}; the run is partly back, nothing is lost (the rest "
+                              f"stays in the vault); once this user may write there, `tb-footprint recover "
+                              f"{shlex.quote(ctx.logdir)}` finishes it")
+                out.code = StoreError.PERMISSION
+            else:
+                out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
+                out.code = Failure.INTERRUPTED
             return out
         journal.close()
         out.status, out.code, out.reason = Outcome.RESTORED, None, detail
