@@ -143,14 +143,18 @@ def _unfinished_lines(api, logdir: str, backup_dir, ops: List[dict]) -> List[str
     out = []
     for o in ops:
         s = state.get(o["op_id"]) or {}
+        # what recover will do, by recovery's own branches (health.recover_will): the same words
+        # recover then prints, not a guess of this front end's
+        will = (o.get("recover_will") or {}).get("detail")
         if s.get("untouched"):
             how = (f"its run is untouched (its {s['files']} file(s) have the sha256 they had before); "
-                   "settling only removes the attempt's staging files and journal")
+                   + (f"recover: {will}" if will else "settling removes the attempt's staging files and journal"))
         elif s.get("untouched") is False:
             how = (f"its run is changed ({len(s['changed'])} of {s['files']} file(s) differ from before); "
-                   "settling puts the originals back, or finishes it if it had committed")
+                   + (f"recover: {will}" if will else "settling puts the originals back, or finishes it if it "
+                                                       "had committed"))
         else:
-            how = "settling rolls it back or finishes it"
+            how = f"recover: {will}" if will else "settling rolls it back or finishes it"
         out.append(f"unfinished {o['kind']} operation {o['op_id']} on run {o['run']!r} (interrupted): {how}")
     return out
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
-from tb_footprint_plugin.engine import trust
+from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.catalogue import (
     bytes_after_of,
     known_vaults,
@@ -167,7 +167,8 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                     with contextlib.suppress(OSError):
                         j.append({"type": Rec.ROLLBACK, "reason": reason})
                 rollback(ctx, records, reason, j)
-                action, detail = Recovery.ROLLED_BACK, "originals put back byte for byte"
+                # the words status promised (health.recover_will): nothing is "put back" before a swap
+                action, detail = Recovery.ROLLED_BACK, health.AFTER_SWAP if Rec.SWAP in types else health.BEFORE_SWAP
             j.close()
             before = begin["plan"]["bytes_before"]
             after = bytes_after_of(records) if action == Recovery.COMPLETED else before
