@@ -99,3 +99,26 @@ def test_a_restore_left_half_way_by_the_old_naming_is_finished_by_the_next_start
     salv = _check_restored(run, long, was)
     (kb,) = api.status(str(logdir))["kept_blobs"]
     assert kb["late_records_file"] == f"r/{salv}"
+
+
+def test_a_start_salvages_a_grown_backup_of_a_255_byte_event_file(tmp_path):
+    """``salvage_one``: a writer that kept the original open through the reduction appends to
+    the backup's inode; the next start puts those records into the run under a name that fits."""
+    logdir = tmp_path / "logdir"
+    run = logdir / "r"
+    path = image_run(run)
+    long = run / ("events.out.tfevents." + "x" * 235)
+    st = path.stat()
+    path.rename(long)
+    os.utime(long, ns=(st.st_atime_ns, st.st_mtime_ns))
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=PY,
+                            vault_format="hardlink")
+    assert rep.ok and rep.outcomes[0].status == "verified", [o.to_dict() for o in rep.outcomes]
+    (m,) = [m for m in api.operations(str(logdir)) if m.get("kind") == "reduce"]
+    (f,) = [f for f in m["files"] if f["path"] == f"r/{long.name}"]
+    append_by_path(os.path.join(m["vault"], f["blob"]), 2000)
+    rec = api.recover_logdir(str(logdir))
+    assert [r.action for r in rec] == ["salvaged"], [vars(r) for r in rec]
+    (salv,) = [n for n in os.listdir(run) if n != long.name]
+    assert _nbytes(salv) <= NAME_MAX and salv > long.name
+    assert scalar_steps(run)["late"] == [2000, 2001, 2002]
