@@ -109,6 +109,9 @@ def test_a_permission_error_after_the_start_is_not_an_interruption(reduced, monk
         assert o.status == "failed" and o.code == StoreError.PERMISSION, o.to_dict()
         assert "interrupted" not in o.reason and "finished on the next start" not in o.reason
         assert "Permission denied" in o.reason and "tb-footprint recover" in o.reason, o.reason
+        # a start meanwhile leaves it, saying why and what to do (not a bare errno)
+        (r,) = api.recover_logdir(str(logdir), backup_dir=VAULT(logdir))
+        assert r.action == "failed" and "this user may not change it" in r.detail, vars(r)
         os.chmod(run, 0o755)
         assert [r.action for r in api.recover_logdir(str(logdir), backup_dir=VAULT(logdir))] == ["completed"]
 

@@ -31,6 +31,7 @@ from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.restore import finish_restore, restore_abandoned
 from tb_footprint_plugin.engine.retire import recover_retire
 from tb_footprint_plugin.engine.swap import roll_forward, rollback
+from tb_footprint_plugin.storage.access import is_permission_error
 
 
 @dataclass
@@ -176,7 +177,11 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                                             runs=[{"run": run, "op_id": begin["op_id"], "bytes_before": before,
                                                    "bytes_after": after}], kind="reduce"))
         except Exception as e:  # leave the journal for the next start, say why
-            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, reason_of(e), Finding.RECOVERY_FAILED))
+            why = reason_of(e)
+            if is_permission_error(e):  # every start fails so until a mode changes: say what to do
+                why += ("; this user may not change it: nothing is lost, and once it may (the mode or owner fixed) "
+                        "the next start finishes it")
+            outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.FAILED, why, Finding.RECOVERY_FAILED))
         finally:
             lock.release()
     return outcomes
