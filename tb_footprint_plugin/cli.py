@@ -1366,7 +1366,7 @@ def _restore_parser(sub) -> None:
 
 
 def _purge_parser(sub) -> None:
-    s = _verb(sub, "purge", "delete backups of verified reductions (lists only, without --yes)",
+    s = _verb(sub, "purge", "delete backups of verified reductions (without --yes: lists them and asks on a terminal, exit 2 without one)",
               "Delete the vault's backups of verified reductions: the disk space is freed, the runs can "
               "no longer be restored. " + CONSENT_RULE,
               "tb-footprint purge runs --older-than 7d -n\ntb-footprint purge runs --run mnist/baseline/train --yes")
