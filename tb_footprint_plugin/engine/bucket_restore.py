@@ -46,7 +46,7 @@ from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
-from tb_footprint_plugin.engine.salvage import SALVAGE_SUFFIX
+from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.remote import (
@@ -383,7 +383,7 @@ def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, Ob
     md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
     k = 1
     while True:
-        name = f"{path}{SALVAGE_SUFFIX}{k:03d}"
+        name = salvage_name(path, k)  # one rule for every store: fits NAME_MAX where the store has one
         info = present.get(name) or BucketState.of(rfs).head(rfs.path(name))
         if info is None:
             try:
