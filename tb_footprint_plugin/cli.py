@@ -855,7 +855,11 @@ def cmd_restore(args) -> int:
             print(f"{len({r['run'] for r in targets})} run(s) to restore byte for byte "
                   f"({len(targets)} operation(s), newest first).")
     if targets:  # a run restored already is said so by ``restore`` itself, without a question
-        rc = _consent(args, "restore", len(targets), f"Restore {len({r['run'] for r in targets})} run(s)?")
+        try:
+            rc = _consent(args, "restore", len(targets), f"Restore {len({r['run'] for r in targets})} run(s)?")
+        except KeyboardInterrupt:  # at the question: nothing has begun
+            print("\ntb-footprint restore: interrupted at the question; nothing was changed", file=sys.stderr)
+            return EXIT_INTERRUPTED
         if rc is not GO:
             if args.json:
                 _dump({"dry_run": True, "changed": False, "restorable": targets})
@@ -983,8 +987,10 @@ def cmd_purge(args) -> int:
     try:
         return _purge_asked(args, purge)
     except KeyboardInterrupt:
-        if not purging:
-            raise  # at the preview or the question: nothing was being deleted
+        if not purging:  # at the preview or the question: nothing was being deleted
+            print("\ntb-footprint purge: interrupted before anything was deleted; nothing was changed",
+                  file=sys.stderr)
+            return EXIT_INTERRUPTED
         return _interrupted(args, "purge", [args.logdir], None, [])
 
 
