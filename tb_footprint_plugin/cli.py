@@ -42,14 +42,15 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
           f" (backups kept in the vault: {human_bytes(fp.vault_bytes)})")
     if by == "run":
         runs = fp.runs[:top] if top else fp.runs
-        width = max([len(r.name) for r in runs] + [3])
+        names = [_cell(r.name) for r in runs]
+        width = max([len(n) for n in names] + [3])
         print(f"\n  {'RUN'.ljust(width)}  {'SIZE':>9}  {'SHARE':>6}  {'':20}  BIGGEST CATEGORY")
-        for r in runs:
+        for r, name in zip(runs, names):
             big = r.biggest_category()
             big_s = ""
             if big:
                 big_s = f"{cat.label(big)} {share(r.categories[big].bytes, r.total_bytes).strip()}"
-            print(f"  {r.name.ljust(width)}  {human_bytes(r.total_bytes):>9}  {share(r.total_bytes, total)}"
+            print(f"  {name.ljust(width)}  {human_bytes(r.total_bytes):>9}  {share(r.total_bytes, total)}"
                   f"  {bar(r.total_bytes, total)}  {big_s}")
         if top and len(fp.runs) > top:
             rest = fp.runs[top:]
@@ -66,7 +67,18 @@ def _print_scan(fp, top: Optional[int], by: str) -> None:
     print()
     _print_table(rows, right=(1, 2, 3, 4))
     for w in fp.warnings + [w for r in fp.runs for w in r.warnings]:
-        print(f"warning: {w}", file=sys.stderr)
+        print(f"warning: {shown(w)}", file=sys.stderr)
+
+
+def _cell(name: str, most: int = 60) -> str:
+    """A run name as one table cell: escaped (``shown``: a newline or a byte not UTF-8 cannot
+    split or garble a row) and at most ``most`` characters, its middle elided (the start and
+    the end are what tell sibling runs apart); ``--json`` has the name whole."""
+    text = shown(name)
+    if len(text) <= most:
+        return text
+    keep = most - 1
+    return text[:keep // 2] + "…" + text[len(text) - (keep - keep // 2):]
 
 
 def cmd_scan(args) -> int:
