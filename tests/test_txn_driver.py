@@ -188,6 +188,20 @@ def test_an_injected_crash_is_not_rolled_back(monkeypatch):
     assert t.log[-2:] == ["unwind", "end"]
 
 
+def test_an_injected_fault_is_rolled_back_where_the_txn_says_it_is_no_crash(monkeypatch):
+    def hit(name):
+        if name == "reduce.stage":
+            raise faults.InjectedFault("injected failure at reduce.stage")
+
+    monkeypatch.setattr(faults, "hit", hit)
+    t = Spy()
+    t.errors = (RuntimeError,)
+    t.injected_is_crash = False  # the disk's engine: every failure rolled back, an injected one too
+    txn.run(t, CancelToken())
+    assert t.log.index("record:rollback") < t.log.index("rollback:False")
+    assert t.outcome == "injected failure at reduce.stage"
+
+
 def test_a_refused_start_is_not_rolled_back():
     t = Spy(refuse=True)
     txn.run(t, CancelToken())

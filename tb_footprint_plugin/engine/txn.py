@@ -56,6 +56,9 @@ class Txn(abc.ABC):
     (``incomplete``). ``verb``: the failpoints' prefix."""
 
     verb: str = "reduce"
+    #: an injected fault (a test's ``raise`` failpoint) is a crash, left for recovery; False: a
+    #: failure rolled back like any other (the disk's engine has always rolled every failure back)
+    injected_is_crash: bool = True
     errors: Tuple[Type[BaseException], ...] = (Exception,)
     rollback_errors: Tuple[Type[BaseException], ...] = (OSError,)
 
@@ -147,11 +150,11 @@ def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
                 _hit(txn, step)
                 if step in CANCELLABLE:
                     cancel.check()
-        except faults.InjectedFault:
-            raise  # a simulated crash: left as a crash leaves it, for recovery
         except NotStarted:
             return
         except txn.errors as e:
+            if isinstance(e, faults.InjectedFault) and txn.injected_is_crash:
+                raise  # a simulated crash: left as a crash leaves it, for recovery
             txn.unwind()
             txn.failed(e)
             try:
