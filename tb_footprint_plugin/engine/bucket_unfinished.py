@@ -54,9 +54,11 @@ def journal_rows(rfs: RemoteFS) -> tuple:
         kind = j.kind or "reduce"
         entries = j.live_entries() or [{}]
         for en in entries:
+            # recover_will: the disk's status reads it from the journal's records (health.recover_will);
+            # a bucket's recovery is not predicted from here, so it is said as not known (None)
             ops.append({"op_id": en.get("op") if is_op_id(en.get("op")) else op,
                         "run": en.get("run") if isinstance(en.get("run"), str) else None,
-                        "kind": kind, "bytes_before": None})
+                        "kind": kind, "bytes_before": None, "recover_will": None})
     return ops, problems
 
 
