@@ -265,7 +265,12 @@ def blobstore(url: str, fresh: bool = False) -> BlobStore:
     with _stores_lock:
         bs = _stores.get(url)
         if bs is None or fresh:
-            bs = _stores[url] = BlobStore(open_store(url))
+            store = open_store(url)
+            # a vault writes with conditions: its client is made now, not at the first large blob
+            # (since abcb9ea made it lazy for scans), so a process's memory does not step up with
+            # the size of what it offloads
+            store.prepare_writes()
+            bs = _stores[url] = BlobStore(store)
         return bs
 
 

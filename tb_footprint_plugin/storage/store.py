@@ -356,6 +356,11 @@ class Store(abc.ABC):
         where the store cannot tell (``capabilities.retention_query`` False)."""
         return None
 
+    def prepare_writes(self) -> None:
+        """Make now what this store's conditional writes need (an object store's client), for a
+        caller that will write (a vault's blob store): its memory is then the same whatever it
+        stores. A no-op where there is nothing to make."""
+
     # --- accounting --------------------------------------------------------------------------
     def close(self) -> None:
         """Release what the store holds (clients, descriptors)."""

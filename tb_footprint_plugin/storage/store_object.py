@@ -161,6 +161,11 @@ class ObjectStore(Store):
                 self._ops = self._ops_of.ops
         return self._ops
 
+    def prepare_writes(self) -> None:
+        """The conditional client made now (``ops``): a store that only lists (a scan) makes it
+        never, one that writes (a vault) at once."""
+        self.ops  # noqa: B018  (the property makes it)
+
     def _path(self, key: str) -> str:
         return self.rfs.path(check_key(key))
 
