@@ -1669,14 +1669,17 @@ _VERBS: dict = {}  # verb name -> its parser (filled by build_parser)
 
 def _error_code(e: BaseException) -> str:
     """The code of a failure that stopped a whole command: its own (``NotPrivate``, a
-    ``TransactionError``, ...), else one from the kind of OS error; never taken from the text."""
+    ``TransactionError``, ...), else one from the kind of OS error; never taken from the text.
+    A full disk or quota is the library's one rule (``api.is_no_space``), not a copy of it."""
     import errno
+
+    from tb_footprint_plugin import api
 
     code = getattr(e, "code", None)
     if isinstance(code, str) and code:
         return str(code)
     if isinstance(e, OSError):
-        if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        if api.is_no_space(e):
             return Failure.NO_SPACE.value
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             return Failure.REFUSED.value  # permissions or a read-only filesystem: nothing was written

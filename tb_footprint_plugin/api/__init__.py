@@ -26,8 +26,8 @@ from tb_footprint_plugin.engine.catalogue import (find_manifest, hiding_damage, 
 from tb_footprint_plugin.engine import health, lease, trust, usage
 from tb_footprint_plugin.engine.faults import check_env as check_failpoints
 from tb_footprint_plugin.engine.checks import recheck
-from tb_footprint_plugin.engine.context import (CancelToken, Context, NoSpace, RunOutcome, TransactionError,
-                                                writing)
+from tb_footprint_plugin.engine.context import (CancelToken, Context, is_no_space, NoSpace, RunOutcome,
+                                                TransactionError, writing)
 from tb_footprint_plugin.engine.history import configure_writer, history_csv, read_history
 from tb_footprint_plugin.engine.journal import pending_journals, RunLock, RunLocked
 from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths, mark_recovered, merged,
@@ -84,5 +84,5 @@ __all__ = [
     "reduce_summary", "restore_summary", "restore_target", "NotRestorable", "retire", "retire_plan",
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
     "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",
-    "plan_digest", "confirmed_digests", "hold_to_confirmed",
+    "plan_digest", "confirmed_digests", "hold_to_confirmed", "is_no_space",
 ]
