@@ -192,6 +192,13 @@ class StoreError(Code):
     STORE_ERROR = "store_error"  # any other failure of the store (the message says what)
 
 
+#: Codes of a run or folder left alone because the scan could not enter a folder (a skipped
+#: ``RunPlan``/``RunOutcome``): not all done (a reduce's report is not ``ok``), and tried again by a
+#: resumed batch, since its owner may fix the permissions meanwhile (review R16 F10).
+UNREAD_SKIPS = frozenset({StoreError.PERMISSION, StoreError.STORE_ERROR})
+PASSING_SKIPS = PASSING_SKIPS | UNREAD_SKIPS
+
+
 class BlobError(Code):
     """Why a ``storage.blobstore.BlobStore`` refused or flagged a blob (``BlobFailure.code``)."""
 
@@ -202,4 +209,4 @@ class BlobError(Code):
     STORE = "blob_store_error"  # the store failed (the message names the object)
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "StoreError", "BlobError"]
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "UNREAD_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "StoreError", "BlobError"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Outcome, Skip
+from tb_footprint_plugin.codes import Outcome, Skip, UNREAD_SKIPS
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.plan.model import Plan
@@ -59,6 +59,17 @@ class ReduceReport(RunOutcomes):
     #: a local logdir whose backups go to a bucket: what the remote vault stores after the batch
     #: (``engine.usage.remote_usage``), never counted in the disk in use; None without one
     remote_vault: Optional[dict] = None
+
+    @property
+    def unread(self) -> List[RunOutcome]:
+        """Runs and folders left alone because the scan could not enter a folder (``codes.UNREAD_SKIPS``):
+        not done, and not said done (review R16 F10)."""
+        return [o for o in self.outcomes if o.status == Outcome.SKIPPED and o.code in UNREAD_SKIPS]
+
+    @property
+    def ok(self) -> bool:
+        """Nothing failed or rolled back, and no folder was left unread."""
+        return not self.failed and not self.unread
 
     @property
     def removable_bytes(self) -> int:

@@ -16,7 +16,7 @@ from tb_footprint_plugin.engine.ledger import Ledger
 from tb_footprint_plugin.engine.local_views import disk_in_use_after_scan
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
 from tb_footprint_plugin.plan.model import Plan
-from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError
+from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError, unread_folders
 from tb_footprint_plugin.plan import select as selecting, shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
@@ -111,10 +111,12 @@ def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,
     """The runs of ``fp`` a selection names (``runs``: exact names, ``run_glob``: a glob, matched
     by ``plan.select``, the one rule of every verb), or None when there is no selection; a name
     or glob that matches no run raises ``SelectionError`` naming it (a typo must not look like
-    "nothing to do")."""
+    "nothing to do"). A folder the scan could not enter is a name too: the plan says why it is
+    left alone (``plan.planner.leave_unread_alone``)."""
     if runs is None and run_glob is None:  # a blank glob is a selection of nothing, never of all
         return None
-    return select_among(fp.logdir, [r.name for r in fp.runs if r.name != UNATTRIBUTED], runs, run_glob)
+    return select_among(fp.logdir, [r.name for r in fp.runs if r.name != UNATTRIBUTED] + unread_folders(fp),
+                        runs, run_glob)
 
 
 def select_among(where: str, names: Sequence[str], runs: Optional[Sequence[str]], run_glob: Optional[str],

@@ -69,7 +69,7 @@ class RunPlan:
     #: parallel to ``fidelity``: what explains each line ("" where nothing more is said)
     fidelity_details: List[str] = field(default_factory=list)
     skipped: Optional[str] = None  # why nothing will be done, if so (for people)
-    code: Optional[str] = None  # the same as a codes.Skip (for programs)
+    code: Optional[str] = None  # the same as a codes.Skip, or a codes.UNREAD_SKIPS code (for programs)
     newest_mtime: float = 0.0
     #: processes holding a file of the run open for writing: {pid, command, path, access, fd}
     writers: List[dict] = field(default_factory=no_items)

@@ -10,8 +10,9 @@ import os
 import time
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from tb_footprint_plugin.codes import Skip
+from tb_footprint_plugin.codes import Skip, UNREAD_SKIPS
 from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.scan.discovery import display
 from tb_footprint_plugin.fmt import human_bytes, plural
 from tb_footprint_plugin.scan.model import LogdirFootprint, NO_ITEMS, NO_KEYS, RunFootprint, UNATTRIBUTED
 from tb_footprint_plugin.plan.content import Line, fit, plan_content
@@ -61,10 +62,17 @@ class SelectionError(ValueError):
     """A run selection (``--run`` / ``--runs``) that names no run of the logdir."""
 
 
+def unread_folders(footprint: LogdirFootprint) -> List[str]:
+    """The folders outside every run the scan could not enter (``LogdirFootprint.unreadable``):
+    each may be or hold runs, so a selection may name it and the plan lists it, left alone."""
+    return [u["path"] for u in getattr(footprint, "unreadable", None) or () if u.get("run") is None]
+
+
 def check_selection(footprint: LogdirFootprint, runs: Optional[List[str]], run_glob: Optional[str]) -> None:
     """Raise ``SelectionError`` naming each ``runs`` entry and a ``run_glob`` that match no run:
-    a typo must not look like "nothing to do"."""
-    names = [r.name for r in footprint.runs if r.name != UNATTRIBUTED]
+    a typo must not look like "nothing to do". A folder the scan could not enter counts as a name
+    (the plan then says why it is left alone)."""
+    names = [r.name for r in footprint.runs if r.name != UNATTRIBUTED] + unread_folders(footprint)
     known = set(names)  # membership per selected name: a list made a whole-logdir selection quadratic
     missing = [n for n in (runs or []) if n not in known or not n.strip()]
     # a blank glob selects nothing (plan.select's rule), never every run
@@ -131,6 +139,7 @@ def make_plan(
         plans.append(rp)
         if on_planned is not None:
             on_planned(r, rp)
+    plans += leave_unread_alone(footprint, plans, chosen, run_glob)
     plans.sort(key=lambda p: (-p.bytes_before, p.run))
     notes = [LOCAL_VAULT_NOTE]
     return Plan(
@@ -141,6 +150,40 @@ def make_plan(
         runs=plans,
         notes=notes,
     )
+
+
+def leave_unread_alone(footprint: LogdirFootprint, plans: List[RunPlan], chosen: Optional[set],
+                       run_glob: Optional[str]) -> List[RunPlan]:
+    """The folders the scan could not enter, never dropped silently (review R16 F10): a planned run
+    with such a folder inside is left alone (it is not wholly seen), and each such folder outside
+    every run (it may be or hold runs) selected is returned as a plan of its own, left alone;
+    both naming the folder's absolute path in ``skipped``, with its code (``codes.UNREAD_SKIPS``)."""
+    found = getattr(footprint, "unreadable", None) or ()
+    if not found:
+        return []
+    by_run = {rp.run: rp for rp in plans}
+    extra: List[RunPlan] = []
+    for u in found:
+        where = display(os.path.join(footprint.logdir, u["path"]) if u["path"] != "." else footprint.logdir)
+        why = u.get("why") or "unreadable"
+        if u.get("run") is not None:
+            rp = by_run.get(u["run"])
+            if rp is None or rp.code in UNREAD_SKIPS:
+                continue  # not selected, or left alone for an earlier folder already
+            rp.skipped = (f"its folder {where} cannot be read ({why}): the run is not wholly seen, so it is left "
+                          "alone; give this user read access to it and plan again")
+            rp.code = u["code"]
+            continue
+        if chosen is not None and u["path"] not in chosen:
+            continue
+        if run_glob and not select.matches(u["path"], run_glob):
+            continue
+        extra.append(RunPlan(
+            run=u["path"], bytes_before=0, expected_after_bytes=0, planned_at=footprint.scanned_at,
+            skipped=(f"folder {where} cannot be read ({why}): not scanned, so nothing in it is planned or "
+                     "changed, and it may hold runs; give this user read access to it and plan again"),
+            code=u["code"]))
+    return extra
 
 
 def let_go(run: RunFootprint) -> None:
@@ -155,6 +198,8 @@ def leave_alone(plan: Plan, run: str, reason: str, code: str, writers: Optional[
     rp = plan.run(run)
     if rp is None or (rp.skipped and not rp.actions):
         return  # nothing planned for it anyway
+    if rp.code in UNREAD_SKIPS:
+        return  # not wholly seen: it stays left alone for that (the reduce must not take it up again)
     rp.skipped, rp.code = reason, code
     if writers:
         rp.writers = list(writers)

@@ -9,17 +9,20 @@
 
 Sizes come from ``lstat``; symlinks are reported as such and never followed, so neither a
 link out of the logdir nor a link loop can lead the walk astray. Unreadable directories
-become warnings, not errors.
+become warnings, not errors, and each is also kept as a value (``unreadable``: its path, the run
+it is in, a code) so the plan lists it as left alone instead of dropping it (review R16 F10).
 """
 from __future__ import annotations
 
 from array import array
 import contextlib
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.model import COMPACT, DiskTally, UNATTRIBUTED
 from tb_footprint_plugin.storage import throttle as fsops
@@ -74,6 +77,21 @@ class Discovery:
 
     runs: Dict[str, FoundRun]
     warnings: List[str]
+
+
+def unreadable_entry(rel: str, run: Optional[str], err: OSError) -> Dict[str, Optional[str]]:
+    """A folder the walk could not enter, as a value: ``path`` (logdir-relative), ``run`` (the run it
+    lies in, or None: outside every run, so it may itself be or hold runs), ``code``
+    (``StoreError.PERMISSION`` for a permission refusal, else ``StoreError.STORE_ERROR``) and
+    ``why`` (the system's words)."""
+    code = StoreError.PERMISSION if err.errno in (errno.EACCES, errno.EPERM) else StoreError.STORE_ERROR
+    return {"path": rel, "run": run, "code": code.value, "why": err.strerror or str(err)}
+
+
+def _kernel_lost_found(dirpath: str, parts: Tuple[str, ...]) -> bool:
+    """``lost+found`` at the top of a filesystem: fsck's folder (root's, 0700), never a run's;
+    still a warning, but no reason for every reduce of a logdir on a mount point to say "not all done"."""
+    return bool(parts) and parts[-1] == "lost+found" and os.path.ismount(os.path.dirname(dirpath))
 
 
 def display(path: str) -> str:
@@ -131,11 +149,13 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
 
 
 def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
-              tally: Optional[DiskTally] = None) -> Iterator[FoundRun]:
+              tally: Optional[DiskTally] = None,
+              unreadable: Optional[List[Dict[str, Optional[str]]]] = None) -> Iterator[FoundRun]:
     """The runs of :func:`discover`, each yielded as soon as the walk has left its folder (its
     files sorted), ``(unattributed)`` last; warnings are appended to ``warnings`` as they are met.
     ``tally``: counts what the walk lstats as ``du`` would (every folder and file it meets, the
     folders it sets aside named), so the disk in use needs no second walk of the logdir.
+    ``unreadable``: each folder the walk could not stat or list is appended (``unreadable_entry``).
 
     The walk is depth first, so a run's folder is walked whole before any folder beside it: a
     scan makes each run's footprint while the walk goes on and never holds the walk of the whole
@@ -166,6 +186,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
             st = fsops.lstat(dirpath)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: cannot stat directory ({e.strerror})")
+            if unreadable is not None and not _kernel_lost_found(dirpath, parts):
+                unreadable.append(unreadable_entry(_rel(parts), owner, e))
             continue
         if not seen_dirs.add(st.st_dev, st.st_ino):
             warnings.append(f"{display(_rel(parts))}: directory seen twice (loop), skipped")
@@ -179,6 +201,8 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
                 entries = list(it)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: unreadable directory ({e.strerror}), skipped")
+            if unreadable is not None and not _kernel_lost_found(dirpath, parts):
+                unreadable.append(unreadable_entry(_rel(parts), owner, e))
             if tally is not None:
                 tally.skipped.append({"path": dirpath, "why": f"unreadable ({e.strerror})"})
             continue

@@ -365,6 +365,9 @@ class LogdirFootprint:
     #: requests the scan issued to an object store, per verb, and bytes downloaded (None on disk)
     requests: Optional[Dict[str, int]] = None
     schema_version: int = SCHEMA_VERSION
+    #: folders the walk could not enter, each ``{path, run, code, why}`` (``discovery.unreadable_entry``):
+    #: the plan lists them left alone, never drops them (``warnings`` says them too, as prose)
+    unreadable: List[Dict[str, Optional[str]]] = field(default_factory=list)
 
     # Not fields: neither in the JSON schema nor compared (set by the scan that walked or listed).
     #: what the walk found allocated on disk (``DiskTally``: a local scan's own walk); None when
@@ -445,4 +448,5 @@ def footprint_from_dict(d: dict) -> LogdirFootprint:
         files_cached=d.get("files_cached", 0),
         requests=d.get("requests"),
         schema_version=d.get("schema_version", SCHEMA_VERSION),
+        unreadable=[dict(u) for u in d.get("unreadable", [])],
     )

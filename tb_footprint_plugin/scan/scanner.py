@@ -60,11 +60,14 @@ def scan(
     warnings: List[str] = []
     # the blocks the walk's own lstats say, so the disk in use needs no second walk of the logdir
     tally = DiskTally(started=started)
-    found = walk_runs(logdir, warnings, exclude=exclude, tally=tally)  # each run's footprint made as the walk goes
+    unreadable: List[dict] = []  # folders the walk could not enter: the plan lists them (review R16 F10)
+    # each run's footprint made as the walk goes
+    found = walk_runs(logdir, warnings, exclude=exclude, tally=tally, unreadable=unreadable)
     cache = ScanCache(cache_dir(logdir) if use_cache else None, write=write_cache)
     fp = _assemble(logdir, found, warnings, cache, use_cache=use_cache, write_cache=write_cache,
                    progress=progress, vault_bytes=lambda: _backup_bytes(sdir, backup_dir), started=started)
     fp.disk = tally
+    fp.unreadable = unreadable
     return fp
 
 
