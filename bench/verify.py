@@ -125,7 +125,7 @@ def _worker(kind: str, args: dict) -> dict:
 
         front_local.reduce_run = timed("run", front_local.reduce_run)
         transaction.stage_file = timed("rewrite", transaction.stage_file)
-        transaction._verify = timed("verify", transaction._verify)
+        transaction.verify_run = timed("verify", transaction.verify_run)
         # the selection pass (inside the rewrite phase)
         event_rewrite.select_run = timed("select", event_rewrite.select_run)
         t0 = time.perf_counter()

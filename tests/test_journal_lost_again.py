@@ -19,7 +19,7 @@ from helpers_crash import Killed
 from helpers_runs import aged_small_runs
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Finding, Outcome
-from tb_footprint_plugin.engine import faults, transaction
+from tb_footprint_plugin.engine import faults, reduce_journal
 from tb_footprint_plugin.engine.context import Context
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -110,14 +110,14 @@ def test_the_journal_written_again_carries_every_record(logdir, monkeypatch):
     """The journal is linked into place whole: at the instant it appears, it holds the swap
     record and every record before it, in the order they were written."""
     seen = {}
-    real = transaction._settle_again
+    real = reduce_journal.settle_again
 
     def look(ctx, journal, gone, reason, out):
         seen["types"] = [r["type"] for r in journal.records()]
         seen["written"] = [r["type"] for r in journal.written]
         return real(ctx, journal, gone, reason, out)
 
-    monkeypatch.setattr(transaction, "_settle_again", look)
+    monkeypatch.setattr(reduce_journal, "settle_again", look)
     faults.arm("reduce.swap", _remove_journal(logdir))
     _reduce(logdir)
     assert seen["types"] == seen["written"]
@@ -125,7 +125,7 @@ def test_the_journal_written_again_carries_every_record(logdir, monkeypatch):
     assert {"backup", "verified", "swap"} <= set(seen["types"])
 
 
-@pytest.mark.parametrize("killed_at", ["_append_rollback", "rollback"],
+@pytest.mark.parametrize("killed_at", ["append_rollback", "rollback"],
                          ids=["before-rollback-record", "in-rollback"])
 def test_a_kill_after_the_journal_is_written_again_is_settled_by_recovery(logdir, monkeypatch, killed_at):
     """A SIGKILL right after the journal is back (before its rollback record: recovery finishes
@@ -136,7 +136,7 @@ def test_a_kill_after_the_journal_is_written_again_is_settled_by_recovery(logdir
     def killed(*a, **kw):
         raise Killed()
 
-    monkeypatch.setattr(transaction, killed_at, killed)
+    monkeypatch.setattr(reduce_journal, killed_at, killed)
     faults.arm("reduce.swap", _remove_journal(logdir))
     with pytest.raises(Killed):
         _reduce(logdir)
@@ -148,7 +148,7 @@ def test_a_kill_after_the_journal_is_written_again_is_settled_by_recovery(logdir
     rec = api.recover_logdir(logdir)
     assert _journal_files(logdir) == []
     ops = {m["op_id"]: m for m in api.operations(logdir)}
-    if killed_at == "_append_rollback":
+    if killed_at == "append_rollback":
         assert ops[op_id]["outcome"] == Outcome.VERIFIED, rec
         assert _tree(logdir) != before
         assert all(o.verified for o in api.restore(logdir))
@@ -181,7 +181,7 @@ def test_something_at_the_journal_path_is_left_and_the_pins_are_named(logdir):
 CHILD = r"""
 import os, signal, sys
 from tb_footprint_plugin import api
-from tb_footprint_plugin.engine import faults, transaction
+from tb_footprint_plugin.engine import faults, reduce_journal
 logdir = sys.argv[1]
 journals = os.path.join(logdir, ".tb-footprint", "journal")
 
@@ -193,7 +193,7 @@ def remove():
 def sigkill(*a, **kw):  # the instant after the journal is back at its name
     os.kill(os.getpid(), signal.SIGKILL)
 
-transaction._append_rollback = sigkill
+reduce_journal.append_rollback = sigkill
 faults.arm("reduce.swap", remove)
 api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0, verify_backends=("python",))
 """

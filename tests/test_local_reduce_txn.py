@@ -10,7 +10,7 @@ import pytest
 from conftest import copy_real, user_files
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome
-from tb_footprint_plugin.engine import faults, transaction, txn
+from tb_footprint_plugin.engine import faults, reduce_journal, transaction, txn
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -30,9 +30,10 @@ def _spy(monkeypatch, log):
         return real_run(t, cancel, report)
 
     monkeypatch.setattr(txn, "run", run)
-    real_append = transaction._append
-    monkeypatch.setattr(transaction, "_append",
-                        lambda j, rec, sync=True: (log.append(("rec", rec["type"])), real_append(j, rec, sync))[1])
+    real_append = reduce_journal.append_record
+    for mod in (transaction, reduce_journal):  # the steps' records, and the rollback's (``append_rollback``)
+        monkeypatch.setattr(mod, "append_record",
+                            lambda j, rec, sync=True: (log.append(("rec", rec["type"])), real_append(j, rec, sync))[1])
     for name in ("apply_swap", "rollback"):
         real = getattr(transaction, name)
         monkeypatch.setattr(transaction, name, lambda *a, _r=real, _n=name, **kw: (log.append(("do", _n)),

@@ -201,7 +201,7 @@ def test_nothing_is_handed_over_after_a_change(tmp_path):
     """A file touched between the data server's load and the rewrite's pass: that load is not
     used (the selection and the verifier load the original themselves); a sha256 that is not
     the backup's: nothing is handed over."""
-    from tb_footprint_plugin.engine import transaction
+    from tb_footprint_plugin.engine import verification
     from tb_footprint_plugin.transforms import event_rewrite as er
 
     path = _histogram_run(tmp_path / "run", steps=150)
@@ -237,9 +237,9 @@ def test_nothing_is_handed_over_after_a_change(tmp_path):
 
     pairs = {path.name: (str(path), str(path))}
     rel = os.path.relpath(str(path), str(tmp_path))
-    assert transaction._handed_over(Ctx, str(run), original, {rel: {"sha256": facts.sha256}},
+    assert verification.handed_over(Ctx, str(run), original, {rel: {"sha256": facts.sha256}},
                                     pairs) is original
-    assert transaction._handed_over(Ctx, str(run), original, {rel: {"sha256": "0" * 64}},
+    assert verification.handed_over(Ctx, str(run), original, {rel: {"sha256": "0" * 64}},
                                     pairs) is None
     assert stat_sig(str(path)) != facts.stat
 

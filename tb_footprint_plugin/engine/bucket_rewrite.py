@@ -10,7 +10,7 @@ steps of ``engine.bucket_steps``):
 2. **stage** in local scratch (``storage.scratch``: named after this process, swept when it is
    gone): the originals the transform needs are streamed down in ranged reads (chunks, never
    whole in memory), checked against the store's checksum, transformed by the same code as on
-   disk (``engine.transaction.stage_file``) and verified by the same code as on disk: TensorBoard's
+   disk (``engine.verification.stage_file``) and verified by the same code as on disk: TensorBoard's
    readers and dashboard routes over the original and reduced run (``engine.checks.compare_views``);
 3. **upload** of each new file under a temporary key in the vault (streamed: multipart on S3,
    resumable on GCS, blocks on Azure), **read back through TensorBoard's own reader over the
@@ -91,6 +91,7 @@ from tb_footprint_plugin.engine.bucket_steps import (
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.verification import stage_file, stage_line
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
@@ -410,8 +411,6 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
     as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}. An
     original backed up into a local vault of blobs is read from there (verified while read), not
     downloaded a second time; the swap is conditional on the version it was backed up at."""
-    from tb_footprint_plugin.engine.transaction import stage_file, stage_line
-
     kept = {f["path"]: f for f in files if is_blob_entry(f) and f.get("sha256")} if vault and vault.blobs else {}
 
     def fetch(rel: str, o: ObjectInfo, dest: str) -> str:

@@ -9,25 +9,21 @@ checks out. The same ``swap.rollback``/``swap.roll_forward`` code serves failure
 and recovery after a crash (``recovery``). The steps are ``LocalReduce``'s methods, run in the
 order of ``engine.txn.STEPS`` by the one driver ``engine.txn.run`` (as a bucket's ``ObjectReduce``).
 
-Why one module: the reduce transaction is one sequence of steps
-(journal, back up, stage, verify, swap, commit) whose journal records and rollback must match one
-for one; kept together, each step's record and its undo are read side by side.
+What the steps share lives beside this module: the preflight (``engine.preflight``), the journal's
+records and a journal lost under way (``engine.reduce_journal``), the verification and the staged
+file (``engine.verification``).
 """
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import os
 import shutil  # noqa: F401  (tests patch transaction.shutil.disk_usage: the free-space check)
 import stat
 import time
 from typing import Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine.catalogue import unsettled_op, write_manifest
-from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.compactor import note_before_swap
 from tb_footprint_plugin.engine.context import (
     Cancelled,
@@ -37,121 +33,28 @@ from tb_footprint_plugin.engine.context import (
     RunOutcome,
     NoSpace,
     TransactionError,
-    check_space,
     is_no_space,
     new_op_id,
     no_symlink,
     reason_of,
     writing,
 )
-from tb_footprint_plugin.engine.history import changes_since
-from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked, StateMoved
+from tb_footprint_plugin.engine.journal import Journal, JournalGone, RunLocked
 from tb_footprint_plugin.engine.lease import RunLease
-from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
+from tb_footprint_plugin.engine.preflight import check_writers, preflight
 from tb_footprint_plugin.engine.recovery import recover
+from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
+                                                       own_records)
+from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before,
                                              rollback)
+from tb_footprint_plugin.engine.verification import (changed_files, changed_since_backup, original_of, scratch_space,
+                                                     stage_file, unchanged_event_files, verification_summary,
+                                                     verify_run, verify_unchanged)
 from tb_footprint_plugin.plan.model import RunPlan
-from tb_footprint_plugin.plan.planner import active_reason, newest_write
-from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import fsync_dir, give_owner, matches, recorded_owner, sha256_file
-from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
-from tb_footprint_plugin.storage.paths import is_within, real_within
-from tb_footprint_plugin.storage.private import is_ours
-from tb_footprint_plugin.storage.regular import kind_of
-
-
-# ---------------------------------------------------------------------------------------
-# preflight: refuse before anything is written
-# ---------------------------------------------------------------------------------------
-def _preflight(ctx: Context, rp: RunPlan) -> None:
-    run_dir = ctx.abs(rp.run)
-    _changed_by_other(ctx, rp)
-    if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
-        raise TransactionError(f"run {rp.run!r} is a symlink or leads out of the logdir; left alone")
-    mtimes = []
-    for root, dirs, files in os.walk(run_dir, followlinks=False):
-        dirs[:] = [d for d in dirs if os.path.join(root, d) != ctx.state]
-        for n in files:
-            p = os.path.join(root, n)
-            with contextlib.suppress(OSError):
-                st = fsops.lstat(p)
-                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
-                    mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), st.st_mtime))
-    # verification reads every event file of the run: one it cannot read is named up front
-    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else ():
-        p = os.path.join(run_dir, name)
-        if cat.is_event_file_name(name) and os.path.isfile(p) and not os.access(p, os.R_OK):
-            raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: not readable (permission denied); the run "
-                                   "cannot be verified without it, nothing was changed", Failure.REFUSED)
-    active = active_reason(newest_write(mtimes, ctx.closed_files), ctx.quiet_period, time.time())
-    if active:
-        raise TransactionError(f"run {rp.run!r} is {active}", Skip.ACTIVE)
-    need_logdir = 0
-    need_vault = 0
-    for a in rp.actions:
-        p = ctx.abs(a.path)
-        if not is_within(p, ctx.logdir) or not real_within(os.path.dirname(p), ctx.logdir):
-            raise TransactionError(f"{a.path}: leads out of the logdir; refusing")
-        no_symlink(ctx, a.path)
-        if a.new_path and a.new_path != a.path and os.path.lexists(ctx.abs(a.new_path)):
-            raise TransactionError(f"{a.new_path}: already exists; it would be overwritten")
-        if a.kind == "remove_dir":
-            continue
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            raise TransactionError(f"{a.path}: no longer exists (scan is stale); rescan and plan again",
-                                   Failure.REFUSED) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise TransactionError(f"{a.path}: is {kind_of(st.st_mode)}, not a regular file; refusing",
-                                   Skip.NOT_REGULAR)
-        if st.st_size != a.bytes_before:
-            raise TransactionError(f"{a.path}: changed since the scan ({a.bytes_before} → {st.st_size} bytes)")
-        if not os.access(p, os.R_OK):
-            raise TransactionError(f"{a.path}: not readable (permission denied)")
-        d = os.path.dirname(p)
-        if not os.access(d, os.W_OK | os.X_OK):
-            raise TransactionError(f"{os.path.relpath(d, ctx.logdir)}: directory not writable (permission denied)")
-        if a.kind in ("compress", "rewrite"):
-            need_logdir += a.bytes_before if a.kind == "rewrite" else max(a.bytes_after * 2, 1 << 16)
-        if not ctx.vault.same_filesystem(p):
-            need_vault += a.bytes_before
-    _check_space(ctx.logdir, need_logdir)
-    os.makedirs(ctx.vault.root, exist_ok=True)
-    _check_space(ctx.vault.root, need_vault)
-    _check_writers(ctx, rp)
-
-
-def _check_writers(ctx: Context, rp: RunPlan) -> None:
-    """Leave the run alone while a process on this machine holds one of its files open for
-    writing: its next records would go into the inode the swap takes away."""
-    found = find_writers(files_under(ctx.abs(rp.run), exclude=[ctx.state, ctx.vault.root]))
-    if found.holders:
-        raise TransactionError(f"run {rp.run!r} is being written: "
-                               + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
-                               + "; left alone", Skip.OPEN_FOR_WRITING)
-
-
-def _changed_by_other(ctx: Context, rp: RunPlan) -> None:
-    """Another operation on the run (another reducer, a restore) since this plan was made: say
-    so plainly instead of finding its traces ('no longer exists', 'changed since the scan')."""
-    if not rp.planned_at:
-        return
-    changed = (Outcome.VERIFIED, Outcome.RESTORED, Finding.LATE_WRITES_SALVAGED)  # not a rolled-back one
-    later = changes_since(ctx.state, rp.run, rp.planned_at, changed)
-    if later:
-        e = later[-1]
-        raise TransactionError(f"run {rp.run!r} was changed by another process since it was planned "
-                               f"({e.get('kind')} {e['op_id']} by {e.get('user')}@{e.get('host')}); plan again",
-                               Skip.CHANGED_BY_OTHER)
-
-
-
-
-_check_space = check_space  # one rule, shared with restore (engine.context)
+from tb_footprint_plugin.storage.files import give_owner, recorded_owner, sha256_file
 
 
 # ---------------------------------------------------------------------------------------
@@ -230,213 +133,6 @@ def _run_steps(t: "LocalReduce", cancel: CancelToken, report: Optional[Progress]
     txn.run(t, cancel, report)
 
 
-def _journal_gone(ctx: Context, journal: Journal, gone: JournalGone, reason: str, out: RunOutcome) -> None:
-    """``out`` for a run whose journal cannot be read back (``JournalGone``), from what this
-    process wrote to it (``Journal.written``). Committed: its manifest was durable before the
-    commit record, the reduction stands. Otherwise, when the state folder is still the one the
-    journal was made in and nothing stands at the journal's path, the journal is written again
-    from those records (``_journal_again``) and the run is settled the normal way, rolled back:
-    a lost journal must not leave the originals only in the vault, named by no manifest.
-
-    When it cannot be written again (something stands at its path, the state folder moved or is
-    not ours): before the swap record no original was touched, so the temp files it staged in
-    the run are removed and the run is as it was (its backups, now extra names, stay pinned in
-    the vault; ``status`` names the pins: ``Finding.PINS_UNSETTLED``). From the swap record on
-    the run is reduced (verified first) or partly swapped: nothing is undone without a journal
-    to record it, and the reason names where the backups are."""
-    written = journal.written
-    code = gone.code
-    if any(r.get("type") == "commit" for r in written):
-        out.status = Outcome.VERIFIED  # committed: its manifest was durable before the commit record
-        with contextlib.suppress(OSError):
-            ctx.vault.unpin(journal.op_id)  # the manifest names every backup now
-        return
-    again = _journal_again(ctx, journal, gone)
-    if again is not None and _settle_again(ctx, again, gone, reason, out):
-        return
-    if isinstance(gone, StateMoved) and reason != str(gone):
-        # what happened leads: a step's own failure since the move is its consequence (it read or
-        # wrote through whatever stands at the state folder's name now)
-        reason = f"{gone}; the step under way then failed: {reason}"
-    moved = getattr(gone, "now_at", None)
-    vault = ctx.vault.root
-    if moved and is_within(vault, journal.state):  # the vault was in the moved folder: it went along
-        vault = os.path.normpath(os.path.join(moved, os.path.relpath(vault, journal.state)))
-    where = f"its backups are in {vault} (operation {journal.op_id})"
-    if moved:
-        where = f"its journal is in {os.path.join(moved, 'journal')}, " + where
-    if not any(r.get("type") == "swap" for r in written):
-        left = []
-        for r in written:
-            if r.get("type") != "stage" or not isinstance(r.get("tmp"), str):
-                continue
-            try:
-                no_symlink(ctx, r["tmp"])
-                fsops.unlink(ctx.abs(r["tmp"]))
-            except FileNotFoundError:
-                pass
-            except (OSError, TransactionError):
-                left.append(r["tmp"])
-        out.status, out.code = Outcome.ROLLED_BACK, code
-        out.reason = (f"{reason}; the run is as it was (nothing in it was replaced yet)"
-                      + (f", temp files left: {', '.join(left)}" if left else "") + f"; {where}")
-        if not reason.startswith(str(gone)):
-            out.reason += f" ({gone})"
-        return
-    out.status, out.code = Outcome.FAILED, code
-    out.reason = (f"{reason}; the run was swapped after its verification passed, but the operation cannot "
-                  f"be committed or rolled back without its journal: {where}"
-                  + (f" ({gone})" if not reason.startswith(str(gone)) else ""))
-
-
-#: a journal written again is first written whole under this name in the journal folder (a
-#: dot name: ``journal.pending_journals`` never lists it), then linked to the journal's own name
-AGAIN_PREFIX = ".again-"
-
-
-def _journal_again(ctx: Context, journal: Journal, gone: JournalGone) -> Optional[Journal]:
-    """The operation's journal written again at its own path from every record this process
-    wrote (``journal.written``, in order), or None when it may not be: the state folder moved
-    (``StateMoved``, or ``state_moved()`` now), the state or journal folder is not a real folder
-    of ours, or anything stands at the journal's path (another file, a link: never ours to
-    replace). Made as ``Journal.create`` makes one, but whole: every record is written to a
-    temp journal (``Journal.create`` + ``append``, the last one fsynced) and only then linked
-    into place (fails if the name is taken), so a kill at any instant leaves either no journal
-    or all of it — a prefix without its swap record would be rolled back by recovery as if no
-    original had been replaced."""
-    written = journal.written
-    if isinstance(gone, StateMoved) or gone.code != Failure.JOURNAL_GONE or journal.state_moved():
-        return None
-    if not written or written[0].get("type") != "begin" or written[0].get("op_id") != journal.op_id:
-        return None
-    folder = os.path.dirname(journal.path)
-    try:
-        if not is_ours(os.lstat(journal.state)):
-            return None
-        try:
-            if not is_ours(os.lstat(folder)):
-                return None  # a link or a stranger's folder there: not set aside by us now
-        except FileNotFoundError:
-            pass  # the whole journal folder went: made again, as any journal's is
-        if os.path.lexists(journal.path):
-            return None
-    except OSError:
-        return None
-    staged: Optional[Journal] = None
-    try:
-        staged = Journal.create(folder, AGAIN_PREFIX + journal.op_id, written[0])
-        if staged.state_identity != journal.state_identity:
-            return None  # the state folder changed meanwhile: nothing is linked into it
-        rest = written[1:]
-        for n, r in enumerate(rest, 1):
-            staged.append(r, sync=n == len(rest))  # one fsync: the whole file before its link
-        os.link(staged.path, journal.path)  # FileExistsError: something came to stand there
-    except OSError:  # NotPrivate is one
-        return None
-    finally:
-        if staged is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(staged.path)
-    again = Journal(journal.path)
-    again.identity, again.state_identity = staged.identity, staged.state_identity
-    again.written = list(staged.written)
-    with contextlib.suppress(OSError):
-        # the link's name made durable; lost to a power cut, the run is as this process left it
-        # and the rollback's manifest below (durable) says how it ended
-        fsync_dir(folder)
-    return again
-
-
-def _settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str, out: RunOutcome) -> bool:
-    """Settle the run through ``journal``, written again after ``gone``: rolled back as any
-    failure before the commit is (its manifest says so, its pins go, its journal is closed).
-    False when the journal is lost again (the caller says so as without it); a rollback that
-    fails otherwise leaves the journal for recovery."""
-    reason = (f"{reason}; its journal {journal.path} was gone and was written again from the records this "
-              f"process wrote to it")
-    try:
-        _append_rollback(journal, reason)
-        rollback(ctx, own_records(journal), reason, journal)
-        ctx.vault.unpin(journal.op_id)  # the originals are back
-    except JournalGone:
-        return False
-    except Exception as e2:  # the journal stays: recovery will try again
-        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-        out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
-        return True
-    out.status, out.code, out.reason = Outcome.ROLLED_BACK, gone.code, f"{reason}; the run is as it was"
-    journal.close()
-    return True
-
-
-def own_records(journal: Journal) -> List[dict]:
-    """``journal.records()``, but ``JournalGone`` unless they are this operation's: its begin
-    record first and at least every record this process wrote. A file written at the journal's
-    path after it was removed may get the removed journal's inode number back and pass the
-    ``(st_dev, st_ino)`` check; its lines are not this operation's (before: 'list index out of
-    range', the rollback left incomplete)."""
-    records = journal.records()
-    first = records[0] if records else {}
-    if first.get("type") != "begin" or first.get("op_id") != journal.op_id or len(records) < len(journal.written):
-        raise JournalGone(journal.path, "no longer holds this operation's records (another file, or other content, "
-                          "stands at its name)")
-    return records
-
-
-def _append(journal: Journal, record: dict, sync: bool = True) -> None:
-    """Append a journal record; on a full disk ``NoSpace`` names the journal and the line's size,
-    and a line the disk took only part of is cut off again (the next record must start a line).
-    ``sync=False`` for markers no destructive step waits on (``Journal.append``)."""
-    with writing(journal.path, len(json.dumps(record, sort_keys=True)) + 64):
-        with trust.undo_partial_append(journal.path):
-            journal.append(record, sync=sync)
-
-
-def _create_journal(ctx: Context, op_id: str, begin: dict) -> Journal:
-    """The operation's journal with its begin record; on a full disk none is left behind (an
-    empty journal is no operation) and ``NoSpace`` names it."""
-    path = os.path.join(ctx.journal_dir, f"{op_id}.jsonl")
-    try:
-        with writing(path, len(json.dumps(begin, sort_keys=True)) + 64):
-            return Journal.create(ctx.journal_dir, op_id, begin)
-    except NoSpace:
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) == 0:
-                os.unlink(path)
-        raise
-
-
-def _append_rollback(journal: Journal, reason: str) -> None:
-    """Record the rollback (never rolled forward after it). Before the swap record it is not
-    needed — recovery rolls such a journal back anyway — so a full disk that refuses it does not
-    stop the rollback in process; after the swap record it does (recovery settles the run)."""
-    try:
-        _append(journal, {"type": "rollback", "reason": reason})
-    except NoSpace:
-        if any(r["type"] == "swap" for r in journal.written):
-            raise
-
-
-def _original_of(ctx: Context, rp: RunPlan):
-    """For a big run whose event files are rewritten: the one Rust load of its original for
-    this reduce, started before the backup (in its own process: it loads while the backup and
-    the rewrite's selection pass run), and what that pass learns of the original, both handed
-    to the verification (``verify.original``)."""
-    from tb_footprint_plugin.transforms import transform_of
-    from tb_footprint_plugin.verify import dashboard
-    from tb_footprint_plugin.verify.original import OriginalRun
-
-    if "rust" not in ctx.verify_backends:
-        return None
-    if not any(a.kind == "rewrite" and transform_of(a) == "event_rewrite" for a in rp.actions):
-        return None
-    run_dir = ctx.abs(rp.run)
-    if dashboard.event_bytes(run_dir) <= dashboard.FULL_READ_BYTES:
-        return None  # small runs are read in full by both backends: nothing to share
-    scratch.use_root(ctx.vault.tmp)
-    return OriginalRun(run_dir).start_reader()
-
-
 class LocalReduce(txn.Txn):
     """The steps of one run's reduce on a disk for ``engine.txn.run`` (the module doc):
 
@@ -492,7 +188,7 @@ class LocalReduce(txn.Txn):
         """The preflight, then the begin record (``NotStarted`` when the preflight refuses)."""
         ctx, rp, out = self.ctx, self.rp, self.out
         try:
-            _preflight(ctx, rp)
+            preflight(ctx, rp)
         except (TransactionError, OSError) as e:
             code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
             out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
@@ -510,14 +206,14 @@ class LocalReduce(txn.Txn):
             # a rollback's put-backs name their temps by it: a killed one's are removed, exactly those
             "tmp_token": new_put_back_token(),
         }
-        self.jnl = _create_journal(ctx, op_id, begin)
+        self.jnl = create_journal(ctx, op_id, begin)
 
     def backup(self, report: txn.Report) -> None:
         """Every original that will be removed or replaced, into the vault after its record."""
         ctx, rp, journal, cancel = self.ctx, self.rp, self.jnl, self.cancel
         vault = ctx.vault
         # a big run's Rust load starts now and runs during the backup and the selection pass
-        self.original = _original_of(ctx, rp)
+        self.original = original_of(ctx, rp)
         if self.original is not None:
             self.handover.append(self.original)  # closed by ``unwind``, whatever happens next
         originals = self.originals
@@ -526,7 +222,7 @@ class LocalReduce(txn.Txn):
         # a run whose event files this reduce neither replaces nor removes (profile data only): its
         # event data is proven the same by identity, hashed now under the run's lock and again at
         # the verification and after the swap, not by reading each file against itself
-        unchanged = self.unchanged = _unchanged_event_files(ctx, rp)
+        unchanged = self.unchanged = unchanged_event_files(ctx, rp)
         # first every backup record, made durable by one fsync (the last record's), then every
         # blob linked or copied in. A record precedes its blob on disk as it did with an fsync each
         # (three fsyncs a file, journal, blob folder and pin folder, were half of a profile-heavy
@@ -544,7 +240,7 @@ class LocalReduce(txn.Txn):
             rec = {"type": "backup", "path": a.path, "sha256": sha, "size": st.st_size,
                    "mode": st.st_mode & 0o7777, "mtime": st.st_mtime, "mtime_ns": st.st_mtime_ns, "action": a.kind,
                    "uid": st.st_uid, "gid": st.st_gid}  # the owner: root gives it back (review R14 F5)
-            _append(journal, rec, sync=n == len(originals))
+            append_record(journal, rec, sync=n == len(originals))
             faults.hit("reduce.backup_record")
             backups[a.path] = rec
             done += a.bytes_before
@@ -563,7 +259,7 @@ class LocalReduce(txn.Txn):
             report("backup", 0.2 + 0.2 * done / total)
         # markers below are made durable by the next fsynced record (the swap's), which every
         # destructive step waits on: an fsync each was a fifth of a small run's reduce
-        _append(journal, {"type": "backed_up", "count": len(backups),
+        append_record(journal, {"type": "backed_up", "count": len(backups),
                           **({"unchanged": unchanged} if unchanged is not None else {})}, sync=False)
 
     def stage(self, report: txn.Report) -> None:
@@ -578,7 +274,7 @@ class LocalReduce(txn.Txn):
             src = ctx.abs(a.path)
             final_rel = a.new_path or a.path
             tmp = os.path.join(os.path.dirname(src), f".footprint-{journal.op_id}-{i}.tmp")
-            _append(journal, {"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
+            append_record(journal, {"type": "stage", "tmp": os.path.relpath(tmp, ctx.logdir), "final": final_rel,
                               "src": a.path})
             faults.hit("reduce.stage_record")
             # a rewrite is never bigger than its original; a compressed copy neither, nearly
@@ -589,7 +285,7 @@ class LocalReduce(txn.Txn):
                     # a transform that fails on a file written since its backup says so in its own
                     # words (a record changed, a sha256 differs): the code says it for all of them
                     if not isinstance(e, (NoSpace, Cancelled)) and not is_no_space(e) \
-                            and _changed_since_backup(ctx, a.path, backups[a.path]):
+                            and changed_since_backup(ctx, a.path, backups[a.path]):
                         raise TransactionError(f"{a.path}: changed during the reduction (is the run still being "
                                                f"written?): {reason_of(e)}", Failure.CHANGED_SINCE_BACKUP) from e
                     raise
@@ -606,7 +302,7 @@ class LocalReduce(txn.Txn):
             # no fsync of its own: the swap record's fsync makes it durable before anything in place
             # is replaced, and without it recovery rolls back by the durable stage record, which
             # names the temp file (the final name exists only after the swap)
-            _append(journal, {"type": "staged", **staged[-1]}, sync=False)
+            append_record(journal, {"type": "staged", **staged[-1]}, sync=False)
             report("stage", 0.4 + 0.2 * (i + 1) / max(1, len(originals)))
 
     def transform(self, report: txn.Report) -> None:
@@ -616,14 +312,14 @@ class LocalReduce(txn.Txn):
     def verify(self, report: txn.Report) -> None:
         """TensorBoard's readers, original view vs reduced view; the ``verified`` record."""
         ctx, rp, journal = self.ctx, self.rp, self.jnl
-        _scratch_space(ctx, journal.op_id)
+        scratch_space(ctx, journal.op_id)
         report("verify", 0.65)
         if self.unchanged is not None:
-            verification = _verify_unchanged(ctx, rp, self.backups, self.staged, self.unchanged)
+            verification = verify_unchanged(ctx, rp, self.backups, self.staged, self.unchanged)
         else:
-            verification = _verify(ctx, rp, journal.op_id, self.backups, self.staged, self.original)
+            verification = verify_run(ctx, rp, journal.op_id, self.backups, self.staged, self.original)
         self.verification = verification
-        _append(journal, {"type": "verified", "ok": verification["ok"], "verification": verification}, sync=False)
+        append_record(journal, {"type": "verified", "ok": verification["ok"], "verification": verification}, sync=False)
 
     def last_look(self) -> None:
         """The verification passed, and nothing changed since the backup (an appending writer, a
@@ -633,7 +329,7 @@ class LocalReduce(txn.Txn):
         if not verification["ok"]:
             raise TransactionError("verification failed: " + "; ".join(verification.get("failed", [])))
         for path, rec in self.backups.items():
-            if _changed_since_backup(ctx, path, rec) or not ctx.vault.check_blob(rec["sha256"]):
+            if changed_since_backup(ctx, path, rec) or not ctx.vault.check_blob(rec["sha256"]):
                 # a state folder moved away meanwhile takes the vault in it along, and the blob was
                 # read through whatever stands at its name now: that is what happened (StateMoved)
                 self.jnl.check_state()
@@ -641,13 +337,13 @@ class LocalReduce(txn.Txn):
                                        Failure.CHANGED_SINCE_BACKUP)
         # a writer that opened a file since the plan: its next records would land in the backup
         # (salvaged at a later start), so the run is left alone instead
-        _check_writers(ctx, self.rp)
+        check_writers(ctx, self.rp)
 
     def record(self, step: str) -> None:
         """The swap record (the commit point), or the rollback record."""
         ctx, journal = self.ctx, self.jnl
         if step != "swap":
-            _append_rollback(journal, self.reason)
+            append_rollback(journal, self.reason)
             return
         vault = ctx.vault
         # the journal recovery would read must hold every record so far before anything is replaced
@@ -663,12 +359,12 @@ class LocalReduce(txn.Txn):
         # the removed folders' mode and mtime from before any change, so a swap finished by recovery
         # after a kill between two unlinks journals these, not the times its unlinks left (R14 F1)
         self.removed_dirs = removed_dirs_before(ctx, self.rp)
-        _append(journal, {"type": "swap", "dirs": self.removed_dirs})
+        append_record(journal, {"type": "swap", "dirs": self.removed_dirs})
 
     def swap(self, report: txn.Report) -> None:
         """Each staged file renamed over its original, the removed ones unlinked; ``swapped``."""
         apply_swap(self.ctx, self.rp, self.jnl, self.staged, self.backups, self.removed_dirs)
-        _append(self.jnl, {"type": "swapped"}, sync=False)
+        append_record(self.jnl, {"type": "swapped"}, sync=False)
 
     def commit(self, report: txn.Report) -> None:
         """The manifest, the commit record, the journal closed and the pins released."""
@@ -677,7 +373,7 @@ class LocalReduce(txn.Txn):
         if self.unchanged is not None:
             # the proof of an untouched run is that its event files are the bytes hashed under the
             # lock: a change since (a writer, a user's edit) rolls the run back before the commit
-            changed = _changed_files(ctx, self.unchanged)
+            changed = changed_files(ctx, self.unchanged)
             if changed:
                 raise TransactionError(f"{changed[0]}: changed during the reduction (its sha256 is no longer the one "
                                        "hashed before it); the run is left as it was", Failure.CHANGED_SINCE_BACKUP)
@@ -688,7 +384,7 @@ class LocalReduce(txn.Txn):
         write_manifest(ctx, own_records(journal), "verified", None)
         # the manifest is durable: the commit record and the journal's removal need no fsync (a
         # journal a power cut brings back is settled by recovery, which finds the manifest)
-        _append(journal, {"type": "commit"}, sync=False)
+        append_record(journal, {"type": "commit"}, sync=False)
         faults.hit("reduce.commit")
         journal.close(durable=False)
         vault.unpin(journal.op_id)  # its manifest, durable, names every backup now
@@ -738,7 +434,7 @@ class LocalReduce(txn.Txn):
             return
         if self.gone is not None:
             self.jnl = None  # never removed: whatever stands at its path now is not ours to unlink
-            _journal_gone(ctx, journal, self.gone, reason, out)
+            journal_gone(ctx, journal, self.gone, reason, out)
             return
         if committed:
             out.status = Outcome.VERIFIED  # past the commit point: the reduction stands
@@ -765,7 +461,7 @@ class LocalReduce(txn.Txn):
         ctx, out, journal, reason = self.ctx, self.out, self.jnl, self.reason
         self.jnl = None
         if isinstance(error, JournalGone):  # lost during the rollback itself
-            _journal_gone(ctx, journal, error, reason, out)
+            journal_gone(ctx, journal, error, reason, out)
             return
         out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
         out.reason = f"{reason}; rollback incomplete ({reason_of(error)}), will be retried on next start"
@@ -778,251 +474,3 @@ class LocalReduce(txn.Txn):
     def end(self) -> None:
         self.lock.release()
         self.out.duration_s = round(time.monotonic() - self.t0, 3)
-
-
-#: what an outcome keeps of a committed run's verification (the manifest keeps all of it)
-SUMMARY_KEYS = ("ok", "checks", "failed", "backends", "mode", "unchanged", "expectations", "record_substitutes",
-                "duration_s")
-
-
-def verification_summary(verification: dict) -> dict:
-    """The part of a verification record an outcome shows: verdict, check lines, contract."""
-    return {k: verification[k] for k in SUMMARY_KEYS if k in verification}
-
-
-#: what the verification's scratch views and readers write at least (symlinks, the Python
-#: reader's answer): below it a full disk would read as a failed verification
-VERIFY_SCRATCH_BYTES = 1 << 20
-
-
-def _scratch_space(ctx: Context, op_id: str) -> None:
-    """``NoSpace`` naming the verification's scratch folder when the vault's filesystem has less
-    than ``VERIFY_SCRATCH_BYTES`` free: said as a full disk, not as a difference the readers saw."""
-    try:
-        free = shutil.disk_usage(ctx.vault.tmp).free
-    except OSError:
-        return  # the verification names what it cannot do
-    if free < VERIFY_SCRATCH_BYTES:
-        raise NoSpace(os.path.join(ctx.vault.tmp, op_id), VERIFY_SCRATCH_BYTES - free,
-                      OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-
-
-def _changed_since_backup(ctx: Context, path: str, rec: dict) -> bool:
-    """Whether the file at ``path`` is no longer the size and mtime its backup record says
-    (gone counts as changed): a writer appended to it or a user edited it."""
-    try:
-        st = os.lstat(ctx.abs(path))
-    except FileNotFoundError:
-        return True
-    return st.st_size != rec["size"] or st.st_mtime != rec["mtime"]
-
-
-def stage_file(action, src: str, tmp: str, sha: str, original=None) -> dict:
-    """Produce the new file of a compress or rewrite ``action`` at ``tmp`` from ``src`` (whose
-    sha256 as backed up is ``sha``) and check it; the engines on disk and on buckets share it.
-
-    Returns at least ``size`` and ``sha256`` of ``tmp`` (a rewrite adds its removal counts and
-    expectations). Raises when the file cannot be produced safely (a compress whose source no
-    longer hashes to ``sha`` with ``Failure.CHANGED_SINCE_BACKUP``). ``original``: what a big run's
-    rewrite hands to its verification (``verify.original.OriginalRun``)."""
-    if action.kind == "compress":
-        from tb_footprint_plugin.transforms.gzip_trace import gunzip_sha256, gzip_file
-
-        got = gzip_file(src, tmp)
-        if got != sha:
-            raise TransactionError(f"{action.path}: changed while compressing", Failure.CHANGED_SINCE_BACKUP)
-        if gunzip_sha256(tmp) != sha:
-            raise TransactionError(f"{action.path}: compressed copy does not decompress to the original")
-        return {"size": os.lstat(tmp).st_size, "sha256": sha256_file(tmp), "content_sha256": sha}
-    if action.kind == "rewrite":
-        from tb_footprint_plugin.transforms import stage_rewrite
-
-        return stage_rewrite(action, src, tmp, sha, original)
-    raise TransactionError(f"unknown action {action.kind}")
-
-
-# ---------------------------------------------------------------------------------------
-# verification
-# ---------------------------------------------------------------------------------------
-def _verify(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], staged: List[dict],
-            handover=None) -> dict:
-    """Reader-level check of the run's event files, original vs reduced, plus file checks.
-    ``handover``: what the rewrite learnt of the original (``verify.original.OriginalRun``),
-    used only for the files whose sha256 it read is the backup's (or, kept whole, unchanged)."""
-    run_dir = ctx.abs(rp.run)
-    replaced = {s["final"]: s for s in staged}
-    pairs = {}
-    for name in os.listdir(run_dir):
-        p = os.path.join(run_dir, name)
-        rel = os.path.relpath(p, ctx.logdir)
-        if not cat.is_event_file_name(name) or not os.path.isfile(p) or os.path.islink(p):
-            continue
-        original = ctx.vault.blob_path(backups[rel]["sha256"]) if rel in backups else p
-        if rel in replaced:
-            pairs[name] = (original, ctx.abs(replaced[rel]["tmp"]))
-        else:
-            pairs[name] = (original, None if rel in backups else p)
-    modes: Dict[str, str] = {}
-    for s in staged:
-        modes.update(s.get("expectations") or {})
-    scratch.use_root(ctx.vault.tmp)  # the readers' scratch space: swept at the next start
-    # records a rewrite re-encoded on purpose, each standing for one original record
-    substitutes = {r["sha256"]: [r["original_sha256"], r["original_size"]]
-                   for s in staged for r in (s.get("substituted") or ())}
-    # a folder of its own inside the operation's: ``compare_views`` removes it whole, and the
-    # operation's folder holds its pins until the commit
-    d = compare_views(os.path.join(ctx.vault.tmp, op_id, "views"), pairs, modes, ctx.verify_backends, substitutes,
-                      label=rp.run, handover=_handed_over(ctx, run_dir, handover, backups, pairs))
-    # kept so `verify` can re-check the run later under the same contract
-    d["expectations"] = modes
-    if substitutes:
-        d["record_substitutes"] = substitutes
-    checks = list(d.get("checks", []))
-    failed = list(d.get("failed", []))
-    _file_checks(checks, rp, backups, staged)
-    d["checks"], d["failed"] = checks, failed
-    d["ok"] = bool(d.get("ok")) and not failed
-    return d
-
-
-def _event_file_paths(ctx: Context, run: str) -> List[str]:
-    """The event files TensorBoard reads for ``run`` (directly in its folder, regular files, not
-    links), logdir-relative, by name."""
-    run_dir = ctx.abs(run)
-    out = []
-    for name in sorted(os.listdir(run_dir)):
-        p = os.path.join(run_dir, name)
-        if cat.is_event_file_name(name) and os.path.isfile(p) and not os.path.islink(p):
-            out.append(os.path.relpath(p, ctx.logdir))
-    return out
-
-
-def _unchanged_event_files(ctx: Context, rp: RunPlan) -> Optional[List[dict]]:
-    """``[{path, sha256, size}]`` of the run's event files when the plan touches none of them and
-    changes only profile data (removed, compressed or slimmed; emptied folders removed): then
-    TensorBoard's readers would read the very same bytes before and after, and identity is the
-    proof. None when any event file is replaced or removed, or anything else changes: those runs
-    are verified by both readers and the dashboards' routes."""
-    for a in rp.actions:
-        if a.kind != "remove_dir" and a.category not in cat.PROFILE_CATEGORIES:
-            return None
-    events = _event_file_paths(ctx, rp.run)
-    touched = {a.path for a in rp.actions} | {a.new_path for a in rp.actions if a.new_path}
-    run_prefix = "" if rp.run in (".", "") else rp.run.rstrip("/") + "/"
-    for path in touched:
-        rel = path[len(run_prefix):] if path.startswith(run_prefix) else None
-        if path in events or (rel is not None and "/" not in rel and cat.is_event_file_name(rel)):
-            return None
-    out = []
-    for rel in events:
-        p = ctx.abs(rel)
-        out.append({"path": rel, "sha256": sha256_file(p), "size": os.lstat(p).st_size})
-    return out
-
-
-def _changed_files(ctx: Context, files: List[dict]) -> List[str]:
-    """The ones of ``files`` (``{path, sha256, size}``) whose bytes are no longer those."""
-    return [f["path"] for f in files if not matches(ctx.abs(f["path"]), f["sha256"], f["size"])]
-
-
-def _verify_unchanged(ctx: Context, rp: RunPlan, backups: Dict[str, dict], staged: List[dict],
-                      unchanged: List[dict]) -> dict:
-    """The verification of a run whose event files the reduce leaves alone: each is proven
-    unchanged by its sha256 (hashed under the run's lock before the backup, again now; once more
-    after the swap), the run stays a run for TensorBoard (its event files all remain), and the
-    profile dashboards' routes are the one difference the contract allows. No reader is started:
-    reading a file against itself proves nothing more (docs/FAILSAFE.md, verification)."""
-    t0 = time.monotonic()
-    changed = _changed_files(ctx, unchanged)
-    checks: List[dict] = []
-    if changed:
-        checks.append({"name": "event files", "ok": False,
-                       "detail": f"{changed[0]}: changed since it was hashed before the backup"
-                                 + (f" (+{len(changed) - 1} more)" if len(changed) > 1 else "")})
-    elif unchanged:
-        names = ", ".join(os.path.basename(f["path"]) for f in unchanged[:3]) + (
-            f" (+{len(unchanged) - 3} more)" if len(unchanged) > 3 else "")
-        checks.append({"name": "event files", "ok": True,
-                       "detail": f"{len(unchanged)} event file(s) unchanged (sha256), neither rewritten nor "
-                                 f"removed: TensorBoard's readers read the same bytes ({names})"})
-        checks.append({"name": "run present", "ok": True,
-                       "detail": "run present: yes, its event files all stay"})
-    else:
-        checks.append({"name": "run present", "ok": True,
-                       "detail": "run present: profile data only, no event file before or after (the plan "
-                                 "says what stays of it)"})
-    _file_checks(checks, rp, backups, staged)
-    failed = [c["detail"] for c in checks if not c["ok"]]
-    return {"ok": not failed, "checks": checks, "failed": failed, "backends": [], "mode": "unchanged",
-            "unchanged": [{"path": f["path"], "sha256": f["sha256"]} for f in unchanged],
-            "duration_s": round(time.monotonic() - t0, 3)}
-
-
-def _file_checks(checks: List[dict], rp: RunPlan, backups: Dict[str, dict], staged: List[dict]) -> None:
-    """The verification lines of the files a transform produced, the files removed, the profile
-    routes left uncompared and the plan's fidelity lines (every verified run has them)."""
-    comp = [s for s in staged if "content_sha256" in s]
-    if comp:
-        checks.append({"name": "torch traces", "ok": True,
-                       "detail": f"{len(comp)} compressed, decompressed content identical (sha256)"})
-    notes = []
-    for s in staged:
-        checks.append({"name": s.get("transform", "rewrite"), "ok": True, "detail": stage_line(s)})
-        notes += [n for n in s.get("notes") or () if n not in notes]  # run-level: once per run
-    checks += [{"name": "rewrite", "ok": True, "detail": n} for n in notes]
-    checks.extend(_profile_route_lines(rp))
-    dels = [p for p, r in backups.items() if r["action"] == "delete"]
-    if dels:
-        checks.append({"name": "removed files", "ok": True,
-                       "detail": f"{len(dels)} file(s) backed up (sha256 verified) and removed"})
-    for line in rp.fidelity:
-        checks.append({"name": "plan", "ok": True, "detail": line})
-
-
-def _handed_over(ctx: Context, run_dir: str, original, backups: Dict[str, dict], pairs: dict):
-    """``original`` if every original event file it describes is provably the one verified:
-    a backed-up file by the backup's sha256, a file kept whole by being unchanged."""
-    from tb_footprint_plugin.verify.original import stat_sig
-
-    if original is None or not original.files or set(original.files) != set(pairs):
-        return None
-    for name, facts in original.files.items():
-        rel = os.path.relpath(os.path.join(run_dir, name), ctx.logdir)
-        if rel in backups:
-            if backups[rel]["sha256"] != facts.sha256:
-                return None
-        elif stat_sig(os.path.join(run_dir, name)) != facts.stat:
-            return None
-    return original
-
-
-def _profile_route_lines(rp: RunPlan) -> List[dict]:
-    """The Profile and PyTorch-profiler dashboards read files the policy removes, not event
-    data: their routes are the one difference the route comparison allows. Say so."""
-    from tb_footprint_plugin.verify.dashboard import profile_removed_check
-
-    removed: Dict[str, int] = {}
-    for a in rp.actions:
-        if a.kind == "delete" and a.category in cat.PROFILE_CATEGORIES:
-            what = "PyTorch traces" if a.category == cat.TORCH_TRACE else "profile files"
-            removed[what] = removed.get(what, 0) + 1
-    return [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in profile_removed_check(removed)]
-
-
-def stage_line(s: dict) -> str:
-    """One verification line for a file a transform produced (``s``: what ``stage_file``
-    returned, with the file's ``final`` path)."""
-    name = os.path.basename(s["final"])
-    if "trace_check" in s:
-        return f"{name}: {s['trace_check']}"
-    if "records_before" in s:
-        removed = ", ".join(f"{k} {v['records']}" for k, v in (s.get("removed") or {}).items()) or "nothing"
-        subs = s.get("substituted") or []
-        if not subs:
-            return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
-                    f"record byte-identical; removed {removed}")
-        kinds = sorted({r["kind"] for r in subs})
-        return (f"{name}: rewritten, {s['records_before']} → {s['records_after']} records, each kept "
-                f"record byte-identical except {len(subs)} re-encoded ({', '.join(kinds)}: same step, wall "
-                f"time and values); removed {removed}")
-    return f"{name}: compressed, decompressed content identical (sha256)"

@@ -1,0 +1,112 @@
+"""A run's reduce on a disk refuses before anything is written (``preflight``): what the plan
+assumed no longer holds, or the reduce could not finish safely (space, permissions, a writer).
+
+``check_writers`` is also the reduce's last look before its swap (``transaction.LocalReduce``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Skip
+from tb_footprint_plugin.engine.context import Context, TransactionError, check_space, no_symlink
+from tb_footprint_plugin.engine.history import changes_since
+from tb_footprint_plugin.plan.model import RunPlan
+from tb_footprint_plugin.plan.planner import active_reason, newest_write
+from tb_footprint_plugin.scan import categories as cat
+from tb_footprint_plugin.storage import throttle as fsops
+from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
+from tb_footprint_plugin.storage.paths import is_within, real_within
+from tb_footprint_plugin.storage.regular import kind_of
+
+
+def preflight(ctx: Context, rp: RunPlan) -> None:
+    """Refuse the run (``TransactionError`` with its code) before anything is written: another
+    operation changed it since the plan, it leads out of the logdir, an event file is unreadable,
+    it is still being written, a planned file changed or is not a regular file, a folder is not
+    writable, the logdir or the vault lacks the space, or a process holds a file open for writing."""
+    run_dir = ctx.abs(rp.run)
+    _changed_by_other(ctx, rp)
+    if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
+        raise TransactionError(f"run {rp.run!r} is a symlink or leads out of the logdir; left alone")
+    mtimes = []
+    for root, dirs, files in os.walk(run_dir, followlinks=False):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) != ctx.state]
+        for n in files:
+            p = os.path.join(root, n)
+            with contextlib.suppress(OSError):
+                st = fsops.lstat(p)
+                if stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):  # as the scan counts them
+                    mtimes.append((os.path.relpath(p, ctx.logdir).replace(os.sep, "/"), st.st_mtime))
+    # verification reads every event file of the run: one it cannot read is named up front
+    for name in sorted(os.listdir(run_dir)) if os.path.isdir(run_dir) else ():
+        p = os.path.join(run_dir, name)
+        if cat.is_event_file_name(name) and os.path.isfile(p) and not os.access(p, os.R_OK):
+            raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: not readable (permission denied); the run "
+                                   "cannot be verified without it, nothing was changed", Failure.REFUSED)
+    active = active_reason(newest_write(mtimes, ctx.closed_files), ctx.quiet_period, time.time())
+    if active:
+        raise TransactionError(f"run {rp.run!r} is {active}", Skip.ACTIVE)
+    need_logdir = 0
+    need_vault = 0
+    for a in rp.actions:
+        p = ctx.abs(a.path)
+        if not is_within(p, ctx.logdir) or not real_within(os.path.dirname(p), ctx.logdir):
+            raise TransactionError(f"{a.path}: leads out of the logdir; refusing")
+        no_symlink(ctx, a.path)
+        if a.new_path and a.new_path != a.path and os.path.lexists(ctx.abs(a.new_path)):
+            raise TransactionError(f"{a.new_path}: already exists; it would be overwritten")
+        if a.kind == "remove_dir":
+            continue
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            raise TransactionError(f"{a.path}: no longer exists (scan is stale); rescan and plan again",
+                                   Failure.REFUSED) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise TransactionError(f"{a.path}: is {kind_of(st.st_mode)}, not a regular file; refusing",
+                                   Skip.NOT_REGULAR)
+        if st.st_size != a.bytes_before:
+            raise TransactionError(f"{a.path}: changed since the scan ({a.bytes_before} → {st.st_size} bytes)")
+        if not os.access(p, os.R_OK):
+            raise TransactionError(f"{a.path}: not readable (permission denied)")
+        d = os.path.dirname(p)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise TransactionError(f"{os.path.relpath(d, ctx.logdir)}: directory not writable (permission denied)")
+        if a.kind in ("compress", "rewrite"):
+            need_logdir += a.bytes_before if a.kind == "rewrite" else max(a.bytes_after * 2, 1 << 16)
+        if not ctx.vault.same_filesystem(p):
+            need_vault += a.bytes_before
+    check_space(ctx.logdir, need_logdir)
+    os.makedirs(ctx.vault.root, exist_ok=True)
+    check_space(ctx.vault.root, need_vault)
+    check_writers(ctx, rp)
+
+
+def check_writers(ctx: Context, rp: RunPlan) -> None:
+    """Leave the run alone while a process on this machine holds one of its files open for
+    writing: its next records would go into the inode the swap takes away."""
+    found = find_writers(files_under(ctx.abs(rp.run), exclude=[ctx.state, ctx.vault.root]))
+    if found.holders:
+        raise TransactionError(f"run {rp.run!r} is being written: "
+                               + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
+                               + "; left alone", Skip.OPEN_FOR_WRITING)
+
+
+def _changed_by_other(ctx: Context, rp: RunPlan) -> None:
+    """Another operation on the run (another reducer, a restore) since this plan was made: say
+    so plainly instead of finding its traces ('no longer exists', 'changed since the scan')."""
+    if not rp.planned_at:
+        return
+    changed = (Outcome.VERIFIED, Outcome.RESTORED, Finding.LATE_WRITES_SALVAGED)  # not a rolled-back one
+    later = changes_since(ctx.state, rp.run, rp.planned_at, changed)
+    if later:
+        e = later[-1]
+        raise TransactionError(f"run {rp.run!r} was changed by another process since it was planned "
+                               f"({e.get('kind')} {e['op_id']} by {e.get('user')}@{e.get('host')}); plan again",
+                               Skip.CHANGED_BY_OTHER)
+
+
+__all__ = ["check_writers", "preflight"]
