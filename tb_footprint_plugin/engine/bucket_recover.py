@@ -81,6 +81,28 @@ def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
     return None
 
 
+def reduce_will(journal: ObjectJournal) -> dict:
+    """What ``recover`` does with a reduce's journal object (one it trusts): ``{action, detail}``
+    (``action`` a ``codes.Recovery``), from the journal alone. ``recover`` acts on it and
+    ``status`` shows it (``unfinished``), so both say the same words, as
+    ``engine.health.recover_will`` does for a disk's journal."""
+    live = journal.live_entries()
+    if journal.step_name in COMMITTED_STEPS and all(
+            isinstance(f, dict) and f.get("backup_checksums") for en in live for f in en.get("files") or []):
+        return {"action": Recovery.COMPLETED, "detail": "backups were verified; the reduction was finished"}
+    return {"action": Recovery.ROLLED_BACK, "detail": f"stopped at step {journal.step_name}; run left as it was"}
+
+
+def trust_refusal(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal, url: str) -> Optional[dict]:
+    """Why ``recover`` will not act on this journal, as a finding ``{code, file, detail}`` (its
+    rule, ``_trusted``), or None when it will."""
+    why = _trusted(rfs, vault, journal.doc)
+    if why is None:
+        return None
+    return {"code": trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE, "file": url,
+            "detail": f"{url}: {why}; left alone"}
+
+
 def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     """Settle unfinished bucket operations of this logdir, from any machine: before the commit
     record, roll back; from it on (backups verified, new objects staged and checked), finish."""
@@ -115,13 +137,12 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         op_id = str(doc.get("op", rel[:-5]))
         every = journal.entries()
-        why = _trusted(rfs, vault, doc)
+        refused = trust_refusal(rfs, vault, journal, rfs.url_of(key))
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
-        if why:
+        if refused:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
-                                       detail=f"{rfs.url_of(key)}: {why}; left alone",
-                                       code=trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE))
+                                       detail=refused["detail"], code=refused["code"]))
             continue
         retiring = is_retire_journal(doc)
         # computed, never taken from the journal (a retirement's nested runs: checked to be inside its run)
@@ -151,16 +172,15 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
                 rollback_entry(rfs, vault, en, deleted=False)
             live = journal.live_entries()
-            finish = journal.step_name in COMMITTED_STEPS and \
-                all(f.get("backup_checksums") for en in live for f in en["files"])
+            will = reduce_will(journal)
+            finish = will["action"] == Recovery.COMPLETED
             settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
                 finish_op(rfs, vault, doc)
-                action, detail = Recovery.COMPLETED, "backups were verified; the reduction was finished"
             else:
                 for en in live:
                     rollback_entry(rfs, vault, en, deleted=journal.committed())
-                action, detail = Recovery.ROLLED_BACK, f"stopped at step {journal.step_name}; run left as it was"
+            action, detail = will["action"], will["detail"]
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,

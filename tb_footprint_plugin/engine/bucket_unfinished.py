@@ -3,9 +3,11 @@
 ``{unfinished_operations, problems, settle_command}``.
 
 Each journal object left in ``.tb-footprint/journal`` is an unfinished operation, one row per run
-it still holds (a batch journal holds several): ``{op_id, run, kind, bytes_before}`` as
-``engine.health.unfinished_ops`` gives them on a disk (``bytes_before`` None: a bucket's journal
-does not record its plan's size). A journal that does not read as one, or a key no store call can
+it still holds (a batch journal holds several): ``{op_id, run, kind, bytes_before,
+recover_will}`` as ``engine.health.unfinished_ops`` gives them on a disk (``bytes_before`` None: a
+bucket's journal does not record its plan's size), judged by recovery's own rules
+(``bucket_recover.trust_refusal``: a journal recover leaves alone is a problem naming it, with its code;
+``bucket_recover.reduce_will``: what it will do with a reduce it acts on). A journal that does not read as one, or a key no store call can
 address, is a problem named by its URL with its code, as ``status`` names it, never an operation;
 so is a damaged run lock (``bucket_recover.damaged_locks``). The cost: one listing of the
 journals and one of the locks, and one read of each object found there (usually none). The
@@ -19,13 +21,14 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import health, trust
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.bucket_recover import damaged_locks
+from tb_footprint_plugin.engine.bucket_recover import damaged_locks, reduce_will, trust_refusal
+from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, pending_objects
 from tb_footprint_plugin.storage.paths import is_op_id
 from tb_footprint_plugin.storage.remote import RemoteFS
 
 
-def journal_rows(rfs: RemoteFS) -> tuple:
+def journal_rows(rfs: RemoteFS, vault: BucketVault) -> tuple:
     """``(operations, problems)`` from the journal objects: one row per run a journal still holds
     (untrusted: an id that is not one is the journal's name, a run that is not a string None), a
     problem per journal that cannot be read or addressed."""
@@ -52,20 +55,24 @@ def journal_rows(rfs: RemoteFS) -> tuple:
         name = key.rsplit("/", 1)[-1][:-len(".json")]
         op = j.doc.get("op") if is_op_id(j.doc.get("op")) else name
         kind = j.kind or "reduce"
-        entries = j.live_entries() or [{}]
-        for en in entries:
-            # recover_will: the disk's status reads it from the journal's records (health.recover_will);
-            # a bucket's recovery is not predicted from here, so it is said as not known (None)
+        refused = trust_refusal(rfs, vault, j, rfs.url_of(key))
+        if refused is not None:  # recover leaves it alone: no operation it settles, a finding naming it
+            problems.append({"code": refused["code"], "file": refused["file"], "path": refused["file"],
+                             "op_id": op, "run": None, "detail": refused["detail"]})
+            continue
+        # what recover will do, by its own rule (None for the kinds it does not forecast, as on a disk)
+        will = reduce_will(j) if j.kind is None else None
+        for en in j.live_entries() or [{}]:
             ops.append({"op_id": en.get("op") if is_op_id(en.get("op")) else op,
                         "run": en.get("run") if isinstance(en.get("run"), str) else None,
-                        "kind": kind, "bytes_before": None, "recover_will": None})
+                        "kind": kind, "bytes_before": None, "recover_will": will})
     return ops, problems
 
 
-def unfinished(rfs: RemoteFS, logdir: str, backup_dir: Optional[str]) -> dict:
+def unfinished(rfs: RemoteFS, vault: BucketVault, logdir: str, backup_dir: Optional[str]) -> dict:
     """``{unfinished_operations, problems, settle_command}``: the settle command when an operation
     is unfinished (the problems named here are left in place by ``recover``: it cannot mend them)."""
-    ops, problems = journal_rows(rfs)
+    ops, problems = journal_rows(rfs, vault)
     problems += damaged_locks(rfs)
     return {"unfinished_operations": ops, "problems": problems,
             "settle_command": health.settle_command(logdir, backup_dir) if ops else None}

@@ -91,7 +91,7 @@ class BucketEngine(Engine):
         Differs: the manifests' damage is not read here (one read each: ``status`` names it)."""
         from tb_footprint_plugin.engine.bucket_unfinished import unfinished
 
-        return unfinished(self.rfs, self.logdir, self.backup_dir)
+        return unfinished(self.rfs, self.vault, self.logdir, self.backup_dir)
 
     def pending_operations(self) -> List[str]:
         """Empty today, as before the interface: a bucket's journal objects are listed by ``status``
