@@ -13,7 +13,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
 from tb_footprint_plugin.engine.context import Context
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
+from tb_footprint_plugin.engine.vault_reads import blob_unreadable
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
 from tb_footprint_plugin.verify import Expectations, verify_reduction
@@ -80,8 +82,17 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
         if progress:
             progress(m, i, len(manifests))
         vault = Vault(m["vault"])
-        bad = [f["path"] for f in m["files"] if not vault.check_blob(f["sha256"])]
-        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad}
+        bad, unreadable = [], []
+        for f in m["files"]:
+            if not vault.check_blob(f["sha256"]):
+                # a backup this user may not read is no damaged one (review R16 F16): said apart
+                why = blob_unreadable(vault, f["sha256"])
+                (bad if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
+        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable,
+               "damaged_backups": bad, "unreadable_backups": unreadable}
+        if unreadable:
+            res["code"] = StoreError.PERMISSION
+        bad = bad + unreadable  # either way, not every backup could be checked
         if newest.get(m["run"], m["op_id"]) != m["op_id"]:
             # a later reduction changed the run again: only its own backups can be checked
             res["verification"] = {"ok": True, "checks": [{"name": "superseded", "ok": True, "detail":
@@ -100,6 +111,10 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
                 vr = compare_views(os.path.join(tmp, "views"), pairs,
                                    (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
                                    (m.get("verification") or {}).get("record_substitutes"), label=m["run"])
+        if unreadable:
+            vr = dict(vr, ok=False, checks=list(vr.get("checks", [])) + [
+                {"name": "backups", "ok": False, "detail": f"[{StoreError.PERMISSION}] cannot read the backup of: "
+                                                           + ", ".join(unreadable)}])
         res["verification"] = vr
         res["ok"] = bool(vr.get("ok")) and not bad
         results.append(res)

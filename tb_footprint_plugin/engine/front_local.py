@@ -38,7 +38,7 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_r
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, ManifestMemo, refuse_unless_ours, Vault
-from tb_footprint_plugin.engine.vault_reads import VaultRead
+from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, VaultRead
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.scan.model import LogdirFootprint
@@ -62,7 +62,8 @@ def local_context(logdir: str, backup_dir: Optional[str], quiet_period: float = 
                   verify_backends: Sequence[str] = DEFAULT_BACKENDS,
                   closed_files: Optional[Mapping[str, float]] = None) -> Context:
     """The engine's context of a local logdir, after the refusals every local verb makes first:
-    not a bucket, an existing folder, a backup dir that does not contain the logdir. A bucket
+    not a bucket, an existing folder, a backup dir that does not contain the logdir, a state
+    folder and vault of this user's that this user can read (``StateUnreadable``). A bucket
     URL as backup dir is the remote vault (``split_backup_dir``): the context's vault is the
     local state folder, which remembers that URL once a reduce offloads to it."""
     backup_dir, _remote = split_backup_dir(logdir, backup_dir)
@@ -76,8 +77,14 @@ def local_context(logdir: str, backup_dir: Optional[str], quiet_period: float = 
         backup_dir = os.path.abspath(backup_dir)
         if is_within(logdir, backup_dir):
             raise ValueError(f"backup dir {backup_dir} contains the logdir; choose a separate folder")
-    return Context(logdir=logdir, backup_dir=backup_dir, quiet_period=quiet_period,
-                   verify_backends=tuple(verify_backends), closed_files=dict(closed_files or {}))
+    ctx = Context(logdir=logdir, backup_dir=backup_dir, quiet_period=quiet_period,
+                  verify_backends=tuple(verify_backends), closed_files=dict(closed_files or {}))
+    # this user's own state folder or vault that this user cannot read hides every backup: said as
+    # such (permission_denied, the folder named), never "nothing to restore" (review R16 F16)
+    refuse_unreadable(ctx.state)
+    if backup_dir is not None:
+        refuse_unreadable(backup_dir, "vault")
+    return ctx
 
 
 class LocalEngine(Engine):

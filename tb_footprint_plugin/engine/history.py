@@ -21,6 +21,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.engine.trust import MAX_STATE_BYTES, Untrusted, read_json_lines, undo_partial_append
+from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable_file
 from tb_footprint_plugin.storage.files import append_line
 from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
@@ -92,12 +93,16 @@ def _timed(e) -> bool:
 def read_history(state: str) -> List[dict]:
     """Every entry of every history file, oldest first (entries of one time keep their file's
     order); lines that are not JSON objects with a time are skipped (a damaged line costs only
-    itself: ``history_damage`` names it)."""
+    itself: ``history_damage`` names it). A state folder or history file this user may not read
+    raises ``vault_reads.StateUnreadable`` naming it: never an empty log (review R16 F16)."""
     out = []
+    refuse_unreadable(state)
     for path in history_files(state):
         try:
             # a planted symlink or fifo under a history name is not followed (invariant 4)
             entries = read_json_lines(path).records
+        except PermissionError as e:
+            raise unreadable_file(path, "change log", e) from None
         except OSError:  # gone, or not a regular file: nothing of ours to read
             continue
         out += [e for e in entries if _timed(e)]

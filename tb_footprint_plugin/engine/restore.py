@@ -42,7 +42,7 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement
 from tb_footprint_plugin.engine.swap import make_dirs, put_back, put_back_token, settle_dirs, settle_folder_times
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps)
-from tb_footprint_plugin.engine.vault_reads import read_roots, slim
+from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
@@ -173,16 +173,23 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     streamed = [f for f in manifest.get("files", []) if checked_in_place(vault, f)]
     # the one read of each backup's check also counts what its put-back allocates (zero blocks
     # go back as holes: a sparse original needs its data extents, not its size)
-    block, allocates, damaged = run_block_size(ctx, run), 0, []
+    block, allocates, damaged, unreadable = run_block_size(ctx, run), 0, [], []
     for f in manifest.get("files", []):
         if any(f is g for g in streamed):
             allocates += f["size"]  # checked later, as it is streamed in: counted whole
             continue
         n = vault.check_blob_extents(f["sha256"], block)
         if n is None:
-            damaged.append(f["path"])
+            # a backup this user may not read is no damaged one (review R16 F16): said apart
+            why = blob_unreadable(vault, f["sha256"])
+            (damaged if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
         else:
             allocates += n
+    if unreadable:
+        out.reason = (f"cannot read the backup in {vault.root} of: {', '.join(unreadable)}; nothing was changed. "
+                      "Give this user read access to those files (they are its own backups) and restore again")
+        out.code = StoreError.PERMISSION
+        return out
     if damaged:
         out.reason = (f"backup damaged or missing in {vault.root} for: {', '.join(damaged)}; "
                       "nothing was changed")

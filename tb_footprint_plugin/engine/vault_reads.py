@@ -5,8 +5,12 @@ need, not its verification (the series the check page draws: ~46 KB of a rewritt
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from typing import Callable, Iterable, List, NamedTuple, Optional
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault
 
@@ -63,4 +67,65 @@ def read_roots(roots: Iterable[str], slim_read: bool = False,
     return out
 
 
-__all__ = ["HEAVY", "VaultRead", "manifest_file", "read_roots", "slim"]
+class StateUnreadable(PermissionError):
+    """This user's own state folder or vault exists but this user cannot list or enter it (its
+    mode): its backups, journals and records are out of sight, so no verb may say "nothing to
+    restore" or "no changes recorded" of it (review R16 F16). ``code`` is ``StoreError.PERMISSION``;
+    the message names the folder, its mode and what gives it back."""
+
+    code = StoreError.PERMISSION
+
+    def __init__(self, path: str, what: str, err: OSError, mode: Optional[int]):
+        shown = f"mode {stat.S_IMODE(mode):04o}, " if mode is not None else ""
+        bits = "rw" if mode is not None and not stat.S_ISDIR(mode) else "rwx"
+        super().__init__(err.errno or errno.EACCES,
+                         f"{what} {path} cannot be read ({shown}{err.strerror or err}): what it records is "
+                         f"out of sight, so nothing is said of it and nothing is changed; "
+                         f"`chmod u+{bits} {path}` gives it back")
+        self.filename = path
+
+    def __str__(self) -> str:  # the message alone (OSError's default adds "[Errno 13]")
+        return self.strerror or ""
+
+
+def refuse_unreadable(folder: str, what: str = "state folder") -> None:
+    """``StateUnreadable`` naming ``folder`` when it is a folder of this user's that this user
+    cannot list or enter; nothing when it is absent, or not ours (``check_private`` says that)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return
+    try:
+        with os.scandir(folder):  # listing needs read permission
+            pass
+        os.lstat(os.path.join(folder, "."))  # a name in it needs search permission
+    except PermissionError as e:
+        raise StateUnreadable(folder, what, e, st.st_mode) from None
+
+
+def unreadable_file(path: str, what: str, err: PermissionError) -> StateUnreadable:
+    """``StateUnreadable`` for a state file this user may not read (``err``: the refusal)."""
+    try:
+        mode: Optional[int] = os.lstat(path).st_mode
+    except OSError:
+        mode = None
+    return StateUnreadable(path, what, err, mode)
+
+
+def blob_unreadable(vault: Vault, sha: str) -> Optional[str]:
+    """Why this user cannot read the backup of ``sha`` although it is there (the file refused,
+    with the system's words), or None: readable, or missing or damaged (``Vault.check_blob``
+    says those). A backup this user may not read is never called damaged (review R16 F16)."""
+    try:
+        with vault.open_blob(sha):
+            return None
+    except PermissionError as e:
+        return f"{e.filename or vault.blob_path(sha)}: {e.strerror or e}"
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["HEAVY", "StateUnreadable", "VaultRead", "blob_unreadable", "manifest_file", "read_roots",
+           "refuse_unreadable", "slim", "unreadable_file"]
