@@ -22,7 +22,9 @@ steps of ``engine.bucket_steps``):
 5. **swap**: each new object copied over its original only while the original is still the
    version that was backed up (If-Match / ifGenerationMatch / Azure ETag condition), a
    compressed copy created only where nothing exists (create-only), removed originals deleted
-   under their version, the temporary keys dropped;
+   under their version, the temporary keys dropped: the copy + delete swap the store's
+   capabilities choose (``engine.swap_strategy``); a store whose strategy is another (a rename)
+   or that cannot guard the swap by versions is refused before anything is written;
 6. a final listing proves the run holds exactly the staged objects and every other object is
    unchanged.
 
@@ -59,6 +61,7 @@ from tb_footprint_plugin.engine.bucket_blobs import (
 )
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
+    JOURNAL,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -91,11 +94,13 @@ from tb_footprint_plugin.engine.bucket_steps import (
 from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.engine.journal import Rec
+from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, refusal, swap_strategy
 from tb_footprint_plugin.engine.verification import stage_file, stage_line
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, content_checksums
+from tb_footprint_plugin.storage.store import Capabilities
 
 #: Transactions of one process on several threads (``bucket_reduce.reduce_runs``'s ``jobs``) add
 #: to a local vault of blobs one at a time (one ``BlobStore`` instance, its packs appended), and
@@ -116,6 +121,13 @@ def replaced_backup(vault: BucketVault, op_id: str, i: int) -> str:
 def temp_key(vault: BucketVault, op_id: str, i: int) -> str:
     """Temporary key of a new object before its swap (a name no reader matches)."""
     return f"{vault.root}/tmp/{op_id}/{i:05d}.new"
+
+
+def logdir_capabilities(st: BucketState) -> Capabilities:
+    """What the bucket logdir's own store declares: the store its runs' objects are swapped on
+    (found by a key of the logdir, its journal folder's; no request is made)."""
+    store, _ = st.where(st.rfs.path(JOURNAL))
+    return store.capabilities
 
 
 def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
@@ -160,9 +172,14 @@ class ObjectReduce(txn.Txn):
     - **swap**: ``finish_op``; **commit**: the final listing check, the journal closed with the lock.
 
     The lock is taken before the transaction starts (``take_lock``): a refusal is a skip with
-    nothing to roll back, and anything else a lock raises propagates as it always did."""
+    nothing to roll back, and anything else a lock raises propagates as it always did. Before it,
+    ``planned`` asks the swap strategy of the logdir's store (``engine.swap_strategy``): this
+    engine's swap is ``swaps``, guarded by versions; a store that says otherwise is refused."""
 
     errors = _STEP_ERRORS
+    #: the swaps this engine makes (``SwapStrategy.replace``): each new object copied over its
+    #: original under the backed-up version, then the removed ones deleted under theirs (``finish_op``)
+    swaps = (COPY_DELETE,)
     rollback_errors = (BucketTxnError, *STORE_FAILURES, OSError)
 
     def __init__(self, rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
@@ -178,6 +195,8 @@ class ObjectReduce(txn.Txn):
         self.op_id = new_op_id()
         self.files: List[dict] = []
         self.st = BucketState(rfs)
+        # how this run's objects are swapped: what the logdir's store declares decides (``planned``)
+        self.strategy = swap_strategy(logdir_capabilities(self.st))
         self.lock = None
         self.jnl = None
         self.en: dict = {}
@@ -202,8 +221,13 @@ class ObjectReduce(txn.Txn):
 
     def planned(self) -> bool:
         """Each file of the plan as the journal names it; False (the outcome a skip) when one is
-        gone since the plan or a compressed copy's name is taken already."""
+        gone since the plan or a compressed copy's name is taken already, or (a failure,
+        ``Failure.REFUSED``) when the store's swap strategy is not one this engine makes."""
         vault, out = self.vault, self.out
+        why = refusal(self.strategy, self.swaps, needs_version_check=True, where=self.rfs.url)
+        if why:
+            out.status, out.reason, out.code = Outcome.FAILED, why, Failure.REFUSED
+            return False
         for i, a in enumerate(x for x in self.rp.actions if x.kind in ("delete", "compress", "rewrite")):
             o = self.listing.get(a.path)
             if o is None:
@@ -323,7 +347,8 @@ class ObjectReduce(txn.Txn):
             self.jnl.step(Rec.ROLLING_BACK, runs=[self.en])
 
     def swap(self, report: txn.Report) -> None:
-        """Each new object over its original at the backed-up version, the removed ones deleted."""
+        """Each new object copied over its original at the backed-up version, the removed ones
+        deleted (the copy + delete swap ``planned`` found the store's strategy to be)."""
         finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
 
     def commit(self, report: txn.Report) -> None:
@@ -558,4 +583,4 @@ def _tensorboard_records(url: str) -> int:
     return sum(1 for _ in event_file_loader.RawEventFileLoader(url).Load())
 
 
-__all__ = ["ObjectReduce", "reduce_rewrite_run", "replaced_backup", "temp_key"]
+__all__ = ["ObjectReduce", "logdir_capabilities", "reduce_rewrite_run", "replaced_backup", "temp_key"]

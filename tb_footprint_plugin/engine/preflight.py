@@ -22,11 +22,13 @@ from tb_footprint_plugin.storage.paths import is_within, real_within
 from tb_footprint_plugin.storage.regular import kind_of
 
 
-def preflight(ctx: Context, rp: RunPlan) -> None:
+def preflight(ctx: Context, rp: RunPlan, link_backups: bool = True) -> None:
     """Refuse the run (``TransactionError`` with its code) before anything is written: another
     operation changed it since the plan, it leads out of the logdir, an event file is unreadable,
     it is still being written, a planned file changed or is not a regular file, a folder is not
-    writable, the logdir or the vault lacks the space, or a process holds a file open for writing."""
+    writable, the logdir or the vault lacks the space, or a process holds a file open for writing.
+    ``link_backups``: the backups may be hard links (the swap strategy's), which need no space in a
+    vault on the same filesystem; else each backup is a copy, counted whole."""
     run_dir = ctx.abs(rp.run)
     _changed_by_other(ctx, rp)
     if not real_within(run_dir, ctx.logdir) or os.path.islink(run_dir):
@@ -77,7 +79,7 @@ def preflight(ctx: Context, rp: RunPlan) -> None:
             raise TransactionError(f"{os.path.relpath(d, ctx.logdir)}: directory not writable (permission denied)")
         if a.kind in ("compress", "rewrite"):
             need_logdir += a.bytes_before if a.kind == "rewrite" else max(a.bytes_after * 2, 1 << 16)
-        if not ctx.vault.same_filesystem(p):
+        if not (link_backups and ctx.vault.same_filesystem(p)):
             need_vault += a.bytes_before
     check_space(ctx.logdir, need_logdir)
     os.makedirs(ctx.vault.root, exist_ok=True)

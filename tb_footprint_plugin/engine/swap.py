@@ -22,11 +22,13 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
+from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -61,11 +63,14 @@ def _recorded_dirs(rp: RunPlan, recorded) -> Dict[str, dict]:
 
 
 def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict],
-               recorded_dirs: Optional[List[dict]] = None) -> None:
-    """Idempotent: rename staged files into place, unlink originals, remove emptied dirs.
+               recorded_dirs: Optional[List[dict]] = None, strategy: Optional[SwapStrategy] = None) -> None:
+    """Idempotent: put staged files into place, unlink originals, remove emptied dirs.
     ``recorded_dirs``: the removed folders' mode and mtime from before the first change (the
     ``swap`` record's ``dirs``, ``removed_dirs_before``); without them (an older journal) each is
-    taken from the folder at this call's start."""
+    taken from the folder at this call's start. ``strategy``: how a staged file takes its place
+    (``swap_strategy``: renamed, or copied and then deleted; its folders fsynced where durability
+    needs it), the folder's by default (recovery finishing a swap)."""
+    strategy = strategy or swap_strategy(folder_capabilities())
     recorded = _recorded_dirs(rp, recorded_dirs)
     dirs = set()
     for path, rec in backups.items():
@@ -90,7 +95,10 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         if os.path.exists(tmp):
             if s["final"] not in backups and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]):
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
-            fsops.replace(tmp, final)
+            if strategy.renames:
+                fsops.replace(tmp, final)
+            else:
+                copy_then_delete(tmp, final, s)
         dirs.add(os.path.dirname(final))
         faults.hit("reduce.mid_swap")
     finals = {s["final"] for s in staged}
@@ -122,9 +130,31 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         except OSError as e:
             if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR, errno.EBUSY):
                 raise
-    for d in dirs:
+    for d in dirs if strategy.fsync else ():
         if os.path.isdir(d):
             fsync_dir(d)
+
+
+def copy_then_delete(tmp: str, final: str, s: dict) -> None:
+    """A staged file put in place where the store has no atomic rename: its bytes copied to a new
+    file at ``final`` (mode, mtime and owner of the staged file, as a rename would leave them;
+    fsynced, hash-checked), then the staged file deleted. Whatever stands at ``final`` was
+    checked by ``apply_swap`` to be the backed-up original, the staged bytes or nothing; the
+    original's name is removed first and the copy made exclusively, so a second name of the
+    original (a backup that is a hard link, a user's snapshot) never sees a byte change. Idempotent:
+    a crash after the copy leaves both (the next call only deletes the staged file), a crash
+    before it leaves the staged file whole (the next call copies again). A crash within the copy
+    leaves a partial file that is neither the original nor the staged bytes: ``apply_swap``
+    refuses it and the run is rolled back; one under a new name (a compressed copy) is not
+    removed by the rollback (it matches nothing recorded). Every folder a ``PosixStore`` opens
+    renames atomically, so this path runs where a store declares otherwise."""
+    if not matches(final, s["sha256"], s["size"]):
+        with contextlib.suppress(FileNotFoundError):
+            fsops.unlink(final)
+        st = os.lstat(tmp)
+        copy_new(tmp, final, s["sha256"], mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
+                 owner=(st.st_uid, st.st_gid))
+    fsops.unlink(tmp)
 
 
 def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None) -> None:

@@ -45,9 +45,10 @@ from tb_footprint_plugin.engine.preflight import check_writers, preflight
 from tb_footprint_plugin.engine.recovery import recover
 from tb_footprint_plugin.engine.reduce_journal import (append_record, append_rollback, create_journal, journal_gone,
                                                        own_records)
-from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
+from tb_footprint_plugin.engine.run_lock import folder_capabilities, lock_failure, run_lock
 from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_folders, new_put_back_token, removed_dirs_before,
                                              rollback)
+from tb_footprint_plugin.engine.swap_strategy import swap_strategy
 from tb_footprint_plugin.engine.verification import (changed_files, changed_since_backup, original_of, scratch_space,
                                                      stage_file, unchanged_event_files, verification_summary,
                                                      verify_run, verify_unchanged)
@@ -139,15 +140,16 @@ class LocalReduce(txn.Txn):
     - **journal**: the preflight (a refusal is a skip or a failure with nothing to undo), the
       logdir's identity bound, the begin record;
     - **backup**: every backup record (one fsync, the last's), then every blob linked or copied
-      in, pinned; ``backed_up``;
+      in (linked only where the swap strategy allows hard links), pinned; ``backed_up``;
     - **stage**: each new file under a temporary name beside its original, after its ``stage``
       record (failpoint ``reduce.stage_record`` between them), then ``staged``;
-    - **transform**: nothing on a disk (the staged file is where the swap renames it from);
+    - **transform**: nothing on a disk (the staged file is where the swap takes it from);
     - **verify**: TensorBoard's readers over the original and reduced views, ``verified``;
     - the **last look**: the verification passed, nothing changed since its backup, no writer
       opened a file since the plan; then the swap record (the commit point, the driver's) after
       the journal is read back as ours, the pins synced and a compaction noted;
-    - **swap**: ``apply_swap``, ``swapped``; **commit**: the manifest, the commit record
+    - **swap**: ``apply_swap`` as the folder's swap strategy says (``engine.swap_strategy``:
+      renamed, or copied and then deleted), ``swapped``; **commit**: the manifest, the commit record
       (failpoint ``reduce.commit`` between it and the journal's close), the pins released.
 
     A failure is classified as it always was (``failed``): past the commit record the reduction
@@ -178,6 +180,9 @@ class LocalReduce(txn.Txn):
         self.gone: Optional[JournalGone] = None
         self.commit_seen = False
         self.rolling = False
+        # how the swap puts files in place and the backups are kept: what the folder's store
+        # declares decides, not this engine (``engine.swap_strategy``)
+        self.strategy = swap_strategy(folder_capabilities())
 
     def failpoint(self, step: str) -> Optional[str]:
         """``reduce.commit`` is hit inside the commit step, between the commit record and the
@@ -188,7 +193,7 @@ class LocalReduce(txn.Txn):
         """The preflight, then the begin record (``NotStarted`` when the preflight refuses)."""
         ctx, rp, out = self.ctx, self.rp, self.out
         try:
-            preflight(ctx, rp)
+            preflight(ctx, rp, link_backups=self.strategy.link_backups)
         except (TransactionError, OSError) as e:
             code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
             out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
@@ -249,12 +254,13 @@ class LocalReduce(txn.Txn):
         for a in originals:
             cancel.check()
             p, rec = ctx.abs(a.path), backups[a.path]
-            # a hard link needs no data blocks; a copy to another filesystem needs the whole file
-            with writing(vault.blob_path(rec["sha256"]), 0 if vault.same_filesystem(p) else rec["size"]):
+            # a hard link needs no data blocks; a copy needs the whole file
+            link = self.strategy.link_backups
+            with writing(vault.blob_path(rec["sha256"]), 0 if link and vault.same_filesystem(p) else rec["size"]):
                 # pinned: no purge or compaction anywhere takes it. The blob's and the pin's folders
                 # are synced once each before the swap (``sync_pinned``), not once a file: nothing is
                 # destroyed before it, and the records name every blob for a rollback meanwhile
-                vault.store(p, rec["sha256"], pin=journal.op_id, sync=False)
+                vault.store(p, rec["sha256"], pin=journal.op_id, sync=False, link=link)
             done += a.bytes_before
             report("backup", 0.2 + 0.2 * done / total)
         # markers below are made durable by the next fsynced record (the swap's), which every
@@ -307,7 +313,7 @@ class LocalReduce(txn.Txn):
 
     def transform(self, report: txn.Report) -> None:
         """Nothing on a disk: each staged file is already beside its original, where the swap
-        renames it from."""
+        takes it from."""
 
     def verify(self, report: txn.Report) -> None:
         """TensorBoard's readers, original view vs reduced view; the ``verified`` record."""
@@ -362,8 +368,9 @@ class LocalReduce(txn.Txn):
         append_record(journal, {"type": "swap", "dirs": self.removed_dirs})
 
     def swap(self, report: txn.Report) -> None:
-        """Each staged file renamed over its original, the removed ones unlinked; ``swapped``."""
-        apply_swap(self.ctx, self.rp, self.jnl, self.staged, self.backups, self.removed_dirs)
+        """Each staged file put over its original (the strategy's way), the removed ones
+        unlinked; ``swapped``."""
+        apply_swap(self.ctx, self.rp, self.jnl, self.staged, self.backups, self.removed_dirs, self.strategy)
         append_record(self.jnl, {"type": "swapped"}, sync=False)
 
     def commit(self, report: txn.Report) -> None:

@@ -793,7 +793,7 @@ class Vault:
         except OSError:
             return False
 
-    def store(self, path: str, sha: str, pin: Optional[str] = None, sync: bool = True) -> str:
+    def store(self, path: str, sha: str, pin: Optional[str] = None, sync: bool = True, link: bool = True) -> str:
         """Back up ``path`` (whose sha256 is ``sha``) and return the verified blob path.
 
         The original is left in place. Raises ``VaultError`` naming the file on any failure.
@@ -804,14 +804,16 @@ class Vault:
         folders are synced by the transaction's ``sync_pinned`` before its first destructive step,
         once each, not once a backup (two folder fsyncs a file were most of a profile-heavy run's
         reduce); until then a power cut may undo the link and the pin, never a byte of the original.
+        ``link``: the backup may be a hard link of ``path`` (where the transaction's swap strategy
+        allows it, ``engine.swap_strategy``); False: always a copy.
         """
         if pin is None:
-            return self._store(path, sha)
+            return self._store(path, sha, link=link)
         if not is_op_id(pin):
             raise VaultError(errno.EINVAL, f"{str(pin)[:80]!r} is not an operation id; refusing it as a pin")
         self.blob_path(sha)
         with self._blob_lock(sha, wait=True, leave=self.compacts):
-            blob = self._store(path, sha, sync=sync, own=pin)
+            blob = self._store(path, sha, sync=sync, own=pin, link=link)
             self.pin_blob(pin, sha, sync=sync)
         if not sync:
             # the blob's folder also when the blob was there already: another transaction's
@@ -888,11 +890,11 @@ class Vault:
             os.close(fd)
         return gone
 
-    def _store(self, path: str, sha: str, sync: bool = True, own: Optional[str] = None) -> str:
+    def _store(self, path: str, sha: str, sync: bool = True, own: Optional[str] = None, link: bool = True) -> str:
         blob = self.blob_path(sha)
         try:
             # checked on every backup: the shard folder must be ours all the way from the root
-            if self.in_shard(sha, lambda: self._put(path, sha, blob, sync, own)):
+            if self.in_shard(sha, lambda: self._put(path, sha, blob, sync, own, link)):
                 return blob  # same content already backed up (e.g. by an earlier op)
         except OSError as e:
             raise VaultError(e.errno or errno.EIO, f"cannot back up {path} into {self.root}: {e.strerror or e}") from e
@@ -904,7 +906,8 @@ class Vault:
             raise VaultError(errno.EIO, f"backup of {path} does not match its hash (file changed while backing up?)")
         return blob
 
-    def _put(self, path: str, sha: str, blob: str, sync: bool = True, own: Optional[str] = None) -> bool:
+    def _put(self, path: str, sha: str, blob: str, sync: bool = True, own: Optional[str] = None,
+             link: bool = True) -> bool:
         """``_store``'s writes into the shard folder (made and checked by ``in_shard``): True when
         ``blob`` holds ``sha`` already, else ``path`` linked or copied in and the folder synced
         (unless ``sync`` is False: the caller syncs it later). ``own``: the transaction storing
@@ -939,7 +942,7 @@ class Vault:
         # An original with other names (a ``cp -al`` or ``rsync --link-dest`` snapshot, a
         # hard-linked copy of the run) is copied too: its swap removes one name only, so a link
         # would leave the backup an inode the user still writes through the other (review R13 F1)
-        if self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha) \
+        if link and self.same_filesystem(path) and not self._has_zst(sha) and not self._is_packed(sha) \
                 and _one_name(path):
             try:
                 fsops.link(path, blob, follow_symlinks=False)

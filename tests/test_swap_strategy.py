@@ -1,0 +1,193 @@
+"""The swap strategy follows the store's capabilities (issue #26): ``engine.swap_strategy`` says,
+from a store's declared ``Capabilities``, whether a transaction renames each new file over its
+original or copies it over and deletes its source (conditional on versions where the store has
+them), whether its backups may be hard links and whether durability needs fsync. The disk's
+engine (``transaction.LocalReduce``) and a bucket's (``bucket_rewrite.ObjectReduce``) ask it for
+their store instead of knowing which store they are on: a folder whose capabilities say no
+rename and no hard link gets the copy + delete swap and copied backups (and a kill inside that
+swap is finished by recovery); a bucket store that cannot guard the swap as this engine does is
+refused before anything is written."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from conftest import copy_real, user_files
+from helpers_crash import Killed, kill
+from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine import faults, run_lock, swap, transaction, vault as vault_mod
+from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, RENAME, SwapStrategy, refusal, swap_strategy
+from tb_footprint_plugin.storage import store_object
+from tb_footprint_plugin.storage.store_object import BUCKET_CAPABILITIES
+from tb_footprint_plugin.storage.store_posix import PosixStore
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+FOLDER = PosixStore(os.sep).capabilities
+#: a folder that neither renames atomically nor links (a store the disk's engine might one day run on)
+NO_RENAME = dataclasses.replace(FOLDER, rename_atomic=False, hard_link=False)
+
+
+# ---------------------------------------------------------------------------------------
+# the rule, per capability set
+# ---------------------------------------------------------------------------------------
+def test_a_folder_renames_links_its_backups_and_fsyncs():
+    assert swap_strategy(FOLDER) == SwapStrategy(replace=RENAME, version_check=False, link_backups=True,
+                                                 fsync=True)
+    assert swap_strategy(FOLDER).renames
+
+
+def test_a_bucket_copies_then_deletes_under_its_versions():
+    s = swap_strategy(BUCKET_CAPABILITIES)
+    assert s == SwapStrategy(replace=COPY_DELETE, version_check=True, link_backups=False, fsync=False)
+    assert not s.renames
+
+
+@pytest.mark.parametrize("rename,link,versions,fsync", [
+    (r, k, v, f) for r in (True, False) for k in (True, False) for v in (True, False) for f in (True, False)])
+def test_each_capability_decides_its_own_part(rename, link, versions, fsync):
+    caps = dataclasses.replace(FOLDER, rename_atomic=rename, hard_link=link, versions=versions, fsync=fsync)
+    s = swap_strategy(caps)
+    assert s.replace == (RENAME if rename else COPY_DELETE)
+    assert s.version_check == (not rename and versions)  # a rename needs no version guard of its own
+    assert s.link_backups == link
+    assert s.fsync == fsync
+
+
+def test_an_engine_refuses_a_swap_it_does_not_do():
+    copy = swap_strategy(BUCKET_CAPABILITIES)
+    assert refusal(copy, (COPY_DELETE,), needs_version_check=True) is None
+    assert refusal(copy, (RENAME, COPY_DELETE)) is None
+    assert "rename" in refusal(swap_strategy(FOLDER), (COPY_DELETE,), where="s3://b")
+    unguarded = swap_strategy(dataclasses.replace(BUCKET_CAPABILITIES, versions=False))
+    assert refusal(unguarded, (COPY_DELETE,)) is None
+    assert "version" in refusal(unguarded, (COPY_DELETE,), needs_version_check=True)
+
+
+# ---------------------------------------------------------------------------------------
+# the disk's engine asks it
+# ---------------------------------------------------------------------------------------
+def _spy_local(monkeypatch, caps=None):
+    """Record how the disk's engine swapped and backed up; with ``caps``, the folder declares them
+    (to the reduce, and to the recovery that finishes a swap)."""
+    seen = {"asked": [], "copied": [], "renamed": [], "link": []}
+    real_strategy = transaction.swap_strategy
+    monkeypatch.setattr(transaction, "swap_strategy",
+                        lambda c: (seen["asked"].append(c), real_strategy(c))[1])
+    if caps is not None:
+        for mod in (transaction, swap):
+            monkeypatch.setattr(mod, "folder_capabilities", lambda: caps)
+    real_copy = swap.copy_then_delete
+    monkeypatch.setattr(swap, "copy_then_delete", lambda tmp, final, s: (seen["copied"].append(final),
+                                                                         real_copy(tmp, final, s))[1])
+    real_replace = swap.fsops.replace
+    monkeypatch.setattr(swap.fsops, "replace", lambda src, dst: (seen["renamed"].append(dst),
+                                                                 real_replace(src, dst))[1])
+    real_store = vault_mod.Vault.store
+    monkeypatch.setattr(vault_mod.Vault, "store", lambda self, *a, **kw: (seen["link"].append(kw.get("link", True)),
+                                                                          real_store(self, *a, **kw))[1])
+    return seen
+
+
+def _reduce(logdir, policy="lossless"):
+    rep = api.reduce_logdir(str(logdir), policy=policy, dry_run=False, verify_backends=("python",))
+    return [o for o in rep.outcomes if o.op_id]
+
+
+def test_the_disk_engine_renames_on_a_folder(tmp_path, monkeypatch):
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    seen = _spy_local(monkeypatch)
+    outs = _reduce(logdir)
+    assert outs and all(o.status == Outcome.VERIFIED for o in outs), [o.reason for o in outs]
+    assert seen["asked"] and set(seen["asked"]) == {run_lock.folder_capabilities()}
+    created = [os.path.join(str(logdir), f) for o in outs for f in o.created_files]
+    assert created and set(created) <= set(seen["renamed"]) and not seen["copied"]
+    assert seen["link"] and all(seen["link"])
+
+
+#: traces compressed under a new name (the original deleted); an event file rewritten in its place
+KINDS = [("torch/profiled", "lossless"), ("tf", "archive")]
+
+
+@pytest.mark.parametrize("fixture,policy", KINDS, ids=["compressed-new-name", "rewritten-in-place"])
+def test_a_folder_without_rename_gets_the_copy_and_delete_swap(tmp_path, monkeypatch, fixture, policy):
+    logdir = copy_real(fixture, tmp_path / "logdir")
+    before = user_files(logdir)
+    seen = _spy_local(monkeypatch, NO_RENAME)
+    outs = _reduce(logdir, policy)
+    assert outs and all(o.status == Outcome.VERIFIED for o in outs), [o.reason for o in outs]
+    assert seen["asked"] and set(seen["asked"]) == {NO_RENAME}
+    created = [os.path.join(str(logdir), f) for o in outs for f in o.created_files]
+    assert created and sorted(seen["copied"]) == sorted(created)
+    assert not set(seen["renamed"]) & set(created)  # no staged file was renamed into place
+    assert seen["link"] and not any(seen["link"])  # every backup a copy: the store has no hard links
+    for p in created:
+        assert os.path.isfile(p) and os.lstat(p).st_nlink == 1
+    assert not [n for _, _, fs in os.walk(logdir) for n in fs if n.startswith(".footprint-")]  # sources deleted
+    assert all(o.verified for o in api.restore(str(logdir)))
+    assert user_files(logdir) == before
+
+
+def test_a_kill_inside_the_copy_and_delete_swap_is_finished_by_recovery(tmp_path, monkeypatch):
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")  # two traces: the kill comes between them
+    before = user_files(logdir)
+    seen = _spy_local(monkeypatch, NO_RENAME)
+    faults.arm("reduce.mid_swap", kill)  # after the first staged file is copied and its source deleted
+    with pytest.raises(Killed):
+        _reduce(logdir)
+    faults.disarm_all()
+    assert len(seen["copied"]) == 1
+    api.recover_logdir(str(logdir))
+    (op,) = [m for m in api.operations(logdir) if m.get("kind") == "reduce"]
+    assert op["outcome"] == Outcome.VERIFIED, op
+    assert len(set(seen["copied"])) == 2  # the recovery copied the second file in the same way
+    assert not [n for _, _, fs in os.walk(logdir) for n in fs if n.startswith(".footprint-")]
+    assert all(o.verified for o in api.restore(str(logdir)))
+    assert user_files(logdir) == before
+
+
+# ---------------------------------------------------------------------------------------
+# a bucket's engine asks it
+# ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def rewrite_logdir(tmp_path_factory):
+    from test_objstore import _write_rewrite_logdir
+
+    return _write_rewrite_logdir(tmp_path_factory.mktemp("swap") / "logs")
+
+
+def _bucket_reduce(url):
+    (o,) = api.reduce_logdir(url, policy="lossless", dry_run=False, quiet_period=0, runs=["torch/resnet"],
+                             verify_backends=("python",)).outcomes
+    return o
+
+
+def test_the_bucket_engine_copies_and_deletes_as_its_store_declares(s3_bucket, rewrite_logdir, monkeypatch):
+    from tb_footprint_plugin.engine import bucket_rewrite
+
+    url = s3_bucket.upload(rewrite_logdir, "asks")
+    asked = []
+    real = bucket_rewrite.swap_strategy
+    monkeypatch.setattr(bucket_rewrite, "swap_strategy", lambda c: (asked.append(c), real(c))[1])
+    o = _bucket_reduce(url)
+    assert o.status == Outcome.VERIFIED, o.reason
+    assert asked == [BUCKET_CAPABILITIES]
+
+
+@pytest.mark.parametrize("change", [{"rename_atomic": True}, {"versions": False}], ids=["renames", "no-versions"])
+def test_a_bucket_store_it_cannot_swap_on_is_refused_before_anything_is_written(s3_bucket, rewrite_logdir,
+                                                                                 monkeypatch, change):
+    prefix = "refused-" + next(iter(change))
+    url = s3_bucket.upload(rewrite_logdir, prefix)
+    before = s3_bucket.hashes(prefix)
+    monkeypatch.setattr(store_object, "BUCKET_CAPABILITIES", dataclasses.replace(BUCKET_CAPABILITIES, **change))
+    o = _bucket_reduce(url)
+    assert (o.status, o.code) == (Outcome.FAILED, Failure.REFUSED), o.reason
+    assert "nothing was changed" in o.reason and not o.op_id
+    after = s3_bucket.hashes(prefix)
+    # the plan's scan cached its listing; no journal, lock, backup, upload or manifest was written
+    assert set(after) - set(before) == {".tb-footprint/scan-cache.json"}
+    assert {k: v for k, v in after.items() if k in before} == before
