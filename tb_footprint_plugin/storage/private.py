@@ -196,10 +196,19 @@ def open_private_dir(path: str, root: Optional[str] = None, *, tighten_root: boo
         for i, name in enumerate(chain + below):
             cur = os.path.join(cur, name)
             at_root = i == len(chain) - 1
-            if i < len(chain):  # a state folder above root, or root: never moved, refused
-                child = _ours_at(fd, name, cur, tighten=tighten_root if at_root else True, advice=advice)
-            else:
-                child = _ours_below(fd, name, cur)
+            try:
+                if i < len(chain):  # a state folder above root, or root: never moved, refused
+                    child = _ours_at(fd, name, cur, tighten=tighten_root if at_root else True, advice=advice)
+                else:
+                    child = _ours_below(fd, name, cur)
+            except NotPrivate:
+                raise
+            except OSError as e:
+                # a call relative to ``fd`` names its entry relatively ('.tb-footprint'): the error
+                # names it whole (a read-only disk, permissions: review R16 F17)
+                if isinstance(e.filename, str) and not os.path.isabs(e.filename):
+                    e.filename = os.path.join(os.path.dirname(cur), e.filename)
+                raise
             os.close(fd)
             fd = child
     except BaseException:
