@@ -20,7 +20,10 @@ for runs and keys (``_refuse``) and one put-back (``_copy_back``, ``_same``); sp
 helpers would cross modules and the four halves could drift apart.
 
 The steps, each preceded by its journal record (``engine.bucket_state.new_journal``: the one
-journal interface, an object journal on a bucket):
+journal interface, an object journal on a bucket), are ``ObjectRetire``'s methods, run in the
+order of ``engine.txn.STEPS`` by the one driver ``engine.txn.run`` (as a disk's ``LocalRetire``
+and a bucket's reduce, ``ObjectReduce``), which alone orders the commit record (``swapping``), the
+rollback record, the cancel checks and the ``retire.*`` failpoints:
 
 1. the run's lock objects (the run and every nested run it takes along), one listing, the quiet
    period (``plan.planner.active_reason`` with ``closed_files``, the one rule of every store);
@@ -42,11 +45,12 @@ the logdir keeps its vault copy (the manifest says ``not_restored``; purge keeps
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
-from tb_footprint_plugin.engine import faults, lease, manifest
+from tb_footprint_plugin.engine import faults, lease, manifest, txn
 from tb_footprint_plugin.engine.bucket_blobs import (KEPT_IN, adding, backup_entries, blobs_of, check_entry,
                                                       entry_ok, is_blob_entry, missing_blobs, put_back)
 from tb_footprint_plugin.engine.bucket_state import (
@@ -71,7 +75,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 from tb_footprint_plugin.engine.bucket_restore import (holds_original, restore_journal, settle_failed_journal,
                                                         start_journal)
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
-from tb_footprint_plugin.engine.context import RunOutcome, new_op_id
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, journal_entries
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -141,86 +145,236 @@ def _nested_extra(listing: Dict[str, ObjectInfo], run: str, along: List[str]) ->
 
 def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iterable[str] = (),
                rule: Optional[dict] = None, quiet_period: float,
-               closed_files: Optional[Mapping[str, float]] = None) -> RunOutcome:
+               closed_files: Optional[Mapping[str, float]] = None,
+               cancel: Optional[CancelToken] = None) -> RunOutcome:
     """Retire ``run`` of a bucket logdir (and the nested runs ``takes_along`` names, which must be
-    all it holds). Returns an outcome (``verified`` when the run left the logdir for the vault),
-    never raises for a failed run: any failure puts every object back where it was."""
-    t0 = time.monotonic()
+    all it holds): ``ObjectRetire`` run by ``engine.txn.run``. Returns an outcome (``verified``
+    when the run left the logdir for the vault), never raises for a failed run: any failure puts
+    every object back where it was. ``cancel``: honoured between the steps up to the commit record
+    (the front end passes none: a cancel stops the next run)."""
     along = sorted(set(takes_along))
-    out = RunOutcome(run=run, status=Outcome.FAILED)
     why = _refuse(run, along, rfs, vault)
     if why:
-        out.reason, out.code = why, Failure.REFUSED
-        return out
-    st = BucketState(rfs)
-    op_id = new_op_id()
-    ACTIVE_OPS.add(op_id)
-    locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
-    journal = None
+        return RunOutcome(run=run, status=Outcome.FAILED, reason=why, code=Failure.REFUSED)
+    t = ObjectRetire(rfs, vault, run, along, rule, quiet_period, closed_files)
     try:
-        if not lock_runs(st, [run] + along, op_id, locks, out):
-            return out
+        if t.prepared():
+            txn.run(t, cancel or CancelToken())
+    finally:
+        t.end()
+    return t.out
+
+
+class ObjectRetire(txn.Txn):
+    """The steps of one bucket run's retirement (the module doc's 1-6) for ``engine.txn.run``:
+
+    - before the driver (``prepared``): the run's lock objects, one listing, the nested runs and
+      the quiet period (a refusal is a skip or a failure with nothing recorded);
+    - **journal**: the journal object (step ``planned``) naming every object and its numbered key
+      (failpoint ``retire.journal``);
+    - **backup**: every object copied server-side into the vault at its listed version, or added to
+      the local vault of blobs, under the vault's shared ``adding`` lock (``retire.mid_move`` after
+      the first; ``retire.move``);
+    - **stage**, **transform**: nothing (the run is moved unchanged);
+    - **verify**: each copy was proven by the store's checksum as it was made (a blob read back);
+      the manifest written, the ``adding`` lock left (``retire.manifest``);
+    - the **last look**: a fresh listing (nothing new, nothing rewritten since its copy, nothing
+      written within the quiet period), the locks still ours, the blobs still there; then the
+      commit record, step ``swapping`` (``retire.delete_record``);
+    - **swap**: the originals deleted at their versions (``finish_op``; ``retire.delete``);
+    - **commit**: a last listing of the run's prefix (anything there now was written during the
+      retirement: the whole run is put back beside it), the journal closed.
+
+    A failure is rolled back after step ``rolling_back`` (from the verified copies, past the commit
+    record too); an injected fault is a crash, left for ``settle``."""
+
+    verb = "retire"
+    errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError, Cancelled)  # OSError: the blob folder
+    rollback_errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
+    #: the driver's steps → this verb's declared failpoints (``engine.faults``, their historical
+    #: instants); ``retire.mid_move`` is hit inside the backup step
+    FAILPOINTS = {"journal": "retire.journal", "backup": "retire.move", "verify": "retire.manifest",
+                  "swap_record": "retire.delete_record", "swap": "retire.delete"}
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault, run: str, along: List[str], rule: Optional[dict],
+                 quiet_period: float, closed_files: Optional[Mapping[str, float]]) -> None:
+        self.t0 = time.monotonic()
+        self.rfs, self.vault, self.run, self.along, self.rule = rfs, vault, run, along, rule
+        self.quiet_period, self.closed_files = quiet_period, closed_files
+        self.out = RunOutcome(run=run, status=Outcome.FAILED)
+        self.st = BucketState(rfs)
+        self.op_id = new_op_id()
+        self.locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
+        self.jnl: Optional[ObjectJournal] = None
+        self.listing: Dict[str, ObjectInfo] = {}
+        self.now_objs: Dict[str, ObjectInfo] = {}
+        self.entry: dict = {}
+        self.code = None
+        self.ended = False
+        # entered by the backup step, left once the manifest names the blobs (or on the way out)
+        self._adding = contextlib.ExitStack()
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def prepared(self) -> bool:
+        """The locks, the listing and the refusals; False (the outcome says why) when the run is
+        not retired, nothing recorded."""
+        rfs, vault, run, out = self.rfs, self.vault, self.run, self.out
+        ACTIVE_OPS.add(self.op_id)
+        if not lock_runs(self.st, [run] + self.along, self.op_id, self.locks, out):
+            return False
         try:
-            listing = run_listing(rfs, vault, run)
+            listing = self.listing = run_listing(rfs, vault, run)
             if not listing:
                 raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds no object in the logdir (gone?); left alone")
-            extra = _nested_extra(listing, run, along)
+            extra = _nested_extra(listing, run, self.along)
             if extra:
                 raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds nested run(s) the plan did not name: "
                                      f"{', '.join(extra)}; plan again")
-            active = written_recently(listing, run, quiet_period, closed_files)
+            active = written_recently(listing, run, self.quiet_period, self.closed_files)
             if active:
                 raise BucketTxnError(Skip.ACTIVE, active)
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
             code = failure_code(e)
             out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.FAILED
             out.reason, out.code = str(e), code
-            return out
-        files = [_file_entry(vault, op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]
+            return False
+        files = [_file_entry(vault, self.op_id, i, k, o) for i, (k, o) in enumerate(sorted(listing.items()))]
         out.bytes_before = out.bytes_after = sum(f["size"] for f in files)
-        out.op_id = op_id
-        entry = {"run": run, "op": op_id, "lock": locks[0].path, "files": files}
+        out.op_id = self.op_id
+        self.entry = {"run": run, "op": self.op_id, "lock": self.locks[0].path, "files": files}
+        return True
+
+    def journal(self, report: txn.Report) -> None:
+        """The journal object, step ``planned`` (a store that refuses it: nothing to undo)."""
         try:
-            journal = new_journal(st, op_id, {
-                "op": op_id, "kind": KIND, "logdir": rfs.url, "step": Rec.PLANNED, "created": now_s(),
-                "vault": vault.root, "runs": [entry], "takes_along": along, "rule": rule,
-                "logdir_objects": len(listing)})
+            self.jnl = new_journal(self.st, self.op_id, {
+                "op": self.op_id, "kind": KIND, "logdir": self.rfs.url, "step": Rec.PLANNED, "created": now_s(),
+                "vault": self.vault.root, "runs": [self.entry], "takes_along": self.along, "rule": self.rule,
+                "logdir_objects": len(self.listing)})
         except STORE_FAILURES as e:
-            out.reason, out.code = str(e), failure_code(e)
-            return out
-        try:
-            _retire_steps(rfs, vault, st, journal, entry, listing, along, rule, quiet_period, closed_files, locks)
-            out.status, out.bytes_after = Outcome.VERIFIED, 0
-            out.removed_files = [f["path"] for f in files]
-        except faults.InjectedFault:
-            raise
-        except (BucketTxnError, *STORE_FAILURES, ValueError, OSError) as e:  # OSError: the local blob folder or scratch
-            code = failure_code(e)
-            out.reason = str(e)
+            self.out.reason, self.out.code = str(e), failure_code(e)
+            raise txn.NotStarted() from e
+
+    def backup(self, report: txn.Report) -> None:
+        """Every object into the vault: one add of blobs for the run, or server-side copies, each
+        conditional on the listed version and proven by the store's checksum."""
+        rfs, vault, entry = self.rfs, self.vault, self.entry
+        # a purge's forget waits until the manifest names the blobs added here (no-op without blobs)
+        self._adding.enter_context(adding(vault))
+        if vault.blobs is not None:  # one add for the run: small objects share packs
+            unmade = backup_entries(rfs, vault, [entry])
+            if self.run in unmade:
+                raise unmade[self.run]
+            faults.hit("retire.mid_move")  # every blob is in, none named yet
+        for i, f in enumerate(entry["files"]):
+            if is_blob_entry(f):
+                continue
+            backup_object(rfs, f)
+            if i == 0:
+                faults.hit("retire.mid_move")
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: a retirement produces no new object."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: the run is moved unchanged."""
+
+    def verify(self, report: txn.Report) -> None:
+        """Every copy checked as it was made (the store's checksum, a blob read back): the
+        manifest, then the ``adding`` lock left (the manifest names the blobs now)."""
+        self.st.create(self.vault.manifest(self.op_id),
+                       manifest_doc(self.rfs, self.vault, self.jnl.doc, self.entry, self.along, self.rule))
+        self._adding.close()
+
+    def last_look(self) -> None:
+        """A writer's object (new, or an original rewritten since its copy) keeps the run in the
+        logdir; so does a lock taken over or a blob forgotten since its add."""
+        run, files = self.run, self.entry["files"]
+        now_objs = self.now_objs = run_listing(self.rfs, self.vault, run)
+        new = sorted(set(now_objs) - set(self.listing))
+        changed = [f["path"] for f in files if f["path"] not in now_objs
+                   or now_objs[f["path"]].version_token != f["version"]]
+        if new or changed:
+            raise BucketTxnError(Skip.ACTIVE, f"{(new + changed)[0]}: written during the retirement (is the run still "
+                                 "being written?); run left as it was")
+        active = written_recently(now_objs, run, self.quiet_period, self.closed_files)
+        if active:
+            raise BucketTxnError(Skip.ACTIVE, active)
+        if not all(lock.still_held() for lock in self.locks):
+            raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
+        missing_blobs(self.vault, files)  # a blob forgotten since its add: the delete would lose its bytes
+
+    def record(self, step: str) -> None:
+        """``swapping`` (every copy verified: from here on recovery finishes the retirement);
+        ``rolling_back``."""
+        self.jnl.step(Rec.SWAPPING if step == "swap" else Rec.ROLLING_BACK, runs=[self.entry])
+
+    def swap(self, report: txn.Report) -> None:
+        """Each original deleted at its listed version (one rewritten meanwhile never is)."""
+        finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
+
+    def commit(self, report: txn.Report) -> None:
+        """Nothing is left in the run's prefix; the journal closed."""
+        left = run_listing(self.rfs, self.vault, self.run)
+        if left:
+            raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
+                                 "run put back beside it")
+        must_close(self.jnl)
+        out = self.out
+        out.status, out.bytes_after = Outcome.VERIFIED, 0
+        out.removed_files = [f["path"] for f in self.entry["files"]]
+
+    def journaled(self) -> bool:
+        return self.jnl is not None
+
+    def committed(self) -> bool:
+        return self.jnl is not None and self.jnl.committed()
+
+    def failed(self, error: BaseException) -> None:
+        self.code = failure_code(error)
+        self.out.reason = str(error)
+
+    def rollback(self, committed: bool) -> None:
+        """Every original gone from its key copied back (``rollback``), the journal closed."""
+        out = self.out
+        if self.jnl is None:  # no journal was made: nothing moved
+            out.status, out.code = Outcome.FAILED, self.code
+            return
+        held = rollback(self.rfs, self.vault, self.jnl.doc, deleted=committed)
+        must_close(self.jnl)
+        self.jnl = None
+        out.status = Outcome.SKIPPED if isinstance(self.code, Skip) else Outcome.ROLLED_BACK
+        out.code = self.code
+        if held:
+            out.reason += (f"; {len(held)} object(s) were written again at their key meanwhile, e.g. "
+                           f"{held[0]}: their originals stay in the vault")
+
+    def incomplete(self, error: BaseException) -> None:
+        """The journal stays (with the locks): the next start settles it."""
+        out = self.out
+        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+        out.reason += f"; rollback incomplete ({error}); the journal is kept and the next start settles it"
+
+    def unwind(self) -> None:
+        self._adding.close()
+
+    def end(self) -> None:
+        """Once: the locks no longer renewed, and deleted unless a journal kept for recovery
+        needs them."""
+        if self.ended:
+            return
+        self.ended = True
+        self._adding.close()
+        ACTIVE_OPS.discard(self.op_id)
+        ours, versions = unlock_all(self.locks)
+        if self.jnl is None or self.out.status == Outcome.VERIFIED:  # a kept journal keeps its locks
             try:
-                journal.step(Rec.ROLLING_BACK, runs=[entry])
-                held = rollback(rfs, vault, journal.doc, deleted=journal.committed())
-                must_close(journal)
-                journal = None
-                out.status = Outcome.SKIPPED if isinstance(code, Skip) else Outcome.ROLLED_BACK
-                out.code = code
-                if held:
-                    out.reason += (f"; {len(held)} object(s) were written again at their key meanwhile, e.g. "
-                                   f"{held[0]}: their originals stay in the vault")
-            except (BucketTxnError, *STORE_FAILURES, ValueError, OSError) as e2:  # the journal stays: the next start
-                # settles it
-                out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-                out.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
-        return out
-    finally:
-        ACTIVE_OPS.discard(op_id)
-        ours, versions = unlock_all(locks)
-        if journal is None or out.status == Outcome.VERIFIED:  # a kept journal keeps its locks for recovery
-            try:
-                BucketState.of(rfs).delete(ours, versions=versions)
+                BucketState.of(self.rfs).delete(ours, versions=versions)
             except STORE_FAILURES:
                 pass  # a stale lock of no journal is taken over by the next taker
-        out.duration_s = round(time.monotonic() - t0, 3)
+        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectInfo) -> dict:
@@ -233,53 +387,6 @@ def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectI
     else:
         f["backup"] = stored_key(vault, op_id, index)
     return f
-
-
-def _retire_steps(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: ObjectJournal, entry: dict,
-                  listing: Dict[str, ObjectInfo], along: List[str], rule: Optional[dict], quiet_period: float,
-                  closed_files: Optional[Mapping[str, float]], locks: List[lease.RunLease]) -> None:
-    run, op_id, files = entry["run"], entry["op"], entry["files"]
-    faults.hit("retire.journal")
-    # a purge's forget waits until the manifest names the blobs added here (no-op without blobs)
-    with adding(vault):
-        if vault.blobs is not None:  # one add for the run: small objects share packs
-            unmade = backup_entries(rfs, vault, [entry])
-            if run in unmade:
-                raise unmade[run]
-            faults.hit("retire.mid_move")  # every blob is in, none named yet
-        for i, f in enumerate(files):  # server-side copies, each conditional on the listed version
-            if is_blob_entry(f):
-                continue
-            backup_object(rfs, f)
-            if i == 0:
-                faults.hit("retire.mid_move")
-        faults.hit("retire.move")
-        st.create(vault.manifest(op_id), manifest_doc(rfs, vault, journal.doc, entry, along, rule))
-    faults.hit("retire.manifest")
-    # last look before the destructive step: a writer's object (new, or an original rewritten
-    # since its copy) keeps the run in the logdir
-    now_objs = run_listing(rfs, vault, run)
-    new = sorted(set(now_objs) - set(listing))
-    changed = [f["path"] for f in files if f["path"] not in now_objs
-               or now_objs[f["path"]].version_token != f["version"]]
-    if new or changed:
-        raise BucketTxnError(Skip.ACTIVE, f"{(new + changed)[0]}: written during the retirement (is the run still "
-                             "being written?); run left as it was")
-    active = written_recently(now_objs, run, quiet_period, closed_files)
-    if active:
-        raise BucketTxnError(Skip.ACTIVE, active)
-    if not all(lock.still_held() for lock in locks):
-        raise BucketTxnError(Skip.LOCKED, f"run {run}: its lock was taken over; left as it was")
-    missing_blobs(vault, files)  # a blob forgotten since its add: the delete would lose its bytes
-    journal.step(Rec.SWAPPING, runs=[entry])  # every copy verified: from here on recovery finishes the retirement
-    faults.hit("retire.delete_record")
-    finish_op(rfs, vault, journal.doc, present=now_objs)
-    faults.hit("retire.delete")
-    left = run_listing(rfs, vault, run)
-    if left:
-        raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
-                             "run put back beside it")
-    must_close(journal)
 
 
 def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, along: List[str],

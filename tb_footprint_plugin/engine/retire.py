@@ -5,6 +5,13 @@ of the run (the tree — names, directories, modes, sizes, sha256 — is in the 
 manifest). Numbered names matter: the default vault is inside the logdir, and TensorBoard's
 walkers (Python and Rust) would take any file named ``*tfevents*`` there for a run.
 
+A retirement is one transaction, ``LocalRetire``, run by the one driver ``engine.txn.run`` in
+the order of ``engine.txn.STEPS`` (as a reduce's ``LocalReduce``, and a bucket's retirement
+``engine.bucket_retire.ObjectRetire``): journal (every file's sha256, then the begin record) →
+backup (the moves into the vault) → verify (every stored file the one hashed) → swap (the
+originals a copy leaves, and the emptied folders, removed) → commit (the manifest, the commit
+record). A cancel is honoured where the driver honours it, up to the swap.
+
 On the same filesystem every file is *renamed* (no copy, no extra space); across filesystems
 it is copied, fsynced and re-hashed first, and the originals are deleted only after every
 copy checked out. Either way a file is always whole in one place or the other, so:
@@ -37,7 +44,7 @@ import time
 from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
-from tb_footprint_plugin.engine import faults, trust
+from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import own_manifests, unsettled_op
 from tb_footprint_plugin.engine.context import (
@@ -246,11 +253,12 @@ def _unchanged(path: str, f: dict) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# retire
+# retire: one transaction on the one driver (``engine.txn.run``)
 # ---------------------------------------------------------------------------------------
 def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule: Optional[dict] = None,
                cancel: Optional[CancelToken] = None, progress: Optional[Progress] = None) -> RunOutcome:
-    """Retire ``run`` (and the nested runs ``takes_along`` names, which must be all it holds).
+    """Retire ``run`` (and the nested runs ``takes_along`` names, which must be all it holds):
+    ``LocalRetire`` run by ``engine.txn.run``, under the lock of every run it moves.
 
     Returns an outcome (``verified`` when the run left the logdir for the vault), never raises
     for a failed run: any failure before the commit puts every file back where it was.
@@ -259,7 +267,6 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     along = sorted(set(takes_along))
     out = RunOutcome(run=run, status=Outcome.FAILED)
     cancel = cancel or CancelToken()
-    report = progress or (lambda step, frac: None)
     locks = []
     try:
         for r in [run] + along:
@@ -274,13 +281,71 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             lk.release()
         out.code, out.reason = lock_failure(e, r, ctx.lock_dir)
         return out
-    journal = None
+    t = LocalRetire(ctx, run, along, rule, out, locks, cancel, t0)
     try:
         unsettled = next((u for u in (unsettled_op(ctx, r) for r in [run] + along) if u), None)
         if unsettled:
             out.reason, out.code = (f"unfinished operation {unsettled} on this run could not be settled yet; "
                                     "see `tb-footprint status`"), Failure.UNSETTLED
             return out
+        txn.run(t, cancel, progress)
+    finally:
+        t.end()
+    return out
+
+
+class LocalRetire(txn.Txn):
+    """The steps of one run's retirement on a disk for ``engine.txn.run`` (the module doc):
+
+    - **journal**: the preflight, the inventory and every file's sha256 (cancellable; a refusal is
+      a skip or a failure with nothing to undo, ``NotStarted``), the logdir's identity bound, the
+      begin record (failpoint ``retire.journal``);
+    - **backup**: the vault's ``retired/<op_id>/files`` made ours, a last look for writers, the
+      ``move`` record (``retire.move_record``), every file renamed or copied (and re-hashed) into
+      the vault (``retire.mid_move`` after the first), the ``moved`` record (``retire.move``);
+    - **stage**, **transform**: nothing (a retirement moves the run unchanged);
+    - **verify**: every stored file is the one hashed: a rename the same inode (checked as it
+      moved), a copy its sha256 (checked before its rename into place), and each one's size again;
+    - the **last look** (a copy's originals still as hashed), then the ``delete`` record (only
+      when the originals are copies: a rename leaves none);
+    - **swap**: the originals unlinked (``retire.mid_delete``), the emptied folders removed
+      (``retire.delete``);
+    - **commit**: the sizes in the vault once more, the manifest (``retire.manifest``), the
+      ``commit`` record, the journal closed.
+
+    Every failure before the verified manifest is rolled back after its ``rollback`` record, an
+    injected one too (``injected_is_crash`` False: the disk's engine always rolled every failure
+    back); once the manifest says verified (or the commit record is written) the run is retired,
+    as a crash there leaves it, never rolled back past its record (review R11 F2)."""
+
+    verb = "retire"
+    injected_is_crash = False
+    errors = (Exception,)
+    rollback_errors = (Exception,)
+    #: the driver's steps → this verb's declared failpoints (``engine.faults``, their historical
+    #: instants); the others (``retire.move_record``, ``retire.mid_move``, ``retire.mid_delete``,
+    #: ``retire.manifest``) are hit inside their step
+    FAILPOINTS = {"journal": "retire.journal", "backup": "retire.move", "swap": "retire.delete"}
+
+    def __init__(self, ctx: Context, run: str, along: List[str], rule: Optional[dict], out: RunOutcome,
+                 locks: list, cancel: CancelToken, t0: float) -> None:
+        self.ctx, self.run, self.along, self.rule, self.out = ctx, run, along, rule, out
+        self.locks, self.cancel, self.t0 = locks, cancel, t0
+        self.jnl: Optional[Journal] = None
+        self.begin: dict = {}
+        self.dest_dir = ""
+        self.reason = ""
+        self.error: Optional[BaseException] = None
+        self.recorded = False  # the commit record or the verified manifest is durable: retired
+        self.rolling = False
+        self.ended = False
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def journal(self, report: txn.Report) -> None:
+        """What the run holds and every file's sha256 before anything moves, then the begin record."""
+        ctx, run, out, cancel = self.ctx, self.run, self.out, self.cancel
         try:
             _preflight(ctx, run)
             files, dirs = inventory(ctx, run)
@@ -293,11 +358,11 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
                 _check_space(ctx.vault.root, out.bytes_before)
             # the plan named what it takes along; the directory must hold no other run
             found = _runs_in(ctx, run, files)
-            extra = sorted(set(found) - set(along) - {run})
+            extra = sorted(set(found) - set(self.along) - {run})
             if extra:
                 raise TransactionError(f"run {run!r} holds nested run(s) the plan did not name: {', '.join(extra)}; "
                                        "plan again", Failure.REFUSED)
-            # 1. every file's sha256 before anything moves (cancellable: nothing changed yet)
+            # every file's sha256 before anything moves (cancellable: nothing changed yet)
             total = out.bytes_before or 1
             done = 0
             for f in files:
@@ -313,53 +378,203 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
             code = e.code if isinstance(e, TransactionError) and e.code else Failure.REFUSED
             out.status = Outcome.SKIPPED if code in (Skip.ACTIVE, Skip.OPEN_FOR_WRITING) else Outcome.FAILED
             out.reason, out.code = reason_of(e), code
-            return out
+            raise txn.NotStarted() from e
         cancel.check()
         try:
             # a state folder copied or planted from another logdir is refused, as a reduce refuses it
             identity = trust.bind(ctx.logdir, ctx.state)
         except trust.Untrusted as e:
             out.reason, out.code = str(e), Failure.REFUSED
-            return out
+            raise txn.NotStarted() from e
         op_id = new_op_id()
         out.op_id = op_id
-        journal = Journal.create(ctx.journal_dir, op_id, {
-            "type": Rec.BEGIN, "kind": "retire", "op_id": op_id, "run": run, "takes_along": along,
+        self.jnl = Journal.create(ctx.journal_dir, op_id, {
+            "type": Rec.BEGIN, "kind": "retire", "op_id": op_id, "run": run, "takes_along": self.along,
             "logdir_id": identity["id"],
-            "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": rule,
+            "logdir": ctx.logdir, "vault": ctx.vault.root, "same_fs": same_fs, "rule": self.rule,
             "files": files, "dirs": dirs, "bytes": out.bytes_before,
             # the folder the run leaves (its own folder and those below come back from ``dirs``)
             "dir_times": folder_times(ctx, [os.path.dirname(run)]),
         })
-        faults.hit("retire.journal")
-        _retire_steps(ctx, journal, out, cancel, report)
+
+    def backup(self, report: txn.Report) -> None:
+        """Every file into the vault after the ``move`` record: a rename, or a checked copy (the
+        originals stay until every copy checked out); then the ``moved`` record."""
+        ctx, journal, out = self.ctx, self.jnl, self.out
+        begin = self.begin = journal.records()[0]
+        op_id, files, same_fs = begin["op_id"], begin["files"], begin["same_fs"]
+        vault = ctx.vault
+        dest_dir = self.dest_dir = os.path.join(retired_dir(vault, op_id), "files")
+        try:  # folders of ours all the way from the vault: a planted link is set aside, never followed
+            ensure_private_dir(dest_dir, vault.root)
+        except NotPrivate as e:
+            raise TransactionError(str(e), Failure.REFUSED) from None
+        fsync_dir(os.path.dirname(dest_dir))
+        fsync_dir(os.path.dirname(os.path.dirname(dest_dir)))
+        self.cancel.check()  # the last point where a cancel is honoured with nothing moved yet
+        _check_writers(ctx, begin["run"])  # again, right before anything moves
+        journal.append({"type": Rec.MOVE})
+        faults.hit("retire.move_record")
+        total = out.bytes_before or 1
+        done = 0
+        for i, f in enumerate(files):
+            src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
+            no_symlink(ctx, f["path"])
+            if not _unchanged(src, f):
+                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
+            if same_fs:
+                os.rename(src, dst)
+                if os.lstat(dst).st_ino != f["ino"]:
+                    raise TransactionError(f"{f['path']}: not the file that was hashed")
+            else:
+                tmp = dst + ".partial"
+                copy_file(src, tmp)
+                if sha256_file(tmp) != f["sha256"]:
+                    raise TransactionError(f"copy of {f['path']} in {vault.root} does not match its sha256")
+                os.chmod(tmp, f["mode"])
+                os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
+                os.replace(tmp, dst)
+            if i == 0:
+                faults.hit("retire.mid_move")
+            done += f["size"]
+            report("move", 0.5 + 0.4 * done / total)
+        fsync_dir(dest_dir)
+        journal.append({"type": Rec.MOVED})
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: a retirement produces no new file."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: the run is moved unchanged."""
+
+    def verify(self, report: txn.Report) -> None:
+        """Every stored file is the one hashed: the renames and copies were checked as they were
+        made (inode; sha256), and each one still has its size."""
+        self._check_stored()
+
+    def _check_stored(self) -> None:
+        for i, f in enumerate(self.begin["files"]):
+            if os.lstat(os.path.join(self.dest_dir, str(i))).st_size != f["size"]:
+                raise TransactionError(f"{f['path']}: size changed in the vault")
+
+    def last_look(self) -> None:
+        """The originals a copy leaves behind are still the files hashed (an appending writer
+        keeps the run in the logdir, before any of them is unlinked)."""
+        if self.begin["same_fs"]:
+            return
+        for f in self.begin["files"]:
+            no_symlink(self.ctx, f["path"])
+            if not _unchanged(self.ctx.abs(f["path"]), f):
+                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
+
+    def record(self, step: str) -> None:
+        """``delete`` before a copy's originals are unlinked (a rename leaves none to delete, and
+        records nothing); ``rollback`` with its reason."""
+        if step == "swap":
+            if not self.begin["same_fs"]:
+                self.jnl.append({"type": Rec.DELETE})
+            return
+        self.jnl.append({"type": Rec.ROLLBACK, "reason": self.reason})
+
+    def swap(self, report: txn.Report) -> None:
+        """A copy's originals unlinked, then the emptied folders, deepest first (anything new in
+        them keeps them, and fails)."""
+        ctx, begin = self.ctx, self.begin
+        if not begin["same_fs"]:
+            for i, f in enumerate(begin["files"]):
+                src = ctx.abs(f["path"])
+                no_symlink(ctx, f["path"])
+                if not _unchanged(src, f):
+                    raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
+                                           "written?)")
+                os.unlink(src)
+                if i == 0:
+                    faults.hit("retire.mid_delete")
+        for d in sorted(begin["dirs"], key=lambda d: d["path"].count("/"), reverse=True):
+            p = ctx.abs(d["path"])
+            no_symlink(ctx, d["path"])
+            try:
+                os.rmdir(p)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise TransactionError(f"{d['path']}: new files appeared in the run while it was being retired")
+                raise
+        with contextlib.suppress(OSError):
+            fsync_dir(os.path.dirname(ctx.abs(begin["run"])))
+
+    def commit(self, report: txn.Report) -> None:
+        """The vault holds exactly the run (every size once more); the verified manifest
+        (``retire.manifest``), the ``commit`` record, the journal closed."""
+        journal, out = self.jnl, self.out
+        self._check_stored()
+        report("record", 0.95)
+        write_retire_manifest(self.ctx, journal.records(), Outcome.VERIFIED, None)
+        faults.hit("retire.manifest")
+        journal.append({"type": Rec.COMMIT})
+        journal.close()
+        out.removed_files = [f["path"] for f in self.begin["files"]]
+        out.bytes_after = 0
+        report("done", 1.0)
         out.status = Outcome.VERIFIED
-    except Exception as e:
-        reason = reason_of(e)
+
+    def journaled(self) -> bool:
+        """A rollback to record: a journal of ours, the retirement not recorded yet."""
+        return self.jnl is not None and not self.recorded
+
+    def committed(self) -> bool:
+        return self.recorded
+
+    def failed(self, error: BaseException) -> None:
+        """Why, and whether the retirement is recorded already: the commit record written, or its
+        verified manifest (every file in the vault and checked)."""
+        self.error, self.reason = error, reason_of(error)
+        journal = self.jnl
+        if journal is not None:
+            self.recorded = any(r["type"] == Rec.COMMIT for r in journal.written) or \
+                _retirement_recorded(self.ctx.vault, journal.op_id)
+
+    def rollback(self, committed: bool) -> None:
+        """Every file back at its path (``rollback_retire``); or, with no journal or past the
+        record, the outcome that says so."""
+        out, journal, reason = self.out, self.jnl, self.reason
         if journal is None:
             out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
-            if isinstance(e, Cancelled):
+            if isinstance(self.error, Cancelled):
                 out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
-        elif any(r["type"] == Rec.COMMIT for r in journal.written) or _retirement_recorded(ctx.vault, journal.op_id):
-            # committed, or its verified manifest written (every file in the vault and checked):
-            # retired, as a crash there leaves it; never rolled back past its record
+            return
+        if committed:
+            # retired, as a crash there leaves it: never rolled back past its record
             out.status = Outcome.VERIFIED
+            self.jnl = None
             journal.close()
-        else:
-            try:
-                journal.append({"type": Rec.ROLLBACK, "reason": reason})
-                noted = rollback_retire(ctx, journal.records(), reason)
-                out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
-                out.reason = f"{reason}; {noted}" if noted else reason
-                journal.close()
-            except Exception as e2:  # the journal stays: recovery tries again on the next start
-                out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-                out.reason = f"{reason}; rollback incomplete ({reason_of(e2)}), will be retried on next start"
-    finally:
-        for lk in locks:
+            return
+        self.rolling = True
+        noted = rollback_retire(self.ctx, journal.records(), reason)
+        out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+        out.reason = f"{reason}; {noted}" if noted else reason
+        journal.close()
+        self.rolling, self.jnl = False, None
+
+    def incomplete(self, error: BaseException) -> None:
+        """The rollback (its record included) did not finish: the journal stays, the next start
+        tries again. A failure outside the rollback itself (closing a recorded retirement's
+        journal) propagates, as it always did."""
+        if not (self.rolling or self.journaled()):
+            raise error
+        out = self.out
+        out.status, out.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+        out.reason = f"{self.reason}; rollback incomplete ({reason_of(error)}), will be retried on next start"
+
+    def end(self) -> None:
+        """Every run lock released (once), the duration noted."""
+        if self.ended:
+            return
+        self.ended = True
+        for lk in self.locks:
             lk.release()
-        out.duration_s = round(time.monotonic() - t0, 3)
-    return out
+        self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
 def _runs_in(ctx: Context, run: str, files: List[dict]) -> List[str]:
@@ -373,87 +588,6 @@ def _check_space(path: str, need: int) -> None:
     if free < need + FREE_SPACE_MARGIN:
         raise TransactionError(f"not enough free space on {path}: needs {human_bytes(need + FREE_SPACE_MARGIN)}, "
                                f"has {human_bytes(free)}; nothing was changed", Failure.REFUSED)
-
-
-def _retire_steps(ctx: Context, journal: Journal, out: RunOutcome, cancel: CancelToken, report: Progress) -> None:
-    begin = journal.records()[0]
-    op_id, files, same_fs = begin["op_id"], begin["files"], begin["same_fs"]
-    vault = ctx.vault
-    dest_dir = os.path.join(retired_dir(vault, op_id), "files")
-    try:  # folders of ours all the way from the vault: a planted link is set aside, never followed
-        ensure_private_dir(dest_dir, vault.root)
-    except NotPrivate as e:
-        raise TransactionError(str(e), Failure.REFUSED) from None
-    fsync_dir(os.path.dirname(dest_dir))
-    fsync_dir(os.path.dirname(os.path.dirname(dest_dir)))
-    cancel.check()  # the last point where a cancel is honoured without a rollback
-    _check_writers(ctx, begin["run"])  # again, right before anything moves
-    journal.append({"type": Rec.MOVE})
-    faults.hit("retire.move_record")
-    total = out.bytes_before or 1
-    done = 0
-    # 2. every file into the vault: a rename, or a checked copy (originals stay until all checked)
-    for i, f in enumerate(files):
-        src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
-        no_symlink(ctx, f["path"])
-        if not _unchanged(src, f):
-            raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
-        if same_fs:
-            os.rename(src, dst)
-            if os.lstat(dst).st_ino != f["ino"]:
-                raise TransactionError(f"{f['path']}: not the file that was hashed")
-        else:
-            tmp = dst + ".partial"
-            copy_file(src, tmp)
-            if sha256_file(tmp) != f["sha256"]:
-                raise TransactionError(f"copy of {f['path']} in {vault.root} does not match its sha256")
-            os.chmod(tmp, f["mode"])
-            os.utime(tmp, ns=(f["mtime_ns"], f["mtime_ns"]))
-            os.replace(tmp, dst)
-        if i == 0:
-            faults.hit("retire.mid_move")
-        done += f["size"]
-        report("move", 0.5 + 0.4 * done / total)
-    fsync_dir(dest_dir)
-    journal.append({"type": Rec.MOVED})
-    faults.hit("retire.move")
-    if not same_fs:
-        journal.append({"type": Rec.DELETE})
-        for i, f in enumerate(files):
-            src = ctx.abs(f["path"])
-            no_symlink(ctx, f["path"])
-            if not _unchanged(src, f):
-                raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
-            os.unlink(src)
-            if i == 0:
-                faults.hit("retire.mid_delete")
-    # 3. the emptied directories, deepest first; anything new in them keeps them (and fails)
-    for d in sorted(begin["dirs"], key=lambda d: d["path"].count("/"), reverse=True):
-        p = ctx.abs(d["path"])
-        no_symlink(ctx, d["path"])
-        try:
-            os.rmdir(p)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                raise TransactionError(f"{d['path']}: new files appeared in the run while it was being retired")
-            raise
-    with contextlib.suppress(OSError):
-        fsync_dir(os.path.dirname(ctx.abs(begin["run"])))
-    faults.hit("retire.delete")
-    # 4. the vault holds exactly the run: every file's size (and for copies, sha256 above)
-    for i, f in enumerate(files):
-        if os.lstat(os.path.join(dest_dir, str(i))).st_size != f["size"]:
-            raise TransactionError(f"{f['path']}: size changed in the vault")
-    report("record", 0.95)
-    write_retire_manifest(ctx, journal.records(), Outcome.VERIFIED, None)
-    faults.hit("retire.manifest")
-    journal.append({"type": Rec.COMMIT})
-    journal.close()
-    out.removed_files = [f["path"] for f in files]
-    out.bytes_after = 0
-    report("done", 1.0)
 
 
 def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:

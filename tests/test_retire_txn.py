@@ -1,0 +1,152 @@
+"""Retire as one transaction on the one driver (issue #26): a run's retirement on a disk is
+``retire.LocalRetire`` and on a bucket ``bucket_retire.ObjectRetire``, each run by
+``engine.txn.run`` in the order of ``txn.STEPS``, with the journal records and the failpoints of
+``engine.faults`` (``retire.*``) at their historical instants, and a cancel honoured at the
+driver's points: after the moves into the vault (before anything is deleted) the run is put
+back, byte for byte."""
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import user_files
+from tb_footprint_plugin import api, synth
+from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.engine import bucket_retire, faults, retire, txn
+from tb_footprint_plugin.engine.bucket_state import BucketVault
+from tb_footprint_plugin.engine.context import CancelToken
+from tb_footprint_plugin.storage.paths import state_dir
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+pytestmark = pytest.mark.usefixtures("disarm_faults")
+
+OLD = time.time() - 7 * 86400
+STATE = ".tb-footprint/"
+
+
+def _logdir(root: Path) -> Path:
+    """Two runs, one with a file in a sub-folder, old enough for any quiet period."""
+    for name in ("train", "baseline"):
+        with synth.EventWriter(str(root / name)) as w:
+            for step, v in enumerate([1.0, 0.5, 0.25]):
+                w.scalar("val/loss", step, v)
+    (root / "train" / "notes").mkdir()
+    (root / "train" / "notes" / "config.yaml").write_bytes(b"lr: 0.1\n" * 40)
+    for dirpath, _dirs, files in os.walk(root):
+        for n in files:
+            os.utime(os.path.join(dirpath, n), (OLD, OLD))
+    return root
+
+
+def _observe(monkeypatch, failpoints):
+    """Wrap ``txn.run``: the transactions it runs, and one log of each step the driver calls
+    (``record:<step>`` for a record) interleaved with every failpoint of ``failpoints`` hit."""
+    seen, log = [], []
+    real = txn.run
+
+    def spy(t, cancel, report=None):
+        seen.append(type(t).__name__)
+        for name in txn.STEPS + ("last_look",):
+            orig = getattr(t, name)
+            setattr(t, name, lambda *a, _o=orig, _n=name: (log.append(_n), _o(*a))[1])
+        orig_record = t.record
+        t.record = lambda step: (log.append(f"record:{step}"), orig_record(step))[1]
+        return real(t, cancel, report)
+
+    monkeypatch.setattr(txn, "run", spy)
+    for name in failpoints:
+        faults.arm(name, lambda n=name: log.append(n))
+    return seen, log
+
+
+@pytest.fixture
+def other_fs():
+    vault = Path("/dev/shm") / f"tbfp-retire-txn-{uuid.uuid4().hex[:8]}"
+    vault.mkdir()
+    yield str(vault)
+    shutil.rmtree(vault, ignore_errors=True)
+
+
+def test_a_local_retire_is_a_LocalRetire_run_by_the_driver_step_by_step(tmp_path, monkeypatch, other_fs):
+    """The driver's steps in order, each failpoint at its instant inside them: on one filesystem
+    (renames: no delete record, nothing to unlink) and across two (copies, then the originals
+    unlinked after the delete record)."""
+    for backup, tail in ((None, []), (other_fs, ["retire.mid_delete"])):
+        logdir = _logdir(tmp_path / ("same" if backup is None else "cross"))
+        before = user_files(logdir)
+        seen, log = _observe(monkeypatch, retire.RETIRE_STEPS)
+        rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup)
+        [o] = rep.outcomes
+        assert o.status == Outcome.VERIFIED, o.to_dict()
+        assert seen == ["LocalRetire"]
+        assert log == ["journal", "retire.journal",
+                       "backup", "retire.move_record", "retire.mid_move", "retire.move",
+                       "stage", "transform", "verify", "last_look", "record:swap",
+                       "swap", *tail, "retire.delete",
+                       "commit", "retire.manifest"], log
+        assert user_files(logdir) == {k: v for k, v in before.items() if not k.startswith("train")}
+        # the journal's records as they always were: the delete record only where originals are unlinked
+        [m] = [m for m in api.operations(str(logdir), backup_dir=backup) if m["kind"] == "retire"]
+        assert m["outcome"] == Outcome.VERIFIED and len(m["tree"]) == 2
+        assert [o.status for o in api.restore(str(logdir), run="train", backup_dir=backup)] == ["restored"]
+        assert user_files(logdir) == before
+        faults.disarm_all()
+
+
+@pytest.mark.parametrize("where", ["same_fs", "cross_fs"])
+def test_a_cancel_after_the_moves_puts_the_local_run_back(tmp_path, where, other_fs):
+    """The driver honours a cancel after the backup step (every file in the vault, none deleted):
+    the run is rolled back after its rollback record, byte for byte, nothing is retired and no
+    journal is left. Before, a retirement past its move record ignored any cancel."""
+    logdir = _logdir(tmp_path / "logdir")
+    backup = other_fs if where == "cross_fs" else None
+    before = user_files(logdir)
+    token = CancelToken()
+    faults.arm("retire.move", token.cancel)
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False, backup_dir=backup, cancel=token)
+    [o] = rep.outcomes
+    assert o.status == Outcome.ROLLED_BACK and "cancelled" in o.reason, o.to_dict()
+    assert user_files(logdir) == before
+    assert api.retired(str(logdir), backup_dir=backup) == []
+    journal = Path(state_dir(str(logdir))) / "journal"
+    assert not os.listdir(journal), "the rolled-back retirement left its journal"
+    vault = Path(backup) if backup else Path(state_dir(str(logdir)))
+    assert not os.listdir(vault / "retired"), "the rolled-back retirement left files in the vault"
+    [m] = [m for m in api.operations(str(logdir), backup_dir=backup) if m["kind"] == "retire"]
+    assert m["outcome"] == Outcome.ROLLED_BACK
+
+
+def test_a_bucket_retire_is_an_ObjectRetire_run_by_the_driver(s3_bucket, tmp_path, monkeypatch):
+    """On a bucket: the driver's steps in order with the bucket's failpoints (the manifest after
+    verify, the delete record after the commit record), then a cancel after the copies puts every
+    object back and leaves no copy, manifest or journal behind."""
+    url = s3_bucket.upload(_logdir(tmp_path / "logs"), "logs")
+
+    def user():
+        return {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(STATE)}
+
+    before = user()
+    rfs = RemoteFS(url)
+    vault = BucketVault.for_logdir(rfs)
+    seen, log = _observe(monkeypatch, bucket_retire.RETIRE_STEPS)
+    out = bucket_retire.retire_run(rfs, vault, "train", quiet_period=0)
+    assert out.status == Outcome.VERIFIED, out.to_dict()
+    assert seen == ["ObjectRetire"]
+    assert log == ["journal", "retire.journal",
+                   "backup", "retire.mid_move", "retire.move",
+                   "stage", "transform", "verify", "retire.manifest",
+                   "last_look", "record:swap", "retire.delete_record",
+                   "swap", "retire.delete", "commit"], log
+    assert user() == {k: v for k, v in before.items() if not k.startswith("train/")}
+
+    faults.disarm_all()
+    token = CancelToken()
+    faults.arm("retire.move", token.cancel)
+    out = bucket_retire.retire_run(rfs, vault, "baseline", quiet_period=0, cancel=token)
+    assert out.status == Outcome.ROLLED_BACK and "cancelled" in out.reason, out.to_dict()
+    assert user() == {k: v for k, v in before.items() if not k.startswith("train/")}
+    left = {k for k in s3_bucket.hashes("logs") if k.startswith(STATE)}
+    assert not [k for k in left if out.op_id in k], sorted(left)  # no copy, manifest, journal or lock of it
