@@ -149,6 +149,32 @@ def test_a_kill_inside_the_copy_and_delete_swap_is_finished_by_recovery(tmp_path
     assert user_files(logdir) == before
 
 
+def test_a_kill_between_the_copy_and_the_delete_is_finished_by_recovery(tmp_path, monkeypatch):
+    """Killed once the staged bytes stand at the original's name, before the staged file is
+    deleted: both hold the new bytes; recovery only deletes the staged file."""
+    logdir = copy_real("tf", tmp_path / "logdir")  # an event file rewritten in its place
+    before = user_files(logdir)
+    _spy_local(monkeypatch, NO_RENAME)
+    real, made = swap.copy_new, []
+
+    def copied_then_killed(src, dst, *a, **kw):
+        made.append((src, real(src, dst, *a, **kw)))
+        raise Killed()
+
+    monkeypatch.setattr(swap, "copy_new", copied_then_killed)
+    with pytest.raises(Killed):
+        _reduce(logdir, "archive")
+    ((tmp, _),) = made
+    assert os.path.exists(tmp)  # the staged file is still there, whole
+    monkeypatch.setattr(swap, "copy_new", lambda *a, **kw: (made.append(a), real(*a, **kw))[1])
+    api.recover_logdir(str(logdir))
+    assert not os.path.exists(tmp) and len(made) == 1  # deleted, and not copied again
+    ops = [m for m in api.operations(logdir) if m.get("kind") == "reduce"]
+    assert ops and all(m["outcome"] == Outcome.VERIFIED for m in ops), ops
+    assert all(o.verified for o in api.restore(str(logdir)))
+    assert user_files(logdir) == before
+
+
 # ---------------------------------------------------------------------------------------
 # a bucket's engine asks it
 # ---------------------------------------------------------------------------------------
