@@ -217,7 +217,10 @@ def _selectors(ap: argparse.ArgumentParser, positional: bool = True) -> None:
     """The run selectors every verb that takes runs accepts, with one meaning: names (positional
     and ``--run``), and a glob (``--runs`` or ``--glob``, matched by ``plan.select``)."""
     if positional:
-        ap.add_argument("run_names", nargs="*", metavar="RUN", help="runs by name, as TensorBoard shows them")
+        # default=[]: argparse makes a '*' positional without a default required, and a missing
+        # logdir was then said as "required: logdir, RUN" (review R16 F9)
+        ap.add_argument("run_names", nargs="*", default=[], metavar="RUN",
+                        help="runs by name, as TensorBoard shows them (after `--` a name may begin with '-')")
     ap.add_argument("--run", dest="runs", action="append", default=None, metavar="NAME",
                     help="only this run (repeatable; an error if there is no such run)")
     ap.add_argument("--runs", "--glob", dest="run_glob", default=None, metavar="GLOB", help=GLOB_HELP)
@@ -530,7 +533,7 @@ def cmd_reduce(args) -> int:
     try:
         logdirs, shard = _batch_args(args)
     except ValueError as e:  # a shard spec or a scheduler's environment that names no shard
-        print(f"tb-footprint: error: {e}", file=sys.stderr)
+        print(f"tb-footprint reduce: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     api.get_policy(_policy(args))  # a bad policy is said first, whatever the folders hold
     for ld in logdirs:  # before anything is written: a folder with no TensorBoard data gets no state folder
@@ -693,8 +696,9 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
             for line in _unsettled_lines(ld, args.backup_dir, [r for r in current if r not in named], since):
                 print(f"  {line}", file=sys.stderr)
     words = sys.argv[1:] if sys.argv[1:2] == [verb] else [verb, *logdirs]
-    if "--yes" not in words and "-y" not in words:
-        words = [*words, "--yes"]
+    cut = words.index("--") if "--" in words else len(words)  # after `--` every word is a run name
+    if "--yes" not in words[:cut] and "-y" not in words[:cut]:
+        words = [*words[:cut], "--yes", *words[cut:]]
     done = {"reduce": "Runs reduced and verified", "restore": "Runs restored",
             "purge": "Backups deleted"}.get(verb, "Runs retired")
     print(f"{done} before the interrupt stay so; nothing else was changed. `tb-footprint status "
@@ -1252,6 +1256,18 @@ def _positive(parse, most: float = float("inf")):
     return convert
 
 
+def _whole_above_zero(text: str) -> int:
+    """A count such as ``--jobs``: a whole number of at least 1 (0 or less would run nothing, or
+    everything at once, without saying so)."""
+    try:
+        n = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r}: not a whole number (e.g. 4)") from None
+    if n < 1:
+        raise ValueError(f"{text!r}: must be at least 1")
+    return n
+
+
 def _backends(text: str) -> tuple:
     """``--verify``: checked before anything runs (a typo must not back up and transform first)."""
     names = tuple(n.strip() for n in text.split(",") if n.strip())
@@ -1264,10 +1280,91 @@ def _backends(text: str) -> tuple:
     return names
 
 
+class _VerbParser(argparse.ArgumentParser):
+    """A verb's parser. Options and positionals may come in any order (``restore LOGDIR -n RUN``
+    as ``restore LOGDIR RUN -n``), and ``--`` ends the options: every word after it is a
+    positional, so a run name may begin with '-' (``restore LOGDIR -- -x``, review R16 F7).
+
+    Two passes, as argparse's ``parse_known_intermixed_args``: the options with every positional
+    switched off, then the positionals. Unlike it, the words from the first ``--`` on are kept out
+    of the first pass (which would swallow a ``--`` that no positional precedes) and handed to
+    the second with their ``--``."""
+
+    _plain = False  # inside a pass: argparse's own parse
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self._plain:
+            return super().parse_known_args(args, namespace)
+        args = list(sys.argv[1:] if args is None else args)
+        cut = args.index("--") if "--" in args else len(args)
+        positionals = self._get_positional_actions()
+        saved = [(a, a.nargs, a.default) for a in positionals]
+        usage = self.usage
+        self._plain = True
+        try:
+            if usage is None:  # the first pass's errors show the whole usage, positionals included
+                self.usage = self.format_usage()[len("usage: "):]
+            try:
+                for a in positionals:
+                    a.nargs = a.default = argparse.SUPPRESS
+                namespace, rest = super().parse_known_args(args[:cut], namespace)
+            finally:
+                for a, nargs, default in saved:
+                    a.nargs, a.default = nargs, default
+            return super().parse_known_args(rest + args[cut:], namespace)
+        finally:
+            self._plain = False
+            self.usage = usage
+
+
+#: the verbs under the consent rule (``_consent``): they ask, and refuse without a terminal
+CHANGING_VERBS = ("reduce", "restore", "purge", "retire")
+#: what exit code 1 means, verb by verb: every verb's --help and the README's table say these words
+EXIT_ONE = {
+    "scan": "an error stopped it (said as `error [CODE]`)",
+    "policies": "an error stopped it (said as `error [CODE]`)",
+    "plan": "an error stopped it (said as `error [CODE]`)",
+    "reduce": "some run failed or was rolled back (each said with its code), or an error stopped it",
+    "verify": "a check failed or a backup is damaged, or an error stopped it",
+    "restore": "some run was not restored (each said with its code), or an error stopped it",
+    "purge": "a backup was kept for an error (a full disk, a run lock it could not take), or what it would "
+             "delete changed while the question was open (nothing deleted), or an error stopped it",
+    "retire": "some run was not retired (each said with its code), or an error stopped it",
+    "retired": "an error stopped it (said as `error [CODE]`)",
+    "status": "an error stopped it (said as `error [CODE]`); damage it reports is no error",
+    "recover": "an operation could not be settled, or a journal was refused (left as it is for you to look "
+               "at), or an error stopped it",
+    "history": "an error stopped it (said as `error [CODE]`)",
+    "demo": "an error stopped it (e.g. the folder holds files the demo did not write, without `--overwrite`)",
+    "vault": "an error stopped it (said as `error [CODE]`)",
+}
+
+
+def exit_codes(verb: str) -> str:
+    """The exit codes of ``verb``, as its --help's epilog says them (``main`` returns them)."""
+    changing = verb in CHANGING_VERBS
+    rows = [
+        ("0", "done" + ("; also --dry-run, nothing to do, or the [y/N] question answered no (nothing changed)"
+                        if changing else "")),
+        ("1", EXIT_ONE[verb]),
+        ("2", "usage error (an unknown option, a bad value, a missing logdir, a run name or glob that matches "
+              "nothing)" + ("; or no terminal to ask on and no --yes: nothing changed" if changing else "")),
+        ("130", "interrupted by Ctrl-C" + (" (the operation under way settled first)" if changing else "")),
+        ("141", "its output's reader went away (`| head`): the rest of the output is dropped, the verb still "
+                "finishes"),
+        ("143", "stopped by SIGTERM (settled as Ctrl-C is)"),
+    ]
+    import textwrap
+
+    return "exit codes:\n" + "".join(textwrap.fill(what, 100, initial_indent=f"  {code:>3}  ",
+                                                    subsequent_indent=" " * 7) + "\n" for code, what in rows)
+
+
 def _verb(sub, name: str, help: str, description: str, examples: str) -> argparse.ArgumentParser:
-    """One subcommand with its one-line help, a description and examples (shown by ``-h``)."""
+    """One subcommand with its one-line help, a description, examples and exit codes (shown by ``-h``)."""
     return sub.add_parser(name, help=help, description=description,
-                          epilog="examples:\n" + "".join(f"  {e}\n" for e in examples.splitlines()),
+                          epilog="examples:\n" + "".join(f"  {e}\n" for e in examples.splitlines())
+                          + "\n" + exit_codes(name),
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
@@ -1300,7 +1397,8 @@ def _plan_parser(sub) -> None:
               "Writes nothing.",
               "tb-footprint plan runs\ntb-footprint plan runs --policy lossless --runs 'mnist/*'")
     s.add_argument("logdir", help="the TensorBoard logdir")
-    s.add_argument("run_names", nargs="*", metavar="RUN", help="runs by name, as TensorBoard shows them")
+    s.add_argument("run_names", nargs="*", default=[], metavar="RUN",
+                   help="runs by name, as TensorBoard shows them (after `--` a name may begin with '-')")
     _common(s)
     _filters(s)
     s.add_argument("--verbose", "-v", action="store_true", help="each fidelity line with its details")
@@ -1317,7 +1415,7 @@ def _reduce_parser(sub) -> None:
               "tb-footprint reduce runs --run mnist/baseline/train --dry-run\n"
               "tb-footprint reduce --logdirs-from logdirs.txt --shard 0/4 --yes")
     s.add_argument("logdir", nargs="?", help="the TensorBoard logdir")
-    s.add_argument("more_logdirs", nargs="*", metavar="LOGDIR|RUN",
+    s.add_argument("more_logdirs", nargs="*", default=[], metavar="LOGDIR|RUN",
                    help="more logdirs, reduced in the same call; a name that is no folder here but a run "
                         "of the first logdir selects that run (as --run does)")
     s.add_argument("--logdirs-from", default=None, metavar="FILE", help="read more logdirs from FILE, one a line")
@@ -1338,9 +1436,10 @@ def _reduce_parser(sub) -> None:
     s.add_argument("--yes", "-y", action="store_true",
                    help="reduce without asking; needed without a terminal (otherwise: the plan, exit 2)")
     s.add_argument("--verbose", "-v", action="store_true", help="the plan's fidelity lines with their details")
-    s.add_argument("--jobs", type=int, default=1, help="runs reduced in parallel")
-    s.add_argument("--timeout", type=_arg(parse_duration), default=None,
-                   help="per-run time limit, e.g. 30m (rolled back after)")
+    s.add_argument("--jobs", type=_arg(_whole_above_zero), default=1, metavar="N",
+                   help="runs reduced in parallel (at least 1)")
+    s.add_argument("--timeout", type=_arg(_positive(parse_duration)), default=None, metavar="DURATION",
+                   help="per-run time limit above 0, e.g. 30m (rolled back after)")
     s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
     s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
                    help="reader backends to verify with: python, rust or python,rust (default)")
@@ -1455,9 +1554,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="tb-footprint",
         description="See what fills a TensorBoard logdir, and cut it safely (backup, verify, restore).",
+        epilog="exit codes: 0 done (a declined [y/N] question included: nothing changed), 1 a run failed or an "
+               "error stopped the verb, 2 usage error or a changing verb without a terminal and without --yes, "
+               "130 Ctrl-C, 141 the output's reader went away (`| head`), 143 SIGTERM; "
+               "`tb-footprint VERB -h` says what each means for that verb.",
     )
     p.add_argument("--version", action="version", version=f"tb-footprint {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_VerbParser)
     for add in (_scan_parser, _policies_parser, _plan_parser, _reduce_parser, _verify_parser, _restore_parser,
                 _purge_parser, _retire_parsers, _status_parser, _recover_parser, _history_parser, _demo_parser,
                 _vault_parser):
@@ -1660,7 +1763,11 @@ def _parse(parser: argparse.ArgumentParser, argv: Optional[List[str]]):
     args, extra = parser.parse_known_args(argv)
     if extra:
         verb = _VERBS.get(getattr(args, "command", None))
-        (verb or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        dashed = next((x for x in extra if x.startswith("-") and x != "-"), None)
+        hint = (f" (a run named {dashed!r} goes after `--`: tb-footprint {args.command} LOGDIR -- {dashed})"
+                if verb is not None and dashed and ("run_names" in vars(args) or "more_logdirs" in vars(args))
+                else "")
+        (verb or parser).error(f"unrecognized arguments: {' '.join(extra)}{hint}")
     return args
 
 
@@ -1707,11 +1814,50 @@ def _on_sigterm(signum, frame) -> None:
 
 _TERMINATED: List[int] = []
 
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell shows for `seq 1000000 | head -1`
+
+
+class _PipeGuard:
+    """``sys.stdout`` / ``sys.stderr`` while a verb runs, so that a reader that goes away
+    (``tb-footprint scan runs | head -1``) ends nothing: the first write to the closed pipe points
+    the stream's file descriptor at /dev/null (Python's documented recipe for SIGPIPE, without
+    the signal's default action, which would kill a reduce between two steps) and the verb goes
+    on to its end quietly; ``main`` then exits 141. Everything else is the stream's own."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.closed = False
+
+    def _gone(self) -> None:
+        self.closed = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of ``tb-footprint``; returns 0 all done, 1 some failed, 2 usage error (and
-    a changing verb without --yes and without a terminal), 130 interrupted (Ctrl-C), 143
-    stopped by SIGTERM (settled as Ctrl-C is)."""
+    """Entry point of ``tb-footprint``; returns 0 all done (a declined question included), 1 some
+    failed, 2 usage error (and a changing verb without --yes and without a terminal), 130
+    interrupted (Ctrl-C), 141 its output's reader went away (``| head``; the verb still finished),
+    143 stopped by SIGTERM (settled as Ctrl-C is): ``EXIT_CODES``."""
     import signal
     import threading
 
@@ -1719,12 +1865,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     if threading.current_thread() is threading.main_thread():
         before = signal.signal(signal.SIGTERM, _on_sigterm)
     del _TERMINATED[:]
+    streams = sys.stdout, sys.stderr
+    out, err = sys.stdout, sys.stderr = _PipeGuard(streams[0]), _PipeGuard(streams[1])
     try:
         rc = _main(argv)
+        out.flush()  # what is still buffered meets a closed pipe here, not at the interpreter's exit
+        err.flush()
     finally:
+        sys.stdout, sys.stderr = streams
         if before is not None:
             signal.signal(signal.SIGTERM, before)
-    return EXIT_TERMINATED if _TERMINATED and rc == EXIT_INTERRUPTED else rc
+    if _TERMINATED and rc == EXIT_INTERRUPTED:
+        return EXIT_TERMINATED
+    # a closed pipe says itself only where nothing else went wrong: a failure's own code stays
+    return EXIT_PIPE_CLOSED if (out.closed or err.closed) and rc == EXIT_OK else rc
 
 
 def _main(argv: Optional[List[str]]) -> int:

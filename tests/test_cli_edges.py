@@ -30,3 +30,149 @@ def test_no_space_code_is_the_librarys_one_rule(monkeypatch):
     eio, full = OSError(errno.EIO, "i/o"), OSError(errno.ENOSPC, "full")
     assert cli_mod._error_code(eio) == "no_space" and seen == [eio]
     assert cli_mod._error_code(full) == "error"  # the CLI follows the library's answer, whatever it is
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    return copy_real("tf/keras_profiled", tmp_path / "logdir")
+
+
+def _history(logdir) -> list:
+    p = cli("history", logdir, "--json")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+# --- F9: usage errors that say what is wrong ---------------------------------------------------
+
+@pytest.mark.parametrize("verb", ["scan", "plan", "verify", "restore", "retire", "purge"])
+def test_a_missing_logdir_is_named_alone(verb):
+    """RUN is never required: a verb without its logdir says the logdir is missing, not 'logdir, RUN'."""
+    p = cli(verb)
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and last.endswith("the following arguments are required: logdir"), p.stderr
+
+
+def test_reduce_without_a_logdir_says_so():
+    p = cli("reduce")
+    assert p.returncode == 2 and "tb-footprint reduce: error: no logdir given" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("option", [["--jobs", "0"], ["--jobs", "-2"], ["--timeout", "0"], ["--timeout", "-5"],
+                                    ["--timeout=-1m"], ["--timeout", "0s"]])
+def test_jobs_and_timeout_of_zero_or_less_are_usage_errors(logdir, option):
+    before = user_files(logdir)
+    p = cli("reduce", logdir, "-n", *option)
+    name = option[0].split("=")[0]
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert f"argument {name}: " in p.stderr and "usage: tb-footprint reduce" in p.stderr, p.stderr
+    assert user_files(logdir) == before and not (logdir / ".tb-footprint").exists()
+    if option == ["--timeout", "0"]:  # the smallest values above zero are taken
+        p = cli("reduce", logdir, "-n", "--jobs", "1", "--timeout", "1s")
+        assert p.returncode == 0, p.stderr
+
+
+# --- F9: a closed pipe ---------------------------------------------------------------------------
+
+def _closed_stdout(*args) -> subprocess.CompletedProcess:
+    """The CLI with a stdout whose reader is gone before it writes (``| head`` that has read enough)."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=cli_env(),
+                              stdin=subprocess.DEVNULL, stdout=w, stderr=subprocess.PIPE, text=True, timeout=600)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--files"]])
+def test_a_closed_pipe_ends_a_scan_quietly_with_141(logdir, extra):
+    p = _closed_stdout("scan", logdir, *extra)
+    assert p.returncode == 141, p.stderr
+    assert "Broken pipe" not in p.stderr and "Traceback" not in p.stderr and "Exception" not in p.stderr, p.stderr
+
+
+def test_a_closed_pipe_never_cuts_a_reduce_short(tmp_path):
+    """Each run's outcome line meets the closed pipe: the reduce still does and verifies every
+    run (none reported failed for a line nobody reads) and exits 141."""
+    logdir = tmp_path / "L"
+    for name in ("a", "b"):
+        copy_real("tf/keras_profiled", logdir / name)
+    p = _closed_stdout("reduce", logdir, "--yes", "--verify", "python")
+    assert p.returncode == 141, p.stderr
+    assert "Broken pipe" not in p.stderr and "Traceback" not in p.stderr, p.stderr
+    done = {e["run"] for e in _history(logdir) if e["kind"] == "reduce" and e["outcome"] == "verified"}
+    assert done == {"a/train", "b/train"}, _history(logdir)
+
+
+# --- F7: `--` before a run name that begins with '-' -----------------------------------------
+
+def test_double_dash_gives_a_run_name_beginning_with_a_dash(logdir):
+    (logdir / "train").rename(logdir / "-x")
+    before = user_files(logdir)
+    p = cli("scan", logdir, "--json", "--", "-x")
+    assert p.returncode == 0, p.stderr
+    assert [r["name"] for r in json.loads(p.stdout)["runs"]] == ["-x"]
+    p = cli("plan", logdir, "--", "-x")
+    assert p.returncode == 0 and "-x:" in p.stdout, p.stderr
+    p = cli("reduce", logdir, "--yes", "--verify", "python", "--", "-x")
+    assert p.returncode == 0 and "✓ -x: verified" in p.stdout, (p.stdout, p.stderr)
+    assert user_files(logdir) != before
+    p = cli("verify", logdir, "--verify", "python", "--", "-x")
+    assert p.returncode == 0 and "✓ -x (op" in p.stdout, (p.stdout, p.stderr)
+    # without `--` the name is an option nobody knows: exit 2, and the error says how to give it
+    p = cli("restore", logdir, "-x", "--yes")
+    assert p.returncode == 2 and "tb-footprint restore LOGDIR -- -x" in p.stderr, p.stderr
+    p = cli("restore", logdir, "--yes", "--", "-x")
+    assert p.returncode == 0 and "✓ -x: restored" in p.stdout, (p.stdout, p.stderr)
+    assert user_files(logdir) == before
+
+
+def test_options_may_follow_run_names(logdir):
+    p = cli("plan", logdir, "--policy", "lossless", "train", "-v", "--policy", "archive")
+    assert p.returncode == 0 and "policy archive" in p.stdout and "train:" in p.stdout, p.stderr
+
+
+def test_the_command_that_goes_on_puts_yes_before_double_dash(logdir, monkeypatch, capsys):
+    """After Ctrl-C the message gives the command to go on; the --yes it adds goes before `--`
+    (after it, --yes would be a run name)."""
+    import argparse
+
+    from tb_footprint_plugin import cli as cli_mod
+
+    monkeypatch.setattr(sys, "argv", ["tb-footprint", "restore", str(logdir), "--", "-x"])
+    args = argparse.Namespace(backup_dir=None, json=False)
+    assert cli_mod._interrupted(args, "restore", [str(logdir)], None, []) == 130
+    assert f"`tb-footprint restore {logdir} --yes -- -x`" in capsys.readouterr().err
+
+
+# --- F6: exit codes, said by every verb's --help and by the README --------------------------
+
+def _normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_verbs_help_ends_with_its_exit_codes():
+    from tb_footprint_plugin import cli as cli_mod
+
+    cli_mod.build_parser()
+    assert set(cli_mod._VERBS) == set(cli_mod.EXIT_ONE)
+    for verb, parser in cli_mod._VERBS.items():
+        text = parser.format_help()
+        codes = text[text.index("exit codes:"):]
+        lines = {m.group(1): _normal(m.group(2)) for m in re.finditer(r"^\s+(\d+)  (.*(?:\n {7}\S.*)*)", codes, re.M)}
+        assert sorted(lines, key=int) == ["0", "1", "2", "130", "141", "143"], (verb, codes)
+        assert lines["1"] == _normal(cli_mod.EXIT_ONE[verb]), verb
+        changing = verb in ("reduce", "restore", "purge", "retire")
+        assert ("answered no" in lines["0"]) == changing and ("no --yes" in lines["2"]) == changing, (verb, lines)
+
+
+def test_readme_says_the_exit_codes_the_cli_says():
+    from tb_footprint_plugin.cli import EXIT_ONE
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    codes = dict(re.findall(r"^\| (\d+) \| (.*) \|$", text, re.M))
+    assert sorted(codes, key=int) == ["0", "1", "2", "130", "141", "143"], codes
+    assert "answered no" in codes["0"] and "--yes" in codes["2"] and "--jobs" in codes["2"]
+    per_verb = dict(re.findall(r"^\| `([a-z]+)` \| (.*) \|$", text, re.M))
+    assert {v: per_verb.get(v) for v in EXIT_ONE} == EXIT_ONE
