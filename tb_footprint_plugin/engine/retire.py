@@ -2,8 +2,9 @@
 
 Where a retired run lives: ``<vault>/retired/<op_id>/files/<n>``, one numbered file per file
 of the run (the tree — names, directories, modes, sizes, sha256 — is in the journal and the
-manifest). Numbered names matter: the default vault is inside the logdir, and TensorBoard's
-walkers (Python and Rust) would take any file named ``*tfevents*`` there for a run.
+manifest; ``engine.retire_tree`` keeps that layout and the file-level steps the verbs share).
+Numbered names matter: the default vault is inside the logdir, and TensorBoard's walkers
+(Python and Rust) would take any file named ``*tfevents*`` there for a run.
 
 A retirement is one transaction, ``LocalRetire``, run by the one driver ``engine.txn.run`` in
 the order of ``engine.txn.STEPS`` (as a reduce's ``LocalReduce``, and a bucket's retirement
@@ -34,19 +35,16 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
-import re
 import shlex
 import shutil
-import stat
 import time
 from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, trust, txn
 from tb_footprint_plugin.engine import manifest as one_schema
-from tb_footprint_plugin.engine.catalogue import own_manifests, unsettled_op
+from tb_footprint_plugin.engine.catalogue import unsettled_op
 from tb_footprint_plugin.engine.context import (
     Cancelled,
     CancelToken,
@@ -60,22 +58,41 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, Rec, RunLocked
+from tb_footprint_plugin.engine.retire_tree import (
+    OP_ID_RE,
+    check_record,
+    check_retired_dir,
+    chmod_dirs,
+    drop_retired,
+    grown,
+    inventory,
+    is_restorable_retirement,
+    put_back,
+    rel_ok,
+    retired_dir,
+    retired_now,
+    retirement_recorded,
+    retirements,
+    sized,
+    stored_file,
+    stored_ok,
+    tree_sha256,
+    tree_size,
+    unchanged,
+    write_retire_manifest,
+)
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.salvage import salvage_name, starts_with
 from tb_footprint_plugin.engine.swap import folder_times, settle_folder_times
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.access import access_refusal, is_permission_error
-from tb_footprint_plugin.storage.files import (
-    CopyMismatch, copy_file, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file,
-)
+from tb_footprint_plugin.storage.files import copy_file, fsync_dir, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, files_under, find_writers
 from tb_footprint_plugin.storage.paths import is_within, real_within
-from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir, ensure_private_dir
+from tb_footprint_plugin.storage.private import NotPrivate, ensure_private_dir
 from tb_footprint_plugin.version import __version__
 
-RETIRED = "retired"
 FREE_SPACE_MARGIN = 16 << 20
 #: failpoints of a retirement, in order (tests kill the process at each)
 RETIRE_STEPS = ("retire.journal", "retire.move_record", "retire.mid_move", "retire.move",
@@ -83,133 +100,9 @@ RETIRE_STEPS = ("retire.journal", "retire.move_record", "retire.mid_move", "reti
 UNRETIRE_STEPS = ("unretire.journal", "unretire.mid_move", "unretire.move", "unretire.manifest")
 
 
-def retired_dir(vault: Vault, op_id: str) -> str:
-    """Where the files of retirement ``op_id`` are kept."""
-    return os.path.join(vault.root, RETIRED, op_id)
-
-
-def _stored(vault: Vault, op_id: str, index: int) -> str:
-    return os.path.join(retired_dir(vault, op_id), "files", str(index))
-
-
-def check_retired_dir(vault: Vault, op_id: str) -> None:
-    """Refuse (``Failure.REFUSED``, naming the folder, and a link's target) unless every folder
-    from the vault down to the retirement's ``files`` that exists is a real folder of ours
-    (``Vault.check_private``, then ``check_private_dir`` for each below it): a planted ``retired``
-    link would send a retirement's moves, an unretire's reads and a purge's deletes outside the
-    vault (review R11 F4). A folder not there yet passes (nothing is followed through it)."""
-    try:
-        vault.check_private()  # the vault itself (our own state folder an old umask left 0775 passes)
-        cur = vault.root
-        for part in (RETIRED, op_id, "files"):
-            cur = os.path.join(cur, part)
-            check_private_dir(cur)
-    except NotPrivate as e:
-        if not os.path.lexists(e.path):
-            return  # not there (yet): nothing is followed through it
-        raise TransactionError(f"{e.path} {e.why}; the retirement's files are not looked for through it",
-                               Failure.REFUSED) from None
-
-
-def _drop_retired(vault: Vault, op_id: str, n: int) -> Optional[str]:
-    """Remove what a rolled-back retirement left in the vault: the ``n`` entries its journal names
-    (each file put back or found in place first), then the folders if that emptied them. Never a
-    whole tree: a journal is untrusted, and one naming fewer files than the folder holds must not
-    take the others with it (review R11 F2). Returns a note when something else stays."""
-    d = retired_dir(vault, op_id)
-    files = os.path.join(d, "files")
-    check_retired_dir(vault, op_id)
-    for i in range(n):
-        for name in (str(i), f"{i}.partial"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(files, name))
-    left = []
-    for folder in (files, d):
-        try:
-            os.rmdir(folder)
-        except FileNotFoundError:
-            continue
-        except OSError:
-            with contextlib.suppress(OSError):
-                left = sorted(os.listdir(folder))
-            break
-    if left:
-        return (f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} its journal does not name stay in {d}: "
-                f"{', '.join(left[:5])}")
-    return None
-
-
-_OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
-
-
-def _rel_ok(ctx: Context, rel) -> str:
-    """A path read back from a journal or manifest (untrusted): relative, no '..', inside the logdir."""
-    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or ".." in rel.replace(os.sep, "/").split("/") \
-            or "\0" in rel or not is_within(ctx.abs(rel), ctx.logdir) or ctx.abs(rel) == ctx.logdir:
-        raise TransactionError(f"refusing a recorded path that leads out of the logdir: {rel!r}", Failure.REFUSED)
-    return rel
-
-
-def _check_record(ctx: Context, begin: dict) -> None:
-    """Journals and manifests are untrusted input: the op id, the vault and every path are checked
-    before recovery or a restore acts on them."""
-    from tb_footprint_plugin.engine.catalogue import known_vaults
-
-    if not _OP_ID_RE.match(str(begin.get("op_id", ""))):
-        raise TransactionError(f"malformed operation id {begin.get('op_id')!r}; left alone", Failure.REFUSED)
-    if os.path.abspath(str(begin.get("vault", ""))) not in [os.path.abspath(v) for v in known_vaults(ctx)]:
-        raise TransactionError(f"operation {begin['op_id']} names a vault this logdir does not use; left alone",
-                               Failure.REFUSED)
-    for key in ("files", "dirs", "tree"):
-        for e in begin.get(key) or []:
-            _rel_ok(ctx, e.get("path") if isinstance(e, dict) else None)
-
-
-def tree_sha256(entries: Iterable[dict]) -> str:
-    """One hash of a tree: relative path, size, mode and sha256 of every file, sorted by path."""
-    h = hashlib.sha256()
-    for e in sorted(entries, key=lambda e: e["path"]):
-        h.update(f"{e['path']}\0{e['size']}\0{e['mode'] & 0o7777:o}\0{e['sha256']}\n".encode("utf-8", "surrogateescape"))
-    return h.hexdigest()
-
-
 # ---------------------------------------------------------------------------------------
-# inventory: what the run's directory holds (nothing followed, nothing special)
+# what keeps a run in the logdir (before anything is recorded)
 # ---------------------------------------------------------------------------------------
-def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
-    """Files (path, size, mode, mtime_ns, ino, uid, gid) and directories (path, mode, mtime_ns, uid,
-    gid) of ``run``'s tree, paths relative to the logdir. Refuses symlinks and special files, naming
-    them. The owner is kept so that root's unretire gives every file and folder back to its user."""
-    top = ctx.abs(run)
-    files, dirs = [], []
-
-    def onerror(e: OSError) -> None:
-        raise TransactionError(f"cannot read {e.filename}: {e.strerror or e}", Failure.REFUSED)
-
-    for root, dnames, fnames in os.walk(top, onerror=onerror, followlinks=False):
-        rel_root = os.path.relpath(root, ctx.logdir)
-        st = os.lstat(root)
-        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns,
-                     "uid": st.st_uid, "gid": st.st_gid})
-        for d in list(dnames):
-            p = os.path.join(root, d)
-            if os.path.islink(p):
-                raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: a symlink inside the run; "
-                                       "a retirement never follows or moves links; left alone", Failure.REFUSED)
-        for n in fnames:
-            p = os.path.join(root, n)
-            st = os.lstat(p)
-            rel = os.path.relpath(p, ctx.logdir)
-            if not stat.S_ISREG(st.st_mode):
-                what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-                raise TransactionError(f"{rel}: {what}; a retirement moves regular files only; left alone",
-                                       Failure.REFUSED)
-            files.append({"path": rel, "size": st.st_size, "mode": st.st_mode & 0o7777,
-                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "uid": st.st_uid, "gid": st.st_gid})
-    files.sort(key=lambda f: f["path"])
-    return files, dirs
-
-
 def _preflight(ctx: Context, run: str) -> None:
     if run in (".", "") or os.path.isabs(run) or ".." in run.replace(os.sep, "/").split("/"):
         raise TransactionError(f"{run!r} is not a run below the logdir", Failure.REFUSED)
@@ -242,14 +135,6 @@ def _check_writers(ctx: Context, run: str) -> None:
         raise TransactionError(f"run {run!r} is being written: "
                                + describe_holders(found.holders, lambda p: os.path.relpath(p, ctx.logdir))
                                + "; left alone", Skip.OPEN_FOR_WRITING)
-
-
-def _unchanged(path: str, f: dict) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == f["size"] and st.st_mtime_ns == f["mtime_ns"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,7 +254,7 @@ class LocalRetire(txn.Txn):
                 cancel.check()
                 p = ctx.abs(f["path"])
                 f["sha256"] = sha256_file(p)
-                if not _unchanged(p, f):
+                if not unchanged(p, f):
                     raise TransactionError(f"{f['path']}: changed while it was being read (is the run still "
                                            "being written?); left alone", Skip.ACTIVE)
                 done += f["size"]
@@ -420,7 +305,7 @@ class LocalRetire(txn.Txn):
         for i, f in enumerate(files):
             src, dst = ctx.abs(f["path"]), os.path.join(dest_dir, str(i))
             no_symlink(ctx, f["path"])
-            if not _unchanged(src, f):
+            if not unchanged(src, f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
             if same_fs:
                 os.rename(src, dst)
@@ -464,7 +349,7 @@ class LocalRetire(txn.Txn):
             return
         for f in self.begin["files"]:
             no_symlink(self.ctx, f["path"])
-            if not _unchanged(self.ctx.abs(f["path"]), f):
+            if not unchanged(self.ctx.abs(f["path"]), f):
                 raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being written?)")
 
     def record(self, step: str) -> None:
@@ -484,7 +369,7 @@ class LocalRetire(txn.Txn):
             for i, f in enumerate(begin["files"]):
                 src = ctx.abs(f["path"])
                 no_symlink(ctx, f["path"])
-                if not _unchanged(src, f):
+                if not unchanged(src, f):
                     raise TransactionError(f"{f['path']}: changed during the retirement (is the run still being "
                                            "written?)")
                 os.unlink(src)
@@ -533,7 +418,7 @@ class LocalRetire(txn.Txn):
         journal = self.jnl
         if journal is not None:
             self.recorded = any(r["type"] == Rec.COMMIT for r in journal.written) or \
-                _retirement_recorded(self.ctx.vault, journal.op_id)
+                retirement_recorded(self.ctx.vault, journal.op_id)
 
     def rollback(self, committed: bool) -> None:
         """Every file back at its path (``rollback_retire``); or, with no journal or past the
@@ -600,30 +485,30 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
     the original was in the vault is set aside next to it (``<file>.salvaged-NNN``), so both are
     in the run. Anything else in its way raises (journal kept)."""
     begin = records[0]
-    _check_record(ctx, begin)
+    check_record(ctx, begin)
     vault = Vault(begin["vault"])
     op_id = begin["op_id"]
-    if _retirement_recorded(vault, op_id):
+    if retirement_recorded(vault, op_id):
         raise TransactionError(f"retirement {op_id} is recorded as verified in {vault.root}: the run is retired; "
                                "its files are not taken out of the vault on a journal's word", Failure.REFUSED)
     check_retired_dir(vault, op_id)
     _make_dirs(ctx, begin["dirs"])
     notes = []
     for i, f in enumerate(begin["files"]):
-        note = _put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True)
+        note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True)
         if note:
             notes.append(note)
-    _chmod_dirs(ctx, begin["dirs"])
+    chmod_dirs(ctx, begin["dirs"])
     settle_folder_times(ctx, begin.get("dir_times"))
     missing = []
     for i, f in enumerate(begin["files"]):
         p = ctx.abs(f["path"])
-        if _sized(p, f["size"]):
+        if sized(p, f["size"]):
             continue
-        if _grown(p, f):
+        if grown(p, f):
             notes.append(f"{f['path']}: records written to it during the retirement are kept in it")
             continue
-        if os.path.lexists(_stored(vault, op_id, i)) or not os.path.isdir(vault.root):
+        if os.path.lexists(stored_file(vault, op_id, i)) or not os.path.isdir(vault.root):
             missing.append(f["path"])  # its retired bytes may still be in the vault: never given up
         else:
             # nothing of it is in the vault: what stands at the path is all there is; the
@@ -631,35 +516,12 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
             notes.append(f"{f['path']}: changed in place by another process after it was put back; left as it is")
     if missing:
         raise TransactionError(f"could not put back: {', '.join(missing)}")
-    left = _drop_retired(vault, op_id, len(begin["files"]))
+    left = drop_retired(vault, op_id, len(begin["files"]))
     if left:
         notes.append(left)
     detail = "; ".join(dict.fromkeys(notes))
     write_retire_manifest(ctx, records, Outcome.ROLLED_BACK, f"{reason}; {detail}" if detail else reason)
     return detail
-
-
-def _grown(path: str, f: dict) -> bool:
-    """``path`` is the retired file with bytes appended (its recorded prefix's sha256 matches)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_size > f["size"] and starts_with(path, f["size"], f["sha256"])
-
-
-def _aside_name(ctx: Context, path: str) -> str:
-    k = 1
-    while os.path.lexists(ctx.abs(salvage_name(path, k))):
-        k += 1
-    return salvage_name(path, k)
-
-
-def _sized(path: str, size: int) -> bool:
-    try:
-        return os.lstat(path).st_size == size
-    except OSError:
-        return False
 
 
 def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
@@ -670,140 +532,6 @@ def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
         if not os.path.lexists(p):
             os.mkdir(p, 0o700)
             fsync_dir(os.path.dirname(p))  # named durably before the vault's copy goes (review R11 F6)
-
-
-def _chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
-    """Each directory gets its recorded mode and, where recorded, its mtime back (after every
-    file is in: putting a file in changes its folder's mtime; setting a folder's own mtime
-    changes nothing above it)."""
-    for d in dirs:
-        p = ctx.abs(d["path"])
-        if os.path.isdir(p) and not os.path.islink(p):
-            _give_back_owner(p, d, os.O_DIRECTORY)  # first: a chown clears set-id bits of the mode
-            os.chmod(p, d["mode"])
-            ns = _mtime_ns(d)
-            if ns is not None:
-                os.utime(p, ns=(ns, ns), follow_symlinks=False)
-
-
-def _give_back_owner(path: str, rec: dict, kind: int = 0) -> None:
-    """Root puts a user's file or folder back: it is theirs again (``rec``'s recorded owner, as a
-    restore gives it, e558d46). Through an fd opened without following a link; nothing when not
-    root or when the record has no plausible owner (written before owners were kept)."""
-    owner = recorded_owner(rec)
-    if owner is None or os.geteuid() != 0:
-        return
-    fd = os.open(path, os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        give_owner(fd, owner)
-    finally:
-        os.close(fd)
-
-
-def _mtime_ns(rec: dict) -> Optional[int]:
-    """A recorded ``mtime_ns`` if it is a plausible integer (records are untrusted input)."""
-    ns = rec.get("mtime_ns")
-    return ns if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 63 else None
-
-
-def _put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
-              set_aside: bool = False) -> Optional[str]:
-    """One file back from the vault to its path (rename or checked copy), if it is not there yet.
-
-    With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
-    nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
-    it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
-    file goes back; returns a note saying so."""
-    no_symlink(ctx, f["path"])
-    dst = ctx.abs(f["path"])
-    stored = _stored(vault, op_id, i)
-    here = os.path.lexists(dst)
-    there = os.path.exists(stored)
-    note = None
-    if here:
-        if not os.path.isfile(dst) or os.path.islink(dst):
-            raise TransactionError(f"{f['path']}: something else stands there now; left as is")
-        if not there or _unchanged(dst, f) or _grown(dst, f) or sha256_file(dst) == f["sha256"]:
-            return None  # the file is in place (a copy's original never left): the vault's copy may go
-        if not set_aside:
-            # not the file that was retired: both are kept, the operation stays unsettled
-            raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
-                                   f"{stored}")
-        aside = _aside_name(ctx, f["path"])
-        os.rename(dst, ctx.abs(aside))
-        note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
-                f"{os.path.basename(aside)}")
-    if not there:
-        raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if same_fs or vault.same_filesystem(os.path.dirname(dst)):
-        os.rename(stored, dst)
-        _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
-    else:
-        tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
-        try:  # made anew and set up through its fd: a link planted at that name is never followed
-            # holes stay holes, as every restore's put-back leaves them
-            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True,
-                     owner=recorded_owner(f))
-        except CopyMismatch:
-            raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
-        os.replace(tmp, dst)
-    fsync_dir(os.path.dirname(dst))
-    return note
-
-
-# ---------------------------------------------------------------------------------------
-# manifests
-# ---------------------------------------------------------------------------------------
-def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
-                          recovered: bool = False) -> dict:
-    """The retirement's manifest and change-log line."""
-    begin = records[0]
-    vault = Vault(begin["vault"])
-    # the owner where recorded (a retirement from before owners were kept has none)
-    tree = [{k: f[k] for k in ("path", "size", "mode", "mtime_ns", "sha256", "uid", "gid") if k in f}
-            for f in begin["files"]]
-    kept = outcome == Outcome.VERIFIED
-    m = one_schema.new(
-        op_id=begin["op_id"], kind="retire", run=begin["run"], logdir=begin["logdir"], started_at=begin["t"],
-        finished_at=time.time(), outcome=str(outcome), reason=reason,
-        bytes_before=begin["bytes"], bytes_after=0 if kept else begin["bytes"],
-        files=[],  # no content-addressed blobs: the retired tree is kept as a whole
-        backup_purged=not kept,
-        takes_along=begin.get("takes_along", []), vault=vault.root, same_fs=begin["same_fs"], rule=begin.get("rule"),
-        tool_version=__version__, **who(), recovered=recovered,
-        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
-        tree=tree, dirs=begin["dirs"], dir_times=begin.get("dir_times") or [], tree_sha256=tree_sha256(tree),
-        stored_in=os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root))
-    os.makedirs(vault.ops, exist_ok=True)
-    vault.write_manifest(m)
-    append_history(ctx.state, {
-        "op_id": m["op_id"], "kind": "retire", "run": m["run"], "policy": None,
-        "before": m["bytes_before"], "after": m["bytes_after"], "verified": kept, "outcome": str(outcome),
-        "reason": reason or (f"retired with {len(m['takes_along'])} nested run(s)" if m["takes_along"] else None),
-        "backup_kept": kept, "user": m["user"], "host": m["host"], "tool_version": __version__,
-    })
-    return m
-
-
-def retirements(ctx: Context) -> List[dict]:
-    """Manifests of retirements that took a run out of the logdir, newest first."""
-    ms = [m for m in own_manifests(ctx) if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED]
-    ms.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
-    return ms
-
-
-def is_restorable_retirement(m: dict) -> bool:
-    return (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and not m.get("restored_by")
-            and not m.get("backup_purged"))
-
-
-def retired_now(ctx: Context, run: str) -> Optional[dict]:
-    """The retirement that currently keeps ``run`` (or a parent taking it along) out of the logdir."""
-    for m in retirements(ctx):
-        if is_restorable_retirement(m) and (m["run"] == run or run in m.get("takes_along", [])):
-            return m
-    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -821,8 +549,8 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         out.reason = f"retirement {manifest['op_id']} holds no files (purged or never committed); nothing to restore"
         return out
     try:
-        _check_record(ctx, manifest)
-        _rel_ok(ctx, run)
+        check_record(ctx, manifest)
+        rel_ok(ctx, run)
         no_symlink(ctx, run)
     except TransactionError as e:
         out.reason = str(e)
@@ -856,7 +584,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
             return out
         # every stored file checked before anything moves: a damaged vault changes nothing
         damaged = [f["path"] for i, f in enumerate(manifest["tree"])
-                   if not _stored_ok(vault, manifest["op_id"], i, f)]
+                   if not stored_ok(vault, manifest["op_id"], i, f)]
         if damaged:
             out.reason = (f"retired files missing or damaged in {retired_dir(vault, manifest['op_id'])}: "
                           f"{', '.join(damaged[:5])}; nothing was changed")
@@ -905,23 +633,15 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     return out
 
 
-def _stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
-    p = _stored(vault, op_id, i)
-    try:
-        return os.lstat(p).st_size == f["size"] and sha256_file(p) == f["sha256"]
-    except OSError:
-        return False
-
-
 def finish_unretire(ctx: Context, records: List[dict]) -> str:
     """Do (or finish) the restore of a retirement from its journal; idempotent."""
     begin = records[0]
-    _check_record(ctx, begin)
-    if not _OP_ID_RE.match(str(begin.get("of_op", ""))):
+    check_record(ctx, begin)
+    if not OP_ID_RE.match(str(begin.get("of_op", ""))):
         raise TransactionError(f"malformed operation id {begin.get('of_op')!r}; left alone", Failure.REFUSED)
     vault = Vault(begin["vault"])
     m = vault.read_manifest(begin["of_op"])
-    _check_record(ctx, m)
+    check_record(ctx, m)
     if m.get("restored_by") == begin["op_id"]:
         return "already restored"
     op_id = m["op_id"]
@@ -929,10 +649,10 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     _make_dirs(ctx, m["dirs"])
     same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
     for i, f in enumerate(m["tree"]):
-        _put_back(ctx, vault, op_id, i, dict(f), bool(same_fs))
+        put_back(ctx, vault, op_id, i, dict(f), bool(same_fs))
         if i == 0:
             faults.hit("unretire.mid_move")
-    _chmod_dirs(ctx, m["dirs"])
+    chmod_dirs(ctx, m["dirs"])
     settle_folder_times(ctx, m.get("dir_times"))
     faults.hit("unretire.move")
     # byte for byte: every file re-hashed where it stands now
@@ -973,20 +693,6 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
 # ---------------------------------------------------------------------------------------
 # recovery and purge
 # ---------------------------------------------------------------------------------------
-def _retirement_recorded(vault: Vault, op_id: str) -> bool:
-    """Whether the vault holds a verified manifest of retirement ``op_id`` (it took the run out of
-    the logdir for good): a damaged one that cannot be read counts too, as recorded: doubt keeps."""
-    if not vault.has_manifest(op_id):
-        return False
-    try:
-        m = vault.read_manifest(op_id)
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        return True
-    return m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
-
-
 def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail)."""
     from tb_footprint_plugin.codes import Recovery
@@ -996,8 +702,8 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
         return Recovery.COMPLETED, finish_unretire(ctx, records)
     if any(r["type"] == Rec.COMMIT for r in records):
         return Recovery.COMPLETED, "was committed"
-    _check_record(ctx, begin)
-    if _retirement_recorded(Vault(begin["vault"]), begin["op_id"]):
+    check_record(ctx, begin)
+    if retirement_recorded(Vault(begin["vault"]), begin["op_id"]):
         # its verified manifest was written: every file was in the vault and checked; the run is
         # retired, whatever the journal says next (a journal is untrusted: a planted or damaged one
         # never undoes a recorded retirement, review R11 F2)
@@ -1026,7 +732,7 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             check_retired_dir(vault, m["op_id"])
         except TransactionError:
             continue  # never deleted through a link or a stranger's folder: health names it
-        size = _tree_size(d)
+        size = tree_size(d)
         if yes:
             try:
                 lock = run_lock(ctx, m["run"]).acquire()
@@ -1049,15 +755,6 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
     return listed, freed
 
 
-def _tree_size(d: str) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(d):
-        for n in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(root, n)).st_size
-    return total
-
-
-__all__ = ["retire_run", "unretire", "finish_unretire", "rollback_retire", "recover_retire", "purge_retired",
+__all__ = ["retire_run", "LocalRetire", "unretire", "finish_unretire", "rollback_retire", "recover_retire", "purge_retired",
            "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
            "RETIRE_STEPS", "UNRETIRE_STEPS"]

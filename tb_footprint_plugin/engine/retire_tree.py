@@ -1,0 +1,368 @@
+"""A retired run as the vault keeps it, and the file-level steps every retirement verb shares.
+
+Where a retired run lives: ``<vault>/retired/<op_id>/files/<n>``, one numbered file per file of
+the run (``retired_dir``, ``stored_file``; numbered, so that no TensorBoard walker takes a
+``*tfevents*`` name there for a run), reached only through folders of ours
+(``check_retired_dir``). What a run's folder holds (``inventory``: regular files and folders,
+nothing followed) and its one digest (``tree_sha256``). Journals and manifests read back are
+untrusted (``check_record``, ``rel_ok``, ``OP_ID_RE``). One file back at its path, never over
+another (``put_back``), the folders' modes and times after (``chmod_dirs``), what a rolled-back
+retirement leaves in the vault removed by name (``drop_retired``). The manifest and change-log
+line of a retirement (``write_retire_manifest``) and the catalogue of them (``retirements``,
+``retired_now``, ``retirement_recorded``).
+
+``engine.retire`` runs the verbs over these: the retirement (``LocalRetire`` on the one driver),
+its rollback, its restore (``unretire``), its recovery and its purge.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import stat
+import time
+from typing import Iterable, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.engine import manifest as one_schema
+from tb_footprint_plugin.engine.catalogue import own_manifests
+from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
+from tb_footprint_plugin.engine.history import append_history
+from tb_footprint_plugin.engine.salvage import salvage_name, starts_with
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.paths import is_within
+from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
+from tb_footprint_plugin.version import __version__
+
+RETIRED = "retired"
+
+
+def retired_dir(vault: Vault, op_id: str) -> str:
+    """Where the files of retirement ``op_id`` are kept."""
+    return os.path.join(vault.root, RETIRED, op_id)
+
+
+def stored_file(vault: Vault, op_id: str, index: int) -> str:
+    """Where file ``index`` of retirement ``op_id`` is kept."""
+    return os.path.join(retired_dir(vault, op_id), "files", str(index))
+
+
+def check_retired_dir(vault: Vault, op_id: str) -> None:
+    """Refuse (``Failure.REFUSED``, naming the folder, and a link's target) unless every folder
+    from the vault down to the retirement's ``files`` that exists is a real folder of ours
+    (``Vault.check_private``, then ``check_private_dir`` for each below it): a planted ``retired``
+    link would send a retirement's moves, an unretire's reads and a purge's deletes outside the
+    vault (review R11 F4). A folder not there yet passes (nothing is followed through it)."""
+    try:
+        vault.check_private()  # the vault itself (our own state folder an old umask left 0775 passes)
+        cur = vault.root
+        for part in (RETIRED, op_id, "files"):
+            cur = os.path.join(cur, part)
+            check_private_dir(cur)
+    except NotPrivate as e:
+        if not os.path.lexists(e.path):
+            return  # not there (yet): nothing is followed through it
+        raise TransactionError(f"{e.path} {e.why}; the retirement's files are not looked for through it",
+                               Failure.REFUSED) from None
+
+
+def drop_retired(vault: Vault, op_id: str, n: int) -> Optional[str]:
+    """Remove what a rolled-back retirement left in the vault: the ``n`` entries its journal names
+    (each file put back or found in place first), then the folders if that emptied them. Never a
+    whole tree: a journal is untrusted, and one naming fewer files than the folder holds must not
+    take the others with it (review R11 F2). Returns a note when something else stays."""
+    d = retired_dir(vault, op_id)
+    files = os.path.join(d, "files")
+    check_retired_dir(vault, op_id)
+    for i in range(n):
+        for name in (str(i), f"{i}.partial"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(files, name))
+    left = []
+    for folder in (files, d):
+        try:
+            os.rmdir(folder)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            with contextlib.suppress(OSError):
+                left = sorted(os.listdir(folder))
+            break
+    if left:
+        return (f"{len(left)} entr{'y' if len(left) == 1 else 'ies'} its journal does not name stay in {d}: "
+                f"{', '.join(left[:5])}")
+    return None
+
+
+OP_ID_RE = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{6}$")
+
+
+def rel_ok(ctx: Context, rel) -> str:
+    """A path read back from a journal or manifest (untrusted): relative, no '..', inside the logdir."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or ".." in rel.replace(os.sep, "/").split("/") \
+            or "\0" in rel or not is_within(ctx.abs(rel), ctx.logdir) or ctx.abs(rel) == ctx.logdir:
+        raise TransactionError(f"refusing a recorded path that leads out of the logdir: {rel!r}", Failure.REFUSED)
+    return rel
+
+
+def check_record(ctx: Context, begin: dict) -> None:
+    """Journals and manifests are untrusted input: the op id, the vault and every path are checked
+    before recovery or a restore acts on them."""
+    from tb_footprint_plugin.engine.catalogue import known_vaults
+
+    if not OP_ID_RE.match(str(begin.get("op_id", ""))):
+        raise TransactionError(f"malformed operation id {begin.get('op_id')!r}; left alone", Failure.REFUSED)
+    if os.path.abspath(str(begin.get("vault", ""))) not in [os.path.abspath(v) for v in known_vaults(ctx)]:
+        raise TransactionError(f"operation {begin['op_id']} names a vault this logdir does not use; left alone",
+                               Failure.REFUSED)
+    for key in ("files", "dirs", "tree"):
+        for e in begin.get(key) or []:
+            rel_ok(ctx, e.get("path") if isinstance(e, dict) else None)
+
+
+def tree_sha256(entries: Iterable[dict]) -> str:
+    """One hash of a tree: relative path, size, mode and sha256 of every file, sorted by path."""
+    h = hashlib.sha256()
+    for e in sorted(entries, key=lambda e: e["path"]):
+        h.update(f"{e['path']}\0{e['size']}\0{e['mode'] & 0o7777:o}\0{e['sha256']}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def inventory(ctx: Context, run: str) -> Tuple[List[dict], List[dict]]:
+    """Files (path, size, mode, mtime_ns, ino, uid, gid) and directories (path, mode, mtime_ns, uid,
+    gid) of ``run``'s tree, paths relative to the logdir. Refuses symlinks and special files, naming
+    them. The owner is kept so that root's unretire gives every file and folder back to its user."""
+    top = ctx.abs(run)
+    files, dirs = [], []
+
+    def onerror(e: OSError) -> None:
+        raise TransactionError(f"cannot read {e.filename}: {e.strerror or e}", Failure.REFUSED)
+
+    for root, dnames, fnames in os.walk(top, onerror=onerror, followlinks=False):
+        rel_root = os.path.relpath(root, ctx.logdir)
+        st = os.lstat(root)
+        dirs.append({"path": rel_root, "mode": st.st_mode & 0o7777, "mtime_ns": st.st_mtime_ns,
+                     "uid": st.st_uid, "gid": st.st_gid})
+        for d in list(dnames):
+            p = os.path.join(root, d)
+            if os.path.islink(p):
+                raise TransactionError(f"{os.path.relpath(p, ctx.logdir)}: a symlink inside the run; "
+                                       "a retirement never follows or moves links; left alone", Failure.REFUSED)
+        for n in fnames:
+            p = os.path.join(root, n)
+            st = os.lstat(p)
+            rel = os.path.relpath(p, ctx.logdir)
+            if not stat.S_ISREG(st.st_mode):
+                what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                raise TransactionError(f"{rel}: {what}; a retirement moves regular files only; left alone",
+                                       Failure.REFUSED)
+            files.append({"path": rel, "size": st.st_size, "mode": st.st_mode & 0o7777,
+                          "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "uid": st.st_uid, "gid": st.st_gid})
+    files.sort(key=lambda f: f["path"])
+    return files, dirs
+
+
+def unchanged(path: str, f: dict) -> bool:
+    """``path`` is still the regular file ``f`` records: its size and mtime."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == f["size"] and st.st_mtime_ns == f["mtime_ns"]
+
+
+def grown(path: str, f: dict) -> bool:
+    """``path`` is the retired file with bytes appended (its recorded prefix's sha256 matches)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > f["size"] and starts_with(path, f["size"], f["sha256"])
+
+
+def _aside_name(ctx: Context, path: str) -> str:
+    k = 1
+    while os.path.lexists(ctx.abs(salvage_name(path, k))):
+        k += 1
+    return salvage_name(path, k)
+
+
+def sized(path: str, size: int) -> bool:
+    """``path`` exists with ``size`` bytes."""
+    try:
+        return os.lstat(path).st_size == size
+    except OSError:
+        return False
+
+
+def chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
+    """Each directory gets its recorded mode and, where recorded, its mtime back (after every
+    file is in: putting a file in changes its folder's mtime; setting a folder's own mtime
+    changes nothing above it)."""
+    for d in dirs:
+        p = ctx.abs(d["path"])
+        if os.path.isdir(p) and not os.path.islink(p):
+            _give_back_owner(p, d, os.O_DIRECTORY)  # first: a chown clears set-id bits of the mode
+            os.chmod(p, d["mode"])
+            ns = _mtime_ns(d)
+            if ns is not None:
+                os.utime(p, ns=(ns, ns), follow_symlinks=False)
+
+
+def _give_back_owner(path: str, rec: dict, kind: int = 0) -> None:
+    """Root puts a user's file or folder back: it is theirs again (``rec``'s recorded owner, as a
+    restore gives it, e558d46). Through an fd opened without following a link; nothing when not
+    root or when the record has no plausible owner (written before owners were kept)."""
+    owner = recorded_owner(rec)
+    if owner is None or os.geteuid() != 0:
+        return
+    fd = os.open(path, os.O_RDONLY | kind | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        give_owner(fd, owner)
+    finally:
+        os.close(fd)
+
+
+def _mtime_ns(rec: dict) -> Optional[int]:
+    """A recorded ``mtime_ns`` if it is a plausible integer (records are untrusted input)."""
+    ns = rec.get("mtime_ns")
+    return ns if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 63 else None
+
+
+def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
+              set_aside: bool = False) -> Optional[str]:
+    """One file back from the vault to its path (rename or checked copy), if it is not there yet.
+
+    With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
+    nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
+    it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
+    file goes back; returns a note saying so."""
+    no_symlink(ctx, f["path"])
+    dst = ctx.abs(f["path"])
+    stored = stored_file(vault, op_id, i)
+    here = os.path.lexists(dst)
+    there = os.path.exists(stored)
+    note = None
+    if here:
+        if not os.path.isfile(dst) or os.path.islink(dst):
+            raise TransactionError(f"{f['path']}: something else stands there now; left as is")
+        if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
+            return None  # the file is in place (a copy's original never left): the vault's copy may go
+        if not set_aside:
+            # not the file that was retired: both are kept, the operation stays unsettled
+            raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
+                                   f"{stored}")
+        aside = _aside_name(ctx, f["path"])
+        os.rename(dst, ctx.abs(aside))
+        note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
+                f"{os.path.basename(aside)}")
+    if not there:
+        raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    if same_fs or vault.same_filesystem(os.path.dirname(dst)):
+        os.rename(stored, dst)
+        _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
+    else:
+        tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
+        try:  # made anew and set up through its fd: a link planted at that name is never followed
+            # holes stay holes, as every restore's put-back leaves them
+            copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True,
+                     owner=recorded_owner(f))
+        except CopyMismatch:
+            raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
+        os.replace(tmp, dst)
+    fsync_dir(os.path.dirname(dst))
+    return note
+
+
+def stored_ok(vault: Vault, op_id: str, i: int, f: dict) -> bool:
+    """File ``i`` of retirement ``op_id`` is in the vault with ``f``'s size and sha256."""
+    p = stored_file(vault, op_id, i)
+    try:
+        return os.lstat(p).st_size == f["size"] and sha256_file(p) == f["sha256"]
+    except OSError:
+        return False
+
+
+def write_retire_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
+                          recovered: bool = False) -> dict:
+    """The retirement's manifest and change-log line."""
+    begin = records[0]
+    vault = Vault(begin["vault"])
+    # the owner where recorded (a retirement from before owners were kept has none)
+    tree = [{k: f[k] for k in ("path", "size", "mode", "mtime_ns", "sha256", "uid", "gid") if k in f}
+            for f in begin["files"]]
+    kept = outcome == Outcome.VERIFIED
+    m = one_schema.new(
+        op_id=begin["op_id"], kind="retire", run=begin["run"], logdir=begin["logdir"], started_at=begin["t"],
+        finished_at=time.time(), outcome=str(outcome), reason=reason,
+        bytes_before=begin["bytes"], bytes_after=0 if kept else begin["bytes"],
+        files=[],  # no content-addressed blobs: the retired tree is kept as a whole
+        backup_purged=not kept,
+        takes_along=begin.get("takes_along", []), vault=vault.root, same_fs=begin["same_fs"], rule=begin.get("rule"),
+        tool_version=__version__, **who(), recovered=recovered,
+        **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
+        tree=tree, dirs=begin["dirs"], dir_times=begin.get("dir_times") or [], tree_sha256=tree_sha256(tree),
+        stored_in=os.path.relpath(retired_dir(vault, begin["op_id"]), vault.root))
+    os.makedirs(vault.ops, exist_ok=True)
+    vault.write_manifest(m)
+    append_history(ctx.state, {
+        "op_id": m["op_id"], "kind": "retire", "run": m["run"], "policy": None,
+        "before": m["bytes_before"], "after": m["bytes_after"], "verified": kept, "outcome": str(outcome),
+        "reason": reason or (f"retired with {len(m['takes_along'])} nested run(s)" if m["takes_along"] else None),
+        "backup_kept": kept, "user": m["user"], "host": m["host"], "tool_version": __version__,
+    })
+    return m
+
+
+def retirements(ctx: Context) -> List[dict]:
+    """Manifests of retirements that took a run out of the logdir, newest first."""
+    ms = [m for m in own_manifests(ctx) if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED]
+    ms.sort(key=lambda m: (m.get("started_at", 0), m["op_id"]), reverse=True)
+    return ms
+
+
+def is_restorable_retirement(m: dict) -> bool:
+    """A verified retirement whose files are still in the vault (not restored, not purged)."""
+    return (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and not m.get("restored_by")
+            and not m.get("backup_purged"))
+
+
+def retired_now(ctx: Context, run: str) -> Optional[dict]:
+    """The retirement that currently keeps ``run`` (or a parent taking it along) out of the logdir."""
+    for m in retirements(ctx):
+        if is_restorable_retirement(m) and (m["run"] == run or run in m.get("takes_along", [])):
+            return m
+    return None
+
+
+def retirement_recorded(vault: Vault, op_id: str) -> bool:
+    """Whether the vault holds a verified manifest of retirement ``op_id`` (it took the run out of
+    the logdir for good): a damaged one that cannot be read counts too, as recorded: doubt keeps."""
+    if not vault.has_manifest(op_id):
+        return False
+    try:
+        m = vault.read_manifest(op_id)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    return m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
+
+
+def tree_size(d: str) -> int:
+    """Bytes of the files under ``d`` (what a purge of it frees)."""
+    total = 0
+    for root, _dirs, files in os.walk(d):
+        for n in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, n)).st_size
+    return total
+
+
+__all__ = ["RETIRED", "OP_ID_RE", "retired_dir", "stored_file", "check_retired_dir", "drop_retired", "rel_ok",
+           "check_record", "tree_sha256", "inventory", "unchanged", "grown", "sized", "chmod_dirs", "put_back",
+           "stored_ok", "write_retire_manifest", "retirements", "is_restorable_retirement", "retired_now",
+           "retirement_recorded", "tree_size"]
