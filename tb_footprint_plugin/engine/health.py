@@ -27,6 +27,7 @@ from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
 from tb_footprint_plugin.storage.paths import VAULTS_NAME, is_sha256, recorded_vaults
+from tb_footprint_plugin.storage.private import UNTRUSTED_MARK
 
 #: the findings `tb-footprint recover` settles (settle_command is offered for these alone): an
 #: unfinished operation, late writes to salvage, a manifest or identity to rebuild from the log, a
@@ -297,6 +298,7 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     """Damage in the state directory's own files, each named (file, and line for a log): a
     damaged identity.json, vaults.json, journal, history line, lease or scan cache. Read only."""
     out: List[dict] = moved_state_problems(logdir, state)
+    out += planted_links(state)
     damage = trust.identity_damage(logdir, state)
     if damage is not None:
         out.append(_f(Finding.IDENTITY_DAMAGED, None, None,
@@ -327,6 +329,8 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     except OSError:
         leases = []
     for name in leases:
+        if os.path.islink(os.path.join(locks, name)):
+            continue  # named as a planted link (``planted_links``), once
         try:
             lease = trust.read_json_file(os.path.join(locks, name), what="lease")
             why = _lease_shape(lease)
@@ -348,6 +352,46 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     except trust.Untrusted as e:
         out.append(_f(Finding.DAMAGED_FILE, None, None, f"{e.detail}; not used: the next scan reads every file "
                       "and writes it afresh", file=e.file))
+    return out
+
+
+#: the state folder's own subfolders whose entries are the tool's own files; ``tmp`` holds the
+#: scratch of checks under way (their views link to the originals), so it is not looked into
+_SCRATCH = "tmp"
+
+
+def planted_links(state: str) -> List[dict]:
+    """Symbolic links in the state folder and its direct subfolders (the tool makes none there: a
+    ``journal`` link to another folder is planted), each a finding naming the link and where it
+    points (``Finding.PATH_OUTSIDE``), read with ``lstat``/``readlink`` only: never followed, so
+    a read-only verb says it before a changing verb sets it aside (review R16 F11b). One already
+    set aside is named by ``vault.set_aside_findings``."""
+    out: List[dict] = []
+    folders = [state]
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for e in entries:
+            if UNTRUSTED_MARK in e.name:
+                continue  # set aside already: ``set_aside_findings`` names it
+            try:
+                if e.is_symlink():
+                    try:
+                        target = os.readlink(e.path)
+                    except OSError:
+                        target = "?"
+                    out.append(_f(Finding.PATH_OUTSIDE, None, None,
+                                  f"a symbolic link to {target} stands where the tool keeps {e.name!r}; never "
+                                  "followed, so nothing there is read, replayed or written; the next verb that writes "
+                                  "there (a reduce, a restore) renames the link itself aside. Look at it, then "
+                                  "remove it", file=e.path))
+                elif folder == state and e.name != _SCRATCH and e.is_dir(follow_symlinks=False):
+                    folders.append(e.path)
+            except OSError:
+                continue
     return out
 
 
