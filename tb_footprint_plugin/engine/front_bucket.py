@@ -143,15 +143,16 @@ class BucketEngine(Engine):
 
     def status(self) -> dict:
         """The bucket's own status (``engine.bucket_catalogue.status``) with the keys a local one
-        has: ``unfinished``, ``problems``, ``late_writes``, ``kept_blobs`` empty where the bucket
-        does not say (its damage is reported per verb); ``batch`` from the ledger objects."""
+        has: ``unfinished``, ``problems``, ``late_writes``, ``kept_blobs``, ``locked_runs`` empty
+        where the bucket does not say (its damage is reported per verb; its lock objects are not
+        listed yet); ``batch`` from the ledger objects."""
         from tb_footprint_plugin.engine import bucket_ledger
 
         st = self.bk.status(self.rfs, self.vault)
         held = self._unreduced() if st.get("unfinished_operations") else set()
         st["operations"] = [o for o in st["operations"] if o.get("op_id") not in held]
         st["batch"] = with_restores(bucket_ledger.merged(self.rfs), st["operations"])
-        for k in ("unfinished", "problems", "late_writes", "kept_blobs"):
+        for k in ("unfinished", "problems", "late_writes", "kept_blobs", "locked_runs"):
             st.setdefault(k, [])
         st.setdefault("settle_command",
                       health.settle_command(self.logdir, self.backup_dir) if st["unfinished_operations"] else None)

@@ -36,9 +36,9 @@ import socket
 import threading
 import time
 import uuid
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import Code, Skip
+from tb_footprint_plugin.codes import Code, Finding, Skip
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.private import check_parent, open_private
 from tb_footprint_plugin.storage.regular import open_regular
@@ -259,6 +259,35 @@ def live_holder(lease: Optional[dict], journal_dir: str, run: str, now: Optional
     if lease is None:
         return False
     return not holder_gone(lease, lambda: journal_progress(journal_dir, run), now=now)
+
+
+def live_leases(lock_dir: str, journal_dir: str, now: Optional[float] = None) -> List[dict]:
+    """The runs another live process holds now, read from the lease files in ``lock_dir`` (a
+    folder's ``<state>/locks``) by ``live_holder``'s rule; each ``{run, host, pid, shard, until,
+    code, detail}`` (``code``: ``Finding.RUN_LOCKED``; ``detail``: "being changed by pid … on host …
+    until …"), sorted by run. Changes nothing and takes no lock: what ``status`` says of runs under
+    way elsewhere. Leases are untrusted: one malformed, naming no run, or through a link is no one's."""
+    now = time.time() if now is None else now
+    try:
+        names = sorted(n for n in os.listdir(lock_dir) if n.endswith(".lease") and not n.startswith("."))
+    except OSError:
+        return []
+    out = []
+    for n in names:
+        held = read_lease(os.path.join(lock_dir, n))
+        if held is None or not isinstance(held.get("run"), str):
+            continue
+        if held["host"] == HOST and held["pid"] == os.getpid():
+            continue  # this process's own
+        if not live_holder(held, journal_dir, held["run"], now=now):
+            continue
+        shard = held.get("shard") if isinstance(held.get("shard"), str) else None
+        until = until_text(effective_expiry(held, now), now)
+        out.append({"run": held["run"], "host": held["host"], "pid": held["pid"], "shard": shard, "until": until,
+                    "code": Finding.RUN_LOCKED,
+                    "detail": f"being changed by pid {held['pid']} on host {held['host']}"
+                              + (f" (shard {shard})" if shard else "") + f", lease until {until}"})
+    return sorted(out, key=lambda d: d["run"])
 
 
 class LockRefused(RuntimeError):

@@ -8,7 +8,7 @@ import os
 from typing import List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome
-from tb_footprint_plugin.engine import health, trust, usage
+from tb_footprint_plugin.engine import health, lease, trust, usage
 from tb_footprint_plugin.engine.catalogue import known_vaults, own_manifests, read_vaults, vault_problems
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.history import read_history
@@ -84,7 +84,9 @@ def status_view(ctx: Context, found: dict, reads: Optional[List[VaultRead]] = No
             "settle_command": found["settle_command"], "late_writes": health.late_writes(manifests),
             # bytes a restore or rollback found in a file's place, kept in the vault: what each
             # holds and how to bring it back (``engine.restore.kept_blobs``)
-            "kept_blobs": kept_blobs(ctx, manifests)}
+            "kept_blobs": kept_blobs(ctx, manifests),
+            # runs another live process is changing now, from their leases (``lease.live_leases``)
+            "locked_runs": lease.live_leases(ctx.lock_dir, ctx.journal_dir)}
 
 
 def disk_numbers_view(ctx: Context) -> dict:
