@@ -16,9 +16,10 @@ class Spy(txn.Txn):
     errors = (TransactionError, Cancelled, OSError)
     rollback_errors = (OSError,)
 
-    def __init__(self, fail_at=None, on=None, refuse=False, rollback_fails=False):
+    def __init__(self, fail_at=None, on=None, refuse=False, rollback_fails=False, settled_at=None):
         self.log, self.journal_records = [], []
         self.fail_at, self.on, self.refuse, self.rollback_fails = fail_at, on or {}, refuse, rollback_fails
+        self.settled_at = settled_at
         self.outcome = None
 
     def _step(self, name):
@@ -27,6 +28,8 @@ class Spy(txn.Txn):
             self.on[name]()
         if name == self.fail_at:
             raise TransactionError(f"failed at {name}")
+        if name == self.settled_at:
+            raise txn.Settled()  # every entry taken out and settled on its own
 
     def journal(self, report):
         if self.refuse:
@@ -206,6 +209,18 @@ def test_a_refused_start_is_not_rolled_back():
     t = Spy(refuse=True)
     txn.run(t, CancelToken())
     assert t.log == ["refused", "unwind", "end"]
+
+
+@pytest.mark.parametrize("step", ["backup", "verify", "last_look"])
+def test_a_step_that_settles_every_entry_ends_the_transaction_there(step, _fired):
+    # a batch whose every run was taken out (each rolled back alone): no further step, no record,
+    # no rollback, no failpoint of that step; what the transaction holds is still left
+    t = Spy(settled_at=step)
+    txn.run(t, CancelToken())
+    assert t.log[-3:] == [step, "unwind", "end"]
+    assert t.journal_records == ["begin"]
+    assert not [x for x in t.log if x.startswith("rollback") or x.startswith("record:")]
+    assert f"reduce.{step}" not in _fired and "reduce.swap_record" not in _fired
 
 
 def test_a_rollback_that_fails_is_said_incomplete():

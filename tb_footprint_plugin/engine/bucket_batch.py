@@ -6,14 +6,23 @@ batch pays one journal create, one commit record, one listing before and after i
 and the batched deletes (1,000 keys a request on S3; failed keys retried, then the run rolled back
 from its backups if they still fail). The steps are ``engine.bucket_steps``; a crash is settled
 from any machine by ``engine.bucket_recover``.
+
+The batch is one transaction, ``ObjectBatchReduce``, whose entries are its runs, run by the one
+driver ``engine.txn.run`` (issue #26): the driver alone orders the steps, writes the commit record
+(``swapping``) and the rollback record (``rolling_back``) before what they guard, honours a cancel
+and hits the failpoints. A run that fails a step before the commit record is taken out of the
+batch there and rolled back alone (``_drop_run``), the others go on; a step that finds no run left
+ends the batch (``txn.Settled``). What the driver rolls back (a cancel, a failed delete step) is
+every run still in the batch.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Dict, List, Mapping, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -45,201 +54,279 @@ from tb_footprint_plugin.engine.bucket_steps import (
 )
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
-from tb_footprint_plugin.engine.journal_object import ObjectJournal
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
+
+#: ``progress(run, step, fraction)``
+Progress = Callable[[str, str, float], None]
 
 
 def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                   quiet_period: float, policy: Optional[str], settled_early=None,
                   closed_files: Optional[Mapping[str, float]] = None,
                   cancel: Optional[CancelToken] = None,
-                  progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
-    """Drop-only runs under one journal object. Each run has its own lock object (two machines
-    never reduce one run at once), its own operation id, backups and manifest (restorable on its
-    own); the journal records the batch's steps, so a crash is settled from any machine.
+                  progress: Optional[Progress] = None) -> List[RunOutcome]:
+    """Drop-only runs under one journal object, ``ObjectBatchReduce`` run by ``engine.txn.run``.
+    Each run has its own lock object (two machines never reduce one run at once), its own
+    operation id, backups and manifest (restorable on its own); the journal records the batch's
+    steps, so a crash is settled from any machine.
     ``settled_early(outcome)`` hears of each run left out before the journal is written (gone
     since the plan, locked by another worker) as soon as that is known. ``closed_files``: keys
     the caller's own job closed, not counted by the quiet period while unchanged.
     ``cancel``: the batch's runs start together, so one token (each run's ``timeout`` counted from
-    the batch's start, and the batch's cancel) is checked before each run's backups and before the
-    checking listing and the commit record; past it every run not committed is rolled back
+    the batch's start, and the batch's cancel) is checked at the driver's points (after the
+    journal and the backups, then after the last look, right before the commit record) and before
+    each run's backups; past it every run not committed is rolled back after the rollback record
     (its backups and manifest dropped, its originals untouched: "timed out before the commit
     point", ``Failure.ERROR`` as on a disk); once the commit record is written the batch finishes.
     ``progress(run, step, fraction)``: a disk's steps of a run that only loses files, ``backup``
     (0.4) once its backups are made and ``verify`` (0.65) as the batch's checks begin."""
-    t0 = time.monotonic()
-    cancel = cancel or CancelToken()
-    st = BucketState(rfs)
-    batch_id = new_op_id()
-    outs: Dict[str, RunOutcome] = {}
-    entries: List[dict] = []
-    plans = {rp.run: rp for rp in rps}
-    held: Dict[str, RunLease] = {}  # each run's lock object (its entry names only the lock's path)
-    ACTIVE_OPS.add(batch_id)
-    journal = None
-    try:
-        for rp in rps:
-            out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
-                             bytes_after=rp.bytes_before)
-            outs[rp.run] = out
-            files = []
-            missing = None
-            op_id = new_op_id()
-            for a in rp.actions:
-                if a.kind != "delete":
-                    continue
-                o = listing.get(a.path)
-                if o is None:
-                    missing = a.path
-                    break
-                files.append(file_entry(vault, op_id, a, o))
-            if missing:
-                out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
-                continue
-            try:
-                held[rp.run] = lock_run(st, rp.run, batch_id)
-            except BucketTxnError as e:
-                lock_refused(out, e)
-                continue
-            except STORE_FAILURES as e:
-                out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
-                continue
-            out.op_id = op_id
-            entries.append({"run": rp.run, "op": op_id, "lock": held[rp.run].path, "files": files})
-        if settled_early:
-            taken = {en["run"] for en in entries}
-            for run, o in outs.items():
-                if run not in taken:
-                    settled_early(o)
-        if not entries:
-            return list(outs.values())
+    t = ObjectBatchReduce(rfs, vault, rps, listing, quiet_period, policy, closed_files,
+                          cancel or CancelToken(), progress)
+    if t.take_locks(settled_early):
+        txn.run(t, t.cancel)
+    return t.outcomes()
+
+
+class ObjectBatchReduce(txn.Txn):
+    """The steps of a batch of drop-only bucket runs for ``engine.txn.run``, its entries the runs:
+
+    - the locks are taken before the transaction (``take_locks``): a run refused one, or gone
+      since the plan, is left out, said at once (``settled_early``), and never journaled;
+    - **journal**: one journal object for the batch (step ``planned``), an entry per run naming
+      its lock, operation id and files; a journal the store refuses fails every run, nothing done;
+    - **backup**: server-side copies (or blobs of a vault of blobs, one add for the batch), holding
+      the vault's shared ``adding`` lock until the manifests exist; a run whose copy fails is
+      taken out and rolled back alone;
+    - **stage**, **transform**: nothing (a drop-only run has no new file; no failpoint there);
+    - **verify**: each run's ledger mark ``verifying`` and its manifest, dated as the commit record;
+    - the **last look**: one listing of the runs (unchanged since their backups, nothing written
+      within the quiet period, the blobs there), each lock still ours; a run that fails it is
+      taken out, and with none left the batch ends (``txn.Settled``) before any record;
+    - the commit record ``swapping`` (the driver's), then **swap**: ``finish_op``, the batched
+      deletes; **commit**: the checking listing, each run's outcome, the journal closed with every
+      lock (or kept, step ``done``, while a run taken out has its rollback unfinished)."""
+
+    errors = (BucketTxnError, *STORE_FAILURES, ValueError, Cancelled)
+    rollback_errors = (BucketTxnError, *STORE_FAILURES, OSError)
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+                 quiet_period: float, policy: Optional[str], closed_files: Optional[Mapping[str, float]],
+                 cancel: CancelToken, progress: Optional[Progress]) -> None:
+        self.t0 = time.monotonic()
+        self.rfs, self.vault, self.rps, self.listing = rfs, vault, rps, listing
+        self.quiet_period, self.policy, self.closed_files = quiet_period, policy, closed_files
+        self.cancel, self.progress = cancel, progress
+        self.st = BucketState(rfs)
+        self.batch_id = new_op_id()
+        self.outs: Dict[str, RunOutcome] = {}
+        self.plans = {rp.run: rp for rp in rps}
+        self.entries: List[dict] = []  # every run journaled, those taken out too
+        self.live: List[dict] = []  # the runs still in the batch, in its order
+        self.held: Dict[str, RunLease] = {}  # each run's lock object (its entry names only the lock's path)
+        self.jnl = None
+        self.error: Optional[BaseException] = None
+        self.committed_at = 0.0
+        self.now_objs: Dict[str, ObjectInfo] = {}
+        self._adding = contextlib.ExitStack()  # the vault's shared adding lock, backup to verify
+        self._ended = False
+
+    def failpoint(self, step: str) -> Optional[str]:
+        """The batch's failpoints as the crash matrix knows them: none after the stage and the
+        transform (a drop-only run stages nothing) nor after the commit (the journal is gone)."""
+        if step in ("stage", "transform", "commit"):
+            return None
+        return super().failpoint(step)
+
+    def outcomes(self) -> List[RunOutcome]:
+        """Each run's outcome, in the plan's order."""
+        return list(self.outs.values())
+
+    def take_locks(self, settled_early=None) -> bool:
+        """Each run's entry (its files as the listing has them) and lock; False when no run is left
+        (each outcome says why, the batch ended)."""
+        ACTIVE_OPS.add(self.batch_id)
         try:
-            journal = new_journal(st, batch_id, {"op": batch_id, "logdir": rfs.url, "step": Rec.PLANNED,
-                                                 "created": now_s(), "vault": vault.root, "runs": entries,
-                                                 "logdir_objects": len(listing)})
+            for rp in self.rps:
+                out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
+                                 bytes_after=rp.bytes_before)
+                self.outs[rp.run] = out
+                files = []
+                missing = None
+                op_id = new_op_id()
+                for a in rp.actions:
+                    if a.kind != "delete":
+                        continue
+                    o = self.listing.get(a.path)
+                    if o is None:
+                        missing = a.path
+                        break
+                    files.append(file_entry(self.vault, op_id, a, o))
+                if missing:
+                    out.reason, out.code = f"{missing}: gone since the plan", Skip.NOT_IN_PLAN
+                    continue
+                try:
+                    self.held[rp.run] = lock_run(self.st, rp.run, self.batch_id)
+                except BucketTxnError as e:
+                    lock_refused(out, e)
+                    continue
+                except STORE_FAILURES as e:
+                    out.status, out.reason, out.code = Outcome.FAILED, str(e), lock_failure_code(e)
+                    continue
+                out.op_id = op_id
+                self.entries.append({"run": rp.run, "op": op_id, "lock": self.held[rp.run].path, "files": files})
+            if settled_early:
+                taken = {en["run"] for en in self.entries}
+                for run, o in self.outs.items():
+                    if run not in taken:
+                        settled_early(o)
+        except BaseException:
+            self.end()
+            raise
+        if not self.entries:
+            self.end()
+            return False
+        self.live = list(self.entries)
+        return True
+
+    def journal(self, report: txn.Report) -> None:
+        """The batch's journal object, step ``planned``; refused, every run fails untouched and
+        its lock goes (``NotStarted``)."""
+        try:
+            self.jnl = new_journal(self.st, self.batch_id, {
+                "op": self.batch_id, "logdir": self.rfs.url, "step": Rec.PLANNED, "created": now_s(),
+                "vault": self.vault.root, "runs": self.entries, "logdir_objects": len(self.listing)})
         except STORE_FAILURES as e:
-            ours, versions = unlock_all([held[en["run"]] for en in entries])
-            must_delete(rfs, ours, versions=versions)
-            for en in entries:
-                o = outs[en["run"]]
+            for en in self.entries:
+                o = self.outs[en["run"]]
                 o.status, o.reason, o.code = Outcome.FAILED, str(e), failure_code(e)
-            return list(outs.values())
-        faults.hit("reduce.journal")
-        # Backups: server-side copies, each conditional on the plan's version. A run whose copy
-        # fails is rolled back alone; the others go on.
-        live: List[dict] = []
-        # with a vault of blobs: one add for the batch (small originals share packs), under the
-        # lock that keeps a purge's forget out until the manifests name the digests
-        with adding(vault):
-            unmade = backup_entries(rfs, vault, entries)
-            if vault.blobs is not None:
-                faults.hit("reduce.blobs_added")
-            for en in entries:
-                rp = plans[en["run"]]
-                try:
-                    cancel.check()
-                    if en["run"] in unmade:
-                        raise unmade[en["run"]]
-                    for f in en["files"]:
-                        if not is_blob_entry(f):
-                            backup_object(rfs, f)
-                        faults.hit("reduce.backup_copy")
-                    live.append(en)
-                except faults.InjectedFault:
-                    raise
-                except (BucketTxnError, *STORE_FAILURES, Cancelled) as e:
-                    _drop_run(rfs, vault, en, outs[en["run"]], e)
-                except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
-                    bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
-                    _drop_run(rfs, vault, en, outs[en["run"]],
-                              BucketTxnError(Failure.REFUSED, f"{str(bad)[:300]!r}: {e}; run left as it was"))
-                if live and live[-1] is en:  # told outside the try: a callback's error is not a bad key
-                    live[-1:] = _told(rfs, vault, [en], outs, progress, (("backup", 0.4),))
-            live = _in_time(rfs, vault, live, outs, cancel)
-            faults.hit("reduce.backup")
-            # as on a disk: a ledger marks each run "verifying" here; a mark the store refuses is
-            # a failed step of that run (R6 F1)
-            live = _told(rfs, vault, live, outs, progress, (("verify", 0.65),))
-            # every run's manifest once the batch's backups are all made, each dated with the
-            # time the commit record then carries (``finished_at``, a disk's commit time; no
-            # request more): a run's first backups are not its commit
-            committed_at = now_s()
-            made = []
-            for en in live:
-                rp = plans[en["run"]]
-                bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
-                try:
-                    st.create(vault.manifest(en["op"]), manifest_doc(rfs, en, rp, policy, bytes_after, vault,
-                                                                     journal.doc, committed_at=committed_at))
-                    made.append(en)
-                except (BucketTxnError, *STORE_FAILURES) as e:
-                    _drop_run(rfs, vault, en, outs[en["run"]], e)
-            live = made
-        # Last look before the destructive step: an object rewritten since its backup was made
-        # must not be deleted (its new bytes have no backup). Each delete also carries the
-        # version as a condition where the store takes one.
-        faults.hit("reduce.verify")
-        if live:
+            ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+            must_delete(self.rfs, ours, versions=versions)
+            raise txn.NotStarted() from e
+
+    def backup(self, report: txn.Report) -> None:
+        """Backups: server-side copies, each conditional on the plan's version (with a vault of
+        blobs: one add for the batch, small originals sharing packs). A run whose copy fails is
+        rolled back alone; the others go on. A cancel is looked at before each run's copies."""
+        rfs, vault = self.rfs, self.vault
+        # held until the manifests name the digests: a purge's forget waits while only the journal does
+        self._adding.enter_context(adding(vault))
+        unmade = backup_entries(rfs, vault, self.entries)
+        if vault.blobs is not None:
+            faults.hit("reduce.blobs_added")
+        for en in self.entries:
+            self.cancel.check()
             try:
-                now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
+                if en["run"] in unmade:
+                    raise unmade[en["run"]]
+                for f in en["files"]:
+                    if not is_blob_entry(f):
+                        backup_object(rfs, f)
+                    faults.hit("reduce.backup_copy")
+            except faults.InjectedFault:
+                raise
+            except (BucketTxnError, *STORE_FAILURES) as e:
+                self._drop(en, e)
+                continue
+            except ValueError as e:  # a key that is not a plain key of the logdir ('..' segments)
+                bad = next((f["path"] for f in en["files"] if not f.get("backup_checksums")), en["run"])
+                self._drop(en, BucketTxnError(Failure.REFUSED, f"{str(bad)[:300]!r}: {e}; run left as it was"))
+                continue
+            self._told([en], (("backup", 0.4),))  # outside the try: a callback's error is not a bad key
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: a drop-only run has no new file."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: a drop-only run has no new file."""
+
+    def verify(self, report: txn.Report) -> None:
+        """As on a disk, each run's ledger marked ``verifying`` (a mark the store refuses is a failed
+        step of that run, R6 F1); then every run's manifest, once the batch's backups are all made,
+        each dated with the time the commit record then carries (``finished_at``, a disk's commit
+        time; no request more): a run's first backups are not its commit."""
+        self._told(list(self.live), (("verify", 0.65),))
+        self.committed_at = now_s()
+        for en in list(self.live):
+            rp = self.plans[en["run"]]
+            bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
+            try:
+                self.st.create(self.vault.manifest(en["op"]), manifest_doc(
+                    self.rfs, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
+                    committed_at=self.committed_at))
+            except (BucketTxnError, *STORE_FAILURES) as e:
+                self._drop(en, e)
+        self._adding.close()
+
+    def last_look(self) -> None:
+        """Before the destructive step: an object rewritten since its backup was made must not be
+        deleted (its new bytes have no backup; each delete also carries the version as a condition
+        where the store takes one), a run written within the quiet period is left, the blobs are
+        still there, and a run whose lock another worker took over stops. With no run left the
+        batch ends here: the journal and locks go only when every drop finished; a drop whose
+        rollback did not (its manifest may still be there, dated as committed) keeps them, as at
+        the end, so the next start rolls the batch back (review R6 F2)."""
+        if self.live:
+            try:
+                now_objs = listing_of_runs(self.rfs, self.vault, [en["run"] for en in self.live],
+                                           len(self.listing), known=self.listing)
             except STORE_FAILURES as e:
-                for en in live:
-                    _drop_run(rfs, vault, en, outs[en["run"]], e)
-                live, now_objs = [], {}
-            keep, reread = [], True
-            for en in live:
+                for en in list(self.live):
+                    self._drop(en, e)
+                now_objs = {}
+            reread = True
+            for en in list(self.live):
                 changed = next((f["path"] for f in en["files"] if f["path"] not in now_objs
                                 or now_objs[f["path"]].version_token != f["version"]), None)
-                active = None if changed else written_recently(now_objs, en["run"], quiet_period, closed_files)
+                active = None if changed else written_recently(now_objs, en["run"], self.quiet_period,
+                                                               self.closed_files)
                 if changed:
-                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                    self._drop(en, BucketTxnError(
                         Failure.CHANGED_SINCE_BACKUP, f"{changed}: changed since its backup; run left as it was"))
                 elif active:
-                    _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(Skip.ACTIVE, active))
+                    self._drop(en, BucketTxnError(Skip.ACTIVE, active))
                 else:
                     try:  # its blobs still there: the delete removes what only they hold
-                        missing_blobs(vault, en["files"], reread=reread)
+                        missing_blobs(self.vault, en["files"], reread=reread)
                         reread = False
                     except BucketTxnError as e:
-                        _drop_run(rfs, vault, en, outs[en["run"]], e)
-                        continue
-                    keep.append(en)
-            live = keep
-        keep = []
-        for en in live:  # a run whose lock another worker took over stops before its delete step
-            if held[en["run"]].still_held():
-                keep.append(en)
-            else:
-                _drop_run(rfs, vault, en, outs[en["run"]], BucketTxnError(
+                        self._drop(en, e)
+            self.now_objs = now_objs
+        for en in list(self.live):  # a run whose lock another worker took over stops before its delete step
+            if not self.held[en["run"]].still_held():
+                self._drop(en, BucketTxnError(
                     Skip.LOCKED, f"run {en['run']}: its lock was taken over; left as it was"))
-        live = _in_time(rfs, vault, keep, outs, cancel)  # the last point where a cancel is honoured
-        if not live:
-            # every run taken out: the journal and locks go only when every drop finished; a drop
-            # whose rollback did not (its manifest may still be there, dated as committed) keeps
-            # them, as at the end, so the next start rolls the batch back (review R6 F2)
-            if not _incomplete(entries, outs):
-                ours, versions = unlock_all([held[en["run"]] for en in entries])
-                journal.close(also=ours, versions=versions)
-            return list(outs.values())
-        try:
-            # the destructive step is preceded by its record: every backup of these runs verified
-            # (the entries as they stand: their backups' checksums, the runs taken out)
-            journal.step(Rec.SWAPPING, at=committed_at, runs=entries)
-            faults.hit("reduce.swap_record")
-            finish_op(rfs, vault, journal.doc, present=now_objs)
-        except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key no call can address
-            if _rollback_batch(rfs, vault, journal, live, outs, e, entries, held):
-                ours, versions = unlock_all([held[en["run"]] for en in entries if en not in live])
-                BucketState.of(rfs).delete(ours, versions=versions)
-            return list(outs.values())
-        faults.hit("reduce.swap")
-        # a verification that finds the run not as planned is a failed step (as on a disk); one
-        # whose listing the store refused is the store's failure
+        if not self.live:
+            if not _incomplete(self.entries, self.outs):
+                ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+                self.jnl.close(also=ours, versions=versions)
+            raise txn.Settled()
+
+    def record(self, step: str) -> None:
+        """``swapping``, the commit record (every backup of the runs left verified: the entries as
+        they stand, their backups' checksums, the runs taken out), dated as the manifests;
+        ``rolling_back``."""
+        if step == "swap":
+            self.jnl.step(Rec.SWAPPING, at=self.committed_at, runs=self.entries)
+        else:
+            self.jnl.step(Rec.ROLLING_BACK, runs=self.entries)
+
+    def swap(self, report: txn.Report) -> None:
+        """The batched deletes, each under its version (``finish_op``)."""
+        finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
+
+    def commit(self, report: txn.Report) -> None:
+        """The checking listing and each run's outcome: a verification that finds the run not as
+        planned is a failed step (as on a disk); one whose listing the store refused is the
+        store's failure (past the commit point: the reduction stands, unverified). Then the
+        journal and every lock in one batched delete (journal first: a crash between the two
+        leaves only stale locks, which recovery drops); a run taken out whose cleanup failed
+        keeps the journal (step ``done``): the next start finishes that cleanup."""
+        live, outs = self.live, self.outs
         unverified = Failure.ERROR
         try:
-            verification = verify_batch(rfs, vault, live, listing)
-        except STORE_FAILURES as e:  # past the commit point: the reduction stands, unverified
+            verification = verify_batch(self.rfs, self.vault, live, self.listing)
+        except STORE_FAILURES as e:
             unverified = failure_code(e)
             verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
                                         "run `verify` to check it"} for en in live}
@@ -252,56 +339,108 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
             if bad:
                 o.reason, o.code = bad, unverified
             o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
-        # done: the journal and every lock in one batched delete (journal first: a crash between
-        # the two leaves only stale locks, which recovery drops). A run taken out whose cleanup
-        # failed keeps the journal: the next start finishes that cleanup.
-        if not _incomplete(entries, outs):
-            ours, versions = unlock_all([held[en["run"]] for en in entries])
-            journal.close(also=ours, versions=versions)
+        if not _incomplete(self.entries, outs):
+            ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+            self.jnl.close(also=ours, versions=versions)
         else:
-            journal.step(Rec.DONE, runs=entries)
-        return list(outs.values())
-    except faults.InjectedFault:
-        raise
-    finally:
-        ACTIVE_OPS.discard(batch_id)
-        for lock in held.values():  # no lock of an ended batch is renewed (those kept are stale now)
+            self.jnl.step(Rec.DONE, runs=self.entries)
+
+    def journaled(self) -> bool:
+        return self.jnl is not None
+
+    def committed(self) -> bool:
+        return self.jnl is not None and self.jnl.committed()
+
+    def failed(self, error: BaseException) -> None:
+        self.error = error
+
+    def rollback(self, committed: bool) -> None:
+        """Every run still in the batch put back. Before the commit record each is taken out as a
+        failed step takes one out (originals untouched, backups and manifest dropped), and the
+        journal goes with every lock once every run's rollback finished. Past it each is put back
+        from its verified backups; the journal and the locks of these runs go only when every run
+        of the batch (those taken out before too) was rolled back in full, then the locks of those
+        taken out."""
+        if self.jnl is None:
+            return  # no journal: nothing was done, each outcome says why (``journal``)
+        if not committed:
+            for en in list(self.live):
+                self._drop(en, self.error)
+            if not _incomplete(self.entries, self.outs):
+                ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+                self.jnl.close(also=ours, versions=versions)
+            return
+        code = failure_code(self.error)
+        live = self.live
+        for en in live:
+            o = self.outs[en["run"]]
+            o.reason = str(self.error)
+            try:
+                rollback_entry(self.rfs, self.vault, en)
+                o.status, o.code = Outcome.ROLLED_BACK, code
+            except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
+                rollback_incomplete(o, e2)
+        if _incomplete(self.entries, self.outs):
+            return
+        try:
+            ours, versions = unlock_all([self.held[en["run"]] for en in live])
+            must_close(self.jnl, ours, versions=versions)
+        except BucketTxnError as e3:
+            for en in live:
+                o = self.outs[en["run"]]
+                o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
+                o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
+            return
+        ours, versions = unlock_all([self.held[en["run"]] for en in self.entries if not _among(en, live)])
+        BucketState.of(self.rfs).delete(ours, versions=versions)
+
+    def incomplete(self, error: BaseException) -> None:
+        """The rollback record, or the rollback, failed: every run still in the batch says so (the
+        journal stays, and the next start settles it)."""
+        for en in self.live:
+            o = self.outs[en["run"]]
+            o.reason = str(self.error)
+            rollback_incomplete(o, error)
+
+    def unwind(self) -> None:
+        self._adding.close()
+
+    def end(self) -> None:
+        """Once: no lock of an ended batch is renewed (those kept are stale now); each run's
+        duration, the batch's shared among its runs."""
+        if self._ended:
+            return
+        self._ended = True
+        ACTIVE_OPS.discard(self.batch_id)
+        for lock in self.held.values():
             lock.release()
-        dt = (time.monotonic() - t0) / max(1, len(rps))
-        for o in outs.values():
+        dt = (time.monotonic() - self.t0) / max(1, len(self.rps))
+        for o in self.outs.values():
             o.duration_s = dt
 
+    def _drop(self, en: dict, e: BaseException) -> None:
+        """Take ``en`` out of the batch, rolled back alone (``_drop_run``)."""
+        self.live = [x for x in self.live if x is not en]
+        _drop_run(self.rfs, self.vault, en, self.outs[en["run"]], e)
 
-def _in_time(rfs: RemoteFS, vault: BucketVault, live: List[dict], outs: Dict[str, RunOutcome],
-             cancel: CancelToken) -> List[dict]:
-    """``live`` while ``cancel`` stands; past it (cancelled or timed out) every one is dropped."""
-    try:
-        cancel.check()
-    except Cancelled as e:
-        for en in live:
-            _drop_run(rfs, vault, en, outs[en["run"]], e)
-        return []
-    return live
-
-
-def _told(rfs: RemoteFS, vault: BucketVault, live: List[dict], outs: Dict[str, RunOutcome],
-          progress: Optional[Callable[[str, str, float], None]], steps) -> List[dict]:
-    """``live`` less the runs whose ``progress`` call (a ledger's mark: one request) raised a
-    store failure: each is taken out of the batch before its destructive step, as a failed step."""
-    if not progress:
-        return live
-    kept = []
-    for en in live:
-        try:
-            for name, frac in steps:
-                progress(en["run"], name, frac)
-            kept.append(en)
-        except (BucketTxnError, OSError) as e:  # a ledger's refused write (``StoreFailure``) among them
-            _drop_run(rfs, vault, en, outs[en["run"]], e)
-    return kept
+    def _told(self, ens: List[dict], steps) -> None:
+        """``progress`` of each of ``ens``; a run whose call (a ledger's mark: one request) raised a
+        store failure is taken out of the batch before its destructive step, as a failed step."""
+        if not self.progress:
+            return
+        for en in ens:
+            try:
+                for name, frac in steps:
+                    self.progress(en["run"], name, frac)
+            except (BucketTxnError, OSError) as e:  # a ledger's refused write (``StoreFailure``) among them
+                self._drop(en, e)
 
 
-def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: Exception) -> None:
+def _among(en: dict, ens: List[dict]) -> bool:
+    return any(x is en for x in ens)
+
+
+def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: BaseException) -> None:
     """Take one run out of a batch before its destructive step: its originals are untouched,
     its backups and manifest go. The batch journal still names the run: a crash from here on
     makes recovery roll it back too, which finds nothing left to undo."""
@@ -321,37 +460,4 @@ def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:
     return any(outs[en["run"]].code == Failure.ROLLBACK_INCOMPLETE for en in entries)
 
 
-def _rollback_batch(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal, live: List[dict],
-                    outs: Dict[str, RunOutcome], e: Exception, entries: List[dict],
-                    held: Dict[str, RunLease]) -> bool:
-    """The destructive step failed: recorded first (a recovery that finds this journal must
-    finish the rollback, not roll forward), then every run put back from its backups. The
-    journal and the locks of ``live`` go only when every run of the batch (``entries``, those
-    dropped before too) was rolled back in full; returns whether they went."""
-    code = failure_code(e)
-    try:
-        journal.step(Rec.ROLLING_BACK, runs=entries)
-    except STORE_FAILURES:
-        pass
-    incomplete = None
-    for en in live:
-        o = outs[en["run"]]
-        o.reason = str(e)
-        try:
-            rollback_entry(rfs, vault, en)
-            o.status, o.code = Outcome.ROLLED_BACK, code
-        except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
-            incomplete = e2
-            o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-            o.reason += f"; rollback incomplete ({e2}); the journal is kept and the next start settles it"
-    if incomplete is None and not _incomplete(entries, outs):
-        try:
-            ours, versions = unlock_all([held[en["run"]] for en in live])
-            must_close(journal, ours, versions=versions)
-            return True
-        except BucketTxnError as e3:
-            for en in live:
-                o = outs[en["run"]]
-                o.status, o.code = Outcome.FAILED, Failure.ROLLBACK_INCOMPLETE
-                o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
-    return False
+__all__ = ["ObjectBatchReduce", "reduce_batch"]

@@ -19,8 +19,11 @@ where a cancel is honoured and where a failpoint fires do not, so they live here
   ``reduce.stage_record``) stays inside that step, at its instant.
 
 A step's failure is a value: the driver rolls back and the transaction's outcome says why
-(``Txn.failed``). An injected fault (``faults.InjectedFault``, a crash simulated by a test)
-is never rolled back: it propagates as a crash would stop the process.
+(``Txn.failed``). A transaction of several entries (a bucket's batch of runs) settles an entry
+that fails on its own and goes on with the others; a step that finds none left raises
+``Settled`` and the driver stops there, with nothing to roll back. An injected fault
+(``faults.InjectedFault``, a crash simulated by a test) is never rolled back: it propagates as a
+crash would stop the process.
 """
 from __future__ import annotations
 
@@ -46,6 +49,13 @@ class NotStarted(Exception):
     """Raised by ``Txn.journal`` when the run is refused before anything is recorded or held (its
     lock is another's, the lock could not be taken): the transaction has set its outcome, and
     there is nothing to roll back."""
+
+
+class Settled(Exception):
+    """Raised by a step of a transaction of several entries when every entry has been taken out
+    and settled on its own (each rolled back alone, its outcome set, the journal closed or kept
+    as the entries need): the driver runs no further step, record or rollback, and hits no
+    failpoint (``unwind`` and ``end`` still run)."""
 
 
 class Txn(abc.ABC):
@@ -150,7 +160,7 @@ def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
                 _hit(txn, step)
                 if step in CANCELLABLE:
                     cancel.check()
-        except NotStarted:
+        except (NotStarted, Settled):
             return
         except txn.errors as e:
             if isinstance(e, faults.InjectedFault) and txn.injected_is_crash:
@@ -177,4 +187,4 @@ def _hit(txn: Txn, step: str) -> None:
         faults.hit(name)
 
 
-__all__ = ["CANCELLABLE", "NotStarted", "Report", "STEPS", "Txn", "run"]
+__all__ = ["CANCELLABLE", "NotStarted", "Report", "STEPS", "Settled", "Txn", "run"]
