@@ -48,5 +48,10 @@ def history(logdir: str, backup_dir: Optional[str] = None) -> List[dict]:
     (``freed_now_bytes``: ~0 while a hard-linked backup is kept) and after ``purge``
     (``freed_after_purge_bytes``), as things stand when read; purge entries carry ``freed`` (bytes freed on disk); a restore
     (or rolled-back reduce) that kept bytes found in a file's place carries ``kept_blobs`` (as in
-    ``status``)."""
-    return open_engine(logdir, backup_dir, lazy=True).history()
+    ``status``). Every entry carries ``code``: the outcome's code where its operation recorded one
+    (a rolled-back reduce's failure, a restore that kept bytes in the vault), else None."""
+    entries = open_engine(logdir, backup_dir, lazy=True).history()
+    for e in entries:
+        # lines are untrusted: a code is a string or nothing
+        e["code"] = e.get("code") if isinstance(e.get("code"), str) else None
+    return entries

@@ -27,7 +27,7 @@ from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
 HISTORY_NAME = "history.jsonl"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
-CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome",
+CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 _process_writer: Optional[str] = None
 _process_shard: Optional[str] = None
