@@ -35,6 +35,10 @@ logdir, what = sys.argv[1], sys.argv[2]
 if what == "plan":
     p = api.plan(logdir, "archive", quiet_period=0)
     out = {"runs": {rp.run: {"code": rp.code, "skipped": rp.skipped, "actions": len(rp.actions)} for rp in p.runs}}
+elif what == "check-and-plan":
+    api.check_logdir(logdir)  # what every verb asks first
+    p = api.plan(logdir, "archive", quiet_period=0)
+    out = {"runs": {rp.run: {"code": rp.code, "skipped": rp.skipped} for rp in p.runs}}
 elif what == "plan-b":
     p = api.plan(logdir, "archive", quiet_period=0, runs=["b"])
     out = {"runs": {rp.run: {"code": rp.code, "skipped": rp.skipped} for rp in p.runs}}
@@ -135,3 +139,18 @@ def test_cli_reduce_exits_1_when_a_folder_could_not_be_read(logdir):
                        env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     assert str(logdir / "b") in p.stdout, p.stdout
+
+
+def test_a_logdir_whose_only_run_folder_is_unreadable_is_still_a_logdir(tmp_path):
+    """Not "not a TensorBoard logdir": the folder it cannot enter may hold runs, and the plan says so."""
+    ld = tmp_path / "logdir"
+    _write_run(ld / "b", 1)
+    _age(ld)
+    os.chmod(ld / "b", 0)
+    try:
+        if PREFIX and subprocess.run(PREFIX + ["ls", str(ld / "b")], capture_output=True).returncode == 0:
+            pytest.skip("setpriv could not drop the capability to read any folder here")
+        runs = _child(ld, "check-and-plan")["runs"]
+    finally:
+        os.chmod(ld / "b", 0o755)
+    assert list(runs) == ["b"] and runs["b"]["code"] == "permission_denied", runs

@@ -20,7 +20,7 @@ from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_
 from tb_footprint_plugin.plan import select as selecting, shard as sharding
 from tb_footprint_plugin.plan.policies import get_policy
 from tb_footprint_plugin.scan.model import LogdirFootprint, UNATTRIBUTED
-from tb_footprint_plugin.scan.discovery import discover
+from tb_footprint_plugin.scan.discovery import walk_runs
 from tb_footprint_plugin.scan.scanner import scan
 from tb_footprint_plugin.storage.paths import is_within, state_dirs_in
 from tb_footprint_plugin.storage.remote import is_remote
@@ -175,10 +175,13 @@ def check_logdir(logdir: str, backup_dir: Optional[str] = None,
     if state_dirs_in(base):
         return
     if footprint is not None:  # the caller's scan already walked it
-        names = [r.name for r in footprint.runs]
+        names = [r.name for r in footprint.runs] + unread_folders(footprint)
     else:
         exclude = [os.path.abspath(backup_dir)] if backup_dir and is_within(backup_dir, base) else []
-        names = list(discover(base, exclude=exclude).runs)
+        unreadable: List[dict] = []
+        names = [r.name for r in walk_runs(base, [], exclude, unreadable=unreadable)]
+        # a folder it cannot enter may hold runs: the plan says so (review R16 F10), not "no logdir"
+        names += [u["path"] for u in unreadable if u.get("run") is None]
     if any(name != UNATTRIBUTED for name in names):
         return
     raise NotALogdir(f"{logdir} is not a TensorBoard logdir: no event file, profile session or PyTorch trace "
