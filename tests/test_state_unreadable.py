@@ -37,6 +37,8 @@ try:
         out = {"outcomes": [o.to_dict() for o in api.restore(logdir, run="a")]}
     elif what == "history":
         out = {"history": api.history(logdir)}
+    elif what == "plan":
+        out = {"notes": api.plan(logdir, "archive", quiet_period=0).notes}
     elif what == "verify":
         out = {"verify": api.verify(logdir)}
     else:
@@ -95,6 +97,9 @@ def test_an_unreadable_state_folder_is_a_permission_failure_naming_it(reduced):
             out = _child(reduced, what)
             assert out.get("code") == "permission_denied", (what, out)
             assert str(state) in out["error"] and "nothing to restore" not in out["error"], (what, out)
+        # the plan cannot see the unfinished operations: it says why (the reduce then refuses)
+        notes = _child(reduced, "plan")["notes"]
+        assert any(n.startswith("[permission_denied]") and str(state) in n for n in notes), notes
         p = _cli("restore", reduced, "a", "--yes")
         assert p.returncode != 0 and "[permission_denied]" in p.stderr and str(state) in p.stderr, p.stderr
         assert "nothing to restore" not in p.stdout + p.stderr

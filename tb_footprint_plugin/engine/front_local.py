@@ -38,7 +38,7 @@ from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_r
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, ManifestMemo, refuse_unless_ours, Vault
-from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, VaultRead
+from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, StateUnreadable, VaultRead
 from tb_footprint_plugin.plan.planner import apply_open_writers, DEFAULT_QUIET_PERIOD, leave_alone, LOCAL_VAULT_NOTE
 from tb_footprint_plugin.plan import shard as sharding
 from tb_footprint_plugin.scan.model import LogdirFootprint
@@ -450,6 +450,10 @@ class LocalEngine(Engine):
         logdir = os.path.abspath(self.logdir)
         remote = self.remote_vault or offload.remote_url(Vault(state_dir(logdir)))
         p.notes = [n for n in p.notes if n != LOCAL_VAULT_NOTE]
+        try:  # its unfinished operations cannot be seen: said, as the reduce will refuse (review R16 F16)
+            refuse_unreadable(state_dir(logdir))
+        except StateUnreadable as e:
+            p.notes.append(f"[{e.code}] {e}")
         at = len(p.notes)
         self.leave_alone_unfinished(p)
         live = [rp.run for rp in p.runs if rp.actions and not rp.skipped]
