@@ -175,6 +175,65 @@ def test_a_kill_between_the_copy_and_the_delete_is_finished_by_recovery(tmp_path
     assert user_files(logdir) == before
 
 
+def _killed_within_the_first_copy(monkeypatch):
+    """Kill the process halfway through the swap's first copy (its first half written at the
+    original's name); returns the (staged file, name) pairs it was copying."""
+    real, made = swap.copy_new, []
+
+    def half_then_killed(src, dst, *a, **kw):
+        with open(src, "rb") as fi, open(dst, "xb") as fo:
+            data = fi.read()
+            fo.write(data[:len(data) // 2])
+        made.append((src, dst))
+        raise Killed()
+
+    monkeypatch.setattr(swap, "copy_new", half_then_killed)
+    return made, real
+
+
+@pytest.mark.parametrize("fixture,policy", KINDS, ids=["compressed-new-name", "rewritten-in-place"])
+def test_a_kill_within_a_copy_is_finished_by_recovery(tmp_path, monkeypatch, fixture, policy):
+    """The half-written copy is the beginning of the staged bytes, which are still whole beside it:
+    recovery takes it for the swap's own, copies again and the run is reduced and verified."""
+    logdir = copy_real(fixture, tmp_path / "logdir")
+    before = user_files(logdir)
+    _spy_local(monkeypatch, NO_RENAME)
+    made, real = _killed_within_the_first_copy(monkeypatch)
+    with pytest.raises(Killed):
+        _reduce(logdir, policy)
+    monkeypatch.setattr(swap, "copy_new", real)
+    ((tmp, final),) = made
+    assert os.path.getsize(final) < os.path.getsize(tmp)
+    api.recover_logdir(str(logdir))
+    ops = [m for m in api.operations(logdir) if m.get("kind") == "reduce"]
+    assert ops and all(m["outcome"] == Outcome.VERIFIED for m in ops), ops
+    assert not os.path.exists(tmp) and os.path.isfile(final)
+    assert all(o.verified for o in api.restore(str(logdir)))
+    assert user_files(logdir) == before
+
+
+def test_a_partial_copy_under_a_new_name_goes_with_a_rollback(tmp_path, monkeypatch):
+    """Killed within the copy of the first compressed trace, then the second trace changed before
+    the next start: recovery rolls the run back (the change is kept, as ever) and the half-written
+    compressed copy is not left beside the originals."""
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    _spy_local(monkeypatch, NO_RENAME)
+    made, real = _killed_within_the_first_copy(monkeypatch)
+    with pytest.raises(Killed):
+        _reduce(logdir)
+    monkeypatch.setattr(swap, "copy_new", real)
+    ((_, final),) = made
+    assert os.path.isfile(final)
+    (other,) = [os.path.join(logdir, n) for n in os.listdir(logdir)
+                if n.endswith(".pt.trace.json") and n + ".gz" != os.path.basename(final)]
+    with open(other, "ab") as f:
+        f.write(b" ")  # written after the crash: the swap is not finished over it
+    api.recover_logdir(str(logdir))
+    ops = [m for m in api.operations(logdir) if m.get("kind") == "reduce"]
+    assert ops and all(m["outcome"] == Outcome.ROLLED_BACK for m in ops), ops
+    assert not [n for n in os.listdir(logdir) if n.endswith(".gz") or n.startswith(".footprint-")]
+
+
 # ---------------------------------------------------------------------------------------
 # a bucket's engine asks it
 # ---------------------------------------------------------------------------------------

@@ -71,13 +71,15 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     (``swap_strategy``: renamed, or copied and then deleted; its folders fsynced where durability
     needs it), the folder's by default (recovery finishing a swap)."""
     strategy = strategy or swap_strategy(folder_capabilities())
+    copying = not strategy.renames
     recorded = _recorded_dirs(rp, recorded_dirs)
     dirs = set()
     for path, rec in backups.items():
         # only the bytes that were backed up may be replaced or removed
         no_symlink(ctx, path)
         p = ctx.abs(path)
-        done = any(s["final"] == path and matches(p, s["sha256"], s["size"]) for s in staged)
+        done = any(s["final"] == path and (matches(p, s["sha256"], s["size"])
+                                           or copying and partial_copy(p, ctx.abs(s["tmp"]), s)) for s in staged)
         if os.path.lexists(p) and not done and not matches(p, rec["sha256"], rec["size"]):
             raise TransactionError(f"{path}: changed after it was backed up; not replaced",
                                    Failure.CHANGED_SINCE_BACKUP)
@@ -93,7 +95,8 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
         if os.path.exists(tmp):
-            if s["final"] not in backups and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]):
+            if s["final"] not in backups and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]) \
+                    and not (copying and partial_copy(final, tmp, s)):
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
             if strategy.renames:
                 fsops.replace(tmp, final)
@@ -143,11 +146,10 @@ def copy_then_delete(tmp: str, final: str, s: dict) -> None:
     original's name is removed first and the copy made exclusively, so a second name of the
     original (a backup that is a hard link, a user's snapshot) never sees a byte change. Idempotent:
     a crash after the copy leaves both (the next call only deletes the staged file), a crash
-    before it leaves the staged file whole (the next call copies again). A crash within the copy
-    leaves a partial file that is neither the original nor the staged bytes: ``apply_swap``
-    refuses it and the run is rolled back; one under a new name (a compressed copy) is not
-    removed by the rollback (it matches nothing recorded). Every folder a ``PosixStore`` opens
-    renames atomically, so this path runs where a store declares otherwise."""
+    before it leaves the staged file whole (the next call copies again), a crash within the copy
+    the beginning of the staged bytes at ``final`` (``partial_copy``: the next call copies again;
+    a rollback removes it). Every folder a ``PosixStore`` opens renames atomically, so this path
+    runs where a store declares otherwise."""
     if not matches(final, s["sha256"], s["size"]):
         with contextlib.suppress(FileNotFoundError):
             fsops.unlink(final)
@@ -155,6 +157,24 @@ def copy_then_delete(tmp: str, final: str, s: dict) -> None:
         copy_new(tmp, final, s["sha256"], mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
                  owner=(st.st_uid, st.st_gid))
     fsops.unlink(tmp)
+
+
+def partial_copy(path: str, tmp: str, s: dict) -> bool:
+    """Whether ``path`` is what a copy + delete swap killed within its copy of the staged file
+    ``tmp`` (``s``: its staged record) left: a regular file shorter than the staged bytes holding
+    their beginning, while ``tmp`` still holds them whole (so every byte of it exists there).
+    Asked only of a swap that copies: a rename leaves no partial file."""
+    try:
+        st = fsops.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size >= s["size"] or not matches(tmp, s["sha256"], s["size"]):
+        return False
+    try:
+        sha = sha256_file(path)
+    except OSError:
+        return False
+    return starts_with(tmp, st.st_size, sha)
 
 
 def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None) -> None:
@@ -192,15 +212,22 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token)
         if d and not _listed(displaced, d):
             displaced.append(d)
+    copying = not swap_strategy(folder_capabilities()).renames
     for tmp_rel, r in stages.items():
         no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
+        final = r.get("final")
+        s = staged.get(tmp_rel)
+        if copying and final and final not in originals and s:
+            # a copy + delete swap killed within its copy under a new name left the beginning of the
+            # staged bytes there: removed while the staged file still tells it (before it goes)
+            no_symlink(ctx, final)
+            if partial_copy(ctx.abs(final), ctx.abs(tmp_rel), s):
+                fsops.unlink(ctx.abs(final))
         with contextlib.suppress(FileNotFoundError):
             fsops.unlink(ctx.abs(tmp_rel))
-        final = r.get("final")
         if final and final not in originals:
             no_symlink(ctx, final)
             fp = ctx.abs(final)
-            s = staged.get(tmp_rel)
             if os.path.exists(fp) and s and matches(fp, s["sha256"], s["size"]):
                 fsops.unlink(fp)
     settle_dirs(ctx, rmdirs, remade)
@@ -561,7 +588,10 @@ def _time_of(vault: Vault, rec: dict) -> dict:
 
 
 def roll_forward(ctx: Context, records: List[dict]) -> bool:
-    """Finish a swap that was recorded after a passed verification. False if it can't be."""
+    """Finish a swap that was recorded after a passed verification. False if it can't be. On a
+    folder whose swap copies (``swap_strategy``), a partial copy a kill left at an original's
+    name is the swap's own (``partial_copy``), finished like the rest."""
+    copying = not swap_strategy(folder_capabilities()).renames
     vault = vault_of(records, ctx)
     backups = {r["path"]: r for r in records if r["type"] == "backup"}
     staged = [r for r in records if r["type"] == "staged"]
@@ -571,7 +601,7 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
     for path, r in backups.items():
         p, s = ctx.abs(path), finals.get(path)
         if os.path.lexists(p) and not matches(p, r["sha256"], r["size"]) and not (
-                s and matches(p, s["sha256"], s["size"])):
+                s and (matches(p, s["sha256"], s["size"]) or copying and partial_copy(p, ctx.abs(s["tmp"]), s))):
             return False  # changed after the crash: roll back (keeping the new bytes)
     for s in staged:
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
