@@ -511,10 +511,11 @@ def settle(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal) -> Tuple[s
 
 def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -> RunOutcome:
     """Copy every object of a retired run back (create-only, never over an object written since),
-    each checked against the store's checksums; mark the manifest restored. Before the first
-    put-back a journal (``kind: unretire``) is written and it is removed after the manifest says
-    restored: one stopped midway is finished by the next start (``engine.bucket_recover`` calls
-    this with ``resume``). Idempotent: an object already back with its bytes counts as back."""
+    each checked against the store's checksums; mark the manifest restored: ``ObjectUnretire`` run
+    by ``engine.txn.run``. Before the first put-back a journal (``kind: unretire``) is written and
+    it is removed after the manifest says restored: one stopped midway is finished by the next
+    start (``engine.bucket_recover`` calls this with ``resume``, through the same steps).
+    Idempotent: an object already back with its bytes counts as back."""
     run = str(m.get("run"))
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
                      op_id=manifest.op_id_of(m), bytes_before=0, bytes_after=0)
@@ -543,79 +544,157 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     except (BucketTxnError, ValueError) as e:
         out.reason = f"{e}; nothing was changed"
         return out
-    st = BucketState(rfs)
-    op_id = new_op_id()
-    # the locks and the journal are named by the retirement restored (a lock naming it is not
-    # taken over while its journal stands, and purge leaves its copies alone)
-    held_as = m["op_id"]
-    mine = held_as not in ACTIVE_OPS  # another restore of it in this process keeps it live
-    ACTIVE_OPS.add(held_as)
-    locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
-    jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
-    started = resume  # whether an object may have been put back already
+    t = ObjectUnretire(rfs, vault, m, run, along, resume, out)
     try:
-        if not lock_runs(st, [run] + along, held_as, locks, out):
-            return out
-        try:
-            # every copy checked before anything moves: a damaged vault changes nothing
-            damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, vault, f)]
-            if damaged:
-                out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
-                if resume:
-                    out.reason += "; the journal is kept"
-                    jpath = journal_path(rfs, held_as)
-                return out
-            if not resume:  # before the first put-back: the next start finishes a restore stopped midway
-                start_journal(st, restore_journal(rfs, vault, m, UNRETIRE_KIND, run, along))
-            jpath = journal_path(rfs, held_as)
-            present = run_listing(rfs, vault, run)
-            conflicts = []
-            for i, f in enumerate(m["files"]):
-                cur = present.get(f["path"])
-                if cur is None:
-                    started = True
-                    try:
-                        _copy_back(rfs, vault, f, listed_absent=True)
-                    except StoreFailure as e:
-                        if e.code != StoreError.ALREADY_EXISTS:
-                            raise
-                        cur = BucketState.of(rfs).head(rfs.path(f["path"]))
-                    else:
-                        out.created_files.append(f["path"])
-                        out.bytes_after += f["size"]
-                        if i == 0:
-                            faults.hit("unretire.mid_move")
-                        continue
-                if cur is not None and holds_original(cur, f):
-                    out.bytes_after += f["size"]  # back already (a restore stopped midway)
+        if lock_runs(t.st, [run] + along, t.held_as, t.locks, out):
+            txn.run(t, CancelToken())
+    finally:
+        t.end()
+    return out
+
+
+class ObjectUnretire(txn.Txn):
+    """The steps of a bucket retirement's restore for ``engine.txn.run``, under the locks of its
+    runs, named (as its journal) by the retirement restored: a lock naming it is not taken over
+    while its journal stands, and purge leaves its copies alone.
+
+    - **journal**: every copy checked before anything moves (a damaged vault changes nothing),
+      then the restore's journal (``kind: unretire``; a resumed restore's stands already);
+    - **backup**, **stage**, **transform**, **verify**, the last look and the swap record:
+      nothing (the copies go back unchanged; the journal is the commit point);
+    - **swap**: every object gone from its key copied back create-only and checked
+      (``unretire.mid_move`` after the first; ``unretire.move``), one at its key with its bytes
+      counted as back, another object there left as it is (``not_restored``);
+    - **commit**: the manifest marked restored, the journal removed.
+
+    A failure is never rolled back (``journaled`` False: no rollback record): the journal goes when
+    nothing was put back yet, else it stays and the next start finishes the restore
+    (``settle_failed_journal``); an injected fault is a crash, the journal left as it stands."""
+
+    verb = "unretire"
+    errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
+    rollback_errors = ()
+    FAILPOINTS = {"swap": "unretire.move"}
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault, m: dict, run: str, along: List[str], resume: bool,
+                 out: RunOutcome) -> None:
+        self.rfs, self.vault, self.m, self.run, self.along, self.resume, self.out = rfs, vault, m, run, along, resume, out
+        self.st = BucketState(rfs)
+        self.op_id = new_op_id()
+        self.held_as = m["op_id"]
+        self.mine = self.held_as not in ACTIVE_OPS  # another restore of it in this process keeps it live
+        ACTIVE_OPS.add(self.held_as)
+        self.locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
+        self.jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
+        self.started = resume  # whether an object may have been put back already
+        self.conflicts: List[str] = []
+        self.ended = False
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def journal(self, report: txn.Report) -> None:
+        """Every copy checked, then the journal (``NotStarted`` with a damaged vault)."""
+        rfs, vault, m, out = self.rfs, self.vault, self.m, self.out
+        damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, vault, f)]
+        if damaged:
+            out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
+            if self.resume:
+                out.reason += "; the journal is kept"
+                self.jpath = journal_path(rfs, self.held_as)
+            raise txn.NotStarted()
+        if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
+            start_journal(self.st, restore_journal(rfs, vault, m, UNRETIRE_KIND, self.run, self.along))
+        self.jpath = journal_path(rfs, self.held_as)
+
+    def backup(self, report: txn.Report) -> None:
+        """Nothing: the vault's copies are the backups, checked before the journal."""
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: the objects go back unchanged."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: the objects go back unchanged."""
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing: each put-back is checked by the store's checksums as it is made."""
+
+    def last_look(self) -> None:
+        """Nothing: the journal is the commit point."""
+
+    def record(self, step: str) -> None:
+        """Nothing: a restore's journal is written once (and never a rollback record)."""
+
+    def swap(self, report: txn.Report) -> None:
+        """Every object gone from its key copied back, create-only and checked."""
+        rfs, vault, out = self.rfs, self.vault, self.out
+        present = run_listing(rfs, vault, self.run)
+        for i, f in enumerate(self.m["files"]):
+            cur = present.get(f["path"])
+            if cur is None:
+                self.started = True
+                try:
+                    _copy_back(rfs, vault, f, listed_absent=True)
+                except StoreFailure as e:
+                    if e.code != StoreError.ALREADY_EXISTS:
+                        raise
+                    cur = BucketState.of(rfs).head(rfs.path(f["path"]))
                 else:
-                    conflicts.append(f["path"])
-            faults.hit("unretire.move")
-            doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=op_id)
-            if conflicts:  # their originals stay in the vault only, which purge keeps
-                doc["not_restored"] = sorted(conflicts)
-            st.update(vault.manifest(held_as), manifest.bucket_form(doc),
-                      m.get("_version") or st.read(vault.manifest(held_as))[1])
-            must_delete(rfs, [jpath])
-            jpath = None
-        except (BucketTxnError, *STORE_FAILURES, ValueError, OSError) as e:
-            out.reason, out.code = str(e), failure_code(e)
-            jpath = settle_failed_journal(rfs, jpath, started, out)
-            return out
+                    out.created_files.append(f["path"])
+                    out.bytes_after += f["size"]
+                    if i == 0:
+                        faults.hit("unretire.mid_move")
+                    continue
+            if cur is not None and holds_original(cur, f):
+                out.bytes_after += f["size"]  # back already (a restore stopped midway)
+            else:
+                self.conflicts.append(f["path"])
+
+    def commit(self, report: txn.Report) -> None:
+        """The manifest marked restored (keys another object holds now named ``not_restored``:
+        their originals stay in the vault only, which purge keeps), the journal removed."""
+        m, st, out, conflicts = self.m, self.st, self.out, self.conflicts
+        doc = dict(m, restored_at=now_s(), restored_with=who(), restored_by=self.op_id)
+        if conflicts:
+            doc["not_restored"] = sorted(conflicts)
+        st.update(self.vault.manifest(self.held_as), manifest.bucket_form(doc),
+                  m.get("_version") or st.read(self.vault.manifest(self.held_as))[1])
+        must_delete(self.rfs, [self.jpath])
+        self.jpath = None
         out.status, out.code = Outcome.RESTORED, Finding.MTIME_NOT_KEPT
         out.reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
                       "object store keeps no modification times: restored objects are dated now")
         if conflicts:
             out.reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
                            f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
-        return out
-    finally:
-        if mine:
-            ACTIVE_OPS.discard(held_as)
-        ours, versions = unlock_all(locks)
-        if jpath is None:  # a kept journal keeps its locks until it is settled
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: a restore is finished, not undone
+
+    def committed(self) -> bool:
+        return self.jpath is not None
+
+    def failed(self, error: BaseException) -> None:
+        self.out.reason, self.out.code = str(error), failure_code(error)
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone: the journal goes if nothing was put back, else it stays."""
+        self.jpath = settle_failed_journal(self.rfs, self.jpath, self.started, self.out)
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` settles its own failures
+
+    def end(self) -> None:
+        """Once: the locks no longer renewed, and deleted unless the journal stands."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.mine:
+            ACTIVE_OPS.discard(self.held_as)
+        ours, versions = unlock_all(self.locks)
+        if self.jpath is None:  # a kept journal keeps its locks until it is settled
             try:
-                BucketState.of(rfs).delete(ours, versions=versions)
+                BucketState.of(self.rfs).delete(ours, versions=versions)
             except STORE_FAILURES:
                 pass
 
@@ -638,5 +717,5 @@ def retirements(manifests: List[dict]) -> List[dict]:
     return [m for m in manifests if m["kind"] == KIND and not m["restored_by"] and not m["backup_purged"]]
 
 
-__all__ = ["retire_run", "unretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
+__all__ = ["retire_run", "ObjectRetire", "unretire", "ObjectUnretire", "settle", "rollback", "retirements", "is_retire_journal", "journal_runs",
            "stored_key", "manifest_doc", "RETIRE_STEPS", "UNRETIRE_STEPS", "UNRETIRE_KIND"]

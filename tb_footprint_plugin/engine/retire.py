@@ -538,7 +538,9 @@ def _make_dirs(ctx: Context, dirs: List[dict]) -> None:
 # restore a retirement
 # ---------------------------------------------------------------------------------------
 def unretire(ctx: Context, manifest: dict) -> RunOutcome:
-    """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome."""
+    """Bring a retired run back byte for byte (tree sha256 checked); returns an outcome. The
+    refusals first (nothing changed), then ``LocalUnretire`` run by ``engine.txn.run`` under the
+    lock of every run it puts back."""
     t0 = time.monotonic()
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=0, bytes_after=0)
@@ -595,37 +597,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
         if refusal:
             out.reason, out.code = f"{refusal}; nothing was changed", Failure.REFUSED
             return out
-        op_id = new_op_id()
-        out.op_id = op_id
-        try:
-            identity = trust.bind(ctx.logdir, ctx.state)
-            journal = Journal.create(ctx.journal_dir, op_id, {
-                "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
-                "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
-            })
-        except trust.Untrusted as e:
-            out.reason, out.code = str(e), Failure.REFUSED
-            return out
-        except OSError as e:
-            out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
-            return out
-        faults.hit("unretire.journal")
-        try:
-            detail = finish_unretire(ctx, journal.records())
-        except Exception as e:
-            if is_permission_error(e):  # no interruption: every start fails so until the mode is fixed
-                out.reason = (f"restore stopped: {reason_of(e)}; the run is partly back, nothing is lost (the rest "
-                              f"stays in the vault); once this user may write there, `tb-footprint recover "
-                              f"{shlex.quote(ctx.logdir)}` finishes it")
-                out.code = StoreError.PERMISSION
-            else:
-                out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
-                out.code = Failure.INTERRUPTED
-            return out
-        journal.close()
-        out.status, out.code, out.reason = Outcome.RESTORED, None, detail
-        out.bytes_after = manifest.get("bytes_before", 0)
-        out.created_files = [f["path"] for f in manifest["tree"]]
+        txn.run(LocalUnretire(ctx, manifest, out), CancelToken())
     finally:
         for lk in locks:
             lk.release()
@@ -633,8 +605,130 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     return out
 
 
+class LocalUnretire(txn.Txn):
+    """The steps of a retired run's restore on a disk for ``engine.txn.run``:
+
+    - **journal**: the logdir's identity bound, the begin record (``unretire.journal``): from it on
+      the restore is finished, never undone (the next start finishes one stopped midway);
+    - **backup**, **stage**, **transform**, **verify**: nothing (every stored file was checked
+      against its sha256 before the journal; the files go back unchanged);
+    - the last look and the swap record: nothing (the begin record is the commit point);
+    - **swap**: every file put back where nothing stands, the folders' modes and times after
+      (``unretire.mid_move`` after the first; ``unretire.move``);
+    - **commit**: the run re-hashed against its tree sha256, the vault's copy released, the
+      retirement's manifest marked restored (``unretire.manifest``), the restore's manifest and
+      change-log line, the journal closed.
+
+    A failure after the begin record is never rolled back (``journaled`` False: no rollback record):
+    the outcome says the restore was interrupted, or refused by a permission, and the journal stays
+    for the next start (``finish_unretire``: the same swap and commit)."""
+
+    verb = "unretire"
+    injected_is_crash = False
+    errors = (Exception,)
+    rollback_errors = ()
+    FAILPOINTS = {"journal": "unretire.journal", "swap": "unretire.move"}
+
+    def __init__(self, ctx: Context, manifest: dict, out: RunOutcome) -> None:
+        self.ctx, self.manifest, self.out = ctx, manifest, out
+        self.jnl: Optional[Journal] = None
+        self.put: Optional[tuple] = None
+        self.error: Optional[BaseException] = None
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def journal(self, report: txn.Report) -> None:
+        """The begin record (refused, nothing changed: an untrusted state folder, no journal)."""
+        ctx, manifest, out = self.ctx, self.manifest, self.out
+        op_id = new_op_id()
+        out.op_id = op_id
+        try:
+            identity = trust.bind(ctx.logdir, ctx.state)
+            self.jnl = Journal.create(ctx.journal_dir, op_id, {
+                "type": Rec.BEGIN, "kind": "unretire", "op_id": op_id, "run": out.run, "of_op": manifest["op_id"],
+                "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
+            })
+        except trust.Untrusted as e:
+            out.reason, out.code = str(e), Failure.REFUSED
+            raise txn.NotStarted() from e
+        except OSError as e:
+            out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
+            raise txn.NotStarted() from e
+
+    def backup(self, report: txn.Report) -> None:
+        """Nothing: the vault's files are the backups, checked before the journal."""
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: the files go back unchanged."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: the files go back unchanged."""
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing yet: the run is re-hashed once it is back (``commit``)."""
+
+    def last_look(self) -> None:
+        """Nothing: the begin record is the commit point."""
+
+    def record(self, step: str) -> None:
+        """Nothing: a restore journals its begin record only (and never a rollback)."""
+
+    def swap(self, report: txn.Report) -> None:
+        """Every file back at its path (``unretire_put_back``)."""
+        self.put = unretire_put_back(self.ctx, self.jnl.records())
+
+    def commit(self, report: txn.Report) -> None:
+        """The run checked and recorded as restored (``unretire_commit``), the journal closed."""
+        detail = unretire_commit(self.ctx, *self.put) if self.put else "already restored"
+        self.jnl.close()
+        out, manifest = self.out, self.manifest
+        out.status, out.code, out.reason = Outcome.RESTORED, None, detail
+        out.bytes_after = manifest.get("bytes_before", 0)
+        out.created_files = [f["path"] for f in manifest["tree"]]
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: from the begin record on the restore is finished
+
+    def committed(self) -> bool:
+        return self.jnl is not None
+
+    def failed(self, error: BaseException) -> None:
+        self.error = error
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone: the outcome says why the restore stopped; its journal stays."""
+        out, e = self.out, self.error
+        if not committed:  # no journal was made: nothing changed
+            out.reason = reason_of(e)
+            return
+        if is_permission_error(e):  # no interruption: every start fails so until the mode is fixed
+            out.reason = (f"restore stopped: {reason_of(e)}; the run is partly back, nothing is lost (the rest "
+                          f"stays in the vault); once this user may write there, `tb-footprint recover "
+                          f"{shlex.quote(self.ctx.logdir)}` finishes it")
+            out.code = StoreError.PERMISSION
+        else:
+            out.reason = f"restore interrupted: {reason_of(e)}; it will be finished on the next start"
+            out.code = Failure.INTERRUPTED
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` only sets the outcome
+
+
 def finish_unretire(ctx: Context, records: List[dict]) -> str:
-    """Do (or finish) the restore of a retirement from its journal; idempotent."""
+    """Do (or finish) the restore of a retirement from its journal; idempotent: the swap and the
+    commit of ``LocalUnretire``, as recovery runs them."""
+    put = unretire_put_back(ctx, records)
+    if put is None:
+        return "already restored"
+    faults.hit("unretire.move")
+    return unretire_commit(ctx, *put)
+
+
+def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict, Vault, dict]]:
+    """Every file of the retirement a restore's journal names back at its path, the folders'
+    modes and times after; idempotent. Returns (the begin record, the vault, the retirement's
+    manifest), or None when that manifest says this restore is done already."""
     begin = records[0]
     check_record(ctx, begin)
     if not OP_ID_RE.match(str(begin.get("of_op", ""))):
@@ -643,7 +737,7 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
     m = vault.read_manifest(begin["of_op"])
     check_record(ctx, m)
     if m.get("restored_by") == begin["op_id"]:
-        return "already restored"
+        return None
     op_id = m["op_id"]
     check_retired_dir(vault, op_id)
     _make_dirs(ctx, m["dirs"])
@@ -654,7 +748,13 @@ def finish_unretire(ctx: Context, records: List[dict]) -> str:
             faults.hit("unretire.mid_move")
     chmod_dirs(ctx, m["dirs"])
     settle_folder_times(ctx, m.get("dir_times"))
-    faults.hit("unretire.move")
+    return begin, vault, m
+
+
+def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict) -> str:
+    """The run back byte for byte (every file re-hashed where it stands), the vault's copy
+    released, the retirement marked restored, the restore's manifest and change-log line."""
+    op_id = m["op_id"]
     # byte for byte: every file re-hashed where it stands now
     now = []
     for f in m["tree"]:
@@ -755,6 +855,6 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
     return listed, freed
 
 
-__all__ = ["retire_run", "LocalRetire", "unretire", "finish_unretire", "rollback_retire", "recover_retire", "purge_retired",
+__all__ = ["retire_run", "LocalRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "unretire", "finish_unretire", "rollback_retire", "recover_retire", "purge_retired",
            "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
            "RETIRE_STEPS", "UNRETIRE_STEPS"]
