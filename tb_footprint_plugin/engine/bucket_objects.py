@@ -80,6 +80,10 @@ class BucketState:
             self._stores[url] = store
         return store, key
 
+    def logdir_store(self) -> ObjectStore:
+        """The logdir's own store (its runs' objects and its state), on this client; no request."""
+        return self._store_at(self.rfs.root)
+
     def _store_at(self, root: str) -> ObjectStore:
         """The store rooted at the store path ``root`` (the logdir's own for its root), on this client."""
         url = self.rfs.url if root == self.rfs.root else f"{self.rfs.scheme}://{root}"

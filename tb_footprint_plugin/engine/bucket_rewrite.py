@@ -61,7 +61,6 @@ from tb_footprint_plugin.engine.bucket_blobs import (
 )
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
-    JOURNAL,
     BucketState,
     BucketTxnError,
     BucketVault,
@@ -125,9 +124,8 @@ def temp_key(vault: BucketVault, op_id: str, i: int) -> str:
 
 def logdir_capabilities(st: BucketState) -> Capabilities:
     """What the bucket logdir's own store declares: the store its runs' objects are swapped on
-    (found by a key of the logdir, its journal folder's; no request is made)."""
-    store, _ = st.where(st.rfs.path(JOURNAL))
-    return store.capabilities
+    (no request is made)."""
+    return st.logdir_store().capabilities
 
 
 def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
