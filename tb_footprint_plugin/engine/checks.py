@@ -27,13 +27,14 @@ ViewPairs = Dict[str, Tuple[Optional[str], Optional[str]]]
 
 def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, str]],
                   backends: Sequence[str], substitutes: Optional[Dict[str, list]] = None,
-                  label: str = "run", handover=None) -> dict:
+                  label: str = "run", handover=None, should_stop: Optional[Callable[[], bool]] = None) -> dict:
     """Link ``pairs`` into ``views_dir/original`` and ``views_dir/reduced`` and verify them.
 
     ``modes`` (plugin -> verification mode) is the reduction's contract; none means exact.
     ``substitutes``: records the rewrite re-encoded (sha256 -> original record's sha256, size).
     The views are symlinks (no copy of a possibly huge file) and are always removed.
     ``handover``: what this reduce already read of the original (``verify.original``).
+    ``should_stop``: the verification ends at once when it says yes (``verify.Stopped``).
     """
     orig_view, red_view = os.path.join(views_dir, "original"), os.path.join(views_dir, "reduced")
     os.makedirs(orig_view, exist_ok=True)
@@ -48,7 +49,7 @@ def compare_views(views_dir: str, pairs: ViewPairs, modes: Optional[Dict[str, st
         expectations = (Expectations(plugin_modes=dict(modes or {}), record_substitutes=dict(substitutes or {}))
                         if modes or substitutes else None)
         d = verify_reduction(orig_view, red_view, expectations, backends=tuple(backends),
-                             original=handover).to_dict()
+                             original=handover, should_stop=should_stop).to_dict()
         # findings name the run's own files, never the scratch views they were read through
         return _renamed(d, {orig_view: f"{label} (original, from the vault)", red_view: label})
     finally:

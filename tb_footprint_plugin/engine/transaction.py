@@ -50,12 +50,13 @@ from tb_footprint_plugin.engine.swap import (apply_swap, folder_times, kept_fold
                                              rollback)
 from tb_footprint_plugin.engine.swap_strategy import swap_strategy
 from tb_footprint_plugin.engine.verification import (changed_files, changed_since_backup, original_of, scratch_space,
-                                                     stage_file, unchanged_event_files, verification_summary,
-                                                     verify_run, verify_unchanged)
+                                                     stage_file, stop_of, unchanged_event_files,
+                                                     verification_summary, verify_run, verify_unchanged)
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.files import give_owner, recorded_owner, sha256_file
+from tb_footprint_plugin.verify import Stopped
 
 
 # ---------------------------------------------------------------------------------------
@@ -316,14 +317,21 @@ class LocalReduce(txn.Txn):
         takes it from."""
 
     def verify(self, report: txn.Report) -> None:
-        """TensorBoard's readers, original view vs reduced view; the ``verified`` record."""
+        """TensorBoard's readers, original view vs reduced view; the ``verified`` record. A cancel
+        or the run's timeout is looked at inside the readers' work (``stop_of``): they end within a
+        moment and the step raises ``Cancelled``, as the driver's own check between steps does."""
         ctx, rp, journal = self.ctx, self.rp, self.jnl
         scratch_space(ctx, journal.op_id)
         report("verify", 0.65)
         if self.unchanged is not None:
             verification = verify_unchanged(ctx, rp, self.backups, self.staged, self.unchanged)
         else:
-            verification = verify_run(ctx, rp, journal.op_id, self.backups, self.staged, self.original)
+            try:
+                verification = verify_run(ctx, rp, journal.op_id, self.backups, self.staged, self.original,
+                                          should_stop=stop_of(self.cancel))
+            except Stopped:
+                self.cancel.check()  # Cancelled: "cancelled" or "timed out before the commit point"
+                raise  # not reached: only the cancel stops a verification
         self.verification = verification
         append_record(journal, {"type": "verified", "ok": verification["ok"], "verification": verification}, sync=False)
 

@@ -6,6 +6,7 @@
   the verification line it gets;
 - ``verify_run``: TensorBoard's readers over the run's original and reduced views (``checks.compare_views``),
   handed what the rewrite learnt of a big run's original (``original_of``, ``handed_over``);
+  a cancel (Ctrl-C, the tab's Cancel, the run's timeout) is looked at inside it (``stop_of``);
   ``verify_unchanged``: a run whose event files the reduce leaves alone, proven by their sha256;
   both end with the same file lines (``file_checks``, ``profile_route_lines``);
 - ``verification_summary``: what an outcome keeps of the verification record; ``scratch_space``
@@ -17,11 +18,11 @@ import errno
 import os
 import shutil
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine.checks import compare_views
-from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, NoSpace, TransactionError
 from tb_footprint_plugin.plan.model import RunPlan
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
@@ -112,11 +113,28 @@ def original_of(ctx: Context, rp: RunPlan):
 # ---------------------------------------------------------------------------------------
 # verification
 # ---------------------------------------------------------------------------------------
+def stop_of(cancel: CancelToken) -> Callable[[], bool]:
+    """The verification's ``should_stop`` (``verify.stop``): whether ``cancel.check()`` would
+    raise now (the batch cancelled, or the run's timeout passed). Asked often, from the
+    verification's threads: it reads an event and the clock."""
+
+    def should_stop() -> bool:
+        try:
+            cancel.check()
+        except Cancelled:
+            return True
+        return False
+
+    return should_stop
+
+
 def verify_run(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], staged: List[dict],
-               handover=None) -> dict:
+               handover=None, should_stop: Optional[Callable[[], bool]] = None) -> dict:
     """Reader-level check of the run's event files, original vs reduced, plus file checks.
     ``handover``: what the rewrite learnt of the original (``verify.original.OriginalRun``),
-    used only for the files whose sha256 it read is the backup's (or, kept whole, unchanged)."""
+    used only for the files whose sha256 it read is the backup's (or, kept whole, unchanged).
+    ``should_stop`` (``stop_of``): once it says yes the readers end within a moment and
+    ``verify.Stopped`` is raised instead of a verdict."""
     run_dir = ctx.abs(rp.run)
     replaced = {s["final"]: s for s in staged}
     pairs = {}
@@ -140,7 +158,8 @@ def verify_run(ctx: Context, rp: RunPlan, op_id: str, backups: Dict[str, dict], 
     # a folder of its own inside the operation's: ``compare_views`` removes it whole, and the
     # operation's folder holds its pins until the commit
     d = compare_views(os.path.join(ctx.vault.tmp, op_id, "views"), pairs, modes, ctx.verify_backends, substitutes,
-                      label=rp.run, handover=handed_over(ctx, run_dir, handover, backups, pairs))
+                      label=rp.run, handover=handed_over(ctx, run_dir, handover, backups, pairs),
+                      should_stop=should_stop)
     # kept so `verify` can re-check the run later under the same contract
     d["expectations"] = modes
     if substitutes:
@@ -298,4 +317,4 @@ def stage_line(s: dict) -> str:
 
 __all__ = ["SUMMARY_KEYS", "VERIFY_SCRATCH_BYTES", "changed_files", "changed_since_backup", "event_file_paths",
            "file_checks", "handed_over", "original_of", "profile_route_lines", "scratch_space", "stage_file",
-           "stage_line", "unchanged_event_files", "verification_summary", "verify_run", "verify_unchanged"]
+           "stage_line", "stop_of", "unchanged_event_files", "verification_summary", "verify_run", "verify_unchanged"]

@@ -23,6 +23,7 @@ from tb_footprint_plugin.verify.records import (
     check_event_files,
     records_subsequence,
 )
+from tb_footprint_plugin.verify.stop import ShouldStop, Stopped
 
 __all__ = [
     "MODES",
@@ -30,6 +31,8 @@ __all__ = [
     "Expectations",
     "VerificationResult",
     "verify_reduction",
+    "ShouldStop",
+    "Stopped",
     "RecordCheck",
     "check_event_files",
     "records_subsequence",

@@ -56,6 +56,7 @@ from tb_footprint_plugin.verify.contract import (  # noqa: F401  (the contract's
     exact_on,
 )
 from tb_footprint_plugin.verify.readers import Reader
+from tb_footprint_plugin.verify.stop import NEVER, ShouldStop, Stop
 
 SERIES_MAX_POINTS = 200
 #: Bounds of the per-tag summaries the check page draws (stored with the operation).
@@ -150,6 +151,7 @@ def verify_reduction(
     full_read_bytes: Optional[int] = None,
     routes: bool = True,
     original=None,
+    should_stop: Optional[ShouldStop] = None,
 ) -> VerificationResult:
     """Compare what TensorBoard shows for ``original_dir`` and ``reduced_dir``.
 
@@ -163,7 +165,26 @@ def verify_reduction(
     load is the original's side of the route crawl, its record index finds the records the
     subsequence check compares byte for byte, its tag index is the original's. Whatever it
     does not cover is read here as without it.
+
+    ``should_stop`` (a cancel, Ctrl-C, a run's timeout): looked at between the reader passes,
+    the route crawl's responses and while waiting on the data servers or the Python loader
+    (``verify.stop``); once it says yes the verification ends within a moment, its helper
+    processes and threads ended, and raises ``Stopped`` instead of any verdict.
     """
+    with Stop(should_stop) as stop:
+        if original is not None:
+            stop.on_stop(original.abort)  # its load and its loader's child, still the caller's
+        stop.check()
+        result = _verify_reduction(original_dir, reduced_dir, expectations, backends, timeout_s,
+                                   full_read_bytes, routes, original, stop)
+        # what a stop cut short (a data server's channel closed, the loader's child killed) made
+        # failures that are no finding: no verdict
+        stop.check()
+        return result
+
+
+def _verify_reduction(original_dir, reduced_dir, expectations, backends, timeout_s, full_read_bytes,
+                      routes, original, stop: Stop) -> VerificationResult:
     from tb_footprint_plugin.verify import dashboard
 
     start = time.monotonic()
@@ -192,6 +213,7 @@ def verify_reduction(
             # inside a reduce (``original``) TensorBoard's loader is imported here already: a
             # small input is read in this process, not in a child (``PythonSide.lazy``)
             python_side = PythonSide(None, timeout_s, lazy=original is not None).start()
+        stop.on_stop(python_side.kill)
         python_side.probe_dir = scratch.make("python-probe")
         python_side.probe = None
         if not (exp.records_subsequence and original is not None and original.index() is not None):
@@ -214,7 +236,8 @@ def verify_reduction(
         def opening() -> dict:
             try:
                 readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
-                                              store_all=False, timeout_s=timeout_s, sides=sides)
+                                              store_all=False, timeout_s=timeout_s, sides=sides,
+                                              stop=stop)
             except BaseException:
                 if handed is not None:
                     handed.close()  # nobody else will: the caller only closes what it gets
@@ -223,13 +246,16 @@ def verify_reduction(
                 readers["before"] = handed
             return readers
 
+        if handed is not None:
+            stop.on_stop(handed.abort)
+
         rust_opening = pool.submit(opening)
         pool.shutdown(wait=False)
     elif handed is not None:
         handed.close()
     try:
         return _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
-                       big, python_side, rust_opening, start, original if big else None)
+                       big, python_side, rust_opening, start, original if big else None, stop)
     finally:
         if python_side is not None:
             python_side.cancel()  # no-op once its result was collected
@@ -288,7 +314,8 @@ def _tell(python_side, reduced_dir: str) -> None:
 
 
 def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size,
-            big, python_side, rust_opening, start, original=None) -> VerificationResult:
+            big, python_side, rust_opening, start, original=None, stop: Stop = NEVER
+            ) -> VerificationResult:
     from tb_footprint_plugin.verify import dashboard
 
     # Big runs: the original's tag index is the rewrite pass's (``original``), or folded from
@@ -308,24 +335,25 @@ def _verify(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, s
     if big and "rust" in wanted:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         rust_side = pool.submit(_rust_side, original_dir, reduced_dir, exp, timeout_s, routes,
-                                rust_opening)
+                                rust_opening, stop)
         pool.shutdown(wait=False)
     try:
         return _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes,
                             size, big, python_side, rust_side, start, tap, index_before, facts,
-                            reduced_pass)
+                            reduced_pass, stop)
     finally:
         if rust_side is not None:
             concurrent.futures.wait([rust_side])  # its data servers are closed when it ends
 
 
 def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, routes, size, big,
-                 python_side, rust_side, start, tap, index_before, facts, reduced_pass
-                 ) -> VerificationResult:
+                 python_side, rust_side, start, tap, index_before, facts, reduced_pass,
+                 stop: Stop = NEVER) -> VerificationResult:
     from tb_footprint_plugin.verify import dashboard
 
     checks.extend(_record_checks(original_dir, reduced_dir, exp, None if facts else tap,
                                  facts, reduced_pass))
+    stop.check()
     if python_side is not None and python_side.run_dir is None:  # the deferred probe
         from tb_footprint_plugin.verify.pyside import python_probe
 
@@ -336,14 +364,15 @@ def _verify_rest(original_dir, reduced_dir, exp, wanted, checks, timeout_s, rout
         checks.append(Check("backends", False, "backends: no TensorBoard reader was run"))
 
     if not big:
-        pairs, route_lines = _read_full(original_dir, reduced_dir, exp, wanted, timeout_s, routes)
+        pairs, route_lines = _read_full(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
+                                        stop)
     else:
         subsequence_ok = all(c.ok for c in checks if c.name == "record subsequence")
         index_after = (dashboard.index_from_stats(reduced_pass.stats)
                        if reduced_pass is not None and reduced_pass.complete else None)
         pairs, route_lines = _read_big(original_dir, reduced_dir, exp, wanted, timeout_s, routes,
                                        subsequence_ok, size, python_side, rust_side,
-                                       index_before or tap.index(original_dir), index_after)
+                                       index_before or tap.index(original_dir), index_after, stop)
     checks.extend(_run_present_checks(pairs))
     checks.extend(_reader_error_checks(pairs))
     # Compare points only where both sides were read in full and both hold the run.
@@ -458,7 +487,8 @@ def _routes_only(pairs) -> set:
 _NOT_READ = " (routes only)"
 
 
-def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes):
+def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
+               stop: Stop = NEVER):
     """Every point, both backends; the routes are crawled over the same loaded readers.
 
     Returns ``({backend: (before view, after view)}, route check lines)``. Python is read
@@ -468,6 +498,7 @@ def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes)
     pairs: dict[str, tuple[RunView, RunView]] = {}
     lines: list[Check] = []
     for backend in [b for b in ("python", "rust") if b in backends]:
+        stop.check()
         hints: dict = {}
         if backend == "rust":
             seen = set(views.KNOWN_PLUGINS) | set(exp.plugin_modes)
@@ -475,12 +506,16 @@ def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes)
                 seen |= set(v.plugins)
             hints = {p: _rust_hint(p, exp) for p in sorted(seen)}
         readers = dashboard.open_pair(original_dir, reduced_dir, backend, hints, store_all=True,
-                                      timeout_s=timeout_s)
+                                      timeout_s=timeout_s, stop=stop)
         try:
-            before, after = readers["before"].read(), readers["after"].read()
+            stop.check()
+            before = readers["before"].read()
+            stop.check()
+            after = readers["after"].read()
+            stop.check()
             if with_routes and before.run_present and after.run_present:
                 lines.append(dashboard.route_check(backend, readers["before"],
-                                                   readers["after"], exp))
+                                                   readers["after"], exp, stop=stop))
         finally:
             for r in readers.values():
                 r.close()
@@ -490,7 +525,7 @@ def _read_full(original_dir, reduced_dir, exp, backends, timeout_s, with_routes)
 
 def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
               subsequence_ok, size, python_side=None, rust_side=None, index_before=None,
-              index_after=None):
+              index_after=None, stop: Stop = NEVER):
     """The flat-memory path (see ``dashboard``): Rust default view through the routes
     (``_rust_side``, running since before the record checks), the tag index of both sides,
     the Python loader over the reduced run only."""
@@ -500,12 +535,15 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
     lines: list[Check] = []
     if index_before is None:  # not folded from the subsequence pass (not run, or cut short)
         index_before = dashboard.run_index(original_dir)
+        stop.check()
     if index_after is None:  # not folded from the record subsequence pass
         index_after = dashboard.run_index(reduced_dir)
+        stop.check()
     lines.extend(dashboard.index_checks(index_before, index_after, exp, subsequence_ok))
     if rust_side is not None:
-        pairs["rust"], rust_lines = rust_side.result()
+        pairs["rust"], rust_lines = stop.result(rust_side)
         lines.extend(rust_lines)
+    stop.check()
     if "python" in backends:
         reduced_size = dashboard.event_bytes(reduced_dir)
         if python_side is not None or reduced_size <= dashboard.PYTHON_REDUCED_BYTES:
@@ -525,7 +563,8 @@ def _read_big(original_dir, reduced_dir, exp, backends, timeout_s, with_routes,
     return pairs, lines
 
 
-def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_opening=None):
+def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_opening=None,
+               stop: Stop = NEVER):
     """``(pair of views, route lines)`` of the Rust default view: TensorBoard's routes over
     both sides' data servers (the original's handed over by the rewrite when it can be), and
     the tab's before/after curves. Closes the servers."""
@@ -534,15 +573,16 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
     lines: list[Check] = []
     if rust_opening is not None:
         rust_opening.taken = True  # closed below, not by the caller
-        readers = rust_opening.result()
+        readers = rust_opening.result()  # a stop kills the servers it waits for (``Reader.abort``)
         # a handed-over reader's view holds what the rewrite read of it: both sides start
         # equal (the tab's summaries compare the two views)
         before = readers["before"].view
         before.plugins, before.graph, before.graph_route, before.graph_nodes = {}, None, None, None
     else:
         readers = dashboard.open_pair(original_dir, reduced_dir, "rust", None,
-                                      store_all=False, timeout_s=timeout_s)
+                                      store_all=False, timeout_s=timeout_s, stop=stop)
     try:
+        stop.check()
         present = readers["before"].view.run_present and readers["after"].view.run_present
         # what the tab's check draws (the default view: curves, histogram distributions, image
         # and audio samples) is read while the routes are crawled: both mostly wait for the data
@@ -553,7 +593,7 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
             if with_routes and present:
                 lines.append(dashboard.route_check("rust", readers["before"], readers["after"],
                                                    exp, ", default view",
-                                                   heavy_via_provider=True))
+                                                   heavy_via_provider=True, stop=stop))
             for f in reading:
                 f.result()
     finally:

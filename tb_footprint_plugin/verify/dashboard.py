@@ -39,6 +39,7 @@ from typing import Iterable, Optional
 from tb_footprint_plugin.formats import views
 from tb_footprint_plugin.verify import routes
 from tb_footprint_plugin.verify.readers import Reader
+from tb_footprint_plugin.verify.stop import NEVER, Stop, Stopped
 
 #: Original event data up to this size is read in full by both backends (every point). Above it
 #: the big-run path is the cheaper one: measured with bench/verify.py on a histogram/image run,
@@ -72,11 +73,13 @@ def event_bytes(run_dir: str) -> int:
 
 
 def open_pair(original_dir: str, reduced_dir: str, backend: str, hints: Optional[dict], *,
-              store_all: bool, timeout_s: float, sides: Iterable[str] = ("before", "after")
-              ) -> dict:
-    """``{"before": Reader, "after": Reader}`` opened (Rust servers load side by side)."""
+              store_all: bool, timeout_s: float, sides: Iterable[str] = ("before", "after"),
+              stop: Stop = NEVER) -> dict:
+    """``{"before": Reader, "after": Reader}`` opened (Rust servers load side by side); a
+    ``stop`` ends their loads (``Reader.abort``)."""
     dirs = {"before": original_dir, "after": reduced_dir}
-    readers = {s: Reader(dirs[s], backend, hints, store_all=store_all, timeout_s=timeout_s)
+    readers = {s: Reader(dirs[s], backend, hints, store_all=store_all, timeout_s=timeout_s,
+                         stop=stop)
                for s in sides}
     if backend == "rust" and len(readers) > 1:
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(readers)) as pool:
@@ -106,13 +109,14 @@ def route_contract(exp, backend: str):
 
 
 def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "",
-                heavy_via_provider: bool = True):
+                heavy_via_provider: bool = True, stop: Stop = NEVER):
     """Crawl TensorBoard's app over both readers; one ``Check`` naming route and difference.
 
     ``heavy_via_provider`` (every reduce): the histogram series behind the histograms,
     distributions and time-series routes are compared where those routes read them, the
     readers' data providers (``routes._heavy_histograms``); every listing still goes through
-    the routes. Off, those routes are rendered as JSON on both sides as well."""
+    the routes. Off, those routes are rendered as JSON on both sides as well. ``stop``: the
+    crawl ends at its next response (``Stopped``)."""
     from tb_footprint_plugin.verify.contract import Check
 
     name = f"routes ({backend}{label})"
@@ -126,7 +130,10 @@ def route_check(backend: str, before: Reader, after: Reader, exp, label: str = "
                                    graph_attrs_dropped=dropped,
                                    sampled=True,
                                    providers=((before.provider, after.provider)
-                                              if heavy_via_provider else None))
+                                              if heavy_via_provider else None),
+                                   stop=stop)
+    except Stopped:
+        raise  # no verdict: the caller stopped the verification
     except Exception as e:  # noqa: BLE001 - a crawl that breaks proves nothing: a failure
         return Check("routes", False, f"{name}: crawl failed: {type(e).__name__}: {e}")
     if res.diffs:

@@ -233,6 +233,15 @@ class OriginalRun:
         side, self._python_side = self._python_side, None
         return side
 
+    def abort(self) -> None:
+        """End the load of the original and the Python loader's child now, from any thread (the
+        verification they serve was stopped); ``close`` still collects them."""
+        reader, side = self.reader, self._python_side
+        if reader is not None:
+            reader.abort()
+        if side is not None:
+            side.kill()
+
     def close(self) -> None:
         """Stop the data server and the Python loader's child if nobody took them."""
         side = self.take_python_side()

@@ -465,6 +465,13 @@ class PythonSide:
             self._proc.wait()
         self._close()
 
+    def kill(self) -> None:
+        """End the child now, from any thread (its verification was stopped): ``result`` then
+        returns at once; an in-process read is left to end on its own (a small input)."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
     def _close(self) -> None:
         if self._proc is not None and self._proc.stdin is not None and not self._proc.stdin.closed:
             try:  # the lifeline: a child still running ends at its end of file

@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 from tb_footprint_plugin.formats import views
 from tb_footprint_plugin.formats.views import RunView
 from tb_footprint_plugin.storage import scratch
+from tb_footprint_plugin.verify.stop import NEVER, Stop
 
 
 def fast_stub_crc() -> bool:
@@ -57,7 +58,7 @@ class Reader:
     """One run loaded by one backend (Python multiplexer or a private Rust data server)."""
 
     def __init__(self, run_dir: str, backend: str, hints: Optional[dict] = None, *,
-                 store_all: bool = False, timeout_s: float = 120.0) -> None:
+                 store_all: bool = False, timeout_s: float = 120.0, stop: Stop = NEVER) -> None:
         if backend not in views.BACKENDS:
             raise ValueError(f"unknown backend {backend!r}; expected one of {views.BACKENDS}")
         self.view = RunView(run_dir=os.path.abspath(run_dir), backend=backend)
@@ -73,6 +74,9 @@ class Reader:
         self.logdir = os.path.join(self._tmp, "logdir")
         self._start = time.monotonic()
         self._app = None
+        self._aborted = False
+        # a stopped verification ends this reader's load and requests from outside (``abort``)
+        stop.on_stop(self.abort)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def open(self) -> "Reader":
@@ -104,6 +108,16 @@ class Reader:
         self.view.errors = [views.normalize_message(m, self._tmp) for m in self.view.errors]
         self.view.warnings = [views.normalize_message(m, self._tmp) for m in self.view.warnings]
         self.view.duration_s = time.monotonic() - self._start
+
+    def abort(self) -> None:
+        """From any thread (its verification was stopped): close the channel to the data server,
+        so a load waited for (its listings) and every request under way fail at once; ``close``
+        then stops the server as always. Not killed here: a server that died under a reader is
+        what a signal to the terminal's process group did (review R16 F13), not this."""
+        self._aborted = True  # a load starting after this ends at once (``_open_rust``)
+        server = self._server
+        if server is not None and server.channel is not None:
+            server.channel.close()  # a call waiting for its connection (``views.connect``) ends too
 
     def __enter__(self) -> "Reader":
         return self.open()
@@ -169,6 +183,8 @@ class Reader:
 
         self._server.channel = grpc.insecure_channel(
             addr, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+        if self._aborted:  # before the channel was there to close: not waited for its connection
+            raise RuntimeError("the verification was stopped")
         views.connect(self._server.channel, min(30.0, self.timeout_s))
         self.provider = grpc_provider.GrpcDataProvider(
             addr, grpc_provider.make_stub(self._server.channel))

@@ -41,6 +41,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
+from tb_footprint_plugin.verify.stop import NEVER, POLL_S, Stop
+
 #: What the graph dashboard asks for attributes (``tf-graph-loader``: attribute values over
 #: 1 KB are listed by name under this key instead of being sent). The 2.21 bundle's
 #: ``_load`` calls ``/graph`` without them: both requests are crawled.
@@ -384,8 +386,8 @@ def _disabled_on_both(pair: tuple, providers: tuple) -> frozenset:
 
 
 def crawl_pair(app_before, app_after, sides: Optional[list] = None,
-               providers: Optional[tuple] = None, skipped: Optional[list] = None
-               ) -> Iterator[tuple[Response, Response]]:
+               providers: Optional[tuple] = None, skipped: Optional[list] = None,
+               stop: Stop = NEVER) -> Iterator[tuple[Response, Response]]:
     """Yield ``(before, after)`` normalized responses for every route the dashboards fetch.
 
     Which series to fetch is the union of both sides' listings, so a series that vanished
@@ -393,7 +395,8 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
     two apps' data providers), the histogram series behind the histograms, distributions
     and time-series routes are compared where those routes read them (``_heavy_histograms``).
     The routes of a dashboard in ``INACTIVE_SKIPPABLE`` that both plugins listings show
-    disabled are not fetched; ``skipped`` (a list) receives their names.
+    disabled are not fetched; ``skipped`` (a list) receives their names. ``stop``: the
+    crawl ends (``Stopped``) at the next response it waits for, its groups at their next one.
     """
     if sides is None:
         sides = []
@@ -454,23 +457,28 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
     groups = _crawl_groups(sides, listing, fetch, heavy, plugins_listing, listed.result)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(groups),
                                                  thread_name_prefix="footprint-crawl-group")
-    stop = threading.Event()  # the caller is done (stopped early, or failed): groups end
+    done = threading.Event()  # the caller is done (stopped early, or failed): groups end
+    stop.on_stop(done.set)  # a stopped verification: at once, not when the caller next looks
     # each group runs ahead of the caller by at most _AHEAD responses: memory stays a few
     # responses per group, not the run's
     queues = [queue.Queue(maxsize=_AHEAD) for _ in groups]
     try:
         for g, q in zip(groups, queues):
-            pool.submit(_produce, g, q, stop)
+            pool.submit(_produce, g, q, done)
         for q in queues:  # in the dashboards' order
             while True:
-                kind, item = q.get()
+                try:
+                    kind, item = q.get(timeout=POLL_S) if stop.active else q.get()
+                except queue.Empty:
+                    stop.check()
+                    continue
                 if kind == "end":
                     break
                 if kind == "error":
                     raise item
                 yield item
     finally:
-        stop.set()
+        done.set()
         if not listed.done():  # the core group ended before the listing: nobody waits on
             listed.set_exception(RuntimeError("the crawl stopped before the plugins listing"))
         pool.shutdown(wait=True, cancel_futures=True)
@@ -481,12 +489,12 @@ def crawl_pair(app_before, app_after, sides: Optional[list] = None,
 _AHEAD = 32
 
 
-def _produce(group: Callable[[], Iterator[tuple]], q: "queue.Queue", stop: threading.Event) -> None:
+def _produce(group: Callable[[], Iterator[tuple]], q: "queue.Queue", done: threading.Event) -> None:
     """Run one group of ``crawl_pair``, putting ``("item", pair)``, then ``("end", None)`` or
-    ``("error", exception)`` on ``q``; ends at once when ``stop`` is set."""
+    ``("error", exception)`` on ``q``; ends at once when ``done`` is set."""
 
     def put(entry: tuple) -> bool:
-        while not stop.is_set():
+        while not done.is_set():
             try:
                 q.put(entry, timeout=0.05)
                 return True
@@ -956,17 +964,18 @@ Contract = Callable[[str], tuple]
 
 def compare_crawl(app_before, app_after, contract: Contract, *, sampled: bool,
                   graph_attrs_dropped: bool = False,
-                  providers: Optional[tuple] = None) -> CrawlResult:
+                  providers: Optional[tuple] = None, stop: Stop = NEVER) -> CrawlResult:
     """Crawl both apps in lockstep and compare every route under ``contract``.
 
     ``graph_attrs_dropped``: the contract dropped stored graph attribute values over 1 KB
     (opt-in ``strip_large_graph_attrs``); the graph requested with ``limit_attr_size`` must
     still be identical, the one without it is declared changed (the values read "too large").
     ``providers``: compare the histogram routes' series at the data provider (see
-    ``crawl_pair``)."""
+    ``crawl_pair``). ``stop``: ``Stopped`` at the next response (``verify.stop``)."""
     res = CrawlResult()
     sides: list = []
-    for before, after in crawl_pair(app_before, app_after, sides, providers, res.skipped):
+    for before, after in crawl_pair(app_before, app_after, sides, providers, res.skipped, stop):
+        stop.check()
         res.routes += 1
         res.by_plugin[before.plugin] = res.by_plugin.get(before.plugin, 0) + 1
         if (graph_attrs_dropped and before.plugin == "graphs" and before.route.startswith("/data/plugin/graphs/graph?")
