@@ -275,3 +275,44 @@ def test_ctrl_c_to_a_one_job_cli_in_a_slow_crawl_exits_at_once(tmp_path):
     hist = run_cli("history", logdir, "--json")
     entries = [e for e in json.loads(hist.stdout) if e.get("outcome") == "rolled_back"]
     assert [e["run"] for e in entries] == ["a"] and entries[0]["reason"].startswith("interrupted"), entries
+
+
+@needs_rust
+def test_a_run_timeout_passing_inside_a_slow_crawl_ends_it_there(tmp_path, monkeypatch):
+    """``--timeout``: the run's deadline passes while its verification crawls slowly; the run ends
+    then (rolled back, "timed out before the commit point", as a timeout between steps says), not
+    when the crawl would have ended."""
+    logdir = _logdir(tmp_path, ("a",))
+    before = _snapshot(logdir)
+    monkeypatch.setattr(dashboard, "FULL_READ_BYTES", 0)
+    inside: list = []
+    real_groups = routes._crawl_groups
+
+    def slow_groups(*a, **kw):
+        groups = real_groups(*a, **kw)
+        core = groups[0]
+
+        def slow_core():
+            last = None
+            for last in core():
+                yield last
+            inside.append(time.monotonic())
+            end = time.monotonic() + SLOW_S
+            while time.monotonic() < end:
+                time.sleep(0.1)
+                yield last
+
+        return [slow_core] + groups[1:]
+
+    monkeypatch.setattr(routes, "_crawl_groups", slow_groups)
+    timeout = 10.0
+    api.plan(str(logdir), "archive")  # the plan's own work before the run's clock starts
+    rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH, timeout=timeout)
+    outs = [o for o in rep.outcomes if o.status != "skipped"]
+    assert len(outs) == 1 and inside, [o.to_dict() for o in rep.outcomes]
+    o = outs[0]
+    assert o.status == "rolled_back" and o.reason == "timed out before the commit point", o.to_dict()
+    assert o.duration_s < timeout + PROMPT_S, f"the run ended {o.duration_s:.1f}s after it began"
+    assert _snapshot(logdir) == before
+    original.release_parked()
+    assert not _children(), _children()
