@@ -47,3 +47,40 @@ def test_status_lists_a_run_another_live_process_holds(tmp_path):
     # its holder is gone: its lease (left behind by the kill) holds nothing any more
     assert list((ld / ".tb-footprint" / "locks").glob("*.lease")), "the killed holder's lease should remain"
     assert api.status(str(ld))["locked_runs"] == []
+
+
+def test_status_reads_no_lease_through_a_planted_locks_link(tmp_path):
+    """A ``locks`` folder swapped for a symbolic link to a folder of live-looking leases outside the
+    logdir: ``status`` reads nothing through it (nothing is followed outside the logdir and the
+    vault, review R17 F3), and the run's journal progress is not read through a ``journal`` link."""
+    import json
+    import time
+
+    from tb_footprint_plugin import synth
+    from tb_footprint_plugin.engine import lease
+
+    ld = tmp_path / "logdir"
+    with synth.EventWriter(str(ld / "a")) as w:
+        w.scalar("loss", 1, 1.0)
+    assert api.status(str(ld))["locked_runs"] == []
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    now = time.time()
+    # held by pid 1 (alive) of this host, a lease well formed in every field
+    (outside / "a.lease").write_text(json.dumps({"run": "a", "host": socket.gethostname(), "pid": 1,
+                                                "expires": now + 3600, "renewed": now, "token": "t"}))
+    (outside / "x.jsonl").write_text(json.dumps({"type": "begin", "run": "a"}) + "\n")
+    state = ld / ".tb-footprint"
+    real = state / "locks"
+    assert lease.live_leases(str(outside), str(outside)), "the planted lease reads as live where it lies"
+    if real.exists():
+        for p in real.iterdir():
+            p.unlink()
+        real.rmdir()
+    state.mkdir(mode=0o700, exist_ok=True)
+    real.symlink_to(outside)
+    assert api.status(str(ld))["locked_runs"] == []
+    assert lease.journal_progress(str(outside), "a") is not None
+    jl = tmp_path / "journal-link"
+    jl.symlink_to(outside)
+    assert lease.journal_progress(str(jl), "a") is None

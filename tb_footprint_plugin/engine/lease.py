@@ -40,8 +40,8 @@ from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Code, Finding, Skip
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.private import check_parent, open_private
-from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.private import check_parent, is_ours, open_private
+from tb_footprint_plugin.storage.regular import open_regular, open_regular_at
 
 DEFAULT_LEASE_S = 120.0
 #: the longest a lease may claim past its last renewal, and a renewal past now: a lease read
@@ -128,10 +128,12 @@ def well_formed(lease) -> bool:
             and not isinstance(lease.get("pid"), bool) and _number(lease.get("expires")))
 
 
-def read_lease(path: str) -> Optional[dict]:
-    """The lease at ``path`` if well formed, else None (absent, torn or hostile)."""
+def read_lease(path: str, dir_fd: Optional[int] = None) -> Optional[dict]:
+    """The lease at ``path`` (with ``dir_fd``: the entry ``path`` of that folder) if well formed,
+    else None (absent, torn or hostile)."""
     try:
-        with open_regular(path) as f:  # never through a symlink, never a FIFO
+        # never through a symlink, never a FIFO
+        with (open_regular(path) if dir_fd is None else open_regular_at(dir_fd, path)) as f:
             d = json.loads(f.read(64 * 1024).decode("utf-8"))
     except (OSError, ValueError):
         return None
@@ -189,25 +191,37 @@ def holder_alive(pid: int, pid_start=None) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _own_folder(path: str):
+    """A read fd of the folder ``path`` and its entries' names when it is a real folder of ours,
+    else None: never through a symbolic link planted at its name (the journal and lock folders
+    are untrusted input; review R17 F3: ``status`` read leases through a planted ``locks`` link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        yield None
+        return
+    try:
+        yield (fd, os.listdir(fd)) if is_ours(os.fstat(fd)) else None
+    finally:
+        os.close(fd)
+
+
 def journal_progress(journal_dir: str, run: str) -> Optional[float]:
     """Newest modification time of an unfinished journal of ``run`` (None when it has none)."""
     newest = None
-    try:
-        names = os.listdir(journal_dir)
-    except OSError:
-        return None
-    for n in names:
-        if not n.endswith(".jsonl") or n.startswith("."):
-            continue
-        p = os.path.join(journal_dir, n)
-        try:
-            with open_regular(p) as f:  # a FIFO planted as a journal never hangs this
-                first = json.loads(f.readline(1 << 20).decode("utf-8") or "null")
-            mt = os.stat(p).st_mtime
-        except (OSError, ValueError):
-            continue
-        if isinstance(first, dict) and first.get("run") == run:
-            newest = mt if newest is None else max(newest, mt)
+    with _own_folder(journal_dir) as listed:
+        for n in listed[1] if listed else ():
+            if not n.endswith(".jsonl") or n.startswith("."):
+                continue
+            try:
+                with open_regular_at(listed[0], n) as f:  # a FIFO planted as a journal never hangs this
+                    first = json.loads(f.readline(1 << 20).decode("utf-8") or "null")
+                    mt = os.fstat(f.fileno()).st_mtime
+            except (OSError, ValueError):
+                continue
+            if isinstance(first, dict) and first.get("run") == run:
+                newest = mt if newest is None else max(newest, mt)
     return newest
 
 
@@ -266,15 +280,14 @@ def live_leases(lock_dir: str, journal_dir: str, now: Optional[float] = None) ->
     folder's ``<state>/locks``) by ``live_holder``'s rule; each ``{run, host, pid, shard, until,
     code, detail}`` (``code``: ``Finding.RUN_LOCKED``; ``detail``: "being changed by pid … on host …
     until …"), sorted by run. Changes nothing and takes no lock: what ``status`` says of runs under
-    way elsewhere. Leases are untrusted: one malformed, naming no run, or through a link is no one's."""
+    way elsewhere. Leases are untrusted: one malformed, naming no run, or through a link is no one's,
+    and a lock folder that is a link, or not ours, holds none."""
     now = time.time() if now is None else now
-    try:
-        names = sorted(n for n in os.listdir(lock_dir) if n.endswith(".lease") and not n.startswith("."))
-    except OSError:
-        return []
     out = []
-    for n in names:
-        held = read_lease(os.path.join(lock_dir, n))
+    with _own_folder(lock_dir) as listed:
+        leases = [read_lease(n, listed[0]) for n in sorted(listed[1] if listed else ())
+                  if n.endswith(".lease") and not n.startswith(".")]
+    for held in leases:
         if held is None or not isinstance(held.get("run"), str):
             continue
         if held["host"] == HOST and held["pid"] == os.getpid():

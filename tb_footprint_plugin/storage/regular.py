@@ -77,12 +77,29 @@ def open_regular_fd(path: str, flags: int = os.O_RDONLY, follow_symlinks: bool =
     return fd
 
 
+def open_regular_at(dir_fd: int, name: str, buffering: int = -1) -> BinaryIO:
+    """``open_regular`` of the entry ``name`` of the folder open at ``dir_fd``: never through a
+    symlink (``O_NOFOLLOW``), never a FIFO, device or socket (``NotRegularFile``). For reading a
+    folder checked by its fd, so the files read are that folder's whatever its name points to now."""
+    fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0),
+                 dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(name, kind_of(st.st_mode))
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb", buffering=buffering)
+
+
 def open_regular(path: str, buffering: int = -1, follow_symlinks: bool = False) -> BinaryIO:
     """``open(path, 'rb')`` for regular files only (see the module docstring)."""
     return os.fdopen(open_regular_fd(path, follow_symlinks=follow_symlinks), "rb", buffering=buffering)
 
 
-__all__ = ["NotRegularFile", "check_regular", "kind_of", "open_regular", "open_regular_fd"]
+__all__ = ["NotRegularFile", "check_regular", "kind_of", "open_regular", "open_regular_at", "open_regular_fd"]
 
 
 def read_capped(f: BinaryIO, cap: int) -> bytes:
