@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re  # argparse imports it anyway
 import sys
 import time
 from typing import List, Optional, Sequence
@@ -193,20 +194,22 @@ def _filters(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--policy", default="archive",
                     help="archive (default), lossless, keep-latest[=N], or a JSON/TOML policy file")
     _selectors(ap, positional=False)
-    ap.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE", help="only runs of at least this size (100MB)")
-    ap.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
-                    help="only runs not written for this long (14d, 12h)")
-    ap.add_argument("--quiet-period", type=_arg(parse_duration), default=600.0, metavar="DURATION",
-                    help="a run written more recently than this is active and left alone (default 10m)")
+    ap.add_argument("--min-size", type=_arg(_number(parse_size)), default=0, metavar="SIZE",
+                    help="only runs of at least this size (100MB; 0 or more)")
+    ap.add_argument("--older-than", type=_arg(_number(parse_duration)), default=None, metavar="DURATION",
+                    help="only runs not written for this long (14d, 12h; 0 or more)")
+    ap.add_argument("--quiet-period", type=_arg(_number(parse_duration)), default=600.0, metavar="DURATION",
+                    help="a run written more recently than this is active and left alone (default 10m; 0 or more)")
     ap.add_argument("--delete", action="append", default=[], metavar="CATEGORY",
                     help="custom rule on top of --policy: also delete this file category (repeatable)")
     ap.add_argument("--keep", action="append", default=[], metavar="CATEGORY",
                     help="custom rule on top of --policy: keep this file category (repeatable)")
-    ap.add_argument("--keep-latest", type=int, default=None, metavar="N",
-                    help="custom rule: keep only the newest N profile sessions / traces per worker")
+    ap.add_argument("--keep-latest", type=_arg(_number(_whole)), default=None, metavar="N",
+                    help="custom rule: keep only the newest N profile sessions / traces per worker (0 or more: "
+                         "0 keeps none, their backups kept)")
     ap.add_argument("--keep-per-tag", type=_per_tag, default=None, metavar="PLUGIN=N,...",
-                    help="custom rule: keep N evenly spaced items per tag (first and last always), "
-                         "e.g. histograms=50,images=5")
+                    help="custom rule: keep N evenly spaced items per tag (first and last always, so N is at "
+                         "least 2), e.g. histograms=50,images=5")
 
 
 GLOB_HELP = ("runs whose name matches this glob: `*` stays within one folder, `**` spans folders "
@@ -245,12 +248,19 @@ def _check_selectors(args) -> None:
 
 
 def _per_tag(text: str) -> dict:
+    """``--keep-per-tag PLUGIN=N,...``: each N a whole number of at least 2 (the first and the
+    last item of a tag are always kept), by ``_number``'s rule."""
     out = {}
+    count = _number(_whole, 2)
     for part in filter(None, text.split(",")):
-        plugin, _, n = part.partition("=")
-        if not n.isdigit():
+        plugin, eq, n = part.partition("=")
+        if not eq or not plugin.strip():
             raise argparse.ArgumentTypeError(f"expected PLUGIN=N, got {part!r}")
-        out[plugin.strip()] = int(n)
+        try:
+            out[plugin.strip()] = count(n)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: N must be a whole number of at least 2 (a tag's first "
+                                             "and last items are always kept)") from None
     return out
 
 
@@ -772,7 +782,12 @@ def _batch_args(args):
             raise api.ShardError(f"--logdirs-from {args.logdirs_from}: {e.strerror or e}") from None
     if not logdirs:
         raise api.ShardError("no logdir given (a LOGDIR argument or --logdirs-from FILE)")
-    shard = api.parse_shard(args.shard) if args.shard else api.shard_from_env(os.environ, args.shard_count)
+    if args.shard and args.shard_count is not None and args.shard_count != args.shard[1]:
+        # two counts: which one the other workers of the batch use cannot be told, and a partition
+        # of another count takes other runs
+        raise api.ShardError(f"--shard {args.shard[0]}/{args.shard[1]} and --shard-count {args.shard_count} "
+                             "give two shard counts; give one")
+    shard = args.shard or api.shard_from_env(os.environ, args.shard_count)
     return logdirs, shard
 
 
@@ -1242,13 +1257,24 @@ def _arg(parse):
     return convert
 
 
-def _positive(parse, most: float = float("inf")):
-    """``parse`` whose value must also be a finite number above zero (a rate, a lease), and at
-    most ``most``."""
-    def convert(text: str) -> float:
-        v = parse(text)
-        if not (0 < v < float("inf")):
-            raise ValueError(f"{text!r}: must be a finite number above 0")
+def _number(parse, least: float = 0, *, above: bool = False, most: float = float("inf")):
+    """The one rule of every number option (a count, a size, a duration, a rate, a factor):
+    ``parse``'s value must also be a finite number of at least ``least`` (above it when
+    ``above``) and at most ``most``. Wrapped in ``_arg``, a value outside is argparse's usage
+    error (exit 2), which names the option; this names the value and what is accepted. Why
+    refuse rather than clamp: a negative size or age selects what 0 does, a NaN age compares
+    false with every run's (so a quiet period of NaN would call every run quiet), and a count of
+    0 where none makes sense would do nothing, or everything, without saying so."""
+    def convert(text: str):
+        try:
+            v = parse(text)
+        except OverflowError:  # parse_size('inf'): int(inf)
+            v = float("inf")
+        bound = f"{'above' if above else 'at least'} {least:g}"
+        if not (float("-inf") < v < float("inf")):  # NaN fails this too
+            raise ValueError(f"{text!r}: must be a finite number {bound}")
+        if v < least or (above and v == least):
+            raise ValueError(f"{text!r}: must be {bound}")
         if v > most:
             raise ValueError(f"{text!r}: must be at most {most:g}")
         return v
@@ -1256,16 +1282,19 @@ def _positive(parse, most: float = float("inf")):
     return convert
 
 
-def _whole_above_zero(text: str) -> int:
-    """A count such as ``--jobs``: a whole number of at least 1 (0 or less would run nothing, or
-    everything at once, without saying so)."""
+def _whole(text: str) -> int:
+    """A whole number, e.g. ``--jobs 4`` (bounds are ``_number``'s)."""
     try:
-        n = int(text.strip())
+        return int(text.strip())
     except ValueError:
         raise ValueError(f"{text!r}: not a whole number (e.g. 4)") from None
-    if n < 1:
-        raise ValueError(f"{text!r}: must be at least 1")
-    return n
+
+
+def _shard(text: str):
+    """``--shard I/N`` checked as it is parsed, so its error names the option (0 <= I < N)."""
+    from tb_footprint_plugin import api
+
+    return api.parse_shard(text)
 
 
 def _backends(text: str) -> tuple:
@@ -1280,6 +1309,10 @@ def _backends(text: str) -> tuple:
     return names
 
 
+#: a word read as a value, not an option: '-' then a digit, or '-.' then a digit (see _VerbParser)
+_NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
+
+
 class _VerbParser(argparse.ArgumentParser):
     """A verb's parser. Options and positionals may come in any order (``restore LOGDIR -n RUN``
     as ``restore LOGDIR RUN -n``), and ``--`` ends the options: every word after it is a
@@ -1288,9 +1321,20 @@ class _VerbParser(argparse.ArgumentParser):
     Two passes, as argparse's ``parse_known_intermixed_args``: the options with every positional
     switched off, then the positionals. Unlike it, the words from the first ``--`` on are kept out
     of the first pass (which would swallow a ``--`` that no positional precedes) and handed to
-    the second with their ``--``."""
+    the second with their ``--``.
+
+    A word that begins with '-' then a digit (``-1m``, ``-1/4``, ``-.5``) is a value, as argparse
+    already takes ``-5`` and ``-.5`` (no option of ours begins with a digit): ``--timeout -1m``
+    reaches ``--timeout``'s own check ("must be above 0"), where argparse's plain number pattern
+    left ``-1m`` an unknown option and said only "expected one argument". The pattern is
+    ``_negative_number_matcher``, the one argparse consults for this in every version we run
+    on (3.9 to 3.13); ``tests/test_cli_numbers.py`` fails if a version stops consulting it."""
 
     _plain = False  # inside a pass: argparse's own parse
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_VALUE
 
     def parse_known_args(self, args=None, namespace=None):
         if self._plain:
@@ -1377,7 +1421,8 @@ def _scan_parser(sub) -> None:
     _selectors(s)
     s.add_argument("--json", action="store_true", help="machine-readable output (schema in docs/json-schema.md)")
     s.add_argument("--files", action="store_true", help="list every file of each run shown (biggest first)")
-    s.add_argument("--top", type=int, default=None, help="show only the N biggest rows")
+    s.add_argument("--top", type=_arg(_number(_whole, 1)), default=None, metavar="N",
+                   help="show only the N biggest rows (at least 1; without it, every row)")
     s.add_argument("--by", choices=("run", "category"), default="run", help="rows by run (default) or by category")
     s.add_argument("--backup-dir", default=None, help="vault location (default LOGDIR/.tb-footprint)")
     s.add_argument("--no-cache", action="store_true", help="re-read every event file")
@@ -1419,26 +1464,31 @@ def _reduce_parser(sub) -> None:
                    help="more logdirs, reduced in the same call; a name that is no folder here but a run "
                         "of the first logdir selects that run (as --run does)")
     s.add_argument("--logdirs-from", default=None, metavar="FILE", help="read more logdirs from FILE, one a line")
-    s.add_argument("--shard", default=None, metavar="I/N",
+    s.add_argument("--shard", type=_arg(_shard), default=None, metavar="I/N",
                    help="take only shard I of N (from 0) of the runs; default: from SLURM_ARRAY_TASK_ID/"
                         "SLURM_ARRAY_TASK_COUNT or JOB_COMPLETION_INDEX when set")
-    s.add_argument("--shard-count", type=int, default=None, metavar="N",
-                   help="number of shards (default TB_FOOTPRINT_SHARD_COUNT): needed with JOB_COMPLETION_INDEX, "
+    s.add_argument("--shard-count", type=_arg(_number(_whole, 1)), default=None, metavar="N",
+                   help="number of shards, at least 1 (default TB_FOOTPRINT_SHARD_COUNT): needed with "
+                        "JOB_COMPLETION_INDEX, "
                         "and with Slurm when only some indices of the first array are submitted again "
                         "(array indices are then the shards, from 0)")
-    s.add_argument("--max-file-ops-per-second", type=_arg(_positive(float)), default=None, metavar="RATE",
-                   help="cap metadata operations (stat, open, rename, unlink, link) for shared filesystems")
-    s.add_argument("--lease", type=_arg(_positive(parse_duration, most=86400.0)), default=None, metavar="DURATION",
-                   help="run lock lease (default 120s, at most 1d): a dead worker's runs are taken over after it")
+    s.add_argument("--max-file-ops-per-second", type=_arg(_number(float, above=True)), default=None,
+                   metavar="RATE",
+                   help="cap metadata operations (stat, open, rename, unlink, link) per second for shared "
+                        "filesystems (above 0)")
+    s.add_argument("--lease", type=_arg(_number(parse_duration, above=True, most=86400.0)), default=None,
+                   metavar="DURATION",
+                   help="run lock lease (above 0, at most 1d; default 120s): a dead worker's runs are taken "
+                        "over after it")
     _common(s)
     _filters(s)
     s.add_argument("--dry-run", "-n", action="store_true", help="only plan (exit 0)")
     s.add_argument("--yes", "-y", action="store_true",
                    help="reduce without asking; needed without a terminal (otherwise: the plan, exit 2)")
     s.add_argument("--verbose", "-v", action="store_true", help="the plan's fidelity lines with their details")
-    s.add_argument("--jobs", type=_arg(_whole_above_zero), default=1, metavar="N",
+    s.add_argument("--jobs", type=_arg(_number(_whole, 1)), default=1, metavar="N",
                    help="runs reduced in parallel (at least 1)")
-    s.add_argument("--timeout", type=_arg(_positive(parse_duration)), default=None, metavar="DURATION",
+    s.add_argument("--timeout", type=_arg(_number(parse_duration, above=True)), default=None, metavar="DURATION",
                    help="per-run time limit above 0, e.g. 30m (rolled back after)")
     s.add_argument("--ledger", default=None, help="ledger path (default LOGDIR/.tb-footprint/ledger.json)")
     s.add_argument("--verify", type=_backends, default="python,rust", metavar="BACKENDS",
@@ -1488,8 +1538,8 @@ def _purge_parser(sub) -> None:
               "no longer be restored. " + CONSENT_RULE,
               "tb-footprint purge runs --older-than 7d -n\ntb-footprint purge runs --run mnist/baseline/train --yes")
     s.add_argument("logdir", help="the TensorBoard logdir")
-    s.add_argument("--older-than", type=_arg(parse_duration), default=None,
-                   help="only backups of operations older than this, e.g. 7d")
+    s.add_argument("--older-than", type=_arg(_number(parse_duration)), default=None, metavar="DURATION",
+                   help="only backups of operations older than this, e.g. 7d (0 or more)")
     _selectors(s)  # the selected runs are purged together: one preview counts what they share once
     s.add_argument("--op", default=None, help="only this operation's backup")
     s.add_argument("--yes", "-y", action="store_true",
@@ -1536,7 +1586,8 @@ def _demo_parser(sub) -> None:
               "tb-footprint demo runs\ntb-footprint demo runs --overwrite --scale 0.5")
     d.add_argument("dir", help="folder to write (must be empty or absent unless --overwrite)")
     d.add_argument("--seed", type=int, default=0, help="random seed (same seed, same bytes)")
-    d.add_argument("--scale", type=float, default=1.0, help="size factor (1.0 ≈ 25 MB)")
+    d.add_argument("--scale", type=_arg(_number(float, above=True)), default=1.0, metavar="FACTOR",
+                   help="size factor above 0 (1.0 ≈ 25 MB)")
     d.add_argument("--overwrite", action="store_true", help="replace an earlier demo in DIR, vault included")
     d.add_argument("--json", action="store_true", help="machine-readable summary")
     d.set_defaults(func=cmd_demo)
@@ -1589,7 +1640,8 @@ def _vault_parser(sub) -> None:
     s.add_argument("action", choices=("lifecycle",), help="lifecycle: print the rule")
     s.add_argument("logdir", nargs="?", default=None, help="a local logdir whose backups go to a bucket")
     s.add_argument("--backup-dir", default=None, help="the bucket URL given to reduce (without a logdir)")
-    s.add_argument("--days", type=int, default=30, help="days before data/ objects change class (default 30)")
+    s.add_argument("--days", type=_arg(_number(_whole)), default=30, metavar="N",
+                   help="days before data/ objects change class (default 30; 0 or more)")
     s.add_argument("--json", action="store_true", help="the whole answer as JSON (rule, prefixes, command, note)")
     s.set_defaults(func=cmd_vault)
 
@@ -1620,11 +1672,12 @@ def _retire_parsers(sub) -> None:
     _selectors(s)
     s.add_argument("--group", default=None, help="the group a keep-best rule ranks (a glob, e.g. 'sweep/*'; "
                                                   "`*` stays within one folder, `**` spans folders)")
-    s.add_argument("--older-than", type=_arg(parse_duration), default=None, metavar="DURATION",
-                   help="no file changed for this long (e.g. 30d)")
-    s.add_argument("--min-size", type=_arg(parse_size), default=0, metavar="SIZE",
-                   help="runs holding at least this much (e.g. 1G)")
-    s.add_argument("--keep-best", type=int, default=None, help="keep the best N runs of the group, retire the rest")
+    s.add_argument("--older-than", type=_arg(_number(parse_duration)), default=None, metavar="DURATION",
+                   help="no file changed for this long (e.g. 30d; 0 or more)")
+    s.add_argument("--min-size", type=_arg(_number(parse_size)), default=0, metavar="SIZE",
+                   help="runs holding at least this much (e.g. 1G; 0 or more)")
+    s.add_argument("--keep-best", type=_arg(_number(_whole)), default=None, metavar="N",
+                   help="keep the best N runs of the group, retire the rest (0 or more: 0 retires every ranked run)")
     s.add_argument("--metric", default=None, help="scalar tag that ranks runs (e.g. val/loss)")
     s.add_argument("--mode", choices=("min", "max"), default="min", help="min: lower is better (default)")
     s.add_argument("--value", choices=("last", "min", "max"), default="last",
@@ -1632,8 +1685,9 @@ def _retire_parsers(sub) -> None:
     s.add_argument("--keep-list", default=None, help="file of run names or globs never to retire (one a line)")
     s.add_argument("--with-nested", action="store_true",
                    help="a run whose directory holds other runs takes them along (otherwise it is left alone)")
-    s.add_argument("--quiet-period", type=_arg(parse_duration), default=600.0, metavar="DURATION",
-                   help="runs with a file changed this recently are being written: never retired (default 10m)")
+    s.add_argument("--quiet-period", type=_arg(_number(parse_duration)), default=600.0, metavar="DURATION",
+                   help="runs with a file changed this recently are being written: never retired (default 10m; "
+                        "0 or more)")
     s.add_argument("--yes", "-y", action="store_true",
                    help="retire without asking; needed without a terminal (otherwise: the plan, exit 2)")
     s.add_argument("--dry-run", "-n", action="store_true", help="only show the plan (exit 0)")
