@@ -49,7 +49,8 @@ def _snapshot(root: Path) -> dict:
 
 
 def _children() -> list:
-    """Processes whose parent is this one (a data server, a Python loader child)."""
+    """Processes whose parent is this one (a data server, a Python loader child; in a pytest-xdist
+    worker, the object-store emulators an earlier test started too: compare with ``_new_children``)."""
     me, out = os.getpid(), []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -65,6 +66,13 @@ def _children() -> list:
     return out
 
 
+def _new_children(before: list) -> list:
+    """``_children()`` that were not there ``before`` (the plan's parked load released first: it
+    exists by design and expires on its own)."""
+    original.release_parked()
+    return sorted(set(_children()) - set(before))
+
+
 def _logdir(tmp_path: Path, runs=("a", "b")) -> Path:
     logdir = tmp_path / "logdir"
     for r in runs:
@@ -78,6 +86,7 @@ def _reduce_and_cancel(logdir: Path, inside: threading.Event, jobs: int):
     the seconds from the cancel to the reduce's return, and the children left then."""
     cancel = api.CancelToken()
     got: dict = {}
+    children = _children()
 
     def reduce() -> None:
         try:
@@ -95,9 +104,8 @@ def _reduce_and_cancel(logdir: Path, inside: threading.Event, jobs: int):
     t.join(SLOW_S + 120)
     took = time.monotonic() - cancelled
     assert not t.is_alive()
-    original.release_parked()  # a plan's load kept for a reduce that did not take it (expires on its own)
     assert "error" not in got, got.get("error")
-    return got["report"], took, _children()
+    return got["report"], took, _new_children(children)
 
 
 def _assert_interrupted_and_untouched(logdir: Path, before: dict, report, took: float, left: list) -> None:
@@ -306,6 +314,7 @@ def test_a_run_timeout_passing_inside_a_slow_crawl_ends_it_there(tmp_path, monke
 
     monkeypatch.setattr(routes, "_crawl_groups", slow_groups)
     timeout = 10.0
+    children = _children()
     api.plan(str(logdir), "archive")  # the plan's own work before the run's clock starts
     rep = api.reduce_logdir(str(logdir), policy="archive", dry_run=False, verify_backends=BOTH, timeout=timeout)
     outs = [o for o in rep.outcomes if o.status != "skipped"]
@@ -314,5 +323,4 @@ def test_a_run_timeout_passing_inside_a_slow_crawl_ends_it_there(tmp_path, monke
     assert o.status == "rolled_back" and o.reason == "timed out before the commit point", o.to_dict()
     assert o.duration_s < timeout + PROMPT_S, f"the run ended {o.duration_s:.1f}s after it began"
     assert _snapshot(logdir) == before
-    original.release_parked()
-    assert not _children(), _children()
+    assert not _new_children(children)
