@@ -276,3 +276,42 @@ def test_a_bucket_store_it_cannot_swap_on_is_refused_before_anything_is_written(
     # the plan's scan cached its listing; no journal, lock, backup, upload or manifest was written
     assert set(after) - set(before) == {".tb-footprint/scan-cache.json"}
     assert {k: v for k, v in after.items() if k in before} == before
+
+
+def _new_names(logdir):
+    return [os.path.join(d, n) for d, _, fs in os.walk(logdir) for n in fs if n.endswith(".gz")]
+
+
+@pytest.mark.parametrize("caps", [FOLDER, NO_RENAME], ids=["rename", "copy-delete"])
+@pytest.mark.parametrize("then_fail", [False, True], ids=["swap", "rollback-before-swap"])
+def test_a_file_someone_makes_at_a_new_name_is_never_taken_for_a_partial_copy(tmp_path, monkeypatch, caps, then_fail):
+    """Review R17 F2: on a folder whose swap copies, any file at a new name shorter than the staged
+    bytes and starting like them (an empty one too) was taken for the swap's own partial copy: the
+    swap overwrote it and a rollback that never swapped deleted it. Only a swap that was begun can
+    have left one: a first swap refuses the name ("appeared meanwhile"), as a renaming folder does,
+    and a rollback before the swap leaves it."""
+    logdir = copy_real("torch/profiled", tmp_path / "logdir")
+    assert not _new_names(logdir)
+    _spy_local(monkeypatch, caps)
+    planted = []
+
+    def someone_makes_files():
+        # the staged files exist now; an empty file appears at each new (final) name
+        for d, ds, fs in os.walk(logdir):
+            ds[:] = [x for x in ds if not x.startswith(".tb-footprint")]
+            for n in fs:
+                if n.endswith(".json"):
+                    p = os.path.join(d, n + ".gz")
+                    if not os.path.exists(p):
+                        open(p, "xb").close()
+                        planted.append(p)
+        if then_fail:
+            raise RuntimeError("a failure after verify: rolled back")
+
+    faults.arm("reduce.verify", someone_makes_files)
+    try:
+        _reduce(logdir)
+    finally:
+        faults.disarm_all()
+    assert planted
+    assert [p for p in planted if os.path.exists(p) and os.path.getsize(p) == 0] == planted

@@ -68,7 +68,9 @@ class Rec:
     A disk's operations (``engine.transaction``, ``swap``, ``restore``, ``retire``, ``salvage``,
     ``recovery``) write one record per step: ``BACKUP`` (one per file) and ``BACKED_UP``,
     ``STAGE``/``STAGED``, ``VERIFIED``, ``SWAP`` (the commit point: from it on recovery finishes),
-    ``RMDIR``, ``DISPLACED``, ``SWAPPED``, ``COMMIT``, ``ROLLBACK``; a retirement ``MOVE``,
+    ``RMDIR``, ``DISPLACED``, ``SWAPPED``, ``COMMIT``, ``ROLLBACK`` (and ``COPYING`` before a copy +
+    delete swap copies a staged file to a new name: only a name so recorded can hold the swap's
+    own partial copy); a retirement ``MOVE``,
     ``MOVED``, ``DELETE``. A bucket's operations record the step they stand at (the object journal
     keeps it as ``step``): ``PLANNED`` (its begin record's), ``BACKED_UP``, ``STAGED``,
     ``UPLOADED``, ``SWAPPING`` (the commit point), ``DONE``, ``ROLLING_BACK``; a restore begins at
@@ -86,6 +88,7 @@ class Rec:
     SWAPPED = "swapped"
     COMMIT = "commit"
     ROLLBACK = "rollback"
+    COPYING = "copying"
     MOVE = "move"
     MOVED = "moved"
     DELETE = "delete"

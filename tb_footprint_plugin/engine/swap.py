@@ -21,7 +21,7 @@ from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
-from tb_footprint_plugin.engine.journal import Journal
+from tb_footprint_plugin.engine.journal import Journal, Rec
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
@@ -63,15 +63,22 @@ def _recorded_dirs(rp: RunPlan, recorded) -> Dict[str, dict]:
 
 
 def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], backups: Dict[str, dict],
-               recorded_dirs: Optional[List[dict]] = None, strategy: Optional[SwapStrategy] = None) -> None:
+               recorded_dirs: Optional[List[dict]] = None, strategy: Optional[SwapStrategy] = None,
+               resuming: bool = False, begun_at: Iterable[str] = ()) -> None:
     """Idempotent: put staged files into place, unlink originals, remove emptied dirs.
     ``recorded_dirs``: the removed folders' mode and mtime from before the first change (the
     ``swap`` record's ``dirs``, ``removed_dirs_before``); without them (an older journal) each is
     taken from the folder at this call's start. ``strategy``: how a staged file takes its place
     (``swap_strategy``: renamed, or copied and then deleted; its folders fsynced where durability
-    needs it), the folder's by default (recovery finishing a swap)."""
+    needs it), the folder's by default (recovery finishing a swap). ``resuming``: a swap an earlier
+    attempt may have started (recovery's ``roll_forward``); only then can a partial copy at a name
+    be the swap's own: on a first attempt whatever stands there is someone else's (review R17 F2);
+    ``begun_at``: the new names its ``copying`` records name (``copies_begun``)."""
     strategy = strategy or swap_strategy(folder_capabilities())
-    copying = not strategy.renames
+    copying = resuming and not strategy.renames
+    # the new names a copy was begun at (their ``copying`` records): only there can a partial copy
+    # be the swap's own; anything else at a new name is someone else's (review R17 F2)
+    begun = copies_begun(journal.written) | set(begun_at or ())
     recorded = _recorded_dirs(rp, recorded_dirs)
     dirs = set()
     for path, rec in backups.items():
@@ -95,12 +102,16 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
         no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
         if os.path.exists(tmp):
-            if s["final"] not in backups and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]) \
-                    and not (copying and partial_copy(final, tmp, s)):
+            new_name = s["final"] not in backups
+            if new_name and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]) \
+                    and not (s["final"] in begun and partial_copy(final, tmp, s)):
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
             if strategy.renames:
                 fsops.replace(tmp, final)
             else:
+                if new_name and s["final"] not in begun and not matches(final, s["sha256"], s["size"]):
+                    journal.append({"type": Rec.COPYING, "final": s["final"]})
+                    begun.add(s["final"])
                 copy_then_delete(tmp, final, s)
         dirs.add(os.path.dirname(final))
         faults.hit("reduce.mid_swap")
@@ -159,6 +170,11 @@ def copy_then_delete(tmp: str, final: str, s: dict) -> None:
     fsops.unlink(tmp)
 
 
+def copies_begun(records: Iterable[dict]) -> set:
+    """The new names a copy + delete swap began copying a staged file to (its ``copying`` records)."""
+    return {r["final"] for r in records if r.get("type") == Rec.COPYING and isinstance(r.get("final"), str)}
+
+
 def partial_copy(path: str, tmp: str, s: dict) -> bool:
     """Whether ``path`` is what a copy + delete swap killed within its copy of the staged file
     ``tmp`` (``s``: its staged record) left: a regular file shorter than the staged bytes holding
@@ -212,12 +228,15 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token)
         if d and not _listed(displaced, d):
             displaced.append(d)
-    copying = not swap_strategy(folder_capabilities()).renames
+    # only a swap that was recorded (begun) can have left a partial copy: before it, whatever
+    # stands at a new name is someone else's (review R17 F2)
+    copying = swapped and not swap_strategy(folder_capabilities()).renames
+    begun = copies_begun(records)
     for tmp_rel, r in stages.items():
         no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
         final = r.get("final")
         s = staged.get(tmp_rel)
-        if copying and final and final not in originals and s:
+        if copying and final and final not in originals and final in begun and s:
             # a copy + delete swap killed within its copy under a new name left the beginning of the
             # staged bytes there: removed while the staged file still tells it (before it goes)
             no_symlink(ctx, final)
@@ -613,5 +632,5 @@ def roll_forward(ctx: Context, records: List[dict]) -> bool:
                  actions=[Action(**{k: v for k, v in a.items()}) for a in plan["actions"]])
     j = Journal(os.path.join(ctx.journal_dir, f"{records[0]['op_id']}.jsonl"), may_create=False)
     swap = next((r for r in records if r["type"] == "swap"), {})
-    apply_swap(ctx, rp, j, staged, backups, swap.get("dirs"))
+    apply_swap(ctx, rp, j, staged, backups, swap.get("dirs"), resuming=True, begun_at=copies_begun(records))
     return True

@@ -78,7 +78,7 @@ _TOKEN = re.compile(r"[0-9a-f]{32}")
 #: user and group ids are 32-bit
 _ID_LIMIT = 1 << 32
 _RECORD_TYPES = {"begin", "backup", "backed_up", "stage", "staged", "verified", "swap", "swapped", "commit",
-                 "rollback", "rmdir", "displaced"}
+                 "rollback", "rmdir", "displaced", "copying"}
 
 
 class Untrusted(ValueError):
@@ -713,6 +713,8 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
             if t == "staged":
                 _sha(r.get("sha256"), file, "staged digest")
                 _int(r.get("size"), file, "staged size")
+        elif t == "copying":  # a copy + delete swap's copy to a new name, begun (swap.apply_swap)
+            _in_run(_rel(r.get("final"), file, "final path"), run, file, "final path")
         elif t == "rmdir":
             _in_run(_rel(r.get("path"), file, "directory"), run, file, "directory")
             _mode(r.get("mode"), file, "directory mode")
