@@ -8,6 +8,7 @@ and the length is help texts and printing, not logic.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re  # argparse imports it anyway
 import sys
@@ -1876,7 +1877,9 @@ class _PipeGuard:
     (``tb-footprint scan runs | head -1``) ends nothing: the first write to the closed pipe points
     the stream's file descriptor at /dev/null (Python's documented recipe for SIGPIPE, without
     the signal's default action, which would kill a reduce between two steps) and the verb goes
-    on to its end quietly; ``main`` then exits 141. Everything else is the stream's own."""
+    on to its end quietly; ``main`` then exits 141. A stream closed before the start (``>&-``, as
+    under cron or a service: Python makes it None) takes every write and says nothing, as Python
+    does for ``print`` to a None stream (review R17 F1). Everything else is the stream's own."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -1884,13 +1887,18 @@ class _PipeGuard:
 
     def _gone(self) -> None:
         self.closed = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(devnull, self._stream.fileno())
-        finally:
-            os.close(devnull)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self._stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, AttributeError, ValueError):
+            pass  # no descriptor to point elsewhere: nothing more is written to it (below)
 
     def write(self, text: str) -> int:
+        if self._stream is None or self.closed:
+            return len(text)
         try:
             return self._stream.write(text)
         except BrokenPipeError:
@@ -1898,10 +1906,20 @@ class _PipeGuard:
             return len(text)
 
     def flush(self) -> None:
+        if self._stream is None or self.closed:
+            return
         try:
             self._stream.flush()
         except BrokenPipeError:
             self._gone()
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def fileno(self) -> int:
+        if self._stream is None:
+            raise io.UnsupportedOperation("the stream was closed before the start")
+        return self._stream.fileno()
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)

@@ -105,6 +105,33 @@ def test_a_closed_pipe_never_cuts_a_reduce_short(tmp_path):
     assert done == {"a/train", "b/train"}, _history(logdir)
 
 
+def _stream_closed_at_start(fd: int, *args) -> subprocess.CompletedProcess:
+    """The CLI started with file descriptor ``fd`` (1: stdout, 2: stderr) closed, as ``>&-`` under
+    cron or a service leaves it (Python then makes that stream None)."""
+    def close():
+        os.close(fd)
+    keep = {1: subprocess.PIPE, 2: subprocess.PIPE}
+    return subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=cli_env(),
+                          stdin=subprocess.DEVNULL, stdout=keep[1], stderr=keep[2], text=True, timeout=600,
+                          preexec_fn=close)
+
+
+@pytest.mark.parametrize("fd", [1, 2], ids=["stdout", "stderr"])
+def test_a_stream_closed_at_start_changes_nothing_of_a_verbs_result(tmp_path, fd):
+    """Review R17 F1: with stdout (or stderr) closed at start, every verb exited 1 with a traceback
+    (the pipe guard wrapped None), and a reduce reported its verified runs failed. Now what is
+    printed goes nowhere, as Python's ``print`` to a None stream does, and the exit code is the
+    verb's own."""
+    logdir = tmp_path / "L"
+    copy_real("tf/keras_profiled", logdir / "a")
+    p = _stream_closed_at_start(fd, "scan", logdir)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    p = _stream_closed_at_start(fd, "reduce", logdir, "--yes", "--verify", "python")
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    done = {e["run"] for e in _history(logdir) if e["kind"] == "reduce" and e["outcome"] == "verified"}
+    assert done == {"a/train"}, _history(logdir)
+
+
 # --- F7: `--` before a run name that begins with '-' -----------------------------------------
 
 def test_double_dash_gives_a_run_name_beginning_with_a_dash(logdir):
