@@ -183,6 +183,7 @@ class StoreError(Code):
     TOO_LARGE = "too_large"  # a whole-object read of something bigger than its limit
     NOT_SUPPORTED = "not_supported"  # the store has no such operation (see its ``Capabilities``)
     PERMISSION = "permission_denied"  # the store or the system refused access
+    NO_CREDENTIALS = "no_credentials"  # the bucket's client found no credentials (the message says what to set)
     NO_SPACE = "no_space"  # the disk or quota is full: the write left nothing half-done
     CONFLICT = "conflict"  # a conditional rewrite (bucket append) kept losing to other writers
     LIST_FAILED = "list_failed"
