@@ -361,7 +361,10 @@ class RunLock(leases.RunLease):
         try:
             self.fd = try_exclusive(self.path)
         except Locked:
-            raise RunLocked(f"run {self.run!r} is being changed by another process") from None
+            # its holder's lease says who, where it is live (read only: nothing is taken)
+            holder = self.live_holder()
+            raise RunLocked(f"run {self.run!r} is being changed by another process"
+                            + (f" ({holder})" if holder else ""), holder) from None
         try:
             self._lock_run_dir()
             holder = self.live_holder()

@@ -199,6 +199,7 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
         lock = run_lock(ctx, run).acquire()
     except (RunLocked, OSError) as e:
         out.code, out.reason = lock_failure(e, run, ctx.lock_dir)
+        out.holder = e.holder if isinstance(e, RunLocked) else None
         return out
     try:
         unsettled = unsettled_op(ctx, run)

@@ -159,7 +159,7 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     except RunLocked as e:
         for lk in locks:
             lk.release()
-        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        out.status, out.reason, out.code, out.holder = Outcome.SKIPPED, str(e), Skip.LOCKED, e.holder
         return out
     except OSError as e:
         for lk in locks:

@@ -71,7 +71,7 @@ def _lock_run(ctx: Context, out: RunOutcome, settle_first: bool = False) -> Opti
             recover(ctx)
         return run_lock(ctx, out.run).acquire()
     except RunLocked as e:
-        out.status, out.reason, out.code = Outcome.SKIPPED, str(e), Skip.LOCKED
+        out.status, out.reason, out.code, out.holder = Outcome.SKIPPED, str(e), Skip.LOCKED, e.holder
     except errors as e:
         out.code, out.reason = lock_failure(e, out.run, ctx.lock_dir)
         if settle_first and out.code == Failure.LOCK_ERROR:  # the error may be the settling's
