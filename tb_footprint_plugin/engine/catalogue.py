@@ -4,7 +4,6 @@ logdir has used, which operations are restorable, and what unfinished journals s
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -15,6 +14,7 @@ from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
 from tb_footprint_plugin.engine.history import append_history, history_path
+from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
 from tb_footprint_plugin.engine.vault_reads import manifest_file, read_roots, VaultRead
@@ -323,8 +323,10 @@ def bytes_after_of(records: List[dict]) -> int:
 
 
 def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Optional[str],
-                    recovered: bool = False, displaced: Optional[List[dict]] = None) -> dict:
-    """The operation's manifest (and change-log line): what was backed up, and how it ended."""
+                   recovered: bool = False, displaced: Optional[List[dict]] = None,
+                   code: Optional[str] = None) -> dict:
+    """The operation's manifest (and change-log line): what was backed up, and how it ended;
+    ``code``: the outcome's code (``codes.Failure`` of a rollback), carried by both."""
     vault = vault_of(records, ctx)
     begin = records[0]
     plan = begin["plan"]
@@ -361,6 +363,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         verification=ver,
         # content newer than the backup, found where an original went back: kept in the vault
         displaced=displaced or [],
+        **({"code": str(code)} if code else {}),
     )
     os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
     # one line of the operation log, its only record (``NoSpace`` names the file)
@@ -378,7 +381,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     entry = {
         "op_id": m["op_id"], "kind": "reduce", "run": m["run"], "policy": (begin.get("policy") or {}).get("name"),
         "before": m["bytes_before"], "after": after, "verified": outcome == "verified",
-        "outcome": outcome, "reason": reason, "backup_kept": outcome == "verified",
+        "outcome": outcome, "reason": reason, "code": str(code) if code else None, "backup_kept": outcome == "verified",
         "user": m["user"], "host": m["host"], "tool_version": __version__,
     }
     try:
@@ -389,53 +392,6 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
             raise
         m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m
-
-
-#: what a manifest leaves out of its run's plan: the actions (``files`` and ``removed_dirs`` list
-#: what was done, path by path; the plan's per-category totals and a digest of its actions stay),
-#: and what the plan of a run that was reduced says by itself (its run is the manifest's, its
-#: removable bytes are before - after); ~40% of a small run's manifest. A journal's plan, which
-#: recovery replays, is whole.
-_PLAN_LEFT_OUT = ("actions", "run", "removable_bytes")
-
-
-def stored_plan(plan):
-    """The run's plan as a manifest keeps it: its actions as per-category totals (``changes``:
-    category -> [bytes before, bytes after, files], what the check page shows) and the sha256 of
-    their canonical JSON (``actions_sha256``: which actions these were, to compare with a journal
-    or a plan); empty details and writers, and no skip, left out."""
-    if not isinstance(plan, dict) or not isinstance(plan.get("actions"), list):
-        return plan
-    from tb_footprint_plugin.plan.summary import category_totals
-
-    out = {k: v for k, v in plan.items() if k not in _PLAN_LEFT_OUT}
-    for key in ("fidelity_details", "writers"):
-        if key in out and not any(out[key] or []):
-            del out[key]
-    for key in ("skipped", "code"):
-        if out.get(key) is None:
-            out.pop(key, None)
-    out["changes"] = category_totals(plan["actions"])
-    out["actions_sha256"] = hashlib.sha256(
-        json.dumps(plan["actions"], sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
-    return out
-
-
-def stored_policy(policy):
-    """The policy as a manifest keeps it: a built-in policy exactly as this version defines it is
-    kept by its name (``{"name", "builtin": true}``; the manifest's ``tool_version`` says which
-    definition), any other (custom rules, a policy file) whole. Its ~800 bytes were stored
-    again with every run's manifest and log line."""
-    from tb_footprint_plugin.plan.policies import BUILTIN
-
-    if isinstance(policy, dict) and policy.get("name") in BUILTIN:
-        try:
-            same = BUILTIN[policy["name"]]().to_dict() == policy
-        except Exception:  # noqa: BLE001 - a definition that cannot be built: keep the record whole
-            same = False
-        if same:
-            return {"name": policy["name"], "builtin": True}
-    return policy
 
 
 def operation_summary(m: dict) -> dict:

@@ -149,7 +149,7 @@ def settle_again(ctx: Context, journal: Journal, gone: JournalGone, reason: str,
               f"process wrote to it")
     try:
         append_rollback(journal, reason)
-        rollback(ctx, own_records(journal), reason, journal)
+        rollback(ctx, own_records(journal), reason, journal, code=gone.code)
         ctx.vault.unpin(journal.op_id)  # the originals are back
     except JournalGone:
         return False

@@ -193,8 +193,10 @@ def partial_copy(path: str, tmp: str, s: dict) -> bool:
     return starts_with(tmp, st.st_size, sha)
 
 
-def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None) -> None:
-    """Put every original back byte for byte and remove what the operation created. With
+def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None,
+             code: Optional[str] = None) -> None:
+    """Put every original back byte for byte and remove what the operation created (``code``:
+    why, as the outcome says it, for the manifest and the history line). With
     ``journal`` (the operation's), newer bytes found in an original's place are journaled as
     ``displaced`` before the original takes the path, so a rollback killed after it still names
     them in its manifest (they are in the vault; without the record only as a nameless blob)."""
@@ -257,7 +259,7 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
             raise TransactionError(f"{r['path']}: could not be put back")
     begin = records[0]
     remove_scratch(vault, begin["op_id"])
-    write_manifest(ctx, records, "rolled_back", reason, displaced=displaced)
+    write_manifest(ctx, records, "rolled_back", reason, displaced=displaced, code=code)
     with contextlib.suppress(OSError):
         vault.done_compaction(begin["op_id"])  # noted before a swap that did not stand
     # Blobs only this operation needed are dropped: the originals are back in place. A blob

@@ -458,11 +458,13 @@ class LocalReduce(txn.Txn):
             ctx.vault.unpin(journal.op_id)
             return
         self.rolling = True
-        rollback(ctx, own_records(journal), reason, journal)
+        e = self.error
+        skip = isinstance(e, TransactionError) and isinstance(e.code, Skip) and not self.interrupted
+        # the manifest and the history line carry the code the outcome says
+        rollback(ctx, own_records(journal), reason, journal, code=e.code if skip else code)
         ctx.vault.unpin(journal.op_id)  # the originals are back
         out.status, out.reason, out.code = Outcome.ROLLED_BACK, reason, code
-        e = self.error
-        if isinstance(e, TransactionError) and isinstance(e.code, Skip) and not self.interrupted:
+        if skip:
             out.status, out.code = Outcome.SKIPPED, e.code  # nothing changed: left alone
         self.rolling, self.jnl = False, None  # rolled back: a failing close propagates, as it always did
         journal.close()
