@@ -94,12 +94,13 @@ from tb_footprint_plugin.engine.checks import compare_views
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError, new_op_id, reason_of
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, refusal, swap_strategy
-from tb_footprint_plugin.engine.verification import stage_file, stage_line
+from tb_footprint_plugin.engine.verification import stage_file, stage_line, stop_of
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, content_checksums
 from tb_footprint_plugin.storage.store import Capabilities
+from tb_footprint_plugin.verify import Stopped
 
 #: Transactions of one process on several threads (``bucket_reduce.reduce_runs``'s ``jobs``) add
 #: to a local vault of blobs one at a time (one ``BlobStore`` instance, its packs appended), and
@@ -290,10 +291,16 @@ class ObjectReduce(txn.Txn):
             self.jnl.step(Rec.BACKED_UP, runs=[en])  # the blobs' digests
 
     def stage(self, report: txn.Report) -> None:
-        """The new files in local scratch, verified by TensorBoard's readers; step ``staged``."""
+        """The new files in local scratch, verified by TensorBoard's readers; step ``staged``. A
+        cancel or the run's timeout is looked at inside the readers' work (``stop_of``): they end
+        within a moment and the step raises the token's ``Cancelled``, as ``LocalReduce.verify``."""
         work = self._scratch.enter_context(scratch.scratch("bucket", scratch.system_root()))
-        self.local = _stage_run(self.rfs, self.rp, self.files, self.listing, work, self.backends, self.vault,
-                                report, readers_root=self.readers_root)
+        try:
+            self.local = _stage_run(self.rfs, self.rp, self.files, self.listing, work, self.backends, self.vault,
+                                    report, readers_root=self.readers_root, should_stop=stop_of(self.cancel))
+        except Stopped:
+            self.cancel.check()  # Cancelled: "cancelled" or "timed out before the commit point"
+            raise  # not reached: only the cancel stops a verification
         self.jnl.step(Rec.STAGED, runs=[self.en])  # progress: a long rewrite's lock is not taken for a dead one's
 
     def transform(self, report: txn.Report) -> None:
@@ -429,9 +436,9 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
 def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
                backends: Tuple[str, ...], vault: Optional[BucketVault] = None,
                report: Callable[[str, float], None] = lambda step, frac: None,
-               readers_root: Optional[str] = None) -> dict:
+               readers_root: Optional[str] = None, should_stop: Optional[Callable[[], bool]] = None) -> dict:
     """Download what the transforms read, produce each new file in ``work`` and verify the run
-    as on disk: returns {'staged': {path: stage info + local file}, 'checks': [...], ...}. An
+    as on disk (``should_stop``: the verification ends with ``verify.Stopped`` when it says yes): returns {'staged': {path: stage info + local file}, 'checks': [...], ...}. An
     original backed up into a local vault of blobs is read from there (verified while read), not
     downloaded a second time; the swap is conditional on the version it was backed up at."""
     kept = {f["path"]: f for f in files if is_blob_entry(f) and f.get("sha256")} if vault and vault.blobs else {}
@@ -490,7 +497,8 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
                 modes.update(s.get("expectations") or {})
             substitutes = {r["sha256"]: [r["original_sha256"], r["original_size"]]
                            for s in staged.values() for r in (s.get("substituted") or ())}
-            d = compare_views(os.path.join(work, "views"), pairs, modes, backends, substitutes, label=rp.run)
+            d = compare_views(os.path.join(work, "views"), pairs, modes, backends, substitutes, label=rp.run,
+                              should_stop=should_stop)
             if not d.get("ok") or d.get("failed"):
                 raise TransactionError("verification failed: " + "; ".join(d.get("failed", []) or ["see checks"]))
             checks += list(d.get("checks", []))
