@@ -267,12 +267,12 @@ class BucketEngine(Engine):
 
     def retire_run(self, run: str, *, takes_along: Sequence[str], rule: dict, quiet_period: float,
                    cancel: Optional[CancelToken] = None, progress: Progress = None) -> RunOutcome:
-        """Differs: no ``progress`` calls and no cancel inside a run (a cancel stops the next run).
-        With a local vault of blobs the run's objects go there (made 0700, or refused naming it,
-        before the first run moves: a dry run writes nothing)."""
+        """Differs: no ``progress`` calls. A cancel is honoured at the driver's points up to the
+        commit record, as on a disk. With a local vault of blobs the run's objects go there (made
+        0700, or refused naming it, before the first run moves: a dry run writes nothing)."""
         self.prepare_vault()
         return self.bk.retire_run(self.rfs, self.vault, run, takes_along=takes_along, rule=rule,
-                                  quiet_period=quiet_period)
+                                  quiet_period=quiet_period, cancel=cancel)
 
     def retired(self) -> List[dict]:
         """Differs: ``tree_sha256`` is None (a bucket retirement lists objects, no tree digest)."""
