@@ -12,7 +12,10 @@ where a cancel is honoured and where a failpoint fires do not, so they live here
 - the **rollback** runs only after its record (a recovery that finds the journal then finishes
   the rollback instead of rolling the reduction forward);
 - a cancel (or a run's timeout) is honoured after each step before verify and right before the
-  commit record, never after it: past the commit point the swap finishes;
+  commit record, never after it: past the commit point the swap finishes; inside the verify step
+  the engine's verification looks at the cancel too (``verify_reduction(should_stop=)``), and a
+  cancel seen there ends the step with the token's own ``Cancelled`` (a bucket's rewrite, which
+  verifies its staged run in its stage step, does the same there);
 - after each step the driver hits that step's failpoint (``Txn.failpoint``: ``<verb>.<step>``
   by default, declared in ``engine.faults.STEPS``; the crash matrices fire them). A failpoint a
   step hits between one of its own records and its action (``reduce.backup_copy``,
