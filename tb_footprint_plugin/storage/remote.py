@@ -64,6 +64,60 @@ class RemoteError(OSError):
         self.code = code
 
 
+#: ``RemoteError.code`` of a store whose client found no credentials (``codes.StoreError.NO_CREDENTIALS``)
+NO_CREDENTIALS = "no_credentials"
+#: The clients' exceptions that say no credentials were found, by class name along the MRO (the
+#: clients are optional packages, imported only where their scheme is used): botocore's, google-auth's
+#: application default credentials, azure-identity's DefaultAzureCredential.
+_NO_CREDENTIALS_ERRORS = frozenset({"NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError",
+                                    "CredentialUnavailableError"})
+#: What to set, per fsspec protocol, where the client looks for credentials.
+CREDENTIALS_HINT: Dict[str, str] = {
+    "s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE naming a profile of "
+          "~/.aws/credentials (or of AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE), or run where an "
+          "instance or task role is available",
+    "gcs": "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run "
+           "`gcloud auth application-default login`",
+    "az": "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY "
+          "(or with a login DefaultAzureCredential finds: `az login`, a managed identity)",
+}
+
+
+def credentials_missing(e: Optional[BaseException]) -> bool:
+    """Whether ``e`` (or what it was raised from) is a client's "no credentials found"; decided by
+    the exception's type, never by its message."""
+    seen = 0
+    while e is not None and seen < 8:
+        if any(c.__name__ in _NO_CREDENTIALS_ERRORS for c in type(e).__mro__):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def no_credentials(url: str, protocol: str, e: BaseException) -> RemoteError:
+    """The coded error of a request to ``url`` its client could not sign: names the URL and what to set."""
+    scheme, _ = split_scheme(url)
+    hint = CREDENTIALS_HINT.get(protocol, f"configure the credentials of the {scheme}:// client")
+    return RemoteError(NO_CREDENTIALS, f"{url}: no credentials for {scheme}:// were found "
+                                       f"({type(e).__name__}); {hint}")
+
+
+def _credentials_named(method):
+    """A ``RemoteFS`` method whose client's "no credentials found" is raised as the coded
+    ``RemoteError(no_credentials)`` naming the logdir's URL; every other error as it was."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except RemoteError:
+            raise
+        except Exception as e:  # noqa: BLE001 - only the clients' credential errors are translated
+            if credentials_missing(e):
+                raise no_credentials(self.url, self.protocol, e) from e
+            raise
+    return wrapper
+
+
 def split_scheme(path: str) -> Tuple[Optional[str], str]:
     """(scheme, rest) for ``scheme://rest``; (None, path) for a local path."""
     if "://" not in path:
@@ -268,6 +322,7 @@ class RemoteFS:
         to the root. Raises ``FileNotFoundError`` when the bucket does not exist."""
         return self.list_under(self.path(rel), self.root)
 
+    @_credentials_named
     def list_under(self, base: str, root: str) -> Dict[str, ObjectInfo]:
         """Every object under the store path ``base`` (one recursive paginated listing), keyed by
         path relative to the store path ``root`` (the logdir, or a vault in another prefix)."""
@@ -317,6 +372,7 @@ class RemoteFS:
         for key in [k for k in list(cache) if k == base or k.startswith(base + "/")]:
             cache.pop(key, None)
 
+    @_credentials_named
     def exists(self) -> bool:
         """True when the root prefix holds at least one object or is a bucket."""
         try:
@@ -325,6 +381,7 @@ class RemoteFS:
             self.stats.add("head")
 
     # --- reading ----------------------------------------------------------------------------
+    @_credentials_named
     def read_range(self, rel: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of an object: one ranged GET."""
         data = self.fs.cat_file(self.path(rel), start=start, end=end)
@@ -341,6 +398,7 @@ class RemoteFS:
         self.stats.add("read", down=len(data))
         return data
 
+    @_credentials_named
     def cat(self, path: str) -> bytes:
         """The whole object at the store path ``path`` in one GET (not counted: the caller counts).
         s3fs (2024.x on) asks for the size first (a HEAD) to split a large read into parallel
@@ -356,11 +414,13 @@ class RemoteFS:
             self._ops = ops_for(self)
         return self._ops
 
+    @_credentials_named
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Put a small object (state files: cache, journal, manifests) in one request."""
         self.fs.pipe_file(self.path(rel), data)
         self.stats.add("put", up=len(data))
 
+    @_credentials_named
     def upload_stream(self, rel: str, src, part: int = 8 << 20, chunk: int = READ_CHUNK, *,
                       exclusive: bool = False) -> int:
         """Stream the binary file object ``src`` into the object ``rel`` through the store's
@@ -552,6 +612,7 @@ class _Ops:
         return bucket, key
 
     def _err(self, e: Exception, what: str) -> RemoteError:  # pragma: no cover - every store overrides
+        """``e`` as a coded error; a client's "no credentials found" is ``no_credentials`` on every store."""
         return RemoteError("store_error", f"{what}: {e}")
 
     def _request(self, verb: str, what: str, call, *, up: int = 0, create_only: bool = False):
@@ -602,6 +663,8 @@ class _S3Ops(_Ops):
     def _err(self, e, what: str):
         from botocore.exceptions import ClientError
 
+        if credentials_missing(e):
+            return no_credentials(self.rfs.url, self.rfs.protocol, e)
         if isinstance(e, ClientError):
             code = e.response.get("Error", {}).get("Code", "")
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -810,6 +873,8 @@ class _GCSOps(_Ops):
         return self.rfs.fs.call(*args, **kw)
 
     def _err(self, e, what):
+        if credentials_missing(e):
+            return no_credentials(self.rfs.url, self.rfs.protocol, e)
         status = getattr(e, "code", None) or getattr(e, "status", None)
         if status == 412:
             return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
@@ -954,6 +1019,8 @@ class _AzureOps(_Ops):
     def _err(self, e, what):
         from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 
+        if credentials_missing(e):
+            return no_credentials(self.rfs.url, self.rfs.protocol, e)
         if isinstance(e, ResourceModifiedError):
             return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
         if isinstance(e, ResourceExistsError):

@@ -61,6 +61,8 @@ def _coded(key: str) -> Iterator[None]:
     except StoreFailure:
         raise
     except RemoteError as e:
+        if _code(e) == StoreError.NO_CREDENTIALS:  # its message names the bucket's URL: no key before it
+            raise StoreFailure(StoreError.NO_CREDENTIALS, "", str(e)) from e
         raise StoreFailure(_code(e), key, str(e)) from e
     except FileNotFoundError as e:
         raise StoreFailure(StoreError.NOT_FOUND, key, "no such object") from e
