@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import copy_real
+from conftest import REPO, copy_real
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import faults, transaction
 from tb_footprint_plugin.storage.paths import state_dir
+from test_faults import _KILL_SCRIPT
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -74,3 +77,15 @@ def test_a_reduce_whose_verification_failed_has_its_code_in_the_history(tmp_path
     assert o.status == "rolled_back" and o.code == Failure.ERROR and "verification failed" in o.reason, o
     line = _rolled_back_line(logdir, "error")
     assert line["reason"].startswith("verification failed"), line
+
+
+def test_a_reduce_killed_and_rolled_back_by_recovery_has_its_code_in_the_history(tmp_path):
+    """Recovery's rollback of a killed reduce says "interrupted (crash or kill)": coded so too."""
+    logdir = copy_real("viewed/jax_profiled", tmp_path / "logdir")
+    env = dict(os.environ, TB_FOOTPRINT_FAILPOINTS="reduce.stage=kill",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(logdir), "lossless"], env=env, timeout=300)
+    assert p.returncode == -9, "the failpoint should have killed the process"
+    api.recover_logdir(str(logdir))
+    line = _rolled_back_line(logdir, "interrupted")
+    assert line["reason"].startswith("interrupted (crash or kill)"), line

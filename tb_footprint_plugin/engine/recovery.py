@@ -167,7 +167,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 if Rec.SWAP in types:
                     with contextlib.suppress(OSError):
                         j.append({"type": Rec.ROLLBACK, "reason": reason})
-                rollback(ctx, records, reason, j)
+                rollback(ctx, records, reason, j, code=Failure.INTERRUPTED)  # the code its reason says
                 # the words status promised (health.recover_will): nothing is "put back" before a swap
                 action, detail = Recovery.ROLLED_BACK, health.AFTER_SWAP if Rec.SWAP in types else health.BEFORE_SWAP
             j.close()
