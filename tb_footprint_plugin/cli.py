@@ -15,7 +15,7 @@ import sys
 import time
 from typing import List, Optional, Sequence
 
-from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip
+from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip, StoreError
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share, shown
 from tb_footprint_plugin.version import __version__
 
@@ -280,8 +280,8 @@ def _print_plan(p, verbose: bool = False) -> None:
         if rp in idle:
             continue
         head = f"\n{shown(rp.run)}: {human_bytes(rp.bytes_before)} → {human_bytes(rp.expected_after_bytes)}"
-        if rp.skipped:
-            print(f"{head}  [skipped: {rp.skipped}]")
+        if rp.skipped:  # with its code, as a reduce's skipped outcome says it
+            print(f"{head}  [skipped{f' [{rp.code}]' if rp.code else ''}: {rp.skipped}]")
             continue
         print(f"{head}  (frees {human_bytes(rp.removable_bytes)})")
         if rp.linked_files:  # what the swap cannot free: another name keeps it (the plan's note says more)
@@ -990,13 +990,28 @@ def cmd_verify(args) -> int:
         _dump(res)
     else:
         for r in res:
-            print(f"{'✓' if r['ok'] else '✗'} {shown(r['run'])} (op {r['op_id']}): backups "
-                  f"{'intact' if r['backups_ok'] else 'DAMAGED: ' + ', '.join(r['damaged_backups'])}")
+            print(f"{'✓' if r['ok'] else '✗'} {shown(r['run'])} (op {r['op_id']}): {_backups_said(r)}")
             for c in r["verification"].get("checks", []):
                 print(f"    {'✓' if c['ok'] else '✗'} {c['detail']}")
         if not res:
             print("no kept reductions to verify")
     return EXIT_OK if all(r["ok"] for r in res) else EXIT_FAILED
+
+
+def _backups_said(r: dict) -> str:
+    """What ``verify`` says of one reduction's backups: intact, or those damaged and those this
+    user may not read, each named; an unreadable one is never called damaged (review R16 F16)."""
+    said = []
+    if r.get("damaged_backups"):
+        said.append("backups DAMAGED: " + ", ".join(r["damaged_backups"]))
+    if r.get("unreadable_backups"):
+        said.append(f"backups UNREADABLE [{r.get('code') or StoreError.PERMISSION}] (permission, not damage): "
+                    + ", ".join(r["unreadable_backups"])
+                    + " — give this user read access to each file named (`chmod u+r FILE`), or run verify "
+                      "as the user who owns the vault")
+    if said:
+        return "; ".join(said)
+    return "backups intact" if r["backups_ok"] else "backups not all checked"
 
 
 def cmd_purge(args) -> int:
@@ -1105,6 +1120,8 @@ def cmd_status(args) -> int:
     for p in st["problems"]:
         where = f"{p['file']}: " if p.get("file") else ""
         print(f"  problem [{p['code']}]: {where}{p['detail']}")
+    for held in st.get("locked_runs", []):  # another live process holds the run: not ours to settle
+        print(f"  locked [{held['code']}]: {shown(held['run'])} — {held['detail']}")
     for lw in st["late_writes"]:
         print(f"  late writes [{lw['code']}]: {lw['records']} record(s) written to {lw['path']} after "
               f"{lw['op_id']}" + (f", salvaged into {lw['file']}" if lw.get("file") else ", kept in the vault"))
