@@ -9,7 +9,7 @@ import pytest
 
 from test_retire_txn import STATE, _logdir
 from tb_footprint_plugin import api
-from tb_footprint_plugin.codes import Outcome
+from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import CancelToken
 
@@ -28,6 +28,7 @@ def test_a_cancel_before_the_commit_record_rolls_a_bucket_retire_back(s3_bucket,
     rep = api.retire(url, api.retire_rule(runs=["train"]), dry_run=False, quiet_period=0, cancel=token)
     [o] = rep.outcomes
     assert o.status == Outcome.ROLLED_BACK and "cancelled" in o.reason, o.to_dict()
+    assert o.code == Failure.INTERRUPTED, o.to_dict()  # as a disk's cancelled run is coded
     assert user() == before  # every object of the run where it was, byte for byte
     left = {k for k in s3_bucket.hashes("logs") if k.startswith(STATE)}
     assert not [k for k in left if o.op_id in k], sorted(left)  # no copy, manifest, journal or lock of it

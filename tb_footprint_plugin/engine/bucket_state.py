@@ -28,7 +28,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.context import TransactionError, is_no_space
+from tb_footprint_plugin.engine.context import Cancelled, TransactionError, is_no_space
 from tb_footprint_plugin.engine.journal import OpJournal, Rec
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.journal_object import (  # noqa: F401  (COMMITTED_STEPS, commit_recorded: re-exported)
@@ -75,11 +75,14 @@ def failure_code(e: BaseException) -> Code:
     of space or quota; ``Failure.STORE_ERROR`` for any other failed store request;
     ``Failure.REFUSED`` for a key that is not a plain key of the store (``ValueError``, or a
     ``StoreFailure`` ``UNSAFE_KEY``);
+    ``Cancelled``'s own code (``Failure.INTERRUPTED``, or ``Failure.ERROR`` for a timeout);
     ``Failure.ERROR`` for a failed step of ours (a verification, the transform)."""
     if isinstance(e, BucketTxnError):
         return e.code
     if isinstance(e, TransactionError):
         return e.code or Failure.ERROR
+    if isinstance(e, Cancelled):  # as a disk's run says it: interrupted, or its timeout an error
+        return e.code
     if getattr(e, "code", None) == StoreError.NO_SPACE or (isinstance(e, OSError) and is_no_space(e)):
         return Failure.NO_SPACE
     if isinstance(e, StoreFailure) and e.code == StoreError.UNSAFE_KEY:

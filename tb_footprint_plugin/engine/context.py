@@ -23,7 +23,13 @@ from tb_footprint_plugin.storage.paths import check_no_symlink, contained, state
 
 
 class Cancelled(RuntimeError):
-    """The caller cancelled the operation before its commit point."""
+    """The caller cancelled the operation before its commit point. ``code``: how every engine
+    codes the run it stopped (``Failure.INTERRUPTED`` for a cancel: Ctrl-C, SIGTERM, the tab's
+    Cancel; ``Failure.ERROR`` for a run's own timeout)."""
+
+    def __init__(self, message: str, code: Code = Failure.INTERRUPTED):
+        super().__init__(message)
+        self.code = code
 
 
 class TransactionError(RuntimeError):
@@ -54,7 +60,7 @@ class CancelToken:
         if self._event.is_set():
             raise Cancelled("cancelled before the commit point")
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise Cancelled("timed out before the commit point")
+            raise Cancelled("timed out before the commit point", Failure.ERROR)
 
 
 @dataclass
