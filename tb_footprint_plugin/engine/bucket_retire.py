@@ -553,7 +553,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     return out
 
 
-class ObjectUnretire(txn.Txn):
+class ObjectUnretire(txn.PutBack):
     """The steps of a bucket retirement's restore for ``engine.txn.run``, under the locks of its
     runs, named (as its journal) by the retirement restored: a lock naming it is not taken over
     while its journal stands, and purge leaves its copies alone.
@@ -607,23 +607,8 @@ class ObjectUnretire(txn.Txn):
             start_journal(self.st, restore_journal(rfs, vault, m, UNRETIRE_KIND, self.run, self.along))
         self.jpath = journal_path(rfs, self.held_as)
 
-    def backup(self, report: txn.Report) -> None:
-        """Nothing: the vault's copies are the backups, checked before the journal."""
-
-    def stage(self, report: txn.Report) -> None:
-        """Nothing: the objects go back unchanged."""
-
-    def transform(self, report: txn.Report) -> None:
-        """Nothing: the objects go back unchanged."""
-
     def verify(self, report: txn.Report) -> None:
         """Nothing: each put-back is checked by the store's checksums as it is made."""
-
-    def last_look(self) -> None:
-        """Nothing: the journal is the commit point."""
-
-    def record(self, step: str) -> None:
-        """Nothing: a restore's journal is written once (and never a rollback record)."""
 
     def swap(self, report: txn.Report) -> None:
         """Every object gone from its key copied back, create-only and checked."""

@@ -605,7 +605,7 @@ def unretire(ctx: Context, manifest: dict) -> RunOutcome:
     return out
 
 
-class LocalUnretire(txn.Txn):
+class LocalUnretire(txn.PutBack):
     """The steps of a retired run's restore on a disk for ``engine.txn.run``:
 
     - **journal**: the logdir's identity bound, the begin record (``unretire.journal``): from it on
@@ -656,23 +656,8 @@ class LocalUnretire(txn.Txn):
             out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
             raise txn.NotStarted() from e
 
-    def backup(self, report: txn.Report) -> None:
-        """Nothing: the vault's files are the backups, checked before the journal."""
-
-    def stage(self, report: txn.Report) -> None:
-        """Nothing: the files go back unchanged."""
-
-    def transform(self, report: txn.Report) -> None:
-        """Nothing: the files go back unchanged."""
-
     def verify(self, report: txn.Report) -> None:
         """Nothing yet: the run is re-hashed once it is back (``commit``)."""
-
-    def last_look(self) -> None:
-        """Nothing: the begin record is the commit point."""
-
-    def record(self, step: str) -> None:
-        """Nothing: a restore journals its begin record only (and never a rollback)."""
 
     def swap(self, report: txn.Report) -> None:
         """Every file back at its path (``unretire_put_back``)."""

@@ -147,6 +147,28 @@ class Txn(abc.ABC):
         """Always last, whatever happened: release what is held for the transaction's life."""
 
 
+class PutBack(Txn):
+    """A transaction that only puts back what the vault holds, unchanged (a retired run's restore,
+    on a disk or in a bucket): the vault's files are its backups (checked before its journal),
+    nothing is staged or transformed, and its begin record is its commit point: a restore is
+    finished, never undone, so it journals no swap or rollback record of its own."""
+
+    def backup(self, report: Report) -> None:
+        """Nothing: the vault's files are the backups, checked before the journal."""
+
+    def stage(self, report: Report) -> None:
+        """Nothing: the files go back unchanged."""
+
+    def transform(self, report: Report) -> None:
+        """Nothing: the files go back unchanged."""
+
+    def last_look(self) -> None:
+        """Nothing: the begin record is the commit point."""
+
+    def record(self, step: str) -> None:
+        """Nothing: a restore journals its begin record only (and never a rollback)."""
+
+
 def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
     """Run ``txn`` step by step (module doc): the one place that orders records, destructive
     steps, cancel checks, failpoints and the rollback."""
