@@ -677,12 +677,26 @@ def _interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
     say what happened and what to run next; exit 130. ``since``: when this reduce began, to say
     what became of an interrupted run that left nothing to settle. ``landed``: the outcomes of the
     runs finished before the interrupt; with ``--json`` stdout is one JSON document of those and
-    of what was settled (a script resuming the work parses it, never an empty stdout)."""
+    of what was settled (a script resuming the work parses it, never an empty stdout). A second
+    Ctrl-C is ignored while it settles; the handler before is put back after, so a process that
+    called ``main`` (a notebook, a test) and its later children are interruptible again."""
     import signal
+    import threading
 
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+        if threading.current_thread() is threading.main_thread() else None
+    try:
+        return _settle_interrupted(args, verb, logdirs, shard, current, settled_already, since, landed)
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
+
+
+def _settle_interrupted(args, verb: str, logdirs: List[str], shard, current: List[str],
+                        settled_already: Optional[List[dict]], since: Optional[float], landed: Sequence) -> int:
+    """``_interrupted``'s work, with Ctrl-C ignored."""
     from tb_footprint_plugin import api
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     where = f" while changing {', '.join(current)}" if current else ""
     print(f"\ntb-footprint {verb}: interrupted{where}; settling what it left…", file=sys.stderr, flush=True)
     reducing = verb == "reduce"

@@ -167,10 +167,16 @@ def test_the_command_that_goes_on_puts_yes_before_double_dash(logdir, monkeypatc
 
     from tb_footprint_plugin import cli as cli_mod
 
+    import signal
+
     monkeypatch.setattr(sys, "argv", ["tb-footprint", "restore", str(logdir), "--", "-x"])
     args = argparse.Namespace(backup_dir=None, json=False)
+    before = signal.getsignal(signal.SIGINT)
     assert cli_mod._interrupted(args, "restore", [str(logdir)], None, []) == 130
     assert f"`tb-footprint restore {logdir} --yes -- -x`" in capsys.readouterr().err
+    # Ctrl-C is ignored while it settles, then its handler is back: a process that called it (a
+    # notebook, this test's worker) and the children it starts later stay interruptible
+    assert signal.getsignal(signal.SIGINT) == before
 
 
 # --- F6: exit codes, said by every verb's --help and by the README --------------------------
