@@ -121,9 +121,8 @@ def _assert_interrupted_and_untouched(logdir: Path, before: dict, report, took: 
     assert api.unfinished(str(logdir))["settle_command"] is None, api.unfinished(str(logdir))
     hist = [e for e in api.history(str(logdir)) if e.get("outcome") == "rolled_back"]
     assert sorted(e["run"] for e in hist) == sorted(o.run for o in outs), hist
-    # a rolled-back reduce's history line records no code yet (catalogue.write_manifest takes none:
-    # commit dcc0fad); its reason says what happened
-    assert all(e.get("code") in (None, "interrupted") and e["reason"].startswith("interrupted") for e in hist), \
+    # a rolled-back reduce's history line carries its code (abd7187) and its reason says what happened
+    assert all(e.get("code") == "interrupted" and e["reason"].startswith("interrupted") for e in hist), \
         [(e.get("code"), e.get("reason")) for e in hist]
 
 
