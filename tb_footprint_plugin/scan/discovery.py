@@ -148,6 +148,12 @@ def discover(logdir: str, exclude: Iterable[str] = ()) -> Discovery:
     return Discovery(runs=runs, warnings=warnings)
 
 
+def _gone(e: OSError) -> bool:
+    """A folder removed (or replaced by a file) since its parent was listed, as another worker's
+    swap removes a profile folder: nothing is there to hide, so it is no unreadable folder."""
+    return e.errno in (errno.ENOENT, errno.ENOTDIR)
+
+
 def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
               tally: Optional[DiskTally] = None,
               unreadable: Optional[List[Dict[str, Optional[str]]]] = None) -> Iterator[FoundRun]:
@@ -186,7 +192,7 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
             st = fsops.lstat(dirpath)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: cannot stat directory ({e.strerror})")
-            if unreadable is not None and not _kernel_lost_found(dirpath, parts):
+            if unreadable is not None and not _gone(e) and not _kernel_lost_found(dirpath, parts):
                 unreadable.append(unreadable_entry(_rel(parts), owner, e))
             continue
         if not seen_dirs.add(st.st_dev, st.st_ino):
@@ -201,7 +207,7 @@ def walk_runs(logdir: str, warnings: List[str], exclude: Iterable[str] = (),
                 entries = list(it)
         except OSError as e:
             warnings.append(f"{display(_rel(parts))}: unreadable directory ({e.strerror}), skipped")
-            if unreadable is not None and not _kernel_lost_found(dirpath, parts):
+            if unreadable is not None and not _gone(e) and not _kernel_lost_found(dirpath, parts):
                 unreadable.append(unreadable_entry(_rel(parts), owner, e))
             if tally is not None:
                 tally.skipped.append({"path": dirpath, "why": f"unreadable ({e.strerror})"})
