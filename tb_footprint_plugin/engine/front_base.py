@@ -92,9 +92,13 @@ class Engine(ABC):
 
     @abstractmethod
     def restore(self, run: Optional[str], op: Optional[str],
-                on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
+                on_outcome: Optional[Callable[[RunOutcome], None]] = None,
+                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
         """Put back the exact original bytes (``api.restore``), after settling what is unfinished;
-        ``on_outcome`` is given each run's outcome as it lands (an interrupt then loses none)."""
+        ``on_outcome`` is given each run's outcome as it lands (an interrupt then loses none).
+        ``cancel``: honoured up to a run's first put-back, never after (a restore is finished, not
+        undone): the run under way is left as it was (code ``interrupted``), the runs after it are
+        not started (``Skip.CANCELLED``)."""
 
     @abstractmethod
     def restorable(self, run: Optional[str] = None) -> List[dict]:
