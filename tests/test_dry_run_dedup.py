@@ -128,9 +128,9 @@ def test_only_colliding_sizes_are_hashed(tmp_path, monkeypatch):
     hashed = []
     real = plan_notes._sha256_of
 
-    def counting(path):
+    def counting(path, *rest):
         hashed.append(os.path.relpath(path, logdir))
-        return real(path)
+        return real(path, *rest)
 
     monkeypatch.setattr(plan_notes, "_sha256_of", counting)
     dry = reduce(logdir, True)

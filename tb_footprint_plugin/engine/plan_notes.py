@@ -21,8 +21,9 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import LOCAL_VAULT_NOTE
 from tb_footprint_plugin.scan.model import LogdirFootprint
+from tb_footprint_plugin.scan.digests import DigestCache, file_key
 from tb_footprint_plugin.storage.files import CHUNK
-from tb_footprint_plugin.storage.paths import state_dir
+from tb_footprint_plugin.storage.paths import cache_dir, state_dir
 from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
 
 
@@ -124,6 +125,8 @@ class ContentDups:
     in_vault_files: int = 0
     hashed_files: int = 0
     hashed_bytes: int = 0
+    #: of ``hashed_files``, those whose digest an earlier plan stored (``scan.digests``: not read again)
+    cached_files: int = 0
     #: originals of a colliding size that could not be read (counted as any other)
     unreadable: int = 0
     #: the originals' ``disk_before`` freed now by a hard-link vault on the logdir's disk: those
@@ -142,7 +145,8 @@ class ContentDups:
         """The plan's ``content_dups``: what rests on hashing, and which figures it changed."""
         return {"files": self.files, "bytes": self.bytes, "in_plan_files": self.in_plan_files,
                 "in_vault_files": self.in_vault_files, "hashed_files": self.hashed_files,
-                "hashed_bytes": self.hashed_bytes, "unreadable_files": self.unreadable,
+                "hashed_bytes": self.hashed_bytes, "cached_files": self.cached_files,
+                "unreadable_files": self.unreadable,
                 "figures": ["freed_now_bytes", "freed_on_disk_after_purge_bytes"] if self.files else []}
 
 
@@ -170,19 +174,29 @@ def _held_form(vault: Vault, sha: str) -> Optional[str]:
     return "copy" if remote_vault.packed_ref(vault.root, sha) is not None else None
 
 
-def _sha256_of(path: str) -> Optional[str]:
-    """The streamed sha256 of a regular file (a ``CHUNK`` at a time), ``""`` for anything else
-    (a symlink is never followed: it has no blob of a file's bytes), None when it cannot be read."""
+def _sha256_of(path: str, digests: Optional[DigestCache] = None, run: str = "",
+               rel: str = "") -> Tuple[Optional[str], bool]:
+    """``(digest, from the cache)``: the streamed sha256 of a regular file (a ``CHUNK`` at a
+    time), ``""`` for anything else (a symlink is never followed: it has no blob of a file's
+    bytes), None when it cannot be read. With ``digests``, one stored for the opened file as it
+    stands (``scan.digests.file_key``) is served without reading it, and one read whole while the
+    file stood still is stored."""
     try:
         with open_regular(path) as f:
+            key = file_key(run, rel, os.fstat(f.fileno())) if digests is not None else b""
+            known = digests.get(key) if digests is not None else None
+            if known:
+                return known, True
             h = hashlib.sha256()
             for b in iter(lambda: f.read(CHUNK), b""):
                 h.update(b)
-            return h.hexdigest()
+            if digests is not None and file_key(run, rel, os.fstat(f.fileno())) == key:
+                digests.put(key, h.hexdigest())
+            return h.hexdigest(), False
     except NotRegularFile:
-        return ""
+        return "", False
     except OSError:
-        return None
+        return None, False
 
 
 def _count_in(sizes: "array", n: int) -> int:
@@ -190,7 +204,8 @@ def _count_in(sizes: "array", n: int) -> int:
     return bisect.bisect_right(sizes, n) - bisect.bisect_left(sizes, n)
 
 
-def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut] = None) -> ContentDups:
+def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut] = None,
+                 digests: Optional[DigestCache] = None) -> ContentDups:
     """``ContentDups`` of plan ``p``'s runs (not skipped) backing up into the vault at
     ``vault_root``. Bounded: the planned originals' sizes as one sorted array (8 bytes each, below
     what the plan holds of them), the vault's blobs streamed once (``vault.blob_sizes``: their
@@ -222,16 +237,17 @@ def content_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut]
     vault = Vault(vault_root)
     seen: Set[int] = set()
     dups, plain = array("Q"), array("Q")
-    for _run, a in originals():
+    for run, a in originals():
         n = a.bytes_before
         if n not in in_vault and _count_in(sizes, n) < 2:
             continue  # no other original and no blob of its size: its bytes are its own
-        sha = _sha256_of(os.path.join(logdir, a.path))
+        sha, cached = _sha256_of(os.path.join(logdir, a.path), digests, run, a.path)
         if not sha:
             out.unreadable += sha is None
             continue
         out.hashed_files += 1
         out.hashed_bytes += n
+        out.cached_files += cached
         key = int(sha[:16], 16)  # 64 bits of the digest: two contents sharing them, ~2**-64 a pair
         if key in seen:
             held = "plan"
@@ -261,7 +277,9 @@ def plan_dups(logdir: str, vault_root: str, p: Plan, cut: Optional[LinkedCut] = 
     memo = p.__dict__.get("_dups_memo")
     if memo is not None and memo[0] == key:
         return memo[1]
-    dd = content_dups(logdir, vault_root, p, cut)
+    digests = DigestCache(cache_dir(logdir))
+    dd = content_dups(logdir, vault_root, p, cut, digests)
+    digests.save()  # one not saved (no space, a folder not ours) is only a slower next plan
     p.__dict__["_dups_memo"] = (key, dd)
     p.content_dups = dd.to_dict() if dd.hashed_files or dd.unreadable else None
     return dd
