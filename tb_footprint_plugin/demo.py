@@ -6,6 +6,7 @@ runs in which profile data is the bulk of the bytes (as in real profiled logdirs
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -326,6 +327,27 @@ def summarize(target: str, files: Sequence[str]) -> Dict[str, Any]:
 
 
 # --- the entry points -----------------------------------------------------------------------------
+#: what the demo writes at scale 1 (measured: 25.0 MB; it grows in proportion, 49.9 MB at 2)
+DEMO_BYTES_AT_SCALE_1 = 25_000_000
+#: room the demo leaves free on the disk it writes to (the reduce's vault and journal need some)
+DEMO_FREE_MARGIN = 64 * 1024 * 1024
+
+
+class NoSpaceForDemo(OSError):
+    """The demo would not fit on the disk of its folder; nothing was written."""
+
+    def __init__(self, target: str, why: str):
+        super().__init__(errno.ENOSPC, why, target)
+
+    def __str__(self) -> str:  # the folder and why, without OSError's "[Errno 28]"
+        return f"{self.filename}: {self.strerror}"
+
+
+def demo_bytes(scale: float) -> int:
+    """About what ``generate_demo`` writes at ``scale`` (with a tenth to spare)."""
+    return int(DEMO_BYTES_AT_SCALE_1 * max(scale, 0.05) * 1.1)
+
+
 def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwrite: bool = False) -> Dict[str, Any]:
     """Write the demo logdir into ``target_dir`` and return a summary: ``runs`` (TensorBoard runs),
     ``profile_sessions`` (as xprof names them), ``groups``, ``files``, ``total_bytes``,
@@ -339,6 +361,14 @@ def generate_demo(target_dir: str, *, seed: int = 0, scale: float = 1.0, overwri
     if scale <= 0:
         raise ValueError("scale must be > 0")
     target = os.path.abspath(target_dir)
+    there = target
+    while not os.path.isdir(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    need, free = demo_bytes(scale), shutil.disk_usage(there).free
+    if need + DEMO_FREE_MARGIN > free:
+        # said before anything is made: a large --scale would otherwise fill the disk half-way
+        raise NoSpaceForDemo(target, f"a demo at scale {scale:g} writes about {need / 1e6:,.0f} MB; "
+                                     f"{free / 1e6:,.0f} MB are free there (a smaller --scale fits)")
     os.makedirs(target, exist_ok=True)
     previous = _read_marker(target)
     existing = [e for e in os.listdir(target) if e != _STAGING]

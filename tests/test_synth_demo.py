@@ -572,3 +572,23 @@ def test_demo_graphs_tab_draws_every_graph(demo_dir):
             assert "node {" in body, f"{run} {tag}: the graph is empty"
             drawn.append((run, tag))
     assert ("keras2_cifar/train", "batch_6") in drawn  # the default run's traced graph
+
+
+def test_demo_that_would_not_fit_is_refused_before_anything_is_made(tmp_path, monkeypatch):
+    """A large ``--scale`` is refused up front, naming the folder, what it needs and what is
+    free, and nothing is made (before: the demo filled the disk half-way and failed there)."""
+    target = tmp_path / "new" / "demo"
+    free = demo.shutil.disk_usage(str(tmp_path)).free
+    scale = 2 * free / demo.DEMO_BYTES_AT_SCALE_1
+    with pytest.raises(OSError) as e:
+        demo.generate_demo(str(target), scale=scale)
+    assert isinstance(e.value, demo.NoSpaceForDemo) and e.value.errno == demo.errno.ENOSPC
+    assert str(target) in str(e.value) and "MB are free" in str(e.value) and "[Errno" not in str(e.value)
+    assert not (tmp_path / "new").exists()
+
+
+def test_demo_bytes_is_an_upper_bound_of_what_the_demo_writes(demo_dir):
+    """The estimate the refusal rests on is not below what the demo writes."""
+    target, _summary = demo_dir  # scale 1
+    written = sum(os.path.getsize(os.path.join(r, f)) for r, _d, fs in os.walk(target) for f in fs)
+    assert written <= demo.demo_bytes(1.0) < 1.5 * written, (written, demo.demo_bytes(1.0))
