@@ -893,20 +893,21 @@ class _RunSelection:
         from tb_footprint_plugin.verify.original import OriginalRun, park
 
         run = OriginalRun(self.run_dir)
-        reader = run.load_now(timeout_s=900)
+        meanwhile = None
+        if passes.wanted(self.run_dir, passes.MIN_BYTES):
+            # a reduce's own plan (its scan keeps passes: ``passes.retaining``), so this run's
+            # transaction follows at once: TensorBoard's app imports (~0.2 s of a core, which its
+            # route crawl waits for) start as soon as the load is under way, while this thread
+            # waits for it, then beside the rest of the plan, the run's lock and journal and the
+            # backup (a plan shown, not reduced, never pays them)
+            from tb_footprint_plugin.verify import routes
+
+            meanwhile = routes.prewarm
+        reader = run.load_now(timeout_s=900, meanwhile=meanwhile)
         # only which steps the default view keeps decides (``_choose``): no payload is read
         rust_view = reader.read(plugins={self.streams[t].plugin for t in exact}, payloads=False)
         if not rust_view.fatal:
             park(run)
-            if passes.wanted(self.run_dir, passes.MIN_BYTES):
-                # a reduce's own plan (its scan keeps passes: ``passes.retaining``), so this run's
-                # transaction follows at once: TensorBoard's app imports (~0.13 s of a core, which
-                # its route crawl waits for) start now, beside the rest of the plan, the run's lock
-                # and journal and the backup, not with the backup only (a plan shown, not reduced,
-                # never pays them)
-                from tb_footprint_plugin.verify import routes
-
-                routes.prewarm()
         else:
             run.close()
             self.notes.append(f"dashboard-exact downsampling skipped: {rust_view.fatal}")

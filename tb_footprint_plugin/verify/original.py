@@ -39,7 +39,7 @@ import atexit
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 import numpy as np
 
@@ -167,17 +167,21 @@ class OriginalRun:
         self._thread = threading.Thread(target=load, name="footprint-original-rust", daemon=True)
         self._thread.start()
 
-    def load_now(self, timeout_s: float = 900.0) -> Optional[object]:
+    def load_now(self, timeout_s: float = 900.0,
+                 meanwhile: Optional[Callable[[], None]] = None) -> Optional[object]:
         """Load the run in TensorBoard's Rust data server (default sampling) and wait for it:
         a plan's selection reads the default view from it, then ``park``s it for the reduce that
         may follow. The loaded ``readers.Reader`` (``view.fatal`` says a failure), or None
-        without the data server binary."""
+        without the data server binary. ``meanwhile`` is called once the load is under way,
+        before the wait (what the caller would otherwise start only after it)."""
         from tb_footprint_plugin.formats import views
 
         if self.reader is None:
             if views.data_server_binary() is None:
                 return None
             self._load(timeout_s)
+        if meanwhile is not None:
+            meanwhile()
         self._thread.join()
         return self.reader
 
