@@ -9,7 +9,7 @@ from typing import Callable, List, Optional, Sequence
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine.catalogue import is_kept
 from tb_footprint_plugin.engine import offload
-from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.engine.front import open_engine
 from tb_footprint_plugin.engine.local_sample import SampleUnavailable
 from tb_footprint_plugin.engine.purge import PurgeReport
@@ -96,11 +96,17 @@ def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = No
 
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
             backup_dir: Optional[str] = None,
-            on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
+            on_outcome: Optional[Callable[[RunOutcome], None]] = None,
+            cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir. Settles what is
-    unfinished first (``Engine.restore``). ``on_outcome`` gets each run's outcome as it lands."""
-    return open_engine(logdir, backup_dir).restore(run, op, on_outcome)
+    unfinished first (``Engine.restore``). ``on_outcome`` gets each run's outcome as it lands.
+    ``cancel`` (Ctrl-C, the tab's Cancel): honoured up to a run's first put-back, never after (a
+    restore is finished, not undone): the run under way is left as it was (code
+    ``interrupted``), the runs after it are not started (``cancelled``)."""
+    eng = open_engine(logdir, backup_dir)
+    # until every engine takes it (a bucket's restore: issue #26 item 2, task B), passed when given
+    return eng.restore(run, op, on_outcome) if cancel is None else eng.restore(run, op, on_outcome, cancel)
 
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:

@@ -66,6 +66,8 @@ STEPS: Tuple[Step, ...] = (
     Step("reduce.swap", _BOTH, "every original is replaced or removed"),
     Step("reduce.commit", (LOCAL,), "the manifest is written and the commit record appended"),
     # restore of a reduction
+    Step("restore.journal", (LOCAL,), "the begin record is written (big remote backups not yet streamed in and "
+                                      "checked); nothing put back"),
     Step("restore.dirs", (LOCAL,), "removed folders are made again; no file put back yet"),
     Step("restore_copied", (LOCAL,), "vault.py: a backup is copied beside its original, not yet renamed"),
     Step("restore.file", _BOTH, "one original is back in the run (hit after each)"),

@@ -348,10 +348,13 @@ class LocalEngine(Engine):
         return results
 
     def restore(self, run: Optional[str], op: Optional[str],
-                on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
+                on_outcome: Optional[Callable[[RunOutcome], None]] = None,
+                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
         """A retired run comes back first; an operation restored already is said so
         (``Skip.ALREADY_RESTORED``); damage that may hide backups is a failed outcome (or, when
-        nothing is found for ``run``, a ``TransactionError`` with ``Failure.RESTORE_BLOCKED``)."""
+        nothing is found for ``run``, a ``TransactionError`` with ``Failure.RESTORE_BLOCKED``).
+        ``cancel``: a reduction's restore stops before its first put-back (``restore_op``); a
+        retired run's is not stopped once started (``unretire``), only not started."""
         ctx = self.ctx
         landed = on_outcome or (lambda o: None)
 
@@ -359,15 +362,20 @@ class LocalEngine(Engine):
             landed(o)
             return o
 
+        def unretire_unless_cancelled(m: dict) -> RunOutcome:
+            if cancel is not None and cancel.cancelled:
+                return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled")
+            return unretire(ctx, m)
+
         self.recover()
         if op:
             m = find_manifest(ctx, op)
             if m.get("restored_by"):
                 return [said(already_restored(m))]
-            return [said(unretire(ctx, m) if m.get("kind") == "retire"
-                         else _name_remote_failures(m, restore_op(ctx, m)))]
+            return [said(unretire_unless_cancelled(m) if m.get("kind") == "retire"
+                         else _name_remote_failures(m, restore_op(ctx, m, cancel=cancel)))]
         # a retired run comes back first: its reductions can only be restored once it is back
-        outcomes = [said(unretire(ctx, m)) for m in retirements(ctx) if is_restorable_retirement(m)
+        outcomes = [said(unretire_unless_cancelled(m)) for m in retirements(ctx) if is_restorable_retirement(m)
                     and (run is None or m["run"] == run or run in m.get("takes_along", []))]
         memo = ManifestMemo()  # the manifests each run's checks and release read: unchanged ones once
         # the one full read is not memoised: every later read is slim, and ``ops`` holds what it needs
@@ -381,7 +389,7 @@ class LocalEngine(Engine):
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
                                    Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
         # one after the other, their pack copies let go together at the end (``restore_ops``)
-        outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)))
+        outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)), cancel=cancel)
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"

@@ -3,7 +3,9 @@ created, check the run reads as the original, and record it.
 
 A restore is journaled too. It only ever adds original bytes back and removes files the
 reduction itself created (recognized by their sha256), so every step is idempotent and an
-interrupted restore is simply finished on the next start.
+interrupted restore is simply finished on the next start. It is one transaction, ``LocalRestore``,
+run by the one driver ``engine.txn.run``: its put-back (``finish_restore``) is the swap, the
+commit point; a cancel is honoured up to it, never after.
 
 Why one module: the put-back and the release of the backups it made redundant are one rule of
 invariant 1 — a blob goes only once the file it backs stands in place with its digest, and only
@@ -22,12 +24,14 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Skip, StoreError
-from tb_footprint_plugin.engine import faults, remote_vault, trust
+from tb_footprint_plugin.engine import faults, remote_vault, trust, txn
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import (is_kept, journal_blobs, known_vaults, manifest_binding, own_manifests,
                                                    unsettled_op)
 from tb_footprint_plugin.engine.context import (
     FREE_SPACE_MARGIN,
+    Cancelled,
+    CancelToken,
     Context,
     RunOutcome,
     TransactionError,
@@ -118,16 +122,22 @@ def stopped_half_way(ctx: Context, e: BaseException) -> Tuple[str, Code]:
 
 
 def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = None,
-                each: Optional[Callable[[dict, RunOutcome], RunOutcome]] = None) -> List[RunOutcome]:
+                each: Optional[Callable[[dict, RunOutcome], RunOutcome]] = None,
+                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
     """Restore reductions one after the other (``restore_op`` each, its outcome then given to
     ``each``), their pack copies let go together once every run is back (``Releases``: one
     forget for the call, not one a run); each outcome's detail then says what its release
     freed. An interrupt before that leaves the restored operations' backups kept: the next
-    start releases them (``upkeep``)."""
+    start releases them (``upkeep``). ``cancel``: the run under way stops before its first
+    put-back (``restore_op``); those after it are not started (``Skip.CANCELLED``)."""
     releases = Releases()
     outcomes = []
     for m in ops:
-        o = restore_op(ctx, m, memo, releases)
+        if cancel is not None and cancel.cancelled:
+            o = RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                           bytes_before=m.get("bytes_after", 0), bytes_after=m.get("bytes_after", 0))
+        else:
+            o = restore_op(ctx, m, memo, releases, cancel)
         outcomes.append(o if each is None else each(m, o))
     freed = releases.finish(ctx, memo)
     for m, o in zip(ops, outcomes):
@@ -138,12 +148,16 @@ def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = No
 
 
 def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None,
-               releases: Optional["Releases"] = None) -> RunOutcome:
+               releases: Optional["Releases"] = None, cancel: Optional[CancelToken] = None) -> RunOutcome:
     """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason).
-    ``memo``: the command's (a restore of many runs): the manifests its checks and its release
-    read afresh are read through it, so only those changed since its last read are read again.
-    ``releases``: the command's; the pack copies this restore lets go are forgotten with the
-    other runs' by its ``finish`` (``restore_ops``), else at once."""
+    The checks that read only the vault first (a newer reduction, a purged backup, a retirement,
+    damaged or unreadable backups: nothing held, nothing changed), then ``LocalRestore`` run by
+    ``engine.txn.run``. ``memo``: the command's (a restore of many runs): the manifests its
+    checks and its release read afresh are read through it, so only those changed since its
+    last read are read again. ``releases``: the command's; the pack copies this restore lets go
+    are forgotten with the other runs' by its ``finish`` (``restore_ops``), else at once.
+    ``cancel``: honoured up to the first put-back, never after (the run is then left as it was,
+    code ``interrupted``)."""
     t0 = time.monotonic()
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
@@ -196,19 +210,75 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
         out.code = Failure.BACKUP_DAMAGED
         return out
     try:
-        lock = run_lock(ctx, run).acquire()
-    except (RunLocked, OSError) as e:
-        out.code, out.reason = lock_failure(e, run, ctx.lock_dir)
-        out.holder = e.holder if isinstance(e, RunLocked) else None
-        return out
-    try:
+        cancel = cancel or CancelToken()
+        txn.run(LocalRestore(ctx, manifest, out, vault, streamed, allocates, memo, releases, cancel), cancel)
+    finally:
+        out.duration_s = round(time.monotonic() - t0, 3)
+    return out
+
+
+class LocalRestore(txn.PutBack):
+    """The steps of the restore of a reduction on a disk for ``engine.txn.run`` (its backups not
+    streamed were checked before, by ``restore_op``):
+
+    - **journal**: the run's lock; the refusals, each ``NotStarted`` with nothing changed (an
+      unsettled operation on the run, a live writer, access, space, an untrusted state folder, no
+      journal); the begin record (``restore.journal`` after it);
+    - **backup**: the big remote backups checked by streaming each into its target's temporary
+      (``prepare_streamed``), then the ``verified`` record; nothing when there are none;
+    - stage, transform, verify, the last look and the swap record: nothing (the files go back
+      unchanged, and a restore journals no swap record: recovery reads its journals as ever);
+    - **swap**: ``finish_restore``: the originals back, what the reduction made removed, the run
+      checked and recorded (``restore.dirs``, ``restore_copied``, ``restore.file``, ``restore.check``);
+    - **commit**: the temporaries no put-back took removed, the journal closed, the outcome.
+
+    The swap is the commit point: a cancel is honoured up to it (the driver's last check), never
+    after. A failure or a cancel before it changed nothing of the run: the temporaries go, the
+    journal is closed and the outcome says nothing was changed. A failure once the put-back began
+    is never undone (``journaled`` False: no rollback record): the outcome says the restore
+    stopped half-way (``stopped_half_way``) and the journal stays for the next start
+    (``finish_restore``)."""
+
+    verb = "restore"
+    injected_is_crash = False
+    errors = (Exception,)
+    rollback_errors = (OSError,)
+    FAILPOINTS = {"journal": "restore.journal"}
+
+    def __init__(self, ctx: Context, manifest: dict, out: RunOutcome, vault: Vault, streamed: List[dict],
+                 allocates: int, memo: Optional[ManifestMemo], releases: Optional["Releases"],
+                 cancel: CancelToken) -> None:
+        self.ctx, self.manifest, self.out, self.vault = ctx, manifest, out, vault
+        self.streamed, self.allocates, self.memo, self.releases = streamed, allocates, memo, releases
+        self.cancel = cancel
+        self.lock = None
+        self.jnl: Optional[Journal] = None
+        self.token = secrets.token_hex(16)
+        self.prepared = Prepared()
+        self.checking = False  # in the check of the streamed backups
+        self.swapping = False  # the put-back began: from here the restore is finished, never undone
+        self.detail = ""
+        self.error: Optional[BaseException] = None
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def journal(self, report: txn.Report) -> None:
+        """The run's lock, the refusals, the begin record."""
+        ctx, manifest, out, run = self.ctx, self.manifest, self.out, self.out.run
+        try:
+            self.lock = run_lock(ctx, run).acquire()
+        except (RunLocked, OSError) as e:
+            out.code, out.reason = lock_failure(e, run, ctx.lock_dir)
+            out.holder = e.holder if isinstance(e, RunLocked) else None
+            raise txn.NotStarted() from e
         unsettled = unsettled_op(ctx, run)
         if unsettled:
             out.reason = (f"unfinished operation {unsettled} on this run could not be settled yet; "
                           f"run `tb-footprint recover {ctx.logdir}`")
             out.code = Failure.UNSETTLED
-            return out
-        holders = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, vault.root])).holders
+            raise txn.NotStarted()
+        holders = find_writers(files_under(ctx.abs(run), exclude=[ctx.state, self.vault.root])).holders
         if holders:
             # the restore puts originals over these paths: a live writer's next records would go
             # into an inode that is then only the vault's copy (the reduce refuses the same way)
@@ -216,74 +286,119 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
             out.reason = (f"run {run!r} is being written: "
                           + describe_holders(holders, lambda p: os.path.relpath(p, ctx.logdir))
                           + "; not restored (stop the writer, then restore)")
-            return out
+            raise txn.NotStarted()
         refusal = access_refusal(ctx.logdir, *restore_access(manifest))
         if refusal:  # said before the first file moves, as reduce says it (never found half-way)
             out.reason, out.code = f"{refusal}; nothing was changed", Failure.REFUSED
-            return out
+            raise txn.NotStarted()
         try:  # every original is written as a copy of its own before anything is removed
-            check_restore_space(ctx, run, allocates, sum(f["size"] for f in manifest.get("files", [])))
+            check_restore_space(ctx, run, self.allocates, sum(f["size"] for f in manifest.get("files", [])))
         except TransactionError as e:
             out.reason, out.code = str(e), e.code
-            return out
+            raise txn.NotStarted() from e
         op_id = new_op_id()
         out.op_id = op_id
-        token = secrets.token_hex(16)
         try:
             identity = trust.bind(ctx.logdir, ctx.state)
-            journal = Journal.create(ctx.journal_dir, op_id, {
+            self.jnl = Journal.create(ctx.journal_dir, op_id, {
                 "type": "begin", "kind": "restore", "op_id": op_id, "run": run, "of_op": manifest["op_id"],
                 "vault": manifest["vault"], "logdir": ctx.logdir, "logdir_id": identity["id"],
                 # the token of its temp names: recovery of a killed restore removes exactly those
-                "tmp_token": token,
+                "tmp_token": self.token,
                 # backups checked after this record (``streamed``): until its ``verified`` record
                 # nothing may be put back, and recovery only removes the temporaries
-                **({"checks_first": True} if streamed else {}),
+                **({"checks_first": True} if self.streamed else {}),
             })
         except trust.Untrusted as e:
             out.reason, out.code = str(e), Failure.REFUSED
-            return out
+            raise txn.NotStarted() from e
         except OSError as e:
             out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
             out.code = Failure.ERROR
-            return out
-        prepared = Prepared()
-        try:
-            if streamed:
-                try:
-                    prepare_streamed(ctx, vault, streamed, token, prepared)
-                except (OSError, TransactionError) as e:  # a backup that does not verify, or no temporary
-                    bad = isinstance(e, (VaultError, remote_vault.RemoteReadError, FileNotFoundError))
-                    out.reason = ("" if bad else "cannot stage a backup from the remote vault: ") + \
-                        f"{reason_of(e)}; nothing was changed"
-                    out.code = Failure.BACKUP_DAMAGED if bad else Failure.ERROR
-                    prepared.abandon()
-                    journal.close()
-                    return out
-                journal.append({"type": "verified", "ok": True})  # every backup read back whole
-            try:
-                detail = finish_restore(ctx, journal.records(), memo, prepared, releases)
-            except Exception as e:
-                # Restores only add originals back: leave the journal so the next start finishes it.
-                out.reason, out.code = stopped_half_way(ctx, e)
-                return out
-        finally:
-            prepared.discard()  # a temporary no put-back took (the original stood there already)
-        journal.close()
+            raise txn.NotStarted() from e
+
+    def backup(self, report: txn.Report) -> None:
+        """The streamed backups, each read back whole into its target's temporary (the cancel
+        looked at before each), then the ``verified`` record (nothing may be put back before it)."""
+        if not self.streamed:
+            return
+        self.checking = True
+        prepare_streamed(self.ctx, self.vault, self.streamed, self.token, self.prepared, self.cancel)
+        self.checking = False
+        self.jnl.append({"type": "verified", "ok": True})  # every backup read back whole
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing yet: the run is checked once it is back (``finish_restore``, in the swap)."""
+
+    def swap(self, report: txn.Report) -> None:
+        """Every original back (``finish_restore``): past this point the restore is finished."""
+        self.swapping = True
+        self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases)
+
+    def commit(self, report: txn.Report) -> None:
+        """The temporaries no put-back took removed (the original stood there already), while
+        the journal still names them; the journal closed; the outcome."""
+        self.prepared.discard()
+        self.jnl.close()
+        out, manifest = self.out, self.manifest
         out.status, out.code = Outcome.RESTORED, None
-        out.reason = detail
+        out.reason = self.detail
         try:  # said with a code too when newer bytes were found in an original's place
-            out.code = restore_code(vault.read_manifest(op_id).get("displaced", []))
+            out.code = restore_code(self.vault.read_manifest(out.op_id).get("displaced", []))
         except (OSError, ValueError):
             pass
         out.bytes_after = manifest.get("bytes_before", 0)
         out.created_files = [f["path"] for f in manifest.get("files", [])]
         out.removed_files = [c["path"] for c in manifest.get("created", [])
                              if c["path"] not in {f["path"] for f in manifest.get("files", [])}]
-    finally:
-        lock.release()
-        out.duration_s = round(time.monotonic() - t0, 3)
-    return out
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: a restore's journal is finished or closed, never undone
+
+    def committed(self) -> bool:
+        return self.swapping
+
+    def failed(self, error: BaseException) -> None:
+        self.error = error
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone. Past the commit point the outcome says why the restore stopped and
+        its journal stays for the next start; before it, nothing of the run changed: the
+        temporaries go (their folders' times back), the journal is closed."""
+        out, e = self.out, self.error
+        if committed:
+            out.reason, out.code = stopped_half_way(self.ctx, e)
+            return
+        if isinstance(e, Cancelled):
+            out.reason, out.code = f"restore {e} (before anything was put back); nothing was changed", e.code
+        elif self.checking and isinstance(e, (OSError, TransactionError)):
+            # a backup that does not verify, or no temporary
+            bad = isinstance(e, (VaultError, remote_vault.RemoteReadError, FileNotFoundError))
+            out.reason = ("" if bad else "cannot stage a backup from the remote vault: ") + \
+                f"{reason_of(e)}; nothing was changed"
+            out.code = Failure.BACKUP_DAMAGED if bad else Failure.ERROR
+        else:
+            out.reason, out.code = f"restore stopped before anything was put back: {reason_of(e)}; " \
+                "nothing was changed", Failure.ERROR
+        self.prepared.abandon()
+        if self.jnl is not None:
+            self.jnl.close()
+
+    def incomplete(self, error: BaseException) -> None:
+        """The journal of a restore stopped before its put-back could not be closed: the next
+        start settles it (removes its temporaries or, its backups all checked, finishes it)."""
+        self.out.reason = (f"{self.out.reason}; but its journal could not be closed ({reason_of(error)}): "
+                           "the next start settles it")
+        self.out.code = Failure.INTERRUPTED
+
+    def unwind(self) -> None:
+        """The temporaries no put-back took (the journal names them until it is closed)."""
+        self.prepared.discard()
+
+    def end(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
 
 def restore_abandoned(records: List[dict]) -> bool:
@@ -745,5 +860,5 @@ def _check_reads(ctx: Context, paths: List[str]) -> None:
         raise TransactionError("restored run does not read cleanly: " + "; ".join(c.describe() for c in bad))
 
 
-__all__ = ["restore_ops", "restore_op", "Releases", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code",
+__all__ = ["restore_ops", "restore_op", "LocalRestore", "Releases", "finish_restore", "restore_abandoned", "kept_blobs", "restore_code",
            "restore_access", "stopped_half_way"]

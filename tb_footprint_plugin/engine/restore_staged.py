@@ -22,7 +22,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.engine import remote_vault
-from tb_footprint_plugin.engine.context import Context, no_symlink
+from tb_footprint_plugin.engine.context import CancelToken, Context, no_symlink
 from tb_footprint_plugin.engine.swap import remove_put_back_temps
 from tb_footprint_plugin.engine.vault import Vault, VaultError, restore_tmp_path
 from tb_footprint_plugin.storage import throttle as fsops
@@ -134,7 +134,8 @@ class PreparedVault(Vault):
             super().restore_blob(sha, dest, mode, mtime, mtime_ns=mtime_ns, tmp_token=tmp_token, owner=owner)
 
 
-def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, prepared: Prepared) -> None:
+def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, prepared: Prepared,
+                     cancel: Optional[CancelToken] = None) -> None:
     """Check each of ``files``' backups by streaming it from the remote vault into a temporary
     beside its target (``restore_tmp_path`` with the journaled ``token``; made with
     ``O_EXCL|O_NOFOLLOW`` where nothing stands, in the nearest folder standing when the reduce
@@ -142,8 +143,11 @@ def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, 
     a check and a copy made two. Each temporary is in ``prepared`` from the moment it exists, so
     the caller's ``abandon`` removes exactly those on any failure. Raises ``VaultError`` or
     ``remote_vault.RemoteReadError`` when a backup does not read back as its digest, ``OSError``
-    or ``TransactionError`` when its temporary cannot be made; the user's files are not touched."""
+    or ``TransactionError`` when its temporary cannot be made; the user's files are not touched.
+    ``cancel``: looked at before each download (``Cancelled``), a big one taking minutes."""
     for f in files:
+        if cancel is not None:
+            cancel.check()
         sha = f["sha256"]
         if prepared.holds(sha):
             continue  # one copy per digest: the put-back of another path with it copies as before
