@@ -67,6 +67,10 @@ as it ended, named as the package names its threads; the main thread's; the data
 the fixed part (what does not grow from 20 to 100 MB) is told apart; with ``--repeat`` the CPU
 of every measurement and the ratio's spread over them are printed too.
 
+``--timeline`` prints, under each fresh reduce of the file sizes, when each of its threads and
+child processes started and ended and when it reached each step (plan, backup, stage, verify,
+outcome).
+
 ``--profile DIR`` runs every Python phase under cProfile and writes ``DIR/<phase>-<N>.prof``
 (times are then inflated by the profiler).
 """
@@ -296,9 +300,16 @@ def _phase(kind: str, a: dict) -> dict:
                 raise SystemExit(f"the warm-up reduce did not reduce: {[(o.status, o.reason) for o in w.outcomes]}")
             cpu = _cpu()
         waited = routes.prewarm_waited()
+        tl = a.get("_timeline")
+        if tl is not None:
+            tl.start()
         t = time.perf_counter()
-        rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0)
+        rep = api.reduce_logdir(logdir, policy="archive", dry_run=False, quiet_period=0,
+                                **({"progress": tl.step, "on_outcome": lambda o: tl.note("outcome")}
+                                   if tl is not None else {}))
         elapsed = time.perf_counter() - t
+        if tl is not None:
+            tl.note("reduce_logdir returned")
         statuses = {}
         for o in rep.outcomes:
             k = str(getattr(o.status, "value", o.status))
@@ -416,11 +427,125 @@ class _ImportMeter:
         return call
 
 
+class _Timeline:
+    """When each thread and child process of a phase started and ended, and when the reduce
+    reached each of its steps, in seconds from ``start()``: where a fresh reduce's fixed wall
+    time goes (issue #28 item 3), what the main thread waits on, and what overlaps what.
+    Threads are noted with the CPU each used (``time.thread_time`` as it ends), children by
+    the program they run and their pid, from their spawn to the ``wait``/``poll`` that first
+    saw them exit (their reaping: an exit nobody waited for is not seen). Off by default."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.events: List[tuple] = []
+        self._lock = threading.Lock()
+        self._steps: set = set()
+
+    def note(self, what: str) -> None:
+        with self._lock:
+            self.events.append((round(time.perf_counter() - self.t0, 4), what))
+
+    def start(self) -> None:
+        """From now on (the phase's start)."""
+        self.t0 = time.perf_counter()
+        self.events.clear()
+
+    def step(self, run: str, step: str, frac: float) -> None:
+        """A reduce's progress callback: the first report of each step."""
+        if step not in self._steps:
+            self._steps.add(step)
+            self.note(f"step {step}")
+
+    def install(self) -> "_Timeline":
+        tl = self
+        real_run = threading.Thread.run
+
+        def run(thread) -> None:
+            tl.note(f"thread {thread.name} started")
+            try:
+                real_run(thread)
+            finally:
+                tl.note(f"thread {thread.name} ended ({time.thread_time():.3f} s CPU)")
+
+        threading.Thread.run = run
+        real_init, real_wait, real_poll = subprocess.Popen.__init__, subprocess.Popen.wait, subprocess.Popen.poll
+
+        def init(proc, args, *more, **kw):
+            real_init(proc, args, *more, **kw)
+            prog = args if isinstance(args, str) else (list(args) or ["?"])[0]
+            proc._bench_prog = os.path.basename(str(prog).split()[0])
+            tl.note(f"child {proc._bench_prog} (pid {proc.pid}) started")
+
+        def seen(proc) -> None:
+            if proc.returncode is not None and not getattr(proc, "_bench_ended", False):
+                proc._bench_ended = True
+                tl.note(f"child {getattr(proc, '_bench_prog', '?')} (pid {proc.pid}) exited "
+                        f"({proc.returncode})")
+
+        def wait(proc, *more, **kw):
+            try:
+                return real_wait(proc, *more, **kw)
+            finally:
+                seen(proc)
+
+        def poll(proc):
+            try:
+                return real_poll(proc)
+            finally:
+                seen(proc)
+
+        subprocess.Popen.__init__, subprocess.Popen.wait, subprocess.Popen.poll = init, wait, poll
+        return self
+
+
+def timeline_lines(events: List[list], width: int = 120) -> List[str]:
+    """The timeline as lines in order of start: ``start-end  what``. The threads of one kind
+    (``_split_name``: a pool's, the crawl groups') are one line, from the first one's start to
+    the last one's end, with their number and CPU; each child from its spawn to its reaping;
+    each step of the reduce at the time it was reached."""
+    groups: Dict[str, list] = {}
+    rows: List[list] = []
+    live: Dict[str, list] = {}
+    for t, what in events:
+        m = re.match(r"(thread|child) (.+?) (started|ended|exited)(?: \((.*)\))?$", what)
+        if m is None:
+            rows.append([t, None, what])
+            continue
+        kind, name, verb, extra = m.groups()
+        if kind == "thread":
+            key = _split_name(name)
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = [t, None, key, 0, 0.0]
+                rows.append(g)
+            if verb == "started":
+                g[3] += 1
+            else:
+                g[1] = t if g[1] is None else max(g[1], t)
+                g[4] += float((extra or "0").split()[0])
+        elif verb == "started":
+            live[name] = [t, None, f"child {name}"]
+            rows.append(live[name])
+        elif name in live:
+            live[name][1] = t
+            live[name][2] += f", exit {extra}"
+    out = []
+    for r in sorted(rows, key=lambda r: r[0]):
+        a, b, what = r[0], r[1], r[2]
+        if len(r) == 5:  # a thread group
+            what = f"thread{'s' if r[3] > 1 else ''} {what}" + (f" x{r[3]}" if r[3] > 1 else "") + \
+                   f" ({r[4]:.3f} s CPU)" + ("" if b is not None else ", not ended")
+        out.append(((f"{a:6.3f}-{b:6.3f}" if b is not None else f"{a:6.3f}       ") + f"  {what}")[:width])
+    return out
+
+
 def _worker(kind: str, a: dict) -> None:
     from tb_footprint_plugin import api  # noqa: F401  (imports are the process's, not the phase's)
 
     split = _thread_cpu_split() if a.get("split") else None
     meter = _ImportMeter().install() if a.get("imports") else None
+    timeline = _Timeline().install() if a.get("timeline") else None
+    a["_timeline"] = timeline
     main0 = time.thread_time()
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     prof = None
@@ -441,6 +566,8 @@ def _worker(kind: str, a: dict) -> None:
         # renewer) are in the total only
         split["<threads not ended>"] = max(0.0, out["cpu"] - sum(split.values()))
         out["cpu_split"] = {k: round(v, 4) for k, v in sorted(split.items(), key=lambda kv: -kv[1])}
+    if timeline is not None:
+        out["timeline"] = timeline.events
     if meter is not None:
         out["import_cpu"] = {k: round(v, 4) for k, v in sorted(meter.by_thread.items(), key=lambda kv: -kv[1])}
         out["import_modules"] = meter.modules
@@ -970,7 +1097,8 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
                 fresh(mode)
                 return measure("file_reduce", cache, args.time_limit, logdir=logdir, profile=prof,
                                warm=warm if mode == "warm" else None, split=mode == "cold",
-                               imports=mode == "cold" and getattr(args, "imports", False))
+                               imports=mode == "cold" and getattr(args, "imports", False),
+                               timeline=mode == "cold" and getattr(args, "timeline", False))
 
             r[mode] = best(once, args.repeat)
             x = r[mode]
@@ -1048,6 +1176,13 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
                 print(f"    CPU importing {x.get('import_modules', 0)} modules during the reduce: {imp:.3f} s "
                       f"of {x.get('cpu', 0):.3f} s ({', '.join(shown)})"
                       + (f"; in each measurement: {every}" if len(every) > 1 else ""))
+            if x.get("timeline"):
+                # when each thread and child started and ended, and each step of the reduce:
+                # where the fixed wall time goes and what the main thread waits on
+                print("    timeline of that measurement (s from the reduce's start; threads with their CPU, "
+                      "children from spawn to reaping):")
+                for line in timeline_lines(x["timeline"]):
+                    print(f"      {line}")
             if "app_wait_s" in x:
                 # wall time the verification's route crawl stood still until TensorBoard's app
                 # imports (started by the plan, ``routes.prewarm``) were done: the most an
@@ -1431,6 +1566,10 @@ def main(argv=None) -> int:
     ap.add_argument("--imports", action="store_true",
                     help="file sizes: also measure, in each fresh reduce, the CPU its module imports take, "
                          "by thread (a meta-path finder times each loader: a few ms more)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="file sizes: also print, for each fresh reduce, when each thread and child process "
+                         "started and ended and when the reduce reached each step (where the fixed part's "
+                         "wall time goes)")
     ap.add_argument("--json", default=None, help="also write every measurement to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the generated logdirs (in --scratch)")
     ap.add_argument("--_worker", nargs=2, help=argparse.SUPPRESS)
