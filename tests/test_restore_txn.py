@@ -231,4 +231,23 @@ def test_a_cancel_given_before_the_restore_starts_none(tmp_path):
     token.cancel()
     outs = api.restore(str(logdir), cancel=token)
     assert [(o.status, o.code) for o in outs] == [(Outcome.SKIPPED, Skip.CANCELLED)] * 2
+    ops = {m["run"]: m["op_id"] for m in api.operations(str(logdir)) if m["kind"] == "reduce"}
+    assert {o.run: o.op_id for o in outs} == ops  # which reduction was not restored
     assert snapshot(logdir) == reduced
+
+
+def test_a_cancel_given_before_the_restore_starts_no_retired_run_either(tmp_path):
+    """A retired run (which comes back first) is not started either once cancelled."""
+    logdir, _original, reduced = _reduced(tmp_path, runs=("a", "b"))
+    rep = api.retire(str(logdir), api.retire_rule(runs=["b"]), dry_run=False, quiet_period=0)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED], rep.to_dict()
+    retired = snapshot(logdir)
+    token = CancelToken()
+    token.cancel()
+    outs = api.restore(str(logdir), cancel=token)
+    assert {(o.status, o.code) for o in outs} == {(Outcome.SKIPPED, Skip.CANCELLED)}, [o.to_dict() for o in outs]
+    (retirement,) = api.retired(str(logdir))
+    assert (outs[0].run, outs[0].op_id) == ("b", retirement["op_id"])  # the retired run first
+    assert sorted(o.run for o in outs[1:]) == ["a", "b"]  # then every reduction
+    assert snapshot(logdir) == retired
+    assert [r["run"] for r in api.retired(str(logdir))] == ["b"]  # still retired

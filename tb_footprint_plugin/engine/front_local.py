@@ -364,7 +364,8 @@ class LocalEngine(Engine):
 
         def unretire_unless_cancelled(m: dict) -> RunOutcome:
             if cancel is not None and cancel.cancelled:
-                return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled")
+                return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                                  op_id=m["op_id"])
             return unretire(ctx, m)
 
         self.recover()

@@ -135,7 +135,7 @@ def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = No
     for m in ops:
         if cancel is not None and cancel.cancelled:
             o = RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
-                           bytes_before=m.get("bytes_after", 0), bytes_after=m.get("bytes_after", 0))
+                           op_id=m["op_id"], bytes_before=m.get("bytes_after", 0), bytes_after=m.get("bytes_after", 0))
         else:
             o = restore_op(ctx, m, memo, releases, cancel)
         outcomes.append(o if each is None else each(m, o))
