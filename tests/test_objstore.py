@@ -618,7 +618,8 @@ def test_persistent_store_faults_roll_back_cleanly(s3_via_proxy, demo_logdir, ca
     assert all(r.action == "rolled_back" for r in settled)
     assert _logdir_hashes(bucket, "logs") == before
     state = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/")]
-    assert [k for k in state if not k.endswith("scan-cache.json")] == []
+    # nothing but the scan cache and the change log (a rolled-back reduce's line, as on a disk)
+    assert [k for k in state if not k.endswith(("scan-cache.json", "/history.jsonl"))] == []
 
 
 # --- versioned buckets, soft delete, purge -------------------------------------------------
@@ -910,8 +911,11 @@ def test_rewrite_original_changed_before_swap_rolls_back(s3_bucket, rewrite_logd
     (o,) = rep.outcomes
     assert o.status == "rolled_back" and o.code == Failure.CHANGED_SINCE_BACKUP, (o.status, o.code, o.reason)
     assert s3_bucket.fs.cat_file(s3_bucket.key("logs/" + ev)) == new
-    left = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/") and not k.endswith("scan-cache.json")]
+    left = [k for k in RemoteFS(url).list_tree() if k.startswith(".tb-footprint/")
+            and not k.endswith(("scan-cache.json", "/history.jsonl"))]  # the change log keeps its line
     assert left == []
+    assert [(e["op_id"], e["code"]) for e in api.history(url) if e["outcome"] == "rolled_back"] == [
+        (o.op_id, Failure.CHANGED_SINCE_BACKUP)]
 
 
 def test_lock_owner_on_another_host_is_live_while_its_journal_progresses():

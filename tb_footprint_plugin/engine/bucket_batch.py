@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
+from tb_footprint_plugin.engine.bucket_history import append_history, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -130,6 +131,9 @@ class ObjectBatchReduce(txn.Txn):
         self.now_objs: Dict[str, ObjectInfo] = {}
         self._adding = contextlib.ExitStack()  # the vault's shared adding lock, backup to verify
         self._ended = False
+        #: the change-log lines of the runs rolled back, appended at the end in one append
+        self._lines: List[dict] = []
+        self._rolled: List[RunOutcome] = []
 
     def failpoint(self, step: str) -> Optional[str]:
         """The batch's failpoints as the crash matrix knows them: none after the stage and the
@@ -378,6 +382,7 @@ class ObjectBatchReduce(txn.Txn):
             try:
                 rollback_entry(self.rfs, self.vault, en)
                 o.status, o.code = Outcome.ROLLED_BACK, code
+                self._record(en)
             except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
                 rollback_incomplete(o, e2)
         if _incomplete(self.entries, self.outs):
@@ -406,11 +411,13 @@ class ObjectBatchReduce(txn.Txn):
         self._adding.close()
 
     def end(self) -> None:
-        """Once: no lock of an ended batch is renewed (those kept are stale now); each run's
+        """Once: the change-log lines of the runs rolled back (one append, a failure path's
+        requests), no lock of an ended batch is renewed (those kept are stale now); each run's
         duration, the batch's shared among its runs."""
         if self._ended:
             return
         self._ended = True
+        append_history(self.rfs, self._lines, self._rolled)
         ACTIVE_OPS.discard(self.batch_id)
         for lock in self.held.values():
             lock.release()
@@ -422,6 +429,15 @@ class ObjectBatchReduce(txn.Txn):
         """Take ``en`` out of the batch, rolled back alone (``_drop_run``)."""
         self.live = [x for x in self.live if x is not en]
         _drop_run(self.rfs, self.vault, en, self.outs[en["run"]], e)
+        if self.outs[en["run"]].code != Failure.ROLLBACK_INCOMPLETE:
+            self._record(en)
+
+    def _record(self, en: dict) -> None:
+        """The change log's ``rolled_back`` line of a run put back as it was (its manifest gone
+        with its backups), with its outcome's code, as a disk's rollback writes it."""
+        o = self.outs[en["run"]]
+        self._lines.append(rolled_back_line(o, en["op"], self.policy))
+        self._rolled.append(o)
 
     def _told(self, ens: List[dict], steps) -> None:
         """``progress`` of each of ``ens``; a run whose call (a ledger's mark: one request) raised a

@@ -8,6 +8,7 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
+from tb_footprint_plugin.engine.bucket_history import read_history
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -137,9 +138,15 @@ def _copy_ok(info, f: dict) -> bool:
 
 
 def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
-    """The change log of a bucket logdir, oldest first, from its manifests (a bucket has no
-    append: each operation's manifest is its record, marked when restored or purged)."""
+    """The change log of a bucket logdir, oldest first: its manifests (each operation's manifest
+    is its record, marked when restored or purged) and the change-log object's lines of the
+    reductions rolled back (``engine.bucket_history``: their manifests are gone), each with
+    ``backup: none`` as a disk's ``history_view`` says it."""
     out = []
+    for e in read_history(rfs):
+        if e.get("kind") == "reduce":  # no manifest stands behind a line (as ``history_view`` says)
+            e["backup"] = "none" if not e.get("backup_kept") else "unknown"
+        out.append(e)
     for m in manifests(rfs, vault):
         kept = not m["backup_purged"] and not m["restored_by"]
         out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
@@ -161,7 +168,7 @@ def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
         if m["backup_purged"]:
             out.append({"time": m["purged_at"], "op_id": m["op_id"], "kind": "purge", "run": m["run"],
                         "outcome": "purged", "backup_kept": False})
-    out.sort(key=lambda e: e.get("time") or 0)
+    out.sort(key=lambda e: e.get("time") if isinstance(e.get("time"), (int, float)) else 0)
     return out
 
 
