@@ -117,7 +117,7 @@ def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
           yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None,
           runs: Optional[Sequence[str]] = None, run_glob: Optional[str] = None,
-          op_ids: Optional[Sequence[str]] = None) -> PurgeReport:
+          op_ids: Optional[Sequence[str]] = None, cancel: Optional[CancelToken] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
 
     ``run`` / ``runs`` (exact names) and ``run_glob`` (the glob rule of every verb) select the
@@ -129,7 +129,10 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     writer, still held open for writing, or needed by another kept or unfinished operation is
     kept and listed in ``kept`` with a code (the preview says so too); a run being changed
     right now is passed over. ``op_ids``: purge only these operations (those a preview showed
-    and the user confirmed; one committed since is never purged unseen).
+    and the user confirmed; one committed since is never purged unseen). ``cancel``: honoured
+    before the purge records its intent (the operations it would have purged are listed in
+    ``kept`` with code ``interrupted``, nothing deleted), never after: a purge past its intent
+    finishes.
     """
     names = list(dict.fromkeys([*([run] if run is not None else []), *(runs or [])])) if (run is not None or runs) \
         else None
@@ -138,7 +141,8 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     if op is not None:
         eng.operation(op)  # a mistyped id raises (Failure.NOT_FOUND) rather than purge nothing, exit 0
     chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob)
-    return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered)
+    return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered,
+                     cancel=cancel)
 
 
 def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],

@@ -1,11 +1,17 @@
 """Free a bucket logdir's vault: the backups of verified or restored operations (never an
-original a restore could not put back), and what a reduction frees on this bucket and when."""
+original a restore could not put back), and what a reduction frees on this bucket and when.
+
+A purge is one transaction, ``ObjectPurge``, run by the one driver ``engine.txn.run`` (issue
+#26), as a disk's ``purge.LocalPurge``: its intent, each manifest marked purged, is its commit
+record, so a cancel is honoured up to it (nothing marked or deleted, the operations listed as
+held with code ``interrupted``) and never after (the purge finishes)."""
 from __future__ import annotations
 
 from typing import Collection, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine import faults, manifest
+from tb_footprint_plugin.engine import faults, manifest, txn
+from tb_footprint_plugin.engine.context import CancelToken, Cancelled
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -15,6 +21,7 @@ from tb_footprint_plugin.engine.bucket_state import (
     BucketVault,
     must_delete,
     now_s,
+    STORE_FAILURES,
     vault_url,
 )
 from tb_footprint_plugin.storage.remote import RemoteFS
@@ -22,9 +29,12 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
-          runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None) -> dict:
+          runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None,
+          cancel: Optional[CancelToken] = None) -> dict:
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
-    The manifest is marked purged before its blobs go, so a restore never points at them."""
+    The manifest is marked purged before its blobs go, so a restore never points at them
+    (``ObjectPurge``). ``cancel``: honoured before the first manifest is marked (every chosen
+    operation then held with code ``interrupted``, nothing deleted), never after."""
     now = now_s()
     # a manifest that does not read, or names a backup outside this vault (planted, copied from
     # another logdir), is listed and left as it is; the other operations are purged
@@ -65,24 +75,127 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
               "reason": "the operation is still under way or awaits recovery (its journal is there); "
                         "purge it once it has settled"} for m in busy]
     if yes:
-        st = BucketState(rfs)
-        for m in chosen:
-            st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=now)), m["_version"])
-            faults.hit("purge.intent")
-            must_delete(rfs, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
-            faults.hit("purge.blob")
-        if vault.blobs is not None:
-            # the blob vault forgets what no manifest or journal in the bucket names any more
-            # (also what a purge stopped after its intent, or a rollback, left behind)
-            fig = collect(rfs, vault)
-            if fig.get("blocked"):
-                raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
-            if fig.get("blocked_by_damaged_index"):
-                raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
-                                     f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
-                                     "deleted while one is damaged: repair or remove them, then purge again")
-            faults.hit("purge.forget")
+        t = ObjectPurge(rfs, vault, chosen, now)
+        txn.run(t, cancel or CancelToken())
+        if t.stopped is not None:  # before any mark: nothing of these was deleted or recorded
+            held += [{"op_id": m["op_id"], "run": m["run"], "only_copies": [], "code": t.stopped.code.value,
+                      "reason": f"not purged: {t.stopped} (the purge stopped before its intent was recorded; "
+                                "nothing of this backup was deleted)"} for m in chosen]
+            ops, freed = [], 0
     return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held, "refused": refused}
+
+
+class ObjectPurge(txn.Txn):
+    """The purge of a bucket's chosen operations (its entries: their manifests) for
+    ``engine.txn.run``:
+
+    - **journal**, **backup**, **stage**, **transform**, **verify**, the **last look**: nothing (a
+      purge copies and writes no object of the run; the operations were chosen from one listing
+      of the manifests, each marked conditionally on the version read there);
+    - the swap record, ``record("swap")``: every manifest marked purged (``backup_purged``,
+      ``purged_at``: from then on no restore points at its copies), then ``purge.intent``. The
+      driver's last cancel check comes right before: a cancel is honoured with nothing marked or
+      deleted, never after;
+    - **swap**: each operation's backup copies deleted (``purge.blob`` after each operation);
+    - **commit**: a vault of blobs forgets what no manifest or journal in the bucket names any
+      more (``purge.forget``), also what a purge stopped after its intent, or a rollback, left.
+
+    Never rolled back (no rollback record). The driver catches only a cancel (``errors``), which
+    comes before any mark (``stopped``). A mark the store refuses (a manifest changed since it was
+    read) stops the marks there: the operations marked before it are purged all the same, then
+    the refusal is raised, as it always was; a delete that fails does not keep the other marked
+    operations' copies: each is deleted, then the first failure is raised. An injected fault
+    propagates as a crash."""
+
+    verb = "purge"
+    errors = (Cancelled,)
+    rollback_errors = ()
+    #: the driver's instants → the declared failpoints (``purge.blob``, ``purge.forget`` are hit in their steps)
+    FAILPOINTS = {"swap_record": "purge.intent"}
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault, chosen: List[dict], now: float) -> None:
+        self.rfs, self.vault, self.chosen, self.now = rfs, vault, chosen, now
+        self.st = BucketState(rfs)
+        self.marked: List[dict] = []
+        self.refused: Optional[BaseException] = None  # a mark the store refused: raised once the marked are purged
+        self.stopped: Optional[Cancelled] = None
+
+    def failpoint(self, step: str) -> Optional[str]:
+        # with no operation chosen nothing is recorded: no intent to mark (the blob vault's forget still runs)
+        return self.FAILPOINTS.get(step) if self.chosen else None
+
+    def journal(self, report: txn.Report) -> None:
+        """Nothing is recorded yet: the marks are the commit record (``record``)."""
+
+    def backup(self, report: txn.Report) -> None:
+        """Nothing: a purge makes no copy."""
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: a purge writes no new object."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: a purge writes no new object."""
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing: the manifests' versions are checked by the conditional marks."""
+
+    def last_look(self) -> None:
+        """Nothing: each mark is conditional on the version the choice read."""
+
+    def record(self, step: str) -> None:
+        """Every manifest marked purged, before any of its copies goes (one conditional write
+        each); never a rollback record (``journaled`` is False)."""
+        for m in self.chosen:
+            try:
+                self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now)),
+                               m["_version"])
+            except (BucketTxnError, *STORE_FAILURES) as e:
+                self.refused = e  # the ones marked before it are purged all the same (``swap``)
+                return
+            self.marked.append(m)
+
+    def swap(self, report: txn.Report) -> None:
+        """Each marked operation's backup copies deleted; a failure is raised once every other
+        marked operation's copies are gone (or the first refused mark, as before)."""
+        failure: Optional[BaseException] = None
+        for m in self.marked:
+            try:
+                must_delete(self.rfs, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
+            except (BucketTxnError, *STORE_FAILURES) as e:
+                failure = failure or e
+            faults.hit("purge.blob")
+        if self.refused is not None or failure is not None:
+            raise self.refused or failure
+
+    def commit(self, report: txn.Report) -> None:
+        """The blob vault forgets what no manifest or journal in the bucket names any more."""
+        rfs, vault = self.rfs, self.vault
+        if vault.blobs is None:
+            return
+        fig = collect(rfs, vault)
+        if fig.get("blocked"):
+            raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
+        if fig.get("blocked_by_damaged_index"):
+            raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: its index object(s) "
+                                 f"{', '.join(fig['blocked_by_damaged_index'][:3])} do not read; nothing is "
+                                 "deleted while one is damaged: repair or remove them, then purge again")
+        faults.hit("purge.forget")
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: past its marks a purge is finished
+
+    def committed(self) -> bool:
+        return bool(self.marked)
+
+    def failed(self, error: BaseException) -> None:
+        """A cancel (the only failure caught), before any mark."""
+        self.stopped = error  # type: ignore[assignment]
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing to undo: nothing was marked or deleted (``failed``)."""
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` does nothing that can fail
 
 
 def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:

@@ -242,14 +242,16 @@ class BucketEngine(Engine):
 
     def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
               runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
-              recovered: Sequence[RecoveryOutcome] = ()) -> PurgeReport:
+              recovered: Sequence[RecoveryOutcome] = (), cancel: Optional[CancelToken] = None) -> PurgeReport:
         """Differs: a held backup is listed with 0 bytes (its size is not counted) and
         ``Finding.NOT_RESTORED`` when the bucket gives no code."""
         d = self.bk.purge(self.rfs, self.vault, older_than=older_than, op=op, yes=yes, runs=runs,
-                          op_ids=set(op_ids) if op_ids is not None else None)
+                          op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel)
+        codes = {Skip.LOCKED.value: Skip.LOCKED, Failure.INTERRUPTED.value: Failure.INTERRUPTED,
+                 Failure.ERROR.value: Failure.ERROR}  # the codes a bucket's purge holds a backup with
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],
                            kept=[{"op_id": h["op_id"], "run": h["run"], "bytes": 0,
-                                  "code": Skip(h["code"]) if h.get("code") else Finding.NOT_RESTORED,
+                                  "code": codes[h["code"]] if h.get("code") else Finding.NOT_RESTORED,
                                   "detail": h["reason"]} for h in d.get("held", [])],
                            # as on a disk: journals recovery refused, manifests the purge did not act on
                            refused=refused_rows(recovered) + d.get("refused", []))

@@ -9,14 +9,18 @@ unfinished one needs is never deleted.
 
 A purge first records its intent (which blobs) in the operation's log, then deletes the
 blobs, then marks the manifest purged; a purge killed at any point is finished by the next
-start from that intent, so no blob is ever left belonging to nothing. The plan is read before
-the deletions: under the blobs' locks each is checked again (``Vault.delete_blobs``) and kept
-when a transaction under way pinned it or a manifest written since names it (another reduce
-backed up the same bytes, in this logdir or another sharing the vault); it is reported as kept
-and not counted as freed. Blobs offloaded to a
-remote vault (``engine.offload``) are forgotten by its blob store after the manifests are
-marked and before the purge is logged as done, so a kill in between forgets them again at the
-next start (forgetting is idempotent).
+start from that intent, so no blob is ever left belonging to nothing. That order is one
+transaction, ``LocalPurge``, run by the one driver ``engine.txn.run`` (issue #26): the intents
+are its commit record, so a cancel is honoured up to them (nothing deleted, nothing recorded,
+the operations reported kept with code ``interrupted``) and never after (the purge finishes).
+
+The plan is read before the deletions: under the blobs' locks each is checked again
+(``Vault.delete_blobs``) and kept when a transaction under way pinned it or a manifest written
+since names it (another reduce backed up the same bytes, in this logdir or another sharing the
+vault); it is reported as kept and not counted as freed. Blobs offloaded to a remote vault
+(``engine.offload``) are forgotten by its blob store after the manifests are marked and before
+the purge is logged as done, so a kill in between forgets them again at the next start
+(forgetting is idempotent).
 """
 from __future__ import annotations
 
@@ -27,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Collection, Dict, Iterable, List, Optional
 
 from tb_footprint_plugin.codes import Finding, Skip
-from tb_footprint_plugin.engine import faults, manifest, offload, oplog
+from tb_footprint_plugin.engine import faults, manifest, offload, oplog, txn
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
-from tb_footprint_plugin.engine.context import Context, writing
+from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, writing
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.history import append_history
@@ -124,11 +128,14 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
 
 def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Optional[str] = None,
                   yes: bool = False, op: Optional[str] = None, runs: Optional[Collection[str]] = None,
-                  op_ids: Optional[Collection[str]] = None) -> PurgeReport:
+                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None) -> PurgeReport:
     """Purge (``yes``) or list the backups of this logdir's operations selected by the filters
     (``runs``: these runs' together, so shared blobs and lost originals are counted once;
-    ``op_ids``: only these operations, the ones a preview showed and the user confirmed)."""
+    ``op_ids``: only these operations, the ones a preview showed and the user confirmed).
+    ``cancel``: honoured before a vault's intents are recorded (those operations are listed in
+    ``kept`` with code ``interrupted``, nothing of them deleted), never after."""
     now = time.time()
+    cancel = cancel or CancelToken()
     candidates = []
     for m in own_manifests(ctx):
         if m.get("kind") != "reduce" or m.get("backup_purged"):
@@ -177,7 +184,12 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             vault = Vault(root)
             plan = _blob_plan(vault, ms, pending)
             if yes:
-                freed = _purge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+                t = LocalPurge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+                txn.run(t, cancel)
+                if t.stopped is not None:  # before the intents: nothing of these was deleted or recorded
+                    report.kept += [_not_purged(m, size, t.stopped) for m, _s, size, _o in plan]
+                    continue
+                freed = t.result
                 # a blob kept under the locks (a transaction under way pinned or claimed it) keeps
                 # its originals too: only the files whose blob actually went are lost
                 stayed = {sha for _f, kept in freed.values() for sha in kept}
@@ -197,9 +209,19 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     finally:
         for lock in locks.values():
             lock.release()
-    # retired runs: the same grace (older_than) and the same confirmation
-    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now,
-                                       runs=runs, op_ids=op_ids)
+    # retired runs: the same grace (older_than) and the same confirmation; a cancel seen by now
+    # stops them too (listed, not purged: ``purge_retired`` is not on the driver)
+    stopped: Optional[Cancelled] = None
+    try:
+        if yes:
+            cancel.check()
+    except Cancelled as e:
+        stopped = e
+    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes and stopped is None,
+                                       now=now, runs=runs, op_ids=op_ids)
+    if stopped is not None:
+        report.kept += [_not_purged(x, x["bytes"], stopped) for x in r_listed]
+        r_listed, r_freed = [], 0
     for x in r_listed if yes else ():
         _log(ctx, x["op_id"], x["run"], x["bytes"], f"retired run {x['run']} ({x['op_id']}) deleted from the vault"
              + (" (restored before)" if x.get("restored") else ": its only copy"))
@@ -268,37 +290,126 @@ def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> 
     return vault.delete_blobs(shas, needed, after_each=lambda: faults.hit("purge.blob"))
 
 
-def _purge(ctx: Context, vault: Vault, plan: list, now: float) -> Dict[str, tuple]:
-    """Every intent first, then the blobs, then the marks: a kill anywhere is finished from the
-    intents (operations sharing a blob are purged together, so none is left claiming it).
-    Per operation: (bytes freed, digests kept because a transaction under way relies on them);
-    such an operation is marked purged all the same (the bytes stay, named by that
-    transaction's manifest once it commits, or deleted by its rollback)."""
-    for m, shas, _size in plan:
-        # a full disk stops the purge here, before any blob goes, naming the log it could not write
-        with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
-            oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
-    faults.hit("purge.intent")
-    freed = _deleted(ctx, vault, [m["op_id"] for m, _s, _z in plan], [sha for _m, shas, _z in plan for sha in shas])
-    result = {m["op_id"]: (sum(freed.get(sha, 0) for sha in shas),
-                           [sha for sha in shas if not freed.get(sha)
-                            and (vault.local_form(sha) or vault.blob_form(sha) == "packed")])
-              for m, shas, _size in plan}
-    for m, _shas, _size in plan:
-        m["backup_purged"] = True
-        m["purged_at"] = now
-        with writing(oplog.log_path(vault.root, m["op_id"]), len(json.dumps(m)), at=vault.root):
-            vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
-        faults.hit("purge.marked")
-    # the remote vault forgets only what the manifests now say is purged; a kill before the
-    # 'purged' records below leaves the intents, which the next start finishes (forget again)
-    offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas],
-                          lambda: vault.referenced_blobs() | journal_blobs(ctx))
-    for m, _shas, _size in plan:
-        size = result[m["op_id"]][0]
-        oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
-        _log_purge(ctx, m, size)
-    return result
+def _not_purged(m: dict, size: int, stopped: Cancelled) -> dict:
+    """The ``kept`` row of an operation a cancel stopped before its intent: nothing of it went."""
+    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "code": stopped.code,
+            "detail": f"not purged: {stopped} (the purge stopped before its intent was recorded; "
+                      "nothing of this backup was deleted)"}
+
+
+class LocalPurge(txn.Txn):
+    """The purge of one vault's chosen operations (its entries, ``plan``: ``(manifest, the blobs
+    that go, their bytes)``) for ``engine.txn.run``, the runs' locks held by the caller since it
+    chose them:
+
+    - **journal**, **backup**, **stage**, **transform**, **verify**, the **last look**: nothing (a
+      purge writes no new byte, and has no begin record of its own: its intents are its commit
+      record; each blob is checked again under its lock as it goes, ``Vault.delete_blobs``);
+    - the swap record, ``record("swap")``: every operation's intent (its log's ``purge`` record,
+      naming the blobs), then ``purge.intent``. The driver's last cancel check comes right before:
+      a cancel is honoured with nothing deleted or recorded, never after;
+    - **swap**: the blobs deleted (``purge.blob`` after each), what a transaction under way
+      pinned or named since the plan kept (``result``);
+    - **commit**: the manifests marked purged (``purge.marked`` after each), the remote vault's
+      forget, the ``purged`` records and the change log's lines.
+
+    Never rolled back: past its intents a purge is finished, now or by the next start
+    (``finish_purges`` reads the intents), so it journals no rollback record. The driver catches
+    only a cancel (``errors``), which comes before any intent (``stopped``); any other failure
+    propagates as it always did, an injected fault as a crash, the intents left for the next start."""
+
+    verb = "purge"
+    errors = (Cancelled,)
+    rollback_errors = ()
+    #: the driver's instants → the declared failpoints; ``purge.blob`` and ``purge.marked`` are hit
+    #: inside their step, after each blob and each manifest
+    FAILPOINTS = {"swap_record": "purge.intent"}
+
+    def __init__(self, ctx: Context, vault: Vault, plan: list, now: float) -> None:
+        self.ctx, self.vault, self.plan, self.now = ctx, vault, plan, now
+        self.intents = 0  # operations whose intent is written
+        #: per operation: (bytes freed, digests kept because a transaction under way relies on them)
+        self.result: Dict[str, tuple] = {}
+        self.stopped: Optional[Cancelled] = None
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def journal(self, report: txn.Report) -> None:
+        """Nothing is recorded yet: the intents are the commit record (``record``)."""
+
+    def backup(self, report: txn.Report) -> None:
+        """Nothing: a purge makes no copy."""
+
+    def stage(self, report: txn.Report) -> None:
+        """Nothing: a purge writes no new file."""
+
+    def transform(self, report: txn.Report) -> None:
+        """Nothing: a purge writes no new file."""
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing: what may go was checked as the operations were chosen, and each blob is
+        checked again under its lock as it goes."""
+
+    def last_look(self) -> None:
+        """Nothing: the deletions look again under each blob's lock."""
+
+    def record(self, step: str) -> None:
+        """Every intent, before any blob goes (operations sharing a blob are purged together, so
+        none is left claiming it); a full disk stops the purge here, naming the log it could not
+        write. Never a rollback record (``journaled`` is False)."""
+        vault = self.vault
+        for m, shas, _size in self.plan:
+            with writing(oplog.log_path(vault.root, m["op_id"]), 80 + 67 * len(shas)):
+                oplog.append(vault.root, m["op_id"], {"type": "purge", "run": m["run"], "blobs": shas})
+            self.intents += 1
+
+    def swap(self, report: txn.Report) -> None:
+        """The blobs deleted: per operation the bytes freed and the digests kept because a
+        transaction under way relies on them (such an operation is marked purged all the same:
+        the bytes stay, named by that transaction's manifest once it commits, or deleted by its
+        rollback)."""
+        vault, plan = self.vault, self.plan
+        freed = _deleted(self.ctx, vault, [m["op_id"] for m, _s, _z in plan], [sha for _m, shas, _z in plan for sha in shas])
+        self.result = {m["op_id"]: (sum(freed.get(sha, 0) for sha in shas),
+                                    [sha for sha in shas if not freed.get(sha)
+                                     and (vault.local_form(sha) or vault.blob_form(sha) == "packed")])
+                       for m, shas, _size in plan}
+
+    def commit(self, report: txn.Report) -> None:
+        """The marks, the remote vault's forget, the ``purged`` records and the change log."""
+        ctx, vault, plan = self.ctx, self.vault, self.plan
+        for m, _shas, _size in plan:
+            m["backup_purged"] = True
+            m["purged_at"] = self.now
+            with writing(oplog.log_path(vault.root, m["op_id"]), len(json.dumps(m)), at=vault.root):
+                vault.write_manifest(m)  # on a full disk the next start finishes it from the intent
+            faults.hit("purge.marked")
+        # the remote vault forgets only what the manifests now say is purged; a kill before the
+        # 'purged' records below leaves the intents, which the next start finishes (forget again)
+        offload.forget_remote(vault, [sha for _m, shas, _size in plan for sha in shas],
+                              lambda: vault.referenced_blobs() | journal_blobs(ctx))
+        for m, _shas, _size in plan:
+            size = self.result[m["op_id"]][0]
+            oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
+            _log_purge(ctx, m, size)
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: past its intents a purge is finished
+
+    def committed(self) -> bool:
+        return self.intents > 0
+
+    def failed(self, error: BaseException) -> None:
+        """A cancel (the only failure caught), before any intent: the caller reports these
+        operations as not purged."""
+        self.stopped = error  # type: ignore[assignment]
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing to undo: nothing was deleted or recorded (``failed``)."""
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` does nothing that can fail
 
 
 def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:
@@ -345,4 +456,4 @@ def _log(ctx: Context, op_id: str, run: str, freed: int, reason: str) -> None:
     })
 
 
-__all__ = ["PurgeReport", "purge_backups", "finish_purges"]
+__all__ = ["LocalPurge", "PurgeReport", "purge_backups", "finish_purges"]
