@@ -61,15 +61,20 @@ def restore_target(logdir: str, *, op: Optional[str] = None, run: Optional[str] 
 def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
            backup_dir: Optional[str] = None,
            verify_backends: Sequence[str] = DEFAULT_BACKENDS,
-           progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+           progress: Optional[Callable[[dict, int, int], None]] = None,
+           cancel: Optional[CancelToken] = None) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
     TensorBoard's readers against the original (from the vault). ``progress(summary, i, n)``
     is called as each check starts (``summary``: the operation's summary, with its bytes).
+    ``cancel`` (Ctrl-C, the tab's Cancel): looked at between runs, among a run's backups and
+    inside its verification (the readers stop within a moment); the run under way and those after
+    it are results with ``ok`` and ``checked`` False and code ``interrupted`` (what was found
+    already, damaged backups, kept), never "ok" for a run not checked. Changes nothing.
 
     On a bucket logdir every backup object is checked against the checksums the store computed for
     its original, removed keys must still be absent and replaced keys must still hold the reduced
     bytes (the store's checksum), with nothing downloaded."""
-    return open_engine(logdir, backup_dir, verify_backends=verify_backends).recheck(run, op, progress)
+    return open_engine(logdir, backup_dir, verify_backends=verify_backends).recheck(run, op, progress, cancel)
 
 
 def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = None,

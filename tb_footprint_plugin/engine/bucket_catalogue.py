@@ -18,6 +18,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import in_place, staged_match
+from tb_footprint_plugin.engine.checks import unchecked
+from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
@@ -84,21 +86,31 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
 
 
 def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
-            op: Optional[str] = None) -> List[dict]:
+            op: Optional[str] = None, cancel: Optional[CancelToken] = None) -> List[dict]:
     """Re-check kept bucket reductions without downloading: every backup object is still there
     with the checksums the store computed for the original, and every removed key is still
     absent from the logdir (or was put back by someone, which is reported). A damaged manifest
-    (which may hide a backup) is a failed check naming it, unless one operation is asked for."""
+    (which may hide a backup) is a failed check naming it, unless one operation is asked for.
+    ``cancel``: looked at before each run and between its backups, as on a disk; the run under
+    way and those after it are results ``checks.unchecked`` (code ``interrupted``), never ok."""
     out = []
     damaged: List[dict] = []
+    stopped = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
     for m in manifests(rfs, vault, damaged):
         if m["restored_by"] or m["backup_purged"]:
             continue
         if (op is not None and m["op_id"] != op) or (run is not None and m["run"] != run):
             continue
+        if stopped():
+            out.append(unchecked({"op_id": m["op_id"], "run": m["run"]}))
+            continue
         bad, absent, back = [], 0, []
         listing = run_listing(rfs, vault, m["run"])
+        cut = False  # cancelled before every backup was looked at
         for f in m.get("files", []):
+            if stopped():
+                cut = True
+                break
             if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, f"{m['_path']}: names a backup outside the vault")
             if is_blob_entry(f):
@@ -122,8 +134,10 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
              "reduction left them"
              + (f"; {len(back)} exist again (written since), e.g. {back[0]}" if back else "")},
         ]
-        out.append({"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
-                    "verification": {"ok": not bad, "checks": checks}, "ok": not bad})
+        res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad, "damaged_backups": bad,
+               "verification": {"ok": not bad, "checks": checks}, "ok": not bad}
+        # cancelled among its backups: what it found is kept, the rest was not looked at
+        out.append(unchecked(dict(res, backups_ok=False, verification={})) if cut else res)
     for p in damaged if op is None else []:
         out.append({"op_id": "-", "run": "(vault)", "ok": False, "backups_ok": False, "damaged_backups": [],
                     "code": p["code"], "verification": {"ok": False, "checks": [

@@ -12,13 +12,13 @@ import shutil
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.engine.catalogue import find_manifest, restorable_ops
-from tb_footprint_plugin.engine.context import Context
-from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.engine.context import CancelToken, Context
+from tb_footprint_plugin.codes import Failure, StoreError
 from tb_footprint_plugin.engine.vault import Vault, VaultError
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.scan.categories import is_event_file_name
-from tb_footprint_plugin.verify import Expectations, verify_reduction
+from tb_footprint_plugin.verify import Expectations, Stopped, verify_reduction
 
 #: event file name -> (path of the original bytes or None if it is new (salvaged late writes),
 #: path of the reduced file or None if removed)
@@ -69,28 +69,57 @@ def _renamed(obj, names: Dict[str, str]):
     return obj
 
 
+#: what an unchecked run's result says (``unchecked``)
+NOT_CHECKED = "not checked: the re-check was cancelled"
+
+
+def unchecked(result: dict, detail: str = NOT_CHECKED) -> dict:
+    """``result`` (at least ``op_id`` and ``run``) as a run the re-check did not finish: never
+    ok, coded ``Failure.INTERRUPTED``, ``checked`` False, a failed check saying so; what it had
+    found already (damaged backups) is kept, backups it did not get to are not said intact."""
+    ver = result.get("verification") or {}
+    return {"damaged_backups": [], "backups_ok": False, **result, "ok": False, "checked": False,
+            "code": Failure.INTERRUPTED,
+            "verification": {**ver, "ok": False, "checks": list(ver.get("checks") or []) + [
+                {"name": "interrupted", "ok": False, "detail": detail}]}}
+
+
 def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
-            progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+            progress: Optional[Callable[[dict, int, int], None]] = None,
+            cancel: Optional[CancelToken] = None) -> List[dict]:
     """Re-check committed reductions: every backup re-hashed, and the run as it is now read by
     TensorBoard's readers against the original (from the vault). ``progress(manifest, i, n)`` is
-    called as the i-th of n checks starts."""
+    called as the i-th of n checks starts. ``cancel`` (Ctrl-C, the tab's Cancel) is looked at
+    before each run, between its backups and inside its verification (``should_stop``): the run
+    under way and those after it are results ``unchecked`` (code ``interrupted``), never ok."""
     manifests = [find_manifest(ctx, op)] if op else restorable_ops(ctx, run)
     newest: Dict[str, str] = {}
     for m in restorable_ops(ctx, None):  # newest first
         newest.setdefault(m["run"], m["op_id"])
     results = []
+    stop = None if cancel is None else (lambda: cancel.cancelled)
     for i, m in enumerate(manifests):
+        if stop is not None and stop():
+            results.append(unchecked({"op_id": m["op_id"], "run": m["run"]}))
+            continue
         if progress:
             progress(m, i, len(manifests))
         vault = Vault(m["vault"])
         bad, unreadable = [], []
+        cut = False  # cancelled before every backup was re-hashed
         for f in m["files"]:
+            if stop is not None and stop():
+                cut = True
+                break
             if not vault.check_blob(f["sha256"]):
                 # a backup this user may not read is no damaged one (review R16 F16): said apart
                 why = blob_unreadable(vault, f["sha256"])
                 (bad if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
         res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable,
                "damaged_backups": bad, "unreadable_backups": unreadable}
+        if cut:  # not all of its backups re-hashed
+            results.append(unchecked(dict(res, backups_ok=False)))
+            continue
         if unreadable:
             res["code"] = StoreError.PERMISSION
         bad = bad + unreadable  # either way, not every backup could be checked
@@ -109,9 +138,17 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
                 pairs = None
                 vr = {"ok": False, "checks": [{"name": "backup", "ok": False, "detail": str(e)}], "failed": [str(e)]}
             if pairs is not None:
-                vr = compare_views(os.path.join(tmp, "views"), pairs,
-                                   (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
-                                   (m.get("verification") or {}).get("record_substitutes"), label=m["run"])
+                try:
+                    vr = compare_views(os.path.join(tmp, "views"), pairs,
+                                       (m.get("verification") or {}).get("expectations"), ctx.verify_backends,
+                                       (m.get("verification") or {}).get("record_substitutes"), label=m["run"],
+                                       should_stop=stop)
+                except Stopped:  # cancelled inside the readers' comparison: no verdict on this run
+                    vr = None
+        if vr is None:
+            results.append(unchecked(res, "not checked: the re-check was cancelled while TensorBoard's readers "
+                                          "compared the run with its backups (its backups were re-hashed)"))
+            continue
         if unreadable:
             vr = dict(vr, ok=False, checks=list(vr.get("checks", [])) + [
                 {"name": "backups", "ok": False, "detail": f"[{StoreError.PERMISSION}] cannot read the backup of: "
@@ -148,4 +185,4 @@ def _committed_pairs(ctx: Context, m: dict, vault: Vault, scratch_dir: str) -> V
     return pairs
 
 
-__all__ = ["compare_views", "recheck"]
+__all__ = ["NOT_CHECKED", "compare_views", "recheck", "unchecked"]

@@ -87,8 +87,12 @@ class Engine(ABC):
     # -- backups -----------------------------------------------------------------------------
     @abstractmethod
     def recheck(self, run: Optional[str], op: Optional[str],
-                progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
-        """Re-check committed reductions (``api.verify``), after settling what is unfinished."""
+                progress: Optional[Callable[[dict, int, int], None]] = None,
+                cancel: Optional[CancelToken] = None) -> List[dict]:
+        """Re-check committed reductions (``api.verify``), after settling what is unfinished.
+        ``cancel``: looked at between runs, among a run's backups and inside its verification;
+        the run under way and those after it are results ``checks.unchecked`` (``ok`` False,
+        ``checked`` False, code ``interrupted``)."""
 
     @abstractmethod
     def restore(self, run: Optional[str], op: Optional[str],

@@ -195,12 +195,14 @@ class BucketEngine(Engine):
 
     # -- backups -----------------------------------------------------------------------------
     def recheck(self, run: Optional[str], op: Optional[str],
-                progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+                progress: Optional[Callable[[dict, int, int], None]] = None,
+                cancel: Optional[CancelToken] = None) -> List[dict]:
         """Every backup object checked against the checksums the store computed for its original,
         removed keys still absent, replaced keys still the reduced bytes, nothing downloaded.
-        Differs: no ``progress`` calls, no separate results for damage no operation shows."""
+        Differs: no ``progress`` calls, no separate results for damage no operation shows; a
+        cancel is looked at between runs and among a run's backups (no readers' verification)."""
         self.recover()
-        return self.bk.recheck(self.rfs, self.vault, run=run, op=op)
+        return self.bk.recheck(self.rfs, self.vault, run=run, op=op, cancel=cancel)
 
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:

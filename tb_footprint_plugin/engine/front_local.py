@@ -329,14 +329,15 @@ class LocalEngine(Engine):
         return usage.remote_usage([self.ctx.vault.root])
 
     def recheck(self, run: Optional[str], op: Optional[str],
-                progress: Optional[Callable[[dict, int, int], None]] = None) -> List[dict]:
+                progress: Optional[Callable[[dict, int, int], None]] = None,
+                cancel: Optional[CancelToken] = None) -> List[dict]:
         """Every backup re-hashed and the run as it is now read by TensorBoard's readers against
         the original; without ``op`` also the damage no operation's check shows (lost manifests,
         blobs of no operation, a damaged identity), each as a failed result with its code."""
         ctx = self.ctx
         self.recover()
         hook = None if progress is None else (lambda m, i, n: progress(operation_summary(m), i, n))
-        results = recheck(ctx, run, op, progress=hook)
+        results = recheck(ctx, run, op, progress=hook, cancel=cancel)
         if not op:
             for p in self.unfinished()["problems"]:
                 if p["code"] in (Finding.MANIFEST_LOST, Finding.MANIFEST_DAMAGED, Finding.ORPHAN_BLOBS,
