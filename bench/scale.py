@@ -67,8 +67,10 @@ as it ended, named as the package names its threads; the main thread's; the data
 the fixed part (what does not grow from 20 to 100 MB) is told apart; with ``--repeat`` the CPU
 of every measurement and the ratio's spread over them are printed too.
 
-``--timeline`` prints, under each fresh reduce of the file sizes, when each of its threads and
-child processes started and ended and when it reached each step (plan, backup, stage, verify,
+Under each fresh reduce of the file sizes, its wall time by phase (plan; lock to verification;
+verification to commit; after the run) and, for the two sizes, each phase side by side: a phase
+as long at both sizes is fixed. ``--timeline`` also prints when each of its threads and child
+processes started and ended and when it reached each step (plan, backup, stage, verify,
 outcome).
 
 ``--profile DIR`` runs every Python phase under cProfile and writes ``DIR/<phase>-<N>.prof``
@@ -536,6 +538,33 @@ def timeline_lines(events: List[list], width: int = 120) -> List[str]:
             what = f"thread{'s' if r[3] > 1 else ''} {what}" + (f" x{r[3]}" if r[3] > 1 else "") + \
                    f" ({r[4]:.3f} s CPU)" + ("" if b is not None else ", not ended")
         out.append(((f"{a:6.3f}-{b:6.3f}" if b is not None else f"{a:6.3f}       ") + f"  {what}")[:width])
+    return out
+
+
+#: A reduce's phases as its timeline marks them (``timeline_phases``): (name, event that ends it)
+_PHASE_ENDS = (("plan", "lock"), ("lock to verification (journal, backup, stage)", "step verify"),
+               ("verification to commit (readers, routes, last look, swap, commit)", "step done"),
+               ("after the run (compaction, change log, usage)", "reduce_logdir returned"))
+
+
+def timeline_phases(events: List[list]) -> Optional[List[tuple]]:
+    """``[(phase, seconds)]`` of one run's reduce from its timeline: the plan until the run's
+    lock (its lease thread starts with it; else the first backup report), then to the
+    verification's start, to the commit's end, to the return; None if a mark is missing (a run
+    refused or rolled back)."""
+    marks: Dict[str, float] = {}
+    for t, what in events:
+        key = ("lock" if what.startswith("thread tb-footprint-lease started") else
+               "lock?" if what == "step backup" else what)
+        marks.setdefault(key, t)
+    marks.setdefault("lock", marks.get("lock?"))
+    ends = [marks.get(end) for _, end in _PHASE_ENDS]
+    if any(e is None for e in ends):
+        return None
+    out, prev = [], 0.0
+    for (name, _), end in zip(_PHASE_ENDS, ends):
+        out.append((name, round(end - prev, 3)))
+        prev = end
     return out
 
 
@@ -1098,10 +1127,12 @@ def file_sizes_bench(sizes_mb: List[float], scratch: str, args) -> List[dict]:
                 return measure("file_reduce", cache, args.time_limit, logdir=logdir, profile=prof,
                                warm=warm if mode == "warm" else None, split=mode == "cold",
                                imports=mode == "cold" and getattr(args, "imports", False),
-                               timeline=mode == "cold" and getattr(args, "timeline", False))
+                               timeline=mode == "cold")
 
             r[mode] = best(once, args.repeat)
             x = r[mode]
+            if mode == "cold" and not getattr(args, "timeline", False):
+                x["show_timeline"] = False  # its phases only (``timeline_phases``)
             shown = f"{x['seconds']:.2f} s ({x.get('cpu', 0):.2f} s CPU), peak RSS {x.get('own_rss_mb', x['rss_mb']):.0f} MB, " \
                     f"{x['statuses']}" if "seconds" in x else x["error"][-300:]
             print(f"  reduce of one {size / 1e6:.1f} MB histogram/image event file ({mode} process): {shown}", flush=True)
@@ -1176,7 +1207,12 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
                 print(f"    CPU importing {x.get('import_modules', 0)} modules during the reduce: {imp:.3f} s "
                       f"of {x.get('cpu', 0):.3f} s ({', '.join(shown)})"
                       + (f"; in each measurement: {every}" if len(every) > 1 else ""))
-            if x.get("timeline"):
+            phases = timeline_phases(x["timeline"]) if x.get("timeline") else None
+            if phases:
+                # where that wall time went, phase by phase (the timeline's marks): set beside the
+                # other size's below, which phases hold the fixed part
+                print("    phases (s): " + ", ".join(f"{n} {v:.3f}" for n, v in phases))
+            if x.get("timeline") and x.get("show_timeline", True):
                 # when each thread and child started and ended, and each step of the reduce:
                 # where the fixed wall time goes and what the main thread waits on
                 print("    timeline of that measurement (s from the reduce's start; threads with their CPU, "
@@ -1215,6 +1251,12 @@ def file_sizes_report(rows: List[dict], gate_time: bool = True) -> bool:
                     room = (b["bytes"] - 2 * a["bytes"]) / 1e6 * per_mb
                     print(f"    {what}: fixed part {fixed:.2f} s (extrapolated to an empty file) + "
                           f"{per_mb * 1e3:.1f} ms a MB; 0.5x needs a fixed part <= {room:.2f} s at this rate")
+            pa = timeline_phases(a[mode].get("timeline") or []) if a[mode].get("timeline") else None
+            pb = timeline_phases(b[mode].get("timeline") or []) if b[mode].get("timeline") else None
+            if pa and pb:
+                # a phase that takes as long at both sizes is fixed: the 0.5x target is decided there
+                print(f"    phases {a['mb']:g} MB -> {b['mb']:g} MB (s): "
+                      + ", ".join(f"{n.split(' (')[0]} {x:.2f} -> {y:.2f}" for (n, x), (_, y) in zip(pa, pb)))
             ca, cb = a[mode].get("all_cpu") or [], b[mode].get("all_cpu") or []
             if len(ca) > 1 and len(cb) > 1:
                 # --repeat: every measurement's CPU, and the ratio's spread over them

@@ -93,3 +93,38 @@ def test_the_report_prints_the_fresh_reduces_timeline(capsys):
     out = capsys.readouterr().out
     assert "timeline of that measurement" in out, out
     assert " 0.000         step backup\n" in out and " 0.500         outcome\n" in out, out
+
+
+_EVENTS = [[0.0, "thread footprint-sha256 started"], [0.2, "thread tb-footprint-lease started"],
+           [0.3, "step backup"], [0.4, "step verify"], [0.9, "step done"], [0.91, "outcome"],
+           [1.0, "reduce_logdir returned"]]
+
+
+def test_the_phases_of_a_reduce_come_from_its_marks():
+    assert scale.timeline_phases(_EVENTS) == [
+        ("plan", 0.2), ("lock to verification (journal, backup, stage)", 0.2),
+        ("verification to commit (readers, routes, last look, swap, commit)", 0.5),
+        ("after the run (compaction, change log, usage)", 0.1)]
+    # without the lease thread's start, the first backup report ends the plan
+    no_lease = [e for e in _EVENTS if "lease" not in e[1]]
+    assert scale.timeline_phases(no_lease)[0] == ("plan", 0.3)
+    # a run that never reached its commit (refused, rolled back) has no phases
+    assert scale.timeline_phases([e for e in _EVENTS if e[1] != "step done"]) is None
+
+
+def test_every_fresh_reduce_prints_its_phases_and_the_two_sizes_side_by_side(capsys):
+    def fresh(scale_by: float) -> dict:
+        return {"seconds": 1.0 * scale_by, "cpu": 0.9, "statuses": {"verified": 1}, "rss_mb": 100.0,
+                "timeline": [[t * (1 if what.startswith(("thread", "step backup", "step verify")) else scale_by),
+                              what] for t, what in _EVENTS],
+                "show_timeline": False}
+
+    warm = {"seconds": 0.8, "cpu": 0.6, "statuses": {"verified": 1}, "rss_mb": 100.0}
+    rows = [{"mb": 20, "bytes": 20e6, "anchor": {"seconds": 0.1}, "cold": fresh(1.0), "warm": dict(warm)},
+            {"mb": 100, "bytes": 100e6, "anchor": {"seconds": 0.2}, "cold": fresh(2.0), "warm": dict(warm)}]
+    scale.file_sizes_report(rows, gate_time=False)
+    out = capsys.readouterr().out
+    assert "    phases (s): plan 0.200, lock to verification (journal, backup, stage) 0.200, " in out, out
+    assert ("    phases 20 MB -> 100 MB (s): plan 0.20 -> 0.20, lock to verification 0.20 -> 0.20, "
+            "verification to commit 0.50 -> 1.40, after the run 0.10 -> 0.20") in out, out
+    assert "timeline of that measurement" not in out  # the lines only with --timeline
