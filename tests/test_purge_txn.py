@@ -219,3 +219,27 @@ def test_a_cancel_after_the_intent_does_not_stop_a_bucket_purge(s3_bucket, tmp_p
     assert all(m["backup_purged"] for m in _reduces(url))
     left = set(s3_bucket.hashes("logs"))
     assert copies and not any(c.endswith(k) for c in copies for k in left), "a backup copy was left"
+
+
+def test_a_bucket_purge_killed_after_its_first_mark_leaves_the_other_operations_as_they_were(s3_bucket, tmp_path):
+    """A bucket's marks and deletes go one operation at a time: a purge stopped right after its
+    intent (the first mark) has marked one operation only; every other keeps its manifest and its
+    copies (a restore could still use them), and the next purge purges them. Marking them all
+    before any delete left every marked operation's copies behind, which nothing deletes later."""
+    url = s3_bucket.upload(_logdir(tmp_path / "logs"), "logs")
+    _reduce(url)
+    before = _bucket_state(s3_bucket)
+    faults.arm("purge.intent", "raise")  # a crash right after the intent
+    with pytest.raises(faults.InjectedFault):
+        api.purge(url, yes=True)
+    faults.disarm_all()
+    ms = _reduces(url)
+    assert sorted(bool(m["backup_purged"]) for m in ms) == [False, True], ms
+    after = _bucket_state(s3_bucket)
+    assert set(after) == set(before), "no copy deleted yet"
+    changed = [k for k in before if before[k] != after[k]]
+    assert len(changed) == 1 and changed[0].endswith(".json"), changed  # one manifest marked, no other
+    unmarked = next(m for m in ms if not m["backup_purged"])
+    rep = api.purge(url, yes=True)
+    assert [o["run"] for o in rep.ops] == [unmarked["run"]], rep.to_dict()
+    assert all(m["backup_purged"] for m in _reduces(url))

@@ -92,20 +92,21 @@ class ObjectPurge(txn.Txn):
     - **journal**, **backup**, **stage**, **transform**, **verify**, the **last look**: nothing (a
       purge copies and writes no object of the run; the operations were chosen from one listing
       of the manifests, each marked conditionally on the version read there);
-    - the swap record, ``record("swap")``: every manifest marked purged (``backup_purged``,
-      ``purged_at``: from then on no restore points at its copies), then ``purge.intent``. The
-      driver's last cancel check comes right before: a cancel is honoured with nothing marked or
-      deleted, never after;
-    - **swap**: each operation's backup copies deleted (``purge.blob`` after each operation);
+    - the swap record, ``record("swap")``: the first operation's manifest marked purged
+      (``backup_purged``, ``purged_at``: from then on no restore points at its copies), then
+      ``purge.intent``. The driver's last cancel check comes right before: a cancel is honoured
+      with nothing marked or deleted, never after;
+    - **swap**: each operation marked (the first already is), then its backup copies deleted
+      (``purge.blob`` after each operation): one at a time, so a purge killed half-way leaves at
+      most one marked operation whose copies stayed;
     - **commit**: a vault of blobs forgets what no manifest or journal in the bucket names any
       more (``purge.forget``), also what a purge stopped after its intent, or a rollback, left.
 
     Never rolled back (no rollback record). The driver catches only a cancel (``errors``), which
     comes before any mark (``stopped``). A mark the store refuses (a manifest changed since it was
-    read) stops the marks there: the operations marked before it are purged all the same, then
-    the refusal is raised, as it always was; a delete that fails does not keep the other marked
-    operations' copies: each is deleted, then the first failure is raised. An injected fault
-    propagates as a crash."""
+    read) stops the purge there, the operations before it purged, then the refusal is raised, as
+    it always was; a delete that fails does not keep the next operations' copies: they are
+    purged, then the first failure is raised. An injected fault propagates as a crash."""
 
     verb = "purge"
     errors = (Cancelled,)
@@ -143,22 +144,33 @@ class ObjectPurge(txn.Txn):
         """Nothing: each mark is conditional on the version the choice read."""
 
     def record(self, step: str) -> None:
-        """Every manifest marked purged, before any of its copies goes (one conditional write
-        each); never a rollback record (``journaled`` is False)."""
-        for m in self.chosen:
-            try:
-                self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now)),
-                               m["_version"])
-            except (BucketTxnError, *STORE_FAILURES) as e:
-                self.refused = e  # the ones marked before it are purged all the same (``swap``)
-                return
-            self.marked.append(m)
+        """The first operation's manifest marked purged (one conditional write); never a
+        rollback record (``journaled`` is False). The others are marked in the swap, each right
+        before its own copies go: a purge killed in between leaves at most one marked operation
+        whose copies stayed (marking them all first left every one's)."""
+        if self.chosen:
+            self._mark(self.chosen[0])
+
+    def _mark(self, m: dict) -> bool:
+        """``m``'s manifest marked purged, conditionally on the version the choice read; False
+        (and ``refused`` set) when the store refused it."""
+        try:
+            self.st.update(m["_path"], manifest.bucket_form(dict(m, backup_purged=True, purged_at=self.now)),
+                           m["_version"])
+        except (BucketTxnError, *STORE_FAILURES) as e:
+            self.refused = e
+            return False
+        self.marked.append(m)
+        return True
 
     def swap(self, report: txn.Report) -> None:
-        """Each marked operation's backup copies deleted; a failure is raised once every other
-        marked operation's copies are gone (or the first refused mark, as before)."""
+        """Each chosen operation marked (the first was, by ``record``), then its backup copies
+        deleted. A mark the store refuses stops the purge there; a failed delete does not keep
+        the next operations' copies: the first failure is raised once the others are done."""
         failure: Optional[BaseException] = None
-        for m in self.marked:
+        for i, m in enumerate(self.chosen):
+            if self.refused is not None or (i and not self._mark(m)):
+                break
             try:
                 must_delete(self.rfs, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
             except (BucketTxnError, *STORE_FAILURES) as e:
