@@ -990,13 +990,17 @@ def cmd_verify(args) -> int:
         bar_.set_description_str(f"verifying {summary['run'][-30:]} ({size})")  # redraws
 
     res = []
+    # Ctrl-C: the check under way stops within a moment and every run not checked is said so
+    # (code interrupted), then exit 130; a second Ctrl-C quits at once
+    cancel = api.CancelToken()
     try:
-        for run in names or [None]:
-            res += api.verify(args.logdir, run=run, op=args.op, backup_dir=args.backup_dir,
-                              verify_backends=args.verify, progress=progress)
-            if bar_ is not None:
-                done[0] = bar_.n = bar_.total
-                bar_.refresh()
+        with _cancelling(cancel):
+            for run in names or [None]:
+                res += api.verify(args.logdir, run=run, op=args.op, backup_dir=args.backup_dir,
+                                  verify_backends=args.verify, progress=progress, cancel=cancel)
+                if bar_ is not None:
+                    done[0] = bar_.n = bar_.total
+                    bar_.refresh()
     finally:
         if bar_ is not None:
             bar_.close()
@@ -1009,7 +1013,41 @@ def cmd_verify(args) -> int:
                 print(f"    {'✓' if c['ok'] else '✗'} {c['detail']}")
         if not res:
             print("no kept reductions to verify")
+    if cancel.cancelled:
+        unchecked = sum(1 for r in res if r.get("code") == Failure.INTERRUPTED)
+        print(f"\ntb-footprint verify: interrupted; {unchecked} reduction(s) not checked [{Failure.INTERRUPTED}] "
+              "(nothing was changed)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_OK if all(r["ok"] for r in res) else EXIT_FAILED
+
+
+class _cancelling:
+    """While a verb that only reads runs, the first Ctrl-C cancels it (it stops within a moment and
+    says what it did not get to) and a second one interrupts at once; the handler before is put
+    back after."""
+
+    def __init__(self, cancel):
+        self.cancel, self.before = cancel, None
+
+    def _handler(self, signum, frame):
+        if self.cancel.cancelled:
+            raise KeyboardInterrupt
+        print("\ninterrupting: the check under way stops now…", file=sys.stderr, flush=True)
+        self.cancel.cancel()
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self.before = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        if self.before is not None:
+            signal.signal(signal.SIGINT, self.before)
 
 
 def _backups_said(r: dict) -> str:

@@ -73,7 +73,8 @@ def test_a_cancel_between_runs_on_a_bucket(s3_bucket, tmp_path, monkeypatch):
     cancel = api.CancelToken()
     cancel.cancel()
     _all_unchecked(api.verify(url, cancel=cancel), n)
-    # cancelled at the first backup looked at: its run is cut short, the others not started
+    # cancelled at the first backup looked at: no run after it is started, and it is cut short
+    # unless that was its only backup
     cancel = api.CancelToken()
     real = bucket_catalogue._copy_ok
     looked = []
@@ -84,7 +85,15 @@ def test_a_cancel_between_runs_on_a_bucket(s3_bucket, tmp_path, monkeypatch):
         return real(*a, **kw)
 
     monkeypatch.setattr(bucket_catalogue, "_copy_ok", then_cancel)
-    _all_unchecked(api.verify(url, cancel=cancel), n)
+    res = api.verify(url, cancel=cancel)
+    assert looked == [1] and len(res) == n
+    assert res[0]["ok"] if res[0].get("checked", True) else res[0]["code"] == Failure.INTERRUPTED, res[0]
+    _all_unchecked(res[1:], n - 1)
+    # one operation of several backups, cancelled at its first: not checked, never ok
+    most = max(api.restorable(url), key=lambda o: o["files"])
+    assert most["files"] >= 2, most
+    cancel, looked[:] = api.CancelToken(), []
+    _all_unchecked(api.verify(url, op=most["op_id"], cancel=cancel), 1)
     assert looked == [1]
 
 
@@ -93,3 +102,31 @@ def test_verify_without_a_cancel_checks_every_run(tmp_path):
     logdir = _reduced(tmp_path / "logs")
     res = api.verify(logdir, verify_backends=PY)
     assert res and all(r["ok"] and r.get("checked", True) for r in res), res
+
+
+def test_ctrl_c_in_the_cli_verify_says_which_runs_were_not_checked(tmp_path, monkeypatch, capsys):
+    """``tb-footprint verify``: the first Ctrl-C (a SIGINT while the first run's readers start)
+    cancels the re-check through ``api.verify(cancel=)``: every reduction is listed, none ok, each
+    coded interrupted, and the exit status is 130 (an interrupt), never 0."""
+    import json
+    import os
+    import signal
+
+    from tb_footprint_plugin import cli
+
+    logdir = _reduced(tmp_path / "logs")
+    n = len(api.restorable(logdir))
+    real = checks.compare_views
+
+    def interrupted_inside(*a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, as the terminal sends it
+        return real(*a, **kw)
+
+    monkeypatch.setattr(checks, "compare_views", interrupted_inside)
+    before = signal.getsignal(signal.SIGINT)
+    rc = cli.main(["verify", logdir, "--verify", "python", "--json"])
+    assert signal.getsignal(signal.SIGINT) is before  # the handler before is put back
+    out = capsys.readouterr()
+    assert rc == 130, out.err
+    _all_unchecked(json.loads(out.out), n, rehashed=1)
+    assert "not checked [interrupted]" in out.err, out.err
