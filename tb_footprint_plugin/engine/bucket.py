@@ -43,6 +43,8 @@ the same failure); reasons are prose without codes.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
 from tb_footprint_plugin.engine.bucket_catalogue import history, kept_objects, manifests, recheck, status
 from tb_footprint_plugin.engine.bucket_purge import purge, retention_report
@@ -61,17 +63,18 @@ from tb_footprint_plugin.engine.bucket_state import (
     lock_run,
     owner_gone,
 )
-from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.storage.remote import RemoteFS
 
 
 
-def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict) -> RunOutcome:
+def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, cancel: Optional[CancelToken] = None) -> RunOutcome:
     """Restore one operation of the catalogue: a retired run copied back whole
-    (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``)."""
+    (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``, which
+    honours ``cancel`` before its first put-back)."""
     if manifest.get("kind") == "retire":
         return unretire(rfs, vault, manifest)
-    return restore_reduction(rfs, vault, manifest)
+    return restore_reduction(rfs, vault, manifest, cancel=cancel)
 
 
 __all__ = ["JOURNAL", "LOCKS", "BucketJournal", "BucketState", "BucketTxnError", "BucketVault", "failure_code",

@@ -10,6 +10,9 @@ operation it restores, ``kind: restore``: the run and every file to put back wit
 from the manifest); it is removed once the manifest says restored. A restore that stops after some
 originals are back (a crash, a failed request) keeps it, and the next start finishes the restore
 (``engine.bucket_recover``). One put and one delete of the journal per restore.
+
+The restore is one transaction (``ObjectRestore``) run by ``engine.txn.run``, the driver every
+transaction shares: a cancel is honoured before the first original goes back, never after.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import io
 from typing import Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
-from tb_footprint_plugin.engine import faults
+from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
@@ -36,11 +39,11 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_listing,
     run_prefix,
     STORE_FAILURES,
-    unlock_versions,
+    unlock_all,
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
-from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
@@ -103,39 +106,91 @@ def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, ou
     return jpath
 
 
-def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False) -> RunOutcome:
+def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False,
+               cancel: Optional[CancelToken] = None) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
-    checksums, and mark the manifest restored. An original key that exists again is left alone
-    (one holding the original's bytes counts as back). ``resume``: finish the restore whose
-    journal is there (``engine.bucket_recover``) instead of starting one."""
+    checksums, and mark the manifest restored: ``ObjectRestore`` run by ``engine.txn.run``. An
+    original key that exists again is left alone (one holding the original's bytes counts as
+    back). ``resume``: finish the restore whose journal is there (``engine.bucket_recover``)
+    through the same steps instead of starting one. ``cancel``: honoured before the first
+    original goes back (the run left as it was, its journal removed, the outcome coded
+    ``interrupted``), never after (a restore is finished, not undone)."""
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
         manifest = read_manifest(manifest, vault_url(rfs, manifest["_path"]) if isinstance(manifest.get("_path"), str)
                                  else "the operation's manifest")
     except Untrusted as e:
         return RunOutcome(run=str(manifest.get("run")), status=Outcome.FAILED, code=Failure.REFUSED,
                           op_id=op_id_of(manifest), reason=f"{e}; nothing was changed")
-    run = manifest["run"]
-    op_id = manifest["op_id"]
-    out = RunOutcome(run=run, status=Outcome.FAILED, op_id=op_id,
+    out = RunOutcome(run=manifest["run"], status=Outcome.FAILED, op_id=manifest["op_id"],
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
-    st = BucketState(rfs)
-    locks: List[RunLease] = []
-    # named by the operation restored: another restore of it in this process keeps it (its lock
-    # stays live to every check here) and the one that added it takes it out
-    mine = op_id not in ACTIVE_OPS
-    ACTIVE_OPS.add(op_id)
-    if not lock_runs(st, [run], op_id, locks, out):
-        if mine:
-            ACTIVE_OPS.discard(op_id)
-        return out
-    lock = locks[0]  # the lock object held (its path is deleted with the journal's end)
-    manifest_version = manifest.get("_version")
-    displaced: List[dict] = []
-    jpath: Optional[str] = None  # the journal while it stands (then the lock stays with it)
-    started = resume  # whether an original may have been put back already
-    try:
-        conflicts = []
-        for f in manifest["files"]:  # every key checked before the journal and the first put-back
+    txn.run(ObjectRestore(rfs, vault, manifest, resume, out), cancel or CancelToken())
+    return out
+
+
+class ObjectRestore(txn.PutBack):
+    """The steps of a bucket reduction's restore for ``engine.txn.run``, under the lock of its run,
+    named (as its journal) by the operation restored: another restore of it in this process keeps
+    it (its lock stays live to every check here), a lock naming it is not taken over while its
+    journal stands, and purge leaves an operation with a journal alone.
+
+    - **journal**: the run's lock (``NotStarted``, the outcome set, when another holds it), every
+      key the manifest names checked before anything moves (a backup outside the vault, a damaged
+      blob, a key outside the run: ``NotStarted``, nothing changed), then the restore's journal
+      (``kind: restore``; a resumed restore's stands already);
+    - **backup**, **stage**, **transform**, **verify**, the last look and the swap record: nothing
+      (the backups go back unchanged, each checked as it is put back; the journal is the commit
+      point: a cancel is honoured up to here, when nothing is back yet);
+    - **swap**: one listing of the run, then each original put back (``_put_back``: a server-side
+      copy create-only, or over the reduced object at its version), a grown reduced object kept
+      in the vault with its late records salvaged into the run (``_keep_grown``), a compressed
+      copy this operation made removed; ``restore.file`` after each original put back;
+    - **commit**: the manifest marked restored (``not_restored``, ``displaced``), the journal
+      removed, the outcome.
+
+    A failure is never rolled back (``journaled`` False: no rollback record): the journal goes
+    when nothing was put back yet, else it stays and the next start finishes the restore
+    (``settle_failed_journal``); an injected fault is a crash, the journal left as it stands."""
+
+    verb = "restore"
+    # ValueError: a key the manifest names is not plain; an OSError that is no store failure
+    # propagates, as it always has
+    errors = (BucketTxnError, *STORE_FAILURES, ValueError, Cancelled)
+    rollback_errors = ()
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool, out: RunOutcome) -> None:
+        self.rfs, self.vault, self.m, self.resume, self.out = rfs, vault, manifest, resume, out
+        self.run, self.op_id = manifest["run"], manifest["op_id"]
+        self.st = BucketState(rfs)
+        self.mine = self.op_id not in ACTIVE_OPS
+        ACTIVE_OPS.add(self.op_id)
+        self.locks: List[RunLease] = []  # the lock object held (its path is deleted with the journal's end)
+        self.jpath: Optional[str] = None  # the journal while it stands (then the lock stays with it)
+        self.started = resume  # whether an original may have been put back already
+        self.conflicts: List[str] = []
+        self.displaced: List[dict] = []
+        self.ended = False
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return None  # ``restore.file`` is the swap's own, hit after each original put back
+
+    def journal(self, report: txn.Report) -> None:
+        """The lock, every key checked, then the journal (``NotStarted`` when refused)."""
+        rfs, vault, m, out = self.rfs, self.vault, self.m, self.out
+        if not lock_runs(self.st, [self.run], self.op_id, self.locks, out):
+            raise txn.NotStarted()
+        try:
+            self._check_keys()
+        except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
+            self.failed(e)
+            raise txn.NotStarted() from None
+        if not self.resume:
+            start_journal(self.st, restore_journal(rfs, vault, m, RESTORE_KIND, self.run))
+        self.jpath = journal_path(rfs, self.op_id)
+
+    def _check_keys(self) -> None:
+        """Every key checked before the journal and the first put-back."""
+        rfs, vault, m, run = self.rfs, self.vault, self.m, self.run
+        for f in m["files"]:
             if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
             if is_blob_entry(f):
@@ -144,22 +199,27 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 if not check_entry(vault, f):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {vault.blobs.folder} "
                                          "is missing or does not read back to its sha256; nothing was put back"
-                                         + _made_where(manifest))
+                                         + _made_where(m))
             # the journal written from it must be one the next start acts on: keys inside the run
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
-                raise BucketTxnError(Failure.REFUSED, f"manifest of {op_id} names a file outside its run {run!r}")
+                raise BucketTxnError(Failure.REFUSED, f"manifest of {self.op_id} names a file outside its run {run!r}")
             rfs.path(f["path"])
             if f.get("final"):
                 rfs.path(f["final"])
-        if not resume:
-            start_journal(st, restore_journal(rfs, vault, manifest, RESTORE_KIND, run))
-        jpath = journal_path(rfs, op_id)
+
+    def verify(self, report: txn.Report) -> None:
+        """Nothing: each put-back is checked against the recorded checksums as it is made."""
+
+    def swap(self, report: txn.Report) -> None:
+        """Every original put back (class doc); ``restore.file`` after each."""
+        rfs, vault, out, conflicts, displaced = self.rfs, self.vault, self.out, self.conflicts, self.displaced
+        op_id = self.op_id
         # one listing of the run says which originals exist again: no metadata read per file
-        present = run_listing(rfs, vault, run)
-        for f in manifest["files"]:
+        present = run_listing(rfs, vault, self.run)
+        for f in self.m["files"]:
             orig = rfs.path(f["path"])
-            started = True
+            self.started = True
             # a slim by an earlier version wrote its new bytes under the original's own name:
             # put back over them as an in-place rewrite
             if in_place(f) or (f.get("action") == "rewrite" and staged_match(present.get(f["path"]), f)):
@@ -168,17 +228,16 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
                     # the original bytes are there already; a grown object kept by a restore of
                     # this operation that stopped before its record is recorded now
-                    kept_info = BucketState.of(rfs).head(f"{vault.root}/{_kept_key(manifest['op_id'], f)}")
+                    kept_info = BucketState.of(rfs).head(f"{vault.root}/{_kept_key(op_id, f)}")
                     if kept_info is not None and isinstance(f.get("new_size"), int):
-                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(manifest["op_id"], f),
-                                                         kept_info, present))
+                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(op_id, f), kept_info, present))
                     continue
                 kept = None
                 if cur is not None and not staged_match(cur, f):
                     # a writer that resumed "appended" by writing the reduced bytes plus new records:
                     # the grown object goes to the vault, its records back into the run, and then
                     # the original over it (anything else written there is left as it is)
-                    kept = _keep_grown(rfs, vault, manifest["op_id"], f, cur, present)
+                    kept = _keep_grown(rfs, vault, op_id, f, cur, present)
                     if kept is None:
                         conflicts.append(f["path"])
                         continue
@@ -242,7 +301,12 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                     must_delete_versioned(rfs, final, cur.version_token)
                     out.removed_files.append(f["final"])
                     out.bytes_after -= int(f.get("new_size") or 0)
-        manifest = {k: v for k, v in manifest.items() if not k.startswith("_")}
+
+    def commit(self, report: txn.Report) -> None:
+        """The manifest marked restored, the journal removed, the outcome."""
+        rfs, vault, out, conflicts, displaced, op_id = self.rfs, self.vault, self.out, self.conflicts, self.displaced, self.op_id
+        manifest_version = self.m.get("_version")
+        manifest = {k: v for k, v in self.m.items() if not k.startswith("_")}
         manifest["restored_by"] = A_RESTORE  # a bucket restore has no op id of its own
         if conflicts:
             # their originals were not put back: the vault holds the only copy, which purge keeps
@@ -252,9 +316,9 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
         manifest["restored_at"] = now_s()
         manifest["restored_with"] = who()
         version = manifest_version or (BucketState.of(rfs).head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
-        st.update(vault.manifest(op_id), bucket_form(manifest), version)
-        must_delete(rfs, [jpath])
-        jpath = None
+        self.st.update(vault.manifest(op_id), bucket_form(manifest), version)
+        must_delete(rfs, [self.jpath])
+        self.jpath = None
         out.status = Outcome.RESTORED
         # an object store keeps no modification time or mode of a file: a restored object is
         # dated by the store at the copy, and the report says so (bytes are checked above)
@@ -274,17 +338,35 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "
                            "their originals stay in the vault, and purge keeps them")
-        return out
-    except (BucketTxnError, *STORE_FAILURES, ValueError) as e:  # ValueError: a key the manifest names is not plain
-        out.reason, out.code = str(e), failure_code(e)
-        jpath = settle_failed_journal(rfs, jpath, started, out)
-        return out
-    finally:
-        if mine:
-            ACTIVE_OPS.discard(op_id)
-        ours = unlock_versions(lock)
-        if ours and jpath is None:  # a kept journal keeps its lock until it is settled
-            BucketState.of(rfs).delete(list(ours), versions=ours)
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: a restore is finished, not undone
+
+    def committed(self) -> bool:
+        return self.jpath is not None
+
+    def failed(self, error: BaseException) -> None:
+        self.out.reason, self.out.code = str(error), failure_code(error)
+        if isinstance(error, Cancelled):  # honoured only before the first put-back
+            self.out.reason += ": nothing was put back, the run is as it was"
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone: the journal goes if nothing was put back, else it stays."""
+        self.jpath = settle_failed_journal(self.rfs, self.jpath, self.started, self.out)
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` settles its own failures
+
+    def end(self) -> None:
+        """Once: the lock no longer renewed, and deleted unless the journal stands."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.mine:
+            ACTIVE_OPS.discard(self.op_id)
+        ours, versions = unlock_all(self.locks)
+        if ours and self.jpath is None:  # a kept journal keeps its lock until it is settled
+            BucketState.of(self.rfs).delete(ours, versions=versions)
 
 
 def _made_where(manifest: dict) -> str:

@@ -205,11 +205,14 @@ class BucketEngine(Engine):
         return self.bk.recheck(self.rfs, self.vault, run=run, op=op, cancel=cancel)
 
     def restore(self, run: Optional[str], op: Optional[str],
-                on_outcome: Optional[Callable[[RunOutcome], None]] = None) -> List[RunOutcome]:
+                on_outcome: Optional[Callable[[RunOutcome], None]] = None,
+                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
         """A retired run comes back first; a damaged manifest that may hide a backup is a failed
         outcome (``Failure.RESTORE_BLOCKED``). Differs: an operation restored already is not
         listed again (no ``already_restored`` skip); nothing found is a ``TransactionError`` for
-        ``op`` as for ``run``."""
+        ``op`` as for ``run``. ``cancel``: a reduction's restore stops before its first put-back
+        (``bucket_restore.restore_op``); a retired run's is not stopped once started
+        (``bucket_retire.unretire``), only not started, as on a disk."""
         bk, rfs, vault = self.bk, self.rfs, self.vault
         self.recover()
         damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
@@ -228,7 +231,12 @@ class BucketEngine(Engine):
                                    + "".join(f"; {w}" for w in damage), Failure.RESTORE_BLOCKED if damage else Failure.NOT_FOUND)
         outcomes = []
         for m in todo:
-            outcomes.append(bk.restore_op(rfs, vault, m))
+            if cancel is not None and cancel.cancelled:
+                outcomes.append(RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
+                                           op_id=m.get("op_id"), bytes_before=m.get("bytes_after", 0),
+                                           bytes_after=m.get("bytes_after", 0)))
+            else:
+                outcomes.append(bk.restore_op(rfs, vault, m, cancel=cancel))
             if on_outcome is not None:
                 on_outcome(outcomes[-1])
         return outcomes + [
