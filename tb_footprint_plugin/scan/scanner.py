@@ -92,15 +92,13 @@ def _listing(rfs) -> dict:
     """Every object under the root of ``rfs`` (a logdir, or a vault in another prefix or bucket),
     keyed relative to it: one paginated listing through the ``Store`` interface
     (``ObjectStore.list``, every key: the listing the bucket engine makes), on ``rfs``'s client and
-    request counters. A scheme of fsspec's without a ``Store`` (scanned and planned only, never
-    changed) is listed by ``RemoteFS.list_tree``. ``FileNotFoundError`` when there is no such bucket."""
+    request counters; a URL of another fsspec scheme (scanned and planned only, never changed) the
+    same way, its store listed and read only (``store_object.LISTED_ONLY_CAPABILITIES``).
+    ``FileNotFoundError`` when there is no such bucket."""
     from tb_footprint_plugin.codes import StoreError
-    from tb_footprint_plugin.storage.remote import is_bucket_url
     from tb_footprint_plugin.storage.store import StoreFailure
     from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
 
-    if not is_bucket_url(rfs.url):
-        return rfs.list_tree()
     try:
         return listing_of(ObjectStore(rfs.url, rfs=rfs))
     except StoreFailure as e:

@@ -27,7 +27,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Union
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.regular import open_regular
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums
+from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums, is_bucket_url
 from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, Copied,
                                                DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
                                                StoreFailure, check_key, unwrapped)
@@ -45,6 +45,14 @@ BUCKET_CAPABILITIES = Capabilities(
     rename_atomic=False, hard_link=False, fsync=False, versions=True, mtime_kept=False, mode_kept=False,
     open_writer_detection=False, server_side_copy=True, conditional_put=True, folders=False,
     append="conditional_rewrite", retention_query=True)
+
+#: what the objects under a URL of another fsspec scheme offer (``hdfs://``, a scheme fsspec
+#: registers): a listing and ranged reads through the same ``Store`` calls, nothing written (there
+#: is no conditional client for it: a write is ``StoreError.NOT_SUPPORTED``), no version enforced
+LISTED_ONLY_CAPABILITIES = Capabilities(
+    rename_atomic=False, hard_link=False, fsync=False, versions=False, mtime_kept=False, mode_kept=False,
+    open_writer_detection=False, server_side_copy=False, conditional_put=False, folders=False,
+    append="none", retention_query=False)
 
 _CODES = {c.value: c for c in StoreError}
 
@@ -120,7 +128,9 @@ class _Prefixed:
 
 
 class ObjectStore(Store):
-    """The objects under one bucket prefix (``s3://bucket/logdir``, ``gs://…``, ``az://…``)."""
+    """The objects under one bucket prefix (``s3://bucket/logdir``, ``gs://…``, ``az://…``); under
+    a URL of another fsspec scheme, listed and read only (``LISTED_ONLY_CAPABILITIES``): the scan
+    lists every remote logdir through this one interface."""
 
     def __init__(self, url: str, rfs: Optional[RemoteFS] = None, *, ops=None, ops_of: Optional[RemoteFS] = None):
         """The objects under ``url``, through ``rfs`` (a ``RemoteFS`` at ``url``: made when not
@@ -134,7 +144,7 @@ class ObjectStore(Store):
         self._ops_of = ops_of if ops_of is not None else self.rfs
         self.location = self.rfs.url
         self.stats = self.rfs.stats
-        self.capabilities = BUCKET_CAPABILITIES
+        self.capabilities = BUCKET_CAPABILITIES if is_bucket_url(self.location) else LISTED_ONLY_CAPABILITIES
         #: keys a listing found that no Store call can address ('a/../b', 'a//b'): reported, not listed
         self.unaddressable: List[str] = []
 
@@ -444,4 +454,5 @@ def listing_of(store: "ObjectStore", prefix: str = "") -> Dict[str, ObjectInfo]:
     return {e.key: info_of(e) for e in store.list(prefix, every_key=True)}
 
 
-__all__ = ["ObjectStore", "BUCKET_CAPABILITIES", "STAGE_PREFIX", "APPEND_TRIES", "info_of", "listing_of"]
+__all__ = ["ObjectStore", "BUCKET_CAPABILITIES", "LISTED_ONLY_CAPABILITIES", "STAGE_PREFIX", "APPEND_TRIES",
+           "info_of", "listing_of"]
