@@ -919,7 +919,7 @@ def cmd_restore(args) -> int:
     try:  # Ctrl-C: the restore under way is finished now (as the next start would), then exit 130
         with _interruptible(cancel, "the restore under way is finished before exiting"):
             for c in calls:
-                outs += _restore_call(api, args, c, landed.append)
+                outs += _restore_call(api, args, c, landed.append, cancel)
     except KeyboardInterrupt:
         # the runs restored before the interrupt are named (with --json in _interrupted's document)
         for o in landed if not args.json else ():
@@ -935,12 +935,13 @@ def cmd_restore(args) -> int:
     return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
-def _restore_call(api, args, call: dict, on_outcome) -> list:
+def _restore_call(api, args, call: dict, on_outcome, cancel) -> list:
     """``api.restore`` of one call; a run or operation of which nothing is recorded is a usage
     error (exit 2, as a name matching no run is on every verb), while damage that may hide its
-    backups stays a failure (``restore_blocked``, exit 1)."""
+    backups stays a failure (``restore_blocked``, exit 1). ``cancel``: the token Ctrl-C sets before
+    it interrupts this thread (``_interruptible``), given to the engine too."""
     try:
-        return api.restore(args.logdir, backup_dir=args.backup_dir, on_outcome=on_outcome, **call)
+        return api.restore(args.logdir, backup_dir=args.backup_dir, on_outcome=on_outcome, cancel=cancel, **call)
     except api.TransactionError as e:
         if e.code == Failure.NOT_FOUND:
             rows = sorted({r["run"] for r in _restorable_rows(api, args)})

@@ -109,9 +109,7 @@ def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     ``cancel`` (Ctrl-C, the tab's Cancel): honoured up to a run's first put-back, never after (a
     restore is finished, not undone): the run under way is left as it was (code
     ``interrupted``), the runs after it are not started (``cancelled``)."""
-    eng = open_engine(logdir, backup_dir)
-    # until every engine takes it (a bucket's restore: issue #26 item 2, task B), passed when given
-    return eng.restore(run, op, on_outcome) if cancel is None else eng.restore(run, op, on_outcome, cancel)
+    return open_engine(logdir, backup_dir).restore(run, op, on_outcome, cancel)
 
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:
