@@ -148,10 +148,12 @@ class Txn(abc.ABC):
 
 
 class PutBack(Txn):
-    """A transaction that only puts back what the vault holds, unchanged (a retired run's restore,
-    on a disk or in a bucket): the vault's files are its backups (checked before its journal),
-    nothing is staged or transformed, and its begin record is its commit point: a restore is
-    finished, never undone, so it journals no swap or rollback record of its own."""
+    """A transaction that only puts back what the vault holds, unchanged (a retired run's restore
+    and the restore of a reduction, on a disk or in a bucket): the vault's files are its backups,
+    nothing is staged or transformed, and a restore is finished, never undone, so it journals no
+    swap or rollback record of its own. Its commit point is where the first file goes back: the
+    begin record where the backups were checked before it; for a restore whose backups are checked
+    after its begin record (a disk's streamed remote backups: ``restore.LocalRestore``), the swap."""
 
     def backup(self, report: Report) -> None:
         """Nothing: the vault's files are the backups, checked before the journal."""
