@@ -15,6 +15,7 @@ from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 from test_objstore import _write_rewrite_logdir
 
@@ -56,7 +57,7 @@ def _reduced(bucket, logdir):
 def _restore(url, cancel):
     """``bucket_restore.restore_op`` of the logdir's one reduction, with ``cancel``."""
     rfs = RemoteFS(url)
-    vault = BucketVault.for_logdir(rfs)
+    vault = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
     (m,) = manifests(rfs, vault)
     assert len(m["files"]) >= 2, m["files"]  # so a cancel during the put-back has one still to go
     return bucket_restore.restore_op(rfs, vault, m, cancel=cancel)

@@ -19,6 +19,7 @@ from tb_footprint_plugin.engine import bucket as bk
 from tb_footprint_plugin.engine import bucket_ledger, faults, manifest
 from tb_footprint_plugin.engine.bucket_state import JOURNAL
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -61,7 +62,7 @@ def test_manifests_are_read_in_the_one_schema_while_the_aliases_are_still_writte
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0)
     assert [o.status for o in rep.outcomes] == ["verified"] * 2
     rfs = RemoteFS(url)
-    read = bk.manifests(rfs, bk.BucketVault.for_logdir(rfs))
+    read = bk.manifests(rfs, bk.BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs)))
     assert len(read) == 2
     for m in read:
         stored = json.loads(rfs.read_bytes(f"{STATE}/manifests/{m['op_id']}.json"))

@@ -1,5 +1,5 @@
 """The bucket vault is built over the ``Store`` interface (issue #26): ``BucketVault.for_logdir``
-takes the logdir's ``ObjectStore`` (a ``RemoteFS`` is taken as the store at its root), and the
+takes the logdir's ``ObjectStore`` (the Store; a ``RemoteFS``, its client, is refused), and the
 vault has a store of its own (the objects under its root, on the logdir's client and request
 counters), through which its manifests are listed: one listing, as before."""
 import pytest
@@ -18,7 +18,8 @@ def test_the_vault_is_built_over_the_logdirs_store(s3_bucket, objstore_pool, tmp
     assert v.logdir is logdir and v.rfs is rfs
     assert v.root == f"{s3_bucket.key('logs')}/.tb-footprint"
     assert v.store.location == s3_bucket.url("logs/.tb-footprint") and v.store.stats is rfs.stats
-    assert BucketVault.for_logdir(rfs).root == v.root  # a RemoteFS: the store at its root
+    with pytest.raises(TypeError, match="ObjectStore"):  # the client is not the store
+        BucketVault.for_logdir(rfs)
     other = Bucket(objstore_pool.get("s3"))
     far = BucketVault.for_logdir(logdir, other.url("vault"))
     assert far.root == other.key("vault") and far.store.location == other.url("vault")
@@ -33,7 +34,7 @@ def test_the_vault_is_built_over_the_logdirs_store(s3_bucket, objstore_pool, tmp
 
 def test_manifests_are_listed_through_the_vaults_store(s3_bucket, monkeypatch):
     rfs = RemoteFS(s3_bucket.url("logs"))
-    v = BucketVault.for_logdir(rfs)
+    v = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
     st = bk.BucketState(rfs)
     st.create(v.manifest("20260101T000000-abcdef"), {"op_id": "x"})  # not a manifest: left out
     calls = []
@@ -51,5 +52,5 @@ def test_manifests_are_listed_through_the_vaults_store(s3_bucket, monkeypatch):
     assert rfs.stats.to_dict().get("list", 0) - before == 1
     assert len(problems) == 1 and problems[0]["file"].endswith("20260101T000000-abcdef.json")
     # a vault whose bucket does not exist (yet) holds no manifest
-    gone = BucketVault.for_logdir(rfs, "s3://tbfp-no-such-bucket-j6/vault")
+    gone = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs), "s3://tbfp-no-such-bucket-j6/vault")
     assert bk.manifests(rfs, gone) == []

@@ -23,6 +23,7 @@ from tb_footprint_plugin.engine.bucket_state import BlobVault
 from tb_footprint_plugin.storage.blobstore import BlobStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 STATE = ".tb-footprint/"
 
@@ -257,7 +258,7 @@ def test_cli_retire_into_a_folder_killed_at_each_step_then_settled(s3_bucket, sw
         assert doc["step"] == "swapping"
         assert {f["path"]: f["sha256"] for f in doc["runs"][0]["files"]} == _of(before, run)
         # a purge in this window (the engine's, no recovery first) forgets none of them
-        d = bk.purge(rfs, bk.BucketVault.for_logdir(rfs, vault), yes=True)
+        d = bk.purge(rfs, bk.BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs), vault), yes=True)
         assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
         assert set(_of(before, run).values()) <= _blobs(vault)
     (rec,) = api.recover_logdir(url, backup_dir=vault)

@@ -11,6 +11,7 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_retire import RETIRE_STEPS
 from tb_footprint_plugin.engine.context import TransactionError
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 from test_objstore import DROP_PROFILES, _write_rewrite_logdir
 
@@ -176,7 +177,7 @@ def test_recently_written_run_is_not_retired(s3_bucket, sweep_logdir):
     (item,) = p.items
     assert not item.selected and item.code == Skip.ACTIVE
     rfs = RemoteFS(url)
-    o = bk.retire_run(rfs, bk.BucketVault.for_logdir(rfs), "baseline", quiet_period=600)
+    o = bk.retire_run(rfs, bk.BucketVault.for_logdir(ObjectStore(url, rfs=rfs)), "baseline", quiet_period=600)
     assert o.status == Outcome.SKIPPED and o.code == Skip.ACTIVE, (o.status, o.reason)
     assert _user(s3_bucket) == before and api.retired(url) == []
     assert not api.status(url)["unfinished_operations"]
@@ -276,7 +277,7 @@ def test_purge_keeps_the_copies_of_a_retire_still_under_way(s3_bucket, sweep_log
     copies = _vault_keys(s3_bucket)
     assert copies and api.status(url)["unfinished_operations"]
     rfs = RemoteFS(url)
-    d = bk.purge(rfs, bk.BucketVault.for_logdir(rfs, None), yes=True)  # the engine's, no recovery first
+    d = bk.purge(rfs, bk.BucketVault.for_logdir(ObjectStore(url, rfs=rfs), None), yes=True)  # the engine's, no recovery first
     assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
     assert _vault_keys(s3_bucket) == copies
     (rec,) = api.recover_logdir(url)  # rolled back onto the copies it kept

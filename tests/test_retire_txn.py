@@ -20,6 +20,7 @@ from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.storage.paths import state_dir
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -130,7 +131,7 @@ def test_a_bucket_retire_is_an_ObjectRetire_run_by_the_driver(s3_bucket, tmp_pat
 
     before = user()
     rfs = RemoteFS(url)
-    vault = BucketVault.for_logdir(rfs)
+    vault = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
     seen, log = _observe(monkeypatch, bucket_retire.RETIRE_STEPS)
     out = bucket_retire.retire_run(rfs, vault, "train", quiet_period=0)
     assert out.status == Outcome.VERIFIED, out.to_dict()

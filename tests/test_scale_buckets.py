@@ -16,6 +16,7 @@ from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.bucket_state import BucketVault, listing_of_runs
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 RUNS = 300
 PROFILE = "plugins/profile/"
@@ -168,7 +169,7 @@ def test_a_batch_lists_the_folders_of_its_runs_not_the_whole_logdir(counted, tem
     # rule without it listed the whole logdir (fewer pages than one listing per run)
     rfs = RemoteFS(url)
     known = rfs.list_tree()
-    vault = BucketVault.for_logdir(rfs)
+    vault = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
     proxy.reset()
     listed.clear()
     objs = listing_of_runs(rfs, vault, mine[:5], len(known), known=known)

@@ -23,7 +23,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
@@ -139,12 +139,15 @@ class BucketVault:
     _store: Optional[ObjectStore] = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def for_logdir(cls, logdir: Union[ObjectStore, RemoteFS], backup_dir: Optional[str] = None) -> "BucketVault":
-        """The vault of the logdir whose store is ``logdir`` (a ``RemoteFS`` is taken as the store
-        at its root, on its client): ``backup_dir`` a local folder (blobs), another prefix or
-        bucket of the same store (``ValueError`` for another store, or one holding the logdir),
-        else ``<logdir>/.tb-footprint``."""
-        store = logdir if isinstance(logdir, ObjectStore) else ObjectStore.on_client(logdir, logdir.url)
+    def for_logdir(cls, logdir: ObjectStore, backup_dir: Optional[str] = None) -> "BucketVault":
+        """The vault of the logdir whose store is ``logdir`` (the ``Store`` interface: its client,
+        ``logdir.rfs``, is what the vault's own store shares): ``backup_dir`` a local folder
+        (blobs), another prefix or bucket of the same store (``ValueError`` for another store, or
+        one holding the logdir), else ``<logdir>/.tb-footprint``. ``TypeError`` for anything but
+        an ``ObjectStore`` (a ``RemoteFS`` is its client, not a store)."""
+        if not isinstance(logdir, ObjectStore):
+            raise TypeError(f"BucketVault.for_logdir takes the logdir's ObjectStore, not {type(logdir).__name__}")
+        store = logdir
         rfs = store.rfs
         if backup_dir and not is_remote(backup_dir):
             return cls(logdir=store, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault(backup_dir, rfs))

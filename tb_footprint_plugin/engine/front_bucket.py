@@ -29,9 +29,11 @@ def bucket_of(logdir: str, backup_dir: Optional[str]):
     (``backup_dir`` a path; ``NotPrivate`` when it is not ours)."""
     from tb_footprint_plugin.engine.bucket import BucketVault
     from tb_footprint_plugin.storage.remote import RemoteFS
+    from tb_footprint_plugin.storage.store_object import ObjectStore
 
-    rfs = RemoteFS(logdir)
-    return rfs, BucketVault.for_logdir(rfs, backup_dir)
+    rfs = RemoteFS(logdir)  # its own refusals (a missing client extra: ``missing_extra``) as they were
+    # the vault is built over the logdir's store, on this client (no request)
+    return rfs, BucketVault.for_logdir(ObjectStore.on_client(rfs, rfs.url), backup_dir)
 
 
 def op_view(m: dict) -> dict:
