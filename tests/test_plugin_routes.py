@@ -660,19 +660,49 @@ def test_cancel_while_queued_changes_nothing(app, logdir):
     assert app.get("/operations").get_json()["operations"] == []
 
 
-def test_restore_cannot_be_cancelled(app):
+def test_a_restore_is_cancellable_until_its_first_original_goes_back(app, logdir):
+    """Before its put-back a restore can be called off with nothing changed (the job ends
+    ``cancelled``, the run still reduced, its backup still restorable); once the originals go back
+    it is finished, never undone, and the tab no longer offers a cancel."""
     r = app.post("/reduce", {"runs": ["mid"]})
     app.wait_job(r.get_json()["job"]["id"])
+    reduced = file_shas(logdir)
     op = app.get("/operations").get_json()["operations"][0]["op_id"]
-    hold = threading.Event()
-    app.plugin.jobs._before_start = lambda: hold.wait(30)
+    reached, go = threading.Event(), threading.Event()
+
+    def pause():
+        reached.set()
+        go.wait(30)
+
+    faults.arm("restore.journal", pause)  # the lock taken and the begin record written: no original back yet
     r = app.post("/restore", {"op": op})
     jid = r.get_json()["job"]["id"]
-    assert r.get_json()["job"]["cancellable"] is False
+    assert r.get_json()["job"]["cancellable"] is True
+    assert reached.wait(60)
     c = app.post("/cancel", {"job": jid})
-    assert c.status_code == 409 and "cannot be cancelled" in c.get_json()["error"]
-    hold.set()
-    assert app.wait_job(jid)["state"] == "done"
+    assert c.status_code == 200, c.get_data(as_text=True)
+    go.set()
+    job = app.wait_job(jid)
+    assert job["state"] == "cancelled", job
+    (o,) = job["result"]["outcomes"]
+    assert o["code"] == "interrupted" and "nothing was changed" in o["reason"], o
+    assert file_shas(logdir) == reduced
+    faults.disarm_all()
+
+    # past the first put-back: not cancellable, and a cancel is refused with why
+    reached.clear()
+    go.clear()
+    faults.arm("restore.file", pause)
+    r = app.post("/restore", {"op": op})
+    jid = r.get_json()["job"]["id"]
+    assert reached.wait(60)
+    job = app.get("/job", query_string={"id": jid}).get_json()["job"]
+    assert job["cancellable"] is False and job["per_run"]["mid"]["step"] == "restore", job
+    c = app.post("/cancel", {"job": jid})
+    assert c.status_code == 409 and "never undone" in c.get_json()["error"]
+    go.set()
+    job = app.wait_job(jid)
+    assert job["state"] == "done" and job["result"]["outcomes"][0]["status"] == "restored", job
 
 
 @pytest.mark.parametrize("route, body, code, text", [

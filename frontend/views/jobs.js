@@ -10,6 +10,7 @@ const STEP_WORDS = {
   done: 'committed', restore: 'restoring', verified: 'verified', rolled_back: 'rolled back', skipped: 'skipped',
   failed: 'failed', restored: 'restored',
   hash: 'hashing every file', move: 'moving into the vault', record: 'recording',
+  check: 'checking the backups',
 };
 
 function title(job) {

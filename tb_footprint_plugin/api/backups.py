@@ -102,14 +102,17 @@ def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = No
 def restore(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
             backup_dir: Optional[str] = None,
             on_outcome: Optional[Callable[[RunOutcome], None]] = None,
-            cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
+            cancel: Optional[CancelToken] = None,
+            progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
     """Put back the exact original bytes: one operation (``op``), every operation of ``run``
     newest first, or (neither given) every restorable operation of the logdir. Settles what is
     unfinished first (``Engine.restore``). ``on_outcome`` gets each run's outcome as it lands.
     ``cancel`` (Ctrl-C, the tab's Cancel): honoured up to a run's first put-back, never after (a
     restore is finished, not undone): the run under way is left as it was (code
-    ``interrupted``), the runs after it are not started (``cancelled``)."""
-    return open_engine(logdir, backup_dir).restore(run, op, on_outcome, cancel)
+    ``interrupted``), the runs after it are not started (``cancelled``). ``progress(run, step,
+    fraction)``: ``check`` while a run's backups are checked (a cancel is still honoured),
+    ``restore`` once its first original goes back (from then on it is not)."""
+    return open_engine(logdir, backup_dir).restore(run, op, on_outcome, cancel, progress)
 
 
 def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str] = None) -> List[dict]:

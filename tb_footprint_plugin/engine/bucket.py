@@ -43,7 +43,7 @@ the same failure); reasons are prose without codes.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from tb_footprint_plugin.engine.bucket_batch import reduce_batch
 from tb_footprint_plugin.engine.bucket_catalogue import history, kept_objects, manifests, recheck, status
@@ -68,13 +68,14 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 
 
 
-def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, cancel: Optional[CancelToken] = None) -> RunOutcome:
+def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, cancel: Optional[CancelToken] = None,
+               progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
     """Restore one operation of the catalogue: a retired run copied back whole
     (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``, which
     honours ``cancel`` before its first put-back)."""
     if manifest.get("kind") == "retire":
         return unretire(rfs, vault, manifest)
-    return restore_reduction(rfs, vault, manifest, cancel=cancel)
+    return restore_reduction(rfs, vault, manifest, cancel=cancel, progress=progress)
 
 
 __all__ = ["JOURNAL", "LOCKS", "BucketJournal", "BucketState", "BucketTxnError", "BucketVault", "failure_code",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, txn
@@ -107,14 +107,16 @@ def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, ou
 
 
 def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False,
-               cancel: Optional[CancelToken] = None) -> RunOutcome:
+               cancel: Optional[CancelToken] = None,
+               progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
     checksums, and mark the manifest restored: ``ObjectRestore`` run by ``engine.txn.run``. An
     original key that exists again is left alone (one holding the original's bytes counts as
     back). ``resume``: finish the restore whose journal is there (``engine.bucket_recover``)
     through the same steps instead of starting one. ``cancel``: honoured before the first
     original goes back (the run left as it was, its journal removed, the outcome coded
-    ``interrupted``), never after (a restore is finished, not undone)."""
+    ``interrupted``), never after (a restore is finished, not undone). ``progress(run, step,
+    fraction)``: ``restore`` as the first original goes back."""
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
         manifest = read_manifest(manifest, vault_url(rfs, manifest["_path"]) if isinstance(manifest.get("_path"), str)
                                  else "the operation's manifest")
@@ -123,7 +125,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
                           op_id=op_id_of(manifest), reason=f"{e}; nothing was changed")
     out = RunOutcome(run=manifest["run"], status=Outcome.FAILED, op_id=manifest["op_id"],
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
-    txn.run(ObjectRestore(rfs, vault, manifest, resume, out), cancel or CancelToken())
+    txn.run(ObjectRestore(rfs, vault, manifest, resume, out), cancel or CancelToken(),
+            (lambda step, frac: progress(out.run, step, frac)) if progress is not None else None)
     return out
 
 
@@ -213,6 +216,7 @@ class ObjectRestore(txn.PutBack):
 
     def swap(self, report: txn.Report) -> None:
         """Every original put back (class doc); ``restore.file`` after each."""
+        report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
         rfs, vault, out, conflicts, displaced = self.rfs, self.vault, self.out, self.conflicts, self.displaced
         op_id = self.op_id
         # one listing of the run says which originals exist again: no metadata read per file

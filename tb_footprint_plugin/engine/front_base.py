@@ -97,12 +97,15 @@ class Engine(ABC):
     @abstractmethod
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None,
-                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
+                cancel: Optional[CancelToken] = None,
+                progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
         """Put back the exact original bytes (``api.restore``), after settling what is unfinished;
         ``on_outcome`` is given each run's outcome as it lands (an interrupt then loses none).
         ``cancel``: honoured up to a run's first put-back, never after (a restore is finished, not
         undone): the run under way is left as it was (code ``interrupted``), the runs after it are
-        not started (``Skip.CANCELLED``)."""
+        not started (``Skip.CANCELLED``). ``progress(run, step, fraction)``: a reduction's restore
+        says ``restore`` when its first original goes back (the point past which a cancel is not
+        honoured), ``check`` while backups it checks under its journal are read."""
 
     @abstractmethod
     def restorable(self, run: Optional[str] = None) -> List[dict]:

@@ -208,7 +208,8 @@ class BucketEngine(Engine):
 
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None,
-                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
+                cancel: Optional[CancelToken] = None,
+                progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
         """A retired run comes back first; a damaged manifest that may hide a backup is a failed
         outcome (``Failure.RESTORE_BLOCKED``). Differs: an operation restored already is not
         listed again (no ``already_restored`` skip); nothing found is a ``TransactionError`` for
@@ -238,7 +239,7 @@ class BucketEngine(Engine):
                                            op_id=m.get("op_id"), bytes_before=m.get("bytes_after", 0),
                                            bytes_after=m.get("bytes_after", 0)))
             else:
-                outcomes.append(bk.restore_op(rfs, vault, m, cancel=cancel))
+                outcomes.append(bk.restore_op(rfs, vault, m, cancel=cancel, progress=progress))
             if on_outcome is not None:
                 on_outcome(outcomes[-1])
         return outcomes + [

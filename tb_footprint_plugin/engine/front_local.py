@@ -350,7 +350,8 @@ class LocalEngine(Engine):
 
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None,
-                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
+                cancel: Optional[CancelToken] = None,
+                progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
         """A retired run comes back first; an operation restored already is said so
         (``Skip.ALREADY_RESTORED``); damage that may hide backups is a failed outcome (or, when
         nothing is found for ``run``, a ``TransactionError`` with ``Failure.RESTORE_BLOCKED``).
@@ -375,7 +376,7 @@ class LocalEngine(Engine):
             if m.get("restored_by"):
                 return [said(already_restored(m))]
             return [said(unretire_unless_cancelled(m) if m.get("kind") == "retire"
-                         else _name_remote_failures(m, restore_op(ctx, m, cancel=cancel)))]
+                         else _name_remote_failures(m, restore_op(ctx, m, cancel=cancel, progress=progress)))]
         # a retired run comes back first: its reductions can only be restored once it is back
         outcomes = [said(unretire_unless_cancelled(m)) for m in retirements(ctx) if is_restorable_retirement(m)
                     and (run is None or m["run"] == run or run in m.get("takes_along", []))]
@@ -391,7 +392,8 @@ class LocalEngine(Engine):
                                    "no retirement)" + "".join(f"; {why}" for why in hidden),
                                    Failure.RESTORE_BLOCKED if hidden else Failure.NOT_FOUND)
         # one after the other, their pack copies let go together at the end (``restore_ops``)
-        outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)), cancel=cancel)
+        outcomes += restore_ops(ctx, ops, memo, each=lambda m, o: said(_name_remote_failures(m, o)), cancel=cancel,
+                                progress=progress)
         if ops and any(o.status == Outcome.RESTORED for o in outcomes):
             forget_released(ctx, ctx.vault, own_manifests(ctx))  # what the restores let go, from the bucket too
         # state damage that may hide backups: named as a failed outcome, never a quiet "nothing to restore"

@@ -123,7 +123,8 @@ def stopped_half_way(ctx: Context, e: BaseException) -> Tuple[str, Code]:
 
 def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = None,
                 each: Optional[Callable[[dict, RunOutcome], RunOutcome]] = None,
-                cancel: Optional[CancelToken] = None) -> List[RunOutcome]:
+                cancel: Optional[CancelToken] = None,
+                progress: Optional[Callable[[str, str, float], None]] = None) -> List[RunOutcome]:
     """Restore reductions one after the other (``restore_op`` each, its outcome then given to
     ``each``), their pack copies let go together once every run is back (``Releases``: one
     forget for the call, not one a run); each outcome's detail then says what its release
@@ -137,7 +138,7 @@ def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = No
             o = RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
                            op_id=m["op_id"], bytes_before=m.get("bytes_after", 0), bytes_after=m.get("bytes_after", 0))
         else:
-            o = restore_op(ctx, m, memo, releases, cancel)
+            o = restore_op(ctx, m, memo, releases, cancel, progress)
         outcomes.append(o if each is None else each(m, o))
     freed = releases.finish(ctx, memo)
     for m, o in zip(ops, outcomes):
@@ -148,7 +149,8 @@ def restore_ops(ctx: Context, ops: List[dict], memo: Optional[ManifestMemo] = No
 
 
 def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None,
-               releases: Optional["Releases"] = None, cancel: Optional[CancelToken] = None) -> RunOutcome:
+               releases: Optional["Releases"] = None, cancel: Optional[CancelToken] = None,
+               progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
     """Restore one reduction; returns an outcome (status 'restored' or 'failed' with the reason).
     The checks that read only the vault first (a newer reduction, a purged backup, a retirement,
     damaged or unreadable backups: nothing held, nothing changed), then ``LocalRestore`` run by
@@ -157,7 +159,8 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
     last read are read again. ``releases``: the command's; the pack copies this restore lets go
     are forgotten with the other runs' by its ``finish`` (``restore_ops``), else at once.
     ``cancel``: honoured up to the first put-back, never after (the run is then left as it was,
-    code ``interrupted``)."""
+    code ``interrupted``). ``progress(run, step, fraction)``: ``check`` while streamed backups
+    are checked, ``restore`` as the first original goes back."""
     t0 = time.monotonic()
     run = manifest["run"]
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED, bytes_before=manifest.get("bytes_after", 0),
@@ -211,7 +214,8 @@ def restore_op(ctx: Context, manifest: dict, memo: Optional[ManifestMemo] = None
         return out
     try:
         cancel = cancel or CancelToken()
-        txn.run(LocalRestore(ctx, manifest, out, vault, streamed, allocates, memo, releases, cancel), cancel)
+        txn.run(LocalRestore(ctx, manifest, out, vault, streamed, allocates, memo, releases, cancel), cancel,
+                (lambda step, frac: progress(run, step, frac)) if progress is not None else None)
     finally:
         out.duration_s = round(time.monotonic() - t0, 3)
     return out
@@ -322,6 +326,7 @@ class LocalRestore(txn.PutBack):
         looked at before each), then the ``verified`` record (nothing may be put back before it)."""
         if not self.streamed:
             return
+        report("check", 0.1)
         self.checking = True
         prepare_streamed(self.ctx, self.vault, self.streamed, self.token, self.prepared, self.cancel)
         self.checking = False
@@ -333,6 +338,7 @@ class LocalRestore(txn.PutBack):
     def swap(self, report: txn.Report) -> None:
         """Every original back (``finish_restore``): past this point the restore is finished."""
         self.swapping = True
+        report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
         self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases)
 
     def commit(self, report: txn.Report) -> None:

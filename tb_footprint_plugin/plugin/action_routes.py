@@ -91,11 +91,16 @@ class ActionRoutes(RouteBase):
             raise HttpError(_RESTORE_STATUS.get(e.code, 409), str(e)) from None
         runs = [target["run"]]
         params = {"run": target["run"]} if target["run_only"] else {"op": target["op"]}
-        job = Job("restore", runs, params, cancel_token=None, cancellable=False)
+        # cancellable until its first original goes back (the library then says "restore"): a
+        # restore is finished, never undone, but one waiting on a lock or checking a remote
+        # vault's backups can still be called off with nothing changed
+        token = _cancel_token()
+        job = Job("restore", runs, params, cancel_token=token)
 
         def work(job: Job) -> dict:
-            job.report(runs[0], "restore", 0.1)
-            outs = api.restore(p.logdir, run=params.get("run"), op=params.get("op"), backup_dir=p.config.backup_dir)
+            job.report(runs[0], "starting", 0.05)
+            outs = api.restore(p.logdir, run=params.get("run"), op=params.get("op"), backup_dir=p.config.backup_dir,
+                               cancel=token, progress=job.report)
             for o in outs:
                 job.finish_run(o.run, o.status)
             return api.restore_summary(outs)
@@ -174,6 +179,9 @@ class ActionRoutes(RouteBase):
         if not job.active:
             raise HttpError(409, f"job {jid} has already finished ({job.state})", job=job.to_dict())
         if not job.to_dict()["cancellable"]:
+            if job.kind == "restore":
+                raise HttpError(409, "the originals are going back: a restore is finished once it has begun, "
+                                     "never undone (reduce the run again afterwards if you wish)", job=job.to_dict())
             raise HttpError(409, "past the commit point: the change is being committed and can no longer be "
                                  "cancelled (restore it afterwards instead)", job=job.to_dict())
         self.p.jobs.cancel(jid)

@@ -18,7 +18,8 @@ logger = logging.getLogger("tb_footprint_plugin.plugin")
 
 #: steps of a reduction before its commit point: a cancel is still honoured there
 CANCELLABLE_STEPS = ("queued", "waiting", "starting", "backup", "stage", "verify",
-                     "hash")  # a retirement hashes every file before anything moves
+                     "hash",  # a retirement hashes every file before anything moves
+                     "check")  # a restore reads its remote backups back before any original goes back
 MAX_FINISHED = 100
 #: run names a job's dict carries (the first ones, and the runs in progress besides): a job over
 #: 100,000 runs is polled every 700 ms and must not send 100,000 names each time
