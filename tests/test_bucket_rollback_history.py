@@ -70,3 +70,31 @@ def test_a_cancelled_bucket_batch_is_in_the_history_with_its_code(s3_bucket, tmp
     for o in rolled:
         _as_a_disk_says_it(lines[o.run], o, "drop-profiles", "interrupted")
     assert api.pending_operations(url) == []
+
+
+def test_a_killed_bucket_reduce_rolled_back_by_recovery_is_in_the_history_coded_interrupted(s3_bucket, tmp_path):
+    """Recovery's rollback of a reduce killed before its commit (a disk's recovery writes the line
+    'interrupted (crash or kill)', code interrupted): each run of the batch gets that line."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "demo"
+    generate_demo(str(root), scale=0.05)
+    url = s3_bucket.upload(root, "k")
+    pol = tmp_path / "drop.json"
+    pol.write_text(json.dumps(DROP_PROFILES))
+    env = {**os.environ, "PYTHONPATH": os.getcwd(), "TB_FOOTPRINT_FAILPOINTS": "reduce.verify=kill"}
+    p = subprocess.run([sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", url, "--policy", str(pol),
+                        "--quiet-period", "0", "--yes"], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == -signal.SIGKILL, p.stdout + p.stderr
+    settled = api.recover_logdir(url)
+    assert [s.action for s in settled] == ["rolled_back"], settled
+    runs = {r["run"] for s in settled for r in s.runs}
+    lines = _rolled_back_lines(url)
+    assert runs and {e["run"] for e in lines} == runs and len(lines) == len(runs), lines
+    for e in lines:
+        assert (e["code"], e["outcome"], e["verified"], e["backup"]) == ("interrupted", "rolled_back", False, "none")
+        assert e["reason"].startswith("interrupted (crash or kill)") and e["before"] == e["after"], e

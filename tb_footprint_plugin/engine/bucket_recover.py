@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import Finding, Outcome, Recovery
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
+from tb_footprint_plugin.engine.bucket_history import append_history, rolled_back_line
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
 from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, journal_runs
@@ -42,6 +43,7 @@ from tb_footprint_plugin.engine.journal_object import (
     journal_unreadable,
     pending_objects,
 )
+from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
@@ -51,6 +53,8 @@ from tb_footprint_plugin.storage.remote import RemoteFS
 #: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
 #: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
 MALFORMED = "journal is malformed"
+#: the reason of a reduction recovery rolled back, as a disk's recovery says it (``engine.recovery``)
+INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
 
 
 def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
@@ -183,6 +187,11 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             action, detail = will["action"], will["detail"]
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
+            if not finish:  # each run's change-log line, as a disk's recovery writes it (its manifest is gone)
+                append_history(rfs, [dict(rolled_back_line(
+                    RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
+                               code=Failure.INTERRUPTED), r["op_id"], None),
+                    before=r["bytes_before"], after=r["bytes_before"]) for r in settled])  # None: no manifest yet
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
                                        runs=settled, kind="reduce"))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
