@@ -13,6 +13,7 @@ import os
 import re  # argparse imports it anyway
 import sys
 import time
+import urllib.parse
 from typing import List, Optional, Sequence
 
 from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip, StoreError
@@ -1859,9 +1860,24 @@ class UsageError(Exception):
     """A command line that cannot run as given (exit 2, like argparse's own errors)."""
 
 
+def _file_url_path(logdir: Optional[str]) -> Optional[str]:
+    """A ``file://`` URL's local path (``file:///runs`` and ``file://localhost/runs`` are
+    ``/runs``, as TensorBoard reads them); anything else as given."""
+    if logdir is None or not logdir.lower().startswith("file://"):
+        return logdir
+    u = urllib.parse.urlsplit(logdir)
+    if u.netloc not in ("", "localhost") or not u.path:
+        raise UsageError(f"logdir {logdir}: a file:// URL names a path on this machine (file:///path)")
+    return urllib.parse.unquote(u.path)
+
+
 def _check_logdir(args) -> None:
     """A logdir that does not exist is a usage error, said before anything runs (bucket URLs
-    are checked by the storage layer)."""
+    are checked by the storage layer); a ``file://`` URL is taken as its local path."""
+    if getattr(args, "logdir", None) is not None:
+        args.logdir = _file_url_path(args.logdir)
+    if getattr(args, "more_logdirs", None):
+        args.more_logdirs = [_file_url_path(x) for x in args.more_logdirs]
     for logdir in [getattr(args, "logdir", None)] + list(getattr(args, "more_logdirs", None) or []):
         if logdir is not None and "://" not in logdir and not os.path.isdir(logdir):
             raise UsageError(f"logdir {logdir} is not a directory")

@@ -53,6 +53,24 @@ def test_a_missing_logdir_is_named_alone(verb):
     assert p.returncode == 2 and last.endswith("the following arguments are required: logdir"), p.stderr
 
 
+def test_a_file_url_logdir_is_its_local_path(logdir):
+    """``file:///path`` (TensorBoard's own spelling of a local logdir, percent-encoding and
+    ``localhost`` included) is the folder at that path: the same scan as the plain path (before,
+    "logdir <cwd>/file:/path is not a directory"); another host is a usage error that says why."""
+    plain = cli("scan", logdir, "--json")
+    assert plain.returncode == 0, plain.stderr
+    for url in ("file://" + str(logdir), "file://localhost" + str(logdir)):
+        p = cli("scan", url, "--json")
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["total_bytes"] == json.loads(plain.stdout)["total_bytes"] > 0
+    spaced = logdir.parent / "a logdir"
+    os.rename(logdir, spaced)
+    p = cli("scan", "file://" + str(spaced).replace(" ", "%20"), "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["total_bytes"] > 0, p.stderr
+    p = cli("scan", "file://elsewhere" + str(spaced))
+    assert p.returncode == 2 and "names a path on this machine" in p.stderr, p.stderr
+
+
 def test_reduce_without_a_logdir_says_so():
     p = cli("reduce")
     assert p.returncode == 2 and "tb-footprint reduce: error: no logdir given" in p.stderr, p.stderr
