@@ -82,3 +82,24 @@ def test_another_schemes_store_refuses_writes(keyfs_logdir):
         store.put("x.bin", b"never written")
     assert e.value.code == StoreError.NOT_SUPPORTED
     assert "b/logs/x.bin" not in fsspec.filesystem(SCHEME).store
+
+
+def test_a_scheme_that_names_paths_from_the_root_slash_is_not_an_empty_logdir(tmp_path):
+    """fsspec's ``memory://`` (as sftp://, hdfs://) names its paths ``/logs/...`` where the logdir's
+    root is spelt ``logs``: every key was passed over and the logdir scanned as 0 runs, 0 bytes,
+    with no error. Now it scans as the same folder on disk does."""
+    local = tmp_path / "logs"
+    generate_demo(str(local), scale=0.02)
+    fs = fsspec.filesystem("memory")
+    base = f"/tbfp-{os.getpid()}-{tmp_path.name}"
+    try:
+        for root, _dirs, files in os.walk(local):
+            for n in files:
+                p = os.path.join(root, n)
+                with open(p, "rb") as f:
+                    fs.pipe_file(f"{base}/logs/{os.path.relpath(p, local)}", f.read())
+        fp = api.scan(f"memory:/{base}/logs", write_cache=False)
+        on_disk = api.scan(str(local), write_cache=False)
+        assert fp.runs and {r.name: r.total_bytes for r in fp.runs} == {r.name: r.total_bytes for r in on_disk.runs}
+    finally:
+        fs.rm(base, recursive=True)

@@ -339,6 +339,11 @@ class RemoteFS:
         plen = len(root) + 1
         for name, info in found.items():
             name = name.rstrip("/")
+            if name.startswith("/") and not root.startswith("/"):
+                # a filesystem that names its paths from "/" (memory://, sftp://, hdfs://): the
+                # same object as the root's own spelling; compared as is, every key was passed
+                # over and the logdir looked empty, with no error
+                name = name.lstrip("/")
             if info.get("type") == "directory" or not name.startswith(root + "/"):
                 continue
             key = name[plen:]
