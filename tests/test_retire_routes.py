@@ -134,3 +134,39 @@ def test_retired_lists_a_bucket_logdirs_retirements(s3_bucket, logdir):  # noqa:
         assert a.get("/retired", query_string={"q": "zzz"}).get_json()["retired"] == []
     finally:
         a.close()
+
+
+def test_a_restore_by_run_name_that_brings_a_retired_run_back_offers_no_cancel_it_would_ignore(app, logdir):  # noqa: F811
+    """A restore by run name puts a retired run back first (``unretire``), which is not stopped
+    once started: the job says so as it starts it (step ``restore``, not cancellable), where it
+    kept offering a cancel it then ignored (review R18 N1)."""
+    import threading
+
+    from tb_footprint_plugin.engine import faults
+
+    shas = file_shas(logdir)
+    job = app.wait_job(app.post("/reduce", {"runs": ["mid"]}).get_json()["job"]["id"])  # then retired
+    assert job["result"]["outcomes"][0]["status"] == "verified"
+    job = app.wait_job(app.post("/retire", {"runs": ["mid"]}).get_json()["job"]["id"])
+    assert job["result"]["outcomes"][0]["status"] == "verified"
+    reached, go = threading.Event(), threading.Event()
+
+    def pause():
+        reached.set()
+        go.wait(30)
+
+    faults.arm("unretire.journal", pause)
+    try:
+        r = app.post("/restore", {"run": "mid"})
+        assert r.status_code == 202, r.get_data(as_text=True)
+        jid = r.get_json()["job"]["id"]
+        assert reached.wait(60)
+        job = app.get("/job", query_string={"id": jid}).get_json()["job"]
+        assert job["cancellable"] is False and job["per_run"]["mid"]["step"] == "restore", job
+        assert app.post("/cancel", {"job": jid}).status_code == 409
+    finally:
+        go.set()
+        faults.disarm_all()
+    job = app.wait_job(jid)
+    assert job["state"] == "done" and [o["status"] for o in job["result"]["outcomes"]] == ["restored"] * 2, job
+    assert file_shas(logdir) == shas  # the retirement, then the reduction: every original back

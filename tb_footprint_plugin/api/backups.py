@@ -74,7 +74,10 @@ def verify(logdir: str, run: Optional[str] = None, op: Optional[str] = None,
     On a bucket logdir every backup object is checked against the checksums the store computed for
     its original, removed keys must still be absent and replaced keys must still hold the reduced
     bytes (the store's checksum), with nothing downloaded."""
-    return open_engine(logdir, backup_dir, verify_backends=verify_backends).recheck(run, op, progress, cancel)
+    results = open_engine(logdir, backup_dir, verify_backends=verify_backends).recheck(run, op, progress, cancel)
+    for r in results:  # every row says whether it was checked, not only the unchecked ones
+        r.setdefault("checked", True)
+    return results
 
 
 def vault_lifecycle(logdir: Optional[str] = None, backup_dir: Optional[str] = None,

@@ -74,6 +74,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, cancel: Option
     (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``, which
     honours ``cancel`` before its first put-back)."""
     if manifest.get("kind") == "retire":
+        if progress is not None:  # not stopped once started: a front end stops offering a cancel
+            progress(manifest["run"], "restore", 0.5)
         return unretire(rfs, vault, manifest)
     return restore_reduction(rfs, vault, manifest, cancel=cancel, progress=progress)
 

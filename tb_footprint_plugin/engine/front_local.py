@@ -368,6 +368,8 @@ class LocalEngine(Engine):
             if cancel is not None and cancel.cancelled:
                 return RunOutcome(run=m["run"], status=Outcome.SKIPPED, code=Skip.CANCELLED, reason="cancelled",
                                   op_id=m["op_id"])
+            if progress is not None:  # past here it is not stopped: a front end stops offering a cancel
+                progress(m["run"], "restore", 0.5)
             return unretire(ctx, m)
 
         self.recover()
