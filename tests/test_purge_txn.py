@@ -240,6 +240,16 @@ def test_a_bucket_purge_killed_after_its_first_mark_leaves_the_other_operations_
     changed = [k for k in before if before[k] != after[k]]
     assert len(changed) == 1 and changed[0].endswith(".json"), changed  # one manifest marked, no other
     unmarked = next(m for m in ms if not m["backup_purged"])
+    marked = next(m for m in ms if m["backup_purged"])
+    # the next purge purges the other operation and finishes the killed one: its copies go too
+    # (its manifest, the intent, says purged; before, they stayed in the vault for good)
     rep = api.purge(url, yes=True)
-    assert [o["run"] for o in rep.ops] == [unmarked["run"]], rep.to_dict()
+    assert sorted((o["run"], bool(o.get("finished"))) for o in rep.ops) == \
+        sorted([(unmarked["run"], False), (marked["run"], True)]), rep.to_dict()
     assert all(m["backup_purged"] for m in _reduces(url))
+    left = _bucket_state(s3_bucket)
+    assert not any("/blobs/" in k for k in left), sorted(left)
+    assert rep.freed_bytes == sum(o["bytes"] for o in rep.ops) > 0
+    # and a purge with nothing left to finish lists nothing more than it did
+    again = api.purge(url, yes=True)
+    assert again.ops == [] and again.freed_bytes == 0, again.to_dict()

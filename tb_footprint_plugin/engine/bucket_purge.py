@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Collection, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, manifest, txn
 from tb_footprint_plugin.engine.context import CancelToken, Cancelled
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
@@ -25,6 +25,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
 )
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import listing_of
 
 
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
@@ -74,7 +76,11 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     held += [{"op_id": m["op_id"], "run": m["run"], "only_copies": [], "code": Skip.LOCKED.value,
               "reason": "the operation is still under way or awaits recovery (its journal is there); "
                         "purge it once it has settled"} for m in busy]
+    finished: List[dict] = []
     if yes:
+        # a purge killed between an operation's mark and its deletes left that operation's copies:
+        # its manifest (the intent) says purged, so no restore will use them; they go first
+        finished = finish_purged(rfs, vault, every) if cancel is None or not cancel.cancelled else []
         t = ObjectPurge(rfs, vault, chosen, now)
         txn.run(t, cancel or CancelToken())
         if t.stopped is not None:  # before any mark: nothing of these was deleted or recorded
@@ -82,7 +88,37 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
                       "reason": f"not purged: {t.stopped} (the purge stopped before its intent was recorded; "
                                 "nothing of this backup was deleted)"} for m in chosen]
             ops, freed = [], 0
+    ops += finished
+    freed += sum(x["bytes"] for x in finished)
     return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held, "refused": refused}
+
+
+def finish_purged(rfs: RemoteFS, vault: BucketVault, every: List[dict]) -> List[dict]:
+    """Delete the backup copies that operations marked purged still have (a purge killed after
+    an operation's mark, its intent, and before its deletes): each such operation as a purge row
+    (``finished``: True) with the bytes freed. One listing of the vault's copies, made only when
+    some operation is marked purged; only keys a purged manifest names as its own backups go.
+    Nothing to do with a vault of blobs (the blob vault's ``collect`` forgets what nothing names)."""
+    purged = {m["op_id"]: m for m in every if m["backup_purged"]}
+    if vault.blobs is not None or not purged:
+        return []
+    try:
+        present = listing_of(vault.store, "blobs")
+    except StoreFailure as e:
+        if e.code == StoreError.NOT_FOUND:
+            return []
+        raise
+    present = {f"{vault.root}/{k}" for k in present}
+    out = []
+    for m in purged.values():
+        left = [f for f in m["files"] if not is_blob_entry(f) and names_our_backup(vault, f)
+                and f["backup"] in present]
+        if not left:
+            continue
+        must_delete(rfs, [f["backup"] for f in left])
+        out.append({"op_id": m["op_id"], "run": m["run"], "bytes": sum(f["size"] for f in left),
+                    "restored": bool(m["restored_by"]), "kind": m["kind"], "originals": 0, "finished": True})
+    return out
 
 
 class ObjectPurge(txn.Txn):
