@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from helpers_txn import observe_txn
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import bucket_restore, faults, txn
@@ -68,20 +69,7 @@ def test_a_bucket_restore_is_an_ObjectRestore_run_by_the_driver_step_by_step(s3_
     the swap record (the journal is the commit point), the put-backs with ``restore.file`` after
     each, then the commit; every original back byte for byte."""
     url, prefix, before, _after = _reduced(s3_bucket, rewrite_logdir)
-    seen, log = [], []
-    real = txn.run
-
-    def spy(t, cancel, report=None):
-        seen.append(type(t).__name__)
-        for name in txn.STEPS + ("last_look",):
-            orig = getattr(t, name)
-            setattr(t, name, lambda *a, _o=orig, _n=name: (log.append(_n), _o(*a))[1])
-        orig_record = t.record
-        t.record = lambda step: (log.append(f"record:{step}"), orig_record(step))[1]
-        return real(t, cancel, report)
-
-    monkeypatch.setattr(txn, "run", spy)
-    faults.arm("restore.file", lambda: log.append("restore.file"))
+    seen, log = observe_txn(monkeypatch, ["restore.file"])
     (r,) = api.restore(url)
     assert r.status == Outcome.RESTORED, r.to_dict()
     assert seen == ["ObjectRestore"]

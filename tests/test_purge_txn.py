@@ -12,6 +12,7 @@ import time
 import pytest
 
 from conftest import user_files
+from helpers_txn import observe_txn
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import faults, oplog, txn
@@ -54,24 +55,7 @@ def _reduce(url):
 
 
 def _observe(monkeypatch):
-    """Wrap ``txn.run``: the transactions it runs, and one log of each step the driver calls
-    (``record:<step>`` for a record) interleaved with every ``purge.*`` failpoint hit."""
-    seen, log = [], []
-    real = txn.run
-
-    def spy(t, cancel, report=None):
-        seen.append(type(t).__name__)
-        for name in txn.STEPS + ("last_look",):
-            orig = getattr(t, name)
-            setattr(t, name, lambda *a, _o=orig, _n=name: (log.append(_n), _o(*a))[1])
-        orig_record = t.record
-        t.record = lambda step: (log.append(f"record:{step}"), orig_record(step))[1]
-        return real(t, cancel, report)
-
-    monkeypatch.setattr(txn, "run", spy)
-    for name in PURGE_STEPS:
-        faults.arm(name, lambda n=name: log.append(n))
-    return seen, log
+    return observe_txn(monkeypatch, PURGE_STEPS)
 
 
 def _reduces(url):

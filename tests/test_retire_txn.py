@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import user_files
+from helpers_txn import observe_txn
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import bucket_retire, faults, retire, txn
@@ -43,24 +44,7 @@ def _logdir(root: Path) -> Path:
 
 
 def _observe(monkeypatch, failpoints):
-    """Wrap ``txn.run``: the transactions it runs, and one log of each step the driver calls
-    (``record:<step>`` for a record) interleaved with every failpoint of ``failpoints`` hit."""
-    seen, log = [], []
-    real = txn.run
-
-    def spy(t, cancel, report=None):
-        seen.append(type(t).__name__)
-        for name in txn.STEPS + ("last_look",):
-            orig = getattr(t, name)
-            setattr(t, name, lambda *a, _o=orig, _n=name: (log.append(_n), _o(*a))[1])
-        orig_record = t.record
-        t.record = lambda step: (log.append(f"record:{step}"), orig_record(step))[1]
-        return real(t, cancel, report)
-
-    monkeypatch.setattr(txn, "run", spy)
-    for name in failpoints:
-        faults.arm(name, lambda n=name: log.append(n))
-    return seen, log
+    return observe_txn(monkeypatch, failpoints)
 
 
 @pytest.fixture
