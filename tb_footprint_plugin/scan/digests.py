@@ -21,14 +21,13 @@ hashes every backup it makes): a damaged file is only a slower plan.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import hashlib
 import os
-import tempfile
 from typing import Optional
 
+from tb_footprint_plugin.scan.selcache import write_cache_file
 from tb_footprint_plugin.storage.lock import exclusive
-from tb_footprint_plugin.storage.private import ensure_private_dir, is_ours, set_aside_stranger
+from tb_footprint_plugin.storage.private import ensure_private_dir, is_ours
 from tb_footprint_plugin.storage.regular import open_regular
 
 DIGESTS_NAME = "plan-digests.bin"
@@ -39,8 +38,6 @@ _REC = _KEY + 32
 MAX_RECORDS = 1_000_000
 #: the scan cache's lock: one writer at a time for every file of the folder
 _LOCK_NAME = "scan-cache.lock"
-#: a cache never takes a disk's last free space (a reduce's journal and backups need it)
-MIN_FREE_BYTES = 16 * 1024 * 1024
 
 
 def file_key(run: str, path: str, st: os.stat_result) -> bytes:
@@ -152,21 +149,9 @@ class DigestCache:
             with exclusive(os.path.join(self.folder, _LOCK_NAME)):
                 data = _MAGIC + _merged(new, self._read())
                 del new
-                st = os.statvfs(self.folder)
-                free = st.f_bavail * st.f_frsize
-                if free < max(MIN_FREE_BYTES, 4 * len(data)):
-                    return (f"plan digests not saved in {self.folder}: {free} bytes free there, "
-                            "left to what a reduction needs")
-                fd, tmp = tempfile.mkstemp(prefix=".plan-digests.", dir=self.folder)
-                try:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    set_aside_stranger(self.path)  # a link planted there: kept aside, never followed
-                    os.replace(tmp, self.path)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp)
-                    raise
+                refused = write_cache_file(self.folder, DIGESTS_NAME, data, "plan digests")
+                if refused:
+                    return refused
         except OSError as e:
             return f"plan digests not saved in {self.folder}: {e.strerror or e}"
         self._stored, self.new = data[len(_MAGIC):], bytearray()

@@ -85,6 +85,28 @@ def _well_formed_traces(run, entries) -> bool:
     return True
 
 
+def write_cache_file(folder: str, name: str, data: bytes, what: str) -> Optional[str]:
+    """Replace ``folder/name`` (a cache file, the caller holding the folder's lock) with
+    ``data`` atomically, never through a link planted there (set aside), and never where less
+    than ``MIN_FREE_BYTES`` or four times its size would be left free: then a warning naming
+    ``what`` and the folder is returned (None once written)."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    if free < max(MIN_FREE_BYTES, 4 * len(data)):
+        return f"{what} not saved in {folder}: {free} bytes free there, left to what a reduction needs"
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        set_aside_stranger(os.path.join(folder, name))  # a link planted there: kept aside, never followed
+        os.replace(tmp, os.path.join(folder, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return None
+
+
 class SelectionCache:
     """Selection outcomes per run (logdir-relative name): ``get(run, key)``, ``put``, ``save``.
 
@@ -180,21 +202,9 @@ class SelectionCache:
                     entries = {r: e for r, e in entries.items() if r in keep}
                     traces = {r: t for r, t in traces.items() if r in keep}
                 data = json.dumps({"version": SELCACHE_VERSION, "runs": entries, "traces": traces})
-                st = os.statvfs(self.folder)
-                free = st.f_bavail * st.f_frsize
-                if free < max(MIN_FREE_BYTES, 4 * len(data)):
-                    return (f"selection cache not saved in {self.folder}: {free} bytes free there, "
-                            "left to what a reduction needs")
-                fd, tmp = tempfile.mkstemp(prefix=".selection-cache.", dir=self.folder)
-                try:
-                    with os.fdopen(fd, "w", encoding="utf-8") as f:
-                        f.write(data)
-                    set_aside_stranger(self.path)  # a link planted there: kept aside, never followed
-                    os.replace(tmp, self.path)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(tmp)
-                    raise
+                refused = write_cache_file(self.folder, SELCACHE_NAME, data.encode("utf-8"), "selection cache")
+                if refused:
+                    return refused
                 with _MEMO_LOCK:
                     _MEMO[self.path] = (_ident(self.path), entries, traces)
         except OSError as e:
@@ -204,4 +214,4 @@ class SelectionCache:
         return None
 
 
-__all__ = ["SelectionCache", "SELCACHE_NAME", "SELCACHE_VERSION"]
+__all__ = ["SelectionCache", "SELCACHE_NAME", "SELCACHE_VERSION", "write_cache_file"]
