@@ -21,7 +21,7 @@ from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import LOCAL_VAULT_NOTE
 from tb_footprint_plugin.scan.model import LogdirFootprint
-from tb_footprint_plugin.scan.digests import DigestCache, file_key
+from tb_footprint_plugin.scan.digests import MIN_FILE_BYTES, DigestCache, file_key
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import cache_dir, state_dir
 from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
@@ -180,10 +180,13 @@ def _sha256_of(path: str, digests: Optional[DigestCache] = None, run: str = "",
     time), ``""`` for anything else (a symlink is never followed: it has no blob of a file's
     bytes), None when it cannot be read. With ``digests``, one stored for the opened file as it
     stands (``scan.digests.file_key``) is served without reading it, and one read whole while the
-    file stood still is stored."""
+    file stood still is stored (files of ``scan.digests.MIN_FILE_BYTES`` or more)."""
     try:
         with open_regular(path) as f:
-            key = file_key(run, rel, os.fstat(f.fileno())) if digests is not None else b""
+            st = os.fstat(f.fileno())
+            if st.st_size < MIN_FILE_BYTES:
+                digests = None  # read again next time: as cheap as a look-up
+            key = file_key(run, rel, st) if digests is not None else b""
             known = digests.get(key) if digests is not None else None
             if known:
                 return known, True

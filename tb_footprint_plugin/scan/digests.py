@@ -5,7 +5,8 @@ To count each content once, a plan hashes the originals whose size collides with
 plans the logdir again and again: each plan read them all whole. This table keeps each digest
 under a key of the file as it was opened and read (``file_key``: run, path, size, mtime_ns,
 ctime_ns, inode, device — a write since changes the ctime, which no user can set back), so a
-second plan of an unchanged file reads nothing.
+second plan of an unchanged file reads nothing. Only files of at least ``MIN_FILE_BYTES`` are
+kept: the reads worth saving are the big ones.
 
 Memory is the reason for its form: a record is 16 bytes of the key's sha256 and the file's 32-byte
 digest, the stored table one ``bytes`` object sorted by key (looked up by bisection), the new
@@ -31,6 +32,10 @@ from tb_footprint_plugin.storage.private import ensure_private_dir, is_ours
 from tb_footprint_plugin.storage.regular import open_regular
 
 DIGESTS_NAME = "plan-digests.bin"
+#: files below this are read again rather than kept: their read costs about what a look-up does,
+#: and a sweep of many small runs would otherwise hold a record (and its sorting at the save) for
+#: each (a plan of small runs peaked ~600 bytes a run higher, test_scale_memory_records)
+MIN_FILE_BYTES = 1024 * 1024
 _MAGIC = b"TBFPDG01"
 _KEY = 16
 _REC = _KEY + 32
