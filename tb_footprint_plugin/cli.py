@@ -1023,33 +1023,16 @@ def cmd_verify(args) -> int:
     return EXIT_OK if all(r["ok"] for r in res) else EXIT_FAILED
 
 
-class _cancelling:
+class _cancelling(_interruptible):
     """While a verb that only reads runs, the first Ctrl-C cancels it (it stops within a moment and
     says what it did not get to) and a second one interrupts at once; the handler before is put
-    back after."""
-
-    def __init__(self, cancel):
-        self.cancel, self.before = cancel, None
+    back after (``_interruptible``'s)."""
 
     def _handler(self, signum, frame):
         if self.cancel.cancelled:
             raise KeyboardInterrupt
         print("\ninterrupting: the check under way stops now…", file=sys.stderr, flush=True)
         self.cancel.cancel()
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            self.before = signal.signal(signal.SIGINT, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        if self.before is not None:
-            signal.signal(signal.SIGINT, self.before)
 
 
 def _backups_said(r: dict) -> str:
