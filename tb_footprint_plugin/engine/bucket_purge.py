@@ -11,7 +11,7 @@ from typing import Collection, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, manifest, txn
-from tb_footprint_plugin.engine.context import CancelToken, Cancelled
+from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.bucket_blobs import collect, is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_catalogue import manifests
 from tb_footprint_plugin.engine.bucket_state import (
@@ -121,63 +121,36 @@ def finish_purged(rfs: RemoteFS, vault: BucketVault, every: List[dict]) -> List[
     return out
 
 
-class ObjectPurge(txn.Txn):
+class ObjectPurge(txn.Purge):
     """The purge of a bucket's chosen operations (its entries: their manifests) for
-    ``engine.txn.run``:
+    ``engine.txn.run``; a ``txn.Purge`` (no begin record, backup, stage, transform, verification or
+    last look of its own: the operations were chosen from one listing of the manifests, each
+    marked conditionally on the version read there; never rolled back; a cancel honoured before
+    its intent only):
 
-    - **journal**, **backup**, **stage**, **transform**, **verify**, the **last look**: nothing (a
-      purge copies and writes no object of the run; the operations were chosen from one listing
-      of the manifests, each marked conditionally on the version read there);
     - the swap record, ``record("swap")``: the first operation's manifest marked purged
       (``backup_purged``, ``purged_at``: from then on no restore points at its copies), then
-      ``purge.intent``. The driver's last cancel check comes right before: a cancel is honoured
-      with nothing marked or deleted, never after;
+      ``purge.intent``;
     - **swap**: each operation marked (the first already is), then its backup copies deleted
       (``purge.blob`` after each operation): one at a time, so a purge killed half-way leaves at
       most one marked operation whose copies stayed;
     - **commit**: a vault of blobs forgets what no manifest or journal in the bucket names any
       more (``purge.forget``), also what a purge stopped after its intent, or a rollback, left.
 
-    Never rolled back (no rollback record). The driver catches only a cancel (``errors``), which
-    comes before any mark (``stopped``). A mark the store refuses (a manifest changed since it was
-    read) stops the purge there, the operations before it purged, then the refusal is raised, as
-    it always was; a delete that fails does not keep the next operations' copies: they are
-    purged, then the first failure is raised. An injected fault propagates as a crash."""
-
-    verb = "purge"
-    errors = (Cancelled,)
-    rollback_errors = ()
-    #: the driver's instants → the declared failpoints (``purge.blob``, ``purge.forget`` are hit in their steps)
-    FAILPOINTS = {"swap_record": "purge.intent"}
+    A mark the store refuses (a manifest changed since it was read) stops the purge there, the
+    operations before it purged, then the refusal is raised, as it always was; a delete that
+    fails does not keep the next operations' copies: they are purged, then the first failure is
+    raised."""
 
     def __init__(self, rfs: RemoteFS, vault: BucketVault, chosen: List[dict], now: float) -> None:
         self.rfs, self.vault, self.chosen, self.now = rfs, vault, chosen, now
         self.st = BucketState(rfs)
         self.marked: List[dict] = []
         self.refused: Optional[BaseException] = None  # a mark the store refused: raised once the marked are purged
-        self.stopped: Optional[Cancelled] = None
 
     def failpoint(self, step: str) -> Optional[str]:
         # with no operation chosen nothing is recorded: no intent to mark (the blob vault's forget still runs)
-        return self.FAILPOINTS.get(step) if self.chosen else None
-
-    def journal(self, report: txn.Report) -> None:
-        """Nothing is recorded yet: the marks are the commit record (``record``)."""
-
-    def backup(self, report: txn.Report) -> None:
-        """Nothing: a purge makes no copy."""
-
-    def stage(self, report: txn.Report) -> None:
-        """Nothing: a purge writes no new object."""
-
-    def transform(self, report: txn.Report) -> None:
-        """Nothing: a purge writes no new object."""
-
-    def verify(self, report: txn.Report) -> None:
-        """Nothing: the manifests' versions are checked by the conditional marks."""
-
-    def last_look(self) -> None:
-        """Nothing: each mark is conditional on the version the choice read."""
+        return super().failpoint(step) if self.chosen else None
 
     def record(self, step: str) -> None:
         """The first operation's manifest marked purged (one conditional write); never a
@@ -229,21 +202,8 @@ class ObjectPurge(txn.Txn):
                                  "deleted while one is damaged: repair or remove them, then purge again")
         faults.hit("purge.forget")
 
-    def journaled(self) -> bool:
-        return False  # never a rollback record: past its marks a purge is finished
-
     def committed(self) -> bool:
         return bool(self.marked)
-
-    def failed(self, error: BaseException) -> None:
-        """A cancel (the only failure caught), before any mark."""
-        self.stopped = error  # type: ignore[assignment]
-
-    def rollback(self, committed: bool) -> None:
-        """Nothing to undo: nothing was marked or deleted (``failed``)."""
-
-    def incomplete(self, error: BaseException) -> None:
-        raise error  # pragma: no cover - ``rollback`` does nothing that can fail
 
 
 def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:

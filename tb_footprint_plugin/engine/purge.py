@@ -297,62 +297,27 @@ def _not_purged(m: dict, size: int, stopped: Cancelled) -> dict:
                       "nothing of this backup was deleted)"}
 
 
-class LocalPurge(txn.Txn):
+class LocalPurge(txn.Purge):
     """The purge of one vault's chosen operations (its entries, ``plan``: ``(manifest, the blobs
     that go, their bytes)``) for ``engine.txn.run``, the runs' locks held by the caller since it
-    chose them:
+    chose them; a ``txn.Purge`` (no begin record, backup, stage, transform, verification or last
+    look of its own; never rolled back; a cancel honoured before its intents only):
 
-    - **journal**, **backup**, **stage**, **transform**, **verify**, the **last look**: nothing (a
-      purge writes no new byte, and has no begin record of its own: its intents are its commit
-      record; each blob is checked again under its lock as it goes, ``Vault.delete_blobs``);
     - the swap record, ``record("swap")``: every operation's intent (its log's ``purge`` record,
-      naming the blobs), then ``purge.intent``. The driver's last cancel check comes right before:
-      a cancel is honoured with nothing deleted or recorded, never after;
+      naming the blobs), then ``purge.intent``;
     - **swap**: the blobs deleted (``purge.blob`` after each), what a transaction under way
       pinned or named since the plan kept (``result``);
     - **commit**: the manifests marked purged (``purge.marked`` after each), the remote vault's
       forget, the ``purged`` records and the change log's lines.
 
-    Never rolled back: past its intents a purge is finished, now or by the next start
-    (``finish_purges`` reads the intents), so it journals no rollback record. The driver catches
-    only a cancel (``errors``), which comes before any intent (``stopped``); any other failure
-    propagates as it always did, an injected fault as a crash, the intents left for the next start."""
-
-    verb = "purge"
-    errors = (Cancelled,)
-    rollback_errors = ()
-    #: the driver's instants → the declared failpoints; ``purge.blob`` and ``purge.marked`` are hit
-    #: inside their step, after each blob and each manifest
-    FAILPOINTS = {"swap_record": "purge.intent"}
+    Past its intents a purge is finished, now or by the next start (``finish_purges`` reads the
+    intents)."""
 
     def __init__(self, ctx: Context, vault: Vault, plan: list, now: float) -> None:
         self.ctx, self.vault, self.plan, self.now = ctx, vault, plan, now
         self.intents = 0  # operations whose intent is written
         #: per operation: (bytes freed, digests kept because a transaction under way relies on them)
         self.result: Dict[str, tuple] = {}
-        self.stopped: Optional[Cancelled] = None
-
-    def failpoint(self, step: str) -> Optional[str]:
-        return self.FAILPOINTS.get(step)
-
-    def journal(self, report: txn.Report) -> None:
-        """Nothing is recorded yet: the intents are the commit record (``record``)."""
-
-    def backup(self, report: txn.Report) -> None:
-        """Nothing: a purge makes no copy."""
-
-    def stage(self, report: txn.Report) -> None:
-        """Nothing: a purge writes no new file."""
-
-    def transform(self, report: txn.Report) -> None:
-        """Nothing: a purge writes no new file."""
-
-    def verify(self, report: txn.Report) -> None:
-        """Nothing: what may go was checked as the operations were chosen, and each blob is
-        checked again under its lock as it goes."""
-
-    def last_look(self) -> None:
-        """Nothing: the deletions look again under each blob's lock."""
 
     def record(self, step: str) -> None:
         """Every intent, before any blob goes (operations sharing a blob are purged together, so
@@ -394,22 +359,8 @@ class LocalPurge(txn.Txn):
             oplog.append(vault.root, m["op_id"], {"type": "purged", "freed": size})
             _log_purge(ctx, m, size)
 
-    def journaled(self) -> bool:
-        return False  # never a rollback record: past its intents a purge is finished
-
     def committed(self) -> bool:
         return self.intents > 0
-
-    def failed(self, error: BaseException) -> None:
-        """A cancel (the only failure caught), before any intent: the caller reports these
-        operations as not purged."""
-        self.stopped = error  # type: ignore[assignment]
-
-    def rollback(self, committed: bool) -> None:
-        """Nothing to undo: nothing was deleted or recorded (``failed``)."""
-
-    def incomplete(self, error: BaseException) -> None:
-        raise error  # pragma: no cover - ``rollback`` does nothing that can fail
 
 
 def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[str]:

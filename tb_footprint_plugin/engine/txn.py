@@ -34,7 +34,7 @@ import abc
 from typing import Callable, Optional, Tuple, Type
 
 from tb_footprint_plugin.engine import faults
-from tb_footprint_plugin.engine.context import CancelToken
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken
 
 #: The steps of a transaction, in the order the driver runs them.
 STEPS: Tuple[str, ...] = ("journal", "backup", "stage", "transform", "verify", "swap", "commit")
@@ -171,6 +171,62 @@ class PutBack(Txn):
         """Nothing: a restore journals its begin record only (and never a rollback)."""
 
 
+class Purge(Txn):
+    """A transaction that only deletes what nothing needs any more (a purge of the vault: a
+    disk's, a bucket's, a disk's retired runs): it writes no new byte, so it has no begin record,
+    backup, staged file, transform or verification of its own, and no last look (what may go was
+    checked as the entries were chosen, and is checked again as it goes). Its intent is its commit
+    record (``record("swap")``, the failpoint ``purge.intent`` right after): the driver's last
+    cancel check comes right before it, so a cancel is honoured with nothing deleted or recorded
+    (``stopped``, the caller reports the entries as not purged), never after. Past its intent a
+    purge is finished, now or by the next start, never rolled back: it journals no rollback record
+    and the driver catches only a cancel (``errors``); any other failure propagates, an injected
+    fault as a crash, the intent left for the next start."""
+
+    verb = "purge"
+    errors: Tuple[Type[BaseException], ...] = (Cancelled,)
+    rollback_errors: Tuple[Type[BaseException], ...] = ()
+    #: the driver's instants -> the declared failpoints (a purge's others are hit inside its steps)
+    FAILPOINTS = {"swap_record": "purge.intent"}
+    #: the cancel that stopped it before its intent (nothing of its entries deleted or recorded)
+    stopped: Optional[Cancelled] = None
+
+    def failpoint(self, step: str) -> Optional[str]:
+        return self.FAILPOINTS.get(step)
+
+    def journal(self, report: Report) -> None:
+        """Nothing is recorded yet: the intent is the commit record (``record``)."""
+
+    def backup(self, report: Report) -> None:
+        """Nothing: a purge makes no copy."""
+
+    def stage(self, report: Report) -> None:
+        """Nothing: a purge writes no new file."""
+
+    def transform(self, report: Report) -> None:
+        """Nothing: a purge writes no new file."""
+
+    def verify(self, report: Report) -> None:
+        """Nothing: what may go was checked as the entries were chosen."""
+
+    def last_look(self) -> None:
+        """Nothing: each deletion looks again as it goes."""
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: past its intent a purge is finished
+
+    def failed(self, error: BaseException) -> None:
+        """A cancel (the only failure caught), before the intent: the caller reports the entries
+        as not purged."""
+        self.stopped = error  # type: ignore[assignment]
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing to undo: nothing was deleted or recorded (``failed``)."""
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` does nothing that can fail
+
+
 def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
     """Run ``txn`` step by step (module doc): the one place that orders records, destructive
     steps, cancel checks, failpoints and the rollback."""
@@ -214,4 +270,4 @@ def _hit(txn: Txn, step: str) -> None:
         faults.hit(name)
 
 
-__all__ = ["CANCELLABLE", "NotStarted", "Report", "STEPS", "Settled", "Txn", "run"]
+__all__ = ["CANCELLABLE", "NotStarted", "Purge", "PutBack", "Report", "STEPS", "Settled", "Txn", "run"]
