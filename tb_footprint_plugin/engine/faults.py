@@ -1,8 +1,11 @@
 """Failpoints: named places in the transactions where tests inject a failure or a SIGKILL.
 
 Set ``TB_FOOTPRINT_FAILPOINTS="step=action[,step=action]"`` with action one of ``raise``,
-``enospc``, ``eacces`` or ``kill`` (SIGKILL to the own process, as a power cut would stop it
-at that instant). Unset, ``hit`` is two dictionary lookups. Tests may also call ``arm``.
+``enospc``, ``eacces``, ``kill`` (SIGKILL to the own process, as a power cut would stop it
+at that instant) or ``wait`` (hold the step until the file named by
+``TB_FOOTPRINT_FAILPOINT_GATE`` exists, at most ``GATE_WAIT`` seconds: a test acting on a step
+held open in another process, such as the tab's Cancel in a real TensorBoard). Unset, ``hit`` is
+two dictionary lookups. Tests may also call ``arm``.
 
 One vocabulary for every engine: ``STEPS`` below declares each name, ``<verb>.<step>`` in the
 order a transaction passes them, and which engines hit it (``local`` = a logdir on a disk,
@@ -22,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
 LOCAL = "local"
@@ -29,7 +33,9 @@ BUCKET = "bucket"
 #: the steps only a bucket logdir whose backups go to a vault of blobs takes (``--backup-dir <folder>``)
 BLOBS = "bucket_blobs"
 _BOTH = (LOCAL, BUCKET)
-ACTIONS = ("raise", "enospc", "eacces", "kill")
+ACTIONS = ("raise", "enospc", "eacces", "kill", "wait")
+#: the longest a ``wait`` holds its step (a test that never opens the gate still ends)
+GATE_WAIT = 120.0
 
 
 class Step(NamedTuple):
@@ -193,6 +199,15 @@ def disarm_all() -> None:
     _armed.clear()
 
 
+def _wait_for_gate() -> None:
+    gate = os.environ.get("TB_FOOTPRINT_FAILPOINT_GATE")
+    if not gate:
+        raise UnknownFailpoint("failpoint action 'wait' needs TB_FOOTPRINT_FAILPOINT_GATE (a file path)")
+    deadline = time.monotonic() + GATE_WAIT
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def hit(name: str) -> None:
     """Fire failpoint ``name`` if it is armed; an undeclared name raises ``UnknownFailpoint``."""
     _check(name)
@@ -206,6 +221,9 @@ def hit(name: str) -> None:
         return
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "wait":
+        _wait_for_gate()
+        return
     if action == "enospc":
         raise OSError(errno.ENOSPC, f"No space left on device (injected at {name})")
     if action == "eacces":
