@@ -353,6 +353,70 @@ def test_read_only_banner(browser, demo):
         t.stop()
 
 
+def test_cancel_a_restore_in_the_browser(browser, tmp_path, monkeypatch):
+    """The restore's Cancel button, in a real TensorBoard: the restore is held at its first step
+    (the lock taken and its begin record written, no original back: failpoint ``restore.journal``
+    waiting on a gate file), the job card offers Cancel, a click calls it off; once the gate opens
+    the job ends cancelled with the run exactly as reduced (bytes, sizes, mtimes) and still
+    restorable, and a second restore puts every file back as it was before the reduce."""
+    demo = make_demo(tmp_path / "demo_logs")
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("TB_FOOTPRINT_FAILPOINTS", "restore.journal=wait")
+    monkeypatch.setenv("TB_FOOTPRINT_FAILPOINT_GATE", str(gate))
+    start = disk_state(demo)
+    from tb_footprint_plugin import api  # the reduce made before TensorBoard starts, as a CLI user would
+
+    plan = api.reduce_logdir(str(demo), dry_run=True, quiet_period=0).plan
+    name = next(rp.run for rp in plan.runs if rp.removable_bytes > 0 and not rp.skipped)
+    (out,) = api.reduce_logdir(str(demo), dry_run=False, runs=[name], quiet_period=0).outcomes
+    assert out.status == "verified", out.to_dict()
+    reduced = disk_state(demo)
+    assert reduced != start
+    t = TensorBoard(demo, log_path=str(tmp_path / "tensorboard.log"))
+    tab = None
+    try:
+        tab = Tab(browser, t)
+        f = tab.frame
+
+        f.locator('.nav-item[data-view="operations"]').click()
+        expect(f.locator("a.restore-link")).to_have_count(1)
+        f.locator("a.restore-link").first.click()
+        expect(f.locator(".dialog")).to_contain_text("byte for byte")
+        f.locator(".dialog .dialog-confirm").click()
+        card = f.locator('.job-card[data-kind="restore"]').first
+        cancel = card.locator("button.cancel-job")
+        expect(cancel).to_be_visible()  # held before its first put-back: it can still be called off
+        expect(card.locator(".job-step")).to_contain_text("starting")
+        tab.shot("18-restore-cancellable.png")
+        cancel.click()
+        expect(card).to_contain_text("cancelling")
+        gate.write_text("")
+        expect(card).to_contain_text("Cancelled before the commit point: nothing was changed.")
+        expect(card.locator("button.cancel-job")).to_have_count(0)
+        # the run's line says it was cancelled, not that it failed
+        line = card.locator(f'.outcome-line[data-run="{name}"]')
+        expect(line).to_have_attribute("data-status", "cancelled")
+        expect(line).to_contain_text("cancelled")
+        expect(line).not_to_contain_text("failed")
+        tab.shot("19-restore-cancelled.png")
+        assert disk_state(demo) == reduced
+        (op,) = t.json(PREFIX + "/operations")["operations"]
+        assert op["restorable"] and not op["restored_by"], op
+
+        # the gate stays open: this restore goes through, every file as it was before the reduce
+        f.locator('.nav-item[data-view="operations"]').click()
+        f.locator("a.restore-link").first.click()
+        f.locator(".dialog .dialog-confirm").click()
+        expect(f.locator('.outcome-line[data-status="restored"]')).to_be_visible(timeout=180000)
+        tab.shot("20-restored-after-cancel.png")
+        assert disk_state(demo) == start
+        assert tab.our_errors() == [], tab.our_errors()
+    finally:
+        if tab is not None:
+            tab.close()
+        t.stop()
+
+
 DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
     "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
 

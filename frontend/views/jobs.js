@@ -13,6 +13,12 @@ const STEP_WORDS = {
   check: 'checking the backups',
 };
 
+function stepWords(job) {
+  // a reduce starts by planning; a restore or retire by taking its run's lock and journaling
+  if (job.step === 'starting' && job.kind !== 'reduce') return 'starting';
+  return STEP_WORDS[job.step] || job.step;
+}
+
 function title(job) {
   // a job carries its run count and a bounded sample of names (never 100,000 names per poll)
   const n = job.run_count === undefined ? job.runs.length : job.run_count;
@@ -24,11 +30,16 @@ function title(job) {
   return job.kind;
 }
 
-function outcomeLine(model, o) {
-  const cls = {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad', skipped: 'muted'}[o.status] || 'muted';
-  const line = el('div', {class: 'outcome-line ' + cls, dataset: {run: o.run, status: o.status}});
+function outcomeLine(model, o, cancelled) {
+  // a run the user's Cancel stopped (code ``interrupted`` in a cancelled job) did not fail: it is
+  // as it was, and says so without the red of a failure
+  const stopped = cancelled && o.code === 'interrupted';
+  const cls = stopped ? 'muted' : {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad', skipped: 'muted'}[o.status] || 'muted';
+  const line = el('div', {class: 'outcome-line ' + cls, dataset: {run: o.run, status: stopped ? 'cancelled' : o.status}});
   line.appendChild(el('span', {class: 'mono', text: o.run}));
-  if (o.status === 'verified' && o.kind === 'retire') {
+  if (stopped) {
+    line.appendChild(el('span', {text: ' — cancelled' + (o.reason ? ': ' + o.reason : '')}));
+  } else if (o.status === 'verified' && o.kind === 'retire') {
     line.appendChild(el('span', {text: ' — retired ✓, ' + bytes(o.bytes_before) + ' moved into the vault (restore it from Retire or Operations)'}));
   } else if (o.status === 'verified') {
     line.appendChild(el('span', {text: ' — verified ✓, removed ' + bytes(o.saved_bytes) + ' from the logdir (' + bytes(o.bytes_before) + ' → ' + bytes(o.bytes_after) + ')'}));
@@ -183,7 +194,7 @@ export class JobsView {
         el('div', {class: 'progress-fill', style: {width: Math.max(2, pct) + '%'}})));
       const n = job.run_count === undefined ? job.runs.length : job.run_count;
       const now = Object.entries(job.per_run || {}).find(([, p]) => p.step !== 'queued' && p.fraction < 1);
-      card.appendChild(el('div', {class: 'muted job-step', text: (STEP_WORDS[job.step] || job.step) + ' · ' + pct + '%' +
+      card.appendChild(el('div', {class: 'muted job-step', text: stepWords(job) + ' · ' + pct + '%' +
         (n > 1 && job.runs_done !== undefined ? ' · ' + job.runs_done + ' of ' + plural(n, 'run') + ' done' : '') +
         (n > 1 && now ? ' · now ' + now[0] : '') + (job.cancel_requested ? ' · cancelling…' : '')}));
       return card;
@@ -208,7 +219,7 @@ export class JobsView {
     const shownLines = outcomes.length > MAX_OUTCOME_LINES
       ? outcomes.filter((o) => !good(o)).concat(outcomes.filter(good)).slice(0, MAX_OUTCOME_LINES)
       : outcomes;
-    for (const o of shownLines) card.appendChild(outcomeLine(this.model, o));
+    for (const o of shownLines) card.appendChild(outcomeLine(this.model, o, job.state === 'cancelled'));
     if (outcomes.length > shownLines.length) {
       card.appendChild(el('div', {class: 'muted outcome-more', text: '… and ' + plural(outcomes.length - shownLines.length, 'more run') +
         ' (every one is in Operations and History)'}));
