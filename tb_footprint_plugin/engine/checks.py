@@ -75,11 +75,13 @@ NOT_CHECKED = "not checked: the re-check was cancelled"
 
 def unchecked(result: dict, detail: str = NOT_CHECKED) -> dict:
     """``result`` (at least ``op_id`` and ``run``) as a run the re-check did not finish: never
-    ok, coded ``Failure.INTERRUPTED``, ``checked`` False, a failed check saying so; what it had
-    found already (damaged backups) is kept, backups it did not get to are not said intact."""
+    ok, ``checked`` False, a failed check saying so; what it had found already (damaged backups,
+    backups this user may not read) is kept, backups it did not get to are not said intact. Its
+    code is what happened: the code of a finding it had made (``StoreError.PERMISSION``: a backup
+    it may not read stays unreadable whatever the cut), else ``Failure.INTERRUPTED``."""
     ver = result.get("verification") or {}
     return {"damaged_backups": [], "backups_ok": False, **result, "ok": False, "checked": False,
-            "code": Failure.INTERRUPTED,
+            "code": result.get("code") or Failure.INTERRUPTED,
             "verification": {**ver, "ok": False, "checks": list(ver.get("checks") or []) + [
                 {"name": "interrupted", "ok": False, "detail": detail}]}}
 
@@ -117,11 +119,11 @@ def recheck(ctx: Context, run: Optional[str] = None, op: Optional[str] = None,
                 (bad if why is None else unreadable).append(f["path"] if why is None else f"{f['path']} ({why})")
         res = {"op_id": m["op_id"], "run": m["run"], "backups_ok": not bad and not unreadable,
                "damaged_backups": bad, "unreadable_backups": unreadable}
+        if unreadable:  # a finding that stands, the run checked in full or cut short (``unchecked``)
+            res["code"] = StoreError.PERMISSION
         if cut:  # not all of its backups re-hashed
             results.append(unchecked(dict(res, backups_ok=False)))
             continue
-        if unreadable:
-            res["code"] = StoreError.PERMISSION
         bad = bad + unreadable  # either way, not every backup could be checked
         if newest.get(m["run"], m["op_id"]) != m["op_id"]:
             # a later reduction changed the run again: only its own backups can be checked
