@@ -162,6 +162,8 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
             vault_format=DEFAULT_VAULT_FORMAT, confirmed: Optional[Collection[str]] = None) -> ReduceReport:
     if not dry_run:
         eng.prepare_reduce()  # the vault ours, a remote vault remembered, before any backup is made
+    # no run named: an unreadable folder outside every run is a warning, not a run left undone
+    whole_logdir = runs is None and not run_glob
     recovered = [] if dry_run else eng.recover()
     backup_dir = eng.scan_backup_dir
     # a reduce's scan keeps its passes over big event files for the rewrite (``scan.passes``)
@@ -191,7 +193,8 @@ def _reduce(eng: Engine, logdir: str, pol, dry_run: bool, *, runs, run_glob, min
                      footprint=scans.get(key), vault_format=vault_format, engine=eng)
             if confirmed is not None and not dry_run:
                 hold_to_confirmed(p, confirmed)  # what the user said yes to, or nothing for that run
-        report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine)
+        report = ReduceReport(dry_run=dry_run, plan=p, recovered=recovered, shard=shard, shard_runs=mine,
+                              warned_folders=list(p.unread_folders) if whole_logdir else [])
         if dry_run:
             report.outcomes = [RunOutcome(run=rp.run, status=Outcome.SKIPPED if rp.skipped else Outcome.DRY_RUN,
                                           reason=rp.skipped, code=rp.code, bytes_before=rp.bytes_before,

@@ -59,16 +59,28 @@ class ReduceReport(RunOutcomes):
     #: a local logdir whose backups go to a bucket: what the remote vault stores after the batch
     #: (``engine.usage.remote_usage``), never counted in the disk in use; None without one
     remote_vault: Optional[dict] = None
+    #: folders outside every run the scan could not enter, of a batch that named no run (a reduce of
+    #: the whole logdir): named (a warning, ``unread_warnings``), never a failure of the runs it reduced
+    warned_folders: List[str] = field(default_factory=list)
 
     @property
     def unread(self) -> List[RunOutcome]:
         """Runs and folders left alone because the scan could not enter a folder (``codes.UNREAD_SKIPS``):
-        not done, and not said done (review R16 F10)."""
-        return [o for o in self.outcomes if o.status == Outcome.SKIPPED and o.code in UNREAD_SKIPS]
+        not done, and not said done (review R16 F10); a run seen in part, or a folder the batch named.
+        A folder outside every run that no one named is a warning (``unread_warnings``)."""
+        return [o for o in self.outcomes if o.status == Outcome.SKIPPED and o.code in UNREAD_SKIPS
+                and o.run not in self.warned_folders]
+
+    @property
+    def unread_warnings(self) -> List[RunOutcome]:
+        """The folders outside every run the scan could not enter, left alone, that a reduce of the
+        whole logdir names and goes on without (the runs it reduced do not hold them)."""
+        return [o for o in self.outcomes if o.status == Outcome.SKIPPED and o.code in UNREAD_SKIPS
+                and o.run in self.warned_folders]
 
     @property
     def ok(self) -> bool:
-        """Nothing failed or rolled back, and no folder was left unread."""
+        """Nothing failed or rolled back, and no run or folder asked for was left unread."""
         return not self.failed and not self.unread
 
     @property
@@ -116,6 +128,7 @@ class ReduceReport(RunOutcomes):
             "shard": sharding.label(self.shard),
             "shard_runs": self.shard_runs,
             "ledger_problems": self.ledger_problems,
+            "unread_warnings": [o.run for o in self.unread_warnings],
         }
 
 

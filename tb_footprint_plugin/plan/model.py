@@ -124,6 +124,9 @@ class Plan:
     #: the originals of a colliding size: their counts and which figures rest on that hashing
     #: (``figures``); None when nothing was hashed
     content_dups: Optional[Dict[str, object]] = None
+    #: the plans (by ``run``) that are folders outside every run the scan could not enter
+    #: (``planner.leave_unread_alone``): named and left alone; not runs of the logdir seen in part
+    unread_folders: List[str] = field(default_factory=list)
 
     @property
     def removable_bytes(self) -> int:
@@ -168,4 +171,5 @@ class Plan:
             "disk_in_use_bytes": self.disk_in_use_bytes,
             "hard_links": self.hard_links,
             "content_dups": self.content_dups,
+            "unread_folders": self.unread_folders,
         }

@@ -139,7 +139,8 @@ def make_plan(
         plans.append(rp)
         if on_planned is not None:
             on_planned(r, rp)
-    plans += leave_unread_alone(footprint, plans, chosen, run_glob)
+    folders = leave_unread_alone(footprint, plans, chosen, run_glob)
+    plans += folders
     plans.sort(key=lambda p: (-p.bytes_before, p.run))
     notes = [LOCAL_VAULT_NOTE]
     return Plan(
@@ -149,6 +150,7 @@ def make_plan(
         total_bytes=sum(p.bytes_before for p in plans),
         runs=plans,
         notes=notes,
+        unread_folders=[rp.run for rp in folders],
     )
 
 
