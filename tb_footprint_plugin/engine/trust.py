@@ -43,7 +43,7 @@ from tb_footprint_plugin.plan.model import Action
 from tb_footprint_plugin.storage.paths import UnsafePath, contained, is_op_id, is_sha256, plausible_mtime_ns, safe_rel
 
 __all__ = ["Untrusted", "JsonLines", "bind", "check_journal", "check_manifest", "is_op_id", "is_sha256",
-           "read_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
+           "read_json_lines", "parse_json_lines", "read_json_file", "identity_damage", "repair_identity", "own_ids",
            "fold_states", "logged_manifest_states"]
 
 IDENTITY_NAME = "identity.json"
@@ -136,6 +136,14 @@ def read_json_lines(path: str) -> JsonLines:
         d.line = 0
         out.damaged.append(d)
         return out
+    return parse_json_lines(raw, path, out)
+
+
+def parse_json_lines(raw: bytes, name: str, out: Optional[JsonLines] = None) -> JsonLines:
+    """``read_json_lines`` of bytes already read (from any store): ``name`` is what each damaged
+    line names (a path or a URL); the text after the last newline is a torn append."""
+    out = JsonLines(name) if out is None else out
+    path = name
     chunks = raw.split(b"\n")
     last = len(chunks) - 1  # the text after the last newline: empty, or a torn append
     for n, chunk in enumerate(chunks, 1):

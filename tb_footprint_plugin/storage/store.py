@@ -231,10 +231,14 @@ class Store(abc.ABC):
 
     # --- reading -----------------------------------------------------------------------------
     @abc.abstractmethod
-    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False, shallow: bool = False) -> Iterator[Entry]:
         """Every file under ``prefix`` (one recursive listing; paginated by the store), in no
         promised order. Only regular files and objects: folders, symlinks and special files are
         not entries. A missing prefix lists nothing.
+
+        ``shallow``: only the files directly in ``prefix``, none of its subfolders' (a state
+        folder's own logs beside its vault). A folder reads only itself; a bucket has no folders,
+        so its listing is the same recursive one, filtered.
 
         ``every_key``: also what a listing finds that is no data of the store's own: keys no other
         call can address (a bucket's planted ``a/../b`` or ``a//b``: ``Entry.key`` is the name as
@@ -399,10 +403,10 @@ class Wrapper(Store):
         finally:
             self._after(verb, up=up)
 
-    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False, shallow: bool = False) -> Iterator[Entry]:
         self._before("list")
         try:
-            yield from self.inner.list(prefix, every_key=every_key)
+            yield from self.inner.list(prefix, every_key=every_key, shallow=shallow)
         finally:
             self._after("list")
 

@@ -191,7 +191,7 @@ class ObjectStore(Store):
             return self.ops.head(path)
 
     # --- reading ------------------------------------------------------------------------------
-    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False, shallow: bool = False) -> Iterator[Entry]:
         prefix = check_key(prefix, allow_root=True)
         with _coded(prefix or self.location):
             try:
@@ -201,6 +201,8 @@ class ObjectStore(Store):
         for key in sorted(found):
             if prefix and not key.startswith(prefix + "/"):
                 continue
+            if shallow and "/" in key[len(prefix) + 1 if prefix else 0:]:
+                continue  # in a "subfolder" of the prefix
             if not every_key:
                 try:
                     check_key(key)

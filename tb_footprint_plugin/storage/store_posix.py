@@ -181,7 +181,7 @@ class PosixStore(Store):
         return Entry(key=key, size=st.st_size, mtime=st.st_mtime, version=version_of(st), mode=stat.S_IMODE(st.st_mode))
 
     # --- reading ------------------------------------------------------------------------------
-    def list(self, prefix: str = "", *, every_key: bool = False) -> Iterator[Entry]:
+    def list(self, prefix: str = "", *, every_key: bool = False, shallow: bool = False) -> Iterator[Entry]:
         parts = self._parts(prefix, allow_root=True)
         try:
             fd = self._open_dir(parts, prefix)
@@ -193,9 +193,9 @@ class PosixStore(Store):
             raise
         except OSError as e:
             raise _failure(e, prefix, "listing") from None
-        yield from self._walk(fd, "/".join(parts), every_key)
+        yield from self._walk(fd, "/".join(parts), every_key, shallow)
 
-    def _walk(self, fd: int, base: str, every_key: bool = False) -> Iterator[Entry]:
+    def _walk(self, fd: int, base: str, every_key: bool = False, shallow: bool = False) -> Iterator[Entry]:
         try:
             fsops.op()
             self.stats.add("list")
@@ -205,7 +205,7 @@ class PosixStore(Store):
                 key = f"{base}/{name}" if base else name
                 if stat.S_ISREG(st.st_mode) and (every_key or not name.startswith(TMP_PREFIX)):
                     yield self._entry(key, st)  # (a folder's names are always plain keys)
-                elif stat.S_ISDIR(st.st_mode):
+                elif stat.S_ISDIR(st.st_mode) and not shallow:
                     fsops.op()
                     try:
                         sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
