@@ -24,12 +24,11 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import blobs_of, check_entry, is_blob_entry, names_our_backup, put_back
+from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
 from tb_footprint_plugin.engine.bucket_state import (
-    ACTIVE_OPS,
     BucketState,
     BucketTxnError,
     BucketVault,
-    failure_code,
     journal_path,
     lock_runs,
     must_delete,
@@ -39,13 +38,11 @@ from tb_footprint_plugin.engine.bucket_state import (
     run_listing,
     run_prefix,
     STORE_FAILURES,
-    unlock_all,
     vault_url,
 )
 from tb_footprint_plugin.engine.bucket_steps import copy_matches, in_place, renamed, staged_match, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome
 from tb_footprint_plugin.engine.journal import OpJournal
-from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.manifest import A_RESTORE, bucket_form, op_id_of
 from tb_footprint_plugin.engine.manifest import read as read_manifest
 from tb_footprint_plugin.engine.trust import Untrusted
@@ -91,21 +88,6 @@ def start_journal(st: BucketState, doc: dict) -> OpJournal:
                              f"{doc['op']} is unfinished (its journal is there); run `tb-footprint recover` first") from None
 
 
-def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
-    """After a restore (or unretire) failed: its journal goes when nothing was put back yet (the
-    run is as it was), else it stays and ``out.reason`` says the next start finishes the restore.
-    Returns the journal's path while it stands (its lock stays with it), else None."""
-    if jpath is not None and not started:
-        try:
-            must_delete(rfs, [jpath])
-            jpath = None
-        except (BucketTxnError, *STORE_FAILURES):
-            pass
-    if jpath is not None:
-        out.reason += "; the journal is kept and the next start finishes the restore"
-    return jpath
-
-
 def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False,
                cancel: Optional[CancelToken] = None,
                progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
@@ -130,7 +112,7 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
     return out
 
 
-class ObjectRestore(txn.PutBack):
+class ObjectRestore(ObjectPutBack):
     """The steps of a bucket reduction's restore for ``engine.txn.run``, under the lock of its run,
     named (as its journal) by the operation restored: another restore of it in this process keeps
     it (its lock stays live to every check here), a lock naming it is not taken over while its
@@ -150,28 +132,22 @@ class ObjectRestore(txn.PutBack):
     - **commit**: the manifest marked restored (``not_restored``, ``displaced``), the journal
       removed, the outcome.
 
-    A failure is never rolled back (``journaled`` False: no rollback record): the journal goes
-    when nothing was put back yet, else it stays and the next start finishes the restore
-    (``settle_failed_journal``); an injected fault is a crash, the journal left as it stands."""
+    A failure is never rolled back (``ObjectPutBack``: no rollback record): the journal goes
+    when nothing was put back yet, else it stays and the next start finishes the restore; an
+    injected fault is a crash, the journal left as it stands."""
 
     verb = "restore"
     # ValueError: a key the manifest names is not plain; an OSError that is no store failure
     # propagates, as it always has
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, Cancelled)
-    rollback_errors = ()
 
     def __init__(self, rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool, out: RunOutcome) -> None:
-        self.rfs, self.vault, self.m, self.resume, self.out = rfs, vault, manifest, resume, out
+        super().__init__(rfs, out, manifest["op_id"], resume)
+        self.vault, self.m, self.resume = vault, manifest, resume
         self.run, self.op_id = manifest["run"], manifest["op_id"]
         self.st = BucketState(rfs)
-        self.mine = self.op_id not in ACTIVE_OPS
-        ACTIVE_OPS.add(self.op_id)
-        self.locks: List[RunLease] = []  # the lock object held (its path is deleted with the journal's end)
-        self.jpath: Optional[str] = None  # the journal while it stands (then the lock stays with it)
-        self.started = resume  # whether an original may have been put back already
         self.conflicts: List[str] = []
         self.displaced: List[dict] = []
-        self.ended = False
 
     def failpoint(self, step: str) -> Optional[str]:
         return None  # ``restore.file`` is the swap's own, hit after each original put back
@@ -342,35 +318,6 @@ class ObjectRestore(txn.PutBack):
             out.reason += (f"; {len(conflicts)} file(s) exist again or were changed since the reduce and were left as "
                            f"they are, e.g. {conflicts[0]}: "
                            "their originals stay in the vault, and purge keeps them")
-
-    def journaled(self) -> bool:
-        return False  # never a rollback record: a restore is finished, not undone
-
-    def committed(self) -> bool:
-        return self.jpath is not None
-
-    def failed(self, error: BaseException) -> None:
-        self.out.reason, self.out.code = str(error), failure_code(error)
-        if isinstance(error, Cancelled):  # honoured only before the first put-back
-            self.out.reason += ": nothing was put back, the run is as it was"
-
-    def rollback(self, committed: bool) -> None:
-        """Nothing is undone: the journal goes if nothing was put back, else it stays."""
-        self.jpath = settle_failed_journal(self.rfs, self.jpath, self.started, self.out)
-
-    def incomplete(self, error: BaseException) -> None:
-        raise error  # pragma: no cover - ``rollback`` settles its own failures
-
-    def end(self) -> None:
-        """Once: the lock no longer renewed, and deleted unless the journal stands."""
-        if self.ended:
-            return
-        self.ended = True
-        if self.mine:
-            ACTIVE_OPS.discard(self.op_id)
-        ours, versions = unlock_all(self.locks)
-        if ours and self.jpath is None:  # a kept journal keeps its lock until it is settled
-            BucketState.of(self.rfs).delete(ours, versions=versions)
 
 
 def _made_where(manifest: dict) -> str:

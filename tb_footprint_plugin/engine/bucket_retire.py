@@ -72,8 +72,8 @@ from tb_footprint_plugin.engine.bucket_state import (
     vault_url,
     written_recently,
 )
-from tb_footprint_plugin.engine.bucket_restore import (holds_original, restore_journal, settle_failed_journal,
-                                                        start_journal)
+from tb_footprint_plugin.engine.bucket_putback import ObjectPutBack
+from tb_footprint_plugin.engine.bucket_restore import holds_original, restore_journal, start_journal
 from tb_footprint_plugin.engine.bucket_steps import backup_object, copy_matches, finish_op, journal_started, stream_digest
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
@@ -553,7 +553,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     return out
 
 
-class ObjectUnretire(txn.PutBack):
+class ObjectUnretire(ObjectPutBack):
     """The steps of a bucket retirement's restore for ``engine.txn.run``, under the locks of its
     runs, named (as its journal) by the retirement restored: a lock naming it is not taken over
     while its journal stands, and purge leaves its copies alone.
@@ -567,28 +567,21 @@ class ObjectUnretire(txn.PutBack):
       counted as back, another object there left as it is (``not_restored``);
     - **commit**: the manifest marked restored, the journal removed.
 
-    A failure is never rolled back (``journaled`` False: no rollback record): the journal goes when
-    nothing was put back yet, else it stays and the next start finishes the restore
-    (``settle_failed_journal``); an injected fault is a crash, the journal left as it stands."""
+    A failure is never rolled back (``ObjectPutBack``: no rollback record): the journal goes when
+    nothing was put back yet, else it stays and the next start finishes the restore; an injected
+    fault is a crash, the journal left as it stands."""
 
     verb = "unretire"
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
-    rollback_errors = ()
     FAILPOINTS = {"swap": "unretire.move"}
 
     def __init__(self, rfs: RemoteFS, vault: BucketVault, m: dict, run: str, along: List[str], resume: bool,
                  out: RunOutcome) -> None:
-        self.rfs, self.vault, self.m, self.run, self.along, self.resume, self.out = rfs, vault, m, run, along, resume, out
+        super().__init__(rfs, out, m["op_id"], resume)
+        self.vault, self.m, self.run, self.along, self.resume = vault, m, run, along, resume
         self.st = BucketState(rfs)
         self.op_id = new_op_id()
-        self.held_as = m["op_id"]
-        self.mine = self.held_as not in ACTIVE_OPS  # another restore of it in this process keeps it live
-        ACTIVE_OPS.add(self.held_as)
-        self.locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
-        self.jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
-        self.started = resume  # whether an object may have been put back already
         self.conflicts: List[str] = []
-        self.ended = False
 
     def failpoint(self, step: str) -> Optional[str]:
         return self.FAILPOINTS.get(step)
@@ -652,36 +645,6 @@ class ObjectUnretire(txn.PutBack):
         if conflicts:
             out.reason += (f"; {len(conflicts)} key(s) hold another object now and were left as they are, e.g. "
                            f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
-
-    def journaled(self) -> bool:
-        return False  # never a rollback record: a restore is finished, not undone
-
-    def committed(self) -> bool:
-        return self.jpath is not None
-
-    def failed(self, error: BaseException) -> None:
-        self.out.reason, self.out.code = str(error), failure_code(error)
-
-    def rollback(self, committed: bool) -> None:
-        """Nothing is undone: the journal goes if nothing was put back, else it stays."""
-        self.jpath = settle_failed_journal(self.rfs, self.jpath, self.started, self.out)
-
-    def incomplete(self, error: BaseException) -> None:
-        raise error  # pragma: no cover - ``rollback`` settles its own failures
-
-    def end(self) -> None:
-        """Once: the locks no longer renewed, and deleted unless the journal stands."""
-        if self.ended:
-            return
-        self.ended = True
-        if self.mine:
-            ACTIVE_OPS.discard(self.held_as)
-        ours, versions = unlock_all(self.locks)
-        if self.jpath is None:  # a kept journal keeps its locks until it is settled
-            try:
-                BucketState.of(self.rfs).delete(ours, versions=versions)
-            except STORE_FAILURES:
-                pass
 
 
 def _copy_ok(rfs: RemoteFS, vault: BucketVault, f: dict) -> bool:

@@ -1,0 +1,98 @@
+"""What a bucket's put-back transactions share: the restore of a reduction
+(``bucket_restore.ObjectRestore``) and of a retired run (``bucket_retire.ObjectUnretire``).
+
+Both are a ``txn.PutBack`` under the lock of their runs, with a journal object named by the
+operation they put back (``held_as``): a lock naming it is not taken over while the journal stands,
+and purge leaves its copies alone. Neither is ever undone (no rollback record): when a step fails,
+the journal goes if nothing was put back yet (the run is as it was), else it stays with its locks
+and the next start finishes the put-back (``settle_failed_journal``). At the end the locks are no
+longer renewed and deleted, unless the journal stands. Written once here (``duplicates --change``
+found the two copies).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tb_footprint_plugin.engine import txn
+from tb_footprint_plugin.engine.bucket_state import (
+    ACTIVE_OPS,
+    BucketState,
+    BucketTxnError,
+    failure_code,
+    must_delete,
+    STORE_FAILURES,
+    unlock_all,
+)
+from tb_footprint_plugin.engine.context import Cancelled, RunOutcome
+from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.storage.remote import RemoteFS
+
+
+def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
+    """After a restore (or unretire) failed: its journal goes when nothing was put back yet (the
+    run is as it was), else it stays and ``out.reason`` says the next start finishes the restore.
+    Returns the journal's path while it stands (its lock stays with it), else None."""
+    if jpath is not None and not started:
+        try:
+            must_delete(rfs, [jpath])
+            jpath = None
+        except (BucketTxnError, *STORE_FAILURES):
+            pass
+    if jpath is not None:
+        out.reason += "; the journal is kept and the next start finishes the restore"
+    return jpath
+
+
+class ObjectPutBack(txn.PutBack):
+    """A bucket's put-back for ``engine.txn.run`` (module doc): the journal, the failure, the
+    rollback that settles the journal and the end that lets the locks go, once. A subclass takes
+    the locks into ``locks``, sets ``jpath`` when its journal stands (and ``started`` once a put-back
+    may have been made), and does the swap and the commit (which removes the journal: ``jpath``
+    None)."""
+
+    rollback_errors = ()
+
+    def __init__(self, rfs: RemoteFS, out: RunOutcome, held_as: str, resume: bool) -> None:
+        self.rfs, self.out, self.held_as = rfs, out, held_as
+        self.mine = held_as not in ACTIVE_OPS  # another put-back of it in this process keeps it live
+        ACTIVE_OPS.add(held_as)
+        self.locks: List[RunLease] = []  # the lock objects held (the journal names their paths)
+        self.jpath: Optional[str] = None  # the journal while it stands (then the locks stay with it)
+        self.started = resume  # whether an object may have been put back already
+        self.ended = False
+
+    def journaled(self) -> bool:
+        return False  # never a rollback record: a restore is finished, not undone
+
+    def committed(self) -> bool:
+        return self.jpath is not None
+
+    def failed(self, error: BaseException) -> None:
+        self.out.reason, self.out.code = str(error), failure_code(error)
+        if isinstance(error, Cancelled):  # honoured only before the first put-back
+            self.out.reason += ": nothing was put back, the run is as it was"
+
+    def rollback(self, committed: bool) -> None:
+        """Nothing is undone: the journal goes if nothing was put back, else it stays."""
+        self.jpath = settle_failed_journal(self.rfs, self.jpath, self.started, self.out)
+
+    def incomplete(self, error: BaseException) -> None:
+        raise error  # pragma: no cover - ``rollback`` settles its own failures
+
+    def end(self) -> None:
+        """Once: the locks no longer renewed, and deleted unless the journal stands (a lock that
+        cannot be deleted now is left to its lease: its holder is gone once this ends)."""
+        if self.ended:
+            return
+        self.ended = True
+        if self.mine:
+            ACTIVE_OPS.discard(self.held_as)
+        ours, versions = unlock_all(self.locks)
+        if ours and self.jpath is None:  # a kept journal keeps its locks until it is settled
+            try:
+                BucketState.of(self.rfs).delete(ours, versions=versions)
+            except STORE_FAILURES:
+                pass
+
+
+__all__ = ["ObjectPutBack", "settle_failed_journal"]
