@@ -165,6 +165,25 @@ class ObjectStore(Store):
         return cls(url, rfs=view, ops_of=rfs)
 
     @property
+    def root(self) -> str:
+        """The store path its keys are under (``bucket/prefix``, no scheme), as the engine names
+        objects and a listing's keys are relative to (a ``PosixStore``'s ``root`` is its folder)."""
+        return self.rfs.root
+
+    def sibling(self, url: str) -> "ObjectStore":
+        """An ``ObjectStore`` at ``url`` whose requests this store's ``stats`` count: on this
+        store's client (``on_client``: no client built, no request) when ``url`` is on the same
+        store, else on a client of its own (a vault of another scheme, still counted here). For a
+        caller that holds the ``Store`` alone (a scan listing a vault in another prefix or bucket)."""
+        try:
+            return ObjectStore.on_client(self.rfs, url)
+        except StoreFailure as e:
+            if e.code != StoreError.NOT_SUPPORTED:
+                raise
+        with _coded(url):
+            return ObjectStore(url, rfs=RemoteFS(url, stats=self.stats))
+
+    @property
     def ops(self):
         """The scheme's conditional client (``rfs.ops``, or the one given), made at first use;
         ``StoreFailure`` ``NOT_SUPPORTED`` for a scheme without one."""
