@@ -102,8 +102,7 @@ def _stored_now(eng, fp: LogdirFootprint, own: bool) -> int:
     ``stored``), from the listing the scan made (``fp.listed_bytes``): no listing more. A
     caller's footprint listed longer ago than ``FRESH_WALK_S`` is listed again."""
     fresh = own or time.time() - fp.scanned_at <= FRESH_WALK_S
-    return usage.bucket_stored(eng.rfs, eng.vault, fp.listed_bytes if fresh else None,
-                               fp.listed_vault if fresh else None)
+    return usage.bucket_stored(eng.vault, fp.listed_bytes if fresh else None, fp.listed_vault if fresh else None)
 
 
 def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,

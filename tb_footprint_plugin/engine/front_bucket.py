@@ -412,7 +412,7 @@ class BucketEngine(Engine):
                 raise
             raise NotADirectoryError(f"logdir {self.rfs.url}: no such bucket") from None
         self._listing, self._listing_measured = objects, False
-        return scan_bucket(self.rfs, objects, backup_dir=self.backup_dir, write_cache=write_cache, listed_at=started)
+        return scan_bucket(self.vault.logdir, objects, backup_dir=self.backup_dir, write_cache=write_cache, listed_at=started)
 
     def dry_run_freed(self, p, vault_format: str) -> Optional[Tuple[int, int]]:
         """None: the plan's cost and retention say what a bucket frees (``note_plan``)."""

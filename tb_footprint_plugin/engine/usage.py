@@ -388,16 +388,17 @@ def remote_usage(vault_roots: Sequence[str]) -> Optional[dict]:
     return out
 
 
-def bucket_stored(rfs, vault, listed_bytes: Optional[int] = None,
+def bucket_stored(vault, listed_bytes: Optional[int] = None,
                   listed_vault: Optional[Tuple[str, int]] = None) -> int:
     """What a bucket logdir and its vault store now, as ``BucketEngine.stored`` counts it (the
     logdir's prefix, its vault in another prefix, a local folder of blobs as stored), from the
     listings a scan made already: ``listed_bytes`` (the logdir's prefix summed, its state folder
     and a vault inside it included; listed here when None) and ``listed_vault`` ((store path,
-    bytes) of a vault in another prefix; listed here when it is not that vault's). ``rfs``,
-    ``vault``: the engine's ``RemoteFS`` and ``BucketVault``. A folder of blobs not made yet holds
+    bytes) of a vault in another prefix; listed here when it is not that vault's). ``vault``: the
+    engine's ``BucketVault`` (over the logdir's ``ObjectStore``). A folder of blobs not made yet holds
     nothing and is not made (a plan writes nothing). Raises ``OSError`` when a listing fails (the
     ``Store``'s ``StoreFailure``: the listings go through ``BucketState``, one each, as before)."""
+    rfs = vault.rfs  # the logdir's store's client: its paths name the roots compared below
     st = BucketState.of(rfs)
     total = stored_bytes(o.size for o in st.tree().values()) if listed_bytes is None else int(listed_bytes)
     if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):

@@ -22,10 +22,12 @@ import tempfile
 import time
 from typing import Dict, Iterable, Optional
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import UnsafePath, safe_rel
 from tb_footprint_plugin.storage.private import ensure_private_dir, set_aside_stranger
 from tb_footprint_plugin.storage.regular import open_regular
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, StoreFailure
 
 CACHE_VERSION = 3
 CACHE_NAME = "scan-cache.json"
@@ -279,13 +281,18 @@ class RemoteScanCache:
     """The scan cache of a bucket logdir, kept in the bucket beside the journal
     (``<logdir>/.tb-footprint/scan-cache.json``) so any machine's re-scan of an unchanged logdir
     costs one listing. Keys are (size, ETag/generation). Two concurrent writers: the last one
-    wins, which only costs the other a slower next scan. One JSON document read and written whole.
+    wins, which only costs the other a slower next scan. One JSON document read and written whole,
+    through the ``Store`` interface (``read_all``, ``put``) of the logdir's store: one read, one put.
     """
 
-    def __init__(self, rfs, rel: str, present: bool):
-        self._rfs = rfs
+    def __init__(self, store, rel: str, present: bool, size: Optional[int] = None):
+        """``store``: the logdir's ``Store``; ``present``: the listing found ``rel`` (no request to
+        find out), ``size`` its listed size (the cache is read whole up to that size or
+        ``READ_ALL_LIMIT``, whichever is larger; an object that grew past both since is not read)."""
+        self._store = store
         self._rel = rel
-        self._present = present  # known from the listing: no request to find out
+        self._present = present
+        self._size = size
         self.entries: Dict[str, dict] = {}
         self.dirty = False
         self._looked: set = set()  # the paths this scan looked up (``retain_looked_up``)
@@ -293,13 +300,13 @@ class RemoteScanCache:
 
     @property
     def path(self) -> Optional[str]:
-        return self._rfs.url_of(self._rel)
+        return f"{self._store.location}/{self._rel}"
 
     def _load(self) -> None:
         if not self._present:
             return
         try:
-            data = json.loads(self._rfs.read_bytes(self._rel).decode("utf-8"))
+            data = json.loads(self._store.read_all(self._rel, max(READ_ALL_LIMIT, self._size or 0)).decode("utf-8"))
         except (OSError, ValueError):
             return
         if isinstance(data, dict) and data.get("version") == 2 and isinstance(data.get("files"), dict):
@@ -334,7 +341,14 @@ class RemoteScanCache:
         if not self.dirty:
             return None
         try:
-            self._rfs.write_bytes(self._rel, json.dumps({"version": 2, "files": self.entries}).encode())
+            self._store.put(self._rel, json.dumps({"version": 2, "files": self.entries}).encode())
+        except StoreFailure as e:
+            if e.code == StoreError.NOT_SUPPORTED:
+                # a store listed and read only (another fsspec scheme) is never written to, its
+                # cache included: its re-scan reads its event files again
+                self.dirty = False
+                return None
+            return f"scan cache not saved in {self.path}: {e}"
         except OSError as e:
             return f"scan cache not saved in {self.path}: {e}"
         self.dirty = False

@@ -10,6 +10,7 @@ import os
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan.discovery import FoundFile, FoundRun, display, dir_size, walk_runs
 from tb_footprint_plugin.scan.model import (
@@ -26,6 +27,7 @@ from tb_footprint_plugin.scan.model import (
 )
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, cache_dir, is_within, recorded_vaults, state_dir
 from tb_footprint_plugin.storage.remote import is_remote
+from tb_footprint_plugin.storage.store import RangeReader, Store, StoreFailure
 from tb_footprint_plugin.scan.cache import ScanCache
 
 Progress = Callable[[int, int], None]
@@ -73,70 +75,90 @@ def scan(
 
 def _scan_remote(url: str, *, backup_dir: Optional[str], use_cache: bool, write_cache: bool,
                  progress: Optional[Progress]) -> LogdirFootprint:
-    """Scan a bucket logdir: one recursive listing (through the ``Store`` interface, as the
-    engine lists), event files streamed by ranged reads, the cache (in the bucket) keyed on
-    size + ETag/generation."""
-    from tb_footprint_plugin.storage.remote import RemoteFS
+    """Scan a bucket logdir (or one under another fsspec scheme, listed and read only) through its
+    ``ObjectStore``: ``scan_store``."""
+    from tb_footprint_plugin.storage.store_object import ObjectStore
 
-    rfs = RemoteFS(url)
+    try:
+        store = ObjectStore(url)
+    except StoreFailure as e:
+        # the client's own refusal as it was (a missing client extra, a URL naming no bucket):
+        # its message names the URL already
+        raise (e.__cause__ or e) from None
+    return scan_store(store, backup_dir=backup_dir, use_cache=use_cache, write_cache=write_cache,
+                      progress=progress)
+
+
+def scan_store(store: Store, *, backup_dir: Optional[str] = None, use_cache: bool = True,
+               write_cache: bool = True, progress: Optional[Progress] = None) -> LogdirFootprint:
+    """Scan the logdir whose objects ``store`` holds (an ``ObjectStore``, or any ``Store`` around
+    one: every request goes through it): one recursive listing, event files streamed by ranged
+    reads (``open_read``), the cache in the store (``read_all``/``put``) keyed on size +
+    ETag/generation. ``NotADirectoryError`` when there is no such bucket."""
     started = time.time()
     try:
-        objects = _listing(rfs)
+        objects = _listing(store)
     except FileNotFoundError:
-        raise NotADirectoryError(f"logdir {rfs.url}: no such bucket") from None
-    return scan_bucket(rfs, objects, backup_dir=backup_dir, use_cache=use_cache,
+        raise NotADirectoryError(f"logdir {store.location}: no such bucket") from None
+    return scan_bucket(store, objects, backup_dir=backup_dir, use_cache=use_cache,
                        write_cache=write_cache, progress=progress, listed_at=started)
 
 
-def _listing(rfs) -> dict:
-    """Every object under the root of ``rfs`` (a logdir, or a vault in another prefix or bucket),
-    keyed relative to it: one paginated listing through the ``Store`` interface
-    (``ObjectStore.list``, every key: the listing the bucket engine makes), on ``rfs``'s client and
-    request counters; a URL of another fsspec scheme (scanned and planned only, never changed) the
-    same way, its store listed and read only (``store_object.LISTED_ONLY_CAPABILITIES``).
-    ``FileNotFoundError`` when there is no such bucket."""
-    from tb_footprint_plugin.codes import StoreError
-    from tb_footprint_plugin.storage.store import StoreFailure
-    from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
+def _listing(store: Store) -> dict:
+    """Every object under the root of ``store`` (a logdir, or a vault in another prefix or bucket),
+    keyed relative to it: one paginated listing through the ``Store`` interface (``list``, every
+    key: the listing the bucket engine makes); a URL of another fsspec scheme (scanned and planned
+    only, never changed) the same way, its store listed and read only
+    (``store_object.LISTED_ONLY_CAPABILITIES``). ``FileNotFoundError`` when there is no such bucket."""
+    from tb_footprint_plugin.storage.store_object import listing_of
 
     try:
-        return listing_of(ObjectStore(rfs.url, rfs=rfs))
+        return listing_of(store)
     except StoreFailure as e:
         if e.code == StoreError.NOT_FOUND:
             raise FileNotFoundError(str(e)) from None
         raise
 
 
-def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bool = True,
+def scan_bucket(store: Store, objects, *, backup_dir: Optional[str] = None, use_cache: bool = True,
                 write_cache: bool = True, progress: Optional[Progress] = None,
                 listed_at: Optional[float] = None) -> LogdirFootprint:
-    """The scan of a bucket logdir from a listing already made (the ``Store``'s, ``_listing``), so a
-    reduction plans and checks versions against the very listing it scanned; ``listed_at``: when
-    that listing started (the scan's ``scanned_at``; now when not given)."""
+    """The scan of a bucket logdir from a listing of its ``store`` already made (``_listing``, or
+    the bucket engine's), so a reduction plans and checks versions against the very listing it
+    scanned; ``listed_at``: when that listing started (the scan's ``scanned_at``; now when not
+    given). Every read goes through ``store`` (the ``Store`` interface); a vault in another prefix
+    or bucket is listed through a store beside it (``ObjectStore.sibling``: the same client and
+    request counters). ``fp.requests``: the requests ``store`` counted (``store.stats``)."""
     from tb_footprint_plugin.scan.discovery import discover_listing
     from tb_footprint_plugin.scan.cache import RemoteScanCache
-    from tb_footprint_plugin.storage.remote import RemoteFS
 
+    url = store.location
     exclude = []
     vault_prefixes = [STATE_DIR_NAME + "/blobs/"]
-    if backup_dir and is_remote(backup_dir) and backup_dir.rstrip("/").startswith(rfs.url + "/"):
-        inner = backup_dir.rstrip("/")[len(rfs.url) + 1:]
+    if backup_dir and is_remote(backup_dir) and backup_dir.rstrip("/").startswith(url + "/"):
+        inner = backup_dir.rstrip("/")[len(url) + 1:]
         exclude.append(inner)
         vault_prefixes.append(inner + "/blobs/")
-    found = discover_listing(rfs.url, objects, exclude=exclude)
+    found = discover_listing(url, objects, exclude=exclude)
     cache_rel = f"{STATE_DIR_NAME}/scan-cache.json"
-    cache = RemoteScanCache(rfs, cache_rel, present=cache_rel in objects) if use_cache else ScanCache(None)
+    listed_cache = objects.get(cache_rel)
+    cache = RemoteScanCache(store, cache_rel, present=listed_cache is not None,
+                            size=listed_cache.size if listed_cache is not None else None) \
+        if use_cache else ScanCache(None)
 
     def opener(f: FoundFile):
-        return rfs.open_ranged(f.rel, f.size)
+        try:
+            return store.open_read(f.rel, f.size)
+        except StoreFailure as e:  # a listed key no call can address ('a/../b'): unreadable, named
+            return RangeReader(_failing(e), f.size, f"{url}/{f.rel}")
 
     vault_listed: List[Tuple[str, int]] = []  # (store path, bytes) of a vault in another prefix
 
     def vault_bytes() -> int:
         total = sum(o.size for k, o in objects.items() if any(k.startswith(p) for p in vault_prefixes))
-        if backup_dir and is_remote(backup_dir) and not backup_dir.rstrip("/").startswith(rfs.url + "/"):
+        if backup_dir and is_remote(backup_dir) and not backup_dir.rstrip("/").startswith(url + "/"):
             try:
-                other = RemoteFS(backup_dir, stats=rfs.stats)
+                other = store.sibling(backup_dir)
                 # the whole vault in one listing (its blobs are most of it): what it stores is
                 # then known too, without a listing more (``listed_vault``)
                 held = _listing(other)
@@ -152,13 +174,20 @@ def scan_bucket(rfs, objects, *, backup_dir: Optional[str] = None, use_cache: bo
         for name in list(found.runs):
             yield found.runs.pop(name)
 
-    fp = _assemble(rfs.url, runs(), found.warnings, cache, use_cache=use_cache, write_cache=write_cache,
+    fp = _assemble(url, runs(), found.warnings, cache, use_cache=use_cache, write_cache=write_cache,
                    progress=progress, vault_bytes=vault_bytes, opener=opener, started=listed_at,
                    total_event_files=sum(1 for r in found.runs.values() for f in r.files if _is_summary_event(f)))
-    fp.requests = rfs.stats.to_dict()
+    fp.requests = store.stats.to_dict()
     fp.listed_bytes = listed
     fp.listed_vault = vault_listed[0] if vault_listed else None
     return fp
+
+
+def _failing(e: OSError) -> Callable[[int, int], bytes]:
+    """A reader's fetch that raises ``e`` (the record reader then reports the file unreadable)."""
+    def fetch(_start: int, _end: int) -> bytes:
+        raise e
+    return fetch
 
 
 def _assemble(logdir: str, found: Iterator[FoundRun], found_warnings: List[str], cache: ScanCache, *,

@@ -26,6 +26,7 @@ from typing import Iterable, Optional, Tuple
 from tb_footprint_plugin.plan.rules import Rules, TraceOptions
 from tb_footprint_plugin.scan.selcache import SelectionCache
 from tb_footprint_plugin.storage.paths import cache_dir
+from tb_footprint_plugin.storage.store import Store
 from tb_footprint_plugin.transforms.event_rewrite import (FileOutcome, RewriteError, RewriteOutcome,
                                                           event_file_names, plan_rewrite)
 from tb_footprint_plugin.transforms.gzip_trace import LEVEL, gzip_size
@@ -194,10 +195,12 @@ class BucketTraces(PlanRewrites):
     """``trace_after`` for a bucket logdir's plan: each trace is measured as on disk, its bytes
     streamed by ranged reads (memory one read window), and cached under the object's size and
     modification time in the user's cache folder for that URL (``save``); ``stats`` counts the
-    requests the measures issued (the plan adds them to what its scan cost)."""
+    requests the measures issued (the plan adds them to what its scan cost). Every read goes
+    through the ``Store`` interface: ``store`` (any ``Store`` over the logdir's objects), else the
+    URL's own ``ObjectStore`` (its own request counters, apart from the scan's)."""
 
-    def __init__(self, url: str, cache: Optional[SelectionCache] = None):
-        from tb_footprint_plugin.storage.remote import RemoteFS
+    def __init__(self, url: str, cache: Optional[SelectionCache] = None, store: Optional[Store] = None):
+        from tb_footprint_plugin.storage.store_object import ObjectStore
 
         folder = None
         if cache is None:
@@ -205,8 +208,8 @@ class BucketTraces(PlanRewrites):
             folder = os.path.join(os.path.abspath(base), "tb-footprint",
                                   "bucket-" + hashlib.sha256(url.rstrip("/").encode("utf-8")).hexdigest()[:24])
         super().__init__(url, cache if cache is not None else SelectionCache(folder))
-        self.rfs = RemoteFS(url)
-        self.stats = self.rfs.stats
+        self.store = store if store is not None else ObjectStore(url)
+        self.stats = self.store.stats
 
     def __call__(self, run, rules: Rules, names) -> Optional[RewriteOutcome]:
         """The rewrite's own selection over the run's event files, streamed from the store into a
@@ -253,7 +256,7 @@ class BucketTraces(PlanRewrites):
     def _fetch(self, path: str, size: int, dest: str) -> None:
         """Stream the object ``path`` to ``dest`` in ranged reads (memory one read window); an
         object that is not ``size`` bytes now changed since the listing (``OSError``)."""
-        reader = self.rfs.open_ranged(path, size)
+        reader = self.store.open_read(path, size)
         with open(dest, "wb") as fo:
             while True:
                 b = reader.read(1 << 20)
@@ -275,7 +278,7 @@ class BucketTraces(PlanRewrites):
             self.served += 1
             return hit
         try:
-            size, same = measure_trace(path, trace, opener=lambda: self.rfs.open_ranged(path, f.size))
+            size, same = measure_trace(path, trace, opener=lambda: self.store.open_read(path, f.size))
         except (TraceFormatError, ValueError, EOFError, zlib.error, gzip.BadGzipFile) as e:
             return {"error": str(e) or type(e).__name__}
         except OSError:
