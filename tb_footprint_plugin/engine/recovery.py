@@ -121,11 +121,12 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # (the next step of this start salvages again)
                 from tb_footprint_plugin.engine.salvage import finish_salvage
 
-                finish = finish_restore if begin["kind"] == "restore" else finish_salvage
                 # a restore stopped while still checking its backups put nothing back: it is
                 # undone (its temporaries removed), not finished, and said so
                 undone = begin["kind"] == "restore" and restore_abandoned(records)
-                detail = finish(ctx, records)
+                # a restore's put-backs that copy record each copy in its journal (``swap.put_in_place``)
+                detail = finish_restore(ctx, records, journal=j) if begin["kind"] == "restore" else \
+                    finish_salvage(ctx, records)
                 outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED,
                                                 detail, Finding.RECOVERED))
                 j.close()

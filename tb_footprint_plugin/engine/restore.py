@@ -43,7 +43,8 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
-from tb_footprint_plugin.engine.swap import make_dirs, put_back, put_back_token, settle_dirs, settle_folder_times
+from tb_footprint_plugin.engine.swap import (copies_begun, make_dirs, put_back, put_back_token, settle_dirs,
+                                             settle_folder_times)
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
                                                        remove_restore_temps)
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
@@ -339,7 +340,8 @@ class LocalRestore(txn.PutBack):
         """Every original back (``finish_restore``): past this point the restore is finished."""
         self.swapping = True
         report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
-        self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases)
+        self.detail = finish_restore(self.ctx, self.jnl.records(), self.memo, self.prepared, self.releases,
+                                     journal=self.jnl)
 
     def commit(self, report: txn.Report) -> None:
         """The temporaries no put-back took removed (the original stood there already), while
@@ -416,13 +418,17 @@ def restore_abandoned(records: List[dict]) -> bool:
 
 
 def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMemo] = None,
-                   prepared: Optional["Prepared"] = None, releases: Optional["Releases"] = None) -> str:
+                   prepared: Optional["Prepared"] = None, releases: Optional["Releases"] = None,
+                   journal: Optional[Journal] = None) -> str:
     """Do (or finish) the restore described by its journal records; idempotent. ``memo``: see
     ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
     backups into (``prepare_streamed``), renamed into place instead of downloading them again.
     A restore journaled to check backups after its begin (``checks_first``) and killed before
     its ``verified`` record had put nothing back: its temporaries are removed, nothing else.
-    ``releases``: see ``restore_op``."""
+    ``releases``: see ``restore_op``. ``journal``: the
+    restore's, where a put-back that copies (the folder's swap strategy, ``swap.put_in_place``)
+    records each copy before it begins; a partial copy an earlier attempt so recorded left is
+    its own (``swap.partial_put_back``)."""
     begin = records[0]
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -440,6 +446,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     # what this restore found in an original's place, recorded in the reduction's manifest
     # before the original goes back: a restore finished after a crash still knows it
     displaced = [d for d in manifest.get("restore_displaced", []) if d.get("by") == begin["op_id"]]
+    begun = copies_begun(records) & originals  # the originals an earlier attempt began to copy back
 
     def remember(d: dict) -> None:
         if any(x.get("path") == d["path"] and x.get("sha256") == d.get("sha256") for x in displaced):
@@ -452,7 +459,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     for f in manifest["files"]:
         # bytes written there since the reduction are kept in the vault, never lost, and the
         # records among them go back into the run beside the original
-        d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember, tmp_token=token)
+        d = put_back(ctx, vault, f, created.get(f["path"]), on_displaced=remember, tmp_token=token,
+                     journal=journal, begun=begun)
         if d and d.get("kept_in_place"):
             displaced.append(d)
         faults.hit("restore.file")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.context import CancelToken, Context, no_symlink
@@ -61,11 +61,14 @@ class Prepared:
         return sha in self.temps
 
     def put(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
-            mtime_ns: Optional[int], owner: Optional[Tuple[int, int]] = None) -> bool:
-        """Rename ``sha``'s verified temporary to ``dest`` with ``mode``, the modification time and
+            mtime_ns: Optional[int], owner: Optional[Tuple[int, int]] = None,
+            place: Optional[Callable[[str, str], None]] = None) -> bool:
+        """Put ``sha``'s verified temporary at ``dest`` with ``mode``, the modification time and
         (when root) ``owner`` set through its fd first; True when done, False when there is none (or ``dest`` is on
         another filesystem: the temporary is removed and the caller copies as without one).
-        ``VaultError`` when the temporary is no longer the file verified."""
+        ``place(tmp, dest)``: how it takes ``dest``'s place, as the folder's swap strategy says
+        (``swap.put_in_place``), a rename by default. ``VaultError`` when the temporary is no
+        longer the file verified."""
         got = self.temps.pop(sha, None)
         if got is None:
             return False
@@ -78,7 +81,7 @@ class Prepared:
                 ident = finish_new_file(f, mode, mtime_ns, mtime, owner)
             check_still(tmp, ident)
             os.makedirs(os.path.dirname(dest), exist_ok=True)  # as ``Vault.restore_blob``: a folder gone since
-            fsops.replace(tmp, dest)
+            (place or fsops.replace)(tmp, dest)
         except OSError as e:
             if e.errno != errno.EXDEV:
                 with contextlib.suppress(OSError):
@@ -128,10 +131,12 @@ class PreparedVault(Vault):
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
-                     tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None) -> None:
+                     tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None,
+                     place: Optional[Callable[[str, str], None]] = None) -> None:
         """As ``Vault.restore_blob``, from the verified temporary where there is one."""
-        if not self.prepared.put(sha, dest, mode, mtime, mtime_ns, owner):
-            super().restore_blob(sha, dest, mode, mtime, mtime_ns=mtime_ns, tmp_token=tmp_token, owner=owner)
+        if not self.prepared.put(sha, dest, mode, mtime, mtime_ns, owner, place):
+            super().restore_blob(sha, dest, mode, mtime, mtime_ns=mtime_ns, tmp_token=tmp_token, owner=owner,
+                                 place=place)
 
 
 def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, prepared: Prepared,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import stat
@@ -28,7 +29,7 @@ from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -161,13 +162,67 @@ def copy_then_delete(tmp: str, final: str, s: dict) -> None:
     the beginning of the staged bytes at ``final`` (``partial_copy``: the next call copies again;
     a rollback removes it). Every folder a ``PosixStore`` opens renames atomically, so this path
     runs where a store declares otherwise."""
-    if not matches(final, s["sha256"], s["size"]):
+    copy_over(tmp, final, s["sha256"], s["size"])
+
+
+def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False) -> None:
+    """``tmp`` (bytes of digest ``sha``, ``size`` long) put at ``final`` by a copy, then deleted:
+    the one copy + delete of the swap (``copy_then_delete``) and of a put-back
+    (``put_in_place``). Unless ``final`` holds those bytes already, whatever stands there is
+    unlinked (the caller journaled and, where it is no one's output, kept it first) and a new
+    file is made exclusively with ``tmp``'s mode, mtime and owner, fsynced and hash-checked: an
+    inode a second name shares (a backup's hard link) never sees a byte change. ``sparse``: zero
+    blocks stay holes (a put-back allocates what the original did)."""
+    if not matches(final, sha, size):
         with contextlib.suppress(FileNotFoundError):
             fsops.unlink(final)
         st = os.lstat(tmp)
-        copy_new(tmp, final, s["sha256"], mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
-                 owner=(st.st_uid, st.st_gid))
+        copy_new(tmp, final, sha, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
+                 sparse=sparse, owner=(st.st_uid, st.st_gid))
     fsops.unlink(tmp)
+
+
+def put_in_place(strategy: SwapStrategy, journal: Optional[Journal], rec: dict) -> Callable[[str, str], None]:
+    """How a put-back's verified temporary of ``rec``'s original takes its path, as the folder's
+    swap strategy says (one rule for the reduce's swap and every put-back): renamed over it where
+    the folder renames atomically; else a ``copying`` record naming the path is journaled (only a
+    path so recorded can hold the put-back's own partial copy, ``partial_put_back``) and the
+    temporary is copied over it, then deleted (``copy_over``, holes kept)."""
+    if strategy.renames:
+        return fsops.replace
+
+    def copy_in(tmp: str, dest: str) -> None:
+        if journal is not None:
+            journal.append({"type": Rec.COPYING, "final": rec["path"]})
+        copy_over(tmp, dest, rec["sha256"], rec["size"], sparse=True)
+
+    return copy_in
+
+
+def partial_put_back(vault: Vault, path: str, rec: dict) -> bool:
+    """Whether ``path`` is what a copying put-back of ``rec``'s original, killed within its copy,
+    left: a regular file shorter than the original holding its beginning, as the vault's copy
+    says (read whatever form it is in; the put-back's temporary may be gone). Every byte of such
+    a file is in the original: asked only of a path a ``copying`` record names."""
+    try:
+        st = fsops.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_size >= rec["size"]:
+        return False
+    try:
+        sha = sha256_file(path)
+        h, left = hashlib.sha256(), st.st_size
+        with vault.open_blob(rec["sha256"]) as f:
+            while left > 0:
+                b = f.read(min(CHUNK, left))
+                if not b:
+                    return False
+                h.update(b)
+                left -= len(b)
+    except OSError:
+        return False
+    return h.hexdigest() == sha
 
 
 def copies_begun(records: Iterable[dict]) -> set:
@@ -224,16 +279,19 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         if journal is not None and not _listed(displaced, d):
             _journal_displaced(journal, d)
 
+    strategy = swap_strategy(folder_capabilities())
+    # only a swap that was recorded (begun) can have left a partial copy: before it, whatever
+    # stands at a new name is someone else's (review R17 F2); an original's path so recorded is
+    # a copying put-back's of an earlier, killed attempt of this rollback
+    copying = swapped and not strategy.renames
+    begun = copies_begun(records)
     # Before the swap no original was touched (backups are links or copies): the files in
     # place are the truth, even if a writer appended to one meanwhile.
     for r in backups if swapped else ():
-        d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token)
+        d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token,
+                     strategy=strategy, journal=journal, begun=begun & originals)
         if d and not _listed(displaced, d):
             displaced.append(d)
-    # only a swap that was recorded (begun) can have left a partial copy: before it, whatever
-    # stands at a new name is someone else's (review R17 F2)
-    copying = swapped and not swap_strategy(folder_capabilities()).renames
-    begun = copies_begun(records)
     for tmp_rel, r in stages.items():
         no_symlink(ctx, tmp_rel)  # a folder swapped for a link must not lead an unlink outside
         final = r.get("final")
@@ -533,7 +591,8 @@ def remove_put_back_temps(ctx: Context, recs: Iterable[dict], token: Optional[st
 
 def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = None,
              on_displaced: Optional[Callable[[dict], None]] = None,
-             tmp_token: Optional[str] = None) -> Optional[dict]:
+             tmp_token: Optional[str] = None, strategy: Optional[SwapStrategy] = None,
+             journal: Optional[Journal] = None, begun: Collection[str] = ()) -> Optional[dict]:
     """Put the original bytes of ``rec`` back at its path.
 
     Content found there that is neither the original nor what the operation itself produced
@@ -545,11 +604,19 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     ``on_displaced`` is called with that record before the original takes the path, so a caller
     can make it durable first (a restore finished after a crash finds the path already restored).
     ``tmp_token``: a restore's journaled token of its temp names (``vault.restore_tmp_path``).
+    ``strategy``: how the original takes its path (``put_in_place``; the folder's by default),
+    its ``copying`` record written to ``journal``; ``begun``: the originals' paths an earlier,
+    killed attempt's ``copying`` records name, where a partial copy of the original
+    (``partial_put_back``) is that attempt's own and goes before the original is put back.
     """
+    strategy = strategy or swap_strategy(folder_capabilities())
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
     if matches(p, rec["sha256"], rec["size"]):
         return None
+    if rec["path"] in begun and partial_put_back(vault, p, rec):
+        # the beginning of the original, left by a copy killed half-way: no one's bytes but its own
+        fsops.unlink(p)
     displaced = None
     if os.path.lexists(p) and not (produced and matches(p, produced["sha256"], produced["size"])):
         if os.path.islink(p) or not os.path.isfile(p):
@@ -564,7 +631,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
             raise TransactionError(describe_holders(writers, lambda x: rec["path"])
                                    + "; its original is not put back while it is written", Skip.OPEN_FOR_WRITING)
         sha = sha256_file(p)
-        blob = vault.store(p, sha)
+        blob = vault.store(p, sha, link=strategy.link_backups)
         displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
                      "blob": os.path.relpath(blob, vault.root)}
         late = _late_records(ctx, rec, produced, blob, displaced["size"], tmp_token)
@@ -573,7 +640,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         if on_displaced is not None:
             on_displaced(displaced)
     vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token, owner=recorded_owner(rec),
-                       **_time_of(vault, rec))
+                       place=put_in_place(strategy, journal, rec), **_time_of(vault, rec))
     return displaced
 
 

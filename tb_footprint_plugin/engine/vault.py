@@ -1057,11 +1057,15 @@ class Vault:
 
     def restore_blob(self, sha: str, dest: str, mode: Optional[int] = None,
                      mtime: Optional[float] = None, mtime_ns: Optional[int] = None,
-                     tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None) -> None:
-        """Put the blob's bytes at ``dest`` atomically (temp name in the same dir, then rename),
+                     tmp_token: Optional[str] = None, owner: Optional[Tuple[int, int]] = None,
+                     place: Optional[Callable[[str, str], None]] = None) -> None:
+        """Put the blob's bytes at ``dest`` (a verified temp copy in the same dir, then ``place``),
         with ``mode``, the modification time (``mtime_ns`` to the nanosecond, else the older
         records' float ``mtime``) and, when root, the recorded ``owner`` (``files.give_owner``)
-        set on the copy before it takes the name.
+        set on the copy before it takes the name. ``place(tmp, dest)``: how the verified temp takes
+        ``dest``'s place, as the folder's swap strategy says (``swap.put_in_place``: renamed, or
+        copied over and deleted); a rename by default. Either way a blob that does not read back
+        as ``sha`` is found in the temp, before anything at ``dest`` is touched.
 
         Always a copy, never a link of the blob: a hard-linked blob shares its inode with the
         file it backs up, so setting the restored file's mode or time, or a writer appending to
@@ -1072,7 +1076,7 @@ class Vault:
         restore's journaled token of its temp names (``restore_tmp_path``; a random one without)."""
         if not self._plain_usable(sha) and (self._has_zst(sha) or remote_vault.has_record(self.root, sha)
                                             or remote_vault.packed_ref(self.root, sha) is not None):
-            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner)  # streamed, hashed
+            return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner, place)  # streamed, hashed
         blob = self.blob_path(sha)
         if not self.check_blob(sha):
             raise VaultError(errno.EIO, f"backup of {dest} is missing or damaged in {self.root} (sha256 {sha[:12]}…)")
@@ -1094,9 +1098,9 @@ class Vault:
                 # compacted or packed (by another run's compaction) between the check and the
                 # copy, or the plain blob beside the .zst changed: the compressed or packed form is
                 # the backup (``copy_new`` removed its temp)
-                return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner)
+                return self._restore_zst(sha, dest, mode, mtime, mtime_ns, tmp_token, owner, place)
             faults.hit("restore_copied")
-            fsops.replace(tmp, dest)
+            (place or fsops.replace)(tmp, dest)
         except CopyMismatch:
             raise VaultError(errno.EIO, f"restored copy of {dest} does not match its hash") from None
         except BaseException:
@@ -1108,11 +1112,12 @@ class Vault:
 
     def _restore_zst(self, sha: str, dest: str, mode: Optional[int], mtime: Optional[float],
                      mtime_ns: Optional[int], tmp_token: Optional[str] = None,
-                     owner: Optional[Tuple[int, int]] = None) -> None:
+                     owner: Optional[Tuple[int, int]] = None,
+                     place: Optional[Callable[[str, str], None]] = None) -> None:
         """``restore_blob`` from a compressed blob, or from the remote vault: one pass
         decompresses (or downloads), hashes and writes a new temp file (``create_exclusive``, set up
-        through its fd as ``files.copy_new`` does); only a copy that hashes to ``sha`` is renamed
-        to ``dest``. A remote blob that fails raises ``remote_vault.RemoteReadError`` (its code,
+        through its fd as ``files.copy_new`` does); only a copy that hashes to ``sha`` takes
+        ``dest``'s place (``place``, a rename by default). A remote blob that fails raises ``remote_vault.RemoteReadError`` (its code,
         the object named, and ``dest``); nothing takes ``dest``'s name."""
         d = os.path.dirname(dest)
         os.makedirs(d, exist_ok=True)
@@ -1136,7 +1141,7 @@ class Vault:
                 ident = finish_new_file(fo, mode, mtime_ns, mtime, owner)
             check_still(tmp, ident)
             faults.hit("restore_copied")
-            fsops.replace(tmp, dest)
+            (place or fsops.replace)(tmp, dest)
         except BaseException:
             if made is not None:
                 with contextlib.suppress(OSError):
