@@ -16,6 +16,7 @@ import pytest
 
 from conftest import copy_real
 from test_engine_on_store import store_bypasses
+from test_scan_other_scheme_store import SCHEME, keyfs_logdir  # noqa: F401  (a fixture)
 from test_shards import make_logdir
 from tb_footprint_plugin.scan import scanner
 from tb_footprint_plugin.scan.selcache import SelectionCache
@@ -129,3 +130,20 @@ def test_the_plans_trace_measures_read_through_the_store_given(s3_bucket, tmp_pa
     assert out and out.get("size", 0) > 0, out
     assert counted.counts.calls["read"] >= 1 and counted.counts.bytes_down == f.size
     assert measures.stats is counted.stats  # the plan's cost counts them where the store does
+
+
+def test_a_store_listed_and_read_only_gets_no_scan_cache_written(keyfs_logdir):  # noqa: F811
+    """A logdir under another fsspec scheme is scanned and planned, never changed: its store takes
+    no write (``LISTED_ONLY_CAPABILITIES``), so its scan leaves no cache object there (before, it
+    was written past the Store, through fsspec), says nothing about it, and scans again alike."""
+    import fsspec
+
+    from tb_footprint_plugin import api
+
+    _local, url = keyfs_logdir
+    fp = api.scan(url)
+    assert fp.runs and fp.files_read > 0
+    assert not [k for k in fsspec.filesystem(SCHEME).store if k.endswith("scan-cache.json")]
+    assert not [w for w in fp.warnings if "scan cache" in w], fp.warnings
+    again = api.scan(url)
+    assert (again.files_read, again.total_bytes) == (fp.files_read, fp.total_bytes)
