@@ -43,10 +43,10 @@ from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, RunLocked
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.retire import is_restorable_retirement
-from tb_footprint_plugin.engine.swap import (copies_begun, make_dirs, put_back, put_back_token, settle_dirs,
-                                             settle_folder_times)
+from tb_footprint_plugin.engine.swap import (copies_begun, folder_times, make_dirs, put_back, put_back_token,
+                                             settle_dirs, settle_folder_times)
 from tb_footprint_plugin.engine.restore_staged import (Prepared, PreparedVault, checked_in_place, prepare_streamed,
-                                                       remove_restore_temps)
+                                                       remove_restore_temps, temp_folder)
 from tb_footprint_plugin.engine.vault_reads import blob_unreadable, read_roots, slim
 from tb_footprint_plugin.engine.vault import EveryBlob, ManifestMemo, Vault, VaultError, who
 from tb_footprint_plugin.fmt import human_bytes
@@ -311,8 +311,11 @@ class LocalRestore(txn.PutBack):
                 # the token of its temp names: recovery of a killed restore removes exactly those
                 "tmp_token": self.token,
                 # backups checked after this record (``streamed``): until its ``verified`` record
-                # nothing may be put back, and recovery only removes the temporaries
-                **({"checks_first": True} if self.streamed else {}),
+                # nothing may be put back, and recovery only removes the temporaries and gives
+                # the folders they stood in their times back (review R18 P2)
+                **({"checks_first": True,
+                    "dir_times": folder_times(ctx, sorted({temp_folder(ctx, f["path"]) for f in self.streamed}))}
+                   if self.streamed else {}),
             })
         except trust.Untrusted as e:
             out.reason, out.code = str(e), Failure.REFUSED
@@ -424,8 +427,8 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     ``restore_op``. ``prepared``: the temporaries this process's check streamed its big remote
     backups into (``prepare_streamed``), renamed into place instead of downloading them again.
     A restore journaled to check backups after its begin (``checks_first``) and killed before
-    its ``verified`` record had put nothing back: its temporaries are removed, nothing else.
-    ``releases``: see ``restore_op``. ``journal``: the
+    its ``verified`` record had put nothing back: its temporaries are removed (their folders'
+    times given back), nothing else. ``releases``: see ``restore_op``. ``journal``: the
     restore's, where a put-back that copies (the folder's swap strategy, ``swap.put_in_place``)
     records each copy before it begins; a partial copy an earlier attempt so recorded left is
     its own (``swap.partial_put_back``)."""
@@ -436,6 +439,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     token = put_back_token(begin)
     if restore_abandoned(records):
         removed = remove_restore_temps(ctx, manifest, token)
+        settle_folder_times(ctx, begin.get("dir_times"))  # as they were before its first temporary
         return (f"stopped while its backups were being checked, before anything was put back; "
                 f"{len(removed)} temporary cop{'y' if len(removed) == 1 else 'ies'} removed, the run left as it was")
     remove_restore_temps(ctx, manifest, token, spare=prepared)

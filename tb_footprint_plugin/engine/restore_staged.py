@@ -139,6 +139,18 @@ class PreparedVault(Vault):
                                  place=place)
 
 
+def temp_folder(ctx: Context, path: str) -> str:
+    """Where the check of the backup of ``path`` streams its temporary: the file's folder, or the
+    nearest one above it that stands (the reduce may have removed it); logdir-relative, '' the
+    logdir. The restore's begin record keeps these folders' times (``swap.folder_times``), so
+    the next start that removes the temporaries of a restore killed while checking gives them
+    back, as ``Prepared.abandon`` does in process."""
+    d = os.path.dirname(path)
+    while d and not os.path.isdir(ctx.abs(d)):
+        d = os.path.dirname(d)
+    return d
+
+
 def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, prepared: Prepared,
                      cancel: Optional[CancelToken] = None) -> None:
     """Check each of ``files``' backups by streaming it from the remote vault into a temporary
@@ -156,9 +168,7 @@ def prepare_streamed(ctx: Context, vault: Vault, files: List[dict], token: str, 
         sha = f["sha256"]
         if prepared.holds(sha):
             continue  # one copy per digest: the put-back of another path with it copies as before
-        d = os.path.dirname(f["path"])
-        while d and not os.path.isdir(ctx.abs(d)):
-            d = os.path.dirname(d)
+        d = temp_folder(ctx, f["path"])
         no_symlink(ctx, os.path.join(d, "x") if d else "x")
         folder = ctx.abs(d) if d else ctx.logdir
         if folder not in prepared.folders:
@@ -190,4 +200,4 @@ def remove_restore_temps(ctx: Context, manifest: dict, token: Optional[str],
                                  keep=spare.paths() if spare is not None else ())
 
 
-__all__ = ["checked_in_place", "Prepared", "PreparedVault", "prepare_streamed", "remove_restore_temps"]
+__all__ = ["checked_in_place", "Prepared", "PreparedVault", "prepare_streamed", "remove_restore_temps", "temp_folder"]
