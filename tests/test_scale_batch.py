@@ -209,9 +209,10 @@ def test_changes_since_reads_only_what_was_appended_and_follows_a_replaced_file(
 
     with open(path, "w") as f:
         f.write(line("a", 1.0) + line("b", 2.0) + "not json\n" + line("a", 3.0, "rolled_back"))
-    reads = []
-    real = history.open_regular
-    monkeypatch.setattr(history, "open_regular", lambda p, *a, **k: reads.append(p) or real(p, *a, **k))
+    reads = []  # where each read of a history file starts
+    real = history.StateFolder.read_range
+    monkeypatch.setattr(history.StateFolder, "read_range",
+                        lambda self, key, start, end: reads.append(start) or real(self, key, start, end))
     assert [e["op_id"] for e in history.changes_since(state, "a", 0.5, {"verified"})] == ["a-1.0"]
     size = os.path.getsize(path)
     with open(path, "a") as f:
@@ -226,7 +227,10 @@ def test_changes_since_reads_only_what_was_appended_and_follows_a_replaced_file(
     with open(path, "w") as f:
         f.write(line("a", 9.0))
     assert [e["op_id"] for e in history.changes_since(state, "a", 0.0, {"verified"})] == ["a-9.0"]
-    assert len(reads) == 4
+    # each call one read from just before where the last one stopped (its last line, to tell an
+    # appended file from a replaced one); the replaced file read again from its start
+    assert reads[0] == 0 and all(0 < r < size for r in reads[1:2]) and all(r >= size - 256 for r in reads[1:4]), reads
+    assert reads[4:] == [0] and len(reads) == 5, reads
 
 
 def test_markers_no_destructive_step_waits_on_are_not_fsynced_one_by_one(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.bucket_blobs import adding, backup_entries, is_blob_entry, missing_blobs
-from tb_footprint_plugin.engine.bucket_history import append_history, rolled_back_line
+from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -417,7 +417,7 @@ class ObjectBatchReduce(txn.Txn):
         if self._ended:
             return
         self._ended = True
-        append_history(self.rfs, self._lines, self._rolled)
+        append_rolled_back(BucketState.of(self.rfs).logdir_store(), self._lines, self._rolled)
         ACTIVE_OPS.discard(self.batch_id)
         for lock in self.held.values():
             lock.release()

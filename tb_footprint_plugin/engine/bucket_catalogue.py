@@ -8,7 +8,7 @@ from typing import List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
-from tb_footprint_plugin.engine.bucket_history import read_history
+from tb_footprint_plugin.engine.history import bucket_log
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -154,10 +154,10 @@ def _copy_ok(info, f: dict) -> bool:
 def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     """The change log of a bucket logdir, oldest first: its manifests (each operation's manifest
     is its record, marked when restored or purged) and the change-log object's lines of the
-    reductions rolled back (``engine.bucket_history``: their manifests are gone), each with
+    reductions rolled back (``engine.history.bucket_log``: their manifests are gone), each with
     ``backup: none`` as a disk's ``history_view`` says it."""
     out = []
-    for e in read_history(rfs):
+    for e in bucket_log(BucketState.of(rfs).logdir_store()).read():
         if e.get("kind") == "reduce":  # no manifest stands behind a line (as ``history_view`` says)
             e["backup"] = "none" if not e.get("backup_kept") else "unknown"
         out.append(e)

@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
-from tb_footprint_plugin.engine.bucket_history import append_history, rolled_back_line
+from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
 from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, journal_runs
@@ -188,7 +188,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
             if not finish:  # each run's change-log line, as a disk's recovery writes it (its manifest is gone)
-                append_history(rfs, [dict(rolled_back_line(
+                append_rolled_back(BucketState.of(rfs).logdir_store(), [dict(rolled_back_line(
                     RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
                                code=Failure.INTERRUPTED), r["op_id"], None),
                     before=r["bytes_before"], after=r["bytes_before"]) for r in settled])  # None: no manifest yet

@@ -59,7 +59,7 @@ from tb_footprint_plugin.engine.bucket_blobs import (
     is_blob_entry,
     missing_blobs,
 )
-from tb_footprint_plugin.engine.bucket_history import append_history, rolled_back_line
+from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_state import (
     ACTIVE_OPS,
     BucketState,
@@ -392,7 +392,7 @@ class ObjectReduce(txn.Txn):
     def rollback(self, committed: bool) -> None:
         """From the verified backups (``deleted``: past the commit record), the journal closed,
         the lock object deleted at its version; then the change log's ``rolled_back`` line with
-        the outcome's code, as a disk's rollback writes it (``engine.bucket_history``)."""
+        the outcome's code, as a disk's rollback writes it (``engine.history``)."""
         journaled = self.jnl is not None
         if journaled:
             rollback_entry(self.rfs, self.vault, self.en, deleted=committed)
@@ -402,7 +402,8 @@ class ObjectReduce(txn.Txn):
             must_delete(self.rfs, [self.lock.path], versions=ours)
         rolled_back(self.out, self.code)
         if journaled:  # its manifest is gone with its backups: the change log says it was rolled back
-            append_history(self.rfs, [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
+            append_rolled_back(BucketState.of(self.rfs).logdir_store(),
+                               [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
 
     def incomplete(self, error: BaseException) -> None:
         rollback_incomplete(self.out, error)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
-from tb_footprint_plugin.engine.history import append_history, history_path
+from tb_footprint_plugin.engine.history import append_history, history_path, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
@@ -378,12 +378,9 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         # is what gives way, so the rollback itself (which frees the staged files) completes
         m["not_recorded"] = str(e)
         return m
-    entry = {
-        "op_id": m["op_id"], "kind": "reduce", "run": m["run"], "policy": (begin.get("policy") or {}).get("name"),
-        "before": m["bytes_before"], "after": after, "verified": outcome == "verified",
-        "outcome": outcome, "reason": reason, "code": str(code) if code else None, "backup_kept": outcome == "verified",
-        "user": m["user"], "host": m["host"], "tool_version": __version__,
-    }
+    entry = reduce_line(op_id=m["op_id"], run=m["run"], policy=(begin.get("policy") or {}).get("name"),
+                        before=m["bytes_before"], after=after, outcome=outcome, reason=reason, code=code,
+                        user=m["user"], host=m["host"])
     try:
         with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
             append_history(ctx.state, entry)

@@ -1,15 +1,30 @@
-"""The change log: one JSON line per operation, appended and fsynced.
+"""The change log, one module for every store: one JSON line per operation, appended durably.
 
-A single machine appends to ``history.jsonl``. A worker of a sharded batch appends to a file of
-its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (``configure_writer``): appends from two
-NFS clients to one file can interleave or lose data, so no two machines ever append to one
-file. ``read_history`` merges every one of them (the old single file included) into one log
-ordered by time. Lines are untrusted input: only JSON objects with a finite number as ``time``
-are kept (an entry that cannot be placed in time is no entry of this log).
+A ``ChangeLog`` runs on the ``Store`` interface (``append``, ``read_all``, ``read_range``,
+``list``) over the folder that holds the logs: a disk's state folder (``disk_log``: a
+``StateFolder``, the ``PosixStore`` of that folder) or a bucket logdir's ``.tb-footprint/``
+(``bucket_log``: the logdir's ``ObjectStore``). What a line is, how the logs are read, merged and
+named when damaged, and the line of a rolled-back reduce are written here once.
+
+* One machine appends to ``history.jsonl``. A worker of a sharded batch on a disk appends to a
+  file of its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (``configure_writer``): appends
+  from two NFS clients to one file can interleave or lose data, so no two machines ever append
+  to one file. ``ChangeLog.read`` merges every one of them (the old single file included) into
+  one log ordered by time. A bucket keeps the one object: finding a worker's object needs a
+  listing of its state folder, which on a bucket lists every backup in it (``bucket_log``).
+* Lines are untrusted input (``trust.parse_json_lines``): only JSON objects with a finite number
+  as ``time`` are entries (an entry that cannot be placed in time is no entry of this log), a
+  damaged line costs only itself and ``ChangeLog.damage`` names it (file and line). A log larger
+  than any append makes (``limit``: planted) is read only as far as the whole lines of its first
+  ``limit`` bytes, and named.
+* On a disk a planted symlink, FIFO or folder under a log's name is never followed nor opened
+  (``PosixStore``'s reads refuse it; ``StateFolder.append`` sets it aside and starts a fresh
+  file); a torn line a full disk left is cut back; every append is fsynced.
 """
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
@@ -20,17 +35,31 @@ import threading
 import time
 from typing import Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.engine.trust import MAX_STATE_BYTES, Untrusted, read_json_lines, undo_partial_append
+from tb_footprint_plugin.codes import Outcome, StoreError
+from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.lease import shard_label
+from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, MAX_STATE_BYTES, JsonLines, Untrusted, parse_json_lines,
+                                              undo_partial_append)
+from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable_file
 from tb_footprint_plugin.storage.files import append_line
-from tb_footprint_plugin.storage.regular import NotRegularFile, open_regular
+from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, UnsafePath, contained
+from tb_footprint_plugin.storage.regular import NotRegularFile
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Store, StoreFailure, check_key
+from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
+from tb_footprint_plugin.version import __version__
 
 HISTORY_NAME = "history.jsonl"
+#: a bucket logdir's change log: a key of the logdir's store (the name a disk's state folder uses)
+HISTORY = f"{STATE_DIR_NAME}/{HISTORY_NAME}"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 _process_writer: Optional[str] = None
 _process_shard: Optional[str] = None
+#: what a log that cannot be read is, by the store's code: skipped (absent, or not a regular file
+#: of ours: a planted link, FIFO or folder is nothing of ours to read); any other code is raised
+_NOTHING_OF_OURS = frozenset({StoreError.NOT_FOUND, StoreError.SYMLINK, StoreError.NOT_REGULAR})
 
 
 def worker_file_name(shard: str, host: Optional[str] = None) -> str:
@@ -50,13 +79,147 @@ def configure_writer(shard: Optional[str]) -> Optional[str]:
     return before
 
 
+def _timed(e) -> bool:
+    t = e.get("time") if isinstance(e, dict) else None
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+
+
+def line_of(entry: dict) -> bytes:
+    """One entry as its line: compact JSON with sorted keys.
+
+    Compact separators: a reduce's entry is ~265 bytes instead of ~297, a tenth of what its run
+    leaves in the state folder beside its backups (issue #28 item 2); readers parse JSON, so
+    lines of older versions (", " and ": ") read the same."""
+    return (json.dumps(entry, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+class StateFolder(PosixStore):
+    """A disk's state folder as a ``Store``: a ``PosixStore`` whose ``append`` keeps the rule of
+    the folder's state files (``storage.files.append_line``): only to a regular file of ours in a
+    folder of ours, a symlink, FIFO, folder or another user's file planted in its place set aside
+    (the link itself, never its target; kept for inspection) and a fresh file started; a torn
+    last line (a crash) never glued to the next one; a line a full disk cut short cut back
+    (``trust.undo_partial_append``, under the ``flock`` every appender of this tool holds); fsync."""
+
+    def append(self, key: str, data: bytes) -> str:
+        try:
+            path = contained(self.root, check_key(key))
+        except UnsafePath as e:
+            raise StoreFailure(StoreError.UNSAFE_KEY, key, str(e)) from None
+        line = data.decode("utf-8")
+        try:
+            with undo_partial_append(path, line):  # a full disk's torn line never glues onto the next entry
+                append_line(path, line)
+        except NotRegularFile:
+            # what ``append_line`` could not set aside itself (a folder): renamed aside, kept
+            os.replace(path, f"{path}.refused-{int(time.time())}")
+            append_line(path, line)
+        return version_of(os.lstat(path))
+
+
+class ChangeLog:
+    """The change log in ``folder`` of ``store`` (see the module docstring). ``workers``: each
+    worker of a sharded batch appends to a file of its own, found by a listing of ``folder``;
+    ``limit``: the largest log an append makes on this store (a larger one was planted)."""
+
+    def __init__(self, store: Store, folder: str = "", *, workers: bool = True, limit: int = MAX_STATE_BYTES):
+        self.store = store
+        self.folder = folder
+        self.workers = workers
+        self.limit = limit
+
+    def key(self, name: str) -> str:
+        """The key of the log file ``name``."""
+        return f"{self.folder}/{name}" if self.folder else name
+
+    def name_of(self, key: str) -> str:
+        """Where ``key`` is, as messages name it (a path, or a URL)."""
+        return f"{self.store.location.rstrip('/')}/{key}"
+
+    def own_key(self) -> str:
+        """The key this process appends to (its worker's own file in a sharded batch)."""
+        return self.key(_process_writer if self.workers and _process_writer else HISTORY_NAME)
+
+    def keys(self) -> List[str]:
+        """Every log: the single one and (``workers``) each worker's, by name."""
+        if not self.workers:
+            return [self.key(HISTORY_NAME)]
+        try:
+            found = [e.key for e in self.store.list(self.folder, shallow=True)]
+        except StoreFailure as e:
+            if e.code in _NOTHING_OF_OURS:
+                return []
+            raise
+        names = {k.rsplit("/", 1)[-1]: k for k in found}
+        return [names[n] for n in sorted(names) if n == HISTORY_NAME or _WORKER_FILE.match(n)]
+
+    def append(self, entry: dict) -> None:
+        """Append one entry (with the current time, and this process's shard) to this process's log."""
+        self.append_lines([dict(entry, time=time.time())])
+
+    def append_lines(self, lines: List[dict]) -> None:
+        """Append whole entries (each with its ``time``) in one append: a bucket's costs a head, a
+        read and a conditional put whatever their number. Raises ``StoreFailure``."""
+        shard = _process_shard if self.workers else shard_label()
+        data = b"".join(line_of(dict(x, shard=shard) if shard and "shard" not in x else x) for x in lines)
+        if data:
+            self.store.append(self.own_key(), data)
+
+    def read_logs(self) -> List[JsonLines]:
+        """Each log parsed (``trust.JsonLines``: its records and its damaged lines, named)."""
+        out = []
+        for key in self.keys():
+            name = self.name_of(key)
+            try:
+                data = self.store.read_all(key, self.limit)
+                too_large = False
+            except StoreFailure as e:
+                if e.code in _NOTHING_OF_OURS:
+                    continue
+                if e.code != StoreError.TOO_LARGE:
+                    raise
+                data = self.store.read_range(key, 0, self.limit)
+                data, too_large = data[:data.rfind(b"\n") + 1], True
+            log = parse_json_lines(data, name)
+            if too_large:
+                d = Untrusted(DAMAGED_FILE, name, f"larger than {self.limit >> 20} MB: not a log this tool wrote; "
+                                                  f"only the whole lines of its first {self.limit >> 20} MB read")
+                d.line = 0
+                log.damaged.append(d)
+            out.append(log)
+        return out
+
+    def read(self) -> List[dict]:
+        """Every entry of every log, oldest first (entries of one time keep their log's order)."""
+        out = [e for log in self.read_logs() for e in log.records if _timed(e)]
+        out.sort(key=lambda e: e["time"])  # stable: one file's entries of one time stay in order
+        return out
+
+    def damage(self) -> List[Untrusted]:
+        """The damaged lines of every log (``trust.DAMAGED_LINE``: file and line; a planted
+        oversize log ``DAMAGED_FILE``)."""
+        return [d for log in self.read_logs() for d in log.damaged]
+
+
+# --- a disk ------------------------------------------------------------------------------------
+def disk_log(state: str, *, create: bool = False) -> Optional[ChangeLog]:
+    """The change log of the state folder ``state``; None when there is no such folder (nothing
+    logged yet) unless ``create``."""
+    try:
+        return ChangeLog(StateFolder(state, create=create))
+    except StoreFailure as e:
+        if e.code in _NOTHING_OF_OURS:
+            return None
+        raise
+
+
 def history_files(state: str) -> List[str]:
     """Every history file of a state directory: the single one and each worker's (sorted)."""
     try:
-        names = os.listdir(state)
-    except OSError:
+        log = disk_log(state)
+        return [os.path.join(state, k) for k in log.keys()] if log else []
+    except StoreFailure:  # unreadable: ``read_history`` names it
         return []
-    return sorted(os.path.join(state, n) for n in names if n == HISTORY_NAME or _WORKER_FILE.match(n))
 
 
 def history_path(state: str) -> str:
@@ -66,59 +229,81 @@ def history_path(state: str) -> str:
 
 def append_history(state: str, entry: dict) -> None:
     """Append one entry (with the current time) durably, to this worker's own file."""
-    os.makedirs(state, exist_ok=True)
-    shard = _process_shard
-    if shard:
-        entry = dict(entry, shard=shard)
-    path = history_path(state)
-    # compact separators: a reduce's entry is ~265 bytes instead of ~297, a tenth of what its run
-    # leaves in the state folder beside its backups (issue #28 item 2); readers parse JSON, so
-    # lines of older versions (", " and ": ") read the same
-    line = json.dumps(dict(entry, time=time.time()), sort_keys=True, separators=(",", ":")) + "\n"
-    try:
-        with undo_partial_append(path, line):  # a full disk's torn line never glues onto the next entry
-            append_line(path, line)
-    except NotRegularFile:
-        # a symlink, FIFO or device planted in its place: renamed aside (the link itself, never
-        # its target; kept for inspection, as a refused ledger is) and a fresh file started
-        os.replace(path, f"{path}.refused-{int(time.time())}")
-        append_line(path, line)
-
-
-def _timed(e) -> bool:
-    t = e.get("time") if isinstance(e, dict) else None
-    return isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)
+    disk_log(state, create=True).append(entry)
 
 
 def read_history(state: str) -> List[dict]:
-    """Every entry of every history file, oldest first (entries of one time keep their file's
-    order); lines that are not JSON objects with a time are skipped (a damaged line costs only
-    itself: ``history_damage`` names it). A state folder or history file this user may not read
-    raises ``vault_reads.StateUnreadable`` naming it: never an empty log (review R16 F16)."""
-    out = []
+    """Every entry of every history file, oldest first; lines that are not JSON objects with a
+    time are skipped (a damaged line costs only itself: ``history_damage`` names it). A state
+    folder or history file this user may not read raises ``vault_reads.StateUnreadable`` naming
+    it: never an empty log (review R16 F16)."""
     refuse_unreadable(state)
-    for path in history_files(state):
-        try:
-            # a planted symlink or fifo under a history name is not followed (invariant 4)
-            entries = read_json_lines(path).records
-        except PermissionError as e:
-            raise unreadable_file(path, "change log", e) from None
-        except OSError:  # gone, or not a regular file: nothing of ours to read
-            continue
-        out += [e for e in entries if _timed(e)]
-    out.sort(key=lambda e: e["time"])  # stable: one file's entries of one time stay in order
-    return out
+    log = disk_log(state)
+    try:
+        return log.read() if log else []
+    except StoreFailure as e:
+        if e.code == StoreError.PERMISSION:
+            path = os.path.join(state, e.key) if e.key else state
+            raise unreadable_file(path, "change log" if e.key else "state folder",
+                                  PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)) from None
+        raise
 
 
 def history_damage(state: str) -> List[Untrusted]:
     """The damaged lines of every history file (``trust.DAMAGED_LINE``: file and line)."""
-    out: List[Untrusted] = []
-    for path in history_files(state):
-        try:
-            out += read_json_lines(path).damaged
-        except OSError:
-            continue
-    return out
+    log = disk_log(state)
+    try:
+        return log.damage() if log else []
+    except StoreFailure:  # unreadable: ``read_history`` names it
+        return []
+
+
+# --- a bucket ----------------------------------------------------------------------------------
+def bucket_log(store: Store) -> ChangeLog:
+    """The change log of a bucket logdir (``store``: the logdir's ``ObjectStore``): the one object
+    ``.tb-footprint/history.jsonl``, appended by a conditional rewrite. No worker has a file of its
+    own there: the reader would have to list the state folder, on a bucket a listing of every
+    backup in it, for each ``history`` (a sharded batch's workers take turns on the one object
+    instead, and only a rollback writes a line: a clean reduce makes no request more)."""
+    return ChangeLog(store, STATE_DIR_NAME, workers=False, limit=READ_ALL_LIMIT)
+
+
+def reduce_line(*, op_id: str, run: str, policy: Optional[str], before, after, outcome: str,
+                reason: Optional[str], code, user: Optional[str] = None, host: Optional[str] = None) -> dict:
+    """The change-log entry of a reduce (its time is added when appended), on every store: kept
+    (``verified``, its backup kept) or rolled back (its originals as they were: ``after`` is
+    ``before``, no backup kept), with its outcome's code and reason. ``user``/``host``: as its
+    manifest recorded them (this process's, ``vault.who``, by default)."""
+    kept = outcome == str(Outcome.VERIFIED)
+    mine = who()
+    return {"op_id": op_id, "kind": "reduce", "run": run, "policy": policy, "before": before, "after": after,
+            "verified": kept, "outcome": outcome, "reason": reason, "code": str(code) if code else None,
+            "backup_kept": kept, "user": mine["user"] if user is None else user,
+            "host": mine["host"] if host is None else host, "tool_version": __version__}
+
+
+def rolled_back_line(out: RunOutcome, op_id: str, policy: Optional[str]) -> dict:
+    """The change-log line of a run whose reduce was rolled back (its originals as they were, its
+    manifest and backups dropped), in the fields a disk's rollback writes: outcome
+    ``rolled_back`` whatever the run's own outcome says (a skip found after the journal is a
+    rollback too, as on a disk), the outcome's code and reason, no backup kept."""
+    line = dict(reduce_line(op_id=op_id, run=out.run, policy=policy, before=out.bytes_before,
+                            after=out.bytes_before, outcome=str(Outcome.ROLLED_BACK), reason=out.reason,
+                            code=out.code), time=time.time())
+    shard = shard_label()
+    return dict(line, shard=shard) if shard else line
+
+
+def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunOutcome]] = None) -> None:
+    """Append ``lines`` to a bucket logdir's change log in one append. The rollbacks they record
+    stand either way: a store that refuses the append is said in each of ``outs``' reasons (as a
+    disk's rollback on a full disk keeps going and says ``not_recorded``), never raised."""
+    try:
+        bucket_log(store).append_lines(lines)
+    except StoreFailure as e:
+        for o in outs or ():
+            o.reason = f"{o.reason}; its change-log line was not written ({e})" if o.reason else \
+                f"its change-log line was not written ({e})"
 
 
 def history_csv(entries: List[dict]) -> str:
@@ -131,10 +316,13 @@ def history_csv(entries: List[dict]) -> str:
     return buf.getvalue()
 
 
-#: per history file this process follows: (dev, inode), bytes read, and the entries read so far
-#: that say a run changed (``changes_since``); only what was appended since is read again
-_FOLLOWED: Dict[str, Tuple[Tuple[int, int], int, List[dict]]] = {}
+# --- following a disk's logs -------------------------------------------------------------------
+#: per history file this process follows (by ``ChangeLog.name_of``): the last line read (its bytes, up to ``_TAIL``), the
+#: bytes read, and the entries read so far that say a run changed (``changes_since``); only what
+#: was appended since is read again
+_FOLLOWED: Dict[str, Tuple[bytes, int, List[dict]]] = {}
 _FOLLOW_LOCK = threading.Lock()
+_TAIL = 256
 #: the fields ``changes_since`` keeps of an entry (a few hundred bytes a run at most)
 _KEPT = ("time", "run", "op_id", "kind", "outcome", "user", "host")
 
@@ -146,40 +334,50 @@ def changes_since(state: str, run: str, since: float, outcomes) -> List[dict]:
     file replaced, truncated or set aside since is read again from its start. Lines are
     untrusted: only JSON objects with a finite ``time`` count, as in ``read_history``."""
     out: List[dict] = []
+    log = disk_log(state)
+    if log is None:
+        return out
     with _FOLLOW_LOCK:
-        for path in history_files(state):
+        for key in log.keys():
             try:
-                entries = _follow(path)
-            except OSError:  # gone, or not a regular file: nothing of ours to read
-                _FOLLOWED.pop(path, None)
+                entries = _follow(log, key)
+            except StoreFailure:  # gone, or not a regular file: nothing of ours to read
+                _FOLLOWED.pop(log.name_of(key), None)
                 continue
             out += [e for e in entries if e.get("run") == run and e["time"] > since and e.get("outcome") in outcomes]
     out.sort(key=lambda e: e["time"])
     return out
 
 
-def _follow(path: str) -> List[dict]:
-    """The kept entries of ``path``, reading only the complete lines appended since last time."""
-    with open_regular(path) as f:
-        st = os.fstat(f.fileno())
-        ident = (st.st_dev, st.st_ino)
-        known = _FOLLOWED.get(path)
-        if known is None or known[0] != ident or st.st_size < known[1]:
-            known = (ident, 0, [])
-        _ident, offset, entries = known
-        if st.st_size > offset:
-            f.seek(offset)
-            raw = f.read(min(st.st_size - offset, MAX_STATE_BYTES))
-            end = raw.rfind(b"\n") + 1  # a torn last line is read again once it is whole
-            for chunk in raw[:end].split(b"\n"):
-                if not chunk.strip():
-                    continue
-                try:
-                    e = json.loads(chunk.decode("utf-8"))
-                except (ValueError, RecursionError):
-                    continue  # a damaged line costs only itself (``history_damage`` names it)
-                if _timed(e) and isinstance(e.get("run"), str):
-                    entries.append({k: e.get(k) for k in _KEPT})
-            offset += end
-        _FOLLOWED[path] = (ident, offset, entries)
-        return entries
+def _follow(log: ChangeLog, key: str) -> List[dict]:
+    """The kept entries of ``key``, reading only the complete lines appended since last time: one
+    read from just before where it was left, which must give back the last line read (else the
+    file was replaced, truncated or set aside: it is read again from its start)."""
+    ident = log.name_of(key)
+    tail, offset, entries = _FOLLOWED.get(ident, (b"", 0, []))
+    start = offset - len(tail)
+    raw = log.store.read_range(key, start, start + MAX_STATE_BYTES)
+    if raw[:len(tail)] != tail or len(raw) < len(tail):
+        tail, offset, entries, start = b"", 0, [], 0
+        raw = log.store.read_range(key, 0, MAX_STATE_BYTES)
+    new = raw[len(tail):]
+    end = new.rfind(b"\n") + 1  # a torn last line is read again once it is whole
+    for chunk in new[:end].split(b"\n"):
+        if not chunk.strip():
+            continue
+        try:
+            e = json.loads(chunk.decode("utf-8"))
+        except (ValueError, RecursionError):
+            continue  # a damaged line costs only itself (``history_damage`` names it)
+        if _timed(e) and isinstance(e.get("run"), str):
+            entries.append({k: e.get(k) for k in _KEPT})
+    if end:
+        whole = tail + new[:end]
+        tail, offset = whole[-_TAIL:], offset + end
+    _FOLLOWED[ident] = (tail, offset, entries)
+    return entries
+
+
+__all__ = ["CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+           "bucket_log", "changes_since", "configure_writer", "disk_log", "history_csv", "history_damage",
+           "history_files", "history_path", "line_of", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]
