@@ -37,7 +37,7 @@ from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, 
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.retire import purge_retired
+from tb_footprint_plugin.engine.retire_purge import purge_retired
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.files import CHUNK, sha256_file
@@ -209,22 +209,12 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     finally:
         for lock in locks.values():
             lock.release()
-    # retired runs: the same grace (older_than) and the same confirmation; a cancel seen by now
-    # stops them too (listed, not purged: ``purge_retired`` is not on the driver)
-    stopped: Optional[Cancelled] = None
-    try:
-        if yes:
-            cancel.check()
-    except Cancelled as e:
-        stopped = e
-    r_listed, r_freed = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes and stopped is None,
-                                       now=now, runs=runs, op_ids=op_ids)
-    if stopped is not None:
-        report.kept += [_not_purged(x, x["bytes"], stopped) for x in r_listed]
-        r_listed, r_freed = [], 0
-    for x in r_listed if yes else ():
-        _log(ctx, x["op_id"], x["run"], x["bytes"], f"retired run {x['run']} ({x['op_id']}) deleted from the vault"
-             + (" (restored before)" if x.get("restored") else ": its only copy"))
+    # retired runs: the same grace (older_than) and the same confirmation, a transaction of their
+    # own on the driver (``retire_purge``): a cancel seen before its intent stops them too
+    retired = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now, runs=runs,
+                            op_ids=op_ids, cancel=cancel)
+    report.kept += [_not_purged(x, x["bytes"], stopped) for x, stopped in retired.stopped]
+    r_listed, r_freed = retired.listed, retired.freed
     report.ops += r_listed
     report.freed_bytes += r_freed
     # a retired run's vault copy is its only copy: every file of it goes for good

@@ -28,8 +28,9 @@ the run came back byte for byte (``tree_sha256``). A run being written (a file c
 the quiet period, or while it is being retired) is never retired.
 
 Why one module: one journaled operation — a run's tree moved into the
-vault, verified, committed — with its exact inverse (``unretire``), its rollback, its recovery
-and its purge, whose steps and journal records must match one for one.
+vault, verified, committed — with its exact inverse (``unretire``), its rollback and its
+recovery, whose steps and journal records must match one for one (its purge is
+``engine.retire_purge``).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ import os
 import shlex
 import shutil
 import time
-from typing import Collection, Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import faults, trust, txn
@@ -77,7 +78,6 @@ from tb_footprint_plugin.engine.retire_tree import (
     stored_file,
     stored_ok,
     tree_sha256,
-    tree_size,
     unchanged,
     write_retire_manifest,
 )
@@ -776,7 +776,7 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# recovery and purge
+# recovery
 # ---------------------------------------------------------------------------------------
 def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     """Settle an unfinished retirement or restore of one; returns (codes.Recovery value, detail)."""
@@ -797,49 +797,6 @@ def recover_retire(ctx: Context, records: List[dict]) -> Tuple[str, str]:
     return Recovery.ROLLED_BACK, "every file of the run put back" + (f"; {noted}" if noted else "")
 
 
-def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
-                  yes: bool, now: float, runs: Optional[Collection[str]] = None,
-                  op_ids: Optional[Collection[str]] = None) -> Tuple[List[dict], int]:
-    """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list them.
-
-    The manifest stops claiming the run before its files go; a run being restored right now
-    (locked) is passed over."""
-    listed, freed = [], 0
-    for m in retirements(ctx):
-        if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
-                (runs is not None and m["run"] not in runs) or (op_ids is not None and m["op_id"] not in op_ids):
-            continue
-        if older_than is not None and m.get("finished_at", now) > now - older_than:
-            continue
-        vault = Vault(m["vault"])
-        d = retired_dir(vault, m["op_id"])
-        try:
-            check_retired_dir(vault, m["op_id"])
-        except TransactionError:
-            continue  # never deleted through a link or a stranger's folder: health names it
-        size = tree_size(d)
-        if yes:
-            try:
-                lock = run_lock(ctx, m["run"]).acquire()
-            except (RunLocked, OSError):
-                continue
-            try:
-                if unsettled_op(ctx, m["run"]):
-                    continue
-                m["backup_purged"] = True
-                m["purged_at"] = now
-                vault.write_manifest(m)
-                shutil.rmtree(d, ignore_errors=True)
-            finally:
-                lock.release()
-        freed += size
-        # the vault holds a retired run's only copy: every file of it is lost for good
-        originals = 0 if m.get("restored_by") else len(m.get("tree", []))
-        listed.append({"op_id": m["op_id"], "run": m["run"], "bytes": size, "finished_at": m.get("finished_at"),
-                       "restored": bool(m.get("restored_by")), "kind": "retire", "originals": originals})
-    return listed, freed
-
-
-__all__ = ["retire_run", "LocalRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "unretire", "finish_unretire", "rollback_retire", "recover_retire", "purge_retired",
+__all__ = ["retire_run", "LocalRetire", "LocalUnretire", "unretire_put_back", "unretire_commit", "unretire", "finish_unretire", "rollback_retire", "recover_retire",
            "retirements", "retired_now", "is_restorable_retirement", "retired_dir", "tree_sha256", "inventory",
            "RETIRE_STEPS", "UNRETIRE_STEPS"]

@@ -12,7 +12,8 @@ TensorBoard plugin at load, and ``tb-footprint recover``):
 5. salvage records written into backups after their reduction (late writers), then make backups
    an older version linked in while their original had other names (a hard-linked snapshot's)
    copies of their own (``repair_shared_backups``);
-6. release the backups a restore kept on doubt once nothing claims them (``release_kept_restores``);
+6. finish the purges of retired runs killed after their intent (``retire_purge.finish_retired_purges``),
+   then release the backups a restore kept on doubt once nothing claims them (``release_kept_restores``);
 7. record as done the runs a gone worker's batch ledger left in flight although their reduction
    committed (``settle_stale_ledgers``).
 
@@ -47,6 +48,7 @@ from tb_footprint_plugin.engine.lease import holder_alive
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_paths, load_ledger
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
 from tb_footprint_plugin.engine.restore import release_restored_backup
+from tb_footprint_plugin.engine.retire_purge import finish_retired_purges
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.engine.vault import (COMPRESSED, KEPT_BUSY, KEPT_DAMAGED, KEPT_OPEN, PACKED, UNSHARED,
                                               Vault)
@@ -80,6 +82,7 @@ def start(ctx: Context, manifests_of: Manifests) -> List[RecoveryOutcome]:
         return snapshot[0]
 
     out = recover_all(ctx, vault_roots, manifests_of, settled=once)
+    out += finish_retired_purges(ctx, once(ctx))  # a retired run's purge killed past its intent
     out += release_kept_restores(ctx, once(ctx))
     settle_stale_ledgers(ctx, once(ctx))
     return out

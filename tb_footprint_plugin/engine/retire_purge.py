@@ -1,0 +1,220 @@
+"""Purge retired runs from a disk's vault: a retired run's vault copy (``retired/<op_id>/``) goes
+for good, after the grace period and the user's confirmation (``purge.purge_backups`` calls it).
+
+It is a transaction on the one driver, ``LocalRetiredPurge`` (a ``txn.Purge``, as the purge of a
+reduction's backups), one per vault over the retirements chosen in it, their runs' locks held by
+the caller since it chose them:
+
+- its intent, the commit record (``record("swap")``): each retirement's manifest marked purged
+  (``backup_purged``, ``purged_at``: the one record it ever wrote, unchanged), then
+  ``purge.intent``. The driver's last cancel check comes right before: a cancel is honoured with
+  nothing marked or deleted (``stopped``), never after;
+- **swap**: each retired run's files deleted (``purge.blob`` after each run);
+- **commit**: per run its change-log line, then its emptied folder removed.
+
+Never rolled back. A purge killed past its intent (by this code or by the one before it, which
+marked the manifest then deleted the folder, the same record) leaves a manifest marked purged
+whose folder is still there: the next start finishes it (``finish_retired_purges``), files, line
+and folder; the folder goes last, so a line already written is never written again.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Collection, Dict, List, Optional, Tuple
+
+from tb_footprint_plugin.codes import Finding, Outcome, Recovery
+from tb_footprint_plugin.engine import faults, txn
+from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
+from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
+from tb_footprint_plugin.engine.history import append_history, read_history
+from tb_footprint_plugin.engine.journal import RunLocked
+from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.engine.recovery import RecoveryOutcome
+from tb_footprint_plugin.engine.retire_tree import check_retired_dir, retired_dir, retirements, tree_size
+from tb_footprint_plugin.engine.run_lock import run_lock
+from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.version import __version__
+
+
+@dataclass
+class RetiredPurge:
+    """What a purge of retired runs did (or, without ``yes``, would do)."""
+
+    #: one row per retired run purged (or listed): op_id, run, bytes, finished_at, restored, kind, originals
+    listed: List[dict] = field(default_factory=list)
+    freed: int = 0
+    #: the rows a cancel stopped before their intent (nothing of them deleted or recorded), with it
+    stopped: List[Tuple[dict, Cancelled]] = field(default_factory=list)
+
+
+def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
+                  yes: bool, now: float, runs: Optional[Collection[str]] = None,
+                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None) -> RetiredPurge:
+    """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list
+    them. A run being changed right now (locked), or with an unfinished operation, is passed
+    over. ``cancel``: honoured before a vault's intent (its runs then in ``stopped``, nothing of
+    them deleted or recorded), never after."""
+    out = RetiredPurge()
+    cancel = cancel or CancelToken()
+    chosen: Dict[str, List[dict]] = {}  # vault root -> the rows of the retirements purged there
+    locks: Dict[str, RunLease] = {}
+    try:
+        for m in retirements(ctx):
+            if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
+                    (runs is not None and m["run"] not in runs) or (op_ids is not None and m["op_id"] not in op_ids):
+                continue
+            if older_than is not None and m.get("finished_at", now) > now - older_than:
+                continue
+            vault = Vault(m["vault"])
+            try:
+                check_retired_dir(vault, m["op_id"])
+            except TransactionError:
+                continue  # never deleted through a link or a stranger's folder: health names it
+            if yes:
+                if m["run"] not in locks:
+                    try:
+                        locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
+                    except (RunLocked, OSError):
+                        continue
+                if unsettled_op(ctx, m["run"]):
+                    continue
+            # the vault holds a retired run's only copy: every file of it is lost for good
+            row = {"op_id": m["op_id"], "run": m["run"], "bytes": tree_size(retired_dir(vault, m["op_id"])),
+                   "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by")), "kind": "retire",
+                   "originals": 0 if m.get("restored_by") else len(m.get("tree", []))}
+            if not yes:
+                out.listed.append(row)
+                continue
+            chosen.setdefault(vault.root, []).append(dict(row, manifest=m))
+        for root, rows in chosen.items():
+            t = LocalRetiredPurge(ctx, Vault(root), [r.pop("manifest") for r in rows], rows, now)
+            txn.run(t, cancel)
+            if t.stopped is not None:  # before the intent: nothing of these was marked or deleted
+                out.stopped += [(r, t.stopped) for r in rows]
+            else:
+                out.listed += rows
+    finally:
+        for lock in locks.values():
+            lock.release()
+    out.freed = sum(r["bytes"] for r in out.listed)
+    return out
+
+
+class LocalRetiredPurge(txn.Purge):
+    """The purge of one vault's chosen retirements (``manifests``, with their report ``rows``) for
+    ``engine.txn.run`` (module doc): the marks its intent, the files its swap, the lines and the
+    emptied folders its commit. A failure past the intent propagates as it always did (an
+    injected fault as a crash), the marks left for the next start (``finish_retired_purges``)."""
+
+    def __init__(self, ctx: Context, vault: Vault, manifests: List[dict], rows: List[dict], now: float) -> None:
+        self.ctx, self.vault, self.manifests, self.rows, self.now = ctx, vault, manifests, rows, now
+        self.marked = 0
+
+    def record(self, step: str) -> None:
+        """Each manifest marked purged, before any file goes: from here on no restore points at
+        the run's copy, and the next start finishes the purge."""
+        for m in self.manifests:
+            m["backup_purged"] = True
+            m["purged_at"] = self.now
+            self.vault.write_manifest(m)
+            self.marked += 1
+
+    def swap(self, report: txn.Report) -> None:
+        """Each retired run's files deleted (its folder stays until its line is written)."""
+        for m in self.manifests:
+            drop_files(self.vault, m["op_id"])
+            faults.hit("purge.blob")
+
+    def commit(self, report: txn.Report) -> None:
+        """Per run its change-log line, then its emptied folder removed."""
+        for m, row in zip(self.manifests, self.rows):
+            log_retired_purge(self.ctx, m, row["bytes"])
+            drop_folder(self.vault, m["op_id"])
+
+    def committed(self) -> bool:
+        return self.marked > 0
+
+
+def drop_files(vault: Vault, op_id: str) -> None:
+    """Everything under a purged retirement's folder deleted, the folder itself kept (its mark
+    that the change-log line may still be due); what cannot be deleted stays, for the next start."""
+    d = retired_dir(vault, op_id)
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(d):
+            p = os.path.join(d, name)
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+
+
+def drop_folder(vault: Vault, op_id: str) -> None:
+    """A purged retirement's emptied folder removed (one not empty stays, for the next start)."""
+    with contextlib.suppress(OSError):
+        os.rmdir(retired_dir(vault, op_id))
+
+
+def log_retired_purge(ctx: Context, m: dict, freed: int, reason_tail: str = "") -> None:
+    """The change-log line of a retired run's purge: which retirement went and what it freed."""
+    user = who()
+    append_history(ctx.state, {
+        "op_id": m["op_id"], "kind": "purge", "run": m["run"], "policy": None, "before": freed, "after": 0,
+        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False,
+        "reason": f"retired run {m['run']} ({m['op_id']}) deleted from the vault"
+                  + (" (restored before)" if m.get("restored_by") else ": its only copy") + reason_tail,
+        "user": user["user"], "host": user["host"], "tool_version": __version__,
+    })
+
+
+def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
+    """Finish the purges of retired runs killed past their intent: a verified retirement marked
+    purged (not by a restore) whose folder is still in the vault. Under its run's lock, the
+    manifest read again: its files deleted, its change-log line written unless the log has it
+    (the kill came after the line), its folder removed. ``manifests``: the start's one read
+    (``catalogue.own_manifests``); a folder is looked for only for a retirement marked purged."""
+    roots = {os.path.realpath(r) for r in known_vaults(ctx)}
+    todo = [m for m in manifests if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
+            and m.get("backup_purged") and not m.get("restored_by") and isinstance(m.get("run"), str)
+            and isinstance(m.get("vault"), str) and os.path.realpath(m["vault"]) in roots  # untrusted: ours only
+            and os.path.lexists(retired_dir(Vault(m["vault"]), m["op_id"]))]
+    out: List[RecoveryOutcome] = []
+    logged: Optional[set] = None
+    for m in todo:
+        vault = Vault(m["vault"])
+        try:
+            lock = run_lock(ctx, m["run"]).acquire()
+        except (RunLocked, OSError):
+            out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.SKIPPED_LIVE, "held by a running process",
+                                       Finding.RUN_LOCKED))
+            continue
+        try:
+            fresh = vault.read_manifest(m["op_id"])
+            if not fresh.get("backup_purged") or fresh.get("restored_by"):
+                continue
+            check_retired_dir(vault, m["op_id"])
+            size = fresh.get("bytes_before")
+            if not isinstance(size, int):
+                size = tree_size(retired_dir(vault, m["op_id"]))
+            drop_files(vault, m["op_id"])
+            if logged is None:
+                logged = {e.get("op_id") for e in read_history(ctx.state) if e.get("kind") == "purge"}
+            if m["op_id"] not in logged:
+                log_retired_purge(ctx, fresh, size, " (finished on recovery)")
+            drop_folder(vault, m["op_id"])
+            out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.COMPLETED,
+                                       f"an interrupted purge of retired run {m['run']} ({m['op_id']}) was finished",
+                                       Finding.PURGE_FINISHED))
+        except (OSError, ValueError, TransactionError) as e:  # retried at the next start
+            out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.FAILED,
+                                       f"interrupted purge of retired run {m['run']} not finished: {reason_of(e)}",
+                                       Finding.RECOVERY_FAILED))
+        finally:
+            lock.release()
+    return out
+
+
+__all__ = ["LocalRetiredPurge", "RetiredPurge", "finish_retired_purges", "purge_retired"]
