@@ -9,9 +9,10 @@ named when damaged, and the line of a rolled-back reduce are written here once.
 * One machine appends to ``history.jsonl``. A worker of a sharded batch on a disk appends to a
   file of its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (``configure_writer``): appends
   from two NFS clients to one file can interleave or lose data, so no two machines ever append
-  to one file. ``ChangeLog.read`` merges every one of them (the old single file included) into
-  one log ordered by time. A bucket keeps the one object: finding a worker's object needs a
-  listing of its state folder, which on a bucket lists every backup in it (``bucket_log``).
+  to one file. A bucket's workers each append to an object of their own too (in
+  ``.tb-footprint/history-shards/``: ``bucket_log``), instead of taking turns on one object by
+  conditional rewrites. ``ChangeLog.read`` merges every one of them (the old single file
+  included) into one log ordered by time.
 * Lines are untrusted input (``trust.parse_json_lines``): only JSON objects with a finite number
   as ``time`` are entries (an entry that cannot be placed in time is no entry of this log), a
   damaged line costs only itself and ``ChangeLog.damage`` names it (file and line). A log larger
@@ -52,6 +53,8 @@ from tb_footprint_plugin.version import __version__
 HISTORY_NAME = "history.jsonl"
 #: a bucket logdir's change log: a key of the logdir's store (the name a disk's state folder uses)
 HISTORY = f"{STATE_DIR_NAME}/{HISTORY_NAME}"
+#: where a bucket logdir's workers of a sharded batch keep their own change logs (``bucket_log``)
+BUCKET_WORKERS = f"{STATE_DIR_NAME}/history-shards"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
@@ -118,18 +121,20 @@ class StateFolder(PosixStore):
 
 
 class ChangeLog:
-    """The change log in ``folder`` of ``store`` (see the module docstring). ``workers``: each
-    worker of a sharded batch appends to a file of its own, found by a listing of ``folder``;
-    ``limit``: the largest log an append makes on this store (a larger one was planted)."""
+    """The change log in ``folder`` of ``store`` (see the module docstring). ``workers``: the
+    folder in which each worker of a sharded batch appends to a file of its own (None: none),
+    found by a shallow listing of it; ``limit``: the largest log an append makes on this store
+    (a larger one was planted)."""
 
-    def __init__(self, store: Store, folder: str = "", *, workers: bool = True, limit: int = MAX_STATE_BYTES):
+    def __init__(self, store: Store, folder: str = "", *, workers: Optional[str] = "",
+                 limit: int = MAX_STATE_BYTES):
         self.store = store
         self.folder = folder
         self.workers = workers
         self.limit = limit
 
     def key(self, name: str) -> str:
-        """The key of the log file ``name``."""
+        """The key of the single log file ``name``."""
         return f"{self.folder}/{name}" if self.folder else name
 
     def name_of(self, key: str) -> str:
@@ -138,20 +143,27 @@ class ChangeLog:
 
     def own_key(self) -> str:
         """The key this process appends to (its worker's own file in a sharded batch)."""
-        return self.key(_process_writer if self.workers and _process_writer else HISTORY_NAME)
+        if self.workers is not None and _process_writer:
+            return f"{self.workers}/{_process_writer}" if self.workers else _process_writer
+        return self.key(HISTORY_NAME)
 
     def keys(self) -> List[str]:
-        """Every log: the single one and (``workers``) each worker's, by name."""
-        if not self.workers:
-            return [self.key(HISTORY_NAME)]
+        """Every log: the single one and each worker's (by name, the single one first unless it
+        is listed beside them)."""
+        single = self.key(HISTORY_NAME)
+        if self.workers is None:
+            return [single]
         try:
-            found = [e.key for e in self.store.list(self.folder, shallow=True)]
+            found = [e.key for e in self.store.list(self.workers, shallow=True)]
         except StoreFailure as e:
-            if e.code in _NOTHING_OF_OURS:
-                return []
-            raise
+            if e.code not in _NOTHING_OF_OURS:
+                raise
+            found = []
         names = {k.rsplit("/", 1)[-1]: k for k in found}
-        return [names[n] for n in sorted(names) if n == HISTORY_NAME or _WORKER_FILE.match(n)]
+        ours = [names[n] for n in sorted(names) if _WORKER_FILE.match(n) or (n == HISTORY_NAME and names[n] == single)]
+        # the single log beside the workers' (a disk's state folder) is listed when it is there;
+        # elsewhere (a bucket's) it is read, and absent is nothing
+        return ours if self.workers == self.folder else [single] + ours
 
     def append(self, entry: dict) -> None:
         """Append one entry (with the current time, and this process's shard) to this process's log."""
@@ -160,7 +172,7 @@ class ChangeLog:
     def append_lines(self, lines: List[dict]) -> None:
         """Append whole entries (each with its ``time``) in one append: a bucket's costs a head, a
         read and a conditional put whatever their number. Raises ``StoreFailure``."""
-        shard = _process_shard if self.workers else shard_label()
+        shard = _process_shard
         data = b"".join(line_of(dict(x, shard=shard) if shard and "shard" not in x else x) for x in lines)
         if data:
             self.store.append(self.own_key(), data)
@@ -260,12 +272,13 @@ def history_damage(state: str) -> List[Untrusted]:
 
 # --- a bucket ----------------------------------------------------------------------------------
 def bucket_log(store: Store) -> ChangeLog:
-    """The change log of a bucket logdir (``store``: the logdir's ``ObjectStore``): the one object
-    ``.tb-footprint/history.jsonl``, appended by a conditional rewrite. No worker has a file of its
-    own there: the reader would have to list the state folder, on a bucket a listing of every
-    backup in it, for each ``history`` (a sharded batch's workers take turns on the one object
-    instead, and only a rollback writes a line: a clean reduce makes no request more)."""
-    return ChangeLog(store, STATE_DIR_NAME, workers=False, limit=READ_ALL_LIMIT)
+    """The change log of a bucket logdir (``store``: the logdir's ``ObjectStore``): the object
+    ``.tb-footprint/history.jsonl``, and each worker of a sharded batch's own object in
+    ``.tb-footprint/history-shards/`` (``worker_file_name``), each appended by a conditional
+    rewrite. Not beside the single one as on a disk: the state folder of a bucket holds its vault,
+    and a listing of it would list every backup; this folder's is one request (one page) a read.
+    Only a rollback writes a line: a clean reduce makes no request more."""
+    return ChangeLog(store, STATE_DIR_NAME, workers=BUCKET_WORKERS, limit=READ_ALL_LIMIT)
 
 
 def reduce_line(*, op_id: str, run: str, policy: Optional[str], before, after, outcome: str,
@@ -378,6 +391,6 @@ def _follow(log: ChangeLog, key: str) -> List[dict]:
     return entries
 
 
-__all__ = ["CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
+__all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "history_csv", "history_damage",
            "history_files", "history_path", "line_of", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]

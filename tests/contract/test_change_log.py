@@ -6,12 +6,14 @@ name, never followed; its set-aside) stays below. The ``shallow`` listing the di
 are found with is checked on every store in ``test_store_shallow.py``."""
 import json
 import os
+import time
+import uuid
 
 import pytest
 
 from contract_stores import buckets  # noqa: F401 - the bucket fixture
 from tb_footprint_plugin.codes import Finding, Outcome
-from tb_footprint_plugin.engine import history
+from tb_footprint_plugin.engine import history, lease
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
@@ -43,12 +45,12 @@ def where(request, tmp_path):
 
         yield "posix", plant, lambda **kw: history.ChangeLog(history.StateFolder(str(state)), **kw)
     else:
-        s = ObjectStore(request.getfixturevalue("buckets")("s3").url("logs"))
+        s = ObjectStore(request.getfixturevalue("buckets")("s3").url(f"logs-{uuid.uuid4().hex[:8]}"))
 
         def plant(name: str, data: bytes) -> None:
             s.put(f"{STATE}/{name}", data)
 
-        yield "s3", plant, lambda **kw: history.ChangeLog(s, STATE, **{"workers": False, **kw})
+        yield "s3", plant, lambda **kw: history.ChangeLog(s, STATE, **{"workers": history.BUCKET_WORKERS, **kw})
         s.close()
 
 
@@ -88,23 +90,52 @@ def test_an_append_lands_whole_after_the_lines_already_there_on_every_store(wher
     assert log.damage() == []
 
 
-def test_a_bucket_read_makes_one_request_and_no_listing(buckets):  # noqa: F811
-    """A bucket keeps one change-log object (no worker files: finding them would list every
-    backup under its state folder): reading it is one ranged read, as before."""
+def test_a_bucket_read_lists_its_workers_folder_alone_never_the_vault(buckets):  # noqa: F811
+    """A bucket's state folder holds its vault: its workers' logs are found by a listing of their
+    own folder (one page), never of the state folder; the single object is one read."""
     s = ObjectStore(buckets("s3").url("one-read"))
     s.put(f"{STATE}/history.jsonl", _line("a", 1.0))
+    s.put(f"{STATE}/manifests/history-shard-0-of-2@h.jsonl", _line("in-the-vault", 2.0))
     before = dict(s.stats.to_dict())
     assert [e["run"] for e in history.bucket_log(s).read()] == ["a"]
     after = s.stats.to_dict()
     assert {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)
-            and k in ("list", "read", "head", "put")} == {"read": 1}, (before, after)
+            and k in ("list", "read", "head", "put")} == {"list": 1, "read": 1}, (before, after)
+
+
+def test_each_worker_of_a_sharded_batch_appends_to_its_own_log_on_every_store(where):
+    """Two workers of a sharded batch (and a process of no shard) append each to a log of its
+    own, on a disk beside the single one, on a bucket in its workers' folder (no conditional
+    rewrite of one object they take turns on); the read merges them by time."""
+    kind, _plant, log_of = where
+    log = log_of()
+    try:
+        for shard, run in (("0/2", "w0"), ("1/2", "w1"), (None, "single")):
+            history.configure_writer(shard)
+            log.append({"run": run, "op_id": f"op-{run}", "kind": "reduce", "outcome": "verified"})
+            time.sleep(0.01)
+    finally:
+        history.configure_writer(None)
+    keys = log.keys()
+    assert len(keys) == 3 and sum(k.endswith("/history.jsonl") or k == "history.jsonl" for k in keys) == 1, keys
+    if kind == "s3":
+        assert all(k.startswith(f"{history.BUCKET_WORKERS}/") for k in keys if "shard" in k), keys
+    entries = log.read()
+    assert [(e["run"], e.get("shard")) for e in entries] == [("w0", "0/2"), ("w1", "1/2"), ("single", None)]
 
 
 def test_the_rolled_back_line_is_the_disk_lines_shape(tmp_path):
     """A bucket's rolled-back line and a disk's (``catalogue.write_manifest``) are built by one
     function: the same fields, outcome ``rolled_back`` with its code, no backup kept."""
     out = RunOutcome(run="r", status=Outcome.ROLLED_BACK, reason="why", code="verification_failed", bytes_before=7)
-    line = history.rolled_back_line(out, "op", "archive")
+    before = lease.shard_label()
+    lease.configure(shard=None)  # a process of no shard (a sharded reduce earlier leaves its label)
+    try:
+        line = history.rolled_back_line(out, "op", "archive")
+        lease.configure(shard="1/2")
+        assert history.rolled_back_line(out, "op", "archive")["shard"] == "1/2"
+    finally:
+        lease.configure(shard=before)
     disk = history.reduce_line(op_id="op", run="r", policy="archive", before=7, after=7, outcome="rolled_back",
                                reason="why", code="verification_failed")
     assert {k: v for k, v in line.items() if k != "time"} == disk
