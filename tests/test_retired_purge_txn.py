@@ -192,3 +192,29 @@ def test_a_folder_left_after_the_line_gets_no_second_line(tmp_path):
     assert not (logdir / ".tb-footprint" / "retired" / m["op_id"]).exists()
     assert _purge_lines(logdir) == list(RUNS)
 
+
+
+def test_a_folder_made_a_link_after_the_choice_is_never_deleted_through(tmp_path):
+    """A retired run's folder replaced by a link to another folder between the purge's choice and
+    its deletes (here: at its intent): nothing is deleted through the link, nor by the next start,
+    and no line says the run's files went."""
+    logdir = tmp_path / "logs"
+    _retired_logdir(logdir)
+    m = _retirements(logdir)["a"]
+    folder = logdir / ".tb-footprint" / "retired" / m["op_id"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.bin").write_bytes(b"someone else's bytes")
+
+    def plant():
+        os.rename(folder, tmp_path / "aside")
+        os.symlink(elsewhere, folder)
+
+    faults.arm("purge.intent", plant)
+    api.purge(str(logdir), yes=True)
+    faults.disarm_all()
+    assert (elsewhere / "keep.bin").read_bytes() == b"someone else's bytes"
+    assert _purge_lines(logdir) == ["b"]
+    api.recover_logdir(str(logdir))
+    assert (elsewhere / "keep.bin").read_bytes() == b"someone else's bytes"
+    assert folder.is_symlink() and _purge_lines(logdir) == ["b"]

@@ -112,6 +112,7 @@ class LocalRetiredPurge(txn.Purge):
     def __init__(self, ctx: Context, vault: Vault, manifests: List[dict], rows: List[dict], now: float) -> None:
         self.ctx, self.vault, self.manifests, self.rows, self.now = ctx, vault, manifests, rows, now
         self.marked = 0
+        self.left: set = set()  # retirements whose folder became a link or a stranger's: not deleted
 
     def record(self, step: str) -> None:
         """Each manifest marked purged, before any file goes: from here on no restore points at
@@ -123,19 +124,33 @@ class LocalRetiredPurge(txn.Purge):
             self.marked += 1
 
     def swap(self, report: txn.Report) -> None:
-        """Each retired run's files deleted (its folder stays until its line is written)."""
+        """Each retired run's files deleted (its folder stays until its line is written); the
+        folders from the vault down looked at again first: one a link or a stranger's now is
+        left as it is (health names it), never deleted through."""
         for m in self.manifests:
+            try:
+                check_retired_dir(self.vault, m["op_id"])
+            except TransactionError:
+                self.left.add(m["op_id"])
+                continue
             drop_files(self.vault, m["op_id"])
             faults.hit("purge.blob")
 
     def commit(self, report: txn.Report) -> None:
         """Per run its change-log line, then its emptied folder removed."""
         for m, row in zip(self.manifests, self.rows):
+            if m["op_id"] in self.left:
+                continue
             log_retired_purge(self.ctx, m, row["bytes"])
             drop_folder(self.vault, m["op_id"])
 
     def committed(self) -> bool:
         return self.marked > 0
+
+
+def _real_folder(path: str) -> bool:
+    """A folder, not a link to one (nothing is followed through a planted link)."""
+    return os.path.isdir(path) and not os.path.islink(path)
 
 
 def drop_files(vault: Vault, op_id: str) -> None:
@@ -180,7 +195,7 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     todo = [m for m in manifests if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
             and m.get("backup_purged") and not m.get("restored_by") and isinstance(m.get("run"), str)
             and isinstance(m.get("vault"), str) and os.path.realpath(m["vault"]) in roots  # untrusted: ours only
-            and os.path.lexists(retired_dir(Vault(m["vault"]), m["op_id"]))]
+            and _real_folder(retired_dir(Vault(m["vault"]), m["op_id"]))]
     out: List[RecoveryOutcome] = []
     logged: Optional[set] = None
     for m in todo:
@@ -195,7 +210,10 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
             fresh = vault.read_manifest(m["op_id"])
             if not fresh.get("backup_purged") or fresh.get("restored_by"):
                 continue
-            check_retired_dir(vault, m["op_id"])
+            try:
+                check_retired_dir(vault, m["op_id"])
+            except TransactionError:
+                continue  # never deleted through a link or a stranger's folder: health names it
             size = fresh.get("bytes_before")
             if not isinstance(size, int):
                 size = tree_size(retired_dir(vault, m["op_id"]))
@@ -208,7 +226,7 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
             out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.COMPLETED,
                                        f"an interrupted purge of retired run {m['run']} ({m['op_id']}) was finished",
                                        Finding.PURGE_FINISHED))
-        except (OSError, ValueError, TransactionError) as e:  # retried at the next start
+        except (OSError, ValueError) as e:  # retried at the next start
             out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.FAILED,
                                        f"interrupted purge of retired run {m['run']} not finished: {reason_of(e)}",
                                        Finding.RECOVERY_FAILED))
