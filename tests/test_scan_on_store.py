@@ -147,3 +147,21 @@ def test_a_store_listed_and_read_only_gets_no_scan_cache_written(keyfs_logdir): 
     assert not [w for w in fp.warnings if "scan cache" in w], fp.warnings
     again = api.scan(url)
     assert (again.files_read, again.total_bytes) == (fp.files_read, fp.total_bytes)
+
+
+def test_a_cache_object_listed_past_its_limit_is_not_read(s3_bucket, tmp_path, monkeypatch):
+    """The bucket's scan cache is untrusted: one the listing says is larger than
+    ``REMOTE_CACHE_LIMIT`` is not read at all (no request; before, it was read whole however
+    large), and the scan reads the event files instead."""
+    from tb_footprint_plugin.scan import cache
+
+    url = s3_bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
+    scanner.scan(url)  # writes the cache
+    size = s3_bucket.fs.size(f"{s3_bucket.key('logs')}/.tb-footprint/scan-cache.json")
+    monkeypatch.setattr(cache, "REMOTE_CACHE_LIMIT", size - 1, raising=False)
+    counted = CountingStore(ObjectStore(url))
+    fp = scanner.scan_store(counted, write_cache=False)
+    assert fp.files_read == 2 and fp.files_cached == 0
+    assert counted.counts.calls["read"] == fp.requests["read"] == 2, counted.counts.calls  # the event files only
+    monkeypatch.setattr(cache, "REMOTE_CACHE_LIMIT", size)
+    assert scanner.scan_store(ObjectStore(url), write_cache=False).files_cached == 2

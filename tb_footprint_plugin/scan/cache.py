@@ -41,6 +41,9 @@ _REC = struct.Struct("<QqQQI")
 _DECODER = json.JSONDecoder()
 
 Key = tuple  # (size, mtime_ns, inode) on disk; (size, ETag or generation) in a bucket
+#: the largest bucket scan cache read (one JSON document, parsed whole: ~900 bytes an event file,
+#: so a logdir of about a million event files)
+REMOTE_CACHE_LIMIT = 1 << 30
 
 
 def _parse_head(line: str):
@@ -287,8 +290,9 @@ class RemoteScanCache:
 
     def __init__(self, store, rel: str, present: bool, size: Optional[int] = None):
         """``store``: the logdir's ``Store``; ``present``: the listing found ``rel`` (no request to
-        find out), ``size`` its listed size (the cache is read whole up to that size or
-        ``READ_ALL_LIMIT``, whichever is larger; an object that grew past both since is not read)."""
+        find out), ``size`` its listed size: the cache is read whole up to that size or
+        ``READ_ALL_LIMIT``, whichever is larger; one listed past ``REMOTE_CACHE_LIMIT`` is not read
+        at all (the object is untrusted: the scan reads its event files instead)."""
         self._store = store
         self._rel = rel
         self._present = present
@@ -303,8 +307,8 @@ class RemoteScanCache:
         return f"{self._store.location}/{self._rel}"
 
     def _load(self) -> None:
-        if not self._present:
-            return
+        if not self._present or (self._size or 0) > REMOTE_CACHE_LIMIT:
+            return  # (a listed size past the limit: not one byte read)
         try:
             data = json.loads(self._store.read_all(self._rel, max(READ_ALL_LIMIT, self._size or 0)).decode("utf-8"))
         except (OSError, ValueError):
