@@ -80,8 +80,10 @@ STEPS: Tuple[Step, ...] = (
     Step("restore.check", (LOCAL,), "every original is back and checked; the manifest not yet marked"),
     # purge of the vault
     Step("purge.intent", _BOTH, "the purge is recorded before any blob goes (local: each operation's "
-                                "intent; bucket: the manifest marked purged)"),
-    Step("purge.blob", _BOTH, "a backup is deleted (local: each blob; bucket: each operation's blobs)"),
+                                "intent, a retired run's manifest marked purged; bucket: the manifest "
+                                "marked purged)"),
+    Step("purge.blob", _BOTH, "a backup is deleted (local: each blob, each retired run's files; bucket: "
+                              "each operation's blobs)"),
     Step("purge.forget", (BLOBS,), "bucket, vault of blobs: what no manifest or journal names is forgotten"),
     Step("purge.marked", (LOCAL,), "an operation's manifest is marked purged after its blobs went"),
     # retire: the whole run into the vault
