@@ -194,8 +194,8 @@ class ChangeLog:
                 data, too_large = data[:data.rfind(b"\n") + 1], True
             log = parse_json_lines(data, name)
             if too_large:
-                d = Untrusted(DAMAGED_FILE, name, f"larger than {self.limit >> 20} MB: not a log this tool wrote; "
-                                                  f"only the whole lines of its first {self.limit >> 20} MB read")
+                d = Untrusted(DAMAGED_FILE, name, f"larger than {self.limit} bytes: not a log this tool wrote; "
+                                                  f"only the whole lines of its first {self.limit} bytes read")
                 d.line = 0
                 log.damaged.append(d)
             out.append(log)
@@ -288,7 +288,7 @@ def reduce_line(*, op_id: str, run: str, policy: Optional[str], before, after, o
     ``before``, no backup kept), with its outcome's code and reason. ``user``/``host``: as its
     manifest recorded them (this process's, ``vault.who``, by default)."""
     kept = outcome == str(Outcome.VERIFIED)
-    mine = who()
+    mine = who() if user is None or host is None else {}
     return {"op_id": op_id, "kind": "reduce", "run": run, "policy": policy, "before": before, "after": after,
             "verified": kept, "outcome": outcome, "reason": reason, "code": str(code) if code else None,
             "backup_kept": kept, "user": mine["user"] if user is None else user,
