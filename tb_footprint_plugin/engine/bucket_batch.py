@@ -58,6 +58,8 @@ from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
 
+#: the longest reason a taken-out run's journal entry keeps for its change-log line
+MAX_REASON = 1000
 #: ``progress(run, step, fraction)``
 Progress = Callable[[str, str, float], None]
 
@@ -303,6 +305,7 @@ class ObjectBatchReduce(txn.Txn):
         if not self.live:
             if not _incomplete(self.entries, self.outs):
                 ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+                self._write_lines()
                 self.jnl.close(also=ours, versions=versions)
             raise txn.Settled()
 
@@ -345,6 +348,7 @@ class ObjectBatchReduce(txn.Txn):
             o.bytes_after = o.bytes_before - sum(f["size"] for f in en["files"])
         if not _incomplete(self.entries, outs):
             ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+            self._write_lines()
             self.jnl.close(also=ours, versions=versions)
         else:
             self.jnl.step(Rec.DONE, runs=self.entries)
@@ -372,6 +376,7 @@ class ObjectBatchReduce(txn.Txn):
                 self._drop(en, self.error)
             if not _incomplete(self.entries, self.outs):
                 ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
+                self._write_lines()
                 self.jnl.close(also=ours, versions=versions)
             return
         code = failure_code(self.error)
@@ -389,6 +394,7 @@ class ObjectBatchReduce(txn.Txn):
             return
         try:
             ours, versions = unlock_all([self.held[en["run"]] for en in live])
+            self._write_lines()
             must_close(self.jnl, ours, versions=versions)
         except BucketTxnError as e3:
             for en in live:
@@ -411,19 +417,28 @@ class ObjectBatchReduce(txn.Txn):
         self._adding.close()
 
     def end(self) -> None:
-        """Once: the change-log lines of the runs rolled back (one append, a failure path's
-        requests), no lock of an ended batch is renewed (those kept are stale now); each run's
-        duration, the batch's shared among its runs."""
+        """Once: the change-log lines of the runs rolled back not written yet (the journal stays:
+        its recovery writes none twice), no lock of an ended batch is renewed (those kept are
+        stale now); each run's duration, the batch's shared among its runs."""
         if self._ended:
             return
         self._ended = True
-        append_rolled_back(BucketState.of(self.rfs).logdir_store(), self._lines, self._rolled)
+        self._write_lines()
         ACTIVE_OPS.discard(self.batch_id)
         for lock in self.held.values():
             lock.release()
         dt = (time.monotonic() - self.t0) / max(1, len(self.rps))
         for o in self.outs.values():
             o.duration_s = dt
+
+    def _write_lines(self) -> None:
+        """The change-log lines of the runs rolled back so far, in one append (a failure path's
+        requests; none when no run was), before the journal naming those runs goes: a kill between
+        the two leaves the journal, and its recovery writes only the lines the log lacks
+        (``bucket_recover``); never none."""
+        lines, rolled = self._lines, self._rolled
+        self._lines, self._rolled = [], []
+        append_rolled_back(BucketState.of(self.rfs).logdir_store(), lines, rolled)
 
     def _drop(self, en: dict, e: BaseException) -> None:
         """Take ``en`` out of the batch, rolled back alone (``_drop_run``)."""
@@ -468,6 +483,8 @@ def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: B
     except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
         rollback_incomplete(out, e2)
     en["dropped"] = True
+    # what its change-log line says, for a recovery that finds it taken out and its line not written
+    en["rolled_back"] = {"code": str(code), "reason": str(e)[:MAX_REASON], "before": out.bytes_before}
 
 
 def _incomplete(entries: List[dict], outs: Dict[str, RunOutcome]) -> bool:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
-from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery
+from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
-from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
+from tb_footprint_plugin.engine.bucket_batch import MAX_REASON
+from tb_footprint_plugin.engine.history import append_rolled_back, bucket_log, rolled_back_line
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
 from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, journal_runs
@@ -185,13 +186,18 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                 for en in live:
                     rollback_entry(rfs, vault, en, deleted=journal.committed())
             action, detail = will["action"], will["detail"]
-            must_close(journal)
-            _drop_locks_of(st, locks, op_id)
-            if not finish:  # each run's change-log line, as a disk's recovery writes it (its manifest is gone)
-                append_rolled_back(BucketState.of(rfs).logdir_store(), [dict(rolled_back_line(
+            # each rolled-back run's change-log line, as a disk's recovery writes it (its manifest is
+            # gone): those the batch took out and, rolled back here, the others; before the journal
+            # goes (a kill in between: the next start writes them), none the log has already
+            lines = [_taken_out_line(en) for en in dropped]
+            if not finish:
+                lines += [dict(rolled_back_line(
                     RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
                                code=Failure.INTERRUPTED), r["op_id"], None),
-                    before=r["bytes_before"], after=r["bytes_before"]) for r in settled])  # None: no manifest yet
+                    before=r["bytes_before"], after=r["bytes_before"]) for r in settled]  # None: no manifest yet
+            _append_unwritten(rfs, lines)
+            must_close(journal)
+            _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
                                        runs=settled, kind="reduce"))
         except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
@@ -200,6 +206,43 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED, detail=str(e),
                                        code=Finding.RECOVERY_FAILED))
     return out
+
+
+def _known_code(value) -> Optional[Code]:
+    """``value`` as the ``codes.Failure`` or ``codes.Skip`` it names, else None (untrusted input)."""
+    for kind in (Failure, Skip):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return None
+
+
+def _taken_out_line(en: dict) -> dict:
+    """The change-log line of a run the batch took out before its commit record (rolled back alone),
+    from what its journal entry says of it (``bucket_batch``: untrusted, so a known code, a string,
+    a whole number, each else as an interrupted run's)."""
+    said = en.get("rolled_back") if isinstance(en.get("rolled_back"), dict) else {}
+    before = said.get("before")
+    before = before if isinstance(before, int) and not isinstance(before, bool) and before >= 0 else None
+    reason = said.get("reason") if isinstance(said.get("reason"), str) else INTERRUPTED_REASON
+    out = RunOutcome(run=str(en["run"]), status=Outcome.ROLLED_BACK, reason=reason[:MAX_REASON],
+                     code=_known_code(said.get("code")) or Failure.INTERRUPTED)
+    return dict(rolled_back_line(out, str(en["op"]), None), before=before, after=before)
+
+
+def _append_unwritten(rfs: RemoteFS, lines: List[dict]) -> None:
+    """``lines``, less those of an operation the change log has a rolled-back line of already (the
+    process wrote it, then was killed before its journal went): one line per rolled-back operation.
+    A log it cannot read: every line written (one twice rather than none)."""
+    if not lines:
+        return
+    store = BucketState.of(rfs).logdir_store()
+    try:
+        written = {e.get("op_id") for e in bucket_log(store).read() if e.get("outcome") == str(Outcome.ROLLED_BACK)}
+    except STORE_FAILURES:
+        written = set()
+    append_rolled_back(store, [x for x in lines if x["op_id"] not in written])
 
 
 def _named(rfs: RemoteFS, key: str) -> str:

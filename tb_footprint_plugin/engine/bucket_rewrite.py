@@ -390,20 +390,22 @@ class ObjectReduce(txn.Txn):
         self.out.reason = reason_of(error)
 
     def rollback(self, committed: bool) -> None:
-        """From the verified backups (``deleted``: past the commit record), the journal closed,
-        the lock object deleted at its version; then the change log's ``rolled_back`` line with
-        the outcome's code, as a disk's rollback writes it (``engine.history``)."""
+        """From the verified backups (``deleted``: past the commit record), the change log's
+        ``rolled_back`` line with the outcome's code, as a disk's rollback writes it
+        (``engine.history``), the journal closed, the lock object deleted at its version."""
         journaled = self.jnl is not None
         if journaled:
             rollback_entry(self.rfs, self.vault, self.en, deleted=committed)
+            rolled_back(self.out, self.code)
+            # its manifest is gone with its backups: the change log says it was rolled back, before
+            # the journal goes (a kill in between: recovery writes it, never twice)
+            append_rolled_back(BucketState.of(self.rfs).logdir_store(),
+                               [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
             must_close(self.jnl)
         ours = unlock_versions(self.lock)
         if ours:
             must_delete(self.rfs, [self.lock.path], versions=ours)
         rolled_back(self.out, self.code)
-        if journaled:  # its manifest is gone with its backups: the change log says it was rolled back
-            append_rolled_back(BucketState.of(self.rfs).logdir_store(),
-                               [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
 
     def incomplete(self, error: BaseException) -> None:
         rollback_incomplete(self.out, error)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
-from tb_footprint_plugin.engine.history import append_history, history_path, reduce_line
+from tb_footprint_plugin.engine.history import append_history, history_path, read_history, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
@@ -366,6 +366,9 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         **({"code": str(code)} if code else {}),
     )
     os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
+    # a rollback's manifest already there: an earlier attempt of this rollback wrote it (and perhaps
+    # its line) before a kill, and recovery redoes it (``_line_written``)
+    again = outcome != "verified" and vault.has_manifest(m["op_id"])
     # one line of the operation log, its only record (``NoSpace`` names the file)
     size = len(json.dumps(m, sort_keys=True))
     try:
@@ -381,6 +384,8 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     entry = reduce_line(op_id=m["op_id"], run=m["run"], policy=(begin.get("policy") or {}).get("name"),
                         before=m["bytes_before"], after=after, outcome=outcome, reason=reason, code=code,
                         user=m["user"], host=m["host"])
+    if again and _line_written(ctx.state, m["op_id"], outcome):
+        return m  # one line per operation: the first attempt's stands
     try:
         with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
             append_history(ctx.state, entry)
@@ -389,6 +394,15 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
             raise
         m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m
+
+
+def _line_written(state: str, op_id: str, outcome: str) -> bool:
+    """Whether the change log has a line of ``op_id`` with ``outcome``; a log this user cannot read:
+    False (its line written again rather than none)."""
+    try:
+        return any(e.get("op_id") == op_id and e.get("outcome") == outcome for e in read_history(state))
+    except OSError:
+        return False
 
 
 def operation_summary(m: dict) -> dict:
