@@ -191,10 +191,13 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     manifest read again: its files deleted, its change-log line written unless the log has it
     (the kill came after the line), its folder removed. ``manifests``: the start's one read
     (``catalogue.own_manifests``); a folder is looked for only for a retirement marked purged."""
+    purged = [m for m in manifests if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
+              and m.get("backup_purged") and not m.get("restored_by") and isinstance(m.get("run"), str)
+              and isinstance(m.get("vault"), str)]
+    if not purged:
+        return []  # no file read at a start with no purged retirement
     roots = {os.path.realpath(r) for r in known_vaults(ctx)}
-    todo = [m for m in manifests if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
-            and m.get("backup_purged") and not m.get("restored_by") and isinstance(m.get("run"), str)
-            and isinstance(m.get("vault"), str) and os.path.realpath(m["vault"]) in roots  # untrusted: ours only
+    todo = [m for m in purged if os.path.realpath(m["vault"]) in roots  # untrusted: one of ours only
             and _real_folder(retired_dir(Vault(m["vault"]), m["op_id"]))]
     out: List[RecoveryOutcome] = []
     logged: Optional[set] = None
