@@ -83,23 +83,32 @@ CREDENTIALS_HINT: Dict[str, str] = {
 }
 
 
-def credentials_missing(e: Optional[BaseException]) -> bool:
+def credentials_missing(e: Optional[BaseException], unsigned: bool = False) -> bool:
     """Whether ``e`` (or what it was raised from) is a client's "no credentials found"; decided by
-    the exception's type, never by its message."""
+    the exception's type and fields, never by its message: one of ``_NO_CREDENTIALS_ERRORS``;
+    azure-core's ``ClientAuthenticationError`` raised by a credential that got no token (no HTTP
+    response: a refusal by the service carries one); with ``unsigned`` (a GCS client that found no
+    credentials and went anonymous, ``RemoteFS.unsigned``), the 401 its anonymous request got."""
     seen = 0
     while e is not None and seen < 8:
-        if any(c.__name__ in _NO_CREDENTIALS_ERRORS for c in type(e).__mro__):
+        names = {c.__name__ for c in type(e).__mro__}
+        if names & _NO_CREDENTIALS_ERRORS:
+            return True
+        if "ClientAuthenticationError" in names and getattr(e, "response", True) is None:
+            return True
+        if unsigned and "HttpError" in names and getattr(e, "code", None) == 401:
             return True
         e, seen = e.__cause__ or e.__context__, seen + 1
     return False
 
 
-def no_credentials(url: str, protocol: str, e: BaseException) -> RemoteError:
-    """The coded error of a request to ``url`` its client could not sign: names the URL and what to set."""
+def no_credentials(url: str, protocol: str, e: Optional[BaseException], why: Optional[str] = None) -> RemoteError:
+    """The coded error of a request to ``url`` its client could not sign: names the URL, why (the
+    client's error type, or ``why``) and what to set."""
     scheme, _ = split_scheme(url)
     hint = CREDENTIALS_HINT.get(protocol, f"configure the credentials of the {scheme}:// client")
     return RemoteError(NO_CREDENTIALS, f"{url}: no credentials for {scheme}:// were found "
-                                       f"({type(e).__name__}); {hint}")
+                                       f"({why or type(e).__name__}); {hint}")
 
 
 def _credentials_named(method):
@@ -112,7 +121,7 @@ def _credentials_named(method):
         except RemoteError:
             raise
         except Exception as e:  # noqa: BLE001 - only the clients' credential errors are translated
-            if credentials_missing(e):
+            if credentials_missing(e, getattr(self, "unsigned", False)):
                 raise no_credentials(self.url, self.protocol, e) from e
             raise
     return wrapper
@@ -280,6 +289,10 @@ def filesystem(url: str):
         raise RemoteError("missing_extra", f"{url}: install tb-footprint-plugin[{SCHEMES.get(scheme, ('', 's3'))[1]}]")
     proto, extra = SCHEMES.get(scheme, (scheme, None))
     kwargs = _KWARGS.get(proto, dict)()
+    if proto == "az" and not (kwargs.get("connection_string") or kwargs.get("account_name")):
+        # adlfs refuses to start without an account (a ValueError, told apart only by its words):
+        # no credentials, said as S3's and GCS's are
+        raise no_credentials(url, proto, None, "no storage account named")
     try:
         fs = fsspec.filesystem(proto, **kwargs)
     except ImportError as e:
@@ -301,6 +314,10 @@ class RemoteFS:
         self.scheme, _ = split_scheme(self.url)
         self.fs, self.protocol, self.root = filesystem(self.url)
         self.stats = stats or RequestStats()
+        #: a GCS client that found no credentials and went anonymous (gcsfs's last resort), unasked
+        #: (an emulator's is asked for: ``_gcs_kwargs``): a 401 it gets is "no credentials found"
+        self.unsigned = self.protocol == "gcs" and _gcs_kwargs().get("token") != "anon" and \
+            getattr(getattr(self.fs, "credentials", None), "method", None) == "anon"
 
     # --- names ------------------------------------------------------------------------------
     def path(self, rel: str = "") -> str:
@@ -878,7 +895,7 @@ class _GCSOps(_Ops):
         return self.rfs.fs.call(*args, **kw)
 
     def _err(self, e, what):
-        if credentials_missing(e):
+        if credentials_missing(e, getattr(self.rfs, "unsigned", False)):
             return no_credentials(self.rfs.url, self.rfs.protocol, e)
         status = getattr(e, "code", None) or getattr(e, "status", None)
         if status == 412:
