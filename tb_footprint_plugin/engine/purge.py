@@ -36,13 +36,11 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, r
 from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, writing
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
-from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.retire_purge import purge_retired
-from tb_footprint_plugin.engine.vault import Vault, who
+from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
+from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.storage.files import CHUNK, sha256_file
 from tb_footprint_plugin.storage.openfiles import find_writers
-from tb_footprint_plugin.version import __version__
 
 
 @dataclass
@@ -384,17 +382,8 @@ def finish_purges(ctx: Context, vault: Vault, intents: Dict[str, dict]) -> List[
 
 def _log_purge(ctx: Context, m: dict, freed: int) -> None:
     """A purge is a change too: the change log says which operation's backup went and what it freed."""
-    _log(ctx, m["op_id"], m["run"], freed, f"backup of {m['op_id']} deleted from {m['vault']}"
-         + (" (run restored before)" if m.get("restored_by") else ""))
-
-
-def _log(ctx: Context, op_id: str, run: str, freed: int, reason: str) -> None:
-    user = who()
-    append_history(ctx.state, {
-        "op_id": op_id, "kind": "purge", "run": run, "policy": None, "before": freed, "after": 0,
-        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False, "reason": reason,
-        "user": user["user"], "host": user["host"], "tool_version": __version__,
-    })
+    log_purge(ctx, m["op_id"], m["run"], freed, f"backup of {m['op_id']} deleted from {m['vault']}"
+              + (" (run restored before)" if m.get("restored_by") else ""))
 
 
 __all__ = ["LocalPurge", "PurgeReport", "purge_backups", "finish_purges"]

@@ -173,16 +173,21 @@ def drop_folder(vault: Vault, op_id: str) -> None:
         os.rmdir(retired_dir(vault, op_id))
 
 
-def log_retired_purge(ctx: Context, m: dict, freed: int, reason_tail: str = "") -> None:
-    """The change-log line of a retired run's purge: which retirement went and what it freed."""
+def log_purge(ctx: Context, op_id: str, run: str, freed: int, reason: str) -> None:
+    """A purge's change-log line (a purge is a change too): which operation's vault copy went,
+    what it freed and why (``reason``); the one shape of every purge's line on a disk."""
     user = who()
     append_history(ctx.state, {
-        "op_id": m["op_id"], "kind": "purge", "run": m["run"], "policy": None, "before": freed, "after": 0,
-        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False,
-        "reason": f"retired run {m['run']} ({m['op_id']}) deleted from the vault"
-                  + (" (restored before)" if m.get("restored_by") else ": its only copy") + reason_tail,
+        "op_id": op_id, "kind": "purge", "run": run, "policy": None, "before": freed, "after": 0,
+        "freed": freed, "verified": None, "outcome": "purged", "backup_kept": False, "reason": reason,
         "user": user["user"], "host": user["host"], "tool_version": __version__,
     })
+
+
+def log_retired_purge(ctx: Context, m: dict, freed: int, reason_tail: str = "") -> None:
+    """The change-log line of a retired run's purge: which retirement went and what it freed."""
+    log_purge(ctx, m["op_id"], m["run"], freed, f"retired run {m['run']} ({m['op_id']}) deleted from the vault"
+              + (" (restored before)" if m.get("restored_by") else ": its only copy") + reason_tail)
 
 
 def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryOutcome]:
@@ -238,4 +243,4 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     return out
 
 
-__all__ = ["LocalRetiredPurge", "RetiredPurge", "finish_retired_purges", "purge_retired"]
+__all__ = ["LocalRetiredPurge", "RetiredPurge", "finish_retired_purges", "log_purge", "purge_retired"]
