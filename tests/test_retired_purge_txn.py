@@ -147,6 +147,9 @@ def test_a_retired_purge_killed_at_its_failpoint_is_finished_by_the_next_recover
     left = [run for run, files in _folders(logdir).items() if files]
     assert left, "some retired files are still in the vault"
     assert _purge_lines(logdir) == []
+    # status names each as unfinished, for `recover` to finish
+    status = api.status(str(logdir))
+    assert sorted(p["run"] for p in status["problems"] if p["code"] == Finding.UNFINISHED) == list(RUNS), status
     outs = api.recover_logdir(str(logdir))
     finished = sorted(o.run for o in outs if o.action == Recovery.COMPLETED and o.code == Finding.PURGE_FINISHED)
     assert finished == list(RUNS), [(o.run, o.action, o.detail) for o in outs]
@@ -154,7 +157,8 @@ def test_a_retired_purge_killed_at_its_failpoint_is_finished_by_the_next_recover
     assert _purge_lines(logdir) == list(RUNS)
     assert [o.action for o in api.recover_logdir(str(logdir))] == []
     assert _purge_lines(logdir) == list(RUNS)
-    assert api.status(str(logdir))["unfinished_operations"] == []
+    status = api.status(str(logdir))
+    assert status["unfinished_operations"] == [] and status["problems"] == [], status
 
 
 def test_a_retired_purge_the_previous_version_left_after_its_mark_is_finished(tmp_path):

@@ -16,13 +16,14 @@ import math
 import os
 import shlex
 import stat
-from typing import List, Optional
+from typing import Collection, List, Optional
 
-from tb_footprint_plugin.codes import BlobError, Finding, Recovery
+from tb_footprint_plugin.codes import BlobError, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
 from tb_footprint_plugin.engine.history import history_damage, history_files
 from tb_footprint_plugin.engine.journal import pending_journals, Rec
+from tb_footprint_plugin.engine.retire_tree import retired_dir
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
 from tb_footprint_plugin.scan.cache import CACHE_NAME
@@ -163,6 +164,20 @@ def journal_refusal(path: str, op_id: str, log, *, logdir: str, vaults: List[str
     return None
 
 
+def retired_purge_unfinished(m: dict, vault_roots: Collection[str]) -> bool:
+    """Whether manifest ``m`` is a verified retirement whose purge was killed past its intent
+    (``retire_purge``: `recover` finishes it): marked purged (not by a restore), in one of the
+    logdir's vaults (``vault_roots``: the field is untrusted), its folder still there (a real one:
+    a link is never followed)."""
+    if not (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and m.get("backup_purged")
+            and not m.get("restored_by") and isinstance(m.get("run"), str) and isinstance(m.get("vault"), str)):
+        return False
+    if os.path.realpath(m["vault"]) not in {os.path.realpath(r) for r in vault_roots}:
+        return False
+    d = retired_dir(Vault(m["vault"]), m["op_id"])
+    return os.path.isdir(d) and not os.path.islink(d)
+
+
 def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: frozenset = frozenset(),
                        reads: Optional[List[VaultRead]] = None) -> List[dict]:
     """Damage in the vaults: lost manifests, backups grown / missing / shrunk, orphan blobs,
@@ -180,6 +195,9 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
     shared_named = set()  # a blob several manifests name is named once
     for m in manifests:
         if m.get("backup_purged"):
+            if retired_purge_unfinished(m, vault_roots):
+                out.append(_f(Finding.UNFINISHED, m["op_id"], m.get("run"), f"a purge of retired run {m.get('run')} "
+                              f"({m['op_id']}) was interrupted; `recover` finishes it"))
             continue
         vault = Vault(m["vault"])
         for f in m.get("files", []):
@@ -585,5 +603,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["settle_command", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
+__all__ = ["retired_purge_unfinished", "settle_command", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
            "unsettled_pins", "late_writes"]

@@ -25,10 +25,11 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Collection, Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Outcome, Recovery
+from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
+from tb_footprint_plugin.engine.health import retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, read_history
 from tb_footprint_plugin.engine.journal import RunLocked
 from tb_footprint_plugin.engine.lease import RunLease
@@ -148,11 +149,6 @@ class LocalRetiredPurge(txn.Purge):
         return self.marked > 0
 
 
-def _real_folder(path: str) -> bool:
-    """A folder, not a link to one (nothing is followed through a planted link)."""
-    return os.path.isdir(path) and not os.path.islink(path)
-
-
 def drop_files(vault: Vault, op_id: str) -> None:
     """Everything under a purged retirement's folder deleted, the folder itself kept (its mark
     that the change-log line may still be due); what cannot be deleted stays, for the next start."""
@@ -196,14 +192,10 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     manifest read again: its files deleted, its change-log line written unless the log has it
     (the kill came after the line), its folder removed. ``manifests``: the start's one read
     (``catalogue.own_manifests``); a folder is looked for only for a retirement marked purged."""
-    purged = [m for m in manifests if m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED
-              and m.get("backup_purged") and not m.get("restored_by") and isinstance(m.get("run"), str)
-              and isinstance(m.get("vault"), str)]
-    if not purged:
+    if not any(m.get("kind") == "retire" and m.get("backup_purged") for m in manifests):
         return []  # no file read at a start with no purged retirement
-    roots = {os.path.realpath(r) for r in known_vaults(ctx)}
-    todo = [m for m in purged if os.path.realpath(m["vault"]) in roots  # untrusted: one of ours only
-            and _real_folder(retired_dir(Vault(m["vault"]), m["op_id"]))]
+    roots = known_vaults(ctx)
+    todo = [m for m in manifests if retired_purge_unfinished(m, roots)]
     out: List[RecoveryOutcome] = []
     logged: Optional[set] = None
     for m in todo:
