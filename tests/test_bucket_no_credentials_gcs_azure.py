@@ -91,7 +91,7 @@ def test_azure_credential_without_a_token_is_no_credentials_and_a_refusal_is_not
 
     monkeypatch.setattr(rfs.fs, "find", refused)
     e = _failure(lambda: list(ObjectStore(url, rfs=rfs).list("")))
-    assert getattr(e, "code", None) != StoreError.NO_CREDENTIALS, (type(e), e)
+    assert isinstance(e, StoreFailure) and e.code == StoreError.PERMISSION, (type(e), e)  # a refusal, coded
 
 
 def _anonymous_401(*a, **kw):
@@ -115,10 +115,10 @@ def test_gcs_that_found_no_credentials_says_so_on_the_401_it_gets(objstore_pool,
         _no_credentials(_failure(call), url, "GOOGLE_APPLICATION_CREDENTIALS")
 
 
-def test_gcs_with_its_credentials_refused_is_not_no_credentials(objstore_pool, monkeypatch):
+def test_gcs_with_its_credentials_refused_is_a_refusal(objstore_pool, monkeypatch):
     url = Bucket(objstore_pool.get("gs")).url("runs")
     rfs = RemoteFS(url)  # the emulator's anonymous client, asked for: not "found none"
     assert not getattr(rfs, "unsigned", False)
     monkeypatch.setattr(rfs.fs, "find", _anonymous_401)
     e = _failure(lambda: list(ObjectStore(url, rfs=rfs).list("")))
-    assert getattr(e, "code", None) != StoreError.NO_CREDENTIALS, (type(e), e)
+    assert isinstance(e, StoreFailure) and e.code == StoreError.PERMISSION, (type(e), e)  # a refusal, coded

@@ -66,6 +66,8 @@ class RemoteError(OSError):
 
 #: ``RemoteError.code`` of a store whose client found no credentials (``codes.StoreError.NO_CREDENTIALS``)
 NO_CREDENTIALS = "no_credentials"
+#: ``RemoteError.code`` of a request the store refused (``codes.StoreError.PERMISSION``)
+REFUSED = "permission_denied"
 #: The clients' exceptions that say no credentials were found, by class name along the MRO (the
 #: clients are optional packages, imported only where their scheme is used): botocore's, google-auth's
 #: application default credentials, azure-identity's DefaultAzureCredential.
@@ -102,6 +104,16 @@ def credentials_missing(e: Optional[BaseException], unsigned: bool = False) -> b
     return False
 
 
+def refused(e: BaseException) -> bool:
+    """Whether ``e`` is the store's refusal of a signed request (401/403), as a client raises it
+    where it is no ``OSError``: gcsfs's ``HttpError``, azure-core's ``ClientAuthenticationError``
+    with the service's response (``credentials_missing`` first: an unsigned request's is not)."""
+    names = {c.__name__ for c in type(e).__mro__}
+    status = getattr(e, "status_code", None) if "ClientAuthenticationError" in names else \
+        getattr(e, "code", None) if "HttpError" in names else None
+    return status in (401, 403)
+
+
 def no_credentials(url: str, protocol: str, e: Optional[BaseException], why: Optional[str] = None) -> RemoteError:
     """The coded error of a request to ``url`` its client could not sign: names the URL, why (the
     client's error type, or ``why``) and what to set."""
@@ -123,6 +135,8 @@ def _credentials_named(method):
         except Exception as e:  # noqa: BLE001 - only the clients' credential errors are translated
             if credentials_missing(e, getattr(self, "unsigned", False)):
                 raise no_credentials(self.url, self.protocol, e) from e
+            if refused(e):
+                raise RemoteError(REFUSED, f"{self.url}: the store refused the request ({e})") from e
             raise
     return wrapper
 
