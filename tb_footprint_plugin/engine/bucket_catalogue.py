@@ -7,8 +7,9 @@ from typing import List, Optional
 
 from tb_footprint_plugin.codes import Failure, Finding, Outcome, StoreError
 from tb_footprint_plugin.engine import manifest, usage
+from tb_footprint_plugin.engine.health import history_findings
 from tb_footprint_plugin.engine.bucket_blobs import check_entry, entry_ok, is_blob_entry, names_our_backup
-from tb_footprint_plugin.engine.history import bucket_log
+from tb_footprint_plugin.engine.history import HISTORY, bucket_log
 from tb_footprint_plugin.engine.bucket_recover import damaged_journals, damaged_locks
 from tb_footprint_plugin.engine.bucket_state import (
     BucketState,
@@ -212,8 +213,21 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
             "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes, "freed_now_bytes": freed_now,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
-            "problems": problems + damaged_journals(rfs) + damaged_locks(rfs),
+            "problems": problems + damaged_journals(rfs) + damaged_locks(rfs) + history_problems(rfs),
             "kept_blobs": kept_objects(rfs, vault, found)}
+
+
+def history_problems(rfs: RemoteFS) -> List[dict]:
+    """The change log's damaged lines and lines with no time, named by URL and line as a disk's
+    are (``ChangeLog.problems``, ``health.history_findings``); a log that cannot be read is named
+    with its store's code."""
+    log = bucket_log(BucketState.of(rfs).logdir_store())
+    try:
+        return history_findings(log.problems())
+    except StoreFailure as e:
+        name = log.name_of(HISTORY)
+        return [{"code": e.code, "op_id": None, "run": None, "file": name,
+                 "detail": f"{name}: change log not readable ({e}); its entries are not shown", "bytes": 0}]
 
 
 #: how to copy an object kept in the vault back, per scheme (the store's own command-line tool)

@@ -12,7 +12,6 @@ front ends would again offer ``recover`` for what it then refuses (review R16 F1
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shlex
 import stat
@@ -21,7 +20,7 @@ from typing import Collection, List, Optional
 from tb_footprint_plugin.codes import BlobError, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
 from tb_footprint_plugin.engine.catalogue import damaged_index_advice, damaged_vault_indexes
-from tb_footprint_plugin.engine.history import history_damage, history_files
+from tb_footprint_plugin.engine.history import history_problems
 from tb_footprint_plugin.engine.journal import pending_journals, Rec
 from tb_footprint_plugin.engine.retire_tree import retired_dir
 from tb_footprint_plugin.engine.vault import damaged_notes, ZST_SUFFIX, Vault
@@ -340,7 +339,7 @@ def state_problems(logdir: str, state: str, journal_dir: str) -> List[dict]:
     # a journal that cannot be read or does not parse is named by ``unfinished_ops`` (judged):
     # the finding recover's own rule gives it, once
     out += unsettled_pins(state, journal_dir)
-    out += _lines(history_damage(state) + _history_entries_of_no_shape(state), None, "the other entries are shown")
+    out += history_findings(history_problems(state))
     locks = os.path.join(state, "locks")
     try:
         leases = sorted(n for n in os.listdir(locks) if n.endswith(".lease"))
@@ -518,23 +517,10 @@ def _lease_shape(lease) -> Optional[str]:
     return f"of the wrong types ({', '.join(bad)})" if bad else None
 
 
-def _history_entries_of_no_shape(state: str) -> List["trust.Untrusted"]:
-    """History lines that parse as JSON objects but are no entry (no finite time): the history
-    skips them (``read_history``); named like a line that does not parse."""
-    out = []
-    for path in history_files(state):
-        try:
-            log = trust.read_json_lines(path)
-        except OSError:
-            continue
-        for rec, n in zip(log.records, log.lines):
-            t = rec.get("time") if isinstance(rec, dict) else None
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t):
-                d = trust.Untrusted(Finding.DAMAGED_LINE, path, f"line {n}: a JSON object but no history entry "
-                                    "(no time); skipped")
-                d.line = n
-                out.append(d)
-    return out
+def history_findings(problems: List["trust.Untrusted"]) -> List[dict]:
+    """The findings of a change log's problems (``history.ChangeLog.problems``, on any store):
+    the first ``LINES_NAMED`` damaged lines by file and line, then a count."""
+    return _lines(problems, None, "the other entries are shown")
 
 
 def _lines(damaged: List["trust.Untrusted"], op_id, rest: str) -> List[dict]:
@@ -603,5 +589,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["retired_purge_unfinished", "settle_command", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
+__all__ = ["retired_purge_unfinished", "settle_command", "history_findings", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
            "unsettled_pins", "late_writes"]

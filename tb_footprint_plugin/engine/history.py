@@ -39,8 +39,8 @@ from typing import Dict, List, Optional, Tuple
 from tb_footprint_plugin.codes import Outcome, StoreError
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.lease import shard_label
-from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, MAX_STATE_BYTES, JsonLines, Untrusted, parse_json_lines,
-                                              undo_partial_append)
+from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, DAMAGED_LINE, MAX_STATE_BYTES, JsonLines, Untrusted,
+                                              parse_json_lines, undo_partial_append)
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable_file
 from tb_footprint_plugin.storage.files import append_line
@@ -212,6 +212,23 @@ class ChangeLog:
         oversize log ``DAMAGED_FILE``)."""
         return [d for log in self.read_logs() for d in log.damaged]
 
+    def problems(self) -> List[Untrusted]:
+        """What ``status`` names of every log, from one read of each: its damaged lines
+        (``damage``) and its lines that parse as JSON objects but are no entry (no finite
+        ``time``: ``read`` skips them), each named by file and line like a line that does not
+        parse; each log's in line order."""
+        out: List[Untrusted] = []
+        for log in self.read_logs():
+            found = list(log.damaged)
+            for rec, n in zip(log.records, log.lines):
+                if not _timed(rec):
+                    d = Untrusted(DAMAGED_LINE, log.path, f"line {n}: a JSON object but no history entry "
+                                                          "(no time); skipped")
+                    d.line = n
+                    found.append(d)
+            out += sorted(found, key=lambda d: d.line)  # each log's in line order (an oversize log's first)
+        return out
+
 
 # --- a disk ------------------------------------------------------------------------------------
 def disk_log(state: str, *, create: bool = False) -> Optional[ChangeLog]:
@@ -266,6 +283,15 @@ def history_damage(state: str) -> List[Untrusted]:
     log = disk_log(state)
     try:
         return log.damage() if log else []
+    except StoreFailure:  # unreadable: ``read_history`` names it
+        return []
+
+
+def history_problems(state: str) -> List[Untrusted]:
+    """``ChangeLog.problems`` of a state folder's logs (damaged lines, lines with no time)."""
+    log = disk_log(state)
+    try:
+        return log.problems() if log else []
     except StoreFailure:  # unreadable: ``read_history`` names it
         return []
 
@@ -393,4 +419,4 @@ def _follow(log: ChangeLog, key: str) -> List[dict]:
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "history_csv", "history_damage",
-           "history_files", "history_path", "line_of", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]
+           "history_files", "history_problems", "history_path", "line_of", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]

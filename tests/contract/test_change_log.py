@@ -65,6 +65,17 @@ def test_a_disk_and_a_bucket_read_the_same_entries_and_name_the_same_damage(wher
     assert all(d.file.startswith("s3://") for d in damage) == (kind == "s3")
 
 
+def test_status_names_the_lines_with_no_time_too_on_every_store(where):
+    """``ChangeLog.problems`` (what a disk's and a bucket's ``status`` name): the damaged lines and
+    the JSON objects with no finite time (skipped by ``read``), by file and line, in line order."""
+    kind, plant, log_of = where
+    plant("history.jsonl", LOG)
+    problems = log_of().problems()
+    assert [d.line for d in problems] == [3, 4, 5, 6, 7]
+    assert all(d.code == Finding.DAMAGED_LINE and d.file.endswith(f"{STATE}/history.jsonl") for d in problems)
+    assert [d.line for d in problems if "no time" in str(d)] == [5, 7]
+    assert all(d.file.startswith("s3://") for d in problems) == (kind == "s3")
+
 def test_a_planted_oversize_log_is_read_only_as_far_as_the_limit_and_named(where):
     """A log larger than any append makes (a planted one): only the whole lines of its first
     ``limit`` bytes are entries, on every store, and the log is named (``damaged_state_file``)."""
