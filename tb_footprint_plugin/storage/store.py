@@ -342,7 +342,9 @@ class Store(abc.ABC):
     def append(self, key: str, data: bytes) -> str:
         """Append ``data`` to ``key`` (created if missing) durably before returning; concurrent
         appends through stores of the same kind each land whole, in some order. Returns the new
-        version."""
+        version. Whole lines (``data`` ending in a newline) after a last line left without its
+        newline (a torn or planted one) start on a line of their own (``on_a_new_line``): glued
+        onto it, the first of them would be lost with it."""
 
     def mkdir(self, key: str) -> None:
         """Make the folder ``key`` and its parents where the store has folders; a no-op on
@@ -491,6 +493,14 @@ class Wrapper(Store):
 
     def close(self) -> None:
         self.inner.close()
+
+
+def on_a_new_line(last: bytes, data: bytes) -> bytes:
+    """What ``Store.append`` writes of ``data`` after a key whose last byte is ``last`` (empty:
+    nothing there): whole lines (``data`` ending in a newline) get a newline before them when the
+    last line there has none, so a line torn by a crash or planted without its newline stays a
+    line of its own (named damaged by its reader) instead of swallowing the first line appended."""
+    return b"\n" + data if last and last != b"\n" and data.endswith(b"\n") else data
 
 
 def unwrapped(store: Store) -> Store:

@@ -30,7 +30,7 @@ from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteError, RemoteFS, content_checksums, is_bucket_url
 from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, STREAM_PART, TMP_PREFIX, Capabilities, Copied,
                                                DeleteResult, Entry, RangeReader, ReplaceResult, Source, Store,
-                                               StoreFailure, check_key, unwrapped)
+                                               StoreFailure, check_key, on_a_new_line, unwrapped)
 
 #: names of uploads in progress (a streaming put conditional on a version stages here, then copies); never listed
 STAGE_PREFIX = TMP_PREFIX
@@ -444,13 +444,13 @@ class ObjectStore(Store):
                     info = self.ops.head(path)
                     if info is None:
                         return self.ops.put(path, bytes(data), if_absent=True)
-                    if info.size + len(data) > READ_ALL_LIMIT:
+                    if info.size + len(data) + 1 > READ_ALL_LIMIT:
                         raise StoreFailure(StoreError.TOO_LARGE, key, f"an append past {READ_ALL_LIMIT} bytes; "
                                            "a bucket append rewrites the object, so logs stay small")
                     cur = self.rfs.read_range(key, 0, info.size) if info.size else b""
                     if len(cur) != info.size:
                         continue  # changed between the head and the read: the put would fail anyway
-                    return self.ops.put(path, cur + bytes(data), if_version=info.version_token)
+                    return self.ops.put(path, cur + on_a_new_line(cur[-1:], data), if_version=info.version_token)
                 except RemoteError as e:
                     if e.code not in (StoreError.PRECONDITION_FAILED, StoreError.ALREADY_EXISTS):
                         raise

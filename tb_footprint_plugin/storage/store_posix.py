@@ -38,7 +38,7 @@ from tb_footprint_plugin.storage.regular import kind_of, open_regular
 from tb_footprint_plugin.storage.remote import RequestStats
 from tb_footprint_plugin.storage.store import (READ_ALL_LIMIT, TMP_PREFIX, Capabilities, Copied, DeleteResult, Entry,
                                                RangeReader, ReplaceResult, Source, Store, StoreFailure, check_key,
-                                               unwrapped)
+                                               on_a_new_line, unwrapped)
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -486,15 +486,16 @@ class PosixStore(Store):
         with self._at(key, create=True) as (dfd, name):
             created = False
             try:
-                fd = self._open_file(dfd, name, key, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+                fd = self._open_file(dfd, name, key, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
                 created = True
             except StoreFailure as e:
                 if e.code != StoreError.ALREADY_EXISTS:
                     raise
-                fd = self._open_file(dfd, name, key, os.O_WRONLY | os.O_APPEND)
+                fd = self._open_file(dfd, name, key, os.O_RDWR | os.O_APPEND)  # read: its last byte
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # one append lands whole even if a write() is partial
-                self._write_all(fd, data)
+                size = os.fstat(fd).st_size
+                self._write_all(fd, on_a_new_line(os.pread(fd, 1, size - 1) if size else b"", data))
                 os.fsync(fd)
                 st = os.fstat(fd)
             finally:

@@ -76,6 +76,16 @@ def test_status_names_the_lines_with_no_time_too_on_every_store(where):
     assert [d.line for d in problems if "no time" in str(d)] == [5, 7]
     assert all(d.file.startswith("s3://") for d in problems) == (kind == "s3")
 
+def test_an_entry_appended_after_a_planted_line_without_its_newline_is_not_lost(where):
+    """A log whose last line has no newline (planted, or torn): the next entry starts a line of its
+    own on every store, so it is read, and only the torn line is named damaged."""
+    _kind, plant, log_of = where
+    plant("history.jsonl", _line("a", 1.0) + b'{"time": 2.0, "run": "tor')
+    log = log_of()
+    log.append({"run": "b", "op_id": "b-op", "kind": "reduce", "outcome": "rolled_back"})
+    assert [e["run"] for e in log.read()] == ["a", "b"]
+    assert [d.line for d in log.damage()] == [2]
+
 def test_a_planted_oversize_log_is_read_only_as_far_as_the_limit_and_named(where):
     """A log larger than any append makes (a planted one): only the whole lines of its first
     ``limit`` bytes are entries, on every store, and the log is named (``damaged_state_file``)."""

@@ -378,6 +378,20 @@ def test_durable_append_keeps_order(store):
     assert lines == [f'{{"n": {i}}}' for i in range(12)]
 
 
+def test_lines_appended_after_a_last_line_without_its_newline_start_a_line_of_their_own(store):
+    """A last line left without its newline (torn by a crash, or planted) is never glued onto the
+    first line appended after it (it would be lost with it as one damaged line); bytes that are
+    not whole lines are appended as they are."""
+    store.put("logs/torn.jsonl", b'{"n": 0}\n{"n": 1, "to')
+    store.append("logs/torn.jsonl", b'{"n": 2}\n{"n": 3}\n')
+    store.append("logs/torn.jsonl", b'{"n": 4}\n')
+    assert store.read_all("logs/torn.jsonl") == b'{"n": 0}\n{"n": 1, "to\n{"n": 2}\n{"n": 3}\n{"n": 4}\n'
+    store.append("logs/bytes", b"abc")
+    store.append("logs/bytes", b"def")
+    assert store.read_all("logs/bytes") == b"abcdef"
+    store.append("logs/bytes", b"g\n")
+    assert store.read_all("logs/bytes") == b"abcdef\ng\n"
+
 def test_concurrent_appends_each_land_whole(store):
     def writer(t):
         for i in range(5):
