@@ -37,3 +37,12 @@ def test_wait_without_a_gate_is_refused(monkeypatch):
     monkeypatch.delenv("TB_FOOTPRINT_FAILPOINT_GATE", raising=False)
     with pytest.raises(faults.UnknownFailpoint, match="TB_FOOTPRINT_FAILPOINT_GATE"):
         faults.hit("restore.journal")
+
+
+def test_wait_without_a_gate_is_refused_as_the_variable_is_read(monkeypatch):
+    """Checked when the variable is parsed (``check_env``, the CLI's start), not first when the
+    step is reached in the middle of the transaction it would hold (review R19 N3)."""
+    monkeypatch.setenv("TB_FOOTPRINT_FAILPOINTS", "reduce.swap=wait")
+    monkeypatch.delenv("TB_FOOTPRINT_FAILPOINT_GATE", raising=False)
+    with pytest.raises(faults.UnknownFailpoint, match="TB_FOOTPRINT_FAILPOINT_GATE"):
+        faults.check_env()

@@ -75,7 +75,8 @@ STEPS: Tuple[Step, ...] = (
     Step("restore.journal", (LOCAL,), "the begin record is written (big remote backups not yet streamed in and "
                                       "checked); nothing put back"),
     Step("restore.dirs", (LOCAL,), "removed folders are made again; no file put back yet"),
-    Step("restore_copied", (LOCAL,), "vault.py: a backup is copied beside its original, not yet renamed"),
+    Step("restore_copied", (LOCAL,), "vault.py: a backup is copied beside its original, not yet in its place "
+         "(renamed onto it, or copied over it where the folder does not rename)"),
     Step("restore.file", _BOTH, "one original is back in the run (hit after each)"),
     Step("restore.check", (LOCAL,), "every original is back and checked; the manifest not yet marked"),
     # purge of the vault
@@ -178,6 +179,10 @@ def _from_env() -> Dict[str, str]:
         if action not in ACTIONS:
             raise UnknownFailpoint(f"TB_FOOTPRINT_FAILPOINTS: unknown action {action!r} for {name!r} "
                                    f"(one of {', '.join(ACTIONS)})")
+        if action == "wait" and not os.environ.get("TB_FOOTPRINT_FAILPOINT_GATE"):
+            # refused as the variable is read, not in the middle of the transaction it would hold
+            raise UnknownFailpoint(f"TB_FOOTPRINT_FAILPOINTS: {name}=wait needs TB_FOOTPRINT_FAILPOINT_GATE "
+                                   f"(the file whose creation lets the step go on)")
         out[name] = action
     _env_cache = (spec, out)
     return out
