@@ -705,6 +705,67 @@ def test_a_restore_is_cancellable_until_its_first_original_goes_back(app, logdir
     assert job["state"] == "done" and job["result"]["outcomes"][0]["status"] == "restored", job
 
 
+def test_a_purge_is_cancellable_until_its_intent(app, logdir, monkeypatch):
+    """The tab's purge, held at a step before its intent, can be called off with nothing
+    deleted (the job ends ``cancelled``, the backup kept with code ``interrupted``, still listed
+    by a preview); held past its intent (``purge.intent``) it finishes: the job says
+    ``cancellable: false`` and a cancel is refused (409) with why."""
+    from tb_footprint_plugin.engine.purge import LocalPurge
+
+    start = file_shas(logdir)
+    r = app.post("/reduce", {"runs": ["mid"]})
+    assert app.wait_job(r.get_json()["job"]["id"])["state"] == "done"
+    pv = app.post("/purge", {"confirm": False}).get_json()["preview"]
+    assert [o["run"] for o in pv["ops"]] == ["mid"], pv
+    reached, go = threading.Event(), threading.Event()
+
+    def pause(*_a):
+        reached.set()
+        go.wait(30)
+
+    monkeypatch.setattr(LocalPurge, "journal", pause)  # the driver's first step: nothing recorded yet
+    r = app.post("/purge", {"confirm": True})
+    jid = r.get_json()["job"]["id"]
+    assert r.get_json()["job"]["cancellable"] is True, r.get_json()
+    assert reached.wait(60)
+    c = app.post("/cancel", {"job": jid})
+    assert c.status_code == 200, c.get_data(as_text=True)
+    go.set()
+    job = app.wait_job(jid)
+    assert job["state"] == "cancelled", job
+    assert job["result"]["ops"] == [] and job["result"]["freed_bytes"] == 0, job
+    (k,) = job["result"]["kept"]
+    assert k["run"] == "mid" and k["code"] == "interrupted" and "nothing of this backup was deleted" in k["detail"]
+    assert app.post("/purge", {"confirm": False}).get_json()["preview"]["ops"] == pv["ops"]
+    monkeypatch.undo()
+    # nothing of the backup went: the run restores byte for byte (and is reduced again below)
+    r = app.post("/restore", {"op": pv["ops"][0]["op_id"]})
+    assert app.wait_job(r.get_json()["job"]["id"])["state"] == "done"
+    assert file_shas(logdir) == start
+    r = app.post("/reduce", {"runs": ["mid"]})
+    assert app.wait_job(r.get_json()["job"]["id"])["state"] == "done"
+
+    # past its intent: not cancellable, a cancel refused with why, the purge finishes
+    reached.clear()
+    go.clear()
+    faults.arm("purge.intent", pause)
+    try:
+        r = app.post("/purge", {"confirm": True})
+        jid = r.get_json()["job"]["id"]
+        assert reached.wait(60)
+        job = app.get("/job", query_string={"id": jid}).get_json()["job"]
+        assert job["cancellable"] is False and job["step"] == "purge", job
+        c = app.post("/cancel", {"job": jid})
+        assert c.status_code == 409 and "recorded its intent" in c.get_json()["error"], c.get_json()
+        go.set()
+        job = app.wait_job(jid)
+    finally:
+        go.set()
+        faults.disarm_all()
+    assert job["state"] == "done" and [o["run"] for o in job["result"]["ops"]] == ["mid"], job
+    assert app.post("/purge", {"confirm": False}).get_json()["preview"]["ops"] == []
+
+
 @pytest.mark.parametrize("route, body, code, text", [
     ("/reduce", {}, 400, "runs"),
     ("/reduce", {"runs": []}, 400, "runs"),

@@ -11,6 +11,7 @@ const STEP_WORDS = {
   failed: 'failed', restored: 'restored',
   hash: 'hashing every file', move: 'moving into the vault', record: 'recording',
   check: 'checking the backups',
+  purge: 'deleting the backups (its intent is recorded: it finishes)',
 };
 
 function stepWords(job) {
@@ -67,7 +68,10 @@ const MAX_OUTCOME_LINES = 200;
 function summaryText(job) {
   const res = job.result || {};
   if (job.state === 'failed') return 'failed: ' + (job.error || 'unknown error');
-  if (job.state === 'cancelled') return 'cancelled before the commit point: nothing was changed';
+  if (job.state === 'cancelled') {
+    return job.kind === 'purge' ? 'cancelled before its intent: no backup was deleted'
+      : 'cancelled before the commit point: nothing was changed';
+  }
   if (job.kind === 'purge') return 'Purged ' + plural((res.ops || []).length, 'backup') + ', freed ' + bytes(res.freed_bytes);
   const outcomes = res.outcomes || [];
   const count = (st) => outcomes.filter((o) => o.status === st).length;
@@ -168,8 +172,10 @@ export class JobsView {
       dataset: {job: job.id, kind: job.kind, state: job.state}});
     const head = el('div', {class: 'job-head'}, el('strong', {text: title(job)}), el('span', {class: 'spacer'}));
     if (active && job.cancellable) {
+      // a purge is cancellable until it records its intent (the job then says cancellable: false)
       const c = button('Cancel', () => this.model.cancel(job.id).catch((e) => this.onError(e.message)),
-        {kind: 'flat', title: 'Stop before the commit point; the run is rolled back to its exact bytes'});
+        {kind: 'flat', title: job.kind === 'purge' ? 'Stop before the purge records its intent; no backup is deleted'
+          : 'Stop before the commit point; the run is rolled back to its exact bytes'});
       c.classList.add('cancel-job');
       head.appendChild(c);
     }
@@ -205,6 +211,10 @@ export class JobsView {
       return card;
     }
     const res = job.result || {};
+    if (job.kind === 'purge' && job.state === 'cancelled') {
+      card.appendChild(el('div', {class: 'muted', text: 'Cancelled before the purge recorded its intent: no backup was deleted.'}));
+      return card;
+    }
     if (job.kind === 'purge') {
       card.appendChild(el('div', {class: 'ok', text: 'Purged ' + plural((res.ops || []).length, 'backup') + ', freed ' + bytes(res.freed_bytes) + '.'}));
       return card;

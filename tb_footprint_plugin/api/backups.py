@@ -126,7 +126,8 @@ def restorable(logdir: str, run: Optional[str] = None, backup_dir: Optional[str]
 def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = None,
           yes: bool = False, backup_dir: Optional[str] = None, op: Optional[str] = None,
           runs: Optional[Sequence[str]] = None, run_glob: Optional[str] = None,
-          op_ids: Optional[Sequence[str]] = None, cancel: Optional[CancelToken] = None) -> PurgeReport:
+          op_ids: Optional[Sequence[str]] = None, cancel: Optional[CancelToken] = None,
+          progress: Optional[Callable[[str, float], None]] = None) -> PurgeReport:
     """Delete backups of verified (or restored) operations; without ``yes`` only list them.
 
     ``run`` / ``runs`` (exact names) and ``run_glob`` (the glob rule of every verb) select the
@@ -141,7 +142,9 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
     and the user confirmed; one committed since is never purged unseen). ``cancel``: honoured
     before the purge records its intent (the operations it would have purged are listed in
     ``kept`` with code ``interrupted``, nothing deleted), never after: a purge past its intent
-    finishes.
+    finishes. ``progress(step, fraction)``: told ``("purge", 0.5)`` right before the first
+    intent is recorded, once: from there on a cancel is no longer honoured (the tab's purge job
+    stops offering one).
     """
     names = list(dict.fromkeys([*([run] if run is not None else []), *(runs or [])])) if (run is not None or runs) \
         else None
@@ -151,7 +154,7 @@ def purge(logdir: str, older_than: Optional[float] = None, run: Optional[str] = 
         eng.operation(op)  # a mistyped id raises (Failure.NOT_FOUND) rather than purge nothing, exit 0
     chosen = _purge_selection(logdir, eng.backup_runs, names, run_glob)
     return eng.purge(older_than=older_than, yes=yes, op=op, runs=chosen, op_ids=op_ids, recovered=recovered,
-                     cancel=cancel)
+                     cancel=cancel, progress=progress)
 
 
 def _purge_selection(logdir: str, known: Callable[[], Sequence], names: Optional[List[str]],

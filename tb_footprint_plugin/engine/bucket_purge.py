@@ -32,11 +32,12 @@ from tb_footprint_plugin.storage.store_object import listing_of
 def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
           runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None,
-          cancel: Optional[CancelToken] = None) -> dict:
+          cancel: Optional[CancelToken] = None, progress: Optional[txn.Report] = None) -> dict:
     """Delete the backups of verified or restored bucket operations (without ``yes``: list them).
     The manifest is marked purged before its blobs go, so a restore never points at them
     (``ObjectPurge``). ``cancel``: honoured before the first manifest is marked (every chosen
-    operation then held with code ``interrupted``, nothing deleted), never after."""
+    operation then held with code ``interrupted``, nothing deleted), never after. ``progress``:
+    told ``("purge", 0.5)`` right before the first mark (``txn.intent_hook``), if one is chosen."""
     now = now_s()
     # a manifest that does not read, or names a backup outside this vault (planted, copied from
     # another logdir), is listed and left as it is; the other operations are purged
@@ -82,6 +83,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
         # its manifest (the intent) says purged, so no restore will use them; they go first
         finished = finish_purged(rfs, vault, every) if cancel is None or not cancel.cancelled else []
         t = ObjectPurge(rfs, vault, chosen, now)
+        t.on_intent = txn.intent_hook(progress) if chosen else None
         txn.run(t, cancel or CancelToken())
         if t.stopped is not None:  # before any mark: nothing of these was deleted or recorded
             held += [{"op_id": m["op_id"], "run": m["run"], "only_copies": [], "code": t.stopped.code.value,

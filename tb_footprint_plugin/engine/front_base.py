@@ -119,11 +119,13 @@ class Engine(ABC):
     @abstractmethod
     def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
               runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
-              recovered: Sequence[RecoveryOutcome] = (), cancel: Optional[CancelToken] = None) -> PurgeReport:
+              recovered: Sequence[RecoveryOutcome] = (), cancel: Optional[CancelToken] = None,
+              progress: Progress = None) -> PurgeReport:
         """Delete (``yes``) or list the backups of verified or restored operations; the journals
         ``recovered`` refused are reported first in ``refused``. ``cancel``: honoured before the
         purge records its intent (what it would have purged listed in ``kept``, code
-        ``interrupted``, nothing deleted), never after (a purge past its intent finishes)."""
+        ``interrupted``, nothing deleted), never after (a purge past its intent finishes).
+        ``progress``: told ``("purge", 0.5)`` right before the first intent."""
 
     @abstractmethod
     def sample(self, op_id: str, side: str, plugin: str, tag: str, step: int, index: int = 0) -> tuple:

@@ -253,13 +253,13 @@ class BucketEngine(Engine):
     def backup_runs(self) -> List:
         return [m.get("run") for m in self.bk.manifests(self.rfs, self.vault)]
 
-    def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
-              runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
-              recovered: Sequence[RecoveryOutcome] = (), cancel: Optional[CancelToken] = None) -> PurgeReport:
+    def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str], runs: Optional[Collection[str]],
+              op_ids: Optional[Collection[str]], recovered: Sequence[RecoveryOutcome] = (),
+              cancel: Optional[CancelToken] = None, progress: Progress = None) -> PurgeReport:
         """Differs: a held backup is listed with 0 bytes (its size is not counted) and
         ``Finding.NOT_RESTORED`` when the bucket gives no code."""
         d = self.bk.purge(self.rfs, self.vault, older_than=older_than, op=op, yes=yes, runs=runs,
-                          op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel)
+                          op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel, progress=progress)
         codes = {Skip.LOCKED.value: Skip.LOCKED, Failure.INTERRUPTED.value: Failure.INTERRUPTED,
                  Failure.ERROR.value: Failure.ERROR}  # the codes a bucket's purge holds a backup with
         return PurgeReport(dry_run=d["dry_run"], ops=d["ops"], freed_bytes=d["freed_bytes"],

@@ -412,9 +412,11 @@ class LocalEngine(Engine):
 
     def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str],
               runs: Optional[Collection[str]], op_ids: Optional[Collection[str]],
-              recovered: Sequence[RecoveryOutcome] = (), cancel: Optional[CancelToken] = None) -> PurgeReport:
+              recovered: Sequence[RecoveryOutcome] = (), cancel: Optional[CancelToken] = None,
+              progress: Progress = None) -> PurgeReport:
         report = purge_backups(self.ctx, older_than=older_than, yes=yes, op=op, runs=runs,
-                               op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel)
+                               op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel,
+                               progress=progress)
         # journals recovery refused (planted, copied, malformed) are reported with the vault's
         report.refused[:0] = refused_rows(recovered)
         return report

@@ -126,14 +126,17 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
 
 def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Optional[str] = None,
                   yes: bool = False, op: Optional[str] = None, runs: Optional[Collection[str]] = None,
-                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None) -> PurgeReport:
+                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None,
+                  progress: Optional[txn.Report] = None) -> PurgeReport:
     """Purge (``yes``) or list the backups of this logdir's operations selected by the filters
     (``runs``: these runs' together, so shared blobs and lost originals are counted once;
     ``op_ids``: only these operations, the ones a preview showed and the user confirmed).
     ``cancel``: honoured before a vault's intents are recorded (those operations are listed in
-    ``kept`` with code ``interrupted``, nothing of them deleted), never after."""
+    ``kept`` with code ``interrupted``, nothing of them deleted), never after. ``progress``:
+    told ``("purge", 0.5)`` right before the first intent (``txn.intent_hook``)."""
     now = time.time()
     cancel = cancel or CancelToken()
+    on_intent = txn.intent_hook(progress)
     candidates = []
     for m in own_manifests(ctx):
         if m.get("kind") != "reduce" or m.get("backup_purged"):
@@ -183,6 +186,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
             plan = _blob_plan(vault, ms, pending)
             if yes:
                 t = LocalPurge(ctx, vault, [(m, shas, size) for m, shas, size, _o in plan], now)
+                t.on_intent = on_intent
                 txn.run(t, cancel)
                 if t.stopped is not None:  # before the intents: nothing of these was deleted or recorded
                     report.kept += [_not_purged(m, size, t.stopped) for m, _s, size, _o in plan]
@@ -210,7 +214,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     # retired runs: the same grace (older_than) and the same confirmation, a transaction of their
     # own on the driver (``retire_purge``): a cancel seen before its intent stops them too
     retired = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now, runs=runs,
-                            op_ids=op_ids, cancel=cancel)
+                            op_ids=op_ids, cancel=cancel, on_intent=on_intent)
     report.kept += [_not_purged(x, x["bytes"], stopped) for x, stopped in retired.stopped]
     r_listed, r_freed = retired.listed, retired.freed
     report.ops += r_listed

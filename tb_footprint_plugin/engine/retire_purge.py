@@ -23,7 +23,7 @@ import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Collection, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults, txn
@@ -53,11 +53,13 @@ class RetiredPurge:
 
 def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
                   yes: bool, now: float, runs: Optional[Collection[str]] = None,
-                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None) -> RetiredPurge:
+                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None,
+                  on_intent: Optional[Callable[[], None]] = None) -> RetiredPurge:
     """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list
     them. A run being changed right now (locked), or with an unfinished operation, is passed
     over. ``cancel``: honoured before a vault's intent (its runs then in ``stopped``, nothing of
-    them deleted or recorded), never after."""
+    them deleted or recorded), never after. ``on_intent``: each transaction's
+    ``txn.Purge.on_intent``."""
     out = RetiredPurge()
     cancel = cancel or CancelToken()
     chosen: Dict[str, List[dict]] = {}  # vault root -> the rows of the retirements purged there
@@ -92,6 +94,7 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             chosen.setdefault(vault.root, []).append(dict(row, manifest=m))
         for root, rows in chosen.items():
             t = LocalRetiredPurge(ctx, Vault(root), [r.pop("manifest") for r in rows], rows, now)
+            t.on_intent = on_intent
             txn.run(t, cancel)
             if t.stopped is not None:  # before the intent: nothing of these was marked or deleted
                 out.stopped += [(r, t.stopped) for r in rows]

@@ -190,6 +190,10 @@ class Purge(Txn):
     FAILPOINTS = {"swap_record": "purge.intent"}
     #: the cancel that stopped it before its intent (nothing of its entries deleted or recorded)
     stopped: Optional[Cancelled] = None
+    #: called right before the driver's last cancel check (``last_look``): a front end that offers
+    #: a cancel stops offering it here, so a cancel it accepted before is still honoured by that
+    #: check and none is accepted after it (the tab's purge job)
+    on_intent: Optional[Callable[[], None]] = None
 
     def failpoint(self, step: str) -> Optional[str]:
         return self.FAILPOINTS.get(step)
@@ -210,7 +214,9 @@ class Purge(Txn):
         """Nothing: what may go was checked as the entries were chosen."""
 
     def last_look(self) -> None:
-        """Nothing: each deletion looks again as it goes."""
+        """Nothing is looked at (each deletion looks again as it goes); ``on_intent`` is told."""
+        if self.on_intent is not None:
+            self.on_intent()
 
     def journaled(self) -> bool:
         return False  # never a rollback record: past its intent a purge is finished
@@ -225,6 +231,22 @@ class Purge(Txn):
 
     def incomplete(self, error: BaseException) -> None:
         raise error  # pragma: no cover - ``rollback`` does nothing that can fail
+
+
+def intent_hook(progress: Optional[Report]) -> Optional[Callable[[], None]]:
+    """A purge's ``Purge.on_intent`` from its caller's ``progress``: ``progress("purge", 0.5)``
+    once, right before the first of the purge's transactions records its intent (from there on
+    the purge finishes, so a front end stops offering a cancel); None without ``progress``."""
+    if progress is None:
+        return None
+    told: list = []
+
+    def hook() -> None:
+        if not told:
+            told.append(True)
+            progress("purge", 0.5)
+
+    return hook
 
 
 def run(txn: Txn, cancel: CancelToken, report: Optional[Report] = None) -> None:
@@ -270,4 +292,4 @@ def _hit(txn: Txn, step: str) -> None:
         faults.hit(name)
 
 
-__all__ = ["CANCELLABLE", "NotStarted", "Purge", "PutBack", "Report", "STEPS", "Settled", "Txn", "run"]
+__all__ = ["CANCELLABLE", "NotStarted", "Purge", "PutBack", "Report", "STEPS", "Settled", "Txn", "intent_hook", "run"]

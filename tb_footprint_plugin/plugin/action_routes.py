@@ -151,12 +151,16 @@ class ActionRoutes(RouteBase):
             if shown is not None and sorted(o["op_id"] for o in again.ops) != kwargs["op_ids"]:
                 raise HttpError(409, "the backups this purge would delete changed since the preview; look again",
                                 originals_lost=now)
-        job = Job("purge", [], {k: v for k, v in kwargs.items() if k != "backup_dir"}, cancel_token=None,
-                  cancellable=False)
+        # cancellable until the library reports "purge", right before its first intent (its
+        # commit point): from there on it finishes, and a cancel is refused with why
+        token = _cancel_token()
+        job = Job("purge", [], {k: v for k, v in kwargs.items() if k != "backup_dir"}, cancel_token=token)
 
         def work(job: Job) -> dict:
-            rep = api.purge(p.logdir, yes=True, **kwargs)
-            return dict(rep.to_dict(), committed_any=True)
+            rep = api.purge(p.logdir, yes=True, cancel=token, progress=lambda step, frac: job.report(None, step, frac),
+                            **kwargs)
+            # a purge stopped before its intent deleted nothing: the job then reads "cancelled"
+            return dict(rep.to_dict(), committed_any=bool(rep.ops))
 
         return self._submit(request, job, work)
 
@@ -178,13 +182,15 @@ class ActionRoutes(RouteBase):
             raise HttpError(409, f"a {job.kind} cannot be cancelled", job=job.to_dict())
         if not job.active:
             raise HttpError(409, f"job {jid} has already finished ({job.state})", job=job.to_dict())
-        if not job.to_dict()["cancellable"]:
+        if not job.request_cancel():
             if job.kind == "restore":
                 raise HttpError(409, "the originals are going back: a restore is finished once it has begun, "
                                      "never undone (reduce the run again afterwards if you wish)", job=job.to_dict())
+            if job.kind == "purge":
+                raise HttpError(409, "the purge has recorded its intent: the backups are being deleted, and a "
+                                     "purge past its intent always finishes (it cannot be undone)", job=job.to_dict())
             raise HttpError(409, "past the commit point: the change is being committed and can no longer be "
                                  "cancelled (restore it afterwards instead)", job=job.to_dict())
-        self.p.jobs.cancel(jid)
         return self._json(request, {"job": job.to_dict()})
 
     def rescan(self, request, body):

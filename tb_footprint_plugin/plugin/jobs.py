@@ -16,7 +16,8 @@ from typing import Callable, Dict, Iterable, List, Optional
 
 logger = logging.getLogger("tb_footprint_plugin.plugin")
 
-#: steps of a reduction before its commit point: a cancel is still honoured there
+#: steps of a reduction before its commit point: a cancel is still honoured there (a purge's
+#: "purge", reported right before its intent, is past it)
 CANCELLABLE_STEPS = ("queued", "waiting", "starting", "backup", "stage", "verify",
                      "hash",  # a retirement hashes every file before anything moves
                      "check")  # a restore reads its remote backups back before any original goes back
@@ -99,13 +100,33 @@ class Job:
             if run in self.per_run:
                 self._set_run(run, status, 1.0)
 
+    def _cancellable(self) -> bool:
+        """(Under ``_lock``.) A job of runs: while one is unfinished and none is past its commit
+        point; a job of no runs (a purge): while its own step is one before the commit point."""
+        if not (self.cancellable and self.active and not self.cancel_requested):
+            return False
+        if self.per_run:
+            return not self._past_commit and self._unfinished > 0
+        return self.step in CANCELLABLE_STEPS
+
+    def request_cancel(self) -> bool:
+        """Cancel if still cancellable, in one step under the lock the progress reports take: a
+        step past the commit point reported before (the library reports it right before its last
+        cancel check) refuses the cancel; a cancel accepted before it is seen by that check.
+        False if refused."""
+        with self._lock:
+            if not self._cancellable():
+                return False
+            self.cancel_requested = True
+            self.cancel_token.cancel()
+            return True
+
     def to_dict(self) -> dict:
         """What ``/job`` serves, bounded whatever the number of runs: ``run_count``, the first
         ``RUNS_SAMPLE`` names (``runs_truncated`` says when there are more), ``runs_done``, and
         ``per_run`` for those and for up to ``MOVING_LISTED`` runs in progress."""
         with self._lock:
-            cancellable = (self.cancellable and self.active and not self.cancel_requested
-                           and not self._past_commit and self._unfinished > 0)
+            cancellable = self._cancellable()
             sample = self.runs[:RUNS_SAMPLE]
             moving = []
             for r in self._moving:  # insertion order: the runs started first
@@ -221,8 +242,9 @@ class JobManager:
         if job is None:
             raise KeyError(job_id)
         if job.active and job.cancel_token is not None:
-            job.cancel_requested = True
-            job.cancel_token.cancel()
+            with job._lock:
+                job.cancel_requested = True
+                job.cancel_token.cancel()
         return job
 
     def wait_all(self, timeout: float = 60.0, jobs: Optional[Iterable[Job]] = None) -> bool:
