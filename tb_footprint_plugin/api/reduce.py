@@ -95,6 +95,7 @@ def reduce_logdir(
     before_limit = throttle.limit()
     if max_file_ops_per_second is not None:
         throttle.configure(max_file_ops_per_second)
+    shard_before = lease.shard_label()
     lease.configure(lease_seconds, sharding.label(shard))
     history_before = configure_writer(sharding.label(shard)) if shard is not None else None
     seen: List[RunOutcome] = []  # what the batch's runs came to, for what an interrupt says
@@ -122,6 +123,9 @@ def reduce_logdir(
             throttle.configure(before_limit)
         if shard is not None:
             configure_writer(history_before)
+        # a later verb of this process (a restore, a recover) must not name this batch's shard
+        # in its leases, locks and lines
+        lease.configure(shard=shard_before)
 
 
 def _recording(seen: List[RunOutcome], on_outcome: Optional[Callable[[RunOutcome], None]]):
