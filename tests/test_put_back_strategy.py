@@ -23,7 +23,7 @@ from conftest import copy_real
 from helpers_crash import Killed
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome
-from tb_footprint_plugin.engine import faults, restore, swap, transaction
+from tb_footprint_plugin.engine import faults, placement, restore, swap, transaction
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -59,7 +59,7 @@ def leftovers(root) -> list:
 
 def _spy(monkeypatch, caps=NO_RENAME) -> dict:
     """The folder declares ``caps``; records each original put back (its path), each copy over a
-    path (``swap.copy_over``) and each rename onto one."""
+    path (``placement.copy_over``) and each rename onto one."""
     seen = {"put_back": [], "copied": [], "renamed": []}
     for mod in (transaction, swap):
         monkeypatch.setattr(mod, "folder_capabilities", lambda: caps)
@@ -67,10 +67,9 @@ def _spy(monkeypatch, caps=NO_RENAME) -> dict:
     for mod in (swap, restore):  # a rollback's, a restore's
         monkeypatch.setattr(mod, "put_back", lambda ctx, vault, rec, *a, **kw: (
             seen["put_back"].append(ctx.abs(rec["path"])), real_put_back(ctx, vault, rec, *a, **kw))[1])
-    real_copy = getattr(swap, "copy_over", None)  # (absent before put-backs could copy: nothing copied)
-    if real_copy is not None:
-        monkeypatch.setattr(swap, "copy_over", lambda tmp, final, *a, **kw: (seen["copied"].append(final),
-                                                                             real_copy(tmp, final, *a, **kw))[1])
+    real_copy = placement.copy_over
+    monkeypatch.setattr(placement, "copy_over", lambda tmp, final, *a, **kw: (seen["copied"].append(final),
+                                                                              real_copy(tmp, final, *a, **kw))[1])
     real_replace = swap.fsops.replace
     monkeypatch.setattr(swap.fsops, "replace", lambda src, dst: (seen["renamed"].append(dst),
                                                                  real_replace(src, dst))[1])
@@ -170,14 +169,14 @@ def test_a_rollback_killed_within_a_put_back_copy_is_finished_by_recovery(tmp_pa
     logdir = copy_real(fixture, tmp_path / "logdir")
     before = snapshot(logdir)
     _spy(monkeypatch)
-    real, half = swap.copy_new, []
+    real, half = placement.copy_new, []
     # the reduce's own swap copies whole; the rollback's first put-back is killed half-way
-    faults.arm("reduce.swap", _fail_after_the_swap(lambda: monkeypatch.setattr(swap, "copy_new",
+    faults.arm("reduce.swap", _fail_after_the_swap(lambda: monkeypatch.setattr(placement, "copy_new",
                                                                                 _half_then_killed(half))))
     with pytest.raises(Killed):
         _reduce(logdir, policy)
     faults.disarm_all()
-    monkeypatch.setattr(swap, "copy_new", real)
+    monkeypatch.setattr(placement, "copy_new", real)
     ((partial, size),) = half
     assert 0 < os.path.getsize(partial) < size  # the beginning of an original stands at its path
     api.recover_logdir(str(logdir))
@@ -196,11 +195,11 @@ def test_a_restore_killed_within_a_put_back_copy_is_finished_by_recovery(tmp_pat
     _spy(monkeypatch)
     outs = _reduce(logdir, policy)
     assert outs and all(o.status == Outcome.VERIFIED for o in outs), [o.to_dict() for o in outs]
-    real, half = swap.copy_new, []
-    monkeypatch.setattr(swap, "copy_new", _half_then_killed(half))
+    real, half = placement.copy_new, []
+    monkeypatch.setattr(placement, "copy_new", _half_then_killed(half))
     with pytest.raises(Killed):
         api.restore(str(logdir))
-    monkeypatch.setattr(swap, "copy_new", real)
+    monkeypatch.setattr(placement, "copy_new", real)
     ((partial, size),) = half
     assert 0 < os.path.getsize(partial) < size
     rec = api.recover_logdir(str(logdir))
@@ -218,7 +217,7 @@ def test_a_restore_killed_within_a_put_back_copy_is_finished_by_recovery(tmp_pat
 CHILD = textwrap.dedent("""
     import dataclasses, os, signal, sys
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.engine import faults, swap, transaction
+    from tb_footprint_plugin.engine import faults, placement, swap, transaction
     from tb_footprint_plugin.storage.store_posix import PosixStore
 
     caps = dataclasses.replace(PosixStore(os.sep).capabilities, rename_atomic=False, hard_link=False)
@@ -233,11 +232,11 @@ CHILD = textwrap.dedent("""
 
     logdir, what = sys.argv[1], sys.argv[2]
     if what == "restore":
-        swap.copy_new = half_then_sigkill
+        placement.copy_new = half_then_sigkill
         api.restore(logdir)
     else:
         def fail():
-            swap.copy_new = half_then_sigkill
+            placement.copy_new = half_then_sigkill
             raise RuntimeError("a failure after the swap")
         faults.arm("reduce.swap", fail)
         api.reduce_logdir(logdir, policy=what, dry_run=False, verify_backends=("python",))

@@ -18,7 +18,7 @@ from conftest import copy_real, user_files
 from helpers_crash import Killed, kill
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Outcome
-from tb_footprint_plugin.engine import faults, run_lock, swap, transaction, vault as vault_mod
+from tb_footprint_plugin.engine import faults, placement, run_lock, swap, transaction, vault as vault_mod
 from tb_footprint_plugin.engine.swap_strategy import COPY_DELETE, RENAME, SwapStrategy, refusal, swap_strategy
 from tb_footprint_plugin.storage import store_object
 from tb_footprint_plugin.storage.store_object import BUCKET_CAPABILITIES
@@ -155,18 +155,18 @@ def test_a_kill_between_the_copy_and_the_delete_is_finished_by_recovery(tmp_path
     logdir = copy_real("tf", tmp_path / "logdir")  # an event file rewritten in its place
     before = user_files(logdir)
     _spy_local(monkeypatch, NO_RENAME)
-    real, made = swap.copy_new, []
+    real, made = placement.copy_new, []
 
     def copied_then_killed(src, dst, *a, **kw):
         made.append((src, real(src, dst, *a, **kw)))
         raise Killed()
 
-    monkeypatch.setattr(swap, "copy_new", copied_then_killed)
+    monkeypatch.setattr(placement, "copy_new", copied_then_killed)
     with pytest.raises(Killed):
         _reduce(logdir, "archive")
     ((tmp, _),) = made
     assert os.path.exists(tmp)  # the staged file is still there, whole
-    monkeypatch.setattr(swap, "copy_new", lambda *a, **kw: (made.append(a), real(*a, **kw))[1])
+    monkeypatch.setattr(placement, "copy_new", lambda *a, **kw: (made.append(a), real(*a, **kw))[1])
     api.recover_logdir(str(logdir))
     assert not os.path.exists(tmp) and len(made) == 1  # deleted, and not copied again
     ops = [m for m in api.operations(logdir) if m.get("kind") == "reduce"]
@@ -178,7 +178,7 @@ def test_a_kill_between_the_copy_and_the_delete_is_finished_by_recovery(tmp_path
 def _killed_within_the_first_copy(monkeypatch):
     """Kill the process halfway through the swap's first copy (its first half written at the
     original's name); returns the (staged file, name) pairs it was copying."""
-    real, made = swap.copy_new, []
+    real, made = placement.copy_new, []
 
     def half_then_killed(src, dst, *a, **kw):
         with open(src, "rb") as fi, open(dst, "xb") as fo:
@@ -187,7 +187,7 @@ def _killed_within_the_first_copy(monkeypatch):
         made.append((src, dst))
         raise Killed()
 
-    monkeypatch.setattr(swap, "copy_new", half_then_killed)
+    monkeypatch.setattr(placement, "copy_new", half_then_killed)
     return made, real
 
 
@@ -201,7 +201,7 @@ def test_a_kill_within_a_copy_is_finished_by_recovery(tmp_path, monkeypatch, fix
     made, real = _killed_within_the_first_copy(monkeypatch)
     with pytest.raises(Killed):
         _reduce(logdir, policy)
-    monkeypatch.setattr(swap, "copy_new", real)
+    monkeypatch.setattr(placement, "copy_new", real)
     ((tmp, final),) = made
     assert os.path.getsize(final) < os.path.getsize(tmp)
     api.recover_logdir(str(logdir))
@@ -221,7 +221,7 @@ def test_a_partial_copy_under_a_new_name_goes_with_a_rollback(tmp_path, monkeypa
     made, real = _killed_within_the_first_copy(monkeypatch)
     with pytest.raises(Killed):
         _reduce(logdir)
-    monkeypatch.setattr(swap, "copy_new", real)
+    monkeypatch.setattr(placement, "copy_new", real)
     ((_, final),) = made
     assert os.path.isfile(final)
     (other,) = [os.path.join(logdir, n) for n in os.listdir(logdir)

@@ -429,9 +429,9 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     A restore journaled to check backups after its begin (``checks_first``) and killed before
     its ``verified`` record had put nothing back: its temporaries are removed (their folders'
     times given back), nothing else. ``releases``: see ``restore_op``. ``journal``: the
-    restore's, where a put-back that copies (the folder's swap strategy, ``swap.put_in_place``)
+    restore's, where a put-back that copies (the folder's swap strategy, ``placement.put_in_place``)
     records each copy before it begins; a partial copy an earlier attempt so recorded left is
-    its own (``swap.partial_put_back``)."""
+    its own (``placement.partial_put_back``)."""
     begin = records[0]
     vault = PreparedVault(begin["vault"], prepared) if prepared is not None and prepared.temps else Vault(begin["vault"])
     manifest = vault.read_manifest(begin["of_op"])
@@ -450,7 +450,7 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
     # what this restore found in an original's place, recorded in the reduction's manifest
     # before the original goes back: a restore finished after a crash still knows it
     displaced = [d for d in manifest.get("restore_displaced", []) if d.get("by") == begin["op_id"]]
-    begun = copies_begun(records) & originals  # the originals an earlier attempt began to copy back
+    begun = copies_begun(records)  # the originals (and salvage files) an earlier attempt began to copy
 
     def remember(d: dict) -> None:
         if any(x.get("path") == d["path"] and x.get("sha256") == d.get("sha256") for x in displaced):

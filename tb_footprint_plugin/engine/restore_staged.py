@@ -67,7 +67,7 @@ class Prepared:
         (when root) ``owner`` set through its fd first; True when done, False when there is none (or ``dest`` is on
         another filesystem: the temporary is removed and the caller copies as without one).
         ``place(tmp, dest)``: how it takes ``dest``'s place, as the folder's swap strategy says
-        (``swap.put_in_place``), a rename by default. ``VaultError`` when the temporary is no
+        (``placement.put_in_place``), a rename by default. ``VaultError`` when the temporary is no
         longer the file verified."""
         got = self.temps.pop(sha, None)
         if got is None:

@@ -59,6 +59,7 @@ from tb_footprint_plugin.engine.context import (
 )
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, Rec, RunLocked
+from tb_footprint_plugin.engine.placement import copies_begun
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
     check_record,
@@ -727,8 +728,12 @@ def unretire_put_back(ctx: Context, records: List[dict]) -> Optional[Tuple[dict,
     check_retired_dir(vault, op_id)
     _make_dirs(ctx, m["dirs"])
     same_fs = m.get("same_fs") and vault.same_filesystem(ctx.logdir)
+    # where the folder does not rename, each copy is journaled first (``copying``), and a partial
+    # copy an earlier, killed attempt so recorded is its own (``retire_tree.put_back``)
+    jnl = Journal(os.path.join(ctx.journal_dir, f"{begin['op_id']}.jsonl"), may_create=False)
+    begun = copies_begun(records)
     for i, f in enumerate(m["tree"]):
-        put_back(ctx, vault, op_id, i, dict(f), bool(same_fs))
+        put_back(ctx, vault, op_id, i, dict(f), bool(same_fs), journal=jnl, begun=begun)
         if i == 0:
             faults.hit("unretire.mid_move")
     chmod_dirs(ctx, m["dirs"])

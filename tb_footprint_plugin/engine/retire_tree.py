@@ -6,8 +6,9 @@ the run (``retired_dir``, ``stored_file``; numbered, so that no TensorBoard walk
 (``check_retired_dir``). What a run's folder holds (``inventory``: regular files and folders,
 nothing followed) and its one digest (``tree_sha256``). Journals and manifests read back are
 untrusted (``check_record``, ``rel_ok``, ``OP_ID_RE``). One file back at its path, never over
-another (``put_back``), the folders' modes and times after (``chmod_dirs``), what a rolled-back
-retirement leaves in the vault removed by name (``drop_retired``). The manifest and change-log
+another, as the folder's swap strategy says (``put_back``, ``placement.put_in_place``), the
+folders' modes and times after (``chmod_dirs``), what a rolled-back retirement leaves in the
+vault removed by name (``drop_retired``). The manifest and change-log
 line of a retirement (``write_retire_manifest``) and the catalogue of them (``retirements``,
 ``retired_now``, ``retirement_recorded``).
 
@@ -22,16 +23,20 @@ import os
 import re
 import stat
 import time
-from typing import Iterable, List, Optional, Tuple
+from typing import Collection, Iterable, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.salvage import salvage_name, starts_with
+from tb_footprint_plugin.engine.journal import OpJournal
+from tb_footprint_plugin.engine.placement import partial_copy, put_in_place, starts_with
+from tb_footprint_plugin.engine.run_lock import folder_capabilities
+from tb_footprint_plugin.engine.salvage import salvage_name
+from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, who
-from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.paths import is_within
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.version import __version__
@@ -232,16 +237,35 @@ def _mtime_ns(rec: dict) -> Optional[int]:
 
 
 def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
-              set_aside: bool = False) -> Optional[str]:
-    """One file back from the vault to its path (rename or checked copy), if it is not there yet.
+             set_aside: bool = False, strategy: Optional[SwapStrategy] = None,
+             journal: Optional[OpJournal] = None, begun: Collection[str] = ()) -> Optional[str]:
+    """One file back from the vault to its path, if it is not there yet.
+
+    As the folder's swap strategy says (``strategy``; the folder's when none is given): where it renames
+    atomically, the vault's file is renamed to the path (the same filesystem) or a checked copy
+    of it renamed there; where it does not, the checked copy is copied to the path under a
+    ``copying`` record written to ``journal`` and deleted (``placement.put_in_place``), the
+    vault's file left until the run is checked. ``begun``: the paths an earlier, killed attempt's
+    ``copying`` records name, where the beginning of the file (``placement.partial_copy``) is that
+    attempt's own partial copy and goes before the file is put back. Without ``journal`` (a
+    retirement's rollback: its journal has no ``copying`` record type, ``trust``) nothing could
+    tell a partial copy from a writer's file at the next start, so the file is renamed, as before.
 
     With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
     nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
     it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
     file goes back; returns a note saying so."""
+    if journal is None:
+        renames = True
+    else:
+        strategy = strategy or swap_strategy(folder_capabilities())
+        renames = strategy.renames
     no_symlink(ctx, f["path"])
     dst = ctx.abs(f["path"])
     stored = stored_file(vault, op_id, i)
+    tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
+    if f["path"] in begun and partial_copy(dst, stored, f):
+        os.unlink(dst)  # every byte of it is in the vault's file: no one's but the put-back's
     here = os.path.lexists(dst)
     there = os.path.exists(stored)
     note = None
@@ -249,6 +273,8 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         if not os.path.isfile(dst) or os.path.islink(dst):
             raise TransactionError(f"{f['path']}: something else stands there now; left as is")
         if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
+            if matches(tmp, f["sha256"], f["size"]):
+                os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
             return None  # the file is in place (a copy's original never left): the vault's copy may go
         if not set_aside:
             # not the file that was retired: both are kept, the operation stays unsettled
@@ -261,18 +287,20 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     if not there:
         raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if same_fs or vault.same_filesystem(os.path.dirname(dst)):
+    if renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
         os.rename(stored, dst)
         _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
     else:
-        tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
         try:  # made anew and set up through its fd: a link planted at that name is never followed
             # holes stay holes, as every restore's put-back leaves them
             copy_new(stored, tmp, f["sha256"], f["mode"], mtime_ns=f["mtime_ns"], sparse=True,
                      owner=recorded_owner(f))
         except CopyMismatch:
             raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
-        os.replace(tmp, dst)
+        if renames:
+            os.replace(tmp, dst)
+        else:
+            put_in_place(strategy, journal, f, new_name=True)(tmp, dst)
     fsync_dir(os.path.dirname(dst))
     return note
 

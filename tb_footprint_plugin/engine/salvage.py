@@ -11,7 +11,9 @@ begin with the backed-up bytes, and then:
 * the complete records appended to it (CRC-checked; a trailing partial record is left for a
   later start: the writer may be in the middle of it) are written, byte for byte, to a new
   event file ``<file>.salvaged-NNN`` beside the reduced one: its name sorts right after it,
-  so TensorBoard reads it next (Python's loader moves forward to it, Rust's reads every file);
+  so TensorBoard reads it next (Python's loader moves forward to it, Rust's reads every file).
+  It takes that name as the folder's swap strategy says (``placement.put_in_place``: renamed,
+  or copied under a journaled ``copying`` record, whose partial copy the next start removes);
 * the grown blob is kept under its new digest (same inode: the writer keeps appending to it,
   and the next start salvages what comes next), and the manifest records both, so restore
   puts back the grown original and removes the salvaged file, and purge keeps it meanwhile.
@@ -28,13 +30,16 @@ import os
 import stat
 import time
 from dataclasses import asdict, dataclass
-from typing import List, Optional, Tuple
+from typing import Collection, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.journal import Journal, Rec
+from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
+from tb_footprint_plugin.engine.placement import copies_begun, partial_copy, put_in_place, starts_with
+from tb_footprint_plugin.engine.run_lock import folder_capabilities
+from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.engine.vault import Vault, who
@@ -130,23 +135,6 @@ def _prefix_and_whole(path: str, prefix: int) -> Tuple[str, str, int]:
     return hp.hexdigest(), hw.hexdigest(), n
 
 
-def starts_with(path: str, size: int, sha: str) -> bool:
-    """Whether the regular file ``path`` holds at least ``size`` bytes and its first ``size``
-    bytes have sha256 ``sha``: the recorded file, perhaps with records appended after it."""
-    h, left = hashlib.sha256(), size
-    try:
-        with open_regular(path) as f:
-            while left > 0:
-                b = f.read(min(CHUNK, left))
-                if not b:
-                    return False
-                h.update(b)
-                left -= len(b)
-    except OSError:
-        return False
-    return h.hexdigest() == sha
-
-
 def _owner_here(folder: str, owner: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
     """Who a salvage file belongs to: the recorded owner of the file it is salvaged from (the
     restored file's own), else (a record written before owners were kept) the folder's owner."""
@@ -160,7 +148,8 @@ def _owner_here(folder: str, owner: Optional[Tuple[int, int]]) -> Optional[Tuple
 
 
 def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_name: str,
-                      owner: Optional[Tuple[int, int]] = None) -> Optional[dict]:
+                      owner: Optional[Tuple[int, int]] = None, strategy: Optional[SwapStrategy] = None,
+                      journal: Optional[OpJournal] = None, begun: Collection[str] = ()) -> Optional[dict]:
     """Put the complete records ``source`` holds between ``start`` and ``size`` back into the run
     beside ``path`` (relative to the logdir), as the next free ``<path>.salvaged-NNN``.
 
@@ -171,7 +160,12 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
     Returns ``{file, records, bytes, sha256, size, partial_bytes, corrupt}``, or None when no
     complete record is there. ``tmp_name``: the temporary file's name in that folder (one the
     caller sweeps after a crash). ``owner``: the recorded owner of ``path`` (``recorded_owner``),
-    given to the salvage file when root (``_owner_here``), as to the file restored beside it."""
+    given to the salvage file when root (``_owner_here``), as to the file restored beside it.
+    ``strategy``: how the file takes its name (``placement.put_in_place``; the folder's by
+    default): renamed, or copied under a ``copying`` record written to ``journal``; ``begun``:
+    the paths an earlier, killed attempt's ``copying`` records name, where the beginning of these
+    records (``placement.partial_copy``) is that attempt's own partial copy, removed and written
+    again under the same name: the records stand in the run once."""
     from tb_footprint_plugin.storage.paths import check_no_symlink
 
     check_no_symlink(ctx.logdir, path)
@@ -205,10 +199,16 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
             final = name  # written by an earlier, interrupted attempt
             os.unlink(tmp)
             break
+        if name in begun and partial_copy(ctx.abs(name), tmp, {"sha256": sha, "size": nbytes}):
+            # an earlier attempt's copy, killed within it: the beginning of these very records
+            os.unlink(ctx.abs(name))
+            break
         k += 1
     if final is None:
         final = name
-        os.replace(tmp, ctx.abs(final))
+        strategy = strategy or swap_strategy(folder_capabilities())
+        put_in_place(strategy, journal, {"path": final, "sha256": sha, "size": nbytes}, new_name=True)(
+            tmp, ctx.abs(final))
         fsync_dir(folder)
     return {"file": final, "records": records, "bytes": nbytes, "sha256": sha, "size": nbytes,
             "partial_bytes": size - start - reader.valid_bytes, "corrupt": reader.status == "corrupt"}
@@ -317,7 +317,9 @@ def salvage_one(ctx, m: dict, f: dict, new_op_id) -> SalvageOutcome:
 
     vault.in_shard(new_sha, link_in)  # its shard folder made (ours) again if a prune took it
     if salv:
-        os.replace(tmp, ctx.abs(final))
+        # renamed, or copied under a ``copying`` record where the folder does not rename
+        put_in_place(swap_strategy(folder_capabilities()), journal, {"path": final, **salv}, new_name=True)(
+            tmp, ctx.abs(final))
         fsync_dir(os.path.dirname(ctx.abs(final)))
     # commit point: the manifest says what the vault and the run now hold
     now = time.time()
@@ -379,10 +381,16 @@ def finish_salvage(ctx, records: List[dict]) -> str:
     vault = Vault(begin["vault"])
     if any(r["type"] == Rec.COMMIT for r in records):
         return "salvage had been recorded"
+    staged = next((r for r in records if r["type"] == Rec.STAGED), None)
+    final = begin.get("final")
+    if staged and final and final in copies_begun(records) and begin.get("tmp") \
+            and partial_copy(ctx.abs(final), ctx.abs(begin["tmp"]), staged):
+        # a copy into the salvage file killed within it (a folder that does not rename): the
+        # beginning of the staged records, all of them still in the temporary and the vault
+        os.unlink(ctx.abs(final))
     if begin.get("tmp"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(begin["tmp"]))
-    staged = next((r for r in records if r["type"] == Rec.STAGED), None)
     if staged and begin.get("final") and matches(ctx.abs(begin["final"]), staged["sha256"], staged["size"]):
         os.unlink(ctx.abs(begin["final"]))
     old, new = vault.blob_path(begin["old_sha256"]), vault.blob_path(begin["new_sha256"])

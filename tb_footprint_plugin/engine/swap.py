@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import secrets
 import stat
@@ -24,12 +23,14 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal, Rec
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
-from tb_footprint_plugin.engine.salvage import keep_late_records, starts_with
+from tb_footprint_plugin.engine.placement import (copies_begun, copy_over, partial_copy, partial_put_back,
+                                                  put_in_place, starts_with)
+from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
 from tb_footprint_plugin.plan.model import Action, RunPlan
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
-from tb_footprint_plugin.storage.files import CHUNK, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.files import fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage import throttle as fsops
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256, plausible_mtime_ns
@@ -165,89 +166,6 @@ def copy_then_delete(tmp: str, final: str, s: dict) -> None:
     copy_over(tmp, final, s["sha256"], s["size"])
 
 
-def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False) -> None:
-    """``tmp`` (bytes of digest ``sha``, ``size`` long) put at ``final`` by a copy, then deleted:
-    the one copy + delete of the swap (``copy_then_delete``) and of a put-back
-    (``put_in_place``). Unless ``final`` holds those bytes already, whatever stands there is
-    unlinked (the caller journaled and, where it is no one's output, kept it first) and a new
-    file is made exclusively with ``tmp``'s mode, mtime and owner, fsynced and hash-checked: an
-    inode a second name shares (a backup's hard link) never sees a byte change. ``sparse``: zero
-    blocks stay holes (a put-back allocates what the original did)."""
-    if not matches(final, sha, size):
-        with contextlib.suppress(FileNotFoundError):
-            fsops.unlink(final)
-        st = os.lstat(tmp)
-        copy_new(tmp, final, sha, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
-                 sparse=sparse, owner=(st.st_uid, st.st_gid))
-    fsops.unlink(tmp)
-
-
-def put_in_place(strategy: SwapStrategy, journal: Optional[Journal], rec: dict) -> Callable[[str, str], None]:
-    """How a put-back's verified temporary of ``rec``'s original takes its path, as the folder's
-    swap strategy says (one rule for the reduce's swap and every put-back): renamed over it where
-    the folder renames atomically; else a ``copying`` record naming the path is journaled (only a
-    path so recorded can hold the put-back's own partial copy, ``partial_put_back``) and the
-    temporary is copied over it, then deleted (``copy_over``, holes kept)."""
-    if strategy.renames:
-        return fsops.replace
-
-    def copy_in(tmp: str, dest: str) -> None:
-        if journal is not None:
-            journal.append({"type": Rec.COPYING, "final": rec["path"]})
-        copy_over(tmp, dest, rec["sha256"], rec["size"], sparse=True)
-
-    return copy_in
-
-
-def partial_put_back(vault: Vault, path: str, rec: dict) -> bool:
-    """Whether ``path`` is what a copying put-back of ``rec``'s original, killed within its copy,
-    left: a regular file shorter than the original holding its beginning, as the vault's copy
-    says (read whatever form it is in; the put-back's temporary may be gone). Every byte of such
-    a file is in the original: asked only of a path a ``copying`` record names."""
-    try:
-        st = fsops.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode) or st.st_size >= rec["size"]:
-        return False
-    try:
-        sha = sha256_file(path)
-        h, left = hashlib.sha256(), st.st_size
-        with vault.open_blob(rec["sha256"]) as f:
-            while left > 0:
-                b = f.read(min(CHUNK, left))
-                if not b:
-                    return False
-                h.update(b)
-                left -= len(b)
-    except OSError:
-        return False
-    return h.hexdigest() == sha
-
-
-def copies_begun(records: Iterable[dict]) -> set:
-    """The new names a copy + delete swap began copying a staged file to (its ``copying`` records)."""
-    return {r["final"] for r in records if r.get("type") == Rec.COPYING and isinstance(r.get("final"), str)}
-
-
-def partial_copy(path: str, tmp: str, s: dict) -> bool:
-    """Whether ``path`` is what a copy + delete swap killed within its copy of the staged file
-    ``tmp`` (``s``: its staged record) left: a regular file shorter than the staged bytes holding
-    their beginning, while ``tmp`` still holds them whole (so every byte of it exists there).
-    Asked only of a swap that copies: a rename leaves no partial file."""
-    try:
-        st = fsops.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(st.st_mode) or st.st_size >= s["size"] or not matches(tmp, s["sha256"], s["size"]):
-        return False
-    try:
-        sha = sha256_file(path)
-    except OSError:
-        return False
-    return starts_with(tmp, st.st_size, sha)
-
-
 def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None,
              code: Optional[str] = None) -> None:
     """Put every original back byte for byte and remove what the operation created (``code``:
@@ -289,7 +207,7 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
     # place are the truth, even if a writer appended to one meanwhile.
     for r in backups if swapped else ():
         d = put_back(ctx, vault, r, produced.get(r["path"]), on_displaced=remember, tmp_token=token,
-                     strategy=strategy, journal=journal, begun=begun & originals)
+                     strategy=strategy, journal=journal, begun=begun)
         if d and not _listed(displaced, d):
             displaced.append(d)
     for tmp_rel, r in stages.items():
@@ -605,9 +523,10 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     can make it durable first (a restore finished after a crash finds the path already restored).
     ``tmp_token``: a restore's journaled token of its temp names (``vault.restore_tmp_path``).
     ``strategy``: how the original takes its path (``put_in_place``; the folder's by default),
-    its ``copying`` record written to ``journal``; ``begun``: the originals' paths an earlier,
-    killed attempt's ``copying`` records name, where a partial copy of the original
-    (``partial_put_back``) is that attempt's own and goes before the original is put back.
+    its ``copying`` record written to ``journal``, and so does the salvage file of late records;
+    ``begun``: the paths an earlier, killed attempt's ``copying`` records name (``copies_begun``),
+    where a partial copy of the original (``partial_put_back``) or of its late records
+    (``keep_late_records``) is that attempt's own and goes before the copy is made again.
     """
     strategy = strategy or swap_strategy(folder_capabilities())
     no_symlink(ctx, rec["path"])
@@ -634,7 +553,8 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         blob = vault.store(p, sha, link=strategy.link_backups)
         displaced = {"path": rec["path"], "sha256": sha, "size": os.lstat(blob).st_size,
                      "blob": os.path.relpath(blob, vault.root)}
-        late = _late_records(ctx, rec, produced, blob, displaced["size"], tmp_token)
+        late = _late_records(ctx, rec, produced, blob, displaced["size"], tmp_token,
+                             strategy=strategy, journal=journal, begun=begun)
         if late:
             displaced["late_records"] = late
         if on_displaced is not None:
@@ -645,11 +565,13 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
 
 
 def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, size: int,
-                  tmp_token: Optional[str] = None) -> Optional[dict]:
+                  tmp_token: Optional[str] = None, strategy: Optional[SwapStrategy] = None,
+                  journal: Optional[Journal] = None, begun: Collection[str] = ()) -> Optional[dict]:
     """Records a writer added to ``rec``'s event file after the reduction, from the displaced
     copy ``blob``, written back into the run beside it; None for other files or when there are
     none. Appended to the reduced file: what follows its bytes; where the reduce left no file
-    (deleted): all of it. A file replaced by other content is kept in the vault only."""
+    (deleted): all of it. A file replaced by other content is kept in the vault only.
+    ``strategy``, ``journal``, ``begun``: how the salvage file takes its name (``put_back``'s)."""
     if not is_summary_event_file_name(os.path.basename(rec["path"])):
         return None
     if produced is None:
@@ -661,7 +583,8 @@ def _late_records(ctx: Context, rec: dict, produced: Optional[dict], blob: str, 
     # a restore's temp name from its journaled token (recovery of a killed one removes exactly
     # it), else a random one: never a name a user's file may have (``create_new`` clears it)
     tmp = os.path.basename(late_tmp_path("", rec["sha256"], tmp_token or secrets.token_hex(16)))
-    return keep_late_records(ctx, rec["path"], blob, start, size, tmp, owner=recorded_owner(rec))
+    return keep_late_records(ctx, rec["path"], blob, start, size, tmp, owner=recorded_owner(rec),
+                             strategy=strategy, journal=journal, begun=begun)
 
 
 def _time_of(vault: Vault, rec: dict) -> dict:

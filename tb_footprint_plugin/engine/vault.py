@@ -1063,7 +1063,7 @@ class Vault:
         with ``mode``, the modification time (``mtime_ns`` to the nanosecond, else the older
         records' float ``mtime``) and, when root, the recorded ``owner`` (``files.give_owner``)
         set on the copy before it takes the name. ``place(tmp, dest)``: how the verified temp takes
-        ``dest``'s place, as the folder's swap strategy says (``swap.put_in_place``: renamed, or
+        ``dest``'s place, as the folder's swap strategy says (``placement.put_in_place``: renamed, or
         copied over and deleted); a rename by default. Either way a blob that does not read back
         as ``sha`` is found in the temp, before anything at ``dest`` is touched.
 
