@@ -23,7 +23,7 @@ from test_late_records import ENV, append_by_path, image_run, scalar_steps
 from test_put_back_strategy import NO_RENAME, _half_then_killed, _spy, leftovers as _leftovers
 from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Outcome
-from tb_footprint_plugin.engine import placement, retire_tree, salvage
+from tb_footprint_plugin.engine import faults, placement, retire_tree, salvage
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -236,3 +236,30 @@ def test_a_start_killed_within_the_salvage_copy_salvages_the_records_once(tmp_pa
     _salvaged_once(path)
     assert not _leftovers(logdir)
     assert not api.unfinished(str(logdir))["unfinished_operations"]
+
+
+def test_a_rollback_killed_within_the_late_records_copy_is_finished_with_them_once(tmp_path, monkeypatch):
+    """A reduce fails after its swap, once a writer appended 3 records to the reduced file: the
+    rollback sets them beside the original, and is killed within that copy; the next start rolls
+    back again, the records once."""
+    logdir = tmp_path / "logdir"
+    run = logdir / "run"
+    path = image_run(run)
+    was = (path.read_bytes(), path.stat().st_mtime_ns, path.stat().st_mode)
+
+    def fail():
+        append_by_path(path, 1000)
+        raise RuntimeError("a failure after the swap")
+
+    faults.arm("reduce.swap", fail)
+    _killed_within_a_copy(monkeypatch, ".salvaged-", lambda: api.reduce_logdir(
+        str(logdir), policy="archive", dry_run=False, verify_backends=PY))
+    faults.disarm_all()
+    rec = api.recover_logdir(str(logdir))
+    assert [r.action for r in rec] == ["rolled_back"], [vars(r) for r in rec]
+    _restored_once(run, path, was)
+    (m,) = [m for m in api.operations(str(logdir)) if m.get("kind") == "reduce"]
+    assert m["outcome"] == Outcome.ROLLED_BACK
+    (d,) = m["displaced"]  # the reduced file with the records, kept in the vault
+    assert d["late_records"]["file"] == f"run/{path.name}.salvaged-001" and d["late_records"]["records"] == 3
+    assert not _leftovers(logdir)
