@@ -1125,7 +1125,8 @@ def _print_purge(rep) -> None:
     print(f"{len(rep.ops)} backup(s); {verb} {human_bytes(rep.freed_bytes)}; "
           f"{rep.originals_lost} original file(s) {'would be' if rep.dry_run else 'were'} lost for good")
     for k in rep.kept:
-        print(f"  kept {k['op_id']}  {shown(k['run'])}  {human_bytes(k['bytes'])}  [{k['code']}] {k['detail']}")
+        print(f"  kept {k['op_id']}  {shown(k['run'])}  {human_bytes(k['bytes'])}"
+              + ("  (retired run)" if k.get("kind") == "retire" else "") + f"  [{k['code']}] {k['detail']}")
     failed = sum(k["code"] in _FAILURES for k in rep.kept)
     busy = sum(k["code"] == Skip.LOCKED for k in rep.kept)
     guarded = len(rep.kept) - failed - busy

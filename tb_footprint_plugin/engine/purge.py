@@ -215,7 +215,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     # own on the driver (``retire_purge``): a cancel seen before its intent stops them too
     retired = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now, runs=runs,
                             op_ids=op_ids, cancel=cancel, on_intent=on_intent)
-    report.kept += [_not_purged(x, x["bytes"], stopped) for x, stopped in retired.stopped]
+    report.kept += retired.kept + [_not_purged(x, x["bytes"], stopped) for x, stopped in retired.stopped]
     r_listed, r_freed = retired.listed, retired.freed
     report.ops += r_listed
     report.freed_bytes += r_freed

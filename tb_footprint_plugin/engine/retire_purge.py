@@ -25,17 +25,17 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.codes import Finding, Recovery, Skip
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
 from tb_footprint_plugin.engine.health import retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, read_history
 from tb_footprint_plugin.engine.journal import RunLocked
-from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.retire_tree import check_retired_dir, retired_dir, retirements, tree_size
-from tb_footprint_plugin.engine.run_lock import run_lock
+from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
 
@@ -49,6 +49,9 @@ class RetiredPurge:
     freed: int = 0
     #: the rows a cancel stopped before their intent (nothing of them deleted or recorded), with it
     stopped: List[Tuple[dict, Cancelled]] = field(default_factory=list)
+    #: retired runs passed over, as a reduction's purge lists what it keeps: op_id, run, bytes,
+    #: kind, code (``Skip.LOCKED`` / a lock's failure, ``Finding.UNFINISHED``), detail
+    kept: List[dict] = field(default_factory=list)
 
 
 def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
@@ -56,9 +59,10 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
                   op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None,
                   on_intent: Optional[Callable[[], None]] = None) -> RetiredPurge:
     """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list
-    them. A run being changed right now (locked), or with an unfinished operation, is passed
-    over. ``cancel``: honoured before a vault's intent (its runs then in ``stopped``, nothing of
-    them deleted or recorded), never after. ``on_intent``: each transaction's
+    them. A run being changed right now (locked, or its lock not taken), or with an unfinished
+    operation, is passed over and listed in ``kept`` with its code (as ``purge_backups`` lists a
+    reduction's). ``cancel``: honoured before a vault's intent (its runs then in ``stopped``,
+    nothing of them deleted or recorded), never after. ``on_intent``: each transaction's
     ``txn.Purge.on_intent``."""
     out = RetiredPurge()
     cancel = cancel or CancelToken()
@@ -76,16 +80,22 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
                 check_retired_dir(vault, m["op_id"])
             except TransactionError:
                 continue  # never deleted through a link or a stranger's folder: health names it
-            if yes:
-                if m["run"] not in locks:
-                    try:
-                        locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
-                    except (RunLocked, OSError):
-                        continue
-                if unsettled_op(ctx, m["run"]):
+            size = tree_size(retired_dir(vault, m["op_id"]))
+            if yes and m["run"] not in locks:
+                try:
+                    locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
+                except (LockRefused, OSError) as e:
+                    code, detail = lock_failure(e, m["run"], ctx.lock_dir)
+                    if code == Skip.LOCKED:
+                        detail = "the run is being changed by another process; purge it later"
+                    out.kept.append(_kept(m, size, code, detail))
                     continue
+            if unsettled_op(ctx, m["run"]):
+                out.kept.append(_kept(m, size, Finding.UNFINISHED,
+                                      "an operation on this run is unfinished; run `tb-footprint recover`"))
+                continue
             # the vault holds a retired run's only copy: every file of it is lost for good
-            row = {"op_id": m["op_id"], "run": m["run"], "bytes": tree_size(retired_dir(vault, m["op_id"])),
+            row = {"op_id": m["op_id"], "run": m["run"], "bytes": size,
                    "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by")), "kind": "retire",
                    "originals": 0 if m.get("restored_by") else len(m.get("tree", []))}
             if not yes:
@@ -105,6 +115,11 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             lock.release()
     out.freed = sum(r["bytes"] for r in out.listed)
     return out
+
+
+def _kept(m: dict, size: int, code, detail: str) -> dict:
+    """The ``kept`` row of a retired run this purge passes over (nothing of it deleted)."""
+    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "kind": "retire", "code": code, "detail": detail}
 
 
 class LocalRetiredPurge(txn.Purge):
