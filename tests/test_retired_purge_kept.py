@@ -93,3 +93,18 @@ def test_a_retired_run_with_an_unfinished_operation_is_kept_unfinished(tmp_path,
         assert "tb-footprint recover" in k["detail"] and k["bytes"] > 0, k
         assert json.loads(json.dumps(rep.to_dict()))["kept"][0]["code"] == "unfinished_operation"
     assert _folder(logdir, ms["a"]) == before
+
+
+def test_a_retired_run_a_cancel_kept_says_it_is_a_retired_run(tmp_path):
+    """A cancel before the intent keeps the retired runs (``interrupted``): their rows say
+    ``kind: "retire"`` as every other kept retired run's does (docs/json-schema.md)."""
+    from tb_footprint_plugin.engine.context import CancelToken
+
+    logdir = tmp_path / "logs"
+    ms = _retired(logdir)
+    token = CancelToken()
+    token.cancel()
+    rep = api.purge(str(logdir), yes=True, cancel=token)
+    assert rep.ops == [] and sorted((k["run"], k["code"], k.get("kind")) for k in rep.kept) == \
+        [("a", "interrupted", "retire"), ("b", "interrupted", "retire")], rep.to_dict()
+    assert all(_folder(logdir, m) for m in ms.values())

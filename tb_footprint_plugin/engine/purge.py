@@ -286,7 +286,8 @@ def _not_purged(m: dict, size: int, stopped: Cancelled) -> dict:
     """The ``kept`` row of an operation a cancel stopped before its intent: nothing of it went."""
     return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "code": stopped.code,
             "detail": f"not purged: {stopped} (the purge stopped before its intent was recorded; "
-                      "nothing of this backup was deleted)"}
+                      "nothing of this backup was deleted)",
+            **({"kind": "retire"} if m.get("kind") == "retire" else {})}
 
 
 class LocalPurge(txn.Purge):
