@@ -1,6 +1,5 @@
-"""One image or audio sample of an operation's run of a bucket logdir as the dashboard showed it
-before the reduction or shows it after (the check page's before/after, ``BucketEngine.sample``),
-the same answer ``engine.local_sample`` gives on a disk.
+"""The check page's sample on a bucket logdir (``BucketEngine.sample``): where its bytes come from
+for the one rule of ``engine.sample`` (which a disk's ``engine.local_sample`` follows too).
 
 Only event objects directly in the run's prefix (as TensorBoard reads a run) and the operation's
 own backups of them are read: a backup is the server-side copy under the vault's prefix
@@ -17,20 +16,22 @@ outside the vault's blobs is never read).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import threading
 from collections import OrderedDict
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Failure
 from tb_footprint_plugin.engine import manifest as manifest_schema
 from tb_footprint_plugin.engine.bucket_blobs import is_blob_entry, names_our_backup
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.bucket_state import BucketVault, run_prefix, STORE_FAILURES, vault_url
-from tb_footprint_plugin.engine.bucket_steps import renamed, uncommitted_ops
+from tb_footprint_plugin.engine.bucket_steps import uncommitted_ops
 from tb_footprint_plugin.engine.context import TransactionError
-from tb_footprint_plugin.engine.local_sample import SampleUnavailable
+from tb_footprint_plugin.engine import sample as one_rule
+from tb_footprint_plugin.engine.sample import SampleUnavailable
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
@@ -57,14 +58,8 @@ def find_manifest(rfs: RemoteFS, vault: BucketVault, op_id: str) -> dict:
 
 
 def _direct_events(listing: Dict[str, ObjectInfo], prefix: str) -> Dict[str, ObjectInfo]:
-    """The event objects directly in the run's prefix (``prefix``: ``run_prefix``), as TensorBoard
-    reads a run: no object of a deeper folder, none of the state folder."""
-    out = {}
-    for key, info in listing.items():
-        name = key[len(prefix):]
-        if key.startswith(prefix) and "/" not in name and "tfevents" in name:
-            out[key] = info
-    return out
+    """The event objects directly in the run's prefix (``engine.sample.direct_event``)."""
+    return {key: info for key, info in listing.items() if one_rule.direct_event(key, prefix)}
 
 
 #: one ranged read of an event object or a server-side backup (a read is a request: a 64 MiB
@@ -149,71 +144,71 @@ DOWNLOADS = Downloads()
 atexit.register(DOWNLOADS.close)
 
 
+class BucketSource(one_rule.Source):
+    """A bucket logdir's run prefix and its operation's backups (server-side copies, or blobs of a
+    local vault folder), through ``Downloads``."""
+
+    def __init__(self, rfs: RemoteFS, vault: BucketVault):
+        self.rfs, self.vault = rfs, vault
+        self.st = BucketState.of(rfs)
+        self.listed: Dict[str, ObjectInfo] = {}
+
+    def manifest(self, op_id: str) -> dict:
+        return find_manifest(self.rfs, self.vault, op_id)
+
+    def find_run(self, m: dict, op_id: str) -> str:
+        prefix = run_prefix(m["run"])
+        try:  # one listing of the run's prefix: a bucket has no folders, a run is its objects
+            self.listed = _direct_events(self.st.tree(prefix.rstrip("/"), missing_ok=True), prefix)
+        except (*STORE_FAILURES, ValueError):
+            self.listed = {}
+        if not self.listed:
+            raise SampleUnavailable("not_found", f"the run of {op_id} is not in the logdir")
+        return prefix
+
+    def current(self, prefix: str) -> Dict[str, ObjectInfo]:
+        return dict(self.listed)
+
+    def holds(self, f: dict) -> bool:
+        # a backup this vault does not hold is never read
+        return names_our_backup(self.vault, f) and (not is_blob_entry(f) or is_sha256(f.get("sha256")))
+
+    @contextlib.contextmanager
+    def paths(self, now: Dict[str, ObjectInfo], backups: Dict[str, dict]) -> Iterator[List[str]]:
+        rfs, st, vault = self.rfs, self.st, self.vault
+        with DOWNLOADS.lock:
+            paths, used = [], set()
+            for key in one_rule.in_order(now, backups):
+                f, info = backups.get(key), now.get(key)
+                if f is not None:  # an original: its copy under the vault's prefix, or its blob
+                    ident = ("blob", f["sha256"]) if is_blob_entry(f) else ("copy", f["backup"], f["size"])
+                    size = f["size"]
+
+                    def fetch(dest, f=f):
+                        _original(st, vault, f, dest)
+                else:
+                    ident = ("object", rfs.path(key), info.version_token, info.size)
+                    size = info.size
+
+                    def fetch(dest, key=key, info=info):
+                        _download(st.open_read(rfs.path(key), info.size), info.size, dest, READ_BYTES)
+                try:
+                    paths.append(DOWNLOADS.get(ident, size, fetch))
+                except (*STORE_FAILURES, OSError, ValueError) as e:
+                    raise SampleUnavailable("not_found", f"{rfs.url_of(key)} could not be read ({e})") from None
+                used.add(ident)
+            try:
+                yield paths
+            finally:
+                DOWNLOADS.trim(used)
+
+
 def sample(rfs: RemoteFS, vault: BucketVault, op_id: str, side: str, plugin: str, tag: str, step: int,
            index: int = 0) -> tuple:
     """``(bytes, content type)`` of sample ``index`` of ``tag`` at ``step`` (``plugin``: images or
-    audio) of operation ``op_id``'s run, ``before`` or ``after``; ``SampleUnavailable`` (code
-    ``not_found`` / ``restored`` / ``purged``) as on a disk; ``TransactionError`` for an operation
-    the vault does not hold."""
-    from tb_footprint_plugin.verify import samples
-
-    m = find_manifest(rfs, vault, op_id)
-    run = m["run"]
-    prefix = run_prefix(run)
-    st = BucketState.of(rfs)
-    try:
-        current = _direct_events(st.tree(prefix.rstrip("/"), missing_ok=True), prefix)
-    except (*STORE_FAILURES, ValueError):
-        current = {}
-    if not current:
-        raise SampleUnavailable("not_found", f"the run of {op_id} is not in the logdir")
-    restored = bool(m.get("restored_by"))
-    if side == "after" and restored:
-        raise SampleUnavailable("restored", f"{op_id} was restored: the reduced run exists no more")
-    files: Dict[str, Optional[ObjectInfo]] = dict(current)  # key -> listed object (None: its backup)
-    backups: Dict[str, dict] = {}  # key -> the manifest's entry of its backed-up original
-    if side == "before" and not restored:  # after a restore the run holds the originals again
-        for f in m["files"]:
-            if renamed(f) and isinstance(f.get("final"), str):
-                files.pop(f["final"], None)  # made by the reduction: not there before
-        for f in m["files"]:
-            rel = f["path"]
-            if not (rel.startswith(prefix) and "/" not in rel[len(prefix):] and "tfevents" in rel):
-                continue
-            if m.get("backup_purged"):
-                raise SampleUnavailable("purged", f"the backup of {op_id} was purged: the original is gone")
-            if not names_our_backup(vault, f) or (is_blob_entry(f) and not is_sha256(f.get("sha256"))):
-                continue  # a backup this vault does not hold: never read
-            files[rel] = None
-            backups[rel] = f
-    with DOWNLOADS.lock:
-        paths, used = [], set()
-        for key in sorted(files):
-            f, info = backups.get(key), files[key]
-            if f is not None:  # an original: its copy under the vault's prefix, or its blob
-                ident = ("blob", f["sha256"]) if is_blob_entry(f) else ("copy", f["backup"], f["size"])
-                size = f["size"]
-
-                def fetch(dest, f=f):
-                    _original(st, vault, f, dest)
-            else:
-                ident = ("object", rfs.path(key), info.version_token, info.size)
-                size = info.size
-
-                def fetch(dest, key=key, info=info):
-                    _download(st.open_read(rfs.path(key), info.size), info.size, dest, READ_BYTES)
-            try:
-                paths.append(DOWNLOADS.get(ident, size, fetch))
-            except (*STORE_FAILURES, OSError, ValueError) as e:
-                raise SampleUnavailable("not_found", f"{rfs.url_of(key)} could not be read ({e})") from None
-            used.add(ident)
-        try:
-            data = samples.read_sample(paths, plugin, tag, int(step), int(index))
-        finally:
-            DOWNLOADS.trim(used)
-    if data is None:
-        raise SampleUnavailable("not_found", f"no {plugin} sample {index} of {tag!r} at step {step} {side}")
-    return data, samples.sniff(data)
+    audio) of operation ``op_id``'s run, ``before`` or ``after`` (``engine.sample.sample``, the
+    rule a disk's follows); ``TransactionError`` for an operation the vault does not hold."""
+    return one_rule.sample(BucketSource(rfs, vault), op_id, side, plugin, tag, step, index)
 
 
 def _original(st: BucketState, vault: BucketVault, f: dict, dest: str) -> None:
@@ -234,4 +229,4 @@ def _original(st: BucketState, vault: BucketVault, f: dict, dest: str) -> None:
     _download(st.open_read(f["backup"], f["size"]), f["size"], dest, READ_BYTES)
 
 
-__all__ = ["DOWNLOADS", "Downloads", "find_manifest", "sample"]
+__all__ = ["BucketSource", "DOWNLOADS", "Downloads", "find_manifest", "sample"]
