@@ -7,7 +7,10 @@ a crash would leave it; the local engine rolls back itself); for a few steps per
 process is SIGKILLed there instead. Then the next start (``recover``) settles it and, for every
 store alike: the user's files are exactly as they were before the operation or exactly as the
 clean operation leaves them (never a mix, nothing else in the logdir), nothing is left unfinished,
-nothing is lost (a restore gives back every original byte for byte).
+nothing is lost (a restore gives back every original byte for byte). A purge starts from a reduced
+run and a retired one (``RETIRED``), so it frees a reduction's backups and a retired run's only
+copy together; on a disk the retired run's purge is a transaction of its own, after the
+reductions', and ``test_failure_in_a_disks_retired_purge_is_settled`` fails it there.
 
 ``test_every_declared_step_is_reached`` runs each (store, verb) once with every declared step
 armed to record itself: a step the table declares and the engine no longer hits fails here, so
@@ -44,6 +47,9 @@ def steps_of(store, verb):
 VERBS = ("reduce", "restore", "purge", "retire", "unretire")
 STATE = ".tb-footprint"
 RUN = "exp"
+#: the run a purge's setup retires (its only copy then in the vault): the purge frees a reduction's
+#: backups and a retired run together
+RETIRED = "base"
 DROP = {"name": "drop-profiles", "rules": {c: "delete" for c in (
     "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
 #: a real SIGKILL of the CLI: right before the commit record (put back) and inside the destructive
@@ -156,13 +162,15 @@ def setup(p, verb):
     if verb in ("restore", "purge"):
         rep = _reduce(p, DROP)
         assert [o.status for o in rep.outcomes if o.run == RUN] == ["verified"], rep.to_dict()
+        if verb == "purge":
+            _retire(p, RETIRED)  # every store retires: a disk's retired runs are purged by their own transaction
     elif verb == "unretire":
         _retire(p)
     return p.user()
 
 
-def _retire(p):
-    rep = api.retire(p.url, api.retire_rule(runs=[RUN]), dry_run=False, quiet_period=0, backup_dir=p.backup)
+def _retire(p, run=RUN):
+    rep = api.retire(p.url, api.retire_rule(runs=[run]), dry_run=False, quiet_period=0, backup_dir=p.backup)
     assert [o.status for o in rep.outcomes] == ["verified"], rep.to_dict()
 
 
@@ -225,12 +233,19 @@ def settled(p, verb, original, start, done):
     ops = api.operations(p.url, backup_dir=p.backup)
     assert not _unfinished(p)
     if verb == "purge":
-        # the logdir is never touched; an operation whose purge was not finished still restores
+        # the logdir is never touched; an operation whose purge was not finished (the reduction,
+        # the retired run) still restores, its run byte for byte
         assert now == start
-        if not all(m.get("backup_purged") for m in ops):
-            outs = api.restore(p.url, backup_dir=p.backup)
-            assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
-            assert p.user() == original
+        back = set()
+        for m in ops:
+            if not m.get("backup_purged") and not m.get("restored_by"):
+                outs = api.restore(p.url, op=m["op_id"], backup_dir=p.backup)
+                assert [o.status for o in outs] == ["restored"], [o.to_dict() for o in outs]
+                back.add(m["run"])
+        expect = {k: v for k, v in start.items() if k.split("/")[0] not in back}
+        expect.update({k: v for k, v in original.items() if k.split("/")[0] in back})
+        assert p.user() == expect
+        assert not _unfinished(p)
         return
     if verb in ("reduce", "retire") and now == done:
         # reduced (or retired) and verified: its manifest says so, and a restore gives it all back
@@ -266,6 +281,42 @@ def test_failure_at_each_step_is_settled(store, verb, step, place_of):
     assert fired == [step]
     api.recover_logdir(p.url, p.backup)
     settled(p, verb, original, start, done)
+
+
+#: a disk purges its retired runs in a transaction of their own, after the reductions': these
+#: failpoints fail at their last hit there, inside the retired run's purge
+RETIRED_PURGE_STEPS = ("purge.intent", "purge.blob")
+
+
+@pytest.mark.parametrize("step", RETIRED_PURGE_STEPS)
+def test_failure_in_a_disks_retired_purge_is_settled(step, place_of):
+    """An injected failure at ``step`` inside the disk's purge of its retired run (the reduction's
+    backups purged already), then the next start: the retired run's purge is finished, and
+    nothing else of the logdir changed."""
+    _reached, original, start, done = clean_run("posix", "purge", place_of)
+    p = place_of("posix", "purge")
+    assert setup(p, "purge") == start
+    fired = []
+
+    def fail():
+        if not any(m["kind"] == "reduce" and m.get("backup_purged")
+                   for m in api.operations(p.url, backup_dir=p.backup)):
+            return  # the reduction's purge: its transaction comes first
+        faults.disarm_all()
+        fired.append(step)
+        raise faults.InjectedFault(f"injected failure at {step} in the retired run's purge")
+
+    faults.arm(step, fail)
+    with pytest.raises(faults.InjectedFault):
+        act(p, "purge")
+    assert fired == [step]
+    problems = api.status(p.url, backup_dir=p.backup)["problems"]
+    assert [x["run"] for x in problems if x["code"] == "unfinished_operation"] == [RETIRED], problems
+    api.recover_logdir(p.url, p.backup)
+    ops = api.operations(p.url, backup_dir=p.backup)
+    assert sorted((m["kind"], bool(m.get("backup_purged"))) for m in ops) == [("reduce", True), ("retire", True)]
+    assert not os.listdir(Path(p.url) / STATE / "retired")  # the retired run's folder is gone
+    settled(p, "purge", original, start, done)
 
 
 @pytest.mark.parametrize("store,step", KILLED)
