@@ -14,7 +14,11 @@ their bytes through ``put_in_place``, as the folder's swap strategy says
   the temporary's mode, mtime and owner) and deleted. A kill within the copy leaves the beginning
   of the bytes at the path; only a path a ``copying`` record names may be taken for such a
   partial copy (``partial_copy`` against the temporary, ``partial_put_back`` against the vault's
-  copy, ``copies_begun`` reads the records), and the next start removes it and copies again.
+  copy, ``copies_begun`` reads the records), and the next start removes it and copies again. A
+  kill after the copy's last byte and before its mode, mtime and owner leaves the whole bytes at
+  the path with the new file's (0600, the time of the kill, this process's owner): where a
+  ``copying`` record names the path and its bytes are the recorded ones, the next start gives the
+  file its recorded mode, mtime and owner (``finish_copied``) before it counts it as in place.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from typing import BinaryIO, Callable, Iterable, Optional, Tuple
 from tb_footprint_plugin.engine.journal import OpJournal, Rec
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
-from tb_footprint_plugin.storage.files import CHUNK, copy_new, matches, sha256_file
+from tb_footprint_plugin.storage.files import CHUNK, copy_new, finish_new_file, matches, sha256_file
 from tb_footprint_plugin.storage.regular import open_regular
 
 
@@ -70,6 +74,18 @@ def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, n
         copy_new(tmp, final, sha, mode=stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns, exclusive=True,
                  sparse=sparse, owner=(st.st_uid, st.st_gid))
     fsops.unlink(tmp)
+
+
+def finish_copied(path: str, mode: Optional[int] = None, mtime_ns: Optional[int] = None,
+                  mtime: Optional[float] = None, owner: Optional[Tuple[int, int]] = None) -> None:
+    """Give the file at ``path`` the ``mode``, modification time and (when root) ``owner`` that
+    ``copy_over``'s copy sets last (``files.finish_new_file``): a kill after its last byte and
+    before them leaves the recorded bytes with a new file's mode, time and owner, which a content
+    check alone takes for the put-back done (rule 3: mode and mtime are given back too). Asked
+    only where a ``copying`` record names the path and the bytes there are the recorded ones;
+    through an fd opened without following a link (``open_regular``)."""
+    with open_regular(path) as f:
+        finish_new_file(f, mode, mtime_ns, mtime, owner)
 
 
 def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict,
@@ -131,5 +147,5 @@ def partial_put_back(vault, path: str, rec: dict) -> bool:
         return False
 
 
-__all__ = ["prefix_sha256", "starts_with", "copy_over", "put_in_place", "copies_begun", "partial_copy",
+__all__ = ["prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
            "partial_put_back"]

@@ -31,7 +31,7 @@ from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import OpJournal
-from tb_footprint_plugin.engine.placement import partial_copy, put_in_place, starts_with
+from tb_footprint_plugin.engine.placement import finish_copied, partial_copy, put_in_place, starts_with
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
@@ -273,6 +273,10 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         if not os.path.isfile(dst) or os.path.islink(dst):
             raise TransactionError(f"{f['path']}: something else stands there now; left as is")
         if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
+            if f["path"] in begun and matches(dst, f["sha256"], f["size"]):
+                # a copy killed after its last byte, before the file's mode, time and owner: the
+                # bytes are the vault's, what the copy had yet to set is the recorded one
+                finish_copied(dst, f["mode"], mtime_ns=_mtime_ns(f), owner=recorded_owner(f))
             if matches(tmp, f["sha256"], f["size"]):
                 os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
             return None  # the file is in place (a copy's original never left): the vault's copy may go

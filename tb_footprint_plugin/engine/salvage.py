@@ -37,7 +37,7 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
-from tb_footprint_plugin.engine.placement import copies_begun, partial_copy, put_in_place, starts_with
+from tb_footprint_plugin.engine.placement import copies_begun, finish_copied, partial_copy, put_in_place, starts_with
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular
@@ -197,6 +197,9 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
             break
         if matches(ctx.abs(name), sha, nbytes):
             final = name  # written by an earlier, interrupted attempt
+            if name in begun:
+                # its copy perhaps killed after the last byte, before the owner (the user's) was given
+                finish_copied(ctx.abs(name), owner=_owner_here(folder, owner))
             os.unlink(tmp)
             break
         if name in begun and partial_copy(ctx.abs(name), tmp, {"sha256": sha, "size": nbytes}):

@@ -23,8 +23,8 @@ from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.journal import Journal, Rec
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
-from tb_footprint_plugin.engine.placement import (copies_begun, copy_over, partial_copy, partial_put_back,
-                                                  put_in_place, starts_with)
+from tb_footprint_plugin.engine.placement import (copies_begun, copy_over, finish_copied, partial_copy,
+                                                  partial_put_back, put_in_place, starts_with)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -532,6 +532,9 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
     if matches(p, rec["sha256"], rec["size"]):
+        if rec["path"] in begun:
+            # perhaps a copy killed after its last byte, before the original's mode, time, owner
+            finish_copied(p, rec["mode"], mtime=rec["mtime"], owner=recorded_owner(rec), **_time_of(vault, rec))
         return None
     if rec["path"] in begun and partial_put_back(vault, p, rec):
         # the beginning of the original, left by a copy killed half-way: no one's bytes but its own
