@@ -11,9 +11,7 @@ from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tb_footprint_plugin.codes import Skip
 from tb_footprint_plugin.engine.front import open_engine
-from tb_footprint_plugin.engine import usage
 from tb_footprint_plugin.engine.ledger import Ledger
-from tb_footprint_plugin.engine.local_views import disk_in_use_after_scan
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT
 from tb_footprint_plugin.plan.model import Plan
 from tb_footprint_plugin.plan.planner import DEFAULT_QUIET_PERIOD, let_go, make_plan, SelectionError, unread_folders
@@ -73,8 +71,7 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
     # the reduce's, status's and the tab's one count (``engine.usage``); a logdir the verbs
     # refuse (said by them) is still planned, without the figure
     with contextlib.suppress(OSError, ValueError):
-        p.disk_in_use_bytes = (_disk_in_use_now(eng, fp, own=footprint is None) if eng.kind == "local"
-                               else _stored_now(eng, fp, own=footprint is None))
+        p.disk_in_use_bytes = _in_use_now(eng, fp, own=footprint is None)
     return p
 
 
@@ -83,26 +80,13 @@ def plan(logdir: str, policy="archive", *, backup_dir: Optional[str] = None,
 FRESH_WALK_S = 60.0
 
 
-def _disk_in_use_now(eng, fp: LogdirFootprint, own: bool) -> int:
-    """The logdir and its vaults on disk now, as ``du`` counts them: the logdir's part from the
-    walk the scan just made (``fp.disk``), so a plan of 100,000 runs does not lstat every file
-    twice; only the state folders, a vault inside it and the vaults elsewhere are walked here
-    (``engine.local_views.disk_in_use_after_scan``). A footprint without that walk, of another
-    folder, or whose walk is not recent (``FRESH_WALK_S``, unless this plan made it) is counted
-    by a walk of its own (``eng.disk_in_use``)."""
-    walked = fp.disk
-    ctx = eng.ctx
-    if walked is None or fp.logdir != ctx.logdir or (not own and time.time() - walked.started > FRESH_WALK_S):
-        return eng.disk_in_use().total_bytes
-    return disk_in_use_after_scan(ctx, walked).total_bytes
-
-
-def _stored_now(eng, fp: LogdirFootprint, own: bool) -> int:
-    """A bucket logdir's disk in use: what it and its vault store now (the reduce report's
-    ``stored``), from the listing the scan made (``fp.listed_bytes``): no listing more. A
-    caller's footprint listed longer ago than ``FRESH_WALK_S`` is listed again."""
-    fresh = own or time.time() - fp.scanned_at <= FRESH_WALK_S
-    return usage.bucket_stored(eng.vault, fp.listed_bytes if fresh else None, fp.listed_vault if fresh else None)
+def _in_use_now(eng, fp: LogdirFootprint, own: bool) -> int:
+    """The logdir and its vaults now (``Engine.in_use_after_scan``: a disk's as ``du`` counts
+    them, a bucket's as stored, the reduce report's ``stored``), from the walk or listings the
+    scan made, with no walk or listing more, when the footprint is this plan's own (``own``) or
+    began less than ``FRESH_WALK_S`` ago; a caller's older one is walked or listed again."""
+    began = fp.disk.started if fp.disk is not None else fp.scanned_at
+    return eng.in_use_after_scan(fp, fresh=own or time.time() - began <= FRESH_WALK_S)
 
 
 def select_runs(fp: LogdirFootprint, runs: Optional[Sequence[str]] = None,

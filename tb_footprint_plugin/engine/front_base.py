@@ -187,6 +187,13 @@ class Engine(ABC):
         report's before and after (what the logdir's disk gained); None when it cannot be known."""
 
     @abstractmethod
+    def in_use_after_scan(self, fp: LogdirFootprint, *, fresh: bool) -> int:
+        """What the logdir and its vaults take now (a plan's ``disk_in_use_bytes``: a disk's as
+        ``du`` counts it, a bucket's as stored), from the walk or listings scan ``fp`` made when
+        it is ``fresh`` (the caller's judgement: no walk or listing more), else walked or listed
+        anew. ``OSError`` or ``ValueError`` when it cannot be counted."""
+
+    @abstractmethod
     def open_ledger(self, ledger: Optional[str], policy_name: str, shard: Optional[Tuple[int, int]] = None):
         """The batch ledger of a reduce (None without ``ledger``): a book with ``path``,
         ``problems``, ``start``, ``read``, ``should_run``, ``mark``, ``compact``

@@ -1,6 +1,10 @@
 """The engine of a logdir in object storage (S3, GCS, Azure): ``Engine`` over ``engine.bucket``'s
 front, a ``RemoteFS`` and its ``BucketVault`` (server-side copies in the store, or blobs in a
 local folder). ``engine.bucket`` is imported at first use: it loads the object-store clients.
+
+Why one module: as ``front_local``, one class, ``BucketEngine``, one short method per ``Engine``
+verb handing to the bucket engine's modules; split, one interface's implementation would be read
+across files.
 """
 from __future__ import annotations
 
@@ -426,6 +430,10 @@ class BucketEngine(Engine):
             objects, self._listing_measured = self._listing, True
         n = self.stored(objects)
         return None if n is None else (n, n)
+
+    def in_use_after_scan(self, fp: LogdirFootprint, *, fresh: bool) -> int:
+        """``usage.bucket_stored``: from the scan's listings when ``fresh`` (no request more)."""
+        return usage.bucket_stored(self.vault, *((fp.listed_bytes, fp.listed_vault) if fresh else (None, None)))
 
     def stored(self, objects=None) -> Optional[int]:
         """``in_use`` plus what a local vault of blobs holds, as stored (compressed, packed); None

@@ -27,8 +27,8 @@ from tb_footprint_plugin.engine.run_lock import folder_lock, run_lock
 from tb_footprint_plugin.engine.ledger import Ledger, ledger_path, ledger_paths, load_ledger, mark_recovered
 from tb_footprint_plugin.engine.local_batch import DiskLedger, run_batch
 from tb_footprint_plugin.engine.local_sample import sample as local_sample
-from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_numbers_view, freed_after_purge, history_view,
-                                                    status_view)
+from tb_footprint_plugin.engine.local_views import (disk_in_use, disk_in_use_after_scan, disk_numbers_view,
+                                                    freed_after_purge, history_view, status_view)
 from tb_footprint_plugin.engine.plan_notes import freed_estimate, local_notes, offload_freed, plan_rewrites
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
@@ -280,6 +280,16 @@ class LocalEngine(Engine):
         logdir's disk (a vault on another disk grows by what it takes in)."""
         u = disk_in_use(self.ctx)
         return u.total_bytes, u.freeable_on_logdir_disk  # less what a snapshot's names keep: what the disk gains
+
+    def in_use_after_scan(self, fp: LogdirFootprint, *, fresh: bool) -> int:
+        """The logdir's part from the scan's walk (``fp.disk``), so a plan of 100,000 runs does not
+        lstat every file twice: only the state folders and the vaults are walked here
+        (``local_views.disk_in_use_after_scan``). A footprint without that walk, of another folder,
+        or not ``fresh``: a walk of its own (``disk_in_use``)."""
+        walked = fp.disk
+        if walked is None or fp.logdir != self.ctx.logdir or not fresh:
+            return self.disk_in_use().total_bytes
+        return disk_in_use_after_scan(self.ctx, walked).total_bytes
 
     def reduce_runs(self, todo: list, *, policy, vault_format: str, jobs: int, timeout: Optional[float],
                     cancel: Optional[CancelToken], progress: Optional[Callable[[str, str, float], None]],
