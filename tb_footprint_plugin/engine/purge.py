@@ -35,11 +35,12 @@ from tb_footprint_plugin.engine import faults, manifest, offload, oplog, txn
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, writing
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
+from tb_footprint_plugin.engine.placement import starts_with
 from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
 from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
-from tb_footprint_plugin.storage.files import CHUNK, sha256_file
+from tb_footprint_plugin.storage.files import sha256_file
 from tb_footprint_plugin.storage.openfiles import find_writers
 
 
@@ -59,20 +60,6 @@ class PurgeReport:
     def to_dict(self) -> dict:
         return {"dry_run": self.dry_run, "ops": self.ops, "freed_bytes": self.freed_bytes, "kept": self.kept,
                 "originals_lost": self.originals_lost, "refused": list(self.refused)}
-
-
-def _prefix_matches(path: str, sha: str, size: int) -> bool:
-    import hashlib
-
-    h, left = hashlib.sha256(), size
-    with open(path, "rb") as f:
-        while left > 0:
-            b = f.read(min(left, CHUNK))
-            if not b:
-                return False
-            h.update(b)
-            left -= len(b)
-    return h.hexdigest() == sha
 
 
 def _backup_size(m: dict, vault: Vault) -> int:
@@ -110,7 +97,7 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
             return dict(base, code=Finding.BACKUP_DAMAGED,
                         detail=f"backup of {f['path']} is missing from {vault.root}; the rest is kept")
         if not ok:
-            grown = st.st_size > f["size"] and _prefix_matches(p, f["sha256"], f["size"])
+            grown = st.st_size > f["size"] and starts_with(p, f["size"], f["sha256"])  # unreadable: damaged, kept
             return dict(base, code=Finding.LATE_WRITES_PENDING if grown else Finding.BACKUP_DAMAGED,
                         detail=(f"backup of {f['path']} grew after the reduction (late writes not salvaged yet; "
                                 "run `tb-footprint recover`); kept") if grown else
