@@ -124,7 +124,7 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # a restore stopped while still checking its backups put nothing back: it is
                 # undone (its temporaries removed), not finished, and said so
                 undone = begin["kind"] == "restore" and restore_abandoned(records)
-                # a restore's put-backs that copy record each copy in its journal (``swap.put_in_place``)
+                # a restore's put-backs that copy record each copy in its journal (``placement.put_in_place``)
                 detail = finish_restore(ctx, records, journal=j) if begin["kind"] == "restore" else \
                     finish_salvage(ctx, records)
                 outcomes.append(RecoveryOutcome(begin["op_id"], run, Recovery.ROLLED_BACK if undone else Recovery.COMPLETED,
