@@ -685,20 +685,28 @@ class _Ops:
         return {p: str(e) for p, e in self.delete_coded(paths, versions).items()}
 
 
-def _botocore_session(fs):
-    """A botocore session for the conditional client, on the data loader of the session s3fs's
-    client was built in when there is one (its first request made it): the S3 service model and
-    endpoint rules that loader has read are not read and parsed again (about 0.07 s of CPU, once
-    per process, paid by a scan whose only write is its cache). Credentials, config and events
-    stay the new session's own, as a ``boto3.client`` of its own had them."""
+#: the botocore session every S3 conditional client is made in, one per process as boto3's default
+#: session was (credentials found once, not per client); made at the first client
+_S3_SESSION: list = []
+_S3_SESSION_LOCK = threading.Lock()
+
+
+def _s3_client(fs, **kwargs):
+    """A botocore S3 client in this process's session, made on the data loader of the session
+    s3fs's client was built in when there is one (its first request made it): the S3 service model
+    and endpoint rules that loader has read are not read and parsed again (about 0.07 s of CPU,
+    once per process, paid by a scan whose only write is its cache). Credentials, config and
+    events stay the session's own, as they were ``boto3.client``'s."""
     import botocore.session
 
-    session = botocore.session.Session()
-    built = getattr(fs, "session", None)  # s3fs's AioSession (a botocore Session), None until used
-    loader = built.get_component("data_loader") if isinstance(built, botocore.session.Session) else None
-    if loader is not None:
-        session.register_component("data_loader", loader)
-    return session
+    with _S3_SESSION_LOCK:  # a session is not to be shared across threads while it makes clients
+        if not _S3_SESSION:
+            session = botocore.session.Session()
+            built = getattr(fs, "session", None)  # s3fs's AioSession (a botocore Session), None until used
+            if isinstance(built, botocore.session.Session):
+                session.register_component("data_loader", built.get_component("data_loader"))
+            _S3_SESSION.append(session)
+        return _S3_SESSION[0].create_client("s3", **kwargs)
 
 
 class _S3Ops(_Ops):
@@ -711,8 +719,7 @@ class _S3Ops(_Ops):
                               "max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS", "6"))})
         # botocore's client, not boto3's (same requests, checksums and credential chain): ``import
         # boto3`` is paid only by ``upload_file``, the one call that needs it
-        self.client = _botocore_session(rfs.fs).create_client(
-            "s3", endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
+        self.client = _s3_client(rfs.fs, endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
 
     def _err(self, e, what: str):
         from botocore.exceptions import ClientError
