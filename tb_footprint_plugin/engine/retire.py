@@ -58,7 +58,7 @@ from tb_footprint_plugin.engine.context import (
     reason_of,
 )
 from tb_footprint_plugin.engine.history import append_history
-from tb_footprint_plugin.engine.journal import Journal, Rec, RunLocked
+from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec, RunLocked
 from tb_footprint_plugin.engine.placement import copies_begun
 from tb_footprint_plugin.engine.retire_tree import (
     OP_ID_RE,
@@ -437,7 +437,7 @@ class LocalRetire(txn.Txn):
             journal.close()
             return
         self.rolling = True
-        noted = rollback_retire(self.ctx, journal.records(), reason)
+        noted = rollback_retire(self.ctx, journal.records(), reason, journal)
         out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
         out.reason = f"{reason}; {noted}" if noted else reason
         journal.close()
@@ -476,7 +476,7 @@ def _check_space(path: str, need: int) -> None:
                                f"has {human_bytes(free)}; nothing was changed", Failure.REFUSED)
 
 
-def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
+def rollback_retire(ctx: Context, records: List[dict], reason: str, journal: Optional[OpJournal] = None) -> str:
     """Put every file of an uncommitted retirement back at its path; idempotent. Returns what
     it noticed on the way (late records kept, files set aside), '' when nothing.
 
@@ -484,7 +484,12 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
     nothing stands. A file that grew in place but still starts with its recorded bytes is the
     original plus a writer's late records: intact. A file a writer made anew at the path while
     the original was in the vault is set aside next to it (``<file>.salvaged-NNN``), so both are
-    in the run. Anything else in its way raises (journal kept)."""
+    in the run. Anything else in its way raises (journal kept).
+
+    Each put-back (and setting aside) follows the folder's swap strategy (``retire_tree.put_back``):
+    where it does not rename, each copy is journaled first (``copying``, to ``journal``: the
+    operation's own, or its file opened by path when recovery calls without one), and a copy an
+    earlier, killed attempt so recorded is recognised as its own."""
     begin = records[0]
     check_record(ctx, begin)
     vault = Vault(begin["vault"])
@@ -494,9 +499,12 @@ def rollback_retire(ctx: Context, records: List[dict], reason: str) -> str:
                                "its files are not taken out of the vault on a journal's word", Failure.REFUSED)
     check_retired_dir(vault, op_id)
     _make_dirs(ctx, begin["dirs"])
+    if journal is None:
+        journal = Journal(os.path.join(ctx.journal_dir, f"{op_id}.jsonl"), may_create=False)
+    begun = copies_begun(records)
     notes = []
     for i, f in enumerate(begin["files"]):
-        note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True)
+        note = put_back(ctx, vault, op_id, i, f, begin["same_fs"], set_aside=True, journal=journal, begun=begun)
         if note:
             notes.append(note)
     chmod_dirs(ctx, begin["dirs"])

@@ -25,7 +25,7 @@ import stat
 import time
 from typing import Collection, Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome
+from tb_footprint_plugin.codes import Failure, Outcome, Skip
 from tb_footprint_plugin.engine import manifest as one_schema
 from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
@@ -37,6 +37,7 @@ from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
+from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
 from tb_footprint_plugin.storage.paths import is_within
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.version import __version__
@@ -194,6 +195,47 @@ def _aside_name(ctx: Context, path: str) -> str:
     return salvage_name(path, k)
 
 
+def _set_aside(ctx: Context, path: str, renames: bool, strategy: Optional[SwapStrategy],
+               journal: Optional[OpJournal], begun: Collection[str]) -> str:
+    """A writer's file standing at ``path`` moved beside it, to the next free
+    ``<path>.salvaged-NNN`` (its records stay in the run; mode, mtime and owner its own); returns
+    that name. Renamed where the folder renames atomically; else copied there under a ``copying``
+    record and then deleted (``placement.put_in_place``), never while a process writes it (its
+    next records would go to a file about to be unlinked). A name an earlier, killed attempt's
+    ``copying`` record names (``begun``) is that attempt's copy: holding the file whole, it gets
+    the file's mode, mtime and owner and the file goes; holding its beginning
+    (``placement.partial_copy``), it is removed and the file copied again under that name."""
+    dst = ctx.abs(path)
+    if renames:
+        aside = _aside_name(ctx, path)
+        os.rename(dst, ctx.abs(aside))
+        return aside
+    writers = find_writers([dst]).holders
+    if writers:
+        raise TransactionError(describe_holders(writers, lambda x: path) + "; it is not set aside while it is "
+                               "written", Skip.OPEN_FOR_WRITING)
+    st = os.lstat(dst)
+    s = {"sha256": sha256_file(dst), "size": st.st_size}
+    k = 1
+    while True:
+        name = salvage_name(path, k)
+        if not os.path.lexists(ctx.abs(name)):
+            break
+        if name in begun:
+            if matches(ctx.abs(name), s["sha256"], s["size"]):
+                # copied whole by the killed attempt: what it had yet to do is the metadata and the unlink
+                finish_copied(ctx.abs(name), stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
+                              owner=(st.st_uid, st.st_gid))
+                os.unlink(dst)
+                return name
+            if partial_copy(ctx.abs(name), dst, s):
+                os.unlink(ctx.abs(name))  # the beginning of the file, every byte of it still at ``path``
+                break
+        k += 1
+    put_in_place(strategy, journal, dict(s, path=name), new_name=True)(dst, ctx.abs(name))
+    return name
+
+
 def sized(path: str, size: int) -> bool:
     """``path`` exists with ``size`` bytes."""
     try:
@@ -247,14 +289,14 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     ``copying`` record written to ``journal`` and deleted (``placement.put_in_place``), the
     vault's file left until the run is checked. ``begun``: the paths an earlier, killed attempt's
     ``copying`` records name, where the beginning of the file (``placement.partial_copy``) is that
-    attempt's own partial copy and goes before the file is put back. Without ``journal`` (a
-    retirement's rollback: its journal has no ``copying`` record type, ``trust``) nothing could
-    tell a partial copy from a writer's file at the next start, so the file is renamed, as before.
+    attempt's own partial copy and goes before the file is put back. Without ``journal``
+    nothing could tell a partial copy from a writer's file at the next start, so the file is
+    renamed, as before (every caller passes one: an unretire's, a retirement's rollback's).
 
     With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
     nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
     it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
-    file goes back; returns a note saying so."""
+    file goes back; returns a note saying so (``_set_aside``: by the strategy too)."""
     if journal is None:
         renames = True
     else:
@@ -284,8 +326,7 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
             # not the file that was retired: both are kept, the operation stays unsettled
             raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
                                    f"{stored}")
-        aside = _aside_name(ctx, f["path"])
-        os.rename(dst, ctx.abs(aside))
+        aside = _set_aside(ctx, f["path"], renames, strategy, journal, begun)
         note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
                 f"{os.path.basename(aside)}")
     if not there:

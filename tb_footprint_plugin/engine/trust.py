@@ -70,7 +70,9 @@ IDENTITY_DAMAGED = Finding.IDENTITY_DAMAGED  # identity.json unreadable or malfo
 #: no state line or file of this tool comes near it; a bigger one is damage, never read whole
 MAX_STATE_BYTES = 256 << 20
 
-_RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback"}
+#: ``copying``: a rollback's copy onto a path, begun (``retire_tree.put_back`` where the folder
+#: does not rename): its ``final`` must lie inside the run, as a reduction's must
+_RETIRE_RECORD_TYPES = {"move", "moved", "delete", "commit", "rollback", "copying"}
 #: the fields a planned action may carry (recovery rebuilds each as ``Action(**fields)``)
 _ACTION_FIELDS = frozenset(f.name for f in dataclasses.fields(Action))
 #: a journaled put-back token (``swap.new_put_back_token``): it goes into file names
@@ -658,6 +660,8 @@ def check_journal(file: str, file_op_id: str, records: List[dict], *, logdir: st
         for r in records[1:]:
             if r["type"] not in _RETIRE_RECORD_TYPES:
                 raise Untrusted(BAD_RECORD, file, f"unknown record type {r['type'][:40]!r}")
+            if r["type"] == "copying":
+                _in_run(_rel(r.get("final"), file, "final path"), run, file, "final path")
         return
     elif begin["kind"] == "salvage":
         # recovery unlinks ``tmp`` and ``final`` of a salvage: both must be this operation's own
