@@ -95,7 +95,7 @@ def reduce_logdir(
     before_limit = throttle.limit()
     if max_file_ops_per_second is not None:
         throttle.configure(max_file_ops_per_second)
-    shard_before = lease.shard_label()
+    shard_before, lease_before = lease.shard_label(), lease.lease_seconds()
     lease.configure(lease_seconds, sharding.label(shard))
     history_before = configure_writer(sharding.label(shard)) if shard is not None else None
     seen: List[RunOutcome] = []  # what the batch's runs came to, for what an interrupt says
@@ -124,8 +124,8 @@ def reduce_logdir(
         if shard is not None:
             configure_writer(history_before)
         # a later verb of this process (a restore, a recover) must not name this batch's shard
-        # in its leases, locks and lines
-        lease.configure(shard=shard_before)
+        # in its leases, locks and lines, nor take its leases for this batch's length
+        lease.configure(lease_before, shard=shard_before)
 
 
 def _recording(seen: List[RunOutcome], on_outcome: Optional[Callable[[RunOutcome], None]]):
