@@ -114,6 +114,12 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                 if new_name and s["final"] not in begun and not matches(final, s["sha256"], s["size"]):
                     journal.append({"type": Rec.COPYING, "final": s["final"]})
                     begun.add(s["final"])
+                if copying and matches(final, s["sha256"], s["size"]):
+                    # the staged bytes, copied whole by the killed attempt, perhaps before their
+                    # mode, time and owner: the staged file's, as the copy sets them last
+                    st = os.lstat(tmp)
+                    finish_copied(final, stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
+                                  owner=(st.st_uid, st.st_gid))
                 copy_then_delete(tmp, final, s)
         dirs.add(os.path.dirname(final))
         faults.hit("reduce.mid_swap")
