@@ -195,7 +195,9 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                     RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
                                code=Failure.INTERRUPTED), r["op_id"], None),
                     before=r["bytes_before"], after=r["bytes_before"]) for r in settled]  # None: no manifest yet
-            _append_unwritten(rfs, lines)
+            unwritten = _append_unwritten(rfs, lines)
+            if unwritten:  # the rollback stands; its line's loss is said, never silent (review R19 P4)
+                detail = f"{detail}; {unwritten}" if detail else unwritten
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=action, detail=detail, code=Finding.RECOVERED,
@@ -231,18 +233,19 @@ def _taken_out_line(en: dict) -> dict:
     return dict(rolled_back_line(out, str(en["op"]), None), before=before, after=before)
 
 
-def _append_unwritten(rfs: RemoteFS, lines: List[dict]) -> None:
+def _append_unwritten(rfs: RemoteFS, lines: List[dict]) -> Optional[str]:
     """``lines``, less those of an operation the change log has a rolled-back line of already (the
     process wrote it, then was killed before its journal went): one line per rolled-back operation.
-    A log it cannot read: every line written (one twice rather than none)."""
+    A log it cannot read: every line written (one twice rather than none). Returns what says the
+    lines were not written (the store refused the append), None once written."""
     if not lines:
-        return
+        return None
     store = BucketState.of(rfs).logdir_store()
     try:
         written = {e.get("op_id") for e in bucket_log(store).read() if e.get("outcome") == str(Outcome.ROLLED_BACK)}
     except STORE_FAILURES:
         written = set()
-    append_rolled_back(store, [x for x in lines if x["op_id"] not in written])
+    return append_rolled_back(store, [x for x in lines if x["op_id"] not in written])
 
 
 def _named(rfs: RemoteFS, key: str) -> str:

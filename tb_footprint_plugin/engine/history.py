@@ -6,6 +6,10 @@ A ``ChangeLog`` runs on the ``Store`` interface (``append``, ``read_all``, ``rea
 (``bucket_log``: the logdir's ``ObjectStore``). What a line is, how the logs are read, merged and
 named when damaged, and the line of a rolled-back reduce are written here once.
 
+Why one module: the change log's rules (a line, the logs a read merges, how one rolls over, what
+damage is named) are one format every store reads and writes the same way (issue #26 item 2); the
+disk's ``StateFolder`` and follower and the bucket's few functions are that format's two ends.
+
 * One machine appends to ``history.jsonl``. A worker of a sharded batch on a disk appends to a
   file of its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (``configure_writer``): appends
   from two NFS clients to one file can interleave or lose data, so no two machines ever append
@@ -18,6 +22,14 @@ named when damaged, and the line of a rolled-back reduce are written here once.
   damaged line costs only itself and ``ChangeLog.damage`` names it (file and line). A log larger
   than any append makes (``limit``: planted) is read only as far as the whole lines of its first
   ``limit`` bytes, and named.
+* A log rolls over, as log files are rotated: an append that would take it past ``limit`` (a
+  disk's 256 MB, a bucket's 64 MB: what one read takes whole) first sets the log aside under a
+  sealed name (``<its name>.sealed-<its mtime, ms>-<a tag of its version>.jsonl``, beside the
+  workers' logs, where the reader lists them) and starts a fresh one, so no line is ever hidden
+  behind a full log nor refused; a planted oversize log is sealed aside the same way (and read,
+  like any sealed log, only to its own limit). A bucket's seal is a copy then a conditional
+  delete: a kill between them leaves both, and the reader skips the live copy whose version the
+  sealed name carries (the next append finishes the seal).
 * On a disk a planted symlink, FIFO or folder under a log's name is never followed nor opened
   (``PosixStore``'s reads refuse it; ``StateFolder.append`` sets it aside and starts a fresh
   file); a torn line a full disk left is cut back; every append is fsynced.
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import io
 import json
 import math
@@ -46,7 +59,7 @@ from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable
 from tb_footprint_plugin.storage.files import append_line
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, UnsafePath, contained
 from tb_footprint_plugin.storage.regular import NotRegularFile
-from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Store, StoreFailure, check_key
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, Store, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 from tb_footprint_plugin.version import __version__
 
@@ -56,6 +69,8 @@ HISTORY = f"{STATE_DIR_NAME}/{HISTORY_NAME}"
 #: where a bucket logdir's workers of a sharded batch keep their own change logs (``bucket_log``)
 BUCKET_WORKERS = f"{STATE_DIR_NAME}/history-shards"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
+#: a log set aside full (``ChangeLog.seal``): the name of the log it was, its mtime (ms) and a tag of its version
+_SEALED = re.compile(r"^(history(?:-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64})?)\.sealed-\d{1,16}-([0-9a-f]{12})\.jsonl$")
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 _process_writer: Optional[str] = None
@@ -123,15 +138,16 @@ class StateFolder(PosixStore):
 class ChangeLog:
     """The change log in ``folder`` of ``store`` (see the module docstring). ``workers``: the
     folder in which each worker of a sharded batch appends to a file of its own (None: none),
-    found by a shallow listing of it; ``limit``: the largest log an append makes on this store
-    (a larger one was planted)."""
+    found by a shallow listing of it, and the sealed logs (rolled over) with them; ``limit``: the
+    largest log an append makes on this store (a larger one was planted; default
+    ``MAX_STATE_BYTES``)."""
 
     def __init__(self, store: Store, folder: str = "", *, workers: Optional[str] = "",
-                 limit: int = MAX_STATE_BYTES):
+                 limit: Optional[int] = None):
         self.store = store
         self.folder = folder
         self.workers = workers
-        self.limit = limit
+        self.limit = MAX_STATE_BYTES if limit is None else limit
 
     def key(self, name: str) -> str:
         """The key of the single log file ``name``."""
@@ -160,7 +176,8 @@ class ChangeLog:
                 raise
             found = []
         names = {k.rsplit("/", 1)[-1]: k for k in found}
-        ours = [names[n] for n in sorted(names) if _WORKER_FILE.match(n) or (n == HISTORY_NAME and names[n] == single)]
+        ours = [names[n] for n in sorted(names)
+                if _WORKER_FILE.match(n) or _SEALED.match(n) or (n == HISTORY_NAME and names[n] == single)]
         # the single log beside the workers' (a disk's state folder) is listed when it is there;
         # elsewhere (a bucket's) it is read, and absent is nothing
         return ours if self.workers == self.folder else [single] + ours
@@ -174,13 +191,69 @@ class ChangeLog:
         read and a conditional put whatever their number. Raises ``StoreFailure``."""
         shard = _process_shard
         data = b"".join(line_of(dict(x, shard=shard) if shard and "shard" not in x else x) for x in lines)
-        if data:
-            self.store.append(self.own_key(), data)
+        if not data:
+            return
+        key = self.own_key()
+        if self.workers is not None and self.store.capabilities.append == "o_append":
+            # a file's size is one stat: rolled over before the append would take it past its limit
+            try:
+                st = self.store.stat(key)
+            except StoreFailure:  # not a regular file of ours: the store's append sets it aside
+                st = None
+            if st is not None and st.size + len(data) + 1 > self.limit:  # +1: a newline a torn last line gets
+                self.seal(key, st)
+        try:
+            self.store.append(key, data)
+        except StoreFailure as e:
+            # a bucket refuses an append past what one read takes whole (its size is known to the
+            # append alone, no request more): the log is full, or planted oversize
+            if e.code != StoreError.TOO_LARGE or self.workers is None:
+                raise
+            self.seal(key, self.store.stat(key))
+            self.store.append(key, data)
+
+    def sealed_key(self, key: str, entry: Entry) -> str:
+        """Where the log ``key`` (now ``entry``) is kept once full: beside the workers' logs, named
+        after it, its mtime and its version (the same name for the same bytes: a seal cut short is
+        finished, never made twice)."""
+        stem = key.rsplit("/", 1)[-1][:-len(".jsonl")]
+        name = f"{stem}.sealed-{max(0, int(entry.mtime * 1000)):013d}-{_tag(entry.version)}.jsonl"
+        return f"{self.workers}/{name}" if self.workers else name
+
+    def seal(self, key: str, entry: Optional[Entry]) -> None:
+        """Set the full log ``key`` (as ``entry`` found it) aside under its sealed name, so the next
+        append starts a fresh one. Nothing is lost: a disk's is one rename; a bucket's a copy, then
+        the delete of that version alone. Another appender that sealed or grew it first: nothing
+        done here (the append goes on to whatever log is there)."""
+        if entry is None:
+            return
+        dst = self.sealed_key(key, entry)
+        try:
+            self.store.replace(key, dst, if_source_version=entry.version, if_absent=True)
+            return
+        except StoreFailure as e:
+            if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
+                return
+            if e.code != StoreError.ALREADY_EXISTS:
+                raise
+        # the sealed name is taken: a seal killed between its copy and its delete (the same
+        # version's copy), or something planted there. The live log goes only when that copy
+        # holds its bytes; else both stay and the append goes on to the full log
+        held = self.store.stat(dst)
+        if held is None or held.size != entry.size or (held.version != entry.version and  # a disk's: one inode
+                                                       self.store.read_range(dst, 0, held.size)
+                                                       != self.store.read_range(key, 0, entry.size)):
+            raise StoreFailure(StoreError.ALREADY_EXISTS, dst, f"{self.name_of(dst)} is in the way of the full change "
+                               f"log {self.name_of(key)} being set aside; both kept")
+        res = self.store.delete([key], versions={key: entry.version})[0]
+        if not res.ok and res.code not in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
+            raise StoreFailure(res.code or StoreError.STORE_ERROR, key, res.message)
 
     def read_logs(self) -> List[JsonLines]:
         """Each log parsed (``trust.JsonLines``: its records and its damaged lines, named)."""
         out = []
-        for key in self.keys():
+        keys = self.keys()
+        for key in self._sealed_twice(keys):
             name = self.name_of(key)
             try:
                 data = self.store.read_all(key, self.limit)
@@ -190,9 +263,9 @@ class ChangeLog:
                     continue
                 if e.code != StoreError.TOO_LARGE:
                     raise
-                data = self.store.read_range(key, 0, self.limit)
-                data, too_large = data[:data.rfind(b"\n") + 1], True
+                data, too_large = self._whole_lines_of_prefix(key), True
             log = parse_json_lines(data, name)
+            del data  # one log's bytes at a time
             if too_large:
                 d = Untrusted(DAMAGED_FILE, name, f"larger than {self.limit} bytes: not a log this tool wrote; "
                                                   f"only the whole lines of its first {self.limit} bytes read")
@@ -200,6 +273,34 @@ class ChangeLog:
                 log.damaged.append(d)
             out.append(log)
         return out
+
+    def _sealed_twice(self, keys: List[str]) -> List[str]:
+        """``keys`` less a live log whose bytes a sealed one holds already (a bucket's seal killed
+        between its copy and its delete): a stat of each live log that has sealed ones, no
+        request at all when none was sealed."""
+        tags: Dict[str, set] = {}
+        for k in keys:
+            m = _SEALED.match(k.rsplit("/", 1)[-1])
+            if m:
+                tags.setdefault(m.group(1), set()).add(m.group(2))
+        out = []
+        for k in keys:
+            name = k.rsplit("/", 1)[-1]
+            stem = name[:-len(".jsonl")]
+            if not _SEALED.match(name) and stem in tags:
+                try:
+                    st = self.store.stat(k)
+                except StoreFailure:
+                    st = None
+                if st is not None and _tag(st.version) in tags[stem]:
+                    continue
+            out.append(k)
+        return out
+
+    def _whole_lines_of_prefix(self, key: str) -> bytes:
+        """The whole lines of the first ``limit`` bytes of an oversize log."""
+        data = self.store.read_range(key, 0, self.limit)
+        return data[:data.rfind(b"\n") + 1]
 
     def read(self) -> List[dict]:
         """Every entry of every log, oldest first (entries of one time keep their log's order)."""
@@ -228,6 +329,11 @@ class ChangeLog:
                     found.append(d)
             out += sorted(found, key=lambda d: d.line)  # each log's in line order (an oversize log's first)
         return out
+
+
+def _tag(version: str) -> str:
+    """A short tag of a log's version, for its sealed name (a version may hold any character)."""
+    return hashlib.sha256(str(version).encode()).hexdigest()[:12]
 
 
 # --- a disk ------------------------------------------------------------------------------------
@@ -333,16 +439,19 @@ def rolled_back_line(out: RunOutcome, op_id: str, policy: Optional[str]) -> dict
     return dict(line, shard=shard) if shard else line
 
 
-def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunOutcome]] = None) -> None:
+def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunOutcome]] = None) -> Optional[str]:
     """Append ``lines`` to a bucket logdir's change log in one append. The rollbacks they record
     stand either way: a store that refuses the append is said in each of ``outs``' reasons (as a
-    disk's rollback on a full disk keeps going and says ``not_recorded``), never raised."""
+    disk's rollback on a full disk keeps going and says ``not_recorded``), never raised, and
+    returned (what a caller with no outcome to tell, a recovery, says instead); None when written."""
     try:
         bucket_log(store).append_lines(lines)
     except StoreFailure as e:
+        said = f"its change-log line was not written ({e})"
         for o in outs or ():
-            o.reason = f"{o.reason}; its change-log line was not written ({e})" if o.reason else \
-                f"its change-log line was not written ({e})"
+            o.reason = f"{o.reason}; {said}" if o.reason else said
+        return said
+    return None
 
 
 def history_csv(entries: List[dict]) -> str:

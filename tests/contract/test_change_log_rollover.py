@@ -1,0 +1,138 @@
+"""A change log that reaches its limit rolls over, as log files are rotated (review R19 P4): the
+full log is kept under a sealed name beside the workers' logs and a fresh one started, so no line
+is hidden behind it (a disk read only its first ``MAX_STATE_BYTES``) nor refused (a bucket's
+append past ``READ_ALL_LIMIT`` failed, for good). The limits are made small here; the same bytes
+on a disk and on moto's S3."""
+import json
+import uuid
+
+import pytest
+
+from contract_stores import buckets  # noqa: F401 - the bucket fixture
+from tb_footprint_plugin.codes import Finding, StoreError
+from tb_footprint_plugin.engine import history
+from tb_footprint_plugin.storage import store_object
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
+
+STATE = ".tb-footprint"
+LIMIT = 4096
+
+
+def _line(run, t):
+    return (json.dumps({"time": t, "run": run, "op_id": f"{run}-{t}", "kind": "reduce", "outcome": "verified"},
+                       sort_keys=True) + "\n").encode()
+
+
+@pytest.fixture(params=["posix", "s3"])
+def where(request, tmp_path, monkeypatch):
+    """(kind, the store, the key of a log name, a function planting bytes, the change log) with a
+    limit of ``LIMIT`` bytes on either store."""
+    monkeypatch.setattr(history, "MAX_STATE_BYTES", LIMIT)
+    monkeypatch.setattr(history, "READ_ALL_LIMIT", LIMIT)
+    monkeypatch.setattr(store_object, "READ_ALL_LIMIT", LIMIT)
+    if request.param == "posix":
+        state = tmp_path / "logs" / STATE
+        state.mkdir(parents=True)
+        s = history.StateFolder(str(state))
+        yield "posix", s, (lambda name: name), (lambda: history.disk_log(str(state)))
+    else:
+        s = ObjectStore(request.getfixturevalue("buckets")("s3").url(f"logs-{uuid.uuid4().hex[:8]}"))
+        yield "s3", s, (lambda name: f"{STATE}/{name}"), (lambda: history.bucket_log(s))
+        s.close()
+
+
+def _sealed(log):
+    return [k for k in log.keys() if ".sealed-" in k]
+
+
+def test_a_log_past_its_limit_rolls_over_and_every_line_is_read(where):
+    """Appends that take the log past its limit several times: every entry is read back, in order,
+    with no damage; each file stays within the limit; the full ones are sealed, none refused."""
+    kind, s, key_of, log_of = where
+    log = log_of()
+    n = 60  # ~150 bytes a line: ~9 KB, two roll-overs at 4 KB
+    for i in range(n):
+        log.append_lines([{"run": f"r{i:03d}", "op_id": f"op{i}", "kind": "reduce", "outcome": "verified",
+                           "time": 1000.0 + i, "reason": "x" * 60}])
+    log = log_of()
+    assert [e["run"] for e in log.read()] == [f"r{i:03d}" for i in range(n)]
+    assert log.damage() == [] and log.problems() == []
+    sealed = _sealed(log)
+    assert len(sealed) >= 2, log.keys()
+    for k in log.keys():
+        assert s.stat(k).size <= LIMIT, (k, s.stat(k).size)
+    if kind == "s3":  # beside the workers' logs, in the folder a read lists anyway
+        assert all(k.startswith(f"{history.BUCKET_WORKERS}/history.sealed-") for k in sealed), sealed
+
+
+def test_a_workers_log_rolls_over_on_its_own(where):
+    _kind, _s, _key_of, log_of = where
+    log = log_of()
+    try:
+        history.configure_writer("1/2")
+        for i in range(40):
+            log.append_lines([{"run": f"w{i:02d}", "op_id": f"w{i}", "kind": "reduce", "time": 10.0 + i,
+                               "reason": "y" * 80}])
+    finally:
+        history.configure_writer(None)
+    log = log_of()
+    assert [e["run"] for e in log.read()] == [f"w{i:02d}" for i in range(40)]
+    assert all(e["shard"] == "1/2" for e in log.read())
+    sealed = _sealed(log)
+    assert sealed and all(k.rsplit("/", 1)[-1].startswith("history-shard-1-of-2@") for k in sealed), sealed
+
+
+def test_a_planted_oversize_log_is_sealed_aside_and_later_lines_are_read(where, monkeypatch):
+    """A log larger than the limit (planted): the next append sets it aside and starts a fresh
+    log, so that line is read (a disk hid it behind the limit, a bucket refused it); the planted
+    log is still read to its own limit and named."""
+    _kind, s, key_of, log_of = where
+    body = b"".join(_line(f"p{i:03d}", float(i)) for i in range(120))
+    assert len(body) > 2 * LIMIT
+    monkeypatch.setattr(history, "_PIECE", 1000, raising=False)  # its prefix read in several pieces into one buffer
+    s.put(key_of("history.jsonl"), body)
+    log = log_of()
+    log.append_lines([{"run": "after", "op_id": "after-op", "kind": "reduce", "time": 1e6}])
+    log = log_of()
+    runs = [e["run"] for e in log.read()]
+    kept = body[:LIMIT][:body[:LIMIT].rfind(b"\n") + 1].count(b"\n")
+    assert runs == [f"p{i:03d}" for i in range(kept)] + ["after"], runs
+    (d,) = log.damage()
+    assert d.code == Finding.DAMAGED_FILE and ".sealed-" in d.file and d.line == 0
+    (sealed,) = _sealed(log)
+    assert s.read_range(sealed, 0, len(body) + 1) == body  # every byte of it kept
+
+
+def test_a_bucket_seal_killed_between_its_copy_and_its_delete_shows_each_line_once(where, monkeypatch):
+    """A seal is a copy then a delete on a bucket (a link then an unlink on a disk's if-absent
+    move): stopped between them, both names hold the log; the reader shows each line once, and the
+    next append finishes the seal."""
+    kind, s, key_of, log_of = where
+    body = b"".join(_line(f"q{i:02d}", float(i)) for i in range(20))
+    s.put(key_of("history.jsonl"), body)
+    entry = s.stat(key_of("history.jsonl"))
+    log = log_of()
+    s.copy(key_of("history.jsonl"), log.sealed_key(key_of("history.jsonl"), entry)) if kind == "s3" else \
+        s.link(key_of("history.jsonl"), log.sealed_key(key_of("history.jsonl"), entry))
+    assert len(log.keys()) == 2
+    assert [e["run"] for e in log.read()] == [f"q{i:02d}" for i in range(20)]
+    big = {"run": "next", "op_id": "next-op", "kind": "reduce", "time": 1e6, "reason": "z" * (LIMIT - len(body))}
+    log.append_lines([big])
+    log = log_of()
+    assert [e["run"] for e in log.read()] == [f"q{i:02d}" for i in range(20)] + ["next"]
+    assert len(log.keys()) == 2 and s.read_all(key_of("history.jsonl")).count(b"\n") == 1
+
+
+def test_a_seal_never_deletes_a_log_whose_bytes_the_sealed_name_does_not_hold(where):
+    """Something else under the sealed name: the full log is kept and the append refused with
+    the name of what is in the way (nothing that exists nowhere else is destroyed)."""
+    _kind, s, key_of, log_of = where
+    body = b"".join(_line(f"s{i:02d}", float(i)) for i in range(20))
+    s.put(key_of("history.jsonl"), body)
+    log = log_of()
+    s.put(log.sealed_key(key_of("history.jsonl"), s.stat(key_of("history.jsonl"))), b"planted\n")
+    with pytest.raises(StoreFailure) as e:
+        log.append_lines([{"run": "x", "op_id": "x", "kind": "reduce", "time": 1e6, "reason": "z" * LIMIT}])
+    assert e.value.code == StoreError.ALREADY_EXISTS and ".sealed-" in e.value.key
+    assert s.read_all(key_of("history.jsonl")) == body
