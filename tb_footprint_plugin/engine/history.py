@@ -21,7 +21,7 @@ disk's ``StateFolder`` and follower and the bucket's few functions are that form
   as ``time`` are entries (an entry that cannot be placed in time is no entry of this log), a
   damaged line costs only itself and ``ChangeLog.damage`` names it (file and line). A log larger
   than any append makes (``limit``: planted) is read only as far as the whole lines of its first
-  ``limit`` bytes, and named.
+  ``limit`` bytes, in place (one buffer of at most ``limit`` bytes), and named.
 * A log rolls over, as log files are rotated: an append that would take it past ``limit`` (a
   disk's 256 MB, a bucket's 64 MB: what one read takes whole) first sets the log aside under a
   sealed name (``<its name>.sealed-<its mtime, ms>-<a tag of its version>.jsonl``, beside the
@@ -71,6 +71,8 @@ BUCKET_WORKERS = f"{STATE_DIR_NAME}/history-shards"
 _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.jsonl$")
 #: a log set aside full (``ChangeLog.seal``): the name of the log it was, its mtime (ms) and a tag of its version
 _SEALED = re.compile(r"^(history(?:-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64})?)\.sealed-\d{1,16}-([0-9a-f]{12})\.jsonl$")
+#: what an oversize log is read by: pieces of this many bytes into one buffer
+_PIECE = 8 << 20
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 _process_writer: Optional[str] = None
@@ -297,10 +299,18 @@ class ChangeLog:
             out.append(k)
         return out
 
-    def _whole_lines_of_prefix(self, key: str) -> bytes:
-        """The whole lines of the first ``limit`` bytes of an oversize log."""
-        data = self.store.read_range(key, 0, self.limit)
-        return data[:data.rfind(b"\n") + 1]
+    def _whole_lines_of_prefix(self, key: str) -> bytearray:
+        """The whole lines of the first ``limit`` bytes of an oversize log, read in pieces into one
+        buffer and cut there in place (review R19 N1: never a second copy of ``limit`` bytes)."""
+        buf = bytearray()
+        while len(buf) < self.limit:
+            piece = self.store.read_range(key, len(buf), min(self.limit, len(buf) + _PIECE))
+            if not piece:
+                break
+            buf += piece
+            del piece
+        del buf[buf.rfind(b"\n") + 1:]
+        return buf
 
     def read(self) -> List[dict]:
         """Every entry of every log, oldest first (entries of one time keep their log's order)."""
