@@ -73,6 +73,8 @@ _WORKER_FILE = re.compile(r"^history-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64}\.json
 _SEALED = re.compile(r"^(history(?:-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64})?)\.sealed-\d{1,16}-([0-9a-f]{12})\.jsonl$")
 #: what an oversize log is read by: pieces of this many bytes into one buffer
 _PIECE = 8 << 20
+#: seals an append tries before it gives up (each lost to another appender of the same log)
+_SEAL_TRIES = 3
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 _process_writer: Optional[str] = None
@@ -204,15 +206,17 @@ class ChangeLog:
                 st = None
             if st is not None and st.size + len(data) + 1 > self.limit:  # +1: a newline a torn last line gets
                 self.seal(key, st)
-        try:
-            self.store.append(key, data)
-        except StoreFailure as e:
-            # a bucket refuses an append past what one read takes whole (its size is known to the
-            # append alone, no request more): the log is full, or planted oversize
-            if e.code != StoreError.TOO_LARGE or self.workers is None:
-                raise
-            self.seal(key, self.store.stat(key))
-            self.store.append(key, data)
+        for attempt in range(_SEAL_TRIES):
+            try:
+                self.store.append(key, data)
+                return
+            except StoreFailure as e:
+                # a bucket refuses an append past what one read takes whole (its size is known to
+                # the append alone, no request more): the log is full, or planted oversize. Tried
+                # again when another appender grew it between the refusal and the seal's stat
+                if e.code != StoreError.TOO_LARGE or self.workers is None or attempt == _SEAL_TRIES - 1:
+                    raise
+                self.seal(key, self.store.stat(key))
 
     def sealed_key(self, key: str, entry: Entry) -> str:
         """Where the log ``key`` (now ``entry``) is kept once full: beside the workers' logs, named

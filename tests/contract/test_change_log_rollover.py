@@ -136,3 +136,30 @@ def test_a_seal_never_deletes_a_log_whose_bytes_the_sealed_name_does_not_hold(wh
         log.append_lines([{"run": "x", "op_id": "x", "kind": "reduce", "time": 1e6, "reason": "z" * LIMIT}])
     assert e.value.code == StoreError.ALREADY_EXISTS and ".sealed-" in e.value.key
     assert s.read_all(key_of("history.jsonl")) == body
+
+
+def test_a_bucket_append_refused_again_after_another_appender_grew_the_log_seals_it_again(where, monkeypatch):
+    """Between a bucket's refused append and its seal another appender grew the full log: the seal
+    of the version it found fails its condition, and the append tries again (seals what is there
+    now) instead of refusing the line."""
+    kind, s, key_of, log_of = where
+    if kind != "s3":
+        pytest.skip("a disk's seal is decided by its stat, before the append")
+    n = 40
+    while len(b"".join(_line(f"g{i:02d}", float(i)) for i in range(n + 1))) <= LIMIT - 60:
+        n += 1
+    body = b"".join(_line(f"g{i:02d}", float(i)) for i in range(n))  # full: one more line takes it past
+    s.put(key_of("history.jsonl"), body)
+    log = log_of()
+    real = history.ChangeLog.seal
+    grown = []
+
+    def seal_after_a_rival(self, key, entry):
+        if not grown:  # the rival's line lands between the refusal and this seal
+            grown.append(s.put(key, s.read_all(key) + _line("rival", 99.0), if_version=entry.version))
+        return real(self, key, entry)
+
+    monkeypatch.setattr(history.ChangeLog, "seal", seal_after_a_rival)
+    log.append_lines([{"run": "mine", "op_id": "mine", "kind": "reduce", "time": 1e6, "reason": "m" * 100}])
+    runs = [e["run"] for e in log_of().read()]
+    assert grown and runs == [f"g{i:02d}" for i in range(n)] + ["rival", "mine"], runs
