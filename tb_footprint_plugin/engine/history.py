@@ -271,6 +271,13 @@ class ChangeLog:
                     raise
                 data, too_large = self._whole_lines_of_prefix(key), True
             log = parse_json_lines(data, name)
+            if log.torn and _SEALED.match(key.rsplit("/", 1)[-1]):
+                # a live log's torn last line becomes a damaged line once the next append ends it;
+                # a sealed log is never appended to again, so its own is named here
+                n = data.count(b"\n") + 1
+                d = Untrusted(DAMAGED_LINE, name, f"line {n}: cut short (no newline); skipped")
+                d.line = n
+                log.damaged.append(d)
             del data  # one log's bytes at a time
             if too_large:
                 d = Untrusted(DAMAGED_FILE, name, f"larger than {self.limit} bytes: not a log this tool wrote; "

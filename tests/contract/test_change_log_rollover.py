@@ -163,3 +163,17 @@ def test_a_bucket_append_refused_again_after_another_appender_grew_the_log_seals
     log.append_lines([{"run": "mine", "op_id": "mine", "kind": "reduce", "time": 1e6, "reason": "m" * 100}])
     runs = [e["run"] for e in log_of().read()]
     assert grown and runs == [f"g{i:02d}" for i in range(n)] + ["rival", "mine"], runs
+
+
+def test_a_sealed_logs_torn_last_line_is_named(where):
+    """A log sealed with a torn last line (a crash's) is never appended to again, so no newline
+    ever ends that line: it is named as damage, file and line, not skipped without a word."""
+    _kind, s, key_of, log_of = where
+    body = b"".join(_line(f"t{i:02d}", float(i)) for i in range(40)) + b'{"time": 99.0, "run": "tor'
+    s.put(key_of("history.jsonl"), body)
+    log = log_of()
+    log.append_lines([{"run": "next", "op_id": "next", "kind": "reduce", "time": 1e6, "reason": "z" * (LIMIT // 2)}])
+    log = log_of()
+    assert [e["run"] for e in log.read()] == [f"t{i:02d}" for i in range(40)] + ["next"]
+    (d,) = log.damage()
+    assert d.code == Finding.DAMAGED_LINE and d.line == 41 and ".sealed-" in d.file
