@@ -30,13 +30,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Collection, Dict, Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Finding, Skip
+from tb_footprint_plugin.codes import Finding
 from tb_footprint_plugin.engine import faults, manifest, offload, oplog, txn
 from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
 from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, writing
-from tb_footprint_plugin.engine.lease import LockRefused, RunLease
+from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.placement import starts_with
-from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
+from tb_footprint_plugin.engine.run_lock import lock_for_purge
 from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -141,16 +141,12 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     try:
         chosen = []
         for m in candidates:
-            if yes and m["run"] not in locks:
-                try:
-                    locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
-                except (LockRefused, OSError) as e:
-                    code, detail = lock_failure(e, m["run"], ctx.lock_dir)
-                    if code == Skip.LOCKED:
-                        detail = "the run is being changed by another process; purge it later"
-                    report.kept.append({"op_id": m["op_id"], "run": m["run"], "code": code, "detail": detail,
-                                        "bytes": _backup_size(m, Vault(m["vault"]))})
-                    continue
+            refused = lock_for_purge(ctx, m["run"], locks) if yes else None
+            if refused is not None:
+                code, detail = refused
+                report.kept.append({"op_id": m["op_id"], "run": m["run"], "code": code, "detail": detail,
+                                    "bytes": _backup_size(m, Vault(m["vault"]))})
+                continue
             if unsettled_op(ctx, m["run"]):
                 report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0,
                                     "code": Finding.UNFINISHED,

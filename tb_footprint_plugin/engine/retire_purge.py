@@ -25,17 +25,17 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Recovery, Skip
+from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
 from tb_footprint_plugin.engine.health import retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, read_history
 from tb_footprint_plugin.engine.journal import RunLocked
-from tb_footprint_plugin.engine.lease import LockRefused, RunLease
+from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.retire_tree import check_retired_dir, retired_dir, retirements, tree_size
-from tb_footprint_plugin.engine.run_lock import lock_failure, run_lock
+from tb_footprint_plugin.engine.run_lock import lock_for_purge, run_lock
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
 
@@ -81,15 +81,10 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             except TransactionError:
                 continue  # never deleted through a link or a stranger's folder: health names it
             size = tree_size(retired_dir(vault, m["op_id"]))
-            if yes and m["run"] not in locks:
-                try:
-                    locks[m["run"]] = run_lock(ctx, m["run"]).acquire()
-                except (LockRefused, OSError) as e:
-                    code, detail = lock_failure(e, m["run"], ctx.lock_dir)
-                    if code == Skip.LOCKED:
-                        detail = "the run is being changed by another process; purge it later"
-                    out.kept.append(_kept(m, size, code, detail))
-                    continue
+            refused = lock_for_purge(ctx, m["run"], locks) if yes else None
+            if refused is not None:
+                out.kept.append(_kept(m, size, *refused))
+                continue
             if unsettled_op(ctx, m["run"]):
                 out.kept.append(_kept(m, size, Finding.UNFINISHED,
                                       "an operation on this run is unfinished; run `tb-footprint recover`"))

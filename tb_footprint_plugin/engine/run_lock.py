@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Tuple
+from typing import Dict, Optional, Tuple
 
 from tb_footprint_plugin.codes import Code, Failure, Skip
 from tb_footprint_plugin.engine.bucket_lease import lock_class
@@ -57,4 +57,21 @@ def lock_failure(e: BaseException, run: str, lock_dir: str) -> Tuple[Code, str]:
     return Failure.LOCK_ERROR, f"cannot lock run {run!r}: {where}: {why}"
 
 
-__all__ = ["folder_capabilities", "folder_lock", "lock_failure", "run_lock"]
+def lock_for_purge(ctx: Context, run: str, locks: Dict[str, RunLease]) -> Optional[Tuple[Code, str]]:
+    """Hold ``run``'s lock for a purge (kept in ``locks``, taken once per run): None when held,
+    else the coded reason the purge keeps that run's backups (``lock_failure``; another process
+    holding it is said as a purge says it). The one rule of a disk's two purges (reductions' and
+    retired runs')."""
+    if run in locks:
+        return None
+    try:
+        locks[run] = run_lock(ctx, run).acquire()
+    except (LockRefused, OSError) as e:
+        code, detail = lock_failure(e, run, ctx.lock_dir)
+        if code == Skip.LOCKED:
+            detail = "the run is being changed by another process; purge it later"
+        return code, detail
+    return None
+
+
+__all__ = ["folder_capabilities", "folder_lock", "lock_failure", "lock_for_purge", "run_lock"]
