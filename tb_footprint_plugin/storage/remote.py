@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar
 
+from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.store import RangeReader
 
 #: The bytes one ranged GET asks for when streaming an event file (the record reader's chunk).
@@ -65,9 +66,9 @@ class RemoteError(OSError):
 
 
 #: ``RemoteError.code`` of a store whose client found no credentials (``codes.StoreError.NO_CREDENTIALS``)
-NO_CREDENTIALS = "no_credentials"
+NO_CREDENTIALS = StoreError.NO_CREDENTIALS
 #: ``RemoteError.code`` of a request the store refused (``codes.StoreError.PERMISSION``)
-REFUSED = "permission_denied"
+REFUSED = StoreError.PERMISSION
 #: The clients' exceptions that say no credentials were found, by class name along the MRO (the
 #: clients are optional packages, imported only where their scheme is used): botocore's, google-auth's
 #: application default credentials, azure-identity's DefaultAzureCredential.
@@ -300,7 +301,7 @@ def filesystem(url: str):
     try:
         import fsspec
     except ImportError:  # pragma: no cover - fsspec comes with every extra
-        raise RemoteError("missing_extra", f"{url}: install tb-footprint-plugin[{SCHEMES.get(scheme, ('', 's3'))[1]}]")
+        raise RemoteError(StoreError.MISSING_EXTRA, f"{url}: install tb-footprint-plugin[{SCHEMES.get(scheme, ('', 's3'))[1]}]")
     proto, extra = SCHEMES.get(scheme, (scheme, None))
     kwargs = _KWARGS.get(proto, dict)()
     if proto == "az" and not (kwargs.get("connection_string") or kwargs.get("account_name")):
@@ -311,9 +312,9 @@ def filesystem(url: str):
         fs = fsspec.filesystem(proto, **kwargs)
     except ImportError as e:
         hint = f"pip install 'tb-footprint-plugin[{extra}]'" if extra else f"install the fsspec backend for {scheme}://"
-        raise RemoteError("missing_extra", f"{url}: {scheme}:// needs {e.name or 'a package'}: {hint}") from e
+        raise RemoteError(StoreError.MISSING_EXTRA, f"{url}: {scheme}:// needs {e.name or 'a package'}: {hint}") from e
     except ValueError as e:
-        raise RemoteError("unknown_scheme", f"{url}: no filesystem for {scheme}:// ({e})") from e
+        raise RemoteError(StoreError.UNKNOWN_SCHEME, f"{url}: no filesystem for {scheme}:// ({e})") from e
     root = rest.strip("/")
     if not root:
         raise ValueError(f"{url}: name a bucket")
@@ -363,7 +364,7 @@ class RemoteFS:
         except FileNotFoundError:
             raise
         except OSError as e:
-            raise RemoteError("list_failed", f"{self.scheme}://{base}: listing failed ({e})") from e
+            raise RemoteError(StoreError.LIST_FAILED, f"{self.scheme}://{base}: listing failed ({e})") from e
         finally:
             self._forget_listings(base)
         out: Dict[str, ObjectInfo] = {}
@@ -588,8 +589,8 @@ S3_COPY_PART = 1 << 30
 #: Azure's synchronous Copy Blob takes sources up to 256 MiB; larger ones are copied in the background
 AZ_SYNC_COPY_MAX = 256 << 20
 AZ_COPY_TIMEOUT_S = 3600.0
-PRECONDITION_FAILED = "precondition_failed"
-ALREADY_EXISTS = "already_exists"
+PRECONDITION_FAILED = StoreError.PRECONDITION_FAILED
+ALREADY_EXISTS = StoreError.ALREADY_EXISTS
 
 
 @dataclass
@@ -649,7 +650,7 @@ class _Ops:
 
     def _err(self, e: Exception, what: str) -> RemoteError:  # pragma: no cover - every store overrides
         """``e`` as a coded error; a client's "no credentials found" is ``no_credentials`` on every store."""
-        return RemoteError("store_error", f"{what}: {e}")
+        return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     def _request(self, verb: str, what: str, call, *, up: int = 0, create_only: bool = False):
         """One request to the store: counted under ``verb`` whatever happens, its failure mapped
@@ -732,9 +733,9 @@ class _S3Ops(_Ops):
             if code in ("PreconditionFailed", "ConditionalRequestConflict") or status == 412:
                 return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
             if code in ("NoSuchKey", "404", "NotFound"):
-                return RemoteError("not_found", f"{what}: no such object")
-            return RemoteError("store_error", f"{what}: {code or status} {e}")
-        return RemoteError("store_error", f"{what}: {e}")
+                return RemoteError(StoreError.NOT_FOUND, f"{what}: no such object")
+            return RemoteError(StoreError.STORE_ERROR, f"{what}: {code or status} {e}")
+        return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     def head(self, path):
         b, k = self.split(path)
@@ -742,7 +743,7 @@ class _S3Ops(_Ops):
             r = self.client.head_object(Bucket=b, Key=k, ChecksumMode="ENABLED")
         except Exception as e:  # noqa: BLE001 - mapped to a coded error
             err = self._err(e, path)
-            if err.code == "not_found":
+            if err.code == StoreError.NOT_FOUND:
                 return None
             raise err from e
         finally:
@@ -825,7 +826,7 @@ class _S3Ops(_Ops):
             self.rfs.stats.add("put", parts + 1)
         info = self.head(path)
         if info is None:
-            raise RemoteError("store_error", f"{path}: missing right after its upload")
+            raise RemoteError(StoreError.STORE_ERROR, f"{path}: missing right after its upload")
         return info
 
     def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
@@ -855,8 +856,8 @@ class _S3Ops(_Ops):
                 finally:
                     self.rfs.stats.add("delete")
                 for err in r.get("Errors", []):
-                    code = {"PreconditionFailed": PRECONDITION_FAILED, "NoSuchKey": "not_found"}.get(
-                        err.get("Code"), "store_error")
+                    code = {"PreconditionFailed": PRECONDITION_FAILED, "NoSuchKey": StoreError.NOT_FOUND}.get(
+                        err.get("Code"), StoreError.STORE_ERROR)
                     failed[f"{b}/{err['Key']}"] = RemoteError(code, f"{err.get('Code')}: {err.get('Message')}")
         return failed
 
@@ -941,8 +942,8 @@ class _GCSOps(_Ops):
         if status == 412:
             return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
         if isinstance(e, FileNotFoundError) or status == 404:
-            return RemoteError("not_found", f"{what}: no such object")
-        return RemoteError("store_error", f"{what}: {e}")
+            return RemoteError(StoreError.NOT_FOUND, f"{what}: no such object")
+        return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     @staticmethod
     def _info(key, r) -> ObjectInfo:
@@ -955,7 +956,7 @@ class _GCSOps(_Ops):
             r = self._call("GET", "b/{}/o/{}", b, k, json_out=True)
         except Exception as e:  # noqa: BLE001
             err = self._err(e, path)
-            if err.code == "not_found":
+            if err.code == StoreError.NOT_FOUND:
                 return None
             raise err from e
         finally:
@@ -1025,7 +1026,7 @@ class _GCSOps(_Ops):
             self.rfs.stats.add("put", chunks)
         info = self.head(path)
         if info is None:
-            raise RemoteError("store_error", f"{path}: missing right after its upload")
+            raise RemoteError(StoreError.STORE_ERROR, f"{path}: missing right after its upload")
         return info
 
     def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
@@ -1038,7 +1039,7 @@ class _GCSOps(_Ops):
                 self._call("DELETE", "b/{}/o/{}", b, k, **kw)
             except Exception as e:  # noqa: BLE001
                 err = self._err(e, p)
-                if err.code != "not_found":
+                if err.code != StoreError.NOT_FOUND:
                     failed[p] = err
             finally:
                 self.rfs.stats.add("delete")
@@ -1088,15 +1089,15 @@ class _AzureOps(_Ops):
         if isinstance(e, ResourceExistsError):
             return RemoteError(ALREADY_EXISTS, f"{what}: already exists")
         if isinstance(e, ResourceNotFoundError):
-            return RemoteError("not_found", f"{what}: no such object")
-        return RemoteError("store_error", f"{what}: {e}")
+            return RemoteError(StoreError.NOT_FOUND, f"{what}: no such object")
+        return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     def head(self, path):
         try:
             p = self._blob(path).get_blob_properties()
         except Exception as e:  # noqa: BLE001
             err = self._err(e, path)
-            if err.code == "not_found":
+            if err.code == StoreError.NOT_FOUND:
                 return None
             raise err from e
         finally:
@@ -1140,7 +1141,7 @@ class _AzureOps(_Ops):
             self._await_copy(dst, r.get("copy_id"), what)
         info = self.head(dst)  # the copy's MD5 is a property of the new blob
         if info is None:
-            raise RemoteError("store_error", f"{what}: the copy is missing right after it ended")
+            raise RemoteError(StoreError.STORE_ERROR, f"{what}: the copy is missing right after it ended")
         return CopyResult(version=(info.etag if not sync else (r.get("etag") or info.etag)).strip('"'),
                           checksums=info.checksums)
 
@@ -1155,7 +1156,7 @@ class _AzureOps(_Ops):
             if status == "success" or (status is None and copy_id is None):
                 return
             if status != "pending":
-                raise RemoteError("copy_failed", f"{what}: the store's copy ended {status} "
+                raise RemoteError(StoreError.COPY_FAILED, f"{what}: the store's copy ended {status} "
                                                  f"({getattr(props.copy, 'status_description', '') or 'no reason given'})")
             if time.monotonic() > deadline:
                 try:
@@ -1163,7 +1164,7 @@ class _AzureOps(_Ops):
                     self._blob(dst).delete_blob()
                 except Exception:  # noqa: BLE001 - the timeout is the error to report
                     pass
-                raise RemoteError("copy_failed", f"{what}: still copying after {AZ_COPY_TIMEOUT_S} s; aborted")
+                raise RemoteError(StoreError.COPY_FAILED, f"{what}: still copying after {AZ_COPY_TIMEOUT_S} s; aborted")
             time.sleep(pause)
             pause = min(2.0, pause * 1.5)
 
@@ -1181,7 +1182,7 @@ class _AzureOps(_Ops):
             self.rfs.stats.add("put", blocks)
         info = self.head(path)
         if info is None:
-            raise RemoteError("store_error", f"{path}: missing right after its upload")
+            raise RemoteError(StoreError.STORE_ERROR, f"{path}: missing right after its upload")
         return info
 
     def delete_coded(self, paths, versions: Optional[Dict[str, str]] = None) -> Dict[str, RemoteError]:
@@ -1210,7 +1211,7 @@ class _AzureOps(_Ops):
                     self.rfs.stats.add("delete")
                 for k, res in zip(page, results):
                     if res.status_code not in (200, 202, 404):
-                        failed[f"{b}/{k}"] = RemoteError(PRECONDITION_FAILED if res.status_code == 412 else "store_error",
+                        failed[f"{b}/{k}"] = RemoteError(PRECONDITION_FAILED if res.status_code == 412 else StoreError.STORE_ERROR,
                                                          f"HTTP {res.status_code}")
         return failed
 
@@ -1235,6 +1236,6 @@ def ops_for(rfs: "RemoteFS") -> _Ops:
     for an fsspec scheme without one (those can be scanned and planned, not changed)."""
     cls = _OPS.get(rfs.protocol)
     if cls is None:
-        raise RemoteError("not_supported", f"{rfs.url}: changing a {rfs.scheme}:// logdir is not supported "
+        raise RemoteError(StoreError.NOT_SUPPORTED, f"{rfs.url}: changing a {rfs.scheme}:// logdir is not supported "
                           "(no conditional writes); scan and plan work")
     return cls(rfs)
