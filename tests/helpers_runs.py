@@ -24,6 +24,18 @@ def write_small_run(run: str, i: int = 0, steps: int = 50, tags=TAGS, n_events: 
     synth.write_profile_session(run, synth.session_name_for(WRITTEN_AT + 600), "host", n_events=n_events, seed=i)
 
 
+def write_loss_run(run_dir, seed: int) -> None:
+    """A run of 40 ``loss`` scalars and one xprof session of 400 events with its caches (its values
+    and the session's seed from ``seed``): what the tests of unreadable folders and backups reduce."""
+    import math
+
+    with synth.EventWriter(str(run_dir)) as w:
+        for s in range(40):
+            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
+    synth.write_profile_session(str(run_dir), synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=400,
+                                with_caches=True, seed=seed)
+
+
 def read_tree(root: str) -> dict:
     """{path relative to ``root``: bytes} of every file below it."""
     out = {}

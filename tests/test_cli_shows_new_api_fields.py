@@ -12,7 +12,6 @@ capabilities that let it (``setpriv --bounding-set -dac_override,-dac_read_searc
 from __future__ import annotations
 
 import glob
-import math
 import os
 import signal
 import socket
@@ -22,41 +21,23 @@ from pathlib import Path
 
 import pytest
 
+from helpers_nocap import ENV, REPO, still_reads
+from helpers_nocap import cli as _cli
+from helpers_runs import age_tree, write_loss_run
 from tb_footprint_plugin import cli
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-PREFIX = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(PREFIX + [sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=ENV,
-                          capture_output=True, text=True, timeout=600)
-
-
 def _write_run(run_dir: Path, seed: int) -> None:
-    from tb_footprint_plugin import synth
-
-    with synth.EventWriter(str(run_dir)) as w:
-        for s in range(40):
-            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
-    synth.write_profile_session(str(run_dir), synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=400,
-                                with_caches=True, seed=seed)
-    for dirpath, dirnames, filenames in os.walk(run_dir.parent):
-        for n in filenames + dirnames:
-            os.utime(os.path.join(dirpath, n), (1_600_000_000, 1_600_000_000))
+    write_loss_run(run_dir, seed)
+    age_tree(run_dir.parent, 1_600_000_000)
 
 
 def _needs_unreadable(path: Path, mode: int) -> None:
     """Skip unless the child really cannot read ``path`` at mode 000 (else the test proves nothing)."""
-    if not PREFIX:
-        return
-    os.chmod(path, 0)
-    probe = subprocess.run(PREFIX + ["cat" if path.is_file() else "ls", str(path)], capture_output=True)
-    os.chmod(path, mode)
-    if probe.returncode == 0:
+    if still_reads(path, mode):
         pytest.skip("setpriv could not drop the capability to read any file here")
 
 

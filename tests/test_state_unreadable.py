@@ -10,20 +10,15 @@ does for an unreadable event file.
 from __future__ import annotations
 
 import glob
-import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import user_files
+from helpers_nocap import child_json, cli, still_reads
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-PREFIX = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -50,15 +45,8 @@ print(json.dumps(out, default=str))
 
 
 def _child(logdir: Path, what: str) -> dict:
-    p = subprocess.run(PREFIX + [sys.executable, "-c", CHILD, str(logdir), what], env=ENV, capture_output=True,
-                       text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return child_json(CHILD, logdir, what)
 
-
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(PREFIX + [sys.executable, "-m", "tb_footprint_plugin.cli", *map(str, args)], env=ENV,
-                          capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture
@@ -79,12 +67,8 @@ def reduced(tmp_path):
                             vault_format="hardlink")
     assert [o.status for o in rep.outcomes] == ["verified"], rep.outcomes
     state = ld / ".tb-footprint"
-    if PREFIX:  # the child must still not be able to read it: else the test proves nothing
-        os.chmod(state, 0)
-        probe = subprocess.run(PREFIX + ["ls", str(state)], capture_output=True)
-        os.chmod(state, 0o700)
-        if probe.returncode == 0:
-            pytest.skip("setpriv could not drop the capability to read any folder here")
+    if still_reads(state, 0o700):  # the child must not be able to read it: else the test proves nothing
+        pytest.skip("setpriv could not drop the capability to read any folder here")
     return ld
 
 
@@ -100,10 +84,10 @@ def test_an_unreadable_state_folder_is_a_permission_failure_naming_it(reduced):
         # the plan cannot see the unfinished operations: it says why (the reduce then refuses)
         notes = _child(reduced, "plan")["notes"]
         assert any(n.startswith("[permission_denied]") and str(state) in n for n in notes), notes
-        p = _cli("restore", reduced, "a", "--yes")
+        p = cli("restore", reduced, "a", "--yes")
         assert p.returncode != 0 and "[permission_denied]" in p.stderr and str(state) in p.stderr, p.stderr
         assert "nothing to restore" not in p.stdout + p.stderr
-        p = _cli("history", reduced)
+        p = cli("history", reduced)
         assert p.returncode != 0 and "no changes recorded" not in p.stdout and str(state) in p.stderr, p
     finally:
         os.chmod(state, 0o700)

@@ -10,19 +10,14 @@ let it (``setpriv``, as ``test_unread_folders`` does).
 from __future__ import annotations
 
 import json
-import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import user_files
-
-REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-PREFIX = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+from helpers_nocap import child_json, cli, still_reads
+from helpers_runs import write_loss_run
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -40,35 +35,22 @@ print(json.dumps({"ok": r.ok, "dict_ok": d["ok"], "warnings": d.get("unread_warn
 '''
 
 
-def _write_run(run_dir: Path, seed: int) -> None:
-    from tb_footprint_plugin import synth
-
-    with synth.EventWriter(str(run_dir)) as w:
-        for s in range(40):
-            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
-    synth.write_profile_session(str(run_dir), synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=400,
-                                with_caches=True, seed=seed)
-
-
 def _child(logdir: Path, runs=None) -> dict:
-    p = subprocess.run(PREFIX + [sys.executable, "-c", CHILD, str(logdir), json.dumps(runs)], env=ENV,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return child_json(CHILD, logdir, json.dumps(runs))
 
 
 @pytest.fixture
 def logdir(tmp_path):
     """Run ``a`` (readable) and ``notes`` (a folder of no run, mode 000)."""
     ld = tmp_path / "logdir"
-    _write_run(ld / "a", 0)
+    write_loss_run(ld / "a", 0)
     (ld / "notes").mkdir()
     (ld / "notes" / "todo.txt").write_text("read me\n")
     for dirpath, dirnames, filenames in os.walk(ld):
         for n in filenames + dirnames:
             os.utime(os.path.join(dirpath, n), (1_600_000_000, 1_600_000_000))
     os.chmod(ld / "notes", 0)
-    if PREFIX and subprocess.run(PREFIX + ["ls", str(ld / "notes")], capture_output=True).returncode == 0:
+    if still_reads(ld / "notes"):
         os.chmod(ld / "notes", 0o755)
         pytest.skip("setpriv could not drop the capability to read any folder here")
     yield ld
@@ -90,9 +72,7 @@ def test_a_reduce_of_the_whole_logdir_names_the_folder_and_is_ok(logdir):
 
 
 def test_the_cli_reduce_exits_0_and_names_the_folder(logdir):
-    p = subprocess.run(PREFIX + [sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", str(logdir), "--yes",
-                                 "--quiet-period", "0", "--verify", "python"],
-                       env=ENV, capture_output=True, text=True, timeout=600)
+    p = cli("reduce", logdir, "--yes", "--quiet-period", "0", "--verify", "python")
     assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     assert str(logdir / "notes") in p.stdout and "[permission_denied]" in p.stdout, p.stdout
 

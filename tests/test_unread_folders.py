@@ -10,20 +10,15 @@ capabilities that let it (``setpriv --bounding-set -dac_override,-dac_read_searc
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import user_files
+from helpers_nocap import child_json, cli, still_reads
+from helpers_runs import write_loss_run as _write_run
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-PREFIX = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -51,16 +46,6 @@ print(json.dumps(out))
 '''
 
 
-def _write_run(run_dir: Path, seed: int) -> None:
-    from tb_footprint_plugin import synth
-
-    with synth.EventWriter(str(run_dir)) as w:
-        for s in range(40):
-            w.scalar("loss", s, math.exp(-s / 15.0) + 0.01 * seed)
-    synth.write_profile_session(str(run_dir), synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=400,
-                                with_caches=True, seed=seed)
-
-
 def _age(root: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         for n in filenames + dirnames:
@@ -68,10 +53,7 @@ def _age(root: Path) -> None:
 
 
 def _child(logdir: Path, what: str) -> dict:
-    p = subprocess.run(PREFIX + [sys.executable, "-c", CHILD, str(logdir), what], env=ENV, capture_output=True,
-                       text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return child_json(CHILD, logdir, what)
 
 
 @pytest.fixture
@@ -84,10 +66,8 @@ def logdir(tmp_path):
     _age(ld)
     os.chmod(ld / "b", 0)
     os.chmod(ld / "c" / "notes", 0)
-    if PREFIX:  # the child must still not be able to read them: else the test proves nothing
-        probe = subprocess.run(PREFIX + ["ls", str(ld / "b")], capture_output=True)
-        if probe.returncode == 0:
-            pytest.skip("setpriv could not drop the capability to read any folder here")
+    if still_reads(ld / "b"):  # the child must not be able to read them: else the test proves nothing
+        pytest.skip("setpriv could not drop the capability to read any folder here")
     yield ld
     os.chmod(ld / "b", 0o755)
     os.chmod(ld / "c" / "notes", 0o755)
@@ -135,9 +115,7 @@ def test_reduce_says_the_unreadable_folders_and_is_not_ok(logdir):
 
 
 def test_cli_reduce_exits_1_when_a_folder_could_not_be_read(logdir):
-    p = subprocess.run(PREFIX + [sys.executable, "-m", "tb_footprint_plugin.cli", "reduce", str(logdir), "--yes",
-                                 "--quiet-period", "0", "--verify", "python", "--run", "b"],
-                       env=ENV, capture_output=True, text=True, timeout=600)
+    p = cli("reduce", logdir, "--yes", "--quiet-period", "0", "--verify", "python", "--run", "b")
     assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     assert str(logdir / "b") in p.stdout, p.stdout
 
@@ -149,7 +127,7 @@ def test_a_logdir_whose_only_run_folder_is_unreadable_is_still_a_logdir(tmp_path
     _age(ld)
     os.chmod(ld / "b", 0)
     try:
-        if PREFIX and subprocess.run(PREFIX + ["ls", str(ld / "b")], capture_output=True).returncode == 0:
+        if still_reads(ld / "b"):
             pytest.skip("setpriv could not drop the capability to read any folder here")
         runs = _child(ld, "check-and-plan")["runs"]
     finally:

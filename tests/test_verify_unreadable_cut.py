@@ -9,20 +9,15 @@ that let it (``setpriv``, as ``test_state_unreadable`` does).
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tb_footprint_plugin import api, synth
+from helpers_nocap import child_json, still_reads
+from helpers_runs import write_loss_run
+from tb_footprint_plugin import api
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-PREFIX = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -61,10 +56,7 @@ else:
 
 
 def _child(logdir: Path, where: str, how: str) -> dict:
-    p = subprocess.run(PREFIX + [sys.executable, "-c", CHILD, str(logdir), where, how], env=ENV,
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return child_json(CHILD, logdir, where, how)
 
 
 @pytest.fixture
@@ -72,11 +64,7 @@ def reduced(tmp_path):
     """A logdir whose run ``a`` was reduced with several backups kept as plain blobs; the first
     backup its manifest names made unreadable (mode 000) for the test."""
     ld = tmp_path / "logdir"
-    with synth.EventWriter(str(ld / "a")) as w:
-        for s in range(40):
-            w.scalar("loss", s, math.exp(-s / 15.0))
-    synth.write_profile_session(str(ld / "a"), synth.session_name_for(synth.DEFAULT_TIMESTAMP), n_events=400,
-                                with_caches=True, seed=1)
+    write_loss_run(ld / "a", 1)
     rep = api.reduce_logdir(str(ld), policy="archive", dry_run=False, quiet_period=0, verify_backends=("python",),
                             vault_format="hardlink")
     assert [o.status for o in rep.outcomes] == ["verified"], rep.outcomes
@@ -89,7 +77,7 @@ def reduced(tmp_path):
     m = find_manifest(Context(str(ld)), op["op_id"])
     blob = Vault(m["vault"]).blob_path(m["files"][0]["sha256"])
     os.chmod(blob, 0)
-    if PREFIX and subprocess.run(PREFIX + ["cat", blob], capture_output=True).returncode == 0:
+    if still_reads(blob):
         os.chmod(blob, 0o600)
         pytest.skip("setpriv could not drop the capability to read any file here")
     yield ld, blob
