@@ -337,7 +337,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         # the readers' own description of each side: nothing reads it back (both front ends drop
         # it), and it was the bulk of a small run's record after its series
         ver = {k: v for k, v in ver.items() if k != "views"}
-    after = bytes_after_of(records) if outcome == "verified" else plan["bytes_before"]
+    after = bytes_after_of(records) if outcome == Outcome.VERIFIED else plan["bytes_before"]
     m = manifest.new(
         op_id=begin["op_id"], kind="reduce", run=begin["run"], logdir=begin["logdir"],
         started_at=begin["t"], finished_at=time.time(), outcome=outcome, reason=reason,
@@ -346,7 +346,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
                 "mtime_ns": b.get("mtime_ns"), **{k: b[k] for k in ("uid", "gid") if k in b},
                 "sha256": b["sha256"], "blob": os.path.relpath(vault.blob_path(b["sha256"]), vault.root),
                 "action": b["action"]} for b in backups],
-        backup_purged=outcome != "verified",
+        backup_purged=outcome != Outcome.VERIFIED,
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         vault=vault.root,
         plan=stored_plan(plan),
@@ -368,14 +368,14 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
     # a rollback's manifest already there: an earlier attempt of this rollback wrote it (and perhaps
     # its line) before a kill, and recovery redoes it (``_line_written``)
-    again = outcome != "verified" and vault.has_manifest(m["op_id"])
+    again = outcome != Outcome.VERIFIED and vault.has_manifest(m["op_id"])
     # one line of the operation log, its only record (``NoSpace`` names the file)
     size = len(json.dumps(m, sort_keys=True))
     try:
         with writing(oplog.log_path(vault.root, m["op_id"]), size, at=vault.root):
             vault.write_manifest(m)
     except NoSpace as e:
-        if outcome == "verified" or displaced:
+        if outcome == Outcome.VERIFIED or displaced:
             raise  # the record of a change, or of content kept in the vault: never skipped
         # a rollback that displaced nothing leaves the run as it was: on a full disk its record
         # is what gives way, so the rollback itself (which frees the staged files) completes
@@ -390,7 +390,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
         with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
             append_history(ctx.state, entry)
     except NoSpace as e:
-        if outcome == "verified":
+        if outcome == Outcome.VERIFIED:
             raise
         m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, Collection, List, Optional, Sequence, Tuple
 
-from tb_footprint_plugin.codes import Failure, Outcome, Skip
+from tb_footprint_plugin.codes import Failure, Outcome, Recovery, Skip
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome, TransactionError
 from tb_footprint_plugin.engine.purge import PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
@@ -275,7 +275,7 @@ class Engine(ABC):
 
 def refused_rows(recovered: Sequence[RecoveryOutcome]) -> List[dict]:
     """What a purge reports of the journals ``recovered`` refused (planted, copied, malformed)."""
-    return [{"op_id": r.op_id, "code": r.code, "detail": r.detail} for r in recovered if r.action == "refused"]
+    return [{"op_id": r.op_id, "code": r.code, "detail": r.detail} for r in recovered if r.action == Recovery.REFUSED]
 
 
 def already_restored(m: dict) -> RunOutcome:

@@ -220,7 +220,7 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} is missing from {vault.root}"))
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and m.get("outcome") == "verified" \
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and m.get("outcome") == Outcome.VERIFIED \
                     and f["sha256"] not in in_use and (vault.root, f["sha256"]) not in shared_named \
                     and not vault.pinned_by(f["sha256"]):
                 # committed, pinned by no transaction under way: its original's name went at the
@@ -236,7 +236,7 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
             if not stat.S_ISREG(st.st_mode) or st.st_size < f["size"]:
                 out.append(_f(Finding.BACKUP_DAMAGED, m["op_id"], m.get("run"),
                               f"backup of {f['path']} in {vault.root} is shorter than it was"))
-            elif st.st_size > f["size"] and m.get("kind") == "reduce" and m.get("outcome") == "verified" and (
+            elif st.st_size > f["size"] and m.get("kind") == "reduce" and m.get("outcome") == Outcome.VERIFIED and (
                     os.path.lexists(vault.zst_path(f["sha256"]))
                     or remote_vault.packed_ref(vault.root, f["sha256"]) is not None):
                 # compacted or packed once nothing wrote it: a plain file grown beside that copy is
@@ -244,7 +244,7 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
                 out.append(_f(Finding.BACKUP_CHANGED, m["op_id"], m.get("run"),
                               f"a plain file grew beside the compacted backup of {f['path']} in {vault.root}: not "
                               "this run's records; kept as is, not salvaged (the backup itself is intact)"))
-            elif st.st_size > f["size"] and m.get("kind") == "reduce" and m.get("outcome") == "verified":
+            elif st.st_size > f["size"] and m.get("kind") == "reduce" and m.get("outcome") == Outcome.VERIFIED:
                 out.append(_f(Finding.LATE_WRITES_PENDING, m["op_id"], m.get("run"),
                               f"{st.st_size - f['size']} byte(s) were written to {f['path']} after the reduction; "
                               "`recover` puts the complete records back into the run", st.st_size - f["size"]))

@@ -206,11 +206,11 @@ def read(doc, file: str) -> dict:
     # a bucket keeps only verified operations' manifests (282b743's said so by ``status``); a
     # disk's manifest without an outcome is no verified operation's
     out[OUTCOME] = doc.get(OUTCOME) if OUTCOME in doc or not bucket else (
-        str(Outcome.VERIFIED) if status in (None, "verified", "restored") else status)
+        str(Outcome.VERIFIED) if status in (None, Outcome.VERIFIED, Outcome.RESTORED) else status)
     # restored and purged are one-way: on a bucket either name saying so counts (an older worker
     # sharing the bucket marks only its own names, ``status`` and ``purged``, on a manifest of ours)
     out[RESTORED_BY] = doc.get(RESTORED_BY)
-    if out[RESTORED_BY] is None and status == "restored":
+    if out[RESTORED_BY] is None and status == Outcome.RESTORED:
         out[RESTORED_BY] = A_RESTORE
     out.setdefault(RESTORED_AT, None)
     out.setdefault(REASON, None)

@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Collection, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
@@ -221,7 +221,7 @@ def grown_backups(manifests: List[dict]) -> List[Tuple[dict, dict, int]]:
     """(manifest, file entry, blob size) for every kept backup longer than recorded (cheap)."""
     out = []
     for m in manifests:
-        if m.get("kind") != "reduce" or m.get("outcome") != "verified" or m.get("backup_purged"):
+        if m.get("kind") != "reduce" or m.get("outcome") != Outcome.VERIFIED or m.get("backup_purged"):
             continue
         vault = Vault(m["vault"])
         for f in m.get("files", []):

@@ -33,6 +33,8 @@ import heapq
 import re
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
+from tb_footprint_plugin.codes import Outcome
+
 Shard = Tuple[int, int]  # (index, count), 0 <= index < count
 
 
@@ -145,7 +147,7 @@ def original_sizes(current: Mapping[str, int], history: Iterable[dict]) -> Dict[
     verified reduction still standing in the change log (entries of other runs are ignored)."""
     first: Dict[str, int] = {}
     for e in history:
-        if not isinstance(e, dict) or e.get("kind") != "reduce" or e.get("outcome") != "verified":
+        if not isinstance(e, dict) or e.get("kind") != "reduce" or e.get("outcome") != Outcome.VERIFIED:
             continue
         run, before = e.get("run"), e.get("before")
         if isinstance(run, str) and run in current and isinstance(before, int) and before >= 0:
