@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from typing import List, Optional, Sequence
 
-from tb_footprint_plugin.codes import Failure, Finding, Recovery, Skip, StoreError
+from tb_footprint_plugin.codes import Failure, Finding, Outcome, Recovery, Skip, StoreError
 from tb_footprint_plugin.fmt import bar, human_bytes, parse_duration, parse_size, share, shown
 from tb_footprint_plugin.version import __version__
 
@@ -361,12 +361,12 @@ def cmd_policies(args) -> int:
 
 
 def _outcome_line(o) -> str:
-    if o.status == "verified":
+    if o.status == Outcome.VERIFIED:
         return (f"✓ {shown(o.run)}: verified, {human_bytes(o.bytes_before)} → {human_bytes(o.bytes_after)}"
                 f" (saved {human_bytes(o.saved_bytes)}, op {o.op_id})")
-    if o.status == "restored":
+    if o.status == Outcome.RESTORED:
         return f"✓ {shown(o.run)}: restored ({o.reason}; op {o.op_id})"
-    mark = "·" if o.status in ("skipped", "dry_run") else "✗"
+    mark = "·" if o.status in (Outcome.SKIPPED, Outcome.DRY_RUN) else "✗"
     code = f" [{o.code}]" if o.code else ""
     who = shown(o.run) if o.run else "(the logdir's state)"  # damage of the state is no run's
     return f"{mark} {who}: {o.status}{code}" + (f" — {o.reason}" if o.reason else "")
@@ -754,9 +754,9 @@ def _unsettled_lines(logdir: str, backup_dir: Optional[str], runs: List[str], si
             continue  # the manifests cannot be read now: `status` says it
         if not ops:
             lines.append(f"✓ {run}: untouched: stopped before it backed up or changed any file")
-        elif str(ops[0].get("outcome")) == "verified":
+        elif str(ops[0].get("outcome")) == Outcome.VERIFIED:
             lines.append(f"✓ {run}: reduced and verified before the interrupt took effect — op {ops[0]['op_id']}")
-        elif str(ops[0].get("outcome")) == "rolled_back":
+        elif str(ops[0].get("outcome")) == Outcome.ROLLED_BACK:
             lines.append(f"✓ {run}: rolled back: as it was — op {ops[0]['op_id']}")
     return lines
 
@@ -845,12 +845,12 @@ def _print_reduce(args, report) -> int:
         print("\ndry run: nothing was changed. Run again without --dry-run to reduce.")
     else:
         for r in report.recovered:
-            print(f"recovered {r.op_id} ({shown(r.run)}): {r.action} — {r.detail}" if r.action != "refused"
+            print(f"recovered {r.op_id} ({shown(r.run)}): {r.action} — {r.detail}" if r.action != Recovery.REFUSED
                   else f"refused [{r.code}] journal {r.op_id}: {r.detail}")
         for prob in report.ledger_problems:
             print(f"refused [{prob['code']}] ledger: {prob['detail']}" +
                   (f" (kept as {prob['kept_as']})" if prob.get("kept_as") else ""))
-        done = [o for o in report.outcomes if o.status == "verified"]
+        done = [o for o in report.outcomes if o.status == Outcome.VERIFIED]
         ledger_skips = sum(1 for o in report.outcomes if o.code == Skip.LEDGER_DONE)
         print(f"\n{len(done)} run(s) reduced and verified, {len(report.failed)} failed or rolled back"
               + (f", {ledger_skips} already done in the ledger" if ledger_skips else "")
@@ -933,7 +933,7 @@ def cmd_restore(args) -> int:
             print(_outcome_line(o))
         if not outs:
             print("nothing to restore")
-    return EXIT_OK if all(o.status == "restored" or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
+    return EXIT_OK if all(o.status == Outcome.RESTORED or o.code == Skip.ALREADY_RESTORED for o in outs) else EXIT_FAILED
 
 
 def _restore_call(api, args, call: dict, on_outcome, cancel) -> list:
@@ -1810,13 +1810,13 @@ def cmd_retire(args) -> int:
     if args.json:
         _dump(rep.to_dict())
     else:
-        print(f"retired {sum(1 for o in rep.outcomes if o.status == 'verified')} run(s), "
+        print(f"retired {sum(1 for o in rep.outcomes if o.status == Outcome.VERIFIED)} run(s), "
               f"{human_bytes(rep.retired_bytes)}; `tb-footprint retired {args.logdir}` lists them")
     return EXIT_OK if rep.ok else EXIT_FAILED
 
 
 def _retire_line(o) -> str:
-    if o.status == "verified":
+    if o.status == Outcome.VERIFIED:
         return f"✓ {shown(o.run)}: retired, {human_bytes(o.bytes_before)} into the vault (op {o.op_id})"
     return _outcome_line(o)
 

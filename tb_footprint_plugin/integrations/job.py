@@ -321,7 +321,7 @@ def _log_outcome(out: JobOutcome) -> None:
             line = f"  {rp.run}: {status}" + (f" [{code}]" if code else "")
             if rep.dry_run and not rp.skipped:
                 line += f", would free {rp.removable_bytes} of {rp.bytes_before} bytes"
-            elif o is not None and o.status == "verified":
+            elif o is not None and o.status == Outcome.VERIFIED:
                 line += f", {o.bytes_before} -> {o.bytes_after} bytes (op {o.op_id})"
             reason = (o.reason if o else None) or rp.skipped
             if reason:

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 from tensorboard.plugins import base_plugin
 
 from tb_footprint_plugin.api import is_bucket_url
+from tb_footprint_plugin.codes import Recovery as RecoveryAction  # this module's Recovery is the load-time job
 from tb_footprint_plugin.plugin.jobs import JobManager
 from tb_footprint_plugin.plugin.options import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
 from tb_footprint_plugin.plugin.security import Security
@@ -296,12 +297,13 @@ class Recovery:
             found = api.unfinished(self.logdir, self.backup_dir)
             self.problems, self.settle_command = found["problems"], found["settle_command"]
             self.state = "done"
-            settled = [o for o in outs if o.action in ("rolled_back", "completed", "rebuilt", "swept")]
-            salvaged = [o for o in outs if o.action in ("salvaged", "kept")]
-            repaired = [o for o in outs if o.action == "repaired"]
-            live = [o for o in outs if o.action == "skipped_live"]
-            refused = [o for o in outs if o.action == "refused"]
-            failed = [o for o in outs if o.action == "failed"]
+            settled = [o for o in outs if o.action in (RecoveryAction.ROLLED_BACK, RecoveryAction.COMPLETED,
+                                                       RecoveryAction.REBUILT, RecoveryAction.SWEPT)]
+            salvaged = [o for o in outs if o.action in (RecoveryAction.SALVAGED, RecoveryAction.KEPT)]
+            repaired = [o for o in outs if o.action == RecoveryAction.REPAIRED]
+            live = [o for o in outs if o.action == RecoveryAction.SKIPPED_LIVE]
+            refused = [o for o in outs if o.action == RecoveryAction.REFUSED]
+            failed = [o for o in outs if o.action == RecoveryAction.FAILED]
             parts = []
             if settled:
                 parts.append(f"{len(settled)} unfinished operation(s) or damaged record(s) settled")

@@ -8,6 +8,7 @@ import math
 from typing import List, Optional
 
 from tb_footprint_plugin import api
+from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.plugin.http import HttpError, RouteBase
 from tb_footprint_plugin.plugin.jobs import Job
 
@@ -111,11 +112,11 @@ class RetireRoutes(RouteBase):
             d = rep.to_dict()
             for o in d["outcomes"]:
                 o["kind"] = "retire"
-                o["dashboards"] = [note] if o["status"] == "verified" else []
+                o["dashboards"] = [note] if o["status"] == Outcome.VERIFIED else []
                 job.finish_run(o["run"], o["status"])
                 for r in next((i.takes_along for i in plan.selected if i.run == o["run"]), []):
                     job.finish_run(r, o["status"])
-            d["committed_any"] = any(o["status"] == "verified" for o in d["outcomes"])
+            d["committed_any"] = any(o["status"] == Outcome.VERIFIED for o in d["outcomes"])
             return d
 
         return self._submit(request, job, work)
@@ -150,13 +151,13 @@ class RetireRoutes(RouteBase):
             for o in outs:
                 d = o.to_dict()
                 d["kind"] = "unretire"
-                d["dashboards"] = [note] if o.status == "restored" else []
+                d["dashboards"] = [note] if o.status == Outcome.RESTORED else []
                 outcomes.append(d)
                 job.finish_run(o.run, o.status)
             for r in row["takes_along"]:
                 job.finish_run(r, outcomes[0]["status"] if outcomes else "failed")
-            return {"outcomes": outcomes, "ok": all(o["status"] == "restored" for o in outcomes),
-                    "committed_any": any(o["status"] == "restored" for o in outcomes)}
+            return {"outcomes": outcomes, "ok": all(o["status"] == Outcome.RESTORED for o in outcomes),
+                    "committed_any": any(o["status"] == Outcome.RESTORED for o in outcomes)}
 
         return self._submit(request, job, work)
 
