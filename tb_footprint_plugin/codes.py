@@ -170,6 +170,16 @@ class RetireSkip(Code):
     NOT_FOUND = "not_found"  # no such run in the logdir
 
 
+class TagKeep(Code):
+    """How a rewritten tag kept what it kept (``RewriteOutcome.tags[tag]["how"]``); its ``why`` is
+    the prose shown next to it, never branched on."""
+
+    PINNED = "pinned"  # kept in full whatever the policy says (a restart, shared records, no reader): ``why`` says why
+    AT_MOST = "at_most"  # at most N records per tag
+    DASHBOARD_EXACT = "dashboard_exact"  # what the Rust data server's default view shows
+    DEFAULT_VIEW = "default_view"  # exactly the default view, its first step not forced
+
+
 class StoreError(Code):
     """Why a ``storage.store.Store`` call failed (``StoreFailure.code``, ``DeleteResult.code``).
     The values of the object-store client's codes (``storage.remote.RemoteError.code``) are kept."""
@@ -210,4 +220,4 @@ class BlobError(Code):
     STORE = "blob_store_error"  # the store failed (the message names the object)
 
 
-__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "UNREAD_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "StoreError", "BlobError"]
+__all__ = ["Code", "Outcome", "Skip", "PASSING_SKIPS", "UNREAD_SKIPS", "Failure", "Recovery", "JobCode", "Finding", "RetireSkip", "TagKeep", "StoreError", "BlobError"]

@@ -40,6 +40,7 @@ import math
 import os
 from typing import Dict, List, Optional, Tuple
 
+from tb_footprint_plugin.codes import TagKeep
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.fmt import human_bytes
 from tb_footprint_plugin.plan.model import Action
@@ -283,7 +284,7 @@ def _exact_fidelity(run, rules: Rules, outcome) -> List[Line]:
                           "wall time and value are unchanged, only its bytes.")
             head = f"{label}: {kept:,} of {records:,} records kept ({how})"  # the loss first, then the rule
             lines.append(fit(head, detail))
-            relaxed = [(t, r) for t, r in reduced if r.get("why", "").startswith("default-view")]
+            relaxed = [(t, r) for t, r in reduced if r.get("how") == TagKeep.DEFAULT_VIEW]
             if relaxed:
                 lines.append(_python_view(cat.label(plugin), cap, relaxed))
         for why in sorted({r["why"] for _, r in whole}):
@@ -312,8 +313,7 @@ def _exact_fidelity(run, rules: Rules, outcome) -> List[Line]:
 
 
 def _pinned(r: dict) -> bool:
-    why = r.get("why", "")
-    return not (why.startswith("at most") or why in ("dashboard-exact", "default-view (first step not forced)"))
+    return r.get("how") == TagKeep.PINNED
 
 
 def _python_view(label: str, cap: int, relaxed) -> Line:

@@ -107,6 +107,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+from tb_footprint_plugin.codes import TagKeep
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.scan import eventfile, passes
 from tb_footprint_plugin.scan.tfrecord import RecordReader, RecordWriter, frame, masked_crc32c
@@ -923,7 +924,8 @@ class _RunSelection:
             keep = _choose(tag, s, rust_view, self.rewritten, self.file_of)
             if keep is None:
                 if s.pinned and n:
-                    tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n, "why": s.pinned}
+                    tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n, "why": s.pinned,
+                                       "how": TagKeep.PINNED}
                 continue
             dropped = self._drop_all_but(s, keep)
             if s.carrier is not None and dropped:
@@ -932,10 +934,14 @@ class _RunSelection:
             if dropped:
                 self._expect(s)
             if isinstance(s.mode, int):
-                how = f"at most {s.mode} per tag"
+                how, why = TagKeep.AT_MOST, f"at most {s.mode} per tag"
+            elif s.relaxed:
+                how, why = TagKeep.DEFAULT_VIEW, _DEFAULT_VIEW_WHY
             else:
-                how = _DEFAULT_VIEW_WHY if s.relaxed else _DASHBOARD_EXACT_WHY
-            tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped, "why": s.pinned or how}
+                how, why = TagKeep.DASHBOARD_EXACT, _DASHBOARD_EXACT_WHY
+            if s.pinned:
+                how, why = TagKeep.PINNED, s.pinned
+            tag_report[tag] = {"plugin": s.plugin, "records": n, "kept": n - dropped, "why": why, "how": how}
         return tag_report
 
     def _drop_all_but(self, s: _Stream, keep: List[int]) -> int:
@@ -979,12 +985,11 @@ class _RunSelection:
         their metadata carried, and what --load_fast=false shows of each reduced tag."""
         notes = self.notes
         pinned = sorted({r["why"] for r in tag_report.values() if r["kept"] == r["records"]
-                         and r["why"] not in (_DASHBOARD_EXACT_WHY, _DEFAULT_VIEW_WHY)
-                         and not r["why"].startswith("at most")})
+                         and r["how"] == TagKeep.PINNED})
         for why in pinned:
             k = sum(1 for r in tag_report.values() if r["why"] == why)
             notes.append(f"{k} tag(s) kept in full: {why}")
-        relaxed = sorted(t for t, r in tag_report.items() if r["why"] == _DEFAULT_VIEW_WHY
+        relaxed = sorted(t for t, r in tag_report.items() if r["how"] == TagKeep.DEFAULT_VIEW
                          and r["kept"] < r["records"])
         if relaxed:
             notes.append(f"{len(relaxed)} tag(s) reduced to exactly the default view (downsample: "

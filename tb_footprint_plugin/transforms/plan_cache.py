@@ -23,6 +23,7 @@ import sys
 import zlib
 from typing import Iterable, Optional, Tuple
 
+from tb_footprint_plugin.codes import TagKeep
 from tb_footprint_plugin.plan.rules import Rules, TraceOptions
 from tb_footprint_plugin.scan.selcache import SelectionCache
 from tb_footprint_plugin.storage.paths import cache_dir
@@ -94,6 +95,7 @@ def outcome_from_dict(d: dict) -> RewriteOutcome:
     for tag, r in dict(d["tags"]).items():
         r = dict(r)
         _str(r["plugin"]), _int(r["records"]), _int(r["kept"]), _str(r.get("why", ""))
+        r["how"] = TagKeep(r["how"])  # a cached entry written without it: a miss, computed again
         tags[_str(tag)] = r
     notes = [_str(n) for n in d["notes"]]
     expectations = {_str(k): _str(v) for k, v in dict(d["expectations"]).items()}
