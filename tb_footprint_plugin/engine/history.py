@@ -27,9 +27,12 @@ disk's ``StateFolder`` and follower and the bucket's few functions are that form
   sealed name (``<its name>.sealed-<its mtime, ms>-<a tag of its version>.jsonl``, beside the
   workers' logs, where the reader lists them) and starts a fresh one, so no line is ever hidden
   behind a full log nor refused; a planted oversize log is sealed aside the same way (and read,
-  like any sealed log, only to its own limit). A bucket's seal is a copy then a conditional
-  delete: a kill between them leaves both, and the reader skips the live copy whose version the
-  sealed name carries (the next append finishes the seal).
+  like any sealed log, only to its own limit). A seal is a link then an unlink on a disk and a
+  copy then a conditional delete on a bucket: a kill between them leaves both names. The reader
+  skips the live copy whose version the sealed name carries, and reads once the first lines of any
+  log that a sealed log of its name holds byte for byte (a live log appended to since, or a copy
+  a rival append left beside the next seal); a disk's next append finishes the seal first, and a
+  seal drops the sealed copies of that log its own sealed log holds whole.
 * On a disk a planted symlink, FIFO or folder under a log's name is never followed nor opened
   (``PosixStore``'s reads refuse it; ``StateFolder.append`` sets it aside and starts a fresh
   file); a torn line a full disk left is cut back; every append is fsynced.
@@ -75,6 +78,8 @@ _SEALED = re.compile(r"^(history(?:-shard-\d+-of-\d+@[A-Za-z0-9._-]{1,64})?)\.se
 _PIECE = 8 << 20
 #: seals an append tries before it gives up (each lost to another appender of the same log)
 _SEAL_TRIES = 3
+#: the first bytes of a sealed log compared with a log that may repeat it, before the whole
+_HEAD = 4096
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 _process_writer: Optional[str] = None
@@ -170,21 +175,25 @@ class ChangeLog:
     def keys(self) -> List[str]:
         """Every log: the single one and each worker's (by name, the single one first unless it
         is listed beside them)."""
+        return [k for k, _e in self._listed()]
+
+    def _listed(self) -> List[Tuple[str, Optional[Entry]]]:
+        """``keys`` with what the listing said of each (None: the bucket's single log, not listed)."""
         single = self.key(HISTORY_NAME)
         if self.workers is None:
-            return [single]
+            return [(single, None)]
         try:
-            found = [e.key for e in self.store.list(self.workers, shallow=True)]
+            found = list(self.store.list(self.workers, shallow=True))
         except StoreFailure as e:
             if e.code not in _NOTHING_OF_OURS:
                 raise
             found = []
-        names = {k.rsplit("/", 1)[-1]: k for k in found}
-        ours = [names[n] for n in sorted(names)
-                if _WORKER_FILE.match(n) or _SEALED.match(n) or (n == HISTORY_NAME and names[n] == single)]
+        names = {e.key.rsplit("/", 1)[-1]: e for e in found}
+        ours = [(names[n].key, names[n]) for n in sorted(names)
+                if _WORKER_FILE.match(n) or _SEALED.match(n) or (n == HISTORY_NAME and names[n].key == single)]
         # the single log beside the workers' (a disk's state folder) is listed when it is there;
         # elsewhere (a bucket's) it is read, and absent is nothing
-        return ours if self.workers == self.folder else [single] + ours
+        return ours if self.workers == self.folder else [(single, None)] + ours
 
     def append(self, entry: dict) -> None:
         """Append one entry (with the current time, and this process's shard) to this process's log."""
@@ -204,7 +213,11 @@ class ChangeLog:
                 st = self.store.stat(key)
             except StoreFailure:  # not a regular file of ours: the store's append sets it aside
                 st = None
-            if st is not None and st.size + len(data) + 1 > self.limit:  # +1: a newline a torn last line gets
+            # +1: a newline a torn last line gets. A seal cut short between its link and its unlink
+            # (both names on one inode) is finished first, whatever the append's size: appended
+            # to, the line would land in the sealed log too (review R20 G1)
+            if st is not None and (st.size + len(data) + 1 > self.limit
+                                   or self._stat_or_none(self.sealed_key(key, st)) is not None):
                 self.seal(key, st)
         for attempt in range(_SEAL_TRIES):
             try:
@@ -236,6 +249,7 @@ class ChangeLog:
         dst = self.sealed_key(key, entry)
         try:
             self.store.replace(key, dst, if_source_version=entry.version, if_absent=True)
+            self._drop_copies_held_by(dst, entry.size)
             return
         except StoreFailure as e:
             if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
@@ -254,12 +268,42 @@ class ChangeLog:
         res = self.store.delete([key], versions={key: entry.version})[0]
         if not res.ok and res.code not in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             raise StoreFailure(res.code or StoreError.STORE_ERROR, key, res.message)
+        if res.ok:
+            self._drop_copies_held_by(dst, entry.size)
+
+    def _stat_or_none(self, key: str) -> Optional[Entry]:
+        try:
+            return self.store.stat(key)
+        except StoreFailure:  # not a regular file of ours: no log of ours there
+            return None
+
+    def _drop_copies_held_by(self, dst: str, size: int) -> None:
+        """After ``dst`` (``size`` bytes) was sealed: delete each other sealed log of its name whose
+        bytes are the first bytes of ``dst`` (review R20 G1, G2: a seal cut short, or one whose
+        delete another appender's line made fail, left a copy of the log that went on to grow; its
+        every byte is in ``dst``, so nothing is lost, and each line is kept once). Best effort:
+        one listing, at a roll-over only; a copy not dropped is still read once (``read_logs``)."""
+        stem = _SEALED.match(dst.rsplit("/", 1)[-1]).group(1)
+        try:
+            found = [e for k, e in self._listed() if k != dst and e is not None and e.size <= size
+                     and (_SEALED.match(k.rsplit("/", 1)[-1]) or [None, None])[1] == stem]
+            for e in found:
+                if _same_prefix(self.store, e.key, dst, e.size):
+                    self.store.delete([e.key], versions={e.key: e.version})
+        except StoreFailure:
+            return
 
     def read_logs(self) -> List[JsonLines]:
         """Each log parsed (``trust.JsonLines``: its records and its damaged lines, named)."""
         out = []
-        keys = self.keys()
-        for key in self._sealed_twice(keys):
+        listed = self._listed()
+        sealed: Dict[str, List[Entry]] = {}  # by the name of the log each was: what a log may repeat
+        for k, e in listed:
+            m = _SEALED.match(k.rsplit("/", 1)[-1])
+            if m and e is not None and 0 < e.size <= self.limit:
+                sealed.setdefault(m.group(1), []).append(e)
+        heads: Dict[str, bytes] = {}
+        for key in self._sealed_twice([k for k, _e in listed]):
             name = self.name_of(key)
             try:
                 data = self.store.read_all(key, self.limit)
@@ -271,6 +315,14 @@ class ChangeLog:
                     raise
                 data, too_large = self._whole_lines_of_prefix(key), True
             log = parse_json_lines(data, name)
+            m = _SEALED.match(key.rsplit("/", 1)[-1])
+            stem = m.group(1) if m else key.rsplit("/", 1)[-1][:-len(".jsonl")]
+            if not too_large and sealed.get(stem):
+                repeated = self._repeated_lines(key, data, sealed[stem], heads)
+                if repeated:  # those lines are read from the sealed log (review R20 G1, G2)
+                    kept = [(r, n) for r, n in zip(log.records, log.lines) if n > repeated]
+                    log.records, log.lines = [r for r, _n in kept], [n for _r, n in kept]
+                    log.damaged = [d for d in log.damaged if d.line > repeated]
             if log.torn and _SEALED.match(key.rsplit("/", 1)[-1]):
                 # a live log's torn last line becomes a damaged line once the next append ends it;
                 # a sealed log is never appended to again, so its own is named here
@@ -310,16 +362,36 @@ class ChangeLog:
             out.append(k)
         return out
 
+    def _repeated_lines(self, key: str, data: bytes, sealed: List[Entry], heads: Dict[str, bytes]) -> int:
+        """How many first lines of the log ``key`` (its bytes ``data``) a sealed log of its name
+        holds already, byte for byte: a seal cut short (a bucket's copy, or a disk's link, with
+        its delete not made) of a log appended to since, or the copy left beside a later seal of
+        the same log. 0 mostly: a sealed log larger than ``data``, or whose first bytes differ,
+        costs at most the read of its first ``_HEAD`` bytes (once a read). The largest such
+        sealed log counts; of two alike, the one listed first keeps the lines."""
+        for e in sorted(sealed, key=lambda e: -e.size):
+            if e.key == key or e.size > len(data) or (e.size == len(data) and e.key > key and _SEALED.match(
+                    key.rsplit("/", 1)[-1])):
+                continue
+            if e.key not in heads:
+                try:
+                    heads[e.key] = self.store.read_range(e.key, 0, min(e.size, _HEAD))
+                except StoreFailure:
+                    heads[e.key] = b""
+            head = heads[e.key]
+            if not head or data[:len(head)] != head:
+                continue
+            try:
+                if _same_prefix(self.store, e.key, data, e.size):
+                    return data.count(b"\n", 0, e.size)
+            except StoreFailure:
+                continue
+        return 0
+
     def _whole_lines_of_prefix(self, key: str) -> bytearray:
         """The whole lines of the first ``limit`` bytes of an oversize log, read in pieces into one
         buffer and cut there in place (review R19 N1: never a second copy of ``limit`` bytes)."""
-        buf = bytearray()
-        while len(buf) < self.limit:
-            piece = self.store.read_range(key, len(buf), min(self.limit, len(buf) + _PIECE))
-            if not piece:
-                break
-            buf += piece
-            del piece
+        buf = _read_into(self.store, key, 0, self.limit)
         del buf[buf.rfind(b"\n") + 1:]
         return buf
 
@@ -350,6 +422,33 @@ class ChangeLog:
                     found.append(d)
             out += sorted(found, key=lambda d: d.line)  # each log's in line order (an oversize log's first)
         return out
+
+
+def _read_into(store: Store, key: str, start: int, end: int) -> bytearray:
+    """Bytes ``[start, end)`` of ``key`` (fewer at its end), read in ``_PIECE`` pieces into one
+    buffer: never the pieces and their join at once (review R19 N1)."""
+    buf = bytearray()
+    while start + len(buf) < end:
+        piece = store.read_range(key, start + len(buf), min(end, start + len(buf) + _PIECE))
+        if not piece:
+            break
+        buf += piece
+        del piece
+    return buf
+
+
+def _same_prefix(store: Store, key: str, other, size: int) -> bool:
+    """Whether ``key`` holds exactly ``size`` bytes, the first ``size`` of ``other`` (bytes in
+    hand, or another key of ``store``), compared a piece at a time."""
+    pos = 0
+    while pos < size:
+        mine = store.read_range(key, pos, min(size, pos + _PIECE))
+        theirs = (store.read_range(other, pos, pos + len(mine)) if isinstance(other, str)
+                  else other[pos:pos + len(mine)])
+        if not mine or mine != theirs:
+            return False
+        pos += len(mine)
+    return not store.read_range(key, size, size + 1)
 
 
 def _tag(version: str) -> str:
