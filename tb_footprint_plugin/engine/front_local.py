@@ -492,7 +492,7 @@ class LocalEngine(Engine):
 
     def in_flight(self) -> List[dict]:
         """From the journals (no refusal of the logdir first)."""
-        return [{"kind": "reduce", "outcome": "verified", "run": o["run"], "before": o["bytes_before"]}
+        return [{"kind": "reduce", "outcome": Outcome.VERIFIED, "run": o["run"], "before": o["bytes_before"]}
                 for o in health.unfinished_ops(os.path.join(state_dir(self.logdir), "journal"))
                 if o["kind"] == "reduce" and isinstance(o["run"], str) and o["bytes_before"] is not None]
 

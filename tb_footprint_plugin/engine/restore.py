@@ -497,14 +497,14 @@ def finish_restore(ctx: Context, records: List[dict], memo: Optional[ManifestMem
                                        changed=changed, memo=memo, releases=releases)
     vault.write_manifest(one_schema.new(
         op_id=begin["op_id"], kind="restore", run=manifest["run"], logdir=ctx.logdir, started_at=begin["t"],
-        finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=manifest["op_id"],
+        finished_at=time.time(), outcome=Outcome.RESTORED, files=[], backup_purged=True, of_op=manifest["op_id"],
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         vault=vault.root, tool_version=__version__, **who(),
         restored_files=sorted(originals), kept_changed=kept_changed, displaced=displaced))
     append_history(ctx.state, {
         "op_id": begin["op_id"], "kind": "restore", "run": manifest["run"], "policy": None,
         "before": manifest.get("bytes_after"), "after": manifest.get("bytes_before"), "verified": True,
-        "outcome": "restored", "reason": f"restored {manifest['op_id']}", "backup_kept": True,
+        "outcome": Outcome.RESTORED, "reason": f"restored {manifest['op_id']}", "backup_kept": True,
         "user": who()["user"], "host": who()["host"], "tool_version": __version__,
         **({"code": restore_code(displaced), "kept": [_kept_view(vault, d) for d in displaced if d.get("sha256")]}
            if displaced else {}),

@@ -775,13 +775,13 @@ def unretire_commit(ctx: Context, begin: dict, vault: Vault, m: dict) -> str:
     faults.hit("unretire.manifest")
     vault.write_manifest(one_schema.new(
         op_id=begin["op_id"], kind="restore", run=m["run"], logdir=ctx.logdir, started_at=begin["t"],
-        finished_at=time.time(), outcome="restored", files=[], backup_purged=True, of_op=op_id,
+        finished_at=time.time(), outcome=Outcome.RESTORED, files=[], backup_purged=True, of_op=op_id,
         vault=vault.root, tool_version=__version__, **who(),
         **({"logdir_id": begin["logdir_id"]} if begin.get("logdir_id") else {}),
         restored_files=[f["path"] for f in m["tree"]], tree_sha256=m["tree_sha256"]))
     append_history(ctx.state, {
         "op_id": begin["op_id"], "kind": "restore", "run": m["run"], "policy": None, "before": 0,
-        "after": m.get("bytes_before"), "verified": True, "outcome": "restored",
+        "after": m.get("bytes_before"), "verified": True, "outcome": Outcome.RESTORED,
         "reason": f"restored retirement {op_id}", "backup_kept": False,
         "user": who()["user"], "host": who()["host"], "tool_version": __version__,
     })

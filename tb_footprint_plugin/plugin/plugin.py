@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from tensorboard.plugins import base_plugin
 
 from tb_footprint_plugin.api import is_bucket_url
-from tb_footprint_plugin.codes import Recovery as RecoveryAction  # this module's Recovery is the load-time job
+from tb_footprint_plugin.codes import Finding, Recovery as RecoveryAction  # this module's Recovery is the load-time job
 from tb_footprint_plugin.plugin.jobs import JobManager
 from tb_footprint_plugin.plugin.options import DEFAULT_POLICY, DEFAULT_QUIET_PERIOD, is_local_logdir, parse_quiet_period
 from tb_footprint_plugin.plugin.security import Security
@@ -287,7 +287,7 @@ class Recovery:
                                f"are: write actions are off (run `{self.settle_command}`, or restart TensorBoard "
                                "with actions on)" if pending or problems else "nothing to recover")
                 self.outcomes = [{"op_id": p["op_id"], "run": p["run"], "action": "pending", "detail": "",
-                                  "code": "unfinished_operation"} for p in pending]
+                                  "code": Finding.UNFINISHED} for p in pending]
                 self.problems = problems
                 return
             self.state = "running"
