@@ -53,6 +53,7 @@ from tb_footprint_plugin.engine.context import (
     Progress,
     RunOutcome,
     TransactionError,
+    is_no_space,
     new_op_id,
     no_symlink,
     reason_of,
@@ -178,6 +179,18 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     finally:
         t.end()
     return out
+
+
+def failure_code(e: Optional[BaseException]) -> Failure:
+    """The code of a retirement's failure, as a reduce's transaction and a bucket's retirement say
+    it: the code a step's ``TransactionError`` (``NoSpace`` included) or a ``Cancelled`` carries;
+    ``Failure.NO_SPACE`` for a full disk or quota; else ``Failure.ERROR``."""
+    code = getattr(e, "code", None)
+    if isinstance(e, (TransactionError, Cancelled)) and isinstance(code, Failure):
+        return code
+    if e is not None and is_no_space(e):
+        return Failure.NO_SPACE
+    return Failure.ERROR
 
 
 class LocalRetire(txn.Txn):
@@ -426,7 +439,7 @@ class LocalRetire(txn.Txn):
         record, the outcome that says so."""
         out, journal, reason = self.out, self.jnl, self.reason
         if journal is None:
-            out.status, out.reason, out.code = Outcome.FAILED, reason, Failure.ERROR
+            out.status, out.reason, out.code = Outcome.FAILED, reason, failure_code(self.error)
             if isinstance(self.error, Cancelled):
                 out.status, out.code = Outcome.SKIPPED, Skip.CANCELLED
             return
@@ -438,7 +451,7 @@ class LocalRetire(txn.Txn):
             return
         self.rolling = True
         noted = rollback_retire(self.ctx, journal.records(), reason, journal)
-        out.status, out.code = Outcome.ROLLED_BACK, Failure.ERROR
+        out.status, out.code = Outcome.ROLLED_BACK, failure_code(self.error)
         out.reason = f"{reason}; {noted}" if noted else reason
         journal.close()
         self.rolling, self.jnl = False, None
