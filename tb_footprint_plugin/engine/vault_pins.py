@@ -11,6 +11,7 @@ import json
 import os
 from typing import List, Optional
 
+from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import oplog
 from tb_footprint_plugin.engine.vault_base import VaultError
 from tb_footprint_plugin.storage.files import create_new, fsync_dir
@@ -108,7 +109,7 @@ class VaultPins:
                     m = json.load(f)
         except (OSError, ValueError, RecursionError):  # VaultError is an OSError
             return False
-        return isinstance(m, dict) and m.get("op_id") == op_id and m.get("outcome") == "rolled_back"
+        return isinstance(m, dict) and m.get("op_id") == op_id and m.get("outcome") == Outcome.ROLLED_BACK
 
     def pinned_by(self, sha: str, ops: Optional[List[str]] = None) -> List[str]:
         """Op ids of transactions whose live pin names ``sha`` (any logdir sharing this vault);
