@@ -17,8 +17,7 @@ and these are refused, each at the function it is in:
 
 Where a third-party library gives only text, or data written before codes existed carries only
 prose, the decision lives in ONE function named for it, listed in ``ALLOWED`` with why; every
-entry there must still match a site (a stale entry fails too). ``PENDING`` names the sites left in
-a module another helper was rewriting when this test landed, for them to fix.
+entry there must still match a site (a stale entry fails too).
 """
 import ast
 import os
@@ -183,17 +182,6 @@ def _findings(tree: ast.AST) -> Iterator[Tuple[int, str, str]]:
     yield from walk(tree, "<module>")
 
 
-#: sites in a module another helper was changing when this test landed, reported to them
-#: (r19: V splits engine/vault.py); matched by function name in any ``engine/vault*.py``
-PENDING: Dict[str, str] = {
-    "_rolled_back": "compares a manifest's outcome with the literal 'rolled_back': Outcome.ROLLED_BACK",
-}
-
-
-def _pending(rel: str, func: str) -> bool:
-    return rel.startswith("engine/vault") and func in PENDING
-
-
 def _modules() -> Iterator[Tuple[str, str]]:
     for dirpath, _, files in os.walk(ROOT):
         for name in sorted(files):
@@ -213,8 +201,6 @@ def scan() -> Tuple[List[str], Set[Tuple[str, str]]]:
         for line, func, what in _findings(tree):
             if (rel, func) in ALLOWED:
                 used.add((rel, func))
-            elif _pending(rel, func):
-                continue
             else:
                 bad.append(f"{rel}:{line} in {func}: {what}")
     return bad, used
