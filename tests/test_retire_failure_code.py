@@ -42,3 +42,19 @@ def test_an_uncoded_failure_is_an_error(tmp_path):
     faults.arm("retire.move", "raise")
     o = _retire(tmp_path)
     assert o.code == Failure.ERROR, o.to_dict()
+
+
+def test_an_unretire_whose_journal_finds_the_disk_full_is_no_space(tmp_path, monkeypatch):
+    import errno
+
+    from tb_footprint_plugin.engine import retire
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    rep = api.retire(str(logdir), api.retire_rule(runs=["train"]), dry_run=False)
+    assert [o.status for o in rep.outcomes] == [Outcome.VERIFIED]
+
+    def create(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", "journal")
+    monkeypatch.setattr(retire.Journal, "create", create)
+    (o,) = api.restore(str(logdir), run="train")
+    assert o.status == Outcome.FAILED and o.code == Failure.NO_SPACE, o.to_dict()
+    assert "cannot start the restore" in o.reason

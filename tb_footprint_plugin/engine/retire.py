@@ -675,7 +675,7 @@ class LocalUnretire(txn.PutBack):
             out.reason, out.code = str(e), Failure.REFUSED
             raise txn.NotStarted() from e
         except OSError as e:
-            out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", Failure.ERROR
+            out.reason, out.code = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}", failure_code(e)
             raise txn.NotStarted() from e
 
     def verify(self, report: txn.Report) -> None:
