@@ -248,8 +248,8 @@ class ChangeLog:
             return
         dst = self.sealed_key(key, entry)
         try:
-            self.store.replace(key, dst, if_source_version=entry.version, if_absent=True)
-            self._drop_copies_held_by(dst, entry.size)
+            made = self.store.replace(key, dst, if_source_version=entry.version, if_absent=True)
+            self._drop_copies_held_by(dst, entry.size, made.version)
             return
         except StoreFailure as e:
             if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
@@ -269,7 +269,7 @@ class ChangeLog:
         if not res.ok and res.code not in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             raise StoreFailure(res.code or StoreError.STORE_ERROR, key, res.message)
         if res.ok:
-            self._drop_copies_held_by(dst, entry.size)
+            self._drop_copies_held_by(dst, entry.size, held.version)
 
     def _stat_or_none(self, key: str) -> Optional[Entry]:
         try:
@@ -277,15 +277,19 @@ class ChangeLog:
         except StoreFailure:  # not a regular file of ours: no log of ours there
             return None
 
-    def _drop_copies_held_by(self, dst: str, size: int) -> None:
+    def _drop_copies_held_by(self, dst: str, size: int, version: str) -> None:
         """After ``dst`` (``size`` bytes) was sealed: delete each other sealed log of its name whose
         bytes are the first bytes of ``dst`` (review R20 G1, G2: a seal cut short, or one whose
         delete another appender's line made fail, left a copy of the log that went on to grow; its
         every byte is in ``dst``, so nothing is lost, and each line is kept once). Best effort:
-        one listing, at a roll-over only; a copy not dropped is still read once (``read_logs``)."""
+        one listing, at a roll-over only; a copy not dropped is still read once (``read_logs``).
+        One of the same size only as another name of ``dst``'s file (a disk's link, its
+        ``version``): two processes each dropping the other's of two alike would drop both."""
         stem = _SEALED.match(dst.rsplit("/", 1)[-1]).group(1)
         try:
-            found = [e for k, e in self._listed() if k != dst and e is not None and e.size <= size
+            found = [e for k, e in self._listed() if k != dst and e is not None
+                     and (e.size < size or (e.size == size and e.version == version
+                                            and self.store.capabilities.append == "o_append"))
                      and (_SEALED.match(k.rsplit("/", 1)[-1]) or [None, None])[1] == stem]
             for e in found:
                 if _same_prefix(self.store, e.key, dst, e.size):
@@ -317,6 +321,8 @@ class ChangeLog:
             log = parse_json_lines(data, name)
             m = _SEALED.match(key.rsplit("/", 1)[-1])
             stem = m.group(1) if m else key.rsplit("/", 1)[-1][:-len(".jsonl")]
+            if m and not too_large:  # its first bytes, for a later log that may repeat it: no read more
+                heads.setdefault(key, bytes(data[:_HEAD]))
             if not too_large and sealed.get(stem):
                 repeated = self._repeated_lines(key, data, sealed[stem], heads)
                 if repeated:  # those lines are read from the sealed log (review R20 G1, G2)

@@ -114,3 +114,18 @@ def test_a_damaged_line_after_the_lines_a_sealed_copy_holds_is_named_at_its_line
     assert [e["run"] for e in log.read()] == runs + ["after"]
     (d,) = log.damage()
     assert d.line == 21 and d.file.endswith("/.tb-footprint/history.jsonl")
+
+
+def test_two_sealed_names_of_one_log_are_read_once(where):
+    """Two sealed logs alike (a disk's two names of one file, a bucket's two copies): the lines
+    are read once, from one of them, never from neither."""
+    kind, s, key_of, log_of = where
+    runs = [f"q{i:02d}" for i in range(20)]
+    s.put(key_of("history.jsonl"), b"".join(_line(r, float(i)) for i, r in enumerate(runs)))
+    first = _cut_short(kind, s, key_of("history.jsonl"), log_of())
+    second = first.replace(".sealed-", ".sealed-9")  # another mtime: another name of the same bytes
+    s.copy(first, second) if kind == "s3" else s.link(first, second)
+    s.delete([key_of("history.jsonl")])
+    log = log_of()
+    assert len(log.keys()) == (3 if kind == "s3" else 2)  # a bucket's single log is always listed
+    assert [e["run"] for e in log.read()] == runs
