@@ -15,7 +15,7 @@ step only one engine has is listed for that engine alone. A name not declared he
 at once, by ``hit`` and ``arm`` and in the environment variable: a misspelt failpoint must fail
 its test, not silently never fire.
 
-The vault's own names (``compact_*`` and ``restore_copied``, hit in ``engine/vault.py``) are part
+The vault's own names (``compact_*`` and ``restore_copied``, hit in ``engine/vault.py`` and ``engine/vault_blobs.py``) are part
 of this vocabulary under their historical spelling; ``offload.*`` is the vault offload's;
 ``repack.*`` and ``merge.*`` are the vault's packs' own (a repack inside a forget, a batch's end
 merging the pack index), outside the crash matrix's verbs.
@@ -112,12 +112,12 @@ STEPS: Tuple[Step, ...] = (
     Step("offload.uploaded", (LOCAL,), "the blob is uploaded and read back"),
     Step("offload.recorded", (LOCAL,), "the blob's new home is recorded"),
     Step("offload.unlinked", (LOCAL,), "the local blob is unlinked"),
-    # the local vault's packs (vault.py compact_all / delete_blobs through remote_vault.pack_store)
+    # the local vault's packs (vault_compaction.py compact_all / vault_delete.py delete_blobs through remote_vault.pack_store)
     Step("reduce.pack_written", (LOCAL,), "after the commit: a pack of small backups is written, not yet read back"),
     Step("reduce.pack_verified", (LOCAL,), "every blob of the pack is read back and hashed; no index names it"),
     Step("reduce.pack_indexed", (LOCAL,), "the pack's index object is durable; the plain blobs are all still there"),
     Step("reduce.pack_unlinked", (LOCAL,), "a packed backup's plain blob is unlinked (hit after each)"),
-    # a forget of packed blobs (vault.py ``_forget_packed``: a purge, a restore's release, a
+    # a forget of packed blobs (vault_packs.py ``_forget_packed``: a purge, a restore's release, a
     # rollback, an offload's forget of the pack copies); only the index objects listing a
     # forgotten blob are written anew
     Step("purge.pack_index_written", (LOCAL,), "the packs' index objects that listed the purged blobs are written "
@@ -129,7 +129,7 @@ STEPS: Tuple[Step, ...] = (
     # by tests/test_vault_packs.py)
     Step("repack.pack_written", (LOCAL,), "the live blobs of half-dead packs are in a new, verified pack; "
                                           "no index names it yet"),
-    # a batch's end (vault.py ``merge_pack_index``): the small index objects its compactions
+    # a batch's end (vault_packs.py ``merge_pack_index``): the small index objects its compactions
     # wrote merged, and the packs' leftovers past their grace swept (tests/test_vault_packs.py)
     Step("merge.pack_index_written", (LOCAL,), "the merged index object is durable; the ones it replaces are all "
                                                "still there"),
