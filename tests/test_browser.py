@@ -409,6 +409,8 @@ def test_cancel_a_restore_in_the_browser(browser, tmp_path, monkeypatch):
         f.locator(".dialog .dialog-confirm").click()
         expect(f.locator('.outcome-line[data-status="restored"]')).to_be_visible(timeout=180000)
         tab.shot("20-restored-after-cancel.png")
+        # the cancelled job, folded to its line, is muted: no red for what the user called off
+        expect(f.locator(".job-summary", has_text="cancelled before the commit point")).to_have_class(re.compile(r"\bmuted\b"))
         assert disk_state(demo) == start
         assert tab.our_errors() == [], tab.our_errors()
     finally:

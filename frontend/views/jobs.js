@@ -90,7 +90,9 @@ function summaryText(job) {
 
 function hasTrouble(job) {
   const outcomes = (job.result || {}).outcomes || [];
-  return job.state === 'failed' || outcomes.some((o) => o.status === 'rolled_back' || o.status === 'failed');
+  // a run the user's Cancel stopped (code ``interrupted`` in a cancelled job) is as it was: no trouble
+  const stopped = (o) => job.state === 'cancelled' && o.code === 'interrupted';
+  return job.state === 'failed' || outcomes.some((o) => (o.status === 'rolled_back' || o.status === 'failed') && !stopped(o));
 }
 
 export class JobsView {
