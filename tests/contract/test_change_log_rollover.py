@@ -3,43 +3,13 @@ full log is kept under a sealed name beside the workers' logs and a fresh one st
 is hidden behind it (a disk read only its first ``MAX_STATE_BYTES``) nor refused (a bucket's
 append past ``READ_ALL_LIMIT`` failed, for good). The limits are made small here; the same bytes
 on a disk and on moto's S3."""
-import json
-import uuid
 
 import pytest
 
-from contract_stores import buckets  # noqa: F401 - the bucket fixture
+from change_log_small import LIMIT, buckets, line, where  # noqa: F401 - the fixtures ``where`` and ``buckets``
 from tb_footprint_plugin.codes import Finding, StoreError
 from tb_footprint_plugin.engine import history
-from tb_footprint_plugin.storage import store_object
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_object import ObjectStore
-
-STATE = ".tb-footprint"
-LIMIT = 4096
-
-
-def _line(run, t):
-    return (json.dumps({"time": t, "run": run, "op_id": f"{run}-{t}", "kind": "reduce", "outcome": "verified"},
-                       sort_keys=True) + "\n").encode()
-
-
-@pytest.fixture(params=["posix", "s3"])
-def where(request, tmp_path, monkeypatch):
-    """(kind, the store, the key of a log name, a function planting bytes, the change log) with a
-    limit of ``LIMIT`` bytes on either store."""
-    monkeypatch.setattr(history, "MAX_STATE_BYTES", LIMIT)
-    monkeypatch.setattr(history, "READ_ALL_LIMIT", LIMIT)
-    monkeypatch.setattr(store_object, "READ_ALL_LIMIT", LIMIT)
-    if request.param == "posix":
-        state = tmp_path / "logs" / STATE
-        state.mkdir(parents=True)
-        s = history.StateFolder(str(state))
-        yield "posix", s, (lambda name: name), (lambda: history.disk_log(str(state)))
-    else:
-        s = ObjectStore(request.getfixturevalue("buckets")("s3").url(f"logs-{uuid.uuid4().hex[:8]}"))
-        yield "s3", s, (lambda name: f"{STATE}/{name}"), (lambda: history.bucket_log(s))
-        s.close()
 
 
 def _sealed(log):
@@ -88,7 +58,7 @@ def test_a_planted_oversize_log_is_sealed_aside_and_later_lines_are_read(where, 
     log, so that line is read (a disk hid it behind the limit, a bucket refused it); the planted
     log is still read to its own limit and named."""
     _kind, s, key_of, log_of = where
-    body = b"".join(_line(f"p{i:03d}", float(i)) for i in range(120))
+    body = b"".join(line(f"p{i:03d}", float(i)) for i in range(120))
     assert len(body) > 2 * LIMIT
     monkeypatch.setattr(history, "_PIECE", 1000, raising=False)  # its prefix read in several pieces into one buffer
     s.put(key_of("history.jsonl"), body)
@@ -109,7 +79,7 @@ def test_a_bucket_seal_killed_between_its_copy_and_its_delete_shows_each_line_on
     move): stopped between them, both names hold the log; the reader shows each line once, and the
     next append finishes the seal."""
     kind, s, key_of, log_of = where
-    body = b"".join(_line(f"q{i:02d}", float(i)) for i in range(20))
+    body = b"".join(line(f"q{i:02d}", float(i)) for i in range(20))
     s.put(key_of("history.jsonl"), body)
     entry = s.stat(key_of("history.jsonl"))
     log = log_of()
@@ -128,7 +98,7 @@ def test_a_seal_never_deletes_a_log_whose_bytes_the_sealed_name_does_not_hold(wh
     """Something else under the sealed name: the full log is kept and the append refused with
     the name of what is in the way (nothing that exists nowhere else is destroyed)."""
     _kind, s, key_of, log_of = where
-    body = b"".join(_line(f"s{i:02d}", float(i)) for i in range(20))
+    body = b"".join(line(f"s{i:02d}", float(i)) for i in range(20))
     s.put(key_of("history.jsonl"), body)
     log = log_of()
     s.put(log.sealed_key(key_of("history.jsonl"), s.stat(key_of("history.jsonl"))), b"planted\n")
@@ -145,9 +115,9 @@ def test_a_bucket_append_refused_again_after_another_appender_grew_the_log_seals
     now) instead of refusing the line."""
     kind, s, key_of, log_of = where
     n = 40
-    while len(b"".join(_line(f"g{i:02d}", float(i)) for i in range(n + 1))) <= LIMIT - 60:
+    while len(b"".join(line(f"g{i:02d}", float(i)) for i in range(n + 1))) <= LIMIT - 60:
         n += 1
-    body = b"".join(_line(f"g{i:02d}", float(i)) for i in range(n))  # full: one more line takes it past
+    body = b"".join(line(f"g{i:02d}", float(i)) for i in range(n))  # full: one more line takes it past
     s.put(key_of("history.jsonl"), body)
     log = log_of()
     real = history.ChangeLog.seal
@@ -155,7 +125,7 @@ def test_a_bucket_append_refused_again_after_another_appender_grew_the_log_seals
 
     def seal_after_a_rival(self, key, entry):
         if not grown:  # the rival's line lands between the refusal and this seal
-            grown.append(s.put(key, s.read_all(key) + _line("rival", 99.0), if_version=entry.version))
+            grown.append(s.put(key, s.read_all(key) + line("rival", 99.0), if_version=entry.version))
         return real(self, key, entry)
 
     monkeypatch.setattr(history.ChangeLog, "seal", seal_after_a_rival)
@@ -168,7 +138,7 @@ def test_a_sealed_logs_torn_last_line_is_named(where):
     """A log sealed with a torn last line (a crash's) is never appended to again, so no newline
     ever ends that line: it is named as damage, file and line, not skipped without a word."""
     _kind, s, key_of, log_of = where
-    body = b"".join(_line(f"t{i:02d}", float(i)) for i in range(40)) + b'{"time": 99.0, "run": "tor'
+    body = b"".join(line(f"t{i:02d}", float(i)) for i in range(40)) + b'{"time": 99.0, "run": "tor'
     s.put(key_of("history.jsonl"), body)
     log = log_of()
     log.append_lines([{"run": "next", "op_id": "next", "kind": "reduce", "time": 1e6, "reason": "z" * (LIMIT // 2)}])

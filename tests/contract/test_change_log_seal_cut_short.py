@@ -7,39 +7,11 @@ bucket a line appended by another process between the seal's copy and its delete
 beside the next seal's, so the full log was kept, and read, twice. The limits are made small here;
 the same bytes on a disk and on moto's S3."""
 import json
-import uuid
 
 import pytest
 
-from contract_stores import buckets  # noqa: F401 - the bucket fixture
+from change_log_small import LIMIT, buckets, line, where  # noqa: F401 - the fixtures ``where`` and ``buckets``
 from tb_footprint_plugin.engine import history
-from tb_footprint_plugin.storage import store_object
-from tb_footprint_plugin.storage.store_object import ObjectStore
-
-STATE = ".tb-footprint"
-LIMIT = 4096
-
-
-def _line(run, t):
-    return (json.dumps({"time": t, "run": run, "op_id": f"{run}-{t}", "kind": "reduce", "outcome": "verified"},
-                       sort_keys=True) + "\n").encode()
-
-
-@pytest.fixture(params=["posix", "s3"])
-def where(request, tmp_path, monkeypatch):
-    """(kind, the store, the key of a log name, the change log) with a limit of ``LIMIT`` bytes."""
-    monkeypatch.setattr(history, "MAX_STATE_BYTES", LIMIT)
-    monkeypatch.setattr(history, "READ_ALL_LIMIT", LIMIT)
-    monkeypatch.setattr(store_object, "READ_ALL_LIMIT", LIMIT)
-    if request.param == "posix":
-        state = tmp_path / "logs" / STATE
-        state.mkdir(parents=True)
-        s = history.StateFolder(str(state))
-        yield "posix", s, (lambda name: name), (lambda: history.disk_log(str(state)))
-    else:
-        s = ObjectStore(request.getfixturevalue("buckets")("s3").url(f"logs-{uuid.uuid4().hex[:8]}"))
-        yield "s3", s, (lambda name: f"{STATE}/{name}"), (lambda: history.bucket_log(s))
-        s.close()
 
 
 def _cut_short(kind, s, key, log):
@@ -58,7 +30,7 @@ def test_a_small_append_after_a_seal_cut_short_shows_each_line_once(where):
     lines are kept in one file only."""
     kind, s, key_of, log_of = where
     runs = [f"q{i:02d}" for i in range(20)]
-    s.put(key_of("history.jsonl"), b"".join(_line(r, float(i)) for i, r in enumerate(runs)))
+    s.put(key_of("history.jsonl"), b"".join(line(r, float(i)) for i, r in enumerate(runs)))
     _cut_short(kind, s, key_of("history.jsonl"), log_of())
     log_of().append_lines([{"run": "small", "op_id": "small-op", "kind": "reduce", "time": 1e6}])
     assert [e["run"] for e in log_of().read()] == runs + ["small"]
@@ -68,7 +40,7 @@ def test_a_small_append_after_a_seal_cut_short_shows_each_line_once(where):
     log_of().append_lines([big])  # rolls over
     log = log_of()
     assert [e["run"] for e in log.read()] == runs + ["small", "big"]
-    assert len(_holding(s, log, _line("q00", 0.0))) == 1, log.keys()
+    assert len(_holding(s, log, line("q00", 0.0))) == 1, log.keys()
 
 
 @pytest.mark.parametrize("where", ["s3"], indirect=True)  # a disk's seal runs under the file's flock, as appends do
@@ -77,7 +49,7 @@ def test_a_line_appended_between_a_bucket_seals_copy_and_its_delete(where, monke
     append lands, each line is read once, and one sealed log holds the full log's lines."""
     kind, s, key_of, log_of = where
     runs = [f"q{i:02d}" for i in range(20)]
-    body = b"".join(_line(r, float(i)) for i, r in enumerate(runs))
+    body = b"".join(line(r, float(i)) for i, r in enumerate(runs))
     s.put(key_of("history.jsonl"), body)
     other = log_of()
     real_copy = type(s).copy
@@ -96,7 +68,7 @@ def test_a_line_appended_between_a_bucket_seals_copy_and_its_delete(where, monke
     monkeypatch.setattr(type(s), "copy", real_copy)
     log = log_of()
     assert copied and [e["run"] for e in log.read()] == runs + ["other", "big"]
-    assert len(_holding(s, log, _line("q00", 0.0))) == 1, log.keys()
+    assert len(_holding(s, log, line("q00", 0.0))) == 1, log.keys()
 
 
 @pytest.mark.parametrize("where", ["s3"], indirect=True)  # a disk's next append finishes the seal first
@@ -106,10 +78,10 @@ def test_a_damaged_line_after_the_lines_a_sealed_copy_holds_is_named_at_its_line
     them is still named at its own line."""
     kind, s, key_of, log_of = where
     runs = [f"q{i:02d}" for i in range(20)]
-    body = b"".join(_line(r, float(i)) for i, r in enumerate(runs))
+    body = b"".join(line(r, float(i)) for i, r in enumerate(runs))
     s.put(key_of("history.jsonl"), body)
     _cut_short(kind, s, key_of("history.jsonl"), log_of())
-    s.put(key_of("history.jsonl"), body + b"not json\n" + _line("after", 1e6))
+    s.put(key_of("history.jsonl"), body + b"not json\n" + line("after", 1e6))
     log = log_of()
     assert [e["run"] for e in log.read()] == runs + ["after"]
     (d,) = log.damage()
@@ -121,7 +93,7 @@ def test_two_sealed_names_of_one_log_are_read_once(where):
     are read once, from one of them, never from neither."""
     kind, s, key_of, log_of = where
     runs = [f"q{i:02d}" for i in range(20)]
-    s.put(key_of("history.jsonl"), b"".join(_line(r, float(i)) for i, r in enumerate(runs)))
+    s.put(key_of("history.jsonl"), b"".join(line(r, float(i)) for i, r in enumerate(runs)))
     first = _cut_short(kind, s, key_of("history.jsonl"), log_of())
     second = first.replace(".sealed-", ".sealed-9")  # another mtime: another name of the same bytes
     s.copy(first, second) if kind == "s3" else s.link(first, second)
