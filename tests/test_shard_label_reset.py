@@ -7,23 +7,16 @@ import time
 
 import pytest
 
-from tb_footprint_plugin import api, synth
+from helpers_runs import age_tree, write_small_run
+from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import lease
 
 
 def _logdir(root):
     """Two small runs (scalars and a profile session each), aged past the quiet period."""
-    old = time.time() - 86400
     for i in range(2):
-        run = os.path.join(root, f"run{i}")
-        os.makedirs(run)
-        with synth.EventWriter(run, timestamp=1_700_000_000 + i) as w:
-            for step in range(20):
-                w.scalar("loss", step, 1.0 / (step + 1))
-        synth.write_profile_session(run, synth.session_name_for(1_700_000_000 + i), "host", n_events=50, seed=i)
-    for d, _dirs, files in os.walk(root):
-        for f in files:
-            os.utime(os.path.join(d, f), (old, old))
+        write_small_run(os.path.join(root, f"run{i}"), i, steps=20, tags=("loss",), n_events=50)
+    age_tree(root, time.time() - 86400)
     return str(root)
 
 
