@@ -36,6 +36,20 @@ def write_loss_run(run_dir, seed: int) -> None:
                                 with_caches=True, seed=seed)
 
 
+def write_image_run(run_dir) -> None:
+    """A run of 200 ``loss`` scalars and ``h`` histograms and 30 8x8 ``img`` images (PNG seed =
+    step), dated long ago (2001): archive rewrites its event file and drops some of the images."""
+    with synth.EventWriter(str(run_dir)) as w:
+        for s in range(200):
+            w.scalar("loss", s, 1.0 / (s + 1))
+            w.histogram("h", s, [((i * 37 + s) % 1000) / 1000.0 for i in range(200)], buckets=100)
+        for s in range(30):
+            w.image("img", s, synth.make_png(8, 8, seed=s), 8, 8)
+    for dp, _, fs in os.walk(str(run_dir)):
+        for f in fs:
+            os.utime(os.path.join(dp, f), (1_000_000_000, 1_000_000_000))
+
+
 def read_tree(root: str) -> dict:
     """{path relative to ``root``: bytes} of every file below it."""
     out = {}

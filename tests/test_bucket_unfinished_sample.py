@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from helpers_crash import Killed, kill
+from helpers_runs import write_image_run
 from tb_footprint_plugin import api, cli, synth
 from tb_footprint_plugin.codes import Finding, Outcome
 from tb_footprint_plugin.engine import faults
@@ -28,15 +29,7 @@ def _logdir(root) -> str:
     """One run whose event file archive rewrites: scalars, histograms and 30 images (some of
     which the reduced run no longer holds), dated long ago."""
     logdir = os.path.join(str(root), "logs")
-    with synth.EventWriter(os.path.join(logdir, RUN)) as w:
-        for s in range(200):
-            w.scalar("loss", s, 1.0 / (s + 1))
-            w.histogram("h", s, [((i * 37 + s) % 1000) / 1000.0 for i in range(200)], buckets=100)
-        for s in range(30):
-            w.image("img", s, synth.make_png(8, 8, seed=s), 8, 8)
-    for dp, _, fs in os.walk(logdir):
-        for f in fs:
-            os.utime(os.path.join(dp, f), (1_000_000_000, 1_000_000_000))
+    write_image_run(os.path.join(logdir, RUN))
     return logdir
 
 

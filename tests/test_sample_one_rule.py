@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from helpers_runs import write_image_run
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Outcome
 from tb_footprint_plugin.engine import bucket_sample, local_sample
@@ -28,15 +29,7 @@ def test_the_rule_of_the_sides_is_written_once():
 
 def _root_run(logdir) -> str:
     """A logdir whose run is the logdir itself (run ``.``): 30 images, of which archive keeps some."""
-    with synth.EventWriter(logdir) as w:
-        for s in range(200):
-            w.scalar("loss", s, 1.0 / (s + 1))
-            w.histogram("h", s, [((i * 37 + s) % 1000) / 1000.0 for i in range(200)], buckets=100)
-        for s in range(30):
-            w.image("img", s, synth.make_png(8, 8, seed=s), 8, 8)
-    for dp, _, fs in os.walk(logdir):
-        for f in fs:
-            os.utime(os.path.join(dp, f), (1_000_000_000, 1_000_000_000))
+    write_image_run(logdir)
     return str(logdir)
 
 
