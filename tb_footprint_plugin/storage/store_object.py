@@ -164,6 +164,51 @@ class ObjectStore(Store):
             raise StoreFailure(StoreError.NOT_SUPPORTED, url, f"not on the store of {rfs.url}")
         return cls(url, rfs=view, ops_of=rfs)
 
+    @classmethod
+    def of(cls, store_or_client: Union["ObjectStore", RemoteFS]) -> "ObjectStore":
+        """``store_or_client`` itself, or the ``ObjectStore`` at a ``RemoteFS``'s own root on that
+        client (``on_client``: no request, no client made): for a caller that still holds the
+        client (a test, a module not moved onto the store yet) handing it to code that takes the
+        store."""
+        if isinstance(store_or_client, ObjectStore):
+            return store_or_client
+        if isinstance(store_or_client, RemoteFS):
+            return cls.on_client(store_or_client, store_or_client.url)
+        raise TypeError(f"an ObjectStore or its RemoteFS, not {type(store_or_client).__name__}")
+
+    def at(self, url: str) -> "ObjectStore":
+        """The ``ObjectStore`` at ``url`` (this store's root, or another prefix or bucket of its
+        store) on this store's client and counters (``on_client``: no request, no client made);
+        ``NOT_SUPPORTED`` for a URL of another store (``sibling`` makes a client for one)."""
+        return ObjectStore.on_client(self.rfs, url)
+
+    # --- names (no request): how the engine names objects in its journals and manifests -----------
+    @property
+    def url(self) -> str:
+        """The store's URL, with the scheme the user gave (``gs://``, not gcsfs' ``gcs``)."""
+        return self.location
+
+    @property
+    def scheme(self) -> str:
+        """The URL's scheme as given (``s3``, ``gs``, ``az``, an alias such as ``s3a``)."""
+        return self.rfs.scheme
+
+    @property
+    def protocol(self) -> str:
+        """The client's protocol (``s3``, ``gcs``, ``az``): one per store, whatever alias named it."""
+        return self.rfs.protocol
+
+    def path(self, key: str = "") -> str:
+        """The store path (``bucket/prefix/key``, no scheme) of ``key`` under the root, as the
+        engine names objects (a vault may be in another prefix or bucket of the store: a store
+        path says which); ``""`` or ``"."`` is the root itself, surrounding slashes are dropped;
+        ``ValueError`` for a key with an empty, ``.`` or ``..`` part. No request."""
+        return self.rfs.path(key)
+
+    def url_of(self, key: str = "") -> str:
+        """The URL of ``key`` under the root (``path`` with the store's scheme). No request."""
+        return self.rfs.url_of(key)
+
     @property
     def root(self) -> str:
         """The store path its keys are under (``bucket/prefix``, no scheme), as the engine names

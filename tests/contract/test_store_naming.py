@@ -1,0 +1,70 @@
+"""``ObjectStore``'s names on every object store (moto's S3, the GCS emulator, Azurite): the
+store path and URL of a key (``path``, ``url_of``: how the bucket engine names objects in its
+journals and manifests), the store's ``url``/``scheme``/``protocol``, and a store at another
+prefix on the same client (``at``) or over a client a caller still holds (``of``). Names cost no
+request; the bucket engine takes these from the logdir's ``ObjectStore`` and never from its
+``RemoteFS`` (issue #26)."""
+import itertools
+
+import pytest
+
+from contract_stores import buckets  # noqa: F401 - the fixture
+from tb_footprint_plugin.codes import StoreError
+from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
+
+_prefixes = itertools.count()
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az"])
+def test_a_keys_store_path_and_url_name_the_object_its_key_writes(buckets, scheme):  # noqa: F811
+    b = buckets(scheme)
+    prefix = f"nam{next(_prefixes)}/logs"
+    store = ObjectStore(b.url(prefix))
+    before = store.stats.to_dict()
+    assert store.url == b.url(prefix) and store.scheme == b.url(prefix).split("://")[0]
+    assert store.protocol == {"s3": "s3", "gs": "gcs", "az": "az"}[scheme]
+    assert store.path() == store.path(".") == store.path("/") == store.root == b.key(prefix)
+    assert store.path("run/a.bin") == store.path("/run/a.bin/") == f"{store.root}/run/a.bin"
+    assert store.url_of("run/a.bin") == f"{store.scheme}://{store.root}/run/a.bin"
+    assert store.url_of() == store.url
+    for bad in ("a/../b", "..", "a//b", "./a"):
+        with pytest.raises(ValueError):
+            store.path(bad)
+    assert store.stats.to_dict() == before  # names cost no request
+    store.put("run/a.bin", b"abc")
+    b.fs.invalidate_cache()
+    assert b.fs.cat_file(store.path("run/a.bin")) == b"abc"
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs", "az"])
+def test_a_store_at_another_prefix_is_on_the_same_client_and_counters(buckets, scheme):  # noqa: F811
+    b = buckets(scheme)
+    n = next(_prefixes)
+    store = ObjectStore(b.url(f"nam{n}/logs"))
+    store.prepare_writes()
+    other = store.at(b.url(f"nam{n}/vault"))
+    assert other.root == b.key(f"nam{n}/vault") and other.url == b.url(f"nam{n}/vault")
+    assert other.ops is store.ops and other.stats is store.stats
+    other.put("blobs/x", b"1")
+    assert store.path("x") != other.path("x") == f"{b.key(f'nam{n}/vault')}/x"
+    assert [e.key for e in store.at(store.url).list()] == []
+    before = store.stats.to_dict()
+    foreign = {"s3": "gs", "gs": "az", "az": "s3"}[scheme]
+    with pytest.raises(StoreFailure) as e:
+        store.at(f"{foreign}://elsewhere/vault")
+    assert e.value.code == StoreError.NOT_SUPPORTED
+    assert store.stats.to_dict() == before
+
+
+def test_of_takes_a_store_as_it_is_and_a_client_on_that_client(buckets):  # noqa: F811
+    b = buckets("s3")
+    url = b.url(f"nam{next(_prefixes)}/logs")
+    store = ObjectStore(url)
+    assert ObjectStore.of(store) is store
+    rfs = RemoteFS(url)
+    over = ObjectStore.of(rfs)
+    assert over.rfs is rfs and over.stats is rfs.stats and over.root == rfs.root
+    with pytest.raises(TypeError):
+        ObjectStore.of(url)
