@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import time
@@ -13,7 +14,7 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
-from tb_footprint_plugin.engine.history import append_history, history_path, read_history, reduce_line
+from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, read_history, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
@@ -394,6 +395,37 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
             raise
         m["not_recorded"] = str(e)  # the manifest stands; only the change log lacks its line
     return m
+
+
+def write_committed_line(ctx: Context, records: List[dict], m: dict) -> bool:
+    """The change-log line of a committed reduction whose process was killed after its verified
+    manifest ``m`` and before its line (review R20 P5), unless the log has a verified line of it
+    already (the kill came after the line): one line per operation. Its fields are the
+    manifest's (the journal's where the manifest's are not numbers: it is untrusted), its time
+    the manifest's ``finished_at``, when the line would have been written. Returns whether it
+    wrote it; raises what the append raises (recovery then leaves the journal for the next start)."""
+    begin = records[0]
+    op_id = begin["op_id"]
+    if _line_written(ctx.state, op_id, Outcome.VERIFIED):
+        return False
+
+    def number(v, default):
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+
+    def text(v):
+        return v if isinstance(v, str) else None
+
+    before = number(m.get("bytes_before"), begin["plan"]["bytes_before"])
+    entry = reduce_line(op_id=op_id, run=begin["run"], policy=(begin.get("policy") or {}).get("name"),
+                        before=before, after=number(m.get("bytes_after"), bytes_after_of(records)),
+                        outcome=Outcome.VERIFIED, reason=None, code=None, user=text(m.get("user")),
+                        host=text(m.get("host")))
+    at = m.get("finished_at")
+    entry["time"] = float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at) \
+        and 0 < at <= time.time() else time.time()
+    with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
+        disk_log(ctx.state, create=True).append_lines([entry])
+    return True
 
 
 def _line_written(state: str, op_id: str, outcome: str) -> bool:

@@ -3,7 +3,8 @@
 A restore is finished (it only adds originals back); a reduction that committed gets its
 manifest; one whose own verified manifest is there committed too, whatever its journal lost
 (the commit marker is not fsynced; the manifest, written first, is), and neither the run nor
-the manifest is touched; one whose swap was recorded after a passed verification is rolled
+the manifest is touched (its change-log line, written between the two, is written now when a
+kill took it: once per operation); one whose swap was recorded after a passed verification is rolled
 forward; anything else is rolled back to its exact original bytes. A manifest of the
 operation that is not ours or unreadable is never replayed over. A run whose lock is held by a
 live process is left for that process.
@@ -22,6 +23,7 @@ from tb_footprint_plugin.engine.catalogue import (
     known_vaults,
     manifest_exists,
     vault_of,
+    write_committed_line,
     write_manifest,
 )
 from tb_footprint_plugin.engine.context import Context, reason_of
@@ -148,6 +150,10 @@ def recover(ctx: Context) -> List[RecoveryOutcome]:
                 # since; the manifest is the truth, so neither the run nor it is touched
                 action, detail = Recovery.COMPLETED, "was committed (its manifest says so; the journal had lost " \
                                                      "its commit record)"
+                # a kill between the manifest and its change-log line (the commit record comes
+                # after both) left the line unwritten: written now, once, before the journal goes
+                if write_committed_line(ctx, records, committed):
+                    detail += "; its change-log line written"
             elif Rec.COMMIT in types:
                 action, detail = Recovery.COMPLETED, "was committed"
                 if not manifest_exists(ctx, records):
