@@ -14,6 +14,11 @@ conflict; each append costs a head, a read and a put of the whole object, fine f
 and logs of a few MB (``READ_ALL_LIMIT`` at most), and appends of concurrent writers land
 whole, in some order. (One object per record would scale further but makes every reader list;
 the engine's logs are small.)
+
+Why one module: one class, ``ObjectStore``, the ``Store`` of every object store, with what its
+callers name objects by (``path``, ``url_of``, ``at``: the bucket engine holds the store, never
+its client); split, the verbs' shared preconditions and failure codes (``_coded``) would be
+imported across modules as private names.
 """
 from __future__ import annotations
 
