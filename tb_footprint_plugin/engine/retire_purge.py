@@ -5,8 +5,9 @@ It is a transaction on the one driver, ``LocalRetiredPurge`` (a ``txn.Purge``, a
 reduction's backups), one per vault over the retirements chosen in it, their runs' locks held by
 the caller since it chose them:
 
-- its intent, the commit record (``record("swap")``): each retirement's manifest marked purged
-  (``backup_purged``, ``purged_at``: the one record it ever wrote, unchanged), then
+- its intent, the commit record (``record("swap")``): each retirement's manifest, read again
+  under its run's lock (an unretire or another purge may have finished since the list was read:
+  review R19 P2), marked purged (``backup_purged``, ``purged_at``, and ``LINE_FIRST``), then
   ``purge.intent``. The driver's last cancel check comes right before: a cancel is honoured with
   nothing marked or deleted (``stopped``), never after;
 - **swap**: each retired run's files deleted (``purge.blob`` after each run);
@@ -15,7 +16,9 @@ the caller since it chose them:
 Never rolled back. A purge killed past its intent (by this code or by the one before it, which
 marked the manifest then deleted the folder, the same record) leaves a manifest marked purged
 whose folder is still there: the next start finishes it (``finish_retired_purges``), files, line
-and folder; the folder goes last, so a line already written is never written again.
+and folder; the folder goes last, so a line already written is never written again. The one
+before it wrote the lines after every folder went: a retirement it marked whose folder is gone
+and which lacks ``LINE_FIRST`` gets its line then if the change log has none (review R19 P1).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Dict, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Recovery
+from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
@@ -38,6 +41,13 @@ from tb_footprint_plugin.engine.retire_tree import check_retired_dir, retired_di
 from tb_footprint_plugin.engine.run_lock import lock_for_purge, run_lock
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
+
+
+#: set in a retirement's manifest with its purge mark (``LocalRetiredPurge.record``): that purge
+#: writes the run's change-log line before its folder goes, so a folder gone says the line is
+#: there. A manifest marked purged without it (an earlier version deleted the folder, then wrote
+#: the line) is looked up in the change log once by ``finish_retired_purges``, then marked.
+LINE_FIRST = "purge_line_first"
 
 
 @dataclass
@@ -85,6 +95,17 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             if refused is not None:
                 out.kept.append(_kept(m, size, *refused))
                 continue
+            if yes:
+                # read again under the lock: an unretire or another purge may have finished since
+                # the list was read, and the copy marked purged is written whole (review R19 P2)
+                m = _still_purgeable(vault, m)
+                if m is None:
+                    continue
+                try:
+                    check_retired_dir(vault, m["op_id"])
+                except TransactionError:
+                    continue
+                size = tree_size(retired_dir(vault, m["op_id"]))
             if unsettled_op(ctx, m["run"]):
                 out.kept.append(_kept(m, size, Finding.UNFINISHED,
                                       "an operation on this run is unfinished; run `tb-footprint recover`"))
@@ -112,6 +133,20 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
     return out
 
 
+def _still_purgeable(vault: Vault, m: dict) -> Optional[dict]:
+    """Retirement ``m``'s manifest as it is now (read under its run's lock), or None when it is
+    no longer a retirement whose copy a purge may take (restored, purged, unreadable: a
+    damaged one is named by ``health``)."""
+    try:
+        fresh = vault.read_manifest(m["op_id"])
+    except (OSError, ValueError):
+        return None
+    if (fresh.get("kind") != "retire" or fresh.get("outcome") != Outcome.VERIFIED or fresh.get("backup_purged")
+            or fresh.get("restored_by") or fresh.get("run") != m["run"]):
+        return None
+    return fresh
+
+
 def _kept(m: dict, size: int, code, detail: str) -> dict:
     """The ``kept`` row of a retired run this purge passes over (nothing of it deleted)."""
     return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "kind": "retire", "code": code, "detail": detail}
@@ -134,6 +169,7 @@ class LocalRetiredPurge(txn.Purge):
         for m in self.manifests:
             m["backup_purged"] = True
             m["purged_at"] = self.now
+            m[LINE_FIRST] = True
             self.vault.write_manifest(m)
             self.marked += 1
 
@@ -203,14 +239,24 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     """Finish the purges of retired runs killed past their intent: a verified retirement marked
     purged (not by a restore) whose folder is still in the vault. Under its run's lock, the
     manifest read again: its files deleted, its change-log line written unless the log has it
-    (the kill came after the line), its folder removed. ``manifests``: the start's one read
+    (the kill came after the line), its folder removed. And one whose folder is gone but whose
+    manifest lacks ``LINE_FIRST`` (a purge of an earlier version, which deleted the folder before
+    the line: review R19 P1): its line written unless the log has it, then the mark set, so the
+    change log is read for it once. ``manifests``: the start's one read
     (``catalogue.own_manifests``); a folder is looked for only for a retirement marked purged."""
     if not any(m.get("kind") == "retire" and m.get("backup_purged") for m in manifests):
         return []  # no file read at a start with no purged retirement
     roots = known_vaults(ctx)
     todo = [m for m in manifests if retired_purge_unfinished(m, roots)]
+    unsure = [m for m in manifests if _line_unsure(m, roots)]
     out: List[RecoveryOutcome] = []
-    logged: Optional[set] = None
+    logged: List[Optional[set]] = [None]
+
+    def line_written(op_id: str) -> bool:
+        if logged[0] is None:  # one read of the change log for every retirement of this start
+            logged[0] = {e.get("op_id") for e in read_history(ctx.state) if e.get("kind") == "purge"}
+        return op_id in logged[0]
+
     for m in todo:
         vault = Vault(m["vault"])
         try:
@@ -231,10 +277,11 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
             if not isinstance(size, int):
                 size = tree_size(retired_dir(vault, m["op_id"]))
             drop_files(vault, m["op_id"])
-            if logged is None:
-                logged = {e.get("op_id") for e in read_history(ctx.state) if e.get("kind") == "purge"}
-            if m["op_id"] not in logged:
+            if not line_written(m["op_id"]):
                 log_retired_purge(ctx, fresh, size, " (finished on recovery)")
+            if not fresh.get(LINE_FIRST):  # before the folder goes: its absence then says the line is there
+                fresh[LINE_FIRST] = True
+                vault.write_manifest(fresh)
             drop_folder(vault, m["op_id"])
             out.append(RecoveryOutcome(m["op_id"], m["run"], Recovery.COMPLETED,
                                        f"an interrupted purge of retired run {m['run']} ({m['op_id']}) was finished",
@@ -245,7 +292,61 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
                                        Finding.RECOVERY_FAILED))
         finally:
             lock.release()
+    for m in unsure:
+        out += _settle_line(ctx, m, line_written)
     return out
 
 
-__all__ = ["LocalRetiredPurge", "RetiredPurge", "finish_retired_purges", "log_purge", "purge_retired"]
+def _line_unsure(m: dict, vault_roots: List[str]) -> bool:
+    """Whether manifest ``m`` is a verified retirement marked purged (not by a restore), in one of
+    the logdir's vaults, whose folder is gone and which does not say its line came before that
+    (``LINE_FIRST``): a purge of an earlier version, whose line may be missing."""
+    if not (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and m.get("backup_purged")
+            and not m.get("restored_by") and not m.get(LINE_FIRST) and isinstance(m.get("run"), str)
+            and isinstance(m.get("vault"), str)):
+        return False
+    if os.path.realpath(m["vault"]) not in {os.path.realpath(r) for r in vault_roots}:
+        return False
+    return not os.path.lexists(retired_dir(Vault(m["vault"]), m["op_id"]))
+
+
+def _settle_line(ctx: Context, m: dict, line_written: Callable[[str], bool]) -> List[RecoveryOutcome]:
+    """The line of an earlier version's retired purge whose folder is gone (``_line_unsure``),
+    under its run's lock: written when the log has none (the kill came between the folder and
+    the line), then ``LINE_FIRST`` set. Said only when a line was written or could not be: a run
+    locked, a log or manifest this user cannot read or write, is left quietly for a later start."""
+    vault = Vault(m["vault"])
+    try:
+        lock = run_lock(ctx, m["run"]).acquire()
+    except (RunLocked, OSError):
+        return []
+    try:
+        try:
+            fresh = vault.read_manifest(m["op_id"])
+            if not _line_unsure(fresh, [vault.root]):
+                return []
+            due = not line_written(m["op_id"])
+        except (OSError, ValueError):
+            return []
+        try:
+            if due:
+                size = fresh.get("bytes_before")
+                log_retired_purge(ctx, fresh, size if isinstance(size, int) else 0, " (finished on recovery)")
+            fresh[LINE_FIRST] = True
+            vault.write_manifest(fresh)
+        except (OSError, ValueError) as e:
+            if not due:
+                return []
+            return [RecoveryOutcome(m["op_id"], m["run"], Recovery.FAILED,
+                                    f"the purge of retired run {m['run']} ({m['op_id']}) has no change-log line; "
+                                    f"not written: {reason_of(e)}", Finding.RECOVERY_FAILED)]
+        if not due:
+            return []
+        return [RecoveryOutcome(m["op_id"], m["run"], Recovery.COMPLETED,
+                                f"an interrupted purge of retired run {m['run']} ({m['op_id']}) was finished "
+                                "(its change-log line written)", Finding.PURGE_FINISHED)]
+    finally:
+        lock.release()
+
+
+__all__ = ["LINE_FIRST", "LocalRetiredPurge", "RetiredPurge", "finish_retired_purges", "log_purge", "purge_retired"]
