@@ -425,8 +425,10 @@ def _metadata_bytes(plugin: str, kind: str, ts) -> bytes:
     return md.SerializeToString(deterministic=True)
 
 
-def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers, payloads: bool = True) -> None:
-    """List and read every tag of one plugin and data class (``payloads``: see ``read_provider``)."""
+def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers, payloads: bool = True,
+              skip: int = 0) -> None:
+    """List and read every tag of one plugin and data class (``payloads``: see ``read_provider``;
+    ``skip``: see ``read_points``)."""
     list_fn, read_fn = provider_calls(provider, kind)
     kw = dict(experiment_id=EXPERIMENT_ID, plugin_name=plugin, run_tag_filter=run_filter())
     listing = list_fn(ctx, **kw).get(RUN_NAME, {})
@@ -437,7 +439,7 @@ def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers, payloads: 
     for tag in sorted(listing):
         tv = TagView(kind=kind, metadata=_metadata_bytes(plugin, kind, listing[tag]))
         try:
-            tv.points = (read_points(provider, ctx, kind, data.get(tag, []), blob_workers) if payloads
+            tv.points = (read_points(provider, ctx, kind, data.get(tag, []), blob_workers, skip) if payloads
                          else [(d.step, d.wall_time, None) for d in data.get(tag, [])])
         except Exception as e:  # noqa: BLE001
             view.errors.append(f"{plugin}/{tag}: {type(e).__name__}: {e}")
@@ -445,13 +447,15 @@ def read_kind(view, provider, ctx, plugin, kind, hints, blob_workers, payloads: 
     _add_display_steps(provider, ctx, plugin, kind, tags, listing, hints)
 
 
-def read_points(provider, ctx, kind: str, data: list, blob_workers: int) -> list:
-    """``(step, wall_time, payload)`` for each datum; blobs are fetched and hashed."""
+def read_points(provider, ctx, kind: str, data: list, blob_workers: int, skip: int = 0) -> list:
+    """``(step, wall_time, payload)`` for each datum; blobs are fetched and hashed. ``skip``: a
+    blob sequence's first values that are not fetched, None in their place (an image
+    summary's width and height, which no dashboard route serves)."""
     if kind == SCALAR:
         return [(d.step, d.wall_time, float(d.value)) for d in data]
     if kind == TENSOR:
         return [(d.step, d.wall_time, tensor_payload(d.numpy)) for d in data]
-    keys = [ref.blob_key for d in data for ref in d.values]
+    keys = [ref.blob_key for d in data for ref in d.values[skip:]]
 
     def digest(key: str) -> str:
         return hashlib.sha256(bytes(provider.read_blob(ctx, blob_key=key))).hexdigest()
@@ -462,7 +466,8 @@ def read_points(provider, ctx, kind: str, data: list, blob_workers: int) -> list
             digests = iter(list(pool.map(digest, keys)))
     else:
         digests = iter([digest(k) for k in keys])
-    return [(d.step, d.wall_time, tuple(next(digests) for _ in d.values)) for d in data]
+    return [(d.step, d.wall_time, tuple(None if i < skip else next(digests) for i in range(len(d.values))))
+            for d in data]
 
 
 def tensor_payload(array) -> TensorPayload:

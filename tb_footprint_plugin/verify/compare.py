@@ -610,6 +610,11 @@ def _rust_side(original_dir, reduced_dir, exp, timeout_s, with_routes, rust_open
 #: hashed, never kept): ``(plugin, data class, blob fetches at once)``.
 _TAB_KINDS = (("scalars", views.SCALAR, 1), ("histograms", views.TENSOR, 1),
               ("images", views.BLOB_SEQUENCE, 8), ("audio", views.BLOB_SEQUENCE, 8))
+#: An image summary's blob sequence is its width, its height, then its samples: the check shows
+#: the samples only (``_samples``), as the images routes serve them, so the tab's read leaves the
+#: first two unfetched (None): of a one-sample image tag, two of every three of its data-server
+#: reads, on both sides, in every reduce of a run with images.
+IMAGE_HEADER_BLOBS = 2
 
 
 class PayloadDigest(NamedTuple):
@@ -631,7 +636,7 @@ def _read_for_tab(reader: Reader) -> None:
     for plugin, kind, workers in _TAB_KINDS:
         try:
             views.read_kind(reader.view, reader.provider, views.request_context(), plugin,
-                             kind, {}, workers)
+                             kind, {}, workers, skip=IMAGE_HEADER_BLOBS if plugin == "images" else 0)
         except Exception as e:  # noqa: BLE001 - a reader failure is a finding
             reader.view.errors.append(f"{plugin}: {type(e).__name__}: {e}")
         if kind == views.TENSOR:
@@ -1089,7 +1094,8 @@ def _tag_summaries(pairs) -> dict:
             }
             if (tb or ta).kind == views.BLOB_SEQUENCE:
                 shown = sorted(set(sb) | set(sa))[-SUMMARY_MAX_STEPS:]
-                entry["samples"] = _samples(tb, ta, shown, skip=2 if plugin == "images" else 0)
+                entry["samples"] = _samples(tb, ta, shown,
+                                            skip=IMAGE_HEADER_BLOBS if plugin == "images" else 0)
             elif plugin == "histograms":
                 last = sb[-1] if sb else (sa[-1] if sa else None)
                 if last is not None:
