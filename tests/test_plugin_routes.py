@@ -631,6 +631,9 @@ def test_cancel_before_commit_point_rolls_back(app, logdir):
     assert job["state"] == "cancelled", job
     (o,) = job["result"]["outcomes"]
     assert o["status"] == "rolled_back" and "cancel" in o["reason"]
+    # the job marks the outcome its Cancel stopped (the tab shows it muted, not as a failure);
+    # the engine's status and code stay as they were
+    assert o["code"] == "interrupted" and o["cancelled"] is True, o
     # every user file byte-identical (and same mtime); the vault only recorded the rollback
     assert file_shas(logdir) == start
     ops = app.get("/operations").get_json()["operations"]
@@ -685,7 +688,7 @@ def test_a_restore_is_cancellable_until_its_first_original_goes_back(app, logdir
     job = app.wait_job(jid)
     assert job["state"] == "cancelled", job
     (o,) = job["result"]["outcomes"]
-    assert o["code"] == "interrupted" and "nothing was changed" in o["reason"], o
+    assert o["code"] == "interrupted" and "nothing was changed" in o["reason"] and o["cancelled"] is True, o
     assert file_shas(logdir) == reduced
     faults.disarm_all()
 
@@ -703,6 +706,7 @@ def test_a_restore_is_cancellable_until_its_first_original_goes_back(app, logdir
     go.set()
     job = app.wait_job(jid)
     assert job["state"] == "done" and job["result"]["outcomes"][0]["status"] == "restored", job
+    assert "cancelled" not in job["result"]["outcomes"][0], job  # a cancel refused stopped nothing
 
 
 def test_a_purge_is_cancellable_until_its_intent(app, logdir, monkeypatch):

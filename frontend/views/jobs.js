@@ -31,10 +31,10 @@ function title(job) {
   return job.kind;
 }
 
-function outcomeLine(model, o, cancelled) {
-  // a run the user's Cancel stopped (code ``interrupted`` in a cancelled job) did not fail: it is
-  // as it was, and says so without the red of a failure
-  const stopped = cancelled && o.code === 'interrupted';
+function outcomeLine(model, o) {
+  // a run the user's Cancel stopped (the job marks it ``cancelled``) did not fail: it is as it
+  // was, and says so without the red of a failure
+  const stopped = o.cancelled === true;
   const cls = stopped ? 'muted' : {verified: 'ok', restored: 'ok', rolled_back: 'bad', failed: 'bad', skipped: 'muted'}[o.status] || 'muted';
   const line = el('div', {class: 'outcome-line ' + cls, dataset: {run: o.run, status: stopped ? 'cancelled' : o.status}});
   line.appendChild(el('span', {class: 'mono', text: o.run}));
@@ -90,9 +90,8 @@ function summaryText(job) {
 
 function hasTrouble(job) {
   const outcomes = (job.result || {}).outcomes || [];
-  // a run the user's Cancel stopped (code ``interrupted`` in a cancelled job) is as it was: no trouble
-  const stopped = (o) => job.state === 'cancelled' && o.code === 'interrupted';
-  return job.state === 'failed' || outcomes.some((o) => (o.status === 'rolled_back' || o.status === 'failed') && !stopped(o));
+  // a run the user's Cancel stopped is as it was: no trouble
+  return job.state === 'failed' || outcomes.some((o) => (o.status === 'rolled_back' || o.status === 'failed') && o.cancelled !== true);
 }
 
 export class JobsView {
@@ -231,7 +230,7 @@ export class JobsView {
     const shownLines = outcomes.length > MAX_OUTCOME_LINES
       ? outcomes.filter((o) => !good(o)).concat(outcomes.filter(good)).slice(0, MAX_OUTCOME_LINES)
       : outcomes;
-    for (const o of shownLines) card.appendChild(outcomeLine(this.model, o, job.state === 'cancelled'));
+    for (const o of shownLines) card.appendChild(outcomeLine(this.model, o));
     if (outcomes.length > shownLines.length) {
       card.appendChild(el('div', {class: 'muted outcome-more', text: '… and ' + plural(outcomes.length - shownLines.length, 'more run') +
         ' (every one is in Operations and History)'}));

@@ -14,6 +14,8 @@ import time
 import traceback
 from typing import Callable, Dict, Iterable, List, Optional
 
+from tb_footprint_plugin.codes import Failure
+
 logger = logging.getLogger("tb_footprint_plugin.plugin")
 
 #: steps of a reduction before its commit point: a cancel is still honoured there (a purge's
@@ -35,6 +37,17 @@ class Busy(Exception):
         super().__init__(f"a job ({job_id}) is already running on {', '.join(runs)}")
         self.runs = runs
         self.job_id = job_id
+
+
+def mark_stopped_by_cancel(job: "Job") -> None:
+    """Mark each outcome the user's Cancel stopped (``cancelled: true``): code ``interrupted`` in a
+    job whose cancel was asked for. The run is as it was (rolled back, or nothing begun), which the
+    tab shows without the red of a failure; its status and code stay what the engine said."""
+    if not job.cancel_requested or not isinstance(job.result, dict):
+        return
+    for o in job.result.get("outcomes") or []:
+        if isinstance(o, dict) and o.get("code") == Failure.INTERRUPTED:
+            o["cancelled"] = True
 
 
 class Job:
@@ -208,6 +221,7 @@ class JobManager:
             job.state = "running"
             job.report(None, "starting", 0.0)
             job.result = work(job)
+            mark_stopped_by_cancel(job)
             if job.cancel_requested and job.result and not job.result.get("committed_any", True):
                 final = "cancelled"
             else:
