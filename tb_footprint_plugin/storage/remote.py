@@ -22,6 +22,7 @@ economy and the error vocabulary of s3, gs and az are kept in one place.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import math
@@ -30,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple, TypeVar
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 from tb_footprint_plugin.codes import StoreError
 from tb_footprint_plugin.storage.store import RangeReader
@@ -82,7 +83,7 @@ CREDENTIALS_HINT: Dict[str, str] = {
     "gcs": "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file, or run "
            "`gcloud auth application-default login`",
     "az": "set AZURE_STORAGE_CONNECTION_STRING, or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY "
-          "(or with a login DefaultAzureCredential finds: `az login`, a managed identity)",
+          "or AZURE_STORAGE_SAS_TOKEN (or with a login DefaultAzureCredential finds: `az login`, a managed identity)",
 }
 
 
@@ -108,11 +109,34 @@ def credentials_missing(e: Optional[BaseException], unsigned: bool = False) -> b
 def refused(e: BaseException) -> bool:
     """Whether ``e`` is the store's refusal of a signed request (401/403), as a client raises it
     where it is no ``OSError``: gcsfs's ``HttpError``, azure-core's ``ClientAuthenticationError``
-    with the service's response (``credentials_missing`` first: an unsigned request's is not)."""
+    with the service's response (``credentials_missing`` first: an unsigned request's is not);
+    and gcsfs's 403, a plain ``OSError`` (``gcs_forbidden``)."""
     names = {c.__name__ for c in type(e).__mro__}
     status = getattr(e, "status_code", None) if "ClientAuthenticationError" in names else \
         getattr(e, "code", None) if "HttpError" in names else None
-    return status in (401, 403)
+    return status in (401, 403) or gcs_forbidden(e)
+
+
+def gcs_forbidden(e: BaseException) -> bool:
+    """Whether ``e`` is gcsfs's answer to a 403: a plain ``OSError`` (no subclass, no errno) raised
+    by ``gcsfs.retry.validate_response``, which raises none other (a 404 is ``FileNotFoundError``, a
+    412 ``FileExistsError``, a 502 requests' ``ProxyError``, the rest ``HttpError``). Told by its
+    type and where it was raised, never by its words ("Forbidden: ...")."""
+    if type(e) is not OSError or e.errno is not None:
+        return False
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_name == "validate_response" and \
+        tb.tb_frame.f_globals.get("__name__") == "gcsfs.retry"
+
+
+def server_failed(e: BaseException) -> bool:
+    """Whether ``e`` is a client's error that is no ``OSError`` and carries the store's HTTP status
+    (gcsfs's ``HttpError``: a 5xx, or any status no other rule took), to be coded
+    ``store_error`` rather than escape every ``OSError`` catch."""
+    return not isinstance(e, OSError) and "HttpError" in {c.__name__ for c in type(e).__mro__} and \
+        isinstance(getattr(e, "code", None), int)
 
 
 def no_credentials(url: str, protocol: str, e: Optional[BaseException], why: Optional[str] = None) -> RemoteError:
@@ -138,6 +162,9 @@ def _credentials_named(method):
                 raise no_credentials(self.url, self.protocol, e) from e
             if refused(e):
                 raise RemoteError(REFUSED, f"{self.url}: the store refused the request ({e})") from e
+            if server_failed(e):
+                raise RemoteError(StoreError.STORE_ERROR, f"{self.url}: the store failed the request "
+                                  f"({getattr(e, 'code', '')} {e})") from e
             raise
     return wrapper
 
@@ -287,6 +314,31 @@ def _az_kwargs() -> dict:
 
 
 _KWARGS = {"s3": _s3_kwargs, "gcs": _gcs_kwargs, "az": _az_kwargs}
+#: the scope of a token for Azure Storage
+AZ_STORAGE_SCOPE = "https://storage.azure.com/.default"
+#: set once this process's DefaultAzureCredential found a token: not asked again (a failure is
+#: not kept: a later ``az login`` counts)
+_AZ_CREDENTIAL_FOUND: List[bool] = []
+
+
+def azure_credential_missing() -> Optional[BaseException]:
+    """What ``DefaultAzureCredential`` raised asked for a storage token when it says no credential
+    of its chain has one (``credentials_missing``: by type and fields); None when it found one, or
+    failed otherwise (the client's requests then say what happened, as before), or azure-identity
+    is not installed (adlfs's import error names what to install)."""
+    try:
+        from azure.identity import DefaultAzureCredential
+    except ImportError:
+        return None
+    cred = DefaultAzureCredential()
+    try:
+        cred.get_token(AZ_STORAGE_SCOPE)
+    except Exception as e:  # noqa: BLE001 - only "found none" is taken; the rest is the client's
+        return e if credentials_missing(e) else None
+    finally:
+        with contextlib.suppress(Exception):
+            cred.close()
+    return None
 
 
 def filesystem(url: str):
@@ -308,6 +360,15 @@ def filesystem(url: str):
         # adlfs refuses to start without an account (a ValueError, told apart only by its words):
         # no credentials, said as S3's and GCS's are
         raise no_credentials(url, proto, None, "no storage account named")
+    if proto == "az" and kwargs.get("anon") is False and not _AZ_CREDENTIAL_FOUND and not any(
+            os.environ.get(k) for k in ("AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CLIENT_ID")):
+        # an account name alone: adlfs hands the client DefaultAzureCredential, and a chain that
+        # finds nothing was said only after the storage client's retries of every request (80-175 s
+        # of back-off); asked once here, it says so at once (the same decision, without them)
+        missing = azure_credential_missing()
+        if missing is not None:
+            raise no_credentials(url, proto, missing) from missing
+        _AZ_CREDENTIAL_FOUND.append(True)
     try:
         fs = fsspec.filesystem(proto, **kwargs)
     except ImportError as e:
@@ -364,6 +425,8 @@ class RemoteFS:
         except FileNotFoundError:
             raise
         except OSError as e:
+            if refused(e):  # a refusal is said as one (``_credentials_named``), not as a failed listing
+                raise
             raise RemoteError(StoreError.LIST_FAILED, f"{self.scheme}://{base}: listing failed ({e})") from e
         finally:
             self._forget_listings(base)
@@ -943,6 +1006,8 @@ class _GCSOps(_Ops):
             return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
         if isinstance(e, FileNotFoundError) or status == 404:
             return RemoteError(StoreError.NOT_FOUND, f"{what}: no such object")
+        if refused(e):
+            return RemoteError(REFUSED, f"{what}: the store refused the request ({e})")
         return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     @staticmethod
