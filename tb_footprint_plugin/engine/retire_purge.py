@@ -90,10 +90,9 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
                 check_retired_dir(vault, m["op_id"])
             except TransactionError:
                 continue  # never deleted through a link or a stranger's folder: health names it
-            size = tree_size(retired_dir(vault, m["op_id"]))
             refused = lock_for_purge(ctx, m["run"], locks) if yes else None
             if refused is not None:
-                out.kept.append(_kept(m, size, *refused))
+                out.kept.append(_kept(m, tree_size(retired_dir(vault, m["op_id"])), *refused))
                 continue
             if yes:
                 # read again under the lock: an unretire or another purge may have finished since
@@ -105,7 +104,7 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
                     check_retired_dir(vault, m["op_id"])
                 except TransactionError:
                     continue
-                size = tree_size(retired_dir(vault, m["op_id"]))
+            size = tree_size(retired_dir(vault, m["op_id"]))
             if unsettled_op(ctx, m["run"]):
                 out.kept.append(_kept(m, size, Finding.UNFINISHED,
                                       "an operation on this run is unfinished; run `tb-footprint recover`"))
