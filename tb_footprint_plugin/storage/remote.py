@@ -107,14 +107,36 @@ def credentials_missing(e: Optional[BaseException], unsigned: bool = False) -> b
 
 
 def refused(e: BaseException) -> bool:
-    """Whether ``e`` is the store's refusal of a signed request (401/403), as a client raises it
-    where it is no ``OSError``: gcsfs's ``HttpError``, azure-core's ``ClientAuthenticationError``
-    with the service's response (``credentials_missing`` first: an unsigned request's is not);
-    and gcsfs's 403, a plain ``OSError`` (``gcs_forbidden``)."""
+    """Whether ``e`` is the store's refusal of a request (401/403), whichever client raised it and
+    however: s3fs's ``PermissionError`` (its translation of a 403), botocore's ``ClientError``,
+    gcsfs's ``HttpError`` and its 403 as a plain ``OSError`` (``gcs_forbidden``), azure-core's
+    ``HttpResponseError`` (``ClientAuthenticationError`` among them) with the service's response.
+    Told by type and status, never by words. Callers ask ``credentials_missing`` first (an
+    unsigned request's 401 is that); ``shared_error`` is the one place both are asked."""
+    if isinstance(e, PermissionError):
+        return True
     names = {c.__name__ for c in type(e).__mro__}
-    status = getattr(e, "status_code", None) if "ClientAuthenticationError" in names else \
-        getattr(e, "code", None) if "HttpError" in names else None
+    if "ClientError" in names:  # botocore: the status is in the parsed response
+        status = (getattr(e, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode")
+    elif "HttpResponseError" in names:  # azure-core: a refusal carries the service's response
+        status = getattr(e, "status_code", None) if getattr(e, "response", None) is not None else None
+    elif "HttpError" in names:  # gcsfs
+        status = getattr(e, "code", None)
+    else:
+        status = None
     return status in (401, 403) or gcs_forbidden(e)
+
+
+def shared_error(e: BaseException, url: str, protocol: str, what: str, unsigned: bool = False) -> Optional[RemoteError]:
+    """The coded error every store and every call says alike, asked before any store's or call's
+    own mapping (the conditional clients' ``_Ops._err``, a listing, the ``RemoteFS`` methods): the
+    client found no credentials (``no_credentials``, naming the logdir's ``url``), or the store
+    refused the request (``permission_denied``, naming ``what``). None for any other error."""
+    if credentials_missing(e, unsigned):
+        return no_credentials(url, protocol, e)
+    if refused(e):
+        return RemoteError(REFUSED, f"{what}: the store refused the request ({e})")
+    return None
 
 
 def gcs_forbidden(e: BaseException) -> bool:
@@ -158,10 +180,9 @@ def _credentials_named(method):
         except RemoteError:
             raise
         except Exception as e:  # noqa: BLE001 - only the clients' credential errors are translated
-            if credentials_missing(e, getattr(self, "unsigned", False)):
-                raise no_credentials(self.url, self.protocol, e) from e
-            if refused(e):
-                raise RemoteError(REFUSED, f"{self.url}: the store refused the request ({e})") from e
+            shared = shared_error(e, self.url, self.protocol, self.url, getattr(self, "unsigned", False))
+            if shared is not None:
+                raise shared from e
             if server_failed(e):
                 raise RemoteError(StoreError.STORE_ERROR, f"{self.url}: the store failed the request "
                                   f"({getattr(e, 'code', '')} {e})") from e
@@ -425,8 +446,9 @@ class RemoteFS:
         except FileNotFoundError:
             raise
         except OSError as e:
-            if refused(e):  # a refusal is said as one (``_credentials_named``), not as a failed listing
-                raise
+            shared = shared_error(e, self.url, self.protocol, f"{self.scheme}://{base}", self.unsigned)
+            if shared is not None:  # a refusal is said as one, not as a failed listing
+                raise shared from e
             raise RemoteError(StoreError.LIST_FAILED, f"{self.scheme}://{base}: listing failed ({e})") from e
         finally:
             self._forget_listings(base)
@@ -711,8 +733,14 @@ class _Ops:
         bucket, _, key = path.partition("/")
         return bucket, key
 
-    def _err(self, e: Exception, what: str) -> RemoteError:  # pragma: no cover - every store overrides
-        """``e`` as a coded error; a client's "no credentials found" is ``no_credentials`` on every store."""
+    def _err(self, e: Exception, what: str) -> RemoteError:
+        """``e`` as a coded error: first what every store says alike (``shared_error``: no
+        credentials found, a refusal), then the store's own mapping (``_store_err``)."""
+        shared = shared_error(e, self.rfs.url, self.rfs.protocol, what, getattr(self.rfs, "unsigned", False))
+        return shared if shared is not None else self._store_err(e, what)
+
+    def _store_err(self, e: Exception, what: str) -> RemoteError:  # pragma: no cover - every store overrides
+        """``e`` as the store's coded error (preconditions, missing objects, the rest ``store_error``)."""
         return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     def _request(self, verb: str, what: str, call, *, up: int = 0, create_only: bool = False):
@@ -785,11 +813,9 @@ class _S3Ops(_Ops):
         # boto3`` is paid only by ``upload_file``, the one call that needs it
         self.client = _s3_client(rfs.fs, endpoint_url=_s3_kwargs().get("endpoint_url"), config=cfg)
 
-    def _err(self, e, what: str):
+    def _store_err(self, e, what: str):
         from botocore.exceptions import ClientError
 
-        if credentials_missing(e):
-            return no_credentials(self.rfs.url, self.rfs.protocol, e)
         if isinstance(e, ClientError):
             code = e.response.get("Error", {}).get("Code", "")
             status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
@@ -919,8 +945,9 @@ class _S3Ops(_Ops):
                 finally:
                     self.rfs.stats.add("delete")
                 for err in r.get("Errors", []):
-                    code = {"PreconditionFailed": PRECONDITION_FAILED, "NoSuchKey": StoreError.NOT_FOUND}.get(
-                        err.get("Code"), StoreError.STORE_ERROR)
+                    # a key the batch refused (AccessDenied) is a refusal, as a request's 403 is
+                    code = {"PreconditionFailed": PRECONDITION_FAILED, "NoSuchKey": StoreError.NOT_FOUND,
+                            "AccessDenied": REFUSED}.get(err.get("Code"), StoreError.STORE_ERROR)
                     failed[f"{b}/{err['Key']}"] = RemoteError(code, f"{err.get('Code')}: {err.get('Message')}")
         return failed
 
@@ -998,16 +1025,12 @@ class _GCSOps(_Ops):
     def _call(self, *args, **kw):
         return self.rfs.fs.call(*args, **kw)
 
-    def _err(self, e, what):
-        if credentials_missing(e, getattr(self.rfs, "unsigned", False)):
-            return no_credentials(self.rfs.url, self.rfs.protocol, e)
+    def _store_err(self, e, what):
         status = getattr(e, "code", None) or getattr(e, "status", None)
         if status == 412:
             return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
         if isinstance(e, FileNotFoundError) or status == 404:
             return RemoteError(StoreError.NOT_FOUND, f"{what}: no such object")
-        if refused(e):
-            return RemoteError(REFUSED, f"{what}: the store refused the request ({e})")
         return RemoteError(StoreError.STORE_ERROR, f"{what}: {e}")
 
     @staticmethod
@@ -1144,11 +1167,9 @@ class _AzureOps(_Ops):
         b, k = self.split(path)
         return self.client.get_blob_client(b, k)
 
-    def _err(self, e, what):
+    def _store_err(self, e, what):
         from azure.core.exceptions import ResourceExistsError, ResourceModifiedError, ResourceNotFoundError
 
-        if credentials_missing(e):
-            return no_credentials(self.rfs.url, self.rfs.protocol, e)
         if isinstance(e, ResourceModifiedError):
             return RemoteError(PRECONDITION_FAILED, f"{what}: changed since it was read (precondition failed)")
         if isinstance(e, ResourceExistsError):
@@ -1276,8 +1297,9 @@ class _AzureOps(_Ops):
                     self.rfs.stats.add("delete")
                 for k, res in zip(page, results):
                     if res.status_code not in (200, 202, 404):
-                        failed[f"{b}/{k}"] = RemoteError(PRECONDITION_FAILED if res.status_code == 412 else StoreError.STORE_ERROR,
-                                                         f"HTTP {res.status_code}")
+                        code = {412: PRECONDITION_FAILED, 401: REFUSED, 403: REFUSED}.get(res.status_code,
+                                                                                        StoreError.STORE_ERROR)
+                        failed[f"{b}/{k}"] = RemoteError(code, f"HTTP {res.status_code}")
         return failed
 
     def retention(self, bucket: str) -> dict:
