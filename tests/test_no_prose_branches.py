@@ -30,7 +30,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 #: (module path relative to the package, function) -> why that one function may read text
 ALLOWED: Dict[Tuple[str, str], str] = {
-    ("engine/ledger.py", "_skip_code"):
+    ("engine/ledger_entries.py", "_skip_code"):
         "ledger entries written before codes existed carry only the reason's prose: its two "
         "passing reasons are mapped to Skip codes here, once, for old ledgers",
     ("engine/reduce_journal.py", "journal_gone"):

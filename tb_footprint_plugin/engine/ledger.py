@@ -1,334 +1,129 @@
-"""The batch ledger: an append-only log of state transitions, so a batch interrupted at any
-point resumes where it stopped.
+"""The batch ledger, one for every store: a batch interrupted at any point resumes where it stopped.
 
-The file's first line is a snapshot (``{"version": 1, "logdir", "policy", "created_at", "runs"}``,
-the ledger's whole JSON form of earlier versions, which are still read as they are); each
-transition after it is one fsynced line ``{"run": NAME, "entry": {...}}`` holding the run's whole
-entry as it now stands, so replaying the lines in order over the snapshot gives the ledger and a
-line read twice changes nothing. A mark appends one line (a rewrite of the whole file at every
-transition was quadratic in the runs of a batch); ``start`` and ``compact`` (the end of a batch,
-or once the lines outnumber twice the runs) rewrite the file as its snapshot alone. Lines are
-untrusted input read as ``trust.read_json_lines`` reads: a damaged line is skipped and named
-(``damaged_line``), an unterminated last line (a writer killed mid-append) is ignored, and the
-next write then rewrites the file whole instead of gluing a line onto it.
+A ``Ledger`` keeps one batch's (or one shard's) entries on a ``Store``, in the layout the store's
+``capabilities.append`` says it can keep cheaply:
 
-Per run: ``pending → reducing → verifying → done | failed | skipped`` with sizes, ratio,
-verified flag, the error, the operation id and who did it (host, pid, shard). Several processes
-may share one ledger: every update re-reads the file under an exclusive ``flock``. A sharded
-batch keeps one ledger per shard beside the others (``ledger-shard-I-of-N.json``), so no lock
-is shared between machines; ``merged`` reads them all back as one batch.
+* ``o_append`` (a folder: ``engine.ledger_file``): one file, its first line a snapshot, each mark
+  after it an appended line, compacted at a batch's start and end; several processes share it
+  under an ``flock`` (no mark lost between them);
+* ``conditional_rewrite`` (a bucket: ``engine.ledger_objects``): one object per (shard, run),
+  two PUTs a run, and an in-flight marker per worker; nothing written at a start.
 
-Why one module: one file format — the snapshot and its transition lines,
-their checks as untrusted input, the flocked update, and the merge of a sharded batch's ledgers
-— read and written by the same entry rules (``check_entry``, ``_replay``).
+What an entry is and may hold, the resume rule (``should_run``), when a ``done`` entry stands
+against a new mark (``keeps_done``), the marks themselves (``Ledger.mark``: who and when, the
+error cut to size), what recovery settled (``mark_recovered``), the merged view of several
+ledgers and the settling of a dead worker's in-flight runs (``settle_runs``: ``done`` when the
+layout proves the commit, ``pending`` when recovery rolled it back) are written once, here and in
+``engine.ledger_entries``; each layout brings its reads, writes and its proof of a commit
+(a folder: a verified manifest after the mark; a bucket: that, and no journal left naming it).
 """
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import os
-import re
 import socket
 import threading
 import time
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import PASSING_SKIPS, Recovery, Skip
+from tb_footprint_plugin.codes import Recovery
 from tb_footprint_plugin.engine.context import NoSpace
-from tb_footprint_plugin.engine.lease import holder_alive, me
-from tb_footprint_plugin.engine.trust import (BAD_LEDGER, BAD_LEDGER_ENTRY, DAMAGED_LINE, FOREIGN_LEDGER, Untrusted,
-                                              undo_partial_append)
-from tb_footprint_plugin.storage.files import append_line, atomic_write_json
-from tb_footprint_plugin.storage.lock import exclusive
-from tb_footprint_plugin.storage.paths import is_state_name
-from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.regular import open_regular, read_capped
-
-LEDGER_VERSION = 1
-RETRY_STATES = {"pending", "reducing", "verifying", "failed"}
-TERMINAL_STATES = {"done", "failed", "skipped"}
-STATES = ("pending", "reducing", "verifying", "done", "failed", "skipped")
+from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_VERSION, MAX_ERROR_CHARS,
+                                                       MAX_REPORTED, RETRY_STATES, STATES, TERMINAL_STATES,
+                                                       check_entry, check_ledger, committed, is_stale,
+                                                       keeps_done, marked, merged_view, pid_gone,
+                                                       recovered_marks, report_refusals, rolled_back_by,
+                                                       completed_fields, rolled_back_fields, should_run, with_restores, worker)
+from tb_footprint_plugin.engine.ledger_file import (LEDGER_NAME, MAX_LEDGER_BYTES, FileLayout, ledger_name,
+                                                    ledger_path, ledger_paths, load_ledger)
+from tb_footprint_plugin.engine.ledger_objects import (INFLIGHT, LEDGERS, ObjectLayout, held_by, markers,
+                                                       read_entries, read_marker, release, tree)
+from tb_footprint_plugin.storage.store import Store
 
 
-#: a ledger file larger than this is refused unread (10,000 runs take about 3 MB)
-MAX_LEDGER_BYTES = 64 << 20
-_ENTRY_INTS = ("original_size_bytes", "after_size_bytes", "pid", "pid_start")
-_ENTRY_STRS = ("host", "shard", "op_id", "code", "error")
-MAX_ERROR_CHARS = 8192
-#: every field a ledger entry may carry; others are dropped on reading (nothing uses them)
-_ENTRY_FIELDS = {"state", "updated_at", "reduced_ratio", "verified", *_ENTRY_INTS, *_ENTRY_STRS}
-
-
-def _finite(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def check_entry(run, e, file: str) -> dict:
-    """One ledger entry read back from disk, checked field by field (untrusted input: a run name in
-    it is only ever looked up in the plan, never joined onto a path). Returns the entry with only
-    the known fields; raises ``trust.Untrusted`` (code ``bad_ledger_entry``) naming what is wrong."""
-    def bad(why: str):
-        return Untrusted(BAD_LEDGER_ENTRY, file, f"entry {str(run)[:200]!r}: {why}")
-
-    if not isinstance(run, str) or not run or len(run) > 4096 or "\0" in run:
-        raise bad("run name is not a string of 1..4096 characters")
-    if not isinstance(e, dict):
-        raise bad(f"is a {type(e).__name__}, not an object")
-    if e.get("state", "pending") not in STATES:
-        raise bad(f"unknown state {str(e.get('state'))[:40]!r}")
-    if "updated_at" in e and not _finite(e["updated_at"]):
-        raise bad("updated_at is not a finite number")
-    for k in _ENTRY_INTS:
-        if e.get(k) is not None and not (isinstance(e[k], int) and not isinstance(e[k], bool) and e[k] >= 0):
-            raise bad(f"{k} is not a non-negative integer")
-    for k in _ENTRY_STRS:
-        if e.get(k) is not None and not (isinstance(e[k], str) and len(e[k]) <= 65536):
-            raise bad(f"{k} is not a string")
-    if e.get("reduced_ratio") is not None and not _finite(e["reduced_ratio"]):
-        raise bad("reduced_ratio is not a finite number")
-    if e.get("verified") is not None and not isinstance(e["verified"], bool):
-        raise bad("verified is not true or false")
-    return {k: v for k, v in e.items() if k in _ENTRY_FIELDS}
-
-
-def check_ledger(data, file: str, logdir: Optional[str] = None) -> Tuple[dict, List[Untrusted]]:
-    """A whole ledger read back from disk: the ledger with its valid entries, and one refusal per
-    bad entry. Raises ``trust.Untrusted`` when the file as a whole is not a ledger of this version
-    (``bad_ledger``) or was written for another logdir (``foreign_ledger``)."""
-    if not isinstance(data, dict) or data.get("version") != LEDGER_VERSION or not isinstance(data.get("runs"), dict):
-        raise Untrusted(BAD_LEDGER, file, f"not a ledger of version {LEDGER_VERSION}")
-    for k in ("logdir", "policy"):
-        if data.get(k) is not None and not isinstance(data[k], str):
-            raise Untrusted(BAD_LEDGER, file, f"{k} is not a string")
-    if data.get("created_at") is not None and not _finite(data["created_at"]):
-        raise Untrusted(BAD_LEDGER, file, "created_at is not a finite number")
-    if logdir and data.get("logdir") and os.path.realpath(data["logdir"]) != os.path.realpath(logdir):
-        raise Untrusted(FOREIGN_LEDGER, file, f"written for another logdir ({data['logdir'][:300]!r})")
-    runs, problems = {}, []
-    for run, e in data["runs"].items():
-        try:
-            runs[run] = check_entry(run, e, file)
-        except Untrusted as u:
-            problems.append(u)
-    return dict(data, runs=runs), problems
-
-
-def load_ledger(path: str, logdir: Optional[str] = None) -> Tuple[Optional[dict], List[Untrusted]]:
-    """Read and check the ledger at ``path``: (None, []) when there is none; (None, [refusal]) when
-    it cannot be used at all; else the checked ledger and the refusals of its bad entries and
-    damaged lines."""
-    data, problems, _tail = _load(path, logdir)
-    return data, problems
-
-
-#: what ``_load`` says of the file besides its data: (transition lines after the snapshot, whether
-#: the next write must rewrite it whole: a torn last line, or a snapshot over several lines)
-_Tail = Tuple[int, bool]
-
-
-def _load(path: str, logdir: Optional[str]) -> Tuple[Optional[dict], List[Untrusted], _Tail]:
-    """``load_ledger``, how many transition lines follow the snapshot, and whether the next write
-    must rewrite the file whole (a torn last line; an earlier version's indented ledger)."""
-    try:
-        with open_regular(path) as f:  # a symlink or FIFO in its place is refused, never followed
-            raw = read_capped(f, MAX_LEDGER_BYTES)
-    except FileNotFoundError:
-        return None, [], (0, False)
-    except OSError as e:
-        return None, [Untrusted(BAD_LEDGER, path, f"unreadable ledger ({e.strerror or e})")], (0, False)
-    if len(raw) > MAX_LEDGER_BYTES:
-        return None, [Untrusted(BAD_LEDGER, path, f"larger than {MAX_LEDGER_BYTES >> 20} MB; not read")], (0, False)
-    first, newline, rest = raw.partition(b"\n")
-    head = None
-    if newline and rest.strip():
-        try:
-            head = json.loads(first.decode("utf-8"))
-        except (ValueError, RecursionError):
-            head = None
-    if not isinstance(head, dict):
-        # one JSON document (this version's compacted form, or an earlier version's, indented
-        # or not): the whole file is the ledger
-        try:
-            head = json.loads(raw.decode("utf-8"))
-        except (ValueError, RecursionError) as e:
-            return None, [Untrusted(BAD_LEDGER, path, f"not JSON ({str(e)[:200]})")], (0, False)
-        rest = b""
-    try:
-        data, problems = check_ledger(head, path, logdir)
-    except Untrusted as u:
-        return None, [u], (0, False)
-    if not rest:
-        return data, problems, (0, b"\n" in raw.strip())
-    lines, torn = _replay(rest, data["runs"], problems, path)
-    return data, problems, (lines, torn)
-
-
-def _replay(raw: bytes, runs: Dict[str, dict], problems: List[Untrusted], path: str) -> _Tail:
-    """Apply the transition lines ``raw`` (the file after its snapshot line) to ``runs``, as
-    ``trust.read_json_lines`` reads lines: a damaged one is skipped and named, an unterminated
-    last one ignored. Returns (lines read, torn)."""
-    chunks = raw.split(b"\n")
-    last = len(chunks) - 1
-    count = 0
-    for n, chunk in enumerate(chunks, 2):
-        if n - 2 == last:
-            return count, bool(chunk.strip())
-        if not chunk.strip():
-            continue
-        count += 1
-        try:
-            rec = json.loads(chunk.decode("utf-8"))
-        except (ValueError, RecursionError) as e:
-            why = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"not JSON ({str(e)[:80]})"
-            problems.append(Untrusted(DAMAGED_LINE, path, f"line {n}: {why}; skipped"))
-            continue
-        if not isinstance(rec, dict) or set(rec) != {"run", "entry"}:
-            problems.append(Untrusted(DAMAGED_LINE, path, f"line {n}: not a transition of this ledger; skipped"))
-            continue
-        try:
-            runs[rec["run"]] = check_entry(rec["run"], rec["entry"], path)
-        except Untrusted as u:
-            problems.append(u)
-    return count, False
+def _shard_pair(shard: Optional[str]) -> Optional[Tuple[int, int]]:
+    if not shard:
+        return None
+    i, n = (int(x) for x in shard.split("/"))
+    return i, n
 
 
 class Ledger:
-    """One batch's ledger file."""
+    """One batch's ledger (one shard's in a sharded batch). ``where``: the ledger file's path (a
+    folder's layout), or a ``Store`` whose ``capabilities.append`` chooses the layout (a folder
+    store: the file ``key`` in it, by default the shard's ``ledger_name``; a bucket: the shard's
+    objects, ``listing`` the batch's listing they are found in, or their ``folder``)."""
 
-    def __init__(self, path: str, policy: str, logdir: str, shard: Optional[str] = None):
-        self.path = os.path.abspath(path)
+    def __init__(self, where, policy: str, logdir: Optional[str] = None, shard: Optional[str] = None, *,
+                 key: Optional[str] = None, listing: Optional[dict] = None, folder: Optional[str] = None):
         self.policy = policy
         self.logdir = logdir
-        self._lock = threading.Lock()
         #: written into every transition: which worker did it
-        self.who = {"host": socket.gethostname(), **me(), "shard": shard}
-        #: refusals of the last read: entries (or the whole file) that were not used
-        self.problems: List[dict] = []
+        self.who = worker(shard)
         self.started = time.time()  # this batch's start: done entries written since are another worker's
-        self._mine: Optional[Tuple[tuple, dict]] = None  # (stat key, data) of this process's last write
-        self._tail: _Tail = (0, False)  # the file's transition lines after its snapshot, torn end
+        if isinstance(where, Store):
+            if where.capabilities.append == "o_append":
+                self.layout = FileLayout(os.path.join(where.root, key or ledger_name(_shard_pair(shard))),
+                                         policy, logdir)
+            else:
+                self.layout = ObjectLayout(where, policy, shard, self.who, listing, folder)
+        else:
+            self.layout = FileLayout(os.fspath(where), policy, logdir)
 
-    @contextlib.contextmanager
-    def _locked(self):
-        d = os.path.dirname(self.path)
-        if is_state_name(os.path.basename(d)):
-            ensure_private_dir(d, tighten_root=True)  # the state folder: made 0700, checked ours
-        elif not os.path.lexists(d):
-            ensure_private_dir(d)
-        with self._lock, exclusive(self.path + ".lock"):  # a folder of ours, never through a link
-            yield
+    @property
+    def path(self) -> str:
+        """Where the ledger is: its file's path, or its folder's URL."""
+        return self.layout.path
+
+    @property
+    def problems(self) -> List[dict]:
+        """Refusals of the last read: entries (or the whole ledger) that were not used."""
+        return self.layout.problems
 
     def read(self) -> dict:
-        """The ledger as checked by ``check_ledger``; bad entries are left out and, like a file
-        that is no ledger at all, reported in ``self.problems`` (codes of ``engine.trust``).
+        """The ledger: ``{version, policy, runs, ...}`` with its checked entries."""
+        return self.layout.read()
 
-        The file this process wrote last, unchanged since (same inode, size and mtime), is not
-        parsed and checked again: what it holds is what this process wrote (re-reading a
-        2,000-run ledger at every transition was most of a batch's ledger cost)."""
-        mine = self._mine
-        if mine is not None:
-            try:
-                st = os.stat(self.path)
-                if (st.st_ino, st.st_size, st.st_mtime_ns) == mine[0]:
-                    self.problems = []
-                    return mine[1]
-            except OSError:
-                pass
-            self._mine = None
-        data, problems, self._tail = _load(self.path, self.logdir)
-        self.problems = [u.to_dict() for u in problems]
-        if data is not None:
-            return data
-        return {"version": LEDGER_VERSION, "logdir": self.logdir, "policy": self.policy,
-                "created_at": time.time(), "runs": {}}
-
-    def _set_aside_if_refused(self) -> None:
-        """A ledger file refused as a whole is renamed aside (kept for inspection), never rewritten
-        in place: the next write starts a fresh one beside it."""
-        if any(p["code"] in (BAD_LEDGER, FOREIGN_LEDGER) for p in self.problems) and os.path.lexists(self.path):
-            aside = f"{self.path}.refused-{int(time.time())}"
-            os.replace(self.path, aside)
-            for p in self.problems:
-                p["kept_as"] = aside
-
-    def start(self, runs: Iterable[str], sizes: Optional[Dict[str, int]] = None,
+    def start(self, runs: Iterable[str] = (), sizes: Optional[Dict[str, int]] = None,
               since: Optional[float] = None) -> Dict[str, dict]:
-        """Register runs as pending (keeping what an earlier batch recorded), with their sizes when
-        given (what a pending run will weigh in the batch's counts); returns all entries.
-        ``since``: when the scan behind this batch's plan began; a run another worker settled
-        after it is not taken back in flight (``keeps_done``): the plan's view of it is older.
-
-        A ledger written for another policy is archived and a fresh one started: its states
-        say nothing about this policy.
-        """
-        sizes = sizes or {}
+        """Read the ledger for a batch and register its runs where the layout keeps pending runs
+        (a folder: as pending, with their sizes when given); returns all entries. A ledger of
+        another policy is set aside (a folder) or not used (a bucket's entries): its states say
+        nothing about this policy. ``since``: when the scan behind this batch's plan began; a run
+        another worker settled after it is not taken back in flight (``keeps_done``)."""
         if since is not None:
             self.started = min(self.started, since)
-        with self._locked():
-            data = self.read()
-            self._set_aside_if_refused()
-            if data.get("policy") != self.policy and data["runs"]:
-                os.replace(self.path, f"{self.path}.{int(time.time())}.old")
-                data = self.read()
-            for r in runs:
-                e = data["runs"].setdefault(r, {"state": "pending", "updated_at": time.time()})
-                if e["state"] == "pending" and isinstance(sizes.get(r), int):
-                    e.setdefault("original_size_bytes", sizes[r])
-            self._write(data)
+        with self.layout.locked():
+            data = self.layout.begin()
+            self.layout.begun(data, runs, sizes or {})
             return dict(data["runs"])
 
     def mark(self, run: str, state: str, **fields) -> None:
-        """Record a transition of ``run`` durably."""
-        with self._locked():
-            data = self.read()
-            self._set_aside_if_refused()
-            if keeps_done(data["runs"].get(run), state, fields, since=self.started):
+        """Record a transition of ``run`` durably (a line, or one PUT). A mark a ``done`` entry
+        stands against (``keeps_done``) is not written. Safe from several threads."""
+        with self.layout.locked():
+            data = self.layout.current()
+            known = self.layout.known(run, data, state)
+            if keeps_done(known, state, fields, since=self.started if self.layout.guards_in_flight else None):
                 return
-            if isinstance(fields.get("error"), str):
-                fields["error"] = fields["error"][:MAX_ERROR_CHARS]  # within what check_entry accepts
-            entry = data["runs"].setdefault(run, {})
-            entry.update(fields, state=state, updated_at=time.time(), **self.who)
-            lines, rewrite = self._tail
-            if rewrite or self.problems or not os.path.exists(self.path) or lines >= max(64, 2 * len(data["runs"])):
-                # a torn or damaged line (never glued onto), a first write, an indented ledger of
-                # an earlier version, or a log grown past twice the runs (compacted: the file
-                # stays linear in the runs)
-                self._write(data)
-                return
-            # (the snapshot is written without a newline after it: ``append_line`` starts this
-            # line with one, as after any unterminated last line)
-            line = json.dumps({"run": run, "entry": entry}, sort_keys=True, separators=(",", ":")) + "\n"
-            # the line is known here, so a failed append's undo can tell its own bytes from another's
-            with undo_partial_append(self.path, line):
-                # an in-flight state lost to a power cut reads as the one before it, which a rerun
-                # treats alike (``RETRY_STATES``): only settled states are fsynced
-                append_line(self.path, line, create=False, sync=state not in ("reducing", "verifying"))
-            self._tail = (lines + 1, False)
-            self._remember(data)
+            entry = marked(data["runs"].setdefault(run, {}), state, fields, self.who)
+            self.layout.write_mark(run, entry, data, state)
+
+    def settle_mark(self, run: str, e: dict, state: str, fields: dict, policy: Optional[str] = None) -> None:
+        """A settling's mark of another worker's entry ``e`` (its shard kept, this process as who
+        wrote it), ``policy`` its own where entries of several policies share the ledger."""
+        who = dict(self.who, shard=e.get("shard"))
+        with self.layout.locked():
+            data = self.layout.current()
+            entry = marked(data["runs"].setdefault(run, dict(e)), state, fields, who)
+            self.layout.write_mark(run, entry, data, state, policy)
 
     def compact(self) -> None:
-        """Rewrite the ledger as its snapshot alone (the end of a batch): one JSON document, as
-        earlier versions wrote it."""
-        with self._locked():
-            data = self.read()
-            self._set_aside_if_refused()
-            if self._tail != (0, False) or self.problems:
-                self._write(data)
-
-    def _write(self, data: dict) -> None:
-        atomic_write_json(self.path, data, compact=True)
-        self._tail = (0, False)
-        self._remember(data)
-
-    def _remember(self, data: dict) -> None:
-        """This process's last write, so ``read`` need not parse it again (under the lock: every
-        writer holds it, so the file is exactly what this process wrote)."""
-        st = os.stat(self.path)
-        self._mine = ((st.st_ino, st.st_size, st.st_mtime_ns), data)
+        """The end of a batch: a folder's file rewritten as its snapshot alone; nothing on a bucket."""
+        with self.layout.locked():
+            self.layout.compact()
 
     def should_run(self, entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
-        """The resume rule (``should_run``)."""
+        """The resume rule (``ledger_entries.should_run``)."""
         return should_run(entry, current_bytes)
 
     def summary(self) -> dict:
@@ -339,146 +134,92 @@ class Ledger:
         return {"path": self.path, "policy": data.get("policy"), "counts": counts, "runs": data["runs"]}
 
 
-#: skips that say another worker got there first (or holds the run): never a reason to forget
-#: that the run is done
-_SKIPS_OF_A_DONE_RUN = frozenset({Skip.CHANGED_BY_OTHER, Skip.LOCKED, Skip.NOT_IN_PLAN})
-
-
-def keeps_done(existing: Optional[dict], state: str, fields: dict, since: Optional[float] = None) -> bool:
-    """Whether a ``done`` entry stands against a new transition of its run, in any ledger (a file
-    two workers of one shard share, or a bucket's object per shard and run). A rerun, or an
-    overlapping worker of the same shard, must not turn a reduced run into "skipped" or "reducing":
-    a skip that says another worker got there first keeps it, and so does "nothing to reduce"
-    while the run is as that entry left it (same size); with ``since`` (when this worker's batch
-    began), so does an in-flight mark over an entry another worker settled after that."""
-    if not existing or existing.get("state") != "done":
-        return False
-    if state == "skipped":
-        code = fields.get("code")
-        return code in _SKIPS_OF_A_DONE_RUN or (code == Skip.NOTHING and
-                                                not is_stale(existing, fields.get("original_size_bytes")))
-    if state in ("reducing", "verifying") and since is not None:
-        mine = existing.get("pid") == os.getpid() and existing.get("host") == socket.gethostname()
-        return not mine and float(existing.get("updated_at") or 0) >= since
-    return False
-
-
-def should_run(entry: Optional[dict], current_bytes: Optional[int] = None) -> bool:
-    """The resume rule of every batch ledger (a file, or a bucket's objects): pending, interrupted
-    and failed runs are retried; done and skipped are not, except runs skipped for a passing
-    reason (active or locked: ``codes.PASSING_SKIPS``) and stale entries (``is_stale``)."""
-    if not entry:
-        return True
-    if entry.get("state") in RETRY_STATES:
-        return True
-    if is_stale(entry, current_bytes):
-        return True
-    return entry.get("state") == "skipped" and _skip_code(entry) in PASSING_SKIPS
-
-
-def is_stale(entry: dict, current_bytes: Optional[int]) -> bool:
-    """A settled entry says what the run was right after the batch handled it; once the run changed
-    since (restored, new files written, files removed) its size differs and the entry no longer holds."""
-    if current_bytes is None or entry.get("state") not in ("done", "skipped"):
-        return False
-    after = entry.get("after_size_bytes")
-    return isinstance(after, int) and after != current_bytes
-
-
-def _skip_code(entry: dict) -> Optional[str]:
-    """The skip code of a ledger entry. Entries written before codes existed carry only the
-    prose of the reason; the two passing reasons of that format are mapped once, here."""
-    if "code" in entry:
-        return entry["code"]
-    err = entry.get("error") or ""
-    if "active" in err:
-        return Skip.ACTIVE
-    if "another process" in err:
-        return Skip.LOCKED
-    return None
-
-
-
-LEDGER_NAME = "ledger.json"
-_SHARD_LEDGER = re.compile(r"^ledger-shard-(\d+)-of-(\d+)\.json$")
-
-
-def ledger_path(state: str, shard: Optional[Tuple[int, int]] = None) -> str:
-    """The default ledger of a batch, or of one shard of it."""
-    name = LEDGER_NAME if shard is None else f"ledger-shard-{shard[0]}-of-{shard[1]}.json"
-    return os.path.join(state, name)
-
-
-def ledger_paths(state: str) -> List[str]:
-    """Every default ledger in the state folder: the batch's and each shard's (sorted)."""
-    try:
-        names = os.listdir(state)
-    except OSError:
-        return []
-    return sorted(os.path.join(state, n) for n in names if n == LEDGER_NAME or _SHARD_LEDGER.match(n))
-
-
-def _pid_gone(e: dict) -> bool:
-    """An in-flight entry written on this host by a process that no longer exists (a killed worker)."""
-    if e.get("host") != socket.gethostname() or not isinstance(e.get("pid"), int) or e["pid"] <= 0:
-        return False
-    return not holder_alive(e["pid"], e.get("pid_start"))
-
-
-def _rank(e: dict) -> Tuple[int, float]:
-    """Which of several ledgers' entries for one run tells its state: a settled or live transition
-    (newest first; a recovery's roll-back of a dead worker's run is one), then an in-flight one of
-    a dead worker, then a skip, then pending."""
-    st = e["state"]
-    if st in ("done", "failed") or (st in ("reducing", "verifying") and not e.get("stalled")) or \
-            (st == "pending" and e.get("code") == Recovery.ROLLED_BACK):
-        cls = 3
-    elif st in ("reducing", "verifying"):
-        cls = 2
-    elif st == "skipped":
-        cls = 1
-    else:
-        cls = 0
-    return cls, float(e.get("updated_at", 0))
-
-
-def mark_recovered(book, recovered: Iterable) -> List[dict]:
-    """Record in ``book`` (a ``Ledger`` or a bucket's ledger) the runs this start's recovery settled
-    for a worker that died: a finished reduction is ``done`` (code ``completed``, its operation and
-    sizes), a rolled-back one ``pending`` again (code ``rolled_back``; a rerun of any shard covering
-    it reduces it). Without this the merged view would go on showing the dead worker's in-flight
-    entry, or a later worker's skip, for a run that is reduced. Returns the problems of ledger
-    writes that failed (the recovery stands)."""
+def mark_recovered(book: Ledger, recovered: Iterable) -> List[dict]:
+    """Record in ``book`` the runs this start's recovery settled for a worker that died: a finished
+    reduction is ``done`` (code ``completed``, its operation and sizes), a rolled-back one
+    ``pending`` again (code ``rolled_back``; a rerun of any shard covering it reduces it). Without
+    this the merged view would go on showing the dead worker's in-flight entry, or a later
+    worker's skip, for a run that is reduced. Returns the problems of ledger writes that failed
+    (the recovery stands)."""
     problems: List[dict] = []
-    for r in recovered:
-        if r.action not in (Recovery.COMPLETED, Recovery.ROLLED_BACK):
-            continue
-        for s in r.runs or ():
-            sizes = {k: v for k, v in (("original_size_bytes", s.get("bytes_before")),
-                                       ("after_size_bytes", s.get("bytes_after"))) if isinstance(v, int)}
-            try:
-                if r.action == Recovery.COMPLETED:
-                    b, a = sizes.get("original_size_bytes"), sizes.get("after_size_bytes")
-                    ratio = round(1 - a / b, 4) if b and a is not None else 0.0
-                    book.mark(s["run"], "done", op_id=s["op_id"], verified=True, reduced_ratio=ratio,
-                              code=Recovery.COMPLETED, error=None, **sizes)
-                else:
-                    book.mark(s["run"], "pending", op_id=s["op_id"], verified=False, code=Recovery.ROLLED_BACK,
-                              error=f"its worker stopped; recovery rolled it back ({r.detail})", **sizes)
-            except (OSError, NoSpace) as e:  # a disk ledger's full disk is named (``LocalEngine.open_ledger``)
-                problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
-                                 "detail": f"{s['run']}: ledger not written ({e})"})
+    for run, state, fields in recovered_marks(recovered):
+        try:
+            book.mark(run, state, **fields)
+        except (OSError, NoSpace) as e:  # a disk ledger's full disk is named (``LocalEngine.open_ledger``)
+            problems.append({"code": getattr(e, "code", None) or "ledger_write_failed",
+                             "detail": f"{run}: ledger not written ({e})"})
     return problems
 
 
-#: refusals named one by one per ledger in ``merged`` (the rest are counted)
-MAX_REPORTED = 20
+#: what a layout's proof says of an in-flight run whose commit a journal may still undo
+HOLD = object()
+
+
+def settle_runs(book: Ledger, stale: Iterable[Tuple[str, dict, Optional[str]]],
+                proof: Callable[[str, dict], object], undone: Optional[Dict[str, tuple]] = None
+                ) -> Tuple[List[str], bool]:
+    """Settle a gone worker's in-flight entries ``stale`` (``(run, entry, policy)``) in ``book``:
+    ``pending`` (code ``rolled_back``) for a run ``undone`` (``rolled_back_by`` of this start's
+    recovery) rolled back; ``done`` (code ``completed``) when ``proof(run, entry)`` gives the
+    verified manifest of its commit; left in flight when it gives None (not committed: a rerun
+    reduces it again) or ``HOLD`` (a journal may still roll it back). Returns the runs recorded
+    done and whether one is left for a later start (held, or a write failed, after which nothing
+    more is written: the ledger is a record, the reductions stand)."""
+    undone = undone or {}
+    done: List[str] = []
+    left = False
+    for run, e, pol in stale:
+        if run in undone:
+            s, why = undone[run]
+            state, fields = "pending", rolled_back_fields(
+                s.get("op_id") or e.get("op_id"), s.get("bytes_before"), s.get("bytes_after"),
+                f"its worker stopped; recovery rolled it back ({why})"[:MAX_ERROR_CHARS])
+        else:
+            m = proof(run, e)
+            if m is HOLD:
+                left = True
+                continue
+            if m is None:
+                continue
+            state, fields = "done", completed_fields(m["op_id"], m["bytes_before"], m["bytes_after"])
+        try:
+            book.settle_mark(run, e, state, fields, pol)
+        except OSError:
+            return done, True
+        if state == "done":
+            done.append(run)
+    return done, left
+
+
+# --- a folder's ledgers ----------------------------------------------------------------------------
+def settle_stale_files(paths: Iterable[str], logdir: Optional[str], manifests, *, mine: bool = False) -> List[str]:
+    """Record as ``done`` each run a ledger file leaves in flight for a worker that is gone (on this
+    host; with ``mine`` this process too) when the run's reduction committed anyway (a verified
+    manifest finished after the mark: ``committed``). ``manifests``: a list, or a callable called
+    only when some entry is stale. Returns the runs recorded; a ledger that cannot be read or
+    written is left as it is."""
+    done: List[str] = []
+    for path in paths:
+        data, _problems = load_ledger(path, logdir)
+        if not data:
+            continue
+        stale = [(run, e, None) for run, e in data["runs"].items()
+                 if e.get("state") in IN_FLIGHT_STATES and pid_gone(e.get("host"), e.get("pid"), e.get("pid_start"),
+                                                                     mine=mine)]
+        if not stale:
+            continue
+        if callable(manifests):
+            manifests = manifests()
+        book = Ledger(path, data.get("policy") or "", logdir)
+        got, _left = settle_runs(book, stale, lambda run, e: committed(manifests, run, e))
+        done += got
+    return done
 
 
 def merged(paths: Iterable[str], logdir: Optional[str] = None) -> dict:
-    """One view of a batch kept in several ledgers (one per shard): per run the entry that tells its
-    state, with who did it; counts and bytes per state; ledgers that could not be read are named in
-    ``problems`` (a damaged ledger is reported, never silently dropped)."""
+    """One view of a batch kept in several ledger files (one per shard): per run the entry that
+    tells its state, with who did it; counts and bytes per state; ledgers that could not be read
+    are named in ``problems`` (a damaged ledger is reported, never silently dropped)."""
     ledgers, problems, entries = [], [], []
     for p in paths:
         data, refused = load_ledger(p, logdir)
@@ -492,51 +233,139 @@ def merged(paths: Iterable[str], logdir: Optional[str] = None) -> dict:
     return merged_view(ledgers, entries, problems)
 
 
-def report_refusals(where: str, refused: List[Untrusted]) -> List[dict]:
-    """The refusals of one ledger as problems of the merged view: the first ``MAX_REPORTED``
-    one by one, the rest counted."""
-    out = [{"path": where, "code": u.code, "detail": str(u)} for u in refused[:MAX_REPORTED]]
-    if len(refused) > MAX_REPORTED:
-        out.append({"path": where, "code": refused[0].code,
-                    "detail": f"{where}: {len(refused) - MAX_REPORTED} more bad entries refused"})
+# --- a bucket's ledgers ----------------------------------------------------------------------------
+def merged_objects(store: Store) -> Optional[dict]:
+    """Every ledger object of a bucket logdir (``store``: its ``ObjectStore``) as one view of the
+    batch, one listing and one GET an entry (None when there is none)."""
+    objs = tree(store, LEDGERS)
+    if not objs:
+        return None
+    folders: Dict[str, dict] = {}
+    checked, refused = read_entries(store, objs)
+    entries = []
+    for run, entry, name, pol in checked:
+        folder = store.url_of(f"{LEDGERS}/{name}")
+        folders.setdefault(folder, {"path": folder, "policy": pol})
+        entries.append((run, entry, folder))
+    problems: List[dict] = report_refusals(store.url_of(LEDGERS), refused)
+    return merged_view(sorted(folders.values(), key=lambda d: d["path"]), entries, problems)
+
+
+def settle_stale_objects(store: Store, manifests_of: Callable[[], List[dict]],
+                         journals_of: Callable[[], Tuple[set, set]], *, mine: bool = False,
+                         recovered: Iterable = ()) -> List[str]:
+    """At a start: settle each run a gone worker's ledger objects left in flight
+    (``settle_runs``), ``done`` when its commit is proven (a verified manifest after the mark,
+    AND no journal left naming its operation or run: ``journals_of()``, ``(op ids, runs)``; the
+    manifest is written before the commit record, so alone it proves nothing), ``pending`` (code
+    ``rolled_back``) when ``recovered`` (this start's recovery outcomes) rolled it back. One
+    listing of the markers when none is stale; the folder's entries, ``manifests_of()`` and the
+    journals are read only for a gone worker's marker (this host, its pid ended; with ``mine``
+    this process's marker of the batch run by this thread too, never another batch's). The marker
+    goes once its runs are settled; a run a journal still names, or a failed write or read, leaves
+    it for the next start. Returns the runs recorded done."""
+    undone = rolled_back_by(recovered)
+    done: List[str] = []
+    manifests: Optional[List[dict]] = None
+    journals: Optional[tuple] = None
+    for key, info in sorted(markers(store).items()):
+        mk = read_marker(store, key, info)
+        if mk is None or mk.get("host") != socket.gethostname():
+            continue
+        if mine and mk["pid"] == os.getpid():
+            if held_by(mk["rel"]) not in (None, threading.get_ident()):
+                continue  # another batch of this process: alive
+        elif not pid_gone(mk["host"], mk["pid"], mk.get("pid_start")):
+            continue
+        objs = tree(store, f"{LEDGERS}/{mk['folder']}")
+        checked, _refused = read_entries(store, objs)  # refusals are named by ``merged_objects`` (status)
+        stale = [(run, e, pol or "") for run, e, _f, pol in checked if e.get("state") in IN_FLIGHT_STATES
+                 and e.get("host") == mk["host"] and e.get("pid") == mk["pid"]]
+        try:
+            # the journals listed before the manifests are read: a rollback deletes the manifest
+            # first and its journal last, so a manifest read after a listing that found no journal
+            # is not one a concurrent start is rolling back (review R3 F2)
+            if stale and journals is None:  # read again for the next marker when it failed
+                journals = journals_of()
+            if stale and manifests is None:
+                manifests = manifests_of()
+        except OSError:
+            continue  # the marker stays: the next start tries again
+        held_ops, held_runs = journals if journals is not None else (set(), set())
+
+        def proof(run: str, e: dict):
+            m = committed(manifests or [], run, e)
+            if run in held_runs or (m is not None and m["op_id"] in held_ops):
+                return HOLD  # a journal still holds it: recovery may yet roll it back
+            return m
+
+        book = Ledger(store, "", folder=mk["folder"])
+        got, left = settle_runs(book, stale, proof, undone)
+        done += got
+        if left:
+            continue
+        try:
+            store.delete([key])
+        except OSError:
+            continue
+        release(mk["rel"], threading.get_ident())
+    return done
+
+
+def record_rolled_back_objects(store: Store, folder: str, op_ids: Iterable[str]) -> List[str]:
+    """After an interrupt: the runs of the ledger folder ``folder`` whose operation is one of
+    ``op_ids`` (rolled back by the batch's own threads) are recorded ``pending`` (code
+    ``rolled_back``), as a folder's ledger records them: the run is to do again, not a failure.
+    Read only when ``op_ids`` is not empty; returns the runs recorded."""
+    wanted = set(op_ids)
+    if not wanted:
+        return []
+    checked, _refused = read_entries(store, tree(store, f"{LEDGERS}/{folder}"))
+    book = Ledger(store, "", folder=folder)
+    out = []
+    for run, e, _f, pol in checked:
+        if e.get("op_id") not in wanted or e.get("state") == "pending":
+            continue
+        book.settle_mark(run, e, "pending", dict(
+            verified=False, code=Recovery.ROLLED_BACK,
+            error="interrupted; its worker thread rolled it back before the commit point"), pol or "")
+        out.append(run)
     return out
 
 
-def merged_view(ledgers: List[dict], entries: Iterable[Tuple[str, dict, str]], problems: List[dict]) -> dict:
-    """The merge itself, over checked entries ``(run, entry, ledger)`` from any kind of ledger
-    (files on disk here, objects in a bucket in ``engine.bucket_ledger``)."""
-    runs: Dict[str, dict] = {}
-    for run, e, where in entries:
-        e = dict(e, ledger=where)
-        e.setdefault("state", "pending")
-        if e["state"] in ("reducing", "verifying") and _pid_gone(e):
-            e["stalled"] = True  # its worker died: a rerun of any shard takes the run over
-        if run not in runs or _rank(e) > _rank(runs[run]):
-            runs[run] = e
-    return {"ledgers": ledgers, "runs": dict(sorted(runs.items())), **_tally(runs),
-            "stalled": sorted(r for r, e in runs.items() if e.get("stalled")), "problems": problems}
+# --- either layout, by the store's capabilities ------------------------------------------------------
+def folder_layout(store: Store) -> bool:
+    """Whether ``store`` keeps ledgers as files of a folder (``o_append``), else as objects."""
+    return store.capabilities.append == "o_append"
 
 
-def _tally(runs: Dict[str, dict]) -> dict:
-    """Counts and original bytes per state, and the bytes the done runs saved."""
-    counts: Dict[str, int] = {}
-    nbytes: Dict[str, int] = {}
-    for e in runs.values():
-        counts[e["state"]] = counts.get(e["state"], 0) + 1
-        nbytes[e["state"]] = nbytes.get(e["state"], 0) + (e.get("original_size_bytes") or 0)
-    saved = sum((e.get("original_size_bytes") or 0) - (e.get("after_size_bytes") or 0)
-                for e in runs.values() if e["state"] == "done" and e.get("after_size_bytes") is not None)
-    return {"counts": counts, "bytes": nbytes, "saved_bytes": saved}
+def merged_of(store: Store, logdir: Optional[str] = None) -> Optional[dict]:
+    """Every batch ledger ``store`` holds as one view (``merged`` of a folder's default ledger
+    files, ``merged_objects`` of a bucket's); None when there is none."""
+    if folder_layout(store):
+        paths = ledger_paths(store.root)
+        return merged(paths, logdir) if paths else None
+    return merged_objects(store)
 
 
-def with_restores(view: Optional[dict], operations: Iterable[dict]) -> Optional[dict]:
-    """The merged view with the runs whose reduction was restored since shown as ``restored``
-    (the ledger recorded the batch; the vault knows what was undone after it), recounted."""
-    if not view:
-        return view
-    undone = {o.get("op_id") for o in operations if o.get("restored_by")}
-    for e in view["runs"].values():
-        if e["state"] == "done" and e.get("op_id") in undone:
-            e["state"] = "restored"
-    view.update(_tally(view["runs"]))
-    return view
+def settle_stale(store: Store, manifests, *, journals_of: Optional[Callable[[], Tuple[set, set]]] = None,
+                 mine: bool = False, recovered: Iterable = (), logdir: Optional[str] = None) -> List[str]:
+    """Settle the in-flight runs of gone workers in every ledger ``store`` holds, by its layout's
+    proof of a commit: a folder's default ledger files (``settle_stale_files``: a verified manifest
+    after the mark; its recovery marks what it rolled back itself, ``mark_recovered``), a bucket's
+    objects (``settle_stale_objects``: that, and no journal ``journals_of()`` names; ``recovered``'s
+    rolled-back runs ``pending``). ``manifests``: a list or a callable, read only when needed."""
+    if folder_layout(store):
+        return settle_stale_files(ledger_paths(store.root), logdir, manifests, mine=mine)
+    if journals_of is None:  # without the journals left no commit is proven
+        raise ValueError("a bucket's ledgers are settled with the journals left in it (journals_of)")
+    return settle_stale_objects(store, manifests if callable(manifests) else (lambda: manifests),
+                                journals_of, mine=mine, recovered=recovered)
+
+
+__all__ = ["Ledger", "HOLD", "LEDGER_NAME", "LEDGER_VERSION", "LEDGERS", "INFLIGHT", "MAX_ERROR_CHARS",
+           "MAX_LEDGER_BYTES", "MAX_REPORTED", "RETRY_STATES", "STATES", "TERMINAL_STATES", "check_entry",
+           "check_ledger", "is_stale", "keeps_done", "ledger_path", "ledger_paths", "load_ledger",
+           "folder_layout", "mark_recovered", "merged", "merged_objects", "merged_of", "settle_stale", "merged_view", "record_rolled_back_objects",
+           "report_refusals", "settle_runs", "settle_stale_files", "settle_stale_objects", "should_run",
+           "with_restores"]

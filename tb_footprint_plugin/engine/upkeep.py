@@ -45,7 +45,7 @@ from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.context import Context, new_op_id, reason_of
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.lease import holder_alive
-from tb_footprint_plugin.engine.ledger import Ledger, ledger_paths, load_ledger
+from tb_footprint_plugin.engine.ledger import ledger_paths, settle_stale_files
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome, recover
 from tb_footprint_plugin.engine.restore import release_restored_backup
 from tb_footprint_plugin.engine.retire_purge import finish_retired_purges
@@ -246,43 +246,8 @@ def settle_stale_ledgers(ctx: Context, manifests, *, mine: bool = False,
     interrupted). ``paths``: the ledgers to look at (default: every default ledger of the state
     folder, ``ledger_paths``; a custom ``--ledger PATH`` is settled by the reduce that names it).
     Returns the runs recorded; a ledger that cannot be read or written is left as it is."""
-    def gone(e: dict) -> bool:
-        if e.get("host") != socket.gethostname() or not isinstance(e.get("pid"), int) or e["pid"] <= 0:
-            return False
-        if mine and e["pid"] == os.getpid():
-            return True
-        return not holder_alive(e["pid"], e.get("pid_start"))
-
-    done: List[str] = []
-    for path in ledger_paths(ctx.state) if paths is None else paths:
-        data, _problems = load_ledger(path, ctx.logdir)
-        if not data:
-            continue
-        stale = {run: e for run, e in data["runs"].items()
-                 if e.get("state") in ("reducing", "verifying") and gone(e)}
-        if not stale:
-            continue
-        if callable(manifests):
-            manifests = manifests(ctx)
-        book = Ledger(path, data.get("policy") or "", ctx.logdir, shard=None)
-        for run, e in stale.items():
-            since = float(e.get("updated_at") or 0)
-            ops = [m for m in manifests if m.get("run") == run and m.get("kind") == "reduce"
-                   and m.get("outcome") == Outcome.VERIFIED and m.get("host") in (None, e.get("host"))
-                   and isinstance(m.get("finished_at"), (int, float)) and m["finished_at"] >= since
-                   and isinstance(m.get("bytes_before"), int) and isinstance(m.get("bytes_after"), int)]
-            if not ops:
-                continue  # not committed: a rerun reduces it again (``RETRY_STATES``)
-            m = min(ops, key=lambda o: o["finished_at"])  # the attempt that entry was for
-            b, a = m["bytes_before"], m["bytes_after"]
-            book.who["shard"] = e.get("shard")
-            try:
-                book.mark(run, "done", op_id=m["op_id"], verified=True, code=Recovery.COMPLETED, error=None,
-                          original_size_bytes=b, after_size_bytes=a, reduced_ratio=round(1 - a / b, 4) if b else 0.0)
-            except OSError:
-                break  # the ledger is a record: the reduction on disk stands
-            done.append(run)
-    return done
+    return settle_stale_files(ledger_paths(ctx.state) if paths is None else paths, ctx.logdir,
+                              (lambda: manifests(ctx)) if callable(manifests) else manifests, mine=mine)
 
 
 def _repair_identity(ctx: Context, vault_roots: List[str]) -> List[RecoveryOutcome]:
