@@ -9,7 +9,6 @@ folder it is ``journal.RunLock`` (``flock`` + a lease file), with the same bytes
 """
 from __future__ import annotations
 
-import functools
 import os
 from typing import Dict, Optional, Tuple
 
@@ -17,17 +16,8 @@ from tb_footprint_plugin.codes import Code, Failure, Skip
 from tb_footprint_plugin.engine.bucket_lease import lock_class
 from tb_footprint_plugin.engine.context import Context, NoSpace, is_no_space
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
-from tb_footprint_plugin.storage.store import Capabilities
-from tb_footprint_plugin.storage.store_posix import PosixStore
-
-
-@functools.lru_cache(maxsize=1)
-def folder_capabilities() -> Capabilities:
-    """What a folder store (``PosixStore``) declares. Its capabilities depend on the platform,
-    never on the folder, so they are read once from a store at the root (which always exists):
-    a lock taken for a logdir that is gone fails where it did before (making its lock folder),
-    not here."""
-    return PosixStore(os.sep).capabilities
+# what a folder store declares, worked out once per process (it depends on the platform alone)
+from tb_footprint_plugin.storage.store_posix import folder_capabilities
 
 
 def folder_lock(lock_dir: str, run: str) -> RunLease:

@@ -23,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import secrets
 import stat
 import sys
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from tb_footprint_plugin.codes import StoreError
@@ -50,6 +52,25 @@ def version_of(st: os.stat_result) -> str:
     return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
 
 
+@dataclass(frozen=True)
+class FileEntry(Entry):
+    """A file's ``Entry``, with its number of names (``st_nlink``): the change log's append learns
+    from the stat it makes anyway whether a seal was cut short between its link and its unlink
+    (review R4), instead of probing the sealed name every time."""
+
+    links: int = field(default=1, compare=False)
+
+
+@functools.lru_cache(maxsize=1)
+def folder_capabilities() -> Capabilities:
+    """What every folder store declares: they depend on the platform, never on the folder, so
+    they are worked out once per process (a store is made per change-log append: review R4)."""
+    return Capabilities(
+        rename_atomic=True, hard_link=True, fsync=True, versions=True, mtime_kept=True, mode_kept=True,
+        open_writer_detection=sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd"),
+        server_side_copy=False, conditional_put=True, folders=True, append="o_append", retention_query=False)
+
+
 def _failure(e: OSError, key: str, what: str = "") -> StoreFailure:
     """A coded failure for an ``OSError`` of an operation on ``key``."""
     if isinstance(e, StoreFailure):
@@ -71,18 +92,23 @@ class PosixStore(Store):
         self.root = os.path.abspath(os.fspath(root))
         self.location = self.root
         self.stats = RequestStats()
-        if create:
-            os.makedirs(self.root, exist_ok=True)
         try:
             st = os.stat(self.root)
+        except FileNotFoundError as e:
+            if not create:
+                raise _failure(e, self.root, "the store's root") from None
+            st = None
         except OSError as e:
             raise _failure(e, self.root, "the store's root") from None
+        if st is None:  # made only when missing: one stat when it is there (review R4)
+            os.makedirs(self.root, exist_ok=True)
+            try:
+                st = os.stat(self.root)
+            except OSError as e:
+                raise _failure(e, self.root, "the store's root") from None
         if not stat.S_ISDIR(st.st_mode):
             raise StoreFailure(StoreError.NOT_REGULAR, self.root, "the store's root is not a folder")
-        self.capabilities = Capabilities(
-            rename_atomic=True, hard_link=True, fsync=True, versions=True, mtime_kept=True, mode_kept=True,
-            open_writer_detection=sys.platform.startswith("linux") and os.path.isdir("/proc/self/fd"),
-            server_side_copy=False, conditional_put=True, folders=True, append="o_append", retention_query=False)
+        self.capabilities = folder_capabilities()
 
     # --- walking ------------------------------------------------------------------------------
     def _parts(self, key: str, allow_root: bool = False) -> List[str]:
@@ -178,7 +204,8 @@ class PosixStore(Store):
         return fd
 
     def _entry(self, key: str, st: os.stat_result) -> Entry:
-        return Entry(key=key, size=st.st_size, mtime=st.st_mtime, version=version_of(st), mode=stat.S_IMODE(st.st_mode))
+        return FileEntry(key=key, size=st.st_size, mtime=st.st_mtime, version=version_of(st),
+                         mode=stat.S_IMODE(st.st_mode), links=st.st_nlink)
 
     # --- reading ------------------------------------------------------------------------------
     def list(self, prefix: str = "", *, every_key: bool = False, shallow: bool = False) -> Iterator[Entry]:
@@ -528,4 +555,4 @@ class PosixStore(Store):
         return out
 
 
-__all__ = ["PosixStore", "version_of"]
+__all__ = ["FileEntry", "PosixStore", "folder_capabilities", "version_of"]
