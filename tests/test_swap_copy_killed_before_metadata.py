@@ -1,6 +1,6 @@
 """The reduce's own copy + delete swap killed after a staged file's last byte and before its mode,
 mtime and owner (review R19 F1, its P3): on a folder declaring no atomic rename
-(``swap.copy_then_delete`` → ``placement.copy_over``), a SIGKILL between ``copy_new``'s bytes and
+(``swap.apply_swap`` → ``placement.put_in_place`` → ``placement.copy_over``), a SIGKILL between ``copy_new``'s bytes and
 ``finish_new_file`` left the reduced file with a new file's mode (0600), the kill's time and
 root as owner; the next start rolled the swap forward on matching content and only deleted the
 temporary, so the reduced file kept them for good (a user's own run unreadable to them). Now the
@@ -23,7 +23,7 @@ from tb_footprint_plugin import api
 CHILD = textwrap.dedent("""
     import dataclasses, os, signal, sys
     from tb_footprint_plugin import api
-    from tb_footprint_plugin.engine import swap, transaction
+    from tb_footprint_plugin.engine import placement, swap, transaction
     from tb_footprint_plugin.storage import files
     from tb_footprint_plugin.storage.store_posix import PosixStore
 
@@ -32,7 +32,7 @@ CHILD = textwrap.dedent("""
         mod.folder_capabilities = lambda: caps
     logdir, out = sys.argv[1:3]
     state = {"in": []}
-    real_over, real_finish = swap.copy_over, files.finish_new_file
+    real_over, real_finish = placement.copy_over, files.finish_new_file
 
     def over(tmp, final, *a, **kw):
         state["in"].append((tmp, final))
@@ -49,7 +49,7 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)  # every staged byte at the name, nothing else set
         return real_finish(fo, *a, **kw)
 
-    swap.copy_over, files.finish_new_file = over, finish
+    placement.copy_over, files.finish_new_file = over, finish
     api.reduce_logdir(logdir, policy="archive", dry_run=False, verify_backends=("python",))
     sys.exit(3)  # not killed
 """)

@@ -80,9 +80,9 @@ def _spy_local(monkeypatch, caps=None):
     if caps is not None:
         for mod in (transaction, swap):
             monkeypatch.setattr(mod, "folder_capabilities", lambda: caps)
-    real_copy = swap.copy_then_delete
-    monkeypatch.setattr(swap, "copy_then_delete", lambda tmp, final, s: (seen["copied"].append(final),
-                                                                         real_copy(tmp, final, s))[1])
+    real_copy = placement.copy_over  # the reduce's swap copies through ``placement.put_in_place``
+    monkeypatch.setattr(placement, "copy_over", lambda tmp, final, *a, **kw: (seen["copied"].append(final),
+                                                                              real_copy(tmp, final, *a, **kw))[1])
     real_replace = swap.fsops.replace
     monkeypatch.setattr(swap.fsops, "replace", lambda src, dst: (seen["renamed"].append(dst),
                                                                  real_replace(src, dst))[1])

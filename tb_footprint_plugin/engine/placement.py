@@ -1,24 +1,35 @@
 """Put these bytes at this path: the one rule every verb follows when a verified temporary
-takes a file's place in a run (issue #26 item 2).
+takes a file's place in a run (issue #26 item 2), and the one rule the next start applies to a
+copy a killed attempt began.
 
-The reduce's swap (``swap.copy_then_delete``), the put-back of a rollback or a restore
+The reduce's swap (``swap.apply_swap``), the put-back of a rollback or a restore
 (``swap.put_back``), the records a put-back sets beside an original (``salvage``:
-``<file>.salvaged-NNN``) and a retired run's files put back (``retire_tree.put_back``) all place
-their bytes through ``put_in_place``, as the folder's swap strategy says
-(``swap_strategy.swap_strategy``):
+``<file>.salvaged-NNN``), a writer's file a retirement's rollback sets aside and a retired run's
+files put back (``retire_tree``) all place their bytes through ``put_in_place``, as the folder's
+swap strategy says (``swap_strategy.swap_strategy``):
 
 - where the folder renames atomically, the temporary is renamed onto the path: one step, a kill
   leaves one or the other;
-- where it does not, a ``copying`` record naming the path is journaled first, then the temporary
-  is copied to the path (``copy_over``: a new file made exclusively, fsynced, hash-checked, with
-  the temporary's mode, mtime and owner) and deleted. A kill within the copy leaves the beginning
-  of the bytes at the path; only a path a ``copying`` record names may be taken for such a
-  partial copy (``partial_copy`` against the temporary, ``partial_put_back`` against the vault's
-  copy, ``copies_begun`` reads the records), and the next start removes it and copies again. A
-  kill after the copy's last byte and before its mode, mtime and owner leaves the whole bytes at
-  the path with the new file's (0600, the time of the kill, this process's owner): where a
-  ``copying`` record names the path and its bytes are the recorded ones, the next start gives the
-  file its recorded mode, mtime and owner (``finish_copied``) before it counts it as in place.
+- where it does not, a ``copying`` record naming the path is journaled, then the temporary is
+  copied to the path (``copy_over``: a new file made exclusively, fsynced, hash-checked, with the
+  temporary's mode, mtime and owner) and deleted. The record is written once per path and
+  journal, right before the copy's first change at the path (never when the bytes stand there
+  whole already: nothing is copied), and not where the path is named already: by an earlier
+  attempt's record (``begun``, read back with ``copies_begun``), by this journal's own, or (the
+  reduce's originals) by its ``swap`` record, after which such a path holds the original, the
+  staged bytes or their beginning. A copying strategy without a journal is refused
+  (``Failure.REFUSED``, naming the path): a partial copy it left could never be told from
+  someone else's file.
+
+At the next start a path a ``copying`` record names is settled by ``resume_copy``, the one rule
+for it: holding the bytes whole, the killed copy may have stopped after its last byte and before
+its mode, mtime and owner (the new file's 0600, the kill's time, this process's owner): the file
+gets the recorded ones (``finish_copied``) and counts as in place; holding only their beginning
+(``partial_copy`` against the temporary, ``partial_put_back`` against the vault's copy), it is
+no one's bytes but the copy's own: it is unlinked and the copy made again. Anything else there
+is left to the caller's own rule (someone else's file). ``place_at_free_name`` is the walk over
+the names a file set beside another may take (``salvage.salvage_name``, k = 1, 2, …): the first
+free one, or one a killed attempt began a copy at, resumed by that rule.
 """
 from __future__ import annotations
 
@@ -26,8 +37,10 @@ import contextlib
 import hashlib
 import os
 import stat
-from typing import BinaryIO, Callable, Iterable, Optional, Tuple
+from typing import BinaryIO, Callable, Collection, Iterable, Optional, Tuple
 
+from tb_footprint_plugin.codes import Failure
+from tb_footprint_plugin.engine.context import Context, TransactionError
 from tb_footprint_plugin.engine.journal import OpJournal, Rec
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy
 from tb_footprint_plugin.storage import throttle as fsops
@@ -57,7 +70,8 @@ def starts_with(path: str, size: int, sha: str) -> bool:
         return False
 
 
-def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, new_name: bool = False) -> None:
+def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, new_name: bool = False,
+              before: Optional[Callable[[], None]] = None) -> None:
     """``tmp`` (bytes of digest ``sha``, ``size`` long) put at ``final`` by a copy, then deleted:
     the one copy + delete of the swap and of every put-back (``put_in_place``). Unless ``final``
     holds those bytes already, whatever stands there is unlinked (the caller journaled and, where
@@ -65,8 +79,12 @@ def copy_over(tmp: str, final: str, sha: str, size: int, sparse: bool = False, n
     and a file made there meanwhile fails the copy, ``FileExistsError``) and a new file is made
     exclusively with ``tmp``'s mode, mtime and owner, fsynced and hash-checked: an inode a second
     name shares (a backup's hard link) never sees a byte change. ``sparse``: zero blocks stay
-    holes (a put-back allocates what the original did)."""
+    holes (a put-back allocates what the original did). ``before``: called once a copy is to be
+    made, before anything at ``final`` changes (``put_in_place`` journals its ``copying`` record
+    there)."""
     if not matches(final, sha, size):
+        if before is not None:
+            before()
         if not new_name:
             with contextlib.suppress(FileNotFoundError):
                 fsops.unlink(final)
@@ -88,21 +106,30 @@ def finish_copied(path: str, mode: Optional[int] = None, mtime_ns: Optional[int]
         finish_new_file(f, mode, mtime_ns, mtime, owner)
 
 
-def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict,
-                 new_name: bool = False) -> Callable[[str, str], None]:
+def put_in_place(strategy: SwapStrategy, journal: Optional[OpJournal], rec: dict, new_name: bool = False,
+                 begun: Collection[str] = (), sparse: bool = True) -> Callable[[str, str], None]:
     """How a verified temporary of ``rec``'s bytes (``path`` logdir-relative, ``sha256``,
     ``size``) takes its path, as the folder's swap strategy says: renamed onto it where the folder
-    renames atomically; else a ``copying`` record naming the path is journaled (only a path so
-    recorded can hold the operation's own partial copy) and the temporary is copied over it, then
-    deleted (``copy_over``, holes kept). ``new_name``: a name found free (a salvage file), never
-    one whose standing file may be unlinked."""
+    renames atomically; else copied over it, then deleted (``copy_over``; ``sparse``: holes kept),
+    a ``copying`` record naming the path journaled right before the copy's first change there
+    unless ``begun`` (the paths already named: an earlier attempt's records, ``copies_begun``)
+    or this journal's own records name it (the module doc: once per path). ``new_name``: a name
+    found free (a salvage file), never one whose standing file may be unlinked. Refused
+    (``TransactionError``, ``Failure.REFUSED``, naming the path) where the folder does not rename
+    and there is no ``journal``: asked before anything is done."""
     if strategy.renames:
         return fsops.replace
+    if journal is None:
+        raise TransactionError(f"{rec['path']}: this folder does not rename atomically and no journal records the "
+                               "copy that would put it in place (a partial copy could not be told apart); left as "
+                               "it is", Failure.REFUSED)
+
+    def record() -> None:
+        if rec["path"] not in begun and rec["path"] not in copies_begun(journal.written):
+            journal.append({"type": Rec.COPYING, "final": rec["path"]})
 
     def copy_in(tmp: str, dest: str) -> None:
-        if journal is not None:
-            journal.append({"type": Rec.COPYING, "final": rec["path"]})
-        copy_over(tmp, dest, rec["sha256"], rec["size"], sparse=True, new_name=new_name)
+        copy_over(tmp, dest, rec["sha256"], rec["size"], sparse=sparse, new_name=new_name, before=record)
 
     return copy_in
 
@@ -147,5 +174,58 @@ def partial_put_back(vault, path: str, rec: dict) -> bool:
         return False
 
 
+#: ``resume_copy``: the bytes stand at the path whole, with the recorded mode, mtime and owner
+IN_PLACE = "in_place"
+#: ``resume_copy``: the beginning of the bytes stood at the path: unlinked, the copy is made again
+AGAIN = "again"
+
+
+def resume_copy(path: str, s: dict, beginning: Callable[[str], bool], meta: dict) -> Optional[str]:
+    """The next start's rule for ``path``, which a ``copying`` record names (the module doc; asked
+    only of such a path): holding ``s``'s bytes (``sha256``, ``size``) whole, it gets ``meta``
+    (``finish_copied``'s ``mode``, ``mtime_ns``/``mtime``, ``owner``: what the copy sets last)
+    and ``IN_PLACE`` is returned; holding their beginning (``beginning(path)``: ``partial_copy``
+    or ``partial_put_back``), it is unlinked and ``AGAIN`` returned; else None (nothing, or
+    something that is not this copy's: the caller's rule)."""
+    if matches(path, s["sha256"], s["size"]):
+        finish_copied(path, **meta)
+        return IN_PLACE
+    if beginning(path):
+        fsops.unlink(path)  # every byte of it is in the copy's source: no one's but the copy's
+        return AGAIN
+    return None
+
+
+def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str, s: Optional[dict],
+                       strategy: SwapStrategy, journal: Optional[OpJournal], begun: Collection[str],
+                       meta: dict, reuse: bool = False) -> Tuple[str, bool]:
+    """``source``'s bytes (``s``: ``sha256``, ``size``) put at the first name ``name_of(k)``
+    (logdir-relative, k = 1, 2, …) they may take, ``put_in_place(new_name=True)``, ``source``
+    gone after; returns (that name, whether they were placed now). A name is taken when nothing
+    stands there, or when a ``copying`` record names it (``begun``) and ``resume_copy`` settles
+    it (``meta``: the copy's mode, mtime and owner): holding the bytes whole it is the answer and
+    only ``source`` goes; holding their beginning it is emptied and copied to again. ``reuse``: a
+    name no record names holding the bytes whole is the answer too (an earlier attempt's rename:
+    only its bytes tell it). ``s`` None (only where the strategy renames: no hash asked, and a
+    rename leaves no partial copy to resume): the first free name."""
+    k = 1
+    while True:
+        name = name_of(k)
+        p = ctx.abs(name)
+        if not os.path.lexists(p):
+            break
+        if s is not None:
+            got = resume_copy(p, s, lambda q: partial_copy(q, source, s), meta) if name in begun else \
+                IN_PLACE if reuse and matches(p, s["sha256"], s["size"]) else None
+            if got == IN_PLACE:
+                fsops.unlink(source)
+                return name, False
+            if got == AGAIN:
+                break
+        k += 1
+    put_in_place(strategy, journal, {"path": name, **(s or {})}, new_name=True, begun=begun)(source, p)
+    return name, True
+
+
 __all__ = ["prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
-           "partial_put_back"]
+           "partial_put_back", "IN_PLACE", "AGAIN", "resume_copy", "place_at_free_name"]

@@ -31,14 +31,14 @@ from tb_footprint_plugin.engine.catalogue import own_manifests
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import OpJournal
-from tb_footprint_plugin.engine.placement import finish_copied, partial_copy, put_in_place, starts_with
+from tb_footprint_plugin.engine.placement import IN_PLACE, partial_copy, place_at_free_name, put_in_place, resume_copy, starts_with
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.salvage import salvage_name
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.storage.files import CopyMismatch, copy_new, fsync_dir, give_owner, matches, recorded_owner, sha256_file
 from tb_footprint_plugin.storage.openfiles import describe_holders, find_writers
-from tb_footprint_plugin.storage.paths import is_within
+from tb_footprint_plugin.storage.paths import is_within, plausible_mtime_ns
 from tb_footprint_plugin.storage.private import NotPrivate, check_private_dir
 from tb_footprint_plugin.version import __version__
 
@@ -188,51 +188,27 @@ def grown(path: str, f: dict) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size > f["size"] and starts_with(path, f["size"], f["sha256"])
 
 
-def _aside_name(ctx: Context, path: str) -> str:
-    k = 1
-    while os.path.lexists(ctx.abs(salvage_name(path, k))):
-        k += 1
-    return salvage_name(path, k)
-
-
-def _set_aside(ctx: Context, path: str, renames: bool, strategy: Optional[SwapStrategy],
-               journal: Optional[OpJournal], begun: Collection[str]) -> str:
+def _set_aside(ctx: Context, path: str, strategy: SwapStrategy, journal: Optional[OpJournal],
+               begun: Collection[str]) -> str:
     """A writer's file standing at ``path`` moved beside it, to the next free
     ``<path>.salvaged-NNN`` (its records stay in the run; mode, mtime and owner its own); returns
-    that name. Renamed where the folder renames atomically; else copied there under a ``copying``
-    record and then deleted (``placement.put_in_place``), never while a process writes it (its
-    next records would go to a file about to be unlinked). A name an earlier, killed attempt's
-    ``copying`` record names (``begun``) is that attempt's copy: holding the file whole, it gets
-    the file's mode, mtime and owner and the file goes; holding its beginning
-    (``placement.partial_copy``), it is removed and the file copied again under that name."""
+    that name (``placement.place_at_free_name``). Renamed where the folder renames atomically;
+    else copied there under a ``copying`` record and then deleted, never while a process writes
+    it (its next records would go to a file about to be unlinked). A name an earlier, killed
+    attempt's ``copying`` record names (``begun``) is that attempt's copy, resumed
+    (``placement.resume_copy``): holding the file whole, it gets the file's mode, mtime and owner
+    and the file goes; holding its beginning, it is removed and the file copied again there."""
     dst = ctx.abs(path)
-    if renames:
-        aside = _aside_name(ctx, path)
-        os.rename(dst, ctx.abs(aside))
-        return aside
-    writers = find_writers([dst]).holders
-    if writers:
-        raise TransactionError(describe_holders(writers, lambda x: path) + "; it is not set aside while it is "
-                               "written", Skip.OPEN_FOR_WRITING)
-    st = os.lstat(dst)
-    s = {"sha256": sha256_file(dst), "size": st.st_size}
-    k = 1
-    while True:
-        name = salvage_name(path, k)
-        if not os.path.lexists(ctx.abs(name)):
-            break
-        if name in begun:
-            if matches(ctx.abs(name), s["sha256"], s["size"]):
-                # copied whole by the killed attempt: what it had yet to do is the metadata and the unlink
-                finish_copied(ctx.abs(name), stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
-                              owner=(st.st_uid, st.st_gid))
-                os.unlink(dst)
-                return name
-            if partial_copy(ctx.abs(name), dst, s):
-                os.unlink(ctx.abs(name))  # the beginning of the file, every byte of it still at ``path``
-                break
-        k += 1
-    put_in_place(strategy, journal, dict(s, path=name), new_name=True)(dst, ctx.abs(name))
+    s, meta = None, {}  # a rename needs no hash, and leaves no partial copy to resume
+    if not strategy.renames:
+        writers = find_writers([dst]).holders
+        if writers:
+            raise TransactionError(describe_holders(writers, lambda x: path) + "; it is not set aside while it is "
+                                   "written", Skip.OPEN_FOR_WRITING)
+        st = os.lstat(dst)
+        s = {"sha256": sha256_file(dst), "size": st.st_size}
+        meta = {"mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "owner": (st.st_uid, st.st_gid)}
+    name, _ = place_at_free_name(ctx, lambda k: salvage_name(path, k), dst, s, strategy, journal, begun, meta)
     return name
 
 
@@ -253,7 +229,7 @@ def chmod_dirs(ctx: Context, dirs: List[dict]) -> None:
         if os.path.isdir(p) and not os.path.islink(p):
             _give_back_owner(p, d, os.O_DIRECTORY)  # first: a chown clears set-id bits of the mode
             os.chmod(p, d["mode"])
-            ns = _mtime_ns(d)
+            ns = plausible_mtime_ns(d.get("mtime_ns"))  # before 1970: negative, given back exactly
             if ns is not None:
                 os.utime(p, ns=(ns, ns), follow_symlinks=False)
 
@@ -272,12 +248,6 @@ def _give_back_owner(path: str, rec: dict, kind: int = 0) -> None:
         os.close(fd)
 
 
-def _mtime_ns(rec: dict) -> Optional[int]:
-    """A recorded ``mtime_ns`` if it is a plausible integer (records are untrusted input)."""
-    ns = rec.get("mtime_ns")
-    return ns if isinstance(ns, int) and not isinstance(ns, bool) and 0 <= ns < 1 << 63 else None
-
-
 def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: bool,
              set_aside: bool = False, strategy: Optional[SwapStrategy] = None,
              journal: Optional[OpJournal] = None, begun: Collection[str] = ()) -> Optional[str]:
@@ -288,26 +258,31 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
     of it renamed there; where it does not, the checked copy is copied to the path under a
     ``copying`` record written to ``journal`` and deleted (``placement.put_in_place``), the
     vault's file left until the run is checked. ``begun``: the paths an earlier, killed attempt's
-    ``copying`` records name, where the beginning of the file (``placement.partial_copy``) is that
-    attempt's own partial copy and goes before the file is put back. Without ``journal``
-    nothing could tell a partial copy from a writer's file at the next start, so the file is
-    renamed, as before (every caller passes one: an unretire's, a retirement's rollback's).
+    ``copying`` records name, settled first (``placement.resume_copy``): the file whole there gets
+    its recorded mode, mtime and owner and is in place; its beginning goes and the file is put
+    back. Without ``journal`` a folder that does not rename is refused before anything is done
+    (``placement.put_in_place``: nothing could tell a partial copy from a writer's file at the
+    next start); every caller passes one: an unretire's, a retirement's rollback's.
 
     With ``set_aside`` (a rollback) a regular file found at the path that is neither the file
     nor the file grown by appends, while the file itself is in the vault, is a writer's new file:
     it is renamed to ``<file>.salvaged-NNN`` beside it (its records stay in the run) and the
     file goes back; returns a note saying so (``_set_aside``: by the strategy too)."""
-    if journal is None:
-        renames = True
-    else:
-        strategy = strategy or swap_strategy(folder_capabilities())
-        renames = strategy.renames
+    strategy = strategy or swap_strategy(folder_capabilities())
+    # refused here, before anything, where the folder copies and there is no journal (``put_in_place``)
+    place = put_in_place(strategy, journal, f, new_name=True, begun=begun)
     no_symlink(ctx, f["path"])
     dst = ctx.abs(f["path"])
     stored = stored_file(vault, op_id, i)
     tmp = os.path.join(os.path.dirname(dst), f".footprint-unretire-{op_id}-{i}.tmp")
-    if f["path"] in begun and partial_copy(dst, stored, f):
-        os.unlink(dst)  # every byte of it is in the vault's file: no one's but the put-back's
+    if f["path"] in begun:
+        # a copy a killed attempt began: finished (the vault's bytes whole: what it had yet to set is
+        # the recorded mode, time and owner), or emptied (their beginning, every byte in the vault)
+        meta = {"mode": f["mode"], "mtime_ns": plausible_mtime_ns(f.get("mtime_ns")), "owner": recorded_owner(f)}
+        if resume_copy(dst, f, lambda q: partial_copy(q, stored, f), meta) == IN_PLACE:
+            if matches(tmp, f["sha256"], f["size"]):
+                os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
+            return None
     here = os.path.lexists(dst)
     there = os.path.exists(stored)
     note = None
@@ -315,10 +290,6 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
         if not os.path.isfile(dst) or os.path.islink(dst):
             raise TransactionError(f"{f['path']}: something else stands there now; left as is")
         if not there or unchanged(dst, f) or grown(dst, f) or sha256_file(dst) == f["sha256"]:
-            if f["path"] in begun and matches(dst, f["sha256"], f["size"]):
-                # a copy killed after its last byte, before the file's mode, time and owner: the
-                # bytes are the vault's, what the copy had yet to set is the recorded one
-                finish_copied(dst, f["mode"], mtime_ns=_mtime_ns(f), owner=recorded_owner(f))
             if matches(tmp, f["sha256"], f["size"]):
                 os.unlink(tmp)  # a copy killed before it deleted its source: the file is in place
             return None  # the file is in place (a copy's original never left): the vault's copy may go
@@ -326,13 +297,13 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
             # not the file that was retired: both are kept, the operation stays unsettled
             raise TransactionError(f"{f['path']}: a different file stands there now; the retired one stays in "
                                    f"{stored}")
-        aside = _set_aside(ctx, f["path"], renames, strategy, journal, begun)
+        aside = _set_aside(ctx, f["path"], strategy, journal, begun)
         note = (f"{f['path']}: a file written at its path during the retirement was kept beside it as "
                 f"{os.path.basename(aside)}")
     if not there:
         raise TransactionError(f"{f['path']}: neither in the logdir nor in {retired_dir(vault, op_id)}")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    if renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
+    if strategy.renames and (same_fs or vault.same_filesystem(os.path.dirname(dst))):
         os.rename(stored, dst)
         _give_back_owner(dst, f)  # a copy made across filesystems at the retirement was root's
     else:
@@ -342,10 +313,10 @@ def put_back(ctx: Context, vault: Vault, op_id: str, i: int, f: dict, same_fs: b
                      owner=recorded_owner(f))
         except CopyMismatch:
             raise TransactionError(f"copy of {f['path']} from the vault does not match its sha256") from None
-        if renames:
+        if strategy.renames:
             os.replace(tmp, dst)
         else:
-            put_in_place(strategy, journal, f, new_name=True)(tmp, dst)
+            place(tmp, dst)
     fsync_dir(os.path.dirname(dst))
     return note
 

@@ -37,7 +37,8 @@ from tb_footprint_plugin.scan.categories import is_summary_event_file_name
 from tb_footprint_plugin.engine import remote_vault
 from tb_footprint_plugin.engine.history import append_history
 from tb_footprint_plugin.engine.journal import Journal, OpJournal, Rec
-from tb_footprint_plugin.engine.placement import copies_begun, finish_copied, partial_copy, put_in_place, starts_with
+from tb_footprint_plugin.engine.placement import (copies_begun, partial_copy, place_at_free_name, put_in_place,
+                                                  resume_copy, starts_with)
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.storage.regular import open_regular
@@ -190,28 +191,13 @@ def keep_late_records(ctx, path: str, source: str, start: int, size: int, tmp_na
         os.unlink(tmp)
         return None
     sha = h.hexdigest()
-    k, final = 1, None
-    while True:
-        name = salvage_name(path, k)
-        if not os.path.lexists(ctx.abs(name)):
-            break
-        if matches(ctx.abs(name), sha, nbytes):
-            final = name  # written by an earlier, interrupted attempt
-            if name in begun:
-                # its copy perhaps killed after the last byte, before the owner (the user's) was given
-                finish_copied(ctx.abs(name), owner=_owner_here(folder, owner))
-            os.unlink(tmp)
-            break
-        if name in begun and partial_copy(ctx.abs(name), tmp, {"sha256": sha, "size": nbytes}):
-            # an earlier attempt's copy, killed within it: the beginning of these very records
-            os.unlink(ctx.abs(name))
-            break
-        k += 1
-    if final is None:
-        final = name
-        strategy = strategy or swap_strategy(folder_capabilities())
-        put_in_place(strategy, journal, {"path": final, "sha256": sha, "size": nbytes}, new_name=True)(
-            tmp, ctx.abs(final))
+    # the next free salvage name, or the one an earlier, interrupted attempt wrote these records to
+    # (renamed: its bytes tell it; copied: its ``copying`` record, ``placement.resume_copy``, which
+    # gives it the records' owner: the user's, where a kill came before it)
+    final, placed = place_at_free_name(ctx, lambda k: salvage_name(path, k), tmp, {"sha256": sha, "size": nbytes},
+                                       strategy or swap_strategy(folder_capabilities()), journal, begun,
+                                       {"owner": _owner_here(folder, owner)}, reuse=True)
+    if placed:
         fsync_dir(folder)
     return {"file": final, "records": records, "bytes": nbytes, "sha256": sha, "size": nbytes,
             "partial_bytes": size - start - reader.valid_bytes, "corrupt": reader.status == "corrupt"}
@@ -386,11 +372,12 @@ def finish_salvage(ctx, records: List[dict]) -> str:
         return "salvage had been recorded"
     staged = next((r for r in records if r["type"] == Rec.STAGED), None)
     final = begin.get("final")
-    if staged and final and final in copies_begun(records) and begin.get("tmp") \
-            and partial_copy(ctx.abs(final), ctx.abs(begin["tmp"]), staged):
-        # a copy into the salvage file killed within it (a folder that does not rename): the
-        # beginning of the staged records, all of them still in the temporary and the vault
-        os.unlink(ctx.abs(final))
+    if staged and final and final in copies_begun(records) and begin.get("tmp"):
+        # a copy into the salvage file a kill stopped (a folder that does not rename), settled by
+        # the one rule (``resume_copy``): its beginning of the staged records goes now; a whole
+        # copy (nothing to give it: it is undone) goes just below, as a renamed one does
+        tmp = ctx.abs(begin["tmp"])
+        resume_copy(ctx.abs(final), staged, lambda q: partial_copy(q, tmp, staged), {})
     if begin.get("tmp"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(ctx.abs(begin["tmp"]))

@@ -21,10 +21,10 @@ from tb_footprint_plugin.codes import Failure, Skip
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.catalogue import journal_blobs, vault_of, write_manifest
 from tb_footprint_plugin.engine.context import Context, TransactionError, no_symlink
-from tb_footprint_plugin.engine.journal import Journal, Rec
+from tb_footprint_plugin.engine.journal import Journal
 from tb_footprint_plugin.engine.run_lock import folder_capabilities
-from tb_footprint_plugin.engine.placement import (copies_begun, copy_over, finish_copied, partial_copy,
-                                                  partial_put_back, put_in_place, starts_with)
+from tb_footprint_plugin.engine.placement import (IN_PLACE, copies_begun, partial_copy, partial_put_back,
+                                                  put_in_place, resume_copy, starts_with)
 from tb_footprint_plugin.engine.salvage import keep_late_records
 from tb_footprint_plugin.engine.swap_strategy import SwapStrategy, swap_strategy
 from tb_footprint_plugin.engine.vault import RESTORE_TOKEN, Vault, late_tmp_path, restore_tmp_path
@@ -75,7 +75,10 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
     needs it), the folder's by default (recovery finishing a swap). ``resuming``: a swap an earlier
     attempt may have started (recovery's ``roll_forward``); only then can a partial copy at a name
     be the swap's own: on a first attempt whatever stands there is someone else's (review R17 F2);
-    ``begun_at``: the new names its ``copying`` records name (``copies_begun``)."""
+    ``begun_at``: the new names its ``copying`` records name (``copies_begun``). Each staged file
+    takes its path through ``placement.put_in_place`` (a new name's copy journaled once, an
+    original's named by the ``swap`` record), a copy a killed attempt began there settled first
+    (``placement.resume_copy``)."""
     strategy = strategy or swap_strategy(folder_capabilities())
     copying = resuming and not strategy.renames
     # the new names a copy was begun at (their ``copying`` records): only there can a partial copy
@@ -100,27 +103,22 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
                 st = os.lstat(ctx.abs(a.path))
                 if stat.S_ISDIR(st.st_mode):
                     dir_mtimes[a.path] = st.st_mtime_ns
+    # an original's name is named by the ``swap`` record (after it the path holds the original, the
+    # staged bytes or their beginning): its copy journals no ``copying`` record of its own
+    named = begun | set(backups)
     for s in staged:
         no_symlink(ctx, s["final"])
         tmp, final = ctx.abs(s["tmp"]), ctx.abs(s["final"])
         if os.path.exists(tmp):
             new_name = s["final"] not in backups
-            if new_name and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]) \
-                    and not (s["final"] in begun and partial_copy(final, tmp, s)):
+            # a copy a killed attempt began here (a new name its ``copying`` record names, an
+            # original's when resuming on a copying folder): finished, or emptied and made again
+            resumed = resume_copy(final, s, lambda q: partial_copy(q, tmp, s), _made_as(tmp)) \
+                if (s["final"] in begun if new_name else copying) else None
+            if new_name and resumed is None and os.path.lexists(final) and not matches(final, s["sha256"], s["size"]):
                 raise TransactionError(f"{s['final']}: appeared meanwhile; it would be overwritten")
-            if strategy.renames:
-                fsops.replace(tmp, final)
-            else:
-                if new_name and s["final"] not in begun and not matches(final, s["sha256"], s["size"]):
-                    journal.append({"type": Rec.COPYING, "final": s["final"]})
-                    begun.add(s["final"])
-                if copying and matches(final, s["sha256"], s["size"]):
-                    # the staged bytes, copied whole by the killed attempt, perhaps before their
-                    # mode, time and owner: the staged file's, as the copy sets them last
-                    st = os.lstat(tmp)
-                    finish_copied(final, stat.S_IMODE(st.st_mode), mtime_ns=st.st_mtime_ns,
-                                  owner=(st.st_uid, st.st_gid))
-                copy_then_delete(tmp, final, s)
+            put_in_place(strategy, journal, {"path": s["final"], "sha256": s["sha256"], "size": s["size"]},
+                         begun=named, sparse=False)(tmp, final)
         dirs.add(os.path.dirname(final))
         faults.hit("reduce.mid_swap")
     finals = {s["final"] for s in staged}
@@ -157,19 +155,11 @@ def apply_swap(ctx: Context, rp: RunPlan, journal: Journal, staged: List[dict], 
             fsync_dir(d)
 
 
-def copy_then_delete(tmp: str, final: str, s: dict) -> None:
-    """A staged file put in place where the store has no atomic rename: its bytes copied to a new
-    file at ``final`` (mode, mtime and owner of the staged file, as a rename would leave them;
-    fsynced, hash-checked), then the staged file deleted. Whatever stands at ``final`` was
-    checked by ``apply_swap`` to be the backed-up original, the staged bytes or nothing; the
-    original's name is removed first and the copy made exclusively, so a second name of the
-    original (a backup that is a hard link, a user's snapshot) never sees a byte change. Idempotent:
-    a crash after the copy leaves both (the next call only deletes the staged file), a crash
-    before it leaves the staged file whole (the next call copies again), a crash within the copy
-    the beginning of the staged bytes at ``final`` (``partial_copy``: the next call copies again;
-    a rollback removes it). Every folder a ``PosixStore`` opens renames atomically, so this path
-    runs where a store declares otherwise."""
-    copy_over(tmp, final, s["sha256"], s["size"])
+def _made_as(tmp: str) -> dict:
+    """The mode, mtime and owner a copy of the staged file ``tmp`` gets (``copy_over`` takes
+    them from it, as a rename would leave them): what a resumed copy finishes with."""
+    st = os.lstat(tmp)
+    return {"mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "owner": (st.st_uid, st.st_gid)}
 
 
 def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[Journal] = None,
@@ -535,16 +525,16 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
     (``keep_late_records``) is that attempt's own and goes before the copy is made again.
     """
     strategy = strategy or swap_strategy(folder_capabilities())
+    place = put_in_place(strategy, journal, rec, begun=begun)  # refused here, before anything, without a journal
     no_symlink(ctx, rec["path"])
     p = ctx.abs(rec["path"])
-    if matches(p, rec["sha256"], rec["size"]):
-        if rec["path"] in begun:
-            # perhaps a copy killed after its last byte, before the original's mode, time, owner
-            finish_copied(p, rec["mode"], mtime=rec["mtime"], owner=recorded_owner(rec), **_time_of(vault, rec))
+    if rec["path"] in begun:
+        # a copy a killed attempt began: finished (its bytes whole), or emptied (their beginning)
+        meta = {"mode": rec["mode"], "mtime": rec["mtime"], "owner": recorded_owner(rec), **_time_of(vault, rec)}
+        if resume_copy(p, rec, lambda q: partial_put_back(vault, q, rec), meta) == IN_PLACE:
+            return None
+    elif matches(p, rec["sha256"], rec["size"]):
         return None
-    if rec["path"] in begun and partial_put_back(vault, p, rec):
-        # the beginning of the original, left by a copy killed half-way: no one's bytes but its own
-        fsops.unlink(p)
     displaced = None
     if os.path.lexists(p) and not (produced and matches(p, produced["sha256"], produced["size"])):
         if os.path.islink(p) or not os.path.isfile(p):
@@ -569,7 +559,7 @@ def put_back(ctx: Context, vault: Vault, rec: dict, produced: Optional[dict] = N
         if on_displaced is not None:
             on_displaced(displaced)
     vault.restore_blob(rec["sha256"], p, rec["mode"], rec["mtime"], tmp_token=tmp_token, owner=recorded_owner(rec),
-                       place=put_in_place(strategy, journal, rec), **_time_of(vault, rec))
+                       place=place, **_time_of(vault, rec))
     return displaced
 
 
