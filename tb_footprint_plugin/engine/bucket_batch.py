@@ -56,7 +56,8 @@ from tb_footprint_plugin.engine.bucket_steps import (
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, RunOutcome, new_op_id
 from tb_footprint_plugin.engine.journal import Rec
 from tb_footprint_plugin.engine.lease import RunLease
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 #: the longest reason a taken-out run's journal entry keeps for its change-log line
 MAX_REASON = 1000
@@ -64,7 +65,7 @@ MAX_REASON = 1000
 Progress = Callable[[str, str, float], None]
 
 
-def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+def reduce_batch(ostore: ObjectStore, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                   quiet_period: float, policy: Optional[str], settled_early=None,
                   closed_files: Optional[Mapping[str, float]] = None,
                   cancel: Optional[CancelToken] = None,
@@ -84,7 +85,7 @@ def reduce_batch(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str
     point", ``Failure.ERROR`` as on a disk); once the commit record is written the batch finishes.
     ``progress(run, step, fraction)``: a disk's steps of a run that only loses files, ``backup``
     (0.4) once its backups are made and ``verify`` (0.65) as the batch's checks begin."""
-    t = ObjectBatchReduce(rfs, vault, rps, listing, quiet_period, policy, closed_files,
+    t = ObjectBatchReduce(ostore, vault, rps, listing, quiet_period, policy, closed_files,
                           cancel or CancelToken(), progress)
     if t.take_locks(settled_early):
         txn.run(t, t.cancel)
@@ -113,14 +114,14 @@ class ObjectBatchReduce(txn.Txn):
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, Cancelled)
     rollback_errors = (BucketTxnError, *STORE_FAILURES, OSError)
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                  quiet_period: float, policy: Optional[str], closed_files: Optional[Mapping[str, float]],
                  cancel: CancelToken, progress: Optional[Progress]) -> None:
         self.t0 = time.monotonic()
-        self.rfs, self.vault, self.rps, self.listing = rfs, vault, rps, listing
+        self.ostore, self.vault, self.rps, self.listing = ostore, vault, rps, listing
         self.quiet_period, self.policy, self.closed_files = quiet_period, policy, closed_files
         self.cancel, self.progress = cancel, progress
-        self.st = BucketState(rfs)
+        self.st = BucketState(ostore)
         self.batch_id = new_op_id()
         self.outs: Dict[str, RunOutcome] = {}
         self.plans = {rp.run: rp for rp in rps}
@@ -200,24 +201,24 @@ class ObjectBatchReduce(txn.Txn):
         its lock goes (``NotStarted``)."""
         try:
             self.jnl = new_journal(self.st, self.batch_id, {
-                "op": self.batch_id, "logdir": self.rfs.url, "step": Rec.PLANNED, "created": now_s(),
+                "op": self.batch_id, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
                 "vault": self.vault.root, "runs": self.entries, "logdir_objects": len(self.listing)})
         except STORE_FAILURES as e:
             for en in self.entries:
                 o = self.outs[en["run"]]
                 o.status, o.reason, o.code = Outcome.FAILED, str(e), failure_code(e)
             ours, versions = unlock_all([self.held[en["run"]] for en in self.entries])
-            must_delete(self.rfs, ours, versions=versions)
+            must_delete(self.ostore, ours, versions=versions)
             raise txn.NotStarted() from e
 
     def backup(self, report: txn.Report) -> None:
         """Backups: server-side copies, each conditional on the plan's version (with a vault of
         blobs: one add for the batch, small originals sharing packs). A run whose copy fails is
         rolled back alone; the others go on. A cancel is looked at before each run's copies."""
-        rfs, vault = self.rfs, self.vault
+        ostore, vault = self.ostore, self.vault
         # held until the manifests name the digests: a purge's forget waits while only the journal does
         self._adding.enter_context(adding(vault))
-        unmade = backup_entries(rfs, vault, self.entries)
+        unmade = backup_entries(ostore, vault, self.entries)
         if vault.blobs is not None:
             faults.hit("reduce.blobs_added")
         for en in self.entries:
@@ -227,7 +228,7 @@ class ObjectBatchReduce(txn.Txn):
                     raise unmade[en["run"]]
                 for f in en["files"]:
                     if not is_blob_entry(f):
-                        backup_object(rfs, f)
+                        backup_object(ostore, f)
                     faults.hit("reduce.backup_copy")
             except faults.InjectedFault:
                 raise
@@ -258,7 +259,7 @@ class ObjectBatchReduce(txn.Txn):
             bytes_after = rp.bytes_before - sum(f["size"] for f in en["files"])
             try:
                 self.st.create(self.vault.manifest(en["op"]), manifest_doc(
-                    self.rfs, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
+                    self.ostore, en, rp, self.policy, bytes_after, self.vault, self.jnl.doc,
                     committed_at=self.committed_at))
             except (BucketTxnError, *STORE_FAILURES) as e:
                 self._drop(en, e)
@@ -274,7 +275,7 @@ class ObjectBatchReduce(txn.Txn):
         the end, so the next start rolls the batch back (review R6 F2)."""
         if self.live:
             try:
-                now_objs = listing_of_runs(self.rfs, self.vault, [en["run"] for en in self.live],
+                now_objs = listing_of_runs(self.ostore, self.vault, [en["run"] for en in self.live],
                                            len(self.listing), known=self.listing)
             except STORE_FAILURES as e:
                 for en in list(self.live):
@@ -320,7 +321,7 @@ class ObjectBatchReduce(txn.Txn):
 
     def swap(self, report: txn.Report) -> None:
         """The batched deletes, each under its version (``finish_op``)."""
-        finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
+        finish_op(self.ostore, self.vault, self.jnl.doc, present=self.now_objs)
 
     def commit(self, report: txn.Report) -> None:
         """The checking listing and each run's outcome: a verification that finds the run not as
@@ -332,7 +333,7 @@ class ObjectBatchReduce(txn.Txn):
         live, outs = self.live, self.outs
         unverified = Failure.ERROR
         try:
-            verification = verify_batch(self.rfs, self.vault, live, self.listing)
+            verification = verify_batch(self.ostore, self.vault, live, self.listing)
         except STORE_FAILURES as e:
             unverified = failure_code(e)
             verification = {en["run"]: {"ok": False, "error": f"reduced, but the checking listing failed ({e}); "
@@ -385,7 +386,7 @@ class ObjectBatchReduce(txn.Txn):
             o = self.outs[en["run"]]
             o.reason = str(self.error)
             try:
-                rollback_entry(self.rfs, self.vault, en)
+                rollback_entry(self.ostore, self.vault, en)
                 o.status, o.code = Outcome.ROLLED_BACK, code
                 self._record(en)
             except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
@@ -403,7 +404,7 @@ class ObjectBatchReduce(txn.Txn):
                 o.reason += f"; cleanup incomplete ({e3}); the next start settles it"
             return
         ours, versions = unlock_all([self.held[en["run"]] for en in self.entries if not _among(en, live)])
-        BucketState.of(self.rfs).delete(ours, versions=versions)
+        BucketState.of(self.ostore).delete(ours, versions=versions)
 
     def incomplete(self, error: BaseException) -> None:
         """The rollback record, or the rollback, failed: every run still in the batch says so (the
@@ -438,12 +439,12 @@ class ObjectBatchReduce(txn.Txn):
         (``bucket_recover``); never none."""
         lines, rolled = self._lines, self._rolled
         self._lines, self._rolled = [], []
-        append_rolled_back(BucketState.of(self.rfs).logdir_store(), lines, rolled)
+        append_rolled_back(BucketState.of(self.ostore).logdir_store(), lines, rolled)
 
     def _drop(self, en: dict, e: BaseException) -> None:
         """Take ``en`` out of the batch, rolled back alone (``_drop_run``)."""
         self.live = [x for x in self.live if x is not en]
-        _drop_run(self.rfs, self.vault, en, self.outs[en["run"]], e)
+        _drop_run(self.ostore, self.vault, en, self.outs[en["run"]], e)
         if self.outs[en["run"]].code != Failure.ROLLBACK_INCOMPLETE:
             self._record(en)
 
@@ -471,14 +472,14 @@ def _among(en: dict, ens: List[dict]) -> bool:
     return any(x is en for x in ens)
 
 
-def _drop_run(rfs: RemoteFS, vault: BucketVault, en: dict, out: RunOutcome, e: BaseException) -> None:
+def _drop_run(ostore: ObjectStore, vault: BucketVault, en: dict, out: RunOutcome, e: BaseException) -> None:
     """Take one run out of a batch before its destructive step: its originals are untouched,
     its backups and manifest go. The batch journal still names the run: a crash from here on
     makes recovery roll it back too, which finds nothing left to undo."""
     code = failure_code(e)
     out.reason = str(e)
     try:
-        rollback_entry(rfs, vault, en, deleted=False)
+        rollback_entry(ostore, vault, en, deleted=False)
         rolled_back(out, code)
     except (BucketTxnError, *STORE_FAILURES, OSError) as e2:
         rollback_incomplete(out, e2)
