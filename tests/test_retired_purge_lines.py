@@ -69,12 +69,12 @@ def _as_the_old_purge_left_it(logdir, runs):
 
 def _count_history_reads(monkeypatch):
     reads = []
-    real = retire_purge.read_history
+    real = retire_purge.logged_operations
 
-    def counted(state):
+    def counted(state, **kw):
         reads.append(state)
-        return real(state)
-    monkeypatch.setattr(retire_purge, "read_history", counted)
+        return real(state, **kw)
+    monkeypatch.setattr(retire_purge, "logged_operations", counted)
     return reads
 
 

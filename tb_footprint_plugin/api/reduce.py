@@ -16,7 +16,6 @@ from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome
 from tb_footprint_plugin.engine.front import Engine, open_engine
-from tb_footprint_plugin.engine.history import configure_writer
 from tb_footprint_plugin.engine.ledger import mark_recovered
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.vault import DEFAULT_VAULT_FORMAT, VAULT_FORMATS
@@ -96,8 +95,8 @@ def reduce_logdir(
     if max_file_ops_per_second is not None:
         throttle.configure(max_file_ops_per_second)
     shard_before, lease_before = lease.shard_label(), lease.lease_seconds()
+    # the process's one shard label: its leases, locks and change-log lines name it (review R7)
     lease.configure(lease_seconds, sharding.label(shard))
-    history_before = configure_writer(sharding.label(shard)) if shard is not None else None
     seen: List[RunOutcome] = []  # what the batch's runs came to, for what an interrupt says
     on_outcome = _recording(seen, on_outcome)
     if cancel is None:  # one token for the batch: an interrupt stops the runs of other threads too
@@ -121,8 +120,6 @@ def reduce_logdir(
     finally:
         if max_file_ops_per_second is not None:
             throttle.configure(before_limit)
-        if shard is not None:
-            configure_writer(history_before)
         # a later verb of this process (a restore, a recover) must not name this batch's shard
         # in its leases, locks and lines, nor take its leases for this batch's length
         lease.configure(lease_before, shard=shard_before)

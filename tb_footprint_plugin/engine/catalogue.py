@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 from tb_footprint_plugin.codes import Failure, Outcome
 from tb_footprint_plugin.engine import manifest, oplog
 from tb_footprint_plugin.engine.context import Context, NoSpace, TransactionError, writing
-from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, read_history, reduce_line
+from tb_footprint_plugin.engine.history import append_history, disk_log, history_path, logged_operations, reduce_line
 from tb_footprint_plugin.engine.manifest_form import stored_plan, stored_policy
 from tb_footprint_plugin.engine.journal import ensure_state_subdir, pending_journals
 from tb_footprint_plugin.engine.vault import ManifestMemo, Vault, who
@@ -368,7 +368,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     )
     os.makedirs(vault.ops, exist_ok=True)  # empty: it marks the folder as a vault (``paths.recorded_vaults``)
     # a rollback's manifest already there: an earlier attempt of this rollback wrote it (and perhaps
-    # its line) before a kill, and recovery redoes it (``_line_written``)
+    # its line) before a kill, and recovery redoes it: one line per operation (``history.logged_operations``)
     again = outcome != Outcome.VERIFIED and vault.has_manifest(m["op_id"])
     # one line of the operation log, its only record (``NoSpace`` names the file)
     size = len(json.dumps(m, sort_keys=True))
@@ -385,7 +385,7 @@ def write_manifest(ctx: Context, records: List[dict], outcome: str, reason: Opti
     entry = reduce_line(op_id=m["op_id"], run=m["run"], policy=(begin.get("policy") or {}).get("name"),
                         before=m["bytes_before"], after=after, outcome=outcome, reason=reason, code=code,
                         user=m["user"], host=m["host"])
-    if again and _line_written(ctx.state, m["op_id"], outcome):
+    if again and m["op_id"] in logged_operations(ctx.state, kind="reduce", outcome=outcome):
         return m  # one line per operation: the first attempt's stands
     try:
         with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
@@ -406,7 +406,7 @@ def write_committed_line(ctx: Context, records: List[dict], m: dict) -> bool:
     wrote it; raises what the append raises (recovery then leaves the journal for the next start)."""
     begin = records[0]
     op_id = begin["op_id"]
-    if _line_written(ctx.state, op_id, Outcome.VERIFIED):
+    if op_id in logged_operations(ctx.state, kind="reduce", outcome=Outcome.VERIFIED):
         return False
 
     def number(v, default):
@@ -426,15 +426,6 @@ def write_committed_line(ctx: Context, records: List[dict], m: dict) -> bool:
     with writing(history_path(ctx.state), len(json.dumps(entry)) + 64):
         disk_log(ctx.state, create=True).append_lines([entry])
     return True
-
-
-def _line_written(state: str, op_id: str, outcome: str) -> bool:
-    """Whether the change log has a line of ``op_id`` with ``outcome``; a log this user cannot read:
-    False (its line written again rather than none)."""
-    try:
-        return any(e.get("op_id") == op_id and e.get("outcome") == outcome for e in read_history(state))
-    except OSError:
-        return False
 
 
 def operation_summary(m: dict) -> dict:

@@ -15,7 +15,7 @@ import contextlib
 import os
 import shlex
 import stat
-from typing import Collection, List, Optional
+from typing import Collection, Dict, List, Optional, Union
 
 from tb_footprint_plugin.codes import BlobError, Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import manifest, oplog, remote_vault, trust
@@ -163,18 +163,52 @@ def journal_refusal(path: str, op_id: str, log, *, logdir: str, vaults: List[str
     return None
 
 
-def retired_purge_unfinished(m: dict, vault_roots: Collection[str]) -> bool:
+class VaultRoots:
+    """The logdir's vaults (``catalogue.known_vaults``), as a manifest's ``vault`` field (untrusted)
+    is judged against them: each root's real path worked out once, and each field's once (a start
+    asks it of every purged retirement, for good: review R13)."""
+
+    def __init__(self, roots: Collection[str]):
+        self._real = frozenset(os.path.realpath(r) for r in roots)
+        self._asked: Dict[str, bool] = {}
+
+    def holds(self, vault) -> bool:
+        """Whether ``vault`` (a manifest's field) is one of these vaults."""
+        if not isinstance(vault, str):
+            return False
+        if vault not in self._asked:
+            self._asked[vault] = os.path.realpath(vault) in self._real
+        return self._asked[vault]
+
+
+def _vault_roots(roots: Union[Collection[str], VaultRoots]) -> VaultRoots:
+    """``roots`` as ``VaultRoots`` (made once by a caller that asks of many manifests)."""
+    return roots if isinstance(roots, VaultRoots) else VaultRoots(roots)
+
+
+def purged_retirement(m: dict, roots: VaultRoots) -> bool:
+    """Whether manifest ``m`` is a verified retirement marked purged (not by a restore), naming its
+    run, in one of the logdir's vaults (``roots``: the field is untrusted): a purge of a retired
+    run, whose folder and change-log line are then looked at (``retired_purge_unfinished``,
+    ``retire_purge``)."""
+    return (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and bool(m.get("backup_purged"))
+            and not m.get("restored_by") and isinstance(m.get("run"), str) and roots.holds(m.get("vault")))
+
+
+def retired_folder_there(m: dict) -> bool:
+    """Whether the folder of retirement ``m`` is in its vault (a real one: a link is never
+    followed, so one ``lstat``)."""
+    try:
+        return stat.S_ISDIR(os.lstat(retired_dir(Vault(m["vault"]), m["op_id"])).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def retired_purge_unfinished(m: dict, vault_roots: Union[Collection[str], VaultRoots]) -> bool:
     """Whether manifest ``m`` is a verified retirement whose purge was killed past its intent
-    (``retire_purge``: `recover` finishes it): marked purged (not by a restore), in one of the
-    logdir's vaults (``vault_roots``: the field is untrusted), its folder still there (a real one:
-    a link is never followed)."""
-    if not (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and m.get("backup_purged")
-            and not m.get("restored_by") and isinstance(m.get("run"), str) and isinstance(m.get("vault"), str)):
-        return False
-    if os.path.realpath(m["vault"]) not in {os.path.realpath(r) for r in vault_roots}:
-        return False
-    d = retired_dir(Vault(m["vault"]), m["op_id"])
-    return os.path.isdir(d) and not os.path.islink(d)
+    (``retire_purge``: `recover` finishes it): a ``purged_retirement`` whose folder is still there
+    (``retired_folder_there``)."""
+    return purged_retirement(m, _vault_roots(vault_roots)) and retired_folder_there(m)
 
 
 def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: frozenset = frozenset(),
@@ -192,9 +226,10 @@ def catalogue_problems(vault_roots: List[str], manifests: List[dict], in_use: fr
         with oplog.snapshot(root):  # one look at the log's files for every operation
             out += _log_problems(root)
     shared_named = set()  # a blob several manifests name is named once
+    roots = VaultRoots(vault_roots)
     for m in manifests:
         if m.get("backup_purged"):
-            if retired_purge_unfinished(m, vault_roots):
+            if retired_purge_unfinished(m, roots):
                 out.append(_f(Finding.UNFINISHED, m["op_id"], m.get("run"), f"a purge of retired run {m.get('run')} "
                               f"({m['op_id']}) was interrupted; `recover` finishes it"))
             continue
@@ -589,5 +624,5 @@ def _log_problems(root: str) -> List[dict]:
     return out
 
 
-__all__ = ["retired_purge_unfinished", "settle_command", "history_findings", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
+__all__ = ["VaultRoots", "purged_retirement", "retired_folder_there", "retired_purge_unfinished", "settle_command", "history_findings", "unfinished_ops", "journal_refusal", "recover_will", "BEFORE_SWAP", "AFTER_SWAP", "catalogue_problems", "state_problems", "moved_state_problems",
            "unsettled_pins", "late_writes"]

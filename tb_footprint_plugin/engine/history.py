@@ -11,7 +11,8 @@ damage is named) are one format every store reads and writes the same way (issue
 disk's ``StateFolder`` and follower and the bucket's few functions are that format's two ends.
 
 * One machine appends to ``history.jsonl``. A worker of a sharded batch on a disk appends to a
-  file of its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (``configure_writer``): appends
+  file of its own, ``history-shard-I-of-N@HOST.jsonl`` beside it (the process's shard,
+  ``lease.shard_label``, the one "which shard am I" of its leases, locks and lines): appends
   from two NFS clients to one file can interleave or lose data, so no two machines ever append
   to one file. A bucket's workers each append to an object of their own too (in
   ``.tb-footprint/history-shards/``: ``bucket_log``), instead of taking turns on one object by
@@ -50,10 +51,11 @@ import re
 import socket
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, StoreError
 from tb_footprint_plugin.engine.context import RunOutcome
+from tb_footprint_plugin.engine.lease import configure as configure_lease
 from tb_footprint_plugin.engine.lease import shard_label
 from tb_footprint_plugin.engine.trust import (DAMAGED_FILE, DAMAGED_LINE, MAX_STATE_BYTES, JsonLines, Untrusted,
                                               parse_json_lines, undo_partial_append)
@@ -82,8 +84,6 @@ _SEAL_TRIES = 3
 _HEAD = 4096
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
-_process_writer: Optional[str] = None
-_process_shard: Optional[str] = None
 #: what a log that cannot be read is, by the store's code: skipped (absent, or not a regular file
 #: of ours: a planted link, FIFO or folder is nothing of ours to read); any other code is raised
 _NOTHING_OF_OURS = frozenset({StoreError.NOT_FOUND, StoreError.SYMLINK, StoreError.NOT_REGULAR})
@@ -97,13 +97,20 @@ def worker_file_name(shard: str, host: Optional[str] = None) -> str:
 
 
 def configure_writer(shard: Optional[str]) -> Optional[str]:
-    """Make this process append to the history file of worker ``shard`` ("I/N"), or to the single
-    ``history.jsonl`` again with None. Returns the previous shard (``configure_writer(it)`` restores it)."""
-    global _process_writer, _process_shard
-    before = _process_shard
-    _process_writer = worker_file_name(shard) if shard else None
-    _process_shard = shard
+    """Make this process a worker of ``shard`` ("I/N"; None: of no shard), its lines appended to
+    its worker's own file (or the single ``history.jsonl`` again). The shard is the process's one
+    label (``lease.configure``: its leases, locks and lines name the same one, review R7); this is
+    that call under the change log's name. Returns the previous shard (``configure_writer(it)``
+    restores it)."""
+    before = shard_label()
+    configure_lease(shard=shard)
     return before
+
+
+def _own_file() -> str:
+    """The name of the log this process appends to: its shard's own file, else the single one."""
+    shard = shard_label()
+    return worker_file_name(shard) if shard else HISTORY_NAME
 
 
 def _timed(e) -> bool:
@@ -168,8 +175,9 @@ class ChangeLog:
 
     def own_key(self) -> str:
         """The key this process appends to (its worker's own file in a sharded batch)."""
-        if self.workers is not None and _process_writer:
-            return f"{self.workers}/{_process_writer}" if self.workers else _process_writer
+        name = _own_file()
+        if self.workers is not None and name != HISTORY_NAME:
+            return f"{self.workers}/{name}" if self.workers else name
         return self.key(HISTORY_NAME)
 
     def keys(self) -> List[str]:
@@ -202,7 +210,7 @@ class ChangeLog:
     def append_lines(self, lines: List[dict]) -> None:
         """Append whole entries (each with its ``time``) in one append: a bucket's costs a head, a
         read and a conditional put whatever their number. Raises ``StoreFailure``."""
-        shard = _process_shard
+        shard = shard_label()
         data = b"".join(line_of(dict(x, shard=shard) if shard and "shard" not in x else x) for x in lines)
         if not data:
             return
@@ -215,9 +223,11 @@ class ChangeLog:
                 st = None
             # +1: a newline a torn last line gets. A seal cut short between its link and its unlink
             # (both names on one inode) is finished first, whatever the append's size: appended
-            # to, the line would land in the sealed log too (review R20 G1)
+            # to, the line would land in the sealed log too (review R20 G1). Its sealed name is
+            # looked for only when the log has a second name (the stat says how many; review R4)
             if st is not None and (st.size + len(data) + 1 > self.limit
-                                   or self._stat_or_none(self.sealed_key(key, st)) is not None):
+                                   or (getattr(st, "links", 2) > 1
+                                       and self._stat_or_none(self.sealed_key(key, st)) is not None)):
                 self.seal(key, st)
         for attempt in range(_SEAL_TRIES):
             try:
@@ -230,6 +240,40 @@ class ChangeLog:
                 if e.code != StoreError.TOO_LARGE or self.workers is None or attempt == _SEAL_TRIES - 1:
                     raise
                 self.seal(key, self.store.stat(key))
+
+    # --- one line per operation ---------------------------------------------------------------
+    def logged(self, *, kind: Optional[str] = None, outcome: Optional[str] = None) -> FrozenSet[str]:
+        """The operations (op_ids) with a line of ``kind`` and ``outcome`` (None: any), from one
+        read of every log: what "one change-log line per operation" is checked against when a
+        step killed between its line and the record that says it was written is done again
+        (review R11). A log that cannot be read has none: a line written twice is seen and
+        costs a line, a line missing is a change nobody can find (the one rule for every verb)."""
+        return frozenset(op for op, k, o in self._operation_lines()
+                         if (kind is None or k == kind) and (outcome is None or o == outcome))
+
+    def append_once(self, lines: List[dict]) -> List[dict]:
+        """Append (in one append) those of ``lines`` (whole entries, each with its ``time``) whose
+        operation has no line of their kind and outcome yet (``logged``'s rule, one read for
+        all); returns those appended. Raises what ``append_lines`` raises."""
+        if not lines:
+            return []
+        there = self._operation_lines()
+        due = [x for x in lines if (x.get("op_id"), x.get("kind"), x.get("outcome")) not in there]
+        self.append_lines(due)
+        return due
+
+    def _operation_lines(self) -> FrozenSet[Tuple[str, object, object]]:
+        """(op_id, kind, outcome) of every line with an op_id; none when a log cannot be read."""
+        try:
+            lines = self.read()
+        except (StoreFailure, OSError):
+            return frozenset()
+
+        def said(v):  # lines are untrusted: a field that is no string says no kind, no outcome
+            return v if isinstance(v, str) else None
+
+        return frozenset((e["op_id"], said(e.get("kind")), said(e.get("outcome"))) for e in lines
+                         if isinstance(e.get("op_id"), str))
 
     def sealed_key(self, key: str, entry: Entry) -> str:
         """Where the log ``key`` (now ``entry``) is kept once full: beside the workers' logs, named
@@ -486,12 +530,22 @@ def history_files(state: str) -> List[str]:
 
 def history_path(state: str) -> str:
     """The history file this process appends to (its worker's own in a sharded batch)."""
-    return os.path.join(state, _process_writer or HISTORY_NAME)
+    return os.path.join(state, _own_file())
 
 
 def append_history(state: str, entry: dict) -> None:
     """Append one entry (with the current time) durably, to this worker's own file."""
     disk_log(state, create=True).append(entry)
+
+
+def logged_operations(state: str, *, kind: Optional[str] = None, outcome: Optional[str] = None) -> FrozenSet[str]:
+    """``ChangeLog.logged`` of a state folder's logs (none when there is no folder, or it cannot
+    be read: the one rule)."""
+    try:
+        log = disk_log(state)
+    except StoreFailure:
+        return frozenset()
+    return log.logged(kind=kind, outcome=outcome) if log else frozenset()
 
 
 def read_history(state: str) -> List[dict]:
@@ -566,13 +620,19 @@ def rolled_back_line(out: RunOutcome, op_id: str, policy: Optional[str]) -> dict
     return dict(line, shard=shard) if shard else line
 
 
-def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunOutcome]] = None) -> Optional[str]:
+def append_rolled_back(store: Store, lines: List[dict], outs: Optional[List[RunOutcome]] = None, *,
+                       once: bool = False) -> Optional[str]:
     """Append ``lines`` to a bucket logdir's change log in one append. The rollbacks they record
     stand either way: a store that refuses the append is said in each of ``outs``' reasons (as a
     disk's rollback on a full disk keeps going and says ``not_recorded``), never raised, and
-    returned (what a caller with no outcome to tell, a recovery, says instead); None when written."""
+    returned (what a caller with no outcome to tell, a recovery, says instead); None when written.
+    ``once``: those of an operation the log has a line of already left out (``ChangeLog.append_once``:
+    a recovery redoing what a killed process may have written)."""
     try:
-        bucket_log(store).append_lines(lines)
+        if once:
+            bucket_log(store).append_once(lines)
+        else:
+            bucket_log(store).append_lines(lines)
     except StoreFailure as e:
         said = f"its change-log line was not written ({e})"
         for o in outs or ():
@@ -598,6 +658,8 @@ def history_csv(entries: List[dict]) -> str:
 _FOLLOWED: Dict[str, Tuple[bytes, int, List[dict]]] = {}
 _FOLLOW_LOCK = threading.Lock()
 _TAIL = 256
+#: the bytes of whole lines ``_follow`` parses at once (their records are held only until sifted)
+_FOLLOW_BLOCK = 1 << 20
 #: the fields ``changes_since`` keeps of an entry (a few hundred bytes a run at most)
 _KEPT = ("time", "run", "op_id", "kind", "outcome", "user", "host")
 
@@ -612,14 +674,23 @@ def changes_since(state: str, run: str, since: float, outcomes) -> List[dict]:
     log = disk_log(state)
     if log is None:
         return out
+    seen = set()
     with _FOLLOW_LOCK:
-        for key in log.keys():
+        # the reader's rules for sealed logs (review R10): a live log that a sealed one holds
+        # already (a seal cut short) is not followed, and a line a sealed log repeats of a later
+        # log of its name (byte for byte: the same fields) counts once
+        for key in log._sealed_twice(log.keys()):
             try:
                 entries = _follow(log, key)
             except StoreFailure:  # gone, or not a regular file: nothing of ours to read
                 _FOLLOWED.pop(log.name_of(key), None)
                 continue
-            out += [e for e in entries if e.get("run") == run and e["time"] > since and e.get("outcome") in outcomes]
+            for e in entries:
+                if e.get("run") == run and e["time"] > since and e.get("outcome") in outcomes:
+                    said = repr([e.get(k) for k in _KEPT])
+                    if said not in seen:
+                        seen.add(said)
+                        out.append(e)
     out.sort(key=lambda e: e["time"])
     return out
 
@@ -643,17 +714,13 @@ def _follow(log: ChangeLog, key: str) -> List[dict]:
     stop = raw.rfind(b"\n", begin) + 1  # a torn last line is read again once it is whole
     pos = begin
     while pos < stop:
-        nl = raw.find(b"\n", pos, stop)
-        chunk = raw[pos:nl]
-        pos = nl + 1
-        if not chunk.strip():
-            continue
-        try:
-            e = json.loads(chunk.decode("utf-8"))
-        except (ValueError, RecursionError):
-            continue  # a damaged line costs only itself (``history_damage`` names it)
-        if _timed(e) and isinstance(e.get("run"), str):
-            entries.append({k: e.get(k) for k in _KEPT})
+        # the whole lines of the next block, parsed by the reader's own parser (review R10: no
+        # second parser of the format); a block at a time, so only its records are held at once
+        end = raw.rfind(b"\n", pos, min(stop, pos + _FOLLOW_BLOCK)) + 1 or raw.find(b"\n", pos, stop) + 1
+        for e in parse_json_lines(raw[pos:end], ident).records:  # a damaged line costs only itself
+            if _timed(e) and isinstance(e.get("run"), str):
+                entries.append({k: e.get(k) for k in _KEPT})
+        pos = end
     if stop > begin:
         tail, offset = bytes(raw[max(0, stop - _TAIL):stop]), offset + stop - begin
     _FOLLOWED[ident] = (tail, offset, entries)
@@ -662,4 +729,4 @@ def _follow(log: ChangeLog, key: str) -> List[dict]:
 
 __all__ = ["BUCKET_WORKERS", "CSV_FIELDS", "ChangeLog", "HISTORY", "HISTORY_NAME", "StateFolder", "append_history", "append_rolled_back",
            "bucket_log", "changes_since", "configure_writer", "disk_log", "history_csv", "history_damage",
-           "history_files", "history_problems", "history_path", "line_of", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]
+           "history_files", "history_problems", "history_path", "line_of", "logged_operations", "read_history", "reduce_line", "rolled_back_line", "worker_file_name"]

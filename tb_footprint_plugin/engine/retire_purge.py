@@ -26,18 +26,19 @@ import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Dict, List, Optional, Tuple
+from typing import Callable, Collection, Dict, FrozenSet, List, Optional, Tuple
 
-from tb_footprint_plugin.codes import Finding, Outcome, Recovery
+from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults, txn
 from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
-from tb_footprint_plugin.engine.health import retired_purge_unfinished
-from tb_footprint_plugin.engine.history import append_history, read_history
+from tb_footprint_plugin.engine.health import VaultRoots, purged_retirement, retired_purge_unfinished
+from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
 from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
-from tb_footprint_plugin.engine.retire_tree import check_retired_dir, retired_dir, retirements, tree_size
+from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
+                                                   retirements, tree_size)
 from tb_footprint_plugin.engine.run_lock import lock_for_purge, run_lock
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
@@ -140,10 +141,7 @@ def _still_purgeable(vault: Vault, m: dict) -> Optional[dict]:
         fresh = vault.read_manifest(m["op_id"])
     except (OSError, ValueError):
         return None
-    if (fresh.get("kind") != "retire" or fresh.get("outcome") != Outcome.VERIFIED or fresh.get("backup_purged")
-            or fresh.get("restored_by") or fresh.get("run") != m["run"]):
-        return None
-    return fresh
+    return fresh if is_restorable_retirement(fresh) and fresh.get("run") == m["run"] else None
 
 
 def _kept(m: dict, size: int, code, detail: str) -> dict:
@@ -245,15 +243,18 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     (``catalogue.own_manifests``); a folder is looked for only for a retirement marked purged."""
     if not any(m.get("kind") == "retire" and m.get("backup_purged") for m in manifests):
         return []  # no file read at a start with no purged retirement
-    roots = known_vaults(ctx)
+    roots = VaultRoots(known_vaults(ctx))  # once per start: every purged retirement is asked of, for good
     todo = [m for m in manifests if retired_purge_unfinished(m, roots)]
     unsure = [m for m in manifests if _line_unsure(m, roots)]
     out: List[RecoveryOutcome] = []
-    logged: List[Optional[set]] = [None]
+    logged: List[Optional[FrozenSet[str]]] = [None]
 
     def line_written(op_id: str) -> bool:
-        if logged[0] is None:  # one read of the change log for every retirement of this start
-            logged[0] = {e.get("op_id") for e in read_history(ctx.state) if e.get("kind") == "purge"}
+        # one read of the change log for every retirement of this start; one it cannot read has
+        # no line (``ChangeLog.logged``: written again rather than none, never a failure retried
+        # at every start: review R11)
+        if logged[0] is None:
+            logged[0] = logged_operations(ctx.state, kind="purge")
         return op_id in logged[0]
 
     for m in todo:
@@ -296,17 +297,12 @@ def finish_retired_purges(ctx: Context, manifests: List[dict]) -> List[RecoveryO
     return out
 
 
-def _line_unsure(m: dict, vault_roots: List[str]) -> bool:
-    """Whether manifest ``m`` is a verified retirement marked purged (not by a restore), in one of
-    the logdir's vaults, whose folder is gone and which does not say its line came before that
-    (``LINE_FIRST``): a purge of an earlier version, whose line may be missing."""
-    if not (m.get("kind") == "retire" and m.get("outcome") == Outcome.VERIFIED and m.get("backup_purged")
-            and not m.get("restored_by") and not m.get(LINE_FIRST) and isinstance(m.get("run"), str)
-            and isinstance(m.get("vault"), str)):
-        return False
-    if os.path.realpath(m["vault"]) not in {os.path.realpath(r) for r in vault_roots}:
-        return False
-    return not os.path.lexists(retired_dir(Vault(m["vault"]), m["op_id"]))
+def _line_unsure(m: dict, roots: VaultRoots) -> bool:
+    """Whether manifest ``m`` is a purged retirement (``health.purged_retirement``) whose folder is
+    gone and which does not say its line came before that (``LINE_FIRST``): a purge of an earlier
+    version, whose line may be missing."""
+    return (not m.get(LINE_FIRST) and purged_retirement(m, roots)
+            and not os.path.lexists(retired_dir(Vault(m["vault"]), m["op_id"])))
 
 
 def _settle_line(ctx: Context, m: dict, line_written: Callable[[str], bool]) -> List[RecoveryOutcome]:
@@ -322,7 +318,7 @@ def _settle_line(ctx: Context, m: dict, line_written: Callable[[str], bool]) -> 
     try:
         try:
             fresh = vault.read_manifest(m["op_id"])
-            if not _line_unsure(fresh, [vault.root]):
+            if not _line_unsure(fresh, VaultRoots([vault.root])):
                 return []
             due = not line_written(m["op_id"])
         except (OSError, ValueError):
