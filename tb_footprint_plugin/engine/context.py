@@ -150,6 +150,21 @@ def is_no_space(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
 
 
+def failure_code(e: Optional[BaseException]) -> Failure:
+    """The ``codes.Failure`` a failed run is coded with, on every store (review R r20 R6: one
+    rule where five mappers disagreed on a bare ``ENOSPC``): the ``Failure`` the exception
+    carries as its ``code`` (a ``TransactionError``'s, ``NoSpace``'s ``NO_SPACE``, a
+    ``Cancelled``'s, a lost journal's); ``Failure.NO_SPACE`` for a write refused for want of
+    space or quota; else ``Failure.ERROR`` (a bug, a library's error, a ``Skip`` code: a skip
+    is not a failure). A bucket's ``bucket_state.failure_code`` adds its store codes."""
+    code = getattr(e, "code", None)
+    if isinstance(code, Failure):
+        return code
+    if e is not None and is_no_space(e):
+        return Failure.NO_SPACE
+    return Failure.ERROR
+
+
 @contextlib.contextmanager
 def writing(path: str, need: int, at: Optional[str] = None) -> Iterator[None]:
     """Turn a full disk or quota met while writing ``path`` into ``NoSpace`` naming it and the

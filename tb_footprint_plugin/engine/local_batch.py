@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, List, Optional
 
 from tb_footprint_plugin.codes import Failure, Outcome, Skip
-from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, writing
+from tb_footprint_plugin.engine.context import CancelToken, NoSpace, RunOutcome, failure_code, writing
 from tb_footprint_plugin.engine.ledger import Ledger
 
 #: ``reduce_one(rp, cancel, progress)``: one run's transaction (``LocalEngine.reduce_run``)
@@ -34,13 +34,6 @@ def _failed(rp, reason: str, code) -> RunOutcome:
                       bytes_before=rp.bytes_before, bytes_after=rp.bytes_before)
 
 
-def _code_of(e: BaseException) -> Failure:
-    """The failure code an exception carries (``TransactionError.code``, ``NoSpace``'s), kept as
-    the run's code; ``Failure.ERROR`` for one that carries none (a bug, a library's error)."""
-    code = getattr(e, "code", None)
-    return code if isinstance(code, Failure) else Failure.ERROR
-
-
 def run_batch(reduce_one: ReduceOne, todo: list, *, jobs: int, timeout: Optional[float],
               cancel: Optional[CancelToken], progress: Optional[Callable[[str, str, float], None]],
               begin: Optional[Callable], on_outcome: Optional[Callable[[RunOutcome], None]]) -> List[RunOutcome]:
@@ -62,12 +55,12 @@ def run_batch(reduce_one: ReduceOne, todo: list, *, jobs: int, timeout: Optional
             o = _failed(rp, str(e), e.code)
         except Exception as e:  # once the batch is cancelled, a failure is the interrupt's (review R16 F13)
             o = _failed(rp, f"{type(e).__name__}: {e}",
-                        Failure.INTERRUPTED if cancel is not None and cancel.cancelled else _code_of(e))
+                        Failure.INTERRUPTED if cancel is not None and cancel.cancelled else failure_code(e))
         if on_outcome:
             try:
                 on_outcome(o)
             except Exception as e:  # the caller's hook failed: this run is failed, the batch goes on
-                return _failed(rp, f"{type(e).__name__}: {e}", _code_of(e))
+                return _failed(rp, f"{type(e).__name__}: {e}", failure_code(e))
         return o
 
     if jobs <= 1:

@@ -35,7 +35,7 @@ from tb_footprint_plugin.engine.context import (
     Context,
     RunOutcome,
     TransactionError,
-    is_no_space,
+    failure_code,
     new_op_id,
     no_symlink,
     reason_of,
@@ -323,7 +323,7 @@ class LocalRestore(txn.PutBack):
             raise txn.NotStarted() from e
         except OSError as e:
             out.reason = f"cannot start the restore (journal in {ctx.journal_dir}): {reason_of(e)}"
-            out.code = Failure.NO_SPACE if is_no_space(e) else Failure.ERROR
+            out.code = failure_code(e)
             raise txn.NotStarted() from e
 
     def backup(self, report: txn.Report) -> None:

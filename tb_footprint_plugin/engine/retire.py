@@ -53,7 +53,7 @@ from tb_footprint_plugin.engine.context import (
     Progress,
     RunOutcome,
     TransactionError,
-    is_no_space,
+    failure_code,
     new_op_id,
     no_symlink,
     reason_of,
@@ -179,18 +179,6 @@ def retire_run(ctx: Context, run: str, *, takes_along: Iterable[str] = (), rule:
     finally:
         t.end()
     return out
-
-
-def failure_code(e: Optional[BaseException]) -> Failure:
-    """The code of a retirement's failure, as a reduce's transaction and a bucket's retirement say
-    it: the code a step's ``TransactionError`` (``NoSpace`` included) or a ``Cancelled`` carries;
-    ``Failure.NO_SPACE`` for a full disk or quota; else ``Failure.ERROR``."""
-    code = getattr(e, "code", None)
-    if isinstance(e, (TransactionError, Cancelled)) and isinstance(code, Failure):
-        return code
-    if e is not None and is_no_space(e):
-        return Failure.NO_SPACE
-    return Failure.ERROR
 
 
 class LocalRetire(txn.Txn):

@@ -33,6 +33,7 @@ from tb_footprint_plugin.engine.context import (
     RunOutcome,
     NoSpace,
     TransactionError,
+    failure_code,
     is_no_space,
     new_op_id,
     no_symlink,
@@ -421,9 +422,7 @@ class LocalReduce(txn.Txn):
         """Why, in the words and codes the outcome and the history show, and what the journal says."""
         e, journal = error, self.jnl
         reason = reason_of(e)
-        code = Failure.NO_SPACE if isinstance(e, NoSpace) or is_no_space(e) else Failure.ERROR
-        if isinstance(e, TransactionError) and isinstance(e.code, Failure):
-            code = e.code  # a failure the step named (a file changed since its backup): as the bucket engine says it
+        code = failure_code(e)  # a failure the step named (a file changed since its backup) as every engine says it
         interrupted = self.cancel.cancelled  # the batch's cancel (Ctrl-C, the tab's Cancel), not a timeout
         if interrupted:
             # whatever the step under way then said is the interrupt's consequence (a helper
