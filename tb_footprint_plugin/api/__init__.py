@@ -35,7 +35,7 @@ from tb_footprint_plugin.engine.ledger import (Ledger, ledger_path, ledger_paths
 from tb_footprint_plugin.engine.purge import freeable_bytes, purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.upkeep import recover_all
-from tb_footprint_plugin.engine.restore import kept_blobs, restore_op
+from tb_footprint_plugin.engine.restore import restore_op
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.vault import (compact_operation, DEFAULT_VAULT_FORMAT, note_compaction,
@@ -65,7 +65,7 @@ from tb_footprint_plugin.api.common import DEFAULT_BACKENDS, RunProgress
 from tb_footprint_plugin.api.settle import (Interrupted, interrupted_state, pending_operations, recover_logdir,
                                             settle_interrupted, unfinished)
 from tb_footprint_plugin.api.reports import reduce_summary, ReduceReport, restore_summary
-from tb_footprint_plugin.api.records import disk_numbers, history, operation, operations, status
+from tb_footprint_plugin.api.records import disk_numbers, history, kept_blobs, operation, operations, status
 from tb_footprint_plugin.api.survey import (check_logdir, confirmed_digests, hold_to_confirmed, ledger_skips,
                                             NotALogdir, plan, plan_digest, select_runs, selection_by_logdir,
                                             shard_plan, shard_sizes)
@@ -84,5 +84,5 @@ __all__ = [
     "reduce_summary", "restore_summary", "restore_target", "NotRestorable", "retire", "retire_plan",
     "retire_rule", "retired", "RetireReport", "RetireRule", "select_runs", "check_logdir", "NotALogdir",
     "interrupted_state", "settle_interrupted", "Interrupted", "ledger_skips", "vault_lifecycle",
-    "plan_digest", "confirmed_digests", "hold_to_confirmed", "is_no_space",
+    "plan_digest", "confirmed_digests", "hold_to_confirmed", "is_no_space", "kept_blobs",
 ]

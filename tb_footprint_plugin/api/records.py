@@ -1,6 +1,6 @@
 """What the vault and the change log say, read-only: operations and their manifests (a bucket's
-in the local shape), ``status``, the tab's ``disk_numbers`` and ``history``; each from the
-logdir's engine (``engine.front``).
+in the local shape), ``status`` (and its ``kept_blobs`` alone), the tab's ``disk_numbers`` and
+``history``; each from the logdir's engine (``engine.front``).
 """
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def status(logdir: str, backup_dir: Optional[str] = None) -> dict:
     ``freed_now_bytes`` and ``freed_after_purge_bytes``: the tab's ``disk_numbers``, counted once
     by the same rule (a bucket's ``freed_now_bytes`` is None, as there). Changes nothing."""
     return open_engine(logdir, backup_dir).status()
+
+
+def kept_blobs(logdir: str, backup_dir: Optional[str] = None,
+               manifests: Optional[List[dict]] = None) -> List[dict]:
+    """``status``'s ``kept_blobs`` alone (the same entries), without the rest of ``status``: no
+    journal, change log, ledger or walk of the disk is read for it. ``manifests``: what
+    ``operations(logdir, backup_dir=backup_dir)`` just returned (the tab's Operations page hands
+    it the manifests it read), else they are read here. Changes nothing."""
+    return open_engine(logdir, backup_dir).kept_blobs(manifests)
 
 
 def disk_numbers(logdir: str, backup_dir: Optional[str] = None) -> dict:

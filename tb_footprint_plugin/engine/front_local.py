@@ -33,7 +33,7 @@ from tb_footprint_plugin.engine.plan_notes import freed_estimate, local_notes, o
 from tb_footprint_plugin.engine.purge import purge_backups, PurgeReport
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.remote_vault import last_failure
-from tb_footprint_plugin.engine.restore import restore_op, restore_ops
+from tb_footprint_plugin.engine.restore import kept_blobs, restore_op, restore_ops
 from tb_footprint_plugin.engine.retire import is_restorable_retirement, retire_run, retirements, unretire
 from tb_footprint_plugin.engine.transaction import reduce_run
 from tb_footprint_plugin.engine.upkeep import forget_released, settle_stale_ledgers, start
@@ -235,6 +235,11 @@ class LocalEngine(Engine):
         """The manifests read once, for every check and count of it (issue #28)."""
         reads = read_vaults(self.ctx)
         return status_view(self.ctx, self.unfinished(reads), reads)
+
+    def kept_blobs(self, manifests: Optional[List[dict]] = None) -> List[dict]:
+        """``engine.restore.kept_blobs`` of the manifests given, else of this logdir's own (as
+        ``status`` reads them): no journal, change log, ledger or disk walk is read for it."""
+        return kept_blobs(self.ctx, own_manifests(self.ctx) if manifests is None else manifests)
 
     def disk_in_use(self) -> "usage.DiskUsage":
         """Disk in use by the logdir and every vault of it, now (``engine.usage.disk_usage``)."""

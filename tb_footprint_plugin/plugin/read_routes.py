@@ -513,18 +513,20 @@ class ReadRoutes(RouteBase):
     def operations(self, request):
         run = request.args.get("run")
         ops = self._operations()
+        kept = self._kept_blobs(ops) if run is None else []
         if run is not None:
             ops = [m for m in ops if m.get("run") == run]  # compared, never joined
-        out = api.summarize_operations(ops)
-        return self._json(request, {"operations": out, "kept_blobs": self._kept_blobs() if run is None else []})
+        return self._json(request, {"operations": api.summarize_operations(ops), "kept_blobs": kept})
 
-    def _kept_blobs(self) -> list:
+    def _kept_blobs(self, ops: List[dict]) -> list:
         """Bytes a restore or rollback found in a file's place and kept in the vault (late records
-        among them), as ``api.status`` lists them: the Operations page shows each and how to bring it back."""
+        among them), as ``api.status`` lists them: the Operations page shows each and how to bring it
+        back. From the manifests ``ops`` the page just read (``api.kept_blobs``), not a whole
+        ``status``: no change log, journal or ledger read and no walk of the disk per page load."""
         if self.p.local and not os.path.isdir(self.p.logdir):
             return []
         try:
-            return api.status(self.p.logdir, backup_dir=self.p.config.backup_dir).get("kept_blobs") or []
+            return api.kept_blobs(self.p.logdir, backup_dir=self.p.config.backup_dir, manifests=ops)
         except (OSError, ValueError) as e:
             return [{"error": str(e)}]
 
