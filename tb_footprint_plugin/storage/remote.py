@@ -442,7 +442,7 @@ class RemoteFS:
         path relative to the store path ``root`` (the logdir, or a vault in another prefix)."""
         self._forget_listings(base)
         try:
-            found = self.fs.find(base, detail=True, withdirs=False)
+            found = self._find(base)
         except FileNotFoundError:
             raise
         except OSError as e:
@@ -479,6 +479,18 @@ class RemoteFS:
         pages = max(1, math.ceil(len(found) / LIST_PAGE.get(self.protocol, 1000)))
         self.stats.add("list", pages)
         return out
+
+    def _find(self, base: str) -> dict:
+        """fsspec's ``find`` of the objects under ``base`` (name -> info), one listing request a
+        page. s3fs's ``find`` of a prefix that holds nothing asks on whether ``base`` is itself an
+        object (a HEAD, then a LIST of one key): 3 requests where one said it, paid by every empty
+        state folder (``journal/``, ``locks/``, ``ledgers/``, the change log's shards) at every
+        ``status``. Asked as the parent's objects under the name ``<leaf>/`` (``prefix=``), it
+        sends the one LIST of ``base/`` alone, and caches nothing (a filtered listing)."""
+        parent, _, leaf = base.rstrip("/").rpartition("/")
+        if self.protocol == "s3" and parent and leaf:
+            return self.fs.find(parent, detail=True, withdirs=False, prefix=leaf + "/")
+        return self.fs.find(base, detail=True, withdirs=False)
 
     def _forget_listings(self, base: str) -> None:
         """Drop fsspec's cached listings of ``base``, its parents and every folder under it. A
