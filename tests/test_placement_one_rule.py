@@ -146,3 +146,32 @@ def test_a_retired_runs_times_before_1970_come_back_exactly(tmp_path):
     assert {p: after[p] for p in folders} == {p: before[p] for p in folders}  # each folder's time, exactly
     assert all(after[p][1] == BEFORE_1970 for p in folders)
     assert after == before and sorted(user_files(logdir)) == files
+
+
+def test_a_writers_file_set_aside_by_a_copy_killed_before_its_metadata_gets_its_own(tmp_path, monkeypatch):
+    """The set-aside's copy killed after its last byte (0600, the kill's time): the next start
+    gives the copy the writer's file's mode and mtime (``resume_copy``), then the file goes. A
+    guard (passes before too): ``test_retire_rollback_strategy`` checks the bytes only, so it
+    stayed green with the finishing switched off."""
+    import signal
+    import subprocess
+    import sys
+
+    from test_late_records import ENV
+    from test_retire_rollback_strategy import CHILD, WRITERS
+
+    logdir = copy_real("tf/keras_profiled", tmp_path / "logdir")
+    rel = sorted(p for p in user_files(logdir) if p.startswith(RUN + "/") and os.path.isfile(logdir / p))[0]
+    p = subprocess.run([sys.executable, "-c", CHILD, str(logdir), "before-metadata", ".salvaged-", rel],
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stderr[-3000:])
+    writers, aside = logdir / rel, logdir / (rel + ".salvaged-001")
+    was = os.lstat(writers)
+    assert os.lstat(aside).st_mode & 0o777 == 0o600 and was.st_mode & 0o777 != 0o600  # the window
+    _spy(monkeypatch)
+    monkeypatch.setattr(retire_tree, "folder_capabilities", lambda: NO_RENAME)
+    assert [r.action for r in api.recover_logdir(str(logdir))] == ["rolled_back"]
+    got = os.lstat(aside)
+    assert aside.read_bytes() == WRITERS
+    assert (got.st_mode, got.st_mtime_ns, got.st_uid, got.st_gid) == (was.st_mode, was.st_mtime_ns, was.st_uid, was.st_gid)
+    assert not (logdir / (rel + ".salvaged-002")).exists()

@@ -180,14 +180,24 @@ IN_PLACE = "in_place"
 AGAIN = "again"
 
 
+def holds_whole(path: str, s: dict) -> bool:
+    """Whether ``path`` is a regular file (never through a link) holding exactly ``s``'s bytes
+    (``sha256``, ``size``): what a copy that wrote its last byte leaves."""
+    try:
+        with open_regular(path) as f:
+            return os.fstat(f.fileno()).st_size == s["size"] and prefix_sha256(f, s["size"]) == s["sha256"]
+    except OSError:
+        return False
+
+
 def resume_copy(path: str, s: dict, beginning: Callable[[str], bool], meta: dict) -> Optional[str]:
     """The next start's rule for ``path``, which a ``copying`` record names (the module doc; asked
     only of such a path): holding ``s``'s bytes (``sha256``, ``size``) whole, it gets ``meta``
     (``finish_copied``'s ``mode``, ``mtime_ns``/``mtime``, ``owner``: what the copy sets last)
     and ``IN_PLACE`` is returned; holding their beginning (``beginning(path)``: ``partial_copy``
     or ``partial_put_back``), it is unlinked and ``AGAIN`` returned; else None (nothing, or
-    something that is not this copy's: the caller's rule)."""
-    if matches(path, s["sha256"], s["size"]):
+    something that is not this copy's, a link among them: the caller's rule)."""
+    if holds_whole(path, s):
         finish_copied(path, **meta)
         return IN_PLACE
     if beginning(path):
@@ -228,4 +238,4 @@ def place_at_free_name(ctx: Context, name_of: Callable[[int], str], source: str,
 
 
 __all__ = ["prefix_sha256", "starts_with", "copy_over", "finish_copied", "put_in_place", "copies_begun", "partial_copy",
-           "partial_put_back", "IN_PLACE", "AGAIN", "resume_copy", "place_at_free_name"]
+           "partial_put_back", "IN_PLACE", "AGAIN", "holds_whole", "resume_copy", "place_at_free_name"]

@@ -211,11 +211,12 @@ def rollback(ctx: Context, records: List[dict], reason: str, journal: Optional[J
         final = r.get("final")
         s = staged.get(tmp_rel)
         if copying and final and final not in originals and final in begun and s:
-            # a copy + delete swap killed within its copy under a new name left the beginning of the
-            # staged bytes there: removed while the staged file still tells it (before it goes)
+            # a copy + delete swap killed within its copy under a new name, settled by the one rule
+            # (``resume_copy``) while the staged file still tells it (before it goes): the beginning
+            # of the staged bytes goes now; a whole copy (nothing to give it: it is undone) below
             no_symlink(ctx, final)
-            if partial_copy(ctx.abs(final), ctx.abs(tmp_rel), s):
-                fsops.unlink(ctx.abs(final))
+            tmp = ctx.abs(tmp_rel)
+            resume_copy(ctx.abs(final), s, lambda q: partial_copy(q, tmp, s), {})
         with contextlib.suppress(FileNotFoundError):
             fsops.unlink(ctx.abs(tmp_rel))
         if final and final not in originals:
