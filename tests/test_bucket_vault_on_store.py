@@ -15,7 +15,7 @@ def test_the_vault_is_built_over_the_logdirs_store(s3_bucket, objstore_pool, tmp
     rfs = RemoteFS(s3_bucket.url("logs"))
     logdir = ObjectStore(rfs.url, rfs=rfs)
     v = BucketVault.for_logdir(logdir)
-    assert v.logdir is logdir and v.rfs is rfs
+    assert v.logdir is logdir and v.store.ops is rfs.ops  # the vault's store on the logdir's client
     assert v.root == f"{s3_bucket.key('logs')}/.tb-footprint"
     assert v.store.location == s3_bucket.url("logs/.tb-footprint") and v.store.stats is rfs.stats
     with pytest.raises(TypeError, match="ObjectStore"):  # the client is not the store

@@ -9,6 +9,7 @@ import ast
 from pathlib import Path
 
 from tb_footprint_plugin.engine.bucket_objects import BucketState
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 ENGINE = Path(__file__).resolve().parents[1] / "tb_footprint_plugin" / "engine"
 #: what the client below ``ObjectStore`` offers (``storage.remote._Ops`` and its subclasses)
@@ -84,8 +85,9 @@ def test_the_state_of_a_client_is_reused_and_keeps_few_clients_alive():
 
     from tb_footprint_plugin.engine import bucket_objects
 
-    class Client:  # what BucketState's constructor keeps: the client, nothing is requested
-        pass
+    class Client(ObjectStore):  # what BucketState's constructor keeps: the store, nothing is requested
+        def __init__(self):
+            pass
 
     first = Client()
     assert BucketState.of(first) is BucketState.of(first)

@@ -3,8 +3,9 @@ interface (issue #26: the bucket engine's state moves onto ``storage.store.Store
 
 ``BucketState`` reads and writes them with ``ObjectStore`` (conditional ``put``, ``stat``,
 ``read_all``, ``delete(versions=)``), one store per bucket on the logdir's own client
-(``ObjectStore.on_client``: the same conditional client and request counters, so a state object
-costs the requests it cost over ``RemoteFS`` directly, no more). Keys and JSON formats are the
+(``ObjectStore.at``: the same conditional client and request counters, so a state object
+costs the requests it cost over the client directly, no more), named as the logdir's store names
+them (``ObjectStore.path``: a store path, ``bucket/prefix/key``). Keys and JSON formats are the
 ones the bucket engine always wrote (``json.dumps(doc, sort_keys=True)``). The rest of the bucket
 engine reaches the store through it too: listings (``listing``/``tree``: ``Store.list(every_key=True)``,
 one paginated listing, every key the store holds seen, a planted ``a/../b`` one and a staged write
@@ -21,13 +22,14 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import StoreError
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore, info_of, listing_of
 
-#: the ``BucketState`` of the clients used last (``BucketState.of``), by ``id`` of the client;
-#: each holds its client, so an id is never reused while cached, and at most ``OF_KEPT`` clients
-#: are kept alive by the cache (a weak-keyed one would keep every client: its value holds it)
+#: the ``BucketState`` of the stores used last (``BucketState.of``), by ``id`` of the store (or
+#: of the client a caller still holds); each holds it, so an id is never reused while cached, and
+#: at most ``OF_KEPT`` are kept alive by the cache (a weak-keyed one would keep every one: its
+#: value holds it)
 _OF: "OrderedDict[int, BucketState]" = OrderedDict()
 _OF_MU = threading.Lock()
 OF_KEPT = 16
@@ -38,58 +40,61 @@ STATE_LIMIT = READ_ALL_LIMIT
 
 class BucketState:
     """Small JSON state objects (journal, lock, manifest) with conditional writes, through the
-    ``Store`` interface: the logdir's ``ObjectStore`` over its own ``RemoteFS``, and one per other
-    bucket on the same client and request counters (``ObjectStore.on_client``), each state object
-    addressed by its store path (``bucket/key``, as the engine names them: the vault may be in
-    another prefix or bucket). A store's refusal is the ``StoreFailure`` it raised."""
+    ``Store`` interface: the logdir's ``ObjectStore`` (``logdir``), and one per other bucket on
+    the same client and request counters (``ObjectStore.at``), each state object addressed by its
+    store path (``bucket/key``, ``ObjectStore.path``, as the engine names them: the vault may be
+    in another prefix or bucket). A store's refusal is the ``StoreFailure`` it raised."""
 
-    def __init__(self, rfs: RemoteFS):
-        self.rfs = rfs
+    def __init__(self, logdir: ObjectStore):
+        """Over the logdir's ``ObjectStore`` (``ObjectStore.of``: a caller still holding its
+        client gets the store at the client's root, on that client)."""
+        self.logdir = ObjectStore.of(logdir)
+        self._held = logdir  # what ``of`` was given: its cache entry is that object's
         self._stores: Dict[str, ObjectStore] = {}
 
     @classmethod
-    def of(cls, rfs: RemoteFS) -> "BucketState":
-        """The ``BucketState`` of ``rfs``, made once per client (its stores are kept with it)."""
+    def of(cls, logdir: ObjectStore) -> "BucketState":
+        """The ``BucketState`` of the logdir's store, made once per store (its stores are kept with it)."""
         with _OF_MU:
-            st = _OF.get(id(rfs))
-            if st is None or st.rfs is not rfs:
-                st = _OF[id(rfs)] = cls(rfs)
-            _OF.move_to_end(id(rfs))
+            st = _OF.get(id(logdir))
+            if st is None or st._held is not logdir:
+                st = _OF[id(logdir)] = cls(logdir)
+            _OF.move_to_end(id(logdir))
             while len(_OF) > OF_KEPT:
                 _OF.popitem(last=False)
         return st
 
     def where(self, path: str, *, whole_bucket: bool = False) -> Tuple[ObjectStore, str]:
-        """The store of ``path`` and its key there: the logdir's own (``rfs`` itself) for a path
-        under the logdir, else the store of its bucket (or that one always: ``whole_bucket``);
-        ``ValueError`` for a path that is no plain key there (as ``RemoteFS.path`` refuses one),
+        """The store of ``path`` and its key there: the logdir's own (at ``logdir``'s root) for a
+        path under the logdir, else the store of its bucket (or that one always: ``whole_bucket``);
+        ``ValueError`` for a path that is no plain key there (as ``ObjectStore.path`` refuses one),
         before anything is touched."""
-        root = self.rfs.root + "/"
+        root = self.logdir.root + "/"
         if path.startswith(root) and not whole_bucket:
-            url, key = self.rfs.url, path[len(root):]
+            url, key = self.logdir.url, path[len(root):]
         else:
             bucket, _, key = path.partition("/")
-            url = f"{self.rfs.scheme}://{bucket}"
+            url = f"{self.logdir.scheme}://{bucket}"
         try:
             check_key(key)
         except StoreFailure as e:
             raise ValueError(f"{path}: not a plain key of {url} ({e})") from None
         store = self._stores.get(url)
         if store is None:
-            store = ObjectStore.on_client(self.rfs, url)
+            store = self.logdir.at(url)
             self._stores[url] = store
         return store, key
 
     def logdir_store(self) -> ObjectStore:
         """The logdir's own store (its runs' objects and its state), on this client; no request."""
-        return self._store_at(self.rfs.root)
+        return self._store_at(self.logdir.root)
 
     def _store_at(self, root: str) -> ObjectStore:
         """The store rooted at the store path ``root`` (the logdir's own for its root), on this client."""
-        url = self.rfs.url if root == self.rfs.root else f"{self.rfs.scheme}://{root}"
+        url = self.logdir.url if root == self.logdir.root else f"{self.logdir.scheme}://{root}"
         store = self._stores.get(url)
         if store is None:
-            store = ObjectStore.on_client(self.rfs, url)
+            store = self.logdir.at(url)
             self._stores[url] = store
         return store
 
@@ -121,7 +126,7 @@ class BucketState:
 
     def tree(self, rel: str = "", *, missing_ok: bool = False) -> Dict[str, ObjectInfo]:
         """``listing`` of ``rel`` under the logdir, keyed relative to the logdir."""
-        return self.listing(self.rfs.path(rel), self.rfs.root, missing_ok=missing_ok)
+        return self.listing(self.logdir.path(rel), self.logdir.root, missing_ok=missing_ok)
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object at ``path``: one ranged read."""
@@ -234,7 +239,7 @@ class BucketState:
         for ps in by_bucket.values():
             # one batch a bucket, as the client sent it: through the bucket's store when the
             # logdir's paths and others (a vault in another prefix) are deleted together
-            whole = len({p.startswith(self.rfs.root + "/") for p in ps}) > 1
+            whole = len({p.startswith(self.logdir.root + "/") for p in ps}) > 1
             items: List[Tuple[str, str]] = []
             store = None
             for p in ps:

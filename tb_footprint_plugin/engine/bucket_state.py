@@ -45,7 +45,7 @@ from tb_footprint_plugin.plan.planner import active_reason, newest_write
 from tb_footprint_plugin.storage.blobstore import BlobStore
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
 from tb_footprint_plugin.storage.private import ensure_private_dir
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, is_remote
+from tb_footprint_plugin.storage.remote import ObjectInfo, is_remote, protocol_of
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.storage.store_posix import PosixStore
@@ -103,15 +103,15 @@ def lock_failure_code(e: BaseException) -> Code:
 class BlobVault:
     """A local folder holding a bucket logdir's backups as blobs (``engine.bucket_blobs``)."""
 
-    def __init__(self, folder: str, rfs: RemoteFS):
-        """The blob vault in ``folder`` for the logdir of ``rfs``; ``NotPrivate`` when the folder
+    def __init__(self, folder: str, logdir: ObjectStore):
+        """The blob vault in ``folder`` for the logdir whose store is ``logdir``; ``NotPrivate`` when the folder
         exists and is not a folder of ours. It is made (0700) at its first use, not here: a plan
         or a status names it without writing anything. Its blobs are claimed under an owner name
         of that logdir, so another logdir sharing the folder never loses one to this one's purge."""
         self.folder = os.path.abspath(folder)
         if os.path.lexists(self.folder):
             ensure_private_dir(self.folder)
-        who = hashlib.sha256(f"{rfs.protocol}://{rfs.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        who = hashlib.sha256(f"{logdir.protocol}://{logdir.root}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
         self.owner = f"bucket:{who}"
         self._store: Optional[BlobStore] = None
 
@@ -140,40 +140,39 @@ class BucketVault:
 
     @classmethod
     def for_logdir(cls, logdir: ObjectStore, backup_dir: Optional[str] = None) -> "BucketVault":
-        """The vault of the logdir whose store is ``logdir`` (the ``Store`` interface: its client,
-        ``logdir.rfs``, is what the vault's own store shares): ``backup_dir`` a local folder
+        """The vault of the logdir whose store is ``logdir`` (the ``Store`` interface: its client
+        is what the vault's own store shares, ``ObjectStore.at``): ``backup_dir`` a local folder
         (blobs), another prefix or bucket of the same store (``ValueError`` for another store, or
         one holding the logdir), else ``<logdir>/.tb-footprint``. ``TypeError`` for anything but
         an ``ObjectStore`` (a ``RemoteFS`` is its client, not a store)."""
         if not isinstance(logdir, ObjectStore):
             raise TypeError(f"BucketVault.for_logdir takes the logdir's ObjectStore, not {type(logdir).__name__}")
         store = logdir
-        rfs = store.rfs
         if backup_dir and not is_remote(backup_dir):
-            return cls(logdir=store, root=rfs.path(STATE_DIR_NAME), blobs=BlobVault(backup_dir, rfs))
+            return cls(logdir=store, root=store.path(STATE_DIR_NAME), blobs=BlobVault(backup_dir, store))
         if backup_dir:
-            other = RemoteFS(backup_dir, stats=rfs.stats)
-            if other.protocol != rfs.protocol:
-                raise ValueError(f"backup dir {backup_dir} must be on the same store as {rfs.url} "
+            if protocol_of(backup_dir) != store.protocol:
+                raise ValueError(f"backup dir {backup_dir} must be on the same store as {store.url} "
                                  "(backups are server-side copies)")
+            try:
+                other = store.at(backup_dir)  # on the logdir's client and counters: no request
+            except StoreFailure as e:
+                if isinstance(e.__cause__, ValueError):  # a URL naming no bucket: refused as it was
+                    raise e.__cause__ from None
+                raise
             root = other.root
-            if rfs.root == root or rfs.root.startswith(root + "/"):
+            if store.root == root or store.root.startswith(root + "/"):
                 raise ValueError(f"backup dir {backup_dir} contains the logdir; choose a separate prefix")
             vault = cls(logdir=store, root=root)
-            vault._store = ObjectStore(other.url, rfs=other, ops_of=rfs)  # on the logdir's client
+            vault._store = other
             return vault
-        return cls(logdir=store, root=rfs.path(STATE_DIR_NAME))
-
-    @property
-    def rfs(self) -> RemoteFS:
-        """The logdir's ``RemoteFS`` (its store's client)."""
-        return self.logdir.rfs
+        return cls(logdir=store, root=store.path(STATE_DIR_NAME))
 
     @property
     def store(self) -> ObjectStore:
         """The vault's own store: the objects under ``root`` (keys ``manifests/…``, ``blobs/…``)."""
         if self._store is None:
-            self._store = ObjectStore.on_client(self.logdir.rfs, f"{self.logdir.rfs.scheme}://{self.root}")
+            self._store = self.logdir.at(f"{self.logdir.scheme}://{self.root}")
         return self._store
 
     def blob(self, op_id: str, rel: str) -> str:
@@ -214,9 +213,9 @@ def written_recently(objs: Dict[str, ObjectInfo], run: str, quiet_period: float,
 BucketJournal = ObjectJournal
 
 
-def journal_path(rfs: RemoteFS, op_id: str) -> str:
+def journal_path(ostore: ObjectStore, op_id: str) -> str:
     """The store path of operation ``op_id``'s journal object (its lock names it by ``op``)."""
-    return journal_key(rfs.path(JOURNAL), op_id)
+    return journal_key(ostore.path(JOURNAL), op_id)
 
 
 def new_journal(st: BucketState, op_id: str, first: dict) -> OpJournal:
@@ -225,7 +224,7 @@ def new_journal(st: BucketState, op_id: str, first: dict) -> OpJournal:
     implementation the logdir's store declares (``journal_object.journal_class``: an object
     rewritten under its version where an append is a conditional rewrite), created create-only
     (``StoreFailure`` ``ALREADY_EXISTS`` when one of that operation is there)."""
-    folder = st.rfs.path(JOURNAL)
+    folder = st.logdir.path(JOURNAL)
     store, _ = st.where(folder)
     return journal_class(store.capabilities).create(ObjectFolder(st, folder), op_id, dict(first, type=Rec.BEGIN))
 
@@ -246,9 +245,9 @@ def run_lock(st: BucketState, run: str, op_id: str) -> RunLease:
     (``bucket_lease.lock_class``: the lock object carrying its lease on a bucket), its holder
     judged gone by progress of its operation's journal object (one metadata read, only for an
     expired lease of another host, or before a takeover)."""
-    store, _ = st.where(st.rfs.path(LOCKS))
-    place = bucket_lease.LockPlace(st, lambda r: st.rfs.path(lock_key(r)),
-                                   lambda op: st.stat(journal_path(st.rfs, op)), ACTIVE_OPS)
+    store, _ = st.where(st.logdir.path(LOCKS))
+    place = bucket_lease.LockPlace(st, lambda r: st.logdir.path(lock_key(r)),
+                                   lambda op: st.stat(journal_path(st.logdir, op)), ACTIVE_OPS)
     return bucket_lease.lock_class(store.capabilities)(place, run, op_id)
 
 
@@ -309,32 +308,32 @@ def owner_gone(lock: dict, st: Optional[BucketState] = None) -> bool:
     """Whether a lock's holder is gone: the lease rules of ``engine.bucket_lease``, the journal
     progress read from the bucket (``st``) when the lease of another host expired."""
     def journal_mtime(op: str) -> Optional[float]:
-        info = st.stat(journal_path(st.rfs, op)) if st is not None else None
+        info = st.stat(journal_path(st.logdir, op)) if st is not None else None
         return info.mtime if info is not None else None
 
     return bucket_lease.holder_gone(lock, journal_mtime, ACTIVE_OPS)
 
 
-def must_delete(rfs: RemoteFS, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
+def must_delete(ostore: ObjectStore, paths: List[str], versions: Optional[Dict[str, str]] = None) -> None:
     """Delete ``paths`` (at ``versions`` where given); ``BucketTxnError`` when one could not be."""
     if not paths:
         return
-    failed = BucketState(rfs).delete(paths, versions=versions)
+    failed = BucketState(ostore).delete(paths, versions=versions)
     if failed:
         key = sorted(failed)[0]
         raise BucketTxnError(Failure.STORE_ERROR, f"{key}: could not be deleted ({failed[key]})")
 
 
-def must_delete_versioned(rfs: RemoteFS, path: str, version: str) -> None:
-    failed = BucketState(rfs).delete([path], versions={path: version})
+def must_delete_versioned(ostore: ObjectStore, path: str, version: str) -> None:
+    failed = BucketState(ostore).delete([path], versions={path: version})
     if failed:
         raise BucketTxnError(Failure.STORE_ERROR, f"{path}: could not be deleted ({failed[path]})")
 
 
-def delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
+def delete_all(ostore: ObjectStore, paths: List[str], attempts: int = 3,
                 versions: Optional[Dict[str, str]] = None) -> None:
     """Delete ``paths`` in batches; keys the store refused are retried; raises if any remain."""
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     todo = list(paths)
     failed: Dict[str, str] = {}
     for i in range(attempts):
@@ -347,16 +346,16 @@ def delete_all(rfs: RemoteFS, paths: List[str], attempts: int = 3,
                          f"{failed[todo[0]]}")
 
 
-def run_listing(rfs: RemoteFS, vault: BucketVault, run: str) -> Dict[str, ObjectInfo]:
+def run_listing(ostore: ObjectStore, vault: BucketVault, run: str) -> Dict[str, ObjectInfo]:
     """One listing of the run's prefix (keys relative to the logdir), the state and vault left out."""
     pre = run_prefix(run)
-    objs = BucketState.of(rfs).tree(pre.rstrip("/"))
-    vault_rel = vault.root[len(rfs.root) + 1:] + "/" if vault.root.startswith(rfs.root + "/") else None
+    objs = BucketState.of(ostore).tree(pre.rstrip("/"))
+    vault_rel = vault.root[len(ostore.root) + 1:] + "/" if vault.root.startswith(ostore.root + "/") else None
     return {k: o for k, o in objs.items()
             if not k.startswith(STATE_DIR_NAME + "/") and not (vault_rel and k.startswith(vault_rel))}
 
 
-def listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_objects: int,
+def listing_of_runs(ostore: ObjectStore, vault: BucketVault, runs: List[str], logdir_objects: int,
                     known: Optional[Mapping[str, ObjectInfo]] = None) -> Dict[str, ObjectInfo]:
     """The current objects of ``runs`` (and maybe of their neighbours), listed in the fewest
     pages. Without ``known``: one listing of the whole logdir when that takes fewer pages than
@@ -366,16 +365,16 @@ def listing_of_runs(rfs: RemoteFS, vault: BucketVault, runs: List[str], logdir_o
     sweep's neighbouring runs then costs a page or two per folder instead of the whole logdir's
     pages, which grow with the logdir and with the vault and state objects under it."""
     if "." in runs:
-        return run_listing(rfs, vault, ".")
+        return run_listing(ostore, vault, ".")
     if known is None:
         if math.ceil(max(1, logdir_objects) / LIST_PAGE_KEYS) <= len(runs):
-            return run_listing(rfs, vault, ".")
+            return run_listing(ostore, vault, ".")
         prefixes = list(runs)
     else:
         prefixes = cover_prefixes(runs, known, logdir_objects)
     out: Dict[str, ObjectInfo] = {}
     for pre in prefixes:
-        out.update(run_listing(rfs, vault, pre))
+        out.update(run_listing(ostore, vault, pre))
     return out
 
 
@@ -431,6 +430,6 @@ def folder_counts(known: Mapping[str, ObjectInfo]) -> Dict[str, int]:
     return count
 
 
-def vault_url(rfs: RemoteFS, path: str) -> str:
+def vault_url(ostore: ObjectStore, path: str) -> str:
     """The URL of a store path (``bucket/key``) of this logdir's store, as users name objects."""
-    return f"{rfs.url.split('://', 1)[0]}://{path}"  # the scheme the user gave (gs, not gcsfs' gcs)
+    return f"{ostore.url.split('://', 1)[0]}://{path}"  # the scheme the user gave (gs, not gcsfs' gcs)

@@ -398,10 +398,10 @@ def bucket_stored(vault, listed_bytes: Optional[int] = None,
     engine's ``BucketVault`` (over the logdir's ``ObjectStore``). A folder of blobs not made yet holds
     nothing and is not made (a plan writes nothing). Raises ``OSError`` when a listing fails (the
     ``Store``'s ``StoreFailure``: the listings go through ``BucketState``, one each, as before)."""
-    rfs = vault.rfs  # the logdir's store's client: its paths name the roots compared below
-    st = BucketState.of(rfs)
+    logdir = vault.logdir  # the logdir's store: its root names the roots compared below
+    st = BucketState.of(logdir)
     total = stored_bytes(o.size for o in st.tree().values()) if listed_bytes is None else int(listed_bytes)
-    if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
+    if not (vault.root == logdir.root or vault.root.startswith(logdir.root + "/")):
         if listed_vault is not None and listed_vault[0] == vault.root:
             total += int(listed_vault[1])
         else:
