@@ -64,11 +64,10 @@ from tb_footprint_plugin.engine.bucket_state import (
     owner_gone,
 )
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
-
-def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, cancel: Optional[CancelToken] = None,
+def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, cancel: Optional[CancelToken] = None,
                progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
     """Restore one operation of the catalogue: a retired run copied back whole
     (``bucket_retire.unretire``), or a reduction's backups put back (``bucket_restore``, which
@@ -76,8 +75,8 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, cancel: Option
     if manifest.get("kind") == "retire":
         if progress is not None:  # not stopped once started: a front end stops offering a cancel
             progress(manifest["run"], "restore", 0.5)
-        return unretire(rfs, vault, manifest)
-    return restore_reduction(rfs, vault, manifest, cancel=cancel, progress=progress)
+        return unretire(ostore, vault, manifest)
+    return restore_reduction(ostore, vault, manifest, cancel=cancel, progress=progress)
 
 
 __all__ = ["JOURNAL", "LOCKS", "BucketJournal", "BucketState", "BucketTxnError", "BucketVault", "failure_code",

@@ -69,11 +69,11 @@ from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.lock import held
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.remote import (
-    RemoteFS,
     content_checksums,
     same_content,
 )
 from tb_footprint_plugin.storage.store import StoreFailure, check_key
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 #: a file entry whose backup is a blob of the vault's ``BlobStore`` (no ``backup`` key)
 KEPT_IN = "blobstore"
@@ -138,13 +138,13 @@ def adding(vault: BucketVault):
     return forget_lock(vault.blobs, exclusive=False) if vault.blobs is not None else contextlib.nullcontext()
 
 
-def _fetch(rfs: RemoteFS, f: dict, work: str, n: int) -> Tuple[str, Callable[[], io.BufferedIOBase]]:
+def _fetch(ostore: ObjectStore, f: dict, work: str, n: int) -> Tuple[str, Callable[[], io.BufferedIOBase]]:
     """Stream one original down: its sha256 and an opener of the bytes read (memory below
     ``IN_MEMORY``, else a scratch file). The bytes must have the planned size and, where the
     store gives one, the MD5 it computed for the planned version: anything else changed since."""
     size = int(f["size"])
     h, md5 = hashlib.sha256(), hashlib.md5()
-    reader = BucketState.of(rfs).open_read(rfs.path(f["path"]), size) if size else io.BytesIO(b"")
+    reader = BucketState.of(ostore).open_read(ostore.path(f["path"]), size) if size else io.BytesIO(b"")
     buf = io.BytesIO() if size <= IN_MEMORY else None
     path = os.path.join(work, f"{n:06d}.orig")
     got = 0
@@ -166,7 +166,7 @@ def _fetch(rfs: RemoteFS, f: dict, work: str, n: int) -> Tuple[str, Callable[[],
     return h.hexdigest(), lambda: open(path, "rb")
 
 
-def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Dict[str, Exception]:
+def backup_entries(ostore: ObjectStore, vault: BucketVault, entries: List[dict]) -> Dict[str, Exception]:
     """Back up every blob entry of ``entries`` (runs of one operation or batch) into the blob
     vault in one ``BlobStore.add`` (small originals share packs). The caller holds ``adding``
     until the bucket names the digests. Each entry verified in the vault gets ``sha256`` and
@@ -190,7 +190,7 @@ def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Di
                 if en["run"] in failed:
                     continue
                 try:
-                    sha, opener = _fetch(rfs, f, work, i)
+                    sha, opener = _fetch(ostore, f, work, i)
                 except (FileNotFoundError, StoreFailure) as e:
                     failed[en["run"]] = e if isinstance(e, StoreFailure) and e.code != StoreError.NOT_FOUND else \
                         BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: gone since the plan")
@@ -227,7 +227,7 @@ def backup_entries(rfs: RemoteFS, vault: BucketVault, entries: List[dict]) -> Di
     return failed
 
 
-def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional[str] = None) -> None:
+def put_back(ostore: ObjectStore, vault: BucketVault, f: dict, *, if_version: Optional[str] = None) -> None:
     """Stream ``f``'s original from the blob vault (hashed while read) back to its key: create-only,
     or only over ``if_version``. Raises ``StoreFailure`` (``already_exists`` / ``precondition_failed``)
     as a server-side copy back would, ``BucketTxnError(BACKUP_DAMAGED)`` when the blob does not
@@ -240,7 +240,7 @@ def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional
         # manifests are untrusted: a blob this logdir never added (another logdir's, sharing the
         # folder) is never copied into this bucket, whatever a manifest names
         raise BucketTxnError(Failure.REFUSED, f"{f['path']}: names a blob of {bv.folder} this logdir did not add")
-    orig = rfs.path(f["path"])
+    orig = ostore.path(f["path"])
     size = int(f["size"])
     try:
         if size <= IN_MEMORY:
@@ -248,20 +248,20 @@ def put_back(rfs: RemoteFS, vault: BucketVault, f: dict, *, if_version: Optional
                 data = src.read()
             if len(data) != size:
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its blob holds {len(data)} bytes, not {size}")
-            token = BucketState.of(rfs).put(orig, data, if_absent=if_version is None, if_version=if_version)
+            token = BucketState.of(ostore).put(orig, data, if_absent=if_version is None, if_version=if_version)
             if token == hashlib.md5(data).hexdigest():
                 return  # S3's ETag of a single-part put is the MD5 of what it stored: these bytes
         else:
-            _put_back_large(rfs, vault, bv, f, sha, orig, if_version)
+            _put_back_large(ostore, vault, bv, f, sha, orig, if_version)
     except BlobFailure as e:
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: its backup in {bv.folder} does not read back "
                              f"({e}); nothing was written") from None
-    cur = BucketState.of(rfs).head(orig)
+    cur = BucketState.of(ostore).head(orig)
     if cur is None or cur.size != size or same_content(content_checksums(cur), f.get("checksums") or {}) is False:
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored object does not match the original")
 
 
-def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, sha: str, orig: str,
+def _put_back_large(ostore: ObjectStore, vault: BucketVault, bv: BlobVault, f: dict, sha: str, orig: str,
                     if_version: Optional[str]) -> None:
     """A large original back: verified into a scratch file, uploaded under a temporary key of the
     vault, then copied over its key with the condition (a bucket's only conditional large write)."""
@@ -274,12 +274,12 @@ def _put_back_large(rfs: RemoteFS, vault: BucketVault, bv: BlobVault, f: dict, s
                 if not b:
                     break
                 out.write(b)
-        BucketState.of(rfs).put_file(tmp, local)
+        BucketState.of(ostore).put_file(tmp, local)
     try:
-        BucketState.of(rfs).copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
+        BucketState.of(ostore).copy(tmp, orig, if_absent=if_version is None, if_version=if_version, size=int(f["size"]))
     finally:
         with contextlib.suppress(*STORE_FAILURES, BucketTxnError):
-            must_delete(rfs, [tmp])
+            must_delete(ostore, [tmp])
 
 
 def copy_from_blobs(vault: BucketVault, f: dict, dest: str) -> str:
@@ -357,20 +357,20 @@ def _purged(doc, file: str) -> bool:
         return False
 
 
-def collect(rfs: RemoteFS, vault: BucketVault) -> dict:
+def collect(ostore: ObjectStore, vault: BucketVault) -> dict:
     """Purge's step on the blob vault: under the exclusive lock, forget every blob this logdir
     added that no manifest (not purged) and no journal in the bucket names; returns the blob
     store's figures, or ``{"blocked": why}`` when a manifest or journal could not be read."""
     bv = vault.blobs
     if bv is None or not os.path.isdir(bv.folder):
         return {}  # no blob was ever added there
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     with forget_lock(bv, exclusive=True):
         needed: Set[str] = set()
         # journals first: an operation's journal names its digests until its manifest exists and
         # goes only after, so one that commits between the two listings is named by one of them
         # (the journal folder through its one listing, ``journal_object.pending_objects``)
-        journals = [(f"{rfs.root}/{key}", info) for key, info in pending_objects(st)]
+        journals = [(f"{ostore.root}/{key}", info) for key, info in pending_objects(st)]
         manifests = vault.root + "/manifests"
         for path, info in journals + [(f"{manifests}/{key}", info)
                                       for key, info in sorted(st.listing(manifests, missing_ok=True).items())]:

@@ -24,9 +24,9 @@ from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.engine.journal_object import pending_objects
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME
-from tb_footprint_plugin.storage.remote import RemoteFS, content_checksums, map_ordered, same_content
+from tb_footprint_plugin.storage.remote import content_checksums, map_ordered, same_content
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_object import listing_of
+from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
 
 
 def _entries_damage(doc: dict) -> Optional[str]:
@@ -39,14 +39,14 @@ def _entries_damage(doc: dict) -> Optional[str]:
     return None
 
 
-def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
+def manifests(ostore: ObjectStore, vault: BucketVault, problems: Optional[List[dict]] = None) -> List[dict]:
     """Every usable manifest in the vault, newest first, read through ``engine.manifest.read``:
     the one schema (without the aliases a bucket also writes for older workers: a writer puts
     them back with ``manifest.bucket_form``) and ``_version``/``_path`` (the object's version
     and key). One that cannot be read or is not a manifest is left out (its backups stay) and,
     with ``problems``, named there by its URL (``Finding.MANIFEST_DAMAGED``, with the reader's
     own code as ``why``)."""
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     try:  # one paginated listing of the vault's own store, keyed under it (``manifests/…``)
         found = listing_of(vault.store, "manifests")
     except StoreFailure as e:
@@ -64,7 +64,7 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
     for p, doc, version in map_ordered(read, wanted):
         if doc is None:
             continue
-        url = vault_url(rfs, p)
+        url = vault_url(ostore, p)
         why, code = None, None
         try:
             m = manifest.read(doc, url)
@@ -86,7 +86,7 @@ def manifests(rfs: RemoteFS, vault: BucketVault, problems: Optional[List[dict]] 
     return out
 
 
-def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
+def recheck(ostore: ObjectStore, vault: BucketVault, *, run: Optional[str] = None,
             op: Optional[str] = None, cancel: Optional[CancelToken] = None) -> List[dict]:
     """Re-check kept bucket reductions without downloading: every backup object is still there
     with the checksums the store computed for the original, and every removed key is still
@@ -97,7 +97,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
     out = []
     damaged: List[dict] = []
     stopped = (lambda: cancel.cancelled) if cancel is not None else (lambda: False)
-    for m in manifests(rfs, vault, damaged):
+    for m in manifests(ostore, vault, damaged):
         if m["restored_by"] or m["backup_purged"]:
             continue
         if (op is not None and m["op_id"] != op) or (run is not None and m["run"] != run):
@@ -106,7 +106,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
             out.append(unchecked({"op_id": m["op_id"], "run": m["run"]}))
             continue
         bad, absent, back = [], 0, []
-        listing = run_listing(rfs, vault, m["run"])
+        listing = run_listing(ostore, vault, m["run"])
         cut = False  # cancelled before every backup was looked at
         for f in m.get("files", []):
             if stopped():
@@ -117,7 +117,7 @@ def recheck(rfs: RemoteFS, vault: BucketVault, *, run: Optional[str] = None,
             if is_blob_entry(f):
                 if not check_entry(vault, f):  # read back whole from the blob vault and hashed
                     bad.append(f["path"])
-            elif not _copy_ok(BucketState.of(rfs).head(f["backup"]), f):
+            elif not _copy_ok(BucketState.of(ostore).head(f["backup"]), f):
                 bad.append(f["path"])  # missing, resized, changed, or no checksum to vouch for it
             if in_place(f):
                 if staged_match(listing.get(f["path"]), f):
@@ -152,17 +152,17 @@ def _copy_ok(info, f: dict) -> bool:
         bool(same_content(content_checksums(info), f.get("checksums") or {}))
 
 
-def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
+def history(ostore: ObjectStore, vault: BucketVault) -> List[dict]:
     """The change log of a bucket logdir, oldest first: its manifests (each operation's manifest
     is its record, marked when restored or purged) and the change-log object's lines of the
     reductions rolled back (``engine.history.bucket_log``: their manifests are gone), each with
     ``backup: none`` as a disk's ``history_view`` says it."""
     out = []
-    for e in bucket_log(BucketState.of(rfs).logdir_store()).read():
+    for e in bucket_log(BucketState.of(ostore).logdir_store()).read():
         if e.get("kind") == "reduce":  # no manifest stands behind a line (as ``history_view`` says)
             e["backup"] = "none" if not e.get("backup_kept") else "unknown"
         out.append(e)
-    for m in manifests(rfs, vault):
+    for m in manifests(ostore, vault):
         kept = not m["backup_purged"] and not m["restored_by"]
         out.append({"time": m["finished_at"], "op_id": m["op_id"], "kind": m["kind"], "run": m["run"],
                     "before": m.get("bytes_before"), "after": m.get("bytes_after"), "verified": True,
@@ -187,11 +187,11 @@ def history(rfs: RemoteFS, vault: BucketVault) -> List[dict]:
     return out
 
 
-def status(rfs: RemoteFS, vault: BucketVault) -> dict:
+def status(ostore: ObjectStore, vault: BucketVault) -> dict:
     """Unfinished operations (journals in the bucket), the vault and the operations it holds."""
-    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in pending_objects(BucketState.of(rfs)))
+    pending = sorted(k.rsplit("/", 1)[-1].rsplit(".", 1)[0] for k, _ in pending_objects(BucketState.of(ostore)))
     ops, vault_bytes, freed_now, problems = [], 0, 0, []
-    found = manifests(rfs, vault, problems)
+    found = manifests(ostore, vault, problems)
     for m in found:
         size = sum(int(f.get("size") or 0) for f in m.get("files", []))
         if not m["backup_purged"]:
@@ -209,19 +209,19 @@ def status(rfs: RemoteFS, vault: BucketVault) -> dict:
         # what the folder holds as stored (compressed, packed), beside the originals' sizes above
         fig = vault.blobs.store.stats()
         local = {"vault_stored_bytes": fig["stored_bytes"], "vault_objects": fig["objects"] + fig["index_objects"]}
-    return {**local, "logdir": rfs.url, "state_dir": rfs.url.rstrip("/") + "/" + STATE_DIR_NAME,
-            "vaults": [f"{rfs.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
+    return {**local, "logdir": ostore.url, "state_dir": ostore.url.rstrip("/") + "/" + STATE_DIR_NAME,
+            "vaults": [f"{ostore.url.split('://', 1)[0]}://{vault.root}"] + ([vault.blobs.folder] if vault.blobs else []),
             "vault_bytes": vault_bytes, "freed_now_bytes": freed_now,
             "unfinished_operations": pending, "operations": ops, "ledger": None,
-            "problems": problems + damaged_journals(rfs) + damaged_locks(rfs) + history_problems(rfs),
-            "kept_blobs": kept_objects(rfs, vault, found)}
+            "problems": problems + damaged_journals(ostore) + damaged_locks(ostore) + history_problems(ostore),
+            "kept_blobs": kept_objects(ostore, vault, found)}
 
 
-def history_problems(rfs: RemoteFS) -> List[dict]:
+def history_problems(ostore: ObjectStore) -> List[dict]:
     """The change log's damaged lines and lines with no time, named by URL and line as a disk's
     are (``ChangeLog.problems``, ``health.history_findings``); a log that cannot be read is named
     with its store's code."""
-    log = bucket_log(BucketState.of(rfs).logdir_store())
+    log = bucket_log(BucketState.of(ostore).logdir_store())
     try:
         return history_findings(log.problems())
     except StoreFailure as e:
@@ -234,19 +234,19 @@ def history_problems(rfs: RemoteFS) -> List[dict]:
 _COPY_COMMAND = {"s3": "aws s3 cp", "gs": "gcloud storage cp", "gcs": "gcloud storage cp", "az": "azcopy copy"}
 
 
-def kept_objects(rfs: RemoteFS, vault: BucketVault, found: Optional[List[dict]] = None) -> List[dict]:
+def kept_objects(ostore: ObjectStore, vault: BucketVault, found: Optional[List[dict]] = None) -> List[dict]:
     """Every object a restore kept in the vault in a file's place (the reduced object with records
     written after the reduction), as ``status`` lists them for a local logdir: what it holds,
     where its records went back into the run, whether it is still there and how to bring it back.
     Manifests are untrusted: an entry naming a key outside the vault's ``kept/`` is not listed."""
     out = []
-    for m in found if found is not None else manifests(rfs, vault):
+    for m in found if found is not None else manifests(ostore, vault):
         for d in m.get("displaced") or []:
             if not isinstance(d, dict) or not isinstance(d.get("path"), str) or \
                     not str(d.get("kept", "")).startswith(vault.root + "/kept/"):
                 continue
             late = d.get("late_records") if isinstance(d.get("late_records"), dict) else {}
-            blob = vault_url(rfs, d["kept"])
+            blob = vault_url(ostore, d["kept"])
             size = d.get("size") if isinstance(d.get("size"), int) else None
             holds = f"{d['path']} as it stood before the restore ({size} bytes)"
             if late.get("file"):
@@ -256,14 +256,14 @@ def kept_objects(rfs: RemoteFS, vault: BucketVault, found: Optional[List[dict]] 
             # twice next to the restored original
             folder = d["path"].rsplit("/", 1)[0] + "/" if "/" in d["path"] else ""
             try:
-                dest = rfs.url_of(f"{folder}kept-{m['op_id']}.tfrecord")
+                dest = ostore.url_of(f"{folder}kept-{m['op_id']}.tfrecord")
             except ValueError:  # a path that is not a plain key of the logdir: never shown as one
                 continue
             out.append({"op_id": m["op_id"], "kind": "restore", "of_op": m["op_id"], "run": m["run"],
                         "path": d["path"], "sha256": None, "size": size, "blob": blob,
-                        "present": BucketState.of(rfs).head(d["kept"]) is not None,
+                        "present": BucketState.of(ostore).head(d["kept"]) is not None,
                         "code": Finding.LATE_RECORDS_RESTORED if late.get("file") else Finding.DISPLACED_KEPT,
                         "late_records": late.get("records", 0), "late_records_file": late.get("file"),
                         "holds": holds,
-                        "bring_back": f"{_COPY_COMMAND.get(rfs.scheme, 'copy')} {blob} {dest}"})
+                        "bring_back": f"{_COPY_COMMAND.get(ostore.scheme, 'copy')} {blob} {dest}"})
     return out

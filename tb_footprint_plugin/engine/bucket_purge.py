@@ -24,12 +24,11 @@ from tb_footprint_plugin.engine.bucket_state import (
     STORE_FAILURES,
     vault_url,
 )
-from tb_footprint_plugin.storage.remote import RemoteFS
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_object import listing_of
+from tb_footprint_plugin.storage.store_object import ObjectStore, listing_of
 
 
-def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = None,
+def purge(ostore: ObjectStore, vault: BucketVault, *, older_than: Optional[float] = None,
           run: Optional[str] = None, op: Optional[str] = None, yes: bool = False,
           runs: Optional[Collection[str]] = None, op_ids: Optional[Collection[str]] = None,
           cancel: Optional[CancelToken] = None, progress: Optional[txn.Report] = None) -> dict:
@@ -42,9 +41,9 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     # a manifest that does not read, or names a backup outside this vault (planted, copied from
     # another logdir), is listed and left as it is; the other operations are purged
     refused: List[dict] = []
-    every = manifests(rfs, vault, refused)
+    every = manifests(ostore, vault, refused)
     for m in [m for m in every if not all(names_our_backup(vault, f) for f in m.get("files") or [])]:
-        url = vault_url(rfs, m["_path"])
+        url = vault_url(ostore, m["_path"])
         refused.append({"code": Failure.REFUSED, "file": url, "op_id": m["op_id"], "run": m["run"],
                         "detail": f"{url}: names a backup outside the vault; never acted on, left in place"})
         every.remove(m)
@@ -61,7 +60,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     # an operation whose journal is still there is under way (a retire writes its manifest before
     # its commit record and may still roll back onto these copies) or awaits recovery: its
     # copies may be the only ones, so it is left for a purge after it settled (one HEAD each)
-    busy = [m for m in chosen if BucketState.of(rfs).head(journal_path(rfs, m["op_id"])) is not None]
+    busy = [m for m in chosen if BucketState.of(ostore).head(journal_path(ostore, m["op_id"])) is not None]
     chosen = [m for m in chosen if m not in busy]
     freed = sum(f["size"] for m in chosen for f in m["files"])
     # a retired run not restored has its only copy in the vault: every object of it goes for good
@@ -81,8 +80,8 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     if yes:
         # a purge killed between an operation's mark and its deletes left that operation's copies:
         # its manifest (the intent) says purged, so no restore will use them; they go first
-        finished = finish_purged(rfs, vault, every) if cancel is None or not cancel.cancelled else []
-        t = ObjectPurge(rfs, vault, chosen, now)
+        finished = finish_purged(ostore, vault, every) if cancel is None or not cancel.cancelled else []
+        t = ObjectPurge(ostore, vault, chosen, now)
         t.on_intent = txn.intent_hook(progress) if chosen else None
         txn.run(t, cancel or CancelToken())
         if t.stopped is not None:  # before any mark: nothing of these was deleted or recorded
@@ -95,7 +94,7 @@ def purge(rfs: RemoteFS, vault: BucketVault, *, older_than: Optional[float] = No
     return {"dry_run": not yes, "ops": ops, "freed_bytes": freed, "held": held, "refused": refused}
 
 
-def finish_purged(rfs: RemoteFS, vault: BucketVault, every: List[dict]) -> List[dict]:
+def finish_purged(ostore: ObjectStore, vault: BucketVault, every: List[dict]) -> List[dict]:
     """Delete the backup copies that operations marked purged still have (a purge killed after
     an operation's mark, its intent, and before its deletes): each such operation as a purge row
     (``finished``: True) with the bytes freed. One listing of the vault's copies, made only when
@@ -117,7 +116,7 @@ def finish_purged(rfs: RemoteFS, vault: BucketVault, every: List[dict]) -> List[
                 and f["backup"] in present]
         if not left:
             continue
-        must_delete(rfs, [f["backup"] for f in left])
+        must_delete(ostore, [f["backup"] for f in left])
         out.append({"op_id": m["op_id"], "run": m["run"], "bytes": sum(f["size"] for f in left),
                     "restored": bool(m["restored_by"]), "kind": m["kind"], "originals": 0, "finished": True})
     return out
@@ -144,9 +143,9 @@ class ObjectPurge(txn.Purge):
     fails does not keep the next operations' copies: they are purged, then the first failure is
     raised."""
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault, chosen: List[dict], now: float) -> None:
-        self.rfs, self.vault, self.chosen, self.now = rfs, vault, chosen, now
-        self.st = BucketState(rfs)
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, chosen: List[dict], now: float) -> None:
+        self.ostore, self.vault, self.chosen, self.now = ostore, vault, chosen, now
+        self.st = BucketState(ostore)
         self.marked: List[dict] = []
         self.refused: Optional[BaseException] = None  # a mark the store refused: raised once the marked are purged
 
@@ -183,7 +182,7 @@ class ObjectPurge(txn.Purge):
             if self.refused is not None or (i and not self._mark(m)):
                 break
             try:
-                must_delete(self.rfs, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
+                must_delete(self.ostore, [f["backup"] for f in m["files"] if not is_blob_entry(f)])
             except (BucketTxnError, *STORE_FAILURES) as e:
                 failure = failure or e
             faults.hit("purge.blob")
@@ -192,10 +191,10 @@ class ObjectPurge(txn.Purge):
 
     def commit(self, report: txn.Report) -> None:
         """The blob vault forgets what no manifest or journal in the bucket names any more."""
-        rfs, vault = self.rfs, self.vault
+        ostore, vault = self.ostore, self.vault
         if vault.blobs is None:
             return
-        fig = collect(rfs, vault)
+        fig = collect(ostore, vault)
         if fig.get("blocked"):
             raise BucketTxnError(Failure.STORE_ERROR, f"{vault.blobs.folder}: {fig['blocked']}")
         if fig.get("blocked_by_damaged_index"):
@@ -208,12 +207,12 @@ class ObjectPurge(txn.Purge):
         return bool(self.marked)
 
 
-def retention_report(rfs: RemoteFS, vault: BucketVault, removable: int) -> dict:
+def retention_report(ostore: ObjectStore, vault: BucketVault, removable: int) -> dict:
     """What a reduction frees and when, on this bucket: removed from the logdir now; backups
     (server-side copies in the vault) billed until purge; deleted bytes kept by the bucket's
     versioning or soft delete until its retention passes."""
-    bucket = rfs.root.split("/", 1)[0]
-    r = BucketState.of(rfs).retention(bucket)
+    bucket = ostore.root.split("/", 1)[0]
+    r = BucketState.of(ostore).retention(bucket)
     # backups are server-side copies in this store, unless they are blobs in a local folder
     same_store = vault.blobs is None
     kept_days = None

@@ -25,16 +25,16 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.context import Cancelled, RunOutcome
 from tb_footprint_plugin.engine.lease import RunLease
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
-def settle_failed_journal(rfs: RemoteFS, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
+def settle_failed_journal(ostore: ObjectStore, jpath: Optional[str], started: bool, out: RunOutcome) -> Optional[str]:
     """After a restore (or unretire) failed: its journal goes when nothing was put back yet (the
     run is as it was), else it stays and ``out.reason`` says the next start finishes the restore.
     Returns the journal's path while it stands (its lock stays with it), else None."""
     if jpath is not None and not started:
         try:
-            must_delete(rfs, [jpath])
+            must_delete(ostore, [jpath])
             jpath = None
         except (BucketTxnError, *STORE_FAILURES):
             pass
@@ -52,8 +52,8 @@ class ObjectPutBack(txn.PutBack):
 
     rollback_errors = ()
 
-    def __init__(self, rfs: RemoteFS, out: RunOutcome, held_as: str, resume: bool) -> None:
-        self.rfs, self.out, self.held_as = rfs, out, held_as
+    def __init__(self, ostore: ObjectStore, out: RunOutcome, held_as: str, resume: bool) -> None:
+        self.ostore, self.out, self.held_as = ostore, out, held_as
         self.mine = held_as not in ACTIVE_OPS  # another put-back of it in this process keeps it live
         ACTIVE_OPS.add(held_as)
         self.locks: List[RunLease] = []  # the lock objects held (the journal names their paths)
@@ -74,7 +74,7 @@ class ObjectPutBack(txn.PutBack):
 
     def rollback(self, committed: bool) -> None:
         """Nothing is undone: the journal goes if nothing was put back, else it stays."""
-        self.jpath = settle_failed_journal(self.rfs, self.jpath, self.started, self.out)
+        self.jpath = settle_failed_journal(self.ostore, self.jpath, self.started, self.out)
 
     def incomplete(self, error: BaseException) -> None:
         raise error  # pragma: no cover - ``rollback`` settles its own failures
@@ -90,7 +90,7 @@ class ObjectPutBack(txn.PutBack):
         ours, versions = unlock_all(self.locks)
         if ours and self.jpath is None:  # a kept journal keeps its locks until it is settled
             try:
-                BucketState.of(self.rfs).delete(ours, versions=versions)
+                BucketState.of(self.ostore).delete(ours, versions=versions)
             except STORE_FAILURES:
                 pass
 

@@ -49,7 +49,7 @@ from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.paths import is_op_id
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 #: why a journal of the wrong shape is not acted on (``trust.BAD_RECORD``; any other refusal names
 #: keys outside the logdir, vault or run: ``trust.PATH_OUTSIDE``)
@@ -58,20 +58,20 @@ MALFORMED = "journal is malformed"
 INTERRUPTED_REASON = "interrupted (crash or kill); rolled back on recovery"
 
 
-def _trusted(rfs: RemoteFS, vault: BucketVault, doc: dict) -> Optional[str]:
+def _trusted(ostore: ObjectStore, vault: BucketVault, doc: dict) -> Optional[str]:
     """Why a journal must not be acted on (untrusted input), or None: every key it names is a
     plain key of this logdir or this vault's blobs/tmp, and its runs are runs of this logdir."""
     for en in journal_entries(doc):
         if not isinstance(en, dict) or not isinstance(en.get("run"), str) or not isinstance(en.get("files", []), list):
             return MALFORMED
         try:
-            rfs.path(en["run"]) if en["run"] != "." else None
+            ostore.path(en["run"]) if en["run"] != "." else None
             for f in en.get("files", []):
                 if not isinstance(f, dict) or not isinstance(f.get("path"), str):
                     return MALFORMED
-                rfs.path(f["path"])  # raises on '..' and friends
+                ostore.path(f["path"])  # raises on '..' and friends
                 if f.get("final") is not None:
-                    rfs.path(f["final"])
+                    ostore.path(f["final"])
                     if en["run"] != "." and not str(f["final"]).startswith(run_prefix(en["run"])):
                         return "journal names keys outside its run"
                 if not names_our_backup(vault, f):
@@ -98,20 +98,20 @@ def reduce_will(journal: ObjectJournal) -> dict:
     return {"action": Recovery.ROLLED_BACK, "detail": f"stopped at step {journal.step_name}; run left as it was"}
 
 
-def trust_refusal(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal, url: str) -> Optional[dict]:
+def trust_refusal(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal, url: str) -> Optional[dict]:
     """Why ``recover`` will not act on this journal, as a finding ``{code, file, detail}`` (its
     rule, ``_trusted``), or None when it will."""
-    why = _trusted(rfs, vault, journal.doc)
+    why = _trusted(ostore, vault, journal.doc)
     if why is None:
         return None
     return {"code": trust.BAD_RECORD if why == MALFORMED else trust.PATH_OUTSIDE, "file": url,
             "detail": f"{url}: {why}; left alone"}
 
 
-def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
+def recover(ostore: ObjectStore, vault: BucketVault) -> List[RecoveryOutcome]:
     """Settle unfinished bucket operations of this logdir, from any machine: before the commit
     record, roll back; from it on (backups verified, new objects staged and checked), finish."""
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     out: List[RecoveryOutcome] = []
     # local scratch of rewrites whose process was killed (named after its pid): swept here, as a
     # local vault's tmp/ is at every start
@@ -119,16 +119,16 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
     # a damaged run lock is named here too (never acted on: a reduce or restore of its run takes
     # it over once no journal of the operation it names is left)
     out += [RecoveryOutcome(op_id=d["file"].rsplit("/", 1)[-1], run="?", action=Recovery.REFUSED,
-                            detail=d["detail"], code=d["code"]) for d in damaged_locks(rfs)]
-    for key, _info in pending_objects(BucketState.of(rfs)):
+                            detail=d["detail"], code=d["code"]) for d in damaged_locks(ostore)]
+    for key, _info in pending_objects(BucketState.of(ostore)):
         rel = key.rsplit("/", 1)[-1]
         if not key.startswith(JOURNAL + "/") or not rel.endswith(".json"):
             continue
         try:
-            path = rfs.path(key)
+            path = ostore.path(key)
         except ValueError:  # S3 keeps 'journal/x/../<op>.json' as written: never read nor acted on (R12 F2)
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
-                                       detail=f"{_named(rfs, key)}: not a plain key of the logdir; left in place",
+                                       detail=f"{_named(ostore, key)}: not a plain key of the logdir; left in place",
                                        code=trust.PATH_OUTSIDE))
             continue
         journal = ObjectJournal.read(st, path)  # read now (not at the listing's version): its owner may have moved on
@@ -137,12 +137,12 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
         doc = journal.doc
         if journal.unreadable():
             out.append(RecoveryOutcome(op_id=rel, run="?", action=Recovery.REFUSED,
-                                       detail=f"{rfs.url_of(key)}: unreadable journal left in place",
+                                       detail=f"{ostore.url_of(key)}: unreadable journal left in place",
                                        code=Finding.DAMAGED_FILE))
             continue
         op_id = str(doc.get("op", rel[:-5]))
         every = journal.entries()
-        refused = trust_refusal(rfs, vault, journal, rfs.url_of(key))
+        refused = trust_refusal(ostore, vault, journal, ostore.url_of(key))
         runs = [str(en.get("run")) for en in every if isinstance(en, dict)]
         label = runs[0] if len(runs) == 1 else f"{runs[0] if runs else '?'} and {max(0, len(runs) - 1)} more run(s)"
         if refused:
@@ -151,19 +151,19 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             continue
         retiring = is_retire_journal(doc)
         # computed, never taken from the journal (a retirement's nested runs: checked to be inside its run)
-        locks = [rfs.path(lock_key(r)) for r in (journal_runs(doc) if retiring else runs)]
+        locks = [ostore.path(lock_key(r)) for r in (journal_runs(doc) if retiring else runs)]
         lock, _ = st.read(locks[0]) if locks else (None, None)
         if lock and lock.get("op") == op_id and not owner_gone(lock, st):
             out.append(RecoveryOutcome(op_id=op_id, run=label, action=Recovery.SKIPPED_LIVE,
                                        detail="its owner is still running", code=Finding.RUN_LOCKED))
             continue
         if journal.kind in (RESTORE_KIND, UNRETIRE_KIND):  # a restore stopped midway: finished
-            out.append(_finish_restore(rfs, vault, st, journal, rel[:-5], label))
+            out.append(_finish_restore(ostore, vault, st, journal, rel[:-5], label))
             continue
         try:
             if retiring and doc.get("runs"):  # a whole run moved to the vault: ``engine.bucket_retire``
                 settled = [_settled_run(st, vault, en, True) for en in journal.live_entries()]
-                action, detail = settle_retire(rfs, vault, journal)
+                action, detail = settle_retire(ostore, vault, journal)
                 if action != Recovery.COMPLETED:
                     for r in settled:
                         r["bytes_after"] = r["bytes_before"]
@@ -175,16 +175,16 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
             # ``entries``: a batch's runs, or the one run journals of earlier versions held at top level
             dropped = [en for en in journal.entries() if en.get("dropped")]
             for en in dropped:  # taken out before the commit step: nothing of it was deleted
-                rollback_entry(rfs, vault, en, deleted=False)
+                rollback_entry(ostore, vault, en, deleted=False)
             live = journal.live_entries()
             will = reduce_will(journal)
             finish = will["action"] == Recovery.COMPLETED
             settled = [_settled_run(st, vault, en, finish) for en in live]  # sizes before rollback drops manifests
             if finish:
-                finish_op(rfs, vault, doc)
+                finish_op(ostore, vault, doc)
             else:
                 for en in live:
-                    rollback_entry(rfs, vault, en, deleted=journal.committed())
+                    rollback_entry(ostore, vault, en, deleted=journal.committed())
             action, detail = will["action"], will["detail"]
             # each rolled-back run's change-log line, as a disk's recovery writes it (its manifest is
             # gone): those the batch took out and, rolled back here, the others; before the journal
@@ -195,7 +195,7 @@ def recover(rfs: RemoteFS, vault: BucketVault) -> List[RecoveryOutcome]:
                     RunOutcome(run=r["run"], status=Outcome.ROLLED_BACK, reason=INTERRUPTED_REASON,
                                code=Failure.INTERRUPTED), r["op_id"], None),
                     before=r["bytes_before"], after=r["bytes_before"]) for r in settled]  # None: no manifest yet
-            unwritten = _append_unwritten(rfs, lines)
+            unwritten = _append_unwritten(ostore, lines)
             if unwritten:  # the rollback stands; its line's loss is said, never silent (review R19 P4)
                 detail = f"{detail}; {unwritten}" if detail else unwritten
             must_close(journal)
@@ -233,14 +233,14 @@ def _taken_out_line(en: dict) -> dict:
     return dict(rolled_back_line(out, str(en["op"]), None), before=before, after=before)
 
 
-def _append_unwritten(rfs: RemoteFS, lines: List[dict]) -> Optional[str]:
+def _append_unwritten(ostore: ObjectStore, lines: List[dict]) -> Optional[str]:
     """``lines``, less those of an operation the change log has a rolled-back line of already (the
     process wrote it, then was killed before its journal went): one line per rolled-back operation.
     A log it cannot read: every line written (one twice rather than none). Returns what says the
     lines were not written (the store refused the append), None once written."""
     if not lines:
         return None
-    store = BucketState.of(rfs).logdir_store()
+    store = BucketState.of(ostore).logdir_store()
     try:
         written = {e.get("op_id") for e in bucket_log(store).read() if e.get("outcome") == str(Outcome.ROLLED_BACK)}
     except STORE_FAILURES:
@@ -248,12 +248,12 @@ def _append_unwritten(rfs: RemoteFS, lines: List[dict]) -> Optional[str]:
     return append_rolled_back(store, [x for x in lines if x["op_id"] not in written])
 
 
-def _named(rfs: RemoteFS, key: str) -> str:
+def _named(ostore: ObjectStore, key: str) -> str:
     """A listed key's URL as the listing gave it (``url_of`` refuses a key that is not plain)."""
-    return f"{rfs.scheme}://{rfs.root}/{key}"
+    return f"{ostore.scheme}://{ostore.root}/{key}"
 
 
-def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal: ObjectJournal, name: str,
+def _finish_restore(ostore: ObjectStore, vault: BucketVault, st: BucketState, journal: ObjectJournal, name: str,
                     label: str) -> RecoveryOutcome:
     """Finish a bucket restore (or unretire) whose journal is there: whatever is not back yet is
     put back from the vault (one already back with the original's checksums is not rewritten),
@@ -269,17 +269,17 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal:
     if not is_op_id(op_id) or op_id != name or run == "." and unretiring or \
             any(not a.startswith(run_prefix(run)) or ".." in a.split("/") for a in along):
         return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.REFUSED,
-                               detail=f"{rfs.url_of(journal_key(JOURNAL, name))}: {MALFORMED}; left alone",
+                               detail=f"{ostore.url_of(journal_key(JOURNAL, name))}: {MALFORMED}; left alone",
                                code=trust.BAD_RECORD)
     try:
         doc_m, version = st.read(vault.manifest(op_id))
         try:  # any shape ever written, in the one schema (untrusted: refused when it does not read)
-            m = manifest.read(doc_m, vault_url(rfs, vault.manifest(op_id))) if doc_m is not None else None
+            m = manifest.read(doc_m, vault_url(ostore, vault.manifest(op_id))) if doc_m is not None else None
         except Untrusted:
             m = None
         if m is None or m["op_id"] != op_id or m["run"] != run or (m["kind"] == "retire") != unretiring:
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.FAILED,
-                                   detail=f"{vault_url(rfs, vault.manifest(op_id))}: the manifest of the restore "
+                                   detail=f"{vault_url(ostore, vault.manifest(op_id))}: the manifest of the restore "
                                           "is missing, unreadable or names another run; journal left in place",
                                    code=Finding.RECOVERY_FAILED)
         wanted = sorted((str(f.get("path")), str(f.get("backup")), str(f.get("sha256")))
@@ -288,10 +288,10 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal:
                        for f in m["files"] if isinstance(f, dict))
         if wanted != named:
             return RecoveryOutcome(op_id=op_id, run=label, action=Recovery.REFUSED,
-                                   detail=f"{rfs.url_of(journal_key(JOURNAL, name))}: journal and manifest name "
+                                   detail=f"{ostore.url_of(journal_key(JOURNAL, name))}: journal and manifest name "
                                           "different files or backups; left alone",
                                    code=trust.BAD_RECORD)
-        locks = [rfs.path(lock_key(r)) for r in [run] + along]
+        locks = [ostore.path(lock_key(r)) for r in [run] + along]
         if m["restored_by"]:  # stopped after its manifest record: only the journal is left
             must_close(journal)
             _drop_locks_of(st, locks, op_id)
@@ -299,7 +299,7 @@ def _finish_restore(rfs: RemoteFS, vault: BucketVault, st: BucketState, journal:
                                    detail="the restore was recorded; its journal was removed", code=Finding.RECOVERED)
         _drop_locks_of(st, locks, op_id)  # its holder is gone (checked by the caller): the restore takes them again
         m["_version"] = version
-        res = unretire(rfs, vault, m, resume=True) if unretiring else restore_op(rfs, vault, m, resume=True)
+        res = unretire(ostore, vault, m, resume=True) if unretiring else restore_op(ostore, vault, m, resume=True)
     except (BucketTxnError, *STORE_FAILURES, ValueError) as e:
         return RecoveryOutcome(op_id=str(op_id), run=label, action=Recovery.FAILED, detail=str(e),
                                code=Finding.RECOVERY_FAILED)
@@ -316,7 +316,7 @@ def _settled_run(st: BucketState, vault: BucketVault, en: dict, finished: bool) 
     sizes: Dict[str, Optional[int]] = {"bytes_before": None, "bytes_after": None}
     try:
         doc, _ = st.read(vault.manifest(en["op"]))
-        m = manifest.read(doc, vault_url(st.rfs, vault.manifest(en["op"]))) if doc is not None else None
+        m = manifest.read(doc, vault_url(st.logdir, vault.manifest(en["op"]))) if doc is not None else None
     except (OSError, Untrusted):  # sizes are for the record: never a reason to leave a journal unsettled
         m = None
     if m is not None:
@@ -336,39 +336,39 @@ def _drop_locks_of(st: BucketState, locks: List[str], op_id: str) -> None:
         lock, version = st.read(p)
         if lock is not None and (lock.get("corrupt") or lock.get("op") == op_id) and version:
             versions[p] = version
-    must_delete(st.rfs, list(versions), versions=versions)
+    must_delete(st.logdir, list(versions), versions=versions)
 
 
-def _damaged(rfs: RemoteFS, prefix: str, suffix: str, bad: Callable[[dict], bool], what: str) -> List[dict]:
+def _damaged(ostore: ObjectStore, prefix: str, suffix: str, bad: Callable[[dict], bool], what: str) -> List[dict]:
     """The objects under ``prefix`` (names ending in ``suffix``) whose document ``bad`` rejects,
     each named by URL with a code and ``what`` is said of it; they are left in place."""
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     out: List[dict] = []
     listing = st.tree(prefix, missing_ok=True)
     for key, info in sorted(listing.items()):
         if not key.endswith(suffix):
             continue
         try:
-            doc, _ = st.read(rfs.path(key), info)
+            doc, _ = st.read(ostore.path(key), info)
         except ValueError:  # not a plain key (S3 keeps '..' segments as written): named, never read
-            out.append({"code": trust.PATH_OUTSIDE, "file": _named(rfs, key), "op_id": None, "run": None,
-                        "detail": f"{_named(rfs, key)}: not a plain key of the logdir; never acted on, left in place"})
+            out.append({"code": trust.PATH_OUTSIDE, "file": _named(ostore, key), "op_id": None, "run": None,
+                        "detail": f"{_named(ostore, key)}: not a plain key of the logdir; never acted on, left in place"})
             continue
         if doc is not None and bad(doc):
-            url = rfs.url_of(key)
+            url = ostore.url_of(key)
             out.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
                         "detail": f"{url}: {what}"})
     return out
 
 
-def damaged_journals(rfs: RemoteFS) -> List[dict]:
+def damaged_journals(ostore: ObjectStore) -> List[dict]:
     """Journal objects that cannot be read (``recover`` leaves them in place), named by URL."""
-    return _damaged(rfs, JOURNAL, "", journal_unreadable, "journal not readable; never acted on, left in place")
+    return _damaged(ostore, JOURNAL, "", journal_unreadable, "journal not readable; never acted on, left in place")
 
 
-def damaged_locks(rfs: RemoteFS) -> List[dict]:
+def damaged_locks(ostore: ObjectStore) -> List[dict]:
     """Run lock objects that are not a lock's shape (not JSON, cut, wrong types), named by URL
     with a code: they hold no run (the lease rules count their holder gone) and are left in place."""
-    return _damaged(rfs, LOCKS, ".json", lambda doc: not well_formed(doc),
+    return _damaged(ostore, LOCKS, ".json", lambda doc: not well_formed(doc),
                     "run lock not readable; it holds no run (a reduce or restore of its run takes it over), "
                     "left in place")

@@ -16,10 +16,11 @@ from tb_footprint_plugin.engine.bucket_rewrite import reduce_rewrite_run
 from tb_footprint_plugin.engine.context import CancelToken, RunOutcome
 from tb_footprint_plugin.plan.cost import BATCH_RUNS
 from tb_footprint_plugin.storage import scratch
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
-def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
+def reduce_runs(ostore: ObjectStore, vault: BucketVault, rps: List, listing: Dict[str, ObjectInfo],
                 quiet_period: float, policy: Optional[str] = None, on_outcome=None,
                 verify_backends: Tuple[str, ...] = ("python", "rust"), begin=None,
                 closed_files: Optional[Mapping[str, float]] = None, cancel: Optional[CancelToken] = None,
@@ -99,7 +100,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
         group = started(drops[i:i + BATCH_RUNS])
         if not group:
             continue
-        for o in reduce_batch(rfs, vault, group, listing, quiet_period, policy, settled_early=settled,
+        for o in reduce_batch(ostore, vault, group, listing, quiet_period, policy, settled_early=settled,
                               closed_files=closed_files, cancel=CancelToken(timeout, parent=cancel),
                               progress=progress):
             if o.run not in outcomes:
@@ -108,7 +109,7 @@ def reduce_runs(rfs: RemoteFS, vault: BucketVault, rps: List, listing: Dict[str,
     def rewrite(rp, readers: Optional[str] = None) -> None:
         if not started([rp]):
             return
-        settled(reduce_rewrite_run(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
+        settled(reduce_rewrite_run(ostore, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
                                    cancel=CancelToken(timeout, parent=cancel),
                                    progress=None if progress is None else
                                    (lambda step, frac, run=rp.run: progress(run, step, frac)),
@@ -169,10 +170,10 @@ def nested_groups(rps: List) -> List[List]:
     return groups
 
 
-def reduce_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
+def reduce_run(ostore: ObjectStore, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
                quiet_period: float, policy: Optional[str] = None) -> RunOutcome:
     """Reduce one run of a bucket logdir by its plan ``rp`` (a batch of one)."""
-    return reduce_runs(rfs, vault, [rp], listing, quiet_period, policy)[0]
+    return reduce_runs(ostore, vault, [rp], listing, quiet_period, policy)[0]
 
 
 __all__ = ["reduce_run", "reduce_runs"]

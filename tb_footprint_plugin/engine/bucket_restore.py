@@ -51,24 +51,24 @@ from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.scan.tfrecord import RecordReader
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
-    RemoteFS,
     content_checksums,
     same_content,
 )
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 #: ``kind`` of the journal a bucket restore writes (``engine.bucket_recover`` finishes it)
 RESTORE_KIND = "restore"
 
 
-def restore_journal(rfs: RemoteFS, vault: BucketVault, manifest: dict, kind: str, run: str,
+def restore_journal(ostore: ObjectStore, vault: BucketVault, manifest: dict, kind: str, run: str,
                     takes_along: Optional[List[str]] = None) -> dict:
     """The journal a restore of ``manifest`` writes before its first put-back: the operation, the
     run and every file to put back with its backup key (from the manifest, already checked to be
     keys of the logdir and of the vault's blobs)."""
     keep = ("path", "backup", "action", "size", "final", "checksums", "kept_in", "sha256")
-    return {"op": manifest["op_id"], "kind": kind, "run": run, "logdir": rfs.url, "vault": vault.root,
+    return {"op": manifest["op_id"], "kind": kind, "run": run, "logdir": ostore.url, "vault": vault.root,
             "step": "restoring", "created": now_s(), "takes_along": list(takes_along or []),
             "files": [{k: f[k] for k in keep if f.get(k) is not None} for f in manifest["files"]]}
 
@@ -84,11 +84,11 @@ def start_journal(st: BucketState, doc: dict) -> OpJournal:
     except StoreFailure as e:
         if e.code != StoreError.ALREADY_EXISTS:
             raise
-        raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{st.rfs.url_of(journal_path(st.rfs, doc['op']))}: operation "
+        raise BucketTxnError(Failure.RESTORE_BLOCKED, f"{st.logdir.url_of(journal_path(st.logdir, doc['op']))}: operation "
                              f"{doc['op']} is unfinished (its journal is there); run `tb-footprint recover` first") from None
 
 
-def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool = False,
+def restore_op(ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: bool = False,
                cancel: Optional[CancelToken] = None,
                progress: Optional[Callable[[str, str, float], None]] = None) -> RunOutcome:
     """Copy every backup of one operation back server-side, check it against the recorded
@@ -100,14 +100,14 @@ def restore_op(rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool =
     ``interrupted``), never after (a restore is finished, not undone). ``progress(run, step,
     fraction)``: ``restore`` as the first original goes back."""
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
-        manifest = read_manifest(manifest, vault_url(rfs, manifest["_path"]) if isinstance(manifest.get("_path"), str)
+        manifest = read_manifest(manifest, vault_url(ostore, manifest["_path"]) if isinstance(manifest.get("_path"), str)
                                  else "the operation's manifest")
     except Untrusted as e:
         return RunOutcome(run=str(manifest.get("run")), status=Outcome.FAILED, code=Failure.REFUSED,
                           op_id=op_id_of(manifest), reason=f"{e}; nothing was changed")
     out = RunOutcome(run=manifest["run"], status=Outcome.FAILED, op_id=manifest["op_id"],
                      bytes_before=manifest.get("bytes_after", 0), bytes_after=manifest.get("bytes_after", 0))
-    txn.run(ObjectRestore(rfs, vault, manifest, resume, out), cancel or CancelToken(),
+    txn.run(ObjectRestore(ostore, vault, manifest, resume, out), cancel or CancelToken(),
             (lambda step, frac: progress(out.run, step, frac)) if progress is not None else None)
     return out
 
@@ -141,11 +141,11 @@ class ObjectRestore(ObjectPutBack):
     # propagates, as it always has
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, Cancelled)
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault, manifest: dict, resume: bool, out: RunOutcome) -> None:
-        super().__init__(rfs, out, manifest["op_id"], resume)
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, manifest: dict, resume: bool, out: RunOutcome) -> None:
+        super().__init__(ostore, out, manifest["op_id"], resume)
         self.vault, self.m, self.resume = vault, manifest, resume
         self.run, self.op_id = manifest["run"], manifest["op_id"]
-        self.st = BucketState(rfs)
+        self.st = BucketState(ostore)
         self.conflicts: List[str] = []
         self.displaced: List[dict] = []
 
@@ -154,7 +154,7 @@ class ObjectRestore(ObjectPutBack):
 
     def journal(self, report: txn.Report) -> None:
         """The lock, every key checked, then the journal (``NotStarted`` when refused)."""
-        rfs, vault, m, out = self.rfs, self.vault, self.m, self.out
+        ostore, vault, m, out = self.ostore, self.vault, self.m, self.out
         if not lock_runs(self.st, [self.run], self.op_id, self.locks, out):
             raise txn.NotStarted()
         try:
@@ -163,12 +163,12 @@ class ObjectRestore(ObjectPutBack):
             self.failed(e)
             raise txn.NotStarted() from None
         if not self.resume:
-            start_journal(self.st, restore_journal(rfs, vault, m, RESTORE_KIND, self.run))
-        self.jpath = journal_path(rfs, self.op_id)
+            start_journal(self.st, restore_journal(ostore, vault, m, RESTORE_KIND, self.run))
+        self.jpath = journal_path(ostore, self.op_id)
 
     def _check_keys(self) -> None:
         """Every key checked before the journal and the first put-back."""
-        rfs, vault, m, run = self.rfs, self.vault, self.m, self.run
+        ostore, vault, m, run = self.ostore, self.vault, self.m, self.run
         for f in m["files"]:
             if not names_our_backup(vault, f):
                 raise BucketTxnError(Failure.REFUSED, "manifest names a backup outside the vault")
@@ -183,9 +183,9 @@ class ObjectRestore(ObjectPutBack):
             if not str(f["path"]).startswith(run_prefix(run)) or \
                     (f.get("final") and not str(f["final"]).startswith(run_prefix(run))):
                 raise BucketTxnError(Failure.REFUSED, f"manifest of {self.op_id} names a file outside its run {run!r}")
-            rfs.path(f["path"])
+            ostore.path(f["path"])
             if f.get("final"):
-                rfs.path(f["final"])
+                ostore.path(f["final"])
 
     def verify(self, report: txn.Report) -> None:
         """Nothing: each put-back is checked against the recorded checksums as it is made."""
@@ -193,44 +193,44 @@ class ObjectRestore(ObjectPutBack):
     def swap(self, report: txn.Report) -> None:
         """Every original put back (class doc); ``restore.file`` after each."""
         report("restore", 0.5)  # past the commit point: a front end stops offering a cancel
-        rfs, vault, out, conflicts, displaced = self.rfs, self.vault, self.out, self.conflicts, self.displaced
+        ostore, vault, out, conflicts, displaced = self.ostore, self.vault, self.out, self.conflicts, self.displaced
         op_id = self.op_id
         # one listing of the run says which originals exist again: no metadata read per file
-        present = run_listing(rfs, vault, self.run)
+        present = run_listing(ostore, vault, self.run)
         for f in self.m["files"]:
-            orig = rfs.path(f["path"])
+            orig = ostore.path(f["path"])
             self.started = True
             # a slim by an earlier version wrote its new bytes under the original's own name:
             # put back over them as an in-place rewrite
             if in_place(f) or (f.get("action") == "rewrite" and staged_match(present.get(f["path"]), f)):
                 # put back over the reduced object only while it is the one this operation made
-                cur = BucketState.of(rfs).head(orig)
+                cur = BucketState.of(ostore).head(orig)
                 if cur is not None and same_content(content_checksums(cur), f["checksums"]):
                     # the original bytes are there already; a grown object kept by a restore of
                     # this operation that stopped before its record is recorded now
-                    kept_info = BucketState.of(rfs).head(f"{vault.root}/{_kept_key(op_id, f)}")
+                    kept_info = BucketState.of(ostore).head(f"{vault.root}/{_kept_key(op_id, f)}")
                     if kept_info is not None and isinstance(f.get("new_size"), int):
-                        displaced.append(_late_from_kept(rfs, vault, f, _kept_key(op_id, f), kept_info, present))
+                        displaced.append(_late_from_kept(ostore, vault, f, _kept_key(op_id, f), kept_info, present))
                     continue
                 kept = None
                 if cur is not None and not staged_match(cur, f):
                     # a writer that resumed "appended" by writing the reduced bytes plus new records:
                     # the grown object goes to the vault, its records back into the run, and then
                     # the original over it (anything else written there is left as it is)
-                    kept = _keep_grown(rfs, vault, op_id, f, cur, present)
+                    kept = _keep_grown(ostore, vault, op_id, f, cur, present)
                     if kept is None:
                         conflicts.append(f["path"])
                         continue
                 try:
-                    res = _put_back(rfs, vault, f, orig, if_version=None if cur is None else cur.version_token)
+                    res = _put_back(ostore, vault, f, orig, if_version=None if cur is None else cur.version_token)
                 except StoreFailure as e:
                     if e.code == StoreError.PRECONDITION_FAILED and kept is None and \
-                            BucketState.of(rfs).head(orig) is None:
+                            BucketState.of(ostore).head(orig) is None:
                         # deleted between the HEAD and the put (S3 and Azure answer a conditional
                         # put on a missing key so): back create-only, as below
                         cur = None
                         try:
-                            res = _put_back(rfs, vault, f, orig)
+                            res = _put_back(ostore, vault, f, orig)
                         except StoreFailure as e2:
                             if e2.code != StoreError.ALREADY_EXISTS:
                                 raise
@@ -259,7 +259,7 @@ class ObjectRestore(ObjectPutBack):
                     continue
                 if cur is None:
                     try:
-                        res = _put_back(rfs, vault, f, orig)
+                        res = _put_back(ostore, vault, f, orig)
                     except StoreFailure as e:
                         if e.code == StoreError.ALREADY_EXISTS:
                             conflicts.append(f["path"])
@@ -269,22 +269,22 @@ class ObjectRestore(ObjectPutBack):
                 out.bytes_after += f["size"]
                 if res is not None:
                     faults.hit("restore.file")  # the same step as the rewrite's put-back above
-            if res is not None and res is not _STREAMED and not copy_matches(rfs, res, f, f["backup"], orig):
+            if res is not None and res is not _STREAMED and not copy_matches(ostore, res, f, f["backup"], orig):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match the original")
             out.created_files.append(f["path"])
             if renamed(f):
                 # the original is back: the compressed copy this operation made goes (a file
                 # someone wrote under that name since is left alone)
-                final = rfs.path(f["final"])
-                cur = BucketState.of(rfs).head(final)
+                final = ostore.path(f["final"])
+                cur = BucketState.of(ostore).head(final)
                 if staged_match(cur, f):
-                    must_delete_versioned(rfs, final, cur.version_token)
+                    must_delete_versioned(ostore, final, cur.version_token)
                     out.removed_files.append(f["final"])
                     out.bytes_after -= int(f.get("new_size") or 0)
 
     def commit(self, report: txn.Report) -> None:
         """The manifest marked restored, the journal removed, the outcome."""
-        rfs, vault, out, conflicts, displaced, op_id = self.rfs, self.vault, self.out, self.conflicts, self.displaced, self.op_id
+        ostore, vault, out, conflicts, displaced, op_id = self.ostore, self.vault, self.out, self.conflicts, self.displaced, self.op_id
         manifest_version = self.m.get("_version")
         manifest = {k: v for k, v in self.m.items() if not k.startswith("_")}
         manifest["restored_by"] = A_RESTORE  # a bucket restore has no op id of its own
@@ -295,9 +295,9 @@ class ObjectRestore(ObjectPutBack):
             manifest["displaced"] = displaced
         manifest["restored_at"] = now_s()
         manifest["restored_with"] = who()
-        version = manifest_version or (BucketState.of(rfs).head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
+        version = manifest_version or (BucketState.of(ostore).head(vault.manifest(op_id)) or ObjectInfo("", 0, 0)).version_token
         self.st.update(vault.manifest(op_id), bucket_form(manifest), version)
-        must_delete(rfs, [self.jpath])
+        must_delete(ostore, [self.jpath])
         self.jpath = None
         out.status = Outcome.RESTORED
         # an object store keeps no modification time or mode of a file: a restored object is
@@ -333,16 +333,16 @@ def _made_where(manifest: dict) -> str:
 _STREAMED = object()
 
 
-def _put_back(rfs: RemoteFS, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None):
+def _put_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None):
     """One original back at its key: a server-side copy of its backup (the copy's result, for
     ``copy_matches``), or streamed from the blob vault and checked there (``_STREAMED``);
     create-only, or only over ``if_version``."""
     if is_blob_entry(f):
-        put_back(rfs, vault, f, if_version=if_version)
+        put_back(ostore, vault, f, if_version=if_version)
         return _STREAMED
     if if_version is not None:
-        return BucketState.of(rfs).copy(f["backup"], orig, if_version=if_version, size=f["size"])
-    return BucketState.of(rfs).copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
+        return BucketState.of(ostore).copy(f["backup"], orig, if_version=if_version, size=f["size"])
+    return BucketState.of(ostore).copy(f["backup"], orig, if_absent=True, listed_absent=True, size=f["size"])
 
 
 def holds_original(cur: ObjectInfo, f: dict) -> bool:
@@ -351,7 +351,7 @@ def holds_original(cur: ObjectInfo, f: dict) -> bool:
     return cur.size == f.get("size") and bool(same_content(content_checksums(cur), f.get("checksums") or {}))
 
 
-def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],
+def _keep_grown(ostore: ObjectStore, vault: BucketVault, op_id: str, f: dict, cur: Optional[ObjectInfo],
                 present: Dict[str, ObjectInfo]) -> Optional[dict]:
     """When the object at a rewritten file's key is the reduced object this operation made with
     bytes written after it (``cur``), keep it whole in the vault (a server-side copy conditional
@@ -366,7 +366,7 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     kept_key = _kept_key(op_id, f)
     kept = f"{vault.root}/{kept_key}"
     try:
-        res = BucketState.of(rfs).copy(rfs.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
+        res = BucketState.of(ostore).copy(ostore.path(f["path"]), kept, if_source_version=cur.version_token, size=cur.size)
     except StoreFailure as e:
         if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             return None  # changed again since it was looked at: left as it is
@@ -374,10 +374,10 @@ def _keep_grown(rfs: RemoteFS, vault: BucketVault, op_id: str, f: dict, cur: Opt
     if same_content(res.checksums, content_checksums(cur)) is False:
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy kept in the vault does not match it")
     # read from the kept copy, which no writer changes: it must begin with the reduced bytes
-    if stream_digest(rfs, kept, new_size) != new_sha:
-        BucketState.of(rfs).delete([kept])  # a copy of an object left in the run as it is: not needed
+    if stream_digest(ostore, kept, new_size) != new_sha:
+        BucketState.of(ostore).delete([kept])  # a copy of an object left in the run as it is: not needed
         return None  # not an append to the reduced object
-    return _late_from_kept(rfs, vault, f, kept_key, cur, present)
+    return _late_from_kept(ostore, vault, f, kept_key, cur, present)
 
 
 def _kept_key(op_id: str, f: dict) -> str:
@@ -386,12 +386,12 @@ def _kept_key(op_id: str, f: dict) -> str:
     return f"kept/{op_id}/{hashlib.sha256(f['path'].encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
 
 
-def _late_from_kept(rfs: RemoteFS, vault: BucketVault, f: dict, kept_key: str, info: ObjectInfo,
+def _late_from_kept(ostore: ObjectStore, vault: BucketVault, f: dict, kept_key: str, info: ObjectInfo,
                     present: Dict[str, ObjectInfo]) -> dict:
     """The ``displaced`` record of a grown object kept in the vault at ``kept_key`` (``info``: its
     metadata), its complete records after the reduced bytes salvaged into the run (idempotent)."""
     new_size = int(f["new_size"])
-    src = BucketState.of(rfs).open_read(f"{vault.root}/{kept_key}", info.size)
+    src = BucketState.of(ostore).open_read(f"{vault.root}/{kept_key}", info.size)
     src.seek(new_size)
     reader = RecordReader(src, raw=True, display_name=f"late records of {f['path']}")
     buf = io.BytesIO()
@@ -403,31 +403,31 @@ def _late_from_kept(rfs: RemoteFS, vault: BucketVault, f: dict, kept_key: str, i
              "checksums": content_checksums(info), "late_records": None}
     if records:
         data = buf.getvalue()
-        name = _salvage_object(rfs, f["path"], data, present)
+        name = _salvage_object(ostore, f["path"], data, present)
         entry["late_records"] = {"file": name, "records": records, "bytes": len(data),
                                  "partial_bytes": info.size - new_size - reader.valid_bytes,
                                  "corrupt": reader.status == "corrupt"}
     return entry
 
 
-def _salvage_object(rfs: RemoteFS, path: str, data: bytes, present: Dict[str, ObjectInfo]) -> str:
+def _salvage_object(ostore: ObjectStore, path: str, data: bytes, present: Dict[str, ObjectInfo]) -> str:
     """Write ``data`` (whole records) as the next free ``<path>.salvaged-NNN`` (create-only); one
     an earlier, interrupted restore wrote with exactly these bytes is reused."""
     md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
     k = 1
     while True:
         name = salvage_name(path, k)  # one rule for every store: fits NAME_MAX where the store has one
-        info = present.get(name) or BucketState.of(rfs).head(rfs.path(name))
+        info = present.get(name) or BucketState.of(ostore).head(ostore.path(name))
         if info is None:
             try:
-                BucketState.of(rfs).put(rfs.path(name), data, if_absent=True)
+                BucketState.of(ostore).put(ostore.path(name), data, if_absent=True)
                 return name
             except StoreFailure as e:
                 if e.code != StoreError.ALREADY_EXISTS:
                     raise
-                info = BucketState.of(rfs).head(rfs.path(name))
+                info = BucketState.of(ostore).head(ostore.path(name))
         if info is not None and info.size == len(data) and \
                 same_content(content_checksums(info), {"md5": md5}) and \
-                BucketState.of(rfs).read_bytes(rfs.path(name), limit=len(data)) == data:
+                BucketState.of(ostore).read_bytes(ostore.path(name), limit=len(data)) == data:
             return name
         k += 1

@@ -83,11 +83,11 @@ from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.paths import is_sha256
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
-    RemoteFS,
     content_checksums,
     same_content,
 )
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.version import __version__
 
 #: failpoints of a bucket retirement, in order (tests inject a failure at each)
@@ -118,13 +118,13 @@ def journal_runs(doc: dict) -> List[str]:
                    and ".." not in a.split("/")]
 
 
-def _refuse(run: str, along: List[str], rfs: RemoteFS, vault: BucketVault) -> Optional[str]:
+def _refuse(run: str, along: List[str], ostore: ObjectStore, vault: BucketVault) -> Optional[str]:
     """Why ``run`` cannot be retired whatever its objects (a name that is no run below the logdir,
     or a prefix holding the vault), or None."""
     if run in (".", "") or run.startswith("/") or ".." in run.split("/"):
         return f"{run!r} is not a run below the logdir"
     try:
-        top = rfs.path(run)
+        top = ostore.path(run)
     except ValueError:
         return f"{run!r} is not a plain key prefix of the logdir"
     if vault.root == top or vault.root.startswith(top + "/"):
@@ -143,7 +143,7 @@ def _nested_extra(listing: Dict[str, ObjectInfo], run: str, along: List[str]) ->
     return sorted(found - set(along) - {run})
 
 
-def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iterable[str] = (),
+def retire_run(ostore: ObjectStore, vault: BucketVault, run: str, *, takes_along: Iterable[str] = (),
                rule: Optional[dict] = None, quiet_period: float,
                closed_files: Optional[Mapping[str, float]] = None,
                cancel: Optional[CancelToken] = None) -> RunOutcome:
@@ -153,10 +153,10 @@ def retire_run(rfs: RemoteFS, vault: BucketVault, run: str, *, takes_along: Iter
     every object back where it was. ``cancel``: honoured between the steps up to the commit record
     (the front end passes none: a cancel stops the next run)."""
     along = sorted(set(takes_along))
-    why = _refuse(run, along, rfs, vault)
+    why = _refuse(run, along, ostore, vault)
     if why:
         return RunOutcome(run=run, status=Outcome.FAILED, reason=why, code=Failure.REFUSED)
-    t = ObjectRetire(rfs, vault, run, along, rule, quiet_period, closed_files)
+    t = ObjectRetire(ostore, vault, run, along, rule, quiet_period, closed_files)
     try:
         if t.prepared():
             txn.run(t, cancel or CancelToken())
@@ -196,13 +196,13 @@ class ObjectRetire(txn.Txn):
     FAILPOINTS = {"journal": "retire.journal", "backup": "retire.move", "verify": "retire.manifest",
                   "swap_record": "retire.delete_record", "swap": "retire.delete"}
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault, run: str, along: List[str], rule: Optional[dict],
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, run: str, along: List[str], rule: Optional[dict],
                  quiet_period: float, closed_files: Optional[Mapping[str, float]]) -> None:
         self.t0 = time.monotonic()
-        self.rfs, self.vault, self.run, self.along, self.rule = rfs, vault, run, along, rule
+        self.ostore, self.vault, self.run, self.along, self.rule = ostore, vault, run, along, rule
         self.quiet_period, self.closed_files = quiet_period, closed_files
         self.out = RunOutcome(run=run, status=Outcome.FAILED)
-        self.st = BucketState(rfs)
+        self.st = BucketState(ostore)
         self.op_id = new_op_id()
         self.locks: List[lease.RunLease] = []  # the lock objects held (the journal names their paths)
         self.jnl: Optional[ObjectJournal] = None
@@ -220,12 +220,12 @@ class ObjectRetire(txn.Txn):
     def prepared(self) -> bool:
         """The locks, the listing and the refusals; False (the outcome says why) when the run is
         not retired, nothing recorded."""
-        rfs, vault, run, out = self.rfs, self.vault, self.run, self.out
+        ostore, vault, run, out = self.ostore, self.vault, self.run, self.out
         ACTIVE_OPS.add(self.op_id)
         if not lock_runs(self.st, [run] + self.along, self.op_id, self.locks, out):
             return False
         try:
-            listing = self.listing = run_listing(rfs, vault, run)
+            listing = self.listing = run_listing(ostore, vault, run)
             if not listing:
                 raise BucketTxnError(Failure.REFUSED, f"run {run!r} holds no object in the logdir (gone?); left alone")
             extra = _nested_extra(listing, run, self.along)
@@ -250,7 +250,7 @@ class ObjectRetire(txn.Txn):
         """The journal object, step ``planned`` (a store that refuses it: nothing to undo)."""
         try:
             self.jnl = new_journal(self.st, self.op_id, {
-                "op": self.op_id, "kind": KIND, "logdir": self.rfs.url, "step": Rec.PLANNED, "created": now_s(),
+                "op": self.op_id, "kind": KIND, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
                 "vault": self.vault.root, "runs": [self.entry], "takes_along": self.along, "rule": self.rule,
                 "logdir_objects": len(self.listing)})
         except STORE_FAILURES as e:
@@ -260,18 +260,18 @@ class ObjectRetire(txn.Txn):
     def backup(self, report: txn.Report) -> None:
         """Every object into the vault: one add of blobs for the run, or server-side copies, each
         conditional on the listed version and proven by the store's checksum."""
-        rfs, vault, entry = self.rfs, self.vault, self.entry
+        ostore, vault, entry = self.ostore, self.vault, self.entry
         # a purge's forget waits until the manifest names the blobs added here (no-op without blobs)
         self._adding.enter_context(adding(vault))
         if vault.blobs is not None:  # one add for the run: small objects share packs
-            unmade = backup_entries(rfs, vault, [entry])
+            unmade = backup_entries(ostore, vault, [entry])
             if self.run in unmade:
                 raise unmade[self.run]
             faults.hit("retire.mid_move")  # every blob is in, none named yet
         for i, f in enumerate(entry["files"]):
             if is_blob_entry(f):
                 continue
-            backup_object(rfs, f)
+            backup_object(ostore, f)
             if i == 0:
                 faults.hit("retire.mid_move")
 
@@ -285,14 +285,14 @@ class ObjectRetire(txn.Txn):
         """Every copy checked as it was made (the store's checksum, a blob read back): the
         manifest, then the ``adding`` lock left (the manifest names the blobs now)."""
         self.st.create(self.vault.manifest(self.op_id),
-                       manifest_doc(self.rfs, self.vault, self.jnl.doc, self.entry, self.along, self.rule))
+                       manifest_doc(self.ostore, self.vault, self.jnl.doc, self.entry, self.along, self.rule))
         self._adding.close()
 
     def last_look(self) -> None:
         """A writer's object (new, or an original rewritten since its copy) keeps the run in the
         logdir; so does a lock taken over or a blob forgotten since its add."""
         run, files = self.run, self.entry["files"]
-        now_objs = self.now_objs = run_listing(self.rfs, self.vault, run)
+        now_objs = self.now_objs = run_listing(self.ostore, self.vault, run)
         new = sorted(set(now_objs) - set(self.listing))
         changed = [f["path"] for f in files if f["path"] not in now_objs
                    or now_objs[f["path"]].version_token != f["version"]]
@@ -313,11 +313,11 @@ class ObjectRetire(txn.Txn):
 
     def swap(self, report: txn.Report) -> None:
         """Each original deleted at its listed version (one rewritten meanwhile never is)."""
-        finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
+        finish_op(self.ostore, self.vault, self.jnl.doc, present=self.now_objs)
 
     def commit(self, report: txn.Report) -> None:
         """Nothing is left in the run's prefix; the journal closed."""
-        left = run_listing(self.rfs, self.vault, self.run)
+        left = run_listing(self.ostore, self.vault, self.run)
         if left:
             raise BucketTxnError(Skip.ACTIVE, f"{sorted(left)[0]}: written into the run while it was being retired; "
                                  "run put back beside it")
@@ -342,7 +342,7 @@ class ObjectRetire(txn.Txn):
         if self.jnl is None:  # no journal was made: nothing moved
             out.status, out.code = Outcome.FAILED, self.code
             return
-        held = rollback(self.rfs, self.vault, self.jnl.doc, deleted=committed)
+        held = rollback(self.ostore, self.vault, self.jnl.doc, deleted=committed)
         must_close(self.jnl)
         self.jnl = None
         out.status = Outcome.SKIPPED if isinstance(self.code, Skip) else Outcome.ROLLED_BACK
@@ -371,7 +371,7 @@ class ObjectRetire(txn.Txn):
         ours, versions = unlock_all(self.locks)
         if self.jnl is None or self.out.status == Outcome.VERIFIED:  # a kept journal keeps its locks
             try:
-                BucketState.of(self.rfs).delete(ours, versions=versions)
+                BucketState.of(self.ostore).delete(ours, versions=versions)
             except STORE_FAILURES:
                 pass  # a stale lock of no journal is taken over by the next taker
         self.out.duration_s = round(time.monotonic() - self.t0, 3)
@@ -389,7 +389,7 @@ def _file_entry(vault: BucketVault, op_id: str, index: int, key: str, o: ObjectI
     return f
 
 
-def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, along: List[str],
+def manifest_doc(ostore: ObjectStore, vault: BucketVault, doc: dict, entry: dict, along: List[str],
                  rule: Optional[dict]) -> dict:
     """The retirement's manifest in the one schema (``engine.manifest``) with a retirement's own
     fields (``takes_along``, ``tree``, ``stored_in``, ``rule``); an object store keeps no mode,
@@ -401,13 +401,13 @@ def manifest_doc(rfs: RemoteFS, vault: BucketVault, doc: dict, entry: dict, alon
     where = {"blob_folder": vault.blobs.folder, "stored_in": vault.blobs.folder} if vault.blobs is not None \
         else {"stored_in": f"blobs/{entry['op']}/files"}
     return manifest.bucket_form(manifest.new(
-        op_id=entry["op"], kind=KIND, run=entry["run"], logdir=rfs.url, started_at=started, finished_at=now_s(),
+        op_id=entry["op"], kind=KIND, run=entry["run"], logdir=ostore.url, started_at=started, finished_at=now_s(),
         outcome=Outcome.VERIFIED, files=files, bytes_before=total, bytes_after=0, takes_along=along,
         vault=vault.root, rule=rule, tree=[{k: f[k] for k in ("path", "size", "mtime", "checksums")} for f in files],
         shard=lease.shard_label(), tool_version=__version__, **where, **who()))
 
 
-def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
+def _same(ostore: ObjectStore, info: ObjectInfo, f: dict) -> bool:
     """Whether the object at ``f``'s key holds ``f``'s original bytes: its listed version, or the
     store's checksums of both; without a common checksum kind, both read and hashed."""
     if info.version_token == f["version"]:
@@ -416,32 +416,32 @@ def _same(rfs: RemoteFS, info: ObjectInfo, f: dict) -> bool:
         return False
     ok = same_content(content_checksums(info), f.get("checksums") or {})
     if ok is None:
-        theirs = f.get("sha256") if is_blob_entry(f) else stream_digest(rfs, f["backup"], f["size"])
-        ok = stream_digest(rfs, rfs.path(f["path"]), f["size"]) == theirs
+        theirs = f.get("sha256") if is_blob_entry(f) else stream_digest(ostore, f["backup"], f["size"])
+        ok = stream_digest(ostore, ostore.path(f["path"]), f["size"]) == theirs
     return bool(ok)
 
 
-def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, listed_absent: bool = False) -> None:
+def _copy_back(ostore: ObjectStore, vault: BucketVault, f: dict, listed_absent: bool = False) -> None:
     """One original back at its key from its verified backup, create-only: a server-side copy
     checked by the store's checksums, or its blob streamed back and checked (``put_back``).
     Raises ``StoreFailure`` (``already_exists``) when an object stands at the key."""
     if is_blob_entry(f):
-        put_back(rfs, vault, f)
+        put_back(ostore, vault, f)
         return
-    res = BucketState.of(rfs).copy(f["backup"], rfs.path(f["path"]), if_absent=True, listed_absent=listed_absent,
+    res = BucketState.of(ostore).copy(f["backup"], ostore.path(f["path"]), if_absent=True, listed_absent=listed_absent,
                        size=f["size"])
-    if not copy_matches(rfs, res, f, f["backup"], rfs.path(f["path"])):
+    if not copy_matches(ostore, res, f, f["backup"], ostore.path(f["path"])):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: the copy put back does not match")
 
 
-def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> List[str]:
+def rollback(ostore: ObjectStore, vault: BucketVault, doc: dict, deleted: bool) -> List[str]:
     """Put back every original of an uncommitted (or undone) retirement that is gone, from its
     verified copy, create-only; idempotent. The copies and the manifest go only when every
     original stands as it was; an original another object replaced at its key keeps its copy
     (returned, and named ``not_restored`` in the manifest, which purge keeps)."""
     held: List[str] = []
     for en in doc.get("runs", []):
-        present = run_listing(rfs, vault, en["run"])
+        present = run_listing(ostore, vault, en["run"])
         for f in en.get("files", []):
             cur = present.get(f["path"])
             if cur is None:
@@ -450,38 +450,38 @@ def rollback(rfs: RemoteFS, vault: BucketVault, doc: dict, deleted: bool) -> Lis
                         continue  # never copied, never deleted by us: someone else removed it
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified copy of it")
                 try:
-                    _copy_back(rfs, vault, f)
+                    _copy_back(ostore, vault, f)
                 except StoreFailure as e:
                     if e.code != StoreError.ALREADY_EXISTS:
                         raise
-                    cur = BucketState.of(rfs).head(rfs.path(f["path"]))
+                    cur = BucketState.of(ostore).head(ostore.path(f["path"]))
                 else:
                     continue
-            if cur is not None and not _same(rfs, cur, f) and f.get("backup_checksums"):
+            if cur is not None and not _same(ostore, cur, f) and f.get("backup_checksums"):
                 held.append(f["path"])
         mpath = vault.manifest(en["op"])
         if held:
-            m, version = BucketState(rfs).read(mpath)
+            m, version = BucketState(ostore).read(mpath)
             held_doc = {"restored_by": manifest.A_RESTORE, "not_restored": held, "restored_at": now_s()}
             if m is None:
-                BucketState(rfs).create(mpath, manifest.bucket_form(
-                    {**manifest_doc(rfs, vault, doc, en, doc.get("takes_along") or [], doc.get("rule")), **held_doc}))
+                BucketState(ostore).create(mpath, manifest.bucket_form(
+                    {**manifest_doc(ostore, vault, doc, en, doc.get("takes_along") or [], doc.get("rule")), **held_doc}))
             else:
                 try:
-                    m = manifest.read(m, vault_url(rfs, mpath))
+                    m = manifest.read(m, vault_url(ostore, mpath))
                 except Untrusted:
                     continue  # damaged: no purge takes it (its copies stay), status names it
-                BucketState(rfs).update(mpath, manifest.bucket_form({**m, **held_doc}), version)
+                BucketState(ostore).update(mpath, manifest.bucket_form({**m, **held_doc}), version)
             continue
         # every original stands as it was: the copies are redundant (the manifest first, so no
         # restorable retirement ever points at a missing copy; blobs stay until a purge forgets
         # what nothing names: another operation may hold the same bytes)
-        must_delete(rfs, [mpath])
-        must_delete(rfs, [f["backup"] for f in en.get("files", []) if f.get("backup")])
+        must_delete(ostore, [mpath])
+        must_delete(ostore, [f["backup"] for f in en.get("files", []) if f.get("backup")])
     return held
 
 
-def settle(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal) -> Tuple[str, str]:
+def settle(ostore: ObjectStore, vault: BucketVault, journal: ObjectJournal) -> Tuple[str, str]:
     """Settle an unfinished retirement from its journal (``engine.bucket_recover``); returns
     (``codes.Recovery`` value, detail). From the commit record on (every copy verified) the
     originals left are deleted at their version; a run that holds anything else by then (a
@@ -496,20 +496,20 @@ def settle(rfs: RemoteFS, vault: BucketVault, journal: ObjectJournal) -> Tuple[s
             finish = False
     if finish:
         try:
-            finish_op(rfs, vault, doc)
-            if not run_listing(rfs, vault, en["run"]):
+            finish_op(ostore, vault, doc)
+            if not run_listing(ostore, vault, en["run"]):
                 return Recovery.COMPLETED, "every object was copied and verified; the retirement was finished"
         except BucketTxnError as e:
             if e.code != Failure.CHANGED_SINCE_BACKUP:
                 raise
-    held = rollback(rfs, vault, doc, deleted=journal.committed())
+    held = rollback(ostore, vault, doc, deleted=journal.committed())
     detail = f"stopped at step {journal.step_name}; every object of the run put back"
     if held:
         detail += f"; {len(held)} written again meanwhile keep their originals in the vault, e.g. {held[0]}"
     return Recovery.ROLLED_BACK, detail
 
 
-def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -> RunOutcome:
+def unretire(ostore: ObjectStore, vault: BucketVault, m: dict, resume: bool = False) -> RunOutcome:
     """Copy every object of a retired run back (create-only, never over an object written since),
     each checked against the store's checksums; mark the manifest restored: ``ObjectUnretire`` run
     by ``engine.txn.run``. Before the first put-back a journal (``kind: unretire``) is written and
@@ -520,7 +520,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     out = RunOutcome(run=run, status=Outcome.FAILED, code=Failure.RESTORE_BLOCKED,
                      op_id=manifest.op_id_of(m), bytes_before=0, bytes_after=0)
     try:  # any shape ever written (a recovery passes the manifest as it reads it)
-        m = manifest.read(m, m.get("_path") and vault_url(rfs, m["_path"]) or "the retirement's manifest")
+        m = manifest.read(m, m.get("_path") and vault_url(ostore, m["_path"]) or "the retirement's manifest")
     except Untrusted as e:
         out.reason, out.code = f"{e}; nothing was changed", e.code
         return out
@@ -530,11 +530,11 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     prefix = f"{vault.root}/blobs/{m['op_id']}/files/"
     along = [a for a in m.get("takes_along") or [] if isinstance(a, str)]
     try:
-        why = _refuse(run, along, rfs, vault)
+        why = _refuse(run, along, ostore, vault)
         if why:
             raise BucketTxnError(Failure.REFUSED, why)
         for f in m["files"]:
-            rfs.path(f["path"])
+            ostore.path(f["path"])
             ours = entry_ok(f) and is_sha256(f.get("sha256")) if is_blob_entry(f) else \
                 str(f.get("backup", "")).startswith(prefix)
             if not ours or not f["path"].startswith(run_prefix(run)):
@@ -544,7 +544,7 @@ def unretire(rfs: RemoteFS, vault: BucketVault, m: dict, resume: bool = False) -
     except (BucketTxnError, ValueError) as e:
         out.reason = f"{e}; nothing was changed"
         return out
-    t = ObjectUnretire(rfs, vault, m, run, along, resume, out)
+    t = ObjectUnretire(ostore, vault, m, run, along, resume, out)
     try:
         if lock_runs(t.st, [run] + along, t.held_as, t.locks, out):
             txn.run(t, CancelToken())
@@ -575,11 +575,11 @@ class ObjectUnretire(ObjectPutBack):
     errors = (BucketTxnError, *STORE_FAILURES, ValueError, OSError)
     FAILPOINTS = {"swap": "unretire.move"}
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault, m: dict, run: str, along: List[str], resume: bool,
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, m: dict, run: str, along: List[str], resume: bool,
                  out: RunOutcome) -> None:
-        super().__init__(rfs, out, m["op_id"], resume)
+        super().__init__(ostore, out, m["op_id"], resume)
         self.vault, self.m, self.run, self.along, self.resume = vault, m, run, along, resume
-        self.st = BucketState(rfs)
+        self.st = BucketState(ostore)
         self.op_id = new_op_id()
         self.conflicts: List[str] = []
 
@@ -588,35 +588,35 @@ class ObjectUnretire(ObjectPutBack):
 
     def journal(self, report: txn.Report) -> None:
         """Every copy checked, then the journal (``NotStarted`` with a damaged vault)."""
-        rfs, vault, m, out = self.rfs, self.vault, self.m, self.out
-        damaged = [f["path"] for f in m["files"] if not _copy_ok(rfs, vault, f)]
+        ostore, vault, m, out = self.ostore, self.vault, self.m, self.out
+        damaged = [f["path"] for f in m["files"] if not _copy_ok(ostore, vault, f)]
         if damaged:
             out.reason = f"retired objects missing or damaged in the vault: {', '.join(damaged[:5])}; nothing was changed"
             if self.resume:
                 out.reason += "; the journal is kept"
-                self.jpath = journal_path(rfs, self.held_as)
+                self.jpath = journal_path(ostore, self.held_as)
             raise txn.NotStarted()
         if not self.resume:  # before the first put-back: the next start finishes a restore stopped midway
-            start_journal(self.st, restore_journal(rfs, vault, m, UNRETIRE_KIND, self.run, self.along))
-        self.jpath = journal_path(rfs, self.held_as)
+            start_journal(self.st, restore_journal(ostore, vault, m, UNRETIRE_KIND, self.run, self.along))
+        self.jpath = journal_path(ostore, self.held_as)
 
     def verify(self, report: txn.Report) -> None:
         """Nothing: each put-back is checked by the store's checksums as it is made."""
 
     def swap(self, report: txn.Report) -> None:
         """Every object gone from its key copied back, create-only and checked."""
-        rfs, vault, out = self.rfs, self.vault, self.out
-        present = run_listing(rfs, vault, self.run)
+        ostore, vault, out = self.ostore, self.vault, self.out
+        present = run_listing(ostore, vault, self.run)
         for i, f in enumerate(self.m["files"]):
             cur = present.get(f["path"])
             if cur is None:
                 self.started = True
                 try:
-                    _copy_back(rfs, vault, f, listed_absent=True)
+                    _copy_back(ostore, vault, f, listed_absent=True)
                 except StoreFailure as e:
                     if e.code != StoreError.ALREADY_EXISTS:
                         raise
-                    cur = BucketState.of(rfs).head(rfs.path(f["path"]))
+                    cur = BucketState.of(ostore).head(ostore.path(f["path"]))
                 else:
                     out.created_files.append(f["path"])
                     out.bytes_after += f["size"]
@@ -637,7 +637,7 @@ class ObjectUnretire(ObjectPutBack):
             doc["not_restored"] = sorted(conflicts)
         st.update(self.vault.manifest(self.held_as), manifest.bucket_form(doc),
                   m.get("_version") or st.read(self.vault.manifest(self.held_as))[1])
-        must_delete(self.rfs, [self.jpath])
+        must_delete(self.ostore, [self.jpath])
         self.jpath = None
         out.status, out.code = Outcome.RESTORED, Finding.MTIME_NOT_KEPT
         out.reason = (f"{len(m['files']) - len(conflicts)} object(s) back byte for byte (checksums checked); the "
@@ -647,12 +647,12 @@ class ObjectUnretire(ObjectPutBack):
                            f"{conflicts[0]}: their originals stay in the vault, and purge keeps them")
 
 
-def _copy_ok(rfs: RemoteFS, vault: BucketVault, f: dict) -> bool:
+def _copy_ok(ostore: ObjectStore, vault: BucketVault, f: dict) -> bool:
     """Whether ``f``'s backup is there with its bytes: a blob added by this logdir that reads back
     to its sha256, or a copy of its size and checksums."""
     if is_blob_entry(f):
         return check_entry(vault, f)
-    info = BucketState.of(rfs).head(f["backup"])
+    info = BucketState.of(ostore).head(f["backup"])
     if info is None or info.size != f["size"]:
         return False
     want = f.get("backup_checksums") or f.get("checksums") or {}

@@ -99,8 +99,9 @@ from tb_footprint_plugin.engine.verification import stage_file, stage_line, stop
 from tb_footprint_plugin.scan import categories as cat
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS, content_checksums
+from tb_footprint_plugin.storage.remote import ObjectInfo, content_checksums
 from tb_footprint_plugin.storage.store import Capabilities
+from tb_footprint_plugin.storage.store_object import ObjectStore
 from tb_footprint_plugin.verify import Stopped
 
 #: Transactions of one process on several threads (``bucket_reduce.reduce_runs``'s ``jobs``) add
@@ -130,7 +131,7 @@ def logdir_capabilities(st: BucketState) -> Capabilities:
     return st.logdir_store().capabilities
 
 
-def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
+def reduce_rewrite_run(ostore: ObjectStore, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
                        quiet_period: float, policy: Optional[str],
                        verify_backends: Tuple[str, ...] = ("python", "rust"),
                        closed_files: Optional[Mapping[str, float]] = None,
@@ -146,7 +147,7 @@ def reduce_rewrite_run(rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str,
     the disk's steps, ``backup`` (to 0.4), ``stage`` (0.6), ``verify`` (0.65, before the readers,
     the read-back and the listing check). ``readers_root``: the scratch root the caller set for
     the readers of every transaction it runs at once (else each sets its own while it stages)."""
-    t = ObjectReduce(rfs, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
+    t = ObjectReduce(ostore, vault, rp, listing, quiet_period, policy, verify_backends, closed_files,
                      cancel or CancelToken(), readers_root)
     if t.planned() and t.take_lock():
         txn.run(t, t.cancel, progress)
@@ -182,19 +183,19 @@ class ObjectReduce(txn.Txn):
     swaps = (COPY_DELETE,)
     rollback_errors = (BucketTxnError, *STORE_FAILURES, OSError)
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
+    def __init__(self, ostore: ObjectStore, vault: BucketVault, rp, listing: Dict[str, ObjectInfo],
                  quiet_period: float, policy: Optional[str], verify_backends: Tuple[str, ...],
                  closed_files: Optional[Mapping[str, float]], cancel: CancelToken,
                  readers_root: Optional[str]) -> None:
         self.t0 = time.monotonic()
-        self.rfs, self.vault, self.rp, self.listing = rfs, vault, rp, listing
+        self.ostore, self.vault, self.rp, self.listing = ostore, vault, rp, listing
         self.quiet_period, self.policy, self.backends = quiet_period, policy, verify_backends
         self.closed_files, self.cancel, self.readers_root = closed_files, cancel, readers_root
         self.out = RunOutcome(run=rp.run, status=Outcome.SKIPPED, bytes_before=rp.bytes_before,
                               bytes_after=rp.bytes_before)
         self.op_id = new_op_id()
         self.files: List[dict] = []
-        self.st = BucketState(rfs)
+        self.st = BucketState(ostore)
         # how this run's objects are swapped: what the logdir's store declares decides (``planned``)
         self.strategy = swap_strategy(logdir_capabilities(self.st))
         self.lock = None
@@ -224,7 +225,7 @@ class ObjectReduce(txn.Txn):
         gone since the plan or a compressed copy's name is taken already, or (a failure,
         ``Failure.REFUSED``) when the store's swap strategy is not one this engine makes."""
         vault, out = self.vault, self.out
-        why = refusal(self.strategy, self.swaps, needs_version_check=True, where=self.rfs.url)
+        why = refusal(self.strategy, self.swaps, needs_version_check=True, where=self.ostore.url)
         if why:
             out.status, out.reason, out.code = Outcome.FAILED, why, Failure.REFUSED
             return False
@@ -264,17 +265,17 @@ class ObjectReduce(txn.Txn):
     def journal(self, report: txn.Report) -> None:
         """The journal object, step ``planned``."""
         self.jnl = new_journal(self.st, self.op_id, {
-            "op": self.op_id, "logdir": self.rfs.url, "step": Rec.PLANNED, "created": now_s(),
+            "op": self.op_id, "logdir": self.ostore.url, "step": Rec.PLANNED, "created": now_s(),
             "vault": self.vault.root, "runs": [self.en], "logdir_objects": len(self.listing)})
 
     def backup(self, report: txn.Report) -> None:
         """Every original into the vault, a cancel looked at before each copy."""
-        rfs, vault, en = self.rfs, self.vault, self.en
+        ostore, vault, en = self.ostore, self.vault, self.en
         # held until the manifest exists (as ``bucket_batch`` does): a purge's forget waits while
         # only this journal names the blobs' digests, and once it goes on the manifest names them
         self._adding.enter_context(adding(vault))
         with _BLOB_ADDS if vault.blobs is not None else contextlib.nullcontext():
-            unmade = backup_entries(rfs, vault, [en])
+            unmade = backup_entries(ostore, vault, [en])
         if unmade:
             raise unmade[self.rp.run]
         if vault.blobs is not None:
@@ -284,7 +285,7 @@ class ObjectReduce(txn.Txn):
         for f in self.files:
             self.cancel.check()
             if not is_blob_entry(f):
-                backup_object(rfs, f)
+                backup_object(ostore, f)
             faults.hit("reduce.backup_copy")
             done += f["size"]
             report("backup", 0.4 * done / total)
@@ -297,7 +298,7 @@ class ObjectReduce(txn.Txn):
         within a moment and the step raises the token's ``Cancelled``, as ``LocalReduce.verify``."""
         work = self._scratch.enter_context(scratch.scratch("bucket", scratch.system_root()))
         try:
-            self.local = _stage_run(self.rfs, self.rp, self.files, self.listing, work, self.backends, self.vault,
+            self.local = _stage_run(self.ostore, self.rp, self.files, self.listing, work, self.backends, self.vault,
                                     report, readers_root=self.readers_root, should_stop=stop_of(self.cancel))
         except Stopped:
             self.cancel.check()  # Cancelled: "cancelled" or "timed out before the commit point"
@@ -309,7 +310,7 @@ class ObjectReduce(txn.Txn):
         for f in self.files:
             if f.get("tmp"):
                 self.cancel.check()
-                _upload_and_read_back(self.rfs, f, self.local["staged"][f["path"]])
+                _upload_and_read_back(self.ostore, f, self.local["staged"][f["path"]])
         self.jnl.step(Rec.UPLOADED, runs=[self.en])  # the new objects, their checksums and read-back recorded
 
     def verify(self, report: txn.Report) -> None:
@@ -321,7 +322,7 @@ class ObjectReduce(txn.Txn):
         # dated with the time the commit record then carries (``finished_at``, as on a disk)
         self.committed_at = now_s()
         self.st.create(self.vault.manifest(self.op_id), manifest_doc(
-            self.rfs, self.en, rp, self.policy, self.bytes_after, self.vault, self.jnl.doc,
+            self.ostore, self.en, rp, self.policy, self.bytes_after, self.vault, self.jnl.doc,
             committed_at=self.committed_at))
         self._adding.close()
 
@@ -329,7 +330,7 @@ class ObjectReduce(txn.Txn):
         """A fresh listing of the run: nothing changed since its backup, no compressed copy's name
         taken, nothing written within the quiet period, the lock still ours, the blobs there."""
         rp = self.rp
-        now_objs = self.now_objs = listing_of_runs(self.rfs, self.vault, [rp.run], len(self.listing))
+        now_objs = self.now_objs = listing_of_runs(self.ostore, self.vault, [rp.run], len(self.listing))
         for f in self.files:
             cur = now_objs.get(f["path"])
             if cur is None or cur.version_token != f["version"]:
@@ -355,13 +356,13 @@ class ObjectReduce(txn.Txn):
     def swap(self, report: txn.Report) -> None:
         """Each new object copied over its original at the backed-up version, the removed ones
         deleted (the copy + delete swap ``planned`` found the store's strategy to be)."""
-        finish_op(self.rfs, self.vault, self.jnl.doc, present=self.now_objs)
+        finish_op(self.ostore, self.vault, self.jnl.doc, present=self.now_objs)
 
     def commit(self, report: txn.Report) -> None:
         """The final listing proves the run holds exactly the staged objects; the journal closes
         with the lock object."""
         rp, files, local, out = self.rp, self.files, self.local, self.out
-        v = verify_batch(self.rfs, self.vault, [self.en], self.listing)[rp.run]
+        v = verify_batch(self.ostore, self.vault, [self.en], self.listing)[rp.run]
         if not v["ok"]:
             raise BucketTxnError(Failure.ERROR, v["error"])  # as a failed verification on a disk
         v["checks"] = local["checks"] + [{"name": "store listing", "ok": True, "detail": (
@@ -395,16 +396,16 @@ class ObjectReduce(txn.Txn):
         (``engine.history``), the journal closed, the lock object deleted at its version."""
         journaled = self.jnl is not None
         if journaled:
-            rollback_entry(self.rfs, self.vault, self.en, deleted=committed)
+            rollback_entry(self.ostore, self.vault, self.en, deleted=committed)
             rolled_back(self.out, self.code)
             # its manifest is gone with its backups: the change log says it was rolled back, before
             # the journal goes (a kill in between: recovery writes it, never twice)
-            append_rolled_back(BucketState.of(self.rfs).logdir_store(),
+            append_rolled_back(BucketState.of(self.ostore).logdir_store(),
                                [rolled_back_line(self.out, self.op_id, self.policy)], [self.out])
             must_close(self.jnl)
         ours = unlock_versions(self.lock)
         if ours:
-            must_delete(self.rfs, [self.lock.path], versions=ours)
+            must_delete(self.ostore, [self.lock.path], versions=ours)
         rolled_back(self.out, self.code)
 
     def incomplete(self, error: BaseException) -> None:
@@ -420,11 +421,11 @@ class ObjectReduce(txn.Txn):
         self.out.duration_s = round(time.monotonic() - self.t0, 3)
 
 
-def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Optional[str] = None) -> str:
+def _download(ostore: ObjectStore, rel: str, o: ObjectInfo, dest: str, version: Optional[str] = None) -> str:
     """Stream an object to a local file in ranged reads; return its sha256. The bytes must match
     the store's checksum of the version that was backed up (when the store gives one)."""
     h, md5 = hashlib.sha256(), hashlib.md5()
-    reader = BucketState.of(rfs).open_read(rfs.path(rel), o.size)
+    reader = BucketState.of(ostore).open_read(ostore.path(rel), o.size)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     with open(dest, "wb") as fo:
         while True:
@@ -441,7 +442,7 @@ def _download(rfs: RemoteFS, rel: str, o: ObjectInfo, dest: str, version: Option
     return h.hexdigest()
 
 
-def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
+def _stage_run(ostore: ObjectStore, rp, files: List[dict], listing: Dict[str, ObjectInfo], work: str,
                backends: Tuple[str, ...], vault: Optional[BucketVault] = None,
                report: Callable[[str, float], None] = lambda step, frac: None,
                readers_root: Optional[str] = None, should_stop: Optional[Callable[[], bool]] = None) -> dict:
@@ -454,7 +455,7 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
     def fetch(rel: str, o: ObjectInfo, dest: str) -> str:
         if rel in kept:
             return copy_from_blobs(vault, kept[rel], dest)
-        return _download(rfs, rel, o, dest)
+        return _download(ostore, rel, o, dest)
 
     pre = run_prefix(rp.run)
     run_dir = os.path.join(work, "run")
@@ -535,15 +536,15 @@ def _stage_run(rfs: RemoteFS, rp, files: List[dict], listing: Dict[str, ObjectIn
             scratch.use_root(prev_root)
 
 
-def _upload_and_read_back(rfs: RemoteFS, f: dict, staged: dict) -> None:
+def _upload_and_read_back(ostore: ObjectStore, f: dict, staged: dict) -> None:
     """Upload the staged file under ``f['tmp']`` (streamed) and read it back through
     TensorBoard's own reader over the store's URL scheme: same sha256, same record count."""
-    info = BucketState.of(rfs).put_file(f["tmp"], staged["local"])
+    info = BucketState.of(ostore).put_file(f["tmp"], staged["local"])
     if info.size != staged["size"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: uploaded {info.size} bytes of {staged['size']}")
-    url = f"{rfs.scheme}://{f['tmp']}"
-    with _S3_READS if rfs.scheme == "s3" else contextlib.nullcontext():
-        got = _tensorboard_sha256(url, rfs)
+    url = f"{ostore.scheme}://{f['tmp']}"
+    with _S3_READS if ostore.scheme == "s3" else contextlib.nullcontext():
+        got = _tensorboard_sha256(url, ostore)
         n = _tensorboard_records(url) if "records_after" in staged else None
     if got != staged["sha256"]:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: the uploaded copy read back through TensorBoard "
@@ -573,7 +574,7 @@ def _md5_file(path: str) -> bytes:
             h.update(b)
 
 
-def _tensorboard_sha256(url: str, rfs: RemoteFS) -> str:
+def _tensorboard_sha256(url: str, ostore: ObjectStore) -> str:
     """sha256 of an object as TensorBoard's gfile reads it over the URL (streamed in chunks)."""
     from tensorboard.compat.tensorflow_stub.io import gfile
 
@@ -586,7 +587,7 @@ def _tensorboard_sha256(url: str, rfs: RemoteFS) -> str:
                 break
             h.update(b)
             n += len(b)
-    rfs.stats.add("read", max(1, -(-n // CHUNK)), down=n)
+    ostore.stats.add("read", max(1, -(-n // CHUNK)), down=n)
     return h.hexdigest()
 
 

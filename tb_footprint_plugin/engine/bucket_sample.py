@@ -36,23 +36,24 @@ from tb_footprint_plugin.engine.trust import Untrusted
 from tb_footprint_plugin.storage import scratch
 from tb_footprint_plugin.storage.files import CHUNK
 from tb_footprint_plugin.storage.paths import is_op_id, is_sha256
-from tb_footprint_plugin.storage.remote import ObjectInfo, RemoteFS
+from tb_footprint_plugin.storage.remote import ObjectInfo
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
-def find_manifest(rfs: RemoteFS, vault: BucketVault, op_id: str) -> dict:
+def find_manifest(ostore: ObjectStore, vault: BucketVault, op_id: str) -> dict:
     """The manifest of ``op_id`` in the one schema (one read of its object), as the local
     ``catalogue.find_manifest``: ``TransactionError`` when there is none, it does not read as a
     manifest, or its reduction is not committed (a journal of the bucket still names it)."""
-    st = BucketState.of(rfs)
+    st = BucketState.of(ostore)
     path = vault.manifest(op_id) if is_op_id(op_id) else None
     doc = st.read(path)[0] if path is not None else None
     if doc is None:
         raise TransactionError(f"no operation {op_id!r} in the vault", Failure.NOT_FOUND)
     try:
-        m = manifest_schema.read(doc, vault_url(rfs, path))
+        m = manifest_schema.read(doc, vault_url(ostore, path))
     except Untrusted as e:
         raise TransactionError(f"no usable operation {op_id!r} in the vault ({e})") from None
-    if m["op_id"] != op_id or op_id in uncommitted_ops(rfs):
+    if m["op_id"] != op_id or op_id in uncommitted_ops(ostore):
         raise TransactionError(f"no operation {op_id!r} in the vault", Failure.NOT_FOUND)
     return m
 
@@ -148,13 +149,13 @@ class BucketSource(one_rule.Source):
     """A bucket logdir's run prefix and its operation's backups (server-side copies, or blobs of a
     local vault folder), through ``Downloads``."""
 
-    def __init__(self, rfs: RemoteFS, vault: BucketVault):
-        self.rfs, self.vault = rfs, vault
-        self.st = BucketState.of(rfs)
+    def __init__(self, ostore: ObjectStore, vault: BucketVault):
+        self.ostore, self.vault = ostore, vault
+        self.st = BucketState.of(ostore)
         self.listed: Dict[str, ObjectInfo] = {}
 
     def manifest(self, op_id: str) -> dict:
-        return find_manifest(self.rfs, self.vault, op_id)
+        return find_manifest(self.ostore, self.vault, op_id)
 
     def find_run(self, m: dict, op_id: str) -> str:
         prefix = run_prefix(m["run"])
@@ -175,7 +176,7 @@ class BucketSource(one_rule.Source):
 
     @contextlib.contextmanager
     def paths(self, now: Dict[str, ObjectInfo], backups: Dict[str, dict]) -> Iterator[List[str]]:
-        rfs, st, vault = self.rfs, self.st, self.vault
+        ostore, st, vault = self.ostore, self.st, self.vault
         with DOWNLOADS.lock:
             paths, used = [], set()
             for key in one_rule.in_order(now, backups):
@@ -187,15 +188,15 @@ class BucketSource(one_rule.Source):
                     def fetch(dest, f=f):
                         _original(st, vault, f, dest)
                 else:
-                    ident = ("object", rfs.path(key), info.version_token, info.size)
+                    ident = ("object", ostore.path(key), info.version_token, info.size)
                     size = info.size
 
                     def fetch(dest, key=key, info=info):
-                        _download(st.open_read(rfs.path(key), info.size), info.size, dest, READ_BYTES)
+                        _download(st.open_read(ostore.path(key), info.size), info.size, dest, READ_BYTES)
                 try:
                     paths.append(DOWNLOADS.get(ident, size, fetch))
                 except (*STORE_FAILURES, OSError, ValueError) as e:
-                    raise SampleUnavailable("not_found", f"{rfs.url_of(key)} could not be read ({e})") from None
+                    raise SampleUnavailable("not_found", f"{ostore.url_of(key)} could not be read ({e})") from None
                 used.add(ident)
             try:
                 yield paths
@@ -203,12 +204,12 @@ class BucketSource(one_rule.Source):
                 DOWNLOADS.trim(used)
 
 
-def sample(rfs: RemoteFS, vault: BucketVault, op_id: str, side: str, plugin: str, tag: str, step: int,
+def sample(ostore: ObjectStore, vault: BucketVault, op_id: str, side: str, plugin: str, tag: str, step: int,
            index: int = 0) -> tuple:
     """``(bytes, content type)`` of sample ``index`` of ``tag`` at ``step`` (``plugin``: images or
     audio) of operation ``op_id``'s run, ``before`` or ``after`` (``engine.sample.sample``, the
     rule a disk's follows); ``TransactionError`` for an operation the vault does not hold."""
-    return one_rule.sample(BucketSource(rfs, vault), op_id, side, plugin, tag, step, index)
+    return one_rule.sample(BucketSource(ostore, vault), op_id, side, plugin, tag, step, index)
 
 
 def _original(st: BucketState, vault: BucketVault, f: dict, dest: str) -> None:

@@ -36,11 +36,11 @@ from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entrie
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
-    RemoteFS,
     content_checksums,
     same_content,
 )
 from tb_footprint_plugin.storage.store import StoreFailure
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 def renamed(f: dict) -> bool:
@@ -67,39 +67,39 @@ def file_entry(vault: BucketVault, op_id: str, a, o: ObjectInfo) -> dict:
     return f
 
 
-def backup_object(rfs: RemoteFS, f: dict) -> None:
+def backup_object(ostore: ObjectStore, f: dict) -> None:
     """Back up one original by a server-side copy conditional on the version the plan saw; its
     integrity is the store's checksum of the copy equal to the original's. An original changed
     or gone since the plan (e.g. another worker reduced the run) is ``Skip.NOT_IN_PLAN``."""
     try:
-        res = BucketState.of(rfs).copy(rfs.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
+        res = BucketState.of(ostore).copy(ostore.path(f["path"]), f["backup"], if_source_version=f["version"], size=f["size"])
     except StoreFailure as e:
         if e.code in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             raise BucketTxnError(Skip.NOT_IN_PLAN, f"{f['path']}: changed or gone since the plan") from e
         raise
-    if not copy_matches(rfs, res, f, rfs.path(f["path"]), f["backup"]):
+    if not copy_matches(ostore, res, f, ostore.path(f["path"]), f["backup"]):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: backup copy does not match the original")
     f["backup_checksums"] = res.checksums
     f["backup_version"] = res.version
 
 
-def copy_matches(rfs: RemoteFS, res, f: dict, src: str, dst: str) -> bool:
+def copy_matches(ostore: ObjectStore, res, f: dict, src: str, dst: str) -> bool:
     """A server-side copy of an original (a backup, or a backup put back) holds the original's
     bytes: by the store's checksum of the copy against the original's when they share a kind;
     otherwise (a copy made in parts, a blob without an MD5) by reading both."""
     ok = same_content(res.checksums, f["checksums"])
     if ok is None:
-        ok = stream_digest(rfs, src, f["size"]) == stream_digest(rfs, dst, f["size"])
+        ok = stream_digest(ostore, src, f["size"]) == stream_digest(ostore, dst, f["size"])
     return ok
 
 
-def stream_digest(rfs: RemoteFS, path: str, size: int) -> str:
+def stream_digest(ostore: ObjectStore, path: str, size: int) -> str:
     """SHA-256 of an object by ranged reads (used only when the store gave no common checksum)."""
     h = hashlib.sha256()
     pos = 0
     while pos < size:
         end = min(size, pos + (1 << 20))
-        data = BucketState.of(rfs).read_range(path, pos, end)
+        data = BucketState.of(ostore).read_range(path, pos, end)
         h.update(data)
         pos = end
     return h.hexdigest()
@@ -112,7 +112,7 @@ def journal_started(doc: dict) -> Optional[float]:
     return t if isinstance(t, (int, float)) and not isinstance(t, bool) and t == t else None
 
 
-def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_after: int,
+def manifest_doc(ostore: ObjectStore, entry: dict, rp, policy: Optional[str], bytes_after: int,
                  vault: Optional[BucketVault] = None, journal: Optional[dict] = None,
                  committed_at: Optional[float] = None) -> dict:
     """The manifest of one verified run of an operation (what a restore puts back); with a local
@@ -128,7 +128,7 @@ def manifest_doc(rfs: RemoteFS, entry: dict, rp, policy: Optional[str], bytes_af
     started = journal_started(journal) if journal is not None else None
     # written once the backups are verified, before the swap: what a restore needs from then on
     return manifest.bucket_form(manifest.new(
-        op_id=entry["op"], kind="reduce", run=entry["run"], logdir=rfs.url,
+        op_id=entry["op"], kind="reduce", run=entry["run"], logdir=ostore.url,
         started_at=min(started, now) if started is not None else now, finished_at=now,
         outcome=Outcome.VERIFIED, files=entry["files"], bytes_before=rp.bytes_before, bytes_after=bytes_after,
         policy=policy, shard=lease.shard_label(), **folder, **who()))
@@ -147,7 +147,7 @@ def rollback_incomplete(out: RunOutcome, e: Exception) -> None:
     out.reason += f"; rollback incomplete ({e}); the journal is kept and the next start settles it"
 
 
-def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
+def finish_op(ostore: ObjectStore, vault: BucketVault, doc: dict,
             present: Optional[Dict[str, ObjectInfo]] = None) -> None:
     """The committed part of a journal, idempotent (the reduction and recovery both run it):
     each staged object put over its original only while the original is the planned version
@@ -158,12 +158,12 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
     temps: List[str] = []
     for en in live_entries(doc):
         for f in en["files"]:
-            path = rfs.path(f["path"])
+            path = ostore.path(f["path"])
             if in_place(f):
-                _put_over(rfs, f["tmp"], path, f)
+                _put_over(ostore, f["tmp"], path, f)
                 temps.append(f["tmp"])
             elif renamed(f):  # the new name first: the original is deleted only once it exists
-                _put_new(rfs, f["tmp"], rfs.path(f["final"]), f)
+                _put_new(ostore, f["tmp"], ostore.path(f["final"]), f)
                 temps.append(f["tmp"])
                 deletes[path], rels[path] = f["version"], f["path"]
             else:
@@ -172,7 +172,7 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
                 faults.hit("reduce.mid_swap")
     if deletes:
         if present is None:
-            present = listing_of_runs(rfs, vault, [en["run"] for en in live_entries(doc)],
+            present = listing_of_runs(ostore, vault, [en["run"] for en in live_entries(doc)],
                                        int(doc.get("logdir_objects") or 10 ** 9))
         # looked up by the planned keys (a listing may hold keys that are not plain: '..' segments)
         present = {p: present[rels[p]] for p in deletes if rels[p] in present}
@@ -181,9 +181,9 @@ def finish_op(rfs: RemoteFS, vault: BucketVault, doc: dict,
             raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP, f"{changed[0]}: rewritten since its backup; left as is")
         todo = [p for p in deletes if p in present]
         if todo:
-            delete_all(rfs, todo, versions={p: deletes[p] for p in todo})
+            delete_all(ostore, todo, versions={p: deletes[p] for p in todo})
     if temps:
-        must_delete(rfs, temps)
+        must_delete(ostore, temps)
 
 
 def staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
@@ -192,13 +192,13 @@ def staged_match(info: Optional[ObjectInfo], f: dict) -> bool:
         bool(same_content(content_checksums(info), f.get("new_checksums") or {}))
 
 
-def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
+def _put_over(ostore: ObjectStore, tmp: str, path: str, f: dict) -> None:
     try:
-        res = BucketState.of(rfs).copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
+        res = BucketState.of(ostore).copy(tmp, path, if_version=f["version"], size=f.get("new_size"))
     except StoreFailure as e:
         if e.code not in (StoreError.PRECONDITION_FAILED, StoreError.NOT_FOUND):
             raise
-        if staged_match(BucketState.of(rfs).head(path), f):
+        if staged_match(BucketState.of(ostore).head(path), f):
             return  # put over already (a crash after the copy)
         raise BucketTxnError(Failure.CHANGED_SINCE_BACKUP,
                              f"{f['path']}: changed since its backup; the reduced copy was not put over it") from e
@@ -206,29 +206,29 @@ def _put_over(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['path']}: the copy put over it does not match the staged file")
 
 
-def _put_new(rfs: RemoteFS, tmp: str, path: str, f: dict) -> None:
+def _put_new(ostore: ObjectStore, tmp: str, path: str, f: dict) -> None:
     try:
-        res = BucketState.of(rfs).copy(tmp, path, if_absent=True, size=f.get("new_size"))
+        res = BucketState.of(ostore).copy(tmp, path, if_absent=True, size=f.get("new_size"))
     except StoreFailure as e:
-        if e.code == StoreError.ALREADY_EXISTS and staged_match(BucketState.of(rfs).head(path), f):
+        if e.code == StoreError.ALREADY_EXISTS and staged_match(BucketState.of(ostore).head(path), f):
             return
-        if e.code == StoreError.NOT_FOUND and staged_match(BucketState.of(rfs).head(path), f):
+        if e.code == StoreError.NOT_FOUND and staged_match(BucketState.of(ostore).head(path), f):
             return  # the temporary key is gone: a crash after the copy and the cleanup
         raise
     if same_content(res.checksums, f.get("new_checksums") or {}) is False:
         raise BucketTxnError(Failure.STORE_ERROR, f"{f['final']}: the compressed copy does not match the staged file")
 
 
-def uncommitted_ops(rfs: RemoteFS) -> set:
+def uncommitted_ops(ostore: ObjectStore) -> set:
     """The operation ids whose manifests are no reduction (yet): every run a reduce's journal left
     in the bucket names before its commit record, and those it took out (``dropped``) before it.
     Their manifests are written before that record, dated with its time; the rollback, or the next
     start's recovery, removes them (review R6 F2). One listing of the journals, each one read
     (usually none). Untrusted: a journal that does not read as a reduce's names nothing."""
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     out: set = set()
     for key, info in pending_objects(st):
-        j = ObjectJournal.read(st, rfs.path(key), info)
+        j = ObjectJournal.read(st, ostore.path(key), info)
         if j is None or j.doc.get("corrupt") or "kind" in j.doc:  # gone, damaged, a restore's, a retirement's
             continue
         committed = j.committed()
@@ -239,11 +239,11 @@ def uncommitted_ops(rfs: RemoteFS) -> set:
     return out
 
 
-def verify_batch(rfs: RemoteFS, vault: BucketVault, live: List[dict],
+def verify_batch(ostore: ObjectStore, vault: BucketVault, live: List[dict],
                   listing: Dict[str, ObjectInfo]) -> Dict[str, dict]:
     """A fresh listing of the runs: every removed key gone, every rewritten key holding the
     staged bytes (the store's checksum), every other object of the run at the version it had."""
-    now_objs = listing_of_runs(rfs, vault, [en["run"] for en in live], len(listing), known=listing)
+    now_objs = listing_of_runs(ostore, vault, [en["run"] for en in live], len(listing), known=listing)
     removed = {f["path"] for en in live for f in en["files"] if not in_place(f)}
     rewritten = {f["path"]: f for en in live for f in en["files"] if in_place(f)}
     planned = planned_objects(listing, [en["run"] for en in live])
@@ -303,7 +303,7 @@ def planned_objects(listing: Dict[str, ObjectInfo], runs: List[str]) -> Dict[str
     return out
 
 
-def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = True) -> None:
+def rollback_entry(ostore: ObjectStore, vault: BucketVault, en: dict, deleted: bool = True) -> None:
     """Undo one run of an operation that did not commit: put back any removed original from its
     verified backup, then drop the manifest, the backup copies and the temporary keys.
     ``deleted``: whether the operation may have deleted originals (its commit record was written);
@@ -315,45 +315,45 @@ def rollback_entry(rfs: RemoteFS, vault: BucketVault, en: dict, deleted: bool = 
             # never backed up, and nothing is replaced or deleted before the commit record: nothing
             # of ours to put back (nor a key to check: it may be one that is not a plain key)
             continue
-        orig = rfs.path(f["path"])
+        orig = ostore.path(f["path"])
         if in_place(f):
             # overwritten only after the commit record; put back if it holds the staged bytes now
-            cur = BucketState.of(rfs).head(orig)
+            cur = BucketState.of(ostore).head(orig)
             if cur is not None and cur.version_token != f["version"] and staged_match(cur, f):
                 if not f.get("backup_checksums"):
                     raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: replaced and no verified backup of it")
-                _copy_back(rfs, vault, f, orig, if_version=cur.version_token)
+                _copy_back(ostore, vault, f, orig, if_version=cur.version_token)
             continue
-        if BucketState.of(rfs).head(orig) is None:
+        if BucketState.of(ostore).head(orig) is None:
             if not f.get("backup_checksums") and not deleted:
                 continue  # never copied, never deleted by us: someone else removed it (nothing of ours)
             if not f.get("backup_checksums"):
                 raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: gone and no verified backup of it")
-            _copy_back(rfs, vault, f, orig)
+            _copy_back(ostore, vault, f, orig)
         if renamed(f):
             # the original is back: the compressed (or slimmed) copy made by this operation goes (only if it
             # still holds the staged bytes: anything else there is someone's new file)
-            final = rfs.path(f["final"])
-            cur = BucketState.of(rfs).head(final)
+            final = ostore.path(f["final"])
+            cur = BucketState.of(ostore).head(final)
             if staged_match(cur, f):
-                must_delete_versioned(rfs, final, cur.version_token)
+                must_delete_versioned(ostore, final, cur.version_token)
     # Originals are all in place: the copies in the vault are redundant now (the manifest first,
     # so no restorable operation ever points at a missing backup).
-    must_delete(rfs, [vault.manifest(en["op"])])
+    must_delete(ostore, [vault.manifest(en["op"])])
     # (blobs stay: another operation may hold the same bytes; purge forgets what none names)
-    must_delete(rfs, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f)] +
+    must_delete(ostore, [f["backup"] for f in en.get("files", []) if not is_blob_entry(f)] +
                 [f["tmp"] for f in en.get("files", []) if f.get("tmp")])
 
 
-def _copy_back(rfs: RemoteFS, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None) -> None:
+def _copy_back(ostore: ObjectStore, vault: BucketVault, f: dict, orig: str, if_version: Optional[str] = None) -> None:
     """Put an original back from its verified backup: a server-side copy, or streamed from the
     blob vault; create-only, or only over ``if_version``."""
     if is_blob_entry(f):
-        put_back(rfs, vault, f, if_version=if_version)
+        put_back(ostore, vault, f, if_version=if_version)
         return
     if if_version is None:
-        res = BucketState.of(rfs).copy(f["backup"], orig, if_absent=True, size=f["size"])
+        res = BucketState.of(ostore).copy(f["backup"], orig, if_absent=True, size=f["size"])
     else:
-        res = BucketState.of(rfs).copy(f["backup"], orig, if_version=if_version, size=f["size"])
-    if not copy_matches(rfs, res, f, f["backup"], orig):
+        res = BucketState.of(ostore).copy(f["backup"], orig, if_version=if_version, size=f["size"])
+    if not copy_matches(ostore, res, f, f["backup"], orig):
         raise BucketTxnError(Failure.BACKUP_DAMAGED, f"{f['path']}: restored copy does not match")

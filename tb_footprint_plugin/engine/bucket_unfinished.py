@@ -25,20 +25,20 @@ from tb_footprint_plugin.engine.bucket_recover import damaged_locks, reduce_will
 from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, pending_objects
 from tb_footprint_plugin.storage.paths import is_op_id
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
-def journal_rows(rfs: RemoteFS, vault: BucketVault) -> tuple:
+def journal_rows(ostore: ObjectStore, vault: BucketVault) -> tuple:
     """``(operations, problems)`` from the journal objects: one row per run a journal still holds
     (untrusted: an id that is not one is the journal's name, a run that is not a string None), a
     problem per journal that cannot be read or addressed."""
-    st = BucketState.of(rfs)
+    st = BucketState.of(ostore)
     ops: List[dict] = []
     problems: List[dict] = []
     for key, info in pending_objects(st):
-        named = f"{rfs.scheme}://{rfs.root}/{key}"
+        named = f"{ostore.scheme}://{ostore.root}/{key}"
         try:
-            j = ObjectJournal.read(st, rfs.path(key), info)
+            j = ObjectJournal.read(st, ostore.path(key), info)
         except ValueError:  # S3 keeps 'journal/x/../y' as written: named, never read
             problems.append({"code": trust.PATH_OUTSIDE, "file": named, "op_id": None, "run": None,
                              "detail": f"{named}: not a plain key of the logdir; never acted on, left in place"})
@@ -46,7 +46,7 @@ def journal_rows(rfs: RemoteFS, vault: BucketVault) -> tuple:
         if j is None:  # settled by its owner since the listing
             continue
         if j.unreadable():  # ``recover`` never acts on it
-            url = rfs.url_of(key)
+            url = ostore.url_of(key)
             problems.append({"code": Finding.DAMAGED_FILE, "file": url, "op_id": None, "run": None,
                              "detail": f"{url}: journal not readable; never acted on, left in place"})
             continue
@@ -55,7 +55,7 @@ def journal_rows(rfs: RemoteFS, vault: BucketVault) -> tuple:
         name = key.rsplit("/", 1)[-1][:-len(".json")]
         op = j.doc.get("op") if is_op_id(j.doc.get("op")) else name
         kind = j.kind or "reduce"
-        refused = trust_refusal(rfs, vault, j, rfs.url_of(key))
+        refused = trust_refusal(ostore, vault, j, ostore.url_of(key))
         if refused is not None:  # recover leaves it alone: no operation it settles, a finding naming it
             problems.append({"code": refused["code"], "file": refused["file"], "path": refused["file"],
                              "op_id": op, "run": None, "detail": refused["detail"]})
@@ -69,11 +69,11 @@ def journal_rows(rfs: RemoteFS, vault: BucketVault) -> tuple:
     return ops, problems
 
 
-def unfinished(rfs: RemoteFS, vault: BucketVault, logdir: str, backup_dir: Optional[str]) -> dict:
+def unfinished(ostore: ObjectStore, vault: BucketVault, logdir: str, backup_dir: Optional[str]) -> dict:
     """``{unfinished_operations, problems, settle_command}``: the settle command when an operation
     is unfinished (the problems named here are left in place by ``recover``: it cannot mend them)."""
-    ops, problems = journal_rows(rfs, vault)
-    problems += damaged_locks(rfs)
+    ops, problems = journal_rows(ostore, vault)
+    problems += damaged_locks(ostore)
     return {"unfinished_operations": ops, "problems": problems,
             "settle_command": health.settle_command(logdir, backup_dir) if ops else None}
 
