@@ -1,5 +1,5 @@
 """The engine of a logdir in object storage (S3, GCS, Azure): ``Engine`` over ``engine.bucket``'s
-front, a ``RemoteFS`` and its ``BucketVault`` (server-side copies in the store, or blobs in a
+front, the logdir's ``ObjectStore`` and its ``BucketVault`` (server-side copies in the store, or blobs in a
 local folder). ``engine.bucket`` is imported at first use: it loads the object-store clients.
 
 Why one module: as ``front_local``, one class, ``BucketEngine``, one short method per ``Engine``
@@ -28,16 +28,19 @@ from tb_footprint_plugin.storage.store import StoreFailure
 
 
 def bucket_of(logdir: str, backup_dir: Optional[str]):
-    """``(RemoteFS, BucketVault)`` of a bucket logdir: backups as server-side copies in its store
-    (``backup_dir`` unset or a prefix of the same store), or blobs in a local folder of ours
-    (``backup_dir`` a path; ``NotPrivate`` when it is not ours)."""
+    """``(ObjectStore, BucketVault)`` of a bucket logdir: its store, through which the bucket
+    engine names and reaches every object, and its vault, backups as server-side copies in that
+    store (``backup_dir`` unset or a prefix of the same store) or blobs in a local folder of ours
+    (``backup_dir`` a path; ``NotPrivate`` when it is not ours). The one place of the engine that
+    makes the store's client (``RemoteFS``): everything else holds the ``ObjectStore``."""
     from tb_footprint_plugin.engine.bucket import BucketVault
     from tb_footprint_plugin.storage.remote import RemoteFS
     from tb_footprint_plugin.storage.store_object import ObjectStore
 
-    rfs = RemoteFS(logdir)  # its own refusals (a missing client extra: ``missing_extra``) as they were
-    # the vault is built over the logdir's store, on this client (no request)
-    return rfs, BucketVault.for_logdir(ObjectStore.on_client(rfs, rfs.url), backup_dir)
+    client = RemoteFS(logdir)  # its own refusals (a missing client extra: ``missing_extra``) as they were
+    store = ObjectStore.on_client(client, client.url)  # no request
+    # the vault is built over the logdir's store, on its client (no request)
+    return store, BucketVault.for_logdir(store, backup_dir)
 
 
 def op_view(m: dict) -> dict:
@@ -47,8 +50,8 @@ def op_view(m: dict) -> dict:
 
 
 class BucketEngine(Engine):
-    """A logdir in object storage (S3, GCS, Azure): ``engine.bucket``'s front over a ``RemoteFS``
-    and its ``BucketVault`` (server-side copies in the store, or blobs in a local folder)."""
+    """A logdir in object storage (S3, GCS, Azure): ``engine.bucket``'s front over the logdir's
+    ``ObjectStore`` and its ``BucketVault`` (server-side copies in the store, or blobs in a local folder)."""
 
     kind = "bucket"
 
@@ -59,14 +62,14 @@ class BucketEngine(Engine):
         self.scan_backup_dir = backup_dir
         self.quiet_period, self.verify_backends = quiet_period, tuple(verify_backends)
         self.closed_files = dict(closed_files or {})
-        self.rfs, self.vault = bucket_of(logdir, backup_dir)
+        self.ostore, self.vault = bucket_of(logdir, backup_dir)
         self._listing: Optional[dict] = None  # the reduce's one listing, which its transactions share
         self._listing_measured = False  # whether ``reduce_usage`` took its "before" from that listing
 
     @property
     def state(self) -> BucketState:
         """The logdir's ``BucketState``: its listings and reads through the ``Store`` interface."""
-        return BucketState.of(self.rfs)
+        return BucketState.of(self.ostore)
 
     @property
     def bk(self):
@@ -84,9 +87,9 @@ class BucketEngine(Engine):
         nothing is stale)."""
         from tb_footprint_plugin.engine import bucket_ledger
 
-        out = self.bk.recover(self.rfs, self.vault)
+        out = self.bk.recover(self.ostore, self.vault)
         try:
-            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), recovered=out)
+            bucket_ledger.settle_stale(self.ostore, lambda: self.bk.manifests(self.ostore, self.vault), recovered=out)
         except (OSError, ValueError):
             pass  # the ledger is a record: the next start settles it
         return out
@@ -97,7 +100,7 @@ class BucketEngine(Engine):
         Differs: the manifests' damage is not read here (one read each: ``status`` names it)."""
         from tb_footprint_plugin.engine.bucket_unfinished import unfinished
 
-        return unfinished(self.rfs, self.vault, self.logdir, self.backup_dir)
+        return unfinished(self.ostore, self.vault, self.logdir, self.backup_dir)
 
     def pending_operations(self) -> List[str]:
         """Empty today, as before the interface: a bucket's journal objects are listed by ``status``
@@ -122,10 +125,10 @@ class BucketEngine(Engine):
         recovered = self.recover()
         out = [dict(vars(o), untouched=None, files=0) for o in recovered]
         try:
-            bucket_ledger.settle_stale(self.rfs, lambda: self.bk.manifests(self.rfs, self.vault), mine=True,
+            bucket_ledger.settle_stale(self.ostore, lambda: self.bk.manifests(self.ostore, self.vault), mine=True,
                                        recovered=recovered)
             if ledger or shard is not None:  # the folder the reduce recorded the batch in (``open_ledger``)
-                bucket_ledger.record_rolled_back(self.rfs, None if shard is None else f"{shard[0]}/{shard[1]}",
+                bucket_ledger.record_rolled_back(self.ostore, None if shard is None else f"{shard[0]}/{shard[1]}",
                                                  rolled_back)
         except (OSError, ValueError):
             pass  # the ledger is a record: the next start settles it
@@ -134,7 +137,7 @@ class BucketEngine(Engine):
     # -- the catalogue -------------------------------------------------------------------------
     def operations(self, run: Optional[str] = None) -> List[dict]:
         """The vault's manifests, less those of runs a journal has not committed (``_unreduced``)."""
-        found = self.bk.manifests(self.rfs, self.vault)
+        found = self.bk.manifests(self.ostore, self.vault)
         held = self._unreduced()
         return [op_view(m) for m in found if (run is None or m.get("run") == run) and m.get("op_id") not in held]
 
@@ -145,7 +148,7 @@ class BucketEngine(Engine):
         written after its journal, and a rollback drops the manifest before the journal."""
         from tb_footprint_plugin.engine.bucket_steps import uncommitted_ops
 
-        return uncommitted_ops(self.rfs)
+        return uncommitted_ops(self.ostore)
 
     def status(self) -> dict:
         """The bucket's own status (``engine.bucket_catalogue.status``) with the keys a local one
@@ -154,17 +157,17 @@ class BucketEngine(Engine):
         listed yet); ``batch`` from the ledger objects."""
         from tb_footprint_plugin.engine import bucket_ledger
 
-        st = self.bk.status(self.rfs, self.vault)
+        st = self.bk.status(self.ostore, self.vault)
         held = self._unreduced() if st.get("unfinished_operations") else set()
         st["operations"] = [o for o in st["operations"] if o.get("op_id") not in held]
-        st["batch"] = with_restores(bucket_ledger.merged(self.rfs), st["operations"])
+        st["batch"] = with_restores(bucket_ledger.merged(self.ostore), st["operations"])
         for k in ("unfinished", "problems", "late_writes", "kept_blobs", "locked_runs"):
             st.setdefault(k, [])
         st.setdefault("settle_command",
                       health.settle_command(self.logdir, self.backup_dir) if st["unfinished_operations"] else None)
         st["disk_in_use_bytes"] = self.in_use()
         try:
-            st["freed_after_purge_bytes"] = self.bk.retention_report(self.rfs, self.vault,
+            st["freed_after_purge_bytes"] = self.bk.retention_report(self.ostore, self.vault,
                                                                      st["vault_bytes"])["freed_after_purge"]
         except (OSError, ValueError):
             st["freed_after_purge_bytes"] = st["vault_bytes"]
@@ -173,11 +176,11 @@ class BucketEngine(Engine):
     def in_use(self, objects=None) -> Optional[int]:
         """What the logdir and its vault hold, as stored (the listing's sizes; a vault in another
         prefix listed too: ``BucketState`` listings, one each); None when a listing fails."""
-        rfs, vault = self.rfs, self.vault
+        ostore, vault = self.ostore, self.vault
         try:
             objects = self.state.tree() if objects is None else objects
             total = usage.stored_bytes(o.size for o in objects.values())
-            if not (vault.root == rfs.root or vault.root.startswith(rfs.root + "/")):
+            if not (vault.root == ostore.root or vault.root.startswith(ostore.root + "/")):
                 # a vault in a bucket not made yet holds no backup yet
                 total += usage.stored_bytes(o.size for o in self.state.listing(vault.root, missing_ok=True).values())
             return total
@@ -195,7 +198,7 @@ class BucketEngine(Engine):
     def history(self) -> List[dict]:
         """From the manifests (a bucket has no append: each operation's manifest is its record),
         less those of runs a journal has not committed (``_unreduced``)."""
-        found = self.bk.history(self.rfs, self.vault)
+        found = self.bk.history(self.ostore, self.vault)
         held = self._unreduced()
         return [e for e in found if e.get("op_id") not in held]
 
@@ -208,7 +211,7 @@ class BucketEngine(Engine):
         Differs: no ``progress`` calls, no separate results for damage no operation shows; a
         cancel is looked at between runs and among a run's backups (no readers' verification)."""
         self.recover()
-        return self.bk.recheck(self.rfs, self.vault, run=run, op=op, cancel=cancel)
+        return self.bk.recheck(self.ostore, self.vault, run=run, op=op, cancel=cancel)
 
     def restore(self, run: Optional[str], op: Optional[str],
                 on_outcome: Optional[Callable[[RunOutcome], None]] = None,
@@ -220,11 +223,11 @@ class BucketEngine(Engine):
         ``op`` as for ``run``. ``cancel``: a reduction's restore stops before its first put-back
         (``bucket_restore.restore_op``); a retired run's is not stopped once started
         (``bucket_retire.unretire``), only not started, as on a disk."""
-        bk, rfs, vault = self.bk, self.rfs, self.vault
+        bk, ostore, vault = self.bk, self.ostore, self.vault
         self.recover()
         damaged: List[dict] = []  # a damaged manifest may hide a backup: named, as on disk
         todo = []
-        for m in bk.manifests(rfs, vault, damaged):
+        for m in bk.manifests(ostore, vault, damaged):
             v = op_view(m)  # the one shape's fields, whichever shape the bucket wrote
             if (v.get("outcome") == Outcome.VERIFIED and not v.get("restored_by") and not v.get("backup_purged")
                     and (op is None or v.get("op_id") == op)
@@ -243,7 +246,7 @@ class BucketEngine(Engine):
                                            op_id=m.get("op_id"), bytes_before=m.get("bytes_after", 0),
                                            bytes_after=m.get("bytes_after", 0)))
             else:
-                outcomes.append(bk.restore_op(rfs, vault, m, cancel=cancel, progress=progress))
+                outcomes.append(bk.restore_op(ostore, vault, m, cancel=cancel, progress=progress))
             if on_outcome is not None:
                 on_outcome(outcomes[-1])
         return outcomes + [
@@ -255,14 +258,14 @@ class BucketEngine(Engine):
         return summarize_operations([m for m in self.operations(run) if is_kept(m)])
 
     def backup_runs(self) -> List:
-        return [m.get("run") for m in self.bk.manifests(self.rfs, self.vault)]
+        return [m.get("run") for m in self.bk.manifests(self.ostore, self.vault)]
 
     def purge(self, *, older_than: Optional[float], yes: bool, op: Optional[str], runs: Optional[Collection[str]],
               op_ids: Optional[Collection[str]], recovered: Sequence[RecoveryOutcome] = (),
               cancel: Optional[CancelToken] = None, progress: Progress = None) -> PurgeReport:
         """Differs: a held backup is listed with 0 bytes (its size is not counted) and
         ``Finding.NOT_RESTORED`` when the bucket gives no code."""
-        d = self.bk.purge(self.rfs, self.vault, older_than=older_than, op=op, yes=yes, runs=runs,
+        d = self.bk.purge(self.ostore, self.vault, older_than=older_than, op=op, yes=yes, runs=runs,
                           op_ids=set(op_ids) if op_ids is not None else None, cancel=cancel, progress=progress)
         codes = {Skip.LOCKED.value: Skip.LOCKED, Failure.INTERRUPTED.value: Failure.INTERRUPTED,
                  Failure.ERROR.value: Failure.ERROR}  # the codes a bucket's purge holds a backup with
@@ -278,7 +281,7 @@ class BucketEngine(Engine):
         blobs of a local vault) read through ``BucketState`` (``engine.bucket_sample``)."""
         from tb_footprint_plugin.engine.bucket_sample import sample
 
-        return sample(self.rfs, self.vault, op_id, side, plugin, tag, step, index)
+        return sample(self.ostore, self.vault, op_id, side, plugin, tag, step, index)
 
     # -- retire --------------------------------------------------------------------------------
     def check_retire(self) -> None:
@@ -290,13 +293,13 @@ class BucketEngine(Engine):
         commit record, as on a disk. With a local vault of blobs the run's objects go there (made
         0700, or refused naming it, before the first run moves: a dry run writes nothing)."""
         self.prepare_vault()
-        return self.bk.retire_run(self.rfs, self.vault, run, takes_along=takes_along, rule=rule,
+        return self.bk.retire_run(self.ostore, self.vault, run, takes_along=takes_along, rule=rule,
                                   quiet_period=quiet_period, cancel=cancel)
 
     def retired(self) -> List[dict]:
         """Differs: ``tree_sha256`` is None (a bucket retirement lists objects, no tree digest)."""
         out = []
-        for m in self.bk.retirements(self.bk.manifests(self.rfs, self.vault)):
+        for m in self.bk.retirements(self.bk.manifests(self.ostore, self.vault)):
             v = op_view(m)
             out.append({"op_id": v["op_id"], "run": m["run"], "takes_along": m.get("takes_along") or [],
                         "bytes": m.get("bytes_before", 0), "files": len(m["files"]), "retired_at": v["started_at"],
@@ -313,7 +316,7 @@ class BucketEngine(Engine):
 
     def plan_measures(self):
         """The PyTorch traces' gzip and slim measured by ranged reads, cached per object."""
-        return bucket_traces(self.rfs.url)
+        return bucket_traces(self.ostore.url)
 
     def note_plan(self, p, fp, *, measures=None, vault_format: str = "compressed",
                   held: Optional[dict] = None) -> None:
@@ -329,7 +332,7 @@ class BucketEngine(Engine):
             # (a --vault-format it cannot take is refused before the plan: ``vault_format``)
             return (f"backups: compressed blobs in {self.vault.blobs.folder} (verified, zstd where it pays, small ones "
                     "packed)")
-        return (f"backups: whole server-side copies under {self.rfs.scheme}://{self.vault.root} (the store's checksum "
+        return (f"backups: whole server-side copies under {self.ostore.scheme}://{self.vault.root} (the store's checksum "
                 "verified), kept until `tb-footprint purge`; --backup-dir FOLDER keeps compressed blobs instead")
 
     def in_flight(self) -> List[dict]:
@@ -349,18 +352,18 @@ class BucketEngine(Engine):
 
         folder = self.ledger_folder(ledger, shard)
         try:
-            entries, _problems = bucket_ledger.read_folder(self.rfs, folder)
+            entries, _problems = bucket_ledger.read_folder(self.ostore, folder)
         except (OSError, ValueError):
             return None
         if not entries:
             return None
         policies = {pol for _e, pol in entries.values()}
-        return (self.rfs.url_of(f"{bucket_ledger.LEDGERS}/{folder}"),
+        return (self.ostore.url_of(f"{bucket_ledger.LEDGERS}/{folder}"),
                 {"policy": policies.pop() if len(policies) == 1 else None,
                  "runs": {run: e for run, (e, _pol) in entries.items()}}, self.logdir)
 
     def retention(self, removable: int) -> Optional[dict]:
-        return self.bk.retention_report(self.rfs, self.vault, removable)
+        return self.bk.retention_report(self.ostore, self.vault, removable)
 
     def ledger_folder(self, ledger: str, shard: Optional[Tuple[int, int]] = None) -> str:
         """The ledger folder of the shard in the bucket, what ``ledger`` means here as
@@ -371,7 +374,7 @@ class BucketEngine(Engine):
         from tb_footprint_plugin.engine import bucket_ledger
 
         folder = bucket_ledger.folder_of(sharding.label(shard))
-        own = self.rfs.url_of(f"{bucket_ledger.LEDGERS}/{folder}")
+        own = self.ostore.url_of(f"{bucket_ledger.LEDGERS}/{folder}")
         if ledger != "default" and ledger.rstrip("/") != own:
             raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"ledger {ledger}: a bucket logdir keeps its batch "
                                f"ledger as objects in {own}; give --ledger default (or that URL), not another path")
@@ -387,7 +390,7 @@ class BucketEngine(Engine):
         if requested is None or requested == own:
             return own
         where = (f"the folder {self.vault.blobs.folder} keeps them as compressed blobs" if self.vault.blobs is not None
-                 else f"the bucket keeps them as whole server-side copies under {self.rfs.scheme}://{self.vault.root}; "
+                 else f"the bucket keeps them as whole server-side copies under {self.ostore.scheme}://{self.vault.root}; "
                  "--backup-dir FOLDER keeps them as compressed blobs in a local folder")
         raise StoreFailure(StoreError.NOT_SUPPORTED, "", f"vault format {requested!r} cannot be honoured for the "
                            f"bucket logdir {self.logdir}: {where}")
@@ -414,7 +417,7 @@ class BucketEngine(Engine):
         except StoreFailure as e:
             if e.code != StoreError.NOT_FOUND:
                 raise
-            raise NotADirectoryError(f"logdir {self.rfs.url}: no such bucket") from None
+            raise NotADirectoryError(f"logdir {self.ostore.url}: no such bucket") from None
         self._listing, self._listing_measured = objects, False
         return scan_bucket(self.vault.logdir, objects, backup_dir=self.backup_dir, write_cache=write_cache, listed_at=started)
 
@@ -458,7 +461,7 @@ class BucketEngine(Engine):
             return None
         self.ledger_folder(ledger, shard)  # another place is refused before any run is touched
         # its entries found in the reduce's listing (``survey_for_reduce``): no listing more
-        return BucketLedger(self.rfs, policy_name, sharding.label(shard), listing=self._listing)
+        return BucketLedger(self.ostore, policy_name, sharding.label(shard), listing=self._listing)
 
     def settle_ledger(self, path: str) -> List[str]:
         """Nothing: ``recover`` settled every ledger folder of the bucket (``settle_stale``)."""
@@ -482,13 +485,13 @@ class BucketEngine(Engine):
         from tb_footprint_plugin.engine.bucket_reduce import reduce_runs
 
         listing = self._listing if self._listing is not None else self.state.tree()
-        return reduce_runs(self.rfs, self.vault, todo, listing, self.quiet_period, policy=policy.name,
+        return reduce_runs(self.ostore, self.vault, todo, listing, self.quiet_period, policy=policy.name,
                            on_outcome=on_outcome, verify_backends=self.verify_backends, begin=begin,
                            closed_files=self.closed_files, cancel=cancel, progress=progress, timeout=timeout,
                            jobs=jobs)
 
     def request_counts(self) -> Optional[dict]:
-        return self.rfs.stats.to_dict()
+        return self.ostore.stats.to_dict()
 
     def freed_after_purge(self, op_ids: List[str], removed_bytes: int = 0) -> Optional[int]:
         """The backups are whole copies in the store: what purge frees is the bucket's retention's
