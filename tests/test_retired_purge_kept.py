@@ -14,7 +14,7 @@ import pytest
 from helpers_cli import cli_env, run_cli
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Finding, Skip
-from tb_footprint_plugin.engine import retire_purge
+from tb_footprint_plugin.engine import purge_choice
 
 RUNS = ("a", "b")
 
@@ -84,7 +84,7 @@ def test_a_retired_run_with_an_unfinished_operation_is_kept_unfinished(tmp_path,
     logdir = tmp_path / "logs"
     ms = _retired(logdir)
     before = _folder(logdir, ms["a"])
-    monkeypatch.setattr(retire_purge, "unsettled_op", lambda ctx, run: "op-x" if run == "a" else None)
+    monkeypatch.setattr(purge_choice, "unsettled_op", lambda ctx, run: "op-x" if run == "a" else None)
     for yes in (False, True):
         rep = api.purge(str(logdir), yes=yes)
         assert [o["run"] for o in rep.ops] == ["b"], rep.to_dict()

@@ -22,7 +22,7 @@ import pytest
 from conftest import user_files
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
-from tb_footprint_plugin.engine import retire_purge
+from tb_footprint_plugin.engine import purge_choice, retire_purge
 from tb_footprint_plugin.engine.front import local_context
 from tb_footprint_plugin.engine.vault import Vault
 
@@ -128,7 +128,7 @@ def test_a_purge_of_this_version_reads_no_change_log_at_the_next_start(tmp_path,
 
 def _before_the_lock(monkeypatch, what):
     """Run ``what(run)`` once, when the purge has chosen ``a`` and before it takes its lock."""
-    real = retire_purge.lock_for_purge
+    real = purge_choice.lock_for_purge
     done = []
 
     def hooked(ctx, run, locks):
@@ -136,7 +136,7 @@ def _before_the_lock(monkeypatch, what):
             done.append(run)
             what(run)
         return real(ctx, run, locks)
-    monkeypatch.setattr(retire_purge, "lock_for_purge", hooked)
+    monkeypatch.setattr(purge_choice, "lock_for_purge", hooked)
     return done
 
 

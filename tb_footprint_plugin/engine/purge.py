@@ -30,13 +30,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Collection, Dict, Iterable, List, Optional
 
-from tb_footprint_plugin.codes import Finding
+from tb_footprint_plugin.codes import Code, Finding
 from tb_footprint_plugin.engine import faults, manifest, offload, oplog, txn
-from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, unsettled_op, vault_problems
+from tb_footprint_plugin.engine.catalogue import journal_blobs, own_manifests, read_vaults, vault_problems
 from tb_footprint_plugin.engine.context import CancelToken, Cancelled, Context, writing
-from tb_footprint_plugin.engine.lease import RunLease
 from tb_footprint_plugin.engine.placement import starts_with
-from tb_footprint_plugin.engine.run_lock import lock_for_purge
+from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter, kept_row
 from tb_footprint_plugin.engine.retire_purge import log_purge, purge_retired
 from tb_footprint_plugin.engine.vault import Vault
 from tb_footprint_plugin.engine.vault_reads import VaultRead
@@ -69,7 +68,9 @@ def _backup_size(m: dict, vault: Vault) -> int:
 
 def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) -> Optional[dict]:
     """Why this operation's backup must be kept, or None."""
-    base = {"op_id": m["op_id"], "run": m["run"], "bytes": _backup_size(m, vault)}
+    def base(code: Code, detail: str) -> dict:
+        return kept_row(m, _backup_size(m, vault), code, detail)
+
     for f in m["files"]:
         p = vault.blob_path(f["sha256"])
         form = vault.blob_form(f["sha256"])
@@ -80,34 +81,34 @@ def _problem(m: dict, vault: Vault, held: set, now: float, quiet_period: float) 
             # only when it still reads back as its original (a damaged one may be all there is)
             if not vault.check_blob(f["sha256"]):
                 what = "packed" if form == "packed" else "compressed"
-                return dict(base, code=Finding.BACKUP_DAMAGED,
-                            detail=f"{what} backup of {f['path']} does not read back as its sha256 "
-                                   "(damaged); it may be the only copy of those bytes, so it is kept")
+                return base(Finding.BACKUP_DAMAGED,
+                            f"{what} backup of {f['path']} does not read back as its sha256 "
+                            "(damaged); it may be the only copy of those bytes, so it is kept")
             continue
         if p in held:
-            return dict(base, code=Finding.BACKUP_OPEN_FOR_WRITING,
-                        detail=f"backup of {f['path']} is still open for writing by a process on this machine "
-                               "(its writer's next records go there); kept")
+            return base(Finding.BACKUP_OPEN_FOR_WRITING,
+                        f"backup of {f['path']} is still open for writing by a process on this machine "
+                        "(its writer's next records go there); kept")
         try:
             st = os.lstat(p)
             ok = st.st_size == f["size"] and sha256_file(p) == f["sha256"]
         except OSError:
             if manifest.released_not_missing(m, f["sha256"], form):
                 continue  # let go by its restore (the original stands again), not missing
-            return dict(base, code=Finding.BACKUP_DAMAGED,
-                        detail=f"backup of {f['path']} is missing from {vault.root}; the rest is kept")
+            return base(Finding.BACKUP_DAMAGED,
+                        f"backup of {f['path']} is missing from {vault.root}; the rest is kept")
         if not ok:
             grown = st.st_size > f["size"] and starts_with(p, f["size"], f["sha256"])  # unreadable: damaged, kept
-            return dict(base, code=Finding.LATE_WRITES_PENDING if grown else Finding.BACKUP_DAMAGED,
-                        detail=(f"backup of {f['path']} grew after the reduction (late writes not salvaged yet; "
-                                "run `tb-footprint recover`); kept") if grown else
+            return base(Finding.LATE_WRITES_PENDING if grown else Finding.BACKUP_DAMAGED,
+                        (f"backup of {f['path']} grew after the reduction (late writes not salvaged yet; "
+                         "run `tb-footprint recover`); kept") if grown else
                         (f"backup of {f['path']} does not match its sha256 (damaged); it may be the only copy "
                          "of those bytes, so it is kept"))
     last = max((s.get("at") or 0 for s in m.get("salvaged", [])), default=0)
     if last and now - last < quiet_period:
-        return dict(base, code=Finding.LATE_WRITER_RECENT,
-                    detail=f"late writes were salvaged from this backup {int(now - last)} s ago; its writer may "
-                           "still be appending, so it is kept for now")
+        return base(Finding.LATE_WRITER_RECENT,
+                    f"late writes were salvaged from this backup {int(now - last)} s ago; its writer may "
+                    "still be appending, so it is kept for now")
     return None
 
 
@@ -124,41 +125,14 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
     now = time.time()
     cancel = cancel or CancelToken()
     on_intent = txn.intent_hook(progress)
-    candidates = []
-    for m in own_manifests(ctx):
-        if m.get("kind") != "reduce" or m.get("backup_purged"):
-            continue
-        if (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
-                (runs is not None and m["run"] not in runs) or (op_ids is not None and m["op_id"] not in op_ids):
-            continue
-        if older_than is not None and m.get("finished_at", now) > now - older_than:
-            continue
-        candidates.append(m)
+    which = PurgeFilter(now=now, older_than=older_than, run=run, runs=runs, op=op, op_ids=op_ids)
+    candidates = [m for m in own_manifests(ctx) if m.get("kind") == "reduce" and which.admits(m)]
     blob_paths = [Vault(m["vault"]).blob_path(f["sha256"]) for m in candidates for f in m["files"]]
     held = {h.path for h in find_writers(blob_paths).holders}
     report = PurgeReport(dry_run=not yes, ops=[], freed_bytes=0)
-    locks: Dict[str, RunLease] = {}
-    try:
-        chosen = []
-        for m in candidates:
-            refused = lock_for_purge(ctx, m["run"], locks) if yes else None
-            if refused is not None:
-                code, detail = refused
-                report.kept.append({"op_id": m["op_id"], "run": m["run"], "code": code, "detail": detail,
-                                    "bytes": _backup_size(m, Vault(m["vault"]))})
-                continue
-            if unsettled_op(ctx, m["run"]):
-                report.kept.append({"op_id": m["op_id"], "run": m["run"], "bytes": 0,
-                                    "code": Finding.UNFINISHED,
-                                    "detail": "an operation on this run is unfinished; run `tb-footprint recover`"})
-                continue
-            if yes and m["run"] not in locks:
-                continue
-            problem = _problem(m, Vault(m["vault"]), held, now, ctx.quiet_period)
-            if problem:
-                report.kept.append(problem)
-                continue
-            chosen.append(m)
+    with PurgeChoice(ctx, yes) as choice:
+        chosen = choice.choose(candidates, lambda m: _backup_size(m, Vault(m["vault"])),
+                               check=lambda m: _problem(m, Vault(m["vault"]), held, now, ctx.quiet_period))
         pending = journal_blobs(ctx)
         lost = 0
         by_vault: Dict[str, List[dict]] = {}
@@ -172,7 +146,7 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                 t.on_intent = on_intent
                 txn.run(t, cancel)
                 if t.stopped is not None:  # before the intents: nothing of these was deleted or recorded
-                    report.kept += [_not_purged(m, size, t.stopped) for m, _s, size, _o in plan]
+                    choice.kept += [_not_purged(m, size, t.stopped) for m, _s, size, _o in plan]
                     continue
                 freed = t.result
                 # a blob kept under the locks (a transaction under way pinned or claimed it) keeps
@@ -181,23 +155,19 @@ def purge_backups(ctx: Context, *, older_than: Optional[float] = None, run: Opti
                 plan = [(m, shas, freed[m["op_id"]][0],
                          originals - (0 if m.get("restored_by") else sum(1 for f in m["files"] if f["sha256"] in stayed)))
                         for m, shas, _size, originals in plan]
-                report.kept += [{"op_id": m["op_id"], "run": m["run"], "bytes": vault.blob_size_on_disk(sha),
-                                 "code": Finding.UNFINISHED, "sha256": sha,
-                                 "detail": f"backup {sha[:12]}… was kept: a transaction under way relies on the "
-                                           "same bytes (it backed them up since this purge was planned)"}
+                choice.kept += [kept_row(m, vault.blob_size_on_disk(sha), Finding.UNFINISHED,
+                                         f"backup {sha[:12]}… was kept: a transaction under way relies on the "
+                                         "same bytes (it backed them up since this purge was planned)", sha256=sha)
                                 for m, _s, _z, _o in plan for sha in freed[m["op_id"]][1]]
             for m, _shas, size, originals in plan:
                 report.freed_bytes += size
                 lost += originals
                 report.ops.append({"op_id": m["op_id"], "run": m["run"], "bytes": size, "originals": originals,
                                    "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by"))})
-    finally:
-        for lock in locks.values():
-            lock.release()
-    # retired runs: the same grace (older_than) and the same confirmation, a transaction of their
-    # own on the driver (``retire_purge``): a cancel seen before its intent stops them too
-    retired = purge_retired(ctx, older_than=older_than, run=run, op=op, yes=yes, now=now, runs=runs,
-                            op_ids=op_ids, cancel=cancel, on_intent=on_intent)
+    report.kept = choice.kept
+    # retired runs: the same choice (filters, locks, kept rows), a transaction of their own on the
+    # driver (``retire_purge``): a cancel seen before its intent stops them too
+    retired = purge_retired(ctx, which, yes=yes, cancel=cancel, on_intent=on_intent)
     report.kept += retired.kept + [_not_purged(x, x["bytes"], stopped) for x, stopped in retired.stopped]
     r_listed, r_freed = retired.listed, retired.freed
     report.ops += r_listed
@@ -267,10 +237,8 @@ def _deleted(ctx: Context, vault: Vault, op_ids: List[str], shas: List[str]) -> 
 
 def _not_purged(m: dict, size: int, stopped: Cancelled) -> dict:
     """The ``kept`` row of an operation a cancel stopped before its intent: nothing of it went."""
-    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "code": stopped.code,
-            "detail": f"not purged: {stopped} (the purge stopped before its intent was recorded; "
-                      "nothing of this backup was deleted)",
-            **({"kind": "retire"} if m.get("kind") == "retire" else {})}
+    return kept_row(m, size, stopped.code, f"not purged: {stopped} (the purge stopped before its intent was "
+                                           "recorded; nothing of this backup was deleted)")
 
 
 class LocalPurge(txn.Purge):

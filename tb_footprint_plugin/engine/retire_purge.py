@@ -26,20 +26,20 @@ import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Finding, Recovery
 from tb_footprint_plugin.engine import faults, txn
-from tb_footprint_plugin.engine.catalogue import known_vaults, unsettled_op
+from tb_footprint_plugin.engine.catalogue import known_vaults
 from tb_footprint_plugin.engine.context import Cancelled, CancelToken, Context, TransactionError, reason_of
 from tb_footprint_plugin.engine.health import VaultRoots, purged_retirement, retired_purge_unfinished
 from tb_footprint_plugin.engine.history import append_history, logged_operations
 from tb_footprint_plugin.engine.journal import RunLocked
-from tb_footprint_plugin.engine.lease import RunLease
+from tb_footprint_plugin.engine.purge_choice import PurgeChoice, PurgeFilter
 from tb_footprint_plugin.engine.recovery import RecoveryOutcome
 from tb_footprint_plugin.engine.retire_tree import (check_retired_dir, is_restorable_retirement, retired_dir,
                                                    retirements, tree_size)
-from tb_footprint_plugin.engine.run_lock import lock_for_purge, run_lock
+from tb_footprint_plugin.engine.run_lock import run_lock
 from tb_footprint_plugin.engine.vault import Vault, who
 from tb_footprint_plugin.version import __version__
 
@@ -65,51 +65,35 @@ class RetiredPurge:
     kept: List[dict] = field(default_factory=list)
 
 
-def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[str], op: Optional[str],
-                  yes: bool, now: float, runs: Optional[Collection[str]] = None,
-                  op_ids: Optional[Collection[str]] = None, cancel: Optional[CancelToken] = None,
+def purge_retired(ctx: Context, which: PurgeFilter, *, yes: bool, cancel: Optional[CancelToken] = None,
                   on_intent: Optional[Callable[[], None]] = None) -> RetiredPurge:
-    """Free the vault of retired runs (after ``older_than`` seconds); without ``yes`` only list
-    them. A run being changed right now (locked, or its lock not taken), or with an unfinished
-    operation, is passed over and listed in ``kept`` with its code (as ``purge_backups`` lists a
-    reduction's). ``cancel``: honoured before a vault's intent (its runs then in ``stopped``,
-    nothing of them deleted or recorded), never after. ``on_intent``: each transaction's
-    ``txn.Purge.on_intent``."""
+    """Free the vault of the retired runs ``which`` admits; without ``yes`` only list them.
+    Chosen by the rule a reduction's purge chooses by (``purge_choice``): a run being changed
+    right now (locked, or its lock not taken), or with an unfinished operation, is passed over
+    and listed in ``kept`` with its code. ``cancel``: honoured before a vault's intent (its runs
+    then in ``stopped``, nothing of them deleted or recorded), never after. ``on_intent``: each
+    transaction's ``txn.Purge.on_intent``."""
     out = RetiredPurge()
     cancel = cancel or CancelToken()
     chosen: Dict[str, List[dict]] = {}  # vault root -> the rows of the retirements purged there
-    locks: Dict[str, RunLease] = {}
-    try:
-        for m in retirements(ctx):
-            if m.get("backup_purged") or (op and m["op_id"] != op) or (run is not None and m["run"] != run) or \
-                    (runs is not None and m["run"] not in runs) or (op_ids is not None and m["op_id"] not in op_ids):
-                continue
-            if older_than is not None and m.get("finished_at", now) > now - older_than:
-                continue
-            vault = Vault(m["vault"])
-            try:
-                check_retired_dir(vault, m["op_id"])
-            except TransactionError:
-                continue  # never deleted through a link or a stranger's folder: health names it
-            refused = lock_for_purge(ctx, m["run"], locks) if yes else None
-            if refused is not None:
-                out.kept.append(_kept(m, tree_size(retired_dir(vault, m["op_id"])), *refused))
-                continue
-            if yes:
-                # read again under the lock: an unretire or another purge may have finished since
-                # the list was read, and the copy marked purged is written whole (review R19 P2)
-                m = _still_purgeable(vault, m)
-                if m is None:
-                    continue
-                try:
-                    check_retired_dir(vault, m["op_id"])
-                except TransactionError:
-                    continue
-            size = tree_size(retired_dir(vault, m["op_id"]))
-            if unsettled_op(ctx, m["run"]):
-                out.kept.append(_kept(m, size, Finding.UNFINISHED,
-                                      "an operation on this run is unfinished; run `tb-footprint recover`"))
-                continue
+    # never deleted through a link or a stranger's folder: health names it
+    found = [m for m in retirements(ctx) if which.admits(m) and _own_folder(Vault(m["vault"]), m)]
+    # each retirement in the vault it was listed in: a manifest read again is not asked where it is
+    where = {m["op_id"]: Vault(m["vault"]) for m in found}
+
+    def size_of(m: dict) -> int:
+        return tree_size(retired_dir(where[m["op_id"]], m["op_id"]))
+
+    def fresh(m: dict) -> Optional[dict]:
+        # read again under its run's lock: an unretire or another purge may have finished since
+        # the list was read, and the copy marked purged is written whole (review R19 P2)
+        vault = where[m["op_id"]]
+        again = _still_purgeable(vault, m)
+        return again if again is not None and _own_folder(vault, again) else None
+
+    with PurgeChoice(ctx, yes) as choice:
+        for m in choice.choose(found, size_of, fresh):
+            size = size_of(m)
             # the vault holds a retired run's only copy: every file of it is lost for good
             row = {"op_id": m["op_id"], "run": m["run"], "bytes": size,
                    "finished_at": m.get("finished_at"), "restored": bool(m.get("restored_by")), "kind": "retire",
@@ -117,20 +101,27 @@ def purge_retired(ctx: Context, *, older_than: Optional[float], run: Optional[st
             if not yes:
                 out.listed.append(row)
                 continue
-            chosen.setdefault(vault.root, []).append(dict(row, manifest=m))
+            chosen.setdefault(where[m["op_id"]].root, []).append(dict(row, manifest=m))
         for root, rows in chosen.items():
-            t = LocalRetiredPurge(ctx, Vault(root), [r.pop("manifest") for r in rows], rows, now)
+            t = LocalRetiredPurge(ctx, Vault(root), [r.pop("manifest") for r in rows], rows, which.now)
             t.on_intent = on_intent
             txn.run(t, cancel)
             if t.stopped is not None:  # before the intent: nothing of these was marked or deleted
                 out.stopped += [(r, t.stopped) for r in rows]
             else:
                 out.listed += rows
-    finally:
-        for lock in locks.values():
-            lock.release()
+    out.kept = choice.kept
     out.freed = sum(r["bytes"] for r in out.listed)
     return out
+
+
+def _own_folder(vault: Vault, m: dict) -> bool:
+    """Whether retirement ``m``'s folder is the vault's own (no link, no stranger's)."""
+    try:
+        check_retired_dir(vault, m["op_id"])
+    except TransactionError:
+        return False
+    return True
 
 
 def _still_purgeable(vault: Vault, m: dict) -> Optional[dict]:
@@ -142,11 +133,6 @@ def _still_purgeable(vault: Vault, m: dict) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return fresh if is_restorable_retirement(fresh) and fresh.get("run") == m["run"] else None
-
-
-def _kept(m: dict, size: int, code, detail: str) -> dict:
-    """The ``kept`` row of a retired run this purge passes over (nothing of it deleted)."""
-    return {"op_id": m["op_id"], "run": m["run"], "bytes": size, "kind": "retire", "code": code, "detail": detail}
 
 
 class LocalRetiredPurge(txn.Purge):
