@@ -29,10 +29,10 @@ from tb_footprint_plugin.codes import Recovery
 from tb_footprint_plugin.engine.context import NoSpace
 from tb_footprint_plugin.engine.ledger_entries import (IN_FLIGHT_STATES, LEDGER_VERSION, MAX_ERROR_CHARS,
                                                        MAX_REPORTED, RETRY_STATES, STATES, TERMINAL_STATES,
-                                                       check_entry, check_ledger, committed, is_stale,
-                                                       keeps_done, marked, merged_view, pid_gone,
+                                                       check_entry, check_ledger, committed, completed_fields,
+                                                       is_stale, keeps_done, marked, merged_view, pid_gone,
                                                        recovered_marks, report_refusals, rolled_back_by,
-                                                       completed_fields, rolled_back_fields, should_run, with_restores, worker)
+                                                       rolled_back_fields, should_run, with_restores, worker)
 from tb_footprint_plugin.engine.ledger_file import (LEDGER_NAME, MAX_LEDGER_BYTES, FileLayout, ledger_name,
                                                     ledger_path, ledger_paths, load_ledger)
 from tb_footprint_plugin.engine.ledger_objects import (INFLIGHT, LEDGERS, ObjectLayout, held_by, markers,
@@ -363,9 +363,9 @@ def settle_stale(store: Store, manifests, *, journals_of: Optional[Callable[[], 
                                 journals_of, mine=mine, recovered=recovered)
 
 
-__all__ = ["Ledger", "HOLD", "LEDGER_NAME", "LEDGER_VERSION", "LEDGERS", "INFLIGHT", "MAX_ERROR_CHARS",
+__all__ = ["Ledger", "HOLD", "INFLIGHT", "LEDGERS", "LEDGER_NAME", "LEDGER_VERSION", "MAX_ERROR_CHARS",
            "MAX_LEDGER_BYTES", "MAX_REPORTED", "RETRY_STATES", "STATES", "TERMINAL_STATES", "check_entry",
-           "check_ledger", "is_stale", "keeps_done", "ledger_path", "ledger_paths", "load_ledger",
-           "folder_layout", "mark_recovered", "merged", "merged_objects", "merged_of", "settle_stale", "merged_view", "record_rolled_back_objects",
-           "report_refusals", "settle_runs", "settle_stale_files", "settle_stale_objects", "should_run",
-           "with_restores"]
+           "check_ledger", "folder_layout", "is_stale", "keeps_done", "ledger_path", "ledger_paths", "load_ledger",
+           "mark_recovered", "merged", "merged_objects", "merged_of", "merged_view", "record_rolled_back_objects",
+           "report_refusals", "settle_runs", "settle_stale", "settle_stale_files", "settle_stale_objects",
+           "should_run", "with_restores"]
