@@ -15,7 +15,7 @@ from tb_footprint_plugin.codes import Code, Failure, Finding, Outcome, Recovery,
 from tb_footprint_plugin.engine import manifest, trust
 from tb_footprint_plugin.engine.bucket_blobs import names_our_backup, plain_under
 from tb_footprint_plugin.engine.bucket_batch import MAX_REASON
-from tb_footprint_plugin.engine.history import append_rolled_back, bucket_log, rolled_back_line
+from tb_footprint_plugin.engine.history import append_rolled_back, rolled_back_line
 from tb_footprint_plugin.engine.bucket_lease import well_formed
 from tb_footprint_plugin.engine.bucket_restore import RESTORE_KIND, restore_op
 from tb_footprint_plugin.engine.bucket_retire import UNRETIRE_KIND, is_retire_journal, journal_runs
@@ -235,17 +235,13 @@ def _taken_out_line(en: dict) -> dict:
 
 def _append_unwritten(ostore: ObjectStore, lines: List[dict]) -> Optional[str]:
     """``lines``, less those of an operation the change log has a rolled-back line of already (the
-    process wrote it, then was killed before its journal went): one line per rolled-back operation.
-    A log it cannot read: every line written (one twice rather than none). Returns what says the
-    lines were not written (the store refused the append), None once written."""
+    process wrote it, then was killed before its journal went): one line per rolled-back operation
+    (``ChangeLog.append_once``, whose one rule for a log it cannot read is every line written: one
+    twice rather than none). Returns what says the lines were not written (the store refused the
+    append), None once written."""
     if not lines:
         return None
-    store = BucketState.of(ostore).logdir_store()
-    try:
-        written = {e.get("op_id") for e in bucket_log(store).read() if e.get("outcome") == str(Outcome.ROLLED_BACK)}
-    except STORE_FAILURES:
-        written = set()
-    return append_rolled_back(store, [x for x in lines if x["op_id"] not in written])
+    return append_rolled_back(BucketState.of(ostore).logdir_store(), lines, once=True)
 
 
 def _named(ostore: ObjectStore, key: str) -> str:
