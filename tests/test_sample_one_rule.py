@@ -55,3 +55,17 @@ def test_a_root_run_s_before_side_reads_its_backed_up_originals(tmp_path, where,
     with pytest.raises(api.SampleUnavailable) as e:
         api.sample(logdir, op, "after", "images", "img", dropped, 0)
     assert e.value.code == "not_found"
+
+
+def test_the_rule_of_the_sides_loads_no_bucket_module():
+    """The store-neutral rule and the disk's source load no module of the bucket engine (review R r20
+    R5: ``engine.sample`` imported ``bucket_state`` and ``bucket_steps`` for two one-liners, which
+    pulled the bucket engine into every disk process)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; import tb_footprint_plugin.engine.sample, tb_footprint_plugin.engine.local_sample; "
+            "print(sorted(m for m in sys.modules if m.startswith('tb_footprint_plugin.engine.bucket_') "
+            "or m.endswith('.journal_object')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -31,6 +31,7 @@ from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import Cancelled, TransactionError, is_no_space
 from tb_footprint_plugin.engine.journal import OpJournal, Rec
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
+from tb_footprint_plugin.engine.manifest import run_prefix  # noqa: F401  (re-exported: the bucket modules' name)
 from tb_footprint_plugin.engine.journal_object import (  # noqa: F401  (COMMITTED_STEPS, commit_recorded: re-exported)
     COMMITTED_STEPS,
     OBJECT_JOURNALS,
@@ -180,11 +181,6 @@ class BucketVault:
 
     def manifest(self, op_id: str) -> str:
         return f"{self.root}/manifests/{op_id}.json"
-
-
-def run_prefix(run: str) -> str:
-    """The key prefix of a run's objects (``""`` for the logdir's own files)."""
-    return "" if run == "." else run.rstrip("/") + "/"
 
 
 def lock_key(run: str) -> str:

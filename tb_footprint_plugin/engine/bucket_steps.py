@@ -33,6 +33,7 @@ from tb_footprint_plugin.engine.bucket_state import (
 )
 from tb_footprint_plugin.engine.context import RunOutcome
 from tb_footprint_plugin.engine.journal_object import ObjectJournal, live_entries, pending_objects
+from tb_footprint_plugin.engine.manifest import renamed  # noqa: F401  (re-exported: the bucket modules' name)
 from tb_footprint_plugin.engine.vault import who
 from tb_footprint_plugin.storage.remote import (
     ObjectInfo,
@@ -41,13 +42,6 @@ from tb_footprint_plugin.storage.remote import (
 )
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
-
-
-def renamed(f: dict) -> bool:
-    """Whether an entry's new bytes go under another key than its original (a gzip, or a trace
-    slimmed to ``<name>.gz``): created there, the original deleted after, as the plan says."""
-    final = f.get("final")
-    return f.get("action") in ("compress", "rewrite") and bool(final) and final != f.get("path")
 
 
 def in_place(f: dict) -> bool:

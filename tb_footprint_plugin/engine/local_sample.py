@@ -10,7 +10,7 @@ import os
 from typing import Dict, Iterator, List
 
 from tb_footprint_plugin.engine import sample as one_rule
-from tb_footprint_plugin.engine.bucket_state import run_prefix
+from tb_footprint_plugin.engine.manifest import run_prefix
 from tb_footprint_plugin.engine.catalogue import find_manifest
 from tb_footprint_plugin.engine.context import Context
 from tb_footprint_plugin.engine.sample import SampleUnavailable

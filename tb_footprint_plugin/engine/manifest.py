@@ -239,7 +239,21 @@ def read(doc, file: str) -> dict:
     return out
 
 
+
+def run_prefix(run: str) -> str:
+    """The prefix of a run's files relative to the logdir (``""`` for the logdir's own files, run
+    ``.``): what a manifest's file paths of that run start with, on every store."""
+    return "" if run == "." else run.rstrip("/") + "/"
+
+
+def renamed(f: dict) -> bool:
+    """Whether a manifest's file entry put its new bytes under another name than its original (a
+    gzip, or a trace slimmed to ``<name>.gz``): created there, the original deleted after, as the
+    plan says."""
+    final = f.get("final")
+    return f.get("action") in ("compress", "rewrite") and bool(final) and final != f.get("path")
+
 __all__ = ["FIELDS", "KINDS", "BUCKET_ALIASES", "A_RESTORE", "new", "bucket_form", "read", "op_id_of", "OP_ID",
            "KIND", "RUN", "LOGDIR", "STARTED_AT", "FINISHED_AT", "OUTCOME", "REASON", "POLICY", "FILES", "BYTES_BEFORE",
            "BYTES_AFTER", "RESTORED_BY", "RESTORED_AT", "BACKUP_PURGED", "PURGED_AT", "RELEASED", "released",
-           "released_not_missing"]
+           "released_not_missing", "run_prefix", "renamed"]

@@ -22,8 +22,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, ContextManager, Dict, Iterable, List, Set, Tuple
 
-from tb_footprint_plugin.engine.bucket_state import run_prefix
-from tb_footprint_plugin.engine.bucket_steps import renamed
+from tb_footprint_plugin.engine.manifest import renamed, run_prefix
 
 
 class SampleUnavailable(LookupError):
@@ -82,7 +81,7 @@ class Source(abc.ABC):
 
     @abc.abstractmethod
     def find_run(self, m: dict, op_id: str) -> str:
-        """The run's prefix (``bucket_state.run_prefix``: its files' names relative to the logdir
+        """The run's prefix (``manifest.run_prefix``: its files' names relative to the logdir
         start with it); ``SampleUnavailable`` ``not_found`` when the run is
         not in the logdir."""
 
