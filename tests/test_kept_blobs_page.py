@@ -16,6 +16,7 @@ from tb_footprint_plugin.codes import Finding, Outcome
 
 from test_objstore_state import _grow_reduced_event_object, rewrite_logdir  # noqa: F401
 from test_plugin_routes import App
+from test_scale_buckets import _measure, counted  # noqa: F401
 
 PY = ("python",)
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -96,5 +97,39 @@ def test_the_operations_page_of_a_disk_does_not_read_the_change_log(tmp_path):
         assert [k["sha256"] for k in d["kept_blobs"]] == [k["sha256"] for k in want] and want
         assert [o["kind"] for o in d["operations"]] == ["restore", "reduce"]
         assert not logs(), logs()
+    finally:
+        app.close()
+
+
+def _quiet(proxy, timeout=60.0):
+    """Until a second passes with no request through ``proxy``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proxy.reset()
+        time.sleep(1.0)
+        if not sum(proxy.counts.values()):
+            return
+    raise AssertionError(f"requests went on for {timeout} s: {dict(proxy.counts)}")
+
+
+def test_the_operations_page_of_a_bucket_costs_the_operations_and_a_head_per_kept_object(
+        counted, rewrite_logdir):  # noqa: F811
+    """A load of the Operations page: the requests of ``api.operations`` (the manifests) and one HEAD
+    per kept object (whether it is still there), where a whole ``status`` added ~23."""
+    bucket, proxy, listed = counted
+    url = _grow_reduced_event_object(bucket, rewrite_logdir)[0]
+    (r,) = api.restore(url)
+    assert r.code == Finding.LATE_RECORDS_RESTORED, r.reason
+    app = App(url)
+    try:
+        _quiet(proxy)  # what the tab's load set going in the background (its first reads) is over
+        _ops, alone, _l = _measure(proxy, listed, lambda: api.operations(url))
+        res, page, _l = _measure(proxy, listed, lambda: app.get("/operations"))
+        assert res.status_code == 200, res.get_data(as_text=True)
+        d = res.get_json()
+        assert [k["code"] for k in d["kept_blobs"]] == [Finding.LATE_RECORDS_RESTORED], d["kept_blobs"]
+        assert d["kept_blobs"] == api.status(url)["kept_blobs"]
+        extra = {k: page.get(k, 0) - alone.get(k, 0) for k in set(page) | set(alone)}
+        assert {k: v for k, v in extra.items() if v} == {"head": len(d["kept_blobs"])}, (page, alone)
     finally:
         app.close()

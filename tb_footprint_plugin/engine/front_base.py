@@ -75,14 +75,14 @@ class Engine(ABC):
         """Unfinished operations, damage, the batch ledgers merged, the vault and its operations,
         the disk in use and what purge frees (the keys ``api.status`` documents)."""
 
+    @abstractmethod
     def kept_blobs(self, manifests: Optional[List[dict]] = None) -> List[dict]:
         """What ``status`` lists as ``kept_blobs`` (bytes a restore or a rollback found in a file's
         place and kept in the vault: what each holds, whether it is still there, how to bring it
-        back), without the rest of ``status``. ``manifests``: the operations' manifests the caller
-        just read (``operations()``; untrusted as any manifest), else read here. This default asks
-        ``status`` for it; each engine answers from the manifests alone (the tab's Operations page
-        asks it on every load: review R20-R R16)."""
-        return self.status().get("kept_blobs") or []
+        back), from the manifests alone: no journal, change log, ledger or usage is read for it (the
+        tab's Operations page asks it on every load: review R20-R R16). ``manifests``: the
+        operations' manifests the caller just read (``operations()``; untrusted as any manifest),
+        else read here."""
 
     @abstractmethod
     def disk_numbers(self) -> dict:

@@ -173,6 +173,13 @@ class BucketEngine(Engine):
             st["freed_after_purge_bytes"] = st["vault_bytes"]
         return st
 
+    def kept_blobs(self, manifests: Optional[List[dict]] = None) -> List[dict]:
+        """``bucket_catalogue.kept_objects`` of the manifests given (``operations()``'s, which leave
+        out those of runs a journal has not committed: a reduce before its commit, for which no
+        restore has kept an object), else of the vault's manifests as ``status`` reads them; a HEAD
+        per kept object (whether it is still there), nothing else."""
+        return self.bk.kept_objects(self.ostore, self.vault, manifests)
+
     def in_use(self, objects=None) -> Optional[int]:
         """What the logdir and its vault hold, as stored (the listing's sizes; a vault in another
         prefix listed too: ``BucketState`` listings, one each); None when a listing fails."""
