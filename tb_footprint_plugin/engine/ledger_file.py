@@ -38,7 +38,7 @@ from tb_footprint_plugin.storage.lock import exclusive
 from tb_footprint_plugin.storage.paths import is_state_name
 from tb_footprint_plugin.storage.private import ensure_private_dir
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_posix import PosixStore
+from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 
 #: a ledger file larger than this is refused unread (10,000 runs take about 3 MB)
 MAX_LEDGER_BYTES = 64 << 20
@@ -191,12 +191,12 @@ class FileLayout:
             yield
 
     def _version(self) -> Optional[str]:
-        store = self.store()
+        """The file's version as its store gives it (``store_posix.version_of``: inode, size, mtime),
+        from one ``lstat`` of the path (the store's ``stat`` opens the folder first: twice a mark)."""
         try:
-            e = store.stat(self.key) if store is not None else None
+            return version_of(os.lstat(self.path))
         except OSError:
             return None
-        return None if e is None else e.version
 
     def read(self) -> dict:
         """The ledger as checked; bad entries are left out and, like a file that is no ledger at
