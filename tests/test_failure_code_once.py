@@ -65,3 +65,33 @@ def test_the_engines_use_it():
     assert retire.failure_code is context.failure_code
     assert transaction.failure_code is context.failure_code
     assert not hasattr(local_batch, "_code_of")
+
+
+@pytest.mark.parametrize("error, code", [
+    (OSError(errno.ENOSPC, "full"), Failure.NO_SPACE),
+    (NoSpace("/x/f", 10, OSError(errno.ENOSPC, "full")), Failure.NO_SPACE),
+    (TransactionError("changed", Failure.CHANGED_SINCE_BACKUP), Failure.CHANGED_SINCE_BACKUP),
+    (TransactionError("verification failed"), Failure.ERROR),
+    (Cancelled("stopped"), Failure.INTERRUPTED),
+    (Cancelled("timed out", Failure.ERROR), Failure.ERROR),
+    (JournalGone("/x/j", "is gone"), Failure.JOURNAL_GONE),
+    (OSError(errno.EACCES, "denied"), Failure.ERROR),
+    (RuntimeError("bug"), Failure.ERROR),
+])
+def test_a_bucket_says_what_a_disk_says_of_a_failure_no_store_gave(error, code):
+    """The bucket's mapper is the neutral rule with its store codes on top: a lost journal is
+    ``journal_gone`` there too (it said ``error``)."""
+    from tb_footprint_plugin.engine import bucket_state
+    assert bucket_state.failure_code(error) == context.failure_code(error) == code
+
+
+def test_a_bucket_keeps_its_own_codes():
+    from tb_footprint_plugin.codes import StoreError
+    from tb_footprint_plugin.engine import bucket_state
+    from tb_footprint_plugin.storage.store import StoreFailure
+    assert bucket_state.failure_code(TransactionError("busy", Skip.ACTIVE)) == Skip.ACTIVE
+    assert bucket_state.failure_code(bucket_state.BucketTxnError(Skip.LOCKED, "held")) == Skip.LOCKED
+    assert bucket_state.failure_code(StoreFailure(StoreError.NO_SPACE, "k", "quota")) == Failure.NO_SPACE
+    assert bucket_state.failure_code(StoreFailure(StoreError.UNSAFE_KEY, "a/../b", "x")) == Failure.REFUSED
+    assert bucket_state.failure_code(StoreFailure(StoreError.STORE_ERROR, "k", "500")) == Failure.STORE_ERROR
+    assert bucket_state.failure_code(ValueError("../escape")) == Failure.REFUSED

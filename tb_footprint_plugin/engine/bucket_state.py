@@ -28,7 +28,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from tb_footprint_plugin.codes import Code, Failure, Outcome, Skip, StoreError
 from tb_footprint_plugin.engine import bucket_lease
 from tb_footprint_plugin.engine.bucket_objects import BucketState
-from tb_footprint_plugin.engine.context import Cancelled, TransactionError, is_no_space
+from tb_footprint_plugin.engine.context import TransactionError
+from tb_footprint_plugin.engine.context import failure_code as neutral_failure_code
 from tb_footprint_plugin.engine.journal import OpJournal, Rec
 from tb_footprint_plugin.engine.lease import LockRefused, RunLease
 from tb_footprint_plugin.engine.manifest import run_prefix  # noqa: F401  (re-exported: the bucket modules' name)
@@ -71,20 +72,20 @@ class BucketTxnError(RuntimeError):
 
 
 def failure_code(e: BaseException) -> Code:
-    """The ``codes.py`` code of a failed bucket step, the local engine's for the same failure: a
-    ``BucketTxnError``'s own; ``Failure.NO_SPACE`` for a full disk (local staging) or a store out
-    of space or quota; ``Failure.STORE_ERROR`` for any other failed store request;
-    ``Failure.REFUSED`` for a key that is not a plain key of the store (``ValueError``, or a
-    ``StoreFailure`` ``UNSAFE_KEY``);
-    ``Cancelled``'s own code (``Failure.INTERRUPTED``, or ``Failure.ERROR`` for a timeout);
-    ``Failure.ERROR`` for a failed step of ours (a verification, the transform)."""
-    if isinstance(e, BucketTxnError):
+    """The ``codes.py`` code of a failed bucket step: the store-neutral rule every engine codes a
+    failed run by (``context.failure_code``: an exception's own ``Failure``, ``Cancelled``'s
+    included, ``Failure.NO_SPACE`` for a full disk of local staging, else ``Failure.ERROR`` for
+    a failed step of ours), with a ``BucketTxnError``'s or a ``TransactionError``'s own code
+    first (a ``Skip`` a step named too) and the store's codes on top of it: ``Failure.NO_SPACE``
+    for a store out of space or quota; ``Failure.REFUSED`` for a key that is not a plain key of
+    the store (``ValueError``, or a ``StoreFailure`` ``UNSAFE_KEY``); ``Failure.STORE_ERROR``
+    for any other failed store request."""
+    if isinstance(e, BucketTxnError) or (isinstance(e, TransactionError) and e.code is not None):
         return e.code
-    if isinstance(e, TransactionError):
-        return e.code or Failure.ERROR
-    if isinstance(e, Cancelled):  # as a disk's run says it: interrupted, or its timeout an error
-        return e.code
-    if getattr(e, "code", None) == StoreError.NO_SPACE or (isinstance(e, OSError) and is_no_space(e)):
+    code = neutral_failure_code(e)
+    if code != Failure.ERROR:
+        return code
+    if getattr(e, "code", None) == StoreError.NO_SPACE:
         return Failure.NO_SPACE
     if isinstance(e, StoreFailure) and e.code == StoreError.UNSAFE_KEY:
         return Failure.REFUSED
