@@ -64,7 +64,7 @@ from tb_footprint_plugin.engine.vault_reads import refuse_unreadable, unreadable
 from tb_footprint_plugin.storage.files import CHUNK, append_line
 from tb_footprint_plugin.storage.paths import STATE_DIR_NAME, UnsafePath, contained
 from tb_footprint_plugin.storage.regular import NotRegularFile
-from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, Store, StoreFailure, check_key
+from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Entry, RangeReader, Store, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_posix import PosixStore, version_of
 from tb_footprint_plugin.version import __version__
 
@@ -82,6 +82,9 @@ _PIECE = 8 << 20
 _SEAL_TRIES = 3
 #: the first bytes of a sealed log compared with a log that may repeat it, before the whole
 _HEAD = 4096
+#: the bytes of a log ``ChangeLog.problems`` reads and parses at once (only what it names is kept;
+#: a block's records as dicts are ~10x its bytes)
+_BLOCK = 256 << 10
 CSV_FIELDS = ("time", "op_id", "kind", "run", "policy", "before", "after", "verified", "outcome", "code",
               "backup_kept", "user", "host", "tool_version", "reason", "backup", "freed", "shard")
 #: what a log that cannot be read is, by the store's code: skipped (absent, or not a regular file
@@ -368,7 +371,7 @@ class ChangeLog:
             if m and not too_large:  # its first bytes, for a later log that may repeat it: no read more
                 heads.setdefault(key, bytes(data[:_HEAD]))
             if not too_large and sealed.get(stem):
-                repeated = self._repeated_lines(key, data, sealed[stem], heads)
+                repeated = data.count(b"\n", 0, self._repeated_prefix(key, data, sealed[stem], heads))
                 if repeated:  # those lines are read from the sealed log (review R20 G1, G2)
                     kept = [(r, n) for r, n in zip(log.records, log.lines) if n > repeated]
                     log.records, log.lines = [r for r, _n in kept], [n for _r, n in kept]
@@ -412,13 +415,14 @@ class ChangeLog:
             out.append(k)
         return out
 
-    def _repeated_lines(self, key: str, data: bytes, sealed: List[Entry], heads: Dict[str, bytes]) -> int:
-        """How many first lines of the log ``key`` (its bytes ``data``) a sealed log of its name
-        holds already, byte for byte: a seal cut short (a bucket's copy, or a disk's link, with
-        its delete not made) of a log appended to since, or the copy left beside a later seal of
-        the same log. 0 mostly: a sealed log larger than ``data``, or whose first bytes differ,
-        costs at most the read of its first ``_HEAD`` bytes (once a read). The largest such
-        sealed log counts; of two alike, the one listed first keeps the lines."""
+    def _repeated_prefix(self, key: str, data, sealed: List[Entry], heads: Dict[str, bytes]) -> int:
+        """How many first bytes (whole lines) of the log ``key`` (its bytes ``data``: in hand, or a
+        ``_Ranged`` over its open file) a sealed log of its name holds already, byte for byte: a
+        seal cut short (a bucket's copy, or a disk's link, with its delete not made) of a log
+        appended to since, or the copy left beside a later seal of the same log. 0 mostly: a
+        sealed log larger than ``data``, or whose first bytes differ, costs at most the read of
+        its first ``_HEAD`` bytes (once a read). The largest such sealed log counts; of two
+        alike, the one listed first keeps the lines."""
         for e in sorted(sealed, key=lambda e: -e.size):
             if e.key == key or e.size > len(data) or (e.size == len(data) and e.key > key and _SEALED.match(
                     key.rsplit("/", 1)[-1])):
@@ -433,7 +437,7 @@ class ChangeLog:
                 continue
             try:
                 if _same_prefix(self.store, e.key, data, e.size):
-                    return data.count(b"\n", 0, e.size)
+                    return e.size
             except StoreFailure:
                 continue
         return 0
@@ -460,18 +464,134 @@ class ChangeLog:
         """What ``status`` names of every log, from one read of each: its damaged lines
         (``damage``) and its lines that parse as JSON objects but are no entry (no finite
         ``time``: ``read`` skips them), each named by file and line like a line that does not
-        parse; each log's in line order."""
+        parse; each log's in line order. Each log is read and parsed a block at a time and only
+        what is named is kept (the entries are not: status and every start ask this, and a log's
+        records as dicts were ~10x its bytes); the reader's rules for sealed logs, a seal cut short
+        and an oversize log are ``read_logs``'s."""
         out: List[Untrusted] = []
-        for log in self.read_logs():
-            found = list(log.damaged)
-            for rec, n in zip(log.records, log.lines):
-                if not _timed(rec):
-                    d = Untrusted(DAMAGED_LINE, log.path, f"line {n}: a JSON object but no history entry "
-                                                          "(no time); skipped")
-                    d.line = n
-                    found.append(d)
-            out += sorted(found, key=lambda d: d.line)  # each log's in line order (an oversize log's first)
+        listed = self._listed()
+        sealed: Dict[str, List[Entry]] = {}
+        for k, e in listed:
+            m = _SEALED.match(k.rsplit("/", 1)[-1])
+            if m and e is not None and 0 < e.size <= self.limit:
+                sealed.setdefault(m.group(1), []).append(e)
+        heads: Dict[str, bytes] = {}
+        for key in self._sealed_twice([k for k, _e in listed]):
+            found = self._log_problems(key, sealed, heads)
+            if found is not None:
+                out += sorted(found, key=lambda d: d.line)  # each log's in line order (an oversize log's first)
         return out
+
+    def _opened(self, key: str) -> Optional[Tuple["_Ranged", int, bool, Optional[RangeReader]]]:
+        """The log ``key`` to read a block at a time: its bytes (``_Ranged``), how many of them are
+        read (its size, or the whole lines of its first ``limit`` when larger), whether it is
+        larger, and the reader to close; None when it is nothing of ours. A folder's log is read
+        through one open file, in blocks; any other store's (a bucket's, at most 64 MB) is one
+        read whole, as ``read_logs`` makes it (one request, not one a block)."""
+        try:
+            if self.store.capabilities.append != "o_append":
+                data = self.store.read_all(key, self.limit)
+                return _Ranged(lambda s, e: data[s:e], len(data)), len(data), False, None
+            reader = self.store.open_read(key)
+        except StoreFailure as e:
+            if e.code in _NOTHING_OF_OURS:
+                return None
+            if e.code != StoreError.TOO_LARGE:
+                raise
+            data = self._whole_lines_of_prefix(key)
+            return _Ranged(lambda s, e: bytes(data[s:e]), len(data)), len(data), True, None
+        size = reader.seek(0, io.SEEK_END)
+
+        def fetch(start: int, stop: int) -> bytes:  # one read of the open file
+            reader.seek(start)
+            return reader.read(stop - start)
+
+        if size <= self.limit:
+            return _Ranged(fetch, size), size, False, reader
+        # oversize (planted): the whole lines of its first ``limit`` bytes, found by reading back
+        # from there a block at a time (never the ``limit`` bytes held at once)
+        end = self.limit
+        while end > 0:
+            block = fetch(max(0, end - _BLOCK), end)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                end = end - len(block) + cut + 1
+                break
+            end -= len(block) if block else end
+        return _Ranged(fetch, end), end, True, reader
+
+    def _log_problems(self, key: str, sealed: Dict[str, List[Entry]],
+                      heads: Dict[str, bytes]) -> Optional[List[Untrusted]]:
+        """``problems`` of one log, in no order; None when it is nothing of ours."""
+        opened = self._opened(key)
+        if opened is None:
+            return None
+        data, size, too_large, reader = opened
+        name = self.name_of(key)
+        m = _SEALED.match(key.rsplit("/", 1)[-1])
+        stem = m.group(1) if m else key.rsplit("/", 1)[-1][:-len(".jsonl")]
+        found: List[Untrusted] = []
+        try:
+            if m and not too_large:
+                heads.setdefault(key, bytes(data[0:min(size, _HEAD)]))
+            upto = self._repeated_prefix(key, data, sealed[stem], heads) if not too_large and sealed.get(stem) else 0
+            pos, line, carry, torn = 0, 1, b"", False
+            while pos < size or carry:
+                piece = data[pos:min(size, pos + _BLOCK)] if pos < size else b""
+                pos += len(piece)
+                buf = carry + piece if carry else piece
+                done = pos >= size or not piece
+                cut = len(buf) if done else buf.rfind(b"\n") + 1
+                block, carry = buf[:cut], buf[cut:]
+                del buf, piece
+                # lines of the first ``upto`` bytes are read from the sealed log (read_logs' rule)
+                start = pos - len(carry) - len(block)
+                repeated = line - 1 + block.count(b"\n", 0, upto - start) if start < upto else 0
+                log = parse_json_lines(block, name, first_line=line)
+                found += [d for d in log.damaged if d.line > repeated]
+                for rec, n in zip(log.records, log.lines):
+                    if n > repeated and not _timed(rec):
+                        d = Untrusted(DAMAGED_LINE, name, f"line {n}: a JSON object but no history entry "
+                                                          "(no time); skipped")
+                        d.line = n
+                        found.append(d)
+                line += block.count(b"\n")
+                torn = log.torn
+                del log, block
+                if done:
+                    break
+        finally:
+            if reader is not None:
+                reader.close()
+        if torn and m:
+            # a live log's torn last line becomes a damaged line once the next append ends it; a
+            # sealed log is never appended to again, so its own is named here
+            d = Untrusted(DAMAGED_LINE, name, f"line {line}: cut short (no newline); skipped")
+            d.line = line
+            found.append(d)
+        if too_large:
+            d = Untrusted(DAMAGED_FILE, name, f"larger than {self.limit} bytes: not a log this tool wrote; "
+                                              f"only the whole lines of its first {self.limit} bytes read")
+            d.line = 0
+            found.append(d)
+        return found
+
+
+class _Ranged:
+    """Bytes ``[0, size)`` of a log read on demand: ``r[a:b]`` is one ``fetch(a, b)``; what
+    ``ChangeLog._repeated_prefix`` and ``_same_prefix`` compare a log in hand or open with."""
+
+    def __init__(self, fetch, size: int):
+        self._fetch = fetch
+        self._size = size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, sl: slice) -> bytes:
+        start = 0 if sl.start is None else sl.start
+        stop = self._size if sl.stop is None else min(sl.stop, self._size)
+        return self._fetch(start, stop) if stop > start else b""
 
 
 def _read_into(store: Store, key: str, start: int, end: int, piece_size: int = _PIECE) -> bytearray:

@@ -141,15 +141,18 @@ def read_json_lines(path: str) -> JsonLines:
     return parse_json_lines(raw, path, out)
 
 
-def parse_json_lines(raw: bytes, name: str, out: Optional[JsonLines] = None) -> JsonLines:
+def parse_json_lines(raw: bytes, name: str, out: Optional[JsonLines] = None, *, first_line: int = 1) -> JsonLines:
     """``read_json_lines`` of bytes already read (from any store): ``name`` is what each damaged
-    line names (a path or a URL); the text after the last newline is a torn append."""
+    line names (a path or a URL); the text after the last newline is a torn append.
+    ``first_line``: the number of ``raw``'s first line in its file (a block of a log read a
+    block at a time names its lines as the whole file's read would)."""
     out = JsonLines(name) if out is None else out
     path = name
     chunks = raw.split(b"\n")
     last = len(chunks) - 1  # the text after the last newline: empty, or a torn append
-    for n, chunk in enumerate(chunks, 1):
-        if n - 1 == last:
+    for i, chunk in enumerate(chunks):
+        n = first_line + i
+        if i == last:
             out.torn = bool(chunk.strip())
             break
         if not chunk.strip():
