@@ -150,8 +150,9 @@ UNAVAILABLE = json.dumps({"error": {"code": 503, "message": "Service Unavailable
 def test_gcs_refusals_and_server_errors_are_coded(monkeypatch, status, body, code):
     rfs = _gcs(monkeypatch)
     store = ObjectStore(rfs.url, rfs=rfs)
-    for name in ("find", "cat_file", "exists", "pipe_file", "call"):
+    for name in ("cat_file", "exists", "pipe_file", "call"):
         monkeypatch.setattr(rfs.fs, name, _answers(status, body))
+    monkeypatch.setattr(rfs, "find_objects", _answers(status, body))  # the client's listing (gcsfs's objects.list)
     assert _code_of(lambda: list(store.list(""))) == code  # a listing (fsspec's find)
     assert _code_of(lambda: store.read_range("a/b", 0, 4)) == code  # a ranged read (fsspec)
     assert _code_of(lambda: store.stat("a/b")) == code  # a head (the JSON API through gcsfs's session)

@@ -83,13 +83,13 @@ def test_azure_credential_without_a_token_is_no_credentials_and_a_refusal_is_not
     def no_token(*a, **kw):  # what DefaultAzureCredential raises when no credential of its chain has one
         raise ClientAuthenticationError(message="DefaultAzureCredential failed to retrieve a token")
 
-    monkeypatch.setattr(rfs.fs, "find", no_token)
+    monkeypatch.setattr(rfs, "find_objects", no_token)
     _no_credentials(_failure(lambda: list(ObjectStore(url, rfs=rfs).list(""))), url, "AZURE_STORAGE_ACCOUNT_KEY")
 
     def refused(*a, **kw):  # the service's answer to a key it does not accept
         raise ClientAuthenticationError(message="Server failed to authenticate the request", response=_Refused())
 
-    monkeypatch.setattr(rfs.fs, "find", refused)
+    monkeypatch.setattr(rfs, "find_objects", refused)
     e = _failure(lambda: list(ObjectStore(url, rfs=rfs).list("")))
     assert isinstance(e, StoreFailure) and e.code == StoreError.PERMISSION, (type(e), e)  # a refusal, coded
 
@@ -108,7 +108,7 @@ def test_gcs_that_found_no_credentials_says_so_on_the_401_it_gets(objstore_pool,
     monkeypatch.setitem(remote._KWARGS, "gcs", remote._gcs_kwargs)
     rfs = RemoteFS(url)
     assert rfs.fs.credentials.method == "anon"
-    monkeypatch.setattr(rfs.fs, "find", _anonymous_401)
+    monkeypatch.setattr(rfs, "find_objects", _anonymous_401)
     monkeypatch.setattr(rfs.fs, "call", _anonymous_401)
     store = ObjectStore(url, rfs=rfs)
     for call in (lambda: list(store.list("")), lambda: store.stat("a/b")):  # a listing, a head
@@ -119,6 +119,6 @@ def test_gcs_with_its_credentials_refused_is_a_refusal(objstore_pool, monkeypatc
     url = Bucket(objstore_pool.get("gs")).url("runs")
     rfs = RemoteFS(url)  # the emulator's anonymous client, asked for: not "found none"
     assert not getattr(rfs, "unsigned", False)
-    monkeypatch.setattr(rfs.fs, "find", _anonymous_401)
+    monkeypatch.setattr(rfs, "find_objects", _anonymous_401)
     e = _failure(lambda: list(ObjectStore(url, rfs=rfs).list("")))
     assert isinstance(e, StoreFailure) and e.code == StoreError.PERMISSION, (type(e), e)  # a refusal, coded

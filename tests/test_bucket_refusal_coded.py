@@ -5,6 +5,8 @@ clients' error mapping and the listing share (``remote.refused``), before the st
 
 S3: moto behind the faulty proxy answering every request ``403 AccessDenied``. GCS and Azure: the
 clients' own exceptions for a 403, handed to the shared rule and to each client's mapping."""
+import errno
+
 import pytest
 
 from faulty_proxy import FaultyProxy, Rule
@@ -27,8 +29,9 @@ def refusing_s3(s3_bucket, monkeypatch):
     monkeypatch.setenv("S3_ENDPOINT", proxy.endpoint)
     rule = Rule(match=lambda method, path: True, fault=S3_DENIED, times=0)
     proxy.rules.append(rule)
+    proxy.url = s3_bucket.url("logs")
     try:
-        yield s3_bucket.url("logs"), rule
+        yield proxy
     finally:
         proxy.stop()
 
@@ -40,7 +43,7 @@ def _code(call) -> StoreError:
 
 
 def test_every_s3_call_refused_is_permission_denied(refusing_s3):
-    url, rule = refusing_s3
+    url, rule = refusing_s3.url, refusing_s3.rules[0]
     store = ObjectStore(url)
     store.prepare_writes()
     rule.times = 10 ** 6
@@ -58,6 +61,40 @@ def test_every_s3_call_refused_is_permission_denied(refusing_s3):
     got["delete"] = store.delete("run/a.txt")[0].code  # a delete answers per key, raising nothing
     assert got == {k: StoreError.PERMISSION for k in got}, got
     assert rule.hits > 0
+
+
+def test_a_refused_read_says_the_reads_own_refusal_without_a_head(refusing_s3):
+    """The GET's refusal is the answer: no HEAD is sent to ask what a refused read already said."""
+    url, rule = refusing_s3.url, refusing_s3.rules[0]
+    store = ObjectStore(url)
+    store.prepare_writes()
+    rule.times = 10 ** 6
+    with pytest.raises(StoreFailure) as e:
+        store.read_range("run/a.txt", 0, 4)
+    assert e.value.code == StoreError.PERMISSION and e.value.key == "run/a.txt"
+    assert rule.hits == 1, "one request: the refused GET"
+
+
+S3_BAD_REQUEST = (400, b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>InvalidRequest</Code>"
+                       b"<Message>Bad Request</Message></Error>")
+
+
+def test_a_failed_read_whose_head_does_not_answer_says_the_reads_own_error(refusing_s3):
+    """A GET that failed otherwise is followed by a HEAD (a 416 is told from a short read by the
+    object's size); a HEAD that does not answer (here refused) leaves the GET's error the one
+    said: ``store_error`` of the read, not the HEAD's ``permission_denied``."""
+    url = refusing_s3.url
+    refusing_s3.rules[:] = [Rule(match=lambda m, p: m == "GET" and "/logs/run/a.txt" in p, fault=S3_BAD_REQUEST,
+                                 times=10 ** 6),
+                            Rule(match=lambda m, p: m == "HEAD", fault=S3_DENIED, times=10 ** 6)]
+    store = ObjectStore(url)
+    with pytest.raises(StoreFailure) as e:
+        store.read_range("run/a.txt", 0, 4)
+    assert e.value.code == StoreError.STORE_ERROR and e.value.key == "run/a.txt"
+    # said from the GET's error (s3fs's EINVAL for a 400), not from the HEAD's coded one
+    assert not isinstance(e.value.__cause__, remote.RemoteError) and e.value.__cause__.errno == errno.EINVAL, \
+        repr(e.value.__cause__)
+    assert refusing_s3.rules[0].hits == 1 and refusing_s3.rules[1].hits == 1
 
 
 def _azure_error(cls_name: str, status: int):

@@ -442,7 +442,7 @@ class RemoteFS:
         path relative to the store path ``root`` (the logdir, or a vault in another prefix)."""
         self._forget_listings(base)
         try:
-            found = self._find(base)
+            found = self.find_objects(base)
         except FileNotFoundError:
             raise
         except OSError as e:
@@ -480,17 +480,45 @@ class RemoteFS:
         self.stats.add("list", pages)
         return out
 
-    def _find(self, base: str) -> dict:
-        """fsspec's ``find`` of the objects under ``base`` (name -> info), one listing request a
-        page. s3fs's ``find`` of a prefix that holds nothing asks on whether ``base`` is itself an
-        object (a HEAD, then a LIST of one key): 3 requests where one said it, paid by every empty
-        state folder (``journal/``, ``locks/``, ``ledgers/``, the change log's shards) at every
-        ``status``. Asked as the parent's objects under the name ``<leaf>/`` (``prefix=``), it
-        sends the one LIST of ``base/`` alone, and caches nothing (a filtered listing)."""
+    def find_objects(self, base: str) -> dict:
+        """The client's listing of the objects under the store path ``base`` (store path -> the
+        client's info, as fsspec's ``find(detail=True)`` gives it): one listing request a page,
+        nothing more, on every store (``list_under`` counts and codes it). fsspec's ``find`` asks
+        more where ``base`` holds nothing, paid by every empty state folder (``journal/``,
+        ``locks/``, ``ledgers/``, the change log's shards) at every ``status``: s3fs asks whether
+        ``base`` is itself an object (a HEAD, then a LIST of one key), so it is asked for the
+        parent's objects under ``<leaf>/`` (``prefix=``: the one LIST of ``base/``, nothing
+        cached); gcsfs and adlfs, see below."""
+        from fsspec.asyn import sync as fsspec_sync
+
         parent, _, leaf = base.rstrip("/").rpartition("/")
         if self.protocol == "s3" and parent and leaf:
             return self.fs.find(parent, detail=True, withdirs=False, prefix=leaf + "/")
+        if self.protocol == "gcs" and hasattr(self.fs, "_do_list_objects"):
+            # gcsfs's find lists an empty prefix a second time (as a name, without the slash); its
+            # first listing, the one this is, says all: the objects under base/ (delimiter "")
+            objects, _ = fsspec_sync(self.fs.loop, self.fs._do_list_objects, base, delimiter="")
+            return {o["name"]: o for o in objects}
+        if self.protocol == "az" and hasattr(self.fs, "_details"):
+            # adlfs's find HEADs base first (is it a blob?) and, finding nothing, HEADs it again:
+            # every listing paid a HEAD, an empty one 2 HEADs and 2 LISTs; this is its listing alone
+            return fsspec_sync(self.fs.loop, self._az_find, base)
         return self.fs.find(base, detail=True, withdirs=False)
+
+    async def _az_find(self, base: str) -> dict:
+        """adlfs's ``find`` of ``base`` without its HEADs: one ``list_blobs`` of ``base/``, the
+        blobs' details as adlfs gives them; a missing container lists nothing, as there."""
+        from azure.core.exceptions import ResourceNotFoundError
+
+        container, key, _ = self.fs.split_path(base)
+        async with self.fs.service_client.get_container_client(container=container) as cc:
+            try:
+                blobs = [b async for b in cc.list_blobs(include=["metadata"],
+                                                        name_starts_with=f"{key.rstrip('/')}/" if key else None)]
+                infos = await self.fs._details(blobs)
+            except ResourceNotFoundError:
+                infos = []
+        return {i["name"]: i for i in infos if i.get("type") == "file"}
 
     def _forget_listings(self, base: str) -> None:
         """Drop fsspec's cached listings of ``base``, its parents and every folder under it. A

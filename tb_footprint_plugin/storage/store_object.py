@@ -295,17 +295,33 @@ class ObjectStore(Store):
         with _coded(key):
             try:
                 return self.rfs.read_range(key, start, end)
-            except Exception:  # noqa: BLE001 - each client raises its own kind; the head decides
-                # a range at or past the end is an error on S3 and Azure (416) where a file reads
-                # short or empty: the object's size decides, never the error's wording
+            except FileNotFoundError:
+                # the clients' own type for a missing object (a 404; a 416 is none): said as the
+                # GET said it, no HEAD to ask again (the change log every status reads is normally absent)
+                raise StoreFailure(StoreError.NOT_FOUND, key, "no such object") from None
+            except RemoteError as e:
+                if _code(e) in (StoreError.PERMISSION, StoreError.NO_CREDENTIALS):
+                    raise  # refused or unsigned: a HEAD would be too, and say less
+                failed: BaseException = e
+            except Exception as e:  # noqa: BLE001 - each client raises its own kind; the head decides
+                failed = e
+            # a range at or past the end is an error on S3 and Azure (416) where a file reads
+            # short or empty: the object's size decides, never the error's wording
+            answered = False
+            try:
                 info = self.ops.head(path)
-                if info is None:
-                    raise StoreFailure(StoreError.NOT_FOUND, key, "no such object") from None
-                if start >= info.size:
-                    return b""
-                if end <= info.size:
-                    raise
-                return self.rfs.read_range(key, start, info.size)
+                answered = True
+            except Exception:  # noqa: BLE001 - a HEAD that does not answer: the GET's error is the one to say
+                pass
+            if not answered:
+                raise failed
+            if info is None:
+                raise StoreFailure(StoreError.NOT_FOUND, key, "no such object")
+            if start >= info.size:
+                return b""
+            if end <= info.size:
+                raise failed
+            return self.rfs.read_range(key, start, info.size)
 
     def open_read(self, key: str, size: Optional[int] = None) -> RangeReader:
         if size is None:
