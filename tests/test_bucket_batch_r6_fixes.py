@@ -43,10 +43,10 @@ def _refuse_manifest_deletes(monkeypatch):
 
     real = bucket_steps.must_delete
 
-    def refusing(rfs, keys, *a, **kw):
+    def refusing(ostore, keys, *a, **kw):
         if any("/manifests/" in k for k in keys):
             raise BucketTxnError(Failure.STORE_ERROR, "injected: manifest delete refused")
-        return real(rfs, keys, *a, **kw)
+        return real(ostore, keys, *a, **kw)
 
     monkeypatch.setattr(bucket_steps, "must_delete", refusing)
     return real
@@ -117,10 +117,10 @@ CHILD_KILLED_AS_THE_BATCH_RETURNS = textwrap.dedent("""
     from tb_footprint_plugin.engine import bucket_steps, faults
     from tb_footprint_plugin.engine.bucket_state import BucketTxnError
     real = bucket_steps.must_delete
-    def refusing(rfs, keys, *a, **kw):
+    def refusing(ostore, keys, *a, **kw):
         if any("/manifests/" in k for k in keys):
             raise BucketTxnError(Failure.STORE_ERROR, "injected: manifest delete refused")
-        return real(rfs, keys, *a, **kw)
+        return real(ostore, keys, *a, **kw)
     bucket_steps.must_delete = refusing
     faults.arm("reduce.verify", lambda: time.sleep(%(slow)s))
     # a real SIGKILL as the batch returns, before its runs' last ledger marks ('failed')
@@ -245,14 +245,14 @@ def test_jobs_never_run_two_nested_runs_at_once(s3_bucket, nested_runs, monkeypa
     def inside(a, b):
         return a == "." or b.startswith(a + "/")
 
-    def watched(rfs, vault, rp, *a, **kw):
+    def watched(ostore, vault, rp, *a, **kw):
         with lock:
             nested_at_once.extend((rp.run, o) for o in flying if inside(o, rp.run) or inside(rp.run, o))
             flying.add(rp.run)
             peak[0] = max(peak[0], len(flying))
         try:
             time.sleep(0.5)  # long enough for another thread's start to overlap this one
-            return real(rfs, vault, rp, *a, **kw)
+            return real(ostore, vault, rp, *a, **kw)
         finally:
             with lock:
                 flying.discard(rp.run)

@@ -178,8 +178,8 @@ def test_the_report_counts_the_bucket_freed_at_once_and_the_folder_as_stored(s3_
     assert removed - stored - (64 << 10) < rep.freed_now_bytes < removed - stored
     from tb_footprint_plugin.api.common import bucket_of
     from tb_footprint_plugin.engine import bucket as bk
-    rfs, v = bucket_of(url, vault)
-    r = bk.retention_report(rfs, v, removed)
+    ostore, v = bucket_of(url, vault)
+    r = bk.retention_report(ostore, v, removed)
     assert r["freed_now"] == removed and any(vault in line for line in r["lines"])
 
 

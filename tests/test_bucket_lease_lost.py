@@ -9,13 +9,13 @@ import pytest
 from tb_footprint_plugin.engine import bucket_lease, lease
 from tb_footprint_plugin.engine.bucket_state import BucketState, lock_run, unlock_all
 from tb_footprint_plugin.engine.context import new_op_id
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 @pytest.mark.parametrize("how", ["taken_over", "removed"])
 def test_a_lock_changed_under_its_holder_is_lost_at_its_next_renewal(bucket, how):
-    rfs = RemoteFS(bucket.url(f"logs-{how}"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(bucket.url(f"logs-{how}"))
+    st = BucketState(ostore)
     lock = lock_run(st, "exp/run", new_op_id())  # the lock object, held
     path = lock.path
     assert lock.still_held() and bucket_lease.still_held(path)

@@ -10,15 +10,16 @@ from test_bucket_state_schema import STATE, _keys, _logdir
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import bucket_ledger
 from tb_footprint_plugin.engine.bucket_state import JOURNAL
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
 
 def test_a_run_rolled_back_while_its_ledger_is_settled_is_never_recorded_done(s3_bucket, tmp_path):
     url, _pol = _logdir(s3_bucket, tmp_path, n=1)
-    rfs = RemoteFS(url)
-    bucket_ledger.BucketLedger(rfs, "archive", None).mark("run-b", "reducing", original_size_bytes=10)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
+    bucket_ledger.BucketLedger(ostore, "archive", None).mark("run-b", "reducing", original_size_bytes=10)
     jkey = rfs.path(f"{JOURNAL}/op-b.json")
     rfs.ops.put(jkey, json.dumps({"op": "op-b", "runs": [{"run": "run-b", "op": "op-b", "files": []}]}).encode())
     later = time.time() + 5
@@ -30,7 +31,7 @@ def test_a_run_rolled_back_while_its_ledger_is_settled_is_never_recorded_done(s3
         rfs.ops.delete([jkey])  # another start's recovery: manifest dropped, then its journal
         return out
 
-    done = bucket_ledger.settle_stale(rfs, manifests_then_other_process_rolls_back, mine=True)
+    done = bucket_ledger.settle_stale(ostore, manifests_then_other_process_rolls_back, mine=True)
     state = api.status(url)["batch"]["runs"]["run-b"]["state"]
     # the run was rolled back: it is to do again (pending or still reducing), never done
     assert done == [] and state != "done", (done, state)

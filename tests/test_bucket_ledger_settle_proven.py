@@ -15,7 +15,7 @@ from test_shards import env
 from tb_footprint_plugin import api
 from tb_footprint_plugin.engine import bucket_ledger, bucket_recover
 from tb_footprint_plugin.engine.bucket_state import BucketTxnError
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
 
@@ -66,7 +66,7 @@ def test_an_interrupt_settles_its_own_batch_marker_not_another_batch_of_the_same
     other = {}
 
     def other_batch():
-        book = bucket_ledger.BucketLedger(RemoteFS(url), "archive", "1/2")
+        book = bucket_ledger.BucketLedger(ObjectStore(url), "archive", "1/2")
         book.mark("elsewhere/run", "reducing", original_size_bytes=10)
         other["book"] = book
 
@@ -102,8 +102,9 @@ def test_a_run_its_own_thread_rolled_back_at_an_interrupt_is_recorded_pending(s3
     themselves are recorded pending (code rolled_back) as a disk's ledger records them; before,
     the argument was ignored on a bucket."""
     url, pol = _logdir(s3_bucket, tmp_path, n=1)
-    rfs = RemoteFS(url)
-    book = bucket_ledger.BucketLedger(rfs, "archive", None)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
+    book = bucket_ledger.BucketLedger(ostore, "archive", None)
     book.mark("exp0/run000", "reducing", original_size_bytes=10)
     book.mark("exp0/run000", "failed", op_id="op-rolled", code="rolled_back", error="interrupted")
     api.settle_interrupted(url, policy=pol, ledger="default", rolled_back=["op-rolled"])
@@ -122,9 +123,10 @@ def test_a_journal_read_that_fails_for_one_marker_is_read_again_for_the_next(s3_
     from tb_footprint_plugin.engine.bucket_state import JOURNAL
 
     url, _pol = _logdir(s3_bucket, tmp_path, n=1)
-    rfs = RemoteFS(url)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
     for shard, run in (("1/2", "run-a"), ("2/2", "run-b")):
-        bucket_ledger.BucketLedger(rfs, "archive", shard).mark(run, "reducing", original_size_bytes=10)
+        bucket_ledger.BucketLedger(ostore, "archive", shard).mark(run, "reducing", original_size_bytes=10)
     rfs.ops.put(rfs.path(f"{JOURNAL}/op-x.json"),
                 json.dumps({"op": "op-x", "runs": [{"run": "run-b", "op": "op-b", "files": []}]}).encode())
     later = time.time() + 5
@@ -139,7 +141,7 @@ def test_a_journal_read_that_fails_for_one_marker_is_read_again_for_the_next(s3_
         return real(r)
 
     monkeypatch.setattr(bucket_ledger, "_journals_left", flaky)
-    assert bucket_ledger.settle_stale(rfs, lambda: manifests, mine=True) == []  # before the fix: ["run-b"]
+    assert bucket_ledger.settle_stale(ostore, lambda: manifests, mine=True) == []  # before the fix: ["run-b"]
     assert len(calls) == 2
     assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 2  # both stay: the next start looks again
     assert {r: e["state"] for r, e in _batch(url)["runs"].items()} == {"run-a": "reducing", "run-b": "reducing"}

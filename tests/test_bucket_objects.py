@@ -19,7 +19,7 @@ from tb_footprint_plugin.engine import bucket_objects, bucket_state
 from tb_footprint_plugin.engine.bucket_state import (BucketState, BucketTxnError, failure_code, lock_key, lock_run,
                                                       must_delete, must_delete_versioned, unlock_all)
 from tb_footprint_plugin.engine.context import new_op_id
-from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, PRECONDITION_FAILED, RemoteFS
+from tb_footprint_plugin.storage.remote import ALREADY_EXISTS, PRECONDITION_FAILED
 from tb_footprint_plugin.storage.store import StoreFailure
 from tb_footprint_plugin.storage.store_object import ObjectStore
 from objstore_servers import Bucket
@@ -37,13 +37,14 @@ def delta(a, b):
 
 def test_state_objects_go_through_the_store_at_the_clients_cost(bucket, monkeypatch):
     url = bucket.url("logs")
-    rfs = RemoteFS(url)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
     calls = []
     for name in ("put", "stat", "read_all", "delete"):
         real = getattr(ObjectStore, name)
         monkeypatch.setattr(ObjectStore, name, lambda self, *a, _n=name, _r=real, **kw: calls.append(_n) or
                             _r(self, *a, **kw))
-    st = BucketState(rfs)
+    st = BucketState(ostore)
     doc = {"op": "x", "step": "started", "steps": [["started", 1.0]], "ü": "spaces and ünicode"}
 
     # the old way, on the client directly, for the cost to compare with
@@ -91,8 +92,9 @@ def test_state_objects_go_through_the_store_at_the_clients_cost(bucket, monkeypa
 
 
 def test_run_locks_through_the_store(bucket):
-    rfs = RemoteFS(bucket.url("logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(bucket.url("logs"))
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     lock = lock_run(st, "exp/run", new_op_id())  # the lock object, held
     path, version = lock.path, lock.version
     assert path == rfs.path(lock_key("exp/run"))
@@ -109,7 +111,7 @@ def test_run_locks_through_the_store(bucket):
     ours, versions = unlock_all([lock])
     assert ours == [path]
     c0 = counts(rfs)
-    must_delete(rfs, ours, versions=versions)
+    must_delete(ostore, ours, versions=versions)
     assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0) | {"delete": 1}  # no HEAD before it
     assert st.stat(path) is None
     # a stale version is refused where the store enforces a delete's condition (Azurite; moto and
@@ -118,14 +120,15 @@ def test_run_locks_through_the_store(bucket):
     st.update(path, {"run": "exp/run", "again": True}, v1)
     if bucket.scheme == "az":
         with pytest.raises(BucketTxnError) as ei:
-            must_delete_versioned(rfs, path, v1)
+            must_delete_versioned(ostore, path, v1)
         assert ei.value.code == Failure.STORE_ERROR and st.stat(path) is not None
 
 
 def test_a_vault_in_another_bucket_is_reached_on_the_logdirs_client(s3_bucket, objstore_pool):
     other = Bucket(objstore_pool.get("s3"))
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     far = f"{other.key('vault')}/manifests/op.json"
     c0 = counts(rfs)
     st.create(far, {"op_id": "op"})
@@ -144,25 +147,27 @@ def test_a_vault_in_another_bucket_is_reached_on_the_logdirs_client(s3_bucket, o
 
 
 def test_an_oversized_state_object_reads_as_corrupt_without_being_read_whole(s3_bucket, monkeypatch):
-    rfs = RemoteFS(s3_bucket.url("logs"))
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
     path = rfs.path(".tb-footprint/locks/planted.json")
     rfs.ops.put(path, json.dumps({"pad": "x" * 50_000}).encode())
     monkeypatch.setattr(bucket_objects, "STATE_LIMIT", 1000)
     before = rfs.stats.bytes_down
-    doc, version = BucketState(rfs).read(path)
+    doc, version = BucketState(ostore).read(path)
     assert doc == {"corrupt": True} and version == rfs.ops.head(path).version_token
     assert rfs.stats.bytes_down - before <= 1001
 
 
 @pytest.mark.parametrize("rel", ["journal/../../../other/x.json", "journal//x.json", "journal/./x.json"])
 def test_a_path_that_is_no_plain_key_is_never_sent(s3_bucket, rel):
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     path = f"{rfs.root}/.tb-footprint/{rel}"  # as an untrusted op id builds one
     c0 = counts(rfs)
     assert st.stat(path) is None and st.read(path) == (None, None)
     assert st.delete([path]) == {}  # nothing of ours there: nothing to refuse
-    must_delete(rfs, [path], versions={path: "v"})
+    must_delete(ostore, [path], versions={path: "v"})
     with pytest.raises(ValueError):
         st.create(path, {})
     assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0)
@@ -172,38 +177,39 @@ def test_a_planted_object_under_a_key_with_dotdot_parts_is_never_deleted(s3_buck
     """S3 keeps 'a/../x' as a key of its own: a delete of that path (the backup or staged key a
     rollback drops for a planted file) sends nothing, so the planted object and the one the
     path would name once normalised are both kept."""
-    rfs = RemoteFS(s3_bucket.url("logs"))
+    ostore = ObjectStore(s3_bucket.url("logs"))
     planted = f"{s3_bucket.key('logs')}/a/../b/x.bin"
     s3_bucket.fs.pipe_file(planted, b"planted")
     s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/b/x.bin", b"user's")
-    must_delete(rfs, [planted])
+    must_delete(ostore, [planted])
     s3_bucket.fs.invalidate_cache()
     assert s3_bucket.fs.cat_file(planted) == b"planted"
     assert s3_bucket.fs.cat_file(f"{s3_bucket.key('logs')}/b/x.bin") == b"user's"
 
 
 def test_a_vault_in_another_prefix_of_the_bucket_is_deleted_with_the_logdirs_keys_in_one_batch(s3_bucket):
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     vault = f"{s3_bucket.key('vault')}/blobs/op/run/a.bin"
     tmp = rfs.path("run/.a.tmp")
     for p in (vault, tmp):
         st.create(p, {"k": p})
     c0 = counts(rfs)
-    must_delete(rfs, [vault, tmp])
+    must_delete(ostore, [vault, tmp])
     assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0) | {"delete": 1}  # one DeleteObjects, as before
     assert st.stat(vault) is None and st.stat(tmp) is None
 
 
 def test_a_logdir_whose_prefix_starts_with_a_tilde_keeps_its_state(s3_bucket):
     """'~' is special on a disk, not in a bucket: the logdir's state is keyed under the logdir."""
-    rfs = RemoteFS(s3_bucket.url("~logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("~logs"))
+    st = BucketState(ostore)
     lock = lock_run(st, "run", new_op_id())
     path, version = lock.path, lock.version
     assert st.read(path)[1] == version
     ours, versions = unlock_all([lock])
-    must_delete(rfs, ours, versions=versions)
+    must_delete(ostore, ours, versions=versions)
     assert st.stat(path) is None
 
 
@@ -213,8 +219,9 @@ def test_the_engine_s_listings_and_reads_go_through_the_store_and_see_every_key(
     logdir, or to a vault elsewhere), and see a planted 'a/../b' key and a staged write, which the
     trust checks keep; a missing bucket is ``NOT_FOUND`` or, asked, nothing. Ranged and whole
     reads cost one read each."""
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/run/a/../b/x.bin", b"planted")
     s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/run/.footprint-tmp-1", b"staged")
     s3_bucket.fs.pipe_file(f"{s3_bucket.key('logs')}/run/events.bin", b"0123456789")
@@ -233,7 +240,7 @@ def test_the_engine_s_listings_and_reads_go_through_the_store_and_see_every_key(
     assert st.open_read(rfs.path("run/events.bin"), 10).read(4) == b"0123"
     assert st.read_bytes(rfs.path("run/events.bin")) == b"0123456789"
     assert delta(c0, counts(rfs)) == dict.fromkeys(VERBS, 0) | {"read": 3}
-    gone = BucketState(RemoteFS(f"s3://no-such-bucket-{new_op_id().lower()}/logs"))
+    gone = BucketState(ObjectStore(f"s3://no-such-bucket-{new_op_id().lower()}/logs"))
     assert gone.tree(missing_ok=True) == {}
     with pytest.raises(StoreFailure) as e:
         gone.tree()

@@ -57,11 +57,11 @@ def _reduced(bucket, logdir):
 
 def _restore(url, cancel):
     """``bucket_restore.restore_op`` of the logdir's one reduction, with ``cancel``."""
-    rfs = RemoteFS(url)
-    vault = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
-    (m,) = manifests(rfs, vault)
+    ostore = ObjectStore(url)
+    vault = BucketVault.for_logdir(ostore)
+    (m,) = manifests(ostore, vault)
     assert len(m["files"]) >= 2, m["files"]  # so a cancel during the put-back has one still to go
-    return bucket_restore.restore_op(rfs, vault, m, cancel=cancel)
+    return bucket_restore.restore_op(ostore, vault, m, cancel=cancel)
 
 
 def test_a_bucket_restore_is_an_ObjectRestore_run_by_the_driver_step_by_step(s3_bucket, rewrite_logdir, monkeypatch):

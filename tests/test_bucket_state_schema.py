@@ -61,8 +61,9 @@ def test_manifests_are_read_in_the_one_schema_while_the_aliases_are_still_writte
     url, pol = _logdir(s3_bucket, tmp_path, n=2)
     rep = api.reduce_logdir(url, policy=pol, dry_run=False, quiet_period=0)
     assert [o.status for o in rep.outcomes] == ["verified"] * 2
-    rfs = RemoteFS(url)
-    read = bk.manifests(rfs, bk.BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs)))
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
+    read = bk.manifests(ostore, bk.BucketVault.for_logdir(ostore))
     assert len(read) == 2
     for m in read:
         stored = json.loads(rfs.read_bytes(f"{STATE}/manifests/{m['op_id']}.json"))
@@ -164,7 +165,7 @@ def test_a_start_with_nothing_stale_lists_the_markers_once_and_reads_no_ledger_e
     assert all(o.status == "verified" for o in rep.outcomes)
     assert _keys(url, f"{STATE}/ledger-inflight/") == []  # the batch's marker went with its last "done"
     # a live worker of this host keeps a marker (this process): never a reason to read its entries
-    book = bucket_ledger.BucketLedger(RemoteFS(url), "drop-profiles", "0/2")
+    book = bucket_ledger.BucketLedger(ObjectStore(url), "drop-profiles", "0/2")
     book.mark("exp0/run000", "reducing", original_size_bytes=1)
     assert len(_keys(url, f"{STATE}/ledger-inflight/")) == 1
 

@@ -7,13 +7,12 @@ import pytest
 from objstore_servers import Bucket
 from tb_footprint_plugin.engine import bucket as bk
 from tb_footprint_plugin.engine.bucket_state import BucketVault
-from tb_footprint_plugin.storage.remote import RemoteFS
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 
 def test_the_vault_is_built_over_the_logdirs_store(s3_bucket, objstore_pool, tmp_path):
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    logdir = ObjectStore(rfs.url, rfs=rfs)
+    logdir = ObjectStore(s3_bucket.url("logs"))
+    rfs = logdir.rfs
     v = BucketVault.for_logdir(logdir)
     assert v.logdir is logdir and v.store.ops is rfs.ops  # the vault's store on the logdir's client
     assert v.root == f"{s3_bucket.key('logs')}/.tb-footprint"
@@ -33,9 +32,10 @@ def test_the_vault_is_built_over_the_logdirs_store(s3_bucket, objstore_pool, tmp
 
 
 def test_manifests_are_listed_through_the_vaults_store(s3_bucket, monkeypatch):
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    v = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
-    st = bk.BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
+    v = BucketVault.for_logdir(ostore)
+    st = bk.BucketState(ostore)
     st.create(v.manifest("20260101T000000-abcdef"), {"op_id": "x"})  # not a manifest: left out
     calls = []
     orig = ObjectStore.list
@@ -47,10 +47,10 @@ def test_manifests_are_listed_through_the_vaults_store(s3_bucket, monkeypatch):
     monkeypatch.setattr(ObjectStore, "list", spy)
     before = rfs.stats.to_dict().get("list", 0)
     problems = []
-    assert bk.manifests(rfs, v, problems) == []
+    assert bk.manifests(ostore, v, problems) == []
     assert calls == [(v.store.location, "manifests")]
     assert rfs.stats.to_dict().get("list", 0) - before == 1
     assert len(problems) == 1 and problems[0]["file"].endswith("20260101T000000-abcdef.json")
     # a vault whose bucket does not exist (yet) holds no manifest
-    gone = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs), "s3://tbfp-no-such-bucket-j6/vault")
-    assert bk.manifests(rfs, gone) == []
+    gone = BucketVault.for_logdir(ostore, "s3://tbfp-no-such-bucket-j6/vault")
+    assert bk.manifests(ostore, gone) == []

@@ -309,8 +309,9 @@ def test_reduce_and_restore_byte_identical(bucket, demo_logdir):
     # manifests record the store's checksums of each backup
     from tb_footprint_plugin.engine import bucket as bk
     from tb_footprint_plugin.storage.store_object import ObjectStore
-    rfs = RemoteFS(url)
-    mans = bk.manifests(rfs, bk.BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs)))
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
+    mans = bk.manifests(ostore, bk.BucketVault.for_logdir(ostore))
     assert {f["path"] for m in mans for f in m["files"]} == removed
     assert all(f["backup_checksums"] and f["checksums"] for m in mans for f in m["files"])
     # nothing pending, no lock left

@@ -20,7 +20,7 @@ from tb_footprint_plugin.engine.journal_object import (
     step_record,
 )
 from tb_footprint_plugin.storage.store import StoreFailure
-from tb_footprint_plugin.storage.store_object import BUCKET_CAPABILITIES
+from tb_footprint_plugin.storage.store_object import ObjectStore, BUCKET_CAPABILITIES
 from tb_footprint_plugin.storage.store_posix import PosixStore
 
 
@@ -148,10 +148,10 @@ def test_an_object_journal_never_overwrites_another_writers_version():
 
 def test_an_object_journal_on_s3_is_one_put_a_record_and_reads_back(s3_bucket):
     from tb_footprint_plugin.engine.bucket_objects import BucketState
-    from tb_footprint_plugin.storage.remote import RemoteFS
 
-    rfs = RemoteFS(s3_bucket.url("logs"))
-    st = BucketState(rfs)
+    ostore = ObjectStore(s3_bucket.url("logs"))
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     folder = ObjectFolder(st, rfs.path(".tb-footprint/journal"))
     before = rfs.stats.put
     j = ObjectJournal.create(folder, "op9", {"type": Rec.BEGIN, "op": "op9", "step": Rec.PLANNED, "runs": []})

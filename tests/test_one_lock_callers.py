@@ -12,7 +12,7 @@ from tb_footprint_plugin.codes import Outcome, Skip
 from tb_footprint_plugin.engine import bucket_state, lease
 from tb_footprint_plugin.engine.bucket_objects import BucketState
 from tb_footprint_plugin.engine.context import new_op_id
-from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 ENGINE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tb_footprint_plugin", "engine")
 CALLERS = ("bucket_batch.py", "bucket_rewrite.py", "bucket_retire.py", "bucket_restore.py")
@@ -40,8 +40,9 @@ def test_bucket_verbs_hold_lock_objects_not_paths():
 
 def test_a_locked_bucket_run_is_skipped_locked_with_its_holder_as_a_field(s3_bucket, tmp_path):
     url = s3_bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
-    rfs = RemoteFS(url)
-    st = BucketState(rfs)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
+    st = BucketState(ostore)
     op = new_op_id()
     now = time.time()
     # another host's live lock of one run (its lease runs for a minute more)

@@ -104,11 +104,11 @@ def test_the_question_before_a_resumed_bucket_reduce_skips_what_the_reduce_skips
     shard's ledger folder as the reduce does, so both name the same run (here one another worker
     of the shard recorded done at its present size)."""
     from tb_footprint_plugin.engine.bucket_ledger import BucketLedger
-    from tb_footprint_plugin.storage.remote import RemoteFS
+    from tb_footprint_plugin.storage.store_object import ObjectStore
 
     url, pol = _logdir(s3_bucket, tmp_path, n=3)
     rp = next(r for r in api.plan(url, pol, quiet_period=0).runs if r.actions)
-    BucketLedger(RemoteFS(url), "drop-profiles", "0/1").mark(
+    BucketLedger(ObjectStore(url), "drop-profiles", "0/1").mark(
         rp.run, "done", original_size_bytes=rp.bytes_before, after_size_bytes=rp.bytes_before, op_id="elsewhere")
     q = api.plan(url, pol, quiet_period=0)
     assert api.ledger_skips(q, pol, ledger="default", shard=(0, 1)) == [rp.run]  # before: [] on a bucket

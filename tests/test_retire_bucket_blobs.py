@@ -252,13 +252,14 @@ def test_cli_retire_into_a_folder_killed_at_each_step_then_settled(s3_bucket, sw
     committed = RETIRE_STEPS.index(step) >= RETIRE_STEPS.index("retire.delete_record")
     if committed:
         # the commit record names every object's blob by sha256 before any original is deleted
-        rfs = RemoteFS(url)
+        ostore = ObjectStore(url)
+        rfs = ostore.rfs
         (jkey,) = rfs.list_tree(STATE + "journal")
         doc = json.loads(rfs.read_bytes(jkey))
         assert doc["step"] == "swapping"
         assert {f["path"]: f["sha256"] for f in doc["runs"][0]["files"]} == _of(before, run)
         # a purge in this window (the engine's, no recovery first) forgets none of them
-        d = bk.purge(rfs, bk.BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs), vault), yes=True)
+        d = bk.purge(ostore, bk.BucketVault.for_logdir(ostore, vault), yes=True)
         assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
         assert set(_of(before, run).values()) <= _blobs(vault)
     (rec,) = api.recover_logdir(url, backup_dir=vault)

@@ -176,8 +176,8 @@ def test_recently_written_run_is_not_retired(s3_bucket, sweep_logdir):
     p = api.retire_plan(url, api.retire_rule(runs=["baseline"]))
     (item,) = p.items
     assert not item.selected and item.code == Skip.ACTIVE
-    rfs = RemoteFS(url)
-    o = bk.retire_run(rfs, bk.BucketVault.for_logdir(ObjectStore(url, rfs=rfs)), "baseline", quiet_period=600)
+    ostore = ObjectStore(url)
+    o = bk.retire_run(ostore, bk.BucketVault.for_logdir(ostore), "baseline", quiet_period=600)
     assert o.status == Outcome.SKIPPED and o.code == Skip.ACTIVE, (o.status, o.reason)
     assert _user(s3_bucket) == before and api.retired(url) == []
     assert not api.status(url)["unfinished_operations"]
@@ -276,8 +276,8 @@ def test_purge_keeps_the_copies_of_a_retire_still_under_way(s3_bucket, sweep_log
         faults.disarm_all()
     copies = _vault_keys(s3_bucket)
     assert copies and api.status(url)["unfinished_operations"]
-    rfs = RemoteFS(url)
-    d = bk.purge(rfs, bk.BucketVault.for_logdir(ObjectStore(url, rfs=rfs), None), yes=True)  # the engine's, no recovery first
+    ostore = ObjectStore(url)
+    d = bk.purge(ostore, bk.BucketVault.for_logdir(ostore, None), yes=True)  # the engine's, no recovery first
     assert d["ops"] == [] and [h["code"] for h in d["held"]] == [Skip.LOCKED.value], d
     assert _vault_keys(s3_bucket) == copies
     (rec,) = api.recover_logdir(url)  # rolled back onto the copies it kept

@@ -20,7 +20,6 @@ from tb_footprint_plugin.engine import bucket_retire, faults, retire, txn
 from tb_footprint_plugin.engine.bucket_state import BucketVault
 from tb_footprint_plugin.engine.context import CancelToken
 from tb_footprint_plugin.storage.paths import state_dir
-from tb_footprint_plugin.storage.remote import RemoteFS
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 pytestmark = pytest.mark.usefixtures("disarm_faults")
@@ -114,10 +113,10 @@ def test_a_bucket_retire_is_an_ObjectRetire_run_by_the_driver(s3_bucket, tmp_pat
         return {k: v for k, v in s3_bucket.hashes("logs").items() if not k.startswith(STATE)}
 
     before = user()
-    rfs = RemoteFS(url)
-    vault = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
+    ostore = ObjectStore(url)
+    vault = BucketVault.for_logdir(ostore)
     seen, log = _observe(monkeypatch, bucket_retire.RETIRE_STEPS)
-    out = bucket_retire.retire_run(rfs, vault, "train", quiet_period=0)
+    out = bucket_retire.retire_run(ostore, vault, "train", quiet_period=0)
     assert out.status == Outcome.VERIFIED, out.to_dict()
     assert seen == ["ObjectRetire"]
     assert log == ["journal", "retire.journal",
@@ -130,7 +129,7 @@ def test_a_bucket_retire_is_an_ObjectRetire_run_by_the_driver(s3_bucket, tmp_pat
     faults.disarm_all()
     token = CancelToken()
     faults.arm("retire.move", token.cancel)
-    out = bucket_retire.retire_run(rfs, vault, "baseline", quiet_period=0, cancel=token)
+    out = bucket_retire.retire_run(ostore, vault, "baseline", quiet_period=0, cancel=token)
     assert out.status == Outcome.ROLLED_BACK and "cancelled" in out.reason, out.to_dict()
     assert user() == {k: v for k, v in before.items() if not k.startswith("train/")}
     left = {k for k in s3_bucket.hashes("logs") if k.startswith(STATE)}

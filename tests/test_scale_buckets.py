@@ -15,7 +15,6 @@ from test_shards import CLI, env
 from tb_footprint_plugin import api, synth
 from tb_footprint_plugin.engine import lease
 from tb_footprint_plugin.engine.bucket_state import BucketVault, listing_of_runs
-from tb_footprint_plugin.storage.remote import RemoteFS
 from tb_footprint_plugin.storage.store_object import ObjectStore
 
 RUNS = 300
@@ -167,12 +166,13 @@ def test_a_batch_lists_the_folders_of_its_runs_not_the_whole_logdir(counted, tem
     assert prefixes.count("logs/exp0000/") == 2, prefixes
     # the function itself, asked with the plan's listing: one page of the runs' folder, where the
     # rule without it listed the whole logdir (fewer pages than one listing per run)
-    rfs = RemoteFS(url)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
     known = rfs.list_tree()
-    vault = BucketVault.for_logdir(ObjectStore(rfs.url, rfs=rfs))
+    vault = BucketVault.for_logdir(ostore)
     proxy.reset()
     listed.clear()
-    objs = listing_of_runs(rfs, vault, mine[:5], len(known), known=known)
+    objs = listing_of_runs(ostore, vault, mine[:5], len(known), known=known)
     assert listed == ["logs/exp0000/"]
     assert {k for k in known if k.startswith("exp0000/")} == set(objs)
 

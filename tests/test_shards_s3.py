@@ -16,6 +16,7 @@ from tb_footprint_plugin.engine import bucket as bk
 from tb_footprint_plugin.engine import bucket_lease, lease
 from tb_footprint_plugin.engine.context import new_op_id
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 DROP_PROFILES = {"name": "drop-profiles", "rules": {c: "delete" for c in (
     "profile_cache", "profile_secondary", "profile_xplane", "profile_other", "torch_trace")}}
@@ -131,7 +132,7 @@ def test_overlapping_workers_on_a_bucket_and_a_killed_one_reduce_every_run_exact
 
 def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or_deleted(s3_bucket, tmp_path):
     url = s3_bucket.upload(make_logdir(tmp_path / "logs", 1), "logs")
-    st = bk.BucketState(RemoteFS(url))
+    st = bk.BucketState(ObjectStore(url))
     lease.configure(lease_seconds=0.6)
     try:
         path = bk.lock_run(st, "exp0/run000", new_op_id()).path
@@ -157,8 +158,9 @@ def test_bucket_locks_are_renewed_and_a_lock_taken_over_is_never_written_back_or
 
 def test_a_bucket_lock_of_another_host_is_stale_only_when_its_lease_and_its_journal_are_old(s3_bucket, tmp_path):
     url = s3_bucket.upload(make_logdir(tmp_path / "logs", 1), "logs")
-    rfs = RemoteFS(url)
-    st = bk.BucketState(rfs)
+    ostore = ObjectStore(url)
+    rfs = ostore.rfs
+    st = bk.BucketState(ostore)
     op = new_op_id()
     now = time.time()
     lock = {"run": "exp0/run000", "op": op, "host": "other-node", "pid": 4242, "at": now - 600,
@@ -185,8 +187,8 @@ def test_hostile_ledger_objects_in_a_bucket_are_refused_with_codes(s3_bucket, tm
     from tb_footprint_plugin.engine import bucket_ledger
 
     url = s3_bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
-    rfs = RemoteFS(url)
-    book = bucket_ledger.BucketLedger(rfs, "drop-profiles", "0/1")
+    ostore = ObjectStore(url)
+    book = bucket_ledger.BucketLedger(ostore, "drop-profiles", "0/1")
     book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="x")
     good = bucket_ledger._run_hash("exp1/run001")
     other = bucket_ledger._run_hash("exp0/run000")
@@ -212,7 +214,7 @@ def test_status_reads_ledger_objects_another_worker_wrote_since_its_last_listing
     from tb_footprint_plugin.engine import bucket_ledger
 
     url = bucket.upload(make_logdir(tmp_path / "logs", 2), "logs")
-    book = bucket_ledger.BucketLedger(RemoteFS(url), "drop-profiles", "0/1")
+    book = bucket_ledger.BucketLedger(ObjectStore(url), "drop-profiles", "0/1")
     book.mark("exp0/run000", "done", original_size_bytes=100, after_size_bytes=10, op_id="a")
     assert sorted(api.status(url)["batch"]["runs"]) == ["exp0/run000"]
     # another machine (its own client, no shared cache) marks the second run in the same folder
