@@ -26,8 +26,8 @@ from tb_footprint_plugin.storage.remote import ObjectInfo
 from tb_footprint_plugin.storage.store import READ_ALL_LIMIT, Copied, Entry, StoreFailure, check_key
 from tb_footprint_plugin.storage.store_object import ObjectStore, info_of, listing_of
 
-#: the ``BucketState`` of the stores used last (``BucketState.of``), by ``id`` of the store (or
-#: of the client a caller still holds); each holds it, so an id is never reused while cached, and
+#: the ``BucketState`` of the stores used last (``BucketState.of``), by ``id`` of the store;
+#: each holds it, so an id is never reused while cached, and
 #: at most ``OF_KEPT`` are kept alive by the cache (a weak-keyed one would keep every one: its
 #: value holds it)
 _OF: "OrderedDict[int, BucketState]" = OrderedDict()
@@ -46,10 +46,10 @@ class BucketState:
     in another prefix or bucket). A store's refusal is the ``StoreFailure`` it raised."""
 
     def __init__(self, logdir: ObjectStore):
-        """Over the logdir's ``ObjectStore`` (``ObjectStore.of``: a caller still holding its
-        client gets the store at the client's root, on that client)."""
+        """Over the logdir's ``ObjectStore``; its client (a ``RemoteFS``) is a ``TypeError``
+        (``ObjectStore.of``), before any request."""
         self.logdir = ObjectStore.of(logdir)
-        self._held = logdir  # what ``of`` was given: its cache entry is that object's
+        self._held = logdir  # the store ``of`` was given: its cache entry is that object's
         self._stores: Dict[str, ObjectStore] = {}
 
     @classmethod

@@ -170,16 +170,16 @@ class ObjectStore(Store):
         return cls(url, rfs=view, ops_of=rfs)
 
     @classmethod
-    def of(cls, store_or_client: Union["ObjectStore", RemoteFS]) -> "ObjectStore":
-        """``store_or_client`` itself, or the ``ObjectStore`` at a ``RemoteFS``'s own root on that
-        client (``on_client``: no request, no client made): for a caller that still holds the
-        client (a test, a module not moved onto the store yet) handing it to code that takes the
-        store."""
-        if isinstance(store_or_client, ObjectStore):
-            return store_or_client
-        if isinstance(store_or_client, RemoteFS):
-            return cls.on_client(store_or_client, store_or_client.url)
-        raise TypeError(f"an ObjectStore or its RemoteFS, not {type(store_or_client).__name__}")
+    def of(cls, store: "ObjectStore") -> "ObjectStore":
+        """``store`` itself, checked: code that takes the logdir's store takes it, never its client.
+        A ``RemoteFS`` (or anything else) is a ``TypeError`` saying what to pass instead, before
+        any request."""
+        if isinstance(store, ObjectStore):
+            return store
+        if isinstance(store, RemoteFS):
+            raise TypeError(f"an ObjectStore, not its client RemoteFS ({store.url}): pass ObjectStore(url), "
+                            "or ObjectStore.on_client(rfs, rfs.url) for the store on a client in hand")
+        raise TypeError(f"an ObjectStore, not {type(store).__name__}")
 
     def at(self, url: str) -> "ObjectStore":
         """The ``ObjectStore`` at ``url`` (this store's root, or another prefix or bucket of its

@@ -1,7 +1,7 @@
 """``ObjectStore``'s names on every object store (moto's S3, the GCS emulator, Azurite): the
 store path and URL of a key (``path``, ``url_of``: how the bucket engine names objects in its
 journals and manifests), the store's ``url``/``scheme``/``protocol``, and a store at another
-prefix on the same client (``at``) or over a client a caller still holds (``of``). Names cost no
+prefix on the same client (``at``); ``of`` takes a store only, never its client. Names cost no
 request; the bucket engine takes these from the logdir's ``ObjectStore`` and never from its
 ``RemoteFS`` (issue #26)."""
 import itertools
@@ -58,13 +58,15 @@ def test_a_store_at_another_prefix_is_on_the_same_client_and_counters(buckets, s
     assert store.stats.to_dict() == before
 
 
-def test_of_takes_a_store_as_it_is_and_a_client_on_that_client(buckets):  # noqa: F811
+def test_of_takes_a_store_as_it_is_and_refuses_its_client(buckets):  # noqa: F811
     b = buckets("s3")
     url = b.url(f"nam{next(_prefixes)}/logs")
     store = ObjectStore(url)
     assert ObjectStore.of(store) is store
     rfs = RemoteFS(url)
-    over = ObjectStore.of(rfs)
-    assert over.rfs is rfs and over.stats is rfs.stats and over.root == rfs.root
+    before = rfs.stats.to_dict()
+    with pytest.raises(TypeError, match="ObjectStore"):  # the client is not the store: says what to pass
+        ObjectStore.of(rfs)
+    assert rfs.stats.to_dict() == before  # refused before any request
     with pytest.raises(TypeError):
         ObjectStore.of(url)
