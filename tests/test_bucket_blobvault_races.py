@@ -11,6 +11,7 @@ from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.bucket_state import BlobVault
 from tb_footprint_plugin.storage import lock as lock_mod
 from tb_footprint_plugin.storage.remote import RemoteFS
+from tb_footprint_plugin.storage.store_object import ObjectStore
 
 import pytest
 from test_bucket_blobvault import _user, mixed_logdir  # noqa: F401 - fixtures
@@ -79,7 +80,7 @@ def test_a_rewrite_whose_blobs_are_gone_before_its_swap_is_rolled_back(s3_bucket
     before = _user(s3_bucket, "gone")
 
     def forget_everything():  # the manifest is written, the swap is next
-        bv = BlobVault(vault, RemoteFS(url))
+        bv = BlobVault(vault, ObjectStore(url))
         bs = bv.store
         assert bs.forget([r.sha for r in bs.refs()], grace_seconds=0)
 
@@ -102,7 +103,7 @@ def test_a_batch_run_whose_blobs_are_gone_before_its_delete_is_left_as_it_was(s3
     before = _user(s3_bucket, "gone-batch")
 
     def forget_everything():  # the manifests are written, the deletes are next
-        bs = BlobVault(vault, RemoteFS(url)).store
+        bs = BlobVault(vault, ObjectStore(url)).store
         assert bs.forget([r.sha for r in bs.refs()], grace_seconds=0)
 
     faults.arm("reduce.verify", forget_everything)

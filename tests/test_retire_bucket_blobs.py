@@ -214,7 +214,7 @@ def test_a_blob_forgotten_before_the_commit_record_rolls_the_run_back(s3_bucket,
     before = _user(s3_bucket)
 
     def forget_all():  # as this logdir's owner (a forget drops one owner's claim)
-        bs = BlobVault(vault, RemoteFS(url)).store
+        bs = BlobVault(vault, ObjectStore(url)).store
         bs.forget([r.sha for r in bs.refs()])
 
     faults.arm("retire.manifest", forget_all)
