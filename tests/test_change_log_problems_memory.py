@@ -114,3 +114,43 @@ def test_an_unreadable_or_planted_log_is_skipped_as_the_reader_skips_it(tmp_path
     (state / "history-shard-1-of-2@host.jsonl").mkdir()
     log = history.disk_log(str(state))
     assert log.problems() == [] == _reference(log)
+
+
+def test_one_line_per_operation_is_checked_a_block_at_a_time(tmp_path):
+    """``logged_operations`` (recovery's "one line per operation", at a start with a purged
+    retirement or a killed commit) keeps the operations it answers, not every record."""
+    state = tmp_path / ".tb-footprint"
+    state.mkdir()
+    size, i = 0, 0
+    with open(state / "history.jsonl", "wb") as f:
+        while size < 24 * MB:
+            line = _reduce_line(i)
+            f.write(line)
+            size += len(line)
+            i += 1
+        f.write(b'{"op_id": "no-time", "kind": "purge"}\n{"op_id": "p1", "kind": "purge", "time": 3}\n')
+    tracemalloc.start()
+    try:
+        got = history.logged_operations(str(state), kind="purge")
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == {"p1"}
+    # the operations it answers and a block, not 24 MB of dicts
+    assert peak < 6 * MB, f"{peak / MB:.0f} MB at once to check a {size / MB:.0f} MB log"
+
+
+def test_the_logged_operations_are_the_readers(tmp_path, monkeypatch):
+    monkeypatch.setattr(history, "_BLOCK", 64, raising=False)
+    state = tmp_path / ".tb-footprint"
+    state.mkdir()
+    good = [_reduce_line(i) for i in range(4)]
+    head = good[0] + b"broken\n" + good[1]
+    (state / "history.sealed-0000000000001-0123456789ab.jsonl").write_bytes(head)
+    (state / "history.jsonl").write_bytes(head + good[2] + b'{"op_id": "x", "kind": 3}\n{"op_id": "t"}\n{"cut')
+    (state / "history-shard-1-of-2@host.jsonl").write_bytes(good[3] + b'{"op_id": 5, "time": 1}\n')
+    log = history.disk_log(str(state))
+    want = {(e["op_id"], e.get("kind"), e.get("outcome")) for e in log.read() if isinstance(e.get("op_id"), str)}
+    want = {(o, k if isinstance(k, str) else None, r if isinstance(r, str) else None) for o, k, r in want}
+    assert log._operation_lines() == want
+    assert len(want) == 4

@@ -49,9 +49,10 @@ import math
 import os
 import re
 import socket
+import sys
 import threading
 import time
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from tb_footprint_plugin.codes import Outcome, StoreError
 from tb_footprint_plugin.engine.context import RunOutcome
@@ -251,8 +252,8 @@ class ChangeLog:
         step killed between its line and the record that says it was written is done again
         (review R11). A log that cannot be read has none: a line written twice is seen and
         costs a line, a line missing is a change nobody can find (the one rule for every verb)."""
-        return frozenset(op for op, k, o in self._operation_lines()
-                         if (kind is None or k == kind) and (outcome is None or o == outcome))
+        return frozenset(op for op, k, o in self._operation_lines(
+            lambda _op, k, o: (kind is None or k == kind) and (outcome is None or o == outcome)))
 
     def append_once(self, lines: List[dict]) -> List[dict]:
         """Append (in one append) those of ``lines`` (whole entries, each with its ``time``) whose
@@ -260,23 +261,36 @@ class ChangeLog:
         all); returns those appended. Raises what ``append_lines`` raises."""
         if not lines:
             return []
-        there = self._operation_lines()
+        ops = {x.get("op_id") for x in lines}
+        there = self._operation_lines(lambda op, _k, _o: op in ops)
         due = [x for x in lines if (x.get("op_id"), x.get("kind"), x.get("outcome")) not in there]
         self.append_lines(due)
         return due
 
-    def _operation_lines(self) -> FrozenSet[Tuple[str, object, object]]:
-        """(op_id, kind, outcome) of every line with an op_id; none when a log cannot be read."""
-        try:
-            lines = self.read()
-        except (StoreFailure, OSError):
-            return frozenset()
+    def _operation_lines(self, keep: Callable[[str, Optional[str], Optional[str]], bool] = lambda *_a: True
+                         ) -> FrozenSet[Tuple[str, object, object]]:
+        """(op_id, kind, outcome) of every line with an op_id (an entry: a finite ``time``) that
+        ``keep`` keeps; none when a log cannot be read. Each log a block at a time (``_walk``):
+        only those kept are held, never the log's records."""
+        found = set()
 
         def said(v):  # lines are untrusted: a field that is no string says no kind, no outcome
-            return v if isinstance(v, str) else None
+            return sys.intern(v) if isinstance(v, str) else None
 
-        return frozenset((e["op_id"], said(e.get("kind")), said(e.get("outcome"))) for e in lines
-                         if isinstance(e.get("op_id"), str))
+        def each(log: JsonLines, repeated: int) -> None:
+            # a line a sealed log repeats adds what that log's adds: a set, read once or twice
+            found.update(t for t in ((e["op_id"], said(e.get("kind")), said(e.get("outcome")))
+                                     for e in log.records if isinstance(e.get("op_id"), str) and _timed(e))
+                         if keep(*t))
+
+        try:
+            listed = self._listed()
+            sealed, heads = self._sealed_of(listed), {}
+            for key in self._sealed_twice([k for k, _e in listed]):
+                self._walk(key, sealed, heads, each)
+        except (StoreFailure, OSError):
+            return frozenset()
+        return frozenset(found)
 
     def sealed_key(self, key: str, entry: Entry) -> str:
         """Where the log ``key`` (now ``entry``) is kept once full: beside the workers' logs, named
@@ -348,11 +362,7 @@ class ChangeLog:
         """Each log parsed (``trust.JsonLines``: its records and its damaged lines, named)."""
         out = []
         listed = self._listed()
-        sealed: Dict[str, List[Entry]] = {}  # by the name of the log each was: what a log may repeat
-        for k, e in listed:
-            m = _SEALED.match(k.rsplit("/", 1)[-1])
-            if m and e is not None and 0 < e.size <= self.limit:
-                sealed.setdefault(m.group(1), []).append(e)
+        sealed = self._sealed_of(listed)
         heads: Dict[str, bytes] = {}
         for key in self._sealed_twice([k for k, _e in listed]):
             name = self.name_of(key)
@@ -391,6 +401,15 @@ class ChangeLog:
                 log.damaged.append(d)
             out.append(log)
         return out
+
+    def _sealed_of(self, listed: List[Tuple[str, Optional[Entry]]]) -> Dict[str, List[Entry]]:
+        """The sealed logs listed, by the name of the log each was: what a log may repeat."""
+        sealed: Dict[str, List[Entry]] = {}
+        for k, e in listed:
+            m = _SEALED.match(k.rsplit("/", 1)[-1])
+            if m and e is not None and 0 < e.size <= self.limit:
+                sealed.setdefault(m.group(1), []).append(e)
+        return sealed
 
     def _sealed_twice(self, keys: List[str]) -> List[str]:
         """``keys`` less a live log whose bytes a sealed one holds already (a bucket's seal killed
@@ -470,12 +489,7 @@ class ChangeLog:
         and an oversize log are ``read_logs``'s."""
         out: List[Untrusted] = []
         listed = self._listed()
-        sealed: Dict[str, List[Entry]] = {}
-        for k, e in listed:
-            m = _SEALED.match(k.rsplit("/", 1)[-1])
-            if m and e is not None and 0 < e.size <= self.limit:
-                sealed.setdefault(m.group(1), []).append(e)
-        heads: Dict[str, bytes] = {}
+        sealed, heads = self._sealed_of(listed), {}
         for key in self._sealed_twice([k for k, _e in listed]):
             found = self._log_problems(key, sealed, heads)
             if found is not None:
@@ -523,47 +537,22 @@ class ChangeLog:
     def _log_problems(self, key: str, sealed: Dict[str, List[Entry]],
                       heads: Dict[str, bytes]) -> Optional[List[Untrusted]]:
         """``problems`` of one log, in no order; None when it is nothing of ours."""
-        opened = self._opened(key)
-        if opened is None:
-            return None
-        data, size, too_large, reader = opened
-        name = self.name_of(key)
-        m = _SEALED.match(key.rsplit("/", 1)[-1])
-        stem = m.group(1) if m else key.rsplit("/", 1)[-1][:-len(".jsonl")]
         found: List[Untrusted] = []
-        try:
-            if m and not too_large:
-                heads.setdefault(key, bytes(data[0:min(size, _HEAD)]))
-            upto = self._repeated_prefix(key, data, sealed[stem], heads) if not too_large and sealed.get(stem) else 0
-            pos, line, carry, torn = 0, 1, b"", False
-            while pos < size or carry:
-                piece = data[pos:min(size, pos + _BLOCK)] if pos < size else b""
-                pos += len(piece)
-                buf = carry + piece if carry else piece
-                done = pos >= size or not piece
-                cut = len(buf) if done else buf.rfind(b"\n") + 1
-                block, carry = buf[:cut], buf[cut:]
-                del buf, piece
-                # lines of the first ``upto`` bytes are read from the sealed log (read_logs' rule)
-                start = pos - len(carry) - len(block)
-                repeated = line - 1 + block.count(b"\n", 0, upto - start) if start < upto else 0
-                log = parse_json_lines(block, name, first_line=line)
-                found += [d for d in log.damaged if d.line > repeated]
-                for rec, n in zip(log.records, log.lines):
-                    if n > repeated and not _timed(rec):
-                        d = Untrusted(DAMAGED_LINE, name, f"line {n}: a JSON object but no history entry "
+
+        def each(log: JsonLines, repeated: int) -> None:
+            found.extend(d for d in log.damaged if d.line > repeated)
+            for rec, n in zip(log.records, log.lines):
+                if n > repeated and not _timed(rec):
+                    d = Untrusted(DAMAGED_LINE, log.path, f"line {n}: a JSON object but no history entry "
                                                           "(no time); skipped")
-                        d.line = n
-                        found.append(d)
-                line += block.count(b"\n")
-                torn = log.torn
-                del log, block
-                if done:
-                    break
-        finally:
-            if reader is not None:
-                reader.close()
-        if torn and m:
+                    d.line = n
+                    found.append(d)
+
+        walked = self._walk(key, sealed, heads, each)
+        if walked is None:
+            return None
+        name, line, torn, too_large = walked
+        if torn and _SEALED.match(key.rsplit("/", 1)[-1]):
             # a live log's torn last line becomes a damaged line once the next append ends it; a
             # sealed log is never appended to again, so its own is named here
             d = Untrusted(DAMAGED_LINE, name, f"line {line}: cut short (no newline); skipped")
@@ -575,6 +564,46 @@ class ChangeLog:
             d.line = 0
             found.append(d)
         return found
+
+    def _walk(self, key: str, sealed: Dict[str, List[Entry]], heads: Dict[str, bytes],
+              each: Callable[[JsonLines, int], None]) -> Optional[Tuple[str, int, bool, bool]]:
+        """Read the log ``key`` a block of whole lines at a time, handing each block parsed (its
+        lines numbered as in the whole log) to ``each`` with the number of the last line a sealed
+        log holds already (``read_logs``' rule: those are read from the sealed log); returns its
+        name, the number its last line has, whether that line is torn and whether the log is
+        oversize, or None when it is nothing of ours."""
+        opened = self._opened(key)
+        if opened is None:
+            return None
+        data, size, too_large, reader = opened
+        name = self.name_of(key)
+        m = _SEALED.match(key.rsplit("/", 1)[-1])
+        stem = m.group(1) if m else key.rsplit("/", 1)[-1][:-len(".jsonl")]
+        try:
+            if m and not too_large:
+                heads.setdefault(key, bytes(data[0:min(size, _HEAD)]))
+            upto = self._repeated_prefix(key, data, sealed[stem], heads) if not too_large and sealed.get(stem) else 0
+            pos, line, carry, torn = 0, 1, b"", False
+            while True:
+                piece = data[pos:min(size, pos + _BLOCK)] if pos < size else b""
+                pos += len(piece)
+                buf = carry + piece if carry else piece
+                done = pos >= size or not piece
+                cut = len(buf) if done else buf.rfind(b"\n") + 1
+                block, carry = buf[:cut], buf[cut:]
+                del buf, piece
+                start = pos - len(carry) - len(block)
+                repeated = line - 1 + block.count(b"\n", 0, upto - start) if start < upto else 0
+                log = parse_json_lines(block, name, first_line=line)
+                each(log, repeated)
+                line += block.count(b"\n")
+                torn = log.torn
+                del log, block
+                if done:
+                    return name, line, torn, too_large
+        finally:
+            if reader is not None:
+                reader.close()
 
 
 class _Ranged:
