@@ -50,6 +50,17 @@ def write_image_run(run_dir) -> None:
             os.utime(os.path.join(dp, f), (1_000_000_000, 1_000_000_000))
 
 
+def write_notes_runs(root, runs=("a", "b"), note_bytes: int = 500) -> None:
+    """Runs of 20 ``loss`` scalars and a ``notes.txt`` of ``note_bytes`` random bytes each, at
+    ``root/<run>``: what the tests of retired runs' purges retire."""
+    for name in runs:
+        with synth.EventWriter(os.path.join(str(root), name)) as w:
+            for step in range(20):
+                w.scalar("loss", step, 1.0 / (step + 1))
+        with open(os.path.join(str(root), name, "notes.txt"), "wb") as f:
+            f.write(os.urandom(note_bytes))
+
+
 def read_tree(root: str) -> dict:
     """{path relative to ``root``: bytes} of every file below it."""
     out = {}

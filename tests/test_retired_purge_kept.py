@@ -4,7 +4,6 @@ code, as a reduction's purge lists the backups it keeps: a run another process i
 ``purge_retired`` skipped them without a word: the purge reported neither the run nor why, and
 the CLI's output and JSON said nothing of it. Nothing of a kept retired run is deleted."""
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,8 @@ import sys
 import pytest
 
 from helpers_cli import cli_env, run_cli
-from tb_footprint_plugin import api, synth
+from helpers_runs import write_notes_runs
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding, Skip
 from tb_footprint_plugin.engine import purge_choice
 
@@ -30,11 +30,7 @@ time.sleep(600)
 
 def _retired(root):
     """Runs ``a`` and ``b`` retired into the default vault; returns each one's retirement."""
-    for name in RUNS:
-        with synth.EventWriter(str(root / name)) as w:
-            for step in range(20):
-                w.scalar("loss", step, 1.0 / (step + 1))
-        (root / name / "notes.txt").write_bytes(os.urandom(500))
+    write_notes_runs(root, RUNS)
     rep = api.retire(str(root), api.retire_rule(runs=list(RUNS)), dry_run=False, quiet_period=0)
     assert rep.ok, rep.to_dict()
     return {m["run"]: m for m in api.operations(str(root)) if m["kind"] == "retire"}

@@ -14,13 +14,13 @@ copy marked purged: an unretire finishing in between had its ``restored_by`` ove
 purge line said the run's only copy was deleted), and a second purge finishing in between gave
 the run a second line. The manifest is now read again under the lock.
 """
-import os
 import shutil
 
 import pytest
 
 from conftest import user_files
-from tb_footprint_plugin import api, synth
+from helpers_runs import write_notes_runs
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Finding, Outcome, Recovery
 from tb_footprint_plugin.engine import purge_choice, retire_purge
 from tb_footprint_plugin.engine.front import local_context
@@ -33,11 +33,7 @@ RUNS = ("a", "b")
 
 def _retired_logdir(root):
     """Two runs of scalars and a file each, both retired; returns the user's files before."""
-    for name in RUNS:
-        with synth.EventWriter(str(root / name)) as w:
-            for step in range(20):
-                w.scalar("loss", step, 1.0 / (step + 1))
-        (root / name / "notes.txt").write_bytes(os.urandom(300))
+    write_notes_runs(root, RUNS, note_bytes=300)
     original = user_files(root)
     rep = api.retire(str(root), api.retire_rule(runs=list(RUNS)), dry_run=False, quiet_period=0)
     assert rep.ok and sorted(o.run for o in rep.outcomes) == list(RUNS), rep.to_dict()

@@ -14,8 +14,9 @@ import sys
 import pytest
 
 from conftest import REPO, user_files
+from helpers_runs import write_notes_runs
 from helpers_txn import observe_txn
-from tb_footprint_plugin import api, synth
+from tb_footprint_plugin import api
 from tb_footprint_plugin.codes import Failure, Finding, Recovery
 from tb_footprint_plugin.engine import faults
 from tb_footprint_plugin.engine.context import CancelToken
@@ -30,11 +31,7 @@ BEFORE_INTENT = ["journal", "backup", "stage", "transform", "verify", "last_look
 def _retired_logdir(root):
     """Two runs of scalars and a few files each, both retired into the default vault; returns the
     user's files before the retirement."""
-    for name in RUNS:
-        with synth.EventWriter(str(root / name)) as w:
-            for step in range(20):
-                w.scalar("loss", step, 1.0 / (step + 1))
-        (root / name / "notes.txt").write_bytes(os.urandom(500))
+    write_notes_runs(root, RUNS)
     original = user_files(root)
     rep = api.retire(str(root), api.retire_rule(runs=list(RUNS)), dry_run=False, quiet_period=0)
     assert rep.ok and sorted(o.run for o in rep.outcomes) == list(RUNS), rep.to_dict()
