@@ -110,9 +110,54 @@ def test_azure_whose_credential_finds_a_token_goes_on(tmp_path, monkeypatch):
         def close(self):
             pass
 
+    monkeypatch.setattr(remote, "_AZ_CREDENTIAL", [])  # this process's found credential: the fake's, undone after
     monkeypatch.setattr(azure.identity, "DefaultAzureCredential", Found)
     rfs = RemoteFS(URL)
     assert rfs.protocol == "az"
+
+
+def test_azure_credential_chain_is_walked_once_per_process(tmp_path, monkeypatch):
+    """The probe's credential signs the client's requests (review R2-1): adlfs made its own
+    ``DefaultAzureCredential`` (async), which walked the chain again for its first request (with
+    ``az login``, a second ``az`` subprocess). Counted: ``get_token`` calls of every
+    ``DefaultAzureCredential`` made, the probe's and the client's first request's (asked as
+    azure-core's bearer policy asks the async client's credential, no network)."""
+    for k, v in _azure_env(tmp_path).items():
+        monkeypatch.setenv(k, v)
+    import azure.identity
+    import azure.identity.aio
+    from azure.core.credentials import AccessToken
+    from adlfs import AzureBlobFileSystem
+    from fsspec.asyn import sync
+
+    walks: list = []
+
+    class Chain:
+        def get_token(self, *scopes, **kw):
+            walks.append(scopes)
+            return AccessToken("t", int(time.time()) + 3600)
+
+        def close(self):
+            pass
+
+    class AsyncChain:
+        async def get_token(self, *scopes, **kw):
+            walks.append(scopes)
+            return AccessToken("t", int(time.time()) + 3600)
+
+        async def close(self):
+            pass
+
+    monkeypatch.setattr(remote, "_AZ_CREDENTIAL", [])
+    monkeypatch.setattr(azure.identity, "DefaultAzureCredential", Chain)
+    monkeypatch.setattr(azure.identity.aio, "DefaultAzureCredential", AsyncChain)
+    AzureBlobFileSystem.clear_instance_cache()  # a client an earlier test made: not this one's
+    rfs = RemoteFS(URL)
+    client_cred = rfs.fs.credential  # what adlfs signs its client's requests with
+    token = sync(rfs.fs.loop, client_cred.get_token, remote.AZ_STORAGE_SCOPE)
+    assert token.token == "t"
+    assert RemoteFS(URL).fs is rfs.fs  # a second one in the process: not asked again, the same client
+    assert walks == [(remote.AZ_STORAGE_SCOPE,)]  # before: 2, the probe's and adlfs's own chain's
 
 
 # --- gcsfs ---------------------------------------------------------------------------------------

@@ -337,28 +337,92 @@ def _az_kwargs() -> dict:
 _KWARGS = {"s3": _s3_kwargs, "gcs": _gcs_kwargs, "az": _az_kwargs}
 #: the scope of a token for Azure Storage
 AZ_STORAGE_SCOPE = "https://storage.azure.com/.default"
-#: set once this process's DefaultAzureCredential found a token: not asked again (a failure is
-#: not kept: a later ``az login`` counts)
-_AZ_CREDENTIAL_FOUND: List[bool] = []
+#: this process's DefaultAzureCredential, once it found a token (``ProbedAzureCredential``): not
+#: asked again, and the one the clients sign with; None once it failed but not for want of a
+#: credential (not asked again either: the client's own chain says what happens). "Found none" is
+#: not kept: a later ``az login`` counts
+_AZ_CREDENTIAL: List[Optional["ProbedAzureCredential"]] = []
+#: a token with less than this many seconds left is asked for again
+_AZ_TOKEN_MARGIN = 300
+
+
+class ProbedAzureCredential:
+    """The credential chain that found a storage token at the probe, with that token: the clients
+    are handed this one, so the chain is walked once per process (review R2-1: adlfs made its own
+    ``DefaultAzureCredential``, which walked the chain again for its first request, e.g. a second
+    ``az`` subprocess). The token is given back for the storage scope while it has more than
+    ``_AZ_TOKEN_MARGIN`` seconds left (a claims challenge or another tenant always asks)."""
+
+    def __init__(self, cred, token) -> None:
+        self.cred = cred
+        self.token = token
+        self.lock = threading.Lock()
+        #: one async face, so every filesystem made with it has the same arguments (fsspec's
+        #: instance cache gives back the one client, as before)
+        self.async_face = AsyncProbedAzureCredential(self)
+
+    def get_token(self, *scopes: str, **kw):
+        """A token for ``scopes`` (azure-core's ``TokenCredential``)."""
+        plain = scopes == (AZ_STORAGE_SCOPE,) and not kw.get("claims") and not kw.get("tenant_id")
+        with self.lock:
+            if plain and self.token is not None and self.token.expires_on - time.time() > _AZ_TOKEN_MARGIN:
+                return self.token
+            token = self.cred.get_token(*scopes, **kw)
+            if plain:
+                self.token = token
+            return token
+
+    def close(self) -> None:
+        """Kept open: the process's one credential (a client closing its own leaves it)."""
+
+    def for_async(self) -> "AsyncProbedAzureCredential":
+        """The same credential as an ``AsyncTokenCredential`` (what adlfs's async client takes)."""
+        return self.async_face
+
+
+class AsyncProbedAzureCredential:
+    """``ProbedAzureCredential`` for an async client: its ``get_token`` in a worker thread."""
+
+    def __init__(self, probed: ProbedAzureCredential) -> None:
+        self.probed = probed
+
+    async def get_token(self, *scopes: str, **kw):
+        """A token for ``scopes`` (azure-core's ``AsyncTokenCredential``)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.probed.get_token, *scopes, **kw)
+
+    async def close(self) -> None:
+        """Kept open, as ``ProbedAzureCredential.close``."""
+
+    async def __aenter__(self) -> "AsyncProbedAzureCredential":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        return None
 
 
 def azure_credential_missing() -> Optional[BaseException]:
     """What ``DefaultAzureCredential`` raised asked for a storage token when it says no credential
-    of its chain has one (``credentials_missing``: by type and fields); None when it found one, or
-    failed otherwise (the client's requests then say what happened, as before), or azure-identity
-    is not installed (adlfs's import error names what to install)."""
+    of its chain has one (``credentials_missing``: by type and fields); None when it found one
+    (kept, with its token, in ``_AZ_CREDENTIAL`` for the clients), or failed otherwise (the
+    client's requests then say what happened, as before), or azure-identity is not installed
+    (adlfs's import error names what to install)."""
     try:
         from azure.identity import DefaultAzureCredential
     except ImportError:
         return None
     cred = DefaultAzureCredential()
     try:
-        cred.get_token(AZ_STORAGE_SCOPE)
+        token = cred.get_token(AZ_STORAGE_SCOPE)
     except Exception as e:  # noqa: BLE001 - only "found none" is taken; the rest is the client's
-        return e if credentials_missing(e) else None
-    finally:
         with contextlib.suppress(Exception):
             cred.close()
+        if credentials_missing(e):
+            return e
+        _AZ_CREDENTIAL[:] = [None]
+        return None
+    _AZ_CREDENTIAL[:] = [ProbedAzureCredential(cred, token)]
     return None
 
 
@@ -381,15 +445,17 @@ def filesystem(url: str):
         # adlfs refuses to start without an account (a ValueError, told apart only by its words):
         # no credentials, said as S3's and GCS's are
         raise no_credentials(url, proto, None, "no storage account named")
-    if proto == "az" and kwargs.get("anon") is False and not _AZ_CREDENTIAL_FOUND and not any(
+    if proto == "az" and kwargs.get("anon") is False and not any(
             os.environ.get(k) for k in ("AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CLIENT_ID")):
         # an account name alone: adlfs hands the client DefaultAzureCredential, and a chain that
         # finds nothing was said only after the storage client's retries of every request (80-175 s
         # of back-off); asked once here, it says so at once (the same decision, without them)
-        missing = azure_credential_missing()
-        if missing is not None:
-            raise no_credentials(url, proto, missing) from missing
-        _AZ_CREDENTIAL_FOUND.append(True)
+        if not _AZ_CREDENTIAL:
+            missing = azure_credential_missing()
+            if missing is not None:
+                raise no_credentials(url, proto, missing) from missing
+        if _AZ_CREDENTIAL and _AZ_CREDENTIAL[0] is not None:  # the chain that answered signs the client's requests: walked once
+            kwargs["credential"] = _AZ_CREDENTIAL[0].for_async()
     try:
         fs = fsspec.filesystem(proto, **kwargs)
     except ImportError as e:
@@ -1200,7 +1266,7 @@ class _AzureOps(_Ops):
             from azure.identity import DefaultAzureCredential
 
             account = kw.get("account_name")
-            cred = kw.get("account_key") or DefaultAzureCredential()
+            cred = kw.get("account_key") or (_AZ_CREDENTIAL[0] if _AZ_CREDENTIAL and _AZ_CREDENTIAL[0] else DefaultAzureCredential())
             self.client = BlobServiceClient(f"https://{account}.blob.core.windows.net", credential=cred)
 
     def _blob(self, path):
